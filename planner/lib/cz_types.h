@@ -1,0 +1,190 @@
+/*
+ * cz_types.h — the planner's internal data structures, shared by the planner modules, the CLI
+ * and the executor (which reads plans). Not installed; library users see only canzona.h.
+ *
+ * Conventions:
+ *  - Shapes are [rows, cols]; a 1-D parameter has ndim 1 and shape[1] == 1.
+ *  - tp_dim: -1 replicated across TP, 0 rows split (column-parallel, vocab-parallel),
+ *    1 columns split (row-parallel).
+ *  - Everything measured in elements is int64_t; costs are double in the plan's cost unit.
+ *  - Per-rank arrays are indexed stage-major: [stage * dp + dp_rank], and per-GPU arrays
+ *    [(stage * dp + dp_rank) * tp + tp_rank].
+ */
+#ifndef CZ_TYPES_H
+#define CZ_TYPES_H
+
+#include "canzona.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct cz_param_def {
+    char *name;
+    int ndim;          /* 1 or 2 */
+    int64_t shape[2];  /* full, unsharded shape */
+    int tp_dim;        /* -1, 0 or 1 */
+    cz_param_kind kind;
+    int block_dim;     /* dimension the blocks split, -1 when the matrix is one block */
+    int nblocks;       /* 0 when not blocked */
+    int64_t *block_sizes;
+    int layer;         /* index of the repeat block iteration it came from; -1 outside any */
+} cz_param_def;
+
+struct cz_model {
+    char *name;
+    char *source;      /* path it was loaded from */
+    char sha256[65];   /* of the canonical JSON content (sorted keys, compact) */
+    cz_dtype dtype;
+    int nlayers;       /* number of repeat iterations seen (for pipeline stage assignment) */
+    size_t nparams;
+    cz_param_def *params; /* forward (registration) order, repeat blocks expanded */
+};
+
+typedef struct cz_device {
+    char *name;
+    double matmul_tflops; /* effective dense bf16 rate, TFLOP/s */
+    double mem_gbps;      /* effective memory bandwidth, GB/s */
+    double memory_gib;
+} cz_device;
+
+typedef struct cz_links {
+    double intra_node_gbps; /* per-GPU bandwidth inside a node, GB/s */
+    double inter_node_gbps; /* per-GPU bandwidth across nodes, GB/s */
+    double latency_us;      /* per-message latency */
+} cz_links;
+
+struct cz_cluster {
+    char *name;
+    char *source;
+    char sha256[65];
+    int gpus, dp, tp, pp, gpus_per_node;
+    cz_device device;
+    cz_links links;
+    int64_t bucket_size;  /* 0 = Megatron default max(4e7, 1e6*dp) */
+    int64_t bucket_align; /* default 64 */
+};
+
+typedef struct cz_plan_param {
+    int id;              /* index in forward order */
+    char *name;
+    int ndim;
+    int64_t shape[2];
+    int64_t local_shape[2]; /* per TP rank */
+    int tp_dim;
+    cz_param_kind kind;
+    int block_dim, nblocks;
+    int64_t *block_sizes;
+    int layer;
+    int stage;           /* pipeline stage */
+    int bucket;          /* bucket id */
+    int64_t offset;      /* start of the local shard relative to its bucket's start */
+    int64_t numel;       /* local elements */
+    double cost;         /* total work for this parameter across its TP group, cost unit */
+    int dp_owner;        /* -1 only under the even strategy */
+} cz_plan_param;
+
+typedef struct cz_plan_bucket {
+    int id;
+    int stage;
+    int64_t offset;      /* start in the stage's whole local buffer */
+    int64_t size;        /* including padding */
+    int64_t *ranges;     /* 2*dp values: [start, end) per DP rank, relative to bucket start */
+} cz_plan_bucket;
+
+/* One micro-group: tasks (param ids) each assigned to a slot (TP rank that hosts it). */
+typedef struct cz_plan_group {
+    int id;
+    int nslots;          /* tp, or 1 under sc and when tp == 1 */
+    int ntasks;
+    int *task_param;     /* param ids, in execution order */
+    int *task_slot;      /* slot of each task */
+    double *load;        /* nslots values: summed task cost per slot */
+} cz_plan_group;
+
+typedef struct cz_rank_schedule {
+    int stage;
+    int dp_rank;
+    int ngroups;
+    cz_plan_group *groups;
+} cz_rank_schedule;
+
+typedef struct cz_plan_metrics {
+    double *dp_load;        /* pp*dp: summed cost owned by each DP rank */
+    double dp_imbalance;    /* max/mean of dp_load (per stage, worst stage) */
+    double *gpu_load;       /* pp*dp*tp: optimizer work per GPU under the TP schedule */
+    double *rank_makespan;  /* pp*dp: sum over groups of the largest slot load, plus the
+                               elementwise share of one TP rank */
+    double tp_makespan;     /* max of rank_makespan */
+    double tp_imbalance;    /* max/mean of gpu_load */
+    double total_cost;      /* sum of all parameter costs */
+    double max_task_cost;   /* largest single task (matrix cost, or elementwise cost / tp) */
+    double lower_bound;     /* max(total_cost / (dp*tp*pp), max_task_cost) */
+    double *memory;         /* pp*dp*tp: optimizer-state bytes per GPU */
+    double predicted_step_s; /* compute makespan converted to seconds on the cluster's device */
+} cz_plan_metrics;
+
+struct cz_plan {
+    char *generator;         /* "canzona" */
+    char *generator_version; /* CZ_VERSION */
+    char *model_name, *model_sha256;
+    char *cluster_name, *cluster_sha256;
+    cz_dtype dtype;
+    cz_settings settings;
+    double capacity_used;    /* the capacity actually used when settings.capacity was 0 */
+    int dp, tp, pp, gpus_per_node;
+    int64_t bucket_size, bucket_align;
+    size_t nparams;
+    cz_plan_param *params;   /* forward order, id == index */
+    size_t nbuckets;
+    cz_plan_bucket *buckets; /* per stage in the order they are filled (reverse param order) */
+    size_t nschedules;       /* pp*dp, stage-major */
+    cz_rank_schedule *schedules;
+    cz_plan_metrics metrics;
+};
+
+/* ---- error helpers (error.c) ---- */
+/* Fills err (if not NULL) with code and a printf-style message; returns code. */
+int cz_error_set(cz_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- allocation helpers (error.c): abort-free; return NULL on failure ---- */
+char *cz_strdup(const char *s);
+
+/* ---- cost model (cost.c) ---- */
+/* Bytes per element of a dtype. */
+int cz_dtype_bytes(cz_dtype d);
+/* Total optimizer work for one parameter across its TP group, in the settings' unit:
+ * a matrix parameter is updated once, whole (sum over its blocks); an elementwise one is
+ * updated shard by shard on every TP rank (replicated ones redundantly). */
+double cz_cost_param(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                     cz_dtype dtype);
+/* The same in seconds on the cluster's device, whatever the settings' unit. */
+double cz_cost_param_seconds(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                             cz_dtype dtype);
+/* Optimizer-state bytes for a parameter: for a matrix, held by its host (full size); for an
+ * elementwise parameter, held by each TP rank for its local shard. */
+double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp);
+/* FLOPs of one optimizer step on a whole m x n matrix (Muon/SOAP/Shampoo), no blocks. */
+double cz_matrix_flops(int64_t m, int64_t n, const cz_settings *s);
+
+/* ---- plan construction (planner.c, buckets.c, dp_partition.c, microgroups.c, metrics.c) ---- */
+/* Allocates an empty plan and fills params (shapes, local shapes, cost, stage) from the model. */
+int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz_settings *s,
+                 cz_error *err);
+/* Lays out the gradient buckets (Megatron order, alignment, size, DP padding). */
+int cz_buckets_layout(cz_plan *plan, cz_error *err);
+/* Fills every bucket's ranges and every param's dp_owner following settings.dp. */
+int cz_dp_partition(cz_plan *plan, cz_error *err);
+/* Builds the micro-group schedule of every DP rank following settings.tp. */
+int cz_tp_schedule_build(cz_plan *plan, cz_error *err);
+/* Computes plan->metrics from the plan's params, buckets and schedules. */
+int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err);
+/* Frees the metrics arrays only. */
+void cz_plan_metrics_free(cz_plan_metrics *m);
+/* Frees the schedules only (sets nschedules to 0). */
+void cz_plan_schedules_free(cz_plan *plan);
+
+/* ---- hashing (sha256.c) ---- */
+void cz_sha256_hex(const void *data, size_t len, char out[65]);
+
+#endif /* CZ_TYPES_H */

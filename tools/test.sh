@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds everything twice (warnings as errors; then AddressSanitizer + UBSan) and runs every
+# test with ctest. This is the README's test command and what CI runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+echo "== build (warnings are errors) =="
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCZ_WERROR=ON >/dev/null
+cmake --build build -j "$jobs"
+echo "== tests =="
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== build (AddressSanitizer + UBSan) =="
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCZ_WERROR=ON -DCZ_SANITIZE=ON \
+      -DCZ_WITH_CUDA=OFF >/dev/null
+cmake --build build-asan -j "$jobs"
+echo "== tests under sanitizers =="
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE nosan
