@@ -1,0 +1,49 @@
+/* canzona — the planner CLI: dispatches to one subcommand per file (cmd_*.c). */
+#include "canzona.h"
+#include "commands.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"plan", cz_cmd_plan, "solve DP partition and TP micro-groups; write a plan file"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: canzona <command> [options]\n"
+               "       canzona --help | --version\n\n"
+               "Plans load-balanced distributed matrix optimizers (Muon, SOAP, Shampoo) for\n"
+               "Megatron-style DP x TP (x PP) training, and analyses the plans.\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'canzona <command> --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+        printf("canzona %s (plan format %s)\n", CZ_VERSION, CZ_PLAN_SCHEMA);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "canzona: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,80 @@
+/* Release functions for the planner's objects. Each accepts NULL and partially built objects. */
+#include "cz_types.h"
+
+#include <stdlib.h>
+
+void cz_model_free(cz_model *model)
+{
+    if (!model)
+        return;
+    for (size_t i = 0; i < model->nparams; i++) {
+        free(model->params[i].name);
+        free(model->params[i].block_sizes);
+    }
+    free(model->params);
+    free(model->name);
+    free(model->source);
+    free(model);
+}
+
+void cz_cluster_free(cz_cluster *cluster)
+{
+    if (!cluster)
+        return;
+    free(cluster->name);
+    free(cluster->source);
+    free(cluster->device.name);
+    free(cluster);
+}
+
+void cz_plan_metrics_free(cz_plan_metrics *m)
+{
+    if (!m)
+        return;
+    free(m->dp_load);
+    free(m->gpu_load);
+    free(m->rank_makespan);
+    free(m->memory);
+    m->dp_load = m->gpu_load = m->rank_makespan = m->memory = NULL;
+}
+
+void cz_plan_schedules_free(cz_plan *plan)
+{
+    if (!plan || !plan->schedules)
+        return;
+    for (size_t i = 0; i < plan->nschedules; i++) {
+        cz_rank_schedule *rs = &plan->schedules[i];
+        for (int g = 0; g < rs->ngroups; g++) {
+            free(rs->groups[g].task_param);
+            free(rs->groups[g].task_slot);
+            free(rs->groups[g].load);
+        }
+        free(rs->groups);
+    }
+    free(plan->schedules);
+    plan->schedules = NULL;
+    plan->nschedules = 0;
+}
+
+void cz_plan_free(cz_plan *plan)
+{
+    if (!plan)
+        return;
+    for (size_t i = 0; i < plan->nparams; i++) {
+        free(plan->params[i].name);
+        free(plan->params[i].block_sizes);
+    }
+    free(plan->params);
+    for (size_t i = 0; i < plan->nbuckets; i++)
+        free(plan->buckets[i].ranges);
+    free(plan->buckets);
+    cz_plan_schedules_free(plan);
+    cz_plan_metrics_free(&plan->metrics);
+    free(plan->generator);
+    free(plan->generator_version);
+    free(plan->model_name);
+    free(plan->model_sha256);
+    free(plan->cluster_name);
+    free(plan->cluster_sha256);
+    free(plan);
+}
