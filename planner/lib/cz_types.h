@@ -130,7 +130,9 @@ struct cz_plan {
     char *cluster_name, *cluster_sha256;
     cz_dtype dtype;
     cz_settings settings;
-    double capacity_used;    /* the capacity actually used when settings.capacity was 0 */
+    double capacity_used;    /* the micro-group capacity actually used (cost unit) */
+    int dp_fell_back;        /* 1 when alpha's result lost to anchored and anchored was kept */
+    double plan_seconds;     /* wall time spent building the plan (not written to the file) */
     int dp, tp, pp, gpus_per_node;
     int64_t bucket_size, bucket_align;
     size_t nparams;
