@@ -189,4 +189,25 @@ void cz_plan_schedules_free(cz_plan *plan);
 /* ---- hashing (sha256.c) ---- */
 void cz_sha256_hex(const void *data, size_t len, char out[65]);
 
+/* ---- analysis: validate.c, inspect.c, plan_diff.c ---- */
+struct json_t; /* jansson's json_t */
+/* Recomputes every invariant of the plan (DESIGN.md section 3) against the model and cluster it
+ * claims to be made for. On success *violations_out is a new JSON array (caller owns it) of
+ * {"code", "path", "message"} objects, one per violation, empty when the plan is valid, and the
+ * return value is the number of checks performed (>= 0). Returns a negative CZ_E* code on
+ * failure (out of memory, missing arguments). */
+int cz_plan_validate(const cz_plan *plan, const cz_model *model, const cz_cluster *cluster,
+                     struct json_t **violations_out, cz_error *err);
+/* Builds a readable analysis of a plan as a new JSON object (caller owns *report_out):
+ * topology, settings, per-rank and per-GPU loads and memory, imbalance figures, the top_n
+ * busiest ranks with their largest parameters, micro-group statistics and the parameters that
+ * dominate the lower bound. Uses the plan's stored metrics. */
+int cz_plan_inspect(const cz_plan *plan, int top_n, struct json_t **report_out, cz_error *err);
+/* Compares plan b against plan a. Plans of different models (inputs.model.sha256) or topologies
+ * are refused with CZ_EMISMATCH unless force is set, in which case parameters are matched by
+ * name. *report_out (caller owns) holds settings, metric and per-rank deltas, the moved
+ * parameters (at most limit listed, all counted; limit < 0 lists all) and "identical". */
+int cz_plan_diff(const cz_plan *a, const cz_plan *b, int force, int limit,
+                 struct json_t **report_out, cz_error *err);
+
 #endif /* CZ_TYPES_H */
