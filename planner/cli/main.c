@@ -13,6 +13,9 @@ typedef struct {
 
 static const command commands[] = {
     {"plan", cz_cmd_plan, "solve DP partition and TP micro-groups; write a plan file"},
+    {"inspect", cz_cmd_inspect, "balance report of a plan: loads, imbalance, busiest ranks"},
+    {"diff", cz_cmd_diff, "compare two plans: settings, metrics, moved parameters"},
+    {"validate", cz_cmd_validate, "check every invariant of a plan against its model and cluster"},
 };
 
 static void usage(FILE *f) {
