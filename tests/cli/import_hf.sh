@@ -4,6 +4,10 @@
 set -u
 : "${CZ:?CZ must point to the canzona binary}"
 : "${CZ_SOURCE_DIR:?CZ_SOURCE_DIR must point to the source tree}"
+if [ ! -x "$CZ" ]; then
+    echo "skipped: $CZ was not built" >&2
+    exit 77
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
