@@ -498,9 +498,18 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
         rc = cz_json_fail(c, path, "missing required key \"tp_dim\"");
         goto done;
     }
-    if (!json_is_null(tp))
-        TRY(cz_json_as_int(c, tp, cz_json_path_key(sub, path, "tp_dim"), 0, q->ndim - 1,
-                           &q->tp_dim));
+    if (!json_is_null(tp)) {
+        if (!json_is_integer(tp) || json_integer_value(tp) < 0 ||
+            json_integer_value(tp) >= q->ndim) {
+            char found[96];
+            cz_json_describe(tp, found, sizeof found);
+            rc = cz_json_fail(c, cz_json_path_key(sub, path, "tp_dim"),
+                              "expected %s for a %d-D parameter, found %s",
+                              q->ndim == 2 ? "0, 1 or null" : "0 or null", q->ndim, found);
+            goto done;
+        }
+        q->tp_dim = (int)json_integer_value(tp);
+    }
     TRY(cz_json_get_enum(c, e, path, "optimizer", true, kinds, &kind));
     q->kind = (cz_param_kind)kind;
     TRY(cz_json_get_object(c, e, path, "blocks", false, bkeys, &blocks));

@@ -768,6 +768,8 @@ static const plan_case plan_cases[] = {
     {"sha", CZ_EINVALID, "$.inputs.model.sha256: expected 64 lowercase hexadecimal digits"},
     {"settings_enum", CZ_EINVALID, "$.settings.tp_strategy: expected one of \"sc\""},
     {"missing_metrics", CZ_EINVALID, "$: missing required key \"metrics\""},
+    {"tp_dim_1d", CZ_EINVALID,
+     "$.params[2].tp_dim: expected 0 or null for a 1-D parameter, found 1"},
 };
 
 static void mutate(json_t *root, const char *what) {
@@ -820,6 +822,8 @@ static void mutate(json_t *root, const char *what) {
                             json_string("XYZ"));
     else if (!strcmp(what, "settings_enum"))
         json_object_set_new(json_object_get(root, "settings"), "tp_strategy", json_string("magic"));
+    else if (!strcmp(what, "tp_dim_1d"))
+        json_object_set_new(json_array_get(params, 2), "tp_dim", json_integer(1));
     else if (!strcmp(what, "missing_metrics"))
         json_object_del(root, "metrics");
     else
