@@ -16,6 +16,7 @@ static const command commands[] = {
     {"inspect", cz_cmd_inspect, "balance report of a plan: loads, imbalance, busiest ranks"},
     {"diff", cz_cmd_diff, "compare two plans: settings, metrics, moved parameters"},
     {"validate", cz_cmd_validate, "check every invariant of a plan against its model and cluster"},
+    {"import-hf", cz_cmd_import_hf, "write a model description from a Hugging Face config.json"},
 };
 
 static void usage(FILE *f) {
