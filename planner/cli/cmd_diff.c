@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void diff_help(FILE *f) {
+static void diff_help(FILE *f)
+{
     fprintf(f,
             "usage: canzona diff A.json B.json [--json] [--force] [--limit N]\n"
             "\n"
@@ -35,21 +36,25 @@ static void diff_help(FILE *f) {
             "  -h, --help      this help\n");
 }
 
-static double jnum(json_t *o, const char *key) {
+static double jnum(json_t *o, const char *key)
+{
     return json_number_value(json_object_get(o, key));
 }
 
-static int jint(json_t *o, const char *key) {
+static int jint(json_t *o, const char *key)
+{
     return (int)json_integer_value(json_object_get(o, key));
 }
 
-static const char *jstr(json_t *o, const char *key) {
+static const char *jstr(json_t *o, const char *key)
+{
     const char *s = json_string_value(json_object_get(o, key));
     return s ? s : "?";
 }
 
 /* A cost delta with an explicit sign, scaled like cz_cli_format_cost. */
-static const char *signed_cost(char *buf, size_t n, double v, cz_cost_unit u) {
+static const char *signed_cost(char *buf, size_t n, double v, cz_cost_unit u)
+{
     char tmp[64];
     cz_cli_format_cost(tmp, sizeof tmp, fabs(v), u);
     snprintf(buf, n, "%s%s", v < 0 ? "-" : (v > 0 ? "+" : " "), tmp);
@@ -57,7 +62,8 @@ static const char *signed_cost(char *buf, size_t n, double v, cz_cost_unit u) {
 }
 
 /* A JSON scalar as text for the settings table. */
-static void scalar_text(char *buf, size_t n, json_t *v) {
+static void scalar_text(char *buf, size_t n, json_t *v)
+{
     if (json_is_string(v))
         snprintf(buf, n, "%s", json_string_value(v));
     else if (json_is_integer(v))
@@ -70,7 +76,8 @@ static void scalar_text(char *buf, size_t n, json_t *v) {
         snprintf(buf, n, "-");
 }
 
-static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r) {
+static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r)
+{
     char x[64], y[64], z[64];
     size_t i;
     json_t *o;
@@ -98,7 +105,8 @@ static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r) {
     json_t *settings = json_object_get(r, "settings");
     if (json_array_size(settings)) {
         printf("\nsettings\n");
-        json_array_foreach(settings, i, o) {
+        json_array_foreach(settings, i, o)
+        {
             char va[64], vb[64];
             scalar_text(va, sizeof va, json_object_get(o, "a"));
             scalar_text(vb, sizeof vb, json_object_get(o, "b"));
@@ -110,7 +118,8 @@ static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r) {
     int same_unit = pa->settings.unit == pb->settings.unit;
     cz_cost_unit u = pa->settings.unit;
     printf("\n%-26s %14s %14s %14s %9s\n", "metric", "A", "B", "B - A", "relative");
-    json_array_foreach(json_object_get(r, "metrics"), i, o) {
+    json_array_foreach(json_object_get(r, "metrics"), i, o)
+    {
         const char *name = jstr(o, "name");
         int is_ratio = strstr(name, "imbalance") || strstr(name, "over");
         int is_time = !strcmp(name, "predicted_step_s");
@@ -136,7 +145,8 @@ static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r) {
     if (json_is_array(ranks)) {
         printf("\n%-8s %14s %14s %14s %14s\n", pa->pp > 1 ? "stage/dp" : "DP rank", "load A",
                "load B - A", "makespan A", "makespan B - A");
-        json_array_foreach(ranks, i, o) {
+        json_array_foreach(ranks, i, o)
+        {
             char lab[32], w[64];
             if (pa->pp > 1)
                 snprintf(lab, sizeof lab, "%d/%d", jint(o, "stage"), jint(o, "dp_rank"));
@@ -162,7 +172,8 @@ static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r) {
            jint(mv, "tp_host"), jint(mv, "cost_changed"));
     if (json_array_size(list)) {
         printf("\n  %-48s %11s %11s %11s\n", "parameter", "DP owner", "group", "TP host");
-        json_array_foreach(list, i, o) {
+        json_array_foreach(list, i, o)
+        {
             json_t *d = json_object_get(o, "dp_owner"), *g = json_object_get(o, "group"),
                    *h = json_object_get(o, "tp_host");
             char sd[32], sg[32], sh[32];
@@ -183,7 +194,8 @@ static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r) {
         printf("\nunmatched: %d parameters only in A, %d only in B\n", only_a, only_b);
 }
 
-int cz_cmd_diff(int argc, char **argv) {
+int cz_cmd_diff(int argc, char **argv)
+{
     static const struct option opts[] = {
         {"json", no_argument, NULL, 'j'},
         {"force", no_argument, NULL, 'f'},

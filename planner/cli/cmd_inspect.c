@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void inspect_help(FILE *f) {
+static void inspect_help(FILE *f)
+{
     fprintf(f,
             "usage: canzona inspect PLAN.json [--json] [--top N] [--all]\n"
             "\n"
@@ -29,20 +30,24 @@ static void inspect_help(FILE *f) {
             "  -h, --help     this help\n");
 }
 
-static double jnum(json_t *o, const char *key) {
+static double jnum(json_t *o, const char *key)
+{
     return json_number_value(json_object_get(o, key));
 }
 
-static int jint(json_t *o, const char *key) {
+static int jint(json_t *o, const char *key)
+{
     return (int)json_integer_value(json_object_get(o, key));
 }
 
-static const char *jstr(json_t *o, const char *key) {
+static const char *jstr(json_t *o, const char *key)
+{
     const char *s = json_string_value(json_object_get(o, key));
     return s ? s : "?";
 }
 
-static const char *rank_label(char *buf, size_t n, json_t *o, int pp) {
+static const char *rank_label(char *buf, size_t n, json_t *o, int pp)
+{
     if (pp > 1)
         snprintf(buf, n, "%d/%d", jint(o, "stage"), jint(o, "dp_rank"));
     else
@@ -50,7 +55,8 @@ static const char *rank_label(char *buf, size_t n, json_t *o, int pp) {
     return buf;
 }
 
-static void print_text(const cz_plan *p, json_t *r, int all) {
+static void print_text(const cz_plan *p, json_t *r, int all)
+{
     cz_cost_unit u = p->settings.unit;
     json_t *s = json_object_get(r, "settings"), *sum = json_object_get(r, "summary");
     char a[64], b[64], c[64], lab[32];
@@ -76,7 +82,8 @@ static void print_text(const cz_plan *p, json_t *r, int all) {
     printf("\n%-8s %13s %6s %6s %8s %13s %6s %27s %21s\n", pp > 1 ? "stage/dp" : "DP rank", "load",
            "/mean", "params", "matrices", "TP makespan", "groups", "GPU load min..max",
            "opt-state min..max");
-    json_array_foreach(json_object_get(r, "dp_ranks"), i, o) {
+    json_array_foreach(json_object_get(r, "dp_ranks"), i, o)
+    {
         char l1[64], l2[64], range[160], mem[160];
         snprintf(range, sizeof range, "%s..%s",
                  cz_cli_format_cost(l1, sizeof l1, jnum(o, "gpu_load_min"), u),
@@ -91,7 +98,8 @@ static void print_text(const cz_plan *p, json_t *r, int all) {
     }
     if (all) {
         printf("\n%-8s %7s %13s %12s\n", "stage/dp", "TP rank", "load", "opt-state");
-        json_array_foreach(json_object_get(r, "gpus"), i, o) {
+        json_array_foreach(json_object_get(r, "gpus"), i, o)
+        {
             snprintf(lab, sizeof lab, "%d/%d", jint(o, "stage"), jint(o, "dp_rank"));
             printf("%-8s %7d %13s %8.3f GiB\n", lab, jint(o, "tp_rank"),
                    cz_cli_format_cost(a, sizeof a, jnum(o, "load"), u), jnum(o, "memory_gib"));
@@ -113,13 +121,15 @@ static void print_text(const cz_plan *p, json_t *r, int all) {
 
     json_t *busiest = json_object_get(r, "busiest");
     printf("\nbusiest ranks (by TP makespan)\n");
-    json_array_foreach(busiest, i, o) {
+    json_array_foreach(busiest, i, o)
+    {
         printf("  DP rank %s: makespan %s, load %s\n", rank_label(lab, sizeof lab, o, pp),
                cz_cli_format_cost(a, sizeof a, jnum(o, "makespan"), u),
                cz_cli_format_cost(b, sizeof b, jnum(o, "load"), u));
         size_t j;
         json_t *q;
-        json_array_foreach(json_object_get(o, "params"), j, q) {
+        json_array_foreach(json_object_get(o, "params"), j, q)
+        {
             printf("    %-48s %-11s %13s %6.1f%%\n", jstr(q, "name"), jstr(q, "kind"),
                    cz_cli_format_cost(a, sizeof a, jnum(q, "cost"), u),
                    100.0 * jnum(q, "share_of_rank"));
@@ -128,7 +138,8 @@ static void print_text(const cz_plan *p, json_t *r, int all) {
 
     printf("\nmicro-groups\n  %-8s %6s %6s %13s %13s  %s\n", pp > 1 ? "stage/dp" : "DP rank",
            "groups", "tasks", "slot min", "slot max", "largest task");
-    json_array_foreach(json_object_get(r, "microgroups"), i, o) {
+    json_array_foreach(json_object_get(r, "microgroups"), i, o)
+    {
         json_t *big = json_object_get(o, "largest_task");
         printf("  %-8s %6d %6d %13s %13s  ", rank_label(lab, sizeof lab, o, pp), jint(o, "groups"),
                jint(o, "tasks"), cz_cli_format_cost(a, sizeof a, jnum(o, "slot_load_min"), u),
@@ -145,13 +156,15 @@ static void print_text(const cz_plan *p, json_t *r, int all) {
            cz_cli_format_cost(a, sizeof a, jnum(dom, "average_gpu_load"), u));
     if (json_array_size(dl) == 0)
         printf("  none\n");
-    json_array_foreach(dl, i, o) {
+    json_array_foreach(dl, i, o)
+    {
         printf("  %-48s %13s %8.2f x average\n", jstr(o, "name"),
                cz_cli_format_cost(a, sizeof a, jnum(o, "cost"), u), jnum(o, "over_average"));
     }
 }
 
-int cz_cmd_inspect(int argc, char **argv) {
+int cz_cmd_inspect(int argc, char **argv)
+{
     static const struct option opts[] = {
         {"json", no_argument, NULL, 'j'},
         {"top", required_argument, NULL, 'n'},

@@ -9,7 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static void validate_help(FILE *f) {
+static void validate_help(FILE *f)
+{
     fprintf(f,
             "usage: canzona validate PLAN.json --model MODEL.json --cluster CLUSTER.json [--json]\n"
             "\n"
@@ -33,7 +34,8 @@ static void validate_help(FILE *f) {
             "  -h, --help           this help\n");
 }
 
-static int print_report(json_t *violations, int checks, int as_json) {
+static int print_report(json_t *violations, int checks, int as_json)
+{
     size_t n = json_array_size(violations);
     if (as_json) {
         json_t *o = json_pack("{s:b, s:i, s:O}", "valid", n == 0, "checks", checks, "violations",
@@ -53,7 +55,8 @@ static int print_report(json_t *violations, int checks, int as_json) {
     }
     size_t i;
     json_t *v;
-    json_array_foreach(violations, i, v) {
+    json_array_foreach(violations, i, v)
+    {
         printf("%s: %s [%s]\n", json_string_value(json_object_get(v, "path")),
                json_string_value(json_object_get(v, "message")),
                json_string_value(json_object_get(v, "code")));
@@ -62,7 +65,8 @@ static int print_report(json_t *violations, int checks, int as_json) {
     return 1;
 }
 
-int cz_cmd_validate(int argc, char **argv) {
+int cz_cmd_validate(int argc, char **argv)
+{
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},
         {"cluster", required_argument, NULL, 'c'},

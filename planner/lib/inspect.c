@@ -13,7 +13,8 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-static const char *unit_symbol(cz_cost_unit u) {
+static const char *unit_symbol(cz_cost_unit u)
+{
     switch (u) {
     case CZ_UNIT_NUMEL:
         return "elements";
@@ -25,11 +26,13 @@ static const char *unit_symbol(cz_cost_unit u) {
     return "?";
 }
 
-static const char *or_unknown(const char *s) {
+static const char *or_unknown(const char *s)
+{
     return s ? s : "?";
 }
 
-static double at_or_zero(const double *a, size_t i) {
+static double at_or_zero(const double *a, size_t i)
+{
     return a ? a[i] : 0.0;
 }
 
@@ -39,7 +42,8 @@ typedef struct {
 } costed;
 
 /* Largest cost first; ties by id so that the output is deterministic. */
-static int costed_cmp(const void *x, const void *y) {
+static int costed_cmp(const void *x, const void *y)
+{
     const costed *a = x, *b = y;
     if (a->cost != b->cost)
         return a->cost > b->cost ? -1 : 1;
@@ -47,15 +51,18 @@ static int costed_cmp(const void *x, const void *y) {
 }
 
 /* Set and appended objects; any jansson failure turns into one out-of-memory report. */
-static int put(json_t *obj, const char *key, json_t *v) {
+static int put(json_t *obj, const char *key, json_t *v)
+{
     return v ? json_object_set_new(obj, key, v) : -1;
 }
 
-static int push(json_t *arr, json_t *v) {
+static int push(json_t *arr, json_t *v)
+{
     return v ? json_array_append_new(arr, v) : -1;
 }
 
-static json_t *settings_json(const cz_plan *p) {
+static json_t *settings_json(const cz_plan *p)
+{
     const cz_settings *s = &p->settings;
     return json_pack(
         "{s:s, s:s, s:s, s:f, s:b, s:s, s:s, s:f, s:f, s:s, s:I, s:b}", "optimizer",
@@ -70,7 +77,8 @@ static json_t *settings_json(const cz_plan *p) {
 
 /* Params a DP rank works on: those it owns, or under the even strategy (which owns nothing
  * whole) the matrices its schedule holds. Returned sorted by cost, largest first. */
-static costed *rank_params(const cz_plan *p, int s, int r, size_t *n_out) {
+static costed *rank_params(const cz_plan *p, int s, int r, size_t *n_out)
+{
     size_t n = 0;
     costed *v = malloc((p->nparams ? p->nparams : 1) * sizeof *v);
     if (!v)
@@ -93,12 +101,14 @@ static costed *rank_params(const cz_plan *p, int s, int r, size_t *n_out) {
     return v;
 }
 
-static json_t *param_ref(const cz_plan *p, int id, double cost) {
+static json_t *param_ref(const cz_plan *p, int id, double cost)
+{
     return json_pack("{s:i, s:s, s:f}", "id", id, "name", or_unknown(p->params[id].name), "cost",
                      cost);
 }
 
-static int add_ranks(json_t *rep, const cz_plan *p) {
+static int add_ranks(json_t *rep, const cz_plan *p)
+{
     const cz_plan_metrics *m = &p->metrics;
     json_t *ranks = json_array(), *gpus = json_array(), *mg = json_array();
     if (put(rep, "dp_ranks", ranks) || put(rep, "gpus", gpus) || put(rep, "microgroups", mg))
@@ -165,7 +175,8 @@ static int add_ranks(json_t *rep, const cz_plan *p) {
     return 0;
 }
 
-static int add_busiest(json_t *rep, const cz_plan *p, int top_n) {
+static int add_busiest(json_t *rep, const cz_plan *p, int top_n)
+{
     const cz_plan_metrics *m = &p->metrics;
     size_t nr = (size_t)p->pp * (size_t)p->dp;
     json_t *busiest = json_array();
@@ -210,7 +221,8 @@ static int add_busiest(json_t *rep, const cz_plan *p, int top_n) {
 }
 
 /* Single matrices heavier than an average GPU's share: no partition can beat them. */
-static int add_dominating(json_t *rep, const cz_plan *p) {
+static int add_dominating(json_t *rep, const cz_plan *p)
+{
     double total = 0.0;
     for (size_t i = 0; i < p->nparams; i++)
         total += p->params[i].cost;
@@ -239,7 +251,8 @@ static int add_dominating(json_t *rep, const cz_plan *p) {
     return rc;
 }
 
-int cz_plan_inspect(const cz_plan *plan, int top_n, json_t **report_out, cz_error *err) {
+int cz_plan_inspect(const cz_plan *plan, int top_n, json_t **report_out, cz_error *err)
+{
     *report_out = NULL;
     if (!plan)
         return cz_error_set(err, CZ_EINVALID, "inspect: no plan given");

@@ -12,24 +12,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *str_or(const char *s) {
+static const char *str_or(const char *s)
+{
     return s ? s : "?";
 }
 
-static int put(json_t *obj, const char *key, json_t *v) {
+static int put(json_t *obj, const char *key, json_t *v)
+{
     return v ? json_object_set_new(obj, key, v) : -1;
 }
 
-static int push(json_t *arr, json_t *v) {
+static int push(json_t *arr, json_t *v)
+{
     return v ? json_array_append_new(arr, v) : -1;
 }
 
 /* JSON cannot hold NaN or infinities; a plan's figures are finite, this guards odd input. */
-static json_t *num(double x) {
+static json_t *num(double x)
+{
     return isfinite(x) ? json_real(x) : json_null();
 }
 
-static json_t *side_json(const cz_plan *p) {
+static json_t *side_json(const cz_plan *p)
+{
     return json_pack("{s:s, s:s, s:s, s:s, s:{s:i, s:i, s:i}}", "model", str_or(p->model_name),
                      "model_sha256", str_or(p->model_sha256), "cluster", str_or(p->cluster_name),
                      "cluster_sha256", str_or(p->cluster_sha256), "topology", "dp", p->dp, "tp",
@@ -37,7 +42,8 @@ static json_t *side_json(const cz_plan *p) {
 }
 
 /* The settings as a flat object, so that the two plans' values compare key by key. */
-static json_t *settings_flat(const cz_plan *p) {
+static json_t *settings_flat(const cz_plan *p)
+{
     const cz_settings *s = &p->settings;
     return json_pack("{s:s, s:s, s:s, s:f, s:b, s:s, s:s, s:f, s:f, s:s, s:f, s:I, s:i, s:i, "
                      "s:i, s:b, s:I, s:I}",
@@ -53,7 +59,8 @@ static json_t *settings_flat(const cz_plan *p) {
                      (json_int_t)p->bucket_size, "bucket_align", (json_int_t)p->bucket_align);
 }
 
-static int add_settings(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff) {
+static int add_settings(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)
+{
     json_t *sa = settings_flat(a), *sb = settings_flat(b), *list = json_array();
     int rc = -1;
     if (!sa || !sb || put(rep, "settings", list))
@@ -76,7 +83,8 @@ done:
     return rc;
 }
 
-static int add_inputs(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff) {
+static int add_inputs(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)
+{
     const struct {
         const char *key, *va, *vb;
     } f[] = {{"model", a->model_name, b->model_name},
@@ -97,11 +105,13 @@ static int add_inputs(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndif
     return 0;
 }
 
-static double ratio(const cz_plan *p) {
+static double ratio(const cz_plan *p)
+{
     return p->metrics.lower_bound > 0 ? p->metrics.tp_makespan / p->metrics.lower_bound : 0.0;
 }
 
-static int add_metrics(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff) {
+static int add_metrics(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)
+{
     const struct {
         const char *name;
         double va, vb;
@@ -130,11 +140,13 @@ static int add_metrics(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndi
     return 0;
 }
 
-static double arr(const double *v, size_t i) {
+static double arr(const double *v, size_t i)
+{
     return v ? v[i] : 0.0;
 }
 
-static int add_ranks(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff) {
+static int add_ranks(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)
+{
     if (a->dp != b->dp || a->pp != b->pp)
         return put(rep, "ranks", json_null());
     json_t *list = json_array();
@@ -158,7 +170,8 @@ static int add_ranks(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff
 }
 
 /* Number of buckets whose layout or DP ranges differ (all of them when the counts differ). */
-static int add_buckets(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff) {
+static int add_buckets(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)
+{
     int changed = 0;
     if (a->nbuckets != b->nbuckets || a->dp != b->dp) {
         changed = (int)(a->nbuckets > b->nbuckets ? a->nbuckets : b->nbuckets);
@@ -178,7 +191,8 @@ static int add_buckets(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndi
 }
 
 /* Where each parameter is scheduled: group index and slot (TP host) of its first occurrence. */
-static int locate(const cz_plan *p, int **grp, int **slot) {
+static int locate(const cz_plan *p, int **grp, int **slot)
+{
     size_t n = p->nparams ? p->nparams : 1;
     *grp = malloc(n * sizeof **grp);
     *slot = malloc(n * sizeof **slot);
@@ -200,14 +214,16 @@ static int locate(const cz_plan *p, int **grp, int **slot) {
 
 static const cz_plan *sort_plan; /* qsort has no context argument; single-threaded use */
 
-static int by_name(const void *x, const void *y) {
+static int by_name(const void *x, const void *y)
+{
     int i = *(const int *)x, j = *(const int *)y;
     int c = strcmp(str_or(sort_plan->params[i].name), str_or(sort_plan->params[j].name));
     return c ? c : (i > j) - (i < j);
 }
 
 /* Index in b of the parameter matching a's parameter i, or -1. */
-static int match(const cz_plan *a, const cz_plan *b, size_t i, const int *b_sorted, int by_id) {
+static int match(const cz_plan *a, const cz_plan *b, size_t i, const int *b_sorted, int by_id)
+{
     if (by_id)
         return i < b->nparams ? (int)i : -1;
     const char *name = str_or(a->params[i].name);
@@ -225,7 +241,8 @@ static int match(const cz_plan *a, const cz_plan *b, size_t i, const int *b_sort
 }
 
 static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, int by_id, int limit,
-                      int *ndiff) {
+                      int *ndiff)
+{
     int rc = -1;
     int *ga = NULL, *sa = NULL, *gb = NULL, *sb = NULL, *b_sorted = NULL, *hit = NULL;
     size_t nb = b->nparams ? b->nparams : 1;
@@ -303,7 +320,8 @@ done:
 }
 
 int cz_plan_diff(const cz_plan *a, const cz_plan *b, int force, int limit, json_t **report_out,
-                 cz_error *err) {
+                 cz_error *err)
+{
     *report_out = NULL;
     if (!a || !b)
         return cz_error_set(err, CZ_EINVALID, "diff: two plans are required");

@@ -29,7 +29,8 @@ typedef struct {
 } vctx;
 
 static void at(vctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void at(vctx *c, const char *fmt, ...) {
+static void at(vctx *c, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c->path, sizeof c->path, fmt, ap);
@@ -38,7 +39,8 @@ static void at(vctx *c, const char *fmt, ...) {
 
 static void viol(vctx *c, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static void viol(vctx *c, const char *code, const char *fmt, ...) {
+static void viol(vctx *c, const char *code, const char *fmt, ...)
+{
     char msg[768];
     va_list ap;
     va_start(ap, fmt);
@@ -49,31 +51,36 @@ static void viol(vctx *c, const char *code, const char *fmt, ...) {
         c->oom = 1;
 }
 
-static int close_rel(double a, double b) {
+static int close_rel(double a, double b)
+{
     if (isnan(a) || isnan(b))
         return 0;
     return fabs(a - b) <= CZ_VALIDATE_RTOL * fmax(fabs(a), fabs(b));
 }
 
-static const char *kind_name(cz_param_kind k) {
+static const char *kind_name(cz_param_kind k)
+{
     return k == CZ_KIND_MATRIX ? "matrix" : "elementwise";
 }
 
-static const char *strategy_name(const cz_plan *p) {
+static const char *strategy_name(const cz_plan *p)
+{
     const char *n = cz_dp_strategy_name(p->settings.dp);
     return n ? n : "?";
 }
 
 /* ---- inputs and topology ---------------------------------------------------------------- */
 
-static void check_str(vctx *c, const char *what, const char *found, const char *expected) {
+static void check_str(vctx *c, const char *what, const char *found, const char *expected)
+{
     c->checks++;
     if (!found || !expected || strcmp(found, expected) != 0)
         viol(c, "inputs", "%s is '%s' but the given file has '%s'", what, found ? found : "(none)",
              expected ? expected : "(none)");
 }
 
-static void check_inputs(vctx *c, const cz_plan *p, const cz_model *m, const cz_cluster *cl) {
+static void check_inputs(vctx *c, const cz_plan *p, const cz_model *m, const cz_cluster *cl)
+{
     at(c, "$.inputs.model.name");
     check_str(c, "model name", p->model_name, m->name);
     at(c, "$.inputs.model.sha256");
@@ -82,7 +89,7 @@ static void check_inputs(vctx *c, const cz_plan *p, const cz_model *m, const cz_
     check_str(c, "cluster name", p->cluster_name, cl->name);
     at(c, "$.inputs.cluster.sha256");
     check_str(c, "cluster SHA-256", p->cluster_sha256, cl->sha256);
-    at(c, "$.inputs.model.dtype");
+    at(c, "$.dtype");
     c->checks++;
     if (p->dtype != m->dtype)
         viol(c, "inputs", "plan dtype is %s but the model's is %s", cz_dtype_name(p->dtype),
@@ -105,7 +112,8 @@ static void check_inputs(vctx *c, const cz_plan *p, const cz_model *m, const cz_
 
 /* ---- parameters ------------------------------------------------------------------------- */
 
-static void check_param_identity(vctx *c, const cz_plan *p, const cz_model *m) {
+static void check_param_identity(vctx *c, const cz_plan *p, const cz_model *m)
+{
     size_t n = p->nparams < m->nparams ? p->nparams : m->nparams;
     at(c, "$.params");
     c->checks++;
@@ -156,7 +164,8 @@ static void check_param_identity(vctx *c, const cz_plan *p, const cz_model *m) {
 }
 
 /* local_shape = shape split tp ways along tp_dim; numel = local element count. */
-static void check_param_local(vctx *c, const cz_plan *p) {
+static void check_param_local(vctx *c, const cz_plan *p)
+{
     for (size_t i = 0; i < p->nparams; i++) {
         const cz_plan_param *q = &p->params[i];
         int64_t want[2] = {q->shape[0], q->shape[1]};
@@ -189,7 +198,8 @@ static void check_param_local(vctx *c, const cz_plan *p) {
     }
 }
 
-static void check_param_costs(vctx *c, const cz_plan *p, const cz_model *m, const cz_cluster *cl) {
+static void check_param_costs(vctx *c, const cz_plan *p, const cz_model *m, const cz_cluster *cl)
+{
     size_t n = p->nparams < m->nparams ? p->nparams : m->nparams;
     for (size_t i = 0; i < n; i++) {
         double want = cz_cost_param(&m->params[i], &p->settings, cl, m->dtype);
@@ -204,7 +214,8 @@ static void check_param_costs(vctx *c, const cz_plan *p, const cz_model *m, cons
 /* ---- bucket layout ---------------------------------------------------------------------- */
 
 /* Rules checked directly, without the planner's layout code. */
-static void check_layout_rules(vctx *c, const cz_plan *p) {
+static void check_layout_rules(vctx *c, const cz_plan *p)
+{
     for (size_t b = 0; b < p->nbuckets; b++) {
         const cz_plan_bucket *k = &p->buckets[b];
         at(c, "$.buckets[%zu].id", b);
@@ -295,7 +306,8 @@ static void check_layout_rules(vctx *c, const cz_plan *p) {
 
 /* Compare against the layout of a fresh plan with the same model, cluster and settings. */
 static void check_layout_reference(vctx *c, const cz_plan *p, const cz_model *m,
-                                   const cz_cluster *cl) {
+                                   const cz_cluster *cl)
+{
     cz_plan *ref = NULL;
     cz_error e;
     cz_error_clear(&e);
@@ -307,12 +319,12 @@ static void check_layout_reference(vctx *c, const cz_plan *p, const cz_model *m,
              e.message);
         goto done;
     }
-    at(c, "$.settings.bucket_size");
+    at(c, "$.buckets_config.size");
     c->checks += 2;
     if (p->bucket_size != ref->bucket_size)
         viol(c, "bucket.layout", "bucket size is %lld but the cluster gives %lld",
              (long long)p->bucket_size, (long long)ref->bucket_size);
-    at(c, "$.settings.bucket_align");
+    at(c, "$.buckets_config.align");
     if (p->bucket_align != ref->bucket_align)
         viol(c, "bucket.layout", "bucket alignment is %lld but the cluster gives %lld",
              (long long)p->bucket_align, (long long)ref->bucket_align);
@@ -354,7 +366,8 @@ done:
 
 /* ---- DP ranges and ownership -------------------------------------------------------------- */
 
-static void check_ranges(vctx *c, const cz_plan *p) {
+static void check_ranges(vctx *c, const cz_plan *p)
+{
     for (size_t b = 0; b < p->nbuckets; b++) {
         const cz_plan_bucket *k = &p->buckets[b];
         at(c, "$.buckets[%zu].ranges", b);
@@ -384,30 +397,35 @@ static void check_ranges(vctx *c, const cz_plan *p) {
 }
 
 /* The DP rank whose range of bucket k holds position x, or -1. */
-static int range_rank(const cz_plan *p, const cz_plan_bucket *k, int64_t x) {
+static int range_rank(const cz_plan *p, const cz_plan_bucket *k, int64_t x)
+{
     for (int r = 0; r < p->dp; r++)
         if (x >= k->ranges[2 * r] && x < k->ranges[2 * r + 1])
             return r;
     return -1;
 }
 
-static int param_in_range(const cz_plan *p, const cz_plan_param *q, int r) {
+static int param_in_range(const cz_plan *p, const cz_plan_param *q, int r)
+{
     const cz_plan_bucket *k = &p->buckets[q->bucket];
     return q->offset >= k->ranges[2 * r] && q->offset + q->numel <= k->ranges[2 * r + 1];
 }
 
-static int param_intersects(const cz_plan *p, const cz_plan_param *q, int r) {
+static int param_intersects(const cz_plan *p, const cz_plan_param *q, int r)
+{
     const cz_plan_bucket *k = &p->buckets[q->bucket];
     return q->offset < k->ranges[2 * r + 1] && q->offset + q->numel > k->ranges[2 * r] &&
            q->numel > 0;
 }
 
-static int param_placed(const cz_plan *p, const cz_plan_param *q) {
+static int param_placed(const cz_plan *p, const cz_plan_param *q)
+{
     return q->bucket >= 0 && (size_t)q->bucket < p->nbuckets && p->buckets[q->bucket].ranges &&
            q->offset >= 0 && q->offset + q->numel <= p->buckets[q->bucket].size;
 }
 
-static void check_ownership(vctx *c, const cz_plan *p) {
+static void check_ownership(vctx *c, const cz_plan *p)
+{
     int even = p->settings.dp == CZ_DP_EVEN;
     int atomic = !even && p->settings.dp != CZ_DP_LAYERWISE;
     for (size_t i = 0; i < p->nparams; i++) {
@@ -450,7 +468,8 @@ static void check_ownership(vctx *c, const cz_plan *p) {
 /* ---- TP schedules ------------------------------------------------------------------------ */
 
 /* Whether DP rank r of stage s must schedule parameter q. */
-static int expected_on(const cz_plan *p, const cz_plan_param *q, int s, int r) {
+static int expected_on(const cz_plan *p, const cz_plan_param *q, int s, int r)
+{
     if (q->kind != CZ_KIND_MATRIX || q->stage != s)
         return 0;
     if (p->settings.dp == CZ_DP_EVEN)
@@ -458,7 +477,8 @@ static int expected_on(const cz_plan *p, const cz_plan_param *q, int s, int r) {
     return q->dp_owner == r;
 }
 
-static void check_schedules(vctx *c, const cz_plan *p) {
+static void check_schedules(vctx *c, const cz_plan *p)
+{
     int pp = p->pp > 0 ? p->pp : 1;
     size_t want_n = (size_t)pp * (size_t)(p->dp > 0 ? p->dp : 0);
     int nslots = (p->tp == 1 || p->settings.tp == CZ_TP_SC) ? 1 : p->tp;
@@ -579,15 +599,16 @@ done:
 
 /* ---- metrics ---------------------------------------------------------------------------- */
 
-static void cmp_scalar(vctx *c, const char *path, double found, double want) {
+static void cmp_scalar(vctx *c, const char *path, double found, double want)
+{
     at(c, "%s", path);
     c->checks++;
     if (!close_rel(found, want))
         viol(c, "metrics", "stored value %.17g, recomputed %.17g", found, want);
 }
 
-static void cmp_array(vctx *c, const char *path, const double *found, const double *want,
-                      size_t n) {
+static void cmp_array(vctx *c, const char *path, const double *found, const double *want, size_t n)
+{
     if (!want)
         return;
     if (!found) {
@@ -604,7 +625,8 @@ static void cmp_array(vctx *c, const char *path, const double *found, const doub
     }
 }
 
-static void check_metrics(vctx *c, const cz_plan *p, const cz_cluster *cl) {
+static void check_metrics(vctx *c, const cz_plan *p, const cz_cluster *cl)
+{
     /* The planner's own metrics code on a shallow copy: it reads params, buckets and schedules
      * and writes only the copy's metrics. */
     cz_plan tmp = *p;
@@ -635,7 +657,8 @@ done:
 }
 
 int cz_plan_validate(const cz_plan *plan, const cz_model *model, const cz_cluster *cluster,
-                     json_t **violations_out, cz_error *err) {
+                     json_t **violations_out, cz_error *err)
+{
     vctx c = {0};
     *violations_out = NULL;
     if (!plan || !model || !cluster)

@@ -44,7 +44,8 @@ static const struct {
     {"out", 2, 8, 16, 0, CZ_KIND_ELEMENTWISE, 0, 0, 0},
 };
 
-static inline cz_model *hand_model(void) {
+static inline cz_model *hand_model(void)
+{
     cz_model *m = calloc(1, sizeof *m);
     m->name = cz_strdup("hand");
     m->source = cz_strdup("hand.json");
@@ -67,7 +68,8 @@ static inline cz_model *hand_model(void) {
     return m;
 }
 
-static inline cz_cluster *hand_cluster(void) {
+static inline cz_cluster *hand_cluster(void)
+{
     cz_cluster *c = calloc(1, sizeof *c);
     c->name = cz_strdup("hand-2x2");
     c->source = cz_strdup("hand-2x2.json");
@@ -86,7 +88,8 @@ static inline cz_cluster *hand_cluster(void) {
 }
 
 static inline void hand_group(cz_plan_group *g, int id, int nslots, int ntasks, const int *param,
-                              const int *slot) {
+                              const int *slot)
+{
     g->id = id;
     g->nslots = nslots;
     g->ntasks = ntasks;
@@ -98,7 +101,8 @@ static inline void hand_group(cz_plan_group *g, int id, int nslots, int ntasks, 
 }
 
 /* Recomputes every group's slot loads from the params' costs. */
-static inline void hand_group_loads(cz_plan *p) {
+static inline void hand_group_loads(cz_plan *p)
+{
     for (size_t k = 0; k < p->nschedules; k++)
         for (int g = 0; g < p->schedules[k].ngroups; g++) {
             cz_plan_group *gr = &p->schedules[k].groups[g];
@@ -111,7 +115,8 @@ static inline void hand_group_loads(cz_plan *p) {
 
 /* The plan without costs and metrics (callers fill them: validate tests through the cost model
  * and metrics code, inspect/diff tests by hand). */
-static inline cz_plan *hand_plan(void) {
+static inline cz_plan *hand_plan(void)
+{
     cz_plan *p = calloc(1, sizeof *p);
     p->generator = cz_strdup("canzona");
     p->generator_version = cz_strdup(CZ_VERSION);

@@ -15,7 +15,8 @@
  * 102, 32, 41.5, 1.5; rank makespans 102 and 41.5. Lower bound max(175 / 4, 100) = 100. */
 static const double costs[HAND_NPARAMS] = {2, 30, 40, 1, 100, 2};
 
-static cz_plan *costed_plan(void) {
+static cz_plan *costed_plan(void)
+{
     cz_plan *p = hand_plan();
     for (int i = 0; i < HAND_NPARAMS; i++)
         p->params[i].cost = costs[i];
@@ -40,19 +41,22 @@ static cz_plan *costed_plan(void) {
     return p;
 }
 
-static double num(json_t *o, const char *key) {
+static double num(json_t *o, const char *key)
+{
     json_t *v = json_object_get(o, key);
     ck_assert_msg(json_is_number(v), "no number '%s'", key);
     return json_number_value(v);
 }
 
-static const char *str(json_t *o, const char *key) {
+static const char *str(json_t *o, const char *key)
+{
     json_t *v = json_object_get(o, key);
     ck_assert_msg(json_is_string(v), "no string '%s'", key);
     return json_string_value(v);
 }
 
-START_TEST(inspect_busiest_and_dominating) {
+START_TEST(inspect_busiest_and_dominating)
+{
     cz_plan *p = costed_plan();
     json_t *r = NULL;
     cz_error e;
@@ -103,7 +107,8 @@ START_TEST(inspect_busiest_and_dominating) {
 }
 END_TEST
 
-START_TEST(diff_identical) {
+START_TEST(diff_identical)
+{
     cz_plan *a = costed_plan(), *b = costed_plan();
     json_t *r = NULL;
     cz_error e;
@@ -117,7 +122,8 @@ START_TEST(diff_identical) {
 }
 END_TEST
 
-START_TEST(diff_lists_moved_params) {
+START_TEST(diff_lists_moved_params)
+{
     cz_plan *a = costed_plan(), *b = costed_plan();
     /* B: l1.fc and l0.qkv swap hosts on rank 0; l0.norm changes owner; tp strategy slot. */
     cz_plan_group *g = &b->schedules[0].groups[0];
@@ -182,7 +188,8 @@ START_TEST(diff_lists_moved_params) {
 }
 END_TEST
 
-START_TEST(diff_refuses_other_model) {
+START_TEST(diff_refuses_other_model)
+{
     cz_plan *a = costed_plan(), *b = costed_plan();
     b->model_sha256[0] = 'c';
     free(b->params[2].name);
@@ -215,7 +222,8 @@ START_TEST(diff_refuses_other_model) {
 }
 END_TEST
 
-static Suite *suite(void) {
+static Suite *suite(void)
+{
     Suite *s = suite_create("inspect_diff");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, inspect_busiest_and_dominating);
@@ -226,7 +234,8 @@ static Suite *suite(void) {
     return s;
 }
 
-int main(void) {
+int main(void)
+{
     SRunner *sr = srunner_create(suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -12,7 +12,8 @@ static cz_cluster *cluster;
 static cz_plan *plan;
 
 /* The hand plan made valid: costs from the cost model, loads and metrics recomputed. */
-static void setup(void) {
+static void setup(void)
+{
     model = hand_model();
     cluster = hand_cluster();
     plan = hand_plan();
@@ -24,13 +25,15 @@ static void setup(void) {
     ck_assert_int_eq(cz_plan_metrics_compute(plan, cluster, &e), CZ_OK);
 }
 
-static void teardown(void) {
+static void teardown(void)
+{
     cz_plan_free(plan);
     cz_model_free(model);
     cz_cluster_free(cluster);
 }
 
-static json_t *run_validate(int *checks) {
+static json_t *run_validate(int *checks)
+{
     json_t *v = NULL;
     cz_error e;
     cz_error_clear(&e);
@@ -43,10 +46,12 @@ static json_t *run_validate(int *checks) {
 }
 
 /* Whether a violation with this code and exact path was reported. */
-static int has(json_t *v, const char *code, const char *path) {
+static int has(json_t *v, const char *code, const char *path)
+{
     size_t i;
     json_t *x;
-    json_array_foreach(v, i, x) {
+    json_array_foreach(v, i, x)
+    {
         if (!strcmp(json_string_value(json_object_get(x, "code")), code) &&
             !strcmp(json_string_value(json_object_get(x, "path")), path))
             return 1;
@@ -54,7 +59,8 @@ static int has(json_t *v, const char *code, const char *path) {
     return 0;
 }
 
-static void expect(const char *code, const char *path) {
+static void expect(const char *code, const char *path)
+{
     json_t *v = run_validate(NULL);
     char *dump = json_dumps(v, JSON_INDENT(1));
     ck_assert_msg(has(v, code, path), "expected %s at %s, got %s", code, path, dump);
@@ -62,7 +68,8 @@ static void expect(const char *code, const char *path) {
     json_decref(v);
 }
 
-START_TEST(valid_plan_passes) {
+START_TEST(valid_plan_passes)
+{
     int checks = 0;
     json_t *v = run_validate(&checks);
     char *dump = json_dumps(v, JSON_INDENT(1));
@@ -74,19 +81,22 @@ START_TEST(valid_plan_passes) {
 }
 END_TEST
 
-START_TEST(coverage_broken) {
+START_TEST(coverage_broken)
+{
     plan->buckets[0].ranges[3] = 894; /* last range stops short of the bucket's end (896) */
     expect("bucket.ranges", "$.buckets[0].ranges[1]");
 }
 END_TEST
 
-START_TEST(overlapping_ranges) {
+START_TEST(overlapping_ranges)
+{
     plan->buckets[0].ranges[2] = 500; /* rank 1 starts before rank 0 ends (576) */
     expect("bucket.ranges", "$.buckets[0].ranges[1]");
 }
 END_TEST
 
-START_TEST(param_across_boundary) {
+START_TEST(param_across_boundary)
+{
     /* Cut bucket 0 at 320: l1.fc [64, 576) now straddles ranks 0 and 1. */
     plan->buckets[0].ranges[1] = 320;
     plan->buckets[0].ranges[2] = 320;
@@ -97,7 +107,8 @@ START_TEST(param_across_boundary) {
 }
 END_TEST
 
-START_TEST(owner_changed) {
+START_TEST(owner_changed)
+{
     plan->params[2].dp_owner = 0; /* l0.proj lies in rank 1's range */
     expect("atomicity", "$.params[2].dp_owner");
     expect("schedule.foreign", "$.tp_schedule[1].groups[0].slots[0][0]");
@@ -105,7 +116,8 @@ START_TEST(owner_changed) {
 }
 END_TEST
 
-START_TEST(param_dropped_from_schedule) {
+START_TEST(param_dropped_from_schedule)
+{
     cz_plan_group *g = &plan->schedules[0].groups[0];
     g->ntasks = 1; /* l0.qkv (slot 1) dropped */
     g->load[1] = 0.0;
@@ -113,7 +125,8 @@ START_TEST(param_dropped_from_schedule) {
 }
 END_TEST
 
-START_TEST(param_scheduled_twice) {
+START_TEST(param_scheduled_twice)
+{
     cz_plan_group *g = &plan->schedules[0].groups[0];
     g->task_param = realloc(g->task_param, 3 * sizeof *g->task_param);
     g->task_slot = realloc(g->task_slot, 3 * sizeof *g->task_slot);
@@ -127,7 +140,8 @@ START_TEST(param_scheduled_twice) {
 }
 END_TEST
 
-START_TEST(elementwise_scheduled) {
+START_TEST(elementwise_scheduled)
+{
     cz_plan_group *g = &plan->schedules[1].groups[0];
     g->task_param[1] = 3; /* l0.norm on slot 1 */
     g->task_slot[1] = 1;
@@ -136,14 +150,16 @@ START_TEST(elementwise_scheduled) {
 }
 END_TEST
 
-START_TEST(wrong_group_load) {
+START_TEST(wrong_group_load)
+{
     /* Metrics computed from the stored loads may follow; only the load itself is certain. */
     plan->schedules[1].groups[0].load[0] *= 1.001;
     expect("schedule.load", "$.tp_schedule[1].groups[0].load[0]");
 }
 END_TEST
 
-START_TEST(wrong_hash) {
+START_TEST(wrong_hash)
+{
     plan->model_sha256[10] = 'f';
     json_t *v = run_validate(NULL);
     ck_assert(has(v, "inputs", "$.inputs.model.sha256"));
@@ -154,14 +170,16 @@ START_TEST(wrong_hash) {
 }
 END_TEST
 
-START_TEST(wrong_topology) {
+START_TEST(wrong_topology)
+{
     cluster->dp = 4; /* the plan says dp = 2 */
     cluster->gpus = 8;
     expect("topology", "$.topology.dp");
 }
 END_TEST
 
-START_TEST(wrong_metric) {
+START_TEST(wrong_metric)
+{
     plan->metrics.tp_makespan *= 1.01;
     plan->metrics.dp_load[1] += 1.0;
     json_t *v = run_validate(NULL);
@@ -172,7 +190,8 @@ START_TEST(wrong_metric) {
 }
 END_TEST
 
-START_TEST(metric_within_tolerance) {
+START_TEST(metric_within_tolerance)
+{
     plan->metrics.tp_makespan *= 1.0 + 1e-12;
     json_t *v = run_validate(NULL);
     ck_assert_uint_eq(json_array_size(v), 0);
@@ -180,7 +199,8 @@ START_TEST(metric_within_tolerance) {
 }
 END_TEST
 
-START_TEST(wrong_local_shape) {
+START_TEST(wrong_local_shape)
+{
     plan->params[1].local_shape[0] = 32; /* 32x16 split rows over tp 2 is 16x16 */
     json_t *v = run_validate(NULL);
     ck_assert(has(v, "param.local_shape", "$.params[1].local_shape"));
@@ -189,13 +209,15 @@ START_TEST(wrong_local_shape) {
 }
 END_TEST
 
-START_TEST(wrong_cost) {
+START_TEST(wrong_cost)
+{
     plan->params[2].cost *= 1.000001;
     expect("param.cost", "$.params[2].cost");
 }
 END_TEST
 
-START_TEST(wrong_shape_and_offset) {
+START_TEST(wrong_shape_and_offset)
+{
     plan->params[3].shape[0] = 17;
     plan->params[5].offset = 32; /* misaligned, and overlaps l1.fc at 64 */
     expect("param.shape", "$.params[3].shape");
@@ -203,7 +225,8 @@ START_TEST(wrong_shape_and_offset) {
 }
 END_TEST
 
-START_TEST(schedule_count_and_slots) {
+START_TEST(schedule_count_and_slots)
+{
     plan->schedules[1].groups[0].nslots = 1;
     expect("schedule.slots", "$.tp_schedule[1].groups[0].slots");
     plan->nschedules = 1;
@@ -212,7 +235,8 @@ START_TEST(schedule_count_and_slots) {
 }
 END_TEST
 
-START_TEST(bad_ids_do_not_crash) {
+START_TEST(bad_ids_do_not_crash)
+{
     plan->schedules[0].groups[0].task_param[0] = 99;
     plan->params[0].bucket = 7;
     plan->params[1].dp_owner = 5;
@@ -222,7 +246,8 @@ START_TEST(bad_ids_do_not_crash) {
 }
 END_TEST
 
-static Suite *suite(void) {
+static Suite *suite(void)
+{
     Suite *s = suite_create("validate");
     TCase *tc = tcase_create("core");
     tcase_add_checked_fixture(tc, setup, teardown);
@@ -248,7 +273,8 @@ static Suite *suite(void) {
     return s;
 }
 
-int main(void) {
+int main(void)
+{
     SRunner *sr = srunner_create(suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
