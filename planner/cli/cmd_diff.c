@@ -55,9 +55,10 @@ static const char *jstr(json_t *o, const char *key)
 /* A cost delta with an explicit sign, scaled like cz_cli_format_cost. */
 static const char *signed_cost(char *buf, size_t n, double v, cz_cost_unit u)
 {
-    char tmp[64];
-    cz_cli_format_cost(tmp, sizeof tmp, fabs(v), u);
-    snprintf(buf, n, "%s%s", v < 0 ? "-" : (v > 0 ? "+" : " "), tmp);
+    if (n < 2)
+        return buf;
+    buf[0] = v < 0 ? '-' : (v > 0 ? '+' : ' ');
+    cz_cli_format_cost(buf + 1, n - 1, fabs(v), u);
     return buf;
 }
 
@@ -74,6 +75,23 @@ static void scalar_text(char *buf, size_t n, json_t *v)
         snprintf(buf, n, "%s", json_is_true(v) ? "true" : "false");
     else
         snprintf(buf, n, "-");
+}
+
+/* -1 (no owner under even; not scheduled, as elementwise parameters) prints as "-". */
+static void pair_text(char *buf, size_t n, json_t *pair)
+{
+    int x = (int)json_integer_value(json_array_get(pair, 0));
+    int y = (int)json_integer_value(json_array_get(pair, 1));
+    char sx[16] = "-", sy[16] = "-";
+    if (x < 0 && y < 0) {
+        snprintf(buf, n, "-");
+        return;
+    }
+    if (x >= 0)
+        snprintf(sx, sizeof sx, "%d", x);
+    if (y >= 0)
+        snprintf(sy, sizeof sy, "%d", y);
+    snprintf(buf, n, "%s->%s", sx, sy);
 }
 
 static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r)
@@ -171,20 +189,16 @@ static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r)
            jint(mv, "matched"), jint(mv, "any"), jint(mv, "dp_owner"), jint(mv, "group"),
            jint(mv, "tp_host"), jint(mv, "cost_changed"));
     if (json_array_size(list)) {
-        printf("\n  %-48s %11s %11s %11s\n", "parameter", "DP owner", "group", "TP host");
+        printf("\n  %11s %11s %11s  %s\n", "DP owner", "group", "TP host", "parameter");
         json_array_foreach(list, i, o)
         {
             json_t *d = json_object_get(o, "dp_owner"), *g = json_object_get(o, "group"),
                    *h = json_object_get(o, "tp_host");
             char sd[32], sg[32], sh[32];
-#define PAIR(buf, arr)                                                                             \
-    snprintf(buf, sizeof buf, "%d->%d", (int)json_integer_value(json_array_get(arr, 0)),           \
-             (int)json_integer_value(json_array_get(arr, 1)))
-            PAIR(sd, d);
-            PAIR(sg, g);
-            PAIR(sh, h);
-#undef PAIR
-            printf("  %-48s %11s %11s %11s\n", jstr(o, "name"), sd, sg, sh);
+            pair_text(sd, sizeof sd, d);
+            pair_text(sg, sizeof sg, g);
+            pair_text(sh, sizeof sh, h);
+            printf("  %11s %11s %11s  %s\n", sd, sg, sh, jstr(o, "name"));
         }
         if ((int)json_array_size(list) < jint(mv, "any"))
             printf("  ... %d more (--limit)\n", jint(mv, "any") - (int)json_array_size(list));

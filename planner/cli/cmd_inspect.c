@@ -26,7 +26,7 @@ static void inspect_help(FILE *f)
             "options:\n"
             "      --json     print the same content as JSON (always includes every GPU)\n"
             "  -n, --top N    busiest ranks and parameters per rank to list (default 3)\n"
-            "  -a, --all      also print the full per-GPU table\n"
+            "  -a, --all      also print the full per-GPU table and every dominating matrix\n"
             "  -h, --help     this help\n");
 }
 
@@ -130,9 +130,9 @@ static void print_text(const cz_plan *p, json_t *r, int all)
         json_t *q;
         json_array_foreach(json_object_get(o, "params"), j, q)
         {
-            printf("    %-48s %-11s %13s %6.1f%%\n", jstr(q, "name"), jstr(q, "kind"),
+            printf("    %13s %6.1f%%  %-11s %s\n",
                    cz_cli_format_cost(a, sizeof a, jnum(q, "cost"), u),
-                   100.0 * jnum(q, "share_of_rank"));
+                   100.0 * jnum(q, "share_of_rank"), jstr(q, "kind"), jstr(q, "name"));
         }
     }
 
@@ -156,10 +156,16 @@ static void print_text(const cz_plan *p, json_t *r, int all)
            cz_cli_format_cost(a, sizeof a, jnum(dom, "average_gpu_load"), u));
     if (json_array_size(dl) == 0)
         printf("  none\n");
+    /* Models repeat layers: a long list says little more than its head; --all prints it. */
+    size_t shown = all ? json_array_size(dl) : 10;
     json_array_foreach(dl, i, o)
     {
-        printf("  %-48s %13s %8.2f x average\n", jstr(o, "name"),
-               cz_cli_format_cost(a, sizeof a, jnum(o, "cost"), u), jnum(o, "over_average"));
+        if (i >= shown) {
+            printf("  ... %zu more (--all or --json lists them)\n", json_array_size(dl) - shown);
+            break;
+        }
+        printf("  %13s %8.2f x average  %s\n", cz_cli_format_cost(a, sizeof a, jnum(o, "cost"), u),
+               jnum(o, "over_average"), jstr(o, "name"));
     }
 }
 
