@@ -7,6 +7,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void validate_help(FILE *f)
@@ -31,10 +32,12 @@ static void validate_help(FILE *f)
             "  -c, --cluster FILE   the cluster shape the plan was made for\n"
             "      --json           print {\"valid\", \"checks\", \"violations\": [{code, path,\n"
             "                       message}]} instead of text\n"
+            "  -l, --limit N        print at most N violations as text (default 50, 0 = all);\n"
+            "                       the count and --json always cover all\n"
             "  -h, --help           this help\n");
 }
 
-static int print_report(json_t *violations, int checks, int as_json)
+static int print_report(json_t *violations, int checks, int as_json, int limit)
 {
     size_t n = json_array_size(violations);
     if (as_json) {
@@ -57,6 +60,11 @@ static int print_report(json_t *violations, int checks, int as_json)
     json_t *v;
     json_array_foreach(violations, i, v)
     {
+        /* One wrong input (another model) breaks hundreds of checks; the first ones tell. */
+        if (limit > 0 && i >= (size_t)limit) {
+            printf("... %zu more violations (--limit 0 or --json lists all)\n", n - i);
+            break;
+        }
         printf("%s: %s [%s]\n", json_string_value(json_object_get(v, "path")),
                json_string_value(json_object_get(v, "message")),
                json_string_value(json_object_get(v, "code")));
@@ -68,14 +76,12 @@ static int print_report(json_t *violations, int checks, int as_json)
 int cz_cmd_validate(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"model", required_argument, NULL, 'm'},
-        {"cluster", required_argument, NULL, 'c'},
-        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"model", required_argument, NULL, 'm'}, {"cluster", required_argument, NULL, 'c'},
+        {"json", no_argument, NULL, 'j'},        {"limit", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
     };
     const char *model_path = NULL, *cluster_path = NULL;
-    int as_json = 0, rc = 1, opt;
+    int as_json = 0, limit = 50, rc = 1, opt;
     cz_model *model = NULL;
     cz_cluster *cluster = NULL;
     cz_plan *plan = NULL;
@@ -84,7 +90,7 @@ int cz_cmd_validate(int argc, char **argv)
     cz_error_clear(&err);
 
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "m:c:h", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "m:c:l:h", opts, NULL)) != -1) {
         switch (opt) {
         case 'm':
             model_path = optarg;
@@ -95,6 +101,17 @@ int cz_cmd_validate(int argc, char **argv)
         case 'j':
             as_json = 1;
             break;
+        case 'l': {
+            char *end = NULL;
+            long v = strtol(optarg, &end, 10);
+            if (!*optarg || *end || v < 0 || v > 100000000) {
+                fprintf(stderr, "canzona validate: --limit expects a count >= 0, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            limit = (int)v;
+            break;
+        }
         case 'h':
             validate_help(stdout);
             return 0;
@@ -126,7 +143,7 @@ int cz_cmd_validate(int argc, char **argv)
         fprintf(stderr, "canzona validate: %s\n", err.message);
         goto done;
     }
-    rc = print_report(violations, checks, as_json);
+    rc = print_report(violations, checks, as_json, limit);
 done:
     json_decref(violations);
     cz_plan_free(plan);

@@ -24,7 +24,8 @@ typedef struct {
     json_t *out;
     int checks;
     int oom;
-    int unsafe; /* a structural violation makes the metrics recomputation unsafe to run */
+    int unsafe;  /* a structural violation makes the metrics recomputation unsafe to run */
+    int foreign; /* parameters differ from the model's: layout comparisons would only echo it */
     char path[256];
 } vctx;
 
@@ -112,6 +113,38 @@ static void check_inputs(vctx *c, const cz_plan *p, const cz_model *m, const cz_
 
 /* ---- parameters ------------------------------------------------------------------------- */
 
+static int same_blocks(const cz_plan_param *q, const cz_param_def *d)
+{
+    if (q->nblocks != d->nblocks || (d->nblocks > 0 && q->block_dim != d->block_dim))
+        return 0;
+    for (int b = 0; b < d->nblocks; b++)
+        if (!q->block_sizes || !d->block_sizes || q->block_sizes[b] != d->block_sizes[b])
+            return 0;
+    return 1;
+}
+
+/* Whether the plan's parameter is the model's parameter (so that its cost is comparable). */
+static int same_def(const cz_plan_param *q, const cz_param_def *d)
+{
+    return q->name && d->name && !strcmp(q->name, d->name) && q->ndim == d->ndim &&
+           q->shape[0] == d->shape[0] && q->shape[1] == d->shape[1] && q->tp_dim == d->tp_dim &&
+           q->kind == d->kind && same_blocks(q, d);
+}
+
+static const char *blocks_text(char *buf, size_t n, int nblocks, int dim, const int64_t *sizes)
+{
+    if (nblocks <= 0 || !sizes) {
+        snprintf(buf, n, "none");
+        return buf;
+    }
+    size_t len = (size_t)snprintf(buf, n, "dim %d [", dim);
+    for (int b = 0; b < nblocks && len < n; b++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%lld", b ? ", " : "", (long long)sizes[b]);
+    if (len < n)
+        snprintf(buf + len, n - len, "]");
+    return buf;
+}
+
 static void check_param_identity(vctx *c, const cz_plan *p, const cz_model *m)
 {
     size_t n = p->nparams < m->nparams ? p->nparams : m->nparams;
@@ -152,14 +185,14 @@ static void check_param_identity(vctx *c, const cz_plan *p, const cz_model *m)
                  kind_name(q->kind), kind_name(d->kind));
         at(c, "$.params[%zu].blocks", i);
         c->checks++;
-        int same_blocks =
-            q->nblocks == d->nblocks && (d->nblocks == 0 || q->block_dim == d->block_dim);
-        for (int b = 0; same_blocks && b < d->nblocks; b++)
-            same_blocks =
-                q->block_sizes && d->block_sizes && q->block_sizes[b] == d->block_sizes[b];
-        if (!same_blocks)
-            viol(c, "param.blocks", "'%s' has %d blocks (dim %d) but the model has %d (dim %d)",
-                 d->name, q->nblocks, q->block_dim, d->nblocks, d->block_dim);
+        if (!same_blocks(q, d)) {
+            char qb[160], db[160];
+            viol(c, "param.blocks", "'%s' has blocks %s but the model has %s", d->name,
+                 blocks_text(qb, sizeof qb, q->nblocks, q->block_dim, q->block_sizes),
+                 blocks_text(db, sizeof db, d->nblocks, d->block_dim, d->block_sizes));
+        }
+        if (!same_def(q, d))
+            c->foreign = 1;
     }
 }
 
@@ -202,6 +235,8 @@ static void check_param_costs(vctx *c, const cz_plan *p, const cz_model *m, cons
 {
     size_t n = p->nparams < m->nparams ? p->nparams : m->nparams;
     for (size_t i = 0; i < n; i++) {
+        if (!same_def(&p->params[i], &m->params[i]))
+            continue; /* already reported; another parameter's cost is no useful comparison */
         double want = cz_cost_param(&m->params[i], &p->settings, cl, m->dtype);
         at(c, "$.params[%zu].cost", i);
         c->checks++;
@@ -455,12 +490,16 @@ static void check_ownership(vctx *c, const cz_plan *p)
                  (long long)k->ranges[2 * q->dp_owner + 1]);
         } else {
             at(c, "$.params[%zu]", i);
+            char who[64];
+            if (first >= 0 && last >= 0)
+                snprintf(who, sizeof who, "the ranges of DP ranks %d..%d", first, last);
+            else
+                snprintf(who, sizeof who, "a position no DP range covers");
             viol(c, "atomicity",
-                 "'%s' [%lld, %lld) of bucket %d straddles the ranges of DP ranks %d..%d (see "
-                 "$.buckets[%d].ranges); under %s every parameter lies wholly in its dp_owner's "
-                 "range",
-                 q->name, (long long)q->offset, (long long)(q->offset + q->numel), q->bucket, first,
-                 last, q->bucket, strategy_name(p));
+                 "'%s' [%lld, %lld) of bucket %d spans %s (see $.buckets[%d].ranges); under %s "
+                 "every parameter lies wholly in its dp_owner's range",
+                 q->name, (long long)q->offset, (long long)(q->offset + q->numel), q->bucket, who,
+                 q->bucket, strategy_name(p));
         }
     }
 }
@@ -672,7 +711,7 @@ int cz_plan_validate(const cz_plan *plan, const cz_model *model, const cz_cluste
     check_param_local(&c, plan);
     check_param_costs(&c, plan, model, cluster);
     check_layout_rules(&c, plan);
-    if (!c.unsafe)
+    if (!c.unsafe && !c.foreign)
         check_layout_reference(&c, plan, model, cluster);
     check_ranges(&c, plan);
     check_ownership(&c, plan);
