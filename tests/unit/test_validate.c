@@ -246,6 +246,46 @@ START_TEST(bad_ids_do_not_crash)
 }
 END_TEST
 
+START_TEST(other_model_no_cascade)
+{
+    model->params[4].shape[0] = 128; /* the model's l1.fc is now 128x16 */
+    json_t *v = run_validate(NULL);
+    char *dump = json_dumps(v, JSON_INDENT(1));
+    ck_assert_msg(has(v, "param.shape", "$.params[4].shape"), "%s", dump);
+    /* Its cost is not compared with another parameter's, nor the layout recomputed. */
+    ck_assert_msg(json_array_size(v) == 1, "%s", dump);
+    free(dump);
+    json_decref(v);
+}
+END_TEST
+
+/* Every plan the planner builds for the hand model, under every strategy, validates clean. */
+START_TEST(built_plans_validate)
+{
+    const cz_dp_strategy dps[] = {CZ_DP_EVEN, CZ_DP_ANCHORED, CZ_DP_LAYERWISE, CZ_DP_ALPHA};
+    const cz_tp_strategy tps[] = {CZ_TP_SC, CZ_TP_NONE, CZ_TP_SINGLE, CZ_TP_SLOT, CZ_TP_ROLLBACK};
+    for (size_t i = 0; i < sizeof dps / sizeof dps[0]; i++)
+        for (size_t j = 0; j < sizeof tps / sizeof tps[0]; j++) {
+            cz_settings s;
+            cz_settings_init(&s);
+            s.dp = dps[i];
+            s.tp = tps[j];
+            cz_plan *built = NULL;
+            cz_error e;
+            cz_error_clear(&e);
+            ck_assert_msg(cz_plan_build(&built, model, cluster, &s, &e) == CZ_OK, "%s", e.message);
+            json_t *v = NULL;
+            ck_assert_int_gt(cz_plan_validate(built, model, cluster, &v, &e), 0);
+            char *dump = json_dumps(v, JSON_INDENT(1));
+            ck_assert_msg(json_array_size(v) == 0, "dp %s tp %s: %s", cz_dp_strategy_name(s.dp),
+                          cz_tp_strategy_name(s.tp), dump);
+            free(dump);
+            json_decref(v);
+            cz_plan_free(built);
+        }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("validate");
@@ -269,6 +309,8 @@ static Suite *suite(void)
     tcase_add_test(tc, wrong_shape_and_offset);
     tcase_add_test(tc, schedule_count_and_slots);
     tcase_add_test(tc, bad_ids_do_not_crash);
+    tcase_add_test(tc, other_model_no_cascade);
+    tcase_add_test(tc, built_plans_validate);
     suite_add_tcase(s, tc);
     return s;
 }
