@@ -85,21 +85,6 @@ static int least_loaded(const double *load, int nslots) {
     return best;
 }
 
-/* LPT assignment of tasks (already in descending cost order) to nslots; returns the makespan. */
-static double lpt_assign(const task *tasks, int n, int nslots, int *slots, double *load) {
-    double max = 0.0;
-    for (int s = 0; s < nslots; s++)
-        load[s] = 0.0;
-    for (int k = 0; k < n; k++) {
-        int s = least_loaded(load, nslots);
-        slots[k] = s;
-        load[s] += tasks[k].cost;
-        if (load[s] > max)
-            max = load[s];
-    }
-    return max;
-}
-
 static int schedule_chunks(group_sink *gs, const task *tasks, int n, int *slots, cz_error *err) {
     int rc = CZ_OK;
     for (int start = 0; start < n && rc == CZ_OK; start += gs->nslots) {
@@ -158,23 +143,33 @@ static int schedule_slot(group_sink *gs, const task *tasks, int n, double C, int
 static int schedule_rollback(group_sink *gs, const task *tasks, int n, double C, int *slots,
                              double *load, cz_error *err) {
     int rc = CZ_OK, start = 0;
+    double sum = 0.0, makespan = 0.0;
+    for (int s = 0; s < gs->nslots; s++)
+        load[s] = 0.0;
+    /* Tasks arrive in descending cost order, so the LPT assignment of the group grown by one
+     * task is the previous assignment plus the new task on the least-loaded slot. */
     for (int k = 0; k < n && rc == CZ_OK; k++) {
-        int len = k + 1 - start;
-        double makespan = lpt_assign(tasks + start, len, gs->nslots, slots, load);
-        double sum = 0.0;
-        for (int s = 0; s < gs->nslots; s++)
-            sum += load[s];
-        if (len > 1 && (sum / gs->nslots > C * CZ_CAP_SLACK || makespan > C * CZ_CAP_SLACK)) {
-            /* Roll back task k: emit the group as it stood before it. */
-            lpt_assign(tasks + start, len - 1, gs->nslots, slots, load);
-            rc = group_emit(gs, tasks + start, slots, len - 1, err);
+        int s = least_loaded(load, gs->nslots);
+        double grown = load[s] + tasks[k].cost;
+        double span = grown > makespan ? grown : makespan;
+        double mean = (sum + tasks[k].cost) / gs->nslots;
+        if (k > start && (mean > C * CZ_CAP_SLACK || span > C * CZ_CAP_SLACK)) {
+            /* Roll back task k: emit the group as it stood before it, start anew with it. */
+            rc = group_emit(gs, tasks + start, slots, k - start, err);
             start = k;
+            for (int t = 0; t < gs->nslots; t++)
+                load[t] = 0.0;
+            sum = makespan = 0.0;
+            s = 0;
+            grown = span = tasks[k].cost;
         }
+        slots[k - start] = s;
+        load[s] = grown;
+        sum += tasks[k].cost;
+        makespan = span;
     }
-    if (rc == CZ_OK && n > start) {
-        lpt_assign(tasks + start, n - start, gs->nslots, slots, load);
+    if (rc == CZ_OK && n > start)
         rc = group_emit(gs, tasks + start, slots, n - start, err);
-    }
     return rc;
 }
 
