@@ -6,6 +6,10 @@
  * matrix its range touches (it must gather and update it) and the share of each elementwise
  * parameter proportional to the elements of it in its range. Under every other strategy a DP rank
  * is charged what it owns. Elementwise work and state are spread evenly over the TP ranks.
+ *
+ * lower_bound = max(total / GPUs, largest task) bounds every plan that keeps parameters whole.
+ * The even baseline splits elementwise parameters across DP ranks, so its makespan can fall
+ * below the largest elementwise task; only total / GPUs bounds it.
  */
 #include "cz_types.h"
 

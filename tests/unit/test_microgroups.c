@@ -187,6 +187,45 @@ START_TEST(even_schedules_touching_matrices) {
 }
 END_TEST
 
+START_TEST(metrics_with_elementwise) {
+    /* dp 1, tp 2, unit flops, Muon: A 4x8 (3520), B [16] split (12*16 = 192), C 2x4 split
+     * columns (5*(64 + 16) + 80 = 480). Automatic C = max(3520, 4000 / 8) = 3520: one group,
+     * LPT A -> slot 0, C -> slot 1. */
+    cz_model *m = czt_model_new("mix", CZ_DTYPE_BF16, 0);
+    czt_model_add(m, "A", 4, 8, -1, CZ_KIND_MATRIX, -1);
+    czt_model_add(m, "B", 16, 0, 0, CZ_KIND_ELEMENTWISE, -1);
+    czt_model_add(m, "C", 2, 4, 1, CZ_KIND_MATRIX, -1);
+    cz_cluster *c = czt_cluster_new(1, 2, 1);
+    cz_settings s;
+    cz_settings_init(&s);
+    s.unit = CZ_UNIT_FLOPS;
+    cz_plan *plan = NULL;
+    ck_assert_int_eq(cz_plan_build(&plan, m, c, &s, NULL), CZ_OK);
+    ck_assert_double_eq(plan->capacity_used, 3520.0);
+    ck_assert_int_eq(plan->schedules[0].ngroups, 1);
+    check_group(plan, 0, 2, (int[]){0, 2}, (int[]){0, 1}, 2, (double[]){3520, 480});
+    const cz_plan_metrics *mt = &plan->metrics;
+    ck_assert_double_eq(mt->dp_load[0], 4192.0);
+    ck_assert_double_eq(mt->dp_imbalance, 1.0);
+    ck_assert_double_eq(mt->gpu_load[0], 3616.0); /* A + B / 2 */
+    ck_assert_double_eq(mt->gpu_load[1], 576.0);  /* C + B / 2 */
+    ck_assert_double_eq(mt->rank_makespan[0], 3616.0);
+    ck_assert_double_eq(mt->tp_makespan, 3616.0);
+    ck_assert_double_eq_tol(mt->tp_imbalance, 3616.0 / 2096.0, 1e-12);
+    ck_assert_double_eq(mt->total_cost, 4192.0);
+    ck_assert_double_eq(mt->max_task_cost, 3520.0);
+    ck_assert_double_eq(mt->lower_bound, 3520.0);
+    /* State: A 4*32 on its host, C 4*8 on its host, B 8 B * 8 local elements on both. */
+    ck_assert_double_eq(mt->memory[0], 128.0 + 64.0);
+    ck_assert_double_eq(mt->memory[1], 32.0 + 64.0);
+    /* Seconds at 1 TFLOP/s, 1 GB/s: A 3200e-12 + 448e-9 dominates its group; B 352e-9 / 2. */
+    ck_assert_double_eq_tol(mt->predicted_step_s, 3200e-12 + 448e-9 + 176e-9, 1e-18);
+    cz_plan_free(plan);
+    cz_model_free(m);
+    cz_cluster_free(c);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("microgroups");
     TCase *tc = tcase_create("strategies");
@@ -199,6 +238,7 @@ int main(void) {
     tcase_add_test(tc, sc_every_rank_everything);
     tcase_add_test(tc, tp1_one_slot);
     tcase_add_test(tc, even_schedules_touching_matrices);
+    tcase_add_test(tc, metrics_with_elementwise);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
