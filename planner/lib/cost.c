@@ -31,8 +31,6 @@
  */
 #include "cz_types.h"
 
-#include <math.h>
-
 int cz_dtype_bytes(cz_dtype d) {
     return d == CZ_DTYPE_FP32 ? 4 : 2;
 }
