@@ -142,7 +142,13 @@ static int param_copy(cz_plan_param *pp, const cz_param_def *d, int id, const cz
         if (!pp->block_sizes)
             return cz_error_set(err, CZ_ENOMEM, "out of memory copying block sizes");
         memcpy(pp->block_sizes, d->block_sizes, (size_t)pp->nblocks * sizeof *pp->block_sizes);
+        int64_t sum = 0;
         for (int b = 0; b < pp->nblocks; b++) {
+            if (pp->block_sizes[b] < 1)
+                return cz_error_set(err, CZ_EINVALID,
+                                    "%s: parameter '%s' block %d has size %lld; expected >= 1",
+                                    mfile, pp->name, b, (long long)pp->block_sizes[b]);
+            sum += pp->block_sizes[b];
             if (pp->block_dim == pp->tp_dim && pp->block_sizes[b] % c->tp != 0)
                 return cz_error_set(err, CZ_EINVALID,
                                     "%s: parameter '%s' block %d (size %lld along dimension %d, "
@@ -151,6 +157,12 @@ static int param_copy(cz_plan_param *pp, const cz_param_def *d, int id, const cz
                                     mfile, pp->name, b, (long long)pp->block_sizes[b],
                                     pp->block_dim, c->tp, cfile);
         }
+        if (sum != pp->shape[pp->block_dim])
+            return cz_error_set(err, CZ_EINVALID,
+                                "%s: parameter '%s' blocks sum to %lld but dimension %d has size "
+                                "%lld",
+                                mfile, pp->name, (long long)sum, pp->block_dim,
+                                (long long)pp->shape[pp->block_dim]);
     } else {
         pp->block_dim = -1;
     }

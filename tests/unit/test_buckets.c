@@ -163,6 +163,12 @@ START_TEST(tp_divisibility) {
     ck_assert_int_eq(cz_plan_init(&plan, m, c, &s, &err), CZ_OK);
     ck_assert_int_eq((int)plan->params[0].local_shape[0], 2);
     cz_plan_free(plan);
+    /* Blocks must add up to their dimension. */
+    m->params[0].block_sizes[1] = 4;
+    ck_assert_int_eq(cz_plan_init(&plan, m, c, &s, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "sum to 7"));
+    ck_assert_ptr_null(plan);
+    cz_plan_free(plan);
     cz_model_free(m);
     cz_cluster_free(c);
 }
