@@ -12,12 +12,14 @@
 
 #include <stdlib.h>
 
-static int64_t round_up(int64_t v, int64_t m) {
+static int64_t round_up(int64_t v, int64_t m)
+{
     return m > 1 ? (v + m - 1) / m * m : v;
 }
 
 static int bucket_push(cz_plan *plan, size_t *cap, int stage, int64_t offset, int64_t size,
-                       cz_error *err) {
+                       cz_error *err)
+{
     if (plan->nbuckets == *cap) {
         size_t ncap = *cap ? 2 * *cap : 8;
         cz_plan_bucket *nb = realloc(plan->buckets, ncap * sizeof *nb);
@@ -38,7 +40,8 @@ static int bucket_push(cz_plan *plan, size_t *cap, int stage, int64_t offset, in
     return CZ_OK;
 }
 
-int cz_buckets_layout(cz_plan *plan, cz_error *err) {
+int cz_buckets_layout(cz_plan *plan, cz_error *err)
+{
     int rc = CZ_OK;
     size_t cap = 0;
     int64_t size = plan->bucket_size > 0 ? plan->bucket_size : 1;

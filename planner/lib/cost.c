@@ -31,7 +31,8 @@
  */
 #include "cz_types.h"
 
-int cz_dtype_bytes(cz_dtype d) {
+int cz_dtype_bytes(cz_dtype d)
+{
     return d == CZ_DTYPE_FP32 ? 4 : 2;
 }
 
@@ -42,11 +43,13 @@ typedef struct {
     double ew_bytes;
 } matrix_work;
 
-static double side_on(int64_t side, const cz_settings *s) {
+static double side_on(int64_t side, const cz_settings *s)
+{
     return side <= (int64_t)s->max_precond_dim ? 1.0 : 0.0;
 }
 
-static matrix_work matrix_work_of(int64_t m, int64_t n, const cz_settings *s, int dbytes) {
+static matrix_work matrix_work_of(int64_t m, int64_t n, const cz_settings *s, int dbytes)
+{
     matrix_work w = {0, 0, 0};
     double dm = (double)m, dn = (double)n, mn = dm * dn;
     double a = dm < dn ? dm : dn, b = dm < dn ? dn : dm;
@@ -82,13 +85,15 @@ static matrix_work matrix_work_of(int64_t m, int64_t n, const cz_settings *s, in
     return w;
 }
 
-double cz_matrix_flops(int64_t m, int64_t n, const cz_settings *s) {
+double cz_matrix_flops(int64_t m, int64_t n, const cz_settings *s)
+{
     /* FLOPs do not depend on the element type; bf16 is as good as any. */
     matrix_work w = matrix_work_of(m, n, s, 2);
     return w.matmul_flops + w.ew_flops;
 }
 
-static double rate_seconds(double flops, double bytes, const cz_cluster *c) {
+static double rate_seconds(double flops, double bytes, const cz_cluster *c)
+{
     double t = 0.0;
     if (flops > 0.0 && c->device.matmul_tflops > 0.0)
         t += flops / (c->device.matmul_tflops * 1e12);
@@ -98,7 +103,8 @@ static double rate_seconds(double flops, double bytes, const cz_cluster *c) {
 }
 
 static double matrix_cost(int64_t m, int64_t n, cz_cost_unit unit, const cz_settings *s,
-                          const cz_cluster *c, int dbytes) {
+                          const cz_cluster *c, int dbytes)
+{
     matrix_work w = matrix_work_of(m, n, s, dbytes);
     switch (unit) {
     case CZ_UNIT_NUMEL:
@@ -111,12 +117,14 @@ static double matrix_cost(int64_t m, int64_t n, cz_cost_unit unit, const cz_sett
     }
 }
 
-static bool is_matrix_work(const cz_param_def *p, const cz_settings *s) {
+static bool is_matrix_work(const cz_param_def *p, const cz_settings *s)
+{
     return p->kind == CZ_KIND_MATRIX && s->optimizer != CZ_OPTIM_ADAMW;
 }
 
 static double cost_in(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
-                      cz_dtype dtype, cz_cost_unit unit) {
+                      cz_dtype dtype, cz_cost_unit unit)
+{
     int dbytes = cz_dtype_bytes(dtype);
     int64_t m = p->shape[0], n = p->ndim == 1 ? 1 : p->shape[1];
     if (is_matrix_work(p, s)) {
@@ -146,12 +154,14 @@ static double cost_in(const cz_param_def *p, const cz_settings *s, const cz_clus
 }
 
 double cz_cost_param(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
-                     cz_dtype dtype) {
+                     cz_dtype dtype)
+{
     return cost_in(p, s, c, dtype, s->unit);
 }
 
 double cz_cost_param_seconds(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
-                             cz_dtype dtype) {
+                             cz_dtype dtype)
+{
     return cost_in(p, s, c, dtype, CZ_UNIT_TIME);
 }
 
@@ -161,7 +171,8 @@ double cz_cost_param_seconds(const cz_param_def *p, const cz_settings *s, const 
  *           Adam's two moments (2 m n): 4 (2 m^2 + 2 n^2 + 2 m n) when both sides qualify.
  *  Shampoo  per side a factor and its inverse root (2 s^2), plus the grafting accumulator (m n):
  *           4 (2 m^2 + 2 n^2 + m n). */
-static double matrix_state(int64_t m, int64_t n, const cz_settings *s) {
+static double matrix_state(int64_t m, int64_t n, const cz_settings *s)
+{
     double dm = (double)m, dn = (double)n;
     double lm = side_on(m, s), rn = side_on(n, s);
     switch (s->optimizer) {
@@ -177,7 +188,8 @@ static double matrix_state(int64_t m, int64_t n, const cz_settings *s) {
     }
 }
 
-double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp) {
+double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp)
+{
     int64_t m = p->shape[0], n = p->ndim == 1 ? 1 : p->shape[1];
     if (is_matrix_work(p, s)) {
         if (p->nblocks <= 0 || !p->block_sizes || (p->block_dim != 0 && p->block_dim != 1))

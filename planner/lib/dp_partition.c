@@ -33,12 +33,14 @@ typedef struct {
     int *first; /* nbuckets + 1 starts into ids */
 } bucket_index;
 
-static void bucket_index_free(bucket_index *bi) {
+static void bucket_index_free(bucket_index *bi)
+{
     free(bi->ids);
     free(bi->first);
 }
 
-static int bucket_index_build(bucket_index *bi, const cz_plan *plan, cz_error *err) {
+static int bucket_index_build(bucket_index *bi, const cz_plan *plan, cz_error *err)
+{
     size_t nb = plan->nbuckets;
     bi->ids = malloc((plan->nparams + 1) * sizeof *bi->ids);
     bi->first = calloc(nb + 1, sizeof *bi->first);
@@ -70,7 +72,8 @@ static int bucket_index_build(bucket_index *bi, const cz_plan *plan, cz_error *e
 
 /* Sets the bucket's ranges from cuts[0..dp] and the owner of each of its parameters (the range
  * that holds its start). */
-static void cuts_apply(cz_plan *plan, const bucket_index *bi, int b, const int64_t *cuts) {
+static void cuts_apply(cz_plan *plan, const bucket_index *bi, int b, const int64_t *cuts)
+{
     cz_plan_bucket *bk = &plan->buckets[b];
     int dp = plan->dp;
     for (int r = 0; r < dp; r++) {
@@ -86,13 +89,15 @@ static void cuts_apply(cz_plan *plan, const bucket_index *bi, int b, const int64
     }
 }
 
-static void even_cuts(int64_t size, int dp, int64_t *cuts) {
+static void even_cuts(int64_t size, int dp, int64_t *cuts)
+{
     for (int r = 0; r <= dp; r++)
         cuts[r] = size / dp * r;
     cuts[dp] = size;
 }
 
-static void anchored_bucket(cz_plan *plan, const bucket_index *bi, int b, int64_t *cuts) {
+static void anchored_bucket(cz_plan *plan, const bucket_index *bi, int b, int64_t *cuts)
+{
     int dp = plan->dp;
     int64_t size = plan->buckets[b].size, slice = size / dp;
     for (int r = 0; r <= dp; r++)
@@ -112,7 +117,8 @@ static void anchored_bucket(cz_plan *plan, const bucket_index *bi, int b, int64_
 }
 
 /* Worst max/mean of per-rank owned cost over this stage's ranks. */
-static double stage_imbalance(const cz_plan *plan, int stage, double *load) {
+static double stage_imbalance(const cz_plan *plan, int stage, double *load)
+{
     int dp = plan->dp;
     for (int r = 0; r < dp; r++)
         load[r] = 0.0;
@@ -135,20 +141,23 @@ typedef struct {
     int64_t size;
 } bucket_order;
 
-static int bucket_order_cmp(const void *a, const void *b) {
+static int bucket_order_cmp(const void *a, const void *b)
+{
     const bucket_order *x = a, *y = b;
     if (x->size != y->size)
         return x->size > y->size ? -1 : 1;
     return (x->id > y->id) - (x->id < y->id);
 }
 
-static double weight_of(const cz_plan *plan, const cz_plan_param *p) {
+static double weight_of(const cz_plan *plan, const cz_plan_param *p)
+{
     return plan->settings.alpha_numel_loads ? (double)p->numel : p->cost;
 }
 
 /* Alpha-balanced partitioning of one stage's buckets. Scratch: load (dp), target (dp),
  * prefix (nparams + 1), cutj (dp + 1), cuts (dp + 1). */
-static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_error *err) {
+static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_error *err)
+{
     int rc = CZ_OK, dp = plan->dp;
     double alpha = plan->settings.alpha;
     size_t nb = 0;
@@ -232,14 +241,16 @@ typedef struct {
     double cost;
 } cost_order;
 
-static int cost_order_cmp(const void *a, const void *b) {
+static int cost_order_cmp(const void *a, const void *b)
+{
     const cost_order *x = a, *y = b;
     if (x->cost != y->cost)
         return x->cost > y->cost ? -1 : 1;
     return (x->id > y->id) - (x->id < y->id);
 }
 
-static int layerwise_stage(cz_plan *plan, int stage, cz_error *err) {
+static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
+{
     int dp = plan->dp;
     if (plan->settings.layerwise_order == CZ_LAYERWISE_PINGPONG) {
         int k = 0;
@@ -283,7 +294,8 @@ static int layerwise_stage(cz_plan *plan, int stage, cz_error *err) {
 }
 
 /* Saves or restores the ranges and owners of one stage (for alpha's fallback). */
-static void stage_snapshot(cz_plan *plan, int stage, int64_t *ranges, int *owners, int restore) {
+static void stage_snapshot(cz_plan *plan, int stage, int64_t *ranges, int *owners, int restore)
+{
     size_t k = 0;
     for (size_t b = 0; b < plan->nbuckets; b++) {
         if (plan->buckets[b].stage != stage)
@@ -305,7 +317,8 @@ static void stage_snapshot(cz_plan *plan, int stage, int64_t *ranges, int *owner
     }
 }
 
-int cz_dp_partition(cz_plan *plan, cz_error *err) {
+int cz_dp_partition(cz_plan *plan, cz_error *err)
+{
     int rc = CZ_OK, dp = plan->dp;
     cz_dp_strategy strategy = plan->settings.dp;
     bucket_index bi = {NULL, NULL};

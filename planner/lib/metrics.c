@@ -15,7 +15,8 @@
 
 #include <stdlib.h>
 
-static double ratio_max_mean(const double *v, size_t n) {
+static double ratio_max_mean(const double *v, size_t n)
+{
     double max = 0.0, sum = 0.0;
     for (size_t i = 0; i < n; i++) {
         sum += v[i];
@@ -27,7 +28,8 @@ static double ratio_max_mean(const double *v, size_t n) {
 
 /* Fraction of parameter p's local shard that lies in DP rank r's range: 1 or 0 for an owned
  * parameter, the overlap share under the even baseline. */
-static double share_of(const cz_plan *plan, const cz_plan_param *p, int r) {
+static double share_of(const cz_plan *plan, const cz_plan_param *p, int r)
+{
     if (plan->settings.dp != CZ_DP_EVEN)
         return p->dp_owner == r ? 1.0 : 0.0;
     if (p->bucket < 0 || (size_t)p->bucket >= plan->nbuckets || p->numel <= 0)
@@ -39,7 +41,8 @@ static double share_of(const cz_plan *plan, const cz_plan_param *p, int r) {
     return hi > lo ? (double)(hi - lo) / (double)p->numel : 0.0;
 }
 
-static cz_param_def def_of(const cz_plan_param *p) {
+static cz_param_def def_of(const cz_plan_param *p)
+{
     cz_param_def d;
     d.name = p->name;
     d.ndim = p->ndim;
@@ -54,7 +57,8 @@ static cz_param_def def_of(const cz_plan_param *p) {
     return d;
 }
 
-int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err) {
+int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
+{
     int rc = CZ_OK;
     int dp = plan->dp, tp = plan->tp, pp = plan->pp;
     size_t nranks = (size_t)dp * (size_t)pp, ngpus = nranks * (size_t)tp;

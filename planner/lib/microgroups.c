@@ -35,7 +35,8 @@ typedef struct {
     double cost;
 } task;
 
-static int task_cost_cmp(const void *a, const void *b) {
+static int task_cost_cmp(const void *a, const void *b)
+{
     const task *x = a, *y = b;
     if (x->cost != y->cost)
         return x->cost > y->cost ? -1 : 1;
@@ -48,7 +49,8 @@ typedef struct {
     int nslots;
 } group_sink;
 
-static int group_emit(group_sink *gs, const task *tasks, const int *slots, int n, cz_error *err) {
+static int group_emit(group_sink *gs, const task *tasks, const int *slots, int n, cz_error *err)
+{
     cz_rank_schedule *rs = gs->rs;
     if (rs->ngroups == gs->cap) {
         int ncap = gs->cap ? 2 * gs->cap : 8;
@@ -77,7 +79,8 @@ static int group_emit(group_sink *gs, const task *tasks, const int *slots, int n
     return CZ_OK;
 }
 
-static int least_loaded(const double *load, int nslots) {
+static int least_loaded(const double *load, int nslots)
+{
     int best = 0;
     for (int s = 1; s < nslots; s++)
         if (load[s] < load[best])
@@ -85,7 +88,8 @@ static int least_loaded(const double *load, int nslots) {
     return best;
 }
 
-static int schedule_chunks(group_sink *gs, const task *tasks, int n, int *slots, cz_error *err) {
+static int schedule_chunks(group_sink *gs, const task *tasks, int n, int *slots, cz_error *err)
+{
     int rc = CZ_OK;
     for (int start = 0; start < n && rc == CZ_OK; start += gs->nslots) {
         int len = n - start < gs->nslots ? n - start : gs->nslots;
@@ -97,7 +101,8 @@ static int schedule_chunks(group_sink *gs, const task *tasks, int n, int *slots,
 }
 
 static int schedule_sc(group_sink *gs, const task *tasks, int n, double C, int *slots,
-                       cz_error *err) {
+                       cz_error *err)
+{
     int rc = CZ_OK, start = 0;
     double sum = 0.0;
     for (int k = 0; k < n; k++)
@@ -116,7 +121,8 @@ static int schedule_sc(group_sink *gs, const task *tasks, int n, double C, int *
 }
 
 static int schedule_slot(group_sink *gs, const task *tasks, int n, double C, int *slots,
-                         double *load, cz_error *err) {
+                         double *load, cz_error *err)
+{
     int rc = CZ_OK, start = 0;
     for (int s = 0; s < gs->nslots; s++)
         load[s] = 0.0;
@@ -141,7 +147,8 @@ static int schedule_slot(group_sink *gs, const task *tasks, int n, double C, int
 }
 
 static int schedule_rollback(group_sink *gs, const task *tasks, int n, double C, int *slots,
-                             double *load, cz_error *err) {
+                             double *load, cz_error *err)
+{
     int rc = CZ_OK, start = 0;
     double sum = 0.0, makespan = 0.0;
     for (int s = 0; s < gs->nslots; s++)
@@ -174,7 +181,8 @@ static int schedule_rollback(group_sink *gs, const task *tasks, int n, double C,
 }
 
 /* Does the parameter's local shard intersect DP rank r's range of its bucket? */
-static bool touches(const cz_plan *plan, const cz_plan_param *p, int r) {
+static bool touches(const cz_plan *plan, const cz_plan_param *p, int r)
+{
     if (p->bucket < 0 || (size_t)p->bucket >= plan->nbuckets)
         return false;
     const int64_t *rg = plan->buckets[p->bucket].ranges;
@@ -182,7 +190,8 @@ static bool touches(const cz_plan *plan, const cz_plan_param *p, int r) {
     return p->offset < hi && p->offset + p->numel > lo;
 }
 
-int cz_tp_schedule_build(cz_plan *plan, cz_error *err) {
+int cz_tp_schedule_build(cz_plan *plan, cz_error *err)
+{
     int rc = CZ_OK, dp = plan->dp, tp = plan->tp;
     cz_tp_strategy strategy = plan->settings.tp;
     bool sc = strategy == CZ_TP_SC;

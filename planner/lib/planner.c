@@ -10,11 +10,13 @@
 #include <string.h>
 #include <time.h>
 
-static const char *or_unknown(const char *s) {
+static const char *or_unknown(const char *s)
+{
     return s ? s : "(in memory)";
 }
 
-static int settings_check(const cz_settings *s, cz_error *err) {
+static int settings_check(const cz_settings *s, cz_error *err)
+{
     if (!s)
         return cz_error_set(err, CZ_EINVALID, "no planning settings given");
     if (s->version != CZ_SETTINGS_VERSION)
@@ -68,7 +70,8 @@ static int settings_check(const cz_settings *s, cz_error *err) {
     return CZ_OK;
 }
 
-static int cluster_check(const cz_cluster *c, cz_error *err) {
+static int cluster_check(const cz_cluster *c, cz_error *err)
+{
     if (c->dp < 1 || c->tp < 1 || c->pp < 1)
         return cz_error_set(err, CZ_EINVALID, "%s: dp, tp and pp must be >= 1, got %d, %d, %d",
                             or_unknown(c->source), c->dp, c->tp, c->pp);
@@ -87,7 +90,8 @@ static int cluster_check(const cz_cluster *c, cz_error *err) {
 
 /* Layer l's pipeline stage: layers split contiguously and as evenly as possible, the first
  * (nlayers % pp) stages taking one extra layer. */
-static int stage_of_layer(int layer, int nlayers, int pp) {
+static int stage_of_layer(int layer, int nlayers, int pp)
+{
     int base = nlayers / pp, extra = nlayers % pp;
     int big = extra * (base + 1);
     if (layer < big)
@@ -96,7 +100,8 @@ static int stage_of_layer(int layer, int nlayers, int pp) {
 }
 
 static int param_copy(cz_plan_param *pp, const cz_param_def *d, int id, const cz_model *m,
-                      const cz_cluster *c, const cz_settings *s, cz_error *err) {
+                      const cz_cluster *c, const cz_settings *s, cz_error *err)
+{
     pp->id = id;
     pp->name = cz_strdup(d->name ? d->name : "");
     if (!pp->name)
@@ -171,7 +176,8 @@ static int param_copy(cz_plan_param *pp, const cz_param_def *d, int id, const cz
     return CZ_OK;
 }
 
-static int stages_assign(cz_plan *plan, const cz_model *m, const cz_cluster *c, cz_error *err) {
+static int stages_assign(cz_plan *plan, const cz_model *m, const cz_cluster *c, cz_error *err)
+{
     size_t n = plan->nparams;
     if (c->pp == 1) {
         for (size_t i = 0; i < n; i++)
@@ -206,7 +212,8 @@ static int stages_assign(cz_plan *plan, const cz_model *m, const cz_cluster *c, 
 }
 
 int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz_settings *s,
-                 cz_error *err) {
+                 cz_error *err)
+{
     int rc = CZ_OK;
     cz_plan *plan = NULL;
     *out = NULL;
@@ -265,7 +272,8 @@ fail:
 }
 
 int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
-                  const cz_settings *settings, cz_error *err) {
+                  const cz_settings *settings, cz_error *err)
+{
     int rc;
     cz_plan *plan = NULL;
     struct timespec t0, t1;

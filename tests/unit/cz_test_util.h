@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline cz_model *czt_model_new(const char *name, cz_dtype dtype, int nlayers) {
+static inline cz_model *czt_model_new(const char *name, cz_dtype dtype, int nlayers)
+{
     cz_model *m = calloc(1, sizeof *m);
     if (!m)
         return NULL;
@@ -26,7 +27,8 @@ static inline cz_model *czt_model_new(const char *name, cz_dtype dtype, int nlay
 
 /* Appends a parameter; cols == 0 makes it 1-D. Returns its id, or -1 when out of memory. */
 static inline int czt_model_add(cz_model *m, const char *name, int64_t rows, int64_t cols,
-                                int tp_dim, cz_param_kind kind, int layer) {
+                                int tp_dim, cz_param_kind kind, int layer)
+{
     cz_param_def *np = realloc(m->params, (m->nparams + 1) * sizeof *np);
     if (!np)
         return -1;
@@ -45,7 +47,8 @@ static inline int czt_model_add(cz_model *m, const char *name, int64_t rows, int
 }
 
 /* Splits parameter id into blocks along dim. */
-static inline void czt_model_blocks(cz_model *m, int id, int dim, int n, const int64_t *sizes) {
+static inline void czt_model_blocks(cz_model *m, int id, int dim, int n, const int64_t *sizes)
+{
     cz_param_def *p = &m->params[id];
     free(p->block_sizes);
     p->block_sizes = malloc((size_t)n * sizeof *p->block_sizes);
@@ -55,7 +58,8 @@ static inline void czt_model_blocks(cz_model *m, int id, int dim, int n, const i
 }
 
 /* A cluster with 1 TFLOP/s and 1 GB/s so that seconds are FLOPs * 1e-12 + bytes * 1e-9. */
-static inline cz_cluster *czt_cluster_new(int dp, int tp, int pp) {
+static inline cz_cluster *czt_cluster_new(int dp, int tp, int pp)
+{
     cz_cluster *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
@@ -80,7 +84,8 @@ static inline cz_cluster *czt_cluster_new(int dp, int tp, int pp) {
 }
 
 /* xorshift64*: small, fixed-seed, the same everywhere. */
-static inline uint64_t czt_rand(uint64_t *state) {
+static inline uint64_t czt_rand(uint64_t *state)
+{
     uint64_t x = *state;
     x ^= x >> 12;
     x ^= x << 25;
@@ -97,7 +102,8 @@ static inline int czt_rand_int(uint64_t *state, int lo, int hi) /* inclusive */
 /* A random transformer-like model: an elementwise embedding, 1-4 layers of norms, random
  * matrices (some blocked, random tp_dim) and biases, a final norm and an output layer. All
  * dimensions are multiples of 4, so any tp in {1, 2, 4} divides them. */
-static inline cz_model *czt_model_random(uint64_t *rng) {
+static inline cz_model *czt_model_random(uint64_t *rng)
+{
     int nlayers = czt_rand_int(rng, 1, 4);
     cz_model *m = czt_model_new("random", (cz_dtype)czt_rand_int(rng, 0, 2), nlayers);
     char name[64];

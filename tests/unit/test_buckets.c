@@ -3,14 +3,16 @@
 
 #include <check.h>
 
-static cz_settings settings_numel(void) {
+static cz_settings settings_numel(void)
+{
     cz_settings s;
     cz_settings_init(&s);
     s.unit = CZ_UNIT_NUMEL;
     return s;
 }
 
-START_TEST(three_params_by_hand) {
+START_TEST(three_params_by_hand)
+{
     /* Forward order A [10,2] split rows over tp=2 (local 5x2 = 10), B [7] replicated, C [3,3]
      * replicated. Reverse fill with align 8, size 20, dp 4:
      *   bucket 0: C at 0 (9 elements), B at align(9) = 16 -> 23 >= 20 closes it, padded to 24;
@@ -54,7 +56,8 @@ START_TEST(three_params_by_hand) {
 }
 END_TEST
 
-START_TEST(default_bucket_size) {
+START_TEST(default_bucket_size)
+{
     cz_model *m = czt_model_new("one", CZ_DTYPE_BF16, 0);
     czt_model_add(m, "w", 4, 4, -1, CZ_KIND_MATRIX, -1);
     cz_settings s = settings_numel();
@@ -77,7 +80,8 @@ START_TEST(default_bucket_size) {
 }
 END_TEST
 
-START_TEST(stages_and_bucket_ids) {
+START_TEST(stages_and_bucket_ids)
+{
     /* 3 layers over pp=2: layers 0,1 -> stage 0, layer 2 -> stage 1; the embedding before the
      * layers goes to stage 0, the head after them to stage 1. */
     cz_model *m = czt_model_new("pp", CZ_DTYPE_BF16, 3);
@@ -121,7 +125,8 @@ START_TEST(stages_and_bucket_ids) {
 }
 END_TEST
 
-START_TEST(uneven_layers_first_stages_larger) {
+START_TEST(uneven_layers_first_stages_larger)
+{
     cz_model *m = czt_model_new("pp", CZ_DTYPE_BF16, 5);
     for (int l = 0; l < 5; l++)
         czt_model_add(m, "w", 4, 4, -1, CZ_KIND_MATRIX, l);
@@ -138,7 +143,8 @@ START_TEST(uneven_layers_first_stages_larger) {
 }
 END_TEST
 
-START_TEST(tp_divisibility) {
+START_TEST(tp_divisibility)
+{
     cz_model *m = czt_model_new("bad", CZ_DTYPE_BF16, 0);
     czt_model_add(m, "proj", 6, 8, 0, CZ_KIND_MATRIX, -1);
     cz_cluster *c = czt_cluster_new(1, 4, 1);
@@ -174,7 +180,8 @@ START_TEST(tp_divisibility) {
 }
 END_TEST
 
-START_TEST(settings_refused) {
+START_TEST(settings_refused)
+{
     cz_model *m = czt_model_new("one", CZ_DTYPE_BF16, 0);
     czt_model_add(m, "w", 4, 4, -1, CZ_KIND_MATRIX, -1);
     cz_cluster *c = czt_cluster_new(1, 1, 1);
@@ -210,7 +217,8 @@ START_TEST(settings_refused) {
 }
 END_TEST
 
-int main(void) {
+int main(void)
+{
     Suite *s = suite_create("buckets");
     TCase *tc = tcase_create("layout");
     tcase_add_test(tc, three_params_by_hand);

@@ -7,7 +7,8 @@
 #define EQ(a, b) ck_assert_double_eq_tol((a), (b), 1e-9 * fabs(b) + 1e-18)
 
 /* A standalone parameter definition. */
-static cz_param_def def(int64_t rows, int64_t cols, int tp_dim, cz_param_kind kind) {
+static cz_param_def def(int64_t rows, int64_t cols, int tp_dim, cz_param_kind kind)
+{
     cz_param_def d;
     memset(&d, 0, sizeof d);
     d.name = "p";
@@ -21,7 +22,8 @@ static cz_param_def def(int64_t rows, int64_t cols, int tp_dim, cz_param_kind ki
     return d;
 }
 
-static double cost(const cz_param_def *d, cz_optimizer o, cz_cost_unit u, int tp, cz_dtype dt) {
+static double cost(const cz_param_def *d, cz_optimizer o, cz_cost_unit u, int tp, cz_dtype dt)
+{
     cz_settings s;
     cz_settings_init(&s);
     s.optimizer = o;
@@ -32,7 +34,8 @@ static double cost(const cz_param_def *d, cz_optimizer o, cz_cost_unit u, int tp
     return v;
 }
 
-START_TEST(muon_4x8) {
+START_TEST(muon_4x8)
+{
     cz_param_def d = def(4, 8, -1, CZ_KIND_MATRIX);
     /* a=4, b=8: 5 * (4*16*8 + 2*64) = 3200 matmul FLOPs, 10*32 = 320 elementwise FLOPs;
      * bf16 bytes: 32 * (8 + 3*2) = 448. */
@@ -53,7 +56,8 @@ START_TEST(muon_4x8) {
 }
 END_TEST
 
-START_TEST(muon_blocks_summed) {
+START_TEST(muon_blocks_summed)
+{
     cz_param_def d = def(12, 8, 0, CZ_KIND_MATRIX);
     int64_t sizes[2] = {4, 8};
     d.block_dim = 0;
@@ -74,7 +78,8 @@ START_TEST(muon_blocks_summed) {
 }
 END_TEST
 
-START_TEST(soap_4x8) {
+START_TEST(soap_4x8)
+{
     cz_param_def d = def(4, 8, -1, CZ_KIND_MATRIX);
     /* Left (m=4): projections 4*16*8 = 512, Gram 2*16*8 = 256, refresh (22/3)*64/10.
      * Right (n=8): projections 4*4*64 = 1024, Gram 512, refresh (22/3)*512/10.
@@ -99,7 +104,8 @@ START_TEST(soap_4x8) {
 }
 END_TEST
 
-START_TEST(shampoo_4x8) {
+START_TEST(shampoo_4x8)
+{
     cz_param_def d = def(4, 8, -1, CZ_KIND_MATRIX);
     /* Left: Gram 256 + precondition 256 + 10*64/10 = 576; right: 512 + 512 + 10*512/10 = 1536;
      * elementwise 10*32 = 320. */
@@ -109,7 +115,8 @@ START_TEST(shampoo_4x8) {
 }
 END_TEST
 
-START_TEST(adamw_split_and_replicated) {
+START_TEST(adamw_split_and_replicated)
+{
     cz_param_def split = def(16, 0, 0, CZ_KIND_ELEMENTWISE);
     cz_param_def repl = def(16, 0, -1, CZ_KIND_ELEMENTWISE);
     /* Split over tp=2: 16 elements of work in all; replicated: every TP rank does all 16. */
@@ -130,7 +137,8 @@ START_TEST(adamw_split_and_replicated) {
 }
 END_TEST
 
-START_TEST(seconds_ignore_unit) {
+START_TEST(seconds_ignore_unit)
+{
     cz_param_def d = def(4, 8, -1, CZ_KIND_MATRIX);
     cz_settings s;
     cz_settings_init(&s);
@@ -144,7 +152,8 @@ START_TEST(seconds_ignore_unit) {
 }
 END_TEST
 
-START_TEST(state_bytes) {
+START_TEST(state_bytes)
+{
     cz_settings s;
     cz_settings_init(&s);
     cz_param_def d = def(4, 8, 0, CZ_KIND_MATRIX);
@@ -173,14 +182,16 @@ START_TEST(state_bytes) {
 }
 END_TEST
 
-START_TEST(dtype_bytes) {
+START_TEST(dtype_bytes)
+{
     ck_assert_int_eq(cz_dtype_bytes(CZ_DTYPE_BF16), 2);
     ck_assert_int_eq(cz_dtype_bytes(CZ_DTYPE_FP16), 2);
     ck_assert_int_eq(cz_dtype_bytes(CZ_DTYPE_FP32), 4);
 }
 END_TEST
 
-int main(void) {
+int main(void)
+{
     Suite *s = suite_create("cost");
     TCase *tc = tcase_create("formulas");
     tcase_add_test(tc, muon_4x8);

@@ -8,7 +8,8 @@
  *   bucket 0: id4 at 0 (4), id3 at 4 (8) -> 12 >= 10, size 12;
  *   bucket 1: id2 at 0 (2), id1 at 2 (3), id0 at 5 (1), size 6.
  * Total 18, global target T = 9 per rank. */
-static cz_plan *five_params(cz_dp_strategy dp, double alpha) {
+static cz_plan *five_params(cz_dp_strategy dp, double alpha)
+{
     cz_model *m = czt_model_new("five", CZ_DTYPE_BF16, 0);
     int64_t sizes[5] = {1, 3, 2, 8, 4};
     for (int i = 0; i < 5; i++)
@@ -30,7 +31,8 @@ static cz_plan *five_params(cz_dp_strategy dp, double alpha) {
     return plan;
 }
 
-static void check_ranges(const cz_plan *plan, int b, int64_t r0e, int64_t r1e) {
+static void check_ranges(const cz_plan *plan, int b, int64_t r0e, int64_t r1e)
+{
     const int64_t *rg = plan->buckets[b].ranges;
     ck_assert_int_eq((int)rg[0], 0);
     ck_assert_int_eq((int)rg[1], (int)r0e);
@@ -38,13 +40,15 @@ static void check_ranges(const cz_plan *plan, int b, int64_t r0e, int64_t r1e) {
     ck_assert_int_eq((int)rg[3], (int)r1e);
 }
 
-static void check_owners(const cz_plan *plan, const int *want) {
+static void check_owners(const cz_plan *plan, const int *want)
+{
     for (int i = 0; i < 5; i++)
         ck_assert_msg(plan->params[i].dp_owner == want[i], "param %d owner %d, expected %d", i,
                       plan->params[i].dp_owner, want[i]);
 }
 
-START_TEST(layout_as_expected) {
+START_TEST(layout_as_expected)
+{
     cz_plan *plan = five_params(CZ_DP_EVEN, 1.0);
     ck_assert_int_eq((int)plan->nbuckets, 2);
     ck_assert_int_eq((int)plan->buckets[0].size, 12);
@@ -55,7 +59,8 @@ START_TEST(layout_as_expected) {
 }
 END_TEST
 
-START_TEST(even_slices) {
+START_TEST(even_slices)
+{
     cz_plan *plan = five_params(CZ_DP_EVEN, 1.0);
     check_ranges(plan, 0, 6, 12);
     check_ranges(plan, 1, 3, 6);
@@ -68,7 +73,8 @@ START_TEST(even_slices) {
 }
 END_TEST
 
-START_TEST(anchored_by_start) {
+START_TEST(anchored_by_start)
+{
     /* Bucket 0 (slice 6): starts 0 and 4 both in rank 0's slice -> rank 1 gets nothing.
      * Bucket 1 (slice 3): starts 0, 2 -> rank 0; 5 -> rank 1. */
     cz_plan *plan = five_params(CZ_DP_ANCHORED, 1.0);
@@ -83,7 +89,8 @@ START_TEST(anchored_by_start) {
 }
 END_TEST
 
-START_TEST(alpha_one_balances_globally) {
+START_TEST(alpha_one_balances_globally)
+{
     /* Bucket 0 first (larger): targets 6, 6; boundaries 0, 4, 12 -> cut at 4; L = {4, 8}.
      * Bucket 1: deficits 5, 1 -> targets 5, 1; boundaries 0, 2, 5, 6 -> cut at 5; L = {9, 9}. */
     cz_plan *plan = five_params(CZ_DP_ALPHA, 1.0);
@@ -98,7 +105,8 @@ START_TEST(alpha_one_balances_globally) {
 }
 END_TEST
 
-START_TEST(alpha_zero_near_even) {
+START_TEST(alpha_zero_near_even)
+{
     /* alpha = 0: each bucket cut at the boundary nearest its own half: bucket 0 at 4 (of 12),
      * bucket 1 at 2 (|2-3| < |5-3|). Loads 6 and 12, still better than anchored (17, 1). */
     cz_plan *plan = five_params(CZ_DP_ALPHA, 0.0);
@@ -113,7 +121,8 @@ START_TEST(alpha_zero_near_even) {
 }
 END_TEST
 
-START_TEST(alpha_half) {
+START_TEST(alpha_half)
+{
     /* alpha = 0.5, bucket 1: targets 0.5*3 + 0.5*5 = 4 and 2; boundaries 0, 2, 5, 6: |5-4| <
      * |2-4| -> cut at 5, as alpha = 1. */
     cz_plan *plan = five_params(CZ_DP_ALPHA, 0.5);
@@ -128,7 +137,8 @@ END_TEST
  * Anchored: X, Y (start 400 < 499) -> rank 0 (20800), Z -> rank 1 (16000): max/mean 1.130.
  * Alpha with element loads: target 499 elements, nearest boundary 400 -> rank 0 gets only X
  * (4800), rank 1 Y + Z (32000): max/mean 1.739, worse -> anchored is kept. */
-static cz_plan *fallback_case(int numel_loads) {
+static cz_plan *fallback_case(int numel_loads)
+{
     cz_model *m = czt_model_new("fb", CZ_DTYPE_BF16, 0);
     czt_model_add(m, "Z", 8, 8, -1, CZ_KIND_MATRIX, -1);
     czt_model_add(m, "Y", 1, 533, -1, CZ_KIND_MATRIX, -1);
@@ -149,7 +159,8 @@ static cz_plan *fallback_case(int numel_loads) {
     return plan;
 }
 
-START_TEST(alpha_falls_back_to_anchored) {
+START_TEST(alpha_falls_back_to_anchored)
+{
     cz_plan *plan = fallback_case(1);
     ck_assert_double_eq(plan->params[0].cost, 16000.0);
     ck_assert_double_eq(plan->params[1].cost, 16000.0);
@@ -165,7 +176,8 @@ START_TEST(alpha_falls_back_to_anchored) {
 }
 END_TEST
 
-START_TEST(alpha_cost_loads_no_fallback) {
+START_TEST(alpha_cost_loads_no_fallback)
+{
     /* In cost units: prefix 0, 4800, 20800, 36800; target 18400 -> cut at 933 (ties anchored,
      * which keeps alpha's result). */
     cz_plan *plan = fallback_case(0);
@@ -175,7 +187,8 @@ START_TEST(alpha_cost_loads_no_fallback) {
 }
 END_TEST
 
-static cz_plan *layerwise(cz_layerwise_order order) {
+static cz_plan *layerwise(cz_layerwise_order order)
+{
     /* Costs (numel) in forward order: 1, 3, 2, 8, 4, dp 2. */
     cz_model *m = czt_model_new("five", CZ_DTYPE_BF16, 0);
     int64_t sizes[5] = {1, 3, 2, 8, 4};
@@ -195,7 +208,8 @@ static cz_plan *layerwise(cz_layerwise_order order) {
     return plan;
 }
 
-START_TEST(layerwise_pingpong) {
+START_TEST(layerwise_pingpong)
+{
     cz_plan *plan = layerwise(CZ_LAYERWISE_PINGPONG);
     int want[5] = {0, 1, 1, 0, 0};
     check_owners(plan, want);
@@ -204,7 +218,8 @@ START_TEST(layerwise_pingpong) {
 }
 END_TEST
 
-START_TEST(layerwise_lpt) {
+START_TEST(layerwise_lpt)
+{
     /* 8 -> r0, 4 -> r1, 3 -> r1 (4 < 8), 2 -> r1 (7 < 8), 1 -> r0 (8 < 9): loads 9, 9. */
     cz_plan *plan = layerwise(CZ_LAYERWISE_LPT);
     int want[5] = {0, 1, 1, 0, 1};
@@ -216,7 +231,8 @@ START_TEST(layerwise_lpt) {
 }
 END_TEST
 
-START_TEST(tpaware_unsupported) {
+START_TEST(tpaware_unsupported)
+{
     cz_model *m = czt_model_new("one", CZ_DTYPE_BF16, 0);
     czt_model_add(m, "w", 4, 4, -1, CZ_KIND_MATRIX, -1);
     cz_cluster *c = czt_cluster_new(2, 1, 1);
@@ -232,7 +248,8 @@ START_TEST(tpaware_unsupported) {
 }
 END_TEST
 
-int main(void) {
+int main(void)
+{
     Suite *s = suite_create("dp");
     TCase *tc = tcase_create("partition");
     tcase_add_test(tc, layout_as_expected);

@@ -5,7 +5,8 @@
 
 /* Five replicated matrices on dp 1, tp 2, unit numel (cost = rows * cols), forward costs
  * id0 4, id1 6, id2 2, id3 5, id4 3 (total 20). */
-static cz_plan *five_tasks(cz_tp_strategy tp, double capacity, int tpsize) {
+static cz_plan *five_tasks(cz_tp_strategy tp, double capacity, int tpsize)
+{
     cz_model *m = czt_model_new("five", CZ_DTYPE_BF16, 0);
     czt_model_add(m, "a", 2, 2, -1, CZ_KIND_MATRIX, -1);
     czt_model_add(m, "b", 2, 3, -1, CZ_KIND_MATRIX, -1);
@@ -30,7 +31,8 @@ static cz_plan *five_tasks(cz_tp_strategy tp, double capacity, int tpsize) {
 
 /* Checks group g: ntasks tasks (param, slot) pairs and per-slot loads. */
 static void check_group(const cz_plan *plan, int g, int ntasks, const int *params, const int *slots,
-                        int nslots, const double *load) {
+                        int nslots, const double *load)
+{
     const cz_rank_schedule *rs = &plan->schedules[0];
     ck_assert_int_lt(g, rs->ngroups);
     const cz_plan_group *grp = &rs->groups[g];
@@ -47,7 +49,8 @@ static void check_group(const cz_plan *plan, int g, int ntasks, const int *param
         ck_assert_double_eq(grp->load[s], load[s]);
 }
 
-START_TEST(rollback_fires) {
+START_TEST(rollback_fires)
+{
     /* C = 8, tasks by cost: b6 d5 a4 e3 c2. {b,d} LPT {6,5}; adding a: LPT a->slot 1 {6,9},
      * makespan 9 > 8: roll back, emit {b,d}; new group a, e, c: LPT {4, 3+2}. */
     cz_plan *plan = five_tasks(CZ_TP_ROLLBACK, 8.0, 2);
@@ -64,7 +67,8 @@ START_TEST(rollback_fires) {
 }
 END_TEST
 
-START_TEST(rollback_oversized_task_alone) {
+START_TEST(rollback_oversized_task_alone)
+{
     /* C = 5: b (6 > C) alone; {d, a}: {5, 4}; adding e: {5, 7} > 5 -> roll back; {e, c}. */
     cz_plan *plan = five_tasks(CZ_TP_ROLLBACK, 5.0, 2);
     ck_assert_int_eq(plan->schedules[0].ngroups, 3);
@@ -76,7 +80,8 @@ START_TEST(rollback_oversized_task_alone) {
 }
 END_TEST
 
-START_TEST(rollback_wide_groups) {
+START_TEST(rollback_wide_groups)
+{
     /* tp 4, C = 4: b6 alone (adding d gives makespan 6 > 4); d5 alone (adding a: 5 > 4);
      * {a, e}: LPT {4, 3, 0, 0} fits; {a, e, c}: {4, 3, 2, 0} fits, makespan exactly C. */
     cz_plan *plan = five_tasks(CZ_TP_ROLLBACK, 4.0, 4);
@@ -88,7 +93,8 @@ START_TEST(rollback_wide_groups) {
 }
 END_TEST
 
-START_TEST(none_chunks_in_order) {
+START_TEST(none_chunks_in_order)
+{
     cz_plan *plan = five_tasks(CZ_TP_NONE, 0.0, 2);
     ck_assert_int_eq(plan->schedules[0].ngroups, 3);
     check_group(plan, 0, 2, (int[]){0, 1}, (int[]){0, 1}, 2, (double[]){4, 6});
@@ -101,7 +107,8 @@ START_TEST(none_chunks_in_order) {
 }
 END_TEST
 
-START_TEST(single_sorted_chunks) {
+START_TEST(single_sorted_chunks)
+{
     cz_plan *plan = five_tasks(CZ_TP_SINGLE, 0.0, 2);
     ck_assert_int_eq(plan->schedules[0].ngroups, 3);
     check_group(plan, 0, 2, (int[]){1, 3}, (int[]){0, 1}, 2, (double[]){6, 5});
@@ -111,7 +118,8 @@ START_TEST(single_sorted_chunks) {
 }
 END_TEST
 
-START_TEST(slot_streaming) {
+START_TEST(slot_streaming)
+{
     /* C = 8, forward order: a4 -> s0; b6 -> s1; c2 -> s0 {6, 6}; d5 -> s0 (tie: lowest) {11, 6}
      * reaches C: close; e3 -> s0. */
     cz_plan *plan = five_tasks(CZ_TP_SLOT, 8.0, 2);
@@ -122,7 +130,8 @@ START_TEST(slot_streaming) {
 }
 END_TEST
 
-START_TEST(sc_every_rank_everything) {
+START_TEST(sc_every_rank_everything)
+{
     /* C = 8, forward: a4; +b6 = 10 > 8 -> close; b6 + c2 = 8 fits; +d5 closes; d5 + e3 = 8. */
     cz_plan *plan = five_tasks(CZ_TP_SC, 8.0, 2);
     ck_assert_int_eq(plan->schedules[0].ngroups, 3);
@@ -139,7 +148,8 @@ START_TEST(sc_every_rank_everything) {
 }
 END_TEST
 
-START_TEST(tp1_one_slot) {
+START_TEST(tp1_one_slot)
+{
     cz_plan *plan = five_tasks(CZ_TP_ROLLBACK, 8.0, 1);
     /* One slot: {b6} + d5 = 11 > 8 -> b alone; d5 (+a4 = 9 > 8) alone; a4 + e3 = 7, + c2 = 9. */
     ck_assert_int_eq(plan->schedules[0].ngroups, 4);
@@ -152,7 +162,8 @@ START_TEST(tp1_one_slot) {
 }
 END_TEST
 
-START_TEST(even_schedules_touching_matrices) {
+START_TEST(even_schedules_touching_matrices)
+{
     /* Under even every DP rank whose slice touches a matrix gathers and updates it. */
     cz_model *m = czt_model_new("even", CZ_DTYPE_BF16, 0);
     czt_model_add(m, "a", 2, 2, -1, CZ_KIND_MATRIX, -1);
@@ -187,7 +198,8 @@ START_TEST(even_schedules_touching_matrices) {
 }
 END_TEST
 
-START_TEST(metrics_with_elementwise) {
+START_TEST(metrics_with_elementwise)
+{
     /* dp 1, tp 2, unit flops, Muon: A 4x8 (3520), B [16] split (12*16 = 192), C 2x4 split
      * columns (5*(64 + 16) + 80 = 480). Automatic C = max(3520, 4000 / 8) = 3520: one group,
      * LPT A -> slot 0, C -> slot 1. */
@@ -226,7 +238,8 @@ START_TEST(metrics_with_elementwise) {
 }
 END_TEST
 
-int main(void) {
+int main(void)
+{
     Suite *s = suite_create("microgroups");
     TCase *tc = tcase_create("strategies");
     tcase_add_test(tc, rollback_fires);

@@ -16,11 +16,13 @@ static const cz_dp_strategy dp_strategies[] = {CZ_DP_EVEN, CZ_DP_ANCHORED, CZ_DP
 static const cz_tp_strategy tp_strategies[] = {CZ_TP_SC, CZ_TP_NONE, CZ_TP_SINGLE, CZ_TP_SLOT,
                                                CZ_TP_ROLLBACK};
 
-static int close_to(double a, double b) {
+static int close_to(double a, double b)
+{
     return fabs(a - b) <= 1e-9 * (fabs(a) + fabs(b)) + 1e-300;
 }
 
-static void check_layout(const cz_plan *plan, const char *ctx) {
+static void check_layout(const cz_plan *plan, const char *ctx)
+{
     int dp = plan->dp;
     int64_t *stage_end = calloc((size_t)plan->pp, sizeof *stage_end);
     for (size_t b = 0; b < plan->nbuckets; b++) {
@@ -66,7 +68,8 @@ static void check_layout(const cz_plan *plan, const char *ctx) {
     }
 }
 
-static void check_ownership(const cz_plan *plan, const char *ctx) {
+static void check_ownership(const cz_plan *plan, const char *ctx)
+{
     cz_dp_strategy s = plan->settings.dp;
     double sum = 0.0;
     for (size_t i = 0; i < plan->nparams; i++) {
@@ -95,12 +98,14 @@ static void check_ownership(const cz_plan *plan, const char *ctx) {
     }
 }
 
-static bool touches(const cz_plan *plan, const cz_plan_param *p, int r) {
+static bool touches(const cz_plan *plan, const cz_plan_param *p, int r)
+{
     const int64_t *rg = plan->buckets[p->bucket].ranges;
     return p->offset < rg[2 * r + 1] && p->offset + p->numel > rg[2 * r];
 }
 
-static void check_schedules(const cz_plan *plan, const char *ctx) {
+static void check_schedules(const cz_plan *plan, const char *ctx)
+{
     int dp = plan->dp, tp = plan->tp;
     bool sc = plan->settings.tp == CZ_TP_SC;
     int want_slots = (sc || tp == 1) ? 1 : tp;
@@ -142,7 +147,8 @@ static void check_schedules(const cz_plan *plan, const char *ctx) {
     free(count);
 }
 
-static void check_bounds(const cz_plan *plan, const char *ctx) {
+static void check_bounds(const cz_plan *plan, const char *ctx)
+{
     const cz_plan_metrics *m = &plan->metrics;
     double gpus = (double)plan->dp * plan->tp * plan->pp;
     /* Even fragments elementwise parameters: only total / GPUs bounds it (see metrics.c). */
@@ -155,7 +161,8 @@ static void check_bounds(const cz_plan *plan, const char *ctx) {
     ck_assert_msg(m->predicted_step_s > 0.0, "%s: predicted step time", ctx);
 }
 
-static void check_same(const cz_plan *a, const cz_plan *b, const char *ctx) {
+static void check_same(const cz_plan *a, const cz_plan *b, const char *ctx)
+{
     ck_assert_msg(a->nparams == b->nparams && a->nbuckets == b->nbuckets &&
                       a->nschedules == b->nschedules,
                   "%s: sizes differ", ctx);
@@ -194,7 +201,8 @@ static void check_same(const cz_plan *a, const cz_plan *b, const char *ctx) {
                   "%s: metrics differ", ctx);
 }
 
-START_TEST(random_models_all_strategies) {
+START_TEST(random_models_all_strategies)
+{
     static const int dps[] = {1, 2, 3, 4, 8}, tps[] = {1, 2, 4};
     uint64_t rng = 0x9e3779b97f4a7c15ULL;
     int builds = 0, fellback = 0;
@@ -257,7 +265,8 @@ START_TEST(random_models_all_strategies) {
 }
 END_TEST
 
-int main(void) {
+int main(void)
+{
     Suite *s = suite_create("properties");
     TCase *tc = tcase_create("random");
     tcase_set_timeout(tc, 120);
