@@ -132,6 +132,8 @@ struct cz_plan {
     cz_settings settings;
     double capacity_used;    /* the micro-group capacity actually used (cost unit) */
     int dp_fell_back;        /* 1 when alpha's result lost to anchored and anchored was kept */
+    int dp_numel_cuts;       /* 1 when alpha with cost loads kept the element-load cuts because
+                                they balanced at least as well and gave a shorter makespan */
     double plan_seconds;     /* wall time spent building the plan (not written to the file) */
     int dp, tp, pp, gpus_per_node;
     int64_t bucket_size, bucket_align;
