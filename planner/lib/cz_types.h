@@ -249,6 +249,7 @@ void cz_sim_result_free(cz_sim_result *r);
 typedef struct cz_render_options {
     int width;            /* pixels; default 1200 when 0 */
     const char *cluster_name; /* shown in the title; NULL = the plan's cluster name */
+    int sim_in_seconds;   /* 1: sim was run on a cluster (seconds); 0: cost-proportional */
 } cz_render_options;
 
 /* Renders the plan as a self-contained SVG document (load bars and the pipeline timeline of
