@@ -14,7 +14,8 @@
 
 enum { OPT_REPEATS = 2000 };
 
-static void compare_help(FILE *f) {
+static void compare_help(FILE *f)
+{
     fprintf(f,
             "usage: canzona compare --model MODEL.json --cluster CLUSTER.json [--json]\n"
             "                       [--repeats N] [planning settings]\n"
@@ -50,19 +51,22 @@ typedef struct cmp_row {
     double dp_imbalance, mk_over_lb, step_s, optimizer_s, plan_s;
 } cmp_row;
 
-static double now_s(void) {
+static double now_s(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int cmp_double(const void *a, const void *b) {
+static int cmp_double(const void *a, const void *b)
+{
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
 /* Fills the table of combinations to try. Returns the count. */
-static int rows_init(cmp_row *rows) {
+static int rows_init(cmp_row *rows)
+{
     static const cz_tp_strategy tps[5] = {CZ_TP_SC, CZ_TP_NONE, CZ_TP_SINGLE, CZ_TP_SLOT,
                                           CZ_TP_ROLLBACK};
     int n = 0;
@@ -87,7 +91,8 @@ static int rows_init(cmp_row *rows) {
 
 /* Builds and simulates one row. Returns 0 (row filled or skipped with a note) or 1. */
 static int row_run(cmp_row *r, const cz_model *model, const cz_cluster *cluster,
-                   const cz_settings *base, int repeats) {
+                   const cz_settings *base, int repeats)
+{
     cz_settings s = *base;
     s.dp = r->dp;
     s.tp = r->tp;
@@ -136,7 +141,8 @@ done:
 }
 
 static int print_json(const cmp_row *rows, int n, const cz_model *m, const cz_cluster *c,
-                      int repeats) {
+                      int repeats)
+{
     json_t *arr = json_array(), *skipped = json_array();
     for (int i = 0; arr && skipped && i < n; i++) {
         const cmp_row *r = &rows[i];
@@ -171,7 +177,8 @@ oom:
 }
 
 static void print_table(const cmp_row *rows, int n, const cz_model *m, const cz_cluster *c,
-                        int repeats) {
+                        int repeats)
+{
     printf("model %s, cluster %s (DP %d x TP %d x PP %d)\n\n", m->name, c->name, c->dp, c->tp,
            c->pp);
     printf("%-22s %8s %8s %11s %11s %11s\n", "strategy", "DP-imb", "mk/LB", "step ms", "opt ms",
@@ -190,7 +197,8 @@ static void print_table(const cmp_row *rows, int n, const cz_model *m, const cz_
             printf("skipped %s: %s\n", rows[i].label, rows[i].note);
 }
 
-int cz_cmd_compare(int argc, char **argv) {
+int cz_cmd_compare(int argc, char **argv)
+{
     static const struct option own[] = {
         {"model", required_argument, NULL, 'm'}, {"cluster", required_argument, NULL, 'c'},
         {"json", no_argument, NULL, 'j'},        {"repeats", required_argument, NULL, OPT_REPEATS},

@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void render_help(FILE *f) {
+static void render_help(FILE *f)
+{
     fprintf(f,
             "usage: canzona render PLAN.json -o OUT.svg [--html] [--width W] [--cluster C]\n"
             "\n"
@@ -31,7 +32,8 @@ static void render_help(FILE *f) {
             "  -h, --help            this help\n");
 }
 
-int cz_cmd_render(int argc, char **argv) {
+int cz_cmd_render(int argc, char **argv)
+{
     static const struct option opts[] = {
         {"output", required_argument, NULL, 'o'}, {"html", no_argument, NULL, 'H'},
         {"width", required_argument, NULL, 'w'},  {"cluster", required_argument, NULL, 'c'},

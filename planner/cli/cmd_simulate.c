@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void simulate_help(FILE *f) {
+static void simulate_help(FILE *f)
+{
     fprintf(f,
             "usage: canzona simulate --model MODEL.json --cluster CLUSTER.json [--plan PLAN.json]\n"
             "                        [--json] [planning settings]\n"
@@ -49,11 +50,13 @@ typedef struct sim_row {
     cz_sim_result *sim;
 } sim_row;
 
-static double ratio(double base, double v) {
+static double ratio(double base, double v)
+{
     return v > 0 ? base / v : 1.0;
 }
 
-static json_t *row_json(const sim_row *r, const sim_row *base) {
+static json_t *row_json(const sim_row *r, const sim_row *base)
+{
     const cz_sim_result *s = r->sim;
     return json_pack(
         "{s:s, s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b, s:f, "
@@ -69,8 +72,8 @@ static json_t *row_json(const sim_row *r, const sim_row *base) {
         ratio(base->sim->step_s, s->step_s));
 }
 
-static int print_rows(const sim_row *rows, int n, const char *model, const char *cluster,
-                      int json) {
+static int print_rows(const sim_row *rows, int n, const char *model, const char *cluster, int json)
+{
     const sim_row *base = &rows[0];
     if (json) {
         json_t *arr = json_array();
@@ -112,7 +115,8 @@ static int print_rows(const sim_row *rows, int n, const char *model, const char 
     return 0;
 }
 
-static void row_fill(sim_row *r, const cz_plan *plan, cz_sim_result *sim) {
+static void row_fill(sim_row *r, const cz_plan *plan, cz_sim_result *sim)
+{
     r->dp = plan->settings.dp;
     r->tp = plan->settings.tp;
     r->dp_imbalance = plan->metrics.dp_imbalance;
@@ -121,7 +125,8 @@ static void row_fill(sim_row *r, const cz_plan *plan, cz_sim_result *sim) {
     r->sim = sim;
 }
 
-int cz_cmd_simulate(int argc, char **argv) {
+int cz_cmd_simulate(int argc, char **argv)
+{
     static const struct option own[] = {
         {"model", required_argument, NULL, 'm'}, {"cluster", required_argument, NULL, 'c'},
         {"plan", required_argument, NULL, 'p'},  {"json", no_argument, NULL, 'j'},

@@ -20,7 +20,8 @@ typedef struct sbuf {
     int failed;
 } sbuf;
 
-static void sb_grow(sbuf *b, size_t extra) {
+static void sb_grow(sbuf *b, size_t extra)
+{
     if (b->failed || b->len + extra + 1 <= b->cap)
         return;
     size_t cap = b->cap ? b->cap : 4096;
@@ -37,7 +38,8 @@ static void sb_grow(sbuf *b, size_t extra) {
 
 static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-static void sb_printf(sbuf *b, const char *fmt, ...) {
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
     if (b->failed)
         return;
     va_list ap;
@@ -58,7 +60,8 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
 }
 
 /* Appends s with the five XML special characters escaped (also right for HTML text). */
-static void sb_escape(sbuf *b, const char *s) {
+static void sb_escape(sbuf *b, const char *s)
+{
     for (; s && *s; s++) {
         switch (*s) {
         case '<':
@@ -87,7 +90,8 @@ static void sb_escape(sbuf *b, const char *s) {
 }
 
 /* A value with a readable scale in the plan's cost unit (or seconds). */
-static const char *fmt_value(char *buf, size_t n, double v, cz_cost_unit unit) {
+static const char *fmt_value(char *buf, size_t n, double v, cz_cost_unit unit)
+{
     double a = fabs(v);
     switch (unit) {
     case CZ_UNIT_TIME:
@@ -120,7 +124,8 @@ static const char *fmt_value(char *buf, size_t n, double v, cz_cost_unit unit) {
 }
 
 /* A "nice" axis maximum (1, 2 or 5 times a power of ten) at or above v. */
-static double nice_ceiling(double v) {
+static double nice_ceiling(double v)
+{
     if (!(v > 0))
         return 1.0;
     double p = pow(10.0, floor(log10(v)));
@@ -132,7 +137,8 @@ static double nice_ceiling(double v) {
     return 10.0 * p;
 }
 
-static double vmax(const double *v, size_t n) {
+static double vmax(const double *v, size_t n)
+{
     double m = 0.0;
     for (size_t i = 0; v && i < n; i++)
         m = v[i] > m ? v[i] : m;
@@ -142,7 +148,8 @@ static double vmax(const double *v, size_t n) {
 static const char *const group_colors[2] = {"#4e79a7", "#76b7b2"};
 
 static void svg_title(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
-                      const cz_render_options *o, int width) {
+                      const cz_render_options *o, int width)
+{
     const cz_plan_metrics *m = &plan->metrics;
     double ratio = m->lower_bound > 0 ? m->tp_makespan / m->lower_bound : 0.0;
     sb_printf(b, "<text x=\"%d\" y=\"24\" font-size=\"16\" font-weight=\"bold\">", 10);
@@ -165,7 +172,8 @@ static void svg_title(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
 }
 
 /* Panel (a): one bar per GPU, grouped per DP rank, TP ranks side by side. */
-static int svg_loads(sbuf *b, const cz_plan *plan, int width, int top, cz_error *err) {
+static int svg_loads(sbuf *b, const cz_plan *plan, int width, int top, cz_error *err)
+{
     const cz_plan_metrics *m = &plan->metrics;
     int ngpus = plan->pp * plan->dp * plan->tp, nranks = plan->pp * plan->dp;
     if (!m->gpu_load)
@@ -234,7 +242,8 @@ static int svg_loads(sbuf *b, const cz_plan *plan, int width, int top, cz_error 
 
 /* Panel (b): per TP rank three lanes (gather / compute / scatter), one box per group. */
 static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
-                        const cz_render_options *o, int width, int top) {
+                        const cz_render_options *o, int width, int top)
+{
     const int left = 150, right = 20, lane = 9;
     int R = sim->tl_tp, G = sim->tl_groups;
     double plot_w = width - left - right;
@@ -318,7 +327,8 @@ static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
 }
 
 static int svg_body(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
-                    const cz_render_options *opt, cz_error *err) {
+                    const cz_render_options *opt, cz_error *err)
+{
     cz_render_options o = {0};
     if (opt)
         o = *opt;
@@ -354,7 +364,8 @@ done:
 }
 
 int cz_plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim,
-                       const cz_render_options *opt, cz_error *err) {
+                       const cz_render_options *opt, cz_error *err)
+{
     sbuf b = {0};
     *out = NULL;
     sb_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
@@ -367,7 +378,8 @@ int cz_plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim
     return CZ_OK;
 }
 
-static int cmp_cost_desc(const void *a, const void *b, void *ctx) {
+static int cmp_cost_desc(const void *a, const void *b, void *ctx)
+{
     const cz_plan *plan = ctx;
     double ca = plan->params[*(const int *)a].cost, cb = plan->params[*(const int *)b].cost;
     if (ca != cb)
@@ -376,7 +388,8 @@ static int cmp_cost_desc(const void *a, const void *b, void *ctx) {
 }
 
 /* qsort has no context argument; a small merge sort keeps ties in id order. */
-static void sort_ids(int *ids, int *tmp, size_t n, const cz_plan *plan) {
+static void sort_ids(int *ids, int *tmp, size_t n, const cz_plan *plan)
+{
     if (n < 2)
         return;
     size_t h = n / 2;
@@ -393,7 +406,8 @@ static void sort_ids(int *ids, int *tmp, size_t n, const cz_plan *plan) {
 }
 
 static void html_tables(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
-                        const cz_render_options *o, int *ids, int *tmp) {
+                        const cz_render_options *o, int *ids, int *tmp)
+{
     const cz_settings *s = &plan->settings;
     const cz_plan_metrics *m = &plan->metrics;
     cz_cost_unit u = s->unit;
@@ -469,7 +483,8 @@ static void html_tables(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
 }
 
 int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *sim,
-                        const cz_render_options *opt, cz_error *err) {
+                        const cz_render_options *opt, cz_error *err)
+{
     sbuf b = {0};
     cz_render_options o = {0};
     int rc = CZ_OK;
@@ -510,7 +525,8 @@ done:
     return rc;
 }
 
-int cz_file_write_atomic(const char *path, const char *data, size_t len, cz_error *err) {
+int cz_file_write_atomic(const char *path, const char *data, size_t len, cz_error *err)
+{
     size_t n = strlen(path) + 32;
     char *tmp = malloc(n);
     FILE *f = NULL;

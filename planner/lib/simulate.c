@@ -10,7 +10,8 @@
 #include <string.h>
 
 double cz_sim_collective_seconds(cz_coll_kind kind, int n, double bytes, double gbps,
-                                 double latency_us) {
+                                 double latency_us)
+{
     if (n <= 1 || !(bytes > 0))
         return 0.0;
     if (!(gbps > 0))
@@ -29,7 +30,8 @@ double cz_sim_collective_seconds(cz_coll_kind kind, int n, double bytes, double 
     return 0.0;
 }
 
-int cz_sim_group_spans_nodes(int first, int stride, int n, int gpus_per_node) {
+int cz_sim_group_spans_nodes(int first, int stride, int n, int gpus_per_node)
+{
     if (gpus_per_node <= 0 || n <= 1)
         return 0;
     int node0 = first / gpus_per_node;
@@ -39,7 +41,8 @@ int cz_sim_group_spans_nodes(int first, int stride, int n, int gpus_per_node) {
     return 0;
 }
 
-void cz_sim_result_free(cz_sim_result *r) {
+void cz_sim_result_free(cz_sim_result *r)
+{
     if (!r)
         return;
     free(r->gpu_busy);
@@ -71,7 +74,8 @@ typedef struct sim_ctx {
     int *bucket_index; /* per param: index into plan->buckets, -1 when none */
 } sim_ctx;
 
-static void prog_free(sim_prog *pg) {
+static void prog_free(sim_prog *pg)
+{
     free(pg->elem);
     free(pg->gather);
     free(pg->scatter);
@@ -79,7 +83,8 @@ static void prog_free(sim_prog *pg) {
     memset(pg, 0, sizeof *pg);
 }
 
-static int prog_alloc(sim_prog *pg, int ngroups, int R) {
+static int prog_alloc(sim_prog *pg, int ngroups, int R)
+{
     memset(pg, 0, sizeof *pg);
     pg->ngroups = ngroups;
     size_t g = ngroups > 0 ? (size_t)ngroups : 1;
@@ -94,14 +99,16 @@ static int prog_alloc(sim_prog *pg, int ngroups, int R) {
     return CZ_OK;
 }
 
-static double tp_gbps(const sim_ctx *cx, int stage, int d) {
+static double tp_gbps(const sim_ctx *cx, int stage, int d)
+{
     const cz_cluster *c = cx->cluster;
     int first = (stage * cx->D + d) * cx->R;
     return cz_sim_group_spans_nodes(first, 1, cx->R, c->gpus_per_node) ? c->links.inter_node_gbps
                                                                        : c->links.intra_node_gbps;
 }
 
-static double dp_gbps(const sim_ctx *cx, int stage) {
+static double dp_gbps(const sim_ctx *cx, int stage)
+{
     const cz_cluster *c = cx->cluster;
     for (int t = 0; t < cx->R; t++)
         if (cz_sim_group_spans_nodes(stage * cx->D * cx->R + t, cx->R, cx->D, c->gpus_per_node))
@@ -109,13 +116,15 @@ static double dp_gbps(const sim_ctx *cx, int stage) {
     return c->links.intra_node_gbps;
 }
 
-static const cz_plan_bucket *param_bucket(const sim_ctx *cx, const cz_plan_param *p) {
+static const cz_plan_bucket *param_bucket(const sim_ctx *cx, const cz_plan_param *p)
+{
     int bi = cx->bucket_index[p->id];
     return bi >= 0 ? &cx->plan->buckets[bi] : NULL;
 }
 
 /* Elements of param p's local shard that lie in DP rank d's range of its bucket. */
-static int64_t param_overlap(const sim_ctx *cx, const cz_plan_param *p, int d) {
+static int64_t param_overlap(const sim_ctx *cx, const cz_plan_param *p, int d)
+{
     const cz_plan_bucket *b = param_bucket(cx, p);
     if (!b || !b->ranges)
         return 0;
@@ -125,7 +134,8 @@ static int64_t param_overlap(const sim_ctx *cx, const cz_plan_param *p, int d) {
     return e > s ? e - s : 0;
 }
 
-static const cz_rank_schedule *find_schedule(const cz_plan *plan, int stage, int d) {
+static const cz_rank_schedule *find_schedule(const cz_plan *plan, int stage, int d)
+{
     size_t i = (size_t)stage * (size_t)plan->dp + (size_t)d;
     if (i < plan->nschedules && plan->schedules[i].stage == stage &&
         plan->schedules[i].dp_rank == d)
@@ -137,13 +147,15 @@ static const cz_rank_schedule *find_schedule(const cz_plan *plan, int stage, int
 }
 
 /* Bytes one TP rank holds of param p (its local shard). */
-static double shard_bytes(const sim_ctx *cx, const cz_plan_param *p) {
+static double shard_bytes(const sim_ctx *cx, const cz_plan_param *p)
+{
     return (double)p->numel * cx->elem_bytes;
 }
 
 /* Duration of a synchronous-compute gather: ring all-gather over TP of the split matrices'
  * shards (replicated matrices are already whole on every TP rank). */
-static double sc_gather_seconds(const sim_ctx *cx, int stage, int d, double shard_sum) {
+static double sc_gather_seconds(const sim_ctx *cx, int stage, int d, double shard_sum)
+{
     if (!cx->cluster)
         return 0.0;
     return cz_sim_collective_seconds(CZ_COLL_ALL_GATHER, cx->R, shard_sum, tp_gbps(cx, stage, d),
@@ -152,7 +164,8 @@ static double sc_gather_seconds(const sim_ctx *cx, int stage, int d, double shar
 
 /* Fills the elementwise work of DP rank d: owned local shards, or under even the part of each
  * shard that lies in the rank's slice. */
-static void prog_elementwise(const sim_ctx *cx, sim_prog *pg, int stage, int d) {
+static void prog_elementwise(const sim_ctx *cx, sim_prog *pg, int stage, int d)
+{
     const cz_plan *plan = cx->plan;
     double e = 0.0;
     for (size_t i = 0; i < plan->nparams; i++) {
@@ -173,7 +186,8 @@ static void prog_elementwise(const sim_ctx *cx, sim_prog *pg, int stage, int d) 
 
 /* The even (ZeRO-1) baseline: every matrix that touches the rank's slice is gathered over DP
  * and updated whole, redundantly, on every TP rank (synchronous compute). One group. */
-static int prog_build_even(const sim_ctx *cx, sim_prog *pg, int stage, int d, double *frag_s) {
+static int prog_build_even(const sim_ctx *cx, sim_prog *pg, int stage, int d, double *frag_s)
+{
     const cz_plan *plan = cx->plan;
     int rc = prog_alloc(pg, 1, cx->R);
     if (rc)
@@ -210,7 +224,8 @@ static int prog_build_even(const sim_ctx *cx, sim_prog *pg, int stage, int d, do
     return CZ_OK;
 }
 
-static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_error *err) {
+static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_error *err)
+{
     const cz_plan *plan = cx->plan;
     const cz_rank_schedule *rs = find_schedule(plan, stage, d);
     int ngroups = rs ? rs->ngroups : 0;
@@ -310,7 +325,8 @@ done:
  * gather is in flight while this group computes, and a scatter waits for every TP rank to
  * finish the group's compute. */
 static void prog_run(const sim_prog *pg, int R, int pipelined, double *finish, double *busy,
-                     cz_sim_span *tl_gather, cz_sim_span *tl_scatter, cz_sim_span *tl_compute) {
+                     cz_sim_span *tl_gather, cz_sim_span *tl_scatter, cz_sim_span *tl_compute)
+{
     int G = pg->ngroups;
     double comm = 0.0, prev_end = 0.0;
     for (int t = 0; t < R; t++) {
@@ -368,7 +384,8 @@ static void prog_run(const sim_prog *pg, int R, int pipelined, double *finish, d
 
 /* Gradient and parameter synchronization over DP for one stage's buckets. */
 static void dp_sync_seconds(const sim_ctx *cx, int stage, double *grad_s, double *param_s,
-                            int64_t *owned) {
+                            int64_t *owned)
+{
     const cz_plan *plan = cx->plan;
     *grad_s = *param_s = 0.0;
     if (!cx->cluster || cx->D <= 1)
@@ -409,7 +426,8 @@ static void dp_sync_seconds(const sim_ctx *cx, int stage, double *grad_s, double
     }
 }
 
-static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c, cz_error *err) {
+static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c, cz_error *err)
+{
     memset(cx, 0, sizeof *cx);
     cx->plan = plan;
     cx->cluster = c;
@@ -488,7 +506,8 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c, cz_er
     return CZ_OK;
 }
 
-static int build_rank(const sim_ctx *cx, sim_prog *pg, int s, int d, double *frag, cz_error *err) {
+static int build_rank(const sim_ctx *cx, sim_prog *pg, int s, int d, double *frag, cz_error *err)
+{
     *frag = 0.0;
     if (cx->plan->settings.dp == CZ_DP_EVEN) {
         if (prog_build_even(cx, pg, s, d, frag))
@@ -499,7 +518,8 @@ static int build_rank(const sim_ctx *cx, sim_prog *pg, int s, int d, double *fra
 }
 
 int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster *cluster,
-                     cz_error *err) {
+                     cz_error *err)
+{
     sim_ctx cx;
     sim_prog pg = {0};
     cz_sim_result *r = NULL;

@@ -10,7 +10,8 @@
 #define MIB 1048576.0
 
 static cz_cluster *make_cluster(int dp, int tp, int gpus_per_node, double intra, double inter,
-                                double lat_us) {
+                                double lat_us)
+{
     cz_cluster *c = calloc(1, sizeof *c);
     ck_assert_ptr_nonnull(c);
     c->name = cz_strdup("test-cluster");
@@ -32,7 +33,8 @@ static cz_cluster *make_cluster(int dp, int tp, int gpus_per_node, double intra,
 /* A plan with nparams matrices of shape rows x cols split along rows over tp (bf16), one
  * bucket holding them all back to back, owned by DP rank 0 unless changed. */
 static cz_plan *make_plan(int dp, int tp, int nparams, int64_t rows, int64_t cols,
-                          cz_tp_strategy tps) {
+                          cz_tp_strategy tps)
+{
     cz_plan *p = calloc(1, sizeof *p);
     ck_assert_ptr_nonnull(p);
     cz_settings_init(&p->settings);
@@ -83,7 +85,8 @@ static cz_plan *make_plan(int dp, int tp, int nparams, int64_t rows, int64_t col
 }
 
 /* Appends a group to DP rank d's schedule: ntasks tasks (param ids) on the given slots. */
-static void add_group(cz_plan *p, int d, int nslots, int ntasks, const int *ids, const int *slots) {
+static void add_group(cz_plan *p, int d, int nslots, int ntasks, const int *ids, const int *slots)
+{
     cz_rank_schedule *rs = &p->schedules[d];
     rs->groups = realloc(rs->groups, (size_t)(rs->ngroups + 1) * sizeof *rs->groups);
     ck_assert_ptr_nonnull(rs->groups);
@@ -102,7 +105,8 @@ static void add_group(cz_plan *p, int d, int nslots, int ntasks, const int *ids,
     }
 }
 
-static double task_seconds(const cz_plan *p, int id, const cz_cluster *c) {
+static double task_seconds(const cz_plan *p, int id, const cz_cluster *c)
+{
     const cz_plan_param *q = &p->params[id];
     cz_param_def def = {.name = q->name,
                         .ndim = q->ndim,
@@ -114,7 +118,8 @@ static double task_seconds(const cz_plan *p, int id, const cz_cluster *c) {
     return cz_cost_param_seconds(&def, &p->settings, c, p->dtype);
 }
 
-START_TEST(test_alltoall_formula) {
+START_TEST(test_alltoall_formula)
+{
     /* 8 ranks, 1 GB from the busiest rank, 100 GB/s, 5 us: 7 * 5e-6 + 1e9 / 1e11. */
     double t = cz_sim_collective_seconds(CZ_COLL_ALL_TO_ALL, 8, 1e9, 100.0, 5.0);
     ck_assert_double_eq_tol(t, 0.010035, 1e-12);
@@ -128,7 +133,8 @@ START_TEST(test_alltoall_formula) {
 }
 END_TEST
 
-START_TEST(test_node_spans) {
+START_TEST(test_node_spans)
+{
     /* 8 GPUs per node: TP group 8..15 is one node; DP group 3, 11, 19 crosses nodes. */
     ck_assert_int_eq(cz_sim_group_spans_nodes(8, 1, 8, 8), 0);
     ck_assert_int_eq(cz_sim_group_spans_nodes(4, 1, 8, 8), 1);
@@ -140,7 +146,8 @@ END_TEST
 /* One DP rank, TP 2, two groups: {p0 on 0, p1 on 1} and {p2 on 0}. Each gather/scatter moves
  * one 1 MiB bf16 shard per rank: 10 us + 1 MiB / 100 GB/s. Compute (a 1024^2 Muon update at
  * 100 TFLOP/s, ~0.3 ms) dominates, so the step is gather0 + compute0 + compute1 + scatter1. */
-START_TEST(test_pipeline_overlap) {
+START_TEST(test_pipeline_overlap)
+{
     cz_cluster *c = make_cluster(1, 2, 8, 100.0, 25.0, 10.0);
     cz_plan *p = make_plan(1, 2, 3, 1024, 1024, CZ_TP_ROLLBACK);
     add_group(p, 0, 2, 2, (int[]){0, 1}, (int[]){0, 1});
@@ -172,7 +179,8 @@ END_TEST
 
 /* The same three matrices under synchronous compute: one all-gather of all three shards over TP
  * (ring: 1 step of 3 MiB at 100 GB/s + 10 us), then every TP rank updates all three. */
-START_TEST(test_sc_vs_pipelined) {
+START_TEST(test_sc_vs_pipelined)
+{
     cz_cluster *c = make_cluster(1, 2, 8, 100.0, 25.0, 10.0);
     cz_plan *sc = make_plan(1, 2, 3, 1024, 1024, CZ_TP_SC);
     add_group(sc, 0, 1, 3, (int[]){0, 1, 2}, (int[]){0, 0, 0});
@@ -204,7 +212,8 @@ END_TEST
 /* DP 2 x TP 2, uneven bucket ranges: the reduce-scatter and all-gather take the largest slice.
  * With 2 GPUs per node the DP group {0, 2} crosses nodes (inter-node rate 25 GB/s); with 4 per
  * node everything is inside one node (100 GB/s). */
-START_TEST(test_dp_sync_bandwidth) {
+START_TEST(test_dp_sync_bandwidth)
+{
     for (int gpn = 2; gpn <= 4; gpn += 2) {
         cz_cluster *c = make_cluster(2, 2, gpn, 100.0, 25.0, 10.0);
         cz_plan *p = make_plan(2, 2, 2, 1024, 1024, CZ_TP_ROLLBACK);
@@ -239,7 +248,8 @@ END_TEST
 
 /* Layerwise: gradients are all-reduced (2x the reduce-scatter traffic), owned parameters
  * gathered. */
-START_TEST(test_layerwise_allreduce) {
+START_TEST(test_layerwise_allreduce)
+{
     cz_cluster *c = make_cluster(2, 1, 1, 100.0, 25.0, 0.0);
     cz_plan *p = make_plan(2, 1, 2, 1024, 1024, CZ_TP_SC);
     p->settings.dp = CZ_DP_LAYERWISE;
@@ -261,7 +271,8 @@ END_TEST
 /* Without a cluster the timeline is in cost units and communication is free. Loads: group 0
  * {3, 1}, group 1 {2, 2} -> rank 0 ends at 5, rank 1 at 3 (it starts group 1 early because
  * nothing but the gather gates a group's compute). */
-START_TEST(test_cost_proportional) {
+START_TEST(test_cost_proportional)
+{
     cz_plan *p = make_plan(1, 2, 4, 2, 2, CZ_TP_SLOT);
     p->params[0].cost = 3;
     p->params[1].cost = 1;
@@ -281,7 +292,8 @@ START_TEST(test_cost_proportional) {
 }
 END_TEST
 
-START_TEST(test_bad_inputs) {
+START_TEST(test_bad_inputs)
+{
     cz_cluster *c = make_cluster(2, 2, 8, 100.0, 25.0, 10.0);
     cz_plan *p = make_plan(1, 2, 1, 4, 4, CZ_TP_ROLLBACK);
     cz_sim_result *r = NULL;
@@ -300,7 +312,8 @@ START_TEST(test_bad_inputs) {
 }
 END_TEST
 
-int main(void) {
+int main(void)
+{
     Suite *s = suite_create("simulate");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_alltoall_formula);
