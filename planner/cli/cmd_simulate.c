@@ -12,33 +12,37 @@
 
 static void simulate_help(FILE *f)
 {
-    fprintf(f,
-            "usage: canzona simulate --model MODEL.json --cluster CLUSTER.json [--plan PLAN.json]\n"
-            "                        [--json] [planning settings]\n"
-            "\n"
-            "Estimates one optimizer step (alpha-beta collectives; one compute and one\n"
-            "communication stream per GPU; see docs/SIMULATOR.md) and prints, side by side:\n"
-            "  sync-compute  the baseline: DP anchored (atomic) + TP sc (every TP rank gathers\n"
-            "                and updates every matrix, no overlap)\n"
-            "  layer-wise    Megatron's layer-wise optimizer: DP layerwise (gradients\n"
-            "                all-reduced) + TP sc\n"
-            "  async         asynchronous compute without load balancing: anchored + none\n"
-            "  canzona       alpha-balanced DP + greedy-rollback micro-groups: alpha + rollback\n"
-            "Columns (milliseconds): grad = gradient reduce-scatter (all-reduce for layer-wise);\n"
-            "update = elementwise updates + micro-group pipeline incl. exposed TP communication\n"
-            "(slowest GPU); param = parameter all-gather over DP; opt = optimizer-step latency\n"
-            "= update + param, from synchronized gradients to gathered parameters; step = grad +\n"
-            "opt; comm = all collective time of the critical GPU, hidden or not. Speed-ups (x)\n"
-            "are the baseline's time over the row's, for update, opt and step.\n"
-            "\n"
-            "options:\n"
-            "  -m, --model FILE      model description (canzona.model/1)\n"
-            "  -c, --cluster FILE    cluster shape with links (canzona.cluster/1)\n"
-            "  -p, --plan FILE       simulate this plan only (--model is then optional and, when\n"
-            "                        given, must be the plan's model)\n"
-            "      --json            print JSON instead of a table\n"
-            "  -h, --help            this help\n"
-            "Giving --dp or --tp simulates that single configuration instead of the four.\n");
+    fprintf(
+        f,
+        "usage: canzona simulate --model MODEL.json --cluster CLUSTER.json [--plan PLAN.json]\n"
+        "                        [--json] [planning settings]\n"
+        "\n"
+        "Estimates one optimizer step (alpha-beta collectives; one compute and one\n"
+        "communication stream per GPU; see docs/SIMULATOR.md) and prints, side by side:\n"
+        "  sync-compute  the baseline: DP anchored (atomic) + TP sc (every TP rank gathers\n"
+        "                and updates every matrix, no overlap)\n"
+        "  layer-wise    Megatron's layer-wise optimizer: DP layerwise (gradients\n"
+        "                all-reduced) + TP sc\n"
+        "  async         asynchronous compute without load balancing: anchored + none\n"
+        "  canzona       alpha-balanced DP + greedy-rollback micro-groups: alpha + rollback\n"
+        "Columns (milliseconds): grad = gradient reduce-scatter (all-reduce for layer-wise);\n"
+        "update = elementwise updates + micro-group pipeline incl. exposed TP communication\n"
+        "(slowest GPU); param = parameter all-gather over DP; opt = optimizer-step latency\n"
+        "= update + param, from synchronized gradients to gathered parameters; step = grad +\n"
+        "opt; comm = all collective time of the critical GPU, hidden or not. Speed-ups (x)\n"
+        "are the baseline's time over the row's, for update, opt and step.\n"
+        "\n"
+        "options:\n"
+        "  -m, --model FILE      model description (canzona.model/1)\n"
+        "  -c, --cluster FILE    cluster shape with links (canzona.cluster/1)\n"
+        "  -p, --plan FILE       simulate this plan only (--model is then optional and, when\n"
+        "                        given, must be the plan's model)\n"
+        "      --uneven MODEL    how uneven DP slices are synchronized: rooted (default; one\n"
+        "                        rooted ring reduce/broadcast per owner, grouped) or padded\n"
+        "                        (ring reduce-scatter/all-gather, slices padded to the largest)\n"
+        "      --json            print JSON instead of a table\n"
+        "  -h, --help            this help\n"
+        "Giving --dp or --tp simulates that single configuration instead of the four.\n");
     cz_cli_settings_help(f);
 }
 
@@ -128,9 +132,9 @@ static void row_fill(sim_row *r, const cz_plan *plan, cz_sim_result *sim)
 int cz_cmd_simulate(int argc, char **argv)
 {
     static const struct option own[] = {
-        {"model", required_argument, NULL, 'm'}, {"cluster", required_argument, NULL, 'c'},
-        {"plan", required_argument, NULL, 'p'},  {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
+        {"model", required_argument, NULL, 'm'},  {"cluster", required_argument, NULL, 'c'},
+        {"plan", required_argument, NULL, 'p'},   {"json", no_argument, NULL, 'j'},
+        {"uneven", required_argument, NULL, 'u'}, {"help", no_argument, NULL, 'h'},
     };
     enum { NOWN = sizeof own / sizeof own[0] };
     struct option opts[NOWN + CZ_CLI_SETTINGS_OPTION_COUNT + 1];
@@ -142,6 +146,7 @@ int cz_cmd_simulate(int argc, char **argv)
     int json = 0, single = 0, rc = 1, opt, nrows = 0;
     cz_settings settings;
     cz_settings_init(&settings);
+    cz_sim_options simopt = {.uneven = CZ_SIM_UNEVEN_ROOTED};
     cz_model *model = NULL;
     cz_cluster *cluster = NULL;
     cz_plan *plan = NULL;
@@ -164,6 +169,17 @@ int cz_cmd_simulate(int argc, char **argv)
             break;
         case 'j':
             json = 1;
+            break;
+        case 'u':
+            if (!strcmp(optarg, "rooted"))
+                simopt.uneven = CZ_SIM_UNEVEN_ROOTED;
+            else if (!strcmp(optarg, "padded"))
+                simopt.uneven = CZ_SIM_UNEVEN_PADDED;
+            else {
+                fprintf(stderr, "canzona simulate: --uneven '%s': expected rooted or padded\n",
+                        optarg);
+                return 2;
+            }
             break;
         case 'h':
             simulate_help(stdout);
@@ -211,7 +227,7 @@ int cz_cmd_simulate(int argc, char **argv)
             goto done;
         }
         cz_sim_result *sim = NULL;
-        if (cz_plan_simulate(&sim, plan, cluster, &err) != CZ_OK) {
+        if (cz_plan_simulate(&sim, plan, cluster, &simopt, &err) != CZ_OK) {
             fprintf(stderr, "canzona simulate: %s: %s\n", plan_path, err.message);
             goto done;
         }
@@ -238,7 +254,7 @@ int cz_cmd_simulate(int argc, char **argv)
             }
             cz_sim_result *sim = NULL;
             if (cz_plan_build(&plan, model, cluster, &s, &err) != CZ_OK ||
-                cz_plan_simulate(&sim, plan, cluster, &err) != CZ_OK) {
+                cz_plan_simulate(&sim, plan, cluster, &simopt, &err) != CZ_OK) {
                 fprintf(stderr, "canzona simulate: %s+%s: %s\n", cz_dp_strategy_name(s.dp),
                         cz_tp_strategy_name(s.tp), err.message);
                 goto done;

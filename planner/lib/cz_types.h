@@ -195,8 +195,24 @@ typedef enum cz_coll_kind {
     CZ_COLL_REDUCE_SCATTER = 0, /* ring: n-1 steps, each moves the largest slice */
     CZ_COLL_ALL_GATHER = 1,     /* ring: n-1 steps, each moves the largest slice */
     CZ_COLL_ALL_REDUCE = 2,     /* ring: 2(n-1) steps, 2(n-1)/n of the buffer */
-    CZ_COLL_ALL_TO_ALL = 3      /* pairwise: n-1 steps, a rank's larger of sent/received */
+    CZ_COLL_ALL_TO_ALL = 3,     /* pairwise: n-1 steps, a rank's larger of sent/received */
+    CZ_COLL_ROOTED_GROUP = 4    /* n concurrent rooted ring reduces (or broadcasts), one per
+                                   owner: n-1 steps, bytes = the busiest ring link's load */
 } cz_coll_kind;
+
+/* How an uneven reduce-scatter / all-gather over DP (slices of unequal length) is run:
+ * ROOTED as a group of one rooted ring reduce (broadcast) per owner, whose busiest link carries
+ * the bucket minus one slice; PADDED as an ordinary ring collective with every slice padded to
+ * the largest, n-1 steps of the largest slice. Equal slices cost the same either way. */
+typedef enum cz_sim_uneven { CZ_SIM_UNEVEN_ROOTED = 0, CZ_SIM_UNEVEN_PADDED = 1 } cz_sim_uneven;
+
+typedef struct cz_sim_options {
+    cz_sim_uneven uneven; /* default ROOTED */
+} cz_sim_options;
+
+/* Seconds of one uneven DP collective with slice lengths len[0..n-1] (elements). */
+double cz_sim_uneven_seconds(const int64_t *len, int n, double elem_bytes, double gbps,
+                             double latency_us, cz_sim_uneven model);
 
 /* Seconds of one collective over n ranks. bytes: for the ring collectives the largest
  * per-rank slice (reduce-scatter, all-gather) or the whole buffer (all-reduce); for the
@@ -240,9 +256,10 @@ typedef struct cz_sim_result {
 /* Simulates one optimizer step of plan on cluster (event model of docs/SIMULATOR.md). With
  * cluster NULL, task times are the plan's costs and communication is free (cost-proportional
  * timeline). The plan's topology must match the cluster's (CZ_EMISMATCH otherwise); the even
- * partition is supported with the sc TP strategy only (CZ_EUNSUPPORTED otherwise). */
+ * partition is supported with the sc TP strategy only (CZ_EUNSUPPORTED otherwise). opt may be
+ * NULL (defaults). */
 int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster *cluster,
-                     cz_error *err);
+                     const cz_sim_options *opt, cz_error *err);
 void cz_sim_result_free(cz_sim_result *r);
 
 /* Options of cz_plan_render_svg. */

@@ -123,17 +123,17 @@ static const char *fmt_value(char *buf, size_t n, double v, cz_cost_unit unit)
     return buf;
 }
 
-/* A "nice" axis maximum (1, 2 or 5 times a power of ten) at or above v. */
+/* A round axis maximum (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 times a power of ten) at or
+ * above v, so that the data fills most of the axis. */
 static double nice_ceiling(double v)
 {
+    static const double steps[] = {1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0};
     if (!(v > 0))
         return 1.0;
     double p = pow(10.0, floor(log10(v)));
-    for (int i = 0; i < 3; i++) {
-        double m = (double[]){1.0, 2.0, 5.0}[i] * p;
-        if (m >= v * (1 - 1e-12))
-            return m;
-    }
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+        if (steps[i] * p >= v * (1 - 1e-12))
+            return steps[i] * p;
     return 10.0 * p;
 }
 
@@ -261,9 +261,9 @@ static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
     sb_printf(b,
               "<g id=\"timeline\">\n<text x=\"10\" y=\"%d\" font-size=\"13\" "
               "font-weight=\"bold\">(b) micro-group pipeline of DP rank %d (stage %d), %s "
-              "(%d groups)</text>\n",
+              "(%d group%s)</text>\n",
               top + 16, sim->critical_dp, sim->critical_stage,
-              sim->pipelined ? "asynchronous" : "synchronous compute", G);
+              sim->pipelined ? "asynchronous" : "synchronous compute", G, G == 1 ? "" : "s");
     int y_start = top + 30;
     static const char *const lane_names[3] = {"gather", "compute", "scatter"};
     for (int t = 0; t < R; t++) {

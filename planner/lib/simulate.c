@@ -25,9 +25,29 @@ double cz_sim_collective_seconds(cz_coll_kind kind, int n, double bytes, double 
     case CZ_COLL_ALL_REDUCE:
         return 2.0 * (n - 1) * lat + 2.0 * (n - 1) / n * bytes / bw;
     case CZ_COLL_ALL_TO_ALL:
+    case CZ_COLL_ROOTED_GROUP:
         return (n - 1) * lat + bytes / bw;
     }
     return 0.0;
+}
+
+double cz_sim_uneven_seconds(const int64_t *len, int n, double elem_bytes, double gbps,
+                             double latency_us, cz_sim_uneven model)
+{
+    int64_t total = 0, most = 0, busiest = 0;
+    for (int d = 0; d < n; d++) {
+        total += len[d];
+        most = len[d] > most ? len[d] : most;
+    }
+    if (model == CZ_SIM_UNEVEN_PADDED)
+        return cz_sim_collective_seconds(CZ_COLL_REDUCE_SCATTER, n, (double)most * elem_bytes, gbps,
+                                         latency_us);
+    /* The ring link leaving rank d is idle only for d's own slice (the reduce toward d ends
+     * at d; the broadcast from d starts there), so it carries every other slice once. */
+    for (int d = 0; d < n; d++)
+        busiest = total - len[d] > busiest ? total - len[d] : busiest;
+    return cz_sim_collective_seconds(CZ_COLL_ROOTED_GROUP, n, (double)busiest * elem_bytes, gbps,
+                                     latency_us);
 }
 
 int cz_sim_group_spans_nodes(int first, int stride, int n, int gpus_per_node)
@@ -72,6 +92,7 @@ typedef struct sim_ctx {
     double elem_bytes; /* gradient and parameter bytes per element */
     double lat_us;
     int *bucket_index; /* per param: index into plan->buckets, -1 when none */
+    cz_sim_uneven uneven;
 } sim_ctx;
 
 static void prog_free(sim_prog *pg)
@@ -405,30 +426,26 @@ static void dp_sync_seconds(const sim_ctx *cx, int stage, double *grad_s, double
                 if (cx->bucket_index[i] == (int)b && p->dp_owner >= 0 && p->dp_owner < cx->D)
                     owned[p->dp_owner] += p->numel;
             }
-            int64_t most = 0;
-            for (int d = 0; d < cx->D; d++)
-                most = owned[d] > most ? owned[d] : most;
             *grad_s += cz_sim_collective_seconds(
                 CZ_COLL_ALL_REDUCE, cx->D, (double)bk->size * cx->elem_bytes, gbps, cx->lat_us);
-            *param_s += cz_sim_collective_seconds(CZ_COLL_ALL_GATHER, cx->D,
-                                                  (double)most * cx->elem_bytes, gbps, cx->lat_us);
+            *param_s +=
+                cz_sim_uneven_seconds(owned, cx->D, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
             continue;
         }
-        int64_t most = 0;
-        for (int d = 0; bk->ranges && d < cx->D; d++) {
-            int64_t len = bk->ranges[2 * d + 1] - bk->ranges[2 * d];
-            most = len > most ? len : most;
-        }
-        double bytes = (double)most * cx->elem_bytes;
-        *grad_s +=
-            cz_sim_collective_seconds(CZ_COLL_REDUCE_SCATTER, cx->D, bytes, gbps, cx->lat_us);
-        *param_s += cz_sim_collective_seconds(CZ_COLL_ALL_GATHER, cx->D, bytes, gbps, cx->lat_us);
+        for (int d = 0; d < cx->D; d++)
+            owned[d] = bk->ranges ? bk->ranges[2 * d + 1] - bk->ranges[2 * d] : 0;
+        double t =
+            cz_sim_uneven_seconds(owned, cx->D, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
+        *grad_s += t;
+        *param_s += t;
     }
 }
 
-static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c, cz_error *err)
+static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
+                    const cz_sim_options *opt, cz_error *err)
 {
     memset(cx, 0, sizeof *cx);
+    cx->uneven = opt ? opt->uneven : CZ_SIM_UNEVEN_ROOTED;
     cx->plan = plan;
     cx->cluster = c;
     cx->R = plan->tp;
@@ -518,7 +535,7 @@ static int build_rank(const sim_ctx *cx, sim_prog *pg, int s, int d, double *fra
 }
 
 int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster *cluster,
-                     cz_error *err)
+                     const cz_sim_options *opt, cz_error *err)
 {
     sim_ctx cx;
     sim_prog pg = {0};
@@ -527,7 +544,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     int64_t *owned = NULL;
     int rc;
     *out = NULL;
-    if ((rc = ctx_init(&cx, plan, cluster, err)))
+    if ((rc = ctx_init(&cx, plan, cluster, opt, err)))
         goto done;
     int R = cx.R, D = cx.D, P = cx.P;
     r = calloc(1, sizeof *r);

@@ -133,6 +133,27 @@ START_TEST(test_alltoall_formula)
 }
 END_TEST
 
+/* Uneven DP slices of 4 ranks. One owner holding 1e8 elements (bf16, 2e8 B) at 50 GB/s, 10 us:
+ * padded = 3 steps of the largest slice; rooted = the busiest link carries the other ranks'
+ * slices... here everything but rank 0's, i.e. the whole 2e8 B once. Equal slices agree. */
+START_TEST(test_uneven_models)
+{
+    int64_t one[4] = {100000000, 0, 0, 0}, even[4] = {25000000, 25000000, 25000000, 25000000};
+    double lat = 3 * 10e-6;
+    ck_assert_double_eq_tol(cz_sim_uneven_seconds(one, 4, 2.0, 50.0, 10.0, CZ_SIM_UNEVEN_PADDED),
+                            lat + 3 * 2e8 / 50e9, 1e-12);
+    ck_assert_double_eq_tol(cz_sim_uneven_seconds(one, 4, 2.0, 50.0, 10.0, CZ_SIM_UNEVEN_ROOTED),
+                            lat + 2e8 / 50e9, 1e-12);
+    for (int m = 0; m < 2; m++)
+        ck_assert_double_eq_tol(cz_sim_uneven_seconds(even, 4, 2.0, 50.0, 10.0, (cz_sim_uneven)m),
+                                lat + 3 * 5e7 / 50e9, 1e-12);
+    /* Slices 40, 30, 20, 10 (M elements): busiest link skips only the smallest slice: 90 M. */
+    int64_t mixed[4] = {40000000, 30000000, 20000000, 10000000};
+    ck_assert_double_eq_tol(cz_sim_uneven_seconds(mixed, 4, 2.0, 50.0, 10.0, CZ_SIM_UNEVEN_ROOTED),
+                            lat + 1.8e8 / 50e9, 1e-12);
+}
+END_TEST
+
 START_TEST(test_node_spans)
 {
     /* 8 GPUs per node: TP group 8..15 is one node; DP group 3, 11, 19 crosses nodes. */
@@ -154,7 +175,7 @@ START_TEST(test_pipeline_overlap)
     add_group(p, 0, 2, 1, (int[]){2}, (int[]){0});
     cz_sim_result *r = NULL;
     cz_error err;
-    int rc = cz_plan_simulate(&r, p, c, &err);
+    int rc = cz_plan_simulate(&r, p, c, NULL, &err);
     ck_assert_msg(rc == 0, "%s", err.message);
     double comm = 10e-6 + MIB / 100e9;
     double comp = task_seconds(p, 0, c);
@@ -189,8 +210,8 @@ START_TEST(test_sc_vs_pipelined)
     add_group(pl, 0, 2, 1, (int[]){2}, (int[]){0});
     cz_sim_result *rs = NULL, *rp = NULL;
     cz_error err;
-    ck_assert_int_eq(cz_plan_simulate(&rs, sc, c, &err), 0);
-    ck_assert_int_eq(cz_plan_simulate(&rp, pl, c, &err), 0);
+    ck_assert_int_eq(cz_plan_simulate(&rs, sc, c, NULL, &err), 0);
+    ck_assert_int_eq(cz_plan_simulate(&rp, pl, c, NULL, &err), 0);
     double comp = task_seconds(sc, 0, c);
     double gather = 10e-6 + 3 * MIB / 100e9;
     ck_assert_int_eq(rs->pipelined, 0);
@@ -228,7 +249,7 @@ START_TEST(test_dp_sync_bandwidth)
         add_group(p, 1, 2, 1, (int[]){1}, (int[]){1});
         cz_sim_result *r = NULL;
         cz_error err;
-        int rc = cz_plan_simulate(&r, p, c, &err);
+        int rc = cz_plan_simulate(&r, p, c, NULL, &err);
         ck_assert_msg(rc == 0, "%s", err.message);
         double bw = gpn == 2 ? 25e9 : 100e9;
         double slice = (524288.0 + 64.0) * 2.0;
@@ -258,7 +279,7 @@ START_TEST(test_layerwise_allreduce)
     add_group(p, 1, 1, 1, (int[]){1}, (int[]){0});
     cz_sim_result *r = NULL;
     cz_error err;
-    ck_assert_int_eq(cz_plan_simulate(&r, p, c, &err), 0);
+    ck_assert_int_eq(cz_plan_simulate(&r, p, c, NULL, &err), 0);
     double bucket = 2.0 * MIB * 2.0; /* 2 M elements, bf16 */
     ck_assert_double_eq_tol(r->grad_sync_s, 2.0 * 0.5 * bucket / 25e9, 1e-12);
     ck_assert_double_eq_tol(r->param_sync_s, MIB * 2.0 / 25e9, 1e-12);
@@ -282,7 +303,7 @@ START_TEST(test_cost_proportional)
     add_group(p, 0, 2, 2, (int[]){2, 3}, (int[]){0, 1});
     cz_sim_result *r = NULL;
     cz_error err;
-    ck_assert_int_eq(cz_plan_simulate(&r, p, NULL, &err), 0);
+    ck_assert_int_eq(cz_plan_simulate(&r, p, NULL, NULL, &err), 0);
     ck_assert_double_eq_tol(r->step_s, 5.0, 1e-12);
     ck_assert_double_eq_tol(r->tl_compute[1 * 2 + 1].start, 1.0, 1e-12);
     ck_assert_double_eq_tol(r->tl_compute[1 * 2 + 1].end, 3.0, 1e-12);
@@ -298,15 +319,15 @@ START_TEST(test_bad_inputs)
     cz_plan *p = make_plan(1, 2, 1, 4, 4, CZ_TP_ROLLBACK);
     cz_sim_result *r = NULL;
     cz_error err;
-    ck_assert_int_eq(cz_plan_simulate(&r, p, c, &err), CZ_EMISMATCH);
+    ck_assert_int_eq(cz_plan_simulate(&r, p, c, NULL, &err), CZ_EMISMATCH);
     ck_assert_ptr_null(r);
     add_group(p, 0, 2, 1, (int[]){0}, (int[]){0});
     p->schedules[0].groups[0].task_slot[0] = 7; /* no TP rank 7 */
-    ck_assert_int_eq(cz_plan_simulate(&r, p, NULL, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz_plan_simulate(&r, p, NULL, NULL, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "slot 7"));
     p->schedules[0].groups[0].task_slot[0] = 0;
     p->settings.dp = CZ_DP_EVEN;
-    ck_assert_int_eq(cz_plan_simulate(&r, p, NULL, &err), CZ_EUNSUPPORTED);
+    ck_assert_int_eq(cz_plan_simulate(&r, p, NULL, NULL, &err), CZ_EUNSUPPORTED);
     cz_plan_free(p);
     cz_cluster_free(c);
 }
@@ -318,6 +339,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_alltoall_formula);
     tcase_add_test(tc, test_node_spans);
+    tcase_add_test(tc, test_uneven_models);
     tcase_add_test(tc, test_pipeline_overlap);
     tcase_add_test(tc, test_sc_vs_pipelined);
     tcase_add_test(tc, test_dp_sync_bandwidth);
