@@ -127,7 +127,7 @@ static int row_run(cmp_row *r, const cz_model *model, const cz_cluster *cluster,
     r->dp_imbalance = plan->metrics.dp_imbalance;
     r->mk_over_lb =
         plan->metrics.lower_bound > 0 ? plan->metrics.tp_makespan / plan->metrics.lower_bound : 1.0;
-    if (cz_plan_simulate(&sim, plan, cluster, &err) != CZ_OK) {
+    if (cz_plan_simulate(&sim, plan, cluster, NULL, &err) != CZ_OK) {
         fprintf(stderr, "canzona compare: %s: simulating: %s\n", r->label, err.message);
         goto done;
     }

@@ -98,7 +98,7 @@ int cz_cmd_render(int argc, char **argv)
         fprintf(stderr, "canzona render: %s\n", err.message);
         goto done;
     }
-    if (cz_plan_simulate(&sim, plan, cluster, &err) != CZ_OK) {
+    if (cz_plan_simulate(&sim, plan, cluster, NULL, &err) != CZ_OK) {
         fprintf(stderr, "canzona render: %s: %s\n", plan_path, err.message);
         goto done;
     }
