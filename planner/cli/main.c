@@ -17,6 +17,9 @@ static const command commands[] = {
     {"diff", cz_cmd_diff, "compare two plans: settings, metrics, moved parameters"},
     {"validate", cz_cmd_validate, "check every invariant of a plan against its model and cluster"},
     {"import-hf", cz_cmd_import_hf, "write a model description from a Hugging Face config.json"},
+    {"simulate", cz_cmd_simulate, "estimate one optimizer step: baselines vs Canzona"},
+    {"render", cz_cmd_render, "draw a plan's per-GPU loads and pipeline timeline (SVG/HTML)"},
+    {"compare", cz_cmd_compare, "plan with every strategy; balance, simulated step, plan time"},
 };
 
 static void usage(FILE *f) {

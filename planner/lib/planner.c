@@ -271,11 +271,46 @@ fail:
     return rc;
 }
 
+/* Runs the whole pipeline (buckets, DP, TP, metrics) on an initialized plan. */
+static int plan_solve(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
+                      const cz_settings *settings, cz_error *err)
+{
+    int rc;
+    cz_plan *plan = NULL;
+    *out = NULL;
+    if ((rc = cz_plan_init(&plan, model, cluster, settings, err)) != CZ_OK)
+        goto fail;
+    if ((rc = cz_buckets_layout(plan, err)) != CZ_OK)
+        goto fail;
+    if ((rc = cz_dp_partition(plan, err)) != CZ_OK)
+        goto fail;
+    if ((rc = cz_tp_schedule_build(plan, err)) != CZ_OK)
+        goto fail;
+    if ((rc = cz_plan_metrics_compute(plan, cluster, err)) != CZ_OK)
+        goto fail;
+    *out = plan;
+    return CZ_OK;
+fail:
+    cz_plan_free(plan);
+    return rc;
+}
+
+/* True when plan b is strictly better than a: no worse DP balance, and better balance or a
+ * shorter makespan. The relative slack keeps rounding noise from deciding. */
+static bool plan_better(const cz_plan *b, const cz_plan *a)
+{
+    const double eps = 1e-12;
+    double bi = b->metrics.dp_imbalance, ai = a->metrics.dp_imbalance;
+    if (bi > ai * (1 + eps))
+        return false;
+    return bi < ai * (1 - eps) || b->metrics.tp_makespan < a->metrics.tp_makespan * (1 - eps);
+}
+
 int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
                   const cz_settings *settings, cz_error *err)
 {
     int rc;
-    cz_plan *plan = NULL;
+    cz_plan *plan = NULL, *numel = NULL;
     struct timespec t0, t1;
     if (!out)
         return cz_error_set(err, CZ_EINVALID, "cz_plan_build: no output pointer given");
@@ -288,21 +323,32 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
                             "solver '%s' is not available in this build of cz_plan_build; use "
                             "the greedy solver",
                             cz_solver_name(settings->solver));
-    if ((rc = cz_plan_init(&plan, model, cluster, settings, err)) != CZ_OK)
+    if ((rc = plan_solve(&plan, model, cluster, settings, err)) != CZ_OK)
         goto fail;
-    if ((rc = cz_buckets_layout(plan, err)) != CZ_OK)
-        goto fail;
-    if ((rc = cz_dp_partition(plan, err)) != CZ_OK)
-        goto fail;
-    if ((rc = cz_tp_schedule_build(plan, err)) != CZ_OK)
-        goto fail;
-    if ((rc = cz_plan_metrics_compute(plan, cluster, err)) != CZ_OK)
-        goto fail;
+    /* Alpha's cut placement is a greedy heuristic: with a few very large matrices, the cuts it
+     * derives from element counts can happen to balance the cost better than the cuts derived
+     * from the cost itself. Counting in the cost unit keeps whichever is better, the same way
+     * the reference keeps anchored when alpha loses, so it is never worse than element loads. */
+    if (settings->dp == CZ_DP_ALPHA && !settings->alpha_numel_loads) {
+        cz_settings alt = *settings;
+        alt.alpha_numel_loads = 1;
+        if ((rc = plan_solve(&numel, model, cluster, &alt, err)) != CZ_OK)
+            goto fail;
+        if (plan_better(numel, plan)) {
+            cz_plan_free(plan);
+            plan = numel;
+            numel = NULL;
+            plan->settings = *settings;
+            plan->dp_numel_cuts = 1;
+        }
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     plan->plan_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    cz_plan_free(numel);
     *out = plan;
     return CZ_OK;
 fail:
+    cz_plan_free(numel);
     cz_plan_free(plan);
     return rc;
 }
