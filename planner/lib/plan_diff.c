@@ -212,17 +212,21 @@ static int locate(const cz_plan *p, int **grp, int **slot)
     return 0;
 }
 
-static const cz_plan *sort_plan; /* qsort has no context argument; single-threaded use */
+/* B's parameters sorted by name, for matching A's by name without a global sort context. */
+typedef struct {
+    const char *name;
+    int index;
+} named;
 
 static int by_name(const void *x, const void *y)
 {
-    int i = *(const int *)x, j = *(const int *)y;
-    int c = strcmp(str_or(sort_plan->params[i].name), str_or(sort_plan->params[j].name));
-    return c ? c : (i > j) - (i < j);
+    const named *a = x, *b = y;
+    int c = strcmp(a->name, b->name);
+    return c ? c : (a->index > b->index) - (a->index < b->index);
 }
 
 /* Index in b of the parameter matching a's parameter i, or -1. */
-static int match(const cz_plan *a, const cz_plan *b, size_t i, const int *b_sorted, int by_id)
+static int match(const cz_plan *a, const cz_plan *b, size_t i, const named *b_sorted, int by_id)
 {
     if (by_id)
         return i < b->nparams ? (int)i : -1;
@@ -230,29 +234,27 @@ static int match(const cz_plan *a, const cz_plan *b, size_t i, const int *b_sort
     size_t lo = 0, hi = b->nparams;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        int c = strcmp(str_or(b->params[b_sorted[mid]].name), name);
-        if (c < 0)
+        if (strcmp(b_sorted[mid].name, name) < 0)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo < b->nparams && !strcmp(str_or(b->params[b_sorted[lo]].name), name) ? b_sorted[lo]
-                                                                                  : -1;
+    return lo < b->nparams && !strcmp(b_sorted[lo].name, name) ? b_sorted[lo].index : -1;
 }
 
 static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, int by_id, int limit,
                       int *ndiff)
 {
     int rc = -1;
-    int *ga = NULL, *sa = NULL, *gb = NULL, *sb = NULL, *b_sorted = NULL, *hit = NULL;
+    int *ga = NULL, *sa = NULL, *gb = NULL, *sb = NULL, *hit = NULL;
+    named *b_sorted = NULL;
     size_t nb = b->nparams ? b->nparams : 1;
     b_sorted = malloc(nb * sizeof *b_sorted);
     hit = calloc(nb, sizeof *hit);
     if (!b_sorted || !hit || locate(a, &ga, &sa) || locate(b, &gb, &sb))
         goto done;
     for (size_t j = 0; j < b->nparams; j++)
-        b_sorted[j] = (int)j;
-    sort_plan = b;
+        b_sorted[j] = (named){str_or(b->params[j].name), (int)j};
     qsort(b_sorted, b->nparams, sizeof *b_sorted, by_name);
 
     json_t *moved = json_object(), *list = json_array(), *only_a = json_array(),
