@@ -206,9 +206,7 @@ int cz_cmd_compare(int argc, char **argv)
     };
     enum { NOWN = sizeof own / sizeof own[0] };
     struct option opts[NOWN + CZ_CLI_SETTINGS_OPTION_COUNT + 1];
-    memcpy(opts, own, sizeof own);
-    memcpy(opts + NOWN, cz_cli_settings_options,
-           sizeof(struct option) * (CZ_CLI_SETTINGS_OPTION_COUNT + 1));
+    cz_cli_options_with_settings(opts, own, NOWN);
 
     const char *model_path = NULL, *cluster_path = NULL;
     int json = 0, repeats = 3, rc = 1, opt;
@@ -231,18 +229,10 @@ int cz_cmd_compare(int argc, char **argv)
         case 'j':
             json = 1;
             break;
-        case OPT_REPEATS: {
-            char *end = NULL;
-            errno = 0;
-            long v = strtol(optarg, &end, 10);
-            if (errno || end == optarg || *end || v < 1 || v > 99) {
-                fprintf(stderr, "canzona compare: --repeats '%s': expected an integer in [1, 99]\n",
-                        optarg);
+        case OPT_REPEATS:
+            if (cz_cli_parse_int("compare", "repeats", optarg, 1, 99, &repeats))
                 return 2;
-            }
-            repeats = (int)v;
             break;
-        }
         case 'h':
             compare_help(stdout);
             return 0;

@@ -232,16 +232,10 @@ int cz_cmd_diff(int argc, char **argv)
         case 'f':
             force = 1;
             break;
-        case 'l': {
-            char *end = NULL;
-            long v = strtol(optarg, &end, 10);
-            if (!*optarg || *end || v < 0 || v > 100000000) {
-                fprintf(stderr, "canzona diff: --limit expects a count >= 0, got '%s'\n", optarg);
+        case 'l':
+            if (cz_cli_parse_int("diff", "limit", optarg, 0, 100000000, &limit))
                 return 2;
-            }
-            limit = (int)v;
             break;
-        }
         case 'h':
             diff_help(stdout);
             return 0;

@@ -190,16 +190,10 @@ int cz_cmd_inspect(int argc, char **argv)
         case 'j':
             as_json = 1;
             break;
-        case 'n': {
-            char *end = NULL;
-            long v = strtol(optarg, &end, 10);
-            if (!*optarg || *end || v < 0 || v > 1000000) {
-                fprintf(stderr, "canzona inspect: --top expects a count >= 0, got '%s'\n", optarg);
+        case 'n':
+            if (cz_cli_parse_int("inspect", "top", optarg, 0, 1000000, &top))
                 return 2;
-            }
-            top = (int)v;
             break;
-        }
         case 'a':
             all = 1;
             break;

@@ -1,5 +1,6 @@
 /* canzona render — draws a plan as a self-contained SVG (or an HTML page with the SVG inline and
  * tables): per-GPU load bars and the micro-group pipeline of the DP rank that finishes last. */
+#include "cli_util.h"
 #include "commands.h"
 #include "cz_types.h"
 
@@ -57,18 +58,10 @@ int cz_cmd_render(int argc, char **argv)
         case 'H':
             html = 1;
             break;
-        case 'w': {
-            char *end = NULL;
-            errno = 0;
-            long w = strtol(optarg, &end, 10);
-            if (errno || end == optarg || *end || w < 400 || w > 20000) {
-                fprintf(stderr, "canzona render: --width '%s': expected 400 .. 20000 pixels\n",
-                        optarg);
+        case 'w':
+            if (cz_cli_parse_int("render", "width", optarg, 400, 20000, &width))
                 return 2;
-            }
-            width = (int)w;
             break;
-        }
         case 'c':
             cluster_path = optarg;
             break;

@@ -138,9 +138,7 @@ int cz_cmd_simulate(int argc, char **argv)
     };
     enum { NOWN = sizeof own / sizeof own[0] };
     struct option opts[NOWN + CZ_CLI_SETTINGS_OPTION_COUNT + 1];
-    memcpy(opts, own, sizeof own);
-    memcpy(opts + NOWN, cz_cli_settings_options,
-           sizeof(struct option) * (CZ_CLI_SETTINGS_OPTION_COUNT + 1));
+    cz_cli_options_with_settings(opts, own, NOWN);
 
     const char *model_path = NULL, *cluster_path = NULL, *plan_path = NULL;
     int json = 0, single = 0, rc = 1, opt, nrows = 0;

@@ -101,17 +101,10 @@ int cz_cmd_validate(int argc, char **argv)
         case 'j':
             as_json = 1;
             break;
-        case 'l': {
-            char *end = NULL;
-            long v = strtol(optarg, &end, 10);
-            if (!*optarg || *end || v < 0 || v > 100000000) {
-                fprintf(stderr, "canzona validate: --limit expects a count >= 0, got '%s'\n",
-                        optarg);
+        case 'l':
+            if (cz_cli_parse_int("validate", "limit", optarg, 0, 100000000, &limit))
                 return 2;
-            }
-            limit = (int)v;
             break;
-        }
         case 'h':
             validate_help(stdout);
             return 0;

@@ -22,7 +22,8 @@ static const command commands[] = {
     {"compare", cz_cmd_compare, "plan with every strategy; balance, simulated step, plan time"},
 };
 
-static void usage(FILE *f) {
+static void usage(FILE *f)
+{
     fprintf(f, "usage: canzona <command> [options]\n"
                "       canzona --help | --version\n\n"
                "Plans load-balanced distributed matrix optimizers (Muon, SOAP, Shampoo) for\n"
@@ -32,7 +33,8 @@ static void usage(FILE *f) {
     fprintf(f, "\n'canzona <command> --help' describes a command's options.\n");
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     if (argc < 2) {
         usage(stderr);
         return 2;
