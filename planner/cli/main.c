@@ -13,10 +13,10 @@ typedef struct {
 
 static const command commands[] = {
     {"plan", cz_cmd_plan, "solve DP partition and TP micro-groups; write a plan file"},
+    {"import-hf", cz_cmd_import_hf, "write a model description from a Hugging Face config.json"},
 };
 
-static void usage(FILE *f)
-{
+static void usage(FILE *f) {
     fprintf(f, "usage: canzona <command> [options]\n"
                "       canzona --help | --version\n\n"
                "Plans load-balanced distributed matrix optimizers (Muon, SOAP, Shampoo) for\n"
@@ -26,8 +26,7 @@ static void usage(FILE *f)
     fprintf(f, "\n'canzona <command> --help' describes a command's options.\n");
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
