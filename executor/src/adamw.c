@@ -4,7 +4,8 @@
 
 #include <math.h>
 
-void cz_adamw_hparams_from_config(cz_adamw_hparams *h, const cz_exec_config *cfg) {
+void cz_adamw_hparams_from_config(cz_adamw_hparams *h, const cz_exec_config *cfg)
+{
     h->lr = cfg->adamw_lr;
     h->beta1 = cfg->adamw_beta1;
     h->beta2 = cfg->adamw_beta2;
@@ -13,7 +14,8 @@ void cz_adamw_hparams_from_config(cz_adamw_hparams *h, const cz_exec_config *cfg
 }
 
 void cz_adamw_step(const cz_adamw_hparams *h, int64_t t, float *p, const float *g, float *m,
-                   float *v, int64_t n) {
+                   float *v, int64_t n)
+{
     float b1 = h->beta1, b2 = h->beta2;
     float c1 = (float)(1.0 - pow((double)b1, (double)t));
     float c2 = (float)(1.0 - pow((double)b2, (double)t));

@@ -10,11 +10,13 @@ struct cz_comm_req {
     MPI_Request r;
 };
 
-static MPI_Comm mpi_of(cz_comm *c) {
+static MPI_Comm mpi_of(cz_comm *c)
+{
     return *(MPI_Comm *)c->impl;
 }
 
-static int mpi_fail(cz_error *err, int rc, const char *what) {
+static int mpi_fail(cz_error *err, int rc, const char *what)
+{
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
@@ -22,20 +24,23 @@ static int mpi_fail(cz_error *err, int rc, const char *what) {
 }
 
 static int mpi_reduce_scatter(cz_comm *c, const float *send, float *recv, const int *counts,
-                              cz_error *err) {
+                              cz_error *err)
+{
     int rc = MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, mpi_of(c));
     return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "reduce-scatter");
 }
 
 static int mpi_allgatherv(cz_comm *c, float *buf, const int *counts, const int *displs,
-                          cz_error *err) {
+                          cz_error *err)
+{
     int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, counts, displs, MPI_FLOAT, mpi_of(c));
     return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "all-gather");
 }
 
 static int mpi_ialltoallv(cz_comm *c, const float *send, const int *scounts, const int *sdispls,
                           float *recv, const int *rcounts, const int *rdispls, cz_comm_req **req,
-                          cz_error *err) {
+                          cz_error *err)
+{
     cz_comm_req *q = malloc(sizeof *q);
     if (!q)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for an MPI request");
@@ -50,7 +55,8 @@ static int mpi_ialltoallv(cz_comm *c, const float *send, const int *scounts, con
 }
 
 static int mpi_iallgather(cz_comm *c, const float *send, int count, float *recv, cz_comm_req **req,
-                          cz_error *err) {
+                          cz_error *err)
+{
     cz_comm_req *q = malloc(sizeof *q);
     if (!q)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for an MPI request");
@@ -63,7 +69,8 @@ static int mpi_iallgather(cz_comm *c, const float *send, int count, float *recv,
     return CZ_OK;
 }
 
-static int mpi_wait(cz_comm *c, cz_comm_req *req, cz_error *err) {
+static int mpi_wait(cz_comm *c, cz_comm_req *req, cz_error *err)
+{
     (void)c;
     if (!req)
         return CZ_OK;
@@ -72,12 +79,14 @@ static int mpi_wait(cz_comm *c, cz_comm_req *req, cz_error *err) {
     return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "wait");
 }
 
-static int mpi_allreduce_min_i64(cz_comm *c, int64_t *v, int n, cz_error *err) {
+static int mpi_allreduce_min_i64(cz_comm *c, int64_t *v, int n, cz_error *err)
+{
     int rc = MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MIN, mpi_of(c));
     return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "all-reduce");
 }
 
-static void mpi_close(cz_comm *c) {
+static void mpi_close(cz_comm *c)
+{
     if (!c->impl)
         return;
     int fin = 0;
@@ -99,14 +108,16 @@ static const cz_comm_ops cz_comm_mpi_ops = {
     .close = mpi_close,
 };
 
-bool cz_comm_mpi_available(void) {
+bool cz_comm_mpi_available(void)
+{
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
     return init && !fin;
 }
 
-static int wrap(cz_comm *out, MPI_Comm dup, cz_error *err) {
+static int wrap(cz_comm *out, MPI_Comm dup, cz_error *err)
+{
     MPI_Comm *h = malloc(sizeof *h);
     if (!h) {
         MPI_Comm_free(&dup);
@@ -120,7 +131,8 @@ static int wrap(cz_comm *out, MPI_Comm dup, cz_error *err) {
     return CZ_OK;
 }
 
-int cz_comm_mpi_open_world(cz_comm *world, const void *handle, cz_error *err) {
+int cz_comm_mpi_open_world(cz_comm *world, const void *handle, cz_error *err)
+{
     MPI_Comm src = handle ? *(const MPI_Comm *)handle : MPI_COMM_WORLD, dup;
     /* Errors come back as codes rather than aborting the job, so they can be reported. */
     int rc = MPI_Comm_dup(src, &dup);
@@ -131,7 +143,8 @@ int cz_comm_mpi_open_world(cz_comm *world, const void *handle, cz_error *err) {
 }
 
 int cz_comm_mpi_split(cz_comm *out, cz_comm *world, const void *handle, int color, int key,
-                      cz_error *err) {
+                      cz_error *err)
+{
     MPI_Comm dup;
     int rc = handle ? MPI_Comm_dup(*(const MPI_Comm *)handle, &dup)
                     : MPI_Comm_split(mpi_of(world), color, key, &dup);
@@ -143,11 +156,13 @@ int cz_comm_mpi_split(cz_comm *out, cz_comm *world, const void *handle, int colo
 
 #else /* !CZ_HAVE_MPI */
 
-bool cz_comm_mpi_available(void) {
+bool cz_comm_mpi_available(void)
+{
     return false;
 }
 
-int cz_comm_mpi_open_world(cz_comm *world, const void *handle, cz_error *err) {
+int cz_comm_mpi_open_world(cz_comm *world, const void *handle, cz_error *err)
+{
     (void)world;
     (void)handle;
     return cz_error_set(err, CZ_EUNSUPPORTED,
@@ -155,7 +170,8 @@ int cz_comm_mpi_open_world(cz_comm *world, const void *handle, cz_error *err) {
 }
 
 int cz_comm_mpi_split(cz_comm *out, cz_comm *world, const void *handle, int color, int key,
-                      cz_error *err) {
+                      cz_error *err)
+{
     (void)out;
     (void)world;
     (void)handle;

@@ -5,7 +5,8 @@
 #include <string.h>
 
 static int self_reduce_scatter(cz_comm *c, const float *send, float *recv, const int *counts,
-                               cz_error *err) {
+                               cz_error *err)
+{
     (void)c;
     (void)err;
     memcpy(recv, send, (size_t)counts[0] * sizeof(float));
@@ -13,7 +14,8 @@ static int self_reduce_scatter(cz_comm *c, const float *send, float *recv, const
 }
 
 static int self_allgatherv(cz_comm *c, float *buf, const int *counts, const int *displs,
-                           cz_error *err) {
+                           cz_error *err)
+{
     (void)c;
     (void)buf;
     (void)counts;
@@ -24,7 +26,8 @@ static int self_allgatherv(cz_comm *c, float *buf, const int *counts, const int 
 
 static int self_ialltoallv(cz_comm *c, const float *send, const int *scounts, const int *sdispls,
                            float *recv, const int *rcounts, const int *rdispls, cz_comm_req **req,
-                           cz_error *err) {
+                           cz_error *err)
+{
     (void)c;
     *req = NULL;
     if (scounts[0] != rcounts[0])
@@ -35,7 +38,8 @@ static int self_ialltoallv(cz_comm *c, const float *send, const int *scounts, co
 }
 
 static int self_iallgather(cz_comm *c, const float *send, int count, float *recv, cz_comm_req **req,
-                           cz_error *err) {
+                           cz_error *err)
+{
     (void)c;
     (void)err;
     *req = NULL;
@@ -43,14 +47,16 @@ static int self_iallgather(cz_comm *c, const float *send, int count, float *recv
     return CZ_OK;
 }
 
-static int self_wait(cz_comm *c, cz_comm_req *req, cz_error *err) {
+static int self_wait(cz_comm *c, cz_comm_req *req, cz_error *err)
+{
     (void)c;
     (void)req;
     (void)err;
     return CZ_OK;
 }
 
-static int self_allreduce_min_i64(cz_comm *c, int64_t *v, int n, cz_error *err) {
+static int self_allreduce_min_i64(cz_comm *c, int64_t *v, int n, cz_error *err)
+{
     (void)c;
     (void)v;
     (void)n;
@@ -58,7 +64,8 @@ static int self_allreduce_min_i64(cz_comm *c, int64_t *v, int n, cz_error *err) 
     return CZ_OK;
 }
 
-static void self_close(cz_comm *c) {
+static void self_close(cz_comm *c)
+{
     (void)c;
 }
 
@@ -73,7 +80,8 @@ static const cz_comm_ops cz_comm_self_ops = {
     .close = self_close,
 };
 
-int cz_comm_self_open(cz_comm *c, cz_error *err) {
+int cz_comm_self_open(cz_comm *c, cz_error *err)
+{
     (void)err;
     c->ops = &cz_comm_self_ops;
     c->impl = NULL;
@@ -82,7 +90,8 @@ int cz_comm_self_open(cz_comm *c, cz_error *err) {
     return CZ_OK;
 }
 
-void cz_comm_close(cz_comm *c) {
+void cz_comm_close(cz_comm *c)
+{
     if (c && c->ops) {
         c->ops->close(c);
         c->ops = NULL;

@@ -7,18 +7,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void *cpu_alloc(cz_compute *c, size_t bytes) {
+static void *cpu_alloc(cz_compute *c, size_t bytes)
+{
     (void)c;
     return malloc(bytes ? bytes : 1);
 }
 
-static void cpu_release(cz_compute *c, void *p) {
+static void cpu_release(cz_compute *c, void *p)
+{
     (void)c;
     free(p);
 }
 
 static int cpu_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
-                          const cz_ns_coeffs *k, int steps, float *work, cz_error *err) {
+                          const cz_ns_coeffs *k, int steps, float *work, cz_error *err)
+{
     (void)c;
     if (rows > cols || rows > INT32_MAX || cols > INT32_MAX)
         return cz_error_set(err, CZ_EINTERNAL,
@@ -49,7 +52,8 @@ static int cpu_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int6
     return CZ_OK;
 }
 
-static double cpu_norm(cz_compute *c, const float *x, int64_t n) {
+static double cpu_norm(cz_compute *c, const float *x, int64_t n)
+{
     (void)c;
     double s = 0.0;
     for (int64_t i = 0; i < n; i++)
@@ -65,7 +69,8 @@ static const cz_compute_ops cz_compute_cpu_ops = {
     .norm = cpu_norm,
 };
 
-int cz_compute_open(cz_compute *c, const char *name, cz_error *err) {
+int cz_compute_open(cz_compute *c, const char *name, cz_error *err)
+{
     c->ops = NULL;
     c->impl = NULL;
     if (!name || strcmp(name, "cpu") == 0) {
@@ -76,7 +81,8 @@ int cz_compute_open(cz_compute *c, const char *name, cz_error *err) {
                         "compute backend '%s' is not available in this build (known: cpu)", name);
 }
 
-void cz_compute_close(cz_compute *c) {
+void cz_compute_close(cz_compute *c)
+{
     c->ops = NULL;
     c->impl = NULL;
 }

@@ -4,7 +4,8 @@
 #include <string.h>
 #include <time.h>
 
-void cz_exec_config_init(cz_exec_config *cfg) {
+void cz_exec_config_init(cz_exec_config *cfg)
+{
     memset(cfg, 0, sizeof *cfg);
     cfg->version = CZ_EXEC_CONFIG_VERSION;
     cfg->backend = "cpu";
@@ -27,7 +28,8 @@ void cz_exec_config_init(cz_exec_config *cfg) {
     cfg->check_finite = 1;
 }
 
-double cz_exec_now(void) {
+double cz_exec_now(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;

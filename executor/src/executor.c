@@ -4,31 +4,37 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t cz_exec_param_offset(const cz_executor *ex, int param) {
+int64_t cz_exec_param_offset(const cz_executor *ex, int param)
+{
     const cz_plan_param *p = &ex->plan->params[param];
     return ex->plan->buckets[cz_exec_bucket_index(ex->plan, p->bucket)].offset + p->offset;
 }
 
-size_t cz_executor_buffer_numel(const cz_executor *ex) {
+size_t cz_executor_buffer_numel(const cz_executor *ex)
+{
     return ex ? ex->buffer_numel : 0;
 }
 
-int cz_executor_dp_rank(const cz_executor *ex) {
+int cz_executor_dp_rank(const cz_executor *ex)
+{
     return ex ? ex->dp_rank : -1;
 }
 
-int cz_executor_tp_rank(const cz_executor *ex) {
+int cz_executor_tp_rank(const cz_executor *ex)
+{
     return ex ? ex->tp_rank : -1;
 }
 
-void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out) {
+void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out)
+{
     if (!ex || !out)
         return;
     *out = ex->last;
 }
 
 /* Local state: per-param bindings, AdamW moments of the owned elementwise shards, pipeline. */
-static int alloc_state(cz_executor *ex, cz_error *err) {
+static int alloc_state(cz_executor *ex, cz_error *err)
+{
     const cz_plan *plan = ex->plan;
     size_t n = plan->nparams ? plan->nparams : 1;
     ex->param_ptr = calloc(n, sizeof *ex->param_ptr);
@@ -68,7 +74,8 @@ static int alloc_state(cz_executor *ex, cz_error *err) {
 
 /* Every rank learns whether any rank failed. Returns the agreed code: my own when I failed,
  * CZ_EMISMATCH naming the lowest failing rank otherwise. */
-static int agree(cz_executor *ex, int rc, uint64_t fp, const char *stage, cz_error *err) {
+static int agree(cz_executor *ex, int rc, uint64_t fp, const char *stage, cz_error *err)
+{
     int64_t v[3] = {rc ? ex->world.rank : INT64_MAX, (int64_t)(fp >> 1), -(int64_t)(fp >> 1)};
     cz_error tmp;
     int crc = ex->world.ops->allreduce_min_i64(&ex->world, v, 3, &tmp);
@@ -91,12 +98,14 @@ static int agree(cz_executor *ex, int rc, uint64_t fp, const char *stage, cz_err
 }
 
 int cz_executor_create_from_plan(cz_executor **out, const cz_plan *plan, const cz_exec_config *cfg,
-                                 cz_error *err) {
+                                 cz_error *err)
+{
     return cz_executor_create_impl(out, plan, NULL, cfg, CZ_OK, err);
 }
 
 int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *owned,
-                            const cz_exec_config *cfg_in, int pre_rc, cz_error *err) {
+                            const cz_exec_config *cfg_in, int pre_rc, cz_error *err)
+{
     int rc = CZ_OK;
     cz_exec_config defaults;
     cz_executor *ex = NULL;
@@ -216,7 +225,8 @@ fail:
 }
 
 int cz_executor_bind_buffers(cz_executor *ex, float *params, float *grads, size_t numel,
-                             cz_error *err) {
+                             cz_error *err)
+{
     if (!ex || !params || !grads)
         return cz_error_set(err, CZ_EINVALID,
                             "bind_buffers: executor and buffers must be non-NULL");
@@ -234,7 +244,8 @@ int cz_executor_bind_buffers(cz_executor *ex, float *params, float *grads, size_
 }
 
 int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, float *grad,
-                           int64_t rows, int64_t cols, cz_error *err) {
+                           int64_t rows, int64_t cols, cz_error *err)
+{
     if (!ex || !name || !param || !grad)
         return cz_error_set(err, CZ_EINVALID,
                             "bind_param: executor, name and buffers must be non-NULL");
@@ -271,7 +282,8 @@ int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, floa
     return CZ_OK;
 }
 
-void cz_executor_free(cz_executor *ex) {
+void cz_executor_free(cz_executor *ex)
+{
     if (!ex)
         return;
     cz_exec_pipeline_free(ex);

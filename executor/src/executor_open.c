@@ -7,7 +7,8 @@
 
 /* Checks the file's "schema" first so a plan from another version gets a message about the
  * version rather than about whichever field moved. */
-static int check_schema(const char *path, cz_error *err) {
+static int check_schema(const char *path, cz_error *err)
+{
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
     if (!root)
@@ -27,7 +28,8 @@ static int check_schema(const char *path, cz_error *err) {
 }
 
 int cz_executor_create(cz_executor **out, const char *plan_path, const cz_exec_config *cfg,
-                       cz_error *err) {
+                       cz_error *err)
+{
     cz_plan *plan = NULL;
     int rc = plan_path ? CZ_OK : cz_error_set(err, CZ_EINVALID, "no plan path given");
     if (!rc)

@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, cz_error *err) {
+int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, cz_error *err)
+{
     h->lr = cfg->lr;
     h->momentum = cfg->momentum;
     h->weight_decay = cfg->weight_decay;
@@ -25,7 +26,8 @@ int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, c
     return CZ_OK;
 }
 
-int cz_param_blocks(const cz_plan_param *p, cz_block *out, int max) {
+int cz_param_blocks(const cz_plan_param *p, cz_block *out, int max)
+{
     int64_t rows = p->shape[0], cols = p->ndim == 1 ? 1 : p->shape[1];
     if (p->nblocks <= 0) {
         if (max < 1)
@@ -46,7 +48,8 @@ int cz_param_blocks(const cz_plan_param *p, cz_block *out, int max) {
     return n;
 }
 
-void cz_muon_momentum(const cz_muon_hparams *h, const float *g, float *buf, float *in, int64_t n) {
+void cz_muon_momentum(const cz_muon_hparams *h, const float *g, float *buf, float *in, int64_t n)
+{
     float mu = h->momentum;
     for (int64_t i = 0; i < n; i++) {
         buf[i] = mu * buf[i] + g[i];
@@ -54,7 +57,8 @@ void cz_muon_momentum(const cz_muon_hparams *h, const float *g, float *buf, floa
     }
 }
 
-void cz_apply_update(float *p, const float *u, int64_t n, float lr, float wd) {
+void cz_apply_update(float *p, const float *u, int64_t n, float lr, float wd)
+{
     float keep = 1.0f - lr * wd;
     for (int64_t i = 0; i < n; i++)
         p[i] = p[i] * keep - lr * u[i];
@@ -67,7 +71,8 @@ typedef struct blk_ref {
     int transposed; /* the block is stored transposed in the NS batch */
 } blk_ref;
 
-static int blk_cmp(const void *x, const void *y) {
+static int blk_cmp(const void *x, const void *y)
+{
     const blk_ref *a = x, *b = y;
     if (a->r != b->r)
         return a->r < b->r ? -1 : 1;
@@ -82,7 +87,8 @@ static int blk_cmp(const void *x, const void *y) {
 
 int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
                           const cz_plan_param *const *params, const float *const *in,
-                          float *const *out, int n, cz_error *err) {
+                          float *const *out, int n, cz_error *err)
+{
     int rc = CZ_OK;
     int nblk = 0, cap = 0;
     blk_ref *blks = NULL;

@@ -12,7 +12,8 @@ static const cz_ns_coeffs cz_ns_table[] = {
     {"cubic", 1.5, -0.5, 0.0},
 };
 
-const cz_ns_coeffs *cz_ns_coeffs_find(const char *name) {
+const cz_ns_coeffs *cz_ns_coeffs_find(const char *name)
+{
     if (!name)
         return &cz_ns_table[0];
     for (size_t i = 0; i < sizeof cz_ns_table / sizeof cz_ns_table[0]; i++)
@@ -21,6 +22,7 @@ const cz_ns_coeffs *cz_ns_coeffs_find(const char *name) {
     return NULL;
 }
 
-const char *cz_ns_coeffs_names(void) {
+const char *cz_ns_coeffs_names(void)
+{
     return "jordan, cubic";
 }

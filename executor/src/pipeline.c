@@ -45,19 +45,23 @@ struct cz_pipeline {
     cz_comm_req *greq[2], *sreq[2];
 };
 
-static bool replicated(const cz_plan_param *p) {
+static bool replicated(const cz_plan_param *p)
+{
     return p->tp_dim < 0;
 }
 
-static int64_t full_numel(const cz_plan_param *p) {
+static int64_t full_numel(const cz_plan_param *p)
+{
     return p->shape[0] * (p->ndim == 1 ? 1 : p->shape[1]);
 }
 
-static bool hosts(const cz_executor *ex, const cz_plan_group *g, int t) {
+static bool hosts(const cz_executor *ex, const cz_plan_group *g, int t)
+{
     return ex->sc || g->task_slot[t] == ex->tp_rank;
 }
 
-static int to_int(int64_t v, const char *what, cz_error *err, int *out) {
+static int to_int(int64_t v, const char *what, cz_error *err, int *out)
+{
     if (v > INT_MAX)
         return cz_error_set(err, CZ_EUNSUPPORTED,
                             "a micro-group's %s holds %lld elements; MPI counts are limited to %d "
@@ -67,7 +71,8 @@ static int to_int(int64_t v, const char *what, cz_error *err, int *out) {
     return CZ_OK;
 }
 
-static int layout_group(cz_executor *ex, pgroup *pg, cz_error *err) {
+static int layout_group(cz_executor *ex, pgroup *pg, cz_error *err)
+{
     const cz_plan *plan = ex->plan;
     const cz_plan_group *g = pg->g;
     int tp = ex->tp, rc = CZ_OK;
@@ -144,7 +149,8 @@ static int layout_group(cz_executor *ex, pgroup *pg, cz_error *err) {
     return CZ_OK;
 }
 
-int cz_exec_pipeline_init(cz_executor *ex, cz_error *err) {
+int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
+{
     const cz_rank_schedule *rs = ex->schedule;
     struct cz_pipeline *pp = calloc(1, sizeof *pp);
     if (!pp)
@@ -189,7 +195,8 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err) {
     return CZ_OK;
 }
 
-void cz_exec_pipeline_free(cz_executor *ex) {
+void cz_exec_pipeline_free(cz_executor *ex)
+{
     struct cz_pipeline *pp = ex->pipe;
     if (!pp)
         return;
@@ -212,7 +219,8 @@ void cz_exec_pipeline_free(cz_executor *ex) {
 }
 
 /* Packs my gradient shards of group g and posts its gather. */
-static int post_gather(cz_executor *ex, int gi, const float *G, cz_error *err) {
+static int post_gather(cz_executor *ex, int gi, const float *G, cz_error *err)
+{
     struct cz_pipeline *pp = ex->pipe;
     pgroup *pg = &pp->groups[gi];
     const cz_plan_group *g = pg->g;
@@ -236,7 +244,8 @@ static int post_gather(cz_executor *ex, int gi, const float *G, cz_error *err) {
 }
 
 /* Host side of group g: reassemble, Muon, and either post the scatter or (sc) apply. */
-static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_error *err) {
+static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_error *err)
+{
     struct cz_pipeline *pp = ex->pipe;
     pgroup *pg = &pp->groups[gi];
     const cz_plan_group *g = pg->g;
@@ -296,7 +305,8 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
 }
 
 /* Waits for the scatter of group g and applies my update shards. */
-static int finish_group(cz_executor *ex, int gi, float *P, cz_error *err) {
+static int finish_group(cz_executor *ex, int gi, float *P, cz_error *err)
+{
     struct cz_pipeline *pp = ex->pipe;
     pgroup *pg = &pp->groups[gi];
     const cz_plan_group *g = pg->g;
@@ -319,7 +329,8 @@ static int finish_group(cz_executor *ex, int gi, float *P, cz_error *err) {
     return CZ_OK;
 }
 
-int cz_exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err) {
+int cz_exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err)
+{
     struct cz_pipeline *pp = ex->pipe;
     int ng = pp->ngroups, rc = CZ_OK;
     if (ng == 0)

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cz_exec_bucket_index(const cz_plan *plan, int id) {
+int cz_exec_bucket_index(const cz_plan *plan, int id)
+{
     if (id >= 0 && (size_t)id < plan->nbuckets && plan->buckets[id].id == id)
         return id;
     for (size_t i = 0; i < plan->nbuckets; i++)
@@ -15,7 +16,8 @@ int cz_exec_bucket_index(const cz_plan *plan, int id) {
     return -1;
 }
 
-static int check_buckets(const cz_plan *plan, cz_error *err) {
+static int check_buckets(const cz_plan *plan, cz_error *err)
+{
     int64_t end = 0;
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
@@ -49,7 +51,8 @@ static int check_buckets(const cz_plan *plan, cz_error *err) {
     return CZ_OK;
 }
 
-static int check_params(const cz_plan *plan, cz_error *err) {
+static int check_params(const cz_plan *plan, cz_error *err)
+{
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
         if (p->id != (int)i)
@@ -89,7 +92,8 @@ static int check_params(const cz_plan *plan, cz_error *err) {
     return CZ_OK;
 }
 
-static int check_schedules(const cz_plan *plan, cz_error *err) {
+static int check_schedules(const cz_plan *plan, cz_error *err)
+{
     int rc = CZ_OK;
     int *seen = calloc(plan->nparams ? plan->nparams : 1, sizeof *seen);
     if (!seen)
@@ -150,7 +154,8 @@ done:
     return rc;
 }
 
-int cz_exec_plan_check(const cz_plan *plan, cz_error *err) {
+int cz_exec_plan_check(const cz_plan *plan, cz_error *err)
+{
     if (plan->pp != 1)
         return cz_error_set(err, CZ_EUNSUPPORTED,
                             "plan has pp = %d: pipeline-parallel plans are not executed by this "
@@ -178,7 +183,8 @@ int cz_exec_plan_check(const cz_plan *plan, cz_error *err) {
     return rc;
 }
 
-static uint64_t fnv(uint64_t h, const void *data, size_t n) {
+static uint64_t fnv(uint64_t h, const void *data, size_t n)
+{
     const unsigned char *p = data;
     for (size_t i = 0; i < n; i++) {
         h ^= p[i];
@@ -193,7 +199,8 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n) {
         h = fnv(h, &fv_, sizeof fv_);                                                              \
     } while (0)
 
-uint64_t cz_exec_plan_fingerprint(const cz_plan *plan) {
+uint64_t cz_exec_plan_fingerprint(const cz_plan *plan)
+{
     uint64_t h = 1469598103934665603ull;
     FNV_VAL(h, plan->dp);
     FNV_VAL(h, plan->tp);

@@ -7,7 +7,8 @@
 
 #include <string.h>
 
-int cz_shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max) {
+int cz_shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max)
+{
     if (max < 1)
         return 0;
     if (p->tp_dim < 0 || tp == 1) {
@@ -35,7 +36,8 @@ int cz_shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t 
 }
 
 /* Copies between shard and full: dir 0 packs (full -> shard), 1 unpacks. */
-static void shard_copy(const cz_plan_param *p, int tp, int r, float *full, float *shard, int dir) {
+static void shard_copy(const cz_plan_param *p, int tp, int r, float *full, float *shard, int dir)
+{
     int64_t rows = p->shape[0], cols = p->ndim == 1 ? 1 : p->shape[1];
     if (p->tp_dim < 0 || tp == 1) {
         if (dir == 0)
@@ -78,15 +80,18 @@ static void shard_copy(const cz_plan_param *p, int tp, int r, float *full, float
     }
 }
 
-void cz_shard_pack(const cz_plan_param *p, int tp, int r, const float *full, float *shard) {
+void cz_shard_pack(const cz_plan_param *p, int tp, int r, const float *full, float *shard)
+{
     shard_copy(p, tp, r, (float *)full, shard, 0);
 }
 
-void cz_shard_unpack(const cz_plan_param *p, int tp, int r, const float *shard, float *full) {
+void cz_shard_unpack(const cz_plan_param *p, int tp, int r, const float *shard, float *full)
+{
     shard_copy(p, tp, r, full, (float *)shard, 1);
 }
 
-int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err) {
+int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err)
+{
     int64_t rows = p->shape[0], cols = p->ndim == 1 ? 1 : p->shape[1];
     int64_t lr = rows, lc = cols;
     if (p->ndim == 1 && p->tp_dim == 1)

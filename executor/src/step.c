@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int reduce_scatter(cz_executor *ex, float *G, cz_error *err) {
+static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
+{
     const cz_plan *plan = ex->plan;
     int counts[ex->dp];
     float inv = 1.0f / (float)ex->dp;
@@ -25,7 +26,8 @@ static int reduce_scatter(cz_executor *ex, float *G, cz_error *err) {
     return CZ_OK;
 }
 
-static int all_gather(cz_executor *ex, float *P, cz_error *err) {
+static int all_gather(cz_executor *ex, float *P, cz_error *err)
+{
     const cz_plan *plan = ex->plan;
     int counts[ex->dp], displs[ex->dp];
     for (size_t b = 0; b < plan->nbuckets; b++) {
@@ -43,7 +45,8 @@ static int all_gather(cz_executor *ex, float *P, cz_error *err) {
 
 /* Finds the first owned parameter whose reduced gradient holds NaN/Inf; all ranks agree on
  * the lowest such parameter id. */
-static int check_finite(cz_executor *ex, const float *G, cz_error *err) {
+static int check_finite(cz_executor *ex, const float *G, cz_error *err)
+{
     const cz_plan *plan = ex->plan;
     int64_t bad = INT64_MAX;
     for (size_t i = 0; i < plan->nparams && bad == INT64_MAX; i++) {
@@ -70,7 +73,8 @@ static int check_finite(cz_executor *ex, const float *G, cz_error *err) {
 }
 
 /* Per-parameter binding: copy the job's shards into the flat staging layout and back. */
-static void stage_in(cz_executor *ex) {
+static void stage_in(cz_executor *ex)
+{
     for (size_t i = 0; i < ex->plan->nparams; i++) {
         int64_t off = cz_exec_param_offset(ex, (int)i);
         size_t n = (size_t)ex->plan->params[i].numel;
@@ -79,7 +83,8 @@ static void stage_in(cz_executor *ex) {
     }
 }
 
-static void stage_out(cz_executor *ex) {
+static void stage_out(cz_executor *ex)
+{
     for (size_t i = 0; i < ex->plan->nparams; i++) {
         int64_t off = cz_exec_param_offset(ex, (int)i);
         size_t n = (size_t)ex->plan->params[i].numel;
@@ -87,7 +92,8 @@ static void stage_out(cz_executor *ex) {
     }
 }
 
-static int check_bound(cz_executor *ex, cz_error *err) {
+static int check_bound(cz_executor *ex, cz_error *err)
+{
     int rc = CZ_OK;
     if (!ex->flat_params && !ex->per_param)
         rc = cz_error_set(err, CZ_EINVALID,
@@ -117,7 +123,8 @@ static int check_bound(cz_executor *ex, cz_error *err) {
     return CZ_OK;
 }
 
-int cz_executor_step(cz_executor *ex, cz_error *err) {
+int cz_executor_step(cz_executor *ex, cz_error *err)
+{
     if (!ex)
         return cz_error_set(err, CZ_EINVALID, "step: executor is NULL");
     int rc = check_bound(ex, err);

@@ -19,7 +19,8 @@ typedef struct fx_param {
 
 /* A plan for dp = 1 and the given tp: one bucket holding every parameter back to back, one
  * micro-group holding every matrix parameter, task k on slot k % tp. Returns NULL on OOM. */
-static inline cz_plan *fx_plan(const fx_param *ps, int n, int tp) {
+static inline cz_plan *fx_plan(const fx_param *ps, int n, int tp)
+{
     cz_plan *pl = calloc(1, sizeof *pl);
     if (!pl)
         return NULL;
@@ -80,7 +81,8 @@ static inline cz_plan *fx_plan(const fx_param *ps, int n, int tp) {
 }
 
 /* Deterministic values in [-1, 1). */
-static inline float fx_val(uint64_t k) {
+static inline float fx_val(uint64_t k)
+{
     k += 0x9e3779b97f4a7c15ull;
     k = (k ^ (k >> 30)) * 0xbf58476d1ce4e5b9ull;
     k = (k ^ (k >> 27)) * 0x94d049bb133111ebull;

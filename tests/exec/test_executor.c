@@ -15,7 +15,8 @@ static const fx_param PARAMS[] = {
 };
 #define NP ((int)(sizeof PARAMS / sizeof PARAMS[0]))
 
-static cz_exec_config self_cfg(void) {
+static cz_exec_config self_cfg(void)
+{
     cz_exec_config cfg;
     cz_exec_config_init(&cfg);
     cfg.comm = "self";
@@ -23,7 +24,8 @@ static cz_exec_config self_cfg(void) {
 }
 
 /* Creates over the plan and expects failure with code and a message fragment. */
-static void expect_refusal(cz_plan *pl, const cz_exec_config *cfg, int code, const char *frag) {
+static void expect_refusal(cz_plan *pl, const cz_exec_config *cfg, int code, const char *frag)
+{
     cz_executor *ex = NULL;
     cz_error err;
     cz_error_clear(&err);
@@ -33,7 +35,8 @@ static void expect_refusal(cz_plan *pl, const cz_exec_config *cfg, int code, con
     ck_assert_msg(strstr(err.message, frag), "message '%s' lacks '%s'", err.message, frag);
 }
 
-START_TEST(refusals) {
+START_TEST(refusals)
+{
     cz_exec_config cfg = self_cfg();
     cz_plan *pl = fx_plan(PARAMS, NP, 1);
     pl->pp = 2;
@@ -87,7 +90,8 @@ START_TEST(refusals) {
 }
 END_TEST
 
-START_TEST(bind_refusals) {
+START_TEST(bind_refusals)
+{
     cz_exec_config cfg = self_cfg();
     cz_plan *pl = fx_plan(PARAMS, NP, 1);
     cz_executor *ex = NULL;
@@ -116,7 +120,8 @@ START_TEST(bind_refusals) {
 }
 END_TEST
 
-static void fill_grads(const cz_plan *pl, float *G, uint64_t salt) {
+static void fill_grads(const cz_plan *pl, float *G, uint64_t salt)
+{
     for (size_t i = 0; i < pl->nparams; i++) {
         const cz_plan_param *p = &pl->params[i];
         for (int64_t k = 0; k < p->numel; k++)
@@ -124,7 +129,8 @@ static void fill_grads(const cz_plan *pl, float *G, uint64_t salt) {
     }
 }
 
-static void fill(const cz_plan *pl, float *P, float *G, uint64_t salt) {
+static void fill(const cz_plan *pl, float *P, float *G, uint64_t salt)
+{
     for (size_t i = 0; i < pl->nparams; i++) {
         const cz_plan_param *p = &pl->params[i];
         for (int64_t k = 0; k < p->numel; k++)
@@ -133,7 +139,8 @@ static void fill(const cz_plan *pl, float *P, float *G, uint64_t salt) {
     fill_grads(pl, G, salt);
 }
 
-START_TEST(one_step_matches_math) {
+START_TEST(one_step_matches_math)
+{
     cz_exec_config cfg = self_cfg();
     cz_plan *pl = fx_plan(PARAMS, NP, 1);
     cz_executor *ex = NULL;
@@ -190,7 +197,8 @@ START_TEST(one_step_matches_math) {
 }
 END_TEST
 
-START_TEST(per_param_binding_equals_flat) {
+START_TEST(per_param_binding_equals_flat)
+{
     cz_exec_config cfg = self_cfg();
     cfg.nesterov = 1;
     cz_plan *pl = fx_plan(PARAMS, NP, 1);
@@ -232,7 +240,8 @@ START_TEST(per_param_binding_equals_flat) {
 }
 END_TEST
 
-START_TEST(nan_gradient_refused) {
+START_TEST(nan_gradient_refused)
+{
     cz_exec_config cfg = self_cfg();
     cz_plan *pl = fx_plan(PARAMS, NP, 1);
     cz_executor *ex = NULL;
@@ -254,7 +263,8 @@ START_TEST(nan_gradient_refused) {
 }
 END_TEST
 
-int main(void) {
+int main(void)
+{
     Suite *s = suite_create("exec_executor");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, refusals);

@@ -8,11 +8,13 @@
 
 static cz_compute cpu;
 
-static void setup(void) {
+static void setup(void)
+{
     ck_assert_int_eq(cz_compute_open(&cpu, "cpu", NULL), 0);
 }
 
-static cz_muon_hparams hp(const char *coeffs, int steps) {
+static cz_muon_hparams hp(const char *coeffs, int steps)
+{
     cz_muon_hparams h = {0};
     h.lr = 0.1f;
     h.momentum = 0.95f;
@@ -23,7 +25,8 @@ static cz_muon_hparams hp(const char *coeffs, int steps) {
     return h;
 }
 
-START_TEST(ns_diag_one_step) {
+START_TEST(ns_diag_one_step)
+{
     /* diag(3, 4): ||G||_F = 5, so X = diag(0.6, 0.8) (eps 1e-7 in the norm); one quintic step
      * maps each singular value s to 3.4445 s - 4.7750 s^3 + 2.0315 s^5. */
     float x[4] = {3, 0, 0, 4}, out[4];
@@ -42,7 +45,8 @@ START_TEST(ns_diag_one_step) {
 END_TEST
 
 /* max |X X^T - I| of an r x c row-major matrix. */
-static double gram_dev(const float *x, int r, int c, double scale) {
+static double gram_dev(const float *x, int r, int c, double scale)
+{
     double worst = 0;
     for (int i = 0; i < r; i++)
         for (int j = 0; j < r; j++) {
@@ -57,7 +61,8 @@ static double gram_dev(const float *x, int r, int c, double scale) {
     return worst;
 }
 
-START_TEST(ns_orthogonalizes) {
+START_TEST(ns_orthogonalizes)
+{
     /* A well-conditioned 8 x 16 input (identity block plus small noise). */
     enum { R = 8, C = 16 };
     float g[R * C], out[R * C];
@@ -79,7 +84,8 @@ START_TEST(ns_orthogonalizes) {
 }
 END_TEST
 
-START_TEST(ns_tall_and_blocks) {
+START_TEST(ns_tall_and_blocks)
+{
     /* A 6 x 2 matrix in blocks of 2 and 4 rows: block 0 = diag(3, 4) (1 step values), block 1
      * is tall (4 x 2) and must come out with orthonormal columns. */
     float g[12] = {3, 0, 0, 4, 1, 0.5f, -0.25f, 1, 0.5f, 0.5f, 0, -1}, out[12];
@@ -111,7 +117,8 @@ START_TEST(ns_tall_and_blocks) {
 }
 END_TEST
 
-START_TEST(ns_batched_equals_single) {
+START_TEST(ns_batched_equals_single)
+{
     /* Two same-shape matrices orthogonalized in one call equal each done alone. */
     enum { N = 3 * 5 };
     float g1[N], g2[N], a1[N], a2[N], b1[N], b2[N];
@@ -135,7 +142,8 @@ START_TEST(ns_batched_equals_single) {
 }
 END_TEST
 
-START_TEST(adamw_hand) {
+START_TEST(adamw_hand)
+{
     cz_adamw_hparams h = {
         .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     float p = 1.0f, m = 0.0f, v = 0.0f, g = 0.5f;
@@ -153,7 +161,8 @@ START_TEST(adamw_hand) {
 }
 END_TEST
 
-START_TEST(momentum_and_update) {
+START_TEST(momentum_and_update)
+{
     cz_muon_hparams h = hp("jordan", 5);
     float g[2] = {1.0f, -2.0f}, buf[2] = {0.5f, 0.0f}, in[2];
     cz_muon_momentum(&h, g, buf, in, 2);
@@ -170,7 +179,8 @@ START_TEST(momentum_and_update) {
 }
 END_TEST
 
-START_TEST(coeff_names) {
+START_TEST(coeff_names)
+{
     ck_assert_ptr_nonnull(cz_ns_coeffs_find("jordan"));
     ck_assert_double_eq(cz_ns_coeffs_find("cubic")->a, 1.5);
     ck_assert_ptr_null(cz_ns_coeffs_find("nope"));
@@ -184,7 +194,8 @@ START_TEST(coeff_names) {
 }
 END_TEST
 
-int main(void) {
+int main(void)
+{
     Suite *s = suite_create("exec_optim");
     TCase *tc = tcase_create("core");
     tcase_add_checked_fixture(tc, setup, NULL);

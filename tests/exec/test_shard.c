@@ -7,7 +7,8 @@
 static float full[64], shard[64], back[64];
 
 static cz_plan_param mkp(int64_t r, int64_t c, int tp_dim, int tp, int nb, const int64_t *bs,
-                         int bdim) {
+                         int bdim)
+{
     cz_plan_param p = {0};
     p.name = "w";
     p.ndim = 2;
@@ -23,12 +24,14 @@ static cz_plan_param mkp(int64_t r, int64_t c, int tp_dim, int tp, int nb, const
     return p;
 }
 
-static void fill(int n) {
+static void fill(int n)
+{
     for (int i = 0; i < n; i++)
         full[i] = (float)i;
 }
 
-START_TEST(rows_split) {
+START_TEST(rows_split)
+{
     cz_plan_param p = mkp(4, 3, 0, 2, 0, NULL, 0);
     fill(12);
     cz_shard_pack(&p, 2, 1, full, shard);
@@ -37,7 +40,8 @@ START_TEST(rows_split) {
 }
 END_TEST
 
-START_TEST(cols_split) {
+START_TEST(cols_split)
+{
     cz_plan_param p = mkp(2, 4, 1, 2, 0, NULL, 0);
     fill(8);
     cz_shard_pack(&p, 2, 1, full, shard);
@@ -47,7 +51,8 @@ START_TEST(cols_split) {
 }
 END_TEST
 
-START_TEST(blocked_rows) {
+START_TEST(blocked_rows)
+{
     /* Blocks of 2 and 4 rows over tp 2: rank 1 holds row 1 (block 0) and rows 4, 5. */
     const int64_t bs[2] = {2, 4};
     cz_plan_param p = mkp(6, 2, 0, 2, 2, bs, 0);
@@ -65,7 +70,8 @@ START_TEST(blocked_rows) {
 }
 END_TEST
 
-START_TEST(blocked_cols) {
+START_TEST(blocked_cols)
+{
     /* 2 x 6, column blocks 2 and 4, tp 2: rank 0 holds columns 0, 2, 3 of each row. */
     const int64_t bs[2] = {2, 4};
     cz_plan_param p = mkp(2, 6, 1, 2, 2, bs, 1);
@@ -77,7 +83,8 @@ START_TEST(blocked_cols) {
 }
 END_TEST
 
-START_TEST(round_trips) {
+START_TEST(round_trips)
+{
     const int64_t bs3[3] = {4, 2, 2};
     struct {
         cz_plan_param p;
@@ -105,7 +112,8 @@ START_TEST(round_trips) {
 }
 END_TEST
 
-START_TEST(check_refuses) {
+START_TEST(check_refuses)
+{
     cz_error err;
     cz_plan_param p = mkp(6, 4, 0, 4, 0, NULL, 0);
     p.local_shape[0] = 1;
@@ -122,7 +130,8 @@ START_TEST(check_refuses) {
 }
 END_TEST
 
-int main(void) {
+int main(void)
+{
     Suite *s = suite_create("exec_shard");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, rows_split);

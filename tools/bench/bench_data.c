@@ -11,8 +11,7 @@ static uint64_t mix(uint64_t z)
     return z ^ (z >> 31);
 }
 
-float cz_bench_value(uint64_t seed, int stream, int param, int64_t step, int dp_rank,
-                     int64_t index)
+float cz_bench_value(uint64_t seed, int stream, int param, int64_t step, int dp_rank, int64_t index)
 {
     uint64_t h = mix(seed);
     h = mix(h ^ ((uint64_t)stream << 56) ^ ((uint64_t)(uint32_t)param << 20) ^ (uint64_t)dp_rank);

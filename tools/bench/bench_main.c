@@ -27,39 +27,46 @@ static int g_rank;
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: mpirun -np DP*TP canzona-bench --plan PLAN --model MODEL [options]\n"
-            "Runs the plan's optimizer step with libcanzona-exec (CPU backend) and times it.\n"
-            "  --plan FILE        plan written by `canzona plan` (required)\n"
-            "  --model FILE       the model the plan was made for (required; checked by hash)\n"
-            "  --steps N          timed optimizer steps (default 5)\n"
-            "  --warmup N         untimed steps before them (default 1)\n"
-            "  --seed S           seed of the generated parameters and gradients (default 1)\n"
-            "  --init-dir DIR     initial parameters from DIR/<param name>.npy (full fp32 tensors)\n"
-            "  --dump-dir DIR     write the updated full parameters as DIR/<param name>.npy\n"
-            "  --json FILE        write the per-phase timings (median over steps) as JSON\n"
-            "  --verify           recompute all steps on rank 0 on whole tensors and compare\n"
-            "  --tolerance T      largest allowed max|a-b|/max|b| per parameter (default 1e-5)\n"
-            "  --lr X             Muon learning rate (default 0.02)\n"
-            "  --adamw-lr X       AdamW learning rate (default 3e-4)\n"
-            "  --weight-decay X   decoupled weight decay of both optimizers (default 0.01)\n"
-            "  --nesterov         Nesterov momentum for Muon\n"
-            "  --ns-coeffs NAME   Newton-Schulz coefficients: jordan (default) or cubic\n"
-            "  --help             this text\n");
+    fprintf(
+        f, "usage: mpirun -np DP*TP canzona-bench --plan PLAN --model MODEL [options]\n"
+           "Runs the plan's optimizer step with libcanzona-exec (CPU backend) and times it.\n"
+           "  --plan FILE        plan written by `canzona plan` (required)\n"
+           "  --model FILE       the model the plan was made for (required; checked by hash)\n"
+           "  --steps N          timed optimizer steps (default 5)\n"
+           "  --warmup N         untimed steps before them (default 1)\n"
+           "  --seed S           seed of the generated parameters and gradients (default 1)\n"
+           "  --init-dir DIR     initial parameters from DIR/<param name>.npy (full fp32 tensors)\n"
+           "  --dump-dir DIR     write the updated full parameters as DIR/<param name>.npy\n"
+           "  --json FILE        write the per-phase timings (median over steps) as JSON\n"
+           "  --verify           recompute all steps on rank 0 on whole tensors and compare\n"
+           "  --tolerance T      largest allowed max|a-b|/max|b| per parameter (default 1e-5)\n"
+           "  --lr X             Muon learning rate (default 0.02)\n"
+           "  --adamw-lr X       AdamW learning rate (default 3e-4)\n"
+           "  --weight-decay X   decoupled weight decay of both optimizers (default 0.01)\n"
+           "  --nesterov         Nesterov momentum for Muon\n"
+           "  --ns-coeffs NAME   Newton-Schulz coefficients: jordan (default) or cubic\n"
+           "  --help             this text\n");
 }
 
 static int parse(int argc, char **argv, bench_opts *o)
 {
-    static const struct option longs[] = {
-        {"plan", required_argument, 0, 'p'},      {"model", required_argument, 0, 'm'},
-        {"steps", required_argument, 0, 's'},     {"warmup", required_argument, 0, 'w'},
-        {"seed", required_argument, 0, 'S'},      {"init-dir", required_argument, 0, 'i'},
-        {"dump-dir", required_argument, 0, 'd'},  {"json", required_argument, 0, 'j'},
-        {"verify", no_argument, 0, 'v'},          {"tolerance", required_argument, 0, 't'},
-        {"lr", required_argument, 0, 'l'},        {"adamw-lr", required_argument, 0, 'a'},
-        {"weight-decay", required_argument, 0, 'W'}, {"nesterov", no_argument, 0, 'n'},
-        {"ns-coeffs", required_argument, 0, 'c'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option longs[] = {{"plan", required_argument, 0, 'p'},
+                                          {"model", required_argument, 0, 'm'},
+                                          {"steps", required_argument, 0, 's'},
+                                          {"warmup", required_argument, 0, 'w'},
+                                          {"seed", required_argument, 0, 'S'},
+                                          {"init-dir", required_argument, 0, 'i'},
+                                          {"dump-dir", required_argument, 0, 'd'},
+                                          {"json", required_argument, 0, 'j'},
+                                          {"verify", no_argument, 0, 'v'},
+                                          {"tolerance", required_argument, 0, 't'},
+                                          {"lr", required_argument, 0, 'l'},
+                                          {"adamw-lr", required_argument, 0, 'a'},
+                                          {"weight-decay", required_argument, 0, 'W'},
+                                          {"nesterov", no_argument, 0, 'n'},
+                                          {"ns-coeffs", required_argument, 0, 'c'},
+                                          {"help", no_argument, 0, 'h'},
+                                          {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->steps = 5;
     o->warmup = 1;
@@ -76,22 +83,53 @@ static int parse(int argc, char **argv, bench_opts *o)
         errno = 0;
         end = NULL;
         switch (c) {
-        case 'p': o->plan = optarg; break;
-        case 'm': o->model = optarg; break;
-        case 's': o->steps = (int)strtol(optarg, &end, 10); break;
-        case 'w': o->warmup = (int)strtol(optarg, &end, 10); break;
-        case 'S': o->seed = strtoull(optarg, &end, 10); break;
-        case 'i': o->init_dir = optarg; break;
-        case 'd': o->dump_dir = optarg; break;
-        case 'j': o->json = optarg; break;
-        case 'v': o->verify = 1; break;
-        case 't': o->tolerance = strtod(optarg, &end); break;
-        case 'l': o->lr = strtod(optarg, &end); break;
-        case 'a': o->adamw_lr = strtod(optarg, &end); break;
-        case 'W': o->wd = strtod(optarg, &end); break;
-        case 'n': o->nesterov = 1; break;
-        case 'c': o->ns_coeffs = optarg; break;
-        case 'h': return 1;
+        case 'p':
+            o->plan = optarg;
+            break;
+        case 'm':
+            o->model = optarg;
+            break;
+        case 's':
+            o->steps = (int)strtol(optarg, &end, 10);
+            break;
+        case 'w':
+            o->warmup = (int)strtol(optarg, &end, 10);
+            break;
+        case 'S':
+            o->seed = strtoull(optarg, &end, 10);
+            break;
+        case 'i':
+            o->init_dir = optarg;
+            break;
+        case 'd':
+            o->dump_dir = optarg;
+            break;
+        case 'j':
+            o->json = optarg;
+            break;
+        case 'v':
+            o->verify = 1;
+            break;
+        case 't':
+            o->tolerance = strtod(optarg, &end);
+            break;
+        case 'l':
+            o->lr = strtod(optarg, &end);
+            break;
+        case 'a':
+            o->adamw_lr = strtod(optarg, &end);
+            break;
+        case 'W':
+            o->wd = strtod(optarg, &end);
+            break;
+        case 'n':
+            o->nesterov = 1;
+            break;
+        case 'c':
+            o->ns_coeffs = optarg;
+            break;
+        case 'h':
+            return 1;
         default:
             if (g_rank == 0)
                 fprintf(stderr, "canzona-bench: unknown option or missing value: %s\n",
@@ -140,8 +178,8 @@ static int check_model(const cz_plan *plan, const cz_model *model, cz_error *err
             return cz_error_set(err, CZ_EMISMATCH,
                                 "plan param %zu is '%s' [%lld, %lld] but the model has '%s' "
                                 "[%lld, %lld]",
-                                i, p->name, (long long)p->shape[0], (long long)p->shape[1],
-                                d->name, (long long)d->shape[0], (long long)d->shape[1]);
+                                i, p->name, (long long)p->shape[0], (long long)p->shape[1], d->name,
+                                (long long)d->shape[0], (long long)d->shape[1]);
     }
     if (plan->model_sha256 && strcmp(plan->model_sha256, model->sha256) != 0)
         return cz_error_set(err, CZ_EMISMATCH,
@@ -195,8 +233,7 @@ static int fill_params(const bench_opts *o, const cz_plan *plan, int tp_rank, fl
         const cz_plan_param *p = &plan->params[i];
         float *dst = P + param_offset(plan, p);
         if (!o->init_dir) {
-            cz_bench_fill_shard(p, plan->tp, tp_rank, o->seed, 0, 0, 0, CZ_BENCH_PARAM_SCALE,
-                                dst);
+            cz_bench_fill_shard(p, plan->tp, tp_rank, o->seed, 0, 0, 0, CZ_BENCH_PARAM_SCALE, dst);
             continue;
         }
         float *full = NULL;
@@ -221,8 +258,8 @@ static void fill_grads(const bench_opts *o, const cz_plan *plan, int dp_rank, in
 
 /* Gathers every parameter's full tensor to world rank 0 from the TP ranks of DP rank 0
  * (after the all-gather every DP replica holds all parameters). full[i] is set on rank 0. */
-static int gather_full(const cz_plan *plan, MPI_Comm row, int dp_rank, const float *P,
-                       float **full, cz_error *err)
+static int gather_full(const cz_plan *plan, MPI_Comm row, int dp_rank, const float *P, float **full,
+                       cz_error *err)
 {
     if (dp_rank != 0)
         return CZ_OK;
@@ -316,8 +353,9 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
     }
     cz_compute_close(&cpu);
     if (!rc && failures)
-        rc = cz_error_set(err, CZ_EMISMATCH, "%d parameter(s) differ from the reference by more "
-                                             "than %g",
+        rc = cz_error_set(err, CZ_EMISMATCH,
+                          "%d parameter(s) differ from the reference by more "
+                          "than %g",
                           failures, o->tolerance);
     if (!rc)
         printf("verify: OK\n");

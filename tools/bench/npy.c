@@ -12,21 +12,29 @@ int cz_npy_write(const char *path, const float *data, int ndim, int64_t rows, in
                  cz_error *err)
 {
     char dict[256];
-    int n = ndim == 1 ? snprintf(dict, sizeof dict,
-                                 "{'descr': '<f4', 'fortran_order': False, 'shape': (%" PRId64
-                                 ",), }",
-                                 rows)
-                      : snprintf(dict, sizeof dict,
-                                 "{'descr': '<f4', 'fortran_order': False, 'shape': (%" PRId64
-                                 ", %" PRId64 "), }",
-                                 rows, cols);
+    int n =
+        ndim == 1
+            ? snprintf(dict, sizeof dict,
+                       "{'descr': '<f4', 'fortran_order': False, 'shape': (%" PRId64 ",), }", rows)
+            : snprintf(dict, sizeof dict,
+                       "{'descr': '<f4', 'fortran_order': False, 'shape': (%" PRId64 ", %" PRId64
+                       "), }",
+                       rows, cols);
     size_t total = 10 + (size_t)n + 1;
     size_t pad = (64 - total % 64) % 64;
     uint16_t hlen = (uint16_t)(n + pad + 1);
     FILE *f = fopen(path, "wb");
     if (!f)
         return cz_error_set(err, CZ_EIO, "%s: cannot open for writing", path);
-    unsigned char head[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
+    unsigned char head[10] = {0x93,
+                              'N',
+                              'U',
+                              'M',
+                              'P',
+                              'Y',
+                              1,
+                              0,
+                              (unsigned char)(hlen & 0xff),
                               (unsigned char)(hlen >> 8)};
     size_t count = (size_t)(rows * (ndim == 1 ? 1 : cols));
     int ok = fwrite(head, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)n, f) == (size_t)n;
@@ -38,8 +46,7 @@ int cz_npy_write(const char *path, const float *data, int ndim, int64_t rows, in
     return ok ? CZ_OK : cz_error_set(err, CZ_EIO, "%s: write failed", path);
 }
 
-int cz_npy_read(const char *path, int ndim, int64_t rows, int64_t cols, float **out,
-                cz_error *err)
+int cz_npy_read(const char *path, int ndim, int64_t rows, int64_t cols, float **out, cz_error *err)
 {
     int rc = CZ_OK;
     char *hdr = NULL;
@@ -71,8 +78,8 @@ int cz_npy_read(const char *path, int ndim, int64_t rows, int64_t cols, float **
         goto done;
     }
     if (!strstr(hdr, "'descr': '<f4'") || !strstr(hdr, "'fortran_order': False")) {
-        rc = cz_error_set(err, CZ_EINVALID,
-                          "%s: expected dtype '<f4' in C order, header is %s", path, hdr);
+        rc = cz_error_set(err, CZ_EINVALID, "%s: expected dtype '<f4' in C order, header is %s",
+                          path, hdr);
         goto done;
     }
     const char *sh = strstr(hdr, "'shape': (");

@@ -11,7 +11,6 @@ int cz_npy_write(const char *path, const float *data, int ndim, int64_t rows, in
                  cz_error *err);
 /* Reads path into *out (malloc'd, caller frees) after checking dtype '<f4', C order and that
  * the shape equals the expected one. */
-int cz_npy_read(const char *path, int ndim, int64_t rows, int64_t cols, float **out,
-                cz_error *err);
+int cz_npy_read(const char *path, int ndim, int64_t rows, int64_t cols, float **out, cz_error *err);
 
 #endif
