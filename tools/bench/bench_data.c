@@ -23,19 +23,23 @@ float cz_bench_value(uint64_t seed, int stream, int param, int64_t step, int dp_
 void cz_bench_fill_shard(const cz_plan_param *p, int tp, int r, uint64_t seed, int stream,
                          int64_t step, int dp_rank, float scale, float *shard)
 {
-    int64_t rows = p->shape[0], cols = p->ndim == 1 ? 1 : p->shape[1];
-    int64_t lrows = p->local_shape[0], lcols = p->ndim == 1 ? 1 : p->local_shape[1];
+    int64_t cols = p->ndim == 1 ? 1 : p->shape[1];
     int64_t lo[64], hi[64];
     int n = cz_shard_ranges(p, tp, r, lo, hi, 64);
-    /* Local row/column -> full row/column along the TP dimension. */
-    int64_t *map = malloc((size_t)(p->tp_dim == 1 ? lcols : lrows) * sizeof(int64_t));
+    /* Local row/column -> full row/column along the TP dimension; the local extent follows
+     * from the ranges (tp may be 1 to generate a whole tensor). */
+    int64_t extent = 0;
+    for (int q = 0; q < n; q++)
+        extent += hi[q] - lo[q];
+    int64_t lrows = p->tp_dim == 0 ? extent : p->shape[0];
+    int64_t lcols = p->tp_dim == 1 ? extent : cols;
+    int64_t *map = malloc((size_t)(extent ? extent : 1) * sizeof(int64_t));
     if (!map)
         return;
     int64_t k = 0;
     for (int q = 0; q < n; q++)
         for (int64_t x = lo[q]; x < hi[q]; x++)
             map[k++] = x;
-    (void)rows;
     for (int64_t i = 0; i < lrows; i++)
         for (int64_t j = 0; j < lcols; j++) {
             int64_t fi = p->tp_dim == 0 ? map[i] : i, fj = p->tp_dim == 1 ? map[j] : j;
