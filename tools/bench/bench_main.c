@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 
 typedef struct bench_opts {
-    const char *plan, *model, *init_dir, *dump_dir, *json, *ns_coeffs;
+    const char *plan, *model, *init_dir, *dump_dir, *json, *ns_coeffs, *inject_nan;
     int steps, warmup, verify, nesterov;
     uint64_t seed;
     double tolerance, lr, adamw_lr, wd;
@@ -65,6 +65,7 @@ static int parse(int argc, char **argv, bench_opts *o)
                                           {"weight-decay", required_argument, 0, 'W'},
                                           {"nesterov", no_argument, 0, 'n'},
                                           {"ns-coeffs", required_argument, 0, 'c'},
+                                          {"inject-nan", required_argument, 0, 'N'},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
@@ -127,6 +128,9 @@ static int parse(int argc, char **argv, bench_opts *o)
             break;
         case 'c':
             o->ns_coeffs = optarg;
+            break;
+        case 'N':
+            o->inject_nan = optarg;
             break;
         case 'h':
             return 1;
@@ -475,10 +479,19 @@ int main(int argc, char **argv)
     }
     for (int s = 0; s < total; s++) {
         fill_grads(&o, plan, dp_rank, tp_rank, s, G);
+        if (o.inject_nan && s == 0 && g_rank == 0) {
+            size_t i = 0;
+            while (i < plan->nparams && strcmp(plan->params[i].name, o.inject_nan) != 0)
+                i++;
+            if (i < plan->nparams)
+                G[param_offset(plan, &plan->params[i])] = NAN;
+            else
+                fprintf(stderr, "canzona-bench: --inject-nan: no parameter '%s'\n", o.inject_nan);
+        }
         MPI_Barrier(MPI_COMM_WORLD);
         rc = cz_executor_step(ex, &err);
         if (rc) {
-            fprintf(stderr, "canzona-bench: rank %d: step %d: %s\n", g_rank, s + 1, err.message);
+            fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err.message);
             goto done;
         }
         if (s < o.warmup)
