@@ -80,7 +80,7 @@ static int agree(cz_executor *ex, int rc, uint64_t fp, const char *stage, cz_err
     cz_error tmp;
     int crc = ex->world.ops->allreduce_min_i64(&ex->world, v, 3, &tmp);
     if (crc) {
-        if (!rc)
+        if (!rc && err)
             *err = tmp;
         return rc ? rc : crc;
     }

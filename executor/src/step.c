@@ -113,7 +113,8 @@ static int check_bound(cz_executor *ex, cz_error *err)
     if (rc)
         return rc;
     if (crc) {
-        *err = tmp;
+        if (err)
+            *err = tmp;
         return crc;
     }
     if (v != INT64_MAX)
