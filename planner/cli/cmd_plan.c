@@ -88,6 +88,9 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
            (long long)p->bucket_size, (long long)p->bucket_align);
     if (p->dp_fell_back)
         printf("note     alpha's partition was less balanced than anchored's; anchored was kept\n");
+    if (p->dp_numel_cuts)
+        printf("note     alpha's cuts from element loads balanced the cost at least as well and gave a\n"
+               "         shorter makespan than the cuts from cost loads; they were kept\n");
 
     printf("\n%-8s %14s %7s %14s %7s %18s\n", p->pp > 1 ? "stage/dp" : "DP rank", "load", "/mean",
            "TP makespan", "groups", "opt-state max/GPU");
@@ -122,7 +125,7 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
            cz_cli_format_bytes(b, sizeof b, vmax(mt->memory, ngpus)));
     printf("predicted optimizer compute    %s per step\n",
            cz_cli_format_cost(a, sizeof a, mt->predicted_step_s, CZ_UNIT_TIME));
-    printf("planning time                  %.3f s\n", p->plan_seconds);
+    printf("planning time                  %.2f ms\n", p->plan_seconds * 1e3);
     if (output)
         printf("plan written to                %s\n", output);
     else
@@ -140,13 +143,13 @@ static int print_json_summary(const cz_plan *p, const char *output) {
     const cz_plan_metrics *mt = &p->metrics;
     size_t nranks = (size_t)p->pp * (size_t)p->dp;
     json_t *o = json_pack(
-        "{s:s, s:s, s:{s:i, s:i, s:i}, s:{s:s, s:s, s:s, s:f, s:s, s:f, s:b}, s:o, s:f, s:f, s:f, "
+        "{s:s, s:s, s:{s:i, s:i, s:i}, s:{s:s, s:s, s:s, s:f, s:s, s:f, s:b, s:b}, s:o, s:f, s:f, s:f, "
         "s:f, s:f, s:f, s:o, s:o, s:f, s:f, s:s?}",
         "model", p->model_name, "cluster", p->cluster_name, "topology", "dp", p->dp, "tp", p->tp,
         "pp", p->pp, "settings", "optimizer", cz_optimizer_name(p->settings.optimizer), "unit",
         cz_unit_name(p->settings.unit), "dp_strategy", cz_dp_strategy_name(p->settings.dp), "alpha",
         p->settings.alpha, "tp_strategy", cz_tp_strategy_name(p->settings.tp), "capacity_used",
-        p->capacity_used, "dp_fell_back", p->dp_fell_back, "dp_load", array_of(mt->dp_load, nranks),
+        p->capacity_used, "dp_fell_back", p->dp_fell_back, "dp_numel_cuts", p->dp_numel_cuts, "dp_load", array_of(mt->dp_load, nranks),
         "dp_imbalance", mt->dp_imbalance, "tp_makespan", mt->tp_makespan, "tp_imbalance",
         mt->tp_imbalance, "lower_bound", mt->lower_bound, "makespan_over_lower_bound",
         mt->lower_bound > 0 ? mt->tp_makespan / mt->lower_bound : 1.0, "total_cost", mt->total_cost,
