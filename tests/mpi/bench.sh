@@ -40,6 +40,16 @@ mismatch)
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
   n=$(grep -c "canzona-bench: rank [0-3]: .*different plans\|canzona-bench: rank [0-3]: .*rank .* failed" "$tmp/out" || true)
   [ "$n" -eq 4 ] || { echo "expected 4 ranks to report the mismatch, got $n"; exit 1; }
+  # A plan run with another model is refused on every rank.
+  set +e
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$src/plans/models/test-mid.json" \
+    --steps 1 >"$tmp/out" 2>&1
+  rc=$?
+  set -e
+  cat "$tmp/out"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
+  n=$(grep -c "canzona-bench: rank [0-3]: loading the plan and model: plan" "$tmp/out" || true)
+  [ "$n" -eq 4 ] || { echo "expected 4 ranks to report the model mismatch, got $n"; exit 1; }
   ;;
 nan)
   # A NaN in one replica's gradient: every rank returns an error naming the parameter.
