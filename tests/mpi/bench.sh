@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Multi-rank executor tests: plans test-small with `canzona plan` and runs canzona-bench on 4
-# MPI ranks. Usage: bench.sh verify CLUSTER DP TP | mismatch | nan | dump
+# MPI ranks. Usage: bench.sh verify CLUSTER DP TP | mismatch | nan | dump | owncomms
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -50,6 +50,23 @@ mismatch)
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
   n=$(grep -c "canzona-bench: rank [0-3]: loading the plan and model: plan" "$tmp/out" || true)
   [ "$n" -eq 4 ] || { echo "expected 4 ranks to report the model mismatch, got $n"; exit 1; }
+  # A handed-in DP communicator of the wrong size is refused on every rank.
+  set +e
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 1 --bad-dp-comm \
+    >"$tmp/out" 2>&1
+  rc=$?
+  set -e
+  cat "$tmp/out"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
+  n=$(grep -c "rank [0-3]: the DP communicator has 4 ranks .* the plan needs dp = 2" "$tmp/out" || true)
+  [ "$n" -eq 4 ] || { echo "expected 4 ranks to report the DP communicator size, got $n"; exit 1; }
+  ;;
+owncomms)
+  # DP and TP communicators split by the job and handed in give the same result.
+  plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --own-comms --verify \
+    | tee "$tmp/out"
+  grep -q "verify: OK" "$tmp/out"
   ;;
 nan)
   # A NaN in one replica's gradient: every rank returns an error naming the parameter.
@@ -76,5 +93,5 @@ dump)
   ! cmp -s "$tmp/d1/extra.weight.npy" "$tmp/d2/extra.weight.npy"
   ;;
 *)
-  echo "usage: bench.sh verify CLUSTER DP TP | mismatch | nan | dump"; exit 2 ;;
+  echo "usage: bench.sh verify CLUSTER DP TP | mismatch | nan | dump | owncomms"; exit 2 ;;
 esac

@@ -18,7 +18,7 @@
 
 typedef struct bench_opts {
     const char *plan, *model, *init_dir, *dump_dir, *json, *ns_coeffs, *inject_nan;
-    int steps, warmup, verify, nesterov;
+    int steps, warmup, verify, nesterov, own_comms, bad_dp_comm;
     uint64_t seed;
     double tolerance, lr, adamw_lr, wd;
 } bench_opts;
@@ -66,6 +66,8 @@ static int parse(int argc, char **argv, bench_opts *o)
                                           {"nesterov", no_argument, 0, 'n'},
                                           {"ns-coeffs", required_argument, 0, 'c'},
                                           {"inject-nan", required_argument, 0, 'N'},
+                                          {"own-comms", no_argument, 0, 'O'},
+                                          {"bad-dp-comm", no_argument, 0, 'B'},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
@@ -128,6 +130,12 @@ static int parse(int argc, char **argv, bench_opts *o)
             break;
         case 'c':
             o->ns_coeffs = optarg;
+            break;
+        case 'O':
+            o->own_comms = 1;
+            break;
+        case 'B':
+            o->bad_dp_comm = 1;
             break;
         case 'N':
             o->inject_nan = optarg;
@@ -422,6 +430,7 @@ int main(int argc, char **argv)
     float *P = NULL, *G = NULL, **full = NULL;
     double *per[5] = {0};
     MPI_Comm row = MPI_COMM_NULL;
+    MPI_Comm own_dp = MPI_COMM_NULL, own_tp = MPI_COMM_NULL, world_comm = MPI_COMM_WORLD;
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
@@ -442,6 +451,18 @@ int main(int argc, char **argv)
     cfg.weight_decay = cfg.adamw_weight_decay = (float)o.wd;
     cfg.nesterov = o.nesterov;
     cfg.ns_coeffs = o.ns_coeffs;
+    if (o.own_comms || o.bad_dp_comm) {
+        /* As a job would: the grid is read from the plan's topology, TP innermost. */
+        cz_plan *tmp = NULL;
+        int tp = 1;
+        if (cz_plan_read(&tmp, o.plan, &err) == 0)
+            tp = tmp->tp;
+        cz_plan_free(tmp);
+        MPI_Comm_split(MPI_COMM_WORLD, g_rank % tp, g_rank / tp, &own_dp);
+        MPI_Comm_split(MPI_COMM_WORLD, g_rank / tp, g_rank % tp, &own_tp);
+        cfg.dp_comm = o.bad_dp_comm ? (const void *)&world_comm : (const void *)&own_dp;
+        cfg.tp_comm = &own_tp;
+    }
 
     /* The executor reads and checks the plan and agrees on failure across ranks. */
     int rc = cz_executor_create(&ex, o.plan, &cfg, &err);
@@ -554,6 +575,10 @@ done:
         free(per[k]);
     if (row != MPI_COMM_NULL)
         MPI_Comm_free(&row);
+    if (own_dp != MPI_COMM_NULL)
+        MPI_Comm_free(&own_dp);
+    if (own_tp != MPI_COMM_NULL)
+        MPI_Comm_free(&own_tp);
     cz_executor_free(ex);
     cz_plan_free(plan);
     cz_model_free(model);
