@@ -79,6 +79,14 @@ static int mpi_wait(cz_comm *c, cz_comm_req *req, cz_error *err)
     return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "wait");
 }
 
+static void mpi_progress(cz_comm *c, cz_comm_req *req)
+{
+    (void)c;
+    int done = 0;
+    if (req && req->r != MPI_REQUEST_NULL)
+        MPI_Test(&req->r, &done, MPI_STATUS_IGNORE);
+}
+
 static int mpi_allreduce_min_i64(cz_comm *c, int64_t *v, int n, cz_error *err)
 {
     int rc = MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MIN, mpi_of(c));
@@ -104,6 +112,7 @@ static const cz_comm_ops cz_comm_mpi_ops = {
     .ialltoallv = mpi_ialltoallv,
     .iallgather = mpi_iallgather,
     .wait = mpi_wait,
+    .progress = mpi_progress,
     .allreduce_min_i64 = mpi_allreduce_min_i64,
     .close = mpi_close,
 };

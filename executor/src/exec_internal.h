@@ -74,6 +74,9 @@ typedef struct cz_comm_ops {
                       cz_error *err);
     /* Completes and releases a request (NULL is a no-op). */
     int (*wait)(cz_comm *c, cz_comm_req *req, cz_error *err);
+    /* Lets outstanding non-blocking operations progress (MPI progresses them only inside MPI
+     * calls); never blocks. req may be NULL. */
+    void (*progress)(cz_comm *c, cz_comm_req *req);
     /* In-place element-wise min over all ranks of n int64 values. */
     int (*allreduce_min_i64)(cz_comm *c, int64_t *v, int n, cz_error *err);
     void (*close)(cz_comm *c);
@@ -136,6 +139,12 @@ void cz_muon_momentum(const cz_muon_hparams *h, const float *g, float *buf, floa
 /* Batched orthogonalization of several matrices' blocks: for each of `n` full matrices
  * in[i] (shape of params[i]) writes the scaled Muon update to out[i]. Same-shape blocks are
  * stacked and orthogonalized in one ns_batched call. */
+/* The same, calling progress(ctx) (when not NULL) between batches, so that communication in
+ * flight keeps moving during the compute. */
+int cz_muon_orthogonalize_ex(cz_compute *c, const cz_muon_hparams *h,
+                             const cz_plan_param *const *params, const float *const *in,
+                             float *const *out, int n, void (*progress)(void *), void *ctx,
+                             cz_error *err);
 int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
                           const cz_plan_param *const *params, const float *const *in,
                           float *const *out, int n, cz_error *err);

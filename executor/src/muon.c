@@ -85,9 +85,10 @@ static int blk_cmp(const void *x, const void *y)
     return a->b.c0 < b->b.c0 ? -1 : (a->b.c0 > b->b.c0);
 }
 
-int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
-                          const cz_plan_param *const *params, const float *const *in,
-                          float *const *out, int n, cz_error *err)
+int cz_muon_orthogonalize_ex(cz_compute *c, const cz_muon_hparams *h,
+                             const cz_plan_param *const *params, const float *const *in,
+                             float *const *out, int n, void (*progress)(void *), void *ctx,
+                             cz_error *err)
 {
     int rc = CZ_OK;
     int nblk = 0, cap = 0;
@@ -168,6 +169,8 @@ int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
         c->ops->release(c, batch);
         c->ops->release(c, work);
         batch = work = NULL;
+        if (progress)
+            progress(ctx);
         s = e;
     }
 done:
@@ -177,4 +180,11 @@ done:
         c->ops->release(c, work);
     free(blks);
     return rc;
+}
+
+int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
+                          const cz_plan_param *const *params, const float *const *in,
+                          float *const *out, int n, cz_error *err)
+{
+    return cz_muon_orthogonalize_ex(c, h, params, in, out, n, NULL, NULL, err);
 }

@@ -243,6 +243,21 @@ static int post_gather(cz_executor *ex, int gi, const float *G, cz_error *err)
                                        pg->grc, pg->grd, &pp->greq[gi % 2], err);
 }
 
+/* Keeps the next group's gather and the previous group's scatter moving while computing. */
+typedef struct progress_ctx {
+    cz_executor *ex;
+    int gi;
+} progress_ctx;
+
+static void progress_inflight(void *arg)
+{
+    progress_ctx *pc = arg;
+    struct cz_pipeline *pp = pc->ex->pipe;
+    cz_comm *tc = &pc->ex->tp_comm;
+    tc->ops->progress(tc, pp->greq[(pc->gi + 1) % 2]);
+    tc->ops->progress(tc, pp->sreq[(pc->gi + 1) % 2]);
+}
+
 /* Host side of group g: reassemble, Muon, and either post the scatter or (sc) apply. */
 static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_error *err)
 {
@@ -252,6 +267,7 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
     const float *recv = pp->grecv[gi % 2];
     int tp = ex->tp, n = 0;
     int64_t fpos = 0, rpos = 0;
+    progress_ctx pc = {ex, gi};
     for (int t = 0; t < g->ntasks; t++) {
         if (!hosts(ex, g, t))
             continue;
@@ -267,13 +283,15 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
         }
         /* The optimizer input overwrites the gradient in place. */
         cz_muon_momentum(&ex->muon, fg, ex->momentum[p->id], fg, fn);
+        progress_inflight(&pc);
         pp->hp[n] = p;
         pp->hin[n] = fg;
         pp->hout[n] = pp->full_u + fpos;
         n++;
         fpos += fn;
     }
-    int rc = cz_muon_orthogonalize(&ex->compute, &ex->muon, pp->hp, pp->hin, pp->hout, n, err);
+    int rc = cz_muon_orthogonalize_ex(&ex->compute, &ex->muon, pp->hp, pp->hin, pp->hout, n,
+                                      progress_inflight, &pc, err);
     if (rc)
         return rc;
     float *send = pp->ssend[gi % 2];
