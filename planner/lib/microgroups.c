@@ -14,10 +14,15 @@
  *            the LPT makespan exceeds C, the last task is rolled back, the group emitted and a new
  *            one started with that task (a task larger than C forms a group alone).
  *
- * Capacity C: settings.capacity when > 0, else per rank C = max(largest task cost, rank's total
- * matrix cost / (4 tp)): at least ~4 micro-groups per rank so that gathers of one group can hide
- * behind the compute of another, never smaller than the largest task. plan->capacity_used is the
- * largest C used over all ranks.
+ * Capacity C: settings.capacity when > 0. Otherwise, per rank, with T the rank's total matrix
+ * cost and L its largest task: for sc and slot C = max(L, T / (4 tp)), about four micro-groups so
+ * that the gather of one group can hide behind the compute of another, never below the largest
+ * task. For rollback, the candidates C_k = max(L, T / (k tp)) for k = 4, 3, 2 and C_1 = T (one
+ * group) are each scheduled, and the largest k whose makespan is within 5% of the best candidate's
+ * is kept: a group's collectives synchronize its TP ranks, so every extra group adds one "largest
+ * slot" to the makespan, and when L is close to T / tp (few, large matrices per rank) forcing four
+ * groups can cost far more than the overlap it buys. plan->capacity_used is the largest C used
+ * over all ranks.
  *
  * Under the even baseline a rank updates every matrix its range touches (each touching rank
  * gathers and updates it redundantly); under every other strategy exactly the matrices it owns.
@@ -146,25 +151,29 @@ static int schedule_slot(group_sink *gs, const task *tasks, int n, double C, int
     return rc;
 }
 
-static int schedule_rollback(group_sink *gs, const task *tasks, int n, double C, int *slots,
-                             double *load, cz_error *err)
+/* Greedy rollback over tasks sorted by descending cost into groups of nslots slots. With gs NULL
+ * it only computes the makespan the groups would have (sum of each group's largest slot). */
+static int schedule_rollback(group_sink *gs, int nslots, const task *tasks, int n, double C,
+                             int *slots, double *load, double *makespan_out, cz_error *err)
 {
     int rc = CZ_OK, start = 0;
-    double sum = 0.0, makespan = 0.0;
-    for (int s = 0; s < gs->nslots; s++)
+    double sum = 0.0, makespan = 0.0, total = 0.0;
+    for (int s = 0; s < nslots; s++)
         load[s] = 0.0;
     /* Tasks arrive in descending cost order, so the LPT assignment of the group grown by one
      * task is the previous assignment plus the new task on the least-loaded slot. */
     for (int k = 0; k < n && rc == CZ_OK; k++) {
-        int s = least_loaded(load, gs->nslots);
+        int s = least_loaded(load, nslots);
         double grown = load[s] + tasks[k].cost;
         double span = grown > makespan ? grown : makespan;
-        double mean = (sum + tasks[k].cost) / gs->nslots;
+        double mean = (sum + tasks[k].cost) / nslots;
         if (k > start && (mean > C * CZ_CAP_SLACK || span > C * CZ_CAP_SLACK)) {
             /* Roll back task k: emit the group as it stood before it, start anew with it. */
-            rc = group_emit(gs, tasks + start, slots, k - start, err);
+            if (gs)
+                rc = group_emit(gs, tasks + start, slots, k - start, err);
+            total += makespan;
             start = k;
-            for (int t = 0; t < gs->nslots; t++)
+            for (int t = 0; t < nslots; t++)
                 load[t] = 0.0;
             sum = makespan = 0.0;
             s = 0;
@@ -175,9 +184,29 @@ static int schedule_rollback(group_sink *gs, const task *tasks, int n, double C,
         sum += tasks[k].cost;
         makespan = span;
     }
-    if (rc == CZ_OK && n > start)
+    if (rc == CZ_OK && n > start && gs)
         rc = group_emit(gs, tasks + start, slots, n - start, err);
+    if (makespan_out)
+        *makespan_out = total + makespan;
     return rc;
+}
+
+/* The automatic rollback capacity of a rank (see the file comment). */
+static double rollback_auto_capacity(const task *tasks, int n, double total, double largest,
+                                     int nslots, int *slots, double *load)
+{
+    double cap[4], span[4], best = 0.0;
+    for (int k = 1; k <= 4; k++) {
+        double c = k == 1 ? total : total / ((double)k * nslots);
+        cap[k - 1] = c > largest ? c : largest;
+        schedule_rollback(NULL, nslots, tasks, n, cap[k - 1], slots, load, &span[k - 1], NULL);
+        if (k == 1 || span[k - 1] < best)
+            best = span[k - 1];
+    }
+    for (int k = 4; k > 1; k--)
+        if (span[k - 1] <= best * 1.05)
+            return cap[k - 1];
+    return cap[0];
 }
 
 /* Does the parameter's local shard intersect DP rank r's range of its bucket? */
@@ -236,7 +265,10 @@ int cz_tp_schedule_build(cz_plan *plan, cz_error *err)
             if (n == 0)
                 continue;
             double C = plan->settings.capacity;
-            if (!(C > 0.0)) {
+            if (!(C > 0.0) && strategy == CZ_TP_ROLLBACK) {
+                qsort(tasks, (size_t)n, sizeof *tasks, task_cost_cmp);
+                C = rollback_auto_capacity(tasks, n, total, largest, nslots, slots, load);
+            } else if (!(C > 0.0)) {
                 C = total / (4.0 * tp);
                 if (largest > C)
                     C = largest;
@@ -260,7 +292,7 @@ int cz_tp_schedule_build(cz_plan *plan, cz_error *err)
                 break;
             case CZ_TP_ROLLBACK:
                 qsort(tasks, (size_t)n, sizeof *tasks, task_cost_cmp);
-                rc = schedule_rollback(&gs, tasks, n, C, slots, load, err);
+                rc = schedule_rollback(&gs, nslots, tasks, n, C, slots, load, NULL, err);
                 break;
             default:
                 rc = cz_error_set(err, CZ_EINVALID, "TP strategy %d is unknown", (int)strategy);
