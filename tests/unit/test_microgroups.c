@@ -67,6 +67,44 @@ START_TEST(rollback_fires)
 }
 END_TEST
 
+START_TEST(rollback_auto_capacity_keeps_groups_when_free)
+{
+    /* Automatic capacity, costs b6 d5 a4 e3 c2 (total 20, largest 6, tp 2): the candidates
+     * C_4 = C_3 = C_2 = max(6, 20 / (k 2)) = 6 give {b, d} {a, e, c}: makespan 6 + 5 = 11; C_1 = 20
+     * gives one group with LPT loads {11, 9}: also 11. Equal, so the most groups are kept. */
+    cz_plan *plan = five_tasks(CZ_TP_ROLLBACK, 0.0, 2);
+    ck_assert_double_eq(plan->capacity_used, 6.0);
+    ck_assert_int_eq(plan->schedules[0].ngroups, 2);
+    ck_assert_double_eq(plan->metrics.tp_makespan, 11.0);
+    cz_plan_free(plan);
+}
+END_TEST
+
+START_TEST(rollback_auto_capacity_one_group_when_cheaper)
+{
+    /* Costs 6 5 5 4 (total 20, tp 2). C = 6 (k = 2..4): {6 | 5} then {5 | 4}: 6 + 5 = 11.
+     * C_1 = 20: one group, LPT {6 + 4, 5 + 5} = 10. 11 > 1.05 * 10, so one group is kept. */
+    cz_model *m = czt_model_new("four", CZ_DTYPE_BF16, 0);
+    czt_model_add(m, "a", 1, 6, -1, CZ_KIND_MATRIX, -1);
+    czt_model_add(m, "b", 1, 5, -1, CZ_KIND_MATRIX, -1);
+    czt_model_add(m, "c", 1, 5, -1, CZ_KIND_MATRIX, -1);
+    czt_model_add(m, "d", 1, 4, -1, CZ_KIND_MATRIX, -1);
+    cz_cluster *c = czt_cluster_new(1, 2, 1);
+    cz_settings s;
+    cz_settings_init(&s);
+    s.unit = CZ_UNIT_NUMEL;
+    cz_plan *plan = NULL;
+    cz_error err;
+    ck_assert_msg(cz_plan_build(&plan, m, c, &s, &err) == CZ_OK, "%s", err.message);
+    ck_assert_int_eq(plan->schedules[0].ngroups, 1);
+    ck_assert_double_eq(plan->capacity_used, 20.0);
+    ck_assert_double_eq(plan->metrics.tp_makespan, 10.0);
+    cz_plan_free(plan);
+    cz_model_free(m);
+    cz_cluster_free(c);
+}
+END_TEST
+
 START_TEST(rollback_oversized_task_alone)
 {
     /* C = 5: b (6 > C) alone; {d, a}: {5, 4}; adding e: {5, 7} > 5 -> roll back; {e, c}. */
@@ -244,6 +282,8 @@ int main(void)
     TCase *tc = tcase_create("strategies");
     tcase_add_test(tc, rollback_fires);
     tcase_add_test(tc, rollback_oversized_task_alone);
+    tcase_add_test(tc, rollback_auto_capacity_keeps_groups_when_free);
+    tcase_add_test(tc, rollback_auto_capacity_one_group_when_cheaper);
     tcase_add_test(tc, rollback_wide_groups);
     tcase_add_test(tc, none_chunks_in_order);
     tcase_add_test(tc, single_sorted_chunks);
