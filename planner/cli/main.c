@@ -15,8 +15,7 @@ static const command commands[] = {
     {"plan", cz_cmd_plan, "solve DP partition and TP micro-groups; write a plan file"},
 };
 
-static void usage(FILE *f)
-{
+static void usage(FILE *f) {
     fprintf(f, "usage: canzona <command> [options]\n"
                "       canzona --help | --version\n\n"
                "Plans load-balanced distributed matrix optimizers (Muon, SOAP, Shampoo) for\n"
@@ -26,8 +25,7 @@ static void usage(FILE *f)
     fprintf(f, "\n'canzona <command> --help' describes a command's options.\n");
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;

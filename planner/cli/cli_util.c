@@ -1,0 +1,201 @@
+/* Planning options and value formatting shared by the CLI's subcommands. */
+#include "cli_util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const struct option cz_cli_settings_options[] = {
+    {"optimizer", required_argument, NULL, CZ_OPT_OPTIMIZER},
+    {"unit", required_argument, NULL, CZ_OPT_UNIT},
+    {"dp", required_argument, NULL, CZ_OPT_DP},
+    {"alpha", required_argument, NULL, CZ_OPT_ALPHA},
+    {"alpha-loads", required_argument, NULL, CZ_OPT_ALPHA_LOADS},
+    {"layerwise-order", required_argument, NULL, CZ_OPT_LAYERWISE_ORDER},
+    {"tp", required_argument, NULL, CZ_OPT_TP},
+    {"capacity", required_argument, NULL, CZ_OPT_CAPACITY},
+    {"solver", required_argument, NULL, CZ_OPT_SOLVER},
+    {"time-limit", required_argument, NULL, CZ_OPT_TIME_LIMIT},
+    {"seed", required_argument, NULL, CZ_OPT_SEED},
+    {"ns-steps", required_argument, NULL, CZ_OPT_NS_STEPS},
+    {"max-precond-dim", required_argument, NULL, CZ_OPT_MAX_PRECOND_DIM},
+    {"precondition-frequency", required_argument, NULL, CZ_OPT_PRECOND_FREQ},
+    {NULL, 0, NULL, 0},
+};
+
+static int bad_value(const char *cmd, const char *opt, const char *value, const char *expected) {
+    fprintf(stderr, "canzona %s: --%s '%s': expected %s\n", cmd, opt, value, expected);
+    return 2;
+}
+
+static int parse_double(const char *value, double lo, double hi, double *out) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (errno || end == value || *end || !isfinite(v) || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_long(const char *value, long lo, long hi, long *out) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    if (errno || end == value || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settings *s) {
+    double d = 0;
+    long l = 0;
+    switch (opt) {
+    case CZ_OPT_OPTIMIZER:
+        return cz_optimizer_parse(value, &s->optimizer)
+                   ? bad_value(cmd, "optimizer", value, "muon, soap, shampoo or adamw")
+                   : 0;
+    case CZ_OPT_UNIT:
+        return cz_unit_parse(value, &s->unit)
+                   ? bad_value(cmd, "unit", value, "numel, flops or time")
+                   : 0;
+    case CZ_OPT_DP:
+        return cz_dp_strategy_parse(value, &s->dp)
+                   ? bad_value(cmd, "dp", value, "even, anchored, layerwise, alpha or tpaware")
+                   : 0;
+    case CZ_OPT_ALPHA:
+        if (parse_double(value, 0.0, 1.0, &d))
+            return bad_value(cmd, "alpha", value, "a number in [0, 1]");
+        s->alpha = d;
+        return 0;
+    case CZ_OPT_ALPHA_LOADS:
+        if (!strcmp(value, "cost"))
+            s->alpha_numel_loads = 0;
+        else if (!strcmp(value, "numel"))
+            s->alpha_numel_loads = 1;
+        else
+            return bad_value(cmd, "alpha-loads", value, "cost or numel");
+        return 0;
+    case CZ_OPT_LAYERWISE_ORDER:
+        return cz_layerwise_order_parse(value, &s->layerwise_order)
+                   ? bad_value(cmd, "layerwise-order", value, "pingpong or lpt")
+                   : 0;
+    case CZ_OPT_TP:
+        return cz_tp_strategy_parse(value, &s->tp)
+                   ? bad_value(cmd, "tp", value, "sc, none, single, slot or rollback")
+                   : 0;
+    case CZ_OPT_CAPACITY:
+        if (parse_double(value, 0.0, 1e300, &d))
+            return bad_value(cmd, "capacity", value, "a non-negative number (0 = automatic)");
+        s->capacity = d;
+        return 0;
+    case CZ_OPT_SOLVER:
+        return cz_solver_parse(value, &s->solver) ? bad_value(cmd, "solver", value, "greedy or ilp")
+                                                  : 0;
+    case CZ_OPT_TIME_LIMIT:
+        if (parse_double(value, 0.001, 1e6, &d))
+            return bad_value(cmd, "time-limit", value, "a positive number of seconds");
+        s->time_limit_s = d;
+        return 0;
+    case CZ_OPT_SEED:
+        if (parse_long(value, 0, 0x7fffffffL, &l))
+            return bad_value(cmd, "seed", value, "a non-negative integer");
+        s->seed = (uint64_t)l;
+        return 0;
+    case CZ_OPT_NS_STEPS:
+        if (parse_long(value, 1, 100, &l))
+            return bad_value(cmd, "ns-steps", value, "an integer in [1, 100]");
+        s->ns_steps = (int)l;
+        return 0;
+    case CZ_OPT_MAX_PRECOND_DIM:
+        if (parse_long(value, 1, 1L << 30, &l))
+            return bad_value(cmd, "max-precond-dim", value, "a positive integer");
+        s->max_precond_dim = (int)l;
+        return 0;
+    case CZ_OPT_PRECOND_FREQ:
+        if (parse_long(value, 1, 1L << 30, &l))
+            return bad_value(cmd, "precondition-frequency", value, "a positive integer");
+        s->precondition_frequency = (int)l;
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+void cz_cli_settings_help(FILE *f) {
+    fprintf(
+        f,
+        "planning settings:\n"
+        "  --optimizer NAME      muon (default), soap, shampoo or adamw\n"
+        "  --unit NAME           cost unit for loads: time (default; seconds on the cluster's\n"
+        "                        device), flops, or numel (elements)\n"
+        "  --dp NAME             DP strategy: alpha (default; alpha-balanced, atomic), anchored,\n"
+        "                        even (ZeRO-1 slices, fragments parameters), layerwise\n"
+        "                        (Megatron's layer-wise optimizer), tpaware (alpha refined for\n"
+        "                        the per-GPU makespan)\n"
+        "  --alpha A             alpha in [0, 1] (default 1): 0 = even communication slices,\n"
+        "                        1 = global compute balance\n"
+        "  --alpha-loads KIND    count alpha's running loads in the cost unit (cost, default)\n"
+        "                        or in elements (numel, as the paper's reference code)\n"
+        "  --layerwise-order O   pingpong (default) or lpt, for --dp layerwise\n"
+        "  --tp NAME             TP micro-group strategy: rollback (default; greedy rollback),\n"
+        "                        slot, single, none, or sc (synchronous compute baseline)\n"
+        "  --capacity C          micro-group capacity in the cost unit; 0 (default) = automatic:\n"
+        "                        max(largest task, rank's matrix cost / (4 * tp))\n"
+        "  --solver NAME         greedy (default) or ilp (GLPK; falls back to greedy on time-out)\n"
+        "  --time-limit S        ILP time limit in seconds (default 60)\n"
+        "  --seed N              recorded in the plan (ties are broken by parameter id)\n"
+        "  --ns-steps N          Newton-Schulz iterations for Muon's cost (default 5)\n"
+        "  --max-precond-dim N   SOAP/Shampoo: largest side with a preconditioner (default 10000)\n"
+        "  --precondition-frequency N  SOAP/Shampoo eigenbasis refresh period (default 10)\n");
+}
+
+const char *cz_cli_format_cost(char *buf, size_t n, double v, cz_cost_unit unit) {
+    static const char *const si[] = {"", "K", "M", "G", "T", "P", "E"};
+    if (unit == CZ_UNIT_TIME) {
+        if (v >= 1.0)
+            snprintf(buf, n, "%.3f s", v);
+        else if (v >= 1e-3)
+            snprintf(buf, n, "%.3f ms", v * 1e3);
+        else
+            snprintf(buf, n, "%.3f us", v * 1e6);
+        return buf;
+    }
+    int k = 0;
+    while (fabs(v) >= 1000.0 && k < 6) {
+        v /= 1000.0;
+        k++;
+    }
+    snprintf(buf, n, "%.3f %s%s", v, si[k], unit == CZ_UNIT_FLOPS ? "FLOP" : "elem");
+    return buf;
+}
+
+const char *cz_cli_format_bytes(char *buf, size_t n, double bytes) {
+    if (bytes >= 1024.0 * 1024 * 1024)
+        snprintf(buf, n, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+    else
+        snprintf(buf, n, "%.2f MiB", bytes / (1024.0 * 1024));
+    return buf;
+}
+
+int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *cluster_path,
+                       cz_model **model, cz_cluster **cluster) {
+    cz_error err;
+    cz_error_clear(&err);
+    *model = NULL;
+    *cluster = NULL;
+    if (cz_model_load(model, model_path, &err) != CZ_OK)
+        goto fail;
+    if (cz_cluster_load(cluster, cluster_path, &err) != CZ_OK)
+        goto fail;
+    return 0;
+fail:
+    fprintf(stderr, "canzona %s: %s\n", cmd, err.message);
+    cz_model_free(*model);
+    cz_cluster_free(*cluster);
+    *model = NULL;
+    *cluster = NULL;
+    return 1;
+}

@@ -1,0 +1,51 @@
+/* Helpers shared by the CLI's subcommands: planning options and value formatting. */
+#ifndef CZ_CLI_UTIL_H
+#define CZ_CLI_UTIL_H
+
+#include "canzona.h"
+
+#include <getopt.h>
+#include <stdio.h>
+
+/* Long options every command that builds plans accepts (see cz_cli_plan_options_help). The
+ * values are >= 1000 so they never collide with short options. */
+enum {
+    CZ_OPT_OPTIMIZER = 1000,
+    CZ_OPT_UNIT,
+    CZ_OPT_DP,
+    CZ_OPT_ALPHA,
+    CZ_OPT_ALPHA_LOADS,
+    CZ_OPT_LAYERWISE_ORDER,
+    CZ_OPT_TP,
+    CZ_OPT_CAPACITY,
+    CZ_OPT_SOLVER,
+    CZ_OPT_TIME_LIMIT,
+    CZ_OPT_SEED,
+    CZ_OPT_NS_STEPS,
+    CZ_OPT_MAX_PRECOND_DIM,
+    CZ_OPT_PRECOND_FREQ,
+    CZ_OPT_LAST_SETTING
+};
+
+/* getopt_long entries for the options above, terminated by a zero entry so that commands can
+ * append them to their own table with cz_cli_options_concat. */
+extern const struct option cz_cli_settings_options[];
+#define CZ_CLI_SETTINGS_OPTION_COUNT 14
+
+/* Applies one settings option to *s. Returns 0, or 2 after printing a usage error to stderr
+ * prefixed with "canzona <cmd>: ". Returns 1 when `opt` is not a settings option. */
+int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settings *s);
+
+/* Prints the help lines of the settings options. */
+void cz_cli_settings_help(FILE *f);
+
+/* Formats a cost in the unit with a readable scale ("12.3 ms", "4.56 TFLOP", "1.23 G elem"). */
+const char *cz_cli_format_cost(char *buf, size_t n, double value, cz_cost_unit unit);
+/* Formats bytes as GiB/MiB. */
+const char *cz_cli_format_bytes(char *buf, size_t n, double bytes);
+
+/* Loads model and cluster, printing any error as "canzona <cmd>: <message>". Returns 0 or 1. */
+int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *cluster_path,
+                       cz_model **model, cz_cluster **cluster);
+
+#endif

@@ -1,0 +1,251 @@
+/* canzona plan — builds a plan from a model description and a cluster shape, writes it, and
+ * prints a summary of the balance it achieves. */
+#include "cli_util.h"
+#include "commands.h"
+#include "cz_types.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void plan_help(FILE *f) {
+    fprintf(
+        f,
+        "usage: canzona plan --model MODEL.json --cluster CLUSTER.json [-o PLAN.json] [options]\n"
+        "\n"
+        "Solves the alpha-balanced DP partition of the gradient buckets and the TP micro-groups\n"
+        "for the model on the cluster, writes the plan (atomically: temporary file, then\n"
+        "rename) and prints per-rank loads, imbalance, TP makespan against the lower bound\n"
+        "max(total cost / GPUs, largest task), and optimizer-state memory.\n"
+        "\n"
+        "options:\n"
+        "  -m, --model FILE      model description (canzona.model/1)\n"
+        "  -c, --cluster FILE    cluster shape (canzona.cluster/1)\n"
+        "  -o, --output FILE     write the plan here (without -o only the summary is printed)\n"
+        "      --json            print the summary as JSON instead of text\n"
+        "  -q, --quiet           print nothing but errors\n"
+        "  -h, --help            this help\n");
+    cz_cli_settings_help(f);
+}
+
+static double vmax(const double *v, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+static double vmin(const double *v, size_t n) {
+    double m = n ? v[0] : 0;
+    for (size_t i = 0; i < n; i++)
+        m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+static double vmean(const double *v, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += v[i];
+    return n ? s / (double)n : 0;
+}
+
+/* Counts of the model's parameters by kind and its total element count. */
+static void count_params(const cz_plan *p, size_t *matrices, double *elements) {
+    *matrices = 0;
+    *elements = 0;
+    for (size_t i = 0; i < p->nparams; i++) {
+        *matrices += p->params[i].kind == CZ_KIND_MATRIX;
+        *elements += (double)p->params[i].shape[0] * (double)p->params[i].shape[1];
+    }
+}
+
+static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster *c,
+                          const char *output) {
+    const cz_plan_metrics *mt = &p->metrics;
+    const cz_settings *s = &p->settings;
+    cz_cost_unit u = s->unit;
+    size_t nranks = (size_t)p->pp * (size_t)p->dp, ngpus = nranks * (size_t)p->tp;
+    char a[64], b[64], d[64];
+    size_t matrices;
+    double elements;
+    count_params(p, &matrices, &elements);
+
+    printf("model    %s (%zu parameters: %zu matrix, %zu elementwise; %.3f B elements)\n", m->name,
+           p->nparams, matrices, p->nparams - matrices, elements / 1e9);
+    printf("cluster  %s (%d GPUs = DP %d x TP %d x PP %d, %d per node)\n", c->name, c->gpus, p->dp,
+           p->tp, p->pp, p->gpus_per_node);
+    printf("settings optimizer %s, unit %s, dp %s", cz_optimizer_name(s->optimizer),
+           cz_unit_name(u), cz_dp_strategy_name(s->dp));
+    if (s->dp == CZ_DP_ALPHA || s->dp == CZ_DP_TPAWARE)
+        printf(" (alpha %g, %s loads)", s->alpha, s->alpha_numel_loads ? "element" : "cost");
+    if (s->dp == CZ_DP_LAYERWISE)
+        printf(" (%s order)", cz_layerwise_order_name(s->layerwise_order));
+    printf(", tp %s (capacity %s), solver %s\n", cz_tp_strategy_name(s->tp),
+           cz_cli_format_cost(a, sizeof a, p->capacity_used, u), cz_solver_name(s->solver));
+    printf("buckets  %zu (size %lld elements, align %lld)\n", p->nbuckets,
+           (long long)p->bucket_size, (long long)p->bucket_align);
+    if (p->dp_fell_back)
+        printf("note     alpha's partition was less balanced than anchored's; anchored was kept\n");
+
+    printf("\n%-8s %14s %7s %14s %7s %18s\n", p->pp > 1 ? "stage/dp" : "DP rank", "load", "/mean",
+           "TP makespan", "groups", "opt-state max/GPU");
+    double mean = vmean(mt->dp_load, nranks);
+    for (size_t r = 0; r < nranks; r++) {
+        char rank[32];
+        if (p->pp > 1)
+            snprintf(rank, sizeof rank, "%zu/%zu", r / (size_t)p->dp, r % (size_t)p->dp);
+        else
+            snprintf(rank, sizeof rank, "%zu", r);
+        printf(
+            "%-8s %14s %7.3f %14s %7d %18s\n", rank,
+            cz_cli_format_cost(a, sizeof a, mt->dp_load[r], u),
+            mean > 0 ? mt->dp_load[r] / mean : 1.0,
+            cz_cli_format_cost(b, sizeof b, mt->rank_makespan[r], u), p->schedules[r].ngroups,
+            cz_cli_format_bytes(d, sizeof d, vmax(mt->memory + r * (size_t)p->tp, (size_t)p->tp)));
+    }
+
+    double per_gpu = mt->total_cost / (double)ngpus;
+    printf("\nDP imbalance (max/mean load)   %.4f\n", mt->dp_imbalance);
+    printf("TP makespan (busiest DP rank)  %s\n",
+           cz_cli_format_cost(a, sizeof a, mt->tp_makespan, u));
+    printf("lower bound                    %s = max(total/GPUs %s, largest task %s)\n",
+           cz_cli_format_cost(a, sizeof a, mt->lower_bound, u),
+           cz_cli_format_cost(b, sizeof b, per_gpu, u),
+           cz_cli_format_cost(d, sizeof d, mt->max_task_cost, u));
+    printf("makespan / lower bound         %.4f\n",
+           mt->lower_bound > 0 ? mt->tp_makespan / mt->lower_bound : 1.0);
+    printf("GPU load imbalance (max/mean)  %.4f\n", mt->tp_imbalance);
+    printf("optimizer state per GPU        %s .. %s\n",
+           cz_cli_format_bytes(a, sizeof a, vmin(mt->memory, ngpus)),
+           cz_cli_format_bytes(b, sizeof b, vmax(mt->memory, ngpus)));
+    printf("predicted optimizer compute    %s per step\n",
+           cz_cli_format_cost(a, sizeof a, mt->predicted_step_s, CZ_UNIT_TIME));
+    printf("planning time                  %.3f s\n", p->plan_seconds);
+    if (output)
+        printf("plan written to                %s\n", output);
+    else
+        printf("(no -o given: plan not written)\n");
+}
+
+static json_t *array_of(const double *v, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++)
+        json_array_append_new(a, json_real(v[i]));
+    return a;
+}
+
+static int print_json_summary(const cz_plan *p, const char *output) {
+    const cz_plan_metrics *mt = &p->metrics;
+    size_t nranks = (size_t)p->pp * (size_t)p->dp;
+    json_t *o = json_pack(
+        "{s:s, s:s, s:{s:i, s:i, s:i}, s:{s:s, s:s, s:s, s:f, s:s, s:f, s:b}, s:o, s:f, s:f, s:f, "
+        "s:f, s:f, s:f, s:o, s:o, s:f, s:f, s:s?}",
+        "model", p->model_name, "cluster", p->cluster_name, "topology", "dp", p->dp, "tp", p->tp,
+        "pp", p->pp, "settings", "optimizer", cz_optimizer_name(p->settings.optimizer), "unit",
+        cz_unit_name(p->settings.unit), "dp_strategy", cz_dp_strategy_name(p->settings.dp), "alpha",
+        p->settings.alpha, "tp_strategy", cz_tp_strategy_name(p->settings.tp), "capacity_used",
+        p->capacity_used, "dp_fell_back", p->dp_fell_back, "dp_load", array_of(mt->dp_load, nranks),
+        "dp_imbalance", mt->dp_imbalance, "tp_makespan", mt->tp_makespan, "tp_imbalance",
+        mt->tp_imbalance, "lower_bound", mt->lower_bound, "makespan_over_lower_bound",
+        mt->lower_bound > 0 ? mt->tp_makespan / mt->lower_bound : 1.0, "total_cost", mt->total_cost,
+        "rank_makespan", array_of(mt->rank_makespan, nranks), "memory",
+        array_of(mt->memory, nranks * (size_t)p->tp), "predicted_step_s", mt->predicted_step_s,
+        "plan_seconds", p->plan_seconds, "output", output);
+    if (!o) {
+        fprintf(stderr, "canzona plan: out of memory\n");
+        return 1;
+    }
+    json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+    printf("\n");
+    json_decref(o);
+    return 0;
+}
+
+int cz_cmd_plan(int argc, char **argv) {
+    static const struct option own[] = {
+        {"model", required_argument, NULL, 'm'},  {"cluster", required_argument, NULL, 'c'},
+        {"output", required_argument, NULL, 'o'}, {"json", no_argument, NULL, 'j'},
+        {"quiet", no_argument, NULL, 'q'},        {"help", no_argument, NULL, 'h'},
+    };
+    enum { NOWN = sizeof own / sizeof own[0] };
+    struct option opts[NOWN + CZ_CLI_SETTINGS_OPTION_COUNT + 1];
+    memcpy(opts, own, sizeof own);
+    memcpy(opts + NOWN, cz_cli_settings_options,
+           sizeof(struct option) * (CZ_CLI_SETTINGS_OPTION_COUNT + 1));
+
+    const char *model_path = NULL, *cluster_path = NULL, *output = NULL;
+    int json = 0, quiet = 0, rc = 1, opt;
+    cz_settings settings;
+    cz_settings_init(&settings);
+    cz_model *model = NULL;
+    cz_cluster *cluster = NULL;
+    cz_plan *plan = NULL;
+    cz_error err;
+    cz_error_clear(&err);
+
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "m:c:o:qh", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'm':
+            model_path = optarg;
+            break;
+        case 'c':
+            cluster_path = optarg;
+            break;
+        case 'o':
+            output = optarg;
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case 'q':
+            quiet = 1;
+            break;
+        case 'h':
+            plan_help(stdout);
+            return 0;
+        case '?':
+            fprintf(stderr, "(see 'canzona plan --help')\n");
+            return 2;
+        default: {
+            int r = cz_cli_settings_apply("plan", opt, optarg, &settings);
+            if (r)
+                return 2;
+        }
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "canzona plan: unexpected argument '%s' (see 'canzona plan --help')\n",
+                argv[optind]);
+        return 2;
+    }
+    if (!model_path || !cluster_path) {
+        fprintf(stderr, "canzona plan: --model and --cluster are required (see 'canzona plan "
+                        "--help')\n");
+        return 2;
+    }
+    if (cz_cli_load_inputs("plan", model_path, cluster_path, &model, &cluster))
+        goto done;
+    if (cz_plan_build(&plan, model, cluster, &settings, &err) != CZ_OK) {
+        fprintf(stderr, "canzona plan: %s\n", err.message);
+        goto done;
+    }
+    if (output && cz_plan_write(plan, output, &err) != CZ_OK) {
+        fprintf(stderr, "canzona plan: %s\n", err.message);
+        goto done;
+    }
+    rc = 0;
+    if (quiet)
+        goto done;
+    if (json)
+        rc = print_json_summary(plan, output);
+    else
+        print_summary(plan, model, cluster, output);
+done:
+    cz_plan_free(plan);
+    cz_model_free(model);
+    cz_cluster_free(cluster);
+    return rc;
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Bad input to `canzona plan`: every case must exit non-zero (1 for bad files, 2 for bad usage),
+# never crash (no signal), print a message naming the file and what is wrong, and leave an
+# existing output file untouched.
+set -u
+: "${CZ:?CZ must point to the canzona binary}"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fails=0
+total=0
+
+model_head='{"schema": "canzona.model/1", "name": "t", "dtype": "bf16", "params": ['
+good_params='{"name": "emb", "shape": [64, 32], "tp_dim": 0, "optimizer": "elementwise"},
+ {"repeat": 2, "prefix": "l.{i}.", "params": [
+   {"name": "qkv", "shape": [96, 32], "tp_dim": 0, "blocks": {"dim": 0, "sizes": [32, 32, 32]}},
+   {"name": "proj", "shape": [32, 32], "tp_dim": 1},
+   {"name": "norm", "shape": [32], "tp_dim": null}]}'
+cluster() { # dp tp pp gpus [extra]
+  cat <<EOF
+{"schema": "canzona.cluster/1", "name": "c", "gpus": $4, "dp": $1, "tp": $2, "pp": $3,
+ "gpus_per_node": 8, "device": {"name": "x", "matmul_tflops": 100, "mem_gbps": 1000,
+ "memory_gib": 80}, "links": {"intra_node_gbps": 100, "inter_node_gbps": 10,
+ "latency_us": 5}$5}
+EOF
+}
+echo "$model_head $good_params ]}" >"$work/good-model.json"
+cluster 2 2 1 4 >"$work/good-cluster.json"
+
+# expect NAME EXIT PATTERN MODEL CLUSTER [extra args]
+expect() {
+  local name=$1 want=$2 pattern=$3 model=$4 clus=$5
+  shift 5
+  echo "sentinel" >"$work/out.json"
+  "$CZ" plan --model "$model" --cluster "$clus" -o "$work/out.json" "$@" \
+    >"$work/stdout" 2>"$work/stderr"
+  local got=$?
+  local ok=1
+  total=$((total + 1))
+  if [ "$got" -ne "$want" ]; then
+    echo "FAIL $name: exit $got, expected $want"; ok=0
+  fi
+  if ! grep -Eq -- "$pattern" "$work/stderr"; then
+    echo "FAIL $name: stderr does not match /$pattern/:"; sed 's/^/    /' "$work/stderr"; ok=0
+  fi
+  if [ "$(cat "$work/out.json")" != "sentinel" ]; then
+    echo "FAIL $name: output file was modified"; ok=0
+  fi
+  if ls "$work"/out.json.tmp* >/dev/null 2>&1; then
+    echo "FAIL $name: temporary file left behind"; ok=0
+  fi
+  [ $ok -eq 1 ] && echo "ok   $name" || fails=$((fails + 1))
+}
+
+bad() { # name content -> writes $work/name.json
+  printf '%s\n' "$2" >"$work/$1.json"
+  echo "$work/$1.json"
+}
+
+G="$work/good-model.json"
+C="$work/good-cluster.json"
+
+expect "missing model file" 1 "no-such.json" "$work/no-such.json" "$C"
+expect "malformed JSON (line/column)" 1 "bad-json.json:[0-9]+:[0-9]+" \
+  "$(bad bad-json '{"schema": "canzona.model/1", "name": ')" "$C"
+expect "unknown key" 1 'bad-key.json.*\$\.params\[1\]\.params\[1\].*colour' \
+  "$(bad bad-key "$model_head"'{"name": "emb", "shape": [64, 32], "tp_dim": 0},
+   {"repeat": 1, "prefix": "x.", "params": [{"name": "a", "shape": [4,4], "tp_dim": null},
+   {"name": "b", "shape": [4,4], "tp_dim": null, "colour": "red"}]}]}')" "$C"
+expect "wrong type" 1 'bad-type.json.*\$\.params\[0\]\.shape' \
+  "$(bad bad-type "$model_head"'{"name": "a", "shape": "4x4", "tp_dim": null}]}')" "$C"
+expect "non-positive size" 1 'bad-size.json.*\$\.params\[0\]\.shape\[1\]' \
+  "$(bad bad-size "$model_head"'{"name": "a", "shape": [4, -4], "tp_dim": null}]}')" "$C"
+expect "blocks that do not add up" 1 'bad-blocks.json.*\$\.params\[0\]\.blocks' \
+  "$(bad bad-blocks "$model_head"'{"name": "a", "shape": [12, 4], "tp_dim": 0,
+     "blocks": {"dim": 0, "sizes": [4, 4]}}]}')" "$C"
+expect "duplicate parameter names" 1 'dup.json.*(duplicate|twice).*l\.0\.w' \
+  "$(bad dup "$model_head"'{"repeat": 2, "prefix": "l.0.", "params": [
+     {"name": "w", "shape": [4, 4], "tp_dim": null}]}]}')" "$C"
+expect "unsupported schema version" 1 'canzona.model/9' \
+  "$(bad version '{"schema": "canzona.model/9", "name": "t", "dtype": "bf16", "params": []}')" "$C"
+expect "TP split that does not divide" 1 'odd.json.*w.*(divis|divide)' \
+  "$(bad odd "$model_head"'{"name": "w", "shape": [6, 4], "tp_dim": 0}]}')" \
+  "$(cluster 1 4 1 4 '' >"$work/tp4.json"; echo "$work/tp4.json")"
+expect "block that does not divide" 1 'oddblock.json.*qkv.*(divis|divide)' \
+  "$(bad oddblock "$model_head"'{"name": "qkv", "shape": [12, 4], "tp_dim": 0,
+     "blocks": {"dim": 0, "sizes": [6, 3, 3]}}]}')" "$C"
+expect "dp*tp*pp != gpus" 1 'shape.json.*gpus' "$G" \
+  "$(cluster 2 2 1 8 '' >"$work/shape.json"; echo "$work/shape.json")"
+expect "non-positive dp" 1 'zero.json.*\$\.dp' "$G" \
+  "$(cluster 0 2 1 4 '' >"$work/zero.json"; echo "$work/zero.json")"
+expect "cluster unknown key" 1 'ckey.json.*\$\.links.*jitter' "$G" \
+  "$(sed 's/"latency_us": 5/"latency_us": 5, "jitter": 1/' "$C" >"$work/ckey.json"; echo "$work/ckey.json")"
+expect "bad bucket size" 1 'bucket.json.*\$\.buckets\.size' "$G" \
+  "$(cluster 2 2 1 4 ', "buckets": {"size": 0}' >"$work/bucket.json"; echo "$work/bucket.json")"
+expect "model given as cluster" 1 'schema' "$G" "$G"
+expect "unknown strategy" 2 "--dp 'fancy'" "$G" "$C" --dp fancy
+expect "alpha out of range" 2 "--alpha '1.5'" "$G" "$C" --alpha 1.5
+expect "unknown option" 2 "see 'canzona plan --help'" "$G" "$C" --frobnicate
+
+# A good run writes the plan; a failed write (missing folder) leaves no file and reports it.
+"$CZ" plan --model "$G" --cluster "$C" -o "$work/no-such-dir/plan.json" >/dev/null 2>"$work/stderr"
+got=$?
+total=$((total + 2))
+if [ $got -ne 1 ] || ! grep -q "no-such-dir" "$work/stderr"; then
+  echo "FAIL unwritable output: exit $got"; cat "$work/stderr"; fails=$((fails + 1))
+else
+  echo "ok   unwritable output"
+fi
+if ! "$CZ" plan --model "$G" --cluster "$C" -o "$work/plan.json" >/dev/null; then
+  echo "FAIL good input was refused"; fails=$((fails + 1))
+else
+  echo "ok   good input"
+fi
+
+echo "$((total - fails)) passed, $fails failed"
+[ $fails -eq 0 ]
