@@ -212,8 +212,8 @@ int cz_dp_partition_ilp(cz_plan *plan, cz_error *err);
 int cz_microgroups_ilp(cz_plan *plan, cz_error *err);
 /* TP-aware DP strategy: starting from the ranges in the plan (alpha's), moves cut points one
  * parameter boundary at a time while the largest TP makespan of a DP rank (ties: the sum of
- * squares) decreases. Leaves the plan with the improved ranges and owners and its schedules
- * rebuilt by cz_tp_schedule_build. Deterministic. */
+ * squares) decreases, scoring ranks with cz_tp_schedule_build. Leaves improved ranges and
+ * owners; rebuilds the schedules only when the plan already had some. Deterministic. */
 int cz_dp_partition_tpaware(cz_plan *plan, cz_error *err);
 /* Sends a progress report to the handler installed by cz_set_progress_handler, if any. */
 void cz_progress_report(const cz_progress *p);
