@@ -374,10 +374,16 @@ done:
 
 int cz_dp_partition_ilp(cz_plan *plan, cz_error *err) {
     cz_dp_strategy s = plan->settings.dp;
-    if (s != CZ_DP_ALPHA && s != CZ_DP_ANCHORED && s != CZ_DP_TPAWARE) {
+    if (s == CZ_DP_TPAWARE) {
+        /* The ILP minimizes the summed load; run on tpaware's result it would undo the TP
+         * makespan tpaware optimized, so tpaware keeps its own cuts. */
+        cz_plan_solver_note(plan, "the DP ILP does not apply to tpaware; kept tpaware's cuts.");
+        return CZ_OK;
+    }
+    if (s != CZ_DP_ALPHA && s != CZ_DP_ANCHORED) {
         cz_plan_solver_note(plan,
-                            "the DP ILP needs an atomic, contiguous strategy (alpha, anchored, "
-                            "tpaware); kept %s.",
+                            "the DP ILP needs an atomic, contiguous strategy (alpha, anchored); "
+                            "kept %s.",
                             cz_dp_strategy_name(s));
         return CZ_OK;
     }
