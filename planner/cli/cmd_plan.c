@@ -93,7 +93,7 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
            "TP makespan", "groups", "opt-state max/GPU");
     double mean = vmean(mt->dp_load, nranks);
     for (size_t r = 0; r < nranks; r++) {
-        char rank[32];
+        char rank[48];
         if (p->pp > 1)
             snprintf(rank, sizeof rank, "%zu/%zu", r / (size_t)p->dp, r % (size_t)p->dp);
         else

@@ -13,6 +13,7 @@ typedef struct {
 
 static const command commands[] = {
     {"plan", cz_cmd_plan, "solve DP partition and TP micro-groups; write a plan file"},
+    {"import-hf", cz_cmd_import_hf, "write a model description from a Hugging Face config.json"},
 };
 
 static void usage(FILE *f) {

@@ -223,4 +223,21 @@ double cz_clock_seconds(void);
 /* ---- hashing (sha256.c) ---- */
 void cz_sha256_hex(const void *data, size_t len, char out[65]);
 
+/* ---- import_hf.c ---- */
+#include <jansson.h>
+/* Builds a canzona.model/1 description (a new jansson object owned by the caller, released
+ * with json_decref) from a Hugging Face config.json. Supported model_type values (or, when
+ * model_type is absent, architectures[0]): llama, mistral, qwen2, qwen3 (dense), qwen2_moe,
+ * qwen3_moe, mixtral. Parameters follow Megatron-Core naming (TE fused layer norms, fused QKV
+ * and gate/up with blocks, experts as whole matrices); layers are written as one repeat block
+ * when they are all alike, else one repeat block of 1 per layer. name may be NULL: then the
+ * config's _name_or_path basename (lowercased), else the file's basename without .json and
+ * .config. Errors name the file and the JSON key: CZ_EIO, CZ_EPARSE, CZ_EINVALID (missing or
+ * wrongly typed field), CZ_EUNSUPPORTED (unknown architecture or feature), CZ_ENOMEM. */
+int cz_import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,
+                 cz_error *err);
+/* Formats a model description as the bundled files are written: 2-space indentation, one
+ * parameter per line, key order preserved, trailing newline. *out is malloc'ed (free()). */
+int cz_model_json_format(char **out, const json_t *model, cz_error *err);
+
 #endif /* CZ_TYPES_H */

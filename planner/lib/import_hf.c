@@ -1,0 +1,693 @@
+/* Import of Hugging Face config.json files into canzona.model/1 descriptions.
+ *
+ * A config.json holds only hyper-parameters; the parameter list is a fact of the training
+ * framework. We write what Megatron-Core (with Transformer Engine layers) registers for the
+ * same architecture: input RMSNorms fused into the following linear layer
+ * (`linear_qkv.layer_norm_weight`, `linear_fc1.layer_norm_weight`), Q/K/V fused into one
+ * column-parallel matrix and gate/up fused into `linear_fc1`, each fusion declared as
+ * blocks so that matrix optimizers treat the parts as independent matrices. MoE experts are
+ * whole matrices (no expert parallelism). */
+#include "cz_types.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bounds every hyper-parameter so that shape products stay far from int64 overflow. */
+#define HF_MAX_DIM ((int64_t)1 << 24)
+
+typedef enum hf_family {
+    HF_LLAMA,
+    HF_MISTRAL,
+    HF_QWEN2,
+    HF_QWEN3,
+    HF_QWEN2_MOE,
+    HF_QWEN3_MOE,
+    HF_MIXTRAL
+} hf_family;
+
+static const struct {
+    const char *model_type;
+    const char *architecture;
+    hf_family family;
+} hf_families[] = {
+    {"llama", "LlamaForCausalLM", HF_LLAMA},
+    {"mistral", "MistralForCausalLM", HF_MISTRAL},
+    {"qwen2", "Qwen2ForCausalLM", HF_QWEN2},
+    {"qwen3", "Qwen3ForCausalLM", HF_QWEN3},
+    {"qwen2_moe", "Qwen2MoeForCausalLM", HF_QWEN2_MOE},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", HF_QWEN3_MOE},
+    {"mixtral", "MixtralForCausalLM", HF_MIXTRAL},
+};
+#define HF_NFAMILIES (sizeof hf_families / sizeof hf_families[0])
+#define HF_SUPPORTED                                                                               \
+    "llama (LlamaForCausalLM), mistral (MistralForCausalLM), qwen2 (Qwen2ForCausalLM), qwen3 "     \
+    "(Qwen3ForCausalLM), qwen2_moe (Qwen2MoeForCausalLM), qwen3_moe (Qwen3MoeForCausalLM), "       \
+    "mixtral (MixtralForCausalLM)"
+
+typedef struct hf_config {
+    const char *path;
+    size_t family_index;
+    int64_t hidden, ffn, layers, heads, kv_heads, head_dim, vocab;
+    bool tie, qkv_bias, proj_bias, mlp_bias, qk_norm;
+    int64_t experts, moe_ffn, shared_ffn, sparse_step;
+    bool *moe_layer; /* per layer */
+    int64_t nmoe;    /* number of MoE layers */
+} hf_config;
+
+static const char *hf_type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    case JSON_NULL:
+        return "null";
+    }
+    return "an unknown value";
+}
+
+/* Reads an integer key. Absent (or null, which config.json uses for "not set") gives def when
+ * the key is optional. */
+static int hf_get_int(const hf_config *c, const json_t *root, const char *key, bool required,
+                      int64_t def, int64_t min, int64_t *out, cz_error *err) {
+    const json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) {
+        if (required)
+            return cz_error_set(err, CZ_EINVALID,
+                                "%s: missing required key $.%s (an integer from %" PRId64
+                                " to %" PRId64 ")",
+                                c->path, key, min, HF_MAX_DIM);
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v))
+        return cz_error_set(err, CZ_EINVALID, "%s: $.%s: expected an integer, found %s", c->path,
+                            key, hf_type_name(v));
+    json_int_t x = json_integer_value(v);
+    if (x < min || x > HF_MAX_DIM)
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: $.%s: expected an integer from %" PRId64 " to %" PRId64
+                            ", found %" JSON_INTEGER_FORMAT,
+                            c->path, key, min, HF_MAX_DIM, x);
+    *out = (int64_t)x;
+    return 0;
+}
+
+static int hf_get_bool(const hf_config *c, const json_t *root, const char *key, bool def, bool *out,
+                       cz_error *err) {
+    const json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_boolean(v))
+        return cz_error_set(err, CZ_EINVALID, "%s: $.%s: expected true or false, found %s", c->path,
+                            key, hf_type_name(v));
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* Finds the family from model_type, or from architectures[0] when model_type is absent. */
+static int hf_family_find(hf_config *c, const json_t *root, cz_error *err) {
+    const json_t *mt = json_object_get(root, "model_type");
+    if (mt) {
+        if (!json_is_string(mt))
+            return cz_error_set(err, CZ_EINVALID, "%s: $.model_type: expected a string, found %s",
+                                c->path, hf_type_name(mt));
+        for (size_t i = 0; i < HF_NFAMILIES; i++)
+            if (!strcmp(json_string_value(mt), hf_families[i].model_type)) {
+                c->family_index = i;
+                return 0;
+            }
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "%s: $.model_type is \"%s\", which import-hf does not support; "
+                            "supported: " HF_SUPPORTED,
+                            c->path, json_string_value(mt));
+    }
+    const json_t *archs = json_object_get(root, "architectures");
+    if (!archs)
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: neither $.model_type nor $.architectures is present; one of "
+                            "them must name the architecture (supported: " HF_SUPPORTED ")",
+                            c->path);
+    const json_t *a0 = json_array_get(archs, 0);
+    if (!json_is_array(archs) || !json_is_string(a0))
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: $.architectures: expected an array of strings, found %s", c->path,
+                            json_is_array(archs) ? "an empty array" : hf_type_name(archs));
+    for (size_t i = 0; i < HF_NFAMILIES; i++)
+        if (!strcmp(json_string_value(a0), hf_families[i].architecture)) {
+            c->family_index = i;
+            return 0;
+        }
+    return cz_error_set(err, CZ_EUNSUPPORTED,
+                        "%s: $.architectures[0] is \"%s\", which import-hf does not support; "
+                        "supported: " HF_SUPPORTED,
+                        c->path, json_string_value(a0));
+}
+
+static int hf_moe_layers(hf_config *c, const json_t *root, cz_error *err) {
+    c->moe_layer = calloc((size_t)c->layers, sizeof *c->moe_layer);
+    if (!c->moe_layer)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory");
+    hf_family f = hf_families[c->family_index].family;
+    if (f == HF_MIXTRAL) {
+        for (int64_t l = 0; l < c->layers; l++)
+            c->moe_layer[l] = true;
+        c->nmoe = c->layers;
+        return 0;
+    }
+    /* Qwen MoE: the Hugging Face rule, layer l is sparse unless listed in mlp_only_layers and
+     * when (l + 1) is a multiple of decoder_sparse_step. */
+    bool *dense_only = calloc((size_t)c->layers, sizeof *dense_only);
+    if (!dense_only)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory");
+    int rc = 0;
+    const json_t *mol = json_object_get(root, "mlp_only_layers");
+    if (mol && !json_is_null(mol)) {
+        if (!json_is_array(mol)) {
+            rc = cz_error_set(err, CZ_EINVALID,
+                              "%s: $.mlp_only_layers: expected an array of layer indices, found %s",
+                              c->path, hf_type_name(mol));
+            goto done;
+        }
+        for (size_t i = 0; i < json_array_size(mol); i++) {
+            const json_t *v = json_array_get(mol, i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) >= c->layers) {
+                rc = cz_error_set(err, CZ_EINVALID,
+                                  "%s: $.mlp_only_layers[%zu]: expected a layer index from 0 to "
+                                  "%" PRId64 " (num_hidden_layers - 1), found %s",
+                                  c->path, i, c->layers - 1,
+                                  json_is_integer(v) ? "an integer out of range" : hf_type_name(v));
+                goto done;
+            }
+            dense_only[json_integer_value(v)] = true;
+        }
+    }
+    c->nmoe = 0;
+    for (int64_t l = 0; l < c->layers; l++) {
+        c->moe_layer[l] = !dense_only[l] && c->experts > 0 && (l + 1) % c->sparse_step == 0;
+        c->nmoe += c->moe_layer[l];
+    }
+done:
+    free(dense_only);
+    return rc;
+}
+
+static int hf_config_read(hf_config *c, const json_t *root, cz_error *err) {
+    int rc;
+    if ((rc = hf_family_find(c, root, err)))
+        return rc;
+    hf_family f = hf_families[c->family_index].family;
+    bool moe = f == HF_QWEN2_MOE || f == HF_QWEN3_MOE || f == HF_MIXTRAL;
+
+    if ((rc = hf_get_int(c, root, "hidden_size", true, 0, 1, &c->hidden, err)) ||
+        (rc = hf_get_int(c, root, "num_hidden_layers", true, 0, 1, &c->layers, err)) ||
+        (rc = hf_get_int(c, root, "num_attention_heads", true, 0, 1, &c->heads, err)) ||
+        (rc = hf_get_int(c, root, "num_key_value_heads", false, c->heads, 1, &c->kv_heads, err)) ||
+        (rc = hf_get_int(c, root, "vocab_size", true, 0, 1, &c->vocab, err)) ||
+        (rc = hf_get_bool(c, root, "tie_word_embeddings", false, &c->tie, err)))
+        return rc;
+    const json_t *hd = json_object_get(root, "head_dim");
+    if ((!hd || json_is_null(hd)) && c->hidden % c->heads)
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: $.head_dim is absent and $.hidden_size (%" PRId64
+                            ") is not a multiple of $.num_attention_heads (%" PRId64 ")",
+                            c->path, c->hidden, c->heads);
+    if ((rc = hf_get_int(c, root, "head_dim", false, c->hidden / c->heads, 1, &c->head_dim, err)))
+        return rc;
+    if (c->kv_heads > c->heads || c->heads % c->kv_heads)
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: $.num_key_value_heads (%" PRId64
+                            ") must divide $.num_attention_heads (%" PRId64 ")",
+                            c->path, c->kv_heads, c->heads);
+
+    /* Biases follow the Hugging Face modelling code: Qwen2 hard-codes a Q/K/V bias and no
+     * output bias; Llama and Qwen3 put attention_bias on Q/K/V and on o_proj; Mistral and
+     * Mixtral have no biases. */
+    bool attention_bias = false;
+    switch (f) {
+    case HF_QWEN2:
+    case HF_QWEN2_MOE:
+        c->qkv_bias = true;
+        break;
+    case HF_LLAMA:
+    case HF_QWEN3:
+    case HF_QWEN3_MOE:
+        if ((rc = hf_get_bool(c, root, "attention_bias", false, &attention_bias, err)))
+            return rc;
+        c->qkv_bias = c->proj_bias = attention_bias;
+        break;
+    case HF_MISTRAL:
+    case HF_MIXTRAL:
+        break;
+    }
+    if (f == HF_LLAMA && (rc = hf_get_bool(c, root, "mlp_bias", false, &c->mlp_bias, err)))
+        return rc;
+    c->qk_norm = f == HF_QWEN3 || f == HF_QWEN3_MOE;
+
+    c->sparse_step = 1;
+    if (f == HF_MIXTRAL) {
+        if ((rc = hf_get_int(c, root, "num_local_experts", true, 0, 1, &c->experts, err)) ||
+            (rc = hf_get_int(c, root, "intermediate_size", true, 0, 1, &c->moe_ffn, err)))
+            return rc;
+    } else if (moe) {
+        if ((rc = hf_get_int(c, root, "num_experts", true, 0, 0, &c->experts, err)) ||
+            (rc = hf_get_int(c, root, "decoder_sparse_step", false, 1, 1, &c->sparse_step, err)))
+            return rc;
+        if (c->experts > 0 &&
+            (rc = hf_get_int(c, root, "moe_intermediate_size", true, 0, 1, &c->moe_ffn, err)))
+            return rc;
+        if (f == HF_QWEN2_MOE && (rc = hf_get_int(c, root, "shared_expert_intermediate_size", false,
+                                                  0, 0, &c->shared_ffn, err)))
+            return rc;
+    }
+    if (moe) {
+        if ((rc = hf_moe_layers(c, root, err)))
+            return rc;
+    }
+    if (c->nmoe < c->layers &&
+        (rc = hf_get_int(c, root, "intermediate_size", true, 0, 1, &c->ffn, err)))
+        return rc;
+    return 0;
+}
+
+/* ---- building the description ---- */
+
+static void hf_set(json_t *obj, const char *key, json_t *value, bool *ok) {
+    /* json_object_set_new releases value even when it fails, so no leak on the error path. */
+    if (json_object_set_new(obj, key, value))
+        *ok = false;
+}
+
+static void hf_add(json_t *arr, json_t *value, bool *ok) {
+    if (json_array_append_new(arr, value))
+        *ok = false;
+}
+
+/* One parameter; cols < 0 makes it 1-D, tp_dim < 0 replicated. */
+static json_t *hf_param(const char *name, int64_t rows, int64_t cols, int tp_dim, bool matrix,
+                        bool *ok) {
+    json_t *p = json_object();
+    json_t *shape = json_array();
+    hf_add(shape, json_integer(rows), ok);
+    if (cols >= 0)
+        hf_add(shape, json_integer(cols), ok);
+    hf_set(p, "name", json_string(name), ok);
+    hf_set(p, "shape", shape, ok);
+    hf_set(p, "tp_dim", tp_dim < 0 ? json_null() : json_integer(tp_dim), ok);
+    hf_set(p, "optimizer", json_string(matrix ? "matrix" : "elementwise"), ok);
+    if (!p)
+        *ok = false;
+    return p;
+}
+
+/* Declares row blocks (fused Q/K/V or gate/up) on a matrix parameter. */
+static void hf_blocks(json_t *p, int64_t a, int64_t b, int64_t c, bool *ok) {
+    json_t *blocks = json_object();
+    json_t *sizes = json_array();
+    hf_add(sizes, json_integer(a), ok);
+    hf_add(sizes, json_integer(b), ok);
+    if (c > 0)
+        hf_add(sizes, json_integer(c), ok);
+    hf_set(blocks, "dim", json_integer(0), ok);
+    hf_set(blocks, "sizes", sizes, ok);
+    hf_set(p, "blocks", blocks, ok);
+}
+
+static json_t *hf_repeat(int64_t n, const char *prefix, json_t *params, bool *ok) {
+    json_t *r = json_object();
+    hf_set(r, "repeat", json_integer(n), ok);
+    hf_set(r, "prefix", json_string(prefix), ok);
+    hf_set(r, "params", params, ok);
+    if (!r)
+        *ok = false;
+    return r;
+}
+
+/* A SwiGLU MLP: fused gate/up (column-parallel) then down (row-parallel). */
+static void hf_swiglu(json_t *arr, const char *prefix, int64_t hidden, int64_t ffn, bool *ok) {
+    char name[128];
+    snprintf(name, sizeof name, "%slinear_fc1.weight", prefix);
+    json_t *fc1 = hf_param(name, 2 * ffn, hidden, 0, true, ok);
+    hf_blocks(fc1, ffn, ffn, 0, ok);
+    hf_add(arr, fc1, ok);
+    snprintf(name, sizeof name, "%slinear_fc2.weight", prefix);
+    hf_add(arr, hf_param(name, hidden, ffn, 1, true, ok), ok);
+}
+
+static json_t *hf_layer(const hf_config *c, bool moe, bool *ok) {
+    const int64_t h = c->hidden, d = c->head_dim;
+    const int64_t q = c->heads * d, kv = c->kv_heads * d;
+    json_t *a = json_array();
+    if (!a)
+        *ok = false;
+
+    hf_add(a, hf_param("self_attention.linear_qkv.layer_norm_weight", h, -1, -1, false, ok), ok);
+    json_t *qkv = hf_param("self_attention.linear_qkv.weight", q + 2 * kv, h, 0, true, ok);
+    hf_blocks(qkv, q, kv, kv, ok);
+    hf_add(a, qkv, ok);
+    if (c->qkv_bias)
+        hf_add(a, hf_param("self_attention.linear_qkv.bias", q + 2 * kv, -1, 0, false, ok), ok);
+    if (c->qk_norm) {
+        hf_add(a, hf_param("self_attention.q_layernorm.weight", d, -1, -1, false, ok), ok);
+        hf_add(a, hf_param("self_attention.k_layernorm.weight", d, -1, -1, false, ok), ok);
+    }
+    hf_add(a, hf_param("self_attention.linear_proj.weight", h, q, 1, true, ok), ok);
+    if (c->proj_bias)
+        hf_add(a, hf_param("self_attention.linear_proj.bias", h, -1, -1, false, ok), ok);
+
+    if (!moe) {
+        hf_add(a, hf_param("mlp.linear_fc1.layer_norm_weight", h, -1, -1, false, ok), ok);
+        json_t *fc1 = hf_param("mlp.linear_fc1.weight", 2 * c->ffn, h, 0, true, ok);
+        hf_blocks(fc1, c->ffn, c->ffn, 0, ok);
+        hf_add(a, fc1, ok);
+        if (c->mlp_bias)
+            hf_add(a, hf_param("mlp.linear_fc1.bias", 2 * c->ffn, -1, 0, false, ok), ok);
+        hf_add(a, hf_param("mlp.linear_fc2.weight", h, c->ffn, 1, true, ok), ok);
+        if (c->mlp_bias)
+            hf_add(a, hf_param("mlp.linear_fc2.bias", h, -1, -1, false, ok), ok);
+        return a;
+    }
+
+    /* Megatron's MoELayer registers router, experts, shared experts in this order. */
+    hf_add(a, hf_param("pre_mlp_layernorm.weight", h, -1, -1, false, ok), ok);
+    hf_add(a, hf_param("mlp.router.weight", c->experts, h, -1, false, ok), ok);
+    json_t *expert = json_array();
+    hf_swiglu(expert, "", h, c->moe_ffn, ok);
+    hf_add(a, hf_repeat(c->experts, "mlp.experts.local_experts.{i}.", expert, ok), ok);
+    if (c->shared_ffn > 0) {
+        hf_swiglu(a, "mlp.shared_experts.", h, c->shared_ffn, ok);
+        /* Qwen2-MoE's shared_expert_gate, Linear(hidden, 1): Megatron's gate_weight. */
+        hf_add(a, hf_param("mlp.shared_experts.gate_weight", 1, h, -1, false, ok), ok);
+    }
+    return a;
+}
+
+static void hf_lower(char *s) {
+    for (; *s; s++)
+        *s = (char)tolower((unsigned char)*s);
+}
+
+/* The model's default name: see cz_import_hf in cz_types.h. */
+static char *hf_default_name(const char *path, const json_t *root) {
+    const json_t *nop = json_object_get(root, "_name_or_path");
+    char *name = NULL;
+    if (json_is_string(nop) && json_string_length(nop) > 0) {
+        char *s = cz_strdup(json_string_value(nop));
+        if (!s)
+            return NULL;
+        size_t n = strlen(s);
+        while (n > 0 && s[n - 1] == '/')
+            s[--n] = '\0';
+        const char *slash = strrchr(s, '/');
+        name = cz_strdup(slash ? slash + 1 : s);
+        free(s);
+        if (name && !*name) {
+            free(name);
+            name = NULL;
+        } else if (!name) {
+            return NULL;
+        }
+    }
+    if (!name) {
+        char *s = cz_strdup(path);
+        if (!s)
+            return NULL;
+        size_t n = strlen(s);
+        while (n > 1 && s[n - 1] == '/')
+            s[--n] = '\0';
+        char *slash = strrchr(s, '/');
+        char *base = slash ? slash + 1 : s;
+        size_t bn = strlen(base);
+        if (bn > 5 && !strcmp(base + bn - 5, ".json"))
+            base[bn -= 5] = '\0';
+        if (bn > 7 && !strcmp(base + bn - 7, ".config"))
+            base[bn -= 7] = '\0';
+        /* A file called plainly config.json takes its folder's name (Qwen3-8B/config.json). */
+        if (!strcmp(base, "config") && slash && slash != s) {
+            *slash = '\0';
+            char *parent = strrchr(s, '/');
+            base = parent ? parent + 1 : s;
+        }
+        name = cz_strdup(*base ? base : "model");
+        free(s);
+        if (!name)
+            return NULL;
+    }
+    hf_lower(name);
+    return name;
+}
+
+static const char *hf_basename(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+static char *hf_description(const hf_config *c) {
+    char moe[256] = "";
+    char ffn[64] = "";
+    if (c->nmoe > 0) {
+        int n = snprintf(moe, sizeof moe,
+                         ", %" PRId64 " MoE layers of %" PRId64 " experts with FFN %" PRId64,
+                         c->nmoe, c->experts, c->moe_ffn);
+        if (c->shared_ffn > 0 && n > 0 && (size_t)n < sizeof moe)
+            snprintf(moe + n, sizeof moe - (size_t)n, " plus a shared expert with FFN %" PRId64,
+                     c->shared_ffn);
+    }
+    if (c->nmoe < c->layers)
+        snprintf(ffn, sizeof ffn, ", FFN %" PRId64, c->ffn);
+    char buf[1024];
+    snprintf(buf, sizeof buf,
+             "%s imported from %s by canzona import-hf: %" PRId64 " layers, hidden %" PRId64
+             ", %" PRId64 " attention heads and %" PRId64 " KV heads of dimension %" PRId64
+             "%s%s, vocabulary %" PRId64 "%s%s.",
+             hf_families[c->family_index].architecture, hf_basename(c->path), c->layers, c->hidden,
+             c->heads, c->kv_heads, c->head_dim, ffn, moe, c->vocab,
+             c->qkv_bias ? ", Q/K/V bias" : "", c->tie ? ", tied input and output embeddings" : "");
+    return cz_strdup(buf);
+}
+
+int cz_import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,
+                 cz_error *err) {
+    int rc = 0;
+    bool ok = true;
+    json_t *root = NULL, *model = NULL;
+    char *derived = NULL, *description = NULL;
+    hf_config c = {.path = config_path};
+
+    if (!out_model || !config_path)
+        return cz_error_set(err, CZ_EINVALID, "cz_import_hf: out_model and config_path are needed");
+    *out_model = NULL;
+    if (!cz_dtype_name(dtype))
+        return cz_error_set(err, CZ_EINVALID, "cz_import_hf: unknown dtype %d", (int)dtype);
+    if (name && !*name)
+        return cz_error_set(err, CZ_EINVALID, "the model name must not be empty");
+
+    json_error_t jerr;
+    root = json_load_file(config_path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        FILE *f = fopen(config_path, "rb");
+        if (!f) {
+            rc = cz_error_set(err, CZ_EIO, "%s: cannot read the file", config_path);
+            goto done;
+        }
+        fclose(f);
+        rc = cz_error_set(err, CZ_EPARSE, "%s:%d:%d: not valid JSON: %s", config_path, jerr.line,
+                          jerr.column, jerr.text);
+        goto done;
+    }
+    if (!json_is_object(root)) {
+        rc = cz_error_set(err, CZ_EINVALID, "%s: $: expected a JSON object, found %s", config_path,
+                          hf_type_name(root));
+        goto done;
+    }
+    if ((rc = hf_config_read(&c, root, err)))
+        goto done;
+
+    if (!name) {
+        name = derived = hf_default_name(config_path, root);
+        if (!derived)
+            goto nomem;
+    }
+    description = hf_description(&c);
+    if (!description)
+        goto nomem;
+
+    model = json_object();
+    json_t *params = json_array();
+    hf_set(model, "schema", json_string(CZ_MODEL_SCHEMA), &ok);
+    hf_set(model, "name", json_string(name), &ok);
+    hf_set(model, "dtype", json_string(cz_dtype_name(dtype)), &ok);
+    hf_set(model, "description", json_string(description), &ok);
+    hf_add(params, hf_param("embedding.word_embeddings.weight", c.vocab, c.hidden, 0, false, &ok),
+           &ok);
+
+    bool uniform = true;
+    for (int64_t l = 1; l < c.layers; l++)
+        if (c.moe_layer && c.moe_layer[l] != c.moe_layer[0])
+            uniform = false;
+    if (uniform) {
+        json_t *layer = hf_layer(&c, c.moe_layer && c.moe_layer[0], &ok);
+        hf_add(params, hf_repeat(c.layers, "decoder.layers.{i}.", layer, &ok), &ok);
+    } else {
+        /* {i} counts inside one repeat block only, so mixed dense/MoE stacks are written as
+         * one block per layer with the layer number spelled out. */
+        for (int64_t l = 0; l < c.layers && ok; l++) {
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "decoder.layers.%" PRId64 ".", l);
+            json_t *layer = hf_layer(&c, c.moe_layer[l], &ok);
+            hf_add(params, hf_repeat(1, prefix, layer, &ok), &ok);
+        }
+    }
+    hf_add(params, hf_param("decoder.final_layernorm.weight", c.hidden, -1, -1, false, &ok), &ok);
+    if (!c.tie)
+        hf_add(params, hf_param("output_layer.weight", c.vocab, c.hidden, 0, false, &ok), &ok);
+    hf_set(model, "params", params, &ok);
+    if (!ok || !model)
+        goto nomem;
+    *out_model = model;
+    model = NULL;
+    goto done;
+
+nomem:
+    rc = cz_error_set(err, CZ_ENOMEM, "out of memory while importing %s", config_path);
+done:
+    json_decref(model);
+    json_decref(root);
+    free(derived);
+    free(description);
+    free(c.moe_layer);
+    return rc;
+}
+
+/* ---- formatting ---- */
+
+typedef struct hf_buf {
+    char *data;
+    size_t len, cap;
+    bool ok;
+} hf_buf;
+
+static void hf_put(hf_buf *b, const char *s, size_t n) {
+    if (!b->ok)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (b->len + n + 1 > cap)
+            cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (!d) {
+            b->ok = false;
+            return;
+        }
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+static void hf_puts(hf_buf *b, const char *s) {
+    hf_put(b, s, strlen(s));
+}
+
+static void hf_indent(hf_buf *b, int depth) {
+    for (int i = 0; i < depth; i++)
+        hf_put(b, "  ", 2);
+}
+
+static void hf_put_json(hf_buf *b, const json_t *v) {
+    /* Without JSON_INDENT or JSON_COMPACT jansson writes one line with ", " and ": ". */
+    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+    if (!s) {
+        b->ok = false;
+        return;
+    }
+    hf_puts(b, s);
+    free(s);
+}
+
+/* A value spreads over several lines when it holds an array of objects or arrays (a params
+ * list); parameters themselves stay on one line. */
+static bool hf_spreads(const json_t *v) {
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            const json_t *e = json_array_get(v, i);
+            if (json_is_object(e) || json_is_array(e))
+                return true;
+        }
+        return false;
+    }
+    if (json_is_object(v)) {
+        const char *key;
+        const json_t *value;
+        json_object_foreach((json_t *)v, key, value) if (hf_spreads(value)) return true;
+    }
+    return false;
+}
+
+static void hf_emit(hf_buf *b, const json_t *v, int depth) {
+    if (!hf_spreads(v)) {
+        hf_put_json(b, v);
+        return;
+    }
+    if (json_is_array(v)) {
+        hf_puts(b, "[\n");
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            hf_indent(b, depth + 1);
+            hf_emit(b, json_array_get(v, i), depth + 1);
+            hf_puts(b, i + 1 < json_array_size(v) ? ",\n" : "\n");
+        }
+        hf_indent(b, depth);
+        hf_puts(b, "]");
+        return;
+    }
+    hf_puts(b, "{\n");
+    void *it = json_object_iter((json_t *)v);
+    while (it) {
+        json_t *key = json_string(json_object_iter_key(it));
+        hf_indent(b, depth + 1);
+        if (!key)
+            b->ok = false;
+        else
+            hf_put_json(b, key);
+        json_decref(key);
+        hf_puts(b, ": ");
+        hf_emit(b, json_object_iter_value(it), depth + 1);
+        it = json_object_iter_next((json_t *)v, it);
+        hf_puts(b, it ? ",\n" : "\n");
+    }
+    hf_indent(b, depth);
+    hf_puts(b, "}");
+}
+
+int cz_model_json_format(char **out, const json_t *model, cz_error *err) {
+    if (!out || !model)
+        return cz_error_set(err, CZ_EINVALID, "cz_model_json_format: out and model are needed");
+    hf_buf b = {.ok = true};
+    hf_emit(&b, model, 0);
+    hf_puts(&b, "\n");
+    if (!b.ok) {
+        free(b.data);
+        *out = NULL;
+        return cz_error_set(err, CZ_ENOMEM, "out of memory while formatting a model description");
+    }
+    *out = b.data;
+    return 0;
+}

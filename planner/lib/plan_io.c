@@ -1,0 +1,820 @@
+/* Writing and reading plan files (canzona.plan/1).
+ *
+ * The writer builds every object in a fixed key order and dumps with JSON_PRESERVE_ORDER, so
+ * identical plans give byte-identical files; reals use 17 significant digits so they read back
+ * exactly. plan_seconds is not written (it would break determinism).
+ *
+ * Micro-group tasks: a cz_plan_group keeps its tasks flat (task_param/task_slot in execution
+ * order); the file lists them per slot ("slots"[k] = ids of the tasks with task_slot == k, in
+ * execution order). Reading rebuilds the flat arrays slot by slot: all of slot 0's tasks first,
+ * then slot 1's, and so on. The order within a slot survives a round trip; the interleaving
+ * across slots does not (no executor depends on it: slots run on different TP ranks).
+ *
+ * The reader checks types, unknown keys, the schema version and the structure later code indexes
+ * by (ids equal to indices, array lengths, ids in range). Semantic invariants (coverage,
+ * atomicity, each matrix scheduled once) are the validator's job, not the reader's. */
+#include "json_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Upper bound on dp*tp*pp accepted from a plan file, to keep per-GPU arrays allocatable. */
+#define CZ_PLAN_MAX_GPUS (1 << 24)
+
+/* ------------------------------------------------------------------------------------------ */
+/* writing                                                                                     */
+
+typedef struct writer {
+    cz_error *err;
+    const char *path;
+    int rc; /* first failure; later additions are skipped */
+} writer;
+
+static json_t *w_fail(writer *w, int code, const char *fmt, const char *what) {
+    if (w->rc == CZ_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, fmt, what);
+        w->rc = cz_error_set(w->err, code, "%s: %s", w->path, msg);
+    }
+    return NULL;
+}
+
+/* Adds value (stolen) under key; records an out-of-memory failure when value is NULL. */
+static void w_set(writer *w, json_t *obj, const char *key, json_t *value) {
+    if (!value) {
+        w_fail(w, CZ_ENOMEM, "out of memory while building \"%s\"", key);
+        return;
+    }
+    if (!obj || json_object_set_new(obj, key, value) != 0)
+        w_fail(w, CZ_ENOMEM, "out of memory while building \"%s\"", key);
+}
+
+static void w_push(writer *w, json_t *arr, json_t *value) {
+    if (!value || !arr || json_array_append_new(arr, value) != 0)
+        w_fail(w, CZ_ENOMEM, "out of memory while building %s", "an array");
+}
+
+static json_t *w_real(writer *w, double x, const char *what) {
+    if (!isfinite(x))
+        return w_fail(w, CZ_EINTERNAL, "%s is not a finite number (a planner bug)", what);
+    return json_real(x);
+}
+
+static json_t *w_reals(writer *w, const double *xs, size_t n, const char *what) {
+    json_t *arr = json_array();
+    if (n && !xs)
+        return w_fail(w, CZ_EINTERNAL, "%s was not computed (a planner bug)", what);
+    for (size_t i = 0; i < n; i++)
+        w_push(w, arr, w_real(w, xs[i], what));
+    return arr;
+}
+
+static json_t *w_shape(writer *w, const int64_t *shape, int ndim) {
+    json_t *arr = json_array();
+    for (int i = 0; i < ndim; i++)
+        w_push(w, arr, json_integer(shape[i]));
+    return arr;
+}
+
+static json_t *w_str(writer *w, const char *s, const char *what) {
+    if (!s)
+        return w_fail(w, CZ_EINTERNAL, "%s is not set (a planner bug)", what);
+    return json_string(s);
+}
+
+static json_t *build_settings(writer *w, const cz_plan *p) {
+    const cz_settings *s = &p->settings;
+    json_t *o = json_object();
+    if (s->seed > (uint64_t)INT64_MAX)
+        return w_fail(w, CZ_EINVALID, "%s: the seed does not fit a JSON integer (max 2^63-1)",
+                      "settings");
+    w_set(w, o, "optimizer", w_str(w, cz_optimizer_name(s->optimizer), "settings.optimizer"));
+    w_set(w, o, "unit", w_str(w, cz_unit_name(s->unit), "settings.unit"));
+    w_set(w, o, "dp_strategy", w_str(w, cz_dp_strategy_name(s->dp), "settings.dp_strategy"));
+    w_set(w, o, "alpha", w_real(w, s->alpha, "settings.alpha"));
+    w_set(w, o, "alpha_loads", json_string(s->alpha_numel_loads ? "numel" : "cost"));
+    w_set(w, o, "layerwise_order",
+          w_str(w, cz_layerwise_order_name(s->layerwise_order), "settings.layerwise_order"));
+    w_set(w, o, "tp_strategy", w_str(w, cz_tp_strategy_name(s->tp), "settings.tp_strategy"));
+    w_set(w, o, "capacity", w_real(w, s->capacity, "settings.capacity"));
+    w_set(w, o, "capacity_used", w_real(w, p->capacity_used, "capacity_used"));
+    w_set(w, o, "solver", w_str(w, cz_solver_name(s->solver), "settings.solver"));
+    w_set(w, o, "time_limit_s", w_real(w, s->time_limit_s, "settings.time_limit_s"));
+    w_set(w, o, "seed", json_integer((json_int_t)s->seed));
+    w_set(w, o, "ns_steps", json_integer(s->ns_steps));
+    w_set(w, o, "max_precond_dim", json_integer(s->max_precond_dim));
+    w_set(w, o, "precondition_frequency", json_integer(s->precondition_frequency));
+    w_set(w, o, "dp_fell_back", json_boolean(p->dp_fell_back));
+    return o;
+}
+
+static json_t *build_param(writer *w, const cz_plan_param *pp) {
+    json_t *o = json_object();
+    w_set(w, o, "id", json_integer(pp->id));
+    w_set(w, o, "name", w_str(w, pp->name, "a parameter name"));
+    w_set(w, o, "shape", w_shape(w, pp->shape, pp->ndim));
+    w_set(w, o, "local_shape", w_shape(w, pp->local_shape, pp->ndim));
+    w_set(w, o, "tp_dim", pp->tp_dim < 0 ? json_null() : json_integer(pp->tp_dim));
+    w_set(w, o, "optimizer", json_string(pp->kind == CZ_KIND_MATRIX ? "matrix" : "elementwise"));
+    if (pp->nblocks > 0) {
+        json_t *b = json_object();
+        w_set(w, b, "dim", json_integer(pp->block_dim));
+        w_set(w, b, "sizes", w_shape(w, pp->block_sizes, pp->nblocks));
+        w_set(w, o, "blocks", b);
+    }
+    w_set(w, o, "layer", json_integer(pp->layer));
+    w_set(w, o, "stage", json_integer(pp->stage));
+    w_set(w, o, "bucket", json_integer(pp->bucket));
+    w_set(w, o, "offset", json_integer(pp->offset));
+    w_set(w, o, "numel", json_integer(pp->numel));
+    w_set(w, o, "cost", w_real(w, pp->cost, "a parameter cost"));
+    w_set(w, o, "dp_owner", json_integer(pp->dp_owner));
+    return o;
+}
+
+static json_t *build_bucket(writer *w, const cz_plan_bucket *b, int dp) {
+    json_t *o = json_object();
+    json_t *ranges = json_array();
+    w_set(w, o, "id", json_integer(b->id));
+    w_set(w, o, "stage", json_integer(b->stage));
+    w_set(w, o, "offset", json_integer(b->offset));
+    w_set(w, o, "size", json_integer(b->size));
+    if (!b->ranges)
+        w_fail(w, CZ_EINTERNAL, "%s has no ranges (a planner bug)", "a bucket");
+    for (int r = 0; b->ranges && r < dp; r++)
+        w_push(w, ranges, w_shape(w, &b->ranges[2 * r], 2));
+    w_set(w, o, "ranges", ranges);
+    return o;
+}
+
+static json_t *build_group(writer *w, const cz_plan_group *g) {
+    json_t *o = json_object();
+    json_t *slots = json_array();
+    w_set(w, o, "id", json_integer(g->id));
+    for (int t = 0; t < g->ntasks; t++)
+        if (g->task_slot[t] < 0 || g->task_slot[t] >= g->nslots)
+            w_fail(w, CZ_EINTERNAL, "%s has a task outside its slots (a planner bug)",
+                   "a micro-group");
+    for (int k = 0; k < g->nslots; k++) {
+        json_t *ids = json_array();
+        for (int t = 0; t < g->ntasks; t++)
+            if (g->task_slot[t] == k)
+                w_push(w, ids, json_integer(g->task_param[t]));
+        w_push(w, slots, ids);
+    }
+    w_set(w, o, "slots", slots);
+    w_set(w, o, "load", w_reals(w, g->load, (size_t)g->nslots, "a micro-group load"));
+    return o;
+}
+
+static json_t *build_metrics(writer *w, const cz_plan *p) {
+    const cz_plan_metrics *m = &p->metrics;
+    size_t ranks = (size_t)p->pp * (size_t)p->dp, gpus = ranks * (size_t)p->tp;
+    json_t *o = json_object(), *dp = json_object(), *tp = json_object();
+    w_set(w, dp, "load", w_reals(w, m->dp_load, ranks, "metrics.dp.load"));
+    w_set(w, dp, "imbalance", w_real(w, m->dp_imbalance, "metrics.dp.imbalance"));
+    w_set(w, o, "dp", dp);
+    w_set(w, tp, "makespan", w_real(w, m->tp_makespan, "metrics.tp.makespan"));
+    w_set(w, tp, "imbalance", w_real(w, m->tp_imbalance, "metrics.tp.imbalance"));
+    w_set(w, tp, "rank_makespan", w_reals(w, m->rank_makespan, ranks, "metrics.tp.rank_makespan"));
+    w_set(w, tp, "gpu_load", w_reals(w, m->gpu_load, gpus, "metrics.tp.gpu_load"));
+    w_set(w, o, "tp", tp);
+    w_set(w, o, "lower_bound", w_real(w, m->lower_bound, "metrics.lower_bound"));
+    w_set(w, o, "total_cost", w_real(w, m->total_cost, "metrics.total_cost"));
+    w_set(w, o, "max_task_cost", w_real(w, m->max_task_cost, "metrics.max_task_cost"));
+    w_set(w, o, "memory", w_reals(w, m->memory, gpus, "metrics.memory"));
+    w_set(w, o, "predicted_step_s", w_real(w, m->predicted_step_s, "metrics.predicted_step_s"));
+    return o;
+}
+
+static json_t *build_plan(writer *w, const cz_plan *p) {
+    json_t *root = json_object();
+    json_t *gen = json_object(), *inputs = json_object(), *model = json_object(),
+           *cluster = json_object(), *topo = json_object(), *bcfg = json_object();
+    json_t *params = json_array(), *buckets = json_array(), *sched = json_array();
+
+    if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->nschedules != (size_t)p->pp * (size_t)p->dp)
+        w_fail(w, CZ_EINTERNAL, "%s does not match its topology (a planner bug)",
+               "the plan's schedule count");
+    w_set(w, root, "schema", json_string(CZ_PLAN_SCHEMA));
+    w_set(w, gen, "name", json_string(p->generator ? p->generator : "canzona"));
+    w_set(w, gen, "version", json_string(p->generator_version ? p->generator_version : CZ_VERSION));
+    w_set(w, root, "generator", gen);
+    w_set(w, model, "name", w_str(w, p->model_name, "the model name"));
+    w_set(w, model, "sha256", w_str(w, p->model_sha256, "the model hash"));
+    w_set(w, cluster, "name", w_str(w, p->cluster_name, "the cluster name"));
+    w_set(w, cluster, "sha256", w_str(w, p->cluster_sha256, "the cluster hash"));
+    w_set(w, inputs, "model", model);
+    w_set(w, inputs, "cluster", cluster);
+    w_set(w, root, "inputs", inputs);
+    w_set(w, root, "settings", build_settings(w, p));
+    w_set(w, topo, "dp", json_integer(p->dp));
+    w_set(w, topo, "tp", json_integer(p->tp));
+    w_set(w, topo, "pp", json_integer(p->pp));
+    w_set(w, topo, "gpus_per_node", json_integer(p->gpus_per_node));
+    w_set(w, root, "topology", topo);
+    w_set(w, root, "dtype", w_str(w, cz_dtype_name(p->dtype), "the dtype"));
+    w_set(w, bcfg, "size", json_integer(p->bucket_size));
+    w_set(w, bcfg, "align", json_integer(p->bucket_align));
+    w_set(w, root, "buckets_config", bcfg);
+    for (size_t i = 0; i < p->nparams && w->rc == CZ_OK; i++)
+        w_push(w, params, build_param(w, &p->params[i]));
+    w_set(w, root, "params", params);
+    for (size_t i = 0; i < p->nbuckets && w->rc == CZ_OK; i++)
+        w_push(w, buckets, build_bucket(w, &p->buckets[i], p->dp));
+    w_set(w, root, "buckets", buckets);
+    for (size_t i = 0; i < p->nschedules && w->rc == CZ_OK; i++) {
+        const cz_rank_schedule *rs = &p->schedules[i];
+        json_t *o = json_object(), *groups = json_array();
+        w_set(w, o, "stage", json_integer(rs->stage));
+        w_set(w, o, "dp_rank", json_integer(rs->dp_rank));
+        for (int g = 0; g < rs->ngroups && w->rc == CZ_OK; g++)
+            w_push(w, groups, build_group(w, &rs->groups[g]));
+        w_set(w, o, "groups", groups);
+        w_push(w, sched, o);
+    }
+    w_set(w, root, "tp_schedule", sched);
+    if (w->rc == CZ_OK)
+        w_set(w, root, "metrics", build_metrics(w, p));
+    if (w->rc != CZ_OK) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* Writes text to a temporary file beside path, syncs it and renames it over path, so that a
+ * reader sees either the old file or the new one, never a mix. */
+static int write_atomic(const char *path, const char *text, cz_error *err) {
+    int rc = CZ_OK;
+    size_t len = strlen(text);
+    size_t tmp_len = strlen(path) + 32;
+    char *tmp = malloc(tmp_len);
+    FILE *f = NULL;
+    if (!tmp)
+        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
+    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
+    f = fopen(tmp, "wb");
+    if (!f) {
+        rc = cz_error_set(err, CZ_EIO, "%s: cannot create temporary file %s: %s", path, tmp,
+                          strerror(errno));
+        free(tmp);
+        return rc;
+    }
+    if (fwrite(text, 1, len, f) != len || fflush(f) != 0 || fsync(fileno(f)) != 0) {
+        rc = cz_error_set(err, CZ_EIO, "%s: cannot write %s: %s", path, tmp, strerror(errno));
+        goto fail;
+    }
+    if (fclose(f) != 0) {
+        f = NULL;
+        rc = cz_error_set(err, CZ_EIO, "%s: cannot write %s: %s", path, tmp, strerror(errno));
+        goto fail;
+    }
+    f = NULL;
+    if (rename(tmp, path) != 0) {
+        rc = cz_error_set(err, CZ_EIO, "%s: cannot replace the file: %s", path, strerror(errno));
+        goto fail;
+    }
+    free(tmp);
+    return CZ_OK;
+fail:
+    if (f)
+        fclose(f);
+    unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err) {
+    writer w = {err, path, CZ_OK};
+    json_t *root = build_plan(&w, plan);
+    if (!root)
+        return w.rc;
+    char *text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_INDENT(1) | JSON_REAL_PRECISION(17));
+    json_decref(root);
+    if (!text)
+        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory while formatting the plan", path);
+    /* Files end with a newline, as text files should. */
+    size_t n = strlen(text);
+    char *with_nl = realloc(text, n + 2);
+    if (!with_nl) {
+        free(text);
+        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory while formatting the plan", path);
+    }
+    with_nl[n] = '\n';
+    with_nl[n + 1] = '\0';
+    int rc = write_atomic(path, with_nl, err);
+    free(with_nl);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* reading                                                                                     */
+
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        rc = (call);                                                                               \
+        if (rc != CZ_OK)                                                                           \
+            goto done;                                                                             \
+    } while (0)
+
+static int oom(const cz_json_ctx *c) {
+    return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+}
+
+static int r_strdup(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
+                    char **out) {
+    const char *s = NULL;
+    int rc = cz_json_get_string(c, obj, path, key, true, &s);
+    if (rc != CZ_OK)
+        return rc;
+    *out = cz_strdup(s);
+    return *out ? CZ_OK : oom(c);
+}
+
+static int r_sha(const cz_json_ctx *c, const json_t *obj, const char *path, char **out) {
+    char sub[CZ_JSON_PATH_MAX];
+    int rc = r_strdup(c, obj, path, "sha256", out);
+    if (rc != CZ_OK)
+        return rc;
+    size_t n = strlen(*out);
+    bool ok = n == 64;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = ((*out)[i] >= '0' && (*out)[i] <= '9') || ((*out)[i] >= 'a' && (*out)[i] <= 'f');
+    if (!ok)
+        return cz_json_fail(c, cz_json_path_key(sub, path, "sha256"),
+                            "expected 64 lowercase hexadecimal digits, found \"%.80s\"", *out);
+    return CZ_OK;
+}
+
+/* Reads an array of exactly n numbers >= 0 into a new array. */
+static int r_reals(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
+                   size_t n, const char *what_n, double **out) {
+    char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
+    const json_t *arr;
+    int rc = cz_json_get_array(c, obj, path, key, true, 0, &arr);
+    if (rc != CZ_OK)
+        return rc;
+    cz_json_path_key(sub, path, key);
+    if (json_array_size(arr) != n)
+        return cz_json_fail(c, sub, "expected %zu values (%s), found %zu", n, what_n,
+                            json_array_size(arr));
+    *out = calloc(n ? n : 1, sizeof **out);
+    if (!*out)
+        return oom(c);
+    for (size_t i = 0; i < n; i++)
+        if ((rc = cz_json_as_double(c, json_array_get(arr, i), cz_json_path_index(el, sub, i), 0,
+                                    false, &(*out)[i])) != CZ_OK)
+            return rc;
+    return CZ_OK;
+}
+
+/* Reads a [rows, cols] or [n] array of integers >= min with an expected length (0 = 1 or 2). */
+static int r_dims(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
+                  int want, int64_t min, int64_t out[2], int *ndim) {
+    char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
+    const json_t *arr;
+    int rc = cz_json_get_array(c, obj, path, key, true, 0, &arr);
+    if (rc != CZ_OK)
+        return rc;
+    cz_json_path_key(sub, path, key);
+    size_t n = json_array_size(arr);
+    if (want ? n != (size_t)want : (n < 1 || n > 2)) {
+        if (want)
+            return cz_json_fail(c, sub, "expected %d values, found %zu", want, n);
+        return cz_json_fail(c, sub, "expected 1 or 2 dimensions, found %zu", n);
+    }
+    out[1] = 1;
+    for (size_t i = 0; i < n; i++)
+        if ((rc = cz_json_as_int64(c, json_array_get(arr, i), cz_json_path_index(el, sub, i), min,
+                                   INT64_MAX, &out[i])) != CZ_OK)
+            return rc;
+    if (ndim)
+        *ndim = (int)n;
+    return CZ_OK;
+}
+
+static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p) {
+    static const char *const keys[] = {"optimizer",
+                                       "unit",
+                                       "dp_strategy",
+                                       "alpha",
+                                       "alpha_loads",
+                                       "layerwise_order",
+                                       "tp_strategy",
+                                       "capacity",
+                                       "capacity_used",
+                                       "solver",
+                                       "time_limit_s",
+                                       "seed",
+                                       "ns_steps",
+                                       "max_precond_dim",
+                                       "precondition_frequency",
+                                       "dp_fell_back",
+                                       NULL};
+    static const char *const optim[] = {"muon", "soap", "shampoo", "adamw", NULL};
+    static const char *const units[] = {"numel", "flops", "time", NULL};
+    static const char *const dps[] = {"even", "anchored", "layerwise", "alpha", "tpaware", NULL};
+    static const char *const tps[] = {"sc", "none", "single", "slot", "rollback", NULL};
+    static const char *const orders[] = {"pingpong", "lpt", NULL};
+    static const char *const solvers[] = {"greedy", "ilp", NULL};
+    static const char *const loads[] = {"cost", "numel", NULL};
+    const char *P = "$.settings";
+    const json_t *o;
+    cz_settings *s = &p->settings;
+    int v = 0, rc;
+    int64_t seed = 0;
+    bool fell = false;
+    cz_settings_init(s);
+    TRY(cz_json_get_object(c, root, "$", "settings", true, keys, &o));
+    TRY(cz_json_get_enum(c, o, P, "optimizer", true, optim, &v));
+    s->optimizer = (cz_optimizer)v;
+    TRY(cz_json_get_enum(c, o, P, "unit", true, units, &v));
+    s->unit = (cz_cost_unit)v;
+    TRY(cz_json_get_enum(c, o, P, "dp_strategy", true, dps, &v));
+    s->dp = (cz_dp_strategy)v;
+    TRY(cz_json_get_double(c, o, P, "alpha", true, 0, false, &s->alpha));
+    if (s->alpha > 1.0) {
+        char sub[CZ_JSON_PATH_MAX];
+        rc = cz_json_fail(c, cz_json_path_key(sub, P, "alpha"),
+                          "expected a number in [0, 1], found %.17g", s->alpha);
+        goto done;
+    }
+    TRY(cz_json_get_enum(c, o, P, "alpha_loads", true, loads, &v));
+    s->alpha_numel_loads = v;
+    TRY(cz_json_get_enum(c, o, P, "layerwise_order", true, orders, &v));
+    s->layerwise_order = (cz_layerwise_order)v;
+    TRY(cz_json_get_enum(c, o, P, "tp_strategy", true, tps, &v));
+    s->tp = (cz_tp_strategy)v;
+    TRY(cz_json_get_double(c, o, P, "capacity", true, 0, false, &s->capacity));
+    TRY(cz_json_get_double(c, o, P, "capacity_used", true, 0, false, &p->capacity_used));
+    TRY(cz_json_get_enum(c, o, P, "solver", true, solvers, &v));
+    s->solver = (cz_solver)v;
+    TRY(cz_json_get_double(c, o, P, "time_limit_s", true, 0, false, &s->time_limit_s));
+    TRY(cz_json_get_int64(c, o, P, "seed", true, 0, INT64_MAX, &seed));
+    s->seed = (uint64_t)seed;
+    TRY(cz_json_get_int(c, o, P, "ns_steps", true, 1, INT_MAX, &s->ns_steps));
+    TRY(cz_json_get_int(c, o, P, "max_precond_dim", true, 1, INT_MAX, &s->max_precond_dim));
+    TRY(cz_json_get_int(c, o, P, "precondition_frequency", true, 1, INT_MAX,
+                        &s->precondition_frequency));
+    TRY(cz_json_get_bool(c, o, P, "dp_fell_back", true, &fell));
+    p->dp_fell_back = fell;
+done:
+    return rc;
+}
+
+static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
+                      const cz_plan *p, cz_plan_param *q) {
+    static const char *const keys[] = {"id",        "name",   "shape", "local_shape", "tp_dim",
+                                       "optimizer", "blocks", "layer", "stage",       "bucket",
+                                       "offset",    "numel",  "cost",  "dp_owner",    NULL};
+    static const char *const kinds[] = {"matrix", "elementwise", NULL};
+    static const char *const bkeys[] = {"dim", "sizes", NULL};
+    char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
+    const json_t *blocks = NULL, *sizes, *tp;
+    int kind = 0, local_ndim = 0, rc;
+
+    q->block_dim = -1;
+    TRY(cz_json_check_object(c, e, path, keys));
+    TRY(cz_json_get_int(c, e, path, "id", true, 0, INT_MAX, &q->id));
+    if ((size_t)q->id != index) {
+        rc = cz_json_fail(c, cz_json_path_key(sub, path, "id"),
+                          "expected the parameter's index %zu, found %d", index, q->id);
+        goto done;
+    }
+    TRY(r_strdup(c, e, path, "name", &q->name));
+    TRY(r_dims(c, e, path, "shape", 0, 1, q->shape, &q->ndim));
+    TRY(r_dims(c, e, path, "local_shape", q->ndim, 1, q->local_shape, &local_ndim));
+    tp = json_object_get(e, "tp_dim");
+    q->tp_dim = -1;
+    if (!tp) {
+        rc = cz_json_fail(c, path, "missing required key \"tp_dim\"");
+        goto done;
+    }
+    if (!json_is_null(tp)) {
+        if (!json_is_integer(tp) || json_integer_value(tp) < 0 ||
+            json_integer_value(tp) >= q->ndim) {
+            char found[96];
+            cz_json_describe(tp, found, sizeof found);
+            rc = cz_json_fail(c, cz_json_path_key(sub, path, "tp_dim"),
+                              "expected %s for a %d-D parameter, found %s",
+                              q->ndim == 2 ? "0, 1 or null" : "0 or null", q->ndim, found);
+            goto done;
+        }
+        q->tp_dim = (int)json_integer_value(tp);
+    }
+    TRY(cz_json_get_enum(c, e, path, "optimizer", true, kinds, &kind));
+    q->kind = (cz_param_kind)kind;
+    TRY(cz_json_get_object(c, e, path, "blocks", false, bkeys, &blocks));
+    if (blocks) {
+        cz_json_path_key(el, path, "blocks");
+        TRY(cz_json_get_int(c, blocks, el, "dim", true, 0, q->ndim - 1, &q->block_dim));
+        TRY(cz_json_get_array(c, blocks, el, "sizes", true, 1, &sizes));
+        cz_json_path_key(sub, el, "sizes");
+        size_t n = json_array_size(sizes);
+        if (n > (size_t)INT_MAX) {
+            rc = cz_json_fail(c, sub, "too many blocks");
+            goto done;
+        }
+        q->block_sizes = calloc(n, sizeof *q->block_sizes);
+        if (!q->block_sizes) {
+            rc = oom(c);
+            goto done;
+        }
+        q->nblocks = (int)n;
+        for (size_t i = 0; i < n; i++)
+            TRY(cz_json_as_int64(c, json_array_get(sizes, i), cz_json_path_index(el, sub, i), 1,
+                                 INT64_MAX, &q->block_sizes[i]));
+    }
+    TRY(cz_json_get_int(c, e, path, "layer", true, -1, INT_MAX, &q->layer));
+    TRY(cz_json_get_int(c, e, path, "stage", true, 0, p->pp - 1, &q->stage));
+    if (p->nbuckets == 0) {
+        rc = cz_json_fail(c, cz_json_path_key(sub, path, "bucket"),
+                          "refers to a bucket, but $.buckets is empty");
+        goto done;
+    }
+    TRY(cz_json_get_int(c, e, path, "bucket", true, 0, (int)p->nbuckets - 1, &q->bucket));
+    TRY(cz_json_get_int64(c, e, path, "offset", true, 0, INT64_MAX, &q->offset));
+    TRY(cz_json_get_int64(c, e, path, "numel", true, 1, INT64_MAX, &q->numel));
+    TRY(cz_json_get_double(c, e, path, "cost", true, 0, false, &q->cost));
+    TRY(cz_json_get_int(c, e, path, "dp_owner", true, -1, p->dp - 1, &q->dp_owner));
+done:
+    return rc;
+}
+
+static int read_bucket(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
+                       const cz_plan *p, cz_plan_bucket *b) {
+    static const char *const keys[] = {"id", "stage", "offset", "size", "ranges", NULL};
+    char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
+    const json_t *ranges;
+    int rc;
+    TRY(cz_json_check_object(c, e, path, keys));
+    TRY(cz_json_get_int(c, e, path, "id", true, 0, INT_MAX, &b->id));
+    if ((size_t)b->id != index) {
+        rc = cz_json_fail(c, cz_json_path_key(sub, path, "id"),
+                          "expected the bucket's index %zu, found %d", index, b->id);
+        goto done;
+    }
+    TRY(cz_json_get_int(c, e, path, "stage", true, 0, p->pp - 1, &b->stage));
+    TRY(cz_json_get_int64(c, e, path, "offset", true, 0, INT64_MAX, &b->offset));
+    TRY(cz_json_get_int64(c, e, path, "size", true, 0, INT64_MAX, &b->size));
+    TRY(cz_json_get_array(c, e, path, "ranges", true, 0, &ranges));
+    cz_json_path_key(sub, path, "ranges");
+    if (json_array_size(ranges) != (size_t)p->dp) {
+        rc = cz_json_fail(c, sub, "expected %d [start, end] pairs (one per DP rank), found %zu",
+                          p->dp, json_array_size(ranges));
+        goto done;
+    }
+    b->ranges = calloc(2 * (size_t)p->dp, sizeof *b->ranges);
+    if (!b->ranges) {
+        rc = oom(c);
+        goto done;
+    }
+    for (int r = 0; r < p->dp; r++) {
+        const json_t *pair = json_array_get(ranges, (size_t)r);
+        int64_t *se = &b->ranges[2 * r];
+        cz_json_path_index(el, sub, (size_t)r);
+        if (!json_is_array(pair) || json_array_size(pair) != 2) {
+            char found[96];
+            cz_json_describe(pair, found, sizeof found);
+            rc = cz_json_fail(c, el, "expected a [start, end] pair, found %s%s", found,
+                              json_is_array(pair) ? " of the wrong length" : "");
+            goto done;
+        }
+        char ix[CZ_JSON_PATH_MAX];
+        TRY(cz_json_as_int64(c, json_array_get(pair, 0), cz_json_path_index(ix, el, 0), 0, b->size,
+                             &se[0]));
+        TRY(cz_json_as_int64(c, json_array_get(pair, 1), cz_json_path_index(ix, el, 1), se[0],
+                             b->size, &se[1]));
+    }
+done:
+    return rc;
+}
+
+static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, const cz_plan *p,
+                      int nslots, cz_plan_group *g) {
+    static const char *const keys[] = {"id", "slots", "load", NULL};
+    char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX], ix[CZ_JSON_PATH_MAX];
+    const json_t *slots;
+    int rc;
+    TRY(cz_json_check_object(c, e, path, keys));
+    TRY(cz_json_get_int(c, e, path, "id", true, 0, INT_MAX, &g->id));
+    TRY(cz_json_get_array(c, e, path, "slots", true, 0, &slots));
+    cz_json_path_key(sub, path, "slots");
+    if (json_array_size(slots) != (size_t)nslots) {
+        rc = cz_json_fail(c, sub, "expected %d slots (%s), found %zu", nslots,
+                          nslots == 1 ? "one: tp is 1 or the strategy is sc" : "one per TP rank",
+                          json_array_size(slots));
+        goto done;
+    }
+    size_t total = 0;
+    for (int k = 0; k < nslots; k++) {
+        const json_t *ids = json_array_get(slots, (size_t)k);
+        cz_json_path_index(el, sub, (size_t)k);
+        TRY(cz_json_as_array(c, ids, el, 0, &ids));
+        total += json_array_size(ids);
+    }
+    if (total > p->nparams) {
+        rc = cz_json_fail(c, sub, "lists %zu tasks, more than the plan's %zu parameters", total,
+                          p->nparams);
+        goto done;
+    }
+    g->nslots = nslots;
+    g->task_param = calloc(total ? total : 1, sizeof *g->task_param);
+    g->task_slot = calloc(total ? total : 1, sizeof *g->task_slot);
+    if (!g->task_param || !g->task_slot) {
+        rc = oom(c);
+        goto done;
+    }
+    for (int k = 0; k < nslots; k++) {
+        const json_t *ids = json_array_get(slots, (size_t)k);
+        cz_json_path_index(el, sub, (size_t)k);
+        for (size_t i = 0; i < json_array_size(ids); i++) {
+            int id = 0;
+            TRY(cz_json_as_int(c, json_array_get(ids, i), cz_json_path_index(ix, el, i), 0,
+                               (int)p->nparams - 1, &id));
+            g->task_param[g->ntasks] = id;
+            g->task_slot[g->ntasks] = k;
+            g->ntasks++;
+        }
+    }
+    TRY(r_reals(c, e, path, "load", (size_t)nslots, "one per slot", &g->load));
+done:
+    return rc;
+}
+
+static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p) {
+    static const char *const keys[] = {"stage", "dp_rank", "groups", NULL};
+    char el[CZ_JSON_PATH_MAX], sub[CZ_JSON_PATH_MAX], gp[CZ_JSON_PATH_MAX];
+    const json_t *arr;
+    size_t want = (size_t)p->pp * (size_t)p->dp;
+    int nslots = (p->settings.tp == CZ_TP_SC || p->tp == 1) ? 1 : p->tp;
+    int rc;
+    TRY(cz_json_get_array(c, root, "$", "tp_schedule", true, 0, &arr));
+    if (json_array_size(arr) != want) {
+        rc = cz_json_fail(c, "$.tp_schedule", "expected %zu entries (pp*dp = %d*%d), found %zu",
+                          want, p->pp, p->dp, json_array_size(arr));
+        goto done;
+    }
+    p->schedules = calloc(want, sizeof *p->schedules);
+    if (!p->schedules) {
+        rc = oom(c);
+        goto done;
+    }
+    p->nschedules = want;
+    for (size_t i = 0; i < want; i++) {
+        const json_t *e = json_array_get(arr, i), *groups;
+        cz_rank_schedule *rs = &p->schedules[i];
+        cz_json_path_index(el, "$.tp_schedule", i);
+        TRY(cz_json_check_object(c, e, el, keys));
+        int want_stage = (int)(i / (size_t)p->dp), want_rank = (int)(i % (size_t)p->dp);
+        TRY(cz_json_get_int(c, e, el, "stage", true, want_stage, want_stage, &rs->stage));
+        TRY(cz_json_get_int(c, e, el, "dp_rank", true, want_rank, want_rank, &rs->dp_rank));
+        TRY(cz_json_get_array(c, e, el, "groups", true, 0, &groups));
+        cz_json_path_key(sub, el, "groups");
+        size_t ng = json_array_size(groups);
+        if (ng > p->nparams) {
+            rc = cz_json_fail(c, sub, "has %zu groups, more than the plan's %zu parameters", ng,
+                              p->nparams);
+            goto done;
+        }
+        rs->groups = calloc(ng ? ng : 1, sizeof *rs->groups);
+        if (!rs->groups) {
+            rc = oom(c);
+            goto done;
+        }
+        for (size_t g = 0; g < ng; g++) {
+            rs->ngroups++;
+            TRY(read_group(c, json_array_get(groups, g), cz_json_path_index(gp, sub, g), p, nslots,
+                           &rs->groups[g]));
+        }
+    }
+done:
+    return rc;
+}
+
+static int read_metrics(const cz_json_ctx *c, const json_t *root, cz_plan *p) {
+    static const char *const keys[] = {
+        "dp", "tp", "lower_bound", "total_cost", "max_task_cost", "memory", "predicted_step_s",
+        NULL};
+    static const char *const dkeys[] = {"load", "imbalance", NULL};
+    static const char *const tkeys[] = {"makespan", "imbalance", "rank_makespan", "gpu_load", NULL};
+    cz_plan_metrics *m = &p->metrics;
+    size_t ranks = (size_t)p->pp * (size_t)p->dp, gpus = ranks * (size_t)p->tp;
+    const json_t *o, *dp, *tp;
+    int rc;
+    TRY(cz_json_get_object(c, root, "$", "metrics", true, keys, &o));
+    TRY(cz_json_get_object(c, o, "$.metrics", "dp", true, dkeys, &dp));
+    TRY(r_reals(c, dp, "$.metrics.dp", "load", ranks, "pp*dp", &m->dp_load));
+    TRY(cz_json_get_double(c, dp, "$.metrics.dp", "imbalance", true, 0, false, &m->dp_imbalance));
+    TRY(cz_json_get_object(c, o, "$.metrics", "tp", true, tkeys, &tp));
+    TRY(cz_json_get_double(c, tp, "$.metrics.tp", "makespan", true, 0, false, &m->tp_makespan));
+    TRY(cz_json_get_double(c, tp, "$.metrics.tp", "imbalance", true, 0, false, &m->tp_imbalance));
+    TRY(r_reals(c, tp, "$.metrics.tp", "rank_makespan", ranks, "pp*dp", &m->rank_makespan));
+    TRY(r_reals(c, tp, "$.metrics.tp", "gpu_load", gpus, "pp*dp*tp", &m->gpu_load));
+    TRY(cz_json_get_double(c, o, "$.metrics", "lower_bound", true, 0, false, &m->lower_bound));
+    TRY(cz_json_get_double(c, o, "$.metrics", "total_cost", true, 0, false, &m->total_cost));
+    TRY(cz_json_get_double(c, o, "$.metrics", "max_task_cost", true, 0, false, &m->max_task_cost));
+    TRY(r_reals(c, o, "$.metrics", "memory", gpus, "pp*dp*tp", &m->memory));
+    TRY(cz_json_get_double(c, o, "$.metrics", "predicted_step_s", true, 0, false,
+                           &m->predicted_step_s));
+done:
+    return rc;
+}
+
+int cz_plan_read(cz_plan **out, const char *path, cz_error *err) {
+    static const char *const top_keys[] = {"schema",   "generator",   "inputs",         "settings",
+                                           "topology", "dtype",       "buckets_config", "params",
+                                           "buckets",  "tp_schedule", "metrics",        NULL};
+    static const char *const gen_keys[] = {"name", "version", NULL};
+    static const char *const in_keys[] = {"model", "cluster", NULL};
+    static const char *const ref_keys[] = {"name", "sha256", NULL};
+    static const char *const topo_keys[] = {"dp", "tp", "pp", "gpus_per_node", NULL};
+    static const char *const bc_keys[] = {"size", "align", NULL};
+    static const char *const dtypes[] = {"bf16", "fp16", "fp32", NULL};
+    cz_json_ctx cc = {path, err}, *c = &cc;
+    json_t *root = NULL;
+    cz_plan *p = NULL;
+    const json_t *gen, *inputs, *ref, *topo, *bc, *params, *buckets;
+    char el[CZ_JSON_PATH_MAX];
+    int dtype = 0, rc;
+
+    *out = NULL;
+    p = calloc(1, sizeof *p);
+    if (!p)
+        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
+    TRY(cz_json_load_file(&root, NULL, path, err));
+    TRY(cz_json_check_schema(c, root, CZ_PLAN_SCHEMA));
+    TRY(cz_json_check_object(c, root, "$", top_keys));
+    TRY(cz_json_get_object(c, root, "$", "generator", true, gen_keys, &gen));
+    TRY(r_strdup(c, gen, "$.generator", "name", &p->generator));
+    TRY(r_strdup(c, gen, "$.generator", "version", &p->generator_version));
+    TRY(cz_json_get_object(c, root, "$", "inputs", true, in_keys, &inputs));
+    TRY(cz_json_get_object(c, inputs, "$.inputs", "model", true, ref_keys, &ref));
+    TRY(r_strdup(c, ref, "$.inputs.model", "name", &p->model_name));
+    TRY(r_sha(c, ref, "$.inputs.model", &p->model_sha256));
+    TRY(cz_json_get_object(c, inputs, "$.inputs", "cluster", true, ref_keys, &ref));
+    TRY(r_strdup(c, ref, "$.inputs.cluster", "name", &p->cluster_name));
+    TRY(r_sha(c, ref, "$.inputs.cluster", &p->cluster_sha256));
+    TRY(read_settings(c, root, p));
+    TRY(cz_json_get_object(c, root, "$", "topology", true, topo_keys, &topo));
+    TRY(cz_json_get_int(c, topo, "$.topology", "dp", true, 1, CZ_PLAN_MAX_GPUS, &p->dp));
+    TRY(cz_json_get_int(c, topo, "$.topology", "tp", true, 1, CZ_PLAN_MAX_GPUS, &p->tp));
+    TRY(cz_json_get_int(c, topo, "$.topology", "pp", true, 1, CZ_PLAN_MAX_GPUS, &p->pp));
+    TRY(cz_json_get_int(c, topo, "$.topology", "gpus_per_node", true, 1, INT_MAX,
+                        &p->gpus_per_node));
+    if ((int64_t)p->dp * p->tp * p->pp > CZ_PLAN_MAX_GPUS) {
+        rc = cz_json_fail(c, "$.topology", "dp*tp*pp = %d*%d*%d exceeds %d GPUs", p->dp, p->tp,
+                          p->pp, CZ_PLAN_MAX_GPUS);
+        goto done;
+    }
+    TRY(cz_json_get_enum(c, root, "$", "dtype", true, dtypes, &dtype));
+    p->dtype = (cz_dtype)dtype;
+    TRY(cz_json_get_object(c, root, "$", "buckets_config", true, bc_keys, &bc));
+    TRY(cz_json_get_int64(c, bc, "$.buckets_config", "size", true, 0, INT64_MAX, &p->bucket_size));
+    TRY(cz_json_get_int64(c, bc, "$.buckets_config", "align", true, 1, INT64_MAX,
+                          &p->bucket_align));
+
+    /* Buckets first: parameters refer to them. */
+    TRY(cz_json_get_array(c, root, "$", "params", true, 1, &params));
+    TRY(cz_json_get_array(c, root, "$", "buckets", true, 0, &buckets));
+    if (json_array_size(params) > (size_t)INT_MAX || json_array_size(buckets) > (size_t)INT_MAX) {
+        rc = cz_json_fail(c, "$", "too many parameters or buckets");
+        goto done;
+    }
+    p->buckets = calloc(json_array_size(buckets) + 1, sizeof *p->buckets);
+    if (!p->buckets) {
+        rc = oom(c);
+        goto done;
+    }
+    for (size_t i = 0; i < json_array_size(buckets); i++) {
+        p->nbuckets++;
+        TRY(read_bucket(c, json_array_get(buckets, i), cz_json_path_index(el, "$.buckets", i), i, p,
+                        &p->buckets[i]));
+    }
+    p->params = calloc(json_array_size(params), sizeof *p->params);
+    if (!p->params) {
+        rc = oom(c);
+        goto done;
+    }
+    for (size_t i = 0; i < json_array_size(params); i++) {
+        p->nparams++;
+        TRY(read_param(c, json_array_get(params, i), cz_json_path_index(el, "$.params", i), i, p,
+                       &p->params[i]));
+    }
+    TRY(read_schedules(c, root, p));
+    TRY(read_metrics(c, root, p));
+    *out = p;
+    p = NULL;
+done:
+    cz_plan_free(p);
+    json_decref(root);
+    return rc;
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# canzona import-hf: the bundled Qwen3 models are exactly the importer's output for the bundled
+# config.json copies; bad configs fail with a message and leave the -o target untouched.
+set -u
+: "${CZ:?CZ must point to the canzona binary}"
+: "${CZ_SOURCE_DIR:?CZ_SOURCE_DIR must point to the source tree}"
+if [ ! -x "$CZ" ]; then
+    echo "skipped: $CZ was not built" >&2
+    exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() { # description, command...
+    local what=$1
+    shift
+    if ! "$@"; then
+        echo "FAIL: $what" >&2
+        fail=1
+    fi
+}
+
+for m in qwen3-0.6b qwen3-1.7b qwen3-4b qwen3-8b qwen3-14b qwen3-32b qwen3-30b-a3b; do
+    cfg="$CZ_SOURCE_DIR/plans/hf/$m.config.json"
+    want="$CZ_SOURCE_DIR/plans/models/$m.json"
+    check "$m to stdout" bash -c '"$0" import-hf "$1" > "$2"' "$CZ" "$cfg" "$tmp/$m.stdout"
+    check "$m stdout equals the bundled file" diff -u "$want" "$tmp/$m.stdout"
+    check "$m to -o" "$CZ" import-hf "$cfg" -o "$tmp/$m.json"
+    check "$m -o equals the bundled file" cmp -s "$want" "$tmp/$m.json"
+done
+
+# Options: --name, --dtype, '-o -'.
+"$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/qwen3-8b.config.json" --name my-model --dtype fp32 -o - \
+    > "$tmp/opts.json"
+check "--name is written" grep -q '"name": "my-model",' "$tmp/opts.json"
+check "--dtype is written" grep -q '"dtype": "fp32",' "$tmp/opts.json"
+
+# A bad config: non-zero exit, a message naming the key, the -o target untouched.
+echo "previous content" > "$tmp/target.json"
+"$CZ" import-hf "$CZ_SOURCE_DIR/tests/data/hf/missing-hidden.config.json" -o "$tmp/target.json" \
+    2> "$tmp/err.txt"
+rc=$?
+check "missing field exits 1 (got $rc)" test "$rc" -eq 1
+check "message names the key" grep -q '\$\.hidden_size' "$tmp/err.txt"
+check "message has the command prefix" grep -q '^canzona import-hf: ' "$tmp/err.txt"
+check "target untouched" grep -qx "previous content" "$tmp/target.json"
+check "no temporary file left" test "$(ls "$tmp" | grep -c '\.tmp\.')" -eq 0
+
+"$CZ" import-hf "$CZ_SOURCE_DIR/tests/data/hf/unknown-arch.config.json" -o "$tmp/target.json" \
+    2> "$tmp/err.txt"
+rc=$?
+check "unknown architecture exits 1 (got $rc)" test "$rc" -eq 1
+check "message names model_type and its value" grep -q 'model_type.*gemma2' "$tmp/err.txt"
+check "target still untouched" grep -qx "previous content" "$tmp/target.json"
+
+# Usage errors exit 2; --help documents every option and exits 0.
+"$CZ" import-hf > /dev/null 2>&1
+check "no argument exits 2" test $? -eq 2
+"$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/qwen3-8b.config.json" --dtype int8 > /dev/null 2>&1
+check "bad --dtype exits 2" test $? -eq 2
+"$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/qwen3-8b.config.json" --bogus > /dev/null 2>&1
+check "unknown option exits 2" test $? -eq 2
+"$CZ" import-hf --help > "$tmp/help.txt"
+check "--help exits 0" test $? -eq 0
+for opt in --output --name --dtype --help; do
+    check "--help mentions $opt" grep -q -- "$opt" "$tmp/help.txt"
+done
+
+exit $fail

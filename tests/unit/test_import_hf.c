@@ -1,0 +1,459 @@
+/* Tests of cz_import_hf and cz_model_json_format: the bundled Qwen3 models are exactly what the
+ * importer makes of the bundled config.json copies, and hand-checked small configs give the
+ * expected Megatron names, shapes and element counts. */
+#include "cz_types.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *src_path(const char *rel) {
+    const char *root = getenv("CZ_SOURCE_DIR");
+    if (!root)
+        root = ".";
+    size_t n = strlen(root) + strlen(rel) + 2;
+    char *p = malloc(n);
+    ck_assert_ptr_nonnull(p);
+    snprintf(p, n, "%s/%s", root, rel);
+    return p;
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s (is CZ_SOURCE_DIR set?)", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+static json_t *import_ok(const char *rel, const char *name, cz_dtype dtype) {
+    char *path = src_path(rel);
+    cz_error err;
+    cz_error_clear(&err);
+    json_t *m = NULL;
+    int rc = cz_import_hf(&m, path, name, dtype, &err);
+    ck_assert_msg(rc == 0, "import of %s failed: %s", rel, err.message);
+    ck_assert_ptr_nonnull(m);
+    free(path);
+    return m;
+}
+
+static int import_fail(const char *rel, cz_error *err) {
+    char *path = src_path(rel);
+    cz_error_clear(err);
+    json_t *m = (json_t *)1;
+    int rc = cz_import_hf(&m, path, NULL, CZ_DTYPE_BF16, err);
+    ck_assert_msg(rc != 0, "import of %s should fail", rel);
+    ck_assert_ptr_null(m);
+    ck_assert_int_eq(err->code, rc);
+    free(path);
+    return rc;
+}
+
+/* Walks the params tree with repeat blocks expanded, like a model loader does. */
+typedef struct walk {
+    const char *want;    /* full name to find, or NULL */
+    const json_t *found; /* the parameter object with that name */
+    long long elements;  /* total elements of all parameters */
+    long long nparams;   /* number of parameters */
+    long long matrix;    /* elements of "matrix" parameters */
+} walk;
+
+static void walk_params(walk *w, const json_t *params, const char *prefix) {
+    for (size_t i = 0; i < json_array_size(params); i++) {
+        const json_t *p = json_array_get(params, i);
+        const json_t *rep = json_object_get(p, "repeat");
+        if (rep) {
+            const char *pre = json_string_value(json_object_get(p, "prefix"));
+            ck_assert_ptr_nonnull(pre);
+            for (json_int_t k = 0; k < json_integer_value(rep); k++) {
+                char full[512], idx[32];
+                snprintf(idx, sizeof idx, "%lld", (long long)k);
+                const char *brace = strstr(pre, "{i}");
+                if (brace)
+                    snprintf(full, sizeof full, "%s%.*s%s%s", prefix, (int)(brace - pre), pre, idx,
+                             brace + 3);
+                else
+                    snprintf(full, sizeof full, "%s%s", prefix, pre);
+                walk_params(w, json_object_get(p, "params"), full);
+            }
+            continue;
+        }
+        char name[512];
+        snprintf(name, sizeof name, "%s%s", prefix, json_string_value(json_object_get(p, "name")));
+        const json_t *shape = json_object_get(p, "shape");
+        long long n = 1;
+        for (size_t d = 0; d < json_array_size(shape); d++)
+            n *= (long long)json_integer_value(json_array_get(shape, d));
+        w->elements += n;
+        w->nparams++;
+        if (!strcmp(json_string_value(json_object_get(p, "optimizer")), "matrix"))
+            w->matrix += n;
+        if (w->want && !strcmp(name, w->want))
+            w->found = p;
+    }
+}
+
+static walk walk_model(const json_t *m, const char *want) {
+    walk w = {.want = want};
+    walk_params(&w, json_object_get(m, "params"), "");
+    return w;
+}
+
+static const json_t *find(const json_t *m, const char *name) {
+    walk w = walk_model(m, name);
+    ck_assert_msg(w.found != NULL, "parameter %s not found", name);
+    return w.found;
+}
+
+static void assert_absent(const json_t *m, const char *name) {
+    walk w = walk_model(m, name);
+    ck_assert_msg(w.found == NULL, "parameter %s should not exist", name);
+}
+
+static void assert_shape(const json_t *p, long long r, long long c) {
+    const json_t *s = json_object_get(p, "shape");
+    ck_assert_uint_eq(json_array_size(s), c < 0 ? 1 : 2);
+    ck_assert_int_eq(json_integer_value(json_array_get(s, 0)), r);
+    if (c >= 0)
+        ck_assert_int_eq(json_integer_value(json_array_get(s, 1)), c);
+}
+
+static void assert_tp(const json_t *p, int tp_dim, const char *optimizer) {
+    const json_t *t = json_object_get(p, "tp_dim");
+    if (tp_dim < 0)
+        ck_assert(json_is_null(t));
+    else
+        ck_assert_int_eq(json_integer_value(t), tp_dim);
+    ck_assert_str_eq(json_string_value(json_object_get(p, "optimizer")), optimizer);
+}
+
+static void assert_blocks(const json_t *p, long long a, long long b, long long c) {
+    const json_t *bl = json_object_get(p, "blocks");
+    ck_assert_ptr_nonnull(bl);
+    ck_assert_int_eq(json_integer_value(json_object_get(bl, "dim")), 0);
+    const json_t *s = json_object_get(bl, "sizes");
+    ck_assert_uint_eq(json_array_size(s), c < 0 ? 2 : 3);
+    ck_assert_int_eq(json_integer_value(json_array_get(s, 0)), a);
+    ck_assert_int_eq(json_integer_value(json_array_get(s, 1)), b);
+    if (c >= 0)
+        ck_assert_int_eq(json_integer_value(json_array_get(s, 2)), c);
+}
+
+/* ---- the bundled Qwen3 models ---- */
+
+static const char *const qwen3[] = {"qwen3-0.6b", "qwen3-1.7b", "qwen3-4b",     "qwen3-8b",
+                                    "qwen3-14b",  "qwen3-32b",  "qwen3-30b-a3b"};
+/* Total parameters including embeddings, counted independently from the config.json values
+ * (Hugging Face tensors: q, k, v, o, q_norm, k_norm, gate, up, down, norms); they agree with the
+ * published sizes 0.6B, 1.7B, 4.0B, 8.2B, 14.8B, 32.8B and 30.5B. */
+static const long long qwen3_total[] = {596049920LL,   1720574976LL,  4022468096LL, 8190735360LL,
+                                        14768307200LL, 32762123264LL, 30532122624LL};
+
+START_TEST(test_bundled_equal) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "plans/hf/%s.config.json", qwen3[_i]);
+    json_t *imported = import_ok(rel, NULL, CZ_DTYPE_BF16);
+
+    snprintf(rel, sizeof rel, "plans/models/%s.json", qwen3[_i]);
+    char *path = src_path(rel);
+    json_error_t jerr;
+    json_t *bundled = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    ck_assert_msg(bundled != NULL, "%s: %s", path, jerr.text);
+    ck_assert_msg(json_equal(imported, bundled), "%s differs from its import", rel);
+
+    /* Byte for byte, too: the bundled files are the importer's formatted output. */
+    char *text = NULL;
+    cz_error err;
+    ck_assert_int_eq(cz_model_json_format(&text, imported, &err), 0);
+    char *file = read_text(path);
+    ck_assert_str_eq(text, file);
+
+    walk w = walk_model(bundled, NULL);
+    ck_assert_int_eq(w.elements, qwen3_total[_i]);
+    ck_assert_str_eq(json_string_value(json_object_get(bundled, "name")), qwen3[_i]);
+
+    free(file);
+    free(text);
+    free(path);
+    json_decref(bundled);
+    json_decref(imported);
+}
+END_TEST
+
+START_TEST(test_qwen3_32b_shapes) {
+    json_t *m = import_ok("plans/hf/qwen3-32b.config.json", NULL, CZ_DTYPE_BF16);
+    /* 64 heads x 128 = 8192 != hidden 5120: Q is wider than the residual stream. */
+    const json_t *qkv = find(m, "decoder.layers.63.self_attention.linear_qkv.weight");
+    assert_shape(qkv, 8192 + 2 * 1024, 5120);
+    assert_tp(qkv, 0, "matrix");
+    assert_blocks(qkv, 8192, 1024, 1024);
+    const json_t *proj = find(m, "decoder.layers.0.self_attention.linear_proj.weight");
+    assert_shape(proj, 5120, 8192);
+    assert_tp(proj, 1, "matrix");
+    const json_t *fc1 = find(m, "decoder.layers.5.mlp.linear_fc1.weight");
+    assert_shape(fc1, 51200, 5120);
+    assert_blocks(fc1, 25600, 25600, -1);
+    assert_shape(find(m, "decoder.layers.5.mlp.linear_fc2.weight"), 5120, 25600);
+    assert_shape(find(m, "decoder.layers.7.self_attention.q_layernorm.weight"), 128, -1);
+    assert_tp(find(m, "output_layer.weight"), 0, "elementwise");
+    assert_tp(find(m, "embedding.word_embeddings.weight"), 0, "elementwise");
+    assert_absent(m, "decoder.layers.64.self_attention.linear_qkv.weight");
+    assert_absent(m, "decoder.layers.0.self_attention.linear_qkv.bias");
+    /* embedding, 64 x 8 per layer, final norm, output layer */
+    ck_assert_int_eq(walk_model(m, NULL).nparams, 1 + 64 * 8 + 1 + 1);
+    /* Order: embedding first, output layer last. */
+    const json_t *params = json_object_get(m, "params");
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(params, 0), "name")),
+                     "embedding.word_embeddings.weight");
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(params, 3), "name")),
+                     "output_layer.weight");
+    json_decref(m);
+}
+END_TEST
+
+START_TEST(test_qwen3_tied_has_no_output_layer) {
+    json_t *m = import_ok("plans/hf/qwen3-0.6b.config.json", "custom", CZ_DTYPE_FP32);
+    assert_absent(m, "output_layer.weight");
+    ck_assert_str_eq(json_string_value(json_object_get(m, "name")), "custom");
+    ck_assert_str_eq(json_string_value(json_object_get(m, "dtype")), "fp32");
+    /* 16 heads x 128 = 2048 != hidden 1024 */
+    assert_shape(find(m, "decoder.layers.27.self_attention.linear_qkv.weight"), 2048 + 2 * 1024,
+                 1024);
+    json_decref(m);
+}
+END_TEST
+
+START_TEST(test_qwen3_moe_experts) {
+    json_t *m = import_ok("plans/hf/qwen3-30b-a3b.config.json", NULL, CZ_DTYPE_BF16);
+    const json_t *router = find(m, "decoder.layers.47.mlp.router.weight");
+    assert_shape(router, 128, 2048);
+    assert_tp(router, -1, "elementwise");
+    const json_t *fc1 =
+        find(m, "decoder.layers.47.mlp.experts.local_experts.127.linear_fc1.weight");
+    assert_shape(fc1, 1536, 2048);
+    assert_tp(fc1, 0, "matrix");
+    assert_blocks(fc1, 768, 768, -1);
+    const json_t *fc2 = find(m, "decoder.layers.0.mlp.experts.local_experts.0.linear_fc2.weight");
+    assert_shape(fc2, 2048, 768);
+    assert_tp(fc2, 1, "matrix");
+    assert_shape(find(m, "decoder.layers.3.pre_mlp_layernorm.weight"), 2048, -1);
+    assert_absent(m, "decoder.layers.0.mlp.linear_fc1.weight");
+    assert_absent(m, "decoder.layers.0.mlp.experts.local_experts.128.linear_fc1.weight");
+    /* 32 heads x 128 = 4096, 4 KV heads x 128 = 512 */
+    assert_blocks(find(m, "decoder.layers.0.self_attention.linear_qkv.weight"), 4096, 512, 512);
+    json_decref(m);
+}
+END_TEST
+
+/* ---- hand-written small configs ---- */
+
+START_TEST(test_mixtral) {
+    json_t *m = import_ok("tests/data/hf/mixtral-tiny.config.json", NULL, CZ_DTYPE_BF16);
+    ck_assert_str_eq(json_string_value(json_object_get(m, "name")), "mixtral-tiny");
+    /* hidden 64, 4 heads of 16, 2 KV heads: Q 64 rows, K and V 32 each */
+    const json_t *qkv = find(m, "decoder.layers.1.self_attention.linear_qkv.weight");
+    assert_shape(qkv, 128, 64);
+    assert_blocks(qkv, 64, 32, 32);
+    assert_absent(m, "decoder.layers.0.self_attention.q_layernorm.weight");
+    assert_absent(m, "decoder.layers.0.self_attention.linear_qkv.bias");
+    assert_shape(find(m, "decoder.layers.1.mlp.router.weight"), 4, 64);
+    /* Mixtral's intermediate_size is the per-expert FFN width. */
+    const json_t *fc1 = find(m, "decoder.layers.1.mlp.experts.local_experts.3.linear_fc1.weight");
+    assert_shape(fc1, 448, 64);
+    assert_blocks(fc1, 224, 224, -1);
+    assert_shape(find(m, "decoder.layers.0.mlp.experts.local_experts.0.linear_fc2.weight"), 64,
+                 224);
+    assert_absent(m, "decoder.layers.0.mlp.experts.local_experts.4.linear_fc2.weight");
+    assert_absent(m, "decoder.layers.2.mlp.router.weight");
+    assert_shape(find(m, "output_layer.weight"), 1000, 64);
+    /* per layer: 64 + 8192 + 4096 + 64 + 256 + 4 x (28672 + 14336) = 184704;
+     * 2 layers + embedding 64000 + final norm 64 + output 64000 */
+    walk w = walk_model(m, NULL);
+    ck_assert_int_eq(w.elements, 497472);
+    ck_assert_int_eq(w.matrix, 2 * (8192 + 4096 + 4 * (28672 + 14336)));
+    json_decref(m);
+}
+END_TEST
+
+START_TEST(test_llama_bias) {
+    json_t *m = import_ok("tests/data/hf/llama-bias.config.json", NULL, CZ_DTYPE_FP16);
+    /* name from _name_or_path "example/Tiny-Llama-Bias/", lowercased */
+    ck_assert_str_eq(json_string_value(json_object_get(m, "name")), "tiny-llama-bias");
+    ck_assert_str_eq(json_string_value(json_object_get(m, "dtype")), "fp16");
+    /* num_key_value_heads absent: = 4 heads; head_dim absent: 64 / 4 = 16 */
+    const json_t *qkv = find(m, "decoder.layers.2.self_attention.linear_qkv.weight");
+    assert_shape(qkv, 192, 64);
+    assert_blocks(qkv, 64, 64, 64);
+    const json_t *qb = find(m, "decoder.layers.2.self_attention.linear_qkv.bias");
+    assert_shape(qb, 192, -1);
+    assert_tp(qb, 0, "elementwise");
+    /* Llama's attention_bias also gives o_proj a bias, replicated across TP. */
+    const json_t *pb = find(m, "decoder.layers.0.self_attention.linear_proj.bias");
+    assert_shape(pb, 64, -1);
+    assert_tp(pb, -1, "elementwise");
+    assert_absent(m, "decoder.layers.0.self_attention.q_layernorm.weight");
+    assert_absent(m, "decoder.layers.0.mlp.linear_fc1.bias");
+    assert_absent(m, "output_layer.weight");
+    const json_t *fc1 = find(m, "decoder.layers.1.mlp.linear_fc1.weight");
+    assert_shape(fc1, 256, 64);
+    assert_blocks(fc1, 128, 128, -1);
+    /* per layer 64 + 12288 + 192 + 4096 + 64 + 64 + 16384 + 8192 = 41344 */
+    walk w = walk_model(m, NULL);
+    ck_assert_int_eq(w.elements, 3 * 41344 + 32000 + 64);
+    ck_assert_int_eq(w.nparams, 1 + 3 * 8 + 1);
+    /* The final norm closes the list when embeddings are tied. */
+    const json_t *params = json_object_get(m, "params");
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(params, json_array_size(params) - 1), "name")),
+                     "decoder.final_layernorm.weight");
+    json_decref(m);
+}
+END_TEST
+
+START_TEST(test_qwen2_moe_mixed_layers) {
+    json_t *m = import_ok("tests/data/hf/qwen2-moe-mixed.config.json", NULL, CZ_DTYPE_BF16);
+    /* Layer 0 is dense (mlp_only_layers), 1 and 2 sparse: one block per layer. */
+    const json_t *params = json_object_get(m, "params");
+    ck_assert_uint_eq(json_array_size(params), 1 + 3 + 2);
+    const json_t *b1 = json_array_get(params, 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(b1, "repeat")), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(b1, "prefix")), "decoder.layers.1.");
+    assert_shape(find(m, "decoder.layers.0.mlp.linear_fc1.weight"), 320, 64);
+    assert_absent(m, "decoder.layers.0.mlp.router.weight");
+    assert_absent(m, "decoder.layers.1.mlp.linear_fc1.weight");
+    assert_shape(find(m, "decoder.layers.2.mlp.router.weight"), 8, 64);
+    assert_shape(find(m, "decoder.layers.2.mlp.experts.local_experts.7.linear_fc1.weight"), 64, 64);
+    /* Qwen2 always has a Q/K/V bias, never an output bias, and no QK norm. */
+    assert_shape(find(m, "decoder.layers.1.self_attention.linear_qkv.bias"), 192, -1);
+    assert_absent(m, "decoder.layers.1.self_attention.linear_proj.bias");
+    assert_absent(m, "decoder.layers.1.self_attention.q_layernorm.weight");
+    const json_t *sfc1 = find(m, "decoder.layers.1.mlp.shared_experts.linear_fc1.weight");
+    assert_shape(sfc1, 192, 64);
+    assert_blocks(sfc1, 96, 96, -1);
+    assert_shape(find(m, "decoder.layers.1.mlp.shared_experts.linear_fc2.weight"), 64, 96);
+    const json_t *gate = find(m, "decoder.layers.2.mlp.shared_experts.gate_weight");
+    assert_shape(gate, 1, 64);
+    assert_tp(gate, -1, "elementwise");
+    /* dense layer 47424, sparse layers 84864, embeddings 2 x 19200, final norm 64 */
+    ck_assert_int_eq(walk_model(m, NULL).elements, 47424 + 2 * 84864 + 2 * 19200 + 64);
+    json_decref(m);
+}
+END_TEST
+
+/* ---- errors ---- */
+
+START_TEST(test_unknown_model_type) {
+    cz_error err;
+    ck_assert_int_eq(import_fail("tests/data/hf/unknown-arch.config.json", &err), CZ_EUNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.message, "unknown-arch.config.json"));
+    ck_assert_ptr_nonnull(strstr(err.message, "$.model_type"));
+    ck_assert_ptr_nonnull(strstr(err.message, "gemma2"));
+    ck_assert_ptr_nonnull(strstr(err.message, "qwen3_moe"));
+    ck_assert_ptr_nonnull(strstr(err.message, "mixtral"));
+}
+END_TEST
+
+START_TEST(test_unknown_architecture) {
+    cz_error err;
+    ck_assert_int_eq(import_fail("tests/data/hf/unknown-arch-only.config.json", &err),
+                     CZ_EUNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.message, "$.architectures[0]"));
+    ck_assert_ptr_nonnull(strstr(err.message, "FalconForCausalLM"));
+    ck_assert_ptr_nonnull(strstr(err.message, "LlamaForCausalLM"));
+}
+END_TEST
+
+START_TEST(test_missing_field) {
+    cz_error err;
+    ck_assert_int_eq(import_fail("tests/data/hf/missing-hidden.config.json", &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "missing-hidden.config.json"));
+    ck_assert_ptr_nonnull(strstr(err.message, "$.hidden_size"));
+}
+END_TEST
+
+START_TEST(test_wrong_type) {
+    cz_error err;
+    ck_assert_int_eq(import_fail("tests/data/hf/wrong-type.config.json", &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "$.num_attention_heads"));
+    ck_assert_ptr_nonnull(strstr(err.message, "a string"));
+}
+END_TEST
+
+START_TEST(test_bad_mlp_only_layers) {
+    cz_error err;
+    ck_assert_int_eq(import_fail("tests/data/hf/bad-mlp-only.config.json", &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "$.mlp_only_layers[1]"));
+}
+END_TEST
+
+START_TEST(test_not_json_and_missing_file) {
+    cz_error err;
+    ck_assert_int_eq(import_fail("tests/data/hf/not-json.config.json", &err), CZ_EPARSE);
+    ck_assert_ptr_nonnull(strstr(err.message, "not-json.config.json:"));
+    ck_assert_int_eq(import_fail("tests/data/hf/no-such-file.json", &err), CZ_EIO);
+    ck_assert_ptr_nonnull(strstr(err.message, "no-such-file.json"));
+}
+END_TEST
+
+START_TEST(test_format_layout) {
+    json_t *m = import_ok("tests/data/hf/llama-bias.config.json", "x", CZ_DTYPE_BF16);
+    char *text = NULL;
+    cz_error err;
+    ck_assert_int_eq(cz_model_json_format(&text, m, &err), 0);
+    /* one parameter per line, key order as built, trailing newline */
+    ck_assert_ptr_nonnull(strstr(text, "\n    {\"name\": \"embedding.word_embeddings.weight\", "
+                                       "\"shape\": [500, 64], \"tp_dim\": 0, \"optimizer\": "
+                                       "\"elementwise\"},\n"));
+    ck_assert_ptr_nonnull(
+        strstr(text, "{\n  \"schema\": \"canzona.model/1\",\n  \"name\": \"x\","));
+    ck_assert_int_eq(text[strlen(text) - 1], '\n');
+    json_error_t jerr;
+    json_t *back = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    ck_assert_ptr_nonnull(back);
+    ck_assert(json_equal(back, m));
+    json_decref(back);
+    free(text);
+    json_decref(m);
+}
+END_TEST
+
+static Suite *import_hf_suite(void) {
+    Suite *s = suite_create("import_hf");
+    TCase *t = tcase_create("bundled");
+    tcase_add_loop_test(t, test_bundled_equal, 0, (int)(sizeof qwen3 / sizeof qwen3[0]));
+    tcase_add_test(t, test_qwen3_32b_shapes);
+    tcase_add_test(t, test_qwen3_tied_has_no_output_layer);
+    tcase_add_test(t, test_qwen3_moe_experts);
+    suite_add_tcase(s, t);
+    t = tcase_create("small");
+    tcase_add_test(t, test_mixtral);
+    tcase_add_test(t, test_llama_bias);
+    tcase_add_test(t, test_qwen2_moe_mixed_layers);
+    tcase_add_test(t, test_format_layout);
+    suite_add_tcase(s, t);
+    t = tcase_create("errors");
+    tcase_add_test(t, test_unknown_model_type);
+    tcase_add_test(t, test_unknown_architecture);
+    tcase_add_test(t, test_missing_field);
+    tcase_add_test(t, test_wrong_type);
+    tcase_add_test(t, test_bad_mlp_only_layers);
+    tcase_add_test(t, test_not_json_and_missing_file);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(import_hf_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
