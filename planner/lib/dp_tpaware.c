@@ -31,7 +31,8 @@ typedef struct tpa {
 
 static const cz_plan *sort_plan;
 
-static int cmp_param(const void *a, const void *b) {
+static int cmp_param(const void *a, const void *b)
+{
     const cz_plan_param *p = &sort_plan->params[*(const int *)a];
     const cz_plan_param *q = &sort_plan->params[*(const int *)b];
     if (p->bucket != q->bucket)
@@ -44,7 +45,8 @@ static int cmp_param(const void *a, const void *b) {
 /* Makespan of DP rank r of the stage as the TP schedule builder makes it: a one-rank scratch
  * plan holding only the rank's matrix parameters goes through cz_tp_schedule_build, so the
  * automatic capacity and every strategy behave exactly as in the full plan. */
-static int rank_makespan(tpa *t, int r, double *out, cz_error *err) {
+static int rank_makespan(tpa *t, int r, double *out, cz_error *err)
+{
     cz_plan *plan = t->plan;
     size_t n = 0;
     for (size_t i = 0; i < plan->nparams; i++) {
@@ -81,21 +83,24 @@ static int rank_makespan(tpa *t, int r, double *out, cz_error *err) {
     return rc;
 }
 
-static int64_t pos_of(const tpa *t, int bi, int k) {
+static int64_t pos_of(const tpa *t, int bi, int k)
+{
     if (k >= t->first[bi + 1] - t->first[bi])
         return t->plan->buckets[t->bucket[bi]].size;
     return t->plan->params[t->order[t->first[bi] + k]].offset;
 }
 
 /* Range length of rank r in stage bucket bi for cut indices c[0..R]. */
-static int64_t range_len(const tpa *t, int bi, const int *c, int r) {
+static int64_t range_len(const tpa *t, int bi, const int *c, int r)
+{
     int64_t lo = r == 0 ? 0 : pos_of(t, bi, c[r]);
     int64_t hi = r == t->R - 1 ? t->plan->buckets[t->bucket[bi]].size : pos_of(t, bi, c[r + 1]);
     return hi - lo;
 }
 
 /* The ILP's alpha bound: even + alpha (S - even) + largest parameter span of the bucket. */
-static double len_bound(const tpa *t, int bi) {
+static double len_bound(const tpa *t, int bi)
+{
     double S = (double)t->plan->buckets[t->bucket[bi]].size, even = S / t->R, maxspan = 0;
     int np = t->first[bi + 1] - t->first[bi];
     for (int k = 0; k < np; k++)
@@ -104,7 +109,8 @@ static double len_bound(const tpa *t, int bi) {
     return fmin(S, even + a * (S - even) + maxspan);
 }
 
-static void objective(const tpa *t, double *max, double *sq) {
+static void objective(const tpa *t, double *max, double *sq)
+{
     *max = 0;
     *sq = 0;
     for (int r = 0; r < t->R; r++) {
@@ -113,7 +119,8 @@ static void objective(const tpa *t, double *max, double *sq) {
     }
 }
 
-static void write_ranges(tpa *t) {
+static void write_ranges(tpa *t)
+{
     int R = t->R;
     for (int bi = 0; bi < t->nb; bi++) {
         cz_plan_bucket *b = &t->plan->buckets[t->bucket[bi]];
@@ -125,7 +132,8 @@ static void write_ranges(tpa *t) {
     }
 }
 
-static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err) {
+static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
+{
     int rc = CZ_OK, R = plan->dp;
     tpa t;
     memset(&t, 0, sizeof t);
@@ -267,7 +275,8 @@ done:
     return rc;
 }
 
-int cz_dp_partition_tpaware(cz_plan *plan, cz_error *err) {
+int cz_dp_partition_tpaware(cz_plan *plan, cz_error *err)
+{
     if (plan->dp < 2)
         return CZ_OK;
     int changed = 0;

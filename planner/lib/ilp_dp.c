@@ -24,7 +24,8 @@ typedef struct triplets {
     double *ar;
 } triplets;
 
-static int trip_add(triplets *t, int row, int col, double v) {
+static int trip_add(triplets *t, int row, int col, double v)
+{
     if (t->n + 2 > t->cap) {
         int cap = t->cap ? 2 * t->cap : 1024;
         int *ia = realloc(t->ia, (size_t)cap * sizeof *ia);
@@ -48,7 +49,8 @@ static int trip_add(triplets *t, int row, int col, double v) {
     return CZ_OK;
 }
 
-static void trip_free(triplets *t) {
+static void trip_free(triplets *t)
+{
     free(t->ia);
     free(t->ja);
     free(t->ar);
@@ -65,7 +67,8 @@ typedef struct stage_view {
 
 static const cz_plan *sort_plan;
 
-static int cmp_param(const void *a, const void *b) {
+static int cmp_param(const void *a, const void *b)
+{
     const cz_plan_param *p = &sort_plan->params[*(const int *)a];
     const cz_plan_param *q = &sort_plan->params[*(const int *)b];
     if (p->bucket != q->bucket)
@@ -75,14 +78,16 @@ static int cmp_param(const void *a, const void *b) {
     return p->id < q->id ? -1 : (p->id > q->id);
 }
 
-static void stage_view_free(stage_view *v) {
+static void stage_view_free(stage_view *v)
+{
     free(v->bucket);
     free(v->first);
     free(v->order);
     memset(v, 0, sizeof *v);
 }
 
-static int stage_view_build(stage_view *v, const cz_plan *plan, int stage) {
+static int stage_view_build(stage_view *v, const cz_plan *plan, int stage)
+{
     memset(v, 0, sizeof *v);
     v->bucket = malloc((plan->nbuckets + 1) * sizeof *v->bucket);
     v->first = malloc((plan->nbuckets + 2) * sizeof *v->first);
@@ -108,7 +113,8 @@ static int stage_view_build(stage_view *v, const cz_plan *plan, int stage) {
 
 /* Start of parameter k of bucket bi as a cut position: 0 for the bucket's first parameter so
  * that leading padding belongs to rank 0's range. */
-static int64_t cut_pos(const cz_plan *plan, const stage_view *v, int bi, int k) {
+static int64_t cut_pos(const cz_plan *plan, const stage_view *v, int bi, int k)
+{
     if (k == v->first[bi])
         return 0;
     if (k == v->first[bi + 1])
@@ -116,7 +122,8 @@ static int64_t cut_pos(const cz_plan *plan, const stage_view *v, int bi, int k) 
     return plan->params[v->order[k]].offset;
 }
 
-static double bucket_len_bound(const cz_plan *plan, const stage_view *v, int bi) {
+static double bucket_len_bound(const cz_plan *plan, const stage_view *v, int bi)
+{
     int R = plan->dp;
     double S = (double)plan->buckets[v->bucket[bi]].size;
     double maxspan = 0;
@@ -132,7 +139,8 @@ static double bucket_len_bound(const cz_plan *plan, const stage_view *v, int bi)
 /* Largest per-rank load of owners[] (indexed like v->order); -1 when owners are not a valid
  * contiguous partition or break the length bound. */
 static double partition_value(const cz_plan *plan, const stage_view *v, const int *owner,
-                              double *load) {
+                              double *load)
+{
     int R = plan->dp;
     for (int r = 0; r < R; r++)
         load[r] = 0;
@@ -159,7 +167,8 @@ static double partition_value(const cz_plan *plan, const stage_view *v, const in
     return z;
 }
 
-static void write_partition(cz_plan *plan, const stage_view *v, const int *owner) {
+static void write_partition(cz_plan *plan, const stage_view *v, const int *owner)
+{
     int R = plan->dp;
     for (int k = 0; k < v->n; k++)
         plan->params[v->order[k]].dp_owner = owner[k];
@@ -186,7 +195,8 @@ static void write_partition(cz_plan *plan, const stage_view *v, const int *owner
 
 #define YCOL(k, r) (2 + (k) * (R - 1) + ((r)-1))
 
-static int solve_stage(cz_plan *plan, int stage, double time_limit_s, cz_error *err) {
+static int solve_stage(cz_plan *plan, int stage, double time_limit_s, cz_error *err)
+{
     int R = plan->dp;
     int rc = CZ_OK;
     stage_view v;
@@ -372,7 +382,8 @@ done:
     return rc;
 }
 
-int cz_dp_partition_ilp(cz_plan *plan, cz_error *err) {
+int cz_dp_partition_ilp(cz_plan *plan, cz_error *err)
+{
     cz_dp_strategy s = plan->settings.dp;
     if (s == CZ_DP_TPAWARE) {
         /* The ILP minimizes the summed load; run on tpaware's result it would undo the TP

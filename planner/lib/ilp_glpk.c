@@ -17,7 +17,8 @@ typedef struct mip_cb {
     double gap; /* last gap GLPK computed; DBL_MAX while there is no incumbent */
 } mip_cb;
 
-static void mip_callback(glp_tree *T, void *info) {
+static void mip_callback(glp_tree *T, void *info)
+{
     mip_cb *cb = info;
     /* The warm start must go in through the heuristic hook: GLPK has no other way to take a
      * known integer solution, and only with the presolver off do the columns match ours. */
@@ -42,7 +43,8 @@ static void mip_callback(glp_tree *T, void *info) {
     }
 }
 
-static int ms_left(double t0, double limit_s) {
+static int ms_left(double t0, double limit_s)
+{
     double left = limit_s - (cz_clock_seconds() - t0);
     if (left <= 0.001)
         return 1;
@@ -52,7 +54,8 @@ static int ms_left(double t0, double limit_s) {
 }
 
 int cz_mip_solve(glp_prob *P, const double *warm, double time_limit_s, const char *phase,
-                 double obj_scale, cz_mip_result *res, cz_error *err) {
+                 double obj_scale, cz_mip_result *res, cz_error *err)
+{
     (void)err;
     double t0 = cz_clock_seconds();
     int old_out = glp_term_out(GLP_OFF);
@@ -110,7 +113,8 @@ done:
     return CZ_OK;
 }
 
-const char *cz_solve_status_name(int status) {
+const char *cz_solve_status_name(int status)
+{
     switch (status) {
     case CZ_SOLVE_NONE:
         return "none";
@@ -127,7 +131,8 @@ const char *cz_solve_status_name(int status) {
     }
 }
 
-void cz_plan_solver_record(cz_plan *plan, const cz_mip_result *res) {
+void cz_plan_solver_record(cz_plan *plan, const cz_mip_result *res)
+{
     if (res->status > plan->solver_status)
         plan->solver_status = res->status;
     if (!isnan(res->gap) && res->gap > plan->solver_gap)
@@ -135,7 +140,8 @@ void cz_plan_solver_record(cz_plan *plan, const cz_mip_result *res) {
     plan->solver_seconds += res->seconds;
 }
 
-void cz_plan_solver_note(cz_plan *plan, const char *fmt, ...) {
+void cz_plan_solver_note(cz_plan *plan, const char *fmt, ...)
+{
     size_t used = strlen(plan->solver_note);
     if (used + 2 >= sizeof plan->solver_note)
         return;

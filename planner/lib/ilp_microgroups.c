@@ -20,14 +20,16 @@ typedef struct rank_order {
     double makespan;
 } rank_order;
 
-static int cmp_rank(const void *a, const void *b) {
+static int cmp_rank(const void *a, const void *b)
+{
     const rank_order *p = a, *q = b;
     if (p->makespan != q->makespan)
         return p->makespan > q->makespan ? -1 : 1;
     return p->idx - q->idx;
 }
 
-static double schedule_value(const cz_plan *plan, const cz_rank_schedule *rs) {
+static double schedule_value(const cz_plan *plan, const cz_rank_schedule *rs)
+{
     double sum = 0;
     for (int g = 0; g < rs->ngroups; g++) {
         const cz_plan_group *gr = &rs->groups[g];
@@ -49,7 +51,8 @@ typedef struct task_ref {
     double cost;
 } task_ref;
 
-static int cmp_task(const void *a, const void *b) {
+static int cmp_task(const void *a, const void *b)
+{
     const task_ref *p = a, *q = b;
     if (p->cost != q->cost)
         return p->cost > q->cost ? -1 : 1;
@@ -61,7 +64,8 @@ typedef struct slot_ref {
     double load;
 } slot_ref;
 
-static int cmp_slot(const void *a, const void *b) {
+static int cmp_slot(const void *a, const void *b)
+{
     const slot_ref *p = a, *q = b;
     if (p->load != q->load)
         return p->load > q->load ? -1 : 1;
@@ -73,7 +77,8 @@ typedef struct group_ref {
     double m;
 } group_ref;
 
-static int cmp_group(const void *a, const void *b) {
+static int cmp_group(const void *a, const void *b)
+{
     const group_ref *p = a, *q = b;
     if (p->m != q->m)
         return p->m > q->m ? -1 : 1;
@@ -85,7 +90,8 @@ static int cmp_group(const void *a, const void *b) {
  * first, to the TP rank with the least work so far, which balances the per-GPU loads without
  * changing any group's makespan. */
 static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const task_ref *tasks, int T,
-                            const int *gk, int G, int K) {
+                            const int *gk, int G, int K)
+{
     int rc = CZ_ENOMEM;
     cz_plan_group *groups = calloc((size_t)G, sizeof *groups);
     group_ref *gr = malloc((size_t)G * sizeof *gr);
@@ -178,7 +184,8 @@ done:
 
 #define ACOL(t, g, k) (1 + G + ((t)*G + (g)) * K + (k))
 
-static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, cz_error *err) {
+static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, cz_error *err)
+{
     int rc = CZ_OK;
     int G = rs->ngroups, K = rs->groups[0].nslots, T = 0;
     for (int g = 0; g < G; g++)
@@ -389,7 +396,8 @@ done:
     return rc;
 }
 
-int cz_microgroups_ilp(cz_plan *plan, cz_error *err) {
+int cz_microgroups_ilp(cz_plan *plan, cz_error *err)
+{
     if (plan->settings.tp == CZ_TP_SC) {
         cz_plan_solver_note(plan, "the micro-group ILP does not apply to sc (no hosts); kept sc.");
         return CZ_OK;

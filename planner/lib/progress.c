@@ -8,17 +8,20 @@
 static cz_progress_fn progress_fn;
 static void *progress_ctx;
 
-void cz_set_progress_handler(cz_progress_fn fn, void *ctx) {
+void cz_set_progress_handler(cz_progress_fn fn, void *ctx)
+{
     progress_fn = fn;
     progress_ctx = ctx;
 }
 
-void cz_progress_report(const cz_progress *p) {
+void cz_progress_report(const cz_progress *p)
+{
     if (progress_fn && p)
         progress_fn(p, progress_ctx);
 }
 
-double cz_clock_seconds(void) {
+double cz_clock_seconds(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;

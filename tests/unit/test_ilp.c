@@ -10,7 +10,8 @@
 
 static uint64_t rng_state;
 
-static uint32_t rnd(uint32_t n) {
+static uint32_t rnd(uint32_t n)
+{
     rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
     return (uint32_t)(rng_state >> 33) % n;
 }
@@ -18,7 +19,8 @@ static uint32_t rnd(uint32_t n) {
 /* A one-stage plan: params laid into buckets in id order (bucket[i] non-decreasing), each
  * param starting at a multiple of 4 elements, buckets padded to a multiple of dp. */
 static cz_plan *plan_make(int n, int dp, int tp, const double *cost, const int64_t *numel,
-                          const int *bucket, double alpha) {
+                          const int *bucket, double alpha)
+{
     cz_plan *p = calloc(1, sizeof *p);
     cz_settings_init(&p->settings);
     p->settings.alpha = alpha;
@@ -60,7 +62,8 @@ static cz_plan *plan_make(int n, int dp, int tp, const double *cost, const int64
 }
 
 /* Ranges from owners, cutting at the start of the first param of each rank >= r. */
-static void plan_set_owners(cz_plan *p, const int *owner) {
+static void plan_set_owners(cz_plan *p, const int *owner)
+{
     int R = p->dp;
     for (size_t i = 0; i < p->nparams; i++)
         p->params[i].dp_owner = owner[i];
@@ -90,7 +93,8 @@ static void plan_set_owners(cz_plan *p, const int *owner) {
 }
 
 /* Anchored: the owner is the rank whose even slice holds the param's start. */
-static void plan_set_anchored(cz_plan *p) {
+static void plan_set_anchored(cz_plan *p)
+{
     int owner[4096];
     for (size_t i = 0; i < p->nparams; i++) {
         int64_t S = p->buckets[p->params[i].bucket].size;
@@ -99,7 +103,8 @@ static void plan_set_anchored(cz_plan *p) {
     plan_set_owners(p, owner);
 }
 
-static double plan_max_load(const cz_plan *p) {
+static double plan_max_load(const cz_plan *p)
+{
     double load[64] = {0};
     for (size_t i = 0; i < p->nparams; i++)
         load[p->params[i].dp_owner] += p->params[i].cost;
@@ -110,7 +115,8 @@ static double plan_max_load(const cz_plan *p) {
 }
 
 /* Coverage, order, atomicity: every range list tiles [0, size), each param inside its owner's. */
-static void check_partition(const cz_plan *p) {
+static void check_partition(const cz_plan *p)
+{
     for (size_t b = 0; b < p->nbuckets; b++) {
         const int64_t *r = p->buckets[b].ranges;
         ck_assert_int_eq(r[0], 0);
@@ -138,7 +144,8 @@ typedef struct bf_dp {
     double best;
 } bf_dp;
 
-static double bf_len_bound(const cz_plan *p, int b) {
+static double bf_len_bound(const cz_plan *p, int b)
+{
     double S = (double)p->buckets[b].size, even = S / p->dp, maxspan = 0;
     int64_t prev = -1;
     for (size_t i = 0; i < p->nparams; i++) {
@@ -153,7 +160,8 @@ static double bf_len_bound(const cz_plan *p, int b) {
     return fmin(S, even + p->settings.alpha * (S - even) + maxspan);
 }
 
-static void bf_dp_rec(bf_dp *s, size_t i) {
+static void bf_dp_rec(bf_dp *s, size_t i)
+{
     const cz_plan *p = s->p;
     if (i == p->nparams) {
         double load[8] = {0};
@@ -191,13 +199,15 @@ static void bf_dp_rec(bf_dp *s, size_t i) {
     }
 }
 
-static double bf_dp_best(const cz_plan *p) {
+static double bf_dp_best(const cz_plan *p)
+{
     bf_dp s = {.p = p, .best = INFINITY};
     bf_dp_rec(&s, 0);
     return s.best;
 }
 
-START_TEST(dp_hand_two_buckets) {
+START_TEST(dp_hand_two_buckets)
+{
     /* Bucket 0 holds costs 5,1 and bucket 1 holds 1,5; starting from everything on rank 0
      * (12 | 0), the optimum 6 | 6 needs the 5s on different ranks. */
     double cost[] = {5, 1, 1, 5};
@@ -217,7 +227,8 @@ START_TEST(dp_hand_two_buckets) {
 }
 END_TEST
 
-START_TEST(dp_hand_alpha_bound) {
+START_TEST(dp_hand_alpha_bound)
+{
     /* Six params of 10 elements, costs 1,1,1,1,1,10, two ranks. alpha = 1: 5 | 10 -> 10.
      * alpha = 0: range <= 30 + 10 = 40 elements = 4 params, so rank 0 takes 4 -> 11. */
     double cost[] = {1, 1, 1, 1, 1, 10};
@@ -242,7 +253,8 @@ START_TEST(dp_hand_alpha_bound) {
 }
 END_TEST
 
-START_TEST(dp_random_equals_brute_force) {
+START_TEST(dp_random_equals_brute_force)
+{
     rng_state = 12345;
     for (int trial = 0; trial < 60; trial++) {
         int n = 2 + (int)rnd(7), dp = 2 + (int)rnd(2);
@@ -273,7 +285,8 @@ START_TEST(dp_random_equals_brute_force) {
 }
 END_TEST
 
-START_TEST(dp_never_worse_and_keeps_ties) {
+START_TEST(dp_never_worse_and_keeps_ties)
+{
     /* Already optimal start (3 | 3): the plan must come back unchanged. */
     double cost[] = {1, 2, 2, 1};
     int64_t numel[] = {4, 4, 4, 4};
@@ -290,7 +303,8 @@ START_TEST(dp_never_worse_and_keeps_ties) {
 }
 END_TEST
 
-START_TEST(dp_timeout_falls_back) {
+START_TEST(dp_timeout_falls_back)
+{
     enum { N = 600 };
     static double cost[N];
     static int64_t numel[N];
@@ -322,7 +336,8 @@ START_TEST(dp_timeout_falls_back) {
 }
 END_TEST
 
-START_TEST(dp_rejects_non_atomic) {
+START_TEST(dp_rejects_non_atomic)
+{
     double cost[] = {1, 2};
     int64_t numel[] = {4, 4};
     int bucket[] = {0, 0};
@@ -344,7 +359,8 @@ END_TEST
 
 /* One DP rank, tp slots; groups[g] lists task indices, slot[i] the slot of task i. */
 static cz_plan *mg_make(int n, int tp, const double *cost, int ngroups, const int *group,
-                        const int *slot, double capacity) {
+                        const int *slot, double capacity)
+{
     int64_t numel[64];
     int bucket[64];
     for (int i = 0; i < n; i++) {
@@ -378,7 +394,8 @@ static cz_plan *mg_make(int n, int tp, const double *cost, int ngroups, const in
     return p;
 }
 
-static double mg_value(const cz_plan *p, const cz_rank_schedule *rs) {
+static double mg_value(const cz_plan *p, const cz_rank_schedule *rs)
+{
     double v = 0;
     for (int g = 0; g < rs->ngroups; g++) {
         double mx = 0, l[8] = {0};
@@ -394,7 +411,8 @@ static double mg_value(const cz_plan *p, const cz_rank_schedule *rs) {
 }
 
 /* Every task exactly once, slots in range. */
-static void mg_check(const cz_plan *p, int n) {
+static void mg_check(const cz_plan *p, int n)
+{
     int seen[64] = {0};
     const cz_rank_schedule *rs = &p->schedules[0];
     for (int g = 0; g < rs->ngroups; g++) {
@@ -410,7 +428,8 @@ static void mg_check(const cz_plan *p, int n) {
 }
 
 static void bf_mg_rec(const double *cost, int n, int G, int K, double cap, int t, double *load,
-                      double *best) {
+                      double *best)
+{
     if (t == n) {
         double v = 0;
         for (int g = 0; g < G; g++) {
@@ -431,7 +450,8 @@ static void bf_mg_rec(const double *cost, int n, int G, int K, double cap, int t
     }
 }
 
-START_TEST(mg_hand_moves_between_groups) {
+START_TEST(mg_hand_moves_between_groups)
+{
     /* Greedy: {5 | 4} and {3+1 | 2+1}: 5 + 4 = 9. Moving a 1 next to the 4 gives
      * {5 | 4+1} and {3 | 2+1}: 5 + 3 = 8 = total / 2, optimal. */
     double cost[] = {5, 4, 3, 2, 1, 1};
@@ -449,7 +469,8 @@ START_TEST(mg_hand_moves_between_groups) {
 }
 END_TEST
 
-START_TEST(mg_hand_capacity_binds) {
+START_TEST(mg_hand_capacity_binds)
+{
     /* Tasks 3,2,2,1 on two slots, start {3 | -}, {2 | -}, {2 | 1}: 3 + 2 + 2 = 7. Without a
      * capacity one group {3+1 | 2+2} gives 4; with capacity 3 no slot may exceed 3 and the
      * best is {3 | 2+1}, {2 | -}: 5. */
@@ -476,7 +497,8 @@ START_TEST(mg_hand_capacity_binds) {
 }
 END_TEST
 
-START_TEST(mg_random_equals_brute_force) {
+START_TEST(mg_random_equals_brute_force)
+{
     rng_state = 777;
     for (int trial = 0; trial < 40; trial++) {
         int n = 2 + (int)rnd(5), G = 1 + (int)rnd(3);
@@ -515,7 +537,8 @@ START_TEST(mg_random_equals_brute_force) {
 }
 END_TEST
 
-static Suite *ilp_suite(void) {
+static Suite *ilp_suite(void)
+{
     Suite *s = suite_create("ilp");
     TCase *tc = tcase_create("dp");
     tcase_add_test(tc, dp_hand_two_buckets);
@@ -533,7 +556,8 @@ static Suite *ilp_suite(void) {
     return s;
 }
 
-int main(void) {
+int main(void)
+{
     SRunner *sr = srunner_create(ilp_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

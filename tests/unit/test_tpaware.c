@@ -8,8 +8,8 @@
 static cz_error err;
 
 /* The planning pipeline by hand, alpha first, then (optionally) tpaware on top. */
-static cz_plan *plan_run(const cz_model *m, const cz_cluster *c, const cz_settings *s,
-                         int tpaware) {
+static cz_plan *plan_run(const cz_model *m, const cz_cluster *c, const cz_settings *s, int tpaware)
+{
     cz_plan *p = NULL;
     ck_assert_int_eq(cz_plan_init(&p, m, c, s, &err), CZ_OK);
     ck_assert_int_eq(cz_buckets_layout(p, &err), CZ_OK);
@@ -21,12 +21,14 @@ static cz_plan *plan_run(const cz_model *m, const cz_cluster *c, const cz_settin
     return p;
 }
 
-static void rebuild(cz_plan *p, const cz_cluster *c) {
+static void rebuild(cz_plan *p, const cz_cluster *c)
+{
     ck_assert_int_eq(cz_tp_schedule_build(p, &err), CZ_OK);
     ck_assert_int_eq(cz_plan_metrics_compute(p, c, &err), CZ_OK);
 }
 
-static void score(const cz_plan *p, double *max, double *sq) {
+static void score(const cz_plan *p, double *max, double *sq)
+{
     *max = 0;
     *sq = 0;
     for (size_t r = 0; r < (size_t)p->dp * p->pp; r++) {
@@ -37,7 +39,8 @@ static void score(const cz_plan *p, double *max, double *sq) {
 
 /* Ranges tile each bucket in rank order; every param lies wholly in its owner's range; every
  * matrix param is in exactly one slot of its owner's schedule. */
-static void check_invariants(const cz_plan *p) {
+static void check_invariants(const cz_plan *p)
+{
     for (size_t b = 0; b < p->nbuckets; b++) {
         const int64_t *r = p->buckets[b].ranges;
         ck_assert_int_eq(r[0], 0);
@@ -71,12 +74,14 @@ static void check_invariants(const cz_plan *p) {
     free(seen);
 }
 
-static cz_model *model_for(uint64_t seed) {
+static cz_model *model_for(uint64_t seed)
+{
     uint64_t rng = seed;
     return czt_model_random(&rng);
 }
 
-static cz_cluster *cluster_for(uint64_t seed) {
+static cz_cluster *cluster_for(uint64_t seed)
+{
     uint64_t rng = seed ^ 0x9e3779b97f4a7c15ULL;
     int tps[] = {1, 2, 2, 4};
     cz_cluster *c = czt_cluster_new(czt_rand_int(&rng, 2, 4), tps[czt_rand_int(&rng, 0, 3)], 1);
@@ -84,7 +89,8 @@ static cz_cluster *cluster_for(uint64_t seed) {
     return c;
 }
 
-START_TEST(never_worse_than_alpha) {
+START_TEST(never_worse_than_alpha)
+{
     int strictly_better = 0;
     for (uint64_t seed = 1; seed <= 60; seed++) {
         cz_model *m = model_for(seed);
@@ -108,7 +114,8 @@ START_TEST(never_worse_than_alpha) {
 }
 END_TEST
 
-START_TEST(deterministic) {
+START_TEST(deterministic)
+{
     for (uint64_t seed = 100; seed < 115; seed++) {
         cz_model *m = model_for(seed);
         cz_cluster *c = cluster_for(seed);
@@ -130,7 +137,8 @@ START_TEST(deterministic) {
 END_TEST
 
 /* Re-derives a bucket's ranges from its owners, cutting at the first start of each rank. */
-static void ranges_from_owners(cz_plan *p, int b) {
+static void ranges_from_owners(cz_plan *p, int b)
+{
     cz_plan_bucket *bk = &p->buckets[b];
     for (int r = 0; r < p->dp; r++) {
         int64_t lo = r == 0 ? 0 : bk->size, hi = bk->size;
@@ -146,7 +154,8 @@ static void ranges_from_owners(cz_plan *p, int b) {
     }
 }
 
-START_TEST(local_optimum_confirmed_by_pipeline) {
+START_TEST(local_optimum_confirmed_by_pipeline)
+{
     for (uint64_t seed = 200; seed < 212; seed++) {
         cz_model *m = model_for(seed);
         cz_cluster *c = cluster_for(seed);
@@ -196,7 +205,8 @@ START_TEST(local_optimum_confirmed_by_pipeline) {
 }
 END_TEST
 
-START_TEST(alpha_zero_bounds_ranges) {
+START_TEST(alpha_zero_bounds_ranges)
+{
     /* With alpha = 0 no range may grow past even + largest parameter span. */
     for (uint64_t seed = 300; seed < 320; seed++) {
         cz_model *m = model_for(seed);
@@ -237,7 +247,8 @@ START_TEST(alpha_zero_bounds_ranges) {
 }
 END_TEST
 
-int main(void) {
+int main(void)
+{
     Suite *s = suite_create("tpaware");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
