@@ -20,12 +20,20 @@ typedef struct tpa {
     cz_plan *plan;
     int stage, R;
     int nb;
-    int *bucket; /* plan bucket index per stage bucket */
-    int *first;  /* nb + 1 starts into order */
-    int *order;  /* param ids by bucket, offset */
-    int *cut;    /* nb * (R + 1): index into the bucket's params of the first param of rank>=r */
-    double *ew;  /* per rank elementwise makespan share */
-    double *mk;  /* per rank makespan */
+    int *bucket;  /* plan bucket index per stage bucket */
+    int *first;   /* nb + 1 starts into order */
+    int *order;   /* param ids by bucket, offset */
+    int *cut;     /* nb * (R + 1): index into the bucket's params of the first param of rank>=r */
+    double *ew;   /* per rank elementwise makespan share */
+    double *mk;   /* per rank makespan */
+    double *msum; /* per rank summed matrix cost */
+    double *mmax; /* per rank largest matrix cost */
+    int *version; /* per rank: bumped whenever its parameter set changes */
+    /* Per move (bucket, cut, direction): the two makespans it produced and the versions of the
+     * two ranks then. A rank's schedule depends only on its own parameters, so an evaluation
+     * stays valid until either rank changes; the decision is still taken afresh each time. */
+    int *memo_vf, *memo_vt;
+    double *memo_mf, *memo_mt;
     cz_plan_param *scratch; /* matrix params of one rank, for the schedule builder */
 } tpa;
 
@@ -81,6 +89,20 @@ static int rank_makespan(tpa *t, int r, double *out, cz_error *err)
     cz_plan_schedules_free(&s);
     *out = sum;
     return rc;
+}
+
+/* Recomputes the matrix totals of two ranks after a parameter moved between them. */
+static void rank_matrix_totals(tpa *t, int a, int b)
+{
+    t->msum[a] = t->msum[b] = t->mmax[a] = t->mmax[b] = 0;
+    for (size_t i = 0; i < t->plan->nparams; i++) {
+        const cz_plan_param *p = &t->plan->params[i];
+        if (p->stage != t->stage || p->kind != CZ_KIND_MATRIX ||
+            (p->dp_owner != a && p->dp_owner != b))
+            continue;
+        t->msum[p->dp_owner] += p->cost;
+        t->mmax[p->dp_owner] = fmax(t->mmax[p->dp_owner], p->cost);
+    }
 }
 
 static int64_t pos_of(const tpa *t, int bi, int k)
@@ -146,8 +168,17 @@ static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
     t.cut = malloc(((plan->nbuckets + 1) * (size_t)(R + 1)) * sizeof *t.cut);
     t.ew = calloc((size_t)R, sizeof *t.ew);
     t.mk = calloc((size_t)R, sizeof *t.mk);
+    t.msum = calloc((size_t)R, sizeof *t.msum);
+    t.mmax = calloc((size_t)R, sizeof *t.mmax);
+    t.version = calloc((size_t)R, sizeof *t.version);
+    size_t nmoves = (plan->nbuckets + 1) * (size_t)R * 2;
+    t.memo_vf = malloc(nmoves * sizeof *t.memo_vf);
+    t.memo_vt = malloc(nmoves * sizeof *t.memo_vt);
+    t.memo_mf = malloc(nmoves * sizeof *t.memo_mf);
+    t.memo_mt = malloc(nmoves * sizeof *t.memo_mt);
     t.scratch = malloc((plan->nparams + 1) * sizeof *t.scratch);
-    if (!t.bucket || !t.first || !t.order || !t.cut || !t.ew || !t.mk || !t.scratch) {
+    if (!t.bucket || !t.first || !t.order || !t.cut || !t.ew || !t.mk || !t.msum || !t.mmax ||
+        !t.scratch || !t.version || !t.memo_vf || !t.memo_vt || !t.memo_mf || !t.memo_mt) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
         goto done;
     }
@@ -164,8 +195,12 @@ static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
             goto done;
         }
         t.order[n++] = (int)i;
-        if (p->kind != CZ_KIND_MATRIX)
+        if (p->kind != CZ_KIND_MATRIX) {
             t.ew[p->dp_owner] += p->cost / plan->tp;
+        } else {
+            t.msum[p->dp_owner] += p->cost;
+            t.mmax[p->dp_owner] = fmax(t.mmax[p->dp_owner], p->cost);
+        }
     }
     sort_plan = plan;
     qsort(t.order, (size_t)n, sizeof *t.order, cmp_param);
@@ -201,6 +236,8 @@ static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
             }
         }
     }
+    for (size_t i = 0; i < nmoves; i++)
+        t.memo_vf[i] = t.memo_vt[i] = -1;
     for (int r = 0; r < R; r++)
         if ((rc = rank_makespan(&t, r, &t.mk[r], err)))
             goto done;
@@ -230,14 +267,36 @@ static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
                         continue;
                     }
                     cz_plan_param *p = &plan->params[t.order[t.first[bi] + k]];
-                    double ew_move = p->kind == CZ_KIND_MATRIX ? 0 : p->cost / plan->tp;
+                    int mat = p->kind == CZ_KIND_MATRIX;
+                    double ew_move = mat ? 0 : p->cost / plan->tp;
+                    /* Any schedule of a rank lasts at least its elementwise share plus the
+                     * larger of its largest task and its matrix work spread over the TP ranks:
+                     * when that already exceeds the current maximum the move cannot be kept,
+                     * so the costly schedule rebuild is skipped (same decisions, less time). */
+                    double lb = t.ew[to] + ew_move +
+                                fmax(mat ? fmax(t.mmax[to], p->cost) : t.mmax[to],
+                                     (t.msum[to] + (mat ? p->cost : 0)) / plan->tp);
+                    if (lb > cur_max * (1 + 1e-12)) {
+                        c[r] = old;
+                        continue;
+                    }
                     double save_from = t.mk[from], save_to = t.mk[to];
                     p->dp_owner = to;
                     t.ew[from] -= ew_move;
                     t.ew[to] += ew_move;
-                    if ((rc = rank_makespan(&t, from, &t.mk[from], err)) ||
-                        (rc = rank_makespan(&t, to, &t.mk[to], err)))
-                        goto done;
+                    size_t mv = ((size_t)bi * R + r) * 2 + (dir > 0);
+                    if (t.memo_vf[mv] == t.version[from] && t.memo_vt[mv] == t.version[to]) {
+                        t.mk[from] = t.memo_mf[mv];
+                        t.mk[to] = t.memo_mt[mv];
+                    } else {
+                        if ((rc = rank_makespan(&t, from, &t.mk[from], err)) ||
+                            (rc = rank_makespan(&t, to, &t.mk[to], err)))
+                            goto done;
+                        t.memo_vf[mv] = t.version[from];
+                        t.memo_vt[mv] = t.version[to];
+                        t.memo_mf[mv] = t.mk[from];
+                        t.memo_mt[mv] = t.mk[to];
+                    }
                     double nmax, nsq;
                     objective(&t, &nmax, &nsq);
                     /* Relative slack: summation noise must not count as an improvement. */
@@ -248,6 +307,10 @@ static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
                         cur_sq = nsq;
                         improved = 1;
                         *changed = 1;
+                        t.version[from]++;
+                        t.version[to]++;
+                        if (mat)
+                            rank_matrix_totals(&t, from, to);
                     } else {
                         p->dp_owner = from;
                         t.ew[from] += ew_move;
@@ -271,6 +334,13 @@ done:
     free(t.cut);
     free(t.ew);
     free(t.mk);
+    free(t.msum);
+    free(t.mmax);
+    free(t.version);
+    free(t.memo_vf);
+    free(t.memo_vt);
+    free(t.memo_mf);
+    free(t.memo_mt);
     free(t.scratch);
     return rc;
 }

@@ -234,7 +234,11 @@ static int solve_stage(cz_plan *plan, int stage, double time_limit_s, cz_error *
     P = glp_create_prob();
     glp_set_obj_dir(P, GLP_MIN);
     glp_add_cols(P, ncols);
-    glp_set_col_bnds(P, 1, GLP_LO, 0.0, 0.0);
+    /* No rank can do better than the largest parameter: a bound the LP relaxation misses. */
+    double maxcost = 0;
+    for (int k = 0; k < v.n; k++)
+        maxcost = fmax(maxcost, plan->params[v.order[k]].cost);
+    glp_set_col_bnds(P, 1, GLP_LO, maxcost / scale, 0.0);
     glp_set_obj_coef(P, 1, 1.0);
     for (int j = 2; j <= ncols; j++)
         glp_set_col_kind(P, j, GLP_BV);
