@@ -137,6 +137,8 @@ struct cz_plan {
     double solver_gap;       /* largest relative MIP gap left by a solve (0 when all optimal) */
     double solver_seconds;   /* wall time spent in the ILP solves */
     char solver_note[256];   /* a warning for the user (time-outs, fallbacks); "" when none */
+    int solver_status_dp, solver_status_tp; /* the same per phase: DP partition, micro-groups */
+    double solver_gap_dp, solver_gap_tp;
     int dp, tp, pp, gpus_per_node;
     int64_t bucket_size, bucket_align;
     size_t nparams;
