@@ -131,12 +131,18 @@ const char *cz_solve_status_name(int status)
     }
 }
 
-void cz_plan_solver_record(cz_plan *plan, const cz_mip_result *res)
+void cz_plan_solver_record(cz_plan *plan, int phase, const cz_mip_result *res)
 {
+    int *status = phase == 0 ? &plan->solver_status_dp : &plan->solver_status_tp;
+    double *gap = phase == 0 ? &plan->solver_gap_dp : &plan->solver_gap_tp;
     if (res->status > plan->solver_status)
         plan->solver_status = res->status;
-    if (!isnan(res->gap) && res->gap > plan->solver_gap)
-        plan->solver_gap = res->gap;
+    if (res->status > *status)
+        *status = res->status;
+    if (!isnan(res->gap)) {
+        plan->solver_gap = fmax(plan->solver_gap, res->gap);
+        *gap = fmax(*gap, res->gap);
+    }
     plan->solver_seconds += res->seconds;
 }
 

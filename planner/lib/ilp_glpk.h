@@ -20,8 +20,9 @@ typedef struct cz_mip_result {
 int cz_mip_solve(glp_prob *P, const double *warm, double time_limit_s, const char *phase,
                  double obj_scale, cz_mip_result *res, cz_error *err);
 
-/* Folds one solve's outcome into the plan's solver fields (worst status, largest gap). */
-void cz_plan_solver_record(cz_plan *plan, const cz_mip_result *res);
+/* Folds one solve's outcome into the plan's solver fields (worst status, largest gap), overall
+ * and for its phase (0: DP partition, 1: micro-groups). */
+void cz_plan_solver_record(cz_plan *plan, int phase, const cz_mip_result *res);
 
 /* Appends a sentence to plan->solver_note (truncated to fit). */
 void cz_plan_solver_note(cz_plan *plan, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

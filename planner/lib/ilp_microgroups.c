@@ -327,7 +327,7 @@ static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, 
     if ((rc = cz_mip_solve(P, warm_ok ? warm : NULL, time_limit_s, "microgroups-ilp", scale, &res,
                            err)))
         goto fail;
-    cz_plan_solver_record(plan, &res);
+    cz_plan_solver_record(plan, 1, &res);
     if (res.status == CZ_SOLVE_OPTIMAL || res.status == CZ_SOLVE_FEASIBLE) {
         for (int t = 0; t < T; t++) {
             gk[t] = -1;
