@@ -336,6 +336,62 @@ START_TEST(dp_timeout_falls_back)
 }
 END_TEST
 
+typedef struct progress_log {
+    int calls;
+    int phase_ok;
+    double last_elapsed, bound, incumbent;
+} progress_log;
+
+static void progress_record(const cz_progress *pr, void *ctx)
+{
+    progress_log *log = ctx;
+    log->calls++;
+    log->phase_ok = strcmp(pr->phase, "dp-ilp") == 0;
+    log->last_elapsed = pr->elapsed_s;
+    log->bound = pr->best_bound;
+    log->incumbent = pr->incumbent;
+}
+
+START_TEST(dp_progress_reported)
+{
+    /* A solve that runs past a second reports progress, about once per second. */
+    enum { N = 600 };
+    static double cost[N];
+    static int64_t numel[N];
+    static int bucket[N];
+    rng_state = 4242;
+    for (int i = 0; i < N; i++) {
+        numel[i] = 1000 + rnd(100000);
+        cost[i] = (double)numel[i] * (1.0 + rnd(7)) * 1e-9;
+        bucket[i] = i / 60;
+    }
+    cz_plan *p = plan_make(N, 8, 1, cost, numel, bucket, 1.0);
+    plan_set_anchored(p);
+    p->settings.time_limit_s = 2.5;
+    progress_log log = {0};
+    cz_set_progress_handler(progress_record, &log);
+    cz_error err;
+    int rc = cz_dp_partition_ilp(p, &err);
+    cz_set_progress_handler(NULL, NULL);
+    ck_assert_int_eq(rc, CZ_OK);
+    ck_assert_msg(p->solver_status == CZ_SOLVE_FEASIBLE, "status %s",
+                  cz_solve_status_name(p->solver_status));
+    ck_assert_int_ge(log.calls, 1);
+    ck_assert_int_le(log.calls, 3);
+    ck_assert(log.phase_ok);
+    ck_assert_double_ge(log.last_elapsed, 1.0);
+    /* Bound and incumbent are in the cost unit: near the mean load, bound below incumbent. */
+    ck_assert(!isnan(log.incumbent) && !isnan(log.bound));
+    ck_assert_double_le(log.bound, log.incumbent * (1 + 1e-9));
+    double total = 0;
+    for (int i = 0; i < N; i++)
+        total += cost[i];
+    ck_assert_double_ge(log.bound, total / 8 * (1 - 1e-6));
+    ck_assert_double_le(log.incumbent, plan_max_load(p) * 1.5);
+    cz_plan_free(p);
+}
+END_TEST
+
 START_TEST(dp_rejects_non_atomic)
 {
     double cost[] = {1, 2};
@@ -547,6 +603,7 @@ static Suite *ilp_suite(void)
     tcase_add_test(tc, dp_never_worse_and_keeps_ties);
     tcase_add_test(tc, dp_timeout_falls_back);
     tcase_add_test(tc, dp_rejects_non_atomic);
+    tcase_add_test(tc, dp_progress_reported);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("microgroups");
     tcase_add_test(tm, mg_hand_moves_between_groups);
