@@ -64,7 +64,7 @@ def main():
     ap.add_argument("--clusters", nargs="*", default=CLUSTERS)
     a = ap.parse_args()
 
-    worse = []
+    worse, better, mk_worse = [], [], []
     for model in a.models:
         for cluster in a.clusters:
             print(f"\n#### {model} on {cluster} (unit {a.unit})\n")
@@ -74,23 +74,39 @@ def main():
             for label, args in combos():
                 s = run_plan(a.canzona, model, cluster, args + ["--unit", a.unit])
                 note = " (fell back to anchored)" if s["settings"]["dp_fell_back"] else ""
+                if s["settings"].get("dp_numel_cuts"):
+                    note = " (kept the element-load cuts)"
                 print(f"| {label}{note} | {s['dp_imbalance']:.4f} | "
                       f"{s['makespan_over_lower_bound']:.4f} |")
                 seen[label] = s
             for tp in TP_ALL:
                 c = seen[f"alpha(cost) + {tp}"]
                 n = seen[f"alpha(numel) + {tp}"]
-                if c["dp_imbalance"] > n["dp_imbalance"] * (1 + 1e-9):
-                    worse.append(f"{model}/{cluster}/{tp}: cost {c['dp_imbalance']:.4f} > "
-                                 f"numel {n['dp_imbalance']:.4f}")
+                ci, ni = c["dp_imbalance"], n["dp_imbalance"]
+                cm, nm = c["makespan_over_lower_bound"], n["makespan_over_lower_bound"]
+                if ci > ni * (1 + 1e-9):
+                    worse.append(f"{model}/{cluster}/{tp}: DP imbalance cost {ci:.4f} > "
+                                 f"numel {ni:.4f}")
+                if cm > nm * (1 + 1e-9):
+                    mk_worse.append(f"{model} on {cluster}, tp {tp}: DP imbalance {ni:.4f} -> "
+                                    f"{ci:.4f}, makespan/LB {nm:.4f} -> {cm:.4f}")
+                elif ci < ni * (1 - 1e-9) or cm < nm * (1 - 1e-9):
+                    better.append(f"{model} on {cluster}, tp {tp}: DP imbalance {ni:.4f} -> "
+                                  f"{ci:.4f}, makespan/LB {nm:.4f} -> {cm:.4f}")
     print("\n#### alpha(cost) vs alpha(numel)\n")
     if worse:
         print("alpha with cost loads is WORSE than element loads on:")
         for w in worse:
             print(f"- {w}")
     else:
-        print("alpha with cost-unit loads is no worse than element-count loads on every pair "
-              "and TP strategy above.")
+        print("alpha with cost-unit loads has a DP imbalance no worse than element-count loads on "
+              "every pair and TP strategy above. Better (and no worse in makespan) on:\n")
+        for b in better:
+            print(f"- {b}")
+        print("\nBetter DP balance but a longer TP makespan (sum balance does not see TP "
+              "granularity) on:\n")
+        for b in mk_worse:
+            print(f"- {b}")
 
     print("\n#### Planning speed (whole process incl. JSON I/O, default settings)\n")
     print("| model | cluster | median s | min s | max s | runs |")

@@ -24,12 +24,14 @@ const struct option cz_cli_settings_options[] = {
     {NULL, 0, NULL, 0},
 };
 
-static int bad_value(const char *cmd, const char *opt, const char *value, const char *expected) {
+static int bad_value(const char *cmd, const char *opt, const char *value, const char *expected)
+{
     fprintf(stderr, "canzona %s: --%s '%s': expected %s\n", cmd, opt, value, expected);
     return 2;
 }
 
-static int parse_double(const char *value, double lo, double hi, double *out) {
+static int parse_double(const char *value, double lo, double hi, double *out)
+{
     char *end = NULL;
     errno = 0;
     double v = strtod(value, &end);
@@ -39,7 +41,8 @@ static int parse_double(const char *value, double lo, double hi, double *out) {
     return 0;
 }
 
-static int parse_long(const char *value, long lo, long hi, long *out) {
+static int parse_long(const char *value, long lo, long hi, long *out)
+{
     char *end = NULL;
     errno = 0;
     long v = strtol(value, &end, 10);
@@ -49,7 +52,28 @@ static int parse_long(const char *value, long lo, long hi, long *out) {
     return 0;
 }
 
-int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settings *s) {
+void cz_cli_options_with_settings(struct option *out, const struct option *own, size_t nown)
+{
+    memcpy(out, own, nown * sizeof *own);
+    memcpy(out + nown, cz_cli_settings_options,
+           (CZ_CLI_SETTINGS_OPTION_COUNT + 1) * sizeof *cz_cli_settings_options);
+}
+
+int cz_cli_parse_int(const char *cmd, const char *opt, const char *value, long lo, long hi,
+                     int *out)
+{
+    long v = 0;
+    if (parse_long(value, lo, hi, &v)) {
+        fprintf(stderr, "canzona %s: --%s '%s': expected an integer in [%ld, %ld]\n", cmd, opt,
+                value, lo, hi);
+        return 2;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settings *s)
+{
     double d = 0;
     long l = 0;
     switch (opt) {
@@ -124,7 +148,8 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
     }
 }
 
-void cz_cli_settings_help(FILE *f) {
+void cz_cli_settings_help(FILE *f)
+{
     fprintf(
         f,
         "planning settings:\n"
@@ -152,7 +177,8 @@ void cz_cli_settings_help(FILE *f) {
         "  --precondition-frequency N  SOAP/Shampoo eigenbasis refresh period (default 10)\n");
 }
 
-const char *cz_cli_format_cost(char *buf, size_t n, double v, cz_cost_unit unit) {
+const char *cz_cli_format_cost(char *buf, size_t n, double v, cz_cost_unit unit)
+{
     static const char *const si[] = {"", "K", "M", "G", "T", "P", "E"};
     if (unit == CZ_UNIT_TIME) {
         if (v >= 1.0)
@@ -172,7 +198,8 @@ const char *cz_cli_format_cost(char *buf, size_t n, double v, cz_cost_unit unit)
     return buf;
 }
 
-const char *cz_cli_format_bytes(char *buf, size_t n, double bytes) {
+const char *cz_cli_format_bytes(char *buf, size_t n, double bytes)
+{
     if (bytes >= 1024.0 * 1024 * 1024)
         snprintf(buf, n, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
     else
@@ -181,7 +208,8 @@ const char *cz_cli_format_bytes(char *buf, size_t n, double bytes) {
 }
 
 int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *cluster_path,
-                       cz_model **model, cz_cluster **cluster) {
+                       cz_model **model, cz_cluster **cluster)
+{
     cz_error err;
     cz_error_clear(&err);
     *model = NULL;

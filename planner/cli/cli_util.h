@@ -32,6 +32,15 @@ enum {
 extern const struct option cz_cli_settings_options[];
 #define CZ_CLI_SETTINGS_OPTION_COUNT 14
 
+/* Fills out[] with the command's own nown options followed by the settings options and the
+ * terminating zero entry; out must hold nown + CZ_CLI_SETTINGS_OPTION_COUNT + 1 entries. */
+void cz_cli_options_with_settings(struct option *out, const struct option *own, size_t nown);
+
+/* Parses an integer option value in [lo, hi] into *out. Returns 0, or 2 after printing
+ * "canzona <cmd>: --<opt> '<value>': expected an integer in [lo, hi]" to stderr. */
+int cz_cli_parse_int(const char *cmd, const char *opt, const char *value, long lo, long hi,
+                     int *out);
+
 /* Applies one settings option to *s. Returns 0, or 2 after printing a usage error to stderr
  * prefixed with "canzona <cmd>: ". Returns 1 when `opt` is not a settings option. */
 int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settings *s);

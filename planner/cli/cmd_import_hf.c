@@ -9,7 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void import_hf_usage(FILE *f) {
+static void import_hf_usage(FILE *f)
+{
     fprintf(f,
             "usage: canzona import-hf CONFIG.json [-o MODEL.json] [--name NAME]\n"
             "                         [--dtype bf16|fp16|fp32]\n\n"
@@ -33,7 +34,8 @@ static void import_hf_usage(FILE *f) {
 
 /* Writes text to path through a temporary file in the same folder and a rename, so that an
  * existing file is replaced whole or not at all. */
-static int import_hf_write(const char *path, const char *text) {
+static int import_hf_write(const char *path, const char *text)
+{
     size_t n = strlen(path);
     char *tmp = malloc(n + 16);
     if (!tmp) {
@@ -72,7 +74,8 @@ static int import_hf_write(const char *path, const char *text) {
     return failed ? 1 : 0;
 }
 
-int cz_cmd_import_hf(int argc, char **argv) {
+int cz_cmd_import_hf(int argc, char **argv)
+{
     const char *config = NULL, *output = NULL, *name = NULL;
     cz_dtype dtype = CZ_DTYPE_BF16;
 

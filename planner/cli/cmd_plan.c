@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void plan_help(FILE *f) {
+static void plan_help(FILE *f)
+{
     fprintf(
         f,
         "usage: canzona plan --model MODEL.json --cluster CLUSTER.json [-o PLAN.json] [options]\n"
@@ -30,21 +31,24 @@ static void plan_help(FILE *f) {
     cz_cli_settings_help(f);
 }
 
-static double vmax(const double *v, size_t n) {
+static double vmax(const double *v, size_t n)
+{
     double m = 0;
     for (size_t i = 0; i < n; i++)
         m = v[i] > m ? v[i] : m;
     return m;
 }
 
-static double vmin(const double *v, size_t n) {
+static double vmin(const double *v, size_t n)
+{
     double m = n ? v[0] : 0;
     for (size_t i = 0; i < n; i++)
         m = v[i] < m ? v[i] : m;
     return m;
 }
 
-static double vmean(const double *v, size_t n) {
+static double vmean(const double *v, size_t n)
+{
     double s = 0;
     for (size_t i = 0; i < n; i++)
         s += v[i];
@@ -52,7 +56,8 @@ static double vmean(const double *v, size_t n) {
 }
 
 /* Counts of the model's parameters by kind and its total element count. */
-static void count_params(const cz_plan *p, size_t *matrices, double *elements) {
+static void count_params(const cz_plan *p, size_t *matrices, double *elements)
+{
     *matrices = 0;
     *elements = 0;
     for (size_t i = 0; i < p->nparams; i++) {
@@ -62,7 +67,8 @@ static void count_params(const cz_plan *p, size_t *matrices, double *elements) {
 }
 
 static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster *c,
-                          const char *output) {
+                          const char *output)
+{
     const cz_plan_metrics *mt = &p->metrics;
     const cz_settings *s = &p->settings;
     cz_cost_unit u = s->unit;
@@ -88,6 +94,10 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
            (long long)p->bucket_size, (long long)p->bucket_align);
     if (p->dp_fell_back)
         printf("note     alpha's partition was less balanced than anchored's; anchored was kept\n");
+    if (p->dp_numel_cuts)
+        printf("note     alpha's cuts from element loads balanced the cost at least as well and "
+               "gave a\n"
+               "         shorter makespan than the cuts from cost loads; they were kept\n");
 
     printf("\n%-8s %14s %7s %14s %7s %18s\n", p->pp > 1 ? "stage/dp" : "DP rank", "load", "/mean",
            "TP makespan", "groups", "opt-state max/GPU");
@@ -122,37 +132,40 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
            cz_cli_format_bytes(b, sizeof b, vmax(mt->memory, ngpus)));
     printf("predicted optimizer compute    %s per step\n",
            cz_cli_format_cost(a, sizeof a, mt->predicted_step_s, CZ_UNIT_TIME));
-    printf("planning time                  %.3f s\n", p->plan_seconds);
+    printf("planning time                  %.2f ms\n", p->plan_seconds * 1e3);
     if (output)
         printf("plan written to                %s\n", output);
     else
         printf("(no -o given: plan not written)\n");
 }
 
-static json_t *array_of(const double *v, size_t n) {
+static json_t *array_of(const double *v, size_t n)
+{
     json_t *a = json_array();
     for (size_t i = 0; a && i < n; i++)
         json_array_append_new(a, json_real(v[i]));
     return a;
 }
 
-static int print_json_summary(const cz_plan *p, const char *output) {
+static int print_json_summary(const cz_plan *p, const char *output)
+{
     const cz_plan_metrics *mt = &p->metrics;
     size_t nranks = (size_t)p->pp * (size_t)p->dp;
     json_t *o = json_pack(
-        "{s:s, s:s, s:{s:i, s:i, s:i}, s:{s:s, s:s, s:s, s:f, s:s, s:f, s:b}, s:o, s:f, s:f, s:f, "
+        "{s:s, s:s, s:{s:i, s:i, s:i}, s:{s:s, s:s, s:s, s:f, s:s, s:f, s:b, s:b}, s:o, s:f, s:f, "
+        "s:f, "
         "s:f, s:f, s:f, s:o, s:o, s:f, s:f, s:s?}",
         "model", p->model_name, "cluster", p->cluster_name, "topology", "dp", p->dp, "tp", p->tp,
         "pp", p->pp, "settings", "optimizer", cz_optimizer_name(p->settings.optimizer), "unit",
         cz_unit_name(p->settings.unit), "dp_strategy", cz_dp_strategy_name(p->settings.dp), "alpha",
         p->settings.alpha, "tp_strategy", cz_tp_strategy_name(p->settings.tp), "capacity_used",
-        p->capacity_used, "dp_fell_back", p->dp_fell_back, "dp_load", array_of(mt->dp_load, nranks),
-        "dp_imbalance", mt->dp_imbalance, "tp_makespan", mt->tp_makespan, "tp_imbalance",
-        mt->tp_imbalance, "lower_bound", mt->lower_bound, "makespan_over_lower_bound",
-        mt->lower_bound > 0 ? mt->tp_makespan / mt->lower_bound : 1.0, "total_cost", mt->total_cost,
-        "rank_makespan", array_of(mt->rank_makespan, nranks), "memory",
-        array_of(mt->memory, nranks * (size_t)p->tp), "predicted_step_s", mt->predicted_step_s,
-        "plan_seconds", p->plan_seconds, "output", output);
+        p->capacity_used, "dp_fell_back", p->dp_fell_back, "dp_numel_cuts", p->dp_numel_cuts,
+        "dp_load", array_of(mt->dp_load, nranks), "dp_imbalance", mt->dp_imbalance, "tp_makespan",
+        mt->tp_makespan, "tp_imbalance", mt->tp_imbalance, "lower_bound", mt->lower_bound,
+        "makespan_over_lower_bound", mt->lower_bound > 0 ? mt->tp_makespan / mt->lower_bound : 1.0,
+        "total_cost", mt->total_cost, "rank_makespan", array_of(mt->rank_makespan, nranks),
+        "memory", array_of(mt->memory, nranks * (size_t)p->tp), "predicted_step_s",
+        mt->predicted_step_s, "plan_seconds", p->plan_seconds, "output", output);
     if (!o) {
         fprintf(stderr, "canzona plan: out of memory\n");
         return 1;
@@ -163,7 +176,8 @@ static int print_json_summary(const cz_plan *p, const char *output) {
     return 0;
 }
 
-int cz_cmd_plan(int argc, char **argv) {
+int cz_cmd_plan(int argc, char **argv)
+{
     static const struct option own[] = {
         {"model", required_argument, NULL, 'm'},  {"cluster", required_argument, NULL, 'c'},
         {"output", required_argument, NULL, 'o'}, {"json", no_argument, NULL, 'j'},
@@ -171,9 +185,7 @@ int cz_cmd_plan(int argc, char **argv) {
     };
     enum { NOWN = sizeof own / sizeof own[0] };
     struct option opts[NOWN + CZ_CLI_SETTINGS_OPTION_COUNT + 1];
-    memcpy(opts, own, sizeof own);
-    memcpy(opts + NOWN, cz_cli_settings_options,
-           sizeof(struct option) * (CZ_CLI_SETTINGS_OPTION_COUNT + 1));
+    cz_cli_options_with_settings(opts, own, NOWN);
 
     const char *model_path = NULL, *cluster_path = NULL, *output = NULL;
     int json = 0, quiet = 0, rc = 1, opt;

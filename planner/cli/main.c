@@ -13,10 +13,17 @@ typedef struct {
 
 static const command commands[] = {
     {"plan", cz_cmd_plan, "solve DP partition and TP micro-groups; write a plan file"},
+    {"inspect", cz_cmd_inspect, "balance report of a plan: loads, imbalance, busiest ranks"},
+    {"diff", cz_cmd_diff, "compare two plans: settings, metrics, moved parameters"},
+    {"validate", cz_cmd_validate, "check every invariant of a plan against its model and cluster"},
     {"import-hf", cz_cmd_import_hf, "write a model description from a Hugging Face config.json"},
+    {"simulate", cz_cmd_simulate, "estimate one optimizer step: baselines vs Canzona"},
+    {"render", cz_cmd_render, "draw a plan's per-GPU loads and pipeline timeline (SVG/HTML)"},
+    {"compare", cz_cmd_compare, "plan with every strategy; balance, simulated step, plan time"},
 };
 
-static void usage(FILE *f) {
+static void usage(FILE *f)
+{
     fprintf(f, "usage: canzona <command> [options]\n"
                "       canzona --help | --version\n\n"
                "Plans load-balanced distributed matrix optimizers (Muon, SOAP, Shampoo) for\n"
@@ -26,7 +33,8 @@ static void usage(FILE *f) {
     fprintf(f, "\n'canzona <command> --help' describes a command's options.\n");
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -112,6 +112,7 @@ static json_t *build_settings(writer *w, const cz_plan *p) {
     w_set(w, o, "max_precond_dim", json_integer(s->max_precond_dim));
     w_set(w, o, "precondition_frequency", json_integer(s->precondition_frequency));
     w_set(w, o, "dp_fell_back", json_boolean(p->dp_fell_back));
+    w_set(w, o, "dp_numel_cuts", json_boolean(p->dp_numel_cuts));
     return o;
 }
 
@@ -418,6 +419,7 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p) {
                                        "max_precond_dim",
                                        "precondition_frequency",
                                        "dp_fell_back",
+                                       "dp_numel_cuts",
                                        NULL};
     static const char *const optim[] = {"muon", "soap", "shampoo", "adamw", NULL};
     static const char *const units[] = {"numel", "flops", "time", NULL};
@@ -466,6 +468,8 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p) {
                         &s->precondition_frequency));
     TRY(cz_json_get_bool(c, o, P, "dp_fell_back", true, &fell));
     p->dp_fell_back = fell;
+    TRY(cz_json_get_bool(c, o, P, "dp_numel_cuts", true, &fell));
+    p->dp_numel_cuts = fell;
 done:
     return rc;
 }

@@ -20,7 +20,7 @@ cluster() { # dp tp pp gpus [extra]
 {"schema": "canzona.cluster/1", "name": "c", "gpus": $4, "dp": $1, "tp": $2, "pp": $3,
  "gpus_per_node": 8, "device": {"name": "x", "matmul_tflops": 100, "mem_gbps": 1000,
  "memory_gib": 80}, "links": {"intra_node_gbps": 100, "inter_node_gbps": 10,
- "latency_us": 5}$5}
+ "latency_us": 5}${5:-}}
 EOF
 }
 echo "$model_head $good_params ]}" >"$work/good-model.json"

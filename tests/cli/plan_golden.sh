@@ -39,6 +39,10 @@ for c in "${cases[@]}"; do
     continue
   fi
   ok=1
+  if ! (cd "$src" && "$CZ" validate "$work/plan1.json" --model "plans/models/$model.json" \
+      --cluster "plans/clusters/$cluster.json" >"$work/validate.txt" 2>&1); then
+    echo "FAIL $name: canzona validate rejects the plan"; head -20 "$work/validate.txt"; ok=0
+  fi
   cmp -s "$work/plan1.json" "$work/plan2.json" || { echo "FAIL $name: plans differ between runs"; ok=0; }
   if ! diff -u "$golden/$name.txt" "$work/summary1.txt" >"$work/diff"; then
     echo "FAIL $name: summary differs from golden"; head -40 "$work/diff"; ok=0

@@ -1,0 +1,146 @@
+/*
+ * canzona_exec.h — public interface of libcanzona-exec, the Canzona plan executor.
+ *
+ * A training job creates one executor per process from a plan file (written by `canzona plan`),
+ * binds its flat parameter and gradient buffers (or each parameter by name), and calls
+ * cz_executor_step() once per optimizer step, after the backward pass has filled the gradients.
+ * The step runs the plan: uneven reduce-scatter of the gradients over the data-parallel (DP)
+ * group following the plan's bucket ranges, AdamW on the owned elementwise shards, the
+ * asynchronous micro-group pipeline over the tensor-parallel (TP) group for the owned matrix
+ * parameters (Muon on whole matrices on their host TP rank), and the uneven all-gather of the
+ * updated parameters over DP. See docs/EXECUTOR.md for the buffer layouts.
+ *
+ * Process grid: world rank = dp_rank * tp + tp_rank (TP innermost, as Megatron lays it out).
+ *
+ * Errors: every function returning int returns 0 (CZ_OK) or a negative CZ_E* code from
+ * canzona.h and fills the cz_error passed in (NULL allowed) with a message a user can act on.
+ * Collective functions (create, step) agree on failure across all ranks: when one rank fails,
+ * every rank returns an error, so no rank is left waiting in a collective.
+ *
+ * Ownership: the executor returned by cz_executor_create belongs to the caller and is released
+ * with cz_executor_free. Bound buffers stay owned by the caller and must outlive the executor
+ * (or the next bind). Strings in cz_exec_config are only read during create.
+ */
+#ifndef CANZONA_EXEC_H
+#define CANZONA_EXEC_H
+
+#include "canzona.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CZ_EXEC_CONFIG_VERSION 1
+
+/* Executor configuration. Initialize with cz_exec_config_init() and then change fields, so
+ * that fields added in later versions keep their defaults. */
+typedef struct cz_exec_config {
+    int version; /* CZ_EXEC_CONFIG_VERSION */
+
+    /* Compute backend: "cpu" (OpenBLAS, fp32). Default "cpu". */
+    const char *backend;
+    /* Communication backend: "mpi" or "self" (one process, dp = tp = 1). NULL (default) picks
+     * "mpi" when the library was built with MPI and MPI is initialized, else "self". */
+    const char *comm;
+
+    /* This process's place in the grid; -1 (default) derives both from the rank in the world
+     * communicator: dp_rank = rank / tp, tp_rank = rank % tp. */
+    int dp_rank, tp_rank;
+
+    /* Optional communicators, each a pointer to an MPI_Comm owned by the caller (the executor
+     * duplicates them and never frees the originals). world_comm NULL = MPI_COMM_WORLD.
+     * dp_comm/tp_comm NULL = split from world_comm (DP joins equal tp_rank, TP equal dp_rank);
+     * when given, their rank order must be the dp_rank/tp_rank order. */
+    const void *world_comm, *dp_comm, *tp_comm;
+
+    /* Muon (matrix parameters). */
+    float lr;              /* default 0.02 */
+    float momentum;        /* mu, default 0.95 */
+    int nesterov;          /* 1 = use g + mu*buf as the update's input; default 0 */
+    float weight_decay;    /* decoupled, default 0.01 */
+    int ns_steps;          /* Newton-Schulz iterations, default 5 */
+    const char *ns_coeffs; /* "jordan" (default: 3.4445, -4.7750, 2.0315) or "cubic" */
+    float ns_eps;          /* added to the Frobenius norm, default 1e-7 */
+    float scale_coeff;     /* update scaled by scale_coeff*sqrt(max(m, n)), default 0.2 */
+
+    /* AdamW (elementwise parameters). */
+    float adamw_lr;           /* default 3e-4 */
+    float adamw_beta1;        /* default 0.9 */
+    float adamw_beta2;        /* default 0.95 */
+    float adamw_eps;          /* default 1e-8 */
+    float adamw_weight_decay; /* decoupled, default 0.01 */
+
+    /* 1 (default) = check the owned gradient shards for NaN/Inf after the reduce-scatter. */
+    int check_finite;
+} cz_exec_config;
+
+/* Fills *cfg with the defaults above. */
+void cz_exec_config_init(cz_exec_config *cfg);
+
+/* Seconds spent in each phase of one step (wall clock on this process). */
+typedef struct cz_exec_timings {
+    double reduce_scatter; /* gradient reduce-scatter over DP (plus the NaN/Inf check) */
+    double elementwise;    /* AdamW on owned elementwise shards */
+    double matrix;         /* micro-group pipeline: gathers, Muon, scatters, local updates */
+    double all_gather;     /* parameter all-gather over DP */
+    double total;          /* the whole cz_executor_step call */
+    int64_t steps;         /* steps run so far */
+} cz_exec_timings;
+
+typedef struct cz_executor cz_executor;
+
+/* Creates an executor from a plan file. Collective over the world communicator when the comm
+ * backend is "mpi": every rank must call it, and all return an error if any rank fails.
+ * Refuses (CZ_EUNSUPPORTED) pipeline-parallel plans, the `even` and `layerwise` DP baselines,
+ * plan schema versions other than canzona.plan/1, and (CZ_EMISMATCH) ranks out of range,
+ * communicator sizes that differ from the plan's dp/tp, and ranks given different plans.
+ * On success *out owns the plan and all optimizer state; free with cz_executor_free. */
+int cz_executor_create(cz_executor **out, const char *plan_path, const cz_exec_config *cfg,
+                       cz_error *err);
+
+/* The same from a plan already in memory (e.g. built with cz_plan_build). The executor
+ * borrows the plan: it must stay alive and unchanged until cz_executor_free. */
+int cz_executor_create_from_plan(cz_executor **out, const cz_plan *plan, const cz_exec_config *cfg,
+                                 cz_error *err);
+
+/* Number of elements of the flat local buffer the plan expects (sum of its bucket sizes). */
+size_t cz_executor_buffer_numel(const cz_executor *ex);
+
+/* Binds flat local parameter and gradient buffers of numel fp32 elements each; numel must
+ * equal cz_executor_buffer_numel (CZ_EMISMATCH otherwise). Parameter p's local shard lives
+ * at bucket(p).offset + p.offset. The buffers stay owned by the caller. Grads are consumed
+ * by the step (their content after a step is unspecified). */
+int cz_executor_bind_buffers(cz_executor *ex, float *params, float *grads, size_t numel,
+                             cz_error *err);
+
+/* Binds one parameter by name: param and grad point to its local shard, rows x cols
+ * row-major (a 1-D parameter passes cols = 1). Refuses an unknown name or a shape that
+ * differs from the plan's local shape. The flat buffers of cz_executor_bind_buffers must not
+ * be bound as well; every parameter must be bound before the first step. */
+int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, float *grad,
+                           int64_t rows, int64_t cols, cz_error *err);
+
+/* Runs one optimizer step. Collective over the world communicator. Returns CZ_EINVALID
+ * naming the parameter when an owned gradient holds NaN or Inf (on every rank; no parameter
+ * is changed then), CZ_EINVALID when buffers are not bound. */
+int cz_executor_step(cz_executor *ex, cz_error *err);
+
+/* Copies the timings of the last step into *out. */
+void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out);
+
+/* This process's DP and TP rank (after create). */
+int cz_executor_dp_rank(const cz_executor *ex);
+int cz_executor_tp_rank(const cz_executor *ex);
+
+/* Releases the executor, its state and its duplicated communicators. Accepts NULL. Not
+ * collective in this version, but call it on every rank. */
+void cz_executor_free(cz_executor *ex);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CANZONA_EXEC_H */

@@ -1,0 +1,36 @@
+/* Executor configuration defaults. */
+#include "exec_internal.h"
+
+#include <string.h>
+#include <time.h>
+
+void cz_exec_config_init(cz_exec_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->version = CZ_EXEC_CONFIG_VERSION;
+    cfg->backend = "cpu";
+    cfg->comm = NULL;
+    cfg->dp_rank = -1;
+    cfg->tp_rank = -1;
+    cfg->lr = 0.02f;
+    cfg->momentum = 0.95f;
+    cfg->nesterov = 0;
+    cfg->weight_decay = 0.01f;
+    cfg->ns_steps = 5;
+    cfg->ns_coeffs = "jordan";
+    cfg->ns_eps = 1e-7f;
+    cfg->scale_coeff = 0.2f;
+    cfg->adamw_lr = 3e-4f;
+    cfg->adamw_beta1 = 0.9f;
+    cfg->adamw_beta2 = 0.95f;
+    cfg->adamw_eps = 1e-8f;
+    cfg->adamw_weight_decay = 0.01f;
+    cfg->check_finite = 1;
+}
+
+double cz_exec_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

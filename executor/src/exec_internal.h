@@ -1,0 +1,222 @@
+/*
+ * exec_internal.h — libcanzona-exec internals shared by its modules, its unit tests and the
+ * canzona-bench driver (which reuses the optimizer math for its single-process reference).
+ *
+ * Two independent backend interfaces keep compute and communication apart, so that a CUDA
+ * compute backend and an NCCL comm backend can be added without touching the step logic:
+ *   cz_compute_ops — optimizer math on buffers the backend owns (CPU: host memory);
+ *   cz_comm_ops    — the collectives the step needs (MPI, or "self" for one process).
+ */
+#ifndef CZ_EXEC_INTERNAL_H
+#define CZ_EXEC_INTERNAL_H
+
+#include "canzona_exec.h"
+#include "cz_types.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- Newton-Schulz coefficient sets (ns_coeffs.c) ---- */
+typedef struct cz_ns_coeffs {
+    const char *name;
+    double a, b, c;
+} cz_ns_coeffs;
+
+/* Looks a coefficient set up by name; NULL when unknown. */
+const cz_ns_coeffs *cz_ns_coeffs_find(const char *name);
+/* Comma-separated list of the known names, for messages. */
+const char *cz_ns_coeffs_names(void);
+
+/* ---- compute backend ---- */
+typedef struct cz_compute cz_compute;
+typedef struct cz_compute_ops {
+    const char *name;
+    /* Buffers the math below works on (device memory for a GPU backend). */
+    void *(*alloc)(cz_compute *c, size_t bytes);
+    void (*release)(cz_compute *c, void *p);
+    /* Orthogonalizes `batch` matrices stored back to back, each rows x cols row-major with
+     * rows <= cols, in place: `steps` iterations of A = X X^T, B = b A + c A A, X = a X + B X.
+     * The input must already be normalized. work holds batch*(2*rows*rows + rows*cols)
+     * floats. */
+    int (*ns_batched)(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
+                      const cz_ns_coeffs *k, int steps, float *work, cz_error *err);
+    /* Frobenius norm of n floats (accumulated in double). */
+    double (*norm)(cz_compute *c, const float *x, int64_t n);
+} cz_compute_ops;
+
+struct cz_compute {
+    const cz_compute_ops *ops;
+    void *impl;
+};
+
+/* Creates the compute backend named `name` ("cpu"). */
+int cz_compute_open(cz_compute *c, const char *name, cz_error *err);
+void cz_compute_close(cz_compute *c);
+
+/* ---- communication backend ---- */
+typedef struct cz_comm cz_comm;
+typedef struct cz_comm_req cz_comm_req;
+typedef struct cz_comm_ops {
+    const char *name;
+    /* Sum-reduce-scatter of floats: rank r receives counts[r] elements, the r-th segment of
+     * the rank-ordered concatenation. recv must not alias send. */
+    int (*reduce_scatter)(cz_comm *c, const float *send, float *recv, const int *counts,
+                          cz_error *err);
+    /* In-place all-gather: rank r contributes buf[displs[r] .. + counts[r]). */
+    int (*allgatherv)(cz_comm *c, float *buf, const int *counts, const int *displs, cz_error *err);
+    /* Non-blocking all-to-all with per-peer counts and displacements (elements). */
+    int (*ialltoallv)(cz_comm *c, const float *send, const int *scounts, const int *sdispls,
+                      float *recv, const int *rcounts, const int *rdispls, cz_comm_req **req,
+                      cz_error *err);
+    /* Non-blocking all-gather of `count` floats per rank into recv (size * count). */
+    int (*iallgather)(cz_comm *c, const float *send, int count, float *recv, cz_comm_req **req,
+                      cz_error *err);
+    /* Completes and releases a request (NULL is a no-op). */
+    int (*wait)(cz_comm *c, cz_comm_req *req, cz_error *err);
+    /* Lets outstanding non-blocking operations progress (MPI progresses them only inside MPI
+     * calls); never blocks. req may be NULL. */
+    void (*progress)(cz_comm *c, cz_comm_req *req);
+    /* In-place element-wise min over all ranks of n int64 values. */
+    int (*allreduce_min_i64)(cz_comm *c, int64_t *v, int n, cz_error *err);
+    void (*close)(cz_comm *c);
+} cz_comm_ops;
+
+struct cz_comm {
+    const cz_comm_ops *ops;
+    void *impl;
+    int size, rank;
+};
+
+/* Opens the "self" communicator of one process. */
+int cz_comm_self_open(cz_comm *c, cz_error *err);
+/* True when this build has MPI and MPI has been initialized. */
+bool cz_comm_mpi_available(void);
+/* Opens world/dp/tp communicators over MPI from the config (duplicates handed-in comms,
+ * otherwise splits world). dp_rank/tp_rank must already be known. Local failures only. */
+int cz_comm_mpi_open_world(cz_comm *world, const void *handle, cz_error *err);
+int cz_comm_mpi_split(cz_comm *out, cz_comm *world, const void *handle, int color, int key,
+                      cz_error *err);
+void cz_comm_close(cz_comm *c);
+
+/* ---- shard layout (shard.c) ---- */
+/* Index ranges (along the TP dimension) that TP rank r holds of a parameter, in storage order:
+ * one range for a plain split, one per block when the blocks split the TP dimension.
+ * Returns the number of ranges written to lo/hi (at most max). Replicated: the whole dim. */
+int cz_shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max);
+/* Copies TP rank r's local shard of a full row-major matrix into shard (local_shape). */
+void cz_shard_pack(const cz_plan_param *p, int tp, int r, const float *full, float *shard);
+/* Writes TP rank r's local shard back into its place in the full matrix. */
+void cz_shard_unpack(const cz_plan_param *p, int tp, int r, const float *shard, float *full);
+/* Checks that the param can be sharded over tp ranks as the plan says (divisible dims,
+ * local shape and numel consistent). */
+int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err);
+
+/* ---- optimizer math (muon.c, adamw.c) ---- */
+typedef struct cz_muon_hparams {
+    float lr, momentum, weight_decay, eps, scale_coeff;
+    int nesterov, ns_steps;
+    const cz_ns_coeffs *coeffs;
+} cz_muon_hparams;
+
+typedef struct cz_adamw_hparams {
+    float lr, beta1, beta2, eps, weight_decay;
+} cz_adamw_hparams;
+
+int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, cz_error *err);
+void cz_adamw_hparams_from_config(cz_adamw_hparams *h, const cz_exec_config *cfg);
+
+/* One block of a matrix parameter: an independent matrix for the optimizer. */
+typedef struct cz_block {
+    int64_t r0, c0, rows, cols; /* position and size inside the full matrix */
+} cz_block;
+/* Blocks of a parameter (one when unblocked). Returns the count written (<= max). */
+int cz_param_blocks(const cz_plan_param *p, cz_block *out, int max);
+
+/* Momentum step on a full matrix: buf = mu*buf + g; writes the optimizer input to `in`
+ * (buf, or g + mu*buf with Nesterov). n elements. */
+void cz_muon_momentum(const cz_muon_hparams *h, const float *g, float *buf, float *in, int64_t n);
+/* Batched orthogonalization of several matrices' blocks: for each of `n` full matrices
+ * in[i] (shape of params[i]) writes the scaled Muon update to out[i]. Same-shape blocks are
+ * stacked and orthogonalized in one ns_batched call. */
+/* The same, calling progress(ctx) (when not NULL) between batches, so that communication in
+ * flight keeps moving during the compute. */
+int cz_muon_orthogonalize_ex(cz_compute *c, const cz_muon_hparams *h,
+                             const cz_plan_param *const *params, const float *const *in,
+                             float *const *out, int n, void (*progress)(void *), void *ctx,
+                             cz_error *err);
+int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
+                          const cz_plan_param *const *params, const float *const *in,
+                          float *const *out, int n, cz_error *err);
+/* p = p*(1 - lr*wd) - lr*u over n elements. */
+void cz_apply_update(float *p, const float *u, int64_t n, float lr, float wd);
+/* One AdamW step (t >= 1) over n elements. */
+void cz_adamw_step(const cz_adamw_hparams *h, int64_t t, float *p, const float *g, float *m,
+                   float *v, int64_t n);
+
+/* ---- the executor object ---- */
+typedef struct cz_task_buf {
+    int param;     /* param id */
+    float *full_g; /* host: reassembled full gradient */
+    float *mom;    /* host (every TP rank under sc): full-size momentum, persistent */
+} cz_task_buf;
+
+struct cz_executor {
+    const cz_plan *plan;
+    cz_plan *owned_plan; /* non-NULL when created from a file */
+    cz_exec_config cfg;
+    cz_muon_hparams muon;
+    cz_adamw_hparams adamw;
+    cz_compute compute;
+    cz_comm world, dp_comm, tp_comm;
+    int dp, tp, dp_rank, tp_rank;
+    bool sc; /* synchronous compute: every TP rank updates every matrix */
+    size_t buffer_numel;
+    const cz_rank_schedule *schedule; /* my DP rank's */
+
+    /* Bound buffers: per param pointers to its local shard. */
+    float **param_ptr, **grad_ptr;
+    bool *bound;
+    float *flat_params, *flat_grads; /* NULL when bound per parameter */
+    float *scratch;                  /* max bucket range, for the reduce-scatter */
+
+    /* Owned parameters. */
+    int *owned_elem;
+    int nowned_elem;
+    float **adam_m, **adam_v; /* indexed by param id, NULL when not mine */
+    float **momentum;         /* indexed by param id: full-size Muon momentum where I host */
+
+    /* Per-parameter binding: staging copies of the flat layout. */
+    bool per_param;
+    float *stage_params, *stage_grads;
+    bool bind_agreed; /* all ranks confirmed their binding at the first step */
+
+    struct cz_pipeline *pipe; /* micro-group layouts and communication buffers */
+
+    int64_t steps;
+    cz_exec_timings last;
+};
+
+/* Creates an executor over plan; takes ownership of `owned` (may be NULL, else == plan),
+ * which is freed on failure too. A non-zero pre_rc is a failure that happened before (err
+ * already describes it, e.g. the plan file did not load): the ranks still meet to agree. */
+int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *owned,
+                            const cz_exec_config *cfg, int pre_rc, cz_error *err);
+/* Plan checks the executor needs (pp, strategies, ranges bounding ownership, schedules). */
+int cz_exec_plan_check(const cz_plan *plan, cz_error *err);
+/* Fingerprint of the parts of a plan the ranks must agree on. */
+uint64_t cz_exec_plan_fingerprint(const cz_plan *plan);
+/* Index of the bucket with the given id; -1 when absent. */
+int cz_exec_bucket_index(const cz_plan *plan, int id);
+/* Precomputes the micro-group layouts of my DP rank's schedule and allocates the pipeline's
+ * buffers and the Muon momentum of the matrices this rank hosts (pipeline.c). */
+int cz_exec_pipeline_init(cz_executor *ex, cz_error *err);
+void cz_exec_pipeline_free(cz_executor *ex);
+/* Runs the micro-group pipeline of the owned matrix parameters on flat buffers P, G. */
+int cz_exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err);
+/* Offset of a parameter's local shard in the flat buffer. */
+int64_t cz_exec_param_offset(const cz_executor *ex, int param);
+/* Monotonic clock in seconds. */
+double cz_exec_now(void);
+
+#endif /* CZ_EXEC_INTERNAL_H */

@@ -1,0 +1,316 @@
+/* Executor life cycle: create (checks, communicators, failure agreement, state), bind, free. */
+#include "exec_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int64_t cz_exec_param_offset(const cz_executor *ex, int param)
+{
+    const cz_plan_param *p = &ex->plan->params[param];
+    return ex->plan->buckets[cz_exec_bucket_index(ex->plan, p->bucket)].offset + p->offset;
+}
+
+size_t cz_executor_buffer_numel(const cz_executor *ex)
+{
+    return ex ? ex->buffer_numel : 0;
+}
+
+int cz_executor_dp_rank(const cz_executor *ex)
+{
+    return ex ? ex->dp_rank : -1;
+}
+
+int cz_executor_tp_rank(const cz_executor *ex)
+{
+    return ex ? ex->tp_rank : -1;
+}
+
+void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out)
+{
+    if (!ex || !out)
+        return;
+    *out = ex->last;
+}
+
+/* Local state: per-param bindings, AdamW moments of the owned elementwise shards, pipeline. */
+static int alloc_state(cz_executor *ex, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    size_t n = plan->nparams ? plan->nparams : 1;
+    ex->param_ptr = calloc(n, sizeof *ex->param_ptr);
+    ex->grad_ptr = calloc(n, sizeof *ex->grad_ptr);
+    ex->bound = calloc(n, sizeof *ex->bound);
+    ex->adam_m = calloc(n, sizeof *ex->adam_m);
+    ex->adam_v = calloc(n, sizeof *ex->adam_v);
+    ex->momentum = calloc(n, sizeof *ex->momentum);
+    ex->owned_elem = calloc(n, sizeof *ex->owned_elem);
+    if (!ex->param_ptr || !ex->grad_ptr || !ex->bound || !ex->adam_m || !ex->adam_v ||
+        !ex->momentum || !ex->owned_elem)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
+    int64_t maxrange = 1;
+    for (size_t b = 0; b < plan->nbuckets; b++) {
+        ex->buffer_numel += (size_t)plan->buckets[b].size;
+        int64_t len =
+            plan->buckets[b].ranges[2 * ex->dp_rank + 1] - plan->buckets[b].ranges[2 * ex->dp_rank];
+        if (len > maxrange)
+            maxrange = len;
+    }
+    ex->scratch = malloc((size_t)maxrange * sizeof(float));
+    if (!ex->scratch)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for a %lld-element scratch buffer",
+                            (long long)maxrange);
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        if (p->kind != CZ_KIND_ELEMENTWISE || p->dp_owner != ex->dp_rank)
+            continue;
+        ex->owned_elem[ex->nowned_elem++] = (int)i;
+        ex->adam_m[i] = calloc((size_t)(p->numel ? p->numel : 1), sizeof(float));
+        ex->adam_v[i] = calloc((size_t)(p->numel ? p->numel : 1), sizeof(float));
+        if (!ex->adam_m[i] || !ex->adam_v[i])
+            return cz_error_set(err, CZ_ENOMEM, "out of memory for AdamW state of '%s'", p->name);
+    }
+    return cz_exec_pipeline_init(ex, err);
+}
+
+/* Every rank learns whether any rank failed. Returns the agreed code: my own when I failed,
+ * CZ_EMISMATCH naming the lowest failing rank otherwise. */
+static int agree(cz_executor *ex, int rc, uint64_t fp, const char *stage, cz_error *err)
+{
+    int64_t v[3] = {rc ? ex->world.rank : INT64_MAX, (int64_t)(fp >> 1), -(int64_t)(fp >> 1)};
+    cz_error tmp;
+    int crc = ex->world.ops->allreduce_min_i64(&ex->world, v, 3, &tmp);
+    if (crc) {
+        if (!rc && err)
+            *err = tmp;
+        return rc ? rc : crc;
+    }
+    if (rc)
+        return rc;
+    if (v[0] != INT64_MAX)
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "rank %lld failed %s (see its message); this rank's own checks passed",
+                            (long long)v[0], stage);
+    if (fp && v[1] != -v[2])
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "the ranks were given different plans (plan fingerprints differ); "
+                            "every rank must run the same plan file");
+    return CZ_OK;
+}
+
+int cz_executor_create_from_plan(cz_executor **out, const cz_plan *plan, const cz_exec_config *cfg,
+                                 cz_error *err)
+{
+    return cz_executor_create_impl(out, plan, NULL, cfg, CZ_OK, err);
+}
+
+int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *owned,
+                            const cz_exec_config *cfg_in, int pre_rc, cz_error *err)
+{
+    int rc = CZ_OK;
+    cz_exec_config defaults;
+    cz_executor *ex = NULL;
+    *out = NULL;
+    if (!cfg_in) {
+        cz_exec_config_init(&defaults);
+        cfg_in = &defaults;
+    }
+    ex = calloc(1, sizeof *ex);
+    if (!ex) {
+        cz_plan_free(owned);
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor");
+    }
+    ex->plan = plan;
+    ex->owned_plan = owned;
+    ex->cfg = *cfg_in;
+    ex->dp_rank = ex->tp_rank = -1;
+
+    /* The communicator comes first: without it the ranks cannot agree on failure. */
+    const char *comm = cfg_in->comm;
+    if (!comm)
+        comm = cz_comm_mpi_available() ? "mpi" : "self";
+    if (strcmp(comm, "mpi") == 0) {
+        if (!cz_comm_mpi_available()) {
+            rc = cz_error_set(err, CZ_EINVALID,
+                              "comm backend 'mpi' needs MPI initialized before the executor is "
+                              "created (or a build with CZ_WITH_MPI=ON)");
+            goto fail;
+        }
+        rc = cz_comm_mpi_open_world(&ex->world, cfg_in->world_comm, err);
+    } else if (strcmp(comm, "self") == 0) {
+        rc = cz_comm_self_open(&ex->world, err);
+    } else {
+        rc = cz_error_set(err, CZ_EUNSUPPORTED, "unknown comm backend '%s' (known: mpi, self)",
+                          comm);
+    }
+    if (rc) {
+        if (pre_rc)
+            rc = pre_rc; /* the plan's own error is the one to report */
+        goto fail;
+    }
+
+    /* Local checks; their failure is shared with every rank below. */
+    rc = pre_rc;
+    if (!rc && !plan)
+        rc = cz_error_set(err, CZ_EINVALID, "no plan given");
+    if (!rc && cfg_in->version != CZ_EXEC_CONFIG_VERSION)
+        rc = cz_error_set(err, CZ_EUNSUPPORTED,
+                          "cz_exec_config version %d; this library expects %d (call "
+                          "cz_exec_config_init)",
+                          cfg_in->version, CZ_EXEC_CONFIG_VERSION);
+    if (!rc)
+        rc = cz_compute_open(&ex->compute, cfg_in->backend, err);
+    if (!rc)
+        rc = cz_muon_hparams_from_config(&ex->muon, cfg_in, err);
+    if (!rc) {
+        cz_adamw_hparams_from_config(&ex->adamw, cfg_in);
+        rc = cz_exec_plan_check(plan, err);
+    }
+    if (!rc) {
+        ex->dp = plan->dp;
+        ex->tp = plan->tp;
+        ex->sc = plan->settings.tp == CZ_TP_SC;
+        if (ex->world.size != ex->dp * ex->tp)
+            rc = cz_error_set(err, CZ_EMISMATCH,
+                              "the world communicator has %d ranks but the plan needs dp*tp = "
+                              "%d*%d = %d",
+                              ex->world.size, ex->dp, ex->tp, ex->dp * ex->tp);
+    }
+    if (!rc) {
+        ex->dp_rank = cfg_in->dp_rank >= 0 ? cfg_in->dp_rank : ex->world.rank / ex->tp;
+        ex->tp_rank = cfg_in->tp_rank >= 0 ? cfg_in->tp_rank : ex->world.rank % ex->tp;
+        if (ex->dp_rank >= ex->dp || ex->tp_rank >= ex->tp)
+            rc = cz_error_set(err, CZ_EMISMATCH,
+                              "rank (dp %d, tp %d) is out of range for the plan's dp = %d, tp = %d",
+                              ex->dp_rank, ex->tp_rank, ex->dp, ex->tp);
+    }
+    rc = agree(ex, rc, rc ? 0 : cz_exec_plan_fingerprint(plan), "the plan checks", err);
+    if (rc)
+        goto fail;
+
+    if (ex->world.ops == NULL || strcmp(ex->world.ops->name, "self") == 0) {
+        cz_comm_self_open(&ex->dp_comm, err);
+        cz_comm_self_open(&ex->tp_comm, err);
+    } else {
+        rc = cz_comm_mpi_split(&ex->dp_comm, &ex->world, cfg_in->dp_comm, ex->tp_rank, ex->dp_rank,
+                               err);
+        if (rc)
+            goto fail;
+        rc = cz_comm_mpi_split(&ex->tp_comm, &ex->world, cfg_in->tp_comm, ex->dp_rank, ex->tp_rank,
+                               err);
+        if (rc)
+            goto fail;
+    }
+    if (ex->dp_comm.size != ex->dp || ex->dp_comm.rank != ex->dp_rank)
+        rc = cz_error_set(err, CZ_EMISMATCH,
+                          "the DP communicator has %d ranks and this process is its rank %d; the "
+                          "plan needs dp = %d and this process is dp rank %d",
+                          ex->dp_comm.size, ex->dp_comm.rank, ex->dp, ex->dp_rank);
+    else if (ex->tp_comm.size != ex->tp || ex->tp_comm.rank != ex->tp_rank)
+        rc = cz_error_set(err, CZ_EMISMATCH,
+                          "the TP communicator has %d ranks and this process is its rank %d; the "
+                          "plan needs tp = %d and this process is tp rank %d",
+                          ex->tp_comm.size, ex->tp_comm.rank, ex->tp, ex->tp_rank);
+    if (!rc) {
+        ex->schedule = &plan->schedules[ex->dp_rank];
+        rc = alloc_state(ex, err);
+    }
+    rc = agree(ex, rc, 0, "to set up its communicators or state", err);
+    if (rc)
+        goto fail;
+    *out = ex;
+    return CZ_OK;
+fail:
+    cz_executor_free(ex);
+    return rc;
+}
+
+int cz_executor_bind_buffers(cz_executor *ex, float *params, float *grads, size_t numel,
+                             cz_error *err)
+{
+    if (!ex || !params || !grads)
+        return cz_error_set(err, CZ_EINVALID,
+                            "bind_buffers: executor and buffers must be non-NULL");
+    if (ex->per_param)
+        return cz_error_set(err, CZ_EINVALID,
+                            "bind_buffers: parameters were already bound one by one");
+    if (numel != ex->buffer_numel)
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "bind_buffers: buffers hold %zu elements but the plan's buckets need "
+                            "%zu (sum of bucket sizes, padding included)",
+                            numel, ex->buffer_numel);
+    ex->flat_params = params;
+    ex->flat_grads = grads;
+    return CZ_OK;
+}
+
+int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, float *grad,
+                           int64_t rows, int64_t cols, cz_error *err)
+{
+    if (!ex || !name || !param || !grad)
+        return cz_error_set(err, CZ_EINVALID,
+                            "bind_param: executor, name and buffers must be non-NULL");
+    if (ex->flat_params)
+        return cz_error_set(err, CZ_EINVALID, "bind_param('%s'): flat buffers are already bound",
+                            name);
+    const cz_plan *plan = ex->plan;
+    size_t i = 0;
+    while (i < plan->nparams && strcmp(plan->params[i].name, name) != 0)
+        i++;
+    if (i == plan->nparams)
+        return cz_error_set(err, CZ_EMISMATCH, "bind_param: the plan has no parameter named '%s'",
+                            name);
+    const cz_plan_param *p = &plan->params[i];
+    int64_t lr = p->local_shape[0], lc = p->ndim == 1 ? 1 : p->local_shape[1];
+    if (rows != lr || cols != lc)
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "bind_param('%s'): buffer shape [%lld, %lld] but the plan's local "
+                            "shape (full [%lld, %lld], tp_dim %d, tp %d) is [%lld, %lld]",
+                            name, (long long)rows, (long long)cols, (long long)p->shape[0],
+                            (long long)p->shape[1], p->tp_dim, ex->tp, (long long)lr,
+                            (long long)lc);
+    if (!ex->stage_params) {
+        ex->stage_params = calloc(ex->buffer_numel ? ex->buffer_numel : 1, sizeof(float));
+        ex->stage_grads = calloc(ex->buffer_numel ? ex->buffer_numel : 1, sizeof(float));
+        if (!ex->stage_params || !ex->stage_grads)
+            return cz_error_set(err, CZ_ENOMEM, "out of memory for %zu-element staging buffers",
+                                ex->buffer_numel);
+    }
+    ex->per_param = true;
+    ex->param_ptr[i] = param;
+    ex->grad_ptr[i] = grad;
+    ex->bound[i] = true;
+    return CZ_OK;
+}
+
+void cz_executor_free(cz_executor *ex)
+{
+    if (!ex)
+        return;
+    cz_exec_pipeline_free(ex);
+    if (ex->plan) {
+        for (size_t i = 0; i < ex->plan->nparams; i++) {
+            if (ex->adam_m)
+                free(ex->adam_m[i]);
+            if (ex->adam_v)
+                free(ex->adam_v[i]);
+            if (ex->momentum)
+                free(ex->momentum[i]);
+        }
+    }
+    free(ex->adam_m);
+    free(ex->adam_v);
+    free(ex->momentum);
+    free(ex->owned_elem);
+    free(ex->param_ptr);
+    free(ex->grad_ptr);
+    free(ex->bound);
+    free(ex->scratch);
+    free(ex->stage_params);
+    free(ex->stage_grads);
+    cz_comm_close(&ex->tp_comm);
+    cz_comm_close(&ex->dp_comm);
+    cz_comm_close(&ex->world);
+    cz_compute_close(&ex->compute);
+    cz_plan_free(ex->owned_plan);
+    free(ex);
+}

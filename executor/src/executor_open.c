@@ -1,0 +1,44 @@
+/* cz_executor_create: reads the plan file, then creates the executor over it. Kept apart from
+ * executor.c so that programs building plans in memory do not need the plan reader. */
+#include "exec_internal.h"
+
+#include <jansson.h>
+#include <string.h>
+
+/* Checks the file's "schema" first so a plan from another version gets a message about the
+ * version rather than about whichever field moved. */
+static int check_schema(const char *path, cz_error *err)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root)
+        return cz_error_set(err, je.line > 0 ? CZ_EPARSE : CZ_EIO, "%s:%d:%d: %s", path, je.line,
+                            je.column, je.text);
+    int rc = CZ_OK;
+    const char *schema = json_string_value(json_object_get(root, "schema"));
+    if (!schema)
+        rc = cz_error_set(err, CZ_EINVALID, "%s: $.schema: missing; expected \"%s\"", path,
+                          CZ_PLAN_SCHEMA);
+    else if (strcmp(schema, CZ_PLAN_SCHEMA) != 0)
+        rc = cz_error_set(err, CZ_EUNSUPPORTED,
+                          "%s: $.schema is \"%s\"; this executor runs \"%s\" plans", path, schema,
+                          CZ_PLAN_SCHEMA);
+    json_decref(root);
+    return rc;
+}
+
+int cz_executor_create(cz_executor **out, const char *plan_path, const cz_exec_config *cfg,
+                       cz_error *err)
+{
+    cz_plan *plan = NULL;
+    int rc = plan_path ? CZ_OK : cz_error_set(err, CZ_EINVALID, "no plan path given");
+    if (!rc)
+        rc = check_schema(plan_path, err);
+    if (!rc)
+        rc = cz_plan_read(&plan, plan_path, err);
+    if (rc) {
+        cz_plan_free(plan);
+        plan = NULL;
+    }
+    return cz_executor_create_impl(out, plan, plan, cfg, rc, err);
+}

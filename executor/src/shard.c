@@ -1,0 +1,147 @@
+/* Where a TP rank's local shard sits inside a full matrix, and copies between the two.
+ *
+ * A TP split cuts the tp_dim into tp equal slices. When the parameter's blocks split the same
+ * dimension (fused QKV, gate/up), Megatron cuts every block separately: the local shard is the
+ * concatenation, in block order, of each block's r-th slice. */
+#include "exec_internal.h"
+
+#include <string.h>
+
+int cz_shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max)
+{
+    if (max < 1)
+        return 0;
+    if (p->tp_dim < 0 || tp == 1) {
+        lo[0] = 0;
+        hi[0] = p->shape[p->tp_dim < 0 ? 0 : p->tp_dim];
+        return 1;
+    }
+    int d = p->tp_dim;
+    if (p->nblocks > 0 && p->block_dim == d) {
+        int n = 0;
+        int64_t off = 0;
+        for (int b = 0; b < p->nblocks && n < max; b++) {
+            int64_t s = p->block_sizes[b] / tp;
+            lo[n] = off + (int64_t)r * s;
+            hi[n] = lo[n] + s;
+            n++;
+            off += p->block_sizes[b];
+        }
+        return n;
+    }
+    int64_t s = p->shape[d] / tp;
+    lo[0] = (int64_t)r * s;
+    hi[0] = lo[0] + s;
+    return 1;
+}
+
+/* Copies between shard and full: dir 0 packs (full -> shard), 1 unpacks. */
+static void shard_copy(const cz_plan_param *p, int tp, int r, float *full, float *shard, int dir)
+{
+    int64_t rows = p->shape[0], cols = p->ndim == 1 ? 1 : p->shape[1];
+    if (p->tp_dim < 0 || tp == 1) {
+        if (dir == 0)
+            memcpy(shard, full, (size_t)(rows * cols) * sizeof(float));
+        else
+            memcpy(full, shard, (size_t)(rows * cols) * sizeof(float));
+        return;
+    }
+    int64_t lo[64], hi[64];
+    int n = cz_shard_ranges(p, tp, r, lo, hi, 64);
+    if (p->tp_dim == 0) {
+        /* Row ranges: contiguous runs of whole rows. */
+        float *s = shard;
+        for (int k = 0; k < n; k++) {
+            size_t len = (size_t)((hi[k] - lo[k]) * cols);
+            float *f = full + lo[k] * cols;
+            if (dir == 0)
+                memcpy(s, f, len * sizeof(float));
+            else
+                memcpy(f, s, len * sizeof(float));
+            s += len;
+        }
+        return;
+    }
+    /* Column ranges: within every row, the column runs in order. */
+    int64_t lcols = 0;
+    for (int k = 0; k < n; k++)
+        lcols += hi[k] - lo[k];
+    for (int64_t i = 0; i < rows; i++) {
+        float *s = shard + i * lcols;
+        for (int k = 0; k < n; k++) {
+            size_t len = (size_t)(hi[k] - lo[k]);
+            float *f = full + i * cols + lo[k];
+            if (dir == 0)
+                memcpy(s, f, len * sizeof(float));
+            else
+                memcpy(f, s, len * sizeof(float));
+            s += len;
+        }
+    }
+}
+
+void cz_shard_pack(const cz_plan_param *p, int tp, int r, const float *full, float *shard)
+{
+    shard_copy(p, tp, r, (float *)full, shard, 0);
+}
+
+void cz_shard_unpack(const cz_plan_param *p, int tp, int r, const float *shard, float *full)
+{
+    shard_copy(p, tp, r, full, (float *)shard, 1);
+}
+
+int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err)
+{
+    int64_t rows = p->shape[0], cols = p->ndim == 1 ? 1 : p->shape[1];
+    int64_t lr = rows, lc = cols;
+    if (p->ndim == 1 && p->tp_dim == 1)
+        return cz_error_set(err, CZ_EINVALID,
+                            "param '%s' is 1-D but has tp_dim 1 (only 0 or null allowed)", p->name);
+    if (p->tp_dim >= 0) {
+        int d = p->tp_dim;
+        int64_t full = p->shape[d];
+        if (full % tp != 0)
+            return cz_error_set(err, CZ_EINVALID,
+                                "param '%s': shape[%d] = %lld is not divisible by tp = %d", p->name,
+                                d, (long long)full, tp);
+        if (p->nblocks > 0 && p->block_dim == d) {
+            if (p->nblocks > 64)
+                return cz_error_set(err, CZ_EUNSUPPORTED,
+                                    "param '%s' has %d blocks; the executor supports at most 64",
+                                    p->name, p->nblocks);
+            for (int b = 0; b < p->nblocks; b++)
+                if (p->block_sizes[b] % tp != 0)
+                    return cz_error_set(err, CZ_EINVALID,
+                                        "param '%s': block %d size %lld along the TP dimension "
+                                        "is not divisible by tp = %d",
+                                        p->name, b, (long long)p->block_sizes[b], tp);
+        }
+        if (d == 0)
+            lr = rows / tp;
+        else
+            lc = cols / tp;
+    }
+    if (p->nblocks > 0) {
+        int64_t sum = 0;
+        for (int b = 0; b < p->nblocks; b++)
+            sum += p->block_sizes[b];
+        int64_t full = p->shape[p->block_dim];
+        if (p->block_dim < 0 || p->block_dim > 1 || sum != full)
+            return cz_error_set(err, CZ_EINVALID,
+                                "param '%s': blocks along dim %d sum to %lld, expected %lld",
+                                p->name, p->block_dim, (long long)sum, (long long)full);
+    }
+    int64_t plr = p->local_shape[0], plc = p->ndim == 1 ? 1 : p->local_shape[1];
+    if (plr != lr || plc != lc)
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "param '%s': plan local_shape [%lld, %lld] but shape [%lld, %lld] "
+                            "split over tp = %d (tp_dim %d) gives [%lld, %lld]",
+                            p->name, (long long)plr, (long long)plc, (long long)rows,
+                            (long long)cols, tp, p->tp_dim, (long long)lr, (long long)lc);
+    if (p->numel != lr * lc)
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "param '%s': plan numel %lld but local shape [%lld, %lld] holds %lld",
+                            p->name, (long long)p->numel, (long long)lr, (long long)lc,
+                            (long long)(lr * lc));
+    return CZ_OK;
+}

@@ -1,0 +1,177 @@
+/* One optimizer step: reduce-scatter over DP, finiteness check, AdamW on owned elementwise
+ * shards, the matrix micro-group pipeline over TP, all-gather over DP. */
+#include "exec_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    int counts[ex->dp];
+    float inv = 1.0f / (float)ex->dp;
+    for (size_t b = 0; b < plan->nbuckets; b++) {
+        const cz_plan_bucket *bk = &plan->buckets[b];
+        for (int r = 0; r < ex->dp; r++)
+            counts[r] = (int)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
+        float *base = G + bk->offset;
+        int rc = ex->dp_comm.ops->reduce_scatter(&ex->dp_comm, base, ex->scratch, counts, err);
+        if (rc)
+            return rc;
+        float *mine = base + bk->ranges[2 * ex->dp_rank];
+        for (int i = 0; i < counts[ex->dp_rank]; i++)
+            mine[i] = ex->scratch[i] * inv;
+    }
+    return CZ_OK;
+}
+
+static int all_gather(cz_executor *ex, float *P, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    int counts[ex->dp], displs[ex->dp];
+    for (size_t b = 0; b < plan->nbuckets; b++) {
+        const cz_plan_bucket *bk = &plan->buckets[b];
+        for (int r = 0; r < ex->dp; r++) {
+            displs[r] = (int)bk->ranges[2 * r];
+            counts[r] = (int)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
+        }
+        int rc = ex->dp_comm.ops->allgatherv(&ex->dp_comm, P + bk->offset, counts, displs, err);
+        if (rc)
+            return rc;
+    }
+    return CZ_OK;
+}
+
+/* Finds the first owned parameter whose reduced gradient holds NaN/Inf; all ranks agree on
+ * the lowest such parameter id. */
+static int check_finite(cz_executor *ex, const float *G, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    int64_t bad = INT64_MAX;
+    for (size_t i = 0; i < plan->nparams && bad == INT64_MAX; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        if (p->dp_owner != ex->dp_rank)
+            continue;
+        const float *g = G + cz_exec_param_offset(ex, (int)i);
+        for (int64_t k = 0; k < p->numel; k++)
+            if (!isfinite(g[k])) {
+                bad = (int64_t)i;
+                break;
+            }
+    }
+    int rc = ex->world.ops->allreduce_min_i64(&ex->world, &bad, 1, err);
+    if (rc)
+        return rc;
+    if (bad != INT64_MAX)
+        return cz_error_set(err, CZ_EINVALID,
+                            "step %lld: the averaged gradient of '%s' holds NaN or Inf (found by "
+                            "DP rank %d); no parameter was changed",
+                            (long long)(ex->steps + 1), plan->params[bad].name,
+                            plan->params[bad].dp_owner);
+    return CZ_OK;
+}
+
+/* Per-parameter binding: copy the job's shards into the flat staging layout and back. */
+static void stage_in(cz_executor *ex)
+{
+    for (size_t i = 0; i < ex->plan->nparams; i++) {
+        int64_t off = cz_exec_param_offset(ex, (int)i);
+        size_t n = (size_t)ex->plan->params[i].numel;
+        memcpy(ex->stage_params + off, ex->param_ptr[i], n * sizeof(float));
+        memcpy(ex->stage_grads + off, ex->grad_ptr[i], n * sizeof(float));
+    }
+}
+
+static void stage_out(cz_executor *ex)
+{
+    for (size_t i = 0; i < ex->plan->nparams; i++) {
+        int64_t off = cz_exec_param_offset(ex, (int)i);
+        size_t n = (size_t)ex->plan->params[i].numel;
+        memcpy(ex->param_ptr[i], ex->stage_params + off, n * sizeof(float));
+    }
+}
+
+static int check_bound(cz_executor *ex, cz_error *err)
+{
+    int rc = CZ_OK;
+    if (!ex->flat_params && !ex->per_param)
+        rc = cz_error_set(err, CZ_EINVALID,
+                          "step: no buffers bound (call bind_buffers or "
+                          "bind_param first)");
+    for (size_t i = 0; !rc && ex->per_param && i < ex->plan->nparams; i++)
+        if (!ex->bound[i])
+            rc = cz_error_set(err, CZ_EINVALID, "step: parameter '%s' is not bound",
+                              ex->plan->params[i].name);
+    if (ex->bind_agreed)
+        return rc;
+    /* First step: every rank confirms its binding so that a rank that failed to bind cannot
+     * leave the others waiting in a collective. */
+    int64_t v = rc ? ex->world.rank : INT64_MAX;
+    cz_error tmp;
+    int crc = ex->world.ops->allreduce_min_i64(&ex->world, &v, 1, &tmp);
+    if (rc)
+        return rc;
+    if (crc) {
+        if (err)
+            *err = tmp;
+        return crc;
+    }
+    if (v != INT64_MAX)
+        return cz_error_set(err, CZ_EINVALID, "step: rank %lld has not bound its buffers",
+                            (long long)v);
+    ex->bind_agreed = true;
+    return CZ_OK;
+}
+
+int cz_executor_step(cz_executor *ex, cz_error *err)
+{
+    if (!ex)
+        return cz_error_set(err, CZ_EINVALID, "step: executor is NULL");
+    int rc = check_bound(ex, err);
+    if (rc)
+        return rc;
+    cz_exec_timings t = {0};
+    double t0 = cz_exec_now(), t1;
+    float *P = ex->flat_params, *G = ex->flat_grads;
+    if (ex->per_param) {
+        stage_in(ex);
+        P = ex->stage_params;
+        G = ex->stage_grads;
+    }
+    rc = reduce_scatter(ex, G, err);
+    if (!rc && ex->cfg.check_finite)
+        rc = check_finite(ex, G, err);
+    if (rc)
+        return rc;
+    t1 = cz_exec_now();
+    t.reduce_scatter = t1 - t0;
+
+    for (int k = 0; k < ex->nowned_elem; k++) {
+        int i = ex->owned_elem[k];
+        int64_t off = cz_exec_param_offset(ex, i);
+        cz_adamw_step(&ex->adamw, ex->steps + 1, P + off, G + off, ex->adam_m[i], ex->adam_v[i],
+                      ex->plan->params[i].numel);
+    }
+    t0 = cz_exec_now();
+    t.elementwise = t0 - t1;
+
+    rc = cz_exec_matrix_pipeline(ex, P, G, err);
+    if (rc)
+        return rc;
+    t1 = cz_exec_now();
+    t.matrix = t1 - t0;
+
+    rc = all_gather(ex, P, err);
+    if (rc)
+        return rc;
+    if (ex->per_param)
+        stage_out(ex);
+    t0 = cz_exec_now();
+    t.all_gather = t0 - t1;
+    t.total = t.reduce_scatter + t.elementwise + t.matrix + t.all_gather;
+    ex->steps++;
+    t.steps = ex->steps;
+    ex->last = t;
+    return CZ_OK;
+}

@@ -1,0 +1,274 @@
+/* canzona compare — builds every DP x TP strategy that makes sense for one model and cluster and
+ * prints balance, simulated step time and planning time in one table. */
+#include "cli_util.h"
+#include "commands.h"
+#include "cz_types.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { OPT_REPEATS = 2000 };
+
+static void compare_help(FILE *f)
+{
+    fprintf(f,
+            "usage: canzona compare --model MODEL.json --cluster CLUSTER.json [--json]\n"
+            "                       [--repeats N] [planning settings]\n"
+            "\n"
+            "Plans the model on the cluster with every strategy combination and prints one row\n"
+            "each: even+sc, layerwise+sc, anchored x {sc, none, single, slot, rollback},\n"
+            "alpha (cost loads) x the same, alpha (element loads, as the reference code) x the\n"
+            "same, tpaware+rollback, and alpha+rollback with the ILP solver. Rows whose\n"
+            "strategy or solver this build does not support are skipped with a note.\n"
+            "Columns: DP imbalance (max/mean DP load), TP makespan / lower bound, the simulated\n"
+            "step and optimizer-step latency in ms (canzona simulate's model, docs/SIMULATOR.md),\n"
+            "and the planning time: wall clock, median of N builds.\n"
+            "--dp, --tp, --alpha-loads and --solver are set per row; the other planning settings\n"
+            "apply to every row. --time-limit defaults to 10 s here.\n"
+            "\n"
+            "options:\n"
+            "  -m, --model FILE      model description (canzona.model/1)\n"
+            "  -c, --cluster FILE    cluster shape (canzona.cluster/1)\n"
+            "      --repeats N       builds per row for the planning time (default 3, 1 .. 99)\n"
+            "      --json            print JSON instead of a table\n"
+            "  -h, --help            this help\n");
+    cz_cli_settings_help(f);
+}
+
+typedef struct cmp_row {
+    char label[48];
+    cz_dp_strategy dp;
+    cz_tp_strategy tp;
+    int numel_loads;
+    cz_solver solver;
+    int skipped;
+    char note[1024];
+    double dp_imbalance, mk_over_lb, step_s, optimizer_s, plan_s;
+} cmp_row;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Fills the table of combinations to try. Returns the count. */
+static int rows_init(cmp_row *rows)
+{
+    static const cz_tp_strategy tps[5] = {CZ_TP_SC, CZ_TP_NONE, CZ_TP_SINGLE, CZ_TP_SLOT,
+                                          CZ_TP_ROLLBACK};
+    int n = 0;
+    rows[n++] = (cmp_row){.label = "even+sc", .dp = CZ_DP_EVEN, .tp = CZ_TP_SC};
+    rows[n++] = (cmp_row){.label = "layerwise+sc", .dp = CZ_DP_LAYERWISE, .tp = CZ_TP_SC};
+    for (int v = 0; v < 3; v++) {
+        for (int k = 0; k < 5; k++) {
+            cmp_row *r = &rows[n++];
+            *r = (cmp_row){
+                .dp = v == 0 ? CZ_DP_ANCHORED : CZ_DP_ALPHA, .tp = tps[k], .numel_loads = v == 2};
+            snprintf(r->label, sizeof r->label, "%s%s+%s", v == 0 ? "anchored" : "alpha",
+                     v == 0 ? "" : (v == 1 ? "(cost)" : "(numel)"), cz_tp_strategy_name(tps[k]));
+        }
+    }
+    rows[n++] = (cmp_row){.label = "tpaware+rollback", .dp = CZ_DP_TPAWARE, .tp = CZ_TP_ROLLBACK};
+    rows[n++] = (cmp_row){.label = "alpha+rollback(ilp)",
+                          .dp = CZ_DP_ALPHA,
+                          .tp = CZ_TP_ROLLBACK,
+                          .solver = CZ_SOLVER_ILP};
+    return n;
+}
+
+/* Builds and simulates one row. Returns 0 (row filled or skipped with a note) or 1. */
+static int row_run(cmp_row *r, const cz_model *model, const cz_cluster *cluster,
+                   const cz_settings *base, int repeats)
+{
+    cz_settings s = *base;
+    s.dp = r->dp;
+    s.tp = r->tp;
+    s.alpha_numel_loads = r->numel_loads;
+    s.solver = r->solver;
+    double times[100];
+    cz_plan *plan = NULL;
+    cz_sim_result *sim = NULL;
+    cz_error err;
+    cz_error_clear(&err);
+    int rc = 1;
+    for (int i = 0; i < repeats; i++) {
+        cz_plan_free(plan);
+        plan = NULL;
+        double t0 = now_s();
+        int b = cz_plan_build(&plan, model, cluster, &s, &err);
+        times[i] = now_s() - t0;
+        if (b == CZ_EUNSUPPORTED || b == CZ_ETIMEOUT) {
+            r->skipped = 1;
+            snprintf(r->note, sizeof r->note, "%s", err.message);
+            rc = 0;
+            goto done;
+        }
+        if (b != CZ_OK) {
+            fprintf(stderr, "canzona compare: %s: %s\n", r->label, err.message);
+            goto done;
+        }
+    }
+    qsort(times, (size_t)repeats, sizeof times[0], cmp_double);
+    r->plan_s =
+        repeats % 2 ? times[repeats / 2] : 0.5 * (times[repeats / 2 - 1] + times[repeats / 2]);
+    r->dp_imbalance = plan->metrics.dp_imbalance;
+    r->mk_over_lb =
+        plan->metrics.lower_bound > 0 ? plan->metrics.tp_makespan / plan->metrics.lower_bound : 1.0;
+    if (cz_plan_simulate(&sim, plan, cluster, NULL, &err) != CZ_OK) {
+        fprintf(stderr, "canzona compare: %s: simulating: %s\n", r->label, err.message);
+        goto done;
+    }
+    r->step_s = sim->step_s;
+    r->optimizer_s = sim->optimizer_s;
+    rc = 0;
+done:
+    cz_sim_result_free(sim);
+    cz_plan_free(plan);
+    return rc;
+}
+
+static int print_json(const cmp_row *rows, int n, const cz_model *m, const cz_cluster *c,
+                      int repeats)
+{
+    json_t *arr = json_array(), *skipped = json_array();
+    for (int i = 0; arr && skipped && i < n; i++) {
+        const cmp_row *r = &rows[i];
+        json_t *o =
+            r->skipped
+                ? json_pack("{s:s, s:s}", "name", r->label, "note", r->note)
+                : json_pack("{s:s, s:s, s:s, s:s, s:s, s:f, s:f, s:f, s:f, s:f}", "name", r->label,
+                            "dp", cz_dp_strategy_name(r->dp), "tp", cz_tp_strategy_name(r->tp),
+                            "alpha_loads", r->numel_loads ? "numel" : "cost", "solver",
+                            cz_solver_name(r->solver), "dp_imbalance", r->dp_imbalance,
+                            "makespan_over_lower_bound", r->mk_over_lb, "step_s", r->step_s,
+                            "optimizer_s", r->optimizer_s, "plan_seconds", r->plan_s);
+        if (json_array_append_new(r->skipped ? skipped : arr, o))
+            goto oom;
+    }
+    json_t *top = arr && skipped
+                      ? json_pack("{s:s, s:s, s:i, s:o, s:o}", "model", m->name, "cluster", c->name,
+                                  "repeats", repeats, "rows", arr, "skipped", skipped)
+                      : NULL;
+    arr = skipped = NULL;
+    if (!top)
+        goto oom;
+    json_dumpf(top, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+    printf("\n");
+    json_decref(top);
+    return 0;
+oom:
+    json_decref(arr);
+    json_decref(skipped);
+    fprintf(stderr, "canzona compare: out of memory\n");
+    return 1;
+}
+
+static void print_table(const cmp_row *rows, int n, const cz_model *m, const cz_cluster *c,
+                        int repeats)
+{
+    printf("model %s, cluster %s (DP %d x TP %d x PP %d)\n\n", m->name, c->name, c->dp, c->tp,
+           c->pp);
+    printf("%-22s %8s %8s %11s %11s %11s\n", "strategy", "DP-imb", "mk/LB", "step ms", "opt ms",
+           "plan ms");
+    for (int i = 0; i < n; i++) {
+        const cmp_row *r = &rows[i];
+        if (r->skipped)
+            continue;
+        printf("%-22s %8.4f %8.4f %11.3f %11.3f %11.3f\n", r->label, r->dp_imbalance, r->mk_over_lb,
+               r->step_s * 1e3, r->optimizer_s * 1e3, r->plan_s * 1e3);
+    }
+    printf("\nplanning time: median of %d build%s; step/opt: simulated (docs/SIMULATOR.md)\n",
+           repeats, repeats == 1 ? "" : "s");
+    for (int i = 0; i < n; i++)
+        if (rows[i].skipped)
+            printf("skipped %s: %s\n", rows[i].label, rows[i].note);
+}
+
+int cz_cmd_compare(int argc, char **argv)
+{
+    static const struct option own[] = {
+        {"model", required_argument, NULL, 'm'}, {"cluster", required_argument, NULL, 'c'},
+        {"json", no_argument, NULL, 'j'},        {"repeats", required_argument, NULL, OPT_REPEATS},
+        {"help", no_argument, NULL, 'h'},
+    };
+    enum { NOWN = sizeof own / sizeof own[0] };
+    struct option opts[NOWN + CZ_CLI_SETTINGS_OPTION_COUNT + 1];
+    cz_cli_options_with_settings(opts, own, NOWN);
+
+    const char *model_path = NULL, *cluster_path = NULL;
+    int json = 0, repeats = 3, rc = 1, opt;
+    cz_settings settings;
+    cz_settings_init(&settings);
+    settings.time_limit_s = 10.0;
+    cz_model *model = NULL;
+    cz_cluster *cluster = NULL;
+    cmp_row rows[32];
+
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "m:c:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'm':
+            model_path = optarg;
+            break;
+        case 'c':
+            cluster_path = optarg;
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case OPT_REPEATS:
+            if (cz_cli_parse_int("compare", "repeats", optarg, 1, 99, &repeats))
+                return 2;
+            break;
+        case 'h':
+            compare_help(stdout);
+            return 0;
+        case '?':
+            fprintf(stderr, "(see 'canzona compare --help')\n");
+            return 2;
+        default:
+            if (cz_cli_settings_apply("compare", opt, optarg, &settings))
+                return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr,
+                "canzona compare: unexpected argument '%s' (see 'canzona compare --help')\n",
+                argv[optind]);
+        return 2;
+    }
+    if (!model_path || !cluster_path) {
+        fprintf(stderr, "canzona compare: --model and --cluster are required (see 'canzona "
+                        "compare --help')\n");
+        return 2;
+    }
+    if (cz_cli_load_inputs("compare", model_path, cluster_path, &model, &cluster))
+        goto done;
+    int n = rows_init(rows);
+    for (int i = 0; i < n; i++)
+        if (row_run(&rows[i], model, cluster, &settings, repeats))
+            goto done;
+    if (json)
+        rc = print_json(rows, n, model, cluster, repeats);
+    else {
+        print_table(rows, n, model, cluster, repeats);
+        rc = 0;
+    }
+done:
+    cz_model_free(model);
+    cz_cluster_free(cluster);
+    return rc;
+}

@@ -1,0 +1,271 @@
+/* canzona diff — what changes between two plans of the same model and topology. */
+#include "cli_util.h"
+#include "commands.h"
+#include "cz_types.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void diff_help(FILE *f)
+{
+    fprintf(f,
+            "usage: canzona diff A.json B.json [--json] [--force] [--limit N]\n"
+            "\n"
+            "Compares plan B against plan A: settings and inputs that differ; the balance\n"
+            "metrics (DP imbalance, GPU imbalance, TP makespan, lower bound, makespan/lower\n"
+            "bound, total cost, predicted step) with their deltas B - A; per-rank DP load and\n"
+            "TP makespan deltas; buckets whose DP ranges changed; and the parameters that moved\n"
+            "(other DP owner, other micro-group, other TP host within the group), counted and\n"
+            "listed. Identical plans print \"no differences\".\n"
+            "\n"
+            "Plans of different models (inputs.model.sha256) or topologies are refused (exit 1)\n"
+            "unless --force is given; forced, parameters are matched by name.\n"
+            "\n"
+            "exit status: 0 compared (with or without differences), 1 refused or unreadable,\n"
+            "2 usage error\n"
+            "\n"
+            "options:\n"
+            "      --json      print the comparison as JSON\n"
+            "  -f, --force     compare plans of different models or topologies\n"
+            "  -l, --limit N   list at most N moved parameters (default 20; counts are always\n"
+            "                  complete)\n"
+            "  -h, --help      this help\n");
+}
+
+static double jnum(json_t *o, const char *key)
+{
+    return json_number_value(json_object_get(o, key));
+}
+
+static int jint(json_t *o, const char *key)
+{
+    return (int)json_integer_value(json_object_get(o, key));
+}
+
+static const char *jstr(json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "?";
+}
+
+/* A cost delta with an explicit sign, scaled like cz_cli_format_cost. */
+static const char *signed_cost(char *buf, size_t n, double v, cz_cost_unit u)
+{
+    if (n < 2)
+        return buf;
+    buf[0] = v < 0 ? '-' : (v > 0 ? '+' : ' ');
+    cz_cli_format_cost(buf + 1, n - 1, fabs(v), u);
+    return buf;
+}
+
+/* A JSON scalar as text for the settings table. */
+static void scalar_text(char *buf, size_t n, json_t *v)
+{
+    if (json_is_string(v))
+        snprintf(buf, n, "%s", json_string_value(v));
+    else if (json_is_integer(v))
+        snprintf(buf, n, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v))
+        snprintf(buf, n, "%g", json_real_value(v));
+    else if (json_is_boolean(v))
+        snprintf(buf, n, "%s", json_is_true(v) ? "true" : "false");
+    else
+        snprintf(buf, n, "-");
+}
+
+/* -1 (no owner under even; not scheduled, as elementwise parameters) prints as "-". */
+static void pair_text(char *buf, size_t n, json_t *pair)
+{
+    int x = (int)json_integer_value(json_array_get(pair, 0));
+    int y = (int)json_integer_value(json_array_get(pair, 1));
+    char sx[16] = "-", sy[16] = "-";
+    if (x < 0 && y < 0) {
+        snprintf(buf, n, "-");
+        return;
+    }
+    if (x >= 0)
+        snprintf(sx, sizeof sx, "%d", x);
+    if (y >= 0)
+        snprintf(sy, sizeof sy, "%d", y);
+    snprintf(buf, n, "%s->%s", sx, sy);
+}
+
+static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r)
+{
+    char x[64], y[64], z[64];
+    size_t i;
+    json_t *o;
+    json_t *A = json_object_get(r, "a"), *B = json_object_get(r, "b");
+    json_t *ta = json_object_get(A, "topology"), *tb = json_object_get(B, "topology");
+    printf("A  %s on %s (DP %d x TP %d x PP %d), dp %s, tp %s\n", jstr(A, "model"),
+           jstr(A, "cluster"), jint(ta, "dp"), jint(ta, "tp"), jint(ta, "pp"),
+           cz_dp_strategy_name(pa->settings.dp), cz_tp_strategy_name(pa->settings.tp));
+    printf("B  %s on %s (DP %d x TP %d x PP %d), dp %s, tp %s\n", jstr(B, "model"),
+           jstr(B, "cluster"), jint(tb, "dp"), jint(tb, "tp"), jint(tb, "pp"),
+           cz_dp_strategy_name(pb->settings.dp), cz_tp_strategy_name(pb->settings.tp));
+    if (json_is_true(json_object_get(r, "identical"))) {
+        printf("no differences\n");
+        return;
+    }
+    if (!strcmp(jstr(r, "matched_by"), "name"))
+        printf("(forced: parameters matched by name)\n");
+
+    json_t *inputs = json_object_get(r, "inputs");
+    if (json_array_size(inputs)) {
+        printf("\ninputs\n");
+        json_array_foreach(inputs, i, o)
+            printf("  %-22s %s -> %s\n", jstr(o, "key"), jstr(o, "a"), jstr(o, "b"));
+    }
+    json_t *settings = json_object_get(r, "settings");
+    if (json_array_size(settings)) {
+        printf("\nsettings\n");
+        json_array_foreach(settings, i, o)
+        {
+            char va[64], vb[64];
+            scalar_text(va, sizeof va, json_object_get(o, "a"));
+            scalar_text(vb, sizeof vb, json_object_get(o, "b"));
+            printf("  %-22s %s -> %s\n", jstr(o, "key"), va, vb);
+        }
+    }
+
+    /* Costs compare in one unit only; when the units differ, show raw numbers. */
+    int same_unit = pa->settings.unit == pb->settings.unit;
+    cz_cost_unit u = pa->settings.unit;
+    printf("\n%-26s %14s %14s %14s %9s\n", "metric", "A", "B", "B - A", "relative");
+    json_array_foreach(json_object_get(r, "metrics"), i, o)
+    {
+        const char *name = jstr(o, "name");
+        int is_ratio = strstr(name, "imbalance") || strstr(name, "over");
+        int is_time = !strcmp(name, "predicted_step_s");
+        json_t *rel = json_object_get(o, "relative");
+        char rs[32];
+        if (json_is_number(rel))
+            snprintf(rs, sizeof rs, "%+8.2f%%", 100.0 * json_number_value(rel));
+        else
+            snprintf(rs, sizeof rs, "%9s", "-");
+        if (is_ratio || (!same_unit && !is_time))
+            printf("%-26s %14.6g %14.6g %+14.6g %s\n", name, jnum(o, "a"), jnum(o, "b"),
+                   jnum(o, "delta"), rs);
+        else {
+            cz_cost_unit mu = is_time ? CZ_UNIT_TIME : u;
+            printf("%-26s %14s %14s %14s %s\n", name,
+                   cz_cli_format_cost(x, sizeof x, jnum(o, "a"), mu),
+                   cz_cli_format_cost(y, sizeof y, jnum(o, "b"), mu),
+                   signed_cost(z, sizeof z, jnum(o, "delta"), mu), rs);
+        }
+    }
+
+    json_t *ranks = json_object_get(r, "ranks");
+    if (json_is_array(ranks)) {
+        printf("\n%-8s %14s %14s %14s %14s\n", pa->pp > 1 ? "stage/dp" : "DP rank", "load A",
+               "load B - A", "makespan A", "makespan B - A");
+        json_array_foreach(ranks, i, o)
+        {
+            char lab[32], w[64];
+            if (pa->pp > 1)
+                snprintf(lab, sizeof lab, "%d/%d", jint(o, "stage"), jint(o, "dp_rank"));
+            else
+                snprintf(lab, sizeof lab, "%d", jint(o, "dp_rank"));
+            printf("%-8s %14s %14s %14s %14s\n", lab,
+                   cz_cli_format_cost(x, sizeof x, jnum(o, "dp_load_a"), u),
+                   signed_cost(y, sizeof y, jnum(o, "dp_load_delta"), u),
+                   cz_cli_format_cost(z, sizeof z, jnum(o, "makespan_a"), u),
+                   signed_cost(w, sizeof w, jnum(o, "makespan_delta"), u));
+        }
+    } else {
+        printf("\n(per-rank deltas omitted: the topologies differ)\n");
+    }
+
+    json_t *bk = json_object_get(r, "buckets");
+    printf("\nbuckets   %d in A, %d in B, %d with other layout or DP ranges\n", jint(bk, "a"),
+           jint(bk, "b"), jint(bk, "changed"));
+    json_t *mv = json_object_get(r, "moved"), *list = json_object_get(mv, "list");
+    printf("params    %d matched; %d moved: %d to another DP owner, %d to another micro-group, "
+           "%d to another TP host; %d with another cost\n",
+           jint(mv, "matched"), jint(mv, "any"), jint(mv, "dp_owner"), jint(mv, "group"),
+           jint(mv, "tp_host"), jint(mv, "cost_changed"));
+    if (json_array_size(list)) {
+        printf("\n  %11s %11s %11s  %s\n", "DP owner", "group", "TP host", "parameter");
+        json_array_foreach(list, i, o)
+        {
+            json_t *d = json_object_get(o, "dp_owner"), *g = json_object_get(o, "group"),
+                   *h = json_object_get(o, "tp_host");
+            char sd[32], sg[32], sh[32];
+            pair_text(sd, sizeof sd, d);
+            pair_text(sg, sizeof sg, g);
+            pair_text(sh, sizeof sh, h);
+            printf("  %11s %11s %11s  %s\n", sd, sg, sh, jstr(o, "name"));
+        }
+        if ((int)json_array_size(list) < jint(mv, "any"))
+            printf("  ... %d more (--limit)\n", jint(mv, "any") - (int)json_array_size(list));
+    }
+    int only_a = jint(r, "only_in_a_count"), only_b = jint(r, "only_in_b_count");
+    if (only_a || only_b)
+        printf("\nunmatched: %d parameters only in A, %d only in B\n", only_a, only_b);
+}
+
+int cz_cmd_diff(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"force", no_argument, NULL, 'f'},
+        {"limit", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int as_json = 0, force = 0, limit = 20, rc = 1, opt;
+    cz_plan *a = NULL, *b = NULL;
+    json_t *report = NULL;
+    cz_error err;
+    cz_error_clear(&err);
+
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "fl:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'j':
+            as_json = 1;
+            break;
+        case 'f':
+            force = 1;
+            break;
+        case 'l':
+            if (cz_cli_parse_int("diff", "limit", optarg, 0, 100000000, &limit))
+                return 2;
+            break;
+        case 'h':
+            diff_help(stdout);
+            return 0;
+        default:
+            fprintf(stderr, "(see 'canzona diff --help')\n");
+            return 2;
+        }
+    }
+    if (argc - optind != 2) {
+        fprintf(stderr,
+                "canzona diff: expected two plan files, got %d (see 'canzona diff --help')\n",
+                argc - optind);
+        return 2;
+    }
+    if (cz_plan_read(&a, argv[optind], &err) != CZ_OK ||
+        cz_plan_read(&b, argv[optind + 1], &err) != CZ_OK ||
+        cz_plan_diff(a, b, force, limit, &report, &err) != CZ_OK) {
+        fprintf(stderr, "canzona diff: %s\n", err.message);
+        goto done;
+    }
+    if (as_json) {
+        json_dumpf(report, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
+        printf("\n");
+    } else {
+        print_text(a, b, report);
+    }
+    rc = 0;
+done:
+    json_decref(report);
+    cz_plan_free(a);
+    cz_plan_free(b);
+    return rc;
+}

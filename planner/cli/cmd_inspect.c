@@ -1,0 +1,230 @@
+/* canzona inspect — a readable balance report of a plan: per-rank and per-GPU loads, imbalance
+ * against the lower bound, the busiest ranks and what makes them busy. */
+#include "cli_util.h"
+#include "commands.h"
+#include "cz_types.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void inspect_help(FILE *f)
+{
+    fprintf(f,
+            "usage: canzona inspect PLAN.json [--json] [--top N] [--all]\n"
+            "\n"
+            "Prints the plan's topology and settings; a table per DP rank (load, share of the\n"
+            "mean, owned parameters and matrices, TP makespan, micro-groups, min..max load and\n"
+            "optimizer-state memory over its TP ranks); imbalance figures (DP and GPU max/mean,\n"
+            "makespan, lower bound max(total/GPUs, largest task), makespan/lower bound); the N\n"
+            "busiest ranks with their largest parameters and each one's share of the rank's\n"
+            "load; micro-group statistics per DP rank; and the matrices heavier than an\n"
+            "average GPU's load, which no partition can split. Costs are in the plan's unit.\n"
+            "\n"
+            "options:\n"
+            "      --json     print the same content as JSON (always includes every GPU)\n"
+            "  -n, --top N    busiest ranks and parameters per rank to list (default 3)\n"
+            "  -a, --all      also print the full per-GPU table and every dominating matrix\n"
+            "  -h, --help     this help\n");
+}
+
+static double jnum(json_t *o, const char *key)
+{
+    return json_number_value(json_object_get(o, key));
+}
+
+static int jint(json_t *o, const char *key)
+{
+    return (int)json_integer_value(json_object_get(o, key));
+}
+
+static const char *jstr(json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "?";
+}
+
+static const char *rank_label(char *buf, size_t n, json_t *o, int pp)
+{
+    if (pp > 1)
+        snprintf(buf, n, "%d/%d", jint(o, "stage"), jint(o, "dp_rank"));
+    else
+        snprintf(buf, n, "%d", jint(o, "dp_rank"));
+    return buf;
+}
+
+static void print_text(const cz_plan *p, json_t *r, int all)
+{
+    cz_cost_unit u = p->settings.unit;
+    json_t *s = json_object_get(r, "settings"), *sum = json_object_get(r, "summary");
+    char a[64], b[64], c[64], lab[32];
+    int pp = p->pp;
+    size_t i;
+    json_t *o;
+
+    printf("plan      model %s, cluster %s\n", jstr(r, "model"), jstr(r, "cluster"));
+    printf("topology  %d GPUs = DP %d x TP %d x PP %d, %d per node\n", p->dp * p->tp * p->pp, p->dp,
+           p->tp, p->pp, p->gpus_per_node);
+    printf("settings  optimizer %s, unit %s, dp %s", jstr(s, "optimizer"), jstr(s, "unit"),
+           jstr(s, "dp"));
+    if (p->settings.dp == CZ_DP_ALPHA || p->settings.dp == CZ_DP_TPAWARE)
+        printf(" (alpha %g)", p->settings.alpha);
+    printf(", tp %s (capacity %s), solver %s, seed %llu\n", jstr(s, "tp"),
+           cz_cli_format_cost(a, sizeof a, p->capacity_used, u), jstr(s, "solver"),
+           (unsigned long long)p->settings.seed);
+    printf("params    %d (%d matrix), %d buckets; costs in %s\n", jint(sum, "params"),
+           jint(sum, "matrices"), jint(sum, "buckets"), jstr(r, "unit"));
+    if (p->dp_fell_back)
+        printf("note      alpha's partition lost to anchored; anchored was kept\n");
+
+    printf("\n%-8s %13s %6s %6s %8s %13s %6s %27s %21s\n", pp > 1 ? "stage/dp" : "DP rank", "load",
+           "/mean", "params", "matrices", "TP makespan", "groups", "GPU load min..max",
+           "opt-state min..max");
+    json_array_foreach(json_object_get(r, "dp_ranks"), i, o)
+    {
+        char l1[64], l2[64], range[160], mem[160];
+        snprintf(range, sizeof range, "%s..%s",
+                 cz_cli_format_cost(l1, sizeof l1, jnum(o, "gpu_load_min"), u),
+                 cz_cli_format_cost(l2, sizeof l2, jnum(o, "gpu_load_max"), u));
+        snprintf(mem, sizeof mem, "%.2f..%.2f GiB", jnum(o, "memory_gib_min"),
+                 jnum(o, "memory_gib_max"));
+        printf("%-8s %13s %6.3f %6d %8d %13s %6d %27s %21s\n", rank_label(lab, sizeof lab, o, pp),
+               cz_cli_format_cost(a, sizeof a, jnum(o, "load"), u), jnum(o, "share_of_mean"),
+               jint(o, "params"), jint(o, "matrices"),
+               cz_cli_format_cost(b, sizeof b, jnum(o, "makespan"), u), jint(o, "groups"), range,
+               mem);
+    }
+    if (all) {
+        printf("\n%-8s %7s %13s %12s\n", "stage/dp", "TP rank", "load", "opt-state");
+        json_array_foreach(json_object_get(r, "gpus"), i, o)
+        {
+            snprintf(lab, sizeof lab, "%d/%d", jint(o, "stage"), jint(o, "dp_rank"));
+            printf("%-8s %7d %13s %8.3f GiB\n", lab, jint(o, "tp_rank"),
+                   cz_cli_format_cost(a, sizeof a, jnum(o, "load"), u), jnum(o, "memory_gib"));
+        }
+    }
+
+    printf("\nimbalance\n");
+    printf("  DP load max/mean          %.4f\n", jnum(sum, "dp_imbalance"));
+    printf("  GPU load max/mean         %.4f\n", jnum(sum, "tp_imbalance"));
+    printf("  TP makespan               %s\n",
+           cz_cli_format_cost(a, sizeof a, jnum(sum, "tp_makespan"), u));
+    printf("  lower bound               %s = max(total/GPUs %s, largest task %s)\n",
+           cz_cli_format_cost(a, sizeof a, jnum(sum, "lower_bound"), u),
+           cz_cli_format_cost(b, sizeof b, jnum(sum, "total_cost") / (p->dp * p->tp * p->pp), u),
+           cz_cli_format_cost(c, sizeof c, jnum(sum, "max_task_cost"), u));
+    printf("  makespan / lower bound    %.4f\n", jnum(sum, "makespan_over_lower_bound"));
+    printf("  predicted optimizer step  %s\n",
+           cz_cli_format_cost(a, sizeof a, jnum(sum, "predicted_step_s"), CZ_UNIT_TIME));
+
+    json_t *busiest = json_object_get(r, "busiest");
+    printf("\nbusiest ranks (by TP makespan)\n");
+    json_array_foreach(busiest, i, o)
+    {
+        printf("  DP rank %s: makespan %s, load %s\n", rank_label(lab, sizeof lab, o, pp),
+               cz_cli_format_cost(a, sizeof a, jnum(o, "makespan"), u),
+               cz_cli_format_cost(b, sizeof b, jnum(o, "load"), u));
+        size_t j;
+        json_t *q;
+        json_array_foreach(json_object_get(o, "params"), j, q)
+        {
+            printf("    %13s %6.1f%%  %-11s %s\n",
+                   cz_cli_format_cost(a, sizeof a, jnum(q, "cost"), u),
+                   100.0 * jnum(q, "share_of_rank"), jstr(q, "kind"), jstr(q, "name"));
+        }
+    }
+
+    printf("\nmicro-groups\n  %-8s %6s %6s %13s %13s  %s\n", pp > 1 ? "stage/dp" : "DP rank",
+           "groups", "tasks", "slot min", "slot max", "largest task");
+    json_array_foreach(json_object_get(r, "microgroups"), i, o)
+    {
+        json_t *big = json_object_get(o, "largest_task");
+        printf("  %-8s %6d %6d %13s %13s  ", rank_label(lab, sizeof lab, o, pp), jint(o, "groups"),
+               jint(o, "tasks"), cz_cli_format_cost(a, sizeof a, jnum(o, "slot_load_min"), u),
+               cz_cli_format_cost(b, sizeof b, jnum(o, "slot_load_max"), u));
+        if (json_is_object(big))
+            printf("%s (%s)\n", jstr(big, "name"),
+                   cz_cli_format_cost(c, sizeof c, jnum(big, "cost"), u));
+        else
+            printf("-\n");
+    }
+
+    json_t *dom = json_object_get(r, "dominating"), *dl = json_object_get(dom, "params");
+    printf("\nmatrices heavier than the average GPU load %s (they bound the makespan from below)\n",
+           cz_cli_format_cost(a, sizeof a, jnum(dom, "average_gpu_load"), u));
+    if (json_array_size(dl) == 0)
+        printf("  none\n");
+    /* Models repeat layers: a long list says little more than its head; --all prints it. */
+    size_t shown = all ? json_array_size(dl) : 10;
+    json_array_foreach(dl, i, o)
+    {
+        if (i >= shown) {
+            printf("  ... %zu more (--all or --json lists them)\n", json_array_size(dl) - shown);
+            break;
+        }
+        printf("  %13s %8.2f x average  %s\n", cz_cli_format_cost(a, sizeof a, jnum(o, "cost"), u),
+               jnum(o, "over_average"), jstr(o, "name"));
+    }
+}
+
+int cz_cmd_inspect(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"top", required_argument, NULL, 'n'},
+        {"all", no_argument, NULL, 'a'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int as_json = 0, all = 0, top = 3, rc = 1, opt;
+    cz_plan *plan = NULL;
+    json_t *report = NULL;
+    cz_error err;
+    cz_error_clear(&err);
+
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "n:ah", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'j':
+            as_json = 1;
+            break;
+        case 'n':
+            if (cz_cli_parse_int("inspect", "top", optarg, 0, 1000000, &top))
+                return 2;
+            break;
+        case 'a':
+            all = 1;
+            break;
+        case 'h':
+            inspect_help(stdout);
+            return 0;
+        default:
+            fprintf(stderr, "(see 'canzona inspect --help')\n");
+            return 2;
+        }
+    }
+    if (argc - optind != 1) {
+        fprintf(stderr,
+                "canzona inspect: expected one plan file, got %d (see 'canzona inspect --help')\n",
+                argc - optind);
+        return 2;
+    }
+    if (cz_plan_read(&plan, argv[optind], &err) != CZ_OK ||
+        cz_plan_inspect(plan, top, &report, &err) != CZ_OK) {
+        fprintf(stderr, "canzona inspect: %s\n", err.message);
+        goto done;
+    }
+    if (as_json) {
+        json_dumpf(report, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
+        printf("\n");
+    } else {
+        print_text(plan, report, all);
+    }
+    rc = 0;
+done:
+    json_decref(report);
+    cz_plan_free(plan);
+    return rc;
+}

@@ -1,0 +1,114 @@
+/* canzona render — draws a plan as a self-contained SVG (or an HTML page with the SVG inline and
+ * tables): per-GPU load bars and the micro-group pipeline of the DP rank that finishes last. */
+#include "cli_util.h"
+#include "commands.h"
+#include "cz_types.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void render_help(FILE *f)
+{
+    fprintf(f,
+            "usage: canzona render PLAN.json -o OUT.svg [--html] [--width W] [--cluster C]\n"
+            "\n"
+            "Draws (a) the optimizer work per GPU, grouped by DP rank with the TP ranks side\n"
+            "by side, against the lower bound max(total / GPUs, largest task) and the mean,\n"
+            "in the plan's cost unit; and (b) the micro-group pipeline (gather / compute /\n"
+            "scatter lanes per TP rank) of the DP rank that finishes last. With --cluster the\n"
+            "timeline uses the simulator's times (docs/SIMULATOR.md); without it, task times\n"
+            "are the plan's costs and communication is drawn as free. The output is written\n"
+            "atomically (temporary file, then rename).\n"
+            "\n"
+            "options:\n"
+            "  -o, --output FILE     where to write (required)\n"
+            "      --html            write an HTML page: the SVG inline plus tables of the\n"
+            "                        settings, per-rank loads and the costliest parameters\n"
+            "  -w, --width W         drawing width in pixels, 400 .. 20000 (default 1200)\n"
+            "  -c, --cluster FILE    cluster (canzona.cluster/1) for simulated times; must have\n"
+            "                        the plan's DP x TP x PP\n"
+            "  -h, --help            this help\n");
+}
+
+int cz_cmd_render(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"output", required_argument, NULL, 'o'}, {"html", no_argument, NULL, 'H'},
+        {"width", required_argument, NULL, 'w'},  {"cluster", required_argument, NULL, 'c'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+    };
+    const char *output = NULL, *cluster_path = NULL, *plan_path = NULL;
+    int html = 0, width = 1200, rc = 1, opt;
+    cz_plan *plan = NULL;
+    cz_cluster *cluster = NULL;
+    cz_sim_result *sim = NULL;
+    char *doc = NULL;
+    cz_error err;
+    cz_error_clear(&err);
+
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "o:w:c:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'o':
+            output = optarg;
+            break;
+        case 'H':
+            html = 1;
+            break;
+        case 'w':
+            if (cz_cli_parse_int("render", "width", optarg, 400, 20000, &width))
+                return 2;
+            break;
+        case 'c':
+            cluster_path = optarg;
+            break;
+        case 'h':
+            render_help(stdout);
+            return 0;
+        default:
+            fprintf(stderr, "(see 'canzona render --help')\n");
+            return 2;
+        }
+    }
+    if (optind + 1 != argc) {
+        fprintf(stderr, "canzona render: expected exactly one plan file (see 'canzona render "
+                        "--help')\n");
+        return 2;
+    }
+    plan_path = argv[optind];
+    if (!output) {
+        fprintf(stderr, "canzona render: -o OUT is required (see 'canzona render --help')\n");
+        return 2;
+    }
+    if (cz_plan_read(&plan, plan_path, &err) != CZ_OK) {
+        fprintf(stderr, "canzona render: %s\n", err.message);
+        goto done;
+    }
+    if (cluster_path && cz_cluster_load(&cluster, cluster_path, &err) != CZ_OK) {
+        fprintf(stderr, "canzona render: %s\n", err.message);
+        goto done;
+    }
+    if (cz_plan_simulate(&sim, plan, cluster, NULL, &err) != CZ_OK) {
+        fprintf(stderr, "canzona render: %s: %s\n", plan_path, err.message);
+        goto done;
+    }
+    cz_render_options ro = {.width = width,
+                            .cluster_name = cluster ? cluster->name : NULL,
+                            .sim_in_seconds = cluster != NULL};
+    int r = html ? cz_plan_render_html(&doc, plan, sim, &ro, &err)
+                 : cz_plan_render_svg(&doc, plan, sim, &ro, &err);
+    if (r != CZ_OK || cz_file_write_atomic(output, doc, strlen(doc), &err) != CZ_OK) {
+        fprintf(stderr, "canzona render: %s\n", err.message);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(doc);
+    cz_sim_result_free(sim);
+    cz_cluster_free(cluster);
+    cz_plan_free(plan);
+    return rc;
+}

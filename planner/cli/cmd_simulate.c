@@ -1,0 +1,277 @@
+/* canzona simulate — estimates one optimizer step of the baselines and of Canzona side by side
+ * (or of one plan) with the event model of docs/SIMULATOR.md. */
+#include "cli_util.h"
+#include "commands.h"
+#include "cz_types.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void simulate_help(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: canzona simulate --model MODEL.json --cluster CLUSTER.json [--plan PLAN.json]\n"
+        "                        [--json] [planning settings]\n"
+        "\n"
+        "Estimates one optimizer step (alpha-beta collectives; one compute and one\n"
+        "communication stream per GPU; see docs/SIMULATOR.md) and prints, side by side:\n"
+        "  sync-compute  the baseline: DP anchored (atomic) + TP sc (every TP rank gathers\n"
+        "                and updates every matrix, no overlap)\n"
+        "  layer-wise    Megatron's layer-wise optimizer: DP layerwise (gradients\n"
+        "                all-reduced) + TP sc\n"
+        "  async         asynchronous compute without load balancing: anchored + none\n"
+        "  canzona       alpha-balanced DP + greedy-rollback micro-groups: alpha + rollback\n"
+        "Columns (milliseconds): grad = gradient reduce-scatter (all-reduce for layer-wise);\n"
+        "update = elementwise updates + micro-group pipeline incl. exposed TP communication\n"
+        "(slowest GPU); param = parameter all-gather over DP; opt = optimizer-step latency\n"
+        "= update + param, from synchronized gradients to gathered parameters; step = grad +\n"
+        "opt; comm = all collective time of the critical GPU, hidden or not. Speed-ups (x)\n"
+        "are the baseline's time over the row's, for update, opt and step.\n"
+        "\n"
+        "options:\n"
+        "  -m, --model FILE      model description (canzona.model/1)\n"
+        "  -c, --cluster FILE    cluster shape with links (canzona.cluster/1)\n"
+        "  -p, --plan FILE       simulate this plan only (--model is then optional and, when\n"
+        "                        given, must be the plan's model)\n"
+        "      --uneven MODEL    how uneven DP slices are synchronized: rooted (default; one\n"
+        "                        rooted ring reduce/broadcast per owner, grouped) or padded\n"
+        "                        (ring reduce-scatter/all-gather, slices padded to the largest)\n"
+        "      --json            print JSON instead of a table\n"
+        "  -h, --help            this help\n"
+        "Giving --dp or --tp simulates that single configuration instead of the four.\n");
+    cz_cli_settings_help(f);
+}
+
+typedef struct sim_row {
+    const char *label;
+    cz_dp_strategy dp;
+    cz_tp_strategy tp;
+    double dp_imbalance, mk_over_lb;
+    cz_sim_result *sim;
+} sim_row;
+
+static double ratio(double base, double v)
+{
+    return v > 0 ? base / v : 1.0;
+}
+
+static json_t *row_json(const sim_row *r, const sim_row *base)
+{
+    const cz_sim_result *s = r->sim;
+    return json_pack(
+        "{s:s, s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b, s:f, "
+        "s:f}",
+        "name", r->label, "dp", cz_dp_strategy_name(r->dp), "tp", cz_tp_strategy_name(r->tp),
+        "dp_imbalance", r->dp_imbalance, "makespan_over_lower_bound", r->mk_over_lb, "grad_sync_s",
+        s->grad_sync_s, "frag_gather_s", s->frag_gather_s, "local_s", s->local_s, "param_sync_s",
+        s->param_sync_s, "optimizer_s", s->optimizer_s, "step_s", s->step_s, "compute_s",
+        s->compute_s, "tp_comm_s", s->tp_comm_s, "comm_s", s->comm_s, "exposed_comm_s",
+        s->exposed_comm_s, "pipelined", s->pipelined, "update_speedup",
+        ratio(base->sim->frag_gather_s + base->sim->local_s, s->frag_gather_s + s->local_s),
+        "optimizer_speedup", ratio(base->sim->optimizer_s, s->optimizer_s), "step_speedup",
+        ratio(base->sim->step_s, s->step_s));
+}
+
+static int print_rows(const sim_row *rows, int n, const char *model, const char *cluster, int json)
+{
+    const sim_row *base = &rows[0];
+    if (json) {
+        json_t *arr = json_array();
+        for (int i = 0; arr && i < n; i++)
+            if (json_array_append_new(arr, row_json(&rows[i], base))) {
+                json_decref(arr);
+                arr = NULL;
+            }
+        json_t *o = arr ? json_pack("{s:s, s:s, s:s, s:o}", "model", model, "cluster", cluster,
+                                    "baseline", base->label, "rows", arr)
+                        : NULL;
+        if (!o) {
+            fprintf(stderr, "canzona simulate: out of memory\n");
+            return 1;
+        }
+        json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+        printf("\n");
+        json_decref(o);
+        return 0;
+    }
+    printf("model %s, cluster %s; times in ms for one optimizer step, speed-ups vs %s\n\n", model,
+           cluster, base->label);
+    printf("%-13s %-17s %6s %6s %8s %8s %8s %8s %8s %8s %6s %6s %6s\n", "strategy", "dp+tp",
+           "DP-imb", "mk/LB", "grad", "update", "param", "opt", "step", "comm", "upd x", "opt x",
+           "step x");
+    for (int i = 0; i < n; i++) {
+        const sim_row *r = &rows[i];
+        const cz_sim_result *s = r->sim;
+        char combo[40];
+        snprintf(combo, sizeof combo, "%s+%s", cz_dp_strategy_name(r->dp),
+                 cz_tp_strategy_name(r->tp));
+        printf("%-13s %-17s %6.3f %6.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %6.2f %6.2f %6.2f\n",
+               r->label, combo, r->dp_imbalance, r->mk_over_lb, s->grad_sync_s * 1e3,
+               (s->frag_gather_s + s->local_s) * 1e3, s->param_sync_s * 1e3, s->optimizer_s * 1e3,
+               s->step_s * 1e3, s->comm_s * 1e3,
+               ratio(base->sim->frag_gather_s + base->sim->local_s, s->frag_gather_s + s->local_s),
+               ratio(base->sim->optimizer_s, s->optimizer_s), ratio(base->sim->step_s, s->step_s));
+    }
+    return 0;
+}
+
+static void row_fill(sim_row *r, const cz_plan *plan, cz_sim_result *sim)
+{
+    r->dp = plan->settings.dp;
+    r->tp = plan->settings.tp;
+    r->dp_imbalance = plan->metrics.dp_imbalance;
+    r->mk_over_lb =
+        plan->metrics.lower_bound > 0 ? plan->metrics.tp_makespan / plan->metrics.lower_bound : 1.0;
+    r->sim = sim;
+}
+
+int cz_cmd_simulate(int argc, char **argv)
+{
+    static const struct option own[] = {
+        {"model", required_argument, NULL, 'm'},  {"cluster", required_argument, NULL, 'c'},
+        {"plan", required_argument, NULL, 'p'},   {"json", no_argument, NULL, 'j'},
+        {"uneven", required_argument, NULL, 'u'}, {"help", no_argument, NULL, 'h'},
+    };
+    enum { NOWN = sizeof own / sizeof own[0] };
+    struct option opts[NOWN + CZ_CLI_SETTINGS_OPTION_COUNT + 1];
+    cz_cli_options_with_settings(opts, own, NOWN);
+
+    const char *model_path = NULL, *cluster_path = NULL, *plan_path = NULL;
+    int json = 0, single = 0, rc = 1, opt, nrows = 0;
+    cz_settings settings;
+    cz_settings_init(&settings);
+    cz_sim_options simopt = {.uneven = CZ_SIM_UNEVEN_ROOTED};
+    cz_model *model = NULL;
+    cz_cluster *cluster = NULL;
+    cz_plan *plan = NULL;
+    sim_row rows[4];
+    memset(rows, 0, sizeof rows);
+    cz_error err;
+    cz_error_clear(&err);
+
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "m:c:p:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'm':
+            model_path = optarg;
+            break;
+        case 'c':
+            cluster_path = optarg;
+            break;
+        case 'p':
+            plan_path = optarg;
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case 'u':
+            if (!strcmp(optarg, "rooted"))
+                simopt.uneven = CZ_SIM_UNEVEN_ROOTED;
+            else if (!strcmp(optarg, "padded"))
+                simopt.uneven = CZ_SIM_UNEVEN_PADDED;
+            else {
+                fprintf(stderr, "canzona simulate: --uneven '%s': expected rooted or padded\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'h':
+            simulate_help(stdout);
+            return 0;
+        case '?':
+            fprintf(stderr, "(see 'canzona simulate --help')\n");
+            return 2;
+        default:
+            if (opt == CZ_OPT_DP || opt == CZ_OPT_TP)
+                single = 1;
+            if (cz_cli_settings_apply("simulate", opt, optarg, &settings))
+                return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr,
+                "canzona simulate: unexpected argument '%s' (see 'canzona simulate --help')\n",
+                argv[optind]);
+        return 2;
+    }
+    if (!cluster_path || (!model_path && !plan_path)) {
+        fprintf(stderr, "canzona simulate: --cluster and --model (or --plan) are required (see "
+                        "'canzona simulate --help')\n");
+        return 2;
+    }
+    if (model_path) {
+        if (cz_cli_load_inputs("simulate", model_path, cluster_path, &model, &cluster))
+            goto done;
+    } else if (cz_cluster_load(&cluster, cluster_path, &err) != CZ_OK) {
+        fprintf(stderr, "canzona simulate: %s\n", err.message);
+        goto done;
+    }
+
+    if (plan_path) {
+        if (cz_plan_read(&plan, plan_path, &err) != CZ_OK) {
+            fprintf(stderr, "canzona simulate: %s\n", err.message);
+            goto done;
+        }
+        if (model && plan->model_sha256 && strcmp(plan->model_sha256, model->sha256) != 0) {
+            fprintf(stderr,
+                    "canzona simulate: plan '%s' was made for model '%s' (sha256 %.12s...), not "
+                    "for '%s' (sha256 %.12s...); re-plan or drop --model\n",
+                    plan_path, plan->model_name ? plan->model_name : "?", plan->model_sha256,
+                    model->name, model->sha256);
+            goto done;
+        }
+        cz_sim_result *sim = NULL;
+        if (cz_plan_simulate(&sim, plan, cluster, &simopt, &err) != CZ_OK) {
+            fprintf(stderr, "canzona simulate: %s: %s\n", plan_path, err.message);
+            goto done;
+        }
+        rows[0].label = "plan";
+        row_fill(&rows[0], plan, sim);
+        nrows = 1;
+    } else {
+        static const struct {
+            const char *label;
+            cz_dp_strategy dp;
+            cz_tp_strategy tp;
+        } configs[4] = {
+            {"sync-compute", CZ_DP_ANCHORED, CZ_TP_SC},
+            {"layer-wise", CZ_DP_LAYERWISE, CZ_TP_SC},
+            {"async", CZ_DP_ANCHORED, CZ_TP_NONE},
+            {"canzona", CZ_DP_ALPHA, CZ_TP_ROLLBACK},
+        };
+        int n = single ? 1 : 4;
+        for (int i = 0; i < n; i++) {
+            cz_settings s = settings;
+            if (!single) {
+                s.dp = configs[i].dp;
+                s.tp = configs[i].tp;
+            }
+            cz_sim_result *sim = NULL;
+            if (cz_plan_build(&plan, model, cluster, &s, &err) != CZ_OK ||
+                cz_plan_simulate(&sim, plan, cluster, &simopt, &err) != CZ_OK) {
+                fprintf(stderr, "canzona simulate: %s+%s: %s\n", cz_dp_strategy_name(s.dp),
+                        cz_tp_strategy_name(s.tp), err.message);
+                goto done;
+            }
+            rows[i].label = single ? "plan" : configs[i].label;
+            row_fill(&rows[i], plan, sim);
+            nrows = i + 1;
+            cz_plan_free(plan);
+            plan = NULL;
+        }
+    }
+    rc = print_rows(rows, nrows,
+                    model ? model->name : (plan && plan->model_name ? plan->model_name : "?"),
+                    cluster->name, json);
+done:
+    for (int i = 0; i < 4; i++)
+        cz_sim_result_free(rows[i].sim);
+    cz_plan_free(plan);
+    cz_model_free(model);
+    cz_cluster_free(cluster);
+    return rc;
+}

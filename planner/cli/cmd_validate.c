@@ -1,0 +1,146 @@
+/* canzona validate — recomputes every invariant of a plan against its model and cluster and
+ * lists each violation with its JSON path in the plan file. */
+#include "cli_util.h"
+#include "commands.h"
+#include "cz_types.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void validate_help(FILE *f)
+{
+    fprintf(f,
+            "usage: canzona validate PLAN.json --model MODEL.json --cluster CLUSTER.json [--json]\n"
+            "\n"
+            "Checks that the plan belongs to the model and cluster (names, SHA-256, topology) and\n"
+            "recomputes every invariant of the plan format: parameters (names, shapes, local\n"
+            "shapes, tp_dim, optimizer kind, blocks, costs by the cost model), the bucket layout\n"
+            "(reverse order, alignment, no overlap, DP padding, contiguity), the DP ranges\n"
+            "(contiguous, rank-ordered, covering each bucket), atomicity (every parameter inside\n"
+            "its dp_owner's range, except under even and layerwise), the TP schedules (every\n"
+            "matrix of a DP rank in exactly one slot of one group, no elementwise parameter,\n"
+            "slot counts, group loads) and the metrics (relative tolerance 1e-9). Every\n"
+            "violation is reported, each with a JSON path such as $.buckets[2].ranges[3].\n"
+            "\n"
+            "exit status: 0 valid, 1 violations or unreadable inputs, 2 usage error\n"
+            "\n"
+            "options:\n"
+            "  -m, --model FILE     the model description the plan was made for\n"
+            "  -c, --cluster FILE   the cluster shape the plan was made for\n"
+            "      --json           print {\"valid\", \"checks\", \"violations\": [{code, path,\n"
+            "                       message}]} instead of text\n"
+            "  -l, --limit N        print at most N violations as text (default 50, 0 = all);\n"
+            "                       the count and --json always cover all\n"
+            "  -h, --help           this help\n");
+}
+
+static int print_report(json_t *violations, int checks, int as_json, int limit)
+{
+    size_t n = json_array_size(violations);
+    if (as_json) {
+        json_t *o = json_pack("{s:b, s:i, s:O}", "valid", n == 0, "checks", checks, "violations",
+                              violations);
+        if (!o) {
+            fprintf(stderr, "canzona validate: out of memory\n");
+            return 1;
+        }
+        json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        printf("\n");
+        json_decref(o);
+        return n ? 1 : 0;
+    }
+    if (n == 0) {
+        printf("plan OK: %d checks\n", checks);
+        return 0;
+    }
+    size_t i;
+    json_t *v;
+    json_array_foreach(violations, i, v)
+    {
+        /* One wrong input (another model) breaks hundreds of checks; the first ones tell. */
+        if (limit > 0 && i >= (size_t)limit) {
+            printf("... %zu more violations (--limit 0 or --json lists all)\n", n - i);
+            break;
+        }
+        printf("%s: %s [%s]\n", json_string_value(json_object_get(v, "path")),
+               json_string_value(json_object_get(v, "message")),
+               json_string_value(json_object_get(v, "code")));
+    }
+    printf("plan INVALID: %zu violation%s in %d checks\n", n, n == 1 ? "" : "s", checks);
+    return 1;
+}
+
+int cz_cmd_validate(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, NULL, 'm'}, {"cluster", required_argument, NULL, 'c'},
+        {"json", no_argument, NULL, 'j'},        {"limit", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+    };
+    const char *model_path = NULL, *cluster_path = NULL;
+    int as_json = 0, limit = 50, rc = 1, opt;
+    cz_model *model = NULL;
+    cz_cluster *cluster = NULL;
+    cz_plan *plan = NULL;
+    json_t *violations = NULL;
+    cz_error err;
+    cz_error_clear(&err);
+
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "m:c:l:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'm':
+            model_path = optarg;
+            break;
+        case 'c':
+            cluster_path = optarg;
+            break;
+        case 'j':
+            as_json = 1;
+            break;
+        case 'l':
+            if (cz_cli_parse_int("validate", "limit", optarg, 0, 100000000, &limit))
+                return 2;
+            break;
+        case 'h':
+            validate_help(stdout);
+            return 0;
+        default:
+            fprintf(stderr, "(see 'canzona validate --help')\n");
+            return 2;
+        }
+    }
+    if (argc - optind != 1) {
+        fprintf(stderr,
+                "canzona validate: expected one plan file, got %d (see 'canzona validate "
+                "--help')\n",
+                argc - optind);
+        return 2;
+    }
+    if (!model_path || !cluster_path) {
+        fprintf(stderr, "canzona validate: --model and --cluster are required (see 'canzona "
+                        "validate --help')\n");
+        return 2;
+    }
+    if (cz_plan_read(&plan, argv[optind], &err) != CZ_OK) {
+        fprintf(stderr, "canzona validate: %s\n", err.message);
+        goto done;
+    }
+    if (cz_cli_load_inputs("validate", model_path, cluster_path, &model, &cluster))
+        goto done;
+    int checks = cz_plan_validate(plan, model, cluster, &violations, &err);
+    if (checks < 0) {
+        fprintf(stderr, "canzona validate: %s\n", err.message);
+        goto done;
+    }
+    rc = print_report(violations, checks, as_json, limit);
+done:
+    json_decref(violations);
+    cz_plan_free(plan);
+    cz_model_free(model);
+    cz_cluster_free(cluster);
+    return rc;
+}

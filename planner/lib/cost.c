@@ -1,0 +1,210 @@
+/*
+ * Cost model: how much optimizer work one parameter needs, in elements, FLOPs or seconds.
+ *
+ * A matrix parameter is optimized whole (Muon/SOAP/Shampoo): its cost is the sum over its
+ * blocks (each block an independent matrix) of the per-matrix cost. An elementwise parameter
+ * (AdamW) is updated shard by shard on every TP rank; a replicated one is updated redundantly
+ * on every TP rank, so its work across the TP group is tp times its size.
+ *
+ * Per-matrix work, m x n, a = min(m, n), b = max(m, n), d = bytes per parameter element:
+ *
+ *  Muon    matmul  ns_steps * (4 a^2 b + 2 a^3)   (X X^T and B X are 2 a^2 b each, A A is 2 a^3;
+ *                                                 the reference code drops the 2 a^3 term)
+ *          elementwise 10 FLOPs per element (momentum, Nesterov, normalization, scaling, weight
+ *          decay); bytes per element 8 + 3 d (fp32 momentum read+write, gradient read, parameter
+ *          read+write).
+ *  SOAP    per side s of size <= max_precond_dim (other side o):
+ *          projection into and out of the eigenbasis 2 * 2 s^2 o, Gram update 2 s^2 o,
+ *          eigenbasis refresh (6 + 4/3) s^3 amortized over precondition_frequency steps.
+ *          elementwise 12 FLOPs per element (Adam moments in the rotated space); bytes per element
+ *          16 + 3 d (fp32 first and second moments read+write, gradient read, parameter r/w).
+ *  Shampoo per side s <= max_precond_dim: Gram update 2 s^2 o, preconditioning 2 s^2 o, inverse
+ *          4th root by eigendecomposition 10 s^3 amortized over precondition_frequency steps
+ *          (10 = a symmetric eigendecomposition ~9 s^3 plus forming Q diag Q^T ~1 s^3, rounded).
+ *          elementwise 10 FLOPs per element (AdaGrad grafting, scaling, weight decay); bytes per
+ *          element 8 + 3 d (fp32 grafting accumulator read+write, gradient, parameter r/w).
+ *  AdamW   12 FLOPs per element; bytes per element 16 + 3 d. Memory bound.
+ *
+ * Units: numel = elements of the whole matrix (matrix) or of all shards (elementwise); flops =
+ * matmul + elementwise FLOPs; time = matmul FLOPs / (matmul_tflops 1e12) + elementwise bytes /
+ * (mem_gbps 1e9) on the cluster's device.
+ */
+#include "cz_types.h"
+
+int cz_dtype_bytes(cz_dtype d)
+{
+    return d == CZ_DTYPE_FP32 ? 4 : 2;
+}
+
+/* Work of one whole m x n matrix split into its matmul and elementwise parts. */
+typedef struct {
+    double matmul_flops;
+    double ew_flops;
+    double ew_bytes;
+} matrix_work;
+
+static double side_on(int64_t side, const cz_settings *s)
+{
+    return side <= (int64_t)s->max_precond_dim ? 1.0 : 0.0;
+}
+
+static matrix_work matrix_work_of(int64_t m, int64_t n, const cz_settings *s, int dbytes)
+{
+    matrix_work w = {0, 0, 0};
+    double dm = (double)m, dn = (double)n, mn = dm * dn;
+    double a = dm < dn ? dm : dn, b = dm < dn ? dn : dm;
+    double freq = s->precondition_frequency > 0 ? (double)s->precondition_frequency : 1.0;
+    double lm = side_on(m, s), rn = side_on(n, s);
+    switch (s->optimizer) {
+    case CZ_OPTIM_MUON:
+        w.matmul_flops = (double)s->ns_steps * (4.0 * a * a * b + 2.0 * a * a * a);
+        w.ew_flops = 10.0 * mn;
+        w.ew_bytes = mn * (8.0 + 3.0 * dbytes);
+        break;
+    case CZ_OPTIM_SOAP:
+        w.matmul_flops = lm * (4.0 * dm * dm * dn + 2.0 * dm * dm * dn +
+                               (6.0 + 4.0 / 3.0) * dm * dm * dm / freq) +
+                         rn * (4.0 * dm * dn * dn + 2.0 * dm * dn * dn +
+                               (6.0 + 4.0 / 3.0) * dn * dn * dn / freq);
+        w.ew_flops = 12.0 * mn;
+        w.ew_bytes = mn * (16.0 + 3.0 * dbytes);
+        break;
+    case CZ_OPTIM_SHAMPOO:
+        w.matmul_flops =
+            lm * (2.0 * dm * dm * dn + 2.0 * dm * dm * dn + 10.0 * dm * dm * dm / freq) +
+            rn * (2.0 * dm * dn * dn + 2.0 * dm * dn * dn + 10.0 * dn * dn * dn / freq);
+        w.ew_flops = 10.0 * mn;
+        w.ew_bytes = mn * (8.0 + 3.0 * dbytes);
+        break;
+    case CZ_OPTIM_ADAMW:
+    default:
+        w.ew_flops = 12.0 * mn;
+        w.ew_bytes = mn * (16.0 + 3.0 * dbytes);
+        break;
+    }
+    return w;
+}
+
+double cz_matrix_flops(int64_t m, int64_t n, const cz_settings *s)
+{
+    /* FLOPs do not depend on the element type; bf16 is as good as any. */
+    matrix_work w = matrix_work_of(m, n, s, 2);
+    return w.matmul_flops + w.ew_flops;
+}
+
+static double rate_seconds(double flops, double bytes, const cz_cluster *c)
+{
+    double t = 0.0;
+    if (flops > 0.0 && c->device.matmul_tflops > 0.0)
+        t += flops / (c->device.matmul_tflops * 1e12);
+    if (bytes > 0.0 && c->device.mem_gbps > 0.0)
+        t += bytes / (c->device.mem_gbps * 1e9);
+    return t;
+}
+
+static double matrix_cost(int64_t m, int64_t n, cz_cost_unit unit, const cz_settings *s,
+                          const cz_cluster *c, int dbytes)
+{
+    matrix_work w = matrix_work_of(m, n, s, dbytes);
+    switch (unit) {
+    case CZ_UNIT_NUMEL:
+        return (double)m * (double)n;
+    case CZ_UNIT_FLOPS:
+        return w.matmul_flops + w.ew_flops;
+    case CZ_UNIT_TIME:
+    default:
+        return rate_seconds(w.matmul_flops, w.ew_bytes, c);
+    }
+}
+
+static bool is_matrix_work(const cz_param_def *p, const cz_settings *s)
+{
+    return p->kind == CZ_KIND_MATRIX && s->optimizer != CZ_OPTIM_ADAMW;
+}
+
+static double cost_in(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                      cz_dtype dtype, cz_cost_unit unit)
+{
+    int dbytes = cz_dtype_bytes(dtype);
+    int64_t m = p->shape[0], n = p->ndim == 1 ? 1 : p->shape[1];
+    if (is_matrix_work(p, s)) {
+        if (p->nblocks <= 0 || !p->block_sizes || (p->block_dim != 0 && p->block_dim != 1))
+            return matrix_cost(m, n, unit, s, c, dbytes);
+        double total = 0.0;
+        for (int i = 0; i < p->nblocks; i++) {
+            int64_t bm = p->block_dim == 0 ? p->block_sizes[i] : m;
+            int64_t bn = p->block_dim == 1 ? p->block_sizes[i] : n;
+            total += matrix_cost(bm, bn, unit, s, c, dbytes);
+        }
+        return total;
+    }
+    /* Elementwise: AdamW on every shard; a replicated parameter is redone on every TP rank. */
+    double numel = (double)m * (double)n;
+    if (p->tp_dim < 0 && c->tp > 1)
+        numel *= (double)c->tp;
+    switch (unit) {
+    case CZ_UNIT_NUMEL:
+        return numel;
+    case CZ_UNIT_FLOPS:
+        return 12.0 * numel;
+    case CZ_UNIT_TIME:
+    default:
+        return rate_seconds(0.0, numel * (16.0 + 3.0 * dbytes), c);
+    }
+}
+
+double cz_cost_param(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                     cz_dtype dtype)
+{
+    return cost_in(p, s, c, dtype, s->unit);
+}
+
+double cz_cost_param_seconds(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                             cz_dtype dtype)
+{
+    return cost_in(p, s, c, dtype, CZ_UNIT_TIME);
+}
+
+/* fp32 optimizer state of one whole m x n matrix:
+ *  Muon     momentum: 4 m n.
+ *  SOAP     per side <= max_precond_dim a Gram factor and its eigenbasis (2 s^2 each side), plus
+ *           Adam's two moments (2 m n): 4 (2 m^2 + 2 n^2 + 2 m n) when both sides qualify.
+ *  Shampoo  per side a factor and its inverse root (2 s^2), plus the grafting accumulator (m n):
+ *           4 (2 m^2 + 2 n^2 + m n). */
+static double matrix_state(int64_t m, int64_t n, const cz_settings *s)
+{
+    double dm = (double)m, dn = (double)n;
+    double lm = side_on(m, s), rn = side_on(n, s);
+    switch (s->optimizer) {
+    case CZ_OPTIM_MUON:
+        return 4.0 * dm * dn;
+    case CZ_OPTIM_SOAP:
+        return 4.0 * (2.0 * lm * dm * dm + 2.0 * rn * dn * dn + 2.0 * dm * dn);
+    case CZ_OPTIM_SHAMPOO:
+        return 4.0 * (2.0 * lm * dm * dm + 2.0 * rn * dn * dn + dm * dn);
+    case CZ_OPTIM_ADAMW:
+    default:
+        return 8.0 * dm * dn;
+    }
+}
+
+double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp)
+{
+    int64_t m = p->shape[0], n = p->ndim == 1 ? 1 : p->shape[1];
+    if (is_matrix_work(p, s)) {
+        if (p->nblocks <= 0 || !p->block_sizes || (p->block_dim != 0 && p->block_dim != 1))
+            return matrix_state(m, n, s);
+        double total = 0.0;
+        for (int i = 0; i < p->nblocks; i++) {
+            int64_t bm = p->block_dim == 0 ? p->block_sizes[i] : m;
+            int64_t bn = p->block_dim == 1 ? p->block_sizes[i] : n;
+            total += matrix_state(bm, bn, s);
+        }
+        return total;
+    }
+    /* AdamW: fp32 first and second moments of the local shard. */
+    double numel = (double)m * (double)n;
+    if (p->tp_dim >= 0 && tp > 1)
+        numel /= (double)tp;
+    return 8.0 * numel;
+}

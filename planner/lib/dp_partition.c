@@ -1,0 +1,386 @@
+/*
+ * Data-parallel partitioning: per bucket, one contiguous range per DP rank, and each
+ * parameter's owning DP rank.
+ *
+ * Every strategy picks dp-1 monotone cut points per bucket; rank r's range is
+ * [cut_r, cut_{r+1}) with cut_0 = 0 and cut_dp = size (empty ranges allowed). Except for the
+ * even baseline and the layerwise baseline, cuts lie at parameter starts or at the bucket end,
+ * so a parameter is owned by the range holding its start and lies wholly inside it (atomicity).
+ *
+ *  even      cut_r = r size / dp; parameters are fragmented (dp_owner = -1).
+ *  anchored  owner = rank whose even slice holds the parameter's start; cut_r = start of the
+ *            first parameter owned by a rank >= r.
+ *  alpha     alpha-balanced static partitioning (Canzona): per stage, buckets largest first
+ *            (ties by id), running per-rank loads L, global target T = sum S / dp; rank r's
+ *            target in bucket b is (1 - alpha) S_b / dp + alpha deficit_r / sum deficit S_b with
+ *            deficit_r = max(0, T - L_r); cut r is the parameter boundary nearest to the running
+ *            sum of targets, never before cut r-1 (ties: the earlier boundary). Loads are in
+ *            elements (alpha_numel_loads, as the reference code) or in the cost unit. The result
+ *            is kept only when its per-rank cost max/mean is no worse than anchored's (decided
+ *            per stage); otherwise anchored is kept and plan->dp_fell_back is set.
+ *  layerwise whole parameters dealt to ranks (ping-pong in forward order, or longest processing
+ *            time first); ranges stay the even slices since Megatron's layer-wise optimizer
+ *            all-reduces gradients instead of reduce-scattering them.
+ */
+#include "cz_types.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Parameters of each bucket in ascending offset order. */
+typedef struct {
+    int *ids;   /* all parameter ids grouped by bucket */
+    int *first; /* nbuckets + 1 starts into ids */
+} bucket_index;
+
+static void bucket_index_free(bucket_index *bi)
+{
+    free(bi->ids);
+    free(bi->first);
+}
+
+static int bucket_index_build(bucket_index *bi, const cz_plan *plan, cz_error *err)
+{
+    size_t nb = plan->nbuckets;
+    bi->ids = malloc((plan->nparams + 1) * sizeof *bi->ids);
+    bi->first = calloc(nb + 1, sizeof *bi->first);
+    int *fill = calloc(nb + 1, sizeof *fill);
+    if (!bi->ids || !bi->first || !fill) {
+        free(fill);
+        return cz_error_set(err, CZ_ENOMEM, "out of memory indexing buckets");
+    }
+    for (size_t i = 0; i < plan->nparams; i++) {
+        int b = plan->params[i].bucket;
+        if (b < 0 || (size_t)b >= nb) {
+            free(fill);
+            return cz_error_set(err, CZ_EINTERNAL,
+                                "parameter '%s' has no bucket (%d); lay out buckets first",
+                                plan->params[i].name, b);
+        }
+        bi->first[b + 1]++;
+    }
+    for (size_t b = 0; b < nb; b++)
+        bi->first[b + 1] += bi->first[b];
+    /* Buckets are filled in reverse id order, so descending ids give ascending offsets. */
+    for (size_t k = plan->nparams; k-- > 0;) {
+        int b = plan->params[k].bucket;
+        bi->ids[bi->first[b] + fill[b]++] = (int)k;
+    }
+    free(fill);
+    return CZ_OK;
+}
+
+/* Sets the bucket's ranges from cuts[0..dp] and the owner of each of its parameters (the range
+ * that holds its start). */
+static void cuts_apply(cz_plan *plan, const bucket_index *bi, int b, const int64_t *cuts)
+{
+    cz_plan_bucket *bk = &plan->buckets[b];
+    int dp = plan->dp;
+    for (int r = 0; r < dp; r++) {
+        bk->ranges[2 * r] = cuts[r];
+        bk->ranges[2 * r + 1] = cuts[r + 1];
+    }
+    int r = 0;
+    for (int k = bi->first[b]; k < bi->first[b + 1]; k++) {
+        cz_plan_param *p = &plan->params[bi->ids[k]];
+        while (r < dp - 1 && p->offset >= cuts[r + 1])
+            r++;
+        p->dp_owner = r;
+    }
+}
+
+static void even_cuts(int64_t size, int dp, int64_t *cuts)
+{
+    for (int r = 0; r <= dp; r++)
+        cuts[r] = size / dp * r;
+    cuts[dp] = size;
+}
+
+static void anchored_bucket(cz_plan *plan, const bucket_index *bi, int b, int64_t *cuts)
+{
+    int dp = plan->dp;
+    int64_t size = plan->buckets[b].size, slice = size / dp;
+    for (int r = 0; r <= dp; r++)
+        cuts[r] = size;
+    cuts[0] = 0;
+    /* Owners are monotone in the offset: walk backwards so cut_r ends at the first start. */
+    for (int k = bi->first[b + 1]; k-- > bi->first[b];) {
+        const cz_plan_param *p = &plan->params[bi->ids[k]];
+        int owner = slice > 0 ? (int)(p->offset / slice) : 0;
+        if (owner > dp - 1)
+            owner = dp - 1;
+        for (int r = 1; r <= owner; r++)
+            if (p->offset < cuts[r])
+                cuts[r] = p->offset;
+    }
+    cuts_apply(plan, bi, b, cuts);
+}
+
+/* Worst max/mean of per-rank owned cost over this stage's ranks. */
+static double stage_imbalance(const cz_plan *plan, int stage, double *load)
+{
+    int dp = plan->dp;
+    for (int r = 0; r < dp; r++)
+        load[r] = 0.0;
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        if (p->stage == stage && p->dp_owner >= 0 && p->dp_owner < dp)
+            load[p->dp_owner] += p->cost;
+    }
+    double max = 0.0, sum = 0.0;
+    for (int r = 0; r < dp; r++) {
+        sum += load[r];
+        if (load[r] > max)
+            max = load[r];
+    }
+    return sum > 0.0 ? max / (sum / dp) : 1.0;
+}
+
+typedef struct {
+    int id;
+    int64_t size;
+} bucket_order;
+
+static int bucket_order_cmp(const void *a, const void *b)
+{
+    const bucket_order *x = a, *y = b;
+    if (x->size != y->size)
+        return x->size > y->size ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static double weight_of(const cz_plan *plan, const cz_plan_param *p)
+{
+    return plan->settings.alpha_numel_loads ? (double)p->numel : p->cost;
+}
+
+/* Alpha-balanced partitioning of one stage's buckets. Scratch: load (dp), target (dp),
+ * prefix (nparams + 1), cutj (dp + 1), cuts (dp + 1). */
+static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_error *err)
+{
+    int rc = CZ_OK, dp = plan->dp;
+    double alpha = plan->settings.alpha;
+    size_t nb = 0;
+    bucket_order *order = malloc((plan->nbuckets + 1) * sizeof *order);
+    double *load = calloc((size_t)dp, sizeof *load);
+    double *target = calloc((size_t)dp, sizeof *target);
+    double *prefix = malloc((plan->nparams + 1) * sizeof *prefix);
+    int *cutj = malloc(((size_t)dp + 1) * sizeof *cutj);
+    int64_t *cuts = malloc(((size_t)dp + 1) * sizeof *cuts);
+    if (!order || !load || !target || !prefix || !cutj || !cuts) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in alpha partitioning");
+        goto done;
+    }
+    double total = 0.0;
+    for (size_t b = 0; b < plan->nbuckets; b++) {
+        if (plan->buckets[b].stage != stage)
+            continue;
+        order[nb].id = (int)b;
+        order[nb].size = plan->buckets[b].size;
+        nb++;
+        for (int k = bi->first[b]; k < bi->first[b + 1]; k++)
+            total += weight_of(plan, &plan->params[bi->ids[k]]);
+    }
+    qsort(order, nb, sizeof *order, bucket_order_cmp);
+    double T = total / dp;
+    for (size_t o = 0; o < nb; o++) {
+        int b = order[o].id;
+        int base = bi->first[b], np = bi->first[b + 1] - base;
+        prefix[0] = 0.0;
+        for (int j = 0; j < np; j++)
+            prefix[j + 1] = prefix[j] + weight_of(plan, &plan->params[bi->ids[base + j]]);
+        double S = prefix[np], sumdef = 0.0;
+        for (int r = 0; r < dp; r++) {
+            double d = T - load[r];
+            sumdef += d > 0.0 ? d : 0.0;
+        }
+        for (int r = 0; r < dp; r++) {
+            double even = S / dp, d = T - load[r];
+            double greedy = sumdef > 0.0 ? (d > 0.0 ? d : 0.0) / sumdef * S : even;
+            target[r] = (1.0 - alpha) * even + alpha * greedy;
+        }
+        double pos = 0.0;
+        cutj[0] = 0;
+        cutj[dp] = np;
+        for (int r = 1; r < dp; r++) {
+            pos += target[r - 1];
+            int best = cutj[r - 1];
+            double bestd = fabs(prefix[best] - pos);
+            /* Ties go to the earlier boundary; past pos distances only grow. */
+            for (int j = best + 1; j <= np; j++) {
+                double d = fabs(prefix[j] - pos);
+                if (d < bestd) {
+                    best = j;
+                    bestd = d;
+                } else if (prefix[j] > pos) {
+                    break;
+                }
+            }
+            cutj[r] = best;
+        }
+        for (int r = 0; r <= dp; r++)
+            cuts[r] =
+                cutj[r] < np ? plan->params[bi->ids[base + cutj[r]]].offset : plan->buckets[b].size;
+        cuts[0] = 0;
+        cuts_apply(plan, bi, b, cuts);
+        for (int r = 0; r < dp; r++)
+            load[r] += prefix[cutj[r + 1]] - prefix[cutj[r]];
+    }
+done:
+    free(order);
+    free(load);
+    free(target);
+    free(prefix);
+    free(cutj);
+    free(cuts);
+    return rc;
+}
+
+typedef struct {
+    int id;
+    double cost;
+} cost_order;
+
+static int cost_order_cmp(const void *a, const void *b)
+{
+    const cost_order *x = a, *y = b;
+    if (x->cost != y->cost)
+        return x->cost > y->cost ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
+{
+    int dp = plan->dp;
+    if (plan->settings.layerwise_order == CZ_LAYERWISE_PINGPONG) {
+        int k = 0;
+        for (size_t i = 0; i < plan->nparams; i++) {
+            cz_plan_param *p = &plan->params[i];
+            if (p->stage != stage)
+                continue;
+            int pos = k % (2 * dp);
+            p->dp_owner = pos < dp ? pos : 2 * dp - 1 - pos;
+            k++;
+        }
+        return CZ_OK;
+    }
+    cost_order *order = malloc((plan->nparams + 1) * sizeof *order);
+    double *load = calloc((size_t)dp, sizeof *load);
+    if (!order || !load) {
+        free(order);
+        free(load);
+        return cz_error_set(err, CZ_ENOMEM, "out of memory in layerwise partitioning");
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < plan->nparams; i++) {
+        if (plan->params[i].stage != stage)
+            continue;
+        order[n].id = (int)i;
+        order[n].cost = plan->params[i].cost;
+        n++;
+    }
+    qsort(order, n, sizeof *order, cost_order_cmp);
+    for (size_t k = 0; k < n; k++) {
+        int best = 0;
+        for (int r = 1; r < dp; r++)
+            if (load[r] < load[best])
+                best = r;
+        plan->params[order[k].id].dp_owner = best;
+        load[best] += order[k].cost;
+    }
+    free(order);
+    free(load);
+    return CZ_OK;
+}
+
+/* Saves or restores the ranges and owners of one stage (for alpha's fallback). */
+static void stage_snapshot(cz_plan *plan, int stage, int64_t *ranges, int *owners, int restore)
+{
+    size_t k = 0;
+    for (size_t b = 0; b < plan->nbuckets; b++) {
+        if (plan->buckets[b].stage != stage)
+            continue;
+        for (int r = 0; r < 2 * plan->dp; r++, k++) {
+            if (restore)
+                plan->buckets[b].ranges[r] = ranges[k];
+            else
+                ranges[k] = plan->buckets[b].ranges[r];
+        }
+    }
+    for (size_t i = 0; i < plan->nparams; i++) {
+        if (plan->params[i].stage != stage)
+            continue;
+        if (restore)
+            plan->params[i].dp_owner = owners[i];
+        else
+            owners[i] = plan->params[i].dp_owner;
+    }
+}
+
+int cz_dp_partition(cz_plan *plan, cz_error *err)
+{
+    int rc = CZ_OK, dp = plan->dp;
+    cz_dp_strategy strategy = plan->settings.dp;
+    bucket_index bi = {NULL, NULL};
+    int64_t *cuts = NULL, *saved_ranges = NULL;
+    int *saved_owners = NULL;
+    double *load = NULL;
+    if (strategy == CZ_DP_TPAWARE)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "DP strategy 'tpaware' is not implemented yet; use alpha, anchored, "
+                            "layerwise or even");
+    if (dp < 1)
+        return cz_error_set(err, CZ_EINVALID, "dp must be >= 1, got %d", dp);
+    plan->dp_fell_back = 0;
+    if ((rc = bucket_index_build(&bi, plan, err)) != CZ_OK)
+        goto done;
+    cuts = malloc(((size_t)dp + 1) * sizeof *cuts);
+    load = calloc((size_t)dp, sizeof *load);
+    saved_ranges = malloc((plan->nbuckets * 2 * (size_t)dp + 1) * sizeof *saved_ranges);
+    saved_owners = malloc((plan->nparams + 1) * sizeof *saved_owners);
+    if (!cuts || !load || !saved_ranges || !saved_owners) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in DP partitioning");
+        goto done;
+    }
+    for (size_t b = 0; b < plan->nbuckets; b++) {
+        switch (strategy) {
+        case CZ_DP_EVEN:
+        case CZ_DP_LAYERWISE:
+            even_cuts(plan->buckets[b].size, dp, cuts);
+            cuts_apply(plan, &bi, (int)b, cuts);
+            break;
+        default:
+            anchored_bucket(plan, &bi, (int)b, cuts);
+            break;
+        }
+    }
+    if (strategy == CZ_DP_EVEN) {
+        for (size_t i = 0; i < plan->nparams; i++)
+            plan->params[i].dp_owner = -1;
+        goto done;
+    }
+    for (int stage = 0; stage < plan->pp; stage++) {
+        if (strategy == CZ_DP_LAYERWISE) {
+            if ((rc = layerwise_stage(plan, stage, err)) != CZ_OK)
+                goto done;
+        } else if (strategy == CZ_DP_ALPHA) {
+            double anchored = stage_imbalance(plan, stage, load);
+            stage_snapshot(plan, stage, saved_ranges, saved_owners, 0);
+            if ((rc = alpha_stage(plan, &bi, stage, err)) != CZ_OK)
+                goto done;
+            double alpha = stage_imbalance(plan, stage, load);
+            /* A relative slack so that rounding noise on equal results keeps alpha's. */
+            if (alpha > anchored * (1.0 + 1e-12)) {
+                stage_snapshot(plan, stage, saved_ranges, saved_owners, 1);
+                plan->dp_fell_back = 1;
+            }
+        }
+    }
+done:
+    bucket_index_free(&bi);
+    free(cuts);
+    free(load);
+    free(saved_ranges);
+    free(saved_owners);
+    return rc;
+}

@@ -1,0 +1,297 @@
+/*
+ * Plan inspection: turn a plan's stored assignment and metrics into the figures a user needs
+ * to judge its balance before launching a job (who is busiest and why, how far from the lower
+ * bound, which single matrices make a better balance impossible). Produces JSON only; the CLI
+ * formats it, so that the text and --json outputs carry the same content.
+ */
+#include "cz_types.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static const char *unit_symbol(cz_cost_unit u)
+{
+    switch (u) {
+    case CZ_UNIT_NUMEL:
+        return "elements";
+    case CZ_UNIT_FLOPS:
+        return "FLOP";
+    case CZ_UNIT_TIME:
+        return "s";
+    }
+    return "?";
+}
+
+static const char *or_unknown(const char *s)
+{
+    return s ? s : "?";
+}
+
+static double at_or_zero(const double *a, size_t i)
+{
+    return a ? a[i] : 0.0;
+}
+
+typedef struct {
+    int id;
+    double cost;
+} costed;
+
+/* Largest cost first; ties by id so that the output is deterministic. */
+static int costed_cmp(const void *x, const void *y)
+{
+    const costed *a = x, *b = y;
+    if (a->cost != b->cost)
+        return a->cost > b->cost ? -1 : 1;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+/* Set and appended objects; any jansson failure turns into one out-of-memory report. */
+static int put(json_t *obj, const char *key, json_t *v)
+{
+    return v ? json_object_set_new(obj, key, v) : -1;
+}
+
+static int push(json_t *arr, json_t *v)
+{
+    return v ? json_array_append_new(arr, v) : -1;
+}
+
+static json_t *settings_json(const cz_plan *p)
+{
+    const cz_settings *s = &p->settings;
+    return json_pack(
+        "{s:s, s:s, s:s, s:f, s:b, s:s, s:s, s:f, s:f, s:s, s:I, s:b}", "optimizer",
+        or_unknown(cz_optimizer_name(s->optimizer)), "unit", or_unknown(cz_unit_name(s->unit)),
+        "dp", or_unknown(cz_dp_strategy_name(s->dp)), "alpha", s->alpha, "alpha_numel_loads",
+        s->alpha_numel_loads != 0, "layerwise_order",
+        or_unknown(cz_layerwise_order_name(s->layerwise_order)), "tp",
+        or_unknown(cz_tp_strategy_name(s->tp)), "capacity", s->capacity, "capacity_used",
+        p->capacity_used, "solver", or_unknown(cz_solver_name(s->solver)), "seed",
+        (json_int_t)s->seed, "dp_fell_back", p->dp_fell_back != 0);
+}
+
+/* Params a DP rank works on: those it owns, or under the even strategy (which owns nothing
+ * whole) the matrices its schedule holds. Returned sorted by cost, largest first. */
+static costed *rank_params(const cz_plan *p, int s, int r, size_t *n_out)
+{
+    size_t n = 0;
+    costed *v = malloc((p->nparams ? p->nparams : 1) * sizeof *v);
+    if (!v)
+        return NULL;
+    if (p->settings.dp != CZ_DP_EVEN) {
+        for (size_t i = 0; i < p->nparams; i++)
+            if (p->params[i].stage == s && p->params[i].dp_owner == r)
+                v[n++] = (costed){(int)i, p->params[i].cost};
+    } else if ((size_t)(s * p->dp + r) < p->nschedules) {
+        const cz_rank_schedule *rs = &p->schedules[s * p->dp + r];
+        for (int g = 0; g < rs->ngroups; g++)
+            for (int t = 0; t < rs->groups[g].ntasks && n < p->nparams; t++) {
+                int id = rs->groups[g].task_param[t];
+                if (id >= 0 && (size_t)id < p->nparams)
+                    v[n++] = (costed){id, p->params[id].cost};
+            }
+    }
+    qsort(v, n, sizeof *v, costed_cmp);
+    *n_out = n;
+    return v;
+}
+
+static json_t *param_ref(const cz_plan *p, int id, double cost)
+{
+    return json_pack("{s:i, s:s, s:f}", "id", id, "name", or_unknown(p->params[id].name), "cost",
+                     cost);
+}
+
+static int add_ranks(json_t *rep, const cz_plan *p)
+{
+    const cz_plan_metrics *m = &p->metrics;
+    json_t *ranks = json_array(), *gpus = json_array(), *mg = json_array();
+    if (put(rep, "dp_ranks", ranks) || put(rep, "gpus", gpus) || put(rep, "microgroups", mg))
+        return -1;
+    for (int s = 0; s < p->pp; s++) {
+        double mean = 0.0;
+        for (int r = 0; r < p->dp; r++)
+            mean += at_or_zero(m->dp_load, (size_t)(s * p->dp + r));
+        mean /= p->dp;
+        for (int r = 0; r < p->dp; r++) {
+            size_t k = (size_t)(s * p->dp + r);
+            int owned = 0, matrices = 0;
+            for (size_t i = 0; i < p->nparams; i++)
+                if (p->params[i].stage == s && p->params[i].dp_owner == r) {
+                    owned++;
+                    matrices += p->params[i].kind == CZ_KIND_MATRIX;
+                }
+            const cz_rank_schedule *rs = k < p->nschedules ? &p->schedules[k] : NULL;
+            double lmin = INFINITY, lmax = -INFINITY, mmin = INFINITY, mmax = -INFINITY;
+            for (int t = 0; t < p->tp; t++) {
+                size_t gi = k * (size_t)p->tp + (size_t)t;
+                double l = at_or_zero(m->gpu_load, gi), mem = at_or_zero(m->memory, gi) / GIB;
+                lmin = fmin(lmin, l), lmax = fmax(lmax, l);
+                mmin = fmin(mmin, mem), mmax = fmax(mmax, mem);
+                if (push(gpus, json_pack("{s:i, s:i, s:i, s:f, s:f}", "stage", s, "dp_rank", r,
+                                         "tp_rank", t, "load", l, "memory_gib", mem)))
+                    return -1;
+            }
+            double load = at_or_zero(m->dp_load, k);
+            if (push(ranks,
+                     json_pack("{s:i, s:i, s:f, s:f, s:i, s:i, s:f, s:i, s:f, s:f, s:f, "
+                               "s:f}",
+                               "stage", s, "dp_rank", r, "load", load, "share_of_mean",
+                               mean > 0 ? load / mean : 0.0, "params", owned, "matrices", matrices,
+                               "makespan", at_or_zero(m->rank_makespan, k), "groups",
+                               rs ? rs->ngroups : 0, "gpu_load_min", lmin, "gpu_load_max", lmax,
+                               "memory_gib_min", mmin, "memory_gib_max", mmax)))
+                return -1;
+
+            /* Micro-group statistics of this rank. */
+            int tasks = 0, big = -1;
+            double smin = INFINITY, smax = -INFINITY, bigc = -INFINITY;
+            for (int g = 0; rs && g < rs->ngroups; g++) {
+                const cz_plan_group *gr = &rs->groups[g];
+                for (int x = 0; gr->load && x < gr->nslots; x++)
+                    smin = fmin(smin, gr->load[x]), smax = fmax(smax, gr->load[x]);
+                for (int t = 0; t < gr->ntasks; t++) {
+                    int id = gr->task_param[t];
+                    tasks++;
+                    if (id >= 0 && (size_t)id < p->nparams &&
+                        (p->params[id].cost > bigc || (p->params[id].cost == bigc && id < big)))
+                        big = id, bigc = p->params[id].cost;
+                }
+            }
+            json_t *o =
+                json_pack("{s:i, s:i, s:i, s:i, s:f, s:f}", "stage", s, "dp_rank", r, "groups",
+                          rs ? rs->ngroups : 0, "tasks", tasks, "slot_load_min",
+                          isinf(smin) ? 0.0 : smin, "slot_load_max", isinf(smax) ? 0.0 : smax);
+            if (!o || push(mg, o) ||
+                put(o, "largest_task", big >= 0 ? param_ref(p, big, bigc) : json_null()))
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static int add_busiest(json_t *rep, const cz_plan *p, int top_n)
+{
+    const cz_plan_metrics *m = &p->metrics;
+    size_t nr = (size_t)p->pp * (size_t)p->dp;
+    json_t *busiest = json_array();
+    if (put(rep, "busiest", busiest))
+        return -1;
+    costed *order = malloc((nr ? nr : 1) * sizeof *order);
+    if (!order)
+        return -1;
+    for (size_t k = 0; k < nr; k++)
+        order[k] = (costed){(int)k, at_or_zero(m->rank_makespan, k)};
+    qsort(order, nr, sizeof *order, costed_cmp);
+    int rc = 0;
+    for (size_t j = 0; j < nr && (int)j < top_n && rc == 0; j++) {
+        int k = order[j].id, s = k / p->dp, r = k % p->dp;
+        double load = at_or_zero(m->dp_load, (size_t)k);
+        json_t *o = json_pack("{s:i, s:i, s:f, s:f}", "stage", s, "dp_rank", r, "makespan",
+                              order[j].cost, "load", load);
+        json_t *ps = json_array();
+        if (!o || push(busiest, o) || put(o, "params", ps)) {
+            rc = -1;
+            break;
+        }
+        size_t n = 0;
+        costed *v = rank_params(p, s, r, &n);
+        if (!v) {
+            rc = -1;
+            break;
+        }
+        for (size_t i = 0; i < n && (int)i < top_n && rc == 0; i++) {
+            json_t *q = param_ref(p, v[i].id, v[i].cost);
+            if (!q || push(ps, q) ||
+                put(q, "share_of_rank", json_real(load > 0 ? v[i].cost / load : 0.0)) ||
+                put(q, "kind",
+                    json_string(p->params[v[i].id].kind == CZ_KIND_MATRIX ? "matrix"
+                                                                          : "elementwise")))
+                rc = -1;
+        }
+        free(v);
+    }
+    free(order);
+    return rc;
+}
+
+/* Single matrices heavier than an average GPU's share: no partition can beat them. */
+static int add_dominating(json_t *rep, const cz_plan *p)
+{
+    double total = 0.0;
+    for (size_t i = 0; i < p->nparams; i++)
+        total += p->params[i].cost;
+    int gpus = p->dp * p->tp * p->pp;
+    double avg = gpus > 0 ? total / gpus : 0.0;
+    json_t *d = json_pack("{s:f, s:f}", "total_cost", total, "average_gpu_load", avg);
+    json_t *list = json_array();
+    if (put(rep, "dominating", d) || put(d, "params", list))
+        return -1;
+    costed *v = malloc((p->nparams ? p->nparams : 1) * sizeof *v);
+    if (!v)
+        return -1;
+    size_t n = 0;
+    for (size_t i = 0; i < p->nparams; i++)
+        if (p->params[i].kind == CZ_KIND_MATRIX && p->params[i].cost > avg)
+            v[n++] = (costed){(int)i, p->params[i].cost};
+    qsort(v, n, sizeof *v, costed_cmp);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        json_t *q = param_ref(p, v[i].id, v[i].cost);
+        if (!q || push(list, q) ||
+            put(q, "over_average", json_real(avg > 0 ? v[i].cost / avg : 0.0)))
+            rc = -1;
+    }
+    free(v);
+    return rc;
+}
+
+int cz_plan_inspect(const cz_plan *plan, int top_n, json_t **report_out, cz_error *err)
+{
+    *report_out = NULL;
+    if (!plan)
+        return cz_error_set(err, CZ_EINVALID, "inspect: no plan given");
+    if (plan->dp <= 0 || plan->tp <= 0 || plan->pp <= 0)
+        return cz_error_set(err, CZ_EINVALID,
+                            "inspect: plan topology dp=%d tp=%d pp=%d is not positive", plan->dp,
+                            plan->tp, plan->pp);
+    const cz_plan_metrics *m = &plan->metrics;
+    int matrices = 0;
+    for (size_t i = 0; i < plan->nparams; i++)
+        matrices += plan->params[i].kind == CZ_KIND_MATRIX;
+    int gpus = plan->dp * plan->tp * plan->pp;
+    double mean_gpu = 0.0;
+    for (int g = 0; g < gpus; g++)
+        mean_gpu += at_or_zero(m->gpu_load, (size_t)g);
+    mean_gpu /= gpus;
+
+    json_t *rep = json_pack(
+        "{s:s, s:s, s:s, s:s, s:s, s:{s:i, s:i, s:i, s:i, s:i}}", "model",
+        or_unknown(plan->model_name), "model_sha256", or_unknown(plan->model_sha256), "cluster",
+        or_unknown(plan->cluster_name), "cluster_sha256", or_unknown(plan->cluster_sha256), "unit",
+        unit_symbol(plan->settings.unit), "topology", "dp", plan->dp, "tp", plan->tp, "pp",
+        plan->pp, "gpus", gpus, "gpus_per_node", plan->gpus_per_node);
+    if (!rep || put(rep, "settings", settings_json(plan)))
+        goto oom;
+    json_t *sum = json_pack(
+        "{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "params",
+        (int)plan->nparams, "matrices", matrices, "buckets", (int)plan->nbuckets, "total_cost",
+        m->total_cost, "max_task_cost", m->max_task_cost, "mean_gpu_load", mean_gpu, "dp_imbalance",
+        m->dp_imbalance, "tp_imbalance", m->tp_imbalance, "tp_makespan", m->tp_makespan,
+        "lower_bound", m->lower_bound, "makespan_over_lower_bound",
+        m->lower_bound > 0 ? m->tp_makespan / m->lower_bound : 0.0, "predicted_step_s",
+        m->predicted_step_s);
+    if (put(rep, "summary", sum) || add_ranks(rep, plan) ||
+        add_busiest(rep, plan, top_n > 0 ? top_n : 0) || add_dominating(rep, plan))
+        goto oom;
+    *report_out = rep;
+    return CZ_OK;
+oom:
+    json_decref(rep);
+    return cz_error_set(err, CZ_ENOMEM, "inspect: out of memory");
+}

@@ -1,0 +1,179 @@
+/*
+ * Plan metrics: per-rank DP loads, per-GPU optimizer work and state memory under the TP
+ * schedule, makespans, imbalances and the lower bound (semantics in cz_types.h).
+ *
+ * Under the even baseline parameters are fragmented: a DP rank is charged the full cost of every
+ * matrix its range touches (it must gather and update it) and the share of each elementwise
+ * parameter proportional to the elements of it in its range. Under every other strategy a DP rank
+ * is charged what it owns. Elementwise work and state are spread evenly over the TP ranks.
+ *
+ * lower_bound = max(total / GPUs, largest task) bounds every plan that keeps parameters whole.
+ * The even baseline splits elementwise parameters across DP ranks, so its makespan can fall
+ * below the largest elementwise task; only total / GPUs bounds it.
+ */
+#include "cz_types.h"
+
+#include <stdlib.h>
+
+static double ratio_max_mean(const double *v, size_t n)
+{
+    double max = 0.0, sum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        sum += v[i];
+        if (v[i] > max)
+            max = v[i];
+    }
+    return (n > 0 && sum > 0.0) ? max / (sum / (double)n) : 1.0;
+}
+
+/* Fraction of parameter p's local shard that lies in DP rank r's range: 1 or 0 for an owned
+ * parameter, the overlap share under the even baseline. */
+static double share_of(const cz_plan *plan, const cz_plan_param *p, int r)
+{
+    if (plan->settings.dp != CZ_DP_EVEN)
+        return p->dp_owner == r ? 1.0 : 0.0;
+    if (p->bucket < 0 || (size_t)p->bucket >= plan->nbuckets || p->numel <= 0)
+        return 0.0;
+    const int64_t *rg = plan->buckets[p->bucket].ranges;
+    int64_t lo = p->offset > rg[2 * r] ? p->offset : rg[2 * r];
+    int64_t end = p->offset + p->numel;
+    int64_t hi = end < rg[2 * r + 1] ? end : rg[2 * r + 1];
+    return hi > lo ? (double)(hi - lo) / (double)p->numel : 0.0;
+}
+
+static cz_param_def def_of(const cz_plan_param *p)
+{
+    cz_param_def d;
+    d.name = p->name;
+    d.ndim = p->ndim;
+    d.shape[0] = p->shape[0];
+    d.shape[1] = p->shape[1];
+    d.tp_dim = p->tp_dim;
+    d.kind = p->kind;
+    d.block_dim = p->block_dim;
+    d.nblocks = p->nblocks;
+    d.block_sizes = p->block_sizes;
+    d.layer = p->layer;
+    return d;
+}
+
+int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
+{
+    int rc = CZ_OK;
+    int dp = plan->dp, tp = plan->tp, pp = plan->pp;
+    size_t nranks = (size_t)dp * (size_t)pp, ngpus = nranks * (size_t)tp;
+    cz_plan_metrics *m = &plan->metrics;
+    double *seconds = NULL, *state = NULL, *ew_seconds = NULL;
+    cz_plan_metrics_free(m);
+    m->dp_load = calloc(nranks, sizeof *m->dp_load);
+    m->rank_makespan = calloc(nranks, sizeof *m->rank_makespan);
+    m->gpu_load = calloc(ngpus, sizeof *m->gpu_load);
+    m->memory = calloc(ngpus, sizeof *m->memory);
+    seconds = calloc(plan->nparams + 1, sizeof *seconds);
+    state = calloc(plan->nparams + 1, sizeof *state);
+    ew_seconds = calloc(nranks, sizeof *ew_seconds);
+    if (!m->dp_load || !m->rank_makespan || !m->gpu_load || !m->memory || !seconds || !state ||
+        !ew_seconds) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory computing plan metrics");
+        goto done;
+    }
+    m->total_cost = 0.0;
+    m->max_task_cost = 0.0;
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        cz_param_def d = def_of(p);
+        seconds[i] = c ? cz_cost_param_seconds(&d, &plan->settings, c, plan->dtype) : 0.0;
+        state[i] = cz_state_bytes(&d, &plan->settings, tp);
+        m->total_cost += p->cost;
+        double task = p->kind == CZ_KIND_MATRIX ? p->cost : p->cost / tp;
+        if (task > m->max_task_cost)
+            m->max_task_cost = task;
+        if (p->stage < 0 || p->stage >= pp)
+            continue;
+        for (int r = 0; r < dp; r++) {
+            double share = share_of(plan, p, r);
+            if (share <= 0.0)
+                continue;
+            size_t rank = (size_t)p->stage * dp + r;
+            if (p->kind == CZ_KIND_MATRIX) {
+                m->dp_load[rank] += p->cost;
+                continue;
+            }
+            m->dp_load[rank] += share * p->cost;
+            m->rank_makespan[rank] += share * p->cost / tp;
+            ew_seconds[rank] += share * seconds[i] / tp;
+            for (int t = 0; t < tp; t++) {
+                m->gpu_load[rank * tp + t] += share * p->cost / tp;
+                m->memory[rank * tp + t] += share * state[i];
+            }
+        }
+    }
+    double step = 0.0;
+    for (size_t k = 0; k < plan->nschedules; k++) {
+        const cz_rank_schedule *rs = &plan->schedules[k];
+        if (rs->stage < 0 || rs->stage >= pp || rs->dp_rank < 0 || rs->dp_rank >= dp)
+            continue;
+        size_t rank = (size_t)rs->stage * dp + rs->dp_rank;
+        double rank_s = ew_seconds[rank];
+        for (int g = 0; g < rs->ngroups; g++) {
+            const cz_plan_group *grp = &rs->groups[g];
+            bool all = plan->settings.tp == CZ_TP_SC || grp->nslots == 1;
+            double max = 0.0, max_s = 0.0;
+            double *slot_s = calloc((size_t)(grp->nslots > 0 ? grp->nslots : 1), sizeof *slot_s);
+            if (!slot_s) {
+                rc = cz_error_set(err, CZ_ENOMEM, "out of memory computing plan metrics");
+                goto done;
+            }
+            for (int s = 0; s < grp->nslots; s++)
+                if (grp->load[s] > max)
+                    max = grp->load[s];
+            for (int k2 = 0; k2 < grp->ntasks; k2++) {
+                int id = grp->task_param[k2], s = grp->task_slot[k2];
+                if (id < 0 || (size_t)id >= plan->nparams || s < 0 || s >= grp->nslots)
+                    continue;
+                slot_s[s] += seconds[id];
+                /* Under sc (and with one TP rank) every TP rank updates the task. */
+                for (int t = 0; t < tp; t++) {
+                    if (!all && t != s)
+                        continue;
+                    m->gpu_load[rank * tp + t] += plan->params[id].cost;
+                    m->memory[rank * tp + t] += state[id];
+                }
+            }
+            for (int s = 0; s < grp->nslots; s++)
+                if (slot_s[s] > max_s)
+                    max_s = slot_s[s];
+            free(slot_s);
+            m->rank_makespan[rank] += max;
+            rank_s += max_s;
+        }
+        if (rank_s > step)
+            step = rank_s;
+    }
+    /* Ranks without any schedule entry still run their elementwise work. */
+    for (size_t rank = 0; rank < nranks; rank++)
+        if (ew_seconds[rank] > step)
+            step = ew_seconds[rank];
+    m->predicted_step_s = step;
+    m->tp_makespan = 0.0;
+    for (size_t rank = 0; rank < nranks; rank++)
+        if (m->rank_makespan[rank] > m->tp_makespan)
+            m->tp_makespan = m->rank_makespan[rank];
+    m->dp_imbalance = 1.0;
+    for (int stage = 0; stage < pp; stage++) {
+        double r = ratio_max_mean(m->dp_load + (size_t)stage * dp, (size_t)dp);
+        if (stage == 0 || r > m->dp_imbalance)
+            m->dp_imbalance = r;
+    }
+    m->tp_imbalance = ratio_max_mean(m->gpu_load, ngpus);
+    m->lower_bound = m->total_cost / (double)(ngpus > 0 ? ngpus : 1);
+    if (m->max_task_cost > m->lower_bound)
+        m->lower_bound = m->max_task_cost;
+done:
+    free(seconds);
+    free(state);
+    free(ew_seconds);
+    if (rc != CZ_OK)
+        cz_plan_metrics_free(m);
+    return rc;
+}

@@ -1,0 +1,357 @@
+/*
+ * Plan comparison: what changes between two plans of the same model and cluster shape (two
+ * strategies, two settings, two planner versions): settings, balance metrics, per-rank loads,
+ * and which parameters moved to another DP rank, micro-group or TP host. Plans of different
+ * models or topologies are refused unless forced, because their ranks and parameter ids do
+ * not correspond; forced, parameters are matched by name.
+ */
+#include "cz_types.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *str_or(const char *s)
+{
+    return s ? s : "?";
+}
+
+static int put(json_t *obj, const char *key, json_t *v)
+{
+    return v ? json_object_set_new(obj, key, v) : -1;
+}
+
+static int push(json_t *arr, json_t *v)
+{
+    return v ? json_array_append_new(arr, v) : -1;
+}
+
+/* JSON cannot hold NaN or infinities; a plan's figures are finite, this guards odd input. */
+static json_t *num(double x)
+{
+    return isfinite(x) ? json_real(x) : json_null();
+}
+
+static json_t *side_json(const cz_plan *p)
+{
+    return json_pack("{s:s, s:s, s:s, s:s, s:{s:i, s:i, s:i}}", "model", str_or(p->model_name),
+                     "model_sha256", str_or(p->model_sha256), "cluster", str_or(p->cluster_name),
+                     "cluster_sha256", str_or(p->cluster_sha256), "topology", "dp", p->dp, "tp",
+                     p->tp, "pp", p->pp);
+}
+
+/* The settings as a flat object, so that the two plans' values compare key by key. */
+static json_t *settings_flat(const cz_plan *p)
+{
+    const cz_settings *s = &p->settings;
+    return json_pack("{s:s, s:s, s:s, s:f, s:b, s:s, s:s, s:f, s:f, s:s, s:f, s:I, s:i, s:i, "
+                     "s:i, s:b, s:I, s:I}",
+                     "optimizer", str_or(cz_optimizer_name(s->optimizer)), "unit",
+                     str_or(cz_unit_name(s->unit)), "dp", str_or(cz_dp_strategy_name(s->dp)),
+                     "alpha", s->alpha, "alpha_numel_loads", s->alpha_numel_loads != 0,
+                     "layerwise_order", str_or(cz_layerwise_order_name(s->layerwise_order)), "tp",
+                     str_or(cz_tp_strategy_name(s->tp)), "capacity", s->capacity, "capacity_used",
+                     p->capacity_used, "solver", str_or(cz_solver_name(s->solver)), "time_limit_s",
+                     s->time_limit_s, "seed", (json_int_t)s->seed, "ns_steps", s->ns_steps,
+                     "max_precond_dim", s->max_precond_dim, "precondition_frequency",
+                     s->precondition_frequency, "dp_fell_back", p->dp_fell_back != 0, "bucket_size",
+                     (json_int_t)p->bucket_size, "bucket_align", (json_int_t)p->bucket_align);
+}
+
+static int add_settings(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)
+{
+    json_t *sa = settings_flat(a), *sb = settings_flat(b), *list = json_array();
+    int rc = -1;
+    if (!sa || !sb || put(rep, "settings", list))
+        goto done;
+    const char *key;
+    json_t *va;
+    json_object_foreach(sa, key, va) /* jansson keeps insertion order: deterministic */
+    {
+        json_t *vb = json_object_get(sb, key);
+        if (json_equal(va, vb))
+            continue;
+        (*ndiff)++;
+        if (push(list, json_pack("{s:s, s:O, s:O}", "key", key, "a", va, "b", vb)))
+            goto done;
+    }
+    rc = 0;
+done:
+    json_decref(sa);
+    json_decref(sb);
+    return rc;
+}
+
+static int add_inputs(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)
+{
+    const struct {
+        const char *key, *va, *vb;
+    } f[] = {{"model", a->model_name, b->model_name},
+             {"model_sha256", a->model_sha256, b->model_sha256},
+             {"cluster", a->cluster_name, b->cluster_name},
+             {"cluster_sha256", a->cluster_sha256, b->cluster_sha256}};
+    json_t *list = json_array();
+    if (put(rep, "inputs", list))
+        return -1;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (!strcmp(str_or(f[i].va), str_or(f[i].vb)))
+            continue;
+        (*ndiff)++;
+        if (push(list, json_pack("{s:s, s:s, s:s}", "key", f[i].key, "a", str_or(f[i].va), "b",
+                                 str_or(f[i].vb))))
+            return -1;
+    }
+    return 0;
+}
+
+static double ratio(const cz_plan *p)
+{
+    return p->metrics.lower_bound > 0 ? p->metrics.tp_makespan / p->metrics.lower_bound : 0.0;
+}
+
+static int add_metrics(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)
+{
+    const struct {
+        const char *name;
+        double va, vb;
+    } f[] = {
+        {"dp_imbalance", a->metrics.dp_imbalance, b->metrics.dp_imbalance},
+        {"tp_imbalance", a->metrics.tp_imbalance, b->metrics.tp_imbalance},
+        {"tp_makespan", a->metrics.tp_makespan, b->metrics.tp_makespan},
+        {"lower_bound", a->metrics.lower_bound, b->metrics.lower_bound},
+        {"makespan_over_lower_bound", ratio(a), ratio(b)},
+        {"total_cost", a->metrics.total_cost, b->metrics.total_cost},
+        {"predicted_step_s", a->metrics.predicted_step_s, b->metrics.predicted_step_s},
+    };
+    json_t *list = json_array();
+    if (put(rep, "metrics", list))
+        return -1;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        double d = f[i].vb - f[i].va;
+        if (d != 0.0)
+            (*ndiff)++;
+        json_t *o = json_pack("{s:s}", "name", f[i].name);
+        if (!o || push(list, o) || put(o, "a", num(f[i].va)) || put(o, "b", num(f[i].vb)) ||
+            put(o, "delta", num(d)) ||
+            put(o, "relative", f[i].va != 0.0 ? num(d / f[i].va) : json_null()))
+            return -1;
+    }
+    return 0;
+}
+
+static double arr(const double *v, size_t i)
+{
+    return v ? v[i] : 0.0;
+}
+
+static int add_ranks(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)
+{
+    if (a->dp != b->dp || a->pp != b->pp)
+        return put(rep, "ranks", json_null());
+    json_t *list = json_array();
+    if (put(rep, "ranks", list))
+        return -1;
+    for (int s = 0; s < a->pp; s++)
+        for (int r = 0; r < a->dp; r++) {
+            size_t k = (size_t)(s * a->dp + r);
+            double la = arr(a->metrics.dp_load, k), lb = arr(b->metrics.dp_load, k);
+            double ma = arr(a->metrics.rank_makespan, k), mb = arr(b->metrics.rank_makespan, k);
+            if (la != lb || ma != mb)
+                (*ndiff)++;
+            json_t *o = json_pack("{s:i, s:i}", "stage", s, "dp_rank", r);
+            if (!o || push(list, o) || put(o, "dp_load_a", num(la)) ||
+                put(o, "dp_load_b", num(lb)) || put(o, "dp_load_delta", num(lb - la)) ||
+                put(o, "makespan_a", num(ma)) || put(o, "makespan_b", num(mb)) ||
+                put(o, "makespan_delta", num(mb - ma)))
+                return -1;
+        }
+    return 0;
+}
+
+/* Number of buckets whose layout or DP ranges differ (all of them when the counts differ). */
+static int add_buckets(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)
+{
+    int changed = 0;
+    if (a->nbuckets != b->nbuckets || a->dp != b->dp) {
+        changed = (int)(a->nbuckets > b->nbuckets ? a->nbuckets : b->nbuckets);
+    } else {
+        for (size_t i = 0; i < a->nbuckets; i++) {
+            const cz_plan_bucket *x = &a->buckets[i], *y = &b->buckets[i];
+            int same = x->stage == y->stage && x->offset == y->offset && x->size == y->size &&
+                       x->ranges && y->ranges &&
+                       !memcmp(x->ranges, y->ranges, 2 * (size_t)a->dp * sizeof *x->ranges);
+            changed += !same;
+        }
+    }
+    *ndiff += changed;
+    return put(rep, "buckets",
+               json_pack("{s:i, s:i, s:i}", "a", (int)a->nbuckets, "b", (int)b->nbuckets, "changed",
+                         changed));
+}
+
+/* Where each parameter is scheduled: group index and slot (TP host) of its first occurrence. */
+static int locate(const cz_plan *p, int **grp, int **slot)
+{
+    size_t n = p->nparams ? p->nparams : 1;
+    *grp = malloc(n * sizeof **grp);
+    *slot = malloc(n * sizeof **slot);
+    if (!*grp || !*slot)
+        return -1;
+    for (size_t i = 0; i < p->nparams; i++)
+        (*grp)[i] = (*slot)[i] = -1;
+    for (size_t k = 0; k < p->nschedules; k++)
+        for (int g = 0; g < p->schedules[k].ngroups; g++) {
+            const cz_plan_group *gr = &p->schedules[k].groups[g];
+            for (int t = 0; t < gr->ntasks; t++) {
+                int id = gr->task_param[t];
+                if (id >= 0 && (size_t)id < p->nparams && (*grp)[id] < 0)
+                    (*grp)[id] = g, (*slot)[id] = gr->task_slot[t];
+            }
+        }
+    return 0;
+}
+
+/* B's parameters sorted by name, for matching A's by name without a global sort context. */
+typedef struct {
+    const char *name;
+    int index;
+} named;
+
+static int by_name(const void *x, const void *y)
+{
+    const named *a = x, *b = y;
+    int c = strcmp(a->name, b->name);
+    return c ? c : (a->index > b->index) - (a->index < b->index);
+}
+
+/* Index in b of the parameter matching a's parameter i, or -1. */
+static int match(const cz_plan *a, const cz_plan *b, size_t i, const named *b_sorted, int by_id)
+{
+    if (by_id)
+        return i < b->nparams ? (int)i : -1;
+    const char *name = str_or(a->params[i].name);
+    size_t lo = 0, hi = b->nparams;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (strcmp(b_sorted[mid].name, name) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < b->nparams && !strcmp(b_sorted[lo].name, name) ? b_sorted[lo].index : -1;
+}
+
+static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, int by_id, int limit,
+                      int *ndiff)
+{
+    int rc = -1;
+    int *ga = NULL, *sa = NULL, *gb = NULL, *sb = NULL, *hit = NULL;
+    named *b_sorted = NULL;
+    size_t nb = b->nparams ? b->nparams : 1;
+    b_sorted = malloc(nb * sizeof *b_sorted);
+    hit = calloc(nb, sizeof *hit);
+    if (!b_sorted || !hit || locate(a, &ga, &sa) || locate(b, &gb, &sb))
+        goto done;
+    for (size_t j = 0; j < b->nparams; j++)
+        b_sorted[j] = (named){str_or(b->params[j].name), (int)j};
+    qsort(b_sorted, b->nparams, sizeof *b_sorted, by_name);
+
+    json_t *moved = json_object(), *list = json_array(), *only_a = json_array(),
+           *only_b = json_array();
+    if (put(rep, "moved", moved) || put(moved, "list", list) || put(rep, "only_in_a", only_a) ||
+        put(rep, "only_in_b", only_b))
+        goto done;
+    int n_owner = 0, n_host = 0, n_group = 0, n_any = 0, n_cost = 0, n_matched = 0;
+    int listed_a = 0;
+    for (size_t i = 0; i < a->nparams; i++) {
+        const cz_plan_param *x = &a->params[i];
+        int j = match(a, b, i, b_sorted, by_id);
+        if (j < 0) {
+            (*ndiff)++;
+            if ((limit < 0 || listed_a++ < limit) && push(only_a, json_string(str_or(x->name))))
+                goto done;
+            continue;
+        }
+        hit[j] = 1;
+        n_matched++;
+        const cz_plan_param *y = &b->params[j];
+        int owner = x->dp_owner != y->dp_owner, group = ga[i] != gb[j], host = sa[i] != sb[j];
+        n_owner += owner, n_group += group, n_host += host;
+        n_cost += x->cost != y->cost;
+        if (!(owner || group || host))
+            continue;
+        if (limit >= 0 && n_any >= limit) {
+            n_any++;
+            continue;
+        }
+        n_any++;
+        if (push(list, json_pack("{s:i, s:i, s:s, s:[i,i], s:[i,i], s:[i,i], s:f, s:f}", "id_a",
+                                 (int)i, "id_b", j, "name", str_or(x->name), "dp_owner",
+                                 x->dp_owner, y->dp_owner, "group", ga[i], gb[j], "tp_host", sa[i],
+                                 sb[j], "cost_a", x->cost, "cost_b", y->cost)))
+            goto done;
+    }
+    int listed_b = 0, n_only_b = 0;
+    for (size_t j = 0; j < b->nparams; j++) {
+        if (hit[j])
+            continue;
+        n_only_b++;
+        (*ndiff)++;
+        if ((limit < 0 || listed_b++ < limit) &&
+            push(only_b, json_string(str_or(b->params[j].name))))
+            goto done;
+    }
+    *ndiff += n_any + n_cost;
+    if (put(moved, "matched", json_integer(n_matched)) || put(moved, "any", json_integer(n_any)) ||
+        put(moved, "dp_owner", json_integer(n_owner)) ||
+        put(moved, "group", json_integer(n_group)) || put(moved, "tp_host", json_integer(n_host)) ||
+        put(moved, "cost_changed", json_integer(n_cost)) ||
+        put(rep, "only_in_a_count", json_integer((json_int_t)a->nparams - n_matched)) ||
+        put(rep, "only_in_b_count", json_integer(n_only_b)))
+        goto done;
+    rc = 0;
+done:
+    free(ga);
+    free(sa);
+    free(gb);
+    free(sb);
+    free(b_sorted);
+    free(hit);
+    return rc;
+}
+
+int cz_plan_diff(const cz_plan *a, const cz_plan *b, int force, int limit, json_t **report_out,
+                 cz_error *err)
+{
+    *report_out = NULL;
+    if (!a || !b)
+        return cz_error_set(err, CZ_EINVALID, "diff: two plans are required");
+    int same_model = !strcmp(str_or(a->model_sha256), str_or(b->model_sha256));
+    int same_topo = a->dp == b->dp && a->tp == b->tp && a->pp == b->pp;
+    if (!force && !same_model)
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "the plans are for different models: A is '%s' (sha256 %s), B is '%s' "
+                            "(sha256 %s); use --force to compare parameters by name",
+                            str_or(a->model_name), str_or(a->model_sha256), str_or(b->model_name),
+                            str_or(b->model_sha256));
+    if (!force && !same_topo)
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "the plans have different topologies: A is dp=%d tp=%d pp=%d, B is "
+                            "dp=%d tp=%d pp=%d; use --force to compare anyway",
+                            a->dp, a->tp, a->pp, b->dp, b->tp, b->pp);
+    int by_id = same_model && a->nparams == b->nparams;
+    int ndiff = 0;
+    json_t *rep = json_object();
+    if (!rep || put(rep, "a", side_json(a)) || put(rep, "b", side_json(b)) ||
+        put(rep, "matched_by", json_string(by_id ? "id" : "name")) ||
+        add_inputs(rep, a, b, &ndiff) || add_settings(rep, a, b, &ndiff) ||
+        add_metrics(rep, a, b, &ndiff) || add_ranks(rep, a, b, &ndiff) ||
+        add_buckets(rep, a, b, &ndiff) || add_params(rep, a, b, by_id, limit, &ndiff) ||
+        put(rep, "identical", json_boolean(ndiff == 0))) {
+        json_decref(rep);
+        return cz_error_set(err, CZ_ENOMEM, "diff: out of memory");
+    }
+    *report_out = rep;
+    return CZ_OK;
+}

@@ -1,0 +1,354 @@
+/*
+ * Plan construction: settings validation, the plan's parameter table (local shapes, TP
+ * divisibility, pipeline stages, costs) and the pipeline buckets -> DP partition -> TP
+ * micro-groups -> metrics.
+ */
+#include "cz_types.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *or_unknown(const char *s)
+{
+    return s ? s : "(in memory)";
+}
+
+static int settings_check(const cz_settings *s, cz_error *err)
+{
+    if (!s)
+        return cz_error_set(err, CZ_EINVALID, "no planning settings given");
+    if (s->version != CZ_SETTINGS_VERSION)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "settings version %d is not supported (expected %d); initialize "
+                            "settings with cz_settings_init()",
+                            s->version, CZ_SETTINGS_VERSION);
+    if (!cz_optimizer_name(s->optimizer))
+        return cz_error_set(err, CZ_EINVALID,
+                            "optimizer %d is unknown; use muon, soap, shampoo or adamw",
+                            (int)s->optimizer);
+    if (!cz_unit_name(s->unit))
+        return cz_error_set(err, CZ_EINVALID, "cost unit %d is unknown; use numel, flops or time",
+                            (int)s->unit);
+    if (!cz_dp_strategy_name(s->dp))
+        return cz_error_set(err, CZ_EINVALID,
+                            "DP strategy %d is unknown; use even, anchored, layerwise, alpha or "
+                            "tpaware",
+                            (int)s->dp);
+    if (!cz_tp_strategy_name(s->tp))
+        return cz_error_set(err, CZ_EINVALID,
+                            "TP strategy %d is unknown; use sc, none, single, slot or rollback",
+                            (int)s->tp);
+    if (!cz_layerwise_order_name(s->layerwise_order))
+        return cz_error_set(err, CZ_EINVALID, "layerwise order %d is unknown; use pingpong or lpt",
+                            (int)s->layerwise_order);
+    if (!cz_solver_name(s->solver))
+        return cz_error_set(err, CZ_EINVALID, "solver %d is unknown; use greedy or ilp",
+                            (int)s->solver);
+    if (!(s->alpha >= 0.0 && s->alpha <= 1.0))
+        return cz_error_set(err, CZ_EINVALID, "alpha must lie in [0, 1], got %g", s->alpha);
+    if (s->alpha_numel_loads != 0 && s->alpha_numel_loads != 1)
+        return cz_error_set(err, CZ_EINVALID, "alpha_numel_loads must be 0 or 1, got %d",
+                            s->alpha_numel_loads);
+    if (!(s->capacity >= 0.0) || isinf(s->capacity))
+        return cz_error_set(err, CZ_EINVALID,
+                            "capacity must be a finite number >= 0 (0 = automatic), got %g",
+                            s->capacity);
+    if (!(s->time_limit_s > 0.0))
+        return cz_error_set(err, CZ_EINVALID, "time limit must be > 0 seconds, got %g",
+                            s->time_limit_s);
+    if (s->ns_steps < 1)
+        return cz_error_set(err, CZ_EINVALID, "Newton-Schulz steps must be >= 1, got %d",
+                            s->ns_steps);
+    if (s->max_precond_dim < 1)
+        return cz_error_set(err, CZ_EINVALID, "max_precond_dim must be >= 1, got %d",
+                            s->max_precond_dim);
+    if (s->precondition_frequency < 1)
+        return cz_error_set(err, CZ_EINVALID, "precondition_frequency must be >= 1, got %d",
+                            s->precondition_frequency);
+    return CZ_OK;
+}
+
+static int cluster_check(const cz_cluster *c, cz_error *err)
+{
+    if (c->dp < 1 || c->tp < 1 || c->pp < 1)
+        return cz_error_set(err, CZ_EINVALID, "%s: dp, tp and pp must be >= 1, got %d, %d, %d",
+                            or_unknown(c->source), c->dp, c->tp, c->pp);
+    if (c->bucket_size < 0 || c->bucket_align < 0)
+        return cz_error_set(
+            err, CZ_EINVALID, "%s: bucket size and align must be >= 0, got %lld and %lld",
+            or_unknown(c->source), (long long)c->bucket_size, (long long)c->bucket_align);
+    /* Seconds are the time unit and the predicted step time: both need the device's rates. */
+    if (!(c->device.matmul_tflops > 0.0) || !(c->device.mem_gbps > 0.0))
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: $.device.matmul_tflops and $.device.mem_gbps must be > 0, got %g "
+                            "and %g",
+                            or_unknown(c->source), c->device.matmul_tflops, c->device.mem_gbps);
+    return CZ_OK;
+}
+
+/* Layer l's pipeline stage: layers split contiguously and as evenly as possible, the first
+ * (nlayers % pp) stages taking one extra layer. */
+static int stage_of_layer(int layer, int nlayers, int pp)
+{
+    int base = nlayers / pp, extra = nlayers % pp;
+    int big = extra * (base + 1);
+    if (layer < big)
+        return layer / (base + 1);
+    return extra + (layer - big) / base;
+}
+
+static int param_copy(cz_plan_param *pp, const cz_param_def *d, int id, const cz_model *m,
+                      const cz_cluster *c, const cz_settings *s, cz_error *err)
+{
+    pp->id = id;
+    pp->name = cz_strdup(d->name ? d->name : "");
+    if (!pp->name)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory copying parameter names");
+    pp->ndim = d->ndim;
+    pp->shape[0] = d->shape[0];
+    pp->shape[1] = d->ndim == 1 ? 1 : d->shape[1];
+    pp->tp_dim = d->tp_dim;
+    /* Under AdamW every parameter, 2-D ones too, is elementwise work. */
+    pp->kind = s->optimizer == CZ_OPTIM_ADAMW ? CZ_KIND_ELEMENTWISE : d->kind;
+    pp->layer = d->layer;
+    pp->block_dim = d->block_dim;
+    pp->nblocks = d->nblocks > 0 ? d->nblocks : 0;
+    pp->dp_owner = -1;
+    pp->bucket = -1;
+    const char *mfile = or_unknown(m->source), *cfile = or_unknown(c->source);
+    if (pp->shape[0] < 1 || pp->shape[1] < 1)
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: parameter '%s' ($.params expanded index %d) has an empty shape "
+                            "[%lld, %lld]",
+                            mfile, pp->name, id, (long long)pp->shape[0], (long long)pp->shape[1]);
+    if (pp->tp_dim < -1 || pp->tp_dim > 1 || (pp->tp_dim == 1 && pp->ndim == 1))
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: parameter '%s' has tp_dim %d; expected null, 0 or (for 2-D) 1",
+                            mfile, pp->name, pp->tp_dim);
+    pp->local_shape[0] = pp->shape[0];
+    pp->local_shape[1] = pp->shape[1];
+    if (pp->tp_dim >= 0) {
+        int64_t size = pp->shape[pp->tp_dim];
+        if (size % c->tp != 0)
+            return cz_error_set(err, CZ_EINVALID,
+                                "%s: parameter '%s' splits dimension %d (size %lld) across tp = "
+                                "%d of %s, which does not divide it; change tp_dim or tp",
+                                mfile, pp->name, pp->tp_dim, (long long)size, c->tp, cfile);
+        pp->local_shape[pp->tp_dim] = size / c->tp;
+    }
+    if (pp->nblocks > 0) {
+        if (!d->block_sizes || (d->block_dim != 0 && d->block_dim != 1))
+            return cz_error_set(err, CZ_EINVALID,
+                                "%s: parameter '%s' has %d blocks but no valid block dim", mfile,
+                                pp->name, pp->nblocks);
+        pp->block_sizes = malloc((size_t)pp->nblocks * sizeof *pp->block_sizes);
+        if (!pp->block_sizes)
+            return cz_error_set(err, CZ_ENOMEM, "out of memory copying block sizes");
+        memcpy(pp->block_sizes, d->block_sizes, (size_t)pp->nblocks * sizeof *pp->block_sizes);
+        int64_t sum = 0;
+        for (int b = 0; b < pp->nblocks; b++) {
+            if (pp->block_sizes[b] < 1)
+                return cz_error_set(err, CZ_EINVALID,
+                                    "%s: parameter '%s' block %d has size %lld; expected >= 1",
+                                    mfile, pp->name, b, (long long)pp->block_sizes[b]);
+            sum += pp->block_sizes[b];
+            if (pp->block_dim == pp->tp_dim && pp->block_sizes[b] % c->tp != 0)
+                return cz_error_set(err, CZ_EINVALID,
+                                    "%s: parameter '%s' block %d (size %lld along dimension %d, "
+                                    "the TP split dimension) is not divisible by tp = %d of %s; "
+                                    "every TP rank must hold an equal part of each block",
+                                    mfile, pp->name, b, (long long)pp->block_sizes[b],
+                                    pp->block_dim, c->tp, cfile);
+        }
+        if (sum != pp->shape[pp->block_dim])
+            return cz_error_set(err, CZ_EINVALID,
+                                "%s: parameter '%s' blocks sum to %lld but dimension %d has size "
+                                "%lld",
+                                mfile, pp->name, (long long)sum, pp->block_dim,
+                                (long long)pp->shape[pp->block_dim]);
+    } else {
+        pp->block_dim = -1;
+    }
+    pp->numel = pp->local_shape[0] * pp->local_shape[1];
+    pp->cost = cz_cost_param(d, s, c, m->dtype);
+    return CZ_OK;
+}
+
+static int stages_assign(cz_plan *plan, const cz_model *m, const cz_cluster *c, cz_error *err)
+{
+    size_t n = plan->nparams;
+    if (c->pp == 1) {
+        for (size_t i = 0; i < n; i++)
+            plan->params[i].stage = 0;
+        return CZ_OK;
+    }
+    if (c->pp > m->nlayers)
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s has pp = %d pipeline stages but model %s has only %d layers "
+                            "(repeat iterations); use pp <= %d",
+                            or_unknown(c->source), c->pp, or_unknown(m->source), m->nlayers,
+                            m->nlayers);
+    /* Parameters outside any layer follow the layer before them (the first stage when none). */
+    int cur = 0;
+    for (size_t i = 0; i < n; i++) {
+        cz_plan_param *p = &plan->params[i];
+        if (p->layer >= m->nlayers)
+            return cz_error_set(err, CZ_EINVALID,
+                                "%s: parameter '%s' comes from layer %d but the model has %d",
+                                or_unknown(m->source), p->name, p->layer, m->nlayers);
+        if (p->layer >= 0)
+            cur = stage_of_layer(p->layer, m->nlayers, c->pp);
+        p->stage = cur;
+    }
+    /* Parameters after the last layer (final norm, output layer) belong to the last stage. */
+    for (size_t i = n; i-- > 0;) {
+        if (plan->params[i].layer >= 0)
+            break;
+        plan->params[i].stage = c->pp - 1;
+    }
+    return CZ_OK;
+}
+
+int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz_settings *s,
+                 cz_error *err)
+{
+    int rc = CZ_OK;
+    cz_plan *plan = NULL;
+    *out = NULL;
+    if (!m || !c)
+        return cz_error_set(err, CZ_EINVALID, "a model and a cluster are needed to plan");
+    if ((rc = settings_check(s, err)) != CZ_OK || (rc = cluster_check(c, err)) != CZ_OK)
+        return rc;
+    plan = calloc(1, sizeof *plan);
+    if (!plan)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory allocating a plan");
+    plan->generator = cz_strdup("canzona");
+    plan->generator_version = cz_strdup(CZ_VERSION);
+    plan->model_name = cz_strdup(m->name ? m->name : "");
+    plan->model_sha256 = cz_strdup(m->sha256);
+    plan->cluster_name = cz_strdup(c->name ? c->name : "");
+    plan->cluster_sha256 = cz_strdup(c->sha256);
+    if (!plan->generator || !plan->generator_version || !plan->model_name || !plan->model_sha256 ||
+        !plan->cluster_name || !plan->cluster_sha256) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory filling the plan header");
+        goto fail;
+    }
+    plan->dtype = m->dtype;
+    plan->settings = *s;
+    plan->dp = c->dp;
+    plan->tp = c->tp;
+    plan->pp = c->pp;
+    plan->gpus_per_node = c->gpus_per_node;
+    if (c->bucket_size > 0) {
+        plan->bucket_size = c->bucket_size;
+    } else {
+        int64_t by_dp = (int64_t)1000000 * c->dp;
+        plan->bucket_size = by_dp > 40000000 ? by_dp : 40000000;
+    }
+    plan->bucket_align = c->bucket_align > 0 ? c->bucket_align : 64;
+    if (m->nparams == 0) {
+        rc = cz_error_set(err, CZ_EINVALID, "%s: the model has no parameters",
+                          or_unknown(m->source));
+        goto fail;
+    }
+    plan->params = calloc(m->nparams, sizeof *plan->params);
+    if (!plan->params) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory allocating %zu parameters", m->nparams);
+        goto fail;
+    }
+    plan->nparams = m->nparams;
+    for (size_t i = 0; i < m->nparams; i++)
+        if ((rc = param_copy(&plan->params[i], &m->params[i], (int)i, m, c, s, err)) != CZ_OK)
+            goto fail;
+    if ((rc = stages_assign(plan, m, c, err)) != CZ_OK)
+        goto fail;
+    *out = plan;
+    return CZ_OK;
+fail:
+    cz_plan_free(plan);
+    return rc;
+}
+
+/* Runs the whole pipeline (buckets, DP, TP, metrics) on an initialized plan. */
+static int plan_solve(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
+                      const cz_settings *settings, cz_error *err)
+{
+    int rc;
+    cz_plan *plan = NULL;
+    *out = NULL;
+    if ((rc = cz_plan_init(&plan, model, cluster, settings, err)) != CZ_OK)
+        goto fail;
+    if ((rc = cz_buckets_layout(plan, err)) != CZ_OK)
+        goto fail;
+    if ((rc = cz_dp_partition(plan, err)) != CZ_OK)
+        goto fail;
+    if ((rc = cz_tp_schedule_build(plan, err)) != CZ_OK)
+        goto fail;
+    if ((rc = cz_plan_metrics_compute(plan, cluster, err)) != CZ_OK)
+        goto fail;
+    *out = plan;
+    return CZ_OK;
+fail:
+    cz_plan_free(plan);
+    return rc;
+}
+
+/* True when plan b is strictly better than a: no worse DP balance, and better balance or a
+ * shorter makespan. The relative slack keeps rounding noise from deciding. */
+static bool plan_better(const cz_plan *b, const cz_plan *a)
+{
+    const double eps = 1e-12;
+    double bi = b->metrics.dp_imbalance, ai = a->metrics.dp_imbalance;
+    if (bi > ai * (1 + eps))
+        return false;
+    return bi < ai * (1 - eps) || b->metrics.tp_makespan < a->metrics.tp_makespan * (1 - eps);
+}
+
+int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
+                  const cz_settings *settings, cz_error *err)
+{
+    int rc;
+    cz_plan *plan = NULL, *numel = NULL;
+    struct timespec t0, t1;
+    if (!out)
+        return cz_error_set(err, CZ_EINVALID, "cz_plan_build: no output pointer given");
+    *out = NULL;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if ((rc = settings_check(settings, err)) != CZ_OK)
+        return rc;
+    if (settings->solver != CZ_SOLVER_GREEDY)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "solver '%s' is not available in this build of cz_plan_build; use "
+                            "the greedy solver",
+                            cz_solver_name(settings->solver));
+    if ((rc = plan_solve(&plan, model, cluster, settings, err)) != CZ_OK)
+        goto fail;
+    /* Alpha's cut placement is a greedy heuristic: with a few very large matrices, the cuts it
+     * derives from element counts can happen to balance the cost better than the cuts derived
+     * from the cost itself. Counting in the cost unit keeps whichever is better, the same way
+     * the reference keeps anchored when alpha loses, so it is never worse than element loads. */
+    if (settings->dp == CZ_DP_ALPHA && !settings->alpha_numel_loads) {
+        cz_settings alt = *settings;
+        alt.alpha_numel_loads = 1;
+        if ((rc = plan_solve(&numel, model, cluster, &alt, err)) != CZ_OK)
+            goto fail;
+        if (plan_better(numel, plan)) {
+            cz_plan_free(plan);
+            plan = numel;
+            numel = NULL;
+            plan->settings = *settings;
+            plan->dp_numel_cuts = 1;
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    plan->plan_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    cz_plan_free(numel);
+    *out = plan;
+    return CZ_OK;
+fail:
+    cz_plan_free(numel);
+    cz_plan_free(plan);
+    return rc;
+}

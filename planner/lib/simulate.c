@@ -1,0 +1,634 @@
+/*
+ * Event model of one optimizer step of a plan: alpha-beta collectives, one compute stream and
+ * one communication stream per GPU. The assumptions and formulas are written down in
+ * docs/SIMULATOR.md; keep the two in step.
+ */
+#include "cz_types.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+double cz_sim_collective_seconds(cz_coll_kind kind, int n, double bytes, double gbps,
+                                 double latency_us)
+{
+    if (n <= 1 || !(bytes > 0))
+        return 0.0;
+    if (!(gbps > 0))
+        return HUGE_VAL;
+    double lat = (latency_us > 0 ? latency_us : 0.0) * 1e-6;
+    double bw = gbps * 1e9;
+    switch (kind) {
+    case CZ_COLL_REDUCE_SCATTER:
+    case CZ_COLL_ALL_GATHER:
+        return (n - 1) * lat + (n - 1) * bytes / bw;
+    case CZ_COLL_ALL_REDUCE:
+        return 2.0 * (n - 1) * lat + 2.0 * (n - 1) / n * bytes / bw;
+    case CZ_COLL_ALL_TO_ALL:
+    case CZ_COLL_ROOTED_GROUP:
+        return (n - 1) * lat + bytes / bw;
+    }
+    return 0.0;
+}
+
+double cz_sim_uneven_seconds(const int64_t *len, int n, double elem_bytes, double gbps,
+                             double latency_us, cz_sim_uneven model)
+{
+    int64_t total = 0, most = 0, busiest = 0;
+    for (int d = 0; d < n; d++) {
+        total += len[d];
+        most = len[d] > most ? len[d] : most;
+    }
+    if (model == CZ_SIM_UNEVEN_PADDED)
+        return cz_sim_collective_seconds(CZ_COLL_REDUCE_SCATTER, n, (double)most * elem_bytes, gbps,
+                                         latency_us);
+    /* The ring link leaving rank d is idle only for d's own slice (the reduce toward d ends
+     * at d; the broadcast from d starts there), so it carries every other slice once. */
+    for (int d = 0; d < n; d++)
+        busiest = total - len[d] > busiest ? total - len[d] : busiest;
+    return cz_sim_collective_seconds(CZ_COLL_ROOTED_GROUP, n, (double)busiest * elem_bytes, gbps,
+                                     latency_us);
+}
+
+int cz_sim_group_spans_nodes(int first, int stride, int n, int gpus_per_node)
+{
+    if (gpus_per_node <= 0 || n <= 1)
+        return 0;
+    int node0 = first / gpus_per_node;
+    for (int i = 1; i < n; i++)
+        if ((first + i * stride) / gpus_per_node != node0)
+            return 1;
+    return 0;
+}
+
+void cz_sim_result_free(cz_sim_result *r)
+{
+    if (!r)
+        return;
+    free(r->gpu_busy);
+    free(r->tl_elementwise);
+    free(r->tl_gather);
+    free(r->tl_scatter);
+    free(r->tl_compute);
+    free(r);
+}
+
+/* What one DP rank's TP group runs after the gradients are synchronized. */
+typedef struct sim_prog {
+    int ngroups;
+    double *elem;    /* R: elementwise updates per TP rank */
+    double *gather;  /* ngroups: collective durations */
+    double *scatter; /* ngroups */
+    double *compute; /* ngroups * R */
+    double comm_s;   /* sum of the TP collective durations */
+} sim_prog;
+
+typedef struct sim_ctx {
+    const cz_plan *plan;
+    const cz_cluster *cluster; /* NULL: cost-proportional, free communication */
+    int R, D, P;
+    int pipelined;
+    double *sec;       /* per param: seconds (or cost) of its whole update across TP */
+    double elem_bytes; /* gradient and parameter bytes per element */
+    double lat_us;
+    int *bucket_index; /* per param: index into plan->buckets, -1 when none */
+    cz_sim_uneven uneven;
+} sim_ctx;
+
+static void prog_free(sim_prog *pg)
+{
+    free(pg->elem);
+    free(pg->gather);
+    free(pg->scatter);
+    free(pg->compute);
+    memset(pg, 0, sizeof *pg);
+}
+
+static int prog_alloc(sim_prog *pg, int ngroups, int R)
+{
+    memset(pg, 0, sizeof *pg);
+    pg->ngroups = ngroups;
+    size_t g = ngroups > 0 ? (size_t)ngroups : 1;
+    pg->elem = calloc((size_t)R, sizeof *pg->elem);
+    pg->gather = calloc(g, sizeof *pg->gather);
+    pg->scatter = calloc(g, sizeof *pg->scatter);
+    pg->compute = calloc(g * (size_t)R, sizeof *pg->compute);
+    if (!pg->elem || !pg->gather || !pg->scatter || !pg->compute) {
+        prog_free(pg);
+        return CZ_ENOMEM;
+    }
+    return CZ_OK;
+}
+
+static double tp_gbps(const sim_ctx *cx, int stage, int d)
+{
+    const cz_cluster *c = cx->cluster;
+    int first = (stage * cx->D + d) * cx->R;
+    return cz_sim_group_spans_nodes(first, 1, cx->R, c->gpus_per_node) ? c->links.inter_node_gbps
+                                                                       : c->links.intra_node_gbps;
+}
+
+static double dp_gbps(const sim_ctx *cx, int stage)
+{
+    const cz_cluster *c = cx->cluster;
+    for (int t = 0; t < cx->R; t++)
+        if (cz_sim_group_spans_nodes(stage * cx->D * cx->R + t, cx->R, cx->D, c->gpus_per_node))
+            return c->links.inter_node_gbps;
+    return c->links.intra_node_gbps;
+}
+
+static const cz_plan_bucket *param_bucket(const sim_ctx *cx, const cz_plan_param *p)
+{
+    int bi = cx->bucket_index[p->id];
+    return bi >= 0 ? &cx->plan->buckets[bi] : NULL;
+}
+
+/* Elements of param p's local shard that lie in DP rank d's range of its bucket. */
+static int64_t param_overlap(const sim_ctx *cx, const cz_plan_param *p, int d)
+{
+    const cz_plan_bucket *b = param_bucket(cx, p);
+    if (!b || !b->ranges)
+        return 0;
+    int64_t lo = b->ranges[2 * d], hi = b->ranges[2 * d + 1];
+    int64_t s = p->offset > lo ? p->offset : lo;
+    int64_t e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    return e > s ? e - s : 0;
+}
+
+static const cz_rank_schedule *find_schedule(const cz_plan *plan, int stage, int d)
+{
+    size_t i = (size_t)stage * (size_t)plan->dp + (size_t)d;
+    if (i < plan->nschedules && plan->schedules[i].stage == stage &&
+        plan->schedules[i].dp_rank == d)
+        return &plan->schedules[i];
+    for (i = 0; i < plan->nschedules; i++)
+        if (plan->schedules[i].stage == stage && plan->schedules[i].dp_rank == d)
+            return &plan->schedules[i];
+    return NULL;
+}
+
+/* Bytes one TP rank holds of param p (its local shard). */
+static double shard_bytes(const sim_ctx *cx, const cz_plan_param *p)
+{
+    return (double)p->numel * cx->elem_bytes;
+}
+
+/* Duration of a synchronous-compute gather: ring all-gather over TP of the split matrices'
+ * shards (replicated matrices are already whole on every TP rank). */
+static double sc_gather_seconds(const sim_ctx *cx, int stage, int d, double shard_sum)
+{
+    if (!cx->cluster)
+        return 0.0;
+    return cz_sim_collective_seconds(CZ_COLL_ALL_GATHER, cx->R, shard_sum, tp_gbps(cx, stage, d),
+                                     cx->lat_us);
+}
+
+/* Fills the elementwise work of DP rank d: owned local shards, or under even the part of each
+ * shard that lies in the rank's slice. */
+static void prog_elementwise(const sim_ctx *cx, sim_prog *pg, int stage, int d)
+{
+    const cz_plan *plan = cx->plan;
+    double e = 0.0;
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        if (p->kind != CZ_KIND_ELEMENTWISE || p->stage != stage)
+            continue;
+        double share = cx->sec[i] / cx->R;
+        if (plan->settings.dp == CZ_DP_EVEN) {
+            if (p->numel > 0)
+                e += share * (double)param_overlap(cx, p, d) / (double)p->numel;
+        } else if (p->dp_owner == d) {
+            e += share;
+        }
+    }
+    for (int t = 0; t < cx->R; t++)
+        pg->elem[t] = e;
+}
+
+/* The even (ZeRO-1) baseline: every matrix that touches the rank's slice is gathered over DP
+ * and updated whole, redundantly, on every TP rank (synchronous compute). One group. */
+static int prog_build_even(const sim_ctx *cx, sim_prog *pg, int stage, int d, double *frag_s)
+{
+    const cz_plan *plan = cx->plan;
+    int rc = prog_alloc(pg, 1, cx->R);
+    if (rc)
+        return rc;
+    prog_elementwise(cx, pg, stage, d);
+    double work = 0.0, shard_sum = 0.0, missing = 0.0;
+    int max_sharing = 1;
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        if (p->kind != CZ_KIND_MATRIX || p->stage != stage || p->numel <= 0)
+            continue;
+        int64_t mine = param_overlap(cx, p, d);
+        if (mine <= 0)
+            continue;
+        work += cx->sec[i];
+        if (p->tp_dim >= 0)
+            shard_sum += shard_bytes(cx, p);
+        if (mine < p->numel) {
+            int sharing = 0;
+            for (int r = 0; r < cx->D; r++)
+                sharing += param_overlap(cx, p, r) > 0;
+            if (sharing > max_sharing)
+                max_sharing = sharing;
+            missing += (double)(p->numel - mine) * cx->elem_bytes;
+        }
+    }
+    for (int t = 0; t < cx->R; t++)
+        pg->compute[t] = work;
+    pg->gather[0] = sc_gather_seconds(cx, stage, d, shard_sum);
+    pg->comm_s = pg->gather[0];
+    *frag_s = cx->cluster ? cz_sim_collective_seconds(CZ_COLL_ALL_TO_ALL, max_sharing, missing,
+                                                      dp_gbps(cx, stage), cx->lat_us)
+                          : 0.0;
+    return CZ_OK;
+}
+
+static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_error *err)
+{
+    const cz_plan *plan = cx->plan;
+    const cz_rank_schedule *rs = find_schedule(plan, stage, d);
+    int ngroups = rs ? rs->ngroups : 0;
+    int R = cx->R, rc = CZ_OK;
+    double *send = NULL, *recv = NULL;
+    if ((rc = prog_alloc(pg, ngroups, R)))
+        return cz_error_set(err, rc, "out of memory simulating DP rank %d", d);
+    prog_elementwise(cx, pg, stage, d);
+    send = calloc((size_t)R, sizeof *send);
+    recv = calloc((size_t)R, sizeof *recv);
+    if (!send || !recv) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating DP rank %d", d);
+        goto done;
+    }
+    double gbps = cx->cluster ? tp_gbps(cx, stage, d) : 0.0;
+    for (int g = 0; g < ngroups; g++) {
+        const cz_plan_group *grp = &rs->groups[g];
+        double *comp = &pg->compute[(size_t)g * (size_t)R];
+        double shard_sum = 0.0, work = 0.0;
+        for (int k = 0; k < grp->ntasks; k++) {
+            int id = grp->task_param[k];
+            int slot = grp->task_slot ? grp->task_slot[k] : 0;
+            if (id < 0 || (size_t)id >= plan->nparams || slot < 0 || slot >= R) {
+                rc = cz_error_set(err, CZ_EINVALID,
+                                  "tp_schedule of DP rank %d, group %d, task %d: param %d on "
+                                  "slot %d is out of range (%zu params, %d TP ranks)",
+                                  d, g, k, id, slot, plan->nparams, R);
+                goto done;
+            }
+            const cz_plan_param *p = &plan->params[id];
+            work += cx->sec[id];
+            if (!cx->pipelined) {
+                if (p->tp_dim >= 0)
+                    shard_sum += shard_bytes(cx, p);
+                continue;
+            }
+            comp[slot] += cx->sec[id];
+            /* Gather: every other TP rank sends its shard to the host; scatter reverses it. A
+             * replicated matrix is already whole on the host, which then sends the whole update
+             * to every other rank. */
+            double b = shard_bytes(cx, p);
+            for (int t = 0; t < R; t++) {
+                if (t == slot)
+                    continue;
+                if (p->tp_dim >= 0) {
+                    send[t] += b;
+                    recv[slot] += b;
+                }
+            }
+        }
+        if (!cx->pipelined) {
+            for (int t = 0; t < R; t++)
+                comp[t] = work;
+            pg->gather[g] = sc_gather_seconds(cx, stage, d, shard_sum);
+            pg->comm_s += pg->gather[g];
+            continue;
+        }
+        double worst = 0.0;
+        for (int t = 0; t < R; t++) {
+            worst = fmax(worst, fmax(send[t], recv[t]));
+            send[t] = recv[t] = 0.0;
+        }
+        pg->gather[g] =
+            cx->cluster ? cz_sim_collective_seconds(CZ_COLL_ALL_TO_ALL, R, worst, gbps, cx->lat_us)
+                        : 0.0;
+        for (int k = 0; k < grp->ntasks; k++) {
+            const cz_plan_param *p = &plan->params[grp->task_param[k]];
+            int slot = grp->task_slot ? grp->task_slot[k] : 0;
+            double b = shard_bytes(cx, p);
+            for (int t = 0; t < R; t++) {
+                if (t == slot)
+                    continue;
+                send[slot] += b;
+                recv[t] += b;
+            }
+        }
+        worst = 0.0;
+        for (int t = 0; t < R; t++) {
+            worst = fmax(worst, fmax(send[t], recv[t]));
+            send[t] = recv[t] = 0.0;
+        }
+        pg->scatter[g] =
+            cx->cluster ? cz_sim_collective_seconds(CZ_COLL_ALL_TO_ALL, R, worst, gbps, cx->lat_us)
+                        : 0.0;
+        pg->comm_s += pg->gather[g] + pg->scatter[g];
+    }
+done:
+    free(send);
+    free(recv);
+    if (rc)
+        prog_free(pg);
+    return rc;
+}
+
+/* Runs one TP group's program. finish and busy have R entries; the timeline arrays may be
+ * NULL. The pipelined comm stream issues G0, G1, S0, G2, S1, ..., S(n-1): the next group's
+ * gather is in flight while this group computes, and a scatter waits for every TP rank to
+ * finish the group's compute. */
+static void prog_run(const sim_prog *pg, int R, int pipelined, double *finish, double *busy,
+                     cz_sim_span *tl_gather, cz_sim_span *tl_scatter, cz_sim_span *tl_compute)
+{
+    int G = pg->ngroups;
+    double comm = 0.0, prev_end = 0.0;
+    for (int t = 0; t < R; t++) {
+        finish[t] = pg->elem[t];
+        busy[t] = pg->elem[t];
+    }
+    if (!pipelined) {
+        for (int g = 0; g < G; g++) {
+            double gs = 0.0;
+            for (int t = 0; t < R; t++)
+                gs = fmax(gs, finish[t]);
+            double ge = gs + pg->gather[g];
+            for (int t = 0; t < R; t++) {
+                double c = pg->compute[(size_t)g * R + t];
+                if (tl_compute)
+                    tl_compute[(size_t)g * R + t] = (cz_sim_span){ge, ge + c};
+                finish[t] = ge + c;
+                busy[t] += c;
+            }
+            if (tl_gather)
+                tl_gather[g] = (cz_sim_span){gs, ge};
+            if (tl_scatter)
+                tl_scatter[g] = (cz_sim_span){ge, ge};
+        }
+        return;
+    }
+    for (int g = 0; g <= G; g++) {
+        double group_end = 0.0;
+        if (g < G) {
+            double gs = comm, ge = gs + pg->gather[g];
+            comm = ge;
+            if (tl_gather)
+                tl_gather[g] = (cz_sim_span){gs, ge};
+            for (int t = 0; t < R; t++) {
+                double c = pg->compute[(size_t)g * R + t];
+                double cs = fmax(finish[t], ge);
+                if (tl_compute)
+                    tl_compute[(size_t)g * R + t] = (cz_sim_span){cs, cs + c};
+                finish[t] = cs + c;
+                busy[t] += c;
+                group_end = fmax(group_end, cs + c);
+            }
+        }
+        if (g >= 1) {
+            double ss = fmax(comm, prev_end), se = ss + pg->scatter[g - 1];
+            comm = se;
+            if (tl_scatter)
+                tl_scatter[g - 1] = (cz_sim_span){ss, se};
+        }
+        prev_end = group_end;
+    }
+    for (int t = 0; t < R; t++)
+        finish[t] = fmax(finish[t], comm);
+}
+
+/* Gradient and parameter synchronization over DP for one stage's buckets. */
+static void dp_sync_seconds(const sim_ctx *cx, int stage, double *grad_s, double *param_s,
+                            int64_t *owned)
+{
+    const cz_plan *plan = cx->plan;
+    *grad_s = *param_s = 0.0;
+    if (!cx->cluster || cx->D <= 1)
+        return;
+    double gbps = dp_gbps(cx, stage);
+    int layerwise = plan->settings.dp == CZ_DP_LAYERWISE;
+    for (size_t b = 0; b < plan->nbuckets; b++) {
+        const cz_plan_bucket *bk = &plan->buckets[b];
+        if (bk->stage != stage)
+            continue;
+        if (layerwise) {
+            /* Whole parameters per rank break the equal-slice geometry: gradients are
+             * all-reduced, and each rank's owned parameters are gathered (all-gatherv). */
+            memset(owned, 0, sizeof *owned * (size_t)cx->D);
+            for (size_t i = 0; i < plan->nparams; i++) {
+                const cz_plan_param *p = &plan->params[i];
+                if (cx->bucket_index[i] == (int)b && p->dp_owner >= 0 && p->dp_owner < cx->D)
+                    owned[p->dp_owner] += p->numel;
+            }
+            *grad_s += cz_sim_collective_seconds(
+                CZ_COLL_ALL_REDUCE, cx->D, (double)bk->size * cx->elem_bytes, gbps, cx->lat_us);
+            *param_s +=
+                cz_sim_uneven_seconds(owned, cx->D, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
+            continue;
+        }
+        for (int d = 0; d < cx->D; d++)
+            owned[d] = bk->ranges ? bk->ranges[2 * d + 1] - bk->ranges[2 * d] : 0;
+        double t =
+            cz_sim_uneven_seconds(owned, cx->D, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
+        *grad_s += t;
+        *param_s += t;
+    }
+}
+
+static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
+                    const cz_sim_options *opt, cz_error *err)
+{
+    memset(cx, 0, sizeof *cx);
+    cx->uneven = opt ? opt->uneven : CZ_SIM_UNEVEN_ROOTED;
+    cx->plan = plan;
+    cx->cluster = c;
+    cx->R = plan->tp;
+    cx->D = plan->dp;
+    cx->P = plan->pp;
+    cx->pipelined = plan->settings.tp != CZ_TP_SC;
+    if (cx->R < 1 || cx->D < 1 || cx->P < 1)
+        return cz_error_set(err, CZ_EINVALID, "plan topology dp=%d tp=%d pp=%d: expected >= 1",
+                            plan->dp, plan->tp, plan->pp);
+    if (c) {
+        if (c->dp != plan->dp || c->tp != plan->tp || c->pp != plan->pp)
+            return cz_error_set(err, CZ_EMISMATCH,
+                                "plan topology dp=%d tp=%d pp=%d does not match cluster '%s' "
+                                "(dp=%d tp=%d pp=%d)",
+                                plan->dp, plan->tp, plan->pp, c->name ? c->name : "?", c->dp, c->tp,
+                                c->pp);
+        if (!(c->links.intra_node_gbps > 0) || !(c->links.inter_node_gbps > 0) ||
+            c->gpus_per_node < 1)
+            return cz_error_set(err, CZ_EINVALID,
+                                "cluster '%s': links.intra_node_gbps, links.inter_node_gbps and "
+                                "gpus_per_node must be positive to simulate",
+                                c->name ? c->name : "?");
+        cx->elem_bytes = cz_dtype_bytes(plan->dtype);
+        cx->lat_us = c->links.latency_us;
+    }
+    if (plan->settings.dp == CZ_DP_EVEN && cx->pipelined)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "the even (ZeRO-1) partition fragments matrices and has no hosts; "
+                            "it is simulated with the sc TP strategy only (got '%s')",
+                            cz_tp_strategy_name(plan->settings.tp));
+    size_t n = plan->nparams ? plan->nparams : 1;
+    cx->sec = calloc(n, sizeof *cx->sec);
+    cx->bucket_index = malloc(n * sizeof *cx->bucket_index);
+    if (!cx->sec || !cx->bucket_index)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        if (p->id != (int)i || p->stage < 0 || p->stage >= cx->P)
+            return cz_error_set(err, CZ_EINVALID, "plan $.params[%zu]: id %d / stage %d invalid", i,
+                                p->id, p->stage);
+        cx->bucket_index[i] = -1;
+        for (size_t b = 0; b < plan->nbuckets; b++)
+            if (plan->buckets[b].id == p->bucket && plan->buckets[b].stage == p->stage) {
+                cx->bucket_index[i] = (int)b;
+                break;
+            }
+        if (!c) {
+            cx->sec[i] = p->cost;
+        } else {
+            cz_param_def def = {
+                .name = p->name,
+                .ndim = p->ndim,
+                .shape = {p->shape[0], p->shape[1]},
+                .tp_dim = p->tp_dim,
+                .kind = p->kind,
+                .block_dim = p->block_dim,
+                .nblocks = p->nblocks,
+                .block_sizes = p->block_sizes,
+                .layer = p->layer,
+            };
+            cx->sec[i] = cz_cost_param_seconds(&def, &plan->settings, c, plan->dtype);
+        }
+    }
+    for (size_t b = 0; b < plan->nbuckets; b++) {
+        const cz_plan_bucket *bk = &plan->buckets[b];
+        for (int d = 0; bk->ranges && d < cx->D; d++)
+            if (bk->ranges[2 * d] < 0 || bk->ranges[2 * d + 1] < bk->ranges[2 * d] ||
+                bk->ranges[2 * d + 1] > bk->size)
+                return cz_error_set(err, CZ_EINVALID,
+                                    "plan $.buckets[%zu].ranges[%d]: [%lld, %lld) is not inside "
+                                    "[0, %lld)",
+                                    b, d, (long long)bk->ranges[2 * d],
+                                    (long long)bk->ranges[2 * d + 1], (long long)bk->size);
+    }
+    return CZ_OK;
+}
+
+static int build_rank(const sim_ctx *cx, sim_prog *pg, int s, int d, double *frag, cz_error *err)
+{
+    *frag = 0.0;
+    if (cx->plan->settings.dp == CZ_DP_EVEN) {
+        if (prog_build_even(cx, pg, s, d, frag))
+            return cz_error_set(err, CZ_ENOMEM, "out of memory simulating DP rank %d", d);
+        return CZ_OK;
+    }
+    return prog_build(cx, pg, s, d, err);
+}
+
+int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster *cluster,
+                     const cz_sim_options *opt, cz_error *err)
+{
+    sim_ctx cx;
+    sim_prog pg = {0};
+    cz_sim_result *r = NULL;
+    double *finish = NULL, *busy = NULL;
+    int64_t *owned = NULL;
+    int rc;
+    *out = NULL;
+    if ((rc = ctx_init(&cx, plan, cluster, opt, err)))
+        goto done;
+    int R = cx.R, D = cx.D, P = cx.P;
+    r = calloc(1, sizeof *r);
+    finish = calloc((size_t)R, sizeof *finish);
+    busy = calloc((size_t)R, sizeof *busy);
+    owned = calloc((size_t)D, sizeof *owned);
+    if (!r || !finish || !busy || !owned) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
+        goto done;
+    }
+    r->pipelined = cx.pipelined;
+    r->ngpus = P * D * R;
+    r->gpu_busy = calloc((size_t)r->ngpus, sizeof *r->gpu_busy);
+    if (!r->gpu_busy) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
+        goto done;
+    }
+    r->step_s = -1.0;
+    for (int s = 0; s < P; s++) {
+        double grad_s, param_s, frag_max = 0.0, local = 0.0;
+        int crit_d = 0, crit_t = 0;
+        dp_sync_seconds(&cx, s, &grad_s, &param_s, owned);
+        for (int d = 0; d < D; d++) {
+            double frag;
+            if ((rc = build_rank(&cx, &pg, s, d, &frag, err)))
+                goto done;
+            prog_run(&pg, R, cx.pipelined, finish, busy, NULL, NULL, NULL);
+            prog_free(&pg);
+            frag_max = fmax(frag_max, frag);
+            for (int t = 0; t < R; t++) {
+                r->gpu_busy[(s * D + d) * R + t] = busy[t];
+                r->compute_s = fmax(r->compute_s, busy[t]);
+                if (finish[t] > local) {
+                    local = finish[t];
+                    crit_d = d;
+                    crit_t = t;
+                }
+            }
+        }
+        double step = grad_s + frag_max + local + param_s;
+        if (step > r->step_s) {
+            r->step_s = step;
+            r->grad_sync_s = grad_s;
+            r->frag_gather_s = frag_max;
+            r->local_s = local;
+            r->param_sync_s = param_s;
+            r->optimizer_s = frag_max + local + param_s;
+            r->critical_stage = s;
+            r->critical_dp = crit_d;
+            r->critical_tp = crit_t;
+        }
+    }
+    /* Timeline of the critical DP rank, rebuilt (cheap) rather than kept for every rank. */
+    double frag;
+    int s = r->critical_stage, d = r->critical_dp;
+    if ((rc = build_rank(&cx, &pg, s, d, &frag, err)))
+        goto done;
+    r->tl_tp = R;
+    r->tl_groups = pg.ngroups;
+    size_t ng = pg.ngroups > 0 ? (size_t)pg.ngroups : 1;
+    r->tl_elementwise = calloc((size_t)R, sizeof *r->tl_elementwise);
+    r->tl_gather = calloc(ng, sizeof *r->tl_gather);
+    r->tl_scatter = calloc(ng, sizeof *r->tl_scatter);
+    r->tl_compute = calloc(ng * (size_t)R, sizeof *r->tl_compute);
+    if (!r->tl_elementwise || !r->tl_gather || !r->tl_scatter || !r->tl_compute) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
+        goto done;
+    }
+    prog_run(&pg, R, cx.pipelined, finish, busy, r->tl_gather, r->tl_scatter, r->tl_compute);
+    for (int t = 0; t < R; t++)
+        r->tl_elementwise[t] = pg.elem[t];
+    r->tp_comm_s = pg.comm_s;
+    r->comm_s = r->grad_sync_s + r->frag_gather_s + r->tp_comm_s + r->param_sync_s;
+    double crit_busy = r->gpu_busy[(s * D + d) * R + r->critical_tp];
+    r->exposed_comm_s = fmax(0.0, r->step_s - crit_busy);
+    *out = r;
+    r = NULL;
+done:
+    prog_free(&pg);
+    cz_sim_result_free(r);
+    free(finish);
+    free(busy);
+    free(owned);
+    free(cx.sec);
+    free(cx.bucket_index);
+    return rc;
+}

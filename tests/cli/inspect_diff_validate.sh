@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# canzona validate / inspect / diff on plans of the bundled models and clusters: real plans of
+# two strategies validate and differ, a hand-corrupted plan fails validation at the corrupted
+# parameter's path, and plans of different models are refused unless forced.
+set -u
+: "${CZ:?CZ must point to the canzona binary}"
+src=${CZ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+model="$src/plans/models/qwen3-1.7b.json"
+other="$src/plans/models/qwen3-0.6b.json"
+cluster="$src/plans/clusters/h100-64-dp8-tp8.json"
+for f in "$model" "$other" "$cluster"; do
+  [ -f "$f" ] || { echo "skip: bundled input $f missing"; exit 77; }
+done
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fails=0
+pass() { echo "ok   $1"; }
+fail() { echo "FAIL $1"; fails=$((fails + 1)); }
+# expect NAME STATUS COMMAND...: runs the command, output in $work/out, checks the exit status.
+expect() {
+  local name=$1 want=$2
+  shift 2
+  "$@" >"$work/out" 2>&1
+  local got=$?
+  if [ "$got" -eq "$want" ]; then pass "$name"; else
+    fail "$name: exit $got, expected $want"; head -20 "$work/out"
+  fi
+}
+has() { # has NAME PATTERN: the last output contains the fixed string
+  if grep -qF -- "$2" "$work/out"; then pass "$1"; else fail "$1: no '$2' in output"; head -20 "$work/out"; fi
+}
+
+expect "plan alpha/rollback" 0 "$CZ" plan -m "$model" -c "$cluster" -o "$work/a.json" -q
+expect "plan anchored/none" 0 "$CZ" plan -m "$model" -c "$cluster" -o "$work/b.json" -q \
+  --dp anchored --tp none
+expect "plan other model" 0 "$CZ" plan -m "$other" -c "$cluster" -o "$work/o.json" -q
+
+# validate: both real plans pass.
+for p in a b; do
+  expect "validate $p" 0 "$CZ" validate "$work/$p.json" --model "$model" --cluster "$cluster"
+  has "validate $p says OK" "plan OK: "
+done
+expect "validate --json" 0 "$CZ" validate "$work/a.json" -m "$model" -c "$cluster" --json
+has "validate --json valid" '"valid": true'
+expect "validate against the wrong model" 1 "$CZ" validate "$work/a.json" -m "$other" -c "$cluster"
+has "wrong model: hash path" '$.inputs.model.sha256'
+expect "validate usage" 2 "$CZ" validate "$work/a.json"
+expect "validate unreadable plan" 1 "$CZ" validate "$work/missing.json" -m "$model" -c "$cluster"
+
+# A hand-corrupted plan: the first matrix parameter gets the next DP rank as its owner.
+if ! command -v python3 >/dev/null; then
+  fail "python3 is needed to corrupt a plan"
+else
+  idx=$(python3 - "$work/a.json" "$work/bad.json" <<'EOF'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+dp = plan["topology"]["dp"]
+for i, p in enumerate(plan["params"]):
+    if p["optimizer"] == "matrix":
+        p["dp_owner"] = (p["dp_owner"] + 1) % dp
+        break
+json.dump(plan, open(sys.argv[2], "w"), indent=1)
+print(i)
+EOF
+  )
+  expect "validate corrupted dp_owner" 1 "$CZ" validate "$work/bad.json" -m "$model" -c "$cluster"
+  has "corrupted: param path" "\$.params[$idx].dp_owner"
+  has "corrupted: summary" "plan INVALID"
+  expect "validate corrupted --json" 1 "$CZ" validate "$work/bad.json" -m "$model" -c "$cluster" --json
+  has "corrupted --json: path" "\"\$.params[$idx].dp_owner\""
+fi
+
+# inspect
+expect "inspect" 0 "$CZ" inspect "$work/a.json"
+for key in "topology  64 GPUs = DP 8 x TP 8 x PP 1" "DP load max/mean" "makespan / lower bound" \
+  "busiest ranks" "micro-groups" "matrices heavier than the average GPU load"; do
+  has "inspect shows '$key'" "$key"
+done
+expect "inspect --top 1 --all" 0 "$CZ" inspect "$work/a.json" --top 1 --all
+has "inspect --all per-GPU table" "TP rank"
+expect "inspect --json" 0 "$CZ" inspect "$work/a.json" --json
+has "inspect --json busiest" '"busiest"'
+expect "inspect bad --top" 2 "$CZ" inspect "$work/a.json" --top x
+
+# diff
+expect "diff identical" 0 "$CZ" diff "$work/a.json" "$work/a.json"
+has "diff identical says so" "no differences"
+expect "diff strategies" 0 "$CZ" diff "$work/a.json" "$work/b.json"
+has "diff strategies: settings" "anchored"
+expect "diff strategies --json" 0 "$CZ" diff "$work/a.json" "$work/b.json" --json --limit 3
+moved=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["moved"]["any"])' "$work/out" 2>/dev/null || echo 0)
+if [ "${moved:-0}" -gt 0 ]; then pass "diff strategies: $moved params moved"; else fail "diff strategies: no moved params"; fi
+listed=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["moved"]["list"]))' "$work/out" 2>/dev/null || echo -1)
+[ "$listed" -le 3 ] && pass "diff --limit 3 lists $listed" || fail "diff --limit 3 lists $listed"
+expect "diff other model refused" 1 "$CZ" diff "$work/a.json" "$work/o.json"
+has "refusal names the models" "different models"
+expect "diff other model --force" 0 "$CZ" diff --force "$work/a.json" "$work/o.json"
+has "forced diff matched by name" "matched by name"
+expect "diff usage" 2 "$CZ" diff "$work/a.json"
+
+echo "$fails failed"
+[ $fails -eq 0 ]

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# canzona simulate / render / compare on the bundled Qwen3-1.7B x h100-64-dp8-tp8:
+# the four rows with Canzona faster than the baseline, SVG and HTML that parse, with one bar per
+# GPU, every compare row, and clear errors on bad input.
+set -u
+: "${CZ:?CZ must point at the canzona binary}" "${CZ_SOURCE_DIR:?}"
+[ -x "$CZ" ] || { echo "skip: $CZ not built"; exit 77; }
+command -v xmllint >/dev/null || { echo "skip: xmllint (libxml2-utils) missing"; exit 77; }
+
+model="$CZ_SOURCE_DIR/plans/models/qwen3-1.7b.json"
+cluster="$CZ_SOURCE_DIR/plans/clusters/h100-64-dp8-tp8.json"
+other="$CZ_SOURCE_DIR/plans/clusters/h100-256-dp32-tp8.json"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# ---- simulate: the four rows, Canzona faster than the synchronous-compute baseline ----------
+if ! "$CZ" simulate --model "$model" --cluster "$cluster" >"$work/sim.txt" 2>"$work/err"; then
+    fail "simulate exited non-zero: $(cat "$work/err")"
+fi
+cat "$work/sim.txt"
+for row in sync-compute layer-wise async canzona; do
+    [ "$(grep -c "^$row " "$work/sim.txt")" = 1 ] || fail "simulate: no single '$row' row"
+done
+# Columns: label dp+tp DP-imb mk/LB grad update param opt step ...
+base_opt=$(awk '$1 == "sync-compute" { print $8 }' "$work/sim.txt")
+base_step=$(awk '$1 == "sync-compute" { print $9 }' "$work/sim.txt")
+cz_opt=$(awk '$1 == "canzona" { print $8 }' "$work/sim.txt")
+cz_step=$(awk '$1 == "canzona" { print $9 }' "$work/sim.txt")
+awk -v a="$cz_opt" -v b="$base_opt" 'BEGIN { exit !(a > 0 && a < b) }' ||
+    fail "simulate: Canzona optimizer step ($cz_opt ms) not below the baseline's ($base_opt ms)"
+awk -v a="$cz_step" -v b="$base_step" 'BEGIN { exit !(a > 0 && a < b) }' ||
+    fail "simulate: Canzona step ($cz_step ms) not below the baseline's ($base_step ms)"
+
+# --json carries the same rows, and the speed-ups are baseline / row.
+if "$CZ" simulate --model "$model" --cluster "$cluster" --json >"$work/sim.json"; then
+    [ "$(grep -c '"name": ' "$work/sim.json")" = 4 ] || fail "simulate --json: expected 4 rows"
+    grep -q '"baseline": "sync-compute"' "$work/sim.json" || fail "simulate --json: baseline"
+else
+    fail "simulate --json exited non-zero"
+fi
+
+# ---- a plan, simulated alone and rendered ----------------------------------------------------
+"$CZ" plan --model "$model" --cluster "$cluster" -o "$work/plan.json" -q ||
+    fail "plan exited non-zero"
+"$CZ" simulate --cluster "$cluster" --plan "$work/plan.json" >"$work/one.txt" ||
+    fail "simulate --plan exited non-zero"
+[ "$(grep -c '^plan ' "$work/one.txt")" = 1 ] || fail "simulate --plan: expected one 'plan' row"
+if "$CZ" simulate --cluster "$other" --plan "$work/plan.json" >/dev/null 2>"$work/err"; then
+    fail "simulate accepted a plan for another cluster"
+fi
+grep -q "does not match cluster" "$work/err" || fail "simulate: mismatch message: $(cat "$work/err")"
+
+"$CZ" render "$work/plan.json" -o "$work/plan.svg" || fail "render exited non-zero"
+xmllint --noout "$work/plan.svg" || fail "render: SVG does not parse as XML"
+bars=$(grep -o 'class="bar"' "$work/plan.svg" | wc -l)
+[ "$bars" = 64 ] || fail "render: expected 64 bars (one per GPU), found $bars"
+grep -q 'class="compute"' "$work/plan.svg" || fail "render: no compute boxes in the timeline"
+grep -q 'cost-proportional time' "$work/plan.svg" || fail "render: no cost-proportional note"
+ls "$work"/*.tmp >/dev/null 2>&1 && fail "render left a temporary file"
+
+"$CZ" render "$work/plan.json" -o "$work/plan.html" --html --cluster "$cluster" --width 900 ||
+    fail "render --html exited non-zero"
+# libxml2's HTML parser predates HTML5 and reports inline <svg> tags as unknown; that is the
+# only complaint allowed. The page is also well-formed XML.
+if ! xmllint --html --noout "$work/plan.html" 2>"$work/html.err"; then
+    fail "render --html: xmllint --html failed"
+fi
+if grep -E 'error' "$work/html.err" | grep -vqE 'Tag (svg|rect|line|text|g|title) invalid'; then
+    fail "render --html: parse errors: $(head -5 "$work/html.err")"
+fi
+xmllint --noout "$work/plan.html" || fail "render --html: page is not well-formed XML"
+bars=$(grep -o 'class="bar"' "$work/plan.html" | wc -l)
+[ "$bars" = 64 ] || fail "render --html: expected 64 bars, found $bars"
+grep -q '<h2>Per-rank loads</h2>' "$work/plan.html" || fail "render --html: no per-rank table"
+grep -q 'simulated time' "$work/plan.html" || fail "render --html: timeline not simulated"
+
+# XML special characters in names are escaped: rename the model in the plan file.
+sed 's/"name": "qwen3-1.7b"/"name": "q<\&>x"/' "$work/plan.json" >"$work/odd.json"
+if "$CZ" render "$work/odd.json" -o "$work/odd.svg" 2>"$work/err"; then
+    xmllint --noout "$work/odd.svg" || fail "render: escaped name does not parse"
+    grep -q 'q&lt;&amp;&gt;x' "$work/odd.svg" || fail "render: name not escaped"
+else
+    fail "render of a plan with an odd model name failed: $(cat "$work/err")"
+fi
+
+# Bad input: clear messages, no output file.
+"$CZ" render "$work/missing.json" -o "$work/x.svg" 2>"$work/err"
+[ $? = 1 ] || fail "render of a missing plan: expected exit 1"
+grep -q "canzona render:" "$work/err" || fail "render: error not prefixed"
+[ -e "$work/x.svg" ] && fail "render wrote output for a missing plan"
+"$CZ" render "$work/plan.json" 2>/dev/null
+[ $? = 2 ] || fail "render without -o: expected usage error 2"
+"$CZ" render "$work/plan.json" -o "$work/x.svg" --width 10 2>/dev/null
+[ $? = 2 ] || fail "render --width 10: expected usage error 2"
+
+# ---- compare: every expected row ---------------------------------------------------------------
+if ! "$CZ" compare --model "$model" --cluster "$cluster" --repeats 1 --time-limit 5 \
+    >"$work/cmp.txt" 2>"$work/err"; then
+    fail "compare exited non-zero: $(cat "$work/err")"
+fi
+cat "$work/cmp.txt"
+for row in even+sc layerwise+sc; do
+    grep -q "^$row " "$work/cmp.txt" || fail "compare: no '$row' row"
+done
+for dp in 'anchored' 'alpha(cost)' 'alpha(numel)'; do
+    for tp in sc none single slot rollback; do
+        grep -qF -- "$dp+$tp " "$work/cmp.txt" || fail "compare: no '$dp+$tp' row"
+    done
+done
+for row in 'tpaware+rollback' 'alpha+rollback(ilp)'; do
+    grep -qF -- "$row " "$work/cmp.txt" || grep -qF -- "skipped $row:" "$work/cmp.txt" ||
+        fail "compare: '$row' neither run nor skipped with a note"
+done
+
+[ "$fails" = 0 ] || { echo "$fails failure(s)"; exit 1; }
+echo "ok"

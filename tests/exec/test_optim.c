@@ -1,0 +1,215 @@
+/* Optimizer math: Newton-Schulz on hand-checked inputs, Muon blocks and transposes, AdamW and
+ * momentum against hand arithmetic. */
+#include "exec_internal.h"
+#include "exec_fixture.h"
+
+#include <check.h>
+#include <math.h>
+
+static cz_compute cpu;
+
+static void setup(void)
+{
+    ck_assert_int_eq(cz_compute_open(&cpu, "cpu", NULL), 0);
+}
+
+static cz_muon_hparams hp(const char *coeffs, int steps)
+{
+    cz_muon_hparams h = {0};
+    h.lr = 0.1f;
+    h.momentum = 0.95f;
+    h.eps = 1e-7f;
+    h.scale_coeff = 0.2f;
+    h.ns_steps = steps;
+    h.coeffs = cz_ns_coeffs_find(coeffs);
+    return h;
+}
+
+START_TEST(ns_diag_one_step)
+{
+    /* diag(3, 4): ||G||_F = 5, so X = diag(0.6, 0.8) (eps 1e-7 in the norm); one quintic step
+     * maps each singular value s to 3.4445 s - 4.7750 s^3 + 2.0315 s^5. */
+    float x[4] = {3, 0, 0, 4}, out[4];
+    cz_plan_param p = {.name = "d", .ndim = 2, .shape = {2, 2}, .tp_dim = -1, .block_dim = -1};
+    cz_muon_hparams h = hp("jordan", 1);
+    h.scale_coeff = 1.0f / sqrtf(2.0f); /* cancel the sqrt(max(m, n)) scale */
+    const cz_plan_param *ps[1] = {&p};
+    const float *in[1] = {x};
+    float *o[1] = {out};
+    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &h, ps, in, o, 1, NULL), 0);
+    ck_assert_double_eq_tol(out[0], 1.1932694447530552, 2e-6);
+    ck_assert_double_eq_tol(out[3], 0.9764819450078069, 2e-6);
+    ck_assert_double_eq_tol(out[1], 0.0, 1e-7);
+    ck_assert_double_eq_tol(out[2], 0.0, 1e-7);
+}
+END_TEST
+
+/* max |X X^T - I| of an r x c row-major matrix. */
+static double gram_dev(const float *x, int r, int c, double scale)
+{
+    double worst = 0;
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < r; j++) {
+            double s = 0;
+            for (int k = 0; k < c; k++)
+                s += (double)x[i * c + k] * x[j * c + k];
+            s /= scale * scale;
+            double d = fabs(s - (i == j ? 1.0 : 0.0));
+            if (d > worst)
+                worst = d;
+        }
+    return worst;
+}
+
+START_TEST(ns_orthogonalizes)
+{
+    /* A well-conditioned 8 x 16 input (identity block plus small noise). */
+    enum { R = 8, C = 16 };
+    float g[R * C], out[R * C];
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++)
+            g[i * C + j] = (i == j ? 1.0f : 0.0f) + 0.1f * fx_val((uint64_t)(i * C + j));
+    cz_plan_param p = {.name = "m", .ndim = 2, .shape = {R, C}, .tp_dim = -1, .block_dim = -1};
+    const cz_plan_param *ps[1] = {&p};
+    const float *in[1] = {g};
+    float *o[1] = {out};
+    double scale = 0.2 * sqrt((double)C);
+    cz_muon_hparams cubic = hp("cubic", 40);
+    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &cubic, ps, in, o, 1, NULL), 0);
+    ck_assert_double_lt(gram_dev(out, R, C, scale), 1e-4);
+    /* The quintic trades exactness for speed: singular values end in about [0.7, 1.2]. */
+    cz_muon_hparams quintic = hp("jordan", 5);
+    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &quintic, ps, in, o, 1, NULL), 0);
+    ck_assert_double_lt(gram_dev(out, R, C, scale), 0.5);
+}
+END_TEST
+
+START_TEST(ns_tall_and_blocks)
+{
+    /* A 6 x 2 matrix in blocks of 2 and 4 rows: block 0 = diag(3, 4) (1 step values), block 1
+     * is tall (4 x 2) and must come out with orthonormal columns. */
+    float g[12] = {3, 0, 0, 4, 1, 0.5f, -0.25f, 1, 0.5f, 0.5f, 0, -1}, out[12];
+    cz_plan_param p = {.name = "qkv",
+                       .ndim = 2,
+                       .shape = {6, 2},
+                       .tp_dim = 0,
+                       .block_dim = 0,
+                       .nblocks = 2,
+                       .block_sizes = (int64_t[]){2, 4}};
+    const cz_plan_param *ps[1] = {&p};
+    const float *in[1] = {g};
+    float *o[1] = {out};
+    cz_muon_hparams h = hp("cubic", 60);
+    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &h, ps, in, o, 1, NULL), 0);
+    /* Block 0 is diag(3, 4): its polar factor is the identity, scaled by 0.2*sqrt(2). */
+    double s0 = 0.2 * sqrt(2.0);
+    ck_assert_double_eq_tol(out[0], s0, 1e-5);
+    ck_assert_double_eq_tol(out[3], s0, 1e-5);
+    ck_assert_double_eq_tol(out[1], 0.0, 1e-6);
+    double s1 = 0.2 * 2.0; /* sqrt(max(4, 2)) */
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++) {
+            double dot = 0;
+            for (int i = 0; i < 4; i++)
+                dot += (double)out[4 + i * 2 + a] * out[4 + i * 2 + b];
+            ck_assert_double_eq_tol(dot / (s1 * s1), a == b ? 1.0 : 0.0, 1e-4);
+        }
+}
+END_TEST
+
+START_TEST(ns_batched_equals_single)
+{
+    /* Two same-shape matrices orthogonalized in one call equal each done alone. */
+    enum { N = 3 * 5 };
+    float g1[N], g2[N], a1[N], a2[N], b1[N], b2[N];
+    for (int i = 0; i < N; i++) {
+        g1[i] = fx_val((uint64_t)i);
+        g2[i] = fx_val((uint64_t)(100 + i));
+    }
+    cz_plan_param p = {.name = "m", .ndim = 2, .shape = {3, 5}, .tp_dim = -1, .block_dim = -1};
+    cz_muon_hparams h = hp("jordan", 5);
+    const cz_plan_param *ps[2] = {&p, &p};
+    const float *in[2] = {g1, g2};
+    float *o[2] = {a1, a2};
+    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &h, ps, in, o, 2, NULL), 0);
+    float *o1[1] = {b1}, *o2[1] = {b2};
+    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &h, ps, in, o1, 1, NULL), 0);
+    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &h, ps, in + 1, o2, 1, NULL), 0);
+    for (int i = 0; i < N; i++) {
+        ck_assert_float_eq(a1[i], b1[i]);
+        ck_assert_float_eq(a2[i], b2[i]);
+    }
+}
+END_TEST
+
+START_TEST(adamw_hand)
+{
+    cz_adamw_hparams h = {
+        .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+    float p = 1.0f, m = 0.0f, v = 0.0f, g = 0.5f;
+    /* m = 0.05, v = 0.0125, m^ = 0.5, v^ = 0.25: p = 1*(1 - 0.01) - 0.1*0.5/0.5 = 0.89. */
+    cz_adamw_step(&h, 1, &p, &g, &m, &v, 1);
+    ck_assert_double_eq_tol(m, 0.05, 1e-7);
+    ck_assert_double_eq_tol(v, 0.0125, 1e-7);
+    ck_assert_double_eq_tol(p, 0.89, 1e-6);
+    /* m = 0.02, v = 0.015, m^ = 0.02/0.19, v^ = 0.015/0.0975. */
+    g = -0.25f;
+    cz_adamw_step(&h, 2, &p, &g, &m, &v, 1);
+    ck_assert_double_eq_tol(m, 0.02, 1e-7);
+    ck_assert_double_eq_tol(v, 0.015, 1e-7);
+    ck_assert_double_eq_tol(p, 0.8542630578558273, 1e-6);
+}
+END_TEST
+
+START_TEST(momentum_and_update)
+{
+    cz_muon_hparams h = hp("jordan", 5);
+    float g[2] = {1.0f, -2.0f}, buf[2] = {0.5f, 0.0f}, in[2];
+    cz_muon_momentum(&h, g, buf, in, 2);
+    ck_assert_float_eq_tol(buf[0], 1.475f, 1e-6f); /* 0.95*0.5 + 1 */
+    ck_assert_float_eq_tol(in[0], 1.475f, 1e-6f);
+    h.nesterov = 1;
+    cz_muon_momentum(&h, g, buf, in, 2);
+    /* buf = 0.95*1.475 + 1 = 2.40125; in = 1 + 0.95*2.40125 = 3.2811875 */
+    ck_assert_float_eq_tol(buf[0], 2.40125f, 1e-5f);
+    ck_assert_float_eq_tol(in[0], 3.2811875f, 1e-5f);
+    float p[1] = {2.0f}, u[1] = {0.5f};
+    cz_apply_update(p, u, 1, 0.1f, 0.5f); /* 2*(1 - 0.05) - 0.05 */
+    ck_assert_float_eq_tol(p[0], 1.85f, 1e-6f);
+}
+END_TEST
+
+START_TEST(coeff_names)
+{
+    ck_assert_ptr_nonnull(cz_ns_coeffs_find("jordan"));
+    ck_assert_double_eq(cz_ns_coeffs_find("cubic")->a, 1.5);
+    ck_assert_ptr_null(cz_ns_coeffs_find("nope"));
+    cz_exec_config cfg;
+    cz_exec_config_init(&cfg);
+    cfg.ns_coeffs = "nope";
+    cz_muon_hparams h;
+    cz_error err;
+    ck_assert_int_eq(cz_muon_hparams_from_config(&h, &cfg, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "known: jordan, cubic"));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("exec_optim");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, ns_diag_one_step);
+    tcase_add_test(tc, ns_orthogonalizes);
+    tcase_add_test(tc, ns_tall_and_blocks);
+    tcase_add_test(tc, ns_batched_equals_single);
+    tcase_add_test(tc, adamw_hand);
+    tcase_add_test(tc, momentum_and_update);
+    tcase_add_test(tc, coeff_names);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

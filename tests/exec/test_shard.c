@@ -1,0 +1,149 @@
+/* Shard layout: hand-checked packs for row, column and blocked splits; round trips. */
+#include "exec_internal.h"
+#include "exec_fixture.h"
+
+#include <check.h>
+
+static float full[64], shard[64], back[64];
+
+static cz_plan_param mkp(int64_t r, int64_t c, int tp_dim, int tp, int nb, const int64_t *bs,
+                         int bdim)
+{
+    cz_plan_param p = {0};
+    p.name = "w";
+    p.ndim = 2;
+    p.shape[0] = r;
+    p.shape[1] = c;
+    p.tp_dim = tp_dim;
+    p.local_shape[0] = tp_dim == 0 ? r / tp : r;
+    p.local_shape[1] = tp_dim == 1 ? c / tp : c;
+    p.numel = p.local_shape[0] * p.local_shape[1];
+    p.nblocks = nb;
+    p.block_dim = nb ? bdim : -1;
+    p.block_sizes = (int64_t *)bs;
+    return p;
+}
+
+static void fill(int n)
+{
+    for (int i = 0; i < n; i++)
+        full[i] = (float)i;
+}
+
+START_TEST(rows_split)
+{
+    cz_plan_param p = mkp(4, 3, 0, 2, 0, NULL, 0);
+    fill(12);
+    cz_shard_pack(&p, 2, 1, full, shard);
+    for (int i = 0; i < 6; i++)
+        ck_assert_float_eq(shard[i], (float)(6 + i));
+}
+END_TEST
+
+START_TEST(cols_split)
+{
+    cz_plan_param p = mkp(2, 4, 1, 2, 0, NULL, 0);
+    fill(8);
+    cz_shard_pack(&p, 2, 1, full, shard);
+    const float want[4] = {2, 3, 6, 7};
+    for (int i = 0; i < 4; i++)
+        ck_assert_float_eq(shard[i], want[i]);
+}
+END_TEST
+
+START_TEST(blocked_rows)
+{
+    /* Blocks of 2 and 4 rows over tp 2: rank 1 holds row 1 (block 0) and rows 4, 5. */
+    const int64_t bs[2] = {2, 4};
+    cz_plan_param p = mkp(6, 2, 0, 2, 2, bs, 0);
+    fill(12);
+    cz_shard_pack(&p, 2, 1, full, shard);
+    const float want[6] = {2, 3, 8, 9, 10, 11};
+    for (int i = 0; i < 6; i++)
+        ck_assert_float_eq(shard[i], want[i]);
+    int64_t lo[4], hi[4];
+    ck_assert_int_eq(cz_shard_ranges(&p, 2, 0, lo, hi, 4), 2);
+    ck_assert_int_eq(lo[0], 0);
+    ck_assert_int_eq(hi[0], 1);
+    ck_assert_int_eq(lo[1], 2);
+    ck_assert_int_eq(hi[1], 4);
+}
+END_TEST
+
+START_TEST(blocked_cols)
+{
+    /* 2 x 6, column blocks 2 and 4, tp 2: rank 0 holds columns 0, 2, 3 of each row. */
+    const int64_t bs[2] = {2, 4};
+    cz_plan_param p = mkp(2, 6, 1, 2, 2, bs, 1);
+    fill(12);
+    cz_shard_pack(&p, 2, 0, full, shard);
+    const float want[6] = {0, 2, 3, 6, 8, 9};
+    for (int i = 0; i < 6; i++)
+        ck_assert_float_eq(shard[i], want[i]);
+}
+END_TEST
+
+START_TEST(round_trips)
+{
+    const int64_t bs3[3] = {4, 2, 2};
+    struct {
+        cz_plan_param p;
+        int tp;
+    } cases[] = {
+        {mkp(8, 4, 0, 2, 0, NULL, 0), 2},  {mkp(4, 8, 1, 4, 0, NULL, 0), 4},
+        {mkp(8, 6, 0, 2, 3, bs3, 0), 2},   {mkp(6, 8, 1, 2, 3, bs3, 1), 2},
+        {mkp(8, 4, -1, 2, 0, NULL, 0), 2},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        cz_plan_param *p = &cases[c].p;
+        int n = (int)(p->shape[0] * p->shape[1]);
+        for (int i = 0; i < n; i++)
+            full[i] = fx_val((uint64_t)i);
+        for (int i = 0; i < n; i++)
+            back[i] = 0.0f;
+        ck_assert_int_eq(cz_shard_check(p, cases[c].tp, NULL), 0);
+        for (int r = 0; r < cases[c].tp; r++) {
+            cz_shard_pack(p, cases[c].tp, r, full, shard);
+            cz_shard_unpack(p, cases[c].tp, r, shard, back);
+        }
+        for (int i = 0; i < n; i++)
+            ck_assert_float_eq(back[i], full[i]);
+    }
+}
+END_TEST
+
+START_TEST(check_refuses)
+{
+    cz_error err;
+    cz_plan_param p = mkp(6, 4, 0, 4, 0, NULL, 0);
+    p.local_shape[0] = 1;
+    ck_assert_int_eq(cz_shard_check(&p, 4, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "not divisible by tp = 4"));
+    cz_plan_param q = mkp(8, 4, 1, 2, 0, NULL, 0);
+    q.local_shape[1] = 4;
+    ck_assert_int_eq(cz_shard_check(&q, 2, &err), CZ_EMISMATCH);
+    ck_assert_ptr_nonnull(strstr(err.message, "local_shape [8, 4]"));
+    const int64_t bs[2] = {3, 5};
+    cz_plan_param b = mkp(8, 4, 0, 2, 2, bs, 0);
+    ck_assert_int_eq(cz_shard_check(&b, 2, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "block 0 size 3"));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("exec_shard");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, rows_split);
+    tcase_add_test(tc, cols_split);
+    tcase_add_test(tc, blocked_rows);
+    tcase_add_test(tc, blocked_cols);
+    tcase_add_test(tc, round_trips);
+    tcase_add_test(tc, check_refuses);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

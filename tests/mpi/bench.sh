@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Multi-rank executor tests: plans test-small with `canzona plan` and runs canzona-bench on 4
+# MPI ranks. Usage: bench.sh verify CLUSTER DP TP | mismatch | nan | dump | owncomms
+# Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
+set -euo pipefail
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+# Under the sanitizer build Open MPI, hwloc and OpenBLAS leak at exit (none of it ours; the
+# executor's own frees are leak-checked by the single-process unit tests): keep ASan and UBSan
+# on, leak detection off.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+command -v mpirun >/dev/null || { echo "mpirun not found"; exit 77; }
+src=${CZ_SOURCE_DIR:?}
+model=$src/plans/models/test-small.json
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mpi() { timeout 60 mpirun --oversubscribe "$@"; }
+plan() { # cluster dp tp out
+  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$1.json" --dp "$2" --tp "$3" -o "$4"
+}
+
+case "$1" in
+verify)
+  plan "$2" "$3" "$4" "$tmp/plan.json"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --steps 3 --verify \
+    --json "$tmp/t.json" | tee "$tmp/out"
+  grep -q "verify: OK" "$tmp/out"
+  grep -q '"median_s"' "$tmp/t.json"
+  ;;
+mismatch)
+  # Rank 3 gets a plan for another cluster: every rank must fail, none may hang.
+  plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
+  plan cpu-4-dp4-tp1 alpha rollback "$tmp/b.json"
+  set +e
+  mpi -np 3 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 1 : \
+    -np 1 "$CZ_BENCH" --plan "$tmp/b.json" --model "$model" --steps 1 >"$tmp/out" 2>&1
+  rc=$?
+  set -e
+  cat "$tmp/out"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
+  n=$(grep -c "canzona-bench: rank [0-3]: .*different plans\|canzona-bench: rank [0-3]: .*rank .* failed" "$tmp/out" || true)
+  [ "$n" -eq 4 ] || { echo "expected 4 ranks to report the mismatch, got $n"; exit 1; }
+  # A plan run with another model is refused on every rank.
+  set +e
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$src/plans/models/test-mid.json" \
+    --steps 1 >"$tmp/out" 2>&1
+  rc=$?
+  set -e
+  cat "$tmp/out"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
+  n=$(grep -c "canzona-bench: rank [0-3]: loading the plan and model: plan" "$tmp/out" || true)
+  [ "$n" -eq 4 ] || { echo "expected 4 ranks to report the model mismatch, got $n"; exit 1; }
+  # A handed-in DP communicator of the wrong size is refused on every rank.
+  set +e
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 1 --bad-dp-comm \
+    >"$tmp/out" 2>&1
+  rc=$?
+  set -e
+  cat "$tmp/out"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
+  n=$(grep -c "rank [0-3]: the DP communicator has 4 ranks .* the plan needs dp = 2" "$tmp/out" || true)
+  [ "$n" -eq 4 ] || { echo "expected 4 ranks to report the DP communicator size, got $n"; exit 1; }
+  ;;
+owncomms)
+  # DP and TP communicators split by the job and handed in give the same result.
+  plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --own-comms --verify \
+    | tee "$tmp/out"
+  grep -q "verify: OK" "$tmp/out"
+  ;;
+nan)
+  # A NaN in one replica's gradient: every rank returns an error naming the parameter.
+  plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
+  set +e
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 \
+    --inject-nan decoder.layers.1.mlp.linear_fc2.weight >"$tmp/out" 2>&1
+  rc=$?
+  set -e
+  cat "$tmp/out"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
+  n=$(grep -c "gradient of 'decoder.layers.1.mlp.linear_fc2.weight' holds NaN" "$tmp/out" || true)
+  [ "$n" -eq 4 ] || { echo "expected 4 ranks to name the parameter, got $n"; exit 1; }
+  ;;
+dump)
+  # Dumped parameters read back with --init-dir continue the same run exactly.
+  plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 1 --warmup 0 \
+    --dump-dir "$tmp/d1" >/dev/null
+  [ "$(ls "$tmp/d1" | wc -l)" -eq 20 ] || { echo "expected 20 .npy files"; exit 1; }
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --warmup 0 \
+    --init-dir "$tmp/d1" --dump-dir "$tmp/d2" --verify | tee "$tmp/out"
+  grep -q "verify: OK" "$tmp/out"
+  ! cmp -s "$tmp/d1/extra.weight.npy" "$tmp/d2/extra.weight.npy"
+  ;;
+*)
+  echo "usage: bench.sh verify CLUSTER DP TP | mismatch | nan | dump | owncomms"; exit 2 ;;
+esac

@@ -1,0 +1,272 @@
+/* DP partitioning on tiny buckets, cut points computed by hand. */
+#include "cz_test_util.h"
+
+#include <check.h>
+
+/* Five 1-D elementwise parameters of 1, 3, 2, 8, 4 elements (ids 0..4), tp 1, align 1, bucket
+ * size 10, dp 2, unit numel (cost = elements). Reverse fill:
+ *   bucket 0: id4 at 0 (4), id3 at 4 (8) -> 12 >= 10, size 12;
+ *   bucket 1: id2 at 0 (2), id1 at 2 (3), id0 at 5 (1), size 6.
+ * Total 18, global target T = 9 per rank. */
+static cz_plan *five_params(cz_dp_strategy dp, double alpha)
+{
+    cz_model *m = czt_model_new("five", CZ_DTYPE_BF16, 0);
+    int64_t sizes[5] = {1, 3, 2, 8, 4};
+    for (int i = 0; i < 5; i++)
+        czt_model_add(m, "p", sizes[i], 0, -1, CZ_KIND_ELEMENTWISE, -1);
+    cz_cluster *c = czt_cluster_new(2, 1, 1);
+    c->bucket_size = 10;
+    c->bucket_align = 1;
+    cz_settings s;
+    cz_settings_init(&s);
+    s.unit = CZ_UNIT_NUMEL;
+    s.dp = dp;
+    s.alpha = alpha;
+    cz_plan *plan = NULL;
+    cz_error err;
+    int rc = cz_plan_build(&plan, m, c, &s, &err);
+    ck_assert_msg(rc == CZ_OK, "%s", err.message);
+    cz_model_free(m);
+    cz_cluster_free(c);
+    return plan;
+}
+
+static void check_ranges(const cz_plan *plan, int b, int64_t r0e, int64_t r1e)
+{
+    const int64_t *rg = plan->buckets[b].ranges;
+    ck_assert_int_eq((int)rg[0], 0);
+    ck_assert_int_eq((int)rg[1], (int)r0e);
+    ck_assert_int_eq((int)rg[2], (int)r0e);
+    ck_assert_int_eq((int)rg[3], (int)r1e);
+}
+
+static void check_owners(const cz_plan *plan, const int *want)
+{
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(plan->params[i].dp_owner == want[i], "param %d owner %d, expected %d", i,
+                      plan->params[i].dp_owner, want[i]);
+}
+
+START_TEST(layout_as_expected)
+{
+    cz_plan *plan = five_params(CZ_DP_EVEN, 1.0);
+    ck_assert_int_eq((int)plan->nbuckets, 2);
+    ck_assert_int_eq((int)plan->buckets[0].size, 12);
+    ck_assert_int_eq((int)plan->buckets[1].size, 6);
+    ck_assert_int_eq((int)plan->params[3].offset, 4);
+    ck_assert_int_eq((int)plan->params[0].offset, 5);
+    cz_plan_free(plan);
+}
+END_TEST
+
+START_TEST(even_slices)
+{
+    cz_plan *plan = five_params(CZ_DP_EVEN, 1.0);
+    check_ranges(plan, 0, 6, 12);
+    check_ranges(plan, 1, 3, 6);
+    int want[5] = {-1, -1, -1, -1, -1};
+    check_owners(plan, want);
+    /* Rank 0 holds id4 (4), 2 of id3, id2 (2), 1 of id1: 9; rank 1 the rest: 9. */
+    ck_assert_double_eq_tol(plan->metrics.dp_load[0], 9.0, 1e-12);
+    ck_assert_double_eq_tol(plan->metrics.dp_load[1], 9.0, 1e-12);
+    cz_plan_free(plan);
+}
+END_TEST
+
+START_TEST(anchored_by_start)
+{
+    /* Bucket 0 (slice 6): starts 0 and 4 both in rank 0's slice -> rank 1 gets nothing.
+     * Bucket 1 (slice 3): starts 0, 2 -> rank 0; 5 -> rank 1. */
+    cz_plan *plan = five_params(CZ_DP_ANCHORED, 1.0);
+    check_ranges(plan, 0, 12, 12);
+    check_ranges(plan, 1, 5, 6);
+    int want[5] = {1, 0, 0, 0, 0};
+    check_owners(plan, want);
+    ck_assert_double_eq(plan->metrics.dp_load[0], 17.0);
+    ck_assert_double_eq(plan->metrics.dp_load[1], 1.0);
+    ck_assert_double_eq_tol(plan->metrics.dp_imbalance, 17.0 / 9.0, 1e-12);
+    cz_plan_free(plan);
+}
+END_TEST
+
+START_TEST(alpha_one_balances_globally)
+{
+    /* Bucket 0 first (larger): targets 6, 6; boundaries 0, 4, 12 -> cut at 4; L = {4, 8}.
+     * Bucket 1: deficits 5, 1 -> targets 5, 1; boundaries 0, 2, 5, 6 -> cut at 5; L = {9, 9}. */
+    cz_plan *plan = five_params(CZ_DP_ALPHA, 1.0);
+    check_ranges(plan, 0, 4, 12);
+    check_ranges(plan, 1, 5, 6);
+    int want[5] = {1, 0, 0, 1, 0};
+    check_owners(plan, want);
+    ck_assert_double_eq(plan->metrics.dp_load[0], 9.0);
+    ck_assert_double_eq(plan->metrics.dp_load[1], 9.0);
+    ck_assert_int_eq(plan->dp_fell_back, 0);
+    cz_plan_free(plan);
+}
+END_TEST
+
+START_TEST(alpha_zero_near_even)
+{
+    /* alpha = 0: each bucket cut at the boundary nearest its own half: bucket 0 at 4 (of 12),
+     * bucket 1 at 2 (|2-3| < |5-3|). Loads 6 and 12, still better than anchored (17, 1). */
+    cz_plan *plan = five_params(CZ_DP_ALPHA, 0.0);
+    check_ranges(plan, 0, 4, 12);
+    check_ranges(plan, 1, 2, 6);
+    int want[5] = {1, 1, 0, 1, 0};
+    check_owners(plan, want);
+    ck_assert_double_eq(plan->metrics.dp_load[0], 6.0);
+    ck_assert_double_eq(plan->metrics.dp_load[1], 12.0);
+    ck_assert_int_eq(plan->dp_fell_back, 0);
+    cz_plan_free(plan);
+}
+END_TEST
+
+START_TEST(alpha_half)
+{
+    /* alpha = 0.5, bucket 1: targets 0.5*3 + 0.5*5 = 4 and 2; boundaries 0, 2, 5, 6: |5-4| <
+     * |2-4| -> cut at 5, as alpha = 1. */
+    cz_plan *plan = five_params(CZ_DP_ALPHA, 0.5);
+    check_ranges(plan, 1, 5, 6);
+    cz_plan_free(plan);
+}
+END_TEST
+
+/* Z = 8x8 matrix (id 0), Y = 1x533 matrix (id 1), X = [400] elementwise (id 2); unit flops,
+ * tp 1, dp 2, align 1. Reverse fill: X at 0, Y at 400, Z at 933; size 998, slice 499.
+ * Costs: X 12*400 = 4800; Y 5*(4*533 + 2) + 5330 = 16000; Z 5*(2048 + 1024) + 640 = 16000.
+ * Anchored: X, Y (start 400 < 499) -> rank 0 (20800), Z -> rank 1 (16000): max/mean 1.130.
+ * Alpha with element loads: target 499 elements, nearest boundary 400 -> rank 0 gets only X
+ * (4800), rank 1 Y + Z (32000): max/mean 1.739, worse -> anchored is kept. */
+static cz_plan *fallback_case(int numel_loads)
+{
+    cz_model *m = czt_model_new("fb", CZ_DTYPE_BF16, 0);
+    czt_model_add(m, "Z", 8, 8, -1, CZ_KIND_MATRIX, -1);
+    czt_model_add(m, "Y", 1, 533, -1, CZ_KIND_MATRIX, -1);
+    czt_model_add(m, "X", 400, 0, -1, CZ_KIND_ELEMENTWISE, -1);
+    cz_cluster *c = czt_cluster_new(2, 1, 1);
+    c->bucket_align = 1;
+    cz_settings s;
+    cz_settings_init(&s);
+    s.unit = CZ_UNIT_FLOPS;
+    s.dp = CZ_DP_ALPHA;
+    s.alpha_numel_loads = numel_loads;
+    cz_plan *plan = NULL;
+    cz_error err;
+    int rc = cz_plan_build(&plan, m, c, &s, &err);
+    ck_assert_msg(rc == CZ_OK, "%s", err.message);
+    cz_model_free(m);
+    cz_cluster_free(c);
+    return plan;
+}
+
+START_TEST(alpha_falls_back_to_anchored)
+{
+    cz_plan *plan = fallback_case(1);
+    ck_assert_double_eq(plan->params[0].cost, 16000.0);
+    ck_assert_double_eq(plan->params[1].cost, 16000.0);
+    ck_assert_double_eq(plan->params[2].cost, 4800.0);
+    ck_assert_int_eq((int)plan->buckets[0].size, 998);
+    ck_assert_int_eq(plan->dp_fell_back, 1);
+    check_ranges(plan, 0, 933, 998);
+    ck_assert_int_eq(plan->params[0].dp_owner, 1);
+    ck_assert_int_eq(plan->params[1].dp_owner, 0);
+    ck_assert_int_eq(plan->params[2].dp_owner, 0);
+    ck_assert_double_eq(plan->metrics.dp_load[0], 20800.0);
+    cz_plan_free(plan);
+}
+END_TEST
+
+START_TEST(alpha_cost_loads_no_fallback)
+{
+    /* In cost units: prefix 0, 4800, 20800, 36800; target 18400 -> cut at 933 (ties anchored,
+     * which keeps alpha's result). */
+    cz_plan *plan = fallback_case(0);
+    ck_assert_int_eq(plan->dp_fell_back, 0);
+    check_ranges(plan, 0, 933, 998);
+    cz_plan_free(plan);
+}
+END_TEST
+
+static cz_plan *layerwise(cz_layerwise_order order)
+{
+    /* Costs (numel) in forward order: 1, 3, 2, 8, 4, dp 2. */
+    cz_model *m = czt_model_new("five", CZ_DTYPE_BF16, 0);
+    int64_t sizes[5] = {1, 3, 2, 8, 4};
+    for (int i = 0; i < 5; i++)
+        czt_model_add(m, "p", sizes[i], 0, -1, CZ_KIND_ELEMENTWISE, -1);
+    cz_cluster *c = czt_cluster_new(2, 1, 1);
+    c->bucket_align = 1;
+    cz_settings s;
+    cz_settings_init(&s);
+    s.unit = CZ_UNIT_NUMEL;
+    s.dp = CZ_DP_LAYERWISE;
+    s.layerwise_order = order;
+    cz_plan *plan = NULL;
+    ck_assert_int_eq(cz_plan_build(&plan, m, c, &s, NULL), CZ_OK);
+    cz_model_free(m);
+    cz_cluster_free(c);
+    return plan;
+}
+
+START_TEST(layerwise_pingpong)
+{
+    cz_plan *plan = layerwise(CZ_LAYERWISE_PINGPONG);
+    int want[5] = {0, 1, 1, 0, 0};
+    check_owners(plan, want);
+    check_ranges(plan, 0, 9, 18); /* even slices of the 18-element bucket */
+    cz_plan_free(plan);
+}
+END_TEST
+
+START_TEST(layerwise_lpt)
+{
+    /* 8 -> r0, 4 -> r1, 3 -> r1 (4 < 8), 2 -> r1 (7 < 8), 1 -> r0 (8 < 9): loads 9, 9. */
+    cz_plan *plan = layerwise(CZ_LAYERWISE_LPT);
+    int want[5] = {0, 1, 1, 0, 1};
+    want[0] = 0;
+    check_owners(plan, want);
+    ck_assert_double_eq(plan->metrics.dp_load[0], 9.0);
+    ck_assert_double_eq(plan->metrics.dp_load[1], 9.0);
+    cz_plan_free(plan);
+}
+END_TEST
+
+START_TEST(tpaware_unsupported)
+{
+    cz_model *m = czt_model_new("one", CZ_DTYPE_BF16, 0);
+    czt_model_add(m, "w", 4, 4, -1, CZ_KIND_MATRIX, -1);
+    cz_cluster *c = czt_cluster_new(2, 1, 1);
+    cz_settings s;
+    cz_settings_init(&s);
+    s.dp = CZ_DP_TPAWARE;
+    cz_plan *plan = NULL;
+    cz_error err;
+    ck_assert_int_eq(cz_plan_build(&plan, m, c, &s, &err), CZ_EUNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.message, "tpaware"));
+    cz_model_free(m);
+    cz_cluster_free(c);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("dp");
+    TCase *tc = tcase_create("partition");
+    tcase_add_test(tc, layout_as_expected);
+    tcase_add_test(tc, even_slices);
+    tcase_add_test(tc, anchored_by_start);
+    tcase_add_test(tc, alpha_one_balances_globally);
+    tcase_add_test(tc, alpha_zero_near_even);
+    tcase_add_test(tc, alpha_half);
+    tcase_add_test(tc, alpha_falls_back_to_anchored);
+    tcase_add_test(tc, alpha_cost_loads_no_fallback);
+    tcase_add_test(tc, layerwise_pingpong);
+    tcase_add_test(tc, layerwise_lpt);
+    tcase_add_test(tc, tpaware_unsupported);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,355 @@
+/* Simulator: alpha-beta collective times, node placement, and the micro-group pipeline on
+ * hand-built plans whose step times can be checked by hand. */
+#include "cz_types.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIB 1048576.0
+
+static cz_cluster *make_cluster(int dp, int tp, int gpus_per_node, double intra, double inter,
+                                double lat_us)
+{
+    cz_cluster *c = calloc(1, sizeof *c);
+    ck_assert_ptr_nonnull(c);
+    c->name = cz_strdup("test-cluster");
+    c->dp = dp;
+    c->tp = tp;
+    c->pp = 1;
+    c->gpus = dp * tp;
+    c->gpus_per_node = gpus_per_node;
+    c->device.name = cz_strdup("test-gpu");
+    c->device.matmul_tflops = 100.0;
+    c->device.mem_gbps = 2000.0;
+    c->device.memory_gib = 80.0;
+    c->links.intra_node_gbps = intra;
+    c->links.inter_node_gbps = inter;
+    c->links.latency_us = lat_us;
+    return c;
+}
+
+/* A plan with nparams matrices of shape rows x cols split along rows over tp (bf16), one
+ * bucket holding them all back to back, owned by DP rank 0 unless changed. */
+static cz_plan *make_plan(int dp, int tp, int nparams, int64_t rows, int64_t cols,
+                          cz_tp_strategy tps)
+{
+    cz_plan *p = calloc(1, sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    cz_settings_init(&p->settings);
+    p->settings.tp = tps;
+    p->settings.dp = CZ_DP_ANCHORED;
+    p->settings.unit = CZ_UNIT_NUMEL;
+    p->dtype = CZ_DTYPE_BF16;
+    p->dp = dp;
+    p->tp = tp;
+    p->pp = 1;
+    p->gpus_per_node = 8;
+    p->nparams = (size_t)nparams;
+    p->params = calloc((size_t)nparams, sizeof *p->params);
+    ck_assert_ptr_nonnull(p->params);
+    int64_t local = rows / tp * cols, off = 0;
+    for (int i = 0; i < nparams; i++) {
+        cz_plan_param *q = &p->params[i];
+        q->id = i;
+        q->name = cz_strdup("w");
+        q->ndim = 2;
+        q->shape[0] = rows;
+        q->shape[1] = cols;
+        q->local_shape[0] = rows / tp;
+        q->local_shape[1] = cols;
+        q->tp_dim = 0;
+        q->kind = CZ_KIND_MATRIX;
+        q->block_dim = -1;
+        q->layer = -1;
+        q->bucket = 0;
+        q->offset = off;
+        q->numel = local;
+        q->cost = (double)(rows * cols);
+        q->dp_owner = 0;
+        off += local;
+    }
+    p->nbuckets = 1;
+    p->buckets = calloc(1, sizeof *p->buckets);
+    p->buckets[0].size = off;
+    p->buckets[0].ranges = calloc((size_t)(2 * dp), sizeof(int64_t));
+    p->buckets[0].ranges[1] = off; /* rank 0 owns everything; others empty at the end */
+    for (int d = 1; d < dp; d++)
+        p->buckets[0].ranges[2 * d] = p->buckets[0].ranges[2 * d + 1] = off;
+    p->nschedules = (size_t)dp;
+    p->schedules = calloc((size_t)dp, sizeof *p->schedules);
+    for (int d = 0; d < dp; d++)
+        p->schedules[d].dp_rank = d;
+    return p;
+}
+
+/* Appends a group to DP rank d's schedule: ntasks tasks (param ids) on the given slots. */
+static void add_group(cz_plan *p, int d, int nslots, int ntasks, const int *ids, const int *slots)
+{
+    cz_rank_schedule *rs = &p->schedules[d];
+    rs->groups = realloc(rs->groups, (size_t)(rs->ngroups + 1) * sizeof *rs->groups);
+    ck_assert_ptr_nonnull(rs->groups);
+    cz_plan_group *g = &rs->groups[rs->ngroups];
+    memset(g, 0, sizeof *g);
+    g->id = rs->ngroups++;
+    g->nslots = nslots;
+    g->ntasks = ntasks;
+    g->task_param = malloc((size_t)ntasks * sizeof(int));
+    g->task_slot = malloc((size_t)ntasks * sizeof(int));
+    g->load = calloc((size_t)nslots, sizeof(double));
+    for (int k = 0; k < ntasks; k++) {
+        g->task_param[k] = ids[k];
+        g->task_slot[k] = slots[k];
+        g->load[slots[k]] += p->params[ids[k]].cost;
+    }
+}
+
+static double task_seconds(const cz_plan *p, int id, const cz_cluster *c)
+{
+    const cz_plan_param *q = &p->params[id];
+    cz_param_def def = {.name = q->name,
+                        .ndim = q->ndim,
+                        .shape = {q->shape[0], q->shape[1]},
+                        .tp_dim = q->tp_dim,
+                        .kind = q->kind,
+                        .block_dim = -1,
+                        .layer = -1};
+    return cz_cost_param_seconds(&def, &p->settings, c, p->dtype);
+}
+
+START_TEST(test_alltoall_formula)
+{
+    /* 8 ranks, 1 GB from the busiest rank, 100 GB/s, 5 us: 7 * 5e-6 + 1e9 / 1e11. */
+    double t = cz_sim_collective_seconds(CZ_COLL_ALL_TO_ALL, 8, 1e9, 100.0, 5.0);
+    ck_assert_double_eq_tol(t, 0.010035, 1e-12);
+    /* Ring reduce-scatter, 4 ranks, largest slice 2e8 B, 50 GB/s, 10 us: 3e-5 + 3 * 4e-3. */
+    t = cz_sim_collective_seconds(CZ_COLL_REDUCE_SCATTER, 4, 2e8, 50.0, 10.0);
+    ck_assert_double_eq_tol(t, 0.01203, 1e-12);
+    /* Ring all-reduce of 8e8 B over 4 ranks: 6 latencies + 2 * 3/4 * 8e8 / 5e10. */
+    t = cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, 4, 8e8, 50.0, 10.0);
+    ck_assert_double_eq_tol(t, 6e-5 + 0.024, 1e-12);
+    ck_assert_double_eq(cz_sim_collective_seconds(CZ_COLL_ALL_GATHER, 1, 1e9, 50.0, 10.0), 0.0);
+}
+END_TEST
+
+/* Uneven DP slices of 4 ranks. One owner holding 1e8 elements (bf16, 2e8 B) at 50 GB/s, 10 us:
+ * padded = 3 steps of the largest slice; rooted = the busiest link carries the other ranks'
+ * slices... here everything but rank 0's, i.e. the whole 2e8 B once. Equal slices agree. */
+START_TEST(test_uneven_models)
+{
+    int64_t one[4] = {100000000, 0, 0, 0}, even[4] = {25000000, 25000000, 25000000, 25000000};
+    double lat = 3 * 10e-6;
+    ck_assert_double_eq_tol(cz_sim_uneven_seconds(one, 4, 2.0, 50.0, 10.0, CZ_SIM_UNEVEN_PADDED),
+                            lat + 3 * 2e8 / 50e9, 1e-12);
+    ck_assert_double_eq_tol(cz_sim_uneven_seconds(one, 4, 2.0, 50.0, 10.0, CZ_SIM_UNEVEN_ROOTED),
+                            lat + 2e8 / 50e9, 1e-12);
+    for (int m = 0; m < 2; m++)
+        ck_assert_double_eq_tol(cz_sim_uneven_seconds(even, 4, 2.0, 50.0, 10.0, (cz_sim_uneven)m),
+                                lat + 3 * 5e7 / 50e9, 1e-12);
+    /* Slices 40, 30, 20, 10 (M elements): busiest link skips only the smallest slice: 90 M. */
+    int64_t mixed[4] = {40000000, 30000000, 20000000, 10000000};
+    ck_assert_double_eq_tol(cz_sim_uneven_seconds(mixed, 4, 2.0, 50.0, 10.0, CZ_SIM_UNEVEN_ROOTED),
+                            lat + 1.8e8 / 50e9, 1e-12);
+}
+END_TEST
+
+START_TEST(test_node_spans)
+{
+    /* 8 GPUs per node: TP group 8..15 is one node; DP group 3, 11, 19 crosses nodes. */
+    ck_assert_int_eq(cz_sim_group_spans_nodes(8, 1, 8, 8), 0);
+    ck_assert_int_eq(cz_sim_group_spans_nodes(4, 1, 8, 8), 1);
+    ck_assert_int_eq(cz_sim_group_spans_nodes(3, 8, 3, 8), 1);
+    ck_assert_int_eq(cz_sim_group_spans_nodes(1, 2, 4, 8), 0);
+}
+END_TEST
+
+/* One DP rank, TP 2, two groups: {p0 on 0, p1 on 1} and {p2 on 0}. Each gather/scatter moves
+ * one 1 MiB bf16 shard per rank: 10 us + 1 MiB / 100 GB/s. Compute (a 1024^2 Muon update at
+ * 100 TFLOP/s, ~0.3 ms) dominates, so the step is gather0 + compute0 + compute1 + scatter1. */
+START_TEST(test_pipeline_overlap)
+{
+    cz_cluster *c = make_cluster(1, 2, 8, 100.0, 25.0, 10.0);
+    cz_plan *p = make_plan(1, 2, 3, 1024, 1024, CZ_TP_ROLLBACK);
+    add_group(p, 0, 2, 2, (int[]){0, 1}, (int[]){0, 1});
+    add_group(p, 0, 2, 1, (int[]){2}, (int[]){0});
+    cz_sim_result *r = NULL;
+    cz_error err;
+    int rc = cz_plan_simulate(&r, p, c, NULL, &err);
+    ck_assert_msg(rc == 0, "%s", err.message);
+    double comm = 10e-6 + MIB / 100e9;
+    double comp = task_seconds(p, 0, c);
+    ck_assert(comp > 5 * comm); /* the case this test is about */
+    ck_assert_double_eq_tol(r->tl_gather[0].end, comm, 1e-12);
+    ck_assert_double_eq_tol(r->tl_scatter[1].end - r->tl_scatter[1].start, comm, 1e-12);
+    ck_assert_double_eq_tol(r->step_s, comm + comp + comp + comm, 1e-12);
+    ck_assert_double_eq_tol(r->optimizer_s, r->step_s, 1e-15); /* DP = 1: no DP sync */
+    ck_assert_double_eq(r->grad_sync_s, 0.0);
+    /* Scatter of group 0 hides behind compute of group 1. */
+    ck_assert_double_eq_tol(r->tl_scatter[0].start, comm + comp, 1e-12);
+    ck_assert(r->tl_scatter[0].end < r->tl_compute[1 * 2 + 0].end);
+    ck_assert_double_eq_tol(r->tp_comm_s, 4 * comm, 1e-12);
+    ck_assert_double_eq_tol(r->compute_s, 2 * comp, 1e-12);
+    ck_assert_double_eq_tol(r->exposed_comm_s, 2 * comm, 1e-12);
+    ck_assert_int_eq(r->pipelined, 1);
+    cz_sim_result_free(r);
+    cz_plan_free(p);
+    cz_cluster_free(c);
+}
+END_TEST
+
+/* The same three matrices under synchronous compute: one all-gather of all three shards over TP
+ * (ring: 1 step of 3 MiB at 100 GB/s + 10 us), then every TP rank updates all three. */
+START_TEST(test_sc_vs_pipelined)
+{
+    cz_cluster *c = make_cluster(1, 2, 8, 100.0, 25.0, 10.0);
+    cz_plan *sc = make_plan(1, 2, 3, 1024, 1024, CZ_TP_SC);
+    add_group(sc, 0, 1, 3, (int[]){0, 1, 2}, (int[]){0, 0, 0});
+    cz_plan *pl = make_plan(1, 2, 3, 1024, 1024, CZ_TP_ROLLBACK);
+    add_group(pl, 0, 2, 2, (int[]){0, 1}, (int[]){0, 1});
+    add_group(pl, 0, 2, 1, (int[]){2}, (int[]){0});
+    cz_sim_result *rs = NULL, *rp = NULL;
+    cz_error err;
+    ck_assert_int_eq(cz_plan_simulate(&rs, sc, c, NULL, &err), 0);
+    ck_assert_int_eq(cz_plan_simulate(&rp, pl, c, NULL, &err), 0);
+    double comp = task_seconds(sc, 0, c);
+    double gather = 10e-6 + 3 * MIB / 100e9;
+    ck_assert_int_eq(rs->pipelined, 0);
+    ck_assert_double_eq_tol(rs->step_s, gather + 3 * comp, 1e-12);
+    ck_assert_double_eq_tol(rs->compute_s, 3 * comp, 1e-12);
+    ck_assert(rp->step_s < rs->step_s);
+    /* Busy time per GPU: sc does all three on both ranks; the pipeline 2 on rank 0, 1 on 1. */
+    ck_assert_double_eq_tol(rs->gpu_busy[1], 3 * comp, 1e-12);
+    ck_assert_double_eq_tol(rp->gpu_busy[0], 2 * comp, 1e-12);
+    ck_assert_double_eq_tol(rp->gpu_busy[1], comp, 1e-12);
+    cz_sim_result_free(rs);
+    cz_sim_result_free(rp);
+    cz_plan_free(sc);
+    cz_plan_free(pl);
+    cz_cluster_free(c);
+}
+END_TEST
+
+/* DP 2 x TP 2, uneven bucket ranges: the reduce-scatter and all-gather take the largest slice.
+ * With 2 GPUs per node the DP group {0, 2} crosses nodes (inter-node rate 25 GB/s); with 4 per
+ * node everything is inside one node (100 GB/s). */
+START_TEST(test_dp_sync_bandwidth)
+{
+    for (int gpn = 2; gpn <= 4; gpn += 2) {
+        cz_cluster *c = make_cluster(2, 2, gpn, 100.0, 25.0, 10.0);
+        cz_plan *p = make_plan(2, 2, 2, 1024, 1024, CZ_TP_ROLLBACK);
+        /* Each local shard is 512 x 1024 = 524288 elements; p1 moves to rank 1. */
+        p->params[1].dp_owner = 1;
+        p->buckets[0].ranges[1] = 524288;
+        p->buckets[0].ranges[2] = 524288;
+        p->buckets[0].ranges[3] = 1048576;
+        p->buckets[0].size = 1048576 + 64;
+        p->buckets[0].ranges[3] = p->buckets[0].size; /* rank 1 also holds the padding */
+        add_group(p, 0, 2, 1, (int[]){0}, (int[]){0});
+        add_group(p, 1, 2, 1, (int[]){1}, (int[]){1});
+        cz_sim_result *r = NULL;
+        cz_error err;
+        int rc = cz_plan_simulate(&r, p, c, NULL, &err);
+        ck_assert_msg(rc == 0, "%s", err.message);
+        double bw = gpn == 2 ? 25e9 : 100e9;
+        double slice = (524288.0 + 64.0) * 2.0;
+        ck_assert_double_eq_tol(r->grad_sync_s, 10e-6 + slice / bw, 1e-12);
+        ck_assert_double_eq_tol(r->param_sync_s, 10e-6 + slice / bw, 1e-12);
+        /* TP groups {0,1} and {2,3} are inside a node either way. */
+        double comm = 10e-6 + MIB / 100e9;
+        double comp = task_seconds(p, 0, c);
+        ck_assert_double_eq_tol(r->local_s, comm + comp + comm, 1e-12);
+        ck_assert_double_eq_tol(r->step_s, r->grad_sync_s + r->local_s + r->param_sync_s, 1e-12);
+        cz_sim_result_free(r);
+        cz_plan_free(p);
+        cz_cluster_free(c);
+    }
+}
+END_TEST
+
+/* Layerwise: gradients are all-reduced (2x the reduce-scatter traffic), owned parameters
+ * gathered. */
+START_TEST(test_layerwise_allreduce)
+{
+    cz_cluster *c = make_cluster(2, 1, 1, 100.0, 25.0, 0.0);
+    cz_plan *p = make_plan(2, 1, 2, 1024, 1024, CZ_TP_SC);
+    p->settings.dp = CZ_DP_LAYERWISE;
+    p->params[1].dp_owner = 1;
+    add_group(p, 0, 1, 1, (int[]){0}, (int[]){0});
+    add_group(p, 1, 1, 1, (int[]){1}, (int[]){0});
+    cz_sim_result *r = NULL;
+    cz_error err;
+    ck_assert_int_eq(cz_plan_simulate(&r, p, c, NULL, &err), 0);
+    double bucket = 2.0 * MIB * 2.0; /* 2 M elements, bf16 */
+    ck_assert_double_eq_tol(r->grad_sync_s, 2.0 * 0.5 * bucket / 25e9, 1e-12);
+    ck_assert_double_eq_tol(r->param_sync_s, MIB * 2.0 / 25e9, 1e-12);
+    cz_sim_result_free(r);
+    cz_plan_free(p);
+    cz_cluster_free(c);
+}
+END_TEST
+
+/* Without a cluster the timeline is in cost units and communication is free. Loads: group 0
+ * {3, 1}, group 1 {2, 2} -> rank 0 ends at 5, rank 1 at 3 (it starts group 1 early because
+ * nothing but the gather gates a group's compute). */
+START_TEST(test_cost_proportional)
+{
+    cz_plan *p = make_plan(1, 2, 4, 2, 2, CZ_TP_SLOT);
+    p->params[0].cost = 3;
+    p->params[1].cost = 1;
+    p->params[2].cost = 2;
+    p->params[3].cost = 2;
+    add_group(p, 0, 2, 2, (int[]){0, 1}, (int[]){0, 1});
+    add_group(p, 0, 2, 2, (int[]){2, 3}, (int[]){0, 1});
+    cz_sim_result *r = NULL;
+    cz_error err;
+    ck_assert_int_eq(cz_plan_simulate(&r, p, NULL, NULL, &err), 0);
+    ck_assert_double_eq_tol(r->step_s, 5.0, 1e-12);
+    ck_assert_double_eq_tol(r->tl_compute[1 * 2 + 1].start, 1.0, 1e-12);
+    ck_assert_double_eq_tol(r->tl_compute[1 * 2 + 1].end, 3.0, 1e-12);
+    ck_assert_double_eq(r->comm_s, 0.0);
+    cz_sim_result_free(r);
+    cz_plan_free(p);
+}
+END_TEST
+
+START_TEST(test_bad_inputs)
+{
+    cz_cluster *c = make_cluster(2, 2, 8, 100.0, 25.0, 10.0);
+    cz_plan *p = make_plan(1, 2, 1, 4, 4, CZ_TP_ROLLBACK);
+    cz_sim_result *r = NULL;
+    cz_error err;
+    ck_assert_int_eq(cz_plan_simulate(&r, p, c, NULL, &err), CZ_EMISMATCH);
+    ck_assert_ptr_null(r);
+    add_group(p, 0, 2, 1, (int[]){0}, (int[]){0});
+    p->schedules[0].groups[0].task_slot[0] = 7; /* no TP rank 7 */
+    ck_assert_int_eq(cz_plan_simulate(&r, p, NULL, NULL, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "slot 7"));
+    p->schedules[0].groups[0].task_slot[0] = 0;
+    p->settings.dp = CZ_DP_EVEN;
+    ck_assert_int_eq(cz_plan_simulate(&r, p, NULL, NULL, &err), CZ_EUNSUPPORTED);
+    cz_plan_free(p);
+    cz_cluster_free(c);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("simulate");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_alltoall_formula);
+    tcase_add_test(tc, test_node_spans);
+    tcase_add_test(tc, test_uneven_models);
+    tcase_add_test(tc, test_pipeline_overlap);
+    tcase_add_test(tc, test_sc_vs_pipelined);
+    tcase_add_test(tc, test_dp_sync_bandwidth);
+    tcase_add_test(tc, test_layerwise_allreduce);
+    tcase_add_test(tc, test_cost_proportional);
+    tcase_add_test(tc, test_bad_inputs);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

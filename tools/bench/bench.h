@@ -1,0 +1,21 @@
+/* canzona-bench internals: deterministic data and the single-process reference. */
+#ifndef CZ_BENCH_H
+#define CZ_BENCH_H
+
+#include "exec_internal.h"
+
+#include <stdint.h>
+
+/* Counter-based values in [-1, 1): a pure function of its key, so every rank can generate any
+ * element of any tensor on its own. stream 0 = initial parameters, 1 = gradients. */
+float cz_bench_value(uint64_t seed, int stream, int param, int64_t step, int dp_rank,
+                     int64_t index);
+
+/* Fills TP rank r's local shard of param p: element (i, j) of the shard gets
+ * scale * value(..., full row-major index of that element). */
+void cz_bench_fill_shard(const cz_plan_param *p, int tp, int r, uint64_t seed, int stream,
+                         int64_t step, int dp_rank, float scale, float *shard);
+
+#define CZ_BENCH_PARAM_SCALE 0.05f
+
+#endif

@@ -1,0 +1,589 @@
+/* canzona-bench: runs a plan with libcanzona-exec on MPI ranks, times each phase, and checks
+ * the distributed result against a single-process optimizer on whole tensors (--verify).
+ *
+ *   mpirun -np DP*TP canzona-bench --plan P --model M [options]
+ */
+#include "bench.h"
+#include "npy.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct bench_opts {
+    const char *plan, *model, *init_dir, *dump_dir, *json, *ns_coeffs, *inject_nan;
+    int steps, warmup, verify, nesterov, own_comms, bad_dp_comm;
+    uint64_t seed;
+    double tolerance, lr, adamw_lr, wd;
+} bench_opts;
+
+static int g_rank;
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f, "usage: mpirun -np DP*TP canzona-bench --plan PLAN --model MODEL [options]\n"
+           "Runs the plan's optimizer step with libcanzona-exec (CPU backend) and times it.\n"
+           "  --plan FILE        plan written by `canzona plan` (required)\n"
+           "  --model FILE       the model the plan was made for (required; checked by hash)\n"
+           "  --steps N          timed optimizer steps (default 5)\n"
+           "  --warmup N         untimed steps before them (default 1)\n"
+           "  --seed S           seed of the generated parameters and gradients (default 1)\n"
+           "  --init-dir DIR     initial parameters from DIR/<param name>.npy (full fp32 tensors)\n"
+           "  --dump-dir DIR     write the updated full parameters as DIR/<param name>.npy\n"
+           "  --json FILE        write the per-phase timings (median over steps) as JSON\n"
+           "  --verify           recompute all steps on rank 0 on whole tensors and compare\n"
+           "  --tolerance T      largest allowed max|a-b|/max|b| per parameter (default 1e-5)\n"
+           "  --lr X             Muon learning rate (default 0.02)\n"
+           "  --adamw-lr X       AdamW learning rate (default 3e-4)\n"
+           "  --weight-decay X   decoupled weight decay of both optimizers (default 0.01)\n"
+           "  --nesterov         Nesterov momentum for Muon\n"
+           "  --ns-coeffs NAME   Newton-Schulz coefficients: jordan (default) or cubic\n"
+           "  --help             this text\n");
+}
+
+static int parse(int argc, char **argv, bench_opts *o)
+{
+    static const struct option longs[] = {{"plan", required_argument, 0, 'p'},
+                                          {"model", required_argument, 0, 'm'},
+                                          {"steps", required_argument, 0, 's'},
+                                          {"warmup", required_argument, 0, 'w'},
+                                          {"seed", required_argument, 0, 'S'},
+                                          {"init-dir", required_argument, 0, 'i'},
+                                          {"dump-dir", required_argument, 0, 'd'},
+                                          {"json", required_argument, 0, 'j'},
+                                          {"verify", no_argument, 0, 'v'},
+                                          {"tolerance", required_argument, 0, 't'},
+                                          {"lr", required_argument, 0, 'l'},
+                                          {"adamw-lr", required_argument, 0, 'a'},
+                                          {"weight-decay", required_argument, 0, 'W'},
+                                          {"nesterov", no_argument, 0, 'n'},
+                                          {"ns-coeffs", required_argument, 0, 'c'},
+                                          {"inject-nan", required_argument, 0, 'N'},
+                                          {"own-comms", no_argument, 0, 'O'},
+                                          {"bad-dp-comm", no_argument, 0, 'B'},
+                                          {"help", no_argument, 0, 'h'},
+                                          {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->steps = 5;
+    o->warmup = 1;
+    o->seed = 1;
+    o->tolerance = 1e-5;
+    o->lr = 0.02;
+    o->adamw_lr = 3e-4;
+    o->wd = 0.01;
+    o->ns_coeffs = "jordan";
+    int c;
+    char *end;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        errno = 0;
+        end = NULL;
+        switch (c) {
+        case 'p':
+            o->plan = optarg;
+            break;
+        case 'm':
+            o->model = optarg;
+            break;
+        case 's':
+            o->steps = (int)strtol(optarg, &end, 10);
+            break;
+        case 'w':
+            o->warmup = (int)strtol(optarg, &end, 10);
+            break;
+        case 'S':
+            o->seed = strtoull(optarg, &end, 10);
+            break;
+        case 'i':
+            o->init_dir = optarg;
+            break;
+        case 'd':
+            o->dump_dir = optarg;
+            break;
+        case 'j':
+            o->json = optarg;
+            break;
+        case 'v':
+            o->verify = 1;
+            break;
+        case 't':
+            o->tolerance = strtod(optarg, &end);
+            break;
+        case 'l':
+            o->lr = strtod(optarg, &end);
+            break;
+        case 'a':
+            o->adamw_lr = strtod(optarg, &end);
+            break;
+        case 'W':
+            o->wd = strtod(optarg, &end);
+            break;
+        case 'n':
+            o->nesterov = 1;
+            break;
+        case 'c':
+            o->ns_coeffs = optarg;
+            break;
+        case 'O':
+            o->own_comms = 1;
+            break;
+        case 'B':
+            o->bad_dp_comm = 1;
+            break;
+        case 'N':
+            o->inject_nan = optarg;
+            break;
+        case 'h':
+            return 1;
+        default:
+            if (g_rank == 0)
+                fprintf(stderr, "canzona-bench: unknown option or missing value: %s\n",
+                        argv[optind - 1]);
+            return 2;
+        }
+        if (end && (*end || errno)) {
+            if (g_rank == 0)
+                fprintf(stderr, "canzona-bench: bad number '%s'\n", optarg);
+            return 2;
+        }
+    }
+    if (optind < argc || !o->plan || !o->model || o->steps < 1 || o->warmup < 0) {
+        if (g_rank == 0)
+            fprintf(stderr, "canzona-bench: --plan and --model are required, --steps >= 1, "
+                            "--warmup >= 0, no positional arguments (see --help)\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* Every rank learns whether any failed; prints the local message. Returns 1 if any failed. */
+static int any_failed(int rc, const cz_error *err, const char *what)
+{
+    int mine = rc != 0, any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (mine)
+        fprintf(stderr, "canzona-bench: rank %d: %s: %s\n", g_rank, what, err->message);
+    else if (any)
+        fprintf(stderr, "canzona-bench: rank %d: stopping, another rank failed (%s)\n", g_rank,
+                what);
+    return any;
+}
+
+/* The plan must come from this model: same content hash, or else the same names and shapes. */
+static int check_model(const cz_plan *plan, const cz_model *model, cz_error *err)
+{
+    if (plan->nparams != model->nparams)
+        return cz_error_set(err, CZ_EMISMATCH, "plan has %zu params, model '%s' has %zu",
+                            plan->nparams, model->name, model->nparams);
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        const cz_param_def *d = &model->params[i];
+        if (strcmp(p->name, d->name) != 0 || p->shape[0] != d->shape[0] ||
+            p->shape[1] != d->shape[1])
+            return cz_error_set(err, CZ_EMISMATCH,
+                                "plan param %zu is '%s' [%lld, %lld] but the model has '%s' "
+                                "[%lld, %lld]",
+                                i, p->name, (long long)p->shape[0], (long long)p->shape[1], d->name,
+                                (long long)d->shape[0], (long long)d->shape[1]);
+    }
+    if (plan->model_sha256 && strcmp(plan->model_sha256, model->sha256) != 0)
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "the plan was made for a model with sha256 %.12s..., %s has %.12s...",
+                            plan->model_sha256, model->source ? model->source : "--model",
+                            model->sha256);
+    return CZ_OK;
+}
+
+static int64_t full_numel(const cz_plan_param *p)
+{
+    return p->shape[0] * (p->ndim == 1 ? 1 : p->shape[1]);
+}
+
+static int64_t param_offset(const cz_plan *plan, const cz_plan_param *p)
+{
+    return plan->buckets[cz_exec_bucket_index(plan, p->bucket)].offset + p->offset;
+}
+
+static char *param_path(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 6;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s/%s.npy", dir, name);
+    return s;
+}
+
+/* Initial full tensor of a parameter: from --init-dir or generated. */
+static int initial_full(const bench_opts *o, const cz_plan_param *p, float **out, cz_error *err)
+{
+    if (o->init_dir) {
+        char *path = param_path(o->init_dir, p->name);
+        if (!path)
+            return cz_error_set(err, CZ_ENOMEM, "out of memory");
+        int rc = cz_npy_read(path, p->ndim, p->shape[0], p->shape[1], out, err);
+        free(path);
+        return rc;
+    }
+    *out = malloc((size_t)full_numel(p) * sizeof(float));
+    if (!*out)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->name);
+    cz_bench_fill_shard(p, 1, 0, o->seed, 0, 0, 0, CZ_BENCH_PARAM_SCALE, *out);
+    return CZ_OK;
+}
+
+static int fill_params(const bench_opts *o, const cz_plan *plan, int tp_rank, float *P,
+                       cz_error *err)
+{
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        float *dst = P + param_offset(plan, p);
+        if (!o->init_dir) {
+            cz_bench_fill_shard(p, plan->tp, tp_rank, o->seed, 0, 0, 0, CZ_BENCH_PARAM_SCALE, dst);
+            continue;
+        }
+        float *full = NULL;
+        int rc = initial_full(o, p, &full, err);
+        if (rc)
+            return rc;
+        cz_shard_pack(p, plan->tp, tp_rank, full, dst);
+        free(full);
+    }
+    return CZ_OK;
+}
+
+static void fill_grads(const bench_opts *o, const cz_plan *plan, int dp_rank, int tp_rank,
+                       int64_t step, float *G)
+{
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        cz_bench_fill_shard(p, plan->tp, tp_rank, o->seed, 1, step, dp_rank, 1.0f,
+                            G + param_offset(plan, p));
+    }
+}
+
+/* Gathers every parameter's full tensor to world rank 0 from the TP ranks of DP rank 0
+ * (after the all-gather every DP replica holds all parameters). full[i] is set on rank 0. */
+static int gather_full(const cz_plan *plan, MPI_Comm row, int dp_rank, const float *P, float **full,
+                       cz_error *err)
+{
+    if (dp_rank != 0)
+        return CZ_OK;
+    int tp = plan->tp, rank;
+    MPI_Comm_rank(row, &rank);
+    int rc = CZ_OK;
+    for (size_t i = 0; i < plan->nparams && !rc; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        float *all = rank == 0 ? malloc((size_t)(p->numel * tp) * sizeof(float)) : NULL;
+        if (rank == 0) {
+            full[i] = malloc((size_t)full_numel(p) * sizeof(float));
+            if (!all || !full[i])
+                rc = cz_error_set(err, CZ_ENOMEM, "out of memory gathering '%s'", p->name);
+        }
+        MPI_Gather(P + param_offset(plan, p), (int)p->numel, MPI_FLOAT, all, (int)p->numel,
+                   MPI_FLOAT, 0, row);
+        if (rank == 0 && !rc) {
+            if (p->tp_dim < 0)
+                memcpy(full[i], all, (size_t)p->numel * sizeof(float));
+            else
+                for (int r = 0; r < tp; r++)
+                    cz_shard_unpack(p, tp, r, all + (size_t)r * (size_t)p->numel, full[i]);
+        }
+        free(all);
+    }
+    return rc;
+}
+
+/* Single-process reference: the same steps on whole tensors, gradients averaged over the DP
+ * replicas. Returns the worst relative error and fills worst_name. */
+static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_exec_config *cfg,
+                             int total_steps, float *const *dist, cz_error *err)
+{
+    int rc = CZ_OK, failures = 0;
+    cz_compute cpu;
+    cz_muon_hparams mh;
+    cz_adamw_hparams ah;
+    rc = cz_compute_open(&cpu, "cpu", err);
+    if (!rc)
+        rc = cz_muon_hparams_from_config(&mh, cfg, err);
+    if (rc)
+        return rc;
+    cz_adamw_hparams_from_config(&ah, cfg);
+    printf("verify: %d steps on whole tensors, tolerance %g (max|a-b| / max|b|)\n", total_steps,
+           o->tolerance);
+    for (size_t i = 0; i < plan->nparams && !rc; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        int64_t n = full_numel(p);
+        float *w = NULL, *g = malloc((size_t)n * sizeof(float));
+        float *tmp = malloc((size_t)n * sizeof(float));
+        float *s1 = calloc((size_t)n, sizeof(float)), *s2 = calloc((size_t)n, sizeof(float));
+        float inv = 1.0f / (float)plan->dp;
+        rc = initial_full(o, p, &w, err);
+        if (!rc && (!g || !tmp || !s1 || !s2))
+            rc = cz_error_set(err, CZ_ENOMEM, "out of memory verifying '%s'", p->name);
+        for (int64_t s = 0; s < total_steps && !rc; s++) {
+            for (int d = 0; d < plan->dp; d++) {
+                cz_bench_fill_shard(p, 1, 0, o->seed, 1, s, d, 1.0f, tmp);
+                for (int64_t k = 0; k < n; k++)
+                    g[k] = d == 0 ? tmp[k] : g[k] + tmp[k];
+            }
+            for (int64_t k = 0; k < n; k++)
+                g[k] *= inv;
+            if (p->kind == CZ_KIND_ELEMENTWISE) {
+                cz_adamw_step(&ah, s + 1, w, g, s1, s2, n);
+            } else {
+                cz_muon_momentum(&mh, g, s1, g, n);
+                const cz_plan_param *ps[1] = {p};
+                const float *in[1] = {g};
+                float *out[1] = {tmp};
+                rc = cz_muon_orthogonalize(&cpu, &mh, ps, in, out, 1, err);
+                cz_apply_update(w, tmp, n, mh.lr, mh.weight_decay);
+            }
+        }
+        if (!rc) {
+            double maxd = 0, maxb = 0;
+            for (int64_t k = 0; k < n; k++) {
+                double d = fabs((double)dist[i][k] - (double)w[k]);
+                if (!(d <= maxd))
+                    maxd = d; /* NaN propagates as a failure */
+                if (fabs((double)w[k]) > maxb)
+                    maxb = fabs((double)w[k]);
+            }
+            double rel = maxb > 0 ? maxd / maxb : maxd;
+            int bad = !(rel <= o->tolerance);
+            failures += bad;
+            printf("  %-48s %-11s rel.err %.3e%s\n", p->name,
+                   p->kind == CZ_KIND_MATRIX ? "muon" : "adamw", rel, bad ? "  FAIL" : "");
+        }
+        free(w), free(g), free(tmp), free(s1), free(s2);
+    }
+    cz_compute_close(&cpu);
+    if (!rc && failures)
+        rc = cz_error_set(err, CZ_EMISMATCH,
+                          "%d parameter(s) differ from the reference by more "
+                          "than %g",
+                          failures, o->tolerance);
+    if (!rc)
+        printf("verify: OK\n");
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int write_json(const bench_opts *o, const cz_plan *plan, const double med[5],
+                      double *const per[5], int n, cz_error *err)
+{
+    static const char *names[5] = {"reduce_scatter", "elementwise", "matrix", "all_gather",
+                                   "total"};
+    json_t *root = json_object(), *m = json_object(), *steps = json_object();
+    json_object_set_new(root, "schema", json_string("canzona.bench/1"));
+    json_object_set_new(root, "plan", json_string(o->plan));
+    json_object_set_new(root, "model", json_string(plan->model_name ? plan->model_name : ""));
+    json_object_set_new(root, "dp", json_integer(plan->dp));
+    json_object_set_new(root, "tp", json_integer(plan->tp));
+    json_object_set_new(root, "dp_strategy", json_string(cz_dp_strategy_name(plan->settings.dp)));
+    json_object_set_new(root, "tp_strategy", json_string(cz_tp_strategy_name(plan->settings.tp)));
+    json_object_set_new(root, "backend", json_string("cpu"));
+    json_object_set_new(root, "steps", json_integer(n));
+    json_object_set_new(root, "warmup", json_integer(o->warmup));
+    for (int k = 0; k < 5; k++) {
+        json_object_set_new(m, names[k], json_real(med[k]));
+        json_t *a = json_array();
+        for (int s = 0; s < n; s++)
+            json_array_append_new(a, json_real(per[k][s]));
+        json_object_set_new(steps, names[k], a);
+    }
+    json_object_set_new(root, "median_s", m);
+    json_object_set_new(root, "per_step_s", steps);
+    int rc = json_dump_file(root, o->json, JSON_INDENT(2) | JSON_SORT_KEYS)
+                 ? cz_error_set(err, CZ_EIO, "%s: cannot write", o->json)
+                 : CZ_OK;
+    json_decref(root);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    int world = 1, status = 1;
+    bench_opts o;
+    cz_error err;
+    cz_error_clear(&err);
+    cz_plan *plan = NULL;
+    cz_model *model = NULL;
+    cz_executor *ex = NULL;
+    float *P = NULL, *G = NULL, **full = NULL;
+    double *per[5] = {0};
+    MPI_Comm row = MPI_COMM_NULL;
+    MPI_Comm own_dp = MPI_COMM_NULL, own_tp = MPI_COMM_NULL, world_comm = MPI_COMM_WORLD;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    int prc = parse(argc, argv, &o);
+    if (prc) {
+        if (g_rank == 0)
+            usage(prc == 1 ? stdout : stderr);
+        status = prc == 1 ? 0 : 2;
+        goto done;
+    }
+
+    cz_exec_config cfg;
+    cz_exec_config_init(&cfg);
+    cfg.comm = "mpi";
+    cfg.lr = (float)o.lr;
+    cfg.adamw_lr = (float)o.adamw_lr;
+    cfg.weight_decay = cfg.adamw_weight_decay = (float)o.wd;
+    cfg.nesterov = o.nesterov;
+    cfg.ns_coeffs = o.ns_coeffs;
+    if (o.own_comms || o.bad_dp_comm) {
+        /* As a job would: the grid is read from the plan's topology, TP innermost. */
+        cz_plan *tmp = NULL;
+        int tp = 1;
+        if (cz_plan_read(&tmp, o.plan, &err) == 0)
+            tp = tmp->tp;
+        cz_plan_free(tmp);
+        MPI_Comm_split(MPI_COMM_WORLD, g_rank % tp, g_rank / tp, &own_dp);
+        MPI_Comm_split(MPI_COMM_WORLD, g_rank / tp, g_rank % tp, &own_tp);
+        cfg.dp_comm = o.bad_dp_comm ? (const void *)&world_comm : (const void *)&own_dp;
+        cfg.tp_comm = &own_tp;
+    }
+
+    /* The executor reads and checks the plan and agrees on failure across ranks. */
+    int rc = cz_executor_create(&ex, o.plan, &cfg, &err);
+    if (rc) {
+        fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err.message);
+        goto done;
+    }
+    rc = cz_plan_read(&plan, o.plan, &err);
+    if (!rc)
+        rc = cz_model_load(&model, o.model, &err);
+    if (!rc)
+        rc = check_model(plan, model, &err);
+    if (any_failed(rc, &err, "loading the plan and model"))
+        goto done;
+
+    int dp_rank = cz_executor_dp_rank(ex), tp_rank = cz_executor_tp_rank(ex);
+    size_t n = cz_executor_buffer_numel(ex);
+    P = calloc(n ? n : 1, sizeof(float));
+    G = calloc(n ? n : 1, sizeof(float));
+    rc = (P && G) ? CZ_OK : cz_error_set(&err, CZ_ENOMEM, "out of memory for %zu elements", n);
+    if (!rc)
+        rc = fill_params(&o, plan, tp_rank, P, &err);
+    if (!rc)
+        rc = cz_executor_bind_buffers(ex, P, G, n, &err);
+    if (any_failed(rc, &err, "preparing the buffers"))
+        goto done;
+
+    int total = o.warmup + o.steps;
+    for (int k = 0; k < 5; k++) {
+        per[k] = calloc((size_t)o.steps, sizeof(double));
+        if (!per[k]) {
+            fprintf(stderr, "canzona-bench: rank %d: out of memory\n", g_rank);
+            goto done;
+        }
+    }
+    for (int s = 0; s < total; s++) {
+        fill_grads(&o, plan, dp_rank, tp_rank, s, G);
+        if (o.inject_nan && s == 0 && g_rank == 0) {
+            size_t i = 0;
+            while (i < plan->nparams && strcmp(plan->params[i].name, o.inject_nan) != 0)
+                i++;
+            if (i < plan->nparams)
+                G[param_offset(plan, &plan->params[i])] = NAN;
+            else
+                fprintf(stderr, "canzona-bench: --inject-nan: no parameter '%s'\n", o.inject_nan);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        rc = cz_executor_step(ex, &err);
+        if (rc) {
+            fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err.message);
+            goto done;
+        }
+        if (s < o.warmup)
+            continue;
+        cz_exec_timings t;
+        cz_executor_timings(ex, &t);
+        double v[5] = {t.reduce_scatter, t.elementwise, t.matrix, t.all_gather, t.total}, mx[5];
+        /* A step lasts as long as its slowest rank. */
+        MPI_Allreduce(v, mx, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        for (int k = 0; k < 5; k++)
+            per[k][s - o.warmup] = mx[k];
+    }
+    double med[5];
+    for (int k = 0; k < 5; k++) {
+        double *tmp = malloc((size_t)o.steps * sizeof(double));
+        memcpy(tmp, per[k], (size_t)o.steps * sizeof(double));
+        med[k] = median(tmp, o.steps);
+        free(tmp);
+    }
+    if (g_rank == 0) {
+        printf("canzona-bench: %s on dp=%d tp=%d (dp %s, tp %s), %d steps after %d warm-up\n",
+               plan->model_name ? plan->model_name : "?", plan->dp, plan->tp,
+               cz_dp_strategy_name(plan->settings.dp), cz_tp_strategy_name(plan->settings.tp),
+               o.steps, o.warmup);
+        printf("median seconds per step (slowest rank): reduce-scatter %.6f  elementwise %.6f  "
+               "matrix %.6f  all-gather %.6f  total %.6f\n",
+               med[0], med[1], med[2], med[3], med[4]);
+    }
+    rc = (g_rank == 0 && o.json) ? write_json(&o, plan, med, per, o.steps, &err) : CZ_OK;
+    if (any_failed(rc, &err, "writing the timings"))
+        goto done;
+
+    if (o.dump_dir || o.verify) {
+        MPI_Comm_split(MPI_COMM_WORLD, dp_rank, tp_rank, &row);
+        full = calloc(plan->nparams ? plan->nparams : 1, sizeof *full);
+        rc = full ? gather_full(plan, row, dp_rank, P, full, &err)
+                  : cz_error_set(&err, CZ_ENOMEM, "out of memory");
+        if (!rc && g_rank == 0 && o.dump_dir) {
+            mkdir(o.dump_dir, 0777);
+            for (size_t i = 0; i < plan->nparams && !rc; i++) {
+                char *path = param_path(o.dump_dir, plan->params[i].name);
+                rc = path ? cz_npy_write(path, full[i], plan->params[i].ndim,
+                                         plan->params[i].shape[0], plan->params[i].shape[1], &err)
+                          : cz_error_set(&err, CZ_ENOMEM, "out of memory");
+                free(path);
+            }
+        }
+        if (!rc && g_rank == 0 && o.verify)
+            rc = reference_compare(&o, plan, &cfg, total, full, &err);
+        if (any_failed(rc, &err, o.verify ? "verifying" : "dumping"))
+            goto done;
+    }
+    status = 0;
+done:
+    if (full && plan)
+        for (size_t i = 0; i < plan->nparams; i++)
+            free(full[i]);
+    free(full);
+    for (int k = 0; k < 5; k++)
+        free(per[k]);
+    if (row != MPI_COMM_NULL)
+        MPI_Comm_free(&row);
+    if (own_dp != MPI_COMM_NULL)
+        MPI_Comm_free(&own_dp);
+    if (own_tp != MPI_COMM_NULL)
+        MPI_Comm_free(&own_tp);
+    cz_executor_free(ex);
+    cz_plan_free(plan);
+    cz_model_free(model);
+    free(P);
+    free(G);
+    MPI_Finalize();
+    return status;
+}
