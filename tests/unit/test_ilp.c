@@ -593,6 +593,42 @@ START_TEST(mg_random_equals_brute_force)
 }
 END_TEST
 
+START_TEST(mg_timeout_falls_back)
+{
+    /* 60 tasks, 12 groups of 5, 4 slots: 2880 binaries; 1 ms is not enough for the LP. */
+    enum { N = 60 };
+    double cost[N];
+    int group[N], slot[N];
+    rng_state = 31337;
+    for (int i = 0; i < N; i++) {
+        cost[i] = (double)(1 + rnd(100));
+        group[i] = i / 5;
+        slot[i] = i % 4;
+    }
+    cz_plan *p = mg_make(N, 4, cost, 12, group, slot, 1e9);
+    /* mg_make copies at most 64 tasks per group and tracks slots up to 8: within bounds. */
+    double start = mg_value(p, &p->schedules[0]);
+    int before[N];
+    for (int i = 0; i < N; i++)
+        before[i] = p->schedules[0].groups[i / 5].task_param[i % 5];
+    p->settings.time_limit_s = 0.001;
+    cz_error err;
+    ck_assert_int_eq(cz_microgroups_ilp(p, &err), CZ_OK);
+    ck_assert_msg(p->solver_status_tp == CZ_SOLVE_TIMEOUT ||
+                      p->solver_status_tp == CZ_SOLVE_FEASIBLE,
+                  "status %s", cz_solve_status_name(p->solver_status_tp));
+    ck_assert_ptr_nonnull(strstr(p->solver_note, "time"));
+    ck_assert_double_le(mg_value(p, &p->schedules[0]), start);
+    if (p->solver_status_tp == CZ_SOLVE_TIMEOUT) {
+        ck_assert_int_eq(p->schedules[0].ngroups, 12);
+        for (int i = 0; i < N; i++)
+            ck_assert_int_eq(p->schedules[0].groups[i / 5].task_param[i % 5], before[i]);
+    }
+    mg_check(p, N);
+    cz_plan_free(p);
+}
+END_TEST
+
 static Suite *ilp_suite(void)
 {
     Suite *s = suite_create("ilp");
@@ -609,6 +645,7 @@ static Suite *ilp_suite(void)
     tcase_add_test(tm, mg_hand_moves_between_groups);
     tcase_add_test(tm, mg_hand_capacity_binds);
     tcase_add_test(tm, mg_random_equals_brute_force);
+    tcase_add_test(tm, mg_timeout_falls_back);
     suite_add_tcase(s, tm);
     return s;
 }
