@@ -130,6 +130,22 @@ int cz_tp_strategy_parse(const char *name, cz_tp_strategy *out);
 int cz_layerwise_order_parse(const char *name, cz_layerwise_order *out);
 int cz_solver_parse(const char *name, cz_solver *out);
 
+/* Progress of a long-running solve (the ILP solvers), reported at most once per second once
+ * the solve has run for a second. Values are in the plan's cost unit; NAN when not known yet. */
+typedef struct cz_progress {
+    const char *phase;   /* "dp-ilp" or "microgroups-ilp" */
+    double elapsed_s;    /* since this solve started */
+    double best_bound;   /* best proven bound on the objective */
+    double incumbent;    /* objective of the best solution found so far */
+    double gap;          /* relative gap between the two */
+} cz_progress;
+typedef void (*cz_progress_fn)(const cz_progress *progress, void *ctx);
+
+/* Installs a progress handler for this process (NULL removes it). The library never prints;
+ * a command-line tool installs one to show a line on stderr. Not thread-safe: install it
+ * before building plans. */
+void cz_set_progress_handler(cz_progress_fn fn, void *ctx);
+
 typedef struct cz_model cz_model;
 typedef struct cz_cluster cz_cluster;
 typedef struct cz_plan cz_plan;

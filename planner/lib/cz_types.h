@@ -135,6 +135,12 @@ struct cz_plan {
     int dp_numel_cuts;       /* 1 when alpha with cost loads kept the element-load cuts because
                                 they balanced at least as well and gave a shorter makespan */
     double plan_seconds;     /* wall time spent building the plan (not written to the file) */
+    int solver_status;       /* CZ_SOLVE_*: worst outcome over the plan's ILP solves */
+    double solver_gap;       /* largest relative MIP gap left by a solve (0 when all optimal) */
+    double solver_seconds;   /* wall time spent in the ILP solves */
+    char solver_note[256];   /* a warning for the user (time-outs, fallbacks); "" when none */
+    int solver_status_dp, solver_status_tp; /* the same per phase: DP partition, micro-groups */
+    double solver_gap_dp, solver_gap_tp;
     int dp, tp, pp, gpus_per_node;
     int64_t bucket_size, bucket_align;
     size_t nparams;
@@ -187,6 +193,36 @@ int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err);
 void cz_plan_metrics_free(cz_plan_metrics *m);
 /* Frees the schedules only (sets nschedules to 0). */
 void cz_plan_schedules_free(cz_plan *plan);
+
+/* ---- ilp_dp.c, ilp_microgroups.c, dp_tpaware.c ---- */
+/* Outcome of an ILP solve, ordered from best to worst (a plan keeps the worst it saw). */
+enum {
+    CZ_SOLVE_NONE = 0,     /* no solver ran */
+    CZ_SOLVE_OPTIMAL = 1,  /* proved optimal */
+    CZ_SOLVE_FEASIBLE = 2, /* time limit hit; the best integer solution is kept (gap > 0) */
+    CZ_SOLVE_TIMEOUT = 3,  /* time limit hit before any integer solution: greedy kept */
+    CZ_SOLVE_FAILED = 4    /* the solver failed (numerics); greedy kept */
+};
+const char *cz_solve_status_name(int status);
+/* Re-solves the DP partition of every stage exactly (GLPK MIP: minimize the largest per-rank
+ * load under the alpha slice bound, see docs/SOLVERS.md), warm-started from the ranges and
+ * owners already in the plan (the greedy result). Replaces them only when strictly better.
+ * Fills solver_status/gap/seconds/note. Runs within settings.time_limit_s. */
+int cz_dp_partition_ilp(cz_plan *plan, cz_error *err);
+/* Re-solves every DP rank's micro-group schedule (GLPK MIP: tasks may move between at most
+ * as many groups as the greedy made, slot loads within the capacity; minimize the sum of group
+ * makespans), warm-started from the schedule in the plan. Replaces a rank's groups only when
+ * strictly better. Within settings.time_limit_s for all ranks together. */
+int cz_microgroups_ilp(cz_plan *plan, cz_error *err);
+/* TP-aware DP strategy: starting from the ranges in the plan (alpha's), moves cut points one
+ * parameter boundary at a time while the largest TP makespan of a DP rank (ties: the sum of
+ * squares) decreases, scoring ranks with cz_tp_schedule_build. Leaves improved ranges and
+ * owners; rebuilds the schedules only when the plan already had some. Deterministic. */
+int cz_dp_partition_tpaware(cz_plan *plan, cz_error *err);
+/* Sends a progress report to the handler installed by cz_set_progress_handler, if any. */
+void cz_progress_report(const cz_progress *p);
+/* Monotonic clock in seconds (for time limits and progress only, never for output). */
+double cz_clock_seconds(void);
 
 /* ---- hashing (sha256.c) ---- */
 void cz_sha256_hex(const void *data, size_t len, char out[65]);

@@ -1,0 +1,430 @@
+/* Micro-group scheduling of one DP rank as a mixed-integer program (GLPK).
+ *
+ * Given the rank's matrix tasks and G, the number of groups the greedy made, binary
+ * a[t][g][k] puts task t in group g on slot (host TP rank) k. Minimize sum_g m_g with
+ * m_g >= load(g, k) for every slot: each group's collectives synchronize its TP ranks, so a
+ * rank's makespan is the sum of its groups' largest slot loads. Tasks may move between groups;
+ * every slot load stays within the capacity max(C, largest task) so that the gather buffers
+ * stay bounded as under the greedy (a task larger than C may exceed it, as the greedy lets a
+ * lone oversized task form its own group). Groups (m_g non-increasing) and the slots of a group
+ * (loads non-increasing) are interchangeable, so both are ordered to cut symmetric branches;
+ * the greedy solution, relabelled the same way, is the warm start. */
+#include "ilp_glpk.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct rank_order {
+    int idx;
+    double makespan;
+} rank_order;
+
+static int cmp_rank(const void *a, const void *b)
+{
+    const rank_order *p = a, *q = b;
+    if (p->makespan != q->makespan)
+        return p->makespan > q->makespan ? -1 : 1;
+    return p->idx - q->idx;
+}
+
+static double schedule_value(const cz_plan *plan, const cz_rank_schedule *rs)
+{
+    double sum = 0;
+    for (int g = 0; g < rs->ngroups; g++) {
+        const cz_plan_group *gr = &rs->groups[g];
+        double mx = 0;
+        for (int k = 0; k < gr->nslots; k++) {
+            double l = 0;
+            for (int t = 0; t < gr->ntasks; t++)
+                if (gr->task_slot[t] == k)
+                    l += plan->params[gr->task_param[t]].cost;
+            mx = fmax(mx, l);
+        }
+        sum += mx;
+    }
+    return sum;
+}
+
+typedef struct task_ref {
+    int param;
+    double cost;
+} task_ref;
+
+static int cmp_task(const void *a, const void *b)
+{
+    const task_ref *p = a, *q = b;
+    if (p->cost != q->cost)
+        return p->cost > q->cost ? -1 : 1;
+    return p->param - q->param;
+}
+
+typedef struct slot_ref {
+    int k;
+    double load;
+} slot_ref;
+
+static int cmp_slot(const void *a, const void *b)
+{
+    const slot_ref *p = a, *q = b;
+    if (p->load != q->load)
+        return p->load > q->load ? -1 : 1;
+    return p->k - q->k;
+}
+
+typedef struct group_ref {
+    int g;
+    double m;
+} group_ref;
+
+static int cmp_group(const void *a, const void *b)
+{
+    const group_ref *p = a, *q = b;
+    if (p->m != q->m)
+        return p->m > q->m ? -1 : 1;
+    return p->g - q->g;
+}
+
+/* Rebuilds rs->groups from gk[t] = g*K + k (tasks indexed like tasks[]). Groups come in order
+ * of decreasing makespan, tasks by decreasing cost; each group's slots are dealt, largest
+ * first, to the TP rank with the least work so far, which balances the per-GPU loads without
+ * changing any group's makespan. */
+static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const task_ref *tasks, int T,
+                            const int *gk, int G, int K)
+{
+    int rc = CZ_ENOMEM;
+    cz_plan_group *groups = calloc((size_t)G, sizeof *groups);
+    group_ref *gr = malloc((size_t)G * sizeof *gr);
+    double *load = calloc((size_t)G * K, sizeof *load);
+    double *tp_load = calloc((size_t)K, sizeof *tp_load);
+    int *slot_map = malloc((size_t)G * K * sizeof *slot_map);
+    slot_ref *sl = malloc((size_t)K * sizeof *sl);
+    int ng = 0;
+    if (!groups || !gr || !load || !tp_load || !slot_map || !sl)
+        goto done;
+    for (int t = 0; t < T; t++)
+        load[gk[t]] += tasks[t].cost;
+    for (int g = 0; g < G; g++) {
+        gr[g].g = g;
+        gr[g].m = 0;
+        for (int k = 0; k < K; k++)
+            gr[g].m = fmax(gr[g].m, load[g * K + k]);
+    }
+    qsort(gr, (size_t)G, sizeof *gr, cmp_group);
+    for (int gi = 0; gi < G; gi++) {
+        int g = gr[gi].g;
+        int n = 0;
+        for (int t = 0; t < T; t++)
+            n += gk[t] / K == g;
+        if (n == 0)
+            continue;
+        for (int k = 0; k < K; k++) {
+            sl[k].k = k;
+            sl[k].load = load[g * K + k];
+        }
+        qsort(sl, (size_t)K, sizeof *sl, cmp_slot);
+        int used[K];
+        memset(used, 0, sizeof used);
+        for (int s = 0; s < K; s++) {
+            int best = -1;
+            for (int h = 0; h < K; h++)
+                if (!used[h] && (best < 0 || tp_load[h] < tp_load[best]))
+                    best = h;
+            used[best] = 1;
+            slot_map[g * K + sl[s].k] = best;
+            tp_load[best] += sl[s].load;
+        }
+        cz_plan_group *out = &groups[ng];
+        out->id = ng;
+        out->nslots = K;
+        out->ntasks = n;
+        out->task_param = malloc((size_t)n * sizeof *out->task_param);
+        out->task_slot = malloc((size_t)n * sizeof *out->task_slot);
+        out->load = calloc((size_t)K, sizeof *out->load);
+        ng++;
+        if (!out->task_param || !out->task_slot || !out->load)
+            goto done;
+        int i = 0;
+        for (int t = 0; t < T; t++) { /* tasks[] is already in decreasing cost order */
+            if (gk[t] / K != g)
+                continue;
+            out->task_param[i] = tasks[t].param;
+            out->task_slot[i] = slot_map[gk[t]];
+            out->load[slot_map[gk[t]]] += tasks[t].cost;
+            i++;
+        }
+    }
+    for (int g = 0; g < rs->ngroups; g++) {
+        free(rs->groups[g].task_param);
+        free(rs->groups[g].task_slot);
+        free(rs->groups[g].load);
+    }
+    free(rs->groups);
+    rs->groups = groups;
+    rs->ngroups = ng;
+    groups = NULL;
+    rc = CZ_OK;
+done:
+    if (groups) {
+        for (int g = 0; g < ng; g++) {
+            free(groups[g].task_param);
+            free(groups[g].task_slot);
+            free(groups[g].load);
+        }
+        free(groups);
+    }
+    free(gr);
+    free(load);
+    free(tp_load);
+    free(slot_map);
+    free(sl);
+    (void)plan;
+    return rc;
+}
+
+#define ACOL(t, g, k) (1 + G + ((t)*G + (g)) * K + (k))
+
+static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, cz_error *err)
+{
+    int rc = CZ_OK;
+    int G = rs->ngroups, K = rs->groups[0].nslots, T = 0;
+    for (int g = 0; g < G; g++)
+        T += rs->groups[g].ntasks;
+    task_ref *tasks = malloc((size_t)(T + 1) * sizeof *tasks);
+    int *greedy_gk = malloc((size_t)(T + 1) * sizeof *greedy_gk);
+    int *gk = malloc((size_t)(T + 1) * sizeof *gk);
+    int ncols = G + T * G * K;
+    double *warm = calloc((size_t)ncols + 1, sizeof *warm);
+    double *gload = calloc((size_t)G * K, sizeof *gload);
+    group_ref *gr = malloc((size_t)G * sizeof *gr);
+    int *grank = malloc((size_t)G * sizeof *grank);
+    int *ia = NULL, *ja = NULL;
+    double *ar = NULL;
+    glp_prob *P = NULL;
+    if (!tasks || !greedy_gk || !gk || !warm || !gload || !gr || !grank) {
+        rc = CZ_ENOMEM;
+        goto fail;
+    }
+    /* Tasks in decreasing cost; remember each one's greedy group and slot. */
+    int n = 0;
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < rs->groups[g].ntasks; i++) {
+            tasks[n].param = rs->groups[g].task_param[i];
+            tasks[n].cost = plan->params[tasks[n].param].cost;
+            n++;
+        }
+    qsort(tasks, (size_t)T, sizeof *tasks, cmp_task);
+    double maxcost = T ? tasks[0].cost : 0, total = 0;
+    for (int t = 0; t < T; t++) {
+        total += tasks[t].cost;
+        for (int g = 0; g < G; g++)
+            for (int i = 0; i < rs->groups[g].ntasks; i++)
+                if (rs->groups[g].task_param[i] == tasks[t].param)
+                    greedy_gk[t] = g * K + rs->groups[g].task_slot[i];
+    }
+    if (!(maxcost > 0))
+        goto done;
+    double cap = plan->capacity_used > 0 ? fmax(plan->capacity_used, maxcost) : INFINITY;
+    double greedy_v = schedule_value(plan, rs);
+    double scale = maxcost;
+
+    /* Canonical labels of the greedy solution for the warm start. */
+    int warm_ok = 1;
+    for (int t = 0; t < T; t++)
+        gload[greedy_gk[t]] += tasks[t].cost;
+    for (int g = 0; g < G; g++) {
+        gr[g].g = g;
+        gr[g].m = 0;
+        for (int k = 0; k < K; k++) {
+            gr[g].m = fmax(gr[g].m, gload[g * K + k]);
+            if (gload[g * K + k] > cap * (1 + 1e-12))
+                warm_ok = 0;
+        }
+    }
+    qsort(gr, (size_t)G, sizeof *gr, cmp_group);
+    for (int gi = 0; gi < G; gi++)
+        grank[gr[gi].g] = gi;
+    for (int g = 0; g < G; g++) {
+        slot_ref sl[K];
+        for (int k = 0; k < K; k++) {
+            sl[k].k = k;
+            sl[k].load = gload[g * K + k];
+        }
+        qsort(sl, (size_t)K, sizeof *sl, cmp_slot);
+        int krank[K];
+        for (int s = 0; s < K; s++)
+            krank[sl[s].k] = s;
+        for (int t = 0; t < T; t++)
+            if (greedy_gk[t] / K == g)
+                warm[ACOL(t, grank[g], krank[greedy_gk[t] % K])] = 1.0;
+        warm[1 + grank[g]] = gr[grank[g]].m / scale;
+    }
+
+    int nrows = T + 2 * G * K + (G - 1) + G * (K - 1);
+    size_t nz_cap = 5 * (size_t)T * G * K + (size_t)G * K + 2 * (size_t)G + 16;
+    ia = malloc((nz_cap + 1) * sizeof *ia);
+    ja = malloc((nz_cap + 1) * sizeof *ja);
+    ar = malloc((nz_cap + 1) * sizeof *ar);
+    if (!ia || !ja || !ar) {
+        rc = CZ_ENOMEM;
+        goto fail;
+    }
+    P = glp_create_prob();
+    glp_set_obj_dir(P, GLP_MIN);
+    glp_add_cols(P, ncols);
+    for (int g = 0; g < G; g++) {
+        glp_set_col_bnds(P, 1 + g, GLP_LO, 0.0, 0.0);
+        glp_set_obj_coef(P, 1 + g, 1.0);
+    }
+    for (int j = G + 1; j <= ncols; j++)
+        glp_set_col_kind(P, j, GLP_BV);
+    glp_add_rows(P, nrows);
+    int nz = 0, row = 0;
+#define NZ(r, c, v) (nz++, ia[nz] = (r), ja[nz] = (c), ar[nz] = (v))
+    for (int t = 0; t < T; t++) { /* each task exactly once */
+        row++;
+        glp_set_row_bnds(P, row, GLP_FX, 1.0, 1.0);
+        for (int g = 0; g < G; g++)
+            for (int k = 0; k < K; k++)
+                NZ(row, ACOL(t, g, k), 1.0);
+    }
+    for (int g = 0; g < G; g++) {
+        for (int k = 0; k < K; k++) {
+            row++; /* load(g,k) - m_g <= 0 */
+            glp_set_row_bnds(P, row, GLP_UP, 0.0, 0.0);
+            NZ(row, 1 + g, -1.0);
+            for (int t = 0; t < T; t++)
+                NZ(row, ACOL(t, g, k), tasks[t].cost / scale);
+            row++; /* load(g,k) <= cap */
+            if (isinf(cap))
+                glp_set_row_bnds(P, row, GLP_FR, 0.0, 0.0);
+            else
+                glp_set_row_bnds(P, row, GLP_UP, 0.0, cap / scale);
+            for (int t = 0; t < T; t++)
+                NZ(row, ACOL(t, g, k), tasks[t].cost / scale);
+        }
+    }
+    for (int g = 0; g + 1 < G; g++) { /* m_g >= m_{g+1} */
+        row++;
+        glp_set_row_bnds(P, row, GLP_LO, 0.0, 0.0);
+        NZ(row, 1 + g, 1.0);
+        NZ(row, 2 + g, -1.0);
+    }
+    for (int g = 0; g < G; g++) { /* load(g,k) >= load(g,k+1) */
+        for (int k = 0; k + 1 < K; k++) {
+            row++;
+            glp_set_row_bnds(P, row, GLP_LO, 0.0, 0.0);
+            for (int t = 0; t < T; t++) {
+                NZ(row, ACOL(t, g, k), tasks[t].cost / scale);
+                NZ(row, ACOL(t, g, k + 1), -tasks[t].cost / scale);
+            }
+        }
+    }
+#undef NZ
+    glp_load_matrix(P, nz, ia, ja, ar);
+
+    cz_mip_result res;
+    if ((rc = cz_mip_solve(P, warm_ok ? warm : NULL, time_limit_s, "microgroups-ilp", scale, &res,
+                           err)))
+        goto fail;
+    cz_plan_solver_record(plan, 1, &res);
+    if (res.status == CZ_SOLVE_OPTIMAL || res.status == CZ_SOLVE_FEASIBLE) {
+        for (int t = 0; t < T; t++) {
+            gk[t] = -1;
+            for (int g = 0; g < G && gk[t] < 0; g++)
+                for (int k = 0; k < K; k++)
+                    if (glp_mip_col_val(P, ACOL(t, g, k)) > 0.5) {
+                        gk[t] = g * K + k;
+                        break;
+                    }
+            if (gk[t] < 0) {
+                rc = cz_error_set(err, CZ_EINTERNAL,
+                                  "stage %d, DP rank %d: the micro-group ILP left task %d "
+                                  "unassigned",
+                                  rs->stage, rs->dp_rank, tasks[t].param);
+                goto fail;
+            }
+        }
+        for (int i = 0; i < G * K; i++)
+            gload[i] = 0;
+        for (int t = 0; t < T; t++)
+            gload[gk[t]] += tasks[t].cost;
+        double v = 0;
+        for (int g = 0; g < G; g++) {
+            double mx = 0;
+            for (int k = 0; k < K; k++)
+                mx = fmax(mx, gload[g * K + k]);
+            v += mx;
+        }
+        if (v < greedy_v * (1 - 1e-9) && (rc = schedule_rebuild(plan, rs, tasks, T, gk, G, K))) {
+            cz_error_set(err, rc, "out of memory rebuilding the micro-groups");
+            goto fail;
+        }
+        if (res.status == CZ_SOLVE_FEASIBLE && strlen(plan->solver_note) == 0)
+            cz_plan_solver_note(plan,
+                                "micro-group ILP hit its time limit on some DP ranks; kept the "
+                                "best schedules found (largest gap is in the plan).");
+    } else if (res.status == CZ_SOLVE_TIMEOUT) {
+        cz_plan_solver_note(plan,
+                            "stage %d, DP rank %d: micro-group ILP timed out before any "
+                            "solution; kept the greedy groups.",
+                            rs->stage, rs->dp_rank);
+    } else {
+        cz_plan_solver_note(plan,
+                            "stage %d, DP rank %d: micro-group ILP failed (GLPK); kept the greedy "
+                            "groups.",
+                            rs->stage, rs->dp_rank);
+    }
+    (void)total;
+    goto done;
+fail:
+    if (rc == CZ_ENOMEM)
+        cz_error_set(err, rc, "out of memory building the micro-group ILP");
+done:
+    if (P)
+        glp_delete_prob(P);
+    free(ia);
+    free(ja);
+    free(ar);
+    free(tasks);
+    free(greedy_gk);
+    free(gk);
+    free(warm);
+    free(gload);
+    free(gr);
+    free(grank);
+    return rc;
+}
+
+int cz_microgroups_ilp(cz_plan *plan, cz_error *err)
+{
+    if (plan->settings.tp == CZ_TP_SC) {
+        cz_plan_solver_note(plan, "the micro-group ILP does not apply to sc (no hosts); kept sc.");
+        return CZ_OK;
+    }
+    size_t n = plan->nschedules;
+    rank_order *ord = malloc((n + 1) * sizeof *ord);
+    if (!ord)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory ordering the micro-group ILP");
+    /* The largest makespans decide tp.makespan: they get the solver's time first. */
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        cz_rank_schedule *rs = &plan->schedules[i];
+        if (rs->ngroups == 0 || rs->groups[0].nslots < 2)
+            continue;
+        ord[m].idx = (int)i;
+        ord[m].makespan = schedule_value(plan, rs);
+        m++;
+    }
+    qsort(ord, m, sizeof *ord, cmp_rank);
+    double t0 = cz_clock_seconds();
+    int rc = CZ_OK;
+    for (size_t j = 0; j < m; j++) {
+        double left = plan->settings.time_limit_s - (cz_clock_seconds() - t0);
+        double share = fmax(0.001, left / (double)(m - j));
+        if ((rc = solve_rank(plan, &plan->schedules[ord[j].idx], share, err)))
+            break;
+    }
+    free(ord);
+    return rc;
+}
