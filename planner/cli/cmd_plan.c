@@ -132,11 +132,25 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
            cz_cli_format_bytes(b, sizeof b, vmax(mt->memory, ngpus)));
     printf("predicted optimizer compute    %s per step\n",
            cz_cli_format_cost(a, sizeof a, mt->predicted_step_s, CZ_UNIT_TIME));
+    if (s->solver == CZ_SOLVER_ILP)
+        printf("ILP solver                     %s, gap %.3g%% (DP %s, micro-groups %s), %.1f s\n",
+               cz_solve_status_name(p->solver_status), 100.0 * p->solver_gap,
+               cz_solve_status_name(p->solver_status_dp), cz_solve_status_name(p->solver_status_tp),
+               p->solver_seconds);
     printf("planning time                  %.2f ms\n", p->plan_seconds * 1e3);
     if (output)
         printf("plan written to                %s\n", output);
     else
         printf("(no -o given: plan not written)\n");
+}
+
+/* One self-overwriting line on stderr while an ILP solve runs. */
+static void plan_progress(const cz_progress *pr, void *ctx)
+{
+    *(int *)ctx = 1;
+    fprintf(stderr, "\rcanzona plan: %s %.0f s, incumbent %.6g, bound %.6g, gap %.2f%%   ",
+            pr->phase, pr->elapsed_s, pr->incumbent, pr->best_bound, 100.0 * pr->gap);
+    fflush(stderr);
 }
 
 static json_t *array_of(const double *v, size_t n)
@@ -154,7 +168,7 @@ static int print_json_summary(const cz_plan *p, const char *output)
     json_t *o = json_pack(
         "{s:s, s:s, s:{s:i, s:i, s:i}, s:{s:s, s:s, s:s, s:f, s:s, s:f, s:b, s:b}, s:o, s:f, s:f, "
         "s:f, "
-        "s:f, s:f, s:f, s:o, s:o, s:f, s:f, s:s?}",
+        "s:f, s:f, s:f, s:o, s:o, s:f, s:f, s:s?, s:s, s:f, s:f, s:{s:s, s:f, s:s, s:f}}",
         "model", p->model_name, "cluster", p->cluster_name, "topology", "dp", p->dp, "tp", p->tp,
         "pp", p->pp, "settings", "optimizer", cz_optimizer_name(p->settings.optimizer), "unit",
         cz_unit_name(p->settings.unit), "dp_strategy", cz_dp_strategy_name(p->settings.dp), "alpha",
@@ -165,7 +179,11 @@ static int print_json_summary(const cz_plan *p, const char *output)
         "makespan_over_lower_bound", mt->lower_bound > 0 ? mt->tp_makespan / mt->lower_bound : 1.0,
         "total_cost", mt->total_cost, "rank_makespan", array_of(mt->rank_makespan, nranks),
         "memory", array_of(mt->memory, nranks * (size_t)p->tp), "predicted_step_s",
-        mt->predicted_step_s, "plan_seconds", p->plan_seconds, "output", output);
+        mt->predicted_step_s, "plan_seconds", p->plan_seconds, "output", output, "solver_status",
+        cz_solve_status_name(p->solver_status), "solver_gap", p->solver_gap, "solver_seconds",
+        p->solver_seconds, "solver_phases", "dp_status", cz_solve_status_name(p->solver_status_dp),
+        "dp_gap", p->solver_gap_dp, "tp_status", cz_solve_status_name(p->solver_status_tp),
+        "tp_gap", p->solver_gap_tp);
     if (!o) {
         fprintf(stderr, "canzona plan: out of memory\n");
         return 1;
@@ -240,10 +258,19 @@ int cz_cmd_plan(int argc, char **argv)
     }
     if (cz_cli_load_inputs("plan", model_path, cluster_path, &model, &cluster))
         goto done;
-    if (cz_plan_build(&plan, model, cluster, &settings, &err) != CZ_OK) {
+    int progress_shown = 0;
+    if (!quiet && settings.solver == CZ_SOLVER_ILP)
+        cz_set_progress_handler(plan_progress, &progress_shown);
+    int built = cz_plan_build(&plan, model, cluster, &settings, &err);
+    cz_set_progress_handler(NULL, NULL);
+    if (progress_shown)
+        fprintf(stderr, "\n");
+    if (built != CZ_OK) {
         fprintf(stderr, "canzona plan: %s\n", err.message);
         goto done;
     }
+    if (plan->solver_note[0] && !quiet)
+        fprintf(stderr, "canzona plan: warning: %s\n", plan->solver_note);
     if (output && cz_plan_write(plan, output, &err) != CZ_OK) {
         fprintf(stderr, "canzona plan: %s\n", err.message);
         goto done;

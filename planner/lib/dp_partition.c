@@ -325,10 +325,6 @@ int cz_dp_partition(cz_plan *plan, cz_error *err)
     int64_t *cuts = NULL, *saved_ranges = NULL;
     int *saved_owners = NULL;
     double *load = NULL;
-    if (strategy == CZ_DP_TPAWARE)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "DP strategy 'tpaware' is not implemented yet; use alpha, anchored, "
-                            "layerwise or even");
     if (dp < 1)
         return cz_error_set(err, CZ_EINVALID, "dp must be >= 1, got %d", dp);
     plan->dp_fell_back = 0;
@@ -363,7 +359,7 @@ int cz_dp_partition(cz_plan *plan, cz_error *err)
         if (strategy == CZ_DP_LAYERWISE) {
             if ((rc = layerwise_stage(plan, stage, err)) != CZ_OK)
                 goto done;
-        } else if (strategy == CZ_DP_ALPHA) {
+        } else if (strategy == CZ_DP_ALPHA || strategy == CZ_DP_TPAWARE) {
             double anchored = stage_imbalance(plan, stage, load);
             stage_snapshot(plan, stage, saved_ranges, saved_owners, 0);
             if ((rc = alpha_stage(plan, &bi, stage, err)) != CZ_OK)
@@ -376,6 +372,8 @@ int cz_dp_partition(cz_plan *plan, cz_error *err)
             }
         }
     }
+    if (strategy == CZ_DP_TPAWARE)
+        rc = cz_dp_partition_tpaware(plan, err);
 done:
     bucket_index_free(&bi);
     free(cuts);

@@ -309,6 +309,7 @@ static bool plan_better(const cz_plan *b, const cz_plan *a)
 int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
                   const cz_settings *settings, cz_error *err)
 {
+    const cz_settings *user = settings;
     int rc;
     cz_plan *plan = NULL, *numel = NULL;
     struct timespec t0, t1;
@@ -318,11 +319,12 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if ((rc = settings_check(settings, err)) != CZ_OK)
         return rc;
-    if (settings->solver != CZ_SOLVER_GREEDY)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "solver '%s' is not available in this build of cz_plan_build; use "
-                            "the greedy solver",
-                            cz_solver_name(settings->solver));
+    /* tpaware refines alpha's result: it starts from the alpha plan chosen below (cost or
+     * element loads), so that it is never worse than alpha. */
+    cz_settings eff = *settings;
+    if (eff.dp == CZ_DP_TPAWARE)
+        eff.dp = CZ_DP_ALPHA;
+    settings = &eff;
     if ((rc = plan_solve(&plan, model, cluster, settings, err)) != CZ_OK)
         goto fail;
     /* Alpha's cut placement is a greedy heuristic: with a few very large matrices, the cuts it
@@ -341,6 +343,21 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
             plan->settings = *settings;
             plan->dp_numel_cuts = 1;
         }
+    }
+    settings = user;
+    plan->settings = *settings;
+    if (settings->dp == CZ_DP_TPAWARE) {
+        if ((rc = cz_dp_partition_tpaware(plan, err)) != CZ_OK ||
+            (rc = cz_plan_metrics_compute(plan, cluster, err)) != CZ_OK)
+            goto fail;
+    }
+    /* The exact solvers start from the best greedy plan, once (not once per alpha variant). */
+    if (settings->solver == CZ_SOLVER_ILP) {
+        if ((rc = cz_dp_partition_ilp(plan, err)) != CZ_OK ||
+            (rc = cz_tp_schedule_build(plan, err)) != CZ_OK ||
+            (rc = cz_microgroups_ilp(plan, err)) != CZ_OK ||
+            (rc = cz_plan_metrics_compute(plan, cluster, err)) != CZ_OK)
+            goto fail;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     plan->plan_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
