@@ -37,7 +37,8 @@ typedef struct writer {
     int rc; /* first failure; later additions are skipped */
 } writer;
 
-static json_t *w_fail(writer *w, int code, const char *fmt, const char *what) {
+static json_t *w_fail(writer *w, int code, const char *fmt, const char *what)
+{
     if (w->rc == CZ_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, fmt, what);
@@ -47,7 +48,8 @@ static json_t *w_fail(writer *w, int code, const char *fmt, const char *what) {
 }
 
 /* Adds value (stolen) under key; records an out-of-memory failure when value is NULL. */
-static void w_set(writer *w, json_t *obj, const char *key, json_t *value) {
+static void w_set(writer *w, json_t *obj, const char *key, json_t *value)
+{
     if (!value) {
         w_fail(w, CZ_ENOMEM, "out of memory while building \"%s\"", key);
         return;
@@ -56,18 +58,21 @@ static void w_set(writer *w, json_t *obj, const char *key, json_t *value) {
         w_fail(w, CZ_ENOMEM, "out of memory while building \"%s\"", key);
 }
 
-static void w_push(writer *w, json_t *arr, json_t *value) {
+static void w_push(writer *w, json_t *arr, json_t *value)
+{
     if (!value || !arr || json_array_append_new(arr, value) != 0)
         w_fail(w, CZ_ENOMEM, "out of memory while building %s", "an array");
 }
 
-static json_t *w_real(writer *w, double x, const char *what) {
+static json_t *w_real(writer *w, double x, const char *what)
+{
     if (!isfinite(x))
         return w_fail(w, CZ_EINTERNAL, "%s is not a finite number (a planner bug)", what);
     return json_real(x);
 }
 
-static json_t *w_reals(writer *w, const double *xs, size_t n, const char *what) {
+static json_t *w_reals(writer *w, const double *xs, size_t n, const char *what)
+{
     json_t *arr = json_array();
     if (n && !xs)
         return w_fail(w, CZ_EINTERNAL, "%s was not computed (a planner bug)", what);
@@ -76,20 +81,48 @@ static json_t *w_reals(writer *w, const double *xs, size_t n, const char *what) 
     return arr;
 }
 
-static json_t *w_shape(writer *w, const int64_t *shape, int ndim) {
+static json_t *w_shape(writer *w, const int64_t *shape, int ndim)
+{
     json_t *arr = json_array();
     for (int i = 0; i < ndim; i++)
         w_push(w, arr, json_integer(shape[i]));
     return arr;
 }
 
-static json_t *w_str(writer *w, const char *s, const char *what) {
+static json_t *w_str(writer *w, const char *s, const char *what)
+{
     if (!s)
         return w_fail(w, CZ_EINTERNAL, "%s is not set (a planner bug)", what);
     return json_string(s);
 }
 
-static json_t *build_settings(writer *w, const cz_plan *p) {
+static const char *const solve_status_names[] = {"none",    "optimal", "feasible",
+                                                 "timeout", "failed",  NULL};
+
+static json_t *w_status(writer *w, int status)
+{
+    if (status < CZ_SOLVE_NONE || status > CZ_SOLVE_FAILED)
+        return w_fail(w, CZ_EINTERNAL, "%s is unknown (a planner bug)", "a solver status");
+    return json_string(solve_status_names[status]);
+}
+
+/* Only plans made with the ILP solver carry this object; the solve time is left out so that a
+ * plan whose solves finished is as reproducible as a greedy one. */
+static json_t *build_solver_result(writer *w, const cz_plan *p)
+{
+    json_t *o = json_object();
+    w_set(w, o, "status", w_status(w, p->solver_status));
+    w_set(w, o, "gap", w_real(w, p->solver_gap, "solver_result.gap"));
+    w_set(w, o, "status_dp", w_status(w, p->solver_status_dp));
+    w_set(w, o, "gap_dp", w_real(w, p->solver_gap_dp, "solver_result.gap_dp"));
+    w_set(w, o, "status_tp", w_status(w, p->solver_status_tp));
+    w_set(w, o, "gap_tp", w_real(w, p->solver_gap_tp, "solver_result.gap_tp"));
+    w_set(w, o, "note", json_string(p->solver_note));
+    return o;
+}
+
+static json_t *build_settings(writer *w, const cz_plan *p)
+{
     const cz_settings *s = &p->settings;
     json_t *o = json_object();
     if (s->seed > (uint64_t)INT64_MAX)
@@ -116,7 +149,8 @@ static json_t *build_settings(writer *w, const cz_plan *p) {
     return o;
 }
 
-static json_t *build_param(writer *w, const cz_plan_param *pp) {
+static json_t *build_param(writer *w, const cz_plan_param *pp)
+{
     json_t *o = json_object();
     w_set(w, o, "id", json_integer(pp->id));
     w_set(w, o, "name", w_str(w, pp->name, "a parameter name"));
@@ -140,7 +174,8 @@ static json_t *build_param(writer *w, const cz_plan_param *pp) {
     return o;
 }
 
-static json_t *build_bucket(writer *w, const cz_plan_bucket *b, int dp) {
+static json_t *build_bucket(writer *w, const cz_plan_bucket *b, int dp)
+{
     json_t *o = json_object();
     json_t *ranges = json_array();
     w_set(w, o, "id", json_integer(b->id));
@@ -155,7 +190,8 @@ static json_t *build_bucket(writer *w, const cz_plan_bucket *b, int dp) {
     return o;
 }
 
-static json_t *build_group(writer *w, const cz_plan_group *g) {
+static json_t *build_group(writer *w, const cz_plan_group *g)
+{
     json_t *o = json_object();
     json_t *slots = json_array();
     w_set(w, o, "id", json_integer(g->id));
@@ -175,7 +211,8 @@ static json_t *build_group(writer *w, const cz_plan_group *g) {
     return o;
 }
 
-static json_t *build_metrics(writer *w, const cz_plan *p) {
+static json_t *build_metrics(writer *w, const cz_plan *p)
+{
     const cz_plan_metrics *m = &p->metrics;
     size_t ranks = (size_t)p->pp * (size_t)p->dp, gpus = ranks * (size_t)p->tp;
     json_t *o = json_object(), *dp = json_object(), *tp = json_object();
@@ -195,7 +232,8 @@ static json_t *build_metrics(writer *w, const cz_plan *p) {
     return o;
 }
 
-static json_t *build_plan(writer *w, const cz_plan *p) {
+static json_t *build_plan(writer *w, const cz_plan *p)
+{
     json_t *root = json_object();
     json_t *gen = json_object(), *inputs = json_object(), *model = json_object(),
            *cluster = json_object(), *topo = json_object(), *bcfg = json_object();
@@ -216,6 +254,8 @@ static json_t *build_plan(writer *w, const cz_plan *p) {
     w_set(w, inputs, "cluster", cluster);
     w_set(w, root, "inputs", inputs);
     w_set(w, root, "settings", build_settings(w, p));
+    if (p->settings.solver == CZ_SOLVER_ILP)
+        w_set(w, root, "solver_result", build_solver_result(w, p));
     w_set(w, topo, "dp", json_integer(p->dp));
     w_set(w, topo, "tp", json_integer(p->tp));
     w_set(w, topo, "pp", json_integer(p->pp));
@@ -253,7 +293,8 @@ static json_t *build_plan(writer *w, const cz_plan *p) {
 
 /* Writes text to a temporary file beside path, syncs it and renames it over path, so that a
  * reader sees either the old file or the new one, never a mix. */
-static int write_atomic(const char *path, const char *text, cz_error *err) {
+static int write_atomic(const char *path, const char *text, cz_error *err)
+{
     int rc = CZ_OK;
     size_t len = strlen(text);
     size_t tmp_len = strlen(path) + 32;
@@ -293,7 +334,8 @@ fail:
     return rc;
 }
 
-int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err) {
+int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
+{
     writer w = {err, path, CZ_OK};
     json_t *root = build_plan(&w, plan);
     if (!root)
@@ -326,12 +368,14 @@ int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err) {
             goto done;                                                                             \
     } while (0)
 
-static int oom(const cz_json_ctx *c) {
+static int oom(const cz_json_ctx *c)
+{
     return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
 }
 
 static int r_strdup(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                    char **out) {
+                    char **out)
+{
     const char *s = NULL;
     int rc = cz_json_get_string(c, obj, path, key, true, &s);
     if (rc != CZ_OK)
@@ -340,7 +384,8 @@ static int r_strdup(const cz_json_ctx *c, const json_t *obj, const char *path, c
     return *out ? CZ_OK : oom(c);
 }
 
-static int r_sha(const cz_json_ctx *c, const json_t *obj, const char *path, char **out) {
+static int r_sha(const cz_json_ctx *c, const json_t *obj, const char *path, char **out)
+{
     char sub[CZ_JSON_PATH_MAX];
     int rc = r_strdup(c, obj, path, "sha256", out);
     if (rc != CZ_OK)
@@ -357,7 +402,8 @@ static int r_sha(const cz_json_ctx *c, const json_t *obj, const char *path, char
 
 /* Reads an array of exactly n numbers >= 0 into a new array. */
 static int r_reals(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                   size_t n, const char *what_n, double **out) {
+                   size_t n, const char *what_n, double **out)
+{
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const json_t *arr;
     int rc = cz_json_get_array(c, obj, path, key, true, 0, &arr);
@@ -379,7 +425,8 @@ static int r_reals(const cz_json_ctx *c, const json_t *obj, const char *path, co
 
 /* Reads a [rows, cols] or [n] array of integers >= min with an expected length (0 = 1 or 2). */
 static int r_dims(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                  int want, int64_t min, int64_t out[2], int *ndim) {
+                  int want, int64_t min, int64_t out[2], int *ndim)
+{
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const json_t *arr;
     int rc = cz_json_get_array(c, obj, path, key, true, 0, &arr);
@@ -402,7 +449,31 @@ static int r_dims(const cz_json_ctx *c, const json_t *obj, const char *path, con
     return CZ_OK;
 }
 
-static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p) {
+static int read_solver_result(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+{
+    static const char *const keys[] = {"status",    "gap",    "status_dp", "gap_dp",
+                                       "status_tp", "gap_tp", "note",      NULL};
+    const char *P = "$.solver_result";
+    const json_t *o = NULL;
+    const char *note = NULL;
+    int rc;
+    TRY(cz_json_get_object(c, root, "$", "solver_result", false, keys, &o));
+    if (!o)
+        return CZ_OK;
+    TRY(cz_json_get_enum(c, o, P, "status", true, solve_status_names, &p->solver_status));
+    TRY(cz_json_get_double(c, o, P, "gap", true, 0, false, &p->solver_gap));
+    TRY(cz_json_get_enum(c, o, P, "status_dp", true, solve_status_names, &p->solver_status_dp));
+    TRY(cz_json_get_double(c, o, P, "gap_dp", true, 0, false, &p->solver_gap_dp));
+    TRY(cz_json_get_enum(c, o, P, "status_tp", true, solve_status_names, &p->solver_status_tp));
+    TRY(cz_json_get_double(c, o, P, "gap_tp", true, 0, false, &p->solver_gap_tp));
+    TRY(cz_json_get_string(c, o, P, "note", true, &note));
+    snprintf(p->solver_note, sizeof p->solver_note, "%s", note);
+done:
+    return rc;
+}
+
+static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+{
     static const char *const keys[] = {"optimizer",
                                        "unit",
                                        "dp_strategy",
@@ -475,7 +546,8 @@ done:
 }
 
 static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
-                      const cz_plan *p, cz_plan_param *q) {
+                      const cz_plan *p, cz_plan_param *q)
+{
     static const char *const keys[] = {"id",        "name",   "shape", "local_shape", "tp_dim",
                                        "optimizer", "blocks", "layer", "stage",       "bucket",
                                        "offset",    "numel",  "cost",  "dp_owner",    NULL};
@@ -554,7 +626,8 @@ done:
 }
 
 static int read_bucket(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
-                       const cz_plan *p, cz_plan_bucket *b) {
+                       const cz_plan *p, cz_plan_bucket *b)
+{
     static const char *const keys[] = {"id", "stage", "offset", "size", "ranges", NULL};
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const json_t *ranges;
@@ -603,7 +676,8 @@ done:
 }
 
 static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, const cz_plan *p,
-                      int nslots, cz_plan_group *g) {
+                      int nslots, cz_plan_group *g)
+{
     static const char *const keys[] = {"id", "slots", "load", NULL};
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX], ix[CZ_JSON_PATH_MAX];
     const json_t *slots;
@@ -654,7 +728,8 @@ done:
     return rc;
 }
 
-static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p) {
+static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+{
     static const char *const keys[] = {"stage", "dp_rank", "groups", NULL};
     char el[CZ_JSON_PATH_MAX], sub[CZ_JSON_PATH_MAX], gp[CZ_JSON_PATH_MAX];
     const json_t *arr;
@@ -704,7 +779,8 @@ done:
     return rc;
 }
 
-static int read_metrics(const cz_json_ctx *c, const json_t *root, cz_plan *p) {
+static int read_metrics(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+{
     static const char *const keys[] = {
         "dp", "tp", "lower_bound", "total_cost", "max_task_cost", "memory", "predicted_step_s",
         NULL};
@@ -733,10 +809,12 @@ done:
     return rc;
 }
 
-int cz_plan_read(cz_plan **out, const char *path, cz_error *err) {
-    static const char *const top_keys[] = {"schema",   "generator",   "inputs",         "settings",
-                                           "topology", "dtype",       "buckets_config", "params",
-                                           "buckets",  "tp_schedule", "metrics",        NULL};
+int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
+{
+    static const char *const top_keys[] = {
+        "schema",  "generator",      "inputs", "settings", "topology",
+        "dtype",   "buckets_config", "params", "buckets",  "tp_schedule",
+        "metrics", "solver_result",  NULL};
     static const char *const gen_keys[] = {"name", "version", NULL};
     static const char *const in_keys[] = {"model", "cluster", NULL};
     static const char *const ref_keys[] = {"name", "sha256", NULL};
@@ -768,6 +846,7 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err) {
     TRY(r_strdup(c, ref, "$.inputs.cluster", "name", &p->cluster_name));
     TRY(r_sha(c, ref, "$.inputs.cluster", &p->cluster_sha256));
     TRY(read_settings(c, root, p));
+    TRY(read_solver_result(c, root, p));
     TRY(cz_json_get_object(c, root, "$", "topology", true, topo_keys, &topo));
     TRY(cz_json_get_int(c, topo, "$.topology", "dp", true, 1, CZ_PLAN_MAX_GPUS, &p->dp));
     TRY(cz_json_get_int(c, topo, "$.topology", "tp", true, 1, CZ_PLAN_MAX_GPUS, &p->tp));
