@@ -177,6 +177,22 @@ void cz_cli_settings_help(FILE *f)
         "  --precondition-frequency N  SOAP/Shampoo eigenbasis refresh period (default 10)\n");
 }
 
+double cz_cli_jnum(json_t *o, const char *key)
+{
+    return json_number_value(json_object_get(o, key));
+}
+
+int cz_cli_jint(json_t *o, const char *key)
+{
+    return (int)json_integer_value(json_object_get(o, key));
+}
+
+const char *cz_cli_jstr(json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "?";
+}
+
 const char *cz_cli_format_cost(char *buf, size_t n, double v, cz_cost_unit unit)
 {
     static const char *const si[] = {"", "K", "M", "G", "T", "P", "E"};

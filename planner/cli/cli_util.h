@@ -5,6 +5,7 @@
 #include "canzona.h"
 
 #include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
 
 /* Long options every command that builds plans accepts (see cz_cli_plan_options_help). The
@@ -47,6 +48,12 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
 
 /* Prints the help lines of the settings options. */
 void cz_cli_settings_help(FILE *f);
+
+/* Member accessors for the library's report objects (cz_plan_inspect, cz_plan_diff): a missing
+ * member reads as 0 (numbers) or "?" (strings). */
+double cz_cli_jnum(json_t *o, const char *key);
+int cz_cli_jint(json_t *o, const char *key);
+const char *cz_cli_jstr(json_t *o, const char *key);
 
 /* Formats a cost in the unit with a readable scale ("12.3 ms", "4.56 TFLOP", "1.23 G elem"). */
 const char *cz_cli_format_cost(char *buf, size_t n, double value, cz_cost_unit unit);

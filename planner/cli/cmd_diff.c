@@ -36,22 +36,6 @@ static void diff_help(FILE *f)
             "  -h, --help      this help\n");
 }
 
-static double jnum(json_t *o, const char *key)
-{
-    return json_number_value(json_object_get(o, key));
-}
-
-static int jint(json_t *o, const char *key)
-{
-    return (int)json_integer_value(json_object_get(o, key));
-}
-
-static const char *jstr(json_t *o, const char *key)
-{
-    const char *s = json_string_value(json_object_get(o, key));
-    return s ? s : "?";
-}
-
 /* A cost delta with an explicit sign, scaled like cz_cli_format_cost. */
 static const char *signed_cost(char *buf, size_t n, double v, cz_cost_unit u)
 {
@@ -101,24 +85,26 @@ static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r)
     json_t *o;
     json_t *A = json_object_get(r, "a"), *B = json_object_get(r, "b");
     json_t *ta = json_object_get(A, "topology"), *tb = json_object_get(B, "topology");
-    printf("A  %s on %s (DP %d x TP %d x PP %d), dp %s, tp %s\n", jstr(A, "model"),
-           jstr(A, "cluster"), jint(ta, "dp"), jint(ta, "tp"), jint(ta, "pp"),
-           cz_dp_strategy_name(pa->settings.dp), cz_tp_strategy_name(pa->settings.tp));
-    printf("B  %s on %s (DP %d x TP %d x PP %d), dp %s, tp %s\n", jstr(B, "model"),
-           jstr(B, "cluster"), jint(tb, "dp"), jint(tb, "tp"), jint(tb, "pp"),
-           cz_dp_strategy_name(pb->settings.dp), cz_tp_strategy_name(pb->settings.tp));
+    printf("A  %s on %s (DP %d x TP %d x PP %d), dp %s, tp %s\n", cz_cli_jstr(A, "model"),
+           cz_cli_jstr(A, "cluster"), cz_cli_jint(ta, "dp"), cz_cli_jint(ta, "tp"),
+           cz_cli_jint(ta, "pp"), cz_dp_strategy_name(pa->settings.dp),
+           cz_tp_strategy_name(pa->settings.tp));
+    printf("B  %s on %s (DP %d x TP %d x PP %d), dp %s, tp %s\n", cz_cli_jstr(B, "model"),
+           cz_cli_jstr(B, "cluster"), cz_cli_jint(tb, "dp"), cz_cli_jint(tb, "tp"),
+           cz_cli_jint(tb, "pp"), cz_dp_strategy_name(pb->settings.dp),
+           cz_tp_strategy_name(pb->settings.tp));
     if (json_is_true(json_object_get(r, "identical"))) {
         printf("no differences\n");
         return;
     }
-    if (!strcmp(jstr(r, "matched_by"), "name"))
+    if (!strcmp(cz_cli_jstr(r, "matched_by"), "name"))
         printf("(forced: parameters matched by name)\n");
 
     json_t *inputs = json_object_get(r, "inputs");
     if (json_array_size(inputs)) {
         printf("\ninputs\n");
-        json_array_foreach(inputs, i, o)
-            printf("  %-22s %s -> %s\n", jstr(o, "key"), jstr(o, "a"), jstr(o, "b"));
+        json_array_foreach(inputs, i, o) printf("  %-22s %s -> %s\n", cz_cli_jstr(o, "key"),
+                                                cz_cli_jstr(o, "a"), cz_cli_jstr(o, "b"));
     }
     json_t *settings = json_object_get(r, "settings");
     if (json_array_size(settings)) {
@@ -128,7 +114,7 @@ static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r)
             char va[64], vb[64];
             scalar_text(va, sizeof va, json_object_get(o, "a"));
             scalar_text(vb, sizeof vb, json_object_get(o, "b"));
-            printf("  %-22s %s -> %s\n", jstr(o, "key"), va, vb);
+            printf("  %-22s %s -> %s\n", cz_cli_jstr(o, "key"), va, vb);
         }
     }
 
@@ -138,7 +124,7 @@ static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r)
     printf("\n%-26s %14s %14s %14s %9s\n", "metric", "A", "B", "B - A", "relative");
     json_array_foreach(json_object_get(r, "metrics"), i, o)
     {
-        const char *name = jstr(o, "name");
+        const char *name = cz_cli_jstr(o, "name");
         int is_ratio = strstr(name, "imbalance") || strstr(name, "over");
         int is_time = !strcmp(name, "predicted_step_s");
         json_t *rel = json_object_get(o, "relative");
@@ -148,14 +134,14 @@ static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r)
         else
             snprintf(rs, sizeof rs, "%9s", "-");
         if (is_ratio || (!same_unit && !is_time))
-            printf("%-26s %14.6g %14.6g %+14.6g %s\n", name, jnum(o, "a"), jnum(o, "b"),
-                   jnum(o, "delta"), rs);
+            printf("%-26s %14.6g %14.6g %+14.6g %s\n", name, cz_cli_jnum(o, "a"),
+                   cz_cli_jnum(o, "b"), cz_cli_jnum(o, "delta"), rs);
         else {
             cz_cost_unit mu = is_time ? CZ_UNIT_TIME : u;
             printf("%-26s %14s %14s %14s %s\n", name,
-                   cz_cli_format_cost(x, sizeof x, jnum(o, "a"), mu),
-                   cz_cli_format_cost(y, sizeof y, jnum(o, "b"), mu),
-                   signed_cost(z, sizeof z, jnum(o, "delta"), mu), rs);
+                   cz_cli_format_cost(x, sizeof x, cz_cli_jnum(o, "a"), mu),
+                   cz_cli_format_cost(y, sizeof y, cz_cli_jnum(o, "b"), mu),
+                   signed_cost(z, sizeof z, cz_cli_jnum(o, "delta"), mu), rs);
         }
     }
 
@@ -167,27 +153,28 @@ static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r)
         {
             char lab[32], w[64];
             if (pa->pp > 1)
-                snprintf(lab, sizeof lab, "%d/%d", jint(o, "stage"), jint(o, "dp_rank"));
+                snprintf(lab, sizeof lab, "%d/%d", cz_cli_jint(o, "stage"),
+                         cz_cli_jint(o, "dp_rank"));
             else
-                snprintf(lab, sizeof lab, "%d", jint(o, "dp_rank"));
+                snprintf(lab, sizeof lab, "%d", cz_cli_jint(o, "dp_rank"));
             printf("%-8s %14s %14s %14s %14s\n", lab,
-                   cz_cli_format_cost(x, sizeof x, jnum(o, "dp_load_a"), u),
-                   signed_cost(y, sizeof y, jnum(o, "dp_load_delta"), u),
-                   cz_cli_format_cost(z, sizeof z, jnum(o, "makespan_a"), u),
-                   signed_cost(w, sizeof w, jnum(o, "makespan_delta"), u));
+                   cz_cli_format_cost(x, sizeof x, cz_cli_jnum(o, "dp_load_a"), u),
+                   signed_cost(y, sizeof y, cz_cli_jnum(o, "dp_load_delta"), u),
+                   cz_cli_format_cost(z, sizeof z, cz_cli_jnum(o, "makespan_a"), u),
+                   signed_cost(w, sizeof w, cz_cli_jnum(o, "makespan_delta"), u));
         }
     } else {
         printf("\n(per-rank deltas omitted: the topologies differ)\n");
     }
 
     json_t *bk = json_object_get(r, "buckets");
-    printf("\nbuckets   %d in A, %d in B, %d with other layout or DP ranges\n", jint(bk, "a"),
-           jint(bk, "b"), jint(bk, "changed"));
+    printf("\nbuckets   %d in A, %d in B, %d with other layout or DP ranges\n",
+           cz_cli_jint(bk, "a"), cz_cli_jint(bk, "b"), cz_cli_jint(bk, "changed"));
     json_t *mv = json_object_get(r, "moved"), *list = json_object_get(mv, "list");
     printf("params    %d matched; %d moved: %d to another DP owner, %d to another micro-group, "
            "%d to another TP host; %d with another cost\n",
-           jint(mv, "matched"), jint(mv, "any"), jint(mv, "dp_owner"), jint(mv, "group"),
-           jint(mv, "tp_host"), jint(mv, "cost_changed"));
+           cz_cli_jint(mv, "matched"), cz_cli_jint(mv, "any"), cz_cli_jint(mv, "dp_owner"),
+           cz_cli_jint(mv, "group"), cz_cli_jint(mv, "tp_host"), cz_cli_jint(mv, "cost_changed"));
     if (json_array_size(list)) {
         printf("\n  %11s %11s %11s  %s\n", "DP owner", "group", "TP host", "parameter");
         json_array_foreach(list, i, o)
@@ -198,12 +185,13 @@ static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r)
             pair_text(sd, sizeof sd, d);
             pair_text(sg, sizeof sg, g);
             pair_text(sh, sizeof sh, h);
-            printf("  %11s %11s %11s  %s\n", sd, sg, sh, jstr(o, "name"));
+            printf("  %11s %11s %11s  %s\n", sd, sg, sh, cz_cli_jstr(o, "name"));
         }
-        if ((int)json_array_size(list) < jint(mv, "any"))
-            printf("  ... %d more (--limit)\n", jint(mv, "any") - (int)json_array_size(list));
+        if ((int)json_array_size(list) < cz_cli_jint(mv, "any"))
+            printf("  ... %d more (--limit)\n",
+                   cz_cli_jint(mv, "any") - (int)json_array_size(list));
     }
-    int only_a = jint(r, "only_in_a_count"), only_b = jint(r, "only_in_b_count");
+    int only_a = cz_cli_jint(r, "only_in_a_count"), only_b = cz_cli_jint(r, "only_in_b_count");
     if (only_a || only_b)
         printf("\nunmatched: %d parameters only in A, %d only in B\n", only_a, only_b);
 }

@@ -30,28 +30,12 @@ static void inspect_help(FILE *f)
             "  -h, --help     this help\n");
 }
 
-static double jnum(json_t *o, const char *key)
-{
-    return json_number_value(json_object_get(o, key));
-}
-
-static int jint(json_t *o, const char *key)
-{
-    return (int)json_integer_value(json_object_get(o, key));
-}
-
-static const char *jstr(json_t *o, const char *key)
-{
-    const char *s = json_string_value(json_object_get(o, key));
-    return s ? s : "?";
-}
-
 static const char *rank_label(char *buf, size_t n, json_t *o, int pp)
 {
     if (pp > 1)
-        snprintf(buf, n, "%d/%d", jint(o, "stage"), jint(o, "dp_rank"));
+        snprintf(buf, n, "%d/%d", cz_cli_jint(o, "stage"), cz_cli_jint(o, "dp_rank"));
     else
-        snprintf(buf, n, "%d", jint(o, "dp_rank"));
+        snprintf(buf, n, "%d", cz_cli_jint(o, "dp_rank"));
     return buf;
 }
 
@@ -64,18 +48,18 @@ static void print_text(const cz_plan *p, json_t *r, int all)
     size_t i;
     json_t *o;
 
-    printf("plan      model %s, cluster %s\n", jstr(r, "model"), jstr(r, "cluster"));
+    printf("plan      model %s, cluster %s\n", cz_cli_jstr(r, "model"), cz_cli_jstr(r, "cluster"));
     printf("topology  %d GPUs = DP %d x TP %d x PP %d, %d per node\n", p->dp * p->tp * p->pp, p->dp,
            p->tp, p->pp, p->gpus_per_node);
-    printf("settings  optimizer %s, unit %s, dp %s", jstr(s, "optimizer"), jstr(s, "unit"),
-           jstr(s, "dp"));
+    printf("settings  optimizer %s, unit %s, dp %s", cz_cli_jstr(s, "optimizer"),
+           cz_cli_jstr(s, "unit"), cz_cli_jstr(s, "dp"));
     if (p->settings.dp == CZ_DP_ALPHA || p->settings.dp == CZ_DP_TPAWARE)
         printf(" (alpha %g)", p->settings.alpha);
-    printf(", tp %s (capacity %s), solver %s, seed %llu\n", jstr(s, "tp"),
-           cz_cli_format_cost(a, sizeof a, p->capacity_used, u), jstr(s, "solver"),
+    printf(", tp %s (capacity %s), solver %s, seed %llu\n", cz_cli_jstr(s, "tp"),
+           cz_cli_format_cost(a, sizeof a, p->capacity_used, u), cz_cli_jstr(s, "solver"),
            (unsigned long long)p->settings.seed);
-    printf("params    %d (%d matrix), %d buckets; costs in %s\n", jint(sum, "params"),
-           jint(sum, "matrices"), jint(sum, "buckets"), jstr(r, "unit"));
+    printf("params    %d (%d matrix), %d buckets; costs in %s\n", cz_cli_jint(sum, "params"),
+           cz_cli_jint(sum, "matrices"), cz_cli_jint(sum, "buckets"), cz_cli_jstr(r, "unit"));
     if (p->dp_fell_back)
         printf("note      alpha's partition lost to anchored; anchored was kept\n");
 
@@ -86,53 +70,57 @@ static void print_text(const cz_plan *p, json_t *r, int all)
     {
         char l1[64], l2[64], range[160], mem[160];
         snprintf(range, sizeof range, "%s..%s",
-                 cz_cli_format_cost(l1, sizeof l1, jnum(o, "gpu_load_min"), u),
-                 cz_cli_format_cost(l2, sizeof l2, jnum(o, "gpu_load_max"), u));
-        snprintf(mem, sizeof mem, "%.2f..%.2f GiB", jnum(o, "memory_gib_min"),
-                 jnum(o, "memory_gib_max"));
+                 cz_cli_format_cost(l1, sizeof l1, cz_cli_jnum(o, "gpu_load_min"), u),
+                 cz_cli_format_cost(l2, sizeof l2, cz_cli_jnum(o, "gpu_load_max"), u));
+        snprintf(mem, sizeof mem, "%.2f..%.2f GiB", cz_cli_jnum(o, "memory_gib_min"),
+                 cz_cli_jnum(o, "memory_gib_max"));
         printf("%-8s %13s %6.3f %6d %8d %13s %6d %27s %21s\n", rank_label(lab, sizeof lab, o, pp),
-               cz_cli_format_cost(a, sizeof a, jnum(o, "load"), u), jnum(o, "share_of_mean"),
-               jint(o, "params"), jint(o, "matrices"),
-               cz_cli_format_cost(b, sizeof b, jnum(o, "makespan"), u), jint(o, "groups"), range,
-               mem);
+               cz_cli_format_cost(a, sizeof a, cz_cli_jnum(o, "load"), u),
+               cz_cli_jnum(o, "share_of_mean"), cz_cli_jint(o, "params"),
+               cz_cli_jint(o, "matrices"),
+               cz_cli_format_cost(b, sizeof b, cz_cli_jnum(o, "makespan"), u),
+               cz_cli_jint(o, "groups"), range, mem);
     }
     if (all) {
         printf("\n%-8s %7s %13s %12s\n", "stage/dp", "TP rank", "load", "opt-state");
         json_array_foreach(json_object_get(r, "gpus"), i, o)
         {
-            snprintf(lab, sizeof lab, "%d/%d", jint(o, "stage"), jint(o, "dp_rank"));
-            printf("%-8s %7d %13s %8.3f GiB\n", lab, jint(o, "tp_rank"),
-                   cz_cli_format_cost(a, sizeof a, jnum(o, "load"), u), jnum(o, "memory_gib"));
+            snprintf(lab, sizeof lab, "%d/%d", cz_cli_jint(o, "stage"), cz_cli_jint(o, "dp_rank"));
+            printf("%-8s %7d %13s %8.3f GiB\n", lab, cz_cli_jint(o, "tp_rank"),
+                   cz_cli_format_cost(a, sizeof a, cz_cli_jnum(o, "load"), u),
+                   cz_cli_jnum(o, "memory_gib"));
         }
     }
 
     printf("\nimbalance\n");
-    printf("  DP load max/mean          %.4f\n", jnum(sum, "dp_imbalance"));
-    printf("  GPU load max/mean         %.4f\n", jnum(sum, "tp_imbalance"));
+    printf("  DP load max/mean          %.4f\n", cz_cli_jnum(sum, "dp_imbalance"));
+    printf("  GPU load max/mean         %.4f\n", cz_cli_jnum(sum, "tp_imbalance"));
     printf("  TP makespan               %s\n",
-           cz_cli_format_cost(a, sizeof a, jnum(sum, "tp_makespan"), u));
+           cz_cli_format_cost(a, sizeof a, cz_cli_jnum(sum, "tp_makespan"), u));
     printf("  lower bound               %s = max(total/GPUs %s, largest task %s)\n",
-           cz_cli_format_cost(a, sizeof a, jnum(sum, "lower_bound"), u),
-           cz_cli_format_cost(b, sizeof b, jnum(sum, "total_cost") / (p->dp * p->tp * p->pp), u),
-           cz_cli_format_cost(c, sizeof c, jnum(sum, "max_task_cost"), u));
-    printf("  makespan / lower bound    %.4f\n", jnum(sum, "makespan_over_lower_bound"));
+           cz_cli_format_cost(a, sizeof a, cz_cli_jnum(sum, "lower_bound"), u),
+           cz_cli_format_cost(b, sizeof b, cz_cli_jnum(sum, "total_cost") / (p->dp * p->tp * p->pp),
+                              u),
+           cz_cli_format_cost(c, sizeof c, cz_cli_jnum(sum, "max_task_cost"), u));
+    printf("  makespan / lower bound    %.4f\n", cz_cli_jnum(sum, "makespan_over_lower_bound"));
     printf("  predicted optimizer step  %s\n",
-           cz_cli_format_cost(a, sizeof a, jnum(sum, "predicted_step_s"), CZ_UNIT_TIME));
+           cz_cli_format_cost(a, sizeof a, cz_cli_jnum(sum, "predicted_step_s"), CZ_UNIT_TIME));
 
     json_t *busiest = json_object_get(r, "busiest");
     printf("\nbusiest ranks (by TP makespan)\n");
     json_array_foreach(busiest, i, o)
     {
         printf("  DP rank %s: makespan %s, load %s\n", rank_label(lab, sizeof lab, o, pp),
-               cz_cli_format_cost(a, sizeof a, jnum(o, "makespan"), u),
-               cz_cli_format_cost(b, sizeof b, jnum(o, "load"), u));
+               cz_cli_format_cost(a, sizeof a, cz_cli_jnum(o, "makespan"), u),
+               cz_cli_format_cost(b, sizeof b, cz_cli_jnum(o, "load"), u));
         size_t j;
         json_t *q;
         json_array_foreach(json_object_get(o, "params"), j, q)
         {
             printf("    %13s %6.1f%%  %-11s %s\n",
-                   cz_cli_format_cost(a, sizeof a, jnum(q, "cost"), u),
-                   100.0 * jnum(q, "share_of_rank"), jstr(q, "kind"), jstr(q, "name"));
+                   cz_cli_format_cost(a, sizeof a, cz_cli_jnum(q, "cost"), u),
+                   100.0 * cz_cli_jnum(q, "share_of_rank"), cz_cli_jstr(q, "kind"),
+                   cz_cli_jstr(q, "name"));
         }
     }
 
@@ -141,19 +129,20 @@ static void print_text(const cz_plan *p, json_t *r, int all)
     json_array_foreach(json_object_get(r, "microgroups"), i, o)
     {
         json_t *big = json_object_get(o, "largest_task");
-        printf("  %-8s %6d %6d %13s %13s  ", rank_label(lab, sizeof lab, o, pp), jint(o, "groups"),
-               jint(o, "tasks"), cz_cli_format_cost(a, sizeof a, jnum(o, "slot_load_min"), u),
-               cz_cli_format_cost(b, sizeof b, jnum(o, "slot_load_max"), u));
+        printf("  %-8s %6d %6d %13s %13s  ", rank_label(lab, sizeof lab, o, pp),
+               cz_cli_jint(o, "groups"), cz_cli_jint(o, "tasks"),
+               cz_cli_format_cost(a, sizeof a, cz_cli_jnum(o, "slot_load_min"), u),
+               cz_cli_format_cost(b, sizeof b, cz_cli_jnum(o, "slot_load_max"), u));
         if (json_is_object(big))
-            printf("%s (%s)\n", jstr(big, "name"),
-                   cz_cli_format_cost(c, sizeof c, jnum(big, "cost"), u));
+            printf("%s (%s)\n", cz_cli_jstr(big, "name"),
+                   cz_cli_format_cost(c, sizeof c, cz_cli_jnum(big, "cost"), u));
         else
             printf("-\n");
     }
 
     json_t *dom = json_object_get(r, "dominating"), *dl = json_object_get(dom, "params");
     printf("\nmatrices heavier than the average GPU load %s (they bound the makespan from below)\n",
-           cz_cli_format_cost(a, sizeof a, jnum(dom, "average_gpu_load"), u));
+           cz_cli_format_cost(a, sizeof a, cz_cli_jnum(dom, "average_gpu_load"), u));
     if (json_array_size(dl) == 0)
         printf("  none\n");
     /* Models repeat layers: a long list says little more than its head; --all prints it. */
@@ -164,8 +153,9 @@ static void print_text(const cz_plan *p, json_t *r, int all)
             printf("  ... %zu more (--all or --json lists them)\n", json_array_size(dl) - shown);
             break;
         }
-        printf("  %13s %8.2f x average  %s\n", cz_cli_format_cost(a, sizeof a, jnum(o, "cost"), u),
-               jnum(o, "over_average"), jstr(o, "name"));
+        printf("  %13s %8.2f x average  %s\n",
+               cz_cli_format_cost(a, sizeof a, cz_cli_jnum(o, "cost"), u),
+               cz_cli_jnum(o, "over_average"), cz_cli_jstr(o, "name"));
     }
 }
 

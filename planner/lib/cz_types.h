@@ -224,6 +224,11 @@ void cz_progress_report(const cz_progress *p);
 /* Monotonic clock in seconds (for time limits and progress only, never for output). */
 double cz_clock_seconds(void);
 
+/* ---- param_order.c ---- */
+/* Sorts n parameter ids into buffer order: by bucket, then offset, then id. Returns CZ_OK or
+ * CZ_ENOMEM (ids untouched). */
+int cz_params_sort_by_position(const cz_plan *plan, int *ids, int n);
+
 /* ---- hashing (sha256.c) ---- */
 void cz_sha256_hex(const void *data, size_t len, char out[65]);
 

@@ -37,19 +37,6 @@ typedef struct tpa {
     cz_plan_param *scratch; /* matrix params of one rank, for the schedule builder */
 } tpa;
 
-static const cz_plan *sort_plan;
-
-static int cmp_param(const void *a, const void *b)
-{
-    const cz_plan_param *p = &sort_plan->params[*(const int *)a];
-    const cz_plan_param *q = &sort_plan->params[*(const int *)b];
-    if (p->bucket != q->bucket)
-        return p->bucket < q->bucket ? -1 : 1;
-    if (p->offset != q->offset)
-        return p->offset < q->offset ? -1 : 1;
-    return p->id < q->id ? -1 : (p->id > q->id);
-}
-
 /* Makespan of DP rank r of the stage as the TP schedule builder makes it: a one-rank scratch
  * plan holding only the rank's matrix parameters goes through cz_tp_schedule_build, so the
  * automatic capacity and every strategy behave exactly as in the full plan. */
@@ -202,8 +189,10 @@ static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
             t.mmax[p->dp_owner] = fmax(t.mmax[p->dp_owner], p->cost);
         }
     }
-    sort_plan = plan;
-    qsort(t.order, (size_t)n, sizeof *t.order, cmp_param);
+    if (cz_params_sort_by_position(plan, t.order, n) != CZ_OK) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
+        goto done;
+    }
     for (int k = 0; k < n; k++) {
         int b = plan->params[t.order[k]].bucket;
         if (t.nb == 0 || t.bucket[t.nb - 1] != b) {

@@ -65,19 +65,6 @@ typedef struct stage_view {
     int n;
 } stage_view;
 
-static const cz_plan *sort_plan;
-
-static int cmp_param(const void *a, const void *b)
-{
-    const cz_plan_param *p = &sort_plan->params[*(const int *)a];
-    const cz_plan_param *q = &sort_plan->params[*(const int *)b];
-    if (p->bucket != q->bucket)
-        return p->bucket < q->bucket ? -1 : 1;
-    if (p->offset != q->offset)
-        return p->offset < q->offset ? -1 : 1;
-    return p->id < q->id ? -1 : (p->id > q->id);
-}
-
 static void stage_view_free(stage_view *v)
 {
     free(v->bucket);
@@ -97,8 +84,8 @@ static int stage_view_build(stage_view *v, const cz_plan *plan, int stage)
     for (size_t i = 0; i < plan->nparams; i++)
         if (plan->params[i].stage == stage && plan->params[i].bucket >= 0)
             v->order[v->n++] = (int)i;
-    sort_plan = plan;
-    qsort(v->order, (size_t)v->n, sizeof *v->order, cmp_param);
+    if (cz_params_sort_by_position(plan, v->order, v->n) != CZ_OK)
+        return CZ_ENOMEM;
     for (int k = 0; k < v->n; k++) {
         int b = plan->params[v->order[k]].bucket;
         if (v->nb == 0 || v->bucket[v->nb - 1] != b) {
