@@ -106,7 +106,8 @@ if [ $got -ne 1 ] || ! grep -q "no-such-dir" "$work/stderr"; then
 else
   echo "ok   unwritable output"
 fi
-if ! "$CZ" plan --model "$G" --cluster "$C" -o "$work/plan.json" >/dev/null; then
+if ! "$CZ" plan --model "$G" --cluster "$C" -o "$work/plan.json" >/dev/null ||
+  ! "$CZ" validate "$work/plan.json" --model "$G" --cluster "$C" >/dev/null; then
   echo "FAIL good input was refused"; fails=$((fails + 1))
 else
   echo "ok   good input"

@@ -44,6 +44,8 @@ fi
 # ---- a plan, simulated alone and rendered ----------------------------------------------------
 "$CZ" plan --model "$model" --cluster "$cluster" -o "$work/plan.json" -q ||
     fail "plan exited non-zero"
+"$CZ" validate "$work/plan.json" --model "$model" --cluster "$cluster" >/dev/null ||
+    fail "validate rejects the plan"
 "$CZ" simulate --cluster "$cluster" --plan "$work/plan.json" >"$work/one.txt" ||
     fail "simulate --plan exited non-zero"
 [ "$(grep -c '^plan ' "$work/one.txt")" = 1 ] || fail "simulate --plan: expected one 'plan' row"

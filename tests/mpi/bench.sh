@@ -15,8 +15,9 @@ model=$src/plans/models/test-small.json
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mpi() { timeout 60 mpirun --oversubscribe "$@"; }
-plan() { # cluster dp tp out
-  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$1.json" --dp "$2" --tp "$3" -o "$4"
+plan() { # cluster dp tp out: write a plan and check every invariant of it
+  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$1.json" --dp "$2" --tp "$3" -o "$4" &&
+    "$CZ" validate "$4" --model "$model" --cluster "$src/plans/clusters/$1.json" >/dev/null
 }
 
 case "$1" in
