@@ -550,6 +550,151 @@ static int compound_moves(tpa *t, double *cur_max, double *cur_sq, int *improved
     return CZ_OK;
 }
 
+#define TPAWARE_CHAIN_LEN 8
+
+/* Exact matrix totals of the flagged ranks, recomputed after a kept move; the version bump
+ * invalidates phase 1's memos of those ranks. */
+static void totals_refresh(tpa *t, const int *flag)
+{
+    for (int r = 0; r < t->R; r++)
+        if (flag[r]) {
+            t->version[r]++;
+            t->msum[r] = t->mmax[r] = 0;
+        }
+    for (size_t i = 0; i < t->plan->nparams; i++) {
+        const cz_plan_param *p = &t->plan->params[i];
+        int o = p->dp_owner;
+        if (p->stage == t->stage && p->kind == CZ_KIND_MATRIX && flag[o]) {
+            t->msum[o] += p->cost;
+            t->mmax[o] = fmax(t->mmax[o], p->cost);
+        }
+    }
+}
+
+/* Does the push from c to n on bucket bi hand away one of rank a's largest matrices (cost
+ * within 1e-9 of big), and feed only ranks other than a below the maximum? */
+static int chain_step_ok(const tpa *t, int bi, const int *c, const int *n, int a, double big,
+                         double cur_max)
+{
+    int lo, hi, gives = 0;
+    changed_span(c, n, t->R, &lo, &hi);
+    for (int k = lo; k < hi; k++) {
+        const cz_plan_param *p = &t->plan->params[t->order[t->first[bi] + k]];
+        int from = p->dp_owner, to = owner_at(n, t->R, k);
+        if (from == to)
+            continue;
+        if (to == a || t->mk[to] >= cur_max * (1 - 1e-12))
+            return 0;
+        gives |= from == a && p->kind == CZ_KIND_MATRIX && p->cost >= big * (1 - 1e-9);
+    }
+    return gives;
+}
+
+/* Phase 2c, an ejection chain: when the busiest rank a holds more of its largest matrices than
+ * its TP slots take in one group, handing one away changes nothing (its makespan is a step
+ * function of that count) while the receiver gets worse, so every single or paired move is
+ * refused. The chain hands away one of a's largest matrices per step, each time to the
+ * partner whose makespan grows least (fixed order on ties), up to TPAWARE_CHAIN_LEN steps, and
+ * is kept as a whole at the first step where the phase-1 rule accepts it. */
+static int chain_moves(tpa *t, double *cur_max, double *cur_sq, int *improved, cz_error *err)
+{
+    int R = t->R, rc = CZ_OK, a = 0, steps = 0;
+    for (int r = 1; r < R; r++)
+        if (t->mk[r] > t->mk[a])
+            a = r;
+    int *hist_b = malloc(TPAWARE_CHAIN_LEN * sizeof *hist_b);
+    int *hist_c = malloc((size_t)TPAWARE_CHAIN_LEN * (R + 1) * sizeof *hist_c);
+    int *chg = calloc((size_t)R, sizeof *chg);
+    double *mks = malloc((size_t)R * sizeof *mks), *mkc = malloc((size_t)R * sizeof *mkc);
+    if (!hist_b || !hist_c || !chg || !mks || !mkc) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
+        goto done;
+    }
+    memcpy(mks, t->mk, (size_t)R * sizeof *mks);
+    totals_save(t, t->ew1, t->msum1);
+    double big = t->mmax[a];
+    for (; steps < TPAWARE_CHAIN_LEN && budget_left(t); steps++) {
+        int best_b = -1, best_r = 0, best_n = 0;
+        double best_score = INFINITY;
+        for (int bi = 0; bi < t->nb && budget_left(t); bi++) {
+            int *c = &t->cut[bi * (R + 1)], np = t->first[bi + 1] - t->first[bi];
+            for (int r = 1; r < R; r++)
+                for (int d = -TPAWARE_MAX_SHIFT; d <= TPAWARE_MAX_SHIFT; d++) {
+                    int nc = c[r] + d;
+                    if (d == 0 || nc < 0 || nc > np || !budget_left(t))
+                        continue;
+                    push_cut(c, R, r, nc, t->nc1);
+                    if (!chain_step_ok(t, bi, c, t->nc1, a, big, *cur_max) ||
+                        !within_bound(t, bi, c, t->nc1))
+                        continue;
+                    memcpy(t->oc1, c, (size_t)(R + 1) * sizeof *c);
+                    memcpy(mkc, t->mk, (size_t)R * sizeof *mkc);
+                    totals_save(t, t->ew0, t->msum0);
+                    flags_clear(t);
+                    apply_cuts(t, bi, t->nc1);
+                    double score = 0;
+                    for (int q = 0; q < R && rc == CZ_OK; q++)
+                        if (t->recv[q]) {
+                            t->work += t->np_stage;
+                            rc = rank_makespan(t, q, &t->mk[q], err);
+                            score = fmax(score, t->mk[q]);
+                        }
+                    apply_cuts(t, bi, t->oc1);
+                    totals_restore(t, t->ew0, t->msum0);
+                    memcpy(t->mk, mkc, (size_t)R * sizeof *mkc);
+                    if (rc)
+                        goto undo;
+                    if (score < *cur_max * (1 - 1e-12) && score < best_score) {
+                        best_score = score;
+                        best_b = bi;
+                        best_r = r;
+                        best_n = nc;
+                    }
+                }
+        }
+        if (best_b < 0)
+            break;
+        int *c = &t->cut[best_b * (R + 1)];
+        hist_b[steps] = best_b;
+        memcpy(&hist_c[steps * (R + 1)], c, (size_t)(R + 1) * sizeof *c);
+        push_cut(c, R, best_r, best_n, t->nc1);
+        flags_clear(t);
+        apply_cuts(t, best_b, t->nc1);
+        for (int q = 0; q < R && rc == CZ_OK; q++)
+            if (t->recv[q] || t->lose[q]) {
+                chg[q] = 1;
+                t->work += t->np_stage;
+                rc = rank_makespan(t, q, &t->mk[q], err);
+            }
+        if (rc) {
+            steps++;
+            goto undo;
+        }
+        double nmax, nsq;
+        objective(t, &nmax, &nsq);
+        if (nmax < *cur_max * (1 - 1e-12) ||
+            (nmax <= *cur_max * (1 + 1e-12) && nsq < *cur_sq * (1 - 1e-12))) {
+            *cur_max = nmax;
+            *cur_sq = nsq;
+            *improved = 1;
+            totals_refresh(t, chg);
+            goto done;
+        }
+    }
+undo:
+    while (steps-- > 0)
+        apply_cuts(t, hist_b[steps], &hist_c[steps * (R + 1)]);
+    totals_restore(t, t->ew1, t->msum1);
+    memcpy(t->mk, mks, (size_t)R * sizeof *mks);
+done:
+    free(hist_b);
+    free(hist_c);
+    free(chg);
+    free(mks);
+    free(mkc);
+    return rc;
+}
+
 static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
 {
     int rc = CZ_OK, R = plan->dp;
@@ -663,6 +808,8 @@ static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
     for (int round = 0; round < TPAWARE_MAX_ROUNDS; round++) {
         int improved = 0;
         if ((rc = push_moves(&t, &cur_max, &cur_sq, &improved, err)))
+            goto done;
+        if (!improved && (rc = chain_moves(&t, &cur_max, &cur_sq, &improved, err)))
             goto done;
         if (!improved && (rc = compound_moves(&t, &cur_max, &cur_sq, &improved, err)))
             goto done;
