@@ -11,10 +11,18 @@
 #include "cz_types.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TPAWARE_MAX_PASSES 50
+/* Phase 2 (multi-boundary and compound moves): largest shift of one cut, number of
+ * phase-2 rounds, and a deterministic work budget per stage in parameters visited by schedule
+ * rebuilds (a rebuild visits every parameter of the stage), so planning time stays bounded on
+ * models with many thousands of matrices whatever the instance. */
+#define TPAWARE_MAX_SHIFT 4
+#define TPAWARE_MAX_ROUNDS 200
+#define TPAWARE_WORK_BUDGET 4e7
 
 typedef struct tpa {
     cz_plan *plan;
@@ -35,6 +43,13 @@ typedef struct tpa {
     int *memo_vf, *memo_vt;
     double *memo_mf, *memo_mt;
     cz_plan_param *scratch; /* matrix params of one rank, for the schedule builder */
+    int np_stage;           /* parameters of the stage: the work of one rank_makespan call */
+    double work;            /* phase 2: parameters visited by schedule rebuilds so far */
+    /* Phase 2 scratch, all of size R (cuts: R + 1): ranks that gained / lost a parameter,
+     * snapshots of the per-rank totals, trial cut vectors. */
+    int *recv, *lose, *recv1, *lose1;
+    double *ew0, *msum0, *mk0, *ew1, *msum1;
+    int *nc1, *nc2, *oc1, *oc2;
 } tpa;
 
 /* Makespan of DP rank r of the stage as the TP schedule builder makes it: a one-rank scratch
@@ -141,6 +156,545 @@ static void write_ranges(tpa *t)
     }
 }
 
+/* Phase 1: one cut by one boundary, passes in a fixed order until a pass keeps nothing. */
+static int single_moves(tpa *t, double *cur_max, double *cur_sq, int *changed, cz_error *err)
+{
+    int rc = CZ_OK, R = t->R;
+    cz_plan *plan = t->plan;
+    for (int pass = 0; pass < TPAWARE_MAX_PASSES; pass++) {
+        int improved = 0;
+        for (int bi = 0; bi < t->nb; bi++) {
+            int *c = &t->cut[bi * (R + 1)];
+            double bound = len_bound(t, bi);
+            for (int r = 1; r < R; r++) {
+                for (int dir = -1; dir <= 1; dir += 2) {
+                    int nc = c[r] + dir;
+                    if (nc < c[r - 1] || nc > c[r + 1])
+                        continue;
+                    /* Left: the param before the cut goes from r-1 to r; right: the param at
+                     * the cut goes from r to r-1. */
+                    int k = dir < 0 ? nc : c[r];
+                    int from = dir < 0 ? r - 1 : r, to = dir < 0 ? r : r - 1;
+                    int old = c[r];
+                    int64_t len_to = range_len(t, bi, c, to);
+                    c[r] = nc;
+                    int64_t nlen_to = range_len(t, bi, c, to);
+                    if (nlen_to > len_to && (double)nlen_to > bound) {
+                        c[r] = old;
+                        continue;
+                    }
+                    cz_plan_param *p = &plan->params[t->order[t->first[bi] + k]];
+                    int mat = p->kind == CZ_KIND_MATRIX;
+                    double ew_move = mat ? 0 : p->cost / plan->tp;
+                    /* Any schedule of a rank lasts at least its elementwise share plus the
+                     * larger of its largest task and its matrix work spread over the TP ranks:
+                     * when that already exceeds the current maximum the move cannot be kept,
+                     * so the costly schedule rebuild is skipped (same decisions, less time). */
+                    double lb = t->ew[to] + ew_move +
+                                fmax(mat ? fmax(t->mmax[to], p->cost) : t->mmax[to],
+                                     (t->msum[to] + (mat ? p->cost : 0)) / plan->tp);
+                    if (lb > *cur_max * (1 + 1e-12)) {
+                        c[r] = old;
+                        continue;
+                    }
+                    double save_from = t->mk[from], save_to = t->mk[to];
+                    p->dp_owner = to;
+                    t->ew[from] -= ew_move;
+                    t->ew[to] += ew_move;
+                    size_t mv = ((size_t)bi * R + r) * 2 + (dir > 0);
+                    if (t->memo_vf[mv] == t->version[from] && t->memo_vt[mv] == t->version[to]) {
+                        t->mk[from] = t->memo_mf[mv];
+                        t->mk[to] = t->memo_mt[mv];
+                    } else {
+                        if ((rc = rank_makespan(t, from, &t->mk[from], err)) ||
+                            (rc = rank_makespan(t, to, &t->mk[to], err)))
+                            goto done;
+                        t->memo_vf[mv] = t->version[from];
+                        t->memo_vt[mv] = t->version[to];
+                        t->memo_mf[mv] = t->mk[from];
+                        t->memo_mt[mv] = t->mk[to];
+                    }
+                    double nmax, nsq;
+                    objective(t, &nmax, &nsq);
+                    /* Relative slack: summation noise must not count as an improvement-> */
+                    int better = nmax < *cur_max * (1 - 1e-12) ||
+                                 (nmax <= *cur_max * (1 + 1e-12) && nsq < *cur_sq * (1 - 1e-12));
+                    if (better) {
+                        *cur_max = nmax;
+                        *cur_sq = nsq;
+                        improved = 1;
+                        *changed = 1;
+                        t->version[from]++;
+                        t->version[to]++;
+                        if (mat)
+                            rank_matrix_totals(t, from, to);
+                    } else {
+                        p->dp_owner = from;
+                        t->ew[from] += ew_move;
+                        t->ew[to] -= ew_move;
+                        t->mk[from] = save_from;
+                        t->mk[to] = save_to;
+                        c[r] = old;
+                    }
+                }
+            }
+        }
+        if (!improved)
+            break;
+    }
+done:
+    return rc;
+}
+
+/* ---- Phase 2: moves a single cut shifted by one boundary cannot make ----
+ * A "push" sets cut r of one bucket to a new index up to TPAWARE_MAX_SHIFT boundaries away and
+ * drags every cut it overtakes along, so ranks stay contiguous and in order: it hands several
+ * parameters at once, or hands a parameter across ranks that are empty in that bucket (e.g. an
+ * MLP matrix from rank 4 straight to rank 6). A compound move applies two pushes at once so that
+ * two ranks can exchange parameters (the busiest rank gives a large matrix to a partner in one
+ * bucket while that partner gives smaller ones back in another), which no sequence of strictly
+ * improving single moves may reach. */
+
+/* Owner of position k of a bucket under cut vector c (c[r] = first index of rank >= r). */
+static int owner_at(const int *c, int R, int k)
+{
+    int r = 0;
+    while (r + 1 < R && c[r + 1] <= k)
+        r++;
+    return r;
+}
+
+/* Trial cut vector: c with cut r moved to nc and the cuts it overtakes dragged along. */
+static void push_cut(const int *c, int R, int r, int nc, int *out)
+{
+    memcpy(out, c, (size_t)(R + 1) * sizeof *out);
+    out[r] = nc;
+    for (int q = r - 1; q >= 1 && out[q] > nc; q--)
+        out[q] = nc;
+    for (int q = r + 1; q < R && out[q] < nc; q++)
+        out[q] = nc;
+}
+
+/* Index range [lo, hi) of the positions whose owner differs between cut vectors a and b. */
+static void changed_span(const int *a, const int *b, int R, int *lo, int *hi)
+{
+    *lo = INT32_MAX;
+    *hi = -1;
+    for (int r = 1; r < R; r++)
+        if (a[r] != b[r]) {
+            *lo = a[r] < *lo ? a[r] : *lo;
+            *lo = b[r] < *lo ? b[r] : *lo;
+            *hi = a[r] > *hi ? a[r] : *hi;
+            *hi = b[r] > *hi ? b[r] : *hi;
+        }
+}
+
+/* No range may grow past the alpha bound (a range already longer may keep its length). */
+static int within_bound(const tpa *t, int bi, const int *oldc, const int *newc)
+{
+    double bound = len_bound(t, bi);
+    for (int r = 0; r < t->R; r++) {
+        int64_t o = range_len(t, bi, oldc, r), n = range_len(t, bi, newc, r);
+        if (n > o && (double)n > bound)
+            return 0;
+    }
+    return 1;
+}
+
+/* Sets bucket bi to cut vector newc: owners, elementwise shares and matrix sums follow; ranks
+ * that gain / lose a parameter are flagged in t->recv / t->lose. */
+static void apply_cuts(tpa *t, int bi, const int *newc)
+{
+    int R = t->R, *c = &t->cut[bi * (R + 1)], lo, hi;
+    changed_span(c, newc, R, &lo, &hi);
+    for (int k = lo; k < hi; k++) {
+        cz_plan_param *p = &t->plan->params[t->order[t->first[bi] + k]];
+        int from = p->dp_owner, to = owner_at(newc, R, k);
+        if (from == to)
+            continue;
+        p->dp_owner = to;
+        if (p->kind == CZ_KIND_MATRIX) {
+            t->msum[from] -= p->cost;
+            t->msum[to] += p->cost;
+        } else {
+            t->ew[from] -= p->cost / t->plan->tp;
+            t->ew[to] += p->cost / t->plan->tp;
+        }
+        t->lose[from] = 1;
+        t->recv[to] = 1;
+    }
+    memcpy(c, newc, (size_t)(R + 1) * sizeof *c);
+}
+
+/* Largest matrix that rank r now owns among positions [lo, hi) of bucket bi. */
+static double moved_in_max(const tpa *t, int bi, int lo, int hi, int r)
+{
+    double m = 0;
+    for (int k = lo; k < hi; k++) {
+        const cz_plan_param *p = &t->plan->params[t->order[t->first[bi] + k]];
+        if (p->dp_owner == r && p->kind == CZ_KIND_MATRIX)
+            m = fmax(m, p->cost);
+    }
+    return m;
+}
+
+/* Scores the applied move over the flagged ranks. Moved spans: up to two (bucket, lo, hi).
+ * Keeps it (*kept = 1) under the phase-1 rule, else leaves t->mk as it was (the caller
+ * restores owners and totals). */
+static int evaluate(tpa *t, const int *span, int nspan, double *cur_max, double *cur_sq, int *kept,
+                    cz_error *err)
+{
+    int R = t->R, rc;
+    *kept = 0;
+    for (int r = 0; r < R; r++) {
+        if (!t->recv[r])
+            continue;
+        /* Same exact lower bound as phase 1: a rank that lost nothing keeps its largest task. */
+        double big = t->lose[r] ? 0 : t->mmax[r];
+        for (int s = 0; s < nspan; s++)
+            big = fmax(big, moved_in_max(t, span[3 * s], span[3 * s + 1], span[3 * s + 2], r));
+        if (t->ew[r] + fmax(big, t->msum[r] / t->plan->tp) > *cur_max * (1 + 1e-12))
+            return CZ_OK;
+    }
+    memcpy(t->mk0, t->mk, (size_t)R * sizeof *t->mk);
+    for (int r = 0; r < R; r++)
+        if (t->recv[r] || t->lose[r]) {
+            t->work += t->np_stage;
+            if ((rc = rank_makespan(t, r, &t->mk[r], err)))
+                return rc;
+        }
+    double nmax, nsq;
+    objective(t, &nmax, &nsq);
+    if (nmax < *cur_max * (1 - 1e-12) ||
+        (nmax <= *cur_max * (1 + 1e-12) && nsq < *cur_sq * (1 - 1e-12))) {
+        *cur_max = nmax;
+        *cur_sq = nsq;
+        *kept = 1;
+        /* Exact totals of the changed ranks; bumping versions invalidates phase-1 memos. */
+        for (int r = 0; r < R; r++)
+            if (t->recv[r] || t->lose[r]) {
+                t->version[r]++;
+                t->msum[r] = t->mmax[r] = 0;
+            }
+        for (size_t i = 0; i < t->plan->nparams; i++) {
+            const cz_plan_param *p = &t->plan->params[i];
+            int o = p->dp_owner;
+            if (p->stage == t->stage && p->kind == CZ_KIND_MATRIX && (t->recv[o] || t->lose[o])) {
+                t->msum[o] += p->cost;
+                t->mmax[o] = fmax(t->mmax[o], p->cost);
+            }
+        }
+    } else {
+        memcpy(t->mk, t->mk0, (size_t)R * sizeof *t->mk);
+    }
+    return CZ_OK;
+}
+
+static void flags_clear(tpa *t)
+{
+    memset(t->recv, 0, (size_t)t->R * sizeof *t->recv);
+    memset(t->lose, 0, (size_t)t->R * sizeof *t->lose);
+}
+
+static void totals_save(const tpa *t, double *ew, double *msum)
+{
+    memcpy(ew, t->ew, (size_t)t->R * sizeof *ew);
+    memcpy(msum, t->msum, (size_t)t->R * sizeof *msum);
+}
+
+static void totals_restore(tpa *t, const double *ew, const double *msum)
+{
+    memcpy(t->ew, ew, (size_t)t->R * sizeof *ew);
+    memcpy(t->msum, msum, (size_t)t->R * sizeof *msum);
+}
+
+static int budget_left(const tpa *t)
+{
+    return t->work < TPAWARE_WORK_BUDGET;
+}
+
+/* Phase 2a: every push of every cut by 2..K boundaries, or by one where it drags other cuts
+ * (a plain one-boundary shift is phase 1's). One sweep; *improved when a move was kept. */
+static int push_moves(tpa *t, double *cur_max, double *cur_sq, int *improved, cz_error *err)
+{
+    int R = t->R, rc;
+    for (int bi = 0; bi < t->nb && budget_left(t); bi++) {
+        int *c = &t->cut[bi * (R + 1)], np = t->first[bi + 1] - t->first[bi];
+        for (int r = 1; r < R; r++)
+            for (int d = -TPAWARE_MAX_SHIFT; d <= TPAWARE_MAX_SHIFT; d++) {
+                int nc = c[r] + d, lo, hi, kept;
+                if (d == 0 || nc < 0 || nc > np || !budget_left(t))
+                    continue;
+                push_cut(c, R, r, nc, t->nc1);
+                if ((d == 1 || d == -1) && t->nc1[r - 1] == c[r - 1] &&
+                    (r + 1 >= R || t->nc1[r + 1] == c[r + 1]))
+                    continue;
+                if (!within_bound(t, bi, c, t->nc1))
+                    continue;
+                changed_span(c, t->nc1, R, &lo, &hi);
+                memcpy(t->oc1, c, (size_t)(R + 1) * sizeof *c);
+                totals_save(t, t->ew0, t->msum0);
+                flags_clear(t);
+                apply_cuts(t, bi, t->nc1);
+                int span[3] = {bi, lo, hi};
+                if ((rc = evaluate(t, span, 1, cur_max, cur_sq, &kept, err)))
+                    return rc;
+                if (kept) {
+                    *improved = 1;
+                } else {
+                    apply_cuts(t, bi, t->oc1);
+                    totals_restore(t, t->ew0, t->msum0);
+                }
+            }
+    }
+    return CZ_OK;
+}
+
+/* Does a push from cut vector c to n on bucket bi hand a matrix away from rank a? */
+static int gives_matrix(const tpa *t, int bi, const int *c, const int *n, int a)
+{
+    int lo, hi;
+    changed_span(c, n, t->R, &lo, &hi);
+    for (int k = lo; k < hi; k++) {
+        const cz_plan_param *p = &t->plan->params[t->order[t->first[bi] + k]];
+        if (p->dp_owner == a && p->kind == CZ_KIND_MATRIX && owner_at(n, t->R, k) != a)
+            return 1;
+    }
+    return 0;
+}
+
+/* Does the second push fit a compound move: it takes from the busiest rank a or from a rank
+ * that the first push fed, and feeds only a or ranks below the current maximum? */
+static int partner_ok(const tpa *t, int bi, const int *c, const int *n, int a, double cur_max)
+{
+    int lo, hi, takes = 0;
+    changed_span(c, n, t->R, &lo, &hi);
+    for (int k = lo; k < hi; k++) {
+        const cz_plan_param *p = &t->plan->params[t->order[t->first[bi] + k]];
+        int from = p->dp_owner, to = owner_at(n, t->R, k);
+        if (from == to)
+            continue;
+        if (to != a && t->mk[to] >= cur_max * (1 - 1e-12))
+            return 0;
+        takes |= from == a || t->recv1[from];
+    }
+    return takes;
+}
+
+/* Phase 2b: the first push hands at least one matrix away from the busiest rank (lowest index
+ * on ties), the second is any push that passes partner_ok; both are kept together or not at
+ * all. Stops at the first kept move. */
+static int compound_moves(tpa *t, double *cur_max, double *cur_sq, int *improved, cz_error *err)
+{
+    int R = t->R, rc, a = 0;
+    for (int r = 1; r < R; r++)
+        if (t->mk[r] > t->mk[a])
+            a = r;
+    for (int b1 = 0; b1 < t->nb && budget_left(t); b1++) {
+        int np1 = t->first[b1 + 1] - t->first[b1];
+        for (int r1 = 1; r1 < R; r1++)
+            for (int d1 = -TPAWARE_MAX_SHIFT; d1 <= TPAWARE_MAX_SHIFT; d1++) {
+                int *c1 = &t->cut[b1 * (R + 1)], lo1, hi1;
+                int n1 = c1[r1] + d1;
+                if (d1 == 0 || n1 < 0 || n1 > np1 || !budget_left(t))
+                    continue;
+                push_cut(c1, R, r1, n1, t->nc1);
+                if (!gives_matrix(t, b1, c1, t->nc1, a) || !within_bound(t, b1, c1, t->nc1))
+                    continue;
+                changed_span(c1, t->nc1, R, &lo1, &hi1);
+                memcpy(t->oc1, c1, (size_t)(R + 1) * sizeof *c1);
+                totals_save(t, t->ew0, t->msum0);
+                flags_clear(t);
+                apply_cuts(t, b1, t->nc1);
+                memcpy(t->recv1, t->recv, (size_t)R * sizeof *t->recv);
+                memcpy(t->lose1, t->lose, (size_t)R * sizeof *t->lose);
+                totals_save(t, t->ew1, t->msum1);
+                int kept = 0;
+                for (int b2 = 0; b2 < t->nb && !kept && budget_left(t); b2++) {
+                    int np2 = t->first[b2 + 1] - t->first[b2];
+                    int *c2 = &t->cut[b2 * (R + 1)];
+                    for (int r2 = 1; r2 < R && !kept; r2++) {
+                        if (b2 == b1 && r2 == r1)
+                            continue;
+                        for (int d2 = -TPAWARE_MAX_SHIFT; d2 <= TPAWARE_MAX_SHIFT && !kept; d2++) {
+                            int n2 = c2[r2] + d2, lo2, hi2;
+                            if (d2 == 0 || n2 < 0 || n2 > np2 || !budget_left(t))
+                                continue;
+                            push_cut(c2, R, r2, n2, t->nc2);
+                            if (!partner_ok(t, b2, c2, t->nc2, a, *cur_max) ||
+                                !within_bound(t, b2, c2, t->nc2))
+                                continue;
+                            changed_span(c2, t->nc2, R, &lo2, &hi2);
+                            memcpy(t->oc2, c2, (size_t)(R + 1) * sizeof *c2);
+                            apply_cuts(t, b2, t->nc2);
+                            int span[6] = {b1, lo1, hi1, b2, lo2, hi2};
+                            if ((rc = evaluate(t, span, 2, cur_max, cur_sq, &kept, err)))
+                                return rc;
+                            if (!kept) {
+                                apply_cuts(t, b2, t->oc2);
+                                totals_restore(t, t->ew1, t->msum1);
+                                memcpy(t->recv, t->recv1, (size_t)R * sizeof *t->recv);
+                                memcpy(t->lose, t->lose1, (size_t)R * sizeof *t->lose);
+                            }
+                        }
+                    }
+                }
+                if (kept) {
+                    *improved = 1;
+                    return CZ_OK;
+                }
+                apply_cuts(t, b1, t->oc1);
+                totals_restore(t, t->ew0, t->msum0);
+            }
+    }
+    return CZ_OK;
+}
+
+#define TPAWARE_CHAIN_LEN 8
+
+/* Exact matrix totals of the flagged ranks, recomputed after a kept move; the version bump
+ * invalidates phase 1's memos of those ranks. */
+static void totals_refresh(tpa *t, const int *flag)
+{
+    for (int r = 0; r < t->R; r++)
+        if (flag[r]) {
+            t->version[r]++;
+            t->msum[r] = t->mmax[r] = 0;
+        }
+    for (size_t i = 0; i < t->plan->nparams; i++) {
+        const cz_plan_param *p = &t->plan->params[i];
+        int o = p->dp_owner;
+        if (p->stage == t->stage && p->kind == CZ_KIND_MATRIX && flag[o]) {
+            t->msum[o] += p->cost;
+            t->mmax[o] = fmax(t->mmax[o], p->cost);
+        }
+    }
+}
+
+/* Does the push from c to n on bucket bi hand away one of rank a's largest matrices (cost
+ * within 1e-9 of big), and feed only ranks other than a below the maximum? */
+static int chain_step_ok(const tpa *t, int bi, const int *c, const int *n, int a, double big,
+                         double cur_max)
+{
+    int lo, hi, gives = 0;
+    changed_span(c, n, t->R, &lo, &hi);
+    for (int k = lo; k < hi; k++) {
+        const cz_plan_param *p = &t->plan->params[t->order[t->first[bi] + k]];
+        int from = p->dp_owner, to = owner_at(n, t->R, k);
+        if (from == to)
+            continue;
+        if (to == a || t->mk[to] >= cur_max * (1 - 1e-12))
+            return 0;
+        gives |= from == a && p->kind == CZ_KIND_MATRIX && p->cost >= big * (1 - 1e-9);
+    }
+    return gives;
+}
+
+/* Phase 2c, an ejection chain: when the busiest rank a holds more of its largest matrices than
+ * its TP slots take in one group, handing one away changes nothing (its makespan is a step
+ * function of that count) while the receiver gets worse, so every single or paired move is
+ * refused. The chain hands away one of a's largest matrices per step, each time to the
+ * partner whose makespan grows least (fixed order on ties), up to TPAWARE_CHAIN_LEN steps, and
+ * is kept as a whole at the first step where the phase-1 rule accepts it. */
+static int chain_moves(tpa *t, double *cur_max, double *cur_sq, int *improved, cz_error *err)
+{
+    int R = t->R, rc = CZ_OK, a = 0, steps = 0;
+    for (int r = 1; r < R; r++)
+        if (t->mk[r] > t->mk[a])
+            a = r;
+    int *hist_b = malloc(TPAWARE_CHAIN_LEN * sizeof *hist_b);
+    int *hist_c = malloc((size_t)TPAWARE_CHAIN_LEN * (R + 1) * sizeof *hist_c);
+    int *chg = calloc((size_t)R, sizeof *chg);
+    double *mks = malloc((size_t)R * sizeof *mks), *mkc = malloc((size_t)R * sizeof *mkc);
+    if (!hist_b || !hist_c || !chg || !mks || !mkc) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
+        goto done;
+    }
+    memcpy(mks, t->mk, (size_t)R * sizeof *mks);
+    totals_save(t, t->ew1, t->msum1);
+    double big = t->mmax[a];
+    for (; steps < TPAWARE_CHAIN_LEN && budget_left(t); steps++) {
+        int best_b = -1, best_r = 0, best_n = 0;
+        double best_score = INFINITY;
+        for (int bi = 0; bi < t->nb && budget_left(t); bi++) {
+            int *c = &t->cut[bi * (R + 1)], np = t->first[bi + 1] - t->first[bi];
+            for (int r = 1; r < R; r++)
+                for (int d = -TPAWARE_MAX_SHIFT; d <= TPAWARE_MAX_SHIFT; d++) {
+                    int nc = c[r] + d;
+                    if (d == 0 || nc < 0 || nc > np || !budget_left(t))
+                        continue;
+                    push_cut(c, R, r, nc, t->nc1);
+                    if (!chain_step_ok(t, bi, c, t->nc1, a, big, *cur_max) ||
+                        !within_bound(t, bi, c, t->nc1))
+                        continue;
+                    memcpy(t->oc1, c, (size_t)(R + 1) * sizeof *c);
+                    memcpy(mkc, t->mk, (size_t)R * sizeof *mkc);
+                    totals_save(t, t->ew0, t->msum0);
+                    flags_clear(t);
+                    apply_cuts(t, bi, t->nc1);
+                    double score = 0;
+                    for (int q = 0; q < R && rc == CZ_OK; q++)
+                        if (t->recv[q]) {
+                            t->work += t->np_stage;
+                            rc = rank_makespan(t, q, &t->mk[q], err);
+                            score = fmax(score, t->mk[q]);
+                        }
+                    apply_cuts(t, bi, t->oc1);
+                    totals_restore(t, t->ew0, t->msum0);
+                    memcpy(t->mk, mkc, (size_t)R * sizeof *mkc);
+                    if (rc)
+                        goto undo;
+                    if (score < *cur_max * (1 - 1e-12) && score < best_score) {
+                        best_score = score;
+                        best_b = bi;
+                        best_r = r;
+                        best_n = nc;
+                    }
+                }
+        }
+        if (best_b < 0)
+            break;
+        int *c = &t->cut[best_b * (R + 1)];
+        hist_b[steps] = best_b;
+        memcpy(&hist_c[steps * (R + 1)], c, (size_t)(R + 1) * sizeof *c);
+        push_cut(c, R, best_r, best_n, t->nc1);
+        flags_clear(t);
+        apply_cuts(t, best_b, t->nc1);
+        for (int q = 0; q < R && rc == CZ_OK; q++)
+            if (t->recv[q] || t->lose[q]) {
+                chg[q] = 1;
+                t->work += t->np_stage;
+                rc = rank_makespan(t, q, &t->mk[q], err);
+            }
+        if (rc) {
+            steps++;
+            goto undo;
+        }
+        double nmax, nsq;
+        objective(t, &nmax, &nsq);
+        if (nmax < *cur_max * (1 - 1e-12) ||
+            (nmax <= *cur_max * (1 + 1e-12) && nsq < *cur_sq * (1 - 1e-12))) {
+            *cur_max = nmax;
+            *cur_sq = nsq;
+            *improved = 1;
+            totals_refresh(t, chg);
+            goto done;
+        }
+    }
+undo:
+    while (steps-- > 0)
+        apply_cuts(t, hist_b[steps], &hist_c[steps * (R + 1)]);
+    totals_restore(t, t->ew1, t->msum1);
+    memcpy(t->mk, mks, (size_t)R * sizeof *mks);
+done:
+    free(hist_b);
+    free(hist_c);
+    free(chg);
+    free(mks);
+    free(mkc);
+    return rc;
+}
+
 static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
 {
     int rc = CZ_OK, R = plan->dp;
@@ -164,8 +718,23 @@ static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
     t.memo_mf = malloc(nmoves * sizeof *t.memo_mf);
     t.memo_mt = malloc(nmoves * sizeof *t.memo_mt);
     t.scratch = malloc((plan->nparams + 1) * sizeof *t.scratch);
+    t.recv = calloc((size_t)R, sizeof *t.recv);
+    t.lose = calloc((size_t)R, sizeof *t.lose);
+    t.recv1 = calloc((size_t)R, sizeof *t.recv1);
+    t.lose1 = calloc((size_t)R, sizeof *t.lose1);
+    t.ew0 = calloc((size_t)R, sizeof *t.ew0);
+    t.msum0 = calloc((size_t)R, sizeof *t.msum0);
+    t.mk0 = calloc((size_t)R, sizeof *t.mk0);
+    t.ew1 = calloc((size_t)R, sizeof *t.ew1);
+    t.msum1 = calloc((size_t)R, sizeof *t.msum1);
+    t.nc1 = calloc((size_t)R + 1, sizeof *t.nc1);
+    t.nc2 = calloc((size_t)R + 1, sizeof *t.nc2);
+    t.oc1 = calloc((size_t)R + 1, sizeof *t.oc1);
+    t.oc2 = calloc((size_t)R + 1, sizeof *t.oc2);
     if (!t.bucket || !t.first || !t.order || !t.cut || !t.ew || !t.mk || !t.msum || !t.mmax ||
-        !t.scratch || !t.version || !t.memo_vf || !t.memo_vt || !t.memo_mf || !t.memo_mt) {
+        !t.scratch || !t.version || !t.memo_vf || !t.memo_vt || !t.memo_mf || !t.memo_mt ||
+        !t.recv || !t.lose || !t.recv1 || !t.lose1 || !t.ew0 || !t.msum0 || !t.mk0 || !t.ew1 ||
+        !t.msum1 || !t.nc1 || !t.nc2 || !t.oc1 || !t.oc2) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
         goto done;
     }
@@ -201,6 +770,7 @@ static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
         }
     }
     t.first[t.nb] = n;
+    t.np_stage = n;
     /* Cut indices from the owners; owners must be monotone along each bucket. */
     for (int bi = 0; bi < t.nb; bi++) {
         int *c = &t.cut[bi * (R + 1)];
@@ -233,86 +803,21 @@ static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
     double cur_max, cur_sq;
     objective(&t, &cur_max, &cur_sq);
 
-    for (int pass = 0; pass < TPAWARE_MAX_PASSES; pass++) {
+    if ((rc = single_moves(&t, &cur_max, &cur_sq, changed, err)))
+        goto done;
+    for (int round = 0; round < TPAWARE_MAX_ROUNDS; round++) {
         int improved = 0;
-        for (int bi = 0; bi < t.nb; bi++) {
-            int *c = &t.cut[bi * (R + 1)];
-            double bound = len_bound(&t, bi);
-            for (int r = 1; r < R; r++) {
-                for (int dir = -1; dir <= 1; dir += 2) {
-                    int nc = c[r] + dir;
-                    if (nc < c[r - 1] || nc > c[r + 1])
-                        continue;
-                    /* Left: the param before the cut goes from r-1 to r; right: the param at
-                     * the cut goes from r to r-1. */
-                    int k = dir < 0 ? nc : c[r];
-                    int from = dir < 0 ? r - 1 : r, to = dir < 0 ? r : r - 1;
-                    int old = c[r];
-                    int64_t len_to = range_len(&t, bi, c, to);
-                    c[r] = nc;
-                    int64_t nlen_to = range_len(&t, bi, c, to);
-                    if (nlen_to > len_to && (double)nlen_to > bound) {
-                        c[r] = old;
-                        continue;
-                    }
-                    cz_plan_param *p = &plan->params[t.order[t.first[bi] + k]];
-                    int mat = p->kind == CZ_KIND_MATRIX;
-                    double ew_move = mat ? 0 : p->cost / plan->tp;
-                    /* Any schedule of a rank lasts at least its elementwise share plus the
-                     * larger of its largest task and its matrix work spread over the TP ranks:
-                     * when that already exceeds the current maximum the move cannot be kept,
-                     * so the costly schedule rebuild is skipped (same decisions, less time). */
-                    double lb = t.ew[to] + ew_move +
-                                fmax(mat ? fmax(t.mmax[to], p->cost) : t.mmax[to],
-                                     (t.msum[to] + (mat ? p->cost : 0)) / plan->tp);
-                    if (lb > cur_max * (1 + 1e-12)) {
-                        c[r] = old;
-                        continue;
-                    }
-                    double save_from = t.mk[from], save_to = t.mk[to];
-                    p->dp_owner = to;
-                    t.ew[from] -= ew_move;
-                    t.ew[to] += ew_move;
-                    size_t mv = ((size_t)bi * R + r) * 2 + (dir > 0);
-                    if (t.memo_vf[mv] == t.version[from] && t.memo_vt[mv] == t.version[to]) {
-                        t.mk[from] = t.memo_mf[mv];
-                        t.mk[to] = t.memo_mt[mv];
-                    } else {
-                        if ((rc = rank_makespan(&t, from, &t.mk[from], err)) ||
-                            (rc = rank_makespan(&t, to, &t.mk[to], err)))
-                            goto done;
-                        t.memo_vf[mv] = t.version[from];
-                        t.memo_vt[mv] = t.version[to];
-                        t.memo_mf[mv] = t.mk[from];
-                        t.memo_mt[mv] = t.mk[to];
-                    }
-                    double nmax, nsq;
-                    objective(&t, &nmax, &nsq);
-                    /* Relative slack: summation noise must not count as an improvement. */
-                    int better = nmax < cur_max * (1 - 1e-12) ||
-                                 (nmax <= cur_max * (1 + 1e-12) && nsq < cur_sq * (1 - 1e-12));
-                    if (better) {
-                        cur_max = nmax;
-                        cur_sq = nsq;
-                        improved = 1;
-                        *changed = 1;
-                        t.version[from]++;
-                        t.version[to]++;
-                        if (mat)
-                            rank_matrix_totals(&t, from, to);
-                    } else {
-                        p->dp_owner = from;
-                        t.ew[from] += ew_move;
-                        t.ew[to] -= ew_move;
-                        t.mk[from] = save_from;
-                        t.mk[to] = save_to;
-                        c[r] = old;
-                    }
-                }
-            }
-        }
+        if ((rc = push_moves(&t, &cur_max, &cur_sq, &improved, err)))
+            goto done;
+        if (!improved && (rc = chain_moves(&t, &cur_max, &cur_sq, &improved, err)))
+            goto done;
+        if (!improved && (rc = compound_moves(&t, &cur_max, &cur_sq, &improved, err)))
+            goto done;
         if (!improved)
             break;
+        *changed = 1;
+        if ((rc = single_moves(&t, &cur_max, &cur_sq, changed, err)))
+            goto done;
     }
     if (*changed)
         write_ranges(&t);
@@ -331,6 +836,19 @@ done:
     free(t.memo_mf);
     free(t.memo_mt);
     free(t.scratch);
+    free(t.recv);
+    free(t.lose);
+    free(t.recv1);
+    free(t.lose1);
+    free(t.ew0);
+    free(t.msum0);
+    free(t.mk0);
+    free(t.ew1);
+    free(t.msum1);
+    free(t.nc1);
+    free(t.nc2);
+    free(t.oc1);
+    free(t.oc2);
     return rc;
 }
 
