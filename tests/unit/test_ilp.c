@@ -633,6 +633,9 @@ static Suite *ilp_suite(void)
 {
     Suite *s = suite_create("ilp");
     TCase *tc = tcase_create("dp");
+    /* Solves run against GLPK time limits of up to 2.5 s; Check's default 4 s per test is too
+     * tight for a loaded 2-core machine under the sanitizers. */
+    tcase_set_timeout(tc, 120);
     tcase_add_test(tc, dp_hand_two_buckets);
     tcase_add_test(tc, dp_hand_alpha_bound);
     tcase_add_test(tc, dp_random_equals_brute_force);
@@ -642,6 +645,7 @@ static Suite *ilp_suite(void)
     tcase_add_test(tc, dp_progress_reported);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("microgroups");
+    tcase_set_timeout(tm, 120);
     tcase_add_test(tm, mg_hand_moves_between_groups);
     tcase_add_test(tm, mg_hand_capacity_binds);
     tcase_add_test(tm, mg_random_equals_brute_force);
