@@ -53,6 +53,12 @@ START_TEST(refusals)
     pl->buckets[0].ranges[1] -= 1;
     expect_refusal(pl, &cfg, CZ_EINVALID, "ranges end at");
     pl->buckets[0].ranges[1] += 1;
+    /* offset + numel overflows int64: refused, never wrapped into the range. */
+    int64_t off2 = pl->params[2].offset;
+    pl->params[2].offset = INT64_MAX - 4;
+    expect_refusal(pl, &cfg, CZ_EUNSUPPORTED,
+                   "'proj') at offset 9223372036854775803 with 24 elements");
+    pl->params[2].offset = off2;
     pl->params[1].local_shape[0] = 3;
     expect_refusal(pl, &cfg, CZ_EMISMATCH, "'qkv': plan local_shape [3, 4]");
     pl->params[1].local_shape[0] = 6;
