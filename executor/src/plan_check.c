@@ -41,6 +41,13 @@ static int check_buckets(const cz_plan *plan, cz_error *err)
                                     "plan $.buckets[%zu].ranges[%d] = [%lld, %lld]: ranges must be "
                                     "contiguous, rank-ordered and inside [0, %lld]",
                                     b, r, (long long)s, (long long)e, (long long)bk->size);
+            /* The all-gather addresses ranges by their start: an MPI displacement (int). */
+            if (s > INT_MAX)
+                return cz_error_set(
+                    err, CZ_EUNSUPPORTED,
+                    "plan $.buckets[%zu].ranges[%d] starts at element %lld; MPI displacements "
+                    "are limited to %d (plan with a smaller bucket size)",
+                    b, r, (long long)s, INT_MAX);
             if (e - s > INT_MAX)
                 return cz_error_set(
                     err, CZ_EUNSUPPORTED,
