@@ -268,9 +268,13 @@ int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, floa
                             name, (long long)rows, (long long)cols, (long long)p->shape[0],
                             (long long)p->shape[1], p->tp_dim, ex->tp, (long long)lr,
                             (long long)lc);
-    if (!ex->stage_params) {
-        ex->stage_params = calloc(ex->buffer_numel ? ex->buffer_numel : 1, sizeof(float));
-        ex->stage_grads = calloc(ex->buffer_numel ? ex->buffer_numel : 1, sizeof(float));
+    /* Both are tested: after a failed allocation one of them may already exist. */
+    if (!ex->stage_params || !ex->stage_grads) {
+        size_t n = ex->buffer_numel ? ex->buffer_numel : 1;
+        if (!ex->stage_params)
+            ex->stage_params = calloc(n, sizeof(float));
+        if (!ex->stage_grads)
+            ex->stage_grads = calloc(n, sizeof(float));
         if (!ex->stage_params || !ex->stage_grads)
             return cz_error_set(err, CZ_ENOMEM, "out of memory for %zu-element staging buffers",
                                 ex->buffer_numel);

@@ -3,6 +3,7 @@
 #include "exec_internal.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,11 @@ static int check_buckets(const cz_plan *plan, cz_error *err)
                                 "plan $.buckets[%zu].offset = %lld, expected %lld (buckets must "
                                 "tile the local buffer in order)",
                                 b, (long long)bk->offset, (long long)end);
+        if (bk->size > INT64_MAX - end)
+            return cz_error_set(err, CZ_EINVALID,
+                                "plan $.buckets[%zu].size = %lld: the buckets hold more than %lld "
+                                "elements",
+                                b, (long long)bk->size, (long long)INT64_MAX);
         end += bk->size;
         int64_t prev = 0;
         for (int r = 0; r < plan->dp; r++) {
@@ -35,6 +41,13 @@ static int check_buckets(const cz_plan *plan, cz_error *err)
                                     "plan $.buckets[%zu].ranges[%d] = [%lld, %lld]: ranges must be "
                                     "contiguous, rank-ordered and inside [0, %lld]",
                                     b, r, (long long)s, (long long)e, (long long)bk->size);
+            /* The all-gather addresses ranges by their start: an MPI displacement (int). */
+            if (s > INT_MAX)
+                return cz_error_set(
+                    err, CZ_EUNSUPPORTED,
+                    "plan $.buckets[%zu].ranges[%d] starts at element %lld; MPI displacements "
+                    "are limited to %d (plan with a smaller bucket size)",
+                    b, r, (long long)s, INT_MAX);
             if (e - s > INT_MAX)
                 return cz_error_set(
                     err, CZ_EUNSUPPORTED,
@@ -81,13 +94,14 @@ static int check_params(const cz_plan *plan, cz_error *err)
                                 i, p->bucket);
         const cz_plan_bucket *bk = &plan->buckets[b];
         int64_t s = bk->ranges[2 * p->dp_owner], e = bk->ranges[2 * p->dp_owner + 1];
-        if (p->offset < s || p->offset + p->numel > e)
+        /* Written so that offset + numel cannot overflow: both are arbitrary int64 values. */
+        if (p->offset < s || p->offset > e || p->numel > e - p->offset)
             return cz_error_set(err, CZ_EUNSUPPORTED,
-                                "plan $.params[%zu] ('%s') at [%lld, %lld) of bucket %d is not "
-                                "inside its owner's range [%lld, %lld) (DP rank %d): the "
-                                "executor needs atomic ownership",
-                                i, p->name, (long long)p->offset, (long long)(p->offset + p->numel),
-                                p->bucket, (long long)s, (long long)e, p->dp_owner);
+                                "plan $.params[%zu] ('%s') at offset %lld with %lld elements in "
+                                "bucket %d is not inside its owner's range [%lld, %lld) (DP "
+                                "rank %d): the executor needs atomic ownership",
+                                i, p->name, (long long)p->offset, (long long)p->numel, p->bucket,
+                                (long long)s, (long long)e, p->dp_owner);
     }
     return CZ_OK;
 }

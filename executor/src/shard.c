@@ -5,6 +5,7 @@
  * concatenation, in block order, of each block's r-th slice. */
 #include "exec_internal.h"
 
+#include <stdint.h>
 #include <string.h>
 
 int cz_shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max)
@@ -94,6 +95,12 @@ int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err)
 {
     int64_t rows = p->shape[0], cols = p->ndim == 1 ? 1 : p->shape[1];
     int64_t lr = rows, lc = cols;
+    /* The plan reader accepts any positive int64 dimension; every size below is a product. */
+    if (rows < 1 || cols < 1 || rows > INT64_MAX / cols)
+        return cz_error_set(err, CZ_EINVALID,
+                            "param '%s': shape [%lld, %lld] has more than %lld elements or a "
+                            "dimension < 1",
+                            p->name, (long long)rows, (long long)cols, (long long)INT64_MAX);
     if (p->ndim == 1 && p->tp_dim == 1)
         return cz_error_set(err, CZ_EINVALID,
                             "param '%s' is 1-D but has tp_dim 1 (only 0 or null allowed)", p->name);
@@ -122,11 +129,21 @@ int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err)
             lc = cols / tp;
     }
     if (p->nblocks > 0) {
-        int64_t sum = 0;
-        for (int b = 0; b < p->nblocks; b++)
+        if (p->block_dim < 0 || p->block_dim >= (p->ndim == 1 ? 1 : 2))
+            return cz_error_set(err, CZ_EINVALID, "param '%s': blocks along dim %d of a %d-D shape",
+                                p->name, p->block_dim, p->ndim);
+        int64_t sum = 0, full = p->shape[p->block_dim];
+        for (int b = 0; b < p->nblocks; b++) {
+            /* Compared before adding: the sizes are arbitrary int64 values from the file. */
+            if (p->block_sizes[b] < 1 || p->block_sizes[b] > full - sum)
+                return cz_error_set(err, CZ_EINVALID,
+                                    "param '%s': block %d size %lld does not fit in dim %d of "
+                                    "size %lld after blocks summing to %lld",
+                                    p->name, b, (long long)p->block_sizes[b], p->block_dim,
+                                    (long long)full, (long long)sum);
             sum += p->block_sizes[b];
-        int64_t full = p->shape[p->block_dim];
-        if (p->block_dim < 0 || p->block_dim > 1 || sum != full)
+        }
+        if (sum != full)
             return cz_error_set(err, CZ_EINVALID,
                                 "param '%s': blocks along dim %d sum to %lld, expected %lld",
                                 p->name, p->block_dim, (long long)sum, (long long)full);

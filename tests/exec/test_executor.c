@@ -53,6 +53,23 @@ START_TEST(refusals)
     pl->buckets[0].ranges[1] -= 1;
     expect_refusal(pl, &cfg, CZ_EINVALID, "ranges end at");
     pl->buckets[0].ranges[1] += 1;
+    /* offset + numel overflows int64: refused, never wrapped into the range. */
+    int64_t off2 = pl->params[2].offset;
+    pl->params[2].offset = INT64_MAX - 4;
+    expect_refusal(pl, &cfg, CZ_EUNSUPPORTED,
+                   "'proj') at offset 9223372036854775803 with 24 elements");
+    pl->params[2].offset = off2;
+    /* Every range fits an MPI count but the third starts past INT_MAX: the all-gather's
+     * displacement would overflow. */
+    int64_t *rg = pl->buckets[0].ranges, size0 = pl->buckets[0].size;
+    pl->dp = 3;
+    pl->buckets[0].ranges =
+        (int64_t[6]){0, 99, 99, INT64_C(2147483700), INT64_C(2147483700), INT64_C(2147484000)};
+    pl->buckets[0].size = INT64_C(2147484000);
+    expect_refusal(pl, &cfg, CZ_EUNSUPPORTED, "ranges[2] starts at element 2147483700");
+    pl->dp = 1;
+    pl->buckets[0].ranges = rg;
+    pl->buckets[0].size = size0;
     pl->params[1].local_shape[0] = 3;
     expect_refusal(pl, &cfg, CZ_EMISMATCH, "'qkv': plan local_shape [3, 4]");
     pl->params[1].local_shape[0] = 6;

@@ -127,6 +127,17 @@ START_TEST(check_refuses)
     cz_plan_param b = mkp(8, 4, 0, 2, 2, bs, 0);
     ck_assert_int_eq(cz_shard_check(&b, 2, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "block 0 size 3"));
+    /* A shape whose element count overflows int64 (a hand-edited plan) is refused, not
+     * multiplied (signed overflow is undefined behaviour). */
+    cz_plan_param h = mkp(1, 8, -1, 1, 0, NULL, 0);
+    h.shape[0] = h.local_shape[0] = INT64_C(1) << 62;
+    h.numel = 8;
+    ck_assert_int_eq(cz_shard_check(&h, 1, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "shape [4611686018427387904, 8] has more than"));
+    const int64_t huge[2] = {INT64_MAX, INT64_MAX};
+    cz_plan_param hb = mkp(8, 4, -1, 1, 2, huge, 0);
+    ck_assert_int_eq(cz_shard_check(&hb, 1, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "block 0 size 9223372036854775807 does not fit"));
 }
 END_TEST
 
