@@ -226,6 +226,12 @@ uint64_t cz_exec_plan_fingerprint(const cz_plan *plan)
         h = fnv(h, p->name, strlen(p->name) + 1);
         FNV_VAL(h, p->shape[0]);
         FNV_VAL(h, p->shape[1]);
+        FNV_VAL(h, p->local_shape[0]);
+        FNV_VAL(h, p->local_shape[1]);
+        FNV_VAL(h, p->block_dim);
+        FNV_VAL(h, p->nblocks);
+        for (int k = 0; k < p->nblocks; k++)
+            FNV_VAL(h, p->block_sizes[k]);
         FNV_VAL(h, p->tp_dim);
         FNV_VAL(h, p->kind);
         FNV_VAL(h, p->bucket);

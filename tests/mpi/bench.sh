@@ -62,6 +62,19 @@ mismatch)
   n=$(grep -c "rank [0-3]: the DP communicator has 4 ranks .* the plan needs dp = 2" "$tmp/out" || true)
   [ "$n" -eq 4 ] || { echo "expected 4 ranks to report the DP communicator size, got $n"; exit 1; }
   ;;
+replicas)
+  # --verify also checks the DP replicas against each other: a corrupted replica is caught.
+  plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
+  set +e
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 1 --verify \
+    --corrupt-replica >"$tmp/out" 2>&1
+  rc=$?
+  set -e
+  cat "$tmp/out"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
+  grep -q "DP replicas of TP rank [01] hold different parameters" "$tmp/out" ||
+    { echo "expected the replica mismatch to be reported"; exit 1; }
+  ;;
 owncomms)
   # DP and TP communicators split by the job and handed in give the same result.
   plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"

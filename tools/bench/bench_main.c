@@ -18,7 +18,7 @@
 
 typedef struct bench_opts {
     const char *plan, *model, *init_dir, *dump_dir, *json, *ns_coeffs, *inject_nan;
-    int steps, warmup, verify, nesterov, own_comms, bad_dp_comm;
+    int steps, warmup, verify, nesterov, own_comms, bad_dp_comm, corrupt_replica;
     uint64_t seed;
     double tolerance, lr, adamw_lr, wd;
 } bench_opts;
@@ -38,13 +38,19 @@ static void usage(FILE *f)
            "  --init-dir DIR     initial parameters from DIR/<param name>.npy (full fp32 tensors)\n"
            "  --dump-dir DIR     write the updated full parameters as DIR/<param name>.npy\n"
            "  --json FILE        write the per-phase timings (median over steps) as JSON\n"
-           "  --verify           recompute all steps on rank 0 on whole tensors and compare\n"
+           "  --verify           check that every DP replica holds the same parameters, then\n"
+           "                     recompute all steps on rank 0 on whole tensors and compare\n"
            "  --tolerance T      largest allowed max|a-b|/max|b| per parameter (default 1e-5)\n"
            "  --lr X             Muon learning rate (default 0.02)\n"
            "  --adamw-lr X       AdamW learning rate (default 3e-4)\n"
            "  --weight-decay X   decoupled weight decay of both optimizers (default 0.01)\n"
            "  --nesterov         Nesterov momentum for Muon\n"
            "  --ns-coeffs NAME   Newton-Schulz coefficients: jordan (default) or cubic\n"
+           "  --own-comms        split the DP and TP communicators here and hand them in, as a\n"
+           "                     job with its own communicators would\n"
+           "  --inject-nan NAME  (testing) put a NaN into NAME's gradient on rank 0\n"
+           "  --bad-dp-comm      (testing) hand in a DP communicator of the wrong size\n"
+           "  --corrupt-replica  (testing) change one parameter on DP rank 1 before --verify\n"
            "  --help             this text\n");
 }
 
@@ -68,6 +74,7 @@ static int parse(int argc, char **argv, bench_opts *o)
                                           {"inject-nan", required_argument, 0, 'N'},
                                           {"own-comms", no_argument, 0, 'O'},
                                           {"bad-dp-comm", no_argument, 0, 'B'},
+                                          {"corrupt-replica", no_argument, 0, 'R'},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
@@ -136,6 +143,9 @@ static int parse(int argc, char **argv, bench_opts *o)
             break;
         case 'B':
             o->bad_dp_comm = 1;
+            break;
+        case 'R':
+            o->corrupt_replica = 1;
             break;
         case 'N':
             o->inject_nan = optarg;
@@ -374,6 +384,29 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
     return rc;
 }
 
+/* After the parameter all-gather every DP replica must hold bit-identical parameters. Compares
+ * a hash of this rank's whole local buffer with the other replicas of its TP rank. */
+static int check_replicas(const float *P, size_t n, int tp_rank, int dp_rank, cz_error *err)
+{
+    uint64_t h = 1469598103934665603ull, lo = 0, hi = 0;
+    const unsigned char *bytes = (const unsigned char *)P;
+    for (size_t i = 0; i < n * sizeof(float); i++) {
+        h ^= bytes[i];
+        h *= 1099511628211ull;
+    }
+    MPI_Comm col;
+    MPI_Comm_split(MPI_COMM_WORLD, tp_rank, dp_rank, &col);
+    MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, col);
+    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, col);
+    MPI_Comm_free(&col);
+    if (lo != hi)
+        return cz_error_set(err, CZ_EINTERNAL,
+                            "the DP replicas of TP rank %d hold different parameters after the "
+                            "all-gather",
+                            tp_rank);
+    return CZ_OK;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -545,6 +578,15 @@ int main(int argc, char **argv)
     if (any_failed(rc, &err, "writing the timings"))
         goto done;
 
+    if (o.verify) {
+        if (o.corrupt_replica && dp_rank == 1 && n > 0)
+            P[n - 1] += 1.0f; /* (testing) what a broken all-gather would leave behind */
+        rc = check_replicas(P, n, tp_rank, dp_rank, &err);
+        if (any_failed(rc, &err, "verifying"))
+            goto done;
+        if (g_rank == 0)
+            printf("verify: every DP replica holds identical parameters\n");
+    }
     if (o.dump_dir || o.verify) {
         MPI_Comm_split(MPI_COMM_WORLD, dp_rank, tp_rank, &row);
         full = calloc(plan->nparams ? plan->nparams : 1, sizeof *full);
