@@ -91,20 +91,20 @@ typedef enum cz_solver { CZ_SOLVER_GREEDY = 0, CZ_SOLVER_ILP = 1 } cz_solver;
 /* Planning settings. Initialize with cz_settings_init() and then change fields, so that fields
  * added in later versions keep their defaults. */
 typedef struct cz_settings {
-    int version;              /* CZ_SETTINGS_VERSION */
-    cz_optimizer optimizer;   /* default Muon */
-    cz_cost_unit unit;        /* default time */
-    cz_dp_strategy dp;        /* default alpha */
-    double alpha;             /* default 1.0; 0 = even communication, 1 = global balance */
-    int alpha_numel_loads;    /* 1 = count alpha's running loads in elements (reference code) */
+    int version;            /* CZ_SETTINGS_VERSION */
+    cz_optimizer optimizer; /* default Muon */
+    cz_cost_unit unit;      /* default time */
+    cz_dp_strategy dp;      /* default alpha */
+    double alpha;           /* default 1.0; 0 = even communication, 1 = global balance */
+    int alpha_numel_loads;  /* 1 = count alpha's running loads in elements (reference code) */
     cz_layerwise_order layerwise_order;
-    cz_tp_strategy tp;        /* default rollback */
-    double capacity;          /* micro-group capacity C in the cost unit; 0 = automatic */
-    cz_solver solver;         /* default greedy */
-    double time_limit_s;      /* ILP time limit; default 60 */
-    uint64_t seed;            /* tie-breaking seed, recorded in the plan; default 0 */
-    int ns_steps;             /* Newton-Schulz iterations (Muon); default 5 */
-    int max_precond_dim;      /* SOAP/Shampoo: sides larger than this get no factor; 10000 */
+    cz_tp_strategy tp;          /* default rollback */
+    double capacity;            /* micro-group capacity C in the cost unit; 0 = automatic */
+    cz_solver solver;           /* default greedy */
+    double time_limit_s;        /* ILP time limit; default 60 */
+    uint64_t seed;              /* tie-breaking seed, recorded in the plan; default 0 */
+    int ns_steps;               /* Newton-Schulz iterations (Muon); default 5 */
+    int max_precond_dim;        /* SOAP/Shampoo: sides larger than this get no factor; 10000 */
     int precondition_frequency; /* SOAP/Shampoo: eigen refresh every N steps; default 10 */
 } cz_settings;
 
@@ -133,11 +133,11 @@ int cz_solver_parse(const char *name, cz_solver *out);
 /* Progress of a long-running solve (the ILP solvers), reported at most once per second once
  * the solve has run for a second. Values are in the plan's cost unit; NAN when not known yet. */
 typedef struct cz_progress {
-    const char *phase;   /* "dp-ilp" or "microgroups-ilp" */
-    double elapsed_s;    /* since this solve started */
-    double best_bound;   /* best proven bound on the objective */
-    double incumbent;    /* objective of the best solution found so far */
-    double gap;          /* relative gap between the two */
+    const char *phase; /* "dp-ilp" or "microgroups-ilp" */
+    double elapsed_s;  /* since this solve started */
+    double best_bound; /* best proven bound on the objective */
+    double incumbent;  /* objective of the best solution found so far */
+    double gap;        /* relative gap between the two */
 } cz_progress;
 typedef void (*cz_progress_fn)(const cz_progress *progress, void *ctx);
 

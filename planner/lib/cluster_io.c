@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cz_cluster_load(cz_cluster **out, const char *path, cz_error *err) {
+int cz_cluster_load(cz_cluster **out, const char *path, cz_error *err)
+{
     static const char *const top_keys[] = {"schema", "name",  "description", "gpus",
                                            "dp",     "tp",    "pp",          "gpus_per_node",
                                            "device", "links", "buckets",     NULL};

@@ -20,22 +20,22 @@
 
 typedef struct cz_param_def {
     char *name;
-    int ndim;          /* 1 or 2 */
-    int64_t shape[2];  /* full, unsharded shape */
-    int tp_dim;        /* -1, 0 or 1 */
+    int ndim;         /* 1 or 2 */
+    int64_t shape[2]; /* full, unsharded shape */
+    int tp_dim;       /* -1, 0 or 1 */
     cz_param_kind kind;
-    int block_dim;     /* dimension the blocks split, -1 when the matrix is one block */
-    int nblocks;       /* 0 when not blocked */
+    int block_dim; /* dimension the blocks split, -1 when the matrix is one block */
+    int nblocks;   /* 0 when not blocked */
     int64_t *block_sizes;
-    int layer;         /* index of the repeat block iteration it came from; -1 outside any */
+    int layer; /* index of the repeat block iteration it came from; -1 outside any */
 } cz_param_def;
 
 struct cz_model {
     char *name;
-    char *source;      /* path it was loaded from */
-    char sha256[65];   /* of the canonical JSON content (sorted keys, compact) */
+    char *source;    /* path it was loaded from */
+    char sha256[65]; /* of the canonical JSON content (sorted keys, compact) */
     cz_dtype dtype;
-    int nlayers;       /* number of repeat iterations seen (for pipeline stage assignment) */
+    int nlayers; /* number of repeat iterations seen (for pipeline stage assignment) */
     size_t nparams;
     cz_param_def *params; /* forward (registration) order, repeat blocks expanded */
 };
@@ -65,7 +65,7 @@ struct cz_cluster {
 };
 
 typedef struct cz_plan_param {
-    int id;              /* index in forward order */
+    int id; /* index in forward order */
     char *name;
     int ndim;
     int64_t shape[2];
@@ -75,30 +75,30 @@ typedef struct cz_plan_param {
     int block_dim, nblocks;
     int64_t *block_sizes;
     int layer;
-    int stage;           /* pipeline stage */
-    int bucket;          /* bucket id */
-    int64_t offset;      /* start of the local shard relative to its bucket's start */
-    int64_t numel;       /* local elements */
-    double cost;         /* total work for this parameter across its TP group, cost unit */
-    int dp_owner;        /* -1 only under the even strategy */
+    int stage;      /* pipeline stage */
+    int bucket;     /* bucket id */
+    int64_t offset; /* start of the local shard relative to its bucket's start */
+    int64_t numel;  /* local elements */
+    double cost;    /* total work for this parameter across its TP group, cost unit */
+    int dp_owner;   /* -1 only under the even strategy */
 } cz_plan_param;
 
 typedef struct cz_plan_bucket {
     int id;
     int stage;
-    int64_t offset;      /* start in the stage's whole local buffer */
-    int64_t size;        /* including padding */
-    int64_t *ranges;     /* 2*dp values: [start, end) per DP rank, relative to bucket start */
+    int64_t offset;  /* start in the stage's whole local buffer */
+    int64_t size;    /* including padding */
+    int64_t *ranges; /* 2*dp values: [start, end) per DP rank, relative to bucket start */
 } cz_plan_bucket;
 
 /* One micro-group: tasks (param ids) each assigned to a slot (TP rank that hosts it). */
 typedef struct cz_plan_group {
     int id;
-    int nslots;          /* tp, or 1 under sc and when tp == 1 */
+    int nslots; /* tp, or 1 under sc and when tp == 1 */
     int ntasks;
-    int *task_param;     /* param ids, in execution order */
-    int *task_slot;      /* slot of each task */
-    double *load;        /* nslots values: summed task cost per slot */
+    int *task_param; /* param ids, in execution order */
+    int *task_slot;  /* slot of each task */
+    double *load;    /* nslots values: summed task cost per slot */
 } cz_plan_group;
 
 typedef struct cz_rank_schedule {
@@ -109,17 +109,17 @@ typedef struct cz_rank_schedule {
 } cz_rank_schedule;
 
 typedef struct cz_plan_metrics {
-    double *dp_load;        /* pp*dp: summed cost owned by each DP rank */
-    double dp_imbalance;    /* max/mean of dp_load (per stage, worst stage) */
-    double *gpu_load;       /* pp*dp*tp: optimizer work per GPU under the TP schedule */
-    double *rank_makespan;  /* pp*dp: sum over groups of the largest slot load, plus the
-                               elementwise share of one TP rank */
-    double tp_makespan;     /* max of rank_makespan */
-    double tp_imbalance;    /* max/mean of gpu_load */
-    double total_cost;      /* sum of all parameter costs */
-    double max_task_cost;   /* largest single task (matrix cost, or elementwise cost / tp) */
-    double lower_bound;     /* max(total_cost / (dp*tp*pp), max_task_cost) */
-    double *memory;         /* pp*dp*tp: optimizer-state bytes per GPU */
+    double *dp_load;         /* pp*dp: summed cost owned by each DP rank */
+    double dp_imbalance;     /* max/mean of dp_load (per stage, worst stage) */
+    double *gpu_load;        /* pp*dp*tp: optimizer work per GPU under the TP schedule */
+    double *rank_makespan;   /* pp*dp: sum over groups of the largest slot load, plus the
+                                elementwise share of one TP rank */
+    double tp_makespan;      /* max of rank_makespan */
+    double tp_imbalance;     /* max/mean of gpu_load */
+    double total_cost;       /* sum of all parameter costs */
+    double max_task_cost;    /* largest single task (matrix cost, or elementwise cost / tp) */
+    double lower_bound;      /* max(total_cost / (dp*tp*pp), max_task_cost) */
+    double *memory;          /* pp*dp*tp: optimizer-state bytes per GPU */
     double predicted_step_s; /* compute makespan converted to seconds on the cluster's device */
 } cz_plan_metrics;
 
@@ -130,21 +130,21 @@ struct cz_plan {
     char *cluster_name, *cluster_sha256;
     cz_dtype dtype;
     cz_settings settings;
-    double capacity_used;    /* the micro-group capacity actually used (cost unit) */
-    int dp_fell_back;        /* 1 when alpha's result lost to anchored and anchored was kept */
-    int dp_numel_cuts;       /* 1 when alpha with cost loads kept the element-load cuts because
-                                they balanced at least as well and gave a shorter makespan */
-    double plan_seconds;     /* wall time spent building the plan (not written to the file) */
-    int solver_status;       /* CZ_SOLVE_*: worst outcome over the plan's ILP solves */
-    double solver_gap;       /* largest relative MIP gap left by a solve (0 when all optimal) */
-    double solver_seconds;   /* wall time spent in the ILP solves */
-    char solver_note[256];   /* a warning for the user (time-outs, fallbacks); "" when none */
+    double capacity_used;  /* the micro-group capacity actually used (cost unit) */
+    int dp_fell_back;      /* 1 when alpha's result lost to anchored and anchored was kept */
+    int dp_numel_cuts;     /* 1 when alpha with cost loads kept the element-load cuts because
+                              they balanced at least as well and gave a shorter makespan */
+    double plan_seconds;   /* wall time spent building the plan (not written to the file) */
+    int solver_status;     /* CZ_SOLVE_*: worst outcome over the plan's ILP solves */
+    double solver_gap;     /* largest relative MIP gap left by a solve (0 when all optimal) */
+    double solver_seconds; /* wall time spent in the ILP solves */
+    char solver_note[256]; /* a warning for the user (time-outs, fallbacks); "" when none */
     int solver_status_dp, solver_status_tp; /* the same per phase: DP partition, micro-groups */
     double solver_gap_dp, solver_gap_tp;
     int dp, tp, pp, gpus_per_node;
     int64_t bucket_size, bucket_align;
     size_t nparams;
-    cz_plan_param *params;   /* forward order, id == index */
+    cz_plan_param *params; /* forward order, id == index */
     size_t nbuckets;
     cz_plan_bucket *buckets; /* per stage in the order they are filled (reverse param order) */
     size_t nschedules;       /* pp*dp, stage-major */
@@ -273,24 +273,24 @@ typedef struct cz_sim_span {
 /* Result of simulating one optimizer step of a plan (cz_plan_simulate). All durations are in
  * seconds, or in the plan's cost unit when no cluster was given (communication is then 0). */
 typedef struct cz_sim_result {
-    int pipelined;          /* 1: asynchronous micro-group pipeline; 0: synchronous compute */
-    double grad_sync_s;     /* gradient reduce-scatter (all-reduce under layerwise), all buckets */
-    double frag_gather_s;   /* even (ZeRO-1) only: gathering fragmented matrices over DP */
-    double local_s;         /* elementwise + matrix updates incl. TP collectives, slowest GPU */
-    double param_sync_s;    /* parameter all-gather over DP, all buckets */
-    double optimizer_s;     /* optimizer-step latency: frag_gather + local + param_sync */
-    double step_s;          /* grad_sync + optimizer_s, worst pipeline stage */
-    double compute_s;       /* busiest GPU's compute-stream busy time */
-    double tp_comm_s;       /* TP collective time of the critical DP rank */
-    double comm_s;          /* all collective time on the critical GPU (sum, exposed or not) */
-    double exposed_comm_s;  /* step_s minus the critical GPU's compute busy time */
+    int pipelined;         /* 1: asynchronous micro-group pipeline; 0: synchronous compute */
+    double grad_sync_s;    /* gradient reduce-scatter (all-reduce under layerwise), all buckets */
+    double frag_gather_s;  /* even (ZeRO-1) only: gathering fragmented matrices over DP */
+    double local_s;        /* elementwise + matrix updates incl. TP collectives, slowest GPU */
+    double param_sync_s;   /* parameter all-gather over DP, all buckets */
+    double optimizer_s;    /* optimizer-step latency: frag_gather + local + param_sync */
+    double step_s;         /* grad_sync + optimizer_s, worst pipeline stage */
+    double compute_s;      /* busiest GPU's compute-stream busy time */
+    double tp_comm_s;      /* TP collective time of the critical DP rank */
+    double comm_s;         /* all collective time on the critical GPU (sum, exposed or not) */
+    double exposed_comm_s; /* step_s minus the critical GPU's compute busy time */
     int critical_stage, critical_dp, critical_tp; /* the GPU whose work finishes last */
     int ngpus;
-    double *gpu_busy;       /* per GPU compute busy time, [(stage*dp + d)*tp + t] */
+    double *gpu_busy; /* per GPU compute busy time, [(stage*dp + d)*tp + t] */
     /* Timeline of the critical DP rank (times relative to the end of gradient sync, plus the
      * fragment gather under even). */
     int tl_tp, tl_groups;
-    double *tl_elementwise; /* tl_tp values: end of the elementwise updates (start is 0) */
+    double *tl_elementwise;  /* tl_tp values: end of the elementwise updates (start is 0) */
     cz_sim_span *tl_gather;  /* tl_groups spans (a collective: same on every TP rank) */
     cz_sim_span *tl_scatter; /* tl_groups spans; zero length under synchronous compute */
     cz_sim_span *tl_compute; /* tl_groups * tl_tp spans, [g * tl_tp + t] */
@@ -307,9 +307,9 @@ void cz_sim_result_free(cz_sim_result *r);
 
 /* Options of cz_plan_render_svg. */
 typedef struct cz_render_options {
-    int width;            /* pixels; default 1200 when 0 */
+    int width;                /* pixels; default 1200 when 0 */
     const char *cluster_name; /* shown in the title; NULL = the plan's cluster name */
-    int sim_in_seconds;   /* 1: sim was run on a cluster (seconds); 0: cost-proportional */
+    int sim_in_seconds;       /* 1: sim was run on a cluster (seconds); 0: cost-proportional */
 } cz_render_options;
 
 /* Renders the plan as a self-contained SVG document (load bars and the pipeline timeline of

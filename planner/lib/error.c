@@ -6,14 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-void cz_error_clear(cz_error *err) {
+void cz_error_clear(cz_error *err)
+{
     if (!err)
         return;
     err->code = CZ_OK;
     err->message[0] = '\0';
 }
 
-int cz_error_set(cz_error *err, int code, const char *fmt, ...) {
+int cz_error_set(cz_error *err, int code, const char *fmt, ...)
+{
     if (!err)
         return code;
     va_list ap;
@@ -24,7 +26,8 @@ int cz_error_set(cz_error *err, int code, const char *fmt, ...) {
     return code;
 }
 
-char *cz_strdup(const char *s) {
+char *cz_strdup(const char *s)
+{
     if (!s)
         return NULL;
     size_t n = strlen(s) + 1;

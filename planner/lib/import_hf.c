@@ -58,7 +58,8 @@ typedef struct hf_config {
     int64_t nmoe;    /* number of MoE layers */
 } hf_config;
 
-static const char *hf_type_name(const json_t *v) {
+static const char *hf_type_name(const json_t *v)
+{
     switch (json_typeof(v)) {
     case JSON_OBJECT:
         return "an object";
@@ -82,7 +83,8 @@ static const char *hf_type_name(const json_t *v) {
 /* Reads an integer key. Absent (or null, which config.json uses for "not set") gives def when
  * the key is optional. */
 static int hf_get_int(const hf_config *c, const json_t *root, const char *key, bool required,
-                      int64_t def, int64_t min, int64_t *out, cz_error *err) {
+                      int64_t def, int64_t min, int64_t *out, cz_error *err)
+{
     const json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) {
         if (required)
@@ -107,7 +109,8 @@ static int hf_get_int(const hf_config *c, const json_t *root, const char *key, b
 }
 
 static int hf_get_bool(const hf_config *c, const json_t *root, const char *key, bool def, bool *out,
-                       cz_error *err) {
+                       cz_error *err)
+{
     const json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) {
         *out = def;
@@ -121,7 +124,8 @@ static int hf_get_bool(const hf_config *c, const json_t *root, const char *key, 
 }
 
 /* Finds the family from model_type, or from architectures[0] when model_type is absent. */
-static int hf_family_find(hf_config *c, const json_t *root, cz_error *err) {
+static int hf_family_find(hf_config *c, const json_t *root, cz_error *err)
+{
     const json_t *mt = json_object_get(root, "model_type");
     if (mt) {
         if (!json_is_string(mt))
@@ -159,7 +163,8 @@ static int hf_family_find(hf_config *c, const json_t *root, cz_error *err) {
                         c->path, json_string_value(a0));
 }
 
-static int hf_moe_layers(hf_config *c, const json_t *root, cz_error *err) {
+static int hf_moe_layers(hf_config *c, const json_t *root, cz_error *err)
+{
     c->moe_layer = calloc((size_t)c->layers, sizeof *c->moe_layer);
     if (!c->moe_layer)
         return cz_error_set(err, CZ_ENOMEM, "out of memory");
@@ -208,7 +213,8 @@ done:
     return rc;
 }
 
-static int hf_config_read(hf_config *c, const json_t *root, cz_error *err) {
+static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
+{
     int rc;
     if ((rc = hf_family_find(c, root, err)))
         return rc;
@@ -288,20 +294,23 @@ static int hf_config_read(hf_config *c, const json_t *root, cz_error *err) {
 
 /* ---- building the description ---- */
 
-static void hf_set(json_t *obj, const char *key, json_t *value, bool *ok) {
+static void hf_set(json_t *obj, const char *key, json_t *value, bool *ok)
+{
     /* json_object_set_new releases value even when it fails, so no leak on the error path. */
     if (json_object_set_new(obj, key, value))
         *ok = false;
 }
 
-static void hf_add(json_t *arr, json_t *value, bool *ok) {
+static void hf_add(json_t *arr, json_t *value, bool *ok)
+{
     if (json_array_append_new(arr, value))
         *ok = false;
 }
 
 /* One parameter; cols < 0 makes it 1-D, tp_dim < 0 replicated. */
 static json_t *hf_param(const char *name, int64_t rows, int64_t cols, int tp_dim, bool matrix,
-                        bool *ok) {
+                        bool *ok)
+{
     json_t *p = json_object();
     json_t *shape = json_array();
     hf_add(shape, json_integer(rows), ok);
@@ -317,7 +326,8 @@ static json_t *hf_param(const char *name, int64_t rows, int64_t cols, int tp_dim
 }
 
 /* Declares row blocks (fused Q/K/V or gate/up) on a matrix parameter. */
-static void hf_blocks(json_t *p, int64_t a, int64_t b, int64_t c, bool *ok) {
+static void hf_blocks(json_t *p, int64_t a, int64_t b, int64_t c, bool *ok)
+{
     json_t *blocks = json_object();
     json_t *sizes = json_array();
     hf_add(sizes, json_integer(a), ok);
@@ -329,7 +339,8 @@ static void hf_blocks(json_t *p, int64_t a, int64_t b, int64_t c, bool *ok) {
     hf_set(p, "blocks", blocks, ok);
 }
 
-static json_t *hf_repeat(int64_t n, const char *prefix, json_t *params, bool *ok) {
+static json_t *hf_repeat(int64_t n, const char *prefix, json_t *params, bool *ok)
+{
     json_t *r = json_object();
     hf_set(r, "repeat", json_integer(n), ok);
     hf_set(r, "prefix", json_string(prefix), ok);
@@ -340,7 +351,8 @@ static json_t *hf_repeat(int64_t n, const char *prefix, json_t *params, bool *ok
 }
 
 /* A SwiGLU MLP: fused gate/up (column-parallel) then down (row-parallel). */
-static void hf_swiglu(json_t *arr, const char *prefix, int64_t hidden, int64_t ffn, bool *ok) {
+static void hf_swiglu(json_t *arr, const char *prefix, int64_t hidden, int64_t ffn, bool *ok)
+{
     char name[128];
     snprintf(name, sizeof name, "%slinear_fc1.weight", prefix);
     json_t *fc1 = hf_param(name, 2 * ffn, hidden, 0, true, ok);
@@ -350,7 +362,8 @@ static void hf_swiglu(json_t *arr, const char *prefix, int64_t hidden, int64_t f
     hf_add(arr, hf_param(name, hidden, ffn, 1, true, ok), ok);
 }
 
-static json_t *hf_layer(const hf_config *c, bool moe, bool *ok) {
+static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
+{
     const int64_t h = c->hidden, d = c->head_dim;
     const int64_t q = c->heads * d, kv = c->kv_heads * d;
     json_t *a = json_array();
@@ -398,13 +411,15 @@ static json_t *hf_layer(const hf_config *c, bool moe, bool *ok) {
     return a;
 }
 
-static void hf_lower(char *s) {
+static void hf_lower(char *s)
+{
     for (; *s; s++)
         *s = (char)tolower((unsigned char)*s);
 }
 
 /* The model's default name: see cz_import_hf in cz_types.h. */
-static char *hf_default_name(const char *path, const json_t *root) {
+static char *hf_default_name(const char *path, const json_t *root)
+{
     const json_t *nop = json_object_get(root, "_name_or_path");
     char *name = NULL;
     if (json_is_string(nop) && json_string_length(nop) > 0) {
@@ -453,12 +468,14 @@ static char *hf_default_name(const char *path, const json_t *root) {
     return name;
 }
 
-static const char *hf_basename(const char *path) {
+static const char *hf_basename(const char *path)
+{
     const char *slash = strrchr(path, '/');
     return slash ? slash + 1 : path;
 }
 
-static char *hf_description(const hf_config *c) {
+static char *hf_description(const hf_config *c)
+{
     char moe[256] = "";
     char ffn[64] = "";
     if (c->nmoe > 0) {
@@ -483,7 +500,8 @@ static char *hf_description(const hf_config *c) {
 }
 
 int cz_import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,
-                 cz_error *err) {
+                 cz_error *err)
+{
     int rc = 0;
     bool ok = true;
     json_t *root = NULL, *model = NULL;
@@ -583,7 +601,8 @@ typedef struct hf_buf {
     bool ok;
 } hf_buf;
 
-static void hf_put(hf_buf *b, const char *s, size_t n) {
+static void hf_put(hf_buf *b, const char *s, size_t n)
+{
     if (!b->ok)
         return;
     if (b->len + n + 1 > b->cap) {
@@ -603,16 +622,19 @@ static void hf_put(hf_buf *b, const char *s, size_t n) {
     b->data[b->len] = '\0';
 }
 
-static void hf_puts(hf_buf *b, const char *s) {
+static void hf_puts(hf_buf *b, const char *s)
+{
     hf_put(b, s, strlen(s));
 }
 
-static void hf_indent(hf_buf *b, int depth) {
+static void hf_indent(hf_buf *b, int depth)
+{
     for (int i = 0; i < depth; i++)
         hf_put(b, "  ", 2);
 }
 
-static void hf_put_json(hf_buf *b, const json_t *v) {
+static void hf_put_json(hf_buf *b, const json_t *v)
+{
     /* Without JSON_INDENT or JSON_COMPACT jansson writes one line with ", " and ": ". */
     char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
     if (!s) {
@@ -625,7 +647,8 @@ static void hf_put_json(hf_buf *b, const json_t *v) {
 
 /* A value spreads over several lines when it holds an array of objects or arrays (a params
  * list); parameters themselves stay on one line. */
-static bool hf_spreads(const json_t *v) {
+static bool hf_spreads(const json_t *v)
+{
     if (json_is_array(v)) {
         for (size_t i = 0; i < json_array_size(v); i++) {
             const json_t *e = json_array_get(v, i);
@@ -642,7 +665,8 @@ static bool hf_spreads(const json_t *v) {
     return false;
 }
 
-static void hf_emit(hf_buf *b, const json_t *v, int depth) {
+static void hf_emit(hf_buf *b, const json_t *v, int depth)
+{
     if (!hf_spreads(v)) {
         hf_put_json(b, v);
         return;
@@ -677,7 +701,8 @@ static void hf_emit(hf_buf *b, const json_t *v, int depth) {
     hf_puts(b, "}");
 }
 
-int cz_model_json_format(char **out, const json_t *model, cz_error *err) {
+int cz_model_json_format(char **out, const json_t *model, cz_error *err)
+{
     if (!out || !model)
         return cz_error_set(err, CZ_EINVALID, "cz_model_json_format: out and model are needed");
     hf_buf b = {.ok = true};

@@ -13,7 +13,8 @@
 /* Files larger than this are not model, cluster or plan files; refuse before reading them. */
 #define CZ_JSON_MAX_FILE_BYTES ((size_t)1 << 30)
 
-static int read_whole_file(const char *path, char **out, size_t *len, cz_error *err) {
+static int read_whole_file(const char *path, char **out, size_t *len, cz_error *err)
+{
     int rc = CZ_OK;
     char *buf = NULL;
     size_t cap = 0, n = 0;
@@ -55,7 +56,8 @@ done:
     return CZ_OK;
 }
 
-int cz_json_canonical_sha256(const json_t *root, char out[65], cz_error *err) {
+int cz_json_canonical_sha256(const json_t *root, char out[65], cz_error *err)
+{
     char *dump = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENCODE_ANY);
     if (!dump)
         return cz_error_set(err, CZ_ENOMEM, "out of memory while hashing JSON");
@@ -64,7 +66,8 @@ int cz_json_canonical_sha256(const json_t *root, char out[65], cz_error *err) {
     return CZ_OK;
 }
 
-int cz_json_load_file(json_t **out, char sha256[65], const char *path, cz_error *err) {
+int cz_json_load_file(json_t **out, char sha256[65], const char *path, cz_error *err)
+{
     char *buf = NULL;
     size_t len = 0;
     json_t *root = NULL;
@@ -97,23 +100,27 @@ done:
     return rc;
 }
 
-char *cz_json_path_key(char dst[CZ_JSON_PATH_MAX], const char *parent, const char *key) {
+char *cz_json_path_key(char dst[CZ_JSON_PATH_MAX], const char *parent, const char *key)
+{
     snprintf(dst, CZ_JSON_PATH_MAX, "%s.%s", parent, key);
     return dst;
 }
 
-char *cz_json_path_index(char dst[CZ_JSON_PATH_MAX], const char *parent, size_t index) {
+char *cz_json_path_index(char dst[CZ_JSON_PATH_MAX], const char *parent, size_t index)
+{
     snprintf(dst, CZ_JSON_PATH_MAX, "%s[%zu]", parent, index);
     return dst;
 }
 
-static int fail_v(const cz_json_ctx *c, int code, const char *path, const char *fmt, va_list ap) {
+static int fail_v(const cz_json_ctx *c, int code, const char *path, const char *fmt, va_list ap)
+{
     char msg[768];
     vsnprintf(msg, sizeof msg, fmt, ap);
     return cz_error_set(c->err, code, "%s: %s: %s", c->file, path, msg);
 }
 
-int cz_json_fail(const cz_json_ctx *c, const char *path, const char *fmt, ...) {
+int cz_json_fail(const cz_json_ctx *c, const char *path, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
     int rc = fail_v(c, CZ_EINVALID, path, fmt, ap);
@@ -121,7 +128,8 @@ int cz_json_fail(const cz_json_ctx *c, const char *path, const char *fmt, ...) {
     return rc;
 }
 
-int cz_json_fail_code(const cz_json_ctx *c, int code, const char *path, const char *fmt, ...) {
+int cz_json_fail_code(const cz_json_ctx *c, int code, const char *path, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
     int rc = fail_v(c, code, path, fmt, ap);
@@ -129,7 +137,8 @@ int cz_json_fail_code(const cz_json_ctx *c, int code, const char *path, const ch
     return rc;
 }
 
-void cz_json_describe(const json_t *v, char *buf, size_t n) {
+void cz_json_describe(const json_t *v, char *buf, size_t n)
+{
     if (!v) {
         snprintf(buf, n, "nothing");
         return;
@@ -167,8 +176,8 @@ void cz_json_describe(const json_t *v, char *buf, size_t n) {
     }
 }
 
-static int fail_found(const cz_json_ctx *c, const json_t *v, const char *path,
-                      const char *expected) {
+static int fail_found(const cz_json_ctx *c, const json_t *v, const char *path, const char *expected)
+{
     char found[96];
     if (!v)
         return cz_json_fail(c, path, "missing; expected %s", expected);
@@ -176,12 +185,14 @@ static int fail_found(const cz_json_ctx *c, const json_t *v, const char *path,
     return cz_json_fail(c, path, "expected %s, found %s", expected, found);
 }
 
-static int cmp_str(const void *a, const void *b) {
+static int cmp_str(const void *a, const void *b)
+{
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 int cz_json_check_object(const cz_json_ctx *c, const json_t *v, const char *path,
-                         const char *const *allowed) {
+                         const char *const *allowed)
+{
     if (!json_is_object(v))
         return fail_found(c, v, path, "an object");
     size_t n = json_object_size(v);
@@ -193,7 +204,8 @@ int cz_json_check_object(const cz_json_ctx *c, const json_t *v, const char *path
     size_t k = 0;
     const char *key;
     json_t *val;
-    json_object_foreach((json_t *)v, key, val) {
+    json_object_foreach((json_t *)v, key, val)
+    {
         (void)val;
         keys[k++] = key;
     }
@@ -218,7 +230,8 @@ int cz_json_check_object(const cz_json_ctx *c, const json_t *v, const char *path
     return rc;
 }
 
-int cz_json_as_string(const cz_json_ctx *c, const json_t *v, const char *path, const char **out) {
+int cz_json_as_string(const cz_json_ctx *c, const json_t *v, const char *path, const char **out)
+{
     if (!json_is_string(v))
         return fail_found(c, v, path, "a string");
     *out = json_string_value(v);
@@ -226,7 +239,8 @@ int cz_json_as_string(const cz_json_ctx *c, const json_t *v, const char *path, c
 }
 
 int cz_json_as_int64(const cz_json_ctx *c, const json_t *v, const char *path, int64_t min,
-                     int64_t max, int64_t *out) {
+                     int64_t max, int64_t *out)
+{
     char expected[96];
     if (min == 1 && max == INT64_MAX)
         snprintf(expected, sizeof expected, "a positive integer");
@@ -246,7 +260,8 @@ int cz_json_as_int64(const cz_json_ctx *c, const json_t *v, const char *path, in
 }
 
 int cz_json_as_int(const cz_json_ctx *c, const json_t *v, const char *path, int min, int max,
-                   int *out) {
+                   int *out)
+{
     int64_t x = 0;
     int rc = cz_json_as_int64(c, v, path, min, max == INT_MAX ? INT64_MAX : max, &x);
     if (rc != CZ_OK)
@@ -258,7 +273,8 @@ int cz_json_as_int(const cz_json_ctx *c, const json_t *v, const char *path, int 
 }
 
 int cz_json_as_double(const cz_json_ctx *c, const json_t *v, const char *path, double min,
-                      bool exclusive, double *out) {
+                      bool exclusive, double *out)
+{
     char expected[96];
     if (min == 0.0)
         snprintf(expected, sizeof expected, "a %s number", exclusive ? "positive" : "non-negative");
@@ -273,7 +289,8 @@ int cz_json_as_double(const cz_json_ctx *c, const json_t *v, const char *path, d
     return CZ_OK;
 }
 
-int cz_json_as_bool(const cz_json_ctx *c, const json_t *v, const char *path, bool *out) {
+int cz_json_as_bool(const cz_json_ctx *c, const json_t *v, const char *path, bool *out)
+{
     if (!json_is_boolean(v))
         return fail_found(c, v, path, "true or false");
     *out = json_is_true(v);
@@ -281,7 +298,8 @@ int cz_json_as_bool(const cz_json_ctx *c, const json_t *v, const char *path, boo
 }
 
 int cz_json_as_array(const cz_json_ctx *c, const json_t *v, const char *path, size_t min_len,
-                     const json_t **out) {
+                     const json_t **out)
+{
     if (!json_is_array(v))
         return fail_found(c, v, path, min_len ? "a non-empty array" : "an array");
     if (json_array_size(v) < min_len) {
@@ -295,7 +313,8 @@ int cz_json_as_array(const cz_json_ctx *c, const json_t *v, const char *path, si
 }
 
 int cz_json_as_enum(const cz_json_ctx *c, const json_t *v, const char *path,
-                    const char *const *names, int *out) {
+                    const char *const *names, int *out)
+{
     char expected[512];
     size_t used = 0;
     expected[0] = '\0';
@@ -316,7 +335,8 @@ int cz_json_as_enum(const cz_json_ctx *c, const json_t *v, const char *path,
 
 /* Looks up a member; returns 1 when present, 0 when absent and optional, or an error. */
 static int member(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                  bool required, char sub[CZ_JSON_PATH_MAX], const json_t **v) {
+                  bool required, char sub[CZ_JSON_PATH_MAX], const json_t **v)
+{
     *v = json_object_get(obj, key);
     cz_json_path_key(sub, path, key);
     if (*v)
@@ -335,37 +355,44 @@ static int member(const cz_json_ctx *c, const json_t *obj, const char *path, con
     return call
 
 int cz_json_get_string(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                       bool required, const char **out) {
+                       bool required, const char **out)
+{
     GET_MEMBER(cz_json_as_string(c, v, sub, out));
 }
 
 int cz_json_get_int64(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                      bool required, int64_t min, int64_t max, int64_t *out) {
+                      bool required, int64_t min, int64_t max, int64_t *out)
+{
     GET_MEMBER(cz_json_as_int64(c, v, sub, min, max, out));
 }
 
 int cz_json_get_int(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                    bool required, int min, int max, int *out) {
+                    bool required, int min, int max, int *out)
+{
     GET_MEMBER(cz_json_as_int(c, v, sub, min, max, out));
 }
 
 int cz_json_get_double(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                       bool required, double min, bool exclusive, double *out) {
+                       bool required, double min, bool exclusive, double *out)
+{
     GET_MEMBER(cz_json_as_double(c, v, sub, min, exclusive, out));
 }
 
 int cz_json_get_bool(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                     bool required, bool *out) {
+                     bool required, bool *out)
+{
     GET_MEMBER(cz_json_as_bool(c, v, sub, out));
 }
 
 int cz_json_get_array(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                      bool required, size_t min_len, const json_t **out) {
+                      bool required, size_t min_len, const json_t **out)
+{
     GET_MEMBER(cz_json_as_array(c, v, sub, min_len, out));
 }
 
 int cz_json_get_object(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                       bool required, const char *const *allowed, const json_t **out) {
+                       bool required, const char *const *allowed, const json_t **out)
+{
     char sub[CZ_JSON_PATH_MAX];
     const json_t *v;
     int present = member(c, obj, path, key, required, sub, &v);
@@ -378,11 +405,13 @@ int cz_json_get_object(const cz_json_ctx *c, const json_t *obj, const char *path
 }
 
 int cz_json_get_enum(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                     bool required, const char *const *names, int *out) {
+                     bool required, const char *const *names, int *out)
+{
     GET_MEMBER(cz_json_as_enum(c, v, sub, names, out));
 }
 
-int cz_json_check_schema(const cz_json_ctx *c, const json_t *root, const char *want) {
+int cz_json_check_schema(const cz_json_ctx *c, const json_t *root, const char *want)
+{
     const char *s = NULL;
     int rc = cz_json_get_string(c, root, "$", "schema", true, &s);
     if (rc != CZ_OK)

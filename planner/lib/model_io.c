@@ -31,13 +31,15 @@ static const char *const dtype_names[] = {"bf16", "fp16", "fp32", NULL};
 
 /* Expanded size of a params array, saturating above the limit; malformed entries count as one
  * (the validating pass reports them). */
-static size_t count_expanded(const json_t *arr, int depth) {
+static size_t count_expanded(const json_t *arr, int depth)
+{
     size_t total = 0;
     size_t i;
     const json_t *e;
     if (depth > 64)
         return CZ_MODEL_MAX_PARAMS + 1;
-    json_array_foreach(arr, i, e) {
+    json_array_foreach(arr, i, e)
+    {
         const json_t *rep = json_object_get(e, "repeat");
         const json_t *sub = json_object_get(e, "params");
         size_t add = 1;
@@ -55,7 +57,8 @@ static size_t count_expanded(const json_t *arr, int depth) {
     return total;
 }
 
-static char *substitute_index(const char *prefix, int64_t index) {
+static char *substitute_index(const char *prefix, int64_t index)
+{
     char num[24];
     snprintf(num, sizeof num, "%" PRId64, index);
     size_t count = 0;
@@ -79,7 +82,8 @@ static char *substitute_index(const char *prefix, int64_t index) {
     return out;
 }
 
-static int parse_blocks(expander *x, const json_t *blocks, const char *path, cz_param_def *p) {
+static int parse_blocks(expander *x, const json_t *blocks, const char *path, cz_param_def *p)
+{
     static const char *const keys[] = {"dim", "sizes", NULL};
     const cz_json_ctx *c = &x->ctx;
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
@@ -118,7 +122,8 @@ static int parse_blocks(expander *x, const json_t *blocks, const char *path, cz_
 }
 
 static int parse_param(expander *x, const json_t *e, const char *path, const char *prefix,
-                       int layer) {
+                       int layer)
+{
     const cz_json_ctx *c = &x->ctx;
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const char *name = NULL;
@@ -207,12 +212,14 @@ static int parse_param(expander *x, const json_t *e, const char *path, const cha
 }
 
 static int expand(expander *x, const json_t *arr, const char *path, const char *prefix, int layer,
-                  int top) {
+                  int top)
+{
     const cz_json_ctx *c = &x->ctx;
     char el[CZ_JSON_PATH_MAX], sub[CZ_JSON_PATH_MAX];
     size_t i;
     const json_t *e;
-    json_array_foreach(arr, i, e) {
+    json_array_foreach(arr, i, e)
+    {
         int rc;
         cz_json_path_index(el, path, i);
         if (!json_is_object(e) || !json_object_get(e, "repeat")) {
@@ -258,7 +265,8 @@ typedef struct name_ref {
     size_t index;
 } name_ref;
 
-static int cmp_name_ref(const void *a, const void *b) {
+static int cmp_name_ref(const void *a, const void *b)
+{
     const name_ref *x = a, *y = b;
     int c = strcmp(x->name, y->name);
     if (c)
@@ -266,7 +274,8 @@ static int cmp_name_ref(const void *a, const void *b) {
     return (x->index > y->index) - (x->index < y->index);
 }
 
-static int check_duplicates(expander *x) {
+static int check_duplicates(expander *x)
+{
     if (x->n < 2)
         return CZ_OK;
     name_ref *refs = malloc(x->n * sizeof *refs);
@@ -292,7 +301,8 @@ static int check_duplicates(expander *x) {
                         x->params[later].name, later, x->paths[first], first);
 }
 
-int cz_model_load(cz_model **out, const char *path, cz_error *err) {
+int cz_model_load(cz_model **out, const char *path, cz_error *err)
+{
     static const char *const top_keys[] = {"schema", "name",        "dtype",
                                            "params", "description", NULL};
     json_t *root = NULL;

@@ -3,7 +3,8 @@
 
 #include <stdlib.h>
 
-void cz_model_free(cz_model *model) {
+void cz_model_free(cz_model *model)
+{
     if (!model)
         return;
     for (size_t i = 0; i < model->nparams; i++) {
@@ -16,7 +17,8 @@ void cz_model_free(cz_model *model) {
     free(model);
 }
 
-void cz_cluster_free(cz_cluster *cluster) {
+void cz_cluster_free(cz_cluster *cluster)
+{
     if (!cluster)
         return;
     free(cluster->name);
@@ -25,7 +27,8 @@ void cz_cluster_free(cz_cluster *cluster) {
     free(cluster);
 }
 
-void cz_plan_metrics_free(cz_plan_metrics *m) {
+void cz_plan_metrics_free(cz_plan_metrics *m)
+{
     if (!m)
         return;
     free(m->dp_load);
@@ -35,7 +38,8 @@ void cz_plan_metrics_free(cz_plan_metrics *m) {
     m->dp_load = m->gpu_load = m->rank_makespan = m->memory = NULL;
 }
 
-void cz_plan_schedules_free(cz_plan *plan) {
+void cz_plan_schedules_free(cz_plan *plan)
+{
     if (!plan || !plan->schedules)
         return;
     for (size_t i = 0; i < plan->nschedules; i++) {
@@ -52,7 +56,8 @@ void cz_plan_schedules_free(cz_plan *plan) {
     plan->nschedules = 0;
 }
 
-void cz_plan_free(cz_plan *plan) {
+void cz_plan_free(cz_plan *plan)
+{
     if (!plan)
         return;
     for (size_t i = 0; i < plan->nparams; i++) {

@@ -3,7 +3,8 @@
 
 #include <string.h>
 
-void cz_settings_init(cz_settings *s) {
+void cz_settings_init(cz_settings *s)
+{
     memset(s, 0, sizeof *s);
     s->version = CZ_SETTINGS_VERSION;
     s->optimizer = CZ_OPTIM_MUON;
@@ -32,11 +33,13 @@ static const char *const solver_names[] = {"greedy", "ilp"};
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-static const char *name_of(const char *const *names, int n, int v) {
+static const char *name_of(const char *const *names, int n, int v)
+{
     return (v >= 0 && v < n) ? names[v] : NULL;
 }
 
-static int parse_name(const char *const *names, int n, const char *name, int *out) {
+static int parse_name(const char *const *names, int n, const char *name, int *out)
+{
     for (int i = 0; name && i < n; i++) {
         if (strcmp(names[i], name) == 0) {
             *out = i;
@@ -47,10 +50,12 @@ static int parse_name(const char *const *names, int n, const char *name, int *ou
 }
 
 #define NAME_FUNCS(type, stem, table)                                                              \
-    const char *cz_##stem##_name(type v) {                                                         \
+    const char *cz_##stem##_name(type v)                                                           \
+    {                                                                                              \
         return name_of(table, COUNT(table), (int)v);                                               \
     }                                                                                              \
-    int cz_##stem##_parse(const char *name, type *out) {                                           \
+    int cz_##stem##_parse(const char *name, type *out)                                             \
+    {                                                                                              \
         int v = 0;                                                                                 \
         int rc = parse_name(table, COUNT(table), name, &v);                                        \
         if (rc == CZ_OK)                                                                           \

@@ -15,11 +15,13 @@ static const uint32_t k_round[64] = {
     0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
 
-static uint32_t rotr(uint32_t x, int n) {
+static uint32_t rotr(uint32_t x, int n)
+{
     return (x >> n) | (x << (32 - n));
 }
 
-static void compress(uint32_t h[8], const unsigned char block[64]) {
+static void compress(uint32_t h[8], const unsigned char block[64])
+{
     uint32_t w[64];
     for (int i = 0; i < 16; i++)
         w[i] = (uint32_t)block[4 * i] << 24 | (uint32_t)block[4 * i + 1] << 16 |
@@ -56,7 +58,8 @@ static void compress(uint32_t h[8], const unsigned char block[64]) {
     h[7] += hh;
 }
 
-void cz_sha256_hex(const void *data, size_t len, char out[65]) {
+void cz_sha256_hex(const void *data, size_t len, char out[65])
+{
     uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                      0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
     const unsigned char *p = data;

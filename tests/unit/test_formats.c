@@ -12,13 +12,15 @@
 
 static char tmpdir[256];
 
-static void make_tmpdir(void) {
+static void make_tmpdir(void)
+{
     const char *base = getenv("TMPDIR");
     snprintf(tmpdir, sizeof tmpdir, "%s/cz_formats_XXXXXX", base && *base ? base : "/tmp");
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
 }
 
-static void remove_tmpdir(void) {
+static void remove_tmpdir(void)
+{
     DIR *d = opendir(tmpdir);
     if (!d)
         return;
@@ -35,14 +37,16 @@ static void remove_tmpdir(void) {
     rmdir(tmpdir);
 }
 
-static const char *data_path(char *buf, size_t n, const char *rel) {
+static const char *data_path(char *buf, size_t n, const char *rel)
+{
     const char *src = getenv("CZ_SOURCE_DIR");
     snprintf(buf, n, "%s/tests/data/%s", src ? src : ".", rel);
     return buf;
 }
 
 /* Writes text to <tmpdir>/<name>, turning every ' into " so cases read like JSON. */
-static const char *write_tmp(char *buf, size_t n, const char *name, const char *text) {
+static const char *write_tmp(char *buf, size_t n, const char *name, const char *text)
+{
     snprintf(buf, n, "%s/%s", tmpdir, name);
     FILE *f = fopen(buf, "w");
     ck_assert_ptr_nonnull(f);
@@ -52,7 +56,8 @@ static const char *write_tmp(char *buf, size_t n, const char *name, const char *
     return buf;
 }
 
-static char *slurp(const char *path, size_t *len) {
+static char *slurp(const char *path, size_t *len)
+{
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
@@ -69,14 +74,16 @@ static char *slurp(const char *path, size_t *len) {
     return buf;
 }
 
-static void assert_contains(const char *msg, const char *needle) {
+static void assert_contains(const char *msg, const char *needle)
+{
     ck_assert_msg(strstr(msg, needle) != NULL, "message \"%s\" lacks \"%s\"", msg, needle);
 }
 
 /* ---------------------------------------------------------------------------------------- */
 /* model                                                                                     */
 
-START_TEST(test_model_tiny) {
+START_TEST(test_model_tiny)
+{
     char path[512];
     cz_model *m = NULL;
     cz_error err;
@@ -133,7 +140,8 @@ START_TEST(test_model_tiny) {
 END_TEST
 
 /* The hash covers content, not layout: key order and whitespace do not change it. */
-START_TEST(test_model_hash_canonical) {
+START_TEST(test_model_hash_canonical)
+{
     char path[512], ref[512];
     cz_model *a = NULL, *b = NULL;
     cz_error err;
@@ -234,7 +242,8 @@ static const bad_case bad_models[] = {
     {"{'schema':'canzona.model/1','schema':'canzona.model/1'}", CZ_EPARSE, ":1:", "invalid JSON"},
 };
 
-START_TEST(test_model_bad) {
+START_TEST(test_model_bad)
+{
     const bad_case *bc = &bad_models[_i];
     char path[512];
     cz_model *m = (cz_model *)&m; /* must be reset to NULL on failure */
@@ -252,7 +261,8 @@ START_TEST(test_model_bad) {
 }
 END_TEST
 
-START_TEST(test_model_bad_files) {
+START_TEST(test_model_bad_files)
+{
     char path[512];
     cz_model *m = NULL;
     cz_error err;
@@ -287,7 +297,8 @@ END_TEST
 /* ---------------------------------------------------------------------------------------- */
 /* cluster                                                                                   */
 
-START_TEST(test_cluster_tiny) {
+START_TEST(test_cluster_tiny)
+{
     char path[512];
     cz_cluster *c = NULL;
     cz_error err;
@@ -348,7 +359,8 @@ static const bad_case bad_clusters[] = {
      CZ_EINVALID, "$: dp*tp*pp = 2147483647*2147483647*2147483647 overflows", NULL},
 };
 
-START_TEST(test_cluster_bad) {
+START_TEST(test_cluster_bad)
+{
     const bad_case *bc = &bad_clusters[_i];
     char path[512];
     cz_cluster *c = (cz_cluster *)&c;
@@ -365,7 +377,8 @@ START_TEST(test_cluster_bad) {
 }
 END_TEST
 
-START_TEST(test_cluster_defaults_and_fixture) {
+START_TEST(test_cluster_defaults_and_fixture)
+{
     char path[512], want[700];
     cz_cluster *c = NULL;
     cz_error err;
@@ -387,20 +400,23 @@ END_TEST
 /* ---------------------------------------------------------------------------------------- */
 /* plan                                                                                      */
 
-static int64_t *i64s(int n, const int64_t *v) {
+static int64_t *i64s(int n, const int64_t *v)
+{
     int64_t *a = malloc((size_t)n * sizeof *a);
     memcpy(a, v, (size_t)n * sizeof *a);
     return a;
 }
 
-static double *dbls(int n, const double *v) {
+static double *dbls(int n, const double *v)
+{
     double *a = malloc((size_t)n * sizeof *a);
     memcpy(a, v, (size_t)n * sizeof *a);
     return a;
 }
 
 static void set_group(cz_plan_group *g, int id, int nslots, int ntasks, const int *param,
-                      const int *slot, const double *load) {
+                      const int *slot, const double *load)
+{
     g->id = id;
     g->nslots = nslots;
     g->ntasks = ntasks;
@@ -413,7 +429,8 @@ static void set_group(cz_plan_group *g, int id, int nslots, int ntasks, const in
 
 /* dp 2, tp 2, pp 1; five params in two buckets; rank 0 has two groups, rank 1 one. Values are
  * arbitrary but distinct, with reals that need all 17 digits to round-trip. */
-static cz_plan *make_plan(void) {
+static cz_plan *make_plan(void)
+{
     cz_plan *p = calloc(1, sizeof *p);
     cz_settings_init(&p->settings);
     p->settings.optimizer = CZ_OPTIM_SOAP;
@@ -509,7 +526,8 @@ static cz_plan *make_plan(void) {
     return p;
 }
 
-static void assert_plans_equal(const cz_plan *a, const cz_plan *b) {
+static void assert_plans_equal(const cz_plan *a, const cz_plan *b)
+{
     ck_assert_str_eq(a->generator, b->generator);
     ck_assert_str_eq(a->generator_version, b->generator_version);
     ck_assert_str_eq(a->model_name, b->model_name);
@@ -610,7 +628,8 @@ static void assert_plans_equal(const cz_plan *a, const cz_plan *b) {
     ck_assert_double_eq(m->predicted_step_s, n->predicted_step_s);
 }
 
-START_TEST(test_plan_round_trip) {
+START_TEST(test_plan_round_trip)
+{
     char a[512], b[512];
     cz_error err;
     cz_plan *p = make_plan(), *q = NULL;
@@ -645,7 +664,8 @@ START_TEST(test_plan_round_trip) {
 END_TEST
 
 /* Tasks are stored per slot in the file; reading lists slot 0's tasks first, then slot 1's. */
-START_TEST(test_plan_slot_order) {
+START_TEST(test_plan_slot_order)
+{
     char a[512];
     cz_error err;
     cz_plan *p = make_plan(), *q = NULL;
@@ -684,7 +704,8 @@ START_TEST(test_plan_slot_order) {
 }
 END_TEST
 
-static int count_tmp_leftovers(void) {
+static int count_tmp_leftovers(void)
+{
     DIR *d = opendir(tmpdir);
     int n = 0;
     struct dirent *e;
@@ -694,7 +715,8 @@ static int count_tmp_leftovers(void) {
     return n;
 }
 
-START_TEST(test_plan_write_failure_keeps_old_file) {
+START_TEST(test_plan_write_failure_keeps_old_file)
+{
     char a[512], bad[512];
     cz_error err;
     cz_plan *p = make_plan();
@@ -772,7 +794,8 @@ static const plan_case plan_cases[] = {
      "$.params[2].tp_dim: expected 0 or null for a 1-D parameter, found 1"},
 };
 
-static void mutate(json_t *root, const char *what) {
+static void mutate(json_t *root, const char *what)
+{
     json_t *params = json_object_get(root, "params");
     json_t *buckets = json_object_get(root, "buckets");
     json_t *sched = json_object_get(root, "tp_schedule");
@@ -830,7 +853,8 @@ static void mutate(json_t *root, const char *what) {
         ck_abort_msg("unknown mutation %s", what);
 }
 
-START_TEST(test_plan_read_bad) {
+START_TEST(test_plan_read_bad)
+{
     const plan_case *pc = &plan_cases[_i];
     char a[512], b[512];
     cz_error err;
@@ -854,7 +878,8 @@ START_TEST(test_plan_read_bad) {
 END_TEST
 
 /* sc and tp == 1 plans have one slot per group. */
-START_TEST(test_plan_sc_one_slot) {
+START_TEST(test_plan_sc_one_slot)
+{
     char a[512];
     cz_error err;
     cz_plan *p = make_plan(), *q = NULL;
@@ -882,17 +907,20 @@ START_TEST(test_plan_sc_one_slot) {
 }
 END_TEST
 
-static void setup(void) {
+static void setup(void)
+{
     make_tmpdir();
 }
 
-static void teardown(void) {
+static void teardown(void)
+{
     if (getenv("CZ_KEEP_TMP"))
         return;
     remove_tmpdir();
 }
 
-int main(void) {
+int main(void)
+{
     Suite *s = suite_create("formats");
     TCase *tm = tcase_create("model");
     tcase_add_checked_fixture(tm, setup, teardown);

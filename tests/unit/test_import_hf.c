@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *src_path(const char *rel) {
+static char *src_path(const char *rel)
+{
     const char *root = getenv("CZ_SOURCE_DIR");
     if (!root)
         root = ".";
@@ -19,7 +20,8 @@ static char *src_path(const char *rel) {
     return p;
 }
 
-static char *read_text(const char *path) {
+static char *read_text(const char *path)
+{
     FILE *f = fopen(path, "rb");
     ck_assert_msg(f != NULL, "cannot open %s (is CZ_SOURCE_DIR set?)", path);
     fseek(f, 0, SEEK_END);
@@ -33,7 +35,8 @@ static char *read_text(const char *path) {
     return s;
 }
 
-static json_t *import_ok(const char *rel, const char *name, cz_dtype dtype) {
+static json_t *import_ok(const char *rel, const char *name, cz_dtype dtype)
+{
     char *path = src_path(rel);
     cz_error err;
     cz_error_clear(&err);
@@ -45,7 +48,8 @@ static json_t *import_ok(const char *rel, const char *name, cz_dtype dtype) {
     return m;
 }
 
-static int import_fail(const char *rel, cz_error *err) {
+static int import_fail(const char *rel, cz_error *err)
+{
     char *path = src_path(rel);
     cz_error_clear(err);
     json_t *m = (json_t *)1;
@@ -66,7 +70,8 @@ typedef struct walk {
     long long matrix;    /* elements of "matrix" parameters */
 } walk;
 
-static void walk_params(walk *w, const json_t *params, const char *prefix) {
+static void walk_params(walk *w, const json_t *params, const char *prefix)
+{
     for (size_t i = 0; i < json_array_size(params); i++) {
         const json_t *p = json_array_get(params, i);
         const json_t *rep = json_object_get(p, "repeat");
@@ -101,24 +106,28 @@ static void walk_params(walk *w, const json_t *params, const char *prefix) {
     }
 }
 
-static walk walk_model(const json_t *m, const char *want) {
+static walk walk_model(const json_t *m, const char *want)
+{
     walk w = {.want = want};
     walk_params(&w, json_object_get(m, "params"), "");
     return w;
 }
 
-static const json_t *find(const json_t *m, const char *name) {
+static const json_t *find(const json_t *m, const char *name)
+{
     walk w = walk_model(m, name);
     ck_assert_msg(w.found != NULL, "parameter %s not found", name);
     return w.found;
 }
 
-static void assert_absent(const json_t *m, const char *name) {
+static void assert_absent(const json_t *m, const char *name)
+{
     walk w = walk_model(m, name);
     ck_assert_msg(w.found == NULL, "parameter %s should not exist", name);
 }
 
-static void assert_shape(const json_t *p, long long r, long long c) {
+static void assert_shape(const json_t *p, long long r, long long c)
+{
     const json_t *s = json_object_get(p, "shape");
     ck_assert_uint_eq(json_array_size(s), c < 0 ? 1 : 2);
     ck_assert_int_eq(json_integer_value(json_array_get(s, 0)), r);
@@ -126,7 +135,8 @@ static void assert_shape(const json_t *p, long long r, long long c) {
         ck_assert_int_eq(json_integer_value(json_array_get(s, 1)), c);
 }
 
-static void assert_tp(const json_t *p, int tp_dim, const char *optimizer) {
+static void assert_tp(const json_t *p, int tp_dim, const char *optimizer)
+{
     const json_t *t = json_object_get(p, "tp_dim");
     if (tp_dim < 0)
         ck_assert(json_is_null(t));
@@ -135,7 +145,8 @@ static void assert_tp(const json_t *p, int tp_dim, const char *optimizer) {
     ck_assert_str_eq(json_string_value(json_object_get(p, "optimizer")), optimizer);
 }
 
-static void assert_blocks(const json_t *p, long long a, long long b, long long c) {
+static void assert_blocks(const json_t *p, long long a, long long b, long long c)
+{
     const json_t *bl = json_object_get(p, "blocks");
     ck_assert_ptr_nonnull(bl);
     ck_assert_int_eq(json_integer_value(json_object_get(bl, "dim")), 0);
@@ -157,7 +168,8 @@ static const char *const qwen3[] = {"qwen3-0.6b", "qwen3-1.7b", "qwen3-4b",     
 static const long long qwen3_total[] = {596049920LL,   1720574976LL,  4022468096LL, 8190735360LL,
                                         14768307200LL, 32762123264LL, 30532122624LL};
 
-START_TEST(test_bundled_equal) {
+START_TEST(test_bundled_equal)
+{
     char rel[256];
     snprintf(rel, sizeof rel, "plans/hf/%s.config.json", qwen3[_i]);
     json_t *imported = import_ok(rel, NULL, CZ_DTYPE_BF16);
@@ -188,7 +200,8 @@ START_TEST(test_bundled_equal) {
 }
 END_TEST
 
-START_TEST(test_qwen3_32b_shapes) {
+START_TEST(test_qwen3_32b_shapes)
+{
     json_t *m = import_ok("plans/hf/qwen3-32b.config.json", NULL, CZ_DTYPE_BF16);
     /* 64 heads x 128 = 8192 != hidden 5120: Q is wider than the residual stream. */
     const json_t *qkv = find(m, "decoder.layers.63.self_attention.linear_qkv.weight");
@@ -219,7 +232,8 @@ START_TEST(test_qwen3_32b_shapes) {
 }
 END_TEST
 
-START_TEST(test_qwen3_tied_has_no_output_layer) {
+START_TEST(test_qwen3_tied_has_no_output_layer)
+{
     json_t *m = import_ok("plans/hf/qwen3-0.6b.config.json", "custom", CZ_DTYPE_FP32);
     assert_absent(m, "output_layer.weight");
     ck_assert_str_eq(json_string_value(json_object_get(m, "name")), "custom");
@@ -231,7 +245,8 @@ START_TEST(test_qwen3_tied_has_no_output_layer) {
 }
 END_TEST
 
-START_TEST(test_qwen3_moe_experts) {
+START_TEST(test_qwen3_moe_experts)
+{
     json_t *m = import_ok("plans/hf/qwen3-30b-a3b.config.json", NULL, CZ_DTYPE_BF16);
     const json_t *router = find(m, "decoder.layers.47.mlp.router.weight");
     assert_shape(router, 128, 2048);
@@ -255,7 +270,8 @@ END_TEST
 
 /* ---- hand-written small configs ---- */
 
-START_TEST(test_mixtral) {
+START_TEST(test_mixtral)
+{
     json_t *m = import_ok("tests/data/hf/mixtral-tiny.config.json", NULL, CZ_DTYPE_BF16);
     ck_assert_str_eq(json_string_value(json_object_get(m, "name")), "mixtral-tiny");
     /* hidden 64, 4 heads of 16, 2 KV heads: Q 64 rows, K and V 32 each */
@@ -283,7 +299,8 @@ START_TEST(test_mixtral) {
 }
 END_TEST
 
-START_TEST(test_llama_bias) {
+START_TEST(test_llama_bias)
+{
     json_t *m = import_ok("tests/data/hf/llama-bias.config.json", NULL, CZ_DTYPE_FP16);
     /* name from _name_or_path "example/Tiny-Llama-Bias/", lowercased */
     ck_assert_str_eq(json_string_value(json_object_get(m, "name")), "tiny-llama-bias");
@@ -318,7 +335,8 @@ START_TEST(test_llama_bias) {
 }
 END_TEST
 
-START_TEST(test_qwen2_moe_mixed_layers) {
+START_TEST(test_qwen2_moe_mixed_layers)
+{
     json_t *m = import_ok("tests/data/hf/qwen2-moe-mixed.config.json", NULL, CZ_DTYPE_BF16);
     /* Layer 0 is dense (mlp_only_layers), 1 and 2 sparse: one block per layer. */
     const json_t *params = json_object_get(m, "params");
@@ -350,7 +368,8 @@ END_TEST
 
 /* ---- errors ---- */
 
-START_TEST(test_unknown_model_type) {
+START_TEST(test_unknown_model_type)
+{
     cz_error err;
     ck_assert_int_eq(import_fail("tests/data/hf/unknown-arch.config.json", &err), CZ_EUNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err.message, "unknown-arch.config.json"));
@@ -361,7 +380,8 @@ START_TEST(test_unknown_model_type) {
 }
 END_TEST
 
-START_TEST(test_unknown_architecture) {
+START_TEST(test_unknown_architecture)
+{
     cz_error err;
     ck_assert_int_eq(import_fail("tests/data/hf/unknown-arch-only.config.json", &err),
                      CZ_EUNSUPPORTED);
@@ -371,7 +391,8 @@ START_TEST(test_unknown_architecture) {
 }
 END_TEST
 
-START_TEST(test_missing_field) {
+START_TEST(test_missing_field)
+{
     cz_error err;
     ck_assert_int_eq(import_fail("tests/data/hf/missing-hidden.config.json", &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "missing-hidden.config.json"));
@@ -379,7 +400,8 @@ START_TEST(test_missing_field) {
 }
 END_TEST
 
-START_TEST(test_wrong_type) {
+START_TEST(test_wrong_type)
+{
     cz_error err;
     ck_assert_int_eq(import_fail("tests/data/hf/wrong-type.config.json", &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "$.num_attention_heads"));
@@ -387,14 +409,16 @@ START_TEST(test_wrong_type) {
 }
 END_TEST
 
-START_TEST(test_bad_mlp_only_layers) {
+START_TEST(test_bad_mlp_only_layers)
+{
     cz_error err;
     ck_assert_int_eq(import_fail("tests/data/hf/bad-mlp-only.config.json", &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "$.mlp_only_layers[1]"));
 }
 END_TEST
 
-START_TEST(test_not_json_and_missing_file) {
+START_TEST(test_not_json_and_missing_file)
+{
     cz_error err;
     ck_assert_int_eq(import_fail("tests/data/hf/not-json.config.json", &err), CZ_EPARSE);
     ck_assert_ptr_nonnull(strstr(err.message, "not-json.config.json:"));
@@ -403,7 +427,8 @@ START_TEST(test_not_json_and_missing_file) {
 }
 END_TEST
 
-START_TEST(test_format_layout) {
+START_TEST(test_format_layout)
+{
     json_t *m = import_ok("tests/data/hf/llama-bias.config.json", "x", CZ_DTYPE_BF16);
     char *text = NULL;
     cz_error err;
@@ -425,7 +450,8 @@ START_TEST(test_format_layout) {
 }
 END_TEST
 
-static Suite *import_hf_suite(void) {
+static Suite *import_hf_suite(void)
+{
     Suite *s = suite_create("import_hf");
     TCase *t = tcase_create("bundled");
     tcase_add_loop_test(t, test_bundled_equal, 0, (int)(sizeof qwen3 / sizeof qwen3[0]));
@@ -450,7 +476,8 @@ static Suite *import_hf_suite(void) {
     return s;
 }
 
-int main(void) {
+int main(void)
+{
     SRunner *sr = srunner_create(import_hf_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

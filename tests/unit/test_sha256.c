@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void check_hash(const void *data, size_t len, const char *want) {
+static void check_hash(const void *data, size_t len, const char *want)
+{
     char got[65];
     memset(got, 'z', sizeof got);
     cz_sha256_hex(data, len, got);
@@ -13,24 +14,28 @@ static void check_hash(const void *data, size_t len, const char *want) {
     ck_assert_str_eq(got, want);
 }
 
-START_TEST(test_empty) {
+START_TEST(test_empty)
+{
     check_hash("", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 }
 END_TEST
 
-START_TEST(test_abc) {
+START_TEST(test_abc)
+{
     check_hash("abc", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 END_TEST
 
-START_TEST(test_448_bits) {
+START_TEST(test_448_bits)
+{
     const char *m = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
     ck_assert_uint_eq(strlen(m), 56);
     check_hash(m, strlen(m), "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
 }
 END_TEST
 
-START_TEST(test_896_bits) {
+START_TEST(test_896_bits)
+{
     const char *m =
         "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopq"
         "klmnopqrlmnopqrsmnopqrstnopqrstu";
@@ -38,7 +43,8 @@ START_TEST(test_896_bits) {
 }
 END_TEST
 
-START_TEST(test_million_a) {
+START_TEST(test_million_a)
+{
     size_t n = 1000000;
     char *m = malloc(n);
     ck_assert_ptr_nonnull(m);
@@ -49,7 +55,8 @@ START_TEST(test_million_a) {
 END_TEST
 
 /* Lengths around the 55/56/64-byte padding boundaries (expected values from Python hashlib). */
-START_TEST(test_padding_boundaries) {
+START_TEST(test_padding_boundaries)
+{
     static const struct {
         size_t n;
         const char *hex;
@@ -68,7 +75,8 @@ START_TEST(test_padding_boundaries) {
 }
 END_TEST
 
-int main(void) {
+int main(void)
+{
     Suite *s = suite_create("sha256");
     TCase *tc = tcase_create("vectors");
     tcase_add_test(tc, test_empty);
