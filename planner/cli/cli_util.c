@@ -225,6 +225,23 @@ const char *cz_cli_format_bytes(char *buf, size_t n, double bytes)
     return buf;
 }
 
+int cz_cli_require_inputs(const char *cmd, int argc, char **argv, int optind_now,
+                          const char *model_path, const char *cluster_path)
+{
+    if (optind_now < argc) {
+        fprintf(stderr, "canzona %s: unexpected argument '%s' (see 'canzona %s --help')\n", cmd,
+                argv[optind_now], cmd);
+        return 2;
+    }
+    if (!model_path || !cluster_path) {
+        fprintf(stderr,
+                "canzona %s: --model and --cluster are required (see 'canzona %s --help')\n", cmd,
+                cmd);
+        return 2;
+    }
+    return 0;
+}
+
 int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *cluster_path,
                        cz_model **model, cz_cluster **cluster)
 {

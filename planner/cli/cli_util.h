@@ -60,6 +60,12 @@ const char *cz_cli_format_cost(char *buf, size_t n, double value, cz_cost_unit u
 /* Formats bytes as GiB/MiB. */
 const char *cz_cli_format_bytes(char *buf, size_t n, double bytes);
 
+/* Usage checks shared by the commands that take --model and --cluster and no positional
+ * argument: prints "canzona <cmd>: ..." and returns 2 on a stray argument or a missing path,
+ * else 0. */
+int cz_cli_require_inputs(const char *cmd, int argc, char **argv, int optind_now,
+                          const char *model_path, const char *cluster_path);
+
 /* Loads model and cluster, printing any error as "canzona <cmd>: <message>". Returns 0 or 1. */
 int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *cluster_path,
                        cz_model **model, cz_cluster **cluster);

@@ -244,17 +244,8 @@ int cz_cmd_compare(int argc, char **argv)
                 return 2;
         }
     }
-    if (optind < argc) {
-        fprintf(stderr,
-                "canzona compare: unexpected argument '%s' (see 'canzona compare --help')\n",
-                argv[optind]);
+    if (cz_cli_require_inputs("compare", argc, argv, optind, model_path, cluster_path))
         return 2;
-    }
-    if (!model_path || !cluster_path) {
-        fprintf(stderr, "canzona compare: --model and --cluster are required (see 'canzona "
-                        "compare --help')\n");
-        return 2;
-    }
     if (cz_cli_load_inputs("compare", model_path, cluster_path, &model, &cluster))
         goto done;
     int n = rows_init(rows);

@@ -246,16 +246,8 @@ int cz_cmd_plan(int argc, char **argv)
         }
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "canzona plan: unexpected argument '%s' (see 'canzona plan --help')\n",
-                argv[optind]);
+    if (cz_cli_require_inputs("plan", argc, argv, optind, model_path, cluster_path))
         return 2;
-    }
-    if (!model_path || !cluster_path) {
-        fprintf(stderr, "canzona plan: --model and --cluster are required (see 'canzona plan "
-                        "--help')\n");
-        return 2;
-    }
     if (cz_cli_load_inputs("plan", model_path, cluster_path, &model, &cluster))
         goto done;
     int progress_shown = 0;
