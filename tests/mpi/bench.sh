@@ -15,6 +15,14 @@ model=$src/plans/models/test-small.json
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mpi() { timeout 60 mpirun --oversubscribe "$@"; }
+# Runs mpirun expecting every rank to fail cleanly: a non-zero exit that is not the timeout's.
+# The output is kept in $tmp/out for the caller's checks.
+mpi_fails() {
+  local rc=0
+  mpi "$@" >"$tmp/out" 2>&1 || rc=$?
+  cat "$tmp/out"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
+}
 plan() { # cluster dp tp out: write a plan and check every invariant of it
   "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$1.json" --dp "$2" --tp "$3" -o "$4" &&
     "$CZ" validate "$4" --model "$model" --cluster "$src/plans/clusters/$1.json" >/dev/null
@@ -32,46 +40,25 @@ mismatch)
   # Rank 3 gets a plan for another cluster: every rank must fail, none may hang.
   plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
   plan cpu-4-dp4-tp1 alpha rollback "$tmp/b.json"
-  set +e
-  mpi -np 3 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 1 : \
-    -np 1 "$CZ_BENCH" --plan "$tmp/b.json" --model "$model" --steps 1 >"$tmp/out" 2>&1
-  rc=$?
-  set -e
-  cat "$tmp/out"
-  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
+  mpi_fails -np 3 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 1 : \
+    -np 1 "$CZ_BENCH" --plan "$tmp/b.json" --model "$model" --steps 1
   n=$(grep -c "canzona-bench: rank [0-3]: .*different plans\|canzona-bench: rank [0-3]: .*rank .* failed" "$tmp/out" || true)
   [ "$n" -eq 4 ] || { echo "expected 4 ranks to report the mismatch, got $n"; exit 1; }
   # A plan run with another model is refused on every rank.
-  set +e
-  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$src/plans/models/test-mid.json" \
-    --steps 1 >"$tmp/out" 2>&1
-  rc=$?
-  set -e
-  cat "$tmp/out"
-  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$src/plans/models/test-mid.json" \
+    --steps 1
   n=$(grep -c "canzona-bench: rank [0-3]: loading the plan and model: plan" "$tmp/out" || true)
   [ "$n" -eq 4 ] || { echo "expected 4 ranks to report the model mismatch, got $n"; exit 1; }
   # A handed-in DP communicator of the wrong size is refused on every rank.
-  set +e
-  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 1 --bad-dp-comm \
-    >"$tmp/out" 2>&1
-  rc=$?
-  set -e
-  cat "$tmp/out"
-  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 1 --bad-dp-comm
   n=$(grep -c "rank [0-3]: the DP communicator has 4 ranks .* the plan needs dp = 2" "$tmp/out" || true)
   [ "$n" -eq 4 ] || { echo "expected 4 ranks to report the DP communicator size, got $n"; exit 1; }
   ;;
 replicas)
   # --verify also checks the DP replicas against each other: a corrupted replica is caught.
   plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
-  set +e
-  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 1 --verify \
-    --corrupt-replica >"$tmp/out" 2>&1
-  rc=$?
-  set -e
-  cat "$tmp/out"
-  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 1 --verify \
+    --corrupt-replica
   grep -q "DP replicas of TP rank [01] hold different parameters" "$tmp/out" ||
     { echo "expected the replica mismatch to be reported"; exit 1; }
   ;;
@@ -85,13 +72,8 @@ owncomms)
 nan)
   # A NaN in one replica's gradient: every rank returns an error naming the parameter.
   plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
-  set +e
-  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 \
-    --inject-nan decoder.layers.1.mlp.linear_fc2.weight >"$tmp/out" 2>&1
-  rc=$?
-  set -e
-  cat "$tmp/out"
-  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 \
+    --inject-nan decoder.layers.1.mlp.linear_fc2.weight
   n=$(grep -c "gradient of 'decoder.layers.1.mlp.linear_fc2.weight' holds NaN" "$tmp/out" || true)
   [ "$n" -eq 4 ] || { echo "expected 4 ranks to name the parameter, got $n"; exit 1; }
   ;;
