@@ -66,6 +66,7 @@ EOF
   expect "validate corrupted dp_owner" 1 "$CZ" validate "$work/bad.json" -m "$model" -c "$cluster"
   has "corrupted: param path" "\$.params[$idx].dp_owner"
   has "corrupted: summary" "plan INVALID"
+  has "corrupted: content hash" "plan content hash mismatch: the plan was edited after it was written"
   expect "validate corrupted --json" 1 "$CZ" validate "$work/bad.json" -m "$model" -c "$cluster" --json
   has "corrupted --json: path" "\"\$.params[$idx].dp_owner\""
 fi
