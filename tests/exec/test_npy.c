@@ -1,5 +1,6 @@
 /* The .npy reader of canzona-bench (--init-dir): crafted files in a temporary folder, each
- * accepted or refused with a message naming what is wrong. */
+ * accepted or refused with a message naming what is wrong; and the file names given to
+ * parameters in --dump-dir and --init-dir. */
 #include "npy.h"
 
 #include <check.h>
@@ -158,6 +159,27 @@ START_TEST(non_finite_values)
 }
 END_TEST
 
+/* --dump-dir and --init-dir files are named after parameters: a name never leaves the folder. */
+START_TEST(param_paths)
+{
+    char *p = NULL;
+    cz_error err;
+    ck_assert_int_eq(cz_npy_param_path("d", "decoder.layers.0.mlp.weight", &p, &err), 0);
+    ck_assert_str_eq(p, "d/decoder.layers.0.mlp.weight.npy");
+    free(p);
+    ck_assert_int_eq(cz_npy_param_path("d", "..weight", &p, &err), 0); /* a plain file name */
+    ck_assert_str_eq(p, "d/..weight.npy");
+    free(p);
+    const char *bad[] = {"../x", "a/../../etc/x", "/etc/passwd", "a/b", "..", ".", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        p = (char *)bad;
+        ck_assert_int_eq(cz_npy_param_path("d", bad[i], &p, &err), CZ_EINVALID);
+        ck_assert_ptr_null(p);
+        ck_assert_msg(strstr(err.message, "cannot be a file name inside d"), "%s", err.message);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("npy");
@@ -169,6 +191,7 @@ int main(void)
     tcase_add_test(tc, wrong_dtype_or_order);
     tcase_add_test(tc, data_length);
     tcase_add_test(tc, non_finite_values);
+    tcase_add_test(tc, param_paths);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -52,6 +52,24 @@ int cz_npy_write(const char *path, const float *data, int ndim, int64_t rows, in
     return ok ? CZ_OK : cz_error_set(err, CZ_EIO, "%s: write failed", path);
 }
 
+int cz_npy_param_path(const char *dir, const char *name, char **out, cz_error *err)
+{
+    *out = NULL;
+    /* ".npy" is appended, so "." and ".." would name files "..npy" and "...npy"; refused all
+     * the same: they are no parameter names. */
+    if (!name[0] || !strcmp(name, ".") || !strcmp(name, "..") || strchr(name, '/'))
+        return cz_error_set(err, CZ_EINVALID,
+                            "parameter name '%s' cannot be a file name inside %s: it is empty, "
+                            "'.', '..' or holds '/' (rename the parameter in the model)",
+                            name, dir);
+    size_t n = strlen(dir) + strlen(name) + 6;
+    *out = malloc(n);
+    if (!*out)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory");
+    snprintf(*out, n, "%s/%s.npy", dir, name);
+    return CZ_OK;
+}
+
 /* ---- reading -------------------------------------------------------------------------- */
 
 /* A cursor over the header text (not NUL-terminated: a header may hold any byte). */
