@@ -76,13 +76,23 @@ static int64_t param_end(const cz_plan_param *q)
 
 /* ---- parameters ------------------------------------------------------------------------- */
 
+/* Ids equal indices, and stages exist: the layout walk below visits parameters stage by stage,
+ * so one of a stage that does not exist would escape every bucket check. */
 static void check_param_ids(vctx *c, const cz_plan *p)
 {
+    int pp = p->pp > 0 ? p->pp : 1;
     for (size_t i = 0; i < p->nparams; i++) {
         at(c, "$.params[%zu].id", i);
         c->checks++;
         if (p->params[i].id != (int)i) {
             viol(c, "param.id", "id is %d, expected its index %zu", p->params[i].id, i);
+            c->unsafe = 1;
+        }
+        at(c, "$.params[%zu].stage", i);
+        c->checks++;
+        if (p->params[i].stage < 0 || p->params[i].stage >= pp) {
+            viol(c, "param.stage", "'%s': stage %d is outside [0, %d)", p->params[i].name,
+                 p->params[i].stage, pp);
             c->unsafe = 1;
         }
     }
@@ -112,11 +122,17 @@ static void check_param_blocks(vctx *c, const cz_plan *p)
             continue;
         }
         int64_t sum = 0;
-        for (int b = 0; b < q->nblocks; b++)
-            sum = q->block_sizes[b] < 1 ? INT64_MIN : sat_add(sum, q->block_sizes[b]);
-        if (sum != q->shape[q->block_dim])
-            viol(c, "param.blocks",
-                 "'%s': block sizes add up to %lld, not to shape[%d] = %lld (or one is < 1)",
+        int small = -1;
+        for (int b = 0; b < q->nblocks; b++) {
+            if (q->block_sizes[b] < 1 && small < 0)
+                small = b;
+            sum = sat_add(sum, q->block_sizes[b]);
+        }
+        if (small >= 0)
+            viol(c, "param.blocks", "'%s': block %d has size %lld; sizes must be >= 1", q->name,
+                 small, (long long)q->block_sizes[small]);
+        else if (sum != q->shape[q->block_dim])
+            viol(c, "param.blocks", "'%s': block sizes add up to %lld, not to shape[%d] = %lld",
                  q->name, (long long)sum, q->block_dim, (long long)q->shape[q->block_dim]);
     }
 }

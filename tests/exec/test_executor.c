@@ -79,6 +79,15 @@ START_TEST(refusals)
     pl->params[1].local_shape[0] = 3;
     expect_refusal(pl, &cfg, CZ_EINVALID, "'qkv': local shape is 3x4, expected 6x4");
     pl->params[1].local_shape[0] = 6;
+    /* Hand-built plans skip the reader: stages and block sizes are checked again. */
+    pl->params[3].stage = 1;
+    expect_refusal(pl, &cfg, CZ_EINVALID, "plan $.params[3].stage: 'norm': stage 1 is outside");
+    pl->params[3].stage = 0;
+    pl->params[1].block_sizes[0] = 0;
+    expect_refusal(pl, &cfg, CZ_EINVALID, "'qkv': block 0 has size 0; sizes must be >= 1");
+    pl->params[1].block_sizes[0] = 3;
+    expect_refusal(pl, &cfg, CZ_EINVALID, "'qkv': block sizes add up to 7, not to shape[0] = 6");
+    pl->params[1].block_sizes[0] = 2;
     pl->schedules[0].groups[0].ntasks = 1;
     expect_refusal(pl, &cfg, CZ_EINVALID,
                    "matrix parameter 'proj' ($.params[2]) of DP rank 0 is in no micro-group");
