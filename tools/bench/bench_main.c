@@ -174,25 +174,19 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
     return 0;
 }
 
-/* A hash of the options every rank must share: those that decide which collectives run (steps,
+/* The options every rank must share, as text: those that decide which collectives run (steps,
  * warm-up, verify, dump, own communicators) and what the ranks compute (seed, hyperparameters,
- * initial values). --json and --tolerance concern rank 0 only. */
-static uint64_t options_fingerprint(const bench_opts *o, int prc)
+ * initial values). Folder paths may differ per node; --json and --tolerance concern rank 0. */
+static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
 {
-    char text[2048];
-    snprintf(text, sizeof text,
-             "help=%d steps=%d warmup=%d seed=%llu verify=%d dump=%d init=%s lr=%a adamw_lr=%a "
-             "wd=%a nesterov=%d ns=%s own=%d bad_dp=%d corrupt=%d nan=%s",
+    snprintf(buf, cap,
+             "help=%d steps=%d warmup=%d seed=%llu verify=%d dump-dir=%d init-dir=%d lr=%g "
+             "adamw-lr=%g weight-decay=%g nesterov=%d ns-coeffs=%s own-comms=%d bad-dp-comm=%d "
+             "corrupt-replica=%d inject-nan=%s",
              prc == 1, o->steps, o->warmup, (unsigned long long)o->seed, o->verify,
-             o->dump_dir != NULL, o->init_dir ? o->init_dir : "", o->lr, o->adamw_lr, o->wd,
-             o->nesterov, o->ns_coeffs ? o->ns_coeffs : "", o->own_comms, o->bad_dp_comm,
-             o->corrupt_replica, o->inject_nan ? o->inject_nan : "");
-    uint64_t h = 1469598103934665603ull;
-    for (const char *c = text; *c; c++) {
-        h ^= (unsigned char)*c;
-        h *= 1099511628211ull;
-    }
-    return h;
+             o->dump_dir != NULL, o->init_dir != NULL, o->lr, o->adamw_lr, o->wd, o->nesterov,
+             o->ns_coeffs ? o->ns_coeffs : "", o->own_comms, o->bad_dp_comm, o->corrupt_replica,
+             o->inject_nan ? o->inject_nan : "");
 }
 
 /* Option errors are agreed across ranks like every later failure, before any other
@@ -200,7 +194,14 @@ static uint64_t options_fingerprint(const bench_opts *o, int prc)
  * prints its own reason. Returns 1 when every rank parsed the same valid options. */
 static int agree_options(const bench_opts *o, int prc, const char *msg)
 {
-    uint64_t fp = prc == 2 ? 0 : options_fingerprint(o, prc);
+    char text[1024] = "";
+    uint64_t fp = 0;
+    if (prc != 2) {
+        options_text(o, prc, text, sizeof text);
+        fp = 1469598103934665603ull; /* FNV-1a */
+        for (const char *c = text; *c; c++)
+            fp = (fp ^ (unsigned char)*c) * 1099511628211ull;
+    }
     /* One reduction: any failure, the largest fingerprint, and the smallest (as ~max of ~). */
     uint64_t mine[3] = {prc == 2, fp, ~fp}, all[3];
     MPI_Allreduce(mine, all, 3, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
@@ -216,10 +217,8 @@ static int agree_options(const bench_opts *o, int prc, const char *msg)
     if (all[1] != ~all[2]) {
         fprintf(stderr,
                 "canzona-bench: rank %d: the ranks were given different options; every rank "
-                "must get the same ones (this rank: --steps %d --warmup %d --seed %llu%s%s%s)\n",
-                g_rank, o->steps, o->warmup, (unsigned long long)o->seed,
-                o->verify ? " --verify" : "", o->dump_dir ? " --dump-dir" : "",
-                prc == 1 ? " --help" : "");
+                "must get the same ones (this rank: %s)\n",
+                g_rank, text);
         return 0;
     }
     return 1;
