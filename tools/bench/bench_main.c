@@ -179,14 +179,15 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
  * initial values). Folder paths may differ per node; --json and --tolerance concern rank 0. */
 static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
 {
-    snprintf(buf, cap,
-             "help=%d steps=%d warmup=%d seed=%llu verify=%d dump-dir=%d init-dir=%d lr=%g "
-             "adamw-lr=%g weight-decay=%g nesterov=%d ns-coeffs=%s own-comms=%d bad-dp-comm=%d "
-             "corrupt-replica=%d inject-nan=%s",
-             prc == 1, o->steps, o->warmup, (unsigned long long)o->seed, o->verify,
-             o->dump_dir != NULL, o->init_dir != NULL, o->lr, o->adamw_lr, o->wd, o->nesterov,
-             o->ns_coeffs ? o->ns_coeffs : "", o->own_comms, o->bad_dp_comm, o->corrupt_replica,
-             o->inject_nan ? o->inject_nan : "");
+    snprintf(
+        buf, cap,
+        "help=%d steps=%d warmup=%d seed=%llu verify=%d dump-dir=%d init-dir=%d lr=%.17g "
+        "adamw-lr=%.17g weight-decay=%.17g nesterov=%d ns-coeffs=%s own-comms=%d bad-dp-comm=%d "
+        "corrupt-replica=%d inject-nan=%s",
+        prc == 1, o->steps, o->warmup, (unsigned long long)o->seed, o->verify, o->dump_dir != NULL,
+        o->init_dir != NULL, o->lr, o->adamw_lr, o->wd, o->nesterov,
+        o->ns_coeffs ? o->ns_coeffs : "", o->own_comms, o->bad_dp_comm, o->corrupt_replica,
+        o->inject_nan ? o->inject_nan : "");
 }
 
 /* Option errors are agreed across ranks like every later failure, before any other
