@@ -381,7 +381,8 @@ int cz_model_json_format(char **out, const json_t *model, cz_error *err);
 
 /* ---- analysis: validate.c, inspect.c, plan_diff.c ---- */
 struct json_t; /* jansson's json_t */
-/* Recomputes every invariant of the plan (DESIGN.md section 3) against the model and cluster it
+/* Recomputes every invariant of the plan (listed by violation code in docs/ANALYSIS.md, "What is
+ * checked") against the model and cluster it
  * claims to be made for. On success *violations_out is a new JSON array (caller owns it) of
  * {"code", "path", "message"} objects, one per violation, empty when the plan is valid, and the
  * return value is the number of checks performed (>= 0). Returns a negative CZ_E* code on

@@ -1,5 +1,6 @@
 /*
- * Plan validation: recompute every invariant of a plan (DESIGN.md section 3) against the model
+ * Plan validation: recompute every invariant of a plan (the checks are listed by violation code
+ * in docs/ANALYSIS.md, "What is checked") against the model
  * and cluster it claims to be made for, and report every violation found, each with a JSON path
  * into the plan file, rather than stopping at the first: a user fixing a hand-edited or foreign
  * plan wants the whole list.
