@@ -148,8 +148,13 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
     }
 }
 
-void cz_cli_settings_help(FILE *f)
+void cz_cli_settings_help(FILE *f, double time_limit_default)
 {
+    if (!(time_limit_default > 0)) {
+        cz_settings d;
+        cz_settings_init(&d);
+        time_limit_default = d.time_limit_s;
+    }
     fprintf(
         f,
         "planning settings:\n"
@@ -172,11 +177,102 @@ void cz_cli_settings_help(FILE *f)
         "                        and slot; rollback keeps the most groups (4, 3, 2 or 1) whose\n"
         "                        makespan is within 5%% of the best (docs/PLANNER.md)\n"
         "  --solver NAME         greedy (default) or ilp (GLPK; falls back to greedy on time-out)\n"
-        "  --time-limit S        ILP time limit in seconds (default 60)\n"
+        "  --time-limit S        ILP time limit in seconds (default %g)\n"
         "  --seed N              recorded in the plan (ties are broken by parameter id)\n"
         "  --ns-steps N          Newton-Schulz iterations for Muon's cost (default 5)\n"
         "  --max-precond-dim N   SOAP/Shampoo: largest side with a preconditioner (default 10000)\n"
-        "  --precondition-frequency N  SOAP/Shampoo eigenbasis refresh period (default 10)\n");
+        "  --precondition-frequency N  SOAP/Shampoo eigenbasis refresh period (default 10)\n",
+        time_limit_default);
+}
+
+/* Edit distance (insertions, deletions, substitutions and swaps of neighbours) between a and
+ * the first n characters of b; option names are short, longer ones are not compared. */
+static size_t edit_distance(const char *a, const char *b, size_t n)
+{
+    size_t la = strlen(a), d[32][32];
+    if (la >= 32 || n >= 32)
+        return (size_t)-1;
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= n; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= n; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            best = d[i - 1][j] + 1 < best ? d[i - 1][j] + 1 : best;
+            best = d[i][j - 1] + 1 < best ? d[i][j - 1] + 1 : best;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[la][n];
+}
+
+/* Prints why a long option is unknown: an abbreviation of several options lists them;
+ * otherwise the closest option by edit distance is suggested when it is close enough to be a
+ * likely typo. */
+static void unknown_long(FILE *f, const char *cmd, const char *name, size_t n,
+                         const struct option *longopts)
+{
+    int prefixed = 0;
+    for (const struct option *o = longopts; o->name; o++)
+        prefixed += n > 0 && !strncmp(o->name, name, n);
+    if (prefixed > 1) {
+        fprintf(f, "canzona %s: option '--%.*s' is ambiguous; possibilities:", cmd, (int)n, name);
+        for (const struct option *o = longopts; o->name; o++)
+            if (!strncmp(o->name, name, n))
+                fprintf(f, " '--%s'", o->name);
+        return;
+    }
+    fprintf(f, "canzona %s: unrecognized option '--%.*s'", cmd, (int)n, name);
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (const struct option *o = longopts; o->name; o++) {
+        size_t d = edit_distance(o->name, name, n);
+        if (d < best_d) {
+            best_d = d;
+            best = o->name;
+        }
+    }
+    /* A name of one or two letters is too short to guess from; the help lists them all. */
+    size_t max_d = n <= 2 ? 0 : (n <= 5 ? 1 : 2 + (n > 12));
+    if (best && best_d <= max_d)
+        fprintf(f, "; did you mean '--%s'?", best);
+}
+
+int cz_cli_getopt(const char *cmd, int argc, char **argv, const char *shortopts,
+                  const struct option *longopts)
+{
+    char spec[128];
+    /* A leading ':' makes getopt tell a missing argument (':') from an unknown option ('?'). */
+    snprintf(spec, sizeof spec, ":%s", shortopts);
+    opterr = 0;
+    int c = getopt_long(argc, argv, spec, longopts, NULL);
+    if (c != '?' && c != ':')
+        return c;
+    /* getopt has stepped past a long option it refused; a refused short option is optopt. */
+    const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : "";
+    int dashes = !strncmp(arg, "--", 2);
+    const char *name = dashes ? arg + 2 : arg;
+    size_t n = strcspn(name, "=");
+    int is_long = dashes && optopt == 0;
+    for (const struct option *o = longopts; dashes && !is_long && o->name; o++)
+        is_long = o->val == optopt && !strncmp(o->name, name, n);
+    if (is_long) {
+        if (c == ':')
+            fprintf(stderr, "canzona %s: option '--%.*s' requires an argument", cmd, (int)n, name);
+        else if (optopt != 0)
+            fprintf(stderr, "canzona %s: option '--%.*s' takes no argument", cmd, (int)n, name);
+        else
+            unknown_long(stderr, cmd, name, n, longopts);
+    } else if (c == ':') {
+        fprintf(stderr, "canzona %s: option '-%c' requires an argument", cmd, optopt);
+    } else {
+        fprintf(stderr, "canzona %s: unrecognized option '-%c'", cmd, optopt);
+    }
+    fprintf(stderr, " (see 'canzona %s --help')\n", cmd);
+    return '?';
 }
 
 double cz_cli_jnum(json_t *o, const char *key)
@@ -198,6 +294,12 @@ const char *cz_cli_jstr(json_t *o, const char *key)
 const char *cz_cli_format_cost(char *buf, size_t n, double v, cz_cost_unit unit)
 {
     static const char *const si[] = {"", "K", "M", "G", "T", "P", "E"};
+    /* "0.000 us" reads as a rounded small value; a true zero is an empty rank or no change. */
+    if (v == 0.0) {
+        snprintf(buf, n, "0 %s",
+                 unit == CZ_UNIT_TIME ? "s" : (unit == CZ_UNIT_FLOPS ? "FLOP" : "elem"));
+        return buf;
+    }
     if (unit == CZ_UNIT_TIME) {
         if (v >= 1.0)
             snprintf(buf, n, "%.3f s", v);

@@ -46,8 +46,15 @@ int cz_cli_parse_int(const char *cmd, const char *opt, const char *value, long l
  * prefixed with "canzona <cmd>: ". Returns 1 when `opt` is not a settings option. */
 int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settings *s);
 
-/* Prints the help lines of the settings options. */
-void cz_cli_settings_help(FILE *f);
+/* Prints the help lines of the settings options; time_limit_default is the command's own
+ * --time-limit default, or 0 for the library's (cz_settings_init). */
+void cz_cli_settings_help(FILE *f, double time_limit_default);
+
+/* getopt_long for subcommand `cmd` with getopt's own messages replaced: an unknown option,
+ * a missing or unexpected argument print "canzona <cmd>: ..." with the closest known long
+ * option as a suggestion and a pointer to 'canzona <cmd> --help'; then '?' is returned. */
+int cz_cli_getopt(const char *cmd, int argc, char **argv, const char *shortopts,
+                  const struct option *longopts);
 
 /* Member accessors for the library's report objects (cz_plan_inspect, cz_plan_diff): a missing
  * member reads as 0 (numbers) or "?" (strings). */
@@ -55,7 +62,8 @@ double cz_cli_jnum(json_t *o, const char *key);
 int cz_cli_jint(json_t *o, const char *key);
 const char *cz_cli_jstr(json_t *o, const char *key);
 
-/* Formats a cost in the unit with a readable scale ("12.3 ms", "4.56 TFLOP", "1.23 G elem"). */
+/* Formats a cost in the unit with a readable scale ("12.3 ms", "4.56 TFLOP", "1.23 G elem");
+ * an exact zero prints without decimals ("0 s", "0 FLOP", "0 elem"). */
 const char *cz_cli_format_cost(char *buf, size_t n, double value, cz_cost_unit unit);
 /* Formats bytes as GiB/MiB. */
 const char *cz_cli_format_bytes(char *buf, size_t n, double bytes);

@@ -14,6 +14,10 @@
 
 enum { OPT_REPEATS = 2000 };
 
+/* Every row runs the ILP phases it has within this, unless --time-limit says otherwise: the
+ * library's 60 s per phase would make one table take minutes. */
+#define COMPARE_TIME_LIMIT_S 10.0
+
 static void compare_help(FILE *f)
 {
     fprintf(f,
@@ -29,7 +33,7 @@ static void compare_help(FILE *f)
             "step and optimizer-step latency in ms (canzona simulate's model, docs/SIMULATOR.md),\n"
             "and the planning time: wall clock, median of N builds.\n"
             "--dp, --tp, --alpha-loads and --solver are set per row; the other planning settings\n"
-            "apply to every row. --time-limit defaults to 10 s here.\n"
+            "apply to every row.\n"
             "\n"
             "options:\n"
             "  -m, --model FILE      model description (canzona.model/1)\n"
@@ -37,7 +41,7 @@ static void compare_help(FILE *f)
             "      --repeats N       builds per row for the planning time (default 3, 1 .. 99)\n"
             "      --json            print JSON instead of a table\n"
             "  -h, --help            this help\n");
-    cz_cli_settings_help(f);
+    cz_cli_settings_help(f, COMPARE_TIME_LIMIT_S);
 }
 
 typedef struct cmp_row {
@@ -212,13 +216,13 @@ int cz_cmd_compare(int argc, char **argv)
     int json = 0, repeats = 3, rc = 1, opt;
     cz_settings settings;
     cz_settings_init(&settings);
-    settings.time_limit_s = 10.0;
+    settings.time_limit_s = COMPARE_TIME_LIMIT_S;
     cz_model *model = NULL;
     cz_cluster *cluster = NULL;
     cmp_row rows[32];
 
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "m:c:h", opts, NULL)) != -1) {
+    while ((opt = cz_cli_getopt("compare", argc, argv, "m:c:h", opts)) != -1) {
         switch (opt) {
         case 'm':
             model_path = optarg;
@@ -237,7 +241,6 @@ int cz_cmd_compare(int argc, char **argv)
             compare_help(stdout);
             return 0;
         case '?':
-            fprintf(stderr, "(see 'canzona compare --help')\n");
             return 2;
         default:
             if (cz_cli_settings_apply("compare", opt, optarg, &settings))

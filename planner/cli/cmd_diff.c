@@ -31,8 +31,8 @@ static void diff_help(FILE *f)
             "options:\n"
             "      --json      print the comparison as JSON\n"
             "  -f, --force     compare plans of different models or topologies\n"
-            "  -l, --limit N   list at most N moved parameters (default 20; counts are always\n"
-            "                  complete)\n"
+            "  -l, --limit N   list at most N moved parameters (default 20, 0 = all; counts\n"
+            "                  are always complete)\n"
             "  -h, --help      this help\n");
 }
 
@@ -59,6 +59,19 @@ static void scalar_text(char *buf, size_t n, json_t *v)
         snprintf(buf, n, "%s", json_is_true(v) ? "true" : "false");
     else
         snprintf(buf, n, "-");
+}
+
+/* A setting's value as text: capacities are costs in the plan's unit (0 = automatic), the rest
+ * print as they are stored. */
+static void setting_text(char *buf, size_t n, const char *key, json_t *v, cz_cost_unit unit)
+{
+    int is_capacity = !strcmp(key, "capacity") || !strcmp(key, "capacity_used");
+    if (is_capacity && json_is_number(v) && json_number_value(v) == 0 && !strcmp(key, "capacity"))
+        snprintf(buf, n, "automatic");
+    else if (is_capacity && json_is_number(v))
+        cz_cli_format_cost(buf, n, json_number_value(v), unit);
+    else
+        scalar_text(buf, n, v);
 }
 
 /* -1 (no owner under even; not scheduled, as elementwise parameters) prints as "-". */
@@ -112,8 +125,9 @@ static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r)
         json_array_foreach(settings, i, o)
         {
             char va[64], vb[64];
-            scalar_text(va, sizeof va, json_object_get(o, "a"));
-            scalar_text(vb, sizeof vb, json_object_get(o, "b"));
+            const char *key = cz_cli_jstr(o, "key");
+            setting_text(va, sizeof va, key, json_object_get(o, "a"), pa->settings.unit);
+            setting_text(vb, sizeof vb, key, json_object_get(o, "b"), pb->settings.unit);
             printf("  %-22s %s -> %s\n", cz_cli_jstr(o, "key"), va, vb);
         }
     }
@@ -212,7 +226,7 @@ int cz_cmd_diff(int argc, char **argv)
     cz_error_clear(&err);
 
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "fl:h", opts, NULL)) != -1) {
+    while ((opt = cz_cli_getopt("diff", argc, argv, "fl:h", opts)) != -1) {
         switch (opt) {
         case 'j':
             as_json = 1;
@@ -223,12 +237,13 @@ int cz_cmd_diff(int argc, char **argv)
         case 'l':
             if (cz_cli_parse_int("diff", "limit", optarg, 0, 100000000, &limit))
                 return 2;
+            if (limit == 0) /* 0 = all, as for validate --limit; the library takes -1 */
+                limit = -1;
             break;
         case 'h':
             diff_help(stdout);
             return 0;
         default:
-            fprintf(stderr, "(see 'canzona diff --help')\n");
             return 2;
         }
     }

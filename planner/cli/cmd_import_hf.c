@@ -107,7 +107,10 @@ int cz_cmd_import_hf(int argc, char **argv)
             continue;
         }
         if (a[0] == '-' && a[1] != '\0') {
-            fprintf(stderr, "canzona import-hf: unknown option '%s' (see --help)\n", a);
+            fprintf(
+                stderr,
+                "canzona import-hf: unrecognized option '%s' (see 'canzona import-hf --help')\n",
+                a);
             return 2;
         }
         if (config) {

@@ -175,7 +175,7 @@ int cz_cmd_inspect(int argc, char **argv)
     cz_error_clear(&err);
 
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "n:ah", opts, NULL)) != -1) {
+    while ((opt = cz_cli_getopt("inspect", argc, argv, "n:ah", opts)) != -1) {
         switch (opt) {
         case 'j':
             as_json = 1;
@@ -191,7 +191,6 @@ int cz_cmd_inspect(int argc, char **argv)
             inspect_help(stdout);
             return 0;
         default:
-            fprintf(stderr, "(see 'canzona inspect --help')\n");
             return 2;
         }
     }

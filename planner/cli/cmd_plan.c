@@ -28,7 +28,7 @@ static void plan_help(FILE *f)
         "      --json            print the summary as JSON instead of text\n"
         "  -q, --quiet           print nothing but errors\n"
         "  -h, --help            this help\n");
-    cz_cli_settings_help(f);
+    cz_cli_settings_help(f, 0);
 }
 
 static double vmax(const double *v, size_t n)
@@ -216,7 +216,7 @@ int cz_cmd_plan(int argc, char **argv)
     cz_error_clear(&err);
 
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "m:c:o:qh", opts, NULL)) != -1) {
+    while ((opt = cz_cli_getopt("plan", argc, argv, "m:c:o:qh", opts)) != -1) {
         switch (opt) {
         case 'm':
             model_path = optarg;
@@ -237,7 +237,6 @@ int cz_cmd_plan(int argc, char **argv)
             plan_help(stdout);
             return 0;
         case '?':
-            fprintf(stderr, "(see 'canzona plan --help')\n");
             return 2;
         default: {
             int r = cz_cli_settings_apply("plan", opt, optarg, &settings);

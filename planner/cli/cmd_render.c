@@ -50,7 +50,7 @@ int cz_cmd_render(int argc, char **argv)
     cz_error_clear(&err);
 
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "o:w:c:h", opts, NULL)) != -1) {
+    while ((opt = cz_cli_getopt("render", argc, argv, "o:w:c:h", opts)) != -1) {
         switch (opt) {
         case 'o':
             output = optarg;
@@ -69,7 +69,6 @@ int cz_cmd_render(int argc, char **argv)
             render_help(stdout);
             return 0;
         default:
-            fprintf(stderr, "(see 'canzona render --help')\n");
             return 2;
         }
     }

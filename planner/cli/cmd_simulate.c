@@ -43,7 +43,7 @@ static void simulate_help(FILE *f)
         "      --json            print JSON instead of a table\n"
         "  -h, --help            this help\n"
         "Giving --dp or --tp simulates that single configuration instead of the four.\n");
-    cz_cli_settings_help(f);
+    cz_cli_settings_help(f, 0);
 }
 
 typedef struct sim_row {
@@ -154,7 +154,7 @@ int cz_cmd_simulate(int argc, char **argv)
     cz_error_clear(&err);
 
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "m:c:p:h", opts, NULL)) != -1) {
+    while ((opt = cz_cli_getopt("simulate", argc, argv, "m:c:p:h", opts)) != -1) {
         switch (opt) {
         case 'm':
             model_path = optarg;
@@ -183,7 +183,6 @@ int cz_cmd_simulate(int argc, char **argv)
             simulate_help(stdout);
             return 0;
         case '?':
-            fprintf(stderr, "(see 'canzona simulate --help')\n");
             return 2;
         default:
             if (opt == CZ_OPT_DP || opt == CZ_OPT_TP)

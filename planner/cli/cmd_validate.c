@@ -33,10 +33,22 @@ static void validate_help(FILE *f)
             "      --json           print {\"valid\", \"checks\", \"violations\": [{code, path,\n"
             "                       message}]} instead of text\n"
             "  -l, --limit N        print at most N violations as text (default 50, 0 = all);\n"
-            "                       the count and --json always cover all\n"
+            "                       the count and --json always cover all. Without --limit, a\n"
+            "                       plan made for another model or cluster prints only the\n"
+            "                       input mismatches ($.inputs), which every other violation\n"
+            "                       follows from\n"
             "  -h, --help           this help\n");
 }
 
+/* A violation of the inputs rule: the plan names another model or cluster than the one given. */
+static int is_input_mismatch(json_t *v)
+{
+    const char *code = json_string_value(json_object_get(v, "code"));
+    return code && !strcmp(code, "inputs");
+}
+
+/* limit: violations to print (0 = all; < 0 = not given: 50, or only the input mismatches when
+ * there are any). */
 static int print_report(json_t *violations, int checks, int as_json, int limit)
 {
     size_t n = json_array_size(violations);
@@ -56,11 +68,25 @@ static int print_report(json_t *violations, int checks, int as_json, int limit)
         printf("plan OK: %d checks\n", checks);
         return 0;
     }
-    size_t i;
+    size_t i, inputs = 0;
     json_t *v;
+    json_array_foreach(violations, i, v) inputs += is_input_mismatch(v);
+    /* Another model or cluster breaks hundreds of checks that all follow from the first lines:
+     * show those lines and what to do rather than pages of consequences. */
+    if (limit < 0 && inputs > 0) {
+        json_array_foreach(violations, i, v) if (is_input_mismatch(v))
+            printf("%s: %s [%s]\n", json_string_value(json_object_get(v, "path")),
+                   json_string_value(json_object_get(v, "message")),
+                   json_string_value(json_object_get(v, "code")));
+        printf("plan INVALID: made for another model or cluster than the one given (%zu "
+               "violation%s in %d checks; --limit 0 or --json lists all)\n",
+               n, n == 1 ? "" : "s", checks);
+        return 1;
+    }
+    if (limit < 0)
+        limit = 50;
     json_array_foreach(violations, i, v)
     {
-        /* One wrong input (another model) breaks hundreds of checks; the first ones tell. */
         if (limit > 0 && i >= (size_t)limit) {
             printf("... %zu more violations (--limit 0 or --json lists all)\n", n - i);
             break;
@@ -81,7 +107,7 @@ int cz_cmd_validate(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
     };
     const char *model_path = NULL, *cluster_path = NULL;
-    int as_json = 0, limit = 50, rc = 1, opt;
+    int as_json = 0, limit = -1, rc = 1, opt;
     cz_model *model = NULL;
     cz_cluster *cluster = NULL;
     cz_plan *plan = NULL;
@@ -90,7 +116,7 @@ int cz_cmd_validate(int argc, char **argv)
     cz_error_clear(&err);
 
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "m:c:l:h", opts, NULL)) != -1) {
+    while ((opt = cz_cli_getopt("validate", argc, argv, "m:c:l:h", opts)) != -1) {
         switch (opt) {
         case 'm':
             model_path = optarg;
@@ -109,7 +135,6 @@ int cz_cmd_validate(int argc, char **argv)
             validate_help(stdout);
             return 0;
         default:
-            fprintf(stderr, "(see 'canzona validate --help')\n");
             return 2;
         }
     }

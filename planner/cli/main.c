@@ -40,6 +40,18 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        /* 'canzona help plan' is 'canzona plan --help', as git does it. */
+        if (argc > 2 && !strcmp(argv[1], "help")) {
+            for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+                if (!strcmp(argv[2], commands[i].name)) {
+                    char help_opt[] = "--help";
+                    char *sub_argv[] = {argv[2], help_opt, NULL};
+                    return commands[i].run(2, sub_argv);
+                }
+            fprintf(stderr, "canzona help: unknown command '%s'\n\n", argv[2]);
+            usage(stderr);
+            return 2;
+        }
         usage(stdout);
         return 0;
     }

@@ -10,6 +10,7 @@
 #include "cz_types.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -521,7 +522,8 @@ int cz_import_hf(json_t **out_model, const char *config_path, const char *name, 
     if (!root) {
         FILE *f = fopen(config_path, "rb");
         if (!f) {
-            rc = cz_error_set(err, CZ_EIO, "%s: cannot read the file", config_path);
+            rc = cz_error_set(err, CZ_EIO, "%s: cannot read the file: %s", config_path,
+                              strerror(errno));
             goto done;
         }
         fclose(f);
