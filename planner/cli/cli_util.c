@@ -21,6 +21,7 @@ const struct option cz_cli_settings_options[] = {
     {"ns-steps", required_argument, NULL, CZ_OPT_NS_STEPS},
     {"max-precond-dim", required_argument, NULL, CZ_OPT_MAX_PRECOND_DIM},
     {"precondition-frequency", required_argument, NULL, CZ_OPT_PRECOND_FREQ},
+    {"tpaware-time-limit", required_argument, NULL, CZ_OPT_TPAWARE_TIME_LIMIT},
     {NULL, 0, NULL, 0},
 };
 
@@ -123,6 +124,11 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
             return bad_value(cmd, "time-limit", value, "a positive number of seconds");
         s->time_limit_s = d;
         return 0;
+    case CZ_OPT_TPAWARE_TIME_LIMIT:
+        if (parse_double(value, 0.001, 1e6, &d))
+            return bad_value(cmd, "tpaware-time-limit", value, "a positive number of seconds");
+        s->tpaware_time_limit_s = d;
+        return 0;
     case CZ_OPT_SEED:
         if (parse_long(value, 0, 0x7fffffffL, &l))
             return bad_value(cmd, "seed", value, "a non-negative integer");
@@ -150,11 +156,10 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
 
 void cz_cli_settings_help(FILE *f, double time_limit_default)
 {
-    if (!(time_limit_default > 0)) {
-        cz_settings d;
-        cz_settings_init(&d);
+    cz_settings d;
+    cz_settings_init(&d);
+    if (!(time_limit_default > 0))
         time_limit_default = d.time_limit_s;
-    }
     fprintf(
         f,
         "planning settings:\n"
@@ -178,11 +183,13 @@ void cz_cli_settings_help(FILE *f, double time_limit_default)
         "                        makespan is within 5%% of the best (docs/PLANNER.md)\n"
         "  --solver NAME         greedy (default) or ilp (GLPK; falls back to greedy on time-out)\n"
         "  --time-limit S        ILP time limit in seconds (default %g)\n"
+        "  --tpaware-time-limit S  limit of the --dp tpaware search in CPU seconds\n"
+        "                        (default %g); the best cuts found by then are kept\n"
         "  --seed N              recorded in the plan (ties are broken by parameter id)\n"
         "  --ns-steps N          Newton-Schulz iterations for Muon's cost (default 5)\n"
         "  --max-precond-dim N   SOAP/Shampoo: largest side with a preconditioner (default 10000)\n"
         "  --precondition-frequency N  SOAP/Shampoo eigenbasis refresh period (default 10)\n",
-        time_limit_default);
+        time_limit_default, d.tpaware_time_limit_s);
 }
 
 /* Edit distance (insertions, deletions, substitutions and swaps of neighbours) between a and

@@ -25,13 +25,14 @@ enum {
     CZ_OPT_NS_STEPS,
     CZ_OPT_MAX_PRECOND_DIM,
     CZ_OPT_PRECOND_FREQ,
+    CZ_OPT_TPAWARE_TIME_LIMIT,
     CZ_OPT_LAST_SETTING
 };
 
 /* getopt_long entries for the options above, terminated by a zero entry so that commands can
  * append them to their own table with cz_cli_options_concat. */
 extern const struct option cz_cli_settings_options[];
-#define CZ_CLI_SETTINGS_OPTION_COUNT 14
+#define CZ_CLI_SETTINGS_OPTION_COUNT 15
 
 /* Fills out[] with the command's own nown options followed by the settings options and the
  * terminating zero entry; out must hold nown + CZ_CLI_SETTINGS_OPTION_COUNT + 1 entries. */

@@ -101,14 +101,17 @@ typedef struct cz_settings {
     double alpha;           /* default 1.0; 0 = even communication, 1 = global balance */
     int alpha_numel_loads;  /* 1 = count alpha's running loads in elements (reference code) */
     cz_layerwise_order layerwise_order;
-    cz_tp_strategy tp;          /* default rollback */
-    double capacity;            /* micro-group capacity C in the cost unit; 0 = automatic */
-    cz_solver solver;           /* default greedy */
-    double time_limit_s;        /* ILP time limit; default 60 */
-    uint64_t seed;              /* tie-breaking seed, recorded in the plan; default 0 */
-    int ns_steps;               /* Newton-Schulz iterations (Muon); default 5 */
-    int max_precond_dim;        /* SOAP/Shampoo: sides larger than this get no factor; 10000 */
-    int precondition_frequency; /* SOAP/Shampoo: eigen refresh every N steps; default 10 */
+    cz_tp_strategy tp;           /* default rollback */
+    double capacity;             /* micro-group capacity C in the cost unit; 0 = automatic */
+    cz_solver solver;            /* default greedy */
+    double time_limit_s;         /* ILP time limit; default 60 */
+    uint64_t seed;               /* tie-breaking seed, recorded in the plan; default 0 */
+    int ns_steps;                /* Newton-Schulz iterations (Muon); default 5 */
+    int max_precond_dim;         /* SOAP/Shampoo: sides larger than this get no factor; 10000 */
+    int precondition_frequency;  /* SOAP/Shampoo: eigen refresh every N steps; default 10 */
+    double tpaware_time_limit_s; /* limit of the --dp tpaware search in CPU seconds of the
+                                  * calling thread; default 2; not recorded in plan files
+                                  * (the plan records the cuts) */
 } cz_settings;
 
 #define CZ_SETTINGS_VERSION 1

@@ -218,15 +218,21 @@ int cz_dp_partition_ilp(cz_plan *plan, cz_error *err);
  * makespans), warm-started from the schedule in the plan. Replaces a rank's groups only when
  * strictly better. Within settings.time_limit_s for all ranks together. */
 int cz_microgroups_ilp(cz_plan *plan, cz_error *err);
-/* TP-aware DP strategy: starting from the ranges in the plan (alpha's), moves cut points one
- * parameter boundary at a time while the largest TP makespan of a DP rank (ties: the sum of
- * squares) decreases, scoring ranks with cz_tp_schedule_build. Leaves improved ranges and
- * owners; rebuilds the schedules only when the plan already had some. Deterministic. */
+/* TP-aware DP strategy: starting from the ranges in the plan (alpha's), moves cut points while
+ * the largest TP makespan of a DP rank (ties: the sum of squares, at no cost in DP balance)
+ * decreases, scoring ranks with cz_tp_schedule_build, then hands parameters back towards DP
+ * balance under the makespan reached. A stage keeps alpha's cuts unless its makespan fell
+ * measurably or at no DP cost. Leaves improved ranges and owners; rebuilds the schedules only
+ * when the plan already had some. Deterministic unless settings.tpaware_time_limit_s (CPU
+ * seconds of the calling thread) stops the search. */
 int cz_dp_partition_tpaware(cz_plan *plan, cz_error *err);
 /* Sends a progress report to the handler installed by cz_set_progress_handler, if any. */
 void cz_progress_report(const cz_progress *p);
 /* Monotonic clock in seconds (for time limits and progress only, never for output). */
 double cz_clock_seconds(void);
+/* CPU seconds used by the calling thread: a time limit on it does not tighten when other
+ * processes load the machine. */
+double cz_cpu_seconds(void);
 
 /* ---- param_order.c ---- */
 /* Sorts n parameter ids into buffer order: by bucket, then offset, then id. Returns CZ_OK or

@@ -4,11 +4,17 @@
  * makespan). Starting from alpha's cuts, a local search moves one cut of one bucket by one
  * parameter boundary (handing one parameter to the neighbouring rank), rebuilds the TP schedule
  * of only the two ranks involved, and keeps the move when the stage's largest rank makespan
- * decreases, or stays and the sum of squared makespans decreases. Passes repeat over all cuts
- * in a fixed order until none improves (a local optimum) or a pass limit. Moves never stretch a
- * range past the alpha bound of the ILP formulation (docs/SOLVERS.md), so alpha keeps its
- * meaning for communication. Deterministic: fixed order, no randomness. */
+ * decreases, or stays and the sum of squared makespans decreases. Passes repeat over all cuts in a
+ * fixed order until none improves (a local optimum) or a pass limit; larger moves (phase 2) follow.
+ * Moves never stretch a range past the alpha bound of the ILP formulation (docs/SOLVERS.md), so
+ * alpha keeps its meaning for communication. Phase 3 then hands parameters back towards DP balance
+ * under the makespan the search reached. A stage keeps the result only when its largest makespan
+ * fell by TPAWARE_MIN_GAIN or more, or fell at no cost in DP balance; otherwise alpha's cuts stay,
+ * so tpaware is never worse than its start and never pays DP balance for nothing. Deterministic
+ * (fixed order, no randomness) unless the CPU-time limit settings.tpaware_time_limit_s stops it
+ * first. */
 #include "cz_types.h"
+#include "ilp_glpk.h" /* cz_plan_solver_note */
 
 #include <math.h>
 #include <stdint.h>
@@ -23,6 +29,13 @@
 #define TPAWARE_MAX_SHIFT 4
 #define TPAWARE_MAX_ROUNDS 200
 #define TPAWARE_WORK_BUDGET 4e7
+/* A makespan gain below this fraction is within the cost model's noise (rated rates, not
+ * measurements): when the search could not buy more than that, alpha's cuts stay, so the
+ * DP balance is never paid for a gain nobody could measure. */
+#define TPAWARE_MIN_GAIN 1e-4
+/* Share of the time limit the search may use; the rest is kept for phase 3, which gives back
+ * DP balance, so that a search stopped by the clock does not leave that price unpaid. */
+#define TPAWARE_SEARCH_SHARE 0.8
 
 typedef struct tpa {
     cz_plan *plan;
@@ -36,7 +49,11 @@ typedef struct tpa {
     double *mk;   /* per rank makespan */
     double *msum; /* per rank summed matrix cost */
     double *mmax; /* per rank largest matrix cost */
-    int *version; /* per rank: bumped whenever its parameter set changes */
+    double *dpl;  /* per rank DP load: summed cost of every parameter it owns (metrics' dp.load) */
+    double deadline; /* cz_cpu_seconds() after which the search stops (time limit) */
+    int timed_out;
+    unsigned clock_polls; /* time_left calls, to read the clock on every 32nd only */
+    int *version;         /* per rank: bumped whenever its parameter set changes */
     /* Per move (bucket, cut, direction): the two makespans it produced and the versions of the
      * two ranks then. A rank's schedule depends only on its own parameters, so an evaluation
      * stays valid until either rank changes; the decision is still taken afresh each time. */
@@ -133,6 +150,35 @@ static double len_bound(const tpa *t, int bi)
     return fmin(S, even + a * (S - even) + maxspan);
 }
 
+static double dp_load_max(const tpa *t)
+{
+    double m = 0;
+    for (int r = 0; r < t->R; r++)
+        m = fmax(m, t->dpl[r]);
+    return m;
+}
+
+/* The acceptance rule of every search move: a lower largest makespan, or the same with a lower
+ * sum of squares, which opens later moves. The DP balance is deliberately not a condition
+ * here (requiring it cost Qwen3-8B on DP8 x TP8 a makespan of 1.36 instead of 1.12 of the
+ * lower bound); phase 3 pays it back afterwards. Relative slack 1e-12: summation noise never
+ * counts as an improvement. */
+static int accept_move(double nmax, double nsq, double cur_max, double cur_sq)
+{
+    return nmax < cur_max * (1 - 1e-12) ||
+           (nmax <= cur_max * (1 + 1e-12) && nsq < cur_sq * (1 - 1e-12));
+}
+
+/* The CPU-time limit: checked between moves, so one schedule rebuild may overrun it. Phase
+ * 2 asks between candidate moves, most of which are pruned in well under a microsecond, so the
+ * clock is read on every 32nd question only (reading it was a tenth of the search time). */
+static int time_left(tpa *t)
+{
+    if (!t->timed_out && (t->clock_polls++ & 31) == 0 && cz_cpu_seconds() >= t->deadline)
+        t->timed_out = 1;
+    return !t->timed_out;
+}
+
 static void objective(const tpa *t, double *max, double *sq)
 {
     *max = 0;
@@ -163,10 +209,10 @@ static int single_moves(tpa *t, double *cur_max, double *cur_sq, int *changed, c
     cz_plan *plan = t->plan;
     for (int pass = 0; pass < TPAWARE_MAX_PASSES; pass++) {
         int improved = 0;
-        for (int bi = 0; bi < t->nb; bi++) {
+        for (int bi = 0; bi < t->nb && time_left(t); bi++) {
             int *c = &t->cut[bi * (R + 1)];
             double bound = len_bound(t, bi);
-            for (int r = 1; r < R; r++) {
+            for (int r = 1; r < R && time_left(t); r++) {
                 for (int dir = -1; dir <= 1; dir += 2) {
                     int nc = c[r] + dir;
                     if (nc < c[r - 1] || nc > c[r + 1])
@@ -201,6 +247,8 @@ static int single_moves(tpa *t, double *cur_max, double *cur_sq, int *changed, c
                     p->dp_owner = to;
                     t->ew[from] -= ew_move;
                     t->ew[to] += ew_move;
+                    t->dpl[from] -= p->cost;
+                    t->dpl[to] += p->cost;
                     size_t mv = ((size_t)bi * R + r) * 2 + (dir > 0);
                     if (t->memo_vf[mv] == t->version[from] && t->memo_vt[mv] == t->version[to]) {
                         t->mk[from] = t->memo_mf[mv];
@@ -216,12 +264,99 @@ static int single_moves(tpa *t, double *cur_max, double *cur_sq, int *changed, c
                     }
                     double nmax, nsq;
                     objective(t, &nmax, &nsq);
-                    /* Relative slack: summation noise must not count as an improvement-> */
-                    int better = nmax < *cur_max * (1 - 1e-12) ||
-                                 (nmax <= *cur_max * (1 + 1e-12) && nsq < *cur_sq * (1 - 1e-12));
-                    if (better) {
+                    if (accept_move(nmax, nsq, *cur_max, *cur_sq)) {
                         *cur_max = nmax;
                         *cur_sq = nsq;
+                        improved = 1;
+                        *changed = 1;
+                        t->version[from]++;
+                        t->version[to]++;
+                        if (mat)
+                            rank_matrix_totals(t, from, to);
+                    } else {
+                        p->dp_owner = from;
+                        t->ew[from] += ew_move;
+                        t->ew[to] -= ew_move;
+                        t->dpl[from] += p->cost;
+                        t->dpl[to] -= p->cost;
+                        t->mk[from] = save_from;
+                        t->mk[to] = save_to;
+                        c[r] = old;
+                    }
+                }
+            }
+        }
+        if (!improved)
+            break;
+    }
+done:
+    return rc;
+}
+
+/* Phase 3: give back the DP balance the makespan search spent where it bought nothing. With
+ * the stage's largest makespan capped at what the search reached, a one-boundary move is kept
+ * when it hands a parameter from a rank to a neighbour whose DP load stays below the giver's
+ * (the sum of squared DP loads falls, the largest never rises) and neither rank's makespan
+ * passes the cap. The search's ranks below the maximum had absorbed parameters freely; this
+ * hands them back towards alpha's balance. Same passes, pruning and memo as phase 1. */
+static int dp_rebalance(tpa *t, double cap, int *changed, cz_error *err)
+{
+    int rc = CZ_OK, R = t->R;
+    cz_plan *plan = t->plan;
+    for (int pass = 0; pass < TPAWARE_MAX_PASSES; pass++) {
+        int improved = 0;
+        for (int bi = 0; bi < t->nb && time_left(t); bi++) {
+            int *c = &t->cut[bi * (R + 1)];
+            double bound = len_bound(t, bi);
+            for (int r = 1; r < R && time_left(t); r++) {
+                for (int dir = -1; dir <= 1; dir += 2) {
+                    int nc = c[r] + dir;
+                    if (nc < c[r - 1] || nc > c[r + 1])
+                        continue;
+                    int k = dir < 0 ? nc : c[r];
+                    int from = dir < 0 ? r - 1 : r, to = dir < 0 ? r : r - 1;
+                    cz_plan_param *p = &plan->params[t->order[t->first[bi] + k]];
+                    /* (a - x)^2 + (b + x)^2 < a^2 + b^2 exactly when b + x < a. */
+                    if (!(t->dpl[to] + p->cost < t->dpl[from] * (1 - 1e-12)))
+                        continue;
+                    int old = c[r];
+                    int64_t len_to = range_len(t, bi, c, to);
+                    c[r] = nc;
+                    int64_t nlen_to = range_len(t, bi, c, to);
+                    if (nlen_to > len_to && (double)nlen_to > bound) {
+                        c[r] = old;
+                        continue;
+                    }
+                    int mat = p->kind == CZ_KIND_MATRIX;
+                    double ew_move = mat ? 0 : p->cost / plan->tp;
+                    double lb = t->ew[to] + ew_move +
+                                fmax(mat ? fmax(t->mmax[to], p->cost) : t->mmax[to],
+                                     (t->msum[to] + (mat ? p->cost : 0)) / plan->tp);
+                    if (lb > cap) {
+                        c[r] = old;
+                        continue;
+                    }
+                    double save_from = t->mk[from], save_to = t->mk[to];
+                    p->dp_owner = to;
+                    t->ew[from] -= ew_move;
+                    t->ew[to] += ew_move;
+                    size_t mv = ((size_t)bi * R + r) * 2 + (dir > 0);
+                    if (t->memo_vf[mv] == t->version[from] && t->memo_vt[mv] == t->version[to]) {
+                        t->mk[from] = t->memo_mf[mv];
+                        t->mk[to] = t->memo_mt[mv];
+                    } else {
+                        if ((rc = rank_makespan(t, from, &t->mk[from], err)) ||
+                            (rc = rank_makespan(t, to, &t->mk[to], err)))
+                            goto done;
+                        t->memo_vf[mv] = t->version[from];
+                        t->memo_vt[mv] = t->version[to];
+                        t->memo_mf[mv] = t->mk[from];
+                        t->memo_mt[mv] = t->mk[to];
+                    }
+                    /* No slack: the cap is the search's result, which must not get worse. */
+                    if (t->mk[from] <= cap && t->mk[to] <= cap) {
+                        t->dpl[from] -= p->cost;
+                        t->dpl[to] += p->cost;
                         improved = 1;
                         *changed = 1;
                         t->version[from]++;
@@ -313,6 +448,8 @@ static void apply_cuts(tpa *t, int bi, const int *newc)
         if (from == to)
             continue;
         p->dp_owner = to;
+        t->dpl[from] -= p->cost;
+        t->dpl[to] += p->cost;
         if (p->kind == CZ_KIND_MATRIX) {
             t->msum[from] -= p->cost;
             t->msum[to] += p->cost;
@@ -365,8 +502,7 @@ static int evaluate(tpa *t, const int *span, int nspan, double *cur_max, double 
         }
     double nmax, nsq;
     objective(t, &nmax, &nsq);
-    if (nmax < *cur_max * (1 - 1e-12) ||
-        (nmax <= *cur_max * (1 + 1e-12) && nsq < *cur_sq * (1 - 1e-12))) {
+    if (accept_move(nmax, nsq, *cur_max, *cur_sq)) {
         *cur_max = nmax;
         *cur_sq = nsq;
         *kept = 1;
@@ -408,9 +544,9 @@ static void totals_restore(tpa *t, const double *ew, const double *msum)
     memcpy(t->msum, msum, (size_t)t->R * sizeof *msum);
 }
 
-static int budget_left(const tpa *t)
+static int budget_left(tpa *t)
 {
-    return t->work < TPAWARE_WORK_BUDGET;
+    return t->work < TPAWARE_WORK_BUDGET && time_left(t);
 }
 
 /* Phase 2a: every push of every cut by 2..K boundaries, or by one where it drags other cuts
@@ -672,8 +808,7 @@ static int chain_moves(tpa *t, double *cur_max, double *cur_sq, int *improved, c
         }
         double nmax, nsq;
         objective(t, &nmax, &nsq);
-        if (nmax < *cur_max * (1 - 1e-12) ||
-            (nmax <= *cur_max * (1 + 1e-12) && nsq < *cur_sq * (1 - 1e-12))) {
+        if (accept_move(nmax, nsq, *cur_max, *cur_sq)) {
             *cur_max = nmax;
             *cur_sq = nsq;
             *improved = 1;
@@ -695,14 +830,20 @@ done:
     return rc;
 }
 
-static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
+static int search_stage(cz_plan *plan, int stage, double search_deadline, double deadline,
+                        int *changed, int *timed_out, cz_error *err)
 {
-    int rc = CZ_OK, R = plan->dp;
+    int rc = CZ_OK, R = plan->dp, stage_changed = 0;
+    int *start_owner = NULL, *start_cut = NULL;
     tpa t;
     memset(&t, 0, sizeof t);
     t.plan = plan;
     t.stage = stage;
     t.R = R;
+    t.deadline = search_deadline;
+    t.dpl = calloc((size_t)R, sizeof *t.dpl);
+    start_owner = malloc((plan->nparams + 1) * sizeof *start_owner);
+    start_cut = malloc(((plan->nbuckets + 1) * (size_t)(R + 1)) * sizeof *start_cut);
     t.bucket = malloc((plan->nbuckets + 1) * sizeof *t.bucket);
     t.first = malloc((plan->nbuckets + 2) * sizeof *t.first);
     t.order = malloc((plan->nparams + 1) * sizeof *t.order);
@@ -734,7 +875,7 @@ static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
     if (!t.bucket || !t.first || !t.order || !t.cut || !t.ew || !t.mk || !t.msum || !t.mmax ||
         !t.scratch || !t.version || !t.memo_vf || !t.memo_vt || !t.memo_mf || !t.memo_mt ||
         !t.recv || !t.lose || !t.recv1 || !t.lose1 || !t.ew0 || !t.msum0 || !t.mk0 || !t.ew1 ||
-        !t.msum1 || !t.nc1 || !t.nc2 || !t.oc1 || !t.oc2) {
+        !t.msum1 || !t.nc1 || !t.nc2 || !t.oc1 || !t.oc2 || !t.dpl || !start_owner || !start_cut) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
         goto done;
     }
@@ -751,6 +892,7 @@ static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
             goto done;
         }
         t.order[n++] = (int)i;
+        t.dpl[p->dp_owner] += p->cost;
         if (p->kind != CZ_KIND_MATRIX) {
             t.ew[p->dp_owner] += p->cost / plan->tp;
         } else {
@@ -802,8 +944,13 @@ static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
             goto done;
     double cur_max, cur_sq;
     objective(&t, &cur_max, &cur_sq);
+    /* The starting point, kept unless the search lowers the stage's largest makespan. */
+    double start_max = cur_max, start_dpmax = dp_load_max(&t);
+    for (int k = 0; k < n; k++)
+        start_owner[k] = plan->params[t.order[k]].dp_owner;
+    memcpy(start_cut, t.cut, (size_t)t.nb * (R + 1) * sizeof *start_cut);
 
-    if ((rc = single_moves(&t, &cur_max, &cur_sq, changed, err)))
+    if ((rc = single_moves(&t, &cur_max, &cur_sq, &stage_changed, err)))
         goto done;
     for (int round = 0; round < TPAWARE_MAX_ROUNDS; round++) {
         int improved = 0;
@@ -815,13 +962,33 @@ static int search_stage(cz_plan *plan, int stage, int *changed, cz_error *err)
             goto done;
         if (!improved)
             break;
-        *changed = 1;
-        if ((rc = single_moves(&t, &cur_max, &cur_sq, changed, err)))
+        stage_changed = 1;
+        if ((rc = single_moves(&t, &cur_max, &cur_sq, &stage_changed, err)))
             goto done;
     }
-    if (*changed)
+    *timed_out |= t.timed_out;
+    if (stage_changed && cur_max < start_max * (1 - 1e-12)) {
+        t.deadline = deadline;
+        t.timed_out = 0;
+        if ((rc = dp_rebalance(&t, cur_max, &stage_changed, err)))
+            goto done;
+        *timed_out |= t.timed_out;
+    }
+    /* Keep the search's cuts only for a measurable gain, or where they cost no DP balance. */
+    if (stage_changed &&
+        (cur_max < start_max * (1 - TPAWARE_MIN_GAIN) ||
+         (cur_max < start_max * (1 - 1e-12) && dp_load_max(&t) <= start_dpmax * (1 + 1e-12)))) {
         write_ranges(&t);
+        *changed = 1;
+    } else if (stage_changed) {
+        for (int k = 0; k < n; k++)
+            plan->params[t.order[k]].dp_owner = start_owner[k];
+        memcpy(t.cut, start_cut, (size_t)t.nb * (R + 1) * sizeof *t.cut);
+    }
 done:
+    free(start_owner);
+    free(start_cut);
+    free(t.dpl);
     free(t.bucket);
     free(t.first);
     free(t.order);
@@ -856,12 +1023,22 @@ int cz_dp_partition_tpaware(cz_plan *plan, cz_error *err)
 {
     if (plan->dp < 2)
         return CZ_OK;
-    int changed = 0;
+    int changed = 0, timed_out = 0;
+    double limit = plan->settings.tpaware_time_limit_s;
+    double now = cz_cpu_seconds();
+    double deadline = now + (limit > 0 ? limit : INFINITY);
+    double search_deadline = now + (limit > 0 ? TPAWARE_SEARCH_SHARE * limit : INFINITY);
     for (int st = 0; st < plan->pp; st++) {
-        int rc = search_stage(plan, st, &changed, err);
+        int rc = search_stage(plan, st, search_deadline, deadline, &changed, &timed_out, err);
         if (rc)
             return rc;
     }
+    if (timed_out)
+        cz_plan_solver_note(plan,
+                            "the tpaware search stopped at its time limit (%g CPU s, "
+                            "--tpaware-time-limit); it kept the best cuts found by then, so the "
+                            "plan may depend on the machine's speed.",
+                            limit);
     /* A caller that already built schedules gets them consistent with the new owners. */
     if (changed && plan->nschedules > 0)
         return cz_tp_schedule_build(plan, err);

@@ -58,6 +58,9 @@ static int settings_check(const cz_settings *s, cz_error *err)
     if (!(s->time_limit_s > 0.0))
         return cz_error_set(err, CZ_EINVALID, "time limit must be > 0 seconds, got %g",
                             s->time_limit_s);
+    if (!(s->tpaware_time_limit_s > 0.0))
+        return cz_error_set(err, CZ_EINVALID, "tpaware time limit must be > 0 seconds, got %g",
+                            s->tpaware_time_limit_s);
     if (s->ns_steps < 1)
         return cz_error_set(err, CZ_EINVALID, "Newton-Schulz steps must be >= 1, got %d",
                             s->ns_steps);

@@ -21,6 +21,7 @@ void cz_settings_init(cz_settings *s)
     s->ns_steps = 5;
     s->max_precond_dim = 10000;
     s->precondition_frequency = 10;
+    s->tpaware_time_limit_s = 2.0;
 }
 
 static const char *const dtype_names[] = {"bf16", "fp16", "fp32"};
