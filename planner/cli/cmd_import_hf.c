@@ -1,13 +1,11 @@
 /* canzona import-hf: writes a model description from a Hugging Face config.json. */
 #include "commands.h"
 #include "cz_types.h"
+#include "file_io.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 static void import_hf_usage(FILE *f)
 {
@@ -20,9 +18,10 @@ static void import_hf_usage(FILE *f)
             "Supported model_type: llama, mistral, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral\n"
             "(or the matching architectures[0] when model_type is absent).\n\n"
             "options:\n"
-            "  -o, --output FILE  write the description to FILE (atomically: a temporary file in\n"
-            "                     the same folder, then rename; FILE is left untouched on error);\n"
-            "                     default or '-': standard output\n"
+            "  -o, --output FILE  write the description to FILE (a regular file atomically: a\n"
+            "                     temporary file in the same folder, then rename; FILE is left\n"
+            "                     untouched on error; a device or FIFO is written in place, a\n"
+            "                     symbolic link is followed); default or '-': standard output\n"
             "  --name NAME        the model's name; default: the basename of the config's\n"
             "                     _name_or_path, else the file name without .json and .config\n"
             "                     (a file named config.json takes its folder's name), lowercased\n"
@@ -30,48 +29,6 @@ static void import_hf_usage(FILE *f)
             "                     fp16 or fp32\n"
             "  -h, --help         show this help\n\n"
             "See docs/FORMATS.md for the model format and the naming conventions.\n");
-}
-
-/* Writes text to path through a temporary file in the same folder and a rename, so that an
- * existing file is replaced whole or not at all. */
-static int import_hf_write(const char *path, const char *text)
-{
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 16);
-    if (!tmp) {
-        fprintf(stderr, "canzona import-hf: out of memory\n");
-        return 1;
-    }
-    snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        fprintf(stderr, "canzona import-hf: %s: cannot create a temporary file next to it: %s\n",
-                path, strerror(errno));
-        free(tmp);
-        return 1;
-    }
-    /* mkstemp creates the file 0600; give the result the mode a plain fopen would. */
-    mode_t mask = umask(0);
-    umask(mask);
-    FILE *f = fchmod(fd, 0666 & ~mask) == 0 ? fdopen(fd, "wb") : NULL;
-    int failed = !f;
-    if (f) {
-        size_t len = strlen(text);
-        failed = fwrite(text, 1, len, f) != len;
-        failed |= fflush(f) != 0;
-        failed |= fsync(fileno(f)) != 0;
-        failed |= fclose(f) != 0;
-    } else {
-        close(fd);
-    }
-    if (!failed && rename(tmp, path) != 0)
-        failed = 1;
-    if (failed) {
-        fprintf(stderr, "canzona import-hf: %s: cannot write: %s\n", path, strerror(errno));
-        unlink(tmp);
-    }
-    free(tmp);
-    return failed ? 1 : 0;
 }
 
 int cz_cmd_import_hf(int argc, char **argv)
@@ -131,18 +88,15 @@ int cz_cmd_import_hf(int argc, char **argv)
     json_t *model = NULL;
     char *text = NULL;
     int status = 1;
-    if (cz_import_hf(&model, config, name, dtype, &err) ||
-        cz_model_json_format(&text, model, &err)) {
+    const char *inputs[] = {config}, *what[] = {"the config"};
+    if (cz_file_check_output(output, inputs, what, 1, &err) ||
+        cz_import_hf(&model, config, name, dtype, &err) ||
+        cz_model_json_format(&text, model, &err) ||
+        cz_file_write(output ? output : "-", text, strlen(text), &err)) {
         fprintf(stderr, "canzona import-hf: %s\n", err.message);
         goto done;
     }
-    if (!output || !strcmp(output, "-")) {
-        status = fputs(text, stdout) < 0 || fflush(stdout) ? 1 : 0;
-        if (status)
-            fprintf(stderr, "canzona import-hf: cannot write to standard output\n");
-    } else {
-        status = import_hf_write(output, text);
-    }
+    status = 0;
 done:
     free(text);
     json_decref(model);

@@ -162,8 +162,10 @@ void cz_cluster_free(cz_cluster *cluster);
 int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
                   const cz_settings *settings, cz_error *err);
 
-/* Writes the plan as JSON atomically (temporary file in the same folder, then rename), so
- * that an existing file is either replaced whole or left untouched. */
+/* Writes the plan as JSON. A regular file (or a new path) is written atomically (temporary
+ * file in the same folder, then rename), so that an existing file is either replaced whole or
+ * left untouched; a symbolic link is followed; a character device or FIFO is written in place;
+ * a read-only file is refused; "-" is standard output. */
 int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err);
 
 /* Reads and validates a plan file (canzona.plan/1). */

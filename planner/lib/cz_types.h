@@ -320,8 +320,6 @@ int cz_plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim
  * costliest parameters. */
 int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *sim,
                         const cz_render_options *opt, cz_error *err);
-/* Writes len bytes to path atomically (temporary file in the same folder, then rename). */
-int cz_file_write_atomic(const char *path, const char *data, size_t len, cz_error *err);
 /* ---- import_hf.c ---- */
 #include <jansson.h>
 /* Builds a canzona.model/1 description (a new jansson object owned by the caller, released

@@ -8,6 +8,7 @@
  * blocks so that matrix optimizers treat the parts as independent matrices. MoE experts are
  * whole matrices (no expert parallelism). */
 #include "cz_types.h"
+#include "file_io.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -15,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A config.json is a few kilobytes; anything near this is not one. */
+#define CZ_HF_CONFIG_MAX_BYTES ((size_t)16 << 20)
 
 /* Bounds every hyper-parameter so that shape products stay far from int64 overflow. */
 #define HF_MAX_DIM ((int64_t)1 << 24)
@@ -517,14 +521,13 @@ int cz_import_hf(json_t **out_model, const char *config_path, const char *name, 
         return cz_error_set(err, CZ_EINVALID, "the model name must not be empty");
 
     json_error_t jerr;
-    root = json_load_file(config_path, JSON_REJECT_DUPLICATES, &jerr);
+    char *text = NULL;
+    size_t text_len = 0;
+    if ((rc = cz_file_read_all(config_path, CZ_HF_CONFIG_MAX_BYTES, &text, &text_len, err)))
+        goto done;
+    root = json_loadb(text, text_len, JSON_REJECT_DUPLICATES, &jerr);
+    free(text);
     if (!root) {
-        FILE *f = fopen(config_path, "rb");
-        if (!f) {
-            rc = cz_error_set(err, CZ_EIO, "%s: cannot read the file", config_path);
-            goto done;
-        }
-        fclose(f);
         rc = cz_error_set(err, CZ_EPARSE, "%s:%d:%d: not valid JSON: %s", config_path, jerr.line,
                           jerr.column, jerr.text);
         goto done;

@@ -13,6 +13,7 @@
  * The reader checks types, unknown keys, the schema version and the structure later code indexes
  * by (ids equal to indices, array lengths, ids in range). Semantic invariants (coverage,
  * atomicity, each matrix scheduled once) are the validator's job, not the reader's. */
+#include "file_io.h"
 #include "json_util.h"
 
 #include <errno.h>
@@ -291,49 +292,6 @@ static json_t *build_plan(writer *w, const cz_plan *p)
     return root;
 }
 
-/* Writes text to a temporary file beside path, syncs it and renames it over path, so that a
- * reader sees either the old file or the new one, never a mix. */
-static int write_atomic(const char *path, const char *text, cz_error *err)
-{
-    int rc = CZ_OK;
-    size_t len = strlen(text);
-    size_t tmp_len = strlen(path) + 32;
-    char *tmp = malloc(tmp_len);
-    FILE *f = NULL;
-    if (!tmp)
-        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
-    f = fopen(tmp, "wb");
-    if (!f) {
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot create temporary file %s: %s", path, tmp,
-                          strerror(errno));
-        free(tmp);
-        return rc;
-    }
-    if (fwrite(text, 1, len, f) != len || fflush(f) != 0 || fsync(fileno(f)) != 0) {
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot write %s: %s", path, tmp, strerror(errno));
-        goto fail;
-    }
-    if (fclose(f) != 0) {
-        f = NULL;
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot write %s: %s", path, tmp, strerror(errno));
-        goto fail;
-    }
-    f = NULL;
-    if (rename(tmp, path) != 0) {
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot replace the file: %s", path, strerror(errno));
-        goto fail;
-    }
-    free(tmp);
-    return CZ_OK;
-fail:
-    if (f)
-        fclose(f);
-    unlink(tmp);
-    free(tmp);
-    return rc;
-}
-
 int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
 {
     writer w = {err, path, CZ_OK};
@@ -353,7 +311,7 @@ int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
     }
     with_nl[n] = '\n';
     with_nl[n + 1] = '\0';
-    int rc = write_atomic(path, with_nl, err);
+    int rc = cz_file_write(path, with_nl, n + 1, err);
     free(with_nl);
     return rc;
 }
