@@ -152,6 +152,21 @@ struct cz_plan {
     cz_plan_metrics metrics;
 };
 
+/* ---- model limits (model_io.c), shared by the importer so that it writes only what loads ---- */
+/* Parameters after repeat expansion: bounds the expansion of a hostile file. */
+#define CZ_MODEL_MAX_PARAMS ((size_t)1 << 22)
+/* Elements of the whole model, 2^50 (about 1.1e15): far above any model trained today, and
+ * low enough that every offset, padded bucket and sum of them stays far below 2^63 (at most
+ * 2^22 parameters, each padded by less than 2^31 elements). */
+#define CZ_MODEL_MAX_ELEMENTS ((int64_t)1 << 50)
+/* Longest parameter name in bytes: names become file names (NAME.npy) in the executor's
+ * --dump-dir and --init-dir, and file names stop at 255 bytes. */
+#define CZ_PARAM_NAME_MAX 200
+/* NULL when name is safe as a file name inside a folder, else why not ("contains '/'", ...):
+ * empty, longer than CZ_PARAM_NAME_MAX, a '/' or '\\', a control character, or a leading '.'
+ * (which also covers "." and ".."). */
+const char *cz_param_name_problem(const char *name);
+
 /* ---- error helpers (error.c) ---- */
 /* Fills err (if not NULL) with code and a printf-style message; returns code. */
 int cz_error_set(cz_error *err, int code, const char *fmt, ...)

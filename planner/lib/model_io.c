@@ -13,16 +13,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Bounds the expansion so that a hostile file (nested repeats of 1e9) cannot exhaust memory. */
-#define CZ_MODEL_MAX_PARAMS ((size_t)1 << 22)
-
 typedef struct expander {
     cz_json_ctx ctx;
     cz_param_def *params;
     char **paths; /* JSON path of each expanded parameter, for duplicate messages */
     size_t n, cap;
     int next_layer;
+    int64_t elements; /* of the parameters expanded so far, at most CZ_MODEL_MAX_ELEMENTS */
 } expander;
+
+const char *cz_param_name_problem(const char *name)
+{
+    if (!name || !*name)
+        return "is empty";
+    if (name[0] == '.')
+        return "starts with '.'";
+    if (strlen(name) > CZ_PARAM_NAME_MAX)
+        return "is longer than 200 bytes";
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
+        if (*c == '/')
+            return "contains '/'";
+        if (*c == '\\')
+            return "contains '\\'";
+        if (*c < 0x20 || *c == 0x7f)
+            return "contains a control character";
+    }
+    return NULL;
+}
 
 static const char *const param_keys[] = {"name", "shape", "tp_dim", "optimizer", "blocks", NULL};
 static const char *const repeat_keys[] = {"repeat", "prefix", "params", NULL};
@@ -163,6 +180,14 @@ static int parse_param(expander *x, const json_t *e, const char *path, const cha
         return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
     memcpy(p->name, prefix, plen);
     memcpy(p->name + plen, name, nlen + 1);
+    /* The executor turns names into file names inside a folder: nothing may lead outside it. */
+    const char *problem = cz_param_name_problem(p->name);
+    if (problem)
+        return cz_json_fail(c, cz_json_path_key(sub, path, "name"),
+                            "parameter name \"%.*s\"%s %s; a name must be usable as a file name: "
+                            "no '/', '\\' or control characters, no leading '.', at most %d bytes",
+                            64, p->name, strlen(p->name) > 64 ? "..." : "", problem,
+                            CZ_PARAM_NAME_MAX);
 
     if ((rc = cz_json_get_array(c, e, path, "shape", true, 0, &shape)) != CZ_OK)
         return rc;
@@ -177,8 +202,19 @@ static int parse_param(expander *x, const json_t *e, const char *path, const cha
         if ((rc = cz_json_as_int64(c, json_array_get(shape, i), cz_json_path_index(el, sub, i), 1,
                                    INT64_MAX, &p->shape[i])) != CZ_OK)
             return rc;
-    if (p->shape[0] > INT64_MAX / p->shape[1])
-        return cz_json_fail(c, sub, "the element count overflows a 64-bit integer");
+    if (p->shape[0] > CZ_MODEL_MAX_ELEMENTS / p->shape[1])
+        return cz_json_fail(c, sub,
+                            "%" PRId64 " x %" PRId64 " elements; a model may hold at most %" PRId64
+                            " (2^50) elements",
+                            p->shape[0], p->shape[1], CZ_MODEL_MAX_ELEMENTS);
+    /* Bounded in total too: bucket offsets and every sum over parameters build on it. */
+    int64_t numel = p->shape[0] * p->shape[1];
+    if (numel > CZ_MODEL_MAX_ELEMENTS - x->elements)
+        return cz_json_fail(c, sub,
+                            "the model's parameters up to this one hold more than %" PRId64
+                            " (2^50) elements in total (%" PRId64 " before it, %" PRId64 " in it)",
+                            CZ_MODEL_MAX_ELEMENTS, x->elements, numel);
+    x->elements += numel;
 
     tp = json_object_get(e, "tp_dim");
     cz_json_path_key(sub, path, "tp_dim");

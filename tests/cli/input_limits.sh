@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Inputs the readers must refuse quickly and clearly: devices such as /dev/zero and oversized
+# files (refused before reading, within a second), parameter names that would become paths
+# outside a folder, and models whose element count (one parameter or the total) is beyond what
+# 64-bit offsets and sums can hold. Every case names the file and, for JSON content, the path.
+set -u
+: "${CZ:?CZ must point at the canzona binary}" "${CZ_SOURCE_DIR:?}"
+[ -x "$CZ" ] || { echo "skip: $CZ not built"; exit 77; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+M="$CZ_SOURCE_DIR/tests/data/model_tiny.json"
+# One stage, so that models without repeat blocks plan.
+cat >"$work/cluster.json" <<EOF
+{"schema": "canzona.cluster/1", "name": "c", "gpus": 2, "dp": 2, "tp": 1, "pp": 1,
+ "gpus_per_node": 8, "device": {"name": "x", "matmul_tflops": 100, "mem_gbps": 1000,
+ "memory_gib": 80}, "links": {"intra_node_gbps": 100, "inter_node_gbps": 10, "latency_us": 5}}
+EOF
+C="$work/cluster.json"
+H="$CZ_SOURCE_DIR/tests/data/hf/mixtral-tiny.config.json"
+"$CZ" plan -m "$M" -c "$C" -o "$work/plan.json" -q || { echo "FAIL: cannot build a plan"; exit 1; }
+P="$work/plan.json"
+fails=0
+total=0
+pass() { total=$((total + 1)); echo "ok   $*"; }
+fail() { total=$((total + 1)); fails=$((fails + 1)); echo "FAIL $*"; }
+
+# expect NAME EXIT PATTERN COMMAND...: the exit status, a stderr line matching PATTERN, within
+# 5 seconds (timeout's 124 is never the expected status). An empty PATTERN wants no message.
+expect() {
+  local name=$1 want=$2 pattern=$3
+  shift 3
+  local start end ms
+  start=$(date +%s%N)
+  timeout 5 "$@" >"$work/stdout" 2>"$work/stderr"
+  local got=$?
+  end=$(date +%s%N)
+  ms=$(((end - start) / 1000000))
+  if [ "$got" -ne "$want" ]; then
+    fail "$name: exit $got (expected $want) after $ms ms: $(head -c 400 "$work/stderr")"
+  elif [ -n "${max_ms:-}" ] && [ "$ms" -gt "$max_ms" ]; then
+    fail "$name: took $ms ms; expected a refusal before reading (under $max_ms ms)"
+  elif [ -z "$pattern" ] && [ -s "$work/stderr" ]; then
+    fail "$name: expected no message: $(head -c 400 "$work/stderr")"
+  elif [ -n "$pattern" ] && ! grep -Eq -- "$pattern" "$work/stderr"; then
+    fail "$name: stderr does not match /$pattern/: $(head -c 400 "$work/stderr")"
+  else
+    pass "$name"
+  fi
+}
+
+# ---- devices and oversized files: refused before reading, so within a second --------------
+max_ms=1000
+dev='/dev/zero: is a character device, not a regular file'
+expect "plan --model /dev/zero" 1 "$dev" "$CZ" plan -m /dev/zero -c "$C"
+expect "plan --cluster /dev/zero" 1 "$dev" "$CZ" plan -m "$M" -c /dev/zero
+expect "validate /dev/zero" 1 "$dev" "$CZ" validate /dev/zero -m "$M" -c "$C"
+expect "render /dev/zero" 1 "$dev" "$CZ" render /dev/zero -o "$work/out.svg"
+expect "inspect /dev/zero" 1 "$dev" "$CZ" inspect /dev/zero
+expect "simulate --plan /dev/zero" 1 "$dev" "$CZ" simulate -m "$M" -c "$C" --plan /dev/zero
+expect "import-hf /dev/zero" 1 "$dev" "$CZ" import-hf /dev/zero
+expect "plan --model FOLDER" 1 "is a folder" "$CZ" plan -m "$work" -c "$C"
+# A sparse file takes no disk space; its size alone must refuse it.
+if truncate -s 3G "$work/huge.json" 2>/dev/null; then
+  expect "plan --model 3 GiB file" 1 "huge.json: is 3221225472 bytes; files larger than" \
+    "$CZ" plan -m "$work/huge.json" -c "$C"
+  expect "import-hf 3 GiB file" 1 "huge.json: is 3221225472 bytes" "$CZ" import-hf "$work/huge.json"
+fi
+max_ms=
+# A pipe (process substitution) is still read.
+expect "plan --model <(pipe)" 0 "" "$CZ" plan -q -m <(cat "$M") -c "$C"
+
+# ---- parameter names that are unsafe as file names -----------------------------------------
+model() { # file params-json
+  printf '{"schema": "canzona.model/1", "name": "t", "dtype": "bf16", "params": [%s]}\n' "$2" \
+    >"$work/$1.json"
+  echo "$work/$1.json"
+}
+for bad in '../escape' 'a/b' '/abs' 'a\\b' '..' '.' '.hidden' 'tab\there' \
+  "$(printf 'x%.0s' $(seq 1 201))"; do
+  f=$(model name "{\"name\": \"$bad\", \"shape\": [4, 4], \"tp_dim\": null}")
+  expect "name '${bad:0:20}' refused" 1 \
+    'name.json: \$\.params\[0\]\.name: parameter name .*(contains|starts with|longer)' \
+    "$CZ" plan -m "$f" -c "$C"
+done
+# Through a repeat block's prefix: the full name counts, the path is the inner name's.
+f=$(model prefix '{"name": "ok", "shape": [4], "tp_dim": null},
+  {"repeat": 2, "prefix": "../l{i}.", "params": [{"name": "w", "shape": [4, 4], "tp_dim": null}]}')
+expect "prefix '../l{i}.' refused" 1 \
+  'prefix.json: \$\.params\[1\]\.params\[0\]\.name: parameter name "\.\./l0\.w" starts with' \
+  "$CZ" plan -m "$f" -c "$C"
+# Dots inside names, as every bundled model has them, stay valid.
+f=$(model dots '{"name": "layers.0.self_attention.linear_qkv.weight", "shape": [4, 4], "tp_dim": 0},
+  {"name": "a..b", "shape": [4], "tp_dim": null}')
+expect "names with dots accepted" 0 "" "$CZ" plan -q -m "$f" -c "$C"
+for m in "$CZ_SOURCE_DIR"/plans/models/*.json; do
+  "$CZ" plan -q -m "$m" -c "$C" >"$work/out" 2>&1 || fail "bundled model $(basename "$m") no longer plans: $(cat "$work/out")"
+done
+
+# ---- element counts: one parameter and the model's total -----------------------------------
+big=$((1 << 49)) # 2^49: two fit (2^50 is the limit), three do not
+expect "one parameter above 2^50 elements" 1 'one.json: \$\.params\[0\]\.shape: .*at most 1125899906842624' \
+  "$CZ" plan -m "$(model one "{\"name\": \"w\", \"shape\": [$((1 << 26)), $((1 << 25))], \"tp_dim\": null}")" -c "$C"
+expect "total above 2^50 elements" 1 \
+  'sum.json: \$\.params\[1\]\.params\[0\]\.shape: .*more than 1125899906842624 .* in total' \
+  "$CZ" plan -m "$(model sum "{\"name\": \"a\", \"shape\": [$big], \"tp_dim\": null},
+    {\"repeat\": 2, \"prefix\": \"l{i}.\", \"params\": [{\"name\": \"w\", \"shape\": [$big], \"tp_dim\": null}]}")" -c "$C"
+# Each parameter within int64 but their running bucket offset is not: before the bound this
+# planned with exit 0 and negative bucket offsets (and aborted under UBSan).
+q=$((1 << 61))
+expect "three parameters of 2^62 elements" 1 'wrap.json: \$\.params\[0\]\.shape: .*at most' \
+  "$CZ" plan -m "$(model wrap "{\"name\": \"a\", \"shape\": [$q, 2], \"tp_dim\": null},
+    {\"name\": \"b\", \"shape\": [$q, 2], \"tp_dim\": null}, {\"name\": \"c\", \"shape\": [$q, 2], \"tp_dim\": null}")" -c "$C"
+# At the limit the model plans, and its buckets are laid out without overflow.
+expect "exactly 2^50 elements plans" 0 "" \
+  "$CZ" plan -q -m "$(model edge "{\"name\": \"a\", \"shape\": [$big], \"tp_dim\": null},
+    {\"name\": \"b\", \"shape\": [$big], \"tp_dim\": null}")" -c "$C" -o "$work/edge-plan.json"
+if [ -s "$work/edge-plan.json" ] && ! grep -q '"size": -' "$work/edge-plan.json" &&
+  ! grep -q '"offset": -' "$work/edge-plan.json"; then
+  pass "2^50 elements: no negative size or offset in the plan"
+else
+  fail "2^50 elements: negative size or offset in the plan"
+fi
+
+echo "$((total - fails)) passed, $fails failed"
+[ $fails -eq 0 ]
