@@ -348,6 +348,10 @@ int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *si
  * wrongly typed field), CZ_EUNSUPPORTED (unknown architecture or feature), CZ_ENOMEM. */
 int cz_import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,
                  cz_error *err);
+/* Validates and expands a parsed model description exactly as cz_model_load does a file's
+ * (messages name path, which need not be a file); sha may be NULL (then computed from root). */
+int cz_model_from_json(cz_model **out, const json_t *root, const char *path, const char *sha,
+                       cz_error *err);
 /* Formats a model description as the bundled files are written: 2-space indentation, one
  * parameter per line, key order preserved, trailing newline. *out is malloc'ed (free()). */
 int cz_model_json_format(char **out, const json_t *model, cz_error *err);

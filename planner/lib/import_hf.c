@@ -217,6 +217,64 @@ done:
     return rc;
 }
 
+static int64_t hf_sat_add(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+static int64_t hf_sat_mul(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+/* Parameters and elements of the model hf_layer and cz_import_hf would write, counted before
+ * anything is built: a config with millions of layers or experts is refused here instead of
+ * exhausting memory, and only models the loader accepts are written. Mirrors hf_layer. */
+static int hf_check_size(const hf_config *c, cz_error *err)
+{
+    const int64_t h = c->hidden, d = c->head_dim;
+    const int64_t q = hf_sat_mul(c->heads, d), kv = hf_sat_mul(c->kv_heads, d);
+    const int64_t qkv = hf_sat_add(q, hf_sat_mul(2, kv));
+    int64_t common_n = 3 + c->qkv_bias + 2 * c->qk_norm + c->proj_bias;
+    int64_t common_e = hf_sat_add(h, hf_sat_mul(qkv, h));
+    common_e = hf_sat_add(common_e, hf_sat_mul(h, q));
+    common_e = hf_sat_add(common_e, (c->qkv_bias ? qkv : 0) + (c->qk_norm ? 2 * d : 0) +
+                                        (c->proj_bias ? h : 0));
+    int64_t dense_n = common_n + 3 + 2 * c->mlp_bias;
+    int64_t dense_e = hf_sat_add(common_e, hf_sat_mul(3, hf_sat_mul(c->ffn, h)));
+    dense_e = hf_sat_add(dense_e, h + (c->mlp_bias ? 2 * c->ffn + h : 0));
+    int64_t moe_n =
+        hf_sat_add(common_n + 2 + (c->shared_ffn > 0 ? 3 : 0), hf_sat_mul(2, c->experts));
+    int64_t expert_e = hf_sat_mul(3, hf_sat_mul(c->moe_ffn, h));
+    int64_t moe_e = hf_sat_add(common_e, h + hf_sat_mul(c->experts, h));
+    moe_e = hf_sat_add(moe_e, hf_sat_mul(c->experts, expert_e));
+    if (c->shared_ffn > 0)
+        moe_e = hf_sat_add(moe_e, hf_sat_add(hf_sat_mul(3, hf_sat_mul(c->shared_ffn, h)), h));
+    int64_t ndense = c->layers - c->nmoe;
+    int64_t nparams = hf_sat_add(hf_sat_mul(ndense, dense_n), hf_sat_mul(c->nmoe, moe_n));
+    nparams = hf_sat_add(nparams, c->tie ? 2 : 3);
+    int64_t nelems = hf_sat_add(hf_sat_mul(ndense, dense_e), hf_sat_mul(c->nmoe, moe_e));
+    nelems = hf_sat_add(nelems, hf_sat_add(hf_sat_mul(c->tie ? 1 : 2, hf_sat_mul(c->vocab, h)), h));
+    if (nparams > (int64_t)CZ_MODEL_MAX_PARAMS)
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: $.num_hidden_layers (%" PRId64
+                            ") and the experts per layer (%" PRId64 ") make %s%" PRId64
+                            " parameters; a canzona model holds at most %zu",
+                            c->path, c->layers, c->experts,
+                            nparams == INT64_MAX ? "more than " : "", nparams, CZ_MODEL_MAX_PARAMS);
+    if (nelems > CZ_MODEL_MAX_ELEMENTS)
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: the sizes (hidden %" PRId64 ", vocabulary %" PRId64 ", %" PRId64
+                            " layers, FFN %" PRId64 ", %" PRId64 " experts of FFN %" PRId64
+                            ") make %s%" PRId64 " elements; a canzona model holds at most %" PRId64
+                            " (2^50)",
+                            c->path, h, c->vocab, c->layers, c->ffn, c->experts, c->moe_ffn,
+                            nelems == INT64_MAX ? "more than " : "", nelems, CZ_MODEL_MAX_ELEMENTS);
+    return 0;
+}
+
 static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
 {
     int rc;
@@ -293,7 +351,7 @@ static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
     if (c->nmoe < c->layers &&
         (rc = hf_get_int(c, root, "intermediate_size", true, 0, 1, &c->ffn, err)))
         return rc;
-    return 0;
+    return hf_check_size(c, err);
 }
 
 /* ---- building the description ---- */
@@ -581,6 +639,18 @@ int cz_import_hf(json_t **out_model, const char *config_path, const char *name, 
     hf_set(model, "params", params, &ok);
     if (!ok || !model)
         goto nomem;
+    /* What we write must load: the loader's own checks, not a copy of them. */
+    cz_model *check = NULL;
+    size_t shown_len = strlen(config_path) + sizeof " (imported)";
+    char *shown = malloc(shown_len);
+    if (!shown)
+        goto nomem;
+    snprintf(shown, shown_len, "%s (imported)", config_path);
+    rc = cz_model_from_json(&check, model, shown, NULL, err);
+    free(shown);
+    cz_model_free(check);
+    if (rc)
+        goto done;
     *out_model = model;
     model = NULL;
     goto done;

@@ -339,20 +339,33 @@ static int check_duplicates(expander *x)
 
 int cz_model_load(cz_model **out, const char *path, cz_error *err)
 {
+    json_t *root = NULL;
+    char sha[65];
+    *out = NULL;
+    int rc = cz_json_load_file(&root, sha, path, err);
+    if (rc == CZ_OK)
+        rc = cz_model_from_json(out, root, path, sha, err);
+    json_decref(root);
+    return rc;
+}
+
+int cz_model_from_json(cz_model **out, const json_t *root, const char *path, const char *sha,
+                       cz_error *err)
+{
     static const char *const top_keys[] = {"schema", "name",        "dtype",
                                            "params", "description", NULL};
-    json_t *root = NULL;
     cz_model *m = NULL;
     expander x = {.ctx = {path, err}};
     const char *name = NULL, *desc = NULL;
     const json_t *params;
     int dtype = 0;
-    char sha[65];
     int rc;
 
     *out = NULL;
-    if ((rc = cz_json_load_file(&root, sha, path, err)) != CZ_OK)
+    if (!json_is_object(root)) {
+        rc = cz_error_set(err, CZ_EINVALID, "%s: $: expected a JSON object", path);
         goto done;
+    }
     if ((rc = cz_json_check_schema(&x.ctx, root, CZ_MODEL_SCHEMA)) != CZ_OK ||
         (rc = cz_json_check_object(&x.ctx, root, "$", top_keys)) != CZ_OK ||
         (rc = cz_json_get_string(&x.ctx, root, "$", "name", true, &name)) != CZ_OK ||
@@ -381,7 +394,12 @@ int cz_model_load(cz_model **out, const char *path, cz_error *err)
         rc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
         goto done;
     }
-    memcpy(m->sha256, sha, sizeof sha);
+    if (sha) {
+        memcpy(m->sha256, sha, 64);
+        m->sha256[64] = '\0';
+    } else if ((rc = cz_json_canonical_sha256(root, m->sha256, err)) != CZ_OK) {
+        goto done;
+    }
     m->dtype = (cz_dtype)dtype;
     m->nlayers = x.next_layer;
     m->nparams = x.n;
@@ -399,6 +417,5 @@ done:
     free(x.params);
     free(x.paths);
     cz_model_free(m);
-    json_decref(root);
     return rc;
 }

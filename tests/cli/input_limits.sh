@@ -122,5 +122,32 @@ else
   fail "2^50 elements: negative size or offset in the plan"
 fi
 
+# ---- import-hf: sizes bounded by what the loader accepts, checked before anything is built ---
+hf() { # file layers experts hidden ffn vocab sparse_step
+  cat >"$work/$1.config.json" <<EOF
+{"model_type": "qwen2_moe", "hidden_size": $4, "intermediate_size": $5, "moe_intermediate_size": 32,
+ "num_attention_heads": 4, "num_key_value_heads": 4, "num_experts": $3, "num_hidden_layers": $2,
+ "decoder_sparse_step": $7, "vocab_size": $6}
+EOF
+  echo "$work/$1.config.json"
+}
+max_ms=1000
+# Sixteen million alternating dense and MoE layers: one repeat block per layer, about 20 GB
+# before the bound; now refused at once.
+expect "import-hf 16M mixed layers" 1 \
+  'layers.config.json: \$\.num_hidden_layers \(16000000\).*at most 4194304' \
+  "$CZ" import-hf "$(hf layers 16000000 8 64 128 300 2)" -o "$work/out.json"
+expect "import-hf 16M experts" 1 'experts.config.json: .*\(16000000\) make .* parameters' \
+  "$CZ" import-hf "$(hf experts 2 16000000 64 128 300 1)" -o "$work/out.json"
+expect "import-hf 2^50 elements exceeded" 1 \
+  'elements.config.json: the sizes .* elements; a canzona model holds at most 1125899906842624' \
+  "$CZ" import-hf "$(hf elements 4 8 16777216 16777216 300 2)" -o "$work/out.json"
+[ -e "$work/out.json" ] && fail "import-hf: an output was written for a refused config"
+max_ms=
+# Within the bounds, what is written loads and plans.
+expect "import-hf within the bounds" 0 "" \
+  "$CZ" import-hf "$(hf fine 4 8 64 128 300 2)" -o "$work/fine.json"
+expect "imported model plans" 0 "" "$CZ" plan -q -m "$work/fine.json" -c "$C"
+
 echo "$((total - fails)) passed, $fails failed"
 [ $fails -eq 0 ]
