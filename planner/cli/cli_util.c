@@ -195,12 +195,17 @@ const char *cz_cli_jstr(json_t *o, const char *key)
     return s ? s : "?";
 }
 
+/* Values this large print in exponent form: "%.3f" of 1e300 is 300 digits, which a summary
+ * column's buffer would cut before the unit. */
+#define CZ_CLI_PLAIN_MAX 1e9
+
 const char *cz_cli_format_cost(char *buf, size_t n, double v, cz_cost_unit unit)
 {
     static const char *const si[] = {"", "K", "M", "G", "T", "P", "E"};
+    const char *fmt = fabs(v) < CZ_CLI_PLAIN_MAX ? "%.3f %s%s" : "%.3e %s%s";
     if (unit == CZ_UNIT_TIME) {
-        if (v >= 1.0)
-            snprintf(buf, n, "%.3f s", v);
+        if (v >= 1.0 || !(fabs(v) < 1.0))
+            snprintf(buf, n, fmt, v, "", "s");
         else if (v >= 1e-3)
             snprintf(buf, n, "%.3f ms", v * 1e3);
         else
@@ -212,16 +217,26 @@ const char *cz_cli_format_cost(char *buf, size_t n, double v, cz_cost_unit unit)
         v /= 1000.0;
         k++;
     }
-    snprintf(buf, n, "%.3f %s%s", v, si[k], unit == CZ_UNIT_FLOPS ? "FLOP" : "elem");
+    fmt = fabs(v) < CZ_CLI_PLAIN_MAX ? "%.3f %s%s" : "%.3e %s%s";
+    snprintf(buf, n, fmt, v, si[k], unit == CZ_UNIT_FLOPS ? "FLOP" : "elem");
     return buf;
 }
 
 const char *cz_cli_format_bytes(char *buf, size_t n, double bytes)
 {
-    if (bytes >= 1024.0 * 1024 * 1024)
-        snprintf(buf, n, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+    const double gib = 1024.0 * 1024 * 1024;
+    if (!(fabs(bytes) < CZ_CLI_PLAIN_MAX * gib))
+        snprintf(buf, n, "%.3e GiB", bytes / gib);
+    else if (bytes >= gib)
+        snprintf(buf, n, "%.2f GiB", bytes / gib);
     else
         snprintf(buf, n, "%.2f MiB", bytes / (1024.0 * 1024));
+    return buf;
+}
+
+const char *cz_cli_format_gib(char *buf, size_t n, double gib)
+{
+    snprintf(buf, n, fabs(gib) < CZ_CLI_PLAIN_MAX ? "%.2f" : "%.3e", gib);
     return buf;
 }
 

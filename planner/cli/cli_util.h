@@ -59,6 +59,9 @@ const char *cz_cli_jstr(json_t *o, const char *key);
 const char *cz_cli_format_cost(char *buf, size_t n, double value, cz_cost_unit unit);
 /* Formats bytes as GiB/MiB. */
 const char *cz_cli_format_bytes(char *buf, size_t n, double bytes);
+/* A GiB figure without its unit ("12.34", or "1.234e+15" when huge). All three formatters fit
+ * any double, unit included, in 32 bytes. */
+const char *cz_cli_format_gib(char *buf, size_t n, double gib);
 
 /* Usage checks shared by the commands that take --model and --cluster and no positional
  * argument: prints "canzona <cmd>: ..." and returns 2 on a stray argument or a missing path,

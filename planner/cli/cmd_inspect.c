@@ -72,8 +72,10 @@ static void print_text(const cz_plan *p, json_t *r, int all)
         snprintf(range, sizeof range, "%s..%s",
                  cz_cli_format_cost(l1, sizeof l1, cz_cli_jnum(o, "gpu_load_min"), u),
                  cz_cli_format_cost(l2, sizeof l2, cz_cli_jnum(o, "gpu_load_max"), u));
-        snprintf(mem, sizeof mem, "%.2f..%.2f GiB", cz_cli_jnum(o, "memory_gib_min"),
-                 cz_cli_jnum(o, "memory_gib_max"));
+        char g1[32], g2[32];
+        snprintf(mem, sizeof mem, "%s..%s GiB",
+                 cz_cli_format_gib(g1, sizeof g1, cz_cli_jnum(o, "memory_gib_min")),
+                 cz_cli_format_gib(g2, sizeof g2, cz_cli_jnum(o, "memory_gib_max")));
         printf("%-8s %13s %6.3f %6d %8d %13s %6d %27s %21s\n", rank_label(lab, sizeof lab, o, pp),
                cz_cli_format_cost(a, sizeof a, cz_cli_jnum(o, "load"), u),
                cz_cli_jnum(o, "share_of_mean"), cz_cli_jint(o, "params"),

@@ -122,6 +122,26 @@ else
   fail "2^50 elements: negative size or offset in the plan"
 fi
 
+# ---- extreme figures keep their unit in the summaries -----------------------------------------
+# A device of 1e-300 TFLOP/s makes every time about 1e295 s: fixed-point printing gave 296
+# digits, cut at 63 by the summary's buffers, unit lost.
+sed 's/"matmul_tflops": *[0-9.e+]*/"matmul_tflops": 1e-300/; s/"mem_gbps": *[0-9.e+]*/"mem_gbps": 1e-300/' \
+  "$C" >"$work/slow-cluster.json"
+if "$CZ" plan -m "$M" -c "$work/slow-cluster.json" -o "$work/slow-plan.json" >"$work/summary" 2>&1 &&
+  "$CZ" inspect "$work/slow-plan.json" >>"$work/summary" 2>&1; then
+  if grep -Eq '[0-9]{20}' "$work/summary"; then
+    fail "huge figures printed digit by digit: $(grep -E '[0-9]{20}' "$work/summary" | head -2)"
+  elif ! grep -Eq '^TP makespan \(busiest DP rank\) +[0-9.]+e\+[0-9]+ s$' "$work/summary" ||
+    ! grep -Eq '^predicted optimizer compute +[0-9.]+e\+[0-9]+ s per step$' "$work/summary" ||
+    ! grep -Eq '^  TP makespan +[0-9.]+e\+[0-9]+ s$' "$work/summary"; then
+    fail "huge figures lost their unit: $(grep -E 'makespan|predicted' "$work/summary" | head -4)"
+  else
+    pass "huge figures in exponent form with their unit"
+  fi
+else
+  fail "plan/inspect with a 1e-300 TFLOP/s device: $(cat "$work/summary")"
+fi
+
 # ---- import-hf: sizes bounded by what the loader accepts, checked before anything is built ---
 hf() { # file layers experts hidden ffn vocab sparse_step
   cat >"$work/$1.config.json" <<EOF
