@@ -524,6 +524,14 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
         goto done;
     }
     TRY(r_strdup(c, e, path, "name", &q->name));
+    /* The executor makes file names of these (--dump-dir, --init-dir): same rule as models. */
+    const char *problem = cz_param_name_problem(q->name);
+    if (problem) {
+        rc = cz_json_fail(c, cz_json_path_key(sub, path, "name"),
+                          "parameter name \"%.64s\" %s; a name must be usable as a file name",
+                          q->name, problem);
+        goto done;
+    }
     TRY(r_dims(c, e, path, "shape", 0, 1, q->shape, &q->ndim));
     TRY(r_dims(c, e, path, "local_shape", q->ndim, 1, q->local_shape, &local_ndim));
     tp = json_object_get(e, "tp_dim");

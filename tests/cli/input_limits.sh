@@ -89,6 +89,13 @@ f=$(model prefix '{"name": "ok", "shape": [4], "tp_dim": null},
 expect "prefix '../l{i}.' refused" 1 \
   'prefix.json: \$\.params\[1\]\.params\[0\]\.name: parameter name "\.\./l0\.w" starts with' \
   "$CZ" plan -m "$f" -c "$C"
+# A plan edited by hand to hold such a name is refused by the plan reader too (the executor
+# reads plans, not models).
+sed 's|"name": "layers.0.qkv"|"name": "../../layers.0.qkv"|' "$P" >"$work/evil-plan.json"
+grep -q '"\.\./\.\./layers' "$work/evil-plan.json" || fail "could not plant a bad name in the plan"
+expect "plan file with name '../../layers.0.qkv'" 1 \
+  'evil-plan.json: \$\.params\[[0-9]+\]\.name: parameter name "\.\./\.\./layers\.0\.qkv" starts with' \
+  "$CZ" inspect "$work/evil-plan.json"
 # Dots inside names, as every bundled model has them, stay valid.
 f=$(model dots '{"name": "layers.0.self_attention.linear_qkv.weight", "shape": [4, 4], "tp_dim": 0},
   {"name": "a..b", "shape": [4], "tp_dim": null}')
