@@ -148,7 +148,8 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
                 cz_solve_status_name(p->solver_status_tp), p->solver_seconds);
     fprintf(out, "planning time                  %.2f ms\n", p->plan_seconds * 1e3);
     if (output)
-        fprintf(out, "plan written to                %s\n", output);
+        fprintf(out, "plan written to                %s\n",
+                strcmp(output, "-") ? output : "standard output");
     else
         fprintf(out, "(no -o given: plan not written)\n");
 }
