@@ -211,12 +211,13 @@ static int write_in_place(const char *shown, const char *target, const void *dat
     int fd = open(target, O_WRONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
         return cz_error_set(err, CZ_EIO, "%s: cannot open for writing: %s", shown, strerror(errno));
-    int failed = write_fd_all(fd, data, len) != 0;
-    int saved = errno;
-    failed |= close(fd) != 0;
-    if (failed)
-        return cz_error_set(err, CZ_EIO, "%s: cannot write: %s", shown,
-                            strerror(saved ? saved : errno));
+    int saved = 0;
+    if (write_fd_all(fd, data, len) != 0)
+        saved = errno;
+    if (close(fd) != 0 && !saved)
+        saved = errno;
+    if (saved)
+        return cz_error_set(err, CZ_EIO, "%s: cannot write: %s", shown, strerror(saved));
     return CZ_OK;
 }
 
