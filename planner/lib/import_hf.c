@@ -290,6 +290,14 @@ static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
         (rc = hf_get_int(c, root, "vocab_size", true, 0, 1, &c->vocab, err)) ||
         (rc = hf_get_bool(c, root, "tie_word_embeddings", false, &c->tie, err)))
         return rc;
+    /* Every layer registers at least five parameters (norm, QKV, projection and an MLP or a
+     * router and its norm): refuse a layer count that cannot fit before anything per layer is
+     * allocated; hf_check_size counts exactly once everything is read. */
+    if (c->layers > (int64_t)(CZ_MODEL_MAX_PARAMS / 5))
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: $.num_hidden_layers (%" PRId64
+                            ") makes more than %zu parameters; a canzona model holds at most %zu",
+                            c->path, c->layers, CZ_MODEL_MAX_PARAMS, CZ_MODEL_MAX_PARAMS);
     const json_t *hd = json_object_get(root, "head_dim");
     if ((!hd || json_is_null(hd)) && c->hidden % c->heads)
         return cz_error_set(err, CZ_EINVALID,
