@@ -9,8 +9,11 @@ set -u
 [ -x "$CZ" ] || { echo "skip: $CZ not built"; exit 77; }
 command -v mkfifo >/dev/null || { echo "skip: mkfifo missing"; exit 77; }
 
+CZ=$(cd "$(dirname "$CZ")" && pwd)/$(basename "$CZ")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# Run inside the temporary folder: a writer that took '-' for a file name would leave it here.
+cd "$work" || exit 1
 cp "$CZ_SOURCE_DIR/tests/data/model_tiny.json" "$work/model.json"
 cp "$CZ_SOURCE_DIR/tests/data/cluster_tiny.json" "$work/cluster.json"
 cp "$CZ_SOURCE_DIR/tests/data/hf/mixtral-tiny.config.json" "$work/config.json"
@@ -105,7 +108,7 @@ for w in plan render import; do
 
   # ---- '-' is standard output -----------------------------------------------------------
   if "write_$w" - >"$work/$w.stdout" 2>"$work/err" && grep -q "${head[$w]}" "$work/$w.stdout" &&
-    [ ! -e "$work/-" ] && [ ! -e "./-" ]; then
+    [ ! -e "$work/-" ]; then
     pass "$w -o -: standard output"
   else
     fail "$w -o -: $(cat "$work/err")"
