@@ -24,6 +24,9 @@ extern "C" {
 #define CZ_MODEL_SCHEMA "canzona.model/1"
 #define CZ_CLUSTER_SCHEMA "canzona.cluster/1"
 #define CZ_PLAN_SCHEMA "canzona.plan/1"
+/* Most blocks (fused parts) one parameter may declare: the model loader, the planner, validate
+ * and the executor all hold parameters to it. */
+#define CZ_MAX_BLOCKS 64
 
 /* Error codes. */
 enum {

@@ -128,6 +128,10 @@ struct cz_plan {
     char *generator_version; /* CZ_VERSION */
     char *model_name, *model_sha256;
     char *cluster_name, *cluster_sha256;
+    /* $.content_sha256 as read from a file ("" when the file had none, or the plan was built
+     * in memory), and whether the file's content matched it: 1 yes, -1 no, 0 not checked. */
+    char content_sha256[65];
+    int content_hash_ok;
     cz_dtype dtype;
     cz_settings settings;
     double capacity_used;  /* the micro-group capacity actually used (cost unit) */
@@ -247,6 +251,42 @@ int cz_params_sort_by_position(const cz_plan *plan, int *ids, int n);
 /* ---- hashing (sha256.c) ---- */
 void cz_sha256_hex(const void *data, size_t len, char out[65]);
 
+/* The message every layer gives for a parameter over CZ_MAX_BLOCKS (name, nblocks, limit). */
+#define CZ_BLOCKS_LIMIT_FMT "'%s' has %d blocks; canzona supports at most %d per parameter"
+
+/* ---- plan content hash (plan_io.c) ---- */
+struct json_t;
+/* SHA-256 of a plan file's JSON value without its "content_sha256" member: compact, keys
+ * sorted, reals with 17 significant digits (docs/FORMATS.md). plan is not modified. */
+int cz_plan_json_content_hash(const struct json_t *plan, char out[65], cz_error *err);
+/* CZ_OK when the plan was read from a file whose recorded content hash matches its content;
+ * otherwise an error telling the user to re-run `canzona plan`. For consumers that have no
+ * model to check the plan against (the executor). */
+int cz_plan_check_content_hash(const cz_plan *plan, const char *path, cz_error *err);
+
+/* ---- structural plan checks (plan_structure.c) ---- */
+/* Where violations go: validate lists all of them; the executor refuses on the first. */
+typedef struct cz_plan_checks {
+    struct json_t *out; /* array of {"code", "path", "message"} */
+    int checks;         /* checks performed */
+    int oom;
+    int unsafe;  /* a structural violation makes index-based recomputation unsafe to run */
+    int foreign; /* parameters differ from the model's (validate only) */
+    char path[256];
+} cz_plan_checks;
+void cz_plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void cz_plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Every rule a plan must satisfy that needs no model or cluster: ids, local shapes and element
+ * counts, blocks, bucket layout rules (contiguity, alignment, reverse fill order, no overlap),
+ * DP ranges, atomic ownership, schedule membership and slot loads. Shared by `canzona
+ * validate` and the executor's plan check, so that the executor refuses every plan validate
+ * refuses for a structural reason. Safe on any plan the reader accepts. */
+void cz_plan_check_structure(cz_plan_checks *c, const cz_plan *plan);
+/* Whether two stored costs agree to validate's relative tolerance (1e-9); NaN never does. */
+int cz_close_rel(double a, double b);
+
 /* ---- simulate.c, render.c ---- */
 /* Kinds of collective for the alpha-beta formulas of the simulator (see docs/SIMULATOR.md). */
 typedef enum cz_coll_kind {
@@ -358,7 +398,8 @@ int cz_model_json_format(char **out, const json_t *model, cz_error *err);
 
 /* ---- analysis: validate.c, inspect.c, plan_diff.c ---- */
 struct json_t; /* jansson's json_t */
-/* Recomputes every invariant of the plan (DESIGN.md section 3) against the model and cluster it
+/* Recomputes every invariant of the plan (listed by violation code in docs/ANALYSIS.md, "What is
+ * checked") against the model and cluster it
  * claims to be made for. On success *violations_out is a new JSON array (caller owns it) of
  * {"code", "path", "message"} objects, one per violation, empty when the plan is valid, and the
  * return value is the number of checks performed (>= 0). Returns a negative CZ_E* code on

@@ -118,8 +118,9 @@ static int parse_blocks(expander *x, const json_t *blocks, const char *path, cz_
         return rc;
     cz_json_path_key(sub, path, "sizes");
     size_t n = json_array_size(sizes);
-    if (n > (size_t)INT_MAX)
-        return cz_json_fail(c, sub, "too many blocks");
+    if (n > CZ_MAX_BLOCKS)
+        return cz_json_fail(c, sub, CZ_BLOCKS_LIMIT_FMT, p->name, (int)(n > INT_MAX ? INT_MAX : n),
+                            CZ_MAX_BLOCKS);
     p->block_sizes = calloc(n, sizeof *p->block_sizes);
     if (!p->block_sizes)
         return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);

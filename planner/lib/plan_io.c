@@ -292,12 +292,58 @@ static json_t *build_plan(writer *w, const cz_plan *p)
     return root;
 }
 
+/* The key of the content hash, and how the hashed text is formatted (docs/FORMATS.md). */
+#define CONTENT_KEY "content_sha256"
+#define CONTENT_FLAGS (JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17))
+
+int cz_plan_json_content_hash(const json_t *plan, char out[65], cz_error *err)
+{
+    /* A shallow copy shares the members: dropping the hash from it leaves plan untouched. */
+    json_t *copy = json_copy((json_t *)plan);
+    if (!copy)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory hashing the plan");
+    json_object_del(copy, CONTENT_KEY);
+    char *text = json_dumps(copy, CONTENT_FLAGS);
+    json_decref(copy);
+    if (!text)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory hashing the plan");
+    cz_sha256_hex(text, strlen(text), out);
+    free(text);
+    return CZ_OK;
+}
+
+int cz_plan_check_content_hash(const cz_plan *plan, const char *path, cz_error *err)
+{
+    if (plan->content_hash_ok > 0)
+        return CZ_OK;
+    if (plan->content_hash_ok < 0)
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: plan content hash mismatch: the plan was edited after it was "
+                            "written; re-run canzona plan",
+                            path);
+    return cz_error_set(err, CZ_EINVALID,
+                        "%s: $.content_sha256: missing; the plan was written by an older "
+                        "canzona or by hand, and its content cannot be trusted without a "
+                        "model; re-run canzona plan",
+                        path);
+}
+
 int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
 {
     writer w = {err, path, CZ_OK};
     json_t *root = build_plan(&w, plan);
     if (!root)
         return w.rc;
+    /* The hash covers everything above; consumers without the model (the executor) recompute
+     * it on load to refuse a plan edited since. */
+    char hash[65];
+    int hrc = cz_plan_json_content_hash(root, hash, err);
+    if (hrc == CZ_OK && json_object_set_new(root, CONTENT_KEY, json_string(hash)) != 0)
+        hrc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory while formatting the plan", path);
+    if (hrc != CZ_OK) {
+        json_decref(root);
+        return hrc;
+    }
     char *text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_INDENT(1) | JSON_REAL_PRECISION(17));
     json_decref(root);
     if (!text)
@@ -342,17 +388,22 @@ static int r_strdup(const cz_json_ctx *c, const json_t *obj, const char *path, c
     return *out ? CZ_OK : oom(c);
 }
 
+static bool is_sha256_hex(const char *s)
+{
+    size_t n = strlen(s);
+    bool ok = n == 64;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f');
+    return ok;
+}
+
 static int r_sha(const cz_json_ctx *c, const json_t *obj, const char *path, char **out)
 {
     char sub[CZ_JSON_PATH_MAX];
     int rc = r_strdup(c, obj, path, "sha256", out);
     if (rc != CZ_OK)
         return rc;
-    size_t n = strlen(*out);
-    bool ok = n == 64;
-    for (size_t i = 0; ok && i < n; i++)
-        ok = ((*out)[i] >= '0' && (*out)[i] <= '9') || ((*out)[i] >= 'a' && (*out)[i] <= 'f');
-    if (!ok)
+    if (!is_sha256_hex(*out))
         return cz_json_fail(c, cz_json_path_key(sub, path, "sha256"),
                             "expected 64 lowercase hexadecimal digits, found \"%.80s\"", *out);
     return CZ_OK;
@@ -775,12 +826,30 @@ done:
     return rc;
 }
 
+/* Reads $.content_sha256 when present and records whether the content matches it. */
+static int read_content_hash(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+{
+    const char *rec = NULL;
+    int rc = cz_json_get_string(c, root, "$", CONTENT_KEY, false, &rec);
+    if (rc != CZ_OK || !rec)
+        return rc;
+    if (!is_sha256_hex(rec))
+        return cz_json_fail(c, "$." CONTENT_KEY,
+                            "expected 64 lowercase hexadecimal digits, found \"%.80s\"", rec);
+    char actual[65];
+    if ((rc = cz_plan_json_content_hash(root, actual, c->err)) != CZ_OK)
+        return rc;
+    memcpy(p->content_sha256, rec, 65);
+    p->content_hash_ok = strcmp(rec, actual) == 0 ? 1 : -1;
+    return CZ_OK;
+}
+
 int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
 {
     static const char *const top_keys[] = {
-        "schema",  "generator",      "inputs", "settings", "topology",
-        "dtype",   "buckets_config", "params", "buckets",  "tp_schedule",
-        "metrics", "solver_result",  NULL};
+        "schema",  "generator",      "inputs",    "settings", "topology",
+        "dtype",   "buckets_config", "params",    "buckets",  "tp_schedule",
+        "metrics", "solver_result",  CONTENT_KEY, NULL};
     static const char *const gen_keys[] = {"name", "version", NULL};
     static const char *const in_keys[] = {"model", "cluster", NULL};
     static const char *const ref_keys[] = {"name", "sha256", NULL};
@@ -801,6 +870,7 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
     TRY(cz_json_load_file(&root, NULL, path, err));
     TRY(cz_json_check_schema(c, root, CZ_PLAN_SCHEMA));
     TRY(cz_json_check_object(c, root, "$", top_keys));
+    TRY(read_content_hash(c, root, p));
     TRY(cz_json_get_object(c, root, "$", "generator", true, gen_keys, &gen));
     TRY(r_strdup(c, gen, "$.generator", "name", &p->generator));
     TRY(r_strdup(c, gen, "$.generator", "version", &p->generator_version));

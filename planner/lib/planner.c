@@ -139,6 +139,10 @@ static int param_copy(cz_plan_param *pp, const cz_param_def *d, int id, const cz
         pp->local_shape[pp->tp_dim] = size / c->tp;
     }
     if (pp->nblocks > 0) {
+        /* Models built in memory skip the loader's limit: hold them to it here. */
+        if (pp->nblocks > CZ_MAX_BLOCKS)
+            return cz_error_set(err, CZ_EUNSUPPORTED, "%s: " CZ_BLOCKS_LIMIT_FMT, mfile, pp->name,
+                                pp->nblocks, CZ_MAX_BLOCKS);
         if (!d->block_sizes || (d->block_dim != 0 && d->block_dim != 1))
             return cz_error_set(err, CZ_EINVALID,
                                 "%s: parameter '%s' has %d blocks but no valid block dim", mfile,

@@ -66,6 +66,10 @@ EOF
   expect "validate corrupted dp_owner" 1 "$CZ" validate "$work/bad.json" -m "$model" -c "$cluster"
   has "corrupted: param path" "\$.params[$idx].dp_owner"
   has "corrupted: summary" "plan INVALID"
+  has "corrupted: content hash" "plan content hash mismatch: the plan was edited after it was written"
+  # Without the content hash (an older plan) the same content validates against the model.
+  python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); del p["content_sha256"]; json.dump(p, open(sys.argv[2], "w"))' "$work/a.json" "$work/nohash.json"
+  expect "validate a plan without content_sha256" 0 "$CZ" validate "$work/nohash.json" -m "$model" -c "$cluster"
   expect "validate corrupted --json" 1 "$CZ" validate "$work/bad.json" -m "$model" -c "$cluster" --json
   has "corrupted --json: path" "\"\$.params[$idx].dp_owner\""
 fi
