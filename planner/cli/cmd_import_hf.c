@@ -13,7 +13,8 @@ static void import_hf_usage(FILE *f)
 {
     fprintf(f,
             "usage: canzona import-hf CONFIG.json [-o MODEL.json] [--name NAME]\n"
-            "                         [--dtype bf16|fp16|fp32]\n\n"
+            "                         [--dtype bf16|fp16|fp32] [--tp-size N]\n"
+            "                         [--make-vocab-size-divisible-by N]\n\n"
             "Reads a Hugging Face config.json and writes the canzona.model/1 description of the\n"
             "same model with Megatron-Core parameter names: fused Q/K/V and gate/up matrices\n"
             "(declared as blocks), TE-fused layer norms, experts as whole matrices.\n"
@@ -28,6 +29,13 @@ static void import_hf_usage(FILE *f)
             "                     (a file named config.json takes its folder's name), lowercased\n"
             "  --dtype TYPE       parameter/gradient type of the training job: bf16 (default),\n"
             "                     fp16 or fp32\n"
+            "  --tp-size N        the job's tensor-parallel size (default 1): the vocabulary is\n"
+            "                     padded for it, and head counts and FFN sizes Megatron-Core\n"
+            "                     cannot split across N ranks are refused\n"
+            "  --make-vocab-size-divisible-by N\n"
+            "                     Megatron-LM's option of that name (default 128): the\n"
+            "                     vocabulary is padded to a multiple of N x TP; 1 leaves only\n"
+            "                     the multiple of TP that the vocab-parallel embedding needs\n"
             "  -h, --help         show this help\n\n"
             "See docs/FORMATS.md for the model format and the naming conventions.\n");
 }
@@ -76,8 +84,9 @@ static int import_hf_write(const char *path, const char *text)
 
 int cz_cmd_import_hf(int argc, char **argv)
 {
-    const char *config = NULL, *output = NULL, *name = NULL;
-    cz_dtype dtype = CZ_DTYPE_BF16;
+    const char *config = NULL, *output = NULL;
+    cz_import_hf_options opts;
+    cz_import_hf_options_init(&opts);
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -86,16 +95,32 @@ int cz_cmd_import_hf(int argc, char **argv)
             return 0;
         }
         if (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--name") ||
-            !strcmp(a, "--dtype")) {
+            !strcmp(a, "--dtype") || !strcmp(a, "--tp-size") ||
+            !strcmp(a, "--make-vocab-size-divisible-by")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "canzona import-hf: option %s needs a value\n", a);
                 return 2;
             }
             const char *v = argv[++i];
             if (!strcmp(a, "--name")) {
-                name = v;
+                opts.name = v;
+            } else if (!strcmp(a, "--tp-size") || !strcmp(a, "--make-vocab-size-divisible-by")) {
+                char *end;
+                errno = 0;
+                long n = strtol(v, &end, 10);
+                if (errno || end == v || *end || n < 1 || n > (1 << 20)) {
+                    fprintf(stderr,
+                            "canzona import-hf: %s '%s': expected a whole number from 1 to "
+                            "1048576\n",
+                            a, v);
+                    return 2;
+                }
+                if (!strcmp(a, "--tp-size"))
+                    opts.tp_size = (int)n;
+                else
+                    opts.vocab_divisible_by = (int)n;
             } else if (!strcmp(a, "--dtype")) {
-                if (cz_dtype_parse(v, &dtype)) {
+                if (cz_dtype_parse(v, &opts.dtype)) {
                     fprintf(stderr,
                             "canzona import-hf: --dtype '%s' is unknown; use bf16, fp16 or fp32\n",
                             v);
@@ -121,7 +146,7 @@ int cz_cmd_import_hf(int argc, char **argv)
         import_hf_usage(stderr);
         return 2;
     }
-    if (name && !*name) {
+    if (opts.name && !*opts.name) {
         fprintf(stderr, "canzona import-hf: --name must not be empty\n");
         return 2;
     }
@@ -131,7 +156,7 @@ int cz_cmd_import_hf(int argc, char **argv)
     json_t *model = NULL;
     char *text = NULL;
     int status = 1;
-    if (cz_import_hf(&model, config, name, dtype, &err) ||
+    if (cz_import_hf_opts(&model, config, &opts, &err) ||
         cz_model_json_format(&text, model, &err)) {
         fprintf(stderr, "canzona import-hf: %s\n", err.message);
         goto done;

@@ -303,8 +303,8 @@ static int check_duplicates(expander *x)
 
 int cz_model_load(cz_model **out, const char *path, cz_error *err)
 {
-    static const char *const top_keys[] = {"schema", "name",        "dtype",
-                                           "params", "description", NULL};
+    static const char *const top_keys[] = {"schema",      "name",     "dtype", "params",
+                                           "description", "megatron", NULL};
     json_t *root = NULL;
     cz_model *m = NULL;
     expander x = {.ctx = {path, err}};
@@ -351,6 +351,8 @@ int cz_model_load(cz_model **out, const char *path, cz_error *err)
     m->nparams = x.n;
     m->params = x.params;
     x.params = NULL;
+    if ((rc = cz_model_megatron_read(path, root, m, err)) != CZ_OK)
+        goto done;
     *out = m;
     m = NULL;
 done:

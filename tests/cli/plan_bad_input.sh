@@ -84,6 +84,22 @@ expect "TP split that does not divide" 1 'odd.json.*w.*(divis|divide)' \
 expect "block that does not divide" 1 'oddblock.json.*qkv.*(divis|divide)' \
   "$(bad oddblock "$model_head"'{"name": "qkv", "shape": [12, 4], "tp_dim": 0,
      "blocks": {"dim": 0, "sizes": [6, 3, 3]}}]}')" "$C"
+# Megatron-Core's rules from the model's "megatron" record: whole heads and query groups per TP
+# rank, and a vocabulary padded for the cluster's TP.
+mg_model() { # record embedding-rows
+  echo '{"schema": "canzona.model/1", "name": "t", "dtype": "bf16", "megatron": {'"$1"'},
+   "params": [{"name": "embedding.word_embeddings.weight", "shape": ['"$2"', 32], "tp_dim": 0},
+   {"name": "w", "shape": [32, 32], "tp_dim": 0}]}'
+}
+cluster 1 8 1 8 '' >"$work/tp8.json"
+expect "heads not divisible by TP" 1 \
+  'heads.json.*num_attention_heads \(28\).*tensor-parallel size \(8\).*1, 2, 4.*tp8.json' \
+  "$(bad heads "$(mg_model '"num_attention_heads": 28, "num_query_groups": 4' 64)")" "$work/tp8.json"
+expect "query groups not divisible by TP" 1 'groups.json.*num_query_groups \(the KV heads, 4\)' \
+  "$(bad groups "$(mg_model '"num_attention_heads": 32, "num_query_groups": 4' 64)")" "$work/tp8.json"
+expect "vocabulary padded for another TP" 1 'vocab.json.*padded to 512.*TP 8.*pads it to 1024.*--tp-size 8' \
+  "$(bad vocab "$(mg_model '"vocab_size": 500, "make_vocab_size_divisible_by": 128,
+     "tensor_model_parallel_size": 1, "padded_vocab_size": 512' 512)")" "$work/tp8.json"
 expect "dp*tp*pp != gpus" 1 'shape.json.*gpus' "$G" \
   "$(cluster 2 2 1 8 '' >"$work/shape.json"; echo "$work/shape.json")"
 expect "non-positive dp" 1 'zero.json.*\$\.dp' "$G" \
