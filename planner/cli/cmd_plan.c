@@ -25,6 +25,10 @@ static void plan_help(FILE *f)
         "  -m, --model FILE      model description (canzona.model/1)\n"
         "  -c, --cluster FILE    cluster shape (canzona.cluster/1)\n"
         "  -o, --output FILE     write the plan here (without -o only the summary is printed)\n"
+        "      --allow-oversubscribed-memory\n"
+        "                        write the plan even when a GPU's parameters, gradients and\n"
+        "                        optimizer state exceed the cluster's device.memory_gib (the\n"
+        "                        default refuses; above 80%% it warns)\n"
         "      --json            print the summary as JSON instead of text\n"
         "  -q, --quiet           print nothing but errors\n"
         "  -h, --help            this help\n");
@@ -197,16 +201,21 @@ static int print_json_summary(const cz_plan *p, const char *output)
 int cz_cmd_plan(int argc, char **argv)
 {
     static const struct option own[] = {
-        {"model", required_argument, NULL, 'm'},  {"cluster", required_argument, NULL, 'c'},
-        {"output", required_argument, NULL, 'o'}, {"json", no_argument, NULL, 'j'},
-        {"quiet", no_argument, NULL, 'q'},        {"help", no_argument, NULL, 'h'},
+        {"model", required_argument, NULL, 'm'},
+        {"cluster", required_argument, NULL, 'c'},
+        {"output", required_argument, NULL, 'o'},
+        {"json", no_argument, NULL, 'j'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {"allow-oversubscribed-memory", no_argument, NULL, 'M'},
     };
     enum { NOWN = sizeof own / sizeof own[0] };
     struct option opts[NOWN + CZ_CLI_SETTINGS_OPTION_COUNT + 1];
     cz_cli_options_with_settings(opts, own, NOWN);
 
     const char *model_path = NULL, *cluster_path = NULL, *output = NULL;
-    int json = 0, quiet = 0, rc = 1, opt;
+    int json = 0, quiet = 0, allow_memory = 0, rc = 1, opt;
+    char memory_note[1024];
     cz_settings settings;
     cz_settings_init(&settings);
     cz_model *model = NULL;
@@ -232,6 +241,9 @@ int cz_cmd_plan(int argc, char **argv)
             break;
         case 'q':
             quiet = 1;
+            break;
+        case 'M':
+            allow_memory = 1;
             break;
         case 'h':
             plan_help(stdout);
@@ -263,6 +275,12 @@ int cz_cmd_plan(int argc, char **argv)
     }
     if (plan->solver_note[0] && !quiet)
         fprintf(stderr, "canzona plan: warning: %s\n", plan->solver_note);
+    if (cz_plan_memory_check(plan, cluster, allow_memory, memory_note, sizeof memory_note, &err)) {
+        fprintf(stderr, "canzona plan: %s\n", err.message);
+        goto done;
+    }
+    if (memory_note[0] && !quiet)
+        fprintf(stderr, "canzona plan: warning: %s\n", memory_note);
     if (output && cz_plan_write(plan, output, &err) != CZ_OK) {
         fprintf(stderr, "canzona plan: %s\n", err.message);
         goto done;

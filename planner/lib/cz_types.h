@@ -217,6 +217,27 @@ void cz_plan_metrics_free(cz_plan_metrics *m);
 /* Frees the schedules only (sets nschedules to 0). */
 void cz_plan_schedules_free(cz_plan *plan);
 
+/* ---- memory.c ---- */
+/* Model-state bytes on one GPU under a plan (see memory.c for what each part counts). */
+typedef struct cz_memory_gpu {
+    double params; /* the stage's parameter buffer (local shards, bucket padding) */
+    double grads;  /* the gradient buffer: fp32 for bf16 (Megatron's default), else the dtype */
+    double master; /* fp32 master copy of the elements the GPU's DP rank owns (0 for fp32) */
+    double state;  /* optimizer state, metrics.memory */
+    double total;
+} cz_memory_gpu;
+/* plan warns when the busiest GPU's model states exceed this fraction of device.memory_gib. */
+#define CZ_MEMORY_WARN_FRACTION 0.80
+/* Fills *out (malloc'ed, pp*dp*tp entries in the per-GPU order of cz_types.h) for a plan. */
+int cz_plan_memory(const cz_plan *plan, cz_memory_gpu **out, cz_error *err);
+/* Index of the GPU with the largest total. */
+size_t cz_memory_worst(const cz_memory_gpu *g, size_t n);
+/* Compares the busiest GPU with the cluster's device.memory_gib: above the capacity it fails
+ * with CZ_EINVALID (the numbers, the GPU and what to do) unless allow is set; above
+ * CZ_MEMORY_WARN_FRACTION, or above the capacity with allow, it writes a warning (else ""). */
+int cz_plan_memory_check(const cz_plan *plan, const cz_cluster *cluster, int allow, char *warning,
+                         size_t n, cz_error *err);
+
 /* ---- ilp_dp.c, ilp_microgroups.c, dp_tpaware.c ---- */
 /* Outcome of an ILP solve, ordered from best to worst (a plan keeps the worst it saw). */
 enum {

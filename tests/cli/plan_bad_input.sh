@@ -100,6 +100,12 @@ expect "query groups not divisible by TP" 1 'groups.json.*num_query_groups \(the
 expect "vocabulary padded for another TP" 1 'vocab.json.*padded to 512.*TP 8.*pads it to 1024.*--tp-size 8' \
   "$(bad vocab "$(mg_model '"vocab_size": 500, "make_vocab_size_divisible_by": 128,
      "tensor_model_parallel_size": 1, "padded_vocab_size": 512' 512)")" "$work/tp8.json"
+# Model states above the device's memory: refused unless --allow-oversubscribed-memory.
+cluster 2 2 1 4 ', "buckets": {"size": 1000}' | sed 's/"memory_gib": 80/"memory_gib": 0.00001/' \
+  >"$work/small-mem.json"
+expect "model states above device memory" 1 \
+  'GPU [0-9]+ .*needs .*GiB for parameters, gradients and optimizer state.*small-mem.json.*more than the device holds.*--allow-oversubscribed-memory' \
+  "$G" "$work/small-mem.json"
 expect "dp*tp*pp != gpus" 1 'shape.json.*gpus' "$G" \
   "$(cluster 2 2 1 8 '' >"$work/shape.json"; echo "$work/shape.json")"
 expect "non-positive dp" 1 'zero.json.*\$\.dp' "$G" \
@@ -127,6 +133,29 @@ if ! "$CZ" plan --model "$G" --cluster "$C" -o "$work/plan.json" >/dev/null ||
   echo "FAIL good input was refused"; fails=$((fails + 1))
 else
   echo "ok   good input"
+fi
+
+# --allow-oversubscribed-memory plans anyway, with a warning; between 80% and 100% of the device
+# plan warns and writes the plan.
+total=$((total + 2))
+if "$CZ" plan --model "$G" --cluster "$work/small-mem.json" -o "$work/over.json" \
+  --allow-oversubscribed-memory >"$work/stdout" 2>"$work/stderr" &&
+  grep -q "warning: .*more than the device holds (planned anyway" "$work/stderr" &&
+  [ -s "$work/over.json" ]; then
+  echo "ok   --allow-oversubscribed-memory"
+else
+  echo "FAIL --allow-oversubscribed-memory"; cat "$work/stderr"; fails=$((fails + 1))
+fi
+need=$("$CZ" inspect "$work/over.json" --json | sed -n 's/.*"total_gib": \([0-9.e+-]*\).*/\1/p')
+gib=$(awk -v t="$need" 'BEGIN { printf "%.12g", t / 0.9 }')
+cluster 2 2 1 4 ', "buckets": {"size": 1000}' | sed "s/\"memory_gib\": 80/\"memory_gib\": $gib/" \
+  >"$work/tight-mem.json"
+if "$CZ" plan --model "$G" --cluster "$work/tight-mem.json" -o "$work/tight.json" \
+  >"$work/stdout" 2>"$work/stderr" && grep -q "warning: .* 90% of .*above 80%" "$work/stderr"; then
+  echo "ok   warning at 90% of the device"
+else
+  echo "FAIL warning at 90% of the device (need $need GiB, device $gib)"; cat "$work/stderr"
+  fails=$((fails + 1))
 fi
 
 echo "$((total - fails)) passed, $fails failed"
