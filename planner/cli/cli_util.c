@@ -104,7 +104,7 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
         return 0;
     case CZ_OPT_LAYERWISE_ORDER:
         return cz_layerwise_order_parse(value, &s->layerwise_order)
-                   ? bad_value(cmd, "layerwise-order", value, "pingpong or lpt")
+                   ? bad_value(cmd, "layerwise-order", value, "megatron, pingpong or lpt")
                    : 0;
     case CZ_OPT_TP:
         return cz_tp_strategy_parse(value, &s->tp)
@@ -158,13 +158,16 @@ void cz_cli_settings_help(FILE *f)
         "                        device), flops, or numel (elements)\n"
         "  --dp NAME             DP strategy: alpha (default; alpha-balanced, atomic), anchored,\n"
         "                        even (ZeRO-1 slices, fragments parameters), layerwise\n"
-        "                        (Megatron's layer-wise optimizer), tpaware (alpha refined for\n"
-        "                        the per-GPU makespan)\n"
+        "                        (whole parameters dealt to ranks, all-reduce), tpaware (alpha\n"
+        "                        refined for the per-GPU makespan)\n"
         "  --alpha A             alpha in [0, 1] (default 1): 0 = even communication slices,\n"
         "                        1 = global compute balance\n"
         "  --alpha-loads KIND    count alpha's running loads in the cost unit (cost, default)\n"
         "                        or in elements (numel, as the paper's reference code)\n"
-        "  --layerwise-order O   pingpong (default) or lpt, for --dp layerwise\n"
+        "  --layerwise-order O   for --dp layerwise: megatron (default; Megatron-LM's rule:\n"
+        "                        ascending TP-local size, ping-pong over DP ranks), pingpong\n"
+        "                        (forward order, ping-pong; not Megatron's) or lpt (largest\n"
+        "                        first to the least-loaded rank)\n"
         "  --tp NAME             TP micro-group strategy: rollback (default; greedy rollback),\n"
         "                        slot, single, none, or sc (synchronous compute baseline)\n"
         "  --capacity C          micro-group capacity in the cost unit; 0 (default) = automatic:\n"
