@@ -1,8 +1,11 @@
 /* Planning options and value formatting shared by the CLI's subcommands. */
 #include "cli_util.h"
 
+#include "cz_types.h"
+
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,12 +24,25 @@ const struct option cz_cli_settings_options[] = {
     {"ns-steps", required_argument, NULL, CZ_OPT_NS_STEPS},
     {"max-precond-dim", required_argument, NULL, CZ_OPT_MAX_PRECOND_DIM},
     {"precondition-frequency", required_argument, NULL, CZ_OPT_PRECOND_FREQ},
+    {"dp-size", required_argument, NULL, CZ_OPT_DP_SIZE},
+    {"tp-size", required_argument, NULL, CZ_OPT_TP_SIZE},
+    {"pp-size", required_argument, NULL, CZ_OPT_PP_SIZE},
+    {"nodes", required_argument, NULL, CZ_OPT_NODES},
+    {"gpus-per-node", required_argument, NULL, CZ_OPT_GPUS_PER_NODE},
     {NULL, 0, NULL, 0},
 };
 
 static int bad_value(const char *cmd, const char *opt, const char *value, const char *expected)
 {
-    fprintf(stderr, "canzona %s: --%s '%s': expected %s\n", cmd, opt, value, expected);
+    /* --dp and --tp name strategies; a number there is almost surely a size. */
+    char *end = NULL;
+    bool number = value && *value && (strtol(value, &end, 10), end && *end == '\0');
+    bool strategy = !strcmp(opt, "dp") || !strcmp(opt, "tp");
+    fprintf(stderr, "canzona %s: --%s '%s': expected %s%s%s%s\n", cmd, opt, value, expected,
+            number && strategy ? " (a strategy name; for the " : "",
+            number && strategy ? (opt[0] == 'd' ? "DP size use --dp-size" : "TP size use --tp-size")
+                               : "",
+            number && strategy ? ")" : "");
     return 2;
 }
 
@@ -148,6 +164,33 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
     }
 }
 
+int cz_cli_sizes_apply(const char *cmd, int opt, const char *value, cz_cluster_sizes *z)
+{
+    static const struct {
+        int opt;
+        const char *name;
+    } names[] = {{CZ_OPT_DP_SIZE, "dp-size"},
+                 {CZ_OPT_TP_SIZE, "tp-size"},
+                 {CZ_OPT_PP_SIZE, "pp-size"},
+                 {CZ_OPT_NODES, "nodes"},
+                 {CZ_OPT_GPUS_PER_NODE, "gpus-per-node"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (names[i].opt != opt)
+            continue;
+        int v = 0;
+        if (cz_cli_parse_int(cmd, names[i].name, value, 1, 1 << 20, &v))
+            return 2;
+        int *field = opt == CZ_OPT_DP_SIZE   ? &z->dp
+                     : opt == CZ_OPT_TP_SIZE ? &z->tp
+                     : opt == CZ_OPT_PP_SIZE ? &z->pp
+                     : opt == CZ_OPT_NODES   ? &z->nodes
+                                             : &z->gpus_per_node;
+        *field = v;
+        return 0;
+    }
+    return 1;
+}
+
 void cz_cli_settings_help(FILE *f)
 {
     fprintf(
@@ -180,6 +223,19 @@ void cz_cli_settings_help(FILE *f)
         "  --ns-steps N          Newton-Schulz iterations for Muon's cost (default 5)\n"
         "  --max-precond-dim N   SOAP/Shampoo: largest side with a preconditioner (default 10000)\n"
         "  --precondition-frequency N  SOAP/Shampoo eigenbasis refresh period (default 10)\n");
+    cz_cli_sizes_help(f);
+}
+
+void cz_cli_sizes_help(FILE *f)
+{
+    fprintf(f, "\n"
+               "cluster sizes (override the cluster file; the plan records the cluster so made):\n"
+               "  --tp-size N           tensor-parallel size\n"
+               "  --pp-size N           pipeline-parallel size\n"
+               "  --dp-size N           data-parallel size; default: GPUs / (TP x PP), as\n"
+               "                        Megatron-LM derives it\n"
+               "  --nodes N             number of nodes: GPUs = N x GPUs per node\n"
+               "  --gpus-per-node N     GPUs per node (also which traffic crosses nodes)\n");
 }
 
 double cz_cli_jnum(json_t *o, const char *key)
@@ -246,7 +302,7 @@ int cz_cli_require_inputs(const char *cmd, int argc, char **argv, int optind_now
 }
 
 int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *cluster_path,
-                       cz_model **model, cz_cluster **cluster)
+                       const cz_cluster_sizes *sizes, cz_model **model, cz_cluster **cluster)
 {
     cz_error err;
     cz_error_clear(&err);
@@ -254,7 +310,7 @@ int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *clus
     *cluster = NULL;
     if (cz_model_load(model, model_path, &err) != CZ_OK)
         goto fail;
-    if (cz_cluster_load(cluster, cluster_path, &err) != CZ_OK)
+    if (cz_cluster_load_sized(cluster, cluster_path, sizes, &err) != CZ_OK)
         goto fail;
     return 0;
 fail:

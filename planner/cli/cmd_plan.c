@@ -218,6 +218,7 @@ int cz_cmd_plan(int argc, char **argv)
     char memory_note[1024];
     cz_settings settings;
     cz_settings_init(&settings);
+    cz_cluster_sizes sizes = {0};
     cz_model *model = NULL;
     cz_cluster *cluster = NULL;
     cz_plan *plan = NULL;
@@ -252,7 +253,9 @@ int cz_cmd_plan(int argc, char **argv)
             fprintf(stderr, "(see 'canzona plan --help')\n");
             return 2;
         default: {
-            int r = cz_cli_settings_apply("plan", opt, optarg, &settings);
+            int r = cz_cli_sizes_apply("plan", opt, optarg, &sizes);
+            if (r == 1)
+                r = cz_cli_settings_apply("plan", opt, optarg, &settings);
             if (r)
                 return 2;
         }
@@ -260,7 +263,7 @@ int cz_cmd_plan(int argc, char **argv)
     }
     if (cz_cli_require_inputs("plan", argc, argv, optind, model_path, cluster_path))
         return 2;
-    if (cz_cli_load_inputs("plan", model_path, cluster_path, &model, &cluster))
+    if (cz_cli_load_inputs("plan", model_path, cluster_path, &sizes, &model, &cluster))
         goto done;
     int progress_shown = 0;
     if (!quiet && settings.solver == CZ_SOLVER_ILP)

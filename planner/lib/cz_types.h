@@ -188,6 +188,18 @@ double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp);
 /* FLOPs of one optimizer step on a whole m x n matrix (Muon/SOAP/Shampoo), no blocks. */
 double cz_matrix_flops(int64_t m, int64_t n, const cz_settings *s);
 
+/* ---- cluster_io.c ---- */
+/* Sizes from the command line that override a cluster file's; 0 keeps the file's value. */
+typedef struct cz_cluster_sizes {
+    int dp, tp, pp;    /* DP, when 0, becomes GPUs / (TP x PP) as in Megatron-LM */
+    int nodes;         /* GPUs = nodes x gpus_per_node */
+    int gpus_per_node; /* also decides which traffic crosses nodes */
+} cz_cluster_sizes;
+/* cz_cluster_load with sizes written into the file's JSON before it is checked and hashed (so
+ * the hash is that of a file holding these sizes). sizes may be NULL. */
+int cz_cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_sizes *sizes,
+                          cz_error *err);
+
 /* ---- Megatron-Core's rules (megatron_rules.c) ---- */
 /* Megatron's padded vocabulary: vocab rounded up to a multiple of divisible_by * tp. */
 int64_t cz_megatron_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp);
