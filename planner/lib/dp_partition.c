@@ -280,7 +280,7 @@ static bool megatron_is_expert(const cz_plan_param *p)
 }
 
 /* Megatron-LM's first released layer-wise rule (megatron/core/optimizer/
- * layer_wise_optimizer.py, January 2026; kept there as the ping-pong fallback): all parameters
+ * layer_wise_optimizer.py as first released; kept there as the ping-pong fallback): all parameters
  * of all optimizer groups, in group order, sorted stably by their TP-local element count
  * ascending and dealt to DP ranks 0, 1, ..., R-1, R-1, ..., 0, 0, 1, ...; expert parameters are
  * dealt the same way with a counter of their own over the expert-data-parallel group, which is
