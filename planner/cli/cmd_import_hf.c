@@ -14,7 +14,8 @@ static void import_hf_usage(FILE *f)
     fprintf(f,
             "usage: canzona import-hf CONFIG.json [-o MODEL.json] [--name NAME]\n"
             "                         [--dtype bf16|fp16|fp32] [--tp-size N]\n"
-            "                         [--make-vocab-size-divisible-by N]\n\n"
+            "                         [--make-vocab-size-divisible-by N]\n"
+            "                         [--split-qkv yes|no] [--split-gate-up yes|no]\n\n"
             "Reads a Hugging Face config.json and writes the canzona.model/1 description of the\n"
             "same model with Megatron-Core parameter names: fused Q/K/V and gate/up matrices\n"
             "(declared as blocks), TE-fused layer norms, experts as whole matrices.\n"
@@ -36,6 +37,12 @@ static void import_hf_usage(FILE *f)
             "                     Megatron-LM's option of that name (default 128): the\n"
             "                     vocabulary is padded to a multiple of N x TP; 1 leaves only\n"
             "                     the multiple of TP that the vocab-parallel embedding needs\n"
+            "  --split-qkv yes|no whether the matrix optimizer treats Q, K and V of the fused\n"
+            "                     linear_qkv as separate matrices (default yes, as Megatron's\n"
+            "                     Muon does)\n"
+            "  --split-gate-up yes|no\n"
+            "                     whether gate and up of the fused linear_fc1 are separate\n"
+            "                     matrices (default yes; Megatron's Muon keeps them fused: no)\n"
             "  -h, --help         show this help\n\n"
             "See docs/FORMATS.md for the model format and the naming conventions.\n");
 }
@@ -96,7 +103,8 @@ int cz_cmd_import_hf(int argc, char **argv)
         }
         if (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--name") ||
             !strcmp(a, "--dtype") || !strcmp(a, "--tp-size") ||
-            !strcmp(a, "--make-vocab-size-divisible-by")) {
+            !strcmp(a, "--make-vocab-size-divisible-by") || !strcmp(a, "--split-qkv") ||
+            !strcmp(a, "--split-gate-up")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "canzona import-hf: option %s needs a value\n", a);
                 return 2;
@@ -104,6 +112,13 @@ int cz_cmd_import_hf(int argc, char **argv)
             const char *v = argv[++i];
             if (!strcmp(a, "--name")) {
                 opts.name = v;
+            } else if (!strcmp(a, "--split-qkv") || !strcmp(a, "--split-gate-up")) {
+                if (strcmp(v, "yes") && strcmp(v, "no")) {
+                    fprintf(stderr, "canzona import-hf: %s '%s': expected yes or no\n", a, v);
+                    return 2;
+                }
+                *(!strcmp(a, "--split-qkv") ? &opts.split_qkv : &opts.split_gate_up) =
+                    !strcmp(v, "yes");
             } else if (!strcmp(a, "--tp-size") || !strcmp(a, "--make-vocab-size-divisible-by")) {
                 char *end;
                 errno = 0;

@@ -401,6 +401,9 @@ typedef struct cz_import_hf_options {
     cz_dtype dtype;         /* default bf16 */
     int tp_size;            /* the job's tensor-parallel size; default 1 */
     int vocab_divisible_by; /* Megatron's make_vocab_size_divisible_by; default 128 */
+    int split_qkv;          /* 1 (default, Megatron's): QKV declared as blocks Q, K, V */
+    int split_gate_up;      /* 1 (default): linear_fc1 declared as blocks gate, up; Megatron
+                               orthogonalizes the fused matrix whole (0) */
 } cz_import_hf_options;
 void cz_import_hf_options_init(cz_import_hf_options *o);
 /* cz_import_hf with the job's TP size and vocabulary padding: the vocabulary is padded as

@@ -52,7 +52,8 @@ typedef struct hf_config {
     const char *path;
     size_t family_index;
     int64_t hidden, ffn, layers, heads, kv_heads, head_dim, vocab;
-    int64_t padded_vocab; /* Megatron's padding for the job's TP size */
+    int64_t padded_vocab;          /* Megatron's padding for the job's TP size */
+    bool split_qkv, split_gate_up; /* declare the fusions as blocks (see the options) */
     bool tie, qkv_bias, proj_bias, mlp_bias, qk_norm;
     int64_t experts, moe_ffn, shared_ffn, sparse_step;
     bool *moe_layer; /* per layer */
@@ -352,12 +353,14 @@ static json_t *hf_repeat(int64_t n, const char *prefix, json_t *params, bool *ok
 }
 
 /* A SwiGLU MLP: fused gate/up (column-parallel) then down (row-parallel). */
-static void hf_swiglu(json_t *arr, const char *prefix, int64_t hidden, int64_t ffn, bool *ok)
+static void hf_swiglu(json_t *arr, const char *prefix, int64_t hidden, int64_t ffn, bool split,
+                      bool *ok)
 {
     char name[128];
     snprintf(name, sizeof name, "%slinear_fc1.weight", prefix);
     json_t *fc1 = hf_param(name, 2 * ffn, hidden, 0, true, ok);
-    hf_blocks(fc1, ffn, ffn, 0, ok);
+    if (split)
+        hf_blocks(fc1, ffn, ffn, 0, ok);
     hf_add(arr, fc1, ok);
     snprintf(name, sizeof name, "%slinear_fc2.weight", prefix);
     hf_add(arr, hf_param(name, hidden, ffn, 1, true, ok), ok);
@@ -373,7 +376,8 @@ static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
 
     hf_add(a, hf_param("self_attention.linear_qkv.layer_norm_weight", h, -1, -1, false, ok), ok);
     json_t *qkv = hf_param("self_attention.linear_qkv.weight", q + 2 * kv, h, 0, true, ok);
-    hf_blocks(qkv, q, kv, kv, ok);
+    if (c->split_qkv)
+        hf_blocks(qkv, q, kv, kv, ok);
     hf_add(a, qkv, ok);
     if (c->qkv_bias)
         hf_add(a, hf_param("self_attention.linear_qkv.bias", q + 2 * kv, -1, 0, false, ok), ok);
@@ -388,7 +392,8 @@ static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
     if (!moe) {
         hf_add(a, hf_param("mlp.linear_fc1.layer_norm_weight", h, -1, -1, false, ok), ok);
         json_t *fc1 = hf_param("mlp.linear_fc1.weight", 2 * c->ffn, h, 0, true, ok);
-        hf_blocks(fc1, c->ffn, c->ffn, 0, ok);
+        if (c->split_gate_up)
+            hf_blocks(fc1, c->ffn, c->ffn, 0, ok);
         hf_add(a, fc1, ok);
         if (c->mlp_bias)
             hf_add(a, hf_param("mlp.linear_fc1.bias", 2 * c->ffn, -1, 0, false, ok), ok);
@@ -402,10 +407,10 @@ static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
     hf_add(a, hf_param("pre_mlp_layernorm.weight", h, -1, -1, false, ok), ok);
     hf_add(a, hf_param("mlp.router.weight", c->experts, h, -1, false, ok), ok);
     json_t *expert = json_array();
-    hf_swiglu(expert, "", h, c->moe_ffn, ok);
+    hf_swiglu(expert, "", h, c->moe_ffn, c->split_gate_up, ok);
     hf_add(a, hf_repeat(c->experts, "mlp.experts.local_experts.{i}.", expert, ok), ok);
     if (c->shared_ffn > 0) {
-        hf_swiglu(a, "mlp.shared_experts.", h, c->shared_ffn, ok);
+        hf_swiglu(a, "mlp.shared_experts.", h, c->shared_ffn, c->split_gate_up, ok);
         /* Qwen2-MoE's shared_expert_gate, Linear(hidden, 1): Megatron's gate_weight. */
         hf_add(a, hf_param("mlp.shared_experts.gate_weight", 1, h, -1, false, ok), ok);
     }
@@ -537,6 +542,8 @@ void cz_import_hf_options_init(cz_import_hf_options *o)
     o->dtype = CZ_DTYPE_BF16;
     o->tp_size = 1;
     o->vocab_divisible_by = 128;
+    o->split_qkv = 1;
+    o->split_gate_up = 1;
 }
 
 int cz_import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,
@@ -556,7 +563,9 @@ int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_impo
     bool ok = true;
     json_t *root = NULL, *model = NULL;
     char *derived = NULL, *description = NULL;
-    hf_config c = {.path = config_path};
+    hf_config c = {.path = config_path,
+                   .split_qkv = o && o->split_qkv,
+                   .split_gate_up = o && o->split_gate_up};
 
     if (!out_model || !config_path || !o)
         return cz_error_set(err, CZ_EINVALID,

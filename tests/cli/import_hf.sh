@@ -92,7 +92,16 @@ for bad in 0 x -2 1.5; do
     check "--make-vocab-size-divisible-by $bad exits 2" test $? -eq 2
 done
 
-for opt in --output --name --dtype --tp-size --make-vocab-size-divisible-by --help; do
+# Megatron's Muon keeps gate/up fused: --split-gate-up no drops the fc1 blocks.
+"$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/qwen3-8b.config.json" --split-gate-up no -o "$tmp/fused.json"
+check "--split-gate-up no: no gate/up blocks" \
+    test "$(grep -c '"sizes": \[12288, 12288\]' "$tmp/fused.json")" -eq 0
+check "--split-gate-up no: Q/K/V blocks kept" grep -q '"sizes": \[4096, 1024, 1024\]' "$tmp/fused.json"
+"$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/qwen3-8b.config.json" --split-qkv maybe > "$tmp/out.txt" 2>&1
+check "--split-qkv maybe exits 2" test $? -eq 2
+
+for opt in --output --name --dtype --tp-size --make-vocab-size-divisible-by --split-qkv \
+    --split-gate-up --help; do
     check "--help mentions $opt" grep -q -- "$opt" "$tmp/help.txt"
 done
 

@@ -496,6 +496,43 @@ START_TEST(test_ffn_not_divisible_by_tp)
 }
 END_TEST
 
+START_TEST(test_split_options)
+{
+    /* Megatron's Muon orthogonalizes the fused gate/up matrix whole: --split-gate-up no writes
+     * linear_fc1 without blocks (dense, experts and shared experts alike); --split-qkv no does
+     * the same for linear_qkv. Shapes and element counts do not change. */
+    char *path = src_path("tests/data/hf/qwen2-moe-mixed.config.json");
+    cz_import_hf_options o;
+    cz_error err;
+    json_t *plain = import_ok("tests/data/hf/qwen2-moe-mixed.config.json", NULL, CZ_DTYPE_BF16);
+    static const char *const fc1[] = {
+        "decoder.layers.0.mlp.linear_fc1.weight",
+        "decoder.layers.1.mlp.experts.local_experts.3.linear_fc1.weight",
+        "decoder.layers.2.mlp.shared_experts.linear_fc1.weight"};
+    static const char *const qkv = "decoder.layers.1.self_attention.linear_qkv.weight";
+    for (int variant = 0; variant < 2; variant++) {
+        cz_import_hf_options_init(&o);
+        if (variant == 0)
+            o.split_gate_up = 0;
+        else
+            o.split_qkv = 0;
+        json_t *m = NULL;
+        ck_assert_msg(cz_import_hf_opts(&m, path, &o, &err) == 0, "%s", err.message);
+        for (int i = 0; i < 3; i++) {
+            const json_t *p = find(m, fc1[i]);
+            ck_assert_msg((json_object_get(p, "blocks") == NULL) == (variant == 0), "%s", fc1[i]);
+            ck_assert(json_equal(json_object_get(p, "shape"),
+                                 json_object_get(find(plain, fc1[i]), "shape")));
+        }
+        ck_assert((json_object_get(find(m, qkv), "blocks") == NULL) == (variant == 1));
+        ck_assert_int_eq(walk_model(m, NULL).elements, walk_model(plain, NULL).elements);
+        json_decref(m);
+    }
+    json_decref(plain);
+    free(path);
+}
+END_TEST
+
 /* ---- errors ---- */
 
 START_TEST(test_unknown_model_type)
@@ -601,6 +638,7 @@ static Suite *import_hf_suite(void)
     tcase_add_test(t, test_vocab_padding_off);
     tcase_add_test(t, test_heads_not_divisible_by_tp);
     tcase_add_test(t, test_ffn_not_divisible_by_tp);
+    tcase_add_test(t, test_split_options);
     suite_add_tcase(s, t);
     t = tcase_create("errors");
     tcase_add_test(t, test_unknown_model_type);
