@@ -165,7 +165,26 @@ static json_t *array_of(const double *v, size_t n)
     return a;
 }
 
-static int print_json_summary(const cz_plan *p, const char *output)
+/* The busiest GPU's model states against the device (see docs/PLANNER.md, Memory per GPU). */
+static json_t *memory_json(const cz_plan *p, const cz_cluster *c)
+{
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    cz_memory_gpu *g = NULL;
+    cz_error err;
+    if (cz_plan_memory(p, &g, &err) != CZ_OK)
+        return NULL;
+    size_t w = cz_memory_worst(g, (size_t)p->dp * (size_t)p->tp * (size_t)p->pp);
+    double dev = c->device.memory_gib;
+    json_t *o =
+        json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "gpu", (json_int_t)w, "params_gib",
+                  g[w].params / gib, "grads_gib", g[w].grads / gib, "master_gib", g[w].master / gib,
+                  "state_gib", g[w].state / gib, "total_gib", g[w].total / gib, "device_gib", dev,
+                  "used_fraction", dev > 0 ? g[w].total / gib / dev : 0.0);
+    free(g);
+    return o;
+}
+
+static int print_json_summary(const cz_plan *p, const cz_cluster *c, const char *output)
 {
     const cz_plan_metrics *mt = &p->metrics;
     size_t nranks = (size_t)p->pp * (size_t)p->dp;
@@ -188,7 +207,9 @@ static int print_json_summary(const cz_plan *p, const char *output)
         p->solver_seconds, "solver_phases", "dp_status", cz_solve_status_name(p->solver_status_dp),
         "dp_gap", p->solver_gap_dp, "tp_status", cz_solve_status_name(p->solver_status_tp),
         "tp_gap", p->solver_gap_tp);
-    if (!o) {
+    json_t *mem = o ? memory_json(p, c) : NULL;
+    if (!o || !mem || json_object_set_new(o, "memory_per_gpu", mem)) {
+        json_decref(o);
         fprintf(stderr, "canzona plan: out of memory\n");
         return 1;
     }
@@ -292,7 +313,7 @@ int cz_cmd_plan(int argc, char **argv)
     if (quiet)
         goto done;
     if (json)
-        rc = print_json_summary(plan, output);
+        rc = print_json_summary(plan, cluster, output);
     else
         print_summary(plan, model, cluster, output);
 done:

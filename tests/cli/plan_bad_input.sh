@@ -158,5 +158,13 @@ else
   fails=$((fails + 1))
 fi
 
+total=$((total + 1))
+if "$CZ" plan --model "$G" --cluster "$work/tight-mem.json" --json 2>"$work/stderr" |
+  grep -Eq '"used_fraction": 0\.(89|9)'; then
+  echo "ok   plan --json reports the busiest GPU's share of the device"
+else
+  echo "FAIL plan --json memory_per_gpu"; fails=$((fails + 1))
+fi
+
 echo "$((total - fails)) passed, $fails failed"
 [ $fails -eq 0 ]
