@@ -29,6 +29,7 @@ const struct option cz_cli_settings_options[] = {
     {"pp-size", required_argument, NULL, CZ_OPT_PP_SIZE},
     {"nodes", required_argument, NULL, CZ_OPT_NODES},
     {"gpus-per-node", required_argument, NULL, CZ_OPT_GPUS_PER_NODE},
+    {"bucket-size", required_argument, NULL, CZ_OPT_BUCKET_SIZE},
     {NULL, 0, NULL, 0},
 };
 
@@ -166,6 +167,19 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
 
 int cz_cli_sizes_apply(const char *cmd, int opt, const char *value, cz_cluster_sizes *z)
 {
+    if (opt == CZ_OPT_BUCKET_SIZE) {
+        long v = 0;
+        if (!strcmp(value, "paper"))
+            z->bucket_size = CZ_BUCKETS_PAPER;
+        else if (!strcmp(value, "megatron"))
+            z->bucket_size = CZ_BUCKETS_MEGATRON;
+        else if (parse_long(value, 1, 1L << 40, &v) == 0)
+            z->bucket_size = v;
+        else
+            return bad_value(cmd, "bucket-size", value,
+                             "a number of elements, paper (4e8) or megatron (max(4e7, 1e6 x DP))");
+        return 0;
+    }
     static const struct {
         int opt;
         const char *name;
@@ -228,14 +242,18 @@ void cz_cli_settings_help(FILE *f)
 
 void cz_cli_sizes_help(FILE *f)
 {
-    fprintf(f, "\n"
-               "cluster sizes (override the cluster file; the plan records the cluster so made):\n"
-               "  --tp-size N           tensor-parallel size\n"
-               "  --pp-size N           pipeline-parallel size\n"
-               "  --dp-size N           data-parallel size; default: GPUs / (TP x PP), as\n"
-               "                        Megatron-LM derives it\n"
-               "  --nodes N             number of nodes: GPUs = N x GPUs per node\n"
-               "  --gpus-per-node N     GPUs per node (also which traffic crosses nodes)\n");
+    fprintf(f,
+            "\n"
+            "cluster sizes (override the cluster file; the plan records the cluster so made):\n"
+            "  --tp-size N           tensor-parallel size\n"
+            "  --pp-size N           pipeline-parallel size\n"
+            "  --dp-size N           data-parallel size; default: GPUs / (TP x PP), as\n"
+            "                        Megatron-LM derives it\n"
+            "  --nodes N             number of nodes: GPUs = N x GPUs per node\n"
+            "  --gpus-per-node N     GPUs per node (also which traffic crosses nodes)\n"
+            "  --bucket-size B       gradient bucket size in elements, or a preset: paper\n"
+            "                        (4e8, the paper's scripts) or megatron (Megatron's\n"
+            "                        default max(4e7, 1e6 x DP), also when the file sets one)\n");
 }
 
 double cz_cli_jnum(json_t *o, const char *key)

@@ -32,13 +32,14 @@ enum {
     CZ_OPT_PP_SIZE,
     CZ_OPT_NODES,
     CZ_OPT_GPUS_PER_NODE,
+    CZ_OPT_BUCKET_SIZE,
     CZ_OPT_LAST_SETTING
 };
 
 /* getopt_long entries for the options above, terminated by a zero entry so that commands can
  * append them to their own table with cz_cli_options_concat. */
 extern const struct option cz_cli_settings_options[];
-#define CZ_CLI_SETTINGS_OPTION_COUNT 19
+#define CZ_CLI_SETTINGS_OPTION_COUNT 20
 
 /* Fills out[] with the command's own nown options followed by the settings options and the
  * terminating zero entry; out must hold nown + CZ_CLI_SETTINGS_OPTION_COUNT + 1 entries. */
@@ -57,8 +58,8 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
 void cz_cli_settings_help(FILE *f);
 
 /* Applies one cluster-size option (--dp-size, --tp-size, --pp-size, --nodes, --gpus-per-node,
- * part of cz_cli_settings_options) to *z. Returns 0, 2 after printing a usage error, or 1 when
- * `opt` is not a size option. */
+ * --bucket-size; part of cz_cli_settings_options) to *z. Returns 0, 2 after printing a usage error,
+ * or 1 when `opt` is not a size option. */
 int cz_cli_sizes_apply(const char *cmd, int opt, const char *value, struct cz_cluster_sizes *z);
 /* Prints the help lines of the size options (cz_cli_settings_help includes them). */
 void cz_cli_sizes_help(FILE *f);

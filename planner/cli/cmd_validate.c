@@ -87,6 +87,7 @@ int cz_cmd_validate(int argc, char **argv)
         {"pp-size", required_argument, NULL, CZ_OPT_PP_SIZE},
         {"nodes", required_argument, NULL, CZ_OPT_NODES},
         {"gpus-per-node", required_argument, NULL, CZ_OPT_GPUS_PER_NODE},
+        {"bucket-size", required_argument, NULL, CZ_OPT_BUCKET_SIZE},
         {NULL, 0, NULL, 0},
     };
     cz_cluster_sizes sizes = {0};

@@ -57,6 +57,22 @@ static int apply_sizes(const cz_json_ctx *c, json_t *root, const cz_cluster_size
                                 c->file, tp, pp, model, target, whence);
         dp = (int)(target / model);
     }
+    if (z->bucket_size != 0) {
+        /* Megatron's default written out, since a "buckets" object must give a size. */
+        int64_t size = z->bucket_size > 0
+                           ? z->bucket_size
+                           : ((int64_t)dp * 1000000 > 40000000 ? (int64_t)dp * 1000000 : 40000000);
+        json_t *b = json_object_get(root, "buckets");
+        if (!json_is_object(b)) {
+            if (b)
+                return cz_json_fail(c, "$.buckets", "expected an object");
+            b = json_object();
+            if (!b || json_object_set_new(root, "buckets", b))
+                return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+        }
+        if (json_object_set_new(b, "size", json_integer(size)))
+            return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+    }
     if (json_object_set_new(root, "gpus", json_integer(target)) ||
         json_object_set_new(root, "dp", json_integer(dp)) ||
         json_object_set_new(root, "tp", json_integer(tp)) ||
@@ -68,7 +84,8 @@ static int apply_sizes(const cz_json_ctx *c, json_t *root, const cz_cluster_size
 
 static bool sizes_given(const cz_cluster_sizes *z)
 {
-    return z && (z->dp > 0 || z->tp > 0 || z->pp > 0 || z->nodes > 0 || z->gpus_per_node > 0);
+    return z && (z->dp > 0 || z->tp > 0 || z->pp > 0 || z->nodes > 0 || z->gpus_per_node > 0 ||
+                 z->bucket_size != 0);
 }
 
 int cz_cluster_load(cz_cluster **out, const char *path, cz_error *err)

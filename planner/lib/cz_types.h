@@ -191,10 +191,14 @@ double cz_matrix_flops(int64_t m, int64_t n, const cz_settings *s);
 /* ---- cluster_io.c ---- */
 /* Sizes from the command line that override a cluster file's; 0 keeps the file's value. */
 typedef struct cz_cluster_sizes {
-    int dp, tp, pp;    /* DP, when 0, becomes GPUs / (TP x PP) as in Megatron-LM */
-    int nodes;         /* GPUs = nodes x gpus_per_node */
-    int gpus_per_node; /* also decides which traffic crosses nodes */
+    int dp, tp, pp;      /* DP, when 0, becomes GPUs / (TP x PP) as in Megatron-LM */
+    int nodes;           /* GPUs = nodes x gpus_per_node */
+    int gpus_per_node;   /* also decides which traffic crosses nodes */
+    int64_t bucket_size; /* gradient bucket size in elements; CZ_BUCKETS_MEGATRON: Megatron's
+                            default max(4e7, 1e6 x DP) even when the file sets one */
 } cz_cluster_sizes;
+#define CZ_BUCKETS_MEGATRON (-1)
+#define CZ_BUCKETS_PAPER ((int64_t)400000000) /* the bucket size of the paper's scripts */
 /* cz_cluster_load with sizes written into the file's JSON before it is checked and hashed (so
  * the hash is that of a file holding these sizes). sizes may be NULL. */
 int cz_cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_sizes *sizes,

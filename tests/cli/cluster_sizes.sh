@@ -54,8 +54,16 @@ expect "simulate with sizes" 0 'canzona +alpha\+rollback' \
   "$CZ" simulate -m "$M" -c "$C" --tp-size 4
 expect "compare with sizes" 0 'alpha' \
   "$CZ" compare -m "$M" -c "$C" --tp-size 4 --dp-size 8 --repeats 1
+expect "--bucket-size paper" 0 'buckets .*size 400000000 elements' \
+  "$CZ" plan -m "$M" -c "$C" --bucket-size paper
+expect "--bucket-size megatron at DP 64" 0 'buckets .*size 64000000 elements' \
+  "$CZ" plan -m "$M" -c "$C" --bucket-size megatron --tp-size 4
+expect "--bucket-size in elements" 0 'buckets .*size 1000000 elements' \
+  "$CZ" plan -m "$M" -c "$C" --bucket-size 1000000
+expect "a bad --bucket-size" 2 "--bucket-size 'huge': expected a number of elements, paper" \
+  "$CZ" plan -m "$M" -c "$C" --bucket-size huge
 expect "plan --help lists the size options" 0 '--dp-size N.*' "$CZ" plan --help
-for opt in --tp-size --pp-size --nodes --gpus-per-node; do
+for opt in --tp-size --pp-size --nodes --gpus-per-node --bucket-size; do
   expect "plan --help lists $opt" 0 "$opt" "$CZ" plan --help
 done
 

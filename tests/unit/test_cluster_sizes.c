@@ -122,6 +122,40 @@ START_TEST(test_contradictions)
 }
 END_TEST
 
+START_TEST(test_bucket_presets)
+{
+    /* A file with its own buckets {size 1000, align 128}. */
+    static char path[512];
+    snprintf(path, sizeof path, "%s/b.json", tmpdir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"schema\": \"canzona.cluster/1\", \"name\": \"c\", \"gpus\": 256, \"dp\": 32, "
+          "\"tp\": 8, \"pp\": 1, \"gpus_per_node\": 8, \"device\": {\"name\": \"x\", "
+          "\"matmul_tflops\": 100, \"mem_gbps\": 1000, \"memory_gib\": 80}, \"links\": "
+          "{\"intra_node_gbps\": 100, \"inter_node_gbps\": 10, \"latency_us\": 5}, "
+          "\"buckets\": {\"size\": 1000, \"align\": 128}}\n",
+          f);
+    fclose(f);
+    cz_cluster *c = load(path, (cz_cluster_sizes){.bucket_size = CZ_BUCKETS_PAPER});
+    ck_assert_int_eq(c->bucket_size, 400000000);
+    ck_assert_int_eq(c->bucket_align, 128);
+    cz_cluster_free(c);
+    /* Megatron's default max(4e7, 1e6 x DP): 4e7 at DP 32, 6.4e7 at DP 64 (TP 4). */
+    c = load(path, (cz_cluster_sizes){.bucket_size = CZ_BUCKETS_MEGATRON});
+    ck_assert_int_eq(c->bucket_size, 40000000);
+    cz_cluster_free(c);
+    c = load(path, (cz_cluster_sizes){.bucket_size = CZ_BUCKETS_MEGATRON, .tp = 4});
+    ck_assert_int_eq(c->dp, 64);
+    ck_assert_int_eq(c->bucket_size, 64000000);
+    cz_cluster_free(c);
+    /* A file without buckets gets one. */
+    c = load(cluster_file("a.json", 256, 32, 8, 1, 8), (cz_cluster_sizes){.bucket_size = 5000});
+    ck_assert_int_eq(c->bucket_size, 5000);
+    ck_assert_int_eq(c->bucket_align, 64);
+    cz_cluster_free(c);
+}
+END_TEST
+
 static Suite *sizes_suite(void)
 {
     Suite *s = suite_create("cluster_sizes");
@@ -130,6 +164,7 @@ static Suite *sizes_suite(void)
     tcase_add_test(t, test_derived_dp);
     tcase_add_test(t, test_hash_of_the_result);
     tcase_add_test(t, test_contradictions);
+    tcase_add_test(t, test_bucket_presets);
     suite_add_tcase(s, t);
     return s;
 }
