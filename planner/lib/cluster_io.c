@@ -28,6 +28,10 @@ static int apply_sizes(const cz_json_ctx *c, json_t *root, const cz_cluster_size
         pp = z->pp;
     int64_t target = gpus, model = (int64_t)tp * pp;
     const char *whence = "the cluster's gpus";
+    if (model > INT_MAX)
+        return cz_error_set(c->err, CZ_EINVALID,
+                            "%s: TP size %d x PP size %d is more GPUs than supported", c->file, tp,
+                            pp);
     if (z->nodes > 0) {
         target = (int64_t)z->nodes * gpn;
         whence = "nodes x GPUs per node";
