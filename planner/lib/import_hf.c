@@ -607,6 +607,13 @@ int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_impo
     if ((rc = hf_config_read(&c, root, err)) || (rc = hf_check_tp(&c, o->tp_size, err)))
         goto done;
     c.padded_vocab = cz_megatron_padded_vocab(c.vocab, o->vocab_divisible_by, o->tp_size);
+    if (c.padded_vocab < 1 || c.padded_vocab > HF_MAX_DIM) {
+        rc = cz_error_set(err, CZ_EINVALID,
+                          "%s: $.vocab_size %" PRId64 " padded to a multiple of %d x TP %d exceeds "
+                          "%" PRId64 "; use a smaller --make-vocab-size-divisible-by",
+                          config_path, c.vocab, o->vocab_divisible_by, o->tp_size, HF_MAX_DIM);
+        goto done;
+    }
 
     if (!name) {
         name = derived = hf_default_name(config_path, root);
