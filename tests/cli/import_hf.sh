@@ -84,7 +84,7 @@ check "... naming the key and the numbers" \
     grep -q 'num_key_value_heads (the KV heads, 4) must be a multiple of the tensor-parallel size (8)' \
     "$tmp/err.txt"
 check "target still untouched after a TP refusal" grep -qx "previous content" "$tmp/target.json"
-"$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/qwen3-8b.config.json" --tp-size 1048576 \
+"$CZ" import-hf "$CZ_SOURCE_DIR/tests/data/hf/mha-32.config.json" --tp-size 32 \
     --make-vocab-size-divisible-by 1048576 > "$tmp/out.txt" 2> "$tmp/err.txt"
 check "a padded vocabulary beyond the bound exits 1" test $? -eq 1
 check "... naming the option" grep -q 'make-vocab-size-divisible-by' "$tmp/err.txt"
