@@ -119,6 +119,11 @@ START_TEST(test_contradictions)
         CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "DP size 16 x TP size 8 x PP size 1 = 128 GPUs"));
     ck_assert_ptr_nonnull(strstr(err.message, "4 nodes x 8 GPUs per node = 32"));
+    /* A file's TP x PP beyond int is refused before DP multiplies it (no overflow). */
+    path = cluster_file("huge.json", 1, 1, 2147483647, 2147483647, 8);
+    ck_assert_int_eq(cz_cluster_load_sized(&c, path, &(cz_cluster_sizes){.dp = 1 << 20}, &err),
+                     CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "is more GPUs than supported"));
 }
 END_TEST
 
