@@ -37,9 +37,14 @@ def combos():
     return out
 
 
+# The tables measure balance on every pair, also where the model states do not fit the device
+# (Qwen3-14B and larger on 8 GPUs at TP 1), which plan would otherwise refuse.
+MEMORY = ["--allow-oversubscribed-memory"]
+
+
 def run_plan(canzona, model, cluster, args):
     cmd = [canzona, "plan", "--model", f"plans/models/{model}.json",
-           "--cluster", f"plans/clusters/{cluster}.json", "--json"] + args
+           "--cluster", f"plans/clusters/{cluster}.json", "--json"] + MEMORY + args
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if res.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{res.stderr}")
@@ -52,7 +57,7 @@ def time_plan(canzona, model, cluster, runs):
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [canzona, "plan", "--model", f"plans/models/{model}.json",
                "--cluster", f"plans/clusters/{cluster}.json",
-               "-o", os.path.join(tmp, "plan.json"), "--quiet"]
+               "-o", os.path.join(tmp, "plan.json"), "--quiet"] + MEMORY
         times = []
         for _ in range(runs):
             t0 = time.perf_counter()
@@ -65,8 +70,8 @@ def print_speed(canzona, runs):
     print("\n#### Planning speed (whole process incl. JSON I/O, default settings)\n")
     print("| model | cluster | median s | min s | max s | runs |")
     print("|---|---|---:|---:|---:|---:|")
+    # Qwen3-30B-A3B's 4 KV heads rule out TP 8 (Megatron-Core's query-group rule).
     for model, cluster in [("qwen3-32b", "h100-256-dp32-tp8"),
-                           ("qwen3-30b-a3b", "h100-256-dp32-tp8"),
                            ("qwen3-30b-a3b", "h100-256-dp64-tp4")]:
         med, lo, hi = time_plan(canzona, model, cluster, runs)
         print(f"| {model} | {cluster} | {med:.3f} | {lo:.3f} | {hi:.3f} | {runs} |")

@@ -3,6 +3,7 @@
 #include "cz_types.h"
 #include "file_io.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,9 @@ static void import_hf_usage(FILE *f)
 {
     fprintf(f,
             "usage: canzona import-hf CONFIG.json [-o MODEL.json] [--name NAME]\n"
-            "                         [--dtype bf16|fp16|fp32]\n\n"
+            "                         [--dtype bf16|fp16|fp32] [--tp-size N]\n"
+            "                         [--make-vocab-size-divisible-by N]\n"
+            "                         [--split-qkv yes|no] [--split-gate-up yes|no]\n\n"
             "Reads a Hugging Face config.json and writes the canzona.model/1 description of the\n"
             "same model with Megatron-Core parameter names: fused Q/K/V and gate/up matrices\n"
             "(declared as blocks), TE-fused layer norms, experts as whole matrices.\n"
@@ -27,14 +30,28 @@ static void import_hf_usage(FILE *f)
             "                     (a file named config.json takes its folder's name), lowercased\n"
             "  --dtype TYPE       parameter/gradient type of the training job: bf16 (default),\n"
             "                     fp16 or fp32\n"
+            "  --tp-size N        the job's tensor-parallel size (default 1): the vocabulary is\n"
+            "                     padded for it, and head counts and FFN sizes Megatron-Core\n"
+            "                     cannot split across N ranks are refused\n"
+            "  --make-vocab-size-divisible-by N\n"
+            "                     Megatron-LM's option of that name (default 128): the\n"
+            "                     vocabulary is padded to a multiple of N x TP; 1 leaves only\n"
+            "                     the multiple of TP that the vocab-parallel embedding needs\n"
+            "  --split-qkv yes|no whether the matrix optimizer treats Q, K and V of the fused\n"
+            "                     linear_qkv as separate matrices (default yes, as Megatron's\n"
+            "                     Muon does)\n"
+            "  --split-gate-up yes|no\n"
+            "                     whether gate and up of the fused linear_fc1 are separate\n"
+            "                     matrices (default yes; Megatron's Muon keeps them fused: no)\n"
             "  -h, --help         show this help\n\n"
             "See docs/FORMATS.md for the model format and the naming conventions.\n");
 }
 
 int cz_cmd_import_hf(int argc, char **argv)
 {
-    const char *config = NULL, *output = NULL, *name = NULL;
-    cz_dtype dtype = CZ_DTYPE_BF16;
+    const char *config = NULL, *output = NULL;
+    cz_import_hf_options opts;
+    cz_import_hf_options_init(&opts);
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -43,16 +60,40 @@ int cz_cmd_import_hf(int argc, char **argv)
             return 0;
         }
         if (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--name") ||
-            !strcmp(a, "--dtype")) {
+            !strcmp(a, "--dtype") || !strcmp(a, "--tp-size") ||
+            !strcmp(a, "--make-vocab-size-divisible-by") || !strcmp(a, "--split-qkv") ||
+            !strcmp(a, "--split-gate-up")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "canzona import-hf: option %s needs a value\n", a);
                 return 2;
             }
             const char *v = argv[++i];
             if (!strcmp(a, "--name")) {
-                name = v;
+                opts.name = v;
+            } else if (!strcmp(a, "--split-qkv") || !strcmp(a, "--split-gate-up")) {
+                if (strcmp(v, "yes") && strcmp(v, "no")) {
+                    fprintf(stderr, "canzona import-hf: %s '%s': expected yes or no\n", a, v);
+                    return 2;
+                }
+                *(!strcmp(a, "--split-qkv") ? &opts.split_qkv : &opts.split_gate_up) =
+                    !strcmp(v, "yes");
+            } else if (!strcmp(a, "--tp-size") || !strcmp(a, "--make-vocab-size-divisible-by")) {
+                char *end;
+                errno = 0;
+                long n = strtol(v, &end, 10);
+                if (errno || end == v || *end || n < 1 || n > (1 << 20)) {
+                    fprintf(stderr,
+                            "canzona import-hf: %s '%s': expected a whole number from 1 to "
+                            "1048576\n",
+                            a, v);
+                    return 2;
+                }
+                if (!strcmp(a, "--tp-size"))
+                    opts.tp_size = (int)n;
+                else
+                    opts.vocab_divisible_by = (int)n;
             } else if (!strcmp(a, "--dtype")) {
-                if (cz_dtype_parse(v, &dtype)) {
+                if (cz_dtype_parse(v, &opts.dtype)) {
                     fprintf(stderr,
                             "canzona import-hf: --dtype '%s' is unknown; use bf16, fp16 or fp32\n",
                             v);
@@ -78,7 +119,7 @@ int cz_cmd_import_hf(int argc, char **argv)
         import_hf_usage(stderr);
         return 2;
     }
-    if (name && !*name) {
+    if (opts.name && !*opts.name) {
         fprintf(stderr, "canzona import-hf: --name must not be empty\n");
         return 2;
     }
@@ -90,7 +131,7 @@ int cz_cmd_import_hf(int argc, char **argv)
     int status = 1;
     const char *inputs[] = {config}, *what[] = {"the config"};
     if (cz_file_check_output(output, inputs, what, 1, &err) ||
-        cz_import_hf(&model, config, name, dtype, &err) ||
+        cz_import_hf_opts(&model, config, &opts, &err) ||
         cz_model_json_format(&text, model, &err) ||
         cz_file_write(output ? output : "-", text, strlen(text), &err)) {
         fprintf(stderr, "canzona import-hf: %s\n", err.message);

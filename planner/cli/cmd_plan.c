@@ -30,6 +30,10 @@ static void plan_help(FILE *f)
         "  -o, --output FILE     write the plan here; '-' writes it to standard output and the\n"
         "                        summary to standard error (without -o only the summary is\n"
         "                        printed)\n"
+        "      --allow-oversubscribed-memory\n"
+        "                        write the plan even when a GPU's parameters, gradients and\n"
+        "                        optimizer state exceed the cluster's device.memory_gib (the\n"
+        "                        default refuses; above 80%% it warns)\n"
         "      --json            print the summary as JSON instead of text\n"
         "  -q, --quiet           print nothing but errors\n"
         "  -h, --help            this help\n");
@@ -171,7 +175,27 @@ static json_t *array_of(const double *v, size_t n)
     return a;
 }
 
-static int print_json_summary(const cz_plan *p, const char *output, FILE *out)
+/* The busiest GPU's model states against the device (see docs/PLANNER.md, Memory per GPU). */
+static json_t *memory_json(const cz_plan *p, const cz_cluster *c)
+{
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    cz_memory_gpu *g = NULL;
+    cz_error err;
+    if (cz_plan_memory(p, &g, &err) != CZ_OK)
+        return NULL;
+    size_t w = cz_memory_worst(g, (size_t)p->dp * (size_t)p->tp * (size_t)p->pp);
+    double dev = c->device.memory_gib;
+    json_t *o =
+        json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "gpu", (json_int_t)w, "params_gib",
+                  g[w].params / gib, "grads_gib", g[w].grads / gib, "master_gib", g[w].master / gib,
+                  "state_gib", g[w].state / gib, "total_gib", g[w].total / gib, "device_gib", dev,
+                  "used_fraction", dev > 0 ? g[w].total / gib / dev : 0.0);
+    free(g);
+    return o;
+}
+
+static int print_json_summary(const cz_plan *p, const cz_cluster *c, const char *output,
+                              FILE *out)
 {
     const cz_plan_metrics *mt = &p->metrics;
     size_t nranks = (size_t)p->pp * (size_t)p->dp;
@@ -194,7 +218,9 @@ static int print_json_summary(const cz_plan *p, const char *output, FILE *out)
         p->solver_seconds, "solver_phases", "dp_status", cz_solve_status_name(p->solver_status_dp),
         "dp_gap", p->solver_gap_dp, "tp_status", cz_solve_status_name(p->solver_status_tp),
         "tp_gap", p->solver_gap_tp);
-    if (!o) {
+    json_t *mem = o ? memory_json(p, c) : NULL;
+    if (!o || !mem || json_object_set_new(o, "memory_per_gpu", mem)) {
+        json_decref(o);
         fprintf(stderr, "canzona plan: out of memory\n");
         return 1;
     }
@@ -207,18 +233,24 @@ static int print_json_summary(const cz_plan *p, const char *output, FILE *out)
 int cz_cmd_plan(int argc, char **argv)
 {
     static const struct option own[] = {
-        {"model", required_argument, NULL, 'm'},  {"cluster", required_argument, NULL, 'c'},
-        {"output", required_argument, NULL, 'o'}, {"json", no_argument, NULL, 'j'},
-        {"quiet", no_argument, NULL, 'q'},        {"help", no_argument, NULL, 'h'},
+        {"model", required_argument, NULL, 'm'},
+        {"cluster", required_argument, NULL, 'c'},
+        {"output", required_argument, NULL, 'o'},
+        {"json", no_argument, NULL, 'j'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {"allow-oversubscribed-memory", no_argument, NULL, 'M'},
     };
     enum { NOWN = sizeof own / sizeof own[0] };
     struct option opts[NOWN + CZ_CLI_SETTINGS_OPTION_COUNT + 1];
     cz_cli_options_with_settings(opts, own, NOWN);
 
     const char *model_path = NULL, *cluster_path = NULL, *output = NULL;
-    int json = 0, quiet = 0, rc = 1, opt;
+    int json = 0, quiet = 0, allow_memory = 0, rc = 1, opt;
+    char memory_note[1024];
     cz_settings settings;
     cz_settings_init(&settings);
+    cz_cluster_sizes sizes = {0};
     cz_model *model = NULL;
     cz_cluster *cluster = NULL;
     cz_plan *plan = NULL;
@@ -243,6 +275,9 @@ int cz_cmd_plan(int argc, char **argv)
         case 'q':
             quiet = 1;
             break;
+        case 'M':
+            allow_memory = 1;
+            break;
         case 'h':
             plan_help(stdout);
             return 0;
@@ -250,7 +285,9 @@ int cz_cmd_plan(int argc, char **argv)
             fprintf(stderr, "(see 'canzona plan --help')\n");
             return 2;
         default: {
-            int r = cz_cli_settings_apply("plan", opt, optarg, &settings);
+            int r = cz_cli_sizes_apply("plan", opt, optarg, &sizes);
+            if (r == 1)
+                r = cz_cli_settings_apply("plan", opt, optarg, &settings);
             if (r)
                 return 2;
         }
@@ -263,7 +300,7 @@ int cz_cmd_plan(int argc, char **argv)
         fprintf(stderr, "canzona plan: %s\n", err.message);
         goto done;
     }
-    if (cz_cli_load_inputs("plan", model_path, cluster_path, &model, &cluster))
+    if (cz_cli_load_inputs("plan", model_path, cluster_path, &sizes, &model, &cluster))
         goto done;
     int progress_shown = 0;
     if (!quiet && settings.solver == CZ_SOLVER_ILP)
@@ -278,6 +315,12 @@ int cz_cmd_plan(int argc, char **argv)
     }
     if (plan->solver_note[0] && !quiet)
         fprintf(stderr, "canzona plan: warning: %s\n", plan->solver_note);
+    if (cz_plan_memory_check(plan, cluster, allow_memory, memory_note, sizeof memory_note, &err)) {
+        fprintf(stderr, "canzona plan: %s\n", err.message);
+        goto done;
+    }
+    if (memory_note[0] && !quiet)
+        fprintf(stderr, "canzona plan: warning: %s\n", memory_note);
     if (output && cz_plan_write(plan, output, &err) != CZ_OK) {
         fprintf(stderr, "canzona plan: %s\n", err.message);
         goto done;
@@ -288,7 +331,7 @@ int cz_cmd_plan(int argc, char **argv)
     /* With the plan on standard output, the summary goes to standard error. */
     FILE *out = output && !strcmp(output, "-") ? stderr : stdout;
     if (json)
-        rc = print_json_summary(plan, output, out);
+        rc = print_json_summary(plan, cluster, output, out);
     else
         print_summary(plan, model, cluster, output, out);
 done:

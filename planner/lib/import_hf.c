@@ -56,6 +56,8 @@ typedef struct hf_config {
     const char *path;
     size_t family_index;
     int64_t hidden, ffn, layers, heads, kv_heads, head_dim, vocab;
+    int64_t padded_vocab;          /* Megatron's padding for the job's TP size */
+    bool split_qkv, split_gate_up; /* declare the fusions as blocks (see the options) */
     bool tie, qkv_bias, proj_bias, mlp_bias, qk_norm;
     int64_t experts, moe_ffn, shared_ffn, sparse_step;
     bool *moe_layer; /* per layer */
@@ -421,12 +423,14 @@ static json_t *hf_repeat(int64_t n, const char *prefix, json_t *params, bool *ok
 }
 
 /* A SwiGLU MLP: fused gate/up (column-parallel) then down (row-parallel). */
-static void hf_swiglu(json_t *arr, const char *prefix, int64_t hidden, int64_t ffn, bool *ok)
+static void hf_swiglu(json_t *arr, const char *prefix, int64_t hidden, int64_t ffn, bool split,
+                      bool *ok)
 {
     char name[128];
     snprintf(name, sizeof name, "%slinear_fc1.weight", prefix);
     json_t *fc1 = hf_param(name, 2 * ffn, hidden, 0, true, ok);
-    hf_blocks(fc1, ffn, ffn, 0, ok);
+    if (split)
+        hf_blocks(fc1, ffn, ffn, 0, ok);
     hf_add(arr, fc1, ok);
     snprintf(name, sizeof name, "%slinear_fc2.weight", prefix);
     hf_add(arr, hf_param(name, hidden, ffn, 1, true, ok), ok);
@@ -442,7 +446,8 @@ static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
 
     hf_add(a, hf_param("self_attention.linear_qkv.layer_norm_weight", h, -1, -1, false, ok), ok);
     json_t *qkv = hf_param("self_attention.linear_qkv.weight", q + 2 * kv, h, 0, true, ok);
-    hf_blocks(qkv, q, kv, kv, ok);
+    if (c->split_qkv)
+        hf_blocks(qkv, q, kv, kv, ok);
     hf_add(a, qkv, ok);
     if (c->qkv_bias)
         hf_add(a, hf_param("self_attention.linear_qkv.bias", q + 2 * kv, -1, 0, false, ok), ok);
@@ -457,7 +462,8 @@ static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
     if (!moe) {
         hf_add(a, hf_param("mlp.linear_fc1.layer_norm_weight", h, -1, -1, false, ok), ok);
         json_t *fc1 = hf_param("mlp.linear_fc1.weight", 2 * c->ffn, h, 0, true, ok);
-        hf_blocks(fc1, c->ffn, c->ffn, 0, ok);
+        if (c->split_gate_up)
+            hf_blocks(fc1, c->ffn, c->ffn, 0, ok);
         hf_add(a, fc1, ok);
         if (c->mlp_bias)
             hf_add(a, hf_param("mlp.linear_fc1.bias", 2 * c->ffn, -1, 0, false, ok), ok);
@@ -471,10 +477,10 @@ static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
     hf_add(a, hf_param("pre_mlp_layernorm.weight", h, -1, -1, false, ok), ok);
     hf_add(a, hf_param("mlp.router.weight", c->experts, h, -1, false, ok), ok);
     json_t *expert = json_array();
-    hf_swiglu(expert, "", h, c->moe_ffn, ok);
+    hf_swiglu(expert, "", h, c->moe_ffn, c->split_gate_up, ok);
     hf_add(a, hf_repeat(c->experts, "mlp.experts.local_experts.{i}.", expert, ok), ok);
     if (c->shared_ffn > 0) {
-        hf_swiglu(a, "mlp.shared_experts.", h, c->shared_ffn, ok);
+        hf_swiglu(a, "mlp.shared_experts.", h, c->shared_ffn, c->split_gate_up, ok);
         /* Qwen2-MoE's shared_expert_gate, Linear(hidden, 1): Megatron's gate_weight. */
         hf_add(a, hf_param("mlp.shared_experts.gate_weight", 1, h, -1, false, ok), ok);
     }
@@ -558,29 +564,93 @@ static char *hf_description(const hf_config *c)
     }
     if (c->nmoe < c->layers)
         snprintf(ffn, sizeof ffn, ", FFN %" PRId64, c->ffn);
+    char pad[64] = "";
+    if (c->padded_vocab != c->vocab)
+        snprintf(pad, sizeof pad, " (padded to %" PRId64 ")", c->padded_vocab);
     char buf[1024];
     snprintf(buf, sizeof buf,
              "%s imported from %s by canzona import-hf: %" PRId64 " layers, hidden %" PRId64
              ", %" PRId64 " attention heads and %" PRId64 " KV heads of dimension %" PRId64
-             "%s%s, vocabulary %" PRId64 "%s%s.",
+             "%s%s, vocabulary %" PRId64 "%s%s%s.",
              hf_families[c->family_index].architecture, hf_basename(c->path), c->layers, c->hidden,
-             c->heads, c->kv_heads, c->head_dim, ffn, moe, c->vocab,
+             c->heads, c->kv_heads, c->head_dim, ffn, moe, c->vocab, pad,
              c->qkv_bias ? ", Q/K/V bias" : "", c->tie ? ", tied input and output embeddings" : "");
     return cz_strdup(buf);
+}
+
+/* Megatron-Core splits these sizes across the TP ranks (heads and query groups whole, the
+ * column-parallel fc1 and row-parallel fc2 by rows and columns of the FFN). */
+static int hf_check_tp(const hf_config *c, int64_t tp, cz_error *err)
+{
+    int rc = cz_megatron_check_heads(c->path, "$.num_attention_heads", c->heads,
+                                     "$.num_key_value_heads", c->kv_heads, tp, err);
+    if (rc)
+        return rc;
+    static const char *const ffn_keys[] = {"intermediate_size", "moe_intermediate_size",
+                                           "shared_expert_intermediate_size"};
+    hf_family f = hf_families[c->family_index].family;
+    const int64_t sizes[] = {c->nmoe < c->layers ? c->ffn : 0, c->nmoe > 0 ? c->moe_ffn : 0,
+                             c->shared_ffn};
+    for (int i = 0; i < 3; i++) {
+        if (sizes[i] <= 0 || sizes[i] % tp == 0)
+            continue;
+        /* Mixtral's experts take their FFN from intermediate_size. */
+        const char *key = f == HF_MIXTRAL && i == 1 ? "intermediate_size" : ffn_keys[i];
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: $.%s (%" PRId64
+                            ") must be a multiple of the tensor-parallel size (%" PRId64
+                            "): Megatron-Core splits the FFN of the column-parallel linear_fc1 "
+                            "and the row-parallel linear_fc2 evenly across TP ranks",
+                            c->path, key, sizes[i], tp);
+    }
+    return 0;
+}
+
+void cz_import_hf_options_init(cz_import_hf_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->dtype = CZ_DTYPE_BF16;
+    o->tp_size = 1;
+    o->vocab_divisible_by = 128;
+    o->split_qkv = 1;
+    o->split_gate_up = 1;
 }
 
 int cz_import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,
                  cz_error *err)
 {
+    cz_import_hf_options o;
+    cz_import_hf_options_init(&o);
+    o.name = name;
+    o.dtype = dtype;
+    return cz_import_hf_opts(out_model, config_path, &o, err);
+}
+
+int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_import_hf_options *o,
+                      cz_error *err)
+{
     int rc = 0;
     bool ok = true;
     json_t *root = NULL, *model = NULL;
     char *derived = NULL, *description = NULL;
-    hf_config c = {.path = config_path};
+    hf_config c = {.path = config_path,
+                   .split_qkv = o && o->split_qkv,
+                   .split_gate_up = o && o->split_gate_up};
 
-    if (!out_model || !config_path)
-        return cz_error_set(err, CZ_EINVALID, "cz_import_hf: out_model and config_path are needed");
+    if (!out_model || !config_path || !o)
+        return cz_error_set(err, CZ_EINVALID,
+                            "cz_import_hf: out_model, config_path and options are needed");
     *out_model = NULL;
+    const char *name = o->name;
+    cz_dtype dtype = o->dtype;
+    if (o->tp_size < 1 || o->tp_size > (1 << 20))
+        return cz_error_set(err, CZ_EINVALID,
+                            "the tensor-parallel size must be from 1 to 1048576, got %d",
+                            o->tp_size);
+    if (o->vocab_divisible_by < 1 || o->vocab_divisible_by > (1 << 20))
+        return cz_error_set(err, CZ_EINVALID,
+                            "make_vocab_size_divisible_by must be from 1 to 1048576, got %d",
+                            o->vocab_divisible_by);
     if (!cz_dtype_name(dtype))
         return cz_error_set(err, CZ_EINVALID, "cz_import_hf: unknown dtype %d", (int)dtype);
     if (name && !*name)
@@ -603,8 +673,16 @@ int cz_import_hf(json_t **out_model, const char *config_path, const char *name, 
                           hf_type_name(root));
         goto done;
     }
-    if ((rc = hf_config_read(&c, root, err)))
+    if ((rc = hf_config_read(&c, root, err)) || (rc = hf_check_tp(&c, o->tp_size, err)))
         goto done;
+    c.padded_vocab = cz_megatron_padded_vocab(c.vocab, o->vocab_divisible_by, o->tp_size);
+    if (c.padded_vocab < 1 || c.padded_vocab > HF_MAX_DIM) {
+        rc = cz_error_set(err, CZ_EINVALID,
+                          "%s: $.vocab_size %" PRId64 " padded to a multiple of %d x TP %d exceeds "
+                          "%" PRId64 "; use a smaller --make-vocab-size-divisible-by",
+                          config_path, c.vocab, o->vocab_divisible_by, o->tp_size, HF_MAX_DIM);
+        goto done;
+    }
 
     if (!name) {
         name = derived = hf_default_name(config_path, root);
@@ -621,7 +699,16 @@ int cz_import_hf(json_t **out_model, const char *config_path, const char *name, 
     hf_set(model, "name", json_string(name), &ok);
     hf_set(model, "dtype", json_string(cz_dtype_name(dtype)), &ok);
     hf_set(model, "description", json_string(description), &ok);
-    hf_add(params, hf_param("embedding.word_embeddings.weight", c.vocab, c.hidden, 0, false, &ok),
+    json_t *mg = json_object();
+    hf_set(mg, "num_attention_heads", json_integer(c.heads), &ok);
+    hf_set(mg, "num_query_groups", json_integer(c.kv_heads), &ok);
+    hf_set(mg, "vocab_size", json_integer(c.vocab), &ok);
+    hf_set(mg, "make_vocab_size_divisible_by", json_integer(o->vocab_divisible_by), &ok);
+    hf_set(mg, "tensor_model_parallel_size", json_integer(o->tp_size), &ok);
+    hf_set(mg, "padded_vocab_size", json_integer(c.padded_vocab), &ok);
+    hf_set(model, "megatron", mg, &ok);
+    hf_add(params,
+           hf_param("embedding.word_embeddings.weight", c.padded_vocab, c.hidden, 0, false, &ok),
            &ok);
 
     bool uniform = true;
@@ -643,7 +730,8 @@ int cz_import_hf(json_t **out_model, const char *config_path, const char *name, 
     }
     hf_add(params, hf_param("decoder.final_layernorm.weight", c.hidden, -1, -1, false, &ok), &ok);
     if (!c.tie)
-        hf_add(params, hf_param("output_layer.weight", c.vocab, c.hidden, 0, false, &ok), &ok);
+        hf_add(params, hf_param("output_layer.weight", c.padded_vocab, c.hidden, 0, false, &ok),
+               &ok);
     hf_set(model, "params", params, &ok);
     if (!ok || !model)
         goto nomem;

@@ -353,8 +353,8 @@ int cz_model_load(cz_model **out, const char *path, cz_error *err)
 int cz_model_from_json(cz_model **out, const json_t *root, const char *path, const char *sha,
                        cz_error *err)
 {
-    static const char *const top_keys[] = {"schema", "name",        "dtype",
-                                           "params", "description", NULL};
+    static const char *const top_keys[] = {"schema",      "name",     "dtype", "params",
+                                           "description", "megatron", NULL};
     cz_model *m = NULL;
     expander x = {.ctx = {path, err}};
     const char *name = NULL, *desc = NULL;
@@ -406,6 +406,8 @@ int cz_model_from_json(cz_model **out, const json_t *root, const char *path, con
     m->nparams = x.n;
     m->params = x.params;
     x.params = NULL;
+    if ((rc = cz_model_megatron_read(path, root, m, err)) != CZ_OK)
+        goto done;
     *out = m;
     m = NULL;
 done:

@@ -105,8 +105,10 @@ expect "plan file with name '../../layers.0.qkv'" 1 \
 f=$(model dots '{"name": "layers.0.self_attention.linear_qkv.weight", "shape": [4, 4], "tp_dim": 0},
   {"name": "a..b", "shape": [4], "tp_dim": null}')
 expect "names with dots accepted" 0 "" "$CZ" plan -q -m "$f" -c "$C"
+# The small test cluster cannot hold the large models' optimizer state; memory is checked
+# elsewhere (cli.plan_bad_input), here only the input limits matter.
 for m in "$CZ_SOURCE_DIR"/plans/models/*.json; do
-  "$CZ" plan -q -m "$m" -c "$C" >"$work/out" 2>&1 || fail "bundled model $(basename "$m") no longer plans: $(cat "$work/out")"
+  "$CZ" plan -q --allow-oversubscribed-memory -m "$m" -c "$C" >"$work/out" 2>&1 || fail "bundled model $(basename "$m") no longer plans: $(cat "$work/out")"
 done
 
 # ---- element counts: one parameter and the model's total -----------------------------------
@@ -125,7 +127,7 @@ expect "three parameters of 2^62 elements" 1 'wrap.json: \$\.params\[0\]\.shape:
     {\"name\": \"b\", \"shape\": [$q, 2], \"tp_dim\": null}, {\"name\": \"c\", \"shape\": [$q, 2], \"tp_dim\": null}")" -c "$C"
 # At the limit the model plans, and its buckets are laid out without overflow.
 expect "exactly 2^50 elements plans" 0 "" \
-  "$CZ" plan -q -m "$(model edge "{\"name\": \"a\", \"shape\": [$big], \"tp_dim\": null},
+  "$CZ" plan -q --allow-oversubscribed-memory -m "$(model edge "{\"name\": \"a\", \"shape\": [$big], \"tp_dim\": null},
     {\"name\": \"b\", \"shape\": [$big], \"tp_dim\": null}")" -c "$C" -o "$work/edge-plan.json"
 if [ -s "$work/edge-plan.json" ] && ! grep -q '"size": -' "$work/edge-plan.json" &&
   ! grep -q '"offset": -' "$work/edge-plan.json"; then
