@@ -194,8 +194,7 @@ static json_t *memory_json(const cz_plan *p, const cz_cluster *c)
     return o;
 }
 
-static int print_json_summary(const cz_plan *p, const cz_cluster *c, const char *output,
-                              FILE *out)
+static int print_json_summary(const cz_plan *p, const cz_cluster *c, const char *output, FILE *out)
 {
     const cz_plan_metrics *mt = &p->metrics;
     size_t nranks = (size_t)p->pp * (size_t)p->dp;
