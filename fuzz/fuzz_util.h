@@ -29,6 +29,15 @@ const char *fz_tree_path(const char *rel);
 cz_model *fz_fixture_model(const char *rel);
 cz_cluster *fz_fixture_cluster(const char *rel);
 
+/* 1 when a model description (a parsed canzona.model/1 document) expands, repeat blocks
+ * included, to more than FZ_MODEL_FAST_PARAMS parameters but not more than the loader's own
+ * bound (CZ_MODEL_MAX_PARAMS in planner/lib/model_io.c, 2^22), which it refuses before
+ * expanding. The loader accepts such models, but at several seconds each under the sanitizers
+ * they would only slow the fuzzer down (and trip its time-out) on work that is linear in the
+ * count: the harnesses skip them. */
+#define FZ_MODEL_FAST_PARAMS ((size_t)1 << 16)
+int fz_model_is_slow(const json_t *model);
+
 /* The bundled models and clusters the seed plans are made from (see run.sh). Loaded once. */
 void fz_fixtures_load(void);
 /* The fixture model and cluster a plan names by SHA-256 (inputs.*.sha256); either is NULL
