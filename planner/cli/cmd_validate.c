@@ -38,6 +38,7 @@ static void validate_help(FILE *f)
             "                       input mismatches ($.inputs), which every other violation\n"
             "                       follows from\n"
             "  -h, --help           this help\n");
+    cz_cli_sizes_help(f);
 }
 
 /* A violation of the inputs rule: the plan names another model or cluster than the one given. */
@@ -102,10 +103,20 @@ static int print_report(json_t *violations, int checks, int as_json, int limit)
 int cz_cmd_validate(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"model", required_argument, NULL, 'm'}, {"cluster", required_argument, NULL, 'c'},
-        {"json", no_argument, NULL, 'j'},        {"limit", required_argument, NULL, 'l'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+        {"model", required_argument, NULL, 'm'},
+        {"cluster", required_argument, NULL, 'c'},
+        {"json", no_argument, NULL, 'j'},
+        {"limit", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {"dp-size", required_argument, NULL, CZ_OPT_DP_SIZE},
+        {"tp-size", required_argument, NULL, CZ_OPT_TP_SIZE},
+        {"pp-size", required_argument, NULL, CZ_OPT_PP_SIZE},
+        {"nodes", required_argument, NULL, CZ_OPT_NODES},
+        {"gpus-per-node", required_argument, NULL, CZ_OPT_GPUS_PER_NODE},
+        {"bucket-size", required_argument, NULL, CZ_OPT_BUCKET_SIZE},
+        {NULL, 0, NULL, 0},
     };
+    cz_cluster_sizes sizes = {0};
     const char *model_path = NULL, *cluster_path = NULL;
     int as_json = 0, limit = -1, rc = 1, opt;
     cz_model *model = NULL;
@@ -135,6 +146,8 @@ int cz_cmd_validate(int argc, char **argv)
             validate_help(stdout);
             return 0;
         default:
+            if (cz_cli_sizes_apply("validate", opt, optarg, &sizes) == 0)
+                break;
             return 2;
         }
     }
@@ -154,7 +167,7 @@ int cz_cmd_validate(int argc, char **argv)
         fprintf(stderr, "canzona validate: %s\n", err.message);
         goto done;
     }
-    if (cz_cli_load_inputs("validate", model_path, cluster_path, &model, &cluster))
+    if (cz_cli_load_inputs("validate", model_path, cluster_path, &sizes, &model, &cluster))
         goto done;
     int checks = cz_plan_validate(plan, model, cluster, &violations, &err);
     if (checks < 0) {

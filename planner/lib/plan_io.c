@@ -13,6 +13,7 @@
  * The reader checks types, unknown keys, the schema version and the structure later code indexes
  * by (ids equal to indices, array lengths, ids in range). Semantic invariants (coverage,
  * atomicity, each matrix scheduled once) are the validator's job, not the reader's. */
+#include "file_io.h"
 #include "json_util.h"
 
 #include <errno.h>
@@ -291,49 +292,6 @@ static json_t *build_plan(writer *w, const cz_plan *p)
     return root;
 }
 
-/* Writes text to a temporary file beside path, syncs it and renames it over path, so that a
- * reader sees either the old file or the new one, never a mix. */
-static int write_atomic(const char *path, const char *text, cz_error *err)
-{
-    int rc = CZ_OK;
-    size_t len = strlen(text);
-    size_t tmp_len = strlen(path) + 32;
-    char *tmp = malloc(tmp_len);
-    FILE *f = NULL;
-    if (!tmp)
-        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
-    f = fopen(tmp, "wb");
-    if (!f) {
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot create temporary file %s: %s", path, tmp,
-                          strerror(errno));
-        free(tmp);
-        return rc;
-    }
-    if (fwrite(text, 1, len, f) != len || fflush(f) != 0 || fsync(fileno(f)) != 0) {
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot write %s: %s", path, tmp, strerror(errno));
-        goto fail;
-    }
-    if (fclose(f) != 0) {
-        f = NULL;
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot write %s: %s", path, tmp, strerror(errno));
-        goto fail;
-    }
-    f = NULL;
-    if (rename(tmp, path) != 0) {
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot replace the file: %s", path, strerror(errno));
-        goto fail;
-    }
-    free(tmp);
-    return CZ_OK;
-fail:
-    if (f)
-        fclose(f);
-    unlink(tmp);
-    free(tmp);
-    return rc;
-}
-
 /* The key of the content hash, and how the hashed text is formatted (docs/FORMATS.md). */
 #define CONTENT_KEY "content_sha256"
 #define CONTENT_FLAGS (JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17))
@@ -399,7 +357,7 @@ int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
     }
     with_nl[n] = '\n';
     with_nl[n + 1] = '\0';
-    int rc = write_atomic(path, with_nl, err);
+    int rc = cz_file_write(path, with_nl, n + 1, err);
     free(with_nl);
     return rc;
 }
@@ -547,7 +505,7 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     static const char *const units[] = {"numel", "flops", "time", NULL};
     static const char *const dps[] = {"even", "anchored", "layerwise", "alpha", "tpaware", NULL};
     static const char *const tps[] = {"sc", "none", "single", "slot", "rollback", NULL};
-    static const char *const orders[] = {"pingpong", "lpt", NULL};
+    static const char *const orders[] = {"pingpong", "lpt", "megatron", NULL};
     static const char *const solvers[] = {"greedy", "ilp", NULL};
     static const char *const loads[] = {"cost", "numel", NULL};
     const char *P = "$.settings";
@@ -617,6 +575,14 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
         goto done;
     }
     TRY(r_strdup(c, e, path, "name", &q->name));
+    /* The executor makes file names of these (--dump-dir, --init-dir): same rule as models. */
+    const char *problem = cz_param_name_problem(q->name);
+    if (problem) {
+        rc = cz_json_fail(c, cz_json_path_key(sub, path, "name"),
+                          "parameter name \"%.64s\" %s; a name must be usable as a file name",
+                          q->name, problem);
+        goto done;
+    }
     TRY(r_dims(c, e, path, "shape", 0, 1, q->shape, &q->ndim));
     TRY(r_dims(c, e, path, "local_shape", q->ndim, 1, q->local_shape, &local_ndim));
     tp = json_object_get(e, "tp_dim");

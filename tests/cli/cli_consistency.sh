@@ -75,7 +75,7 @@ has "plan --help: --time-limit default 60" "ILP time limit in seconds (default 6
 
 # import-hf on a file that cannot be read says why.
 expect "import-hf missing file" 1 "$CZ" import-hf "$work/missing.config.json" -o "$work/m.json"
-has "import-hf gives the reason" "cannot read the file: No such file or directory"
+has "import-hf gives the reason" "No such file or directory"
 
 # Plans for the rest.
 expect "plan a" 0 "$CZ" plan -m "$model" -c "$cluster" -o "$work/a.json" -q

@@ -82,6 +82,11 @@ for key in "topology  64 GPUs = DP 8 x TP 8 x PP 1" "DP load max/mean" "makespan
 done
 expect "inspect --top 1 --all" 0 "$CZ" inspect "$work/a.json" --top 1 --all
 has "inspect --all per-GPU table" "TP rank"
+has "inspect shows the busiest GPU's memory" "memory of the busiest GPU"
+expect "inspect --cluster" 0 "$CZ" inspect "$work/a.json" --cluster "$cluster"
+has "inspect --cluster shows the headroom" "GiB: headroom "
+expect "inspect --cluster of another topology" 1 "$CZ" inspect "$work/a.json" \
+  --cluster "$src/plans/clusters/h100-8-dp8-tp1.json"
 expect "inspect --json" 0 "$CZ" inspect "$work/a.json" --json
 has "inspect --json busiest" '"busiest"'
 expect "inspect bad --top" 2 "$CZ" inspect "$work/a.json" --top x
