@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-rank executor tests: plans test-small with `canzona plan` and runs canzona-bench on 4
 # MPI ranks. Usage: bench.sh verify CLUSTER DP TP | mismatch | options | nan | dump | owncomms
-# | replicas
+# | replicas | average (exec_average.c, $CZ_AVERAGE, on 2 and 4 ranks)
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -30,6 +30,10 @@ plan() { # cluster dp tp out: write a plan and check every invariant of it
 }
 
 case "$1" in
+average)
+  mpi -np 2 "${CZ_AVERAGE:?}"
+  mpi -np 4 "$CZ_AVERAGE"
+  ;;
 verify)
   plan "$2" "$3" "$4" "$tmp/plan.json"
   mpi -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --steps 3 --verify \
