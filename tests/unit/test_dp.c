@@ -353,6 +353,72 @@ START_TEST(tpaware_unsupported)
 }
 END_TEST
 
+/* 1-D elementwise parameters of the given element counts (forward order, layer[i] each), unit
+ * numel, alpha 1, align 1, one bucket per stage. */
+static cz_plan *numel_plan(const int64_t *sizes, const int *layer, int n, int nlayers, int dp,
+                           int pp)
+{
+    cz_model *m = czt_model_new("hand", CZ_DTYPE_BF16, nlayers);
+    for (int i = 0; i < n; i++)
+        czt_model_add(m, "p", sizes[i], 0, -1, CZ_KIND_ELEMENTWISE, layer[i]);
+    cz_cluster *c = czt_cluster_new(dp, 1, pp);
+    c->bucket_size = 1000;
+    c->bucket_align = 1;
+    cz_settings s;
+    cz_settings_init(&s);
+    s.unit = CZ_UNIT_NUMEL;
+    cz_plan *plan = NULL;
+    cz_error err;
+    int rc = cz_plan_build(&plan, m, c, &s, &err);
+    ck_assert_msg(rc == CZ_OK, "%s", err.message);
+    cz_model_free(m);
+    cz_cluster_free(c);
+    return plan;
+}
+
+START_TEST(alpha_tie_goes_to_earlier_boundary)
+{
+    /* Forward 1, 2, 1 elements; reverse fill: id2 at 0, id1 at 1, id0 at 3: prefix 0, 1, 3, 4.
+     * T = 2, rank 0's target 2 lies exactly between boundaries 1 and 3 (distance 1 each): the
+     * earlier one wins, so rank 0 holds id2 alone, ranges [0, 1) and [1, 4). (Anchored gives
+     * 3 / 1, no better than alpha's 1 / 3, so alpha's cut stays.) */
+    const int64_t sizes[3] = {1, 2, 1};
+    const int layer[3] = {0, 0, 0};
+    cz_plan *plan = numel_plan(sizes, layer, 3, 1, 2, 1);
+    ck_assert_int_eq((int)plan->nbuckets, 1);
+    ck_assert_int_eq(plan->dp_fell_back, 0);
+    const int64_t *rg = plan->buckets[0].ranges;
+    ck_assert_int_eq((int)rg[1], 1);
+    ck_assert_int_eq((int)rg[2], 1);
+    ck_assert_int_eq((int)rg[3], 4);
+    ck_assert_int_eq(plan->params[2].dp_owner, 0);
+    ck_assert_int_eq(plan->params[1].dp_owner, 1);
+    ck_assert_int_eq(plan->params[0].dp_owner, 1);
+    cz_plan_free(plan);
+}
+END_TEST
+
+START_TEST(per_stage_dp_metrics)
+{
+    /* pp 2, dp 2, one layer per stage. Stage 0 (layer 0): 5 and 5 elements -> loads 5, 5.
+     * Stage 1 (layer 1): forward 3, 1; reverse fill id3 (1) at 0, id2 (3) at 1, prefix 0, 1, 4;
+     * T = 2, the boundary nearest 2 is 1 -> loads 1, 3 (anchored would give 4, 0). Worked by
+     * hand: dp_load = {5, 5, 1, 3} (stage-major), dp_imbalance = the worst stage's max/mean =
+     * 3 / 2. */
+    const int64_t sizes[4] = {5, 5, 3, 1};
+    const int layer[4] = {0, 0, 1, 1};
+    cz_plan *plan = numel_plan(sizes, layer, 4, 2, 2, 2);
+    ck_assert_int_eq(plan->params[0].stage, 0);
+    ck_assert_int_eq(plan->params[3].stage, 1);
+    const double want[4] = {5, 5, 1, 3};
+    for (int r = 0; r < 4; r++)
+        ck_assert_msg(plan->metrics.dp_load[r] == want[r], "dp_load[%d] = %g, expected %g", r,
+                      plan->metrics.dp_load[r], want[r]);
+    ck_assert_double_eq_tol(plan->metrics.dp_imbalance, 1.5, 1e-12);
+    cz_plan_free(plan);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dp");
@@ -372,6 +438,8 @@ int main(void)
     tcase_add_test(tc, layerwise_megatron_tp_local);
     tcase_add_test(tc, layerwise_megatron_experts);
     tcase_add_test(tc, tpaware_unsupported);
+    tcase_add_test(tc, alpha_tie_goes_to_earlier_boundary);
+    tcase_add_test(tc, per_stage_dp_metrics);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
