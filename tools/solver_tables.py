@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from perf_tables import CLUSTERS, DENSE, ROOT, run_plan  # noqa: E402
+from perf_tables import CLUSTERS, DENSE, MEMORY, ROOT, run_plan  # noqa: E402
 
 MODELS = DENSE + ["qwen3-30b-a3b"]
 
@@ -48,7 +48,8 @@ def main():
             t0 = cpu_children()
             res = subprocess.run([a.canzona, "plan", "--model", f"plans/models/{m}.json",
                                   "--cluster", f"plans/clusters/{c}.json", "--json", "--dp",
-                                  "tpaware"], cwd=ROOT, capture_output=True, text=True, check=True)
+                                  "tpaware"] + MEMORY, cwd=ROOT, capture_output=True, text=True,
+                                 check=True)
             cpu = cpu_children() - t0
             ta = json.loads(res.stdout)
             x, y = al["makespan_over_lower_bound"], ta["makespan_over_lower_bound"]
