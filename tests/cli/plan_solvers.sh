@@ -69,24 +69,27 @@ for tp in 1 2 4; do
     --tp-size $tp --dp-size 64
 done
 
-# The time limit: the MoE model's search takes several CPU seconds unbounded; with a limit of
-# 0.2 CPU s the whole command must stay well under a second and a half of CPU time, say that it
-# stopped at the limit, and still give a valid plan no worse than alpha.
+# The time limit: the MoE model's search takes several CPU seconds unbounded (4.2 s in a release
+# build); with a limit of 0.2 CPU s the tpaware command may take at most 1 CPU s more than the
+# alpha command (the same loading, alpha and writing; a sanitizer build is slower at both), must
+# say that it stopped at the limit, and still give a valid plan no worse than alpha.
 check "tpaware honours --tpaware-time-limit" python3 - "$CZ" "$work" <<'PY'
 import json, resource, subprocess, sys
 cz, work = sys.argv[1:3]
 m, c = "plans/models/qwen3-30b-a3b.json", "plans/clusters/h100-256-dp64-tp4.json"
-a = json.loads(subprocess.run([cz, "plan", "-m", m, "-c", c, "--json"], check=True,
-                              capture_output=True, text=True).stdout)
-before = resource.getrusage(resource.RUSAGE_CHILDREN)
-r = subprocess.run([cz, "plan", "-m", m, "-c", c, "--dp", "tpaware", "--tpaware-time-limit",
-                    "0.2", "-o", work + "/moe.plan.json", "--json"], capture_output=True, text=True)
-after = resource.getrusage(resource.RUSAGE_CHILDREN)
-cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-t = json.loads(r.stdout)
-print(f"cpu {cpu:.2f} s, mk {t['tp_makespan']:.9g} vs alpha {a['tp_makespan']:.9g}; {r.stderr.strip()}")
-ok = r.returncode == 0 and cpu < 1.5 and "time limit" in r.stderr
-ok &= t["tp_makespan"] <= a["tp_makespan"] * (1 + 1e-12)
+def run(args, out):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run([cz, "plan", "-m", m, "-c", c, "-o", out, "--json"] + args,
+                       capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+ra, cpu_a = run([], work + "/moe-alpha.plan.json")
+rt, cpu_t = run(["--dp", "tpaware", "--tpaware-time-limit", "0.2"], work + "/moe.plan.json")
+a, t = json.loads(ra.stdout), json.loads(rt.stdout)
+print(f"cpu alpha {cpu_a:.2f} s, tpaware {cpu_t:.2f} s; mk {t['tp_makespan']:.9g} vs alpha "
+      f"{a['tp_makespan']:.9g}; {rt.stderr.strip()}")
+ok = ra.returncode == 0 and rt.returncode == 0 and cpu_t < cpu_a + 1.0
+ok &= "time limit" in rt.stderr and t["tp_makespan"] <= a["tp_makespan"] * (1 + 1e-12)
 ok &= subprocess.run([cz, "validate", work + "/moe.plan.json", "-m", m, "-c", c],
                      capture_output=True).returncode == 0
 sys.exit(not ok)
