@@ -143,7 +143,7 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
         return 0;
     case CZ_OPT_TPAWARE_TIME_LIMIT:
         if (parse_double(value, 0.001, 1e6, &d))
-            return bad_value(cmd, "tpaware-time-limit", value, "a positive number of seconds");
+            return bad_value(cmd, "tpaware-time-limit", value, "CPU seconds from 0.001 to 1e6");
         s->tpaware_time_limit_s = d;
         return 0;
     case CZ_OPT_SEED:

@@ -117,6 +117,8 @@ expect "bad bucket size" 1 'bucket.json.*\$\.buckets\.size' "$G" \
 expect "model given as cluster" 1 'schema' "$G" "$G"
 expect "unknown strategy" 2 "--dp 'fancy'" "$G" "$C" --dp fancy
 expect "alpha out of range" 2 "--alpha '1.5'" "$G" "$C" --alpha 1.5
+expect "tpaware time limit of 0" 2 "--tpaware-time-limit '0': expected CPU seconds" "$G" "$C" --dp tpaware \
+  --tpaware-time-limit 0
 expect "unknown option" 2 "see 'canzona plan --help'" "$G" "$C" --frobnicate
 
 # A good run writes the plan; a failed write (missing folder) leaves no file and reports it.

@@ -4,6 +4,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <string.h>
 
 static cz_error err;
 
@@ -319,6 +320,27 @@ START_TEST(chain_escapes_step_plateau)
 }
 END_TEST
 
+/* The library refuses a limit that is not a positive number of seconds, whatever the CLI does. */
+START_TEST(time_limit_must_be_positive)
+{
+    cz_model *m = model_for(1);
+    cz_cluster *c = cluster_for(1);
+    const double bad[] = {0.0, -1.0, NAN};
+    for (int i = 0; i < 3; i++) {
+        cz_settings s;
+        cz_settings_init(&s);
+        s.dp = CZ_DP_TPAWARE;
+        s.tpaware_time_limit_s = bad[i];
+        cz_plan *p = NULL;
+        ck_assert_int_eq(cz_plan_build(&p, m, c, &s, &err), CZ_EINVALID);
+        ck_assert_ptr_nonnull(strstr(err.message, "tpaware time limit"));
+        ck_assert_ptr_null(p);
+    }
+    cz_model_free(m);
+    cz_cluster_free(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tpaware");
@@ -329,6 +351,7 @@ int main(void)
     tcase_add_test(tc, local_optimum_confirmed_by_pipeline);
     tcase_add_test(tc, alpha_zero_bounds_ranges);
     tcase_add_test(tc, chain_escapes_step_plateau);
+    tcase_add_test(tc, time_limit_must_be_positive);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
