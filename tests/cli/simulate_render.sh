@@ -69,7 +69,7 @@ ls "$work"/*.tmp* >/dev/null 2>&1 && fail "render left a temporary file"
 if ! xmllint --html --noout "$work/plan.html" 2>"$work/html.err"; then
     fail "render --html: xmllint --html failed"
 fi
-if grep -E 'error' "$work/html.err" | grep -vqE 'Tag (svg|rect|line|text|g|title) invalid'; then
+if grep -E 'error' "$work/html.err" | grep -vqE 'Tag (svg|rect|line|text|g|title|path) invalid'; then
     fail "render --html: parse errors: $(head -5 "$work/html.err")"
 fi
 xmllint --noout "$work/plan.html" || fail "render --html: page is not well-formed XML"
