@@ -190,12 +190,18 @@ static void facts_compute(render_facts *f, const cz_plan *plan, const cz_sim_res
             f->busiest = i;
     }
     f->mean /= f->ngpus;
+    /* Among equally large tasks (a model's layers are alike) name one the busiest GPU's rank
+     * owns, so that the verdict and the timeline speak of the same task. */
+    int bs = f->busiest / plan->tp / plan->dp, bd = f->busiest / plan->tp % plan->dp;
     double best = -1.0;
+    int best_here = 0;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
         double c = p->kind == CZ_KIND_MATRIX ? p->cost : p->cost / plan->tp;
-        if (c > best) {
+        int here = p->stage == bs && p->dp_owner == bd;
+        if (c > best || (c == best && here && !best_here)) {
             best = c;
+            best_here = here;
             f->largest_task = (int)i;
         }
     }
@@ -898,8 +904,11 @@ static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
     axis_ticks(b, left, plot_w, y_axis, top_val, u);
     snprintf(text, sizeof text,
              "%s after the gradients are synchronized; boxes name their largest task (+ how many "
-             "more)",
-             o->sim_in_seconds ? "simulated time" : "cost-proportional time (no cluster given)");
+             "more)%s",
+             o->sim_in_seconds ? "simulated time" : "cost-proportional time",
+             o->sim_in_seconds ? ""
+                               : ". No cluster given: the gradient and parameter synchronization "
+                                 "over DP is not simulated (pass --cluster to see it)");
     y = note_below(b, left + plot_w / 2, y_axis + 30, text, width);
     sb_printf(b, "</g>\n");
     return y + 6;
