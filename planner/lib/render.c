@@ -500,7 +500,18 @@ static int svg_loads(sbuf *b, const cz_plan *plan, const render_facts *f, int wi
     double maxv = 0.0;
     for (int i = 0; i < f->ngpus; i++)
         maxv = fmax(maxv, m->gpu_load[i]);
-    double top_val = nice_ceiling(fmax(maxv, m->lower_bound) * 1.08);
+    /* The y grid: 3 to 5 lines at a round step (1, 2 or 5 times a power of ten). */
+    double want = fmax(maxv, m->lower_bound) * 1.08, ystep = 1.0;
+    if (want > 0) {
+        double p10 = pow(10.0, floor(log10(want / 5.0)));
+        ystep = p10 * (want / p10 <= 5.0    ? 1.0
+                       : want / p10 <= 10.0 ? 2.0
+                       : want / p10 <= 25.0 ? 5.0
+                                            : 10.0);
+    }
+    int ngrid = (int)ceil(want / ystep - 1e-9);
+    ngrid = ngrid < 1 ? 1 : ngrid;
+    double top_val = ngrid * ystep;
     char buf[64], b2[64];
     cz_cost_unit u = plan->settings.unit;
     char text[512] = "";
@@ -539,9 +550,9 @@ static int svg_loads(sbuf *b, const cz_plan *plan, const render_facts *f, int wi
         bs, bd, bt, fmt_value(buf, sizeof buf, bl, u), f->mean > 0 ? bl / f->mean : 0,
         m->lower_bound > 0 ? bl / m->lower_bound : 0);
     top += text_wrapped(b, top + 50, 11, 1, " class=\"busiest\"", text, width) - (top + 65);
-    double y_top = top + 58, y0 = y_top + height;
-    for (int q = 0; q <= 4; q++) {
-        double v = top_val * q / 4.0, y = y0 - height * q / 4.0;
+    double y_top = top + 64, y0 = y_top + height;
+    for (int q = 0; q <= ngrid; q++) {
+        double v = ystep * q, y = y0 - height * v / top_val;
         sb_printf(b,
                   "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#dddddd\"/>"
                   "<text x=\"%d\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">%s</text>\n",
@@ -615,8 +626,10 @@ static int svg_loads(sbuf *b, const cz_plan *plan, const render_facts *f, int wi
 #undef YV
     sb_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"black\"/>\n", left, y0,
               width - right, y0);
-    /* DP-rank ticks: a tick per labelled rank, labels at least their width plus 10 px apart. */
-    int step = nice_step(rank_px, text_w(5, 10) + 10);
+    /* DP-rank ticks: a tick per labelled rank, labels (as wide as the largest rank number) at
+     * least their width plus 10 px apart. */
+    char num[16];
+    int step = nice_step(rank_px, text_w((size_t)snprintf(num, sizeof num, "%d", D - 1), 10) + 10);
     if (aggregate && step < k)
         step = k;
     for (int s = 0; s < P; s++) {
@@ -627,8 +640,9 @@ static int svg_loads(sbuf *b, const cz_plan *plan, const render_facts *f, int wi
                       "stroke=\"#777777\" stroke-dasharray=\"2,2\"/>\n",
                       sx - stage_gap / 2, y_top, sx - stage_gap / 2, y0 + 30);
         for (int d = 0; d < D; d += step) {
-            double x = aggregate ? sx + d * rank_px : sx + (d + 0.5) * rank_px;
-            char num[16];
+            /* Under the middle of a rank's bars or column; at the start of a rank in a column
+             * of several. */
+            double x = aggregate && k > 1 ? sx + d * rank_px : sx + (d + 0.5) * rank_px;
             /* A label that would reach into the next stage's first label is left out. */
             if (d > 0 && s + 1 < P &&
                 x + text_w((size_t)snprintf(num, sizeof num, "%d", d), 10) / 2 + 10 >
