@@ -1,7 +1,10 @@
 /*
- * Renders a plan as a self-contained SVG (no scripts, no external fonts or images): per-GPU
- * load bars against the lower bound and the mean, and the micro-group pipeline of the DP rank
- * that finishes last, as simulated. Optionally wrapped in an HTML page with tables.
+ * Renders a plan as a self-contained SVG (no scripts, no external fonts or images) meant to
+ * show at a glance what bounds the step, from 8 to 8,192 GPUs: a verdict line; per-GPU load
+ * bars (aggregated into columns where bars would get thin) against the lower bound and the
+ * mean; with a cluster, the simulated step as its phases (DP synchronization and the update);
+ * and the micro-group pipeline of the DP rank that finishes last, boxes labelled with their
+ * largest task. Optionally wrapped in an HTML page with tables.
  */
 #include "cz_types.h"
 
