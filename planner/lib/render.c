@@ -150,8 +150,9 @@ static double text_w(size_t nchars, double font)
 }
 
 /* Panel palettes, deliberately disjoint so a colour means one thing in the whole picture:
- * blues for GPUs in (a), purples for DP collectives in (b), oranges/greens for the pipeline in
- * (c); red dashed is the lower bound everywhere, black marks what sets the end. */
+ * blues for GPUs in (a), purples and brown for DP collectives in (b), greens for the optimizer
+ * update (the green phase of (b) is what the timeline enlarges), orange / yellow for its TP
+ * all-to-alls; red dashed is the lower bound everywhere, black marks what sets the end. */
 static const char *const rank_fill[2] = {"#4e79a7", "#a0cbe8"};
 #define AGG_MAX_FILL "#c6dbef"
 #define AGG_MEAN_FILL "#3b6a9a"
@@ -169,7 +170,7 @@ static const char *const compute_fill[2] = {"#59a14f", "#a6d99a"};
 
 /* What the picture states about the plan, computed once. */
 typedef struct render_facts {
-    int ngpus, nranks;
+    int ngpus;
     double mean;         /* mean GPU load, cost unit */
     int busiest;         /* GPU index with the largest load (first on ties) */
     int largest_task;    /* param id of the largest task (-1 when none) */
@@ -185,7 +186,6 @@ static void facts_compute(render_facts *f, const cz_plan *plan, const cz_sim_res
     const cz_plan_metrics *m = &plan->metrics;
     memset(f, 0, sizeof *f);
     f->ngpus = plan->pp * plan->dp * plan->tp;
-    f->nranks = plan->pp * plan->dp;
     f->largest_task = -1;
     for (int i = 0; m->gpu_load && i < f->ngpus; i++) {
         f->mean += m->gpu_load[i];
