@@ -498,7 +498,9 @@ int cz_plan_inspect(const cz_plan *plan, int top_n, struct json_t **report_out, 
 /* Compares plan b against plan a. Plans of different models (inputs.model.sha256) or topologies
  * are refused with CZ_EMISMATCH unless force is set, in which case parameters are matched by
  * name. *report_out (caller owns) holds settings, metric and per-rank deltas, the moved
- * parameters (at most limit listed, all counted; limit < 0 lists all) and "identical". */
+ * parameters (largest first; at most limit listed, all counted; limit < 0 lists all), each
+ * plan's busiest rank with what bounds its makespan and the parameters whose part of it
+ * changed, largest effect first ("makespan", the same limit), and "identical". */
 int cz_plan_diff(const cz_plan *a, const cz_plan *b, int force, int limit,
                  struct json_t **report_out, cz_error *err);
 
