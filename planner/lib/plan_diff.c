@@ -212,6 +212,19 @@ static int locate(const cz_plan *p, int **grp, int **slot)
     return 0;
 }
 
+/* Where every parameter of A and of B is scheduled (group, slot; -1 when not scheduled). */
+typedef struct places {
+    int *ga, *sa, *gb, *sb;
+} places;
+
+static void places_free(places *pl)
+{
+    free(pl->ga);
+    free(pl->sa);
+    free(pl->gb);
+    free(pl->sb);
+}
+
 /* B's parameters sorted by name, for matching A's by name without a global sort context. */
 typedef struct {
     const char *name;
@@ -269,15 +282,16 @@ static int by_cost_desc(const void *x, const void *y)
 }
 
 static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, const named *b_sorted,
-                      int by_id, int limit, int *ndiff)
+                      const places *pl, int by_id, int limit, int *ndiff)
 {
     int rc = -1;
-    int *ga = NULL, *sa = NULL, *gb = NULL, *sb = NULL, *hit = NULL;
+    int *hit = NULL;
+    const int *ga = pl->ga, *sa = pl->sa, *gb = pl->gb, *sb = pl->sb;
     moved_ref *mv = NULL;
     size_t nb = b->nparams ? b->nparams : 1;
     hit = calloc(nb, sizeof *hit);
     mv = malloc((a->nparams ? a->nparams : 1) * sizeof *mv);
-    if (!hit || !mv || locate(a, &ga, &sa) || locate(b, &gb, &sb))
+    if (!hit || !mv)
         goto done;
 
     json_t *moved = json_object(), *list = json_array(), *only_a = json_array(),
@@ -338,10 +352,6 @@ static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, const nam
         goto done;
     rc = 0;
 done:
-    free(ga);
-    free(sa);
-    free(gb);
-    free(sb);
     free(mv);
     free(hit);
     return rc;
@@ -453,9 +463,9 @@ static int by_effect(const void *x, const void *y)
  * delta (the remainder, reported, is the even partition's elementwise shares or metrics the
  * schedule does not reproduce). */
 static json_t *busiest_json(const cz_plan *a, const cz_plan *b, const named *b_sorted, int by_id,
-                            int limit, size_t k, const char *busiest_in, const int *ga,
-                            const int *sa, const int *gb, const int *sb)
+                            int limit, size_t k, const char *busiest_in, const places *pl)
 {
+    const int *ga = pl->ga, *sa = pl->sa, *gb = pl->gb, *sb = pl->sb;
     json_t *o = NULL, *list = NULL;
     double *ca = calloc(a->nparams ? a->nparams : 1, sizeof *ca);
     double *cb = calloc(b->nparams ? b->nparams : 1, sizeof *cb);
@@ -526,17 +536,14 @@ fail:
 /* "makespan": which rank is busiest in each plan and, for each (B's first), why its makespan
  * changed. null when the topologies differ (ranks do not correspond). */
 static int add_makespan(json_t *rep, const cz_plan *a, const cz_plan *b, const named *b_sorted,
-                        int by_id, int limit)
+                        const places *pl, int by_id, int limit)
 {
     if (a->dp != b->dp || a->pp != b->pp || a->tp != b->tp)
         return put(rep, "makespan", json_null());
-    int rc = -1;
-    int *ga = NULL, *sa = NULL, *gb = NULL, *sb = NULL;
     /* put() takes each new value over (jansson releases it when the set fails). */
     json_t *o = json_object(), *ranks;
-    if (put(rep, "makespan", o) || put(o, "ranks", ranks = json_array()) || locate(a, &ga, &sa) ||
-        locate(b, &gb, &sb))
-        goto done;
+    if (put(rep, "makespan", o) || put(o, "ranks", ranks = json_array()))
+        return -1;
     size_t ka = busiest_rank(a), kb = busiest_rank(b);
     if (put(o, "a",
             json_pack("{s:i, s:i, s:f}", "stage", (int)(ka / (size_t)a->dp), "dp_rank",
@@ -544,18 +551,10 @@ static int add_makespan(json_t *rep, const cz_plan *a, const cz_plan *b, const n
         put(o, "b",
             json_pack("{s:i, s:i, s:f}", "stage", (int)(kb / (size_t)b->dp), "dp_rank",
                       (int)(kb % (size_t)b->dp), "makespan", b->metrics.tp_makespan)) ||
-        push(ranks, busiest_json(a, b, b_sorted, by_id, limit, kb, ka == kb ? "both" : "b", ga, sa,
-                                 gb, sb)) ||
-        (ka != kb &&
-         push(ranks, busiest_json(a, b, b_sorted, by_id, limit, ka, "a", ga, sa, gb, sb))))
-        goto done;
-    rc = 0;
-done:
-    free(ga);
-    free(sa);
-    free(gb);
-    free(sb);
-    return rc;
+        push(ranks, busiest_json(a, b, b_sorted, by_id, limit, kb, ka == kb ? "both" : "b", pl)) ||
+        (ka != kb && push(ranks, busiest_json(a, b, b_sorted, by_id, limit, ka, "a", pl))))
+        return -1;
+    return 0;
 }
 
 int cz_plan_diff(const cz_plan *a, const cz_plan *b, int force, int limit, json_t **report_out,
@@ -580,19 +579,24 @@ int cz_plan_diff(const cz_plan *a, const cz_plan *b, int force, int limit, json_
     int by_id = same_model && a->nparams == b->nparams;
     int ndiff = 0;
     named *b_sorted = names_sorted(b);
+    places pl = {0};
     json_t *rep = json_object();
-    if (!b_sorted || !rep || put(rep, "a", side_json(a)) || put(rep, "b", side_json(b)) ||
+    if (!b_sorted || !rep || locate(a, &pl.ga, &pl.sa) || locate(b, &pl.gb, &pl.sb) ||
+        put(rep, "a", side_json(a)) || put(rep, "b", side_json(b)) ||
         put(rep, "matched_by", json_string(by_id ? "id" : "name")) ||
         add_inputs(rep, a, b, &ndiff) || add_settings(rep, a, b, &ndiff) ||
         add_metrics(rep, a, b, &ndiff) || add_ranks(rep, a, b, &ndiff) ||
-        add_buckets(rep, a, b, &ndiff) || add_params(rep, a, b, b_sorted, by_id, limit, &ndiff) ||
-        add_makespan(rep, a, b, b_sorted, by_id, limit) ||
+        add_buckets(rep, a, b, &ndiff) ||
+        add_params(rep, a, b, b_sorted, &pl, by_id, limit, &ndiff) ||
+        add_makespan(rep, a, b, b_sorted, &pl, by_id, limit) ||
         put(rep, "identical", json_boolean(ndiff == 0))) {
         free(b_sorted);
+        places_free(&pl);
         json_decref(rep);
         return cz_error_set(err, CZ_ENOMEM, "diff: out of memory");
     }
     free(b_sorted);
+    places_free(&pl);
     *report_out = rep;
     return CZ_OK;
 }
