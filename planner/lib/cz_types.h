@@ -235,6 +235,29 @@ int cz_megatron_check_heads(const char *where, const char *heads_key, int64_t he
  * file in messages (NULL: none). CZ_OK when the model records nothing. */
 int cz_model_check_megatron(const cz_model *m, int tp, const char *cluster, cz_error *err);
 
+/* ---- Megatron-LM's current layer-wise rule (megatron_layerwise.c) ---- */
+/* Newton-Schulz cost Megatron balances by: max(m, n) * min(m, n)^2. */
+double cz_megatron_ns_cost(int64_t m, int64_t n);
+/* lcm(64, lcm(dp, 128) / dp): the multiple a layer-wise shard is padded to. */
+int64_t cz_megatron_lw_shard_divisor(int dp);
+/* Megatron's layer-wise buffer layout of n Muon parameters given in backprop order (element
+ * counts and Newton-Schulz costs): shard[i] is the DP rank that owns parameter i; the padded size
+ * of each bucket goes to bucket_sizes (room for n), their count to *nbuckets. bucket_size <= 0
+ * keeps one bucket. */
+int cz_megatron_lw_layout(const int64_t *numel, const double *cost, size_t n, int dp,
+                          int64_t bucket_size, int *shard, int64_t *bucket_sizes, size_t *nbuckets,
+                          cz_error *err);
+/* Megatron's ZeRO-1 (DistributedOptimizer) buckets of n parameters in backprop order. */
+int cz_megatron_zero1_buckets(const int64_t *numel, size_t n, int dp, int64_t bucket_size,
+                              int64_t *bucket_sizes, size_t *nbuckets);
+/* Whether a parameter name is one of Megatron-Core's expert-parallel parameters. */
+int cz_megatron_is_expert(const char *name);
+/* One pipeline stage under the current rule: owner[id] (when owner is not NULL) for its Muon
+ * (matrix) parameters, and the sizes of all its buckets (the layer-wise Muon buckets, then the
+ * ZeRO-1 buckets of the other parameters; room for nparams + 1). */
+int cz_megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bucket_sizes,
+                         size_t *nbuckets, cz_error *err);
+
 /* ---- plan construction (planner.c, buckets.c, dp_partition.c, microgroups.c, metrics.c) ---- */
 /* Allocates an empty plan and fills params (shapes, local shapes, cost, stage) from the model. */
 int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz_settings *s,

@@ -28,7 +28,7 @@ static const char *const optimizer_names[] = {"muon", "soap", "shampoo", "adamw"
 static const char *const unit_names[] = {"numel", "flops", "time"};
 static const char *const dp_names[] = {"even", "anchored", "layerwise", "alpha", "tpaware"};
 static const char *const tp_names[] = {"sc", "none", "single", "slot", "rollback"};
-static const char *const order_names[] = {"pingpong", "lpt", "megatron"};
+static const char *const order_names[] = {"pingpong", "lpt", "megatron", "megatron-aug26"};
 static const char *const solver_names[] = {"greedy", "ilp"};
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
