@@ -207,6 +207,29 @@ double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp);
 /* FLOPs of one optimizer step on a whole m x n matrix (Muon/SOAP/Shampoo), no blocks. */
 double cz_matrix_flops(int64_t m, int64_t n, const cz_settings *s);
 
+/* How a TP group runs Muon's Newton-Schulz on a TP-split matrix (Megatron-LM's tp_mode). */
+typedef enum cz_muon_tp_mode {
+    CZ_MUON_TP_DUPLICATED = 0, /* all-gather the shards, whole-matrix NS on every TP rank */
+    CZ_MUON_TP_BLOCKWISE = 1,  /* NS on each TP-local shard alone: no communication, and a
+                                  different update (each shard orthogonalized separately) */
+    CZ_MUON_TP_DISTRIBUTED = 2 /* NS on the shards, each iteration all-reducing the partial Gram
+                                  matrix of the unsplit dimension over TP */
+} cz_muon_tp_mode;
+const char *cz_muon_tp_mode_name(cz_muon_tp_mode v);
+int cz_muon_tp_mode_parse(const char *name, cz_muon_tp_mode *out);
+
+/* One TP rank's share of a matrix's Muon update under a TP mode. */
+typedef struct cz_muon_tp_work {
+    double seconds;       /* compute on one TP rank */
+    double gram_bytes;    /* bytes of each Gram all-reduce (distributed) */
+    int grams;            /* number of Gram all-reduces (ns_steps per Gram, distributed) */
+    int scalar_allreduce; /* all-reduces of the norm (one float each, distributed) */
+} cz_muon_tp_work;
+/* Under duplicated, seconds is the whole matrix's time (cz_cost_param_seconds) and there is no
+ * all-reduce; replicated matrices (tp_dim < 0) and tp 1 are the same in every mode. */
+cz_muon_tp_work cz_cost_muon_tp(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                                cz_dtype dtype, cz_muon_tp_mode mode);
+
 /* ---- cluster_io.c ---- */
 /* Sizes from the command line that override a cluster file's; 0 keeps the file's value. */
 typedef struct cz_cluster_sizes {
@@ -388,7 +411,8 @@ typedef enum cz_coll_kind {
 typedef enum cz_sim_uneven { CZ_SIM_UNEVEN_ROOTED = 0, CZ_SIM_UNEVEN_PADDED = 1 } cz_sim_uneven;
 
 typedef struct cz_sim_options {
-    cz_sim_uneven uneven; /* default ROOTED */
+    cz_sim_uneven uneven;    /* default ROOTED */
+    cz_muon_tp_mode muon_tp; /* under the sc TP strategy with Muon; default DUPLICATED */
 } cz_sim_options;
 
 /* Seconds of one uneven DP collective with slice lengths len[0..n-1] (elements). */

@@ -97,6 +97,8 @@ typedef struct sim_ctx {
     int megatron_aug26;    /* Megatron's current layer-wise rule: its own bucket layout */
     int zero1_elementwise; /* elementwise parameters updated under ZeRO-1 (even slices) */
     int64_t *lw_buckets;   /* scratch for the layout's bucket sizes (nparams + 1) */
+    cz_muon_tp_mode muon_tp;
+    cz_muon_tp_work *tpw; /* per param under blockwise / distributed: its Gram all-reduces */
 } sim_ctx;
 
 static void prog_free(sim_prog *pg)
@@ -274,7 +276,7 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
     for (int g = 0; g < ngroups; g++) {
         const cz_plan_group *grp = &rs->groups[g];
         double *comp = &pg->compute[(size_t)g * (size_t)R];
-        double shard_sum = 0.0, work = 0.0;
+        double shard_sum = 0.0, work = 0.0, gram_s = 0.0;
         for (int k = 0; k < grp->ntasks; k++) {
             int id = grp->task_param[k];
             int slot = grp->task_slot ? grp->task_slot[k] : 0;
@@ -288,8 +290,15 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
             const cz_plan_param *p = &plan->params[id];
             work += cx->sec[id];
             if (!cx->pipelined) {
-                if (p->tp_dim >= 0)
+                if (cx->muon_tp == CZ_MUON_TP_DUPLICATED && p->tp_dim >= 0)
                     shard_sum += shard_bytes(cx, p);
+                if (cx->tpw && cx->cluster && cx->tpw[id].grams > 0)
+                    gram_s +=
+                        cx->tpw[id].grams * cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, R,
+                                                                      cx->tpw[id].gram_bytes, gbps,
+                                                                      cx->lat_us) +
+                        cx->tpw[id].scalar_allreduce *
+                            cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, R, 4.0, gbps, cx->lat_us);
                 continue;
             }
             comp[slot] += cx->sec[id];
@@ -309,7 +318,9 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
         if (!cx->pipelined) {
             for (int t = 0; t < R; t++)
                 comp[t] = work;
-            pg->gather[g] = sc_gather_seconds(cx, stage, d, shard_sum);
+            /* distributed mode's Gram all-reduces interleave with the iterations; in this
+             * serial model they add to the group's collective time like the gather. */
+            pg->gather[g] = sc_gather_seconds(cx, stage, d, shard_sum) + gram_s;
             pg->comm_s += pg->gather[g];
             continue;
         }
@@ -484,6 +495,22 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
     cx->megatron_aug26 = plan->settings.dp == CZ_DP_LAYERWISE &&
                          plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON_AUG26;
     cx->zero1_elementwise = cx->megatron_aug26;
+    cx->muon_tp = opt ? opt->muon_tp : CZ_MUON_TP_DUPLICATED;
+    if (!cz_muon_tp_mode_name(cx->muon_tp))
+        return cz_error_set(err, CZ_EINVALID,
+                            "Muon TP mode %d is unknown; use duplicated, blockwise or distributed",
+                            (int)cx->muon_tp);
+    if (cx->muon_tp != CZ_MUON_TP_DUPLICATED &&
+        (!c || plan->settings.tp != CZ_TP_SC || plan->settings.dp == CZ_DP_EVEN ||
+         plan->settings.optimizer != CZ_OPTIM_MUON))
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "Megatron's %s TP mode is modelled for Muon plans with the sc TP "
+                            "strategy, a DP strategy other than even, and a cluster (got "
+                            "optimizer %s, dp %s, tp %s%s)",
+                            cz_muon_tp_mode_name(cx->muon_tp),
+                            cz_optimizer_name(plan->settings.optimizer),
+                            cz_dp_strategy_name(plan->settings.dp),
+                            cz_tp_strategy_name(plan->settings.tp), c ? "" : ", no cluster");
     if (cx->R < 1 || cx->D < 1 || cx->P < 1)
         return cz_error_set(err, CZ_EINVALID, "plan topology dp=%d tp=%d pp=%d: expected >= 1",
                             plan->dp, plan->tp, plan->pp);
@@ -512,7 +539,10 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
     cx->sec = calloc(n, sizeof *cx->sec);
     cx->bucket_index = malloc(n * sizeof *cx->bucket_index);
     cx->lw_buckets = malloc((n + 1) * sizeof *cx->lw_buckets);
-    if (!cx->sec || !cx->bucket_index || !cx->lw_buckets)
+    if (cx->muon_tp != CZ_MUON_TP_DUPLICATED)
+        cx->tpw = calloc(n, sizeof *cx->tpw);
+    if (!cx->sec || !cx->bucket_index || !cx->lw_buckets ||
+        (cx->muon_tp != CZ_MUON_TP_DUPLICATED && !cx->tpw))
         return cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
@@ -539,7 +569,12 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
                 .block_sizes = p->block_sizes,
                 .layer = p->layer,
             };
-            cx->sec[i] = cz_cost_param_seconds(&def, &plan->settings, c, plan->dtype);
+            if (cx->tpw) {
+                cx->tpw[i] = cz_cost_muon_tp(&def, &plan->settings, c, plan->dtype, cx->muon_tp);
+                cx->sec[i] = cx->tpw[i].seconds;
+            } else {
+                cx->sec[i] = cz_cost_param_seconds(&def, &plan->settings, c, plan->dtype);
+            }
         }
     }
     for (size_t b = 0; b < plan->nbuckets; b++) {
@@ -665,5 +700,6 @@ done:
     free(cx.sec);
     free(cx.bucket_index);
     free(cx.lw_buckets);
+    free(cx.tpw);
     return rc;
 }
