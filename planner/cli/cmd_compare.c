@@ -21,7 +21,10 @@ static void compare_help(FILE *f)
             "                       [--repeats N] [planning settings]\n"
             "\n"
             "Plans the model on the cluster with every strategy combination and prints one row\n"
-            "each: even+sc, layerwise+sc, anchored x {sc, none, single, slot, rollback},\n"
+            "each: even+sc, layerwise+sc with Megatron's first and current (aug26) rules in\n"
+            "each of Megatron's Muon TP modes (duplicated, blockwise*, distributed; * = NOT the\n"
+            "same update: each TP shard orthogonalized alone), anchored x {sc, none, single,\n"
+            "slot, rollback},\n"
             "alpha (cost loads) x the same, alpha (element loads, as the reference code) x the\n"
             "same, tpaware+rollback, and alpha+rollback with the ILP solver. Rows whose\n"
             "strategy or solver this build does not support are skipped with a note.\n"
@@ -46,6 +49,8 @@ typedef struct cmp_row {
     cz_tp_strategy tp;
     int numel_loads;
     cz_solver solver;
+    cz_layerwise_order order;
+    cz_muon_tp_mode muon_tp;
     int skipped;
     char note[1024];
     double dp_imbalance, mk_over_lb, step_s, optimizer_s, plan_s;
@@ -71,7 +76,21 @@ static int rows_init(cmp_row *rows)
                                           CZ_TP_ROLLBACK};
     int n = 0;
     rows[n++] = (cmp_row){.label = "even+sc", .dp = CZ_DP_EVEN, .tp = CZ_TP_SC};
-    rows[n++] = (cmp_row){.label = "layerwise+sc", .dp = CZ_DP_LAYERWISE, .tp = CZ_TP_SC};
+    /* Megatron's layer-wise rules, each in Megatron's three Muon TP modes; "*" marks blockwise,
+     * which orthogonalizes each TP shard alone: a different update. */
+    static const cz_layerwise_order orders[2] = {CZ_LAYERWISE_MEGATRON,
+                                                 CZ_LAYERWISE_MEGATRON_AUG26};
+    static const char *const mode_tag[3] = {"", "(blockwise*)", "(distributed)"};
+    for (int o = 0; o < 2; o++)
+        for (int k = 0; k < 3; k++) {
+            cmp_row *r = &rows[n++];
+            *r = (cmp_row){.dp = CZ_DP_LAYERWISE,
+                           .tp = CZ_TP_SC,
+                           .order = orders[o],
+                           .muon_tp = (cz_muon_tp_mode)k};
+            snprintf(r->label, sizeof r->label, "layerwise%s+sc%s", o ? "(aug26)" : "",
+                     mode_tag[k]);
+        }
     for (int v = 0; v < 3; v++) {
         for (int k = 0; k < 5; k++) {
             cmp_row *r = &rows[n++];
@@ -98,6 +117,14 @@ static int row_run(cmp_row *r, const cz_model *model, const cz_cluster *cluster,
     s.tp = r->tp;
     s.alpha_numel_loads = r->numel_loads;
     s.solver = r->solver;
+    if (r->dp == CZ_DP_LAYERWISE)
+        s.layerwise_order = r->order;
+    cz_sim_options simopt = {.uneven = CZ_SIM_UNEVEN_ROOTED, .muon_tp = r->muon_tp};
+    if (r->muon_tp != CZ_MUON_TP_DUPLICATED && s.optimizer != CZ_OPTIM_MUON) {
+        r->skipped = 1;
+        snprintf(r->note, sizeof r->note, "Megatron's TP modes are modelled for Muon only");
+        return 0;
+    }
     double times[100];
     cz_plan *plan = NULL;
     cz_sim_result *sim = NULL;
@@ -127,7 +154,7 @@ static int row_run(cmp_row *r, const cz_model *model, const cz_cluster *cluster,
     r->dp_imbalance = plan->metrics.dp_imbalance;
     r->mk_over_lb =
         plan->metrics.lower_bound > 0 ? plan->metrics.tp_makespan / plan->metrics.lower_bound : 1.0;
-    if (cz_plan_simulate(&sim, plan, cluster, NULL, &err) != CZ_OK) {
+    if (cz_plan_simulate(&sim, plan, cluster, &simopt, &err) != CZ_OK) {
         fprintf(stderr, "canzona compare: %s: simulating: %s\n", r->label, err.message);
         goto done;
     }
@@ -149,12 +176,14 @@ static int print_json(const cmp_row *rows, int n, const cz_model *m, const cz_cl
         json_t *o =
             r->skipped
                 ? json_pack("{s:s, s:s}", "name", r->label, "note", r->note)
-                : json_pack("{s:s, s:s, s:s, s:s, s:s, s:f, s:f, s:f, s:f, s:f}", "name", r->label,
-                            "dp", cz_dp_strategy_name(r->dp), "tp", cz_tp_strategy_name(r->tp),
-                            "alpha_loads", r->numel_loads ? "numel" : "cost", "solver",
-                            cz_solver_name(r->solver), "dp_imbalance", r->dp_imbalance,
-                            "makespan_over_lower_bound", r->mk_over_lb, "step_s", r->step_s,
-                            "optimizer_s", r->optimizer_s, "plan_seconds", r->plan_s);
+                : json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:s, s:f, s:f, s:f, s:f, s:f}", "name",
+                            r->label, "dp", cz_dp_strategy_name(r->dp), "tp",
+                            cz_tp_strategy_name(r->tp), "muon_tp", cz_muon_tp_mode_name(r->muon_tp),
+                            "same_update", r->muon_tp != CZ_MUON_TP_BLOCKWISE, "alpha_loads",
+                            r->numel_loads ? "numel" : "cost", "solver", cz_solver_name(r->solver),
+                            "dp_imbalance", r->dp_imbalance, "makespan_over_lower_bound",
+                            r->mk_over_lb, "step_s", r->step_s, "optimizer_s", r->optimizer_s,
+                            "plan_seconds", r->plan_s);
         if (json_array_append_new(r->skipped ? skipped : arr, o))
             goto oom;
     }
@@ -192,6 +221,8 @@ static void print_table(const cmp_row *rows, int n, const cz_model *m, const cz_
     }
     printf("\nplanning time: median of %d build%s; step/opt: simulated (docs/SIMULATOR.md)\n",
            repeats, repeats == 1 ? "" : "s");
+    printf("* blockwise orthogonalizes each TP shard on its own: cheaper, and not the same update "
+           "as the other rows\n");
     for (int i = 0; i < n; i++)
         if (rows[i].skipped)
             printf("skipped %s: %s\n", rows[i].label, rows[i].note);
