@@ -210,13 +210,13 @@ static void print_table(const cmp_row *rows, int n, const cz_model *m, const cz_
 {
     printf("model %s, cluster %s (DP %d x TP %d x PP %d)\n\n", m->name, c->name, c->dp, c->tp,
            c->pp);
-    printf("%-22s %8s %8s %11s %11s %11s\n", "strategy", "DP-imb", "mk/LB", "step ms", "opt ms",
+    printf("%-32s %8s %8s %11s %11s %11s\n", "strategy", "DP-imb", "mk/LB", "step ms", "opt ms",
            "plan ms");
     for (int i = 0; i < n; i++) {
         const cmp_row *r = &rows[i];
         if (r->skipped)
             continue;
-        printf("%-22s %8.4f %8.4f %11.3f %11.3f %11.3f\n", r->label, r->dp_imbalance, r->mk_over_lb,
+        printf("%-32s %8.4f %8.4f %11.3f %11.3f %11.3f\n", r->label, r->dp_imbalance, r->mk_over_lb,
                r->step_s * 1e3, r->optimizer_s * 1e3, r->plan_s * 1e3);
     }
     printf("\nplanning time: median of %d build%s; step/opt: simulated (docs/SIMULATOR.md)\n",
