@@ -51,11 +51,26 @@ START_TEST(costs_by_hand)
     ck_assert_double_eq_tol(w.seconds, dup, 1e-15);
     ck_assert_int_eq(w.grams, 0);
 
-    /* Blocks along the split dimension (fused QKV): each rank holds whole blocks, 1 / tp of
-     * the whole cost, no communication. Two 32-row blocks: 2 x (32 x 128). */
+    /* Two 32-row blocks along the split dimension. As gate / up, every rank holds half of each
+     * block (16 x 128): distributed is per block 5 (4 * 128^2 * 16 + 2 * 128^3) with 5 Grams
+     * each of 128^2; blockwise is NS on each 16 x 128 slice. */
     def_of(m)->tp_dim = 0;
     int64_t blocks[2] = {32, 32};
     czt_model_blocks(m, 0, 0, 2, blocks);
+    double slice = 2048.0 * 14 / 1e9;
+    w = cz_cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_DISTRIBUTED);
+    ck_assert_double_eq_tol(
+        w.seconds, 2 * (5.0 * (4.0 * 128 * 128 * 16 + 2.0 * 128 * 128 * 128) / 1e12 + slice),
+        1e-15);
+    ck_assert_int_eq(w.grams, 10);
+    ck_assert_double_eq(w.gram_bytes, 128.0 * 128 * 2);
+    w = cz_cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_BLOCKWISE);
+    ck_assert_double_eq_tol(
+        w.seconds, 2 * (5.0 * (4.0 * 16 * 16 * 128 + 2.0 * 16 * 16 * 16) / 1e12 + slice), 1e-15);
+    /* As a fused QKV of two query groups, each rank holds one whole group (32 x 128): 1 / tp of
+     * the whole cost, no communication. */
+    free(def_of(m)->name);
+    def_of(m)->name = cz_strdup("decoder.layers.0.self_attention.linear_qkv.weight");
     double one_block = 5.0 * (4.0 * 32 * 32 * 128 + 2.0 * 32 * 32 * 32) / 1e12 + 4096.0 * 14 / 1e9;
     w = cz_cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_DISTRIBUTED);
     ck_assert_double_eq_tol(w.seconds, one_block, 1e-15);
