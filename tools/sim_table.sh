@@ -7,6 +7,7 @@
 #   default      one markdown table for the first cluster, every row
 #   --speedups   one line per (cluster, model): Canzona's update / opt / step speed-up over each
 #                Megatron layer-wise row, for every cluster given
+#   --ranges     the same speed-ups as min-max over the models, one line per (cluster, row)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cz=${CZ:-build/canzona}
@@ -15,6 +16,7 @@ clusters=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --speedups) speedups=1; shift ;;
+    --ranges) speedups=2; shift ;;
     --) shift; break ;;
     *) clusters+=("$1"); shift ;;
   esac
@@ -38,8 +40,7 @@ if [ "$speedups" = 0 ]; then
   exit 0
 fi
 
-echo "| cluster | model | Canzona over | update × | opt × | step × |"
-echo "|---|---|---|---|---|---|"
+per_model() {
 for c in "${clusters[@]}"; do
   for m in $models; do
     "$cz" simulate --model "plans/models/qwen3-$m.json" --cluster "$c" "$@" |
@@ -55,3 +56,22 @@ for c in "${clusters[@]}"; do
         }'
   done
 done
+}
+
+if [ "$speedups" = 1 ]; then
+  echo "| cluster | model | Canzona over | update × | opt × | step × |"
+  echo "|---|---|---|---|---|---|"
+  per_model "$@"
+  exit 0
+fi
+echo "| cluster | Canzona over | update × | opt × | step × |"
+echo "|---|---|---|---|---|"
+per_model "$@" | awk -F' *[|] *' '
+  function lo(a, b) { return a == "" || b < a ? b : a }
+  function hi(a, b) { return a == "" || b > a ? b : a }
+  { k = $2 " | " $4; if (!(k in seen)) { seen[k] = 1; keys[n++] = k }
+    ul[k] = lo(ul[k], $5 + 0); uh[k] = hi(uh[k], $5 + 0)
+    ol[k] = lo(ol[k], $6 + 0); oh[k] = hi(oh[k], $6 + 0)
+    sl[k] = lo(sl[k], $7 + 0); sh[k] = hi(sh[k], $7 + 0) }
+  END { for (i = 0; i < n; i++) { k = keys[i]
+          printf "| %s | %.2f–%.2f | %.2f–%.2f | %.2f–%.2f |\n", k, ul[k], uh[k], ol[k], oh[k], sl[k], sh[k] } }'
