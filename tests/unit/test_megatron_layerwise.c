@@ -181,6 +181,10 @@ START_TEST(plan_owners)
     const cz_plan_bucket *b = &plan->buckets[plan->params[0].bucket];
     int want = plan->params[0].offset < b->ranges[1] ? 0 : 1;
     ck_assert_int_eq(plan->params[0].dp_owner, want);
+    /* The per-rank loads count the matrices whole and the norm as an even ZeRO-1 slice. */
+    const cz_plan_param *q = plan->params;
+    ck_assert_double_eq_tol(plan->metrics.dp_load[0], q[3].cost + q[0].cost / 2, 1e-18);
+    ck_assert_double_eq_tol(plan->metrics.dp_load[1], q[2].cost + q[1].cost + q[0].cost / 2, 1e-18);
     /* and the plan passes validation */
     cz_error err;
     json_t *viol = NULL;
