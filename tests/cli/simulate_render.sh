@@ -36,6 +36,18 @@ upd() { awk -v r="$1" '$1 == r { print $6 }' "$work/sim.txt"; }
 [ "$(awk '$1 == "lw-aug26-dup" { print $5 }' "$work/sim.txt")" != \
   "$(awk '$1 == "lw-jan26-dup" { print $5 }' "$work/sim.txt")" ] ||
     fail "simulate: both layer-wise rules have the same gradient synchronization"
+# A plan under Megatron's current rule validates, and simulating it gives the table's row.
+"$CZ" plan --model "$model" --cluster "$cluster" --dp layerwise --tp sc \
+    --layerwise-order megatron-aug26 -o "$work/aug26.json" -q || fail "plan megatron-aug26"
+"$CZ" validate "$work/aug26.json" --model "$model" --cluster "$cluster" >/dev/null ||
+    fail "validate rejects the megatron-aug26 plan"
+grep -q '"layerwise_order": "megatron-aug26"' "$work/aug26.json" ||
+    fail "the plan does not record its layer-wise rule"
+"$CZ" simulate --cluster "$cluster" --plan "$work/aug26.json" >"$work/aug26.txt" ||
+    fail "simulate --plan megatron-aug26 exited non-zero"
+[ "$(awk '$1 == "plan" { print $9 }' "$work/aug26.txt")" = \
+  "$(awk '$1 == "lw-aug26-dup" { print $9 }' "$work/sim.txt")" ] ||
+    fail "simulate --plan megatron-aug26: step differs from the table's lw-aug26-dup row"
 # --muon-tp needs one sc configuration; Canzona's micro-groups have no TP mode.
 "$CZ" simulate --model "$model" --cluster "$cluster" --dp layerwise --tp sc \
     --layerwise-order megatron-aug26 --muon-tp distributed >"$work/one_mode.txt" ||
