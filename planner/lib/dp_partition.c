@@ -19,9 +19,11 @@
  *            is kept only when its per-rank cost max/mean is no worse than anchored's (decided
  *            per stage); otherwise anchored is kept and plan->dp_fell_back is set.
  *  layerwise whole parameters dealt to ranks: Megatron-LM's first released layer-wise rule
- *            (see megatron_stage), ping-pong in forward order, or longest processing time
- *            first; ranges stay the even slices since that optimizer all-reduces gradients
- *            instead of reduce-scattering them.
+ *            (see megatron_stage), its current rule for the matrices with the rest under
+ *            ZeRO-1 (megatron_layerwise.c), ping-pong in forward order, or longest processing
+ *            time first; ranges stay the even slices: the first rule all-reduces gradients, and
+ *            the current one reduce-scatters buckets of its own layout, which the simulator
+ *            recomputes.
  */
 #include "cz_types.h"
 
