@@ -28,7 +28,10 @@ static void compare_help(FILE *f)
             "                       [--repeats N] [planning settings]\n"
             "\n"
             "Plans the model on the cluster with every strategy combination and prints one row\n"
-            "each: even+sc, layerwise+sc, anchored x {sc, none, single, slot, rollback},\n"
+            "each: even+sc, layerwise+sc with Megatron's first and current (aug26) rules in\n"
+            "each of Megatron's Muon TP modes (duplicated, blockwise*, distributed; * = NOT the\n"
+            "same update: each TP shard orthogonalized alone), anchored x {sc, none, single,\n"
+            "slot, rollback},\n"
             "alpha (cost loads) x the same, alpha (element loads, as the reference code) x the\n"
             "same, tpaware+rollback, and alpha+rollback with the ILP solver. Rows whose\n"
             "strategy or solver this build does not support are skipped with a note.\n"
@@ -37,7 +40,8 @@ static void compare_help(FILE *f)
             "and the planning time: wall clock, median of N builds (one build for the ILP\n"
             "row and for any row whose first build takes over 1 s). Below the table, a\n"
             "recommendation: the row with the fastest simulated step, how much faster it is\n"
-            "than the next best row and than the even+sc (ZeRO-1) baseline.\n"
+            "than the next best row and than the even+sc (ZeRO-1) baseline; blockwise Muon\n"
+            "rows are never recommended (they compute a different update).\n"
             "--dp, --tp, --alpha-loads and --solver are set per row; the other planning settings\n"
             "apply to every row. --time-limit defaults to 10 s here.\n"
             "\n"
@@ -58,6 +62,8 @@ typedef struct cmp_row {
     cz_tp_strategy tp;
     int numel_loads;
     cz_solver solver;
+    cz_layerwise_order order;
+    cz_muon_tp_mode muon_tp;
     int skipped;
     char note[1024];
     double dp_imbalance, mk_over_lb, step_s, optimizer_s, plan_s;
@@ -84,7 +90,21 @@ static int rows_init(cmp_row *rows)
                                           CZ_TP_ROLLBACK};
     int n = 0;
     rows[n++] = (cmp_row){.label = "even+sc", .dp = CZ_DP_EVEN, .tp = CZ_TP_SC};
-    rows[n++] = (cmp_row){.label = "layerwise+sc", .dp = CZ_DP_LAYERWISE, .tp = CZ_TP_SC};
+    /* Megatron's layer-wise rules, each in Megatron's three Muon TP modes; "*" marks blockwise,
+     * which orthogonalizes each TP shard alone: a different update. */
+    static const cz_layerwise_order orders[2] = {CZ_LAYERWISE_MEGATRON,
+                                                 CZ_LAYERWISE_MEGATRON_AUG26};
+    static const char *const mode_tag[3] = {"", "(blockwise*)", "(distributed)"};
+    for (int o = 0; o < 2; o++)
+        for (int k = 0; k < 3; k++) {
+            cmp_row *r = &rows[n++];
+            *r = (cmp_row){.dp = CZ_DP_LAYERWISE,
+                           .tp = CZ_TP_SC,
+                           .order = orders[o],
+                           .muon_tp = (cz_muon_tp_mode)k};
+            snprintf(r->label, sizeof r->label, "layerwise%s+sc%s", o ? "(aug26)" : "",
+                     mode_tag[k]);
+        }
     for (int v = 0; v < 3; v++) {
         for (int k = 0; k < 5; k++) {
             cmp_row *r = &rows[n++];
@@ -111,6 +131,14 @@ static int row_run(cmp_row *r, const cz_model *model, const cz_cluster *cluster,
     s.tp = r->tp;
     s.alpha_numel_loads = r->numel_loads;
     s.solver = r->solver;
+    if (r->dp == CZ_DP_LAYERWISE)
+        s.layerwise_order = r->order;
+    cz_sim_options simopt = {.uneven = CZ_SIM_UNEVEN_ROOTED, .muon_tp = r->muon_tp};
+    if (r->muon_tp != CZ_MUON_TP_DUPLICATED && s.optimizer != CZ_OPTIM_MUON) {
+        r->skipped = 1;
+        snprintf(r->note, sizeof r->note, "Megatron's TP modes are modelled for Muon only");
+        return 0;
+    }
     double times[100];
     cz_plan *plan = NULL;
     cz_sim_result *sim = NULL;
@@ -145,7 +173,7 @@ static int row_run(cmp_row *r, const cz_model *model, const cz_cluster *cluster,
     r->dp_imbalance = plan->metrics.dp_imbalance;
     r->mk_over_lb =
         plan->metrics.lower_bound > 0 ? plan->metrics.tp_makespan / plan->metrics.lower_bound : 1.0;
-    if (cz_plan_simulate(&sim, plan, cluster, NULL, &err) != CZ_OK) {
+    if (cz_plan_simulate(&sim, plan, cluster, &simopt, &err) != CZ_OK) {
         fprintf(stderr, "canzona compare: %s: simulating: %s\n", r->label, err.message);
         goto done;
     }
@@ -160,7 +188,8 @@ done:
 
 /* The recommendation: the row with the fastest simulated step (ties: the faster planning,
  * then table order), the best row with a slower step (rows with the same step are listed as
- * ties, not as the runner-up) and the even+sc baseline; -1 where there is none. */
+ * ties, not as the runner-up) and the even+sc baseline; -1 where there is none. Blockwise Muon
+ * rows compute a different update, so they are never recommended nor the runner-up. */
 typedef struct cmp_pick {
     int best, next, base;
 } cmp_pick;
@@ -177,19 +206,25 @@ static int same_step(const cmp_row *x, const cmp_row *y)
     return fabs(x->step_s - y->step_s) <= 1e-9 * fmax(x->step_s, y->step_s);
 }
 
+static int comparable(const cmp_row *r)
+{
+    return !r->skipped && r->muon_tp != CZ_MUON_TP_BLOCKWISE;
+}
+
 static cmp_pick pick_rows(const cmp_row *rows, int n)
 {
     cmp_pick p = {-1, -1, -1};
     for (int i = 0; i < n; i++) {
-        if (rows[i].skipped)
+        if (!comparable(&rows[i]))
             continue;
-        if (rows[i].dp == CZ_DP_EVEN && rows[i].tp == CZ_TP_SC)
+        if (rows[i].dp == CZ_DP_EVEN && rows[i].tp == CZ_TP_SC &&
+            rows[i].muon_tp == CZ_MUON_TP_DUPLICATED)
             p.base = i;
         if (p.best < 0 || row_before(&rows[i], &rows[p.best]))
             p.best = i;
     }
     for (int i = 0; p.best >= 0 && i < n; i++)
-        if (!rows[i].skipped && !same_step(&rows[i], &rows[p.best]) &&
+        if (comparable(&rows[i]) && !same_step(&rows[i], &rows[p.best]) &&
             (p.next < 0 || row_before(&rows[i], &rows[p.next])))
             p.next = i;
     return p;
@@ -205,7 +240,7 @@ static void print_recommendation(const cmp_row *rows, int n, cmp_pick p)
     printf("recommended: %s, simulated step %.3f ms", b->label, b->step_s * 1e3);
     int ties = 0;
     for (int i = 0; i < n; i++)
-        if (i != p.best && !rows[i].skipped && same_step(&rows[i], b))
+        if (i != p.best && comparable(&rows[i]) && same_step(&rows[i], b))
             printf("%s%s", ties++ ? ", " : " (the same step: ", rows[i].label);
     if (ties)
         printf(", planned slower or later in the table)");
@@ -248,9 +283,10 @@ static int print_json(const cmp_row *rows, int n, const cz_model *m, const cz_cl
         json_t *o =
             r->skipped
                 ? json_pack("{s:s, s:s}", "name", r->label, "note", r->note)
-                : json_pack("{s:s, s:s, s:s, s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:i}", "name",
-                            r->label, "dp", cz_dp_strategy_name(r->dp), "tp",
-                            cz_tp_strategy_name(r->tp), "alpha_loads",
+                : json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:i}",
+                            "name", r->label, "dp", cz_dp_strategy_name(r->dp), "tp",
+                            cz_tp_strategy_name(r->tp), "muon_tp", cz_muon_tp_mode_name(r->muon_tp),
+                            "same_update", r->muon_tp != CZ_MUON_TP_BLOCKWISE, "alpha_loads",
                             r->numel_loads ? "numel" : "cost", "solver", cz_solver_name(r->solver),
                             "dp_imbalance", r->dp_imbalance, "makespan_over_lower_bound",
                             r->mk_over_lb, "step_s", r->step_s, "optimizer_s", r->optimizer_s,
@@ -282,18 +318,20 @@ static void print_table(const cmp_row *rows, int n, const cz_model *m, const cz_
 {
     printf("model %s, cluster %s (DP %d x TP %d x PP %d)\n\n", m->name, c->name, c->dp, c->tp,
            c->pp);
-    printf("%-22s %8s %8s %11s %11s %11s %6s\n", "strategy", "DP-imb", "mk/LB", "step ms", "opt ms",
+    printf("%-32s %8s %8s %11s %11s %11s %6s\n", "strategy", "DP-imb", "mk/LB", "step ms", "opt ms",
            "plan ms", "builds");
     for (int i = 0; i < n; i++) {
         const cmp_row *r = &rows[i];
         if (r->skipped)
             continue;
-        printf("%-22s %8.4f %8.4f %11.3f %11.3f %11.3f %6d\n", r->label, r->dp_imbalance,
+        printf("%-32s %8.4f %8.4f %11.3f %11.3f %11.3f %6d\n", r->label, r->dp_imbalance,
                r->mk_over_lb, r->step_s * 1e3, r->optimizer_s * 1e3, r->plan_s * 1e3, r->builds);
     }
     printf("\nplanning time: median of %d build%s (1 for the ILP row and for builds over 1 s); "
            "step/opt: simulated (docs/SIMULATOR.md)\n",
            repeats, repeats == 1 ? "" : "s");
+    printf("* blockwise orthogonalizes each TP shard on its own: cheaper, and not the same update "
+           "as the other rows\n");
     for (int i = 0; i < n; i++)
         if (rows[i].skipped)
             printf("skipped %s: %s\n", rows[i].label, rows[i].note);
