@@ -833,8 +833,8 @@ done:
 static int search_stage(cz_plan *plan, int stage, double search_deadline, double deadline,
                         int *changed, int *timed_out, cz_error *err)
 {
-    int rc = CZ_OK, R = plan->dp, stage_changed = 0;
-    int *start_owner = NULL, *start_cut = NULL;
+    int rc = CZ_OK, R = plan->dp, stage_changed = 0, n = 0, saved = 0;
+    int *start_owner = NULL;
     tpa t;
     memset(&t, 0, sizeof t);
     t.plan = plan;
@@ -843,7 +843,6 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
     t.deadline = search_deadline;
     t.dpl = calloc((size_t)R, sizeof *t.dpl);
     start_owner = malloc((plan->nparams + 1) * sizeof *start_owner);
-    start_cut = malloc(((plan->nbuckets + 1) * (size_t)(R + 1)) * sizeof *start_cut);
     t.bucket = malloc((plan->nbuckets + 1) * sizeof *t.bucket);
     t.first = malloc((plan->nbuckets + 2) * sizeof *t.first);
     t.order = malloc((plan->nparams + 1) * sizeof *t.order);
@@ -875,11 +874,10 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
     if (!t.bucket || !t.first || !t.order || !t.cut || !t.ew || !t.mk || !t.msum || !t.mmax ||
         !t.scratch || !t.version || !t.memo_vf || !t.memo_vt || !t.memo_mf || !t.memo_mt ||
         !t.recv || !t.lose || !t.recv1 || !t.lose1 || !t.ew0 || !t.msum0 || !t.mk0 || !t.ew1 ||
-        !t.msum1 || !t.nc1 || !t.nc2 || !t.oc1 || !t.oc2 || !t.dpl || !start_owner || !start_cut) {
+        !t.msum1 || !t.nc1 || !t.nc2 || !t.oc1 || !t.oc2 || !t.dpl || !start_owner) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
         goto done;
     }
-    int n = 0;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
         if (p->stage != stage)
@@ -944,11 +942,12 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
             goto done;
     double cur_max, cur_sq;
     objective(&t, &cur_max, &cur_sq);
-    /* The starting point, kept unless the search lowers the stage's largest makespan. */
+    /* The starting point: restored unless the search gains (below), and on an error, so that
+     * a failed call leaves the plan's owners consistent with its ranges. */
     double start_max = cur_max, start_dpmax = dp_load_max(&t);
     for (int k = 0; k < n; k++)
         start_owner[k] = plan->params[t.order[k]].dp_owner;
-    memcpy(start_cut, t.cut, (size_t)t.nb * (R + 1) * sizeof *start_cut);
+    saved = 1;
 
     if ((rc = single_moves(&t, &cur_max, &cur_sq, &stage_changed, err)))
         goto done;
@@ -980,14 +979,13 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
          (cur_max < start_max * (1 - 1e-12) && dp_load_max(&t) <= start_dpmax * (1 + 1e-12)))) {
         write_ranges(&t);
         *changed = 1;
-    } else if (stage_changed) {
-        for (int k = 0; k < n; k++)
-            plan->params[t.order[k]].dp_owner = start_owner[k];
-        memcpy(t.cut, start_cut, (size_t)t.nb * (R + 1) * sizeof *t.cut);
+        saved = 0;
     }
 done:
+    if (saved) /* no gain, or an error: every owner as it came in */
+        for (int k = 0; k < n; k++)
+            plan->params[t.order[k]].dp_owner = start_owner[k];
     free(start_owner);
-    free(start_cut);
     free(t.dpl);
     free(t.bucket);
     free(t.first);
