@@ -38,44 +38,28 @@ static int mpi_allgatherv(cz_comm *c, float *buf, const int *counts, const int *
 }
 
 static int mpi_ialltoallv(cz_comm *c, const float *send, const int *scounts, const int *sdispls,
-                          float *recv, const int *rcounts, const int *rdispls, cz_comm_req **req,
+                          float *recv, const int *rcounts, const int *rdispls, cz_comm_req *req,
                           cz_error *err)
 {
-    cz_comm_req *q = malloc(sizeof *q);
-    if (!q)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for an MPI request");
     int rc = MPI_Ialltoallv(send, scounts, sdispls, MPI_FLOAT, recv, rcounts, rdispls, MPI_FLOAT,
-                            mpi_of(c), &q->r);
-    if (rc != MPI_SUCCESS) {
-        free(q);
-        return mpi_fail(err, rc, "all-to-all");
-    }
-    *req = q;
-    return CZ_OK;
+                            mpi_of(c), &req->r);
+    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "all-to-all");
 }
 
-static int mpi_iallgather(cz_comm *c, const float *send, int count, float *recv, cz_comm_req **req,
+static int mpi_iallgather(cz_comm *c, const float *send, int count, float *recv, cz_comm_req *req,
                           cz_error *err)
 {
-    cz_comm_req *q = malloc(sizeof *q);
-    if (!q)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for an MPI request");
-    int rc = MPI_Iallgather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, mpi_of(c), &q->r);
-    if (rc != MPI_SUCCESS) {
-        free(q);
-        return mpi_fail(err, rc, "all-gather");
-    }
-    *req = q;
-    return CZ_OK;
+    int rc = MPI_Iallgather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, mpi_of(c), &req->r);
+    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "all-gather");
 }
 
 static int mpi_wait(cz_comm *c, cz_comm_req *req, cz_error *err)
 {
     (void)c;
-    if (!req)
+    if (!req || req->r == MPI_REQUEST_NULL)
         return CZ_OK;
     int rc = MPI_Wait(&req->r, MPI_STATUS_IGNORE);
-    free(req);
+    req->r = MPI_REQUEST_NULL;
     return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "wait");
 }
 
@@ -85,6 +69,23 @@ static void mpi_progress(cz_comm *c, cz_comm_req *req)
     int done = 0;
     if (req && req->r != MPI_REQUEST_NULL)
         MPI_Test(&req->r, &done, MPI_STATUS_IGNORE);
+}
+
+static cz_comm_req *mpi_req_create(cz_comm *c)
+{
+    (void)c;
+    cz_comm_req *q = cz_exec_malloc(sizeof *q);
+    if (q)
+        q->r = MPI_REQUEST_NULL;
+    return q;
+}
+
+static void mpi_req_free(cz_comm *c, cz_comm_req *req)
+{
+    cz_error tmp;
+    if (req)
+        mpi_wait(c, req, &tmp);
+    cz_exec_free(req);
 }
 
 static int mpi_allreduce_min_i64(cz_comm *c, int64_t *v, int n, cz_error *err)
@@ -101,7 +102,7 @@ static void mpi_close(cz_comm *c)
     MPI_Finalized(&fin);
     if (!fin)
         MPI_Comm_free((MPI_Comm *)c->impl);
-    free(c->impl);
+    cz_exec_free(c->impl);
     c->impl = NULL;
 }
 
@@ -114,6 +115,8 @@ static const cz_comm_ops cz_comm_mpi_ops = {
     .wait = mpi_wait,
     .progress = mpi_progress,
     .allreduce_min_i64 = mpi_allreduce_min_i64,
+    .req_create = mpi_req_create,
+    .req_free = mpi_req_free,
     .close = mpi_close,
 };
 
@@ -127,7 +130,7 @@ bool cz_comm_mpi_available(void)
 
 static int wrap(cz_comm *out, MPI_Comm dup, cz_error *err)
 {
-    MPI_Comm *h = malloc(sizeof *h);
+    MPI_Comm *h = cz_exec_malloc(sizeof *h);
     if (!h) {
         MPI_Comm_free(&dup);
         return cz_error_set(err, CZ_ENOMEM, "out of memory for a communicator");

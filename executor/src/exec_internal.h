@@ -28,21 +28,93 @@ const cz_ns_coeffs *cz_ns_coeffs_find(const char *name);
 /* Comma-separated list of the known names, for messages. */
 const char *cz_ns_coeffs_names(void);
 
+/* ---- allocation (alloc.c) ---- */
+/* Every allocation the executor makes (host tables, backend memory of the CPU backend,
+ * communication requests) goes through these, so that a test can prove that a step allocates
+ * nothing: cz_exec_alloc_count() is the number of successful allocations so far. */
+void *cz_exec_malloc(size_t bytes);
+void *cz_exec_calloc(size_t n, size_t size);
+void cz_exec_free(void *p);
+uint64_t cz_exec_alloc_count(void);
+
 /* ---- compute backend ---- */
+/* The compute seam, versioned like sqlite3_io_methods: a backend fills a cz_compute_ops of
+ * CZ_COMPUTE_OPS_VERSION; fields are only ever appended, and the executor refuses a table
+ * whose version it does not know. Every operation on parameter, gradient or optimizer-state
+ * data goes through it: step.c, pipeline.c, muon.c and adamw.c never touch data themselves.
+ * All pointers below are backend memory (from alloc, or bound buffers the backend accepts),
+ * except where a parameter says host. */
+#define CZ_COMPUTE_OPS_VERSION 1
+
+typedef enum cz_backend_kind {
+    CZ_BACKEND_CPU = 1, /* host memory, OpenBLAS */
+} cz_backend_kind;
+
+/* Capability flags of a backend. */
+enum {
+    /* Backend memory is host memory: the job's host buffers are used in place. */
+    CZ_COMPUTE_CAP_HOST_MEMORY = 1u << 0,
+};
+
+/* One contiguous copy: len elements from src + src_off to dst + dst_off. */
+typedef struct cz_copy_run {
+    int64_t dst, src, len;
+} cz_copy_run;
+/* A run list in the backend's own form (device memory for a GPU backend), built once at
+ * create/bind time and replayed by copy_runs every step. */
+typedef struct cz_runs cz_runs;
+
+/* AdamW step arguments; bias1/2 = 1 - beta1/2^t, computed on the host per step. */
+typedef struct cz_adamw_args {
+    float lr, beta1, beta2, eps, weight_decay, bias1, bias2;
+} cz_adamw_args;
+
 typedef struct cz_compute cz_compute;
 typedef struct cz_compute_ops {
-    const char *name;
-    /* Buffers the math below works on (device memory for a GPU backend). */
+    int version; /* CZ_COMPUTE_OPS_VERSION */
+    cz_backend_kind kind;
+    unsigned caps;    /* CZ_COMPUTE_CAP_* */
+    const char *name; /* for messages only; backends are told apart by kind and caps */
+
+    /* Zero-filled backend memory; NULL when out of memory. Only called at create/bind. */
     void *(*alloc)(cz_compute *c, size_t bytes);
     void (*release)(cz_compute *c, void *p);
+    /* Copies bytes of backend memory to the host (the step's one read-back). */
+    int (*download)(cz_compute *c, void *host, const void *src, size_t bytes, cz_error *err);
+
+    /* Index maps: built from host runs at create time, replayed on any base pointers. */
+    cz_runs *(*runs_create)(cz_compute *c, const cz_copy_run *runs, size_t n);
+    void (*runs_free)(cz_compute *c, cz_runs *r);
+    void (*copy_runs)(cz_compute *c, float *dst, const float *src, const cz_runs *r);
+    /* dst[i] = src[i] over n elements (no overlap). */
+    void (*copy)(cz_compute *c, float *dst, const float *src, int64_t n);
+    /* dst[i] = alpha * src[i]; dst may equal src. */
+    void (*scale)(cz_compute *c, float *dst, const float *src, int64_t n, float alpha);
+    /* *out (backend memory) = sum of x[i]^2 in double: non-finite exactly when x holds NaN or
+     * Inf (a float squared cannot overflow a double), so it is also the finiteness check. */
+    void (*sumsq)(cz_compute *c, const float *x, int64_t n, double *out);
+
+    /* Muon momentum: buf = mu*buf + g; in = g + mu*buf (nesterov) or buf. in may equal g. */
+    void (*momentum)(cz_compute *c, const float *g, float *buf, float *in, int64_t n, float mu,
+                     int nesterov);
+    /* Normalises the rows x cols block at src (row stride ld) by its Frobenius norm (double)
+     * plus eps into dst, contiguous, transposed when transpose. */
+    void (*block_load)(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
+                       int64_t cols, int transpose, float eps);
     /* Orthogonalizes `batch` matrices stored back to back, each rows x cols row-major with
      * rows <= cols, in place: `steps` iterations of A = X X^T, B = b A + c A A, X = a X + B X.
-     * The input must already be normalized. work holds batch*(2*rows*rows + rows*cols)
-     * floats. */
+     * work holds batch*(2*rows*rows + rows*cols) floats. */
     int (*ns_batched)(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
                       const cz_ns_coeffs *k, int steps, float *work, cz_error *err);
-    /* Frobenius norm of n floats (accumulated in double). */
-    double (*norm)(cz_compute *c, const float *x, int64_t n);
+    /* Writes scale * the contiguous block src (transposed back when transpose) into the
+     * rows x cols block at dst (row stride ld). */
+    void (*block_store)(cz_compute *c, float *dst, int64_t ld, const float *src, int64_t rows,
+                        int64_t cols, int transpose, float scale);
+    /* p = p*(1 - lr*wd) - lr*u over n elements. */
+    void (*apply_update)(cz_compute *c, float *p, const float *u, int64_t n, float lr, float wd);
+    /* One AdamW step over n elements. */
+    void (*adamw)(cz_compute *c, float *p, const float *g, float *m, float *v, int64_t n,
+                  const cz_adamw_args *a);
 } cz_compute_ops;
 
 struct cz_compute {
@@ -56,6 +128,7 @@ void cz_compute_close(cz_compute *c);
 
 /* ---- communication backend ---- */
 typedef struct cz_comm cz_comm;
+/* A non-blocking operation's handle, created once (req_create) and reused every step. */
 typedef struct cz_comm_req cz_comm_req;
 typedef struct cz_comm_ops {
     const char *name;
@@ -65,20 +138,24 @@ typedef struct cz_comm_ops {
                           cz_error *err);
     /* In-place all-gather: rank r contributes buf[displs[r] .. + counts[r]). */
     int (*allgatherv)(cz_comm *c, float *buf, const int *counts, const int *displs, cz_error *err);
-    /* Non-blocking all-to-all with per-peer counts and displacements (elements). */
+    /* Non-blocking all-to-all with per-peer counts and displacements (elements), completed
+     * through req (which must be idle). */
     int (*ialltoallv)(cz_comm *c, const float *send, const int *scounts, const int *sdispls,
-                      float *recv, const int *rcounts, const int *rdispls, cz_comm_req **req,
+                      float *recv, const int *rcounts, const int *rdispls, cz_comm_req *req,
                       cz_error *err);
     /* Non-blocking all-gather of `count` floats per rank into recv (size * count). */
-    int (*iallgather)(cz_comm *c, const float *send, int count, float *recv, cz_comm_req **req,
+    int (*iallgather)(cz_comm *c, const float *send, int count, float *recv, cz_comm_req *req,
                       cz_error *err);
-    /* Completes and releases a request (NULL is a no-op). */
+    /* Completes the operation of req, leaving it idle (an idle req returns at once). */
     int (*wait)(cz_comm *c, cz_comm_req *req, cz_error *err);
     /* Lets outstanding non-blocking operations progress (MPI progresses them only inside MPI
      * calls); never blocks. req may be NULL. */
     void (*progress)(cz_comm *c, cz_comm_req *req);
     /* In-place element-wise min over all ranks of n int64 values. */
     int (*allreduce_min_i64)(cz_comm *c, int64_t *v, int n, cz_error *err);
+    /* Request handles (allocated at create time, never during a step). */
+    cz_comm_req *(*req_create)(cz_comm *c);
+    void (*req_free)(cz_comm *c, cz_comm_req *req);
     void (*close)(cz_comm *c);
 } cz_comm_ops;
 
@@ -108,6 +185,19 @@ int cz_shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t 
 void cz_shard_pack(const cz_plan_param *p, int tp, int r, const float *full, float *shard);
 /* Writes TP rank r's local shard back into its place in the full matrix. */
 void cz_shard_unpack(const cz_plan_param *p, int tp, int r, const float *shard, float *full);
+
+/* A growable host list of copy runs, built at create time into the index maps of the step. */
+typedef struct cz_run_list {
+    cz_copy_run *v;
+    size_t n, cap;
+} cz_run_list;
+/* Appends one run (merged with the last one when contiguous). CZ_ENOMEM on failure. */
+int cz_run_list_add(cz_run_list *l, int64_t dst, int64_t src, int64_t len, cz_error *err);
+void cz_run_list_free(cz_run_list *l);
+/* Appends the runs that copy TP rank r's shard of p between a full matrix at full_off and a
+ * shard at shard_off: full -> shard when !unpack, shard -> full when unpack. */
+int cz_shard_runs(const cz_plan_param *p, int tp, int r, int64_t full_off, int64_t shard_off,
+                  int unpack, cz_run_list *l, cz_error *err);
 /* Checks that the param can be sharded over tp ranks as the plan says (divisible dims,
  * local shape and numel consistent). */
 int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err);
@@ -133,34 +223,48 @@ typedef struct cz_block {
 /* Blocks of a parameter (one when unblocked). Returns the count written (<= max). */
 int cz_param_blocks(const cz_plan_param *p, cz_block *out, int max);
 
-/* Momentum step on a full matrix: buf = mu*buf + g; writes the optimizer input to `in`
- * (buf, or g + mu*buf with Nesterov). n elements. */
+/* Reference kernels on host memory: the CPU backend's own loops (compute_cpu.c), also used by
+ * the tests and by canzona-bench's single-process reference. */
+/* buf = mu*buf + g; in = buf, or g + mu*buf with Nesterov. n elements; in may equal g. */
 void cz_muon_momentum(const cz_muon_hparams *h, const float *g, float *buf, float *in, int64_t n);
-/* Batched orthogonalization of several matrices' blocks: for each of `n` full matrices
- * in[i] (shape of params[i]) writes the scaled Muon update to out[i]. Same-shape blocks are
- * stacked and orthogonalized in one ns_batched call. */
-/* The same, calling progress(ctx) (when not NULL) between batches, so that communication in
- * flight keeps moving during the compute. */
-int cz_muon_orthogonalize_ex(cz_compute *c, const cz_muon_hparams *h,
-                             const cz_plan_param *const *params, const float *const *in,
-                             float *const *out, int n, void (*progress)(void *), void *ctx,
-                             cz_error *err);
-int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
-                          const cz_plan_param *const *params, const float *const *in,
-                          float *const *out, int n, cz_error *err);
 /* p = p*(1 - lr*wd) - lr*u over n elements. */
 void cz_apply_update(float *p, const float *u, int64_t n, float lr, float wd);
 /* One AdamW step (t >= 1) over n elements. */
 void cz_adamw_step(const cz_adamw_hparams *h, int64_t t, float *p, const float *g, float *m,
                    float *v, int64_t n);
+/* The AdamW arguments of step t (>= 1). */
+void cz_adamw_args_make(cz_adamw_args *a, const cz_adamw_hparams *h, int64_t t);
+
+/* One block of a matrix, as the Newton-Schulz batch sees it. */
+typedef struct cz_muon_blk {
+    int mat; /* index in the batch of matrices */
+    cz_block b;
+    int64_t ld;     /* row stride of the full matrix */
+    int64_t r, c;   /* oriented shape: r <= c */
+    int transposed; /* the block is stored transposed in the NS batch */
+} cz_muon_blk;
+
+/* The blocks of a fixed list of matrices, sorted so that same-shape blocks are adjacent (one
+ * ns_batched call each), with the batch and work sizes they need. Built once. */
+typedef struct cz_muon_prep {
+    cz_muon_blk *blks;
+    int nblk;
+    int64_t batch_n, work_n; /* floats */
+} cz_muon_prep;
+int cz_muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n, cz_error *err);
+void cz_muon_prep_free(cz_muon_prep *mp);
+/* Writes the scaled Muon update of every prepared matrix in[i] to out[i] (backend memory),
+ * using batch (batch_n floats) and work (work_n floats); calls progress(ctx) (when not NULL)
+ * between batches so that communication in flight keeps moving. */
+int cz_muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
+                const float *const *in, float *const *out, float *batch, float *work,
+                void (*progress)(void *), void *ctx, cz_error *err);
+/* The same for n matrices, preparing and allocating on the way (not for use in a step). */
+int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
+                          const cz_plan_param *const *params, const float *const *in,
+                          float *const *out, int n, cz_error *err);
 
 /* ---- the executor object ---- */
-typedef struct cz_task_buf {
-    int param;     /* param id */
-    float *full_g; /* host: reassembled full gradient */
-    float *mom;    /* host (every TP rank under sc): full-size momentum, persistent */
-} cz_task_buf;
-
 struct cz_executor {
     const cz_plan *plan;
     cz_plan *owned_plan; /* non-NULL when created from a file */
@@ -178,18 +282,21 @@ struct cz_executor {
     float **param_ptr, **grad_ptr;
     bool *bound;
     float *flat_params, *flat_grads; /* NULL when bound per parameter */
-    float *scratch;                  /* max bucket range, for the reduce-scatter */
+    float *scratch;                  /* backend: max bucket range, for the reduce-scatter */
 
-    /* Owned parameters. */
-    int *owned_elem;
-    int nowned_elem;
+    /* Owned parameters: every kind (ids ascending), and the elementwise ones. */
+    int *owned, *owned_elem;
+    int nowned, nowned_elem;
+    double *stats;      /* backend: per owned parameter, sum of squares of its gradient */
+    double *stats_host; /* host copy, read back once per step */
+    /* Optimizer state, backend memory allocated at create time. */
     float **adam_m, **adam_v; /* indexed by param id, NULL when not mine */
     float **momentum;         /* indexed by param id: full-size Muon momentum where I host */
 
     /* Per-parameter binding: staging copies of the flat layout. */
     bool per_param;
-    float *stage_params, *stage_grads;
-    bool bind_agreed; /* all ranks confirmed their binding at the first step */
+    float *stage_params, *stage_grads; /* backend memory, allocated at the first bind_param */
+    bool bind_agreed;                  /* all ranks confirmed their binding at the first step */
 
     struct cz_pipeline *pipe; /* micro-group layouts and communication buffers */
 

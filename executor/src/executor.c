@@ -32,20 +32,30 @@ void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out)
     *out = ex->last;
 }
 
-/* Local state: per-param bindings, AdamW moments of the owned elementwise shards, pipeline. */
+static float *falloc(cz_executor *ex, int64_t n)
+{
+    return ex->compute.ops->alloc(&ex->compute, (size_t)(n > 0 ? n : 1) * sizeof(float));
+}
+
+/* Local state: per-param bindings, AdamW moments of the owned elementwise shards, pipeline.
+ * Everything a step uses is allocated here (or at the first bind_param), never in a step. */
 static int alloc_state(cz_executor *ex, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
+    cz_compute *c = &ex->compute;
     size_t n = plan->nparams ? plan->nparams : 1;
-    ex->param_ptr = calloc(n, sizeof *ex->param_ptr);
-    ex->grad_ptr = calloc(n, sizeof *ex->grad_ptr);
-    ex->bound = calloc(n, sizeof *ex->bound);
-    ex->adam_m = calloc(n, sizeof *ex->adam_m);
-    ex->adam_v = calloc(n, sizeof *ex->adam_v);
-    ex->momentum = calloc(n, sizeof *ex->momentum);
-    ex->owned_elem = calloc(n, sizeof *ex->owned_elem);
+    ex->param_ptr = cz_exec_calloc(n, sizeof *ex->param_ptr);
+    ex->grad_ptr = cz_exec_calloc(n, sizeof *ex->grad_ptr);
+    ex->bound = cz_exec_calloc(n, sizeof *ex->bound);
+    ex->adam_m = cz_exec_calloc(n, sizeof *ex->adam_m);
+    ex->adam_v = cz_exec_calloc(n, sizeof *ex->adam_v);
+    ex->momentum = cz_exec_calloc(n, sizeof *ex->momentum);
+    ex->owned = cz_exec_calloc(n, sizeof *ex->owned);
+    ex->owned_elem = cz_exec_calloc(n, sizeof *ex->owned_elem);
+    ex->stats = c->ops->alloc(c, n * sizeof *ex->stats);
+    ex->stats_host = cz_exec_calloc(n, sizeof *ex->stats_host);
     if (!ex->param_ptr || !ex->grad_ptr || !ex->bound || !ex->adam_m || !ex->adam_v ||
-        !ex->momentum || !ex->owned_elem)
+        !ex->momentum || !ex->owned || !ex->owned_elem || !ex->stats || !ex->stats_host)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     int64_t maxrange = 1;
     for (size_t b = 0; b < plan->nbuckets; b++) {
@@ -55,17 +65,20 @@ static int alloc_state(cz_executor *ex, cz_error *err)
         if (len > maxrange)
             maxrange = len;
     }
-    ex->scratch = malloc((size_t)maxrange * sizeof(float));
+    ex->scratch = falloc(ex, maxrange);
     if (!ex->scratch)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for a %lld-element scratch buffer",
                             (long long)maxrange);
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        if (p->kind != CZ_KIND_ELEMENTWISE || p->dp_owner != ex->dp_rank)
+        if (p->dp_owner != ex->dp_rank)
+            continue;
+        ex->owned[ex->nowned++] = (int)i;
+        if (p->kind != CZ_KIND_ELEMENTWISE)
             continue;
         ex->owned_elem[ex->nowned_elem++] = (int)i;
-        ex->adam_m[i] = calloc((size_t)(p->numel ? p->numel : 1), sizeof(float));
-        ex->adam_v[i] = calloc((size_t)(p->numel ? p->numel : 1), sizeof(float));
+        ex->adam_m[i] = falloc(ex, p->numel);
+        ex->adam_v[i] = falloc(ex, p->numel);
         if (!ex->adam_m[i] || !ex->adam_v[i])
             return cz_error_set(err, CZ_ENOMEM, "out of memory for AdamW state of '%s'", p->name);
     }
@@ -114,7 +127,7 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
         cz_exec_config_init(&defaults);
         cfg_in = &defaults;
     }
-    ex = calloc(1, sizeof *ex);
+    ex = cz_exec_calloc(1, sizeof *ex);
     if (!ex) {
         cz_plan_free(owned);
         return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor");
@@ -270,11 +283,10 @@ int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, floa
                             (long long)lc);
     /* Both are tested: after a failed allocation one of them may already exist. */
     if (!ex->stage_params || !ex->stage_grads) {
-        size_t n = ex->buffer_numel ? ex->buffer_numel : 1;
         if (!ex->stage_params)
-            ex->stage_params = calloc(n, sizeof(float));
+            ex->stage_params = falloc(ex, (int64_t)ex->buffer_numel);
         if (!ex->stage_grads)
-            ex->stage_grads = calloc(n, sizeof(float));
+            ex->stage_grads = falloc(ex, (int64_t)ex->buffer_numel);
         if (!ex->stage_params || !ex->stage_grads)
             return cz_error_set(err, CZ_ENOMEM, "out of memory for %zu-element staging buffers",
                                 ex->buffer_numel);
@@ -286,35 +298,45 @@ int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, floa
     return CZ_OK;
 }
 
+/* Releases backend memory (NULL allowed). */
+static void brelease(cz_executor *ex, void *p)
+{
+    if (p)
+        ex->compute.ops->release(&ex->compute, p);
+}
+
 void cz_executor_free(cz_executor *ex)
 {
     if (!ex)
         return;
-    cz_exec_pipeline_free(ex);
-    if (ex->plan) {
-        for (size_t i = 0; i < ex->plan->nparams; i++) {
+    if (ex->compute.ops) {
+        cz_exec_pipeline_free(ex);
+        for (size_t i = 0; ex->plan && i < ex->plan->nparams; i++) {
             if (ex->adam_m)
-                free(ex->adam_m[i]);
+                brelease(ex, ex->adam_m[i]);
             if (ex->adam_v)
-                free(ex->adam_v[i]);
+                brelease(ex, ex->adam_v[i]);
             if (ex->momentum)
-                free(ex->momentum[i]);
+                brelease(ex, ex->momentum[i]);
         }
+        brelease(ex, ex->scratch);
+        brelease(ex, ex->stats);
+        brelease(ex, ex->stage_params);
+        brelease(ex, ex->stage_grads);
     }
-    free(ex->adam_m);
-    free(ex->adam_v);
-    free(ex->momentum);
-    free(ex->owned_elem);
-    free(ex->param_ptr);
-    free(ex->grad_ptr);
-    free(ex->bound);
-    free(ex->scratch);
-    free(ex->stage_params);
-    free(ex->stage_grads);
+    cz_exec_free(ex->adam_m);
+    cz_exec_free(ex->adam_v);
+    cz_exec_free(ex->momentum);
+    cz_exec_free(ex->owned);
+    cz_exec_free(ex->owned_elem);
+    cz_exec_free(ex->stats_host);
+    cz_exec_free(ex->param_ptr);
+    cz_exec_free(ex->grad_ptr);
+    cz_exec_free(ex->bound);
     cz_comm_close(&ex->tp_comm);
     cz_comm_close(&ex->dp_comm);
     cz_comm_close(&ex->world);
     cz_compute_close(&ex->compute);
     cz_plan_free(ex->owned_plan);
-    free(ex);
+    cz_exec_free(ex);
 }

@@ -1,10 +1,10 @@
 /* One optimizer step: reduce-scatter over DP, finiteness check, AdamW on owned elementwise
- * shards, the matrix micro-group pipeline over TP, all-gather over DP. */
+ * shards, the matrix micro-group pipeline over TP, all-gather over DP. Data is touched only
+ * through the compute ops; the one read-back of a step is the per-parameter sums of squares
+ * of the owned gradients, after all reduce-scatters and before anything is updated. */
 #include "exec_internal.h"
 
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
 {
@@ -20,8 +20,7 @@ static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
         if (rc)
             return rc;
         float *mine = base + bk->ranges[2 * ex->dp_rank];
-        for (int i = 0; i < counts[ex->dp_rank]; i++)
-            mine[i] = ex->scratch[i] * inv;
+        ex->compute.ops->scale(&ex->compute, mine, ex->scratch, counts[ex->dp_rank], inv);
     }
     return CZ_OK;
 }
@@ -44,23 +43,25 @@ static int all_gather(cz_executor *ex, float *P, cz_error *err)
 }
 
 /* Finds the first owned parameter whose reduced gradient holds NaN/Inf; all ranks agree on
- * the lowest such parameter id. */
+ * the lowest such parameter id. The backend sums the squares of every owned shard into
+ * ex->stats (a sum is non-finite exactly when its shard is); they are read back once. */
 static int check_finite(cz_executor *ex, const float *G, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
-    int64_t bad = INT64_MAX;
-    for (size_t i = 0; i < plan->nparams && bad == INT64_MAX; i++) {
-        const cz_plan_param *p = &plan->params[i];
-        if (p->dp_owner != ex->dp_rank)
-            continue;
-        const float *g = G + cz_exec_param_offset(ex, (int)i);
-        for (int64_t k = 0; k < p->numel; k++)
-            if (!isfinite(g[k])) {
-                bad = (int64_t)i;
-                break;
-            }
+    cz_compute *c = &ex->compute;
+    for (int k = 0; k < ex->nowned; k++) {
+        const cz_plan_param *p = &plan->params[ex->owned[k]];
+        c->ops->sumsq(c, G + cz_exec_param_offset(ex, p->id), p->numel, &ex->stats[k]);
     }
-    int rc = ex->world.ops->allreduce_min_i64(&ex->world, &bad, 1, err);
+    int rc =
+        c->ops->download(c, ex->stats_host, ex->stats, (size_t)ex->nowned * sizeof(double), err);
+    if (rc)
+        return rc;
+    int64_t bad = INT64_MAX;
+    for (int k = 0; k < ex->nowned && bad == INT64_MAX; k++)
+        if (!isfinite(ex->stats_host[k]))
+            bad = ex->owned[k];
+    rc = ex->world.ops->allreduce_min_i64(&ex->world, &bad, 1, err);
     if (rc)
         return rc;
     if (bad != INT64_MAX)
@@ -75,20 +76,20 @@ static int check_finite(cz_executor *ex, const float *G, cz_error *err)
 /* Per-parameter binding: copy the job's shards into the flat staging layout and back. */
 static void stage_in(cz_executor *ex)
 {
+    cz_compute *c = &ex->compute;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
-        int64_t off = cz_exec_param_offset(ex, (int)i);
-        size_t n = (size_t)ex->plan->params[i].numel;
-        memcpy(ex->stage_params + off, ex->param_ptr[i], n * sizeof(float));
-        memcpy(ex->stage_grads + off, ex->grad_ptr[i], n * sizeof(float));
+        int64_t off = cz_exec_param_offset(ex, (int)i), n = ex->plan->params[i].numel;
+        c->ops->copy(c, ex->stage_params + off, ex->param_ptr[i], n);
+        c->ops->copy(c, ex->stage_grads + off, ex->grad_ptr[i], n);
     }
 }
 
 static void stage_out(cz_executor *ex)
 {
+    cz_compute *c = &ex->compute;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
-        int64_t off = cz_exec_param_offset(ex, (int)i);
-        size_t n = (size_t)ex->plan->params[i].numel;
-        memcpy(ex->param_ptr[i], ex->stage_params + off, n * sizeof(float));
+        int64_t off = cz_exec_param_offset(ex, (int)i), n = ex->plan->params[i].numel;
+        c->ops->copy(c, ex->param_ptr[i], ex->stage_params + off, n);
     }
 }
 
@@ -147,11 +148,13 @@ int cz_executor_step(cz_executor *ex, cz_error *err)
     t1 = cz_exec_now();
     t.reduce_scatter = t1 - t0;
 
+    cz_adamw_args aw;
+    cz_adamw_args_make(&aw, &ex->adamw, ex->steps + 1);
     for (int k = 0; k < ex->nowned_elem; k++) {
         int i = ex->owned_elem[k];
         int64_t off = cz_exec_param_offset(ex, i);
-        cz_adamw_step(&ex->adamw, ex->steps + 1, P + off, G + off, ex->adam_m[i], ex->adam_v[i],
-                      ex->plan->params[i].numel);
+        ex->compute.ops->adamw(&ex->compute, P + off, G + off, ex->adam_m[i], ex->adam_v[i],
+                               ex->plan->params[i].numel, &aw);
     }
     t0 = cz_exec_now();
     t.elementwise = t0 - t1;

@@ -280,6 +280,46 @@ START_TEST(nan_gradient_refused)
 }
 END_TEST
 
+/* Steps after the first allocate nothing: every allocation of the executor (host tables,
+ * backend memory, communication requests) goes through the counting allocator. */
+START_TEST(steps_allocate_nothing)
+{
+    cz_exec_config cfg = self_cfg();
+    cz_plan *pl = fx_plan(PARAMS, NP, 1);
+    cz_executor *flat = NULL, *pp = NULL;
+    cz_error err;
+    ck_assert_int_eq(cz_executor_create_from_plan(&flat, pl, &cfg, &err), 0);
+    ck_assert_int_eq(cz_executor_create_from_plan(&pp, pl, &cfg, &err), 0);
+    size_t n = cz_executor_buffer_numel(flat);
+    float *P = calloc(n, sizeof(float)), *G = calloc(n, sizeof(float));
+    float *P2 = calloc(n, sizeof(float)), *G2 = calloc(n, sizeof(float));
+    fill(pl, P, G, 5);
+    ck_assert_int_eq(cz_executor_bind_buffers(flat, P, G, n, &err), 0);
+    for (int i = 0; i < NP; i++) {
+        const cz_plan_param *p = &pl->params[i];
+        ck_assert_int_eq(cz_executor_bind_param(pp, p->name, P2 + p->offset, G2 + p->offset,
+                                                p->local_shape[0],
+                                                p->ndim == 1 ? 1 : p->local_shape[1], &err),
+                         0);
+    }
+    ck_assert_int_eq(cz_executor_step(flat, &err), 0);
+    ck_assert_int_eq(cz_executor_step(pp, &err), 0);
+    uint64_t before = cz_exec_alloc_count();
+    ck_assert_uint_gt(before, 0);
+    for (int s = 0; s < 3; s++) {
+        fill_grads(pl, G, 20 + (uint64_t)s);
+        fill_grads(pl, G2, 20 + (uint64_t)s);
+        ck_assert_int_eq(cz_executor_step(flat, &err), 0);
+        ck_assert_int_eq(cz_executor_step(pp, &err), 0);
+    }
+    ck_assert_uint_eq(cz_exec_alloc_count(), before);
+    cz_executor_free(flat);
+    cz_executor_free(pp);
+    cz_plan_free(pl);
+    free(P), free(G), free(P2), free(G2);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("exec_executor");
@@ -289,6 +329,7 @@ int main(void)
     tcase_add_test(tc, one_step_matches_math);
     tcase_add_test(tc, per_param_binding_equals_flat);
     tcase_add_test(tc, nan_gradient_refused);
+    tcase_add_test(tc, steps_allocate_nothing);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

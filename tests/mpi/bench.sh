@@ -35,6 +35,7 @@ verify)
     --json "$tmp/t.json" | tee "$tmp/out"
   grep -q "verify: OK" "$tmp/out"
   grep -q '"median_s"' "$tmp/t.json"
+  grep -q "executor allocations in steps 2..4 (most on one rank): 0$" "$tmp/out"
   ;;
 mismatch)
   # Rank 3 gets a plan for another cluster: every rank must fail, none may hang.

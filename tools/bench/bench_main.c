@@ -531,7 +531,10 @@ int main(int argc, char **argv)
             goto done;
         }
     }
+    uint64_t allocs_after_first = 0;
     for (int s = 0; s < total; s++) {
+        if (s == 1)
+            allocs_after_first = cz_exec_alloc_count();
         fill_grads(&o, plan, dp_rank, tp_rank, s, G);
         if (o.inject_nan && s == 0 && g_rank == 0) {
             size_t i = 0;
@@ -558,6 +561,9 @@ int main(int argc, char **argv)
         for (int k = 0; k < 5; k++)
             per[k][s - o.warmup] = mx[k];
     }
+    /* Steps after the first must allocate nothing (every executor allocation is counted). */
+    uint64_t step_allocs = total > 1 ? cz_exec_alloc_count() - allocs_after_first : 0, max_allocs;
+    MPI_Allreduce(&step_allocs, &max_allocs, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
     double med[5];
     for (int k = 0; k < 5; k++) {
         double *tmp = malloc((size_t)o.steps * sizeof(double));
@@ -573,6 +579,8 @@ int main(int argc, char **argv)
         printf("median seconds per step (slowest rank): reduce-scatter %.6f  elementwise %.6f  "
                "matrix %.6f  all-gather %.6f  total %.6f\n",
                med[0], med[1], med[2], med[3], med[4]);
+        printf("executor allocations in steps 2..%d (most on one rank): %llu\n", total,
+               (unsigned long long)max_allocs);
     }
     rc = (g_rank == 0 && o.json) ? write_json(&o, plan, med, per, o.steps, &err) : CZ_OK;
     if (any_failed(rc, &err, "writing the timings"))
