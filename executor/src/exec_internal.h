@@ -126,55 +126,97 @@ struct cz_compute {
 int cz_compute_open(cz_compute *c, const char *name, cz_error *err);
 void cz_compute_close(cz_compute *c);
 
-/* ---- communication backend ---- */
-typedef struct cz_comm cz_comm;
-/* A non-blocking operation's handle, created once (req_create) and reused every step. */
-typedef struct cz_comm_req cz_comm_req;
-typedef struct cz_comm_ops {
-    const char *name;
-    /* Sum-reduce-scatter of floats: rank r receives counts[r] elements, the r-th segment of
-     * the rank-ordered concatenation. recv must not alias send. */
-    int (*reduce_scatter)(cz_comm *c, const float *send, float *recv, const int *counts,
-                          cz_error *err);
-    /* In-place all-gather: rank r contributes buf[displs[r] .. + counts[r]). */
-    int (*allgatherv)(cz_comm *c, float *buf, const int *counts, const int *displs, cz_error *err);
-    /* Non-blocking all-to-all with per-peer counts and displacements (elements), completed
-     * through req (which must be idle). */
-    int (*ialltoallv)(cz_comm *c, const float *send, const int *scounts, const int *sdispls,
-                      float *recv, const int *rcounts, const int *rdispls, cz_comm_req *req,
-                      cz_error *err);
-    /* Non-blocking all-gather of `count` floats per rank into recv (size * count). */
-    int (*iallgather)(cz_comm *c, const float *send, int count, float *recv, cz_comm_req *req,
-                      cz_error *err);
-    /* Completes the operation of req, leaving it idle (an idle req returns at once). */
-    int (*wait)(cz_comm *c, cz_comm_req *req, cz_error *err);
-    /* Lets outstanding non-blocking operations progress (MPI progresses them only inside MPI
-     * calls); never blocks. req may be NULL. */
-    void (*progress)(cz_comm *c, cz_comm_req *req);
-    /* In-place element-wise min over all ranks of n int64 values. */
-    int (*allreduce_min_i64)(cz_comm *c, int64_t *v, int n, cz_error *err);
-    /* Request handles (allocated at create time, never during a step). */
-    cz_comm_req *(*req_create)(cz_comm *c);
-    void (*req_free)(cz_comm *c, cz_comm_req *req);
-    void (*close)(cz_comm *c);
-} cz_comm_ops;
+/* ---- communication: control plane and data plane ---- */
+/* Element types of the data plane are canzona.h's cz_dtype (cz_dtype_bytes gives sizes). */
 
-struct cz_comm {
-    const cz_comm_ops *ops;
+typedef enum cz_comm_kind {
+    CZ_COMM_SELF = 1, /* one process: every collective is a copy */
+    CZ_COMM_MPI = 2,
+} cz_comm_kind;
+
+/* The control plane: host integers the ranks must agree on (plan fingerprints, failure
+ * agreement, the step's NaN/Inf verdict), over MPI or whatever bootstraps the job. Blocking;
+ * never carries parameter data. */
+typedef struct cz_ctrl cz_ctrl;
+typedef struct cz_ctrl_ops {
+    cz_comm_kind kind;
+    const char *name; /* for messages only */
+    /* In-place element-wise min over all ranks of n int64 values. */
+    int (*allreduce_min_i64)(cz_ctrl *c, int64_t *v, int n, cz_error *err);
+    void (*close)(cz_ctrl *c);
+} cz_ctrl_ops;
+
+struct cz_ctrl {
+    const cz_ctrl_ops *ops;
     void *impl;
     int size, rank;
 };
 
-/* Opens the "self" communicator of one process. */
-int cz_comm_self_open(cz_comm *c, cz_error *err);
+/* The data plane: the collectives of the step on backend memory, with size_t counts and a
+ * dtype. No v-collectives: uneven reduce-scatter and all-gather take one count per rank over
+ * rank-ordered contiguous segments, and the micro-group all-to-all is a group of sends and
+ * receives (NCCL's ncclGroupStart/Send/Recv/GroupEnd shape); a backend may map them onto
+ * v-collectives inside (MPI does for the reduce-scatter and the all-gather). Versioned like
+ * the compute ops. */
+#define CZ_DATA_PLANE_VERSION 1
+typedef struct cz_plane cz_plane;
+/* A non-blocking operation's completion, created once (req_create) and reused every step. */
+typedef struct cz_comm_req cz_comm_req;
+typedef struct cz_plane_ops {
+    int version; /* CZ_DATA_PLANE_VERSION */
+    cz_comm_kind kind;
+    const char *name; /* for messages only */
+    /* Sum-reduce-scatter: rank r receives counts[r] elements, the r-th segment of the
+     * rank-ordered concatenation at send. recv must not alias send. */
+    int (*reduce_scatter)(cz_plane *p, const void *send, void *recv, const size_t *counts,
+                          cz_dtype t, cz_error *err);
+    /* In-place all-gather: rank r contributes the r-th segment (counts[r] elements) of the
+     * rank-ordered concatenation at buf. */
+    int (*all_gather)(cz_plane *p, void *buf, const size_t *counts, cz_dtype t, cz_error *err);
+    /* Non-blocking all-gather of `count` elements per rank into recv (size * count),
+     * completed through req. */
+    int (*iall_gather)(cz_plane *p, const void *send, size_t count, void *recv, cz_dtype t,
+                       cz_comm_req *req, cz_error *err);
+    /* A group of point-to-point transfers posted together and completed through one req:
+     * group_start, then send/recv per peer (count 0 is skipped; at most one send and one
+     * receive per peer), then group_end posts them. Every rank's sends must match its peers'
+     * receives. */
+    void (*group_start)(cz_plane *p, cz_comm_req *req);
+    void (*send)(cz_plane *p, cz_comm_req *req, const void *buf, size_t count, cz_dtype t,
+                 int peer);
+    void (*recv)(cz_plane *p, cz_comm_req *req, void *buf, size_t count, cz_dtype t, int peer);
+    int (*group_end)(cz_plane *p, cz_comm_req *req, cz_error *err);
+    /* Makes the caller's compute stream wait until req's operation is complete, leaving req
+     * idle (an idle req returns at once). On the CPU backend's stream (the calling thread)
+     * that is a host wait; a GPU plane makes the stream wait on the operation's event. */
+    int (*wait)(cz_plane *p, cz_comm_req *req, cz_error *err);
+    /* Lets an operation in flight progress (MPI progresses only inside MPI calls); never
+     * blocks. req may be NULL. */
+    void (*progress)(cz_plane *p, cz_comm_req *req);
+    /* Request handles (allocated at create time, never during a step). */
+    cz_comm_req *(*req_create)(cz_plane *p);
+    void (*req_free)(cz_plane *p, cz_comm_req *req);
+    /* A new plane of the ranks with equal color, ordered by key (collective over p). */
+    int (*split)(cz_plane *p, int color, int key, cz_plane *out, cz_error *err);
+    void (*close)(cz_plane *p);
+} cz_plane_ops;
+
+struct cz_plane {
+    const cz_plane_ops *ops;
+    void *impl;
+    int size, rank;
+};
+
+/* One-process planes. */
+int cz_ctrl_self_open(cz_ctrl *c, cz_error *err);
+int cz_plane_self_open(cz_plane *p, cz_error *err);
 /* True when this build has MPI and MPI has been initialized. */
 bool cz_comm_mpi_available(void);
-/* Opens world/dp/tp communicators over MPI from the config (duplicates handed-in comms,
- * otherwise splits world). dp_rank/tp_rank must already be known. Local failures only. */
-int cz_comm_mpi_open_world(cz_comm *world, const void *handle, cz_error *err);
-int cz_comm_mpi_split(cz_comm *out, cz_comm *world, const void *handle, int color, int key,
-                      cz_error *err);
-void cz_comm_close(cz_comm *c);
+/* Control and data plane over a duplicate of the MPI_Comm at handle (NULL = MPI_COMM_WORLD). */
+int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, cz_error *err);
+int cz_plane_mpi_open(cz_plane *p, const void *handle, cz_error *err);
+void cz_ctrl_close(cz_ctrl *c);
+void cz_plane_close(cz_plane *p);
 
 /* ---- shard layout (shard.c) ---- */
 /* Index ranges (along the TP dimension) that TP rank r holds of a parameter, in storage order:
@@ -272,7 +314,8 @@ struct cz_executor {
     cz_muon_hparams muon;
     cz_adamw_hparams adamw;
     cz_compute compute;
-    cz_comm world, dp_comm, tp_comm;
+    cz_ctrl ctrl;                     /* control plane over the world */
+    cz_plane world, dp_comm, tp_comm; /* data planes; dp and tp are split from world */
     int dp, tp, dp_rank, tp_rank;
     bool sc; /* synchronous compute: every TP rank updates every matrix */
     size_t buffer_numel;

@@ -89,9 +89,9 @@ static int alloc_state(cz_executor *ex, cz_error *err)
  * CZ_EMISMATCH naming the lowest failing rank otherwise. */
 static int agree(cz_executor *ex, int rc, uint64_t fp, const char *stage, cz_error *err)
 {
-    int64_t v[3] = {rc ? ex->world.rank : INT64_MAX, (int64_t)(fp >> 1), -(int64_t)(fp >> 1)};
+    int64_t v[3] = {rc ? ex->ctrl.rank : INT64_MAX, (int64_t)(fp >> 1), -(int64_t)(fp >> 1)};
     cz_error tmp;
-    int crc = ex->world.ops->allreduce_min_i64(&ex->world, v, 3, &tmp);
+    int crc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, v, 3, &tmp);
     if (crc) {
         if (!rc && err)
             *err = tmp;
@@ -148,9 +148,13 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
                               "created (or a build with CZ_WITH_MPI=ON)");
             goto fail;
         }
-        rc = cz_comm_mpi_open_world(&ex->world, cfg_in->world_comm, err);
+        rc = cz_ctrl_mpi_open(&ex->ctrl, cfg_in->world_comm, err);
+        if (!rc)
+            rc = cz_plane_mpi_open(&ex->world, cfg_in->world_comm, err);
     } else if (strcmp(comm, "self") == 0) {
-        rc = cz_comm_self_open(&ex->world, err);
+        rc = cz_ctrl_self_open(&ex->ctrl, err);
+        if (!rc)
+            rc = cz_plane_self_open(&ex->world, err);
     } else {
         rc = cz_error_set(err, CZ_EUNSUPPORTED, "unknown comm backend '%s' (known: mpi, self)",
                           comm);
@@ -200,19 +204,20 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
     if (rc)
         goto fail;
 
-    if (ex->world.ops == NULL || strcmp(ex->world.ops->name, "self") == 0) {
-        cz_comm_self_open(&ex->dp_comm, err);
-        cz_comm_self_open(&ex->tp_comm, err);
-    } else {
-        rc = cz_comm_mpi_split(&ex->dp_comm, &ex->world, cfg_in->dp_comm, ex->tp_rank, ex->dp_rank,
-                               err);
-        if (rc)
-            goto fail;
-        rc = cz_comm_mpi_split(&ex->tp_comm, &ex->world, cfg_in->tp_comm, ex->dp_rank, ex->tp_rank,
-                               err);
-        if (rc)
-            goto fail;
-    }
+    /* DP joins equal tp_rank ordered by dp_rank, TP equal dp_rank ordered by tp_rank; a
+     * communicator the job handed in is duplicated instead (MPI only: a handle is an MPI_Comm). */
+    if (cfg_in->dp_comm && ex->world.ops->kind == CZ_COMM_MPI)
+        rc = cz_plane_mpi_open(&ex->dp_comm, cfg_in->dp_comm, err);
+    else
+        rc = ex->world.ops->split(&ex->world, ex->tp_rank, ex->dp_rank, &ex->dp_comm, err);
+    if (rc)
+        goto fail;
+    if (cfg_in->tp_comm && ex->world.ops->kind == CZ_COMM_MPI)
+        rc = cz_plane_mpi_open(&ex->tp_comm, cfg_in->tp_comm, err);
+    else
+        rc = ex->world.ops->split(&ex->world, ex->dp_rank, ex->tp_rank, &ex->tp_comm, err);
+    if (rc)
+        goto fail;
     if (ex->dp_comm.size != ex->dp || ex->dp_comm.rank != ex->dp_rank)
         rc = cz_error_set(err, CZ_EMISMATCH,
                           "the DP communicator has %d ranks and this process is its rank %d; the "
@@ -333,9 +338,10 @@ void cz_executor_free(cz_executor *ex)
     cz_exec_free(ex->param_ptr);
     cz_exec_free(ex->grad_ptr);
     cz_exec_free(ex->bound);
-    cz_comm_close(&ex->tp_comm);
-    cz_comm_close(&ex->dp_comm);
-    cz_comm_close(&ex->world);
+    cz_plane_close(&ex->tp_comm);
+    cz_plane_close(&ex->dp_comm);
+    cz_plane_close(&ex->world);
+    cz_ctrl_close(&ex->ctrl);
     cz_compute_close(&ex->compute);
     cz_plan_free(ex->owned_plan);
     cz_exec_free(ex);

@@ -25,7 +25,6 @@
  * ops. */
 #include "exec_internal.h"
 
-#include <limits.h>
 #include <string.h>
 
 /* One shard update: p[p_off ..] = p*(1 - lr*wd) - lr*u[u_off ..] over n elements. */
@@ -35,8 +34,9 @@ typedef struct apply_ref {
 
 typedef struct pgroup {
     const cz_plan_group *g;
-    int *gsc, *gsd, *grc, *grd; /* gather: send/recv counts and displacements, tp each */
-    int *ssc, *ssd, *src, *srd; /* scatter */
+    /* Per peer (tp each), in elements: what I send to / receive from it and where. */
+    int64_t *gsc, *gsd, *grc, *grd; /* gather: send/recv counts and displacements */
+    int64_t *ssc, *ssd, *src, *srd; /* scatter */
     int nhosted;
     int64_t hosted_full;   /* sum of full numel of the tasks I host */
     int64_t recv_block;    /* gather recv elements per source rank */
@@ -79,26 +79,15 @@ static bool hosts(const cz_executor *ex, const cz_plan_group *g, int t)
     return ex->sc || g->task_slot[t] == ex->tp_rank;
 }
 
-static int to_int(int64_t v, const char *what, cz_error *err, int *out)
-{
-    if (v > INT_MAX)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "a micro-group's %s holds %lld elements; MPI counts are limited to %d "
-                            "(plan with a smaller capacity)",
-                            what, (long long)v, INT_MAX);
-    *out = (int)v;
-    return CZ_OK;
-}
-
 static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
     const cz_plan_group *g = pg->g;
-    int tp = ex->tp, rc = CZ_OK;
+    int tp = ex->tp;
     int64_t all_nonrep = 0, hosted_nonrep = 0, hosted_all = 0;
-    int *arrs[8];
+    int64_t *arrs[8];
     for (int k = 0; k < 8; k++) {
-        arrs[k] = cz_exec_calloc((size_t)tp, sizeof(int));
+        arrs[k] = cz_exec_calloc((size_t)tp, sizeof(int64_t));
         if (!arrs[k]) {
             for (int j = 0; j < k; j++)
                 cz_exec_free(arrs[j]);
@@ -128,27 +117,18 @@ static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
     }
     pg->recv_block = ex->sc ? all_nonrep : hosted_nonrep;
     int64_t gs = 0, ss = 0;
-    for (int r = 0; r < tp && !rc; r++) {
-        rc = to_int(ex->sc ? 0 : per_slot_nonrep[r], "gather", err, &pg->gsc[r]);
-        if (!rc)
-            rc = to_int(gs, "gather", err, &pg->gsd[r]);
+    for (int r = 0; r < tp; r++) {
+        pg->gsc[r] = ex->sc ? 0 : per_slot_nonrep[r];
+        pg->gsd[r] = gs;
         gs += pg->gsc[r];
-        if (!rc)
-            rc = to_int(pg->recv_block, "gather", err, &pg->grc[r]);
-        if (!rc)
-            rc = to_int(pg->recv_block * r, "gather", err, &pg->grd[r]);
-        if (!rc)
-            rc = to_int(ex->sc ? 0 : hosted_all, "scatter", err, &pg->ssc[r]);
-        if (!rc)
-            rc = to_int(ex->sc ? 0 : hosted_all * r, "scatter", err, &pg->ssd[r]);
-        if (!rc)
-            rc = to_int(ex->sc ? 0 : per_slot_all[r], "scatter", err, &pg->src[r]);
-        if (!rc)
-            rc = to_int(ss, "scatter", err, &pg->srd[r]);
+        pg->grc[r] = pg->recv_block;
+        pg->grd[r] = pg->recv_block * r;
+        pg->ssc[r] = ex->sc ? 0 : hosted_all;
+        pg->ssd[r] = ex->sc ? 0 : hosted_all * r;
+        pg->src[r] = ex->sc ? 0 : per_slot_all[r];
+        pg->srd[r] = ss;
         ss += pg->src[r];
     }
-    if (rc)
-        return rc;
     struct cz_pipeline *pp = ex->pipe;
     pg->gather_n = ex->sc ? all_nonrep : gs;
     if (pg->gather_n > pp->gsend_n)
@@ -376,6 +356,19 @@ void cz_exec_pipeline_free(cz_executor *ex)
     ex->pipe = NULL;
 }
 
+/* Posts one all-to-all as a group of sends and receives, completed through req. */
+static int post_exchange(cz_plane *pl, cz_comm_req *req, const float *send, const int64_t *sc,
+                         const int64_t *sd, float *recv, const int64_t *rc, const int64_t *rd,
+                         cz_error *err)
+{
+    pl->ops->group_start(pl, req);
+    for (int r = 0; r < pl->size; r++) {
+        pl->ops->send(pl, req, send + sd[r], (size_t)sc[r], CZ_DTYPE_FP32, r);
+        pl->ops->recv(pl, req, recv + rd[r], (size_t)rc[r], CZ_DTYPE_FP32, r);
+    }
+    return pl->ops->group_end(pl, req, err);
+}
+
 /* Packs my gradient shards of group g and posts its gather. */
 static int post_gather(cz_executor *ex, int gi, const float *G, cz_error *err)
 {
@@ -384,10 +377,11 @@ static int post_gather(cz_executor *ex, int gi, const float *G, cz_error *err)
     float *send = pp->gsend[gi % 2];
     ex->compute.ops->copy_runs(&ex->compute, send, G, pg->gather_pack);
     if (ex->sc)
-        return ex->tp_comm.ops->iallgather(&ex->tp_comm, send, (int)pg->gather_n, pp->grecv[gi % 2],
-                                           pp->greq[gi % 2], err);
-    return ex->tp_comm.ops->ialltoallv(&ex->tp_comm, send, pg->gsc, pg->gsd, pp->grecv[gi % 2],
-                                       pg->grc, pg->grd, pp->greq[gi % 2], err);
+        return ex->tp_comm.ops->iall_gather(&ex->tp_comm, send, (size_t)pg->gather_n,
+                                            pp->grecv[gi % 2], CZ_DTYPE_FP32, pp->greq[gi % 2],
+                                            err);
+    return post_exchange(&ex->tp_comm, pp->greq[gi % 2], send, pg->gsc, pg->gsd, pp->grecv[gi % 2],
+                         pg->grc, pg->grd, err);
 }
 
 /* Keeps the next group's gather and the previous group's scatter moving while computing. */
@@ -400,7 +394,7 @@ static void progress_inflight(void *arg)
 {
     progress_ctx *pc = arg;
     struct cz_pipeline *pp = pc->ex->pipe;
-    cz_comm *tc = &pc->ex->tp_comm;
+    cz_plane *tc = &pc->ex->tp_comm;
     tc->ops->progress(tc, pp->greq[(pc->gi + 1) % 2]);
     tc->ops->progress(tc, pp->sreq[(pc->gi + 1) % 2]);
 }
@@ -439,8 +433,8 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
         apply_group(ex, pg, P, send);
         return CZ_OK;
     }
-    return ex->tp_comm.ops->ialltoallv(&ex->tp_comm, send, pg->ssc, pg->ssd, pp->srecv[gi % 2],
-                                       pg->src, pg->srd, pp->sreq[gi % 2], err);
+    return post_exchange(&ex->tp_comm, pp->sreq[gi % 2], send, pg->ssc, pg->ssd, pp->srecv[gi % 2],
+                         pg->src, pg->srd, err);
 }
 
 /* Waits for the scatter of group g and applies my update shards. */

@@ -9,18 +9,20 @@
 static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
-    int counts[ex->dp];
+    size_t counts[ex->dp];
     float inv = 1.0f / (float)ex->dp;
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
         for (int r = 0; r < ex->dp; r++)
-            counts[r] = (int)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
-        float *base = G + bk->offset;
-        int rc = ex->dp_comm.ops->reduce_scatter(&ex->dp_comm, base, ex->scratch, counts, err);
+            counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
+        /* The ranges are contiguous and rank-ordered (plan check): one segment per rank. */
+        float *base = G + bk->offset + bk->ranges[0];
+        int rc = ex->dp_comm.ops->reduce_scatter(&ex->dp_comm, base, ex->scratch, counts,
+                                                 CZ_DTYPE_FP32, err);
         if (rc)
             return rc;
-        float *mine = base + bk->ranges[2 * ex->dp_rank];
-        ex->compute.ops->scale(&ex->compute, mine, ex->scratch, counts[ex->dp_rank], inv);
+        float *mine = G + bk->offset + bk->ranges[2 * ex->dp_rank];
+        ex->compute.ops->scale(&ex->compute, mine, ex->scratch, (int64_t)counts[ex->dp_rank], inv);
     }
     return CZ_OK;
 }
@@ -28,14 +30,13 @@ static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
 static int all_gather(cz_executor *ex, float *P, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
-    int counts[ex->dp], displs[ex->dp];
+    size_t counts[ex->dp];
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
-        for (int r = 0; r < ex->dp; r++) {
-            displs[r] = (int)bk->ranges[2 * r];
-            counts[r] = (int)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
-        }
-        int rc = ex->dp_comm.ops->allgatherv(&ex->dp_comm, P + bk->offset, counts, displs, err);
+        for (int r = 0; r < ex->dp; r++)
+            counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
+        int rc = ex->dp_comm.ops->all_gather(&ex->dp_comm, P + bk->offset + bk->ranges[0], counts,
+                                             CZ_DTYPE_FP32, err);
         if (rc)
             return rc;
     }
@@ -61,7 +62,7 @@ static int check_finite(cz_executor *ex, const float *G, cz_error *err)
     for (int k = 0; k < ex->nowned && bad == INT64_MAX; k++)
         if (!isfinite(ex->stats_host[k]))
             bad = ex->owned[k];
-    rc = ex->world.ops->allreduce_min_i64(&ex->world, &bad, 1, err);
+    rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &bad, 1, err);
     if (rc)
         return rc;
     if (bad != INT64_MAX)
@@ -108,9 +109,9 @@ static int check_bound(cz_executor *ex, cz_error *err)
         return rc;
     /* First step: every rank confirms its binding so that a rank that failed to bind cannot
      * leave the others waiting in a collective. */
-    int64_t v = rc ? ex->world.rank : INT64_MAX;
+    int64_t v = rc ? ex->ctrl.rank : INT64_MAX;
     cz_error tmp;
-    int crc = ex->world.ops->allreduce_min_i64(&ex->world, &v, 1, &tmp);
+    int crc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &v, 1, &tmp);
     if (rc)
         return rc;
     if (crc) {
