@@ -86,8 +86,11 @@ static const cz_ctrl_ops cz_ctrl_mpi_ops = {
 /* ---- data plane ---- */
 
 static int mpi_reduce_scatter(cz_plane *p, const void *send, void *recv, const size_t *counts,
-                              cz_dtype t, cz_error *err)
+                              cz_dtype t, cz_event *after, cz_error *err)
 {
+    int wrc = cz_plane_wait_after(p, after, err);
+    if (wrc)
+        return wrc;
     if (t != CZ_DTYPE_FP32)
         return cz_error_set(err, CZ_EUNSUPPORTED, "MPI reduce-scatter: only fp32 sums");
     int ic[p->size];
@@ -101,8 +104,12 @@ static int mpi_reduce_scatter(cz_plane *p, const void *send, void *recv, const s
     return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "reduce-scatter");
 }
 
-static int mpi_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtype t, cz_error *err)
+static int mpi_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtype t, cz_event *after,
+                          cz_error *err)
 {
+    int wrc = cz_plane_wait_after(p, after, err);
+    if (wrc)
+        return wrc;
     int ic[p->size], id[p->size];
     size_t off = 0;
     for (int r = 0; r < p->size; r++) {
@@ -121,9 +128,11 @@ static int mpi_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtype
 }
 
 static int mpi_iall_gather(cz_plane *p, const void *send, size_t count, void *recv, cz_dtype t,
-                           cz_comm_req *req, cz_error *err)
+                           cz_event *after, cz_comm_req *req, cz_error *err)
 {
-    int rc = count_fits(count, "all-gather", err);
+    int rc = cz_plane_wait_after(p, after, err);
+    if (!rc)
+        rc = count_fits(count, "all-gather", err);
     if (rc)
         return rc;
     req->n = 1;
@@ -136,11 +145,11 @@ static int mpi_iall_gather(cz_plane *p, const void *send, size_t count, void *re
     return CZ_OK;
 }
 
-static void mpi_group_start(cz_plane *p, cz_comm_req *req)
+static int mpi_group_start(cz_plane *p, cz_comm_req *req, cz_event *after, cz_error *err)
 {
-    (void)p;
     req->n = 0;
     req->fail = MPI_SUCCESS;
+    return cz_plane_wait_after(p, after, err);
 }
 
 /* Posts one transfer of a group; the first failure is reported by group_end. */
@@ -251,6 +260,7 @@ static int mpi_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *e
     if (rc != MPI_SUCCESS)
         return mpi_fail(err, rc, "Comm_split");
     out->ops = &cz_plane_mpi_ops;
+    out->compute = p->compute;
     return wrap(&out->impl, &out->size, &out->rank, dup, err);
 }
 

@@ -35,38 +35,39 @@ static const cz_ctrl_ops cz_ctrl_self_ops = {
 };
 
 static int self_reduce_scatter(cz_plane *p, const void *send, void *recv, const size_t *counts,
-                               cz_dtype t, cz_error *err)
+                               cz_dtype t, cz_event *after, cz_error *err)
 {
-    (void)p;
-    (void)err;
+    int rc = cz_plane_wait_after(p, after, err);
+    if (rc)
+        return rc;
     memcpy(recv, send, counts[0] * (size_t)cz_dtype_bytes(t));
     return CZ_OK;
 }
 
-static int self_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtype t, cz_error *err)
+static int self_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtype t,
+                           cz_event *after, cz_error *err)
 {
-    (void)p;
     (void)buf;
     (void)counts;
     (void)t;
-    (void)err;
-    return CZ_OK;
+    return cz_plane_wait_after(p, after, err);
 }
 
 static int self_iall_gather(cz_plane *p, const void *send, size_t count, void *recv, cz_dtype t,
-                            cz_comm_req *req, cz_error *err)
+                            cz_event *after, cz_comm_req *req, cz_error *err)
 {
-    (void)p;
     (void)req;
-    (void)err;
+    int rc = cz_plane_wait_after(p, after, err);
+    if (rc)
+        return rc;
     memcpy(recv, send, count * (size_t)cz_dtype_bytes(t));
     return CZ_OK;
 }
 
-static void self_group_start(cz_plane *p, cz_comm_req *req)
+static int self_group_start(cz_plane *p, cz_comm_req *req, cz_event *after, cz_error *err)
 {
-    (void)p;
     *req = (cz_comm_req){0};
+    return cz_plane_wait_after(p, after, err);
 }
 
 static void self_send(cz_plane *p, cz_comm_req *req, const void *buf, size_t count, cz_dtype t,
@@ -127,10 +128,11 @@ static void self_req_free(cz_plane *p, cz_comm_req *req)
 
 static int self_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *err)
 {
-    (void)p;
     (void)color;
     (void)key;
-    return cz_plane_self_open(out, err);
+    int rc = cz_plane_self_open(out, err);
+    out->compute = p->compute;
+    return rc;
 }
 
 static void self_close(cz_plane *p)

@@ -69,6 +69,14 @@ typedef struct cz_adamw_args {
     float lr, beta1, beta2, eps, weight_decay, bias1, bias2;
 } cz_adamw_args;
 
+/* A point in the backend's compute stream. Asynchrony model: a backend runs its ops in order
+ * on one stream (CPU: the calling thread, so every op has finished when it returns and an
+ * event is complete when recorded); an event recorded after some ops completes when they
+ * have. The data plane waits for such an event before reading a buffer those ops wrote, and
+ * the compute stream waits for a communication request (cz_plane_ops.wait) before using what
+ * it received. */
+typedef struct cz_event cz_event;
+
 typedef struct cz_compute cz_compute;
 typedef struct cz_compute_ops {
     int version; /* CZ_COMPUTE_OPS_VERSION */
@@ -79,7 +87,14 @@ typedef struct cz_compute_ops {
     /* Zero-filled backend memory; NULL when out of memory. Only called at create/bind. */
     void *(*alloc)(cz_compute *c, size_t bytes);
     void (*release)(cz_compute *c, void *p);
-    /* Copies bytes of backend memory to the host (the step's one read-back). */
+    /* Events of the compute stream (created at create time). event_record marks the ops
+     * issued so far; event_sync blocks the host until they are done. */
+    cz_event *(*event_create)(cz_compute *c);
+    void (*event_free)(cz_compute *c, cz_event *e);
+    void (*event_record)(cz_compute *c, cz_event *e);
+    int (*event_sync)(cz_compute *c, cz_event *e, cz_error *err);
+    /* Copies bytes of backend memory to the host (the step's one read-back; waits for the
+     * stream). */
     int (*download)(cz_compute *c, void *host, const void *src, size_t bytes, cz_error *err);
 
     /* Index maps: built from host runs at create time, replayed on any base pointers. */
@@ -166,22 +181,25 @@ typedef struct cz_plane_ops {
     int version; /* CZ_DATA_PLANE_VERSION */
     cz_comm_kind kind;
     const char *name; /* for messages only */
+    /* Every operation that reads backend memory first waits for `after` (a compute event
+     * recorded after the ops that wrote it; NULL = nothing to wait for). */
     /* Sum-reduce-scatter: rank r receives counts[r] elements, the r-th segment of the
      * rank-ordered concatenation at send. recv must not alias send. */
     int (*reduce_scatter)(cz_plane *p, const void *send, void *recv, const size_t *counts,
-                          cz_dtype t, cz_error *err);
+                          cz_dtype t, cz_event *after, cz_error *err);
     /* In-place all-gather: rank r contributes the r-th segment (counts[r] elements) of the
      * rank-ordered concatenation at buf. */
-    int (*all_gather)(cz_plane *p, void *buf, const size_t *counts, cz_dtype t, cz_error *err);
+    int (*all_gather)(cz_plane *p, void *buf, const size_t *counts, cz_dtype t, cz_event *after,
+                      cz_error *err);
     /* Non-blocking all-gather of `count` elements per rank into recv (size * count),
      * completed through req. */
     int (*iall_gather)(cz_plane *p, const void *send, size_t count, void *recv, cz_dtype t,
-                       cz_comm_req *req, cz_error *err);
+                       cz_event *after, cz_comm_req *req, cz_error *err);
     /* A group of point-to-point transfers posted together and completed through one req:
      * group_start, then send/recv per peer (count 0 is skipped; at most one send and one
      * receive per peer), then group_end posts them. Every rank's sends must match its peers'
      * receives. */
-    void (*group_start)(cz_plane *p, cz_comm_req *req);
+    int (*group_start)(cz_plane *p, cz_comm_req *req, cz_event *after, cz_error *err);
     void (*send)(cz_plane *p, cz_comm_req *req, const void *buf, size_t count, cz_dtype t,
                  int peer);
     void (*recv)(cz_plane *p, cz_comm_req *req, void *buf, size_t count, cz_dtype t, int peer);
@@ -205,7 +223,14 @@ struct cz_plane {
     const cz_plane_ops *ops;
     void *impl;
     int size, rank;
+    cz_compute *compute; /* whose events `after` refers to (set at create, kept by split) */
 };
+
+/* For a host-driven plane (MPI, self): waits on the host for `after` before a buffer is read. */
+static inline int cz_plane_wait_after(cz_plane *p, cz_event *after, cz_error *err)
+{
+    return after ? p->compute->ops->event_sync(p->compute, after, err) : CZ_OK;
+}
 
 /* One-process planes. */
 int cz_ctrl_self_open(cz_ctrl *c, cz_error *err);
@@ -332,6 +357,8 @@ struct cz_executor {
     int nowned, nowned_elem;
     double *stats;      /* backend: per owned parameter, sum of squares of its gradient */
     double *stats_host; /* host copy, read back once per step */
+    /* Compute events the DP collectives wait for: gradients staged, parameters updated. */
+    cz_event *ev_grads, *ev_params;
     /* Optimizer state, backend memory allocated at create time. */
     float **adam_m, **adam_v; /* indexed by param id, NULL when not mine */
     float **momentum;         /* indexed by param id: full-size Muon momentum where I host */

@@ -54,6 +54,10 @@ static int alloc_state(cz_executor *ex, cz_error *err)
     ex->owned_elem = cz_exec_calloc(n, sizeof *ex->owned_elem);
     ex->stats = c->ops->alloc(c, n * sizeof *ex->stats);
     ex->stats_host = cz_exec_calloc(n, sizeof *ex->stats_host);
+    ex->ev_grads = c->ops->event_create(c);
+    ex->ev_params = c->ops->event_create(c);
+    if (!ex->ev_grads || !ex->ev_params)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for compute events");
     if (!ex->param_ptr || !ex->grad_ptr || !ex->bound || !ex->adam_m || !ex->adam_v ||
         !ex->momentum || !ex->owned || !ex->owned_elem || !ex->stats || !ex->stats_host)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
@@ -204,17 +208,20 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
     if (rc)
         goto fail;
 
+    ex->world.compute = &ex->compute; /* the planes wait on its events */
     /* DP joins equal tp_rank ordered by dp_rank, TP equal dp_rank ordered by tp_rank; a
      * communicator the job handed in is duplicated instead (MPI only: a handle is an MPI_Comm). */
-    if (cfg_in->dp_comm && ex->world.ops->kind == CZ_COMM_MPI)
+    if (cfg_in->dp_comm && ex->world.ops->kind == CZ_COMM_MPI) {
         rc = cz_plane_mpi_open(&ex->dp_comm, cfg_in->dp_comm, err);
-    else
+        ex->dp_comm.compute = &ex->compute;
+    } else
         rc = ex->world.ops->split(&ex->world, ex->tp_rank, ex->dp_rank, &ex->dp_comm, err);
     if (rc)
         goto fail;
-    if (cfg_in->tp_comm && ex->world.ops->kind == CZ_COMM_MPI)
+    if (cfg_in->tp_comm && ex->world.ops->kind == CZ_COMM_MPI) {
         rc = cz_plane_mpi_open(&ex->tp_comm, cfg_in->tp_comm, err);
-    else
+        ex->tp_comm.compute = &ex->compute;
+    } else
         rc = ex->world.ops->split(&ex->world, ex->dp_rank, ex->tp_rank, &ex->tp_comm, err);
     if (rc)
         goto fail;
@@ -328,6 +335,10 @@ void cz_executor_free(cz_executor *ex)
         brelease(ex, ex->stats);
         brelease(ex, ex->stage_params);
         brelease(ex, ex->stage_grads);
+        if (ex->ev_grads)
+            ex->compute.ops->event_free(&ex->compute, ex->ev_grads);
+        if (ex->ev_params)
+            ex->compute.ops->event_free(&ex->compute, ex->ev_params);
     }
     cz_exec_free(ex->adam_m);
     cz_exec_free(ex->adam_v);

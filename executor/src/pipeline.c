@@ -22,7 +22,14 @@
  * all-to-all counts, the copy-run index maps that pack and unpack the buffers (replayed by the
  * backend's copy_runs), the Newton-Schulz batches and the list of shard updates to apply.
  * A step only replays them; it allocates nothing and touches data only through the compute
- * ops. */
+ * ops.
+ *
+ * Dependencies, not host waits, order the overlap: packing a gather (scatter) buffer records
+ * a compute event that the posted exchange waits for before reading it; the compute of group
+ * g waits for the gather's request (plane wait) before unpacking; applying g's updates waits
+ * for g's scatter request. gather(g+1) is posted before compute(g) and scatter(g-1) completes
+ * after it, so the three are in flight together. On the CPU backend the stream is the calling
+ * thread (events complete when recorded) and the MPI plane resolves a wait on the host. */
 #include "exec_internal.h"
 
 #include <string.h>
@@ -62,6 +69,8 @@ struct cz_pipeline {
     float *gsend[2], *grecv[2], *ssend[2], *srecv[2];
     float *full_g, *full_u, *batch, *work;
     cz_comm_req *greq[2], *sreq[2];
+    /* Recorded after a gather (scatter) buffer is packed; its send waits for it. */
+    cz_event *gpacked[2], *spacked[2];
 };
 
 static bool replicated(const cz_plan_param *p)
@@ -308,8 +317,10 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
             return cz_error_set(err, CZ_ENOMEM, "out of memory for the pipeline buffers");
         pp->greq[k] = ex->tp_comm.ops->req_create(&ex->tp_comm);
         pp->sreq[k] = ex->tp_comm.ops->req_create(&ex->tp_comm);
-        if (!pp->greq[k] || !pp->sreq[k])
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for communication requests");
+        pp->gpacked[k] = ex->compute.ops->event_create(&ex->compute);
+        pp->spacked[k] = ex->compute.ops->event_create(&ex->compute);
+        if (!pp->greq[k] || !pp->sreq[k] || !pp->gpacked[k] || !pp->spacked[k])
+            return cz_error_set(err, CZ_ENOMEM, "out of memory for requests and events");
     }
     pp->batch = falloc(ex, pp->batch_n);
     pp->work = falloc(ex, pp->work_n);
@@ -351,17 +362,23 @@ void cz_exec_pipeline_free(cz_executor *ex)
             ex->tp_comm.ops->req_free(&ex->tp_comm, pp->greq[k]);
         if (pp->sreq[k])
             ex->tp_comm.ops->req_free(&ex->tp_comm, pp->sreq[k]);
+        if (pp->gpacked[k])
+            c->ops->event_free(c, pp->gpacked[k]);
+        if (pp->spacked[k])
+            c->ops->event_free(c, pp->spacked[k]);
     }
     cz_exec_free(pp);
     ex->pipe = NULL;
 }
 
 /* Posts one all-to-all as a group of sends and receives, completed through req. */
-static int post_exchange(cz_plane *pl, cz_comm_req *req, const float *send, const int64_t *sc,
-                         const int64_t *sd, float *recv, const int64_t *rc, const int64_t *rd,
-                         cz_error *err)
+static int post_exchange(cz_plane *pl, cz_comm_req *req, cz_event *after, const float *send,
+                         const int64_t *sc, const int64_t *sd, float *recv, const int64_t *rc,
+                         const int64_t *rd, cz_error *err)
 {
-    pl->ops->group_start(pl, req);
+    int st = pl->ops->group_start(pl, req, after, err);
+    if (st)
+        return st;
     for (int r = 0; r < pl->size; r++) {
         pl->ops->send(pl, req, send + sd[r], (size_t)sc[r], CZ_DTYPE_FP32, r);
         pl->ops->recv(pl, req, recv + rd[r], (size_t)rc[r], CZ_DTYPE_FP32, r);
@@ -375,13 +392,15 @@ static int post_gather(cz_executor *ex, int gi, const float *G, cz_error *err)
     struct cz_pipeline *pp = ex->pipe;
     pgroup *pg = &pp->groups[gi];
     float *send = pp->gsend[gi % 2];
+    cz_event *packed = pp->gpacked[gi % 2];
     ex->compute.ops->copy_runs(&ex->compute, send, G, pg->gather_pack);
+    ex->compute.ops->event_record(&ex->compute, packed);
     if (ex->sc)
         return ex->tp_comm.ops->iall_gather(&ex->tp_comm, send, (size_t)pg->gather_n,
-                                            pp->grecv[gi % 2], CZ_DTYPE_FP32, pp->greq[gi % 2],
-                                            err);
-    return post_exchange(&ex->tp_comm, pp->greq[gi % 2], send, pg->gsc, pg->gsd, pp->grecv[gi % 2],
-                         pg->grc, pg->grd, err);
+                                            pp->grecv[gi % 2], CZ_DTYPE_FP32, packed,
+                                            pp->greq[gi % 2], err);
+    return post_exchange(&ex->tp_comm, pp->greq[gi % 2], packed, send, pg->gsc, pg->gsd,
+                         pp->grecv[gi % 2], pg->grc, pg->grd, err);
 }
 
 /* Keeps the next group's gather and the previous group's scatter moving while computing. */
@@ -433,8 +452,9 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
         apply_group(ex, pg, P, send);
         return CZ_OK;
     }
-    return post_exchange(&ex->tp_comm, pp->sreq[gi % 2], send, pg->ssc, pg->ssd, pp->srecv[gi % 2],
-                         pg->src, pg->srd, err);
+    c->ops->event_record(c, pp->spacked[gi % 2]);
+    return post_exchange(&ex->tp_comm, pp->sreq[gi % 2], pp->spacked[gi % 2], send, pg->ssc,
+                         pg->ssd, pp->srecv[gi % 2], pg->src, pg->srd, err);
 }
 
 /* Waits for the scatter of group g and applies my update shards. */

@@ -18,7 +18,7 @@ static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
         /* The ranges are contiguous and rank-ordered (plan check): one segment per rank. */
         float *base = G + bk->offset + bk->ranges[0];
         int rc = ex->dp_comm.ops->reduce_scatter(&ex->dp_comm, base, ex->scratch, counts,
-                                                 CZ_DTYPE_FP32, err);
+                                                 CZ_DTYPE_FP32, ex->ev_grads, err);
         if (rc)
             return rc;
         float *mine = G + bk->offset + bk->ranges[2 * ex->dp_rank];
@@ -36,7 +36,7 @@ static int all_gather(cz_executor *ex, float *P, cz_error *err)
         for (int r = 0; r < ex->dp; r++)
             counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
         int rc = ex->dp_comm.ops->all_gather(&ex->dp_comm, P + bk->offset + bk->ranges[0], counts,
-                                             CZ_DTYPE_FP32, err);
+                                             CZ_DTYPE_FP32, ex->ev_params, err);
         if (rc)
             return rc;
     }
@@ -141,6 +141,8 @@ int cz_executor_step(cz_executor *ex, cz_error *err)
         P = ex->stage_params;
         G = ex->stage_grads;
     }
+    /* The reduce-scatter reads the gradients once every op before (staging) is done. */
+    ex->compute.ops->event_record(&ex->compute, ex->ev_grads);
     rc = reduce_scatter(ex, G, err);
     if (!rc && ex->cfg.check_finite)
         rc = check_finite(ex, G, err);
@@ -166,6 +168,8 @@ int cz_executor_step(cz_executor *ex, cz_error *err)
     t1 = cz_exec_now();
     t.matrix = t1 - t0;
 
+    /* The all-gather reads the parameters once every update (AdamW, Muon) is applied. */
+    ex->compute.ops->event_record(&ex->compute, ex->ev_params);
     rc = all_gather(ex, P, err);
     if (rc)
         return rc;
