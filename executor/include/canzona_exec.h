@@ -33,7 +33,16 @@
 extern "C" {
 #endif
 
-#define CZ_EXEC_CONFIG_VERSION 1
+#define CZ_EXEC_CONFIG_VERSION 2
+
+/* How Muon scales the orthogonalized update of an m x n block (rows x cols as stored). */
+typedef enum cz_muon_scaling {
+    /* scale_coeff * sqrt(max(m, n)) (0.2 by default): the update's RMS matches AdamW's, so
+     * AdamW-sized learning rates apply (Moonlight; torch.optim.Muon "match_rms_adamw"). */
+    CZ_MUON_SCALE_RMS = 0,
+    /* sqrt(max(1, m / n)): Keller Jordan's original Muon and torch.optim.Muon's default. */
+    CZ_MUON_SCALE_SHAPE = 1,
+} cz_muon_scaling;
 
 /* Executor configuration. Initialize with cz_exec_config_init() and then change fields, so
  * that fields added in later versions keep their defaults. */
@@ -57,14 +66,16 @@ typedef struct cz_exec_config {
     const void *world_comm, *dp_comm, *tp_comm;
 
     /* Muon (matrix parameters). */
-    float lr;              /* default 0.02 */
+    float lr;              /* 0 (default) = the default of the scaling: 1e-3 for rms (an AdamW
+                              learning rate, as Moonlight), 0.02 for shape (as Keller Jordan's
+                              Muon) */
     float momentum;        /* mu, default 0.95 */
-    int nesterov;          /* 1 = use g + mu*buf as the update's input; default 0 */
+    int nesterov;          /* 1 (default, as every public Muon) = input g + mu*buf; 0 = buf */
     float weight_decay;    /* decoupled, default 0.01 */
     int ns_steps;          /* Newton-Schulz iterations, default 5 */
     const char *ns_coeffs; /* "jordan" (default: 3.4445, -4.7750, 2.0315) or "cubic" */
     float ns_eps;          /* added to the Frobenius norm, default 1e-7 */
-    float scale_coeff;     /* update scaled by scale_coeff*sqrt(max(m, n)), default 0.2 */
+    float scale_coeff;     /* rms scaling: scale_coeff*sqrt(max(m, n)), default 0.2 */
 
     /* AdamW (elementwise parameters). */
     float adamw_lr;           /* default 3e-4 */
@@ -75,6 +86,13 @@ typedef struct cz_exec_config {
 
     /* 1 (default) = check the owned gradient shards for NaN/Inf after the reduce-scatter. */
     int check_finite;
+
+    /* Added in version 2. */
+    cz_muon_scaling muon_scaling; /* default CZ_MUON_SCALE_RMS */
+    /* > 0: when the global gradient norm exceeds it, every gradient is scaled by
+     * max_grad_norm / (norm + 1e-6) before the updates (as torch's clip_grad_norm_).
+     * 0 (default) = no clipping. */
+    float max_grad_norm;
 } cz_exec_config;
 
 /* Fills *cfg with the defaults above. */
@@ -127,6 +145,17 @@ int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, floa
  * naming the parameter when an owned gradient holds NaN or Inf (on every rank; no parameter
  * is changed then), CZ_EINVALID when buffers are not bound. */
 int cz_executor_step(cz_executor *ex, cz_error *err);
+
+/* Global L2 norm of the averaged gradient of the last step, before clipping: every rank
+ * sums the squares of the shards it owns (a tensor replicated over TP counted once) and the
+ * sums are all-reduced. The same value on every rank; NaN before the first step. */
+double cz_executor_grad_norm(const cz_executor *ex);
+
+/* Learning rates and weight decays for the following steps (schedules). Not collective, but
+ * every rank must set the same values before the same step. Refuses (CZ_EINVALID) negative
+ * or non-finite values. */
+int cz_executor_set_lr(cz_executor *ex, float muon_lr, float adamw_lr, cz_error *err);
+int cz_executor_set_weight_decay(cz_executor *ex, float muon_wd, float adamw_wd, cz_error *err);
 
 /* Copies the timings of the last step into *out. */
 void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out);

@@ -59,6 +59,12 @@ static int mpi_ctrl_allreduce_min_i64(cz_ctrl *c, int64_t *v, int n, cz_error *e
     return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "all-reduce");
 }
 
+static int mpi_ctrl_allreduce_sum_f64(cz_ctrl *c, double *v, int n, cz_error *err)
+{
+    int rc = MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, comm_of(c->impl));
+    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "all-reduce");
+}
+
 static void free_impl(void **impl)
 {
     if (!*impl)
@@ -80,6 +86,7 @@ static const cz_ctrl_ops cz_ctrl_mpi_ops = {
     .kind = CZ_COMM_MPI,
     .name = "mpi",
     .allreduce_min_i64 = mpi_ctrl_allreduce_min_i64,
+    .allreduce_sum_f64 = mpi_ctrl_allreduce_sum_f64,
     .close = mpi_ctrl_close,
 };
 

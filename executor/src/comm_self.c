@@ -22,6 +22,15 @@ static int self_ctrl_allreduce_min_i64(cz_ctrl *c, int64_t *v, int n, cz_error *
     return CZ_OK;
 }
 
+static int self_ctrl_allreduce_sum_f64(cz_ctrl *c, double *v, int n, cz_error *err)
+{
+    (void)c;
+    (void)v;
+    (void)n;
+    (void)err;
+    return CZ_OK;
+}
+
 static void self_ctrl_close(cz_ctrl *c)
 {
     (void)c;
@@ -31,6 +40,7 @@ static const cz_ctrl_ops cz_ctrl_self_ops = {
     .kind = CZ_COMM_SELF,
     .name = "self",
     .allreduce_min_i64 = self_ctrl_allreduce_min_i64,
+    .allreduce_sum_f64 = self_ctrl_allreduce_sum_f64,
     .close = self_ctrl_close,
 };
 

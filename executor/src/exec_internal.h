@@ -149,7 +149,7 @@ typedef enum cz_comm_kind {
     CZ_COMM_MPI = 2,
 } cz_comm_kind;
 
-/* The control plane: host integers the ranks must agree on (plan fingerprints, failure
+/* The control plane: host scalars the ranks must agree on (plan fingerprints, failure
  * agreement, the step's NaN/Inf verdict), over MPI or whatever bootstraps the job. Blocking;
  * never carries parameter data. */
 typedef struct cz_ctrl cz_ctrl;
@@ -158,6 +158,9 @@ typedef struct cz_ctrl_ops {
     const char *name; /* for messages only */
     /* In-place element-wise min over all ranks of n int64 values. */
     int (*allreduce_min_i64)(cz_ctrl *c, int64_t *v, int n, cz_error *err);
+    /* In-place element-wise sum over all ranks of n doubles (host scalars read back from the
+     * backend, e.g. the gradient norm's partial sums). */
+    int (*allreduce_sum_f64)(cz_ctrl *c, double *v, int n, cz_error *err);
     void (*close)(cz_ctrl *c);
 } cz_ctrl_ops;
 
@@ -273,6 +276,7 @@ int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err);
 typedef struct cz_muon_hparams {
     float lr, momentum, weight_decay, eps, scale_coeff;
     int nesterov, ns_steps;
+    cz_muon_scaling scaling;
     const cz_ns_coeffs *coeffs;
 } cz_muon_hparams;
 
@@ -280,7 +284,12 @@ typedef struct cz_adamw_hparams {
     float lr, beta1, beta2, eps, weight_decay;
 } cz_adamw_hparams;
 
+/* Default Muon learning rates of the two scalings (see cz_exec_config.lr). */
+#define CZ_MUON_LR_RMS 1e-3f
+#define CZ_MUON_LR_SHAPE 0.02f
 int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, cz_error *err);
+/* The scale of the orthogonalized update of a rows x cols block. */
+float cz_muon_scale(const cz_muon_hparams *h, int64_t rows, int64_t cols);
 void cz_adamw_hparams_from_config(cz_adamw_hparams *h, const cz_exec_config *cfg);
 
 /* One block of a matrix parameter: an independent matrix for the optimizer. */
@@ -372,6 +381,7 @@ struct cz_executor {
 
     int64_t steps;
     cz_exec_timings last;
+    double grad_norm; /* of the last step, before clipping */
 };
 
 /* Creates an executor over plan; takes ownership of `owned` (may be NULL, else == plan),

@@ -1,6 +1,7 @@
 /* Executor life cycle: create (checks, communicators, failure agreement, state), bind, free. */
 #include "exec_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,47 @@ int cz_executor_dp_rank(const cz_executor *ex)
 int cz_executor_tp_rank(const cz_executor *ex)
 {
     return ex ? ex->tp_rank : -1;
+}
+
+double cz_executor_grad_norm(const cz_executor *ex)
+{
+    return ex ? ex->grad_norm : NAN;
+}
+
+static int check_rate(const char *what, float v, cz_error *err)
+{
+    if (!(v >= 0.0f) || !isfinite(v))
+        return cz_error_set(err, CZ_EINVALID, "%s = %g; expected a finite value >= 0", what,
+                            (double)v);
+    return CZ_OK;
+}
+
+int cz_executor_set_lr(cz_executor *ex, float muon_lr, float adamw_lr, cz_error *err)
+{
+    if (!ex)
+        return cz_error_set(err, CZ_EINVALID, "set_lr: executor is NULL");
+    int rc = check_rate("set_lr: muon_lr", muon_lr, err);
+    if (!rc)
+        rc = check_rate("set_lr: adamw_lr", adamw_lr, err);
+    if (rc)
+        return rc;
+    ex->muon.lr = muon_lr;
+    ex->adamw.lr = adamw_lr;
+    return CZ_OK;
+}
+
+int cz_executor_set_weight_decay(cz_executor *ex, float muon_wd, float adamw_wd, cz_error *err)
+{
+    if (!ex)
+        return cz_error_set(err, CZ_EINVALID, "set_weight_decay: executor is NULL");
+    int rc = check_rate("set_weight_decay: muon_wd", muon_wd, err);
+    if (!rc)
+        rc = check_rate("set_weight_decay: adamw_wd", adamw_wd, err);
+    if (rc)
+        return rc;
+    ex->muon.weight_decay = muon_wd;
+    ex->adamw.weight_decay = adamw_wd;
+    return CZ_OK;
 }
 
 void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out)
@@ -140,6 +182,7 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
     ex->owned_plan = owned;
     ex->cfg = *cfg_in;
     ex->dp_rank = ex->tp_rank = -1;
+    ex->grad_norm = NAN;
 
     /* The communicator comes first: without it the ranks cannot agree on failure. */
     const char *comm = cfg_in->comm;

@@ -1,6 +1,6 @@
 /* Muon on whole matrices: momentum, per-block Newton-Schulz orthogonalization (same-shape
- * blocks batched), RMS-matching scale, decoupled weight decay. The update depends only on the
- * whole matrix, never on how it was sharded. */
+ * blocks batched), the update's scale (rms or shape), decoupled weight decay. The update depends
+ * only on the whole matrix, never on how it was sharded. */
 #include "exec_internal.h"
 
 #include <math.h>
@@ -16,6 +16,17 @@ int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, c
     h->scale_coeff = cfg->scale_coeff;
     h->nesterov = cfg->nesterov;
     h->ns_steps = cfg->ns_steps;
+    h->scaling = cfg->muon_scaling;
+    if (cfg->muon_scaling != CZ_MUON_SCALE_RMS && cfg->muon_scaling != CZ_MUON_SCALE_SHAPE)
+        return cz_error_set(err, CZ_EINVALID,
+                            "muon_scaling = %d; expected CZ_MUON_SCALE_RMS (0) or "
+                            "CZ_MUON_SCALE_SHAPE (1)",
+                            (int)cfg->muon_scaling);
+    if (!(cfg->lr >= 0.0f) || !isfinite(cfg->lr))
+        return cz_error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
+                            (double)cfg->lr);
+    if (cfg->lr == 0.0f)
+        h->lr = cfg->muon_scaling == CZ_MUON_SCALE_SHAPE ? CZ_MUON_LR_SHAPE : CZ_MUON_LR_RMS;
     h->coeffs = cz_ns_coeffs_find(cfg->ns_coeffs);
     if (!h->coeffs)
         return cz_error_set(err, CZ_EINVALID,
@@ -24,6 +35,15 @@ int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, c
     if (cfg->ns_steps < 0 || cfg->ns_steps > 100)
         return cz_error_set(err, CZ_EINVALID, "ns_steps = %d; expected 0..100", cfg->ns_steps);
     return CZ_OK;
+}
+
+float cz_muon_scale(const cz_muon_hparams *h, int64_t rows, int64_t cols)
+{
+    if (h->scaling == CZ_MUON_SCALE_SHAPE) {
+        double ratio = (double)rows / (double)cols;
+        return (float)sqrt(ratio > 1.0 ? ratio : 1.0);
+    }
+    return h->scale_coeff * (float)sqrt((double)(rows > cols ? rows : cols));
 }
 
 int cz_param_blocks(const cz_plan_param *p, cz_block *out, int max)
@@ -129,8 +149,7 @@ int cz_muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
             return rc;
         for (int k = 0; k < cnt; k++) {
             const cz_muon_blk *br = &mp->blks[s + k];
-            float scale = h->scale_coeff *
-                          (float)sqrt((double)(br->b.rows > br->b.cols ? br->b.rows : br->b.cols));
+            float scale = cz_muon_scale(h, br->b.rows, br->b.cols);
             ops->block_store(c, out[br->mat] + br->b.r0 * br->ld + br->b.c0, br->ld, batch + k * sz,
                              br->b.rows, br->b.cols, br->transposed, scale);
         }

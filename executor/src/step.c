@@ -43,10 +43,13 @@ static int all_gather(cz_executor *ex, float *P, cz_error *err)
     return CZ_OK;
 }
 
-/* Finds the first owned parameter whose reduced gradient holds NaN/Inf; all ranks agree on
- * the lowest such parameter id. The backend sums the squares of every owned shard into
- * ex->stats (a sum is non-finite exactly when its shard is); they are read back once. */
-static int check_finite(cz_executor *ex, const float *G, cz_error *err)
+/* The owned gradients' statistics, read back once per step (after all reduce-scatters,
+ * before any update): the backend sums the squares of every owned shard into ex->stats. A sum
+ * is non-finite exactly when its shard holds NaN/Inf, so the same pass is the finiteness
+ * check (all ranks agree on the lowest such parameter id) and gives the global gradient norm
+ * (the sums all-reduced; a tensor replicated over TP counted by TP rank 0 only). With
+ * max_grad_norm set, a norm above it scales every owned gradient shard before the updates. */
+static int grad_stats(cz_executor *ex, float *G, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
     cz_compute *c = &ex->compute;
@@ -58,19 +61,38 @@ static int check_finite(cz_executor *ex, const float *G, cz_error *err)
         c->ops->download(c, ex->stats_host, ex->stats, (size_t)ex->nowned * sizeof(double), err);
     if (rc)
         return rc;
-    int64_t bad = INT64_MAX;
-    for (int k = 0; k < ex->nowned && bad == INT64_MAX; k++)
-        if (!isfinite(ex->stats_host[k]))
-            bad = ex->owned[k];
-    rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &bad, 1, err);
+    if (ex->cfg.check_finite) {
+        int64_t bad = INT64_MAX;
+        for (int k = 0; k < ex->nowned && bad == INT64_MAX; k++)
+            if (!isfinite(ex->stats_host[k]))
+                bad = ex->owned[k];
+        rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &bad, 1, err);
+        if (rc)
+            return rc;
+        if (bad != INT64_MAX)
+            return cz_error_set(err, CZ_EINVALID,
+                                "step %lld: the averaged gradient of '%s' holds NaN or Inf (found "
+                                "by DP rank %d); no parameter was changed",
+                                (long long)(ex->steps + 1), plan->params[bad].name,
+                                plan->params[bad].dp_owner);
+    }
+    double sq = 0.0;
+    for (int k = 0; k < ex->nowned; k++)
+        if (plan->params[ex->owned[k]].tp_dim >= 0 || ex->tp_rank == 0)
+            sq += ex->stats_host[k];
+    rc = ex->ctrl.ops->allreduce_sum_f64(&ex->ctrl, &sq, 1, err);
     if (rc)
         return rc;
-    if (bad != INT64_MAX)
-        return cz_error_set(err, CZ_EINVALID,
-                            "step %lld: the averaged gradient of '%s' holds NaN or Inf (found by "
-                            "DP rank %d); no parameter was changed",
-                            (long long)(ex->steps + 1), plan->params[bad].name,
-                            plan->params[bad].dp_owner);
+    ex->grad_norm = sqrt(sq);
+    float max = ex->cfg.max_grad_norm;
+    if (max > 0.0f && ex->grad_norm > (double)max) {
+        float f = (float)((double)max / (ex->grad_norm + 1e-6));
+        for (int k = 0; k < ex->nowned; k++) {
+            const cz_plan_param *p = &plan->params[ex->owned[k]];
+            float *g = G + cz_exec_param_offset(ex, p->id);
+            c->ops->scale(c, g, g, p->numel, f);
+        }
+    }
     return CZ_OK;
 }
 
@@ -144,8 +166,8 @@ int cz_executor_step(cz_executor *ex, cz_error *err)
     /* The reduce-scatter reads the gradients once every op before (staging) is done. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_grads);
     rc = reduce_scatter(ex, G, err);
-    if (!rc && ex->cfg.check_finite)
-        rc = check_finite(ex, G, err);
+    if (!rc)
+        rc = grad_stats(ex, G, err);
     if (rc)
         return rc;
     t1 = cz_exec_now();

@@ -172,7 +172,8 @@ START_TEST(one_step_matches_math)
     ck_assert_int_eq(cz_executor_bind_buffers(ex, P, G, n, &err), 0);
     ck_assert_int_eq(cz_executor_step(ex, &err), 0);
 
-    /* Reference: AdamW (t = 1) on elementwise, Muon (zero momentum -> input = g) on matrices. */
+    /* Reference: AdamW (t = 1) on elementwise; Muon on matrices from a zero momentum buffer
+     * (Nesterov is on by default: input = g + mu*g). */
     cz_compute cpu;
     cz_compute_open(&cpu, "cpu", NULL);
     cz_adamw_hparams ah;
@@ -191,12 +192,18 @@ START_TEST(one_step_matches_math)
             free(v);
         } else {
             float *u = malloc((size_t)p->numel * sizeof(float));
+            float *buf = calloc((size_t)p->numel, sizeof(float));
+            float *gin = malloc((size_t)p->numel * sizeof(float));
+            ck_assert(mh.nesterov);
+            cz_muon_momentum(&mh, G0 + p->offset, buf, gin, p->numel);
             const cz_plan_param *ps[1] = {p};
-            const float *in[1] = {G0 + p->offset};
+            const float *in[1] = {gin};
             float *o[1] = {u};
             ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &mh, ps, in, o, 1, NULL), 0);
             cz_apply_update(want, u, p->numel, mh.lr, mh.weight_decay);
             free(u);
+            free(buf);
+            free(gin);
         }
         for (int64_t k = 0; k < p->numel; k++)
             ck_assert_float_eq(P[p->offset + k], want[k]);
