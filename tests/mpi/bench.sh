@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Multi-rank executor tests: plans test-small with `canzona plan` and runs canzona-bench on 4
-# MPI ranks. Usage: bench.sh verify CLUSTER DP TP | mismatch | nan | dump | owncomms
+# MPI ranks. Usage: bench.sh verify CLUSTER DP TP | mismatch | nan | dump | owncomms | replicas |
+# grads | knobs
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -89,6 +90,46 @@ dump)
   grep -q "verify: OK" "$tmp/out"
   ! cmp -s "$tmp/d1/extra.weight.npy" "$tmp/d2/extra.weight.npy"
   ;;
+grads)
+  # Gradients read from .npy files holding the generated values reproduce the generated run bit
+  # for bit (and --dump-dir creates missing parents).
+  plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --warmup 1 \
+    --dump-grads "$tmp/g" --dump-dir "$tmp/x/y/d1" >/dev/null
+  [ -f "$tmp/g/step2/dp1/decoder.layers.0.self_attention.linear_qkv.weight.npy" ] ||
+    { echo "expected the gradient files of step 2, replica 1"; ls -R "$tmp/g" | head; exit 1; }
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --warmup 1 \
+    --grad-dir "$tmp/g" --dump-dir "$tmp/d2" --verify | tee "$tmp/out"
+  grep -q "verify: OK" "$tmp/out"
+  n=0
+  for f in "$tmp"/x/y/d1/*.npy; do
+    cmp "$f" "$tmp/d2/$(basename "$f")" || { echo "differs: $(basename "$f")"; exit 1; }
+    n=$((n + 1))
+  done
+  [ "$n" -eq 20 ] || { echo "expected 20 parameters, compared $n"; exit 1; }
+  # A missing file is reported on every rank, naming it.
+  rm "$tmp/g/step1/dp0/extra.weight.npy"
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --warmup 1 \
+    --grad-dir "$tmp/g"
+  grep -q "step1/dp0/extra.weight.npy" "$tmp/out" || { echo "expected the missing file named"; exit 1; }
+  ;;
+knobs)
+  # Every optimizer option changes the run, and the distributed run still matches the
+  # single-process reference (gradient norms included): the shape scaling with its default
+  # learning rate, plain momentum, other NS steps and AdamW settings, and active clipping.
+  plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --verify \
+    --dump-dir "$tmp/d0" >/dev/null
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --verify \
+    --scaling shape --no-nesterov --momentum 0.9 --ns-steps 6 --adamw-beta1 0.8 \
+    --adamw-beta2 0.99 --adamw-eps 1e-6 --adamw-weight-decay 0.1 --max-grad-norm 1 \
+    --dump-dir "$tmp/d1" | tee "$tmp/out"
+  grep -q "verify: OK" "$tmp/out"
+  grep -q "gradient norm of step 2 .* rel.err" "$tmp/out"
+  ! cmp -s "$tmp/d0/extra.weight.npy" "$tmp/d1/extra.weight.npy"
+  ! cmp -s "$tmp/d0/embedding.word_embeddings.weight.npy" \
+    "$tmp/d1/embedding.word_embeddings.weight.npy"
+  ;;
 *)
-  echo "usage: bench.sh verify CLUSTER DP TP | mismatch | nan | dump | owncomms"; exit 2 ;;
+  echo "usage: bench.sh verify CLUSTER DP TP | mismatch | nan | dump | owncomms | replicas | grads | knobs"; exit 2 ;;
 esac
