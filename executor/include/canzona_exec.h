@@ -44,12 +44,18 @@ typedef enum cz_muon_scaling {
     CZ_MUON_SCALE_SHAPE = 1,
 } cz_muon_scaling;
 
+/* Where the buffers a job binds live. */
+typedef enum cz_exec_memory {
+    CZ_EXEC_MEMORY_HOST = 0,   /* host memory (the cpu backend) */
+    CZ_EXEC_MEMORY_DEVICE = 1, /* the backend's device memory (GPU backends) */
+} cz_exec_memory;
+
 /* Executor configuration. Initialize with cz_exec_config_init() and then change fields, so
  * that fields added in later versions keep their defaults. */
 typedef struct cz_exec_config {
     int version; /* CZ_EXEC_CONFIG_VERSION */
 
-    /* Compute backend: "cpu" (OpenBLAS, fp32). Default "cpu". */
+    /* Compute backend: "cpu" (host memory, OpenBLAS, fp32 math). Default "cpu". */
     const char *backend;
     /* Communication backend: "mpi" or "self" (one process, dp = tp = 1). NULL (default) picks
      * "mpi" when the library was built with MPI and MPI is initialized, else "self". */
@@ -93,6 +99,16 @@ typedef struct cz_exec_config {
      * max_grad_norm / (norm + 1e-6) before the updates (as torch's clip_grad_norm_).
      * 0 (default) = no clipping. */
     float max_grad_norm;
+    /* Where bound buffers live; default host (the only space of the cpu backend). */
+    cz_exec_memory memory;
+    /* dtype of the parameters and gradients the job binds: -1 (default) = the plan's (the
+     * model's dtype), or CZ_DTYPE_FP32 / CZ_DTYPE_BF16. Optimizer state, Newton-Schulz and
+     * the executor's master copy of bf16 parameters are fp32. */
+    int dtype;
+    /* Opaque stream of the backend the step is ordered on (a cudaStream_t for a GPU backend);
+     * NULL (default) = the backend's own. The cpu backend's stream is the calling thread and
+     * takes only NULL. */
+    void *stream;
 } cz_exec_config;
 
 /* Fills *cfg with the defaults above. */
@@ -127,6 +143,18 @@ int cz_executor_create_from_plan(cz_executor **out, const cz_plan *plan, const c
 /* Number of elements of the flat local buffer the plan expects (sum of its bucket sizes). */
 size_t cz_executor_buffer_numel(const cz_executor *ex);
 
+/* Typed binding: as the two calls below, for buffers of the executor's dtype
+ * (cz_executor_dtype; CZ_EMISMATCH for another). With bf16 the executor keeps an fp32 master
+ * copy of the parameters: the job's bf16 parameters are read at the first step only and
+ * rewritten (rounded to nearest even) from the master copy after every step; gradients are
+ * read every step. */
+int cz_executor_bind_typed(cz_executor *ex, void *params, void *grads, size_t numel, cz_dtype dtype,
+                           cz_error *err);
+int cz_executor_bind_param_typed(cz_executor *ex, const char *name, void *param, void *grad,
+                                 int64_t rows, int64_t cols, cz_dtype dtype, cz_error *err);
+/* The dtype of the parameters and gradients this executor binds. */
+cz_dtype cz_executor_dtype(const cz_executor *ex);
+
 /* Binds flat local parameter and gradient buffers of numel fp32 elements each; numel must
  * equal cz_executor_buffer_numel (CZ_EMISMATCH otherwise). Parameter p's local shard lives
  * at bucket(p).offset + p.offset. The buffers stay owned by the caller. Grads are consumed
@@ -140,6 +168,14 @@ int cz_executor_bind_buffers(cz_executor *ex, float *params, float *grads, size_
  * be bound as well; every parameter must be bound before the first step. */
 int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, float *grad,
                            int64_t rows, int64_t cols, cz_error *err);
+
+/* Non-blocking step: cz_executor_step_async starts a step on the backend's stream and
+ * cz_executor_wait waits for it and returns its result (the same as cz_executor_step's).
+ * Bound buffers must not be touched in between. One step at a time: a second start before
+ * the wait, or a wait without a start, is refused (CZ_EINVALID). The cpu backend's stream is
+ * the calling thread, so there the whole step runs inside cz_executor_step_async. */
+int cz_executor_step_async(cz_executor *ex, cz_error *err);
+int cz_executor_wait(cz_executor *ex, cz_error *err);
 
 /* Runs one optimizer step. Collective over the world communicator. Returns CZ_EINVALID
  * naming the parameter when an owned gradient holds NaN or Inf (on every rank; no parameter

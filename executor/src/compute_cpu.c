@@ -58,6 +58,43 @@ void cz_adamw_step(const cz_adamw_hparams *h, int64_t t, float *p, const float *
     adamw_loop(p, g, m, v, n, &a);
 }
 
+uint16_t cz_bf16_from_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u); /* NaN: keep it a (quiet) NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float cz_f32_from_bf16(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void cpu_convert(cz_compute *c, void *dst, cz_dtype dt, const void *src, cz_dtype st,
+                        int64_t n)
+{
+    (void)c;
+    if (dt == st) {
+        memcpy(dst, src, (size_t)n * (size_t)cz_dtype_bytes(dt));
+    } else if (dt == CZ_DTYPE_BF16) {
+        uint16_t *d = dst;
+        const float *s = src;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = cz_bf16_from_f32(s[i]);
+    } else {
+        float *d = dst;
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = cz_f32_from_bf16(s[i]);
+    }
+}
+
 static void *cpu_alloc(cz_compute *c, size_t bytes)
 {
     (void)c;
@@ -127,12 +164,6 @@ static void cpu_copy_runs(cz_compute *c, float *dst, const float *src, const cz_
     (void)c;
     for (size_t k = 0; k < r->n; k++)
         memcpy(dst + r->v[k].dst, src + r->v[k].src, (size_t)r->v[k].len * sizeof(float));
-}
-
-static void cpu_copy(cz_compute *c, float *dst, const float *src, int64_t n)
-{
-    (void)c;
-    memcpy(dst, src, (size_t)n * sizeof(float));
 }
 
 static void cpu_scale(cz_compute *c, float *dst, const float *src, int64_t n, float alpha)
@@ -252,7 +283,7 @@ static const cz_compute_ops cz_compute_cpu_ops = {
     .runs_create = cpu_runs_create,
     .runs_free = cpu_runs_free,
     .copy_runs = cpu_copy_runs,
-    .copy = cpu_copy,
+    .convert = cpu_convert,
     .scale = cpu_scale,
     .sumsq = cpu_sumsq,
     .momentum = cpu_momentum,

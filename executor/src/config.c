@@ -28,6 +28,9 @@ void cz_exec_config_init(cz_exec_config *cfg)
     cfg->check_finite = 1;
     cfg->muon_scaling = CZ_MUON_SCALE_RMS;
     cfg->max_grad_norm = 0.0f;
+    cfg->memory = CZ_EXEC_MEMORY_HOST;
+    cfg->dtype = -1;
+    cfg->stream = NULL;
 }
 
 double cz_exec_now(void)

@@ -101,8 +101,9 @@ typedef struct cz_compute_ops {
     cz_runs *(*runs_create)(cz_compute *c, const cz_copy_run *runs, size_t n);
     void (*runs_free)(cz_compute *c, cz_runs *r);
     void (*copy_runs)(cz_compute *c, float *dst, const float *src, const cz_runs *r);
-    /* dst[i] = src[i] over n elements (no overlap). */
-    void (*copy)(cz_compute *c, float *dst, const float *src, int64_t n);
+    /* dst (dtype dt) = src (dtype st) element by element, rounding to nearest even when
+     * narrowing; fp32 and bf16. */
+    void (*convert)(cz_compute *c, void *dst, cz_dtype dt, const void *src, cz_dtype st, int64_t n);
     /* dst[i] = alpha * src[i]; dst may equal src. */
     void (*scale)(cz_compute *c, float *dst, const float *src, int64_t n, float alpha);
     /* *out (backend memory) = sum of x[i]^2 in double: non-finite exactly when x holds NaN or
@@ -308,6 +309,10 @@ void cz_apply_update(float *p, const float *u, int64_t n, float lr, float wd);
 /* One AdamW step (t >= 1) over n elements. */
 void cz_adamw_step(const cz_adamw_hparams *h, int64_t t, float *p, const float *g, float *m,
                    float *v, int64_t n);
+/* bf16 <-> fp32 on the host (round to nearest even; NaN stays NaN). */
+uint16_t cz_bf16_from_f32(float f);
+float cz_f32_from_bf16(uint16_t b);
+
 /* The AdamW arguments of step t (>= 1). */
 void cz_adamw_args_make(cz_adamw_args *a, const cz_adamw_hparams *h, int64_t t);
 
@@ -355,11 +360,12 @@ struct cz_executor {
     size_t buffer_numel;
     const cz_rank_schedule *schedule; /* my DP rank's */
 
-    /* Bound buffers: per param pointers to its local shard. */
-    float **param_ptr, **grad_ptr;
+    /* Bound buffers (of dtype): per param pointers to its local shard, or the flat ones. */
+    cz_dtype dtype;
+    void **param_ptr, **grad_ptr;
     bool *bound;
-    float *flat_params, *flat_grads; /* NULL when bound per parameter */
-    float *scratch;                  /* backend: max bucket range, for the reduce-scatter */
+    void *flat_params, *flat_grads; /* NULL when bound per parameter */
+    float *scratch;                 /* backend: max bucket range, for the reduce-scatter */
 
     /* Owned parameters: every kind (ids ascending), and the elementwise ones. */
     int *owned, *owned_elem;
@@ -373,8 +379,13 @@ struct cz_executor {
     float **momentum;         /* indexed by param id: full-size Muon momentum where I host */
 
     /* Per-parameter binding: staging copies of the flat layout. */
-    bool per_param;
-    float *stage_params, *stage_grads; /* backend memory, allocated at the first bind_param */
+    /* Staging (per-parameter binding or a dtype other than fp32): the step runs on fp32 flat
+     * copies. With bf16, stage_params is the fp32 master copy, loaded at the first step. */
+    bool per_param, staged, master_loaded;
+    float *stage_params, *stage_grads; /* backend memory, allocated at bind */
+    int async_rc;                      /* result of the step started by step_async */
+    cz_error async_err;                /* and its message */
+    bool async_active;                 /* a step was started and not yet waited for */
     bool bind_agreed;                  /* all ranks confirmed their binding at the first step */
 
     struct cz_pipeline *pipe; /* micro-group layouts and communication buffers */

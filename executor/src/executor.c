@@ -131,6 +131,34 @@ static int alloc_state(cz_executor *ex, cz_error *err)
     return cz_exec_pipeline_init(ex, err);
 }
 
+/* Memory space, stream and dtype: what the backend can take. */
+static int check_space(cz_executor *ex, const cz_exec_config *cfg, const cz_plan *plan,
+                       cz_error *err)
+{
+    bool host = ex->compute.ops->caps & CZ_COMPUTE_CAP_HOST_MEMORY;
+    if (cfg->memory != CZ_EXEC_MEMORY_HOST && cfg->memory != CZ_EXEC_MEMORY_DEVICE)
+        return cz_error_set(err, CZ_EINVALID, "memory = %d; expected host (0) or device (1)",
+                            (int)cfg->memory);
+    if (host && cfg->memory != CZ_EXEC_MEMORY_HOST)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "compute backend '%s' works on host memory; memory = device is not "
+                            "available",
+                            ex->compute.ops->name);
+    if (host && cfg->stream)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "compute backend '%s' runs on the calling thread and takes no stream "
+                            "(pass NULL)",
+                            ex->compute.ops->name);
+    int d = cfg->dtype < 0 ? (plan ? (int)plan->dtype : CZ_DTYPE_FP32) : cfg->dtype;
+    if (d != CZ_DTYPE_FP32 && d != CZ_DTYPE_BF16)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "parameter dtype %s%s: the executor takes fp32 or bf16",
+                            d >= 0 && d <= CZ_DTYPE_FP32 ? cz_dtype_name((cz_dtype)d) : "?",
+                            cfg->dtype < 0 ? " (the plan's)" : "");
+    ex->dtype = (cz_dtype)d;
+    return CZ_OK;
+}
+
 /* Every rank learns whether any rank failed. Returns the agreed code: my own when I failed,
  * CZ_EMISMATCH naming the lowest failing rank otherwise. */
 static int agree(cz_executor *ex, int rc, uint64_t fp, const char *stage, cz_error *err)
@@ -224,6 +252,8 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
     if (!rc)
         rc = cz_compute_open(&ex->compute, cfg_in->backend, err);
     if (!rc)
+        rc = check_space(ex, cfg_in, plan, err);
+    if (!rc)
         rc = cz_muon_hparams_from_config(&ex->muon, cfg_in, err);
     if (!rc) {
         cz_adamw_hparams_from_config(&ex->adamw, cfg_in);
@@ -292,8 +322,31 @@ fail:
     return rc;
 }
 
-int cz_executor_bind_buffers(cz_executor *ex, float *params, float *grads, size_t numel,
-                             cz_error *err)
+/* The fp32 staging copies (both tested: after a failed allocation one may already exist). */
+static int alloc_staging(cz_executor *ex, cz_error *err)
+{
+    if (!ex->stage_params)
+        ex->stage_params = falloc(ex, (int64_t)ex->buffer_numel);
+    if (!ex->stage_grads)
+        ex->stage_grads = falloc(ex, (int64_t)ex->buffer_numel);
+    if (!ex->stage_params || !ex->stage_grads)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for %zu-element staging buffers",
+                            ex->buffer_numel);
+    return CZ_OK;
+}
+
+static int check_dtype(const cz_executor *ex, const char *what, cz_dtype dtype, cz_error *err)
+{
+    if (dtype != ex->dtype)
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "%s: buffers of dtype %s but this executor binds %s (the plan's "
+                            "dtype, or cz_exec_config.dtype)",
+                            what, cz_dtype_name(dtype), cz_dtype_name(ex->dtype));
+    return CZ_OK;
+}
+
+int cz_executor_bind_typed(cz_executor *ex, void *params, void *grads, size_t numel, cz_dtype dtype,
+                           cz_error *err)
 {
     if (!ex || !params || !grads)
         return cz_error_set(err, CZ_EINVALID,
@@ -306,13 +359,26 @@ int cz_executor_bind_buffers(cz_executor *ex, float *params, float *grads, size_
                             "bind_buffers: buffers hold %zu elements but the plan's buckets need "
                             "%zu (sum of bucket sizes, padding included)",
                             numel, ex->buffer_numel);
+    int rc = check_dtype(ex, "bind_buffers", dtype, err);
+    if (!rc && dtype != CZ_DTYPE_FP32)
+        rc = alloc_staging(ex, err);
+    if (rc)
+        return rc;
+    ex->staged = dtype != CZ_DTYPE_FP32;
+    ex->master_loaded = false;
     ex->flat_params = params;
     ex->flat_grads = grads;
     return CZ_OK;
 }
 
-int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, float *grad,
-                           int64_t rows, int64_t cols, cz_error *err)
+int cz_executor_bind_buffers(cz_executor *ex, float *params, float *grads, size_t numel,
+                             cz_error *err)
+{
+    return cz_executor_bind_typed(ex, params, grads, numel, CZ_DTYPE_FP32, err);
+}
+
+int cz_executor_bind_param_typed(cz_executor *ex, const char *name, void *param, void *grad,
+                                 int64_t rows, int64_t cols, cz_dtype dtype, cz_error *err)
 {
     if (!ex || !name || !param || !grad)
         return cz_error_set(err, CZ_EINVALID,
@@ -336,21 +402,28 @@ int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, floa
                             name, (long long)rows, (long long)cols, (long long)p->shape[0],
                             (long long)p->shape[1], p->tp_dim, ex->tp, (long long)lr,
                             (long long)lc);
-    /* Both are tested: after a failed allocation one of them may already exist. */
-    if (!ex->stage_params || !ex->stage_grads) {
-        if (!ex->stage_params)
-            ex->stage_params = falloc(ex, (int64_t)ex->buffer_numel);
-        if (!ex->stage_grads)
-            ex->stage_grads = falloc(ex, (int64_t)ex->buffer_numel);
-        if (!ex->stage_params || !ex->stage_grads)
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for %zu-element staging buffers",
-                                ex->buffer_numel);
-    }
-    ex->per_param = true;
+    int rc = check_dtype(ex, "bind_param", dtype, err);
+    if (!rc)
+        rc = alloc_staging(ex, err);
+    if (rc)
+        return rc;
+    ex->per_param = ex->staged = true;
+    ex->master_loaded = false;
     ex->param_ptr[i] = param;
     ex->grad_ptr[i] = grad;
     ex->bound[i] = true;
     return CZ_OK;
+}
+
+int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, float *grad,
+                           int64_t rows, int64_t cols, cz_error *err)
+{
+    return cz_executor_bind_param_typed(ex, name, param, grad, rows, cols, CZ_DTYPE_FP32, err);
+}
+
+cz_dtype cz_executor_dtype(const cz_executor *ex)
+{
+    return ex ? ex->dtype : CZ_DTYPE_FP32;
 }
 
 /* Releases backend memory (NULL allowed). */

@@ -96,15 +96,34 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
     return CZ_OK;
 }
 
-/* Per-parameter binding: copy the job's shards into the flat staging layout and back. */
+/* Staging: the job's buffers (per parameter, or flat of another dtype) into the fp32 flat
+ * copies and back. Gradients come in every step; parameters at every step for fp32, and only
+ * at the first for bf16 (stage_params is then the fp32 master copy). */
+static void *job_param(const cz_executor *ex, size_t i, int64_t off)
+{
+    return ex->per_param ? ex->param_ptr[i]
+                         : (char *)ex->flat_params + off * cz_dtype_bytes(ex->dtype);
+}
+
+static void *job_grad(const cz_executor *ex, size_t i, int64_t off)
+{
+    return ex->per_param ? ex->grad_ptr[i]
+                         : (char *)ex->flat_grads + off * cz_dtype_bytes(ex->dtype);
+}
+
 static void stage_in(cz_executor *ex)
 {
     cz_compute *c = &ex->compute;
+    bool params = ex->dtype == CZ_DTYPE_FP32 || !ex->master_loaded;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
         int64_t off = cz_exec_param_offset(ex, (int)i), n = ex->plan->params[i].numel;
-        c->ops->copy(c, ex->stage_params + off, ex->param_ptr[i], n);
-        c->ops->copy(c, ex->stage_grads + off, ex->grad_ptr[i], n);
+        if (params)
+            c->ops->convert(c, ex->stage_params + off, CZ_DTYPE_FP32, job_param(ex, i, off),
+                            ex->dtype, n);
+        c->ops->convert(c, ex->stage_grads + off, CZ_DTYPE_FP32, job_grad(ex, i, off), ex->dtype,
+                        n);
     }
+    ex->master_loaded = true;
 }
 
 static void stage_out(cz_executor *ex)
@@ -112,7 +131,8 @@ static void stage_out(cz_executor *ex)
     cz_compute *c = &ex->compute;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
         int64_t off = cz_exec_param_offset(ex, (int)i), n = ex->plan->params[i].numel;
-        c->ops->copy(c, ex->param_ptr[i], ex->stage_params + off, n);
+        c->ops->convert(c, job_param(ex, i, off), ex->dtype, ex->stage_params + off, CZ_DTYPE_FP32,
+                        n);
     }
 }
 
@@ -158,7 +178,7 @@ int cz_executor_step(cz_executor *ex, cz_error *err)
     cz_exec_timings t = {0};
     double t0 = cz_exec_now(), t1;
     float *P = ex->flat_params, *G = ex->flat_grads;
-    if (ex->per_param) {
+    if (ex->staged) {
         stage_in(ex);
         P = ex->stage_params;
         G = ex->stage_grads;
@@ -195,7 +215,7 @@ int cz_executor_step(cz_executor *ex, cz_error *err)
     rc = all_gather(ex, P, err);
     if (rc)
         return rc;
-    if (ex->per_param)
+    if (ex->staged)
         stage_out(ex);
     t0 = cz_exec_now();
     t.all_gather = t0 - t1;
@@ -204,4 +224,29 @@ int cz_executor_step(cz_executor *ex, cz_error *err)
     t.steps = ex->steps;
     ex->last = t;
     return CZ_OK;
+}
+
+int cz_executor_step_async(cz_executor *ex, cz_error *err)
+{
+    if (!ex)
+        return cz_error_set(err, CZ_EINVALID, "step_async: executor is NULL");
+    if (ex->async_active)
+        return cz_error_set(err, CZ_EINVALID,
+                            "step_async: the previous step was not waited for (cz_executor_wait)");
+    /* The cpu stream is the calling thread: the step runs here, its result waits for wait. */
+    ex->async_rc = cz_executor_step(ex, &ex->async_err);
+    ex->async_active = true;
+    return CZ_OK;
+}
+
+int cz_executor_wait(cz_executor *ex, cz_error *err)
+{
+    if (!ex)
+        return cz_error_set(err, CZ_EINVALID, "wait: executor is NULL");
+    if (!ex->async_active)
+        return cz_error_set(err, CZ_EINVALID, "wait: no step was started (cz_executor_step_async)");
+    ex->async_active = false;
+    if (ex->async_rc && err)
+        *err = ex->async_err;
+    return ex->async_rc;
 }

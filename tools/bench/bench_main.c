@@ -20,10 +20,11 @@ typedef struct bench_opts {
     const char *plan, *model, *init_dir, *dump_dir, *json, *ns_coeffs, *inject_nan;
     const char *grad_dir, *dump_grads;
     int steps, warmup, verify, nesterov, ns_steps, own_comms, bad_dp_comm, corrupt_replica;
+    int dtype; /* -1 = the executor's (the plan's) */
     cz_muon_scaling scaling;
     uint64_t seed;
     double tolerance, lr, adamw_lr, wd, adamw_wd, momentum, scale_coeff, beta1, beta2, adamw_eps,
-        max_grad_norm;
+        max_grad_norm, update_tolerance;
 } bench_opts;
 
 static int g_rank;
@@ -31,48 +32,54 @@ static int g_rank;
 static void usage(FILE *f)
 {
     fprintf(
-        f, "usage: mpirun -np DP*TP canzona-bench --plan PLAN --model MODEL [options]\n"
-           "Runs the plan's optimizer step with libcanzona-exec (CPU backend) and times it.\n"
-           "  --plan FILE        plan written by `canzona plan` (required)\n"
-           "  --model FILE       the model the plan was made for (required; checked by hash)\n"
-           "  --steps N          timed optimizer steps (default 5)\n"
-           "  --warmup N         untimed steps before them (default 1)\n"
-           "  --seed S           seed of the generated parameters and gradients (default 1)\n"
-           "  --init-dir DIR     initial parameters from DIR/<param name>.npy (full fp32 tensors)\n"
-           "  --dump-dir DIR     write the updated full parameters as DIR/<param name>.npy\n"
-           "                     (DIR and its parents are created when missing)\n"
-           "  --grad-dir DIR     gradients from DIR/step<S>/dp<D>/<param name>.npy (full fp32\n"
-           "                     tensors; S counts every step from 0, warm-up included; D is\n"
-           "                     the DP replica) instead of generated ones\n"
-           "  --dump-grads DIR   write the generated gradients in --grad-dir's layout first\n"
-           "  --json FILE        write the per-phase timings (median over steps) as JSON\n"
-           "  --verify           check that every DP replica holds the same parameters, then\n"
-           "                     recompute all steps on rank 0 on whole tensors and compare\n"
-           "  --tolerance T      largest allowed max|a-b|/max|b| per parameter (default 1e-5)\n"
-           "  --lr X             Muon learning rate (default: 1e-3 with --scaling rms, 0.02 with\n"
-           "                     shape)\n"
-           "  --scaling S        Muon update scale: rms (0.2*sqrt(max(m,n)), default) or shape\n"
-           "                     (sqrt(max(1,m/n)))\n"
-           "  --scale-coeff X    coefficient of the rms scaling (default 0.2)\n"
-           "  --momentum X       Muon momentum (default 0.95)\n"
-           "  --nesterov         Nesterov momentum for Muon (the default)\n"
-           "  --no-nesterov      plain momentum for Muon\n"
-           "  --ns-steps N       Newton-Schulz iterations (default 5)\n"
-           "  --ns-coeffs NAME   Newton-Schulz coefficients: jordan (default) or cubic\n"
-           "  --weight-decay X   decoupled weight decay of Muon, and of AdamW unless\n"
-           "                     --adamw-weight-decay is given (default 0.01)\n"
-           "  --adamw-lr X       AdamW learning rate (default 3e-4)\n"
-           "  --adamw-beta1 X    (default 0.9)\n"
-           "  --adamw-beta2 X    (default 0.95)\n"
-           "  --adamw-eps X      (default 1e-8)\n"
-           "  --adamw-weight-decay X  AdamW's own decoupled weight decay\n"
-           "  --max-grad-norm X  clip the global gradient norm to X (default 0: no clipping)\n"
-           "  --own-comms        split the DP and TP communicators here and hand them in, as a\n"
-           "                     job with its own communicators would\n"
-           "  --inject-nan NAME  (testing) put a NaN into NAME's gradient on rank 0\n"
-           "  --bad-dp-comm      (testing) hand in a DP communicator of the wrong size\n"
-           "  --corrupt-replica  (testing) change one parameter on DP rank 1 before --verify\n"
-           "  --help             this text\n");
+        f,
+        "usage: mpirun -np DP*TP canzona-bench --plan PLAN --model MODEL [options]\n"
+        "Runs the plan's optimizer step with libcanzona-exec (CPU backend) and times it.\n"
+        "  --plan FILE        plan written by `canzona plan` (required)\n"
+        "  --model FILE       the model the plan was made for (required; checked by hash)\n"
+        "  --steps N          timed optimizer steps (default 5)\n"
+        "  --warmup N         untimed steps before them (default 1)\n"
+        "  --seed S           seed of the generated parameters and gradients (default 1)\n"
+        "  --init-dir DIR     initial parameters from DIR/<param name>.npy (full fp32 tensors)\n"
+        "  --dump-dir DIR     write the updated full parameters as DIR/<param name>.npy\n"
+        "                     (DIR and its parents are created when missing)\n"
+        "  --grad-dir DIR     gradients from DIR/step<S>/dp<D>/<param name>.npy (full fp32\n"
+        "                     tensors; S counts every step from 0, warm-up included; D is\n"
+        "                     the DP replica) instead of generated ones\n"
+        "  --dump-grads DIR   write the generated gradients in --grad-dir's layout first\n"
+        "  --json FILE        write the per-phase timings (median over steps) as JSON\n"
+        "  --verify           check that every DP replica holds the same parameters, then\n"
+        "                     recompute all steps on rank 0 on whole tensors and compare\n"
+        "  --tolerance T      largest allowed max|a-b|/max|b| per parameter (default 1e-5)\n"
+        "  --update-tolerance T  also bound each parameter's update error\n"
+        "                     max|(a-w0)-(b-w0)|/max|b-w0| (w0 the initial values; default: not\n"
+        "                     checked, only printed)\n"
+        "  --dtype D          dtype of the bound parameters and gradients: fp32 or bf16\n"
+        "                     (default: the plan's)\n"
+        "  --lr X             Muon learning rate (default: 1e-3 with --scaling rms, 0.02 with\n"
+        "                     shape)\n"
+        "  --scaling S        Muon update scale: rms (0.2*sqrt(max(m,n)), default) or shape\n"
+        "                     (sqrt(max(1,m/n)))\n"
+        "  --scale-coeff X    coefficient of the rms scaling (default 0.2)\n"
+        "  --momentum X       Muon momentum (default 0.95)\n"
+        "  --nesterov         Nesterov momentum for Muon (the default)\n"
+        "  --no-nesterov      plain momentum for Muon\n"
+        "  --ns-steps N       Newton-Schulz iterations (default 5)\n"
+        "  --ns-coeffs NAME   Newton-Schulz coefficients: jordan (default) or cubic\n"
+        "  --weight-decay X   decoupled weight decay of Muon, and of AdamW unless\n"
+        "                     --adamw-weight-decay is given (default 0.01)\n"
+        "  --adamw-lr X       AdamW learning rate (default 3e-4)\n"
+        "  --adamw-beta1 X    (default 0.9)\n"
+        "  --adamw-beta2 X    (default 0.95)\n"
+        "  --adamw-eps X      (default 1e-8)\n"
+        "  --adamw-weight-decay X  AdamW's own decoupled weight decay\n"
+        "  --max-grad-norm X  clip the global gradient norm to X (default 0: no clipping)\n"
+        "  --own-comms        split the DP and TP communicators here and hand them in, as a\n"
+        "                     job with its own communicators would\n"
+        "  --inject-nan NAME  (testing) put a NaN into NAME's gradient on rank 0\n"
+        "  --bad-dp-comm      (testing) hand in a DP communicator of the wrong size\n"
+        "  --corrupt-replica  (testing) change one parameter on DP rank 1 before --verify\n"
+        "  --help             this text\n");
 }
 
 static int parse(int argc, char **argv, bench_opts *o)
@@ -103,6 +110,8 @@ static int parse(int argc, char **argv, bench_opts *o)
                                           {"max-grad-norm", required_argument, 0, 'G'},
                                           {"grad-dir", required_argument, 0, 'g'},
                                           {"dump-grads", required_argument, 0, 'u'},
+                                          {"dtype", required_argument, 0, 'T'},
+                                          {"update-tolerance", required_argument, 0, 'U'},
                                           {"ns-coeffs", required_argument, 0, 'c'},
                                           {"inject-nan", required_argument, 0, 'N'},
                                           {"own-comms", no_argument, 0, 'O'},
@@ -133,6 +142,7 @@ static int parse(int argc, char **argv, bench_opts *o)
     o->beta2 = d.adamw_beta2;
     o->adamw_eps = d.adamw_eps;
     o->max_grad_norm = d.max_grad_norm;
+    o->dtype = d.dtype;
     int c;
     char *end;
     opterr = 0;
@@ -226,6 +236,19 @@ static int parse(int argc, char **argv, bench_opts *o)
             break;
         case 'u':
             o->dump_grads = optarg;
+            break;
+        case 'T': {
+            cz_dtype t;
+            if (cz_dtype_parse(optarg, &t) != 0 || (t != CZ_DTYPE_FP32 && t != CZ_DTYPE_BF16)) {
+                if (g_rank == 0)
+                    fprintf(stderr, "canzona-bench: --dtype '%s': expected fp32 or bf16\n", optarg);
+                return 2;
+            }
+            o->dtype = (int)t;
+            break;
+        }
+        case 'U':
+            o->update_tolerance = strtod(optarg, &end);
             break;
         case 'c':
             o->ns_coeffs = optarg;
@@ -520,7 +543,7 @@ static int avg_grad(const bench_opts *o, const cz_plan *plan, const cz_plan_para
  * gradient norm (ex_norms) with the distributed run. */
 static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_exec_config *cfg,
                              int total_steps, float *const *dist, const double *ex_norms,
-                             cz_error *err)
+                             double *worst_update, cz_error *err)
 {
     int rc = CZ_OK, failures = 0;
     cz_compute cpu;
@@ -563,9 +586,11 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
     for (size_t i = 0; i < plan->nparams && !rc; i++) {
         const cz_plan_param *p = &plan->params[i];
         int64_t n = full_numel(p);
-        float *w = NULL;
+        float *w = NULL, *w0 = NULL;
         float *s1 = calloc((size_t)n, sizeof(float)), *s2 = calloc((size_t)n, sizeof(float));
         rc = initial_full(o, p, &w, err);
+        if (!rc)
+            rc = initial_full(o, p, &w0, err);
         if (!rc && (!s1 || !s2))
             rc = cz_error_set(err, CZ_ENOMEM, "out of memory verifying '%s'", p->name);
         for (int64_t s = 0; s < total_steps && !rc; s++) {
@@ -598,13 +623,26 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
                 if (fabs((double)w[k]) > maxb)
                     maxb = fabs((double)w[k]);
             }
+            /* The update against the reference's: what changed from the initial values,
+             * compared as ||ua - ub|| / ||ub|| (one element whose tiny gradient changes sign
+             * under rounding moves a whole AdamW step; a max-based figure would be that). */
+            double du2 = 0, ub2 = 0;
+            for (int64_t k = 0; k < n; k++) {
+                double ub = (double)w[k] - w0[k], du = ((double)dist[i][k] - w0[k]) - ub;
+                du2 += du * du;
+                ub2 += ub * ub;
+            }
+            double urel = ub2 > 0 ? sqrt(du2 / ub2) : sqrt(du2);
             double rel = maxb > 0 ? maxd / maxb : maxd;
-            int bad = !(rel <= o->tolerance);
+            int bad = !(rel <= o->tolerance) ||
+                      (o->update_tolerance > 0 && !(urel <= o->update_tolerance));
             failures += bad;
-            printf("  %-48s %-11s rel.err %.3e%s\n", p->name,
-                   p->kind == CZ_KIND_MATRIX ? "muon" : "adamw", rel, bad ? "  FAIL" : "");
+            if (urel > *worst_update)
+                *worst_update = urel;
+            printf("  %-48s %-11s rel.err %.3e  update rel.err %.3e%s\n", p->name,
+                   p->kind == CZ_KIND_MATRIX ? "muon" : "adamw", rel, urel, bad ? "  FAIL" : "");
         }
-        free(w), free(s1), free(s2);
+        free(w), free(w0), free(s1), free(s2);
     }
     if (!rc && failures)
         rc = cz_error_set(err, CZ_EMISMATCH,
@@ -612,7 +650,7 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
                           "than %g",
                           failures, o->tolerance);
     if (!rc)
-        printf("verify: OK\n");
+        printf("verify: OK (largest update rel.err %.3e)\n", *worst_update);
 out:
     cz_compute_close(&cpu);
     free(norms), free(g), free(tmp);
@@ -640,6 +678,12 @@ static int check_replicas(const float *P, size_t n, int tp_rank, int dp_rank, cz
                             "all-gather",
                             tp_rank);
     return CZ_OK;
+}
+
+static void to_bf16(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        dst[k] = cz_bf16_from_f32(src[k]);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -696,6 +740,7 @@ int main(int argc, char **argv)
     cz_model *model = NULL;
     cz_executor *ex = NULL;
     float *P = NULL, *G = NULL, **full = NULL;
+    uint16_t *Pb = NULL, *Gb = NULL;
     double *norms = NULL;
     double *per[5] = {0};
     MPI_Comm row = MPI_COMM_NULL;
@@ -729,6 +774,7 @@ int main(int argc, char **argv)
     cfg.adamw_beta2 = (float)o.beta2;
     cfg.adamw_eps = (float)o.adamw_eps;
     cfg.max_grad_norm = (float)o.max_grad_norm;
+    cfg.dtype = o.dtype;
     if (o.own_comms || o.bad_dp_comm) {
         /* As a job would: the grid is read from the plan's topology, TP innermost. */
         cz_plan *tmp = NULL;
@@ -758,13 +804,22 @@ int main(int argc, char **argv)
 
     int dp_rank = cz_executor_dp_rank(ex), tp_rank = cz_executor_tp_rank(ex);
     size_t n = cz_executor_buffer_numel(ex);
+    /* The job's view is fp32 (P, G); with bf16 the bound buffers are bf16 copies of them. */
+    bool bf16 = cz_executor_dtype(ex) == CZ_DTYPE_BF16;
     P = calloc(n ? n : 1, sizeof(float));
     G = calloc(n ? n : 1, sizeof(float));
+    if (bf16) {
+        Pb = calloc(n ? n : 1, sizeof(uint16_t));
+        Gb = calloc(n ? n : 1, sizeof(uint16_t));
+        if (!Pb || !Gb)
+            P = NULL;
+    }
     rc = (P && G) ? CZ_OK : cz_error_set(&err, CZ_ENOMEM, "out of memory for %zu elements", n);
     if (!rc)
         rc = fill_params(&o, plan, tp_rank, P, &err);
     if (!rc)
-        rc = cz_executor_bind_buffers(ex, P, G, n, &err);
+        rc = bf16 ? (to_bf16(Pb, P, n), cz_executor_bind_typed(ex, Pb, Gb, n, CZ_DTYPE_BF16, &err))
+                  : cz_executor_bind_buffers(ex, P, G, n, &err);
     if (any_failed(rc, &err, "preparing the buffers"))
         goto done;
 
@@ -800,6 +855,8 @@ int main(int argc, char **argv)
             else
                 fprintf(stderr, "canzona-bench: --inject-nan: no parameter '%s'\n", o.inject_nan);
         }
+        if (bf16)
+            to_bf16(Gb, G, n);
         MPI_Barrier(MPI_COMM_WORLD);
         rc = cz_executor_step(ex, &err);
         if (rc) {
@@ -817,6 +874,9 @@ int main(int argc, char **argv)
         for (int k = 0; k < 5; k++)
             per[k][s - o.warmup] = mx[k];
     }
+    if (bf16)
+        for (size_t k = 0; k < n; k++)
+            P[k] = cz_f32_from_bf16(Pb[k]);
     /* Steps after the first must allocate nothing (every executor allocation is counted). */
     uint64_t step_allocs = total > 1 ? cz_exec_alloc_count() - allocs_after_first : 0, max_allocs;
     MPI_Allreduce(&step_allocs, &max_allocs, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
@@ -866,8 +926,10 @@ int main(int argc, char **argv)
                 free(path);
             }
         }
-        if (!rc && g_rank == 0 && o.verify)
-            rc = reference_compare(&o, plan, &cfg, total, full, norms, &err);
+        if (!rc && g_rank == 0 && o.verify) {
+            double worst_update = 0;
+            rc = reference_compare(&o, plan, &cfg, total, full, norms, &worst_update, &err);
+        }
         if (any_failed(rc, &err, o.verify ? "verifying" : "dumping"))
             goto done;
     }
@@ -891,6 +953,8 @@ done:
     cz_model_free(model);
     free(P);
     free(G);
+    free(Pb);
+    free(Gb);
     MPI_Finalize();
     return status;
 }
