@@ -2,10 +2,13 @@
  * exec_internal.h — libcanzona-exec internals shared by its modules, its unit tests and the
  * canzona-bench driver (which reuses the optimizer math for its single-process reference).
  *
- * Two independent backend interfaces keep compute and communication apart, so that a CUDA
- * compute backend and an NCCL comm backend can be added without touching the step logic:
- *   cz_compute_ops — optimizer math on buffers the backend owns (CPU: host memory);
- *   cz_comm_ops    — the collectives the step needs (MPI, or "self" for one process).
+ * The backend seam keeps compute and communication apart, so that a CUDA compute backend and
+ * an NCCL data plane are one more implementation of these tables, not a second executor:
+ *   cz_compute_ops — every operation on parameter, gradient and state data, on memory the
+ *                    backend owns (CPU: host memory), ordered on one stream with events;
+ *   cz_ctrl_ops    — the control plane: host scalars the ranks agree on;
+ *   cz_plane_ops   — the data plane: the step's collectives (MPI, or "self" for one process).
+ * step.c, pipeline.c, muon.c and adamw.c touch data only through them.
  */
 #ifndef CZ_EXEC_INTERNAL_H
 #define CZ_EXEC_INTERNAL_H

@@ -34,6 +34,10 @@ int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, c
                             cfg->ns_coeffs, cz_ns_coeffs_names());
     if (cfg->ns_steps < 0 || cfg->ns_steps > 100)
         return cz_error_set(err, CZ_EINVALID, "ns_steps = %d; expected 0..100", cfg->ns_steps);
+    /* A zero eps divides a zero gradient block by zero: the update would be NaN. */
+    if (!(cfg->ns_eps > 0.0f) || !isfinite(cfg->ns_eps))
+        return cz_error_set(err, CZ_EINVALID, "ns_eps = %g; expected a finite value > 0",
+                            (double)cfg->ns_eps);
     return CZ_OK;
 }
 

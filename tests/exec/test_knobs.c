@@ -109,6 +109,13 @@ START_TEST(defaults_fit_the_scaling)
     cfg.lr = -1.0f;
     ck_assert_int_eq(cz_muon_hparams_from_config(&h, &cfg, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "lr = -1"));
+    cfg.lr = 0.0f;
+    cfg.ns_eps = 0.0f;
+    ck_assert_int_eq(cz_muon_hparams_from_config(&h, &cfg, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "ns_eps = 0"));
+    cfg.ns_eps = 1e-6f;
+    ck_assert_int_eq(cz_muon_hparams_from_config(&h, &cfg, &err), 0);
+    ck_assert_float_eq(h.eps, 1e-6f);
 }
 END_TEST
 

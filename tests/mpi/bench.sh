@@ -128,7 +128,7 @@ knobs)
   mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --verify \
     --dump-dir "$tmp/d0" >/dev/null
   mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --verify \
-    --scaling shape --no-nesterov --momentum 0.9 --ns-steps 6 --adamw-beta1 0.8 \
+    --scaling shape --no-nesterov --momentum 0.9 --ns-steps 6 --ns-eps 1e-6 --adamw-beta1 0.8 \
     --adamw-beta2 0.99 --adamw-eps 1e-6 --adamw-weight-decay 0.1 --max-grad-norm 1 \
     --dump-dir "$tmp/d1" | tee "$tmp/out"
   grep -q "verify: OK" "$tmp/out"

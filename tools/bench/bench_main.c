@@ -24,7 +24,7 @@ typedef struct bench_opts {
     cz_muon_scaling scaling;
     uint64_t seed;
     double tolerance, lr, adamw_lr, wd, adamw_wd, momentum, scale_coeff, beta1, beta2, adamw_eps,
-        max_grad_norm, update_tolerance;
+        max_grad_norm, update_tolerance, ns_eps;
 } bench_opts;
 
 static int g_rank;
@@ -66,6 +66,7 @@ static void usage(FILE *f)
         "  --no-nesterov      plain momentum for Muon\n"
         "  --ns-steps N       Newton-Schulz iterations (default 5)\n"
         "  --ns-coeffs NAME   Newton-Schulz coefficients: jordan (default) or cubic\n"
+        "  --ns-eps X         added to the Frobenius norm before Newton-Schulz (default 1e-7)\n"
         "  --weight-decay X   decoupled weight decay of Muon, and of AdamW unless\n"
         "                     --adamw-weight-decay is given (default 0.01)\n"
         "  --adamw-lr X       AdamW learning rate (default 3e-4)\n"
@@ -112,6 +113,7 @@ static int parse(int argc, char **argv, bench_opts *o)
                                           {"dump-grads", required_argument, 0, 'u'},
                                           {"dtype", required_argument, 0, 'T'},
                                           {"update-tolerance", required_argument, 0, 'U'},
+                                          {"ns-eps", required_argument, 0, 'E'},
                                           {"ns-coeffs", required_argument, 0, 'c'},
                                           {"inject-nan", required_argument, 0, 'N'},
                                           {"own-comms", no_argument, 0, 'O'},
@@ -143,6 +145,7 @@ static int parse(int argc, char **argv, bench_opts *o)
     o->adamw_eps = d.adamw_eps;
     o->max_grad_norm = d.max_grad_norm;
     o->dtype = d.dtype;
+    o->ns_eps = d.ns_eps;
     int c;
     char *end;
     opterr = 0;
@@ -249,6 +252,9 @@ static int parse(int argc, char **argv, bench_opts *o)
         }
         case 'U':
             o->update_tolerance = strtod(optarg, &end);
+            break;
+        case 'E':
+            o->ns_eps = strtod(optarg, &end);
             break;
         case 'c':
             o->ns_coeffs = optarg;
@@ -775,6 +781,7 @@ int main(int argc, char **argv)
     cfg.adamw_eps = (float)o.adamw_eps;
     cfg.max_grad_norm = (float)o.max_grad_norm;
     cfg.dtype = o.dtype;
+    cfg.ns_eps = (float)o.ns_eps;
     if (o.own_comms || o.bad_dp_comm) {
         /* As a job would: the grid is read from the plan's topology, TP innermost. */
         cz_plan *tmp = NULL;
