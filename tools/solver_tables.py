@@ -15,6 +15,11 @@ from perf_tables import CLUSTERS, DENSE, ROOT, run_plan  # noqa: E402
 MODELS = DENSE + ["qwen3-30b-a3b"]
 
 
+def runnable(model, cluster):
+    """Megatron-Core (and canzona plan) refuse Qwen3-30B-A3B's 4 KV heads at TP 8."""
+    return not (model == "qwen3-30b-a3b" and "-tp8" in cluster)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--canzona", default=os.path.join(ROOT, "build", "canzona"))
@@ -28,8 +33,9 @@ def main():
           "| tpaware plan s |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     worse = better = 0
-    for m in MODELS:
-        for c in CLUSTERS:
+    pairs = [(m, c) for m in MODELS for c in CLUSTERS if runnable(m, c)]
+    for m, c in pairs:
+        if True:
             al = run_plan(a.canzona, m, c, ["--dp", "alpha"])
             ta = run_plan(a.canzona, m, c, ["--dp", "tpaware"])
             x, y = al["makespan_over_lower_bound"], ta["makespan_over_lower_bound"]
@@ -38,7 +44,7 @@ def main():
             print(f"| {m} | {c} | {x:.4f} | {y:.4f} | {100 * (x - y) / x:.2f}% | "
                   f"{al['dp_imbalance']:.4f} | {ta['dp_imbalance']:.4f} | "
                   f"{ta['plan_seconds']:.3f} |")
-    print(f"\ntpaware is better on {better} of {len(MODELS) * len(CLUSTERS)} pairs and worse on "
+    print(f"\ntpaware is better on {better} of {len(pairs)} pairs and worse on "
           f"{worse}.")
     if a.skip_ilp:
         return 1 if worse else 0

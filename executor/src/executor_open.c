@@ -36,6 +36,10 @@ int cz_executor_create(cz_executor **out, const char *plan_path, const cz_exec_c
         rc = check_schema(plan_path, err);
     if (!rc)
         rc = cz_plan_read(&plan, plan_path, err);
+    /* The executor has no model to check the plan against: the content hash recorded by
+     * `canzona plan` stands for it. */
+    if (!rc)
+        rc = cz_plan_check_content_hash(plan, plan_path, err);
     if (rc) {
         cz_plan_free(plan);
         plan = NULL;

@@ -96,8 +96,8 @@ int cz_muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n,
     if (!mp->blks)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for %d Muon blocks", cap);
     for (int i = 0; i < n; i++) {
-        cz_block tmp[64];
-        int k = cz_param_blocks(params[i], tmp, 64);
+        cz_block tmp[CZ_MAX_BLOCKS];
+        int k = cz_param_blocks(params[i], tmp, CZ_MAX_BLOCKS);
         int64_t ld = params[i]->ndim == 1 ? 1 : params[i]->shape[1];
         for (int j = 0; j < k; j++) {
             cz_muon_blk *r = &mp->blks[mp->nblk++];

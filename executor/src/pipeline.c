@@ -1,4 +1,4 @@
-/* The micro-group pipeline over the TP group (DESIGN §5).
+/* The micro-group pipeline over the TP group (docs/EXECUTOR.md, "One step", item 4).
  *
  * For group g: ONE fused all-to-all sends every task's local gradient shard to the task's host
  * slot; the host reassembles each full gradient, runs Muon (its momentum is full size and lives

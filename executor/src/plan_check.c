@@ -1,6 +1,11 @@
 /* The checks a plan must pass before the executor runs it: what the planner guarantees for
- * executable strategies, re-checked because a plan file may come from anywhere. */
+ * executable strategies, re-checked because a plan file may come from anywhere. The structural
+ * rules are validate's own (plan_structure.c); what needs the model is protected by the plan's
+ * content hash, checked when the plan is read from a file (executor_open.c). */
 #include "exec_internal.h"
+
+#include <jansson.h>
+#include <stdio.h>
 
 #include <limits.h>
 #include <stdint.h>
@@ -17,30 +22,13 @@ int cz_exec_bucket_index(const cz_plan *plan, int id)
     return -1;
 }
 
-static int check_buckets(const cz_plan *plan, cz_error *err)
+/* What the executor needs beyond the structural rules: MPI's int counts and displacements. */
+static int check_mpi_limits(const cz_plan *plan, cz_error *err)
 {
-    int64_t end = 0;
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
-        if (bk->offset != end)
-            return cz_error_set(err, CZ_EINVALID,
-                                "plan $.buckets[%zu].offset = %lld, expected %lld (buckets must "
-                                "tile the local buffer in order)",
-                                b, (long long)bk->offset, (long long)end);
-        if (bk->size > INT64_MAX - end)
-            return cz_error_set(err, CZ_EINVALID,
-                                "plan $.buckets[%zu].size = %lld: the buckets hold more than %lld "
-                                "elements",
-                                b, (long long)bk->size, (long long)INT64_MAX);
-        end += bk->size;
-        int64_t prev = 0;
         for (int r = 0; r < plan->dp; r++) {
             int64_t s = bk->ranges[2 * r], e = bk->ranges[2 * r + 1];
-            if (s != prev || e < s || e > bk->size)
-                return cz_error_set(err, CZ_EINVALID,
-                                    "plan $.buckets[%zu].ranges[%d] = [%lld, %lld]: ranges must be "
-                                    "contiguous, rank-ordered and inside [0, %lld]",
-                                    b, r, (long long)s, (long long)e, (long long)bk->size);
             /* The all-gather addresses ranges by their start: an MPI displacement (int). */
             if (s > INT_MAX)
                 return cz_error_set(
@@ -54,117 +42,53 @@ static int check_buckets(const cz_plan *plan, cz_error *err)
                     "plan $.buckets[%zu].ranges[%d] holds %lld elements; MPI counts "
                     "are limited to %d",
                     b, r, (long long)(e - s), INT_MAX);
-            prev = e;
         }
-        if (prev != bk->size)
-            return cz_error_set(err, CZ_EINVALID,
-                                "plan $.buckets[%zu]: ranges end at %lld, not at size %lld", b,
-                                (long long)prev, (long long)bk->size);
     }
     return CZ_OK;
 }
 
+/* What the optimizers need: Muon works on 2-D matrices, and every shard must be cut cleanly. */
 static int check_params(const cz_plan *plan, cz_error *err)
 {
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        if (p->id != (int)i)
-            return cz_error_set(err, CZ_EINVALID, "plan $.params[%zu].id = %d, expected %zu", i,
-                                p->id, i);
-        if (p->dp_owner < 0 || p->dp_owner >= plan->dp)
-            return cz_error_set(err, CZ_EUNSUPPORTED,
-                                "plan $.params[%zu] ('%s') has dp_owner %d: parameters must be "
-                                "owned whole by one DP rank in 0..%d",
-                                i, p->name, p->dp_owner, plan->dp - 1);
         if (p->kind == CZ_KIND_MATRIX && p->ndim != 2)
             return cz_error_set(err, CZ_EINVALID,
                                 "plan $.params[%zu] ('%s') is a matrix-optimizer parameter but "
                                 "has %d dimensions",
                                 i, p->name, p->ndim);
-        if (p->nblocks > 64)
-            return cz_error_set(err, CZ_EUNSUPPORTED,
-                                "plan $.params[%zu] ('%s') has %d blocks; at most 64 supported", i,
-                                p->name, p->nblocks);
         int rc = cz_shard_check(p, plan->tp, err);
         if (rc)
             return rc;
-        int b = cz_exec_bucket_index(plan, p->bucket);
-        if (b < 0)
-            return cz_error_set(err, CZ_EINVALID, "plan $.params[%zu].bucket = %d: no such bucket",
-                                i, p->bucket);
-        const cz_plan_bucket *bk = &plan->buckets[b];
-        int64_t s = bk->ranges[2 * p->dp_owner], e = bk->ranges[2 * p->dp_owner + 1];
-        /* Written so that offset + numel cannot overflow: both are arbitrary int64 values. */
-        if (p->offset < s || p->offset > e || p->numel > e - p->offset)
-            return cz_error_set(err, CZ_EUNSUPPORTED,
-                                "plan $.params[%zu] ('%s') at offset %lld with %lld elements in "
-                                "bucket %d is not inside its owner's range [%lld, %lld) (DP "
-                                "rank %d): the executor needs atomic ownership",
-                                i, p->name, (long long)p->offset, (long long)p->numel, p->bucket,
-                                (long long)s, (long long)e, p->dp_owner);
     }
     return CZ_OK;
 }
 
-static int check_schedules(const cz_plan *plan, cz_error *err)
+/* The rules `canzona validate` checks without a model (plan_structure.c), stopping at the
+ * first violation; validate lists them all. */
+static int check_structure(const cz_plan *plan, cz_error *err)
 {
-    int rc = CZ_OK;
-    int *seen = calloc(plan->nparams ? plan->nparams : 1, sizeof *seen);
-    if (!seen)
+    cz_plan_checks c = {0};
+    c.out = json_array();
+    if (!c.out)
         return cz_error_set(err, CZ_ENOMEM, "out of memory checking the plan");
-    bool sc = plan->settings.tp == CZ_TP_SC;
-    if (plan->nschedules != (size_t)plan->dp) {
-        rc = cz_error_set(err, CZ_EINVALID, "plan has %zu tp_schedule entries, expected dp = %d",
-                          plan->nschedules, plan->dp);
-        goto done;
+    cz_plan_check_structure(&c, plan);
+    int rc = CZ_OK;
+    size_t n = json_array_size(c.out);
+    if (c.oom) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory checking the plan");
+    } else if (n > 0) {
+        const json_t *v = json_array_get(c.out, 0);
+        char more[96] = "";
+        if (n > 1)
+            snprintf(more, sizeof more, " (and %zu more violations; canzona validate lists all)",
+                     n - 1);
+        rc = cz_error_set(err, CZ_EINVALID, "plan %s: %s [%s]%s",
+                          json_string_value(json_object_get(v, "path")),
+                          json_string_value(json_object_get(v, "message")),
+                          json_string_value(json_object_get(v, "code")), more);
     }
-    for (size_t k = 0; k < plan->nschedules; k++) {
-        const cz_rank_schedule *rs = &plan->schedules[k];
-        if (rs->dp_rank != (int)k) {
-            rc =
-                cz_error_set(err, CZ_EINVALID, "plan $.tp_schedule[%zu].dp_rank = %d, expected %zu",
-                             k, rs->dp_rank, k);
-            goto done;
-        }
-        for (int g = 0; g < rs->ngroups; g++) {
-            const cz_plan_group *gr = &rs->groups[g];
-            int want = sc ? 1 : plan->tp;
-            if (gr->nslots != want && !(gr->nslots == 1 && plan->tp == 1)) {
-                rc = cz_error_set(err, CZ_EINVALID,
-                                  "plan $.tp_schedule[%zu].groups[%d] has %d slots, expected %d", k,
-                                  g, gr->nslots, want);
-                goto done;
-            }
-            for (int t = 0; t < gr->ntasks; t++) {
-                int id = gr->task_param[t], s = gr->task_slot[t];
-                if (id < 0 || (size_t)id >= plan->nparams || s < 0 || s >= gr->nslots) {
-                    rc = cz_error_set(err, CZ_EINVALID,
-                                      "plan $.tp_schedule[%zu].groups[%d]: task %d names param %d "
-                                      "in slot %d, out of range",
-                                      k, g, t, id, s);
-                    goto done;
-                }
-                const cz_plan_param *p = &plan->params[id];
-                if (p->kind != CZ_KIND_MATRIX || p->dp_owner != (int)k || seen[id]) {
-                    rc = cz_error_set(err, CZ_EINVALID,
-                                      "plan $.tp_schedule[%zu].groups[%d]: param '%s' is not a "
-                                      "matrix owned by DP rank %zu, or is scheduled twice",
-                                      k, g, p->name, k);
-                    goto done;
-                }
-                seen[id] = 1;
-            }
-        }
-    }
-    for (size_t i = 0; i < plan->nparams; i++)
-        if (plan->params[i].kind == CZ_KIND_MATRIX && !seen[i]) {
-            rc = cz_error_set(err, CZ_EINVALID,
-                              "plan: matrix param '%s' (owned by DP rank %d) is in no micro-group",
-                              plan->params[i].name, plan->params[i].dp_owner);
-            goto done;
-        }
-done:
-    free(seen);
+    json_decref(c.out);
     return rc;
 }
 
@@ -189,11 +113,11 @@ int cz_exec_plan_check(const cz_plan *plan, cz_error *err)
                             "plan optimizer '%s': this version executes Muon (matrix) + AdamW "
                             "(elementwise) only",
                             cz_optimizer_name(plan->settings.optimizer));
-    int rc = check_buckets(plan, err);
+    int rc = check_structure(plan, err);
+    if (!rc)
+        rc = check_mpi_limits(plan, err);
     if (!rc)
         rc = check_params(plan, err);
-    if (!rc)
-        rc = check_schedules(plan, err);
     return rc;
 }
 

@@ -47,8 +47,8 @@ static void shard_copy(const cz_plan_param *p, int tp, int r, float *full, float
             memcpy(full, shard, (size_t)(rows * cols) * sizeof(float));
         return;
     }
-    int64_t lo[64], hi[64];
-    int n = cz_shard_ranges(p, tp, r, lo, hi, 64);
+    int64_t lo[CZ_MAX_BLOCKS], hi[CZ_MAX_BLOCKS];
+    int n = cz_shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS);
     if (p->tp_dim == 0) {
         /* Row ranges: contiguous runs of whole rows. */
         float *s = shard;
@@ -135,8 +135,8 @@ int cz_shard_runs(const cz_plan_param *p, int tp, int r, int64_t full_off, int64
     int64_t rows = p->shape[0], cols = p->ndim == 1 ? 1 : p->shape[1];
     if (p->tp_dim < 0 || tp == 1)
         return add_dir(l, unpack, full_off, shard_off, rows * cols, err);
-    int64_t lo[64], hi[64];
-    int n = cz_shard_ranges(p, tp, r, lo, hi, 64), rc = CZ_OK;
+    int64_t lo[CZ_MAX_BLOCKS], hi[CZ_MAX_BLOCKS];
+    int n = cz_shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS), rc = CZ_OK;
     int64_t s = shard_off;
     if (p->tp_dim == 0) {
         for (int k = 0; k < n && !rc; k++) {
@@ -174,10 +174,9 @@ int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err)
                                 "param '%s': shape[%d] = %lld is not divisible by tp = %d", p->name,
                                 d, (long long)full, tp);
         if (p->nblocks > 0 && p->block_dim == d) {
-            if (p->nblocks > 64)
-                return cz_error_set(err, CZ_EUNSUPPORTED,
-                                    "param '%s' has %d blocks; the executor supports at most 64",
-                                    p->name, p->nblocks);
+            if (p->nblocks > CZ_MAX_BLOCKS)
+                return cz_error_set(err, CZ_EUNSUPPORTED, CZ_BLOCKS_LIMIT_FMT, p->name, p->nblocks,
+                                    CZ_MAX_BLOCKS);
             for (int b = 0; b < p->nblocks; b++)
                 if (p->block_sizes[b] % tp != 0)
                     return cz_error_set(err, CZ_EINVALID,

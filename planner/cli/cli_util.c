@@ -1,8 +1,11 @@
 /* Planning options and value formatting shared by the CLI's subcommands. */
 #include "cli_util.h"
 
+#include "cz_types.h"
+
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,12 +24,26 @@ const struct option cz_cli_settings_options[] = {
     {"ns-steps", required_argument, NULL, CZ_OPT_NS_STEPS},
     {"max-precond-dim", required_argument, NULL, CZ_OPT_MAX_PRECOND_DIM},
     {"precondition-frequency", required_argument, NULL, CZ_OPT_PRECOND_FREQ},
+    {"dp-size", required_argument, NULL, CZ_OPT_DP_SIZE},
+    {"tp-size", required_argument, NULL, CZ_OPT_TP_SIZE},
+    {"pp-size", required_argument, NULL, CZ_OPT_PP_SIZE},
+    {"nodes", required_argument, NULL, CZ_OPT_NODES},
+    {"gpus-per-node", required_argument, NULL, CZ_OPT_GPUS_PER_NODE},
+    {"bucket-size", required_argument, NULL, CZ_OPT_BUCKET_SIZE},
     {NULL, 0, NULL, 0},
 };
 
 static int bad_value(const char *cmd, const char *opt, const char *value, const char *expected)
 {
-    fprintf(stderr, "canzona %s: --%s '%s': expected %s\n", cmd, opt, value, expected);
+    /* --dp and --tp name strategies; a number there is almost surely a size. */
+    char *end = NULL;
+    bool number = value && *value && (strtol(value, &end, 10), end && *end == '\0');
+    bool strategy = !strcmp(opt, "dp") || !strcmp(opt, "tp");
+    fprintf(stderr, "canzona %s: --%s '%s': expected %s%s%s%s\n", cmd, opt, value, expected,
+            number && strategy ? " (a strategy name; for the " : "",
+            number && strategy ? (opt[0] == 'd' ? "DP size use --dp-size" : "TP size use --tp-size")
+                               : "",
+            number && strategy ? ")" : "");
     return 2;
 }
 
@@ -104,7 +121,7 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
         return 0;
     case CZ_OPT_LAYERWISE_ORDER:
         return cz_layerwise_order_parse(value, &s->layerwise_order)
-                   ? bad_value(cmd, "layerwise-order", value, "pingpong or lpt")
+                   ? bad_value(cmd, "layerwise-order", value, "megatron, pingpong or lpt")
                    : 0;
     case CZ_OPT_TP:
         return cz_tp_strategy_parse(value, &s->tp)
@@ -148,6 +165,46 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
     }
 }
 
+int cz_cli_sizes_apply(const char *cmd, int opt, const char *value, cz_cluster_sizes *z)
+{
+    if (opt == CZ_OPT_BUCKET_SIZE) {
+        long v = 0;
+        if (!strcmp(value, "paper"))
+            z->bucket_size = CZ_BUCKETS_PAPER;
+        else if (!strcmp(value, "megatron"))
+            z->bucket_size = CZ_BUCKETS_MEGATRON;
+        else if (parse_long(value, 1, 1L << 40, &v) == 0)
+            z->bucket_size = v;
+        else
+            return bad_value(cmd, "bucket-size", value,
+                             "a number of elements, paper (4e8) or megatron (max(4e7, 1e6 x DP))");
+        return 0;
+    }
+    static const struct {
+        int opt;
+        const char *name;
+    } names[] = {{CZ_OPT_DP_SIZE, "dp-size"},
+                 {CZ_OPT_TP_SIZE, "tp-size"},
+                 {CZ_OPT_PP_SIZE, "pp-size"},
+                 {CZ_OPT_NODES, "nodes"},
+                 {CZ_OPT_GPUS_PER_NODE, "gpus-per-node"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (names[i].opt != opt)
+            continue;
+        int v = 0;
+        if (cz_cli_parse_int(cmd, names[i].name, value, 1, 1 << 20, &v))
+            return 2;
+        int *field = opt == CZ_OPT_DP_SIZE   ? &z->dp
+                     : opt == CZ_OPT_TP_SIZE ? &z->tp
+                     : opt == CZ_OPT_PP_SIZE ? &z->pp
+                     : opt == CZ_OPT_NODES   ? &z->nodes
+                                             : &z->gpus_per_node;
+        *field = v;
+        return 0;
+    }
+    return 1;
+}
+
 void cz_cli_settings_help(FILE *f)
 {
     fprintf(
@@ -158,13 +215,16 @@ void cz_cli_settings_help(FILE *f)
         "                        device), flops, or numel (elements)\n"
         "  --dp NAME             DP strategy: alpha (default; alpha-balanced, atomic), anchored,\n"
         "                        even (ZeRO-1 slices, fragments parameters), layerwise\n"
-        "                        (Megatron's layer-wise optimizer), tpaware (alpha refined for\n"
-        "                        the per-GPU makespan)\n"
+        "                        (whole parameters dealt to ranks, all-reduce), tpaware (alpha\n"
+        "                        refined for the per-GPU makespan)\n"
         "  --alpha A             alpha in [0, 1] (default 1): 0 = even communication slices,\n"
         "                        1 = global compute balance\n"
         "  --alpha-loads KIND    count alpha's running loads in the cost unit (cost, default)\n"
         "                        or in elements (numel, as the paper's reference code)\n"
-        "  --layerwise-order O   pingpong (default) or lpt, for --dp layerwise\n"
+        "  --layerwise-order O   for --dp layerwise: megatron (default; Megatron-LM's rule:\n"
+        "                        ascending TP-local size, ping-pong over DP ranks), pingpong\n"
+        "                        (forward order, ping-pong; not Megatron's) or lpt (largest\n"
+        "                        first to the least-loaded rank)\n"
         "  --tp NAME             TP micro-group strategy: rollback (default; greedy rollback),\n"
         "                        slot, single, none, or sc (synchronous compute baseline)\n"
         "  --capacity C          micro-group capacity in the cost unit; 0 (default) = automatic:\n"
@@ -177,6 +237,23 @@ void cz_cli_settings_help(FILE *f)
         "  --ns-steps N          Newton-Schulz iterations for Muon's cost (default 5)\n"
         "  --max-precond-dim N   SOAP/Shampoo: largest side with a preconditioner (default 10000)\n"
         "  --precondition-frequency N  SOAP/Shampoo eigenbasis refresh period (default 10)\n");
+    cz_cli_sizes_help(f);
+}
+
+void cz_cli_sizes_help(FILE *f)
+{
+    fprintf(f,
+            "\n"
+            "cluster sizes (override the cluster file; the plan records the cluster so made):\n"
+            "  --tp-size N           tensor-parallel size\n"
+            "  --pp-size N           pipeline-parallel size\n"
+            "  --dp-size N           data-parallel size; default: GPUs / (TP x PP), as\n"
+            "                        Megatron-LM derives it\n"
+            "  --nodes N             number of nodes: GPUs = N x GPUs per node\n"
+            "  --gpus-per-node N     GPUs per node (also which traffic crosses nodes)\n"
+            "  --bucket-size B       gradient bucket size in elements, or a preset: paper\n"
+            "                        (4e8, the paper's scripts) or megatron (Megatron's\n"
+            "                        default max(4e7, 1e6 x DP), also when the file sets one)\n");
 }
 
 double cz_cli_jnum(json_t *o, const char *key)
@@ -195,12 +272,17 @@ const char *cz_cli_jstr(json_t *o, const char *key)
     return s ? s : "?";
 }
 
+/* Values this large print in exponent form: "%.3f" of 1e300 is 300 digits, which a summary
+ * column's buffer would cut before the unit. */
+#define CZ_CLI_PLAIN_MAX 1e9
+
 const char *cz_cli_format_cost(char *buf, size_t n, double v, cz_cost_unit unit)
 {
     static const char *const si[] = {"", "K", "M", "G", "T", "P", "E"};
+    const char *fmt = fabs(v) < CZ_CLI_PLAIN_MAX ? "%.3f %s%s" : "%.3e %s%s";
     if (unit == CZ_UNIT_TIME) {
-        if (v >= 1.0)
-            snprintf(buf, n, "%.3f s", v);
+        if (v >= 1.0 || !(fabs(v) < 1.0))
+            snprintf(buf, n, fmt, v, "", "s");
         else if (v >= 1e-3)
             snprintf(buf, n, "%.3f ms", v * 1e3);
         else
@@ -212,16 +294,26 @@ const char *cz_cli_format_cost(char *buf, size_t n, double v, cz_cost_unit unit)
         v /= 1000.0;
         k++;
     }
-    snprintf(buf, n, "%.3f %s%s", v, si[k], unit == CZ_UNIT_FLOPS ? "FLOP" : "elem");
+    fmt = fabs(v) < CZ_CLI_PLAIN_MAX ? "%.3f %s%s" : "%.3e %s%s";
+    snprintf(buf, n, fmt, v, si[k], unit == CZ_UNIT_FLOPS ? "FLOP" : "elem");
     return buf;
 }
 
 const char *cz_cli_format_bytes(char *buf, size_t n, double bytes)
 {
-    if (bytes >= 1024.0 * 1024 * 1024)
-        snprintf(buf, n, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+    const double gib = 1024.0 * 1024 * 1024;
+    if (!(fabs(bytes) < CZ_CLI_PLAIN_MAX * gib))
+        snprintf(buf, n, "%.3e GiB", bytes / gib);
+    else if (bytes >= gib)
+        snprintf(buf, n, "%.2f GiB", bytes / gib);
     else
         snprintf(buf, n, "%.2f MiB", bytes / (1024.0 * 1024));
+    return buf;
+}
+
+const char *cz_cli_format_gib(char *buf, size_t n, double gib)
+{
+    snprintf(buf, n, fabs(gib) < CZ_CLI_PLAIN_MAX ? "%.2f" : "%.3e", gib);
     return buf;
 }
 
@@ -243,7 +335,7 @@ int cz_cli_require_inputs(const char *cmd, int argc, char **argv, int optind_now
 }
 
 int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *cluster_path,
-                       cz_model **model, cz_cluster **cluster)
+                       const cz_cluster_sizes *sizes, cz_model **model, cz_cluster **cluster)
 {
     cz_error err;
     cz_error_clear(&err);
@@ -251,7 +343,7 @@ int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *clus
     *cluster = NULL;
     if (cz_model_load(model, model_path, &err) != CZ_OK)
         goto fail;
-    if (cz_cluster_load(cluster, cluster_path, &err) != CZ_OK)
+    if (cz_cluster_load_sized(cluster, cluster_path, sizes, &err) != CZ_OK)
         goto fail;
     return 0;
 fail:

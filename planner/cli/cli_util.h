@@ -8,6 +8,8 @@
 #include <jansson.h>
 #include <stdio.h>
 
+struct cz_cluster_sizes; /* cz_types.h */
+
 /* Long options every command that builds plans accepts (see cz_cli_plan_options_help). The
  * values are >= 1000 so they never collide with short options. */
 enum {
@@ -25,13 +27,19 @@ enum {
     CZ_OPT_NS_STEPS,
     CZ_OPT_MAX_PRECOND_DIM,
     CZ_OPT_PRECOND_FREQ,
+    CZ_OPT_DP_SIZE,
+    CZ_OPT_TP_SIZE,
+    CZ_OPT_PP_SIZE,
+    CZ_OPT_NODES,
+    CZ_OPT_GPUS_PER_NODE,
+    CZ_OPT_BUCKET_SIZE,
     CZ_OPT_LAST_SETTING
 };
 
 /* getopt_long entries for the options above, terminated by a zero entry so that commands can
  * append them to their own table with cz_cli_options_concat. */
 extern const struct option cz_cli_settings_options[];
-#define CZ_CLI_SETTINGS_OPTION_COUNT 14
+#define CZ_CLI_SETTINGS_OPTION_COUNT 20
 
 /* Fills out[] with the command's own nown options followed by the settings options and the
  * terminating zero entry; out must hold nown + CZ_CLI_SETTINGS_OPTION_COUNT + 1 entries. */
@@ -49,6 +57,13 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
 /* Prints the help lines of the settings options. */
 void cz_cli_settings_help(FILE *f);
 
+/* Applies one cluster-size option (--dp-size, --tp-size, --pp-size, --nodes, --gpus-per-node,
+ * --bucket-size; part of cz_cli_settings_options) to *z. Returns 0, 2 after printing a usage error,
+ * or 1 when `opt` is not a size option. */
+int cz_cli_sizes_apply(const char *cmd, int opt, const char *value, struct cz_cluster_sizes *z);
+/* Prints the help lines of the size options (cz_cli_settings_help includes them). */
+void cz_cli_sizes_help(FILE *f);
+
 /* Member accessors for the library's report objects (cz_plan_inspect, cz_plan_diff): a missing
  * member reads as 0 (numbers) or "?" (strings). */
 double cz_cli_jnum(json_t *o, const char *key);
@@ -59,6 +74,9 @@ const char *cz_cli_jstr(json_t *o, const char *key);
 const char *cz_cli_format_cost(char *buf, size_t n, double value, cz_cost_unit unit);
 /* Formats bytes as GiB/MiB. */
 const char *cz_cli_format_bytes(char *buf, size_t n, double bytes);
+/* A GiB figure without its unit ("12.34", or "1.234e+15" when huge). All three formatters fit
+ * any double, unit included, in 32 bytes. */
+const char *cz_cli_format_gib(char *buf, size_t n, double gib);
 
 /* Usage checks shared by the commands that take --model and --cluster and no positional
  * argument: prints "canzona <cmd>: ..." and returns 2 on a stray argument or a missing path,
@@ -66,8 +84,10 @@ const char *cz_cli_format_bytes(char *buf, size_t n, double bytes);
 int cz_cli_require_inputs(const char *cmd, int argc, char **argv, int optind_now,
                           const char *model_path, const char *cluster_path);
 
-/* Loads model and cluster, printing any error as "canzona <cmd>: <message>". Returns 0 or 1. */
+/* Loads model and cluster (with the sizes given on the command line, which may be NULL),
+ * printing any error as "canzona <cmd>: <message>". Returns 0 or 1. */
 int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *cluster_path,
-                       cz_model **model, cz_cluster **cluster);
+                       const struct cz_cluster_sizes *sizes, cz_model **model,
+                       cz_cluster **cluster);
 
 #endif

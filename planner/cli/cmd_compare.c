@@ -212,6 +212,7 @@ int cz_cmd_compare(int argc, char **argv)
     int json = 0, repeats = 3, rc = 1, opt;
     cz_settings settings;
     cz_settings_init(&settings);
+    cz_cluster_sizes sizes = {0};
     settings.time_limit_s = 10.0;
     cz_model *model = NULL;
     cz_cluster *cluster = NULL;
@@ -239,14 +240,18 @@ int cz_cmd_compare(int argc, char **argv)
         case '?':
             fprintf(stderr, "(see 'canzona compare --help')\n");
             return 2;
-        default:
-            if (cz_cli_settings_apply("compare", opt, optarg, &settings))
+        default: {
+            int r = cz_cli_sizes_apply("compare", opt, optarg, &sizes);
+            if (r == 1)
+                r = cz_cli_settings_apply("compare", opt, optarg, &settings);
+            if (r)
                 return 2;
+        }
         }
     }
     if (cz_cli_require_inputs("compare", argc, argv, optind, model_path, cluster_path))
         return 2;
-    if (cz_cli_load_inputs("compare", model_path, cluster_path, &model, &cluster))
+    if (cz_cli_load_inputs("compare", model_path, cluster_path, &sizes, &model, &cluster))
         goto done;
     int n = rows_init(rows);
     for (int i = 0; i < n; i++)

@@ -1,83 +1,57 @@
 /* canzona import-hf: writes a model description from a Hugging Face config.json. */
 #include "commands.h"
 #include "cz_types.h"
+#include "file_io.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 static void import_hf_usage(FILE *f)
 {
     fprintf(f,
             "usage: canzona import-hf CONFIG.json [-o MODEL.json] [--name NAME]\n"
-            "                         [--dtype bf16|fp16|fp32]\n\n"
+            "                         [--dtype bf16|fp16|fp32] [--tp-size N]\n"
+            "                         [--make-vocab-size-divisible-by N]\n"
+            "                         [--split-qkv yes|no] [--split-gate-up yes|no]\n\n"
             "Reads a Hugging Face config.json and writes the canzona.model/1 description of the\n"
             "same model with Megatron-Core parameter names: fused Q/K/V and gate/up matrices\n"
             "(declared as blocks), TE-fused layer norms, experts as whole matrices.\n"
             "Supported model_type: llama, mistral, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral\n"
             "(or the matching architectures[0] when model_type is absent).\n\n"
             "options:\n"
-            "  -o, --output FILE  write the description to FILE (atomically: a temporary file in\n"
-            "                     the same folder, then rename; FILE is left untouched on error);\n"
-            "                     default or '-': standard output\n"
+            "  -o, --output FILE  write the description to FILE (a regular file atomically: a\n"
+            "                     temporary file in the same folder, then rename; FILE is left\n"
+            "                     untouched on error; a device or FIFO is written in place, a\n"
+            "                     symbolic link is followed); default or '-': standard output\n"
             "  --name NAME        the model's name; default: the basename of the config's\n"
             "                     _name_or_path, else the file name without .json and .config\n"
             "                     (a file named config.json takes its folder's name), lowercased\n"
             "  --dtype TYPE       parameter/gradient type of the training job: bf16 (default),\n"
             "                     fp16 or fp32\n"
+            "  --tp-size N        the job's tensor-parallel size (default 1): the vocabulary is\n"
+            "                     padded for it, and head counts and FFN sizes Megatron-Core\n"
+            "                     cannot split across N ranks are refused\n"
+            "  --make-vocab-size-divisible-by N\n"
+            "                     Megatron-LM's option of that name (default 128): the\n"
+            "                     vocabulary is padded to a multiple of N x TP; 1 leaves only\n"
+            "                     the multiple of TP that the vocab-parallel embedding needs\n"
+            "  --split-qkv yes|no whether the matrix optimizer treats Q, K and V of the fused\n"
+            "                     linear_qkv as separate matrices (default yes, as Megatron's\n"
+            "                     Muon does)\n"
+            "  --split-gate-up yes|no\n"
+            "                     whether gate and up of the fused linear_fc1 are separate\n"
+            "                     matrices (default yes; Megatron's Muon keeps them fused: no)\n"
             "  -h, --help         show this help\n\n"
             "See docs/FORMATS.md for the model format and the naming conventions.\n");
 }
 
-/* Writes text to path through a temporary file in the same folder and a rename, so that an
- * existing file is replaced whole or not at all. */
-static int import_hf_write(const char *path, const char *text)
-{
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 16);
-    if (!tmp) {
-        fprintf(stderr, "canzona import-hf: out of memory\n");
-        return 1;
-    }
-    snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        fprintf(stderr, "canzona import-hf: %s: cannot create a temporary file next to it: %s\n",
-                path, strerror(errno));
-        free(tmp);
-        return 1;
-    }
-    /* mkstemp creates the file 0600; give the result the mode a plain fopen would. */
-    mode_t mask = umask(0);
-    umask(mask);
-    FILE *f = fchmod(fd, 0666 & ~mask) == 0 ? fdopen(fd, "wb") : NULL;
-    int failed = !f;
-    if (f) {
-        size_t len = strlen(text);
-        failed = fwrite(text, 1, len, f) != len;
-        failed |= fflush(f) != 0;
-        failed |= fsync(fileno(f)) != 0;
-        failed |= fclose(f) != 0;
-    } else {
-        close(fd);
-    }
-    if (!failed && rename(tmp, path) != 0)
-        failed = 1;
-    if (failed) {
-        fprintf(stderr, "canzona import-hf: %s: cannot write: %s\n", path, strerror(errno));
-        unlink(tmp);
-    }
-    free(tmp);
-    return failed ? 1 : 0;
-}
-
 int cz_cmd_import_hf(int argc, char **argv)
 {
-    const char *config = NULL, *output = NULL, *name = NULL;
-    cz_dtype dtype = CZ_DTYPE_BF16;
+    const char *config = NULL, *output = NULL;
+    cz_import_hf_options opts;
+    cz_import_hf_options_init(&opts);
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -86,16 +60,40 @@ int cz_cmd_import_hf(int argc, char **argv)
             return 0;
         }
         if (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--name") ||
-            !strcmp(a, "--dtype")) {
+            !strcmp(a, "--dtype") || !strcmp(a, "--tp-size") ||
+            !strcmp(a, "--make-vocab-size-divisible-by") || !strcmp(a, "--split-qkv") ||
+            !strcmp(a, "--split-gate-up")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "canzona import-hf: option %s needs a value\n", a);
                 return 2;
             }
             const char *v = argv[++i];
             if (!strcmp(a, "--name")) {
-                name = v;
+                opts.name = v;
+            } else if (!strcmp(a, "--split-qkv") || !strcmp(a, "--split-gate-up")) {
+                if (strcmp(v, "yes") && strcmp(v, "no")) {
+                    fprintf(stderr, "canzona import-hf: %s '%s': expected yes or no\n", a, v);
+                    return 2;
+                }
+                *(!strcmp(a, "--split-qkv") ? &opts.split_qkv : &opts.split_gate_up) =
+                    !strcmp(v, "yes");
+            } else if (!strcmp(a, "--tp-size") || !strcmp(a, "--make-vocab-size-divisible-by")) {
+                char *end;
+                errno = 0;
+                long n = strtol(v, &end, 10);
+                if (errno || end == v || *end || n < 1 || n > (1 << 20)) {
+                    fprintf(stderr,
+                            "canzona import-hf: %s '%s': expected a whole number from 1 to "
+                            "1048576\n",
+                            a, v);
+                    return 2;
+                }
+                if (!strcmp(a, "--tp-size"))
+                    opts.tp_size = (int)n;
+                else
+                    opts.vocab_divisible_by = (int)n;
             } else if (!strcmp(a, "--dtype")) {
-                if (cz_dtype_parse(v, &dtype)) {
+                if (cz_dtype_parse(v, &opts.dtype)) {
                     fprintf(stderr,
                             "canzona import-hf: --dtype '%s' is unknown; use bf16, fp16 or fp32\n",
                             v);
@@ -121,7 +119,7 @@ int cz_cmd_import_hf(int argc, char **argv)
         import_hf_usage(stderr);
         return 2;
     }
-    if (name && !*name) {
+    if (opts.name && !*opts.name) {
         fprintf(stderr, "canzona import-hf: --name must not be empty\n");
         return 2;
     }
@@ -131,18 +129,15 @@ int cz_cmd_import_hf(int argc, char **argv)
     json_t *model = NULL;
     char *text = NULL;
     int status = 1;
-    if (cz_import_hf(&model, config, name, dtype, &err) ||
-        cz_model_json_format(&text, model, &err)) {
+    const char *inputs[] = {config}, *what[] = {"the config"};
+    if (cz_file_check_output(output, inputs, what, 1, &err) ||
+        cz_import_hf_opts(&model, config, &opts, &err) ||
+        cz_model_json_format(&text, model, &err) ||
+        cz_file_write(output ? output : "-", text, strlen(text), &err)) {
         fprintf(stderr, "canzona import-hf: %s\n", err.message);
         goto done;
     }
-    if (!output || !strcmp(output, "-")) {
-        status = fputs(text, stdout) < 0 || fflush(stdout) ? 1 : 0;
-        if (status)
-            fprintf(stderr, "canzona import-hf: cannot write to standard output\n");
-    } else {
-        status = import_hf_write(output, text);
-    }
+    status = 0;
 done:
     free(text);
     json_decref(model);

@@ -13,7 +13,7 @@
 static void inspect_help(FILE *f)
 {
     fprintf(f,
-            "usage: canzona inspect PLAN.json [--json] [--top N] [--all]\n"
+            "usage: canzona inspect PLAN.json [--cluster CLUSTER.json] [--json] [--top N] [--all]\n"
             "\n"
             "Prints the plan's topology and settings; a table per DP rank (load, share of the\n"
             "mean, owned parameters and matrices, TP makespan, micro-groups, min..max load and\n"
@@ -22,8 +22,12 @@ static void inspect_help(FILE *f)
             "busiest ranks with their largest parameters and each one's share of the rank's\n"
             "load; micro-group statistics per DP rank; and the matrices heavier than an\n"
             "average GPU's load, which no partition can split. Costs are in the plan's unit.\n"
+            "It also shows the busiest GPU's model states (parameter and gradient buffers, fp32\n"
+            "master copy, optimizer state) and, with --cluster, the headroom left on the device.\n"
             "\n"
             "options:\n"
+            "  -c, --cluster FILE  the cluster (same DP, TP and PP as the plan) whose\n"
+            "                 device.memory_gib the model states are compared with\n"
             "      --json     print the same content as JSON (always includes every GPU)\n"
             "  -n, --top N    busiest ranks and parameters per rank to list (default 3)\n"
             "  -a, --all      also print the full per-GPU table and every dominating matrix\n"
@@ -72,8 +76,10 @@ static void print_text(const cz_plan *p, json_t *r, int all)
         snprintf(range, sizeof range, "%s..%s",
                  cz_cli_format_cost(l1, sizeof l1, cz_cli_jnum(o, "gpu_load_min"), u),
                  cz_cli_format_cost(l2, sizeof l2, cz_cli_jnum(o, "gpu_load_max"), u));
-        snprintf(mem, sizeof mem, "%.2f..%.2f GiB", cz_cli_jnum(o, "memory_gib_min"),
-                 cz_cli_jnum(o, "memory_gib_max"));
+        char g1[32], g2[32];
+        snprintf(mem, sizeof mem, "%s..%s GiB",
+                 cz_cli_format_gib(g1, sizeof g1, cz_cli_jnum(o, "memory_gib_min")),
+                 cz_cli_format_gib(g2, sizeof g2, cz_cli_jnum(o, "memory_gib_max")));
         printf("%-8s %13s %6.3f %6d %8d %13s %6d %27s %21s\n", rank_label(lab, sizeof lab, o, pp),
                cz_cli_format_cost(a, sizeof a, cz_cli_jnum(o, "load"), u),
                cz_cli_jnum(o, "share_of_mean"), cz_cli_jint(o, "params"),
@@ -105,6 +111,24 @@ static void print_text(const cz_plan *p, json_t *r, int all)
     printf("  makespan / lower bound    %.4f\n", cz_cli_jnum(sum, "makespan_over_lower_bound"));
     printf("  predicted optimizer step  %s\n",
            cz_cli_format_cost(a, sizeof a, cz_cli_jnum(sum, "predicted_step_s"), CZ_UNIT_TIME));
+
+    json_t *mem = json_object_get(r, "memory_per_gpu");
+    if (json_is_object(mem)) {
+        printf("\nmemory of the busiest GPU (%d: stage %d, DP rank %d, TP rank %d)\n",
+               cz_cli_jint(mem, "gpu"), cz_cli_jint(mem, "stage"), cz_cli_jint(mem, "dp_rank"),
+               cz_cli_jint(mem, "tp_rank"));
+        printf("  parameters %.2f + gradients %.2f + fp32 master %.2f + optimizer state %.2f = "
+               "%.2f GiB\n",
+               cz_cli_jnum(mem, "params_gib"), cz_cli_jnum(mem, "grads_gib"),
+               cz_cli_jnum(mem, "master_gib"), cz_cli_jnum(mem, "state_gib"),
+               cz_cli_jnum(mem, "total_gib"));
+        if (json_object_get(mem, "device_gib"))
+            printf("  device %.2f GiB: headroom %.2f GiB (%.1f%% used; plan warns above %.0f%%)\n",
+                   cz_cli_jnum(mem, "device_gib"), cz_cli_jnum(mem, "headroom_gib"),
+                   100.0 * cz_cli_jnum(mem, "used_fraction"), 100.0 * CZ_MEMORY_WARN_FRACTION);
+        else
+            printf("  (--cluster FILE compares it with the device's memory)\n");
+    }
 
     json_t *busiest = json_object_get(r, "busiest");
     printf("\nbusiest ranks (by TP makespan)\n");
@@ -159,24 +183,55 @@ static void print_text(const cz_plan *p, json_t *r, int all)
     }
 }
 
+/* Adds "memory_per_gpu" to the report: the busiest GPU's model states and, with a cluster,
+ * the headroom on its device. */
+static int add_memory(json_t *report, const cz_plan *p, const cz_cluster *c, cz_error *err)
+{
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    cz_memory_gpu *g = NULL;
+    int rc = cz_plan_memory(p, &g, err);
+    if (rc != CZ_OK)
+        return rc;
+    size_t tp = (size_t)p->tp, dp = (size_t)p->dp;
+    size_t w = cz_memory_worst(g, tp * dp * (size_t)p->pp);
+    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f}", "gpu", (json_int_t)w,
+                          "stage", (json_int_t)(w / tp / dp), "dp_rank", (json_int_t)(w / tp % dp),
+                          "tp_rank", (json_int_t)(w % tp), "params_gib", g[w].params / gib,
+                          "grads_gib", g[w].grads / gib, "master_gib", g[w].master / gib,
+                          "state_gib", g[w].state / gib, "total_gib", g[w].total / gib);
+    if (o && c) {
+        double dev = c->device.memory_gib;
+        json_object_set_new(o, "device_gib", json_real(dev));
+        json_object_set_new(o, "headroom_gib", json_real(dev - g[w].total / gib));
+        json_object_set_new(o, "used_fraction", json_real(dev > 0 ? g[w].total / gib / dev : 0));
+    }
+    free(g);
+    if (!o || json_object_set_new(report, "memory_per_gpu", o))
+        return cz_error_set(err, CZ_ENOMEM, "inspect: out of memory");
+    return CZ_OK;
+}
+
 int cz_cmd_inspect(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"json", no_argument, NULL, 'j'},
-        {"top", required_argument, NULL, 'n'},
-        {"all", no_argument, NULL, 'a'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"json", no_argument, NULL, 'j'}, {"top", required_argument, NULL, 'n'},
+        {"all", no_argument, NULL, 'a'},  {"cluster", required_argument, NULL, 'c'},
+        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
     };
     int as_json = 0, all = 0, top = 3, rc = 1, opt;
     cz_plan *plan = NULL;
+    cz_cluster *cluster = NULL;
+    const char *cluster_path = NULL;
     json_t *report = NULL;
     cz_error err;
     cz_error_clear(&err);
 
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "n:ah", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "n:ac:h", opts, NULL)) != -1) {
         switch (opt) {
+        case 'c':
+            cluster_path = optarg;
+            break;
         case 'j':
             as_json = 1;
             break;
@@ -202,7 +257,21 @@ int cz_cmd_inspect(int argc, char **argv)
         return 2;
     }
     if (cz_plan_read(&plan, argv[optind], &err) != CZ_OK ||
+        (cluster_path && cz_cluster_load(&cluster, cluster_path, &err) != CZ_OK) ||
         cz_plan_inspect(plan, top, &report, &err) != CZ_OK) {
+        fprintf(stderr, "canzona inspect: %s\n", err.message);
+        goto done;
+    }
+    if (cluster &&
+        (cluster->dp != plan->dp || cluster->tp != plan->tp || cluster->pp != plan->pp)) {
+        fprintf(stderr,
+                "canzona inspect: %s has DP %d x TP %d x PP %d but the plan %s was made for "
+                "DP %d x TP %d x PP %d; give the cluster the plan was made for\n",
+                cluster_path, cluster->dp, cluster->tp, cluster->pp, argv[optind], plan->dp,
+                plan->tp, plan->pp);
+        goto done;
+    }
+    if (add_memory(report, plan, cluster, &err) != CZ_OK) {
         fprintf(stderr, "canzona inspect: %s\n", err.message);
         goto done;
     }
@@ -216,5 +285,6 @@ int cz_cmd_inspect(int argc, char **argv)
 done:
     json_decref(report);
     cz_plan_free(plan);
+    cz_cluster_free(cluster);
     return rc;
 }

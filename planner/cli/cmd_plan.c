@@ -3,6 +3,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "cz_types.h"
+#include "file_io.h"
 
 #include <getopt.h>
 #include <jansson.h>
@@ -17,14 +18,22 @@ static void plan_help(FILE *f)
         "usage: canzona plan --model MODEL.json --cluster CLUSTER.json [-o PLAN.json] [options]\n"
         "\n"
         "Solves the alpha-balanced DP partition of the gradient buckets and the TP micro-groups\n"
-        "for the model on the cluster, writes the plan (atomically: temporary file, then\n"
-        "rename) and prints per-rank loads, imbalance, TP makespan against the lower bound\n"
-        "max(total cost / GPUs, largest task), and optimizer-state memory.\n"
+        "for the model on the cluster, writes the plan and prints per-rank loads, imbalance,\n"
+        "TP makespan against the lower bound max(total cost / GPUs, largest task), and\n"
+        "optimizer-state memory. A regular output file is written atomically (temporary\n"
+        "file, then rename); a device or FIFO is written in place; a symbolic link is\n"
+        "followed; an output that is one of the inputs is refused.\n"
         "\n"
         "options:\n"
         "  -m, --model FILE      model description (canzona.model/1)\n"
         "  -c, --cluster FILE    cluster shape (canzona.cluster/1)\n"
-        "  -o, --output FILE     write the plan here (without -o only the summary is printed)\n"
+        "  -o, --output FILE     write the plan here; '-' writes it to standard output and the\n"
+        "                        summary to standard error (without -o only the summary is\n"
+        "                        printed)\n"
+        "      --allow-oversubscribed-memory\n"
+        "                        write the plan even when a GPU's parameters, gradients and\n"
+        "                        optimizer state exceed the cluster's device.memory_gib (the\n"
+        "                        default refuses; above 80%% it warns)\n"
         "      --json            print the summary as JSON instead of text\n"
         "  -q, --quiet           print nothing but errors\n"
         "  -h, --help            this help\n");
@@ -67,7 +76,7 @@ static void count_params(const cz_plan *p, size_t *matrices, double *elements)
 }
 
 static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster *c,
-                          const char *output)
+                          const char *output, FILE *out)
 {
     const cz_plan_metrics *mt = &p->metrics;
     const cz_settings *s = &p->settings;
@@ -78,29 +87,32 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
     double elements;
     count_params(p, &matrices, &elements);
 
-    printf("model    %s (%zu parameters: %zu matrix, %zu elementwise; %.3f B elements)\n", m->name,
-           p->nparams, matrices, p->nparams - matrices, elements / 1e9);
-    printf("cluster  %s (%d GPUs = DP %d x TP %d x PP %d, %d per node)\n", c->name, c->gpus, p->dp,
-           p->tp, p->pp, p->gpus_per_node);
-    printf("settings optimizer %s, unit %s, dp %s", cz_optimizer_name(s->optimizer),
-           cz_unit_name(u), cz_dp_strategy_name(s->dp));
+    fprintf(out, "model    %s (%zu parameters: %zu matrix, %zu elementwise; %.3f B elements)\n",
+            m->name, p->nparams, matrices, p->nparams - matrices, elements / 1e9);
+    fprintf(out, "cluster  %s (%d GPUs = DP %d x TP %d x PP %d, %d per node)\n", c->name, c->gpus,
+            p->dp, p->tp, p->pp, p->gpus_per_node);
+    fprintf(out, "settings optimizer %s, unit %s, dp %s", cz_optimizer_name(s->optimizer),
+            cz_unit_name(u), cz_dp_strategy_name(s->dp));
     if (s->dp == CZ_DP_ALPHA || s->dp == CZ_DP_TPAWARE)
-        printf(" (alpha %g, %s loads)", s->alpha, s->alpha_numel_loads ? "element" : "cost");
+        fprintf(out, " (alpha %g, %s loads)", s->alpha, s->alpha_numel_loads ? "element" : "cost");
     if (s->dp == CZ_DP_LAYERWISE)
-        printf(" (%s order)", cz_layerwise_order_name(s->layerwise_order));
-    printf(", tp %s (capacity %s), solver %s\n", cz_tp_strategy_name(s->tp),
-           cz_cli_format_cost(a, sizeof a, p->capacity_used, u), cz_solver_name(s->solver));
-    printf("buckets  %zu (size %lld elements, align %lld)\n", p->nbuckets,
-           (long long)p->bucket_size, (long long)p->bucket_align);
+        fprintf(out, " (%s order)", cz_layerwise_order_name(s->layerwise_order));
+    fprintf(out, ", tp %s (capacity %s), solver %s\n", cz_tp_strategy_name(s->tp),
+            cz_cli_format_cost(a, sizeof a, p->capacity_used, u), cz_solver_name(s->solver));
+    fprintf(out, "buckets  %zu (size %lld elements, align %lld)\n", p->nbuckets,
+            (long long)p->bucket_size, (long long)p->bucket_align);
     if (p->dp_fell_back)
-        printf("note     alpha's partition was less balanced than anchored's; anchored was kept\n");
+        fprintf(
+            out,
+            "note     alpha's partition was less balanced than anchored's; anchored was kept\n");
     if (p->dp_numel_cuts)
-        printf("note     alpha's cuts from element loads balanced the cost at least as well and "
-               "gave a\n"
-               "         shorter makespan than the cuts from cost loads; they were kept\n");
+        fprintf(out,
+                "note     alpha's cuts from element loads balanced the cost at least as well and "
+                "gave a\n"
+                "         shorter makespan than the cuts from cost loads; they were kept\n");
 
-    printf("\n%-8s %14s %7s %14s %7s %18s\n", p->pp > 1 ? "stage/dp" : "DP rank", "load", "/mean",
-           "TP makespan", "groups", "opt-state max/GPU");
+    fprintf(out, "\n%-8s %14s %7s %14s %7s %18s\n", p->pp > 1 ? "stage/dp" : "DP rank", "load",
+            "/mean", "TP makespan", "groups", "opt-state max/GPU");
     double mean = vmean(mt->dp_load, nranks);
     for (size_t r = 0; r < nranks; r++) {
         char rank[48];
@@ -108,8 +120,8 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
             snprintf(rank, sizeof rank, "%zu/%zu", r / (size_t)p->dp, r % (size_t)p->dp);
         else
             snprintf(rank, sizeof rank, "%zu", r);
-        printf(
-            "%-8s %14s %7.3f %14s %7d %18s\n", rank,
+        fprintf(
+            out, "%-8s %14s %7.3f %14s %7d %18s\n", rank,
             cz_cli_format_cost(a, sizeof a, mt->dp_load[r], u),
             mean > 0 ? mt->dp_load[r] / mean : 1.0,
             cz_cli_format_cost(b, sizeof b, mt->rank_makespan[r], u), p->schedules[r].ngroups,
@@ -117,31 +129,33 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
     }
 
     double per_gpu = mt->total_cost / (double)ngpus;
-    printf("\nDP imbalance (max/mean load)   %.4f\n", mt->dp_imbalance);
-    printf("TP makespan (busiest DP rank)  %s\n",
-           cz_cli_format_cost(a, sizeof a, mt->tp_makespan, u));
-    printf("lower bound                    %s = max(total/GPUs %s, largest task %s)\n",
-           cz_cli_format_cost(a, sizeof a, mt->lower_bound, u),
-           cz_cli_format_cost(b, sizeof b, per_gpu, u),
-           cz_cli_format_cost(d, sizeof d, mt->max_task_cost, u));
-    printf("makespan / lower bound         %.4f\n",
-           mt->lower_bound > 0 ? mt->tp_makespan / mt->lower_bound : 1.0);
-    printf("GPU load imbalance (max/mean)  %.4f\n", mt->tp_imbalance);
-    printf("optimizer state per GPU        %s .. %s\n",
-           cz_cli_format_bytes(a, sizeof a, vmin(mt->memory, ngpus)),
-           cz_cli_format_bytes(b, sizeof b, vmax(mt->memory, ngpus)));
-    printf("predicted optimizer compute    %s per step\n",
-           cz_cli_format_cost(a, sizeof a, mt->predicted_step_s, CZ_UNIT_TIME));
+    fprintf(out, "\nDP imbalance (max/mean load)   %.4f\n", mt->dp_imbalance);
+    fprintf(out, "TP makespan (busiest DP rank)  %s\n",
+            cz_cli_format_cost(a, sizeof a, mt->tp_makespan, u));
+    fprintf(out, "lower bound                    %s = max(total/GPUs %s, largest task %s)\n",
+            cz_cli_format_cost(a, sizeof a, mt->lower_bound, u),
+            cz_cli_format_cost(b, sizeof b, per_gpu, u),
+            cz_cli_format_cost(d, sizeof d, mt->max_task_cost, u));
+    fprintf(out, "makespan / lower bound         %.4f\n",
+            mt->lower_bound > 0 ? mt->tp_makespan / mt->lower_bound : 1.0);
+    fprintf(out, "GPU load imbalance (max/mean)  %.4f\n", mt->tp_imbalance);
+    fprintf(out, "optimizer state per GPU        %s .. %s\n",
+            cz_cli_format_bytes(a, sizeof a, vmin(mt->memory, ngpus)),
+            cz_cli_format_bytes(b, sizeof b, vmax(mt->memory, ngpus)));
+    fprintf(out, "predicted optimizer compute    %s per step\n",
+            cz_cli_format_cost(a, sizeof a, mt->predicted_step_s, CZ_UNIT_TIME));
     if (s->solver == CZ_SOLVER_ILP)
-        printf("ILP solver                     %s, gap %.3g%% (DP %s, micro-groups %s), %.1f s\n",
-               cz_solve_status_name(p->solver_status), 100.0 * p->solver_gap,
-               cz_solve_status_name(p->solver_status_dp), cz_solve_status_name(p->solver_status_tp),
-               p->solver_seconds);
-    printf("planning time                  %.2f ms\n", p->plan_seconds * 1e3);
+        fprintf(out,
+                "ILP solver                     %s, gap %.3g%% (DP %s, micro-groups %s), %.1f s\n",
+                cz_solve_status_name(p->solver_status), 100.0 * p->solver_gap,
+                cz_solve_status_name(p->solver_status_dp),
+                cz_solve_status_name(p->solver_status_tp), p->solver_seconds);
+    fprintf(out, "planning time                  %.2f ms\n", p->plan_seconds * 1e3);
     if (output)
-        printf("plan written to                %s\n", output);
+        fprintf(out, "plan written to                %s\n",
+                strcmp(output, "-") ? output : "standard output");
     else
-        printf("(no -o given: plan not written)\n");
+        fprintf(out, "(no -o given: plan not written)\n");
 }
 
 /* One self-overwriting line on stderr while an ILP solve runs. */
@@ -161,7 +175,26 @@ static json_t *array_of(const double *v, size_t n)
     return a;
 }
 
-static int print_json_summary(const cz_plan *p, const char *output)
+/* The busiest GPU's model states against the device (see docs/PLANNER.md, Memory per GPU). */
+static json_t *memory_json(const cz_plan *p, const cz_cluster *c)
+{
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    cz_memory_gpu *g = NULL;
+    cz_error err;
+    if (cz_plan_memory(p, &g, &err) != CZ_OK)
+        return NULL;
+    size_t w = cz_memory_worst(g, (size_t)p->dp * (size_t)p->tp * (size_t)p->pp);
+    double dev = c->device.memory_gib;
+    json_t *o =
+        json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "gpu", (json_int_t)w, "params_gib",
+                  g[w].params / gib, "grads_gib", g[w].grads / gib, "master_gib", g[w].master / gib,
+                  "state_gib", g[w].state / gib, "total_gib", g[w].total / gib, "device_gib", dev,
+                  "used_fraction", dev > 0 ? g[w].total / gib / dev : 0.0);
+    free(g);
+    return o;
+}
+
+static int print_json_summary(const cz_plan *p, const cz_cluster *c, const char *output, FILE *out)
 {
     const cz_plan_metrics *mt = &p->metrics;
     size_t nranks = (size_t)p->pp * (size_t)p->dp;
@@ -184,12 +217,14 @@ static int print_json_summary(const cz_plan *p, const char *output)
         p->solver_seconds, "solver_phases", "dp_status", cz_solve_status_name(p->solver_status_dp),
         "dp_gap", p->solver_gap_dp, "tp_status", cz_solve_status_name(p->solver_status_tp),
         "tp_gap", p->solver_gap_tp);
-    if (!o) {
+    json_t *mem = o ? memory_json(p, c) : NULL;
+    if (!o || !mem || json_object_set_new(o, "memory_per_gpu", mem)) {
+        json_decref(o);
         fprintf(stderr, "canzona plan: out of memory\n");
         return 1;
     }
-    json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
-    printf("\n");
+    json_dumpf(o, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+    fprintf(out, "\n");
     json_decref(o);
     return 0;
 }
@@ -197,18 +232,24 @@ static int print_json_summary(const cz_plan *p, const char *output)
 int cz_cmd_plan(int argc, char **argv)
 {
     static const struct option own[] = {
-        {"model", required_argument, NULL, 'm'},  {"cluster", required_argument, NULL, 'c'},
-        {"output", required_argument, NULL, 'o'}, {"json", no_argument, NULL, 'j'},
-        {"quiet", no_argument, NULL, 'q'},        {"help", no_argument, NULL, 'h'},
+        {"model", required_argument, NULL, 'm'},
+        {"cluster", required_argument, NULL, 'c'},
+        {"output", required_argument, NULL, 'o'},
+        {"json", no_argument, NULL, 'j'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {"allow-oversubscribed-memory", no_argument, NULL, 'M'},
     };
     enum { NOWN = sizeof own / sizeof own[0] };
     struct option opts[NOWN + CZ_CLI_SETTINGS_OPTION_COUNT + 1];
     cz_cli_options_with_settings(opts, own, NOWN);
 
     const char *model_path = NULL, *cluster_path = NULL, *output = NULL;
-    int json = 0, quiet = 0, rc = 1, opt;
+    int json = 0, quiet = 0, allow_memory = 0, rc = 1, opt;
+    char memory_note[1024];
     cz_settings settings;
     cz_settings_init(&settings);
+    cz_cluster_sizes sizes = {0};
     cz_model *model = NULL;
     cz_cluster *cluster = NULL;
     cz_plan *plan = NULL;
@@ -233,6 +274,9 @@ int cz_cmd_plan(int argc, char **argv)
         case 'q':
             quiet = 1;
             break;
+        case 'M':
+            allow_memory = 1;
+            break;
         case 'h':
             plan_help(stdout);
             return 0;
@@ -240,7 +284,9 @@ int cz_cmd_plan(int argc, char **argv)
             fprintf(stderr, "(see 'canzona plan --help')\n");
             return 2;
         default: {
-            int r = cz_cli_settings_apply("plan", opt, optarg, &settings);
+            int r = cz_cli_sizes_apply("plan", opt, optarg, &sizes);
+            if (r == 1)
+                r = cz_cli_settings_apply("plan", opt, optarg, &settings);
             if (r)
                 return 2;
         }
@@ -248,7 +294,12 @@ int cz_cmd_plan(int argc, char **argv)
     }
     if (cz_cli_require_inputs("plan", argc, argv, optind, model_path, cluster_path))
         return 2;
-    if (cz_cli_load_inputs("plan", model_path, cluster_path, &model, &cluster))
+    const char *inputs[] = {model_path, cluster_path}, *what[] = {"the model", "the cluster"};
+    if (cz_file_check_output(output, inputs, what, 2, &err) != CZ_OK) {
+        fprintf(stderr, "canzona plan: %s\n", err.message);
+        goto done;
+    }
+    if (cz_cli_load_inputs("plan", model_path, cluster_path, &sizes, &model, &cluster))
         goto done;
     int progress_shown = 0;
     if (!quiet && settings.solver == CZ_SOLVER_ILP)
@@ -263,6 +314,12 @@ int cz_cmd_plan(int argc, char **argv)
     }
     if (plan->solver_note[0] && !quiet)
         fprintf(stderr, "canzona plan: warning: %s\n", plan->solver_note);
+    if (cz_plan_memory_check(plan, cluster, allow_memory, memory_note, sizeof memory_note, &err)) {
+        fprintf(stderr, "canzona plan: %s\n", err.message);
+        goto done;
+    }
+    if (memory_note[0] && !quiet)
+        fprintf(stderr, "canzona plan: warning: %s\n", memory_note);
     if (output && cz_plan_write(plan, output, &err) != CZ_OK) {
         fprintf(stderr, "canzona plan: %s\n", err.message);
         goto done;
@@ -270,10 +327,12 @@ int cz_cmd_plan(int argc, char **argv)
     rc = 0;
     if (quiet)
         goto done;
+    /* With the plan on standard output, the summary goes to standard error. */
+    FILE *out = output && !strcmp(output, "-") ? stderr : stdout;
     if (json)
-        rc = print_json_summary(plan, output);
+        rc = print_json_summary(plan, cluster, output, out);
     else
-        print_summary(plan, model, cluster, output);
+        print_summary(plan, model, cluster, output, out);
 done:
     cz_plan_free(plan);
     cz_model_free(model);

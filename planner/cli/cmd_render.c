@@ -3,6 +3,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "cz_types.h"
+#include "file_io.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -20,11 +21,12 @@ static void render_help(FILE *f)
             "in the plan's cost unit; and (b) the micro-group pipeline (gather / compute /\n"
             "scatter lanes per TP rank) of the DP rank that finishes last. With --cluster the\n"
             "timeline uses the simulator's times (docs/SIMULATOR.md); without it, task times\n"
-            "are the plan's costs and communication is drawn as free. The output is written\n"
-            "atomically (temporary file, then rename).\n"
+            "are the plan's costs and communication is drawn as free. A regular output file is\n"
+            "written atomically (temporary file, then rename); a device or FIFO is written in\n"
+            "place; a symbolic link is followed; '-' is standard output.\n"
             "\n"
             "options:\n"
-            "  -o, --output FILE     where to write (required)\n"
+            "  -o, --output FILE     where to write (required; '-' for standard output)\n"
             "      --html            write an HTML page: the SVG inline plus tables of the\n"
             "                        settings, per-rank loads and the costliest parameters\n"
             "  -w, --width W         drawing width in pixels, 400 .. 20000 (default 1200)\n"
@@ -83,7 +85,9 @@ int cz_cmd_render(int argc, char **argv)
         fprintf(stderr, "canzona render: -o OUT is required (see 'canzona render --help')\n");
         return 2;
     }
-    if (cz_plan_read(&plan, plan_path, &err) != CZ_OK) {
+    const char *inputs[] = {plan_path, cluster_path}, *what[] = {"the plan", "the cluster"};
+    if (cz_file_check_output(output, inputs, what, 2, &err) != CZ_OK ||
+        cz_plan_read(&plan, plan_path, &err) != CZ_OK) {
         fprintf(stderr, "canzona render: %s\n", err.message);
         goto done;
     }
@@ -100,7 +104,7 @@ int cz_cmd_render(int argc, char **argv)
                             .sim_in_seconds = cluster != NULL};
     int r = html ? cz_plan_render_html(&doc, plan, sim, &ro, &err)
                  : cz_plan_render_svg(&doc, plan, sim, &ro, &err);
-    if (r != CZ_OK || cz_file_write_atomic(output, doc, strlen(doc), &err) != CZ_OK) {
+    if (r != CZ_OK || cz_file_write(output, doc, strlen(doc), &err) != CZ_OK) {
         fprintf(stderr, "canzona render: %s\n", err.message);
         goto done;
     }

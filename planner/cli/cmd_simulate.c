@@ -144,6 +144,7 @@ int cz_cmd_simulate(int argc, char **argv)
     int json = 0, single = 0, rc = 1, opt, nrows = 0;
     cz_settings settings;
     cz_settings_init(&settings);
+    cz_cluster_sizes sizes = {0};
     cz_sim_options simopt = {.uneven = CZ_SIM_UNEVEN_ROOTED};
     cz_model *model = NULL;
     cz_cluster *cluster = NULL;
@@ -188,8 +189,13 @@ int cz_cmd_simulate(int argc, char **argv)
         default:
             if (opt == CZ_OPT_DP || opt == CZ_OPT_TP)
                 single = 1;
-            if (cz_cli_settings_apply("simulate", opt, optarg, &settings))
-                return 2;
+            {
+                int r = cz_cli_sizes_apply("simulate", opt, optarg, &sizes);
+                if (r == 1)
+                    r = cz_cli_settings_apply("simulate", opt, optarg, &settings);
+                if (r)
+                    return 2;
+            }
         }
     }
     if (optind < argc) {
@@ -204,9 +210,9 @@ int cz_cmd_simulate(int argc, char **argv)
         return 2;
     }
     if (model_path) {
-        if (cz_cli_load_inputs("simulate", model_path, cluster_path, &model, &cluster))
+        if (cz_cli_load_inputs("simulate", model_path, cluster_path, &sizes, &model, &cluster))
             goto done;
-    } else if (cz_cluster_load(&cluster, cluster_path, &err) != CZ_OK) {
+    } else if (cz_cluster_load_sized(&cluster, cluster_path, &sizes, &err) != CZ_OK) {
         fprintf(stderr, "canzona simulate: %s\n", err.message);
         goto done;
     }

@@ -35,6 +35,7 @@ static void validate_help(FILE *f)
             "  -l, --limit N        print at most N violations as text (default 50, 0 = all);\n"
             "                       the count and --json always cover all\n"
             "  -h, --help           this help\n");
+    cz_cli_sizes_help(f);
 }
 
 static int print_report(json_t *violations, int checks, int as_json, int limit)
@@ -76,10 +77,20 @@ static int print_report(json_t *violations, int checks, int as_json, int limit)
 int cz_cmd_validate(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"model", required_argument, NULL, 'm'}, {"cluster", required_argument, NULL, 'c'},
-        {"json", no_argument, NULL, 'j'},        {"limit", required_argument, NULL, 'l'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+        {"model", required_argument, NULL, 'm'},
+        {"cluster", required_argument, NULL, 'c'},
+        {"json", no_argument, NULL, 'j'},
+        {"limit", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {"dp-size", required_argument, NULL, CZ_OPT_DP_SIZE},
+        {"tp-size", required_argument, NULL, CZ_OPT_TP_SIZE},
+        {"pp-size", required_argument, NULL, CZ_OPT_PP_SIZE},
+        {"nodes", required_argument, NULL, CZ_OPT_NODES},
+        {"gpus-per-node", required_argument, NULL, CZ_OPT_GPUS_PER_NODE},
+        {"bucket-size", required_argument, NULL, CZ_OPT_BUCKET_SIZE},
+        {NULL, 0, NULL, 0},
     };
+    cz_cluster_sizes sizes = {0};
     const char *model_path = NULL, *cluster_path = NULL;
     int as_json = 0, limit = 50, rc = 1, opt;
     cz_model *model = NULL;
@@ -109,6 +120,8 @@ int cz_cmd_validate(int argc, char **argv)
             validate_help(stdout);
             return 0;
         default:
+            if (cz_cli_sizes_apply("validate", opt, optarg, &sizes) == 0)
+                break;
             fprintf(stderr, "(see 'canzona validate --help')\n");
             return 2;
         }
@@ -129,7 +142,7 @@ int cz_cmd_validate(int argc, char **argv)
         fprintf(stderr, "canzona validate: %s\n", err.message);
         goto done;
     }
-    if (cz_cli_load_inputs("validate", model_path, cluster_path, &model, &cluster))
+    if (cz_cli_load_inputs("validate", model_path, cluster_path, &sizes, &model, &cluster))
         goto done;
     int checks = cz_plan_validate(plan, model, cluster, &violations, &err);
     if (checks < 0) {

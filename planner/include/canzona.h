@@ -24,6 +24,9 @@ extern "C" {
 #define CZ_MODEL_SCHEMA "canzona.model/1"
 #define CZ_CLUSTER_SCHEMA "canzona.cluster/1"
 #define CZ_PLAN_SCHEMA "canzona.plan/1"
+/* Most blocks (fused parts) one parameter may declare: the model loader, the planner, validate
+ * and the executor all hold parameters to it. */
+#define CZ_MAX_BLOCKS 64
 
 /* Error codes. */
 enum {
@@ -82,8 +85,12 @@ typedef enum cz_tp_strategy {
 
 /* Order in which the layerwise baseline deals parameters. */
 typedef enum cz_layerwise_order {
-    CZ_LAYERWISE_PINGPONG = 0, /* ranks 0..R-1, R-1..0, ... in forward order */
-    CZ_LAYERWISE_LPT = 1       /* largest first to the least-loaded rank */
+    CZ_LAYERWISE_PINGPONG = 0, /* ranks 0..R-1, R-1..0, ... in forward order (not Megatron's) */
+    CZ_LAYERWISE_LPT = 1,      /* largest first to the least-loaded rank */
+    CZ_LAYERWISE_MEGATRON = 2  /* Megatron-LM's first released layer-wise rule (default): per
+                                  optimizer group in order, stably sorted by TP-local element
+                                  count ascending, dealt 0..R-1, R-1..0, ...; experts dealt
+                                  separately */
 } cz_layerwise_order;
 
 typedef enum cz_solver { CZ_SOLVER_GREEDY = 0, CZ_SOLVER_ILP = 1 } cz_solver;
@@ -162,8 +169,10 @@ void cz_cluster_free(cz_cluster *cluster);
 int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
                   const cz_settings *settings, cz_error *err);
 
-/* Writes the plan as JSON atomically (temporary file in the same folder, then rename), so
- * that an existing file is either replaced whole or left untouched. */
+/* Writes the plan as JSON. A regular file (or a new path) is written atomically (temporary
+ * file in the same folder, then rename), so that an existing file is either replaced whole or
+ * left untouched; a symbolic link is followed; a character device or FIFO is written in place;
+ * a read-only file is refused; "-" is standard output. */
 int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err);
 
 /* Reads and validates a plan file (canzona.plan/1). */

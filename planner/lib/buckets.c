@@ -10,11 +10,33 @@
  */
 #include "cz_types.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 
-static int64_t round_up(int64_t v, int64_t m)
+/* *out = v rounded up to a multiple of m (v >= 0); false when that does not fit in int64_t.
+ * The layout also runs on plans read from files (validate recomputes it), whose sizes only the
+ * reader bounds, so every step is checked instead of trusting the model loader's limits. */
+static bool round_up(int64_t v, int64_t m, int64_t *out)
 {
-    return m > 1 ? (v + m - 1) / m * m : v;
+    if (m <= 1) {
+        *out = v;
+        return true;
+    }
+    int64_t r = v % m;
+    if (r == 0) {
+        *out = v;
+        return true;
+    }
+    return !__builtin_add_overflow(v, m - r, out);
+}
+
+static int layout_overflow(const cz_plan *plan, int stage, const cz_plan_param *p, cz_error *err)
+{
+    return cz_error_set(err, CZ_EINVALID,
+                        "the gradient buffer of pipeline stage %d exceeds 2^63 elements at "
+                        "parameter %s (%lld elements, bucket align %lld, dp %d)",
+                        stage, p->name ? p->name : "?", (long long)p->numel,
+                        (long long)plan->bucket_align, plan->dp);
 }
 
 static int bucket_push(cz_plan *plan, size_t *cap, int stage, int64_t offset, int64_t size,
@@ -55,17 +77,21 @@ int cz_buckets_layout(cz_plan *plan, cz_error *err)
         int64_t start = 0; /* this bucket's start in the stage's buffer */
         int64_t used = 0;  /* elements used in the open bucket */
         int open = 0;
+        const cz_plan_param *last = NULL;
         for (size_t k = plan->nparams; k-- > 0;) {
             cz_plan_param *p = &plan->params[k];
             if (p->stage != stage)
                 continue;
-            int64_t off = round_up(used, align);
+            int64_t off, padded;
+            last = p;
+            if (!round_up(used, align, &off) || __builtin_add_overflow(off, p->numel, &used))
+                return layout_overflow(plan, stage, p, err);
             p->offset = off;
             p->bucket = (int)plan->nbuckets;
-            used = off + p->numel;
             open = 1;
             if (used >= size) {
-                int64_t padded = round_up(used, plan->dp);
+                if (!round_up(used, plan->dp, &padded) || start > INT64_MAX - padded)
+                    return layout_overflow(plan, stage, p, err);
                 if ((rc = bucket_push(plan, &cap, stage, start, padded, err)) != CZ_OK)
                     return rc;
                 start += padded;
@@ -74,7 +100,9 @@ int cz_buckets_layout(cz_plan *plan, cz_error *err)
             }
         }
         if (open) {
-            int64_t padded = round_up(used, plan->dp);
+            int64_t padded;
+            if (!round_up(used, plan->dp, &padded) || start > INT64_MAX - padded)
+                return layout_overflow(plan, stage, last, err);
             if ((rc = bucket_push(plan, &cap, stage, start, padded, err)) != CZ_OK)
                 return rc;
         }

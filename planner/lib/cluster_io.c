@@ -3,10 +3,102 @@
 
 #include <inttypes.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Writes the sizes given on the command line into the cluster's JSON before it is read, so that
+ * every check and the content hash apply to the cluster actually planned for (the hash equals
+ * that of a file with these values written in). DP, when not given, is derived as Megatron-LM
+ * derives it: GPUs / (TP x PP). */
+static int apply_sizes(const cz_json_ctx *c, json_t *root, const cz_cluster_sizes *z)
+{
+    int gpus = 0, dp = 0, tp = 0, pp = 0, gpn = 0, rc;
+    if ((rc = cz_json_get_int(c, root, "$", "gpus", true, 1, INT_MAX, &gpus)) != CZ_OK ||
+        (rc = cz_json_get_int(c, root, "$", "dp", true, 1, INT_MAX, &dp)) != CZ_OK ||
+        (rc = cz_json_get_int(c, root, "$", "tp", true, 1, INT_MAX, &tp)) != CZ_OK ||
+        (rc = cz_json_get_int(c, root, "$", "pp", true, 1, INT_MAX, &pp)) != CZ_OK ||
+        (rc = cz_json_get_int(c, root, "$", "gpus_per_node", true, 1, INT_MAX, &gpn)) != CZ_OK)
+        return rc;
+    if (z->gpus_per_node > 0)
+        gpn = z->gpus_per_node;
+    if (z->tp > 0)
+        tp = z->tp;
+    if (z->pp > 0)
+        pp = z->pp;
+    int64_t target = gpus, model = (int64_t)tp * pp;
+    const char *whence = "the cluster's gpus";
+    if (model > INT_MAX)
+        return cz_error_set(c->err, CZ_EINVALID,
+                            "%s: TP size %d x PP size %d is more GPUs than supported", c->file, tp,
+                            pp);
+    if (z->nodes > 0) {
+        target = (int64_t)z->nodes * gpn;
+        whence = "nodes x GPUs per node";
+    } else if (z->dp > 0) {
+        target = (int64_t)z->dp * model;
+        whence = "DP x TP x PP";
+    }
+    if (target > INT_MAX)
+        return cz_error_set(c->err, CZ_EINVALID,
+                            "%s: the sizes given make %" PRId64 " GPUs (%s), more than supported",
+                            c->file, target, whence);
+    if (z->dp > 0) {
+        if ((int64_t)z->dp * model != target)
+            return cz_error_set(c->err, CZ_EINVALID,
+                                "%s: DP size %d x TP size %d x PP size %d = %" PRId64
+                                " GPUs, but %d nodes x %d GPUs per node = %" PRId64,
+                                c->file, z->dp, tp, pp, (int64_t)z->dp * model, z->nodes, gpn,
+                                target);
+        dp = z->dp;
+    } else {
+        if (target % model)
+            return cz_error_set(c->err, CZ_EINVALID,
+                                "%s: TP size %d x PP size %d = %" PRId64
+                                " does not divide the %" PRId64
+                                " GPUs (%s), so no DP size fits; give a TP and PP size that "
+                                "divide it, or the DP size",
+                                c->file, tp, pp, model, target, whence);
+        dp = (int)(target / model);
+    }
+    if (z->bucket_size != 0) {
+        /* Megatron's default written out, since a "buckets" object must give a size. */
+        int64_t size = z->bucket_size > 0
+                           ? z->bucket_size
+                           : ((int64_t)dp * 1000000 > 40000000 ? (int64_t)dp * 1000000 : 40000000);
+        json_t *b = json_object_get(root, "buckets");
+        if (!json_is_object(b)) {
+            if (b)
+                return cz_json_fail(c, "$.buckets", "expected an object");
+            b = json_object();
+            if (!b || json_object_set_new(root, "buckets", b))
+                return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+        }
+        if (json_object_set_new(b, "size", json_integer(size)))
+            return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+    }
+    if (json_object_set_new(root, "gpus", json_integer(target)) ||
+        json_object_set_new(root, "dp", json_integer(dp)) ||
+        json_object_set_new(root, "tp", json_integer(tp)) ||
+        json_object_set_new(root, "pp", json_integer(pp)) ||
+        json_object_set_new(root, "gpus_per_node", json_integer(gpn)))
+        return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+    return CZ_OK;
+}
+
+static bool sizes_given(const cz_cluster_sizes *z)
+{
+    return z && (z->dp > 0 || z->tp > 0 || z->pp > 0 || z->nodes > 0 || z->gpus_per_node > 0 ||
+                 z->bucket_size != 0);
+}
+
 int cz_cluster_load(cz_cluster **out, const char *path, cz_error *err)
+{
+    return cz_cluster_load_sized(out, path, NULL, err);
+}
+
+int cz_cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_sizes *sizes,
+                          cz_error *err)
 {
     static const char *const top_keys[] = {"schema", "name",  "description", "gpus",
                                            "dp",     "tp",    "pp",          "gpus_per_node",
@@ -30,6 +122,10 @@ int cz_cluster_load(cz_cluster **out, const char *path, cz_error *err)
         return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
     cl->bucket_align = 64;
     if ((rc = cz_json_load_file(&root, sha, path, err)) != CZ_OK)
+        goto done;
+    if (sizes_given(sizes) && ((rc = cz_json_check_schema(&c, root, CZ_CLUSTER_SCHEMA)) != CZ_OK ||
+                               (rc = apply_sizes(&c, root, sizes)) != CZ_OK ||
+                               (rc = cz_json_canonical_sha256(root, sha, err)) != CZ_OK))
         goto done;
     if ((rc = cz_json_check_schema(&c, root, CZ_CLUSTER_SCHEMA)) != CZ_OK ||
         (rc = cz_json_check_object(&c, root, "$", top_keys)) != CZ_OK ||

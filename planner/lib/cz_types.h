@@ -30,6 +30,16 @@ typedef struct cz_param_def {
     int layer; /* index of the repeat block iteration it came from; -1 outside any */
 } cz_param_def;
 
+/* The model's optional "megatron" record: the hyper-parameters that Megatron-Core checks
+ * against the TP size and that the parameter shapes alone do not show. 0 = not recorded. */
+typedef struct cz_megatron_info {
+    int64_t num_attention_heads, num_query_groups;
+    int64_t vocab_size;                   /* the tokenizer's (config.json's) vocabulary */
+    int64_t make_vocab_size_divisible_by; /* Megatron's option of that name */
+    int64_t tensor_model_parallel_size;   /* the TP size the padding was computed for */
+    int64_t padded_vocab_size;            /* rows of the embedding and output layer */
+} cz_megatron_info;
+
 struct cz_model {
     char *name;
     char *source;    /* path it was loaded from */
@@ -38,6 +48,7 @@ struct cz_model {
     int nlayers; /* number of repeat iterations seen (for pipeline stage assignment) */
     size_t nparams;
     cz_param_def *params; /* forward (registration) order, repeat blocks expanded */
+    cz_megatron_info megatron;
 };
 
 typedef struct cz_device {
@@ -128,6 +139,10 @@ struct cz_plan {
     char *generator_version; /* CZ_VERSION */
     char *model_name, *model_sha256;
     char *cluster_name, *cluster_sha256;
+    /* $.content_sha256 as read from a file ("" when the file had none, or the plan was built
+     * in memory), and whether the file's content matched it: 1 yes, -1 no, 0 not checked. */
+    char content_sha256[65];
+    int content_hash_ok;
     cz_dtype dtype;
     cz_settings settings;
     double capacity_used;  /* the micro-group capacity actually used (cost unit) */
@@ -151,6 +166,21 @@ struct cz_plan {
     cz_rank_schedule *schedules;
     cz_plan_metrics metrics;
 };
+
+/* ---- model limits (model_io.c), shared by the importer so that it writes only what loads ---- */
+/* Parameters after repeat expansion: bounds the expansion of a hostile file. */
+#define CZ_MODEL_MAX_PARAMS ((size_t)1 << 22)
+/* Elements of the whole model, 2^50 (about 1.1e15): far above any model trained today, and
+ * low enough that every offset, padded bucket and sum of them stays far below 2^63 (at most
+ * 2^22 parameters, each padded by less than 2^31 elements). */
+#define CZ_MODEL_MAX_ELEMENTS ((int64_t)1 << 50)
+/* Longest parameter name in bytes: names become file names (NAME.npy) in the executor's
+ * --dump-dir and --init-dir, and file names stop at 255 bytes. */
+#define CZ_PARAM_NAME_MAX 200
+/* NULL when name is safe as a file name inside a folder, else why not ("contains '/'", ...):
+ * empty, longer than CZ_PARAM_NAME_MAX, a '/' or '\\', a control character, or a leading '.'
+ * (which also covers "." and ".."). */
+const char *cz_param_name_problem(const char *name);
 
 /* ---- error helpers (error.c) ---- */
 /* Fills err (if not NULL) with code and a printf-style message; returns code. */
@@ -177,6 +207,34 @@ double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp);
 /* FLOPs of one optimizer step on a whole m x n matrix (Muon/SOAP/Shampoo), no blocks. */
 double cz_matrix_flops(int64_t m, int64_t n, const cz_settings *s);
 
+/* ---- cluster_io.c ---- */
+/* Sizes from the command line that override a cluster file's; 0 keeps the file's value. */
+typedef struct cz_cluster_sizes {
+    int dp, tp, pp;      /* DP, when 0, becomes GPUs / (TP x PP) as in Megatron-LM */
+    int nodes;           /* GPUs = nodes x gpus_per_node */
+    int gpus_per_node;   /* also decides which traffic crosses nodes */
+    int64_t bucket_size; /* gradient bucket size in elements; CZ_BUCKETS_MEGATRON: Megatron's
+                            default max(4e7, 1e6 x DP) even when the file sets one */
+} cz_cluster_sizes;
+#define CZ_BUCKETS_MEGATRON (-1)
+#define CZ_BUCKETS_PAPER ((int64_t)400000000) /* the bucket size of the paper's scripts */
+/* cz_cluster_load with sizes written into the file's JSON before it is checked and hashed (so
+ * the hash is that of a file holding these sizes). sizes may be NULL. */
+int cz_cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_sizes *sizes,
+                          cz_error *err);
+
+/* ---- Megatron-Core's rules (megatron_rules.c) ---- */
+/* Megatron's padded vocabulary: vocab rounded up to a multiple of divisible_by * tp. */
+int64_t cz_megatron_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp);
+/* Megatron-Core's attention rules: num_attention_heads and num_query_groups each a multiple of
+ * tp. where names the input in the message (a file), the keys name the two counts in it. */
+int cz_megatron_check_heads(const char *where, const char *heads_key, int64_t heads,
+                            const char *groups_key, int64_t groups, int64_t tp, cz_error *err);
+/* Checks a model's megatron record against a TP size: the attention rules, and that the
+ * recorded padded vocabulary is what Megatron pads to at this TP. cluster names the cluster
+ * file in messages (NULL: none). CZ_OK when the model records nothing. */
+int cz_model_check_megatron(const cz_model *m, int tp, const char *cluster, cz_error *err);
+
 /* ---- plan construction (planner.c, buckets.c, dp_partition.c, microgroups.c, metrics.c) ---- */
 /* Allocates an empty plan and fills params (shapes, local shapes, cost, stage) from the model. */
 int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz_settings *s,
@@ -193,6 +251,27 @@ int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err);
 void cz_plan_metrics_free(cz_plan_metrics *m);
 /* Frees the schedules only (sets nschedules to 0). */
 void cz_plan_schedules_free(cz_plan *plan);
+
+/* ---- memory.c ---- */
+/* Model-state bytes on one GPU under a plan (see memory.c for what each part counts). */
+typedef struct cz_memory_gpu {
+    double params; /* the stage's parameter buffer (local shards, bucket padding) */
+    double grads;  /* the gradient buffer: fp32 for bf16 (Megatron's default), else the dtype */
+    double master; /* fp32 master copy of the elements the GPU's DP rank owns (0 for fp32) */
+    double state;  /* optimizer state, metrics.memory */
+    double total;
+} cz_memory_gpu;
+/* plan warns when the busiest GPU's model states exceed this fraction of device.memory_gib. */
+#define CZ_MEMORY_WARN_FRACTION 0.80
+/* Fills *out (malloc'ed, pp*dp*tp entries in the per-GPU order of cz_types.h) for a plan. */
+int cz_plan_memory(const cz_plan *plan, cz_memory_gpu **out, cz_error *err);
+/* Index of the GPU with the largest total. */
+size_t cz_memory_worst(const cz_memory_gpu *g, size_t n);
+/* Compares the busiest GPU with the cluster's device.memory_gib: above the capacity it fails
+ * with CZ_EINVALID (the numbers, the GPU and what to do) unless allow is set; above
+ * CZ_MEMORY_WARN_FRACTION, or above the capacity with allow, it writes a warning (else ""). */
+int cz_plan_memory_check(const cz_plan *plan, const cz_cluster *cluster, int allow, char *warning,
+                         size_t n, cz_error *err);
 
 /* ---- ilp_dp.c, ilp_microgroups.c, dp_tpaware.c ---- */
 /* Outcome of an ILP solve, ordered from best to worst (a plan keeps the worst it saw). */
@@ -231,6 +310,42 @@ int cz_params_sort_by_position(const cz_plan *plan, int *ids, int n);
 
 /* ---- hashing (sha256.c) ---- */
 void cz_sha256_hex(const void *data, size_t len, char out[65]);
+
+/* The message every layer gives for a parameter over CZ_MAX_BLOCKS (name, nblocks, limit). */
+#define CZ_BLOCKS_LIMIT_FMT "'%s' has %d blocks; canzona supports at most %d per parameter"
+
+/* ---- plan content hash (plan_io.c) ---- */
+struct json_t;
+/* SHA-256 of a plan file's JSON value without its "content_sha256" member: compact, keys
+ * sorted, reals with 17 significant digits (docs/FORMATS.md). plan is not modified. */
+int cz_plan_json_content_hash(const struct json_t *plan, char out[65], cz_error *err);
+/* CZ_OK when the plan was read from a file whose recorded content hash matches its content;
+ * otherwise an error telling the user to re-run `canzona plan`. For consumers that have no
+ * model to check the plan against (the executor). */
+int cz_plan_check_content_hash(const cz_plan *plan, const char *path, cz_error *err);
+
+/* ---- structural plan checks (plan_structure.c) ---- */
+/* Where violations go: validate lists all of them; the executor refuses on the first. */
+typedef struct cz_plan_checks {
+    struct json_t *out; /* array of {"code", "path", "message"} */
+    int checks;         /* checks performed */
+    int oom;
+    int unsafe;  /* a structural violation makes index-based recomputation unsafe to run */
+    int foreign; /* parameters differ from the model's (validate only) */
+    char path[256];
+} cz_plan_checks;
+void cz_plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void cz_plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Every rule a plan must satisfy that needs no model or cluster: ids, local shapes and element
+ * counts, blocks, bucket layout rules (contiguity, alignment, reverse fill order, no overlap),
+ * DP ranges, atomic ownership, schedule membership and slot loads. Shared by `canzona
+ * validate` and the executor's plan check, so that the executor refuses every plan validate
+ * refuses for a structural reason. Safe on any plan the reader accepts. */
+void cz_plan_check_structure(cz_plan_checks *c, const cz_plan *plan);
+/* Whether two stored costs agree to validate's relative tolerance (1e-9); NaN never does. */
+int cz_close_rel(double a, double b);
 
 /* ---- simulate.c, render.c ---- */
 /* Kinds of collective for the alpha-beta formulas of the simulator (see docs/SIMULATOR.md). */
@@ -320,8 +435,6 @@ int cz_plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim
  * costliest parameters. */
 int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *sim,
                         const cz_render_options *opt, cz_error *err);
-/* Writes len bytes to path atomically (temporary file in the same folder, then rename). */
-int cz_file_write_atomic(const char *path, const char *data, size_t len, cz_error *err);
 /* ---- import_hf.c ---- */
 #include <jansson.h>
 /* Builds a canzona.model/1 description (a new jansson object owned by the caller, released
@@ -333,15 +446,42 @@ int cz_file_write_atomic(const char *path, const char *data, size_t len, cz_erro
  * config's _name_or_path basename (lowercased), else the file's basename without .json and
  * .config. Errors name the file and the JSON key: CZ_EIO, CZ_EPARSE, CZ_EINVALID (missing or
  * wrongly typed field), CZ_EUNSUPPORTED (unknown architecture or feature), CZ_ENOMEM. */
+/* Reads the optional "megatron" record of a model description (root) into m->megatron and
+ * checks it against itself and against m's parameters (called by cz_model_load). */
+int cz_model_megatron_read(const char *file, const json_t *root, cz_model *m, cz_error *err);
+
 int cz_import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,
                  cz_error *err);
+/* Validates and expands a parsed model description exactly as cz_model_load does a file's
+ * (messages name path, which need not be a file); sha may be NULL (then computed from root). */
+int cz_model_from_json(cz_model **out, const json_t *root, const char *path, const char *sha,
+                       cz_error *err);
+/* Options of cz_import_hf_opts; initialize with cz_import_hf_options_init. */
+typedef struct cz_import_hf_options {
+    const char *name;       /* NULL: derived as cz_import_hf describes */
+    cz_dtype dtype;         /* default bf16 */
+    int tp_size;            /* the job's tensor-parallel size; default 1 */
+    int vocab_divisible_by; /* Megatron's make_vocab_size_divisible_by; default 128 */
+    int split_qkv;          /* 1 (default, Megatron's): QKV declared as blocks Q, K, V */
+    int split_gate_up;      /* 1 (default): linear_fc1 declared as blocks gate, up; Megatron
+                               orthogonalizes the fused matrix whole (0) */
+} cz_import_hf_options;
+void cz_import_hf_options_init(cz_import_hf_options *o);
+/* cz_import_hf with the job's TP size and vocabulary padding: the vocabulary is padded as
+ * Megatron-LM pads it (to a multiple of vocab_divisible_by * tp_size), the model records the
+ * head counts and the padding in its "megatron" object, and hyper-parameters that Megatron-Core
+ * cannot split across tp_size ranks are refused (CZ_EINVALID naming the key and the rule).
+ * cz_import_hf is this function with the defaults. */
+int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_import_hf_options *o,
+                      cz_error *err);
 /* Formats a model description as the bundled files are written: 2-space indentation, one
  * parameter per line, key order preserved, trailing newline. *out is malloc'ed (free()). */
 int cz_model_json_format(char **out, const json_t *model, cz_error *err);
 
 /* ---- analysis: validate.c, inspect.c, plan_diff.c ---- */
 struct json_t; /* jansson's json_t */
-/* Recomputes every invariant of the plan (DESIGN.md section 3) against the model and cluster it
+/* Recomputes every invariant of the plan (listed by violation code in docs/ANALYSIS.md, "What is
+ * checked") against the model and cluster it
  * claims to be made for. On success *violations_out is a new JSON array (caller owns it) of
  * {"code", "path", "message"} objects, one per violation, empty when the plan is valid, and the
  * return value is the number of checks performed (>= 0). Returns a negative CZ_E* code on

@@ -18,14 +18,17 @@
  *            elements (alpha_numel_loads, as the reference code) or in the cost unit. The result
  *            is kept only when its per-rank cost max/mean is no worse than anchored's (decided
  *            per stage); otherwise anchored is kept and plan->dp_fell_back is set.
- *  layerwise whole parameters dealt to ranks (ping-pong in forward order, or longest processing
- *            time first); ranges stay the even slices since Megatron's layer-wise optimizer
- *            all-reduces gradients instead of reduce-scattering them.
+ *  layerwise whole parameters dealt to ranks: Megatron-LM's first released layer-wise rule
+ *            (see megatron_stage), ping-pong in forward order, or longest processing time
+ *            first; ranges stay the even slices since that optimizer all-reduces gradients
+ *            instead of reduce-scattering them.
  */
 #include "cz_types.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Parameters of each bucket in ascending offset order. */
 typedef struct {
@@ -249,9 +252,73 @@ static int cost_order_cmp(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
+/* Megatron-LM's optimizer groups under its layer-wise optimizer: Muon's (matrix) parameters,
+ * then AdamW's 2-D ones (embeddings, output layer, routers: weight decay), then AdamW's 1-D
+ * ones (norms and biases: no weight decay). Expert parameters form groups of their own. */
+typedef struct {
+    int id;
+    int group;
+    int64_t numel;
+} megatron_order;
+
+static int megatron_order_cmp(const void *a, const void *b)
+{
+    const megatron_order *x = a, *y = b;
+    if (x->numel != y->numel)
+        return x->numel < y->numel ? -1 : 1;
+    /* Python's sort is stable over the list built group by group in registration order. */
+    if (x->group != y->group)
+        return x->group < y->group ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static bool megatron_is_expert(const cz_plan_param *p)
+{
+    /* Megatron-Core's MoE experts (mlp.experts.*) are expert-parallel parameters; shared
+     * experts (mlp.shared_experts.*) are not. */
+    return p->name && strstr(p->name, "mlp.experts.") != NULL;
+}
+
+/* Megatron-LM's first released layer-wise rule (megatron/core/optimizer/
+ * layer_wise_optimizer.py as first released; kept there as the ping-pong fallback): all parameters
+ * of all optimizer groups, in group order, sorted stably by their TP-local element count
+ * ascending and dealt to DP ranks 0, 1, ..., R-1, R-1, ..., 0, 0, 1, ...; expert parameters are
+ * dealt the same way with a counter of their own over the expert-data-parallel group, which is
+ * the DP group here (no expert parallelism is modelled). */
+static int megatron_stage(cz_plan *plan, int stage, cz_error *err)
+{
+    int dp = plan->dp;
+    megatron_order *order = malloc((plan->nparams + 1) * sizeof *order);
+    if (!order)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory in layerwise partitioning");
+    size_t n = 0;
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        if (p->stage != stage)
+            continue;
+        int group = p->kind == CZ_KIND_MATRIX ? 0 : p->ndim == 2 ? 1 : 2;
+        order[n].id = (int)i;
+        order[n].group = group + (megatron_is_expert(p) ? 3 : 0);
+        order[n].numel = p->numel;
+        n++;
+    }
+    qsort(order, n, sizeof *order, megatron_order_cmp);
+    int64_t dense = 0, expert = 0;
+    for (size_t k = 0; k < n; k++) {
+        int64_t *counter = order[k].group >= 3 ? &expert : &dense;
+        int pos = (int)(*counter % (2 * (int64_t)dp));
+        plan->params[order[k].id].dp_owner = pos < dp ? pos : 2 * dp - 1 - pos;
+        (*counter)++;
+    }
+    free(order);
+    return CZ_OK;
+}
+
 static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
 {
     int dp = plan->dp;
+    if (plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON)
+        return megatron_stage(plan, stage, err);
     if (plan->settings.layerwise_order == CZ_LAYERWISE_PINGPONG) {
         int k = 0;
         for (size_t i = 0; i < plan->nparams; i++) {

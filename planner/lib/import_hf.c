@@ -8,6 +8,7 @@
  * blocks so that matrix optimizers treat the parts as independent matrices. MoE experts are
  * whole matrices (no expert parallelism). */
 #include "cz_types.h"
+#include "file_io.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -15,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A config.json is a few kilobytes; anything near this is not one. */
+#define CZ_HF_CONFIG_MAX_BYTES ((size_t)16 << 20)
 
 /* Bounds every hyper-parameter so that shape products stay far from int64 overflow. */
 #define HF_MAX_DIM ((int64_t)1 << 24)
@@ -52,6 +56,8 @@ typedef struct hf_config {
     const char *path;
     size_t family_index;
     int64_t hidden, ffn, layers, heads, kv_heads, head_dim, vocab;
+    int64_t padded_vocab;          /* Megatron's padding for the job's TP size */
+    bool split_qkv, split_gate_up; /* declare the fusions as blocks (see the options) */
     bool tie, qkv_bias, proj_bias, mlp_bias, qk_norm;
     int64_t experts, moe_ffn, shared_ffn, sparse_step;
     bool *moe_layer; /* per layer */
@@ -213,6 +219,64 @@ done:
     return rc;
 }
 
+static int64_t hf_sat_add(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+static int64_t hf_sat_mul(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+/* Parameters and elements of the model hf_layer and cz_import_hf would write, counted before
+ * anything is built: a config with millions of layers or experts is refused here instead of
+ * exhausting memory, and only models the loader accepts are written. Mirrors hf_layer. */
+static int hf_check_size(const hf_config *c, cz_error *err)
+{
+    const int64_t h = c->hidden, d = c->head_dim;
+    const int64_t q = hf_sat_mul(c->heads, d), kv = hf_sat_mul(c->kv_heads, d);
+    const int64_t qkv = hf_sat_add(q, hf_sat_mul(2, kv));
+    int64_t common_n = 3 + c->qkv_bias + 2 * c->qk_norm + c->proj_bias;
+    int64_t common_e = hf_sat_add(h, hf_sat_mul(qkv, h));
+    common_e = hf_sat_add(common_e, hf_sat_mul(h, q));
+    common_e = hf_sat_add(common_e, (c->qkv_bias ? qkv : 0) + (c->qk_norm ? 2 * d : 0) +
+                                        (c->proj_bias ? h : 0));
+    int64_t dense_n = common_n + 3 + 2 * c->mlp_bias;
+    int64_t dense_e = hf_sat_add(common_e, hf_sat_mul(3, hf_sat_mul(c->ffn, h)));
+    dense_e = hf_sat_add(dense_e, h + (c->mlp_bias ? 2 * c->ffn + h : 0));
+    int64_t moe_n =
+        hf_sat_add(common_n + 2 + (c->shared_ffn > 0 ? 3 : 0), hf_sat_mul(2, c->experts));
+    int64_t expert_e = hf_sat_mul(3, hf_sat_mul(c->moe_ffn, h));
+    int64_t moe_e = hf_sat_add(common_e, h + hf_sat_mul(c->experts, h));
+    moe_e = hf_sat_add(moe_e, hf_sat_mul(c->experts, expert_e));
+    if (c->shared_ffn > 0)
+        moe_e = hf_sat_add(moe_e, hf_sat_add(hf_sat_mul(3, hf_sat_mul(c->shared_ffn, h)), h));
+    int64_t ndense = c->layers - c->nmoe;
+    int64_t nparams = hf_sat_add(hf_sat_mul(ndense, dense_n), hf_sat_mul(c->nmoe, moe_n));
+    nparams = hf_sat_add(nparams, c->tie ? 2 : 3);
+    int64_t nelems = hf_sat_add(hf_sat_mul(ndense, dense_e), hf_sat_mul(c->nmoe, moe_e));
+    nelems = hf_sat_add(nelems, hf_sat_add(hf_sat_mul(c->tie ? 1 : 2, hf_sat_mul(c->vocab, h)), h));
+    if (nparams > (int64_t)CZ_MODEL_MAX_PARAMS)
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: $.num_hidden_layers (%" PRId64
+                            ") and the experts per layer (%" PRId64 ") make %s%" PRId64
+                            " parameters; a canzona model holds at most %zu",
+                            c->path, c->layers, c->experts,
+                            nparams == INT64_MAX ? "more than " : "", nparams, CZ_MODEL_MAX_PARAMS);
+    if (nelems > CZ_MODEL_MAX_ELEMENTS)
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: the sizes (hidden %" PRId64 ", vocabulary %" PRId64 ", %" PRId64
+                            " layers, FFN %" PRId64 ", %" PRId64 " experts of FFN %" PRId64
+                            ") make %s%" PRId64 " elements; a canzona model holds at most %" PRId64
+                            " (2^50)",
+                            c->path, h, c->vocab, c->layers, c->ffn, c->experts, c->moe_ffn,
+                            nelems == INT64_MAX ? "more than " : "", nelems, CZ_MODEL_MAX_ELEMENTS);
+    return 0;
+}
+
 static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
 {
     int rc;
@@ -228,6 +292,14 @@ static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
         (rc = hf_get_int(c, root, "vocab_size", true, 0, 1, &c->vocab, err)) ||
         (rc = hf_get_bool(c, root, "tie_word_embeddings", false, &c->tie, err)))
         return rc;
+    /* Every layer registers at least five parameters (norm, QKV, projection and an MLP or a
+     * router and its norm): refuse a layer count that cannot fit before anything per layer is
+     * allocated; hf_check_size counts exactly once everything is read. */
+    if (c->layers > (int64_t)(CZ_MODEL_MAX_PARAMS / 5))
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: $.num_hidden_layers (%" PRId64
+                            ") makes more than %zu parameters; a canzona model holds at most %zu",
+                            c->path, c->layers, CZ_MODEL_MAX_PARAMS, CZ_MODEL_MAX_PARAMS);
     const json_t *hd = json_object_get(root, "head_dim");
     if ((!hd || json_is_null(hd)) && c->hidden % c->heads)
         return cz_error_set(err, CZ_EINVALID,
@@ -289,7 +361,7 @@ static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
     if (c->nmoe < c->layers &&
         (rc = hf_get_int(c, root, "intermediate_size", true, 0, 1, &c->ffn, err)))
         return rc;
-    return 0;
+    return hf_check_size(c, err);
 }
 
 /* ---- building the description ---- */
@@ -351,12 +423,14 @@ static json_t *hf_repeat(int64_t n, const char *prefix, json_t *params, bool *ok
 }
 
 /* A SwiGLU MLP: fused gate/up (column-parallel) then down (row-parallel). */
-static void hf_swiglu(json_t *arr, const char *prefix, int64_t hidden, int64_t ffn, bool *ok)
+static void hf_swiglu(json_t *arr, const char *prefix, int64_t hidden, int64_t ffn, bool split,
+                      bool *ok)
 {
     char name[128];
     snprintf(name, sizeof name, "%slinear_fc1.weight", prefix);
     json_t *fc1 = hf_param(name, 2 * ffn, hidden, 0, true, ok);
-    hf_blocks(fc1, ffn, ffn, 0, ok);
+    if (split)
+        hf_blocks(fc1, ffn, ffn, 0, ok);
     hf_add(arr, fc1, ok);
     snprintf(name, sizeof name, "%slinear_fc2.weight", prefix);
     hf_add(arr, hf_param(name, hidden, ffn, 1, true, ok), ok);
@@ -372,7 +446,8 @@ static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
 
     hf_add(a, hf_param("self_attention.linear_qkv.layer_norm_weight", h, -1, -1, false, ok), ok);
     json_t *qkv = hf_param("self_attention.linear_qkv.weight", q + 2 * kv, h, 0, true, ok);
-    hf_blocks(qkv, q, kv, kv, ok);
+    if (c->split_qkv)
+        hf_blocks(qkv, q, kv, kv, ok);
     hf_add(a, qkv, ok);
     if (c->qkv_bias)
         hf_add(a, hf_param("self_attention.linear_qkv.bias", q + 2 * kv, -1, 0, false, ok), ok);
@@ -387,7 +462,8 @@ static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
     if (!moe) {
         hf_add(a, hf_param("mlp.linear_fc1.layer_norm_weight", h, -1, -1, false, ok), ok);
         json_t *fc1 = hf_param("mlp.linear_fc1.weight", 2 * c->ffn, h, 0, true, ok);
-        hf_blocks(fc1, c->ffn, c->ffn, 0, ok);
+        if (c->split_gate_up)
+            hf_blocks(fc1, c->ffn, c->ffn, 0, ok);
         hf_add(a, fc1, ok);
         if (c->mlp_bias)
             hf_add(a, hf_param("mlp.linear_fc1.bias", 2 * c->ffn, -1, 0, false, ok), ok);
@@ -401,10 +477,10 @@ static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
     hf_add(a, hf_param("pre_mlp_layernorm.weight", h, -1, -1, false, ok), ok);
     hf_add(a, hf_param("mlp.router.weight", c->experts, h, -1, false, ok), ok);
     json_t *expert = json_array();
-    hf_swiglu(expert, "", h, c->moe_ffn, ok);
+    hf_swiglu(expert, "", h, c->moe_ffn, c->split_gate_up, ok);
     hf_add(a, hf_repeat(c->experts, "mlp.experts.local_experts.{i}.", expert, ok), ok);
     if (c->shared_ffn > 0) {
-        hf_swiglu(a, "mlp.shared_experts.", h, c->shared_ffn, ok);
+        hf_swiglu(a, "mlp.shared_experts.", h, c->shared_ffn, c->split_gate_up, ok);
         /* Qwen2-MoE's shared_expert_gate, Linear(hidden, 1): Megatron's gate_weight. */
         hf_add(a, hf_param("mlp.shared_experts.gate_weight", 1, h, -1, false, ok), ok);
     }
@@ -488,43 +564,106 @@ static char *hf_description(const hf_config *c)
     }
     if (c->nmoe < c->layers)
         snprintf(ffn, sizeof ffn, ", FFN %" PRId64, c->ffn);
+    char pad[64] = "";
+    if (c->padded_vocab != c->vocab)
+        snprintf(pad, sizeof pad, " (padded to %" PRId64 ")", c->padded_vocab);
     char buf[1024];
     snprintf(buf, sizeof buf,
              "%s imported from %s by canzona import-hf: %" PRId64 " layers, hidden %" PRId64
              ", %" PRId64 " attention heads and %" PRId64 " KV heads of dimension %" PRId64
-             "%s%s, vocabulary %" PRId64 "%s%s.",
+             "%s%s, vocabulary %" PRId64 "%s%s%s.",
              hf_families[c->family_index].architecture, hf_basename(c->path), c->layers, c->hidden,
-             c->heads, c->kv_heads, c->head_dim, ffn, moe, c->vocab,
+             c->heads, c->kv_heads, c->head_dim, ffn, moe, c->vocab, pad,
              c->qkv_bias ? ", Q/K/V bias" : "", c->tie ? ", tied input and output embeddings" : "");
     return cz_strdup(buf);
+}
+
+/* Megatron-Core splits these sizes across the TP ranks (heads and query groups whole, the
+ * column-parallel fc1 and row-parallel fc2 by rows and columns of the FFN). */
+static int hf_check_tp(const hf_config *c, int64_t tp, cz_error *err)
+{
+    int rc = cz_megatron_check_heads(c->path, "$.num_attention_heads", c->heads,
+                                     "$.num_key_value_heads", c->kv_heads, tp, err);
+    if (rc)
+        return rc;
+    static const char *const ffn_keys[] = {"intermediate_size", "moe_intermediate_size",
+                                           "shared_expert_intermediate_size"};
+    hf_family f = hf_families[c->family_index].family;
+    const int64_t sizes[] = {c->nmoe < c->layers ? c->ffn : 0, c->nmoe > 0 ? c->moe_ffn : 0,
+                             c->shared_ffn};
+    for (int i = 0; i < 3; i++) {
+        if (sizes[i] <= 0 || sizes[i] % tp == 0)
+            continue;
+        /* Mixtral's experts take their FFN from intermediate_size. */
+        const char *key = f == HF_MIXTRAL && i == 1 ? "intermediate_size" : ffn_keys[i];
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: $.%s (%" PRId64
+                            ") must be a multiple of the tensor-parallel size (%" PRId64
+                            "): Megatron-Core splits the FFN of the column-parallel linear_fc1 "
+                            "and the row-parallel linear_fc2 evenly across TP ranks",
+                            c->path, key, sizes[i], tp);
+    }
+    return 0;
+}
+
+void cz_import_hf_options_init(cz_import_hf_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->dtype = CZ_DTYPE_BF16;
+    o->tp_size = 1;
+    o->vocab_divisible_by = 128;
+    o->split_qkv = 1;
+    o->split_gate_up = 1;
 }
 
 int cz_import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,
                  cz_error *err)
 {
+    cz_import_hf_options o;
+    cz_import_hf_options_init(&o);
+    o.name = name;
+    o.dtype = dtype;
+    return cz_import_hf_opts(out_model, config_path, &o, err);
+}
+
+int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_import_hf_options *o,
+                      cz_error *err)
+{
     int rc = 0;
     bool ok = true;
     json_t *root = NULL, *model = NULL;
     char *derived = NULL, *description = NULL;
-    hf_config c = {.path = config_path};
+    hf_config c = {.path = config_path,
+                   .split_qkv = o && o->split_qkv,
+                   .split_gate_up = o && o->split_gate_up};
 
-    if (!out_model || !config_path)
-        return cz_error_set(err, CZ_EINVALID, "cz_import_hf: out_model and config_path are needed");
+    if (!out_model || !config_path || !o)
+        return cz_error_set(err, CZ_EINVALID,
+                            "cz_import_hf: out_model, config_path and options are needed");
     *out_model = NULL;
+    const char *name = o->name;
+    cz_dtype dtype = o->dtype;
+    if (o->tp_size < 1 || o->tp_size > (1 << 20))
+        return cz_error_set(err, CZ_EINVALID,
+                            "the tensor-parallel size must be from 1 to 1048576, got %d",
+                            o->tp_size);
+    if (o->vocab_divisible_by < 1 || o->vocab_divisible_by > (1 << 20))
+        return cz_error_set(err, CZ_EINVALID,
+                            "make_vocab_size_divisible_by must be from 1 to 1048576, got %d",
+                            o->vocab_divisible_by);
     if (!cz_dtype_name(dtype))
         return cz_error_set(err, CZ_EINVALID, "cz_import_hf: unknown dtype %d", (int)dtype);
     if (name && !*name)
         return cz_error_set(err, CZ_EINVALID, "the model name must not be empty");
 
     json_error_t jerr;
-    root = json_load_file(config_path, JSON_REJECT_DUPLICATES, &jerr);
+    char *text = NULL;
+    size_t text_len = 0;
+    if ((rc = cz_file_read_all(config_path, CZ_HF_CONFIG_MAX_BYTES, &text, &text_len, err)))
+        goto done;
+    root = json_loadb(text, text_len, JSON_REJECT_DUPLICATES, &jerr);
+    free(text);
     if (!root) {
-        FILE *f = fopen(config_path, "rb");
-        if (!f) {
-            rc = cz_error_set(err, CZ_EIO, "%s: cannot read the file", config_path);
-            goto done;
-        }
-        fclose(f);
         rc = cz_error_set(err, CZ_EPARSE, "%s:%d:%d: not valid JSON: %s", config_path, jerr.line,
                           jerr.column, jerr.text);
         goto done;
@@ -534,8 +673,16 @@ int cz_import_hf(json_t **out_model, const char *config_path, const char *name, 
                           hf_type_name(root));
         goto done;
     }
-    if ((rc = hf_config_read(&c, root, err)))
+    if ((rc = hf_config_read(&c, root, err)) || (rc = hf_check_tp(&c, o->tp_size, err)))
         goto done;
+    c.padded_vocab = cz_megatron_padded_vocab(c.vocab, o->vocab_divisible_by, o->tp_size);
+    if (c.padded_vocab < 1 || c.padded_vocab > HF_MAX_DIM) {
+        rc = cz_error_set(err, CZ_EINVALID,
+                          "%s: $.vocab_size %" PRId64 " padded to a multiple of %d x TP %d exceeds "
+                          "%" PRId64 "; use a smaller --make-vocab-size-divisible-by",
+                          config_path, c.vocab, o->vocab_divisible_by, o->tp_size, HF_MAX_DIM);
+        goto done;
+    }
 
     if (!name) {
         name = derived = hf_default_name(config_path, root);
@@ -552,7 +699,16 @@ int cz_import_hf(json_t **out_model, const char *config_path, const char *name, 
     hf_set(model, "name", json_string(name), &ok);
     hf_set(model, "dtype", json_string(cz_dtype_name(dtype)), &ok);
     hf_set(model, "description", json_string(description), &ok);
-    hf_add(params, hf_param("embedding.word_embeddings.weight", c.vocab, c.hidden, 0, false, &ok),
+    json_t *mg = json_object();
+    hf_set(mg, "num_attention_heads", json_integer(c.heads), &ok);
+    hf_set(mg, "num_query_groups", json_integer(c.kv_heads), &ok);
+    hf_set(mg, "vocab_size", json_integer(c.vocab), &ok);
+    hf_set(mg, "make_vocab_size_divisible_by", json_integer(o->vocab_divisible_by), &ok);
+    hf_set(mg, "tensor_model_parallel_size", json_integer(o->tp_size), &ok);
+    hf_set(mg, "padded_vocab_size", json_integer(c.padded_vocab), &ok);
+    hf_set(model, "megatron", mg, &ok);
+    hf_add(params,
+           hf_param("embedding.word_embeddings.weight", c.padded_vocab, c.hidden, 0, false, &ok),
            &ok);
 
     bool uniform = true;
@@ -574,10 +730,23 @@ int cz_import_hf(json_t **out_model, const char *config_path, const char *name, 
     }
     hf_add(params, hf_param("decoder.final_layernorm.weight", c.hidden, -1, -1, false, &ok), &ok);
     if (!c.tie)
-        hf_add(params, hf_param("output_layer.weight", c.vocab, c.hidden, 0, false, &ok), &ok);
+        hf_add(params, hf_param("output_layer.weight", c.padded_vocab, c.hidden, 0, false, &ok),
+               &ok);
     hf_set(model, "params", params, &ok);
     if (!ok || !model)
         goto nomem;
+    /* What we write must load: the loader's own checks, not a copy of them. */
+    cz_model *check = NULL;
+    size_t shown_len = strlen(config_path) + sizeof " (imported)";
+    char *shown = malloc(shown_len);
+    if (!shown)
+        goto nomem;
+    snprintf(shown, shown_len, "%s (imported)", config_path);
+    rc = cz_model_from_json(&check, model, shown, NULL, err);
+    free(shown);
+    cz_model_free(check);
+    if (rc)
+        goto done;
     *out_model = model;
     model = NULL;
     goto done;

@@ -1,6 +1,8 @@
 /* Strict unpacking of jansson values with JSON-path error messages (see json_util.h). */
 #include "json_util.h"
 
+#include "file_io.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -12,49 +14,6 @@
 
 /* Files larger than this are not model, cluster or plan files; refuse before reading them. */
 #define CZ_JSON_MAX_FILE_BYTES ((size_t)1 << 30)
-
-static int read_whole_file(const char *path, char **out, size_t *len, cz_error *err)
-{
-    int rc = CZ_OK;
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return cz_error_set(err, CZ_EIO, "%s: cannot open: %s", path, strerror(errno));
-    for (;;) {
-        if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 65536;
-            if (ncap > CZ_JSON_MAX_FILE_BYTES) {
-                rc = cz_error_set(err, CZ_EINVALID, "%s: file larger than %zu bytes", path,
-                                  CZ_JSON_MAX_FILE_BYTES);
-                goto done;
-            }
-            char *nb = realloc(buf, ncap);
-            if (!nb) {
-                rc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory while reading", path);
-                goto done;
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f))
-                rc = cz_error_set(err, CZ_EIO, "%s: cannot read: %s", path, strerror(errno));
-            break;
-        }
-    }
-done:
-    fclose(f);
-    if (rc != CZ_OK) {
-        free(buf);
-        return rc;
-    }
-    *out = buf;
-    *len = n;
-    return CZ_OK;
-}
 
 int cz_json_canonical_sha256(const json_t *root, char out[65], cz_error *err)
 {
@@ -72,7 +31,7 @@ int cz_json_load_file(json_t **out, char sha256[65], const char *path, cz_error 
     size_t len = 0;
     json_t *root = NULL;
     json_error_t jerr;
-    int rc = read_whole_file(path, &buf, &len, err);
+    int rc = cz_file_read_all(path, CZ_JSON_MAX_FILE_BYTES, &buf, &len, err);
     if (rc != CZ_OK)
         return rc;
     root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);

@@ -13,16 +13,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Bounds the expansion so that a hostile file (nested repeats of 1e9) cannot exhaust memory. */
-#define CZ_MODEL_MAX_PARAMS ((size_t)1 << 22)
-
 typedef struct expander {
     cz_json_ctx ctx;
     cz_param_def *params;
     char **paths; /* JSON path of each expanded parameter, for duplicate messages */
     size_t n, cap;
     int next_layer;
+    int64_t elements; /* of the parameters expanded so far, at most CZ_MODEL_MAX_ELEMENTS */
 } expander;
+
+const char *cz_param_name_problem(const char *name)
+{
+    if (!name || !*name)
+        return "is empty";
+    if (name[0] == '.')
+        return "starts with '.'";
+    if (strlen(name) > CZ_PARAM_NAME_MAX)
+        return "is longer than 200 bytes";
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
+        if (*c == '/')
+            return "contains '/'";
+        if (*c == '\\')
+            return "contains '\\'";
+        if (*c < 0x20 || *c == 0x7f)
+            return "contains a control character";
+    }
+    return NULL;
+}
 
 static const char *const param_keys[] = {"name", "shape", "tp_dim", "optimizer", "blocks", NULL};
 static const char *const repeat_keys[] = {"repeat", "prefix", "params", NULL};
@@ -101,8 +118,9 @@ static int parse_blocks(expander *x, const json_t *blocks, const char *path, cz_
         return rc;
     cz_json_path_key(sub, path, "sizes");
     size_t n = json_array_size(sizes);
-    if (n > (size_t)INT_MAX)
-        return cz_json_fail(c, sub, "too many blocks");
+    if (n > CZ_MAX_BLOCKS)
+        return cz_json_fail(c, sub, CZ_BLOCKS_LIMIT_FMT, p->name, (int)(n > INT_MAX ? INT_MAX : n),
+                            CZ_MAX_BLOCKS);
     p->block_sizes = calloc(n, sizeof *p->block_sizes);
     if (!p->block_sizes)
         return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
@@ -163,6 +181,14 @@ static int parse_param(expander *x, const json_t *e, const char *path, const cha
         return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
     memcpy(p->name, prefix, plen);
     memcpy(p->name + plen, name, nlen + 1);
+    /* The executor turns names into file names inside a folder: nothing may lead outside it. */
+    const char *problem = cz_param_name_problem(p->name);
+    if (problem)
+        return cz_json_fail(c, cz_json_path_key(sub, path, "name"),
+                            "parameter name \"%.*s\"%s %s; a name must be usable as a file name: "
+                            "no '/', '\\' or control characters, no leading '.', at most %d bytes",
+                            64, p->name, strlen(p->name) > 64 ? "..." : "", problem,
+                            CZ_PARAM_NAME_MAX);
 
     if ((rc = cz_json_get_array(c, e, path, "shape", true, 0, &shape)) != CZ_OK)
         return rc;
@@ -177,8 +203,19 @@ static int parse_param(expander *x, const json_t *e, const char *path, const cha
         if ((rc = cz_json_as_int64(c, json_array_get(shape, i), cz_json_path_index(el, sub, i), 1,
                                    INT64_MAX, &p->shape[i])) != CZ_OK)
             return rc;
-    if (p->shape[0] > INT64_MAX / p->shape[1])
-        return cz_json_fail(c, sub, "the element count overflows a 64-bit integer");
+    if (p->shape[0] > CZ_MODEL_MAX_ELEMENTS / p->shape[1])
+        return cz_json_fail(c, sub,
+                            "%" PRId64 " x %" PRId64 " elements; a model may hold at most %" PRId64
+                            " (2^50) elements",
+                            p->shape[0], p->shape[1], CZ_MODEL_MAX_ELEMENTS);
+    /* Bounded in total too: bucket offsets and every sum over parameters build on it. */
+    int64_t numel = p->shape[0] * p->shape[1];
+    if (numel > CZ_MODEL_MAX_ELEMENTS - x->elements)
+        return cz_json_fail(c, sub,
+                            "the model's parameters up to this one hold more than %" PRId64
+                            " (2^50) elements in total (%" PRId64 " before it, %" PRId64 " in it)",
+                            CZ_MODEL_MAX_ELEMENTS, x->elements, numel);
+    x->elements += numel;
 
     tp = json_object_get(e, "tp_dim");
     cz_json_path_key(sub, path, "tp_dim");
@@ -303,20 +340,33 @@ static int check_duplicates(expander *x)
 
 int cz_model_load(cz_model **out, const char *path, cz_error *err)
 {
-    static const char *const top_keys[] = {"schema", "name",        "dtype",
-                                           "params", "description", NULL};
     json_t *root = NULL;
+    char sha[65];
+    *out = NULL;
+    int rc = cz_json_load_file(&root, sha, path, err);
+    if (rc == CZ_OK)
+        rc = cz_model_from_json(out, root, path, sha, err);
+    json_decref(root);
+    return rc;
+}
+
+int cz_model_from_json(cz_model **out, const json_t *root, const char *path, const char *sha,
+                       cz_error *err)
+{
+    static const char *const top_keys[] = {"schema",      "name",     "dtype", "params",
+                                           "description", "megatron", NULL};
     cz_model *m = NULL;
     expander x = {.ctx = {path, err}};
     const char *name = NULL, *desc = NULL;
     const json_t *params;
     int dtype = 0;
-    char sha[65];
     int rc;
 
     *out = NULL;
-    if ((rc = cz_json_load_file(&root, sha, path, err)) != CZ_OK)
+    if (!json_is_object(root)) {
+        rc = cz_error_set(err, CZ_EINVALID, "%s: $: expected a JSON object", path);
         goto done;
+    }
     if ((rc = cz_json_check_schema(&x.ctx, root, CZ_MODEL_SCHEMA)) != CZ_OK ||
         (rc = cz_json_check_object(&x.ctx, root, "$", top_keys)) != CZ_OK ||
         (rc = cz_json_get_string(&x.ctx, root, "$", "name", true, &name)) != CZ_OK ||
@@ -345,12 +395,19 @@ int cz_model_load(cz_model **out, const char *path, cz_error *err)
         rc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
         goto done;
     }
-    memcpy(m->sha256, sha, sizeof sha);
+    if (sha) {
+        memcpy(m->sha256, sha, 64);
+        m->sha256[64] = '\0';
+    } else if ((rc = cz_json_canonical_sha256(root, m->sha256, err)) != CZ_OK) {
+        goto done;
+    }
     m->dtype = (cz_dtype)dtype;
     m->nlayers = x.next_layer;
     m->nparams = x.n;
     m->params = x.params;
     x.params = NULL;
+    if ((rc = cz_model_megatron_read(path, root, m, err)) != CZ_OK)
+        goto done;
     *out = m;
     m = NULL;
 done:
@@ -363,6 +420,5 @@ done:
     free(x.params);
     free(x.paths);
     cz_model_free(m);
-    json_decref(root);
     return rc;
 }

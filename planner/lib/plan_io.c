@@ -13,6 +13,7 @@
  * The reader checks types, unknown keys, the schema version and the structure later code indexes
  * by (ids equal to indices, array lengths, ids in range). Semantic invariants (coverage,
  * atomicity, each matrix scheduled once) are the validator's job, not the reader's. */
+#include "file_io.h"
 #include "json_util.h"
 
 #include <errno.h>
@@ -291,47 +292,40 @@ static json_t *build_plan(writer *w, const cz_plan *p)
     return root;
 }
 
-/* Writes text to a temporary file beside path, syncs it and renames it over path, so that a
- * reader sees either the old file or the new one, never a mix. */
-static int write_atomic(const char *path, const char *text, cz_error *err)
+/* The key of the content hash, and how the hashed text is formatted (docs/FORMATS.md). */
+#define CONTENT_KEY "content_sha256"
+#define CONTENT_FLAGS (JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17))
+
+int cz_plan_json_content_hash(const json_t *plan, char out[65], cz_error *err)
 {
-    int rc = CZ_OK;
-    size_t len = strlen(text);
-    size_t tmp_len = strlen(path) + 32;
-    char *tmp = malloc(tmp_len);
-    FILE *f = NULL;
-    if (!tmp)
-        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
-    f = fopen(tmp, "wb");
-    if (!f) {
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot create temporary file %s: %s", path, tmp,
-                          strerror(errno));
-        free(tmp);
-        return rc;
-    }
-    if (fwrite(text, 1, len, f) != len || fflush(f) != 0 || fsync(fileno(f)) != 0) {
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot write %s: %s", path, tmp, strerror(errno));
-        goto fail;
-    }
-    if (fclose(f) != 0) {
-        f = NULL;
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot write %s: %s", path, tmp, strerror(errno));
-        goto fail;
-    }
-    f = NULL;
-    if (rename(tmp, path) != 0) {
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot replace the file: %s", path, strerror(errno));
-        goto fail;
-    }
-    free(tmp);
+    /* A shallow copy shares the members: dropping the hash from it leaves plan untouched. */
+    json_t *copy = json_copy((json_t *)plan);
+    if (!copy)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory hashing the plan");
+    json_object_del(copy, CONTENT_KEY);
+    char *text = json_dumps(copy, CONTENT_FLAGS);
+    json_decref(copy);
+    if (!text)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory hashing the plan");
+    cz_sha256_hex(text, strlen(text), out);
+    free(text);
     return CZ_OK;
-fail:
-    if (f)
-        fclose(f);
-    unlink(tmp);
-    free(tmp);
-    return rc;
+}
+
+int cz_plan_check_content_hash(const cz_plan *plan, const char *path, cz_error *err)
+{
+    if (plan->content_hash_ok > 0)
+        return CZ_OK;
+    if (plan->content_hash_ok < 0)
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: plan content hash mismatch: the plan was edited after it was "
+                            "written; re-run canzona plan",
+                            path);
+    return cz_error_set(err, CZ_EINVALID,
+                        "%s: $.content_sha256: missing; the plan was written by an older "
+                        "canzona or by hand, and its content cannot be trusted without a "
+                        "model; re-run canzona plan",
+                        path);
 }
 
 int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
@@ -340,6 +334,16 @@ int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
     json_t *root = build_plan(&w, plan);
     if (!root)
         return w.rc;
+    /* The hash covers everything above; consumers without the model (the executor) recompute
+     * it on load to refuse a plan edited since. */
+    char hash[65];
+    int hrc = cz_plan_json_content_hash(root, hash, err);
+    if (hrc == CZ_OK && json_object_set_new(root, CONTENT_KEY, json_string(hash)) != 0)
+        hrc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory while formatting the plan", path);
+    if (hrc != CZ_OK) {
+        json_decref(root);
+        return hrc;
+    }
     char *text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_INDENT(1) | JSON_REAL_PRECISION(17));
     json_decref(root);
     if (!text)
@@ -353,7 +357,7 @@ int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
     }
     with_nl[n] = '\n';
     with_nl[n + 1] = '\0';
-    int rc = write_atomic(path, with_nl, err);
+    int rc = cz_file_write(path, with_nl, n + 1, err);
     free(with_nl);
     return rc;
 }
@@ -384,17 +388,22 @@ static int r_strdup(const cz_json_ctx *c, const json_t *obj, const char *path, c
     return *out ? CZ_OK : oom(c);
 }
 
+static bool is_sha256_hex(const char *s)
+{
+    size_t n = strlen(s);
+    bool ok = n == 64;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f');
+    return ok;
+}
+
 static int r_sha(const cz_json_ctx *c, const json_t *obj, const char *path, char **out)
 {
     char sub[CZ_JSON_PATH_MAX];
     int rc = r_strdup(c, obj, path, "sha256", out);
     if (rc != CZ_OK)
         return rc;
-    size_t n = strlen(*out);
-    bool ok = n == 64;
-    for (size_t i = 0; ok && i < n; i++)
-        ok = ((*out)[i] >= '0' && (*out)[i] <= '9') || ((*out)[i] >= 'a' && (*out)[i] <= 'f');
-    if (!ok)
+    if (!is_sha256_hex(*out))
         return cz_json_fail(c, cz_json_path_key(sub, path, "sha256"),
                             "expected 64 lowercase hexadecimal digits, found \"%.80s\"", *out);
     return CZ_OK;
@@ -496,7 +505,7 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     static const char *const units[] = {"numel", "flops", "time", NULL};
     static const char *const dps[] = {"even", "anchored", "layerwise", "alpha", "tpaware", NULL};
     static const char *const tps[] = {"sc", "none", "single", "slot", "rollback", NULL};
-    static const char *const orders[] = {"pingpong", "lpt", NULL};
+    static const char *const orders[] = {"pingpong", "lpt", "megatron", NULL};
     static const char *const solvers[] = {"greedy", "ilp", NULL};
     static const char *const loads[] = {"cost", "numel", NULL};
     const char *P = "$.settings";
@@ -566,6 +575,14 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
         goto done;
     }
     TRY(r_strdup(c, e, path, "name", &q->name));
+    /* The executor makes file names of these (--dump-dir, --init-dir): same rule as models. */
+    const char *problem = cz_param_name_problem(q->name);
+    if (problem) {
+        rc = cz_json_fail(c, cz_json_path_key(sub, path, "name"),
+                          "parameter name \"%.64s\" %s; a name must be usable as a file name",
+                          q->name, problem);
+        goto done;
+    }
     TRY(r_dims(c, e, path, "shape", 0, 1, q->shape, &q->ndim));
     TRY(r_dims(c, e, path, "local_shape", q->ndim, 1, q->local_shape, &local_ndim));
     tp = json_object_get(e, "tp_dim");
@@ -809,12 +826,30 @@ done:
     return rc;
 }
 
+/* Reads $.content_sha256 when present and records whether the content matches it. */
+static int read_content_hash(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+{
+    const char *rec = NULL;
+    int rc = cz_json_get_string(c, root, "$", CONTENT_KEY, false, &rec);
+    if (rc != CZ_OK || !rec)
+        return rc;
+    if (!is_sha256_hex(rec))
+        return cz_json_fail(c, "$." CONTENT_KEY,
+                            "expected 64 lowercase hexadecimal digits, found \"%.80s\"", rec);
+    char actual[65];
+    if ((rc = cz_plan_json_content_hash(root, actual, c->err)) != CZ_OK)
+        return rc;
+    memcpy(p->content_sha256, rec, 65);
+    p->content_hash_ok = strcmp(rec, actual) == 0 ? 1 : -1;
+    return CZ_OK;
+}
+
 int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
 {
     static const char *const top_keys[] = {
-        "schema",  "generator",      "inputs", "settings", "topology",
-        "dtype",   "buckets_config", "params", "buckets",  "tp_schedule",
-        "metrics", "solver_result",  NULL};
+        "schema",  "generator",      "inputs",    "settings", "topology",
+        "dtype",   "buckets_config", "params",    "buckets",  "tp_schedule",
+        "metrics", "solver_result",  CONTENT_KEY, NULL};
     static const char *const gen_keys[] = {"name", "version", NULL};
     static const char *const in_keys[] = {"model", "cluster", NULL};
     static const char *const ref_keys[] = {"name", "sha256", NULL};
@@ -835,6 +870,7 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
     TRY(cz_json_load_file(&root, NULL, path, err));
     TRY(cz_json_check_schema(c, root, CZ_PLAN_SCHEMA));
     TRY(cz_json_check_object(c, root, "$", top_keys));
+    TRY(read_content_hash(c, root, p));
     TRY(cz_json_get_object(c, root, "$", "generator", true, gen_keys, &gen));
     TRY(r_strdup(c, gen, "$.generator", "name", &p->generator));
     TRY(r_strdup(c, gen, "$.generator", "version", &p->generator_version));

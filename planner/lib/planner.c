@@ -41,7 +41,8 @@ static int settings_check(const cz_settings *s, cz_error *err)
                             "TP strategy %d is unknown; use sc, none, single, slot or rollback",
                             (int)s->tp);
     if (!cz_layerwise_order_name(s->layerwise_order))
-        return cz_error_set(err, CZ_EINVALID, "layerwise order %d is unknown; use pingpong or lpt",
+        return cz_error_set(err, CZ_EINVALID,
+                            "layerwise order %d is unknown; use megatron, pingpong or lpt",
                             (int)s->layerwise_order);
     if (!cz_solver_name(s->solver))
         return cz_error_set(err, CZ_EINVALID, "solver %d is unknown; use greedy or ilp",
@@ -134,11 +135,17 @@ static int param_copy(cz_plan_param *pp, const cz_param_def *d, int id, const cz
         if (size % c->tp != 0)
             return cz_error_set(err, CZ_EINVALID,
                                 "%s: parameter '%s' splits dimension %d (size %lld) across tp = "
-                                "%d of %s, which does not divide it; change tp_dim or tp",
+                                "%d of %s, which does not divide it (Megatron-Core's column- and "
+                                "row-parallel layers and vocab-parallel embedding need an exact "
+                                "split); change tp_dim or tp",
                                 mfile, pp->name, pp->tp_dim, (long long)size, c->tp, cfile);
         pp->local_shape[pp->tp_dim] = size / c->tp;
     }
     if (pp->nblocks > 0) {
+        /* Models built in memory skip the loader's limit: hold them to it here. */
+        if (pp->nblocks > CZ_MAX_BLOCKS)
+            return cz_error_set(err, CZ_EUNSUPPORTED, "%s: " CZ_BLOCKS_LIMIT_FMT, mfile, pp->name,
+                                pp->nblocks, CZ_MAX_BLOCKS);
         if (!d->block_sizes || (d->block_dim != 0 && d->block_dim != 1))
             return cz_error_set(err, CZ_EINVALID,
                                 "%s: parameter '%s' has %d blocks but no valid block dim", mfile,
@@ -318,6 +325,9 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     *out = NULL;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if ((rc = settings_check(settings, err)) != CZ_OK)
+        return rc;
+    if (model && cluster &&
+        (rc = cz_model_check_megatron(model, cluster->tp, cluster->source, err)) != CZ_OK)
         return rc;
     /* tpaware refines alpha's result: it starts from the alpha plan chosen below (cost or
      * element loads), so that it is never worse than alpha. */

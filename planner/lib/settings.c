@@ -12,7 +12,7 @@ void cz_settings_init(cz_settings *s)
     s->dp = CZ_DP_ALPHA;
     s->alpha = 1.0;
     s->alpha_numel_loads = 0;
-    s->layerwise_order = CZ_LAYERWISE_PINGPONG;
+    s->layerwise_order = CZ_LAYERWISE_MEGATRON;
     s->tp = CZ_TP_ROLLBACK;
     s->capacity = 0.0;
     s->solver = CZ_SOLVER_GREEDY;
@@ -28,7 +28,7 @@ static const char *const optimizer_names[] = {"muon", "soap", "shampoo", "adamw"
 static const char *const unit_names[] = {"numel", "flops", "time"};
 static const char *const dp_names[] = {"even", "anchored", "layerwise", "alpha", "tpaware"};
 static const char *const tp_names[] = {"sc", "none", "single", "slot", "rollback"};
-static const char *const order_names[] = {"pingpong", "lpt"};
+static const char *const order_names[] = {"pingpong", "lpt", "megatron"};
 static const char *const solver_names[] = {"greedy", "ilp"};
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))

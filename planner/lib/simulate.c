@@ -34,19 +34,20 @@ double cz_sim_collective_seconds(cz_coll_kind kind, int n, double bytes, double 
 double cz_sim_uneven_seconds(const int64_t *len, int n, double elem_bytes, double gbps,
                              double latency_us, cz_sim_uneven model)
 {
-    int64_t total = 0, most = 0, busiest = 0;
+    /* Summed in double: a plan read from a file may hold slices whose sum exceeds int64_t. */
+    double total = 0, most = 0, busiest = 0;
     for (int d = 0; d < n; d++) {
-        total += len[d];
-        most = len[d] > most ? len[d] : most;
+        total += (double)len[d];
+        most = (double)len[d] > most ? (double)len[d] : most;
     }
     if (model == CZ_SIM_UNEVEN_PADDED)
-        return cz_sim_collective_seconds(CZ_COLL_REDUCE_SCATTER, n, (double)most * elem_bytes, gbps,
+        return cz_sim_collective_seconds(CZ_COLL_REDUCE_SCATTER, n, most * elem_bytes, gbps,
                                          latency_us);
     /* The ring link leaving rank d is idle only for d's own slice (the reduce toward d ends
      * at d; the broadcast from d starts there), so it carries every other slice once. */
     for (int d = 0; d < n; d++)
-        busiest = total - len[d] > busiest ? total - len[d] : busiest;
-    return cz_sim_collective_seconds(CZ_COLL_ROOTED_GROUP, n, (double)busiest * elem_bytes, gbps,
+        busiest = total - (double)len[d] > busiest ? total - (double)len[d] : busiest;
+    return cz_sim_collective_seconds(CZ_COLL_ROOTED_GROUP, n, busiest * elem_bytes, gbps,
                                      latency_us);
 }
 
@@ -150,8 +151,11 @@ static int64_t param_overlap(const sim_ctx *cx, const cz_plan_param *p, int d)
     if (!b || !b->ranges)
         return 0;
     int64_t lo = b->ranges[2 * d], hi = b->ranges[2 * d + 1];
-    int64_t s = p->offset > lo ? p->offset : lo;
-    int64_t e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    int64_t s = p->offset > lo ? p->offset : lo, end;
+    /* offset and numel come from the plan file, each only bounded by int64_t. */
+    if (__builtin_add_overflow(p->offset, p->numel, &end))
+        end = INT64_MAX;
+    int64_t e = end < hi ? end : hi;
     return e > s ? e - s : 0;
 }
 
@@ -424,7 +428,9 @@ static void dp_sync_seconds(const sim_ctx *cx, int stage, double *grad_s, double
             for (size_t i = 0; i < plan->nparams; i++) {
                 const cz_plan_param *p = &plan->params[i];
                 if (cx->bucket_index[i] == (int)b && p->dp_owner >= 0 && p->dp_owner < cx->D)
-                    owned[p->dp_owner] += p->numel;
+                    /* Saturates: the plan's sizes are bounded one by one, not summed. */
+                    if (__builtin_add_overflow(owned[p->dp_owner], p->numel, &owned[p->dp_owner]))
+                        owned[p->dp_owner] = INT64_MAX;
             }
             *grad_s += cz_sim_collective_seconds(
                 CZ_COLL_ALL_REDUCE, cx->D, (double)bk->size * cx->elem_bytes, gbps, cx->lat_us);

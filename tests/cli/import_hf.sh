@@ -23,9 +23,9 @@ check() { # description, command...
 for m in qwen3-0.6b qwen3-1.7b qwen3-4b qwen3-8b qwen3-14b qwen3-32b qwen3-30b-a3b; do
     cfg="$CZ_SOURCE_DIR/plans/hf/$m.config.json"
     want="$CZ_SOURCE_DIR/plans/models/$m.json"
-    check "$m to stdout" bash -c '"$0" import-hf "$1" > "$2"' "$CZ" "$cfg" "$tmp/$m.stdout"
+    check "$m to stdout" bash -c '"$0" import-hf "$1" --make-vocab-size-divisible-by 1 > "$2"' "$CZ" "$cfg" "$tmp/$m.stdout"
     check "$m stdout equals the bundled file" diff -u "$want" "$tmp/$m.stdout"
-    check "$m to -o" "$CZ" import-hf "$cfg" -o "$tmp/$m.json"
+    check "$m to -o" "$CZ" import-hf "$cfg" --make-vocab-size-divisible-by 1 -o "$tmp/$m.json"
     check "$m -o equals the bundled file" cmp -s "$want" "$tmp/$m.json"
 done
 
@@ -62,7 +62,50 @@ check "bad --dtype exits 2" test $? -eq 2
 check "unknown option exits 2" test $? -eq 2
 "$CZ" import-hf --help > "$tmp/help.txt"
 check "--help exits 0" test $? -eq 0
-for opt in --output --name --dtype --help; do
+# Megatron's vocabulary padding and TP rules.
+"$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/qwen3-8b.config.json" --tp-size 8 -o "$tmp/tp8.json"
+check "--tp-size 8 pads Qwen3's 151936 to 152576" \
+    grep -q '"embedding.word_embeddings.weight", "shape": \[152576, 4096\]' "$tmp/tp8.json"
+check "the padding is recorded" grep -q '"padded_vocab_size": 152576' "$tmp/tp8.json"
+"$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/qwen3-8b.config.json" --tp-size 8 \
+    --make-vocab-size-divisible-by 1 -o "$tmp/tp8-off.json"
+check "divisible-by 1 keeps 151936 at TP 8" grep -q '"shape": \[151936, 4096\]' "$tmp/tp8-off.json"
+"$CZ" plan --model "$tmp/tp8.json" --cluster "$CZ_SOURCE_DIR/plans/clusters/h100-256-dp32-tp8.json" \
+    -o "$tmp/plan.json" > "$tmp/out.txt" 2>&1
+check "a model imported for TP 8 plans at TP 8" test $? -eq 0
+"$CZ" plan --model "$tmp/tp8.json" --cluster "$CZ_SOURCE_DIR/plans/clusters/h100-256-dp64-tp4.json" \
+    -o "$tmp/plan.json" 2> "$tmp/err.txt" > "$tmp/out.txt"
+check "... and is refused at TP 4" test $? -eq 1
+check "... naming the fix" grep -q 'import-hf --tp-size 4' "$tmp/err.txt"
+"$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/qwen3-30b-a3b.config.json" --tp-size 8 -o "$tmp/target.json" \
+    2> "$tmp/err.txt"
+check "4 KV heads at TP 8 exit 1" test $? -eq 1
+check "... naming the key and the numbers" \
+    grep -q 'num_key_value_heads (the KV heads, 4) must be a multiple of the tensor-parallel size (8)' \
+    "$tmp/err.txt"
+check "target still untouched after a TP refusal" grep -qx "previous content" "$tmp/target.json"
+"$CZ" import-hf "$CZ_SOURCE_DIR/tests/data/hf/mha-32.config.json" --tp-size 32 \
+    --make-vocab-size-divisible-by 1048576 > "$tmp/out.txt" 2> "$tmp/err.txt"
+check "a padded vocabulary beyond the bound exits 1" test $? -eq 1
+check "... naming the option" grep -q 'make-vocab-size-divisible-by' "$tmp/err.txt"
+for bad in 0 x -2 1.5; do
+    "$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/qwen3-8b.config.json" --tp-size "$bad" > "$tmp/out.txt" 2>&1
+    check "--tp-size $bad exits 2" test $? -eq 2
+    "$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/qwen3-8b.config.json" \
+        --make-vocab-size-divisible-by "$bad" > "$tmp/out.txt" 2>&1
+    check "--make-vocab-size-divisible-by $bad exits 2" test $? -eq 2
+done
+
+# Megatron's Muon keeps gate/up fused: --split-gate-up no drops the fc1 blocks.
+"$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/qwen3-8b.config.json" --split-gate-up no -o "$tmp/fused.json"
+check "--split-gate-up no: no gate/up blocks" \
+    test "$(grep -c '"sizes": \[12288, 12288\]' "$tmp/fused.json")" -eq 0
+check "--split-gate-up no: Q/K/V blocks kept" grep -q '"sizes": \[4096, 1024, 1024\]' "$tmp/fused.json"
+"$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/qwen3-8b.config.json" --split-qkv maybe > "$tmp/out.txt" 2>&1
+check "--split-qkv maybe exits 2" test $? -eq 2
+
+for opt in --output --name --dtype --tp-size --make-vocab-size-divisible-by --split-qkv \
+    --split-gate-up --help; do
     check "--help mentions $opt" grep -q -- "$opt" "$tmp/help.txt"
 done
 

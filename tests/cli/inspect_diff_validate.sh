@@ -66,6 +66,10 @@ EOF
   expect "validate corrupted dp_owner" 1 "$CZ" validate "$work/bad.json" -m "$model" -c "$cluster"
   has "corrupted: param path" "\$.params[$idx].dp_owner"
   has "corrupted: summary" "plan INVALID"
+  has "corrupted: content hash" "plan content hash mismatch: the plan was edited after it was written"
+  # Without the content hash (an older plan) the same content validates against the model.
+  python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); del p["content_sha256"]; json.dump(p, open(sys.argv[2], "w"))' "$work/a.json" "$work/nohash.json"
+  expect "validate a plan without content_sha256" 0 "$CZ" validate "$work/nohash.json" -m "$model" -c "$cluster"
   expect "validate corrupted --json" 1 "$CZ" validate "$work/bad.json" -m "$model" -c "$cluster" --json
   has "corrupted --json: path" "\"\$.params[$idx].dp_owner\""
 fi
@@ -78,6 +82,11 @@ for key in "topology  64 GPUs = DP 8 x TP 8 x PP 1" "DP load max/mean" "makespan
 done
 expect "inspect --top 1 --all" 0 "$CZ" inspect "$work/a.json" --top 1 --all
 has "inspect --all per-GPU table" "TP rank"
+has "inspect shows the busiest GPU's memory" "memory of the busiest GPU"
+expect "inspect --cluster" 0 "$CZ" inspect "$work/a.json" --cluster "$cluster"
+has "inspect --cluster shows the headroom" "GiB: headroom "
+expect "inspect --cluster of another topology" 1 "$CZ" inspect "$work/a.json" \
+  --cluster "$src/plans/clusters/h100-8-dp8-tp1.json"
 expect "inspect --json" 0 "$CZ" inspect "$work/a.json" --json
 has "inspect --json busiest" '"busiest"'
 expect "inspect bad --top" 2 "$CZ" inspect "$work/a.json" --top x

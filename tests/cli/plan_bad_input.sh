@@ -84,6 +84,28 @@ expect "TP split that does not divide" 1 'odd.json.*w.*(divis|divide)' \
 expect "block that does not divide" 1 'oddblock.json.*qkv.*(divis|divide)' \
   "$(bad oddblock "$model_head"'{"name": "qkv", "shape": [12, 4], "tp_dim": 0,
      "blocks": {"dim": 0, "sizes": [6, 3, 3]}}]}')" "$C"
+# Megatron-Core's rules from the model's "megatron" record: whole heads and query groups per TP
+# rank, and a vocabulary padded for the cluster's TP.
+mg_model() { # record embedding-rows
+  echo '{"schema": "canzona.model/1", "name": "t", "dtype": "bf16", "megatron": {'"$1"'},
+   "params": [{"name": "embedding.word_embeddings.weight", "shape": ['"$2"', 32], "tp_dim": 0},
+   {"name": "w", "shape": [32, 32], "tp_dim": 0}]}'
+}
+cluster 1 8 1 8 '' >"$work/tp8.json"
+expect "heads not divisible by TP" 1 \
+  'heads.json.*num_attention_heads \(28\).*tensor-parallel size \(8\).*1, 2, 4.*tp8.json' \
+  "$(bad heads "$(mg_model '"num_attention_heads": 28, "num_query_groups": 4' 64)")" "$work/tp8.json"
+expect "query groups not divisible by TP" 1 'groups.json.*num_query_groups \(the KV heads, 4\)' \
+  "$(bad groups "$(mg_model '"num_attention_heads": 32, "num_query_groups": 4' 64)")" "$work/tp8.json"
+expect "vocabulary padded for another TP" 1 'vocab.json.*padded to 512.*TP 8.*pads it to 1024.*--tp-size 8' \
+  "$(bad vocab "$(mg_model '"vocab_size": 500, "make_vocab_size_divisible_by": 128,
+     "tensor_model_parallel_size": 1, "padded_vocab_size": 512' 512)")" "$work/tp8.json"
+# Model states above the device's memory: refused unless --allow-oversubscribed-memory.
+cluster 2 2 1 4 ', "buckets": {"size": 1000}' | sed 's/"memory_gib": 80/"memory_gib": 0.00001/' \
+  >"$work/small-mem.json"
+expect "model states above device memory" 1 \
+  'GPU [0-9]+ .*needs .*GiB for parameters, gradients and optimizer state.*small-mem.json.*more than the device holds.*--allow-oversubscribed-memory' \
+  "$G" "$work/small-mem.json"
 expect "dp*tp*pp != gpus" 1 'shape.json.*gpus' "$G" \
   "$(cluster 2 2 1 8 '' >"$work/shape.json"; echo "$work/shape.json")"
 expect "non-positive dp" 1 'zero.json.*\$\.dp' "$G" \
@@ -111,6 +133,37 @@ if ! "$CZ" plan --model "$G" --cluster "$C" -o "$work/plan.json" >/dev/null ||
   echo "FAIL good input was refused"; fails=$((fails + 1))
 else
   echo "ok   good input"
+fi
+
+# --allow-oversubscribed-memory plans anyway, with a warning; between 80% and 100% of the device
+# plan warns and writes the plan.
+total=$((total + 2))
+if "$CZ" plan --model "$G" --cluster "$work/small-mem.json" -o "$work/over.json" \
+  --allow-oversubscribed-memory >"$work/stdout" 2>"$work/stderr" &&
+  grep -q "warning: .*more than the device holds (planned anyway" "$work/stderr" &&
+  [ -s "$work/over.json" ]; then
+  echo "ok   --allow-oversubscribed-memory"
+else
+  echo "FAIL --allow-oversubscribed-memory"; cat "$work/stderr"; fails=$((fails + 1))
+fi
+need=$("$CZ" inspect "$work/over.json" --json | sed -n 's/.*"total_gib": \([0-9.e+-]*\).*/\1/p')
+gib=$(awk -v t="$need" 'BEGIN { printf "%.12g", t / 0.9 }')
+cluster 2 2 1 4 ', "buckets": {"size": 1000}' | sed "s/\"memory_gib\": 80/\"memory_gib\": $gib/" \
+  >"$work/tight-mem.json"
+if "$CZ" plan --model "$G" --cluster "$work/tight-mem.json" -o "$work/tight.json" \
+  >"$work/stdout" 2>"$work/stderr" && grep -q "warning: .* 90% of .*above 80%" "$work/stderr"; then
+  echo "ok   warning at 90% of the device"
+else
+  echo "FAIL warning at 90% of the device (need $need GiB, device $gib)"; cat "$work/stderr"
+  fails=$((fails + 1))
+fi
+
+total=$((total + 1))
+if "$CZ" plan --model "$G" --cluster "$work/tight-mem.json" --json 2>"$work/stderr" |
+  grep -Eq '"used_fraction": 0\.(89|9)'; then
+  echo "ok   plan --json reports the busiest GPU's share of the device"
+else
+  echo "FAIL plan --json memory_per_gpu"; fails=$((fails + 1))
 fi
 
 echo "$((total - fails)) passed, $fails failed"

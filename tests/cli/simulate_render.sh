@@ -60,7 +60,7 @@ bars=$(grep -o 'class="bar"' "$work/plan.svg" | wc -l)
 [ "$bars" = 64 ] || fail "render: expected 64 bars (one per GPU), found $bars"
 grep -q 'class="compute"' "$work/plan.svg" || fail "render: no compute boxes in the timeline"
 grep -q 'cost-proportional time' "$work/plan.svg" || fail "render: no cost-proportional note"
-ls "$work"/*.tmp >/dev/null 2>&1 && fail "render left a temporary file"
+ls "$work"/*.tmp* >/dev/null 2>&1 && fail "render left a temporary file"
 
 "$CZ" render "$work/plan.json" -o "$work/plan.html" --html --cluster "$cluster" --width 900 ||
     fail "render --html exited non-zero"

@@ -17,8 +17,9 @@ typedef struct fx_param {
     int64_t blocks[4];
 } fx_param;
 
-/* A plan for dp = 1 and the given tp: one bucket holding every parameter back to back, one
- * micro-group holding every matrix parameter, task k on slot k % tp. Returns NULL on OOM. */
+/* A plan for dp = 1 and the given tp: one bucket holding every parameter back to back (the last one
+ * first), one micro-group holding every matrix parameter, task k on slot k % tp. Returns NULL on
+ * OOM. */
 static inline cz_plan *fx_plan(const fx_param *ps, int n, int tp)
 {
     cz_plan *pl = calloc(1, sizeof *pl);
@@ -45,7 +46,14 @@ static inline cz_plan *fx_plan(const fx_param *ps, int n, int tp)
     g->task_param = calloc((size_t)n, sizeof(int));
     g->task_slot = calloc((size_t)n, sizeof(int));
     g->load = calloc((size_t)tp, sizeof(double));
+    /* Buckets fill in reverse registration order, as Megatron's do: the last parameter first. */
     int64_t off = 0;
+    for (int i = n; i-- > 0;) {
+        cz_plan_param *p = &pl->params[i];
+        p->numel = ps[i].rows * (ps[i].ndim == 1 ? 1 : ps[i].cols) / (ps[i].tp_dim >= 0 ? tp : 1);
+        p->offset = off;
+        off += p->numel;
+    }
     for (int i = 0; i < n; i++) {
         cz_plan_param *p = &pl->params[i];
         p->id = i;
@@ -65,10 +73,7 @@ static inline cz_plan *fx_plan(const fx_param *ps, int n, int tp)
         }
         p->layer = -1;
         p->bucket = 0;
-        p->offset = off;
-        p->numel = p->local_shape[0] * p->local_shape[1];
         p->dp_owner = 0;
-        off += p->numel;
         if (p->kind == CZ_KIND_MATRIX) {
             g->task_param[g->ntasks] = i;
             g->task_slot[g->ntasks] = g->ntasks % tp;

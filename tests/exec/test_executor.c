@@ -48,33 +48,49 @@ START_TEST(refusals)
     expect_refusal(pl, &cfg, CZ_EUNSUPPORTED, "'layerwise'");
     pl->settings.dp = CZ_DP_ALPHA;
     pl->params[2].dp_owner = -1;
-    expect_refusal(pl, &cfg, CZ_EUNSUPPORTED, "dp_owner -1");
+    expect_refusal(pl, &cfg, CZ_EINVALID, "'proj': dp_owner -1 is outside [0, 1)");
     pl->params[2].dp_owner = 0;
     pl->buckets[0].ranges[1] -= 1;
-    expect_refusal(pl, &cfg, CZ_EINVALID, "ranges end at");
+    expect_refusal(pl, &cfg, CZ_EINVALID, "last range ends at 98 but the bucket's size is 99");
     pl->buckets[0].ranges[1] += 1;
     /* offset + numel overflows int64: refused, never wrapped into the range. */
     int64_t off2 = pl->params[2].offset;
     pl->params[2].offset = INT64_MAX - 4;
-    expect_refusal(pl, &cfg, CZ_EUNSUPPORTED,
-                   "'proj') at offset 9223372036854775803 with 24 elements");
+    expect_refusal(pl, &cfg, CZ_EINVALID,
+                   "'proj': [9223372036854775803, 9223372036854775807) is not inside bucket 0");
     pl->params[2].offset = off2;
     /* Every range fits an MPI count but the third starts past INT_MAX: the all-gather's
      * displacement would overflow. */
     int64_t *rg = pl->buckets[0].ranges, size0 = pl->buckets[0].size;
+    cz_rank_schedule *sc0 = pl->schedules;
+    cz_rank_schedule three[3] = {sc0[0], {.dp_rank = 1}, {.dp_rank = 2}};
     pl->dp = 3;
+    pl->nschedules = 3;
+    pl->schedules = three;
     pl->buckets[0].ranges =
         (int64_t[6]){0, 99, 99, INT64_C(2147483700), INT64_C(2147483700), INT64_C(2147484000)};
     pl->buckets[0].size = INT64_C(2147484000);
     expect_refusal(pl, &cfg, CZ_EUNSUPPORTED, "ranges[2] starts at element 2147483700");
     pl->dp = 1;
+    pl->nschedules = 1;
+    pl->schedules = sc0;
     pl->buckets[0].ranges = rg;
     pl->buckets[0].size = size0;
     pl->params[1].local_shape[0] = 3;
-    expect_refusal(pl, &cfg, CZ_EMISMATCH, "'qkv': plan local_shape [3, 4]");
+    expect_refusal(pl, &cfg, CZ_EINVALID, "'qkv': local shape is 3x4, expected 6x4");
     pl->params[1].local_shape[0] = 6;
+    /* Hand-built plans skip the reader: stages and block sizes are checked again. */
+    pl->params[3].stage = 1;
+    expect_refusal(pl, &cfg, CZ_EINVALID, "plan $.params[3].stage: 'norm': stage 1 is outside");
+    pl->params[3].stage = 0;
+    pl->params[1].block_sizes[0] = 0;
+    expect_refusal(pl, &cfg, CZ_EINVALID, "'qkv': block 0 has size 0; sizes must be >= 1");
+    pl->params[1].block_sizes[0] = 3;
+    expect_refusal(pl, &cfg, CZ_EINVALID, "'qkv': block sizes add up to 7, not to shape[0] = 6");
+    pl->params[1].block_sizes[0] = 2;
     pl->schedules[0].groups[0].ntasks = 1;
-    expect_refusal(pl, &cfg, CZ_EINVALID, "'proj' (owned by DP rank 0) is in no micro-group");
+    expect_refusal(pl, &cfg, CZ_EINVALID,
+                   "matrix parameter 'proj' ($.params[2]) of DP rank 0 is in no micro-group");
     pl->schedules[0].groups[0].ntasks = 3;
     pl->dp = 2;
     pl->nschedules = 1;
@@ -82,7 +98,9 @@ START_TEST(refusals)
     pl->buckets[0].ranges = calloc(4, sizeof(int64_t));
     pl->buckets[0].ranges[1] = pl->buckets[0].ranges[2] = pl->buckets[0].ranges[3] =
         pl->buckets[0].size;
-    expect_refusal(pl, &cfg, CZ_EINVALID, "1 tp_schedule entries, expected dp = 2");
+    expect_refusal(pl, &cfg, CZ_EINVALID,
+                   "plan $.buckets[0].size: size 99 is not a non-negative "
+                   "multiple of dp = 2 [bucket.size] (and ");
     cz_plan_free(pl);
 
     pl = fx_plan(PARAMS, NP, 1);

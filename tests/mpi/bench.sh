@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-rank executor tests: plans test-small with `canzona plan` and runs canzona-bench on 4
-# MPI ranks. Usage: bench.sh verify CLUSTER DP TP [fp32|bf16] | mismatch | nan | dump | owncomms | replicas |
-# grads | knobs
+# MPI ranks. Usage: bench.sh verify CLUSTER DP TP [fp32|bf16] | mismatch | options | nan | dump |
+# owncomms | replicas | grads | knobs
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -62,6 +62,33 @@ mismatch)
   mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 1 --bad-dp-comm
   n=$(grep -c "rank [0-3]: the DP communicator has 4 ranks .* the plan needs dp = 2" "$tmp/out" || true)
   [ "$n" -eq 4 ] || { echo "expected 4 ranks to report the DP communicator size, got $n"; exit 1; }
+  ;;
+options)
+  # Option errors and disagreements on one rank only: every rank stops with its own message
+  # (mpi_fails fails the test on a hang, through the timeout).
+  plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
+  run=("$CZ_BENCH" --plan "$tmp/a.json" --model "$model")
+  expect_all() { # pattern-for-rank-3 pattern-for-ranks-0-2
+    grep -q "canzona-bench: rank 3: $1" "$tmp/out" || { echo "rank 3 did not report: $1"; exit 1; }
+    n=$(grep -c "canzona-bench: rank [0-2]: $2" "$tmp/out" || true)
+    [ "$n" -eq 3 ] || { echo "expected ranks 0-2 to report '$2', got $n"; exit 1; }
+  }
+  mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 1 --bogus
+  expect_all "unknown option or missing value: --bogus" "stopping, another rank's options are invalid"
+  mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps x
+  expect_all "bad number 'x' for --steps" "stopping, another rank's options are invalid"
+  mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 2
+  expect_all "the ranks were given different options.*steps=2" \
+    "the ranks were given different options.*steps=1"
+  mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 1 --verify
+  expect_all "the ranks were given different options.*verify=1" "the ranks were given different options.*verify=0"
+  mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 1 --dtype bf16 --momentum 0.9
+  expect_all "the ranks were given different options.*dtype=0.*momentum=0.9000" \
+    "the ranks were given different options.*dtype=-1.*momentum=0.9499"
+  mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 1 --scaling bogus
+  expect_all "--scaling 'bogus': expected rms or shape" "stopping, another rank's options are invalid"
+  mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 1 --help
+  expect_all "the ranks were given different options.*help=1" "the ranks were given different options.*help=0"
   ;;
 replicas)
   # --verify also checks the DP replicas against each other: a corrupted replica is caught.
@@ -138,5 +165,7 @@ knobs)
     "$tmp/d1/embedding.word_embeddings.weight.npy"
   ;;
 *)
-  echo "usage: bench.sh verify CLUSTER DP TP | mismatch | nan | dump | owncomms | replicas | grads | knobs"; exit 2 ;;
+  echo "usage: bench.sh verify CLUSTER DP TP [fp32|bf16] | mismatch | options | nan | dump |" \
+    "owncomms | replicas | grads | knobs"
+  exit 2 ;;
 esac

@@ -231,6 +231,105 @@ START_TEST(layerwise_lpt)
 }
 END_TEST
 
+/* ---- Megatron-LM's first released layer-wise rule (--layerwise-order megatron) ---- */
+
+static cz_plan *megatron_plan(cz_model *m, int dp, int tp)
+{
+    cz_cluster *c = czt_cluster_new(dp, tp, 1);
+    c->bucket_align = 1;
+    cz_settings s;
+    cz_settings_init(&s);
+    ck_assert_int_eq(s.layerwise_order, CZ_LAYERWISE_MEGATRON); /* the default */
+    s.unit = CZ_UNIT_NUMEL;
+    s.dp = CZ_DP_LAYERWISE;
+    cz_plan *plan = NULL;
+    cz_error err;
+    ck_assert_msg(cz_plan_build(&plan, m, c, &s, &err) == CZ_OK, "%s", err.message);
+    cz_model_free(m);
+    cz_cluster_free(c);
+    return plan;
+}
+
+static void check_owners_n(const cz_plan *plan, const int *want, int n)
+{
+    ck_assert_int_eq((int)plan->nparams, n);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(plan->params[i].dp_owner == want[i], "param %d (%s) owner %d, expected %d", i,
+                      plan->params[i].name, plan->params[i].dp_owner, want[i]);
+}
+
+START_TEST(layerwise_megatron_documented)
+{
+    /* Megatron's own example: 4 ranks, p0..p9 in ascending size go to
+     * [[p0, p7, p8], [p1, p6, p9], [p2, p5], [p3, p4]]. Here p_k has k + 1 elements and the
+     * parameters are registered shuffled, so the sort, not the registration order, decides. */
+    static const int size[10] = {7, 3, 10, 1, 5, 9, 2, 8, 4, 6};
+    static const int rank_of_p[10] = {0, 1, 2, 3, 3, 2, 1, 0, 0, 1};
+    cz_model *m = czt_model_new("ten", CZ_DTYPE_BF16, 0);
+    for (int i = 0; i < 10; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "p%d", size[i] - 1);
+        czt_model_add(m, name, size[i], 0, -1, CZ_KIND_ELEMENTWISE, -1);
+    }
+    cz_plan *plan = megatron_plan(m, 4, 1);
+    int want[10];
+    for (int i = 0; i < 10; i++)
+        want[i] = rank_of_p[size[i] - 1];
+    check_owners_n(plan, want, 10);
+    cz_plan_free(plan);
+}
+END_TEST
+
+START_TEST(layerwise_megatron_groups)
+{
+    /* Equal sizes keep the optimizer-group order (Muon, then AdamW 2-D, then AdamW 1-D), not the
+     * registration order: the matrix w1 (64) goes before the bias b (64) registered earlier.
+     * Sorted: norm 16, w1 64, b 64, emb 128, w2 1024, dealt to 0, 1, 2, 2, 1 (DP 3). */
+    cz_model *m = czt_model_new("groups", CZ_DTYPE_BF16, 0);
+    czt_model_add(m, "emb", 16, 8, 0, CZ_KIND_ELEMENTWISE, -1);
+    czt_model_add(m, "b", 64, 0, -1, CZ_KIND_ELEMENTWISE, -1);
+    czt_model_add(m, "w1", 8, 8, -1, CZ_KIND_MATRIX, -1);
+    czt_model_add(m, "w2", 32, 32, -1, CZ_KIND_MATRIX, -1);
+    czt_model_add(m, "norm", 16, 0, -1, CZ_KIND_ELEMENTWISE, -1);
+    cz_plan *plan = megatron_plan(m, 3, 1);
+    int want[5] = {2, 2, 1, 1, 0};
+    check_owners_n(plan, want, 5);
+    cz_plan_free(plan);
+}
+END_TEST
+
+START_TEST(layerwise_megatron_tp_local)
+{
+    /* Sizes are the TP-local ones: at TP 2 the column-parallel w [8, 8] holds 32 elements per
+     * rank, fewer than the replicated v [40], so w is dealt first. */
+    cz_model *m = czt_model_new("local", CZ_DTYPE_BF16, 0);
+    czt_model_add(m, "v", 40, 0, -1, CZ_KIND_ELEMENTWISE, -1);
+    czt_model_add(m, "w", 8, 8, 0, CZ_KIND_MATRIX, -1);
+    cz_plan *plan = megatron_plan(m, 2, 2);
+    int want[2] = {1, 0};
+    check_owners_n(plan, want, 2);
+    cz_plan_free(plan);
+}
+END_TEST
+
+START_TEST(layerwise_megatron_experts)
+{
+    /* Experts are dealt with a counter of their own: dense y 4 -> 0, x 64 -> 1; experts
+     * e0 16 -> 0, e1 16 -> 1. One shared counter would give y 0, e0 1, e1 1, x 0. */
+    cz_model *m = czt_model_new("moe", CZ_DTYPE_BF16, 1);
+    czt_model_add(m, "decoder.layers.0.mlp.experts.local_experts.0.linear_fc1.weight", 4, 4, -1,
+                  CZ_KIND_MATRIX, 0);
+    czt_model_add(m, "decoder.layers.0.x", 8, 8, -1, CZ_KIND_MATRIX, 0);
+    czt_model_add(m, "decoder.layers.0.mlp.experts.local_experts.1.linear_fc1.weight", 4, 4, -1,
+                  CZ_KIND_MATRIX, 0);
+    czt_model_add(m, "decoder.layers.0.mlp.shared_experts.y", 2, 2, -1, CZ_KIND_MATRIX, 0);
+    cz_plan *plan = megatron_plan(m, 2, 1);
+    int want[4] = {0, 1, 1, 0};
+    check_owners_n(plan, want, 4);
+    cz_plan_free(plan);
+}
+END_TEST
+
 START_TEST(tpaware_unsupported)
 {
     /* tpaware (docs/SOLVERS.md) builds and is never worse than alpha on the TP makespan. */
@@ -268,6 +367,10 @@ int main(void)
     tcase_add_test(tc, alpha_cost_loads_no_fallback);
     tcase_add_test(tc, layerwise_pingpong);
     tcase_add_test(tc, layerwise_lpt);
+    tcase_add_test(tc, layerwise_megatron_documented);
+    tcase_add_test(tc, layerwise_megatron_groups);
+    tcase_add_test(tc, layerwise_megatron_tp_local);
+    tcase_add_test(tc, layerwise_megatron_experts);
     tcase_add_test(tc, tpaware_unsupported);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -367,7 +367,9 @@ START_TEST(dp_progress_reported)
     }
     cz_plan *p = plan_make(N, 8, 1, cost, numel, bucket, 1.0);
     plan_set_anchored(p);
-    p->settings.time_limit_s = 2.5;
+    /* Long enough that the LP relaxation finishes and branching starts even on a loaded
+     * 2-core CI machine, where the wall clock runs several times faster than our CPU time. */
+    p->settings.time_limit_s = 4.0;
     progress_log log = {0};
     cz_set_progress_handler(progress_record, &log);
     cz_error err;
@@ -377,7 +379,7 @@ START_TEST(dp_progress_reported)
     ck_assert_msg(p->solver_status == CZ_SOLVE_FEASIBLE, "status %s",
                   cz_solve_status_name(p->solver_status));
     ck_assert_int_ge(log.calls, 1);
-    ck_assert_int_le(log.calls, 3);
+    ck_assert_int_le(log.calls, 4);
     ck_assert(log.phase_ok);
     ck_assert_double_ge(log.last_elapsed, 1.0);
     /* Bound and incumbent are in the cost unit: near the mean load, bound below incumbent. */

@@ -48,6 +48,22 @@ static json_t *import_ok(const char *rel, const char *name, cz_dtype dtype)
     return m;
 }
 
+static json_t *import_with(const char *rel, int tp, int divisible_by, cz_error *err)
+{
+    char *path = src_path(rel);
+    cz_import_hf_options o;
+    cz_import_hf_options_init(&o);
+    o.tp_size = tp;
+    o.vocab_divisible_by = divisible_by;
+    cz_error_clear(err);
+    json_t *m = NULL;
+    int rc = cz_import_hf_opts(&m, path, &o, err);
+    ck_assert_int_eq(rc != 0, m == NULL);
+    ck_assert_int_eq(err->code, rc);
+    free(path);
+    return m;
+}
+
 static int import_fail(const char *rel, cz_error *err)
 {
     char *path = src_path(rel);
@@ -172,7 +188,10 @@ START_TEST(test_bundled_equal)
 {
     char rel[256];
     snprintf(rel, sizeof rel, "plans/hf/%s.config.json", qwen3[_i]);
-    json_t *imported = import_ok(rel, NULL, CZ_DTYPE_BF16);
+    /* The bundled files keep the config's vocabulary (see docs/FORMATS.md section 4). */
+    cz_error ierr;
+    json_t *imported = import_with(rel, 1, 1, &ierr);
+    ck_assert_msg(imported != NULL, "%s", ierr.message);
 
     snprintf(rel, sizeof rel, "plans/models/%s.json", qwen3[_i]);
     char *path = src_path(rel);
@@ -289,11 +308,12 @@ START_TEST(test_mixtral)
                  224);
     assert_absent(m, "decoder.layers.0.mlp.experts.local_experts.4.linear_fc2.weight");
     assert_absent(m, "decoder.layers.2.mlp.router.weight");
-    assert_shape(find(m, "output_layer.weight"), 1000, 64);
+    /* vocab_size 1000, padded by default to a multiple of 128 (TP 1) */
+    assert_shape(find(m, "output_layer.weight"), 1024, 64);
     /* per layer: 64 + 8192 + 4096 + 64 + 256 + 4 x (28672 + 14336) = 184704;
-     * 2 layers + embedding 64000 + final norm 64 + output 64000 */
+     * 2 layers + embedding 65536 + final norm 64 + output 65536 */
     walk w = walk_model(m, NULL);
-    ck_assert_int_eq(w.elements, 497472);
+    ck_assert_int_eq(w.elements, 2 * 184704 + 65536 + 64 + 65536);
     ck_assert_int_eq(w.matrix, 2 * (8192 + 4096 + 4 * (28672 + 14336)));
     json_decref(m);
 }
@@ -324,7 +344,8 @@ START_TEST(test_llama_bias)
     assert_blocks(fc1, 128, 128, -1);
     /* per layer 64 + 12288 + 192 + 4096 + 64 + 64 + 16384 + 8192 = 41344 */
     walk w = walk_model(m, NULL);
-    ck_assert_int_eq(w.elements, 3 * 41344 + 32000 + 64);
+    /* tied embedding: vocab_size 500 padded to 512 */
+    ck_assert_int_eq(w.elements, 3 * 41344 + 512 * 64 + 64);
     ck_assert_int_eq(w.nparams, 1 + 3 * 8 + 1);
     /* The final norm closes the list when embeddings are tied. */
     const json_t *params = json_object_get(m, "params");
@@ -360,9 +381,155 @@ START_TEST(test_qwen2_moe_mixed_layers)
     const json_t *gate = find(m, "decoder.layers.2.mlp.shared_experts.gate_weight");
     assert_shape(gate, 1, 64);
     assert_tp(gate, -1, "elementwise");
-    /* dense layer 47424, sparse layers 84864, embeddings 2 x 19200, final norm 64 */
-    ck_assert_int_eq(walk_model(m, NULL).elements, 47424 + 2 * 84864 + 2 * 19200 + 64);
+    /* dense layer 47424, sparse layers 84864, embeddings 2 x 384 x 64 (vocab_size 300 padded
+     * to 384), final norm 64 */
+    ck_assert_int_eq(walk_model(m, NULL).elements, 47424 + 2 * 84864 + 2 * 384 * 64 + 64);
     json_decref(m);
+}
+END_TEST
+
+/* ---- Megatron's vocabulary padding and TP rules ---- */
+
+static long long megatron_int(const json_t *m, const char *key)
+{
+    const json_t *v = json_object_get(json_object_get(m, "megatron"), key);
+    ck_assert_msg(json_is_integer(v), "megatron.%s missing", key);
+    return (long long)json_integer_value(v);
+}
+
+/* Megatron-LM's _vocab_size_with_padding: round up to make_vocab_size_divisible_by (128) x TP.
+ * Llama-3.1's 128256 is 1002 x 128; Qwen3's 151936 is 1187 x 128. */
+static const struct {
+    const char *config;
+    int tp;
+    long long padded;
+} padding_cases[] = {
+    {"tests/data/hf/llama-3.1-8b.config.json", 1, 128256},
+    {"tests/data/hf/llama-3.1-8b.config.json", 4, 128512}, /* 251 x 512 */
+    {"tests/data/hf/llama-3.1-8b.config.json", 8, 129024}, /* 126 x 1024 */
+    {"plans/hf/qwen3-8b.config.json", 1, 151936},
+    {"plans/hf/qwen3-8b.config.json", 4, 152064}, /* 297 x 512 */
+    {"plans/hf/qwen3-8b.config.json", 8, 152576}, /* 149 x 1024 */
+};
+
+START_TEST(test_vocab_padding_recorded)
+{
+    cz_error err;
+    json_t *m = import_with(padding_cases[_i].config, padding_cases[_i].tp, 128, &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+    long long want = padding_cases[_i].padded;
+    const json_t *shape = json_object_get(find(m, "embedding.word_embeddings.weight"), "shape");
+    ck_assert_int_eq(json_integer_value(json_array_get(shape, 0)), want);
+    shape = json_object_get(find(m, "output_layer.weight"), "shape");
+    ck_assert_int_eq(json_integer_value(json_array_get(shape, 0)), want);
+    ck_assert_int_eq(megatron_int(m, "padded_vocab_size"), want);
+    ck_assert_int_eq(megatron_int(m, "tensor_model_parallel_size"), padding_cases[_i].tp);
+    ck_assert_int_eq(megatron_int(m, "make_vocab_size_divisible_by"), 128);
+    json_decref(m);
+}
+END_TEST
+
+START_TEST(test_vocab_padding_off)
+{
+    cz_error err;
+    /* 1 keeps only the multiple of TP that the vocab-parallel embedding needs. */
+    json_t *m = import_with("tests/data/hf/llama-bias.config.json", 1, 1, &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+    assert_shape(find(m, "embedding.word_embeddings.weight"), 500, 64);
+    json_decref(m);
+    m = import_with("tests/data/hf/llama-bias.config.json", 4, 1, &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+    assert_shape(find(m, "embedding.word_embeddings.weight"), 500, 64);
+    json_decref(m);
+    m = import_with("tests/data/hf/mixtral-tiny.config.json", 2, 1, &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+    assert_shape(find(m, "output_layer.weight"), 1000, 64);
+    json_decref(m);
+    m = import_with("tests/data/hf/llama-3.1-8b.config.json", 8, 1, &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+    assert_shape(find(m, "output_layer.weight"), 128256, 4096);
+    ck_assert_int_eq(megatron_int(m, "num_attention_heads"), 32);
+    ck_assert_int_eq(megatron_int(m, "num_query_groups"), 8);
+    json_decref(m);
+}
+END_TEST
+
+START_TEST(test_heads_not_divisible_by_tp)
+{
+    cz_error err;
+    /* Qwen2.5-7B: 28 query heads, 4 KV heads. TP 8 gives 3.5 heads per rank. */
+    ck_assert_ptr_null(import_with("tests/data/hf/qwen2.5-7b.config.json", 8, 128, &err));
+    ck_assert_int_eq(err.code, CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "qwen2.5-7b.config.json"));
+    ck_assert_ptr_nonnull(strstr(err.message, "$.num_attention_heads (28)"));
+    ck_assert_ptr_nonnull(strstr(err.message, "tensor-parallel size (8)"));
+    ck_assert_ptr_nonnull(strstr(err.message, "1, 2, 4"));
+    json_t *m = import_with("tests/data/hf/qwen2.5-7b.config.json", 4, 128, &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+    json_decref(m);
+    /* Llama-3.1-70B: 64 heads but 8 KV heads; TP 16 splits a KV head. */
+    ck_assert_ptr_null(import_with("tests/data/hf/llama-3.1-70b.config.json", 16, 128, &err));
+    ck_assert_ptr_nonnull(strstr(err.message, "$.num_key_value_heads (the KV heads, 8)"));
+    ck_assert_ptr_nonnull(strstr(err.message, "tensor-parallel size (16)"));
+    m = import_with("tests/data/hf/llama-3.1-70b.config.json", 8, 128, &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+    json_decref(m);
+}
+END_TEST
+
+START_TEST(test_ffn_not_divisible_by_tp)
+{
+    cz_error err;
+    ck_assert_ptr_null(import_with("tests/data/hf/odd-ffn.config.json", 4, 128, &err));
+    ck_assert_int_eq(err.code, CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "$.intermediate_size (150)"));
+    ck_assert_ptr_nonnull(strstr(err.message, "tensor-parallel size (4)"));
+    json_t *m = import_with("tests/data/hf/odd-ffn.config.json", 2, 128, &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+    json_decref(m);
+    /* The experts' FFN follows the same rule (expert TP defaults to TP). */
+    ck_assert_ptr_null(import_with("tests/data/hf/moe-odd-ffn.config.json", 4, 1, &err));
+    ck_assert_ptr_nonnull(strstr(err.message, "$.moe_intermediate_size (30)"));
+    m = import_with("tests/data/hf/moe-odd-ffn.config.json", 2, 1, &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+    json_decref(m);
+}
+END_TEST
+
+START_TEST(test_split_options)
+{
+    /* Megatron's Muon orthogonalizes the fused gate/up matrix whole: --split-gate-up no writes
+     * linear_fc1 without blocks (dense, experts and shared experts alike); --split-qkv no does
+     * the same for linear_qkv. Shapes and element counts do not change. */
+    char *path = src_path("tests/data/hf/qwen2-moe-mixed.config.json");
+    cz_import_hf_options o;
+    cz_error err;
+    json_t *plain = import_ok("tests/data/hf/qwen2-moe-mixed.config.json", NULL, CZ_DTYPE_BF16);
+    static const char *const fc1[] = {
+        "decoder.layers.0.mlp.linear_fc1.weight",
+        "decoder.layers.1.mlp.experts.local_experts.3.linear_fc1.weight",
+        "decoder.layers.2.mlp.shared_experts.linear_fc1.weight"};
+    static const char *const qkv = "decoder.layers.1.self_attention.linear_qkv.weight";
+    for (int variant = 0; variant < 2; variant++) {
+        cz_import_hf_options_init(&o);
+        if (variant == 0)
+            o.split_gate_up = 0;
+        else
+            o.split_qkv = 0;
+        json_t *m = NULL;
+        ck_assert_msg(cz_import_hf_opts(&m, path, &o, &err) == 0, "%s", err.message);
+        for (int i = 0; i < 3; i++) {
+            const json_t *p = find(m, fc1[i]);
+            ck_assert_msg((json_object_get(p, "blocks") == NULL) == (variant == 0), "%s", fc1[i]);
+            ck_assert(json_equal(json_object_get(p, "shape"),
+                                 json_object_get(find(plain, fc1[i]), "shape")));
+        }
+        ck_assert((json_object_get(find(m, qkv), "blocks") == NULL) == (variant == 1));
+        ck_assert_int_eq(walk_model(m, NULL).elements, walk_model(plain, NULL).elements);
+        json_decref(m);
+    }
+    json_decref(plain);
+    free(path);
 }
 END_TEST
 
@@ -435,7 +602,7 @@ START_TEST(test_format_layout)
     ck_assert_int_eq(cz_model_json_format(&text, m, &err), 0);
     /* one parameter per line, key order as built, trailing newline */
     ck_assert_ptr_nonnull(strstr(text, "\n    {\"name\": \"embedding.word_embeddings.weight\", "
-                                       "\"shape\": [500, 64], \"tp_dim\": 0, \"optimizer\": "
+                                       "\"shape\": [512, 64], \"tp_dim\": 0, \"optimizer\": "
                                        "\"elementwise\"},\n"));
     ck_assert_ptr_nonnull(
         strstr(text, "{\n  \"schema\": \"canzona.model/1\",\n  \"name\": \"x\","));
@@ -464,6 +631,14 @@ static Suite *import_hf_suite(void)
     tcase_add_test(t, test_llama_bias);
     tcase_add_test(t, test_qwen2_moe_mixed_layers);
     tcase_add_test(t, test_format_layout);
+    suite_add_tcase(s, t);
+    t = tcase_create("megatron");
+    tcase_add_loop_test(t, test_vocab_padding_recorded, 0,
+                        (int)(sizeof padding_cases / sizeof padding_cases[0]));
+    tcase_add_test(t, test_vocab_padding_off);
+    tcase_add_test(t, test_heads_not_divisible_by_tp);
+    tcase_add_test(t, test_ffn_not_divisible_by_tp);
+    tcase_add_test(t, test_split_options);
     suite_add_tcase(s, t);
     t = tcase_create("errors");
     tcase_add_test(t, test_unknown_model_type);

@@ -222,7 +222,7 @@ START_TEST(random_models_all_strategies)
         s.unit = (cz_cost_unit)czt_rand_int(&rng, 0, 2);
         s.alpha = czt_rand_int(&rng, 0, 4) / 4.0;
         s.alpha_numel_loads = czt_rand_int(&rng, 0, 1);
-        s.layerwise_order = (cz_layerwise_order)czt_rand_int(&rng, 0, 1);
+        s.layerwise_order = (cz_layerwise_order)czt_rand_int(&rng, 0, 2);
         for (size_t i = 0; i < sizeof dp_strategies / sizeof *dp_strategies; i++) {
             for (size_t j = 0; j < sizeof tp_strategies / sizeof *tp_strategies; j++) {
                 char ctx[160];

@@ -83,7 +83,9 @@ static void usage(FILE *f)
         "  --help             this text\n");
 }
 
-static int parse(int argc, char **argv, bench_opts *o)
+/* Returns 0, 1 for --help, or 2 with the reason in msg. Prints nothing: main agrees on the
+ * outcome across ranks first. */
+static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
 {
     static const struct option longs[] = {{"plan", required_argument, 0, 'p'},
                                           {"model", required_argument, 0, 'm'},
@@ -149,7 +151,8 @@ static int parse(int argc, char **argv, bench_opts *o)
     int c;
     char *end;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+    int li = 0;
+    while ((c = getopt_long(argc, argv, "", longs, &li)) != -1) {
         errno = 0;
         end = NULL;
         switch (c) {
@@ -210,9 +213,7 @@ static int parse(int argc, char **argv, bench_opts *o)
             else if (strcmp(optarg, "shape") == 0)
                 o->scaling = CZ_MUON_SCALE_SHAPE;
             else {
-                if (g_rank == 0)
-                    fprintf(stderr, "canzona-bench: --scaling '%s': expected rms or shape\n",
-                            optarg);
+                snprintf(msg, cap, "--scaling '%s': expected rms or shape", optarg);
                 return 2;
             }
             break;
@@ -243,8 +244,7 @@ static int parse(int argc, char **argv, bench_opts *o)
         case 'T': {
             cz_dtype t;
             if (cz_dtype_parse(optarg, &t) != 0 || (t != CZ_DTYPE_FP32 && t != CZ_DTYPE_BF16)) {
-                if (g_rank == 0)
-                    fprintf(stderr, "canzona-bench: --dtype '%s': expected fp32 or bf16\n", optarg);
+                snprintf(msg, cap, "--dtype '%s': expected fp32 or bf16", optarg);
                 return 2;
             }
             o->dtype = (int)t;
@@ -274,24 +274,76 @@ static int parse(int argc, char **argv, bench_opts *o)
         case 'h':
             return 1;
         default:
-            if (g_rank == 0)
-                fprintf(stderr, "canzona-bench: unknown option or missing value: %s\n",
-                        argv[optind - 1]);
+            snprintf(msg, cap, "unknown option or missing value: %s (see --help)",
+                     argv[optind - 1]);
             return 2;
         }
-        if (end && (*end || errno)) {
-            if (g_rank == 0)
-                fprintf(stderr, "canzona-bench: bad number '%s'\n", optarg);
+        if (end && (end == optarg || *end || errno)) {
+            snprintf(msg, cap, "bad number '%s' for --%s", optarg, longs[li].name);
             return 2;
         }
     }
     if (optind < argc || !o->plan || !o->model || o->steps < 1 || o->warmup < 0) {
-        if (g_rank == 0)
-            fprintf(stderr, "canzona-bench: --plan and --model are required, --steps >= 1, "
-                            "--warmup >= 0, no positional arguments (see --help)\n");
+        snprintf(msg, cap,
+                 "--plan and --model are required, --steps >= 1, --warmup >= 0, no "
+                 "positional arguments (see --help)");
         return 2;
     }
     return 0;
+}
+
+/* The options every rank must share, as text: those that decide which collectives run (steps,
+ * warm-up, verify, dump, own communicators) and what the ranks compute (seed, hyperparameters,
+ * initial values). Folder paths may differ per node; --json and --tolerance concern rank 0. */
+static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
+{
+    snprintf(buf, cap,
+             "help=%d steps=%d warmup=%d seed=%llu verify=%d dump-dir=%d init-dir=%d grad-dir=%d "
+             "dtype=%d lr=%.17g scaling=%d scale-coeff=%.17g momentum=%.17g "
+             "nesterov=%d ns-steps=%d ns-coeffs=%s ns-eps=%.17g weight-decay=%.17g adamw-lr=%.17g "
+             "adamw-beta1=%.17g adamw-beta2=%.17g adamw-eps=%.17g adamw-weight-decay=%.17g "
+             "max-grad-norm=%.17g own-comms=%d bad-dp-comm=%d corrupt-replica=%d inject-nan=%s",
+             prc == 1, o->steps, o->warmup, (unsigned long long)o->seed, o->verify,
+             o->dump_dir != NULL, o->init_dir != NULL, o->grad_dir != NULL, o->dtype, o->lr,
+             (int)o->scaling, o->scale_coeff, o->momentum, o->nesterov, o->ns_steps,
+             o->ns_coeffs ? o->ns_coeffs : "", o->ns_eps, o->wd, o->adamw_lr, o->beta1, o->beta2,
+             o->adamw_eps, o->adamw_wd, o->max_grad_norm, o->own_comms, o->bad_dp_comm,
+             o->corrupt_replica, o->inject_nan ? o->inject_nan : "");
+}
+
+/* Option errors are agreed across ranks like every later failure, before any other
+ * collective: a rank that stopped alone would leave the others waiting forever. Each rank
+ * prints its own reason. Returns 1 when every rank parsed the same valid options. */
+static int agree_options(const bench_opts *o, int prc, const char *msg)
+{
+    char text[1024] = "";
+    uint64_t fp = 0;
+    if (prc != 2) {
+        options_text(o, prc, text, sizeof text);
+        fp = 1469598103934665603ull; /* FNV-1a */
+        for (const char *c = text; *c; c++)
+            fp = (fp ^ (unsigned char)*c) * 1099511628211ull;
+    }
+    /* One reduction: any failure, the largest fingerprint, and the smallest (as ~max of ~). */
+    uint64_t mine[3] = {prc == 2, fp, ~fp}, all[3];
+    MPI_Allreduce(mine, all, 3, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    if (prc == 2) {
+        fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, msg);
+        return 0;
+    }
+    if (all[0]) {
+        fprintf(stderr, "canzona-bench: rank %d: stopping, another rank's options are invalid\n",
+                g_rank);
+        return 0;
+    }
+    if (all[1] != ~all[2]) {
+        fprintf(stderr,
+                "canzona-bench: rank %d: the ranks were given different options; every rank "
+                "must get the same ones (this rank: %s)\n",
+                g_rank, text);
+        return 0;
+    }
+    return 1;
 }
 
 /* Every rank learns whether any failed; prints the local message. Returns 1 if any failed. */
@@ -342,23 +394,15 @@ static int64_t param_offset(const cz_plan *plan, const cz_plan_param *p)
     return plan->buckets[cz_exec_bucket_index(plan, p->bucket)].offset + p->offset;
 }
 
-static char *param_path(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 6;
-    char *s = malloc(n);
-    if (s)
-        snprintf(s, n, "%s/%s.npy", dir, name);
-    return s;
-}
-
 /* Initial full tensor of a parameter: from --init-dir or generated. */
 static int initial_full(const bench_opts *o, const cz_plan_param *p, float **out, cz_error *err)
 {
     if (o->init_dir) {
-        char *path = param_path(o->init_dir, p->name);
-        if (!path)
-            return cz_error_set(err, CZ_ENOMEM, "out of memory");
-        int rc = cz_npy_read(path, p->ndim, p->shape[0], p->shape[1], out, err);
+        char *path = NULL;
+        int rc = cz_npy_param_path(o->init_dir, p->name, &path, err);
+        if (rc)
+            return rc;
+        rc = cz_npy_read(path, p->ndim, p->shape[0], p->shape[1], out, err);
         free(path);
         return rc;
     }
@@ -413,14 +457,16 @@ static int make_dirs(const char *dir, cz_error *err)
     return CZ_OK;
 }
 
-/* Gradient files: DIR/step<S>/dp<D>/<param name>.npy. */
-static char *grad_path(const char *dir, int64_t step, int dp, const char *name)
+/* Gradient files: DIR/step<S>/dp<D>/<param name>.npy in *out (malloc'd); the name is checked as
+ * for --init-dir, so that it cannot reach outside the folder. */
+static int grad_path(const char *dir, int64_t step, int dp, const char *name, char **out,
+                     cz_error *err)
 {
-    size_t n = strlen(dir) + strlen(name) + 64;
-    char *s = malloc(n);
-    if (s)
-        snprintf(s, n, "%s/step%lld/dp%d/%s.npy", dir, (long long)step, dp, name);
-    return s;
+    char sub[4200];
+    int n = snprintf(sub, sizeof sub, "%s/step%lld/dp%d", dir, (long long)step, dp);
+    if (n < 0 || (size_t)n >= sizeof sub)
+        return cz_error_set(err, CZ_EINVALID, "gradient folder name '%s' is too long", dir);
+    return cz_npy_param_path(sub, name, out, err);
 }
 
 /* The full gradient of p that DP replica dp sees at step: from --grad-dir or generated. */
@@ -431,10 +477,11 @@ static int full_grad(const bench_opts *o, const cz_plan_param *p, int64_t step, 
         cz_bench_fill_shard(p, 1, 0, o->seed, 1, step, dp, 1.0f, out);
         return CZ_OK;
     }
-    char *path = grad_path(o->grad_dir, step, dp, p->name);
+    char *path = NULL;
     float *tmp = NULL;
-    int rc = path ? cz_npy_read(path, p->ndim, p->shape[0], p->shape[1], &tmp, err)
-                  : cz_error_set(err, CZ_ENOMEM, "out of memory");
+    int rc = grad_path(o->grad_dir, step, dp, p->name, &path, err);
+    if (!rc)
+        rc = cz_npy_read(path, p->ndim, p->shape[0], p->shape[1], &tmp, err);
     if (!rc)
         memcpy(out, tmp, (size_t)full_numel(p) * sizeof(float));
     free(tmp);
@@ -461,9 +508,10 @@ static int dump_grads(const bench_opts *o, const cz_plan *plan, int total, cz_er
             for (size_t i = 0; i < plan->nparams && !rc; i++) {
                 const cz_plan_param *p = &plan->params[i];
                 cz_bench_fill_shard(p, 1, 0, o->seed, 1, s, d, 1.0f, buf);
-                char *path = grad_path(o->dump_grads, s, d, p->name);
-                rc = path ? cz_npy_write(path, buf, p->ndim, p->shape[0], p->shape[1], err)
-                          : cz_error_set(err, CZ_ENOMEM, "out of memory");
+                char *path = NULL;
+                rc = grad_path(o->dump_grads, s, d, p->name, &path, err);
+                if (!rc)
+                    rc = cz_npy_write(path, buf, p->ndim, p->shape[0], p->shape[1], err);
                 free(path);
             }
         }
@@ -755,11 +803,16 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    int prc = parse(argc, argv, &o);
-    if (prc) {
+    char opt_msg[512] = "";
+    int prc = parse(argc, argv, &o, opt_msg, sizeof opt_msg);
+    if (!agree_options(&o, prc, opt_msg)) {
+        status = 2;
+        goto done;
+    }
+    if (prc == 1) {
         if (g_rank == 0)
-            usage(prc == 1 ? stdout : stderr);
-        status = prc == 1 ? 0 : 2;
+            usage(stdout);
+        status = 0;
         goto done;
     }
 
@@ -926,10 +979,11 @@ int main(int argc, char **argv)
         if (!rc && g_rank == 0 && o.dump_dir) {
             rc = make_dirs(o.dump_dir, &err);
             for (size_t i = 0; i < plan->nparams && !rc; i++) {
-                char *path = param_path(o.dump_dir, plan->params[i].name);
-                rc = path ? cz_npy_write(path, full[i], plan->params[i].ndim,
-                                         plan->params[i].shape[0], plan->params[i].shape[1], &err)
-                          : cz_error_set(&err, CZ_ENOMEM, "out of memory");
+                char *path = NULL;
+                rc = cz_npy_param_path(o.dump_dir, plan->params[i].name, &path, &err);
+                if (!rc)
+                    rc = cz_npy_write(path, full[i], plan->params[i].ndim, plan->params[i].shape[0],
+                                      plan->params[i].shape[1], &err);
                 free(path);
             }
         }

@@ -13,4 +13,9 @@ int cz_npy_write(const char *path, const float *data, int ndim, int64_t rows, in
  * the shape equals the expected one. */
 int cz_npy_read(const char *path, int ndim, int64_t rows, int64_t cols, float **out, cz_error *err);
 
+/* The file of a parameter in a --dump-dir or --init-dir folder: "DIR/<name>.npy" in *out
+ * (malloc'd). Refuses a name that is not one plain file name (empty, ".", "..", or holding '/'),
+ * so that a parameter name can never reach outside the folder. */
+int cz_npy_param_path(const char *dir, const char *name, char **out, cz_error *err);
+
 #endif

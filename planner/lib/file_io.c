@@ -1,0 +1,285 @@
+/* Reading input files and writing output files under one policy (see file_io.h). */
+#include "file_io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Symbolic links followed before giving up, as the kernel's own limit (ELOOP). */
+#define CZ_MAX_SYMLINKS 40
+
+static const char *node_kind(mode_t m)
+{
+    if (S_ISDIR(m))
+        return "a folder";
+    if (S_ISCHR(m))
+        return "a character device";
+    if (S_ISBLK(m))
+        return "a block device";
+    if (S_ISFIFO(m))
+        return "a FIFO";
+    if (S_ISSOCK(m))
+        return "a socket";
+    if (S_ISLNK(m))
+        return "a symbolic link";
+    return "not a regular file";
+}
+
+int cz_file_read_all(const char *path, size_t max, char **out, size_t *len, cz_error *err)
+{
+    int rc = CZ_OK;
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    struct stat st;
+    *out = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return cz_error_set(err, CZ_EIO, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        rc = cz_error_set(err, CZ_EIO, "%s: cannot read: %s", path, strerror(errno));
+        goto done;
+    }
+    /* Pipes are read (a process substitution gives one); devices such as /dev/zero would never
+     * end, folders cannot be read. */
+    if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+        rc = cz_error_set(err, CZ_EIO, "%s: is %s, not a regular file; expected a JSON file", path,
+                          node_kind(st.st_mode));
+        goto done;
+    }
+    if (S_ISREG(st.st_mode) && (uintmax_t)st.st_size > (uintmax_t)max) {
+        rc = cz_error_set(err, CZ_EINVALID,
+                          "%s: is %jd bytes; files larger than %zu bytes are refused", path,
+                          (intmax_t)st.st_size, max);
+        goto done;
+    }
+    /* A regular file's buffer holds its size, one byte to see the end and the NUL. */
+    cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 2 : 65536;
+    if (!(buf = malloc(cap))) {
+        rc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory while reading", path);
+        goto done;
+    }
+    for (;;) {
+        if (n + 1 >= cap) {
+            /* A pipe, or a regular file that grew since fstat: grow, within the cap. */
+            size_t ncap = cap > max / 2 ? max + 2 : cap * 2;
+            char *nb = realloc(buf, ncap);
+            if (!nb) {
+                rc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory while reading", path);
+                goto done;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        ssize_t got = read(fd, buf + n, cap - 1 - n);
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            rc = cz_error_set(err, CZ_EIO, "%s: cannot read: %s", path, strerror(errno));
+            goto done;
+        }
+        if (got == 0)
+            break;
+        n += (size_t)got;
+        if (n > max) {
+            rc = cz_error_set(err, CZ_EINVALID,
+                              "%s: more than %zu bytes; files larger than that are refused", path,
+                              max);
+            goto done;
+        }
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    buf = NULL;
+done:
+    close(fd);
+    free(buf);
+    return rc;
+}
+
+static int write_fd_all(int fd, const char *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* The final target of path after following symbolic links (path itself when it is none). A
+ * target that does not exist yet is returned as well: it is where the output will be created.
+ * Fails on a loop or an unreadable link. */
+static int resolve_links(const char *path, char **out, cz_error *err)
+{
+    int rc = CZ_OK;
+    char *cur = cz_strdup(path);
+    *out = NULL;
+    if (!cur)
+        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
+    for (int hops = 0;; hops++) {
+        struct stat st;
+        if (lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode)) {
+            *out = cur;
+            return CZ_OK;
+        }
+        if (hops == CZ_MAX_SYMLINKS) {
+            rc = cz_error_set(err, CZ_EIO, "%s: too many levels of symbolic links", path);
+            break;
+        }
+        char target[PATH_MAX];
+        ssize_t n = readlink(cur, target, sizeof target - 1);
+        if (n < 0) {
+            rc = cz_error_set(err, CZ_EIO, "%s: cannot read the symbolic link %s: %s", path, cur,
+                              strerror(errno));
+            break;
+        }
+        target[n] = '\0';
+        const char *slash = strrchr(cur, '/');
+        size_t dir_len = target[0] == '/' || !slash ? 0 : (size_t)(slash - cur) + 1;
+        char *next = malloc(dir_len + (size_t)n + 1);
+        if (!next) {
+            rc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
+            break;
+        }
+        memcpy(next, cur, dir_len);
+        memcpy(next + dir_len, target, (size_t)n + 1);
+        free(cur);
+        cur = next;
+    }
+    free(cur);
+    return rc;
+}
+
+/* Writes data to a temporary file beside target, syncs it and renames it over target, so that a
+ * reader sees the old file or the new one, never a mix. shown is the path the user gave. */
+static int write_atomic(const char *shown, const char *target, mode_t mode, const void *data,
+                        size_t len, cz_error *err)
+{
+    int rc = CZ_OK;
+    size_t n = strlen(target) + sizeof ".tmp.XXXXXX";
+    char *tmp = malloc(n);
+    if (!tmp)
+        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", shown);
+    snprintf(tmp, n, "%s.tmp.XXXXXX", target);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        rc = cz_error_set(err, CZ_EIO, "%s: cannot create a temporary file next to %s: %s", shown,
+                          target, strerror(errno));
+        free(tmp);
+        return rc;
+    }
+    /* mkstemp creates the file 0600: give it the mode of the file it replaces, or the mode a
+     * plain creation would. */
+    if (fchmod(fd, mode) != 0 || write_fd_all(fd, data, len) != 0 || fsync(fd) != 0) {
+        rc = cz_error_set(err, CZ_EIO, "%s: cannot write %s: %s", shown, tmp, strerror(errno));
+        close(fd);
+        goto fail;
+    }
+    if (close(fd) != 0) {
+        rc = cz_error_set(err, CZ_EIO, "%s: cannot write %s: %s", shown, tmp, strerror(errno));
+        goto fail;
+    }
+    if (rename(tmp, target) != 0) {
+        rc = cz_error_set(err, CZ_EIO, "%s: cannot replace %s: %s", shown, target, strerror(errno));
+        goto fail;
+    }
+    free(tmp);
+    return CZ_OK;
+fail:
+    unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+/* Devices and FIFOs are written where they are: replacing /dev/null by a regular file, or a
+ * FIFO a reader waits on, would break whatever else uses them. */
+static int write_in_place(const char *shown, const char *target, const void *data, size_t len,
+                          cz_error *err)
+{
+    int fd = open(target, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return cz_error_set(err, CZ_EIO, "%s: cannot open for writing: %s", shown, strerror(errno));
+    int saved = 0;
+    if (write_fd_all(fd, data, len) != 0)
+        saved = errno;
+    if (close(fd) != 0 && !saved)
+        saved = errno;
+    if (saved)
+        return cz_error_set(err, CZ_EIO, "%s: cannot write: %s", shown, strerror(saved));
+    return CZ_OK;
+}
+
+int cz_file_write(const char *path, const void *data, size_t len, cz_error *err)
+{
+    if (!strcmp(path, "-")) {
+        if (fwrite(data, 1, len, stdout) != len || fflush(stdout) != 0)
+            return cz_error_set(err, CZ_EIO, "cannot write to standard output: %s",
+                                strerror(errno));
+        return CZ_OK;
+    }
+    char *target = NULL;
+    int rc = resolve_links(path, &target, err);
+    if (rc != CZ_OK)
+        return rc;
+    struct stat st;
+    if (lstat(target, &st) != 0) {
+        if (errno != ENOENT) {
+            rc = cz_error_set(err, CZ_EIO, "%s: cannot write: %s", path, strerror(errno));
+            goto out;
+        }
+        mode_t mask = umask(0);
+        umask(mask);
+        rc = write_atomic(path, target, 0666 & ~mask, data, len, err);
+    } else if (S_ISREG(st.st_mode)) {
+        /* Renaming needs only the folder's permission; a file its owner made read-only must
+         * stay as it is (root passes access(), hence the mode test). */
+        if ((st.st_mode & 0222) == 0 || access(target, W_OK) != 0) {
+            rc = cz_error_set(err, CZ_EIO,
+                              "%s: is read-only; make it writable or choose another output "
+                              "path",
+                              path);
+            goto out;
+        }
+        rc = write_atomic(path, target, st.st_mode & 07777, data, len, err);
+    } else if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
+        rc = write_in_place(path, target, data, len, err);
+    } else {
+        rc = cz_error_set(err, CZ_EIO,
+                          "%s: is %s; expected a regular file, a character device, a FIFO or "
+                          "'-' (standard output)",
+                          path, node_kind(st.st_mode));
+    }
+out:
+    free(target);
+    return rc;
+}
+
+int cz_file_check_output(const char *output, const char *const *inputs, const char *const *what,
+                         size_t n, cz_error *err)
+{
+    struct stat out_st, in_st;
+    if (!output || !strcmp(output, "-") || stat(output, &out_st) != 0)
+        return CZ_OK;
+    for (size_t i = 0; i < n; i++) {
+        if (!inputs[i] || stat(inputs[i], &in_st) != 0)
+            continue;
+        if (in_st.st_dev == out_st.st_dev && in_st.st_ino == out_st.st_ino)
+            return cz_error_set(err, CZ_EINVALID,
+                                "%s: the output is the same file as %s (%s); writing it would "
+                                "destroy the input; choose another output path",
+                                output, what[i], inputs[i]);
+    }
+    return CZ_OK;
+}
