@@ -161,6 +161,53 @@ static cz_exec_config self_cfg(void)
     return cfg;
 }
 
+/* Two Muon steps through the whole executor, by hand. With ns_steps = 0 the orthogonalization
+ * is only the normalisation X = in / ||in||_F, so every number below follows from the
+ * formulas. One 4 x 2 matrix w (p0 = 0), mu = 0.5, lr = 0.1, wd = 0.1; g1 = e00, g2 = 2 e11.
+ *   step 1: buf = e00; input e00 (plain) or g1 + mu*buf = 1.5 e00 (Nesterov): both normalise
+ *           to e00, so w = -lr*s*e00.
+ *   step 2: buf = 0.5 e00 + 2 e11; input buf (plain) = (0.5, 2), or g2 + mu*buf = (0.25, 3)
+ *           (Nesterov), normalised by sqrt(4.25) or sqrt(9.0625); w = w*(1 - lr*wd) - lr*s*X.
+ * s = 0.2*sqrt(max(4, 2)) = 0.4 (rms) or sqrt(max(1, 4/2)) = sqrt(2) (shape). */
+START_TEST(muon_steps_by_hand)
+{
+    static const fx_param W[] = {{"w", 2, 4, 2, 0, CZ_KIND_MATRIX, 0, 0, {0}}};
+    for (int scaling = 0; scaling < 2; scaling++)
+        for (int nesterov = 0; nesterov < 2; nesterov++) {
+            cz_exec_config cfg = self_cfg();
+            cfg.ns_steps = 0;
+            cfg.momentum = 0.5f;
+            cfg.lr = 0.1f;
+            cfg.weight_decay = 0.1f;
+            cfg.nesterov = nesterov;
+            cfg.muon_scaling = scaling ? CZ_MUON_SCALE_SHAPE : CZ_MUON_SCALE_RMS;
+            cz_plan *pl = fx_plan(W, 1, 1);
+            cz_executor *ex = NULL;
+            cz_error err;
+            ck_assert_int_eq(cz_executor_create_from_plan(&ex, pl, &cfg, &err), 0);
+            float P[8] = {0}, G[8] = {0};
+            ck_assert_int_eq(cz_executor_bind_buffers(ex, P, G, 8, &err), 0);
+            double s = scaling ? sqrt(2.0) : 0.4, lr = 0.1, decay = 1.0 - 0.1 * 0.1;
+            G[0] = 1.0f; /* row-major 4 x 2: (0,0) at index 0, (1,1) at index 3 */
+            ck_assert_int_eq(cz_executor_step(ex, &err), 0);
+            ck_assert_double_eq_tol(P[0], -lr * s, 1e-6);
+            for (int k = 1; k < 8; k++)
+                ck_assert_float_eq(P[k], 0.0f);
+            G[0] = 0.0f;
+            G[3] = 2.0f;
+            ck_assert_int_eq(cz_executor_step(ex, &err), 0);
+            double a = nesterov ? 0.25 : 0.5, b = nesterov ? 3.0 : 2.0, nrm = sqrt(a * a + b * b);
+            ck_assert_double_eq_tol(P[0], -lr * s * decay - lr * s * a / nrm, 1e-6);
+            ck_assert_double_eq_tol(P[3], -lr * s * b / nrm, 1e-6);
+            for (int k = 1; k < 8; k++)
+                if (k != 3)
+                    ck_assert_float_eq(P[k], 0.0f);
+            cz_executor_free(ex);
+            cz_plan_free(pl);
+        }
+}
+END_TEST
+
 START_TEST(rates_set_between_steps)
 {
     /* b starts with other rates and weight decays, is set to a's before its first step, and
@@ -259,6 +306,7 @@ int main(void)
     tcase_add_test(tc, scalings_by_hand);
     tcase_add_test(tc, momentum_forms_by_hand);
     tcase_add_test(tc, defaults_fit_the_scaling);
+    tcase_add_test(tc, muon_steps_by_hand);
     tcase_add_test(tc, rates_set_between_steps);
     tcase_add_test(tc, grad_norm_and_clip);
     suite_add_tcase(s, tc);
