@@ -114,12 +114,15 @@ owncomms)
   grep -q "verify: OK" "$tmp/out"
   ;;
 nan)
-  # A NaN in one replica's gradient: every rank returns an error naming the parameter.
+  # A NaN in one replica's gradient (fp32 or bf16): every rank returns an error naming the
+  # parameter.
   plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
-  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 \
-    --inject-nan decoder.layers.1.mlp.linear_fc2.weight
-  n=$(grep -c "gradient of 'decoder.layers.1.mlp.linear_fc2.weight' holds NaN" "$tmp/out" || true)
-  [ "$n" -eq 4 ] || { echo "expected 4 ranks to name the parameter, got $n"; exit 1; }
+  for dtype in fp32 bf16; do
+    mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --dtype "$dtype" \
+      --inject-nan decoder.layers.1.mlp.linear_fc2.weight
+    n=$(grep -c "gradient of 'decoder.layers.1.mlp.linear_fc2.weight' holds NaN" "$tmp/out" || true)
+    [ "$n" -eq 4 ] || { echo "$dtype: expected 4 ranks to name the parameter, got $n"; exit 1; }
+  done
   ;;
 dump)
   # Dumped parameters read back with --init-dir continue the same run exactly.
