@@ -61,7 +61,19 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
         c->ops->download(c, ex->stats_host, ex->stats, (size_t)ex->nowned * sizeof(double), err);
     if (rc)
         return rc;
-    if (ex->cfg.check_finite) {
+    /* One control-plane reduction per step in the normal case: the norm's sum of squares and
+     * the number of non-finite owned shards (every TP rank's, replicated ones included). Only
+     * when that number is not zero does a second one find the lowest such parameter. */
+    double v[2] = {0.0, 0.0};
+    for (int k = 0; k < ex->nowned; k++) {
+        if (plan->params[ex->owned[k]].tp_dim >= 0 || ex->tp_rank == 0)
+            v[0] += ex->stats_host[k];
+        v[1] += !isfinite(ex->stats_host[k]);
+    }
+    rc = ex->ctrl.ops->allreduce_sum_f64(&ex->ctrl, v, 2, err);
+    if (rc)
+        return rc;
+    if (ex->cfg.check_finite && v[1] > 0.0) {
         int64_t bad = INT64_MAX;
         for (int k = 0; k < ex->nowned && bad == INT64_MAX; k++)
             if (!isfinite(ex->stats_host[k]))
@@ -76,13 +88,7 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
                                 (long long)(ex->steps + 1), plan->params[bad].name,
                                 plan->params[bad].dp_owner);
     }
-    double sq = 0.0;
-    for (int k = 0; k < ex->nowned; k++)
-        if (plan->params[ex->owned[k]].tp_dim >= 0 || ex->tp_rank == 0)
-            sq += ex->stats_host[k];
-    rc = ex->ctrl.ops->allreduce_sum_f64(&ex->ctrl, &sq, 1, err);
-    if (rc)
-        return rc;
+    double sq = v[0];
     ex->grad_norm = sqrt(sq);
     float max = ex->cfg.max_grad_norm;
     if (max > 0.0f && ex->grad_norm > (double)max) {
