@@ -33,14 +33,29 @@
 extern "C" {
 #endif
 
-#define CZ_EXEC_CONFIG_VERSION 1
+#define CZ_EXEC_CONFIG_VERSION 2
+
+/* How Muon scales the orthogonalized update of an m x n block (rows x cols as stored). */
+typedef enum cz_muon_scaling {
+    /* scale_coeff * sqrt(max(m, n)) (0.2 by default): the update's RMS matches AdamW's, so
+     * AdamW-sized learning rates apply (Moonlight; torch.optim.Muon "match_rms_adamw"). */
+    CZ_MUON_SCALE_RMS = 0,
+    /* sqrt(max(1, m / n)): Keller Jordan's original Muon and torch.optim.Muon's default. */
+    CZ_MUON_SCALE_SHAPE = 1,
+} cz_muon_scaling;
+
+/* Where the buffers a job binds live. */
+typedef enum cz_exec_memory {
+    CZ_EXEC_MEMORY_HOST = 0,   /* host memory (the cpu backend) */
+    CZ_EXEC_MEMORY_DEVICE = 1, /* the backend's device memory (GPU backends) */
+} cz_exec_memory;
 
 /* Executor configuration. Initialize with cz_exec_config_init() and then change fields, so
  * that fields added in later versions keep their defaults. */
 typedef struct cz_exec_config {
     int version; /* CZ_EXEC_CONFIG_VERSION */
 
-    /* Compute backend: "cpu" (OpenBLAS, fp32). Default "cpu". */
+    /* Compute backend: "cpu" (host memory, OpenBLAS, fp32 math). Default "cpu". */
     const char *backend;
     /* Communication backend: "mpi" or "self" (one process, dp = tp = 1). NULL (default) picks
      * "mpi" when the library was built with MPI and MPI is initialized, else "self". */
@@ -57,14 +72,16 @@ typedef struct cz_exec_config {
     const void *world_comm, *dp_comm, *tp_comm;
 
     /* Muon (matrix parameters). */
-    float lr;              /* default 0.02 */
+    float lr;              /* 0 (default) = the default of the scaling: 1e-3 for rms (an AdamW
+                              learning rate, as Moonlight), 0.02 for shape (as Keller Jordan's
+                              Muon) */
     float momentum;        /* mu, default 0.95 */
-    int nesterov;          /* 1 = use g + mu*buf as the update's input; default 0 */
+    int nesterov;          /* 1 (default, as every public Muon) = input g + mu*buf; 0 = buf */
     float weight_decay;    /* decoupled, default 0.01 */
     int ns_steps;          /* Newton-Schulz iterations, default 5 */
     const char *ns_coeffs; /* "jordan" (default: 3.4445, -4.7750, 2.0315) or "cubic" */
     float ns_eps;          /* added to the Frobenius norm, default 1e-7 */
-    float scale_coeff;     /* update scaled by scale_coeff*sqrt(max(m, n)), default 0.2 */
+    float scale_coeff;     /* rms scaling: scale_coeff*sqrt(max(m, n)), default 0.2 */
 
     /* AdamW (elementwise parameters). */
     float adamw_lr;           /* default 3e-4 */
@@ -75,6 +92,23 @@ typedef struct cz_exec_config {
 
     /* 1 (default) = check the owned gradient shards for NaN/Inf after the reduce-scatter. */
     int check_finite;
+
+    /* Added in version 2. */
+    cz_muon_scaling muon_scaling; /* default CZ_MUON_SCALE_RMS */
+    /* > 0: when the global gradient norm exceeds it, every gradient is scaled by
+     * max_grad_norm / (norm + 1e-6) before the updates (as torch's clip_grad_norm_).
+     * 0 (default) = no clipping. */
+    float max_grad_norm;
+    /* Where bound buffers live; default host (the only space of the cpu backend). */
+    cz_exec_memory memory;
+    /* dtype of the parameters and gradients the job binds: -1 (default) = the plan's (the
+     * model's dtype), or CZ_DTYPE_FP32 / CZ_DTYPE_BF16. Optimizer state, Newton-Schulz and
+     * the executor's master copy of bf16 parameters are fp32. */
+    int dtype;
+    /* Opaque stream of the backend the step is ordered on (a cudaStream_t for a GPU backend);
+     * NULL (default) = the backend's own. The cpu backend's stream is the calling thread and
+     * takes only NULL. */
+    void *stream;
 } cz_exec_config;
 
 /* Fills *cfg with the defaults above. */
@@ -109,6 +143,18 @@ int cz_executor_create_from_plan(cz_executor **out, const cz_plan *plan, const c
 /* Number of elements of the flat local buffer the plan expects (sum of its bucket sizes). */
 size_t cz_executor_buffer_numel(const cz_executor *ex);
 
+/* Typed binding: as the two calls below, for buffers of the executor's dtype
+ * (cz_executor_dtype; CZ_EMISMATCH for another). With bf16 the executor keeps an fp32 master
+ * copy of the parameters: the job's bf16 parameters are read at the first step only and
+ * rewritten (rounded to nearest even) from the master copy after every step; gradients are
+ * read every step. */
+int cz_executor_bind_typed(cz_executor *ex, void *params, void *grads, size_t numel, cz_dtype dtype,
+                           cz_error *err);
+int cz_executor_bind_param_typed(cz_executor *ex, const char *name, void *param, void *grad,
+                                 int64_t rows, int64_t cols, cz_dtype dtype, cz_error *err);
+/* The dtype of the parameters and gradients this executor binds. */
+cz_dtype cz_executor_dtype(const cz_executor *ex);
+
 /* Binds flat local parameter and gradient buffers of numel fp32 elements each; numel must
  * equal cz_executor_buffer_numel (CZ_EMISMATCH otherwise). Parameter p's local shard lives
  * at bucket(p).offset + p.offset. The buffers stay owned by the caller. Grads are consumed
@@ -123,10 +169,29 @@ int cz_executor_bind_buffers(cz_executor *ex, float *params, float *grads, size_
 int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, float *grad,
                            int64_t rows, int64_t cols, cz_error *err);
 
+/* Non-blocking step: cz_executor_step_async starts a step on the backend's stream and
+ * cz_executor_wait waits for it and returns its result (the same as cz_executor_step's).
+ * Bound buffers must not be touched in between. One step at a time: a second start before
+ * the wait, or a wait without a start, is refused (CZ_EINVALID). The cpu backend's stream is
+ * the calling thread, so there the whole step runs inside cz_executor_step_async. */
+int cz_executor_step_async(cz_executor *ex, cz_error *err);
+int cz_executor_wait(cz_executor *ex, cz_error *err);
+
 /* Runs one optimizer step. Collective over the world communicator. Returns CZ_EINVALID
  * naming the parameter when an owned gradient holds NaN or Inf (on every rank; no parameter
  * is changed then), CZ_EINVALID when buffers are not bound. */
 int cz_executor_step(cz_executor *ex, cz_error *err);
+
+/* Global L2 norm of the averaged gradient of the last step, before clipping: every rank
+ * sums the squares of the shards it owns (a tensor replicated over TP counted once) and the
+ * sums are all-reduced. The same value on every rank; NaN before the first step. */
+double cz_executor_grad_norm(const cz_executor *ex);
+
+/* Learning rates and weight decays for the following steps (schedules). Not collective, but
+ * every rank must set the same values before the same step. Refuses (CZ_EINVALID) negative
+ * or non-finite values. */
+int cz_executor_set_lr(cz_executor *ex, float muon_lr, float adamw_lr, cz_error *err);
+int cz_executor_set_weight_decay(cz_executor *ex, float muon_wd, float adamw_wd, cz_error *err);
 
 /* Copies the timings of the last step into *out. */
 void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out);

@@ -1,5 +1,6 @@
 /* AdamW on a local shard: bias-corrected moments, decoupled weight decay. Elementwise, so a
- * shard's result equals the same elements of the whole tensor's result. */
+ * shard's result equals the same elements of the whole tensor's result. The loop itself is
+ * the compute backend's (ops->adamw); here only the per-step scalars are made. */
 #include "exec_internal.h"
 
 #include <math.h>
@@ -13,17 +14,13 @@ void cz_adamw_hparams_from_config(cz_adamw_hparams *h, const cz_exec_config *cfg
     h->weight_decay = cfg->adamw_weight_decay;
 }
 
-void cz_adamw_step(const cz_adamw_hparams *h, int64_t t, float *p, const float *g, float *m,
-                   float *v, int64_t n)
+void cz_adamw_args_make(cz_adamw_args *a, const cz_adamw_hparams *h, int64_t t)
 {
-    float b1 = h->beta1, b2 = h->beta2;
-    float c1 = (float)(1.0 - pow((double)b1, (double)t));
-    float c2 = (float)(1.0 - pow((double)b2, (double)t));
-    float keep = 1.0f - h->lr * h->weight_decay;
-    for (int64_t i = 0; i < n; i++) {
-        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-        float mhat = m[i] / c1, vhat = v[i] / c2;
-        p[i] = p[i] * keep - h->lr * mhat / (sqrtf(vhat) + h->eps);
-    }
+    a->lr = h->lr;
+    a->beta1 = h->beta1;
+    a->beta2 = h->beta2;
+    a->eps = h->eps;
+    a->weight_decay = h->weight_decay;
+    a->bias1 = (float)(1.0 - pow((double)h->beta1, (double)t));
+    a->bias2 = (float)(1.0 - pow((double)h->beta2, (double)t));
 }

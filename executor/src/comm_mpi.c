@@ -1,18 +1,31 @@
-/* The "mpi" communicator backend (Open MPI). Communicators are duplicated so that the
- * executor's traffic never mixes with the job's own. */
+/* The "mpi" planes (Open MPI). Every plane and the control plane work on their own duplicate of
+ * a communicator, so that the executor's traffic never mixes with the job's own, and return
+ * errors as codes (MPI_ERRORS_RETURN) so they can be reported instead of aborting the job.
+ *
+ * Data plane: the uneven reduce-scatter and all-gather map onto MPI_Reduce_scatter and
+ * MPI_Allgatherv (counts checked against MPI's int limit here, inside the plane); a group of
+ * sends and receives is a set of MPI_Isend/MPI_Irecv completed together. Each request handle
+ * has its own tag, so two groups in flight on one plane never match each other's messages. */
 #include "exec_internal.h"
 
 #ifdef CZ_HAVE_MPI
+#include <limits.h>
 #include <mpi.h>
-#include <stdlib.h>
 
+typedef struct mpi_plane {
+    MPI_Comm comm;
+    int next_tag;
+} mpi_plane;
+
+/* Up to one send and one receive per peer, plus room for a collective. */
 struct cz_comm_req {
-    MPI_Request r;
+    int tag, n, cap, fail;
+    MPI_Request r[];
 };
 
-static MPI_Comm mpi_of(cz_comm *c)
+static MPI_Comm comm_of(void *impl)
 {
-    return *(MPI_Comm *)c->impl;
+    return ((mpi_plane *)impl)->comm;
 }
 
 static int mpi_fail(cz_error *err, int rc, const char *what)
@@ -23,97 +36,262 @@ static int mpi_fail(cz_error *err, int rc, const char *what)
     return cz_error_set(err, CZ_EIO, "MPI %s failed: %s", what, msg);
 }
 
-static int mpi_reduce_scatter(cz_comm *c, const float *send, float *recv, const int *counts,
-                              cz_error *err)
+static MPI_Datatype mpi_type(cz_dtype t)
 {
-    int rc = MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, mpi_of(c));
-    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "reduce-scatter");
+    return t == CZ_DTYPE_FP32 ? MPI_FLOAT : MPI_UINT16_T;
 }
 
-static int mpi_allgatherv(cz_comm *c, float *buf, const int *counts, const int *displs,
-                          cz_error *err)
+static int count_fits(size_t n, const char *what, cz_error *err)
 {
-    int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, counts, displs, MPI_FLOAT, mpi_of(c));
-    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "all-gather");
-}
-
-static int mpi_ialltoallv(cz_comm *c, const float *send, const int *scounts, const int *sdispls,
-                          float *recv, const int *rcounts, const int *rdispls, cz_comm_req **req,
-                          cz_error *err)
-{
-    cz_comm_req *q = malloc(sizeof *q);
-    if (!q)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for an MPI request");
-    int rc = MPI_Ialltoallv(send, scounts, sdispls, MPI_FLOAT, recv, rcounts, rdispls, MPI_FLOAT,
-                            mpi_of(c), &q->r);
-    if (rc != MPI_SUCCESS) {
-        free(q);
-        return mpi_fail(err, rc, "all-to-all");
-    }
-    *req = q;
+    if (n > (size_t)INT_MAX)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "MPI %s of %zu elements: MPI counts are limited to %d (plan with a "
+                            "smaller bucket or micro-group capacity)",
+                            what, n, INT_MAX);
     return CZ_OK;
 }
 
-static int mpi_iallgather(cz_comm *c, const float *send, int count, float *recv, cz_comm_req **req,
-                          cz_error *err)
-{
-    cz_comm_req *q = malloc(sizeof *q);
-    if (!q)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for an MPI request");
-    int rc = MPI_Iallgather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, mpi_of(c), &q->r);
-    if (rc != MPI_SUCCESS) {
-        free(q);
-        return mpi_fail(err, rc, "all-gather");
-    }
-    *req = q;
-    return CZ_OK;
-}
+/* ---- control plane ---- */
 
-static int mpi_wait(cz_comm *c, cz_comm_req *req, cz_error *err)
+static int mpi_ctrl_allreduce_min_i64(cz_ctrl *c, int64_t *v, int n, cz_error *err)
 {
-    (void)c;
-    if (!req)
-        return CZ_OK;
-    int rc = MPI_Wait(&req->r, MPI_STATUS_IGNORE);
-    free(req);
-    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "wait");
-}
-
-static void mpi_progress(cz_comm *c, cz_comm_req *req)
-{
-    (void)c;
-    int done = 0;
-    if (req && req->r != MPI_REQUEST_NULL)
-        MPI_Test(&req->r, &done, MPI_STATUS_IGNORE);
-}
-
-static int mpi_allreduce_min_i64(cz_comm *c, int64_t *v, int n, cz_error *err)
-{
-    int rc = MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MIN, mpi_of(c));
+    int rc = MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MIN, comm_of(c->impl));
     return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "all-reduce");
 }
 
-static void mpi_close(cz_comm *c)
+static int mpi_ctrl_allreduce_sum_f64(cz_ctrl *c, double *v, int n, cz_error *err)
 {
-    if (!c->impl)
+    int rc = MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, comm_of(c->impl));
+    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "all-reduce");
+}
+
+static void free_impl(void **impl)
+{
+    if (!*impl)
         return;
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin)
-        MPI_Comm_free((MPI_Comm *)c->impl);
-    free(c->impl);
-    c->impl = NULL;
+        MPI_Comm_free(&((mpi_plane *)*impl)->comm);
+    cz_exec_free(*impl);
+    *impl = NULL;
 }
 
-static const cz_comm_ops cz_comm_mpi_ops = {
+static void mpi_ctrl_close(cz_ctrl *c)
+{
+    free_impl(&c->impl);
+}
+
+static const cz_ctrl_ops cz_ctrl_mpi_ops = {
+    .kind = CZ_COMM_MPI,
+    .name = "mpi",
+    .allreduce_min_i64 = mpi_ctrl_allreduce_min_i64,
+    .allreduce_sum_f64 = mpi_ctrl_allreduce_sum_f64,
+    .close = mpi_ctrl_close,
+};
+
+/* ---- data plane ---- */
+
+static int mpi_reduce_scatter(cz_plane *p, const void *send, void *recv, const size_t *counts,
+                              cz_dtype t, cz_event *after, cz_error *err)
+{
+    int wrc = cz_plane_wait_after(p, after, err);
+    if (wrc)
+        return wrc;
+    if (t != CZ_DTYPE_FP32)
+        return cz_error_set(err, CZ_EUNSUPPORTED, "MPI reduce-scatter: only fp32 sums");
+    int ic[p->size];
+    for (int r = 0; r < p->size; r++) {
+        int rc = count_fits(counts[r], "reduce-scatter", err);
+        if (rc)
+            return rc;
+        ic[r] = (int)counts[r];
+    }
+    int rc = MPI_Reduce_scatter(send, recv, ic, MPI_FLOAT, MPI_SUM, comm_of(p->impl));
+    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "reduce-scatter");
+}
+
+static int mpi_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtype t, cz_event *after,
+                          cz_error *err)
+{
+    int wrc = cz_plane_wait_after(p, after, err);
+    if (wrc)
+        return wrc;
+    int ic[p->size], id[p->size];
+    size_t off = 0;
+    for (int r = 0; r < p->size; r++) {
+        int rc = count_fits(counts[r], "all-gather", err);
+        if (!rc)
+            rc = count_fits(off, "all-gather displacement", err);
+        if (rc)
+            return rc;
+        ic[r] = (int)counts[r];
+        id[r] = (int)off;
+        off += counts[r];
+    }
+    int rc =
+        MPI_Allgatherv(MPI_IN_PLACE, 0, mpi_type(t), buf, ic, id, mpi_type(t), comm_of(p->impl));
+    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "all-gather");
+}
+
+static int mpi_iall_gather(cz_plane *p, const void *send, size_t count, void *recv, cz_dtype t,
+                           cz_event *after, cz_comm_req *req, cz_error *err)
+{
+    int rc = cz_plane_wait_after(p, after, err);
+    if (!rc)
+        rc = count_fits(count, "all-gather", err);
+    if (rc)
+        return rc;
+    req->n = 1;
+    rc = MPI_Iallgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t),
+                        comm_of(p->impl), &req->r[0]);
+    if (rc != MPI_SUCCESS) {
+        req->n = 0;
+        return mpi_fail(err, rc, "all-gather");
+    }
+    return CZ_OK;
+}
+
+static int mpi_group_start(cz_plane *p, cz_comm_req *req, cz_event *after, cz_error *err)
+{
+    req->n = 0;
+    req->fail = MPI_SUCCESS;
+    return cz_plane_wait_after(p, after, err);
+}
+
+/* Posts one transfer of a group; the first failure is reported by group_end. */
+static void post(cz_plane *p, cz_comm_req *req, void *buf, size_t count, cz_dtype t, int peer,
+                 int is_send)
+{
+    if (count == 0 || req->fail != MPI_SUCCESS)
+        return;
+    if (count > (size_t)INT_MAX || req->n == req->cap) {
+        req->fail = MPI_ERR_COUNT;
+        return;
+    }
+    MPI_Request *r = &req->r[req->n];
+    int rc = is_send ? MPI_Isend(buf, (int)count, mpi_type(t), peer, req->tag, comm_of(p->impl), r)
+                     : MPI_Irecv(buf, (int)count, mpi_type(t), peer, req->tag, comm_of(p->impl), r);
+    if (rc == MPI_SUCCESS)
+        req->n++;
+    else
+        req->fail = rc;
+}
+
+static void mpi_send(cz_plane *p, cz_comm_req *req, const void *buf, size_t count, cz_dtype t,
+                     int peer)
+{
+    /* MPI_Isend takes a const buffer since MPI-3; the cast only serves the shared helper. */
+    post(p, req, (void *)buf, count, t, peer, 1);
+}
+
+static void mpi_recv(cz_plane *p, cz_comm_req *req, void *buf, size_t count, cz_dtype t, int peer)
+{
+    post(p, req, buf, count, t, peer, 0);
+}
+
+static int mpi_wait(cz_plane *p, cz_comm_req *req, cz_error *err)
+{
+    (void)p;
+    if (!req || req->n == 0)
+        return CZ_OK;
+    int rc = MPI_Waitall(req->n, req->r, MPI_STATUSES_IGNORE);
+    req->n = 0;
+    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "wait");
+}
+
+static int mpi_group_end(cz_plane *p, cz_comm_req *req, cz_error *err)
+{
+    if (req->fail == MPI_SUCCESS)
+        return CZ_OK;
+    int fail = req->fail;
+    cz_error tmp;
+    mpi_wait(p, req, &tmp); /* leave nothing half-posted behind */
+    if (fail == MPI_ERR_COUNT)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "MPI send/receive group: a count above %d or more than %d transfers",
+                            INT_MAX, req->cap);
+    return mpi_fail(err, fail, "send/receive");
+}
+
+static void mpi_progress(cz_plane *p, cz_comm_req *req)
+{
+    (void)p;
+    int done = 0;
+    if (req && req->n > 0)
+        MPI_Testall(req->n, req->r, &done, MPI_STATUSES_IGNORE);
+}
+
+static cz_comm_req *mpi_req_create(cz_plane *p)
+{
+    int cap = 2 * p->size + 1;
+    cz_comm_req *q = cz_exec_calloc(1, sizeof *q + (size_t)cap * sizeof(MPI_Request));
+    if (!q)
+        return NULL;
+    q->cap = cap;
+    q->tag = ++((mpi_plane *)p->impl)->next_tag;
+    for (int k = 0; k < cap; k++)
+        q->r[k] = MPI_REQUEST_NULL;
+    return q;
+}
+
+static void mpi_req_free(cz_plane *p, cz_comm_req *req)
+{
+    cz_error tmp;
+    if (req)
+        mpi_wait(p, req, &tmp);
+    cz_exec_free(req);
+}
+
+static int wrap(void **impl, int *size, int *rank, MPI_Comm dup, cz_error *err)
+{
+    mpi_plane *h = cz_exec_calloc(1, sizeof *h);
+    if (!h) {
+        MPI_Comm_free(&dup);
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for a communicator");
+    }
+    MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+    h->comm = dup;
+    *impl = h;
+    MPI_Comm_size(dup, size);
+    MPI_Comm_rank(dup, rank);
+    return CZ_OK;
+}
+
+static const cz_plane_ops cz_plane_mpi_ops;
+
+static int mpi_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *err)
+{
+    MPI_Comm dup;
+    int rc = MPI_Comm_split(comm_of(p->impl), color, key, &dup);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "Comm_split");
+    out->ops = &cz_plane_mpi_ops;
+    out->compute = p->compute;
+    return wrap(&out->impl, &out->size, &out->rank, dup, err);
+}
+
+static void mpi_close(cz_plane *p)
+{
+    free_impl(&p->impl);
+}
+
+static const cz_plane_ops cz_plane_mpi_ops = {
+    .version = CZ_DATA_PLANE_VERSION,
+    .kind = CZ_COMM_MPI,
     .name = "mpi",
     .reduce_scatter = mpi_reduce_scatter,
-    .allgatherv = mpi_allgatherv,
-    .ialltoallv = mpi_ialltoallv,
-    .iallgather = mpi_iallgather,
+    .all_gather = mpi_all_gather,
+    .iall_gather = mpi_iall_gather,
+    .group_start = mpi_group_start,
+    .send = mpi_send,
+    .recv = mpi_recv,
+    .group_end = mpi_group_end,
     .wait = mpi_wait,
     .progress = mpi_progress,
-    .allreduce_min_i64 = mpi_allreduce_min_i64,
+    .req_create = mpi_req_create,
+    .req_free = mpi_req_free,
+    .split = mpi_split,
     .close = mpi_close,
 };
 
@@ -125,42 +303,31 @@ bool cz_comm_mpi_available(void)
     return init && !fin;
 }
 
-static int wrap(cz_comm *out, MPI_Comm dup, cz_error *err)
+static int dup_handle(const void *handle, MPI_Comm *dup, cz_error *err)
 {
-    MPI_Comm *h = malloc(sizeof *h);
-    if (!h) {
-        MPI_Comm_free(&dup);
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for a communicator");
-    }
-    *h = dup;
-    out->ops = &cz_comm_mpi_ops;
-    out->impl = h;
-    MPI_Comm_size(dup, &out->size);
-    MPI_Comm_rank(dup, &out->rank);
-    return CZ_OK;
+    MPI_Comm src = handle ? *(const MPI_Comm *)handle : MPI_COMM_WORLD;
+    int rc = MPI_Comm_dup(src, dup);
+    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "Comm_dup");
 }
 
-int cz_comm_mpi_open_world(cz_comm *world, const void *handle, cz_error *err)
-{
-    MPI_Comm src = handle ? *(const MPI_Comm *)handle : MPI_COMM_WORLD, dup;
-    /* Errors come back as codes rather than aborting the job, so they can be reported. */
-    int rc = MPI_Comm_dup(src, &dup);
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, "Comm_dup");
-    MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-    return wrap(world, dup, err);
-}
-
-int cz_comm_mpi_split(cz_comm *out, cz_comm *world, const void *handle, int color, int key,
-                      cz_error *err)
+int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, cz_error *err)
 {
     MPI_Comm dup;
-    int rc = handle ? MPI_Comm_dup(*(const MPI_Comm *)handle, &dup)
-                    : MPI_Comm_split(mpi_of(world), color, key, &dup);
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, handle ? "Comm_dup" : "Comm_split");
-    MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-    return wrap(out, dup, err);
+    int rc = dup_handle(handle, &dup, err);
+    if (rc)
+        return rc;
+    c->ops = &cz_ctrl_mpi_ops;
+    return wrap(&c->impl, &c->size, &c->rank, dup, err);
+}
+
+int cz_plane_mpi_open(cz_plane *p, const void *handle, cz_error *err)
+{
+    MPI_Comm dup;
+    int rc = dup_handle(handle, &dup, err);
+    if (rc)
+        return rc;
+    p->ops = &cz_plane_mpi_ops;
+    return wrap(&p->impl, &p->size, &p->rank, dup, err);
 }
 
 #else /* !CZ_HAVE_MPI */
@@ -170,22 +337,18 @@ bool cz_comm_mpi_available(void)
     return false;
 }
 
-int cz_comm_mpi_open_world(cz_comm *world, const void *handle, cz_error *err)
+int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, cz_error *err)
 {
-    (void)world;
+    (void)c;
     (void)handle;
     return cz_error_set(err, CZ_EUNSUPPORTED,
                         "comm backend 'mpi' is not available: built with CZ_WITH_MPI=OFF");
 }
 
-int cz_comm_mpi_split(cz_comm *out, cz_comm *world, const void *handle, int color, int key,
-                      cz_error *err)
+int cz_plane_mpi_open(cz_plane *p, const void *handle, cz_error *err)
 {
-    (void)out;
-    (void)world;
+    (void)p;
     (void)handle;
-    (void)color;
-    (void)key;
     return cz_error_set(err, CZ_EUNSUPPORTED,
                         "comm backend 'mpi' is not available: built with CZ_WITH_MPI=OFF");
 }

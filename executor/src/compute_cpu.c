@@ -1,5 +1,7 @@
-/* The "cpu" compute backend: host memory, fp32, OpenBLAS. A batched call loops over
- * cblas_sgemm; the batched interface is what a GPU backend maps to strided-batched GEMM. */
+/* The "cpu" compute backend: host memory, fp32, OpenBLAS for the Newton-Schulz products and
+ * plain loops for everything elementwise. A batched call loops over cblas_sgemm; the batched
+ * interface is what a GPU backend maps to strided-batched GEMM. The host reference kernels
+ * (cz_muon_momentum, cz_apply_update, cz_adamw_step) are this backend's own loops. */
 #include "exec_internal.h"
 
 #include <cblas.h>
@@ -7,16 +9,217 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The stream is the calling thread: every op has finished when it returns, so an event is
+ * complete as soon as it is recorded and syncing on it never waits. */
+struct cz_event {
+    int recorded;
+};
+
+struct cz_runs {
+    size_t n;
+    cz_copy_run v[];
+};
+
+void cz_muon_momentum(const cz_muon_hparams *h, const float *g, float *buf, float *in, int64_t n)
+{
+    float mu = h->momentum;
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i];
+        buf[i] = mu * buf[i] + gi;
+        in[i] = h->nesterov ? gi + mu * buf[i] : buf[i];
+    }
+}
+
+void cz_apply_update(float *p, const float *u, int64_t n, float lr, float wd)
+{
+    float keep = 1.0f - lr * wd;
+    for (int64_t i = 0; i < n; i++)
+        p[i] = p[i] * keep - lr * u[i];
+}
+
+static void adamw_loop(float *p, const float *g, float *m, float *v, int64_t n,
+                       const cz_adamw_args *a)
+{
+    float b1 = a->beta1, b2 = a->beta2, c1 = a->bias1, c2 = a->bias2;
+    float keep = 1.0f - a->lr * a->weight_decay;
+    for (int64_t i = 0; i < n; i++) {
+        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        float mhat = m[i] / c1, vhat = v[i] / c2;
+        p[i] = p[i] * keep - a->lr * mhat / (sqrtf(vhat) + a->eps);
+    }
+}
+
+void cz_adamw_step(const cz_adamw_hparams *h, int64_t t, float *p, const float *g, float *m,
+                   float *v, int64_t n)
+{
+    cz_adamw_args a;
+    cz_adamw_args_make(&a, h, t);
+    adamw_loop(p, g, m, v, n, &a);
+}
+
+uint16_t cz_bf16_from_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u); /* NaN: keep it a (quiet) NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float cz_f32_from_bf16(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void cpu_convert(cz_compute *c, void *dst, cz_dtype dt, const void *src, cz_dtype st,
+                        int64_t n)
+{
+    (void)c;
+    if (dt == st) {
+        memcpy(dst, src, (size_t)n * (size_t)cz_dtype_bytes(dt));
+    } else if (dt == CZ_DTYPE_BF16) {
+        uint16_t *d = dst;
+        const float *s = src;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = cz_bf16_from_f32(s[i]);
+    } else {
+        float *d = dst;
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = cz_f32_from_bf16(s[i]);
+    }
+}
+
 static void *cpu_alloc(cz_compute *c, size_t bytes)
 {
     (void)c;
-    return malloc(bytes ? bytes : 1);
+    return cz_exec_calloc(1, bytes);
 }
 
 static void cpu_release(cz_compute *c, void *p)
 {
     (void)c;
-    free(p);
+    cz_exec_free(p);
+}
+
+static cz_event *cpu_event_create(cz_compute *c)
+{
+    (void)c;
+    return cz_exec_calloc(1, sizeof(cz_event));
+}
+
+static void cpu_event_free(cz_compute *c, cz_event *e)
+{
+    (void)c;
+    cz_exec_free(e);
+}
+
+static void cpu_event_record(cz_compute *c, cz_event *e)
+{
+    (void)c;
+    e->recorded = 1;
+}
+
+static int cpu_event_sync(cz_compute *c, cz_event *e, cz_error *err)
+{
+    (void)c;
+    if (!e->recorded)
+        return cz_error_set(err, CZ_EINTERNAL, "waiting on a compute event never recorded");
+    return CZ_OK;
+}
+
+static int cpu_download(cz_compute *c, void *host, const void *src, size_t bytes, cz_error *err)
+{
+    (void)c;
+    (void)err;
+    memcpy(host, src, bytes);
+    return CZ_OK;
+}
+
+static cz_runs *cpu_runs_create(cz_compute *c, const cz_copy_run *runs, size_t n)
+{
+    (void)c;
+    cz_runs *r = cz_exec_malloc(sizeof *r + n * sizeof r->v[0]);
+    if (!r)
+        return NULL;
+    r->n = n;
+    if (n)
+        memcpy(r->v, runs, n * sizeof r->v[0]);
+    return r;
+}
+
+static void cpu_runs_free(cz_compute *c, cz_runs *r)
+{
+    (void)c;
+    cz_exec_free(r);
+}
+
+static void cpu_copy_runs(cz_compute *c, float *dst, const float *src, const cz_runs *r)
+{
+    (void)c;
+    for (size_t k = 0; k < r->n; k++)
+        memcpy(dst + r->v[k].dst, src + r->v[k].src, (size_t)r->v[k].len * sizeof(float));
+}
+
+static void cpu_scale(cz_compute *c, float *dst, const float *src, int64_t n, float alpha)
+{
+    (void)c;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = src[i] * alpha;
+}
+
+static void cpu_sumsq(cz_compute *c, const float *x, int64_t n, double *out)
+{
+    (void)c;
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
+    *out = s;
+}
+
+static void cpu_momentum(cz_compute *c, const float *g, float *buf, float *in, int64_t n, float mu,
+                         int nesterov)
+{
+    (void)c;
+    cz_muon_hparams h = {.momentum = mu, .nesterov = nesterov};
+    cz_muon_momentum(&h, g, buf, in, n);
+}
+
+static void cpu_block_load(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
+                           int64_t cols, int transpose, float eps)
+{
+    (void)c;
+    double sq = 0.0;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            double v = src[i * ld + j];
+            sq += v * v;
+        }
+    float inv = (float)(1.0 / (sqrt(sq) + (double)eps));
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            float v = src[i * ld + j] * inv;
+            if (transpose)
+                dst[j * rows + i] = v;
+            else
+                dst[i * cols + j] = v;
+        }
+}
+
+static void cpu_block_store(cz_compute *c, float *dst, int64_t ld, const float *src, int64_t rows,
+                            int64_t cols, int transpose, float scale)
+{
+    (void)c;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            float v = transpose ? src[j * rows + i] : src[i * cols + j];
+            dst[i * ld + j] = scale * v;
+        }
 }
 
 static int cpu_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
@@ -52,33 +255,62 @@ static int cpu_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int6
     return CZ_OK;
 }
 
-static double cpu_norm(cz_compute *c, const float *x, int64_t n)
+static void cpu_apply_update(cz_compute *c, float *p, const float *u, int64_t n, float lr, float wd)
 {
     (void)c;
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)x[i] * x[i];
-    return sqrt(s);
+    cz_apply_update(p, u, n, lr, wd);
+}
+
+static void cpu_adamw(cz_compute *c, float *p, const float *g, float *m, float *v, int64_t n,
+                      const cz_adamw_args *a)
+{
+    (void)c;
+    adamw_loop(p, g, m, v, n, a);
 }
 
 static const cz_compute_ops cz_compute_cpu_ops = {
+    .version = CZ_COMPUTE_OPS_VERSION,
+    .kind = CZ_BACKEND_CPU,
+    .caps = CZ_COMPUTE_CAP_HOST_MEMORY,
     .name = "cpu",
     .alloc = cpu_alloc,
     .release = cpu_release,
+    .event_create = cpu_event_create,
+    .event_free = cpu_event_free,
+    .event_record = cpu_event_record,
+    .event_sync = cpu_event_sync,
+    .download = cpu_download,
+    .runs_create = cpu_runs_create,
+    .runs_free = cpu_runs_free,
+    .copy_runs = cpu_copy_runs,
+    .convert = cpu_convert,
+    .scale = cpu_scale,
+    .sumsq = cpu_sumsq,
+    .momentum = cpu_momentum,
+    .block_load = cpu_block_load,
     .ns_batched = cpu_ns_batched,
-    .norm = cpu_norm,
+    .block_store = cpu_block_store,
+    .apply_update = cpu_apply_update,
+    .adamw = cpu_adamw,
 };
 
 int cz_compute_open(cz_compute *c, const char *name, cz_error *err)
 {
     c->ops = NULL;
     c->impl = NULL;
-    if (!name || strcmp(name, "cpu") == 0) {
-        c->ops = &cz_compute_cpu_ops;
-        return CZ_OK;
-    }
-    return cz_error_set(err, CZ_EUNSUPPORTED,
-                        "compute backend '%s' is not available in this build (known: cpu)", name);
+    const cz_compute_ops *ops = NULL;
+    if (!name || strcmp(name, "cpu") == 0)
+        ops = &cz_compute_cpu_ops;
+    if (!ops)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "compute backend '%s' is not available in this build (known: cpu)",
+                            name);
+    if (ops->version != CZ_COMPUTE_OPS_VERSION)
+        return cz_error_set(err, CZ_EINTERNAL,
+                            "compute backend '%s' has ops version %d; this executor needs %d",
+                            ops->name, ops->version, CZ_COMPUTE_OPS_VERSION);
+    c->ops = ops;
+    return CZ_OK;
 }
 
 void cz_compute_close(cz_compute *c)

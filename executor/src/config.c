@@ -12,9 +12,9 @@ void cz_exec_config_init(cz_exec_config *cfg)
     cfg->comm = NULL;
     cfg->dp_rank = -1;
     cfg->tp_rank = -1;
-    cfg->lr = 0.02f;
+    cfg->lr = 0.0f; /* resolved by the scaling at create */
     cfg->momentum = 0.95f;
-    cfg->nesterov = 0;
+    cfg->nesterov = 1;
     cfg->weight_decay = 0.01f;
     cfg->ns_steps = 5;
     cfg->ns_coeffs = "jordan";
@@ -26,6 +26,11 @@ void cz_exec_config_init(cz_exec_config *cfg)
     cfg->adamw_eps = 1e-8f;
     cfg->adamw_weight_decay = 0.01f;
     cfg->check_finite = 1;
+    cfg->muon_scaling = CZ_MUON_SCALE_RMS;
+    cfg->max_grad_norm = 0.0f;
+    cfg->memory = CZ_EXEC_MEMORY_HOST;
+    cfg->dtype = -1;
+    cfg->stream = NULL;
 }
 
 double cz_exec_now(void)

@@ -2,10 +2,13 @@
  * exec_internal.h — libcanzona-exec internals shared by its modules, its unit tests and the
  * canzona-bench driver (which reuses the optimizer math for its single-process reference).
  *
- * Two independent backend interfaces keep compute and communication apart, so that a CUDA
- * compute backend and an NCCL comm backend can be added without touching the step logic:
- *   cz_compute_ops — optimizer math on buffers the backend owns (CPU: host memory);
- *   cz_comm_ops    — the collectives the step needs (MPI, or "self" for one process).
+ * The backend seam keeps compute and communication apart, so that a CUDA compute backend and
+ * an NCCL data plane are one more implementation of these tables, not a second executor:
+ *   cz_compute_ops — every operation on parameter, gradient and state data, on memory the
+ *                    backend owns (CPU: host memory), ordered on one stream with events;
+ *   cz_ctrl_ops    — the control plane: host scalars the ranks agree on;
+ *   cz_plane_ops   — the data plane: the step's collectives (MPI, or "self" for one process).
+ * step.c, pipeline.c, muon.c and adamw.c touch data only through them.
  */
 #ifndef CZ_EXEC_INTERNAL_H
 #define CZ_EXEC_INTERNAL_H
@@ -28,21 +31,109 @@ const cz_ns_coeffs *cz_ns_coeffs_find(const char *name);
 /* Comma-separated list of the known names, for messages. */
 const char *cz_ns_coeffs_names(void);
 
+/* ---- allocation (alloc.c) ---- */
+/* Every allocation the executor makes (host tables, backend memory of the CPU backend,
+ * communication requests) goes through these, so that a test can prove that a step allocates
+ * nothing: cz_exec_alloc_count() is the number of successful allocations so far. */
+void *cz_exec_malloc(size_t bytes);
+void *cz_exec_calloc(size_t n, size_t size);
+void cz_exec_free(void *p);
+uint64_t cz_exec_alloc_count(void);
+
 /* ---- compute backend ---- */
+/* The compute seam, versioned like sqlite3_io_methods: a backend fills a cz_compute_ops of
+ * CZ_COMPUTE_OPS_VERSION; fields are only ever appended, and the executor refuses a table
+ * whose version it does not know. Every operation on parameter, gradient or optimizer-state
+ * data goes through it: step.c, pipeline.c, muon.c and adamw.c never touch data themselves.
+ * All pointers below are backend memory (from alloc, or bound buffers the backend accepts),
+ * except where a parameter says host. */
+#define CZ_COMPUTE_OPS_VERSION 1
+
+typedef enum cz_backend_kind {
+    CZ_BACKEND_CPU = 1, /* host memory, OpenBLAS */
+} cz_backend_kind;
+
+/* Capability flags of a backend. */
+enum {
+    /* Backend memory is host memory: the job's host buffers are used in place. */
+    CZ_COMPUTE_CAP_HOST_MEMORY = 1u << 0,
+};
+
+/* One contiguous copy: len elements from src + src_off to dst + dst_off. */
+typedef struct cz_copy_run {
+    int64_t dst, src, len;
+} cz_copy_run;
+/* A run list in the backend's own form (device memory for a GPU backend), built once at
+ * create/bind time and replayed by copy_runs every step. */
+typedef struct cz_runs cz_runs;
+
+/* AdamW step arguments; bias1/2 = 1 - beta1/2^t, computed on the host per step. */
+typedef struct cz_adamw_args {
+    float lr, beta1, beta2, eps, weight_decay, bias1, bias2;
+} cz_adamw_args;
+
+/* A point in the backend's compute stream. Asynchrony model: a backend runs its ops in order
+ * on one stream (CPU: the calling thread, so every op has finished when it returns and an
+ * event is complete when recorded); an event recorded after some ops completes when they
+ * have. The data plane waits for such an event before reading a buffer those ops wrote, and
+ * the compute stream waits for a communication request (cz_plane_ops.wait) before using what
+ * it received. */
+typedef struct cz_event cz_event;
+
 typedef struct cz_compute cz_compute;
 typedef struct cz_compute_ops {
-    const char *name;
-    /* Buffers the math below works on (device memory for a GPU backend). */
+    int version; /* CZ_COMPUTE_OPS_VERSION */
+    cz_backend_kind kind;
+    unsigned caps;    /* CZ_COMPUTE_CAP_* */
+    const char *name; /* for messages only; backends are told apart by kind and caps */
+
+    /* Zero-filled backend memory; NULL when out of memory. Only called at create/bind. */
     void *(*alloc)(cz_compute *c, size_t bytes);
     void (*release)(cz_compute *c, void *p);
+    /* Events of the compute stream (created at create time). event_record marks the ops
+     * issued so far; event_sync blocks the host until they are done. */
+    cz_event *(*event_create)(cz_compute *c);
+    void (*event_free)(cz_compute *c, cz_event *e);
+    void (*event_record)(cz_compute *c, cz_event *e);
+    int (*event_sync)(cz_compute *c, cz_event *e, cz_error *err);
+    /* Copies bytes of backend memory to the host (the step's one read-back; waits for the
+     * stream). */
+    int (*download)(cz_compute *c, void *host, const void *src, size_t bytes, cz_error *err);
+
+    /* Index maps: built from host runs at create time, replayed on any base pointers. */
+    cz_runs *(*runs_create)(cz_compute *c, const cz_copy_run *runs, size_t n);
+    void (*runs_free)(cz_compute *c, cz_runs *r);
+    void (*copy_runs)(cz_compute *c, float *dst, const float *src, const cz_runs *r);
+    /* dst (dtype dt) = src (dtype st) element by element, rounding to nearest even when
+     * narrowing; fp32 and bf16. */
+    void (*convert)(cz_compute *c, void *dst, cz_dtype dt, const void *src, cz_dtype st, int64_t n);
+    /* dst[i] = alpha * src[i]; dst may equal src. */
+    void (*scale)(cz_compute *c, float *dst, const float *src, int64_t n, float alpha);
+    /* *out (backend memory) = sum of x[i]^2 in double: non-finite exactly when x holds NaN or
+     * Inf (a float squared cannot overflow a double), so it is also the finiteness check. */
+    void (*sumsq)(cz_compute *c, const float *x, int64_t n, double *out);
+
+    /* Muon momentum: buf = mu*buf + g; in = g + mu*buf (nesterov) or buf. in may equal g. */
+    void (*momentum)(cz_compute *c, const float *g, float *buf, float *in, int64_t n, float mu,
+                     int nesterov);
+    /* Normalises the rows x cols block at src (row stride ld) by its Frobenius norm (double)
+     * plus eps into dst, contiguous, transposed when transpose. */
+    void (*block_load)(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
+                       int64_t cols, int transpose, float eps);
     /* Orthogonalizes `batch` matrices stored back to back, each rows x cols row-major with
      * rows <= cols, in place: `steps` iterations of A = X X^T, B = b A + c A A, X = a X + B X.
-     * The input must already be normalized. work holds batch*(2*rows*rows + rows*cols)
-     * floats. */
+     * work holds batch*(2*rows*rows + rows*cols) floats. */
     int (*ns_batched)(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
                       const cz_ns_coeffs *k, int steps, float *work, cz_error *err);
-    /* Frobenius norm of n floats (accumulated in double). */
-    double (*norm)(cz_compute *c, const float *x, int64_t n);
+    /* Writes scale * the contiguous block src (transposed back when transpose) into the
+     * rows x cols block at dst (row stride ld). */
+    void (*block_store)(cz_compute *c, float *dst, int64_t ld, const float *src, int64_t rows,
+                        int64_t cols, int transpose, float scale);
+    /* p = p*(1 - lr*wd) - lr*u over n elements. */
+    void (*apply_update)(cz_compute *c, float *p, const float *u, int64_t n, float lr, float wd);
+    /* One AdamW step over n elements. */
+    void (*adamw)(cz_compute *c, float *p, const float *g, float *m, float *v, int64_t n,
+                  const cz_adamw_args *a);
 } cz_compute_ops;
 
 struct cz_compute {
@@ -54,50 +145,110 @@ struct cz_compute {
 int cz_compute_open(cz_compute *c, const char *name, cz_error *err);
 void cz_compute_close(cz_compute *c);
 
-/* ---- communication backend ---- */
-typedef struct cz_comm cz_comm;
-typedef struct cz_comm_req cz_comm_req;
-typedef struct cz_comm_ops {
-    const char *name;
-    /* Sum-reduce-scatter of floats: rank r receives counts[r] elements, the r-th segment of
-     * the rank-ordered concatenation. recv must not alias send. */
-    int (*reduce_scatter)(cz_comm *c, const float *send, float *recv, const int *counts,
-                          cz_error *err);
-    /* In-place all-gather: rank r contributes buf[displs[r] .. + counts[r]). */
-    int (*allgatherv)(cz_comm *c, float *buf, const int *counts, const int *displs, cz_error *err);
-    /* Non-blocking all-to-all with per-peer counts and displacements (elements). */
-    int (*ialltoallv)(cz_comm *c, const float *send, const int *scounts, const int *sdispls,
-                      float *recv, const int *rcounts, const int *rdispls, cz_comm_req **req,
-                      cz_error *err);
-    /* Non-blocking all-gather of `count` floats per rank into recv (size * count). */
-    int (*iallgather)(cz_comm *c, const float *send, int count, float *recv, cz_comm_req **req,
-                      cz_error *err);
-    /* Completes and releases a request (NULL is a no-op). */
-    int (*wait)(cz_comm *c, cz_comm_req *req, cz_error *err);
-    /* Lets outstanding non-blocking operations progress (MPI progresses them only inside MPI
-     * calls); never blocks. req may be NULL. */
-    void (*progress)(cz_comm *c, cz_comm_req *req);
-    /* In-place element-wise min over all ranks of n int64 values. */
-    int (*allreduce_min_i64)(cz_comm *c, int64_t *v, int n, cz_error *err);
-    void (*close)(cz_comm *c);
-} cz_comm_ops;
+/* ---- communication: control plane and data plane ---- */
+/* Element types of the data plane are canzona.h's cz_dtype (cz_dtype_bytes gives sizes). */
 
-struct cz_comm {
-    const cz_comm_ops *ops;
+typedef enum cz_comm_kind {
+    CZ_COMM_SELF = 1, /* one process: every collective is a copy */
+    CZ_COMM_MPI = 2,
+} cz_comm_kind;
+
+/* The control plane: host scalars the ranks must agree on (plan fingerprints, failure
+ * agreement, the step's NaN/Inf verdict), over MPI or whatever bootstraps the job. Blocking;
+ * never carries parameter data. */
+typedef struct cz_ctrl cz_ctrl;
+typedef struct cz_ctrl_ops {
+    cz_comm_kind kind;
+    const char *name; /* for messages only */
+    /* In-place element-wise min over all ranks of n int64 values. */
+    int (*allreduce_min_i64)(cz_ctrl *c, int64_t *v, int n, cz_error *err);
+    /* In-place element-wise sum over all ranks of n doubles (host scalars read back from the
+     * backend, e.g. the gradient norm's partial sums). */
+    int (*allreduce_sum_f64)(cz_ctrl *c, double *v, int n, cz_error *err);
+    void (*close)(cz_ctrl *c);
+} cz_ctrl_ops;
+
+struct cz_ctrl {
+    const cz_ctrl_ops *ops;
     void *impl;
     int size, rank;
 };
 
-/* Opens the "self" communicator of one process. */
-int cz_comm_self_open(cz_comm *c, cz_error *err);
+/* The data plane: the collectives of the step on backend memory, with size_t counts and a
+ * dtype. No v-collectives: uneven reduce-scatter and all-gather take one count per rank over
+ * rank-ordered contiguous segments, and the micro-group all-to-all is a group of sends and
+ * receives (NCCL's ncclGroupStart/Send/Recv/GroupEnd shape); a backend may map them onto
+ * v-collectives inside (MPI does for the reduce-scatter and the all-gather). Versioned like
+ * the compute ops. */
+#define CZ_DATA_PLANE_VERSION 1
+typedef struct cz_plane cz_plane;
+/* A non-blocking operation's completion, created once (req_create) and reused every step. */
+typedef struct cz_comm_req cz_comm_req;
+typedef struct cz_plane_ops {
+    int version; /* CZ_DATA_PLANE_VERSION */
+    cz_comm_kind kind;
+    const char *name; /* for messages only */
+    /* Every operation that reads backend memory first waits for `after` (a compute event
+     * recorded after the ops that wrote it; NULL = nothing to wait for). */
+    /* Sum-reduce-scatter: rank r receives counts[r] elements, the r-th segment of the
+     * rank-ordered concatenation at send. recv must not alias send. */
+    int (*reduce_scatter)(cz_plane *p, const void *send, void *recv, const size_t *counts,
+                          cz_dtype t, cz_event *after, cz_error *err);
+    /* In-place all-gather: rank r contributes the r-th segment (counts[r] elements) of the
+     * rank-ordered concatenation at buf. */
+    int (*all_gather)(cz_plane *p, void *buf, const size_t *counts, cz_dtype t, cz_event *after,
+                      cz_error *err);
+    /* Non-blocking all-gather of `count` elements per rank into recv (size * count),
+     * completed through req. */
+    int (*iall_gather)(cz_plane *p, const void *send, size_t count, void *recv, cz_dtype t,
+                       cz_event *after, cz_comm_req *req, cz_error *err);
+    /* A group of point-to-point transfers posted together and completed through one req:
+     * group_start, then send/recv per peer (count 0 is skipped; at most one send and one
+     * receive per peer), then group_end posts them. Every rank's sends must match its peers'
+     * receives. */
+    int (*group_start)(cz_plane *p, cz_comm_req *req, cz_event *after, cz_error *err);
+    void (*send)(cz_plane *p, cz_comm_req *req, const void *buf, size_t count, cz_dtype t,
+                 int peer);
+    void (*recv)(cz_plane *p, cz_comm_req *req, void *buf, size_t count, cz_dtype t, int peer);
+    int (*group_end)(cz_plane *p, cz_comm_req *req, cz_error *err);
+    /* Makes the caller's compute stream wait until req's operation is complete, leaving req
+     * idle (an idle req returns at once). On the CPU backend's stream (the calling thread)
+     * that is a host wait; a GPU plane makes the stream wait on the operation's event. */
+    int (*wait)(cz_plane *p, cz_comm_req *req, cz_error *err);
+    /* Lets an operation in flight progress (MPI progresses only inside MPI calls); never
+     * blocks. req may be NULL. */
+    void (*progress)(cz_plane *p, cz_comm_req *req);
+    /* Request handles (allocated at create time, never during a step). */
+    cz_comm_req *(*req_create)(cz_plane *p);
+    void (*req_free)(cz_plane *p, cz_comm_req *req);
+    /* A new plane of the ranks with equal color, ordered by key (collective over p). */
+    int (*split)(cz_plane *p, int color, int key, cz_plane *out, cz_error *err);
+    void (*close)(cz_plane *p);
+} cz_plane_ops;
+
+struct cz_plane {
+    const cz_plane_ops *ops;
+    void *impl;
+    int size, rank;
+    cz_compute *compute; /* whose events `after` refers to (set at create, kept by split) */
+};
+
+/* For a host-driven plane (MPI, self): waits on the host for `after` before a buffer is read. */
+static inline int cz_plane_wait_after(cz_plane *p, cz_event *after, cz_error *err)
+{
+    return after ? p->compute->ops->event_sync(p->compute, after, err) : CZ_OK;
+}
+
+/* One-process planes. */
+int cz_ctrl_self_open(cz_ctrl *c, cz_error *err);
+int cz_plane_self_open(cz_plane *p, cz_error *err);
 /* True when this build has MPI and MPI has been initialized. */
 bool cz_comm_mpi_available(void);
-/* Opens world/dp/tp communicators over MPI from the config (duplicates handed-in comms,
- * otherwise splits world). dp_rank/tp_rank must already be known. Local failures only. */
-int cz_comm_mpi_open_world(cz_comm *world, const void *handle, cz_error *err);
-int cz_comm_mpi_split(cz_comm *out, cz_comm *world, const void *handle, int color, int key,
-                      cz_error *err);
-void cz_comm_close(cz_comm *c);
+/* Control and data plane over a duplicate of the MPI_Comm at handle (NULL = MPI_COMM_WORLD). */
+int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, cz_error *err);
+int cz_plane_mpi_open(cz_plane *p, const void *handle, cz_error *err);
+void cz_ctrl_close(cz_ctrl *c);
+void cz_plane_close(cz_plane *p);
 
 /* ---- shard layout (shard.c) ---- */
 /* Index ranges (along the TP dimension) that TP rank r holds of a parameter, in storage order:
@@ -108,6 +259,19 @@ int cz_shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t 
 void cz_shard_pack(const cz_plan_param *p, int tp, int r, const float *full, float *shard);
 /* Writes TP rank r's local shard back into its place in the full matrix. */
 void cz_shard_unpack(const cz_plan_param *p, int tp, int r, const float *shard, float *full);
+
+/* A growable host list of copy runs, built at create time into the index maps of the step. */
+typedef struct cz_run_list {
+    cz_copy_run *v;
+    size_t n, cap;
+} cz_run_list;
+/* Appends one run (merged with the last one when contiguous). CZ_ENOMEM on failure. */
+int cz_run_list_add(cz_run_list *l, int64_t dst, int64_t src, int64_t len, cz_error *err);
+void cz_run_list_free(cz_run_list *l);
+/* Appends the runs that copy TP rank r's shard of p between a full matrix at full_off and a
+ * shard at shard_off: full -> shard when !unpack, shard -> full when unpack. */
+int cz_shard_runs(const cz_plan_param *p, int tp, int r, int64_t full_off, int64_t shard_off,
+                  int unpack, cz_run_list *l, cz_error *err);
 /* Checks that the param can be sharded over tp ranks as the plan says (divisible dims,
  * local shape and numel consistent). */
 int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err);
@@ -116,6 +280,7 @@ int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err);
 typedef struct cz_muon_hparams {
     float lr, momentum, weight_decay, eps, scale_coeff;
     int nesterov, ns_steps;
+    cz_muon_scaling scaling;
     const cz_ns_coeffs *coeffs;
 } cz_muon_hparams;
 
@@ -123,7 +288,12 @@ typedef struct cz_adamw_hparams {
     float lr, beta1, beta2, eps, weight_decay;
 } cz_adamw_hparams;
 
+/* Default Muon learning rates of the two scalings (see cz_exec_config.lr). */
+#define CZ_MUON_LR_RMS 1e-3f
+#define CZ_MUON_LR_SHAPE 0.02f
 int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, cz_error *err);
+/* The scale of the orthogonalized update of a rows x cols block. */
+float cz_muon_scale(const cz_muon_hparams *h, int64_t rows, int64_t cols);
 void cz_adamw_hparams_from_config(cz_adamw_hparams *h, const cz_exec_config *cfg);
 
 /* One block of a matrix parameter: an independent matrix for the optimizer. */
@@ -133,34 +303,52 @@ typedef struct cz_block {
 /* Blocks of a parameter (one when unblocked). Returns the count written (<= max). */
 int cz_param_blocks(const cz_plan_param *p, cz_block *out, int max);
 
-/* Momentum step on a full matrix: buf = mu*buf + g; writes the optimizer input to `in`
- * (buf, or g + mu*buf with Nesterov). n elements. */
+/* Reference kernels on host memory: the CPU backend's own loops (compute_cpu.c), also used by
+ * the tests and by canzona-bench's single-process reference. */
+/* buf = mu*buf + g; in = buf, or g + mu*buf with Nesterov. n elements; in may equal g. */
 void cz_muon_momentum(const cz_muon_hparams *h, const float *g, float *buf, float *in, int64_t n);
-/* Batched orthogonalization of several matrices' blocks: for each of `n` full matrices
- * in[i] (shape of params[i]) writes the scaled Muon update to out[i]. Same-shape blocks are
- * stacked and orthogonalized in one ns_batched call. */
-/* The same, calling progress(ctx) (when not NULL) between batches, so that communication in
- * flight keeps moving during the compute. */
-int cz_muon_orthogonalize_ex(cz_compute *c, const cz_muon_hparams *h,
-                             const cz_plan_param *const *params, const float *const *in,
-                             float *const *out, int n, void (*progress)(void *), void *ctx,
-                             cz_error *err);
-int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
-                          const cz_plan_param *const *params, const float *const *in,
-                          float *const *out, int n, cz_error *err);
 /* p = p*(1 - lr*wd) - lr*u over n elements. */
 void cz_apply_update(float *p, const float *u, int64_t n, float lr, float wd);
 /* One AdamW step (t >= 1) over n elements. */
 void cz_adamw_step(const cz_adamw_hparams *h, int64_t t, float *p, const float *g, float *m,
                    float *v, int64_t n);
+/* bf16 <-> fp32 on the host (round to nearest even; NaN stays NaN). */
+uint16_t cz_bf16_from_f32(float f);
+float cz_f32_from_bf16(uint16_t b);
+
+/* The AdamW arguments of step t (>= 1). */
+void cz_adamw_args_make(cz_adamw_args *a, const cz_adamw_hparams *h, int64_t t);
+
+/* One block of a matrix, as the Newton-Schulz batch sees it. */
+typedef struct cz_muon_blk {
+    int mat; /* index in the batch of matrices */
+    cz_block b;
+    int64_t ld;     /* row stride of the full matrix */
+    int64_t r, c;   /* oriented shape: r <= c */
+    int transposed; /* the block is stored transposed in the NS batch */
+} cz_muon_blk;
+
+/* The blocks of a fixed list of matrices, sorted so that same-shape blocks are adjacent (one
+ * ns_batched call each), with the batch and work sizes they need. Built once. */
+typedef struct cz_muon_prep {
+    cz_muon_blk *blks;
+    int nblk;
+    int64_t batch_n, work_n; /* floats */
+} cz_muon_prep;
+int cz_muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n, cz_error *err);
+void cz_muon_prep_free(cz_muon_prep *mp);
+/* Writes the scaled Muon update of every prepared matrix in[i] to out[i] (backend memory),
+ * using batch (batch_n floats) and work (work_n floats); calls progress(ctx) (when not NULL)
+ * between batches so that communication in flight keeps moving. */
+int cz_muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
+                const float *const *in, float *const *out, float *batch, float *work,
+                void (*progress)(void *), void *ctx, cz_error *err);
+/* The same for n matrices, preparing and allocating on the way (not for use in a step). */
+int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
+                          const cz_plan_param *const *params, const float *const *in,
+                          float *const *out, int n, cz_error *err);
 
 /* ---- the executor object ---- */
-typedef struct cz_task_buf {
-    int param;     /* param id */
-    float *full_g; /* host: reassembled full gradient */
-    float *mom;    /* host (every TP rank under sc): full-size momentum, persistent */
-} cz_task_buf;
-
 struct cz_executor {
     const cz_plan *plan;
     cz_plan *owned_plan; /* non-NULL when created from a file */
@@ -168,33 +356,46 @@ struct cz_executor {
     cz_muon_hparams muon;
     cz_adamw_hparams adamw;
     cz_compute compute;
-    cz_comm world, dp_comm, tp_comm;
+    cz_ctrl ctrl;                     /* control plane over the world */
+    cz_plane world, dp_comm, tp_comm; /* data planes; dp and tp are split from world */
     int dp, tp, dp_rank, tp_rank;
     bool sc; /* synchronous compute: every TP rank updates every matrix */
     size_t buffer_numel;
     const cz_rank_schedule *schedule; /* my DP rank's */
 
-    /* Bound buffers: per param pointers to its local shard. */
-    float **param_ptr, **grad_ptr;
+    /* Bound buffers (of dtype): per param pointers to its local shard, or the flat ones. */
+    cz_dtype dtype;
+    void **param_ptr, **grad_ptr;
     bool *bound;
-    float *flat_params, *flat_grads; /* NULL when bound per parameter */
-    float *scratch;                  /* max bucket range, for the reduce-scatter */
+    void *flat_params, *flat_grads; /* NULL when bound per parameter */
+    float *scratch;                 /* backend: max bucket range, for the reduce-scatter */
 
-    /* Owned parameters. */
-    int *owned_elem;
-    int nowned_elem;
+    /* Owned parameters: every kind (ids ascending), and the elementwise ones. */
+    int *owned, *owned_elem;
+    int nowned, nowned_elem;
+    double *stats;      /* backend: per owned parameter, sum of squares of its gradient */
+    double *stats_host; /* host copy, read back once per step */
+    /* Compute events the DP collectives wait for: gradients staged, parameters updated. */
+    cz_event *ev_grads, *ev_params;
+    /* Optimizer state, backend memory allocated at create time. */
     float **adam_m, **adam_v; /* indexed by param id, NULL when not mine */
     float **momentum;         /* indexed by param id: full-size Muon momentum where I host */
 
     /* Per-parameter binding: staging copies of the flat layout. */
-    bool per_param;
-    float *stage_params, *stage_grads;
-    bool bind_agreed; /* all ranks confirmed their binding at the first step */
+    /* Staging (per-parameter binding or a dtype other than fp32): the step runs on fp32 flat
+     * copies. With bf16, stage_params is the fp32 master copy, loaded at the first step. */
+    bool per_param, staged, master_loaded;
+    float *stage_params, *stage_grads; /* backend memory, allocated at bind */
+    int async_rc;                      /* result of the step started by step_async */
+    cz_error async_err;                /* and its message */
+    bool async_active;                 /* a step was started and not yet waited for */
+    bool bind_agreed;                  /* all ranks confirmed their binding at the first step */
 
     struct cz_pipeline *pipe; /* micro-group layouts and communication buffers */
 
     int64_t steps;
     cz_exec_timings last;
+    double grad_norm; /* of the last step, before clipping */
 };
 
 /* Creates an executor over plan; takes ownership of `owned` (may be NULL, else == plan),

@@ -1,6 +1,7 @@
 /* Executor life cycle: create (checks, communicators, failure agreement, state), bind, free. */
 #include "exec_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,47 @@ int cz_executor_tp_rank(const cz_executor *ex)
     return ex ? ex->tp_rank : -1;
 }
 
+double cz_executor_grad_norm(const cz_executor *ex)
+{
+    return ex ? ex->grad_norm : NAN;
+}
+
+static int check_rate(const char *what, float v, cz_error *err)
+{
+    if (!(v >= 0.0f) || !isfinite(v))
+        return cz_error_set(err, CZ_EINVALID, "%s = %g; expected a finite value >= 0", what,
+                            (double)v);
+    return CZ_OK;
+}
+
+int cz_executor_set_lr(cz_executor *ex, float muon_lr, float adamw_lr, cz_error *err)
+{
+    if (!ex)
+        return cz_error_set(err, CZ_EINVALID, "set_lr: executor is NULL");
+    int rc = check_rate("set_lr: muon_lr", muon_lr, err);
+    if (!rc)
+        rc = check_rate("set_lr: adamw_lr", adamw_lr, err);
+    if (rc)
+        return rc;
+    ex->muon.lr = muon_lr;
+    ex->adamw.lr = adamw_lr;
+    return CZ_OK;
+}
+
+int cz_executor_set_weight_decay(cz_executor *ex, float muon_wd, float adamw_wd, cz_error *err)
+{
+    if (!ex)
+        return cz_error_set(err, CZ_EINVALID, "set_weight_decay: executor is NULL");
+    int rc = check_rate("set_weight_decay: muon_wd", muon_wd, err);
+    if (!rc)
+        rc = check_rate("set_weight_decay: adamw_wd", adamw_wd, err);
+    if (rc)
+        return rc;
+    ex->muon.weight_decay = muon_wd;
+    ex->adamw.weight_decay = adamw_wd;
+    return CZ_OK;
+}
+
 void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out)
 {
     if (!ex || !out)
@@ -32,20 +74,34 @@ void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out)
     *out = ex->last;
 }
 
-/* Local state: per-param bindings, AdamW moments of the owned elementwise shards, pipeline. */
+static float *falloc(cz_executor *ex, int64_t n)
+{
+    return ex->compute.ops->alloc(&ex->compute, (size_t)(n > 0 ? n : 1) * sizeof(float));
+}
+
+/* Local state: per-param bindings, AdamW moments of the owned elementwise shards, pipeline.
+ * Everything a step uses is allocated here (or at the first bind_param), never in a step. */
 static int alloc_state(cz_executor *ex, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
+    cz_compute *c = &ex->compute;
     size_t n = plan->nparams ? plan->nparams : 1;
-    ex->param_ptr = calloc(n, sizeof *ex->param_ptr);
-    ex->grad_ptr = calloc(n, sizeof *ex->grad_ptr);
-    ex->bound = calloc(n, sizeof *ex->bound);
-    ex->adam_m = calloc(n, sizeof *ex->adam_m);
-    ex->adam_v = calloc(n, sizeof *ex->adam_v);
-    ex->momentum = calloc(n, sizeof *ex->momentum);
-    ex->owned_elem = calloc(n, sizeof *ex->owned_elem);
+    ex->param_ptr = cz_exec_calloc(n, sizeof *ex->param_ptr);
+    ex->grad_ptr = cz_exec_calloc(n, sizeof *ex->grad_ptr);
+    ex->bound = cz_exec_calloc(n, sizeof *ex->bound);
+    ex->adam_m = cz_exec_calloc(n, sizeof *ex->adam_m);
+    ex->adam_v = cz_exec_calloc(n, sizeof *ex->adam_v);
+    ex->momentum = cz_exec_calloc(n, sizeof *ex->momentum);
+    ex->owned = cz_exec_calloc(n, sizeof *ex->owned);
+    ex->owned_elem = cz_exec_calloc(n, sizeof *ex->owned_elem);
+    ex->stats = c->ops->alloc(c, n * sizeof *ex->stats);
+    ex->stats_host = cz_exec_calloc(n, sizeof *ex->stats_host);
+    ex->ev_grads = c->ops->event_create(c);
+    ex->ev_params = c->ops->event_create(c);
+    if (!ex->ev_grads || !ex->ev_params)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for compute events");
     if (!ex->param_ptr || !ex->grad_ptr || !ex->bound || !ex->adam_m || !ex->adam_v ||
-        !ex->momentum || !ex->owned_elem)
+        !ex->momentum || !ex->owned || !ex->owned_elem || !ex->stats || !ex->stats_host)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     int64_t maxrange = 1;
     for (size_t b = 0; b < plan->nbuckets; b++) {
@@ -55,30 +111,61 @@ static int alloc_state(cz_executor *ex, cz_error *err)
         if (len > maxrange)
             maxrange = len;
     }
-    ex->scratch = malloc((size_t)maxrange * sizeof(float));
+    ex->scratch = falloc(ex, maxrange);
     if (!ex->scratch)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for a %lld-element scratch buffer",
                             (long long)maxrange);
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        if (p->kind != CZ_KIND_ELEMENTWISE || p->dp_owner != ex->dp_rank)
+        if (p->dp_owner != ex->dp_rank)
+            continue;
+        ex->owned[ex->nowned++] = (int)i;
+        if (p->kind != CZ_KIND_ELEMENTWISE)
             continue;
         ex->owned_elem[ex->nowned_elem++] = (int)i;
-        ex->adam_m[i] = calloc((size_t)(p->numel ? p->numel : 1), sizeof(float));
-        ex->adam_v[i] = calloc((size_t)(p->numel ? p->numel : 1), sizeof(float));
+        ex->adam_m[i] = falloc(ex, p->numel);
+        ex->adam_v[i] = falloc(ex, p->numel);
         if (!ex->adam_m[i] || !ex->adam_v[i])
             return cz_error_set(err, CZ_ENOMEM, "out of memory for AdamW state of '%s'", p->name);
     }
     return cz_exec_pipeline_init(ex, err);
 }
 
+/* Memory space, stream and dtype: what the backend can take. */
+static int check_space(cz_executor *ex, const cz_exec_config *cfg, const cz_plan *plan,
+                       cz_error *err)
+{
+    bool host = ex->compute.ops->caps & CZ_COMPUTE_CAP_HOST_MEMORY;
+    if (cfg->memory != CZ_EXEC_MEMORY_HOST && cfg->memory != CZ_EXEC_MEMORY_DEVICE)
+        return cz_error_set(err, CZ_EINVALID, "memory = %d; expected host (0) or device (1)",
+                            (int)cfg->memory);
+    if (host && cfg->memory != CZ_EXEC_MEMORY_HOST)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "compute backend '%s' works on host memory; memory = device is not "
+                            "available",
+                            ex->compute.ops->name);
+    if (host && cfg->stream)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "compute backend '%s' runs on the calling thread and takes no stream "
+                            "(pass NULL)",
+                            ex->compute.ops->name);
+    int d = cfg->dtype < 0 ? (plan ? (int)plan->dtype : CZ_DTYPE_FP32) : cfg->dtype;
+    if (d != CZ_DTYPE_FP32 && d != CZ_DTYPE_BF16)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "parameter dtype %s%s: the executor takes fp32 or bf16",
+                            d >= 0 && d <= CZ_DTYPE_FP32 ? cz_dtype_name((cz_dtype)d) : "?",
+                            cfg->dtype < 0 ? " (the plan's)" : "");
+    ex->dtype = (cz_dtype)d;
+    return CZ_OK;
+}
+
 /* Every rank learns whether any rank failed. Returns the agreed code: my own when I failed,
  * CZ_EMISMATCH naming the lowest failing rank otherwise. */
 static int agree(cz_executor *ex, int rc, uint64_t fp, const char *stage, cz_error *err)
 {
-    int64_t v[3] = {rc ? ex->world.rank : INT64_MAX, (int64_t)(fp >> 1), -(int64_t)(fp >> 1)};
+    int64_t v[3] = {rc ? ex->ctrl.rank : INT64_MAX, (int64_t)(fp >> 1), -(int64_t)(fp >> 1)};
     cz_error tmp;
-    int crc = ex->world.ops->allreduce_min_i64(&ex->world, v, 3, &tmp);
+    int crc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, v, 3, &tmp);
     if (crc) {
         if (!rc && err)
             *err = tmp;
@@ -114,7 +201,7 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
         cz_exec_config_init(&defaults);
         cfg_in = &defaults;
     }
-    ex = calloc(1, sizeof *ex);
+    ex = cz_exec_calloc(1, sizeof *ex);
     if (!ex) {
         cz_plan_free(owned);
         return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor");
@@ -123,6 +210,7 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
     ex->owned_plan = owned;
     ex->cfg = *cfg_in;
     ex->dp_rank = ex->tp_rank = -1;
+    ex->grad_norm = NAN;
 
     /* The communicator comes first: without it the ranks cannot agree on failure. */
     const char *comm = cfg_in->comm;
@@ -135,9 +223,13 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
                               "created (or a build with CZ_WITH_MPI=ON)");
             goto fail;
         }
-        rc = cz_comm_mpi_open_world(&ex->world, cfg_in->world_comm, err);
+        rc = cz_ctrl_mpi_open(&ex->ctrl, cfg_in->world_comm, err);
+        if (!rc)
+            rc = cz_plane_mpi_open(&ex->world, cfg_in->world_comm, err);
     } else if (strcmp(comm, "self") == 0) {
-        rc = cz_comm_self_open(&ex->world, err);
+        rc = cz_ctrl_self_open(&ex->ctrl, err);
+        if (!rc)
+            rc = cz_plane_self_open(&ex->world, err);
     } else {
         rc = cz_error_set(err, CZ_EUNSUPPORTED, "unknown comm backend '%s' (known: mpi, self)",
                           comm);
@@ -159,6 +251,8 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
                           cfg_in->version, CZ_EXEC_CONFIG_VERSION);
     if (!rc)
         rc = cz_compute_open(&ex->compute, cfg_in->backend, err);
+    if (!rc)
+        rc = check_space(ex, cfg_in, plan, err);
     if (!rc)
         rc = cz_muon_hparams_from_config(&ex->muon, cfg_in, err);
     if (!rc) {
@@ -187,19 +281,23 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
     if (rc)
         goto fail;
 
-    if (ex->world.ops == NULL || strcmp(ex->world.ops->name, "self") == 0) {
-        cz_comm_self_open(&ex->dp_comm, err);
-        cz_comm_self_open(&ex->tp_comm, err);
-    } else {
-        rc = cz_comm_mpi_split(&ex->dp_comm, &ex->world, cfg_in->dp_comm, ex->tp_rank, ex->dp_rank,
-                               err);
-        if (rc)
-            goto fail;
-        rc = cz_comm_mpi_split(&ex->tp_comm, &ex->world, cfg_in->tp_comm, ex->dp_rank, ex->tp_rank,
-                               err);
-        if (rc)
-            goto fail;
-    }
+    ex->world.compute = &ex->compute; /* the planes wait on its events */
+    /* DP joins equal tp_rank ordered by dp_rank, TP equal dp_rank ordered by tp_rank; a
+     * communicator the job handed in is duplicated instead (MPI only: a handle is an MPI_Comm). */
+    if (cfg_in->dp_comm && ex->world.ops->kind == CZ_COMM_MPI) {
+        rc = cz_plane_mpi_open(&ex->dp_comm, cfg_in->dp_comm, err);
+        ex->dp_comm.compute = &ex->compute;
+    } else
+        rc = ex->world.ops->split(&ex->world, ex->tp_rank, ex->dp_rank, &ex->dp_comm, err);
+    if (rc)
+        goto fail;
+    if (cfg_in->tp_comm && ex->world.ops->kind == CZ_COMM_MPI) {
+        rc = cz_plane_mpi_open(&ex->tp_comm, cfg_in->tp_comm, err);
+        ex->tp_comm.compute = &ex->compute;
+    } else
+        rc = ex->world.ops->split(&ex->world, ex->dp_rank, ex->tp_rank, &ex->tp_comm, err);
+    if (rc)
+        goto fail;
     if (ex->dp_comm.size != ex->dp || ex->dp_comm.rank != ex->dp_rank)
         rc = cz_error_set(err, CZ_EMISMATCH,
                           "the DP communicator has %d ranks and this process is its rank %d; the "
@@ -224,8 +322,31 @@ fail:
     return rc;
 }
 
-int cz_executor_bind_buffers(cz_executor *ex, float *params, float *grads, size_t numel,
-                             cz_error *err)
+/* The fp32 staging copies (both tested: after a failed allocation one may already exist). */
+static int alloc_staging(cz_executor *ex, cz_error *err)
+{
+    if (!ex->stage_params)
+        ex->stage_params = falloc(ex, (int64_t)ex->buffer_numel);
+    if (!ex->stage_grads)
+        ex->stage_grads = falloc(ex, (int64_t)ex->buffer_numel);
+    if (!ex->stage_params || !ex->stage_grads)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for %zu-element staging buffers",
+                            ex->buffer_numel);
+    return CZ_OK;
+}
+
+static int check_dtype(const cz_executor *ex, const char *what, cz_dtype dtype, cz_error *err)
+{
+    if (dtype != ex->dtype)
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "%s: buffers of dtype %s but this executor binds %s (the plan's "
+                            "dtype, or cz_exec_config.dtype)",
+                            what, cz_dtype_name(dtype), cz_dtype_name(ex->dtype));
+    return CZ_OK;
+}
+
+int cz_executor_bind_typed(cz_executor *ex, void *params, void *grads, size_t numel, cz_dtype dtype,
+                           cz_error *err)
 {
     if (!ex || !params || !grads)
         return cz_error_set(err, CZ_EINVALID,
@@ -238,13 +359,26 @@ int cz_executor_bind_buffers(cz_executor *ex, float *params, float *grads, size_
                             "bind_buffers: buffers hold %zu elements but the plan's buckets need "
                             "%zu (sum of bucket sizes, padding included)",
                             numel, ex->buffer_numel);
+    int rc = check_dtype(ex, "bind_buffers", dtype, err);
+    if (!rc && dtype != CZ_DTYPE_FP32)
+        rc = alloc_staging(ex, err);
+    if (rc)
+        return rc;
+    ex->staged = dtype != CZ_DTYPE_FP32;
+    ex->master_loaded = false;
     ex->flat_params = params;
     ex->flat_grads = grads;
     return CZ_OK;
 }
 
-int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, float *grad,
-                           int64_t rows, int64_t cols, cz_error *err)
+int cz_executor_bind_buffers(cz_executor *ex, float *params, float *grads, size_t numel,
+                             cz_error *err)
+{
+    return cz_executor_bind_typed(ex, params, grads, numel, CZ_DTYPE_FP32, err);
+}
+
+int cz_executor_bind_param_typed(cz_executor *ex, const char *name, void *param, void *grad,
+                                 int64_t rows, int64_t cols, cz_dtype dtype, cz_error *err)
 {
     if (!ex || !name || !param || !grad)
         return cz_error_set(err, CZ_EINVALID,
@@ -268,53 +402,74 @@ int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, floa
                             name, (long long)rows, (long long)cols, (long long)p->shape[0],
                             (long long)p->shape[1], p->tp_dim, ex->tp, (long long)lr,
                             (long long)lc);
-    /* Both are tested: after a failed allocation one of them may already exist. */
-    if (!ex->stage_params || !ex->stage_grads) {
-        size_t n = ex->buffer_numel ? ex->buffer_numel : 1;
-        if (!ex->stage_params)
-            ex->stage_params = calloc(n, sizeof(float));
-        if (!ex->stage_grads)
-            ex->stage_grads = calloc(n, sizeof(float));
-        if (!ex->stage_params || !ex->stage_grads)
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for %zu-element staging buffers",
-                                ex->buffer_numel);
-    }
-    ex->per_param = true;
+    int rc = check_dtype(ex, "bind_param", dtype, err);
+    if (!rc)
+        rc = alloc_staging(ex, err);
+    if (rc)
+        return rc;
+    ex->per_param = ex->staged = true;
+    ex->master_loaded = false;
     ex->param_ptr[i] = param;
     ex->grad_ptr[i] = grad;
     ex->bound[i] = true;
     return CZ_OK;
 }
 
+int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, float *grad,
+                           int64_t rows, int64_t cols, cz_error *err)
+{
+    return cz_executor_bind_param_typed(ex, name, param, grad, rows, cols, CZ_DTYPE_FP32, err);
+}
+
+cz_dtype cz_executor_dtype(const cz_executor *ex)
+{
+    return ex ? ex->dtype : CZ_DTYPE_FP32;
+}
+
+/* Releases backend memory (NULL allowed). */
+static void brelease(cz_executor *ex, void *p)
+{
+    if (p)
+        ex->compute.ops->release(&ex->compute, p);
+}
+
 void cz_executor_free(cz_executor *ex)
 {
     if (!ex)
         return;
-    cz_exec_pipeline_free(ex);
-    if (ex->plan) {
-        for (size_t i = 0; i < ex->plan->nparams; i++) {
+    if (ex->compute.ops) {
+        cz_exec_pipeline_free(ex);
+        for (size_t i = 0; ex->plan && i < ex->plan->nparams; i++) {
             if (ex->adam_m)
-                free(ex->adam_m[i]);
+                brelease(ex, ex->adam_m[i]);
             if (ex->adam_v)
-                free(ex->adam_v[i]);
+                brelease(ex, ex->adam_v[i]);
             if (ex->momentum)
-                free(ex->momentum[i]);
+                brelease(ex, ex->momentum[i]);
         }
+        brelease(ex, ex->scratch);
+        brelease(ex, ex->stats);
+        brelease(ex, ex->stage_params);
+        brelease(ex, ex->stage_grads);
+        if (ex->ev_grads)
+            ex->compute.ops->event_free(&ex->compute, ex->ev_grads);
+        if (ex->ev_params)
+            ex->compute.ops->event_free(&ex->compute, ex->ev_params);
     }
-    free(ex->adam_m);
-    free(ex->adam_v);
-    free(ex->momentum);
-    free(ex->owned_elem);
-    free(ex->param_ptr);
-    free(ex->grad_ptr);
-    free(ex->bound);
-    free(ex->scratch);
-    free(ex->stage_params);
-    free(ex->stage_grads);
-    cz_comm_close(&ex->tp_comm);
-    cz_comm_close(&ex->dp_comm);
-    cz_comm_close(&ex->world);
+    cz_exec_free(ex->adam_m);
+    cz_exec_free(ex->adam_v);
+    cz_exec_free(ex->momentum);
+    cz_exec_free(ex->owned);
+    cz_exec_free(ex->owned_elem);
+    cz_exec_free(ex->stats_host);
+    cz_exec_free(ex->param_ptr);
+    cz_exec_free(ex->grad_ptr);
+    cz_exec_free(ex->bound);
+    cz_plane_close(&ex->tp_comm);
+    cz_plane_close(&ex->dp_comm);
+    cz_plane_close(&ex->world);
+    cz_ctrl_close(&ex->ctrl);
     cz_compute_close(&ex->compute);
     cz_plan_free(ex->owned_plan);
-    free(ex);
+    cz_exec_free(ex);
 }

@@ -1,6 +1,6 @@
 /* Muon on whole matrices: momentum, per-block Newton-Schulz orthogonalization (same-shape
- * blocks batched), RMS-matching scale, decoupled weight decay. The update depends only on the
- * whole matrix, never on how it was sharded. */
+ * blocks batched), the update's scale (rms or shape), decoupled weight decay. The update depends
+ * only on the whole matrix, never on how it was sharded. */
 #include "exec_internal.h"
 
 #include <math.h>
@@ -16,6 +16,17 @@ int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, c
     h->scale_coeff = cfg->scale_coeff;
     h->nesterov = cfg->nesterov;
     h->ns_steps = cfg->ns_steps;
+    h->scaling = cfg->muon_scaling;
+    if (cfg->muon_scaling != CZ_MUON_SCALE_RMS && cfg->muon_scaling != CZ_MUON_SCALE_SHAPE)
+        return cz_error_set(err, CZ_EINVALID,
+                            "muon_scaling = %d; expected CZ_MUON_SCALE_RMS (0) or "
+                            "CZ_MUON_SCALE_SHAPE (1)",
+                            (int)cfg->muon_scaling);
+    if (!(cfg->lr >= 0.0f) || !isfinite(cfg->lr))
+        return cz_error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
+                            (double)cfg->lr);
+    if (cfg->lr == 0.0f)
+        h->lr = cfg->muon_scaling == CZ_MUON_SCALE_SHAPE ? CZ_MUON_LR_SHAPE : CZ_MUON_LR_RMS;
     h->coeffs = cz_ns_coeffs_find(cfg->ns_coeffs);
     if (!h->coeffs)
         return cz_error_set(err, CZ_EINVALID,
@@ -23,7 +34,20 @@ int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, c
                             cfg->ns_coeffs, cz_ns_coeffs_names());
     if (cfg->ns_steps < 0 || cfg->ns_steps > 100)
         return cz_error_set(err, CZ_EINVALID, "ns_steps = %d; expected 0..100", cfg->ns_steps);
+    /* A zero eps divides a zero gradient block by zero: the update would be NaN. */
+    if (!(cfg->ns_eps > 0.0f) || !isfinite(cfg->ns_eps))
+        return cz_error_set(err, CZ_EINVALID, "ns_eps = %g; expected a finite value > 0",
+                            (double)cfg->ns_eps);
     return CZ_OK;
+}
+
+float cz_muon_scale(const cz_muon_hparams *h, int64_t rows, int64_t cols)
+{
+    if (h->scaling == CZ_MUON_SCALE_SHAPE) {
+        double ratio = (double)rows / (double)cols;
+        return (float)sqrt(ratio > 1.0 ? ratio : 1.0);
+    }
+    return h->scale_coeff * (float)sqrt((double)(rows > cols ? rows : cols));
 }
 
 int cz_param_blocks(const cz_plan_param *p, cz_block *out, int max)
@@ -48,32 +72,9 @@ int cz_param_blocks(const cz_plan_param *p, cz_block *out, int max)
     return n;
 }
 
-void cz_muon_momentum(const cz_muon_hparams *h, const float *g, float *buf, float *in, int64_t n)
-{
-    float mu = h->momentum;
-    for (int64_t i = 0; i < n; i++) {
-        buf[i] = mu * buf[i] + g[i];
-        in[i] = h->nesterov ? g[i] + mu * buf[i] : buf[i];
-    }
-}
-
-void cz_apply_update(float *p, const float *u, int64_t n, float lr, float wd)
-{
-    float keep = 1.0f - lr * wd;
-    for (int64_t i = 0; i < n; i++)
-        p[i] = p[i] * keep - lr * u[i];
-}
-
-typedef struct blk_ref {
-    int mat; /* index in the batch of matrices */
-    cz_block b;
-    int64_t r, c;   /* oriented shape: r <= c */
-    int transposed; /* the block is stored transposed in the NS batch */
-} blk_ref;
-
 static int blk_cmp(const void *x, const void *y)
 {
-    const blk_ref *a = x, *b = y;
+    const cz_muon_blk *a = x, *b = y;
     if (a->r != b->r)
         return a->r < b->r ? -1 : 1;
     if (a->c != b->c)
@@ -85,106 +86,106 @@ static int blk_cmp(const void *x, const void *y)
     return a->b.c0 < b->b.c0 ? -1 : (a->b.c0 > b->b.c0);
 }
 
-int cz_muon_orthogonalize_ex(cz_compute *c, const cz_muon_hparams *h,
-                             const cz_plan_param *const *params, const float *const *in,
-                             float *const *out, int n, void (*progress)(void *), void *ctx,
-                             cz_error *err)
+int cz_muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n, cz_error *err)
 {
-    int rc = CZ_OK;
-    int nblk = 0, cap = 0;
-    blk_ref *blks = NULL;
-    float *batch = NULL, *work = NULL;
+    int cap = 0;
+    *mp = (cz_muon_prep){0};
     for (int i = 0; i < n; i++)
         cap += params[i]->nblocks > 0 ? params[i]->nblocks : 1;
-    blks = calloc(cap > 0 ? (size_t)cap : 1, sizeof *blks);
-    if (!blks) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for %d Muon blocks", cap);
-        goto done;
-    }
+    mp->blks = cz_exec_calloc(cap > 0 ? (size_t)cap : 1, sizeof *mp->blks);
+    if (!mp->blks)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for %d Muon blocks", cap);
     for (int i = 0; i < n; i++) {
-        cz_block tmp[64];
-        int k = cz_param_blocks(params[i], tmp, 64);
+        cz_block tmp[CZ_MAX_BLOCKS];
+        int k = cz_param_blocks(params[i], tmp, CZ_MAX_BLOCKS);
+        int64_t ld = params[i]->ndim == 1 ? 1 : params[i]->shape[1];
         for (int j = 0; j < k; j++) {
-            blk_ref *r = &blks[nblk++];
+            cz_muon_blk *r = &mp->blks[mp->nblk++];
             r->mat = i;
             r->b = tmp[j];
+            r->ld = ld;
             r->transposed = tmp[j].rows > tmp[j].cols;
             r->r = r->transposed ? tmp[j].cols : tmp[j].rows;
             r->c = r->transposed ? tmp[j].rows : tmp[j].cols;
         }
     }
     /* Stable grouping by shape so the batch order (and thus the result) is deterministic. */
-    qsort(blks, (size_t)nblk, sizeof *blks, blk_cmp);
-    for (int s = 0; s < nblk;) {
+    qsort(mp->blks, (size_t)mp->nblk, sizeof *mp->blks, blk_cmp);
+    for (int s = 0; s < mp->nblk;) {
         int e = s;
-        while (e < nblk && blks[e].r == blks[s].r && blks[e].c == blks[s].c)
+        while (e < mp->nblk && mp->blks[e].r == mp->blks[s].r && mp->blks[e].c == mp->blks[s].c)
+            e++;
+        int64_t r = mp->blks[s].r, c = mp->blks[s].c, cnt = e - s;
+        if (cnt * r * c > mp->batch_n)
+            mp->batch_n = cnt * r * c;
+        if (cnt * (2 * r * r + r * c) > mp->work_n)
+            mp->work_n = cnt * (2 * r * r + r * c);
+        s = e;
+    }
+    return CZ_OK;
+}
+
+void cz_muon_prep_free(cz_muon_prep *mp)
+{
+    cz_exec_free(mp->blks);
+    *mp = (cz_muon_prep){0};
+}
+
+int cz_muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
+                const float *const *in, float *const *out, float *batch, float *work,
+                void (*progress)(void *), void *ctx, cz_error *err)
+{
+    const cz_compute_ops *ops = c->ops;
+    for (int s = 0; s < mp->nblk;) {
+        int e = s;
+        while (e < mp->nblk && mp->blks[e].r == mp->blks[s].r && mp->blks[e].c == mp->blks[s].c)
             e++;
         int cnt = e - s;
-        int64_t r = blks[s].r, cc = blks[s].c, sz = r * cc;
-        batch = c->ops->alloc(c, (size_t)(cnt * sz) * sizeof(float));
-        work = c->ops->alloc(c, (size_t)cnt * (size_t)(2 * r * r + r * cc) * sizeof(float));
-        if (!batch || !work) {
-            rc = cz_error_set(err, CZ_ENOMEM,
-                              "out of memory for a Newton-Schulz batch of %d x %lld x %lld", cnt,
-                              (long long)r, (long long)cc);
-            goto done;
-        }
+        int64_t sz = mp->blks[s].r * mp->blks[s].c;
         for (int k = 0; k < cnt; k++) {
-            const blk_ref *br = &blks[s + k];
-            int64_t fcols = params[br->mat]->ndim == 1 ? 1 : params[br->mat]->shape[1];
-            const float *src = in[br->mat];
-            float *dst = batch + k * sz;
-            double sq = 0.0;
-            for (int64_t i = 0; i < br->b.rows; i++)
-                for (int64_t j = 0; j < br->b.cols; j++) {
-                    double v = src[(br->b.r0 + i) * fcols + br->b.c0 + j];
-                    sq += v * v;
-                }
-            float inv = (float)(1.0 / (sqrt(sq) + (double)h->eps));
-            for (int64_t i = 0; i < br->b.rows; i++)
-                for (int64_t j = 0; j < br->b.cols; j++) {
-                    float v = src[(br->b.r0 + i) * fcols + br->b.c0 + j] * inv;
-                    if (br->transposed)
-                        dst[j * br->b.rows + i] = v;
-                    else
-                        dst[i * br->b.cols + j] = v;
-                }
+            const cz_muon_blk *br = &mp->blks[s + k];
+            ops->block_load(c, batch + k * sz, in[br->mat] + br->b.r0 * br->ld + br->b.c0, br->ld,
+                            br->b.rows, br->b.cols, br->transposed, h->eps);
         }
-        rc = c->ops->ns_batched(c, batch, cnt, r, cc, h->coeffs, h->ns_steps, work, err);
+        int rc = ops->ns_batched(c, batch, cnt, mp->blks[s].r, mp->blks[s].c, h->coeffs,
+                                 h->ns_steps, work, err);
         if (rc)
-            goto done;
+            return rc;
         for (int k = 0; k < cnt; k++) {
-            const blk_ref *br = &blks[s + k];
-            int64_t fcols = params[br->mat]->ndim == 1 ? 1 : params[br->mat]->shape[1];
-            float *o = out[br->mat];
-            const float *x = batch + k * sz;
-            float scale = h->scale_coeff *
-                          (float)sqrt((double)(br->b.rows > br->b.cols ? br->b.rows : br->b.cols));
-            for (int64_t i = 0; i < br->b.rows; i++)
-                for (int64_t j = 0; j < br->b.cols; j++) {
-                    float v = br->transposed ? x[j * br->b.rows + i] : x[i * br->b.cols + j];
-                    o[(br->b.r0 + i) * fcols + br->b.c0 + j] = scale * v;
-                }
+            const cz_muon_blk *br = &mp->blks[s + k];
+            float scale = cz_muon_scale(h, br->b.rows, br->b.cols);
+            ops->block_store(c, out[br->mat] + br->b.r0 * br->ld + br->b.c0, br->ld, batch + k * sz,
+                             br->b.rows, br->b.cols, br->transposed, scale);
         }
-        c->ops->release(c, batch);
-        c->ops->release(c, work);
-        batch = work = NULL;
         if (progress)
             progress(ctx);
         s = e;
     }
-done:
-    if (batch)
-        c->ops->release(c, batch);
-    if (work)
-        c->ops->release(c, work);
-    free(blks);
-    return rc;
+    return CZ_OK;
 }
 
 int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
                           const cz_plan_param *const *params, const float *const *in,
                           float *const *out, int n, cz_error *err)
 {
-    return cz_muon_orthogonalize_ex(c, h, params, in, out, n, NULL, NULL, err);
+    cz_muon_prep mp;
+    float *batch = NULL, *work = NULL;
+    int rc = cz_muon_prepare(&mp, params, n, err);
+    if (rc)
+        return rc;
+    batch = c->ops->alloc(c, (size_t)(mp.batch_n + 1) * sizeof(float));
+    work = c->ops->alloc(c, (size_t)(mp.work_n + 1) * sizeof(float));
+    if (!batch || !work) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for a Newton-Schulz batch of %lld floats",
+                          (long long)(mp.batch_n + mp.work_n));
+        goto out;
+    }
+    rc = cz_muon_run(c, h, &mp, in, out, batch, work, NULL, NULL, err);
+out:
+    if (batch)
+        c->ops->release(c, batch);
+    if (work)
+        c->ops->release(c, work);
+    cz_muon_prep_free(&mp);
+    return rc;
 }

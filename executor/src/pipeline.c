@@ -16,33 +16,61 @@
  *   gather send:  per destination slot s, my shards of the non-replicated tasks hosted by s;
  *   gather recv:  per source TP rank r, r's shards of the non-replicated tasks I host;
  *   scatter send: per destination TP rank r, r's shard of the update of every task I host;
- *   scatter recv: per source slot s, my shards of the updates of the tasks s hosts. */
+ *   scatter recv: per source slot s, my shards of the updates of the tasks s hosts.
+ *
+ * Every layout is fixed by the plan, so everything is laid out once at create time: the
+ * all-to-all counts, the copy-run index maps that pack and unpack the buffers (replayed by the
+ * backend's copy_runs), the Newton-Schulz batches and the list of shard updates to apply.
+ * A step only replays them; it allocates nothing and touches data only through the compute
+ * ops.
+ *
+ * Dependencies, not host waits, order the overlap: packing a gather (scatter) buffer records
+ * a compute event that the posted exchange waits for before reading it; the compute of group
+ * g waits for the gather's request (plane wait) before unpacking; applying g's updates waits
+ * for g's scatter request. gather(g+1) is posted before compute(g) and scatter(g-1) completes
+ * after it, so the three are in flight together. On the CPU backend the stream is the calling
+ * thread (events complete when recorded) and the MPI plane resolves a wait on the host. */
 #include "exec_internal.h"
 
-#include <limits.h>
-#include <stdlib.h>
 #include <string.h>
+
+/* One shard update: p[p_off ..] = p*(1 - lr*wd) - lr*u[u_off ..] over n elements. */
+typedef struct apply_ref {
+    int64_t p_off, u_off, n;
+} apply_ref;
 
 typedef struct pgroup {
     const cz_plan_group *g;
-    int *gsc, *gsd, *grc, *grd; /* gather: send/recv counts and displacements, tp each */
-    int *ssc, *ssd, *src, *srd; /* scatter */
+    /* Per peer (tp each), in elements: what I send to / receive from it and where. */
+    int64_t *gsc, *gsd, *grc, *grd; /* gather: send/recv counts and displacements */
+    int64_t *ssc, *ssd, *src, *srd; /* scatter */
     int nhosted;
-    int64_t hosted_full; /* sum of full numel of the tasks I host */
-    int64_t recv_block;  /* gather recv elements per source rank */
+    int64_t hosted_full;   /* sum of full numel of the tasks I host */
+    int64_t recv_block;    /* gather recv elements per source rank */
+    int64_t gather_n;      /* elements I send in the gather (per destination under sc) */
+    cz_runs *gather_pack;  /* G -> gather send */
+    cz_runs *unpack_recv;  /* gather recv -> full gradients */
+    cz_runs *unpack_local; /* G -> full gradients of the replicated matrices I host */
+    cz_runs *scatter_pack; /* full updates -> scatter send (sc: my shard of each) */
+    int *hosted;           /* param ids of the tasks I host, in group order */
+    int64_t *hosted_off;   /* their offsets in full_g and full_u */
+    const cz_plan_param **hp;
+    const float **hin;
+    float **hout;
+    cz_muon_prep muon;
+    apply_ref *apply; /* my shard updates, from scatter recv (sc: scatter send) */
+    int napply;
 } pgroup;
 
 struct cz_pipeline {
     int ngroups;
     pgroup *groups;
-    int64_t gsend_n, grecv_n, ssend_n, srecv_n, full_n;
-    int max_hosted;
+    int64_t gsend_n, grecv_n, ssend_n, srecv_n, full_n, batch_n, work_n;
     float *gsend[2], *grecv[2], *ssend[2], *srecv[2];
-    float *full_g, *full_u;
-    const cz_plan_param **hp;
-    const float **hin;
-    float **hout;
+    float *full_g, *full_u, *batch, *work;
     cz_comm_req *greq[2], *sreq[2];
+    /* Recorded after a gather (scatter) buffer is packed; its send waits for it. */
+    cz_event *gpacked[2], *spacked[2];
 };
 
 static bool replicated(const cz_plan_param *p)
@@ -60,29 +88,18 @@ static bool hosts(const cz_executor *ex, const cz_plan_group *g, int t)
     return ex->sc || g->task_slot[t] == ex->tp_rank;
 }
 
-static int to_int(int64_t v, const char *what, cz_error *err, int *out)
-{
-    if (v > INT_MAX)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "a micro-group's %s holds %lld elements; MPI counts are limited to %d "
-                            "(plan with a smaller capacity)",
-                            what, (long long)v, INT_MAX);
-    *out = (int)v;
-    return CZ_OK;
-}
-
-static int layout_group(cz_executor *ex, pgroup *pg, cz_error *err)
+static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
     const cz_plan_group *g = pg->g;
-    int tp = ex->tp, rc = CZ_OK;
+    int tp = ex->tp;
     int64_t all_nonrep = 0, hosted_nonrep = 0, hosted_all = 0;
-    int *arrs[8];
+    int64_t *arrs[8];
     for (int k = 0; k < 8; k++) {
-        arrs[k] = calloc((size_t)tp, sizeof(int));
+        arrs[k] = cz_exec_calloc((size_t)tp, sizeof(int64_t));
         if (!arrs[k]) {
             for (int j = 0; j < k; j++)
-                free(arrs[j]);
+                cz_exec_free(arrs[j]);
             return cz_error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
         }
     }
@@ -109,89 +126,208 @@ static int layout_group(cz_executor *ex, pgroup *pg, cz_error *err)
     }
     pg->recv_block = ex->sc ? all_nonrep : hosted_nonrep;
     int64_t gs = 0, ss = 0;
-    for (int r = 0; r < tp && !rc; r++) {
-        rc = to_int(ex->sc ? 0 : per_slot_nonrep[r], "gather", err, &pg->gsc[r]);
-        if (!rc)
-            rc = to_int(gs, "gather", err, &pg->gsd[r]);
+    for (int r = 0; r < tp; r++) {
+        pg->gsc[r] = ex->sc ? 0 : per_slot_nonrep[r];
+        pg->gsd[r] = gs;
         gs += pg->gsc[r];
-        if (!rc)
-            rc = to_int(pg->recv_block, "gather", err, &pg->grc[r]);
-        if (!rc)
-            rc = to_int(pg->recv_block * r, "gather", err, &pg->grd[r]);
-        if (!rc)
-            rc = to_int(ex->sc ? 0 : hosted_all, "scatter", err, &pg->ssc[r]);
-        if (!rc)
-            rc = to_int(ex->sc ? 0 : hosted_all * r, "scatter", err, &pg->ssd[r]);
-        if (!rc)
-            rc = to_int(ex->sc ? 0 : per_slot_all[r], "scatter", err, &pg->src[r]);
-        if (!rc)
-            rc = to_int(ss, "scatter", err, &pg->srd[r]);
+        pg->grc[r] = pg->recv_block;
+        pg->grd[r] = pg->recv_block * r;
+        pg->ssc[r] = ex->sc ? 0 : hosted_all;
+        pg->ssd[r] = ex->sc ? 0 : hosted_all * r;
+        pg->src[r] = ex->sc ? 0 : per_slot_all[r];
+        pg->srd[r] = ss;
         ss += pg->src[r];
     }
-    if (rc)
-        return rc;
     struct cz_pipeline *pp = ex->pipe;
-    int64_t gsend = ex->sc ? all_nonrep : gs;
-    if (gsend > pp->gsend_n)
-        pp->gsend_n = gsend;
+    pg->gather_n = ex->sc ? all_nonrep : gs;
+    if (pg->gather_n > pp->gsend_n)
+        pp->gsend_n = pg->gather_n;
     if (pg->recv_block * tp > pp->grecv_n)
         pp->grecv_n = pg->recv_block * tp;
-    /* Under sc the scatter-send buffer serves as scratch for my shard of each update. */
-    int64_t ssend = ex->sc ? all_nonrep + hosted_all : hosted_all * tp;
+    /* Under sc the scatter-send buffer holds my shard of each update, to apply from. */
+    int64_t ssend = ex->sc ? hosted_all : hosted_all * tp;
     if (ssend > pp->ssend_n)
         pp->ssend_n = ssend;
     if (ss > pp->srecv_n)
         pp->srecv_n = ss;
     if (pg->hosted_full > pp->full_n)
         pp->full_n = pg->hosted_full;
-    if (pg->nhosted > pp->max_hosted)
-        pp->max_hosted = pg->nhosted;
     return CZ_OK;
+}
+
+/* Turns a host run list into the backend's form and releases the list. */
+static int make_runs(cz_executor *ex, cz_run_list *l, cz_runs **out, cz_error *err)
+{
+    *out = ex->compute.ops->runs_create(&ex->compute, l->v, l->n);
+    size_t n = l->n;
+    cz_run_list_free(l);
+    return *out ? CZ_OK : cz_error_set(err, CZ_ENOMEM, "out of memory for %zu copy runs", n);
+}
+
+/* The index maps, hosted matrices, Newton-Schulz batches and shard updates of one group. */
+static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    const cz_plan_group *g = pg->g;
+    struct cz_pipeline *pp = ex->pipe;
+    int tp = ex->tp, rc = CZ_OK;
+    size_t nh = (size_t)pg->nhosted + 1;
+    cz_run_list l = {0};
+    pg->hosted = cz_exec_calloc(nh, sizeof *pg->hosted);
+    pg->hosted_off = cz_exec_calloc(nh, sizeof *pg->hosted_off);
+    pg->hp = cz_exec_calloc(nh, sizeof *pg->hp);
+    pg->hin = cz_exec_calloc(nh, sizeof *pg->hin);
+    pg->hout = cz_exec_calloc(nh, sizeof *pg->hout);
+    pg->apply = cz_exec_calloc((size_t)g->ntasks + 1, sizeof *pg->apply);
+    if (!pg->hosted || !pg->hosted_off || !pg->hp || !pg->hin || !pg->hout || !pg->apply)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+
+    /* Gather send: per destination slot, my shards of the non-replicated tasks it hosts. */
+    int nslots = ex->sc ? 1 : tp;
+    int64_t pos = 0;
+    for (int s = 0; s < nslots && !rc; s++)
+        for (int t = 0; t < g->ntasks && !rc; t++) {
+            const cz_plan_param *p = &plan->params[g->task_param[t]];
+            if (replicated(p) || (!ex->sc && g->task_slot[t] != s))
+                continue;
+            rc = cz_run_list_add(&l, pos, cz_exec_param_offset(ex, p->id), p->numel, err);
+            pos += p->numel;
+        }
+    if (!rc)
+        rc = make_runs(ex, &l, &pg->gather_pack, err);
+
+    /* Hosted matrices, their place in full_g/full_u, and the unpacking of their gradients. */
+    int n = 0;
+    int64_t fpos = 0, rpos = 0;
+    for (int t = 0; t < g->ntasks && !rc; t++) {
+        if (!hosts(ex, g, t))
+            continue;
+        const cz_plan_param *p = &plan->params[g->task_param[t]];
+        pg->hosted[n] = p->id;
+        pg->hosted_off[n] = fpos;
+        pg->hp[n] = p;
+        pg->hin[n] = pp->full_g + fpos;
+        pg->hout[n] = pp->full_u + fpos;
+        n++;
+        if (!replicated(p)) {
+            for (int r = 0; r < tp && !rc; r++)
+                rc = cz_shard_runs(p, tp, r, fpos, pg->recv_block * r + rpos, 1, &l, err);
+            rpos += p->numel;
+        }
+        fpos += full_numel(p);
+    }
+    if (!rc)
+        rc = make_runs(ex, &l, &pg->unpack_recv, err);
+    for (int k = 0; k < n && !rc; k++)
+        if (replicated(pg->hp[k]))
+            rc = cz_run_list_add(&l, pg->hosted_off[k], cz_exec_param_offset(ex, pg->hosted[k]),
+                                 full_numel(pg->hp[k]), err);
+    if (!rc)
+        rc = make_runs(ex, &l, &pg->unpack_local, err);
+
+    /* Scatter send: per destination TP rank, its shard of every update I host (under sc only
+     * my own shard, applied from there). */
+    int64_t spos = 0;
+    for (int r = 0; r < tp && !rc; r++) {
+        if (ex->sc && r != ex->tp_rank)
+            continue;
+        for (int k = 0; k < n && !rc; k++) {
+            const cz_plan_param *p = pg->hp[k];
+            if (ex->sc)
+                pg->apply[pg->napply++] =
+                    (apply_ref){cz_exec_param_offset(ex, p->id), spos, p->numel};
+            rc = cz_shard_runs(p, tp, r, pg->hosted_off[k], spos, 0, &l, err);
+            spos += p->numel;
+        }
+    }
+    if (!rc)
+        rc = make_runs(ex, &l, &pg->scatter_pack, err);
+    cz_run_list_free(&l);
+
+    /* Shard updates from the scatter's receive buffer: per source slot, its tasks in order. */
+    for (int s = 0; s < tp && !ex->sc && !rc; s++) {
+        int64_t upos = pg->srd[s];
+        for (int t = 0; t < g->ntasks; t++) {
+            if (g->task_slot[t] != s)
+                continue;
+            const cz_plan_param *p = &plan->params[g->task_param[t]];
+            pg->apply[pg->napply++] = (apply_ref){cz_exec_param_offset(ex, p->id), upos, p->numel};
+            upos += p->numel;
+        }
+    }
+    if (!rc)
+        rc = cz_muon_prepare(&pg->muon, pg->hp, n, err);
+    if (!rc) {
+        if (pg->muon.batch_n > pp->batch_n)
+            pp->batch_n = pg->muon.batch_n;
+        if (pg->muon.work_n > pp->work_n)
+            pp->work_n = pg->muon.work_n;
+    }
+    return rc;
+}
+
+static float *falloc(cz_executor *ex, int64_t n)
+{
+    return ex->compute.ops->alloc(&ex->compute, (size_t)(n + 1) * sizeof(float));
 }
 
 int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
 {
     const cz_rank_schedule *rs = ex->schedule;
-    struct cz_pipeline *pp = calloc(1, sizeof *pp);
+    struct cz_pipeline *pp = cz_exec_calloc(1, sizeof *pp);
     if (!pp)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
     ex->pipe = pp;
     pp->ngroups = rs->ngroups;
-    pp->groups = calloc(rs->ngroups > 0 ? (size_t)rs->ngroups : 1, sizeof *pp->groups);
+    pp->groups = cz_exec_calloc(rs->ngroups > 0 ? (size_t)rs->ngroups : 1, sizeof *pp->groups);
     if (!pp->groups)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
     for (int g = 0; g < rs->ngroups; g++) {
         pp->groups[g].g = &rs->groups[g];
-        int rc = layout_group(ex, &pp->groups[g], err);
+        int rc = layout_counts(ex, &pp->groups[g], err);
+        if (rc)
+            return rc;
+    }
+    /* full_g/full_u first: the groups' Muon input and output pointers point into them. */
+    pp->full_g = falloc(ex, pp->full_n);
+    pp->full_u = falloc(ex, pp->full_n);
+    if (!pp->full_g || !pp->full_u)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for the host buffers (%lld elements)",
+                            (long long)pp->full_n);
+    for (int g = 0; g < rs->ngroups; g++) {
+        int rc = layout_maps(ex, &pp->groups[g], err);
         if (rc)
             return rc;
         for (int t = 0; t < rs->groups[g].ntasks; t++) {
             if (!hosts(ex, &rs->groups[g], t))
                 continue;
             int id = rs->groups[g].task_param[t];
-            ex->momentum[id] = calloc((size_t)full_numel(&ex->plan->params[id]), sizeof(float));
+            ex->momentum[id] = falloc(ex, full_numel(&ex->plan->params[id]));
             if (!ex->momentum[id])
                 return cz_error_set(err, CZ_ENOMEM, "out of memory for the momentum of '%s'",
                                     ex->plan->params[id].name);
         }
     }
     for (int k = 0; k < 2; k++) {
-        pp->gsend[k] = malloc((size_t)(pp->gsend_n + 1) * sizeof(float));
-        pp->grecv[k] = malloc((size_t)(pp->grecv_n + 1) * sizeof(float));
-        pp->ssend[k] = malloc((size_t)(pp->ssend_n + 1) * sizeof(float));
-        pp->srecv[k] = malloc((size_t)(pp->srecv_n + 1) * sizeof(float));
+        pp->gsend[k] = falloc(ex, pp->gsend_n);
+        pp->grecv[k] = falloc(ex, pp->grecv_n);
+        pp->ssend[k] = falloc(ex, pp->ssend_n);
+        pp->srecv[k] = falloc(ex, pp->srecv_n);
         if (!pp->gsend[k] || !pp->grecv[k] || !pp->ssend[k] || !pp->srecv[k])
             return cz_error_set(err, CZ_ENOMEM, "out of memory for the pipeline buffers");
+        pp->greq[k] = ex->tp_comm.ops->req_create(&ex->tp_comm);
+        pp->sreq[k] = ex->tp_comm.ops->req_create(&ex->tp_comm);
+        pp->gpacked[k] = ex->compute.ops->event_create(&ex->compute);
+        pp->spacked[k] = ex->compute.ops->event_create(&ex->compute);
+        if (!pp->greq[k] || !pp->sreq[k] || !pp->gpacked[k] || !pp->spacked[k])
+            return cz_error_set(err, CZ_ENOMEM, "out of memory for requests and events");
     }
-    pp->full_g = malloc((size_t)(pp->full_n + 1) * sizeof(float));
-    pp->full_u = malloc((size_t)(pp->full_n + 1) * sizeof(float));
-    size_t nh = (size_t)(pp->max_hosted + 1);
-    pp->hp = calloc(nh, sizeof *pp->hp);
-    pp->hin = calloc(nh, sizeof *pp->hin);
-    pp->hout = calloc(nh, sizeof *pp->hout);
-    if (!pp->full_g || !pp->full_u || !pp->hp || !pp->hin || !pp->hout)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the host buffers (%lld elements)",
-                            (long long)pp->full_n);
+    pp->batch = falloc(ex, pp->batch_n);
+    pp->work = falloc(ex, pp->work_n);
+    if (!pp->batch || !pp->work)
+        return cz_error_set(err, CZ_ENOMEM,
+                            "out of memory for the Newton-Schulz buffers (%lld elements)",
+                            (long long)(pp->batch_n + pp->work_n));
     return CZ_OK;
 }
 
@@ -200,22 +336,54 @@ void cz_exec_pipeline_free(cz_executor *ex)
     struct cz_pipeline *pp = ex->pipe;
     if (!pp)
         return;
+    cz_compute *c = &ex->compute;
     for (int g = 0; pp->groups && g < pp->ngroups; g++) {
         pgroup *pg = &pp->groups[g];
-        free(pg->gsc), free(pg->gsd), free(pg->grc), free(pg->grd);
-        free(pg->ssc), free(pg->ssd), free(pg->src), free(pg->srd);
+        cz_exec_free(pg->gsc), cz_exec_free(pg->gsd), cz_exec_free(pg->grc);
+        cz_exec_free(pg->grd), cz_exec_free(pg->ssc), cz_exec_free(pg->ssd);
+        cz_exec_free(pg->src), cz_exec_free(pg->srd);
+        cz_runs *runs[4] = {pg->gather_pack, pg->unpack_recv, pg->unpack_local, pg->scatter_pack};
+        for (int k = 0; k < 4; k++)
+            if (runs[k])
+                c->ops->runs_free(c, runs[k]);
+        cz_exec_free(pg->hosted), cz_exec_free(pg->hosted_off), cz_exec_free(pg->hp);
+        cz_exec_free(pg->hin), cz_exec_free(pg->hout), cz_exec_free(pg->apply);
+        cz_muon_prep_free(&pg->muon);
     }
-    free(pp->groups);
+    cz_exec_free(pp->groups);
+    float *bufs[] = {pp->gsend[0], pp->gsend[1], pp->grecv[0], pp->grecv[1],
+                     pp->ssend[0], pp->ssend[1], pp->srecv[0], pp->srecv[1],
+                     pp->full_g,   pp->full_u,   pp->batch,    pp->work};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        if (bufs[k])
+            c->ops->release(c, bufs[k]);
     for (int k = 0; k < 2; k++) {
-        free(pp->gsend[k]), free(pp->grecv[k]), free(pp->ssend[k]), free(pp->srecv[k]);
+        if (pp->greq[k])
+            ex->tp_comm.ops->req_free(&ex->tp_comm, pp->greq[k]);
+        if (pp->sreq[k])
+            ex->tp_comm.ops->req_free(&ex->tp_comm, pp->sreq[k]);
+        if (pp->gpacked[k])
+            c->ops->event_free(c, pp->gpacked[k]);
+        if (pp->spacked[k])
+            c->ops->event_free(c, pp->spacked[k]);
     }
-    free(pp->full_g);
-    free(pp->full_u);
-    free(pp->hp);
-    free(pp->hin);
-    free(pp->hout);
-    free(pp);
+    cz_exec_free(pp);
     ex->pipe = NULL;
+}
+
+/* Posts one all-to-all as a group of sends and receives, completed through req. */
+static int post_exchange(cz_plane *pl, cz_comm_req *req, cz_event *after, const float *send,
+                         const int64_t *sc, const int64_t *sd, float *recv, const int64_t *rc,
+                         const int64_t *rd, cz_error *err)
+{
+    int st = pl->ops->group_start(pl, req, after, err);
+    if (st)
+        return st;
+    for (int r = 0; r < pl->size; r++) {
+        pl->ops->send(pl, req, send + sd[r], (size_t)sc[r], CZ_DTYPE_FP32, r);
+        pl->ops->recv(pl, req, recv + rd[r], (size_t)rc[r], CZ_DTYPE_FP32, r);
+    }
+    return pl->ops->group_end(pl, req, err);
 }
 
 /* Packs my gradient shards of group g and posts its gather. */
@@ -223,24 +391,16 @@ static int post_gather(cz_executor *ex, int gi, const float *G, cz_error *err)
 {
     struct cz_pipeline *pp = ex->pipe;
     pgroup *pg = &pp->groups[gi];
-    const cz_plan_group *g = pg->g;
     float *send = pp->gsend[gi % 2];
-    int64_t pos = 0;
-    int nslots = ex->sc ? 1 : ex->tp;
-    for (int s = 0; s < nslots; s++)
-        for (int t = 0; t < g->ntasks; t++) {
-            const cz_plan_param *p = &ex->plan->params[g->task_param[t]];
-            if (replicated(p) || (!ex->sc && g->task_slot[t] != s))
-                continue;
-            memcpy(send + pos, G + cz_exec_param_offset(ex, p->id),
-                   (size_t)p->numel * sizeof(float));
-            pos += p->numel;
-        }
+    cz_event *packed = pp->gpacked[gi % 2];
+    ex->compute.ops->copy_runs(&ex->compute, send, G, pg->gather_pack);
+    ex->compute.ops->event_record(&ex->compute, packed);
     if (ex->sc)
-        return ex->tp_comm.ops->iallgather(&ex->tp_comm, send, (int)pos, pp->grecv[gi % 2],
-                                           &pp->greq[gi % 2], err);
-    return ex->tp_comm.ops->ialltoallv(&ex->tp_comm, send, pg->gsc, pg->gsd, pp->grecv[gi % 2],
-                                       pg->grc, pg->grd, &pp->greq[gi % 2], err);
+        return ex->tp_comm.ops->iall_gather(&ex->tp_comm, send, (size_t)pg->gather_n,
+                                            pp->grecv[gi % 2], CZ_DTYPE_FP32, packed,
+                                            pp->greq[gi % 2], err);
+    return post_exchange(&ex->tp_comm, pp->greq[gi % 2], packed, send, pg->gsc, pg->gsd,
+                         pp->grecv[gi % 2], pg->grc, pg->grd, err);
 }
 
 /* Keeps the next group's gather and the previous group's scatter moving while computing. */
@@ -253,9 +413,17 @@ static void progress_inflight(void *arg)
 {
     progress_ctx *pc = arg;
     struct cz_pipeline *pp = pc->ex->pipe;
-    cz_comm *tc = &pc->ex->tp_comm;
+    cz_plane *tc = &pc->ex->tp_comm;
     tc->ops->progress(tc, pp->greq[(pc->gi + 1) % 2]);
     tc->ops->progress(tc, pp->sreq[(pc->gi + 1) % 2]);
+}
+
+/* Applies my shard updates of group g from u (scatter recv, or scatter send under sc). */
+static void apply_group(cz_executor *ex, const pgroup *pg, float *P, const float *u)
+{
+    for (int k = 0; k < pg->napply; k++)
+        ex->compute.ops->apply_update(&ex->compute, P + pg->apply[k].p_off, u + pg->apply[k].u_off,
+                                      pg->apply[k].n, ex->muon.lr, ex->muon.weight_decay);
 }
 
 /* Host side of group g: reassemble, Muon, and either post the scatter or (sc) apply. */
@@ -263,87 +431,40 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
 {
     struct cz_pipeline *pp = ex->pipe;
     pgroup *pg = &pp->groups[gi];
-    const cz_plan_group *g = pg->g;
-    const float *recv = pp->grecv[gi % 2];
-    int tp = ex->tp, n = 0;
-    int64_t fpos = 0, rpos = 0;
+    cz_compute *c = &ex->compute;
     progress_ctx pc = {ex, gi};
-    for (int t = 0; t < g->ntasks; t++) {
-        if (!hosts(ex, g, t))
-            continue;
-        const cz_plan_param *p = &ex->plan->params[g->task_param[t]];
-        float *fg = pp->full_g + fpos;
-        int64_t fn = full_numel(p);
-        if (replicated(p)) {
-            memcpy(fg, G + cz_exec_param_offset(ex, p->id), (size_t)fn * sizeof(float));
-        } else {
-            for (int r = 0; r < tp; r++)
-                cz_shard_unpack(p, tp, r, recv + pg->recv_block * r + rpos, fg);
-            rpos += p->numel;
-        }
+    c->ops->copy_runs(c, pp->full_g, pp->grecv[gi % 2], pg->unpack_recv);
+    c->ops->copy_runs(c, pp->full_g, G, pg->unpack_local);
+    for (int k = 0; k < pg->nhosted; k++) {
         /* The optimizer input overwrites the gradient in place. */
-        cz_muon_momentum(&ex->muon, fg, ex->momentum[p->id], fg, fn);
+        float *fg = pp->full_g + pg->hosted_off[k];
+        c->ops->momentum(c, fg, ex->momentum[pg->hosted[k]], fg, full_numel(pg->hp[k]),
+                         ex->muon.momentum, ex->muon.nesterov);
         progress_inflight(&pc);
-        pp->hp[n] = p;
-        pp->hin[n] = fg;
-        pp->hout[n] = pp->full_u + fpos;
-        n++;
-        fpos += fn;
     }
-    int rc = cz_muon_orthogonalize_ex(&ex->compute, &ex->muon, pp->hp, pp->hin, pp->hout, n,
-                                      progress_inflight, &pc, err);
+    int rc = cz_muon_run(c, &ex->muon, &pg->muon, pg->hin, pg->hout, pp->batch, pp->work,
+                         progress_inflight, &pc, err);
     if (rc)
         return rc;
     float *send = pp->ssend[gi % 2];
+    c->ops->copy_runs(c, send, pp->full_u, pg->scatter_pack);
     if (ex->sc) {
-        for (int k = 0; k < n; k++) {
-            const cz_plan_param *p = pp->hp[k];
-            const float *u = pp->hout[k];
-            if (!replicated(p)) {
-                cz_shard_pack(p, tp, ex->tp_rank, pp->hout[k], send);
-                u = send;
-            }
-            cz_apply_update(P + cz_exec_param_offset(ex, p->id), u, p->numel, ex->muon.lr,
-                            ex->muon.weight_decay);
-        }
+        apply_group(ex, pg, P, send);
         return CZ_OK;
     }
-    int64_t spos = 0;
-    for (int r = 0; r < tp; r++)
-        for (int k = 0; k < n; k++) {
-            const cz_plan_param *p = pp->hp[k];
-            if (replicated(p))
-                memcpy(send + spos, pp->hout[k], (size_t)p->numel * sizeof(float));
-            else
-                cz_shard_pack(p, tp, r, pp->hout[k], send + spos);
-            spos += p->numel;
-        }
-    return ex->tp_comm.ops->ialltoallv(&ex->tp_comm, send, pg->ssc, pg->ssd, pp->srecv[gi % 2],
-                                       pg->src, pg->srd, &pp->sreq[gi % 2], err);
+    c->ops->event_record(c, pp->spacked[gi % 2]);
+    return post_exchange(&ex->tp_comm, pp->sreq[gi % 2], pp->spacked[gi % 2], send, pg->ssc,
+                         pg->ssd, pp->srecv[gi % 2], pg->src, pg->srd, err);
 }
 
 /* Waits for the scatter of group g and applies my update shards. */
 static int finish_group(cz_executor *ex, int gi, float *P, cz_error *err)
 {
     struct cz_pipeline *pp = ex->pipe;
-    pgroup *pg = &pp->groups[gi];
-    const cz_plan_group *g = pg->g;
     int rc = ex->tp_comm.ops->wait(&ex->tp_comm, pp->sreq[gi % 2], err);
-    pp->sreq[gi % 2] = NULL;
     if (rc)
         return rc;
-    const float *recv = pp->srecv[gi % 2];
-    for (int s = 0; s < ex->tp; s++) {
-        int64_t pos = pg->srd[s];
-        for (int t = 0; t < g->ntasks; t++) {
-            if (g->task_slot[t] != s)
-                continue;
-            const cz_plan_param *p = &ex->plan->params[g->task_param[t]];
-            cz_apply_update(P + cz_exec_param_offset(ex, p->id), recv + pos, p->numel, ex->muon.lr,
-                            ex->muon.weight_decay);
-            pos += p->numel;
-        }
-    }
+    apply_group(ex, &pp->groups[gi], P, pp->srecv[gi % 2]);
     return CZ_OK;
 }
 
@@ -359,7 +480,6 @@ int cz_exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error 
             rc = post_gather(ex, gi + 1, G, err);
         if (!rc)
             rc = ex->tp_comm.ops->wait(&ex->tp_comm, pp->greq[gi % 2], err);
-        pp->greq[gi % 2] = NULL;
         if (!rc)
             rc = compute_group(ex, gi, P, G, err);
         if (!rc && !ex->sc && gi > 0)
@@ -368,12 +488,11 @@ int cz_exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error 
     if (!rc && !ex->sc)
         rc = finish_group(ex, ng - 1, P, err);
     if (rc) {
-        /* Leave no request behind: a later step or free must not see a stale one. */
+        /* Leave no request in flight: a later step or free must not see a stale one. */
         cz_error tmp;
         for (int k = 0; k < 2; k++) {
             ex->tp_comm.ops->wait(&ex->tp_comm, pp->greq[k], &tmp);
             ex->tp_comm.ops->wait(&ex->tp_comm, pp->sreq[k], &tmp);
-            pp->greq[k] = pp->sreq[k] = NULL;
         }
     }
     return rc;

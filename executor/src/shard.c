@@ -91,6 +91,68 @@ void cz_shard_unpack(const cz_plan_param *p, int tp, int r, const float *shard, 
     shard_copy(p, tp, r, full, (float *)shard, 1);
 }
 
+int cz_run_list_add(cz_run_list *l, int64_t dst, int64_t src, int64_t len, cz_error *err)
+{
+    if (len <= 0)
+        return CZ_OK;
+    if (l->n > 0) {
+        cz_copy_run *last = &l->v[l->n - 1];
+        if (last->dst + last->len == dst && last->src + last->len == src) {
+            last->len += len;
+            return CZ_OK;
+        }
+    }
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        cz_copy_run *v = cz_exec_malloc(cap * sizeof *v);
+        if (!v)
+            return cz_error_set(err, CZ_ENOMEM, "out of memory for %zu copy runs", cap);
+        if (l->n)
+            memcpy(v, l->v, l->n * sizeof *v);
+        cz_exec_free(l->v);
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = (cz_copy_run){dst, src, len};
+    return CZ_OK;
+}
+
+void cz_run_list_free(cz_run_list *l)
+{
+    cz_exec_free(l->v);
+    *l = (cz_run_list){0};
+}
+
+/* Adds one copy between full offset f and shard offset s in the direction asked. */
+static int add_dir(cz_run_list *l, int unpack, int64_t f, int64_t s, int64_t len, cz_error *err)
+{
+    return unpack ? cz_run_list_add(l, f, s, len, err) : cz_run_list_add(l, s, f, len, err);
+}
+
+int cz_shard_runs(const cz_plan_param *p, int tp, int r, int64_t full_off, int64_t shard_off,
+                  int unpack, cz_run_list *l, cz_error *err)
+{
+    int64_t rows = p->shape[0], cols = p->ndim == 1 ? 1 : p->shape[1];
+    if (p->tp_dim < 0 || tp == 1)
+        return add_dir(l, unpack, full_off, shard_off, rows * cols, err);
+    int64_t lo[CZ_MAX_BLOCKS], hi[CZ_MAX_BLOCKS];
+    int n = cz_shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS), rc = CZ_OK;
+    int64_t s = shard_off;
+    if (p->tp_dim == 0) {
+        for (int k = 0; k < n && !rc; k++) {
+            rc = add_dir(l, unpack, full_off + lo[k] * cols, s, (hi[k] - lo[k]) * cols, err);
+            s += (hi[k] - lo[k]) * cols;
+        }
+        return rc;
+    }
+    for (int64_t i = 0; i < rows && !rc; i++)
+        for (int k = 0; k < n && !rc; k++) {
+            rc = add_dir(l, unpack, full_off + i * cols + lo[k], s, hi[k] - lo[k], err);
+            s += hi[k] - lo[k];
+        }
+    return rc;
+}
+
 int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err)
 {
     int64_t rows = p->shape[0], cols = p->ndim == 1 ? 1 : p->shape[1];

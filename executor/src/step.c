@@ -1,27 +1,28 @@
 /* One optimizer step: reduce-scatter over DP, finiteness check, AdamW on owned elementwise
- * shards, the matrix micro-group pipeline over TP, all-gather over DP. */
+ * shards, the matrix micro-group pipeline over TP, all-gather over DP. Data is touched only
+ * through the compute ops; the one read-back of a step is the per-parameter sums of squares
+ * of the owned gradients, after all reduce-scatters and before anything is updated. */
 #include "exec_internal.h"
 
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
-    int counts[ex->dp];
+    size_t counts[ex->dp];
     float inv = 1.0f / (float)ex->dp;
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
         for (int r = 0; r < ex->dp; r++)
-            counts[r] = (int)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
-        float *base = G + bk->offset;
-        int rc = ex->dp_comm.ops->reduce_scatter(&ex->dp_comm, base, ex->scratch, counts, err);
+            counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
+        /* The ranges are contiguous and rank-ordered (plan check): one segment per rank. */
+        float *base = G + bk->offset + bk->ranges[0];
+        int rc = ex->dp_comm.ops->reduce_scatter(&ex->dp_comm, base, ex->scratch, counts,
+                                                 CZ_DTYPE_FP32, ex->ev_grads, err);
         if (rc)
             return rc;
-        float *mine = base + bk->ranges[2 * ex->dp_rank];
-        for (int i = 0; i < counts[ex->dp_rank]; i++)
-            mine[i] = ex->scratch[i] * inv;
+        float *mine = G + bk->offset + bk->ranges[2 * ex->dp_rank];
+        ex->compute.ops->scale(&ex->compute, mine, ex->scratch, (int64_t)counts[ex->dp_rank], inv);
     }
     return CZ_OK;
 }
@@ -29,66 +30,115 @@ static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
 static int all_gather(cz_executor *ex, float *P, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
-    int counts[ex->dp], displs[ex->dp];
+    size_t counts[ex->dp];
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
-        for (int r = 0; r < ex->dp; r++) {
-            displs[r] = (int)bk->ranges[2 * r];
-            counts[r] = (int)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
-        }
-        int rc = ex->dp_comm.ops->allgatherv(&ex->dp_comm, P + bk->offset, counts, displs, err);
+        for (int r = 0; r < ex->dp; r++)
+            counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
+        int rc = ex->dp_comm.ops->all_gather(&ex->dp_comm, P + bk->offset + bk->ranges[0], counts,
+                                             CZ_DTYPE_FP32, ex->ev_params, err);
         if (rc)
             return rc;
     }
     return CZ_OK;
 }
 
-/* Finds the first owned parameter whose reduced gradient holds NaN/Inf; all ranks agree on
- * the lowest such parameter id. */
-static int check_finite(cz_executor *ex, const float *G, cz_error *err)
+/* The owned gradients' statistics, read back once per step (after all reduce-scatters,
+ * before any update): the backend sums the squares of every owned shard into ex->stats. A sum
+ * is non-finite exactly when its shard holds NaN/Inf, so the same pass is the finiteness
+ * check (all ranks agree on the lowest such parameter id) and gives the global gradient norm
+ * (the sums all-reduced; a tensor replicated over TP counted by TP rank 0 only). With
+ * max_grad_norm set, a norm above it scales every owned gradient shard before the updates. */
+static int grad_stats(cz_executor *ex, float *G, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
-    int64_t bad = INT64_MAX;
-    for (size_t i = 0; i < plan->nparams && bad == INT64_MAX; i++) {
-        const cz_plan_param *p = &plan->params[i];
-        if (p->dp_owner != ex->dp_rank)
-            continue;
-        const float *g = G + cz_exec_param_offset(ex, (int)i);
-        for (int64_t k = 0; k < p->numel; k++)
-            if (!isfinite(g[k])) {
-                bad = (int64_t)i;
-                break;
-            }
+    cz_compute *c = &ex->compute;
+    for (int k = 0; k < ex->nowned; k++) {
+        const cz_plan_param *p = &plan->params[ex->owned[k]];
+        c->ops->sumsq(c, G + cz_exec_param_offset(ex, p->id), p->numel, &ex->stats[k]);
     }
-    int rc = ex->world.ops->allreduce_min_i64(&ex->world, &bad, 1, err);
+    int rc =
+        c->ops->download(c, ex->stats_host, ex->stats, (size_t)ex->nowned * sizeof(double), err);
     if (rc)
         return rc;
-    if (bad != INT64_MAX)
-        return cz_error_set(err, CZ_EINVALID,
-                            "step %lld: the averaged gradient of '%s' holds NaN or Inf (found by "
-                            "DP rank %d); no parameter was changed",
-                            (long long)(ex->steps + 1), plan->params[bad].name,
-                            plan->params[bad].dp_owner);
+    /* One control-plane reduction per step in the normal case: the norm's sum of squares and
+     * the number of non-finite owned shards (every TP rank's, replicated ones included). Only
+     * when that number is not zero does a second one find the lowest such parameter. */
+    double v[2] = {0.0, 0.0};
+    for (int k = 0; k < ex->nowned; k++) {
+        if (plan->params[ex->owned[k]].tp_dim >= 0 || ex->tp_rank == 0)
+            v[0] += ex->stats_host[k];
+        v[1] += !isfinite(ex->stats_host[k]);
+    }
+    rc = ex->ctrl.ops->allreduce_sum_f64(&ex->ctrl, v, 2, err);
+    if (rc)
+        return rc;
+    if (ex->cfg.check_finite && v[1] > 0.0) {
+        int64_t bad = INT64_MAX;
+        for (int k = 0; k < ex->nowned && bad == INT64_MAX; k++)
+            if (!isfinite(ex->stats_host[k]))
+                bad = ex->owned[k];
+        rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &bad, 1, err);
+        if (rc)
+            return rc;
+        if (bad != INT64_MAX)
+            return cz_error_set(err, CZ_EINVALID,
+                                "step %lld: the averaged gradient of '%s' holds NaN or Inf (found "
+                                "by DP rank %d); no parameter was changed",
+                                (long long)(ex->steps + 1), plan->params[bad].name,
+                                plan->params[bad].dp_owner);
+    }
+    double sq = v[0];
+    ex->grad_norm = sqrt(sq);
+    float max = ex->cfg.max_grad_norm;
+    if (max > 0.0f && ex->grad_norm > (double)max) {
+        float f = (float)((double)max / (ex->grad_norm + 1e-6));
+        for (int k = 0; k < ex->nowned; k++) {
+            const cz_plan_param *p = &plan->params[ex->owned[k]];
+            float *g = G + cz_exec_param_offset(ex, p->id);
+            c->ops->scale(c, g, g, p->numel, f);
+        }
+    }
     return CZ_OK;
 }
 
-/* Per-parameter binding: copy the job's shards into the flat staging layout and back. */
+/* Staging: the job's buffers (per parameter, or flat of another dtype) into the fp32 flat
+ * copies and back. Gradients come in every step; parameters at every step for fp32, and only
+ * at the first for bf16 (stage_params is then the fp32 master copy). */
+static void *job_param(const cz_executor *ex, size_t i, int64_t off)
+{
+    return ex->per_param ? ex->param_ptr[i]
+                         : (char *)ex->flat_params + off * cz_dtype_bytes(ex->dtype);
+}
+
+static void *job_grad(const cz_executor *ex, size_t i, int64_t off)
+{
+    return ex->per_param ? ex->grad_ptr[i]
+                         : (char *)ex->flat_grads + off * cz_dtype_bytes(ex->dtype);
+}
+
 static void stage_in(cz_executor *ex)
 {
+    cz_compute *c = &ex->compute;
+    bool params = ex->dtype == CZ_DTYPE_FP32 || !ex->master_loaded;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
-        int64_t off = cz_exec_param_offset(ex, (int)i);
-        size_t n = (size_t)ex->plan->params[i].numel;
-        memcpy(ex->stage_params + off, ex->param_ptr[i], n * sizeof(float));
-        memcpy(ex->stage_grads + off, ex->grad_ptr[i], n * sizeof(float));
+        int64_t off = cz_exec_param_offset(ex, (int)i), n = ex->plan->params[i].numel;
+        if (params)
+            c->ops->convert(c, ex->stage_params + off, CZ_DTYPE_FP32, job_param(ex, i, off),
+                            ex->dtype, n);
+        c->ops->convert(c, ex->stage_grads + off, CZ_DTYPE_FP32, job_grad(ex, i, off), ex->dtype,
+                        n);
     }
+    ex->master_loaded = true;
 }
 
 static void stage_out(cz_executor *ex)
 {
+    cz_compute *c = &ex->compute;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
-        int64_t off = cz_exec_param_offset(ex, (int)i);
-        size_t n = (size_t)ex->plan->params[i].numel;
-        memcpy(ex->param_ptr[i], ex->stage_params + off, n * sizeof(float));
+        int64_t off = cz_exec_param_offset(ex, (int)i), n = ex->plan->params[i].numel;
+        c->ops->convert(c, job_param(ex, i, off), ex->dtype, ex->stage_params + off, CZ_DTYPE_FP32,
+                        n);
     }
 }
 
@@ -107,9 +157,9 @@ static int check_bound(cz_executor *ex, cz_error *err)
         return rc;
     /* First step: every rank confirms its binding so that a rank that failed to bind cannot
      * leave the others waiting in a collective. */
-    int64_t v = rc ? ex->world.rank : INT64_MAX;
+    int64_t v = rc ? ex->ctrl.rank : INT64_MAX;
     cz_error tmp;
-    int crc = ex->world.ops->allreduce_min_i64(&ex->world, &v, 1, &tmp);
+    int crc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &v, 1, &tmp);
     if (rc)
         return rc;
     if (crc) {
@@ -134,24 +184,28 @@ int cz_executor_step(cz_executor *ex, cz_error *err)
     cz_exec_timings t = {0};
     double t0 = cz_exec_now(), t1;
     float *P = ex->flat_params, *G = ex->flat_grads;
-    if (ex->per_param) {
+    if (ex->staged) {
         stage_in(ex);
         P = ex->stage_params;
         G = ex->stage_grads;
     }
+    /* The reduce-scatter reads the gradients once every op before (staging) is done. */
+    ex->compute.ops->event_record(&ex->compute, ex->ev_grads);
     rc = reduce_scatter(ex, G, err);
-    if (!rc && ex->cfg.check_finite)
-        rc = check_finite(ex, G, err);
+    if (!rc)
+        rc = grad_stats(ex, G, err);
     if (rc)
         return rc;
     t1 = cz_exec_now();
     t.reduce_scatter = t1 - t0;
 
+    cz_adamw_args aw;
+    cz_adamw_args_make(&aw, &ex->adamw, ex->steps + 1);
     for (int k = 0; k < ex->nowned_elem; k++) {
         int i = ex->owned_elem[k];
         int64_t off = cz_exec_param_offset(ex, i);
-        cz_adamw_step(&ex->adamw, ex->steps + 1, P + off, G + off, ex->adam_m[i], ex->adam_v[i],
-                      ex->plan->params[i].numel);
+        ex->compute.ops->adamw(&ex->compute, P + off, G + off, ex->adam_m[i], ex->adam_v[i],
+                               ex->plan->params[i].numel, &aw);
     }
     t0 = cz_exec_now();
     t.elementwise = t0 - t1;
@@ -162,10 +216,12 @@ int cz_executor_step(cz_executor *ex, cz_error *err)
     t1 = cz_exec_now();
     t.matrix = t1 - t0;
 
+    /* The all-gather reads the parameters once every update (AdamW, Muon) is applied. */
+    ex->compute.ops->event_record(&ex->compute, ex->ev_params);
     rc = all_gather(ex, P, err);
     if (rc)
         return rc;
-    if (ex->per_param)
+    if (ex->staged)
         stage_out(ex);
     t0 = cz_exec_now();
     t.all_gather = t0 - t1;
@@ -174,4 +230,29 @@ int cz_executor_step(cz_executor *ex, cz_error *err)
     t.steps = ex->steps;
     ex->last = t;
     return CZ_OK;
+}
+
+int cz_executor_step_async(cz_executor *ex, cz_error *err)
+{
+    if (!ex)
+        return cz_error_set(err, CZ_EINVALID, "step_async: executor is NULL");
+    if (ex->async_active)
+        return cz_error_set(err, CZ_EINVALID,
+                            "step_async: the previous step was not waited for (cz_executor_wait)");
+    /* The cpu stream is the calling thread: the step runs here, its result waits for wait. */
+    ex->async_rc = cz_executor_step(ex, &ex->async_err);
+    ex->async_active = true;
+    return CZ_OK;
+}
+
+int cz_executor_wait(cz_executor *ex, cz_error *err)
+{
+    if (!ex)
+        return cz_error_set(err, CZ_EINVALID, "wait: executor is NULL");
+    if (!ex->async_active)
+        return cz_error_set(err, CZ_EINVALID, "wait: no step was started (cz_executor_step_async)");
+    ex->async_active = false;
+    if (ex->async_rc && err)
+        *err = ex->async_err;
+    return ex->async_rc;
 }

@@ -32,6 +32,7 @@ static inline cz_plan *fx_plan(const fx_param *ps, int n, int tp)
     pl->dp = 1;
     pl->tp = tp;
     pl->pp = 1;
+    pl->dtype = CZ_DTYPE_FP32;
     pl->nparams = (size_t)n;
     pl->params = calloc((size_t)n, sizeof *pl->params);
     pl->nbuckets = 1;

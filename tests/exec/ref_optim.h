@@ -104,7 +104,7 @@ static inline double ref_val(uint64_t x)
 /* Hyperparameters, read from the executor's configuration so both sides use the same. */
 typedef struct ref_hp {
     double lr, mu, wd, ns_eps, scale, a, b, c;
-    int nesterov, ns_steps;
+    int nesterov, ns_steps, shape_scaling;
     double alr, b1, b2, aeps, awd;
 } ref_hp;
 
@@ -117,7 +117,8 @@ typedef struct ref_state {
 
 /* X <- orthogonalized X for an r x c block (row-major, leading dimension ld): normalize by the
  * Frobenius norm + eps, transpose so that rows <= cols, ns_steps of X = aX + (bA + cA^2)X with
- * A = X X^T, transpose back, scale by scale * sqrt(max(r, c)). */
+ * A = X X^T, transpose back, scale by scale * sqrt(max(r, c)) (rms) or sqrt(max(1, r / c))
+ * (shape). */
 static inline void ref_orthogonalize(const ref_hp *h, const double *in, int r, int c, int ld,
                                      double *out, int ldo)
 {
@@ -156,7 +157,8 @@ static inline void ref_orthogonalize(const ref_hp *h, const double *in, int r, i
             }
         memcpy(X, Y, (size_t)R * C * sizeof *X);
     }
-    double sc = h->scale * sqrt((double)(r > c ? r : c));
+    double sc = h->shape_scaling ? sqrt(fmax(1.0, (double)r / c))
+                                 : h->scale * sqrt((double)(r > c ? r : c));
     for (int i = 0; i < r; i++)
         for (int j = 0; j < c; j++)
             out[i * ldo + j] = sc * X[tr ? j * C + i : i * C + j];
@@ -205,7 +207,9 @@ static inline void ref_step(const ref_hp *h, const ref_param *p, ref_state *st, 
 static inline void ref_hp_from(const cz_exec_config *cfg, ref_hp *h)
 {
     memset(h, 0, sizeof *h);
-    h->lr = cfg->lr;
+    h->shape_scaling = cfg->muon_scaling == CZ_MUON_SCALE_SHAPE;
+    /* lr 0 is the documented default of the scaling (canzona_exec.h). */
+    h->lr = cfg->lr > 0 ? cfg->lr : h->shape_scaling ? 0.02 : 1e-3;
     h->mu = cfg->momentum;
     h->wd = cfg->weight_decay;
     h->ns_eps = cfg->ns_eps;

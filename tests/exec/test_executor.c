@@ -190,7 +190,8 @@ START_TEST(one_step_matches_math)
     ck_assert_int_eq(cz_executor_bind_buffers(ex, P, G, n, &err), 0);
     ck_assert_int_eq(cz_executor_step(ex, &err), 0);
 
-    /* Reference: AdamW (t = 1) on elementwise, Muon (zero momentum -> input = g) on matrices. */
+    /* Reference: AdamW (t = 1) on elementwise; Muon on matrices from a zero momentum buffer
+     * (Nesterov is on by default: input = g + mu*g). */
     cz_compute cpu;
     cz_compute_open(&cpu, "cpu", NULL);
     cz_adamw_hparams ah;
@@ -209,12 +210,18 @@ START_TEST(one_step_matches_math)
             free(v);
         } else {
             float *u = malloc((size_t)p->numel * sizeof(float));
+            float *buf = calloc((size_t)p->numel, sizeof(float));
+            float *gin = malloc((size_t)p->numel * sizeof(float));
+            ck_assert(mh.nesterov);
+            cz_muon_momentum(&mh, G0 + p->offset, buf, gin, p->numel);
             const cz_plan_param *ps[1] = {p};
-            const float *in[1] = {G0 + p->offset};
+            const float *in[1] = {gin};
             float *o[1] = {u};
             ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &mh, ps, in, o, 1, NULL), 0);
             cz_apply_update(want, u, p->numel, mh.lr, mh.weight_decay);
             free(u);
+            free(buf);
+            free(gin);
         }
         for (int64_t k = 0; k < p->numel; k++)
             ck_assert_float_eq(P[p->offset + k], want[k]);
@@ -298,6 +305,46 @@ START_TEST(nan_gradient_refused)
 }
 END_TEST
 
+/* Steps after the first allocate nothing: every allocation of the executor (host tables,
+ * backend memory, communication requests) goes through the counting allocator. */
+START_TEST(steps_allocate_nothing)
+{
+    cz_exec_config cfg = self_cfg();
+    cz_plan *pl = fx_plan(PARAMS, NP, 1);
+    cz_executor *flat = NULL, *pp = NULL;
+    cz_error err;
+    ck_assert_int_eq(cz_executor_create_from_plan(&flat, pl, &cfg, &err), 0);
+    ck_assert_int_eq(cz_executor_create_from_plan(&pp, pl, &cfg, &err), 0);
+    size_t n = cz_executor_buffer_numel(flat);
+    float *P = calloc(n, sizeof(float)), *G = calloc(n, sizeof(float));
+    float *P2 = calloc(n, sizeof(float)), *G2 = calloc(n, sizeof(float));
+    fill(pl, P, G, 5);
+    ck_assert_int_eq(cz_executor_bind_buffers(flat, P, G, n, &err), 0);
+    for (int i = 0; i < NP; i++) {
+        const cz_plan_param *p = &pl->params[i];
+        ck_assert_int_eq(cz_executor_bind_param(pp, p->name, P2 + p->offset, G2 + p->offset,
+                                                p->local_shape[0],
+                                                p->ndim == 1 ? 1 : p->local_shape[1], &err),
+                         0);
+    }
+    ck_assert_int_eq(cz_executor_step(flat, &err), 0);
+    ck_assert_int_eq(cz_executor_step(pp, &err), 0);
+    uint64_t before = cz_exec_alloc_count();
+    ck_assert_uint_gt(before, 0);
+    for (int s = 0; s < 3; s++) {
+        fill_grads(pl, G, 20 + (uint64_t)s);
+        fill_grads(pl, G2, 20 + (uint64_t)s);
+        ck_assert_int_eq(cz_executor_step(flat, &err), 0);
+        ck_assert_int_eq(cz_executor_step(pp, &err), 0);
+    }
+    ck_assert_uint_eq(cz_exec_alloc_count(), before);
+    cz_executor_free(flat);
+    cz_executor_free(pp);
+    cz_plan_free(pl);
+    free(P), free(G), free(P2), free(G2);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("exec_executor");
@@ -307,6 +354,7 @@ int main(void)
     tcase_add_test(tc, one_step_matches_math);
     tcase_add_test(tc, per_param_binding_equals_flat);
     tcase_add_test(tc, nan_gradient_refused);
+    tcase_add_test(tc, steps_allocate_nothing);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -109,7 +109,8 @@ static double rel_error(const fixture *f, int i)
     return change > 0 ? worst / change : worst;
 }
 
-/* Three steps with default hyperparameters, then with Nesterov and the cubic coefficients:
+/* Three steps with default hyperparameters (Nesterov, rms scaling, Jordan's coefficients), then
+ * with plain momentum, the shape scaling and the cubic coefficients:
  * every parameter within 1e-3 of the reference's change (fp32 against double; a wrong scale,
  * bias correction, momentum, transpose or block split is off by far more). */
 START_TEST(matches_reference)
@@ -118,7 +119,8 @@ START_TEST(matches_reference)
         cz_exec_config cfg;
         cz_exec_config_init(&cfg);
         if (variant) {
-            cfg.nesterov = 1;
+            cfg.nesterov = 0;
+            cfg.muon_scaling = CZ_MUON_SCALE_SHAPE;
             cfg.ns_coeffs = "cubic";
             cfg.ns_steps = 8;
         }
@@ -144,6 +146,8 @@ START_TEST(zero_gradients_decay_only)
 {
     cz_exec_config cfg;
     cz_exec_config_init(&cfg);
+    ref_hp hp;
+    ref_hp_from(&cfg, &hp);
     fixture f;
     fx_open(&f, &cfg);
     for (int step = 0; step < 2; step++) {
@@ -151,7 +155,7 @@ START_TEST(zero_gradients_decay_only)
         fx_step(&f);
     }
     for (int i = 0; i < REF_NPARAMS; i++) {
-        double keep = REF_PARAMS[i].matrix ? 1.0 - (double)cfg.lr * cfg.weight_decay
+        double keep = REF_PARAMS[i].matrix ? 1.0 - hp.lr * hp.wd
                                            : 1.0 - (double)cfg.adamw_lr * cfg.adamw_weight_decay;
         for (int k = 0; k < numel(i); k++) {
             double p0 = (float)(0.5 * ref_val(1000003u * (uint64_t)i + (uint64_t)k));

@@ -112,6 +112,54 @@ START_TEST(round_trips)
 }
 END_TEST
 
+/* The index maps the step replays (cz_shard_runs through the CPU backend's copy_runs) move
+ * exactly what cz_shard_pack and cz_shard_unpack move, at any offsets. */
+START_TEST(runs_equal_pack)
+{
+    const int64_t bs3[3] = {4, 2, 2};
+    struct {
+        cz_plan_param p;
+        int tp;
+    } cases[] = {
+        {mkp(8, 4, 0, 2, 0, NULL, 0), 2},  {mkp(4, 8, 1, 4, 0, NULL, 0), 4},
+        {mkp(8, 6, 0, 2, 3, bs3, 0), 2},   {mkp(6, 8, 1, 2, 3, bs3, 1), 2},
+        {mkp(8, 4, -1, 2, 0, NULL, 0), 2},
+    };
+    cz_compute cpu;
+    ck_assert_int_eq(cz_compute_open(&cpu, "cpu", NULL), 0);
+    enum { OFF_F = 3, OFF_S = 5 };
+    static float fbuf[OFF_F + 64], sbuf[OFF_S + 64], want[64], fback[OFF_F + 64];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        cz_plan_param *p = &cases[c].p;
+        int n = (int)(p->shape[0] * p->shape[1]);
+        for (int i = 0; i < n; i++)
+            fbuf[OFF_F + i] = fx_val((uint64_t)(i + 77));
+        memset(fback, 0, sizeof fback);
+        for (int r = 0; r < cases[c].tp; r++) {
+            cz_run_list pack = {0}, unpack = {0};
+            ck_assert_int_eq(cz_shard_runs(p, cases[c].tp, r, OFF_F, OFF_S, 0, &pack, NULL), 0);
+            ck_assert_int_eq(cz_shard_runs(p, cases[c].tp, r, OFF_F, OFF_S, 1, &unpack, NULL), 0);
+            cz_runs *rp = cpu.ops->runs_create(&cpu, pack.v, pack.n);
+            cz_runs *ru = cpu.ops->runs_create(&cpu, unpack.v, unpack.n);
+            ck_assert_ptr_nonnull(rp);
+            ck_assert_ptr_nonnull(ru);
+            cpu.ops->copy_runs(&cpu, sbuf, fbuf, rp);
+            cz_shard_pack(p, cases[c].tp, r, fbuf + OFF_F, want);
+            for (int64_t i = 0; i < p->numel; i++)
+                ck_assert_float_eq(sbuf[OFF_S + i], want[i]);
+            cpu.ops->copy_runs(&cpu, fback, sbuf, ru);
+            cpu.ops->runs_free(&cpu, rp);
+            cpu.ops->runs_free(&cpu, ru);
+            cz_run_list_free(&pack);
+            cz_run_list_free(&unpack);
+        }
+        for (int i = 0; i < n; i++)
+            ck_assert_float_eq(fback[OFF_F + i], fbuf[OFF_F + i]);
+    }
+    cz_compute_close(&cpu);
+}
+END_TEST
+
 START_TEST(check_refuses)
 {
     cz_error err;
@@ -150,6 +198,7 @@ int main(void)
     tcase_add_test(tc, blocked_rows);
     tcase_add_test(tc, blocked_cols);
     tcase_add_test(tc, round_trips);
+    tcase_add_test(tc, runs_equal_pack);
     tcase_add_test(tc, check_refuses);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-rank executor tests: plans test-small with `canzona plan` and runs canzona-bench on 4
-# MPI ranks. Usage: bench.sh verify CLUSTER DP TP | mismatch | options | nan | dump | owncomms
-# | replicas | average (exec_average.c, $CZ_AVERAGE, on 2 and 4 ranks)
+# MPI ranks. Usage: bench.sh verify CLUSTER DP TP [fp32|bf16] | mismatch | options | nan | dump |
+# owncomms | replicas | grads | knobs | average (exec_average.c, $CZ_AVERAGE, on 2 and 4 ranks)
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -36,10 +36,26 @@ average)
   ;;
 verify)
   plan "$2" "$3" "$4" "$tmp/plan.json"
+  # bf16 parameters and gradients against the fp32 reference: the parameters are bf16 (an
+  # element's rounding is up to 2^-9 of it; an AdamW element whose tiny averaged gradient
+  # changes sign under rounding moves a whole step the other way), and the update, measured
+  # on them, carries the rounding of the initial and the final values. Measured at the default
+  # rates: parameters <= 1.8e-2, updates <= 0.136 (docs/EXECUTOR.md); bounded at 3e-2 and
+  # 0.25. With 10x the rates the updates outgrow the rounding: updates <= 0.0137 (Muon) and
+  # 0.0564 (AdamW), parameters <= 0.15; bounded at 0.1 and 0.3.
+  extra=()
+  [ "${5:-fp32}" = bf16 ] && extra=(--dtype bf16 --tolerance 3e-2 --update-tolerance 0.25)
   mpi -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --steps 3 --verify \
-    --json "$tmp/t.json" | tee "$tmp/out"
+    --json "$tmp/t.json" "${extra[@]}" | tee "$tmp/out"
   grep -q "verify: OK" "$tmp/out"
   grep -q '"median_s"' "$tmp/t.json"
+  grep -q "executor allocations in steps 2..4 (most on one rank): 0$" "$tmp/out"
+  if [ "${5:-fp32}" = bf16 ]; then
+    mpi -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --steps 3 --verify \
+      --dtype bf16 --lr 0.01 --adamw-lr 3e-3 --tolerance 0.3 --update-tolerance 0.1 |
+      tee "$tmp/out"
+    grep -q "verify: OK" "$tmp/out"
+  fi
   ;;
 mismatch)
   # Rank 3 gets a plan for another cluster: every rank must fail, none may hang.
@@ -78,6 +94,11 @@ options)
     "the ranks were given different options.*steps=1"
   mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 1 --verify
   expect_all "the ranks were given different options.*verify=1" "the ranks were given different options.*verify=0"
+  mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 1 --dtype bf16 --momentum 0.9
+  expect_all "the ranks were given different options.*dtype=0.*momentum=0.9000" \
+    "the ranks were given different options.*dtype=-1.*momentum=0.9499"
+  mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 1 --scaling bogus
+  expect_all "--scaling 'bogus': expected rms or shape" "stopping, another rank's options are invalid"
   mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 1 --help
   expect_all "the ranks were given different options.*help=1" "the ranks were given different options.*help=0"
   ;;
@@ -97,12 +118,15 @@ owncomms)
   grep -q "verify: OK" "$tmp/out"
   ;;
 nan)
-  # A NaN in one replica's gradient: every rank returns an error naming the parameter.
+  # A NaN in one replica's gradient (fp32 or bf16): every rank returns an error naming the
+  # parameter.
   plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
-  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 \
-    --inject-nan decoder.layers.1.mlp.linear_fc2.weight
-  n=$(grep -c "gradient of 'decoder.layers.1.mlp.linear_fc2.weight' holds NaN" "$tmp/out" || true)
-  [ "$n" -eq 4 ] || { echo "expected 4 ranks to name the parameter, got $n"; exit 1; }
+  for dtype in fp32 bf16; do
+    mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --dtype "$dtype" \
+      --inject-nan decoder.layers.1.mlp.linear_fc2.weight
+    n=$(grep -c "gradient of 'decoder.layers.1.mlp.linear_fc2.weight' holds NaN" "$tmp/out" || true)
+    [ "$n" -eq 4 ] || { echo "$dtype: expected 4 ranks to name the parameter, got $n"; exit 1; }
+  done
   ;;
 dump)
   # Dumped parameters read back with --init-dir continue the same run exactly.
@@ -115,7 +139,48 @@ dump)
   grep -q "verify: OK" "$tmp/out"
   ! cmp -s "$tmp/d1/extra.weight.npy" "$tmp/d2/extra.weight.npy"
   ;;
+grads)
+  # Gradients read from .npy files holding the generated values reproduce the generated run bit
+  # for bit (and --dump-dir creates missing parents).
+  plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --warmup 1 \
+    --dump-grads "$tmp/g" --dump-dir "$tmp/x/y/d1" >/dev/null
+  [ -f "$tmp/g/step2/dp1/decoder.layers.0.self_attention.linear_qkv.weight.npy" ] ||
+    { echo "expected the gradient files of step 2, replica 1"; ls -R "$tmp/g" | head; exit 1; }
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --warmup 1 \
+    --grad-dir "$tmp/g" --dump-dir "$tmp/d2" --verify | tee "$tmp/out"
+  grep -q "verify: OK" "$tmp/out"
+  n=0
+  for f in "$tmp"/x/y/d1/*.npy; do
+    cmp "$f" "$tmp/d2/$(basename "$f")" || { echo "differs: $(basename "$f")"; exit 1; }
+    n=$((n + 1))
+  done
+  [ "$n" -eq 20 ] || { echo "expected 20 parameters, compared $n"; exit 1; }
+  # A missing file is reported on every rank, naming it.
+  rm "$tmp/g/step1/dp0/extra.weight.npy"
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --warmup 1 \
+    --grad-dir "$tmp/g"
+  grep -q "step1/dp0/extra.weight.npy" "$tmp/out" || { echo "expected the missing file named"; exit 1; }
+  ;;
+knobs)
+  # Every optimizer option changes the run, and the distributed run still matches the
+  # single-process reference (gradient norms included): the shape scaling with its default
+  # learning rate, plain momentum, other NS steps and AdamW settings, and active clipping.
+  plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --verify \
+    --dump-dir "$tmp/d0" >/dev/null
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --verify \
+    --scaling shape --no-nesterov --momentum 0.9 --ns-steps 6 --ns-eps 1e-6 --adamw-beta1 0.8 \
+    --adamw-beta2 0.99 --adamw-eps 1e-6 --adamw-weight-decay 0.1 --max-grad-norm 1 \
+    --dump-dir "$tmp/d1" | tee "$tmp/out"
+  grep -q "verify: OK" "$tmp/out"
+  grep -q "gradient norm of step 2 .* rel.err" "$tmp/out"
+  ! cmp -s "$tmp/d0/extra.weight.npy" "$tmp/d1/extra.weight.npy"
+  ! cmp -s "$tmp/d0/embedding.word_embeddings.weight.npy" \
+    "$tmp/d1/embedding.word_embeddings.weight.npy"
+  ;;
 *)
-  echo "usage: bench.sh verify CLUSTER DP TP | mismatch | options | nan | dump | owncomms | replicas"
+  echo "usage: bench.sh verify CLUSTER DP TP [fp32|bf16] | mismatch | options | nan | dump |" \
+    "owncomms | replicas | grads | knobs"
   exit 2 ;;
 esac

@@ -18,9 +18,13 @@
 
 typedef struct bench_opts {
     const char *plan, *model, *init_dir, *dump_dir, *json, *ns_coeffs, *inject_nan;
-    int steps, warmup, verify, nesterov, own_comms, bad_dp_comm, corrupt_replica;
+    const char *grad_dir, *dump_grads;
+    int steps, warmup, verify, nesterov, ns_steps, own_comms, bad_dp_comm, corrupt_replica;
+    int dtype; /* -1 = the executor's (the plan's) */
+    cz_muon_scaling scaling;
     uint64_t seed;
-    double tolerance, lr, adamw_lr, wd;
+    double tolerance, lr, adamw_lr, wd, adamw_wd, momentum, scale_coeff, beta1, beta2, adamw_eps,
+        max_grad_norm, update_tolerance, ns_eps;
 } bench_opts;
 
 static int g_rank;
@@ -37,15 +41,39 @@ static void usage(FILE *f)
            "  --seed S           seed of the generated parameters and gradients (default 1)\n"
            "  --init-dir DIR     initial parameters from DIR/<param name>.npy (full fp32 tensors)\n"
            "  --dump-dir DIR     write the updated full parameters as DIR/<param name>.npy\n"
+           "                     (DIR and its parents are created when missing)\n"
+           "  --grad-dir DIR     gradients from DIR/step<S>/dp<D>/<param name>.npy (full fp32\n"
+           "                     tensors; S counts every step from 0, warm-up included; D is\n"
+           "                     the DP replica) instead of generated ones\n"
+           "  --dump-grads DIR   write the generated gradients in --grad-dir's layout first\n"
            "  --json FILE        write the per-phase timings (median over steps) as JSON\n"
            "  --verify           check that every DP replica holds the same parameters, then\n"
            "                     recompute all steps on rank 0 on whole tensors and compare\n"
            "  --tolerance T      largest allowed max|a-b|/max|b| per parameter (default 1e-5)\n"
-           "  --lr X             Muon learning rate (default 0.02)\n"
-           "  --adamw-lr X       AdamW learning rate (default 3e-4)\n"
-           "  --weight-decay X   decoupled weight decay of both optimizers (default 0.01)\n"
-           "  --nesterov         Nesterov momentum for Muon\n"
+           "  --update-tolerance T  also bound each parameter's update error\n"
+           "                     ||(a-w0)-(b-w0)|| / ||b-w0|| (L2 over the tensor; w0 the initial\n"
+           "                     fp32 values; default: not checked, only printed)\n"
+           "  --dtype D          dtype of the bound parameters and gradients: fp32 or bf16\n"
+           "                     (default: the plan's)\n"
+           "  --lr X             Muon learning rate (default: 1e-3 with --scaling rms, 0.02 with\n"
+           "                     shape)\n"
+           "  --scaling S        Muon update scale: rms (0.2*sqrt(max(m,n)), default) or shape\n"
+           "                     (sqrt(max(1,m/n)))\n"
+           "  --scale-coeff X    coefficient of the rms scaling (default 0.2)\n"
+           "  --momentum X       Muon momentum (default 0.95)\n"
+           "  --nesterov         Nesterov momentum for Muon (the default)\n"
+           "  --no-nesterov      plain momentum for Muon\n"
+           "  --ns-steps N       Newton-Schulz iterations (default 5)\n"
            "  --ns-coeffs NAME   Newton-Schulz coefficients: jordan (default) or cubic\n"
+           "  --ns-eps X         added to the Frobenius norm before Newton-Schulz (default 1e-7)\n"
+           "  --weight-decay X   decoupled weight decay of Muon, and of AdamW unless\n"
+           "                     --adamw-weight-decay is given (default 0.01)\n"
+           "  --adamw-lr X       AdamW learning rate (default 3e-4)\n"
+           "  --adamw-beta1 X    (default 0.9)\n"
+           "  --adamw-beta2 X    (default 0.95)\n"
+           "  --adamw-eps X      (default 1e-8)\n"
+           "  --adamw-weight-decay X  AdamW's own decoupled weight decay\n"
+           "  --max-grad-norm X  clip the global gradient norm to X (default 0: no clipping)\n"
            "  --own-comms        split the DP and TP communicators here and hand them in, as a\n"
            "                     job with its own communicators would\n"
            "  --inject-nan NAME  (testing) put a NaN into NAME's gradient on rank 0\n"
@@ -72,6 +100,21 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
                                           {"adamw-lr", required_argument, 0, 'a'},
                                           {"weight-decay", required_argument, 0, 'W'},
                                           {"nesterov", no_argument, 0, 'n'},
+                                          {"no-nesterov", no_argument, 0, 'o'},
+                                          {"momentum", required_argument, 0, 'M'},
+                                          {"ns-steps", required_argument, 0, 'k'},
+                                          {"scaling", required_argument, 0, 'x'},
+                                          {"scale-coeff", required_argument, 0, 'X'},
+                                          {"adamw-beta1", required_argument, 0, '1'},
+                                          {"adamw-beta2", required_argument, 0, '2'},
+                                          {"adamw-eps", required_argument, 0, 'e'},
+                                          {"adamw-weight-decay", required_argument, 0, 'D'},
+                                          {"max-grad-norm", required_argument, 0, 'G'},
+                                          {"grad-dir", required_argument, 0, 'g'},
+                                          {"dump-grads", required_argument, 0, 'u'},
+                                          {"dtype", required_argument, 0, 'T'},
+                                          {"update-tolerance", required_argument, 0, 'U'},
+                                          {"ns-eps", required_argument, 0, 'E'},
                                           {"ns-coeffs", required_argument, 0, 'c'},
                                           {"inject-nan", required_argument, 0, 'N'},
                                           {"own-comms", no_argument, 0, 'O'},
@@ -84,10 +127,26 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
     o->warmup = 1;
     o->seed = 1;
     o->tolerance = 1e-5;
-    o->lr = 0.02;
-    o->adamw_lr = 3e-4;
-    o->wd = 0.01;
-    o->ns_coeffs = "jordan";
+    /* Defaults are the library's (cz_exec_config_init), so that the bench runs what a job
+     * that changes nothing runs. */
+    cz_exec_config d;
+    cz_exec_config_init(&d);
+    o->lr = d.lr;
+    o->adamw_lr = d.adamw_lr;
+    o->wd = d.weight_decay;
+    o->adamw_wd = -1.0; /* = --weight-decay */
+    o->ns_coeffs = d.ns_coeffs;
+    o->nesterov = d.nesterov;
+    o->momentum = d.momentum;
+    o->ns_steps = d.ns_steps;
+    o->scaling = d.muon_scaling;
+    o->scale_coeff = d.scale_coeff;
+    o->beta1 = d.adamw_beta1;
+    o->beta2 = d.adamw_beta2;
+    o->adamw_eps = d.adamw_eps;
+    o->max_grad_norm = d.max_grad_norm;
+    o->dtype = d.dtype;
+    o->ns_eps = d.ns_eps;
     int c;
     char *end;
     opterr = 0;
@@ -138,6 +197,64 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
         case 'n':
             o->nesterov = 1;
             break;
+        case 'o':
+            o->nesterov = 0;
+            break;
+        case 'M':
+            o->momentum = strtod(optarg, &end);
+            break;
+        case 'k':
+            o->ns_steps = (int)strtol(optarg, &end, 10);
+            break;
+        case 'x':
+            if (strcmp(optarg, "rms") == 0)
+                o->scaling = CZ_MUON_SCALE_RMS;
+            else if (strcmp(optarg, "shape") == 0)
+                o->scaling = CZ_MUON_SCALE_SHAPE;
+            else {
+                snprintf(msg, cap, "--scaling '%s': expected rms or shape", optarg);
+                return 2;
+            }
+            break;
+        case 'X':
+            o->scale_coeff = strtod(optarg, &end);
+            break;
+        case '1':
+            o->beta1 = strtod(optarg, &end);
+            break;
+        case '2':
+            o->beta2 = strtod(optarg, &end);
+            break;
+        case 'e':
+            o->adamw_eps = strtod(optarg, &end);
+            break;
+        case 'D':
+            o->adamw_wd = strtod(optarg, &end);
+            break;
+        case 'G':
+            o->max_grad_norm = strtod(optarg, &end);
+            break;
+        case 'g':
+            o->grad_dir = optarg;
+            break;
+        case 'u':
+            o->dump_grads = optarg;
+            break;
+        case 'T': {
+            cz_dtype t;
+            if (cz_dtype_parse(optarg, &t) != 0 || (t != CZ_DTYPE_FP32 && t != CZ_DTYPE_BF16)) {
+                snprintf(msg, cap, "--dtype '%s': expected fp32 or bf16", optarg);
+                return 2;
+            }
+            o->dtype = (int)t;
+            break;
+        }
+        case 'U':
+            o->update_tolerance = strtod(optarg, &end);
+            break;
+        case 'E':
+            o->ns_eps = strtod(optarg, &end);
+            break;
         case 'c':
             o->ns_coeffs = optarg;
             break;
@@ -179,15 +296,18 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
  * initial values). Folder paths may differ per node; --json and --tolerance concern rank 0. */
 static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
 {
-    snprintf(
-        buf, cap,
-        "help=%d steps=%d warmup=%d seed=%llu verify=%d dump-dir=%d init-dir=%d lr=%.17g "
-        "adamw-lr=%.17g weight-decay=%.17g nesterov=%d ns-coeffs=%s own-comms=%d bad-dp-comm=%d "
-        "corrupt-replica=%d inject-nan=%s",
-        prc == 1, o->steps, o->warmup, (unsigned long long)o->seed, o->verify, o->dump_dir != NULL,
-        o->init_dir != NULL, o->lr, o->adamw_lr, o->wd, o->nesterov,
-        o->ns_coeffs ? o->ns_coeffs : "", o->own_comms, o->bad_dp_comm, o->corrupt_replica,
-        o->inject_nan ? o->inject_nan : "");
+    snprintf(buf, cap,
+             "help=%d steps=%d warmup=%d seed=%llu verify=%d dump-dir=%d init-dir=%d grad-dir=%d "
+             "dtype=%d lr=%.17g scaling=%d scale-coeff=%.17g momentum=%.17g "
+             "nesterov=%d ns-steps=%d ns-coeffs=%s ns-eps=%.17g weight-decay=%.17g adamw-lr=%.17g "
+             "adamw-beta1=%.17g adamw-beta2=%.17g adamw-eps=%.17g adamw-weight-decay=%.17g "
+             "max-grad-norm=%.17g own-comms=%d bad-dp-comm=%d corrupt-replica=%d inject-nan=%s",
+             prc == 1, o->steps, o->warmup, (unsigned long long)o->seed, o->verify,
+             o->dump_dir != NULL, o->init_dir != NULL, o->grad_dir != NULL, o->dtype, o->lr,
+             (int)o->scaling, o->scale_coeff, o->momentum, o->nesterov, o->ns_steps,
+             o->ns_coeffs ? o->ns_coeffs : "", o->ns_eps, o->wd, o->adamw_lr, o->beta1, o->beta2,
+             o->adamw_eps, o->adamw_wd, o->max_grad_norm, o->own_comms, o->bad_dp_comm,
+             o->corrupt_replica, o->inject_nan ? o->inject_nan : "");
 }
 
 /* Option errors are agreed across ranks like every later failure, before any other
@@ -312,14 +432,113 @@ static int fill_params(const bench_opts *o, const cz_plan *plan, int tp_rank, fl
     return CZ_OK;
 }
 
-static void fill_grads(const bench_opts *o, const cz_plan *plan, int dp_rank, int tp_rank,
-                       int64_t step, float *G)
+/* Creates dir and any missing parent (as mkdir -p). */
+static int make_dirs(const char *dir, cz_error *err)
 {
-    for (size_t i = 0; i < plan->nparams; i++) {
-        const cz_plan_param *p = &plan->params[i];
-        cz_bench_fill_shard(p, plan->tp, tp_rank, o->seed, 1, step, dp_rank, 1.0f,
-                            G + param_offset(plan, p));
+    char path[4096];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof path)
+        return cz_error_set(err, CZ_EINVALID, "directory name '%s' is empty or too long", dir);
+    memcpy(path, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (path[i] != '/' && path[i] != '\0')
+            continue;
+        char c = path[i];
+        path[i] = '\0';
+        struct stat st;
+        if (mkdir(path, 0777) != 0 && errno != EEXIST)
+            return cz_error_set(err, CZ_EIO, "%s: cannot create directory: %s", path,
+                                strerror(errno));
+        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+            return cz_error_set(err, CZ_EIO, "%s: exists and is not a directory", path);
+        path[i] = c;
     }
+    return CZ_OK;
+}
+
+/* Gradient files: DIR/step<S>/dp<D>/<param name>.npy in *out (malloc'd); the name is checked as
+ * for --init-dir, so that it cannot reach outside the folder. */
+static int grad_path(const char *dir, int64_t step, int dp, const char *name, char **out,
+                     cz_error *err)
+{
+    char sub[4200];
+    int n = snprintf(sub, sizeof sub, "%s/step%lld/dp%d", dir, (long long)step, dp);
+    if (n < 0 || (size_t)n >= sizeof sub)
+        return cz_error_set(err, CZ_EINVALID, "gradient folder name '%s' is too long", dir);
+    return cz_npy_param_path(sub, name, out, err);
+}
+
+/* The full gradient of p that DP replica dp sees at step: from --grad-dir or generated. */
+static int full_grad(const bench_opts *o, const cz_plan_param *p, int64_t step, int dp, float *out,
+                     cz_error *err)
+{
+    if (!o->grad_dir) {
+        cz_bench_fill_shard(p, 1, 0, o->seed, 1, step, dp, 1.0f, out);
+        return CZ_OK;
+    }
+    char *path = NULL;
+    float *tmp = NULL;
+    int rc = grad_path(o->grad_dir, step, dp, p->name, &path, err);
+    if (!rc)
+        rc = cz_npy_read(path, p->ndim, p->shape[0], p->shape[1], &tmp, err);
+    if (!rc)
+        memcpy(out, tmp, (size_t)full_numel(p) * sizeof(float));
+    free(tmp);
+    free(path);
+    return rc;
+}
+
+/* Writes the generated gradients of every step and replica in --grad-dir's layout (rank 0). */
+static int dump_grads(const bench_opts *o, const cz_plan *plan, int total, cz_error *err)
+{
+    int rc = CZ_OK;
+    int64_t maxn = 1;
+    for (size_t i = 0; i < plan->nparams; i++)
+        if (full_numel(&plan->params[i]) > maxn)
+            maxn = full_numel(&plan->params[i]);
+    float *buf = malloc((size_t)maxn * sizeof(float));
+    char dir[4200];
+    if (!buf)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory");
+    for (int s = 0; s < total && !rc; s++)
+        for (int d = 0; d < plan->dp && !rc; d++) {
+            snprintf(dir, sizeof dir, "%s/step%d/dp%d", o->dump_grads, s, d);
+            rc = make_dirs(dir, err);
+            for (size_t i = 0; i < plan->nparams && !rc; i++) {
+                const cz_plan_param *p = &plan->params[i];
+                cz_bench_fill_shard(p, 1, 0, o->seed, 1, s, d, 1.0f, buf);
+                char *path = NULL;
+                rc = grad_path(o->dump_grads, s, d, p->name, &path, err);
+                if (!rc)
+                    rc = cz_npy_write(path, buf, p->ndim, p->shape[0], p->shape[1], err);
+                free(path);
+            }
+        }
+    free(buf);
+    return rc;
+}
+
+/* This rank's gradient shards of one step: generated shard by shard, or cut from the full
+ * tensors of --grad-dir (the same values when the files hold the generated ones). */
+static int fill_grads(const bench_opts *o, const cz_plan *plan, int dp_rank, int tp_rank,
+                      int64_t step, float *G, cz_error *err)
+{
+    int rc = CZ_OK;
+    for (size_t i = 0; i < plan->nparams && !rc; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        float *dst = G + param_offset(plan, p);
+        if (!o->grad_dir) {
+            cz_bench_fill_shard(p, plan->tp, tp_rank, o->seed, 1, step, dp_rank, 1.0f, dst);
+            continue;
+        }
+        float *full = malloc((size_t)full_numel(p) * sizeof(float));
+        rc = full ? full_grad(o, p, step, dp_rank, full, err)
+                  : cz_error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->name);
+        if (!rc)
+            cz_shard_pack(p, plan->tp, tp_rank, full, dst);
+        free(full);
+    }
+    return rc;
 }
 
 /* Gathers every parameter's full tensor to world rank 0 from the TP ranks of DP rank 0
@@ -354,49 +573,97 @@ static int gather_full(const cz_plan *plan, MPI_Comm row, int dp_rank, const flo
     return rc;
 }
 
+/* The averaged gradient of p at step s (whole tensor) into g; tmp is scratch of the same size. */
+static int avg_grad(const bench_opts *o, const cz_plan *plan, const cz_plan_param *p, int64_t s,
+                    float *g, float *tmp, cz_error *err)
+{
+    int64_t n = full_numel(p);
+    float inv = 1.0f / (float)plan->dp;
+    for (int d = 0; d < plan->dp; d++) {
+        int rc = full_grad(o, p, s, d, tmp, err);
+        if (rc)
+            return rc;
+        for (int64_t k = 0; k < n; k++)
+            g[k] = d == 0 ? tmp[k] : g[k] + tmp[k];
+    }
+    for (int64_t k = 0; k < n; k++)
+        g[k] *= inv;
+    return CZ_OK;
+}
+
 /* Single-process reference: the same steps on whole tensors, gradients averaged over the DP
- * replicas. Returns the worst relative error and fills worst_name. */
+ * replicas, clipped by the global norm when asked. Compares every parameter and every step's
+ * gradient norm (ex_norms) with the distributed run. */
 static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_exec_config *cfg,
-                             int total_steps, float *const *dist, cz_error *err)
+                             int total_steps, float *const *dist, const double *ex_norms,
+                             double *worst_update, cz_error *err)
 {
     int rc = CZ_OK, failures = 0;
     cz_compute cpu;
     cz_muon_hparams mh;
     cz_adamw_hparams ah;
+    double *norms = calloc((size_t)total_steps, sizeof(double));
+    int64_t maxn = 1;
+    for (size_t i = 0; i < plan->nparams; i++)
+        if (full_numel(&plan->params[i]) > maxn)
+            maxn = full_numel(&plan->params[i]);
+    float *g = malloc((size_t)maxn * sizeof(float)), *tmp = malloc((size_t)maxn * sizeof(float));
     rc = cz_compute_open(&cpu, "cpu", err);
     if (!rc)
         rc = cz_muon_hparams_from_config(&mh, cfg, err);
+    if (!rc && (!norms || !g || !tmp))
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory verifying");
     if (rc)
-        return rc;
+        goto out;
     cz_adamw_hparams_from_config(&ah, cfg);
     printf("verify: %d steps on whole tensors, tolerance %g (max|a-b| / max|b|)\n", total_steps,
            o->tolerance);
+    /* First pass: every step's global gradient norm (summed per parameter in double). */
+    for (int64_t s = 0; s < total_steps && !rc; s++) {
+        double sq = 0.0;
+        for (size_t i = 0; i < plan->nparams && !rc; i++) {
+            const cz_plan_param *p = &plan->params[i];
+            rc = avg_grad(o, plan, p, s, g, tmp, err);
+            double ps = 0.0;
+            for (int64_t k = 0; !rc && k < full_numel(p); k++)
+                ps += (double)g[k] * g[k];
+            sq += ps;
+        }
+        norms[s] = sqrt(sq);
+        double rel = fabs(ex_norms[s] - norms[s]) / (norms[s] > 0 ? norms[s] : 1.0);
+        int bad = !(rel <= o->tolerance);
+        failures += bad;
+        printf("  gradient norm of step %-3lld executor %.9g reference %.9g rel.err %.3e%s\n",
+               (long long)s, ex_norms[s], norms[s], rel, bad ? "  FAIL" : "");
+    }
     for (size_t i = 0; i < plan->nparams && !rc; i++) {
         const cz_plan_param *p = &plan->params[i];
         int64_t n = full_numel(p);
-        float *w = NULL, *g = malloc((size_t)n * sizeof(float));
-        float *tmp = malloc((size_t)n * sizeof(float));
+        float *w = NULL, *w0 = NULL;
         float *s1 = calloc((size_t)n, sizeof(float)), *s2 = calloc((size_t)n, sizeof(float));
-        float inv = 1.0f / (float)plan->dp;
         rc = initial_full(o, p, &w, err);
-        if (!rc && (!g || !tmp || !s1 || !s2))
+        if (!rc)
+            rc = initial_full(o, p, &w0, err);
+        if (!rc && (!s1 || !s2))
             rc = cz_error_set(err, CZ_ENOMEM, "out of memory verifying '%s'", p->name);
         for (int64_t s = 0; s < total_steps && !rc; s++) {
-            for (int d = 0; d < plan->dp; d++) {
-                cz_bench_fill_shard(p, 1, 0, o->seed, 1, s, d, 1.0f, tmp);
+            rc = avg_grad(o, plan, p, s, g, tmp, err);
+            if (rc)
+                break;
+            float max = cfg->max_grad_norm;
+            if (max > 0.0f && norms[s] > (double)max) {
+                float f = (float)((double)max / (norms[s] + 1e-6));
                 for (int64_t k = 0; k < n; k++)
-                    g[k] = d == 0 ? tmp[k] : g[k] + tmp[k];
+                    g[k] = g[k] * f;
             }
-            for (int64_t k = 0; k < n; k++)
-                g[k] *= inv;
             if (p->kind == CZ_KIND_ELEMENTWISE) {
                 cz_adamw_step(&ah, s + 1, w, g, s1, s2, n);
             } else {
                 cz_muon_momentum(&mh, g, s1, g, n);
                 const cz_plan_param *ps[1] = {p};
                 const float *in[1] = {g};
-                float *out[1] = {tmp};
-                rc = cz_muon_orthogonalize(&cpu, &mh, ps, in, out, 1, err);
+                float *outp[1] = {tmp};
+                rc = cz_muon_orthogonalize(&cpu, &mh, ps, in, outp, 1, err);
                 cz_apply_update(w, tmp, n, mh.lr, mh.weight_decay);
             }
         }
@@ -409,22 +676,37 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
                 if (fabs((double)w[k]) > maxb)
                     maxb = fabs((double)w[k]);
             }
+            /* The update against the reference's: what changed from the initial values,
+             * compared as ||ua - ub|| / ||ub|| (one element whose tiny gradient changes sign
+             * under rounding moves a whole AdamW step; a max-based figure would be that). */
+            double du2 = 0, ub2 = 0;
+            for (int64_t k = 0; k < n; k++) {
+                double ub = (double)w[k] - w0[k], du = ((double)dist[i][k] - w0[k]) - ub;
+                du2 += du * du;
+                ub2 += ub * ub;
+            }
+            double urel = ub2 > 0 ? sqrt(du2 / ub2) : sqrt(du2);
             double rel = maxb > 0 ? maxd / maxb : maxd;
-            int bad = !(rel <= o->tolerance);
+            int bad = !(rel <= o->tolerance) ||
+                      (o->update_tolerance > 0 && !(urel <= o->update_tolerance));
             failures += bad;
-            printf("  %-48s %-11s rel.err %.3e%s\n", p->name,
-                   p->kind == CZ_KIND_MATRIX ? "muon" : "adamw", rel, bad ? "  FAIL" : "");
+            if (urel > *worst_update)
+                *worst_update = urel;
+            printf("  %-48s %-11s rel.err %.3e  update rel.err %.3e%s\n", p->name,
+                   p->kind == CZ_KIND_MATRIX ? "muon" : "adamw", rel, urel, bad ? "  FAIL" : "");
         }
-        free(w), free(g), free(tmp), free(s1), free(s2);
+        free(w), free(w0), free(s1), free(s2);
     }
-    cz_compute_close(&cpu);
     if (!rc && failures)
         rc = cz_error_set(err, CZ_EMISMATCH,
-                          "%d parameter(s) differ from the reference by more "
+                          "%d value(s) differ from the reference by more "
                           "than %g",
                           failures, o->tolerance);
     if (!rc)
-        printf("verify: OK\n");
+        printf("verify: OK (largest update rel.err %.3e)\n", *worst_update);
+out:
+    cz_compute_close(&cpu);
+    free(norms), free(g), free(tmp);
     return rc;
 }
 
@@ -449,6 +731,12 @@ static int check_replicas(const float *P, size_t n, int tp_rank, int dp_rank, cz
                             "all-gather",
                             tp_rank);
     return CZ_OK;
+}
+
+static void to_bf16(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        dst[k] = cz_bf16_from_f32(src[k]);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -505,6 +793,8 @@ int main(int argc, char **argv)
     cz_model *model = NULL;
     cz_executor *ex = NULL;
     float *P = NULL, *G = NULL, **full = NULL;
+    uint16_t *Pb = NULL, *Gb = NULL;
+    double *norms = NULL;
     double *per[5] = {0};
     MPI_Comm row = MPI_COMM_NULL;
     MPI_Comm own_dp = MPI_COMM_NULL, own_tp = MPI_COMM_NULL, world_comm = MPI_COMM_WORLD;
@@ -530,9 +820,20 @@ int main(int argc, char **argv)
     cfg.comm = "mpi";
     cfg.lr = (float)o.lr;
     cfg.adamw_lr = (float)o.adamw_lr;
-    cfg.weight_decay = cfg.adamw_weight_decay = (float)o.wd;
+    cfg.weight_decay = (float)o.wd;
+    cfg.adamw_weight_decay = (float)(o.adamw_wd >= 0 ? o.adamw_wd : o.wd);
     cfg.nesterov = o.nesterov;
+    cfg.momentum = (float)o.momentum;
+    cfg.ns_steps = o.ns_steps;
     cfg.ns_coeffs = o.ns_coeffs;
+    cfg.muon_scaling = o.scaling;
+    cfg.scale_coeff = (float)o.scale_coeff;
+    cfg.adamw_beta1 = (float)o.beta1;
+    cfg.adamw_beta2 = (float)o.beta2;
+    cfg.adamw_eps = (float)o.adamw_eps;
+    cfg.max_grad_norm = (float)o.max_grad_norm;
+    cfg.dtype = o.dtype;
+    cfg.ns_eps = (float)o.ns_eps;
     if (o.own_comms || o.bad_dp_comm) {
         /* As a job would: the grid is read from the plan's topology, TP innermost. */
         cz_plan *tmp = NULL;
@@ -562,17 +863,34 @@ int main(int argc, char **argv)
 
     int dp_rank = cz_executor_dp_rank(ex), tp_rank = cz_executor_tp_rank(ex);
     size_t n = cz_executor_buffer_numel(ex);
+    /* The job's view is fp32 (P, G); with bf16 the bound buffers are bf16 copies of them. */
+    bool bf16 = cz_executor_dtype(ex) == CZ_DTYPE_BF16;
     P = calloc(n ? n : 1, sizeof(float));
     G = calloc(n ? n : 1, sizeof(float));
+    if (bf16) {
+        Pb = calloc(n ? n : 1, sizeof(uint16_t));
+        Gb = calloc(n ? n : 1, sizeof(uint16_t));
+        if (!Pb || !Gb)
+            P = NULL;
+    }
     rc = (P && G) ? CZ_OK : cz_error_set(&err, CZ_ENOMEM, "out of memory for %zu elements", n);
     if (!rc)
         rc = fill_params(&o, plan, tp_rank, P, &err);
     if (!rc)
-        rc = cz_executor_bind_buffers(ex, P, G, n, &err);
+        rc = bf16 ? (to_bf16(Pb, P, n), cz_executor_bind_typed(ex, Pb, Gb, n, CZ_DTYPE_BF16, &err))
+                  : cz_executor_bind_buffers(ex, P, G, n, &err);
     if (any_failed(rc, &err, "preparing the buffers"))
         goto done;
 
     int total = o.warmup + o.steps;
+    rc = (g_rank == 0 && o.dump_grads) ? dump_grads(&o, plan, total, &err) : CZ_OK;
+    if (any_failed(rc, &err, "writing the gradients"))
+        goto done;
+    norms = calloc((size_t)total, sizeof(double));
+    if (!norms) {
+        fprintf(stderr, "canzona-bench: rank %d: out of memory\n", g_rank);
+        goto done;
+    }
     for (int k = 0; k < 5; k++) {
         per[k] = calloc((size_t)o.steps, sizeof(double));
         if (!per[k]) {
@@ -580,8 +898,13 @@ int main(int argc, char **argv)
             goto done;
         }
     }
+    uint64_t allocs_after_first = 0;
     for (int s = 0; s < total; s++) {
-        fill_grads(&o, plan, dp_rank, tp_rank, s, G);
+        if (s == 1)
+            allocs_after_first = cz_exec_alloc_count();
+        rc = fill_grads(&o, plan, dp_rank, tp_rank, s, G, &err);
+        if (any_failed(rc, &err, "reading the gradients"))
+            goto done;
         if (o.inject_nan && s == 0 && g_rank == 0) {
             size_t i = 0;
             while (i < plan->nparams && strcmp(plan->params[i].name, o.inject_nan) != 0)
@@ -591,12 +914,15 @@ int main(int argc, char **argv)
             else
                 fprintf(stderr, "canzona-bench: --inject-nan: no parameter '%s'\n", o.inject_nan);
         }
+        if (bf16)
+            to_bf16(Gb, G, n);
         MPI_Barrier(MPI_COMM_WORLD);
         rc = cz_executor_step(ex, &err);
         if (rc) {
             fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err.message);
             goto done;
         }
+        norms[s] = cz_executor_grad_norm(ex);
         if (s < o.warmup)
             continue;
         cz_exec_timings t;
@@ -607,6 +933,12 @@ int main(int argc, char **argv)
         for (int k = 0; k < 5; k++)
             per[k][s - o.warmup] = mx[k];
     }
+    if (bf16)
+        for (size_t k = 0; k < n; k++)
+            P[k] = cz_f32_from_bf16(Pb[k]);
+    /* Steps after the first must allocate nothing (every executor allocation is counted). */
+    uint64_t step_allocs = total > 1 ? cz_exec_alloc_count() - allocs_after_first : 0, max_allocs;
+    MPI_Allreduce(&step_allocs, &max_allocs, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
     double med[5];
     for (int k = 0; k < 5; k++) {
         double *tmp = malloc((size_t)o.steps * sizeof(double));
@@ -622,6 +954,8 @@ int main(int argc, char **argv)
         printf("median seconds per step (slowest rank): reduce-scatter %.6f  elementwise %.6f  "
                "matrix %.6f  all-gather %.6f  total %.6f\n",
                med[0], med[1], med[2], med[3], med[4]);
+        printf("executor allocations in steps 2..%d (most on one rank): %llu\n", total,
+               (unsigned long long)max_allocs);
     }
     rc = (g_rank == 0 && o.json) ? write_json(&o, plan, med, per, o.steps, &err) : CZ_OK;
     if (any_failed(rc, &err, "writing the timings"))
@@ -642,7 +976,7 @@ int main(int argc, char **argv)
         rc = full ? gather_full(plan, row, dp_rank, P, full, &err)
                   : cz_error_set(&err, CZ_ENOMEM, "out of memory");
         if (!rc && g_rank == 0 && o.dump_dir) {
-            mkdir(o.dump_dir, 0777);
+            rc = make_dirs(o.dump_dir, &err);
             for (size_t i = 0; i < plan->nparams && !rc; i++) {
                 char *path = NULL;
                 rc = cz_npy_param_path(o.dump_dir, plan->params[i].name, &path, &err);
@@ -652,8 +986,10 @@ int main(int argc, char **argv)
                 free(path);
             }
         }
-        if (!rc && g_rank == 0 && o.verify)
-            rc = reference_compare(&o, plan, &cfg, total, full, &err);
+        if (!rc && g_rank == 0 && o.verify) {
+            double worst_update = 0;
+            rc = reference_compare(&o, plan, &cfg, total, full, norms, &worst_update, &err);
+        }
         if (any_failed(rc, &err, o.verify ? "verifying" : "dumping"))
             goto done;
     }
@@ -663,6 +999,7 @@ done:
         for (size_t i = 0; i < plan->nparams; i++)
             free(full[i]);
     free(full);
+    free(norms);
     for (int k = 0; k < 5; k++)
         free(per[k]);
     if (row != MPI_COMM_NULL)
@@ -676,6 +1013,8 @@ done:
     cz_model_free(model);
     free(P);
     free(G);
+    free(Pb);
+    free(Gb);
     MPI_Finalize();
     return status;
 }
