@@ -2,6 +2,7 @@
  * plain loops for everything elementwise. A batched call loops over cblas_sgemm; the batched
  * interface is what a GPU backend maps to strided-batched GEMM. The host reference kernels
  * (cz_muon_momentum, cz_apply_update, cz_adamw_step) are this backend's own loops. */
+#include "elementwise.h"
 #include "exec_internal.h"
 
 #include <cblas.h>
@@ -22,32 +23,24 @@ struct cz_runs {
 
 void cz_muon_momentum(const cz_muon_hparams *h, const float *g, float *buf, float *in, int64_t n)
 {
-    float mu = h->momentum;
-    for (int64_t i = 0; i < n; i++) {
-        float gi = g[i];
-        buf[i] = mu * buf[i] + gi;
-        in[i] = h->nesterov ? gi + mu * buf[i] : buf[i];
-    }
+    for (int64_t i = 0; i < n; i++)
+        in[i] = cz_ew_momentum(g[i], &buf[i], h->momentum, h->nesterov);
 }
 
 void cz_apply_update(float *p, const float *u, int64_t n, float lr, float wd)
 {
-    float keep = 1.0f - lr * wd;
+    float keep = cz_ew_keep(lr, wd);
     for (int64_t i = 0; i < n; i++)
-        p[i] = p[i] * keep - lr * u[i];
+        p[i] = cz_ew_update(p[i], u[i], keep, lr);
 }
 
 static void adamw_loop(float *p, const float *g, float *m, float *v, int64_t n,
                        const cz_adamw_args *a)
 {
-    float b1 = a->beta1, b2 = a->beta2, c1 = a->bias1, c2 = a->bias2;
-    float keep = 1.0f - a->lr * a->weight_decay;
-    for (int64_t i = 0; i < n; i++) {
-        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-        float mhat = m[i] / c1, vhat = v[i] / c2;
-        p[i] = p[i] * keep - a->lr * mhat / (sqrtf(vhat) + a->eps);
-    }
+    float keep = cz_ew_keep(a->lr, a->weight_decay);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = cz_ew_adamw(p[i], g[i], &m[i], &v[i], a->beta1, a->beta2, a->bias1, a->bias2, a->lr,
+                           a->eps, keep);
 }
 
 void cz_adamw_step(const cz_adamw_hparams *h, int64_t t, float *p, const float *g, float *m,
@@ -60,20 +53,12 @@ void cz_adamw_step(const cz_adamw_hparams *h, int64_t t, float *p, const float *
 
 uint16_t cz_bf16_from_f32(float f)
 {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u); /* NaN: keep it a (quiet) NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    return cz_ew_bf16_from_f32(f);
 }
 
 float cz_f32_from_bf16(uint16_t b)
 {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+    return cz_ew_f32_from_bf16(b);
 }
 
 static void cpu_convert(cz_compute *c, void *dst, cz_dtype dt, const void *src, cz_dtype st,
@@ -170,7 +155,7 @@ static void cpu_scale(cz_compute *c, float *dst, const float *src, int64_t n, fl
 {
     (void)c;
     for (int64_t i = 0; i < n; i++)
-        dst[i] = src[i] * alpha;
+        dst[i] = cz_ew_scale(src[i], alpha);
 }
 
 static void cpu_sumsq(cz_compute *c, const float *x, int64_t n, double *out)
@@ -178,7 +163,7 @@ static void cpu_sumsq(cz_compute *c, const float *x, int64_t n, double *out)
     (void)c;
     double s = 0.0;
     for (int64_t i = 0; i < n; i++)
-        s += (double)x[i] * x[i];
+        s += cz_ew_sq(x[i]);
     *out = s;
 }
 
@@ -196,14 +181,12 @@ static void cpu_block_load(cz_compute *c, float *dst, const float *src, int64_t 
     (void)c;
     double sq = 0.0;
     for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++) {
-            double v = src[i * ld + j];
-            sq += v * v;
-        }
-    float inv = (float)(1.0 / (sqrt(sq) + (double)eps));
+        for (int64_t j = 0; j < cols; j++)
+            sq += cz_ew_sq(src[i * ld + j]);
+    float inv = cz_ew_norm_inv(sq, eps);
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++) {
-            float v = src[i * ld + j] * inv;
+            float v = cz_ew_scale(src[i * ld + j], inv);
             if (transpose)
                 dst[j * rows + i] = v;
             else
@@ -218,7 +201,7 @@ static void cpu_block_store(cz_compute *c, float *dst, int64_t ld, const float *
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++) {
             float v = transpose ? src[j * rows + i] : src[i * cols + j];
-            dst[i * ld + j] = scale * v;
+            dst[i * ld + j] = cz_ew_scale(v, scale);
         }
 }
 
