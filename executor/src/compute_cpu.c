@@ -4,6 +4,12 @@
  * (cz_muon_momentum, cz_apply_update, cz_adamw_step) are this backend's own loops. */
 #include "elementwise.h"
 #include "exec_internal.h"
+#ifdef CZ_HAVE_CUDA
+#include "compute_cuda.h"
+#define CZ_CUDA_NAME ", cuda"
+#else
+#define CZ_CUDA_NAME ""
+#endif
 
 #include <cblas.h>
 #include <math.h>
@@ -284,10 +290,19 @@ int cz_compute_open(cz_compute *c, const char *name, cz_error *err)
     const cz_compute_ops *ops = NULL;
     if (!name || strcmp(name, "cpu") == 0)
         ops = &cz_compute_cpu_ops;
+#ifdef CZ_HAVE_CUDA
+    else if (strcmp(name, "cuda") == 0)
+        return cz_compute_cuda_open(c, NULL, err);
+#else
+    else if (strcmp(name, "cuda") == 0)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "compute backend 'cuda' is not available: this build has no CUDA "
+                            "(configure with a CUDA toolkit and -DCZ_WITH_CUDA=ON)");
+#endif
     if (!ops)
         return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "compute backend '%s' is not available in this build (known: cpu)",
-                            name);
+                            "compute backend '%s' is not available in this build (known: cpu%s)",
+                            name, CZ_CUDA_NAME);
     if (ops->version != CZ_COMPUTE_OPS_VERSION)
         return cz_error_set(err, CZ_EINTERNAL,
                             "compute backend '%s' has ops version %d; this executor needs %d",
@@ -298,6 +313,10 @@ int cz_compute_open(cz_compute *c, const char *name, cz_error *err)
 
 void cz_compute_close(cz_compute *c)
 {
+#ifdef CZ_HAVE_CUDA
+    if (c->ops && c->ops->kind == CZ_BACKEND_CUDA)
+        cz_compute_cuda_close(c);
+#endif
     c->ops = NULL;
     c->impl = NULL;
 }

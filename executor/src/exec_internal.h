@@ -48,6 +48,7 @@ uint64_t cz_exec_alloc_count(void);
 
 typedef enum cz_backend_kind {
     CZ_BACKEND_CPU = 1, /* host memory, OpenBLAS */
+    CZ_BACKEND_CUDA = 2, /* device memory, CUDA kernels and cuBLAS (compute_cuda.h) */
 } cz_backend_kind;
 
 /* Capability flags of a backend. */
