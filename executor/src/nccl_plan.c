@@ -1,0 +1,108 @@
+/* Rooted or padded uneven collectives, and their NCCL call lists (see nccl_plan.h). */
+#include "nccl_plan.h"
+
+static void totals(const size_t *counts, int n, size_t *sum, size_t *max)
+{
+    *sum = *max = 0;
+    for (int r = 0; r < n; r++) {
+        *sum += counts[r];
+        if (counts[r] > *max)
+            *max = counts[r];
+    }
+}
+
+double cz_nccl_time(cz_nccl_form f, const size_t *counts, int n, size_t elem_bytes, double alpha_s,
+                    double bytes_per_s)
+{
+    size_t sum, max;
+    totals(counts, n, &sum, &max);
+    double s = (double)elem_bytes / bytes_per_s;
+    if (f == CZ_NCCL_ROOTED)
+        return (double)n * alpha_s + (double)sum * s;
+    return (double)(n - 1) * alpha_s + (double)(n - 1) * (double)max * s;
+}
+
+cz_nccl_form cz_nccl_choose(const size_t *counts, int n, size_t elem_bytes, double alpha_s,
+                            double bytes_per_s)
+{
+    double pad = cz_nccl_time(CZ_NCCL_PADDED, counts, n, elem_bytes, alpha_s, bytes_per_s);
+    double root = cz_nccl_time(CZ_NCCL_ROOTED, counts, n, elem_bytes, alpha_s, bytes_per_s);
+    return pad < root ? CZ_NCCL_PADDED : CZ_NCCL_ROOTED;
+}
+
+static cz_nccl_call call(cz_nccl_call_kind kind, int root, size_t count, cz_nccl_buf sb, size_t so,
+                         cz_nccl_buf db, size_t d, int grouped)
+{
+    return (cz_nccl_call){kind, root, count, sb, db, so, d, grouped};
+}
+
+int cz_nccl_plan_reduce_scatter(cz_nccl_call *out, const size_t *counts, int n, int me,
+                                cz_nccl_form f, size_t *scratch_elems)
+{
+    size_t sum, m, off = 0;
+    int k = 0;
+    totals(counts, n, &sum, &m);
+    *scratch_elems = 0;
+    if (f == CZ_NCCL_ROOTED) {
+        for (int r = 0; r < n; r++) {
+            if (counts[r])
+                out[k++] = call(CZ_NCCL_REDUCE, r, counts[r], CZ_NCCL_BUF_SEND, off,
+                                CZ_NCCL_BUF_RECV, 0, 1);
+            off += counts[r];
+        }
+        return k;
+    }
+    if (m == 0)
+        return 0;
+    /* Slots of m elements at scratch[0 .. n m), the result at scratch[n m .. n m + m). The
+     * padding of each slot is never read back, so it needs no zeroing. */
+    *scratch_elems = (size_t)n * m + m;
+    for (int r = 0; r < n; r++) {
+        if (counts[r])
+            out[k++] = call(CZ_NCCL_COPY, -1, counts[r], CZ_NCCL_BUF_SEND, off, CZ_NCCL_BUF_SCRATCH,
+                            (size_t)r * m, 0);
+        off += counts[r];
+    }
+    out[k++] = call(CZ_NCCL_REDUCE_SCATTER, -1, m, CZ_NCCL_BUF_SCRATCH, 0, CZ_NCCL_BUF_SCRATCH,
+                    (size_t)n * m, 0);
+    if (counts[me])
+        out[k++] = call(CZ_NCCL_COPY, -1, counts[me], CZ_NCCL_BUF_SCRATCH, (size_t)n * m,
+                        CZ_NCCL_BUF_RECV, 0, 0);
+    return k;
+}
+
+int cz_nccl_plan_all_gather(cz_nccl_call *out, const size_t *counts, int n, int me, cz_nccl_form f,
+                            size_t *scratch_elems)
+{
+    size_t sum, m, off = 0, mine = 0;
+    int k = 0;
+    totals(counts, n, &sum, &m);
+    *scratch_elems = 0;
+    if (f == CZ_NCCL_ROOTED) {
+        for (int r = 0; r < n; r++) {
+            if (counts[r])
+                out[k++] = call(CZ_NCCL_BROADCAST, r, counts[r], CZ_NCCL_BUF_SEND, off,
+                                CZ_NCCL_BUF_SEND, off, 1);
+            off += counts[r];
+        }
+        return k;
+    }
+    if (m == 0)
+        return 0;
+    *scratch_elems = (size_t)n * m;
+    for (int r = 0; r < me; r++)
+        mine += counts[r];
+    if (counts[me])
+        out[k++] = call(CZ_NCCL_COPY, -1, counts[me], CZ_NCCL_BUF_SEND, mine, CZ_NCCL_BUF_SCRATCH,
+                        (size_t)me * m, 0);
+    /* In place: rank me's slot is already at scratch + me m. */
+    out[k++] = call(CZ_NCCL_ALL_GATHER, -1, m, CZ_NCCL_BUF_SCRATCH, (size_t)me * m,
+                    CZ_NCCL_BUF_SCRATCH, 0, 0);
+    for (int r = 0; r < n; r++) {
+        if (r != me && counts[r])
+            out[k++] = call(CZ_NCCL_COPY, -1, counts[r], CZ_NCCL_BUF_SCRATCH, (size_t)r * m,
+                            CZ_NCCL_BUF_SEND, off, 0);
+        off += counts[r];
+    }
+    return k;
+}
