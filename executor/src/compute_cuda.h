@@ -40,7 +40,8 @@ int cz_cuda_take_error(cz_compute *c, cz_error *err);
  * ncclCommGetAsyncError, then ncclCommAbort) instead of hanging. Returns CZ_EINVALID when
  * all CZ_CUDA_MAX_WATCHERS slots are taken. */
 #define CZ_CUDA_MAX_WATCHERS 8
-typedef int (*cz_cuda_watch_fn)(void *ctx, cz_error *err);
+/* waited_s: seconds this host wait has lasted so far (for a timeout). */
+typedef int (*cz_cuda_watch_fn)(void *ctx, double waited_s, cz_error *err);
 int cz_cuda_watch(cz_compute *c, cz_cuda_watch_fn fn, void *ctx);
 void cz_cuda_unwatch(cz_compute *c, void *ctx);
 /* Waits for a CUDA event (a cudaEvent_t) on the host, polling the watchers. */

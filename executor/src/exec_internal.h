@@ -149,6 +149,7 @@ void cz_compute_close(cz_compute *c);
 typedef enum cz_comm_kind {
     CZ_COMM_SELF = 1, /* one process: every collective is a copy */
     CZ_COMM_MPI = 2,
+    CZ_COMM_NCCL = 3, /* device memory, NCCL (comm_nccl.h) */
 } cz_comm_kind;
 
 /* The control plane: host scalars the ranks must agree on (plan fingerprints, failure

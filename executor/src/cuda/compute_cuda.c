@@ -141,6 +141,7 @@ void cz_cuda_unwatch(cz_compute *c, void *ctx)
 int cz_cuda_host_wait(cz_compute *c, void *event, cz_error *err)
 {
     cuda_impl *h = impl_of(c);
+    double t0 = cz_exec_now();
     for (;;) {
         int q = CZ_CU_RC(cudaEventQuery((cudaEvent_t)event));
         if (q == (int)cudaSuccess)
@@ -149,7 +150,7 @@ int cz_cuda_host_wait(cz_compute *c, void *event, cz_error *err)
             return CZ_CU(err, q);
         for (int i = 0; i < CZ_CUDA_MAX_WATCHERS; i++)
             if (h->watch[i].fn) {
-                int rc = h->watch[i].fn(h->watch[i].ctx, err);
+                int rc = h->watch[i].fn(h->watch[i].ctx, cz_exec_now() - t0, err);
                 if (rc)
                     return rc;
             }
