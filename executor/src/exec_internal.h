@@ -384,6 +384,9 @@ struct cz_executor {
     /* Staging (per-parameter binding or a dtype other than fp32): the step runs on fp32 flat
      * copies. With bf16, stage_params is the fp32 master copy, loaded at the first step. */
     bool per_param, staged, master_loaded;
+    /* The cuda backend under a host-driven plane: buffers are managed memory and the step
+     * always stages the job's buffers through them (executor_backend.c). */
+    bool host_staged;
     float *stage_params, *stage_grads; /* backend memory, allocated at bind */
     int async_rc;                      /* result of the step started by step_async */
     cz_error async_err;                /* and its message */
@@ -416,6 +419,12 @@ void cz_exec_pipeline_free(cz_executor *ex);
 int cz_exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err);
 /* Offset of a parameter's local shard in the flat buffer. */
 int64_t cz_exec_param_offset(const cz_executor *ex, int param);
+/* Opens the compute backend cfg->backend names, for the comm backend `comm`
+ * (executor_backend.c). */
+int cz_exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char *comm,
+                         cz_error *err);
+/* Opens the control plane (MPI) and the world data plane (NCCL) of comm backend "nccl". */
+int cz_exec_open_nccl(cz_executor *ex, const cz_exec_config *cfg, cz_error *err);
 /* Monotonic clock in seconds. */
 double cz_exec_now(void);
 

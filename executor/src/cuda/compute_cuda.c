@@ -291,9 +291,9 @@ static void cuda_convert(cz_compute *c, void *dst, cz_dtype dt, const void *src,
     cuda_impl *h = impl_of(c);
     cz_error e;
     if (dt == st) {
+        /* Default: the job's device memory or the backend's managed memory (UVA tells). */
         size_t bytes = (size_t)n * (size_t)cz_dtype_bytes(dt);
-        note(c, CZ_CU(&e, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, h->stream)),
-             &e);
+        note(c, CZ_CU(&e, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, h->stream)), &e);
     } else if (dt == CZ_DTYPE_BF16) {
         note_launch(c, cz_k_f32_to_bf16(h->stream, dst, src, n), "f32_to_bf16");
     } else {
