@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# GPU tests that run more than one process or a tool (ctest label gpu). Each exits 77
+# (skipped) with the reason when there is no CUDA device, no MPI or no compute-sanitizer.
+# Usage: gpu.sh mpi | nccl | memcheck
+# Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_GPU_EXEC (gpu_exec), CZ_SOURCE_DIR.
+set -euo pipefail
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+"${CZ_GPU_EXEC:?}" probe || exit $?
+src=${CZ_SOURCE_DIR:?}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+model=$src/plans/models/test-small.json
+case "${1:-}" in
+mpi | nccl)
+  command -v mpirun >/dev/null || { echo "SKIPPED: mpirun not found"; exit 77; }
+  [ -n "${CZ_BENCH:-}" ] || { echo "SKIPPED: canzona-bench was not built (no MPI)"; exit 77; }
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  if [ "$1" = nccl ] && [ "${ngpu:-0}" -lt 2 ]; then
+    echo "SKIPPED: NCCL at one rank per GPU needs 2 GPUs; found ${ngpu:-0}"
+    exit 77
+  fi
+  # Two ranks (DP 2): with mpi they may share one GPU (host-staged); with nccl each rank
+  # takes its own GPU (canzona-bench selects device local_rank % count).
+  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/cpu-4-dp2-tp2.json" --dp 2 --tp 1 \
+    -o "$tmp/plan.json"
+  for dtype in fp32 bf16; do
+    tol=1e-4
+    [ "$dtype" = bf16 ] && tol=2e-2
+    timeout 300 mpirun -np 2 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --backend cuda \
+      --comm "$1" --dtype "$dtype" --steps 3 --verify --tolerance "$tol"
+  done
+  ;;
+memcheck)
+  cs=$(command -v compute-sanitizer || true)
+  [ -n "$cs" ] || cs=/usr/local/cuda/bin/compute-sanitizer
+  [ -x "$cs" ] || { echo "SKIPPED: compute-sanitizer not found"; exit 77; }
+  "$cs" --tool memcheck --error-exitcode 1 --leak-check full "$CZ_GPU_EXEC" compare self
+  ;;
+*)
+  echo "usage: gpu.sh mpi | nccl | memcheck" >&2
+  exit 2
+  ;;
+esac
