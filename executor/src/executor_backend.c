@@ -17,6 +17,11 @@ int cz_exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char 
                          cz_error *err)
 {
     const char *name = cfg->backend ? cfg->backend : "cpu";
+    if (strcmp(comm, "nccl") == 0 && strcmp(name, "cuda") != 0)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "comm backend 'nccl' works on device memory: it needs backend "
+                            "'cuda' (backend is '%s')",
+                            name);
     if (strcmp(name, "cuda") != 0)
         return cz_compute_open(&ex->compute, name, err);
 #ifdef CZ_HAVE_CUDA
