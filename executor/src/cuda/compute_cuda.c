@@ -232,22 +232,38 @@ static void cuda_event_record(cz_compute *c, cz_event *ev)
     ev->recorded = 1;
 }
 
+/* Records the backend's own event after everything issued so far and waits for it. */
+static int wait_issued(cz_compute *c, cz_error *err)
+{
+    cuda_impl *h = impl_of(c);
+    int rc = CZ_CU(err, cudaEventRecord(h->done, h->stream));
+    return rc ? rc : cz_cuda_host_wait(c, h->done, err);
+}
+
 static int cuda_event_sync(cz_compute *c, cz_event *ev, cz_error *err)
 {
     if (!ev->recorded)
         return cz_error_set(err, CZ_EINTERNAL, "waiting on a compute event never recorded");
+    /* Host-staged (a host-driven plane syncs before touching managed buffers): wait for every
+     * op issued so far, not only those before the event. The plane is about to write buffers
+     * that ops issued after the event may still read (the reduce-scatter scratch that the
+     * previous bucket's scale reads), which an in-order CPU stream never has in flight. */
+    if (impl_of(c)->managed)
+        return wait_issued(c, err);
     return cz_cuda_host_wait(c, ev->ev, err);
 }
 
 static int cuda_download(cz_compute *c, void *host, const void *src, size_t bytes, cz_error *err)
 {
     cuda_impl *h = impl_of(c);
+    /* Wait (polling the watchers) before the copy: a copy to pageable host memory blocks the
+     * host inside the CUDA call, where a hung collective could not be noticed. */
     int rc = cz_cuda_take_error(c, err);
     if (!rc)
-        rc = CZ_CU(err, cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, h->stream));
+        rc = wait_issued(c, err);
     if (!rc)
-        rc = CZ_CU(err, cudaEventRecord(h->done, h->stream));
-    return rc ? rc : cz_cuda_host_wait(c, h->done, err);
+        rc = CZ_CU(err, cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, h->stream));
+    return rc ? rc : wait_issued(c, err);
 }
 
 static cz_runs *cuda_runs_create(cz_compute *c, const cz_copy_run *runs, size_t n)

@@ -27,8 +27,9 @@
 typedef struct nccl_plane {
     ncclComm_t comm;
     cudaStream_t stream;
-    cudaEvent_t done; /* end of the last blocking-form collective */
-    void *scratch;    /* the padded forms' slots, grown on first need */
+    cudaEvent_t done;   /* end of the last blocking-form collective */
+    cudaEvent_t issued; /* the compute stream's point when a blocking-form one starts */
+    void *scratch;      /* the padded forms' slots, grown on first need */
     size_t scratch_bytes;
     double alpha_s, bytes_per_s, timeout_s;
     cz_compute *watched;
@@ -220,6 +221,13 @@ static int uneven(cz_plane *p, int gather, const void *send, void *recv, const s
     cz_nccl_call calls[2 * p->size + 1];
     size_t scratch = 0;
     int rc = wait_after(p, after, err);
+    /* A blocking-form collective also comes after every compute op issued so far, as on a
+     * host-driven plane: its output (the reduce-scatter scratch) may still be read by ops
+     * issued after `after` (the previous bucket's scale). */
+    if (!rc)
+        rc = CZ_CU(err, cudaEventRecord(h->issued, cz_cuda_stream(p->compute)));
+    if (!rc)
+        rc = CZ_CU(err, cudaStreamWaitEvent(h->stream, h->issued, 0));
     if (rc)
         return rc;
     cz_nccl_form f =
@@ -373,6 +381,8 @@ static int wrap(cz_plane *p, ncclComm_t comm, cz_error *err)
     if (!rc)
         rc = CZ_CU(err, cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
     if (!rc)
+        rc = CZ_CU(err, cudaEventCreateWithFlags(&h->issued, cudaEventDisableTiming));
+    if (!rc)
         rc = CZ_NCCL(err, ncclCommCount(comm, &p->size));
     if (!rc)
         rc = CZ_NCCL(err, ncclCommUserRank(comm, &p->rank));
@@ -403,6 +413,8 @@ static void nccl_close(cz_plane *p)
         ignore(CZ_CU(&e, cudaFree(h->scratch)));
     if (h->done)
         ignore(CZ_CU(&e, cudaEventDestroy(h->done)));
+    if (h->issued)
+        ignore(CZ_CU(&e, cudaEventDestroy(h->issued)));
     if (h->stream)
         ignore(CZ_CU(&e, cudaStreamDestroy(h->stream)));
     if (h->comm)
