@@ -5,6 +5,7 @@
 #include "exec_fixture.h"
 #include "exec_internal.h"
 #include "launch.h"
+#include "ns_workload.h"
 #ifdef CZ_HAVE_CUDA
 #include "compute_cuda.h"
 #endif
@@ -105,6 +106,50 @@ START_TEST(backend_selection)
 }
 END_TEST
 
+/* Slots by task order on TP 2: a -> 0, b -> 1, c -> 0, d -> 1. */
+static const fx_param WORK[] = {
+    {"a", 2, 4, 8, -1, CZ_KIND_MATRIX, 0, 0, {0}},
+    {"b", 2, 4, 8, -1, CZ_KIND_MATRIX, 0, 0, {0}},
+    {"c", 2, 8, 4, -1, CZ_KIND_MATRIX, 0, 0, {0}},     /* tall: oriented 4 x 8 */
+    {"d", 2, 6, 10, -1, CZ_KIND_MATRIX, 1, 2, {4, 6}}, /* blocks 6x4 -> 4x6, and 6x6 */
+    {"e", 1, 8, 1, -1, CZ_KIND_ELEMENTWISE, 0, 0, {0}},
+};
+
+START_TEST(ns_workload)
+{
+    cz_plan *pl = fx_plan(WORK, 5, 2);
+    cz_ns_workload w;
+    cz_error err;
+    /* TP rank 0 hosts a and c: one batch of two 4 x 8 blocks; an iteration of 4 x 8 costs
+     * 2*16*8 + 2*64 + 2*16*8 = 640 FLOPs (c != 0). */
+    ck_assert_int_eq(cz_ns_workload_make(&w, pl, 0, 0, 5, 2.0, &err), 0);
+    ck_assert_int_eq(w.nbatches, 1);
+    ck_assert_int_eq(w.batches[0].rows * 100 + w.batches[0].cols, 408);
+    ck_assert_int_eq(w.batches[0].count, 2);
+    ck_assert_double_eq(w.flops, 5.0 * 2 * 640);
+    ck_assert_int_eq(w.batch_n, 2 * 32);
+    ck_assert_int_eq(w.work_n, 2 * (2 * 16 + 32));
+    cz_ns_workload_free(&w);
+    /* TP rank 1 hosts b and d's two blocks: 4x6 (512), 4x8 (640), 6x6 (1296), shape order. */
+    ck_assert_int_eq(cz_ns_workload_make(&w, pl, 0, 1, 5, 2.0, &err), 0);
+    ck_assert_int_eq(w.nbatches, 3);
+    ck_assert_int_eq(w.batches[0].cols, 6);
+    ck_assert_int_eq(w.batches[2].rows, 6);
+    ck_assert_int_eq(w.nblocks, 3);
+    ck_assert_double_eq(w.flops, 5.0 * (512 + 640 + 1296));
+    cz_ns_workload_free(&w);
+    /* Without the A A product (cubic): 4 x 8 costs 512. */
+    ck_assert_int_eq(cz_ns_workload_make(&w, pl, 0, 0, 1, 0.0, &err), 0);
+    ck_assert_double_eq(w.flops, 2 * 512);
+    cz_ns_workload_free(&w);
+    int d = -1, t = -1;
+    ck_assert_int_eq(cz_ns_workload_busiest(pl, 5, 2.0, &d, &t, &err), 0);
+    ck_assert_int_eq(d * 10 + t, 1);
+    ck_assert_int_eq(cz_ns_workload_make(&w, pl, 0, 2, 5, 2.0, &err), CZ_EINVALID);
+    cz_plan_free(pl);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gpu_host");
@@ -112,6 +157,7 @@ int main(void)
     tcase_add_test(tc, launch_blocks);
     tcase_add_test(tc, per_element);
     tcase_add_test(tc, backend_selection);
+    tcase_add_test(tc, ns_workload);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
