@@ -47,6 +47,11 @@ void cz_cuda_unwatch(cz_compute *c, void *ctx);
 /* Waits for a CUDA event (a cudaEvent_t) on the host, polling the watchers. */
 int cz_cuda_host_wait(cz_compute *c, void *event, cz_error *err);
 
+/* Only the cuBLAS calls of ns_batched (same shapes, same GEMMs, no elementwise kernels): the
+ * micro-benchmark's reference for what the GEMMs alone reach. */
+int cz_cuda_ns_gemms(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
+                     const cz_ns_coeffs *k, int steps, float *work, cz_error *err);
+
 /* True when a CUDA device is usable (the gpu tests skip otherwise). */
 int cz_cuda_device_present(char *why, size_t len);
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # GPU tests that run more than one process or a tool (ctest label gpu). Each exits 77
 # (skipped) with the reason when there is no CUDA device, no MPI or no compute-sanitizer.
-# Usage: gpu.sh mpi | nccl | memcheck
+# ns-dry needs no device: the micro-benchmark's workload listing (any build).
+# Usage: gpu.sh mpi | nccl | memcheck | ns | ns-dry
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_GPU_EXEC (gpu_exec), CZ_SOURCE_DIR.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
-"${CZ_GPU_EXEC:?}" probe || exit $?
+[ "${1:-}" = ns-dry ] || "${CZ_GPU_EXEC:?}" probe || exit $?
 src=${CZ_SOURCE_DIR:?}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -39,8 +40,33 @@ memcheck)
   [ -x "$cs" ] || { echo "SKIPPED: compute-sanitizer not found"; exit 77; }
   "$cs" --tool memcheck --error-exitcode 1 --leak-check full "$CZ_GPU_EXEC" compare self
   ;;
+ns | ns-dry)
+  [ -n "${CZ_BENCH:-}" ] || { echo "SKIPPED: canzona-bench was not built (no MPI)"; exit 77; }
+  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/cpu-4-dp2-tp2.json" \
+    --dp alpha --tp rollback -o "$tmp/plan.json"
+  if [ "$1" = ns ]; then
+    for dtype in fp32 bf16; do
+      "$CZ_BENCH" ns --plan "$tmp/plan.json" --dtype "$dtype" --reps 3 | tee "$tmp/out"
+      grep -q "batched / one at a time" "$tmp/out"
+    done
+    exit 0
+  fi
+  # The busiest GPU's batches, then every GPU's: each lists at least one batch, and the
+  # busiest has the most FLOPs of all four.
+  "$CZ_BENCH" ns --plan "$tmp/plan.json" --dry-run | tee "$tmp/busiest"
+  grep -q "^  group " "$tmp/busiest"
+  best=$(sed -n 's/.*, \([0-9.]*\) GFLOP per step.*/\1/p' "$tmp/busiest")
+  for gpu in 0,0 0,1 1,0 1,1; do
+    "$CZ_BENCH" ns --plan "$tmp/plan.json" --gpu "$gpu" --dry-run >"$tmp/one"
+    f=$(sed -n 's/.*, \([0-9.]*\) GFLOP per step.*/\1/p' "$tmp/one")
+    awk -v f="$f" -v b="$best" 'BEGIN { exit !(f <= b) }' || { echo "GPU $gpu: $f > busiest $b"; exit 1; }
+  done
+  # Out of range: refused with the plan's shape in the message.
+  if "$CZ_BENCH" ns --plan "$tmp/plan.json" --gpu 2,0 --dry-run 2>"$tmp/err"; then exit 1; fi
+  grep -q "outside the plan's dp = 2, tp = 2" "$tmp/err"
+  ;;
 *)
-  echo "usage: gpu.sh mpi | nccl | memcheck" >&2
+  echo "usage: gpu.sh mpi | nccl | memcheck | ns | ns-dry" >&2
   exit 2
   ;;
 esac

@@ -5,6 +5,7 @@
  */
 #include "bench.h"
 #include "bench_gpu.h"
+#include "ns_bench.h"
 #include "npy.h"
 
 #include <errno.h>
@@ -748,6 +749,8 @@ static int write_json(const bench_opts *o, const cz_plan *plan, const double med
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "ns") == 0)
+        return cz_bench_ns_main(argc - 1, argv + 1); /* one GPU, no MPI */
     int world = 1, status = 1;
     bench_opts o;
     cz_error err;

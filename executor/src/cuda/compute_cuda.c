@@ -420,8 +420,8 @@ static int run_op(cz_compute *c, const cz_ns_op *op, float *x, float *work, cz_e
                         (int)op->kind);
 }
 
-static int cuda_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
-                           const cz_ns_coeffs *k, int steps, float *work, cz_error *err)
+static int ns_run(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
+                  const cz_ns_coeffs *k, int steps, float *work, int gemms_only, cz_error *err)
 {
     cuda_impl *h = impl_of(c);
     cz_ns_op ops[CZ_NS_MAX_OPS];
@@ -438,9 +438,22 @@ static int cuda_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int
         float *wb = work + (size_t)cz_ns_work_floats(rows, cols, b0);
         for (int s = 0; !rc && s < steps; s++)
             for (int q = 0; !rc && q < n; q++)
-                rc = run_op(c, &ops[q], xb, wb, err);
+                if (!gemms_only || ops[q].kind == CZ_NS_GEMM)
+                    rc = run_op(c, &ops[q], xb, wb, err);
     }
     return rc ? rc : cz_cuda_take_error(c, err);
+}
+
+static int cuda_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
+                           const cz_ns_coeffs *k, int steps, float *work, cz_error *err)
+{
+    return ns_run(c, x, batch, rows, cols, k, steps, work, 0, err);
+}
+
+int cz_cuda_ns_gemms(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
+                     const cz_ns_coeffs *k, int steps, float *work, cz_error *err)
+{
+    return ns_run(c, x, batch, rows, cols, k, steps, work, 1, err);
 }
 
 static const cz_compute_ops cz_compute_cuda_ops = {
