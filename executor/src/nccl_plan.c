@@ -1,6 +1,11 @@
 /* Rooted or padded uneven collectives, and their NCCL call lists (see nccl_plan.h). */
 #include "nccl_plan.h"
 
+#include "cz_types.h"
+
+#include <math.h>
+#include <stdlib.h>
+
 static void totals(const size_t *counts, int n, size_t *sum, size_t *max)
 {
     *sum = *max = 0;
@@ -105,4 +110,28 @@ int cz_nccl_plan_all_gather(cz_nccl_call *out, const size_t *counts, int n, int 
         off += counts[r];
     }
     return k;
+}
+
+double cz_nccl_step_time(const struct cz_plan *plan, cz_nccl_policy policy, size_t elem_bytes,
+                         double alpha_s, double bytes_per_s, int *npadded)
+{
+    size_t *counts = calloc((size_t)(plan->dp > 0 ? plan->dp : 1), sizeof *counts);
+    double t = 0.0;
+    *npadded = 0;
+    if (!counts)
+        return NAN;
+    for (size_t b = 0; b < plan->nbuckets; b++) {
+        const cz_plan_bucket *bk = &plan->buckets[b];
+        for (int r = 0; r < plan->dp; r++)
+            counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
+        cz_nccl_form f = policy == CZ_NCCL_ALL_ROOTED ? CZ_NCCL_ROOTED
+                         : policy == CZ_NCCL_ALL_PADDED
+                             ? CZ_NCCL_PADDED
+                             : cz_nccl_choose(counts, plan->dp, elem_bytes, alpha_s, bytes_per_s);
+        *npadded += f == CZ_NCCL_PADDED;
+        /* The reduce-scatter and the all-gather move the same segments: the model is the same. */
+        t += 2.0 * cz_nccl_time(f, counts, plan->dp, elem_bytes, alpha_s, bytes_per_s);
+    }
+    free(counts);
+    return t;
 }

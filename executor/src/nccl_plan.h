@@ -74,4 +74,16 @@ int cz_nccl_plan_reduce_scatter(cz_nccl_call *out, const size_t *counts, int n, 
 int cz_nccl_plan_all_gather(cz_nccl_call *out, const size_t *counts, int n, int me, cz_nccl_form f,
                             size_t *scratch_elems);
 
+/* The model's time of a step's DP collectives (every bucket's reduce-scatter and all-gather
+ * over the plan's DP ranges, elem_bytes per element) when every bucket is rooted, every one
+ * padded, or each as cz_nccl_choose picks; *npadded counts the buckets the rule makes padded. */
+typedef enum cz_nccl_policy {
+    CZ_NCCL_ALL_ROOTED = 0,
+    CZ_NCCL_ALL_PADDED = 1,
+    CZ_NCCL_BY_RULE = 2,
+} cz_nccl_policy;
+struct cz_plan;
+double cz_nccl_step_time(const struct cz_plan *plan, cz_nccl_policy policy, size_t elem_bytes,
+                         double alpha_s, double bytes_per_s, int *npadded);
+
 #endif /* CZ_NCCL_PLAN_H */

@@ -3,6 +3,8 @@
  * P ranks (sum for reduce, copy for broadcast) against the uneven collectives' definitions. */
 #include "nccl_plan.h"
 
+#include "cz_types.h"
+
 #include <check.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -205,6 +207,31 @@ START_TEST(lists_simulated)
 }
 END_TEST
 
+START_TEST(step_time_hand_worked)
+{
+    /* DP 2, two buckets: {3, 1} elements and {2, 2}; alpha = 1 s, 1 byte/s, 1-byte elements.
+     * Bucket 0: rooted 2 + 4 = 6, padded 1 + 3 = 4; bucket 1: rooted 2 + 4 = 6, padded 1 + 2 = 3.
+     * Each counts twice (reduce-scatter and all-gather). */
+    int64_t r0[4] = {0, 3, 3, 4}, r1[4] = {0, 2, 2, 4};
+    cz_plan_bucket bk[2] = {{.ranges = r0}, {.ranges = r1}};
+    cz_plan pl = {.dp = 2, .nbuckets = 2, .buckets = bk};
+    int np = -1;
+    ck_assert_double_eq(cz_nccl_step_time(&pl, CZ_NCCL_ALL_ROOTED, 1, 1.0, 1.0, &np), 24.0);
+    ck_assert_int_eq(np, 0);
+    ck_assert_double_eq(cz_nccl_step_time(&pl, CZ_NCCL_ALL_PADDED, 1, 1.0, 1.0, &np), 14.0);
+    ck_assert_int_eq(np, 2);
+    ck_assert_double_eq(cz_nccl_step_time(&pl, CZ_NCCL_BY_RULE, 1, 1.0, 1.0, &np), 14.0);
+    ck_assert_int_eq(np, 2);
+    /* Cheap latency, one rank with everything: {10, 0}: rooted 2*0.001 + 10, padded
+     * 0.001 + 10; {9, 1}: rooted 0.002 + 10, padded 0.001 + 9: the rule takes each minimum. */
+    int64_t r2[4] = {0, 10, 10, 10}, r3[4] = {0, 9, 9, 10};
+    cz_plan_bucket bk2[2] = {{.ranges = r2}, {.ranges = r3}};
+    pl.buckets = bk2;
+    double t = cz_nccl_step_time(&pl, CZ_NCCL_BY_RULE, 1, 0.001, 1.0, &np);
+    ck_assert_double_eq_tol(t, 2 * (10.001 + 9.001), 1e-9);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("nccl_plan");
@@ -212,6 +239,7 @@ int main(void)
     tcase_add_test(tc, rule_hand_worked);
     tcase_add_test(tc, lists_hand_worked);
     tcase_add_test(tc, lists_simulated);
+    tcase_add_test(tc, step_time_hand_worked);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

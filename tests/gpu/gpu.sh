@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # GPU tests that run more than one process or a tool (ctest label gpu). Each exits 77
 # (skipped) with the reason when there is no CUDA device, no MPI or no compute-sanitizer.
-# ns-dry needs no device: the micro-benchmark's workload listing (any build).
-# Usage: gpu.sh mpi | nccl | memcheck | ns | ns-dry
+# ns-dry and coll need no device: the micro-benchmark's workload listing and the collective
+# model's prediction (any build).
+# Usage: gpu.sh mpi | nccl | memcheck | ns | ns-dry | coll
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_GPU_EXEC (gpu_exec), CZ_SOURCE_DIR.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
-[ "${1:-}" = ns-dry ] || "${CZ_GPU_EXEC:?}" probe || exit $?
+case "${1:-}" in ns-dry | coll) ;; *) "${CZ_GPU_EXEC:?}" probe || exit $? ;; esac
 src=${CZ_SOURCE_DIR:?}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -65,8 +66,23 @@ ns | ns-dry)
   if "$CZ_BENCH" ns --plan "$tmp/plan.json" --gpu 2,0 --dry-run 2>"$tmp/err"; then exit 1; fi
   grep -q "outside the plan's dp = 2, tp = 2" "$tmp/err"
   ;;
+coll)
+  [ -n "${CZ_BENCH:-}" ] || { echo "SKIPPED: canzona-bench was not built (no MPI)"; exit 77; }
+  cl=$src/plans/clusters/cpu-4-dp4-tp1.json
+  "$CZ" plan -q --model "$model" --cluster "$cl" --dp alpha --tp rollback -o "$tmp/plan.json"
+  "$CZ_BENCH" coll --plan "$tmp/plan.json" --cluster "$cl" | tee "$tmp/out"
+  # The rule's time is the smaller of the two forms' for each bucket, so never above either.
+  sed -n 's/.*all rooted \([0-9.]*\) ms, all padded \([0-9.]*\) ms, by the rule \([0-9.]*\) ms.*/\1 \2 \3/p' \
+    "$tmp/out" >"$tmp/t"
+  read -r rooted padded rule <"$tmp/t"
+  awk -v a="$rooted" -v b="$padded" -v r="$rule" 'BEGIN { exit !(r <= a && r <= b && r > 0) }'
+  # A cluster of another shape is refused.
+  if "$CZ_BENCH" coll --plan "$tmp/plan.json" --cluster "$src/plans/clusters/cpu-4-dp2-tp2.json" \
+    2>"$tmp/err"; then exit 1; fi
+  grep -q "but the plan has dp 4, tp 1" "$tmp/err"
+  ;;
 *)
-  echo "usage: gpu.sh mpi | nccl | memcheck | ns | ns-dry" >&2
+  echo "usage: gpu.sh mpi | nccl | memcheck | ns | ns-dry | coll" >&2
   exit 2
   ;;
 esac

@@ -751,6 +751,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "ns") == 0)
         return cz_bench_ns_main(argc - 1, argv + 1); /* one GPU, no MPI */
+    if (argc > 1 && strcmp(argv[1], "coll") == 0)
+        return cz_bench_coll_main(argc - 1, argv + 1); /* a model, no MPI */
     int world = 1, status = 1;
     bench_opts o;
     cz_error err;
