@@ -55,10 +55,13 @@ typedef enum cz_exec_memory {
 typedef struct cz_exec_config {
     int version; /* CZ_EXEC_CONFIG_VERSION */
 
-    /* Compute backend: "cpu" (host memory, OpenBLAS, fp32 math). Default "cpu". */
+    /* Compute backend: "cpu" (host memory, OpenBLAS, fp32 math), or "cuda" in a build with
+     * CUDA (device memory, cuBLAS; needs memory = CZ_EXEC_MEMORY_DEVICE and the CUDA device
+     * selected before create; see docs/EXECUTOR.md, GPU path). Default "cpu". */
     const char *backend;
-    /* Communication backend: "mpi" or "self" (one process, dp = tp = 1). NULL (default) picks
-     * "mpi" when the library was built with MPI and MPI is initialized, else "self". */
+    /* Communication backend: "mpi", "self" (one process, dp = tp = 1), or "nccl" (with the
+     * cuda backend and MPI initialized; a build with NCCL). NULL (default) picks "mpi" when the
+     * library was built with MPI and MPI is initialized, else "self". */
     const char *comm;
 
     /* This process's place in the grid; -1 (default) derives both from the rank in the world
