@@ -89,6 +89,9 @@ static int run(const cz_plan *pl, const char *backend, const char *comm, cz_dtyp
             rc = fail("upload", NULL);
         if (!rc && cz_executor_step(ex, &err))
             rc = fail("step", &err);
+        /* The step's tail may still run on the executor's stream. */
+        if (!rc && cuda && cudaDeviceSynchronize() != cudaSuccess)
+            rc = fail("cudaDeviceSynchronize", NULL);
     }
     if (!rc && cuda && cudaMemcpy(hp, dp, n * es, cudaMemcpyDeviceToHost) != cudaSuccess)
         rc = fail("download", NULL);

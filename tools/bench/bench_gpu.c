@@ -37,8 +37,12 @@ int bench_gpu_alloc(bench_gpu *g, size_t bytes, cz_error *err)
 
 int bench_gpu_copy(void *dst, const void *src, size_t bytes, int to_device, cz_error *err)
 {
-    cudaError_t rc =
-        cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+    /* A step returns with its tail still in flight on the executor's own stream, which does
+     * not order against cudaMemcpy's: wait for the whole device first. */
+    cudaError_t rc = cudaDeviceSynchronize();
+    if (rc != cudaSuccess)
+        return cuda_fail(rc, "cudaDeviceSynchronize", err);
+    rc = cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
     return rc == cudaSuccess ? CZ_OK : cuda_fail(rc, "cudaMemcpy", err);
 }
 

@@ -528,6 +528,17 @@ int cz_compute_cuda_open(cz_compute *c, const cz_cuda_options *o, cz_error *err)
     h->managed = o->managed;
     h->prec = o->ns_precision;
     int rc = CZ_CU(err, cudaGetDevice(&h->device));
+    if (!rc && h->managed) {
+        /* The host-staged planes touch managed buffers from the host while kernels run. */
+        int concurrent = 0;
+        rc = CZ_CU(err, cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess,
+                                               h->device));
+        if (!rc && !concurrent)
+            rc = cz_error_set(err, CZ_EUNSUPPORTED,
+                              "compute backend 'cuda' with a host-driven data plane (mpi, self) "
+                              "needs a device with concurrent managed access (Linux, Pascal or "
+                              "newer); use comm 'nccl'");
+    }
     if (!rc && o->stream)
         h->stream = (cudaStream_t)o->stream;
     else if (!rc) {
