@@ -71,7 +71,10 @@ typedef struct cz_exec_config {
     /* Optional communicators, each a pointer to an MPI_Comm owned by the caller (the executor
      * duplicates them and never frees the originals). world_comm NULL = MPI_COMM_WORLD.
      * dp_comm/tp_comm NULL = split from world_comm (DP joins equal tp_rank, TP equal dp_rank);
-     * when given, their rank order must be the dp_rank/tp_rank order. */
+     * when given, their rank order must be the dp_rank/tp_rank order. With comm "nccl",
+     * dp_comm/tp_comm point to the job's ncclComm_t instead (borrowed, never destroyed, but
+     * aborted when the executor detects an NCCL failure), and world_comm stays an MPI_Comm
+     * (the control plane, and the bootstrap of the world NCCL communicator). */
     const void *world_comm, *dp_comm, *tp_comm;
 
     /* Muon (matrix parameters). */

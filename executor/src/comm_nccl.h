@@ -12,6 +12,11 @@
  * CUDA device must be selected (cudaSetDevice) before. */
 int cz_plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, cz_error *err);
 
+/* A data plane over the job's communicator at handle (a pointer to an ncclComm_t), borrowed:
+ * never destroyed by the executor, but aborted (ncclCommAbort) when the plane detects an
+ * asynchronous error or a timeout, as the plane's own would be. */
+int cz_plane_nccl_wrap(cz_plane *p, const void *handle, cz_error *err);
+
 /* Seconds a host wait on NCCL work may last before the plane aborts its communicator and
  * returns an error (environment CZ_NCCL_TIMEOUT_S, default 300). */
 #define CZ_NCCL_DEFAULT_TIMEOUT_S 300.0

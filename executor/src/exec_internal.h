@@ -47,7 +47,7 @@ uint64_t cz_exec_alloc_count(void);
 #define CZ_COMPUTE_OPS_VERSION 1
 
 typedef enum cz_backend_kind {
-    CZ_BACKEND_CPU = 1, /* host memory, OpenBLAS */
+    CZ_BACKEND_CPU = 1,  /* host memory, OpenBLAS */
     CZ_BACKEND_CUDA = 2, /* device memory, CUDA kernels and cuBLAS (compute_cuda.h) */
 } cz_backend_kind;
 
@@ -425,6 +425,9 @@ int cz_exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char 
                          cz_error *err);
 /* Opens the control plane (MPI) and the world data plane (NCCL) of comm backend "nccl". */
 int cz_exec_open_nccl(cz_executor *ex, const cz_exec_config *cfg, cz_error *err);
+/* A data plane over a communicator the job handed in, of the world plane's kind: a pointer to
+ * an MPI_Comm (duplicated) or to an ncclComm_t (borrowed). */
+int cz_exec_open_plane(cz_executor *ex, const void *handle, cz_plane *out, cz_error *err);
 /* Monotonic clock in seconds. */
 double cz_exec_now(void);
 

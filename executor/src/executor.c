@@ -233,8 +233,8 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
         if (!rc)
             rc = cz_plane_self_open(&ex->world, err);
     } else {
-        rc = cz_error_set(err, CZ_EUNSUPPORTED, "unknown comm backend '%s' (known: mpi, nccl, self)",
-                          comm);
+        rc = cz_error_set(err, CZ_EUNSUPPORTED,
+                          "unknown comm backend '%s' (known: mpi, nccl, self)", comm);
     }
     if (rc) {
         if (pre_rc)
@@ -285,16 +285,17 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
 
     ex->world.compute = &ex->compute; /* the planes wait on its events */
     /* DP joins equal tp_rank ordered by dp_rank, TP equal dp_rank ordered by tp_rank; a
-     * communicator the job handed in is duplicated instead (MPI only: a handle is an MPI_Comm). */
-    if (cfg_in->dp_comm && ex->world.ops->kind == CZ_COMM_MPI) {
-        rc = cz_plane_mpi_open(&ex->dp_comm, cfg_in->dp_comm, err);
+     * communicator the job handed in is used instead (an MPI_Comm is duplicated; an ncclComm_t
+     * is borrowed: executor_backend.c). */
+    if (cfg_in->dp_comm && ex->world.ops->kind != CZ_COMM_SELF) {
+        rc = cz_exec_open_plane(ex, cfg_in->dp_comm, &ex->dp_comm, err);
         ex->dp_comm.compute = &ex->compute;
     } else
         rc = ex->world.ops->split(&ex->world, ex->tp_rank, ex->dp_rank, &ex->dp_comm, err);
     if (rc)
         goto fail;
-    if (cfg_in->tp_comm && ex->world.ops->kind == CZ_COMM_MPI) {
-        rc = cz_plane_mpi_open(&ex->tp_comm, cfg_in->tp_comm, err);
+    if (cfg_in->tp_comm && ex->world.ops->kind != CZ_COMM_SELF) {
+        rc = cz_exec_open_plane(ex, cfg_in->tp_comm, &ex->tp_comm, err);
         ex->tp_comm.compute = &ex->compute;
     } else
         rc = ex->world.ops->split(&ex->world, ex->dp_rank, ex->tp_rank, &ex->tp_comm, err);

@@ -56,10 +56,6 @@ int cz_exec_open_nccl(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
         return cz_error_set(err, CZ_EINVALID,
                             "comm backend 'nccl' bootstraps over MPI: initialize MPI before "
                             "creating the executor");
-    if (cfg->dp_comm || cfg->tp_comm)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "comm backend 'nccl' splits its DP and TP communicators from the "
-                            "world; dp_comm and tp_comm must be NULL");
     int rc = cz_ctrl_mpi_open(&ex->ctrl, cfg->world_comm, err);
     return rc ? rc : cz_plane_nccl_open(&ex->world, &ex->ctrl, err);
 #else
@@ -69,4 +65,14 @@ int cz_exec_open_nccl(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
                         "comm backend 'nccl' is not available: this build has no NCCL "
                         "(configure with a CUDA toolkit that includes NCCL)");
 #endif
+}
+
+int cz_exec_open_plane(cz_executor *ex, const void *handle, cz_plane *out, cz_error *err)
+{
+#ifdef CZ_HAVE_NCCL
+    if (ex->world.ops->kind == CZ_COMM_NCCL)
+        return cz_plane_nccl_wrap(out, handle, err);
+#endif
+    (void)ex;
+    return cz_plane_mpi_open(out, handle, err);
 }

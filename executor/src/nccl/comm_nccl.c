@@ -34,6 +34,7 @@ typedef struct nccl_plane {
     double alpha_s, bytes_per_s, timeout_s;
     cz_compute *watched;
     int aborted;
+    int borrowed; /* the job's communicator: not destroyed at close */
 } nccl_plane;
 
 struct cz_comm_req {
@@ -362,16 +363,19 @@ static void nccl_req_free(cz_plane *p, cz_comm_req *req)
 
 static const cz_plane_ops cz_plane_nccl_ops;
 
-/* Wraps a communicator (taken over) into p: its stream, event and model constants. */
-static int wrap(cz_plane *p, ncclComm_t comm, cz_error *err)
+/* Wraps a communicator into p (taken over, or borrowed from the job): its stream, events and
+ * model constants. */
+static int wrap(cz_plane *p, ncclComm_t comm, int borrowed, cz_error *err)
 {
     nccl_plane *h = cz_exec_calloc(1, sizeof *h);
     if (!h) {
         cz_error tmp;
-        ignore(CZ_NCCL(&tmp, ncclCommDestroy(comm)));
+        if (!borrowed)
+            ignore(CZ_NCCL(&tmp, ncclCommDestroy(comm)));
         return cz_error_set(err, CZ_ENOMEM, "out of memory for an NCCL plane");
     }
     h->comm = comm;
+    h->borrowed = borrowed;
     h->alpha_s = env_or("CZ_NCCL_ALPHA_US", CZ_NCCL_DEFAULT_ALPHA_S, 1e-6);
     h->bytes_per_s = env_or("CZ_NCCL_GBPS", CZ_NCCL_DEFAULT_BYTES_PER_S, 1e9);
     h->timeout_s = env_or("CZ_NCCL_TIMEOUT_S", CZ_NCCL_DEFAULT_TIMEOUT_S, 1.0);
@@ -396,7 +400,7 @@ static int nccl_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *
     if (rc)
         return rc;
     *out = (cz_plane){.compute = p->compute};
-    return wrap(out, sub, err);
+    return wrap(out, sub, 0, err);
 }
 
 static void nccl_close(cz_plane *p)
@@ -418,7 +422,7 @@ static void nccl_close(cz_plane *p)
     if (h->stream)
         ignore(CZ_CU(&e, cudaStreamDestroy(h->stream)));
     if (h->comm)
-        ignore(h->aborted ? CZ_OK : CZ_NCCL(&e, ncclCommDestroy(h->comm)));
+        ignore(h->aborted || h->borrowed ? CZ_OK : CZ_NCCL(&e, ncclCommDestroy(h->comm)));
     cz_exec_free(h);
     p->impl = NULL;
 }
@@ -470,5 +474,13 @@ int cz_plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, cz_error *err)
     rc = CZ_NCCL(err, ncclCommInitRank(&comm, ctrl->size, id, ctrl->rank));
     if (rc)
         return rc;
-    return wrap(p, comm, err);
+    return wrap(p, comm, 0, err);
+}
+
+int cz_plane_nccl_wrap(cz_plane *p, const void *handle, cz_error *err)
+{
+    *p = (cz_plane){0};
+    if (!handle)
+        return cz_error_set(err, CZ_EINVALID, "NCCL communicator handle is NULL");
+    return wrap(p, *(const ncclComm_t *)handle, 1, err);
 }
