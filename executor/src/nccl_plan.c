@@ -41,6 +41,13 @@ static cz_nccl_call call(cz_nccl_call_kind kind, int root, size_t count, cz_nccl
     return (cz_nccl_call){kind, root, count, sb, db, so, d, grouped};
 }
 
+void *cz_nccl_call_ptr(cz_nccl_buf b, size_t off, size_t elem_bytes, void *send, void *recv,
+                       void *scratch)
+{
+    char *base = b == CZ_NCCL_BUF_SEND ? send : b == CZ_NCCL_BUF_RECV ? recv : scratch;
+    return base + off * elem_bytes;
+}
+
 int cz_nccl_plan_reduce_scatter(cz_nccl_call *out, const size_t *counts, int n, int me,
                                 cz_nccl_form f, size_t *scratch_elems)
 {

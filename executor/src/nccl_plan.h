@@ -65,6 +65,11 @@ typedef struct cz_nccl_call {
     int grouped;             /* inside the one ncclGroupStart/End of the list */
 } cz_nccl_call;
 
+/* The address a call's operand names: buffer b's base + off elements of elem_bytes. What the
+ * NCCL plane hands NCCL and cudaMemcpyAsync. */
+void *cz_nccl_call_ptr(cz_nccl_buf b, size_t off, size_t elem_bytes, void *send, void *recv,
+                       void *scratch);
+
 /* The calls of an uneven sum-reduce-scatter on rank `me`: the r-th segment of send (counts in
  * rank order) summed into recv on rank r. At most 2 n + 1 calls; returns their count. Zero
  * counts make no call. *scratch_elems is the scratch the calls need (0 when rooted). */

@@ -1,6 +1,14 @@
 /* The Newton-Schulz iteration as cuBLAS calls (see ns_plan.h for the layouts). */
 #include "ns_plan.h"
 
+#include <stddef.h>
+
+void *cz_ns_operand_ptr(const cz_ns_operand *o, float *x, float *work, int i)
+{
+    size_t el = o->bf16 ? 2 : 4;
+    return (char *)(o->buf == CZ_NS_BUF_X ? x : work) + o->off + (size_t)i * (size_t)o->stride * el;
+}
+
 int64_t cz_ns_work_floats(int64_t rows, int64_t cols, int batch)
 {
     return (int64_t)batch * (2 * rows * rows + rows * cols);

@@ -66,6 +66,10 @@ typedef struct cz_ns_op {
 int cz_ns_plan(cz_ns_op *ops, int64_t rows, int64_t cols, int batch, double a, double b, double c,
                cz_ns_precision prec);
 
+/* The address of matrix i of operand o, given the buffers' bases: base + off + i * stride
+ * elements of its type. What the CUDA backend hands cuBLAS and its kernels. */
+void *cz_ns_operand_ptr(const cz_ns_operand *o, float *x, float *work, int i);
+
 /* Floats of work the iteration needs for `batch` matrices (the seam's ns_batched size). */
 int64_t cz_ns_work_floats(int64_t rows, int64_t cols, int batch);
 

@@ -84,9 +84,11 @@ END_TEST
 enum { P = 4, MAXE = 64 };
 static float bufs[P][3][MAXE * P + MAXE];
 
+/* Through the plane's own address rule (cz_nccl_call_ptr). */
 static float *at(int rank, cz_nccl_buf b, size_t off)
 {
-    return &bufs[rank][b][off];
+    return cz_nccl_call_ptr(b, off, sizeof(float), bufs[rank][CZ_NCCL_BUF_SEND],
+                            bufs[rank][CZ_NCCL_BUF_RECV], bufs[rank][CZ_NCCL_BUF_SCRATCH]);
 }
 
 /* Runs every rank's local copies up to its next collective; returns false at the end. */

@@ -12,20 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Replays a plan the way compute_cuda.c hands it to cuBLAS, with OpenBLAS column-major GEMMs;
+/* Replays a plan the way compute_cuda.c hands it to cuBLAS (the same operand addresses,
+ * cz_ns_operand_ptr), with OpenBLAS column-major GEMMs;
  * bf16 operands are widened to fp32 first (exact), so the products are what a bf16 GEMM with
  * fp32 accumulation computes up to summation order. */
-static void *base(const cz_ns_operand *o, float *x, float *work)
-{
-    return (char *)(o->buf == CZ_NS_BUF_X ? x : work) + o->off;
-}
-
 static const float *widen(const cz_ns_operand *o, float *x, float *work, int i, int64_t len,
                           float *tmp)
 {
     if (!o->bf16)
-        return (const float *)base(o, x, work) + (int64_t)i * o->stride;
-    const uint16_t *h = (const uint16_t *)base(o, x, work) + (int64_t)i * o->stride;
+        return cz_ns_operand_ptr(o, x, work, i);
+    const uint16_t *h = cz_ns_operand_ptr(o, x, work, i);
     for (int64_t j = 0; j < len; j++)
         tmp[j] = cz_ew_f32_from_bf16(h[j]);
     return tmp;
@@ -42,19 +38,19 @@ static void replay(const cz_ns_op *ops, int nops, float *x, float *work, float *
                 const float *A = widen(&op->a, x, work, i, alen, ta);
                 const float *B = widen(&op->b, x, work, i, blen, tb);
                 ck_assert(!op->c.bf16);
-                float *C = (float *)base(&op->c, x, work) + (int64_t)i * op->c.stride;
+                float *C = cz_ns_operand_ptr(&op->c, x, work, i);
                 cblas_sgemm(CblasColMajor, op->transa ? CblasTrans : CblasNoTrans,
                             op->transb ? CblasTrans : CblasNoTrans, op->m, op->n, op->k, op->alpha,
                             A, op->a.ld, B, op->b.ld, op->beta, C, op->c.ld);
             } else {
                 ck_assert(!op->a.bf16);
-                const float *a = (const float *)base(&op->a, x, work) + (int64_t)i * op->a.stride;
+                const float *a = cz_ns_operand_ptr(&op->a, x, work, i);
                 if (op->kind == CZ_NS_TO_BF16) {
-                    uint16_t *c = (uint16_t *)base(&op->c, x, work) + (int64_t)i * op->c.stride;
+                    uint16_t *c = cz_ns_operand_ptr(&op->c, x, work, i);
                     for (int64_t j = 0; j < op->len; j++)
                         c[j] = cz_ew_bf16_from_f32(a[j]);
                 } else {
-                    float *c = (float *)base(&op->c, x, work) + (int64_t)i * op->c.stride;
+                    float *c = cz_ns_operand_ptr(&op->c, x, work, i);
                     for (int64_t j = 0; j < op->len; j++)
                         c[j] = op->alpha * a[j] + (op->beta != 0.0f ? op->beta * c[j] : 0.0f);
                 }

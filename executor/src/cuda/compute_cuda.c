@@ -365,8 +365,7 @@ static void cuda_adamw(cz_compute *c, float *p, const float *g, float *m, float 
 
 static void *operand(const cz_ns_operand *o, float *x, float *work, int i)
 {
-    size_t el = o->bf16 ? 2 : 4;
-    return (char *)(o->buf == CZ_NS_BUF_X ? x : work) + o->off + (size_t)i * o->stride * el;
+    return cz_ns_operand_ptr(o, x, work, i);
 }
 
 static cudaDataType_t dtype_of(const cz_ns_operand *o)

@@ -158,11 +158,6 @@ static int need_scratch(nccl_plane *h, size_t bytes, cz_error *err)
     return rc;
 }
 
-static char *buf_of(cz_nccl_buf b, void *send, void *recv, nccl_plane *h)
-{
-    return b == CZ_NCCL_BUF_SEND ? send : b == CZ_NCCL_BUF_RECV ? recv : h->scratch;
-}
-
 static int replay(cz_plane *p, const cz_nccl_call *calls, int n, void *send, void *recv, cz_dtype t,
                   cz_error *err)
 {
@@ -171,8 +166,8 @@ static int replay(cz_plane *p, const cz_nccl_call *calls, int n, void *send, voi
     int rc = CZ_OK, grouped = 0;
     for (int i = 0; i < n && !rc; i++) {
         const cz_nccl_call *c = &calls[i];
-        char *src = buf_of(c->src_buf, send, recv, h) + c->src_off * es;
-        char *dst = buf_of(c->dst_buf, send, recv, h) + c->dst_off * es;
+        void *src = cz_nccl_call_ptr(c->src_buf, c->src_off, es, send, recv, h->scratch);
+        void *dst = cz_nccl_call_ptr(c->dst_buf, c->dst_off, es, send, recv, h->scratch);
         if (c->grouped && !grouped) {
             rc = CZ_NCCL(err, ncclGroupStart());
             grouped = !rc;
