@@ -295,6 +295,12 @@ static int parse(int argc, char **argv, bench_opts *o)
             return 2;
         }
     }
+    if ((o->own_comms || o->bad_dp_comm) && strcmp(o->comm, "mpi") != 0) {
+        if (g_rank == 0)
+            fprintf(stderr, "canzona-bench: --own-comms and --bad-dp-comm hand in MPI "
+                            "communicators: only with --comm mpi\n");
+        return 2;
+    }
     if (optind < argc || !o->plan || !o->model || o->steps < 1 || o->warmup < 0) {
         if (g_rank == 0)
             fprintf(stderr, "canzona-bench: --plan and --model are required, --steps >= 1, "
