@@ -55,10 +55,13 @@ typedef enum cz_exec_memory {
 typedef struct cz_exec_config {
     int version; /* CZ_EXEC_CONFIG_VERSION */
 
-    /* Compute backend: "cpu" (host memory, OpenBLAS, fp32 math). Default "cpu". */
+    /* Compute backend: "cpu" (host memory, OpenBLAS, fp32 math), or "cuda" in a build with
+     * CUDA (device memory, cuBLAS; needs memory = CZ_EXEC_MEMORY_DEVICE and the CUDA device
+     * selected before create; see docs/EXECUTOR.md, GPU path). Default "cpu". */
     const char *backend;
-    /* Communication backend: "mpi" or "self" (one process, dp = tp = 1). NULL (default) picks
-     * "mpi" when the library was built with MPI and MPI is initialized, else "self". */
+    /* Communication backend: "mpi", "self" (one process, dp = tp = 1), or "nccl" (with the
+     * cuda backend and MPI initialized; a build with NCCL). NULL (default) picks "mpi" when the
+     * library was built with MPI and MPI is initialized, else "self". */
     const char *comm;
 
     /* This process's place in the grid; -1 (default) derives both from the rank in the world
@@ -68,7 +71,10 @@ typedef struct cz_exec_config {
     /* Optional communicators, each a pointer to an MPI_Comm owned by the caller (the executor
      * duplicates them and never frees the originals). world_comm NULL = MPI_COMM_WORLD.
      * dp_comm/tp_comm NULL = split from world_comm (DP joins equal tp_rank, TP equal dp_rank);
-     * when given, their rank order must be the dp_rank/tp_rank order. */
+     * when given, their rank order must be the dp_rank/tp_rank order. With comm "nccl",
+     * dp_comm/tp_comm point to the job's ncclComm_t instead (borrowed, never destroyed, but
+     * aborted when the executor detects an NCCL failure), and world_comm stays an MPI_Comm
+     * (the control plane, and the bootstrap of the world NCCL communicator). */
     const void *world_comm, *dp_comm, *tp_comm;
 
     /* Muon (matrix parameters). */

@@ -2,7 +2,14 @@
  * plain loops for everything elementwise. A batched call loops over cblas_sgemm; the batched
  * interface is what a GPU backend maps to strided-batched GEMM. The host reference kernels
  * (cz_muon_momentum, cz_apply_update, cz_adamw_step) are this backend's own loops. */
+#include "elementwise.h"
 #include "exec_internal.h"
+#ifdef CZ_HAVE_CUDA
+#include "compute_cuda.h"
+#define CZ_CUDA_NAME ", cuda"
+#else
+#define CZ_CUDA_NAME ""
+#endif
 
 #include <cblas.h>
 #include <math.h>
@@ -22,32 +29,24 @@ struct cz_runs {
 
 void cz_muon_momentum(const cz_muon_hparams *h, const float *g, float *buf, float *in, int64_t n)
 {
-    float mu = h->momentum;
-    for (int64_t i = 0; i < n; i++) {
-        float gi = g[i];
-        buf[i] = mu * buf[i] + gi;
-        in[i] = h->nesterov ? gi + mu * buf[i] : buf[i];
-    }
+    for (int64_t i = 0; i < n; i++)
+        in[i] = cz_ew_momentum(g[i], &buf[i], h->momentum, h->nesterov);
 }
 
 void cz_apply_update(float *p, const float *u, int64_t n, float lr, float wd)
 {
-    float keep = 1.0f - lr * wd;
+    float keep = cz_ew_keep(lr, wd);
     for (int64_t i = 0; i < n; i++)
-        p[i] = p[i] * keep - lr * u[i];
+        p[i] = cz_ew_update(p[i], u[i], keep, lr);
 }
 
 static void adamw_loop(float *p, const float *g, float *m, float *v, int64_t n,
                        const cz_adamw_args *a)
 {
-    float b1 = a->beta1, b2 = a->beta2, c1 = a->bias1, c2 = a->bias2;
-    float keep = 1.0f - a->lr * a->weight_decay;
-    for (int64_t i = 0; i < n; i++) {
-        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-        float mhat = m[i] / c1, vhat = v[i] / c2;
-        p[i] = p[i] * keep - a->lr * mhat / (sqrtf(vhat) + a->eps);
-    }
+    float keep = cz_ew_keep(a->lr, a->weight_decay);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = cz_ew_adamw(p[i], g[i], &m[i], &v[i], a->beta1, a->beta2, a->bias1, a->bias2, a->lr,
+                           a->eps, keep);
 }
 
 void cz_adamw_step(const cz_adamw_hparams *h, int64_t t, float *p, const float *g, float *m,
@@ -60,20 +59,12 @@ void cz_adamw_step(const cz_adamw_hparams *h, int64_t t, float *p, const float *
 
 uint16_t cz_bf16_from_f32(float f)
 {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u); /* NaN: keep it a (quiet) NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    return cz_ew_bf16_from_f32(f);
 }
 
 float cz_f32_from_bf16(uint16_t b)
 {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+    return cz_ew_f32_from_bf16(b);
 }
 
 static void cpu_convert(cz_compute *c, void *dst, cz_dtype dt, const void *src, cz_dtype st,
@@ -170,7 +161,7 @@ static void cpu_scale(cz_compute *c, float *dst, const float *src, int64_t n, fl
 {
     (void)c;
     for (int64_t i = 0; i < n; i++)
-        dst[i] = src[i] * alpha;
+        dst[i] = cz_ew_scale(src[i], alpha);
 }
 
 static void cpu_sumsq(cz_compute *c, const float *x, int64_t n, double *out)
@@ -178,7 +169,7 @@ static void cpu_sumsq(cz_compute *c, const float *x, int64_t n, double *out)
     (void)c;
     double s = 0.0;
     for (int64_t i = 0; i < n; i++)
-        s += (double)x[i] * x[i];
+        s += cz_ew_sq(x[i]);
     *out = s;
 }
 
@@ -196,14 +187,12 @@ static void cpu_block_load(cz_compute *c, float *dst, const float *src, int64_t 
     (void)c;
     double sq = 0.0;
     for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++) {
-            double v = src[i * ld + j];
-            sq += v * v;
-        }
-    float inv = (float)(1.0 / (sqrt(sq) + (double)eps));
+        for (int64_t j = 0; j < cols; j++)
+            sq += cz_ew_sq(src[i * ld + j]);
+    float inv = cz_ew_norm_inv(sq, eps);
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++) {
-            float v = src[i * ld + j] * inv;
+            float v = cz_ew_scale(src[i * ld + j], inv);
             if (transpose)
                 dst[j * rows + i] = v;
             else
@@ -218,7 +207,7 @@ static void cpu_block_store(cz_compute *c, float *dst, int64_t ld, const float *
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++) {
             float v = transpose ? src[j * rows + i] : src[i * cols + j];
-            dst[i * ld + j] = scale * v;
+            dst[i * ld + j] = cz_ew_scale(v, scale);
         }
 }
 
@@ -301,10 +290,19 @@ int cz_compute_open(cz_compute *c, const char *name, cz_error *err)
     const cz_compute_ops *ops = NULL;
     if (!name || strcmp(name, "cpu") == 0)
         ops = &cz_compute_cpu_ops;
+#ifdef CZ_HAVE_CUDA
+    else if (strcmp(name, "cuda") == 0)
+        return cz_compute_cuda_open(c, NULL, err);
+#else
+    else if (strcmp(name, "cuda") == 0)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "compute backend 'cuda' is not available: this build has no CUDA "
+                            "(configure with a CUDA toolkit and -DCZ_WITH_CUDA=ON)");
+#endif
     if (!ops)
         return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "compute backend '%s' is not available in this build (known: cpu)",
-                            name);
+                            "compute backend '%s' is not available in this build (known: cpu%s)",
+                            name, CZ_CUDA_NAME);
     if (ops->version != CZ_COMPUTE_OPS_VERSION)
         return cz_error_set(err, CZ_EINTERNAL,
                             "compute backend '%s' has ops version %d; this executor needs %d",
@@ -315,6 +313,10 @@ int cz_compute_open(cz_compute *c, const char *name, cz_error *err)
 
 void cz_compute_close(cz_compute *c)
 {
+#ifdef CZ_HAVE_CUDA
+    if (c->ops && c->ops->kind == CZ_BACKEND_CUDA)
+        cz_compute_cuda_close(c);
+#endif
     c->ops = NULL;
     c->impl = NULL;
 }

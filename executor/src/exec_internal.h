@@ -50,7 +50,8 @@ uint64_t cz_exec_alloc_count(void);
 #define CZ_COMPUTE_OPS_VERSION 1
 
 typedef enum cz_backend_kind {
-    CZ_BACKEND_CPU = 1, /* host memory, OpenBLAS */
+    CZ_BACKEND_CPU = 1,  /* host memory, OpenBLAS */
+    CZ_BACKEND_CUDA = 2, /* device memory, CUDA kernels and cuBLAS (compute_cuda.h) */
 } cz_backend_kind;
 
 /* Capability flags of a backend. */
@@ -151,6 +152,7 @@ void cz_compute_close(cz_compute *c);
 typedef enum cz_comm_kind {
     CZ_COMM_SELF = 1, /* one process: every collective is a copy */
     CZ_COMM_MPI = 2,
+    CZ_COMM_NCCL = 3, /* device memory, NCCL (comm_nccl.h) */
 } cz_comm_kind;
 
 /* The control plane: host scalars the ranks must agree on (plan fingerprints, failure
@@ -385,6 +387,9 @@ struct cz_executor {
     /* Staging (per-parameter binding or a dtype other than fp32): the step runs on fp32 flat
      * copies. With bf16, stage_params is the fp32 master copy, loaded at the first step. */
     bool per_param, staged, master_loaded;
+    /* The cuda backend under a host-driven plane: buffers are managed memory and the step
+     * always stages the job's buffers through them (executor_backend.c). */
+    bool host_staged;
     float *stage_params, *stage_grads; /* backend memory, allocated at bind */
     int async_rc;                      /* result of the step started by step_async */
     cz_error async_err;                /* and its message */
@@ -417,6 +422,15 @@ void cz_exec_pipeline_free(cz_executor *ex);
 int cz_exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err);
 /* Offset of a parameter's local shard in the flat buffer. */
 int64_t cz_exec_param_offset(const cz_executor *ex, int param);
+/* Opens the compute backend cfg->backend names, for the comm backend `comm`
+ * (executor_backend.c). */
+int cz_exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char *comm,
+                         cz_error *err);
+/* Opens the control plane (MPI) and the world data plane (NCCL) of comm backend "nccl". */
+int cz_exec_open_nccl(cz_executor *ex, const cz_exec_config *cfg, cz_error *err);
+/* A data plane over a communicator the job handed in, of the world plane's kind: a pointer to
+ * an MPI_Comm (duplicated) or to an ncclComm_t (borrowed). */
+int cz_exec_open_plane(cz_executor *ex, const void *handle, cz_plane *out, cz_error *err);
 /* Monotonic clock in seconds. */
 double cz_exec_now(void);
 

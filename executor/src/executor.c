@@ -226,13 +226,15 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
         rc = cz_ctrl_mpi_open(&ex->ctrl, cfg_in->world_comm, err);
         if (!rc)
             rc = cz_plane_mpi_open(&ex->world, cfg_in->world_comm, err);
+    } else if (strcmp(comm, "nccl") == 0) {
+        rc = cz_exec_open_nccl(ex, cfg_in, err);
     } else if (strcmp(comm, "self") == 0) {
         rc = cz_ctrl_self_open(&ex->ctrl, err);
         if (!rc)
             rc = cz_plane_self_open(&ex->world, err);
     } else {
-        rc = cz_error_set(err, CZ_EUNSUPPORTED, "unknown comm backend '%s' (known: mpi, self)",
-                          comm);
+        rc = cz_error_set(err, CZ_EUNSUPPORTED,
+                          "unknown comm backend '%s' (known: mpi, nccl, self)", comm);
     }
     if (rc) {
         if (pre_rc)
@@ -250,7 +252,7 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
                           "cz_exec_config_init)",
                           cfg_in->version, CZ_EXEC_CONFIG_VERSION);
     if (!rc)
-        rc = cz_compute_open(&ex->compute, cfg_in->backend, err);
+        rc = cz_exec_open_compute(ex, cfg_in, comm, err);
     if (!rc)
         rc = check_space(ex, cfg_in, plan, err);
     if (!rc)
@@ -283,16 +285,17 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
 
     ex->world.compute = &ex->compute; /* the planes wait on its events */
     /* DP joins equal tp_rank ordered by dp_rank, TP equal dp_rank ordered by tp_rank; a
-     * communicator the job handed in is duplicated instead (MPI only: a handle is an MPI_Comm). */
-    if (cfg_in->dp_comm && ex->world.ops->kind == CZ_COMM_MPI) {
-        rc = cz_plane_mpi_open(&ex->dp_comm, cfg_in->dp_comm, err);
+     * communicator the job handed in is used instead (an MPI_Comm is duplicated; an ncclComm_t
+     * is borrowed: executor_backend.c). */
+    if (cfg_in->dp_comm && ex->world.ops->kind != CZ_COMM_SELF) {
+        rc = cz_exec_open_plane(ex, cfg_in->dp_comm, &ex->dp_comm, err);
         ex->dp_comm.compute = &ex->compute;
     } else
         rc = ex->world.ops->split(&ex->world, ex->tp_rank, ex->dp_rank, &ex->dp_comm, err);
     if (rc)
         goto fail;
-    if (cfg_in->tp_comm && ex->world.ops->kind == CZ_COMM_MPI) {
-        rc = cz_plane_mpi_open(&ex->tp_comm, cfg_in->tp_comm, err);
+    if (cfg_in->tp_comm && ex->world.ops->kind != CZ_COMM_SELF) {
+        rc = cz_exec_open_plane(ex, cfg_in->tp_comm, &ex->tp_comm, err);
         ex->tp_comm.compute = &ex->compute;
     } else
         rc = ex->world.ops->split(&ex->world, ex->dp_rank, ex->tp_rank, &ex->tp_comm, err);
@@ -360,11 +363,11 @@ int cz_executor_bind_typed(cz_executor *ex, void *params, void *grads, size_t nu
                             "%zu (sum of bucket sizes, padding included)",
                             numel, ex->buffer_numel);
     int rc = check_dtype(ex, "bind_buffers", dtype, err);
-    if (!rc && dtype != CZ_DTYPE_FP32)
+    if (!rc && (dtype != CZ_DTYPE_FP32 || ex->host_staged))
         rc = alloc_staging(ex, err);
     if (rc)
         return rc;
-    ex->staged = dtype != CZ_DTYPE_FP32;
+    ex->staged = dtype != CZ_DTYPE_FP32 || ex->host_staged;
     ex->master_loaded = false;
     ex->flat_params = params;
     ex->flat_grads = grads;

@@ -252,6 +252,12 @@ int cz_executor_wait(cz_executor *ex, cz_error *err)
     if (!ex->async_active)
         return cz_error_set(err, CZ_EINVALID, "wait: no step was started (cz_executor_step_async)");
     ex->async_active = false;
+    /* A GPU backend may still run the step's tail on its stream: wait for all of it (on the
+     * CPU's stream, the calling thread, this returns at once). */
+    if (!ex->async_rc) {
+        ex->compute.ops->event_record(&ex->compute, ex->ev_params);
+        ex->async_rc = ex->compute.ops->event_sync(&ex->compute, ex->ev_params, &ex->async_err);
+    }
     if (ex->async_rc && err)
         *err = ex->async_err;
     return ex->async_rc;

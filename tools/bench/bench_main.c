@@ -4,6 +4,8 @@
  *   mpirun -np DP*TP canzona-bench --plan P --model M [options]
  */
 #include "bench.h"
+#include "bench_gpu.h"
+#include "ns_bench.h"
 #include "npy.h"
 
 #include <errno.h>
@@ -19,6 +21,7 @@
 typedef struct bench_opts {
     const char *plan, *model, *init_dir, *dump_dir, *json, *ns_coeffs, *inject_nan;
     const char *grad_dir, *dump_grads;
+    const char *backend, *comm; /* --backend cpu|cuda, --comm mpi|nccl */
     int steps, warmup, verify, nesterov, ns_steps, own_comms, bad_dp_comm, corrupt_replica;
     int dtype; /* -1 = the executor's (the plan's) */
     cz_muon_scaling scaling;
@@ -33,7 +36,7 @@ static void usage(FILE *f)
 {
     fprintf(
         f, "usage: mpirun -np DP*TP canzona-bench --plan PLAN --model MODEL [options]\n"
-           "Runs the plan's optimizer step with libcanzona-exec (CPU backend) and times it.\n"
+           "Runs the plan's optimizer step with libcanzona-exec and times it.\n"
            "  --plan FILE        plan written by `canzona plan` (required)\n"
            "  --model FILE       the model the plan was made for (required; checked by hash)\n"
            "  --steps N          timed optimizer steps (default 5)\n"
@@ -74,6 +77,9 @@ static void usage(FILE *f)
            "  --adamw-eps X      (default 1e-8)\n"
            "  --adamw-weight-decay X  AdamW's own decoupled weight decay\n"
            "  --max-grad-norm X  clip the global gradient norm to X (default 0: no clipping)\n"
+           "  --backend B        compute backend: cpu (default) or cuda (device buffers; one GPU\n"
+           "                     per node-local rank, modulo the GPUs present)\n"
+           "  --comm C           data plane: mpi (default; with cuda, host-staged) or nccl\n"
            "  --own-comms        split the DP and TP communicators here and hand them in, as a\n"
            "                     job with its own communicators would\n"
            "  --inject-nan NAME  (testing) put a NaN into NAME's gradient on rank 0\n"
@@ -118,6 +124,8 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
                                           {"ns-coeffs", required_argument, 0, 'c'},
                                           {"inject-nan", required_argument, 0, 'N'},
                                           {"own-comms", no_argument, 0, 'O'},
+                                          {"backend", required_argument, 0, 'E'},
+                                          {"comm", required_argument, 0, 'Y'},
                                           {"bad-dp-comm", no_argument, 0, 'B'},
                                           {"corrupt-replica", no_argument, 0, 'R'},
                                           {"help", no_argument, 0, 'h'},
@@ -127,6 +135,8 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
     o->warmup = 1;
     o->seed = 1;
     o->tolerance = 1e-5;
+    o->backend = "cpu";
+    o->comm = "mpi";
     /* Defaults are the library's (cz_exec_config_init), so that the bench runs what a job
      * that changes nothing runs. */
     cz_exec_config d;
@@ -267,6 +277,12 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
         case 'R':
             o->corrupt_replica = 1;
             break;
+        case 'E':
+            o->backend = optarg;
+            break;
+        case 'Y':
+            o->comm = optarg;
+            break;
         case 'N':
             o->inject_nan = optarg;
             break;
@@ -282,6 +298,12 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
             return 2;
         }
     }
+    if ((o->own_comms || o->bad_dp_comm) && strcmp(o->comm, "mpi") != 0) {
+        snprintf(msg, cap,
+                 "--own-comms and --bad-dp-comm hand in MPI communicators: only with "
+                 "--comm mpi");
+        return 2;
+    }
     if (optind < argc || !o->plan || !o->model || o->steps < 1 || o->warmup < 0) {
         snprintf(msg, cap,
                  "--plan and --model are required, --steps >= 1, --warmup >= 0, no "
@@ -292,8 +314,9 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
 }
 
 /* The options every rank must share, as text: those that decide which collectives run (steps,
- * warm-up, verify, dump, own communicators) and what the ranks compute (seed, hyperparameters,
- * initial values). Folder paths may differ per node; --json and --tolerance concern rank 0. */
+ * warm-up, verify, dump, own communicators, the data plane) and what the ranks compute (seed,
+ * hyperparameters, initial values, the backend). Folder paths may differ per node; --json and
+ * --tolerance concern rank 0. */
 static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
 {
     snprintf(buf, cap,
@@ -301,13 +324,14 @@ static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
              "dtype=%d lr=%.17g scaling=%d scale-coeff=%.17g momentum=%.17g "
              "nesterov=%d ns-steps=%d ns-coeffs=%s ns-eps=%.17g weight-decay=%.17g adamw-lr=%.17g "
              "adamw-beta1=%.17g adamw-beta2=%.17g adamw-eps=%.17g adamw-weight-decay=%.17g "
-             "max-grad-norm=%.17g own-comms=%d bad-dp-comm=%d corrupt-replica=%d inject-nan=%s",
+             "max-grad-norm=%.17g own-comms=%d bad-dp-comm=%d corrupt-replica=%d inject-nan=%s "
+             "backend=%s comm=%s",
              prc == 1, o->steps, o->warmup, (unsigned long long)o->seed, o->verify,
              o->dump_dir != NULL, o->init_dir != NULL, o->grad_dir != NULL, o->dtype, o->lr,
              (int)o->scaling, o->scale_coeff, o->momentum, o->nesterov, o->ns_steps,
              o->ns_coeffs ? o->ns_coeffs : "", o->ns_eps, o->wd, o->adamw_lr, o->beta1, o->beta2,
              o->adamw_eps, o->adamw_wd, o->max_grad_norm, o->own_comms, o->bad_dp_comm,
-             o->corrupt_replica, o->inject_nan ? o->inject_nan : "");
+             o->corrupt_replica, o->inject_nan ? o->inject_nan : "", o->backend, o->comm);
 }
 
 /* Option errors are agreed across ranks like every later failure, before any other
@@ -764,7 +788,8 @@ static int write_json(const bench_opts *o, const cz_plan *plan, const double med
     json_object_set_new(root, "tp", json_integer(plan->tp));
     json_object_set_new(root, "dp_strategy", json_string(cz_dp_strategy_name(plan->settings.dp)));
     json_object_set_new(root, "tp_strategy", json_string(cz_tp_strategy_name(plan->settings.tp)));
-    json_object_set_new(root, "backend", json_string("cpu"));
+    json_object_set_new(root, "backend", json_string(o->backend));
+    json_object_set_new(root, "comm", json_string(o->comm));
     json_object_set_new(root, "steps", json_integer(n));
     json_object_set_new(root, "warmup", json_integer(o->warmup));
     for (int k = 0; k < 5; k++) {
@@ -785,6 +810,10 @@ static int write_json(const bench_opts *o, const cz_plan *plan, const double med
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "ns") == 0)
+        return cz_bench_ns_main(argc - 1, argv + 1); /* one GPU, no MPI */
+    if (argc > 1 && strcmp(argv[1], "coll") == 0)
+        return cz_bench_coll_main(argc - 1, argv + 1); /* a model, no MPI */
     int world = 1, status = 1;
     bench_opts o;
     cz_error err;
@@ -794,6 +823,7 @@ int main(int argc, char **argv)
     cz_executor *ex = NULL;
     float *P = NULL, *G = NULL, **full = NULL;
     uint16_t *Pb = NULL, *Gb = NULL;
+    bench_gpu gpu = {0};
     double *norms = NULL;
     double *per[5] = {0};
     MPI_Comm row = MPI_COMM_NULL;
@@ -817,7 +847,10 @@ int main(int argc, char **argv)
 
     cz_exec_config cfg;
     cz_exec_config_init(&cfg);
-    cfg.comm = "mpi";
+    cfg.backend = o.backend;
+    cfg.comm = o.comm;
+    bool cuda = strcmp(o.backend, "cuda") == 0;
+    cfg.memory = cuda ? CZ_EXEC_MEMORY_DEVICE : CZ_EXEC_MEMORY_HOST;
     cfg.lr = (float)o.lr;
     cfg.adamw_lr = (float)o.adamw_lr;
     cfg.weight_decay = (float)o.wd;
@@ -848,6 +881,8 @@ int main(int argc, char **argv)
     }
 
     /* The executor reads and checks the plan and agrees on failure across ranks. */
+    if (cuda && any_failed(bench_gpu_select(&err), &err, "selecting the GPU"))
+        goto done;
     int rc = cz_executor_create(&ex, o.plan, &cfg, &err);
     if (rc) {
         fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err.message);
@@ -876,9 +911,18 @@ int main(int argc, char **argv)
     rc = (P && G) ? CZ_OK : cz_error_set(&err, CZ_ENOMEM, "out of memory for %zu elements", n);
     if (!rc)
         rc = fill_params(&o, plan, tp_rank, P, &err);
+    /* With --backend cuda the bound buffers are device copies of P/Pb and G/Gb. */
+    size_t bytes = n * (bf16 ? sizeof(uint16_t) : sizeof(float));
+    void *hostP = bf16 ? (void *)Pb : (void *)P, *hostG = bf16 ? (void *)Gb : (void *)G;
+    if (!rc && bf16)
+        to_bf16(Pb, P, n);
+    if (!rc && cuda)
+        rc = bench_gpu_alloc(&gpu, bytes, &err);
+    if (!rc && cuda)
+        rc = bench_gpu_copy(gpu.params, hostP, bytes, 1, &err);
     if (!rc)
-        rc = bf16 ? (to_bf16(Pb, P, n), cz_executor_bind_typed(ex, Pb, Gb, n, CZ_DTYPE_BF16, &err))
-                  : cz_executor_bind_buffers(ex, P, G, n, &err);
+        rc = cz_executor_bind_typed(ex, cuda ? gpu.params : hostP, cuda ? gpu.grads : hostG, n,
+                                    bf16 ? CZ_DTYPE_BF16 : CZ_DTYPE_FP32, &err);
     if (any_failed(rc, &err, "preparing the buffers"))
         goto done;
 
@@ -916,6 +960,9 @@ int main(int argc, char **argv)
         }
         if (bf16)
             to_bf16(Gb, G, n);
+        if (cuda && any_failed(bench_gpu_copy(gpu.grads, hostG, bytes, 1, &err), &err,
+                               "uploading the gradients"))
+            goto done;
         MPI_Barrier(MPI_COMM_WORLD);
         rc = cz_executor_step(ex, &err);
         if (rc) {
@@ -933,6 +980,9 @@ int main(int argc, char **argv)
         for (int k = 0; k < 5; k++)
             per[k][s - o.warmup] = mx[k];
     }
+    rc = cuda ? bench_gpu_copy(hostP, gpu.params, bytes, 0, &err) : CZ_OK;
+    if (any_failed(rc, &err, "downloading the parameters"))
+        goto done;
     if (bf16)
         for (size_t k = 0; k < n; k++)
             P[k] = cz_f32_from_bf16(Pb[k]);
@@ -1009,6 +1059,7 @@ done:
     if (own_tp != MPI_COMM_NULL)
         MPI_Comm_free(&own_tp);
     cz_executor_free(ex);
+    bench_gpu_free(&gpu);
     cz_plan_free(plan);
     cz_model_free(model);
     free(P);

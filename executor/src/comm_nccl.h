@@ -1,0 +1,24 @@
+/*
+ * comm_nccl.h — the "nccl" data plane (nccl/comm_nccl.c), built with CZ_HAVE_NCCL. It runs on
+ * device memory and needs the cuda compute backend (its events and stream).
+ */
+#ifndef CZ_COMM_NCCL_H
+#define CZ_COMM_NCCL_H
+
+#include "exec_internal.h"
+
+/* A data plane over a new NCCL communicator of the control plane's ranks: rank 0 makes the
+ * ncclUniqueId and the control plane carries it to the others (collective over ctrl). The
+ * CUDA device must be selected (cudaSetDevice) before. */
+int cz_plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, cz_error *err);
+
+/* A data plane over the job's communicator at handle (a pointer to an ncclComm_t), borrowed:
+ * never destroyed by the executor, but aborted (ncclCommAbort) when the plane detects an
+ * asynchronous error or a timeout, as the plane's own would be. */
+int cz_plane_nccl_wrap(cz_plane *p, const void *handle, cz_error *err);
+
+/* Seconds a host wait on NCCL work may last before the plane aborts its communicator and
+ * returns an error (environment CZ_NCCL_TIMEOUT_S, default 300). */
+#define CZ_NCCL_DEFAULT_TIMEOUT_S 300.0
+
+#endif /* CZ_COMM_NCCL_H */

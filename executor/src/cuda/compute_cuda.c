@@ -1,0 +1,565 @@
+/* The "cuda" compute backend: device memory, one stream (the job's or its own), one cuBLAS
+ * handle with its own workspace bound to that stream, the kernels of kernels.cu for everything
+ * elementwise, and the Newton-Schulz iteration as the cuBLAS calls ns_plan.c lays out
+ * (strided-batched for same-shape matrices, one GEMM for a single matrix).
+ *
+ * Every op is enqueued on the stream and returns at once; the host waits only in event_sync
+ * and download (the step's one read-back, the finiteness verdict). Ops that return nothing
+ * keep their first failure (a launch or cuBLAS status) and the next op that returns a status
+ * reports it. Host waits poll the registered watchers (the NCCL plane's asynchronous-error
+ * check), so a failed peer ends a wait with an error instead of a hang.
+ *
+ * All device memory is allocated in alloc, runs_create and at open (the cuBLAS workspace and a
+ * one-double scratch for block norms), i.e. at create/bind time; a step allocates nothing. */
+#include "compute_cuda.h"
+
+#include "check.h"
+#include "kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+
+/* cuBLAS's recommended workspace for Hopper (32 MiB); per handle, i.e. per stream. */
+#define CZ_CUBLAS_WORKSPACE (32u << 20)
+/* The most matrices of one batched elementwise launch (grid.y). */
+#define CZ_NS_MAX_BATCH 65535
+
+_Static_assert(sizeof(cz_copy_run) == 3 * sizeof(int64_t), "runs are passed as int64 triples");
+
+struct cz_event {
+    cudaEvent_t ev;
+    int recorded;
+};
+
+struct cz_runs {
+    int64_t *dev; /* (dst, src, len) triples */
+    int64_t n;
+};
+
+typedef struct cuda_impl {
+    int device;
+    cudaStream_t stream;
+    int own_stream;
+    cublasHandle_t blas;
+    void *blas_ws;
+    double *norm_sq;  /* block_load's sum of squares */
+    cudaEvent_t done; /* download's completion */
+    int managed;
+    cz_ns_precision prec;
+    int sticky; /* first failure of an op without a status */
+    cz_error sticky_err;
+    struct {
+        cz_cuda_watch_fn fn;
+        void *ctx;
+    } watch[CZ_CUDA_MAX_WATCHERS];
+} cuda_impl;
+
+int cz_cuda_status(int rc, const char *call, const char *file, int line, cz_error *err)
+{
+    if (rc == (int)cudaSuccess)
+        return CZ_OK;
+    return cz_error_set(err, CZ_EIO, "%s:%d: %s failed: %s (%s)", file, line, call,
+                        cudaGetErrorString((cudaError_t)rc), cudaGetErrorName((cudaError_t)rc));
+}
+
+int cz_cublas_status(int rc, const char *call, const char *file, int line, cz_error *err)
+{
+    if (rc == (int)CUBLAS_STATUS_SUCCESS)
+        return CZ_OK;
+    return cz_error_set(err, CZ_EIO, "%s:%d: %s failed: %s", file, line, call,
+                        cublasGetStatusString((cublasStatus_t)rc));
+}
+
+static cuda_impl *impl_of(cz_compute *c)
+{
+    return c->impl;
+}
+
+/* Keeps the first failure of an op that cannot return it. */
+static void note(cz_compute *c, int rc, const cz_error *e)
+{
+    cuda_impl *h = impl_of(c);
+    if (rc && !h->sticky) {
+        h->sticky = rc;
+        h->sticky_err = *e;
+    }
+}
+
+static void note_launch(cz_compute *c, int krc, const char *what)
+{
+    cz_error e;
+    if (krc)
+        note(c,
+             cz_error_set(&e, CZ_EIO, "CUDA kernel %s failed to launch: %s", what,
+                          cz_k_error_string(krc)),
+             &e);
+}
+
+int cz_cuda_take_error(cz_compute *c, cz_error *err)
+{
+    cuda_impl *h = impl_of(c);
+    int rc = h->sticky;
+    if (rc && err)
+        *err = h->sticky_err;
+    h->sticky = 0;
+    return rc;
+}
+
+void *cz_cuda_stream(cz_compute *c)
+{
+    return impl_of(c)->stream;
+}
+
+void *cz_cuda_event(cz_event *e)
+{
+    return e->ev;
+}
+
+int cz_cuda_watch(cz_compute *c, cz_cuda_watch_fn fn, void *ctx)
+{
+    cuda_impl *h = impl_of(c);
+    for (int i = 0; i < CZ_CUDA_MAX_WATCHERS; i++)
+        if (!h->watch[i].fn) {
+            h->watch[i].fn = fn;
+            h->watch[i].ctx = ctx;
+            return CZ_OK;
+        }
+    return CZ_EINVALID;
+}
+
+void cz_cuda_unwatch(cz_compute *c, void *ctx)
+{
+    cuda_impl *h = impl_of(c);
+    for (int i = 0; i < CZ_CUDA_MAX_WATCHERS; i++)
+        if (h->watch[i].ctx == ctx)
+            h->watch[i].fn = NULL, h->watch[i].ctx = NULL;
+}
+
+int cz_cuda_host_wait(cz_compute *c, void *event, cz_error *err)
+{
+    cuda_impl *h = impl_of(c);
+    double t0 = cz_exec_now();
+    for (;;) {
+        int q = CZ_CU_RC(cudaEventQuery((cudaEvent_t)event));
+        if (q == (int)cudaSuccess)
+            break;
+        if (q != (int)cudaErrorNotReady)
+            return CZ_CU(err, q);
+        for (int i = 0; i < CZ_CUDA_MAX_WATCHERS; i++)
+            if (h->watch[i].fn) {
+                int rc = h->watch[i].fn(h->watch[i].ctx, cz_exec_now() - t0, err);
+                if (rc)
+                    return rc;
+            }
+        sched_yield();
+    }
+    return cz_cuda_take_error(c, err);
+}
+
+int cz_cuda_device_present(char *why, size_t len)
+{
+    int n = 0;
+    int rc = CZ_CU_RC(cudaGetDeviceCount(&n));
+    if (rc == (int)cudaSuccess && n > 0)
+        return 1;
+    if (why && len)
+        snprintf(why, len, "%s",
+                 rc ? cudaGetErrorString((cudaError_t)rc) : "the CUDA runtime reports 0 devices");
+    return 0;
+}
+
+static void *cuda_alloc(cz_compute *c, size_t bytes)
+{
+    cuda_impl *h = impl_of(c);
+    void *p = NULL;
+    cz_error e;
+    if (bytes == 0)
+        bytes = 1;
+    int rc = h->managed ? CZ_CU(&e, cudaMallocManaged(&p, bytes, cudaMemAttachGlobal))
+                        : CZ_CU(&e, cudaMalloc(&p, bytes));
+    if (rc)
+        return NULL; /* the caller reports out of memory */
+    /* Zero-filled, and ready before alloc returns (create/bind time, so waiting is fine). */
+    rc = CZ_CU(&e, cudaMemsetAsync(p, 0, bytes, h->stream));
+    if (!rc)
+        rc = CZ_CU(&e, cudaStreamSynchronize(h->stream));
+    if (rc) {
+        note(c, rc, &e);
+        rc = CZ_CU(&e, cudaFree(p));
+        note(c, rc, &e);
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_release(cz_compute *c, void *p)
+{
+    cz_error e;
+    note(c, CZ_CU(&e, cudaFree(p)), &e);
+}
+
+static cz_event *cuda_event_create(cz_compute *c)
+{
+    cz_event *ev = cz_exec_calloc(1, sizeof *ev);
+    cz_error e;
+    if (!ev)
+        return NULL;
+    int rc = CZ_CU(&e, cudaEventCreateWithFlags(&ev->ev, cudaEventDisableTiming));
+    if (rc) {
+        note(c, rc, &e);
+        cz_exec_free(ev);
+        return NULL;
+    }
+    return ev;
+}
+
+static void cuda_event_free(cz_compute *c, cz_event *ev)
+{
+    cz_error e;
+    if (!ev)
+        return;
+    note(c, CZ_CU(&e, cudaEventDestroy(ev->ev)), &e);
+    cz_exec_free(ev);
+}
+
+static void cuda_event_record(cz_compute *c, cz_event *ev)
+{
+    cz_error e;
+    note(c, CZ_CU(&e, cudaEventRecord(ev->ev, impl_of(c)->stream)), &e);
+    ev->recorded = 1;
+}
+
+/* Records the backend's own event after everything issued so far and waits for it. */
+static int wait_issued(cz_compute *c, cz_error *err)
+{
+    cuda_impl *h = impl_of(c);
+    int rc = CZ_CU(err, cudaEventRecord(h->done, h->stream));
+    return rc ? rc : cz_cuda_host_wait(c, h->done, err);
+}
+
+static int cuda_event_sync(cz_compute *c, cz_event *ev, cz_error *err)
+{
+    if (!ev->recorded)
+        return cz_error_set(err, CZ_EINTERNAL, "waiting on a compute event never recorded");
+    /* Host-staged (a host-driven plane syncs before touching managed buffers): wait for every
+     * op issued so far, not only those before the event. The plane is about to write buffers
+     * that ops issued after the event may still read (the reduce-scatter scratch that the
+     * previous bucket's scale reads), which an in-order CPU stream never has in flight. */
+    if (impl_of(c)->managed)
+        return wait_issued(c, err);
+    return cz_cuda_host_wait(c, ev->ev, err);
+}
+
+static int cuda_download(cz_compute *c, void *host, const void *src, size_t bytes, cz_error *err)
+{
+    cuda_impl *h = impl_of(c);
+    /* Wait (polling the watchers) before the copy: a copy to pageable host memory blocks the
+     * host inside the CUDA call, where a hung collective could not be noticed. */
+    int rc = cz_cuda_take_error(c, err);
+    if (!rc)
+        rc = wait_issued(c, err);
+    if (!rc)
+        rc = CZ_CU(err, cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, h->stream));
+    return rc ? rc : wait_issued(c, err);
+}
+
+static cz_runs *cuda_runs_create(cz_compute *c, const cz_copy_run *runs, size_t n)
+{
+    cz_runs *r = cz_exec_calloc(1, sizeof *r);
+    cz_error e;
+    if (!r)
+        return NULL;
+    r->n = (int64_t)n;
+    size_t bytes = (n ? n : 1) * sizeof *runs;
+    int rc = CZ_CU(&e, cudaMalloc((void **)&r->dev, bytes));
+    if (!rc && n)
+        rc = CZ_CU(&e, cudaMemcpy(r->dev, runs, n * sizeof *runs, cudaMemcpyHostToDevice));
+    if (rc) {
+        note(c, rc, &e);
+        if (r->dev)
+            note(c, CZ_CU(&e, cudaFree(r->dev)), &e);
+        cz_exec_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void cuda_runs_free(cz_compute *c, cz_runs *r)
+{
+    cz_error e;
+    if (!r)
+        return;
+    note(c, CZ_CU(&e, cudaFree(r->dev)), &e);
+    cz_exec_free(r);
+}
+
+static void cuda_copy_runs(cz_compute *c, float *dst, const float *src, const cz_runs *r)
+{
+    note_launch(c, cz_k_copy_runs(impl_of(c)->stream, dst, src, r->dev, r->n), "copy_runs");
+}
+
+static void cuda_convert(cz_compute *c, void *dst, cz_dtype dt, const void *src, cz_dtype st,
+                         int64_t n)
+{
+    cuda_impl *h = impl_of(c);
+    cz_error e;
+    if (dt == st) {
+        /* Default: the job's device memory or the backend's managed memory (UVA tells). */
+        size_t bytes = (size_t)n * (size_t)cz_dtype_bytes(dt);
+        note(c, CZ_CU(&e, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, h->stream)), &e);
+    } else if (dt == CZ_DTYPE_BF16) {
+        note_launch(c, cz_k_f32_to_bf16(h->stream, dst, src, n), "f32_to_bf16");
+    } else {
+        note_launch(c, cz_k_bf16_to_f32(h->stream, dst, src, n), "bf16_to_f32");
+    }
+}
+
+static void cuda_scale(cz_compute *c, float *dst, const float *src, int64_t n, float alpha)
+{
+    note_launch(c, cz_k_scale(impl_of(c)->stream, dst, src, n, alpha), "scale");
+}
+
+static void cuda_sumsq(cz_compute *c, const float *x, int64_t n, double *out)
+{
+    note_launch(c, cz_k_sumsq(impl_of(c)->stream, x, n, out), "sumsq");
+}
+
+static void cuda_momentum(cz_compute *c, const float *g, float *buf, float *in, int64_t n, float mu,
+                          int nesterov)
+{
+    note_launch(c, cz_k_momentum(impl_of(c)->stream, g, buf, in, n, mu, nesterov), "momentum");
+}
+
+static void cuda_block_load(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
+                            int64_t cols, int transpose, float eps)
+{
+    cuda_impl *h = impl_of(c);
+    note_launch(c, cz_k_block_load(h->stream, dst, src, ld, rows, cols, transpose, eps, h->norm_sq),
+                "block_load");
+}
+
+static void cuda_block_store(cz_compute *c, float *dst, int64_t ld, const float *src, int64_t rows,
+                             int64_t cols, int transpose, float scale)
+{
+    note_launch(c, cz_k_block_store(impl_of(c)->stream, dst, ld, src, rows, cols, transpose, scale),
+                "block_store");
+}
+
+static void cuda_apply_update(cz_compute *c, float *p, const float *u, int64_t n, float lr,
+                              float wd)
+{
+    note_launch(c, cz_k_apply_update(impl_of(c)->stream, p, u, n, lr, wd), "apply_update");
+}
+
+static void cuda_adamw(cz_compute *c, float *p, const float *g, float *m, float *v, int64_t n,
+                       const cz_adamw_args *a)
+{
+    note_launch(c,
+                cz_k_adamw(impl_of(c)->stream, p, g, m, v, n, a->beta1, a->beta2, a->bias1,
+                           a->bias2, a->lr, a->eps, a->weight_decay),
+                "adamw");
+}
+
+static void *operand(const cz_ns_operand *o, float *x, float *work, int i)
+{
+    return cz_ns_operand_ptr(o, x, work, i);
+}
+
+static cudaDataType_t dtype_of(const cz_ns_operand *o)
+{
+    return o->bf16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+/* One op of the Newton-Schulz plan (see ns_plan.h). */
+static int run_op(cz_compute *c, const cz_ns_op *op, float *x, float *work, cz_error *err)
+{
+    cuda_impl *h = impl_of(c);
+    cublasOperation_t ta = op->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = op->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    switch (op->kind) {
+    case CZ_NS_GEMM:
+        if (op->batched)
+            return CZ_BLAS(err, cublasGemmStridedBatchedEx(
+                                    h->blas, ta, tb, op->m, op->n, op->k, &op->alpha,
+                                    operand(&op->a, x, work, 0), dtype_of(&op->a), op->a.ld,
+                                    op->a.stride, operand(&op->b, x, work, 0), dtype_of(&op->b),
+                                    op->b.ld, op->b.stride, &op->beta, operand(&op->c, x, work, 0),
+                                    dtype_of(&op->c), op->c.ld, op->c.stride, op->batch,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        for (int i = 0; i < op->batch; i++) {
+            int rc =
+                CZ_BLAS(err, cublasGemmEx(h->blas, ta, tb, op->m, op->n, op->k, &op->alpha,
+                                          operand(&op->a, x, work, i), dtype_of(&op->a), op->a.ld,
+                                          operand(&op->b, x, work, i), dtype_of(&op->b), op->b.ld,
+                                          &op->beta, operand(&op->c, x, work, i), dtype_of(&op->c),
+                                          op->c.ld, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            if (rc)
+                return rc;
+        }
+        return CZ_OK;
+    case CZ_NS_AXPBY:
+        note_launch(c,
+                    cz_k_axpby_batched(h->stream, operand(&op->c, x, work, 0), op->c.stride,
+                                       operand(&op->a, x, work, 0), op->a.stride, op->len,
+                                       op->batch, op->alpha, op->beta),
+                    "axpby_batched");
+        return CZ_OK;
+    case CZ_NS_TO_BF16:
+        note_launch(c,
+                    cz_k_to_bf16_batched(h->stream, operand(&op->c, x, work, 0), op->c.stride,
+                                         operand(&op->a, x, work, 0), op->a.stride, op->len,
+                                         op->batch),
+                    "to_bf16_batched");
+        return CZ_OK;
+    }
+    return cz_error_set(err, CZ_EINTERNAL, "Newton-Schulz plan op of unknown kind %d",
+                        (int)op->kind);
+}
+
+static int ns_run(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
+                  const cz_ns_coeffs *k, int steps, float *work, int gemms_only, cz_error *err)
+{
+    cuda_impl *h = impl_of(c);
+    cz_ns_op ops[CZ_NS_MAX_OPS];
+    int rc = cz_cuda_take_error(c, err);
+    for (int b0 = 0; !rc && b0 < batch; b0 += CZ_NS_MAX_BATCH) {
+        int nb = batch - b0 < CZ_NS_MAX_BATCH ? batch - b0 : CZ_NS_MAX_BATCH;
+        int n = cz_ns_plan(ops, rows, cols, nb, k->a, k->b, k->c, h->prec);
+        if (n < 0)
+            return cz_error_set(err, CZ_EINTERNAL,
+                                "Newton-Schulz called on %d matrices of %lld x %lld (needs 0 < "
+                                "rows <= cols <= %d)",
+                                nb, (long long)rows, (long long)cols, INT32_MAX);
+        float *xb = x + (size_t)b0 * (size_t)(rows * cols);
+        float *wb = work + (size_t)cz_ns_work_floats(rows, cols, b0);
+        for (int s = 0; !rc && s < steps; s++)
+            for (int q = 0; !rc && q < n; q++)
+                if (!gemms_only || ops[q].kind == CZ_NS_GEMM)
+                    rc = run_op(c, &ops[q], xb, wb, err);
+    }
+    return rc ? rc : cz_cuda_take_error(c, err);
+}
+
+static int cuda_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
+                           const cz_ns_coeffs *k, int steps, float *work, cz_error *err)
+{
+    return ns_run(c, x, batch, rows, cols, k, steps, work, 0, err);
+}
+
+int cz_cuda_ns_gemms(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
+                     const cz_ns_coeffs *k, int steps, float *work, cz_error *err)
+{
+    return ns_run(c, x, batch, rows, cols, k, steps, work, 1, err);
+}
+
+static const cz_compute_ops cz_compute_cuda_ops = {
+    .version = CZ_COMPUTE_OPS_VERSION,
+    .kind = CZ_BACKEND_CUDA,
+    .caps = 0,
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .release = cuda_release,
+    .event_create = cuda_event_create,
+    .event_free = cuda_event_free,
+    .event_record = cuda_event_record,
+    .event_sync = cuda_event_sync,
+    .download = cuda_download,
+    .runs_create = cuda_runs_create,
+    .runs_free = cuda_runs_free,
+    .copy_runs = cuda_copy_runs,
+    .convert = cuda_convert,
+    .scale = cuda_scale,
+    .sumsq = cuda_sumsq,
+    .momentum = cuda_momentum,
+    .block_load = cuda_block_load,
+    .ns_batched = cuda_ns_batched,
+    .block_store = cuda_block_store,
+    .apply_update = cuda_apply_update,
+    .adamw = cuda_adamw,
+};
+
+/* Teardown: the statuses are checked, but there is no caller left to report them to. */
+static void teardown(int rc)
+{
+    (void)rc;
+}
+
+void cz_compute_cuda_close(cz_compute *c)
+{
+    cuda_impl *h = c->impl;
+    cz_error e;
+    if (!h)
+        return;
+    if (h->stream)
+        teardown(CZ_CU(&e, cudaStreamSynchronize(h->stream)));
+    if (h->blas)
+        teardown(CZ_BLAS(&e, cublasDestroy(h->blas)));
+    if (h->blas_ws)
+        teardown(CZ_CU(&e, cudaFree(h->blas_ws)));
+    if (h->norm_sq)
+        teardown(CZ_CU(&e, cudaFree(h->norm_sq)));
+    if (h->done)
+        teardown(CZ_CU(&e, cudaEventDestroy(h->done)));
+    if (h->own_stream && h->stream)
+        teardown(CZ_CU(&e, cudaStreamDestroy(h->stream)));
+    cz_exec_free(h);
+    c->impl = NULL;
+}
+
+int cz_compute_cuda_open(cz_compute *c, const cz_cuda_options *o, cz_error *err)
+{
+    cz_cuda_options defaults = {0};
+    char why[256];
+    if (!o)
+        o = &defaults;
+    c->ops = NULL;
+    c->impl = NULL;
+    if (!cz_cuda_device_present(why, sizeof why))
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "compute backend 'cuda': no usable CUDA device (%s)", why);
+    cuda_impl *h = cz_exec_calloc(1, sizeof *h);
+    if (!h)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for the cuda backend");
+    c->impl = h;
+    h->managed = o->managed;
+    h->prec = o->ns_precision;
+    int rc = CZ_CU(err, cudaGetDevice(&h->device));
+    if (!rc && h->managed) {
+        /* The host-staged planes touch managed buffers from the host while kernels run. */
+        int concurrent = 0;
+        rc = CZ_CU(err, cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess,
+                                               h->device));
+        if (!rc && !concurrent)
+            rc = cz_error_set(err, CZ_EUNSUPPORTED,
+                              "compute backend 'cuda' with a host-driven data plane (mpi, self) "
+                              "needs a device with concurrent managed access (Linux, Pascal or "
+                              "newer); use comm 'nccl'");
+    }
+    if (!rc && o->stream)
+        h->stream = (cudaStream_t)o->stream;
+    else if (!rc) {
+        rc = CZ_CU(err, cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
+        h->own_stream = !rc;
+    }
+    if (!rc)
+        rc = CZ_BLAS(err, cublasCreate(&h->blas));
+    if (!rc)
+        rc = CZ_BLAS(err, cublasSetStream(h->blas, h->stream));
+    if (!rc)
+        rc = CZ_CU(err, cudaMalloc(&h->blas_ws, CZ_CUBLAS_WORKSPACE));
+    if (!rc)
+        rc = CZ_BLAS(err, cublasSetWorkspace(h->blas, h->blas_ws, CZ_CUBLAS_WORKSPACE));
+    if (!rc)
+        rc = CZ_CU(err, cudaMalloc((void **)&h->norm_sq, sizeof(double)));
+    if (!rc)
+        rc = CZ_CU(err, cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
+    if (rc) {
+        cz_compute_cuda_close(c);
+        return rc;
+    }
+    c->ops = &cz_compute_cuda_ops;
+    return CZ_OK;
+}

@@ -1,0 +1,299 @@
+// The CUDA backend's kernels: grid-stride loops over elementwise.h's per-element functions.
+// Reductions (sum of squares) go through one block-level tree per block and one double
+// atomicAdd per block, so their summation order differs from the CPU's; the sum is only used
+// for the norm and the finiteness flag, where that does not matter.
+#include "kernels.h"
+
+#include "check.h"
+
+#include "../elementwise.h"
+#include "../launch.h"
+
+#include <cuda_runtime.h>
+
+namespace
+{
+
+__device__ __forceinline__ int64_t first_index()
+{
+    return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+
+__device__ __forceinline__ int64_t grid_stride()
+{
+    return (int64_t)gridDim.x * blockDim.x;
+}
+
+int blocks(int64_t n)
+{
+    return cz_launch_blocks(n, CZ_CUDA_THREADS, CZ_CUDA_MAX_BLOCKS);
+}
+
+cudaStream_t as_stream(void *s)
+{
+    return static_cast<cudaStream_t>(s);
+}
+
+int launched()
+{
+    return CZ_CU_RC(cudaGetLastError());
+}
+
+// One block per run; the block's threads stride through the run.
+__global__ void copy_runs_kernel(float *dst, const float *src, const int64_t *runs, int64_t nruns)
+{
+    for (int64_t r = blockIdx.x; r < nruns; r += gridDim.x) {
+        int64_t d = runs[3 * r], s = runs[3 * r + 1], len = runs[3 * r + 2];
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+            dst[d + j] = src[s + j];
+    }
+}
+
+__global__ void f32_to_bf16_kernel(uint16_t *dst, const float *src, int64_t n)
+{
+    for (int64_t i = first_index(); i < n; i += grid_stride())
+        dst[i] = cz_ew_bf16_from_f32(src[i]);
+}
+
+__global__ void bf16_to_f32_kernel(float *dst, const uint16_t *src, int64_t n)
+{
+    for (int64_t i = first_index(); i < n; i += grid_stride())
+        dst[i] = cz_ew_f32_from_bf16(src[i]);
+}
+
+__global__ void scale_kernel(float *dst, const float *src, int64_t n, float alpha)
+{
+    for (int64_t i = first_index(); i < n; i += grid_stride())
+        dst[i] = cz_ew_scale(src[i], alpha);
+}
+
+// Sum of squares of a rows x cols block with row stride ld (a vector is 1 x n).
+__global__ void sumsq_kernel(const float *x, int64_t ld, int64_t rows, int64_t cols, double *out)
+{
+    __shared__ double part[CZ_CUDA_THREADS];
+    double s = 0.0;
+    int64_t n = rows * cols;
+    for (int64_t i = first_index(); i < n; i += grid_stride())
+        s += cz_ew_sq(x[(i / cols) * ld + i % cols]);
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (unsigned w = blockDim.x / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w)
+            part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        atomicAdd(out, part[0]);
+}
+
+__global__ void momentum_kernel(const float *g, float *buf, float *in, int64_t n, float mu,
+                                int nesterov)
+{
+    for (int64_t i = first_index(); i < n; i += grid_stride())
+        in[i] = cz_ew_momentum(g[i], &buf[i], mu, nesterov);
+}
+
+// dst (contiguous, transposed when transpose) = src block * scale; scale is *sq turned into
+// the normalising factor when sq is given.
+__global__ void block_copy_kernel(float *dst, const float *src, int64_t ld, int64_t rows,
+                                  int64_t cols, int transpose, float scale, const double *sq,
+                                  float eps)
+{
+    float f = sq ? cz_ew_norm_inv(*sq, eps) : scale;
+    int64_t n = rows * cols;
+    for (int64_t i = first_index(); i < n; i += grid_stride()) {
+        int64_t r = i / cols, c = i % cols;
+        float v = cz_ew_scale(src[r * ld + c], f);
+        if (transpose)
+            dst[c * rows + r] = v;
+        else
+            dst[r * cols + c] = v;
+    }
+}
+
+// The rows x cols block at dst (row stride ld) = scale * src (contiguous, transposed back when
+// transpose).
+__global__ void block_store_kernel(float *dst, int64_t ld, const float *src, int64_t rows,
+                                   int64_t cols, int transpose, float scale)
+{
+    int64_t n = rows * cols;
+    for (int64_t i = first_index(); i < n; i += grid_stride()) {
+        int64_t r = i / cols, c = i % cols;
+        float v = transpose ? src[c * rows + r] : src[r * cols + c];
+        dst[r * ld + c] = cz_ew_scale(v, scale);
+    }
+}
+
+__global__ void apply_update_kernel(float *p, const float *u, int64_t n, float keep, float lr)
+{
+    for (int64_t i = first_index(); i < n; i += grid_stride())
+        p[i] = cz_ew_update(p[i], u[i], keep, lr);
+}
+
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, int64_t n, float b1,
+                             float b2, float c1, float c2, float lr, float eps, float keep)
+{
+    for (int64_t i = first_index(); i < n; i += grid_stride())
+        p[i] = cz_ew_adamw(p[i], g[i], &m[i], &v[i], b1, b2, c1, c2, lr, eps, keep);
+}
+
+// blockIdx.y = matrix of the batch.
+__global__ void axpby_batched_kernel(float *c, int64_t cs, const float *a, int64_t as, int64_t len,
+                                     float alpha, float beta)
+{
+    float *ci = c + blockIdx.y * cs;
+    const float *ai = a + blockIdx.y * as;
+    for (int64_t j = first_index(); j < len; j += grid_stride())
+        ci[j] = alpha * ai[j] + (beta != 0.0f ? beta * ci[j] : 0.0f);
+}
+
+__global__ void to_bf16_batched_kernel(uint16_t *c, int64_t cs, const float *a, int64_t as,
+                                       int64_t len)
+{
+    uint16_t *ci = c + blockIdx.y * cs;
+    const float *ai = a + blockIdx.y * as;
+    for (int64_t j = first_index(); j < len; j += grid_stride())
+        ci[j] = cz_ew_bf16_from_f32(ai[j]);
+}
+
+// Batched launches put the matrix index in grid.y (at most 65535 matrices per launch).
+dim3 batched_grid(int64_t len, int batch)
+{
+    return dim3((unsigned)blocks(len), (unsigned)batch, 1);
+}
+
+} // namespace
+
+extern "C" {
+
+int cz_k_copy_runs(void *stream, float *dst, const float *src, const int64_t *runs, int64_t nruns)
+{
+    if (nruns <= 0)
+        return 0;
+    int grid = nruns > CZ_CUDA_MAX_BLOCKS ? CZ_CUDA_MAX_BLOCKS : (int)nruns;
+    copy_runs_kernel<<<grid, CZ_CUDA_THREADS, 0, as_stream(stream)>>>(dst, src, runs, nruns);
+    return launched();
+}
+
+int cz_k_f32_to_bf16(void *stream, uint16_t *dst, const float *src, int64_t n)
+{
+    if (n <= 0)
+        return 0;
+    f32_to_bf16_kernel<<<blocks(n), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(dst, src, n);
+    return launched();
+}
+
+int cz_k_bf16_to_f32(void *stream, float *dst, const uint16_t *src, int64_t n)
+{
+    if (n <= 0)
+        return 0;
+    bf16_to_f32_kernel<<<blocks(n), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(dst, src, n);
+    return launched();
+}
+
+int cz_k_scale(void *stream, float *dst, const float *src, int64_t n, float alpha)
+{
+    if (n <= 0)
+        return 0;
+    scale_kernel<<<blocks(n), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(dst, src, n, alpha);
+    return launched();
+}
+
+static int block_sumsq(void *stream, const float *x, int64_t ld, int64_t rows, int64_t cols,
+                       double *out)
+{
+    int rc = CZ_CU_RC(cudaMemsetAsync(out, 0, sizeof(double), as_stream(stream)));
+    if (rc)
+        return rc;
+    if (rows * cols <= 0)
+        return 0;
+    sumsq_kernel<<<blocks(rows * cols), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(x, ld, rows, cols,
+                                                                                 out);
+    return launched();
+}
+
+int cz_k_sumsq(void *stream, const float *x, int64_t n, double *out)
+{
+    return block_sumsq(stream, x, n > 0 ? n : 1, 1, n, out);
+}
+
+int cz_k_momentum(void *stream, const float *g, float *buf, float *in, int64_t n, float mu,
+                  int nesterov)
+{
+    if (n <= 0)
+        return 0;
+    momentum_kernel<<<blocks(n), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(g, buf, in, n, mu,
+                                                                          nesterov);
+    return launched();
+}
+
+int cz_k_block_load(void *stream, float *dst, const float *src, int64_t ld, int64_t rows,
+                    int64_t cols, int transpose, float eps, double *sq)
+{
+    int rc = block_sumsq(stream, src, ld, rows, cols, sq);
+    if (rc || rows * cols <= 0)
+        return rc;
+    block_copy_kernel<<<blocks(rows * cols), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
+        dst, src, ld, rows, cols, transpose, 1.0f, sq, eps);
+    return launched();
+}
+
+int cz_k_block_store(void *stream, float *dst, int64_t ld, const float *src, int64_t rows,
+                     int64_t cols, int transpose, float scale)
+{
+    if (rows * cols <= 0)
+        return 0;
+    block_store_kernel<<<blocks(rows * cols), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
+        dst, ld, src, rows, cols, transpose, scale);
+    return launched();
+}
+
+int cz_k_apply_update(void *stream, float *p, const float *u, int64_t n, float lr, float wd)
+{
+    if (n <= 0)
+        return 0;
+    apply_update_kernel<<<blocks(n), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
+        p, u, n, cz_ew_keep(lr, wd), lr);
+    return launched();
+}
+
+int cz_k_adamw(void *stream, float *p, const float *g, float *m, float *v, int64_t n, float b1,
+               float b2, float c1, float c2, float lr, float eps, float wd)
+{
+    if (n <= 0)
+        return 0;
+    adamw_kernel<<<blocks(n), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
+        p, g, m, v, n, b1, b2, c1, c2, lr, eps, cz_ew_keep(lr, wd));
+    return launched();
+}
+
+int cz_k_axpby_batched(void *stream, float *c, int64_t c_stride, const float *a, int64_t a_stride,
+                       int64_t len, int batch, float alpha, float beta)
+{
+    if (len <= 0 || batch <= 0)
+        return 0;
+    if (batch > 65535)
+        return (int)cudaErrorInvalidConfiguration;
+    axpby_batched_kernel<<<batched_grid(len, batch), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
+        c, c_stride, a, a_stride, len, alpha, beta);
+    return launched();
+}
+
+int cz_k_to_bf16_batched(void *stream, uint16_t *c, int64_t c_stride, const float *a,
+                         int64_t a_stride, int64_t len, int batch)
+{
+    if (len <= 0 || batch <= 0)
+        return 0;
+    if (batch > 65535)
+        return (int)cudaErrorInvalidConfiguration;
+    to_bf16_batched_kernel<<<batched_grid(len, batch), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
+        c, c_stride, a, a_stride, len);
+    return launched();
+}
+
+const char *cz_k_error_string(int rc)
+{
+    return cudaGetErrorString(static_cast<cudaError_t>(rc));
+}
+
+} // extern "C"

@@ -1,0 +1,48 @@
+/*
+ * kernels.h — the CUDA backend's kernels behind a C interface (implemented in kernels.cu, the
+ * only CUDA C++ of the backend). Every launcher enqueues its kernel(s) on `stream` (a
+ * cudaStream_t passed as void * so that C callers need no CUDA header) and returns the
+ * cudaError_t of the launch as an int (0 = success). The per-element arithmetic is
+ * elementwise.h's, the same functions the CPU backend's loops call.
+ */
+#ifndef CZ_CUDA_KERNELS_H
+#define CZ_CUDA_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* runs: nruns (dst, src, len) triples in device memory (cz_copy_run's layout). */
+int cz_k_copy_runs(void *stream, float *dst, const float *src, const int64_t *runs, int64_t nruns);
+int cz_k_f32_to_bf16(void *stream, uint16_t *dst, const float *src, int64_t n);
+int cz_k_bf16_to_f32(void *stream, float *dst, const uint16_t *src, int64_t n);
+int cz_k_scale(void *stream, float *dst, const float *src, int64_t n, float alpha);
+/* *out = sum of squares of x (double), n elements. */
+int cz_k_sumsq(void *stream, const float *x, int64_t n, double *out);
+int cz_k_momentum(void *stream, const float *g, float *buf, float *in, int64_t n, float mu,
+                  int nesterov);
+/* Normalises the rows x cols block at src (row stride ld) into dst; sq is one double of device
+ * scratch for the block's sum of squares. */
+int cz_k_block_load(void *stream, float *dst, const float *src, int64_t ld, int64_t rows,
+                    int64_t cols, int transpose, float eps, double *sq);
+int cz_k_block_store(void *stream, float *dst, int64_t ld, const float *src, int64_t rows,
+                     int64_t cols, int transpose, float scale);
+int cz_k_apply_update(void *stream, float *p, const float *u, int64_t n, float lr, float wd);
+int cz_k_adamw(void *stream, float *p, const float *g, float *m, float *v, int64_t n, float b1,
+               float b2, float c1, float c2, float lr, float eps, float wd);
+/* For each of batch matrices i: c_i[j] = alpha a_i[j] + beta c_i[j] (beta 0: c not read). */
+int cz_k_axpby_batched(void *stream, float *c, int64_t c_stride, const float *a, int64_t a_stride,
+                       int64_t len, int batch, float alpha, float beta);
+/* For each of batch matrices i: c_i (bf16) = a_i (fp32). */
+int cz_k_to_bf16_batched(void *stream, uint16_t *c, int64_t c_stride, const float *a,
+                         int64_t a_stride, int64_t len, int batch);
+/* The CUDA error string of a launcher's return value. */
+const char *cz_k_error_string(int rc);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CZ_CUDA_KERNELS_H */

@@ -1,0 +1,115 @@
+/*
+ * elementwise.h — the per-element arithmetic of the optimizer, shared by the CPU backend's loops
+ * (compute_cpu.c) and the CUDA backend's kernels (cuda/kernels.cu). Each function computes one
+ * element; the backends only differ in how they iterate. Because the CPU tests run exactly these
+ * functions, they exercise the arithmetic the GPU runs (the GPU compiler may still contract a*b+c
+ * into a fused multiply-add, which changes the last bit; the GPU tests allow for that).
+ *
+ * Plain C17 for the host, CUDA C++ inside kernels: CZ_HD marks the functions __host__ __device__
+ * under nvcc and is empty for a C compiler. Only <math.h>, <stdint.h> and <string.h> functions
+ * that CUDA also provides on the device are used.
+ */
+#ifndef CZ_ELEMENTWISE_H
+#define CZ_ELEMENTWISE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define CZ_HD __host__ __device__ __forceinline__
+#else
+#define CZ_HD static inline
+#endif
+
+/* x * alpha (gradient averaging over DP, clipping). */
+CZ_HD float cz_ew_scale(float x, float alpha)
+{
+    return x * alpha;
+}
+
+/* x squared in double: a float squared cannot overflow a double, so a sum of these is
+ * non-finite exactly when some x is NaN or Inf (the step's finiteness check). */
+CZ_HD double cz_ew_sq(float x)
+{
+    return (double)x * x;
+}
+
+/* Muon momentum on one element: *buf = mu * *buf + g; returns the Newton-Schulz input,
+ * g + mu * *buf with Nesterov, else *buf. */
+CZ_HD float cz_ew_momentum(float g, float *buf, float mu, int nesterov)
+{
+    float b = mu * *buf + g;
+    *buf = b;
+    return nesterov ? g + mu * b : b;
+}
+
+/* The factor that normalises a block whose sum of squares is sq (Frobenius norm plus eps). */
+CZ_HD float cz_ew_norm_inv(double sq, float eps)
+{
+    return (float)(1.0 / (sqrt(sq) + (double)eps));
+}
+
+/* Decoupled weight decay and the update: p * keep - lr * u, keep = 1 - lr * wd. */
+CZ_HD float cz_ew_keep(float lr, float wd)
+{
+    return 1.0f - lr * wd;
+}
+
+CZ_HD float cz_ew_update(float p, float u, float keep, float lr)
+{
+    return p * keep - lr * u;
+}
+
+/* One AdamW element: updates *m and *v and returns the new parameter. c1, c2 are the bias
+ * corrections 1 - beta^t; keep = 1 - lr * wd. */
+CZ_HD float cz_ew_adamw(float p, float g, float *m, float *v, float b1, float b2, float c1,
+                        float c2, float lr, float eps, float keep)
+{
+    float mi = b1 * *m + (1.0f - b1) * g;
+    float vi = b2 * *v + (1.0f - b2) * g * g;
+    *m = mi;
+    *v = vi;
+    float mhat = mi / c1, vhat = vi / c2;
+    return p * keep - lr * mhat / (sqrtf(vhat) + eps);
+}
+
+CZ_HD uint32_t cz_ew_f32_bits(float f)
+{
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+
+CZ_HD float cz_ew_f32_from_bits(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
+/* fp32 -> bf16, rounding to nearest even; a NaN stays a (quiet) NaN. Bit arithmetic rather
+ * than the CUDA intrinsic so that host and device round identically by construction. */
+CZ_HD uint16_t cz_ew_bf16_from_f32(float f)
+{
+    uint32_t u = cz_ew_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+CZ_HD float cz_ew_f32_from_bf16(uint16_t b)
+{
+    return cz_ew_f32_from_bits((uint32_t)b << 16);
+}
+
+#endif /* CZ_ELEMENTWISE_H */

@@ -1,0 +1,481 @@
+/* The "nccl" data plane: the step's collectives on device memory, on a communication stream of
+ * the plane's own, ordered against the compute stream by events only (no host waits).
+ *
+ * Ordering: an operation first makes the communication stream wait for `after` (a compute
+ * event); a blocking-form operation (reduce_scatter, all_gather) then records an event on the
+ * communication stream and makes the compute stream wait for it, so the compute ops issued
+ * next see its result; a request (iall_gather, a send/receive group) records its event and
+ * the compute stream waits for it in wait(). The uneven collectives replay the call lists of
+ * nccl_plan.c, rooted or padded as its alpha-beta rule chooses.
+ *
+ * Failure: the plane registers a watcher with the cuda backend, polled whenever the host waits
+ * on the device (the step's read-back, event syncs): ncclCommGetAsyncError reporting an error,
+ * or a wait longer than the timeout, aborts the communicator (ncclCommAbort) and fails the
+ * wait, so a rank whose peer died returns an error instead of hanging; its peers' own waits
+ * then fail the same way. An aborted plane refuses every later operation. */
+#include "comm_nccl.h"
+
+#include "compute_cuda.h"
+#include "nccl_plan.h"
+#include "../cuda/check.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct nccl_plane {
+    ncclComm_t comm;
+    cudaStream_t stream;
+    cudaEvent_t done;   /* end of the last blocking-form collective */
+    cudaEvent_t issued; /* the compute stream's point when a blocking-form one starts */
+    void *scratch;      /* the padded forms' slots, grown on first need */
+    size_t scratch_bytes;
+    double alpha_s, bytes_per_s, timeout_s;
+    cz_compute *watched;
+    int aborted;
+    int borrowed; /* the job's communicator: not destroyed at close */
+} nccl_plane;
+
+struct cz_comm_req {
+    cudaEvent_t ev;
+    int active, fail;
+    cz_error fail_err;
+};
+
+int cz_nccl_status(int rc, const char *call, const char *file, int line, cz_error *err)
+{
+    if (rc == (int)ncclSuccess)
+        return CZ_OK;
+    return cz_error_set(err, CZ_EIO, "%s:%d: %s failed: %s", file, line, call,
+                        ncclGetErrorString((ncclResult_t)rc));
+}
+
+/* For statuses checked where no caller is left to report them to (teardown, a second error
+ * after the first). */
+static void ignore(int rc)
+{
+    (void)rc;
+}
+
+static nccl_plane *impl_of(cz_plane *p)
+{
+    return p->impl;
+}
+
+static ncclDataType_t nccl_type(cz_dtype t)
+{
+    return t == CZ_DTYPE_FP32 ? ncclFloat32 : ncclBfloat16;
+}
+
+static double env_or(const char *name, double def, double unit)
+{
+    const char *v = getenv(name);
+    char *end = NULL;
+    double x = v ? strtod(v, &end) : 0.0;
+    return v && end != v && x > 0.0 ? x * unit : def;
+}
+
+static int abort_comm(nccl_plane *h, cz_error *err)
+{
+    if (h->aborted)
+        return CZ_OK;
+    h->aborted = 1;
+    return CZ_NCCL(err, ncclCommAbort(h->comm));
+}
+
+/* The watcher polled by the cuda backend's host waits. */
+static int watch(void *ctx, double waited_s, cz_error *err)
+{
+    nccl_plane *h = ctx;
+    ncclResult_t st = ncclSuccess;
+    cz_error tmp;
+    if (h->aborted)
+        return cz_error_set(err, CZ_EIO, "NCCL communicator was aborted after an earlier error");
+    int rc = CZ_NCCL(err, ncclCommGetAsyncError(h->comm, &st));
+    if (!rc && st != ncclSuccess && st != ncclInProgress)
+        rc = CZ_NCCL(err, st);
+    if (!rc && waited_s > h->timeout_s)
+        rc = cz_error_set(err, CZ_EIO,
+                          "NCCL operation not complete after %.0f s (a peer rank failed or "
+                          "stopped?); communicator aborted (CZ_NCCL_TIMEOUT_S sets the limit)",
+                          waited_s);
+    if (rc)
+        ignore(abort_comm(h, &tmp));
+    return rc;
+}
+
+/* Registers the watcher with the compute backend (a free slot, no allocation). */
+static int ensure_ready(cz_plane *p, cz_error *err)
+{
+    nccl_plane *h = impl_of(p);
+    if (h->aborted)
+        return cz_error_set(err, CZ_EIO, "NCCL communicator was aborted after an earlier error");
+    if (!p->compute || p->compute->ops->kind != CZ_BACKEND_CUDA)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "comm backend 'nccl' needs the 'cuda' compute backend");
+    if (h->watched != p->compute) {
+        if (cz_cuda_watch(p->compute, watch, h))
+            return cz_error_set(err, CZ_EINTERNAL, "no free watcher slot for the NCCL plane");
+        h->watched = p->compute;
+    }
+    return cz_cuda_take_error(p->compute, err);
+}
+
+static int wait_after(cz_plane *p, cz_event *after, cz_error *err)
+{
+    int rc = ensure_ready(p, err);
+    if (!rc && after)
+        rc = CZ_CU(err, cudaStreamWaitEvent(impl_of(p)->stream, cz_cuda_event(after), 0));
+    return rc;
+}
+
+/* The compute stream waits for everything issued so far on the communication stream. */
+static int join_compute(cz_plane *p, cz_error *err)
+{
+    nccl_plane *h = impl_of(p);
+    int rc = CZ_CU(err, cudaEventRecord(h->done, h->stream));
+    if (!rc)
+        rc = CZ_CU(err, cudaStreamWaitEvent(cz_cuda_stream(p->compute), h->done, 0));
+    return rc;
+}
+
+/* The padded forms' scratch: allocated the first time a padded collective needs it (so the
+ * first step allocates it once) and kept; never shrunk. */
+static int need_scratch(nccl_plane *h, size_t bytes, cz_error *err)
+{
+    if (bytes <= h->scratch_bytes)
+        return CZ_OK;
+    int rc = CZ_CU(err, cudaStreamSynchronize(h->stream));
+    if (!rc && h->scratch)
+        rc = CZ_CU(err, cudaFree(h->scratch));
+    h->scratch = NULL;
+    h->scratch_bytes = 0;
+    if (!rc)
+        rc = CZ_CU(err, cudaMalloc(&h->scratch, bytes));
+    if (!rc)
+        h->scratch_bytes = bytes;
+    return rc;
+}
+
+static int replay(cz_plane *p, const cz_nccl_call *calls, int n, void *send, void *recv, cz_dtype t,
+                  cz_error *err)
+{
+    nccl_plane *h = impl_of(p);
+    size_t es = (size_t)cz_dtype_bytes(t);
+    int rc = CZ_OK, grouped = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        const cz_nccl_call *c = &calls[i];
+        void *src = cz_nccl_call_ptr(c->src_buf, c->src_off, es, send, recv, h->scratch);
+        void *dst = cz_nccl_call_ptr(c->dst_buf, c->dst_off, es, send, recv, h->scratch);
+        if (c->grouped && !grouped) {
+            rc = CZ_NCCL(err, ncclGroupStart());
+            grouped = !rc;
+        }
+        if (rc)
+            break;
+        switch (c->kind) {
+        case CZ_NCCL_COPY:
+            rc = CZ_CU(
+                err, cudaMemcpyAsync(dst, src, c->count * es, cudaMemcpyDeviceToDevice, h->stream));
+            break;
+        case CZ_NCCL_REDUCE:
+            rc = CZ_NCCL(err, ncclReduce(src, dst, c->count, nccl_type(t), ncclSum, c->root,
+                                         h->comm, h->stream));
+            break;
+        case CZ_NCCL_BROADCAST:
+            rc = CZ_NCCL(
+                err, ncclBroadcast(src, dst, c->count, nccl_type(t), c->root, h->comm, h->stream));
+            break;
+        case CZ_NCCL_REDUCE_SCATTER:
+            rc = CZ_NCCL(err, ncclReduceScatter(src, dst, c->count, nccl_type(t), ncclSum, h->comm,
+                                                h->stream));
+            break;
+        case CZ_NCCL_ALL_GATHER:
+            rc = CZ_NCCL(err, ncclAllGather(src, dst, c->count, nccl_type(t), h->comm, h->stream));
+            break;
+        }
+        if (grouped && (i + 1 == n || !calls[i + 1].grouped)) {
+            cz_error tmp;
+            int erc = CZ_NCCL(rc ? &tmp : err, ncclGroupEnd());
+            grouped = 0;
+            if (!rc)
+                rc = erc;
+        }
+    }
+    if (grouped) {
+        cz_error tmp;
+        ignore(CZ_NCCL(&tmp, ncclGroupEnd()));
+    }
+    return rc;
+}
+
+static int uneven(cz_plane *p, int gather, const void *send, void *recv, const size_t *counts,
+                  cz_dtype t, cz_event *after, cz_error *err)
+{
+    nccl_plane *h = impl_of(p);
+    cz_nccl_call calls[2 * p->size + 1];
+    size_t scratch = 0;
+    int rc = wait_after(p, after, err);
+    /* A blocking-form collective also comes after every compute op issued so far, as on a
+     * host-driven plane: its output (the reduce-scatter scratch) may still be read by ops
+     * issued after `after` (the previous bucket's scale). */
+    if (!rc)
+        rc = CZ_CU(err, cudaEventRecord(h->issued, cz_cuda_stream(p->compute)));
+    if (!rc)
+        rc = CZ_CU(err, cudaStreamWaitEvent(h->stream, h->issued, 0));
+    if (rc)
+        return rc;
+    cz_nccl_form f =
+        cz_nccl_choose(counts, p->size, (size_t)cz_dtype_bytes(t), h->alpha_s, h->bytes_per_s);
+    int n = gather ? cz_nccl_plan_all_gather(calls, counts, p->size, p->rank, f, &scratch)
+                   : cz_nccl_plan_reduce_scatter(calls, counts, p->size, p->rank, f, &scratch);
+    rc = need_scratch(h, scratch * (size_t)cz_dtype_bytes(t), err);
+    if (!rc)
+        rc = replay(p, calls, n, (void *)send, recv, t, err);
+    return rc ? rc : join_compute(p, err);
+}
+
+static int nccl_reduce_scatter(cz_plane *p, const void *send, void *recv, const size_t *counts,
+                               cz_dtype t, cz_event *after, cz_error *err)
+{
+    return uneven(p, 0, send, recv, counts, t, after, err);
+}
+
+static int nccl_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtype t,
+                           cz_event *after, cz_error *err)
+{
+    return uneven(p, 1, buf, NULL, counts, t, after, err);
+}
+
+static int nccl_iall_gather(cz_plane *p, const void *send, size_t count, void *recv, cz_dtype t,
+                            cz_event *after, cz_comm_req *req, cz_error *err)
+{
+    nccl_plane *h = impl_of(p);
+    int rc = wait_after(p, after, err);
+    if (!rc)
+        rc = CZ_NCCL(err, ncclAllGather(send, recv, count, nccl_type(t), h->comm, h->stream));
+    if (!rc)
+        rc = CZ_CU(err, cudaEventRecord(req->ev, h->stream));
+    req->active = !rc;
+    return rc;
+}
+
+static int nccl_group_start(cz_plane *p, cz_comm_req *req, cz_event *after, cz_error *err)
+{
+    req->fail = 0;
+    req->active = 0;
+    int rc = wait_after(p, after, err);
+    if (!rc)
+        rc = CZ_NCCL(err, ncclGroupStart());
+    /* send/recv record their failure in req; group_end reports it. */
+    if (rc) {
+        req->fail = rc;
+        req->fail_err = err ? *err : (cz_error){0};
+    }
+    return rc;
+}
+
+static void post(cz_plane *p, cz_comm_req *req, void *buf, size_t count, cz_dtype t, int peer,
+                 int is_send)
+{
+    nccl_plane *h = impl_of(p);
+    if (count == 0 || req->fail)
+        return;
+    req->fail =
+        is_send
+            ? CZ_NCCL(&req->fail_err, ncclSend(buf, count, nccl_type(t), peer, h->comm, h->stream))
+            : CZ_NCCL(&req->fail_err, ncclRecv(buf, count, nccl_type(t), peer, h->comm, h->stream));
+}
+
+static void nccl_send(cz_plane *p, cz_comm_req *req, const void *buf, size_t count, cz_dtype t,
+                      int peer)
+{
+    /* ncclSend takes a const buffer; the cast only serves the shared helper. */
+    post(p, req, (void *)buf, count, t, peer, 1);
+}
+
+static void nccl_recv(cz_plane *p, cz_comm_req *req, void *buf, size_t count, cz_dtype t, int peer)
+{
+    post(p, req, buf, count, t, peer, 0);
+}
+
+static int nccl_group_end(cz_plane *p, cz_comm_req *req, cz_error *err)
+{
+    nccl_plane *h = impl_of(p);
+    cz_error tmp;
+    /* Every group_start that succeeded is closed, even after a failed send or receive. */
+    int rc = CZ_NCCL(req->fail ? &tmp : err, ncclGroupEnd());
+    if (req->fail) {
+        if (err)
+            *err = req->fail_err;
+        return req->fail;
+    }
+    if (!rc)
+        rc = CZ_CU(err, cudaEventRecord(req->ev, h->stream));
+    req->active = !rc;
+    return rc;
+}
+
+static int nccl_wait(cz_plane *p, cz_comm_req *req, cz_error *err)
+{
+    if (!req || !req->active)
+        return CZ_OK;
+    req->active = 0;
+    return CZ_CU(err, cudaStreamWaitEvent(cz_cuda_stream(p->compute), req->ev, 0));
+}
+
+static void nccl_progress(cz_plane *p, cz_comm_req *req)
+{
+    /* NCCL's kernels progress on their own; nothing to drive from the host. */
+    (void)p;
+    (void)req;
+}
+
+static cz_comm_req *nccl_req_create(cz_plane *p)
+{
+    cz_comm_req *q = cz_exec_calloc(1, sizeof *q);
+    cz_error e;
+    (void)p;
+    if (!q)
+        return NULL;
+    if (CZ_CU(&e, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming))) {
+        cz_exec_free(q);
+        return NULL;
+    }
+    return q;
+}
+
+static void nccl_req_free(cz_plane *p, cz_comm_req *req)
+{
+    cz_error e;
+    (void)p;
+    if (!req)
+        return;
+    ignore(CZ_CU(&e, cudaEventDestroy(req->ev)));
+    cz_exec_free(req);
+}
+
+static const cz_plane_ops cz_plane_nccl_ops;
+
+/* Wraps a communicator into p (taken over, or borrowed from the job): its stream, events and
+ * model constants. */
+static int wrap(cz_plane *p, ncclComm_t comm, int borrowed, cz_error *err)
+{
+    nccl_plane *h = cz_exec_calloc(1, sizeof *h);
+    if (!h) {
+        cz_error tmp;
+        if (!borrowed)
+            ignore(CZ_NCCL(&tmp, ncclCommDestroy(comm)));
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for an NCCL plane");
+    }
+    h->comm = comm;
+    h->borrowed = borrowed;
+    h->alpha_s = env_or("CZ_NCCL_ALPHA_US", CZ_NCCL_DEFAULT_ALPHA_S, 1e-6);
+    h->bytes_per_s = env_or("CZ_NCCL_GBPS", CZ_NCCL_DEFAULT_BYTES_PER_S, 1e9);
+    h->timeout_s = env_or("CZ_NCCL_TIMEOUT_S", CZ_NCCL_DEFAULT_TIMEOUT_S, 1.0);
+    p->ops = &cz_plane_nccl_ops;
+    p->impl = h;
+    int rc = CZ_CU(err, cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
+    if (!rc)
+        rc = CZ_CU(err, cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
+    if (!rc)
+        rc = CZ_CU(err, cudaEventCreateWithFlags(&h->issued, cudaEventDisableTiming));
+    if (!rc)
+        rc = CZ_NCCL(err, ncclCommCount(comm, &p->size));
+    if (!rc)
+        rc = CZ_NCCL(err, ncclCommUserRank(comm, &p->rank));
+    return rc;
+}
+
+static int nccl_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *err)
+{
+    ncclComm_t sub = NULL;
+    int rc = CZ_NCCL(err, ncclCommSplit(impl_of(p)->comm, color, key, &sub, NULL));
+    if (rc)
+        return rc;
+    *out = (cz_plane){.compute = p->compute};
+    return wrap(out, sub, 0, err);
+}
+
+static void nccl_close(cz_plane *p)
+{
+    nccl_plane *h = impl_of(p);
+    cz_error e;
+    if (!h)
+        return;
+    if (h->watched)
+        cz_cuda_unwatch(h->watched, h);
+    if (h->stream)
+        ignore(CZ_CU(&e, cudaStreamSynchronize(h->stream)));
+    if (h->scratch)
+        ignore(CZ_CU(&e, cudaFree(h->scratch)));
+    if (h->done)
+        ignore(CZ_CU(&e, cudaEventDestroy(h->done)));
+    if (h->issued)
+        ignore(CZ_CU(&e, cudaEventDestroy(h->issued)));
+    if (h->stream)
+        ignore(CZ_CU(&e, cudaStreamDestroy(h->stream)));
+    if (h->comm)
+        ignore(h->aborted || h->borrowed ? CZ_OK : CZ_NCCL(&e, ncclCommDestroy(h->comm)));
+    cz_exec_free(h);
+    p->impl = NULL;
+}
+
+static const cz_plane_ops cz_plane_nccl_ops = {
+    .version = CZ_DATA_PLANE_VERSION,
+    .kind = CZ_COMM_NCCL,
+    .name = "nccl",
+    .reduce_scatter = nccl_reduce_scatter,
+    .all_gather = nccl_all_gather,
+    .iall_gather = nccl_iall_gather,
+    .group_start = nccl_group_start,
+    .send = nccl_send,
+    .recv = nccl_recv,
+    .group_end = nccl_group_end,
+    .wait = nccl_wait,
+    .progress = nccl_progress,
+    .req_create = nccl_req_create,
+    .req_free = nccl_req_free,
+    .split = nccl_split,
+    .close = nccl_close,
+};
+
+int cz_plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, cz_error *err)
+{
+    ncclUniqueId id;
+    /* The id's 128 bytes travel as 16 int64 through the control plane's min-reduction (every
+     * other rank contributes INT64_MAX), plus a flag that is 0 when rank 0 could not make it. */
+    enum { W = NCCL_UNIQUE_ID_BYTES / 8 };
+    int64_t v[W + 1];
+    int rc = CZ_OK;
+    *p = (cz_plane){0};
+    for (int i = 0; i <= W; i++)
+        v[i] = INT64_MAX;
+    if (ctrl->rank == 0) {
+        rc = CZ_NCCL(err, ncclGetUniqueId(&id));
+        if (!rc)
+            memcpy(v, id.internal, sizeof id.internal);
+        v[W] = rc ? 0 : 1;
+    }
+    cz_error tmp;
+    int crc = ctrl->ops->allreduce_min_i64(ctrl, v, W + 1, rc ? &tmp : err);
+    if (rc || crc)
+        return rc ? rc : crc;
+    if (v[W] == 0)
+        return cz_error_set(err, CZ_EIO, "rank 0 could not create the NCCL unique id");
+    memcpy(id.internal, v, sizeof id.internal);
+    ncclComm_t comm = NULL;
+    rc = CZ_NCCL(err, ncclCommInitRank(&comm, ctrl->size, id, ctrl->rank));
+    if (rc)
+        return rc;
+    return wrap(p, comm, 0, err);
+}
+
+int cz_plane_nccl_wrap(cz_plane *p, const void *handle, cz_error *err)
+{
+    *p = (cz_plane){0};
+    if (!handle)
+        return cz_error_set(err, CZ_EINVALID, "NCCL communicator handle is NULL");
+    return wrap(p, *(const ncclComm_t *)handle, 1, err);
+}

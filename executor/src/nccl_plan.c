@@ -1,0 +1,144 @@
+/* Rooted or padded uneven collectives, and their NCCL call lists (see nccl_plan.h). */
+#include "nccl_plan.h"
+
+#include "cz_types.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static void totals(const size_t *counts, int n, size_t *sum, size_t *max)
+{
+    *sum = *max = 0;
+    for (int r = 0; r < n; r++) {
+        *sum += counts[r];
+        if (counts[r] > *max)
+            *max = counts[r];
+    }
+}
+
+double cz_nccl_time(cz_nccl_form f, const size_t *counts, int n, size_t elem_bytes, double alpha_s,
+                    double bytes_per_s)
+{
+    size_t sum, max;
+    totals(counts, n, &sum, &max);
+    double s = (double)elem_bytes / bytes_per_s;
+    if (f == CZ_NCCL_ROOTED)
+        return (double)n * alpha_s + (double)sum * s;
+    return (double)(n - 1) * alpha_s + (double)(n - 1) * (double)max * s;
+}
+
+cz_nccl_form cz_nccl_choose(const size_t *counts, int n, size_t elem_bytes, double alpha_s,
+                            double bytes_per_s)
+{
+    double pad = cz_nccl_time(CZ_NCCL_PADDED, counts, n, elem_bytes, alpha_s, bytes_per_s);
+    double root = cz_nccl_time(CZ_NCCL_ROOTED, counts, n, elem_bytes, alpha_s, bytes_per_s);
+    return pad < root ? CZ_NCCL_PADDED : CZ_NCCL_ROOTED;
+}
+
+static cz_nccl_call call(cz_nccl_call_kind kind, int root, size_t count, cz_nccl_buf sb, size_t so,
+                         cz_nccl_buf db, size_t d, int grouped)
+{
+    return (cz_nccl_call){kind, root, count, sb, db, so, d, grouped};
+}
+
+void *cz_nccl_call_ptr(cz_nccl_buf b, size_t off, size_t elem_bytes, void *send, void *recv,
+                       void *scratch)
+{
+    char *base = b == CZ_NCCL_BUF_SEND ? send : b == CZ_NCCL_BUF_RECV ? recv : scratch;
+    return base + off * elem_bytes;
+}
+
+int cz_nccl_plan_reduce_scatter(cz_nccl_call *out, const size_t *counts, int n, int me,
+                                cz_nccl_form f, size_t *scratch_elems)
+{
+    size_t sum, m, off = 0;
+    int k = 0;
+    totals(counts, n, &sum, &m);
+    *scratch_elems = 0;
+    if (f == CZ_NCCL_ROOTED) {
+        for (int r = 0; r < n; r++) {
+            if (counts[r])
+                out[k++] = call(CZ_NCCL_REDUCE, r, counts[r], CZ_NCCL_BUF_SEND, off,
+                                CZ_NCCL_BUF_RECV, 0, 1);
+            off += counts[r];
+        }
+        return k;
+    }
+    if (m == 0)
+        return 0;
+    /* Slots of m elements at scratch[0 .. n m), the result at scratch[n m .. n m + m). The
+     * padding of each slot is never read back, so it needs no zeroing. */
+    *scratch_elems = (size_t)n * m + m;
+    for (int r = 0; r < n; r++) {
+        if (counts[r])
+            out[k++] = call(CZ_NCCL_COPY, -1, counts[r], CZ_NCCL_BUF_SEND, off, CZ_NCCL_BUF_SCRATCH,
+                            (size_t)r * m, 0);
+        off += counts[r];
+    }
+    out[k++] = call(CZ_NCCL_REDUCE_SCATTER, -1, m, CZ_NCCL_BUF_SCRATCH, 0, CZ_NCCL_BUF_SCRATCH,
+                    (size_t)n * m, 0);
+    if (counts[me])
+        out[k++] = call(CZ_NCCL_COPY, -1, counts[me], CZ_NCCL_BUF_SCRATCH, (size_t)n * m,
+                        CZ_NCCL_BUF_RECV, 0, 0);
+    return k;
+}
+
+int cz_nccl_plan_all_gather(cz_nccl_call *out, const size_t *counts, int n, int me, cz_nccl_form f,
+                            size_t *scratch_elems)
+{
+    size_t sum, m, off = 0, mine = 0;
+    int k = 0;
+    totals(counts, n, &sum, &m);
+    *scratch_elems = 0;
+    if (f == CZ_NCCL_ROOTED) {
+        for (int r = 0; r < n; r++) {
+            if (counts[r])
+                out[k++] = call(CZ_NCCL_BROADCAST, r, counts[r], CZ_NCCL_BUF_SEND, off,
+                                CZ_NCCL_BUF_SEND, off, 1);
+            off += counts[r];
+        }
+        return k;
+    }
+    if (m == 0)
+        return 0;
+    *scratch_elems = (size_t)n * m;
+    for (int r = 0; r < me; r++)
+        mine += counts[r];
+    if (counts[me])
+        out[k++] = call(CZ_NCCL_COPY, -1, counts[me], CZ_NCCL_BUF_SEND, mine, CZ_NCCL_BUF_SCRATCH,
+                        (size_t)me * m, 0);
+    /* In place: rank me's slot is already at scratch + me m. */
+    out[k++] = call(CZ_NCCL_ALL_GATHER, -1, m, CZ_NCCL_BUF_SCRATCH, (size_t)me * m,
+                    CZ_NCCL_BUF_SCRATCH, 0, 0);
+    for (int r = 0; r < n; r++) {
+        if (r != me && counts[r])
+            out[k++] = call(CZ_NCCL_COPY, -1, counts[r], CZ_NCCL_BUF_SCRATCH, (size_t)r * m,
+                            CZ_NCCL_BUF_SEND, off, 0);
+        off += counts[r];
+    }
+    return k;
+}
+
+double cz_nccl_step_time(const struct cz_plan *plan, cz_nccl_policy policy, size_t elem_bytes,
+                         double alpha_s, double bytes_per_s, int *npadded)
+{
+    size_t *counts = calloc((size_t)(plan->dp > 0 ? plan->dp : 1), sizeof *counts);
+    double t = 0.0;
+    *npadded = 0;
+    if (!counts)
+        return NAN;
+    for (size_t b = 0; b < plan->nbuckets; b++) {
+        const cz_plan_bucket *bk = &plan->buckets[b];
+        for (int r = 0; r < plan->dp; r++)
+            counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
+        cz_nccl_form f = policy == CZ_NCCL_ALL_ROOTED ? CZ_NCCL_ROOTED
+                         : policy == CZ_NCCL_ALL_PADDED
+                             ? CZ_NCCL_PADDED
+                             : cz_nccl_choose(counts, plan->dp, elem_bytes, alpha_s, bytes_per_s);
+        *npadded += f == CZ_NCCL_PADDED;
+        /* The reduce-scatter and the all-gather move the same segments: the model is the same. */
+        t += 2.0 * cz_nccl_time(f, counts, plan->dp, elem_bytes, alpha_s, bytes_per_s);
+    }
+    free(counts);
+    return t;
+}

@@ -1,0 +1,94 @@
+/*
+ * nccl_plan.h — the NCCL calls of the data plane's uneven collectives, decided in plain C so
+ * that the CPU tests check them (tests/exec/test_nccl_plan.c): which form an uneven
+ * reduce-scatter or all-gather takes, and the list of calls (with roots, counts and offsets)
+ * that comm_nccl.c replays.
+ *
+ * NCCL has no v-collectives. An uneven reduce-scatter (all-gather) over P ranks with counts
+ * c_0..c_{P-1}, N = sum c_r, m = max c_r, s bytes per element, is built either
+ *   rooted: one ncclReduce (ncclBroadcast) per rank r of its c_r elements with root r, all in
+ *           one ncclGroupStart/End; no extra memory;
+ *   padded: the segments copied into P slots of m elements, one ncclReduceScatter
+ *           (ncclAllGather) of m per rank, the result copied out; P*m + m elements of scratch.
+ * The alpha-beta model (alpha: latency of one pipelined ring/chain step sequence, beta:
+ * seconds per byte of one link) gives
+ *   T_rooted = P alpha + N s beta      (every link carries every segment once; the P rooted
+ *                                       operations of a group each pay one start-up latency)
+ *   T_padded = (P-1) alpha + (P-1) m s beta   (ring reduce-scatter of P m elements)
+ * so padded is chosen when (P-1) m s beta - N s beta < alpha, i.e. when the bytes the padding
+ * adds, (P-1) m - N elements, cost less than one latency. Even counts always pick padded
+ * ((P-1) N/P < N); a skewed plan (one rank with most of a bucket) picks rooted.
+ */
+#ifndef CZ_NCCL_PLAN_H
+#define CZ_NCCL_PLAN_H
+
+#include <stddef.h>
+
+/* Model constants: defaults for NVLink-class links; CZ_NCCL_ALPHA_US and CZ_NCCL_GBPS override
+ * them in comm_nccl.c. */
+#define CZ_NCCL_DEFAULT_ALPHA_S 10e-6
+#define CZ_NCCL_DEFAULT_BYTES_PER_S 100e9
+
+typedef enum cz_nccl_form {
+    CZ_NCCL_ROOTED = 0,
+    CZ_NCCL_PADDED = 1,
+} cz_nccl_form;
+
+/* The form of an uneven collective over P = n ranks of `counts` (elements of elem_bytes), for
+ * latency alpha_s (seconds) and bandwidth bytes_per_s. */
+cz_nccl_form cz_nccl_choose(const size_t *counts, int n, size_t elem_bytes, double alpha_s,
+                            double bytes_per_s);
+/* The model's times of both forms (seconds), for the docs and the tests. */
+double cz_nccl_time(cz_nccl_form f, const size_t *counts, int n, size_t elem_bytes, double alpha_s,
+                    double bytes_per_s);
+
+typedef enum cz_nccl_call_kind {
+    CZ_NCCL_COPY = 1,       /* device copy of count elements, src -> dst (comm stream) */
+    CZ_NCCL_REDUCE,         /* ncclReduce(src, dst, count, sum, root) */
+    CZ_NCCL_BROADCAST,      /* ncclBroadcast(src, dst, count, root) */
+    CZ_NCCL_REDUCE_SCATTER, /* ncclReduceScatter(src, dst, count per rank, sum) */
+    CZ_NCCL_ALL_GATHER,     /* ncclAllGather(src, dst, count per rank) */
+} cz_nccl_call_kind;
+
+typedef enum cz_nccl_buf {
+    CZ_NCCL_BUF_SEND = 0, /* the caller's send buffer (all-gather: the in-place buffer) */
+    CZ_NCCL_BUF_RECV = 1, /* the caller's receive buffer */
+    CZ_NCCL_BUF_SCRATCH = 2,
+} cz_nccl_buf;
+
+typedef struct cz_nccl_call {
+    cz_nccl_call_kind kind;
+    int root; /* REDUCE, BROADCAST */
+    size_t count;
+    cz_nccl_buf src_buf, dst_buf;
+    size_t src_off, dst_off; /* elements */
+    int grouped;             /* inside the one ncclGroupStart/End of the list */
+} cz_nccl_call;
+
+/* The address a call's operand names: buffer b's base + off elements of elem_bytes. What the
+ * NCCL plane hands NCCL and cudaMemcpyAsync. */
+void *cz_nccl_call_ptr(cz_nccl_buf b, size_t off, size_t elem_bytes, void *send, void *recv,
+                       void *scratch);
+
+/* The calls of an uneven sum-reduce-scatter on rank `me`: the r-th segment of send (counts in
+ * rank order) summed into recv on rank r. At most 2 n + 1 calls; returns their count. Zero
+ * counts make no call. *scratch_elems is the scratch the calls need (0 when rooted). */
+int cz_nccl_plan_reduce_scatter(cz_nccl_call *out, const size_t *counts, int n, int me,
+                                cz_nccl_form f, size_t *scratch_elems);
+/* The calls of an uneven in-place all-gather on rank `me` (buffer = SEND). */
+int cz_nccl_plan_all_gather(cz_nccl_call *out, const size_t *counts, int n, int me, cz_nccl_form f,
+                            size_t *scratch_elems);
+
+/* The model's time of a step's DP collectives (every bucket's reduce-scatter and all-gather
+ * over the plan's DP ranges, elem_bytes per element) when every bucket is rooted, every one
+ * padded, or each as cz_nccl_choose picks; *npadded counts the buckets the rule makes padded. */
+typedef enum cz_nccl_policy {
+    CZ_NCCL_ALL_ROOTED = 0,
+    CZ_NCCL_ALL_PADDED = 1,
+    CZ_NCCL_BY_RULE = 2,
+} cz_nccl_policy;
+struct cz_plan;
+double cz_nccl_step_time(const struct cz_plan *plan, cz_nccl_policy policy, size_t elem_bytes,
+                         double alpha_s, double bytes_per_s, int *npadded);
+
+#endif /* CZ_NCCL_PLAN_H */

@@ -1,0 +1,79 @@
+/*
+ * ns_plan.h — the Newton-Schulz iteration of a batch of same-shape matrices as a list of GEMMs
+ * and strided elementwise passes in cuBLAS's terms (column-major, transposes, leading
+ * dimensions, strides, batch counts). Plain C, so that every parameter the CUDA backend hands
+ * cuBLAS is decided here and checked on the CPU: tests/exec/test_ns_plan.c replays a plan with
+ * column-major reference GEMMs and compares it with the CPU backend's row-major iteration.
+ *
+ * The matrices are row-major rows x cols (rows <= cols), stored back to back in X. A row-major
+ * matrix M (ld = its cols) is, read column-major, M^T with the same ld; so
+ *   A = X X^T  is  C(r x r) = op_T(Xcm) op_N(Xcm), k = cols;
+ *   A A        is  C(r x r) = Acm Acm,            k = rows;
+ *   Y = B X    is  Ycm(c x r) = Xcm Bcm,          k = rows.
+ * Work layout per matrix i (stride w = 2 r^2 + r c floats, as the seam's ns_batched sizes it):
+ *   fp32: [A: r^2 fp32][B: r^2 fp32][Y: r c fp32];
+ *   bf16: [A: r^2 fp32, later B as bf16][B: r^2 fp32][Xh: r c bf16][Ah: r^2 bf16]
+ * (bf16 needs no Y: the last GEMM reads bf16 copies and accumulates into X in place).
+ */
+#ifndef CZ_NS_PLAN_H
+#define CZ_NS_PLAN_H
+
+#include <stdint.h>
+
+typedef enum cz_ns_precision {
+    CZ_NS_FP32 = 0, /* fp32 GEMMs (TF32 tensor cores are not enabled) */
+    CZ_NS_BF16 = 1, /* bf16 inputs, fp32 accumulation and output */
+} cz_ns_precision;
+
+typedef enum cz_ns_op_kind {
+    CZ_NS_GEMM = 1, /* c = alpha op(a) op(b) + beta c, column-major */
+    CZ_NS_AXPBY,    /* c[j] = alpha a[j] + beta c[j] over len elements (beta 0: c not read) */
+    CZ_NS_TO_BF16,  /* c (bf16) = a (fp32), len elements, round to nearest even */
+} cz_ns_op_kind;
+
+typedef enum cz_ns_buf {
+    CZ_NS_BUF_X = 0,    /* the matrices being orthogonalized */
+    CZ_NS_BUF_WORK = 1, /* the work buffer */
+} cz_ns_buf;
+
+/* One operand: matrix i of the batch starts at byte off + i * stride * element size. */
+typedef struct cz_ns_operand {
+    cz_ns_buf buf;
+    int64_t off;    /* bytes from the buffer's start to matrix 0 */
+    int64_t stride; /* elements from one matrix to the next */
+    int ld;         /* leading dimension in elements (GEMM only) */
+    int bf16;       /* element type: 1 = bf16, 0 = fp32 */
+} cz_ns_operand;
+
+typedef struct cz_ns_op {
+    cz_ns_op_kind kind;
+    int transa, transb; /* GEMM: 1 = transposed */
+    int m, n, k;        /* GEMM */
+    int64_t len;        /* AXPBY, TO_BF16: elements per matrix */
+    float alpha, beta;
+    cz_ns_operand a, b, c;
+    int batch;   /* matrices the op covers */
+    int batched; /* GEMM: 1 = one strided-batched call, 0 = one call per matrix */
+} cz_ns_op;
+
+/* The most ops one iteration takes. */
+#define CZ_NS_MAX_OPS 8
+
+/* Writes the ops of ONE Newton-Schulz iteration (A = X X^T, B = b A + c A A, X = a X + B X)
+ * of `batch` rows x cols matrices to ops; returns their count, or -1 when the shape is not
+ * valid (rows > cols, a dimension <= 0 or above INT32_MAX, batch < 1). Same-shape matrices
+ * are one strided-batched GEMM when batch > 1, a plain GEMM when batch = 1. */
+int cz_ns_plan(cz_ns_op *ops, int64_t rows, int64_t cols, int batch, double a, double b, double c,
+               cz_ns_precision prec);
+
+/* The address of matrix i of operand o, given the buffers' bases: base + off + i * stride
+ * elements of its type. What the CUDA backend hands cuBLAS and its kernels. */
+void *cz_ns_operand_ptr(const cz_ns_operand *o, float *x, float *work, int i);
+
+/* Floats of work the iteration needs for `batch` matrices (the seam's ns_batched size). */
+int64_t cz_ns_work_floats(int64_t rows, int64_t cols, int batch);
+
+/* FLOPs of one iteration of one matrix (2 m n k per GEMM), for the micro-benchmark. */
+double cz_ns_iter_flops(int64_t rows, int64_t cols, double c);
+
+#endif /* CZ_NS_PLAN_H */

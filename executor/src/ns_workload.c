@@ -1,0 +1,92 @@
+/* The Newton-Schulz work of one GPU under a plan (see ns_workload.h). */
+#include "ns_workload.h"
+
+#include "exec_internal.h"
+#include "ns_plan.h"
+
+#include <stdlib.h>
+
+static int add_group(cz_ns_workload *w, const cz_plan *plan, const cz_plan_group *g, int gi,
+                     int steps, double c, cz_error *err)
+{
+    const cz_plan_param **ps = cz_exec_calloc((size_t)(g->ntasks > 0 ? g->ntasks : 1), sizeof *ps);
+    if (!ps)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for a micro-group");
+    bool sc = plan->settings.tp == CZ_TP_SC;
+    int n = 0;
+    for (int t = 0; t < g->ntasks; t++)
+        if (sc || g->task_slot[t] == w->tp_rank)
+            ps[n++] = &plan->params[g->task_param[t]];
+    cz_muon_prep mp;
+    int rc = cz_muon_prepare(&mp, ps, n, err);
+    cz_exec_free(ps);
+    if (rc)
+        return rc;
+    for (int s = 0; s < mp.nblk && !rc;) {
+        int e = s;
+        while (e < mp.nblk && mp.blks[e].r == mp.blks[s].r && mp.blks[e].c == mp.blks[s].c)
+            e++;
+        cz_ns_batch *nb = realloc(w->batches, (size_t)(w->nbatches + 1) * sizeof *nb);
+        if (!nb) {
+            rc = cz_error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz batches");
+            break;
+        }
+        w->batches = nb;
+        cz_ns_batch *b = &w->batches[w->nbatches++];
+        *b = (cz_ns_batch){gi, mp.blks[s].r, mp.blks[s].c, e - s};
+        w->nblocks += b->count;
+        w->flops += (double)steps * b->count * cz_ns_iter_flops(b->rows, b->cols, c);
+        s = e;
+    }
+    if (mp.batch_n > w->batch_n)
+        w->batch_n = mp.batch_n;
+    if (mp.work_n > w->work_n)
+        w->work_n = mp.work_n;
+    cz_muon_prep_free(&mp);
+    return rc;
+}
+
+int cz_ns_workload_make(cz_ns_workload *w, const cz_plan *plan, int dp_rank, int tp_rank, int steps,
+                        double c, cz_error *err)
+{
+    *w = (cz_ns_workload){.dp_rank = dp_rank, .tp_rank = tp_rank};
+    if (dp_rank < 0 || dp_rank >= plan->dp || tp_rank < 0 || tp_rank >= plan->tp ||
+        (size_t)dp_rank >= plan->nschedules)
+        return cz_error_set(err, CZ_EINVALID,
+                            "GPU (dp %d, tp %d) is outside the plan's dp = %d, tp = %d", dp_rank,
+                            tp_rank, plan->dp, plan->tp);
+    const cz_rank_schedule *rs = &plan->schedules[dp_rank];
+    int rc = CZ_OK;
+    for (int g = 0; g < rs->ngroups && !rc; g++)
+        rc = add_group(w, plan, &rs->groups[g], g, steps, c, err);
+    if (rc)
+        cz_ns_workload_free(w);
+    return rc;
+}
+
+void cz_ns_workload_free(cz_ns_workload *w)
+{
+    free(w->batches);
+    w->batches = NULL;
+    w->nbatches = w->nblocks = 0;
+}
+
+int cz_ns_workload_busiest(const cz_plan *plan, int steps, double c, int *dp_rank, int *tp_rank,
+                           cz_error *err)
+{
+    double best = -1.0;
+    for (int d = 0; d < plan->dp; d++)
+        for (int t = 0; t < plan->tp; t++) {
+            cz_ns_workload w;
+            int rc = cz_ns_workload_make(&w, plan, d, t, steps, c, err);
+            if (rc)
+                return rc;
+            if (w.flops > best) {
+                best = w.flops;
+                *dp_rank = d;
+                *tp_rank = t;
+            }
+            cz_ns_workload_free(&w);
+        }
+    return CZ_OK;
+}

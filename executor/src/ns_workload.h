@@ -1,0 +1,39 @@
+/*
+ * ns_workload.h — the Newton-Schulz work one GPU does in a step of a plan: the same-shape
+ * batches of the micro-groups it hosts (as the pipeline batches them) and their FLOPs. Plain C,
+ * for canzona-bench's single-GPU micro-benchmark (`canzona-bench ns`) and its CPU tests.
+ */
+#ifndef CZ_NS_WORKLOAD_H
+#define CZ_NS_WORKLOAD_H
+
+#include "cz_types.h"
+
+#include <stdint.h>
+
+/* `count` blocks of rows x cols (oriented: rows <= cols) in micro-group `group`: one
+ * ns_batched call of the pipeline. */
+typedef struct cz_ns_batch {
+    int group;
+    int64_t rows, cols;
+    int count;
+} cz_ns_batch;
+
+typedef struct cz_ns_workload {
+    int dp_rank, tp_rank;
+    cz_ns_batch *batches;
+    int nbatches, nblocks;
+    double flops;            /* of `steps` iterations over every block */
+    int64_t batch_n, work_n; /* floats the largest batch needs (x and work) */
+} cz_ns_workload;
+
+/* The work of GPU (dp_rank, tp_rank): the matrix tasks it hosts (every task under sc), per
+ * micro-group of its DP rank's schedule, for `steps` iterations of coefficient c (0 = no A A
+ * product). */
+int cz_ns_workload_make(cz_ns_workload *w, const cz_plan *plan, int dp_rank, int tp_rank, int steps,
+                        double c, cz_error *err);
+void cz_ns_workload_free(cz_ns_workload *w);
+/* The GPU with the most Newton-Schulz FLOPs (the lowest dp, then tp rank on ties). */
+int cz_ns_workload_busiest(const cz_plan *plan, int steps, double c, int *dp_rank, int *tp_rank,
+                           cz_error *err);
+
+#endif /* CZ_NS_WORKLOAD_H */

@@ -1,0 +1,251 @@
+/* The NCCL data plane's decisions (nccl_plan.c) on the CPU: the rooted-vs-padded rule on
+ * hand-worked counts, the call lists of both forms, and a simulation of the call lists over
+ * P ranks (sum for reduce, copy for broadcast) against the uneven collectives' definitions. */
+#include "nccl_plan.h"
+
+#include "cz_types.h"
+
+#include <check.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+START_TEST(rule_hand_worked)
+{
+    /* alpha = 10 us, 100 GB/s, fp32 (s beta = 4e-11 s per element): padded wins when
+     * (P-1) m - N < alpha / (s beta) = 250000 elements. */
+    size_t even[4] = {1000000, 1000000, 1000000, 1000000};
+    ck_assert_int_eq(cz_nccl_choose(even, 4, 4, 10e-6, 100e9), CZ_NCCL_PADDED);
+    /* (4-1) * 1.3M - 3.9M = 0 < 250000: padded. */
+    size_t mild[4] = {1300000, 1000000, 800000, 800000};
+    ck_assert_int_eq(cz_nccl_choose(mild, 4, 4, 10e-6, 100e9), CZ_NCCL_PADDED);
+    /* (4-1) * 3M - 3.3M = 5.7M elements of padding: rooted. */
+    size_t skew[4] = {3000000, 100000, 100000, 100000};
+    ck_assert_int_eq(cz_nccl_choose(skew, 4, 4, 10e-6, 100e9), CZ_NCCL_ROOTED);
+    /* The same skew on a tiny bucket is latency-bound: 3*300 - 330 = 570 < 250000: padded. */
+    size_t tiny[4] = {300, 10, 10, 10};
+    ck_assert_int_eq(cz_nccl_choose(tiny, 4, 4, 10e-6, 100e9), CZ_NCCL_PADDED);
+    /* The model's times themselves: rooted 4 alpha + N s beta. */
+    double t = cz_nccl_time(CZ_NCCL_ROOTED, skew, 4, 4, 10e-6, 100e9);
+    ck_assert_double_eq_tol(t, 4 * 10e-6 + 3.3e6 * 4 / 100e9, 1e-12);
+    t = cz_nccl_time(CZ_NCCL_PADDED, skew, 4, 4, 10e-6, 100e9);
+    ck_assert_double_eq_tol(t, 3 * 10e-6 + 3 * 3e6 * 4 / 100e9, 1e-12);
+}
+END_TEST
+
+START_TEST(lists_hand_worked)
+{
+    size_t counts[3] = {2, 0, 3}, scratch = 99;
+    cz_nccl_call c[8];
+    /* Rooted reduce-scatter: one grouped ncclReduce per non-empty segment, offsets 0 and 2. */
+    int n = cz_nccl_plan_reduce_scatter(c, counts, 3, 1, CZ_NCCL_ROOTED, &scratch);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(scratch, 0);
+    ck_assert_int_eq(c[0].kind, CZ_NCCL_REDUCE);
+    ck_assert_int_eq(c[0].root, 0);
+    ck_assert_int_eq(c[0].count, 2);
+    ck_assert_int_eq(c[1].root, 2);
+    ck_assert_int_eq(c[1].src_off, 2);
+    ck_assert_int_eq(c[1].count, 3);
+    ck_assert(c[0].grouped && c[1].grouped);
+    /* Padded on rank 2: m = 3, slots at 0, 3, 6, result at 9; scratch 12. */
+    n = cz_nccl_plan_reduce_scatter(c, counts, 3, 2, CZ_NCCL_PADDED, &scratch);
+    ck_assert_int_eq(scratch, 12);
+    ck_assert_int_eq(n, 4);
+    ck_assert_int_eq(c[1].kind, CZ_NCCL_COPY);
+    ck_assert_int_eq(c[1].src_off, 2);
+    ck_assert_int_eq(c[1].dst_off, 6);
+    ck_assert_int_eq(c[2].kind, CZ_NCCL_REDUCE_SCATTER);
+    ck_assert_int_eq(c[2].count, 3);
+    ck_assert_int_eq(c[2].dst_off, 9);
+    ck_assert_int_eq(c[3].dst_buf, CZ_NCCL_BUF_RECV);
+    ck_assert_int_eq(c[3].count, 3);
+    /* Rank 1 receives nothing: no copy out. */
+    n = cz_nccl_plan_reduce_scatter(c, counts, 3, 1, CZ_NCCL_PADDED, &scratch);
+    ck_assert_int_eq(n, 3);
+    /* Rooted all-gather: in-place broadcasts. */
+    n = cz_nccl_plan_all_gather(c, counts, 3, 0, CZ_NCCL_ROOTED, &scratch);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(c[1].kind, CZ_NCCL_BROADCAST);
+    ck_assert_int_eq(c[1].src_off, c[1].dst_off);
+    /* Padded all-gather on rank 0: copy in, in-place gather from slot 0, copy out rank 2. */
+    n = cz_nccl_plan_all_gather(c, counts, 3, 0, CZ_NCCL_PADDED, &scratch);
+    ck_assert_int_eq(scratch, 9);
+    ck_assert_int_eq(n, 3);
+    ck_assert_int_eq(c[1].kind, CZ_NCCL_ALL_GATHER);
+    ck_assert_int_eq(c[1].src_off, 0);
+    ck_assert_int_eq(c[2].src_off, 6);
+    ck_assert_int_eq(c[2].dst_off, 2);
+}
+END_TEST
+
+/* Simulates P ranks replaying their lists: copies are local, and every rank must reach the
+ * same sequence of collectives (as NCCL requires), which run together. */
+enum { P = 4, MAXE = 64 };
+static float bufs[P][3][MAXE * P + MAXE];
+
+/* Through the plane's own address rule (cz_nccl_call_ptr). */
+static float *at(int rank, cz_nccl_buf b, size_t off)
+{
+    return cz_nccl_call_ptr(b, off, sizeof(float), bufs[rank][CZ_NCCL_BUF_SEND],
+                            bufs[rank][CZ_NCCL_BUF_RECV], bufs[rank][CZ_NCCL_BUF_SCRATCH]);
+}
+
+/* Runs every rank's local copies up to its next collective; returns false at the end. */
+static bool local_until_collective(cz_nccl_call *list, int len, int r, int *pc)
+{
+    while (*pc < len && list[*pc].kind == CZ_NCCL_COPY) {
+        const cz_nccl_call *c = &list[*pc];
+        memmove(at(r, c->dst_buf, c->dst_off), at(r, c->src_buf, c->src_off),
+                c->count * sizeof(float));
+        (*pc)++;
+    }
+    return *pc < len;
+}
+
+static void simulate(cz_nccl_call lists[P][2 * P + 1], const int *lens)
+{
+    int pc[P] = {0};
+    for (;;) {
+        int live = 0;
+        for (int r = 0; r < P; r++)
+            live += local_until_collective(lists[r], lens[r], r, &pc[r]);
+        if (live == 0)
+            return;
+        ck_assert_int_eq(live, P); /* every rank reaches the same collective */
+        const cz_nccl_call *c0 = &lists[0][pc[0]];
+        const cz_nccl_call *c[P];
+        for (int r = 0; r < P; r++) {
+            c[r] = &lists[r][pc[r]++];
+            ck_assert_int_eq(c[r]->kind, c0->kind);
+            ck_assert_int_eq(c[r]->count, c0->count);
+            ck_assert_int_eq(c[r]->root, c0->root);
+        }
+        float tmp[MAXE * P];
+        memset(tmp, 0, sizeof tmp);
+        switch (c0->kind) {
+        case CZ_NCCL_COPY:
+            break;
+        case CZ_NCCL_REDUCE:
+            for (int r = 0; r < P; r++)
+                for (size_t j = 0; j < c0->count; j++)
+                    tmp[j] += *at(r, c[r]->src_buf, c[r]->src_off + j);
+            memcpy(at(c0->root, c[c0->root]->dst_buf, c[c0->root]->dst_off), tmp,
+                   c0->count * sizeof(float));
+            break;
+        case CZ_NCCL_BROADCAST:
+            memcpy(tmp, at(c0->root, c[c0->root]->src_buf, c[c0->root]->src_off),
+                   c0->count * sizeof(float));
+            for (int r = 0; r < P; r++)
+                memcpy(at(r, c[r]->dst_buf, c[r]->dst_off), tmp, c0->count * sizeof(float));
+            break;
+        case CZ_NCCL_REDUCE_SCATTER:
+            for (int r = 0; r < P; r++)
+                for (size_t j = 0; j < P * c0->count; j++)
+                    tmp[j] += *at(r, c[r]->src_buf, c[r]->src_off + j);
+            for (int r = 0; r < P; r++)
+                memcpy(at(r, c[r]->dst_buf, c[r]->dst_off), tmp + r * c0->count,
+                       c0->count * sizeof(float));
+            break;
+        case CZ_NCCL_ALL_GATHER:
+            for (int r = 0; r < P; r++)
+                memcpy(tmp + r * c0->count, at(r, c[r]->src_buf, c[r]->src_off),
+                       c0->count * sizeof(float));
+            for (int r = 0; r < P; r++)
+                memmove(at(r, c[r]->dst_buf, c[r]->dst_off), tmp, P * c0->count * sizeof(float));
+            break;
+        }
+    }
+}
+
+START_TEST(lists_simulated)
+{
+    size_t cases[3][P] = {{5, 0, 7, 1}, {4, 4, 4, 4}, {0, 0, 9, 0}};
+    cz_nccl_call lists[P][2 * P + 1];
+    int lens[P];
+    for (int t = 0; t < 3; t++)
+        for (int form = 0; form < 2; form++) {
+            size_t *cn = cases[t], total = 0, scratch;
+            for (int r = 0; r < P; r++)
+                total += cn[r];
+            /* Reduce-scatter: rank r's send holds r + 100 * j; the sum of segment r lands in
+             * rank r's recv. */
+            memset(bufs, 0, sizeof bufs);
+            for (int r = 0; r < P; r++) {
+                for (size_t j = 0; j < total; j++)
+                    *at(r, CZ_NCCL_BUF_SEND, j) = (float)(r + 100 * (int)j);
+                lens[r] =
+                    cz_nccl_plan_reduce_scatter(lists[r], cn, P, r, (cz_nccl_form)form, &scratch);
+                ck_assert(scratch <= (size_t)MAXE * P + MAXE);
+            }
+            simulate(lists, lens);
+            size_t off = 0;
+            for (int r = 0; r < P; r++) {
+                for (size_t j = 0; j < cn[r]; j++)
+                    ck_assert_float_eq(*at(r, CZ_NCCL_BUF_RECV, j),
+                                       (float)(0 + 1 + 2 + 3 + 4 * 100 * (int)(off + j)));
+                off += cn[r];
+            }
+            /* All-gather in place: rank r's segment is filled with r + 1 + j on rank r only. */
+            memset(bufs, 0, sizeof bufs);
+            off = 0;
+            for (int r = 0; r < P; r++) {
+                for (size_t j = 0; j < cn[r]; j++)
+                    *at(r, CZ_NCCL_BUF_SEND, off + j) = (float)(r + 1 + (int)j);
+                off += cn[r];
+                lens[r] = cz_nccl_plan_all_gather(lists[r], cn, P, r, (cz_nccl_form)form, &scratch);
+            }
+            simulate(lists, lens);
+            for (int q = 0; q < P; q++) {
+                off = 0;
+                for (int r = 0; r < P; r++) {
+                    for (size_t j = 0; j < cn[r]; j++)
+                        ck_assert_float_eq(*at(q, CZ_NCCL_BUF_SEND, off + j),
+                                           (float)(r + 1 + (int)j));
+                    off += cn[r];
+                }
+            }
+        }
+}
+END_TEST
+
+START_TEST(step_time_hand_worked)
+{
+    /* DP 2, two buckets: {3, 1} elements and {2, 2}; alpha = 1 s, 1 byte/s, 1-byte elements.
+     * Bucket 0: rooted 2 + 4 = 6, padded 1 + 3 = 4; bucket 1: rooted 2 + 4 = 6, padded 1 + 2 = 3.
+     * Each counts twice (reduce-scatter and all-gather). */
+    int64_t r0[4] = {0, 3, 3, 4}, r1[4] = {0, 2, 2, 4};
+    cz_plan_bucket bk[2] = {{.ranges = r0}, {.ranges = r1}};
+    cz_plan pl = {.dp = 2, .nbuckets = 2, .buckets = bk};
+    int np = -1;
+    ck_assert_double_eq(cz_nccl_step_time(&pl, CZ_NCCL_ALL_ROOTED, 1, 1.0, 1.0, &np), 24.0);
+    ck_assert_int_eq(np, 0);
+    ck_assert_double_eq(cz_nccl_step_time(&pl, CZ_NCCL_ALL_PADDED, 1, 1.0, 1.0, &np), 14.0);
+    ck_assert_int_eq(np, 2);
+    ck_assert_double_eq(cz_nccl_step_time(&pl, CZ_NCCL_BY_RULE, 1, 1.0, 1.0, &np), 14.0);
+    ck_assert_int_eq(np, 2);
+    /* Cheap latency, one rank with everything: {10, 0}: rooted 2*0.001 + 10, padded
+     * 0.001 + 10; {9, 1}: rooted 0.002 + 10, padded 0.001 + 9: the rule takes each minimum. */
+    int64_t r2[4] = {0, 10, 10, 10}, r3[4] = {0, 9, 9, 10};
+    cz_plan_bucket bk2[2] = {{.ranges = r2}, {.ranges = r3}};
+    pl.buckets = bk2;
+    double t = cz_nccl_step_time(&pl, CZ_NCCL_BY_RULE, 1, 0.001, 1.0, &np);
+    ck_assert_double_eq_tol(t, 2 * (10.001 + 9.001), 1e-9);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("nccl_plan");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, rule_hand_worked);
+    tcase_add_test(tc, lists_hand_worked);
+    tcase_add_test(tc, lists_simulated);
+    tcase_add_test(tc, step_time_hand_worked);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
