@@ -318,13 +318,22 @@ static int races(void)
     return n;
 }
 
-/* fx_plan's one bucket and one group, split into two buckets (params [0, k) and the rest)
- * and three micro-groups (task t in group t % 3). */
+/* fx_plan's one bucket and one group, split into two buckets (the k parameters first in the
+ * bucket and the rest) and three micro-groups (task t in group t % 3). The bucket's fill order
+ * is the layout's, not the order of the params array, so the cut is found by offset: the
+ * parameters are contiguous, and the cut lies where k of them fill the bucket. */
 static void split(cz_plan *pl, int k)
 {
     int64_t s0 = 0;
-    for (int i = 0; i < k; i++)
-        s0 += pl->params[i].numel;
+    for (int i = 0; i < k; i++) {
+        int64_t next = INT64_MAX;
+        for (size_t j = 0; j < pl->nparams; j++)
+            if (pl->params[j].offset >= s0 && pl->params[j].offset < next)
+                next = pl->params[j].offset;
+        for (size_t j = 0; j < pl->nparams; j++)
+            if (pl->params[j].offset == next)
+                s0 = next + pl->params[j].numel;
+    }
     int64_t s1 = pl->buckets[0].size - s0;
     free(pl->buckets[0].ranges);
     free(pl->buckets);
@@ -338,7 +347,7 @@ static void split(cz_plan *pl, int k)
         pl->buckets[b].ranges[1] = pl->buckets[b].size;
     }
     for (size_t i = 0; i < pl->nparams; i++)
-        if ((int)i >= k) {
+        if (pl->params[i].offset >= s0) {
             pl->params[i].bucket = 1;
             pl->params[i].offset -= s0;
         }

@@ -124,7 +124,7 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
                                           {"ns-coeffs", required_argument, 0, 'c'},
                                           {"inject-nan", required_argument, 0, 'N'},
                                           {"own-comms", no_argument, 0, 'O'},
-                                          {"backend", required_argument, 0, 'E'},
+                                          {"backend", required_argument, 0, 'K'},
                                           {"comm", required_argument, 0, 'Y'},
                                           {"bad-dp-comm", no_argument, 0, 'B'},
                                           {"corrupt-replica", no_argument, 0, 'R'},
@@ -277,7 +277,7 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
         case 'R':
             o->corrupt_replica = 1;
             break;
-        case 'E':
+        case 'K':
             o->backend = optarg;
             break;
         case 'Y':
