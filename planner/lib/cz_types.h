@@ -427,8 +427,10 @@ typedef struct cz_render_options {
     int sim_in_seconds;       /* 1: sim was run on a cluster (seconds); 0: cost-proportional */
 } cz_render_options;
 
-/* Renders the plan as a self-contained SVG document (load bars and the pipeline timeline of
- * sim's critical DP rank). *out is a NUL-terminated string owned by the caller (free()). */
+/* Renders the plan as a self-contained SVG document: a verdict on what bounds the step, the
+ * per-GPU load bars (aggregated where they would be under 3 px), with sim from a cluster the
+ * step's phases, and the pipeline timeline of sim's critical DP rank. sim may be NULL (no
+ * timeline). *out is a NUL-terminated string owned by the caller (free()). */
 int cz_plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim,
                        const cz_render_options *opt, cz_error *err);
 /* The same SVG inside one HTML page with tables of the settings, per-rank loads and the
@@ -496,7 +498,9 @@ int cz_plan_inspect(const cz_plan *plan, int top_n, struct json_t **report_out, 
 /* Compares plan b against plan a. Plans of different models (inputs.model.sha256) or topologies
  * are refused with CZ_EMISMATCH unless force is set, in which case parameters are matched by
  * name. *report_out (caller owns) holds settings, metric and per-rank deltas, the moved
- * parameters (at most limit listed, all counted; limit < 0 lists all) and "identical". */
+ * parameters (largest first; at most limit listed, all counted; limit < 0 lists all), each
+ * plan's busiest rank with what bounds its makespan and the parameters whose part of it
+ * changed, largest effect first ("makespan", the same limit), and "identical". */
 int cz_plan_diff(const cz_plan *a, const cz_plan *b, int force, int limit,
                  struct json_t **report_out, cz_error *err);
 
