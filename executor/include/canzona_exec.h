@@ -33,6 +33,12 @@
 extern "C" {
 #endif
 
+/* The libraries are compiled with hidden visibility; the functions declared here are the ones
+ * libcanzona-exec export. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #define CZ_EXEC_CONFIG_VERSION 2
 
 /* How Muon scales the orthogonalized update of an m x n block (rows x cols as stored). */
@@ -203,6 +209,10 @@ int cz_executor_tp_rank(const cz_executor *ex);
 /* Releases the executor, its state and its duplicated communicators. Accepts NULL. Not
  * collective in this version, but call it on every rank. */
 void cz_executor_free(cz_executor *ex);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }
