@@ -18,7 +18,7 @@
 
 typedef struct bench_opts {
     const char *plan, *model, *init_dir, *dump_dir, *json, *ns_coeffs, *inject_nan;
-    const char *grad_dir, *dump_grads;
+    const char *grad_dir, *dump_grads, *load_state, *save_state;
     int steps, warmup, verify, nesterov, ns_steps, own_comms, bad_dp_comm, corrupt_replica;
     int dtype; /* -1 = the executor's (the plan's) */
     cz_muon_scaling scaling;
@@ -32,55 +32,57 @@ static int g_rank;
 static void usage(FILE *f)
 {
     fprintf(
-        f,
-        "usage: mpirun -np DP*TP canzona-bench --plan PLAN --model MODEL [options]\n"
-        "Runs the plan's optimizer step with libcanzona-exec (CPU backend) and times it.\n"
-        "  --plan FILE        plan written by `canzona plan` (required)\n"
-        "  --model FILE       the model the plan was made for (required; checked by hash)\n"
-        "  --steps N          timed optimizer steps (default 5)\n"
-        "  --warmup N         untimed steps before them (default 1)\n"
-        "  --seed S           seed of the generated parameters and gradients (default 1)\n"
-        "  --init-dir DIR     initial parameters from DIR/<param name>.npy (full fp32 tensors)\n"
-        "  --dump-dir DIR     write the updated full parameters as DIR/<param name>.npy\n"
-        "                     (DIR and its parents are created when missing)\n"
-        "  --grad-dir DIR     gradients from DIR/step<S>/dp<D>/<param name>.npy (full fp32\n"
-        "                     tensors; S counts every step from 0, warm-up included; D is\n"
-        "                     the DP replica) instead of generated ones\n"
-        "  --dump-grads DIR   write the generated gradients in --grad-dir's layout first\n"
-        "  --json FILE        write the per-phase timings (median over steps) as JSON\n"
-        "  --verify           check that every DP replica holds the same parameters, then\n"
-        "                     recompute all steps on rank 0 on whole tensors and compare\n"
-        "  --tolerance T      largest allowed max|a-b|/max|b| per parameter (default 1e-5)\n"
-        "  --update-tolerance T  also bound each parameter's update error\n"
-        "                     ||(a-w0)-(b-w0)|| / ||b-w0|| (L2 over the tensor; w0 the initial\n"
-        "                     fp32 values; default: not checked, only printed)\n"
-        "  --dtype D          dtype of the bound parameters and gradients: fp32 or bf16\n"
-        "                     (default: the plan's)\n"
-        "  --lr X             Muon learning rate (default: 1e-3 with --scaling rms, 0.02 with\n"
-        "                     shape)\n"
-        "  --scaling S        Muon update scale: rms (0.2*sqrt(max(m,n)), default) or shape\n"
-        "                     (sqrt(max(1,m/n)))\n"
-        "  --scale-coeff X    coefficient of the rms scaling (default 0.2)\n"
-        "  --momentum X       Muon momentum (default 0.95)\n"
-        "  --nesterov         Nesterov momentum for Muon (the default)\n"
-        "  --no-nesterov      plain momentum for Muon\n"
-        "  --ns-steps N       Newton-Schulz iterations (default 5)\n"
-        "  --ns-coeffs NAME   Newton-Schulz coefficients: jordan (default) or cubic\n"
-        "  --ns-eps X         added to the Frobenius norm before Newton-Schulz (default 1e-7)\n"
-        "  --weight-decay X   decoupled weight decay of Muon, and of AdamW unless\n"
-        "                     --adamw-weight-decay is given (default 0.01)\n"
-        "  --adamw-lr X       AdamW learning rate (default 3e-4)\n"
-        "  --adamw-beta1 X    (default 0.9)\n"
-        "  --adamw-beta2 X    (default 0.95)\n"
-        "  --adamw-eps X      (default 1e-8)\n"
-        "  --adamw-weight-decay X  AdamW's own decoupled weight decay\n"
-        "  --max-grad-norm X  clip the global gradient norm to X (default 0: no clipping)\n"
-        "  --own-comms        split the DP and TP communicators here and hand them in, as a\n"
-        "                     job with its own communicators would\n"
-        "  --inject-nan NAME  (testing) put a NaN into NAME's gradient on rank 0\n"
-        "  --bad-dp-comm      (testing) hand in a DP communicator of the wrong size\n"
-        "  --corrupt-replica  (testing) change one parameter on DP rank 1 before --verify\n"
-        "  --help             this text\n");
+        f, "usage: mpirun -np DP*TP canzona-bench --plan PLAN --model MODEL [options]\n"
+           "Runs the plan's optimizer step with libcanzona-exec (CPU backend) and times it.\n"
+           "  --plan FILE        plan written by `canzona plan` (required)\n"
+           "  --model FILE       the model the plan was made for (required; checked by hash)\n"
+           "  --steps N          timed optimizer steps (default 5)\n"
+           "  --warmup N         untimed steps before them (default 1)\n"
+           "  --seed S           seed of the generated parameters and gradients (default 1)\n"
+           "  --init-dir DIR     initial parameters from DIR/<param name>.npy (full fp32 tensors)\n"
+           "  --dump-dir DIR     write the updated full parameters as DIR/<param name>.npy\n"
+           "                     (DIR and its parents are created when missing)\n"
+           "  --grad-dir DIR     gradients from DIR/step<S>/dp<D>/<param name>.npy (full fp32\n"
+           "                     tensors; S counts every step from 0, warm-up included; D is\n"
+           "                     the DP replica) instead of generated ones\n"
+           "  --dump-grads DIR   write the generated gradients in --grad-dir's layout first\n"
+           "  --load-state FILE  load the optimizer state (safetensors, saved under any plan of\n"
+           "                     the model) before the first step; not with --verify\n"
+           "  --save-state FILE  save the optimizer state after the last step\n"
+           "  --json FILE        write the per-phase timings (median over steps) as JSON\n"
+           "  --verify           check that every DP replica holds the same parameters, then\n"
+           "                     recompute all steps on rank 0 on whole tensors and compare\n"
+           "  --tolerance T      largest allowed max|a-b|/max|b| per parameter (default 1e-5)\n"
+           "  --update-tolerance T  also bound each parameter's update error\n"
+           "                     ||(a-w0)-(b-w0)|| / ||b-w0|| (L2 over the tensor; w0 the initial\n"
+           "                     fp32 values; default: not checked, only printed)\n"
+           "  --dtype D          dtype of the bound parameters and gradients: fp32 or bf16\n"
+           "                     (default: the plan's)\n"
+           "  --lr X             Muon learning rate (default: 1e-3 with --scaling rms, 0.02 with\n"
+           "                     shape)\n"
+           "  --scaling S        Muon update scale: rms (0.2*sqrt(max(m,n)), default) or shape\n"
+           "                     (sqrt(max(1,m/n)))\n"
+           "  --scale-coeff X    coefficient of the rms scaling (default 0.2)\n"
+           "  --momentum X       Muon momentum (default 0.95)\n"
+           "  --nesterov         Nesterov momentum for Muon (the default)\n"
+           "  --no-nesterov      plain momentum for Muon\n"
+           "  --ns-steps N       Newton-Schulz iterations (default 5)\n"
+           "  --ns-coeffs NAME   Newton-Schulz coefficients: jordan (default) or cubic\n"
+           "  --ns-eps X         added to the Frobenius norm before Newton-Schulz (default 1e-7)\n"
+           "  --weight-decay X   decoupled weight decay of Muon, and of AdamW unless\n"
+           "                     --adamw-weight-decay is given (default 0.01)\n"
+           "  --adamw-lr X       AdamW learning rate (default 3e-4)\n"
+           "  --adamw-beta1 X    (default 0.9)\n"
+           "  --adamw-beta2 X    (default 0.95)\n"
+           "  --adamw-eps X      (default 1e-8)\n"
+           "  --adamw-weight-decay X  AdamW's own decoupled weight decay\n"
+           "  --max-grad-norm X  clip the global gradient norm to X (default 0: no clipping)\n"
+           "  --own-comms        split the DP and TP communicators here and hand them in, as a\n"
+           "                     job with its own communicators would\n"
+           "  --inject-nan NAME  (testing) put a NaN into NAME's gradient on rank 0\n"
+           "  --bad-dp-comm      (testing) hand in a DP communicator of the wrong size\n"
+           "  --corrupt-replica  (testing) change one parameter on DP rank 1 before --verify\n"
+           "  --help             this text\n");
 }
 
 /* Returns 0, 1 for --help, or 2 with the reason in msg. Prints nothing: main agrees on the
@@ -121,6 +123,8 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
                                           {"own-comms", no_argument, 0, 'O'},
                                           {"bad-dp-comm", no_argument, 0, 'B'},
                                           {"corrupt-replica", no_argument, 0, 'R'},
+                                          {"load-state", required_argument, 0, 'y'},
+                                          {"save-state", required_argument, 0, 'z'},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
@@ -241,6 +245,12 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
         case 'u':
             o->dump_grads = optarg;
             break;
+        case 'y':
+            o->load_state = optarg;
+            break;
+        case 'z':
+            o->save_state = optarg;
+            break;
         case 'T': {
             cz_dtype t;
             if (cz_dtype_parse(optarg, &t) != 0 || (t != CZ_DTYPE_FP32 && t != CZ_DTYPE_BF16)) {
@@ -289,6 +299,13 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
                  "positional arguments (see --help)");
         return 2;
     }
+    if (o->load_state && o->verify) {
+        /* The single-process reference starts from zero optimizer state. */
+        snprintf(msg, cap,
+                 "--load-state and --verify do not go together: the reference run "
+                 "starts from zero optimizer state");
+        return 2;
+    }
     return 0;
 }
 
@@ -302,13 +319,15 @@ static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
              "dtype=%d lr=%.17g scaling=%d scale-coeff=%.17g momentum=%.17g "
              "nesterov=%d ns-steps=%d ns-coeffs=%s ns-eps=%.17g weight-decay=%.17g adamw-lr=%.17g "
              "adamw-beta1=%.17g adamw-beta2=%.17g adamw-eps=%.17g adamw-weight-decay=%.17g "
-             "max-grad-norm=%.17g own-comms=%d bad-dp-comm=%d corrupt-replica=%d inject-nan=%s",
+             "max-grad-norm=%.17g own-comms=%d bad-dp-comm=%d corrupt-replica=%d inject-nan=%s "
+             "load-state=%d save-state=%d",
              prc == 1, o->steps, o->warmup, (unsigned long long)o->seed, o->verify,
              o->dump_dir != NULL, o->init_dir != NULL, o->grad_dir != NULL, o->dtype, o->lr,
              (int)o->scaling, o->scale_coeff, o->momentum, o->nesterov, o->ns_steps,
              o->ns_coeffs ? o->ns_coeffs : "", o->ns_eps, o->wd, o->adamw_lr, o->beta1, o->beta2,
              o->adamw_eps, o->adamw_wd, o->max_grad_norm, o->own_comms, o->bad_dp_comm,
-             o->corrupt_replica, o->inject_nan ? o->inject_nan : "");
+             o->corrupt_replica, o->inject_nan ? o->inject_nan : "", o->load_state != NULL,
+             o->save_state != NULL);
 }
 
 /* Option errors are agreed across ranks like every later failure, before any other
@@ -882,6 +901,9 @@ int main(int argc, char **argv)
                   : cz_executor_bind_buffers(ex, P, G, n, &err);
     if (any_failed(rc, &err, "preparing the buffers"))
         goto done;
+    rc = o.load_state ? cz_executor_load_state(ex, o.load_state, &err) : CZ_OK;
+    if (any_failed(rc, &err, "loading the optimizer state"))
+        goto done;
 
     int total = o.warmup + o.steps;
     rc = (g_rank == 0 && o.dump_grads) ? dump_grads(&o, plan, total, &err) : CZ_OK;
@@ -940,6 +962,10 @@ int main(int argc, char **argv)
     /* Steps after the first must allocate nothing (every executor allocation is counted). */
     uint64_t step_allocs = total > 1 ? cz_exec_alloc_count() - allocs_after_first : 0, max_allocs;
     MPI_Allreduce(&step_allocs, &max_allocs, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    /* After the count: a checkpoint allocates, a step must not. */
+    rc = o.save_state ? cz_executor_save_state(ex, o.save_state, &err) : CZ_OK;
+    if (any_failed(rc, &err, "saving the optimizer state"))
+        goto done;
     double med[5];
     for (int k = 0; k < 5; k++) {
         double *tmp = malloc((size_t)o.steps * sizeof(double));
