@@ -33,6 +33,12 @@
 extern "C" {
 #endif
 
+/* The libraries are compiled with hidden visibility; the functions declared here are the ones
+ * libcanzona-exec export. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #define CZ_EXEC_CONFIG_VERSION 2
 
 /* How Muon scales the orthogonalized update of an m x n block (rows x cols as stored). */
@@ -199,6 +205,21 @@ double cz_executor_grad_norm(const cz_executor *ex);
 int cz_executor_set_lr(cz_executor *ex, float muon_lr, float adamw_lr, cz_error *err);
 int cz_executor_set_weight_decay(cz_executor *ex, float muon_wd, float adamw_wd, cz_error *err);
 
+/* Optimizer-state checkpoints: every parameter's optimizer state (Muon momentum, AdamW first
+ * and second moments) as full, unsharded fp32 tensors keyed "<name>.momentum",
+ * "<name>.exp_avg" and "<name>.exp_avg_sq", with the step count (AdamW's bias correction) in
+ * the metadata, in one safetensors file. Collective over the world communicator: every rank
+ * calls it; only rank 0 uses path (others may pass NULL). Save gathers the state on rank 0
+ * and writes the file atomically (temporary file in the same folder, then rename: a crash
+ * leaves the previous file whole). Load reads it on rank 0, checks every tensor against the
+ * plan (CZ_EMISMATCH for a missing, extra or misshapen tensor) and distributes it, so a
+ * checkpoint saved under one plan loads under any plan of the same model (another DP/TP
+ * shape or strategy). Not between cz_executor_step_async and cz_executor_wait. The
+ * parameters themselves are the job's to save. Needs a backend whose memory is host memory
+ * (CZ_EUNSUPPORTED otherwise). */
+int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err);
+int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err);
+
 /* Copies the timings of the last step into *out. */
 void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out);
 
@@ -209,6 +230,10 @@ int cz_executor_tp_rank(const cz_executor *ex);
 /* Releases the executor, its state and its duplicated communicators. Accepts NULL. Not
  * collective in this version, but call it on every rank. */
 void cz_executor_free(cz_executor *ex);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,12 @@
 extern "C" {
 #endif
 
+/* The libraries are compiled with hidden visibility; the functions declared here are the ones
+ * libcanzona and libcanzona-exec export. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #define CZ_VERSION "0.1.0"
 #define CZ_MODEL_SCHEMA "canzona.model/1"
 #define CZ_CLUSTER_SCHEMA "canzona.cluster/1"
@@ -185,6 +191,10 @@ int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err);
 /* Reads and validates a plan file (canzona.plan/1). */
 int cz_plan_read(cz_plan **out, const char *path, cz_error *err);
 void cz_plan_free(cz_plan *plan);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

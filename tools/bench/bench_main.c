@@ -20,7 +20,7 @@
 
 typedef struct bench_opts {
     const char *plan, *model, *init_dir, *dump_dir, *json, *ns_coeffs, *inject_nan;
-    const char *grad_dir, *dump_grads;
+    const char *grad_dir, *dump_grads, *load_state, *save_state;
     const char *backend, *comm; /* --backend cpu|cuda, --comm mpi|nccl */
     int steps, warmup, verify, nesterov, ns_steps, own_comms, bad_dp_comm, corrupt_replica;
     int dtype; /* -1 = the executor's (the plan's) */
@@ -49,6 +49,9 @@ static void usage(FILE *f)
            "                     tensors; S counts every step from 0, warm-up included; D is\n"
            "                     the DP replica) instead of generated ones\n"
            "  --dump-grads DIR   write the generated gradients in --grad-dir's layout first\n"
+           "  --load-state FILE  load the optimizer state (safetensors, saved under any plan of\n"
+           "                     the model) before the first step; not with --verify\n"
+           "  --save-state FILE  save the optimizer state after the last step\n"
            "  --json FILE        write the per-phase timings (median over steps) as JSON\n"
            "  --verify           check that every DP replica holds the same parameters, then\n"
            "                     recompute all steps on rank 0 on whole tensors and compare\n"
@@ -128,6 +131,8 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
                                           {"comm", required_argument, 0, 'Y'},
                                           {"bad-dp-comm", no_argument, 0, 'B'},
                                           {"corrupt-replica", no_argument, 0, 'R'},
+                                          {"load-state", required_argument, 0, 'y'},
+                                          {"save-state", required_argument, 0, 'z'},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
@@ -250,6 +255,12 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
         case 'u':
             o->dump_grads = optarg;
             break;
+        case 'y':
+            o->load_state = optarg;
+            break;
+        case 'z':
+            o->save_state = optarg;
+            break;
         case 'T': {
             cz_dtype t;
             if (cz_dtype_parse(optarg, &t) != 0 || (t != CZ_DTYPE_FP32 && t != CZ_DTYPE_BF16)) {
@@ -310,6 +321,13 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
                  "positional arguments (see --help)");
         return 2;
     }
+    if (o->load_state && o->verify) {
+        /* The single-process reference starts from zero optimizer state. */
+        snprintf(msg, cap,
+                 "--load-state and --verify do not go together: the reference run "
+                 "starts from zero optimizer state");
+        return 2;
+    }
     return 0;
 }
 
@@ -325,13 +343,14 @@ static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
              "nesterov=%d ns-steps=%d ns-coeffs=%s ns-eps=%.17g weight-decay=%.17g adamw-lr=%.17g "
              "adamw-beta1=%.17g adamw-beta2=%.17g adamw-eps=%.17g adamw-weight-decay=%.17g "
              "max-grad-norm=%.17g own-comms=%d bad-dp-comm=%d corrupt-replica=%d inject-nan=%s "
-             "backend=%s comm=%s",
+             "backend=%s comm=%s load-state=%d save-state=%d",
              prc == 1, o->steps, o->warmup, (unsigned long long)o->seed, o->verify,
              o->dump_dir != NULL, o->init_dir != NULL, o->grad_dir != NULL, o->dtype, o->lr,
              (int)o->scaling, o->scale_coeff, o->momentum, o->nesterov, o->ns_steps,
              o->ns_coeffs ? o->ns_coeffs : "", o->ns_eps, o->wd, o->adamw_lr, o->beta1, o->beta2,
              o->adamw_eps, o->adamw_wd, o->max_grad_norm, o->own_comms, o->bad_dp_comm,
-             o->corrupt_replica, o->inject_nan ? o->inject_nan : "", o->backend, o->comm);
+             o->corrupt_replica, o->inject_nan ? o->inject_nan : "", o->backend, o->comm,
+             o->load_state != NULL, o->save_state != NULL);
 }
 
 /* Option errors are agreed across ranks like every later failure, before any other
@@ -925,6 +944,9 @@ int main(int argc, char **argv)
                                     bf16 ? CZ_DTYPE_BF16 : CZ_DTYPE_FP32, &err);
     if (any_failed(rc, &err, "preparing the buffers"))
         goto done;
+    rc = o.load_state ? cz_executor_load_state(ex, o.load_state, &err) : CZ_OK;
+    if (any_failed(rc, &err, "loading the optimizer state"))
+        goto done;
 
     int total = o.warmup + o.steps;
     rc = (g_rank == 0 && o.dump_grads) ? dump_grads(&o, plan, total, &err) : CZ_OK;
@@ -989,6 +1011,10 @@ int main(int argc, char **argv)
     /* Steps after the first must allocate nothing (every executor allocation is counted). */
     uint64_t step_allocs = total > 1 ? cz_exec_alloc_count() - allocs_after_first : 0, max_allocs;
     MPI_Allreduce(&step_allocs, &max_allocs, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    /* After the count: a checkpoint allocates, a step must not. */
+    rc = o.save_state ? cz_executor_save_state(ex, o.save_state, &err) : CZ_OK;
+    if (any_failed(rc, &err, "saving the optimizer state"))
+        goto done;
     double med[5];
     for (int k = 0; k < 5; k++) {
         double *tmp = malloc((size_t)o.steps * sizeof(double));

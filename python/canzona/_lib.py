@@ -1,0 +1,123 @@
+"""Loads libcanzona-exec and declares the C functions the package calls (canzona_exec.h)."""
+import ctypes
+import ctypes.util
+import os
+
+# Error codes of canzona.h.
+CZ_OK, CZ_EIO, CZ_EPARSE, CZ_EINVALID, CZ_ENOMEM = 0, -1, -2, -3, -4
+CZ_EMISMATCH, CZ_EUNSUPPORTED, CZ_EINTERNAL, CZ_ETIMEOUT = -5, -6, -7, -8
+DTYPE_BF16, DTYPE_FP16, DTYPE_FP32 = 0, 1, 2
+CZ_EXEC_CONFIG_VERSION = 2
+
+
+class Error(Exception):
+    """A canzona call failed: .code is the CZ_E* code, the message says what to fix."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+class CzError(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_int), ("message", ctypes.c_char * 1024)]
+
+
+class ExecConfig(ctypes.Structure):
+    """cz_exec_config, field for field (checked against the C layout by the tests)."""
+
+    _fields_ = [
+        ("version", ctypes.c_int),
+        ("backend", ctypes.c_char_p),
+        ("comm", ctypes.c_char_p),
+        ("dp_rank", ctypes.c_int),
+        ("tp_rank", ctypes.c_int),
+        ("world_comm", ctypes.c_void_p),
+        ("dp_comm", ctypes.c_void_p),
+        ("tp_comm", ctypes.c_void_p),
+        ("lr", ctypes.c_float),
+        ("momentum", ctypes.c_float),
+        ("nesterov", ctypes.c_int),
+        ("weight_decay", ctypes.c_float),
+        ("ns_steps", ctypes.c_int),
+        ("ns_coeffs", ctypes.c_char_p),
+        ("ns_eps", ctypes.c_float),
+        ("scale_coeff", ctypes.c_float),
+        ("adamw_lr", ctypes.c_float),
+        ("adamw_beta1", ctypes.c_float),
+        ("adamw_beta2", ctypes.c_float),
+        ("adamw_eps", ctypes.c_float),
+        ("adamw_weight_decay", ctypes.c_float),
+        ("check_finite", ctypes.c_int),
+        ("muon_scaling", ctypes.c_int),
+        ("max_grad_norm", ctypes.c_float),
+        ("memory", ctypes.c_int),
+        ("dtype", ctypes.c_int),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class Timings(ctypes.Structure):
+    _fields_ = [
+        ("reduce_scatter", ctypes.c_double),
+        ("elementwise", ctypes.c_double),
+        ("matrix", ctypes.c_double),
+        ("all_gather", ctypes.c_double),
+        ("total", ctypes.c_double),
+        ("steps", ctypes.c_int64),
+    ]
+
+
+def _find():
+    path = os.environ.get("CANZONA_EXEC_LIB")
+    if path:
+        return path
+    found = ctypes.util.find_library("canzona-exec")
+    if not found:
+        raise OSError(
+            "libcanzona-exec.so not found: set CANZONA_EXEC_LIB to its path "
+            "(e.g. build/executor/libcanzona-exec.so) or install it (cmake --install)"
+        )
+    return found
+
+
+_lib = None
+
+
+def lib():
+    """The loaded library (loaded on first use, with RTLD_GLOBAL so that MPI's plugins see
+    libmpi's symbols)."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    L = ctypes.CDLL(_find(), mode=ctypes.RTLD_GLOBAL)
+    vp, i, e = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(CzError)
+    sig = {
+        "cz_exec_config_init": (None, [ctypes.POINTER(ExecConfig)]),
+        "cz_executor_create": (i, [ctypes.POINTER(vp), ctypes.c_char_p,
+                                   ctypes.POINTER(ExecConfig), e]),
+        "cz_executor_free": (None, [vp]),
+        "cz_executor_buffer_numel": (ctypes.c_size_t, [vp]),
+        "cz_executor_dtype": (i, [vp]),
+        "cz_executor_bind_typed": (i, [vp, vp, vp, ctypes.c_size_t, i, e]),
+        "cz_executor_step": (i, [vp, e]),
+        "cz_executor_step_async": (i, [vp, e]),
+        "cz_executor_wait": (i, [vp, e]),
+        "cz_executor_grad_norm": (ctypes.c_double, [vp]),
+        "cz_executor_set_lr": (i, [vp, ctypes.c_float, ctypes.c_float, e]),
+        "cz_executor_set_weight_decay": (i, [vp, ctypes.c_float, ctypes.c_float, e]),
+        "cz_executor_timings": (None, [vp, ctypes.POINTER(Timings)]),
+        "cz_executor_dp_rank": (i, [vp]),
+        "cz_executor_tp_rank": (i, [vp]),
+        "cz_executor_save_state": (i, [vp, ctypes.c_char_p, e]),
+        "cz_executor_load_state": (i, [vp, ctypes.c_char_p, e]),
+    }
+    for name, (res, args) in sig.items():
+        f = getattr(L, name)
+        f.restype, f.argtypes = res, args
+    _lib = L
+    return L
+
+
+def check(rc, err):
+    if rc != CZ_OK:
+        raise Error(rc, err.message.decode(errors="replace"))

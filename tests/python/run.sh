@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs a Python test of the canzona package with a python3 that has NumPy (the first on PATH
+# that imports it); exit 77 (skipped) when none has. Usage: run.sh [mpirun -np N] SCRIPT
+# Env: as the script needs (CANZONA_EXEC_LIB, CANZONA_CLI, CZ_SOURCE_DIR, ...).
+set -euo pipefail
+py=""
+for cand in $(type -ap python3); do
+  if "$cand" -c "import numpy" 2>/dev/null; then py=$cand; break; fi
+done
+[ -n "$py" ] || { echo "no python3 with NumPy (install python3-numpy)"; exit 77; }
+export PYTHONPATH="${CZ_SOURCE_DIR:?}/python${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONDONTWRITEBYTECODE=1
+if [ "$1" = mpirun ]; then
+  "$py" -c "import mpi4py" 2>/dev/null || { echo "mpi4py missing (install python3-mpi4py)"; exit 77; }
+  command -v mpirun >/dev/null || { echo "mpirun not found"; exit 77; }
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+  export OMPI_MCA_rmaps_base_oversubscribe=1
+  n=$3
+  shift 3
+  exec timeout 120 mpirun --oversubscribe -np "$n" "$py" "$@"
+fi
+exec "$py" "$@"

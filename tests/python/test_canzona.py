@@ -1,0 +1,204 @@
+"""The Python package on one process: the same steps as the C consumer give the same numbers,
+buffers are checked, options reach the library, the optimizer state round-trips through
+state_dict(), the model description and the planner CLI, and the ctypes mirror of
+cz_exec_config matches the C layout.
+Env: CANZONA_EXEC_LIB, CANZONA_CLI, CZ_CONSUMER (the C consumer), CZ_CONFIG_LAYOUT,
+CZ_SOURCE_DIR."""
+import ctypes
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+
+import canzona
+from canzona import _lib
+
+ONE_GPU = {"schema": "canzona.cluster/1", "name": "one", "gpus": 1, "dp": 1, "tp": 1, "pp": 1,
+           "gpus_per_node": 1,
+           "device": {"name": "cpu", "matmul_tflops": 1, "mem_gbps": 10, "memory_gib": 16},
+           "links": {"intra_node_gbps": 10, "inter_node_gbps": 10, "latency_us": 0},
+           "buckets": {"size": 1000}}
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="canzona-py-")
+        self.dir = self.tmp.name
+        self.plan = os.path.join(self.dir, "plan.json")
+        model = os.path.join(os.environ["CZ_SOURCE_DIR"], "tests", "data", "model_tiny.json")
+        canzona.plan(model, ONE_GPU, self.plan)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def executor(self, **kw):
+        ex = canzona.Executor(self.plan, comm="self", dtype="fp32", **kw)
+        i = np.arange(ex.numel)
+        P = ((i % 7) + 1).astype(np.float32) * np.float32(0.1)
+        G = np.zeros(ex.numel, np.float32)
+        ex.bind(P, G)
+        return ex, P, G
+
+    @staticmethod
+    def grads(G, step):
+        i = np.arange(G.size)
+        G[:] = ((i % 5) + 1).astype(np.float32) * np.float32(0.01) * np.float32(1 + step)
+
+
+class SameAsC(Base):
+    def test_three_steps_match_the_c_consumer(self):
+        ex, P, G = self.executor()
+        for _ in range(3):
+            i = np.arange(G.size)
+            G[:] = ((i % 5) + 1).astype(np.float32) * np.float32(0.01)
+            ex.step()
+        total = 0.0
+        for v in P.tolist():  # in order, as the C consumer sums
+            total += v
+        mine = "elements %d checksum %.6f grad_norm %.6f" % (ex.numel, total, ex.grad_norm())
+        theirs = subprocess.run([os.environ["CZ_CONSUMER"], self.plan], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        self.assertEqual(mine, theirs)
+        self.assertEqual(ex.timings()["steps"], 3)
+        self.assertEqual((ex.dp_rank, ex.tp_rank), (0, 0))
+        ex.close()
+
+
+class Buffers(Base):
+    def test_wrong_buffers_refused(self):
+        ex = canzona.Executor(self.plan, comm="self", dtype="fp32")
+        n = ex.numel
+        ok = np.zeros(n, np.float32)
+        with self.assertRaisesRegex(ValueError, "plan's local buffer has %d" % n):
+            ex.bind(np.zeros(n - 1, np.float32), np.zeros(n - 1, np.float32))
+        with self.assertRaisesRegex(TypeError, "float64"):
+            ex.bind(np.zeros(n, np.float64), ok)
+        with self.assertRaisesRegex(ValueError, "not C-contiguous"):
+            ex.bind(np.zeros(2 * n, np.float32)[::2], ok)
+        ro = np.zeros(n, np.float32)
+        ro.flags.writeable = False
+        with self.assertRaisesRegex(ValueError, "read-only"):
+            ex.bind(ro, ok)
+        with self.assertRaisesRegex(TypeError, "NumPy array or a torch tensor"):
+            ex.bind([0.0] * n, ok)
+        with self.assertRaises(canzona.Error) as cm:
+            ex.step()  # nothing bound
+        self.assertEqual(cm.exception.code, _lib.CZ_EINVALID)
+        ex.close()
+        with self.assertRaisesRegex(canzona.Error, "closed"):
+            ex.step()
+
+    def test_errors_carry_the_library_message(self):
+        with self.assertRaises(canzona.Error) as cm:
+            canzona.Executor(os.path.join(self.dir, "missing.json"), comm="self")
+        self.assertIn("missing.json", str(cm.exception))
+        with self.assertRaisesRegex(TypeError, "unknown executor option 'lr_muon'"):
+            canzona.Executor(self.plan, comm="self", lr_muon=0.1)
+        with self.assertRaisesRegex(canzona.Error, "ns_eps"):
+            canzona.Executor(self.plan, comm="self", ns_eps=0.0)
+
+
+class Options(Base):
+    def test_options_and_rates_reach_the_library(self):
+        # A different learning rate gives different parameters; set_lr before the first step
+        # to the configured value gives the same as configuring it.
+        a, Pa, Ga = self.executor(lr=0.01, adamw_lr=1e-3)
+        b, Pb, Gb = self.executor()
+        b.set_lr(0.01, 1e-3)
+        c, Pc, Gc = self.executor()
+        for ex, G in ((a, Ga), (b, Gb), (c, Gc)):
+            self.grads(G, 0)
+            ex.step()
+        np.testing.assert_array_equal(Pa, Pb)
+        self.assertFalse(np.array_equal(Pa, Pc))
+        with self.assertRaisesRegex(canzona.Error, "muon_lr"):
+            a.set_lr(-1.0, 1e-3)
+
+    def test_max_grad_norm_clips(self):
+        ex, P, G = self.executor(max_grad_norm=1e-3)
+        self.grads(G, 0)
+        ex.step()
+        self.assertGreater(ex.grad_norm(), 1e-3)  # reported before clipping
+
+
+class State(Base):
+    def test_state_dict_round_trip_resumes(self):
+        a, Pa, Ga = self.executor()
+        for s in range(3):
+            self.grads(Ga, s)
+            a.step()
+        sd = a.state_dict()
+        self.assertEqual(sd["step"], 3)
+        kinds = sorted({k.rsplit(".", 1)[1] for k in sd["state"]})
+        self.assertEqual(kinds, ["exp_avg", "exp_avg_sq", "momentum"])
+        self.assertEqual(sd["state"]["embed.exp_avg"].shape, (100, 16))
+        self.assertGreater(float(np.abs(sd["state"]["embed.exp_avg"]).max()), 0.0)
+        b, Pb, Gb = self.executor()
+        Pb[:] = Pa
+        b.load_state_dict(sd)
+        for s in range(3, 5):
+            self.grads(Ga, s)
+            self.grads(Gb, s)
+            a.step()
+            b.step()
+        np.testing.assert_array_equal(Pa, Pb)
+        # A file on disk works the same, and a damaged state dict is refused by name.
+        path = os.path.join(self.dir, "s.safetensors")
+        a.save_state(path)
+        b.load_state(path)
+        del sd["state"]["embed.exp_avg"]
+        with self.assertRaisesRegex(canzona.Error, "no tensor 'embed.exp_avg'"):
+            b.load_state_dict(sd)
+
+
+class Planning(unittest.TestCase):
+    class P:
+        def __init__(self, *shape):
+            self.shape = shape
+
+    def test_model_description(self):
+        named = [("emb.weight", self.P(50, 16)), ("layers.0.qkv.weight", self.P(24, 16)),
+                 ("layers.0.norm.weight", self.P(16,)), ("layers.0.proj.weight", self.P(16, 8))]
+        m = canzona.model_description(
+            named, name="toy", tp_size=2,
+            tp_dims={"emb.weight": 0, "*.qkv.weight": 0, "*.proj.weight": 1},
+            blocks={"*.qkv.weight": (0, [16, 16, 16])},
+            optimizers={"emb.weight": "elementwise"})
+        p = {x["name"]: x for x in m["params"]}
+        self.assertEqual([x["name"] for x in m["params"]], [n for n, _ in named])
+        self.assertEqual(p["emb.weight"], {"name": "emb.weight", "shape": [100, 16], "tp_dim": 0,
+                                           "optimizer": "elementwise"})
+        self.assertEqual(p["layers.0.qkv.weight"]["shape"], [48, 16])
+        self.assertEqual(p["layers.0.qkv.weight"]["blocks"], {"dim": 0, "sizes": [16, 16, 16]})
+        self.assertEqual(p["layers.0.norm.weight"], {"name": "layers.0.norm.weight",
+                                                     "shape": [16], "tp_dim": None,
+                                                     "optimizer": "elementwise"})
+        self.assertEqual(p["layers.0.proj.weight"]["shape"], [16, 16])
+        with self.assertRaisesRegex(canzona.Error, "1-D and 2-D"):
+            canzona.model_description([("conv", self.P(4, 4, 3))])
+        with tempfile.TemporaryDirectory(prefix="canzona-py-") as tmp:
+            cluster = dict(ONE_GPU, gpus=2, tp=2, gpus_per_node=2)
+            out = canzona.plan(m, cluster, os.path.join(tmp, "toy.plan.json"))
+            with open(out) as f:
+                plan = json.load(f)
+            self.assertEqual(plan["schema"], "canzona.plan/1")
+            bad = dict(m, params=[dict(m["params"][0], shape=[99, 16])])
+            with self.assertRaisesRegex(canzona.Error, "tp"):
+                canzona.plan(bad, cluster, os.path.join(tmp, "bad.json"))
+
+
+class Layout(unittest.TestCase):
+    def test_config_mirror_matches_c(self):
+        out = subprocess.run([os.environ["CZ_CONFIG_LAYOUT"]], capture_output=True, text=True,
+                             check=True).stdout.split("\n")
+        c = dict(line.split() for line in out if line)
+        self.assertEqual(int(c.pop("sizeof")), ctypes.sizeof(_lib.ExecConfig))
+        mirror = {name: getattr(_lib.ExecConfig, name).offset for name, _ in _lib.ExecConfig._fields_}
+        self.assertEqual({k: int(v) for k, v in c.items()}, mirror)
+
+
+if __name__ == "__main__":
+    unittest.main()
