@@ -14,6 +14,8 @@
 #define CZ_TYPES_H
 
 #include "canzona.h"
+#include "cz_names.h"
+#include "cz_order.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -287,6 +289,9 @@ int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz
                  cz_error *err);
 /* Lays out the gradient buckets (Megatron order, alignment, size, DP padding). */
 int cz_buckets_layout(cz_plan *plan, cz_error *err);
+/* The model parameter a plan parameter was made from, as the cost model sees it (the plan's
+ * kind, which AdamW turns elementwise); it borrows p's name and block sizes. */
+cz_param_def cz_plan_param_def(const cz_plan_param *p);
 /* Fills every bucket's ranges and every param's dp_owner following settings.dp. */
 int cz_dp_partition(cz_plan *plan, cz_error *err);
 /* Builds the micro-group schedule of every DP rank following settings.tp. */
@@ -354,11 +359,6 @@ double cz_clock_seconds(void);
 /* CPU seconds used by the calling thread: a time limit on it does not tighten when other
  * processes load the machine. */
 double cz_cpu_seconds(void);
-
-/* ---- param_order.c ---- */
-/* Sorts n parameter ids into buffer order: by bucket, then offset, then id. Returns CZ_OK or
- * CZ_ENOMEM (ids untouched). */
-int cz_params_sort_by_position(const cz_plan *plan, int *ids, int n);
 
 /* ---- hashing (sha256.c) ---- */
 void cz_sha256_hex(const void *data, size_t len, char out[65]);

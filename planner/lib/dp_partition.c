@@ -241,19 +241,6 @@ done:
     return rc;
 }
 
-typedef struct {
-    int id;
-    double cost;
-} cost_order;
-
-static int cost_order_cmp(const void *a, const void *b)
-{
-    const cost_order *x = a, *y = b;
-    if (x->cost != y->cost)
-        return x->cost > y->cost ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
-}
-
 /* Megatron-LM's optimizer groups under its layer-wise optimizer: Muon's (matrix) parameters,
  * then AdamW's 2-D ones (embeddings, output layer, routers: weight decay), then AdamW's 1-D
  * ones (norms and biases: no weight decay). Expert parameters form groups of their own. */
@@ -342,7 +329,7 @@ static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
         }
         return CZ_OK;
     }
-    cost_order *order = malloc((plan->nparams + 1) * sizeof *order);
+    cz_costed *order = malloc((plan->nparams + 1) * sizeof *order);
     double *load = calloc((size_t)dp, sizeof *load);
     if (!order || !load) {
         free(order);
@@ -357,7 +344,7 @@ static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
         order[n].cost = plan->params[i].cost;
         n++;
     }
-    qsort(order, n, sizeof *order, cost_order_cmp);
+    cz_costed_sort(order, n);
     for (size_t k = 0; k < n; k++) {
         int best = 0;
         for (int r = 1; r < dp; r++)

@@ -113,24 +113,6 @@ done:
     return CZ_OK;
 }
 
-const char *cz_solve_status_name(int status)
-{
-    switch (status) {
-    case CZ_SOLVE_NONE:
-        return "none";
-    case CZ_SOLVE_OPTIMAL:
-        return "optimal";
-    case CZ_SOLVE_FEASIBLE:
-        return "feasible";
-    case CZ_SOLVE_TIMEOUT:
-        return "timeout";
-    case CZ_SOLVE_FAILED:
-        return "failed";
-    default:
-        return NULL;
-    }
-}
-
 void cz_plan_solver_record(cz_plan *plan, int phase, const cz_mip_result *res)
 {
     int *status = phase == 0 ? &plan->solver_status_dp : &plan->solver_status_tp;

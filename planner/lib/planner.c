@@ -8,7 +8,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static const char *or_unknown(const char *s)
 {
@@ -102,6 +101,23 @@ static int stage_of_layer(int layer, int nlayers, int pp)
     if (layer < big)
         return layer / (base + 1);
     return extra + (layer - big) / base;
+}
+
+cz_param_def cz_plan_param_def(const cz_plan_param *p)
+{
+    /* The plan keeps the model's view of the parameter (global shape, kind after the optimizer's
+     * choice, blocks), which is all the cost model reads. */
+    return (cz_param_def){
+        .name = p->name,
+        .ndim = p->ndim,
+        .shape = {p->shape[0], p->shape[1]},
+        .tp_dim = p->tp_dim,
+        .kind = p->kind,
+        .block_dim = p->block_dim,
+        .nblocks = p->nblocks,
+        .block_sizes = p->block_sizes,
+        .layer = p->layer,
+    };
 }
 
 static int param_copy(cz_plan_param *pp, const cz_param_def *d, int id, const cz_model *m,
@@ -323,11 +339,10 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     const cz_settings *user = settings;
     int rc;
     cz_plan *plan = NULL, *numel = NULL;
-    struct timespec t0, t1;
     if (!out)
         return cz_error_set(err, CZ_EINVALID, "cz_plan_build: no output pointer given");
     *out = NULL;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = cz_clock_seconds();
     if ((rc = settings_check(settings, err)) != CZ_OK)
         return rc;
     if (model && cluster &&
@@ -373,8 +388,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
             (rc = cz_plan_metrics_compute(plan, cluster, err)) != CZ_OK)
             goto fail;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    plan->plan_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    plan->plan_seconds = cz_clock_seconds() - t0;
     cz_plan_free(numel);
     *out = plan;
     return CZ_OK;

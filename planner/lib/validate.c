@@ -25,11 +25,6 @@ typedef cz_plan_checks vctx;
 #define viol cz_plan_checks_fail
 #define close_rel cz_close_rel
 
-static const char *kind_name(cz_param_kind k)
-{
-    return k == CZ_KIND_MATRIX ? "matrix" : "elementwise";
-}
-
 /* ---- content hash ----------------------------------------------------------------------- */
 
 /* A plan read from a file whose recorded content hash does not match was edited after it was
@@ -152,7 +147,7 @@ static void check_param_identity(vctx *c, const cz_plan *p, const cz_model *m)
         c->checks++;
         if (q->kind != d->kind)
             viol(c, "param.optimizer", "'%s' is %s but the model says %s", d->name,
-                 kind_name(q->kind), kind_name(d->kind));
+                 cz_kind_name(q->kind), cz_kind_name(d->kind));
         at(c, "$.params[%zu].blocks", i);
         c->checks++;
         if (!same_blocks(q, d)) {
