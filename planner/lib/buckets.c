@@ -107,5 +107,13 @@ int cz_buckets_layout(cz_plan *plan, cz_error *err)
                 return rc;
         }
     }
+    /* What every partitioner relies on: each parameter lies inside a bucket of its own stage. */
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        CZ_ASSERT(p->bucket >= 0 && (size_t)p->bucket < plan->nbuckets, err);
+        const cz_plan_bucket *b = &plan->buckets[p->bucket];
+        CZ_ASSERT(b->stage == p->stage && b->size >= 0, err);
+        CZ_ASSERT(p->offset >= 0 && p->offset <= b->size - p->numel, err);
+    }
     return CZ_OK;
 }

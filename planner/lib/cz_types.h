@@ -14,6 +14,8 @@
 #define CZ_TYPES_H
 
 #include "canzona.h"
+#include "cz_assert.h"
+#include "cz_error.h"
 #include "cz_names.h"
 #include "cz_order.h"
 
@@ -183,11 +185,6 @@ struct cz_plan {
  * empty, longer than CZ_PARAM_NAME_MAX, a '/' or '\\', a control character, or a leading '.'
  * (which also covers "." and ".."). */
 const char *cz_param_name_problem(const char *name);
-
-/* ---- error helpers (error.c) ---- */
-/* Fills err (if not NULL) with code and a printf-style message; returns code. */
-int cz_error_set(cz_error *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* ---- allocation helpers (error.c): abort-free; return NULL on failure ---- */
 char *cz_strdup(const char *s);

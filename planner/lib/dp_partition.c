@@ -77,10 +77,16 @@ static int bucket_index_build(bucket_index *bi, const cz_plan *plan, cz_error *e
 
 /* Sets the bucket's ranges from cuts[0..dp] and the owner of each of its parameters (the range
  * that holds its start). */
-static void cuts_apply(cz_plan *plan, const bucket_index *bi, int b, const int64_t *cuts)
+static int cuts_apply(cz_plan *plan, const bucket_index *bi, int b, const int64_t *cuts,
+                      cz_error *err)
 {
     cz_plan_bucket *bk = &plan->buckets[b];
     int dp = plan->dp;
+    /* Every strategy's cuts cover the bucket in order; the executor and the validator take
+     * ranges that do not as a broken plan. */
+    CZ_ASSERT(cuts[0] == 0 && cuts[dp] == bk->size, err);
+    for (int r = 0; r < dp; r++)
+        CZ_ASSERT(cuts[r] <= cuts[r + 1], err);
     for (int r = 0; r < dp; r++) {
         bk->ranges[2 * r] = cuts[r];
         bk->ranges[2 * r + 1] = cuts[r + 1];
@@ -92,6 +98,7 @@ static void cuts_apply(cz_plan *plan, const bucket_index *bi, int b, const int64
             r++;
         p->dp_owner = r;
     }
+    return CZ_OK;
 }
 
 static void even_cuts(int64_t size, int dp, int64_t *cuts)
@@ -101,7 +108,8 @@ static void even_cuts(int64_t size, int dp, int64_t *cuts)
     cuts[dp] = size;
 }
 
-static void anchored_bucket(cz_plan *plan, const bucket_index *bi, int b, int64_t *cuts)
+static int anchored_bucket(cz_plan *plan, const bucket_index *bi, int b, int64_t *cuts,
+                           cz_error *err)
 {
     int dp = plan->dp;
     int64_t size = plan->buckets[b].size, slice = size / dp;
@@ -118,7 +126,7 @@ static void anchored_bucket(cz_plan *plan, const bucket_index *bi, int b, int64_
             if (p->offset < cuts[r])
                 cuts[r] = p->offset;
     }
-    cuts_apply(plan, bi, b, cuts);
+    return cuts_apply(plan, bi, b, cuts, err);
 }
 
 /* Worst max/mean of per-rank owned cost over this stage's ranks. */
@@ -227,7 +235,8 @@ static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_erro
             cuts[r] =
                 cutj[r] < np ? plan->params[bi->ids[base + cutj[r]]].offset : plan->buckets[b].size;
         cuts[0] = 0;
-        cuts_apply(plan, bi, b, cuts);
+        if ((rc = cuts_apply(plan, bi, b, cuts, err)) != CZ_OK)
+            goto done;
         for (int r = 0; r < dp; r++)
             load[r] += prefix[cutj[r + 1]] - prefix[cutj[r]];
     }
@@ -408,12 +417,14 @@ int cz_dp_partition(cz_plan *plan, cz_error *err)
         case CZ_DP_EVEN:
         case CZ_DP_LAYERWISE:
             even_cuts(plan->buckets[b].size, dp, cuts);
-            cuts_apply(plan, &bi, (int)b, cuts);
+            rc = cuts_apply(plan, &bi, (int)b, cuts, err);
             break;
         default:
-            anchored_bucket(plan, &bi, (int)b, cuts);
+            rc = anchored_bucket(plan, &bi, (int)b, cuts, err);
             break;
         }
+        if (rc != CZ_OK)
+            goto done;
     }
     if (strategy == CZ_DP_EVEN) {
         for (size_t i = 0; i < plan->nparams; i++)

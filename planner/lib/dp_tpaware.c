@@ -907,13 +907,8 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
         goto done;
     }
-    if (sb.n != n) {
-        rc = cz_error_set(err, CZ_EINTERNAL,
-                          "tpaware: %d of stage %d's %d parameters have no bucket; lay out "
-                          "buckets first",
-                          n - sb.n, stage, n);
-        goto done;
-    }
+    /* Layout gives every parameter a bucket, so the index holds the whole stage. */
+    CZ_ASSERT_GOTO(sb.n == n, err, rc, done);
     /* Cut indices from the owners; owners must be monotone along each bucket. */
     for (int bi = 0; bi < t.nb; bi++) {
         int *c = &t.cut[bi * (R + 1)];

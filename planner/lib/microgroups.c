@@ -147,6 +147,8 @@ static int schedule_rollback(group_sink *gs, int nslots, const task *tasks, int 
 {
     int rc = CZ_OK, start = 0;
     double sum = 0.0, makespan = 0.0, total = 0.0;
+    for (int k = 1; k < n; k++)
+        CZ_ASSERT(tasks[k - 1].cost >= tasks[k].cost, err);
     for (int s = 0; s < nslots; s++)
         load[s] = 0.0;
     /* Tasks arrive in descending cost order, so the LPT assignment of the group grown by one
