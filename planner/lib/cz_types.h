@@ -349,8 +349,8 @@ int cz_microgroups_ilp(cz_plan *plan, cz_error *err);
  * when the plan already had some. Deterministic unless settings.tpaware_time_limit_s (CPU
  * seconds of the calling thread) stops the search. */
 int cz_dp_partition_tpaware(cz_plan *plan, cz_error *err);
-/* Sends a progress report to the handler installed by cz_set_progress_handler, if any. */
-void cz_progress_report(const cz_progress *p);
+/* Sends a progress report to s->progress with its payload, if a callback is set. */
+void cz_progress_report(const cz_settings *s, const cz_progress *p);
 /* Monotonic clock in seconds (for time limits and progress only, never for output). */
 double cz_clock_seconds(void);
 /* CPU seconds used by the calling thread: a time limit on it does not tighten when other

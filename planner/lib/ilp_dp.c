@@ -276,7 +276,7 @@ static int solve_stage(cz_plan *plan, int stage, double time_limit_s, cz_error *
     }
 
     cz_mip_result res;
-    if ((rc = cz_mip_solve(P, warm_arg, time_limit_s, "dp-ilp", scale, &res, err)))
+    if ((rc = cz_mip_solve(P, warm_arg, time_limit_s, "dp-ilp", scale, &plan->settings, &res, err)))
         goto fail;
     cz_plan_solver_record(plan, 0, &res);
     if (res.status == CZ_SOLVE_OPTIMAL || res.status == CZ_SOLVE_FEASIBLE) {

@@ -272,8 +272,8 @@ static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, 
     glp_load_matrix(P, nz, ia, ja, ar);
 
     cz_mip_result res;
-    if ((rc = cz_mip_solve(P, warm_ok ? warm : NULL, time_limit_s, "microgroups-ilp", scale, &res,
-                           err)))
+    if ((rc = cz_mip_solve(P, warm_ok ? warm : NULL, time_limit_s, "microgroups-ilp", scale,
+                           &plan->settings, &res, err)))
         goto fail;
     cz_plan_solver_record(plan, 1, &res);
     if (res.status == CZ_SOLVE_OPTIMAL || res.status == CZ_SOLVE_FEASIBLE) {

@@ -150,28 +150,28 @@ static json_t *build_settings(writer *w, const cz_plan *p)
     return o;
 }
 
-static json_t *build_param(writer *w, const cz_plan_param *pp)
+static json_t *build_param(writer *w, const cz_plan_param *q)
 {
     json_t *o = json_object();
-    w_set(w, o, "id", json_integer(pp->id));
-    w_set(w, o, "name", w_str(w, pp->name, "a parameter name"));
-    w_set(w, o, "shape", w_shape(w, pp->shape, pp->ndim));
-    w_set(w, o, "local_shape", w_shape(w, pp->local_shape, pp->ndim));
-    w_set(w, o, "tp_dim", pp->tp_dim < 0 ? json_null() : json_integer(pp->tp_dim));
-    w_set(w, o, "optimizer", json_string(cz_kind_name(pp->kind)));
-    if (pp->nblocks > 0) {
+    w_set(w, o, "id", json_integer(q->id));
+    w_set(w, o, "name", w_str(w, q->name, "a parameter name"));
+    w_set(w, o, "shape", w_shape(w, q->shape, q->ndim));
+    w_set(w, o, "local_shape", w_shape(w, q->local_shape, q->ndim));
+    w_set(w, o, "tp_dim", q->tp_dim < 0 ? json_null() : json_integer(q->tp_dim));
+    w_set(w, o, "optimizer", json_string(cz_kind_name(q->kind)));
+    if (q->nblocks > 0) {
         json_t *b = json_object();
-        w_set(w, b, "dim", json_integer(pp->block_dim));
-        w_set(w, b, "sizes", w_shape(w, pp->block_sizes, pp->nblocks));
+        w_set(w, b, "dim", json_integer(q->block_dim));
+        w_set(w, b, "sizes", w_shape(w, q->block_sizes, q->nblocks));
         w_set(w, o, "blocks", b);
     }
-    w_set(w, o, "layer", json_integer(pp->layer));
-    w_set(w, o, "stage", json_integer(pp->stage));
-    w_set(w, o, "bucket", json_integer(pp->bucket));
-    w_set(w, o, "offset", json_integer(pp->offset));
-    w_set(w, o, "numel", json_integer(pp->numel));
-    w_set(w, o, "cost", w_real(w, pp->cost, "a parameter cost"));
-    w_set(w, o, "dp_owner", json_integer(pp->dp_owner));
+    w_set(w, o, "layer", json_integer(q->layer));
+    w_set(w, o, "stage", json_integer(q->stage));
+    w_set(w, o, "bucket", json_integer(q->bucket));
+    w_set(w, o, "offset", json_integer(q->offset));
+    w_set(w, o, "numel", json_integer(q->numel));
+    w_set(w, o, "cost", w_real(w, q->cost, "a parameter cost"));
+    w_set(w, o, "dp_owner", json_integer(q->dp_owner));
     return o;
 }
 
