@@ -8,7 +8,7 @@
  * Alignment is relative to the bucket's start: offsets in the plan are bucket-relative, so a
  * bucket is self-contained (its start in the stage buffer is a multiple of dp, not of align).
  */
-#include "cz_types.h"
+#include "cz_algorithms.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

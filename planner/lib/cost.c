@@ -29,7 +29,7 @@
  * matmul + elementwise FLOPs; time = matmul FLOPs / (matmul_tflops 1e12) + elementwise bytes /
  * (mem_gbps 1e9) on the cluster's device.
  */
-#include "cz_types.h"
+#include "cz_algorithms.h"
 
 #include <string.h>
 

@@ -25,7 +25,7 @@
  *            the current one reduce-scatters buckets of its own layout, which the simulator
  *            recomputes.
  */
-#include "cz_types.h"
+#include "cz_algorithms.h"
 
 #include <math.h>
 #include <stdbool.h>

@@ -4,7 +4,7 @@
  * bound, which single matrices make a better balance impossible). Produces JSON only; the CLI
  * formats it, so that the text and --json outputs carry the same content.
  */
-#include "cz_types.h"
+#include "cz_analysis.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -11,7 +11,7 @@
  * The even baseline splits elementwise parameters across DP ranks, so its makespan can fall
  * below the largest elementwise task; only total / GPUs bounds it.
  */
-#include "cz_types.h"
+#include "cz_algorithms.h"
 
 #include <stdlib.h>
 

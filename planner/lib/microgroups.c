@@ -27,7 +27,7 @@
  * Under the even baseline a rank updates every matrix its range touches (each touching rank
  * gathers and updates it redundantly); under every other strategy exactly the matrices it owns.
  */
-#include "cz_types.h"
+#include "cz_algorithms.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -5,7 +5,7 @@
  * models or topologies are refused unless forced, because their ranks and parameter ids do
  * not correspond; forced, parameters are matched by name.
  */
-#include "cz_types.h"
+#include "cz_analysis.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -2,7 +2,7 @@
  * prints; the caller of cz_plan_build passes a callback and its payload in cz_settings (as
  * libgit2's options structs do), which reach the solvers in the plan's copy of the settings, so
  * that two builds in one process report to their own callers. */
-#include "cz_types.h"
+#include "cz_algorithms.h"
 
 #include <time.h>
 

@@ -6,7 +6,7 @@
  * and the micro-group pipeline of the DP rank that finishes last, boxes labelled with their
  * largest task. Optionally wrapped in an HTML page with tables.
  */
-#include "cz_types.h"
+#include "cz_analysis.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,5 +1,6 @@
 /* Planning settings: defaults and the names used on the command line and in plan files. */
-#include "cz_types.h"
+#include "cz_algorithms.h"
+#include "cz_names.h"
 
 #include <string.h>
 

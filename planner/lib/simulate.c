@@ -3,7 +3,7 @@
  * one communication stream per GPU. The assumptions and formulas are written down in
  * docs/SIMULATOR.md; keep the two in step.
  */
-#include "cz_types.h"
+#include "cz_analysis.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -11,7 +11,7 @@
  * the planner's own code (cost model, bucket layout of a fresh plan with the same settings,
  * metrics), so that a plan that is self-consistent but disagrees with this build is caught too.
  */
-#include "cz_types.h"
+#include "cz_analysis.h"
 
 #include <jansson.h>
 #include <math.h>
