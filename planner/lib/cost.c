@@ -87,13 +87,6 @@ static matrix_work matrix_work_of(int64_t m, int64_t n, const cz_settings *s, in
     return w;
 }
 
-double cz_matrix_flops(int64_t m, int64_t n, const cz_settings *s)
-{
-    /* FLOPs do not depend on the element type; bf16 is as good as any. */
-    matrix_work w = matrix_work_of(m, n, s, 2);
-    return w.matmul_flops + w.ew_flops;
-}
-
 static double rate_seconds(double flops, double bytes, const cz_cluster *c)
 {
     double t = 0.0;

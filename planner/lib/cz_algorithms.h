@@ -25,8 +25,6 @@ double cz_cost_param_seconds(const cz_param_def *p, const cz_settings *s, const 
 /* Optimizer-state bytes for a parameter: for a matrix, held by its host (full size); for an
  * elementwise parameter, held by each TP rank for its local shard. */
 double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp);
-/* FLOPs of one optimizer step on a whole m x n matrix (Muon/SOAP/Shampoo), no blocks. */
-double cz_matrix_flops(int64_t m, int64_t n, const cz_settings *s);
 
 /* How a TP group runs Muon's Newton-Schulz on a TP-split matrix (Megatron-LM's tp_mode). */
 typedef enum cz_muon_tp_mode {
@@ -95,7 +93,8 @@ int cz_buckets_layout(cz_plan *plan, cz_error *err);
 /* The model parameter a plan parameter was made from, as the cost model sees it (the plan's
  * kind, which AdamW turns elementwise); it borrows p's name and block sizes. */
 cz_param_def cz_plan_param_def(const cz_plan_param *p);
-/* Fills every bucket's ranges and every param's dp_owner following settings.dp. */
+/* Fills every bucket's ranges and every param's dp_owner following settings.dp; for tpaware,
+ * alpha's partition, the starting point of cz_dp_partition_tpaware (which cz_plan_build runs). */
 int cz_dp_partition(cz_plan *plan, cz_error *err);
 /* Builds the micro-group schedule of every DP rank following settings.tp. */
 int cz_tp_schedule_build(cz_plan *plan, cz_error *err);

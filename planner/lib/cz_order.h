@@ -17,10 +17,6 @@ typedef struct cz_costed {
  * deterministic (the greedy schedulers, the layer-wise rule and the reports depend on it). */
 void cz_costed_sort(cz_costed *v, size_t n);
 
-/* Sorts n parameter ids into buffer order: by bucket, then offset, then id. Returns CZ_OK or
- * CZ_ENOMEM (ids untouched). */
-int cz_params_sort_by_position(const cz_plan *plan, int *ids, int n);
-
 /* The parameters of one pipeline stage that have a bucket, grouped by bucket in bucket order,
  * each bucket's in offset order: the walk every DP partitioner makes along the buffer. */
 typedef struct cz_stage_buckets {

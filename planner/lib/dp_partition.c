@@ -436,6 +436,7 @@ int cz_dp_partition(cz_plan *plan, cz_error *err)
             if ((rc = layerwise_stage(plan, stage, err)) != CZ_OK)
                 goto done;
         } else if (strategy == CZ_DP_ALPHA || strategy == CZ_DP_TPAWARE) {
+            /* tpaware's starting point is alpha's partition; cz_plan_build runs its search. */
             double anchored = stage_imbalance(plan, stage, load);
             stage_snapshot(plan, stage, saved_ranges, saved_owners, 0);
             if ((rc = alpha_stage(plan, &bi, stage, err)) != CZ_OK)
@@ -448,8 +449,6 @@ int cz_dp_partition(cz_plan *plan, cz_error *err)
             }
         }
     }
-    if (strategy == CZ_DP_TPAWARE)
-        rc = cz_dp_partition_tpaware(plan, err);
 done:
     bucket_index_free(&bi);
     free(cuts);

@@ -36,7 +36,9 @@ void cz_costed_sort(cz_costed *v, size_t n)
         qsort(v, n, sizeof *v, costed_cmp);
 }
 
-int cz_params_sort_by_position(const cz_plan *plan, int *ids, int n)
+/* Sorts n parameter ids into buffer order: by bucket, then offset, then id. Returns CZ_OK or
+ * CZ_ENOMEM (ids untouched). */
+static int params_sort_by_position(const cz_plan *plan, int *ids, int n)
 {
     /* Sorting keys rather than ids keeps the comparator free of global state. */
     position *keys = malloc(((size_t)n + 1) * sizeof *keys);
@@ -72,7 +74,7 @@ int cz_stage_buckets_build(cz_stage_buckets *v, const cz_plan *plan, int stage)
     for (size_t i = 0; i < plan->nparams; i++)
         if (plan->params[i].stage == stage && plan->params[i].bucket >= 0)
             v->order[v->n++] = (int)i;
-    if (cz_params_sort_by_position(plan, v->order, v->n) != CZ_OK)
+    if (params_sort_by_position(plan, v->order, v->n) != CZ_OK)
         return CZ_ENOMEM;
     for (int k = 0; k < v->n; k++) {
         int b = plan->params[v->order[k]].bucket;
