@@ -47,32 +47,40 @@ static void bucket_index_free(bucket_index *bi)
 static int bucket_index_build(bucket_index *bi, const cz_plan *plan, cz_error *err)
 {
     size_t nb = plan->nbuckets;
+    int rc = CZ_OK;
+    cz_stage_buckets v = {0};
     bi->ids = malloc((plan->nparams + 1) * sizeof *bi->ids);
     bi->first = calloc(nb + 1, sizeof *bi->first);
-    int *fill = calloc(nb + 1, sizeof *fill);
-    if (!bi->ids || !bi->first || !fill) {
-        free(fill);
+    if (!bi->ids || !bi->first)
         return cz_error_set(err, CZ_ENOMEM, "out of memory indexing buckets");
-    }
     for (size_t i = 0; i < plan->nparams; i++) {
         int b = plan->params[i].bucket;
-        if (b < 0 || (size_t)b >= nb) {
-            free(fill);
+        if (b < 0 || (size_t)b >= nb)
             return cz_error_set(err, CZ_EINTERNAL,
                                 "parameter '%s' has no bucket (%d); lay out buckets first",
                                 plan->params[i].name, b);
-        }
         bi->first[b + 1]++;
     }
     for (size_t b = 0; b < nb; b++)
         bi->first[b + 1] += bi->first[b];
-    /* Buckets are filled in reverse id order, so descending ids give ascending offsets. */
-    for (size_t k = plan->nparams; k-- > 0;) {
-        int b = plan->params[k].bucket;
-        bi->ids[bi->first[b] + fill[b]++] = (int)k;
+    /* The offset order within a bucket is the stage walk's (cz_stage_buckets), here keyed by
+     * the plan's bucket index. */
+    for (int stage = 0; stage < plan->pp; stage++) {
+        if (cz_stage_buckets_build(&v, plan, stage) != CZ_OK) {
+            rc = cz_error_set(err, CZ_ENOMEM, "out of memory indexing buckets");
+            goto out;
+        }
+        for (int k = 0; k < v.nb; k++) {
+            int b = v.bucket[k], n = v.first[k + 1] - v.first[k];
+            /* Layout puts a bucket's parameters in the bucket's own stage, all of them. */
+            CZ_ASSERT_GOTO(n == bi->first[b + 1] - bi->first[b], err, rc, out);
+            memcpy(&bi->ids[bi->first[b]], &v.order[v.first[k]], (size_t)n * sizeof *bi->ids);
+        }
+        cz_stage_buckets_free(&v);
     }
-    free(fill);
-    return CZ_OK;
+out:
+    cz_stage_buckets_free(&v);
+    return rc;
 }
 
 /* Sets the bucket's ranges from cuts[0..dp] and the owner of each of its parameters (the range
