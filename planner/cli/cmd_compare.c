@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 enum { OPT_REPEATS = 2000, OPT_PROGRESS };
@@ -73,13 +72,6 @@ typedef struct cmp_row {
     double dp_imbalance, mk_over_lb, step_s, optimizer_s, plan_s;
     int builds; /* builds the planning time is the median of */
 } cmp_row;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -154,9 +146,9 @@ static int row_run(cmp_row *r, const cz_model *model, const cz_cluster *cluster,
     for (int i = 0; i < want; i++) {
         cz_plan_free(plan);
         plan = NULL;
-        double t0 = now_s();
+        double t0 = cz_clock_seconds();
         int b = cz_plan_build(&plan, model, cluster, &s, &err);
-        times[i] = now_s() - t0;
+        times[i] = cz_clock_seconds() - t0;
         if (b == CZ_EUNSUPPORTED || b == CZ_ETIMEOUT) {
             r->skipped = 1;
             snprintf(r->note, sizeof r->note, "%s", err.message);

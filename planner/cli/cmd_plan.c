@@ -159,9 +159,9 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
 }
 
 /* One self-overwriting line on stderr while an ILP solve runs. */
-static void plan_progress(const cz_progress *pr, void *ctx)
+static void plan_progress(const cz_progress *pr, void *payload)
 {
-    *(int *)ctx = 1;
+    *(int *)payload = 1;
     fprintf(stderr, "\rcanzona plan: %s %.0f s, incumbent %.6g, bound %.6g, gap %.2f%%   ",
             pr->phase, pr->elapsed_s, pr->incumbent, pr->best_bound, 100.0 * pr->gap);
     fflush(stderr);
@@ -301,10 +301,11 @@ int cz_cmd_plan(int argc, char **argv)
     if (cz_cli_load_inputs("plan", model_path, cluster_path, &sizes, &model, &cluster))
         goto done;
     int progress_shown = 0;
-    if (!quiet && settings.solver == CZ_SOLVER_ILP)
-        cz_set_progress_handler(plan_progress, &progress_shown);
+    if (!quiet && settings.solver == CZ_SOLVER_ILP) {
+        settings.progress = plan_progress;
+        settings.progress_payload = &progress_shown;
+    }
     int built = cz_plan_build(&plan, model, cluster, &settings, &err);
-    cz_set_progress_handler(NULL, NULL);
     if (progress_shown)
         fprintf(stderr, "\n");
     if (built != CZ_OK) {

@@ -105,6 +105,19 @@ typedef enum cz_layerwise_order {
 
 typedef enum cz_solver { CZ_SOLVER_GREEDY = 0, CZ_SOLVER_ILP = 1 } cz_solver;
 
+/* Progress of a long-running solve (the ILP solvers), reported at most once per second once
+ * the solve has run for a second. Values are in the plan's cost unit; NAN when not known yet. */
+typedef struct cz_progress {
+    const char *phase; /* "dp-ilp" or "microgroups-ilp" */
+    double elapsed_s;  /* since this solve started */
+    double best_bound; /* best proven bound on the objective */
+    double incumbent;  /* objective of the best solution found so far */
+    double gap;        /* relative gap between the two */
+} cz_progress;
+/* Receives the progress reports of one cz_plan_build call, on the calling thread, with the
+ * payload given beside it in cz_settings. */
+typedef void (*cz_progress_fn)(const cz_progress *progress, void *payload);
+
 /* Planning settings. Initialize with cz_settings_init() and then change fields, so that fields
  * added in later versions keep their defaults. */
 typedef struct cz_settings {
@@ -126,6 +139,10 @@ typedef struct cz_settings {
     double tpaware_time_limit_s; /* limit of the --dp tpaware search in CPU seconds of the
                                   * calling thread; default 2; not recorded in plan files
                                   * (the plan records the cuts) */
+    cz_progress_fn progress;     /* called during this build's long solves; NULL (default):
+                                  * none. The library never prints; the CLI shows a line on
+                                  * stderr. Not recorded in the plan (cleared in its copy). */
+    void *progress_payload;      /* passed to progress as is */
 } cz_settings;
 
 #define CZ_SETTINGS_VERSION 1
@@ -149,22 +166,6 @@ int cz_dp_strategy_parse(const char *name, cz_dp_strategy *out);
 int cz_tp_strategy_parse(const char *name, cz_tp_strategy *out);
 int cz_layerwise_order_parse(const char *name, cz_layerwise_order *out);
 int cz_solver_parse(const char *name, cz_solver *out);
-
-/* Progress of a long-running solve (the ILP solvers), reported at most once per second once
- * the solve has run for a second. Values are in the plan's cost unit; NAN when not known yet. */
-typedef struct cz_progress {
-    const char *phase; /* "dp-ilp" or "microgroups-ilp" */
-    double elapsed_s;  /* since this solve started */
-    double best_bound; /* best proven bound on the objective */
-    double incumbent;  /* objective of the best solution found so far */
-    double gap;        /* relative gap between the two */
-} cz_progress;
-typedef void (*cz_progress_fn)(const cz_progress *progress, void *ctx);
-
-/* Installs a progress handler for this process (NULL removes it). The library never prints;
- * a command-line tool installs one to show a line on stderr. Not thread-safe: install it
- * before building plans. */
-void cz_set_progress_handler(cz_progress_fn fn, void *ctx);
 
 typedef struct cz_model cz_model;
 typedef struct cz_cluster cz_cluster;

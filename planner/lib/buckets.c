@@ -8,7 +8,7 @@
  * Alignment is relative to the bucket's start: offsets in the plan are bucket-relative, so a
  * bucket is self-contained (its start in the stage buffer is a multiple of dp, not of align).
  */
-#include "cz_types.h"
+#include "cz_algorithms.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -106,6 +106,14 @@ int cz_buckets_layout(cz_plan *plan, cz_error *err)
             if ((rc = bucket_push(plan, &cap, stage, start, padded, err)) != CZ_OK)
                 return rc;
         }
+    }
+    /* What every partitioner relies on: each parameter lies inside a bucket of its own stage. */
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        CZ_ASSERT(p->bucket >= 0 && (size_t)p->bucket < plan->nbuckets, err);
+        const cz_plan_bucket *b = &plan->buckets[p->bucket];
+        CZ_ASSERT(b->stage == p->stage && b->size >= 0, err);
+        CZ_ASSERT(p->offset >= 0 && p->offset <= b->size - p->numel, err);
     }
     return CZ_OK;
 }

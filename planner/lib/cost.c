@@ -29,7 +29,7 @@
  * matmul + elementwise FLOPs; time = matmul FLOPs / (matmul_tflops 1e12) + elementwise bytes /
  * (mem_gbps 1e9) on the cluster's device.
  */
-#include "cz_types.h"
+#include "cz_algorithms.h"
 
 #include <string.h>
 
@@ -85,13 +85,6 @@ static matrix_work matrix_work_of(int64_t m, int64_t n, const cz_settings *s, in
         break;
     }
     return w;
-}
-
-double cz_matrix_flops(int64_t m, int64_t n, const cz_settings *s)
-{
-    /* FLOPs do not depend on the element type; bf16 is as good as any. */
-    matrix_work w = matrix_work_of(m, n, s, 2);
-    return w.matmul_flops + w.ew_flops;
 }
 
 static double rate_seconds(double flops, double bytes, const cz_cluster *c)

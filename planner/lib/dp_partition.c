@@ -25,7 +25,7 @@
  *            the current one reduce-scatters buckets of its own layout, which the simulator
  *            recomputes.
  */
-#include "cz_types.h"
+#include "cz_algorithms.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -47,40 +47,54 @@ static void bucket_index_free(bucket_index *bi)
 static int bucket_index_build(bucket_index *bi, const cz_plan *plan, cz_error *err)
 {
     size_t nb = plan->nbuckets;
+    int rc = CZ_OK;
+    cz_stage_buckets v = {0};
     bi->ids = malloc((plan->nparams + 1) * sizeof *bi->ids);
     bi->first = calloc(nb + 1, sizeof *bi->first);
-    int *fill = calloc(nb + 1, sizeof *fill);
-    if (!bi->ids || !bi->first || !fill) {
-        free(fill);
+    if (!bi->ids || !bi->first)
         return cz_error_set(err, CZ_ENOMEM, "out of memory indexing buckets");
-    }
     for (size_t i = 0; i < plan->nparams; i++) {
         int b = plan->params[i].bucket;
-        if (b < 0 || (size_t)b >= nb) {
-            free(fill);
+        if (b < 0 || (size_t)b >= nb)
             return cz_error_set(err, CZ_EINTERNAL,
                                 "parameter '%s' has no bucket (%d); lay out buckets first",
                                 plan->params[i].name, b);
-        }
         bi->first[b + 1]++;
     }
     for (size_t b = 0; b < nb; b++)
         bi->first[b + 1] += bi->first[b];
-    /* Buckets are filled in reverse id order, so descending ids give ascending offsets. */
-    for (size_t k = plan->nparams; k-- > 0;) {
-        int b = plan->params[k].bucket;
-        bi->ids[bi->first[b] + fill[b]++] = (int)k;
+    /* The offset order within a bucket is the stage walk's (cz_stage_buckets), here keyed by
+     * the plan's bucket index. */
+    for (int stage = 0; stage < plan->pp; stage++) {
+        if (cz_stage_buckets_build(&v, plan, stage) != CZ_OK) {
+            rc = cz_error_set(err, CZ_ENOMEM, "out of memory indexing buckets");
+            goto out;
+        }
+        for (int k = 0; k < v.nb; k++) {
+            int b = v.bucket[k], n = v.first[k + 1] - v.first[k];
+            /* Layout puts a bucket's parameters in the bucket's own stage, all of them. */
+            CZ_ASSERT_GOTO(n == bi->first[b + 1] - bi->first[b], err, rc, out);
+            memcpy(&bi->ids[bi->first[b]], &v.order[v.first[k]], (size_t)n * sizeof *bi->ids);
+        }
+        cz_stage_buckets_free(&v);
     }
-    free(fill);
-    return CZ_OK;
+out:
+    cz_stage_buckets_free(&v);
+    return rc;
 }
 
 /* Sets the bucket's ranges from cuts[0..dp] and the owner of each of its parameters (the range
  * that holds its start). */
-static void cuts_apply(cz_plan *plan, const bucket_index *bi, int b, const int64_t *cuts)
+static int cuts_apply(cz_plan *plan, const bucket_index *bi, int b, const int64_t *cuts,
+                      cz_error *err)
 {
     cz_plan_bucket *bk = &plan->buckets[b];
     int dp = plan->dp;
+    /* Every strategy's cuts cover the bucket in order; the executor and the validator take
+     * ranges that do not as a broken plan. */
+    CZ_ASSERT(cuts[0] == 0 && cuts[dp] == bk->size, err);
+    for (int r = 0; r < dp; r++)
+        CZ_ASSERT(cuts[r] <= cuts[r + 1], err);
     for (int r = 0; r < dp; r++) {
         bk->ranges[2 * r] = cuts[r];
         bk->ranges[2 * r + 1] = cuts[r + 1];
@@ -92,6 +106,7 @@ static void cuts_apply(cz_plan *plan, const bucket_index *bi, int b, const int64
             r++;
         p->dp_owner = r;
     }
+    return CZ_OK;
 }
 
 static void even_cuts(int64_t size, int dp, int64_t *cuts)
@@ -101,7 +116,8 @@ static void even_cuts(int64_t size, int dp, int64_t *cuts)
     cuts[dp] = size;
 }
 
-static void anchored_bucket(cz_plan *plan, const bucket_index *bi, int b, int64_t *cuts)
+static int anchored_bucket(cz_plan *plan, const bucket_index *bi, int b, int64_t *cuts,
+                           cz_error *err)
 {
     int dp = plan->dp;
     int64_t size = plan->buckets[b].size, slice = size / dp;
@@ -118,7 +134,7 @@ static void anchored_bucket(cz_plan *plan, const bucket_index *bi, int b, int64_
             if (p->offset < cuts[r])
                 cuts[r] = p->offset;
     }
-    cuts_apply(plan, bi, b, cuts);
+    return cuts_apply(plan, bi, b, cuts, err);
 }
 
 /* Worst max/mean of per-rank owned cost over this stage's ranks. */
@@ -227,7 +243,8 @@ static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_erro
             cuts[r] =
                 cutj[r] < np ? plan->params[bi->ids[base + cutj[r]]].offset : plan->buckets[b].size;
         cuts[0] = 0;
-        cuts_apply(plan, bi, b, cuts);
+        if ((rc = cuts_apply(plan, bi, b, cuts, err)) != CZ_OK)
+            goto done;
         for (int r = 0; r < dp; r++)
             load[r] += prefix[cutj[r + 1]] - prefix[cutj[r]];
     }
@@ -239,19 +256,6 @@ done:
     free(cutj);
     free(cuts);
     return rc;
-}
-
-typedef struct {
-    int id;
-    double cost;
-} cost_order;
-
-static int cost_order_cmp(const void *a, const void *b)
-{
-    const cost_order *x = a, *y = b;
-    if (x->cost != y->cost)
-        return x->cost > y->cost ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
 }
 
 /* Megatron-LM's optimizer groups under its layer-wise optimizer: Muon's (matrix) parameters,
@@ -342,7 +346,7 @@ static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
         }
         return CZ_OK;
     }
-    cost_order *order = malloc((plan->nparams + 1) * sizeof *order);
+    cz_costed *order = malloc((plan->nparams + 1) * sizeof *order);
     double *load = calloc((size_t)dp, sizeof *load);
     if (!order || !load) {
         free(order);
@@ -357,7 +361,7 @@ static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
         order[n].cost = plan->params[i].cost;
         n++;
     }
-    qsort(order, n, sizeof *order, cost_order_cmp);
+    cz_costed_sort(order, n);
     for (size_t k = 0; k < n; k++) {
         int best = 0;
         for (int r = 1; r < dp; r++)
@@ -421,12 +425,14 @@ int cz_dp_partition(cz_plan *plan, cz_error *err)
         case CZ_DP_EVEN:
         case CZ_DP_LAYERWISE:
             even_cuts(plan->buckets[b].size, dp, cuts);
-            cuts_apply(plan, &bi, (int)b, cuts);
+            rc = cuts_apply(plan, &bi, (int)b, cuts, err);
             break;
         default:
-            anchored_bucket(plan, &bi, (int)b, cuts);
+            rc = anchored_bucket(plan, &bi, (int)b, cuts, err);
             break;
         }
+        if (rc != CZ_OK)
+            goto done;
     }
     if (strategy == CZ_DP_EVEN) {
         for (size_t i = 0; i < plan->nparams; i++)
@@ -438,6 +444,7 @@ int cz_dp_partition(cz_plan *plan, cz_error *err)
             if ((rc = layerwise_stage(plan, stage, err)) != CZ_OK)
                 goto done;
         } else if (strategy == CZ_DP_ALPHA || strategy == CZ_DP_TPAWARE) {
+            /* tpaware's starting point is alpha's partition; cz_plan_build runs its search. */
             double anchored = stage_imbalance(plan, stage, load);
             stage_snapshot(plan, stage, saved_ranges, saved_owners, 0);
             if ((rc = alpha_stage(plan, &bi, stage, err)) != CZ_OK)
@@ -450,8 +457,6 @@ int cz_dp_partition(cz_plan *plan, cz_error *err)
             }
         }
     }
-    if (strategy == CZ_DP_TPAWARE)
-        rc = cz_dp_partition_tpaware(plan, err);
 done:
     bucket_index_free(&bi);
     free(cuts);

@@ -843,9 +843,6 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
     t.deadline = search_deadline;
     t.dpl = calloc((size_t)R, sizeof *t.dpl);
     start_owner = malloc((plan->nparams + 1) * sizeof *start_owner);
-    t.bucket = malloc((plan->nbuckets + 1) * sizeof *t.bucket);
-    t.first = malloc((plan->nbuckets + 2) * sizeof *t.first);
-    t.order = malloc((plan->nparams + 1) * sizeof *t.order);
     t.cut = malloc(((plan->nbuckets + 1) * (size_t)(R + 1)) * sizeof *t.cut);
     t.ew = calloc((size_t)R, sizeof *t.ew);
     t.mk = calloc((size_t)R, sizeof *t.mk);
@@ -871,10 +868,10 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
     t.nc2 = calloc((size_t)R + 1, sizeof *t.nc2);
     t.oc1 = calloc((size_t)R + 1, sizeof *t.oc1);
     t.oc2 = calloc((size_t)R + 1, sizeof *t.oc2);
-    if (!t.bucket || !t.first || !t.order || !t.cut || !t.ew || !t.mk || !t.msum || !t.mmax ||
-        !t.scratch || !t.version || !t.memo_vf || !t.memo_vt || !t.memo_mf || !t.memo_mt ||
-        !t.recv || !t.lose || !t.recv1 || !t.lose1 || !t.ew0 || !t.msum0 || !t.mk0 || !t.ew1 ||
-        !t.msum1 || !t.nc1 || !t.nc2 || !t.oc1 || !t.oc2 || !t.dpl || !start_owner) {
+    if (!t.cut || !t.ew || !t.mk || !t.msum || !t.mmax || !t.scratch || !t.version || !t.memo_vf ||
+        !t.memo_vt || !t.memo_mf || !t.memo_mt || !t.recv || !t.lose || !t.recv1 || !t.lose1 ||
+        !t.ew0 || !t.msum0 || !t.mk0 || !t.ew1 || !t.msum1 || !t.nc1 || !t.nc2 || !t.oc1 ||
+        !t.oc2 || !t.dpl || !start_owner) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
         goto done;
     }
@@ -889,7 +886,7 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
                               p->name ? p->name : "?", p->dp_owner);
             goto done;
         }
-        t.order[n++] = (int)i;
+        n++;
         t.dpl[p->dp_owner] += p->cost;
         if (p->kind != CZ_KIND_MATRIX) {
             t.ew[p->dp_owner] += p->cost / plan->tp;
@@ -898,19 +895,20 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
             t.mmax[p->dp_owner] = fmax(t.mmax[p->dp_owner], p->cost);
         }
     }
-    if (cz_params_sort_by_position(plan, t.order, n) != CZ_OK) {
+    cz_stage_buckets sb;
+    int sbrc = cz_stage_buckets_build(&sb, plan, stage);
+    /* t owns the index's arrays from here (freed with t's). */
+    t.bucket = sb.bucket;
+    t.first = sb.first;
+    t.order = sb.order;
+    t.nb = sb.nb;
+    t.np_stage = sb.n;
+    if (sbrc != CZ_OK) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
         goto done;
     }
-    for (int k = 0; k < n; k++) {
-        int b = plan->params[t.order[k]].bucket;
-        if (t.nb == 0 || t.bucket[t.nb - 1] != b) {
-            t.bucket[t.nb] = b;
-            t.first[t.nb++] = k;
-        }
-    }
-    t.first[t.nb] = n;
-    t.np_stage = n;
+    /* Layout gives every parameter a bucket, so the index holds the whole stage. */
+    CZ_ASSERT_GOTO(sb.n == n, err, rc, done);
     /* Cut indices from the owners; owners must be monotone along each bucket. */
     for (int bi = 0; bi < t.nb; bi++) {
         int *c = &t.cut[bi * (R + 1)];

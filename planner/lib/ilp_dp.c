@@ -56,50 +56,8 @@ static void trip_free(triplets *t)
     free(t->ar);
 }
 
-/* Parameters of one stage grouped by bucket, each bucket's in offset order. */
-typedef struct stage_view {
-    int nb;      /* buckets in the stage */
-    int *bucket; /* plan bucket index of each */
-    int *first;  /* nb + 1 starts into order[] */
-    int *order;  /* param ids */
-    int n;
-} stage_view;
+typedef cz_stage_buckets stage_view;
 
-static void stage_view_free(stage_view *v)
-{
-    free(v->bucket);
-    free(v->first);
-    free(v->order);
-    memset(v, 0, sizeof *v);
-}
-
-static int stage_view_build(stage_view *v, const cz_plan *plan, int stage)
-{
-    memset(v, 0, sizeof *v);
-    v->bucket = malloc((plan->nbuckets + 1) * sizeof *v->bucket);
-    v->first = malloc((plan->nbuckets + 2) * sizeof *v->first);
-    v->order = malloc((plan->nparams + 1) * sizeof *v->order);
-    if (!v->bucket || !v->first || !v->order)
-        return CZ_ENOMEM;
-    for (size_t i = 0; i < plan->nparams; i++)
-        if (plan->params[i].stage == stage && plan->params[i].bucket >= 0)
-            v->order[v->n++] = (int)i;
-    if (cz_params_sort_by_position(plan, v->order, v->n) != CZ_OK)
-        return CZ_ENOMEM;
-    for (int k = 0; k < v->n; k++) {
-        int b = plan->params[v->order[k]].bucket;
-        if (v->nb == 0 || v->bucket[v->nb - 1] != b) {
-            v->bucket[v->nb] = b;
-            v->first[v->nb] = k;
-            v->nb++;
-        }
-    }
-    v->first[v->nb] = v->n;
-    return CZ_OK;
-}
-
-/* Start of parameter k of bucket bi as a cut position: 0 for the bucket's first parameter so
- * that leading padding belongs to rank 0's range. */
 static int64_t cut_pos(const cz_plan *plan, const stage_view *v, int bi, int k)
 {
     if (k == v->first[bi])
@@ -192,7 +150,7 @@ static int solve_stage(cz_plan *plan, int stage, double time_limit_s, cz_error *
     int *owner = NULL, *greedy = NULL;
     double *warm = NULL, *load = NULL;
 
-    rc = stage_view_build(&v, plan, stage);
+    rc = cz_stage_buckets_build(&v, plan, stage);
     if (rc)
         goto fail;
     if (v.n == 0)
@@ -318,7 +276,7 @@ static int solve_stage(cz_plan *plan, int stage, double time_limit_s, cz_error *
     }
 
     cz_mip_result res;
-    if ((rc = cz_mip_solve(P, warm_arg, time_limit_s, "dp-ilp", scale, &res, err)))
+    if ((rc = cz_mip_solve(P, warm_arg, time_limit_s, "dp-ilp", scale, &plan->settings, &res, err)))
         goto fail;
     cz_plan_solver_record(plan, 0, &res);
     if (res.status == CZ_SOLVE_OPTIMAL || res.status == CZ_SOLVE_FEASIBLE) {
@@ -365,7 +323,7 @@ done:
     if (P)
         glp_delete_prob(P);
     trip_free(&t);
-    stage_view_free(&v);
+    cz_stage_buckets_free(&v);
     free(owner);
     free(greedy);
     free(warm);

@@ -14,7 +14,8 @@ typedef struct mip_cb {
     const char *phase;
     double obj_scale;
     double t0, last_report;
-    double gap; /* last gap GLPK computed; DBL_MAX while there is no incumbent */
+    double gap;                  /* last gap GLPK computed; DBL_MAX while there is no incumbent */
+    const cz_settings *settings; /* where the progress reports go */
 } mip_cb;
 
 static void mip_callback(glp_tree *T, void *info)
@@ -39,7 +40,7 @@ static void mip_callback(glp_tree *T, void *info)
             .best_bound = best ? glp_ios_node_bound(T, best) * cb->obj_scale : NAN,
             .incumbent = glp_mip_status(P) == GLP_FEAS ? glp_mip_obj_val(P) * cb->obj_scale : NAN,
             .gap = cb->gap == DBL_MAX ? NAN : cb->gap};
-        cz_progress_report(&p);
+        cz_progress_report(cb->settings, &p);
     }
 }
 
@@ -54,7 +55,7 @@ static int ms_left(double t0, double limit_s)
 }
 
 int cz_mip_solve(glp_prob *P, const double *warm, double time_limit_s, const char *phase,
-                 double obj_scale, cz_mip_result *res, cz_error *err)
+                 double obj_scale, const cz_settings *settings, cz_mip_result *res, cz_error *err)
 {
     (void)err;
     double t0 = cz_clock_seconds();
@@ -79,6 +80,7 @@ int cz_mip_solve(glp_prob *P, const double *warm, double time_limit_s, const cha
 
     mip_cb cb = {.warm = warm,
                  .phase = phase,
+                 .settings = settings,
                  .obj_scale = obj_scale,
                  .t0 = t0,
                  .last_report = t0,
@@ -111,24 +113,6 @@ done:
     res->seconds = cz_clock_seconds() - t0;
     glp_term_out(old_out);
     return CZ_OK;
-}
-
-const char *cz_solve_status_name(int status)
-{
-    switch (status) {
-    case CZ_SOLVE_NONE:
-        return "none";
-    case CZ_SOLVE_OPTIMAL:
-        return "optimal";
-    case CZ_SOLVE_FEASIBLE:
-        return "feasible";
-    case CZ_SOLVE_TIMEOUT:
-        return "timeout";
-    case CZ_SOLVE_FAILED:
-        return "failed";
-    default:
-        return NULL;
-    }
 }
 
 void cz_plan_solver_record(cz_plan *plan, int phase, const cz_mip_result *res)

@@ -16,9 +16,10 @@ typedef struct cz_mip_result {
 
 /* Solves the minimization MIP P. warm (x[1..n] of P's columns, may be NULL) is offered to GLPK
  * as a heuristic solution; it must be integer feasible. obj_scale converts P's objective back to
- * the cost unit for progress reports. The solution is read with glp_mip_col_val afterwards. */
+ * the cost unit for the progress reports, which go to settings->progress. The solution is read with
+ * glp_mip_col_val afterwards. */
 int cz_mip_solve(glp_prob *P, const double *warm, double time_limit_s, const char *phase,
-                 double obj_scale, cz_mip_result *res, cz_error *err);
+                 double obj_scale, const cz_settings *settings, cz_mip_result *res, cz_error *err);
 
 /* Folds one solve's outcome into the plan's solver fields (worst status, largest gap), overall
  * and for its phase (0: DP partition, 1: micro-groups). */

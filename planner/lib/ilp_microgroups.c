@@ -15,19 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct rank_order {
-    int idx;
-    double makespan;
-} rank_order;
-
-static int cmp_rank(const void *a, const void *b)
-{
-    const rank_order *p = a, *q = b;
-    if (p->makespan != q->makespan)
-        return p->makespan > q->makespan ? -1 : 1;
-    return p->idx - q->idx;
-}
-
 static double schedule_value(const cz_plan *plan, const cz_rank_schedule *rs)
 {
     double sum = 0;
@@ -46,83 +33,44 @@ static double schedule_value(const cz_plan *plan, const cz_rank_schedule *rs)
     return sum;
 }
 
-typedef struct task_ref {
-    int param;
-    double cost;
-} task_ref;
-
-static int cmp_task(const void *a, const void *b)
-{
-    const task_ref *p = a, *q = b;
-    if (p->cost != q->cost)
-        return p->cost > q->cost ? -1 : 1;
-    return p->param - q->param;
-}
-
-typedef struct slot_ref {
-    int k;
-    double load;
-} slot_ref;
-
-static int cmp_slot(const void *a, const void *b)
-{
-    const slot_ref *p = a, *q = b;
-    if (p->load != q->load)
-        return p->load > q->load ? -1 : 1;
-    return p->k - q->k;
-}
-
-typedef struct group_ref {
-    int g;
-    double m;
-} group_ref;
-
-static int cmp_group(const void *a, const void *b)
-{
-    const group_ref *p = a, *q = b;
-    if (p->m != q->m)
-        return p->m > q->m ? -1 : 1;
-    return p->g - q->g;
-}
-
 /* Rebuilds rs->groups from gk[t] = g*K + k (tasks indexed like tasks[]). Groups come in order
  * of decreasing makespan, tasks by decreasing cost; each group's slots are dealt, largest
  * first, to the TP rank with the least work so far, which balances the per-GPU loads without
  * changing any group's makespan. */
-static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const task_ref *tasks, int T,
+static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const cz_costed *tasks, int T,
                             const int *gk, int G, int K)
 {
     int rc = CZ_ENOMEM;
     cz_plan_group *groups = calloc((size_t)G, sizeof *groups);
-    group_ref *gr = malloc((size_t)G * sizeof *gr);
+    cz_costed *gr = malloc((size_t)G * sizeof *gr);
     double *load = calloc((size_t)G * K, sizeof *load);
     double *tp_load = calloc((size_t)K, sizeof *tp_load);
     int *slot_map = malloc((size_t)G * K * sizeof *slot_map);
-    slot_ref *sl = malloc((size_t)K * sizeof *sl);
+    cz_costed *sl = malloc((size_t)K * sizeof *sl);
     int ng = 0;
     if (!groups || !gr || !load || !tp_load || !slot_map || !sl)
         goto done;
     for (int t = 0; t < T; t++)
         load[gk[t]] += tasks[t].cost;
     for (int g = 0; g < G; g++) {
-        gr[g].g = g;
-        gr[g].m = 0;
+        gr[g].id = g;
+        gr[g].cost = 0;
         for (int k = 0; k < K; k++)
-            gr[g].m = fmax(gr[g].m, load[g * K + k]);
+            gr[g].cost = fmax(gr[g].cost, load[g * K + k]);
     }
-    qsort(gr, (size_t)G, sizeof *gr, cmp_group);
+    cz_costed_sort(gr, (size_t)G);
     for (int gi = 0; gi < G; gi++) {
-        int g = gr[gi].g;
+        int g = gr[gi].id;
         int n = 0;
         for (int t = 0; t < T; t++)
             n += gk[t] / K == g;
         if (n == 0)
             continue;
         for (int k = 0; k < K; k++) {
-            sl[k].k = k;
-            sl[k].load = load[g * K + k];
+            sl[k].id = k;
+            sl[k].cost = load[g * K + k];
         }
-        qsort(sl, (size_t)K, sizeof *sl, cmp_slot);
+        cz_costed_sort(sl, (size_t)K);
         int used[K];
         memset(used, 0, sizeof used);
         for (int s = 0; s < K; s++) {
@@ -131,8 +79,8 @@ static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const task_ref 
                 if (!used[h] && (best < 0 || tp_load[h] < tp_load[best]))
                     best = h;
             used[best] = 1;
-            slot_map[g * K + sl[s].k] = best;
-            tp_load[best] += sl[s].load;
+            slot_map[g * K + sl[s].id] = best;
+            tp_load[best] += sl[s].cost;
         }
         cz_plan_group *out = &groups[ng];
         out->id = ng;
@@ -148,7 +96,7 @@ static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const task_ref 
         for (int t = 0; t < T; t++) { /* tasks[] is already in decreasing cost order */
             if (gk[t] / K != g)
                 continue;
-            out->task_param[i] = tasks[t].param;
+            out->task_param[i] = tasks[t].id;
             out->task_slot[i] = slot_map[gk[t]];
             out->load[slot_map[gk[t]]] += tasks[t].cost;
             i++;
@@ -190,13 +138,13 @@ static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, 
     int G = rs->ngroups, K = rs->groups[0].nslots, T = 0;
     for (int g = 0; g < G; g++)
         T += rs->groups[g].ntasks;
-    task_ref *tasks = malloc((size_t)(T + 1) * sizeof *tasks);
+    cz_costed *tasks = malloc((size_t)(T + 1) * sizeof *tasks);
     int *greedy_gk = malloc((size_t)(T + 1) * sizeof *greedy_gk);
     int *gk = malloc((size_t)(T + 1) * sizeof *gk);
     int ncols = G + T * G * K;
     double *warm = calloc((size_t)ncols + 1, sizeof *warm);
     double *gload = calloc((size_t)G * K, sizeof *gload);
-    group_ref *gr = malloc((size_t)G * sizeof *gr);
+    cz_costed *gr = malloc((size_t)G * sizeof *gr);
     int *grank = malloc((size_t)G * sizeof *grank);
     int *ia = NULL, *ja = NULL;
     double *ar = NULL;
@@ -209,17 +157,17 @@ static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, 
     int n = 0;
     for (int g = 0; g < G; g++)
         for (int i = 0; i < rs->groups[g].ntasks; i++) {
-            tasks[n].param = rs->groups[g].task_param[i];
-            tasks[n].cost = plan->params[tasks[n].param].cost;
+            tasks[n].id = rs->groups[g].task_param[i];
+            tasks[n].cost = plan->params[tasks[n].id].cost;
             n++;
         }
-    qsort(tasks, (size_t)T, sizeof *tasks, cmp_task);
+    cz_costed_sort(tasks, (size_t)T);
     double maxcost = T ? tasks[0].cost : 0, total = 0;
     for (int t = 0; t < T; t++) {
         total += tasks[t].cost;
         for (int g = 0; g < G; g++)
             for (int i = 0; i < rs->groups[g].ntasks; i++)
-                if (rs->groups[g].task_param[i] == tasks[t].param)
+                if (rs->groups[g].task_param[i] == tasks[t].id)
                     greedy_gk[t] = g * K + rs->groups[g].task_slot[i];
     }
     if (!(maxcost > 0))
@@ -233,31 +181,31 @@ static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, 
     for (int t = 0; t < T; t++)
         gload[greedy_gk[t]] += tasks[t].cost;
     for (int g = 0; g < G; g++) {
-        gr[g].g = g;
-        gr[g].m = 0;
+        gr[g].id = g;
+        gr[g].cost = 0;
         for (int k = 0; k < K; k++) {
-            gr[g].m = fmax(gr[g].m, gload[g * K + k]);
+            gr[g].cost = fmax(gr[g].cost, gload[g * K + k]);
             if (gload[g * K + k] > cap * (1 + 1e-12))
                 warm_ok = 0;
         }
     }
-    qsort(gr, (size_t)G, sizeof *gr, cmp_group);
+    cz_costed_sort(gr, (size_t)G);
     for (int gi = 0; gi < G; gi++)
-        grank[gr[gi].g] = gi;
+        grank[gr[gi].id] = gi;
     for (int g = 0; g < G; g++) {
-        slot_ref sl[K];
+        cz_costed sl[K];
         for (int k = 0; k < K; k++) {
-            sl[k].k = k;
-            sl[k].load = gload[g * K + k];
+            sl[k].id = k;
+            sl[k].cost = gload[g * K + k];
         }
-        qsort(sl, (size_t)K, sizeof *sl, cmp_slot);
+        cz_costed_sort(sl, (size_t)K);
         int krank[K];
         for (int s = 0; s < K; s++)
-            krank[sl[s].k] = s;
+            krank[sl[s].id] = s;
         for (int t = 0; t < T; t++)
             if (greedy_gk[t] / K == g)
                 warm[ACOL(t, grank[g], krank[greedy_gk[t] % K])] = 1.0;
-        warm[1 + grank[g]] = gr[grank[g]].m / scale;
+        warm[1 + grank[g]] = gr[grank[g]].cost / scale;
     }
 
     int nrows = T + 2 * G * K + (G - 1) + G * (K - 1);
@@ -324,8 +272,8 @@ static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, 
     glp_load_matrix(P, nz, ia, ja, ar);
 
     cz_mip_result res;
-    if ((rc = cz_mip_solve(P, warm_ok ? warm : NULL, time_limit_s, "microgroups-ilp", scale, &res,
-                           err)))
+    if ((rc = cz_mip_solve(P, warm_ok ? warm : NULL, time_limit_s, "microgroups-ilp", scale,
+                           &plan->settings, &res, err)))
         goto fail;
     cz_plan_solver_record(plan, 1, &res);
     if (res.status == CZ_SOLVE_OPTIMAL || res.status == CZ_SOLVE_FEASIBLE) {
@@ -341,7 +289,7 @@ static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, 
                 rc = cz_error_set(err, CZ_EINTERNAL,
                                   "stage %d, DP rank %d: the micro-group ILP left task %d "
                                   "unassigned",
-                                  rs->stage, rs->dp_rank, tasks[t].param);
+                                  rs->stage, rs->dp_rank, tasks[t].id);
                 goto fail;
             }
         }
@@ -403,7 +351,7 @@ int cz_microgroups_ilp(cz_plan *plan, cz_error *err)
         return CZ_OK;
     }
     size_t n = plan->nschedules;
-    rank_order *ord = malloc((n + 1) * sizeof *ord);
+    cz_costed *ord = malloc((n + 1) * sizeof *ord);
     if (!ord)
         return cz_error_set(err, CZ_ENOMEM, "out of memory ordering the micro-group ILP");
     /* The largest makespans decide tp.makespan: they get the solver's time first. */
@@ -412,17 +360,17 @@ int cz_microgroups_ilp(cz_plan *plan, cz_error *err)
         cz_rank_schedule *rs = &plan->schedules[i];
         if (rs->ngroups == 0 || rs->groups[0].nslots < 2)
             continue;
-        ord[m].idx = (int)i;
-        ord[m].makespan = schedule_value(plan, rs);
+        ord[m].id = (int)i;
+        ord[m].cost = schedule_value(plan, rs);
         m++;
     }
-    qsort(ord, m, sizeof *ord, cmp_rank);
+    cz_costed_sort(ord, m);
     double t0 = cz_clock_seconds();
     int rc = CZ_OK;
     for (size_t j = 0; j < m; j++) {
         double left = plan->settings.time_limit_s - (cz_clock_seconds() - t0);
         double share = fmax(0.001, left / (double)(m - j));
-        if ((rc = solve_rank(plan, &plan->schedules[ord[j].idx], share, err)))
+        if ((rc = solve_rank(plan, &plan->schedules[ord[j].id], share, err)))
             break;
     }
     free(ord);

@@ -392,7 +392,8 @@ static json_t *hf_param(const char *name, int64_t rows, int64_t cols, int tp_dim
     hf_set(p, "name", json_string(name), ok);
     hf_set(p, "shape", shape, ok);
     hf_set(p, "tp_dim", tp_dim < 0 ? json_null() : json_integer(tp_dim), ok);
-    hf_set(p, "optimizer", json_string(matrix ? "matrix" : "elementwise"), ok);
+    hf_set(p, "optimizer", json_string(cz_kind_name(matrix ? CZ_KIND_MATRIX : CZ_KIND_ELEMENTWISE)),
+           ok);
     if (!p)
         *ok = false;
     return p;

@@ -4,7 +4,7 @@
  * bound, which single matrices make a better balance impossible). Produces JSON only; the CLI
  * formats it, so that the text and --json outputs carry the same content.
  */
-#include "cz_types.h"
+#include "cz_analysis.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -36,20 +36,6 @@ static double at_or_zero(const double *a, size_t i)
     return a ? a[i] : 0.0;
 }
 
-typedef struct {
-    int id;
-    double cost;
-} costed;
-
-/* Largest cost first; ties by id so that the output is deterministic. */
-static int costed_cmp(const void *x, const void *y)
-{
-    const costed *a = x, *b = y;
-    if (a->cost != b->cost)
-        return a->cost > b->cost ? -1 : 1;
-    return (a->id > b->id) - (a->id < b->id);
-}
-
 /* Set and appended objects; any jansson failure turns into one out-of-memory report. */
 static int put(json_t *obj, const char *key, json_t *v)
 {
@@ -77,26 +63,26 @@ static json_t *settings_json(const cz_plan *p)
 
 /* Params a DP rank works on: those it owns, or under the even strategy (which owns nothing
  * whole) the matrices its schedule holds. Returned sorted by cost, largest first. */
-static costed *rank_params(const cz_plan *p, int s, int r, size_t *n_out)
+static cz_costed *rank_params(const cz_plan *p, int s, int r, size_t *n_out)
 {
     size_t n = 0;
-    costed *v = malloc((p->nparams ? p->nparams : 1) * sizeof *v);
+    cz_costed *v = malloc((p->nparams ? p->nparams : 1) * sizeof *v);
     if (!v)
         return NULL;
     if (p->settings.dp != CZ_DP_EVEN) {
         for (size_t i = 0; i < p->nparams; i++)
             if (p->params[i].stage == s && p->params[i].dp_owner == r)
-                v[n++] = (costed){(int)i, p->params[i].cost};
+                v[n++] = (cz_costed){(int)i, p->params[i].cost};
     } else if ((size_t)(s * p->dp + r) < p->nschedules) {
         const cz_rank_schedule *rs = &p->schedules[s * p->dp + r];
         for (int g = 0; g < rs->ngroups; g++)
             for (int t = 0; t < rs->groups[g].ntasks && n < p->nparams; t++) {
                 int id = rs->groups[g].task_param[t];
                 if (id >= 0 && (size_t)id < p->nparams)
-                    v[n++] = (costed){id, p->params[id].cost};
+                    v[n++] = (cz_costed){id, p->params[id].cost};
             }
     }
-    qsort(v, n, sizeof *v, costed_cmp);
+    cz_costed_sort(v, n);
     *n_out = n;
     return v;
 }
@@ -182,12 +168,12 @@ static int add_busiest(json_t *rep, const cz_plan *p, int top_n)
     json_t *busiest = json_array();
     if (put(rep, "busiest", busiest))
         return -1;
-    costed *order = malloc((nr ? nr : 1) * sizeof *order);
+    cz_costed *order = malloc((nr ? nr : 1) * sizeof *order);
     if (!order)
         return -1;
     for (size_t k = 0; k < nr; k++)
-        order[k] = (costed){(int)k, at_or_zero(m->rank_makespan, k)};
-    qsort(order, nr, sizeof *order, costed_cmp);
+        order[k] = (cz_costed){(int)k, at_or_zero(m->rank_makespan, k)};
+    cz_costed_sort(order, nr);
     int rc = 0;
     for (size_t j = 0; j < nr && (int)j < top_n && rc == 0; j++) {
         int k = order[j].id, s = k / p->dp, r = k % p->dp;
@@ -200,7 +186,7 @@ static int add_busiest(json_t *rep, const cz_plan *p, int top_n)
             break;
         }
         size_t n = 0;
-        costed *v = rank_params(p, s, r, &n);
+        cz_costed *v = rank_params(p, s, r, &n);
         if (!v) {
             rc = -1;
             break;
@@ -209,9 +195,7 @@ static int add_busiest(json_t *rep, const cz_plan *p, int top_n)
             json_t *q = param_ref(p, v[i].id, v[i].cost);
             if (!q || push(ps, q) ||
                 put(q, "share_of_rank", json_real(load > 0 ? v[i].cost / load : 0.0)) ||
-                put(q, "kind",
-                    json_string(p->params[v[i].id].kind == CZ_KIND_MATRIX ? "matrix"
-                                                                          : "elementwise")))
+                put(q, "kind", json_string(cz_kind_name(p->params[v[i].id].kind))))
                 rc = -1;
         }
         free(v);
@@ -232,14 +216,14 @@ static int add_dominating(json_t *rep, const cz_plan *p)
     json_t *list = json_array();
     if (put(rep, "dominating", d) || put(d, "params", list))
         return -1;
-    costed *v = malloc((p->nparams ? p->nparams : 1) * sizeof *v);
+    cz_costed *v = malloc((p->nparams ? p->nparams : 1) * sizeof *v);
     if (!v)
         return -1;
     size_t n = 0;
     for (size_t i = 0; i < p->nparams; i++)
         if (p->params[i].kind == CZ_KIND_MATRIX && p->params[i].cost > avg)
-            v[n++] = (costed){(int)i, p->params[i].cost};
-    qsort(v, n, sizeof *v, costed_cmp);
+            v[n++] = (cz_costed){(int)i, p->params[i].cost};
+    cz_costed_sort(v, n);
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         json_t *q = param_ref(p, v[i].id, v[i].cost);

@@ -87,7 +87,10 @@ int cz_json_fail(const cz_json_ctx *c, const char *path, const char *fmt, ...)
     return rc;
 }
 
-int cz_json_fail_code(const cz_json_ctx *c, int code, const char *path, const char *fmt, ...)
+/* cz_json_fail with an explicit code (e.g. CZ_EUNSUPPORTED). */
+static int json_fail_code(const cz_json_ctx *c, int code, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int json_fail_code(const cz_json_ctx *c, int code, const char *path, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -189,7 +192,7 @@ int cz_json_check_object(const cz_json_ctx *c, const json_t *v, const char *path
     return rc;
 }
 
-int cz_json_as_string(const cz_json_ctx *c, const json_t *v, const char *path, const char **out)
+static int json_as_string(const cz_json_ctx *c, const json_t *v, const char *path, const char **out)
 {
     if (!json_is_string(v))
         return fail_found(c, v, path, "a string");
@@ -248,7 +251,7 @@ int cz_json_as_double(const cz_json_ctx *c, const json_t *v, const char *path, d
     return CZ_OK;
 }
 
-int cz_json_as_bool(const cz_json_ctx *c, const json_t *v, const char *path, bool *out)
+static int json_as_bool(const cz_json_ctx *c, const json_t *v, const char *path, bool *out)
 {
     if (!json_is_boolean(v))
         return fail_found(c, v, path, "true or false");
@@ -271,8 +274,9 @@ int cz_json_as_array(const cz_json_ctx *c, const json_t *v, const char *path, si
     return CZ_OK;
 }
 
-int cz_json_as_enum(const cz_json_ctx *c, const json_t *v, const char *path,
-                    const char *const *names, int *out)
+/* String that must be one of the NULL-terminated names; *out = its index. */
+static int json_as_enum(const cz_json_ctx *c, const json_t *v, const char *path,
+                        const char *const *names, int *out)
 {
     char expected[512];
     size_t used = 0;
@@ -316,7 +320,7 @@ static int member(const cz_json_ctx *c, const json_t *obj, const char *path, con
 int cz_json_get_string(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
                        bool required, const char **out)
 {
-    GET_MEMBER(cz_json_as_string(c, v, sub, out));
+    GET_MEMBER(json_as_string(c, v, sub, out));
 }
 
 int cz_json_get_int64(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
@@ -340,7 +344,7 @@ int cz_json_get_double(const cz_json_ctx *c, const json_t *obj, const char *path
 int cz_json_get_bool(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
                      bool required, bool *out)
 {
-    GET_MEMBER(cz_json_as_bool(c, v, sub, out));
+    GET_MEMBER(json_as_bool(c, v, sub, out));
 }
 
 int cz_json_get_array(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
@@ -366,7 +370,7 @@ int cz_json_get_object(const cz_json_ctx *c, const json_t *obj, const char *path
 int cz_json_get_enum(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
                      bool required, const char *const *names, int *out)
 {
-    GET_MEMBER(cz_json_as_enum(c, v, sub, names, out));
+    GET_MEMBER(json_as_enum(c, v, sub, names, out));
 }
 
 int cz_json_check_schema(const cz_json_ctx *c, const json_t *root, const char *want)
@@ -380,8 +384,8 @@ int cz_json_check_schema(const cz_json_ctx *c, const json_t *root, const char *w
     /* "canzona.model/1" -> family "canzona.model/" */
     size_t family = (size_t)(strrchr(want, '/') - want) + 1;
     if (strncmp(s, want, family) == 0 && s[family] >= '0' && s[family] <= '9')
-        return cz_json_fail_code(c, CZ_EUNSUPPORTED, "$.schema",
-                                 "unsupported schema version \"%s\"; this build reads \"%s\"", s,
-                                 want);
+        return json_fail_code(c, CZ_EUNSUPPORTED, "$.schema",
+                              "unsupported schema version \"%s\"; this build reads \"%s\"", s,
+                              want);
     return cz_json_fail(c, "$.schema", "expected \"%s\", found \"%s\"", want, s);
 }

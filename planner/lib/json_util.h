@@ -40,9 +40,6 @@ char *cz_json_path_index(char dst[CZ_JSON_PATH_MAX], const char *parent, size_t 
 /* Sets CZ_EINVALID with "<file>: <path>: <message>" and returns it. */
 int cz_json_fail(const cz_json_ctx *c, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Same with an explicit code (e.g. CZ_EUNSUPPORTED). */
-int cz_json_fail_code(const cz_json_ctx *c, int code, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 
 /* A short description of a value for "found ..." (a number, a quoted string, "an array", ...). */
 void cz_json_describe(const json_t *v, char *buf, size_t n);
@@ -53,7 +50,6 @@ int cz_json_check_object(const cz_json_ctx *c, const json_t *v, const char *path
                          const char *const *allowed);
 
 /* ---- values (v may be NULL: reported as missing) ---- */
-int cz_json_as_string(const cz_json_ctx *c, const json_t *v, const char *path, const char **out);
 /* Integer in [min, max]. */
 int cz_json_as_int64(const cz_json_ctx *c, const json_t *v, const char *path, int64_t min,
                      int64_t max, int64_t *out);
@@ -62,13 +58,9 @@ int cz_json_as_int(const cz_json_ctx *c, const json_t *v, const char *path, int 
 /* Number (integer or real) >= min; strict > min when exclusive. */
 int cz_json_as_double(const cz_json_ctx *c, const json_t *v, const char *path, double min,
                       bool exclusive, double *out);
-int cz_json_as_bool(const cz_json_ctx *c, const json_t *v, const char *path, bool *out);
 /* Array; with min_len > 0 an empty array is refused. */
 int cz_json_as_array(const cz_json_ctx *c, const json_t *v, const char *path, size_t min_len,
                      const json_t **out);
-/* String that must be one of the NULL-terminated names; *out = its index. */
-int cz_json_as_enum(const cz_json_ctx *c, const json_t *v, const char *path,
-                    const char *const *names, int *out);
 
 /* ---- object members: key missing and required -> error; missing and optional -> CZ_OK with
  * *out untouched (so the caller presets the default) ---- */

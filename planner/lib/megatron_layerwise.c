@@ -61,18 +61,9 @@ double cz_megatron_ns_cost(int64_t m, int64_t n)
     return big * small * small;
 }
 
-typedef struct {
-    int pos; /* index into the caller's arrays */
-    double cost;
-} lw_item;
-
-static int lw_item_cmp(const void *a, const void *b)
-{
-    const lw_item *x = a, *y = b;
-    if (x->cost != y->cost)
-        return x->cost > y->cost ? -1 : 1;
-    return (x->pos > y->pos) - (x->pos < y->pos); /* Python's sorted() is stable */
-}
+/* id: index into the caller's arrays; equal costs keep that order, as Python's stable sorted()
+ * does. */
+typedef cz_costed lw_item;
 
 static int argmin64(const int64_t *v, int n)
 {
@@ -93,13 +84,13 @@ static int64_t lw_emit(const int64_t *numel, const double *cost, size_t lo, size
         items[k] = (lw_item){(int)(lo + k), cost[lo + k]};
         total += numel[lo + k];
     }
-    qsort(items, n, sizeof *items, lw_item_cmp);
+    cz_costed_sort(items, n);
     for (int s = 0; s < dp; s++)
         cursor[s] = 0;
     /* The cap is a float in Megatron (total / dp * 1.3) compared with integer positions. */
     double cap = (double)total / dp * (1.0 + LW_NUMEL_EPSILON);
     for (size_t k = 0; k < n; k++) {
-        int i = items[k].pos, best = -1;
+        int i = items[k].id, best = -1;
         for (int s = 0; s < dp; s++)
             if ((double)(round_up(cursor[s], LW_ALIGN) + numel[i]) <= cap &&
                 (best < 0 || loads[s] < loads[best]))

@@ -10,7 +10,7 @@
  * (metrics.memory: matrix-optimizer state on each matrix's host, AdamW moments of owned
  * shards). Activations, workspaces and communication buffers come on top and are not known
  * to the planner; the warning threshold leaves room for them. */
-#include "cz_types.h"
+#include "cz_algorithms.h"
 
 #include <stdlib.h>
 

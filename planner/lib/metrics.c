@@ -11,7 +11,7 @@
  * The even baseline splits elementwise parameters across DP ranks, so its makespan can fall
  * below the largest elementwise task; only total / GPUs bounds it.
  */
-#include "cz_types.h"
+#include "cz_algorithms.h"
 
 #include <stdlib.h>
 
@@ -46,22 +46,6 @@ static double share_of(const cz_plan *plan, const cz_plan_param *p, int r)
     return hi > lo ? (double)(hi - lo) / (double)p->numel : 0.0;
 }
 
-static cz_param_def def_of(const cz_plan_param *p)
-{
-    cz_param_def d;
-    d.name = p->name;
-    d.ndim = p->ndim;
-    d.shape[0] = p->shape[0];
-    d.shape[1] = p->shape[1];
-    d.tp_dim = p->tp_dim;
-    d.kind = p->kind;
-    d.block_dim = p->block_dim;
-    d.nblocks = p->nblocks;
-    d.block_sizes = p->block_sizes;
-    d.layer = p->layer;
-    return d;
-}
-
 int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
 {
     int rc = CZ_OK;
@@ -86,7 +70,7 @@ int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
     m->max_task_cost = 0.0;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        cz_param_def d = def_of(p);
+        cz_param_def d = cz_plan_param_def(p);
         seconds[i] = c ? cz_cost_param_seconds(&d, &plan->settings, c, plan->dtype) : 0.0;
         state[i] = cz_state_bytes(&d, &plan->settings, tp);
         m->total_cost += p->cost;

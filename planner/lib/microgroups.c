@@ -27,7 +27,7 @@
  * Under the even baseline a rank updates every matrix its range touches (each touching rank
  * gathers and updates it redundantly); under every other strategy exactly the matrices it owns.
  */
-#include "cz_types.h"
+#include "cz_algorithms.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -35,18 +35,7 @@
 /* Slack on capacity comparisons, so that summation order cannot split equal-cost groups. */
 #define CZ_CAP_SLACK (1.0 + 1e-12)
 
-typedef struct {
-    int id;
-    double cost;
-} task;
-
-static int task_cost_cmp(const void *a, const void *b)
-{
-    const task *x = a, *y = b;
-    if (x->cost != y->cost)
-        return x->cost > y->cost ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
-}
+typedef cz_costed task;
 
 typedef struct {
     cz_rank_schedule *rs;
@@ -158,6 +147,8 @@ static int schedule_rollback(group_sink *gs, int nslots, const task *tasks, int 
 {
     int rc = CZ_OK, start = 0;
     double sum = 0.0, makespan = 0.0, total = 0.0;
+    for (int k = 1; k < n; k++)
+        CZ_ASSERT(tasks[k - 1].cost >= tasks[k].cost, err);
     for (int s = 0; s < nslots; s++)
         load[s] = 0.0;
     /* Tasks arrive in descending cost order, so the LPT assignment of the group grown by one
@@ -266,7 +257,7 @@ int cz_tp_schedule_build(cz_plan *plan, cz_error *err)
                 continue;
             double C = plan->settings.capacity;
             if (!(C > 0.0) && strategy == CZ_TP_ROLLBACK) {
-                qsort(tasks, (size_t)n, sizeof *tasks, task_cost_cmp);
+                cz_costed_sort(tasks, (size_t)n);
                 C = rollback_auto_capacity(tasks, n, total, largest, nslots, slots, load);
             } else if (!(C > 0.0)) {
                 C = total / (4.0 * tp);
@@ -284,14 +275,14 @@ int cz_tp_schedule_build(cz_plan *plan, cz_error *err)
                 rc = schedule_chunks(&gs, tasks, n, slots, err);
                 break;
             case CZ_TP_SINGLE:
-                qsort(tasks, (size_t)n, sizeof *tasks, task_cost_cmp);
+                cz_costed_sort(tasks, (size_t)n);
                 rc = schedule_chunks(&gs, tasks, n, slots, err);
                 break;
             case CZ_TP_SLOT:
                 rc = schedule_slot(&gs, tasks, n, C, slots, load, err);
                 break;
             case CZ_TP_ROLLBACK:
-                qsort(tasks, (size_t)n, sizeof *tasks, task_cost_cmp);
+                cz_costed_sort(tasks, (size_t)n);
                 rc = schedule_rollback(&gs, nslots, tasks, n, C, slots, load, NULL, err);
                 break;
             default:

@@ -43,8 +43,6 @@ const char *cz_param_name_problem(const char *name)
 
 static const char *const param_keys[] = {"name", "shape", "tp_dim", "optimizer", "blocks", NULL};
 static const char *const repeat_keys[] = {"repeat", "prefix", "params", NULL};
-static const char *const kind_names[] = {"matrix", "elementwise", NULL};
-static const char *const dtype_names[] = {"bf16", "fp16", "fp32", NULL};
 
 /* Expanded size of a params array, saturating above the limit; malformed entries count as one
  * (the validating pass reports them). */
@@ -112,7 +110,7 @@ static int parse_blocks(expander *x, const json_t *blocks, const char *path, cz_
         return cz_json_fail(c, path,
                             "blocks are allowed only on 2-D matrix parameters; found a %d-D %s "
                             "parameter",
-                            p->ndim, p->kind == CZ_KIND_MATRIX ? "matrix" : "elementwise");
+                            p->ndim, cz_kind_name(p->kind));
     if ((rc = cz_json_get_int(c, blocks, path, "dim", true, 0, 1, &p->block_dim)) != CZ_OK ||
         (rc = cz_json_get_array(c, blocks, path, "sizes", true, 1, &sizes)) != CZ_OK)
         return rc;
@@ -234,7 +232,7 @@ static int parse_param(expander *x, const json_t *e, const char *path, const cha
     }
 
     int kind = p->ndim == 2 ? CZ_KIND_MATRIX : CZ_KIND_ELEMENTWISE;
-    if ((rc = cz_json_get_enum(c, e, path, "optimizer", false, kind_names, &kind)) != CZ_OK)
+    if ((rc = cz_json_get_enum(c, e, path, "optimizer", false, cz_kind_names, &kind)) != CZ_OK)
         return rc;
     if (kind == CZ_KIND_MATRIX && p->ndim != 2)
         return cz_json_fail(c, cz_json_path_key(sub, path, "optimizer"),
@@ -371,7 +369,8 @@ int cz_model_from_json(cz_model **out, const json_t *root, const char *path, con
         (rc = cz_json_check_object(&x.ctx, root, "$", top_keys)) != CZ_OK ||
         (rc = cz_json_get_string(&x.ctx, root, "$", "name", true, &name)) != CZ_OK ||
         (rc = cz_json_get_string(&x.ctx, root, "$", "description", false, &desc)) != CZ_OK ||
-        (rc = cz_json_get_enum(&x.ctx, root, "$", "dtype", true, dtype_names, &dtype)) != CZ_OK ||
+        (rc = cz_json_get_enum(&x.ctx, root, "$", "dtype", true, cz_dtype_names, &dtype)) !=
+            CZ_OK ||
         (rc = cz_json_get_array(&x.ctx, root, "$", "params", true, 1, &params)) != CZ_OK)
         goto done;
     if (count_expanded(params, 0) > CZ_MODEL_MAX_PARAMS) {

@@ -5,7 +5,7 @@
  * models or topologies are refused unless forced, because their ranks and parameter ids do
  * not correspond; forced, parameters are matched by name.
  */
-#include "cz_types.h"
+#include "cz_analysis.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -267,31 +267,20 @@ static named *names_sorted(const cz_plan *b)
     return v;
 }
 
-/* A moved parameter, for sorting the list by the work it moves. */
-typedef struct moved_ref {
-    int i, j;
-    double cost;
-} moved_ref;
-
-static int by_cost_desc(const void *x, const void *y)
-{
-    const moved_ref *a = x, *b = y;
-    if (a->cost != b->cost)
-        return a->cost < b->cost ? 1 : -1;
-    return (a->i > b->i) - (a->i < b->i);
-}
-
 static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, const named *b_sorted,
                       const places *pl, int by_id, int limit, int *ndiff)
 {
     int rc = -1;
     int *hit = NULL;
     const int *ga = pl->ga, *sa = pl->sa, *gb = pl->gb, *sb = pl->sb;
-    moved_ref *mv = NULL;
+    /* The moved parameters (id: index in a, cost: the work it moves) and each one's match in b. */
+    cz_costed *mv = NULL;
+    int *jof = NULL;
     size_t nb = b->nparams ? b->nparams : 1;
     hit = calloc(nb, sizeof *hit);
     mv = malloc((a->nparams ? a->nparams : 1) * sizeof *mv);
-    if (!hit || !mv)
+    jof = malloc((a->nparams ? a->nparams : 1) * sizeof *jof);
+    if (!hit || !mv || !jof)
         goto done;
 
     json_t *moved = json_object(), *list = json_array(), *only_a = json_array(),
@@ -318,13 +307,14 @@ static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, const nam
         n_cost += x->cost != y->cost;
         if (!(owner || group || host))
             continue;
-        mv[n_any++] = (moved_ref){(int)i, j, fmax(x->cost, y->cost)};
+        jof[i] = j;
+        mv[n_any++] = (cz_costed){(int)i, fmax(x->cost, y->cost)};
     }
     /* Largest first: the moves that shift the most work lead, not the layer norms that come
      * first in parameter order. */
-    qsort(mv, (size_t)n_any, sizeof *mv, by_cost_desc);
+    cz_costed_sort(mv, (size_t)n_any);
     for (int k = 0; k < n_any && (limit < 0 || k < limit); k++) {
-        int i = mv[k].i, j = mv[k].j;
+        int i = mv[k].id, j = jof[i];
         const cz_plan_param *x = &a->params[i], *y = &b->params[j];
         if (push(list, json_pack("{s:i, s:i, s:s, s:[i,i], s:[i,i], s:[i,i], s:f, s:f}", "id_a", i,
                                  "id_b", j, "name", str_or(x->name), "dp_owner", x->dp_owner,
@@ -353,6 +343,7 @@ static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, const nam
     rc = 0;
 done:
     free(mv);
+    free(jof);
     free(hit);
     return rc;
 }

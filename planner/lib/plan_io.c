@@ -97,14 +97,14 @@ static json_t *w_str(writer *w, const char *s, const char *what)
     return json_string(s);
 }
 
-static const char *const solve_status_names[] = {"none",    "optimal", "feasible",
-                                                 "timeout", "failed",  NULL};
+/* settings.alpha_numel_loads, 0 or 1, as the plan file spells it. */
+static const char *const alpha_loads_names[] = {"cost", "numel", NULL};
 
 static json_t *w_status(writer *w, int status)
 {
     if (status < CZ_SOLVE_NONE || status > CZ_SOLVE_FAILED)
         return w_fail(w, CZ_EINTERNAL, "%s is unknown (a planner bug)", "a solver status");
-    return json_string(solve_status_names[status]);
+    return json_string(cz_solve_status_names[status]);
 }
 
 /* Only plans made with the ILP solver carry this object; the solve time is left out so that a
@@ -133,7 +133,7 @@ static json_t *build_settings(writer *w, const cz_plan *p)
     w_set(w, o, "unit", w_str(w, cz_unit_name(s->unit), "settings.unit"));
     w_set(w, o, "dp_strategy", w_str(w, cz_dp_strategy_name(s->dp), "settings.dp_strategy"));
     w_set(w, o, "alpha", w_real(w, s->alpha, "settings.alpha"));
-    w_set(w, o, "alpha_loads", json_string(s->alpha_numel_loads ? "numel" : "cost"));
+    w_set(w, o, "alpha_loads", json_string(alpha_loads_names[s->alpha_numel_loads != 0]));
     w_set(w, o, "layerwise_order",
           w_str(w, cz_layerwise_order_name(s->layerwise_order), "settings.layerwise_order"));
     w_set(w, o, "tp_strategy", w_str(w, cz_tp_strategy_name(s->tp), "settings.tp_strategy"));
@@ -150,28 +150,28 @@ static json_t *build_settings(writer *w, const cz_plan *p)
     return o;
 }
 
-static json_t *build_param(writer *w, const cz_plan_param *pp)
+static json_t *build_param(writer *w, const cz_plan_param *q)
 {
     json_t *o = json_object();
-    w_set(w, o, "id", json_integer(pp->id));
-    w_set(w, o, "name", w_str(w, pp->name, "a parameter name"));
-    w_set(w, o, "shape", w_shape(w, pp->shape, pp->ndim));
-    w_set(w, o, "local_shape", w_shape(w, pp->local_shape, pp->ndim));
-    w_set(w, o, "tp_dim", pp->tp_dim < 0 ? json_null() : json_integer(pp->tp_dim));
-    w_set(w, o, "optimizer", json_string(pp->kind == CZ_KIND_MATRIX ? "matrix" : "elementwise"));
-    if (pp->nblocks > 0) {
+    w_set(w, o, "id", json_integer(q->id));
+    w_set(w, o, "name", w_str(w, q->name, "a parameter name"));
+    w_set(w, o, "shape", w_shape(w, q->shape, q->ndim));
+    w_set(w, o, "local_shape", w_shape(w, q->local_shape, q->ndim));
+    w_set(w, o, "tp_dim", q->tp_dim < 0 ? json_null() : json_integer(q->tp_dim));
+    w_set(w, o, "optimizer", json_string(cz_kind_name(q->kind)));
+    if (q->nblocks > 0) {
         json_t *b = json_object();
-        w_set(w, b, "dim", json_integer(pp->block_dim));
-        w_set(w, b, "sizes", w_shape(w, pp->block_sizes, pp->nblocks));
+        w_set(w, b, "dim", json_integer(q->block_dim));
+        w_set(w, b, "sizes", w_shape(w, q->block_sizes, q->nblocks));
         w_set(w, o, "blocks", b);
     }
-    w_set(w, o, "layer", json_integer(pp->layer));
-    w_set(w, o, "stage", json_integer(pp->stage));
-    w_set(w, o, "bucket", json_integer(pp->bucket));
-    w_set(w, o, "offset", json_integer(pp->offset));
-    w_set(w, o, "numel", json_integer(pp->numel));
-    w_set(w, o, "cost", w_real(w, pp->cost, "a parameter cost"));
-    w_set(w, o, "dp_owner", json_integer(pp->dp_owner));
+    w_set(w, o, "layer", json_integer(q->layer));
+    w_set(w, o, "stage", json_integer(q->stage));
+    w_set(w, o, "bucket", json_integer(q->bucket));
+    w_set(w, o, "offset", json_integer(q->offset));
+    w_set(w, o, "numel", json_integer(q->numel));
+    w_set(w, o, "cost", w_real(w, q->cost, "a parameter cost"));
+    w_set(w, o, "dp_owner", json_integer(q->dp_owner));
     return o;
 }
 
@@ -469,11 +469,11 @@ static int read_solver_result(const cz_json_ctx *c, const json_t *root, cz_plan 
     TRY(cz_json_get_object(c, root, "$", "solver_result", false, keys, &o));
     if (!o)
         return CZ_OK;
-    TRY(cz_json_get_enum(c, o, P, "status", true, solve_status_names, &p->solver_status));
+    TRY(cz_json_get_enum(c, o, P, "status", true, cz_solve_status_names, &p->solver_status));
     TRY(cz_json_get_double(c, o, P, "gap", true, 0, false, &p->solver_gap));
-    TRY(cz_json_get_enum(c, o, P, "status_dp", true, solve_status_names, &p->solver_status_dp));
+    TRY(cz_json_get_enum(c, o, P, "status_dp", true, cz_solve_status_names, &p->solver_status_dp));
     TRY(cz_json_get_double(c, o, P, "gap_dp", true, 0, false, &p->solver_gap_dp));
-    TRY(cz_json_get_enum(c, o, P, "status_tp", true, solve_status_names, &p->solver_status_tp));
+    TRY(cz_json_get_enum(c, o, P, "status_tp", true, cz_solve_status_names, &p->solver_status_tp));
     TRY(cz_json_get_double(c, o, P, "gap_tp", true, 0, false, &p->solver_gap_tp));
     TRY(cz_json_get_string(c, o, P, "note", true, &note));
     snprintf(p->solver_note, sizeof p->solver_note, "%s", note);
@@ -501,13 +501,6 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
                                        "dp_fell_back",
                                        "dp_numel_cuts",
                                        NULL};
-    static const char *const optim[] = {"muon", "soap", "shampoo", "adamw", NULL};
-    static const char *const units[] = {"numel", "flops", "time", NULL};
-    static const char *const dps[] = {"even", "anchored", "layerwise", "alpha", "tpaware", NULL};
-    static const char *const tps[] = {"sc", "none", "single", "slot", "rollback", NULL};
-    static const char *const orders[] = {"pingpong", "lpt", "megatron", "megatron-aug26", NULL};
-    static const char *const solvers[] = {"greedy", "ilp", NULL};
-    static const char *const loads[] = {"cost", "numel", NULL};
     const char *P = "$.settings";
     const json_t *o;
     cz_settings *s = &p->settings;
@@ -516,11 +509,11 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     bool fell = false;
     cz_settings_init(s);
     TRY(cz_json_get_object(c, root, "$", "settings", true, keys, &o));
-    TRY(cz_json_get_enum(c, o, P, "optimizer", true, optim, &v));
+    TRY(cz_json_get_enum(c, o, P, "optimizer", true, cz_optimizer_names, &v));
     s->optimizer = (cz_optimizer)v;
-    TRY(cz_json_get_enum(c, o, P, "unit", true, units, &v));
+    TRY(cz_json_get_enum(c, o, P, "unit", true, cz_unit_names, &v));
     s->unit = (cz_cost_unit)v;
-    TRY(cz_json_get_enum(c, o, P, "dp_strategy", true, dps, &v));
+    TRY(cz_json_get_enum(c, o, P, "dp_strategy", true, cz_dp_strategy_names, &v));
     s->dp = (cz_dp_strategy)v;
     TRY(cz_json_get_double(c, o, P, "alpha", true, 0, false, &s->alpha));
     if (s->alpha > 1.0) {
@@ -529,15 +522,15 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
                           "expected a number in [0, 1], found %.17g", s->alpha);
         goto done;
     }
-    TRY(cz_json_get_enum(c, o, P, "alpha_loads", true, loads, &v));
+    TRY(cz_json_get_enum(c, o, P, "alpha_loads", true, alpha_loads_names, &v));
     s->alpha_numel_loads = v;
-    TRY(cz_json_get_enum(c, o, P, "layerwise_order", true, orders, &v));
+    TRY(cz_json_get_enum(c, o, P, "layerwise_order", true, cz_layerwise_order_names, &v));
     s->layerwise_order = (cz_layerwise_order)v;
-    TRY(cz_json_get_enum(c, o, P, "tp_strategy", true, tps, &v));
+    TRY(cz_json_get_enum(c, o, P, "tp_strategy", true, cz_tp_strategy_names, &v));
     s->tp = (cz_tp_strategy)v;
     TRY(cz_json_get_double(c, o, P, "capacity", true, 0, false, &s->capacity));
     TRY(cz_json_get_double(c, o, P, "capacity_used", true, 0, false, &p->capacity_used));
-    TRY(cz_json_get_enum(c, o, P, "solver", true, solvers, &v));
+    TRY(cz_json_get_enum(c, o, P, "solver", true, cz_solver_names, &v));
     s->solver = (cz_solver)v;
     TRY(cz_json_get_double(c, o, P, "time_limit_s", true, 0, false, &s->time_limit_s));
     TRY(cz_json_get_int64(c, o, P, "seed", true, 0, INT64_MAX, &seed));
@@ -560,7 +553,6 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
     static const char *const keys[] = {"id",        "name",   "shape", "local_shape", "tp_dim",
                                        "optimizer", "blocks", "layer", "stage",       "bucket",
                                        "offset",    "numel",  "cost",  "dp_owner",    NULL};
-    static const char *const kinds[] = {"matrix", "elementwise", NULL};
     static const char *const bkeys[] = {"dim", "sizes", NULL};
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const json_t *blocks = NULL, *sizes, *tp;
@@ -603,7 +595,7 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
         }
         q->tp_dim = (int)json_integer_value(tp);
     }
-    TRY(cz_json_get_enum(c, e, path, "optimizer", true, kinds, &kind));
+    TRY(cz_json_get_enum(c, e, path, "optimizer", true, cz_kind_names, &kind));
     q->kind = (cz_param_kind)kind;
     TRY(cz_json_get_object(c, e, path, "blocks", false, bkeys, &blocks));
     if (blocks) {

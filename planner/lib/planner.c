@@ -8,7 +8,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static const char *or_unknown(const char *s)
 {
@@ -104,86 +103,103 @@ static int stage_of_layer(int layer, int nlayers, int pp)
     return extra + (layer - big) / base;
 }
 
-static int param_copy(cz_plan_param *pp, const cz_param_def *d, int id, const cz_model *m,
+cz_param_def cz_plan_param_def(const cz_plan_param *p)
+{
+    /* The plan keeps the model's view of the parameter (global shape, kind after the optimizer's
+     * choice, blocks), which is all the cost model reads. */
+    return (cz_param_def){
+        .name = p->name,
+        .ndim = p->ndim,
+        .shape = {p->shape[0], p->shape[1]},
+        .tp_dim = p->tp_dim,
+        .kind = p->kind,
+        .block_dim = p->block_dim,
+        .nblocks = p->nblocks,
+        .block_sizes = p->block_sizes,
+        .layer = p->layer,
+    };
+}
+
+static int param_copy(cz_plan_param *q, const cz_param_def *d, int id, const cz_model *m,
                       const cz_cluster *c, const cz_settings *s, cz_error *err)
 {
-    pp->id = id;
-    pp->name = cz_strdup(d->name ? d->name : "");
-    if (!pp->name)
+    q->id = id;
+    q->name = cz_strdup(d->name ? d->name : "");
+    if (!q->name)
         return cz_error_set(err, CZ_ENOMEM, "out of memory copying parameter names");
-    pp->ndim = d->ndim;
-    pp->shape[0] = d->shape[0];
-    pp->shape[1] = d->ndim == 1 ? 1 : d->shape[1];
-    pp->tp_dim = d->tp_dim;
+    q->ndim = d->ndim;
+    q->shape[0] = d->shape[0];
+    q->shape[1] = d->ndim == 1 ? 1 : d->shape[1];
+    q->tp_dim = d->tp_dim;
     /* Under AdamW every parameter, 2-D ones too, is elementwise work. */
-    pp->kind = s->optimizer == CZ_OPTIM_ADAMW ? CZ_KIND_ELEMENTWISE : d->kind;
-    pp->layer = d->layer;
-    pp->block_dim = d->block_dim;
-    pp->nblocks = d->nblocks > 0 ? d->nblocks : 0;
-    pp->dp_owner = -1;
-    pp->bucket = -1;
+    q->kind = s->optimizer == CZ_OPTIM_ADAMW ? CZ_KIND_ELEMENTWISE : d->kind;
+    q->layer = d->layer;
+    q->block_dim = d->block_dim;
+    q->nblocks = d->nblocks > 0 ? d->nblocks : 0;
+    q->dp_owner = -1;
+    q->bucket = -1;
     const char *mfile = or_unknown(m->source), *cfile = or_unknown(c->source);
-    if (pp->shape[0] < 1 || pp->shape[1] < 1)
+    if (q->shape[0] < 1 || q->shape[1] < 1)
         return cz_error_set(err, CZ_EINVALID,
                             "%s: parameter '%s' ($.params expanded index %d) has an empty shape "
                             "[%lld, %lld]",
-                            mfile, pp->name, id, (long long)pp->shape[0], (long long)pp->shape[1]);
-    if (pp->tp_dim < -1 || pp->tp_dim > 1 || (pp->tp_dim == 1 && pp->ndim == 1))
+                            mfile, q->name, id, (long long)q->shape[0], (long long)q->shape[1]);
+    if (q->tp_dim < -1 || q->tp_dim > 1 || (q->tp_dim == 1 && q->ndim == 1))
         return cz_error_set(err, CZ_EINVALID,
                             "%s: parameter '%s' has tp_dim %d; expected null, 0 or (for 2-D) 1",
-                            mfile, pp->name, pp->tp_dim);
-    pp->local_shape[0] = pp->shape[0];
-    pp->local_shape[1] = pp->shape[1];
-    if (pp->tp_dim >= 0) {
-        int64_t size = pp->shape[pp->tp_dim];
+                            mfile, q->name, q->tp_dim);
+    q->local_shape[0] = q->shape[0];
+    q->local_shape[1] = q->shape[1];
+    if (q->tp_dim >= 0) {
+        int64_t size = q->shape[q->tp_dim];
         if (size % c->tp != 0)
             return cz_error_set(err, CZ_EINVALID,
                                 "%s: parameter '%s' splits dimension %d (size %lld) across tp = "
                                 "%d of %s, which does not divide it (Megatron-Core's column- and "
                                 "row-parallel layers and vocab-parallel embedding need an exact "
                                 "split); change tp_dim or tp",
-                                mfile, pp->name, pp->tp_dim, (long long)size, c->tp, cfile);
-        pp->local_shape[pp->tp_dim] = size / c->tp;
+                                mfile, q->name, q->tp_dim, (long long)size, c->tp, cfile);
+        q->local_shape[q->tp_dim] = size / c->tp;
     }
-    if (pp->nblocks > 0) {
+    if (q->nblocks > 0) {
         /* Models built in memory skip the loader's limit: hold them to it here. */
-        if (pp->nblocks > CZ_MAX_BLOCKS)
-            return cz_error_set(err, CZ_EUNSUPPORTED, "%s: " CZ_BLOCKS_LIMIT_FMT, mfile, pp->name,
-                                pp->nblocks, CZ_MAX_BLOCKS);
+        if (q->nblocks > CZ_MAX_BLOCKS)
+            return cz_error_set(err, CZ_EUNSUPPORTED, "%s: " CZ_BLOCKS_LIMIT_FMT, mfile, q->name,
+                                q->nblocks, CZ_MAX_BLOCKS);
         if (!d->block_sizes || (d->block_dim != 0 && d->block_dim != 1))
             return cz_error_set(err, CZ_EINVALID,
                                 "%s: parameter '%s' has %d blocks but no valid block dim", mfile,
-                                pp->name, pp->nblocks);
-        pp->block_sizes = malloc((size_t)pp->nblocks * sizeof *pp->block_sizes);
-        if (!pp->block_sizes)
+                                q->name, q->nblocks);
+        q->block_sizes = malloc((size_t)q->nblocks * sizeof *q->block_sizes);
+        if (!q->block_sizes)
             return cz_error_set(err, CZ_ENOMEM, "out of memory copying block sizes");
-        memcpy(pp->block_sizes, d->block_sizes, (size_t)pp->nblocks * sizeof *pp->block_sizes);
+        memcpy(q->block_sizes, d->block_sizes, (size_t)q->nblocks * sizeof *q->block_sizes);
         int64_t sum = 0;
-        for (int b = 0; b < pp->nblocks; b++) {
-            if (pp->block_sizes[b] < 1)
+        for (int b = 0; b < q->nblocks; b++) {
+            if (q->block_sizes[b] < 1)
                 return cz_error_set(err, CZ_EINVALID,
                                     "%s: parameter '%s' block %d has size %lld; expected >= 1",
-                                    mfile, pp->name, b, (long long)pp->block_sizes[b]);
-            sum += pp->block_sizes[b];
-            if (pp->block_dim == pp->tp_dim && pp->block_sizes[b] % c->tp != 0)
+                                    mfile, q->name, b, (long long)q->block_sizes[b]);
+            sum += q->block_sizes[b];
+            if (q->block_dim == q->tp_dim && q->block_sizes[b] % c->tp != 0)
                 return cz_error_set(err, CZ_EINVALID,
                                     "%s: parameter '%s' block %d (size %lld along dimension %d, "
                                     "the TP split dimension) is not divisible by tp = %d of %s; "
                                     "every TP rank must hold an equal part of each block",
-                                    mfile, pp->name, b, (long long)pp->block_sizes[b],
-                                    pp->block_dim, c->tp, cfile);
+                                    mfile, q->name, b, (long long)q->block_sizes[b], q->block_dim,
+                                    c->tp, cfile);
         }
-        if (sum != pp->shape[pp->block_dim])
+        if (sum != q->shape[q->block_dim])
             return cz_error_set(err, CZ_EINVALID,
                                 "%s: parameter '%s' blocks sum to %lld but dimension %d has size "
                                 "%lld",
-                                mfile, pp->name, (long long)sum, pp->block_dim,
-                                (long long)pp->shape[pp->block_dim]);
+                                mfile, q->name, (long long)sum, q->block_dim,
+                                (long long)q->shape[q->block_dim]);
     } else {
-        pp->block_dim = -1;
+        q->block_dim = -1;
     }
-    pp->numel = pp->local_shape[0] * pp->local_shape[1];
-    pp->cost = cz_cost_param(d, s, c, m->dtype);
+    q->numel = q->local_shape[0] * q->local_shape[1];
+    q->cost = cz_cost_param(d, s, c, m->dtype);
     return CZ_OK;
 }
 
@@ -323,11 +339,10 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     const cz_settings *user = settings;
     int rc;
     cz_plan *plan = NULL, *numel = NULL;
-    struct timespec t0, t1;
     if (!out)
         return cz_error_set(err, CZ_EINVALID, "cz_plan_build: no output pointer given");
     *out = NULL;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = cz_clock_seconds();
     if ((rc = settings_check(settings, err)) != CZ_OK)
         return rc;
     if (model && cluster &&
@@ -373,8 +388,10 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
             (rc = cz_plan_metrics_compute(plan, cluster, err)) != CZ_OK)
             goto fail;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    plan->plan_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    plan->plan_seconds = cz_clock_seconds() - t0;
+    /* The callback belongs to this call, not to the plan: a plan outlives its caller's payload. */
+    plan->settings.progress = NULL;
+    plan->settings.progress_payload = NULL;
     cz_plan_free(numel);
     *out = plan;
     return CZ_OK;

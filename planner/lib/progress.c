@@ -1,23 +1,15 @@
-/* Progress reports of long-running solves. The library never prints; a tool installs a handler
- * and decides what to show. One process-wide handler, because the solvers run deep inside
- * cz_plan_build and threading a callback through every call would widen the public API. */
-#include "cz_types.h"
+/* Progress reports of long-running solves, and the clocks that time them. The library never
+ * prints; the caller of cz_plan_build passes a callback and its payload in cz_settings (as
+ * libgit2's options structs do), which reach the solvers in the plan's copy of the settings, so
+ * that two builds in one process report to their own callers. */
+#include "cz_algorithms.h"
 
 #include <time.h>
 
-static cz_progress_fn progress_fn;
-static void *progress_ctx;
-
-void cz_set_progress_handler(cz_progress_fn fn, void *ctx)
+void cz_progress_report(const cz_settings *s, const cz_progress *p)
 {
-    progress_fn = fn;
-    progress_ctx = ctx;
-}
-
-void cz_progress_report(const cz_progress *p)
-{
-    if (progress_fn && p)
-        progress_fn(p, progress_ctx);
+    if (s && s->progress && p)
+        s->progress(p, s->progress_payload);
 }
 
 double cz_clock_seconds(void)

@@ -6,7 +6,7 @@
  * and the micro-group pipeline of the DP rank that finishes last, boxes labelled with their
  * largest task. Optionally wrapped in an HTML page with tables.
  */
-#include "cz_types.h"
+#include "cz_analysis.h"
 
 #include <errno.h>
 #include <math.h>
@@ -998,35 +998,8 @@ int cz_plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim
     return CZ_OK;
 }
 
-static int cmp_cost_desc(const void *a, const void *b, void *ctx)
-{
-    const cz_plan *plan = ctx;
-    double ca = plan->params[*(const int *)a].cost, cb = plan->params[*(const int *)b].cost;
-    if (ca != cb)
-        return ca < cb ? 1 : -1;
-    return *(const int *)a - *(const int *)b;
-}
-
-/* qsort has no context argument; a small merge sort keeps ties in id order. */
-static void sort_ids(int *ids, int *tmp, size_t n, const cz_plan *plan)
-{
-    if (n < 2)
-        return;
-    size_t h = n / 2;
-    sort_ids(ids, tmp, h, plan);
-    sort_ids(ids + h, tmp, n - h, plan);
-    size_t i = 0, j = h, k = 0;
-    while (i < h && j < n)
-        tmp[k++] = cmp_cost_desc(&ids[j], &ids[i], (void *)plan) < 0 ? ids[j++] : ids[i++];
-    while (i < h)
-        tmp[k++] = ids[i++];
-    while (j < n)
-        tmp[k++] = ids[j++];
-    memcpy(ids, tmp, n * sizeof *ids);
-}
-
 static void html_tables(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
-                        const cz_render_options *o, int *ids, int *tmp)
+                        const cz_render_options *o, cz_costed *order)
 {
     const cz_settings *s = &plan->settings;
     const cz_plan_metrics *m = &plan->metrics;
@@ -1083,11 +1056,11 @@ static void html_tables(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
     sb_printf(b, "</table>\n<h2>Costliest parameters</h2>\n<table>\n<tr><th>#</th><th>name</th>"
                  "<th>shape</th><th>kind</th><th>cost</th><th>DP owner</th></tr>\n");
     for (size_t i = 0; i < plan->nparams; i++)
-        ids[i] = (int)i;
-    sort_ids(ids, tmp, plan->nparams, plan);
+        order[i] = (cz_costed){(int)i, plan->params[i].cost};
+    cz_costed_sort(order, plan->nparams);
     size_t shown = plan->nparams < 20 ? plan->nparams : 20;
     for (size_t i = 0; i < shown; i++) {
-        const cz_plan_param *p = &plan->params[ids[i]];
+        const cz_plan_param *p = &plan->params[order[i].id];
         sb_printf(b, "<tr><td>%d</td><td>", p->id);
         sb_escape(b, p->name);
         if (p->ndim == 2)
@@ -1095,8 +1068,7 @@ static void html_tables(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
                       (long long)p->shape[1]);
         else
             sb_printf(b, "</td><td>%lld</td>", (long long)p->shape[0]);
-        sb_printf(b, "<td>%s</td><td>%s</td><td>%d</td></tr>\n",
-                  p->kind == CZ_KIND_MATRIX ? "matrix" : "elementwise",
+        sb_printf(b, "<td>%s</td><td>%s</td><td>%d</td></tr>\n", cz_kind_name(p->kind),
                   fmt_value(buf, sizeof buf, p->cost, u), p->dp_owner);
     }
     sb_printf(b, "</table>\n");
@@ -1109,11 +1081,11 @@ int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *si
     cz_render_options o = {0};
     int rc = CZ_OK;
     size_t n = plan->nparams ? plan->nparams : 1;
-    int *ids = malloc(n * sizeof *ids), *tmp = malloc(n * sizeof *tmp);
+    cz_costed *order = malloc(n * sizeof *order);
     *out = NULL;
     if (opt)
         o = *opt;
-    if (!ids || !tmp) {
+    if (!order) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory rendering the plan");
         goto done;
     }
@@ -1130,7 +1102,7 @@ int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *si
     sb_printf(&b, "</h1>\n");
     if ((rc = svg_body(&b, plan, sim, &o, err)))
         goto done;
-    html_tables(&b, plan, sim, &o, ids, tmp);
+    html_tables(&b, plan, sim, &o, order);
     sb_printf(&b, "</body>\n</html>\n");
     if (b.failed) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory rendering the plan");
@@ -1140,7 +1112,6 @@ int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *si
     b.data = NULL;
 done:
     free(b.data);
-    free(ids);
-    free(tmp);
+    free(order);
     return rc;
 }

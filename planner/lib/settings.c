@@ -1,5 +1,6 @@
 /* Planning settings: defaults and the names used on the command line and in plan files. */
-#include "cz_types.h"
+#include "cz_algorithms.h"
+#include "cz_names.h"
 
 #include <string.h>
 
@@ -24,16 +25,24 @@ void cz_settings_init(cz_settings *s)
     s->tpaware_time_limit_s = 2.0;
 }
 
-static const char *const dtype_names[] = {"bf16", "fp16", "fp32"};
-static const char *const optimizer_names[] = {"muon", "soap", "shampoo", "adamw"};
-static const char *const unit_names[] = {"numel", "flops", "time"};
-static const char *const dp_names[] = {"even", "anchored", "layerwise", "alpha", "tpaware"};
-static const char *const tp_names[] = {"sc", "none", "single", "slot", "rollback"};
-static const char *const order_names[] = {"pingpong", "lpt", "megatron", "megatron-aug26"};
-static const char *const solver_names[] = {"greedy", "ilp"};
-static const char *const muon_tp_names[] = {"duplicated", "blockwise", "distributed"};
+/* The one table of names per enum, in enum order: the CLI, the plan and model readers and
+ * writers all use these (the readers through cz_json_get_enum, hence the NULL ends). */
+const char *const cz_dtype_names[] = {"bf16", "fp16", "fp32", NULL};
+const char *const cz_optimizer_names[] = {"muon", "soap", "shampoo", "adamw", NULL};
+const char *const cz_unit_names[] = {"numel", "flops", "time", NULL};
+const char *const cz_dp_strategy_names[] = {"even",  "anchored", "layerwise",
+                                            "alpha", "tpaware",  NULL};
+const char *const cz_tp_strategy_names[] = {"sc", "none", "single", "slot", "rollback", NULL};
+const char *const cz_layerwise_order_names[] = {"pingpong", "lpt", "megatron", "megatron-aug26",
+                                                NULL};
+const char *const cz_solver_names[] = {"greedy", "ilp", NULL};
+const char *const cz_muon_tp_mode_names[] = {"duplicated", "blockwise", "distributed", NULL};
+const char *const cz_kind_names[] = {"matrix", "elementwise", NULL};
+const char *const cz_solve_status_names[] = {"none",    "optimal", "feasible",
+                                             "timeout", "failed",  NULL};
 
-#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+/* Entries before the NULL end. */
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])) - 1)
 
 static const char *name_of(const char *const *names, int n, int v)
 {
@@ -65,11 +74,21 @@ static int parse_name(const char *const *names, int n, const char *name, int *ou
         return rc;                                                                                 \
     }
 
-NAME_FUNCS(cz_dtype, dtype, dtype_names)
-NAME_FUNCS(cz_optimizer, optimizer, optimizer_names)
-NAME_FUNCS(cz_cost_unit, unit, unit_names)
-NAME_FUNCS(cz_dp_strategy, dp_strategy, dp_names)
-NAME_FUNCS(cz_tp_strategy, tp_strategy, tp_names)
-NAME_FUNCS(cz_layerwise_order, layerwise_order, order_names)
-NAME_FUNCS(cz_solver, solver, solver_names)
-NAME_FUNCS(cz_muon_tp_mode, muon_tp_mode, muon_tp_names)
+NAME_FUNCS(cz_dtype, dtype, cz_dtype_names)
+NAME_FUNCS(cz_optimizer, optimizer, cz_optimizer_names)
+NAME_FUNCS(cz_cost_unit, unit, cz_unit_names)
+NAME_FUNCS(cz_dp_strategy, dp_strategy, cz_dp_strategy_names)
+NAME_FUNCS(cz_tp_strategy, tp_strategy, cz_tp_strategy_names)
+NAME_FUNCS(cz_layerwise_order, layerwise_order, cz_layerwise_order_names)
+NAME_FUNCS(cz_solver, solver, cz_solver_names)
+NAME_FUNCS(cz_muon_tp_mode, muon_tp_mode, cz_muon_tp_mode_names)
+
+const char *cz_kind_name(cz_param_kind v)
+{
+    return name_of(cz_kind_names, COUNT(cz_kind_names), (int)v);
+}
+
+const char *cz_solve_status_name(int status)
+{
+    return name_of(cz_solve_status_names, COUNT(cz_solve_status_names), status);
+}

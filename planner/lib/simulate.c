@@ -3,7 +3,7 @@
  * one communication stream per GPU. The assumptions and formulas are written down in
  * docs/SIMULATOR.md; keep the two in step.
  */
-#include "cz_types.h"
+#include "cz_analysis.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -558,17 +558,7 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
         if (!c) {
             cx->sec[i] = p->cost;
         } else {
-            cz_param_def def = {
-                .name = p->name,
-                .ndim = p->ndim,
-                .shape = {p->shape[0], p->shape[1]},
-                .tp_dim = p->tp_dim,
-                .kind = p->kind,
-                .block_dim = p->block_dim,
-                .nblocks = p->nblocks,
-                .block_sizes = p->block_sizes,
-                .layer = p->layer,
-            };
+            cz_param_def def = cz_plan_param_def(p);
             if (cx->tpw) {
                 cx->tpw[i] = cz_cost_muon_tp(&def, &plan->settings, c, plan->dtype, cx->muon_tp);
                 cx->sec[i] = cx->tpw[i].seconds;

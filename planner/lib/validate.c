@@ -11,7 +11,7 @@
  * the planner's own code (cost model, bucket layout of a fresh plan with the same settings,
  * metrics), so that a plan that is self-consistent but disagrees with this build is caught too.
  */
-#include "cz_types.h"
+#include "cz_analysis.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -24,11 +24,6 @@ typedef cz_plan_checks vctx;
 #define at cz_plan_checks_at
 #define viol cz_plan_checks_fail
 #define close_rel cz_close_rel
-
-static const char *kind_name(cz_param_kind k)
-{
-    return k == CZ_KIND_MATRIX ? "matrix" : "elementwise";
-}
 
 /* ---- content hash ----------------------------------------------------------------------- */
 
@@ -152,7 +147,7 @@ static void check_param_identity(vctx *c, const cz_plan *p, const cz_model *m)
         c->checks++;
         if (q->kind != d->kind)
             viol(c, "param.optimizer", "'%s' is %s but the model says %s", d->name,
-                 kind_name(q->kind), kind_name(d->kind));
+                 cz_kind_name(q->kind), cz_kind_name(d->kind));
         at(c, "$.params[%zu].blocks", i);
         c->checks++;
         if (!same_blocks(q, d)) {

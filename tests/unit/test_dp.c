@@ -376,6 +376,38 @@ static cz_plan *numel_plan(const int64_t *sizes, const int *layer, int n, int nl
     return plan;
 }
 
+static void progress_never(const cz_progress *pr, void *payload)
+{
+    (void)pr;
+    (*(int *)payload)++;
+}
+
+/* The progress callback belongs to one cz_plan_build call: a greedy build (no long solve) never
+ * calls it, and the plan it returns does not keep the caller's callback or payload. */
+START_TEST(progress_callback_is_per_call)
+{
+    cz_model *m = czt_model_new("one", CZ_DTYPE_BF16, 0);
+    czt_model_add(m, "w", 4, 4, -1, CZ_KIND_MATRIX, -1);
+    cz_cluster *c = czt_cluster_new(2, 1, 1);
+    cz_settings s;
+    cz_settings_init(&s);
+    ck_assert_ptr_null(s.progress);
+    int calls = 0;
+    s.progress = progress_never;
+    s.progress_payload = &calls;
+    cz_plan *plan = NULL;
+    cz_error err;
+    ck_assert_int_eq(cz_plan_build(&plan, m, c, &s, &err), CZ_OK);
+    ck_assert_int_eq(calls, 0);
+    ck_assert_ptr_null(plan->settings.progress);
+    ck_assert_ptr_null(plan->settings.progress_payload);
+    ck_assert_ptr_eq(s.progress_payload, &calls);
+    cz_plan_free(plan);
+    cz_model_free(m);
+    cz_cluster_free(c);
+}
+END_TEST
+
 START_TEST(alpha_tie_goes_to_earlier_boundary)
 {
     /* Forward 1, 2, 1 elements; reverse fill: id2 at 0, id1 at 1, id0 at 3: prefix 0, 1, 3, 4.
@@ -439,6 +471,7 @@ int main(void)
     tcase_add_test(tc, layerwise_megatron_experts);
     tcase_add_test(tc, tpaware_unsupported);
     tcase_add_test(tc, alpha_tie_goes_to_earlier_boundary);
+    tcase_add_test(tc, progress_callback_is_per_call);
     tcase_add_test(tc, per_stage_dp_metrics);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -465,7 +465,7 @@ static cz_plan *make_plan(void)
         int64_t offset, numel;
         double cost;
         int owner;
-    } pp[] = {
+    } spec[] = {
         {"embed", 2, {8, 4}, {4, 4}, 0, CZ_KIND_ELEMENTWISE, -1, 1, 128, 16, 0.1, 1},
         {"l0.qkv", 2, {6, 4}, {3, 4}, 0, CZ_KIND_MATRIX, 0, 1, 0, 12, 1234.5678901234567, 0},
         {"l0.norm", 1, {4, 1}, {4, 1}, -1, CZ_KIND_ELEMENTWISE, 0, 0, 128, 4, 1e-300, 1},
@@ -477,20 +477,20 @@ static cz_plan *make_plan(void)
     for (int i = 0; i < 5; i++) {
         cz_plan_param *q = &p->params[i];
         q->id = i;
-        q->name = strdup(pp[i].name);
-        q->ndim = pp[i].ndim;
-        memcpy(q->shape, pp[i].shape, sizeof q->shape);
-        memcpy(q->local_shape, pp[i].local, sizeof q->local_shape);
-        q->tp_dim = pp[i].tp_dim;
-        q->kind = (cz_param_kind)pp[i].kind;
+        q->name = strdup(spec[i].name);
+        q->ndim = spec[i].ndim;
+        memcpy(q->shape, spec[i].shape, sizeof q->shape);
+        memcpy(q->local_shape, spec[i].local, sizeof q->local_shape);
+        q->tp_dim = spec[i].tp_dim;
+        q->kind = (cz_param_kind)spec[i].kind;
         q->block_dim = -1;
-        q->layer = pp[i].layer;
+        q->layer = spec[i].layer;
         q->stage = 0;
-        q->bucket = pp[i].bucket;
-        q->offset = pp[i].offset;
-        q->numel = pp[i].numel;
-        q->cost = pp[i].cost;
-        q->dp_owner = pp[i].owner;
+        q->bucket = spec[i].bucket;
+        q->offset = spec[i].offset;
+        q->numel = spec[i].numel;
+        q->cost = spec[i].cost;
+        q->dp_owner = spec[i].owner;
     }
     p->params[1].block_dim = 0;
     p->params[1].nblocks = 3;

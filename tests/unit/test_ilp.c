@@ -343,9 +343,9 @@ typedef struct progress_log {
     double last_elapsed, bound, incumbent;
 } progress_log;
 
-static void progress_record(const cz_progress *pr, void *ctx)
+static void progress_record(const cz_progress *pr, void *payload)
 {
-    progress_log *log = ctx;
+    progress_log *log = payload;
     log->calls++;
     log->phase_ok = strcmp(pr->phase, "dp-ilp") == 0;
     log->last_elapsed = pr->elapsed_s;
@@ -377,10 +377,10 @@ START_TEST(dp_progress_reported)
      * 2-core CI machine, where the wall clock runs several times faster than our CPU time. */
     p->settings.time_limit_s = 6.0;
     progress_log log = {0};
-    cz_set_progress_handler(progress_record, &log);
+    p->settings.progress = progress_record;
+    p->settings.progress_payload = &log;
     cz_error err;
     int rc = cz_dp_partition_ilp(p, &err);
-    cz_set_progress_handler(NULL, NULL);
     ck_assert_int_eq(rc, CZ_OK);
     ck_assert_msg(p->solver_status == CZ_SOLVE_FEASIBLE, "status %s",
                   cz_solve_status_name(p->solver_status));

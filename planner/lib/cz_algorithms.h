@@ -1,0 +1,165 @@
+/*
+ * cz_algorithms.h — how a plan is made: the cost model, Megatron's rules, bucket layout, the DP
+ * partitioners, the TP micro-group schedulers, the exact (ILP) solvers and the metrics they are
+ * judged by, with the progress reports and clocks of the long solves.
+ */
+#ifndef CZ_ALGORITHMS_H
+#define CZ_ALGORITHMS_H
+
+#include "cz_assert.h"
+#include "cz_error.h"
+#include "cz_order.h"
+#include "cz_plan_types.h"
+
+/* ---- cost model (cost.c) ---- */
+/* Bytes per element of a dtype. */
+int cz_dtype_bytes(cz_dtype d);
+/* Total optimizer work for one parameter across its TP group, in the settings' unit:
+ * a matrix parameter is updated once, whole (sum over its blocks); an elementwise one is
+ * updated shard by shard on every TP rank (replicated ones redundantly). */
+double cz_cost_param(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                     cz_dtype dtype);
+/* The same in seconds on the cluster's device, whatever the settings' unit. */
+double cz_cost_param_seconds(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                             cz_dtype dtype);
+/* Optimizer-state bytes for a parameter: for a matrix, held by its host (full size); for an
+ * elementwise parameter, held by each TP rank for its local shard. */
+double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp);
+
+/* How a TP group runs Muon's Newton-Schulz on a TP-split matrix (Megatron-LM's tp_mode). */
+typedef enum cz_muon_tp_mode {
+    CZ_MUON_TP_DUPLICATED = 0, /* all-gather the shards, whole-matrix NS on every TP rank */
+    CZ_MUON_TP_BLOCKWISE = 1,  /* NS on each TP-local shard alone: no communication, and a
+                                  different update (each shard orthogonalized separately) */
+    CZ_MUON_TP_DISTRIBUTED = 2 /* NS on the shards, each iteration all-reducing the partial Gram
+                                  matrix of the unsplit dimension over TP */
+} cz_muon_tp_mode;
+const char *cz_muon_tp_mode_name(cz_muon_tp_mode v);
+int cz_muon_tp_mode_parse(const char *name, cz_muon_tp_mode *out);
+
+/* One TP rank's share of a matrix's Muon update under a TP mode. */
+typedef struct cz_muon_tp_work {
+    double seconds;       /* compute on one TP rank */
+    double gram_bytes;    /* bytes of each Gram all-reduce (distributed) */
+    int grams;            /* number of Gram all-reduces (ns_steps per Gram, distributed) */
+    int scalar_allreduce; /* all-reduces of the norm (one float each, distributed) */
+} cz_muon_tp_work;
+/* Under duplicated, seconds is the whole matrix's time (cz_cost_param_seconds) and there is no
+ * all-reduce; replicated matrices (tp_dim < 0) and tp 1 are the same in every mode. */
+cz_muon_tp_work cz_cost_muon_tp(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                                cz_dtype dtype, cz_muon_tp_mode mode);
+
+/* ---- Megatron-Core's rules (megatron_rules.c) ---- */
+/* Megatron's padded vocabulary: vocab rounded up to a multiple of divisible_by * tp. */
+int64_t cz_megatron_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp);
+/* Megatron-Core's attention rules: num_attention_heads and num_query_groups each a multiple of
+ * tp. where names the input in the message (a file), the keys name the two counts in it. */
+int cz_megatron_check_heads(const char *where, const char *heads_key, int64_t heads,
+                            const char *groups_key, int64_t groups, int64_t tp, cz_error *err);
+/* Checks a model's megatron record against a TP size: the attention rules, and that the
+ * recorded padded vocabulary is what Megatron pads to at this TP. cluster names the cluster
+ * file in messages (NULL: none). CZ_OK when the model records nothing. */
+int cz_model_check_megatron(const cz_model *m, int tp, const char *cluster, cz_error *err);
+
+/* ---- Megatron-LM's current layer-wise rule (megatron_layerwise.c) ---- */
+/* Newton-Schulz cost Megatron balances by: max(m, n) * min(m, n)^2. */
+double cz_megatron_ns_cost(int64_t m, int64_t n);
+/* lcm(64, lcm(dp, 128) / dp): the multiple a layer-wise shard is padded to. */
+int64_t cz_megatron_lw_shard_divisor(int dp);
+/* Megatron's layer-wise buffer layout of n Muon parameters given in backprop order (element
+ * counts and Newton-Schulz costs): shard[i] is the DP rank that owns parameter i; the padded size
+ * of each bucket goes to bucket_sizes (room for n), their count to *nbuckets. bucket_size <= 0
+ * keeps one bucket. */
+int cz_megatron_lw_layout(const int64_t *numel, const double *cost, size_t n, int dp,
+                          int64_t bucket_size, int *shard, int64_t *bucket_sizes, size_t *nbuckets,
+                          cz_error *err);
+/* Megatron's ZeRO-1 (DistributedOptimizer) buckets of n parameters in backprop order. */
+int cz_megatron_zero1_buckets(const int64_t *numel, size_t n, int dp, int64_t bucket_size,
+                              int64_t *bucket_sizes, size_t *nbuckets);
+/* Whether a parameter name is one of Megatron-Core's expert-parallel parameters. */
+int cz_megatron_is_expert(const char *name);
+/* One pipeline stage under the current rule: owner[id] (when owner is not NULL) for its Muon
+ * (matrix) parameters, and the sizes of all its buckets (the layer-wise Muon buckets, then the
+ * ZeRO-1 buckets of the other parameters; room for nparams + 1). */
+int cz_megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bucket_sizes,
+                         size_t *nbuckets, cz_error *err);
+
+/* ---- plan construction (planner.c, buckets.c, dp_partition.c, microgroups.c, metrics.c) ---- */
+/* Allocates an empty plan and fills params (shapes, local shapes, cost, stage) from the model. */
+int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz_settings *s,
+                 cz_error *err);
+/* Lays out the gradient buckets (Megatron order, alignment, size, DP padding). */
+int cz_buckets_layout(cz_plan *plan, cz_error *err);
+/* The model parameter a plan parameter was made from, as the cost model sees it (the plan's
+ * kind, which AdamW turns elementwise); it borrows p's name and block sizes. */
+cz_param_def cz_plan_param_def(const cz_plan_param *p);
+/* Fills every bucket's ranges and every param's dp_owner following settings.dp; for tpaware,
+ * alpha's partition, the starting point of cz_dp_partition_tpaware (which cz_plan_build runs). */
+int cz_dp_partition(cz_plan *plan, cz_error *err);
+/* Builds the micro-group schedule of every DP rank following settings.tp. */
+int cz_tp_schedule_build(cz_plan *plan, cz_error *err);
+/* Computes plan->metrics from the plan's params, buckets and schedules. */
+int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err);
+/* Frees the metrics arrays only. */
+void cz_plan_metrics_free(cz_plan_metrics *m);
+/* Frees the schedules only (sets nschedules to 0). */
+void cz_plan_schedules_free(cz_plan *plan);
+
+/* ---- memory.c ---- */
+/* Model-state bytes on one GPU under a plan (see memory.c for what each part counts). */
+typedef struct cz_memory_gpu {
+    double params; /* the stage's parameter buffer (local shards, bucket padding) */
+    double grads;  /* the gradient buffer: fp32 for bf16 (Megatron's default), else the dtype */
+    double master; /* fp32 master copy of the elements the GPU's DP rank owns (0 for fp32) */
+    double state;  /* optimizer state, metrics.memory */
+    double total;
+} cz_memory_gpu;
+/* plan warns when the busiest GPU's model states exceed this fraction of device.memory_gib. */
+#define CZ_MEMORY_WARN_FRACTION 0.80
+/* Fills *out (malloc'ed, pp*dp*tp entries in the per-GPU order of cz_types.h) for a plan. */
+int cz_plan_memory(const cz_plan *plan, cz_memory_gpu **out, cz_error *err);
+/* Index of the GPU with the largest total. */
+size_t cz_memory_worst(const cz_memory_gpu *g, size_t n);
+/* Compares the busiest GPU with the cluster's device.memory_gib: above the capacity it fails
+ * with CZ_EINVALID (the numbers, the GPU and what to do) unless allow is set; above
+ * CZ_MEMORY_WARN_FRACTION, or above the capacity with allow, it writes a warning (else ""). */
+int cz_plan_memory_check(const cz_plan *plan, const cz_cluster *cluster, int allow, char *warning,
+                         size_t n, cz_error *err);
+
+/* ---- ilp_dp.c, ilp_microgroups.c, dp_tpaware.c ---- */
+/* Outcome of an ILP solve, ordered from best to worst (a plan keeps the worst it saw). */
+enum {
+    CZ_SOLVE_NONE = 0,     /* no solver ran */
+    CZ_SOLVE_OPTIMAL = 1,  /* proved optimal */
+    CZ_SOLVE_FEASIBLE = 2, /* time limit hit; the best integer solution is kept (gap > 0) */
+    CZ_SOLVE_TIMEOUT = 3,  /* time limit hit before any integer solution: greedy kept */
+    CZ_SOLVE_FAILED = 4    /* the solver failed (numerics); greedy kept */
+};
+const char *cz_solve_status_name(int status);
+/* Re-solves the DP partition of every stage exactly (GLPK MIP: minimize the largest per-rank
+ * load under the alpha slice bound, see docs/SOLVERS.md), warm-started from the ranges and
+ * owners already in the plan (the greedy result). Replaces them only when strictly better.
+ * Fills solver_status/gap/seconds/note. Runs within settings.time_limit_s. */
+int cz_dp_partition_ilp(cz_plan *plan, cz_error *err);
+/* Re-solves every DP rank's micro-group schedule (GLPK MIP: tasks may move between at most
+ * as many groups as the greedy made, slot loads within the capacity; minimize the sum of group
+ * makespans), warm-started from the schedule in the plan. Replaces a rank's groups only when
+ * strictly better. Within settings.time_limit_s for all ranks together. */
+int cz_microgroups_ilp(cz_plan *plan, cz_error *err);
+/* TP-aware DP strategy: starting from the ranges in the plan (alpha's), moves cut points while
+ * the largest TP makespan of a DP rank (ties: the sum of squares, at no cost in DP balance)
+ * decreases, scoring ranks with cz_tp_schedule_build, then hands parameters back towards DP
+ * balance under the makespan reached. A stage keeps alpha's cuts unless its makespan fell
+ * measurably or at no DP cost. Leaves improved ranges and owners; rebuilds the schedules only
+ * when the plan already had some. Deterministic unless settings.tpaware_time_limit_s (CPU
+ * seconds of the calling thread) stops the search. */
+int cz_dp_partition_tpaware(cz_plan *plan, cz_error *err);
+/* Sends a progress report to s->progress with its payload, if a callback is set. */
+void cz_progress_report(const cz_settings *s, const cz_progress *p);
+/* Monotonic clock in seconds (for time limits and progress only, never for output). */
+double cz_clock_seconds(void);
+/* CPU seconds used by the calling thread: a time limit on it does not tighten when other
+ * processes load the machine. */
+double cz_cpu_seconds(void);
+
+#endif /* CZ_ALGORITHMS_H */

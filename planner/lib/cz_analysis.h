@@ -1,0 +1,193 @@
+/*
+ * cz_analysis.h — what is done with a plan once made: the structural checks shared with the
+ * executor, the step simulator, the renderer, the Hugging Face importer, and validate, inspect
+ * and diff.
+ */
+#ifndef CZ_ANALYSIS_H
+#define CZ_ANALYSIS_H
+
+#include "cz_algorithms.h"
+#include "cz_names.h"
+
+/* ---- structural plan checks (plan_structure.c) ---- */
+/* Where violations go: validate lists all of them; the executor refuses on the first. */
+typedef struct cz_plan_checks {
+    struct json_t *out; /* array of {"code", "path", "message"} */
+    int checks;         /* checks performed */
+    int oom;
+    int unsafe;  /* a structural violation makes index-based recomputation unsafe to run */
+    int foreign; /* parameters differ from the model's (validate only) */
+    char path[256];
+} cz_plan_checks;
+void cz_plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void cz_plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Every rule a plan must satisfy that needs no model or cluster: ids, local shapes and element
+ * counts, blocks, bucket layout rules (contiguity, alignment, reverse fill order, no overlap),
+ * DP ranges, atomic ownership, schedule membership and slot loads. Shared by `canzona
+ * validate` and the executor's plan check, so that the executor refuses every plan validate
+ * refuses for a structural reason. Safe on any plan the reader accepts. */
+void cz_plan_check_structure(cz_plan_checks *c, const cz_plan *plan);
+/* Whether two stored costs agree to validate's relative tolerance (1e-9); NaN never does. */
+int cz_close_rel(double a, double b);
+
+/* ---- simulate.c, render.c ---- */
+/* Kinds of collective for the alpha-beta formulas of the simulator (see docs/SIMULATOR.md). */
+typedef enum cz_coll_kind {
+    CZ_COLL_REDUCE_SCATTER = 0, /* ring: n-1 steps, each moves the largest slice */
+    CZ_COLL_ALL_GATHER = 1,     /* ring: n-1 steps, each moves the largest slice */
+    CZ_COLL_ALL_REDUCE = 2,     /* ring: 2(n-1) steps, 2(n-1)/n of the buffer */
+    CZ_COLL_ALL_TO_ALL = 3,     /* pairwise: n-1 steps, a rank's larger of sent/received */
+    CZ_COLL_ROOTED_GROUP = 4    /* n concurrent rooted ring reduces (or broadcasts), one per
+                                   owner: n-1 steps, bytes = the busiest ring link's load */
+} cz_coll_kind;
+
+/* How an uneven reduce-scatter / all-gather over DP (slices of unequal length) is run:
+ * ROOTED as a group of one rooted ring reduce (broadcast) per owner, whose busiest link carries
+ * the bucket minus one slice; PADDED as an ordinary ring collective with every slice padded to
+ * the largest, n-1 steps of the largest slice. Equal slices cost the same either way. */
+typedef enum cz_sim_uneven { CZ_SIM_UNEVEN_ROOTED = 0, CZ_SIM_UNEVEN_PADDED = 1 } cz_sim_uneven;
+
+typedef struct cz_sim_options {
+    cz_sim_uneven uneven;    /* default ROOTED */
+    cz_muon_tp_mode muon_tp; /* under the sc TP strategy with Muon; default DUPLICATED */
+} cz_sim_options;
+
+/* Seconds of one uneven DP collective with slice lengths len[0..n-1] (elements). */
+double cz_sim_uneven_seconds(const int64_t *len, int n, double elem_bytes, double gbps,
+                             double latency_us, cz_sim_uneven model);
+
+/* Seconds of one collective over n ranks. bytes: for the ring collectives the largest
+ * per-rank slice (reduce-scatter, all-gather) or the whole buffer (all-reduce); for the
+ * all-to-all the largest amount one rank sends or receives. 0 when n <= 1 or bytes <= 0. */
+double cz_sim_collective_seconds(cz_coll_kind kind, int n, double bytes, double gbps,
+                                 double latency_us);
+/* 1 when the world ranks first, first+stride, ..., first+(n-1)*stride sit on more than one
+ * node of gpus_per_node consecutive ranks (so the group runs at the inter-node rate). */
+int cz_sim_group_spans_nodes(int first, int stride, int n, int gpus_per_node);
+
+typedef struct cz_sim_span {
+    double start, end; /* seconds after the gradients are synchronized (or cost units) */
+} cz_sim_span;
+
+/* Result of simulating one optimizer step of a plan (cz_plan_simulate). All durations are in
+ * seconds, or in the plan's cost unit when no cluster was given (communication is then 0). */
+typedef struct cz_sim_result {
+    int pipelined;         /* 1: asynchronous micro-group pipeline; 0: synchronous compute */
+    double grad_sync_s;    /* gradient reduce-scatter (all-reduce under layerwise), all buckets */
+    double frag_gather_s;  /* even (ZeRO-1) only: gathering fragmented matrices over DP */
+    double local_s;        /* elementwise + matrix updates incl. TP collectives, slowest GPU */
+    double param_sync_s;   /* parameter all-gather over DP, all buckets */
+    double optimizer_s;    /* optimizer-step latency: frag_gather + local + param_sync */
+    double step_s;         /* grad_sync + optimizer_s, worst pipeline stage */
+    double compute_s;      /* busiest GPU's compute-stream busy time */
+    double tp_comm_s;      /* TP collective time of the critical DP rank */
+    double comm_s;         /* all collective time on the critical GPU (sum, exposed or not) */
+    double exposed_comm_s; /* step_s minus the critical GPU's compute busy time */
+    int critical_stage, critical_dp, critical_tp; /* the GPU whose work finishes last */
+    int ngpus;
+    double *gpu_busy; /* per GPU compute busy time, [(stage*dp + d)*tp + t] */
+    /* Timeline of the critical DP rank (times relative to the end of gradient sync, plus the
+     * fragment gather under even). */
+    int tl_tp, tl_groups;
+    double *tl_elementwise;  /* tl_tp values: end of the elementwise updates (start is 0) */
+    cz_sim_span *tl_gather;  /* tl_groups spans (a collective: same on every TP rank) */
+    cz_sim_span *tl_scatter; /* tl_groups spans; zero length under synchronous compute */
+    cz_sim_span *tl_compute; /* tl_groups * tl_tp spans, [g * tl_tp + t] */
+} cz_sim_result;
+
+/* Simulates one optimizer step of plan on cluster (event model of docs/SIMULATOR.md). With
+ * cluster NULL, task times are the plan's costs and communication is free (cost-proportional
+ * timeline). The plan's topology must match the cluster's (CZ_EMISMATCH otherwise); the even
+ * partition is supported with the sc TP strategy only (CZ_EUNSUPPORTED otherwise). opt may be
+ * NULL (defaults). */
+int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster *cluster,
+                     const cz_sim_options *opt, cz_error *err);
+void cz_sim_result_free(cz_sim_result *r);
+
+/* Options of cz_plan_render_svg. */
+typedef struct cz_render_options {
+    int width;                /* pixels; default 1200 when 0 */
+    const char *cluster_name; /* shown in the title; NULL = the plan's cluster name */
+    int sim_in_seconds;       /* 1: sim was run on a cluster (seconds); 0: cost-proportional */
+} cz_render_options;
+
+/* Renders the plan as a self-contained SVG document: a verdict on what bounds the step, the
+ * per-GPU load bars (aggregated where they would be under 3 px), with sim from a cluster the
+ * step's phases, and the pipeline timeline of sim's critical DP rank. sim may be NULL (no
+ * timeline). *out is a NUL-terminated string owned by the caller (free()). */
+int cz_plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim,
+                       const cz_render_options *opt, cz_error *err);
+/* The same SVG inside one HTML page with tables of the settings, per-rank loads and the
+ * costliest parameters. */
+int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *sim,
+                        const cz_render_options *opt, cz_error *err);
+/* ---- import_hf.c ---- */
+#include <jansson.h>
+/* Builds a canzona.model/1 description (a new jansson object owned by the caller, released
+ * with json_decref) from a Hugging Face config.json. Supported model_type values (or, when
+ * model_type is absent, architectures[0]): llama, mistral, qwen2, qwen3 (dense), qwen2_moe,
+ * qwen3_moe, mixtral. Parameters follow Megatron-Core naming (TE fused layer norms, fused QKV
+ * and gate/up with blocks, experts as whole matrices); layers are written as one repeat block
+ * when they are all alike, else one repeat block of 1 per layer. name may be NULL: then the
+ * config's _name_or_path basename (lowercased), else the file's basename without .json and
+ * .config. Errors name the file and the JSON key: CZ_EIO, CZ_EPARSE, CZ_EINVALID (missing or
+ * wrongly typed field), CZ_EUNSUPPORTED (unknown architecture or feature), CZ_ENOMEM. */
+/* Reads the optional "megatron" record of a model description (root) into m->megatron and
+ * checks it against itself and against m's parameters (called by cz_model_load). */
+int cz_model_megatron_read(const char *file, const json_t *root, cz_model *m, cz_error *err);
+
+int cz_import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,
+                 cz_error *err);
+/* Validates and expands a parsed model description exactly as cz_model_load does a file's
+ * (messages name path, which need not be a file); sha may be NULL (then computed from root). */
+int cz_model_from_json(cz_model **out, const json_t *root, const char *path, const char *sha,
+                       cz_error *err);
+/* Options of cz_import_hf_opts; initialize with cz_import_hf_options_init. */
+typedef struct cz_import_hf_options {
+    const char *name;       /* NULL: derived as cz_import_hf describes */
+    cz_dtype dtype;         /* default bf16 */
+    int tp_size;            /* the job's tensor-parallel size; default 1 */
+    int vocab_divisible_by; /* Megatron's make_vocab_size_divisible_by; default 128 */
+    int split_qkv;          /* 1 (default, Megatron's): QKV declared as blocks Q, K, V */
+    int split_gate_up;      /* 1 (default): linear_fc1 declared as blocks gate, up; Megatron
+                               orthogonalizes the fused matrix whole (0) */
+} cz_import_hf_options;
+void cz_import_hf_options_init(cz_import_hf_options *o);
+/* cz_import_hf with the job's TP size and vocabulary padding: the vocabulary is padded as
+ * Megatron-LM pads it (to a multiple of vocab_divisible_by * tp_size), the model records the
+ * head counts and the padding in its "megatron" object, and hyper-parameters that Megatron-Core
+ * cannot split across tp_size ranks are refused (CZ_EINVALID naming the key and the rule).
+ * cz_import_hf is this function with the defaults. */
+int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_import_hf_options *o,
+                      cz_error *err);
+/* Formats a model description as the bundled files are written: 2-space indentation, one
+ * parameter per line, key order preserved, trailing newline. *out is malloc'ed (free()). */
+int cz_model_json_format(char **out, const json_t *model, cz_error *err);
+
+/* ---- analysis: validate.c, inspect.c, plan_diff.c ---- */
+struct json_t; /* jansson's json_t */
+/* Recomputes every invariant of the plan (listed by violation code in docs/ANALYSIS.md, "What is
+ * checked") against the model and cluster it
+ * claims to be made for. On success *violations_out is a new JSON array (caller owns it) of
+ * {"code", "path", "message"} objects, one per violation, empty when the plan is valid, and the
+ * return value is the number of checks performed (>= 0). Returns a negative CZ_E* code on
+ * failure (out of memory, missing arguments). */
+int cz_plan_validate(const cz_plan *plan, const cz_model *model, const cz_cluster *cluster,
+                     struct json_t **violations_out, cz_error *err);
+/* Builds a readable analysis of a plan as a new JSON object (caller owns *report_out):
+ * topology, settings, per-rank and per-GPU loads and memory, imbalance figures, the top_n
+ * busiest ranks with their largest parameters, micro-group statistics and the parameters that
+ * dominate the lower bound. Uses the plan's stored metrics. */
+int cz_plan_inspect(const cz_plan *plan, int top_n, struct json_t **report_out, cz_error *err);
+/* Compares plan b against plan a. Plans of different models (inputs.model.sha256) or topologies
+ * are refused with CZ_EMISMATCH unless force is set, in which case parameters are matched by
+ * name. *report_out (caller owns) holds settings, metric and per-rank deltas, the moved
+ * parameters (largest first; at most limit listed, all counted; limit < 0 lists all), each
+ * plan's busiest rank with what bounds its makespan and the parameters whose part of it
+ * changed, largest effect first ("makespan", the same limit), and "identical". */
+int cz_plan_diff(const cz_plan *a, const cz_plan *b, int force, int limit,
+                 struct json_t **report_out, cz_error *err);
+
+#endif /* CZ_ANALYSIS_H */

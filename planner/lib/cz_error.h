@@ -1,0 +1,14 @@
+/* Setting the caller's cz_error (error.c): the one way library code reports a failure. */
+#ifndef CZ_ERROR_H
+#define CZ_ERROR_H
+
+#include "canzona.h"
+
+/* Fills err (if not NULL) with code and a printf-style message; returns code. */
+int cz_error_set(cz_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Allocation helpers (error.c): abort-free; return NULL on failure. */
+char *cz_strdup(const char *s);
+
+#endif

@@ -1,0 +1,218 @@
+/*
+ * cz_plan_types.h — the planner's data: model, cluster and plan, with the readers' limits, the
+ * cluster reader and the plan file's content hash. The executor reads plans through these.
+ *
+ * Conventions:
+ *  - Shapes are [rows, cols]; a 1-D parameter has ndim 1 and shape[1] == 1.
+ *  - tp_dim: -1 replicated across TP, 0 rows split (column-parallel, vocab-parallel),
+ *    1 columns split (row-parallel).
+ *  - Everything measured in elements is int64_t; costs are double in the plan's cost unit.
+ *  - Per-rank arrays are indexed stage-major: [stage * dp + dp_rank], and per-GPU arrays
+ *    [(stage * dp + dp_rank) * tp + tp_rank].
+ */
+#ifndef CZ_PLAN_TYPES_H
+#define CZ_PLAN_TYPES_H
+
+#include "canzona.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cz_param_def {
+    char *name;
+    int ndim;         /* 1 or 2 */
+    int64_t shape[2]; /* full, unsharded shape */
+    int tp_dim;       /* -1, 0 or 1 */
+    cz_param_kind kind;
+    int block_dim; /* dimension the blocks split, -1 when the matrix is one block */
+    int nblocks;   /* 0 when not blocked */
+    int64_t *block_sizes;
+    int layer; /* index of the repeat block iteration it came from; -1 outside any */
+} cz_param_def;
+
+/* The model's optional "megatron" record: the hyper-parameters that Megatron-Core checks
+ * against the TP size and that the parameter shapes alone do not show. 0 = not recorded. */
+typedef struct cz_megatron_info {
+    int64_t num_attention_heads, num_query_groups;
+    int64_t vocab_size;                   /* the tokenizer's (config.json's) vocabulary */
+    int64_t make_vocab_size_divisible_by; /* Megatron's option of that name */
+    int64_t tensor_model_parallel_size;   /* the TP size the padding was computed for */
+    int64_t padded_vocab_size;            /* rows of the embedding and output layer */
+} cz_megatron_info;
+
+struct cz_model {
+    char *name;
+    char *source;    /* path it was loaded from */
+    char sha256[65]; /* of the canonical JSON content (sorted keys, compact) */
+    cz_dtype dtype;
+    int nlayers; /* number of repeat iterations seen (for pipeline stage assignment) */
+    size_t nparams;
+    cz_param_def *params; /* forward (registration) order, repeat blocks expanded */
+    cz_megatron_info megatron;
+};
+
+typedef struct cz_device {
+    char *name;
+    double matmul_tflops; /* effective dense bf16 rate, TFLOP/s */
+    double mem_gbps;      /* effective memory bandwidth, GB/s */
+    double memory_gib;
+} cz_device;
+
+typedef struct cz_links {
+    double intra_node_gbps; /* per-GPU bandwidth inside a node, GB/s */
+    double inter_node_gbps; /* per-GPU bandwidth across nodes, GB/s */
+    double latency_us;      /* per-message latency */
+} cz_links;
+
+struct cz_cluster {
+    char *name;
+    char *source;
+    char sha256[65];
+    int gpus, dp, tp, pp, gpus_per_node;
+    cz_device device;
+    cz_links links;
+    int64_t bucket_size;  /* 0 = Megatron default max(4e7, 1e6*dp) */
+    int64_t bucket_align; /* default 64 */
+};
+
+typedef struct cz_plan_param {
+    int id; /* index in forward order */
+    char *name;
+    int ndim;
+    int64_t shape[2];
+    int64_t local_shape[2]; /* per TP rank */
+    int tp_dim;
+    cz_param_kind kind;
+    int block_dim, nblocks;
+    int64_t *block_sizes;
+    int layer;
+    int stage;      /* pipeline stage */
+    int bucket;     /* bucket id */
+    int64_t offset; /* start of the local shard relative to its bucket's start */
+    int64_t numel;  /* local elements */
+    double cost;    /* total work for this parameter across its TP group, cost unit */
+    int dp_owner;   /* -1 only under the even strategy */
+} cz_plan_param;
+
+typedef struct cz_plan_bucket {
+    int id;
+    int stage;
+    int64_t offset;  /* start in the stage's whole local buffer */
+    int64_t size;    /* including padding */
+    int64_t *ranges; /* 2*dp values: [start, end) per DP rank, relative to bucket start */
+} cz_plan_bucket;
+
+/* One micro-group: tasks (param ids) each assigned to a slot (TP rank that hosts it). */
+typedef struct cz_plan_group {
+    int id;
+    int nslots; /* tp, or 1 under sc and when tp == 1 */
+    int ntasks;
+    int *task_param; /* param ids, in execution order */
+    int *task_slot;  /* slot of each task */
+    double *load;    /* nslots values: summed task cost per slot */
+} cz_plan_group;
+
+typedef struct cz_rank_schedule {
+    int stage;
+    int dp_rank;
+    int ngroups;
+    cz_plan_group *groups;
+} cz_rank_schedule;
+
+typedef struct cz_plan_metrics {
+    double *dp_load;         /* pp*dp: summed cost owned by each DP rank */
+    double dp_imbalance;     /* max/mean of dp_load (per stage, worst stage) */
+    double *gpu_load;        /* pp*dp*tp: optimizer work per GPU under the TP schedule */
+    double *rank_makespan;   /* pp*dp: sum over groups of the largest slot load, plus the
+                                elementwise share of one TP rank */
+    double tp_makespan;      /* max of rank_makespan */
+    double tp_imbalance;     /* max/mean of gpu_load */
+    double total_cost;       /* sum of all parameter costs */
+    double max_task_cost;    /* largest single task (matrix cost, or elementwise cost / tp) */
+    double lower_bound;      /* max(total_cost / (dp*tp*pp), max_task_cost) */
+    double *memory;          /* pp*dp*tp: optimizer-state bytes per GPU */
+    double predicted_step_s; /* compute makespan converted to seconds on the cluster's device */
+} cz_plan_metrics;
+
+struct cz_plan {
+    char *generator;         /* "canzona" */
+    char *generator_version; /* CZ_VERSION */
+    char *model_name, *model_sha256;
+    char *cluster_name, *cluster_sha256;
+    /* $.content_sha256 as read from a file ("" when the file had none, or the plan was built
+     * in memory), and whether the file's content matched it: 1 yes, -1 no, 0 not checked. */
+    char content_sha256[65];
+    int content_hash_ok;
+    cz_dtype dtype;
+    cz_settings settings;
+    double capacity_used;  /* the micro-group capacity actually used (cost unit) */
+    int dp_fell_back;      /* 1 when alpha's result lost to anchored and anchored was kept */
+    int dp_numel_cuts;     /* 1 when alpha with cost loads kept the element-load cuts because
+                              they balanced at least as well and gave a shorter makespan */
+    double plan_seconds;   /* wall time spent building the plan (not written to the file) */
+    int solver_status;     /* CZ_SOLVE_*: worst outcome over the plan's ILP solves */
+    double solver_gap;     /* largest relative MIP gap left by a solve (0 when all optimal) */
+    double solver_seconds; /* wall time spent in the ILP solves */
+    char solver_note[256]; /* a warning for the user (time-outs, fallbacks); "" when none */
+    int solver_status_dp, solver_status_tp; /* the same per phase: DP partition, micro-groups */
+    double solver_gap_dp, solver_gap_tp;
+    int dp, tp, pp, gpus_per_node;
+    int64_t bucket_size, bucket_align;
+    size_t nparams;
+    cz_plan_param *params; /* forward order, id == index */
+    size_t nbuckets;
+    cz_plan_bucket *buckets; /* per stage in the order they are filled (reverse param order) */
+    size_t nschedules;       /* pp*dp, stage-major */
+    cz_rank_schedule *schedules;
+    cz_plan_metrics metrics;
+};
+
+/* ---- model limits (model_io.c), shared by the importer so that it writes only what loads ---- */
+/* Parameters after repeat expansion: bounds the expansion of a hostile file. */
+#define CZ_MODEL_MAX_PARAMS ((size_t)1 << 22)
+/* Elements of the whole model, 2^50 (about 1.1e15): far above any model trained today, and
+ * low enough that every offset, padded bucket and sum of them stays far below 2^63 (at most
+ * 2^22 parameters, each padded by less than 2^31 elements). */
+#define CZ_MODEL_MAX_ELEMENTS ((int64_t)1 << 50)
+/* Longest parameter name in bytes: names become file names (NAME.npy) in the executor's
+ * --dump-dir and --init-dir, and file names stop at 255 bytes. */
+#define CZ_PARAM_NAME_MAX 200
+/* NULL when name is safe as a file name inside a folder, else why not ("contains '/'", ...):
+ * empty, longer than CZ_PARAM_NAME_MAX, a '/' or '\\', a control character, or a leading '.'
+ * (which also covers "." and ".."). */
+const char *cz_param_name_problem(const char *name);
+
+/* ---- cluster_io.c ---- */
+/* Sizes from the command line that override a cluster file's; 0 keeps the file's value. */
+typedef struct cz_cluster_sizes {
+    int dp, tp, pp;      /* DP, when 0, becomes GPUs / (TP x PP) as in Megatron-LM */
+    int nodes;           /* GPUs = nodes x gpus_per_node */
+    int gpus_per_node;   /* also decides which traffic crosses nodes */
+    int64_t bucket_size; /* gradient bucket size in elements; CZ_BUCKETS_MEGATRON: Megatron's
+                            default max(4e7, 1e6 x DP) even when the file sets one */
+} cz_cluster_sizes;
+#define CZ_BUCKETS_MEGATRON (-1)
+#define CZ_BUCKETS_PAPER ((int64_t)400000000) /* the bucket size of the paper's scripts */
+/* cz_cluster_load with sizes written into the file's JSON before it is checked and hashed (so
+ * the hash is that of a file holding these sizes). sizes may be NULL. */
+int cz_cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_sizes *sizes,
+                          cz_error *err);
+
+/* ---- hashing (sha256.c) ---- */
+void cz_sha256_hex(const void *data, size_t len, char out[65]);
+
+/* The message every layer gives for a parameter over CZ_MAX_BLOCKS (name, nblocks, limit). */
+#define CZ_BLOCKS_LIMIT_FMT "'%s' has %d blocks; canzona supports at most %d per parameter"
+
+/* ---- plan content hash (plan_io.c) ---- */
+struct json_t;
+/* SHA-256 of a plan file's JSON value without its "content_sha256" member: compact, keys
+ * sorted, reals with 17 significant digits (docs/FORMATS.md). plan is not modified. */
+int cz_plan_json_content_hash(const struct json_t *plan, char out[65], cz_error *err);
+/* CZ_OK when the plan was read from a file whose recorded content hash matches its content;
+ * otherwise an error telling the user to re-run `canzona plan`. For consumers that have no
+ * model to check the plan against (the executor). */
+int cz_plan_check_content_hash(const cz_plan *plan, const char *path, cz_error *err);
+
+#endif /* CZ_PLAN_TYPES_H */
