@@ -2,7 +2,8 @@
 # Installs the Debian packages canzona needs to build and test. Safe to run repeatedly.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libjansson-dev libglpk-dev check libsubunit-dev
-      libopenmpi-dev openmpi-bin libopenblas-dev libxml2-utils python3)
+      libopenmpi-dev openmpi-bin libopenblas-dev libxml2-utils python3
+      clang libclang-rt-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything twice (warnings as errors; then AddressSanitizer + UBSan) and runs every
-# test with ctest. This is the README's test command and what CI runs.
+# test with ctest, then builds the libFuzzer harnesses (clang) and runs each one for a short,
+# fixed time (fuzz/run.sh). This is the README's test command and what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -19,3 +20,7 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCZ_WERROR=ON -DCZ_SANITIZE=O
 cmake --build build-asan -j "$jobs"
 echo "== tests under sanitizers =="
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE nosan
+
+fuzz_secs=25
+echo "== fuzz (libFuzzer, $fuzz_secs s per harness) =="
+bash fuzz/run.sh "$fuzz_secs"

@@ -121,7 +121,8 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
         return 0;
     case CZ_OPT_LAYERWISE_ORDER:
         return cz_layerwise_order_parse(value, &s->layerwise_order)
-                   ? bad_value(cmd, "layerwise-order", value, "megatron, pingpong or lpt")
+                   ? bad_value(cmd, "layerwise-order", value,
+                               "megatron, megatron-aug26, pingpong or lpt")
                    : 0;
     case CZ_OPT_TP:
         return cz_tp_strategy_parse(value, &s->tp)
@@ -221,8 +222,12 @@ void cz_cli_settings_help(FILE *f)
         "                        1 = global compute balance\n"
         "  --alpha-loads KIND    count alpha's running loads in the cost unit (cost, default)\n"
         "                        or in elements (numel, as the paper's reference code)\n"
-        "  --layerwise-order O   for --dp layerwise: megatron (default; Megatron-LM's rule:\n"
-        "                        ascending TP-local size, ping-pong over DP ranks), pingpong\n"
+        "  --layerwise-order O   for --dp layerwise: megatron (default; Megatron-LM's first\n"
+        "                        rule, Jan 2026: ascending TP-local size, ping-pong over DP\n"
+        "                        ranks, gradients all-reduced), megatron-aug26 (its current\n"
+        "                        rule: matrices only, backprop-order buckets, costliest\n"
+        "                        Newton-Schulz first to the least-loaded rank, gradients\n"
+        "                        reduce-scattered, other parameters under ZeRO-1), pingpong\n"
         "                        (forward order, ping-pong; not Megatron's) or lpt (largest\n"
         "                        first to the least-loaded rank)\n"
         "  --tp NAME             TP micro-group strategy: rollback (default; greedy rollback),\n"

@@ -17,10 +17,13 @@ static void diff_help(FILE *f)
             "\n"
             "Compares plan B against plan A: settings and inputs that differ; the balance\n"
             "metrics (DP imbalance, GPU imbalance, TP makespan, lower bound, makespan/lower\n"
-            "bound, total cost, predicted step) with their deltas B - A; per-rank DP load and\n"
-            "TP makespan deltas; buckets whose DP ranges changed; and the parameters that moved\n"
-            "(other DP owner, other micro-group, other TP host within the group), counted and\n"
-            "listed. Identical plans print \"no differences\".\n"
+            "bound, total cost, predicted step) with their deltas B - A; the busiest rank of\n"
+            "each plan, what bounds its makespan in A and in B (its largest task alone on a\n"
+            "slot, or tasks stacked on a slot, against its TP slots) and the parameters whose\n"
+            "part of it changed, largest effect first; per-rank DP load and TP makespan\n"
+            "deltas; buckets whose DP ranges changed; and the parameters that moved (other DP\n"
+            "owner, other micro-group, other TP host within the group), counted and listed,\n"
+            "largest first. Identical plans print \"no differences\".\n"
             "\n"
             "Plans of different models (inputs.model.sha256) or topologies are refused (exit 1)\n"
             "unless --force is given; forced, parameters are matched by name.\n"
@@ -31,8 +34,8 @@ static void diff_help(FILE *f)
             "options:\n"
             "      --json      print the comparison as JSON\n"
             "  -f, --force     compare plans of different models or topologies\n"
-            "  -l, --limit N   list at most N moved parameters (default 20; counts are always\n"
-            "                  complete)\n"
+            "  -l, --limit N   list at most N moved parameters, and N changes per busiest\n"
+            "                  rank (default 20; counts are always complete)\n"
             "  -h, --help      this help\n");
 }
 
@@ -76,6 +79,92 @@ static void pair_text(char *buf, size_t n, json_t *pair)
     if (y >= 0)
         snprintf(sy, sizeof sy, "%d", y);
     snprintf(buf, n, "%s->%s", sx, sy);
+}
+
+/* One plan's reason for a rank's makespan, from a why_a / why_b object. */
+static void print_why(const char *side, json_t *w, cz_cost_unit u)
+{
+    char x[64], y[64];
+    json_t *big = json_object_get(w, "largest_task");
+    const char *bound = cz_cli_jstr(w, "bound");
+    int tasks = cz_cli_jint(w, "busiest_slot_tasks"), groups = cz_cli_jint(w, "groups");
+    printf("  %s: ", side);
+    if (!strcmp(bound, "elementwise work"))
+        printf("elementwise work only");
+    else if (!strcmp(bound, "its largest task"))
+        printf("its largest task alone on the busiest slot: %s (%s)", cz_cli_jstr(big, "name"),
+               cz_cli_format_cost(x, sizeof x, cz_cli_jnum(big, "cost"), u));
+    else if (!strcmp(bound, "micro-groups in sequence"))
+        printf("%d micro-groups in sequence, %d tasks on their busiest slots (largest %s, %s)",
+               groups, tasks, cz_cli_jstr(big, "name"),
+               cz_cli_format_cost(x, sizeof x, cz_cli_jnum(big, "cost"), u));
+    else
+        printf("%d tasks stacked on the busiest slot (largest %s, %s)", tasks,
+               cz_cli_jstr(big, "name"),
+               cz_cli_format_cost(x, sizeof x, cz_cli_jnum(big, "cost"), u));
+    printf(" + elementwise %s; %d matrices on %d TP slot%s in %d group%s\n",
+           cz_cli_format_cost(y, sizeof y, cz_cli_jnum(w, "elementwise"), u),
+           cz_cli_jint(w, "matrices"), cz_cli_jint(w, "slots"),
+           cz_cli_jint(w, "slots") == 1 ? "" : "s", groups, groups == 1 ? "" : "s");
+}
+
+/* The busiest ranks of both plans and the parameters whose part of their makespan changed. */
+static void print_makespan(const cz_plan *pa, json_t *mk, cz_cost_unit u)
+{
+    char x[64], y[64], z[64];
+    size_t i, q;
+    json_t *o, *e;
+    json_t *ma = json_object_get(mk, "a"), *mb = json_object_get(mk, "b");
+    printf("\nmakespan  %s -> %s (%s): set by DP rank %d in A, DP rank %d in B",
+           cz_cli_format_cost(x, sizeof x, cz_cli_jnum(ma, "makespan"), u),
+           cz_cli_format_cost(y, sizeof y, cz_cli_jnum(mb, "makespan"), u),
+           signed_cost(z, sizeof z, cz_cli_jnum(mb, "makespan") - cz_cli_jnum(ma, "makespan"), u),
+           cz_cli_jint(ma, "dp_rank"), cz_cli_jint(mb, "dp_rank"));
+    if (pa->pp > 1)
+        printf(" (stages %d and %d)", cz_cli_jint(ma, "stage"), cz_cli_jint(mb, "stage"));
+    printf("\n");
+    json_array_foreach(json_object_get(mk, "ranks"), i, o)
+    {
+        const char *in = cz_cli_jstr(o, "busiest_in");
+        char where[48] = "";
+        if (pa->pp > 1)
+            snprintf(where, sizeof where, "stage %d, ", cz_cli_jint(o, "stage"));
+        printf("\n%sDP rank %d, busiest in %s: %s -> %s (%s)\n", where, cz_cli_jint(o, "dp_rank"),
+               !strcmp(in, "both") ? "both" : (!strcmp(in, "a") ? "A" : "B"),
+               cz_cli_format_cost(x, sizeof x, cz_cli_jnum(o, "makespan_a"), u),
+               cz_cli_format_cost(y, sizeof y, cz_cli_jnum(o, "makespan_b"), u),
+               signed_cost(z, sizeof z, cz_cli_jnum(o, "delta"), u));
+        print_why("A", json_object_get(o, "why_a"), u);
+        print_why("B", json_object_get(o, "why_b"), u);
+        json_t *list = json_object_get(o, "list");
+        int n = cz_cli_jint(o, "changes");
+        if (!n) {
+            printf("  no parameter's part of it changed\n");
+            continue;
+        }
+        printf("  what changed its makespan, largest effect first:\n");
+        printf("  %12s %11s %11s %11s  %s\n", "effect", "DP owner", "group", "TP host",
+               "parameter");
+        json_array_foreach(list, q, e)
+        {
+            char sd[32], sg[32], sh[32];
+            pair_text(sd, sizeof sd, json_object_get(e, "dp_owner"));
+            pair_text(sg, sizeof sg, json_object_get(e, "group"));
+            pair_text(sh, sizeof sh, json_object_get(e, "tp_host"));
+            printf("  %12s %11s %11s %11s  %s%s\n",
+                   signed_cost(x, sizeof x, cz_cli_jnum(e, "effect"), u), sd, sg, sh,
+                   cz_cli_jstr(e, "name"),
+                   json_is_true(json_object_get(e, "moved"))
+                       ? ""
+                       : " (not moved: its slot became or stopped being the busiest)");
+        }
+        if ((int)json_array_size(list) < n)
+            printf("  ... %d more (--limit)\n", n - (int)json_array_size(list));
+        double rest = cz_cli_jnum(o, "unexplained");
+        if (fabs(rest) > 1e-9 * fmax(cz_cli_jnum(o, "makespan_a"), cz_cli_jnum(o, "makespan_b")))
+            printf("  %12s  not from whole parameters (even-partition elementwise shares)\n",
+                   signed_cost(x, sizeof x, rest, u));
+    }
 }
 
 static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r)
@@ -144,6 +233,10 @@ static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r)
                    signed_cost(z, sizeof z, cz_cli_jnum(o, "delta"), mu), rs);
         }
     }
+
+    json_t *mk = json_object_get(r, "makespan");
+    if (json_is_object(mk) && same_unit)
+        print_makespan(pa, mk, u);
 
     json_t *ranks = json_object_get(r, "ranks");
     if (json_is_array(ranks)) {

@@ -20,12 +20,17 @@ static void simulate_help(FILE *f)
         "Estimates one optimizer step (alpha-beta collectives; one compute and one\n"
         "communication stream per GPU; see docs/SIMULATOR.md) and prints, side by side:\n"
         "  sync-compute  the baseline: DP anchored (atomic) + TP sc (every TP rank gathers\n"
-        "                and updates every matrix, no overlap)\n"
-        "  layer-wise    Megatron's layer-wise optimizer: DP layerwise (gradients\n"
-        "                all-reduced) + TP sc\n"
+        "                and updates every matrix, no overlap: Megatron's duplicated mode)\n"
+        "  lw-jan26-*    Megatron's first layer-wise rule (--layerwise-order megatron;\n"
+        "                gradients all-reduced) + TP sc, in each of Megatron's Muon TP modes:\n"
+        "                dup (duplicated), blk* (blockwise), dist (distributed)\n"
+        "  lw-aug26-*    Megatron's current layer-wise rule (megatron-aug26; its own buckets,\n"
+        "                reduce-scattered) + TP sc, in the same three TP modes\n"
         "  async         asynchronous compute without load balancing: anchored + none\n"
         "  canzona       alpha-balanced DP + greedy-rollback micro-groups: alpha + rollback\n"
-        "Columns (milliseconds): grad = gradient reduce-scatter (all-reduce for layer-wise);\n"
+        "Rows marked * (blockwise) orthogonalize each TP shard separately: cheaper, and NOT the\n"
+        "same update as the others. With --tp 1 the TP modes coincide.\n"
+        "Columns (milliseconds): grad = gradient reduce-scatter (all-reduce for lw-jan26);\n"
         "update = elementwise updates + micro-group pipeline incl. exposed TP communication\n"
         "(slowest GPU); param = parameter all-gather over DP; opt = optimizer-step latency\n"
         "= update + param, from synchronized gradients to gathered parameters; step = grad +\n"
@@ -40,9 +45,11 @@ static void simulate_help(FILE *f)
         "      --uneven MODEL    how uneven DP slices are synchronized: rooted (default; one\n"
         "                        rooted ring reduce/broadcast per owner, grouped) or padded\n"
         "                        (ring reduce-scatter/all-gather, slices padded to the largest)\n"
+        "      --muon-tp MODE    for a single sc configuration or --plan: Megatron's Muon TP\n"
+        "                        mode, duplicated (default), blockwise or distributed\n"
         "      --json            print JSON instead of a table\n"
         "  -h, --help            this help\n"
-        "Giving --dp or --tp simulates that single configuration instead of the four.\n");
+        "Giving --dp or --tp simulates that single configuration instead of the table.\n");
     cz_cli_settings_help(f);
 }
 
@@ -50,6 +57,8 @@ typedef struct sim_row {
     const char *label;
     cz_dp_strategy dp;
     cz_tp_strategy tp;
+    cz_layerwise_order order;
+    cz_muon_tp_mode muon_tp;
     double dp_imbalance, mk_over_lb;
     cz_sim_result *sim;
 } sim_row;
@@ -63,14 +72,17 @@ static json_t *row_json(const sim_row *r, const sim_row *base)
 {
     const cz_sim_result *s = r->sim;
     return json_pack(
-        "{s:s, s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b, s:f, "
-        "s:f}",
+        "{s:s, s:s, s:s, s:s, s:s, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
+        "s:f, s:b, s:f, s:f}",
         "name", r->label, "dp", cz_dp_strategy_name(r->dp), "tp", cz_tp_strategy_name(r->tp),
-        "dp_imbalance", r->dp_imbalance, "makespan_over_lower_bound", r->mk_over_lb, "grad_sync_s",
-        s->grad_sync_s, "frag_gather_s", s->frag_gather_s, "local_s", s->local_s, "param_sync_s",
-        s->param_sync_s, "optimizer_s", s->optimizer_s, "step_s", s->step_s, "compute_s",
-        s->compute_s, "tp_comm_s", s->tp_comm_s, "comm_s", s->comm_s, "exposed_comm_s",
-        s->exposed_comm_s, "pipelined", s->pipelined, "update_speedup",
+        "layerwise_order", r->dp == CZ_DP_LAYERWISE ? cz_layerwise_order_name(r->order) : "",
+        "muon_tp", cz_muon_tp_mode_name(r->muon_tp), "same_update",
+        r->muon_tp != CZ_MUON_TP_BLOCKWISE, "dp_imbalance", r->dp_imbalance,
+        "makespan_over_lower_bound", r->mk_over_lb, "grad_sync_s", s->grad_sync_s, "frag_gather_s",
+        s->frag_gather_s, "local_s", s->local_s, "param_sync_s", s->param_sync_s, "optimizer_s",
+        s->optimizer_s, "step_s", s->step_s, "compute_s", s->compute_s, "tp_comm_s", s->tp_comm_s,
+        "comm_s", s->comm_s, "exposed_comm_s", s->exposed_comm_s, "pipelined", s->pipelined,
+        "update_speedup",
         ratio(base->sim->frag_gather_s + base->sim->local_s, s->frag_gather_s + s->local_s),
         "optimizer_speedup", ratio(base->sim->optimizer_s, s->optimizer_s), "step_speedup",
         ratio(base->sim->step_s, s->step_s));
@@ -100,48 +112,80 @@ static int print_rows(const sim_row *rows, int n, const char *model, const char 
     }
     printf("model %s, cluster %s; times in ms for one optimizer step, speed-ups vs %s\n\n", model,
            cluster, base->label);
-    printf("%-13s %-17s %6s %6s %8s %8s %8s %8s %8s %8s %6s %6s %6s\n", "strategy", "dp+tp",
+    printf("%-13s %-24s %6s %6s %8s %8s %8s %8s %8s %8s %6s %6s %6s\n", "strategy", "dp+tp+mode",
            "DP-imb", "mk/LB", "grad", "update", "param", "opt", "step", "comm", "upd x", "opt x",
            "step x");
     for (int i = 0; i < n; i++) {
         const sim_row *r = &rows[i];
         const cz_sim_result *s = r->sim;
         char combo[40];
-        snprintf(combo, sizeof combo, "%s+%s", cz_dp_strategy_name(r->dp),
-                 cz_tp_strategy_name(r->tp));
-        printf("%-13s %-17s %6.3f %6.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %6.2f %6.2f %6.2f\n",
+        snprintf(combo, sizeof combo, "%s+%s%s%s", cz_dp_strategy_name(r->dp),
+                 cz_tp_strategy_name(r->tp), r->tp == CZ_TP_SC ? "+" : "",
+                 r->tp == CZ_TP_SC ? cz_muon_tp_mode_name(r->muon_tp) : "");
+        printf("%-13s %-24s %6.3f %6.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %6.2f %6.2f %6.2f\n",
                r->label, combo, r->dp_imbalance, r->mk_over_lb, s->grad_sync_s * 1e3,
                (s->frag_gather_s + s->local_s) * 1e3, s->param_sync_s * 1e3, s->optimizer_s * 1e3,
                s->step_s * 1e3, s->comm_s * 1e3,
                ratio(base->sim->frag_gather_s + base->sim->local_s, s->frag_gather_s + s->local_s),
                ratio(base->sim->optimizer_s, s->optimizer_s), ratio(base->sim->step_s, s->step_s));
     }
+    for (int i = 0; i < n; i++)
+        if (rows[i].muon_tp == CZ_MUON_TP_BLOCKWISE) {
+            printf("\n* blockwise orthogonalizes each TP shard on its own: cheaper, and not the "
+                   "same update as the other rows.\n");
+            break;
+        }
     return 0;
 }
 
-static void row_fill(sim_row *r, const cz_plan *plan, cz_sim_result *sim)
+static void row_fill(sim_row *r, const cz_plan *plan, cz_sim_result *sim, cz_muon_tp_mode mode)
 {
     r->dp = plan->settings.dp;
     r->tp = plan->settings.tp;
+    r->order = plan->settings.layerwise_order;
+    r->muon_tp = mode;
     r->dp_imbalance = plan->metrics.dp_imbalance;
     r->mk_over_lb =
         plan->metrics.lower_bound > 0 ? plan->metrics.tp_makespan / plan->metrics.lower_bound : 1.0;
     r->sim = sim;
 }
 
+/* The table's rows: the paper's baseline, Megatron's two layer-wise rules in each of its Muon
+ * TP modes, and the two asynchronous strategies. */
+static const struct {
+    const char *label;
+    cz_dp_strategy dp;
+    cz_tp_strategy tp;
+    cz_layerwise_order order;
+    cz_muon_tp_mode muon_tp;
+} configs[] = {
+    {"sync-compute", CZ_DP_ANCHORED, CZ_TP_SC, CZ_LAYERWISE_MEGATRON, CZ_MUON_TP_DUPLICATED},
+    {"lw-jan26-dup", CZ_DP_LAYERWISE, CZ_TP_SC, CZ_LAYERWISE_MEGATRON, CZ_MUON_TP_DUPLICATED},
+    {"lw-jan26-blk*", CZ_DP_LAYERWISE, CZ_TP_SC, CZ_LAYERWISE_MEGATRON, CZ_MUON_TP_BLOCKWISE},
+    {"lw-jan26-dist", CZ_DP_LAYERWISE, CZ_TP_SC, CZ_LAYERWISE_MEGATRON, CZ_MUON_TP_DISTRIBUTED},
+    {"lw-aug26-dup", CZ_DP_LAYERWISE, CZ_TP_SC, CZ_LAYERWISE_MEGATRON_AUG26, CZ_MUON_TP_DUPLICATED},
+    {"lw-aug26-blk*", CZ_DP_LAYERWISE, CZ_TP_SC, CZ_LAYERWISE_MEGATRON_AUG26, CZ_MUON_TP_BLOCKWISE},
+    {"lw-aug26-dist", CZ_DP_LAYERWISE, CZ_TP_SC, CZ_LAYERWISE_MEGATRON_AUG26,
+     CZ_MUON_TP_DISTRIBUTED},
+    {"async", CZ_DP_ANCHORED, CZ_TP_NONE, CZ_LAYERWISE_MEGATRON, CZ_MUON_TP_DUPLICATED},
+    {"canzona", CZ_DP_ALPHA, CZ_TP_ROLLBACK, CZ_LAYERWISE_MEGATRON, CZ_MUON_TP_DUPLICATED},
+};
+enum { NCONFIGS = sizeof configs / sizeof configs[0] };
+
 int cz_cmd_simulate(int argc, char **argv)
 {
     static const struct option own[] = {
-        {"model", required_argument, NULL, 'm'},  {"cluster", required_argument, NULL, 'c'},
-        {"plan", required_argument, NULL, 'p'},   {"json", no_argument, NULL, 'j'},
-        {"uneven", required_argument, NULL, 'u'}, {"help", no_argument, NULL, 'h'},
+        {"model", required_argument, NULL, 'm'},   {"cluster", required_argument, NULL, 'c'},
+        {"plan", required_argument, NULL, 'p'},    {"json", no_argument, NULL, 'j'},
+        {"uneven", required_argument, NULL, 'u'},  {"help", no_argument, NULL, 'h'},
+        {"muon-tp", required_argument, NULL, 't'},
     };
     enum { NOWN = sizeof own / sizeof own[0] };
     struct option opts[NOWN + CZ_CLI_SETTINGS_OPTION_COUNT + 1];
     cz_cli_options_with_settings(opts, own, NOWN);
 
     const char *model_path = NULL, *cluster_path = NULL, *plan_path = NULL;
-    int json = 0, single = 0, rc = 1, opt, nrows = 0;
+    int json = 0, single = 0, rc = 1, opt, nrows = 0, muon_tp_given = 0;
     cz_settings settings;
     cz_settings_init(&settings);
     cz_cluster_sizes sizes = {0};
@@ -149,7 +193,7 @@ int cz_cmd_simulate(int argc, char **argv)
     cz_model *model = NULL;
     cz_cluster *cluster = NULL;
     cz_plan *plan = NULL;
-    sim_row rows[4];
+    sim_row rows[NCONFIGS];
     memset(rows, 0, sizeof rows);
     cz_error err;
     cz_error_clear(&err);
@@ -179,6 +223,16 @@ int cz_cmd_simulate(int argc, char **argv)
                         optarg);
                 return 2;
             }
+            break;
+        case 't':
+            if (cz_muon_tp_mode_parse(optarg, &simopt.muon_tp) != CZ_OK) {
+                fprintf(stderr,
+                        "canzona simulate: --muon-tp '%s': expected duplicated, blockwise or "
+                        "distributed\n",
+                        optarg);
+                return 2;
+            }
+            muon_tp_given = 1;
             break;
         case 'h':
             simulate_help(stdout);
@@ -236,36 +290,38 @@ int cz_cmd_simulate(int argc, char **argv)
             goto done;
         }
         rows[0].label = "plan";
-        row_fill(&rows[0], plan, sim);
+        row_fill(&rows[0], plan, sim, simopt.muon_tp);
         nrows = 1;
     } else {
-        static const struct {
-            const char *label;
-            cz_dp_strategy dp;
-            cz_tp_strategy tp;
-        } configs[4] = {
-            {"sync-compute", CZ_DP_ANCHORED, CZ_TP_SC},
-            {"layer-wise", CZ_DP_LAYERWISE, CZ_TP_SC},
-            {"async", CZ_DP_ANCHORED, CZ_TP_NONE},
-            {"canzona", CZ_DP_ALPHA, CZ_TP_ROLLBACK},
-        };
-        int n = single ? 1 : 4;
+        if (muon_tp_given && !single) {
+            fprintf(stderr, "canzona simulate: --muon-tp applies to one configuration (--dp and "
+                            "--tp sc) or to --plan; the table already shows every mode\n");
+            goto done;
+        }
+        int n = single ? 1 : NCONFIGS;
         for (int i = 0; i < n; i++) {
             cz_settings s = settings;
+            cz_sim_options o = simopt;
+            /* Megatron's TP modes are Muon's; other optimizers show the duplicated rows. */
+            if (!single && configs[i].muon_tp != CZ_MUON_TP_DUPLICATED &&
+                settings.optimizer != CZ_OPTIM_MUON)
+                continue;
             if (!single) {
                 s.dp = configs[i].dp;
                 s.tp = configs[i].tp;
+                s.layerwise_order = configs[i].order;
+                o.muon_tp = configs[i].muon_tp;
             }
             cz_sim_result *sim = NULL;
             if (cz_plan_build(&plan, model, cluster, &s, &err) != CZ_OK ||
-                cz_plan_simulate(&sim, plan, cluster, &simopt, &err) != CZ_OK) {
+                cz_plan_simulate(&sim, plan, cluster, &o, &err) != CZ_OK) {
                 fprintf(stderr, "canzona simulate: %s+%s: %s\n", cz_dp_strategy_name(s.dp),
                         cz_tp_strategy_name(s.tp), err.message);
                 goto done;
             }
-            rows[i].label = single ? "plan" : configs[i].label;
-            row_fill(&rows[i], plan, sim);
-            nrows = i + 1;
+            rows[nrows].label = single ? "plan" : configs[i].label;
+            row_fill(&rows[nrows], plan, sim, o.muon_tp);
+            nrows++;
             cz_plan_free(plan);
             plan = NULL;
         }
@@ -274,7 +330,7 @@ int cz_cmd_simulate(int argc, char **argv)
                     model ? model->name : (plan && plan->model_name ? plan->model_name : "?"),
                     cluster->name, json);
 done:
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < NCONFIGS; i++)
         cz_sim_result_free(rows[i].sim);
     cz_plan_free(plan);
     cz_model_free(model);

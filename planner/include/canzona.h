@@ -87,10 +87,14 @@ typedef enum cz_tp_strategy {
 typedef enum cz_layerwise_order {
     CZ_LAYERWISE_PINGPONG = 0, /* ranks 0..R-1, R-1..0, ... in forward order (not Megatron's) */
     CZ_LAYERWISE_LPT = 1,      /* largest first to the least-loaded rank */
-    CZ_LAYERWISE_MEGATRON = 2  /* Megatron-LM's first released layer-wise rule (default): per
+    CZ_LAYERWISE_MEGATRON = 2, /* Megatron-LM's first released layer-wise rule (default): per
                                   optimizer group in order, stably sorted by TP-local element
                                   count ascending, dealt 0..R-1, R-1..0, ...; experts dealt
                                   separately */
+    CZ_LAYERWISE_MEGATRON_AUG26 = 3 /* Megatron-LM's current rule (Aug 2026): Muon parameters only,
+                                       in backprop order, in buckets with a soft minimum size,
+                                       longest Newton-Schulz cost first to the least-loaded rank
+                                       under a 1.3x size cap; other parameters under ZeRO-1 */
 } cz_layerwise_order;
 
 typedef enum cz_solver { CZ_SOLVER_GREEDY = 0, CZ_SOLVER_ILP = 1 } cz_solver;

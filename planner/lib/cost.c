@@ -31,6 +31,8 @@
  */
 #include "cz_types.h"
 
+#include <string.h>
+
 int cz_dtype_bytes(cz_dtype d)
 {
     return d == CZ_DTYPE_FP32 ? 4 : 2;
@@ -207,4 +209,60 @@ double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp)
     if (p->tp_dim >= 0 && tp > 1)
         numel /= (double)tp;
     return 8.0 * numel;
+}
+
+/* Megatron-LM's TP modes for Muon (megatron/core/optimizer/emerging_optimizers.py and
+ * emerging_optimizers' newton_schulz_tp):
+ *  blockwise    Newton-Schulz on the TP-local shard as if it were a whole matrix: the cost of
+ *               the local shape.
+ *  distributed  the shard X (L / tp rows of the split dimension, K of the other) stays split;
+ *               every iteration forms its partial Gram X^T X (K x K, 2 K^2 L / tp FLOPs),
+ *               all-reduces it over TP (K^2 elements, bf16 under the default "medium" matmul
+ *               precision), computes A A redundantly (2 K^3) and B X (2 K^2 L / tp): per rank
+ *               ns_steps (4 K^2 L / tp + 2 K^3) FLOPs, plus one scalar all-reduce for the norm.
+ *               K is the unsplit dimension whether or not it is the smaller one.
+ * Blocks are separate matrices (the model's choice, e.g. QKV per query group, gate and up). A
+ * fused QKV (linear_qkv) whose query groups divide by tp holds whole groups on every rank
+ * (Megatron's head rules): both modes are then 1 / tp of the whole matrix, with no
+ * communication. Other blocks along the TP dimension (gate / up) are sliced 1 / tp on every rank
+ * like a whole matrix; blocks across it each keep the whole split dimension. */
+cz_muon_tp_work cz_cost_muon_tp(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                                cz_dtype dtype, cz_muon_tp_mode mode)
+{
+    cz_muon_tp_work w = {0, 0, 0, 0};
+    int R = c->tp, dbytes = cz_dtype_bytes(dtype);
+    bool split = p->tp_dim == 0 || p->tp_dim == 1;
+    if (mode == CZ_MUON_TP_DUPLICATED || !split || R <= 1 || !is_matrix_work(p, s) ||
+        p->ndim != 2) {
+        w.seconds = cost_in(p, s, c, dtype, CZ_UNIT_TIME);
+        return w;
+    }
+    bool blocks = p->nblocks > 0 && p->block_sizes && (p->block_dim == 0 || p->block_dim == 1);
+    bool along = blocks && p->block_dim == p->tp_dim;
+    if (along && p->nblocks % R == 0 && p->name && strstr(p->name, "linear_qkv")) {
+        /* Query groups are dealt whole to the TP ranks (Megatron's head rules). */
+        w.seconds = cost_in(p, s, c, dtype, CZ_UNIT_TIME) / R;
+        return w;
+    }
+    int nb = blocks ? p->nblocks : 1;
+    for (int i = 0; i < nb; i++) {
+        /* Block i as a matrix: L along the TP split, K across it. A block along the split dim
+         * (gate / up) is sliced 1 / tp on every rank like the whole matrix. */
+        double L = along ? (double)p->block_sizes[i] : (double)p->shape[p->tp_dim];
+        double K = blocks && !along ? (double)p->block_sizes[i] : (double)p->shape[1 - p->tp_dim];
+        int64_t lr = (int64_t)(L / R), k = (int64_t)K; /* the local shard: lr x k along tp_dim */
+        matrix_work mw =
+            p->tp_dim == 0 ? matrix_work_of(lr, k, s, dbytes) : matrix_work_of(k, lr, s, dbytes);
+        if (mode == CZ_MUON_TP_DISTRIBUTED) {
+            mw.matmul_flops = (double)s->ns_steps * (4.0 * K * K * (L / R) + 2.0 * K * K * K);
+            w.gram_bytes += K * K * 2.0;
+            w.grams += s->ns_steps;
+            w.scalar_allreduce++;
+        }
+        w.seconds += rate_seconds(mw.matmul_flops, mw.ew_bytes, c);
+    }
+    /* Blocks along the other dimension are separate matrices: one Gram each per iteration. */
+    if (w.grams > 0)
+        w.gram_bytes /= nb;
+    return w;
 }

@@ -207,6 +207,29 @@ double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp);
 /* FLOPs of one optimizer step on a whole m x n matrix (Muon/SOAP/Shampoo), no blocks. */
 double cz_matrix_flops(int64_t m, int64_t n, const cz_settings *s);
 
+/* How a TP group runs Muon's Newton-Schulz on a TP-split matrix (Megatron-LM's tp_mode). */
+typedef enum cz_muon_tp_mode {
+    CZ_MUON_TP_DUPLICATED = 0, /* all-gather the shards, whole-matrix NS on every TP rank */
+    CZ_MUON_TP_BLOCKWISE = 1,  /* NS on each TP-local shard alone: no communication, and a
+                                  different update (each shard orthogonalized separately) */
+    CZ_MUON_TP_DISTRIBUTED = 2 /* NS on the shards, each iteration all-reducing the partial Gram
+                                  matrix of the unsplit dimension over TP */
+} cz_muon_tp_mode;
+const char *cz_muon_tp_mode_name(cz_muon_tp_mode v);
+int cz_muon_tp_mode_parse(const char *name, cz_muon_tp_mode *out);
+
+/* One TP rank's share of a matrix's Muon update under a TP mode. */
+typedef struct cz_muon_tp_work {
+    double seconds;       /* compute on one TP rank */
+    double gram_bytes;    /* bytes of each Gram all-reduce (distributed) */
+    int grams;            /* number of Gram all-reduces (ns_steps per Gram, distributed) */
+    int scalar_allreduce; /* all-reduces of the norm (one float each, distributed) */
+} cz_muon_tp_work;
+/* Under duplicated, seconds is the whole matrix's time (cz_cost_param_seconds) and there is no
+ * all-reduce; replicated matrices (tp_dim < 0) and tp 1 are the same in every mode. */
+cz_muon_tp_work cz_cost_muon_tp(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                                cz_dtype dtype, cz_muon_tp_mode mode);
+
 /* ---- cluster_io.c ---- */
 /* Sizes from the command line that override a cluster file's; 0 keeps the file's value. */
 typedef struct cz_cluster_sizes {
@@ -234,6 +257,29 @@ int cz_megatron_check_heads(const char *where, const char *heads_key, int64_t he
  * recorded padded vocabulary is what Megatron pads to at this TP. cluster names the cluster
  * file in messages (NULL: none). CZ_OK when the model records nothing. */
 int cz_model_check_megatron(const cz_model *m, int tp, const char *cluster, cz_error *err);
+
+/* ---- Megatron-LM's current layer-wise rule (megatron_layerwise.c) ---- */
+/* Newton-Schulz cost Megatron balances by: max(m, n) * min(m, n)^2. */
+double cz_megatron_ns_cost(int64_t m, int64_t n);
+/* lcm(64, lcm(dp, 128) / dp): the multiple a layer-wise shard is padded to. */
+int64_t cz_megatron_lw_shard_divisor(int dp);
+/* Megatron's layer-wise buffer layout of n Muon parameters given in backprop order (element
+ * counts and Newton-Schulz costs): shard[i] is the DP rank that owns parameter i; the padded size
+ * of each bucket goes to bucket_sizes (room for n), their count to *nbuckets. bucket_size <= 0
+ * keeps one bucket. */
+int cz_megatron_lw_layout(const int64_t *numel, const double *cost, size_t n, int dp,
+                          int64_t bucket_size, int *shard, int64_t *bucket_sizes, size_t *nbuckets,
+                          cz_error *err);
+/* Megatron's ZeRO-1 (DistributedOptimizer) buckets of n parameters in backprop order. */
+int cz_megatron_zero1_buckets(const int64_t *numel, size_t n, int dp, int64_t bucket_size,
+                              int64_t *bucket_sizes, size_t *nbuckets);
+/* Whether a parameter name is one of Megatron-Core's expert-parallel parameters. */
+int cz_megatron_is_expert(const char *name);
+/* One pipeline stage under the current rule: owner[id] (when owner is not NULL) for its Muon
+ * (matrix) parameters, and the sizes of all its buckets (the layer-wise Muon buckets, then the
+ * ZeRO-1 buckets of the other parameters; room for nparams + 1). */
+int cz_megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bucket_sizes,
+                         size_t *nbuckets, cz_error *err);
 
 /* ---- plan construction (planner.c, buckets.c, dp_partition.c, microgroups.c, metrics.c) ---- */
 /* Allocates an empty plan and fills params (shapes, local shapes, cost, stage) from the model. */
@@ -365,7 +411,8 @@ typedef enum cz_coll_kind {
 typedef enum cz_sim_uneven { CZ_SIM_UNEVEN_ROOTED = 0, CZ_SIM_UNEVEN_PADDED = 1 } cz_sim_uneven;
 
 typedef struct cz_sim_options {
-    cz_sim_uneven uneven; /* default ROOTED */
+    cz_sim_uneven uneven;    /* default ROOTED */
+    cz_muon_tp_mode muon_tp; /* under the sc TP strategy with Muon; default DUPLICATED */
 } cz_sim_options;
 
 /* Seconds of one uneven DP collective with slice lengths len[0..n-1] (elements). */
@@ -427,8 +474,10 @@ typedef struct cz_render_options {
     int sim_in_seconds;       /* 1: sim was run on a cluster (seconds); 0: cost-proportional */
 } cz_render_options;
 
-/* Renders the plan as a self-contained SVG document (load bars and the pipeline timeline of
- * sim's critical DP rank). *out is a NUL-terminated string owned by the caller (free()). */
+/* Renders the plan as a self-contained SVG document: a verdict on what bounds the step, the
+ * per-GPU load bars (aggregated where they would be under 3 px), with sim from a cluster the
+ * step's phases, and the pipeline timeline of sim's critical DP rank. sim may be NULL (no
+ * timeline). *out is a NUL-terminated string owned by the caller (free()). */
 int cz_plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim,
                        const cz_render_options *opt, cz_error *err);
 /* The same SVG inside one HTML page with tables of the settings, per-rank loads and the
@@ -496,7 +545,9 @@ int cz_plan_inspect(const cz_plan *plan, int top_n, struct json_t **report_out, 
 /* Compares plan b against plan a. Plans of different models (inputs.model.sha256) or topologies
  * are refused with CZ_EMISMATCH unless force is set, in which case parameters are matched by
  * name. *report_out (caller owns) holds settings, metric and per-rank deltas, the moved
- * parameters (at most limit listed, all counted; limit < 0 lists all) and "identical". */
+ * parameters (largest first; at most limit listed, all counted; limit < 0 lists all), each
+ * plan's busiest rank with what bounds its makespan and the parameters whose part of it
+ * changed, largest effect first ("makespan", the same limit), and "identical". */
 int cz_plan_diff(const cz_plan *a, const cz_plan *b, int force, int limit,
                  struct json_t **report_out, cz_error *err);
 

@@ -19,9 +19,11 @@
  *            is kept only when its per-rank cost max/mean is no worse than anchored's (decided
  *            per stage); otherwise anchored is kept and plan->dp_fell_back is set.
  *  layerwise whole parameters dealt to ranks: Megatron-LM's first released layer-wise rule
- *            (see megatron_stage), ping-pong in forward order, or longest processing time
- *            first; ranges stay the even slices since that optimizer all-reduces gradients
- *            instead of reduce-scattering them.
+ *            (see megatron_stage), its current rule for the matrices with the rest under
+ *            ZeRO-1 (megatron_layerwise.c), ping-pong in forward order, or longest processing
+ *            time first; ranges stay the even slices: the first rule all-reduces gradients, and
+ *            the current one reduce-scatters buckets of its own layout, which the simulator
+ *            recomputes.
  */
 #include "cz_types.h"
 
@@ -272,13 +274,6 @@ static int megatron_order_cmp(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
-static bool megatron_is_expert(const cz_plan_param *p)
-{
-    /* Megatron-Core's MoE experts (mlp.experts.*) are expert-parallel parameters; shared
-     * experts (mlp.shared_experts.*) are not. */
-    return p->name && strstr(p->name, "mlp.experts.") != NULL;
-}
-
 /* Megatron-LM's first released layer-wise rule (megatron/core/optimizer/
  * layer_wise_optimizer.py as first released; kept there as the ping-pong fallback): all parameters
  * of all optimizer groups, in group order, sorted stably by their TP-local element count
@@ -298,7 +293,7 @@ static int megatron_stage(cz_plan *plan, int stage, cz_error *err)
             continue;
         int group = p->kind == CZ_KIND_MATRIX ? 0 : p->ndim == 2 ? 1 : 2;
         order[n].id = (int)i;
-        order[n].group = group + (megatron_is_expert(p) ? 3 : 0);
+        order[n].group = group + (cz_megatron_is_expert(p->name) ? 3 : 0);
         order[n].numel = p->numel;
         n++;
     }
@@ -319,6 +314,22 @@ static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
     int dp = plan->dp;
     if (plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON)
         return megatron_stage(plan, stage, err);
+    if (plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON_AUG26) {
+        /* Muon parameters get Megatron's owners; the others keep the owner of their first
+         * element under the even slices (they are updated under ZeRO-1, fragmented). */
+        int *owner = malloc((plan->nparams + 1) * sizeof *owner);
+        int64_t *sizes = malloc((plan->nparams + 1) * sizeof *sizes);
+        size_t nb = 0;
+        int rc = owner && sizes
+                     ? cz_megatron_lw_stage(plan, stage, owner, sizes, &nb, err)
+                     : cz_error_set(err, CZ_ENOMEM, "out of memory in layerwise partitioning");
+        for (size_t i = 0; rc == CZ_OK && i < plan->nparams; i++)
+            if (plan->params[i].stage == stage && plan->params[i].kind == CZ_KIND_MATRIX)
+                plan->params[i].dp_owner = owner[i];
+        free(owner);
+        free(sizes);
+        return rc;
+    }
     if (plan->settings.layerwise_order == CZ_LAYERWISE_PINGPONG) {
         int k = 0;
         for (size_t i = 0; i < plan->nparams; i++) {

@@ -30,6 +30,11 @@ static double ratio_max_mean(const double *v, size_t n)
  * parameter, the overlap share under the even baseline. */
 static double share_of(const cz_plan *plan, const cz_plan_param *p, int r)
 {
+    /* Megatron's current layer-wise rule leaves the non-Muon parameters to ZeRO-1: every rank
+     * updates and stores an even slice of them. */
+    if (plan->settings.dp == CZ_DP_LAYERWISE &&
+        plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON_AUG26 && p->kind != CZ_KIND_MATRIX)
+        return 1.0 / plan->dp;
     if (plan->settings.dp != CZ_DP_EVEN)
         return p->dp_owner == r ? 1.0 : 0.0;
     if (p->bucket < 0 || (size_t)p->bucket >= plan->nbuckets || p->numel <= 0)

@@ -212,6 +212,19 @@ static int locate(const cz_plan *p, int **grp, int **slot)
     return 0;
 }
 
+/* Where every parameter of A and of B is scheduled (group, slot; -1 when not scheduled). */
+typedef struct places {
+    int *ga, *sa, *gb, *sb;
+} places;
+
+static void places_free(places *pl)
+{
+    free(pl->ga);
+    free(pl->sa);
+    free(pl->gb);
+    free(pl->sb);
+}
+
 /* B's parameters sorted by name, for matching A's by name without a global sort context. */
 typedef struct {
     const char *name;
@@ -242,20 +255,44 @@ static int match(const cz_plan *a, const cz_plan *b, size_t i, const named *b_so
     return lo < b->nparams && !strcmp(b_sorted[lo].name, name) ? b_sorted[lo].index : -1;
 }
 
-static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, int by_id, int limit,
-                      int *ndiff)
+/* B's parameters sorted by name (malloc'ed; NULL when out of memory). */
+static named *names_sorted(const cz_plan *b)
+{
+    named *v = malloc((b->nparams ? b->nparams : 1) * sizeof *v);
+    if (!v)
+        return NULL;
+    for (size_t j = 0; j < b->nparams; j++)
+        v[j] = (named){str_or(b->params[j].name), (int)j};
+    qsort(v, b->nparams, sizeof *v, by_name);
+    return v;
+}
+
+/* A moved parameter, for sorting the list by the work it moves. */
+typedef struct moved_ref {
+    int i, j;
+    double cost;
+} moved_ref;
+
+static int by_cost_desc(const void *x, const void *y)
+{
+    const moved_ref *a = x, *b = y;
+    if (a->cost != b->cost)
+        return a->cost < b->cost ? 1 : -1;
+    return (a->i > b->i) - (a->i < b->i);
+}
+
+static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, const named *b_sorted,
+                      const places *pl, int by_id, int limit, int *ndiff)
 {
     int rc = -1;
-    int *ga = NULL, *sa = NULL, *gb = NULL, *sb = NULL, *hit = NULL;
-    named *b_sorted = NULL;
+    int *hit = NULL;
+    const int *ga = pl->ga, *sa = pl->sa, *gb = pl->gb, *sb = pl->sb;
+    moved_ref *mv = NULL;
     size_t nb = b->nparams ? b->nparams : 1;
-    b_sorted = malloc(nb * sizeof *b_sorted);
     hit = calloc(nb, sizeof *hit);
-    if (!b_sorted || !hit || locate(a, &ga, &sa) || locate(b, &gb, &sb))
+    mv = malloc((a->nparams ? a->nparams : 1) * sizeof *mv);
+    if (!hit || !mv)
         goto done;
-    for (size_t j = 0; j < b->nparams; j++)
-        b_sorted[j] = (named){str_or(b->params[j].name), (int)j};
-    qsort(b_sorted, b->nparams, sizeof *b_sorted, by_name);
 
     json_t *moved = json_object(), *list = json_array(), *only_a = json_array(),
            *only_b = json_array();
@@ -281,15 +318,18 @@ static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, int by_id
         n_cost += x->cost != y->cost;
         if (!(owner || group || host))
             continue;
-        if (limit >= 0 && n_any >= limit) {
-            n_any++;
-            continue;
-        }
-        n_any++;
-        if (push(list, json_pack("{s:i, s:i, s:s, s:[i,i], s:[i,i], s:[i,i], s:f, s:f}", "id_a",
-                                 (int)i, "id_b", j, "name", str_or(x->name), "dp_owner",
-                                 x->dp_owner, y->dp_owner, "group", ga[i], gb[j], "tp_host", sa[i],
-                                 sb[j], "cost_a", x->cost, "cost_b", y->cost)))
+        mv[n_any++] = (moved_ref){(int)i, j, fmax(x->cost, y->cost)};
+    }
+    /* Largest first: the moves that shift the most work lead, not the layer norms that come
+     * first in parameter order. */
+    qsort(mv, (size_t)n_any, sizeof *mv, by_cost_desc);
+    for (int k = 0; k < n_any && (limit < 0 || k < limit); k++) {
+        int i = mv[k].i, j = mv[k].j;
+        const cz_plan_param *x = &a->params[i], *y = &b->params[j];
+        if (push(list, json_pack("{s:i, s:i, s:s, s:[i,i], s:[i,i], s:[i,i], s:f, s:f}", "id_a", i,
+                                 "id_b", j, "name", str_or(x->name), "dp_owner", x->dp_owner,
+                                 y->dp_owner, "group", ga[i], gb[j], "tp_host", sa[i], sb[j],
+                                 "cost_a", x->cost, "cost_b", y->cost)))
             goto done;
     }
     int listed_b = 0, n_only_b = 0;
@@ -312,13 +352,209 @@ static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, int by_id
         goto done;
     rc = 0;
 done:
-    free(ga);
-    free(sa);
-    free(gb);
-    free(sb);
-    free(b_sorted);
+    free(mv);
     free(hit);
     return rc;
+}
+
+/* What sets one rank's TP makespan in one plan. */
+typedef struct rank_why {
+    int matrices, groups, slots; /* matrix tasks of its schedule, micro-groups, TP slots */
+    int crit_tasks;              /* tasks on the busiest slot of each group, summed */
+    int largest;                 /* param id of its largest matrix task, -1 when none */
+    double largest_cost, elementwise;
+} rank_why;
+
+/* Each parameter's part of the TP makespan of rank k (stage * dp + DP rank) in plan p, into
+ * c[p->nparams]: an elementwise parameter its cost / tp on its owner, a matrix its cost when it
+ * sits on the busiest slot of its micro-group (the first such slot). The parts add up to the
+ * makespan the plan's metrics give, except for the even partition's elementwise shares (no
+ * whole owner), which are left to the caller's remainder. */
+static void rank_parts(const cz_plan *p, size_t k, double *c, rank_why *w)
+{
+    int stage = (int)(k / (size_t)p->dp), d = (int)(k % (size_t)p->dp);
+    memset(w, 0, sizeof *w);
+    w->largest = -1;
+    for (size_t i = 0; i < p->nparams; i++) {
+        const cz_plan_param *x = &p->params[i];
+        c[i] = 0.0;
+        if (x->kind != CZ_KIND_MATRIX && x->stage == stage && x->dp_owner == d) {
+            c[i] = x->cost / p->tp;
+            w->elementwise += c[i];
+        }
+    }
+    for (size_t r = 0; r < p->nschedules; r++) {
+        const cz_rank_schedule *rs = &p->schedules[r];
+        if (rs->stage != stage || rs->dp_rank != d)
+            continue;
+        for (int g = 0; g < rs->ngroups; g++) {
+            const cz_plan_group *gr = &rs->groups[g];
+            int crit = 0;
+            for (int sl = 1; gr->load && sl < gr->nslots; sl++)
+                if (gr->load[sl] > gr->load[crit])
+                    crit = sl;
+            w->groups++;
+            w->slots = gr->nslots > w->slots ? gr->nslots : w->slots;
+            for (int t = 0; t < gr->ntasks; t++) {
+                int id = gr->task_param[t];
+                if (id < 0 || (size_t)id >= p->nparams)
+                    continue;
+                double cost = p->params[id].cost;
+                w->matrices++;
+                if (w->largest < 0 || cost > w->largest_cost)
+                    w->largest = id, w->largest_cost = cost;
+                if (gr->task_slot[t] == crit) {
+                    c[id] += cost;
+                    w->crit_tasks++;
+                }
+            }
+        }
+    }
+}
+
+static json_t *why_json(const cz_plan *p, const rank_why *w, double makespan)
+{
+    /* One task alone on the busiest slot of the only group: the task is the bound (it is then
+     * also the rank's largest). Otherwise tasks stack on a slot, micro-groups run one after
+     * the other (each adding its busiest slot), or there is only elementwise work. */
+    const char *bound = w->matrices == 0     ? "elementwise work"
+                        : w->groups > 1      ? "micro-groups in sequence"
+                        : w->crit_tasks == 1 ? "its largest task"
+                                             : "tasks stacked on a slot";
+    json_t *o = json_pack("{s:f, s:i, s:i, s:i, s:i, s:f, s:s}", "makespan", makespan, "matrices",
+                          w->matrices, "groups", w->groups, "slots", w->slots, "busiest_slot_tasks",
+                          w->crit_tasks, "elementwise", w->elementwise, "bound", bound);
+    if (o &&
+        put(o, "largest_task",
+            w->largest >= 0 ? json_pack("{s:s, s:f}", "name", str_or(p->params[w->largest].name),
+                                        "cost", w->largest_cost)
+                            : json_null()))
+        return json_decref(o), NULL;
+    return o;
+}
+
+static size_t busiest_rank(const cz_plan *p)
+{
+    size_t best = 0, n = (size_t)p->pp * (size_t)p->dp;
+    for (size_t k = 1; p->metrics.rank_makespan && k < n; k++)
+        if (p->metrics.rank_makespan[k] > p->metrics.rank_makespan[best])
+            best = k;
+    return best;
+}
+
+/* A change of one parameter's part of a rank's makespan. */
+typedef struct part_change {
+    int i, j; /* in A, in B; -1 when only in the other */
+    double effect;
+} part_change;
+
+static int by_effect(const void *x, const void *y)
+{
+    const part_change *a = x, *b = y;
+    double ea = fabs(a->effect), eb = fabs(b->effect);
+    if (ea != eb)
+        return ea < eb ? 1 : -1;
+    int ia = a->i >= 0 ? a->i : a->j, ib = b->i >= 0 ? b->i : b->j;
+    return (ia > ib) - (ia < ib);
+}
+
+/* One busiest rank: its makespan in both plans, what bounds it in each and the parameters
+ * whose part of it changed, largest effect first. Their effects add up to the makespan
+ * delta (the remainder, reported, is the even partition's elementwise shares or metrics the
+ * schedule does not reproduce). */
+static json_t *busiest_json(const cz_plan *a, const cz_plan *b, const named *b_sorted, int by_id,
+                            int limit, size_t k, const char *busiest_in, const places *pl)
+{
+    const int *ga = pl->ga, *sa = pl->sa, *gb = pl->gb, *sb = pl->sb;
+    json_t *o = NULL, *list = NULL;
+    double *ca = calloc(a->nparams ? a->nparams : 1, sizeof *ca);
+    double *cb = calloc(b->nparams ? b->nparams : 1, sizeof *cb);
+    int *hit = calloc(b->nparams ? b->nparams : 1, sizeof *hit);
+    part_change *ch = malloc((a->nparams + b->nparams + 1) * sizeof *ch);
+    if (!ca || !cb || !hit || !ch)
+        goto fail;
+    rank_why wa, wb;
+    rank_parts(a, k, ca, &wa);
+    rank_parts(b, k, cb, &wb);
+    size_t n = 0;
+    double explained = 0.0;
+    for (size_t i = 0; i < a->nparams; i++) {
+        int j = match(a, b, i, b_sorted, by_id);
+        double e = (j >= 0 ? cb[j] : 0.0) - ca[i];
+        if (j >= 0)
+            hit[j] = 1;
+        if (e != 0.0)
+            ch[n++] = (part_change){(int)i, j, e};
+    }
+    for (size_t j = 0; j < b->nparams; j++)
+        if (!hit[j] && cb[j] != 0.0)
+            ch[n++] = (part_change){-1, (int)j, cb[j]};
+    qsort(ch, n, sizeof *ch, by_effect);
+    for (size_t q = 0; q < n; q++)
+        explained += ch[q].effect;
+    double ma = arr(a->metrics.rank_makespan, k), mb = arr(b->metrics.rank_makespan, k);
+    o = json_pack("{s:i, s:i, s:s}", "stage", (int)(k / (size_t)a->dp), "dp_rank",
+                  (int)(k % (size_t)a->dp), "busiest_in", busiest_in);
+    list = json_array();
+    if (!o || !list || put(o, "makespan_a", num(ma)) || put(o, "makespan_b", num(mb)) ||
+        put(o, "delta", num(mb - ma)) || put(o, "why_a", why_json(a, &wa, ma)) ||
+        put(o, "why_b", why_json(b, &wb, mb)) || put(o, "changes", json_integer((json_int_t)n)) ||
+        put(o, "unexplained", num(mb - ma - explained)))
+        goto fail;
+    json_t *l = list;
+    list = NULL;
+    if (put(o, "list", l))
+        goto fail;
+    for (size_t q = 0; q < n && (limit < 0 || q < (size_t)limit); q++) {
+        int i = ch[q].i, j = ch[q].j;
+        const char *name = str_or(i >= 0 ? a->params[i].name : b->params[j].name);
+        json_t *e = json_pack("{s:s, s:f, s:[i,i], s:[i,i], s:[i,i], s:b}", "name", name, "effect",
+                              ch[q].effect, "dp_owner", i >= 0 ? a->params[i].dp_owner : -1,
+                              j >= 0 ? b->params[j].dp_owner : -1, "group", i >= 0 ? ga[i] : -1,
+                              j >= 0 ? gb[j] : -1, "tp_host", i >= 0 ? sa[i] : -1,
+                              j >= 0 ? sb[j] : -1, "moved",
+                              i < 0 || j < 0 || a->params[i].dp_owner != b->params[j].dp_owner ||
+                                  ga[i] != gb[j] || sa[i] != sb[j]);
+        if (push(l, e))
+            goto fail;
+    }
+    free(ca);
+    free(cb);
+    free(hit);
+    free(ch);
+    return o;
+fail:
+    json_decref(o);
+    json_decref(list);
+    free(ca);
+    free(cb);
+    free(hit);
+    free(ch);
+    return NULL;
+}
+
+/* "makespan": which rank is busiest in each plan and, for each (B's first), why its makespan
+ * changed. null when the topologies differ (ranks do not correspond). */
+static int add_makespan(json_t *rep, const cz_plan *a, const cz_plan *b, const named *b_sorted,
+                        const places *pl, int by_id, int limit)
+{
+    if (a->dp != b->dp || a->pp != b->pp || a->tp != b->tp)
+        return put(rep, "makespan", json_null());
+    /* put() takes each new value over (jansson releases it when the set fails). */
+    json_t *o = json_object(), *ranks;
+    if (put(rep, "makespan", o) || put(o, "ranks", ranks = json_array()))
+        return -1;
+    size_t ka = busiest_rank(a), kb = busiest_rank(b);
+    if (put(o, "a",
+            json_pack("{s:i, s:i, s:f}", "stage", (int)(ka / (size_t)a->dp), "dp_rank",
+                      (int)(ka % (size_t)a->dp), "makespan", a->metrics.tp_makespan)) ||
+        put(o, "b",
+            json_pack("{s:i, s:i, s:f}", "stage", (int)(kb / (size_t)b->dp), "dp_rank",
+                      (int)(kb % (size_t)b->dp), "makespan", b->metrics.tp_makespan)) ||
+        push(ranks, busiest_json(a, b, b_sorted, by_id, limit, kb, ka == kb ? "both" : "b", pl)) ||
+        (ka != kb && push(ranks, busiest_json(a, b, b_sorted, by_id, limit, ka, "a", pl))))
+        return -1;
+    return 0;
 }
 
 int cz_plan_diff(const cz_plan *a, const cz_plan *b, int force, int limit, json_t **report_out,
@@ -342,16 +578,25 @@ int cz_plan_diff(const cz_plan *a, const cz_plan *b, int force, int limit, json_
                             a->dp, a->tp, a->pp, b->dp, b->tp, b->pp);
     int by_id = same_model && a->nparams == b->nparams;
     int ndiff = 0;
+    named *b_sorted = names_sorted(b);
+    places pl = {0};
     json_t *rep = json_object();
-    if (!rep || put(rep, "a", side_json(a)) || put(rep, "b", side_json(b)) ||
+    if (!b_sorted || !rep || locate(a, &pl.ga, &pl.sa) || locate(b, &pl.gb, &pl.sb) ||
+        put(rep, "a", side_json(a)) || put(rep, "b", side_json(b)) ||
         put(rep, "matched_by", json_string(by_id ? "id" : "name")) ||
         add_inputs(rep, a, b, &ndiff) || add_settings(rep, a, b, &ndiff) ||
         add_metrics(rep, a, b, &ndiff) || add_ranks(rep, a, b, &ndiff) ||
-        add_buckets(rep, a, b, &ndiff) || add_params(rep, a, b, by_id, limit, &ndiff) ||
+        add_buckets(rep, a, b, &ndiff) ||
+        add_params(rep, a, b, b_sorted, &pl, by_id, limit, &ndiff) ||
+        add_makespan(rep, a, b, b_sorted, &pl, by_id, limit) ||
         put(rep, "identical", json_boolean(ndiff == 0))) {
+        free(b_sorted);
+        places_free(&pl);
         json_decref(rep);
         return cz_error_set(err, CZ_ENOMEM, "diff: out of memory");
     }
+    free(b_sorted);
+    places_free(&pl);
     *report_out = rep;
     return CZ_OK;
 }

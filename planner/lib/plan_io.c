@@ -505,7 +505,7 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     static const char *const units[] = {"numel", "flops", "time", NULL};
     static const char *const dps[] = {"even", "anchored", "layerwise", "alpha", "tpaware", NULL};
     static const char *const tps[] = {"sc", "none", "single", "slot", "rollback", NULL};
-    static const char *const orders[] = {"pingpong", "lpt", "megatron", NULL};
+    static const char *const orders[] = {"pingpong", "lpt", "megatron", "megatron-aug26", NULL};
     static const char *const solvers[] = {"greedy", "ilp", NULL};
     static const char *const loads[] = {"cost", "numel", NULL};
     const char *P = "$.settings";

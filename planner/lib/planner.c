@@ -41,9 +41,10 @@ static int settings_check(const cz_settings *s, cz_error *err)
                             "TP strategy %d is unknown; use sc, none, single, slot or rollback",
                             (int)s->tp);
     if (!cz_layerwise_order_name(s->layerwise_order))
-        return cz_error_set(err, CZ_EINVALID,
-                            "layerwise order %d is unknown; use megatron, pingpong or lpt",
-                            (int)s->layerwise_order);
+        return cz_error_set(
+            err, CZ_EINVALID,
+            "layerwise order %d is unknown; use megatron, megatron-aug26, pingpong or lpt",
+            (int)s->layerwise_order);
     if (!cz_solver_name(s->solver))
         return cz_error_set(err, CZ_EINVALID, "solver %d is unknown; use greedy or ilp",
                             (int)s->solver);

@@ -1,13 +1,17 @@
 /*
- * Renders a plan as a self-contained SVG (no scripts, no external fonts or images): per-GPU
- * load bars against the lower bound and the mean, and the micro-group pipeline of the DP rank
- * that finishes last, as simulated. Optionally wrapped in an HTML page with tables.
+ * Renders a plan as a self-contained SVG (no scripts, no external fonts or images) meant to
+ * show at a glance what bounds the step, from 8 to 8,192 GPUs: a verdict line; per-GPU load
+ * bars (aggregated into columns where bars would get thin) against the lower bound and the
+ * mean; with a cluster, the simulated step as its phases (DP synchronization and the update);
+ * and the micro-group pipeline of the DP rank that finishes last, boxes labelled with their
+ * largest task. Optionally wrapped in an HTML page with tables.
  */
 #include "cz_types.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,117 +141,663 @@ static double nice_ceiling(double v)
     return 10.0 * p;
 }
 
-static double vmax(const double *v, size_t n)
+/* Text width estimate for the generic sans-serif the SVG asks for: used to decide whether a
+ * label fits inside a box and to keep axis labels apart. Generous (0.6 em per character) so
+ * a wider fallback font still fits. */
+static double text_w(size_t nchars, double font)
 {
-    double m = 0.0;
-    for (size_t i = 0; v && i < n; i++)
-        m = v[i] > m ? v[i] : m;
-    return m;
+    return (double)nchars * font * 0.6;
 }
 
-static const char *const group_colors[2] = {"#4e79a7", "#76b7b2"};
+/* Panel palettes, deliberately disjoint so a colour means one thing in the whole picture:
+ * blues for GPUs in (a), purples and brown for DP collectives in (b), greens for the optimizer
+ * update (the green phase of (b) is what the timeline enlarges), orange / yellow for its TP
+ * all-to-alls; red dashed is the lower bound everywhere, black marks what sets the end. */
+static const char *const rank_fill[2] = {"#4e79a7", "#a0cbe8"};
+#define AGG_MAX_FILL "#c6dbef"
+#define AGG_MEAN_FILL "#3b6a9a"
+#define BUSIEST_FILL "#08306b"
+#define LB_STROKE "#e15759"
+#define MEAN_STROKE "#555555"
+#define GRAD_FILL "#b07aa1"
+#define FRAG_FILL "#9c755f"
+#define UPDATE_FILL "#59a14f"
+#define PARAM_FILL "#d4a6c8"
+static const char *const compute_fill[2] = {"#59a14f", "#a6d99a"};
+#define GATHER_FILL "#f28e2b"
+#define SCATTER_FILL "#edc948"
+#define ELEM_FILL "#bab0ac"
 
-static void svg_title(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
-                      const cz_render_options *o, int width)
+/* What the picture states about the plan, computed once. */
+typedef struct render_facts {
+    int ngpus;
+    double mean;         /* mean GPU load, cost unit */
+    int busiest;         /* GPU index with the largest load (first on ties) */
+    int largest_task;    /* param id of the largest task (-1 when none) */
+    int lb_by_task;      /* 1: the lower bound is the largest task, 0: total work / GPUs */
+    int ties;            /* DP ranks of the critical stage computing within 0.5 % of the max */
+    double tl_lb;        /* lower bound in the timeline's unit (0 when unknown) */
+    int tl_lb_estimated; /* 1 when tl_lb was converted from another cost unit */
+} render_facts;
+
+static void facts_compute(render_facts *f, const cz_plan *plan, const cz_sim_result *sim,
+                          const cz_render_options *o)
+{
+    const cz_plan_metrics *m = &plan->metrics;
+    memset(f, 0, sizeof *f);
+    f->ngpus = plan->pp * plan->dp * plan->tp;
+    f->largest_task = -1;
+    for (int i = 0; m->gpu_load && i < f->ngpus; i++) {
+        f->mean += m->gpu_load[i];
+        if (m->gpu_load[i] > m->gpu_load[f->busiest])
+            f->busiest = i;
+    }
+    f->mean /= f->ngpus;
+    /* Among equally large tasks (a model's layers are alike) name one the busiest GPU's rank
+     * owns, so that the verdict and the timeline speak of the same task. */
+    int bs = f->busiest / plan->tp / plan->dp, bd = f->busiest / plan->tp % plan->dp;
+    double best = -1.0;
+    int best_here = 0;
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        double c = p->kind == CZ_KIND_MATRIX ? p->cost : p->cost / plan->tp;
+        int here = p->stage == bs && p->dp_owner == bd;
+        if (c > best || (c == best && here && !best_here)) {
+            best = c;
+            best_here = here;
+            f->largest_task = (int)i;
+        }
+    }
+    f->lb_by_task = m->max_task_cost >= m->total_cost / f->ngpus;
+    if (!sim)
+        return;
+    /* Ties: how many DP ranks of the critical stage have a GPU as busy as the busiest. */
+    double stage_max = 0.0;
+    int s = sim->critical_stage, R = plan->tp, D = plan->dp;
+    for (int i = s * D * R; sim->gpu_busy && i < (s + 1) * D * R && i < sim->ngpus; i++)
+        stage_max = fmax(stage_max, sim->gpu_busy[i]);
+    for (int d = 0; sim->gpu_busy && d < D; d++) {
+        double rb = 0.0;
+        for (int t = 0; t < R && (s * D + d) * R + t < sim->ngpus; t++)
+            rb = fmax(rb, sim->gpu_busy[(s * D + d) * R + t]);
+        f->ties += rb >= stage_max * 0.995;
+    }
+    /* The planner's lower bound in the timeline's unit: without a cluster the timeline is in the
+     * cost unit already; in seconds it is exact for plans costed in time and otherwise scaled by
+     * the simulated seconds per cost unit over the whole plan (an estimate, marked as such). */
+    if (!o->sim_in_seconds || plan->settings.unit == CZ_UNIT_TIME) {
+        f->tl_lb = m->lower_bound;
+    } else if (m->total_cost > 0 && sim->gpu_busy) {
+        double busy = 0.0;
+        for (int i = 0; i < sim->ngpus; i++)
+            busy += sim->gpu_busy[i];
+        f->tl_lb = m->lower_bound * busy / m->total_cost;
+        f->tl_lb_estimated = 1;
+    }
+}
+
+/* A parameter's name short enough for a box: "L5 linear_fc1" for a layer's parameter (the
+ * segment before a trailing "weight"/"bias"), the first segment otherwise ("embedding"). */
+static const char *short_name(char *buf, size_t n, const cz_plan_param *p)
+{
+    const char *name = p->name ? p->name : "?";
+    const char *end = name + strlen(name), *seg = end;
+    /* Last segment; step back over a trailing weight/bias. */
+    for (int pass = 0; pass < 2; pass++) {
+        const char *stop = seg;
+        seg = stop;
+        while (seg > name && seg[-1] != '.')
+            seg--;
+        size_t len = (size_t)(stop - seg);
+        if (pass == 0 && seg > name &&
+            ((len == 6 && !strncmp(seg, "weight", 6)) || (len == 4 && !strncmp(seg, "bias", 4)))) {
+            end = seg - 1;
+            seg = end;
+            continue;
+        }
+        end = stop;
+        break;
+    }
+    if (p->layer >= 0)
+        snprintf(buf, n, "L%d %.*s", p->layer, (int)(end - seg), seg);
+    else {
+        const char *dot = strchr(name, '.');
+        snprintf(buf, n, "%.*s", (int)(dot ? dot - name : (ptrdiff_t)strlen(name)), name);
+    }
+    return buf;
+}
+
+static void gpu_coords(const cz_plan *plan, int gi, int *stage, int *dp, int *tp)
+{
+    int r = gi / plan->tp;
+    *stage = r / plan->dp;
+    *dp = r % plan->dp;
+    *tp = gi % plan->tp;
+}
+
+/* Appends to a fixed buffer, truncating (the texts it builds are far below its size). */
+static void cat(char *dst, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void cat(char *dst, size_t n, const char *fmt, ...)
+{
+    size_t len = strlen(dst);
+    if (len + 1 >= n)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dst + len, n - len, fmt, ap);
+    va_end(ap);
+}
+
+/* Writes text (unescaped) from x = 10 at baseline y, broken at spaces into lines that fit the
+ * width; returns the baseline below the last line. attrs go into every <text> element. */
+static int text_wrapped(sbuf *b, int y, int font, int bold, const char *attrs, const char *text,
+                        int width)
+{
+    double per_char = text_w(1, font) * (bold ? 1.1 : 1.0);
+    size_t fit = (size_t)fmax(10.0, (width - 20) / per_char), len = strlen(text);
+    char line[1024];
+    while (len > 0) {
+        size_t n = len;
+        if (n > fit) {
+            n = fit;
+            while (n > 0 && text[n] != ' ')
+                n--;
+            if (n == 0)
+                n = fit;
+        }
+        if (n >= sizeof line)
+            n = sizeof line - 1;
+        memcpy(line, text, n);
+        line[n] = '\0';
+        sb_printf(b, "<text x=\"10\" y=\"%d\" font-size=\"%d\"%s%s>", y, font,
+                  bold ? " font-weight=\"bold\"" : "", attrs ? attrs : "");
+        sb_escape(b, line);
+        sb_printf(b, "</text>\n");
+        y += font + 4;
+        text += n;
+        len -= n;
+        while (len > 0 && *text == ' ') {
+            text++;
+            len--;
+        }
+    }
+    return y;
+}
+
+/* Title, settings line and the verdict: what the step (or the plan's work) is bounded by.
+ * Returns the y below them. */
+static int svg_title(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
+                     const cz_render_options *o, const render_facts *f, int width)
 {
     const cz_plan_metrics *m = &plan->metrics;
     double ratio = m->lower_bound > 0 ? m->tp_makespan / m->lower_bound : 0.0;
-    sb_printf(b, "<text x=\"%d\" y=\"24\" font-size=\"16\" font-weight=\"bold\">", 10);
-    sb_escape(b, plan->model_name ? plan->model_name : "model");
-    sb_printf(b, " on ");
-    sb_escape(b, o->cluster_name ? o->cluster_name
-                                 : (plan->cluster_name ? plan->cluster_name : "cluster"));
-    sb_printf(b, " (DP %d x TP %d x PP %d)</text>\n", plan->dp, plan->tp, plan->pp);
-    sb_printf(b, "<text x=\"10\" y=\"44\" font-size=\"12\">optimizer %s, unit %s, dp %s",
-              cz_optimizer_name(plan->settings.optimizer), cz_unit_name(plan->settings.unit),
-              cz_dp_strategy_name(plan->settings.dp));
+    char buf[64], b2[64], name[96], text[1024] = "";
+    cz_cost_unit u = plan->settings.unit;
+    cat(text, sizeof text, "%.200s on %.200s (DP %d x TP %d x PP %d = %d GPUs)",
+        plan->model_name ? plan->model_name : "model",
+        o->cluster_name ? o->cluster_name : (plan->cluster_name ? plan->cluster_name : "cluster"),
+        plan->dp, plan->tp, plan->pp, f->ngpus);
+    int y = text_wrapped(b, 24, 16, 1, NULL, text, width) + 2;
+    text[0] = '\0';
+    cat(text, sizeof text, "%s, unit %s, dp %s", cz_optimizer_name(plan->settings.optimizer),
+        cz_unit_name(u), cz_dp_strategy_name(plan->settings.dp));
     if (plan->settings.dp == CZ_DP_ALPHA)
-        sb_printf(b, " (alpha %g)", plan->settings.alpha);
-    sb_printf(b, ", tp %s; DP imbalance %.3f, TP imbalance %.3f, makespan / lower bound %.3f",
-              cz_tp_strategy_name(plan->settings.tp), m->dp_imbalance, m->tp_imbalance, ratio);
+        cat(text, sizeof text, " (alpha %g)", plan->settings.alpha);
+    cat(text, sizeof text,
+        ", tp %s; DP imbalance %.3f, TP imbalance %.3f, makespan / lower bound %.3f",
+        cz_tp_strategy_name(plan->settings.tp), m->dp_imbalance, m->tp_imbalance, ratio);
     if (sim && o->sim_in_seconds)
-        sb_printf(b, "; simulated step %.3f ms", sim->step_s * 1e3);
-    sb_printf(b, "</text>\n");
-    (void)width;
+        cat(text, sizeof text, "; simulated step %.3f ms", sim->step_s * 1e3);
+    y = text_wrapped(b, y, 12, 0, NULL, text, width);
+    text[0] = '\0';
+    if (sim && o->sim_in_seconds && sim->step_s > 0) {
+        double sync = sim->grad_sync_s + sim->frag_gather_s + sim->param_sync_s;
+        int psync = (int)lround(100.0 * sync / sim->step_s);
+        if (sync >= sim->local_s)
+            cat(text, sizeof text,
+                "Bound by DP synchronization: %d%% of the %.3f ms step is gradient and parameter "
+                "traffic over DP; the optimizer update takes %.3f ms",
+                psync, sim->step_s * 1e3, sim->local_s * 1e3);
+        else
+            cat(text, sizeof text,
+                "Bound by the optimizer update: %.3f ms, %d%% of the %.3f ms step; DP "
+                "synchronization takes %.3f ms",
+                sim->local_s * 1e3, 100 - psync, sim->step_s * 1e3, sync * 1e3);
+        cat(text, sizeof text, ", ended by the GPU of stage %d, DP %d, TP %d.", sim->critical_stage,
+            sim->critical_dp, sim->critical_tp);
+    } else {
+        int s, d, t;
+        gpu_coords(plan, f->busiest, &s, &d, &t);
+        double bl = m->gpu_load ? m->gpu_load[f->busiest] : 0.0;
+        cat(text, sizeof text,
+            "Busiest GPU (stage %d, DP %d, TP %d): %s = %.2f x the lower bound %s, ", s, d, t,
+            fmt_value(buf, sizeof buf, bl, u), m->lower_bound > 0 ? bl / m->lower_bound : 0.0,
+            fmt_value(b2, sizeof b2, m->lower_bound, u));
+        if (f->lb_by_task && f->largest_task >= 0)
+            cat(text, sizeof text, "set by the largest task (%s).",
+                short_name(name, sizeof name, &plan->params[f->largest_task]));
+        else
+            cat(text, sizeof text, "set by the total work over %d GPUs.", f->ngpus);
+    }
+    return text_wrapped(b, y, 12, 1, " class=\"verdict\" fill=\"#222222\"", text, width);
 }
 
-/* Panel (a): one bar per GPU, grouped per DP rank, TP ranks side by side. */
-static int svg_loads(sbuf *b, const cz_plan *plan, int width, int top, cz_error *err)
+/* Legend entry at (*x, *y), advanced past it; wraps to a new line before max_x. */
+static void legend_item(sbuf *b, double *x, int *y, int max_x, const char *fill, const char *stroke,
+                        int dashed, const char *text)
+{
+    double need = 20 + text_w(strlen(text), 11);
+    if (*x > 10 && *x + need > max_x) {
+        *x = 10;
+        *y += 16;
+    }
+    if (stroke)
+        sb_printf(b,
+                  "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\" "
+                  "stroke-width=\"2\"%s/>",
+                  *x, *y - 4, *x + 16, *y - 4, stroke, dashed ? " stroke-dasharray=\"5,3\"" : "");
+    else
+        sb_printf(b, "<rect x=\"%.1f\" y=\"%d\" width=\"12\" height=\"10\" fill=\"%s\"/>", *x,
+                  *y - 9, fill);
+    sb_printf(b, "<text class=\"legend\" x=\"%.1f\" y=\"%d\" font-size=\"11\">", *x + 20, *y);
+    sb_escape(b, text);
+    sb_printf(b, "</text>\n");
+    *x += need + 14;
+}
+
+/* Smallest "nice" step (1, 2, 5 times a power of ten) with step * unit_px >= min_px. */
+static int nice_step(double unit_px, double min_px)
+{
+    for (int p = 1; p < 1000000000; p *= 10) {
+        static const int mult[3] = {1, 2, 5};
+        for (int k = 0; k < 3; k++)
+            if (mult[k] * p * unit_px >= min_px)
+                return mult[k] * p;
+    }
+    return 1000000000;
+}
+
+/* Axis ticks from 0 to top (inclusive) on [x0, x0 + plot_w] at baseline y: the smallest step of
+ * 1, 2, 2.5 or 5 times a power of ten whose labels stay their width plus 16 px apart (10 ticks at
+ * most), so labels never run into each other however narrow the picture. */
+static void axis_ticks(sbuf *b, double x0, double plot_w, int y, double top, cz_cost_unit u)
+{
+    static const double mult[4] = {1.0, 2.0, 2.5, 5.0};
+    char buf[64];
+    if (!(top > 0))
+        return;
+    double step = top;
+    /* From a step giving at most 10 ticks upwards; the first whose widest label fits wins. */
+    double p = pow(10.0, floor(log10(top / 10.0)));
+    for (int found = 0; !found && p <= top; p *= 10.0)
+        for (int k = 0; k < 4 && !found; k++) {
+            double st = mult[k] * p, widest = 0.0;
+            if (top / st > 10.0)
+                continue;
+            for (int i = 0; i * st <= top * (1 + 1e-9); i++)
+                widest = fmax(widest, text_w(strlen(fmt_value(buf, sizeof buf, i * st, u)), 10));
+            if (plot_w * st / top >= widest + 16) {
+                step = st;
+                found = 1;
+            }
+        }
+    for (int k = 0; k * step <= top * (1 + 1e-9); k++) {
+        double x = x0 + plot_w * (k * step) / top;
+        sb_printf(b,
+                  "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#999999\"/>"
+                  "<text class=\"axis-label\" x=\"%.1f\" y=\"%d\" font-size=\"10\" "
+                  "text-anchor=\"middle\">%s</text>\n",
+                  x, y, x, y + 4, x, y + 15, fmt_value(buf, sizeof buf, k * step, u));
+    }
+    sb_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\"/>\n", x0, y,
+              x0 + plot_w, y);
+}
+
+/* A panel heading at baseline y, wrapped to the width; returns how many pixels the wrapping
+ * added below a one-line heading (what the rest of the panel moves down by). */
+static int panel_heading(sbuf *b, int y, const char *text, int width)
+{
+    return text_wrapped(b, y, 13, 1, NULL, text, width) - (y + 17);
+}
+
+/* A note centred under a plot when it fits in one line, else wrapped from the left; returns
+ * the baseline below it. */
+static int note_below(sbuf *b, double cx, int y, const char *text, int width)
+{
+    if (text_w(strlen(text), 11) <= width - 20) {
+        sb_printf(b, "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">", cx, y);
+        sb_escape(b, text);
+        sb_printf(b, "</text>\n");
+        return y + 15;
+    }
+    return text_wrapped(b, y, 11, 0, NULL, text, width);
+}
+
+/* Panel (a): optimizer work per GPU. One bar per GPU while bars stay at least 3 px wide;
+ * beyond that, one column per group of DP ranks showing the group's max, mean and min, so
+ * that 8,192 GPUs draw as a few hundred shapes and the busiest GPU is still marked. */
+static int svg_loads(sbuf *b, const cz_plan *plan, const render_facts *f, int width, int top,
+                     int *bottom, cz_error *err)
 {
     const cz_plan_metrics *m = &plan->metrics;
-    int ngpus = plan->pp * plan->dp * plan->tp, nranks = plan->pp * plan->dp;
+    int P = plan->pp, D = plan->dp, R = plan->tp;
     if (!m->gpu_load)
         return cz_error_set(err, CZ_EINVALID,
                             "plan has no per-GPU loads (metrics.gpu_load); rebuild it with "
                             "'canzona plan'");
-    const int left = 90, right = 20, height = 260;
-    double plot_w = width - left - right;
-    double gap = nranks > 1 ? fmin(6.0, plot_w * 0.2 / nranks) : 0.0;
-    double bar_w = (plot_w - gap * (nranks - 1)) / ngpus;
-    double mean = 0.0;
-    for (int i = 0; i < ngpus; i++)
-        mean += m->gpu_load[i];
-    mean /= ngpus;
-    double top_val = nice_ceiling(fmax(vmax(m->gpu_load, (size_t)ngpus), m->lower_bound) * 1.05);
-    double y0 = top + 30 + height; /* baseline */
-    char buf[64];
+    const int left = 90, right = 20, height = 220;
+    const double stage_gap = P > 1 ? 20.0 : 0.0;
+    double plot_w = width - left - right, avail = plot_w - stage_gap * (P - 1);
+    double per_gpu = avail / (D * R);
+    int aggregate = per_gpu / P < 3.0;
+    /* Ranks per column: 1 in per-GPU mode; else the smallest power of two giving >= 5 px. */
+    int k = 1;
+    if (aggregate)
+        while (k < D && avail / (P * ((D + k - 1) / k)) < 5.0)
+            k *= 2;
+    int cols = (D + k - 1) / k;      /* per stage */
+    double col_w = avail / P / cols; /* a column: k ranks, all TP ranks */
+    double rank_px = avail / P / D;  /* pixels per DP rank */
+    double gap = aggregate ? fmin(1.0, col_w * 0.15) : (D > 1 ? fmin(6.0, rank_px * 0.2) : 0.0);
+    double maxv = 0.0;
+    for (int i = 0; i < f->ngpus; i++)
+        maxv = fmax(maxv, m->gpu_load[i]);
+    /* The y grid: 3 to 5 lines at a round step (1, 2 or 5 times a power of ten). */
+    double want = fmax(maxv, m->lower_bound) * 1.08, ystep = 1.0;
+    if (want > 0) {
+        double p10 = pow(10.0, floor(log10(want / 5.0)));
+        ystep = p10 * (want / p10 <= 5.0    ? 1.0
+                       : want / p10 <= 10.0 ? 2.0
+                       : want / p10 <= 25.0 ? 5.0
+                                            : 10.0);
+    }
+    int ngrid = (int)ceil(want / ystep - 1e-9);
+    ngrid = ngrid < 1 ? 1 : ngrid;
+    double top_val = ngrid * ystep;
+    char buf[64], b2[64];
     cz_cost_unit u = plan->settings.unit;
-    sb_printf(b,
-              "<g id=\"loads\">\n<text x=\"%d\" y=\"%d\" font-size=\"13\" "
-              "font-weight=\"bold\">(a) optimizer work per GPU (%s), grouped by DP rank"
-              "</text>\n",
-              10, top + 16, cz_unit_name(u));
-    for (int k = 0; k <= 4; k++) {
-        double v = top_val * k / 4.0, y = y0 - height * k / 4.0;
+    char text[512] = "";
+    cat(text, sizeof text, "(a) optimizer work per GPU (%s)", cz_unit_name(u));
+    if (aggregate)
+        cat(text, sizeof text, ", %d GPUs in %d columns of %d DP rank%s x %d TP", f->ngpus,
+            P * cols, k, k == 1 ? "" : "s", R);
+    else
+        cat(text, sizeof text, ", one bar per GPU, TP ranks side by side within each DP rank");
+    sb_printf(b, "<g id=\"loads\">\n");
+    top += panel_heading(b, top + 16, text, width);
+    double lx = 10;
+    int ly = top + 34, lmax = width - right;
+    if (aggregate) {
+        legend_item(b, &lx, &ly, lmax, AGG_MAX_FILL, NULL, 0, "busiest GPU of the column");
+        legend_item(b, &lx, &ly, lmax, AGG_MEAN_FILL, NULL, 0, "mean of the column");
+        legend_item(b, &lx, &ly, lmax, NULL, "#000000", 0, "least busy");
+    } else {
+        legend_item(b, &lx, &ly, lmax, rank_fill[0], NULL, 0, "GPU (DP ranks alternate shades)");
+    }
+    legend_item(b, &lx, &ly, lmax, BUSIEST_FILL, NULL, 0, "busiest GPU");
+    snprintf(b2, sizeof b2, "lower bound %s", fmt_value(buf, sizeof buf, m->lower_bound, u));
+    legend_item(b, &lx, &ly, lmax, NULL, LB_STROKE, 1, b2);
+    snprintf(b2, sizeof b2, "mean %s", fmt_value(buf, sizeof buf, f->mean, u));
+    legend_item(b, &lx, &ly, lmax, NULL, MEAN_STROKE, 0, b2);
+    /* Legends may wrap on narrow pictures: everything below moves down with them. */
+    top += ly - (top + 34);
+    /* Busiest GPU, always named. */
+    int bs, bd, bt;
+    gpu_coords(plan, f->busiest, &bs, &bd, &bt);
+    double bl = m->gpu_load[f->busiest];
+    text[0] = '\0';
+    cat(text, sizeof text,
+        "\xe2\x96\xbc busiest GPU: stage %d, DP %d, TP %d with %s (%.2f x mean, %.2f x lower "
+        "bound)",
+        bs, bd, bt, fmt_value(buf, sizeof buf, bl, u), f->mean > 0 ? bl / f->mean : 0,
+        m->lower_bound > 0 ? bl / m->lower_bound : 0);
+    top += text_wrapped(b, top + 50, 11, 1, " class=\"busiest\"", text, width) - (top + 65);
+    double y_top = top + 64, y0 = y_top + height;
+    for (int q = 0; q <= ngrid; q++) {
+        double v = ystep * q, y = y0 - height * v / top_val;
         sb_printf(b,
                   "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#dddddd\"/>"
                   "<text x=\"%d\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">%s</text>\n",
                   left, y, width - right, y, left - 4, y + 3, fmt_value(buf, sizeof buf, v, u));
     }
-    for (int r = 0; r < nranks; r++) {
-        for (int t = 0; t < plan->tp; t++) {
-            int gi = r * plan->tp + t;
-            double v = m->gpu_load[gi] > 0 ? m->gpu_load[gi] : 0.0;
-            double h = height * v / top_val, x = left + r * gap + gi * bar_w;
+#define YV(v) (y0 - height * ((v) > 0 ? (v) : 0.0) / top_val)
+    double mark_x = left, mark_y = y0;
+    for (int s = 0; s < P; s++) {
+        double sx = left + s * (avail / P + stage_gap);
+        for (int c = 0; c < cols; c++) {
+            int d0 = c * k, d1 = d0 + k < D ? d0 + k : D;
+            if (!aggregate) {
+                for (int t = 0; t < R; t++) {
+                    int gi = (s * D + d0) * R + t;
+                    double bw = (rank_px - gap) / R, x = sx + d0 * rank_px + t * bw;
+                    double v = m->gpu_load[gi];
+                    sb_printf(b,
+                              "<rect class=\"bar\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
+                              "height=\"%.2f\" fill=\"%s\"><title>stage %d, DP %d, TP %d: %s"
+                              "</title></rect>\n",
+                              x, YV(v), fmax(bw - (bw > 4 ? 0.5 : 0.0), 0.5), y0 - YV(v),
+                              gi == f->busiest ? BUSIEST_FILL : rank_fill[d0 % 2], s, d0, t,
+                              fmt_value(buf, sizeof buf, v, u));
+                    if (gi == f->busiest) {
+                        mark_x = x + bw / 2;
+                        mark_y = YV(v);
+                    }
+                }
+                continue;
+            }
+            double lo = INFINITY, hi = 0.0, sum = 0.0;
+            int has_busiest = 0;
+            for (int gi = (s * D + d0) * R; gi < (s * D + d1) * R; gi++) {
+                double v = m->gpu_load[gi];
+                lo = fmin(lo, v);
+                hi = fmax(hi, v);
+                sum += v;
+                has_busiest |= gi == f->busiest;
+            }
+            double mean = sum / ((d1 - d0) * R), x = sx + c * col_w, w = col_w - gap;
             sb_printf(b,
-                      "<rect class=\"bar\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" "
-                      "fill=\"%s\"><title>stage %d, DP %d, TP %d: %s</title></rect>\n",
-                      x, y0 - h, fmax(bar_w - (bar_w > 3 ? 0.5 : 0.0), 0.3), h, group_colors[r % 2],
-                      r / plan->dp, r % plan->dp, t, fmt_value(buf, sizeof buf, v, u));
+                      "<g class=\"agg\"><title>stage %d, DP %d..%d (%d GPUs): max %s, mean %s, "
+                      "min ",
+                      s, d0, d1 - 1, (d1 - d0) * R, fmt_value(buf, sizeof buf, hi, u),
+                      fmt_value(b2, sizeof b2, mean, u));
+            sb_printf(b, "%s</title>", fmt_value(buf, sizeof buf, lo, u));
+            sb_printf(b,
+                      "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"/>"
+                      "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"/>"
+                      "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#000000\"/>"
+                      "</g>\n",
+                      x, YV(hi), w, y0 - YV(hi), has_busiest ? BUSIEST_FILL : AGG_MAX_FILL, x,
+                      YV(mean), w, y0 - YV(mean), AGG_MEAN_FILL, x, YV(lo), x + w, YV(lo));
+            if (has_busiest) {
+                mark_x = x + w / 2;
+                mark_y = YV(hi);
+            }
         }
     }
-    double ylb = y0 - height * m->lower_bound / top_val, ymean = y0 - height * mean / top_val;
+    sb_printf(
+        b, "<path class=\"busiest-mark\" d=\"M %.2f %.2f l -5 -8 l 10 0 z\" fill=\"#000000\"/>\n",
+        mark_x, mark_y - 1);
     sb_printf(b,
-              "<line x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"#e15759\" "
-              "stroke-width=\"1.5\" stroke-dasharray=\"6,3\"/>\n"
-              "<line x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"#59a14f\" "
+              "<line id=\"lower-bound\" x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"%s\" "
+              "stroke-width=\"2\" stroke-dasharray=\"6,3\"><title>lower bound %s</title></line>\n"
+              "<line id=\"mean\" x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"%s\" "
               "stroke-width=\"1.5\"/>\n",
-              left, ylb, width - right, ylb, left, ymean, width - right, ymean);
-    sb_printf(b,
-              "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"black\"/>\n"
-              "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">GPUs: DP rank "
-              "0 .. %d, TP ranks side by side within each rank</text>\n",
-              left, y0, width - right, y0, left + plot_w / 2, y0 + 16, nranks - 1);
-    sb_printf(b,
-              "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"3\" fill=\"#e15759\"/>"
-              "<text x=\"%d\" y=\"%d\" font-size=\"11\">lower bound %s</text>\n",
-              width - 360, top + 8, width - 340, top + 12,
-              fmt_value(buf, sizeof buf, m->lower_bound, u));
-    sb_printf(b,
-              "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"3\" fill=\"#59a14f\"/>"
-              "<text x=\"%d\" y=\"%d\" font-size=\"11\">mean %s</text></g>\n",
-              width - 180, top + 8, width - 160, top + 12, fmt_value(buf, sizeof buf, mean, u));
+              left, YV(m->lower_bound), width - right, YV(m->lower_bound), LB_STROKE,
+              fmt_value(buf, sizeof buf, m->lower_bound, u), left, YV(f->mean), width - right,
+              YV(f->mean), MEAN_STROKE);
+#undef YV
+    sb_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"black\"/>\n", left, y0,
+              width - right, y0);
+    /* DP-rank ticks: a tick per labelled rank, labels (as wide as the largest rank number) at
+     * least their width plus 10 px apart. */
+    char num[16];
+    int step = nice_step(rank_px, text_w((size_t)snprintf(num, sizeof num, "%d", D - 1), 10) + 10);
+    if (aggregate && step < k)
+        step = k;
+    for (int s = 0; s < P; s++) {
+        double sx = left + s * (avail / P + stage_gap), send = sx + avail / P;
+        if (s > 0)
+            sb_printf(b,
+                      "<line class=\"stage-sep\" x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" "
+                      "stroke=\"#777777\" stroke-dasharray=\"2,2\"/>\n",
+                      sx - stage_gap / 2, y_top, sx - stage_gap / 2, y0 + 30);
+        for (int d = 0; d < D; d += step) {
+            /* Under the middle of a rank's bars or column; at the start of a rank in a column
+             * of several. */
+            double x = aggregate && k > 1 ? sx + d * rank_px : sx + (d + 0.5) * rank_px;
+            /* A label that would reach into the next stage's first label is left out. */
+            if (d > 0 && s + 1 < P &&
+                x + text_w((size_t)snprintf(num, sizeof num, "%d", d), 10) / 2 + 10 >
+                    send + stage_gap - text_w(1, 10) / 2)
+                continue;
+            sb_printf(b,
+                      "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"black\"/>"
+                      "<text class=\"xtick\" x=\"%.2f\" y=\"%.1f\" font-size=\"10\" "
+                      "text-anchor=\"middle\">%d</text>\n",
+                      x, y0, x, y0 + 4, x, y0 + 14, d);
+        }
+        if (P > 1)
+            sb_printf(b,
+                      "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">"
+                      "stage %d: DP rank</text>\n",
+                      sx + avail / P / 2, y0 + 28, s);
+        else
+            sb_printf(b,
+                      "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">"
+                      "DP rank</text>\n",
+                      sx + avail / 2, y0 + 28);
+    }
+    sb_printf(b, "</g>\n");
+    *bottom = (int)(y0 + 36);
     return CZ_OK;
 }
 
-/* Panel (b): per TP rank three lanes (gather / compute / scatter), one box per group. */
-static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
-                        const cz_render_options *o, int width, int top)
+/* Panel (b), with a cluster only: the whole simulated step of the critical stage as its four
+ * phases on one axis, so the drawn parts add up to the step in the title. Returns the bottom y;
+ * *ux0 / *ux1 / *uy receive the update phase's extent and bottom (for the zoom into panel (c)). */
+static int svg_phases(sbuf *b, const cz_plan *plan, const cz_sim_result *sim, int width, int top,
+                      double *ux0, double *ux1, int *uy)
 {
-    const int left = 150, right = 20, lane = 9;
+    const int left = 150, right = 20, lane = 24;
+    double plot_w = width - left - right, step = sim->step_s > 0 ? sim->step_s : 1.0;
+    struct {
+        const char *name, *fill;
+        double v;
+    } ph[4] = {
+        {plan->settings.dp == CZ_DP_LAYERWISE ? "gradient all-reduce" : "gradient reduce-scatter",
+         GRAD_FILL, sim->grad_sync_s},
+        {"fragment gather", FRAG_FILL, sim->frag_gather_s},
+        {"optimizer update", UPDATE_FILL, sim->local_s},
+        {"parameter all-gather", PARAM_FILL, sim->param_sync_s},
+    };
+    char text[512] = "", label[128];
+    cat(text, sizeof text, "(b) simulated step of stage %d: %.3f ms = ", sim->critical_stage,
+        sim->step_s * 1e3);
+    for (int i = 0, first = 1; i < 4; i++) {
+        if (!(ph[i].v > 0) && i != 2)
+            continue;
+        cat(text, sizeof text, "%s%s %.3f", first ? "" : " + ", ph[i].name, ph[i].v * 1e3);
+        first = 0;
+    }
+    sb_printf(b, "<g id=\"step\">\n");
+    top += panel_heading(b, top + 16, text, width);
+    int y = top + 28;
+    sb_printf(b,
+              "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">critical GPU</text>"
+              "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">(stage %d, DP %d, TP "
+              "%d)</text>\n",
+              left - 4, y + 10, left - 4, y + 21, sim->critical_stage, sim->critical_dp,
+              sim->critical_tp);
+    /* Labels that do not fit their box go under the lane, each on the first of three rows
+     * where it does not touch the previous label of that row. */
+    double t = 0.0, row_end[3] = {-1e9, -1e9, -1e9};
+    int rows_used = 0;
+    for (int i = 0; i < 4; i++) {
+        if (!(ph[i].v > 0))
+            continue;
+        double x = left + plot_w * t / step, w = plot_w * ph[i].v / step;
+        int pct = (int)lround(100.0 * ph[i].v / step);
+        if (i == 2) {
+            *ux0 = x;
+            *ux1 = x + w;
+            *uy = y + lane;
+        }
+        sb_printf(b,
+                  "<rect class=\"phase\" data-seconds=\"%.9g\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
+                  "height=\"%d\" fill=\"%s\"%s><title>%s: %.3f ms (%d%% of the step)</title>"
+                  "</rect>\n",
+                  ph[i].v, x, y, fmax(w, 0.5), lane, ph[i].fill,
+                  i == 2 ? " stroke=\"#000000\" stroke-width=\"1\"" : "", ph[i].name, ph[i].v * 1e3,
+                  pct);
+        snprintf(label, sizeof label, "%s %.1f ms (%d%%)", ph[i].name, ph[i].v * 1e3, pct);
+        if (text_w(strlen(label), 11) + 6 > w)
+            snprintf(label, sizeof label, "%s %.1f ms", ph[i].name, ph[i].v * 1e3);
+        if (text_w(strlen(label), 11) + 6 <= w) {
+            sb_printf(b,
+                      "<text class=\"phase-label\" x=\"%.2f\" y=\"%d\" font-size=\"11\" "
+                      "text-anchor=\"middle\">%s</text>\n",
+                      x + w / 2, y + 16, label);
+        } else {
+            snprintf(label, sizeof label, "%s %.1f ms (%d%%)", ph[i].name, ph[i].v * 1e3, pct);
+            double lw = text_w(strlen(label), 10);
+            double lx = fmax(10.0, fmin(x + w / 2 - lw / 2, width - right - lw));
+            int row = 0;
+            while (row < 2 && lx < row_end[row] + 8)
+                row++;
+            rows_used = rows_used > row + 1 ? rows_used : row + 1;
+            sb_printf(b,
+                      "<text class=\"phase-label\" x=\"%.2f\" y=\"%d\" font-size=\"10\">%s</text>"
+                      "\n",
+                      lx, y + lane + 12 + 12 * row, label);
+            row_end[row] = lx + lw;
+        }
+        t += ph[i].v;
+    }
+    int y_axis = y + lane + 8 + 12 * rows_used;
+    axis_ticks(b, left, plot_w, y_axis, step, CZ_UNIT_TIME);
+    sb_printf(b, "</g>\n");
+    return y_axis + 22;
+}
+
+/* The label of one compute box: the largest task it runs and how many more. */
+static void cell_tasks(sbuf *b, char *label, size_t n, const cz_plan *plan,
+                       const cz_plan_group *grp, int t)
+{
+    int best = -1, count = 0;
+    char name[96];
+    label[0] = '\0';
+    for (int i = 0; grp && i < grp->ntasks; i++) {
+        int pid = grp->task_param[i];
+        if ((grp->nslots > 1 && grp->task_slot[i] != t) || pid < 0 || (size_t)pid >= plan->nparams)
+            continue;
+        if (b && count < 12) {
+            sb_printf(b, "%s", count ? ", " : "; tasks: ");
+            sb_escape(b, plan->params[pid].name);
+        }
+        count++;
+        if (best < 0 || plan->params[pid].cost > plan->params[best].cost)
+            best = pid;
+    }
+    if (b && count > 12)
+        sb_printf(b, ", ... (%d in all)", count);
+    if (best >= 0)
+        snprintf(label, n, count > 1 ? "%s +%d" : "%s",
+                 short_name(name, sizeof name, &plan->params[best]), count - 1);
+}
+
+/* Panel (c): the optimizer update of the DP rank that finishes last: the shared gather and
+ * scatter lanes of its TP group and one compute lane per TP rank, boxes labelled with their
+ * largest task; the lower bound and the end of the update as vertical lines. */
+static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
+                        const cz_render_options *o, const render_facts *f, int width, int top,
+                        const char *panel)
+{
+    const int left = 150, right = 20, clane = 14, slane = 9;
     int R = sim->tl_tp, G = sim->tl_groups;
     double plot_w = width - left - right;
     double end = 0.0;
+    int end_tp = sim->critical_tp;
     for (int t = 0; t < R; t++)
         end = fmax(end, sim->tl_elementwise[t]);
     for (int g = 0; g < G; g++) {
@@ -255,75 +805,130 @@ static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
         for (int t = 0; t < R; t++)
             end = fmax(end, sim->tl_compute[(size_t)g * R + t].end);
     }
-    double top_val = nice_ceiling(end);
+    double top_val = nice_ceiling(fmax(end, f->tl_lb) * 1.02);
     cz_cost_unit u = o->sim_in_seconds ? CZ_UNIT_TIME : plan->settings.unit;
-    char buf[64];
+    char buf[64], label[128];
+    int r = sim->critical_stage * plan->dp + sim->critical_dp;
+    const cz_rank_schedule *sc =
+        r >= 0 && (size_t)r < plan->nschedules && plan->schedules[r].ngroups == G
+            ? &plan->schedules[r]
+            : NULL;
+    char text[512] = "";
+    cat(text, sizeof text,
+        "%s optimizer update of DP rank %d (stage %d), the rank that finishes last", panel,
+        sim->critical_dp, sim->critical_stage);
+    if (f->ties > 1)
+        cat(text, sizeof text, " (%d of %d ranks are within 0.5%% of its compute)", f->ties,
+            plan->dp);
+    cat(text, sizeof text, ": %s, %d micro-group%s",
+        sim->pipelined ? "asynchronous pipeline" : "synchronous compute", G, G == 1 ? "" : "s");
+    if (o->sim_in_seconds)
+        cat(text, sizeof text, "; the optimizer update of (b) enlarged");
+    sb_printf(b, "<g id=\"timeline\">\n");
+    top += panel_heading(b, top + 16, text, width);
+    double lx = 10;
+    int ly = top + 34, lmax = width - right;
+    legend_item(b, &lx, &ly, lmax, GATHER_FILL, NULL, 0, "gather all-to-all");
+    legend_item(b, &lx, &ly, lmax, compute_fill[0], NULL, 0, "compute, even group");
+    legend_item(b, &lx, &ly, lmax, compute_fill[1], NULL, 0, "compute, odd group");
+    legend_item(b, &lx, &ly, lmax, SCATTER_FILL, NULL, 0, "scatter all-to-all");
+    legend_item(b, &lx, &ly, lmax, ELEM_FILL, NULL, 0, "elementwise (AdamW)");
+    int y = ly + 18;
+#define XT(v) (left + plot_w * (v) / top_val)
+    /* Vertical guides first, so the boxes draw over them. */
+    int lanes_h = 2 * (slane + 3) + R * (clane + 3);
+    double xe = XT(end), xl = XT(f->tl_lb);
+    if (f->tl_lb > 0) {
+        snprintf(label, sizeof label, "%slower bound %s", f->tl_lb_estimated ? "~ " : "",
+                 fmt_value(buf, sizeof buf, f->tl_lb, u));
+        sb_printf(b,
+                  "<line id=\"timeline-lower-bound\" x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" "
+                  "stroke=\"%s\" stroke-width=\"2\" stroke-dasharray=\"6,3\"/>"
+                  "<text class=\"guide-label\" x=\"%.2f\" y=\"%d\" font-size=\"10\" fill=\"%s\" "
+                  "text-anchor=\"end\">%s</text>\n",
+                  xl, y - 2, xl, y + lanes_h + 2, LB_STROKE, xl - 3, y + lanes_h + 13, LB_STROKE,
+                  label);
+    }
+    snprintf(label, sizeof label, "update ends %s (TP %d)", fmt_value(buf, sizeof buf, end, u),
+             end_tp);
+    double lw = text_w(strlen(label), 10);
     sb_printf(b,
-              "<g id=\"timeline\">\n<text x=\"10\" y=\"%d\" font-size=\"13\" "
-              "font-weight=\"bold\">(b) micro-group pipeline of DP rank %d (stage %d), %s "
-              "(%d group%s)</text>\n",
-              top + 16, sim->critical_dp, sim->critical_stage,
-              sim->pipelined ? "asynchronous" : "synchronous compute", G, G == 1 ? "" : "s");
-    int y_start = top + 30;
-    static const char *const lane_names[3] = {"gather", "compute", "scatter"};
-    for (int t = 0; t < R; t++) {
-        for (int l = 0; l < 3; l++) {
-            int y = y_start + (t * 3 + l) * (lane + 2) + t * 6;
+              "<line id=\"update-end\" x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" "
+              "stroke=\"#000000\" stroke-width=\"1.5\"/>"
+              "<text class=\"guide-label\" x=\"%.2f\" y=\"%d\" font-size=\"10\" "
+              "font-weight=\"bold\">%s</text>\n",
+              xe, y - 2, xe, y + lanes_h + 2, fmin(xe + 3, width - right - lw),
+              y + lanes_h + (f->tl_lb > 0 && fabs(xe - xl) < lw + 10 ? 25 : 13), label);
+    /* Lanes: the TP group's shared gather lane, one compute lane per TP rank, the scatter. */
+    for (int lane_i = 0; lane_i < R + 2; lane_i++) {
+        int is_gather = lane_i == 0, is_scatter = lane_i == R + 1, t = lane_i - 1;
+        int h = is_gather || is_scatter ? slane : clane;
+        const char *bold = !is_gather && !is_scatter && t == end_tp ? " font-weight=\"bold\"" : "";
+        if (is_gather || is_scatter)
             sb_printf(b,
-                      "<text x=\"%d\" y=\"%d\" font-size=\"9\" text-anchor=\"end\">TP %d %s"
+                      "<text x=\"%d\" y=\"%d\" font-size=\"9\" text-anchor=\"end\">TP %s"
                       "</text>\n",
-                      left - 4, y + lane - 1, t, lane_names[l]);
-            if (l == 1 && sim->tl_elementwise[t] > 0)
-                sb_printf(b,
-                          "<rect class=\"elementwise\" x=\"%d\" y=\"%d\" width=\"%.2f\" "
-                          "height=\"%d\" fill=\"#bab0ac\"><title>elementwise (AdamW) %s</title>"
-                          "</rect>\n",
-                          left, y, plot_w * sim->tl_elementwise[t] / top_val, lane,
-                          fmt_value(buf, sizeof buf, sim->tl_elementwise[t], u));
-            for (int g = 0; g < G; g++) {
-                cz_sim_span sp = l == 0   ? sim->tl_gather[g]
-                                 : l == 1 ? sim->tl_compute[(size_t)g * R + t]
-                                          : sim->tl_scatter[g];
-                if (!(sp.end > sp.start))
+                      left - 4, y + h - 1, is_gather ? "gather" : "scatter");
+        else
+            sb_printf(b,
+                      "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\"%s>TP %d "
+                      "compute%s</text>\n",
+                      left - 4, y + h - 3, bold, t, t == end_tp ? " (last)" : "");
+        if (!is_gather && !is_scatter && sim->tl_elementwise[t] > 0)
+            sb_printf(b,
+                      "<rect class=\"elementwise\" x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
+                      "fill=\"%s\"><title>elementwise (AdamW) %s</title></rect>\n",
+                      left, y, plot_w * sim->tl_elementwise[t] / top_val, h, ELEM_FILL,
+                      fmt_value(buf, sizeof buf, sim->tl_elementwise[t], u));
+        for (int g = 0; g < G; g++) {
+            cz_sim_span sp = is_gather    ? sim->tl_gather[g]
+                             : is_scatter ? sim->tl_scatter[g]
+                                          : sim->tl_compute[(size_t)g * R + t];
+            if (!(sp.end > sp.start))
+                continue;
+            double x = XT(sp.start), w = fmax(plot_w * (sp.end - sp.start) / top_val, 0.5);
+            const char *cls = is_gather ? "gather" : is_scatter ? "scatter" : "compute";
+            const char *fill = is_gather    ? GATHER_FILL
+                               : is_scatter ? SCATTER_FILL
+                                            : compute_fill[g % 2];
+            sb_printf(b,
+                      "<rect class=\"%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
+                      "fill=\"%s\"><title>group %d %s",
+                      cls, x, y, w, h, fill, g, cls);
+            if (!is_gather && !is_scatter)
+                sb_printf(b, ", TP %d", t);
+            sb_printf(b, ": %s", fmt_value(buf, sizeof buf, sp.end - sp.start, u));
+            label[0] = '\0';
+            if (!is_gather && !is_scatter)
+                cell_tasks(b, label, sizeof label, plan, sc ? &sc->groups[g] : NULL, t);
+            sb_printf(b, "</title></rect>\n");
+            if (is_gather || is_scatter)
+                continue;
+            if (!label[0] || text_w(strlen(label), 8) + 3 > w) {
+                snprintf(label, sizeof label, "g%d", g);
+                if (text_w(strlen(label), 8) + 3 > w)
                     continue;
-                const char *fill = l == 1 ? group_colors[g % 2] : (l == 0 ? "#f28e2b" : "#edc948");
-                sb_printf(b,
-                          "<rect class=\"%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
-                          "fill=\"%s\"><title>group %d %s: %s</title></rect>\n",
-                          lane_names[l], left + plot_w * sp.start / top_val, y,
-                          fmax(plot_w * (sp.end - sp.start) / top_val, 0.3), lane, fill, g,
-                          lane_names[l], fmt_value(buf, sizeof buf, sp.end - sp.start, u));
             }
+            sb_printf(b, "<text class=\"task-label\" x=\"%.2f\" y=\"%d\" font-size=\"8\">", x + 1.5,
+                      y + h - 4);
+            sb_escape(b, label);
+            sb_printf(b, "</text>\n");
         }
+        y += h + 3;
     }
-    int y_axis = y_start + R * (3 * (lane + 2) + 6) + 4;
-    for (int k = 0; k <= 5; k++) {
-        double x = left + plot_w * k / 5.0;
-        sb_printf(b,
-                  "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#999999\"/>"
-                  "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%s</text>\n",
-                  x, y_axis, x, y_axis + 4, x, y_axis + 15,
-                  fmt_value(buf, sizeof buf, top_val * k / 5.0, u));
-    }
-    sb_printf(b,
-              "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n"
-              "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%s after the "
-              "gradients are synchronized</text>\n",
-              left, y_axis, width - right, y_axis, left + plot_w / 2, y_axis + 30,
-              o->sim_in_seconds ? "simulated time" : "cost-proportional time (no cluster given)");
-    int ly = y_axis + 44;
-    static const char *const legend_fill[5] = {"#f28e2b", "#4e79a7", "#76b7b2", "#edc948",
-                                               "#bab0ac"};
-    static const char *const legend_text[5] = {"gather all-to-all", "compute (even group)",
-                                               "compute (odd group)", "scatter all-to-all",
-                                               "elementwise (AdamW)"};
-    for (int k = 0; k < 5; k++)
-        sb_printf(b,
-                  "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"10\" fill=\"%s\"/>"
-                  "<text x=\"%d\" y=\"%d\" font-size=\"11\">%s</text>\n",
-                  left + k * 170, ly, legend_fill[k], left + k * 170 + 16, ly + 9, legend_text[k]);
+#undef XT
+    int y_axis = y + 30;
+    axis_ticks(b, left, plot_w, y_axis, top_val, u);
+    snprintf(text, sizeof text,
+             "%s after the gradients are synchronized; boxes name their largest task (+ how many "
+             "more)%s",
+             o->sim_in_seconds ? "simulated time" : "cost-proportional time",
+             o->sim_in_seconds ? ""
+                               : ". No cluster given: the gradient and parameter synchronization "
+                                 "over DP is not simulated (pass --cluster to see it)");
+    y = note_below(b, left + plot_w / 2, y_axis + 30, text, width);
     sb_printf(b, "</g>\n");
-    return ly + 20;
+    return y + 6;
 }
 
 static int svg_body(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
@@ -341,12 +946,27 @@ static int svg_body(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
     /* Body first (its height is known at the end), then the header in front of it. */
     sbuf body = {0};
     int rc = CZ_OK;
-    svg_title(&body, plan, sim, &o, width);
-    if ((rc = svg_loads(&body, plan, width, 56, err)))
+    render_facts f;
+    facts_compute(&f, plan, sim, &o);
+    int height = svg_title(&body, plan, sim, &o, &f, width);
+    if ((rc = svg_loads(&body, plan, &f, width, height - 4, &height, err)))
         goto done;
-    int height = 56 + 340;
-    if (sim && sim->tl_tp > 0)
-        height = svg_timeline(&body, plan, sim, &o, width, height);
+    if (sim && sim->tl_tp > 0) {
+        const char *panel = "(b)";
+        if (o.sim_in_seconds) {
+            double ux0 = 0, ux1 = 0;
+            int uy = 0;
+            height = svg_phases(&body, plan, sim, width, height + 6, &ux0, &ux1, &uy);
+            /* Zoom: the update phase widens into panel (c). */
+            if (ux1 > ux0)
+                sb_printf(&body,
+                          "<path class=\"zoom\" d=\"M %.2f %d L 150 %d M %.2f %d L %d %d\" "
+                          "stroke=\"#999999\" stroke-dasharray=\"3,3\" fill=\"none\"/>\n",
+                          ux0, uy, height + 8, ux1, uy, width - 20, height + 8);
+            panel = "(c)";
+        }
+        height = svg_timeline(&body, plan, sim, &o, &f, width, height + 6, panel);
+    }
     height += 10;
     sb_printf(b,
               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "

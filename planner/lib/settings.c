@@ -28,8 +28,9 @@ static const char *const optimizer_names[] = {"muon", "soap", "shampoo", "adamw"
 static const char *const unit_names[] = {"numel", "flops", "time"};
 static const char *const dp_names[] = {"even", "anchored", "layerwise", "alpha", "tpaware"};
 static const char *const tp_names[] = {"sc", "none", "single", "slot", "rollback"};
-static const char *const order_names[] = {"pingpong", "lpt", "megatron"};
+static const char *const order_names[] = {"pingpong", "lpt", "megatron", "megatron-aug26"};
 static const char *const solver_names[] = {"greedy", "ilp"};
+static const char *const muon_tp_names[] = {"duplicated", "blockwise", "distributed"};
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -70,3 +71,4 @@ NAME_FUNCS(cz_dp_strategy, dp_strategy, dp_names)
 NAME_FUNCS(cz_tp_strategy, tp_strategy, tp_names)
 NAME_FUNCS(cz_layerwise_order, layerwise_order, order_names)
 NAME_FUNCS(cz_solver, solver, solver_names)
+NAME_FUNCS(cz_muon_tp_mode, muon_tp_mode, muon_tp_names)

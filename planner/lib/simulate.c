@@ -94,6 +94,11 @@ typedef struct sim_ctx {
     double lat_us;
     int *bucket_index; /* per param: index into plan->buckets, -1 when none */
     cz_sim_uneven uneven;
+    int megatron_aug26;    /* Megatron's current layer-wise rule: its own bucket layout */
+    int zero1_elementwise; /* elementwise parameters updated under ZeRO-1 (even slices) */
+    int64_t *lw_buckets;   /* scratch for the layout's bucket sizes (nparams + 1) */
+    cz_muon_tp_mode muon_tp;
+    cz_muon_tp_work *tpw; /* per param under blockwise / distributed: its Gram all-reduces */
 } sim_ctx;
 
 static void prog_free(sim_prog *pg)
@@ -198,7 +203,9 @@ static void prog_elementwise(const sim_ctx *cx, sim_prog *pg, int stage, int d)
         if (p->kind != CZ_KIND_ELEMENTWISE || p->stage != stage)
             continue;
         double share = cx->sec[i] / cx->R;
-        if (plan->settings.dp == CZ_DP_EVEN) {
+        if (cx->zero1_elementwise) {
+            e += share / cx->D; /* an even slice of the ZeRO-1 buffer, padding aside */
+        } else if (plan->settings.dp == CZ_DP_EVEN) {
             if (p->numel > 0)
                 e += share * (double)param_overlap(cx, p, d) / (double)p->numel;
         } else if (p->dp_owner == d) {
@@ -269,7 +276,7 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
     for (int g = 0; g < ngroups; g++) {
         const cz_plan_group *grp = &rs->groups[g];
         double *comp = &pg->compute[(size_t)g * (size_t)R];
-        double shard_sum = 0.0, work = 0.0;
+        double shard_sum = 0.0, work = 0.0, gram_s = 0.0;
         for (int k = 0; k < grp->ntasks; k++) {
             int id = grp->task_param[k];
             int slot = grp->task_slot ? grp->task_slot[k] : 0;
@@ -283,8 +290,15 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
             const cz_plan_param *p = &plan->params[id];
             work += cx->sec[id];
             if (!cx->pipelined) {
-                if (p->tp_dim >= 0)
+                if (cx->muon_tp == CZ_MUON_TP_DUPLICATED && p->tp_dim >= 0)
                     shard_sum += shard_bytes(cx, p);
+                if (cx->tpw && cx->cluster && cx->tpw[id].grams > 0)
+                    gram_s +=
+                        cx->tpw[id].grams * cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, R,
+                                                                      cx->tpw[id].gram_bytes, gbps,
+                                                                      cx->lat_us) +
+                        cx->tpw[id].scalar_allreduce *
+                            cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, R, 4.0, gbps, cx->lat_us);
                 continue;
             }
             comp[slot] += cx->sec[id];
@@ -304,7 +318,9 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
         if (!cx->pipelined) {
             for (int t = 0; t < R; t++)
                 comp[t] = work;
-            pg->gather[g] = sc_gather_seconds(cx, stage, d, shard_sum);
+            /* distributed mode's Gram all-reduces interleave with the iterations; in this
+             * serial model they add to the group's collective time like the gather. */
+            pg->gather[g] = sc_gather_seconds(cx, stage, d, shard_sum) + gram_s;
             pg->comm_s += pg->gather[g];
             continue;
         }
@@ -408,14 +424,31 @@ static void prog_run(const sim_prog *pg, int R, int pipelined, double *finish, d
 }
 
 /* Gradient and parameter synchronization over DP for one stage's buckets. */
-static void dp_sync_seconds(const sim_ctx *cx, int stage, double *grad_s, double *param_s,
-                            int64_t *owned)
+static int dp_sync_seconds(const sim_ctx *cx, int stage, double *grad_s, double *param_s,
+                           int64_t *owned, cz_error *err)
 {
     const cz_plan *plan = cx->plan;
     *grad_s = *param_s = 0.0;
     if (!cx->cluster || cx->D <= 1)
-        return;
+        return CZ_OK;
     double gbps = dp_gbps(cx, stage);
+    if (cx->megatron_aug26) {
+        /* Megatron lays out its own buckets (shard-aligned for the matrices, ZeRO-1 for the
+         * rest), each an even reduce-scatter of its gradients and all-gather of its
+         * parameters. */
+        size_t nb = 0;
+        int rc = cz_megatron_lw_stage(plan, stage, NULL, cx->lw_buckets, &nb, err);
+        if (rc != CZ_OK)
+            return rc;
+        for (size_t b = 0; b < nb; b++) {
+            double t = cz_sim_collective_seconds(
+                CZ_COLL_REDUCE_SCATTER, cx->D, (double)(cx->lw_buckets[b] / cx->D) * cx->elem_bytes,
+                gbps, cx->lat_us);
+            *grad_s += t;
+            *param_s += t;
+        }
+        return CZ_OK;
+    }
     int layerwise = plan->settings.dp == CZ_DP_LAYERWISE;
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
@@ -445,6 +478,7 @@ static void dp_sync_seconds(const sim_ctx *cx, int stage, double *grad_s, double
         *grad_s += t;
         *param_s += t;
     }
+    return CZ_OK;
 }
 
 static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
@@ -458,6 +492,25 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
     cx->D = plan->dp;
     cx->P = plan->pp;
     cx->pipelined = plan->settings.tp != CZ_TP_SC;
+    cx->megatron_aug26 = plan->settings.dp == CZ_DP_LAYERWISE &&
+                         plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON_AUG26;
+    cx->zero1_elementwise = cx->megatron_aug26;
+    cx->muon_tp = opt ? opt->muon_tp : CZ_MUON_TP_DUPLICATED;
+    if (!cz_muon_tp_mode_name(cx->muon_tp))
+        return cz_error_set(err, CZ_EINVALID,
+                            "Muon TP mode %d is unknown; use duplicated, blockwise or distributed",
+                            (int)cx->muon_tp);
+    if (cx->muon_tp != CZ_MUON_TP_DUPLICATED &&
+        (!c || plan->settings.tp != CZ_TP_SC || plan->settings.dp == CZ_DP_EVEN ||
+         plan->settings.optimizer != CZ_OPTIM_MUON))
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "Megatron's %s TP mode is modelled for Muon plans with the sc TP "
+                            "strategy, a DP strategy other than even, and a cluster (got "
+                            "optimizer %s, dp %s, tp %s%s)",
+                            cz_muon_tp_mode_name(cx->muon_tp),
+                            cz_optimizer_name(plan->settings.optimizer),
+                            cz_dp_strategy_name(plan->settings.dp),
+                            cz_tp_strategy_name(plan->settings.tp), c ? "" : ", no cluster");
     if (cx->R < 1 || cx->D < 1 || cx->P < 1)
         return cz_error_set(err, CZ_EINVALID, "plan topology dp=%d tp=%d pp=%d: expected >= 1",
                             plan->dp, plan->tp, plan->pp);
@@ -485,7 +538,11 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
     size_t n = plan->nparams ? plan->nparams : 1;
     cx->sec = calloc(n, sizeof *cx->sec);
     cx->bucket_index = malloc(n * sizeof *cx->bucket_index);
-    if (!cx->sec || !cx->bucket_index)
+    cx->lw_buckets = malloc((n + 1) * sizeof *cx->lw_buckets);
+    if (cx->muon_tp != CZ_MUON_TP_DUPLICATED)
+        cx->tpw = calloc(n, sizeof *cx->tpw);
+    if (!cx->sec || !cx->bucket_index || !cx->lw_buckets ||
+        (cx->muon_tp != CZ_MUON_TP_DUPLICATED && !cx->tpw))
         return cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
@@ -512,7 +569,12 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
                 .block_sizes = p->block_sizes,
                 .layer = p->layer,
             };
-            cx->sec[i] = cz_cost_param_seconds(&def, &plan->settings, c, plan->dtype);
+            if (cx->tpw) {
+                cx->tpw[i] = cz_cost_muon_tp(&def, &plan->settings, c, plan->dtype, cx->muon_tp);
+                cx->sec[i] = cx->tpw[i].seconds;
+            } else {
+                cx->sec[i] = cz_cost_param_seconds(&def, &plan->settings, c, plan->dtype);
+            }
         }
     }
     for (size_t b = 0; b < plan->nbuckets; b++) {
@@ -572,7 +634,8 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     for (int s = 0; s < P; s++) {
         double grad_s, param_s, frag_max = 0.0, local = 0.0;
         int crit_d = 0, crit_t = 0;
-        dp_sync_seconds(&cx, s, &grad_s, &param_s, owned);
+        if ((rc = dp_sync_seconds(&cx, s, &grad_s, &param_s, owned, err)))
+            goto done;
         for (int d = 0; d < D; d++) {
             double frag;
             if ((rc = build_rank(&cx, &pg, s, d, &frag, err)))
@@ -636,5 +699,7 @@ done:
     free(owned);
     free(cx.sec);
     free(cx.bucket_index);
+    free(cx.lw_buckets);
+    free(cx.tpw);
     return rc;
 }

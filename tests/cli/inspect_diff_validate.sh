@@ -101,6 +101,32 @@ moved=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["moved"]
 if [ "${moved:-0}" -gt 0 ]; then pass "diff strategies: $moved params moved"; else fail "diff strategies: no moved params"; fi
 listed=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["moved"]["list"]))' "$work/out" 2>/dev/null || echo -1)
 [ "$listed" -le 3 ] && pass "diff --limit 3 lists $listed" || fail "diff --limit 3 lists $listed"
+# The busiest ranks: named in the text, and on real plans the listed effects add up to each
+# rank's makespan delta (whole owners: nothing unexplained), largest effect first.
+expect "diff strategies: makespan section" 0 "$CZ" diff "$work/a.json" "$work/b.json"
+has "diff names the busiest ranks" "makespan  "
+has "diff explains the busiest rank" "what changed its makespan, largest effect first:"
+expect "diff strategies --json, all changes" 0 "$CZ" diff "$work/a.json" "$work/b.json" --json --limit 100000
+if python3 - "$work/out" <<'PY'; then pass "diff: effects add up, ranked"; else fail "diff: effects"; fi
+import json, sys
+r = json.load(open(sys.argv[1]))
+mk, ranks = r["makespan"], r["metrics"]
+busy = {(x["stage"], x["dp_rank"]): x for x in r["ranks"]}
+assert mk["ranks"], "no busiest rank"
+for x in mk["ranks"]:
+    effects = [c["effect"] for c in x["list"]]
+    assert len(effects) == x["changes"], (len(effects), x["changes"])
+    assert abs(sum(effects) - x["delta"]) <= 1e-9 * max(x["makespan_a"], x["makespan_b"]), x
+    assert all(abs(a) >= abs(b) for a, b in zip(effects, effects[1:])), effects
+    row = busy[(x["stage"], x["dp_rank"])]
+    assert abs(row["makespan_delta"] - x["delta"]) < 1e-15, (row, x)
+    for w in (x["why_a"], x["why_b"]):
+        assert w["bound"] in ("its largest task", "tasks stacked on a slot",
+                              "micro-groups in sequence", "elementwise work"), w
+        assert (w["bound"] == "micro-groups in sequence") == (w["groups"] > 1), w
+b = mk["b"]
+assert abs(b["makespan"] - max(v["makespan_a"] + v["makespan_delta"] for v in r["ranks"])) < 1e-12
+PY
 expect "diff other model refused" 1 "$CZ" diff "$work/a.json" "$work/o.json"
 has "refusal names the models" "different models"
 expect "diff other model --force" 0 "$CZ" diff --force "$work/a.json" "$work/o.json"

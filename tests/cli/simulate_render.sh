@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # canzona simulate / render / compare on the bundled Qwen3-1.7B x h100-64-dp8-tp8:
-# the four rows with Canzona faster than the baseline, SVG and HTML that parse, with one bar per
+# every row (both Megatron layer-wise rules in each Muon TP mode) with Canzona faster than the
+# baseline, SVG and HTML that parse, with one bar per
 # GPU, every compare row, and clear errors on bad input.
 set -u
 : "${CZ:?CZ must point at the canzona binary}" "${CZ_SOURCE_DIR:?}"
@@ -15,14 +16,53 @@ trap 'rm -rf "$work"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
-# ---- simulate: the four rows, Canzona faster than the synchronous-compute baseline ----------
+# ---- simulate: every row, Canzona faster than the synchronous-compute baseline --------------
 if ! "$CZ" simulate --model "$model" --cluster "$cluster" >"$work/sim.txt" 2>"$work/err"; then
     fail "simulate exited non-zero: $(cat "$work/err")"
 fi
 cat "$work/sim.txt"
-for row in sync-compute layer-wise async canzona; do
-    [ "$(grep -c "^$row " "$work/sim.txt")" = 1 ] || fail "simulate: no single '$row' row"
+rows="sync-compute lw-jan26-dup lw-jan26-blk* lw-jan26-dist lw-aug26-dup lw-aug26-blk*
+      lw-aug26-dist async canzona"
+for row in $rows; do
+    [ "$(grep -cF "$row " "$work/sim.txt")" = 1 ] || fail "simulate: no single '$row' row"
 done
+# blockwise is a different update, and the table says so.
+grep -q "not the same update" "$work/sim.txt" || fail "simulate: no note on the blockwise rows"
+# The TP mode is a simulation option: one plan, three modes, three different update times.
+upd() { awk -v r="$1" '$1 == r { print $6 }' "$work/sim.txt"; }
+[ "$(upd lw-aug26-dup)" != "$(upd lw-aug26-dist)" ] || fail "simulate: distributed = duplicated"
+[ "$(upd 'lw-aug26-blk*')" != "$(upd lw-aug26-dist)" ] || fail "simulate: blockwise = distributed"
+# Megatron's current rule reduce-scatters its own buckets: not the all-reduce of the first rule.
+[ "$(awk '$1 == "lw-aug26-dup" { print $5 }' "$work/sim.txt")" != \
+  "$(awk '$1 == "lw-jan26-dup" { print $5 }' "$work/sim.txt")" ] ||
+    fail "simulate: both layer-wise rules have the same gradient synchronization"
+# A plan under Megatron's current rule validates, and simulating it gives the table's row.
+"$CZ" plan --model "$model" --cluster "$cluster" --dp layerwise --tp sc \
+    --layerwise-order megatron-aug26 -o "$work/aug26.json" -q || fail "plan megatron-aug26"
+"$CZ" validate "$work/aug26.json" --model "$model" --cluster "$cluster" >/dev/null ||
+    fail "validate rejects the megatron-aug26 plan"
+grep -q '"layerwise_order": "megatron-aug26"' "$work/aug26.json" ||
+    fail "the plan does not record its layer-wise rule"
+"$CZ" simulate --cluster "$cluster" --plan "$work/aug26.json" >"$work/aug26.txt" ||
+    fail "simulate --plan megatron-aug26 exited non-zero"
+[ "$(awk '$1 == "plan" { print $9 }' "$work/aug26.txt")" = \
+  "$(awk '$1 == "lw-aug26-dup" { print $9 }' "$work/sim.txt")" ] ||
+    fail "simulate --plan megatron-aug26: step differs from the table's lw-aug26-dup row"
+# --muon-tp needs one sc configuration; Canzona's micro-groups have no TP mode.
+"$CZ" simulate --model "$model" --cluster "$cluster" --dp layerwise --tp sc \
+    --layerwise-order megatron-aug26 --muon-tp distributed >"$work/one_mode.txt" ||
+    fail "simulate --muon-tp distributed exited non-zero"
+[ "$(awk '$1 == "plan" { print $6 }' "$work/one_mode.txt")" = "$(upd lw-aug26-dist)" ] ||
+    fail "simulate --muon-tp: the single row differs from the table's"
+if "$CZ" simulate --model "$model" --cluster "$cluster" --muon-tp blockwise \
+    >/dev/null 2>"$work/err"; then
+    fail "simulate accepted --muon-tp with the whole table"
+fi
+if "$CZ" simulate --model "$model" --cluster "$cluster" --dp alpha --tp rollback \
+    --muon-tp blockwise >/dev/null 2>"$work/err"; then
+    fail "simulate accepted --muon-tp blockwise with Canzona's micro-groups"
+fi
+grep -q "sc TP strategy" "$work/err" || fail "simulate --muon-tp: message: $(cat "$work/err")"
 # Columns: label dp+tp DP-imb mk/LB grad update param opt step ...
 base_opt=$(awk '$1 == "sync-compute" { print $8 }' "$work/sim.txt")
 base_step=$(awk '$1 == "sync-compute" { print $9 }' "$work/sim.txt")
@@ -35,7 +75,9 @@ awk -v a="$cz_step" -v b="$base_step" 'BEGIN { exit !(a > 0 && a < b) }' ||
 
 # --json carries the same rows, and the speed-ups are baseline / row.
 if "$CZ" simulate --model "$model" --cluster "$cluster" --json >"$work/sim.json"; then
-    [ "$(grep -c '"name": ' "$work/sim.json")" = 4 ] || fail "simulate --json: expected 4 rows"
+    [ "$(grep -c '"name": ' "$work/sim.json")" = 9 ] || fail "simulate --json: expected 9 rows"
+    [ "$(grep -c '"same_update": false' "$work/sim.json")" = 2 ] ||
+        fail "simulate --json: the two blockwise rows are not marked as a different update"
     grep -q '"baseline": "sync-compute"' "$work/sim.json" || fail "simulate --json: baseline"
 else
     fail "simulate --json exited non-zero"
@@ -69,7 +111,7 @@ ls "$work"/*.tmp* >/dev/null 2>&1 && fail "render left a temporary file"
 if ! xmllint --html --noout "$work/plan.html" 2>"$work/html.err"; then
     fail "render --html: xmllint --html failed"
 fi
-if grep -E 'error' "$work/html.err" | grep -vqE 'Tag (svg|rect|line|text|g|title) invalid'; then
+if grep -E 'error' "$work/html.err" | grep -vqE 'Tag (svg|rect|line|text|g|title|path) invalid'; then
     fail "render --html: parse errors: $(head -5 "$work/html.err")"
 fi
 xmllint --noout "$work/plan.html" || fail "render --html: page is not well-formed XML"
@@ -98,14 +140,63 @@ grep -q "canzona render:" "$work/err" || fail "render: error not prefixed"
 [ $? = 2 ] || fail "render --width 10: expected usage error 2"
 
 # ---- compare: every expected row ---------------------------------------------------------------
-if ! "$CZ" compare --model "$model" --cluster "$cluster" --repeats 1 --time-limit 5 \
+# --repeats 3: the ILP row (and any build over 1 s) is still built once; --progress: one line
+# per row on stderr although stderr is not a terminal here.
+if ! "$CZ" compare --model "$model" --cluster "$cluster" --repeats 3 --time-limit 5 --progress \
     >"$work/cmp.txt" 2>"$work/err"; then
     fail "compare exited non-zero: $(cat "$work/err")"
 fi
 cat "$work/cmp.txt"
-for row in even+sc layerwise+sc; do
-    grep -q "^$row " "$work/cmp.txt" || fail "compare: no '$row' row"
+nrows=$(grep -c '^canzona compare: \[[0-9]*/24\] ' "$work/err")
+[ "$nrows" = 24 ] || fail "compare --progress: $nrows of 24 progress lines: $(head -3 "$work/err")"
+grep -q '^canzona compare: \[24/24\] alpha+rollback(ilp) (ILP' "$work/err" ||
+    fail "compare --progress: the ILP row is not announced as a solve"
+# Columns: strategy DP-imb mk/LB step opt plan builds.
+awk '$1 == "alpha+rollback(ilp)" && $7 != 1 { bad = 1 }
+     $1 ~ /\+/ && $1 != "alpha+rollback(ilp)" && $6 < 1000 && $7 != 3 { bad = 1 }
+     END { exit bad }' "$work/cmp.txt" ||
+    fail "compare: builds column: the ILP row must be built once, fast rows 3 times"
+# The recommendation names a row with the fastest simulated step of the table and its speed-up
+# over even+sc, recomputed here from the (rounded) table. Blockwise rows compute another update
+# and are never recommended.
+rec=$(grep '^recommended: ' "$work/cmp.txt")
+name=$(printf '%s\n' "$rec" | sed -n 's/^recommended: \([^,]*\), simulated step .*/\1/p')
+check=$(awk -v name="$name" '$1 ~ /\+/ && $1 !~ /blockwise/ && NF == 7 { if (min == "" || $4 < min) min = $4
+                                                    if ($1 == name) got = $4 }
+            $1 == "even+sc" { base = $4 }
+            END { if (got == "" || got != min) print "not the fastest: " got " vs " min
+                  else if (base > min) print base / min }' "$work/cmp.txt")
+case "$check" in
+"not the fastest"*) fail "compare: recommendation '$rec' names $name, $check" ;;
+"") ;;
+*)
+    x=$(printf '%s\n' "$rec" | sed -n 's/.*; \([0-9.]*\)x faster than even+sc .*/\1/p')
+    awk -v x="$x" -v y="$check" 'BEGIN { exit !(x != "" && x - y < 0.011 && y - x < 0.011) }' ||
+        fail "compare: recommendation '$rec': expected ${check}x faster than even+sc"
+    ;;
+esac
+# On a small model the ILP solves in well under a second and would be repeated by the 1 s rule
+# alone: it is still built once.
+if "$CZ" compare --model "$CZ_SOURCE_DIR/plans/models/test-small.json" \
+    --cluster "$CZ_SOURCE_DIR/plans/clusters/cpu-4-dp2-tp2.json" --repeats 3 --json \
+    >"$work/cmp-small.json" 2>"$work/err"; then
+    ilp=$(awk '/"name": "alpha\+rollback\(ilp\)"/ { f = 1 } f && /"builds"/ { print $2 + 0; exit }' \
+        "$work/cmp-small.json")
+    fast=$(awk '/"name": "anchored\+rollback"/ { f = 1 } f && /"builds"/ { print $2 + 0; exit }' \
+        "$work/cmp-small.json")
+    # (No "builds" when this build has no ILP solver and the row is skipped.)
+    [ -z "$ilp" ] || [ "$ilp" = 1 ] ||
+        fail "compare --json: the ILP row was built $ilp times, expected once"
+    [ "$fast" = 3 ] || fail "compare --json: anchored+rollback built ${fast:-?} times, expected 3"
+    grep -q '"recommendation": {' "$work/cmp-small.json" || fail "compare --json: no recommendation"
+else
+    fail "compare on the small model exited non-zero: $(cat "$work/err")"
+fi
+for row in even+sc layerwise+sc 'layerwise+sc(blockwise*)' 'layerwise+sc(distributed)' \
+    'layerwise(aug26)+sc' 'layerwise(aug26)+sc(blockwise*)' 'layerwise(aug26)+sc(distributed)'; do
+    grep -qF -- "$row " "$work/cmp.txt" || fail "compare: no '$row' row"
 done
+grep -q "not the same update" "$work/cmp.txt" || fail "compare: no note on the blockwise rows"
 for dp in 'anchored' 'alpha(cost)' 'alpha(numel)'; do
     for tp in sc none single slot rollback; do
         grep -qF -- "$dp+$tp " "$work/cmp.txt" || fail "compare: no '$dp+$tp' row"

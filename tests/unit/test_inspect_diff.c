@@ -144,11 +144,12 @@ START_TEST(diff_lists_moved_params)
     ck_assert_int_eq((int)num(mv, "dp_owner"), 1);
     ck_assert_int_eq((int)num(mv, "group"), 0);
     json_t *list = json_object_get(mv, "list");
+    /* Largest moved work first (100, 30, 1), not parameter order. */
     ck_assert_uint_eq(json_array_size(list), 3);
-    ck_assert_str_eq(str(json_array_get(list, 0), "name"), "l0.qkv");
-    ck_assert_str_eq(str(json_array_get(list, 1), "name"), "l0.norm");
-    ck_assert_str_eq(str(json_array_get(list, 2), "name"), "l1.fc");
-    json_t *host = json_object_get(json_array_get(list, 0), "tp_host");
+    ck_assert_str_eq(str(json_array_get(list, 0), "name"), "l1.fc");
+    ck_assert_str_eq(str(json_array_get(list, 1), "name"), "l0.qkv");
+    ck_assert_str_eq(str(json_array_get(list, 2), "name"), "l0.norm");
+    json_t *host = json_object_get(json_array_get(list, 1), "tp_host");
     ck_assert_int_eq((int)json_integer_value(json_array_get(host, 0)), 1);
     ck_assert_int_eq((int)json_integer_value(json_array_get(host, 1)), 0);
 
@@ -182,6 +183,114 @@ START_TEST(diff_lists_moved_params)
     mv = json_object_get(r, "moved");
     ck_assert_int_eq((int)num(mv, "any"), 3);
     ck_assert_uint_eq(json_array_size(json_object_get(mv, "list")), 1);
+    ck_assert_str_eq(str(json_array_get(json_object_get(mv, "list"), 0), "name"), "l1.fc");
+    json_decref(r);
+    cz_plan_free(a);
+    cz_plan_free(b);
+}
+END_TEST
+
+/* Rank makespans as the metrics compute them from the schedules: elementwise cost / tp on the
+ * owner plus the busiest slot of each group. For the costed plan: rank 0 = out 1 + l1.fc 100,
+ * rank 1 = embed 1 + l0.norm 0.5 + l0.proj 40. */
+static void consistent_makespans(cz_plan *p, double r0, double r1)
+{
+    p->metrics.rank_makespan[0] = r0, p->metrics.rank_makespan[1] = r1;
+    p->metrics.tp_makespan = r0 > r1 ? r0 : r1;
+}
+
+static json_t *change(json_t *rank, size_t i)
+{
+    return json_array_get(json_object_get(rank, "list"), i);
+}
+
+static int pair_at(json_t *o, const char *key, size_t i)
+{
+    return (int)json_integer_value(json_array_get(json_object_get(o, key), i));
+}
+
+START_TEST(diff_explains_busiest_rank)
+{
+    cz_plan *a = costed_plan(), *b = costed_plan();
+    consistent_makespans(a, 101, 41.5);
+    /* B: l0.qkv joins l1.fc on slot 0 of rank 0 (stacked: 130), out moves to rank 1. */
+    b->schedules[0].groups[0].task_slot[1] = 0;
+    hand_group_loads(b);
+    b->params[5].dp_owner = 1;
+    consistent_makespans(b, 130, 42.5);
+    json_t *r = NULL;
+    cz_error e;
+    ck_assert_int_eq(cz_plan_diff(a, b, 0, -1, &r, &e), CZ_OK);
+    json_t *mk = json_object_get(r, "makespan");
+    ck_assert_int_eq((int)num(json_object_get(mk, "a"), "dp_rank"), 0);
+    ck_assert_int_eq((int)num(json_object_get(mk, "b"), "dp_rank"), 0);
+    json_t *ranks = json_object_get(mk, "ranks");
+    ck_assert_uint_eq(json_array_size(ranks), 1);
+    json_t *r0 = json_array_get(ranks, 0);
+    ck_assert_str_eq(str(r0, "busiest_in"), "both");
+    ck_assert_double_eq(num(r0, "delta"), 29);
+    json_t *wa = json_object_get(r0, "why_a"), *wb = json_object_get(r0, "why_b");
+    ck_assert_str_eq(str(wa, "bound"), "its largest task");
+    ck_assert_str_eq(str(json_object_get(wa, "largest_task"), "name"), "l1.fc");
+    ck_assert_int_eq((int)num(wa, "busiest_slot_tasks"), 1);
+    ck_assert_str_eq(str(wb, "bound"), "tasks stacked on a slot");
+    ck_assert_int_eq((int)num(wb, "busiest_slot_tasks"), 2);
+    ck_assert_int_eq((int)num(wb, "matrices"), 2);
+    ck_assert_int_eq((int)num(wb, "slots"), 2);
+    ck_assert_double_eq(num(wa, "elementwise"), 1);
+    ck_assert_double_eq(num(wb, "elementwise"), 0);
+    /* Largest effect first; the effects add up to the delta. */
+    ck_assert_int_eq((int)num(r0, "changes"), 2);
+    ck_assert_str_eq(str(change(r0, 0), "name"), "l0.qkv");
+    ck_assert_double_eq(num(change(r0, 0), "effect"), 30);
+    ck_assert_int_eq(pair_at(change(r0, 0), "tp_host", 0), 1);
+    ck_assert_int_eq(pair_at(change(r0, 0), "tp_host", 1), 0);
+    ck_assert_str_eq(str(change(r0, 1), "name"), "out");
+    ck_assert_double_eq(num(change(r0, 1), "effect"), -1);
+    ck_assert_int_eq(pair_at(change(r0, 1), "dp_owner", 1), 1);
+    ck_assert_double_eq_tol(num(r0, "unexplained"), 0, 1e-12);
+    json_decref(r);
+
+    /* B': l1.fc moves to slot 1 of rank 1 instead: the busiest rank changes. Rank 1 becomes
+     * busiest (l1.fc 100 + 1.5 elementwise), l0.proj stops counting (its slot is no longer the
+     * busiest) without moving; rank 0 keeps only l0.qkv (30 + 1). */
+    cz_plan_free(b);
+    b = costed_plan();
+    cz_plan_group *g0 = &b->schedules[0].groups[0], *g1 = &b->schedules[1].groups[0];
+    g0->task_param[0] = 1, g0->task_slot[0] = 1, g0->ntasks = 1;
+    g1->task_param[1] = 4, g1->task_slot[1] = 1, g1->ntasks = 2;
+    b->params[4].dp_owner = 1;
+    hand_group_loads(b);
+    consistent_makespans(b, 31, 101.5);
+    ck_assert_int_eq(cz_plan_diff(a, b, 0, 1, &r, &e), CZ_OK);
+    ranks = json_object_get(json_object_get(r, "makespan"), "ranks");
+    ck_assert_uint_eq(json_array_size(ranks), 2);
+    json_t *rb = json_array_get(ranks, 0), *ra = json_array_get(ranks, 1);
+    ck_assert_str_eq(str(rb, "busiest_in"), "b");
+    ck_assert_int_eq((int)num(rb, "dp_rank"), 1);
+    ck_assert_double_eq(num(rb, "delta"), 60);
+    ck_assert_int_eq((int)num(rb, "changes"), 2);
+    ck_assert_uint_eq(json_array_size(json_object_get(rb, "list")), 1); /* --limit 1 */
+    ck_assert_str_eq(str(change(rb, 0), "name"), "l1.fc");
+    ck_assert_double_eq(num(change(rb, 0), "effect"), 100);
+    ck_assert(json_is_true(json_object_get(change(rb, 0), "moved")));
+    ck_assert_double_eq_tol(num(rb, "unexplained"), 0, 1e-12);
+    ck_assert_str_eq(str(ra, "busiest_in"), "a");
+    ck_assert_int_eq((int)num(ra, "dp_rank"), 0);
+    ck_assert_double_eq(num(ra, "delta"), -70);
+    ck_assert_str_eq(str(change(ra, 0), "name"), "l1.fc");
+    ck_assert_double_eq(num(change(ra, 0), "effect"), -100);
+    json_decref(r);
+
+    ck_assert_int_eq(cz_plan_diff(a, b, 0, -1, &r, &e), CZ_OK);
+    rb = json_array_get(json_object_get(json_object_get(r, "makespan"), "ranks"), 0);
+    ck_assert_str_eq(str(change(rb, 1), "name"), "l0.proj");
+    ck_assert_double_eq(num(change(rb, 1), "effect"), -40);
+    ck_assert(json_is_false(json_object_get(change(rb, 1), "moved")));
+    ra = json_array_get(json_object_get(json_object_get(r, "makespan"), "ranks"), 1);
+    ck_assert_str_eq(str(change(ra, 1), "name"), "l0.qkv");
+    ck_assert_double_eq(num(change(ra, 1), "effect"), 30);
+    ck_assert(json_is_false(json_object_get(change(ra, 1), "moved")));
     json_decref(r);
     cz_plan_free(a);
     cz_plan_free(b);
@@ -229,6 +338,7 @@ static Suite *suite(void)
     tcase_add_test(tc, inspect_busiest_and_dominating);
     tcase_add_test(tc, diff_identical);
     tcase_add_test(tc, diff_lists_moved_params);
+    tcase_add_test(tc, diff_explains_busiest_rank);
     tcase_add_test(tc, diff_refuses_other_model);
     suite_add_tcase(s, tc);
     return s;

@@ -1,0 +1,165 @@
+/*
+ * Harness: the plan reader (cz_plan_read) and every consumer of a plan the reader accepts:
+ * inspect, simulate (cost-proportional, and on a bundled cluster of the plan's topology with
+ * both models of uneven collectives), render (SVG and HTML), validate (against the bundled
+ * model and cluster the plan names, else against the tiny fixtures, which exercises the
+ * mismatch reports), diff (against itself and, forced, against a reference plan) and the
+ * writer.
+ *
+ * Properties beyond "no crash, leak or undefined behaviour":
+ *  - a plan compared with itself is "identical";
+ *  - a plan the reader accepts, written back with cz_plan_write, is read again, and the copy
+ *    is identical to the original (diff), so that nothing a reader accepts is lost or altered
+ *    by the writer.
+ * Consumers may refuse a plan they cannot handle (e.g. simulate refuses the even strategy
+ * with a TP schedule), with a message, but never with CZ_EINTERNAL.
+ */
+#include "fuzz_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static cz_plan *reference;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    fz_fixtures_load();
+    cz_model *m = fz_fixture_model("tests/data/model_tiny.json");
+    cz_cluster *c = fz_fixture_cluster("tests/data/cluster_tiny.json");
+    cz_settings s;
+    cz_settings_init(&s);
+    cz_error e;
+    cz_error_clear(&e);
+    if (cz_plan_build(&reference, m, c, &s, &e) != CZ_OK)
+        fz_fail("cannot build the reference plan: %s", e.message);
+    cz_model_free(m);
+    cz_cluster_free(c);
+    return 0;
+}
+
+static void expect_handled(int rc, const char *what, const cz_error *err)
+{
+    if (rc == CZ_EINTERNAL)
+        fz_fail("%s reported an internal error: %s", what, err->message);
+    if (rc != CZ_OK && !err->message[0])
+        fz_fail("%s failed (%d) without a message", what, rc);
+}
+
+static void render_both(const cz_plan *plan, const cz_sim_result *sim, int in_seconds)
+{
+    cz_render_options ro = {.width = 0, .cluster_name = NULL, .sim_in_seconds = in_seconds};
+    char *doc = NULL;
+    cz_error err;
+    cz_error_clear(&err);
+    expect_handled(cz_plan_render_svg(&doc, plan, sim, &ro, &err), "render svg", &err);
+    free(doc);
+    doc = NULL;
+    cz_error_clear(&err);
+    expect_handled(cz_plan_render_html(&doc, plan, sim, &ro, &err), "render html", &err);
+    free(doc);
+}
+
+static void simulate_and_render(const cz_plan *plan, const cz_cluster *cluster,
+                                cz_sim_uneven uneven)
+{
+    cz_sim_result *sim = NULL;
+    cz_sim_options so = {.uneven = uneven};
+    cz_error err;
+    cz_error_clear(&err);
+    int rc = cz_plan_simulate(&sim, plan, cluster, &so, &err);
+    expect_handled(rc, "simulate", &err);
+    if (rc == CZ_OK)
+        render_both(plan, sim, cluster != NULL);
+    cz_sim_result_free(sim);
+}
+
+static void expect_identical(const cz_plan *a, const cz_plan *b, const char *what)
+{
+    json_t *rep = NULL;
+    cz_error err;
+    cz_error_clear(&err);
+    if (cz_plan_diff(a, b, 0, -1, &rep, &err) != CZ_OK)
+        fz_fail("%s: diff failed: %s", what, err.message);
+    if (!json_is_true(json_object_get(rep, "identical"))) {
+        char *text = json_dumps(rep, JSON_INDENT(1));
+        fprintf(stderr, "%s\n", text ? text : "(diff report not printable)");
+        free(text);
+        json_decref(rep);
+        fz_fail("%s: the plans differ", what);
+    }
+    json_decref(rep);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    cz_plan *plan = NULL, *copy = NULL;
+    json_t *report = NULL;
+    cz_error err;
+    cz_error_clear(&err);
+    int rc = cz_plan_read(&plan, fz_input_path(0, data, size), &err);
+    if (rc != CZ_OK) {
+        if (plan)
+            fz_fail("cz_plan_read failed (%d) but returned a plan", rc);
+        expect_handled(rc, "cz_plan_read", &err);
+        return 0;
+    }
+
+    cz_error_clear(&err);
+    expect_handled(cz_plan_inspect(plan, 3, &report, &err), "inspect", &err);
+    json_decref(report);
+    report = NULL;
+
+    simulate_and_render(plan, NULL, CZ_SIM_UNEVEN_ROOTED);
+    const cz_cluster *like = fz_fixture_cluster_like(plan);
+    if (like) {
+        simulate_and_render(plan, like, CZ_SIM_UNEVEN_ROOTED);
+        simulate_and_render(plan, like, CZ_SIM_UNEVEN_PADDED);
+    }
+
+    const cz_model *model;
+    const cz_cluster *cluster;
+    fz_fixtures_find(plan, &model, &cluster);
+    if (!model || !cluster) {
+        /* Not made from the fixtures: validate against the reference's inputs anyway. */
+        static cz_model *tiny_model;
+        static cz_cluster *tiny_cluster;
+        if (!tiny_model) {
+            tiny_model = fz_fixture_model("tests/data/model_tiny.json");
+            tiny_cluster = fz_fixture_cluster("tests/data/cluster_tiny.json");
+        }
+        model = model ? model : tiny_model;
+        cluster = cluster ? cluster : tiny_cluster;
+    }
+    cz_error_clear(&err);
+    rc = cz_plan_validate(plan, model, cluster, &report, &err);
+    if (rc < 0)
+        expect_handled(rc, "validate", &err);
+    json_decref(report);
+    report = NULL;
+
+    expect_identical(plan, plan, "a plan compared with itself");
+    cz_error_clear(&err);
+    expect_handled(cz_plan_diff(reference, plan, 1, 10, &report, &err), "diff --force", &err);
+    json_decref(report);
+    report = NULL;
+    cz_error_clear(&err);
+    expect_handled(cz_plan_diff(plan, reference, 1, -1, &report, &err), "diff --force", &err);
+    json_decref(report);
+    report = NULL;
+
+    const char *out = fz_scratch_path("plan.json");
+    cz_error_clear(&err);
+    if (cz_plan_write(plan, out, &err) != CZ_OK)
+        fz_fail("cz_plan_write failed on a plan the reader accepted: %s", err.message);
+    cz_error_clear(&err);
+    if (cz_plan_read(&copy, out, &err) != CZ_OK)
+        fz_fail("a plan the reader accepted, written back, is refused: %s", err.message);
+    expect_identical(plan, copy, "a plan written back and read again");
+
+    cz_plan_free(copy);
+    cz_plan_free(plan);
+    return 0;
+}
