@@ -2,7 +2,7 @@
 # Installs the Debian packages canzona needs to build and test. Safe to run repeatedly.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libjansson-dev libglpk-dev check libsubunit-dev
-      libopenmpi-dev openmpi-bin libopenblas-dev libxml2-utils python3
+      libopenmpi-dev openmpi-bin libopenblas-dev liblapacke-dev libxml2-utils python3
       clang libclang-rt-dev)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define CZ_EXEC_CONFIG_VERSION 2
+#define CZ_EXEC_CONFIG_VERSION 3
 
 /* How Muon scales the orthogonalized update of an m x n block (rows x cols as stored). */
 typedef enum cz_muon_scaling {
@@ -49,6 +49,15 @@ typedef enum cz_exec_memory {
     CZ_EXEC_MEMORY_HOST = 0,   /* host memory (the cpu backend) */
     CZ_EXEC_MEMORY_DEVICE = 1, /* the backend's device memory (GPU backends) */
 } cz_exec_memory;
+
+/* Shampoo's grafting: the diagonal method whose per-block step size Shampoo's direction takes
+ * (Distributed Shampoo's grafting_config). */
+typedef enum cz_shampoo_grafting {
+    CZ_GRAFT_NONE = 0,
+    CZ_GRAFT_ADAGRAD = 1, /* default */
+    CZ_GRAFT_RMSPROP = 2,
+    CZ_GRAFT_ADAM = 3,
+} cz_shampoo_grafting;
 
 /* Executor configuration. Initialize with cz_exec_config_init() and then change fields, so
  * that fields added in later versions keep their defaults. */
@@ -109,6 +118,23 @@ typedef struct cz_exec_config {
      * NULL (default) = the backend's own. The cpu backend's stream is the calling thread and
      * takes only NULL. */
     void *stream;
+
+    /* Added in version 3: Shampoo (plans made with --optimizer shampoo), Distributed Shampoo's
+     * semantics and defaults (docs/EXECUTOR.md, "Shampoo"). lr and weight_decay above are
+     * Shampoo's too (lr 0 = Shampoo's default 0.01; weight decay is decoupled); the
+     * refresh interval is the plan's precondition_frequency. */
+    float shampoo_beta1;                  /* filtered-gradient EMA, default 0.9 (0 = none) */
+    float shampoo_beta2;                  /* factor EMA, default 1.0 (a sum: AdaGrad-like) */
+    float shampoo_eps;                    /* added after the eigenvalue shift, default 1e-12 */
+    float shampoo_momentum;               /* default 0 */
+    int shampoo_nesterov;                 /* default 0 */
+    int shampoo_start_step;               /* first preconditioned step; -1 (default) = the plan's
+                                             precondition_frequency */
+    int shampoo_max_dim;                  /* blocks sides longer than this; 0 (default) = 1024 */
+    int shampoo_bias_correction;          /* of the filtered gradient and the factors, default 1 */
+    cz_shampoo_grafting shampoo_grafting; /* default CZ_GRAFT_ADAGRAD */
+    float shampoo_graft_beta2;            /* RMSprop/Adam grafting; -1 (default) = 0.99 / 0.999 */
+    float shampoo_graft_eps;              /* default 1e-10 */
 } cz_exec_config;
 
 /* Fills *cfg with the defaults above. */

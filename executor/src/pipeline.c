@@ -68,6 +68,9 @@ struct cz_pipeline {
     int64_t gsend_n, grecv_n, ssend_n, srecv_n, full_n, batch_n, work_n;
     float *gsend[2], *grecv[2], *ssend[2], *srecv[2];
     float *full_g, *full_u, *batch, *work;
+    int64_t sh_work_n; /* Shampoo: work of the largest tile; two doubles of norms */
+    float *sh_work;
+    double *sh_stats;
     cz_comm_req *greq[2], *sreq[2];
     /* Recorded after a gather (scatter) buffer is packed; its send waits for it. */
     cz_event *gpacked[2], *spacked[2];
@@ -302,6 +305,13 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
             if (!hosts(ex, &rs->groups[g], t))
                 continue;
             int id = rs->groups[g].task_param[t];
+            if (ex->use_shampoo) {
+                int rc2 = cz_shampoo_state_create(&ex->compute, &ex->shampoo, &ex->plan->params[id],
+                                                  &ex->shampoo_state[id], &pp->sh_work_n, err);
+                if (rc2)
+                    return rc2;
+                continue;
+            }
             ex->momentum[id] = falloc(ex, full_numel(&ex->plan->params[id]));
             if (!ex->momentum[id])
                 return cz_error_set(err, CZ_ENOMEM, "out of memory for the momentum of '%s'",
@@ -321,6 +331,16 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
         pp->spacked[k] = ex->compute.ops->event_create(&ex->compute);
         if (!pp->greq[k] || !pp->sreq[k] || !pp->gpacked[k] || !pp->spacked[k])
             return cz_error_set(err, CZ_ENOMEM, "out of memory for requests and events");
+    }
+    if (ex->use_shampoo) {
+        pp->sh_work = falloc(ex, pp->sh_work_n);
+        pp->sh_stats = ex->compute.ops->alloc(&ex->compute, 2 * sizeof(double));
+        if (!pp->sh_work || !pp->sh_stats)
+            return cz_error_set(err, CZ_ENOMEM,
+                                "out of memory for Shampoo's work buffer (%lld elements)",
+                                (long long)pp->sh_work_n);
+        /* Newton-Schulz buffers are Muon's only. */
+        pp->batch_n = pp->work_n = 0;
     }
     pp->batch = falloc(ex, pp->batch_n);
     pp->work = falloc(ex, pp->work_n);
@@ -351,12 +371,14 @@ void cz_exec_pipeline_free(cz_executor *ex)
         cz_muon_prep_free(&pg->muon);
     }
     cz_exec_free(pp->groups);
-    float *bufs[] = {pp->gsend[0], pp->gsend[1], pp->grecv[0], pp->grecv[1],
-                     pp->ssend[0], pp->ssend[1], pp->srecv[0], pp->srecv[1],
-                     pp->full_g,   pp->full_u,   pp->batch,    pp->work};
+    float *bufs[] = {pp->gsend[0], pp->gsend[1], pp->grecv[0], pp->grecv[1], pp->ssend[0],
+                     pp->ssend[1], pp->srecv[0], pp->srecv[1], pp->full_g,   pp->full_u,
+                     pp->batch,    pp->work,     pp->sh_work};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         if (bufs[k])
             c->ops->release(c, bufs[k]);
+    if (pp->sh_stats)
+        c->ops->release(c, pp->sh_stats);
     for (int k = 0; k < 2; k++) {
         if (pp->greq[k])
             ex->tp_comm.ops->req_free(&ex->tp_comm, pp->greq[k]);
@@ -435,14 +457,21 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
     progress_ctx pc = {ex, gi};
     c->ops->copy_runs(c, pp->full_g, pp->grecv[gi % 2], pg->unpack_recv);
     c->ops->copy_runs(c, pp->full_g, G, pg->unpack_local);
-    for (int k = 0; k < pg->nhosted; k++) {
+    int rc = CZ_OK;
+    for (int k = 0; k < pg->nhosted && ex->use_shampoo && !rc; k++) {
+        rc = cz_shampoo_run(c, &ex->shampoo, ex->shampoo_state[pg->hosted[k]], pg->hin[k],
+                            pg->hout[k], ex->steps + 1, pp->sh_work, pp->sh_stats, err);
+        progress_inflight(&pc);
+    }
+    for (int k = 0; k < pg->nhosted && !ex->use_shampoo; k++) {
         /* The optimizer input overwrites the gradient in place. */
         float *fg = pp->full_g + pg->hosted_off[k];
         c->ops->momentum(c, fg, ex->momentum[pg->hosted[k]], fg, full_numel(pg->hp[k]),
                          ex->muon.momentum, ex->muon.nesterov);
         progress_inflight(&pc);
     }
-    int rc = cz_muon_run(c, &ex->muon, &pg->muon, pg->hin, pg->hout, pp->batch, pp->work,
+    if (!rc && !ex->use_shampoo)
+        rc = cz_muon_run(c, &ex->muon, &pg->muon, pg->hin, pg->hout, pp->batch, pp->work,
                          progress_inflight, &pc, err);
     if (rc)
         return rc;

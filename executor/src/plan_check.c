@@ -108,10 +108,10 @@ int cz_exec_plan_check(const cz_plan *plan, cz_error *err)
                             "not run (it fragments parameters or breaks the bucket geometry); "
                             "plan with --dp alpha or --dp anchored",
                             cz_dp_strategy_name(plan->settings.dp));
-    if (plan->settings.optimizer != CZ_OPTIM_MUON)
+    if (plan->settings.optimizer != CZ_OPTIM_MUON && plan->settings.optimizer != CZ_OPTIM_SHAMPOO)
         return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "plan optimizer '%s': this version executes Muon (matrix) + AdamW "
-                            "(elementwise) only",
+                            "plan optimizer '%s': this version executes Muon or Shampoo "
+                            "(matrix) + AdamW (elementwise) only",
                             cz_optimizer_name(plan->settings.optimizer));
     int rc = check_structure(plan, err);
     if (!rc)
