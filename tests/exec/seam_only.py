@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The step logic touches parameter, gradient and optimizer-state data only through the backend
-seam: step.c, pipeline.c, muon.c and adamw.c (executor/src) may pass data pointers around and
-offset them, but never read or write an element (no subscript or dereference of a float,
+seam: step.c, pipeline.c, muon.c, adamw.c and shampoo.c (executor/src) may pass data pointers
+around and offset them, but never read or write an element (no subscript or dereference of a float,
 double or bf16 data pointer), never copy data themselves (memcpy, memmove) and never call BLAS.
 
 Data pointers are the variables, parameters and struct fields declared as a pointer to float,
@@ -18,7 +18,7 @@ import re
 import sys
 
 ALLOWED = {"stats_host"}
-FILES = ("step.c", "pipeline.c", "muon.c", "adamw.c")
+FILES = ("step.c", "pipeline.c", "muon.c", "adamw.c", "shampoo.c")
 DATA_TYPES = r"(?:float|double|uint16_t)"
 
 

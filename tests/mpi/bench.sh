@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-rank executor tests: plans test-small with `canzona plan` and runs canzona-bench on 4
 # MPI ranks. Usage: bench.sh verify CLUSTER DP TP [fp32|bf16] | mismatch | options | nan | dump |
-# owncomms | replicas | grads | knobs
+# owncomms | replicas | grads | knobs | shampoo CLUSTER TP MAX_DIM
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -157,6 +157,20 @@ grads)
   mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --warmup 1 \
     --grad-dir "$tmp/g"
   grep -q "step1/dp0/extra.weight.npy" "$tmp/out" || { echo "expected the missing file named"; exit 1; }
+  ;;
+shampoo)
+  # Shampoo (plan --optimizer shampoo, refresh every 5 steps: refreshes at steps 5 and 10 of
+  # 12) against shampoo_ref, a double-precision single-process Shampoo written from the
+  # published algorithm. Generated gradients are dense uniform noise: the factors are full
+  # rank at every refresh (5 steps x the short side >= the long side for every block and
+  # tile), so their eigenbases and inverse roots are unique.
+  : "${CZ_SHAMPOO_REF:?}"
+  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$2.json" --dp alpha --tp "$3" \
+    --optimizer shampoo --precondition-frequency 5 -o "$tmp/s.json"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/s.json" --model "$model" --steps 12 --warmup 0 --seed 3 \
+    --shampoo-max-dim "$4" --dump-dir "$tmp/d" | tee "$tmp/out"
+  grep -q "executor allocations in steps 2..12 (most on one rank): 0$" "$tmp/out"
+  "$CZ_SHAMPOO_REF" "$tmp/s.json" "$tmp/d" 12 3 1e-4 "$4"
   ;;
 knobs)
   # Every optimizer option changes the run, and the distributed run still matches the

@@ -23,6 +23,7 @@ typedef struct bench_opts {
     int dtype; /* -1 = the executor's (the plan's) */
     cz_muon_scaling scaling;
     uint64_t seed;
+    cz_exec_config shampoo; /* only its shampoo_* fields: --shampoo-* options */
     double tolerance, lr, adamw_lr, wd, adamw_wd, momentum, scale_coeff, beta1, beta2, adamw_eps,
         max_grad_norm, update_tolerance, ns_eps;
 } bench_opts;
@@ -32,55 +33,67 @@ static int g_rank;
 static void usage(FILE *f)
 {
     fprintf(
-        f,
-        "usage: mpirun -np DP*TP canzona-bench --plan PLAN --model MODEL [options]\n"
-        "Runs the plan's optimizer step with libcanzona-exec (CPU backend) and times it.\n"
-        "  --plan FILE        plan written by `canzona plan` (required)\n"
-        "  --model FILE       the model the plan was made for (required; checked by hash)\n"
-        "  --steps N          timed optimizer steps (default 5)\n"
-        "  --warmup N         untimed steps before them (default 1)\n"
-        "  --seed S           seed of the generated parameters and gradients (default 1)\n"
-        "  --init-dir DIR     initial parameters from DIR/<param name>.npy (full fp32 tensors)\n"
-        "  --dump-dir DIR     write the updated full parameters as DIR/<param name>.npy\n"
-        "                     (DIR and its parents are created when missing)\n"
-        "  --grad-dir DIR     gradients from DIR/step<S>/dp<D>/<param name>.npy (full fp32\n"
-        "                     tensors; S counts every step from 0, warm-up included; D is\n"
-        "                     the DP replica) instead of generated ones\n"
-        "  --dump-grads DIR   write the generated gradients in --grad-dir's layout first\n"
-        "  --json FILE        write the per-phase timings (median over steps) as JSON\n"
-        "  --verify           check that every DP replica holds the same parameters, then\n"
-        "                     recompute all steps on rank 0 on whole tensors and compare\n"
-        "  --tolerance T      largest allowed max|a-b|/max|b| per parameter (default 1e-5)\n"
-        "  --update-tolerance T  also bound each parameter's update error\n"
-        "                     ||(a-w0)-(b-w0)|| / ||b-w0|| (L2 over the tensor; w0 the initial\n"
-        "                     fp32 values; default: not checked, only printed)\n"
-        "  --dtype D          dtype of the bound parameters and gradients: fp32 or bf16\n"
-        "                     (default: the plan's)\n"
-        "  --lr X             Muon learning rate (default: 1e-3 with --scaling rms, 0.02 with\n"
-        "                     shape)\n"
-        "  --scaling S        Muon update scale: rms (0.2*sqrt(max(m,n)), default) or shape\n"
-        "                     (sqrt(max(1,m/n)))\n"
-        "  --scale-coeff X    coefficient of the rms scaling (default 0.2)\n"
-        "  --momentum X       Muon momentum (default 0.95)\n"
-        "  --nesterov         Nesterov momentum for Muon (the default)\n"
-        "  --no-nesterov      plain momentum for Muon\n"
-        "  --ns-steps N       Newton-Schulz iterations (default 5)\n"
-        "  --ns-coeffs NAME   Newton-Schulz coefficients: jordan (default) or cubic\n"
-        "  --ns-eps X         added to the Frobenius norm before Newton-Schulz (default 1e-7)\n"
-        "  --weight-decay X   decoupled weight decay of Muon, and of AdamW unless\n"
-        "                     --adamw-weight-decay is given (default 0.01)\n"
-        "  --adamw-lr X       AdamW learning rate (default 3e-4)\n"
-        "  --adamw-beta1 X    (default 0.9)\n"
-        "  --adamw-beta2 X    (default 0.95)\n"
-        "  --adamw-eps X      (default 1e-8)\n"
-        "  --adamw-weight-decay X  AdamW's own decoupled weight decay\n"
-        "  --max-grad-norm X  clip the global gradient norm to X (default 0: no clipping)\n"
-        "  --own-comms        split the DP and TP communicators here and hand them in, as a\n"
-        "                     job with its own communicators would\n"
-        "  --inject-nan NAME  (testing) put a NaN into NAME's gradient on rank 0\n"
-        "  --bad-dp-comm      (testing) hand in a DP communicator of the wrong size\n"
-        "  --corrupt-replica  (testing) change one parameter on DP rank 1 before --verify\n"
-        "  --help             this text\n");
+        f, "usage: mpirun -np DP*TP canzona-bench --plan PLAN --model MODEL [options]\n"
+           "Runs the plan's optimizer step with libcanzona-exec (CPU backend) and times it.\n"
+           "  --plan FILE        plan written by `canzona plan` (required)\n"
+           "  --model FILE       the model the plan was made for (required; checked by hash)\n"
+           "  --steps N          timed optimizer steps (default 5)\n"
+           "  --warmup N         untimed steps before them (default 1)\n"
+           "  --seed S           seed of the generated parameters and gradients (default 1)\n"
+           "  --init-dir DIR     initial parameters from DIR/<param name>.npy (full fp32 tensors)\n"
+           "  --dump-dir DIR     write the updated full parameters as DIR/<param name>.npy\n"
+           "                     (DIR and its parents are created when missing)\n"
+           "  --grad-dir DIR     gradients from DIR/step<S>/dp<D>/<param name>.npy (full fp32\n"
+           "                     tensors; S counts every step from 0, warm-up included; D is\n"
+           "                     the DP replica) instead of generated ones\n"
+           "  --dump-grads DIR   write the generated gradients in --grad-dir's layout first\n"
+           "  --json FILE        write the per-phase timings (median over steps) as JSON\n"
+           "  --verify           check that every DP replica holds the same parameters, then\n"
+           "                     recompute all steps on rank 0 on whole tensors and compare\n"
+           "  --tolerance T      largest allowed max|a-b|/max|b| per parameter (default 1e-5)\n"
+           "  --update-tolerance T  also bound each parameter's update error\n"
+           "                     ||(a-w0)-(b-w0)|| / ||b-w0|| (L2 over the tensor; w0 the initial\n"
+           "                     fp32 values; default: not checked, only printed)\n"
+           "  --dtype D          dtype of the bound parameters and gradients: fp32 or bf16\n"
+           "                     (default: the plan's)\n"
+           "  --lr X             Muon learning rate (default: 1e-3 with --scaling rms, 0.02 with\n"
+           "                     shape)\n"
+           "  --scaling S        Muon update scale: rms (0.2*sqrt(max(m,n)), default) or shape\n"
+           "                     (sqrt(max(1,m/n)))\n"
+           "  --scale-coeff X    coefficient of the rms scaling (default 0.2)\n"
+           "  --momentum X       Muon momentum (default 0.95)\n"
+           "  --nesterov         Nesterov momentum for Muon (the default)\n"
+           "  --no-nesterov      plain momentum for Muon\n"
+           "  --ns-steps N       Newton-Schulz iterations (default 5)\n"
+           "  --ns-coeffs NAME   Newton-Schulz coefficients: jordan (default) or cubic\n"
+           "  --ns-eps X         added to the Frobenius norm before Newton-Schulz (default 1e-7)\n"
+           "  --weight-decay X   decoupled weight decay of Muon, and of AdamW unless\n"
+           "                     --adamw-weight-decay is given (default 0.01)\n"
+           "  --adamw-lr X       AdamW learning rate (default 3e-4)\n"
+           "  --adamw-beta1 X    (default 0.9)\n"
+           "  --adamw-beta2 X    (default 0.95)\n"
+           "  --adamw-eps X      (default 1e-8)\n"
+           "  --adamw-weight-decay X  AdamW's own decoupled weight decay\n"
+           "  --max-grad-norm X  clip the global gradient norm to X (default 0: no clipping)\n"
+           "Shampoo (plans made with --optimizer shampoo; --lr default 0.01, --weight-decay as\n"
+           "above; refresh interval = the plan's precondition_frequency):\n"
+           "  --shampoo-beta1 X        filtered-gradient EMA (default 0.9; 0 = none)\n"
+           "  --shampoo-beta2 X        factor EMA (default 1.0: a running sum)\n"
+           "  --shampoo-eps X          added after the eigenvalue shift (default 1e-12)\n"
+           "  --shampoo-momentum X     (default 0)\n"
+           "  --shampoo-nesterov N     1 = Nesterov momentum (default 0)\n"
+           "  --shampoo-start-step N   first preconditioned step (default: the plan's\n"
+           "                           precondition_frequency)\n"
+           "  --shampoo-max-dim N      block sides longer than N (default 1024)\n"
+           "  --shampoo-grafting M     none, adagrad (default), rmsprop or adam\n"
+           "  --shampoo-graft-beta2 X  rmsprop/adam grafting (default 0.99 / 0.999)\n"
+           "  --shampoo-graft-eps X    (default 1e-10)\n"
+           "  --own-comms        split the DP and TP communicators here and hand them in, as a\n"
+           "                     job with its own communicators would\n"
+           "  --inject-nan NAME  (testing) put a NaN into NAME's gradient on rank 0\n"
+           "  --bad-dp-comm      (testing) hand in a DP communicator of the wrong size\n"
+           "  --corrupt-replica  (testing) change one parameter on DP rank 1 before --verify\n"
+           "  --help             this text\n");
 }
 
 /* Returns 0, 1 for --help, or 2 with the reason in msg. Prints nothing: main agrees on the
@@ -121,6 +134,16 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
                                           {"own-comms", no_argument, 0, 'O'},
                                           {"bad-dp-comm", no_argument, 0, 'B'},
                                           {"corrupt-replica", no_argument, 0, 'R'},
+                                          {"shampoo-beta1", required_argument, 0, 1001},
+                                          {"shampoo-beta2", required_argument, 0, 1002},
+                                          {"shampoo-eps", required_argument, 0, 1003},
+                                          {"shampoo-momentum", required_argument, 0, 1004},
+                                          {"shampoo-nesterov", required_argument, 0, 1005},
+                                          {"shampoo-start-step", required_argument, 0, 1006},
+                                          {"shampoo-max-dim", required_argument, 0, 1007},
+                                          {"shampoo-grafting", required_argument, 0, 1008},
+                                          {"shampoo-graft-beta2", required_argument, 0, 1009},
+                                          {"shampoo-graft-eps", required_argument, 0, 1010},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
@@ -132,6 +155,7 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
      * that changes nothing runs. */
     cz_exec_config d;
     cz_exec_config_init(&d);
+    cz_exec_config_init(&o->shampoo);
     o->lr = d.lr;
     o->adamw_lr = d.adamw_lr;
     o->wd = d.weight_decay;
@@ -270,6 +294,46 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
             break;
         case 'N':
             o->inject_nan = optarg;
+            break;
+        case 1001:
+            o->shampoo.shampoo_beta1 = strtof(optarg, &end);
+            break;
+        case 1002:
+            o->shampoo.shampoo_beta2 = strtof(optarg, &end);
+            break;
+        case 1003:
+            o->shampoo.shampoo_eps = strtof(optarg, &end);
+            break;
+        case 1004:
+            o->shampoo.shampoo_momentum = strtof(optarg, &end);
+            break;
+        case 1005:
+            o->shampoo.shampoo_nesterov = (int)strtol(optarg, &end, 10);
+            break;
+        case 1006:
+            o->shampoo.shampoo_start_step = (int)strtol(optarg, &end, 10);
+            break;
+        case 1007:
+            o->shampoo.shampoo_max_dim = (int)strtol(optarg, &end, 10);
+            break;
+        case 1008: {
+            static const char *const names[] = {"none", "adagrad", "rmsprop", "adam"};
+            int k = 0;
+            while (k < 4 && strcmp(optarg, names[k]) != 0)
+                k++;
+            if (k == 4) {
+                snprintf(msg, cap, "--shampoo-grafting %s: expected none, adagrad, rmsprop or adam",
+                         optarg);
+                return 2;
+            }
+            o->shampoo.shampoo_grafting = (cz_shampoo_grafting)k;
+            break;
+        }
+        case 1009:
+            o->shampoo.shampoo_graft_beta2 = strtof(optarg, &end);
+            break;
+        case 1010:
+            o->shampoo.shampoo_graft_eps = strtof(optarg, &end);
             break;
         case 'h':
             return 1;
@@ -610,6 +674,13 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
             maxn = full_numel(&plan->params[i]);
     float *g = malloc((size_t)maxn * sizeof(float)), *tmp = malloc((size_t)maxn * sizeof(float));
     rc = cz_compute_open(&cpu, "cpu", err);
+    /* The reference here is Muon's; a Shampoo run is checked against the independent
+     * reference of tests/mpi (shampoo_ref) on its --dump-dir output. */
+    if (!rc && plan->settings.optimizer != CZ_OPTIM_MUON)
+        rc = cz_error_set(err, CZ_EUNSUPPORTED,
+                          "--verify recomputes Muon plans only; this plan's optimizer is '%s' "
+                          "(compare --dump-dir output with an independent reference instead)",
+                          cz_optimizer_name(plan->settings.optimizer));
     if (!rc)
         rc = cz_muon_hparams_from_config(&mh, cfg, err);
     if (!rc && (!norms || !g || !tmp))
@@ -835,6 +906,16 @@ int main(int argc, char **argv)
     cfg.max_grad_norm = (float)o.max_grad_norm;
     cfg.dtype = o.dtype;
     cfg.ns_eps = (float)o.ns_eps;
+    cfg.shampoo_beta1 = o.shampoo.shampoo_beta1;
+    cfg.shampoo_beta2 = o.shampoo.shampoo_beta2;
+    cfg.shampoo_eps = o.shampoo.shampoo_eps;
+    cfg.shampoo_momentum = o.shampoo.shampoo_momentum;
+    cfg.shampoo_nesterov = o.shampoo.shampoo_nesterov;
+    cfg.shampoo_start_step = o.shampoo.shampoo_start_step;
+    cfg.shampoo_max_dim = o.shampoo.shampoo_max_dim;
+    cfg.shampoo_grafting = o.shampoo.shampoo_grafting;
+    cfg.shampoo_graft_beta2 = o.shampoo.shampoo_graft_beta2;
+    cfg.shampoo_graft_eps = o.shampoo.shampoo_graft_eps;
     if (o.own_comms || o.bad_dp_comm) {
         /* As a job would: the grid is read from the plan's topology, TP innermost. */
         cz_plan *tmp = NULL;
