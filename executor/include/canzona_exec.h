@@ -135,6 +135,14 @@ typedef struct cz_exec_config {
     cz_shampoo_grafting shampoo_grafting; /* default CZ_GRAFT_ADAGRAD */
     float shampoo_graft_beta2;            /* RMSprop/Adam grafting; -1 (default) = 0.99 / 0.999 */
     float shampoo_graft_eps;              /* default 1e-10 */
+    /* Also version 3: SOAP (plans made with --optimizer soap), the reference's (Vyas et al.,
+     * nikhilvyas/SOAP) semantics and defaults. lr (0 = 3e-3) and weight_decay above are
+     * SOAP's; precondition_frequency and max_precond_dim are the plan's. */
+    float soap_beta1;         /* Adam's first moment, default 0.95 */
+    float soap_beta2;         /* Adam's second moment, default 0.95 */
+    float soap_shampoo_beta;  /* Gram factor EMA; -1 (default) = soap_beta2 */
+    float soap_eps;           /* default 1e-8 */
+    int soap_bias_correction; /* default 1 */
 } cz_exec_config;
 
 /* Fills *cfg with the defaults above. */

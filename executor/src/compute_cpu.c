@@ -282,6 +282,9 @@ void cz_cpu_sq_accum(cz_compute *c, float *acc, const float *x, int64_t n, float
 void cz_cpu_graft_div(cz_compute *c, float *dst, const float *x, const float *acc, int64_t n,
                       float inv_bias, float eps);
 void cz_cpu_scale_ratio(cz_compute *c, float *x, int64_t n, const double *num, const double *den);
+int cz_cpu_qr(cz_compute *c, float *a, int64_t n, float *work, cz_error *err);
+void cz_cpu_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,
+                       int64_t cols, int side, float *work);
 
 static const cz_compute_ops cz_compute_cpu_ops = {
     .version = CZ_COMPUTE_OPS_VERSION,
@@ -311,7 +314,9 @@ static const cz_compute_ops cz_compute_cpu_ops = {
     .tile_copy = cz_cpu_tile_copy,
 #ifdef CZ_HAVE_LAPACKE
     .syevd = cz_cpu_syevd,
+    .qr = cz_cpu_qr,
 #endif
+    .basis_sort = cz_cpu_basis_sort,
     .eig_root_scale = cz_cpu_eig_root_scale,
     .axpby = cz_cpu_axpby,
     .sq_accum = cz_cpu_sq_accum,
@@ -330,6 +335,8 @@ bool cz_compute_has_linalg(const cz_compute *c, const char **missing)
                     : !o->sq_accum       ? "sq_accum"
                     : !o->graft_div      ? "graft_div"
                     : !o->scale_ratio    ? "scale_ratio"
+                    : !o->qr             ? "qr"
+                    : !o->basis_sort     ? "basis_sort"
                                          : NULL;
     if (missing)
         *missing = m;

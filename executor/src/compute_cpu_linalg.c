@@ -108,3 +108,86 @@ void cz_cpu_scale_ratio(cz_compute *c, float *x, int64_t n, const double *num, c
     for (int64_t i = 0; i < n; i++)
         x[i] *= f;
 }
+
+int64_t cz_qr_work(int64_t n)
+{
+    /* tau (n) and a blocked workspace of 64 columns for sgeqrf and sorgqr. */
+    return n + 64 * n;
+}
+
+int64_t cz_sort_work(int64_t n, int64_t vn)
+{
+    /* est as doubles (2n floats), the permutation (n ints), a copy of the largest operand. */
+    return 3 * n + (n * n > vn ? n * n : vn);
+}
+
+static void transpose_sq(float *a, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = i + 1; j < n; j++) {
+            float t = a[i * n + j];
+            a[i * n + j] = a[j * n + i];
+            a[j * n + i] = t;
+        }
+}
+
+#ifdef CZ_HAVE_LAPACKE
+int cz_cpu_qr(cz_compute *c, float *a, int64_t n, float *work, cz_error *err)
+{
+    (void)c;
+    /* Column-major in place (the row-major LAPACKE path allocates a copy). */
+    transpose_sq(a, n);
+    float *tau = work, *w = work + n;
+    lapack_int ln = (lapack_int)n, lw = (lapack_int)(64 * n);
+    lapack_int info = LAPACKE_sgeqrf_work(LAPACK_COL_MAJOR, ln, ln, a, ln, tau, w, lw);
+    if (!info)
+        info = LAPACKE_sorgqr_work(LAPACK_COL_MAJOR, ln, ln, ln, a, ln, tau, w, lw);
+    if (info)
+        return cz_error_set(err, CZ_EINTERNAL, "QR of a %lld x %lld eigenbasis failed (info %d)",
+                            (long long)n, (long long)n, (int)info);
+    transpose_sq(a, n);
+    return CZ_OK;
+}
+#endif
+
+void cz_cpu_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,
+                       int64_t cols, int side, float *work)
+{
+    (void)c;
+    double *est = (double *)(void *)work;
+    int *perm = (int *)(void *)(work + 2 * n);
+    float *tmp = work + 3 * n;
+    for (int64_t j = 0; j < n; j++) {
+        double e = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            e += (double)q[i * n + j] * (double)mq[i * n + j];
+        est[j] = e;
+        perm[j] = (int)j;
+    }
+    /* Insertion sort, descending, stable: n is at most max_precond_dim and this runs once per
+     * refresh, next to an O(n^3) QR. */
+    for (int64_t j = 1; j < n; j++) {
+        int pj = perm[j];
+        int64_t i = j;
+        while (i > 0 && est[perm[i - 1]] < est[pj]) {
+            perm[i] = perm[i - 1];
+            i--;
+        }
+        perm[i] = pj;
+    }
+    float *mats[2] = {q, mq};
+    for (int k = 0; k < 2; k++) {
+        for (int64_t e = 0; e < n * n; e++)
+            tmp[e] = mats[k][e];
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < n; j++)
+                mats[k][i * n + j] = tmp[i * n + perm[j]];
+    }
+    if (!v)
+        return;
+    for (int64_t e = 0; e < rows * cols; e++)
+        tmp[e] = v[e];
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            v[i * cols + j] = side == 0 ? tmp[perm[i] * cols + j] : tmp[i * cols + perm[j]];
+}

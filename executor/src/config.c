@@ -42,6 +42,11 @@ void cz_exec_config_init(cz_exec_config *cfg)
     cfg->shampoo_grafting = CZ_GRAFT_ADAGRAD;
     cfg->shampoo_graft_beta2 = -1.0f;
     cfg->shampoo_graft_eps = 1e-10f;
+    cfg->soap_beta1 = 0.95f;
+    cfg->soap_beta2 = 0.95f;
+    cfg->soap_shampoo_beta = -1.0f;
+    cfg->soap_eps = 1e-8f;
+    cfg->soap_bias_correction = 1;
 }
 
 double cz_exec_now(void)

@@ -49,11 +49,11 @@ uint64_t cz_exec_alloc_count(void);
  * except where a parameter says host. */
 #define CZ_COMPUTE_OPS_VERSION 2
 /* Version 2 appended the linear-algebra operations of Shampoo (and later SOAP): gemm,
- * tile_copy, syevd, eig_root_scale, axpby, sq_accum, graft_div, scale_ratio. They are
- * optional: a backend that leaves any of them NULL (the cpu backend built without LAPACKE;
- * a GPU backend whose cuSOLVER part is not written yet) still runs Muon and AdamW plans, and
- * the executor refuses a Shampoo plan at create time naming the backend and what it lacks
- * (cz_compute_has_linalg). */
+ * tile_copy, syevd, eig_root_scale, axpby, sq_accum, graft_div, scale_ratio, and SOAP's
+ * qr and basis_sort. They are optional: a backend that leaves any of them NULL (the cpu
+ * backend built without LAPACKE; a GPU backend whose cuSOLVER part is not written yet) still
+ * runs Muon and AdamW plans, and the executor refuses a Shampoo or SOAP plan at create time naming
+ * the backend and what it lacks (cz_compute_has_linalg). */
 
 typedef enum cz_backend_kind {
     CZ_BACKEND_CPU = 1, /* host memory, OpenBLAS */
@@ -170,7 +170,20 @@ typedef struct cz_compute_ops {
     /* x *= sqrt(*num / *den) over n elements, num and den backend doubles written by sumsq;
      * x = 0 where *den == 0 (a zero direction stays zero). */
     void (*scale_ratio)(cz_compute *c, float *x, int64_t n, const double *num, const double *den);
+    /* SOAP's: replaces the n x n matrix a (row-major) by the Q of its QR factorization
+     * (Householder, LAPACK's sign convention). work holds cz_qr_work(n) floats. */
+    int (*qr)(cz_compute *c, float *a, int64_t n, float *work, cz_error *err);
+    /* SOAP's refresh order: est[j] = column j of q . column j of mq (= diag(q^T M q) when
+     * mq = M q); q's and mq's columns are permuted into descending est (ties by index) and,
+     * when v is not NULL, the rows x cols matrix v along dimension side (0: rows, 1: columns)
+     * the same way. work holds cz_sort_work(n, rows*cols) floats. */
+    void (*basis_sort)(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,
+                       int64_t cols, int side, float *work);
 } cz_compute_ops;
+
+/* Floats of work qr and basis_sort need. */
+int64_t cz_qr_work(int64_t n);
+int64_t cz_sort_work(int64_t n, int64_t vn);
 
 /* Floats of work syevd needs for an n x n matrix. */
 int64_t cz_syevd_work(int64_t n);
@@ -418,6 +431,29 @@ int64_t cz_shampoo_state_bytes(const cz_shampoo_state *s);
 int cz_shampoo_run(cz_compute *c, const cz_shampoo_hparams *h, cz_shampoo_state *s, const float *g,
                    float *u, int64_t t, float *work, double *stats, cz_error *err);
 
+/* ---- SOAP (soap.c) ---- */
+typedef struct cz_soap_hparams {
+    float lr, weight_decay, beta1, beta2, shampoo_beta, eps;
+    int freq, max_dim, bias_correction;
+} cz_soap_hparams;
+/* Default SOAP learning rate (the reference's). */
+#define CZ_SOAP_LR 3e-3f
+/* Reads and checks SOAP's settings; freq and max_dim are the plan's. */
+int cz_soap_hparams_from_config(cz_soap_hparams *h, const cz_exec_config *cfg, int freq,
+                                int max_dim, cz_error *err);
+/* One whole matrix's SOAP state (per plan block: Gram factors and eigenbases of the sides
+ * <= max_dim, Adam's moments in the eigenbasis). Backend memory, allocated at create time. */
+typedef struct cz_soap_state cz_soap_state;
+int cz_soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_param *p,
+                         cz_soap_state **out, int64_t *work_n, cz_error *err);
+void cz_soap_state_free(cz_compute *c, cz_soap_state *s);
+/* Call k (>= 1) of SOAP on the whole gradient g, writing u (full, backend memory) so that
+ * p*(1 - lr*wd) - lr*u is the reference's update followed by its weight decay. The first
+ * call only initialises the factors and eigenbases: u = 0, and the caller applies no weight
+ * decay that step. */
+int cz_soap_run(cz_compute *c, const cz_soap_hparams *h, cz_soap_state *s, const float *g, float *u,
+                int64_t k, float *work, cz_error *err);
+
 /* ---- the executor object ---- */
 struct cz_executor {
     const cz_plan *plan;
@@ -453,6 +489,9 @@ struct cz_executor {
     cz_shampoo_hparams shampoo;
     bool use_shampoo;                 /* the plan's matrix optimizer is Shampoo */
     cz_shampoo_state **shampoo_state; /* indexed by param id, where I host (Shampoo plans) */
+    cz_soap_hparams soap;
+    bool use_soap;              /* the plan's matrix optimizer is SOAP */
+    cz_soap_state **soap_state; /* indexed by param id, where I host (SOAP plans) */
 
     /* Per-parameter binding: staging copies of the flat layout. */
     /* Staging (per-parameter binding or a dtype other than fp32): the step runs on fp32 flat

@@ -305,9 +305,13 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
             if (!hosts(ex, &rs->groups[g], t))
                 continue;
             int id = rs->groups[g].task_param[t];
-            if (ex->use_shampoo) {
-                int rc2 = cz_shampoo_state_create(&ex->compute, &ex->shampoo, &ex->plan->params[id],
-                                                  &ex->shampoo_state[id], &pp->sh_work_n, err);
+            if (ex->use_shampoo || ex->use_soap) {
+                const cz_plan_param *p = &ex->plan->params[id];
+                int rc2 = ex->use_shampoo
+                              ? cz_shampoo_state_create(&ex->compute, &ex->shampoo, p,
+                                                        &ex->shampoo_state[id], &pp->sh_work_n, err)
+                              : cz_soap_state_create(&ex->compute, &ex->soap, p,
+                                                     &ex->soap_state[id], &pp->sh_work_n, err);
                 if (rc2)
                     return rc2;
                 continue;
@@ -332,7 +336,7 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
         if (!pp->greq[k] || !pp->sreq[k] || !pp->gpacked[k] || !pp->spacked[k])
             return cz_error_set(err, CZ_ENOMEM, "out of memory for requests and events");
     }
-    if (ex->use_shampoo) {
+    if (ex->use_shampoo || ex->use_soap) {
         pp->sh_work = falloc(ex, pp->sh_work_n);
         pp->sh_stats = ex->compute.ops->alloc(&ex->compute, 2 * sizeof(double));
         if (!pp->sh_work || !pp->sh_stats)
@@ -443,9 +447,11 @@ static void progress_inflight(void *arg)
 /* Applies my shard updates of group g from u (scatter recv, or scatter send under sc). */
 static void apply_group(cz_executor *ex, const pgroup *pg, float *P, const float *u)
 {
+    /* SOAP's first step only initialises its preconditioner: no update, no weight decay. */
+    float wd = ex->use_soap && ex->steps == 0 ? 0.0f : ex->muon.weight_decay;
     for (int k = 0; k < pg->napply; k++)
         ex->compute.ops->apply_update(&ex->compute, P + pg->apply[k].p_off, u + pg->apply[k].u_off,
-                                      pg->apply[k].n, ex->muon.lr, ex->muon.weight_decay);
+                                      pg->apply[k].n, ex->muon.lr, wd);
 }
 
 /* Host side of group g: reassemble, Muon, and either post the scatter or (sc) apply. */
@@ -458,19 +464,24 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
     c->ops->copy_runs(c, pp->full_g, pp->grecv[gi % 2], pg->unpack_recv);
     c->ops->copy_runs(c, pp->full_g, G, pg->unpack_local);
     int rc = CZ_OK;
-    for (int k = 0; k < pg->nhosted && ex->use_shampoo && !rc; k++) {
-        rc = cz_shampoo_run(c, &ex->shampoo, ex->shampoo_state[pg->hosted[k]], pg->hin[k],
-                            pg->hout[k], ex->steps + 1, pp->sh_work, pp->sh_stats, err);
+    bool linalg = ex->use_shampoo || ex->use_soap;
+    for (int k = 0; k < pg->nhosted && linalg && !rc; k++) {
+        if (ex->use_shampoo)
+            rc = cz_shampoo_run(c, &ex->shampoo, ex->shampoo_state[pg->hosted[k]], pg->hin[k],
+                                pg->hout[k], ex->steps + 1, pp->sh_work, pp->sh_stats, err);
+        else
+            rc = cz_soap_run(c, &ex->soap, ex->soap_state[pg->hosted[k]], pg->hin[k], pg->hout[k],
+                             ex->steps + 1, pp->sh_work, err);
         progress_inflight(&pc);
     }
-    for (int k = 0; k < pg->nhosted && !ex->use_shampoo; k++) {
+    for (int k = 0; k < pg->nhosted && !linalg; k++) {
         /* The optimizer input overwrites the gradient in place. */
         float *fg = pp->full_g + pg->hosted_off[k];
         c->ops->momentum(c, fg, ex->momentum[pg->hosted[k]], fg, full_numel(pg->hp[k]),
                          ex->muon.momentum, ex->muon.nesterov);
         progress_inflight(&pc);
     }
-    if (!rc && !ex->use_shampoo)
+    if (!rc && !linalg)
         rc = cz_muon_run(c, &ex->muon, &pg->muon, pg->hin, pg->hout, pp->batch, pp->work,
                          progress_inflight, &pc, err);
     if (rc)

@@ -23,7 +23,7 @@ typedef struct bench_opts {
     int dtype; /* -1 = the executor's (the plan's) */
     cz_muon_scaling scaling;
     uint64_t seed;
-    cz_exec_config shampoo; /* only its shampoo_* fields: --shampoo-* options */
+    cz_exec_config shampoo; /* only its shampoo_* and soap_* fields: --shampoo-*, --soap-* */
     double tolerance, lr, adamw_lr, wd, adamw_wd, momentum, scale_coeff, beta1, beta2, adamw_eps,
         max_grad_norm, update_tolerance, ns_eps;
 } bench_opts;
@@ -88,6 +88,12 @@ static void usage(FILE *f)
            "  --shampoo-grafting M     none, adagrad (default), rmsprop or adam\n"
            "  --shampoo-graft-beta2 X  rmsprop/adam grafting (default 0.99 / 0.999)\n"
            "  --shampoo-graft-eps X    (default 1e-10)\n"
+           "SOAP (plans made with --optimizer soap; --lr default 3e-3, --weight-decay as above;\n"
+           "refresh interval and max_precond_dim are the plan's):\n"
+           "  --soap-beta1 X           Adam's first moment (default 0.95)\n"
+           "  --soap-beta2 X           Adam's second moment (default 0.95)\n"
+           "  --soap-shampoo-beta X    factor EMA (default: --soap-beta2)\n"
+           "  --soap-eps X             (default 1e-8)\n"
            "  --own-comms        split the DP and TP communicators here and hand them in, as a\n"
            "                     job with its own communicators would\n"
            "  --inject-nan NAME  (testing) put a NaN into NAME's gradient on rank 0\n"
@@ -144,6 +150,10 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
                                           {"shampoo-grafting", required_argument, 0, 1008},
                                           {"shampoo-graft-beta2", required_argument, 0, 1009},
                                           {"shampoo-graft-eps", required_argument, 0, 1010},
+                                          {"soap-beta1", required_argument, 0, 1011},
+                                          {"soap-beta2", required_argument, 0, 1012},
+                                          {"soap-shampoo-beta", required_argument, 0, 1013},
+                                          {"soap-eps", required_argument, 0, 1014},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
@@ -334,6 +344,18 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
             break;
         case 1010:
             o->shampoo.shampoo_graft_eps = strtof(optarg, &end);
+            break;
+        case 1011:
+            o->shampoo.soap_beta1 = strtof(optarg, &end);
+            break;
+        case 1012:
+            o->shampoo.soap_beta2 = strtof(optarg, &end);
+            break;
+        case 1013:
+            o->shampoo.soap_shampoo_beta = strtof(optarg, &end);
+            break;
+        case 1014:
+            o->shampoo.soap_eps = strtof(optarg, &end);
             break;
         case 'h':
             return 1;
@@ -916,6 +938,10 @@ int main(int argc, char **argv)
     cfg.shampoo_grafting = o.shampoo.shampoo_grafting;
     cfg.shampoo_graft_beta2 = o.shampoo.shampoo_graft_beta2;
     cfg.shampoo_graft_eps = o.shampoo.shampoo_graft_eps;
+    cfg.soap_beta1 = o.shampoo.soap_beta1;
+    cfg.soap_beta2 = o.shampoo.soap_beta2;
+    cfg.soap_shampoo_beta = o.shampoo.soap_shampoo_beta;
+    cfg.soap_eps = o.shampoo.soap_eps;
     if (o.own_comms || o.bad_dp_comm) {
         /* As a job would: the grid is read from the plan's topology, TP innermost. */
         cz_plan *tmp = NULL;
