@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-rank executor tests: plans test-small with `canzona plan` and runs canzona-bench on 4
 # MPI ranks. Usage: bench.sh verify CLUSTER DP TP [fp32|bf16] | mismatch | options | nan | dump |
-# owncomms | replicas | grads | knobs | shampoo CLUSTER TP MAX_DIM
+# owncomms | replicas | grads | knobs | shampoo CLUSTER TP MAX_DIM | soap CLUSTER TP
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -171,6 +171,27 @@ shampoo)
     --shampoo-max-dim "$4" --dump-dir "$tmp/d" | tee "$tmp/out"
   grep -q "executor allocations in steps 2..12 (most on one rank): 0$" "$tmp/out"
   "$CZ_SHAMPOO_REF" "$tmp/s.json" "$tmp/d" 12 3 1e-4 "$4"
+  ;;
+soap)
+  # SOAP (plan --optimizer soap, refresh every 5 updates: 12 calls = initialisation + 11
+  # updates, refreshes after updates 5 and 10) against soap_ref, a double-precision
+  # single-process SOAP written from the published algorithm. Full rank and well separated:
+  # with --max-precond-dim 100 the rotated side is extra.weight's 64-row side, whose Gram sums
+  # 256-column gradients: positive definite from the first gradient on, eigenvalues far enough
+  # apart that fp32 and double give the same eigenbasis (up to column signs, which SOAP's
+  # update does not see). Longer sides stay unrotated (their one-gradient Grams would be
+  # rank-deficient, their eigenbases not unique). With 200 the 128-row qkv blocks would be
+  # rotated too: their 128 x 128 Grams have close eigenvalue pairs that fp32 resolves only
+  # to ~1e-3, and Adam's first step in the eigenbasis is sign(G') elementwise, so one entry
+  # of G' near zero changing sign moves a whole row of the update (measured up to 1.2e-2):
+  # an fp32-vs-double property of SOAP, not of the executor.
+  : "${CZ_SOAP_REF:?}"
+  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$2.json" --dp alpha --tp "$3" \
+    --optimizer soap --precondition-frequency 5 --max-precond-dim 100 -o "$tmp/s.json"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/s.json" --model "$model" --steps 12 --warmup 0 --seed 3 \
+    --dump-dir "$tmp/d" | tee "$tmp/out"
+  grep -q "executor allocations in steps 2..12 (most on one rank): 0$" "$tmp/out"
+  "$CZ_SOAP_REF" "$tmp/s.json" "$tmp/d" 12 3 1e-4 1e-8
   ;;
 knobs)
   # Every optimizer option changes the run, and the distributed run still matches the
