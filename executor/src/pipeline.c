@@ -465,6 +465,10 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
     c->ops->copy_runs(c, pp->full_g, G, pg->unpack_local);
     int rc = CZ_OK;
     bool linalg = ex->use_shampoo || ex->use_soap;
+    /* SOAP folds its weight decay into the update with the current rates (set_lr and
+     * set_weight_decay change them between steps). */
+    ex->soap.lr = ex->muon.lr;
+    ex->soap.weight_decay = ex->muon.weight_decay;
     for (int k = 0; k < pg->nhosted && linalg && !rc; k++) {
         if (ex->use_shampoo)
             rc = cz_shampoo_run(c, &ex->shampoo, ex->shampoo_state[pg->hosted[k]], pg->hin[k],
