@@ -38,6 +38,16 @@ void cz_cpu_tile_copy(cz_compute *c, float *dst, int64_t ldd, const float *src, 
 }
 
 #ifdef CZ_HAVE_LAPACKE
+static void transpose_sq(float *a, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = i + 1; j < n; j++) {
+            float t = a[i * n + j];
+            a[i * n + j] = a[j * n + i];
+            a[j * n + i] = t;
+        }
+}
+
 int cz_cpu_syevd(cz_compute *c, float *a, float *w, int64_t n, float *work, cz_error *err)
 {
     (void)c;
@@ -55,12 +65,7 @@ int cz_cpu_syevd(cz_compute *c, float *a, float *w, int64_t n, float *work, cz_e
                             info > 0 ? "did not converge; the factor holds NaN/Inf or is badly "
                                        "scaled"
                                      : "bad argument");
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = i + 1; j < n; j++) {
-            float t = a[i * n + j];
-            a[i * n + j] = a[j * n + i];
-            a[j * n + i] = t;
-        }
+    transpose_sq(a, n);
     return CZ_OK;
 }
 #endif
@@ -119,16 +124,6 @@ int64_t cz_sort_work(int64_t n, int64_t vn)
 {
     /* est as doubles (2n floats), the permutation (n ints), a copy of the largest operand. */
     return 3 * n + (n * n > vn ? n * n : vn);
-}
-
-static void transpose_sq(float *a, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = i + 1; j < n; j++) {
-            float t = a[i * n + j];
-            a[i * n + j] = a[j * n + i];
-            a[j * n + i] = t;
-        }
 }
 
 #ifdef CZ_HAVE_LAPACKE

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-rank executor tests: plans test-small with `canzona plan` and runs canzona-bench on 4
 # MPI ranks. Usage: bench.sh verify CLUSTER DP TP [fp32|bf16] | mismatch | options | nan | dump |
-# owncomms | replicas | grads | knobs | shampoo CLUSTER TP MAX_DIM | soap CLUSTER TP
+# owncomms | replicas | grads | knobs | shampoo CLUSTER TP MAX_DIM | soap CLUSTER TP | nolapacke
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -192,6 +192,16 @@ soap)
     --dump-dir "$tmp/d" | tee "$tmp/out"
   grep -q "executor allocations in steps 2..12 (most on one rank): 0$" "$tmp/out"
   "$CZ_SOAP_REF" "$tmp/s.json" "$tmp/d" 12 3 1e-4 1e-8
+  ;;
+nolapacke)
+  # A build without LAPACKE refuses SOAP and Shampoo plans on every rank, naming the fix.
+  for opt in shampoo soap; do
+    "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/cpu-4-dp2-tp2.json" \
+      --optimizer "$opt" -o "$tmp/$opt.json"
+    mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/$opt.json" --model "$model" --steps 1
+    [ "$(grep -c "plan optimizer '$opt' needs .* has no 'syevd' (this build has no LAPACKE: install liblapacke-dev" "$tmp/out")" -eq 4 ] ||
+      { echo "expected the refusal on all 4 ranks"; exit 1; }
+  done
   ;;
 knobs)
   # Every optimizer option changes the run, and the distributed run still matches the
