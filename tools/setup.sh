@@ -2,7 +2,8 @@
 # Installs the Debian packages canzona needs to build and test. Safe to run repeatedly.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libjansson-dev libglpk-dev check libsubunit-dev
-      libopenmpi-dev openmpi-bin libopenblas-dev libxml2-utils python3 python3-numpy python3-mpi4py
+      libopenmpi-dev openmpi-bin libopenblas-dev liblapacke-dev libxml2-utils python3 python3-numpy
+      python3-mpi4py
       clang libclang-rt-dev)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -39,7 +39,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define CZ_EXEC_CONFIG_VERSION 2
+#define CZ_EXEC_CONFIG_VERSION 3
 
 /* How Muon scales the orthogonalized update of an m x n block (rows x cols as stored). */
 typedef enum cz_muon_scaling {
@@ -55,6 +55,15 @@ typedef enum cz_exec_memory {
     CZ_EXEC_MEMORY_HOST = 0,   /* host memory (the cpu backend) */
     CZ_EXEC_MEMORY_DEVICE = 1, /* the backend's device memory (GPU backends) */
 } cz_exec_memory;
+
+/* Shampoo's grafting: the diagonal method whose per-block step size Shampoo's direction takes
+ * (Distributed Shampoo's grafting_config). */
+typedef enum cz_shampoo_grafting {
+    CZ_GRAFT_NONE = 0,
+    CZ_GRAFT_ADAGRAD = 1, /* default */
+    CZ_GRAFT_RMSPROP = 2,
+    CZ_GRAFT_ADAM = 3,
+} cz_shampoo_grafting;
 
 /* Executor configuration. Initialize with cz_exec_config_init() and then change fields, so
  * that fields added in later versions keep their defaults. */
@@ -121,6 +130,31 @@ typedef struct cz_exec_config {
      * NULL (default) = the backend's own. The cpu backend's stream is the calling thread and
      * takes only NULL. */
     void *stream;
+
+    /* Added in version 3: Shampoo (plans made with --optimizer shampoo), Distributed Shampoo's
+     * semantics and defaults (docs/EXECUTOR.md, "Shampoo"). lr and weight_decay above are
+     * Shampoo's too (lr 0 = Shampoo's default 0.01; weight decay is decoupled); the
+     * refresh interval is the plan's precondition_frequency. */
+    float shampoo_beta1;                  /* filtered-gradient EMA, default 0.9 (0 = none) */
+    float shampoo_beta2;                  /* factor EMA, default 1.0 (a sum: AdaGrad-like) */
+    float shampoo_eps;                    /* added after the eigenvalue shift, default 1e-12 */
+    float shampoo_momentum;               /* default 0 */
+    int shampoo_nesterov;                 /* default 0 */
+    int shampoo_start_step;               /* first preconditioned step; -1 (default) = the plan's
+                                             precondition_frequency */
+    int shampoo_max_dim;                  /* blocks sides longer than this; 0 (default) = 1024 */
+    int shampoo_bias_correction;          /* of the filtered gradient and the factors, default 1 */
+    cz_shampoo_grafting shampoo_grafting; /* default CZ_GRAFT_ADAGRAD */
+    float shampoo_graft_beta2;            /* RMSprop/Adam grafting; -1 (default) = 0.99 / 0.999 */
+    float shampoo_graft_eps;              /* default 1e-10 */
+    /* Also version 3: SOAP (plans made with --optimizer soap), the reference's (Vyas et al.,
+     * nikhilvyas/SOAP) semantics and defaults. lr (0 = 3e-3) and weight_decay above are
+     * SOAP's; precondition_frequency and max_precond_dim are the plan's. */
+    float soap_beta1;         /* Adam's first moment, default 0.95 */
+    float soap_beta2;         /* Adam's second moment, default 0.95 */
+    float soap_shampoo_beta;  /* Gram factor EMA; -1 (default) = soap_beta2 */
+    float soap_eps;           /* default 1e-8 */
+    int soap_bias_correction; /* default 1 */
 } cz_exec_config;
 
 /* Fills *cfg with the defaults above. */

@@ -257,6 +257,24 @@ static void cpu_adamw(cz_compute *c, float *p, const float *g, float *m, float *
     adamw_loop(p, g, m, v, n, a);
 }
 
+/* compute_cpu_linalg.c */
+void cz_cpu_gemm(cz_compute *c, int transa, int transb, int64_t m, int64_t n, int64_t k,
+                 float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                 float *cm, int64_t ldc);
+void cz_cpu_tile_copy(cz_compute *c, float *dst, int64_t ldd, const float *src, int64_t lds,
+                      int64_t rows, int64_t cols);
+int cz_cpu_syevd(cz_compute *c, float *a, float *w, int64_t n, float *work, cz_error *err);
+void cz_cpu_eig_root_scale(cz_compute *c, float *dst, const float *q, const float *w, int64_t n,
+                           float root, float eps);
+void cz_cpu_axpby(cz_compute *c, float *y, const float *x, int64_t n, float a, float b);
+void cz_cpu_sq_accum(cz_compute *c, float *acc, const float *x, int64_t n, float a, float b);
+void cz_cpu_graft_div(cz_compute *c, float *dst, const float *x, const float *acc, int64_t n,
+                      float inv_bias, float eps);
+void cz_cpu_scale_ratio(cz_compute *c, float *x, int64_t n, const double *num, const double *den);
+int cz_cpu_qr(cz_compute *c, float *a, int64_t n, float *work, cz_error *err);
+void cz_cpu_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,
+                       int64_t cols, int side, float *work);
+
 static const cz_compute_ops cz_compute_cpu_ops = {
     .version = CZ_COMPUTE_OPS_VERSION,
     .kind = CZ_BACKEND_CPU,
@@ -281,7 +299,38 @@ static const cz_compute_ops cz_compute_cpu_ops = {
     .block_store = cpu_block_store,
     .apply_update = cpu_apply_update,
     .adamw = cpu_adamw,
+    .gemm = cz_cpu_gemm,
+    .tile_copy = cz_cpu_tile_copy,
+#ifdef CZ_HAVE_LAPACKE
+    .syevd = cz_cpu_syevd,
+    .qr = cz_cpu_qr,
+#endif
+    .basis_sort = cz_cpu_basis_sort,
+    .eig_root_scale = cz_cpu_eig_root_scale,
+    .axpby = cz_cpu_axpby,
+    .sq_accum = cz_cpu_sq_accum,
+    .graft_div = cz_cpu_graft_div,
+    .scale_ratio = cz_cpu_scale_ratio,
 };
+
+bool cz_compute_has_linalg(const cz_compute *c, const char **missing)
+{
+    const cz_compute_ops *o = c->ops;
+    const char *m = !o->gemm             ? "gemm"
+                    : !o->tile_copy      ? "tile_copy"
+                    : !o->syevd          ? "syevd"
+                    : !o->eig_root_scale ? "eig_root_scale"
+                    : !o->axpby          ? "axpby"
+                    : !o->sq_accum       ? "sq_accum"
+                    : !o->graft_div      ? "graft_div"
+                    : !o->scale_ratio    ? "scale_ratio"
+                    : !o->qr             ? "qr"
+                    : !o->basis_sort     ? "basis_sort"
+                                         : NULL;
+    if (missing)
+        *missing = m;
+    return m == NULL;
+}
 
 int cz_compute_open(cz_compute *c, const char *name, cz_error *err)
 {

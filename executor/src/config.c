@@ -31,6 +31,22 @@ void cz_exec_config_init(cz_exec_config *cfg)
     cfg->memory = CZ_EXEC_MEMORY_HOST;
     cfg->dtype = -1;
     cfg->stream = NULL;
+    cfg->shampoo_beta1 = 0.9f;
+    cfg->shampoo_beta2 = 1.0f;
+    cfg->shampoo_eps = 1e-12f;
+    cfg->shampoo_momentum = 0.0f;
+    cfg->shampoo_nesterov = 0;
+    cfg->shampoo_start_step = -1;
+    cfg->shampoo_max_dim = 0;
+    cfg->shampoo_bias_correction = 1;
+    cfg->shampoo_grafting = CZ_GRAFT_ADAGRAD;
+    cfg->shampoo_graft_beta2 = -1.0f;
+    cfg->shampoo_graft_eps = 1e-10f;
+    cfg->soap_beta1 = 0.95f;
+    cfg->soap_beta2 = 0.95f;
+    cfg->soap_shampoo_beta = -1.0f;
+    cfg->soap_eps = 1e-8f;
+    cfg->soap_bias_correction = 1;
 }
 
 double cz_exec_now(void)

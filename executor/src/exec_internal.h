@@ -47,7 +47,13 @@ uint64_t cz_exec_alloc_count(void);
  * data goes through it: step.c, pipeline.c, muon.c and adamw.c never touch data themselves.
  * All pointers below are backend memory (from alloc, or bound buffers the backend accepts),
  * except where a parameter says host. */
-#define CZ_COMPUTE_OPS_VERSION 1
+#define CZ_COMPUTE_OPS_VERSION 2
+/* Version 2 appended the linear-algebra operations of Shampoo (and later SOAP): gemm,
+ * tile_copy, syevd, eig_root_scale, axpby, sq_accum, graft_div, scale_ratio, and SOAP's
+ * qr and basis_sort. They are optional: a backend that leaves any of them NULL (the cpu
+ * backend built without LAPACKE; a GPU backend whose cuSOLVER part is not written yet) still
+ * runs Muon and AdamW plans, and the executor refuses a Shampoo or SOAP plan at create time naming
+ * the backend and what it lacks (cz_compute_has_linalg). */
 
 typedef enum cz_backend_kind {
     CZ_BACKEND_CPU = 1,  /* host memory, OpenBLAS */
@@ -135,7 +141,56 @@ typedef struct cz_compute_ops {
     /* One AdamW step over n elements. */
     void (*adamw)(cz_compute *c, float *p, const float *g, float *m, float *v, int64_t n,
                   const cz_adamw_args *a);
+
+    /* ---- version 2: linear algebra (optional, see above) ---- */
+    /* C = alpha * op(A) op(B) + beta * C, row-major, op(X) = X^T when transX; C is m x n,
+     * the inner dimension k; lda/ldb/ldc are row strides (cblas_sgemm's meaning). */
+    void (*gemm)(cz_compute *c, int transa, int transb, int64_t m, int64_t n, int64_t k,
+                 float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                 float *cm, int64_t ldc);
+    /* Copies the rows x cols block at src (row stride lds) into dst (row stride ldd). */
+    void (*tile_copy)(cz_compute *c, float *dst, int64_t ldd, const float *src, int64_t lds,
+                      int64_t rows, int64_t cols);
+    /* Symmetric eigendecomposition of the n x n matrix a (row-major; symmetric, so either
+     * triangle may be read) in place: on return a's columns are orthonormal eigenvectors and
+     * w (n) the eigenvalues in ascending order. work holds cz_syevd_work(n) floats. Fails
+     * (CZ_EINTERNAL, with the solver's code) when the solver does not converge. */
+    int (*syevd)(cz_compute *c, float *a, float *w, int64_t n, float *work, cz_error *err);
+    /* Inverse root from an eigendecomposition (Distributed Shampoo's): w is shifted so that
+     * its smallest value is >= 0 (w -= min(min(w), 0)), eps is added, and dst = q *
+     * diag(w^(-1/root)), i.e. column j of q scaled by w[j]^(-1/root); n x n, row-major. */
+    void (*eig_root_scale)(cz_compute *c, float *dst, const float *q, const float *w, int64_t n,
+                           float root, float eps);
+    /* y = a*y + b*x over n elements. */
+    void (*axpby)(cz_compute *c, float *y, const float *x, int64_t n, float a, float b);
+    /* acc = a*acc + b*x^2 over n elements. */
+    void (*sq_accum)(cz_compute *c, float *acc, const float *x, int64_t n, float a, float b);
+    /* dst = x / (sqrt(acc * inv_bias) + eps) over n elements (diagonal preconditioners). */
+    void (*graft_div)(cz_compute *c, float *dst, const float *x, const float *acc, int64_t n,
+                      float inv_bias, float eps);
+    /* x *= sqrt(*num / *den) over n elements, num and den backend doubles written by sumsq;
+     * x = 0 where *den == 0 (a zero direction stays zero). */
+    void (*scale_ratio)(cz_compute *c, float *x, int64_t n, const double *num, const double *den);
+    /* SOAP's: replaces the n x n matrix a (row-major) by the Q of its QR factorization
+     * (Householder, LAPACK's sign convention). work holds cz_qr_work(n) floats. */
+    int (*qr)(cz_compute *c, float *a, int64_t n, float *work, cz_error *err);
+    /* SOAP's refresh order: est[j] = column j of q . column j of mq (= diag(q^T M q) when
+     * mq = M q); q's and mq's columns are permuted into descending est (ties by index) and,
+     * when v is not NULL, the rows x cols matrix v along dimension side (0: rows, 1: columns)
+     * the same way. work holds cz_sort_work(n, rows*cols) floats. */
+    void (*basis_sort)(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,
+                       int64_t cols, int side, float *work);
 } cz_compute_ops;
+
+/* Floats of work qr and basis_sort need. */
+int64_t cz_qr_work(int64_t n);
+int64_t cz_sort_work(int64_t n, int64_t vn);
+
+/* Floats of work syevd needs for an n x n matrix. */
+int64_t cz_syevd_work(int64_t n);
+/* True when the backend has every linear-algebra operation of version 2; else false and
+ * *missing names the first absent one. */
+bool cz_compute_has_linalg(const cz_compute *c, const char **missing);
 
 struct cz_compute {
     const cz_compute_ops *ops;
@@ -350,6 +405,57 @@ int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
                           const cz_plan_param *const *params, const float *const *in,
                           float *const *out, int n, cz_error *err);
 
+/* ---- Shampoo (shampoo.c) ---- */
+typedef struct cz_shampoo_hparams {
+    float lr, weight_decay, beta1, beta2, eps, momentum, graft_beta2, graft_eps;
+    int nesterov, start_step, freq, max_dim, bias_correction;
+    cz_shampoo_grafting grafting;
+} cz_shampoo_hparams;
+/* Default Shampoo learning rate (Distributed Shampoo's). */
+#define CZ_SHAMPOO_LR 0.01f
+/* Reads and checks Shampoo's settings; freq is the plan's precondition_frequency. */
+int cz_shampoo_hparams_from_config(cz_shampoo_hparams *h, const cz_exec_config *cfg, int freq,
+                                   cz_error *err);
+/* The optimizer state of one whole matrix: its blocks (the plan's) cut into tiles whose sides
+ * are at most max_dim, each with its factors L, R, their inverse roots and the diagonal
+ * state. Backend memory, allocated at create time. */
+typedef struct cz_shampoo_state cz_shampoo_state;
+/* Allocates p's state; *work_n and *side_n grow to the work (floats) one cz_shampoo_run on
+ * it needs. */
+int cz_shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz_plan_param *p,
+                            cz_shampoo_state **out, int64_t *work_n, cz_error *err);
+void cz_shampoo_state_free(cz_compute *c, cz_shampoo_state *s);
+/* Bytes of backend memory the state holds (for the memory figures). */
+int64_t cz_shampoo_state_bytes(const cz_shampoo_state *s);
+/* Writes step t's (t >= 1) Shampoo direction of the whole gradient g into u (both full,
+ * row-major, backend memory): p then becomes p*(1 - lr*wd) - lr*u. work holds work_n floats,
+ * stats two backend doubles. */
+int cz_shampoo_run(cz_compute *c, const cz_shampoo_hparams *h, cz_shampoo_state *s, const float *g,
+                   float *u, int64_t t, float *work, double *stats, cz_error *err);
+
+/* ---- SOAP (soap.c) ---- */
+typedef struct cz_soap_hparams {
+    float lr, weight_decay, beta1, beta2, shampoo_beta, eps;
+    int freq, max_dim, bias_correction;
+} cz_soap_hparams;
+/* Default SOAP learning rate (the reference's). */
+#define CZ_SOAP_LR 3e-3f
+/* Reads and checks SOAP's settings; freq and max_dim are the plan's. */
+int cz_soap_hparams_from_config(cz_soap_hparams *h, const cz_exec_config *cfg, int freq,
+                                int max_dim, cz_error *err);
+/* One whole matrix's SOAP state (per plan block: Gram factors and eigenbases of the sides
+ * <= max_dim, Adam's moments in the eigenbasis). Backend memory, allocated at create time. */
+typedef struct cz_soap_state cz_soap_state;
+int cz_soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_param *p,
+                         cz_soap_state **out, int64_t *work_n, cz_error *err);
+void cz_soap_state_free(cz_compute *c, cz_soap_state *s);
+/* Call k (>= 1) of SOAP on the whole gradient g, writing u (full, backend memory) so that
+ * p*(1 - lr*wd) - lr*u is the reference's update followed by its weight decay. The first
+ * call only initialises the factors and eigenbases: u = 0, and the caller applies no weight
+ * decay that step. */
+int cz_soap_run(cz_compute *c, const cz_soap_hparams *h, cz_soap_state *s, const float *g, float *u,
+                int64_t k, float *work, cz_error *err);
+
 /* ---- the executor object ---- */
 struct cz_executor {
     const cz_plan *plan;
@@ -382,6 +488,12 @@ struct cz_executor {
     /* Optimizer state, backend memory allocated at create time. */
     float **adam_m, **adam_v; /* indexed by param id, NULL when not mine */
     float **momentum;         /* indexed by param id: full-size Muon momentum where I host */
+    cz_shampoo_hparams shampoo;
+    bool use_shampoo;                 /* the plan's matrix optimizer is Shampoo */
+    cz_shampoo_state **shampoo_state; /* indexed by param id, where I host (Shampoo plans) */
+    cz_soap_hparams soap;
+    bool use_soap;              /* the plan's matrix optimizer is SOAP */
+    cz_soap_state **soap_state; /* indexed by param id, where I host (SOAP plans) */
 
     /* Per-parameter binding: staging copies of the flat layout. */
     /* Staging (per-parameter binding or a dtype other than fp32): the step runs on fp32 flat

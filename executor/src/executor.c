@@ -92,6 +92,8 @@ static int alloc_state(cz_executor *ex, cz_error *err)
     ex->adam_m = cz_exec_calloc(n, sizeof *ex->adam_m);
     ex->adam_v = cz_exec_calloc(n, sizeof *ex->adam_v);
     ex->momentum = cz_exec_calloc(n, sizeof *ex->momentum);
+    ex->shampoo_state = cz_exec_calloc(n, sizeof *ex->shampoo_state);
+    ex->soap_state = cz_exec_calloc(n, sizeof *ex->soap_state);
     ex->owned = cz_exec_calloc(n, sizeof *ex->owned);
     ex->owned_elem = cz_exec_calloc(n, sizeof *ex->owned_elem);
     ex->stats = c->ops->alloc(c, n * sizeof *ex->stats);
@@ -101,7 +103,8 @@ static int alloc_state(cz_executor *ex, cz_error *err)
     if (!ex->ev_grads || !ex->ev_params)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for compute events");
     if (!ex->param_ptr || !ex->grad_ptr || !ex->bound || !ex->adam_m || !ex->adam_v ||
-        !ex->momentum || !ex->owned || !ex->owned_elem || !ex->stats || !ex->stats_host)
+        !ex->momentum || !ex->shampoo_state || !ex->soap_state || !ex->owned || !ex->owned_elem ||
+        !ex->stats || !ex->stats_host)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     int64_t maxrange = 1;
     for (size_t b = 0; b < plan->nbuckets; b++) {
@@ -260,6 +263,35 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
     if (!rc) {
         cz_adamw_hparams_from_config(&ex->adamw, cfg_in);
         rc = cz_exec_plan_check(plan, err);
+    }
+    if (!rc && (plan->settings.optimizer == CZ_OPTIM_SHAMPOO ||
+                plan->settings.optimizer == CZ_OPTIM_SOAP)) {
+        const char *missing = NULL;
+        ex->use_shampoo = plan->settings.optimizer == CZ_OPTIM_SHAMPOO;
+        ex->use_soap = !ex->use_shampoo;
+        if (!cz_compute_has_linalg(&ex->compute, &missing))
+            rc = cz_error_set(
+                err, CZ_EUNSUPPORTED,
+                "plan optimizer '%s' needs the compute backend's "
+                "linear-algebra operations, but backend '%s' has no '%s'%s",
+                cz_optimizer_name(plan->settings.optimizer), ex->compute.ops->name, missing,
+                strcmp(missing, "syevd") == 0 && ex->compute.ops->kind == CZ_BACKEND_CPU
+                    ? " (this build has no LAPACKE: install liblapacke-dev and "
+                      "rebuild)"
+                    : "");
+        if (!rc && ex->use_shampoo)
+            rc = cz_shampoo_hparams_from_config(&ex->shampoo, cfg_in,
+                                                plan->settings.precondition_frequency, err);
+        if (!rc && ex->use_soap)
+            rc = cz_soap_hparams_from_config(&ex->soap, cfg_in,
+                                             plan->settings.precondition_frequency,
+                                             plan->settings.max_precond_dim, err);
+        /* The step applies every matrix update with the matrix optimizer's rate and decay,
+         * which set_lr/set_weight_decay change: Shampoo's take Muon's place. */
+        if (!rc) {
+            ex->muon.lr = ex->use_soap ? ex->soap.lr : ex->shampoo.lr;
+            ex->muon.weight_decay = ex->use_soap ? ex->soap.weight_decay : ex->shampoo.weight_decay;
+        }
     }
     if (!rc) {
         ex->dp = plan->dp;
@@ -449,6 +481,10 @@ void cz_executor_free(cz_executor *ex)
                 brelease(ex, ex->adam_v[i]);
             if (ex->momentum)
                 brelease(ex, ex->momentum[i]);
+            if (ex->shampoo_state)
+                cz_shampoo_state_free(&ex->compute, ex->shampoo_state[i]);
+            if (ex->soap_state)
+                cz_soap_state_free(&ex->compute, ex->soap_state[i]);
         }
         brelease(ex, ex->scratch);
         brelease(ex, ex->stats);
@@ -462,6 +498,8 @@ void cz_executor_free(cz_executor *ex)
     cz_exec_free(ex->adam_m);
     cz_exec_free(ex->adam_v);
     cz_exec_free(ex->momentum);
+    cz_exec_free(ex->shampoo_state);
+    cz_exec_free(ex->soap_state);
     cz_exec_free(ex->owned);
     cz_exec_free(ex->owned_elem);
     cz_exec_free(ex->stats_host);

@@ -68,6 +68,9 @@ struct cz_pipeline {
     int64_t gsend_n, grecv_n, ssend_n, srecv_n, full_n, batch_n, work_n;
     float *gsend[2], *grecv[2], *ssend[2], *srecv[2];
     float *full_g, *full_u, *batch, *work;
+    int64_t sh_work_n; /* Shampoo: work of the largest tile; two doubles of norms */
+    float *sh_work;
+    double *sh_stats;
     cz_comm_req *greq[2], *sreq[2];
     /* Recorded after a gather (scatter) buffer is packed; its send waits for it. */
     cz_event *gpacked[2], *spacked[2];
@@ -302,6 +305,17 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
             if (!hosts(ex, &rs->groups[g], t))
                 continue;
             int id = rs->groups[g].task_param[t];
+            if (ex->use_shampoo || ex->use_soap) {
+                const cz_plan_param *p = &ex->plan->params[id];
+                int rc2 = ex->use_shampoo
+                              ? cz_shampoo_state_create(&ex->compute, &ex->shampoo, p,
+                                                        &ex->shampoo_state[id], &pp->sh_work_n, err)
+                              : cz_soap_state_create(&ex->compute, &ex->soap, p,
+                                                     &ex->soap_state[id], &pp->sh_work_n, err);
+                if (rc2)
+                    return rc2;
+                continue;
+            }
             ex->momentum[id] = falloc(ex, full_numel(&ex->plan->params[id]));
             if (!ex->momentum[id])
                 return cz_error_set(err, CZ_ENOMEM, "out of memory for the momentum of '%s'",
@@ -321,6 +335,16 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
         pp->spacked[k] = ex->compute.ops->event_create(&ex->compute);
         if (!pp->greq[k] || !pp->sreq[k] || !pp->gpacked[k] || !pp->spacked[k])
             return cz_error_set(err, CZ_ENOMEM, "out of memory for requests and events");
+    }
+    if (ex->use_shampoo || ex->use_soap) {
+        pp->sh_work = falloc(ex, pp->sh_work_n);
+        pp->sh_stats = ex->compute.ops->alloc(&ex->compute, 2 * sizeof(double));
+        if (!pp->sh_work || !pp->sh_stats)
+            return cz_error_set(err, CZ_ENOMEM,
+                                "out of memory for Shampoo's work buffer (%lld elements)",
+                                (long long)pp->sh_work_n);
+        /* Newton-Schulz buffers are Muon's only. */
+        pp->batch_n = pp->work_n = 0;
     }
     pp->batch = falloc(ex, pp->batch_n);
     pp->work = falloc(ex, pp->work_n);
@@ -351,12 +375,14 @@ void cz_exec_pipeline_free(cz_executor *ex)
         cz_muon_prep_free(&pg->muon);
     }
     cz_exec_free(pp->groups);
-    float *bufs[] = {pp->gsend[0], pp->gsend[1], pp->grecv[0], pp->grecv[1],
-                     pp->ssend[0], pp->ssend[1], pp->srecv[0], pp->srecv[1],
-                     pp->full_g,   pp->full_u,   pp->batch,    pp->work};
+    float *bufs[] = {pp->gsend[0], pp->gsend[1], pp->grecv[0], pp->grecv[1], pp->ssend[0],
+                     pp->ssend[1], pp->srecv[0], pp->srecv[1], pp->full_g,   pp->full_u,
+                     pp->batch,    pp->work,     pp->sh_work};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         if (bufs[k])
             c->ops->release(c, bufs[k]);
+    if (pp->sh_stats)
+        c->ops->release(c, pp->sh_stats);
     for (int k = 0; k < 2; k++) {
         if (pp->greq[k])
             ex->tp_comm.ops->req_free(&ex->tp_comm, pp->greq[k]);
@@ -421,9 +447,11 @@ static void progress_inflight(void *arg)
 /* Applies my shard updates of group g from u (scatter recv, or scatter send under sc). */
 static void apply_group(cz_executor *ex, const pgroup *pg, float *P, const float *u)
 {
+    /* SOAP's first step only initialises its preconditioner: no update, no weight decay. */
+    float wd = ex->use_soap && ex->steps == 0 ? 0.0f : ex->muon.weight_decay;
     for (int k = 0; k < pg->napply; k++)
         ex->compute.ops->apply_update(&ex->compute, P + pg->apply[k].p_off, u + pg->apply[k].u_off,
-                                      pg->apply[k].n, ex->muon.lr, ex->muon.weight_decay);
+                                      pg->apply[k].n, ex->muon.lr, wd);
 }
 
 /* Host side of group g: reassemble, Muon, and either post the scatter or (sc) apply. */
@@ -435,14 +463,30 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
     progress_ctx pc = {ex, gi};
     c->ops->copy_runs(c, pp->full_g, pp->grecv[gi % 2], pg->unpack_recv);
     c->ops->copy_runs(c, pp->full_g, G, pg->unpack_local);
-    for (int k = 0; k < pg->nhosted; k++) {
+    int rc = CZ_OK;
+    bool linalg = ex->use_shampoo || ex->use_soap;
+    /* SOAP folds its weight decay into the update with the current rates (set_lr and
+     * set_weight_decay change them between steps). */
+    ex->soap.lr = ex->muon.lr;
+    ex->soap.weight_decay = ex->muon.weight_decay;
+    for (int k = 0; k < pg->nhosted && linalg && !rc; k++) {
+        if (ex->use_shampoo)
+            rc = cz_shampoo_run(c, &ex->shampoo, ex->shampoo_state[pg->hosted[k]], pg->hin[k],
+                                pg->hout[k], ex->steps + 1, pp->sh_work, pp->sh_stats, err);
+        else
+            rc = cz_soap_run(c, &ex->soap, ex->soap_state[pg->hosted[k]], pg->hin[k], pg->hout[k],
+                             ex->steps + 1, pp->sh_work, err);
+        progress_inflight(&pc);
+    }
+    for (int k = 0; k < pg->nhosted && !linalg; k++) {
         /* The optimizer input overwrites the gradient in place. */
         float *fg = pp->full_g + pg->hosted_off[k];
         c->ops->momentum(c, fg, ex->momentum[pg->hosted[k]], fg, full_numel(pg->hp[k]),
                          ex->muon.momentum, ex->muon.nesterov);
         progress_inflight(&pc);
     }
-    int rc = cz_muon_run(c, &ex->muon, &pg->muon, pg->hin, pg->hout, pp->batch, pp->work,
+    if (!rc && !linalg)
+        rc = cz_muon_run(c, &ex->muon, &pg->muon, pg->hin, pg->hout, pp->batch, pp->work,
                          progress_inflight, &pc, err);
     if (rc)
         return rc;

@@ -108,11 +108,11 @@ int cz_exec_plan_check(const cz_plan *plan, cz_error *err)
                             "not run (it fragments parameters or breaks the bucket geometry); "
                             "plan with --dp alpha or --dp anchored",
                             cz_dp_strategy_name(plan->settings.dp));
-    if (plan->settings.optimizer != CZ_OPTIM_MUON)
+    if (plan->settings.optimizer == CZ_OPTIM_ADAMW)
         return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "plan optimizer '%s': this version executes Muon (matrix) + AdamW "
-                            "(elementwise) only",
-                            cz_optimizer_name(plan->settings.optimizer));
+                            "plan optimizer 'adamw': this version executes Muon, SOAP or Shampoo "
+                            "(matrix) + AdamW (elementwise) plans; plan with --optimizer muon, "
+                            "soap or shampoo");
     int rc = check_structure(plan, err);
     if (!rc)
         rc = check_mpi_limits(plan, err);

@@ -7,7 +7,7 @@ import os
 CZ_OK, CZ_EIO, CZ_EPARSE, CZ_EINVALID, CZ_ENOMEM = 0, -1, -2, -3, -4
 CZ_EMISMATCH, CZ_EUNSUPPORTED, CZ_EINTERNAL, CZ_ETIMEOUT = -5, -6, -7, -8
 DTYPE_BF16, DTYPE_FP16, DTYPE_FP32 = 0, 1, 2
-CZ_EXEC_CONFIG_VERSION = 2
+CZ_EXEC_CONFIG_VERSION = 3
 
 
 class Error(Exception):
@@ -53,6 +53,23 @@ class ExecConfig(ctypes.Structure):
         ("memory", ctypes.c_int),
         ("dtype", ctypes.c_int),
         ("stream", ctypes.c_void_p),
+        # version 3: Shampoo and SOAP
+        ("shampoo_beta1", ctypes.c_float),
+        ("shampoo_beta2", ctypes.c_float),
+        ("shampoo_eps", ctypes.c_float),
+        ("shampoo_momentum", ctypes.c_float),
+        ("shampoo_nesterov", ctypes.c_int),
+        ("shampoo_start_step", ctypes.c_int),
+        ("shampoo_max_dim", ctypes.c_int),
+        ("shampoo_bias_correction", ctypes.c_int),
+        ("shampoo_grafting", ctypes.c_int),
+        ("shampoo_graft_beta2", ctypes.c_float),
+        ("shampoo_graft_eps", ctypes.c_float),
+        ("soap_beta1", ctypes.c_float),
+        ("soap_beta2", ctypes.c_float),
+        ("soap_shampoo_beta", ctypes.c_float),
+        ("soap_eps", ctypes.c_float),
+        ("soap_bias_correction", ctypes.c_int),
     ]
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The step logic touches parameter, gradient and optimizer-state data only through the backend
-seam: step.c, pipeline.c, muon.c and adamw.c (executor/src) may pass data pointers around and
-offset them, but never read or write an element (no subscript or dereference of a float,
-double or bf16 data pointer), never copy data themselves (memcpy, memmove) and never call BLAS.
+seam: step.c, pipeline.c, muon.c, adamw.c, shampoo.c and soap.c (executor/src) may pass data
+pointers around and offset them, but never read or write an element (no subscript or dereference
+of a float, double or bf16 data pointer), never copy data themselves (memcpy, memmove) and never call BLAS.
 
 Data pointers are the variables, parameters and struct fields declared as a pointer to float,
 double or uint16_t (or an array of such pointers): the header's struct fields, and each file's
@@ -11,14 +11,14 @@ another type is not checked as a plain variable (only after -> or .); the output
 was checked and what was not. The one exception is stats_host: the host copy of the
 per-parameter sums of squares, read by step.c at the documented read-back point.
 
-Usage: seam_only.py SOURCE_DIR [FILE...]  (FILEs default to the four files; exit 1 listing
+Usage: seam_only.py SOURCE_DIR [FILE...]  (FILEs default to those files; exit 1 listing
 every violation)."""
 import os
 import re
 import sys
 
 ALLOWED = {"stats_host"}
-FILES = ("step.c", "pipeline.c", "muon.c", "adamw.c")
+FILES = ("step.c", "pipeline.c", "muon.c", "adamw.c", "shampoo.c", "soap.c")
 DATA_TYPES = r"(?:float|double|uint16_t)"
 
 

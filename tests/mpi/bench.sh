@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Multi-rank executor tests: plans test-small with `canzona plan` and runs canzona-bench on 4
 # MPI ranks. Usage: bench.sh verify CLUSTER DP TP [fp32|bf16] | mismatch | options | nan | dump |
-# owncomms | replicas | grads | knobs | average (exec_average.c, $CZ_AVERAGE, on 2 and 4 ranks)
+# owncomms | replicas | grads | knobs | shampoo CLUSTER TP MAX_DIM | soap CLUSTER TP | nolapacke
+# | average (exec_average.c, $CZ_AVERAGE, on 2 and 4 ranks)
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -161,6 +162,51 @@ grads)
   mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --warmup 1 \
     --grad-dir "$tmp/g"
   grep -q "step1/dp0/extra.weight.npy" "$tmp/out" || { echo "expected the missing file named"; exit 1; }
+  ;;
+shampoo)
+  # Shampoo (plan --optimizer shampoo, refresh every 5 steps: refreshes at steps 5 and 10 of
+  # 12) against shampoo_ref, a double-precision single-process Shampoo written from the
+  # published algorithm. Generated gradients are dense uniform noise: the factors are full
+  # rank at every refresh (5 steps x the short side >= the long side for every block and
+  # tile), so their eigenbases and inverse roots are unique.
+  : "${CZ_SHAMPOO_REF:?}"
+  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$2.json" --dp alpha --tp "$3" \
+    --optimizer shampoo --precondition-frequency 5 -o "$tmp/s.json"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/s.json" --model "$model" --steps 12 --warmup 0 --seed 3 \
+    --shampoo-max-dim "$4" --dump-dir "$tmp/d" | tee "$tmp/out"
+  grep -q "executor allocations in steps 2..12 (most on one rank): 0$" "$tmp/out"
+  "$CZ_SHAMPOO_REF" "$tmp/s.json" "$tmp/d" 12 3 1e-4 "$4"
+  ;;
+soap)
+  # SOAP (plan --optimizer soap, refresh every 5 updates: 12 calls = initialisation + 11
+  # updates, refreshes after updates 5 and 10) against soap_ref, a double-precision
+  # single-process SOAP written from the published algorithm. Full rank and well separated:
+  # with --max-precond-dim 100 the rotated side is extra.weight's 64-row side, whose Gram sums
+  # 256-column gradients: positive definite from the first gradient on, eigenvalues far enough
+  # apart that fp32 and double give the same eigenbasis (up to column signs, which SOAP's
+  # update does not see). Longer sides stay unrotated (their one-gradient Grams would be
+  # rank-deficient, their eigenbases not unique). With 200 the 128-row qkv blocks would be
+  # rotated too: their 128 x 128 Grams have close eigenvalue pairs that fp32 resolves only
+  # to ~1e-3, and Adam's first step in the eigenbasis is sign(G') elementwise, so one entry
+  # of G' near zero changing sign moves a whole row of the update (measured up to 1.2e-2):
+  # an fp32-vs-double property of SOAP, not of the executor.
+  : "${CZ_SOAP_REF:?}"
+  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$2.json" --dp alpha --tp "$3" \
+    --optimizer soap --precondition-frequency 5 --max-precond-dim 100 -o "$tmp/s.json"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/s.json" --model "$model" --steps 12 --warmup 0 --seed 3 \
+    --dump-dir "$tmp/d" | tee "$tmp/out"
+  grep -q "executor allocations in steps 2..12 (most on one rank): 0$" "$tmp/out"
+  "$CZ_SOAP_REF" "$tmp/s.json" "$tmp/d" 12 3 1e-4 1e-8
+  ;;
+nolapacke)
+  # A build without LAPACKE refuses SOAP and Shampoo plans on every rank, naming the fix.
+  for opt in shampoo soap; do
+    "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/cpu-4-dp2-tp2.json" \
+      --optimizer "$opt" -o "$tmp/$opt.json"
+    mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/$opt.json" --model "$model" --steps 1
+    [ "$(grep -c "plan optimizer '$opt' needs .* has no 'syevd' (this build has no LAPACKE: install liblapacke-dev" "$tmp/out")" -eq 4 ] ||
+      { echo "expected the refusal on all 4 ranks"; exit 1; }
+  done
   ;;
 knobs)
   # Every optimizer option changes the run, and the distributed run still matches the

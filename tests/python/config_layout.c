@@ -37,5 +37,21 @@ int main(void)
     FIELD(memory);
     FIELD(dtype);
     FIELD(stream);
+    FIELD(shampoo_beta1);
+    FIELD(shampoo_beta2);
+    FIELD(shampoo_eps);
+    FIELD(shampoo_momentum);
+    FIELD(shampoo_nesterov);
+    FIELD(shampoo_start_step);
+    FIELD(shampoo_max_dim);
+    FIELD(shampoo_bias_correction);
+    FIELD(shampoo_grafting);
+    FIELD(shampoo_graft_beta2);
+    FIELD(shampoo_graft_eps);
+    FIELD(soap_beta1);
+    FIELD(soap_beta2);
+    FIELD(soap_shampoo_beta);
+    FIELD(soap_eps);
+    FIELD(soap_bias_correction);
     return 0;
 }

@@ -26,6 +26,7 @@ typedef struct bench_opts {
     int dtype; /* -1 = the executor's (the plan's) */
     cz_muon_scaling scaling;
     uint64_t seed;
+    cz_exec_config shampoo; /* only its shampoo_* and soap_* fields: --shampoo-*, --soap-* */
     double tolerance, lr, adamw_lr, wd, adamw_wd, momentum, scale_coeff, beta1, beta2, adamw_eps,
         max_grad_norm, update_tolerance, ns_eps;
 } bench_opts;
@@ -83,6 +84,25 @@ static void usage(FILE *f)
            "  --backend B        compute backend: cpu (default) or cuda (device buffers; one GPU\n"
            "                     per node-local rank, modulo the GPUs present)\n"
            "  --comm C           data plane: mpi (default; with cuda, host-staged) or nccl\n"
+           "Shampoo (plans made with --optimizer shampoo; --lr default 0.01, --weight-decay as\n"
+           "above; refresh interval = the plan's precondition_frequency):\n"
+           "  --shampoo-beta1 X        filtered-gradient EMA (default 0.9; 0 = none)\n"
+           "  --shampoo-beta2 X        factor EMA (default 1.0: a running sum)\n"
+           "  --shampoo-eps X          added after the eigenvalue shift (default 1e-12)\n"
+           "  --shampoo-momentum X     (default 0)\n"
+           "  --shampoo-nesterov N     1 = Nesterov momentum (default 0)\n"
+           "  --shampoo-start-step N   first preconditioned step (default: the plan's\n"
+           "                           precondition_frequency)\n"
+           "  --shampoo-max-dim N      block sides longer than N (default 1024)\n"
+           "  --shampoo-grafting M     none, adagrad (default), rmsprop or adam\n"
+           "  --shampoo-graft-beta2 X  rmsprop/adam grafting (default 0.99 / 0.999)\n"
+           "  --shampoo-graft-eps X    (default 1e-10)\n"
+           "SOAP (plans made with --optimizer soap; --lr default 3e-3, --weight-decay as above;\n"
+           "refresh interval and max_precond_dim are the plan's):\n"
+           "  --soap-beta1 X           Adam's first moment (default 0.95)\n"
+           "  --soap-beta2 X           Adam's second moment (default 0.95)\n"
+           "  --soap-shampoo-beta X    factor EMA (default: --soap-beta2)\n"
+           "  --soap-eps X             (default 1e-8)\n"
            "  --own-comms        split the DP and TP communicators here and hand them in, as a\n"
            "                     job with its own communicators would\n"
            "  --inject-nan NAME  (testing) put a NaN into NAME's gradient on rank 0\n"
@@ -133,6 +153,20 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
                                           {"corrupt-replica", no_argument, 0, 'R'},
                                           {"load-state", required_argument, 0, 'y'},
                                           {"save-state", required_argument, 0, 'z'},
+                                          {"shampoo-beta1", required_argument, 0, 1001},
+                                          {"shampoo-beta2", required_argument, 0, 1002},
+                                          {"shampoo-eps", required_argument, 0, 1003},
+                                          {"shampoo-momentum", required_argument, 0, 1004},
+                                          {"shampoo-nesterov", required_argument, 0, 1005},
+                                          {"shampoo-start-step", required_argument, 0, 1006},
+                                          {"shampoo-max-dim", required_argument, 0, 1007},
+                                          {"shampoo-grafting", required_argument, 0, 1008},
+                                          {"shampoo-graft-beta2", required_argument, 0, 1009},
+                                          {"shampoo-graft-eps", required_argument, 0, 1010},
+                                          {"soap-beta1", required_argument, 0, 1011},
+                                          {"soap-beta2", required_argument, 0, 1012},
+                                          {"soap-shampoo-beta", required_argument, 0, 1013},
+                                          {"soap-eps", required_argument, 0, 1014},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
@@ -146,6 +180,7 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
      * that changes nothing runs. */
     cz_exec_config d;
     cz_exec_config_init(&d);
+    cz_exec_config_init(&o->shampoo);
     o->lr = d.lr;
     o->adamw_lr = d.adamw_lr;
     o->wd = d.weight_decay;
@@ -297,6 +332,58 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
         case 'N':
             o->inject_nan = optarg;
             break;
+        case 1001:
+            o->shampoo.shampoo_beta1 = strtof(optarg, &end);
+            break;
+        case 1002:
+            o->shampoo.shampoo_beta2 = strtof(optarg, &end);
+            break;
+        case 1003:
+            o->shampoo.shampoo_eps = strtof(optarg, &end);
+            break;
+        case 1004:
+            o->shampoo.shampoo_momentum = strtof(optarg, &end);
+            break;
+        case 1005:
+            o->shampoo.shampoo_nesterov = (int)strtol(optarg, &end, 10);
+            break;
+        case 1006:
+            o->shampoo.shampoo_start_step = (int)strtol(optarg, &end, 10);
+            break;
+        case 1007:
+            o->shampoo.shampoo_max_dim = (int)strtol(optarg, &end, 10);
+            break;
+        case 1008: {
+            static const char *const names[] = {"none", "adagrad", "rmsprop", "adam"};
+            int k = 0;
+            while (k < 4 && strcmp(optarg, names[k]) != 0)
+                k++;
+            if (k == 4) {
+                snprintf(msg, cap, "--shampoo-grafting %s: expected none, adagrad, rmsprop or adam",
+                         optarg);
+                return 2;
+            }
+            o->shampoo.shampoo_grafting = (cz_shampoo_grafting)k;
+            break;
+        }
+        case 1009:
+            o->shampoo.shampoo_graft_beta2 = strtof(optarg, &end);
+            break;
+        case 1010:
+            o->shampoo.shampoo_graft_eps = strtof(optarg, &end);
+            break;
+        case 1011:
+            o->shampoo.soap_beta1 = strtof(optarg, &end);
+            break;
+        case 1012:
+            o->shampoo.soap_beta2 = strtof(optarg, &end);
+            break;
+        case 1013:
+            o->shampoo.soap_shampoo_beta = strtof(optarg, &end);
+            break;
+        case 1014:
+            o->shampoo.soap_eps = strtof(optarg, &end);
+            break;
         case 'h':
             return 1;
         default:
@@ -337,20 +424,29 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
  * --tolerance concern rank 0. */
 static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
 {
-    snprintf(buf, cap,
-             "help=%d steps=%d warmup=%d seed=%llu verify=%d dump-dir=%d init-dir=%d grad-dir=%d "
-             "dtype=%d lr=%.17g scaling=%d scale-coeff=%.17g momentum=%.17g "
-             "nesterov=%d ns-steps=%d ns-coeffs=%s ns-eps=%.17g weight-decay=%.17g adamw-lr=%.17g "
-             "adamw-beta1=%.17g adamw-beta2=%.17g adamw-eps=%.17g adamw-weight-decay=%.17g "
-             "max-grad-norm=%.17g own-comms=%d bad-dp-comm=%d corrupt-replica=%d inject-nan=%s "
-             "backend=%s comm=%s load-state=%d save-state=%d",
-             prc == 1, o->steps, o->warmup, (unsigned long long)o->seed, o->verify,
-             o->dump_dir != NULL, o->init_dir != NULL, o->grad_dir != NULL, o->dtype, o->lr,
-             (int)o->scaling, o->scale_coeff, o->momentum, o->nesterov, o->ns_steps,
-             o->ns_coeffs ? o->ns_coeffs : "", o->ns_eps, o->wd, o->adamw_lr, o->beta1, o->beta2,
-             o->adamw_eps, o->adamw_wd, o->max_grad_norm, o->own_comms, o->bad_dp_comm,
-             o->corrupt_replica, o->inject_nan ? o->inject_nan : "", o->backend, o->comm,
-             o->load_state != NULL, o->save_state != NULL);
+    const cz_exec_config *h = &o->shampoo;
+    int n = snprintf(
+        buf, cap,
+        "help=%d steps=%d warmup=%d seed=%llu verify=%d dump-dir=%d init-dir=%d grad-dir=%d "
+        "dtype=%d lr=%.17g scaling=%d scale-coeff=%.17g momentum=%.17g "
+        "nesterov=%d ns-steps=%d ns-coeffs=%s ns-eps=%.17g weight-decay=%.17g adamw-lr=%.17g "
+        "adamw-beta1=%.17g adamw-beta2=%.17g adamw-eps=%.17g adamw-weight-decay=%.17g "
+        "max-grad-norm=%.17g own-comms=%d bad-dp-comm=%d corrupt-replica=%d inject-nan=%s "
+        "backend=%s comm=%s load-state=%d save-state=%d",
+        prc == 1, o->steps, o->warmup, (unsigned long long)o->seed, o->verify, o->dump_dir != NULL,
+        o->init_dir != NULL, o->grad_dir != NULL, o->dtype, o->lr, (int)o->scaling, o->scale_coeff,
+        o->momentum, o->nesterov, o->ns_steps, o->ns_coeffs ? o->ns_coeffs : "", o->ns_eps, o->wd,
+        o->adamw_lr, o->beta1, o->beta2, o->adamw_eps, o->adamw_wd, o->max_grad_norm, o->own_comms,
+        o->bad_dp_comm, o->corrupt_replica, o->inject_nan ? o->inject_nan : "", o->backend, o->comm,
+        o->load_state != NULL, o->save_state != NULL);
+    if (n < 0 || (size_t)n >= cap)
+        return;
+    snprintf(buf + n, cap - (size_t)n,
+             " shampoo=%.9g,%.9g,%.9g,%.9g,%d,%d,%d,%d,%.9g,%.9g soap=%.9g,%.9g,%.9g,%.9g",
+             h->shampoo_beta1, h->shampoo_beta2, h->shampoo_eps, h->shampoo_momentum,
+             h->shampoo_nesterov, h->shampoo_start_step, h->shampoo_max_dim,
+             (int)h->shampoo_grafting, h->shampoo_graft_beta2, h->shampoo_graft_eps, h->soap_beta1,
+             h->soap_beta2, h->soap_shampoo_beta, h->soap_eps);
 }
 
 /* Option errors are agreed across ranks like every later failure, before any other
@@ -358,7 +454,7 @@ static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
  * prints its own reason. Returns 1 when every rank parsed the same valid options. */
 static int agree_options(const bench_opts *o, int prc, const char *msg)
 {
-    char text[1024] = "";
+    char text[2048] = "";
     uint64_t fp = 0;
     if (prc != 2) {
         options_text(o, prc, text, sizeof text);
@@ -652,6 +748,13 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
             maxn = full_numel(&plan->params[i]);
     float *g = malloc((size_t)maxn * sizeof(float)), *tmp = malloc((size_t)maxn * sizeof(float));
     rc = cz_compute_open(&cpu, "cpu", err);
+    /* The reference here is Muon's; a Shampoo run is checked against the independent
+     * reference of tests/mpi (shampoo_ref) on its --dump-dir output. */
+    if (!rc && plan->settings.optimizer != CZ_OPTIM_MUON)
+        rc = cz_error_set(err, CZ_EUNSUPPORTED,
+                          "--verify recomputes Muon plans only; this plan's optimizer is '%s' "
+                          "(compare --dump-dir output with an independent reference instead)",
+                          cz_optimizer_name(plan->settings.optimizer));
     if (!rc)
         rc = cz_muon_hparams_from_config(&mh, cfg, err);
     if (!rc && (!norms || !g || !tmp))
@@ -886,6 +989,20 @@ int main(int argc, char **argv)
     cfg.max_grad_norm = (float)o.max_grad_norm;
     cfg.dtype = o.dtype;
     cfg.ns_eps = (float)o.ns_eps;
+    cfg.shampoo_beta1 = o.shampoo.shampoo_beta1;
+    cfg.shampoo_beta2 = o.shampoo.shampoo_beta2;
+    cfg.shampoo_eps = o.shampoo.shampoo_eps;
+    cfg.shampoo_momentum = o.shampoo.shampoo_momentum;
+    cfg.shampoo_nesterov = o.shampoo.shampoo_nesterov;
+    cfg.shampoo_start_step = o.shampoo.shampoo_start_step;
+    cfg.shampoo_max_dim = o.shampoo.shampoo_max_dim;
+    cfg.shampoo_grafting = o.shampoo.shampoo_grafting;
+    cfg.shampoo_graft_beta2 = o.shampoo.shampoo_graft_beta2;
+    cfg.shampoo_graft_eps = o.shampoo.shampoo_graft_eps;
+    cfg.soap_beta1 = o.shampoo.soap_beta1;
+    cfg.soap_beta2 = o.shampoo.soap_beta2;
+    cfg.soap_shampoo_beta = o.shampoo.soap_shampoo_beta;
+    cfg.soap_eps = o.shampoo.soap_eps;
     if (o.own_comms || o.bad_dp_comm) {
         /* As a job would: the grid is read from the plan's topology, TP innermost. */
         cz_plan *tmp = NULL;

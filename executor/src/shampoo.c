@@ -1,0 +1,251 @@
+/* Shampoo on whole matrices, as Meta's Distributed Shampoo does it for a 2-D block: factor
+ * EMAs L = b2 L + w G G^T and R = b2 R + w G^T G (w = 1 when b2 = 1, else 1 - b2); every
+ * `freq` steps their inverse 4th roots by symmetric eigendecomposition (eigenvalues shifted
+ * so the smallest is >= 0, then eps added); the direction X_L Ghat X_R of the filtered,
+ * bias-corrected gradient Ghat from start_step on; its per-block Frobenius norm grafted from
+ * a diagonal method (AdaGrad by default); momentum or Nesterov on the direction; the update
+ * is applied with decoupled weight decay by the caller. Sides longer than max_dim are cut
+ * into tiles, each an independent Shampoo block (Distributed Shampoo's blocking). Data is
+ * touched only through the compute ops. */
+#include "exec_internal.h"
+
+#include <math.h>
+
+typedef struct sh_tile {
+    int64_t r0, c0, rows, cols;
+    float *L, *R, *XL, *XR, *acc, *filt, *mom;
+} sh_tile;
+
+struct cz_shampoo_state {
+    int ntiles;
+    int64_t ld, bytes;
+    sh_tile *tiles;
+};
+
+int cz_shampoo_hparams_from_config(cz_shampoo_hparams *h, const cz_exec_config *cfg, int freq,
+                                   cz_error *err)
+{
+    *h = (cz_shampoo_hparams){
+        .lr = cfg->lr == 0.0f ? CZ_SHAMPOO_LR : cfg->lr,
+        .weight_decay = cfg->weight_decay,
+        .beta1 = cfg->shampoo_beta1,
+        .beta2 = cfg->shampoo_beta2,
+        .eps = cfg->shampoo_eps,
+        .momentum = cfg->shampoo_momentum,
+        .graft_eps = cfg->shampoo_graft_eps,
+        .nesterov = cfg->shampoo_nesterov,
+        .freq = freq,
+        .start_step = cfg->shampoo_start_step < 0 ? freq : cfg->shampoo_start_step,
+        .max_dim = cfg->shampoo_max_dim > 0 ? cfg->shampoo_max_dim : 1024,
+        .bias_correction = cfg->shampoo_bias_correction,
+        .grafting = cfg->shampoo_grafting,
+    };
+    h->graft_beta2 = cfg->shampoo_graft_beta2 >= 0.0f ? cfg->shampoo_graft_beta2
+                     : h->grafting == CZ_GRAFT_ADAM   ? 0.999f
+                                                      : 0.99f;
+    if (freq < 1)
+        return cz_error_set(err, CZ_EINVALID,
+                            "plan precondition_frequency = %d; Shampoo needs >= 1", freq);
+    if (!(h->lr >= 0.0f) || !isfinite(h->lr))
+        return cz_error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
+                            (double)h->lr);
+    if (!(h->beta1 >= 0.0f && h->beta1 < 1.0f))
+        return cz_error_set(err, CZ_EINVALID, "shampoo_beta1 = %g; expected 0 <= beta1 < 1",
+                            (double)h->beta1);
+    if (!(h->beta2 > 0.0f && h->beta2 <= 1.0f))
+        return cz_error_set(err, CZ_EINVALID, "shampoo_beta2 = %g; expected 0 < beta2 <= 1",
+                            (double)h->beta2);
+    if (!(h->eps >= 0.0f) || !isfinite(h->eps))
+        return cz_error_set(err, CZ_EINVALID, "shampoo_eps = %g; expected a finite value >= 0",
+                            (double)h->eps);
+    if (!(h->momentum >= 0.0f && h->momentum < 1.0f))
+        return cz_error_set(err, CZ_EINVALID, "shampoo_momentum = %g; expected 0 <= momentum < 1",
+                            (double)h->momentum);
+    if ((int)h->grafting < CZ_GRAFT_NONE || (int)h->grafting > CZ_GRAFT_ADAM)
+        return cz_error_set(err, CZ_EINVALID,
+                            "shampoo_grafting = %d; expected CZ_GRAFT_NONE (0), ADAGRAD (1), "
+                            "RMSPROP (2) or ADAM (3)",
+                            (int)h->grafting);
+    if (!(h->graft_beta2 > 0.0f && h->graft_beta2 <= 1.0f) || !(h->graft_eps > 0.0f))
+        return cz_error_set(err, CZ_EINVALID,
+                            "shampoo_graft_beta2 = %g, shampoo_graft_eps = %g; expected 0 < "
+                            "beta2 <= 1 and eps > 0",
+                            (double)h->graft_beta2, (double)h->graft_eps);
+    /* As Distributed Shampoo: preconditioning must not start before the first inverse roots
+     * exist (they are computed at the multiples of freq). */
+    if (h->start_step < freq)
+        return cz_error_set(err, CZ_EINVALID,
+                            "shampoo_start_step = %d is before the first preconditioner refresh "
+                            "(step %d = the plan's precondition_frequency); expected >= %d or -1",
+                            h->start_step, freq, freq);
+    return CZ_OK;
+}
+
+static float *tile_alloc(cz_compute *c, cz_shampoo_state *s, int64_t n)
+{
+    s->bytes += n * (int64_t)sizeof(float);
+    return c->ops->alloc(c, (size_t)n * sizeof(float));
+}
+
+int cz_shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz_plan_param *p,
+                            cz_shampoo_state **out, int64_t *work_n, cz_error *err)
+{
+    cz_block blocks[CZ_MAX_BLOCKS];
+    int nb = cz_param_blocks(p, blocks, CZ_MAX_BLOCKS), n = 0;
+    int64_t d = h->max_dim;
+    cz_shampoo_state *s = cz_exec_calloc(1, sizeof *s);
+    if (!s)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'", p->name);
+    *out = s;
+    s->ld = p->ndim == 1 ? 1 : p->shape[1];
+    for (int b = 0; b < nb; b++)
+        s->ntiles += (int)(((blocks[b].rows + d - 1) / d) * ((blocks[b].cols + d - 1) / d));
+    s->tiles = cz_exec_calloc((size_t)s->ntiles, sizeof *s->tiles);
+    if (!s->tiles)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'", p->name);
+    for (int b = 0; b < nb; b++)
+        for (int64_t i = 0; i < blocks[b].rows; i += d)
+            for (int64_t j = 0; j < blocks[b].cols; j += d) {
+                sh_tile *t = &s->tiles[n++];
+                int64_t r = blocks[b].rows - i < d ? blocks[b].rows - i : d;
+                int64_t cl = blocks[b].cols - j < d ? blocks[b].cols - j : d;
+                int64_t side = r > cl ? r : cl;
+                *t = (sh_tile){
+                    .r0 = blocks[b].r0 + i, .c0 = blocks[b].c0 + j, .rows = r, .cols = cl};
+                t->L = tile_alloc(c, s, r * r);
+                t->R = tile_alloc(c, s, cl * cl);
+                t->XL = tile_alloc(c, s, r * r);
+                t->XR = tile_alloc(c, s, cl * cl);
+                bool ok = t->L && t->R && t->XL && t->XR;
+                if (ok && h->grafting != CZ_GRAFT_NONE)
+                    ok = (t->acc = tile_alloc(c, s, r * cl)) != NULL;
+                if (ok && h->beta1 > 0.0f)
+                    ok = (t->filt = tile_alloc(c, s, r * cl)) != NULL;
+                if (ok && h->momentum > 0.0f)
+                    ok = (t->mom = tile_alloc(c, s, r * cl)) != NULL;
+                if (!ok)
+                    return cz_error_set(err, CZ_ENOMEM,
+                                        "out of memory for the Shampoo state of '%s'", p->name);
+                /* Five tile-sized buffers, an eigenbasis, its scaled copy and the solver's
+                 * work; a side's eigenvalues. */
+                int64_t w = 5 * r * cl + 2 * side * side + side + cz_syevd_work(side);
+                if (w > *work_n)
+                    *work_n = w;
+            }
+    return CZ_OK;
+}
+
+void cz_shampoo_state_free(cz_compute *c, cz_shampoo_state *s)
+{
+    if (!s)
+        return;
+    for (int k = 0; s->tiles && k < s->ntiles; k++) {
+        float *v[] = {s->tiles[k].L,   s->tiles[k].R,    s->tiles[k].XL, s->tiles[k].XR,
+                      s->tiles[k].acc, s->tiles[k].filt, s->tiles[k].mom};
+        for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+            if (v[i])
+                c->ops->release(c, v[i]);
+    }
+    cz_exec_free(s->tiles);
+    cz_exec_free(s);
+}
+
+int64_t cz_shampoo_state_bytes(const cz_shampoo_state *s)
+{
+    return s ? s->bytes : 0;
+}
+
+/* X = (F / bias)^(-1/4) by eigendecomposition, through q (n x n), sq (n x n), w (n). */
+static int inverse_root(cz_compute *c, const cz_shampoo_hparams *h, const float *f, float *x,
+                        int64_t n, float bias, float *q, float *sq, float *w, float *work,
+                        cz_error *err)
+{
+    const cz_compute_ops *o = c->ops;
+    o->scale(c, q, f, n * n, 1.0f / bias);
+    int rc = o->syevd(c, q, w, n, work, err);
+    if (rc)
+        return rc;
+    /* A 2-D block's factors each take the 2*order = 4th root (Distributed Shampoo's default
+     * exponent), so X_L G X_R approximates (L kron R)^(-1/4) vec(G). */
+    o->eig_root_scale(c, sq, q, w, n, 4.0f, h->eps);
+    o->gemm(c, 0, 1, n, n, n, 1.0f, sq, n, q, n, 0.0f, x, n);
+    return CZ_OK;
+}
+
+static int tile_step(cz_compute *c, const cz_shampoo_hparams *h, sh_tile *tl, int64_t ld,
+                     const float *g, float *u, int64_t t, float *work, double *stats, cz_error *err)
+{
+    const cz_compute_ops *o = c->ops;
+    int64_t r = tl->rows, cl = tl->cols, n = r * cl, side = r > cl ? r : cl;
+    float *gt = work, *gh = gt + n, *tmp = gh + n, *sd = tmp + n, *gd = sd + n;
+    float *q = gd + n, *sq = q + side * side, *w = sq + side * side, *sw = w + side;
+    const float *gsrc = g + tl->r0 * ld + tl->c0;
+
+    o->tile_copy(c, gt, cl, gsrc, ld, r, cl);
+    /* Factors: w = 1 when beta2 = 1 (a running sum, AdaGrad-like), else 1 - beta2. */
+    float wgt = h->beta2 == 1.0f ? 1.0f : 1.0f - h->beta2;
+    o->gemm(c, 0, 1, r, r, cl, wgt, gt, cl, gt, cl, h->beta2, tl->L, r);
+    o->gemm(c, 1, 0, cl, cl, r, wgt, gt, cl, gt, cl, h->beta2, tl->R, cl);
+    if (h->grafting == CZ_GRAFT_ADAGRAD)
+        o->sq_accum(c, tl->acc, gt, n, 1.0f, 1.0f);
+    else if (h->grafting != CZ_GRAFT_NONE)
+        o->sq_accum(c, tl->acc, gt, n, h->graft_beta2, 1.0f - h->graft_beta2);
+    if (t % h->freq == 0) {
+        float bias = h->beta2 < 1.0f && h->bias_correction
+                         ? (float)(1.0 - pow((double)h->beta2, (double)t))
+                         : 1.0f;
+        int rc = inverse_root(c, h, tl->L, tl->XL, r, bias, q, sq, w, sw, err);
+        if (!rc)
+            rc = inverse_root(c, h, tl->R, tl->XR, cl, bias, q, sq, w, sw, err);
+        if (rc)
+            return rc;
+    }
+    /* The filtered gradient: an EMA with dampening, bias-corrected. */
+    float *in = gt;
+    if (h->beta1 > 0.0f) {
+        o->axpby(c, tl->filt, gt, n, h->beta1, 1.0f - h->beta1);
+        float bc1 = h->bias_correction ? (float)(1.0 - pow((double)h->beta1, (double)t)) : 1.0f;
+        o->scale(c, gh, tl->filt, n, 1.0f / bc1);
+        in = gh;
+    }
+    bool pre = t >= h->start_step;
+    if (pre) {
+        o->gemm(c, 0, 0, r, cl, r, 1.0f, tl->XL, r, in, cl, 0.0f, tmp, cl);
+        o->gemm(c, 0, 0, r, cl, cl, 1.0f, tmp, cl, tl->XR, cl, 0.0f, sd, cl);
+    }
+    float *dir = pre ? sd : in;
+    if (h->grafting != CZ_GRAFT_NONE) {
+        float inv_bias = h->grafting == CZ_GRAFT_ADAM && h->bias_correction
+                             ? (float)(1.0 / (1.0 - pow((double)h->graft_beta2, (double)t)))
+                             : 1.0f;
+        o->graft_div(c, gd, in, tl->acc, n, inv_bias, h->graft_eps);
+        if (pre) {
+            /* Shampoo's direction with the grafted method's norm, per block. */
+            o->sumsq(c, gd, n, &stats[0]);
+            o->sumsq(c, sd, n, &stats[1]);
+            o->scale_ratio(c, sd, n, &stats[0], &stats[1]);
+        } else {
+            dir = gd;
+        }
+    }
+    if (h->momentum > 0.0f) {
+        o->axpby(c, tl->mom, dir, n, h->momentum, 1.0f);
+        if (h->nesterov)
+            o->axpby(c, dir, tl->mom, n, 1.0f, h->momentum);
+        else
+            dir = tl->mom;
+    }
+    o->tile_copy(c, u + tl->r0 * ld + tl->c0, ld, dir, cl, r, cl);
+    return CZ_OK;
+}
+
+int cz_shampoo_run(cz_compute *c, const cz_shampoo_hparams *h, cz_shampoo_state *s, const float *g,
+                   float *u, int64_t t, float *work, double *stats, cz_error *err)
+{
+    for (int k = 0; k < s->ntiles; k++) {
+        int rc = tile_step(c, h, &s->tiles[k], s->ld, g, u, t, work, stats, err);
+        if (rc)
+            return rc;
+    }
+    return CZ_OK;
+}

@@ -1,0 +1,224 @@
+/* SOAP on whole matrices, as the reference implementation (nikhilvyas/SOAP, soap.py) does it
+ * for a 2-D parameter, per plan block. The first call only accumulates the Gram factors
+ * GG_L = (1-sb) G G^T, GG_R = (1-sb) G^T G and takes their eigenbases (descending
+ * eigenvalues); it does not update. Every later call, with the update counter t:
+ *   G' = Q_L^T G Q_R;  m = b1 m + (1-b1) G';  v = b2 v + (1-b2) G'^2;
+ *   p -= lr * sqrt(1-b2^t)/(1-b1^t) * Q_L (m / (sqrt(v) + eps)) Q_R^T;  p -= lr*wd*p;
+ * then the preconditioner: m is rotated back with the old bases, GG = sb GG + (1-sb) G G^T
+ * (likewise G^T G), every freq-th t each basis is refreshed by one power iteration and a QR
+ * (columns first re-sorted by diag(Q^T GG Q), descending, and v permuted the same way), and
+ * m is rotated into the new bases. A side longer than max_dim has no factor: its basis is
+ * the identity. Data is touched only through the compute ops. */
+#include "exec_internal.h"
+
+#include <math.h>
+
+typedef struct soap_blk {
+    int64_t r0, c0, rows, cols;
+    float *gl, *ql, *gr, *qr, *m, *v; /* gl/ql NULL when rows > max_dim, gr/qr for cols */
+} soap_blk;
+
+struct cz_soap_state {
+    int nblk;
+    int64_t ld;
+    soap_blk blk[CZ_MAX_BLOCKS];
+};
+
+int cz_soap_hparams_from_config(cz_soap_hparams *h, const cz_exec_config *cfg, int freq,
+                                int max_dim, cz_error *err)
+{
+    *h = (cz_soap_hparams){
+        .lr = cfg->lr == 0.0f ? CZ_SOAP_LR : cfg->lr,
+        .weight_decay = cfg->weight_decay,
+        .beta1 = cfg->soap_beta1,
+        .beta2 = cfg->soap_beta2,
+        .shampoo_beta = cfg->soap_shampoo_beta < 0.0f ? cfg->soap_beta2 : cfg->soap_shampoo_beta,
+        .eps = cfg->soap_eps,
+        .freq = freq,
+        .max_dim = max_dim,
+        .bias_correction = cfg->soap_bias_correction,
+    };
+    if (freq < 1 || max_dim < 1)
+        return cz_error_set(err, CZ_EINVALID,
+                            "plan precondition_frequency = %d, max_precond_dim = %d; SOAP needs "
+                            "both >= 1",
+                            freq, max_dim);
+    if (!(h->lr >= 0.0f) || !isfinite(h->lr))
+        return cz_error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
+                            (double)h->lr);
+    if (!(h->beta1 >= 0.0f && h->beta1 < 1.0f) || !(h->beta2 >= 0.0f && h->beta2 < 1.0f) ||
+        !(h->shampoo_beta >= 0.0f && h->shampoo_beta < 1.0f))
+        return cz_error_set(err, CZ_EINVALID,
+                            "soap_beta1 = %g, soap_beta2 = %g, soap_shampoo_beta = %g; expected "
+                            "each in [0, 1) (shampoo_beta -1 = beta2)",
+                            (double)h->beta1, (double)h->beta2, (double)h->shampoo_beta);
+    if (!(h->eps > 0.0f) || !isfinite(h->eps))
+        return cz_error_set(err, CZ_EINVALID, "soap_eps = %g; expected a finite value > 0",
+                            (double)h->eps);
+    return CZ_OK;
+}
+
+int cz_soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_param *p,
+                         cz_soap_state **out, int64_t *work_n, cz_error *err)
+{
+    cz_block blocks[CZ_MAX_BLOCKS];
+    cz_soap_state *s = cz_exec_calloc(1, sizeof *s);
+    if (!s)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for the SOAP state of '%s'", p->name);
+    *out = s;
+    s->nblk = cz_param_blocks(p, blocks, CZ_MAX_BLOCKS);
+    s->ld = p->ndim == 1 ? 1 : p->shape[1];
+    for (int b = 0; b < s->nblk; b++) {
+        soap_blk *k = &s->blk[b];
+        int64_t r = blocks[b].rows, cl = blocks[b].cols, side = r > cl ? r : cl;
+        *k = (soap_blk){.r0 = blocks[b].r0, .c0 = blocks[b].c0, .rows = r, .cols = cl};
+        bool ok = (k->m = c->ops->alloc(c, (size_t)(r * cl) * sizeof(float))) != NULL &&
+                  (k->v = c->ops->alloc(c, (size_t)(r * cl) * sizeof(float))) != NULL;
+        if (ok && r <= h->max_dim) {
+            ok = (k->gl = c->ops->alloc(c, (size_t)(r * r) * sizeof(float))) != NULL &&
+                 (k->ql = c->ops->alloc(c, (size_t)(r * r) * sizeof(float))) != NULL;
+        }
+        if (ok && cl <= h->max_dim) {
+            ok = (k->gr = c->ops->alloc(c, (size_t)(cl * cl) * sizeof(float))) != NULL &&
+                 (k->qr = c->ops->alloc(c, (size_t)(cl * cl) * sizeof(float))) != NULL;
+        }
+        if (!ok)
+            return cz_error_set(err, CZ_ENOMEM, "out of memory for the SOAP state of '%s'",
+                                p->name);
+        /* G, two rotation temporaries, M Q (also a rotation temporary: side^2 >= rows*cols),
+         * eigenvalues and the largest solver work. */
+        int64_t lin = cz_syevd_work(side), qw = cz_qr_work(side), sw = cz_sort_work(side, r * cl);
+        lin = lin > qw ? lin : qw;
+        lin = lin > sw ? lin : sw;
+        int64_t w = 3 * r * cl + side * side + side + lin;
+        if (w > *work_n)
+            *work_n = w;
+    }
+    return CZ_OK;
+}
+
+void cz_soap_state_free(cz_compute *c, cz_soap_state *s)
+{
+    if (!s)
+        return;
+    for (int b = 0; b < s->nblk; b++) {
+        float *v[] = {s->blk[b].gl, s->blk[b].ql, s->blk[b].gr,
+                      s->blk[b].qr, s->blk[b].m,  s->blk[b].v};
+        for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+            if (v[i])
+                c->ops->release(c, v[i]);
+    }
+    cz_exec_free(s);
+}
+
+/* dst = Q_L^T x Q_R (into the basis) or Q_L x Q_R^T (back), an absent side the identity. */
+static void rotate(cz_compute *c, const soap_blk *k, float *dst, const float *x, float *tmp,
+                   int back)
+{
+    const cz_compute_ops *o = c->ops;
+    int64_t r = k->rows, cl = k->cols;
+    const float *cur = x;
+    if (k->ql) {
+        o->gemm(c, !back, 0, r, cl, r, 1.0f, k->ql, r, cur, cl, 0.0f, tmp, cl);
+        cur = tmp;
+    }
+    if (k->qr)
+        o->gemm(c, 0, back, r, cl, cl, 1.0f, cur, cl, k->qr, cl, 0.0f, dst, cl);
+    else
+        o->tile_copy(c, dst, cl, cur, cl, r, cl);
+}
+
+/* A new eigenbasis of gg into q: from scratch (syevd, then descending order) or refreshed
+ * (re-sort by the current estimates, permuting v along `side`, one power iteration, QR). */
+static int basis(cz_compute *c, float *gg, float *q, int64_t n, float *v, int64_t rows,
+                 int64_t cols, int side, int fresh, float *mq, float *w, float *lin, cz_error *err)
+{
+    const cz_compute_ops *o = c->ops;
+    int rc;
+    if (fresh) {
+        o->tile_copy(c, q, n, gg, n, n, n);
+        rc = o->syevd(c, q, w, n, lin, err);
+        if (rc)
+            return rc;
+        o->gemm(c, 0, 0, n, n, n, 1.0f, gg, n, q, n, 0.0f, mq, n);
+        o->basis_sort(c, q, mq, n, NULL, rows, cols, side, lin);
+        return CZ_OK;
+    }
+    o->gemm(c, 0, 0, n, n, n, 1.0f, gg, n, q, n, 0.0f, mq, n);
+    o->basis_sort(c, q, mq, n, v, rows, cols, side, lin);
+    rc = o->qr(c, mq, n, lin, err);
+    if (!rc)
+        o->tile_copy(c, q, n, mq, n, n, n);
+    return rc;
+}
+
+static int blk_step(cz_compute *c, const cz_soap_hparams *h, soap_blk *k, int64_t ld,
+                    const float *g, float *u, int64_t call, float *work, cz_error *err)
+{
+    const cz_compute_ops *o = c->ops;
+    int64_t r = k->rows, cl = k->cols, n = r * cl, t = call - 1, side = r > cl ? r : cl;
+    float *gt = work, *t1 = gt + n, *t2 = t1 + n, *mq = t2 + n, *w = mq + side * side;
+    float *lin = w + side;
+    float wg = 1.0f - h->shampoo_beta;
+    float *ublk = u + k->r0 * ld + k->c0;
+    int rc = CZ_OK;
+
+    o->tile_copy(c, gt, cl, g + k->r0 * ld + k->c0, ld, r, cl);
+    if (call == 1) {
+        /* Initialisation only: GG = (1 - sb) G G^T (a lerp from zero), fresh eigenbases. */
+        if (k->gl) {
+            o->gemm(c, 0, 1, r, r, cl, wg, gt, cl, gt, cl, 0.0f, k->gl, r);
+            rc = basis(c, k->gl, k->ql, r, NULL, r, cl, 0, 1, mq, w, lin, err);
+        }
+        if (!rc && k->gr) {
+            o->gemm(c, 1, 0, cl, cl, r, wg, gt, cl, gt, cl, 0.0f, k->gr, cl);
+            rc = basis(c, k->gr, k->qr, cl, NULL, r, cl, 1, 1, mq, w, lin, err);
+        }
+        /* No update on the first call: u = 0 for the block. */
+        o->scale(c, t1, gt, n, 0.0f);
+        o->tile_copy(c, ublk, ld, t1, cl, r, cl);
+        return rc;
+    }
+    /* Adam in the eigenbasis. */
+    rotate(c, k, t2, gt, t1, 0);
+    o->axpby(c, k->m, t2, n, h->beta1, 1.0f - h->beta1);
+    o->sq_accum(c, k->v, t2, n, h->beta2, 1.0f - h->beta2);
+    o->graft_div(c, t2, k->m, k->v, n, 1.0f, h->eps);
+    rotate(c, k, t1, t2, mq, 1);
+    /* The reference's step size, and its weight decay after the update folded in:
+     * (p - s*d)(1 - lr*wd) = p(1 - lr*wd) - lr * [s/lr (1 - lr*wd)] d. */
+    double step = 1.0;
+    if (h->bias_correction)
+        step =
+            sqrt(1.0 - pow((double)h->beta2, (double)t)) / (1.0 - pow((double)h->beta1, (double)t));
+    float f = (float)(step * (1.0 - (double)h->lr * (double)h->weight_decay));
+    o->scale(c, t1, t1, n, f);
+    o->tile_copy(c, ublk, ld, t1, cl, r, cl);
+
+    /* The preconditioner, after the update: m back to the parameter's space, new factors,
+     * refresh every freq-th update, m into the (new) bases. */
+    rotate(c, k, t2, k->m, t1, 1);
+    if (k->gl)
+        o->gemm(c, 0, 1, r, r, cl, wg, gt, cl, gt, cl, h->shampoo_beta, k->gl, r);
+    if (k->gr)
+        o->gemm(c, 1, 0, cl, cl, r, wg, gt, cl, gt, cl, h->shampoo_beta, k->gr, cl);
+    if (t % h->freq == 0) {
+        if (k->gl)
+            rc = basis(c, k->gl, k->ql, r, k->v, r, cl, 0, 0, mq, w, lin, err);
+        if (!rc && k->gr)
+            rc = basis(c, k->gr, k->qr, cl, k->v, r, cl, 1, 0, mq, w, lin, err);
+    }
+    rotate(c, k, k->m, t2, t1, 0);
+    return rc;
+}
+
+int cz_soap_run(cz_compute *c, const cz_soap_hparams *h, cz_soap_state *s, const float *g, float *u,
+                int64_t k, float *work, cz_error *err)
+{
+    for (int b = 0; b < s->nblk; b++) {
+        int rc = blk_step(c, h, &s->blk[b], s->ld, g, u, k, work, err);
+        if (rc)
+            return rc;
+    }
+    return CZ_OK;
+}
