@@ -110,6 +110,15 @@ static double ratio(const cz_plan *p)
     return p->metrics.lower_bound > 0 ? p->metrics.tp_makespan / p->metrics.lower_bound : 0.0;
 }
 
+/* Whether two figures differ. Plain != would call equal infinities different (their
+ * difference is NaN) and treat NaN as a change even against itself. */
+static int differs(double x, double y)
+{
+    if (isnan(x) || isnan(y))
+        return isnan(x) != isnan(y);
+    return x != y;
+}
+
 static int add_metrics(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)
 {
     const struct {
@@ -129,7 +138,7 @@ static int add_metrics(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndi
         return -1;
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         double d = f[i].vb - f[i].va;
-        if (d != 0.0)
+        if (differs(f[i].va, f[i].vb))
             (*ndiff)++;
         json_t *o = json_pack("{s:s}", "name", f[i].name);
         if (!o || push(list, o) || put(o, "a", num(f[i].va)) || put(o, "b", num(f[i].vb)) ||
@@ -157,7 +166,7 @@ static int add_ranks(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff
             size_t k = (size_t)(s * a->dp + r);
             double la = arr(a->metrics.dp_load, k), lb = arr(b->metrics.dp_load, k);
             double ma = arr(a->metrics.rank_makespan, k), mb = arr(b->metrics.rank_makespan, k);
-            if (la != lb || ma != mb)
+            if (differs(la, lb) || differs(ma, mb))
                 (*ndiff)++;
             json_t *o = json_pack("{s:i, s:i}", "stage", s, "dp_rank", r);
             if (!o || push(list, o) || put(o, "dp_load_a", num(la)) ||

@@ -122,6 +122,32 @@ START_TEST(diff_identical)
 }
 END_TEST
 
+/* Metrics the reader accepts can be huge (a makespan of 1e308 over a tiny lower bound makes
+ * an infinite ratio): inf - inf is NaN, and a plan compared with itself was reported as
+ * different (found by fuzz_plan). */
+START_TEST(diff_identical_with_infinite_metrics)
+{
+    cz_plan *a = costed_plan(), *b = costed_plan();
+    for (int i = 0; i < 2; i++) {
+        cz_plan *p = i ? b : a;
+        p->metrics.tp_makespan = 1e308;
+        p->metrics.lower_bound = 1e-300;
+        p->metrics.predicted_step_s = NAN;
+    }
+    json_t *r = NULL;
+    cz_error e;
+    ck_assert_int_eq(cz_plan_diff(a, b, 0, 10, &r, &e), CZ_OK);
+    ck_assert(json_is_true(json_object_get(r, "identical")));
+    json_decref(r);
+    b->metrics.tp_makespan = 1e307;
+    ck_assert_int_eq(cz_plan_diff(a, b, 0, 10, &r, &e), CZ_OK);
+    ck_assert(json_is_false(json_object_get(r, "identical")));
+    json_decref(r);
+    cz_plan_free(a);
+    cz_plan_free(b);
+}
+END_TEST
+
 START_TEST(diff_lists_moved_params)
 {
     cz_plan *a = costed_plan(), *b = costed_plan();
@@ -337,6 +363,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, inspect_busiest_and_dominating);
     tcase_add_test(tc, diff_identical);
+    tcase_add_test(tc, diff_identical_with_infinite_metrics);
     tcase_add_test(tc, diff_lists_moved_params);
     tcase_add_test(tc, diff_explains_busiest_rank);
     tcase_add_test(tc, diff_refuses_other_model);
