@@ -21,7 +21,8 @@ cmake -S "$src/tests/package/consumer" -B "$tmp/build" -DCZ_CONSUME=subdirectory
   -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$tmp/configure.log" 2>&1 || { cat "$tmp/configure.log"; exit 1; }
 cmake --build "$tmp/build" --target consumer -j2 > "$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
 # The consumer must run from the shared library, not a static copy.
-if ! readelf -d "$tmp/build/consumer" | grep -q 'NEEDED.*libcanzona-exec\.so'; then
+readelf -d "$tmp/build/consumer" > "$tmp/dynamic.txt"
+if ! grep -q 'NEEDED.*libcanzona-exec\.so' "$tmp/dynamic.txt"; then
   echo "FAIL: the embedded consumer is not linked with libcanzona-exec.so"; exit 1
 fi
 "$tmp/build/consumer" "$tmp/plan.json" > "$tmp/embedded.txt"

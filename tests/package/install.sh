@@ -60,8 +60,10 @@ cc -std=c17 -o "$tmp/pc_consumer" "$src/tests/package/consumer/consumer.c" \
   $(pkg-config --cflags --libs canzona-exec) -Wl,-rpath,"$libdir"
 "$reference" "$tmp/cli.plan.json" > "$tmp/reference.txt"
 for exe in "$tmp/b/consumer" "$tmp/pc_consumer"; do
-  ldd "$exe" | grep -q "libcanzona-exec.so.* => $libdir/" ||
-    { echo "FAIL: $exe does not load the installed libcanzona-exec.so"; ldd "$exe"; exit 1; }
+  # Into a file first: with pipefail, grep -q quitting early could fail ldd with SIGPIPE.
+  ldd "$exe" > "$tmp/ldd.txt"
+  grep -q "libcanzona-exec.so.* => $libdir/" "$tmp/ldd.txt" ||
+    { echo "FAIL: $exe does not load the installed libcanzona-exec.so"; cat "$tmp/ldd.txt"; exit 1; }
   "$exe" "$tmp/cli.plan.json" > "$tmp/out.txt"
   cmp -s "$tmp/out.txt" "$tmp/reference.txt" ||
     { echo "FAIL: $exe printed"; cat "$tmp/out.txt" "$tmp/reference.txt"; exit 1; }
