@@ -102,6 +102,14 @@ options)
   expect_all "--scaling 'bogus': expected rms or shape" "stopping, another rank's options are invalid"
   mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 1 --help
   expect_all "the ranks were given different options.*help=1" "the ranks were given different options.*help=0"
+  # The data plane, the backend and the Shampoo/SOAP options are agreed too (a rank on NCCL
+  # among ranks on MPI would wait forever; no device is needed to reach this check).
+  mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 1 --backend cuda --comm nccl
+  expect_all "the ranks were given different options.*backend=cuda comm=nccl" \
+    "the ranks were given different options.*backend=cpu comm=mpi"
+  mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 1 --soap-eps 1e-6
+  expect_all "the ranks were given different options.*soap=[^ ]*,9.99999[0-9]*e-07)" \
+    "the ranks were given different options.*soap=[^ ]*,[0-9.e+-]*)"
   ;;
 replicas)
   # --verify also checks the DP replicas against each other: a corrupted replica is caught.
