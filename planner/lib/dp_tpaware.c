@@ -202,66 +202,126 @@ static void write_ranges(tpa *t)
     }
 }
 
+/* A one-boundary move of cut r of bucket bi, as phases 1 and 3 try it: left (dir -1), the
+ * parameter before the cut goes from rank r-1 to r; right (dir +1), the parameter at the cut
+ * goes from r to r-1. */
+typedef struct tpa_move {
+    int bi, r, old, nc, from, to, mat;
+    int *c; /* the bucket's cuts */
+    cz_plan_param *p;
+    double ew_move, save_from, save_to;
+    size_t memo; /* index into the memo of rank makespans */
+} tpa_move;
+
+/* Fills m; 0 when the cut cannot move that way (it would pass a neighbouring cut). */
+static int move_init(tpa *t, int bi, int r, int dir, tpa_move *m)
+{
+    int *c = &t->cut[bi * (t->R + 1)];
+    int nc = c[r] + dir;
+    if (nc < c[r - 1] || nc > c[r + 1])
+        return 0;
+    int k = dir < 0 ? nc : c[r];
+    cz_plan_param *p = &t->plan->params[t->order[t->first[bi] + k]];
+    *m = (tpa_move){.bi = bi,
+                    .r = r,
+                    .old = c[r],
+                    .nc = nc,
+                    .from = dir < 0 ? r - 1 : r,
+                    .to = dir < 0 ? r : r - 1,
+                    .mat = p->kind == CZ_KIND_MATRIX,
+                    .c = c,
+                    .p = p,
+                    .memo = ((size_t)bi * t->R + r) * 2 + (dir > 0)};
+    m->ew_move = m->mat ? 0 : p->cost / t->plan->tp;
+    return 1;
+}
+
+/* Moves the cut unless that lengthens the receiving range past the bucket's length bound, or
+ * the receiving rank could not finish within limit whatever its schedule: any schedule lasts at
+ * least the rank's elementwise share plus the larger of its largest task and its matrix work
+ * spread over the TP ranks, so such a move is refused before the costly schedule rebuild
+ * (same decisions, less time). Returns 0 with the cut unchanged when refused. */
+static int move_cut(tpa *t, tpa_move *m, double bound, double limit)
+{
+    int64_t len_to = range_len(t, m->bi, m->c, m->to);
+    m->c[m->r] = m->nc;
+    int64_t nlen_to = range_len(t, m->bi, m->c, m->to);
+    int to = m->to;
+    double cost = m->p->cost;
+    double lb = t->ew[to] + m->ew_move +
+                fmax(m->mat ? fmax(t->mmax[to], cost) : t->mmax[to],
+                     (t->msum[to] + (m->mat ? cost : 0)) / t->plan->tp);
+    if ((nlen_to > len_to && (double)nlen_to > bound) || lb > limit) {
+        m->c[m->r] = m->old;
+        return 0;
+    }
+    return 1;
+}
+
+/* Hands the parameter over and sets both ranks' makespans (from the memo when neither rank
+ * changed since the move was last tried). DP loads are the caller's. */
+static int move_apply(tpa *t, tpa_move *m, cz_error *err)
+{
+    int from = m->from, to = m->to, rc;
+    m->save_from = t->mk[from];
+    m->save_to = t->mk[to];
+    m->p->dp_owner = to;
+    t->ew[from] -= m->ew_move;
+    t->ew[to] += m->ew_move;
+    size_t mv = m->memo;
+    if (t->memo_vf[mv] == t->version[from] && t->memo_vt[mv] == t->version[to]) {
+        t->mk[from] = t->memo_mf[mv];
+        t->mk[to] = t->memo_mt[mv];
+        return CZ_OK;
+    }
+    if ((rc = rank_makespan(t, from, &t->mk[from], err)) ||
+        (rc = rank_makespan(t, to, &t->mk[to], err)))
+        return rc;
+    t->memo_vf[mv] = t->version[from];
+    t->memo_vt[mv] = t->version[to];
+    t->memo_mf[mv] = t->mk[from];
+    t->memo_mt[mv] = t->mk[to];
+    return CZ_OK;
+}
+
+/* A kept move: both ranks changed, so their memoized makespans are stale. */
+static void move_keep(tpa *t, const tpa_move *m)
+{
+    t->version[m->from]++;
+    t->version[m->to]++;
+    if (m->mat)
+        rank_matrix_totals(t, m->from, m->to);
+}
+
+/* Undoes move_apply and move_cut. */
+static void move_undo(tpa *t, const tpa_move *m)
+{
+    m->p->dp_owner = m->from;
+    t->ew[m->from] += m->ew_move;
+    t->ew[m->to] -= m->ew_move;
+    t->mk[m->from] = m->save_from;
+    t->mk[m->to] = m->save_to;
+    m->c[m->r] = m->old;
+}
+
 /* Phase 1: one cut by one boundary, passes in a fixed order until a pass keeps nothing. */
 static int single_moves(tpa *t, double *cur_max, double *cur_sq, int *changed, cz_error *err)
 {
     int rc = CZ_OK, R = t->R;
-    cz_plan *plan = t->plan;
     for (int pass = 0; pass < TPAWARE_MAX_PASSES; pass++) {
         int improved = 0;
         for (int bi = 0; bi < t->nb && time_left(t); bi++) {
-            int *c = &t->cut[bi * (R + 1)];
             double bound = len_bound(t, bi);
             for (int r = 1; r < R && time_left(t); r++) {
                 for (int dir = -1; dir <= 1; dir += 2) {
-                    int nc = c[r] + dir;
-                    if (nc < c[r - 1] || nc > c[r + 1])
+                    tpa_move m;
+                    if (!move_init(t, bi, r, dir, &m) ||
+                        !move_cut(t, &m, bound, *cur_max * (1 + 1e-12)))
                         continue;
-                    /* Left: the param before the cut goes from r-1 to r; right: the param at
-                     * the cut goes from r to r-1. */
-                    int k = dir < 0 ? nc : c[r];
-                    int from = dir < 0 ? r - 1 : r, to = dir < 0 ? r : r - 1;
-                    int old = c[r];
-                    int64_t len_to = range_len(t, bi, c, to);
-                    c[r] = nc;
-                    int64_t nlen_to = range_len(t, bi, c, to);
-                    if (nlen_to > len_to && (double)nlen_to > bound) {
-                        c[r] = old;
-                        continue;
-                    }
-                    cz_plan_param *p = &plan->params[t->order[t->first[bi] + k]];
-                    int mat = p->kind == CZ_KIND_MATRIX;
-                    double ew_move = mat ? 0 : p->cost / plan->tp;
-                    /* Any schedule of a rank lasts at least its elementwise share plus the
-                     * larger of its largest task and its matrix work spread over the TP ranks:
-                     * when that already exceeds the current maximum the move cannot be kept,
-                     * so the costly schedule rebuild is skipped (same decisions, less time). */
-                    double lb = t->ew[to] + ew_move +
-                                fmax(mat ? fmax(t->mmax[to], p->cost) : t->mmax[to],
-                                     (t->msum[to] + (mat ? p->cost : 0)) / plan->tp);
-                    if (lb > *cur_max * (1 + 1e-12)) {
-                        c[r] = old;
-                        continue;
-                    }
-                    double save_from = t->mk[from], save_to = t->mk[to];
-                    p->dp_owner = to;
-                    t->ew[from] -= ew_move;
-                    t->ew[to] += ew_move;
-                    t->dpl[from] -= p->cost;
-                    t->dpl[to] += p->cost;
-                    size_t mv = ((size_t)bi * R + r) * 2 + (dir > 0);
-                    if (t->memo_vf[mv] == t->version[from] && t->memo_vt[mv] == t->version[to]) {
-                        t->mk[from] = t->memo_mf[mv];
-                        t->mk[to] = t->memo_mt[mv];
-                    } else {
-                        if ((rc = rank_makespan(t, from, &t->mk[from], err)) ||
-                            (rc = rank_makespan(t, to, &t->mk[to], err)))
-                            goto done;
-                        t->memo_vf[mv] = t->version[from];
-                        t->memo_vt[mv] = t->version[to];
-                        t->memo_mf[mv] = t->mk[from];
-                        t->memo_mt[mv] = t->mk[to];
-                    }
+                    if ((rc = move_apply(t, &m, err)))
+                        goto done;
+                    t->dpl[m.from] -= m.p->cost;
+                    t->dpl[m.to] += m.p->cost;
                     double nmax, nsq;
                     objective(t, &nmax, &nsq);
                     if (accept_move(nmax, nsq, *cur_max, *cur_sq)) {
@@ -269,19 +329,11 @@ static int single_moves(tpa *t, double *cur_max, double *cur_sq, int *changed, c
                         *cur_sq = nsq;
                         improved = 1;
                         *changed = 1;
-                        t->version[from]++;
-                        t->version[to]++;
-                        if (mat)
-                            rank_matrix_totals(t, from, to);
+                        move_keep(t, &m);
                     } else {
-                        p->dp_owner = from;
-                        t->ew[from] += ew_move;
-                        t->ew[to] -= ew_move;
-                        t->dpl[from] += p->cost;
-                        t->dpl[to] -= p->cost;
-                        t->mk[from] = save_from;
-                        t->mk[to] = save_to;
-                        c[r] = old;
+                        t->dpl[m.from] += m.p->cost;
+                        t->dpl[m.to] -= m.p->cost;
+                        move_undo(t, &m);
                     }
                 }
             }
@@ -298,78 +350,34 @@ done:
  * when it hands a parameter from a rank to a neighbour whose DP load stays below the giver's
  * (the sum of squared DP loads falls, the largest never rises) and neither rank's makespan
  * passes the cap. The search's ranks below the maximum had absorbed parameters freely; this
- * hands them back towards alpha's balance. Same passes, pruning and memo as phase 1. */
+ * hands them back towards alpha's balance. Same moves, pruning and memo as phase 1. */
 static int dp_rebalance(tpa *t, double cap, int *changed, cz_error *err)
 {
     int rc = CZ_OK, R = t->R;
-    cz_plan *plan = t->plan;
     for (int pass = 0; pass < TPAWARE_MAX_PASSES; pass++) {
         int improved = 0;
         for (int bi = 0; bi < t->nb && time_left(t); bi++) {
-            int *c = &t->cut[bi * (R + 1)];
             double bound = len_bound(t, bi);
             for (int r = 1; r < R && time_left(t); r++) {
                 for (int dir = -1; dir <= 1; dir += 2) {
-                    int nc = c[r] + dir;
-                    if (nc < c[r - 1] || nc > c[r + 1])
+                    tpa_move m;
+                    if (!move_init(t, bi, r, dir, &m))
                         continue;
-                    int k = dir < 0 ? nc : c[r];
-                    int from = dir < 0 ? r - 1 : r, to = dir < 0 ? r : r - 1;
-                    cz_plan_param *p = &plan->params[t->order[t->first[bi] + k]];
                     /* (a - x)^2 + (b + x)^2 < a^2 + b^2 exactly when b + x < a. */
-                    if (!(t->dpl[to] + p->cost < t->dpl[from] * (1 - 1e-12)))
+                    if (!(t->dpl[m.to] + m.p->cost < t->dpl[m.from] * (1 - 1e-12)) ||
+                        !move_cut(t, &m, bound, cap))
                         continue;
-                    int old = c[r];
-                    int64_t len_to = range_len(t, bi, c, to);
-                    c[r] = nc;
-                    int64_t nlen_to = range_len(t, bi, c, to);
-                    if (nlen_to > len_to && (double)nlen_to > bound) {
-                        c[r] = old;
-                        continue;
-                    }
-                    int mat = p->kind == CZ_KIND_MATRIX;
-                    double ew_move = mat ? 0 : p->cost / plan->tp;
-                    double lb = t->ew[to] + ew_move +
-                                fmax(mat ? fmax(t->mmax[to], p->cost) : t->mmax[to],
-                                     (t->msum[to] + (mat ? p->cost : 0)) / plan->tp);
-                    if (lb > cap) {
-                        c[r] = old;
-                        continue;
-                    }
-                    double save_from = t->mk[from], save_to = t->mk[to];
-                    p->dp_owner = to;
-                    t->ew[from] -= ew_move;
-                    t->ew[to] += ew_move;
-                    size_t mv = ((size_t)bi * R + r) * 2 + (dir > 0);
-                    if (t->memo_vf[mv] == t->version[from] && t->memo_vt[mv] == t->version[to]) {
-                        t->mk[from] = t->memo_mf[mv];
-                        t->mk[to] = t->memo_mt[mv];
-                    } else {
-                        if ((rc = rank_makespan(t, from, &t->mk[from], err)) ||
-                            (rc = rank_makespan(t, to, &t->mk[to], err)))
-                            goto done;
-                        t->memo_vf[mv] = t->version[from];
-                        t->memo_vt[mv] = t->version[to];
-                        t->memo_mf[mv] = t->mk[from];
-                        t->memo_mt[mv] = t->mk[to];
-                    }
+                    if ((rc = move_apply(t, &m, err)))
+                        goto done;
                     /* No slack: the cap is the search's result, which must not get worse. */
-                    if (t->mk[from] <= cap && t->mk[to] <= cap) {
-                        t->dpl[from] -= p->cost;
-                        t->dpl[to] += p->cost;
+                    if (t->mk[m.from] <= cap && t->mk[m.to] <= cap) {
+                        t->dpl[m.from] -= m.p->cost;
+                        t->dpl[m.to] += m.p->cost;
                         improved = 1;
                         *changed = 1;
-                        t->version[from]++;
-                        t->version[to]++;
-                        if (mat)
-                            rank_matrix_totals(t, from, to);
+                        move_keep(t, &m);
                     } else {
-                        p->dp_owner = from;
-                        t->ew[from] += ew_move;
-                        t->ew[to] -= ew_move;
-                        t->mk[from] = save_from;
-                        t->mk[to] = save_to;
-                        c[r] = old;
+                        move_undo(t, &m);
                     }
                 }
             }
