@@ -33,7 +33,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     cz_model *model = NULL;
     cz_plan *plan = NULL;
-    json_t *violations = NULL;
     cz_error err;
     cz_error_clear(&err);
     json_t *doc = json_loadb((const char *)data, size, 0, NULL);
@@ -52,23 +51,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (model->nparams == 0 || model->nparams > FZ_PLAN_MAX_PARAMS)
         goto out;
-    cz_settings s;
-    cz_settings_init(&s);
-    rc = cz_plan_build(&plan, model, cluster, &s, &err);
-    if (rc == CZ_EINTERNAL)
-        fz_fail("cz_plan_build reported an internal error: %s", err.message);
-    if (rc != CZ_OK)
-        goto out;
-    rc = cz_plan_validate(plan, model, cluster, &violations, &err);
-    if (rc < 0)
-        fz_fail("cz_plan_validate failed on a fresh plan: %s", err.message);
-    if (json_array_size(violations) > 0) {
-        fprintf(stderr, "validate refuses the plan the planner built for this model:\n");
-        fz_print_violations(violations, 20);
-        fz_fail("a freshly built plan does not validate");
-    }
+    plan = fz_plan_validated(model, cluster, "model");
 out:
-    json_decref(violations);
     cz_plan_free(plan);
     cz_model_free(model);
     return 0;

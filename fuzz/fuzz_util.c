@@ -131,6 +131,31 @@ void fz_print_violations(const json_t *violations, size_t max)
     }
 }
 
+cz_plan *fz_plan_validated(const cz_model *model, const cz_cluster *cluster, const char *what)
+{
+    cz_plan *plan = NULL;
+    json_t *violations = NULL;
+    cz_error err;
+    cz_error_clear(&err);
+    cz_settings s;
+    cz_settings_init(&s);
+    int rc = cz_plan_build(&plan, model, cluster, &s, &err);
+    if (rc == CZ_EINTERNAL)
+        fz_fail("cz_plan_build reported an internal error: %s", err.message);
+    if (rc != CZ_OK)
+        return NULL;
+    rc = cz_plan_validate(plan, model, cluster, &violations, &err);
+    if (rc < 0)
+        fz_fail("cz_plan_validate failed on a fresh plan: %s", err.message);
+    if (json_array_size(violations) > 0) {
+        fprintf(stderr, "validate refuses the plan the planner built for this %s:\n", what);
+        fz_print_violations(violations, 20);
+        fz_fail("a freshly built plan does not validate");
+    }
+    json_decref(violations);
+    return plan;
+}
+
 /* Must match the inputs fuzz/run.sh plans the seed plans from. */
 static const char *const fixture_models[] = {"tests/data/model_tiny.json",
                                              "plans/models/test-small.json"};

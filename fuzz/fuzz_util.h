@@ -53,4 +53,10 @@ void fz_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn
 /* Prints the violations of a validate report (at most max of them) to stderr. */
 void fz_print_violations(const json_t *violations, size_t max);
 
+/* Plans model on cluster with the default settings and checks the planner's promise: it may
+ * refuse (the plan is then NULL), never with CZ_EINTERNAL, and a plan it builds passes validate
+ * with no violation. `what` names the fuzzed input ("model", "cluster") in the report. Returns
+ * the plan (the caller frees it) or NULL. */
+cz_plan *fz_plan_validated(const cz_model *model, const cz_cluster *cluster, const char *what);
+
 #endif
