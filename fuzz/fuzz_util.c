@@ -199,40 +199,12 @@ const cz_cluster *fz_fixture_cluster_like(const cz_plan *plan)
     return NULL;
 }
 
-#define FZ_LOADER_MAX_PARAMS ((size_t)1 << 22)
-
-/* Expanded size of a params array, saturating above the loader's bound; mirrors the loader's
- * own count (malformed entries count as one). */
-static size_t expanded(const json_t *arr, int depth)
-{
-    size_t total = 0, i;
-    const json_t *e;
-    if (depth > 64)
-        return FZ_LOADER_MAX_PARAMS + 1;
-    json_array_foreach(arr, i, e)
-    {
-        const json_t *rep = json_object_get(e, "repeat");
-        const json_t *sub = json_object_get(e, "params");
-        size_t add = 1;
-        if (json_is_integer(rep) && json_integer_value(rep) > 0 && json_is_array(sub)) {
-            size_t inner = expanded(sub, depth + 1);
-            json_int_t r = json_integer_value(rep);
-            add = inner != 0 && (size_t)r > (FZ_LOADER_MAX_PARAMS + 1) / inner
-                      ? FZ_LOADER_MAX_PARAMS + 1
-                      : inner * (size_t)r;
-        }
-        total += add;
-        if (total > FZ_LOADER_MAX_PARAMS)
-            return FZ_LOADER_MAX_PARAMS + 1;
-    }
-    return total;
-}
-
 int fz_model_is_slow(const json_t *model)
 {
     const json_t *params = json_object_get(model, "params");
     if (!json_is_array(params))
         return 0;
-    size_t n = expanded(params, 0);
-    return n > FZ_MODEL_FAST_PARAMS && n <= FZ_LOADER_MAX_PARAMS;
+    /* The loader's own count: models it refuses for their size are not slow, just refused. */
+    size_t n = cz_model_count_params_json(params);
+    return n > FZ_MODEL_FAST_PARAMS && n <= CZ_MODEL_MAX_PARAMS;
 }

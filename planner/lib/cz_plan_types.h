@@ -171,6 +171,10 @@ struct cz_plan {
 /* ---- model limits (model_io.c), shared by the importer so that it writes only what loads ---- */
 /* Parameters after repeat expansion: bounds the expansion of a hostile file. */
 #define CZ_MODEL_MAX_PARAMS ((size_t)1 << 22)
+struct json_t;
+/* Parameters a model's "params" array expands to, counted before anything is built (repeat
+ * blocks multiplied out, malformed entries as one); saturates at CZ_MODEL_MAX_PARAMS + 1. */
+size_t cz_model_count_params_json(const struct json_t *params);
 /* Elements of the whole model, 2^50 (about 1.1e15): far above any model trained today, and
  * low enough that every offset, padded bucket and sum of them stays far below 2^63 (at most
  * 2^22 parameters, each padded by less than 2^31 elements). */

@@ -72,6 +72,11 @@ static size_t count_expanded(const json_t *arr, int depth)
     return total;
 }
 
+size_t cz_model_count_params_json(const json_t *params)
+{
+    return count_expanded(params, 0);
+}
+
 static char *substitute_index(const char *prefix, int64_t index)
 {
     char num[24];
@@ -373,7 +378,7 @@ int cz_model_from_json(cz_model **out, const json_t *root, const char *path, con
             CZ_OK ||
         (rc = cz_json_get_array(&x.ctx, root, "$", "params", true, 1, &params)) != CZ_OK)
         goto done;
-    if (count_expanded(params, 0) > CZ_MODEL_MAX_PARAMS) {
+    if (cz_model_count_params_json(params) > CZ_MODEL_MAX_PARAMS) {
         rc = cz_json_fail(&x.ctx, "$.params",
                           "expands to more than %zu parameters (or nests repeat blocks deeper "
                           "than 64)",
