@@ -50,6 +50,8 @@ cz_muon_tp_work cz_cost_muon_tp(const cz_param_def *p, const cz_settings *s, con
                                 cz_dtype dtype, cz_muon_tp_mode mode);
 
 /* ---- Megatron-Core's rules (megatron_rules.c) ---- */
+/* Greatest common divisor of two non-negative integers (gcd(a, 0) = a). */
+int64_t cz_gcd64(int64_t a, int64_t b);
 /* Megatron's padded vocabulary: vocab rounded up to a multiple of divisible_by * tp. */
 int64_t cz_megatron_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp);
 /* Megatron-Core's attention rules: num_attention_heads and num_query_groups each a multiple of

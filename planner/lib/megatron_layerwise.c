@@ -28,19 +28,9 @@
 #define LW_PADDING_FLOOR 0.9
 #define LW_NUMEL_EPSILON 0.3
 
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 static int64_t lcm64(int64_t a, int64_t b)
 {
-    return a / gcd64(a, b) * b;
+    return a / cz_gcd64(a, b) * b;
 }
 
 /* Sizes are bounded by the model loader (each below 2^40 elements), so these sums stay far from

@@ -28,7 +28,7 @@ int64_t cz_megatron_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp
     return vocab + (multiple - rem);
 }
 
-static int64_t gcd64(int64_t a, int64_t b)
+int64_t cz_gcd64(int64_t a, int64_t b)
 {
     while (b) {
         int64_t t = a % b;
@@ -61,7 +61,7 @@ int cz_megatron_check_heads(const char *where, const char *heads_key, int64_t he
         return CZ_OK;
     if (groups <= 0)
         groups = heads;
-    tp_choices(ok, sizeof ok, gcd64(heads, groups));
+    tp_choices(ok, sizeof ok, cz_gcd64(heads, groups));
     if (heads % tp)
         return cz_error_set(err, CZ_EINVALID,
                             "%s: %s (%" PRId64
