@@ -25,12 +25,7 @@ const struct option cz_cli_settings_options[] = {
     {"max-precond-dim", required_argument, NULL, CZ_OPT_MAX_PRECOND_DIM},
     {"precondition-frequency", required_argument, NULL, CZ_OPT_PRECOND_FREQ},
     {"tpaware-time-limit", required_argument, NULL, CZ_OPT_TPAWARE_TIME_LIMIT},
-    {"dp-size", required_argument, NULL, CZ_OPT_DP_SIZE},
-    {"tp-size", required_argument, NULL, CZ_OPT_TP_SIZE},
-    {"pp-size", required_argument, NULL, CZ_OPT_PP_SIZE},
-    {"nodes", required_argument, NULL, CZ_OPT_NODES},
-    {"gpus-per-node", required_argument, NULL, CZ_OPT_GPUS_PER_NODE},
-    {"bucket-size", required_argument, NULL, CZ_OPT_BUCKET_SIZE},
+    CZ_CLI_CLUSTER_SIZE_OPTIONS,
     {NULL, 0, NULL, 0},
 };
 

@@ -37,6 +37,18 @@ enum {
     CZ_OPT_LAST_SETTING
 };
 
+/* getopt_long entries of the options that override the cluster file's sizes (and the bucket
+ * size), for commands that take them without the other planning settings. */
+/* clang-format off */
+#define CZ_CLI_CLUSTER_SIZE_OPTIONS                                   \
+    {"dp-size", required_argument, NULL, CZ_OPT_DP_SIZE},             \
+    {"tp-size", required_argument, NULL, CZ_OPT_TP_SIZE},             \
+    {"pp-size", required_argument, NULL, CZ_OPT_PP_SIZE},             \
+    {"nodes", required_argument, NULL, CZ_OPT_NODES},                 \
+    {"gpus-per-node", required_argument, NULL, CZ_OPT_GPUS_PER_NODE}, \
+    {"bucket-size", required_argument, NULL, CZ_OPT_BUCKET_SIZE}
+/* clang-format on */
+
 /* getopt_long entries for the options above, terminated by a zero entry so that commands can
  * append them to their own table with cz_cli_options_concat. */
 extern const struct option cz_cli_settings_options[];

@@ -108,12 +108,7 @@ int cz_cmd_validate(int argc, char **argv)
         {"json", no_argument, NULL, 'j'},
         {"limit", required_argument, NULL, 'l'},
         {"help", no_argument, NULL, 'h'},
-        {"dp-size", required_argument, NULL, CZ_OPT_DP_SIZE},
-        {"tp-size", required_argument, NULL, CZ_OPT_TP_SIZE},
-        {"pp-size", required_argument, NULL, CZ_OPT_PP_SIZE},
-        {"nodes", required_argument, NULL, CZ_OPT_NODES},
-        {"gpus-per-node", required_argument, NULL, CZ_OPT_GPUS_PER_NODE},
-        {"bucket-size", required_argument, NULL, CZ_OPT_BUCKET_SIZE},
+        CZ_CLI_CLUSTER_SIZE_OPTIONS,
         {NULL, 0, NULL, 0},
     };
     cz_cluster_sizes sizes = {0};
