@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Fails when a CUDA runtime, cuBLAS or NCCL call's status may be ignored in the GPU backends.
+"""Fails when a CUDA runtime, cuBLAS, cuSOLVER or NCCL call's status may be ignored in the GPU
+backends.
 
-Every call of a function named cuda*, cublas* or nccl* must be the argument of a checking macro
-(CZ_CU, CZ_BLAS, CZ_NCCL, CZ_CU_RC; executor/src/cuda/check.h), whose functions are
+Every call of a function named cuda*, cublas*, cusolver* or nccl* must be the argument of a
+checking macro (CZ_CU, CZ_BLAS, CZ_SOLVER, CZ_NCCL, CZ_CU_RC; executor/src/cuda/check.h), whose functions are
 warn_unused_result so that dropping the checked status is a compile error. The exceptions are
 the calls that return no status (error strings, the last-error query inside CZ_CU_RC).
 
@@ -15,10 +16,10 @@ import re
 import sys
 import tempfile
 
-MACROS = ("CZ_CU", "CZ_BLAS", "CZ_NCCL", "CZ_CU_RC")
+MACROS = ("CZ_CU", "CZ_BLAS", "CZ_SOLVER", "CZ_NCCL", "CZ_CU_RC")
 NO_STATUS = {"cudaGetErrorString", "cudaGetErrorName", "cublasGetStatusString",
              "ncclGetErrorString"}
-CALL = re.compile(r"\b((?:cuda|cublas|nccl)[A-Z][A-Za-z0-9_]*)\s*\(")
+CALL = re.compile(r"\b((?:cuda|cublas|cusolver|nccl)[A-Z][A-Za-z0-9_]*)\s*\(")
 MACRO = re.compile(r"\b(" + "|".join(MACROS) + r")\s*\(")
 
 
@@ -103,8 +104,8 @@ def self_test():
             f.write('/* cudaFree(p) in a comment */\nint f(void *p, cz_error *e)\n'
                     '{\n    puts("cudaMalloc(");\n    return CZ_CU(e, cudaFree(p));\n}\n')
         with open(bad, "w") as f:
-            f.write("void g(void *p)\n{\n    cudaFree(p);\n}\n")
-        ok = not unchecked(good) and len(unchecked(bad)) == 1
+            f.write("void g(void *p, void *h)\n{\n    cudaFree(p);\n    cusolverDnDestroy(h);\n}\n")
+        ok = not unchecked(good) and len(unchecked(bad)) == 2
         print("self-test:", "passed" if ok else "FAILED", unchecked(bad))
         return 0 if ok else 1
 
@@ -120,7 +121,7 @@ def main(argv):
     bad = [b for f in files for b in unchecked(f)]
     for b in bad:
         print(b)
-    print(f"{len(files)} files checked, {len(bad)} unchecked CUDA/cuBLAS/NCCL calls")
+    print(f"{len(files)} files checked, {len(bad)} unchecked CUDA/cuBLAS/cuSOLVER/NCCL calls")
     return 1 if bad else 0
 
 

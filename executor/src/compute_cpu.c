@@ -274,6 +274,7 @@ void cz_cpu_scale_ratio(cz_compute *c, float *x, int64_t n, const double *num, c
 int cz_cpu_qr(cz_compute *c, float *a, int64_t n, float *work, cz_error *err);
 void cz_cpu_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,
                        int64_t cols, int side, float *work);
+int cz_cpu_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out, cz_error *err);
 
 static const cz_compute_ops cz_compute_cpu_ops = {
     .version = CZ_COMPUTE_OPS_VERSION,
@@ -311,25 +312,32 @@ static const cz_compute_ops cz_compute_cpu_ops = {
     .sq_accum = cz_cpu_sq_accum,
     .graft_div = cz_cpu_graft_div,
     .scale_ratio = cz_cpu_scale_ratio,
+    .linalg_work = cz_cpu_linalg_work,
 };
 
 bool cz_compute_has_linalg(const cz_compute *c, const char **missing)
 {
     const cz_compute_ops *o = c->ops;
-    const char *m = !o->gemm             ? "gemm"
-                    : !o->tile_copy      ? "tile_copy"
-                    : !o->syevd          ? "syevd"
-                    : !o->eig_root_scale ? "eig_root_scale"
-                    : !o->axpby          ? "axpby"
-                    : !o->sq_accum       ? "sq_accum"
-                    : !o->graft_div      ? "graft_div"
-                    : !o->scale_ratio    ? "scale_ratio"
-                    : !o->qr             ? "qr"
-                    : !o->basis_sort     ? "basis_sort"
-                                         : NULL;
+    const char *m = !o->gemm                            ? "gemm"
+                    : !o->tile_copy                     ? "tile_copy"
+                    : !o->syevd                         ? "syevd"
+                    : !o->eig_root_scale                ? "eig_root_scale"
+                    : !o->axpby                         ? "axpby"
+                    : !o->sq_accum                      ? "sq_accum"
+                    : !o->graft_div                     ? "graft_div"
+                    : !o->scale_ratio                   ? "scale_ratio"
+                    : !o->qr                            ? "qr"
+                    : !o->basis_sort                    ? "basis_sort"
+                    : o->version < 3 || !o->linalg_work ? "linalg_work"
+                                                        : NULL;
     if (missing)
         *missing = m;
     return m == NULL;
+}
+
+int cz_compute_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out, cz_error *err)
+{
+    return c->ops->linalg_work(c, n, vn, out, err);
 }
 
 int cz_compute_open(cz_compute *c, const char *name, cz_error *err)

@@ -2,6 +2,7 @@
  * products, LAPACKE's ssyevd for symmetric eigendecompositions, plain loops for the rest.
  * Built without LAPACKE (CZ_HAVE_LAPACKE unset) the backend has no syevd, and the executor
  * refuses Shampoo plans with a message saying so. */
+#include "elementwise.h"
 #include "exec_internal.h"
 
 #include <cblas.h>
@@ -11,7 +12,7 @@
 #include <lapacke.h>
 #endif
 
-int64_t cz_syevd_work(int64_t n)
+static int64_t cpu_syevd_work(int64_t n)
 {
     /* ssyevd with eigenvectors: lwork = 1 + 6n + 2n^2 floats, liwork = 3 + 5n integers (kept
      * in the same buffer; a lapack_int is as wide as a float). */
@@ -76,11 +77,11 @@ void cz_cpu_eig_root_scale(cz_compute *c, float *dst, const float *q, const floa
     (void)c;
     float lo = 0.0f;
     for (int64_t j = 0; j < n; j++)
-        lo = w[j] < lo ? w[j] : lo;
+        lo = cz_ew_eig_min(lo, w[j]);
     for (int64_t j = 0; j < n; j++) {
-        double s = pow((double)w[j] - (double)lo + (double)eps, -1.0 / (double)root);
+        double s = cz_ew_root_scale(w[j], lo, eps, root);
         for (int64_t i = 0; i < n; i++)
-            dst[i * n + j] = (float)((double)q[i * n + j] * s);
+            dst[i * n + j] = cz_ew_root_apply(q[i * n + j], s);
     }
 }
 
@@ -88,14 +89,14 @@ void cz_cpu_axpby(cz_compute *c, float *y, const float *x, int64_t n, float a, f
 {
     (void)c;
     for (int64_t i = 0; i < n; i++)
-        y[i] = a * y[i] + b * x[i];
+        y[i] = cz_ew_axpby(y[i], x[i], a, b);
 }
 
 void cz_cpu_sq_accum(cz_compute *c, float *acc, const float *x, int64_t n, float a, float b)
 {
     (void)c;
     for (int64_t i = 0; i < n; i++)
-        acc[i] = a * acc[i] + b * x[i] * x[i];
+        acc[i] = cz_ew_sq_accum(acc[i], x[i], a, b);
 }
 
 void cz_cpu_graft_div(cz_compute *c, float *dst, const float *x, const float *acc, int64_t n,
@@ -103,24 +104,24 @@ void cz_cpu_graft_div(cz_compute *c, float *dst, const float *x, const float *ac
 {
     (void)c;
     for (int64_t i = 0; i < n; i++)
-        dst[i] = x[i] / (sqrtf(acc[i] * inv_bias) + eps);
+        dst[i] = cz_ew_graft_div(x[i], acc[i], inv_bias, eps);
 }
 
 void cz_cpu_scale_ratio(cz_compute *c, float *x, int64_t n, const double *num, const double *den)
 {
     (void)c;
-    float f = *den > 0.0 ? (float)sqrt(*num / *den) : 0.0f;
+    float f = cz_ew_ratio(*num, *den);
     for (int64_t i = 0; i < n; i++)
         x[i] *= f;
 }
 
-int64_t cz_qr_work(int64_t n)
+static int64_t cpu_qr_work(int64_t n)
 {
     /* tau (n) and a blocked workspace of 64 columns for sgeqrf and sorgqr. */
     return n + 64 * n;
 }
 
-int64_t cz_sort_work(int64_t n, int64_t vn)
+static int64_t cpu_sort_work(int64_t n, int64_t vn)
 {
     /* est as doubles (2n floats), the permutation (n ints), a copy of the largest operand. */
     return 3 * n + (n * n > vn ? n * n : vn);
@@ -157,18 +158,15 @@ void cz_cpu_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, 
         for (int64_t i = 0; i < n; i++)
             e += (double)q[i * n + j] * (double)mq[i * n + j];
         est[j] = e;
-        perm[j] = (int)j;
     }
-    /* Insertion sort, descending, stable: n is at most max_precond_dim and this runs once per
-     * refresh, next to an O(n^3) QR. */
-    for (int64_t j = 1; j < n; j++) {
-        int pj = perm[j];
-        int64_t i = j;
-        while (i > 0 && est[perm[i - 1]] < est[pj]) {
-            perm[i] = perm[i - 1];
-            i--;
-        }
-        perm[i] = pj;
+    /* perm[place of j] = j, the place being the number of columns that sort before j (the
+     * CUDA backend's order, computed the same way): O(n^2), once per refresh, next to an
+     * O(n^3) QR. */
+    for (int64_t j = 0; j < n; j++) {
+        int64_t place = 0;
+        for (int64_t k = 0; k < n; k++)
+            place += cz_ew_sorts_before(est[k], k, est[j], j);
+        perm[place] = (int)j;
     }
     float *mats[2] = {q, mq};
     for (int k = 0; k < 2; k++) {
@@ -185,4 +183,12 @@ void cz_cpu_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, 
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++)
             v[i * cols + j] = side == 0 ? tmp[perm[i] * cols + j] : tmp[i * cols + perm[j]];
+}
+
+int cz_cpu_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out, cz_error *err)
+{
+    (void)c, (void)err;
+    *out = (cz_linalg_work){
+        .syevd = cpu_syevd_work(n), .qr = cpu_qr_work(n), .sort = cpu_sort_work(n, vn)};
+    return CZ_OK;
 }

@@ -52,6 +52,39 @@ int cz_cuda_host_wait(cz_compute *c, void *event, cz_error *err);
 int cz_cuda_ns_gemms(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
                      const cz_ns_coeffs *k, int steps, float *work, cz_error *err);
 
+/* ---- the linear-algebra ops (cuda/compute_cuda_linalg.c; SOAP and Shampoo) ---- */
+typedef struct cz_cuda_linalg cz_cuda_linalg;
+/* Creates the cuSOLVER handle on stream (a cudaStream_t), its devInfo and the mapped failure
+ * flag (at open). *out is set even on failure, for close. */
+int cz_cuda_linalg_open(cz_compute *c, void *stream, cz_cuda_linalg **out, cz_error *err);
+void cz_cuda_linalg_close(cz_cuda_linalg *la);
+/* The first solver failure flagged on the device (devInfo != 0) that the host can see, as an
+ * error, once: call it right after a host wait on the stream (cz_cuda_host_wait does). */
+int cz_cuda_linalg_take_error(cz_cuda_linalg *la, cz_error *err);
+/* For compute_cuda_linalg.c: the backend's linear-algebra state, its cuBLAS handle (a
+ * cublasHandle_t), and the sticky failure of an op that returns nothing. */
+cz_cuda_linalg *cz_cuda_linalg_of(cz_compute *c);
+void *cz_cuda_blas(cz_compute *c);
+void cz_cuda_note(cz_compute *c, int rc, const cz_error *e);
+/* The ops themselves, for the backend's table (exec_internal.h documents each). */
+void cz_cuda_gemm(cz_compute *c, int transa, int transb, int64_t m, int64_t n, int64_t k,
+                  float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                  float *cm, int64_t ldc);
+void cz_cuda_tile_copy(cz_compute *c, float *dst, int64_t ldd, const float *src, int64_t lds,
+                       int64_t rows, int64_t cols);
+int cz_cuda_syevd(cz_compute *c, float *a, float *w, int64_t n, float *work, cz_error *err);
+void cz_cuda_eig_root_scale(cz_compute *c, float *dst, const float *q, const float *w, int64_t n,
+                            float root, float eps);
+void cz_cuda_axpby(cz_compute *c, float *y, const float *x, int64_t n, float a, float b);
+void cz_cuda_sq_accum(cz_compute *c, float *acc, const float *x, int64_t n, float a, float b);
+void cz_cuda_graft_div(cz_compute *c, float *dst, const float *x, const float *acc, int64_t n,
+                       float inv_bias, float eps);
+void cz_cuda_scale_ratio(cz_compute *c, float *x, int64_t n, const double *num, const double *den);
+int cz_cuda_qr(cz_compute *c, float *a, int64_t n, float *work, cz_error *err);
+void cz_cuda_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,
+                        int64_t cols, int side, float *work);
+int cz_cuda_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out, cz_error *err);
+
 /* True when a CUDA device is usable (the gpu tests skip otherwise). */
 int cz_cuda_device_present(char *why, size_t len);
 

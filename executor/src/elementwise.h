@@ -112,4 +112,62 @@ CZ_HD float cz_ew_f32_from_bf16(uint16_t b)
     return cz_ew_f32_from_bits((uint32_t)b << 16);
 }
 
+/* ---- the linear-algebra ops' elementwise parts (SOAP, Shampoo) ---- */
+
+/* y = a*y + b*x. */
+CZ_HD float cz_ew_axpby(float y, float x, float a, float b)
+{
+    return a * y + b * x;
+}
+
+/* acc = a*acc + b*x^2. */
+CZ_HD float cz_ew_sq_accum(float acc, float x, float a, float b)
+{
+    return a * acc + b * x * x;
+}
+
+/* A diagonal preconditioner: x / (sqrt(acc * inv_bias) + eps). */
+CZ_HD float cz_ew_graft_div(float x, float acc, float inv_bias, float eps)
+{
+    return x / (sqrtf(acc * inv_bias) + eps);
+}
+
+/* The grafting factor sqrt(num / den); 0 when den is 0 (a zero direction stays zero). */
+CZ_HD float cz_ew_ratio(double num, double den)
+{
+    return den > 0.0 ? (float)sqrt(num / den) : 0.0f;
+}
+
+/* Distributed Shampoo's eigenvalue shift: lo = min(0, every w), folded one w at a time from
+ * lo = 0. */
+CZ_HD float cz_ew_eig_min(float lo, float w)
+{
+    return w < lo ? w : lo;
+}
+
+/* The inverse-root scale of an eigenvalue w: (w - lo + eps)^(-1/root), in double. */
+CZ_HD double cz_ew_root_scale(float w, float lo, float eps, float root)
+{
+    return pow((double)w - (double)lo + (double)eps, -1.0 / (double)root);
+}
+
+/* An eigenvector element scaled by its column's root scale. */
+CZ_HD float cz_ew_root_apply(float q, double s)
+{
+    return (float)((double)q * s);
+}
+
+/* SOAP's refresh order: column k goes before column j when its estimate is larger, ties by
+ * index (a stable descending sort). A column's place is the number of columns before it, so
+ * the order is computed without a sort, one column per thread on the GPU. */
+CZ_HD int cz_ew_sorts_before(double est_k, int64_t k, double est_j, int64_t j)
+{
+    /* A NaN goes after every number: the order stays total, so every column gets a place of
+     * its own and the permutation stays a permutation. */
+    int nk = est_k != est_k, nj = est_j != est_j;
+    if (nk || nj)
+        return nk == nj ? k < j : nj;
+    return est_k > est_j || (est_k == est_j && k < j);
+}
+
 #endif /* CZ_ELEMENTWISE_H */

@@ -47,13 +47,20 @@ uint64_t cz_exec_alloc_count(void);
  * data goes through it: step.c, pipeline.c, muon.c and adamw.c never touch data themselves.
  * All pointers below are backend memory (from alloc, or bound buffers the backend accepts),
  * except where a parameter says host. */
-#define CZ_COMPUTE_OPS_VERSION 2
+#define CZ_COMPUTE_OPS_VERSION 3
 /* Version 2 appended the linear-algebra operations of Shampoo (and later SOAP): gemm,
  * tile_copy, syevd, eig_root_scale, axpby, sq_accum, graft_div, scale_ratio, and SOAP's
  * qr and basis_sort. They are optional: a backend that leaves any of them NULL (the cpu
  * backend built without LAPACKE; a GPU backend whose cuSOLVER part is not written yet) still
  * runs Muon and AdamW plans, and the executor refuses a Shampoo or SOAP plan at create time naming
- * the backend and what it lacks (cz_compute_has_linalg). */
+ * the backend and what it lacks (cz_compute_has_linalg). Version 3 appended linalg_work: the
+ * work those ops need is the backend's to say (cuSOLVER's workspace sizes are the library's,
+ * queried at create time), so a version-2 table is refused for SOAP and Shampoo too. */
+
+/* Floats of the `work` buffer that syevd, qr and basis_sort need (linalg_work). */
+typedef struct cz_linalg_work {
+    int64_t syevd, qr, sort;
+} cz_linalg_work;
 
 typedef enum cz_backend_kind {
     CZ_BACKEND_CPU = 1,  /* host memory, OpenBLAS */
@@ -153,8 +160,9 @@ typedef struct cz_compute_ops {
                       int64_t rows, int64_t cols);
     /* Symmetric eigendecomposition of the n x n matrix a (row-major; symmetric, so either
      * triangle may be read) in place: on return a's columns are orthonormal eigenvectors and
-     * w (n) the eigenvalues in ascending order. work holds cz_syevd_work(n) floats. Fails
-     * (CZ_EINTERNAL, with the solver's code) when the solver does not converge. */
+     * w (n) the eigenvalues in ascending order. work holds linalg_work's syevd floats. Fails
+     * (CZ_EINTERNAL, with the solver's code) when the solver does not converge (a GPU backend
+     * may report that at its next host wait instead, see compute_cuda_linalg.c). */
     int (*syevd)(cz_compute *c, float *a, float *w, int64_t n, float *work, cz_error *err);
     /* Inverse root from an eigendecomposition (Distributed Shampoo's): w is shifted so that
      * its smallest value is >= 0 (w -= min(min(w), 0)), eps is added, and dst = q *
@@ -172,22 +180,25 @@ typedef struct cz_compute_ops {
      * x = 0 where *den == 0 (a zero direction stays zero). */
     void (*scale_ratio)(cz_compute *c, float *x, int64_t n, const double *num, const double *den);
     /* SOAP's: replaces the n x n matrix a (row-major) by the Q of its QR factorization
-     * (Householder, LAPACK's sign convention). work holds cz_qr_work(n) floats. */
+     * (Householder, LAPACK's sign convention). work holds linalg_work's qr floats. */
     int (*qr)(cz_compute *c, float *a, int64_t n, float *work, cz_error *err);
     /* SOAP's refresh order: est[j] = column j of q . column j of mq (= diag(q^T M q) when
      * mq = M q); q's and mq's columns are permuted into descending est (ties by index) and,
      * when v is not NULL, the rows x cols matrix v along dimension side (0: rows, 1: columns)
-     * the same way. work holds cz_sort_work(n, rows*cols) floats. */
+     * the same way. work holds linalg_work's sort floats (vn = rows*cols). */
     void (*basis_sort)(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,
                        int64_t cols, int side, float *work);
+
+    /* ---- version 3 ---- */
+    /* The floats of `work` that syevd and qr need for an n x n matrix and basis_sort for n
+     * and a v of vn elements. Called at create time only (it may query a library or allocate
+     * a probe); a step allocates nothing. */
+    int (*linalg_work)(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out, cz_error *err);
 } cz_compute_ops;
 
-/* Floats of work qr and basis_sort need. */
-int64_t cz_qr_work(int64_t n);
-int64_t cz_sort_work(int64_t n, int64_t vn);
-
-/* Floats of work syevd needs for an n x n matrix. */
-int64_t cz_syevd_work(int64_t n);
+/* linalg_work of the backend (the caller has checked cz_compute_has_linalg). */
+int cz_compute_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out,
+                           cz_error *err);
 /* True when the backend has every linear-algebra operation of version 2; else false and
  * *missing names the first absent one. */
 bool cz_compute_has_linalg(const cz_compute *c, const char **missing);

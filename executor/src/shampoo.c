@@ -128,7 +128,11 @@ int cz_shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz
                                         "out of memory for the Shampoo state of '%s'", p->name);
                 /* Five tile-sized buffers, an eigenbasis, its scaled copy and the solver's
                  * work; a side's eigenvalues. */
-                int64_t w = 5 * r * cl + 2 * side * side + side + cz_syevd_work(side);
+                cz_linalg_work lw;
+                int rc = cz_compute_linalg_work(c, side, r * cl, &lw, err);
+                if (rc)
+                    return rc;
+                int64_t w = 5 * r * cl + 2 * side * side + side + lw.syevd;
                 if (w > *work_n)
                     *work_n = w;
             }

@@ -87,9 +87,12 @@ int cz_soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_
                                 p->name);
         /* G, two rotation temporaries, M Q (also a rotation temporary: side^2 >= rows*cols),
          * eigenvalues and the largest solver work. */
-        int64_t lin = cz_syevd_work(side), qw = cz_qr_work(side), sw = cz_sort_work(side, r * cl);
-        lin = lin > qw ? lin : qw;
-        lin = lin > sw ? lin : sw;
+        cz_linalg_work lw;
+        int rc = cz_compute_linalg_work(c, side, r * cl, &lw, err);
+        if (rc)
+            return rc;
+        int64_t lin = lw.syevd > lw.qr ? lw.syevd : lw.qr;
+        lin = lin > lw.sort ? lin : lw.sort;
         int64_t w = 3 * r * cl + side * side + side + lin;
         if (w > *work_n)
             *work_n = w;

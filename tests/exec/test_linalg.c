@@ -20,6 +20,14 @@ START_TEST(optional_ops)
     cz_compute d = {&ops, NULL};
     ck_assert(!cz_compute_has_linalg(&d, &missing));
     ck_assert_str_eq(missing, "gemm");
+    /* A version-2 table has no linalg_work (the solver's workspace would be unknown). */
+    if (has) {
+        cz_compute_ops v2 = *c.ops;
+        v2.version = 2;
+        cz_compute e = {&v2, NULL};
+        ck_assert(!cz_compute_has_linalg(&e, &missing));
+        ck_assert_str_eq(missing, "linalg_work");
+    }
     cz_compute_close(&c);
 }
 END_TEST
@@ -91,7 +99,9 @@ START_TEST(basis_sort_permutes)
     ck_assert_int_eq(cz_compute_open(&c, "cpu", NULL), 0);
     float q[4] = {1, 0, 0, 1}, mq[4] = {1, 0, 0, 3}, v[6] = {1, 2, 3, 4, 5, 6};
     float work[64];
-    ck_assert_int_le(cz_sort_work(2, 6), 64);
+    cz_linalg_work lw;
+    ck_assert_int_eq(cz_compute_linalg_work(&c, 2, 6, &lw, NULL), 0);
+    ck_assert_int_le(lw.sort, 64);
     c.ops->basis_sort(&c, q, mq, 2, v, 2, 3, 0, work);
     ck_assert_float_eq(q[0], 0.0f);
     ck_assert_float_eq(q[1], 1.0f);
@@ -119,7 +129,9 @@ START_TEST(lapack_ops)
      * columns. */
     float a[4] = {2, 1, 1, 2}, w[2], work[256];
     cz_error err;
-    ck_assert_int_le(cz_syevd_work(2), 256);
+    cz_linalg_work lw;
+    ck_assert_int_eq(cz_compute_linalg_work(&c, 2, 4, &lw, NULL), 0);
+    ck_assert_int_le(lw.syevd, 256);
     ck_assert_int_eq(c.ops->syevd(&c, a, w, 2, work, &err), 0);
     ck_assert_float_eq_tol(w[0], 1.0f, 1e-6f);
     ck_assert_float_eq_tol(w[1], 3.0f, 1e-6f);
@@ -129,7 +141,7 @@ START_TEST(lapack_ops)
     /* QR of [[3, 1], [4, 2]]: Q orthonormal, Q^T A upper triangular. */
     float m[4] = {3, 1, 4, 2}, q[4];
     memcpy(q, m, sizeof q);
-    ck_assert_int_le(cz_qr_work(2), 256);
+    ck_assert_int_le(lw.qr, 256);
     ck_assert_int_eq(c.ops->qr(&c, q, 2, work, &err), 0);
     ck_assert_float_eq_tol(q[0] * q[0] + q[2] * q[2], 1.0f, 1e-6f);
     ck_assert_float_eq_tol(q[0] * q[1] + q[2] * q[3], 0.0f, 1e-6f);

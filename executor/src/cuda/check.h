@@ -7,6 +7,7 @@
  *   CZ_CU(err, call)    CUDA runtime call; CZ_OK, or CZ_EIO with the call and CUDA's reason
  *   CZ_BLAS(err, call)  cuBLAS call; likewise with cuBLAS's status string
  *   CZ_NCCL(err, call)  NCCL call (comm_nccl.c); likewise with NCCL's reason
+ *   CZ_SOLVER(err, call) cuSOLVER call (compute_cuda_linalg.c); likewise with the status name
  *   CZ_CU_RC(call)      the raw cudaError_t as an int, for callers that branch on it
  *                       (cudaEventQuery's cudaErrorNotReady, the kernel launchers)
  */
@@ -32,9 +33,12 @@ CZ_MUST_USE int cz_cuda_status(int rc, const char *call, const char *file, int l
 CZ_MUST_USE int cz_cublas_status(int rc, const char *call, const char *file, int line,
                                  cz_error *err);
 CZ_MUST_USE int cz_nccl_status(int rc, const char *call, const char *file, int line, cz_error *err);
+CZ_MUST_USE int cz_cusolver_status(int rc, const char *call, const char *file, int line,
+                                   cz_error *err);
 #define CZ_CU(err, call) cz_cuda_status((int)(call), #call, __FILE__, __LINE__, (err))
 #define CZ_BLAS(err, call) cz_cublas_status((int)(call), #call, __FILE__, __LINE__, (err))
 #define CZ_NCCL(err, call) cz_nccl_status((int)(call), #call, __FILE__, __LINE__, (err))
+#define CZ_SOLVER(err, call) cz_cusolver_status((int)(call), #call, __FILE__, __LINE__, (err))
 #endif
 
 #endif /* CZ_CUDA_CHECK_H */

@@ -49,7 +49,8 @@ typedef struct cuda_impl {
     cudaEvent_t done; /* download's completion */
     int managed;
     cz_ns_precision prec;
-    int sticky; /* first failure of an op without a status */
+    cz_cuda_linalg *la; /* cuSOLVER and the solver-failure flag (compute_cuda_linalg.c) */
+    int sticky;         /* first failure of an op without a status */
     cz_error sticky_err;
     struct {
         cz_cuda_watch_fn fn;
@@ -86,6 +87,21 @@ static void note(cz_compute *c, int rc, const cz_error *e)
         h->sticky = rc;
         h->sticky_err = *e;
     }
+}
+
+void cz_cuda_note(cz_compute *c, int rc, const cz_error *e)
+{
+    note(c, rc, e);
+}
+
+void *cz_cuda_blas(cz_compute *c)
+{
+    return impl_of(c)->blas;
+}
+
+cz_cuda_linalg *cz_cuda_linalg_of(cz_compute *c)
+{
+    return impl_of(c)->la;
 }
 
 static void note_launch(cz_compute *c, int krc, const char *what)
@@ -156,7 +172,9 @@ int cz_cuda_host_wait(cz_compute *c, void *event, cz_error *err)
             }
         sched_yield();
     }
-    return cz_cuda_take_error(c, err);
+    /* The stream has passed the event: a solver failure flagged before it is visible now. */
+    int rc = cz_cuda_take_error(c, err);
+    return rc ? rc : cz_cuda_linalg_take_error(h->la, err);
 }
 
 int cz_cuda_device_present(char *why, size_t len)
@@ -479,6 +497,17 @@ static const cz_compute_ops cz_compute_cuda_ops = {
     .block_store = cuda_block_store,
     .apply_update = cuda_apply_update,
     .adamw = cuda_adamw,
+    .gemm = cz_cuda_gemm,
+    .tile_copy = cz_cuda_tile_copy,
+    .syevd = cz_cuda_syevd,
+    .eig_root_scale = cz_cuda_eig_root_scale,
+    .axpby = cz_cuda_axpby,
+    .sq_accum = cz_cuda_sq_accum,
+    .graft_div = cz_cuda_graft_div,
+    .scale_ratio = cz_cuda_scale_ratio,
+    .qr = cz_cuda_qr,
+    .basis_sort = cz_cuda_basis_sort,
+    .linalg_work = cz_cuda_linalg_work,
 };
 
 /* Teardown: the statuses are checked, but there is no caller left to report them to. */
@@ -495,6 +524,7 @@ void cz_compute_cuda_close(cz_compute *c)
         return;
     if (h->stream)
         teardown(CZ_CU(&e, cudaStreamSynchronize(h->stream)));
+    cz_cuda_linalg_close(h->la);
     if (h->blas)
         teardown(CZ_BLAS(&e, cublasDestroy(h->blas)));
     if (h->blas_ws)
@@ -556,6 +586,8 @@ int cz_compute_cuda_open(cz_compute *c, const cz_cuda_options *o, cz_error *err)
         rc = CZ_CU(err, cudaMalloc((void **)&h->norm_sq, sizeof(double)));
     if (!rc)
         rc = CZ_CU(err, cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
+    if (!rc)
+        rc = cz_cuda_linalg_open(c, h->stream, &h->la, err);
     if (rc) {
         cz_compute_cuda_close(c);
         return rc;
