@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Multi-rank executor tests: plans test-small with `canzona plan` and runs canzona-bench on 4
 # MPI ranks. Usage: bench.sh verify CLUSTER DP TP [fp32|bf16] | mismatch | options | nan | dump |
-# owncomms | replicas | grads | knobs | shampoo CLUSTER TP MAX_DIM | soap CLUSTER TP | nolapacke
+# owncomms | replicas | grads | knobs | shampoo CLUSTER TP MAX_DIM | soap CLUSTER TP |
+# soap-sides CLUSTER TP | nolapacke
 # | average (exec_average.c, $CZ_AVERAGE, on 2 and 4 ranks)
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
@@ -205,6 +206,27 @@ soap)
     --dump-dir "$tmp/d" | tee "$tmp/out"
   grep -q "executor allocations in steps 2..12 (most on one rank): 0$" "$tmp/out"
   "$CZ_SOAP_REF" "$tmp/s.json" "$tmp/d" 12 3 1e-4 1e-8
+  ;;
+soap-sides)
+  # SOAP's two rotation cases at once, against soap_ref as above (tests/data/model_soap.json,
+  # max_precond_dim 100): 'square.weight' (16 x 16) has both sides rotated, 'wide.weight'
+  # (8 x 128) only its rows, 'mlp.weight' (TP-sharded, 128 x 256) neither. Both sides of a
+  # matrix are full rank from its first gradient only when it is square; 16 keeps the Gram's
+  # eigenvalues far enough apart for fp32 and double to agree (sides of 64 and more would not:
+  # see the soap case), and an 8-row wide side is better separated than a 16-row one (measured
+  # 1.4e-6 against 5.6e-5 at DP1*TP4).
+  : "${CZ_SOAP_REF:?}"
+  m=$src/tests/data/model_soap.json
+  "$CZ" plan -q --model "$m" --cluster "$src/plans/clusters/$2.json" --dp alpha --tp "$3" \
+    --optimizer soap --precondition-frequency 5 --max-precond-dim 100 -o "$tmp/s.json"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/s.json" --model "$m" --steps 12 --warmup 0 --seed 3 \
+    --dump-dir "$tmp/d" | tee "$tmp/out"
+  grep -q "executor allocations in steps 2..12 (most on one rank): 0$" "$tmp/out"
+  "$CZ_SOAP_REF" "$tmp/s.json" "$tmp/d" 12 3 1e-4 1e-8 | tee "$tmp/ref"
+  grep -q "square.weight .*(rotated: rows+cols)" "$tmp/ref" &&
+    grep -q "wide.weight .*(rotated: rows)" "$tmp/ref" &&
+    grep -q "mlp.weight .*(rotated: none)" "$tmp/ref" ||
+    { echo "expected square rotated on both sides, wide on its rows, mlp on neither"; exit 1; }
   ;;
 nolapacke)
   # A build without LAPACKE refuses SOAP and Shampoo plans on every rank, naming the fix.

@@ -212,8 +212,13 @@ static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *di
     }
     double rel = dmax / (bmax > 0 ? bmax : 1);
     *worst = rel > *worst ? rel : *worst;
-    printf("  %-48s %lld x %lld: rel.err %.3e%s\n", p->name, (long long)M, (long long)N, rel,
-           rel <= tol ? "" : "  FAIL");
+    /* Which sides of the (first) block are rotated, for the test to check its cases. */
+    const char *sides = bl[0].gl && bl[0].gr ? "rows+cols"
+                        : bl[0].gl           ? "rows"
+                        : bl[0].gr           ? "cols"
+                                             : "none";
+    printf("  %-48s %lld x %lld (rotated: %s): rel.err %.3e%s\n", p->name, (long long)M,
+           (long long)N, sides, rel, rel <= tol ? "" : "  FAIL");
     rc = rel <= tol ? 0 : 2;
 out:
     for (int b = 0; b < nb; b++)
