@@ -53,7 +53,9 @@ uint64_t cz_exec_alloc_count(void);
  * qr and basis_sort. They are optional: a backend that leaves any of them NULL (the cpu
  * backend built without LAPACKE; a GPU backend whose cuSOLVER part is not written yet) still
  * runs Muon and AdamW plans, and the executor refuses a Shampoo or SOAP plan at create time naming
- * the backend and what it lacks (cz_compute_has_linalg). */
+ * the backend and what it lacks (cz_compute_has_linalg). `upload`, appended after them without
+ * a version bump (a table that lacks it is still a version-2 table), is optional the same way:
+ * without it, optimizer-state checkpoints are refused. */
 
 typedef enum cz_backend_kind {
     CZ_BACKEND_CPU = 1,  /* host memory, OpenBLAS */
@@ -180,6 +182,12 @@ typedef struct cz_compute_ops {
      * the same way. work holds cz_sort_work(n, rows*cols) floats. */
     void (*basis_sort)(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,
                        int64_t cols, int side, float *work);
+
+    /* ---- appended to version 2: optional, checkpoints only ---- */
+    /* Copies bytes of host memory into backend memory and waits for the stream: download's
+     * inverse, used by cz_executor_load_state outside a step. A backend without it cannot
+     * load or save checkpoints (refused naming the backend). */
+    int (*upload)(cz_compute *c, void *dst, const void *host, size_t bytes, cz_error *err);
 } cz_compute_ops;
 
 /* Floats of work qr and basis_sort need. */
@@ -405,6 +413,13 @@ int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
                           const cz_plan_param *const *params, const float *const *in,
                           float *const *out, int n, cz_error *err);
 
+/* One tensor of a matrix optimizer's state as a checkpoint names it: "<param name>.<suffix>",
+ * rows x cols fp32, one contiguous backend buffer. */
+typedef struct cz_state_tensor {
+    char suffix[64];
+    int64_t rows, cols;
+} cz_state_tensor;
+
 /* ---- Shampoo (shampoo.c) ---- */
 typedef struct cz_shampoo_hparams {
     float lr, weight_decay, beta1, beta2, eps, momentum, graft_beta2, graft_eps;
@@ -433,6 +448,15 @@ int64_t cz_shampoo_state_bytes(const cz_shampoo_state *s);
 int cz_shampoo_run(cz_compute *c, const cz_shampoo_hparams *h, cz_shampoo_state *s, const float *g,
                    float *u, int64_t t, float *work, double *stats, cz_error *err);
 
+/* The checkpoint tensors of p's Shampoo state, from the settings alone (rank 0 names them
+ * without hosting the state): writes the first max of them to out and returns their count.
+ * Per tile, named by its origin: shampoo.<r0>_<c0>.{factor_left, factor_right, inv_root_left,
+ * inv_root_right[, grafting][, filtered_grad][, momentum]}. */
+int64_t cz_shampoo_state_tensors(const cz_shampoo_hparams *h, const cz_plan_param *p,
+                                 cz_state_tensor *out, int64_t max);
+/* The buffer of tensor k (in that order) of a state; NULL past the end. */
+float *cz_shampoo_state_tensor(cz_shampoo_state *s, int64_t k);
+
 /* ---- SOAP (soap.c) ---- */
 typedef struct cz_soap_hparams {
     float lr, weight_decay, beta1, beta2, shampoo_beta, eps;
@@ -455,6 +479,12 @@ void cz_soap_state_free(cz_compute *c, cz_soap_state *s);
  * decay that step. */
 int cz_soap_run(cz_compute *c, const cz_soap_hparams *h, cz_soap_state *s, const float *g, float *u,
                 int64_t k, float *work, cz_error *err);
+
+/* The same for SOAP: per plan block, soap.<r0>_<c0>.{[GG_left, Q_left,][GG_right, Q_right,]
+ * exp_avg, exp_avg_sq}, a side above max_dim without its factor and basis. */
+int64_t cz_soap_state_tensors(const cz_soap_hparams *h, const cz_plan_param *p,
+                              cz_state_tensor *out, int64_t max);
+float *cz_soap_state_tensor(cz_soap_state *s, int64_t k);
 
 /* ---- the executor object ---- */
 struct cz_executor {
