@@ -96,7 +96,8 @@ typedef struct cz_compute_ops {
     unsigned caps;    /* CZ_COMPUTE_CAP_* */
     const char *name; /* for messages only; backends are told apart by kind and caps */
 
-    /* Zero-filled backend memory; NULL when out of memory. Only called at create/bind. */
+    /* Zero-filled backend memory; NULL when out of memory. Only called at create/bind and by
+     * checkpoints (their bounce buffer), never in a step. */
     void *(*alloc)(cz_compute *c, size_t bytes);
     void (*release)(cz_compute *c, void *p);
     /* Events of the compute stream (created at create time). event_record marks the ops
@@ -105,8 +106,8 @@ typedef struct cz_compute_ops {
     void (*event_free)(cz_compute *c, cz_event *e);
     void (*event_record)(cz_compute *c, cz_event *e);
     int (*event_sync)(cz_compute *c, cz_event *e, cz_error *err);
-    /* Copies bytes of backend memory to the host (the step's one read-back; waits for the
-     * stream). */
+    /* Copies bytes of backend memory to the host (the step's one read-back, and checkpoints'
+     * staging; waits for the stream). */
     int (*download)(cz_compute *c, void *host, const void *src, size_t bytes, cz_error *err);
 
     /* Index maps: built from host runs at create time, replayed on any base pointers. */
