@@ -6,9 +6,11 @@
  *   <name>.momentum    Muon momentum of a matrix parameter (full shape)
  *   <name>.exp_avg     AdamW first moment of an elementwise parameter (full shape)
  *   <name>.exp_avg_sq  AdamW second moment
+ *   <name>.shampoo.<r0>_<c0>.<field>  Shampoo state of the tile at (r0, c0) (shampoo.c)
+ *   <name>.soap.<r0>_<c0>.<field>     SOAP state of the block at (r0, c0) (soap.c)
  *   __metadata__       {"format": "canzona.optim/1", "step": "<steps taken>"}
  *
- * Saving gathers every tensor on world rank 0 over the data plane (a matrix's momentum from the
+ * Saving gathers every tensor on world rank 0 over the data plane (a matrix's state from the
  * lowest rank that hosts it, an elementwise parameter's moments from the TP ranks of its owning
  * DP rank, unpacked into the full tensor) and rank 0 writes the file atomically (temporary file
  * in the same folder, synced, renamed over the old one), so a crash mid-write leaves the
@@ -16,6 +18,10 @@
  * plan and sends each full tensor to the TP ranks of its owning DP rank, which keep what they
  * hold. Both are collective; every rank returns the same verdict. Rank 0 holds the whole file
  * in memory while writing or reading it.
+ *
+ * State is backend memory (device memory on a GPU backend): it is touched only through the
+ * backend's download and upload and the data plane, which moves backend memory (a bounce
+ * buffer per rank). The cpu backend runs the same path, so the CPU tests cover it.
  */
 #include "exec_internal.h"
 #include "file_io.h"
@@ -33,17 +39,106 @@ static int64_t full_numel(const cz_plan_param *p)
     return p->ndim == 1 ? p->shape[0] : p->shape[0] * p->shape[1];
 }
 
-/* Number of tensors the state of p has: one momentum, or two AdamW moments. */
-static int state_count(const cz_plan_param *p)
+/* Where a checkpoint tensor lives in the executor. */
+typedef enum ck_kind {
+    CK_MOMENTUM, /* Muon momentum: one full buffer on each rank that hosts the matrix */
+    CK_ADAM,     /* an AdamW moment: TP shards on the owning DP rank's TP ranks */
+    CK_MATRIX,   /* a Shampoo or SOAP state buffer: full, on each rank that hosts the matrix */
+} ck_kind;
+
+/* One tensor of the checkpoint, in file order. */
+typedef struct ck_entry {
+    int param;
+    ck_kind kind;
+    int64_t k; /* CK_ADAM: 0 = exp_avg, 1 = exp_avg_sq; CK_MATRIX: the state's tensor index */
+    char suffix[64];
+    int ndim;
+    int64_t shape[2], n;
+} ck_entry;
+
+/* Shampoo's or SOAP's tensors of p (out NULL: only count them). */
+static int64_t matrix_tensors(const cz_executor *ex, const cz_plan_param *p, cz_state_tensor *out,
+                              int64_t max)
 {
-    return p->kind == CZ_KIND_MATRIX ? 1 : 2;
+    return ex->use_shampoo ? cz_shampoo_state_tensors(&ex->shampoo, p, out, max)
+                           : cz_soap_state_tensors(&ex->soap, p, out, max);
 }
 
-static const char *state_suffix(const cz_plan_param *p, int k)
+/* Every tensor of the plan's optimizer state, in parameter order: a list every rank builds
+ * from the plan and the settings alone. */
+static int entries_build(const cz_executor *ex, ck_entry **out, size_t *count, cz_error *err)
 {
-    if (p->kind == CZ_KIND_MATRIX)
-        return "momentum";
-    return k == 0 ? "exp_avg" : "exp_avg_sq";
+    const cz_plan *plan = ex->plan;
+    bool mat = ex->use_shampoo || ex->use_soap;
+    size_t n = 0, at = 0;
+    int64_t most = 0;
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        int64_t m = p->kind != CZ_KIND_MATRIX ? 2 : mat ? matrix_tensors(ex, p, NULL, 0) : 1;
+        n += (size_t)m;
+        most = m > most ? m : most;
+    }
+    ck_entry *e = calloc(n ? n : 1, sizeof *e);
+    cz_state_tensor *t = calloc((size_t)(most ? most : 1), sizeof *t);
+    if (!e || !t) {
+        free(e);
+        free(t);
+        return cz_error_set(err, CZ_ENOMEM, "out of memory listing the optimizer state's tensors");
+    }
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        if (p->kind != CZ_KIND_MATRIX || !mat) {
+            for (int k = 0; k < (p->kind == CZ_KIND_MATRIX ? 1 : 2); k++, at++) {
+                e[at] = (ck_entry){.param = (int)i, .k = k, .ndim = p->ndim, .n = full_numel(p)};
+                e[at].kind = p->kind == CZ_KIND_MATRIX ? CK_MOMENTUM : CK_ADAM;
+                e[at].shape[0] = p->shape[0];
+                e[at].shape[1] = p->ndim == 1 ? 1 : p->shape[1];
+                snprintf(e[at].suffix, sizeof e[at].suffix, "%s",
+                         p->kind == CZ_KIND_MATRIX ? "momentum"
+                         : k == 0                  ? "exp_avg"
+                                                   : "exp_avg_sq");
+            }
+            continue;
+        }
+        int64_t m = matrix_tensors(ex, p, t, most);
+        for (int64_t k = 0; k < m; k++, at++) {
+            e[at] = (ck_entry){.param = (int)i, .kind = CK_MATRIX, .k = k, .ndim = 2};
+            e[at].shape[0] = t[k].rows;
+            e[at].shape[1] = t[k].cols;
+            e[at].n = t[k].rows * t[k].cols;
+            memcpy(e[at].suffix, t[k].suffix, sizeof e[at].suffix);
+        }
+    }
+    free(t);
+    *out = e;
+    *count = n;
+    return CZ_OK;
+}
+
+/* This rank's backend buffer of a hosted tensor (CK_MOMENTUM, CK_MATRIX) or of its shard
+ * (CK_ADAM); NULL where this rank keeps none of it. */
+static float *entry_buffer(const cz_executor *ex, const ck_entry *e)
+{
+    int i = e->param;
+    switch (e->kind) {
+    case CK_MOMENTUM:
+        return ex->momentum[i];
+    case CK_ADAM:
+        return e->k == 0 ? ex->adam_m[i] : ex->adam_v[i];
+    case CK_MATRIX:
+        if (ex->use_shampoo)
+            return ex->shampoo_state[i] ? cz_shampoo_state_tensor(ex->shampoo_state[i], e->k)
+                                        : NULL;
+        return ex->soap_state[i] ? cz_soap_state_tensor(ex->soap_state[i], e->k) : NULL;
+    }
+    return NULL;
+}
+
+/* True when this rank hosts matrix parameter i's optimizer state. */
+static bool hosts_matrix(const cz_executor *ex, size_t i)
+{
+    return ex->momentum[i] || (ex->use_shampoo && ex->shampoo_state[i]) ||
+           (ex->use_soap && ex->soap_state[i]);
 }
 
 /* Every rank learns whether any rank failed: my own code when I failed, else CZ_EMISMATCH
@@ -66,17 +161,12 @@ static int agree(cz_executor *ex, int rc, const char *what, cz_error *err)
     return CZ_OK;
 }
 
-/* One point-to-point transfer of n floats from world rank src to world rank dst, or a local
- * copy when both are this rank. Ranks that are neither do nothing. */
+/* One point-to-point transfer of n floats of backend memory from world rank src to world rank
+ * dst (src != dst). Ranks that are neither do nothing. */
 static int transfer(cz_executor *ex, cz_comm_req *req, const float *send, float *recv, int64_t n,
                     int src, int dst, cz_error *err)
 {
     int me = ex->world.rank;
-    if (src == dst) {
-        if (me == src && send != recv)
-            memcpy(recv, send, (size_t)n * sizeof *recv);
-        return CZ_OK;
-    }
     if (me != src && me != dst)
         return CZ_OK;
     const cz_plane_ops *o = ex->world.ops;
@@ -102,39 +192,72 @@ static int grid_build(cz_executor *ex, int64_t *grid, cz_error *err)
     return ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, grid, n, err);
 }
 
-/* Checks shared by save and load: no step in flight, state in host memory. */
+/* Checks shared by save and load: no step in flight, a backend that can stage its memory
+ * through the host. */
 static int check_usable(cz_executor *ex, const char *what, cz_error *err)
 {
     if (ex->async_active)
         return cz_error_set(err, CZ_EINVALID,
                             "%s: a step started with cz_executor_step_async was not waited for",
                             what);
-    if (!(ex->compute.ops->caps & CZ_COMPUTE_CAP_HOST_MEMORY))
+    if (!ex->compute.ops->upload)
         return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "%s: the %s backend keeps optimizer state in device memory; "
-                            "checkpoints need a backend whose memory is host memory (cpu)",
+                            "%s: the %s backend has no upload operation; checkpoints stage the "
+                            "optimizer state through host memory and need it",
                             what, ex->compute.ops->name);
     return CZ_OK;
 }
 
-/* Largest full and local element counts of the plan's parameters. */
-static void max_sizes(const cz_plan *plan, int64_t *full, int64_t *local)
+/* Largest tensor and largest local shard (floats) of the list. */
+static void max_sizes(const cz_plan *plan, const ck_entry *e, size_t n, int64_t *full,
+                      int64_t *local)
 {
-    *full = *local = 0;
-    for (size_t i = 0; i < plan->nparams; i++) {
-        if (full_numel(&plan->params[i]) > *full)
-            *full = full_numel(&plan->params[i]);
-        if (plan->params[i].numel > *local)
-            *local = plan->params[i].numel;
+    *full = *local = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (e[i].n > *full)
+            *full = e[i].n;
+        if (plan->params[e[i].param].numel > *local)
+            *local = plan->params[e[i].param].numel;
     }
+}
+
+/* The per-rank buffers of a save or a load: a backend bounce buffer for the data plane and
+ * host buffers for a whole tensor and a shard. */
+typedef struct ck_bufs {
+    float *dev, *host, *shard;
+    cz_comm_req *req;
+} ck_bufs;
+
+static int bufs_open(cz_executor *ex, ck_bufs *b, int64_t full, int64_t local, cz_error *err)
+{
+    *b = (ck_bufs){0};
+    b->dev = ex->compute.ops->alloc(&ex->compute, (size_t)full * sizeof(float));
+    b->host = malloc((size_t)full * sizeof(float));
+    b->shard = malloc((size_t)local * sizeof(float));
+    b->req = ex->world.ops->req_create(&ex->world);
+    if (!b->dev || !b->host || !b->shard || !b->req)
+        return cz_error_set(err, CZ_ENOMEM,
+                            "out of memory for the checkpoint's buffers (%lld floats)",
+                            (long long)full);
+    return CZ_OK;
+}
+
+static void bufs_close(cz_executor *ex, ck_bufs *b)
+{
+    if (b->dev)
+        ex->compute.ops->release(&ex->compute, b->dev);
+    if (b->req)
+        ex->world.ops->req_free(&ex->world, b->req);
+    free(b->host);
+    free(b->shard);
 }
 
 /* ---- save ---- */
 
-/* The safetensors header of the plan's state with tensors laid out back to back in parameter
- * order, padded with spaces to a multiple of 8 bytes; *data_bytes gets the size of the data. */
-static int header_build(const cz_plan *plan, int64_t steps, char **out, size_t *len,
-                        size_t *data_bytes, cz_error *err)
+/* The safetensors header of the tensors e with their data back to back in list order, padded
+ * with spaces to a multiple of 8 bytes; *data_bytes gets the size of the data. */
+static int header_build(const cz_plan *plan, const ck_entry *e, size_t ne, int64_t steps,
+                        char **out, size_t *len, size_t *data_bytes, cz_error *err)
 {
     int rc = CZ_ENOMEM;
     char *text = NULL;
@@ -142,21 +265,18 @@ static int header_build(const cz_plan *plan, int64_t steps, char **out, size_t *
     if (!root)
         goto out;
     size_t off = 0;
-    for (size_t i = 0; i < plan->nparams; i++) {
-        const cz_plan_param *p = &plan->params[i];
-        for (int k = 0; k < state_count(p); k++) {
-            size_t bytes = (size_t)full_numel(p) * sizeof(float);
-            json_t *shape =
-                p->ndim == 1 ? json_pack("[I]", (json_int_t)p->shape[0])
-                             : json_pack("[I,I]", (json_int_t)p->shape[0], (json_int_t)p->shape[1]);
-            json_t *t = json_pack("{s:s,s:o,s:[I,I]}", "dtype", "F32", "shape", shape,
-                                  "data_offsets", (json_int_t)off, (json_int_t)(off + bytes));
-            char key[1024];
-            snprintf(key, sizeof key, "%s.%s", p->name, state_suffix(p, k));
-            if (!t || json_object_set_new(root, key, t))
-                goto out;
-            off += bytes;
-        }
+    for (size_t i = 0; i < ne; i++) {
+        size_t bytes = (size_t)e[i].n * sizeof(float);
+        json_t *shape = e[i].ndim == 1 ? json_pack("[I]", (json_int_t)e[i].shape[0])
+                                       : json_pack("[I,I]", (json_int_t)e[i].shape[0],
+                                                   (json_int_t)e[i].shape[1]);
+        json_t *t = json_pack("{s:s,s:o,s:[I,I]}", "dtype", "F32", "shape", shape, "data_offsets",
+                              (json_int_t)off, (json_int_t)(off + bytes));
+        char key[1024];
+        snprintf(key, sizeof key, "%s.%s", plan->params[e[i].param].name, e[i].suffix);
+        if (!t || json_object_set_new(root, key, t))
+            goto out;
+        off += bytes;
     }
     char step[32];
     snprintf(step, sizeof step, "%lld", (long long)steps);
@@ -184,6 +304,38 @@ out:
     return rc;
 }
 
+/* Brings n floats of backend memory at `state` on world rank src (where src keeps them) into
+ * host memory at `host` on rank 0: a download there, or over the data plane into rank 0's
+ * bounce buffer first. */
+static int fetch(cz_executor *ex, ck_bufs *b, const float *state, int64_t n, int src, void *host,
+                 cz_error *err)
+{
+    cz_compute *c = &ex->compute;
+    size_t bytes = (size_t)n * sizeof(float);
+    if (src == 0)
+        return ex->world.rank == 0 ? c->ops->download(c, host, state, bytes, err) : CZ_OK;
+    int rc = transfer(ex, b->req, state, b->dev, n, src, 0, err);
+    if (!rc && ex->world.rank == 0)
+        rc = c->ops->download(c, host, b->dev, bytes, err);
+    return rc;
+}
+
+/* Every rank checks that it keeps each buffer the list says it does (the list and the state
+ * are built apart; a disagreement would leave a transfer without its peer). */
+static int check_buffers(const cz_executor *ex, const ck_entry *e, size_t ne, cz_error *err)
+{
+    for (size_t i = 0; i < ne; i++) {
+        const cz_plan_param *p = &ex->plan->params[e[i].param];
+        bool keeps = e[i].kind == CK_ADAM ? p->dp_owner == ex->dp_rank
+                                          : hosts_matrix(ex, (size_t)e[i].param);
+        if (keeps && !entry_buffer(ex, &e[i]))
+            return cz_error_set(err, CZ_EINTERNAL,
+                                "checkpoint: rank %d has no buffer for '%s.%s' it should keep",
+                                ex->world.rank, p->name, e[i].suffix);
+    }
+    return CZ_OK;
+}
+
 int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
 {
     if (!ex)
@@ -191,36 +343,47 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
     const cz_plan *plan = ex->plan;
     bool root = ex->world.rank == 0;
     char *header = NULL, *file = NULL;
-    float *shards = NULL;
     int64_t *holder = NULL, *grid = NULL;
-    cz_comm_req *req = NULL;
-    size_t hlen = 0, data_bytes = 0, total = 0;
-    int64_t max_full, max_local;
-    max_sizes(plan, &max_full, &max_local);
+    ck_entry *e = NULL;
+    ck_bufs b = {0};
+    size_t ne = 0, hlen = 0, data_bytes = 0, total = 0;
+    int64_t max_full = 1, max_local = 1;
 
     int rc = check_usable(ex, "save_state", err);
     if (!rc && root && (!path || !*path))
         rc = cz_error_set(err, CZ_EINVALID, "save_state: no checkpoint path given");
-    /* Which world rank sends each matrix's momentum: the lowest that hosts it. */
+    if (!rc)
+        rc = entries_build(ex, &e, &ne, err);
+    if (!rc) {
+        max_sizes(plan, e, ne, &max_full, &max_local);
+        rc = bufs_open(ex, &b, max_full, max_local, err);
+    }
+    if (!rc)
+        rc = check_buffers(ex, e, ne, err);
+    /* Which world rank sends each matrix's state: the lowest that hosts it. */
     holder = calloc(plan->nparams ? plan->nparams : 1, sizeof *holder);
     grid = calloc((size_t)(ex->dp * ex->tp), sizeof *grid);
-    req = ex->world.ops->req_create(&ex->world);
-    if (!rc && (!holder || !grid || !req))
+    if (!rc && (!holder || !grid))
         rc = cz_error_set(err, CZ_ENOMEM, "save_state: out of memory");
     if (!rc && root) {
-        rc = header_build(plan, ex->steps, &header, &hlen, &data_bytes, err);
+        rc = header_build(plan, e, ne, ex->steps, &header, &hlen, &data_bytes, err);
         total = 8 + hlen + data_bytes;
-        if (!rc && (!(file = malloc(total)) ||
-                    !(shards = malloc((size_t)(max_local ? max_local : 1) * sizeof *shards))))
+        if (!rc && !(file = malloc(total)))
             rc = cz_error_set(err, CZ_ENOMEM,
                               "save_state: out of memory for a %zu-byte checkpoint on rank 0",
                               total);
+    }
+    /* The state is final: whatever the last step issued on the compute stream is done before
+     * the data plane reads it. */
+    if (!rc && ex->ev_params) {
+        ex->compute.ops->event_record(&ex->compute, ex->ev_params);
+        rc = ex->compute.ops->event_sync(&ex->compute, ex->ev_params, err);
     }
     rc = agree(ex, rc, "prepare the checkpoint", err);
     if (rc)
         goto out;
     for (size_t i = 0; i < plan->nparams; i++)
-        holder[i] = ex->momentum[i] ? ex->world.rank : INT64_MAX;
+        holder[i] = hosts_matrix(ex, i) ? ex->world.rank : INT64_MAX;
     rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, holder, (int)plan->nparams, err);
     if (!rc)
         rc = grid_build(ex, grid, err);
@@ -228,45 +391,43 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
         goto out;
 
     if (root) {
-        for (int b = 0; b < 8; b++)
-            file[b] = (char)((uint64_t)hlen >> (8 * b) & 0xff); /* little-endian length */
+        for (int k = 0; k < 8; k++)
+            file[k] = (char)((uint64_t)hlen >> (8 * k) & 0xff); /* little-endian length */
         memcpy(file + 8, header, hlen);
     }
     size_t off = 8 + hlen;
-    for (size_t i = 0; i < plan->nparams && !rc; i++) {
-        const cz_plan_param *p = &plan->params[i];
-        int64_t n = full_numel(p);
-        if (p->kind == CZ_KIND_MATRIX) {
-            if (holder[i] == INT64_MAX) {
+    for (size_t i = 0; i < ne && !rc; i++) {
+        const cz_plan_param *p = &plan->params[e[i].param];
+        float *dst = root ? (float *)(file + off) : NULL;
+        off += (size_t)e[i].n * sizeof(float);
+        if (e[i].kind != CK_ADAM) {
+            if (holder[e[i].param] == INT64_MAX) {
                 rc = cz_error_set(err, CZ_EINTERNAL,
-                                  "save_state: no rank holds the momentum of '%s'", p->name);
+                                  "save_state: no rank holds the optimizer state of '%s'", p->name);
                 break;
             }
-            rc = transfer(ex, req, ex->momentum[i], root ? (float *)(file + off) : NULL, n,
-                          (int)holder[i], 0, err);
-            off += (size_t)n * sizeof(float);
+            int src = (int)holder[e[i].param];
+            rc = fetch(ex, &b, ex->world.rank == src ? entry_buffer(ex, &e[i]) : NULL, e[i].n, src,
+                       dst, err);
             continue;
         }
-        for (int k = 0; k < 2 && !rc; k++) {
-            float *state = k == 0 ? ex->adam_m[i] : ex->adam_v[i];
-            for (int t = 0; t < ex->tp && !rc; t++) {
-                rc = transfer(ex, req, state, shards, p->numel, (int)grid[p->dp_owner * ex->tp + t],
-                              0, err);
-                if (!rc && root)
-                    cz_shard_unpack(p, ex->tp, t, shards, (float *)(file + off));
-            }
-            off += (size_t)n * sizeof(float);
+        /* An AdamW moment: every TP rank's shard of the owning DP rank, put back together. */
+        for (int t = 0; t < ex->tp && !rc; t++) {
+            int src = (int)grid[p->dp_owner * ex->tp + t];
+            rc = fetch(ex, &b, ex->world.rank == src ? entry_buffer(ex, &e[i]) : NULL, p->numel,
+                       src, b.shard, err);
+            if (!rc && root)
+                cz_shard_unpack(p, ex->tp, t, b.shard, dst);
         }
     }
     if (!rc && root)
         rc = cz_file_write(path, file, total, err);
     rc = agree(ex, rc, "save the optimizer-state checkpoint", err);
 out:
-    if (req)
-        ex->world.ops->req_free(&ex->world, req);
+    bufs_close(ex, &b);
+    free(e);
     free(holder);
     free(grid);
-    free(shards);
     free(file);
     free(header);
     return rc;
@@ -284,11 +445,41 @@ static int get_size(json_t *a, size_t i, int64_t *out)
     return 0;
 }
 
-/* Checks the checkpoint at data (len bytes, read by rank 0) against the plan: every tensor the
- * plan's state needs, F32, full shape, inside the file; nothing else. Fills offs (absolute byte
- * offsets, in the order of the parameters and their state tensors) and *steps. */
-static int parse_checkpoint(const cz_plan *plan, const char *path, const char *data, size_t len,
-                            size_t *offs, int64_t *steps, cz_error *err)
+/* Names the first tensor of root that is not in the list (nor __metadata__). */
+static int find_foreign(const cz_plan *plan, const ck_entry *e, size_t ne, json_t *root,
+                        const char *path, cz_error *err)
+{
+    json_t *known = json_object();
+    if (!known)
+        return cz_error_set(err, CZ_ENOMEM, "load_state: out of memory");
+    int rc = CZ_OK;
+    char key[1024];
+    for (size_t i = 0; i < ne && !rc; i++) {
+        snprintf(key, sizeof key, "%s.%s", plan->params[e[i].param].name, e[i].suffix);
+        if (json_object_set_new(known, key, json_true()))
+            rc = cz_error_set(err, CZ_ENOMEM, "load_state: out of memory");
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(root, k, v)
+    {
+        if (rc)
+            break;
+        if (strcmp(k, "__metadata__") != 0 && !json_object_get(known, k))
+            rc =
+                cz_error_set(err, CZ_EMISMATCH,
+                             "%s: tensor '%s' is not part of this plan's optimizer state", path, k);
+    }
+    json_decref(known);
+    return rc;
+}
+
+/* Checks the checkpoint at data (len bytes, read by rank 0) against the list: every tensor the
+ * plan's state needs, F32, its shape, inside the file; nothing else. Fills offs (absolute byte
+ * offsets, in list order) and *steps. */
+static int parse_checkpoint(const cz_plan *plan, const ck_entry *e, size_t ne, const char *path,
+                            const char *data, size_t len, size_t *offs, int64_t *steps,
+                            cz_error *err)
 {
     if (len < 8)
         return cz_error_set(err, CZ_EINVALID,
@@ -309,7 +500,7 @@ static int parse_checkpoint(const cz_plan *plan, const char *path, const char *d
                             jerr.text);
     }
     int rc = CZ_OK;
-    size_t base = 8 + (size_t)hlen, expected = 1, k = 0;
+    size_t base = 8 + (size_t)hlen;
     json_t *meta = json_object_get(root, "__metadata__");
     const char *format = json_string_value(json_object_get(meta, "format"));
     const char *step = json_string_value(json_object_get(meta, "step"));
@@ -329,79 +520,69 @@ static int parse_checkpoint(const cz_plan *plan, const char *path, const char *d
         goto out;
     }
     *steps = s;
-    for (size_t i = 0; i < plan->nparams; i++) {
-        const cz_plan_param *p = &plan->params[i];
-        for (int j = 0; j < state_count(p); j++, k++) {
-            char key[1024];
-            snprintf(key, sizeof key, "%s.%s", p->name, state_suffix(p, j));
-            json_t *t = json_object_get(root, key);
-            if (!t) {
-                rc = cz_error_set(err, CZ_EMISMATCH,
-                                  "%s: no tensor '%s': the checkpoint belongs to another model "
-                                  "or optimizer assignment",
-                                  path, key);
-                goto out;
-            }
-            const char *dtype = json_string_value(json_object_get(t, "dtype"));
-            json_t *shape = json_object_get(t, "shape"),
-                   *offsets = json_object_get(t, "data_offsets");
-            int64_t d0 = 0, d1 = 1, b = 0, e = 0;
-            bool shape_ok = json_is_array(shape) && (int)json_array_size(shape) == p->ndim &&
-                            !get_size(shape, 0, &d0) && (p->ndim == 1 || !get_size(shape, 1, &d1));
-            if (!dtype || strcmp(dtype, "F32") != 0) {
-                rc = cz_error_set(err, CZ_EINVALID, "%s: '%s': dtype %s, expected F32", path, key,
-                                  dtype ? dtype : "missing");
-                goto out;
-            }
-            if (!shape_ok || d0 != p->shape[0] || (p->ndim == 2 && d1 != p->shape[1])) {
-                char want[64];
-                if (p->ndim == 1)
-                    snprintf(want, sizeof want, "[%lld]", (long long)p->shape[0]);
-                else
-                    snprintf(want, sizeof want, "[%lld, %lld]", (long long)p->shape[0],
-                             (long long)p->shape[1]);
-                rc = cz_error_set(err, CZ_EMISMATCH, "%s: '%s': shape differs from the plan's %s",
-                                  path, key, want);
-                goto out;
-            }
-            if (!json_is_array(offsets) || json_array_size(offsets) != 2 ||
-                get_size(offsets, 0, &b) || get_size(offsets, 1, &e) ||
-                e - b != full_numel(p) * (int64_t)sizeof(float) || (uint64_t)e > len - base) {
-                rc =
-                    cz_error_set(err, CZ_EINVALID,
-                                 "%s: '%s': data_offsets must span its %lld floats inside the file",
-                                 path, key, (long long)full_numel(p));
-                goto out;
-            }
-            offs[k] = base + (size_t)b;
-            expected++;
+    for (size_t i = 0; i < ne; i++) {
+        char key[1024];
+        snprintf(key, sizeof key, "%s.%s", plan->params[e[i].param].name, e[i].suffix);
+        json_t *t = json_object_get(root, key);
+        if (!t) {
+            rc = cz_error_set(err, CZ_EMISMATCH,
+                              "%s: no tensor '%s': the checkpoint belongs to another model, "
+                              "optimizer assignment or optimizer settings (Shampoo's and SOAP's "
+                              "tensors follow max_dim and the kept state)",
+                              path, key);
+            goto out;
         }
-    }
-    if (json_object_size(root) != expected) {
-        const char *key;
-        json_t *v;
-        json_object_foreach(root, key, v)
-        {
-            const char *dot = strrchr(key, '.');
-            bool known = strcmp(key, "__metadata__") == 0;
-            for (size_t i = 0; i < plan->nparams && !known && dot; i++) {
-                const cz_plan_param *p = &plan->params[i];
-                for (int j = 0; j < state_count(p) && !known; j++)
-                    known = strlen(p->name) == (size_t)(dot - key) &&
-                            strncmp(key, p->name, (size_t)(dot - key)) == 0 &&
-                            strcmp(dot + 1, state_suffix(p, j)) == 0;
-            }
-            if (!known) {
-                rc = cz_error_set(err, CZ_EMISMATCH,
-                                  "%s: tensor '%s' is not part of this plan's optimizer state",
-                                  path, key);
-                goto out;
-            }
+        const char *dtype = json_string_value(json_object_get(t, "dtype"));
+        json_t *shape = json_object_get(t, "shape"), *offsets = json_object_get(t, "data_offsets");
+        int64_t d0 = 0, d1 = 1, b = 0, f = 0;
+        bool shape_ok = json_is_array(shape) && (int)json_array_size(shape) == e[i].ndim &&
+                        !get_size(shape, 0, &d0) && (e[i].ndim == 1 || !get_size(shape, 1, &d1));
+        if (!dtype || strcmp(dtype, "F32") != 0) {
+            rc = cz_error_set(err, CZ_EINVALID, "%s: '%s': dtype %s, expected F32", path, key,
+                              dtype ? dtype : "missing");
+            goto out;
         }
+        if (!shape_ok || d0 != e[i].shape[0] || (e[i].ndim == 2 && d1 != e[i].shape[1])) {
+            char want[64];
+            if (e[i].ndim == 1)
+                snprintf(want, sizeof want, "[%lld]", (long long)e[i].shape[0]);
+            else
+                snprintf(want, sizeof want, "[%lld, %lld]", (long long)e[i].shape[0],
+                         (long long)e[i].shape[1]);
+            rc = cz_error_set(err, CZ_EMISMATCH, "%s: '%s': shape differs from the plan's %s", path,
+                              key, want);
+            goto out;
+        }
+        if (!json_is_array(offsets) || json_array_size(offsets) != 2 || get_size(offsets, 0, &b) ||
+            get_size(offsets, 1, &f) || f - b != e[i].n * (int64_t)sizeof(float) ||
+            (uint64_t)f > len - base) {
+            rc = cz_error_set(err, CZ_EINVALID,
+                              "%s: '%s': data_offsets must span its %lld floats inside the file",
+                              path, key, (long long)e[i].n);
+            goto out;
+        }
+        offs[i] = base + (size_t)b;
     }
+    if (json_object_size(root) != ne + 1)
+        rc = find_foreign(plan, e, ne, root, path, err);
 out:
     json_decref(root);
     return rc;
+}
+
+/* Puts a whole tensor (host memory, on this rank) into this rank's state: all of it for a
+ * hosted tensor, this TP rank's part of an AdamW moment. */
+static int store(cz_executor *ex, ck_bufs *b, const ck_entry *e, const float *full, cz_error *err)
+{
+    cz_compute *c = &ex->compute;
+    float *buf = entry_buffer(ex, e);
+    if (!buf)
+        return CZ_OK; /* a TP rank that does not host this matrix */
+    if (e->kind != CK_ADAM)
+        return c->ops->upload(c, buf, full, (size_t)e->n * sizeof *full, err);
+    const cz_plan_param *p = &ex->plan->params[e->param];
+    cz_shard_pack(p, ex->tp, ex->tp_rank, full, b->shard);
+    return c->ops->upload(c, buf, b->shard, (size_t)p->numel * sizeof *full, err);
 }
 
 int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
@@ -411,21 +592,24 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
     const cz_plan *plan = ex->plan;
     bool root = ex->world.rank == 0;
     char *data = NULL;
-    size_t len = 0, ntensors = 0, *offs = NULL;
-    float *full = NULL;
+    size_t len = 0, ne = 0, *offs = NULL;
     int64_t *grid = NULL;
-    cz_comm_req *req = NULL;
-    int64_t steps = INT64_MAX, max_full, max_local;
-    max_sizes(plan, &max_full, &max_local);
-    for (size_t i = 0; i < plan->nparams; i++)
-        ntensors += (size_t)state_count(&plan->params[i]);
+    ck_entry *e = NULL;
+    ck_bufs b = {0};
+    int64_t steps = INT64_MAX, max_full = 1, max_local = 1;
 
     int rc = check_usable(ex, "load_state", err);
-    full = malloc((size_t)(max_full ? max_full : 1) * sizeof *full);
-    offs = calloc(ntensors ? ntensors : 1, sizeof *offs);
+    if (!rc)
+        rc = entries_build(ex, &e, &ne, err);
+    if (!rc) {
+        max_sizes(plan, e, ne, &max_full, &max_local);
+        rc = bufs_open(ex, &b, max_full, max_local, err);
+    }
+    if (!rc)
+        rc = check_buffers(ex, e, ne, err);
+    offs = calloc(ne ? ne : 1, sizeof *offs);
     grid = calloc((size_t)(ex->dp * ex->tp), sizeof *grid);
-    req = ex->world.ops->req_create(&ex->world);
-    if (!rc && (!full || !offs || !grid || !req))
+    if (!rc && (!offs || !grid))
         rc = cz_error_set(err, CZ_ENOMEM, "load_state: out of memory");
     if (!rc && root) {
         if (!path || !*path)
@@ -433,7 +617,7 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
         else
             rc = cz_file_read_all(path, CZ_STATE_MAX_BYTES, &data, &len, err);
         if (!rc)
-            rc = parse_checkpoint(plan, path, data, len, offs, &steps, err);
+            rc = parse_checkpoint(plan, e, ne, path, data, len, offs, &steps, err);
     }
     rc = agree(ex, rc, "read the optimizer-state checkpoint", err);
     if (rc)
@@ -445,26 +629,30 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
     if (rc)
         goto out;
 
-    size_t k = 0;
-    for (size_t i = 0; i < plan->nparams && !rc; i++) {
-        const cz_plan_param *p = &plan->params[i];
-        int64_t n = full_numel(p);
-        for (int j = 0; j < state_count(p) && !rc; j++, k++) {
-            if (root) /* the file's data need not be aligned for floats: copy it out */
-                memcpy(full, data + offs[k], (size_t)n * sizeof *full);
-            /* Every TP rank of the owning DP rank gets the full tensor and keeps its part. */
-            for (int t = 0; t < ex->tp && !rc; t++) {
-                int dst = (int)grid[p->dp_owner * ex->tp + t];
-                rc = transfer(ex, req, full, full, n, 0, dst, err);
-                if (rc || ex->world.rank != dst)
-                    continue;
-                if (p->kind == CZ_KIND_MATRIX) {
-                    if (ex->momentum[i])
-                        memcpy(ex->momentum[i], full, (size_t)n * sizeof *full);
-                } else {
-                    cz_shard_pack(p, ex->tp, ex->tp_rank, full,
-                                  j == 0 ? ex->adam_m[i] : ex->adam_v[i]);
-                }
+    for (size_t i = 0; i < ne && !rc; i++) {
+        const cz_plan_param *p = &plan->params[e[i].param];
+        size_t bytes = (size_t)e[i].n * sizeof(float);
+        bool staged = false; /* rank 0's bounce buffer holds the tensor */
+        if (root)            /* the file's data need not be aligned for floats: copy it out */
+            memcpy(b.host, data + offs[i], bytes);
+        /* Every TP rank of the owning DP rank gets the whole tensor and keeps its part. */
+        for (int t = 0; t < ex->tp && !rc; t++) {
+            int dst = (int)grid[p->dp_owner * ex->tp + t];
+            if (dst == 0) {
+                if (root)
+                    rc = store(ex, &b, &e[i], b.host, err);
+                continue;
+            }
+            if (root && !staged) {
+                rc = ex->compute.ops->upload(&ex->compute, b.dev, b.host, bytes, err);
+                staged = true;
+            }
+            if (!rc)
+                rc = transfer(ex, b.req, b.dev, b.dev, e[i].n, 0, dst, err);
+            if (!rc && ex->world.rank == dst) {
+                rc = ex->compute.ops->download(&ex->compute, b.host, b.dev, bytes, err);
+                if (!rc)
+                    rc = store(ex, &b, &e[i], b.host, err);
             }
         }
     }
@@ -472,11 +660,10 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
     if (!rc)
         ex->steps = steps;
 out:
-    if (req)
-        ex->world.ops->req_free(&ex->world, req);
+    bufs_close(ex, &b);
+    free(e);
     free(offs);
     free(grid);
-    free(full);
     free(data);
     return rc;
 }

@@ -132,6 +132,14 @@ static int cpu_download(cz_compute *c, void *host, const void *src, size_t bytes
     return CZ_OK;
 }
 
+static int cpu_upload(cz_compute *c, void *dst, const void *host, size_t bytes, cz_error *err)
+{
+    (void)c;
+    (void)err;
+    memcpy(dst, host, bytes);
+    return CZ_OK;
+}
+
 static cz_runs *cpu_runs_create(cz_compute *c, const cz_copy_run *runs, size_t n)
 {
     (void)c;
@@ -313,6 +321,7 @@ static const cz_compute_ops cz_compute_cpu_ops = {
     .graft_div = cz_cpu_graft_div,
     .scale_ratio = cz_cpu_scale_ratio,
     .linalg_work = cz_cpu_linalg_work,
+    .upload = cpu_upload,
 };
 
 bool cz_compute_has_linalg(const cz_compute *c, const char **missing)

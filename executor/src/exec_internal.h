@@ -55,7 +55,9 @@ uint64_t cz_exec_alloc_count(void);
  * runs Muon and AdamW plans, and the executor refuses a Shampoo or SOAP plan at create time naming
  * the backend and what it lacks (cz_compute_has_linalg). Version 3 appended linalg_work: the
  * work those ops need is the backend's to say (cuSOLVER's workspace sizes are the library's,
- * queried at create time), so a version-2 table is refused for SOAP and Shampoo too. */
+ * queried at create time), so a version-2 table is refused for SOAP and Shampoo too. `upload`,
+ * appended after it, is optional the same way: without it, optimizer-state checkpoints are
+ * refused. */
 
 /* Floats of the `work` buffer that syevd, qr and basis_sort need (linalg_work). */
 typedef struct cz_linalg_work {
@@ -101,7 +103,8 @@ typedef struct cz_compute_ops {
     unsigned caps;    /* CZ_COMPUTE_CAP_* */
     const char *name; /* for messages only; backends are told apart by kind and caps */
 
-    /* Zero-filled backend memory; NULL when out of memory. Only called at create/bind. */
+    /* Zero-filled backend memory; NULL when out of memory. Only called at create/bind and by
+     * checkpoints (their bounce buffer), never in a step. */
     void *(*alloc)(cz_compute *c, size_t bytes);
     void (*release)(cz_compute *c, void *p);
     /* Events of the compute stream (created at create time). event_record marks the ops
@@ -110,8 +113,8 @@ typedef struct cz_compute_ops {
     void (*event_free)(cz_compute *c, cz_event *e);
     void (*event_record)(cz_compute *c, cz_event *e);
     int (*event_sync)(cz_compute *c, cz_event *e, cz_error *err);
-    /* Copies bytes of backend memory to the host (the step's one read-back; waits for the
-     * stream). */
+    /* Copies bytes of backend memory to the host (the step's one read-back, and checkpoints'
+     * staging; waits for the stream). */
     int (*download)(cz_compute *c, void *host, const void *src, size_t bytes, cz_error *err);
 
     /* Index maps: built from host runs at create time, replayed on any base pointers. */
@@ -194,6 +197,11 @@ typedef struct cz_compute_ops {
      * and a v of vn elements. Called at create time only (it may query a library or allocate
      * a probe); a step allocates nothing. */
     int (*linalg_work)(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out, cz_error *err);
+    /* Optional, checkpoints only. */
+    /* Copies bytes of host memory into backend memory and waits for the stream: download's
+     * inverse, used by cz_executor_load_state outside a step. A backend without it cannot
+     * load or save checkpoints (refused naming the backend). */
+    int (*upload)(cz_compute *c, void *dst, const void *host, size_t bytes, cz_error *err);
 } cz_compute_ops;
 
 /* linalg_work of the backend (the caller has checked cz_compute_has_linalg). */
@@ -416,6 +424,13 @@ int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
                           const cz_plan_param *const *params, const float *const *in,
                           float *const *out, int n, cz_error *err);
 
+/* One tensor of a matrix optimizer's state as a checkpoint names it: "<param name>.<suffix>",
+ * rows x cols fp32, one contiguous backend buffer. */
+typedef struct cz_state_tensor {
+    char suffix[64];
+    int64_t rows, cols;
+} cz_state_tensor;
+
 /* ---- Shampoo (shampoo.c) ---- */
 typedef struct cz_shampoo_hparams {
     float lr, weight_decay, beta1, beta2, eps, momentum, graft_beta2, graft_eps;
@@ -444,6 +459,15 @@ int64_t cz_shampoo_state_bytes(const cz_shampoo_state *s);
 int cz_shampoo_run(cz_compute *c, const cz_shampoo_hparams *h, cz_shampoo_state *s, const float *g,
                    float *u, int64_t t, float *work, double *stats, cz_error *err);
 
+/* The checkpoint tensors of p's Shampoo state, from the settings alone (rank 0 names them
+ * without hosting the state): writes the first max of them to out and returns their count.
+ * Per tile, named by its origin: shampoo.<r0>_<c0>.{factor_left, factor_right, inv_root_left,
+ * inv_root_right[, grafting][, filtered_grad][, momentum]}. */
+int64_t cz_shampoo_state_tensors(const cz_shampoo_hparams *h, const cz_plan_param *p,
+                                 cz_state_tensor *out, int64_t max);
+/* The buffer of tensor k (in that order) of a state; NULL past the end. */
+float *cz_shampoo_state_tensor(cz_shampoo_state *s, int64_t k);
+
 /* ---- SOAP (soap.c) ---- */
 typedef struct cz_soap_hparams {
     float lr, weight_decay, beta1, beta2, shampoo_beta, eps;
@@ -466,6 +490,12 @@ void cz_soap_state_free(cz_compute *c, cz_soap_state *s);
  * decay that step. */
 int cz_soap_run(cz_compute *c, const cz_soap_hparams *h, cz_soap_state *s, const float *g, float *u,
                 int64_t k, float *work, cz_error *err);
+
+/* The same for SOAP: per plan block, soap.<r0>_<c0>.{[GG_left, Q_left,][GG_right, Q_right,]
+ * exp_avg, exp_avg_sq}, a side above max_dim without its factor and basis. */
+int64_t cz_soap_state_tensors(const cz_soap_hparams *h, const cz_plan_param *p,
+                              cz_state_tensor *out, int64_t max);
+float *cz_soap_state_tensor(cz_soap_state *s, int64_t k);
 
 /* ---- the executor object ---- */
 struct cz_executor {

@@ -10,6 +10,7 @@
 #include "exec_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 
 typedef struct sh_tile {
     int64_t r0, c0, rows, cols;
@@ -152,6 +153,60 @@ void cz_shampoo_state_free(cz_compute *c, cz_shampoo_state *s)
     }
     cz_exec_free(s->tiles);
     cz_exec_free(s);
+}
+
+/* Checkpoint tensors of a tile, in the order of sh_tile's fields: the four n x n ones, then
+ * the tile-shaped ones the settings keep. */
+static const char *const SH_FIELD[] = {"factor_left",    "factor_right", "inv_root_left",
+                                       "inv_root_right", "grafting",     "filtered_grad",
+                                       "momentum"};
+
+static bool sh_field_kept(const cz_shampoo_hparams *h, int f)
+{
+    return f < 4 || (f == 4 && h->grafting != CZ_GRAFT_NONE) || (f == 5 && h->beta1 > 0.0f) ||
+           (f == 6 && h->momentum > 0.0f);
+}
+
+int64_t cz_shampoo_state_tensors(const cz_shampoo_hparams *h, const cz_plan_param *p,
+                                 cz_state_tensor *out, int64_t max)
+{
+    cz_block blocks[CZ_MAX_BLOCKS];
+    int nb = cz_param_blocks(p, blocks, CZ_MAX_BLOCKS);
+    int64_t d = h->max_dim, n = 0;
+    for (int b = 0; b < nb; b++)
+        for (int64_t i = 0; i < blocks[b].rows; i += d)
+            for (int64_t j = 0; j < blocks[b].cols; j += d) {
+                int64_t r = blocks[b].rows - i < d ? blocks[b].rows - i : d;
+                int64_t cl = blocks[b].cols - j < d ? blocks[b].cols - j : d;
+                for (int f = 0; f < 7; f++) {
+                    if (!sh_field_kept(h, f))
+                        continue;
+                    if (n < max) {
+                        cz_state_tensor *t = &out[n];
+                        /* Named by the tile's origin in the full matrix: the model's blocks
+                         * and max_dim fix it, the plan's DP/TP layout does not. */
+                        snprintf(t->suffix, sizeof t->suffix, "shampoo.%lld_%lld.%s",
+                                 (long long)(blocks[b].r0 + i), (long long)(blocks[b].c0 + j),
+                                 SH_FIELD[f]);
+                        t->rows = f == 1 || f == 3 ? cl : r;
+                        t->cols = f == 0 || f == 2 ? r : cl;
+                    }
+                    n++;
+                }
+            }
+    return n;
+}
+
+float *cz_shampoo_state_tensor(cz_shampoo_state *s, int64_t k)
+{
+    for (int i = 0; s && i < s->ntiles; i++) {
+        sh_tile *t = &s->tiles[i];
+        float *f[] = {t->L, t->R, t->XL, t->XR, t->acc, t->filt, t->mom};
+        for (int j = 0; j < 7; j++)
+            if (f[j] && k-- == 0)
+                return f[j];
+    }
+    return NULL;
 }
 
 int64_t cz_shampoo_state_bytes(const cz_shampoo_state *s)

@@ -12,6 +12,7 @@
 #include "exec_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 
 typedef struct soap_blk {
     int64_t r0, c0, rows, cols;
@@ -112,6 +113,49 @@ void cz_soap_state_free(cz_compute *c, cz_soap_state *s)
                 c->ops->release(c, v[i]);
     }
     cz_exec_free(s);
+}
+
+/* Checkpoint tensors of a block, in the order of soap_blk's fields (a side above max_dim has
+ * neither its factor nor its basis). */
+static const char *const SOAP_FIELD[] = {"GG_left", "Q_left",  "GG_right",
+                                         "Q_right", "exp_avg", "exp_avg_sq"};
+
+int64_t cz_soap_state_tensors(const cz_soap_hparams *h, const cz_plan_param *p,
+                              cz_state_tensor *out, int64_t max)
+{
+    cz_block blocks[CZ_MAX_BLOCKS];
+    int nb = cz_param_blocks(p, blocks, CZ_MAX_BLOCKS);
+    int64_t n = 0;
+    for (int b = 0; b < nb; b++) {
+        int64_t r = blocks[b].rows, cl = blocks[b].cols;
+        for (int f = 0; f < 6; f++) {
+            if ((f < 2 && r > h->max_dim) || (f >= 2 && f < 4 && cl > h->max_dim))
+                continue;
+            if (n < max) {
+                cz_state_tensor *t = &out[n];
+                /* Named by the block's origin in the full matrix (the model's, not the
+                 * plan's layout). */
+                snprintf(t->suffix, sizeof t->suffix, "soap.%lld_%lld.%s", (long long)blocks[b].r0,
+                         (long long)blocks[b].c0, SOAP_FIELD[f]);
+                t->rows = f < 2 ? r : f < 4 ? cl : r;
+                t->cols = f < 2 ? r : f < 4 ? cl : cl;
+            }
+            n++;
+        }
+    }
+    return n;
+}
+
+float *cz_soap_state_tensor(cz_soap_state *s, int64_t k)
+{
+    for (int b = 0; s && b < s->nblk; b++) {
+        soap_blk *x = &s->blk[b];
+        float *f[] = {x->gl, x->ql, x->gr, x->qr, x->m, x->v};
+        for (int j = 0; j < 6; j++)
+            if (f[j] && k-- == 0)
+                return f[j];
+    }
+    return NULL;
 }
 
 /* dst = Q_L^T x Q_R (into the basis) or Q_L x Q_R^T (back), an absent side the identity. */

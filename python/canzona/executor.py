@@ -11,8 +11,12 @@ _SCALINGS = {"rms": 0, "shape": 1}
 _DTYPES = {"fp32": _lib.DTYPE_FP32, "bf16": _lib.DTYPE_BF16}
 _FLOAT_OPTIONS = ("lr", "momentum", "weight_decay", "ns_eps", "scale_coeff", "adamw_lr",
                   "adamw_beta1", "adamw_beta2", "adamw_eps", "adamw_weight_decay",
-                  "max_grad_norm")
-_INT_OPTIONS = ("ns_steps", "nesterov", "check_finite")
+                  "max_grad_norm", "shampoo_beta1", "shampoo_beta2", "shampoo_eps",
+                  "shampoo_momentum", "shampoo_graft_beta2", "shampoo_graft_eps", "soap_beta1",
+                  "soap_beta2", "soap_shampoo_beta", "soap_eps")
+_INT_OPTIONS = ("ns_steps", "nesterov", "check_finite", "shampoo_nesterov", "shampoo_start_step",
+                "shampoo_max_dim", "shampoo_bias_correction", "soap_bias_correction")
+_GRAFTINGS = {"none": 0, "adagrad": 1, "rmsprop": 2, "adam": 3}  # cz_shampoo_grafting
 
 
 def _buffer(x, what):
@@ -59,7 +63,9 @@ class Executor:
     dtype: "fp32" or "bf16" (default: the plan's). options: the fields of cz_exec_config
     (lr, momentum, nesterov, weight_decay, ns_steps, ns_coeffs, ns_eps, scale_coeff,
     muon_scaling ("rms" or "shape"), adamw_lr, adamw_beta1, adamw_beta2, adamw_eps,
-    adamw_weight_decay, max_grad_norm, check_finite). Collective under MPI.
+    adamw_weight_decay, max_grad_norm, check_finite; for Shampoo and SOAP plans the
+    shampoo_* and soap_* fields, shampoo_grafting by name: "none", "adagrad", "rmsprop" or
+    "adam"). Collective under MPI.
     """
 
     def __init__(self, plan, params=None, grads=None, *, comm=None, world_comm=None, dtype=None,
@@ -93,6 +99,11 @@ class Executor:
                 if value not in _SCALINGS:
                     raise ValueError(f"muon_scaling {value!r}: expected 'rms' or 'shape'")
                 cfg.muon_scaling = _SCALINGS[value]
+            elif key == "shampoo_grafting":
+                if value not in _GRAFTINGS:
+                    raise ValueError(f"shampoo_grafting {value!r}: expected one of "
+                                     f"{sorted(_GRAFTINGS)}")
+                cfg.shampoo_grafting = _GRAFTINGS[value]
             else:
                 raise TypeError(f"unknown executor option {key!r}")
         err = _lib.CzError()

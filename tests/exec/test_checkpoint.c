@@ -7,6 +7,7 @@
 
 #include <check.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,12 +27,23 @@ typedef struct rig {
     size_t n;
 } rig;
 
-static void rig_open(rig *r, const fx_param *ps, int np)
+/* Opens an executor over a one-process plan of ps with the matrix optimizer opt; cfg (NULL =
+ * defaults) carries its settings. */
+static void rig_open_with(rig *r, const fx_param *ps, int np, cz_optimizer opt,
+                          const cz_exec_config *with)
 {
     cz_exec_config cfg;
     cz_exec_config_init(&cfg);
+    if (with)
+        cfg = *with;
     cfg.comm = "self";
     r->pl = fx_plan(ps, np, 1);
+    r->pl->settings.optimizer = opt;
+    if (opt != CZ_OPTIM_MUON) {
+        /* Refreshes every 2 steps; SOAP leaves sides above 4 unrotated (proj's 6 columns). */
+        r->pl->settings.precondition_frequency = 2;
+        r->pl->settings.max_precond_dim = 4;
+    }
     cz_error err;
     ck_assert_msg(cz_executor_create_from_plan(&r->ex, r->pl, &cfg, &err) == 0, "%s", err.message);
     r->n = cz_executor_buffer_numel(r->ex);
@@ -40,6 +52,11 @@ static void rig_open(rig *r, const fx_param *ps, int np)
     for (size_t k = 0; k < r->n; k++)
         r->P[k] = 0.5f * fx_val(k);
     ck_assert_int_eq(cz_executor_bind_buffers(r->ex, r->P, r->G, r->n, NULL), 0);
+}
+
+static void rig_open(rig *r, const fx_param *ps, int np)
+{
+    rig_open_with(r, ps, np, CZ_OPTIM_MUON, NULL);
 }
 
 static void rig_step(rig *r, uint64_t salt)
@@ -314,6 +331,401 @@ START_TEST(refused_during_async_step)
 }
 END_TEST
 
+/* ---- Shampoo and SOAP ---- */
+
+/* True when this build's cpu backend runs Shampoo and SOAP (it has LAPACKE). */
+static bool have_linalg(void)
+{
+    cz_compute c;
+    cz_error err;
+    ck_assert_int_eq(cz_compute_open(&c, "cpu", &err), 0);
+    bool has = cz_compute_has_linalg(&c, NULL);
+    cz_compute_close(&c);
+    return has;
+}
+
+/* Shampoo with every optional buffer kept (filtered gradient, grafting, momentum) and sides
+ * above 4 cut into tiles: proj (4 x 6) is two tiles, qkv's two blocks one each. */
+static void shampoo_config(cz_exec_config *cfg, int max_dim)
+{
+    cz_exec_config_init(cfg);
+    cfg->shampoo_max_dim = max_dim;
+    cfg->shampoo_momentum = 0.5f;
+    cfg->shampoo_grafting = CZ_GRAFT_ADAM;
+}
+
+/* Every matrix-state tensor of the executor (Shampoo's or SOAP's) and its AdamW moments,
+ * back to back in out (which has room for max floats); returns the count. */
+static size_t matrix_state_copy(const cz_executor *ex, float *out, size_t max)
+{
+    size_t k = 0;
+    cz_state_tensor t[64];
+    for (size_t i = 0; i < ex->plan->nparams; i++) {
+        const cz_plan_param *p = &ex->plan->params[i];
+        if (ex->adam_m[i])
+            for (int64_t j = 0; j < p->numel && k + 2 <= max; j++) {
+                out[k++] = ex->adam_m[i][j];
+                out[k++] = ex->adam_v[i][j];
+            }
+        if (p->kind != CZ_KIND_MATRIX)
+            continue;
+        int64_t n = ex->use_shampoo ? cz_shampoo_state_tensors(&ex->shampoo, p, t, 64)
+                                    : cz_soap_state_tensors(&ex->soap, p, t, 64);
+        ck_assert_int_le(n, 64);
+        for (int64_t j = 0; j < n; j++) {
+            const float *b = ex->use_shampoo ? cz_shampoo_state_tensor(ex->shampoo_state[i], j)
+                                             : cz_soap_state_tensor(ex->soap_state[i], j);
+            ck_assert_ptr_nonnull(b);
+            for (int64_t e = 0; e < t[j].rows * t[j].cols && k < max; e++)
+                out[k++] = b[e];
+        }
+    }
+    ck_assert_uint_lt(k, max);
+    return k;
+}
+
+/* Runs `before` steps, saves, loads into a fresh executor and runs both to `after` steps
+ * (across preconditioner refreshes): the state after the load and the final parameters equal
+ * bit for bit, and a third executor that continues without the state ends elsewhere. */
+static void resumes_exactly(cz_optimizer opt, const cz_exec_config *cfg, int before, int after)
+{
+    rig a, b, c;
+    rig_open_with(&a, PARAMS, NP, opt, cfg);
+    for (int s = 0; s < before; s++)
+        rig_step(&a, (uint64_t)s);
+    cz_error err;
+    ck_assert_msg(cz_executor_save_state(a.ex, tmp_path("m.safetensors"), &err) == 0, "%s",
+                  err.message);
+    rig_open_with(&b, PARAMS, NP, opt, cfg);
+    rig_open_with(&c, PARAMS, NP, opt, cfg);
+    memcpy(b.P, a.P, a.n * sizeof(float));
+    memcpy(c.P, a.P, a.n * sizeof(float));
+    c.ex->steps = before; /* the control differs only in the state */
+    ck_assert_msg(cz_executor_load_state(b.ex, tmp_path("m.safetensors"), &err) == 0, "%s",
+                  err.message);
+    ck_assert_int_eq(b.ex->steps, before);
+    static float sa[4096], sb[4096];
+    size_t na = matrix_state_copy(a.ex, sa, 4096), nb = matrix_state_copy(b.ex, sb, 4096);
+    ck_assert_uint_eq(na, nb);
+    ck_assert_mem_eq(sa, sb, na * sizeof(float));
+    for (int s = before; s < after; s++) {
+        rig_step(&a, (uint64_t)s);
+        rig_step(&b, (uint64_t)s);
+        rig_step(&c, (uint64_t)s);
+    }
+    ck_assert_mem_eq(a.P, b.P, a.n * sizeof(float));
+    double diff = 0.0;
+    for (size_t k = 0; k < a.n; k++)
+        diff = fmax(diff, fabs((double)a.P[k] - (double)c.P[k]));
+    ck_assert_msg(diff > 1e-4, "continuing without the state moved by only %g", diff);
+    rig_close(&a);
+    rig_close(&b);
+    rig_close(&c);
+}
+
+START_TEST(shampoo_round_trip_resumes_exactly)
+{
+    if (!have_linalg())
+        return;
+    cz_exec_config cfg;
+    shampoo_config(&cfg, 4);
+    /* Saved after step 3 (inverse roots from step 2), refreshed again at 4 and 6 after the
+     * load: the inverse roots must come from the file, not from a refresh. */
+    resumes_exactly(CZ_OPTIM_SHAMPOO, &cfg, 3, 7);
+    /* The defaults (AdaGrad grafting, no momentum) keep fewer buffers. */
+    cz_exec_config_init(&cfg);
+    resumes_exactly(CZ_OPTIM_SHAMPOO, &cfg, 3, 6);
+}
+END_TEST
+
+START_TEST(soap_round_trip_resumes_exactly)
+{
+    if (!have_linalg())
+        return;
+    /* Saved after the initialising call and two updates (a refresh after update 2), resumed
+     * across the refreshes after updates 4 and 6. */
+    resumes_exactly(CZ_OPTIM_SOAP, NULL, 3, 8);
+    /* Saved right after the initialising call: the bases exist, the moments are zero. */
+    resumes_exactly(CZ_OPTIM_SOAP, NULL, 1, 5);
+}
+END_TEST
+
+/* The tensor `key` of the header: its shape must be [rows, cols] and its data equal buf. */
+static void expect_tensor(json_t *root, const char *data, size_t off, const char *key, int64_t rows,
+                          int64_t cols, const float *buf)
+{
+    json_t *t = json_object_get(root, key);
+    ck_assert_msg(t != NULL, "no tensor '%s'", key);
+    json_t *shape = json_object_get(t, "shape");
+    ck_assert_int_eq(json_array_size(shape), 2);
+    ck_assert_int_eq(json_integer_value(json_array_get(shape, 0)), rows);
+    ck_assert_int_eq(json_integer_value(json_array_get(shape, 1)), cols);
+    json_t *o = json_object_get(t, "data_offsets");
+    size_t b = (size_t)json_integer_value(json_array_get(o, 0));
+    ck_assert_uint_eq((size_t)json_integer_value(json_array_get(o, 1)) - b,
+                      (size_t)(rows * cols) * sizeof(float));
+    ck_assert_mem_eq(data + off + b, buf, (size_t)(rows * cols) * sizeof(float));
+}
+
+START_TEST(shampoo_and_soap_tensor_names)
+{
+    if (!have_linalg())
+        return;
+    cz_exec_config cfg;
+    shampoo_config(&cfg, 4);
+    rig a;
+    rig_open_with(&a, PARAMS, NP, CZ_OPTIM_SHAMPOO, &cfg);
+    for (int s = 0; s < 3; s++)
+        rig_step(&a, (uint64_t)s);
+    cz_error err;
+    ck_assert_int_eq(cz_executor_save_state(a.ex, tmp_path("n.safetensors"), &err), 0);
+    char *data;
+    size_t off;
+    read_file(tmp_path("n.safetensors"), &data);
+    char *h = header_of(data, &off);
+    json_t *root = json_loads(h, 0, NULL);
+    ck_assert_ptr_nonnull(root);
+    /* qkv: blocks of 2 and 4 rows (2 tiles); proj 4 x 6 at max_dim 4: tiles at columns 0 and
+     * 4. 7 tensors per tile, 4 AdamW moments, the metadata. */
+    ck_assert_uint_eq(json_object_size(root), 4 * 7 + 4 + 1);
+    cz_shampoo_state *q = a.ex->shampoo_state[1], *pr = a.ex->shampoo_state[2];
+    expect_tensor(root, data, off, "qkv.shampoo.0_0.factor_left", 2, 2,
+                  cz_shampoo_state_tensor(q, 0));
+    expect_tensor(root, data, off, "qkv.shampoo.2_0.inv_root_right", 4, 4,
+                  cz_shampoo_state_tensor(q, 7 + 3));
+    expect_tensor(root, data, off, "proj.shampoo.0_4.factor_right", 2, 2,
+                  cz_shampoo_state_tensor(pr, 7 + 1));
+    expect_tensor(root, data, off, "proj.shampoo.0_4.momentum", 4, 2,
+                  cz_shampoo_state_tensor(pr, 7 + 6));
+    expect_tensor(root, data, off, "proj.shampoo.0_0.filtered_grad", 4, 4,
+                  cz_shampoo_state_tensor(pr, 5));
+    expect_tensor(root, data, off, "proj.shampoo.0_0.grafting", 4, 4,
+                  cz_shampoo_state_tensor(pr, 4));
+    json_decref(root);
+    free(h);
+    free(data);
+    rig_close(&a);
+
+    rig_open_with(&a, PARAMS, NP, CZ_OPTIM_SOAP, NULL);
+    for (int s = 0; s < 3; s++)
+        rig_step(&a, (uint64_t)s);
+    ck_assert_int_eq(cz_executor_save_state(a.ex, tmp_path("n.safetensors"), &err), 0);
+    read_file(tmp_path("n.safetensors"), &data);
+    h = header_of(data, &off);
+    root = json_loads(h, 0, NULL);
+    /* qkv's two blocks: both sides <= 4, 6 tensors each; proj: its 6 columns unrotated, 4. */
+    ck_assert_uint_eq(json_object_size(root), 2 * 6 + 4 + 4 + 1);
+    cz_soap_state *sq = a.ex->soap_state[1], *sp = a.ex->soap_state[2];
+    expect_tensor(root, data, off, "qkv.soap.2_0.Q_left", 4, 4, cz_soap_state_tensor(sq, 6 + 1));
+    expect_tensor(root, data, off, "qkv.soap.0_0.GG_right", 4, 4, cz_soap_state_tensor(sq, 2));
+    expect_tensor(root, data, off, "proj.soap.0_0.Q_left", 4, 4, cz_soap_state_tensor(sp, 1));
+    expect_tensor(root, data, off, "proj.soap.0_0.exp_avg_sq", 4, 6, cz_soap_state_tensor(sp, 3));
+    ck_assert_ptr_null(json_object_get(root, "proj.soap.0_0.Q_right"));
+    json_decref(root);
+    free(h);
+    free(data);
+    rig_close(&a);
+}
+END_TEST
+
+/* Saves a checkpoint of (from_opt, from_cfg), loads it into an executor of (to_opt, to_cfg):
+ * refused with code and a message containing want, the target's state untouched. */
+static void refused_across(cz_optimizer from_opt, const cz_exec_config *from_cfg,
+                           cz_optimizer to_opt, const cz_exec_config *to_cfg, int code,
+                           const char *want)
+{
+    rig a, b;
+    rig_open_with(&a, PARAMS, NP, from_opt, from_cfg);
+    rig_open_with(&b, PARAMS, NP, to_opt, to_cfg);
+    for (int s = 0; s < 3; s++) {
+        rig_step(&a, (uint64_t)s);
+        rig_step(&b, (uint64_t)s + 7);
+    }
+    cz_error err;
+    ck_assert_int_eq(cz_executor_save_state(a.ex, tmp_path("x.safetensors"), &err), 0);
+    static float before[4096], after[4096];
+    size_t n =
+        to_opt == CZ_OPTIM_MUON ? state_copy(b.ex, before) : matrix_state_copy(b.ex, before, 4096);
+    ck_assert_int_eq(cz_executor_load_state(b.ex, tmp_path("x.safetensors"), &err), code);
+    ck_assert_msg(strstr(err.message, "x.safetensors") && strstr(err.message, want), "%s",
+                  err.message);
+    size_t m =
+        to_opt == CZ_OPTIM_MUON ? state_copy(b.ex, after) : matrix_state_copy(b.ex, after, 4096);
+    ck_assert_uint_eq(n, m);
+    ck_assert_mem_eq(before, after, n * sizeof(float));
+    rig_close(&a);
+    rig_close(&b);
+}
+
+START_TEST(shampoo_and_soap_foreign_files_refused)
+{
+    if (!have_linalg())
+        return;
+    cz_exec_config full, plain, wide;
+    shampoo_config(&full, 4);
+    cz_exec_config_init(&plain);
+    plain.shampoo_max_dim = 4;
+    shampoo_config(&wide, 8);
+    refused_across(CZ_OPTIM_SHAMPOO, &full, CZ_OPTIM_MUON, NULL, CZ_EMISMATCH,
+                   "no tensor 'qkv.momentum'");
+    refused_across(CZ_OPTIM_MUON, NULL, CZ_OPTIM_SHAMPOO, &full, CZ_EMISMATCH,
+                   "no tensor 'qkv.shampoo.0_0.factor_left'");
+    refused_across(CZ_OPTIM_SOAP, NULL, CZ_OPTIM_SHAMPOO, &full, CZ_EMISMATCH,
+                   "no tensor 'qkv.shampoo.0_0.factor_left'");
+    refused_across(CZ_OPTIM_SHAMPOO, &full, CZ_OPTIM_SOAP, NULL, CZ_EMISMATCH,
+                   "no tensor 'qkv.soap.0_0.GG_left'");
+    /* Another max_dim tiles proj differently: one 4 x 6 tile in the file, two here. */
+    refused_across(CZ_OPTIM_SHAMPOO, &wide, CZ_OPTIM_SHAMPOO, &full, CZ_EMISMATCH,
+                   "'proj.shampoo.0_0.factor_right': shape differs from the plan's [4, 4]");
+    refused_across(CZ_OPTIM_SHAMPOO, &full, CZ_OPTIM_SHAMPOO, &wide, CZ_EMISMATCH,
+                   "'proj.shampoo.0_0.factor_right': shape differs from the plan's [6, 6]");
+    /* Settings that keep fewer buffers find the file's extra ones foreign. */
+    refused_across(CZ_OPTIM_SHAMPOO, &full, CZ_OPTIM_SHAMPOO, &plain, CZ_EMISMATCH,
+                   "is not part of this plan's optimizer state");
+}
+END_TEST
+
+/* A re-shaped or re-typed Shampoo/SOAP tensor is refused like a momentum. */
+static void refused_edit(cz_optimizer opt, const char *key, const char *from, const char *to,
+                         int code, const char *want)
+{
+    cz_exec_config cfg;
+    shampoo_config(&cfg, 4);
+    rig a;
+    rig_open_with(&a, PARAMS, NP, opt, &cfg);
+    for (int s = 0; s < 3; s++)
+        rig_step(&a, (uint64_t)s);
+    cz_error err;
+    ck_assert_int_eq(cz_executor_save_state(a.ex, tmp_path("e.safetensors"), &err), 0);
+    char *data;
+    size_t len = read_file(tmp_path("e.safetensors"), &data), off;
+    char *h = header_of(data, &off);
+    char *at = strstr(h, key);
+    ck_assert_msg(at != NULL, "'%s' not in the header", key);
+    at = strstr(at, from);
+    ck_assert_ptr_nonnull(at);
+    ck_assert_uint_eq(strlen(from), strlen(to));
+    memcpy(data + 8 + (at - h), to, strlen(to));
+    write_file(tmp_path("e2.safetensors"), data, len);
+    static float before[4096], after[4096];
+    size_t n = matrix_state_copy(a.ex, before, 4096);
+    ck_assert_int_eq(cz_executor_load_state(a.ex, tmp_path("e2.safetensors"), &err), code);
+    ck_assert_msg(strstr(err.message, want), "%s", err.message);
+    ck_assert_uint_eq(matrix_state_copy(a.ex, after, 4096), n);
+    ck_assert_mem_eq(before, after, n * sizeof(float));
+    free(h);
+    free(data);
+    rig_close(&a);
+}
+
+START_TEST(shampoo_and_soap_damaged_tensors_refused)
+{
+    if (!have_linalg())
+        return;
+    refused_edit(CZ_OPTIM_SHAMPOO, "\"proj.shampoo.0_0.momentum\"", "[4,4]", "[2,8]", CZ_EMISMATCH,
+                 "'proj.shampoo.0_0.momentum': shape differs from the plan's [4, 4]");
+    refused_edit(CZ_OPTIM_SOAP, "\"qkv.soap.2_0.Q_left\"", "F32", "F16", CZ_EINVALID,
+                 "'qkv.soap.2_0.Q_left': dtype F16");
+}
+END_TEST
+
+/* ---- staging through host memory ---- */
+
+/* A cpu backend that claims device memory: the checkpoint must move its state only through
+ * download and upload (counted here), as it does for a GPU backend. */
+static cz_compute_ops g_staged;
+static const cz_compute_ops *g_cpu;
+static size_t g_down, g_up;
+
+static int staged_download(cz_compute *c, void *host, const void *src, size_t bytes, cz_error *err)
+{
+    g_down += bytes;
+    return g_cpu->download(c, host, src, bytes, err);
+}
+
+static int staged_upload(cz_compute *c, void *dst, const void *host, size_t bytes, cz_error *err)
+{
+    g_up += bytes;
+    return g_cpu->upload(c, dst, host, bytes, err);
+}
+
+static void make_staged(cz_executor *ex)
+{
+    g_cpu = ex->compute.ops;
+    g_staged = *g_cpu;
+    g_staged.caps &= ~(unsigned)CZ_COMPUTE_CAP_HOST_MEMORY;
+    g_staged.name = "staged-cpu";
+    g_staged.download = staged_download;
+    g_staged.upload = staged_upload;
+    ex->compute.ops = &g_staged;
+}
+
+static void staged_same(cz_optimizer opt, const cz_exec_config *cfg)
+{
+    rig a;
+    rig_open_with(&a, PARAMS, NP, opt, cfg);
+    for (int s = 0; s < 3; s++)
+        rig_step(&a, (uint64_t)s);
+    cz_error err;
+    ck_assert_int_eq(cz_executor_save_state(a.ex, tmp_path("plain.safetensors"), &err), 0);
+    make_staged(a.ex);
+    g_down = g_up = 0;
+    ck_assert_msg(cz_executor_save_state(a.ex, tmp_path("staged.safetensors"), &err) == 0, "%s",
+                  err.message);
+    char *x, *y, *h;
+    size_t nx = read_file(tmp_path("plain.safetensors"), &x), off;
+    ck_assert_uint_eq(read_file(tmp_path("staged.safetensors"), &y), nx);
+    ck_assert_mem_eq(x, y, nx);
+    h = header_of(x, &off);
+    /* One process: every tensor downloaded once, straight into the file. */
+    ck_assert_uint_eq(g_down, nx - off);
+    static float sa[4096], sb[4096];
+    size_t na = opt == CZ_OPTIM_MUON ? state_copy(a.ex, sa) : matrix_state_copy(a.ex, sa, 4096);
+
+    rig b;
+    rig_open_with(&b, PARAMS, NP, opt, cfg);
+    memcpy(b.P, a.P, a.n * sizeof(float));
+    make_staged(b.ex);
+    ck_assert_msg(cz_executor_load_state(b.ex, tmp_path("staged.safetensors"), &err) == 0, "%s",
+                  err.message);
+    ck_assert_uint_eq(g_up, nx - off);
+    size_t nb = opt == CZ_OPTIM_MUON ? state_copy(b.ex, sb) : matrix_state_copy(b.ex, sb, 4096);
+    ck_assert_uint_eq(na, nb);
+    ck_assert_mem_eq(sa, sb, na * sizeof(float));
+    rig_step(&a, 3);
+    rig_step(&b, 3);
+    ck_assert_mem_eq(a.P, b.P, a.n * sizeof(float));
+
+    /* A backend without upload cannot stage: refused, naming it. */
+    g_staged.upload = NULL;
+    ck_assert_int_eq(cz_executor_load_state(b.ex, tmp_path("staged.safetensors"), &err),
+                     CZ_EUNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "staged-cpu") && strstr(err.message, "upload"), "%s",
+                  err.message);
+    ck_assert_int_eq(cz_executor_save_state(b.ex, tmp_path("none.safetensors"), &err),
+                     CZ_EUNSUPPORTED);
+    ck_assert_int_eq(access(tmp_path("none.safetensors"), F_OK), -1);
+    a.ex->compute.ops = g_cpu;
+    b.ex->compute.ops = g_cpu;
+    free(h);
+    free(x);
+    free(y);
+    rig_close(&a);
+    rig_close(&b);
+}
+
+START_TEST(staged_through_host_memory)
+{
+    staged_same(CZ_OPTIM_MUON, NULL);
+    if (!have_linalg())
+        return;
+    cz_exec_config cfg;
+    shampoo_config(&cfg, 4);
+    staged_same(CZ_OPTIM_SHAMPOO, &cfg);
+    staged_same(CZ_OPTIM_SOAP, NULL);
+}
+END_TEST
+
 static void cleanup(void)
 {
     char cmd[128];
@@ -338,6 +750,12 @@ int main(void)
     tcase_add_test(tc, truncated_missing_and_extra_refused);
     tcase_add_test(tc, failed_save_keeps_the_old_file);
     tcase_add_test(tc, refused_during_async_step);
+    tcase_add_test(tc, shampoo_round_trip_resumes_exactly);
+    tcase_add_test(tc, soap_round_trip_resumes_exactly);
+    tcase_add_test(tc, shampoo_and_soap_tensor_names);
+    tcase_add_test(tc, shampoo_and_soap_foreign_files_refused);
+    tcase_add_test(tc, shampoo_and_soap_damaged_tensors_refused);
+    tcase_add_test(tc, staged_through_host_memory);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

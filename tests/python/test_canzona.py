@@ -1,6 +1,6 @@
 """The Python package on one process: the same steps as the C consumer give the same numbers,
-buffers are checked, options reach the library, the optimizer state round-trips through
-state_dict(), the model description and the planner CLI, and the ctypes mirror of
+buffers are checked, options reach the library, the optimizer state (Muon, Shampoo, SOAP)
+round-trips through state_dict(), the model description and the planner CLI, and the ctypes mirror of
 cz_exec_config matches the C layout.
 Env: CANZONA_EXEC_LIB, CANZONA_CLI, CZ_CONSUMER (the C consumer), CZ_CONFIG_LAYOUT,
 CZ_SOURCE_DIR."""
@@ -152,6 +152,53 @@ class State(Base):
         del sd["state"]["embed.exp_avg"]
         with self.assertRaisesRegex(canzona.Error, "no tensor 'embed.exp_avg'"):
             b.load_state_dict(sd)
+
+
+class MatrixOptimizerState(Base):
+    """Shampoo's and SOAP's state round-trips through state_dict() too."""
+
+    def round_trip(self, optimizer, **options):
+        self.plan = os.path.join(self.dir, optimizer + ".json")
+        model = os.path.join(os.environ["CZ_SOURCE_DIR"], "tests", "data", "model_tiny.json")
+        canzona.plan(model, ONE_GPU, self.plan,
+                     extra_args=("--optimizer", optimizer, "--precondition-frequency", "2",
+                                 "--max-precond-dim", "16"))
+        a, Pa, Ga = self.executor(**options)
+        for s in range(3):
+            self.grads(Ga, s)
+            a.step()
+        sd = a.state_dict()
+        self.assertEqual(sd["step"], 3)
+        b, Pb, Gb = self.executor(**options)
+        c, Pc, Gc = self.executor(**options)  # the same steps without the state
+        Pb[:] = Pa
+        Pc[:] = Pa
+        b.load_state_dict(sd)
+        for s in range(3, 6):  # across the refreshes at 4 and 6
+            for ex, G in ((a, Ga), (b, Gb), (c, Gc)):
+                self.grads(G, s)
+                ex.step()
+        np.testing.assert_array_equal(Pa, Pb)
+        self.assertFalse(np.array_equal(Pa, Pc))
+        return sd["state"]
+
+    def test_shampoo(self):
+        state = self.round_trip("shampoo", shampoo_max_dim=16, shampoo_momentum=0.5,
+                                shampoo_grafting="adam")
+        # layers.0.experts.1.w is 32 x 16: two 16 x 16 tiles, named by their first row.
+        t = state["layers.0.experts.1.w.shampoo.16_0.inv_root_left"]
+        self.assertEqual(t.shape, (16, 16))
+        self.assertGreater(float(np.abs(t).max()), 0.0)
+        self.assertIn("layers.1.qkv.shampoo.32_0.momentum", state)
+        self.assertNotIn("layers.0.qkv.momentum", state)
+
+    def test_soap(self):
+        state = self.round_trip("soap")
+        # qkv's 16 x 16 blocks are rotated on both sides; w's 32 rows exceed max_precond_dim.
+        self.assertEqual(state["layers.0.qkv.soap.16_0.Q_right"].shape, (16, 16))
+        self.assertEqual(state["layers.0.experts.0.w.soap.0_0.exp_avg_sq"].shape, (32, 16))
+        self.assertNotIn("layers.0.experts.0.w.soap.0_0.Q_left", state)
+        self.assertIn("layers.0.experts.0.w.soap.0_0.Q_right", state)
 
 
 class Planning(unittest.TestCase):

@@ -284,6 +284,18 @@ static int cuda_download(cz_compute *c, void *host, const void *src, size_t byte
     return rc ? rc : wait_issued(c, err);
 }
 
+/* download's inverse, for checkpoints (outside a step). */
+static int cuda_upload(cz_compute *c, void *dst, const void *host, size_t bytes, cz_error *err)
+{
+    int rc = cz_cuda_take_error(c, err);
+    if (!rc)
+        rc = wait_issued(c, err);
+    if (!rc)
+        rc = CZ_CU(err,
+                   cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, impl_of(c)->stream));
+    return rc ? rc : wait_issued(c, err);
+}
+
 static cz_runs *cuda_runs_create(cz_compute *c, const cz_copy_run *runs, size_t n)
 {
     cz_runs *r = cz_exec_calloc(1, sizeof *r);
@@ -508,6 +520,7 @@ static const cz_compute_ops cz_compute_cuda_ops = {
     .qr = cz_cuda_qr,
     .basis_sort = cz_cuda_basis_sort,
     .linalg_work = cz_cuda_linalg_work,
+    .upload = cuda_upload,
 };
 
 /* Teardown: the statuses are checked, but there is no caller left to report them to. */
