@@ -26,17 +26,6 @@ double cz_cost_param_seconds(const cz_param_def *p, const cz_settings *s, const 
  * elementwise parameter, held by each TP rank for its local shard. */
 double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp);
 
-/* How a TP group runs Muon's Newton-Schulz on a TP-split matrix (Megatron-LM's tp_mode). */
-typedef enum cz_muon_tp_mode {
-    CZ_MUON_TP_DUPLICATED = 0, /* all-gather the shards, whole-matrix NS on every TP rank */
-    CZ_MUON_TP_BLOCKWISE = 1,  /* NS on each TP-local shard alone: no communication, and a
-                                  different update (each shard orthogonalized separately) */
-    CZ_MUON_TP_DISTRIBUTED = 2 /* NS on the shards, each iteration all-reducing the partial Gram
-                                  matrix of the unsplit dimension over TP */
-} cz_muon_tp_mode;
-const char *cz_muon_tp_mode_name(cz_muon_tp_mode v);
-int cz_muon_tp_mode_parse(const char *name, cz_muon_tp_mode *out);
-
 /* One TP rank's share of a matrix's Muon update under a TP mode. */
 typedef struct cz_muon_tp_work {
     double seconds;       /* compute on one TP rank */

@@ -235,7 +235,7 @@ static int add_dominating(json_t *rep, const cz_plan *p)
     return rc;
 }
 
-int cz_plan_inspect(const cz_plan *plan, int top_n, json_t **report_out, cz_error *err)
+int cz_plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, cz_error *err)
 {
     *report_out = NULL;
     if (!plan)

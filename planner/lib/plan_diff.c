@@ -557,8 +557,8 @@ static int add_makespan(json_t *rep, const cz_plan *a, const cz_plan *b, const n
     return 0;
 }
 
-int cz_plan_diff(const cz_plan *a, const cz_plan *b, int force, int limit, json_t **report_out,
-                 cz_error *err)
+int cz_plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit, json_t **report_out,
+                      cz_error *err)
 {
     *report_out = NULL;
     if (!a || !b)

@@ -181,7 +181,7 @@ typedef struct render_facts {
 } render_facts;
 
 static void facts_compute(render_facts *f, const cz_plan *plan, const cz_sim_result *sim,
-                          const cz_render_options *o)
+                          const cz_svg_options *o)
 {
     const cz_plan_metrics *m = &plan->metrics;
     memset(f, 0, sizeof *f);
@@ -328,7 +328,7 @@ static int text_wrapped(sbuf *b, int y, int font, int bold, const char *attrs, c
 /* Title, settings line and the verdict: what the step (or the plan's work) is bounded by.
  * Returns the y below them. */
 static int svg_title(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
-                     const cz_render_options *o, const render_facts *f, int width)
+                     const cz_svg_options *o, const render_facts *f, int width)
 {
     const cz_plan_metrics *m = &plan->metrics;
     double ratio = m->lower_bound > 0 ? m->tp_makespan / m->lower_bound : 0.0;
@@ -790,7 +790,7 @@ static void cell_tasks(sbuf *b, char *label, size_t n, const cz_plan *plan,
  * scatter lanes of its TP group and one compute lane per TP rank, boxes labelled with their
  * largest task; the lower bound and the end of the update as vertical lines. */
 static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
-                        const cz_render_options *o, const render_facts *f, int width, int top,
+                        const cz_svg_options *o, const render_facts *f, int width, int top,
                         const char *panel)
 {
     const int left = 150, right = 20, clane = 14, slane = 9;
@@ -932,9 +932,9 @@ static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
 }
 
 static int svg_body(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
-                    const cz_render_options *opt, cz_error *err)
+                    const cz_svg_options *opt, cz_error *err)
 {
-    cz_render_options o = {0};
+    cz_svg_options o = {0};
     if (opt)
         o = *opt;
     int width = o.width > 0 ? o.width : 1200;
@@ -984,7 +984,7 @@ done:
 }
 
 int cz_plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim,
-                       const cz_render_options *opt, cz_error *err)
+                       const cz_svg_options *opt, cz_error *err)
 {
     sbuf b = {0};
     *out = NULL;
@@ -999,7 +999,7 @@ int cz_plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim
 }
 
 static void html_tables(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
-                        const cz_render_options *o, cz_costed *order)
+                        const cz_svg_options *o, cz_costed *order)
 {
     const cz_settings *s = &plan->settings;
     const cz_plan_metrics *m = &plan->metrics;
@@ -1075,10 +1075,10 @@ static void html_tables(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
 }
 
 int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *sim,
-                        const cz_render_options *opt, cz_error *err)
+                        const cz_svg_options *opt, cz_error *err)
 {
     sbuf b = {0};
-    cz_render_options o = {0};
+    cz_svg_options o = {0};
     int rc = CZ_OK;
     size_t n = plan->nparams ? plan->nparams : 1;
     cz_costed *order = malloc(n * sizeof *order);

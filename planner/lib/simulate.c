@@ -613,6 +613,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
         goto done;
     }
+    r->in_seconds = cluster != NULL;
     r->pipelined = cx.pipelined;
     r->ngpus = P * D * R;
     r->gpu_busy = calloc((size_t)r->ngpus, sizeof *r->gpu_busy);

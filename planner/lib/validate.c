@@ -297,8 +297,8 @@ done:
     cz_plan_metrics_free(&tmp.metrics);
 }
 
-int cz_plan_validate(const cz_plan *plan, const cz_model *model, const cz_cluster *cluster,
-                     json_t **violations_out, cz_error *err)
+int cz_plan_validate_json(const cz_plan *plan, const cz_model *model, const cz_cluster *cluster,
+                          json_t **violations_out, cz_error *err)
 {
     vctx c = {0};
     *violations_out = NULL;

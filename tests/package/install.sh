@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cmake --install into a temporary prefix, then consumers of the installed tree only:
 #   * the installed canzona CLI writes a plan;
-#   * a planner program built with pkg-config (canzona) builds the same plan through the library;
+#   * a planner program built with pkg-config (canzona) builds the same plan through the library,
+#     and the analysis program (tests/package/analysis) gives what the installed CLI gives;
 #   * the consumer program (tests/package/consumer) built with find_package(canzona) and again
 #     with pkg-config (canzona-exec) runs it and prints what the in-tree static build prints;
 #   * the consumers load the installed shared libraries.
@@ -51,6 +52,12 @@ cc -std=c17 -o "$tmp/planner" "$tmp/planner.c" $(pkg-config --cflags --libs canz
   -Wl,-rpath,"$libdir"
 "$tmp/planner" "$model" "$cluster" "$tmp/lib.plan.json"
 cmp "$tmp/cli.plan.json" "$tmp/lib.plan.json" || { echo "FAIL: library plan differs from the CLI's"; exit 1; }
+
+# The analysis functions of the installed canzona.h against the installed CLI.
+cc -std=c17 -o "$tmp/analysis" "$src/tests/package/analysis/analysis.c" \
+  $(pkg-config --cflags --libs canzona) -lm -Wl,-rpath,"$libdir"
+bash "$src/tests/package/analysis/analysis.sh" "$prefix/bin/canzona" "$tmp/analysis" "$src" > "$tmp/analysis.log" ||
+  { cat "$tmp/analysis.log"; exit 1; }
 
 # The executor consumer, with find_package and with pkg-config.
 cmake -S "$src/tests/package/consumer" -B "$tmp/b" -DCZ_CONSUME=package \

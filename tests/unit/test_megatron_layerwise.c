@@ -188,7 +188,7 @@ START_TEST(plan_owners)
     /* and the plan passes validation */
     cz_error err;
     json_t *viol = NULL;
-    ck_assert_int_gt(cz_plan_validate(plan, m, c, &viol, &err), 0);
+    ck_assert_int_gt(cz_plan_validate_json(plan, m, c, &viol, &err), 0);
     ck_assert_int_eq((int)json_array_size(viol), 0);
     json_decref(viol);
     cz_model_free(m);
