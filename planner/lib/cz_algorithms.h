@@ -89,6 +89,16 @@ cz_param_def cz_plan_param_def(const cz_plan_param *p);
 int cz_dp_partition(cz_plan *plan, cz_error *err);
 /* Builds the micro-group schedule of every DP rank following settings.tp. */
 int cz_tp_schedule_build(cz_plan *plan, cz_error *err);
+/* The schedule of one DP rank's matrix tasks under s->tp and s->capacity (0: automatic, as
+ * microgroups.c describes): tasks holds the n tasks {param id, cost} in forward order and is
+ * reordered; slots (n values) and load (tp values) are scratch. Groups are appended to
+ * rs->groups (rs zeroed by the caller, freed with cz_rank_schedule_free_groups, also after a
+ * failure); *capacity is the capacity used (0 when n == 0). The entry point for a caller that
+ * scores task sets without a plan (the tpaware search). */
+int cz_tp_schedule_tasks(cz_rank_schedule *rs, cz_costed *tasks, int n, const cz_settings *s,
+                         int tp, int *slots, double *load, double *capacity, cz_error *err);
+/* Frees a rank schedule's groups (rs itself is the caller's). */
+void cz_rank_schedule_free_groups(cz_rank_schedule *rs);
 /* Computes plan->metrics from the plan's params, buckets and schedules. */
 int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err);
 /* Frees the metrics arrays only. */

@@ -59,9 +59,13 @@ typedef struct tpa {
      * stays valid until either rank changes; the decision is still taken afresh each time. */
     int *memo_vf, *memo_vt;
     double *memo_mf, *memo_mt;
-    cz_plan_param *scratch; /* matrix params of one rank, for the schedule builder */
-    int np_stage;           /* parameters of the stage: the work of one rank_makespan call */
-    double work;            /* phase 2: parameters visited by schedule rebuilds so far */
+    /* Scratch of cz_tp_schedule_tasks: one rank's matrix tasks, their slots (nparams + 1
+     * each), and the slot loads (tp). */
+    cz_costed *tasks;
+    int *slots;
+    double *slot_load;
+    int np_stage; /* parameters of the stage: the work of one rank_makespan call */
+    double work;  /* phase 2: parameters visited by schedule rebuilds so far */
     /* Phase 2 scratch, all of size R (cuts: R + 1): ranks that gained / lost a parameter,
      * snapshots of the per-rank totals, trial cut vectors. */
     int *recv, *lose, *recv1, *lose1;
@@ -69,43 +73,32 @@ typedef struct tpa {
     int *nc1, *nc2, *oc1, *oc2;
 } tpa;
 
-/* Makespan of DP rank r of the stage as the TP schedule builder makes it: a one-rank scratch
- * plan holding only the rank's matrix parameters goes through cz_tp_schedule_build, so the
- * automatic capacity and every strategy behave exactly as in the full plan. */
+/* Makespan of DP rank r of the stage as the TP schedule builder makes it: the rank's matrix
+ * tasks go through cz_tp_schedule_tasks, so the automatic capacity and every strategy behave
+ * exactly as in the full plan. */
 static int rank_makespan(tpa *t, int r, double *out, cz_error *err)
 {
-    cz_plan *plan = t->plan;
-    size_t n = 0;
+    const cz_plan *plan = t->plan;
+    int n = 0;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
         if (p->stage == t->stage && p->dp_owner == r && p->kind == CZ_KIND_MATRIX) {
-            t->scratch[n] = *p;
-            t->scratch[n].stage = 0;
-            t->scratch[n].dp_owner = 0;
+            t->tasks[n].id = p->id;
+            t->tasks[n].cost = p->cost;
             n++;
         }
     }
-    cz_plan s;
-    memset(&s, 0, sizeof s);
-    s.settings = plan->settings;
-    s.settings.dp = CZ_DP_ALPHA; /* owners, not range overlaps, decide the tasks */
-    s.dp = 1;
-    s.tp = plan->tp;
-    s.pp = 1;
-    s.nparams = n;
-    s.params = t->scratch;
-    int rc = cz_tp_schedule_build(&s, err);
-    double sum = t->ew[r];
-    for (size_t k = 0; rc == CZ_OK && k < s.nschedules; k++) {
-        const cz_rank_schedule *rs = &s.schedules[k];
-        for (int g = 0; g < rs->ngroups; g++) {
-            double mx = 0;
-            for (int j = 0; j < rs->groups[g].nslots; j++)
-                mx = fmax(mx, rs->groups[g].load[j]);
-            sum += mx;
-        }
+    cz_rank_schedule rs = {0};
+    double capacity, sum = t->ew[r];
+    int rc = cz_tp_schedule_tasks(&rs, t->tasks, n, &plan->settings, plan->tp, t->slots,
+                                  t->slot_load, &capacity, err);
+    for (int g = 0; rc == CZ_OK && g < rs.ngroups; g++) {
+        double mx = 0;
+        for (int j = 0; j < rs.groups[g].nslots; j++)
+            mx = fmax(mx, rs.groups[g].load[j]);
+        sum += mx;
     }
-    cz_plan_schedules_free(&s);
+    cz_rank_schedule_free_groups(&rs);
     *out = sum;
     return rc;
 }
@@ -862,7 +855,9 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
     t.memo_vt = malloc(nmoves * sizeof *t.memo_vt);
     t.memo_mf = malloc(nmoves * sizeof *t.memo_mf);
     t.memo_mt = malloc(nmoves * sizeof *t.memo_mt);
-    t.scratch = malloc((plan->nparams + 1) * sizeof *t.scratch);
+    t.tasks = malloc((plan->nparams + 1) * sizeof *t.tasks);
+    t.slots = malloc((plan->nparams + 1) * sizeof *t.slots);
+    t.slot_load = calloc((size_t)plan->tp, sizeof *t.slot_load);
     t.recv = calloc((size_t)R, sizeof *t.recv);
     t.lose = calloc((size_t)R, sizeof *t.lose);
     t.recv1 = calloc((size_t)R, sizeof *t.recv1);
@@ -876,10 +871,10 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
     t.nc2 = calloc((size_t)R + 1, sizeof *t.nc2);
     t.oc1 = calloc((size_t)R + 1, sizeof *t.oc1);
     t.oc2 = calloc((size_t)R + 1, sizeof *t.oc2);
-    if (!t.cut || !t.ew || !t.mk || !t.msum || !t.mmax || !t.scratch || !t.version || !t.memo_vf ||
-        !t.memo_vt || !t.memo_mf || !t.memo_mt || !t.recv || !t.lose || !t.recv1 || !t.lose1 ||
-        !t.ew0 || !t.msum0 || !t.mk0 || !t.ew1 || !t.msum1 || !t.nc1 || !t.nc2 || !t.oc1 ||
-        !t.oc2 || !t.dpl || !start_owner) {
+    if (!t.cut || !t.ew || !t.mk || !t.msum || !t.mmax || !t.tasks || !t.slots || !t.slot_load ||
+        !t.version || !t.memo_vf || !t.memo_vt || !t.memo_mf || !t.memo_mt || !t.recv || !t.lose ||
+        !t.recv1 || !t.lose1 || !t.ew0 || !t.msum0 || !t.mk0 || !t.ew1 || !t.msum1 || !t.nc1 ||
+        !t.nc2 || !t.oc1 || !t.oc2 || !t.dpl || !start_owner) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
         goto done;
     }
@@ -1006,7 +1001,9 @@ done:
     free(t.memo_vt);
     free(t.memo_mf);
     free(t.memo_mt);
-    free(t.scratch);
+    free(t.tasks);
+    free(t.slots);
+    free(t.slot_load);
     free(t.recv);
     free(t.lose);
     free(t.recv1);
