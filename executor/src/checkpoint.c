@@ -30,18 +30,18 @@
 
 static int64_t full_numel(const cz_plan_param *p)
 {
-    return p->ndim == 1 ? p->shape[0] : p->shape[0] * p->shape[1];
+    return p->def.ndim == 1 ? p->def.shape[0] : p->def.shape[0] * p->def.shape[1];
 }
 
 /* Number of tensors the state of p has: one momentum, or two AdamW moments. */
 static int state_count(const cz_plan_param *p)
 {
-    return p->kind == CZ_KIND_MATRIX ? 1 : 2;
+    return p->def.kind == CZ_KIND_MATRIX ? 1 : 2;
 }
 
 static const char *state_suffix(const cz_plan_param *p, int k)
 {
-    if (p->kind == CZ_KIND_MATRIX)
+    if (p->def.kind == CZ_KIND_MATRIX)
         return "momentum";
     return k == 0 ? "exp_avg" : "exp_avg_sq";
 }
@@ -146,13 +146,13 @@ static int header_build(const cz_plan *plan, int64_t steps, char **out, size_t *
         const cz_plan_param *p = &plan->params[i];
         for (int k = 0; k < state_count(p); k++) {
             size_t bytes = (size_t)full_numel(p) * sizeof(float);
-            json_t *shape =
-                p->ndim == 1 ? json_pack("[I]", (json_int_t)p->shape[0])
-                             : json_pack("[I,I]", (json_int_t)p->shape[0], (json_int_t)p->shape[1]);
+            json_t *shape = p->def.ndim == 1 ? json_pack("[I]", (json_int_t)p->def.shape[0])
+                                             : json_pack("[I,I]", (json_int_t)p->def.shape[0],
+                                                         (json_int_t)p->def.shape[1]);
             json_t *t = json_pack("{s:s,s:o,s:[I,I]}", "dtype", "F32", "shape", shape,
                                   "data_offsets", (json_int_t)off, (json_int_t)(off + bytes));
             char key[1024];
-            snprintf(key, sizeof key, "%s.%s", p->name, state_suffix(p, k));
+            snprintf(key, sizeof key, "%s.%s", p->def.name, state_suffix(p, k));
             if (!t || json_object_set_new(root, key, t))
                 goto out;
             off += bytes;
@@ -236,10 +236,10 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
     for (size_t i = 0; i < plan->nparams && !rc; i++) {
         const cz_plan_param *p = &plan->params[i];
         int64_t n = full_numel(p);
-        if (p->kind == CZ_KIND_MATRIX) {
+        if (p->def.kind == CZ_KIND_MATRIX) {
             if (holder[i] == INT64_MAX) {
                 rc = cz_error_set(err, CZ_EINTERNAL,
-                                  "save_state: no rank holds the momentum of '%s'", p->name);
+                                  "save_state: no rank holds the momentum of '%s'", p->def.name);
                 break;
             }
             rc = transfer(ex, req, ex->momentum[i], root ? (float *)(file + off) : NULL, n,
@@ -333,7 +333,7 @@ static int parse_checkpoint(const cz_plan *plan, const char *path, const char *d
         const cz_plan_param *p = &plan->params[i];
         for (int j = 0; j < state_count(p); j++, k++) {
             char key[1024];
-            snprintf(key, sizeof key, "%s.%s", p->name, state_suffix(p, j));
+            snprintf(key, sizeof key, "%s.%s", p->def.name, state_suffix(p, j));
             json_t *t = json_object_get(root, key);
             if (!t) {
                 rc = cz_error_set(err, CZ_EMISMATCH,
@@ -346,20 +346,21 @@ static int parse_checkpoint(const cz_plan *plan, const char *path, const char *d
             json_t *shape = json_object_get(t, "shape"),
                    *offsets = json_object_get(t, "data_offsets");
             int64_t d0 = 0, d1 = 1, b = 0, e = 0;
-            bool shape_ok = json_is_array(shape) && (int)json_array_size(shape) == p->ndim &&
-                            !get_size(shape, 0, &d0) && (p->ndim == 1 || !get_size(shape, 1, &d1));
+            bool shape_ok = json_is_array(shape) && (int)json_array_size(shape) == p->def.ndim &&
+                            !get_size(shape, 0, &d0) &&
+                            (p->def.ndim == 1 || !get_size(shape, 1, &d1));
             if (!dtype || strcmp(dtype, "F32") != 0) {
                 rc = cz_error_set(err, CZ_EINVALID, "%s: '%s': dtype %s, expected F32", path, key,
                                   dtype ? dtype : "missing");
                 goto out;
             }
-            if (!shape_ok || d0 != p->shape[0] || (p->ndim == 2 && d1 != p->shape[1])) {
+            if (!shape_ok || d0 != p->def.shape[0] || (p->def.ndim == 2 && d1 != p->def.shape[1])) {
                 char want[64];
-                if (p->ndim == 1)
-                    snprintf(want, sizeof want, "[%lld]", (long long)p->shape[0]);
+                if (p->def.ndim == 1)
+                    snprintf(want, sizeof want, "[%lld]", (long long)p->def.shape[0]);
                 else
-                    snprintf(want, sizeof want, "[%lld, %lld]", (long long)p->shape[0],
-                             (long long)p->shape[1]);
+                    snprintf(want, sizeof want, "[%lld, %lld]", (long long)p->def.shape[0],
+                             (long long)p->def.shape[1]);
                 rc = cz_error_set(err, CZ_EMISMATCH, "%s: '%s': shape differs from the plan's %s",
                                   path, key, want);
                 goto out;
@@ -387,8 +388,8 @@ static int parse_checkpoint(const cz_plan *plan, const char *path, const char *d
             for (size_t i = 0; i < plan->nparams && !known && dot; i++) {
                 const cz_plan_param *p = &plan->params[i];
                 for (int j = 0; j < state_count(p) && !known; j++)
-                    known = strlen(p->name) == (size_t)(dot - key) &&
-                            strncmp(key, p->name, (size_t)(dot - key)) == 0 &&
+                    known = strlen(p->def.name) == (size_t)(dot - key) &&
+                            strncmp(key, p->def.name, (size_t)(dot - key)) == 0 &&
                             strcmp(dot + 1, state_suffix(p, j)) == 0;
             }
             if (!known) {
@@ -458,7 +459,7 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
                 rc = transfer(ex, req, full, full, n, 0, dst, err);
                 if (rc || ex->world.rank != dst)
                     continue;
-                if (p->kind == CZ_KIND_MATRIX) {
+                if (p->def.kind == CZ_KIND_MATRIX) {
                     if (ex->momentum[i])
                         memcpy(ex->momentum[i], full, (size_t)n * sizeof *full);
                 } else {

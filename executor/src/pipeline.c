@@ -82,12 +82,12 @@ struct cz_pipeline {
 
 static bool replicated(const cz_plan_param *p)
 {
-    return p->tp_dim < 0;
+    return p->def.tp_dim < 0;
 }
 
 static int64_t full_numel(const cz_plan_param *p)
 {
-    return p->shape[0] * (p->ndim == 1 ? 1 : p->shape[1]);
+    return p->def.shape[0] * (p->def.ndim == 1 ? 1 : p->def.shape[1]);
 }
 
 static bool hosts(const cz_executor *ex, const cz_plan_group *g, int t)
@@ -325,7 +325,7 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
             ex->momentum[id] = falloc(ex, full_numel(&ex->plan->params[id]));
             if (!ex->momentum[id])
                 return cz_error_set(err, CZ_ENOMEM, "out of memory for the momentum of '%s'",
-                                    ex->plan->params[id].name);
+                                    ex->plan->params[id].def.name);
         }
     }
     for (int k = 0; k < 2; k++) {

@@ -81,9 +81,6 @@ int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz
                  cz_error *err);
 /* Lays out the gradient buckets (Megatron order, alignment, size, DP padding). */
 int cz_buckets_layout(cz_plan *plan, cz_error *err);
-/* The model parameter a plan parameter was made from, as the cost model sees it (the plan's
- * kind, which AdamW turns elementwise); it borrows p's name and block sizes. */
-cz_param_def cz_plan_param_def(const cz_plan_param *p);
 /* Fills every bucket's ranges and every param's dp_owner following settings.dp; for tpaware,
  * alpha's partition, the starting point of cz_dp_partition_tpaware (which cz_plan_build runs). */
 int cz_dp_partition(cz_plan *plan, cz_error *err);

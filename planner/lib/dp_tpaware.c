@@ -82,7 +82,7 @@ static int rank_makespan(tpa *t, int r, double *out, cz_error *err)
     int n = 0;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        if (p->stage == t->stage && p->dp_owner == r && p->kind == CZ_KIND_MATRIX) {
+        if (p->stage == t->stage && p->dp_owner == r && p->def.kind == CZ_KIND_MATRIX) {
             t->tasks[n].id = p->id;
             t->tasks[n].cost = p->cost;
             n++;
@@ -109,7 +109,7 @@ static void rank_matrix_totals(tpa *t, int a, int b)
     t->msum[a] = t->msum[b] = t->mmax[a] = t->mmax[b] = 0;
     for (size_t i = 0; i < t->plan->nparams; i++) {
         const cz_plan_param *p = &t->plan->params[i];
-        if (p->stage != t->stage || p->kind != CZ_KIND_MATRIX ||
+        if (p->stage != t->stage || p->def.kind != CZ_KIND_MATRIX ||
             (p->dp_owner != a && p->dp_owner != b))
             continue;
         t->msum[p->dp_owner] += p->cost;
@@ -221,7 +221,7 @@ static int move_init(tpa *t, int bi, int r, int dir, tpa_move *m)
                     .nc = nc,
                     .from = dir < 0 ? r - 1 : r,
                     .to = dir < 0 ? r : r - 1,
-                    .mat = p->kind == CZ_KIND_MATRIX,
+                    .mat = p->def.kind == CZ_KIND_MATRIX,
                     .c = c,
                     .p = p,
                     .memo = ((size_t)bi * t->R + r) * 2 + (dir > 0)};
@@ -451,7 +451,7 @@ static void apply_cuts(tpa *t, int bi, const int *newc)
         p->dp_owner = to;
         t->dpl[from] -= p->cost;
         t->dpl[to] += p->cost;
-        if (p->kind == CZ_KIND_MATRIX) {
+        if (p->def.kind == CZ_KIND_MATRIX) {
             t->msum[from] -= p->cost;
             t->msum[to] += p->cost;
         } else {
@@ -470,7 +470,7 @@ static double moved_in_max(const tpa *t, int bi, int lo, int hi, int r)
     double m = 0;
     for (int k = lo; k < hi; k++) {
         const cz_plan_param *p = &t->plan->params[t->order[t->first[bi] + k]];
-        if (p->dp_owner == r && p->kind == CZ_KIND_MATRIX)
+        if (p->dp_owner == r && p->def.kind == CZ_KIND_MATRIX)
             m = fmax(m, p->cost);
     }
     return m;
@@ -516,7 +516,8 @@ static int evaluate(tpa *t, const int *span, int nspan, double *cur_max, double 
         for (size_t i = 0; i < t->plan->nparams; i++) {
             const cz_plan_param *p = &t->plan->params[i];
             int o = p->dp_owner;
-            if (p->stage == t->stage && p->kind == CZ_KIND_MATRIX && (t->recv[o] || t->lose[o])) {
+            if (p->stage == t->stage && p->def.kind == CZ_KIND_MATRIX &&
+                (t->recv[o] || t->lose[o])) {
                 t->msum[o] += p->cost;
                 t->mmax[o] = fmax(t->mmax[o], p->cost);
             }
@@ -594,7 +595,7 @@ static int gives_matrix(const tpa *t, int bi, const int *c, const int *n, int a)
     changed_span(c, n, t->R, &lo, &hi);
     for (int k = lo; k < hi; k++) {
         const cz_plan_param *p = &t->plan->params[t->order[t->first[bi] + k]];
-        if (p->dp_owner == a && p->kind == CZ_KIND_MATRIX && owner_at(n, t->R, k) != a)
+        if (p->dp_owner == a && p->def.kind == CZ_KIND_MATRIX && owner_at(n, t->R, k) != a)
             return 1;
     }
     return 0;
@@ -701,7 +702,7 @@ static void totals_refresh(tpa *t, const int *flag)
     for (size_t i = 0; i < t->plan->nparams; i++) {
         const cz_plan_param *p = &t->plan->params[i];
         int o = p->dp_owner;
-        if (p->stage == t->stage && p->kind == CZ_KIND_MATRIX && flag[o]) {
+        if (p->stage == t->stage && p->def.kind == CZ_KIND_MATRIX && flag[o]) {
             t->msum[o] += p->cost;
             t->mmax[o] = fmax(t->mmax[o], p->cost);
         }
@@ -722,7 +723,7 @@ static int chain_step_ok(const tpa *t, int bi, const int *c, const int *n, int a
             continue;
         if (to == a || t->mk[to] >= cur_max * (1 - 1e-12))
             return 0;
-        gives |= from == a && p->kind == CZ_KIND_MATRIX && p->cost >= big * (1 - 1e-9);
+        gives |= from == a && p->def.kind == CZ_KIND_MATRIX && p->cost >= big * (1 - 1e-9);
     }
     return gives;
 }
@@ -886,12 +887,12 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
             rc = cz_error_set(err, CZ_EINTERNAL,
                               "tpaware needs an atomic starting partition; parameter '%s' has DP "
                               "owner %d",
-                              p->name ? p->name : "?", p->dp_owner);
+                              p->def.name ? p->def.name : "?", p->dp_owner);
             goto done;
         }
         n++;
         t.dpl[p->dp_owner] += p->cost;
-        if (p->kind != CZ_KIND_MATRIX) {
+        if (p->def.kind != CZ_KIND_MATRIX) {
             t.ew[p->dp_owner] += p->cost / plan->tp;
         } else {
             t.msum[p->dp_owner] += p->cost;

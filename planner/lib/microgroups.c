@@ -279,7 +279,7 @@ int cz_tp_schedule_build(cz_plan *plan, cz_error *err)
             int n = 0;
             for (size_t i = 0; i < plan->nparams; i++) {
                 const cz_plan_param *p = &plan->params[i];
-                if (p->stage != stage || p->kind != CZ_KIND_MATRIX)
+                if (p->stage != stage || p->def.kind != CZ_KIND_MATRIX)
                     continue;
                 bool mine =
                     plan->settings.dp == CZ_DP_EVEN ? touches(plan, p, r) : p->dp_owner == r;

@@ -66,8 +66,8 @@ void cz_plan_free(cz_plan *plan)
     if (!plan)
         return;
     for (size_t i = 0; i < plan->nparams; i++) {
-        free(plan->params[i].name);
-        free(plan->params[i].block_sizes);
+        free(plan->params[i].def.name);
+        free(plan->params[i].def.block_sizes);
     }
     free(plan->params);
     for (size_t i = 0; i < plan->nbuckets; i++)

@@ -96,7 +96,7 @@ static size_t state_copy(const cz_executor *ex, float *out)
     size_t k = 0;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
         const cz_plan_param *p = &ex->plan->params[i];
-        int64_t full = p->shape[0] * p->shape[1];
+        int64_t full = p->def.shape[0] * p->def.shape[1];
         if (ex->momentum[i])
             for (int64_t j = 0; j < full; j++)
                 out[k++] = ex->momentum[i][j];

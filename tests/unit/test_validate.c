@@ -218,7 +218,7 @@ END_TEST
 
 START_TEST(wrong_shape_and_offset)
 {
-    plan->params[3].shape[0] = 17;
+    plan->params[3].def.shape[0] = 17;
     plan->params[5].offset = 32; /* misaligned, and overlaps l1.fc at 64 */
     expect("param.shape", "$.params[3].shape");
     expect("param.offset", "$.params[5].offset");
