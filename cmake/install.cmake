@@ -1,5 +1,5 @@
-# cmake --install: the shared libraries, their headers, the two programs, a pkg-config file per
-# library and a CMake package (find_package(canzona) with imported targets canzona::canzona and
+# cmake --install: the shared libraries, their headers, the two programs, canzona's manual page
+# and bash completion, a pkg-config file per library and a CMake package (find_package(canzona) with imported targets canzona::canzona and
 # canzona::exec). The static libraries stay in the build tree: they carry internal symbols the
 # tests use and would need every dependency's static form.
 include(GNUInstallDirs)
@@ -13,8 +13,14 @@ foreach(tgt canzona_cli canzona_bench)
     install(TARGETS ${tgt} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   endif()
 endforeach()
+# The CLI's manual page and bash completion (bash-completion loads completions/<command>).
+if(TARGET canzona_cli)
+  install(FILES ${PROJECT_SOURCE_DIR}/docs/canzona.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+  install(FILES ${PROJECT_SOURCE_DIR}/planner/cli/canzona.bash
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME canzona)
+endif()
 if(NOT TARGET canzona_shared)
-  return() # CZ_SHARED=OFF (or a sanitizer build): headers and programs only
+  return() # CZ_SHARED=OFF (or a sanitizer build): headers, programs and their docs only
 endif()
 
 set(CZ_EXPORTED canzona_shared)

@@ -50,7 +50,7 @@ static void expect_handled(int rc, const char *what, const cz_error *err)
 
 static void render_both(const cz_plan *plan, const cz_sim_result *sim, int in_seconds)
 {
-    cz_render_options ro = {.width = 0, .cluster_name = NULL, .sim_in_seconds = in_seconds};
+    cz_svg_options ro = {.width = 0, .cluster_name = NULL, .sim_in_seconds = in_seconds};
     char *doc = NULL;
     cz_error err;
     cz_error_clear(&err);
@@ -81,7 +81,7 @@ static void expect_identical(const cz_plan *a, const cz_plan *b, const char *wha
     json_t *rep = NULL;
     cz_error err;
     cz_error_clear(&err);
-    if (cz_plan_diff(a, b, 0, -1, &rep, &err) != CZ_OK)
+    if (cz_plan_diff_json(a, b, 0, -1, &rep, &err) != CZ_OK)
         fz_fail("%s: diff failed: %s", what, err.message);
     if (!json_is_true(json_object_get(rep, "identical"))) {
         char *text = json_dumps(rep, JSON_INDENT(1));
@@ -108,7 +108,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     cz_error_clear(&err);
-    expect_handled(cz_plan_inspect(plan, 3, &report, &err), "inspect", &err);
+    expect_handled(cz_plan_inspect_json(plan, 3, &report, &err), "inspect", &err);
     json_decref(report);
     report = NULL;
 
@@ -134,7 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         cluster = cluster ? cluster : tiny_cluster;
     }
     cz_error_clear(&err);
-    rc = cz_plan_validate(plan, model, cluster, &report, &err);
+    rc = cz_plan_validate_json(plan, model, cluster, &report, &err);
     if (rc < 0)
         expect_handled(rc, "validate", &err);
     json_decref(report);
@@ -142,11 +142,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     expect_identical(plan, plan, "a plan compared with itself");
     cz_error_clear(&err);
-    expect_handled(cz_plan_diff(reference, plan, 1, 10, &report, &err), "diff --force", &err);
+    expect_handled(cz_plan_diff_json(reference, plan, 1, 10, &report, &err), "diff --force", &err);
     json_decref(report);
     report = NULL;
     cz_error_clear(&err);
-    expect_handled(cz_plan_diff(plan, reference, 1, -1, &report, &err), "diff --force", &err);
+    expect_handled(cz_plan_diff_json(plan, reference, 1, -1, &report, &err), "diff --force", &err);
     json_decref(report);
     report = NULL;
 

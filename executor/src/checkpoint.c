@@ -36,7 +36,7 @@
 
 static int64_t full_numel(const cz_plan_param *p)
 {
-    return p->ndim == 1 ? p->shape[0] : p->shape[0] * p->shape[1];
+    return p->def.ndim == 1 ? p->def.shape[0] : p->def.shape[0] * p->def.shape[1];
 }
 
 /* Where a checkpoint tensor lives in the executor. */
@@ -74,7 +74,7 @@ static int entries_build(const cz_executor *ex, ck_entry **out, size_t *count, c
     int64_t most = 0;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        int64_t m = p->kind != CZ_KIND_MATRIX ? 2 : mat ? matrix_tensors(ex, p, NULL, 0) : 1;
+        int64_t m = p->def.kind != CZ_KIND_MATRIX ? 2 : mat ? matrix_tensors(ex, p, NULL, 0) : 1;
         n += (size_t)m;
         most = m > most ? m : most;
     }
@@ -87,16 +87,17 @@ static int entries_build(const cz_executor *ex, ck_entry **out, size_t *count, c
     }
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        if (p->kind != CZ_KIND_MATRIX || !mat) {
-            for (int k = 0; k < (p->kind == CZ_KIND_MATRIX ? 1 : 2); k++, at++) {
-                e[at] = (ck_entry){.param = (int)i, .k = k, .ndim = p->ndim, .n = full_numel(p)};
-                e[at].kind = p->kind == CZ_KIND_MATRIX ? CK_MOMENTUM : CK_ADAM;
-                e[at].shape[0] = p->shape[0];
-                e[at].shape[1] = p->ndim == 1 ? 1 : p->shape[1];
+        if (p->def.kind != CZ_KIND_MATRIX || !mat) {
+            for (int k = 0; k < (p->def.kind == CZ_KIND_MATRIX ? 1 : 2); k++, at++) {
+                e[at] =
+                    (ck_entry){.param = (int)i, .k = k, .ndim = p->def.ndim, .n = full_numel(p)};
+                e[at].kind = p->def.kind == CZ_KIND_MATRIX ? CK_MOMENTUM : CK_ADAM;
+                e[at].shape[0] = p->def.shape[0];
+                e[at].shape[1] = p->def.ndim == 1 ? 1 : p->def.shape[1];
                 snprintf(e[at].suffix, sizeof e[at].suffix, "%s",
-                         p->kind == CZ_KIND_MATRIX ? "momentum"
-                         : k == 0                  ? "exp_avg"
-                                                   : "exp_avg_sq");
+                         p->def.kind == CZ_KIND_MATRIX ? "momentum"
+                         : k == 0                      ? "exp_avg"
+                                                       : "exp_avg_sq");
             }
             continue;
         }
@@ -273,7 +274,7 @@ static int header_build(const cz_plan *plan, const ck_entry *e, size_t ne, int64
         json_t *t = json_pack("{s:s,s:o,s:[I,I]}", "dtype", "F32", "shape", shape, "data_offsets",
                               (json_int_t)off, (json_int_t)(off + bytes));
         char key[1024];
-        snprintf(key, sizeof key, "%s.%s", plan->params[e[i].param].name, e[i].suffix);
+        snprintf(key, sizeof key, "%s.%s", plan->params[e[i].param].def.name, e[i].suffix);
         if (!t || json_object_set_new(root, key, t))
             goto out;
         off += bytes;
@@ -331,7 +332,7 @@ static int check_buffers(const cz_executor *ex, const ck_entry *e, size_t ne, cz
         if (keeps && !entry_buffer(ex, &e[i]))
             return cz_error_set(err, CZ_EINTERNAL,
                                 "checkpoint: rank %d has no buffer for '%s.%s' it should keep",
-                                ex->world.rank, p->name, e[i].suffix);
+                                ex->world.rank, p->def.name, e[i].suffix);
     }
     return CZ_OK;
 }
@@ -403,7 +404,8 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
         if (e[i].kind != CK_ADAM) {
             if (holder[e[i].param] == INT64_MAX) {
                 rc = cz_error_set(err, CZ_EINTERNAL,
-                                  "save_state: no rank holds the optimizer state of '%s'", p->name);
+                                  "save_state: no rank holds the optimizer state of '%s'",
+                                  p->def.name);
                 break;
             }
             int src = (int)holder[e[i].param];
@@ -455,7 +457,7 @@ static int find_foreign(const cz_plan *plan, const ck_entry *e, size_t ne, json_
     int rc = CZ_OK;
     char key[1024];
     for (size_t i = 0; i < ne && !rc; i++) {
-        snprintf(key, sizeof key, "%s.%s", plan->params[e[i].param].name, e[i].suffix);
+        snprintf(key, sizeof key, "%s.%s", plan->params[e[i].param].def.name, e[i].suffix);
         if (json_object_set_new(known, key, json_true()))
             rc = cz_error_set(err, CZ_ENOMEM, "load_state: out of memory");
     }
@@ -522,7 +524,7 @@ static int parse_checkpoint(const cz_plan *plan, const ck_entry *e, size_t ne, c
     *steps = s;
     for (size_t i = 0; i < ne; i++) {
         char key[1024];
-        snprintf(key, sizeof key, "%s.%s", plan->params[e[i].param].name, e[i].suffix);
+        snprintf(key, sizeof key, "%s.%s", plan->params[e[i].param].def.name, e[i].suffix);
         json_t *t = json_object_get(root, key);
         if (!t) {
             rc = cz_error_set(err, CZ_EMISMATCH,

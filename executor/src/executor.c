@@ -123,13 +123,14 @@ static int alloc_state(cz_executor *ex, cz_error *err)
         if (p->dp_owner != ex->dp_rank)
             continue;
         ex->owned[ex->nowned++] = (int)i;
-        if (p->kind != CZ_KIND_ELEMENTWISE)
+        if (p->def.kind != CZ_KIND_ELEMENTWISE)
             continue;
         ex->owned_elem[ex->nowned_elem++] = (int)i;
         ex->adam_m[i] = falloc(ex, p->numel);
         ex->adam_v[i] = falloc(ex, p->numel);
         if (!ex->adam_m[i] || !ex->adam_v[i])
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for AdamW state of '%s'", p->name);
+            return cz_error_set(err, CZ_ENOMEM, "out of memory for AdamW state of '%s'",
+                                p->def.name);
     }
     return cz_exec_pipeline_init(ex, err);
 }
@@ -423,19 +424,19 @@ int cz_executor_bind_param_typed(cz_executor *ex, const char *name, void *param,
                             name);
     const cz_plan *plan = ex->plan;
     size_t i = 0;
-    while (i < plan->nparams && strcmp(plan->params[i].name, name) != 0)
+    while (i < plan->nparams && strcmp(plan->params[i].def.name, name) != 0)
         i++;
     if (i == plan->nparams)
         return cz_error_set(err, CZ_EMISMATCH, "bind_param: the plan has no parameter named '%s'",
                             name);
     const cz_plan_param *p = &plan->params[i];
-    int64_t lr = p->local_shape[0], lc = p->ndim == 1 ? 1 : p->local_shape[1];
+    int64_t lr = p->local_shape[0], lc = p->def.ndim == 1 ? 1 : p->local_shape[1];
     if (rows != lr || cols != lc)
         return cz_error_set(err, CZ_EMISMATCH,
                             "bind_param('%s'): buffer shape [%lld, %lld] but the plan's local "
                             "shape (full [%lld, %lld], tp_dim %d, tp %d) is [%lld, %lld]",
-                            name, (long long)rows, (long long)cols, (long long)p->shape[0],
-                            (long long)p->shape[1], p->tp_dim, ex->tp, (long long)lr,
+                            name, (long long)rows, (long long)cols, (long long)p->def.shape[0],
+                            (long long)p->def.shape[1], p->def.tp_dim, ex->tp, (long long)lr,
                             (long long)lc);
     int rc = check_dtype(ex, "bind_param", dtype, err);
     if (!rc)

@@ -52,8 +52,8 @@ float cz_muon_scale(const cz_muon_hparams *h, int64_t rows, int64_t cols)
 
 int cz_param_blocks(const cz_plan_param *p, cz_block *out, int max)
 {
-    int64_t rows = p->shape[0], cols = p->ndim == 1 ? 1 : p->shape[1];
-    if (p->nblocks <= 0) {
+    int64_t rows = p->def.shape[0], cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
+    if (p->def.nblocks <= 0) {
         if (max < 1)
             return 0;
         out[0] = (cz_block){0, 0, rows, cols};
@@ -61,9 +61,9 @@ int cz_param_blocks(const cz_plan_param *p, cz_block *out, int max)
     }
     int n = 0;
     int64_t off = 0;
-    for (int b = 0; b < p->nblocks && n < max; b++) {
-        int64_t s = p->block_sizes[b];
-        if (p->block_dim == 0)
+    for (int b = 0; b < p->def.nblocks && n < max; b++) {
+        int64_t s = p->def.block_sizes[b];
+        if (p->def.block_dim == 0)
             out[n++] = (cz_block){off, 0, s, cols};
         else
             out[n++] = (cz_block){0, off, rows, s};
@@ -91,14 +91,14 @@ int cz_muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n,
     int cap = 0;
     *mp = (cz_muon_prep){0};
     for (int i = 0; i < n; i++)
-        cap += params[i]->nblocks > 0 ? params[i]->nblocks : 1;
+        cap += params[i]->def.nblocks > 0 ? params[i]->def.nblocks : 1;
     mp->blks = cz_exec_calloc(cap > 0 ? (size_t)cap : 1, sizeof *mp->blks);
     if (!mp->blks)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for %d Muon blocks", cap);
     for (int i = 0; i < n; i++) {
         cz_block tmp[CZ_MAX_BLOCKS];
         int k = cz_param_blocks(params[i], tmp, CZ_MAX_BLOCKS);
-        int64_t ld = params[i]->ndim == 1 ? 1 : params[i]->shape[1];
+        int64_t ld = params[i]->def.ndim == 1 ? 1 : params[i]->def.shape[1];
         for (int j = 0; j < k; j++) {
             cz_muon_blk *r = &mp->blks[mp->nblk++];
             r->mat = i;

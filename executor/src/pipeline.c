@@ -41,9 +41,13 @@ typedef struct apply_ref {
 
 typedef struct pgroup {
     const cz_plan_group *g;
-    /* Per peer (tp each), in elements: what I send to / receive from it and where. */
-    int64_t *gsc, *gsd, *grc, *grd; /* gather: send/recv counts and displacements */
-    int64_t *ssc, *ssd, *src, *srd; /* scatter */
+    /* The all-to-all layouts of the group's two TP exchanges, one value per TP peer, in
+     * elements, named <exchange>_<direction>_<what>: the gather brings the shards of a task to
+     * its host, the scatter returns the host's update to every shard; "counts" is how much
+     * goes to (send) or comes from (recv) that peer, "displs" where it starts in the packed
+     * send or receive buffer (MPI_Alltoallv's sendcounts/sdispls/recvcounts/rdispls). */
+    int64_t *gather_send_counts, *gather_send_displs, *gather_recv_counts, *gather_recv_displs;
+    int64_t *scatter_send_counts, *scatter_send_displs, *scatter_recv_counts, *scatter_recv_displs;
     int nhosted;
     int64_t hosted_full;   /* sum of full numel of the tasks I host */
     int64_t recv_block;    /* gather recv elements per source rank */
@@ -78,12 +82,12 @@ struct cz_pipeline {
 
 static bool replicated(const cz_plan_param *p)
 {
-    return p->tp_dim < 0;
+    return p->def.tp_dim < 0;
 }
 
 static int64_t full_numel(const cz_plan_param *p)
 {
-    return p->shape[0] * (p->ndim == 1 ? 1 : p->shape[1]);
+    return p->def.shape[0] * (p->def.ndim == 1 ? 1 : p->def.shape[1]);
 }
 
 static bool hosts(const cz_executor *ex, const cz_plan_group *g, int t)
@@ -106,8 +110,10 @@ static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
             return cz_error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
         }
     }
-    pg->gsc = arrs[0], pg->gsd = arrs[1], pg->grc = arrs[2], pg->grd = arrs[3];
-    pg->ssc = arrs[4], pg->ssd = arrs[5], pg->src = arrs[6], pg->srd = arrs[7];
+    pg->gather_send_counts = arrs[0], pg->gather_send_displs = arrs[1];
+    pg->gather_recv_counts = arrs[2], pg->gather_recv_displs = arrs[3];
+    pg->scatter_send_counts = arrs[4], pg->scatter_send_displs = arrs[5];
+    pg->scatter_recv_counts = arrs[6], pg->scatter_recv_displs = arrs[7];
     int64_t per_slot_nonrep[tp], per_slot_all[tp];
     memset(per_slot_nonrep, 0, sizeof per_slot_nonrep);
     memset(per_slot_all, 0, sizeof per_slot_all);
@@ -130,16 +136,16 @@ static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
     pg->recv_block = ex->sc ? all_nonrep : hosted_nonrep;
     int64_t gs = 0, ss = 0;
     for (int r = 0; r < tp; r++) {
-        pg->gsc[r] = ex->sc ? 0 : per_slot_nonrep[r];
-        pg->gsd[r] = gs;
-        gs += pg->gsc[r];
-        pg->grc[r] = pg->recv_block;
-        pg->grd[r] = pg->recv_block * r;
-        pg->ssc[r] = ex->sc ? 0 : hosted_all;
-        pg->ssd[r] = ex->sc ? 0 : hosted_all * r;
-        pg->src[r] = ex->sc ? 0 : per_slot_all[r];
-        pg->srd[r] = ss;
-        ss += pg->src[r];
+        pg->gather_send_counts[r] = ex->sc ? 0 : per_slot_nonrep[r];
+        pg->gather_send_displs[r] = gs;
+        gs += pg->gather_send_counts[r];
+        pg->gather_recv_counts[r] = pg->recv_block;
+        pg->gather_recv_displs[r] = pg->recv_block * r;
+        pg->scatter_send_counts[r] = ex->sc ? 0 : hosted_all;
+        pg->scatter_send_displs[r] = ex->sc ? 0 : hosted_all * r;
+        pg->scatter_recv_counts[r] = ex->sc ? 0 : per_slot_all[r];
+        pg->scatter_recv_displs[r] = ss;
+        ss += pg->scatter_recv_counts[r];
     }
     struct cz_pipeline *pp = ex->pipe;
     pg->gather_n = ex->sc ? all_nonrep : gs;
@@ -249,7 +255,7 @@ static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
 
     /* Shard updates from the scatter's receive buffer: per source slot, its tasks in order. */
     for (int s = 0; s < tp && !ex->sc && !rc; s++) {
-        int64_t upos = pg->srd[s];
+        int64_t upos = pg->scatter_recv_displs[s];
         for (int t = 0; t < g->ntasks; t++) {
             if (g->task_slot[t] != s)
                 continue;
@@ -319,7 +325,7 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
             ex->momentum[id] = falloc(ex, full_numel(&ex->plan->params[id]));
             if (!ex->momentum[id])
                 return cz_error_set(err, CZ_ENOMEM, "out of memory for the momentum of '%s'",
-                                    ex->plan->params[id].name);
+                                    ex->plan->params[id].def.name);
         }
     }
     for (int k = 0; k < 2; k++) {
@@ -363,9 +369,12 @@ void cz_exec_pipeline_free(cz_executor *ex)
     cz_compute *c = &ex->compute;
     for (int g = 0; pp->groups && g < pp->ngroups; g++) {
         pgroup *pg = &pp->groups[g];
-        cz_exec_free(pg->gsc), cz_exec_free(pg->gsd), cz_exec_free(pg->grc);
-        cz_exec_free(pg->grd), cz_exec_free(pg->ssc), cz_exec_free(pg->ssd);
-        cz_exec_free(pg->src), cz_exec_free(pg->srd);
+        int64_t *layouts[8] = {pg->gather_send_counts,  pg->gather_send_displs,
+                               pg->gather_recv_counts,  pg->gather_recv_displs,
+                               pg->scatter_send_counts, pg->scatter_send_displs,
+                               pg->scatter_recv_counts, pg->scatter_recv_displs};
+        for (int k = 0; k < 8; k++)
+            cz_exec_free(layouts[k]);
         cz_runs *runs[4] = {pg->gather_pack, pg->unpack_recv, pg->unpack_local, pg->scatter_pack};
         for (int k = 0; k < 4; k++)
             if (runs[k])
@@ -425,8 +434,9 @@ static int post_gather(cz_executor *ex, int gi, const float *G, cz_error *err)
         return ex->tp_comm.ops->iall_gather(&ex->tp_comm, send, (size_t)pg->gather_n,
                                             pp->grecv[gi % 2], CZ_DTYPE_FP32, packed,
                                             pp->greq[gi % 2], err);
-    return post_exchange(&ex->tp_comm, pp->greq[gi % 2], packed, send, pg->gsc, pg->gsd,
-                         pp->grecv[gi % 2], pg->grc, pg->grd, err);
+    return post_exchange(&ex->tp_comm, pp->greq[gi % 2], packed, send, pg->gather_send_counts,
+                         pg->gather_send_displs, pp->grecv[gi % 2], pg->gather_recv_counts,
+                         pg->gather_recv_displs, err);
 }
 
 /* Keeps the next group's gather and the previous group's scatter moving while computing. */
@@ -497,8 +507,9 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
         return CZ_OK;
     }
     c->ops->event_record(c, pp->spacked[gi % 2]);
-    return post_exchange(&ex->tp_comm, pp->sreq[gi % 2], pp->spacked[gi % 2], send, pg->ssc,
-                         pg->ssd, pp->srecv[gi % 2], pg->src, pg->srd, err);
+    return post_exchange(&ex->tp_comm, pp->sreq[gi % 2], pp->spacked[gi % 2], send,
+                         pg->scatter_send_counts, pg->scatter_send_displs, pp->srecv[gi % 2],
+                         pg->scatter_recv_counts, pg->scatter_recv_displs, err);
 }
 
 /* Waits for the scatter of group g and applies my update shards. */

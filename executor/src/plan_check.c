@@ -52,11 +52,11 @@ static int check_params(const cz_plan *plan, cz_error *err)
 {
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        if (p->kind == CZ_KIND_MATRIX && p->ndim != 2)
+        if (p->def.kind == CZ_KIND_MATRIX && p->def.ndim != 2)
             return cz_error_set(err, CZ_EINVALID,
                                 "plan $.params[%zu] ('%s') is a matrix-optimizer parameter but "
                                 "has %d dimensions",
-                                i, p->name, p->ndim);
+                                i, p->def.name, p->def.ndim);
         int rc = cz_shard_check(p, plan->tp, err);
         if (rc)
             return rc;
@@ -147,17 +147,17 @@ uint64_t cz_exec_plan_fingerprint(const cz_plan *plan)
     FNV_VAL(h, plan->nparams);
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        h = fnv(h, p->name, strlen(p->name) + 1);
-        FNV_VAL(h, p->shape[0]);
-        FNV_VAL(h, p->shape[1]);
+        h = fnv(h, p->def.name, strlen(p->def.name) + 1);
+        FNV_VAL(h, p->def.shape[0]);
+        FNV_VAL(h, p->def.shape[1]);
         FNV_VAL(h, p->local_shape[0]);
         FNV_VAL(h, p->local_shape[1]);
-        FNV_VAL(h, p->block_dim);
-        FNV_VAL(h, p->nblocks);
-        for (int k = 0; k < p->nblocks; k++)
-            FNV_VAL(h, p->block_sizes[k]);
-        FNV_VAL(h, p->tp_dim);
-        FNV_VAL(h, p->kind);
+        FNV_VAL(h, p->def.block_dim);
+        FNV_VAL(h, p->def.nblocks);
+        for (int k = 0; k < p->def.nblocks; k++)
+            FNV_VAL(h, p->def.block_sizes[k]);
+        FNV_VAL(h, p->def.tp_dim);
+        FNV_VAL(h, p->def.kind);
         FNV_VAL(h, p->bucket);
         FNV_VAL(h, p->offset);
         FNV_VAL(h, p->numel);

@@ -96,14 +96,16 @@ int cz_shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz
     int64_t d = h->max_dim;
     cz_shampoo_state *s = cz_exec_calloc(1, sizeof *s);
     if (!s)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'", p->name);
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'",
+                            p->def.name);
     *out = s;
-    s->ld = p->ndim == 1 ? 1 : p->shape[1];
+    s->ld = p->def.ndim == 1 ? 1 : p->def.shape[1];
     for (int b = 0; b < nb; b++)
         s->ntiles += (int)(((blocks[b].rows + d - 1) / d) * ((blocks[b].cols + d - 1) / d));
     s->tiles = cz_exec_calloc((size_t)s->ntiles, sizeof *s->tiles);
     if (!s->tiles)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'", p->name);
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'",
+                            p->def.name);
     for (int b = 0; b < nb; b++)
         for (int64_t i = 0; i < blocks[b].rows; i += d)
             for (int64_t j = 0; j < blocks[b].cols; j += d) {
@@ -126,7 +128,7 @@ int cz_shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz
                     ok = (t->mom = tile_alloc(c, s, r * cl)) != NULL;
                 if (!ok)
                     return cz_error_set(err, CZ_ENOMEM,
-                                        "out of memory for the Shampoo state of '%s'", p->name);
+                                        "out of memory for the Shampoo state of '%s'", p->def.name);
                 /* Five tile-sized buffers, an eigenbasis, its scaled copy and the solver's
                  * work; a side's eigenvalues. */
                 cz_linalg_work lw;

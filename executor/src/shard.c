@@ -12,25 +12,25 @@ int cz_shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t 
 {
     if (max < 1)
         return 0;
-    if (p->tp_dim < 0 || tp == 1) {
+    if (p->def.tp_dim < 0 || tp == 1) {
         lo[0] = 0;
-        hi[0] = p->shape[p->tp_dim < 0 ? 0 : p->tp_dim];
+        hi[0] = p->def.shape[p->def.tp_dim < 0 ? 0 : p->def.tp_dim];
         return 1;
     }
-    int d = p->tp_dim;
-    if (p->nblocks > 0 && p->block_dim == d) {
+    int d = p->def.tp_dim;
+    if (p->def.nblocks > 0 && p->def.block_dim == d) {
         int n = 0;
         int64_t off = 0;
-        for (int b = 0; b < p->nblocks && n < max; b++) {
-            int64_t s = p->block_sizes[b] / tp;
+        for (int b = 0; b < p->def.nblocks && n < max; b++) {
+            int64_t s = p->def.block_sizes[b] / tp;
             lo[n] = off + (int64_t)r * s;
             hi[n] = lo[n] + s;
             n++;
-            off += p->block_sizes[b];
+            off += p->def.block_sizes[b];
         }
         return n;
     }
-    int64_t s = p->shape[d] / tp;
+    int64_t s = p->def.shape[d] / tp;
     lo[0] = (int64_t)r * s;
     hi[0] = lo[0] + s;
     return 1;
@@ -39,8 +39,8 @@ int cz_shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t 
 /* Copies between shard and full: dir 0 packs (full -> shard), 1 unpacks. */
 static void shard_copy(const cz_plan_param *p, int tp, int r, float *full, float *shard, int dir)
 {
-    int64_t rows = p->shape[0], cols = p->ndim == 1 ? 1 : p->shape[1];
-    if (p->tp_dim < 0 || tp == 1) {
+    int64_t rows = p->def.shape[0], cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
+    if (p->def.tp_dim < 0 || tp == 1) {
         if (dir == 0)
             memcpy(shard, full, (size_t)(rows * cols) * sizeof(float));
         else
@@ -49,7 +49,7 @@ static void shard_copy(const cz_plan_param *p, int tp, int r, float *full, float
     }
     int64_t lo[CZ_MAX_BLOCKS], hi[CZ_MAX_BLOCKS];
     int n = cz_shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS);
-    if (p->tp_dim == 0) {
+    if (p->def.tp_dim == 0) {
         /* Row ranges: contiguous runs of whole rows. */
         float *s = shard;
         for (int k = 0; k < n; k++) {
@@ -132,13 +132,13 @@ static int add_dir(cz_run_list *l, int unpack, int64_t f, int64_t s, int64_t len
 int cz_shard_runs(const cz_plan_param *p, int tp, int r, int64_t full_off, int64_t shard_off,
                   int unpack, cz_run_list *l, cz_error *err)
 {
-    int64_t rows = p->shape[0], cols = p->ndim == 1 ? 1 : p->shape[1];
-    if (p->tp_dim < 0 || tp == 1)
+    int64_t rows = p->def.shape[0], cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
+    if (p->def.tp_dim < 0 || tp == 1)
         return add_dir(l, unpack, full_off, shard_off, rows * cols, err);
     int64_t lo[CZ_MAX_BLOCKS], hi[CZ_MAX_BLOCKS];
     int n = cz_shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS), rc = CZ_OK;
     int64_t s = shard_off;
-    if (p->tp_dim == 0) {
+    if (p->def.tp_dim == 0) {
         for (int k = 0; k < n && !rc; k++) {
             rc = add_dir(l, unpack, full_off + lo[k] * cols, s, (hi[k] - lo[k]) * cols, err);
             s += (hi[k] - lo[k]) * cols;
@@ -155,71 +155,72 @@ int cz_shard_runs(const cz_plan_param *p, int tp, int r, int64_t full_off, int64
 
 int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err)
 {
-    int64_t rows = p->shape[0], cols = p->ndim == 1 ? 1 : p->shape[1];
+    int64_t rows = p->def.shape[0], cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
     int64_t lr = rows, lc = cols;
     /* The plan reader accepts any positive int64 dimension; every size below is a product. */
     if (rows < 1 || cols < 1 || rows > INT64_MAX / cols)
         return cz_error_set(err, CZ_EINVALID,
                             "param '%s': shape [%lld, %lld] has more than %lld elements or a "
                             "dimension < 1",
-                            p->name, (long long)rows, (long long)cols, (long long)INT64_MAX);
-    if (p->ndim == 1 && p->tp_dim == 1)
+                            p->def.name, (long long)rows, (long long)cols, (long long)INT64_MAX);
+    if (p->def.ndim == 1 && p->def.tp_dim == 1)
         return cz_error_set(err, CZ_EINVALID,
-                            "param '%s' is 1-D but has tp_dim 1 (only 0 or null allowed)", p->name);
-    if (p->tp_dim >= 0) {
-        int d = p->tp_dim;
-        int64_t full = p->shape[d];
+                            "param '%s' is 1-D but has tp_dim 1 (only 0 or null allowed)",
+                            p->def.name);
+    if (p->def.tp_dim >= 0) {
+        int d = p->def.tp_dim;
+        int64_t full = p->def.shape[d];
         if (full % tp != 0)
             return cz_error_set(err, CZ_EINVALID,
-                                "param '%s': shape[%d] = %lld is not divisible by tp = %d", p->name,
-                                d, (long long)full, tp);
-        if (p->nblocks > 0 && p->block_dim == d) {
-            if (p->nblocks > CZ_MAX_BLOCKS)
-                return cz_error_set(err, CZ_EUNSUPPORTED, CZ_BLOCKS_LIMIT_FMT, p->name, p->nblocks,
-                                    CZ_MAX_BLOCKS);
-            for (int b = 0; b < p->nblocks; b++)
-                if (p->block_sizes[b] % tp != 0)
+                                "param '%s': shape[%d] = %lld is not divisible by tp = %d",
+                                p->def.name, d, (long long)full, tp);
+        if (p->def.nblocks > 0 && p->def.block_dim == d) {
+            if (p->def.nblocks > CZ_MAX_BLOCKS)
+                return cz_error_set(err, CZ_EUNSUPPORTED, CZ_BLOCKS_LIMIT_FMT, p->def.name,
+                                    p->def.nblocks, CZ_MAX_BLOCKS);
+            for (int b = 0; b < p->def.nblocks; b++)
+                if (p->def.block_sizes[b] % tp != 0)
                     return cz_error_set(err, CZ_EINVALID,
                                         "param '%s': block %d size %lld along the TP dimension "
                                         "is not divisible by tp = %d",
-                                        p->name, b, (long long)p->block_sizes[b], tp);
+                                        p->def.name, b, (long long)p->def.block_sizes[b], tp);
         }
         if (d == 0)
             lr = rows / tp;
         else
             lc = cols / tp;
     }
-    if (p->nblocks > 0) {
-        if (p->block_dim < 0 || p->block_dim >= (p->ndim == 1 ? 1 : 2))
+    if (p->def.nblocks > 0) {
+        if (p->def.block_dim < 0 || p->def.block_dim >= (p->def.ndim == 1 ? 1 : 2))
             return cz_error_set(err, CZ_EINVALID, "param '%s': blocks along dim %d of a %d-D shape",
-                                p->name, p->block_dim, p->ndim);
-        int64_t sum = 0, full = p->shape[p->block_dim];
-        for (int b = 0; b < p->nblocks; b++) {
+                                p->def.name, p->def.block_dim, p->def.ndim);
+        int64_t sum = 0, full = p->def.shape[p->def.block_dim];
+        for (int b = 0; b < p->def.nblocks; b++) {
             /* Compared before adding: the sizes are arbitrary int64 values from the file. */
-            if (p->block_sizes[b] < 1 || p->block_sizes[b] > full - sum)
+            if (p->def.block_sizes[b] < 1 || p->def.block_sizes[b] > full - sum)
                 return cz_error_set(err, CZ_EINVALID,
                                     "param '%s': block %d size %lld does not fit in dim %d of "
                                     "size %lld after blocks summing to %lld",
-                                    p->name, b, (long long)p->block_sizes[b], p->block_dim,
-                                    (long long)full, (long long)sum);
-            sum += p->block_sizes[b];
+                                    p->def.name, b, (long long)p->def.block_sizes[b],
+                                    p->def.block_dim, (long long)full, (long long)sum);
+            sum += p->def.block_sizes[b];
         }
         if (sum != full)
             return cz_error_set(err, CZ_EINVALID,
                                 "param '%s': blocks along dim %d sum to %lld, expected %lld",
-                                p->name, p->block_dim, (long long)sum, (long long)full);
+                                p->def.name, p->def.block_dim, (long long)sum, (long long)full);
     }
-    int64_t plr = p->local_shape[0], plc = p->ndim == 1 ? 1 : p->local_shape[1];
+    int64_t plr = p->local_shape[0], plc = p->def.ndim == 1 ? 1 : p->local_shape[1];
     if (plr != lr || plc != lc)
         return cz_error_set(err, CZ_EMISMATCH,
                             "param '%s': plan local_shape [%lld, %lld] but shape [%lld, %lld] "
                             "split over tp = %d (tp_dim %d) gives [%lld, %lld]",
-                            p->name, (long long)plr, (long long)plc, (long long)rows,
-                            (long long)cols, tp, p->tp_dim, (long long)lr, (long long)lc);
+                            p->def.name, (long long)plr, (long long)plc, (long long)rows,
+                            (long long)cols, tp, p->def.tp_dim, (long long)lr, (long long)lc);
     if (p->numel != lr * lc)
         return cz_error_set(err, CZ_EMISMATCH,
                             "param '%s': plan numel %lld but local shape [%lld, %lld] holds %lld",
-                            p->name, (long long)p->numel, (long long)lr, (long long)lc,
+                            p->def.name, (long long)p->numel, (long long)lr, (long long)lc,
                             (long long)(lr * lc));
     return CZ_OK;
 }

@@ -65,10 +65,11 @@ int cz_soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_
     cz_block blocks[CZ_MAX_BLOCKS];
     cz_soap_state *s = cz_exec_calloc(1, sizeof *s);
     if (!s)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the SOAP state of '%s'", p->name);
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for the SOAP state of '%s'",
+                            p->def.name);
     *out = s;
     s->nblk = cz_param_blocks(p, blocks, CZ_MAX_BLOCKS);
-    s->ld = p->ndim == 1 ? 1 : p->shape[1];
+    s->ld = p->def.ndim == 1 ? 1 : p->def.shape[1];
     for (int b = 0; b < s->nblk; b++) {
         soap_blk *k = &s->blk[b];
         int64_t r = blocks[b].rows, cl = blocks[b].cols, side = r > cl ? r : cl;
@@ -85,7 +86,7 @@ int cz_soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_
         }
         if (!ok)
             return cz_error_set(err, CZ_ENOMEM, "out of memory for the SOAP state of '%s'",
-                                p->name);
+                                p->def.name);
         /* G, two rotation temporaries, M Q (also a rotation temporary: side^2 >= rows*cols),
          * eigenvalues and the largest solver work. */
         cz_linalg_work lw;

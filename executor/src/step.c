@@ -66,7 +66,7 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
      * when that number is not zero does a second one find the lowest such parameter. */
     double v[2] = {0.0, 0.0};
     for (int k = 0; k < ex->nowned; k++) {
-        if (plan->params[ex->owned[k]].tp_dim >= 0 || ex->tp_rank == 0)
+        if (plan->params[ex->owned[k]].def.tp_dim >= 0 || ex->tp_rank == 0)
             v[0] += ex->stats_host[k];
         v[1] += !isfinite(ex->stats_host[k]);
     }
@@ -85,7 +85,7 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
             return cz_error_set(err, CZ_EINVALID,
                                 "step %lld: the averaged gradient of '%s' holds NaN or Inf (found "
                                 "by DP rank %d); no parameter was changed",
-                                (long long)(ex->steps + 1), plan->params[bad].name,
+                                (long long)(ex->steps + 1), plan->params[bad].def.name,
                                 plan->params[bad].dp_owner);
     }
     double sq = v[0];
@@ -152,7 +152,7 @@ static int check_bound(cz_executor *ex, cz_error *err)
     for (size_t i = 0; !rc && ex->per_param && i < ex->plan->nparams; i++)
         if (!ex->bound[i])
             rc = cz_error_set(err, CZ_EINVALID, "step: parameter '%s' is not bound",
-                              ex->plan->params[i].name);
+                              ex->plan->params[i].def.name);
     if (ex->bind_agreed)
         return rc;
     /* First step: every rank confirms its binding so that a rank that failed to bind cannot

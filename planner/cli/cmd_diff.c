@@ -314,7 +314,8 @@ int cz_cmd_diff(int argc, char **argv)
     };
     int as_json = 0, force = 0, limit = 20, rc = 1, opt;
     cz_plan *a = NULL, *b = NULL;
-    json_t *report = NULL;
+    cz_report *report = NULL;
+    cz_diff_options dopt;
     cz_error err;
     cz_error_clear(&err);
 
@@ -330,8 +331,6 @@ int cz_cmd_diff(int argc, char **argv)
         case 'l':
             if (cz_cli_parse_int("diff", "limit", optarg, 0, 100000000, &limit))
                 return 2;
-            if (limit == 0) /* 0 = all, as for validate --limit; the library takes -1 */
-                limit = -1;
             break;
         case 'h':
             diff_help(stdout);
@@ -348,19 +347,21 @@ int cz_cmd_diff(int argc, char **argv)
     }
     if (cz_plan_read(&a, argv[optind], &err) != CZ_OK ||
         cz_plan_read(&b, argv[optind + 1], &err) != CZ_OK ||
-        cz_plan_diff(a, b, force, limit, &report, &err) != CZ_OK) {
+        (dopt = (cz_diff_options){.force = force, .limit = limit},
+         cz_plan_diff(&report, a, b, &dopt, &err)) != CZ_OK) {
         fprintf(stderr, "canzona diff: %s\n", err.message);
         goto done;
     }
     if (as_json) {
-        json_dumpf(report, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
+        json_dumpf(report->root, stdout,
+                   JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
         printf("\n");
     } else {
-        print_text(a, b, report);
+        print_text(a, b, report->root);
     }
     rc = 0;
 done:
-    json_decref(report);
+    cz_report_free(report);
     cz_plan_free(a);
     cz_plan_free(b);
     return rc;

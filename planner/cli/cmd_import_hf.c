@@ -129,20 +129,17 @@ int cz_cmd_import_hf(int argc, char **argv)
 
     cz_error err;
     cz_error_clear(&err);
-    json_t *model = NULL;
     char *text = NULL;
     int status = 1;
     const char *inputs[] = {config}, *what[] = {"the config"};
     if (cz_file_check_output(output, inputs, what, 1, &err) ||
-        cz_import_hf_opts(&model, config, &opts, &err) ||
-        cz_model_json_format(&text, model, &err) ||
+        cz_model_import_hf(&text, config, &opts, &err) ||
         cz_file_write(output ? output : "-", text, strlen(text), &err)) {
         fprintf(stderr, "canzona import-hf: %s\n", err.message);
         goto done;
     }
     status = 0;
 done:
-    free(text);
-    json_decref(model);
+    cz_free(text);
     return status;
 }

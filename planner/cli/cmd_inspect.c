@@ -183,34 +183,6 @@ static void print_text(const cz_plan *p, json_t *r, int all)
     }
 }
 
-/* Adds "memory_per_gpu" to the report: the busiest GPU's model states and, with a cluster,
- * the headroom on its device. */
-static int add_memory(json_t *report, const cz_plan *p, const cz_cluster *c, cz_error *err)
-{
-    const double gib = 1024.0 * 1024.0 * 1024.0;
-    cz_memory_gpu *g = NULL;
-    int rc = cz_plan_memory(p, &g, err);
-    if (rc != CZ_OK)
-        return rc;
-    size_t tp = (size_t)p->tp, dp = (size_t)p->dp;
-    size_t w = cz_memory_worst(g, tp * dp * (size_t)p->pp);
-    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f}", "gpu", (json_int_t)w,
-                          "stage", (json_int_t)(w / tp / dp), "dp_rank", (json_int_t)(w / tp % dp),
-                          "tp_rank", (json_int_t)(w % tp), "params_gib", g[w].params / gib,
-                          "grads_gib", g[w].grads / gib, "master_gib", g[w].master / gib,
-                          "state_gib", g[w].state / gib, "total_gib", g[w].total / gib);
-    if (o && c) {
-        double dev = c->device.memory_gib;
-        json_object_set_new(o, "device_gib", json_real(dev));
-        json_object_set_new(o, "headroom_gib", json_real(dev - g[w].total / gib));
-        json_object_set_new(o, "used_fraction", json_real(dev > 0 ? g[w].total / gib / dev : 0));
-    }
-    free(g);
-    if (!o || json_object_set_new(report, "memory_per_gpu", o))
-        return cz_error_set(err, CZ_ENOMEM, "inspect: out of memory");
-    return CZ_OK;
-}
-
 int cz_cmd_inspect(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -222,7 +194,8 @@ int cz_cmd_inspect(int argc, char **argv)
     cz_plan *plan = NULL;
     cz_cluster *cluster = NULL;
     const char *cluster_path = NULL;
-    json_t *report = NULL;
+    cz_report *report = NULL;
+    cz_inspect_options io;
     cz_error err;
     cz_error_clear(&err);
 
@@ -255,34 +228,28 @@ int cz_cmd_inspect(int argc, char **argv)
                 argc - optind);
         return 2;
     }
+    cz_inspect_options_init(&io);
+    io.top_n = top;
     if (cz_plan_read(&plan, argv[optind], &err) != CZ_OK ||
-        (cluster_path && cz_cluster_load(&cluster, cluster_path, &err) != CZ_OK) ||
-        cz_plan_inspect(plan, top, &report, &err) != CZ_OK) {
+        (cluster_path && cz_cluster_load(&cluster, cluster_path, &err) != CZ_OK)) {
         fprintf(stderr, "canzona inspect: %s\n", err.message);
         goto done;
     }
-    if (cluster &&
-        (cluster->dp != plan->dp || cluster->tp != plan->tp || cluster->pp != plan->pp)) {
-        fprintf(stderr,
-                "canzona inspect: %s has DP %d x TP %d x PP %d but the plan %s was made for "
-                "DP %d x TP %d x PP %d; give the cluster the plan was made for\n",
-                cluster_path, cluster->dp, cluster->tp, cluster->pp, argv[optind], plan->dp,
-                plan->tp, plan->pp);
-        goto done;
-    }
-    if (add_memory(report, plan, cluster, &err) != CZ_OK) {
-        fprintf(stderr, "canzona inspect: %s\n", err.message);
+    io.cluster = cluster;
+    if (cz_plan_inspect(&report, plan, &io, &err) != CZ_OK) {
+        fprintf(stderr, "canzona inspect: %s: %s\n", argv[optind], err.message);
         goto done;
     }
     if (as_json) {
-        json_dumpf(report, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
+        json_dumpf(report->root, stdout,
+                   JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
         printf("\n");
     } else {
-        print_text(plan, report, all);
+        print_text(plan, report->root, all);
     }
     rc = 0;
 done:
-    json_decref(report);
+    cz_report_free(report);
     cz_plan_free(plan);
     cz_cluster_free(cluster);
     return rc;

@@ -70,8 +70,8 @@ static void count_params(const cz_plan *p, size_t *matrices, double *elements)
     *matrices = 0;
     *elements = 0;
     for (size_t i = 0; i < p->nparams; i++) {
-        *matrices += p->params[i].kind == CZ_KIND_MATRIX;
-        *elements += (double)p->params[i].shape[0] * (double)p->params[i].shape[1];
+        *matrices += p->params[i].def.kind == CZ_KIND_MATRIX;
+        *elements += (double)p->params[i].def.shape[0] * (double)p->params[i].def.shape[1];
     }
 }
 

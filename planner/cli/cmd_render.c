@@ -51,8 +51,8 @@ int cz_cmd_render(int argc, char **argv)
     int html = 0, width = 1200, rc = 1, opt;
     cz_plan *plan = NULL;
     cz_cluster *cluster = NULL;
-    cz_sim_result *sim = NULL;
     char *doc = NULL;
+    cz_render_options ro;
     cz_error err;
     cz_error_clear(&err);
 
@@ -99,23 +99,20 @@ int cz_cmd_render(int argc, char **argv)
         fprintf(stderr, "canzona render: %s\n", err.message);
         goto done;
     }
-    if (cz_plan_simulate(&sim, plan, cluster, NULL, &err) != CZ_OK) {
+    cz_render_options_init(&ro);
+    ro.width = width;
+    ro.format = html ? CZ_RENDER_HTML : CZ_RENDER_SVG;
+    if (cz_plan_render(&doc, plan, cluster, &ro, &err) != CZ_OK) {
         fprintf(stderr, "canzona render: %s: %s\n", plan_path, err.message);
         goto done;
     }
-    cz_render_options ro = {.width = width,
-                            .cluster_name = cluster ? cluster->name : NULL,
-                            .sim_in_seconds = cluster != NULL};
-    int r = html ? cz_plan_render_html(&doc, plan, sim, &ro, &err)
-                 : cz_plan_render_svg(&doc, plan, sim, &ro, &err);
-    if (r != CZ_OK || cz_file_write(output, doc, strlen(doc), &err) != CZ_OK) {
+    if (cz_file_write(output, doc, strlen(doc), &err) != CZ_OK) {
         fprintf(stderr, "canzona render: %s\n", err.message);
         goto done;
     }
     rc = 0;
 done:
-    free(doc);
-    cz_sim_result_free(sim);
+    cz_free(doc);
     cz_cluster_free(cluster);
     cz_plan_free(plan);
     return rc;

@@ -193,6 +193,142 @@ int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err);
 int cz_plan_read(cz_plan **out, const char *path, cz_error *err);
 void cz_plan_free(cz_plan *plan);
 
+/* ---- analysis: what `canzona validate`, `inspect`, `diff`, `simulate`, `render` and
+ * `import-hf` do, for programs. ---- */
+
+/* Frees a string the library allocated (a report's JSON text, a rendering, an imported model
+ * description). Accepts NULL. */
+void cz_free(void *p);
+
+/* A report: the JSON document that `canzona validate --json`, `inspect --json`, `diff --json`
+ * and `simulate --json` print, with the keys listed in docs/ANALYSIS.md and docs/SIMULATOR.md. */
+typedef struct cz_report cz_report;
+/* The report as JSON text, keys in the documented order; indented by 2 spaces when indent is
+ * non-zero, else on one line. *out is released with cz_free. */
+int cz_report_json(const cz_report *report, int indent, char **out, cz_error *err);
+/* A number (or boolean, as 0/1) of the report at path: object keys and array indices joined
+ * by dots, as "checks", "summary.dp_imbalance" or "violations.0.message". CZ_EINVALID naming
+ * the path when it does not lead to a number. */
+int cz_report_number(const cz_report *report, const char *path, double *out, cz_error *err);
+/* A string of the report at path (as cz_report_number), valid while the report lives; NULL
+ * when the path does not lead to a string. */
+const char *cz_report_string(const cz_report *report, const char *path);
+void cz_report_free(cz_report *report);
+
+/* Recomputes every invariant of the plan against the model and cluster it claims to be made
+ * for (the violation codes are listed in docs/ANALYSIS.md, "What is checked"). The report is
+ * {"valid": bool, "checks": n, "violations": [{"code", "path", "message"}]}: a plan that breaks
+ * rules is a successful validation with "valid" false. Fails only when it cannot check
+ * (missing arguments, out of memory). */
+int cz_plan_validate(cz_report **out, const cz_plan *plan, const cz_model *model,
+                     const cz_cluster *cluster, cz_error *err);
+
+/* Options of cz_plan_inspect; initialize with cz_inspect_options_init. */
+typedef struct cz_inspect_options {
+    int top_n; /* busiest DP ranks listed with their largest parameters; default 3 */
+    const cz_cluster *cluster; /* NULL, or the plan's cluster: adds the device memory headroom
+                                  (its DP x TP x PP must be the plan's: CZ_EMISMATCH) */
+} cz_inspect_options;
+void cz_inspect_options_init(cz_inspect_options *o);
+/* A readable analysis of a plan from its stored metrics: topology, settings, per-rank and
+ * per-GPU loads, imbalance figures, the top_n busiest ranks and their largest parameters,
+ * micro-group statistics, the parameters that dominate the lower bound, and the busiest GPU's
+ * memory ("memory_per_gpu"). opt may be NULL (defaults). */
+int cz_plan_inspect(cz_report **out, const cz_plan *plan, const cz_inspect_options *opt,
+                    cz_error *err);
+
+/* Options of cz_plan_diff; initialize with cz_diff_options_init. */
+typedef struct cz_diff_options {
+    int force; /* 1: compare plans of different models or topologies, matching parameters by
+                  name (otherwise refused with CZ_EMISMATCH); default 0 */
+    int limit; /* moved parameters and makespan changes listed (all are counted); 0 = all;
+                  default 20 */
+} cz_diff_options;
+void cz_diff_options_init(cz_diff_options *o);
+/* Compares plan b against plan a: settings, metric and per-rank deltas, the moved parameters
+ * (largest first), each plan's busiest rank with what bounds its makespan and the parameters
+ * whose part of it changed (largest effect first), and "identical". opt may be NULL. */
+int cz_plan_diff(cz_report **out, const cz_plan *a, const cz_plan *b, const cz_diff_options *opt,
+                 cz_error *err);
+
+/* How a TP group runs Muon's Newton-Schulz on a TP-split matrix (Megatron-LM's tp_mode). */
+typedef enum cz_muon_tp_mode {
+    CZ_MUON_TP_DUPLICATED = 0, /* all-gather the shards, whole-matrix NS on every TP rank */
+    CZ_MUON_TP_BLOCKWISE = 1,  /* NS on each TP-local shard alone: no communication, and a
+                                  different update (each shard orthogonalized separately) */
+    CZ_MUON_TP_DISTRIBUTED = 2 /* NS on the shards, each iteration all-reducing the partial Gram
+                                  matrix of the unsplit dimension over TP */
+} cz_muon_tp_mode;
+const char *cz_muon_tp_mode_name(cz_muon_tp_mode v);
+int cz_muon_tp_mode_parse(const char *name, cz_muon_tp_mode *out);
+
+/* How an uneven reduce-scatter / all-gather over DP (slices of unequal length) is run:
+ * ROOTED as a group of one rooted ring reduce (broadcast) per owner, whose busiest link carries
+ * the bucket minus one slice; PADDED as an ordinary ring collective with every slice padded to
+ * the largest, n-1 steps of the largest slice. Equal slices cost the same either way. */
+typedef enum cz_sim_uneven { CZ_SIM_UNEVEN_ROOTED = 0, CZ_SIM_UNEVEN_PADDED = 1 } cz_sim_uneven;
+
+/* Options of cz_plan_simulate; initialize with cz_sim_options_init (all zero = defaults). */
+typedef struct cz_sim_options {
+    cz_sim_uneven uneven;    /* default ROOTED */
+    cz_muon_tp_mode muon_tp; /* under the sc TP strategy with Muon; default DUPLICATED */
+} cz_sim_options;
+void cz_sim_options_init(cz_sim_options *o);
+
+/* The simulated optimizer step of one plan. */
+typedef struct cz_sim_result cz_sim_result;
+/* Simulates one optimizer step of plan on cluster (the event model of docs/SIMULATOR.md). With
+ * cluster NULL, task times are the plan's costs and communication is free. The plan's topology
+ * must match the cluster's (CZ_EMISMATCH); the even partition is supported with the sc TP
+ * strategy only (CZ_EUNSUPPORTED). opt may be NULL (defaults). */
+int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster *cluster,
+                     const cz_sim_options *opt, cz_error *err);
+/* The step's phases as a report: "step_s", "grad_sync_s", "frag_gather_s", "local_s",
+ * "param_sync_s", "optimizer_s", "compute_s", "tp_comm_s", "comm_s", "exposed_comm_s",
+ * "critical" {"stage", "dp_rank", "tp_rank"}, "in_seconds" (false: in the plan's cost unit)
+ * and "gpu_busy" (per GPU, [(stage * dp + dp_rank) * tp + tp_rank]). */
+int cz_sim_result_report(cz_report **out, const cz_sim_result *result, cz_error *err);
+void cz_sim_result_free(cz_sim_result *result);
+
+typedef enum cz_render_format { CZ_RENDER_SVG = 0, CZ_RENDER_HTML = 1 } cz_render_format;
+/* Options of cz_plan_render; initialize with cz_render_options_init. */
+typedef struct cz_render_options {
+    cz_render_format format;   /* default SVG */
+    int width;                 /* drawing width in pixels, 400 .. 20000; default 1200 */
+    const cz_sim_options *sim; /* how the step is simulated with a cluster; NULL: defaults */
+} cz_render_options;
+void cz_render_options_init(cz_render_options *o);
+/* Draws what bounds the plan's step as a self-contained SVG document (or an HTML page with the
+ * SVG inline and tables of the settings, per-rank loads and the costliest parameters): per-GPU
+ * load bars, with cluster (NULL allowed) the simulated step's phases, and the micro-group
+ * pipeline of the DP rank that finishes last. *out is NUL-terminated text released with
+ * cz_free. opt may be NULL (defaults). */
+int cz_plan_render(char **out, const cz_plan *plan, const cz_cluster *cluster,
+                   const cz_render_options *opt, cz_error *err);
+
+/* Options of cz_model_import_hf; initialize with cz_import_hf_options_init. */
+typedef struct cz_import_hf_options {
+    const char *name;       /* NULL: the config's _name_or_path basename (lowercased), else the
+                               file's basename without .json and .config */
+    cz_dtype dtype;         /* default bf16 */
+    int tp_size;            /* the job's tensor-parallel size; default 1 */
+    int vocab_divisible_by; /* Megatron's make_vocab_size_divisible_by; default 128 */
+    int split_qkv;          /* 1 (default, Megatron's): QKV declared as blocks Q, K, V */
+    int split_gate_up;      /* 1 (default): linear_fc1 declared as blocks gate, up; Megatron
+                               orthogonalizes the fused matrix whole (0) */
+} cz_import_hf_options;
+void cz_import_hf_options_init(cz_import_hf_options *o);
+/* Writes the canzona.model/1 description of a Hugging Face config.json (Megatron-Core
+ * parameter names; docs/FORMATS.md) as the text `canzona import-hf` prints; *out is released
+ * with cz_free. Supported model_type values: llama, mistral, qwen2, qwen3, qwen2_moe,
+ * qwen3_moe, mixtral. Errors name the file and the key: CZ_EIO, CZ_EPARSE, CZ_EINVALID,
+ * CZ_EUNSUPPORTED. opt may be NULL (defaults). */
+int cz_model_import_hf(char **out, const char *config_path, const cz_import_hf_options *opt,
+                       cz_error *err);
+/* Loads a model description from JSON text (such as cz_model_import_hf's) as cz_model_load
+ * loads a file; name is used in messages in place of a file name. */
+int cz_model_parse(cz_model **out, const char *json_text, const char *name, cz_error *err);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -35,7 +35,7 @@ static int layout_overflow(const cz_plan *plan, int stage, const cz_plan_param *
     return cz_error_set(err, CZ_EINVALID,
                         "the gradient buffer of pipeline stage %d exceeds 2^63 elements at "
                         "parameter %s (%lld elements, bucket align %lld, dp %d)",
-                        stage, p->name ? p->name : "?", (long long)p->numel,
+                        stage, p->def.name ? p->def.name : "?", (long long)p->numel,
                         (long long)plan->bucket_align, plan->dp);
 }
 

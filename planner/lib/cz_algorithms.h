@@ -26,17 +26,6 @@ double cz_cost_param_seconds(const cz_param_def *p, const cz_settings *s, const 
  * elementwise parameter, held by each TP rank for its local shard. */
 double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp);
 
-/* How a TP group runs Muon's Newton-Schulz on a TP-split matrix (Megatron-LM's tp_mode). */
-typedef enum cz_muon_tp_mode {
-    CZ_MUON_TP_DUPLICATED = 0, /* all-gather the shards, whole-matrix NS on every TP rank */
-    CZ_MUON_TP_BLOCKWISE = 1,  /* NS on each TP-local shard alone: no communication, and a
-                                  different update (each shard orthogonalized separately) */
-    CZ_MUON_TP_DISTRIBUTED = 2 /* NS on the shards, each iteration all-reducing the partial Gram
-                                  matrix of the unsplit dimension over TP */
-} cz_muon_tp_mode;
-const char *cz_muon_tp_mode_name(cz_muon_tp_mode v);
-int cz_muon_tp_mode_parse(const char *name, cz_muon_tp_mode *out);
-
 /* One TP rank's share of a matrix's Muon update under a TP mode. */
 typedef struct cz_muon_tp_work {
     double seconds;       /* compute on one TP rank */
@@ -92,14 +81,21 @@ int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz
                  cz_error *err);
 /* Lays out the gradient buckets (Megatron order, alignment, size, DP padding). */
 int cz_buckets_layout(cz_plan *plan, cz_error *err);
-/* The model parameter a plan parameter was made from, as the cost model sees it (the plan's
- * kind, which AdamW turns elementwise); it borrows p's name and block sizes. */
-cz_param_def cz_plan_param_def(const cz_plan_param *p);
 /* Fills every bucket's ranges and every param's dp_owner following settings.dp; for tpaware,
  * alpha's partition, the starting point of cz_dp_partition_tpaware (which cz_plan_build runs). */
 int cz_dp_partition(cz_plan *plan, cz_error *err);
 /* Builds the micro-group schedule of every DP rank following settings.tp. */
 int cz_tp_schedule_build(cz_plan *plan, cz_error *err);
+/* The schedule of one DP rank's matrix tasks under s->tp and s->capacity (0: automatic, as
+ * microgroups.c describes): tasks holds the n tasks {param id, cost} in forward order and is
+ * reordered; slots (n values) and load (tp values) are scratch. Groups are appended to
+ * rs->groups (rs zeroed by the caller, freed with cz_rank_schedule_free_groups, also after a
+ * failure); *capacity is the capacity used (0 when n == 0). The entry point for a caller that
+ * scores task sets without a plan (the tpaware search). */
+int cz_tp_schedule_tasks(cz_rank_schedule *rs, cz_costed *tasks, int n, const cz_settings *s,
+                         int tp, int *slots, double *load, double *capacity, cz_error *err);
+/* Frees a rank schedule's groups (rs itself is the caller's). */
+void cz_rank_schedule_free_groups(cz_rank_schedule *rs);
 /* Computes plan->metrics from the plan's params, buckets and schedules. */
 int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err);
 /* Frees the metrics arrays only. */

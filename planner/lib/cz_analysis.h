@@ -43,17 +43,6 @@ typedef enum cz_coll_kind {
                                    owner: n-1 steps, bytes = the busiest ring link's load */
 } cz_coll_kind;
 
-/* How an uneven reduce-scatter / all-gather over DP (slices of unequal length) is run:
- * ROOTED as a group of one rooted ring reduce (broadcast) per owner, whose busiest link carries
- * the bucket minus one slice; PADDED as an ordinary ring collective with every slice padded to
- * the largest, n-1 steps of the largest slice. Equal slices cost the same either way. */
-typedef enum cz_sim_uneven { CZ_SIM_UNEVEN_ROOTED = 0, CZ_SIM_UNEVEN_PADDED = 1 } cz_sim_uneven;
-
-typedef struct cz_sim_options {
-    cz_sim_uneven uneven;    /* default ROOTED */
-    cz_muon_tp_mode muon_tp; /* under the sc TP strategy with Muon; default DUPLICATED */
-} cz_sim_options;
-
 /* Seconds of one uneven DP collective with slice lengths len[0..n-1] (elements). */
 double cz_sim_uneven_seconds(const int64_t *len, int n, double elem_bytes, double gbps,
                              double latency_us, cz_sim_uneven model);
@@ -73,7 +62,8 @@ typedef struct cz_sim_span {
 
 /* Result of simulating one optimizer step of a plan (cz_plan_simulate). All durations are in
  * seconds, or in the plan's cost unit when no cluster was given (communication is then 0). */
-typedef struct cz_sim_result {
+struct cz_sim_result {
+    int in_seconds;        /* 1: simulated on a cluster; 0: in the plan's cost unit */
     int pipelined;         /* 1: asynchronous micro-group pipeline; 0: synchronous compute */
     double grad_sync_s;    /* gradient reduce-scatter (all-reduce under layerwise), all buckets */
     double frag_gather_s;  /* even (ZeRO-1) only: gathering fragmented matrices over DP */
@@ -95,34 +85,27 @@ typedef struct cz_sim_result {
     cz_sim_span *tl_gather;  /* tl_groups spans (a collective: same on every TP rank) */
     cz_sim_span *tl_scatter; /* tl_groups spans; zero length under synchronous compute */
     cz_sim_span *tl_compute; /* tl_groups * tl_tp spans, [g * tl_tp + t] */
-} cz_sim_result;
+};
 
-/* Simulates one optimizer step of plan on cluster (event model of docs/SIMULATOR.md). With
- * cluster NULL, task times are the plan's costs and communication is free (cost-proportional
- * timeline). The plan's topology must match the cluster's (CZ_EMISMATCH otherwise); the even
- * partition is supported with the sc TP strategy only (CZ_EUNSUPPORTED otherwise). opt may be
- * NULL (defaults). */
-int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster *cluster,
-                     const cz_sim_options *opt, cz_error *err);
-void cz_sim_result_free(cz_sim_result *r);
+/* cz_plan_simulate and cz_sim_result_free are declared in canzona.h. */
 
 /* Options of cz_plan_render_svg. */
-typedef struct cz_render_options {
+typedef struct cz_svg_options {
     int width;                /* pixels; default 1200 when 0 */
     const char *cluster_name; /* shown in the title; NULL = the plan's cluster name */
     int sim_in_seconds;       /* 1: sim was run on a cluster (seconds); 0: cost-proportional */
-} cz_render_options;
+} cz_svg_options;
 
 /* Renders the plan as a self-contained SVG document: a verdict on what bounds the step, the
  * per-GPU load bars (aggregated where they would be under 3 px), with sim from a cluster the
  * step's phases, and the pipeline timeline of sim's critical DP rank. sim may be NULL (no
  * timeline). *out is a NUL-terminated string owned by the caller (free()). */
 int cz_plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim,
-                       const cz_render_options *opt, cz_error *err);
+                       const cz_svg_options *opt, cz_error *err);
 /* The same SVG inside one HTML page with tables of the settings, per-rank loads and the
  * costliest parameters. */
 int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *sim,
-                        const cz_render_options *opt, cz_error *err);
+                        const cz_svg_options *opt, cz_error *err);
 /* ---- import_hf.c ---- */
 #include <jansson.h>
 /* Builds a canzona.model/1 description (a new jansson object owned by the caller, released
@@ -144,17 +127,6 @@ int cz_import_hf(json_t **out_model, const char *config_path, const char *name, 
  * (messages name path, which need not be a file); sha may be NULL (then computed from root). */
 int cz_model_from_json(cz_model **out, const json_t *root, const char *path, const char *sha,
                        cz_error *err);
-/* Options of cz_import_hf_opts; initialize with cz_import_hf_options_init. */
-typedef struct cz_import_hf_options {
-    const char *name;       /* NULL: derived as cz_import_hf describes */
-    cz_dtype dtype;         /* default bf16 */
-    int tp_size;            /* the job's tensor-parallel size; default 1 */
-    int vocab_divisible_by; /* Megatron's make_vocab_size_divisible_by; default 128 */
-    int split_qkv;          /* 1 (default, Megatron's): QKV declared as blocks Q, K, V */
-    int split_gate_up;      /* 1 (default): linear_fc1 declared as blocks gate, up; Megatron
-                               orthogonalizes the fused matrix whole (0) */
-} cz_import_hf_options;
-void cz_import_hf_options_init(cz_import_hf_options *o);
 /* cz_import_hf with the job's TP size and vocabulary padding: the vocabulary is padded as
  * Megatron-LM pads it (to a multiple of vocab_divisible_by * tp_size), the model records the
  * head counts and the padding in its "megatron" object, and hyper-parameters that Megatron-Core
@@ -174,20 +146,31 @@ struct json_t; /* jansson's json_t */
  * {"code", "path", "message"} objects, one per violation, empty when the plan is valid, and the
  * return value is the number of checks performed (>= 0). Returns a negative CZ_E* code on
  * failure (out of memory, missing arguments). */
-int cz_plan_validate(const cz_plan *plan, const cz_model *model, const cz_cluster *cluster,
-                     struct json_t **violations_out, cz_error *err);
+int cz_plan_validate_json(const cz_plan *plan, const cz_model *model, const cz_cluster *cluster,
+                          struct json_t **violations_out, cz_error *err);
 /* Builds a readable analysis of a plan as a new JSON object (caller owns *report_out):
  * topology, settings, per-rank and per-GPU loads and memory, imbalance figures, the top_n
  * busiest ranks with their largest parameters, micro-group statistics and the parameters that
  * dominate the lower bound. Uses the plan's stored metrics. */
-int cz_plan_inspect(const cz_plan *plan, int top_n, struct json_t **report_out, cz_error *err);
+int cz_plan_inspect_json(const cz_plan *plan, int top_n, struct json_t **report_out, cz_error *err);
 /* Compares plan b against plan a. Plans of different models (inputs.model.sha256) or topologies
  * are refused with CZ_EMISMATCH unless force is set, in which case parameters are matched by
  * name. *report_out (caller owns) holds settings, metric and per-rank deltas, the moved
  * parameters (largest first; at most limit listed, all counted; limit < 0 lists all), each
  * plan's busiest rank with what bounds its makespan and the parameters whose part of it
  * changed, largest effect first ("makespan", the same limit), and "identical". */
-int cz_plan_diff(const cz_plan *a, const cz_plan *b, int force, int limit,
-                 struct json_t **report_out, cz_error *err);
+int cz_plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit,
+                      struct json_t **report_out, cz_error *err);
+
+/* ---- the public report (analysis_api.c) ---- */
+/* A cz_report owns one JSON document; real_precision is the significant digits its text
+ * form gives reals (0: jansson's default). */
+struct cz_report {
+    struct json_t *root;
+    int real_precision;
+};
+/* Wraps root (taking its reference) in a new report; on failure root is released and
+ * CZ_ENOMEM returned. */
+int cz_report_wrap(cz_report **out, struct json_t *root, int real_precision, cz_error *err);
 
 #endif /* CZ_ANALYSIS_H */

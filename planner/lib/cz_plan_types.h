@@ -78,21 +78,18 @@ struct cz_cluster {
 
 typedef struct cz_plan_param {
     int id; /* index in forward order */
-    char *name;
-    int ndim;
-    int64_t shape[2];
+    /* The model's parameter as the plan sees it: name, full shape, tp_dim, blocks and layer as
+     * the model declares them, and kind as the plan's optimizer decided it (AdamW turns every
+     * matrix elementwise). The plan owns def.name and def.block_sizes. The cost model and the
+     * memory model read this directly. */
+    cz_param_def def;
     int64_t local_shape[2]; /* per TP rank */
-    int tp_dim;
-    cz_param_kind kind;
-    int block_dim, nblocks;
-    int64_t *block_sizes;
-    int layer;
-    int stage;      /* pipeline stage */
-    int bucket;     /* bucket id */
-    int64_t offset; /* start of the local shard relative to its bucket's start */
-    int64_t numel;  /* local elements */
-    double cost;    /* total work for this parameter across its TP group, cost unit */
-    int dp_owner;   /* -1 only under the even strategy */
+    int stage;              /* pipeline stage */
+    int bucket;             /* bucket id */
+    int64_t offset;         /* start of the local shard relative to its bucket's start */
+    int64_t numel;          /* local elements */
+    double cost;            /* total work for this parameter across its TP group, cost unit */
+    int dp_owner;           /* -1 only under the even strategy */
 } cz_plan_param;
 
 typedef struct cz_plan_bucket {

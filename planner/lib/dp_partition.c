@@ -58,7 +58,7 @@ static int bucket_index_build(bucket_index *bi, const cz_plan *plan, cz_error *e
         if (b < 0 || (size_t)b >= nb)
             return cz_error_set(err, CZ_EINTERNAL,
                                 "parameter '%s' has no bucket (%d); lay out buckets first",
-                                plan->params[i].name, b);
+                                plan->params[i].def.name, b);
         bi->first[b + 1]++;
     }
     for (size_t b = 0; b < nb; b++)
@@ -295,9 +295,9 @@ static int megatron_stage(cz_plan *plan, int stage, cz_error *err)
         const cz_plan_param *p = &plan->params[i];
         if (p->stage != stage)
             continue;
-        int group = p->kind == CZ_KIND_MATRIX ? 0 : p->ndim == 2 ? 1 : 2;
+        int group = p->def.kind == CZ_KIND_MATRIX ? 0 : p->def.ndim == 2 ? 1 : 2;
         order[n].id = (int)i;
-        order[n].group = group + (cz_megatron_is_expert(p->name) ? 3 : 0);
+        order[n].group = group + (cz_megatron_is_expert(p->def.name) ? 3 : 0);
         order[n].numel = p->numel;
         n++;
     }
@@ -328,7 +328,7 @@ static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
                      ? cz_megatron_lw_stage(plan, stage, owner, sizes, &nb, err)
                      : cz_error_set(err, CZ_ENOMEM, "out of memory in layerwise partitioning");
         for (size_t i = 0; rc == CZ_OK && i < plan->nparams; i++)
-            if (plan->params[i].stage == stage && plan->params[i].kind == CZ_KIND_MATRIX)
+            if (plan->params[i].stage == stage && plan->params[i].def.kind == CZ_KIND_MATRIX)
                 plan->params[i].dp_owner = owner[i];
         free(owner);
         free(sizes);

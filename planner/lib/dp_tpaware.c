@@ -59,9 +59,13 @@ typedef struct tpa {
      * stays valid until either rank changes; the decision is still taken afresh each time. */
     int *memo_vf, *memo_vt;
     double *memo_mf, *memo_mt;
-    cz_plan_param *scratch; /* matrix params of one rank, for the schedule builder */
-    int np_stage;           /* parameters of the stage: the work of one rank_makespan call */
-    double work;            /* phase 2: parameters visited by schedule rebuilds so far */
+    /* Scratch of cz_tp_schedule_tasks: one rank's matrix tasks, their slots (nparams + 1
+     * each), and the slot loads (tp). */
+    cz_costed *tasks;
+    int *slots;
+    double *slot_load;
+    int np_stage; /* parameters of the stage: the work of one rank_makespan call */
+    double work;  /* phase 2: parameters visited by schedule rebuilds so far */
     /* Phase 2 scratch, all of size R (cuts: R + 1): ranks that gained / lost a parameter,
      * snapshots of the per-rank totals, trial cut vectors. */
     int *recv, *lose, *recv1, *lose1;
@@ -69,43 +73,32 @@ typedef struct tpa {
     int *nc1, *nc2, *oc1, *oc2;
 } tpa;
 
-/* Makespan of DP rank r of the stage as the TP schedule builder makes it: a one-rank scratch
- * plan holding only the rank's matrix parameters goes through cz_tp_schedule_build, so the
- * automatic capacity and every strategy behave exactly as in the full plan. */
+/* Makespan of DP rank r of the stage as the TP schedule builder makes it: the rank's matrix
+ * tasks go through cz_tp_schedule_tasks, so the automatic capacity and every strategy behave
+ * exactly as in the full plan. */
 static int rank_makespan(tpa *t, int r, double *out, cz_error *err)
 {
-    cz_plan *plan = t->plan;
-    size_t n = 0;
+    const cz_plan *plan = t->plan;
+    int n = 0;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        if (p->stage == t->stage && p->dp_owner == r && p->kind == CZ_KIND_MATRIX) {
-            t->scratch[n] = *p;
-            t->scratch[n].stage = 0;
-            t->scratch[n].dp_owner = 0;
+        if (p->stage == t->stage && p->dp_owner == r && p->def.kind == CZ_KIND_MATRIX) {
+            t->tasks[n].id = p->id;
+            t->tasks[n].cost = p->cost;
             n++;
         }
     }
-    cz_plan s;
-    memset(&s, 0, sizeof s);
-    s.settings = plan->settings;
-    s.settings.dp = CZ_DP_ALPHA; /* owners, not range overlaps, decide the tasks */
-    s.dp = 1;
-    s.tp = plan->tp;
-    s.pp = 1;
-    s.nparams = n;
-    s.params = t->scratch;
-    int rc = cz_tp_schedule_build(&s, err);
-    double sum = t->ew[r];
-    for (size_t k = 0; rc == CZ_OK && k < s.nschedules; k++) {
-        const cz_rank_schedule *rs = &s.schedules[k];
-        for (int g = 0; g < rs->ngroups; g++) {
-            double mx = 0;
-            for (int j = 0; j < rs->groups[g].nslots; j++)
-                mx = fmax(mx, rs->groups[g].load[j]);
-            sum += mx;
-        }
+    cz_rank_schedule rs = {0};
+    double capacity, sum = t->ew[r];
+    int rc = cz_tp_schedule_tasks(&rs, t->tasks, n, &plan->settings, plan->tp, t->slots,
+                                  t->slot_load, &capacity, err);
+    for (int g = 0; rc == CZ_OK && g < rs.ngroups; g++) {
+        double mx = 0;
+        for (int j = 0; j < rs.groups[g].nslots; j++)
+            mx = fmax(mx, rs.groups[g].load[j]);
+        sum += mx;
     }
-    cz_plan_schedules_free(&s);
+    cz_rank_schedule_free_groups(&rs);
     *out = sum;
     return rc;
 }
@@ -116,7 +109,7 @@ static void rank_matrix_totals(tpa *t, int a, int b)
     t->msum[a] = t->msum[b] = t->mmax[a] = t->mmax[b] = 0;
     for (size_t i = 0; i < t->plan->nparams; i++) {
         const cz_plan_param *p = &t->plan->params[i];
-        if (p->stage != t->stage || p->kind != CZ_KIND_MATRIX ||
+        if (p->stage != t->stage || p->def.kind != CZ_KIND_MATRIX ||
             (p->dp_owner != a && p->dp_owner != b))
             continue;
         t->msum[p->dp_owner] += p->cost;
@@ -228,7 +221,7 @@ static int move_init(tpa *t, int bi, int r, int dir, tpa_move *m)
                     .nc = nc,
                     .from = dir < 0 ? r - 1 : r,
                     .to = dir < 0 ? r : r - 1,
-                    .mat = p->kind == CZ_KIND_MATRIX,
+                    .mat = p->def.kind == CZ_KIND_MATRIX,
                     .c = c,
                     .p = p,
                     .memo = ((size_t)bi * t->R + r) * 2 + (dir > 0)};
@@ -458,7 +451,7 @@ static void apply_cuts(tpa *t, int bi, const int *newc)
         p->dp_owner = to;
         t->dpl[from] -= p->cost;
         t->dpl[to] += p->cost;
-        if (p->kind == CZ_KIND_MATRIX) {
+        if (p->def.kind == CZ_KIND_MATRIX) {
             t->msum[from] -= p->cost;
             t->msum[to] += p->cost;
         } else {
@@ -477,7 +470,7 @@ static double moved_in_max(const tpa *t, int bi, int lo, int hi, int r)
     double m = 0;
     for (int k = lo; k < hi; k++) {
         const cz_plan_param *p = &t->plan->params[t->order[t->first[bi] + k]];
-        if (p->dp_owner == r && p->kind == CZ_KIND_MATRIX)
+        if (p->dp_owner == r && p->def.kind == CZ_KIND_MATRIX)
             m = fmax(m, p->cost);
     }
     return m;
@@ -523,7 +516,8 @@ static int evaluate(tpa *t, const int *span, int nspan, double *cur_max, double 
         for (size_t i = 0; i < t->plan->nparams; i++) {
             const cz_plan_param *p = &t->plan->params[i];
             int o = p->dp_owner;
-            if (p->stage == t->stage && p->kind == CZ_KIND_MATRIX && (t->recv[o] || t->lose[o])) {
+            if (p->stage == t->stage && p->def.kind == CZ_KIND_MATRIX &&
+                (t->recv[o] || t->lose[o])) {
                 t->msum[o] += p->cost;
                 t->mmax[o] = fmax(t->mmax[o], p->cost);
             }
@@ -601,7 +595,7 @@ static int gives_matrix(const tpa *t, int bi, const int *c, const int *n, int a)
     changed_span(c, n, t->R, &lo, &hi);
     for (int k = lo; k < hi; k++) {
         const cz_plan_param *p = &t->plan->params[t->order[t->first[bi] + k]];
-        if (p->dp_owner == a && p->kind == CZ_KIND_MATRIX && owner_at(n, t->R, k) != a)
+        if (p->dp_owner == a && p->def.kind == CZ_KIND_MATRIX && owner_at(n, t->R, k) != a)
             return 1;
     }
     return 0;
@@ -708,7 +702,7 @@ static void totals_refresh(tpa *t, const int *flag)
     for (size_t i = 0; i < t->plan->nparams; i++) {
         const cz_plan_param *p = &t->plan->params[i];
         int o = p->dp_owner;
-        if (p->stage == t->stage && p->kind == CZ_KIND_MATRIX && flag[o]) {
+        if (p->stage == t->stage && p->def.kind == CZ_KIND_MATRIX && flag[o]) {
             t->msum[o] += p->cost;
             t->mmax[o] = fmax(t->mmax[o], p->cost);
         }
@@ -729,7 +723,7 @@ static int chain_step_ok(const tpa *t, int bi, const int *c, const int *n, int a
             continue;
         if (to == a || t->mk[to] >= cur_max * (1 - 1e-12))
             return 0;
-        gives |= from == a && p->kind == CZ_KIND_MATRIX && p->cost >= big * (1 - 1e-9);
+        gives |= from == a && p->def.kind == CZ_KIND_MATRIX && p->cost >= big * (1 - 1e-9);
     }
     return gives;
 }
@@ -862,7 +856,9 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
     t.memo_vt = malloc(nmoves * sizeof *t.memo_vt);
     t.memo_mf = malloc(nmoves * sizeof *t.memo_mf);
     t.memo_mt = malloc(nmoves * sizeof *t.memo_mt);
-    t.scratch = malloc((plan->nparams + 1) * sizeof *t.scratch);
+    t.tasks = malloc((plan->nparams + 1) * sizeof *t.tasks);
+    t.slots = malloc((plan->nparams + 1) * sizeof *t.slots);
+    t.slot_load = calloc((size_t)plan->tp, sizeof *t.slot_load);
     t.recv = calloc((size_t)R, sizeof *t.recv);
     t.lose = calloc((size_t)R, sizeof *t.lose);
     t.recv1 = calloc((size_t)R, sizeof *t.recv1);
@@ -876,10 +872,10 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
     t.nc2 = calloc((size_t)R + 1, sizeof *t.nc2);
     t.oc1 = calloc((size_t)R + 1, sizeof *t.oc1);
     t.oc2 = calloc((size_t)R + 1, sizeof *t.oc2);
-    if (!t.cut || !t.ew || !t.mk || !t.msum || !t.mmax || !t.scratch || !t.version || !t.memo_vf ||
-        !t.memo_vt || !t.memo_mf || !t.memo_mt || !t.recv || !t.lose || !t.recv1 || !t.lose1 ||
-        !t.ew0 || !t.msum0 || !t.mk0 || !t.ew1 || !t.msum1 || !t.nc1 || !t.nc2 || !t.oc1 ||
-        !t.oc2 || !t.dpl || !start_owner) {
+    if (!t.cut || !t.ew || !t.mk || !t.msum || !t.mmax || !t.tasks || !t.slots || !t.slot_load ||
+        !t.version || !t.memo_vf || !t.memo_vt || !t.memo_mf || !t.memo_mt || !t.recv || !t.lose ||
+        !t.recv1 || !t.lose1 || !t.ew0 || !t.msum0 || !t.mk0 || !t.ew1 || !t.msum1 || !t.nc1 ||
+        !t.nc2 || !t.oc1 || !t.oc2 || !t.dpl || !start_owner) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
         goto done;
     }
@@ -891,12 +887,12 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
             rc = cz_error_set(err, CZ_EINTERNAL,
                               "tpaware needs an atomic starting partition; parameter '%s' has DP "
                               "owner %d",
-                              p->name ? p->name : "?", p->dp_owner);
+                              p->def.name ? p->def.name : "?", p->dp_owner);
             goto done;
         }
         n++;
         t.dpl[p->dp_owner] += p->cost;
-        if (p->kind != CZ_KIND_MATRIX) {
+        if (p->def.kind != CZ_KIND_MATRIX) {
             t.ew[p->dp_owner] += p->cost / plan->tp;
         } else {
             t.msum[p->dp_owner] += p->cost;
@@ -1006,7 +1002,9 @@ done:
     free(t.memo_vt);
     free(t.memo_mf);
     free(t.memo_mt);
-    free(t.scratch);
+    free(t.tasks);
+    free(t.slots);
+    free(t.slot_load);
     free(t.recv);
     free(t.lose);
     free(t.recv1);

@@ -354,7 +354,7 @@ int cz_dp_partition_ilp(cz_plan *plan, cz_error *err)
             return cz_error_set(err, CZ_EINTERNAL,
                                 "param %zu (%s) has DP owner %d before the DP ILP; expected "
                                 "0..%d",
-                                i, plan->params[i].name ? plan->params[i].name : "?",
+                                i, plan->params[i].def.name ? plan->params[i].def.name : "?",
                                 plan->params[i].dp_owner, plan->dp - 1);
     double t0 = cz_clock_seconds();
     for (int st = 0; st < plan->pp; st++) {

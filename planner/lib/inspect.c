@@ -89,8 +89,8 @@ static cz_costed *rank_params(const cz_plan *p, int s, int r, size_t *n_out)
 
 static json_t *param_ref(const cz_plan *p, int id, double cost)
 {
-    return json_pack("{s:i, s:s, s:f}", "id", id, "name", or_unknown(p->params[id].name), "cost",
-                     cost);
+    return json_pack("{s:i, s:s, s:f}", "id", id, "name", or_unknown(p->params[id].def.name),
+                     "cost", cost);
 }
 
 static int add_ranks(json_t *rep, const cz_plan *p)
@@ -110,7 +110,7 @@ static int add_ranks(json_t *rep, const cz_plan *p)
             for (size_t i = 0; i < p->nparams; i++)
                 if (p->params[i].stage == s && p->params[i].dp_owner == r) {
                     owned++;
-                    matrices += p->params[i].kind == CZ_KIND_MATRIX;
+                    matrices += p->params[i].def.kind == CZ_KIND_MATRIX;
                 }
             const cz_rank_schedule *rs = k < p->nschedules ? &p->schedules[k] : NULL;
             double lmin = INFINITY, lmax = -INFINITY, mmin = INFINITY, mmax = -INFINITY;
@@ -195,7 +195,7 @@ static int add_busiest(json_t *rep, const cz_plan *p, int top_n)
             json_t *q = param_ref(p, v[i].id, v[i].cost);
             if (!q || push(ps, q) ||
                 put(q, "share_of_rank", json_real(load > 0 ? v[i].cost / load : 0.0)) ||
-                put(q, "kind", json_string(cz_kind_name(p->params[v[i].id].kind))))
+                put(q, "kind", json_string(cz_kind_name(p->params[v[i].id].def.kind))))
                 rc = -1;
         }
         free(v);
@@ -221,7 +221,7 @@ static int add_dominating(json_t *rep, const cz_plan *p)
         return -1;
     size_t n = 0;
     for (size_t i = 0; i < p->nparams; i++)
-        if (p->params[i].kind == CZ_KIND_MATRIX && p->params[i].cost > avg)
+        if (p->params[i].def.kind == CZ_KIND_MATRIX && p->params[i].cost > avg)
             v[n++] = (cz_costed){(int)i, p->params[i].cost};
     cz_costed_sort(v, n);
     int rc = 0;
@@ -235,7 +235,7 @@ static int add_dominating(json_t *rep, const cz_plan *p)
     return rc;
 }
 
-int cz_plan_inspect(const cz_plan *plan, int top_n, json_t **report_out, cz_error *err)
+int cz_plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, cz_error *err)
 {
     *report_out = NULL;
     if (!plan)
@@ -247,7 +247,7 @@ int cz_plan_inspect(const cz_plan *plan, int top_n, json_t **report_out, cz_erro
     const cz_plan_metrics *m = &plan->metrics;
     int matrices = 0;
     for (size_t i = 0; i < plan->nparams; i++)
-        matrices += plan->params[i].kind == CZ_KIND_MATRIX;
+        matrices += plan->params[i].def.kind == CZ_KIND_MATRIX;
     int gpus = plan->dp * plan->tp * plan->pp;
     double mean_gpu = 0.0;
     for (int g = 0; g < gpus; g++)

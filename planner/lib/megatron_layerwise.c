@@ -180,8 +180,8 @@ static size_t stage_buffer(const cz_plan *plan, int stage, int muon, int expert,
     size_t n = 0;
     for (size_t k = plan->nparams; k-- > 0;) {
         const cz_plan_param *p = &plan->params[k];
-        if (p->stage == stage && (p->kind == CZ_KIND_MATRIX) == muon &&
-            cz_megatron_is_expert(p->name) == expert)
+        if (p->stage == stage && (p->def.kind == CZ_KIND_MATRIX) == muon &&
+            cz_megatron_is_expert(p->def.name) == expert)
             ids[n++] = (int)k;
     }
     return n;
@@ -209,8 +209,8 @@ int cz_megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bu
         for (size_t k = 0; k < n; k++) {
             const cz_plan_param *p = &plan->params[ids[k]];
             numel[k] = p->numel;
-            cost[k] = p->ndim == 2 ? cz_megatron_ns_cost(p->local_shape[0], p->local_shape[1])
-                                   : (double)p->numel;
+            cost[k] = p->def.ndim == 2 ? cz_megatron_ns_cost(p->local_shape[0], p->local_shape[1])
+                                       : (double)p->numel;
         }
         if (muon) {
             rc = cz_megatron_lw_layout(numel, cost, n, plan->dp, plan->bucket_size, shard,

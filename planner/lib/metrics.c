@@ -33,7 +33,8 @@ static double share_of(const cz_plan *plan, const cz_plan_param *p, int r)
     /* Megatron's current layer-wise rule leaves the non-Muon parameters to ZeRO-1: every rank
      * updates and stores an even slice of them. */
     if (plan->settings.dp == CZ_DP_LAYERWISE &&
-        plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON_AUG26 && p->kind != CZ_KIND_MATRIX)
+        plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON_AUG26 &&
+        p->def.kind != CZ_KIND_MATRIX)
         return 1.0 / plan->dp;
     if (plan->settings.dp != CZ_DP_EVEN)
         return p->dp_owner == r ? 1.0 : 0.0;
@@ -70,11 +71,10 @@ int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
     m->max_task_cost = 0.0;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        cz_param_def d = cz_plan_param_def(p);
-        seconds[i] = c ? cz_cost_param_seconds(&d, &plan->settings, c, plan->dtype) : 0.0;
-        state[i] = cz_state_bytes(&d, &plan->settings, tp);
+        seconds[i] = c ? cz_cost_param_seconds(&p->def, &plan->settings, c, plan->dtype) : 0.0;
+        state[i] = cz_state_bytes(&p->def, &plan->settings, tp);
         m->total_cost += p->cost;
-        double task = p->kind == CZ_KIND_MATRIX ? p->cost : p->cost / tp;
+        double task = p->def.kind == CZ_KIND_MATRIX ? p->cost : p->cost / tp;
         if (task > m->max_task_cost)
             m->max_task_cost = task;
         if (p->stage < 0 || p->stage >= pp)
@@ -84,7 +84,7 @@ int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
             if (share <= 0.0)
                 continue;
             size_t rank = (size_t)p->stage * dp + r;
-            if (p->kind == CZ_KIND_MATRIX) {
+            if (p->def.kind == CZ_KIND_MATRIX) {
                 m->dp_load[rank] += p->cost;
                 continue;
             }

@@ -210,12 +210,52 @@ static bool touches(const cz_plan *plan, const cz_plan_param *p, int r)
     return p->offset < hi && p->offset + p->numel > lo;
 }
 
+int cz_tp_schedule_tasks(cz_rank_schedule *rs, cz_costed *tasks, int n, const cz_settings *s,
+                         int tp, int *slots, double *load, double *capacity, cz_error *err)
+{
+    cz_tp_strategy strategy = s->tp;
+    int nslots = (strategy == CZ_TP_SC || tp <= 1) ? 1 : tp;
+    double total = 0.0, largest = 0.0;
+    *capacity = 0.0;
+    if (n == 0)
+        return CZ_OK;
+    for (int k = 0; k < n; k++) {
+        total += tasks[k].cost;
+        if (tasks[k].cost > largest)
+            largest = tasks[k].cost;
+    }
+    double C = s->capacity;
+    if (!(C > 0.0) && strategy == CZ_TP_ROLLBACK) {
+        cz_costed_sort(tasks, (size_t)n);
+        C = rollback_auto_capacity(tasks, n, total, largest, nslots, slots, load);
+    } else if (!(C > 0.0)) {
+        C = total / (4.0 * tp);
+        if (largest > C)
+            C = largest;
+    }
+    *capacity = C;
+    group_sink gs = {rs, 0, nslots};
+    switch (strategy) {
+    case CZ_TP_SC:
+        return schedule_sc(&gs, tasks, n, C, slots, err);
+    case CZ_TP_NONE:
+        return schedule_chunks(&gs, tasks, n, slots, err);
+    case CZ_TP_SINGLE:
+        cz_costed_sort(tasks, (size_t)n);
+        return schedule_chunks(&gs, tasks, n, slots, err);
+    case CZ_TP_SLOT:
+        return schedule_slot(&gs, tasks, n, C, slots, load, err);
+    case CZ_TP_ROLLBACK:
+        cz_costed_sort(tasks, (size_t)n);
+        return schedule_rollback(&gs, nslots, tasks, n, C, slots, load, NULL, err);
+    }
+    return cz_error_set(err, CZ_EINVALID, "TP strategy %d is unknown", (int)strategy);
+}
+
 int cz_tp_schedule_build(cz_plan *plan, cz_error *err)
 {
     int rc = CZ_OK, dp = plan->dp, tp = plan->tp;
-    cz_tp_strategy strategy = plan->settings.tp;
-    bool sc = strategy == CZ_TP_SC;
-    int nslots = (sc || tp <= 1) ? 1 : tp;
+    int nslots = (plan->settings.tp == CZ_TP_SC || tp <= 1) ? 1 : tp;
     task *tasks = malloc((plan->nparams + 1) * sizeof *tasks);
     int *slots = malloc((plan->nparams + 1) * sizeof *slots);
     double *load = calloc((size_t)nslots, sizeof *load);
@@ -237,10 +277,9 @@ int cz_tp_schedule_build(cz_plan *plan, cz_error *err)
             rs->stage = stage;
             rs->dp_rank = r;
             int n = 0;
-            double total = 0.0, largest = 0.0;
             for (size_t i = 0; i < plan->nparams; i++) {
                 const cz_plan_param *p = &plan->params[i];
-                if (p->stage != stage || p->kind != CZ_KIND_MATRIX)
+                if (p->stage != stage || p->def.kind != CZ_KIND_MATRIX)
                     continue;
                 bool mine =
                     plan->settings.dp == CZ_DP_EVEN ? touches(plan, p, r) : p->dp_owner == r;
@@ -248,49 +287,14 @@ int cz_tp_schedule_build(cz_plan *plan, cz_error *err)
                     continue;
                 tasks[n].id = p->id;
                 tasks[n].cost = p->cost;
-                total += p->cost;
-                if (p->cost > largest)
-                    largest = p->cost;
                 n++;
             }
-            if (n == 0)
-                continue;
-            double C = plan->settings.capacity;
-            if (!(C > 0.0) && strategy == CZ_TP_ROLLBACK) {
-                cz_costed_sort(tasks, (size_t)n);
-                C = rollback_auto_capacity(tasks, n, total, largest, nslots, slots, load);
-            } else if (!(C > 0.0)) {
-                C = total / (4.0 * tp);
-                if (largest > C)
-                    C = largest;
-            }
-            if (C > plan->capacity_used)
-                plan->capacity_used = C;
-            group_sink gs = {rs, 0, nslots};
-            switch (strategy) {
-            case CZ_TP_SC:
-                rc = schedule_sc(&gs, tasks, n, C, slots, err);
-                break;
-            case CZ_TP_NONE:
-                rc = schedule_chunks(&gs, tasks, n, slots, err);
-                break;
-            case CZ_TP_SINGLE:
-                cz_costed_sort(tasks, (size_t)n);
-                rc = schedule_chunks(&gs, tasks, n, slots, err);
-                break;
-            case CZ_TP_SLOT:
-                rc = schedule_slot(&gs, tasks, n, C, slots, load, err);
-                break;
-            case CZ_TP_ROLLBACK:
-                cz_costed_sort(tasks, (size_t)n);
-                rc = schedule_rollback(&gs, nslots, tasks, n, C, slots, load, NULL, err);
-                break;
-            default:
-                rc = cz_error_set(err, CZ_EINVALID, "TP strategy %d is unknown", (int)strategy);
-                break;
-            }
+            double C;
+            rc = cz_tp_schedule_tasks(rs, tasks, n, &plan->settings, tp, slots, load, &C, err);
             if (rc != CZ_OK)
                 goto done;
+            if (C > plan->capacity_used)
+                plan->capacity_used = C;
         }
     }
 done:

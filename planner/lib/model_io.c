@@ -353,6 +353,24 @@ int cz_model_load(cz_model **out, const char *path, cz_error *err)
     return rc;
 }
 
+int cz_model_parse(cz_model **out, const char *json_text, const char *name, cz_error *err)
+{
+    json_error_t jerr;
+    if (!out || !json_text)
+        return cz_error_set(err, CZ_EINVALID, "cz_model_parse: out and json_text are required");
+    *out = NULL;
+    if (!name)
+        name = "<model text>";
+    /* The same parse rules as a file's (duplicate keys refused). */
+    json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return cz_error_set(err, CZ_EPARSE, "%s:%d:%d: invalid JSON: %s", name, jerr.line,
+                            jerr.column, jerr.text);
+    int rc = cz_model_from_json(out, root, name, NULL, err);
+    json_decref(root);
+    return rc;
+}
+
 int cz_model_from_json(cz_model **out, const json_t *root, const char *path, const char *sha,
                        cz_error *err)
 {

@@ -38,19 +38,24 @@ void cz_plan_metrics_free(cz_plan_metrics *m)
     m->dp_load = m->gpu_load = m->rank_makespan = m->memory = NULL;
 }
 
+void cz_rank_schedule_free_groups(cz_rank_schedule *rs)
+{
+    for (int g = 0; g < rs->ngroups; g++) {
+        free(rs->groups[g].task_param);
+        free(rs->groups[g].task_slot);
+        free(rs->groups[g].load);
+    }
+    free(rs->groups);
+    rs->groups = NULL;
+    rs->ngroups = 0;
+}
+
 void cz_plan_schedules_free(cz_plan *plan)
 {
     if (!plan || !plan->schedules)
         return;
-    for (size_t i = 0; i < plan->nschedules; i++) {
-        cz_rank_schedule *rs = &plan->schedules[i];
-        for (int g = 0; g < rs->ngroups; g++) {
-            free(rs->groups[g].task_param);
-            free(rs->groups[g].task_slot);
-            free(rs->groups[g].load);
-        }
-        free(rs->groups);
-    }
+    for (size_t i = 0; i < plan->nschedules; i++)
+        cz_rank_schedule_free_groups(&plan->schedules[i]);
     free(plan->schedules);
     plan->schedules = NULL;
     plan->nschedules = 0;
@@ -61,8 +66,8 @@ void cz_plan_free(cz_plan *plan)
     if (!plan)
         return;
     for (size_t i = 0; i < plan->nparams; i++) {
-        free(plan->params[i].name);
-        free(plan->params[i].block_sizes);
+        free(plan->params[i].def.name);
+        free(plan->params[i].def.block_sizes);
     }
     free(plan->params);
     for (size_t i = 0; i < plan->nbuckets; i++)

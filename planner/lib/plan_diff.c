@@ -252,7 +252,7 @@ static int match(const cz_plan *a, const cz_plan *b, size_t i, const named *b_so
 {
     if (by_id)
         return i < b->nparams ? (int)i : -1;
-    const char *name = str_or(a->params[i].name);
+    const char *name = str_or(a->params[i].def.name);
     size_t lo = 0, hi = b->nparams;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -271,7 +271,7 @@ static named *names_sorted(const cz_plan *b)
     if (!v)
         return NULL;
     for (size_t j = 0; j < b->nparams; j++)
-        v[j] = (named){str_or(b->params[j].name), (int)j};
+        v[j] = (named){str_or(b->params[j].def.name), (int)j};
     qsort(v, b->nparams, sizeof *v, by_name);
     return v;
 }
@@ -304,7 +304,7 @@ static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, const nam
         int j = match(a, b, i, b_sorted, by_id);
         if (j < 0) {
             (*ndiff)++;
-            if ((limit < 0 || listed_a++ < limit) && push(only_a, json_string(str_or(x->name))))
+            if ((limit < 0 || listed_a++ < limit) && push(only_a, json_string(str_or(x->def.name))))
                 goto done;
             continue;
         }
@@ -326,7 +326,7 @@ static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, const nam
         int i = mv[k].id, j = jof[i];
         const cz_plan_param *x = &a->params[i], *y = &b->params[j];
         if (push(list, json_pack("{s:i, s:i, s:s, s:[i,i], s:[i,i], s:[i,i], s:f, s:f}", "id_a", i,
-                                 "id_b", j, "name", str_or(x->name), "dp_owner", x->dp_owner,
+                                 "id_b", j, "name", str_or(x->def.name), "dp_owner", x->dp_owner,
                                  y->dp_owner, "group", ga[i], gb[j], "tp_host", sa[i], sb[j],
                                  "cost_a", x->cost, "cost_b", y->cost)))
             goto done;
@@ -338,7 +338,7 @@ static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, const nam
         n_only_b++;
         (*ndiff)++;
         if ((limit < 0 || listed_b++ < limit) &&
-            push(only_b, json_string(str_or(b->params[j].name))))
+            push(only_b, json_string(str_or(b->params[j].def.name))))
             goto done;
     }
     *ndiff += n_any + n_cost;
@@ -378,7 +378,7 @@ static void rank_parts(const cz_plan *p, size_t k, double *c, rank_why *w)
     for (size_t i = 0; i < p->nparams; i++) {
         const cz_plan_param *x = &p->params[i];
         c[i] = 0.0;
-        if (x->kind != CZ_KIND_MATRIX && x->stage == stage && x->dp_owner == d) {
+        if (x->def.kind != CZ_KIND_MATRIX && x->stage == stage && x->dp_owner == d) {
             c[i] = x->cost / p->tp;
             w->elementwise += c[i];
         }
@@ -424,11 +424,11 @@ static json_t *why_json(const cz_plan *p, const rank_why *w, double makespan)
     json_t *o = json_pack("{s:f, s:i, s:i, s:i, s:i, s:f, s:s}", "makespan", makespan, "matrices",
                           w->matrices, "groups", w->groups, "slots", w->slots, "busiest_slot_tasks",
                           w->crit_tasks, "elementwise", w->elementwise, "bound", bound);
-    if (o &&
-        put(o, "largest_task",
-            w->largest >= 0 ? json_pack("{s:s, s:f}", "name", str_or(p->params[w->largest].name),
-                                        "cost", w->largest_cost)
-                            : json_null()))
+    if (o && put(o, "largest_task",
+                 w->largest >= 0
+                     ? json_pack("{s:s, s:f}", "name", str_or(p->params[w->largest].def.name),
+                                 "cost", w->largest_cost)
+                     : json_null()))
         return json_decref(o), NULL;
     return o;
 }
@@ -507,7 +507,7 @@ static json_t *busiest_json(const cz_plan *a, const cz_plan *b, const named *b_s
         goto fail;
     for (size_t q = 0; q < n && (limit < 0 || q < (size_t)limit); q++) {
         int i = ch[q].i, j = ch[q].j;
-        const char *name = str_or(i >= 0 ? a->params[i].name : b->params[j].name);
+        const char *name = str_or(i >= 0 ? a->params[i].def.name : b->params[j].def.name);
         json_t *e = json_pack("{s:s, s:f, s:[i,i], s:[i,i], s:[i,i], s:b}", "name", name, "effect",
                               ch[q].effect, "dp_owner", i >= 0 ? a->params[i].dp_owner : -1,
                               j >= 0 ? b->params[j].dp_owner : -1, "group", i >= 0 ? ga[i] : -1,
@@ -557,8 +557,8 @@ static int add_makespan(json_t *rep, const cz_plan *a, const cz_plan *b, const n
     return 0;
 }
 
-int cz_plan_diff(const cz_plan *a, const cz_plan *b, int force, int limit, json_t **report_out,
-                 cz_error *err)
+int cz_plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit, json_t **report_out,
+                      cz_error *err)
 {
     *report_out = NULL;
     if (!a || !b)

@@ -154,18 +154,18 @@ static json_t *build_param(writer *w, const cz_plan_param *q)
 {
     json_t *o = json_object();
     w_set(w, o, "id", json_integer(q->id));
-    w_set(w, o, "name", w_str(w, q->name, "a parameter name"));
-    w_set(w, o, "shape", w_shape(w, q->shape, q->ndim));
-    w_set(w, o, "local_shape", w_shape(w, q->local_shape, q->ndim));
-    w_set(w, o, "tp_dim", q->tp_dim < 0 ? json_null() : json_integer(q->tp_dim));
-    w_set(w, o, "optimizer", json_string(cz_kind_name(q->kind)));
-    if (q->nblocks > 0) {
+    w_set(w, o, "name", w_str(w, q->def.name, "a parameter name"));
+    w_set(w, o, "shape", w_shape(w, q->def.shape, q->def.ndim));
+    w_set(w, o, "local_shape", w_shape(w, q->local_shape, q->def.ndim));
+    w_set(w, o, "tp_dim", q->def.tp_dim < 0 ? json_null() : json_integer(q->def.tp_dim));
+    w_set(w, o, "optimizer", json_string(cz_kind_name(q->def.kind)));
+    if (q->def.nblocks > 0) {
         json_t *b = json_object();
-        w_set(w, b, "dim", json_integer(q->block_dim));
-        w_set(w, b, "sizes", w_shape(w, q->block_sizes, q->nblocks));
+        w_set(w, b, "dim", json_integer(q->def.block_dim));
+        w_set(w, b, "sizes", w_shape(w, q->def.block_sizes, q->def.nblocks));
         w_set(w, o, "blocks", b);
     }
-    w_set(w, o, "layer", json_integer(q->layer));
+    w_set(w, o, "layer", json_integer(q->def.layer));
     w_set(w, o, "stage", json_integer(q->stage));
     w_set(w, o, "bucket", json_integer(q->bucket));
     w_set(w, o, "offset", json_integer(q->offset));
@@ -558,7 +558,7 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
     const json_t *blocks = NULL, *sizes, *tp;
     int kind = 0, local_ndim = 0, rc;
 
-    q->block_dim = -1;
+    q->def.block_dim = -1;
     TRY(cz_json_check_object(c, e, path, keys));
     TRY(cz_json_get_int(c, e, path, "id", true, 0, INT_MAX, &q->id));
     if ((size_t)q->id != index) {
@@ -566,41 +566,41 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
                           "expected the parameter's index %zu, found %d", index, q->id);
         goto done;
     }
-    TRY(r_strdup(c, e, path, "name", &q->name));
+    TRY(r_strdup(c, e, path, "name", &q->def.name));
     /* The executor makes file names of these (--dump-dir, --init-dir): same rule as models. */
-    const char *problem = cz_param_name_problem(q->name);
+    const char *problem = cz_param_name_problem(q->def.name);
     if (problem) {
         rc = cz_json_fail(c, cz_json_path_key(sub, path, "name"),
                           "parameter name \"%.64s\" %s; a name must be usable as a file name",
-                          q->name, problem);
+                          q->def.name, problem);
         goto done;
     }
-    TRY(r_dims(c, e, path, "shape", 0, 1, q->shape, &q->ndim));
-    TRY(r_dims(c, e, path, "local_shape", q->ndim, 1, q->local_shape, &local_ndim));
+    TRY(r_dims(c, e, path, "shape", 0, 1, q->def.shape, &q->def.ndim));
+    TRY(r_dims(c, e, path, "local_shape", q->def.ndim, 1, q->local_shape, &local_ndim));
     tp = json_object_get(e, "tp_dim");
-    q->tp_dim = -1;
+    q->def.tp_dim = -1;
     if (!tp) {
         rc = cz_json_fail(c, path, "missing required key \"tp_dim\"");
         goto done;
     }
     if (!json_is_null(tp)) {
         if (!json_is_integer(tp) || json_integer_value(tp) < 0 ||
-            json_integer_value(tp) >= q->ndim) {
+            json_integer_value(tp) >= q->def.ndim) {
             char found[96];
             cz_json_describe(tp, found, sizeof found);
             rc = cz_json_fail(c, cz_json_path_key(sub, path, "tp_dim"),
                               "expected %s for a %d-D parameter, found %s",
-                              q->ndim == 2 ? "0, 1 or null" : "0 or null", q->ndim, found);
+                              q->def.ndim == 2 ? "0, 1 or null" : "0 or null", q->def.ndim, found);
             goto done;
         }
-        q->tp_dim = (int)json_integer_value(tp);
+        q->def.tp_dim = (int)json_integer_value(tp);
     }
     TRY(cz_json_get_enum(c, e, path, "optimizer", true, cz_kind_names, &kind));
-    q->kind = (cz_param_kind)kind;
+    q->def.kind = (cz_param_kind)kind;
     TRY(cz_json_get_object(c, e, path, "blocks", false, bkeys, &blocks));
     if (blocks) {
         cz_json_path_key(el, path, "blocks");
-        TRY(cz_json_get_int(c, blocks, el, "dim", true, 0, q->ndim - 1, &q->block_dim));
+        TRY(cz_json_get_int(c, blocks, el, "dim", true, 0, q->def.ndim - 1, &q->def.block_dim));
         TRY(cz_json_get_array(c, blocks, el, "sizes", true, 1, &sizes));
         cz_json_path_key(sub, el, "sizes");
         size_t n = json_array_size(sizes);
@@ -608,17 +608,17 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
             rc = cz_json_fail(c, sub, "too many blocks");
             goto done;
         }
-        q->block_sizes = calloc(n, sizeof *q->block_sizes);
-        if (!q->block_sizes) {
+        q->def.block_sizes = calloc(n, sizeof *q->def.block_sizes);
+        if (!q->def.block_sizes) {
             rc = oom(c);
             goto done;
         }
-        q->nblocks = (int)n;
+        q->def.nblocks = (int)n;
         for (size_t i = 0; i < n; i++)
             TRY(cz_json_as_int64(c, json_array_get(sizes, i), cz_json_path_index(el, sub, i), 1,
-                                 INT64_MAX, &q->block_sizes[i]));
+                                 INT64_MAX, &q->def.block_sizes[i]));
     }
-    TRY(cz_json_get_int(c, e, path, "layer", true, -1, INT_MAX, &q->layer));
+    TRY(cz_json_get_int(c, e, path, "layer", true, -1, INT_MAX, &q->def.layer));
     TRY(cz_json_get_int(c, e, path, "stage", true, 0, p->pp - 1, &q->stage));
     if (p->nbuckets == 0) {
         rc = cz_json_fail(c, cz_json_path_key(sub, path, "bucket"),

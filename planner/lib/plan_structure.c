@@ -91,7 +91,7 @@ static void check_param_ids(vctx *c, const cz_plan *p)
         at(c, "$.params[%zu].stage", i);
         c->checks++;
         if (p->params[i].stage < 0 || p->params[i].stage >= pp) {
-            viol(c, "param.stage", "'%s': stage %d is outside [0, %d)", p->params[i].name,
+            viol(c, "param.stage", "'%s': stage %d is outside [0, %d)", p->params[i].def.name,
                  p->params[i].stage, pp);
             c->unsafe = 1;
         }
@@ -104,36 +104,38 @@ static void check_param_blocks(vctx *c, const cz_plan *p)
 {
     for (size_t i = 0; i < p->nparams; i++) {
         const cz_plan_param *q = &p->params[i];
-        if (q->nblocks == 0)
+        if (q->def.nblocks == 0)
             continue;
         at(c, "$.params[%zu].blocks", i);
         c->checks++;
-        if (q->nblocks < 0 || q->nblocks > CZ_MAX_BLOCKS) {
-            viol(c, "param.blocks", CZ_BLOCKS_LIMIT_FMT, q->name, q->nblocks, CZ_MAX_BLOCKS);
+        if (q->def.nblocks < 0 || q->def.nblocks > CZ_MAX_BLOCKS) {
+            viol(c, "param.blocks", CZ_BLOCKS_LIMIT_FMT, q->def.name, q->def.nblocks,
+                 CZ_MAX_BLOCKS);
             c->unsafe = 1;
             continue;
         }
-        if (q->ndim != 2 || q->kind != CZ_KIND_MATRIX || q->block_dim < 0 || q->block_dim > 1 ||
-            !q->block_sizes) {
+        if (q->def.ndim != 2 || q->def.kind != CZ_KIND_MATRIX || q->def.block_dim < 0 ||
+            q->def.block_dim > 1 || !q->def.block_sizes) {
             viol(c, "param.blocks",
                  "'%s': blocks are allowed only on 2-D matrix parameters, along dimension 0 or 1",
-                 q->name);
+                 q->def.name);
             c->unsafe = 1;
             continue;
         }
         int64_t sum = 0;
         int small = -1;
-        for (int b = 0; b < q->nblocks; b++) {
-            if (q->block_sizes[b] < 1 && small < 0)
+        for (int b = 0; b < q->def.nblocks; b++) {
+            if (q->def.block_sizes[b] < 1 && small < 0)
                 small = b;
-            sum = sat_add(sum, q->block_sizes[b]);
+            sum = sat_add(sum, q->def.block_sizes[b]);
         }
         if (small >= 0)
-            viol(c, "param.blocks", "'%s': block %d has size %lld; sizes must be >= 1", q->name,
-                 small, (long long)q->block_sizes[small]);
-        else if (sum != q->shape[q->block_dim])
+            viol(c, "param.blocks", "'%s': block %d has size %lld; sizes must be >= 1", q->def.name,
+                 small, (long long)q->def.block_sizes[small]);
+        else if (sum != q->def.shape[q->def.block_dim])
             viol(c, "param.blocks", "'%s': block sizes add up to %lld, not to shape[%d] = %lld",
-                 q->name, (long long)sum, q->block_dim, (long long)q->shape[q->block_dim]);
+                 q->def.name, (long long)sum, q->def.block_dim,
+                 (long long)q->def.shape[q->def.block_dim]);
     }
 }
 
@@ -142,36 +144,37 @@ static void check_param_local(vctx *c, const cz_plan *p)
 {
     for (size_t i = 0; i < p->nparams; i++) {
         const cz_plan_param *q = &p->params[i];
-        int64_t want[2] = {q->shape[0], q->shape[1]};
+        int64_t want[2] = {q->def.shape[0], q->def.shape[1]};
         at(c, "$.params[%zu].local_shape", i);
         c->checks++;
-        if (q->tp_dim == 0 || q->tp_dim == 1) {
-            if (p->tp <= 0 || want[q->tp_dim] % p->tp != 0) {
+        if (q->def.tp_dim == 0 || q->def.tp_dim == 1) {
+            if (p->tp <= 0 || want[q->def.tp_dim] % p->tp != 0) {
                 viol(c, "param.local_shape",
-                     "'%s': dimension %d of size %lld is not divisible by tp = %d", q->name,
-                     q->tp_dim, (long long)want[q->tp_dim], p->tp);
+                     "'%s': dimension %d of size %lld is not divisible by tp = %d", q->def.name,
+                     q->def.tp_dim, (long long)want[q->def.tp_dim], p->tp);
                 continue;
             }
-            want[q->tp_dim] /= p->tp;
-        } else if (q->tp_dim != -1) {
-            viol(c, "param.tp_dim", "'%s': tp_dim %d is not -1, 0 or 1", q->name, q->tp_dim);
+            want[q->def.tp_dim] /= p->tp;
+        } else if (q->def.tp_dim != -1) {
+            viol(c, "param.tp_dim", "'%s': tp_dim %d is not -1, 0 or 1", q->def.name,
+                 q->def.tp_dim);
             continue;
         }
         if (q->local_shape[0] != want[0] || q->local_shape[1] != want[1])
             viol(c, "param.local_shape",
                  "'%s': local shape is %lldx%lld, expected %lldx%lld (shape / tp along tp_dim %d)",
-                 q->name, (long long)q->local_shape[0], (long long)q->local_shape[1],
-                 (long long)want[0], (long long)want[1], q->tp_dim);
+                 q->def.name, (long long)q->local_shape[0], (long long)q->local_shape[1],
+                 (long long)want[0], (long long)want[1], q->def.tp_dim);
         at(c, "$.params[%zu].numel", i);
         c->checks++;
         int64_t local;
         /* The reader lets every dimension up to INT64_MAX through: the product may not fit. */
         if (__builtin_mul_overflow(want[0], want[1], &local)) {
             viol(c, "param.numel", "'%s': the local shape %lldx%lld holds more than %lld elements",
-                 q->name, (long long)want[0], (long long)want[1], (long long)INT64_MAX);
+                 q->def.name, (long long)want[0], (long long)want[1], (long long)INT64_MAX);
             c->unsafe = 1;
         } else if (q->numel != local) {
-            viol(c, "param.numel", "'%s': numel is %lld, expected %lld local elements", q->name,
+            viol(c, "param.numel", "'%s': numel is %lld, expected %lld local elements", q->def.name,
                  (long long)q->numel, (long long)local);
             c->unsafe = 1;
         }
@@ -229,15 +232,15 @@ static void check_layout_rules(vctx *c, const cz_plan *p)
             at(c, "$.params[%zu].bucket", j);
             c->checks++;
             if (q->bucket < 0 || (size_t)q->bucket >= p->nbuckets) {
-                viol(c, "param.bucket", "'%s': bucket %d does not exist (%zu buckets)", q->name,
+                viol(c, "param.bucket", "'%s': bucket %d does not exist (%zu buckets)", q->def.name,
                      q->bucket, p->nbuckets);
                 c->unsafe = 1;
                 continue;
             }
             const cz_plan_bucket *k = &p->buckets[q->bucket];
             if (k->stage != s) {
-                viol(c, "param.bucket", "'%s' (stage %d) is in bucket %d of stage %d", q->name, s,
-                     q->bucket, k->stage);
+                viol(c, "param.bucket", "'%s' (stage %d) is in bucket %d of stage %d", q->def.name,
+                     s, q->bucket, k->stage);
                 c->unsafe = 1;
                 continue;
             }
@@ -245,23 +248,24 @@ static void check_layout_rules(vctx *c, const cz_plan *p)
             c->checks += 3;
             if (q->offset < 0 || q->numel < 0 || param_end(q) > k->size) {
                 viol(c, "param.offset", "'%s': [%lld, %lld) is not inside bucket %d of size %lld",
-                     q->name, (long long)q->offset, (long long)param_end(q), q->bucket,
+                     q->def.name, (long long)q->offset, (long long)param_end(q), q->bucket,
                      (long long)k->size);
                 c->unsafe = 1;
             }
             if (p->bucket_align > 0 && q->offset % p->bucket_align != 0)
                 viol(c, "param.offset", "'%s': offset %lld is not a multiple of the alignment %lld",
-                     q->name, (long long)q->offset, (long long)p->bucket_align);
+                     q->def.name, (long long)q->offset, (long long)p->bucket_align);
             if (q->bucket < prev_b)
                 viol(c, "bucket.order",
                      "'%s' is in bucket %d but '%s', registered after it, is in later bucket %ld "
                      "(buckets fill in reverse order)",
-                     q->name, q->bucket, p->params[prev_i].name, prev_b);
+                     q->def.name, q->bucket, p->params[prev_i].def.name, prev_b);
             else if (q->bucket == prev_b && q->offset < prev_end)
                 viol(c, "param.offset",
                      "'%s' at %lld overlaps or precedes '%s' (ends at %lld), registered after it "
                      "(reverse fill order)",
-                     q->name, (long long)q->offset, p->params[prev_i].name, (long long)prev_end);
+                     q->def.name, (long long)q->offset, p->params[prev_i].def.name,
+                     (long long)prev_end);
             if (q->bucket != prev_b)
                 prev_end = 0;
             prev_b = q->bucket;
@@ -339,7 +343,7 @@ static void check_ownership(vctx *c, const cz_plan *p)
         at(c, "$.params[%zu].dp_owner", i);
         c->checks++;
         if (q->dp_owner < -1 || q->dp_owner >= p->dp || (q->dp_owner == -1 && !even)) {
-            viol(c, "param.dp_owner", "'%s': dp_owner %d is outside [0, %d)%s", q->name,
+            viol(c, "param.dp_owner", "'%s': dp_owner %d is outside [0, %d)%s", q->def.name,
                  q->dp_owner, p->dp, even ? " and not -1" : " (-1 only under the even strategy)");
             c->unsafe = 1;
             continue;
@@ -356,7 +360,7 @@ static void check_ownership(vctx *c, const cz_plan *p)
             viol(c, "atomicity",
                  "'%s' [%lld, %lld) of bucket %d lies in DP rank %d's range but its dp_owner is %d "
                  "(range [%lld, %lld))",
-                 q->name, (long long)q->offset, (long long)param_end(q), q->bucket, first,
+                 q->def.name, (long long)q->offset, (long long)param_end(q), q->bucket, first,
                  q->dp_owner, (long long)k->ranges[2 * q->dp_owner],
                  (long long)k->ranges[2 * q->dp_owner + 1]);
         } else {
@@ -369,8 +373,8 @@ static void check_ownership(vctx *c, const cz_plan *p)
             viol(c, "atomicity",
                  "'%s' [%lld, %lld) of bucket %d spans %s (see $.buckets[%d].ranges); under %s "
                  "every parameter lies wholly in its dp_owner's range",
-                 q->name, (long long)q->offset, (long long)param_end(q), q->bucket, who, q->bucket,
-                 strategy_name(p));
+                 q->def.name, (long long)q->offset, (long long)param_end(q), q->bucket, who,
+                 q->bucket, strategy_name(p));
         }
     }
 }
@@ -380,7 +384,7 @@ static void check_ownership(vctx *c, const cz_plan *p)
 /* Whether DP rank r of stage s must schedule parameter q. */
 static int expected_on(const cz_plan *p, const cz_plan_param *q, int s, int r)
 {
-    if (q->kind != CZ_KIND_MATRIX || q->stage != s)
+    if (q->def.kind != CZ_KIND_MATRIX || q->stage != s)
         return 0;
     if (p->settings.dp == CZ_DP_EVEN)
         return param_placed(p, q) && param_intersects(p, q, r);
@@ -459,16 +463,16 @@ static void check_schedules(vctx *c, const cz_plan *p)
                 const cz_plan_param *q = &p->params[pid];
                 load[slot] += q->cost;
                 c->checks += 2;
-                if (q->kind != CZ_KIND_MATRIX) {
+                if (q->def.kind != CZ_KIND_MATRIX) {
                     viol(c, "schedule.elementwise",
-                         "'%s' (id %d) is elementwise and must not be scheduled", q->name, pid);
+                         "'%s' (id %d) is elementwise and must not be scheduled", q->def.name, pid);
                     continue;
                 }
                 if (seen_g[pid] >= 0) {
                     viol(c, "schedule.duplicate",
                          "'%s' (id %d) is scheduled again; first in "
                          "$.tp_schedule[%zu].groups[%d].slots[%d][%d]",
-                         q->name, pid, k, seen_g[pid], seen_s[pid], seen_t[pid]);
+                         q->def.name, pid, k, seen_g[pid], seen_s[pid], seen_t[pid]);
                     continue;
                 }
                 seen_g[pid] = g, seen_s[pid] = slot, seen_t[pid] = pos[slot] - 1;
@@ -476,7 +480,7 @@ static void check_schedules(vctx *c, const cz_plan *p)
                     viol(c, "schedule.foreign",
                          "'%s' (id %d, stage %d, dp_owner %d) does not belong to stage %d DP rank "
                          "%d",
-                         q->name, pid, q->stage, q->dp_owner, s, r);
+                         q->def.name, pid, q->stage, q->dp_owner, s, r);
             }
             for (int x = 0; x < nslots; x++) {
                 at(c, "$.tp_schedule[%zu].groups[%d].load[%d]", k, g, x);
@@ -496,7 +500,7 @@ static void check_schedules(vctx *c, const cz_plan *p)
                 viol(c, "schedule.missing",
                      "matrix parameter '%s' ($.params[%zu]) of DP rank %d is in no micro-group of "
                      "its schedule",
-                     q->name, i, r);
+                     q->def.name, i, r);
         }
     }
 done:

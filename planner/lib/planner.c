@@ -103,100 +103,84 @@ static int stage_of_layer(int layer, int nlayers, int pp)
     return extra + (layer - big) / base;
 }
 
-cz_param_def cz_plan_param_def(const cz_plan_param *p)
-{
-    /* The plan keeps the model's view of the parameter (global shape, kind after the optimizer's
-     * choice, blocks), which is all the cost model reads. */
-    return (cz_param_def){
-        .name = p->name,
-        .ndim = p->ndim,
-        .shape = {p->shape[0], p->shape[1]},
-        .tp_dim = p->tp_dim,
-        .kind = p->kind,
-        .block_dim = p->block_dim,
-        .nblocks = p->nblocks,
-        .block_sizes = p->block_sizes,
-        .layer = p->layer,
-    };
-}
-
 static int param_copy(cz_plan_param *q, const cz_param_def *d, int id, const cz_model *m,
                       const cz_cluster *c, const cz_settings *s, cz_error *err)
 {
     q->id = id;
-    q->name = cz_strdup(d->name ? d->name : "");
-    if (!q->name)
+    /* The model's parameter, with the plan's own copies of the name and block sizes (these
+     * below), a 1-D shape's second side set to 1, and the kind the optimizer gives it. */
+    q->def = *d;
+    q->def.block_sizes = NULL;
+    q->def.name = cz_strdup(d->name ? d->name : "");
+    if (!q->def.name)
         return cz_error_set(err, CZ_ENOMEM, "out of memory copying parameter names");
-    q->ndim = d->ndim;
-    q->shape[0] = d->shape[0];
-    q->shape[1] = d->ndim == 1 ? 1 : d->shape[1];
-    q->tp_dim = d->tp_dim;
+    q->def.shape[1] = d->ndim == 1 ? 1 : d->shape[1];
     /* Under AdamW every parameter, 2-D ones too, is elementwise work. */
-    q->kind = s->optimizer == CZ_OPTIM_ADAMW ? CZ_KIND_ELEMENTWISE : d->kind;
-    q->layer = d->layer;
-    q->block_dim = d->block_dim;
-    q->nblocks = d->nblocks > 0 ? d->nblocks : 0;
+    q->def.kind = s->optimizer == CZ_OPTIM_ADAMW ? CZ_KIND_ELEMENTWISE : d->kind;
+    q->def.nblocks = d->nblocks > 0 ? d->nblocks : 0;
     q->dp_owner = -1;
     q->bucket = -1;
     const char *mfile = or_unknown(m->source), *cfile = or_unknown(c->source);
-    if (q->shape[0] < 1 || q->shape[1] < 1)
+    if (q->def.shape[0] < 1 || q->def.shape[1] < 1)
         return cz_error_set(err, CZ_EINVALID,
                             "%s: parameter '%s' ($.params expanded index %d) has an empty shape "
                             "[%lld, %lld]",
-                            mfile, q->name, id, (long long)q->shape[0], (long long)q->shape[1]);
-    if (q->tp_dim < -1 || q->tp_dim > 1 || (q->tp_dim == 1 && q->ndim == 1))
+                            mfile, q->def.name, id, (long long)q->def.shape[0],
+                            (long long)q->def.shape[1]);
+    if (q->def.tp_dim < -1 || q->def.tp_dim > 1 || (q->def.tp_dim == 1 && q->def.ndim == 1))
         return cz_error_set(err, CZ_EINVALID,
                             "%s: parameter '%s' has tp_dim %d; expected null, 0 or (for 2-D) 1",
-                            mfile, q->name, q->tp_dim);
-    q->local_shape[0] = q->shape[0];
-    q->local_shape[1] = q->shape[1];
-    if (q->tp_dim >= 0) {
-        int64_t size = q->shape[q->tp_dim];
+                            mfile, q->def.name, q->def.tp_dim);
+    q->local_shape[0] = q->def.shape[0];
+    q->local_shape[1] = q->def.shape[1];
+    if (q->def.tp_dim >= 0) {
+        int64_t size = q->def.shape[q->def.tp_dim];
         if (size % c->tp != 0)
             return cz_error_set(err, CZ_EINVALID,
                                 "%s: parameter '%s' splits dimension %d (size %lld) across tp = "
                                 "%d of %s, which does not divide it (Megatron-Core's column- and "
                                 "row-parallel layers and vocab-parallel embedding need an exact "
                                 "split); change tp_dim or tp",
-                                mfile, q->name, q->tp_dim, (long long)size, c->tp, cfile);
-        q->local_shape[q->tp_dim] = size / c->tp;
+                                mfile, q->def.name, q->def.tp_dim, (long long)size, c->tp, cfile);
+        q->local_shape[q->def.tp_dim] = size / c->tp;
     }
-    if (q->nblocks > 0) {
+    if (q->def.nblocks > 0) {
         /* Models built in memory skip the loader's limit: hold them to it here. */
-        if (q->nblocks > CZ_MAX_BLOCKS)
-            return cz_error_set(err, CZ_EUNSUPPORTED, "%s: " CZ_BLOCKS_LIMIT_FMT, mfile, q->name,
-                                q->nblocks, CZ_MAX_BLOCKS);
+        if (q->def.nblocks > CZ_MAX_BLOCKS)
+            return cz_error_set(err, CZ_EUNSUPPORTED, "%s: " CZ_BLOCKS_LIMIT_FMT, mfile,
+                                q->def.name, q->def.nblocks, CZ_MAX_BLOCKS);
         if (!d->block_sizes || (d->block_dim != 0 && d->block_dim != 1))
             return cz_error_set(err, CZ_EINVALID,
                                 "%s: parameter '%s' has %d blocks but no valid block dim", mfile,
-                                q->name, q->nblocks);
-        q->block_sizes = malloc((size_t)q->nblocks * sizeof *q->block_sizes);
-        if (!q->block_sizes)
+                                q->def.name, q->def.nblocks);
+        q->def.block_sizes = malloc((size_t)q->def.nblocks * sizeof *q->def.block_sizes);
+        if (!q->def.block_sizes)
             return cz_error_set(err, CZ_ENOMEM, "out of memory copying block sizes");
-        memcpy(q->block_sizes, d->block_sizes, (size_t)q->nblocks * sizeof *q->block_sizes);
+        memcpy(q->def.block_sizes, d->block_sizes,
+               (size_t)q->def.nblocks * sizeof *q->def.block_sizes);
         int64_t sum = 0;
-        for (int b = 0; b < q->nblocks; b++) {
-            if (q->block_sizes[b] < 1)
+        for (int b = 0; b < q->def.nblocks; b++) {
+            if (q->def.block_sizes[b] < 1)
                 return cz_error_set(err, CZ_EINVALID,
                                     "%s: parameter '%s' block %d has size %lld; expected >= 1",
-                                    mfile, q->name, b, (long long)q->block_sizes[b]);
-            sum += q->block_sizes[b];
-            if (q->block_dim == q->tp_dim && q->block_sizes[b] % c->tp != 0)
+                                    mfile, q->def.name, b, (long long)q->def.block_sizes[b]);
+            sum += q->def.block_sizes[b];
+            if (q->def.block_dim == q->def.tp_dim && q->def.block_sizes[b] % c->tp != 0)
                 return cz_error_set(err, CZ_EINVALID,
                                     "%s: parameter '%s' block %d (size %lld along dimension %d, "
                                     "the TP split dimension) is not divisible by tp = %d of %s; "
                                     "every TP rank must hold an equal part of each block",
-                                    mfile, q->name, b, (long long)q->block_sizes[b], q->block_dim,
-                                    c->tp, cfile);
+                                    mfile, q->def.name, b, (long long)q->def.block_sizes[b],
+                                    q->def.block_dim, c->tp, cfile);
         }
-        if (sum != q->shape[q->block_dim])
+        if (sum != q->def.shape[q->def.block_dim])
             return cz_error_set(err, CZ_EINVALID,
                                 "%s: parameter '%s' blocks sum to %lld but dimension %d has size "
                                 "%lld",
-                                mfile, q->name, (long long)sum, q->block_dim,
-                                (long long)q->shape[q->block_dim]);
+                                mfile, q->def.name, (long long)sum, q->def.block_dim,
+                                (long long)q->def.shape[q->def.block_dim]);
     } else {
-        q->block_dim = -1;
+        q->def.block_dim = -1;
     }
     q->numel = q->local_shape[0] * q->local_shape[1];
     q->cost = cz_cost_param(d, s, c, m->dtype);
@@ -221,17 +205,17 @@ static int stages_assign(cz_plan *plan, const cz_model *m, const cz_cluster *c, 
     int cur = 0;
     for (size_t i = 0; i < n; i++) {
         cz_plan_param *p = &plan->params[i];
-        if (p->layer >= m->nlayers)
+        if (p->def.layer >= m->nlayers)
             return cz_error_set(err, CZ_EINVALID,
                                 "%s: parameter '%s' comes from layer %d but the model has %d",
-                                or_unknown(m->source), p->name, p->layer, m->nlayers);
-        if (p->layer >= 0)
-            cur = stage_of_layer(p->layer, m->nlayers, c->pp);
+                                or_unknown(m->source), p->def.name, p->def.layer, m->nlayers);
+        if (p->def.layer >= 0)
+            cur = stage_of_layer(p->def.layer, m->nlayers, c->pp);
         p->stage = cur;
     }
     /* Parameters after the last layer (final norm, output layer) belong to the last stage. */
     for (size_t i = n; i-- > 0;) {
-        if (plan->params[i].layer >= 0)
+        if (plan->params[i].def.layer >= 0)
             break;
         plan->params[i].stage = c->pp - 1;
     }

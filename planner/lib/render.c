@@ -181,7 +181,7 @@ typedef struct render_facts {
 } render_facts;
 
 static void facts_compute(render_facts *f, const cz_plan *plan, const cz_sim_result *sim,
-                          const cz_render_options *o)
+                          const cz_svg_options *o)
 {
     const cz_plan_metrics *m = &plan->metrics;
     memset(f, 0, sizeof *f);
@@ -200,7 +200,7 @@ static void facts_compute(render_facts *f, const cz_plan *plan, const cz_sim_res
     int best_here = 0;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        double c = p->kind == CZ_KIND_MATRIX ? p->cost : p->cost / plan->tp;
+        double c = p->def.kind == CZ_KIND_MATRIX ? p->cost : p->cost / plan->tp;
         int here = p->stage == bs && p->dp_owner == bd;
         if (c > best || (c == best && here && !best_here)) {
             best = c;
@@ -240,7 +240,7 @@ static void facts_compute(render_facts *f, const cz_plan *plan, const cz_sim_res
  * segment before a trailing "weight"/"bias"), the first segment otherwise ("embedding"). */
 static const char *short_name(char *buf, size_t n, const cz_plan_param *p)
 {
-    const char *name = p->name ? p->name : "?";
+    const char *name = p->def.name ? p->def.name : "?";
     const char *end = name + strlen(name), *seg = end;
     /* Last segment; step back over a trailing weight/bias. */
     for (int pass = 0; pass < 2; pass++) {
@@ -258,8 +258,8 @@ static const char *short_name(char *buf, size_t n, const cz_plan_param *p)
         end = stop;
         break;
     }
-    if (p->layer >= 0)
-        snprintf(buf, n, "L%d %.*s", p->layer, (int)(end - seg), seg);
+    if (p->def.layer >= 0)
+        snprintf(buf, n, "L%d %.*s", p->def.layer, (int)(end - seg), seg);
     else {
         const char *dot = strchr(name, '.');
         snprintf(buf, n, "%.*s", (int)(dot ? dot - name : (ptrdiff_t)strlen(name)), name);
@@ -328,7 +328,7 @@ static int text_wrapped(sbuf *b, int y, int font, int bold, const char *attrs, c
 /* Title, settings line and the verdict: what the step (or the plan's work) is bounded by.
  * Returns the y below them. */
 static int svg_title(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
-                     const cz_render_options *o, const render_facts *f, int width)
+                     const cz_svg_options *o, const render_facts *f, int width)
 {
     const cz_plan_metrics *m = &plan->metrics;
     double ratio = m->lower_bound > 0 ? m->tp_makespan / m->lower_bound : 0.0;
@@ -773,7 +773,7 @@ static void cell_tasks(sbuf *b, char *label, size_t n, const cz_plan *plan,
             continue;
         if (b && count < 12) {
             sb_printf(b, "%s", count ? ", " : "; tasks: ");
-            sb_escape(b, plan->params[pid].name);
+            sb_escape(b, plan->params[pid].def.name);
         }
         count++;
         if (best < 0 || plan->params[pid].cost > plan->params[best].cost)
@@ -790,7 +790,7 @@ static void cell_tasks(sbuf *b, char *label, size_t n, const cz_plan *plan,
  * scatter lanes of its TP group and one compute lane per TP rank, boxes labelled with their
  * largest task; the lower bound and the end of the update as vertical lines. */
 static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
-                        const cz_render_options *o, const render_facts *f, int width, int top,
+                        const cz_svg_options *o, const render_facts *f, int width, int top,
                         const char *panel)
 {
     const int left = 150, right = 20, clane = 14, slane = 9;
@@ -932,9 +932,9 @@ static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
 }
 
 static int svg_body(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
-                    const cz_render_options *opt, cz_error *err)
+                    const cz_svg_options *opt, cz_error *err)
 {
-    cz_render_options o = {0};
+    cz_svg_options o = {0};
     if (opt)
         o = *opt;
     int width = o.width > 0 ? o.width : 1200;
@@ -984,7 +984,7 @@ done:
 }
 
 int cz_plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim,
-                       const cz_render_options *opt, cz_error *err)
+                       const cz_svg_options *opt, cz_error *err)
 {
     sbuf b = {0};
     *out = NULL;
@@ -999,7 +999,7 @@ int cz_plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim
 }
 
 static void html_tables(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
-                        const cz_render_options *o, cz_costed *order)
+                        const cz_svg_options *o, cz_costed *order)
 {
     const cz_settings *s = &plan->settings;
     const cz_plan_metrics *m = &plan->metrics;
@@ -1062,23 +1062,23 @@ static void html_tables(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
     for (size_t i = 0; i < shown; i++) {
         const cz_plan_param *p = &plan->params[order[i].id];
         sb_printf(b, "<tr><td>%d</td><td>", p->id);
-        sb_escape(b, p->name);
-        if (p->ndim == 2)
-            sb_printf(b, "</td><td>%lld x %lld</td>", (long long)p->shape[0],
-                      (long long)p->shape[1]);
+        sb_escape(b, p->def.name);
+        if (p->def.ndim == 2)
+            sb_printf(b, "</td><td>%lld x %lld</td>", (long long)p->def.shape[0],
+                      (long long)p->def.shape[1]);
         else
-            sb_printf(b, "</td><td>%lld</td>", (long long)p->shape[0]);
-        sb_printf(b, "<td>%s</td><td>%s</td><td>%d</td></tr>\n", cz_kind_name(p->kind),
+            sb_printf(b, "</td><td>%lld</td>", (long long)p->def.shape[0]);
+        sb_printf(b, "<td>%s</td><td>%s</td><td>%d</td></tr>\n", cz_kind_name(p->def.kind),
                   fmt_value(buf, sizeof buf, p->cost, u), p->dp_owner);
     }
     sb_printf(b, "</table>\n");
 }
 
 int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *sim,
-                        const cz_render_options *opt, cz_error *err)
+                        const cz_svg_options *opt, cz_error *err)
 {
     sbuf b = {0};
-    cz_render_options o = {0};
+    cz_svg_options o = {0};
     int rc = CZ_OK;
     size_t n = plan->nparams ? plan->nparams : 1;
     cz_costed *order = malloc(n * sizeof *order);

@@ -200,7 +200,7 @@ static void prog_elementwise(const sim_ctx *cx, sim_prog *pg, int stage, int d)
     double e = 0.0;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        if (p->kind != CZ_KIND_ELEMENTWISE || p->stage != stage)
+        if (p->def.kind != CZ_KIND_ELEMENTWISE || p->stage != stage)
             continue;
         double share = cx->sec[i] / cx->R;
         if (cx->zero1_elementwise) {
@@ -229,13 +229,13 @@ static int prog_build_even(const sim_ctx *cx, sim_prog *pg, int stage, int d, do
     int max_sharing = 1;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        if (p->kind != CZ_KIND_MATRIX || p->stage != stage || p->numel <= 0)
+        if (p->def.kind != CZ_KIND_MATRIX || p->stage != stage || p->numel <= 0)
             continue;
         int64_t mine = param_overlap(cx, p, d);
         if (mine <= 0)
             continue;
         work += cx->sec[i];
-        if (p->tp_dim >= 0)
+        if (p->def.tp_dim >= 0)
             shard_sum += shard_bytes(cx, p);
         if (mine < p->numel) {
             int sharing = 0;
@@ -290,7 +290,7 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
             const cz_plan_param *p = &plan->params[id];
             work += cx->sec[id];
             if (!cx->pipelined) {
-                if (cx->muon_tp == CZ_MUON_TP_DUPLICATED && p->tp_dim >= 0)
+                if (cx->muon_tp == CZ_MUON_TP_DUPLICATED && p->def.tp_dim >= 0)
                     shard_sum += shard_bytes(cx, p);
                 if (cx->tpw && cx->cluster && cx->tpw[id].grams > 0)
                     gram_s +=
@@ -309,7 +309,7 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
             for (int t = 0; t < R; t++) {
                 if (t == slot)
                     continue;
-                if (p->tp_dim >= 0) {
+                if (p->def.tp_dim >= 0) {
                     send[t] += b;
                     recv[slot] += b;
                 }
@@ -558,12 +558,11 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
         if (!c) {
             cx->sec[i] = p->cost;
         } else {
-            cz_param_def def = cz_plan_param_def(p);
             if (cx->tpw) {
-                cx->tpw[i] = cz_cost_muon_tp(&def, &plan->settings, c, plan->dtype, cx->muon_tp);
+                cx->tpw[i] = cz_cost_muon_tp(&p->def, &plan->settings, c, plan->dtype, cx->muon_tp);
                 cx->sec[i] = cx->tpw[i].seconds;
             } else {
-                cx->sec[i] = cz_cost_param_seconds(&def, &plan->settings, c, plan->dtype);
+                cx->sec[i] = cz_cost_param_seconds(&p->def, &plan->settings, c, plan->dtype);
             }
         }
     }
@@ -613,6 +612,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
         goto done;
     }
+    r->in_seconds = cluster != NULL;
     r->pipelined = cx.pipelined;
     r->ngpus = P * D * R;
     r->gpu_busy = calloc((size_t)r->ngpus, sizeof *r->gpu_busy);

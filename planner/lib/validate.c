@@ -86,10 +86,10 @@ static void check_inputs(vctx *c, const cz_plan *p, const cz_model *m, const cz_
 
 static int same_blocks(const cz_plan_param *q, const cz_param_def *d)
 {
-    if (q->nblocks != d->nblocks || (d->nblocks > 0 && q->block_dim != d->block_dim))
+    if (q->def.nblocks != d->nblocks || (d->nblocks > 0 && q->def.block_dim != d->block_dim))
         return 0;
     for (int b = 0; b < d->nblocks; b++)
-        if (!q->block_sizes || !d->block_sizes || q->block_sizes[b] != d->block_sizes[b])
+        if (!q->def.block_sizes || !d->block_sizes || q->def.block_sizes[b] != d->block_sizes[b])
             return 0;
     return 1;
 }
@@ -97,9 +97,9 @@ static int same_blocks(const cz_plan_param *q, const cz_param_def *d)
 /* Whether the plan's parameter is the model's parameter (so that its cost is comparable). */
 static int same_def(const cz_plan_param *q, const cz_param_def *d)
 {
-    return q->name && d->name && !strcmp(q->name, d->name) && q->ndim == d->ndim &&
-           q->shape[0] == d->shape[0] && q->shape[1] == d->shape[1] && q->tp_dim == d->tp_dim &&
-           q->kind == d->kind && same_blocks(q, d);
+    return q->def.name && d->name && !strcmp(q->def.name, d->name) && q->def.ndim == d->ndim &&
+           q->def.shape[0] == d->shape[0] && q->def.shape[1] == d->shape[1] &&
+           q->def.tp_dim == d->tp_dim && q->def.kind == d->kind && same_blocks(q, d);
 }
 
 static const char *blocks_text(char *buf, size_t n, int nblocks, int dim, const int64_t *sizes)
@@ -130,30 +130,31 @@ static void check_param_identity(vctx *c, const cz_plan *p, const cz_model *m)
         const cz_plan_param *q = &p->params[i];
         const cz_param_def *d = &m->params[i];
         at(c, "$.params[%zu].name", i);
-        check_str(c, "parameter name", q->name, d->name);
+        check_str(c, "parameter name", q->def.name, d->name);
         at(c, "$.params[%zu].shape", i);
         c->checks++;
-        if (q->ndim != d->ndim || q->shape[0] != d->shape[0] || q->shape[1] != d->shape[1])
+        if (q->def.ndim != d->ndim || q->def.shape[0] != d->shape[0] ||
+            q->def.shape[1] != d->shape[1])
             viol(c, "param.shape",
                  "'%s' has shape %lldx%lld (%dD) but the model has %lldx%lld (%dD)", d->name,
-                 (long long)q->shape[0], (long long)q->shape[1], q->ndim, (long long)d->shape[0],
-                 (long long)d->shape[1], d->ndim);
+                 (long long)q->def.shape[0], (long long)q->def.shape[1], q->def.ndim,
+                 (long long)d->shape[0], (long long)d->shape[1], d->ndim);
         at(c, "$.params[%zu].tp_dim", i);
         c->checks++;
-        if (q->tp_dim != d->tp_dim)
-            viol(c, "param.tp_dim", "'%s' has tp_dim %d but the model has %d", d->name, q->tp_dim,
-                 d->tp_dim);
+        if (q->def.tp_dim != d->tp_dim)
+            viol(c, "param.tp_dim", "'%s' has tp_dim %d but the model has %d", d->name,
+                 q->def.tp_dim, d->tp_dim);
         at(c, "$.params[%zu].optimizer", i);
         c->checks++;
-        if (q->kind != d->kind)
+        if (q->def.kind != d->kind)
             viol(c, "param.optimizer", "'%s' is %s but the model says %s", d->name,
-                 cz_kind_name(q->kind), cz_kind_name(d->kind));
+                 cz_kind_name(q->def.kind), cz_kind_name(d->kind));
         at(c, "$.params[%zu].blocks", i);
         c->checks++;
         if (!same_blocks(q, d)) {
             char qb[160], db[160];
             viol(c, "param.blocks", "'%s' has blocks %s but the model has %s", d->name,
-                 blocks_text(qb, sizeof qb, q->nblocks, q->block_dim, q->block_sizes),
+                 blocks_text(qb, sizeof qb, q->def.nblocks, q->def.block_dim, q->def.block_sizes),
                  blocks_text(db, sizeof db, d->nblocks, d->block_dim, d->block_sizes));
         }
         if (!same_def(q, d))
@@ -172,7 +173,7 @@ static void check_param_costs(vctx *c, const cz_plan *p, const cz_model *m, cons
         c->checks++;
         if (!close_rel(p->params[i].cost, want))
             viol(c, "param.cost", "'%s': cost is %.17g but the cost model gives %.17g (%s)",
-                 p->params[i].name, p->params[i].cost, want, cz_unit_name(p->settings.unit));
+                 p->params[i].def.name, p->params[i].cost, want, cz_unit_name(p->settings.unit));
     }
 }
 
@@ -225,14 +226,14 @@ static void check_layout_reference(vctx *c, const cz_plan *p, const cz_model *m,
         at(c, "$.params[%zu].stage", i);
         c->checks++;
         if (x->stage != y->stage)
-            viol(c, "param.stage", "'%s' is in stage %d but the stage assignment gives %d", x->name,
-                 x->stage, y->stage);
+            viol(c, "param.stage", "'%s' is in stage %d but the stage assignment gives %d",
+                 x->def.name, x->stage, y->stage);
         at(c, "$.params[%zu].bucket", i);
         c->checks++;
         if (x->bucket != y->bucket || x->offset != y->offset)
             viol(c, "bucket.layout",
                  "'%s' is at bucket %d offset %lld but the layout rules give bucket %d offset %lld",
-                 x->name, x->bucket, (long long)x->offset, y->bucket, (long long)y->offset);
+                 x->def.name, x->bucket, (long long)x->offset, y->bucket, (long long)y->offset);
     }
 done:
     cz_plan_free(ref);
@@ -297,8 +298,8 @@ done:
     cz_plan_metrics_free(&tmp.metrics);
 }
 
-int cz_plan_validate(const cz_plan *plan, const cz_model *model, const cz_cluster *cluster,
-                     json_t **violations_out, cz_error *err)
+int cz_plan_validate_json(const cz_plan *plan, const cz_model *model, const cz_cluster *cluster,
+                          json_t **violations_out, cz_error *err)
 {
     vctx c = {0};
     *violations_out = NULL;

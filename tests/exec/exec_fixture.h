@@ -57,24 +57,24 @@ static inline cz_plan *fx_plan(const fx_param *ps, int n, int tp)
     for (int i = 0; i < n; i++) {
         cz_plan_param *p = &pl->params[i];
         p->id = i;
-        p->name = cz_strdup(ps[i].name);
-        p->ndim = ps[i].ndim;
-        p->shape[0] = ps[i].rows;
-        p->shape[1] = ps[i].ndim == 1 ? 1 : ps[i].cols;
-        p->tp_dim = ps[i].tp_dim;
-        p->local_shape[0] = p->shape[0] / (p->tp_dim == 0 ? tp : 1);
-        p->local_shape[1] = p->shape[1] / (p->tp_dim == 1 ? tp : 1);
-        p->kind = ps[i].kind;
-        p->block_dim = ps[i].nblocks ? ps[i].block_dim : -1;
-        p->nblocks = ps[i].nblocks;
-        if (p->nblocks) {
-            p->block_sizes = calloc((size_t)p->nblocks, sizeof(int64_t));
-            memcpy(p->block_sizes, ps[i].blocks, (size_t)p->nblocks * sizeof(int64_t));
+        p->def.name = cz_strdup(ps[i].name);
+        p->def.ndim = ps[i].ndim;
+        p->def.shape[0] = ps[i].rows;
+        p->def.shape[1] = ps[i].ndim == 1 ? 1 : ps[i].cols;
+        p->def.tp_dim = ps[i].tp_dim;
+        p->local_shape[0] = p->def.shape[0] / (p->def.tp_dim == 0 ? tp : 1);
+        p->local_shape[1] = p->def.shape[1] / (p->def.tp_dim == 1 ? tp : 1);
+        p->def.kind = ps[i].kind;
+        p->def.block_dim = ps[i].nblocks ? ps[i].block_dim : -1;
+        p->def.nblocks = ps[i].nblocks;
+        if (p->def.nblocks) {
+            p->def.block_sizes = calloc((size_t)p->def.nblocks, sizeof(int64_t));
+            memcpy(p->def.block_sizes, ps[i].blocks, (size_t)p->def.nblocks * sizeof(int64_t));
         }
-        p->layer = -1;
+        p->def.layer = -1;
         p->bucket = 0;
         p->dp_owner = 0;
-        if (p->kind == CZ_KIND_MATRIX) {
+        if (p->def.kind == CZ_KIND_MATRIX) {
             g->task_param[g->ntasks] = i;
             g->task_slot[g->ntasks] = g->ntasks % tp;
             g->ntasks++;

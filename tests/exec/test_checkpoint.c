@@ -113,7 +113,7 @@ static size_t state_copy(const cz_executor *ex, float *out)
     size_t k = 0;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
         const cz_plan_param *p = &ex->plan->params[i];
-        int64_t full = p->shape[0] * p->shape[1];
+        int64_t full = p->def.shape[0] * p->def.shape[1];
         if (ex->momentum[i])
             for (int64_t j = 0; j < full; j++)
                 out[k++] = ex->momentum[i][j];
@@ -367,7 +367,7 @@ static size_t matrix_state_copy(const cz_executor *ex, float *out, size_t max)
                 out[k++] = ex->adam_m[i][j];
                 out[k++] = ex->adam_v[i][j];
             }
-        if (p->kind != CZ_KIND_MATRIX)
+        if (p->def.kind != CZ_KIND_MATRIX)
             continue;
         int64_t n = ex->use_shampoo ? cz_shampoo_state_tensors(&ex->shampoo, p, t, 64)
                                     : cz_soap_state_tensors(&ex->soap, p, t, 64);

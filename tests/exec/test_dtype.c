@@ -67,8 +67,8 @@ START_TEST(bf16_master_copy)
     for (int i = 0; i < NP; i++) {
         const cz_plan_param *p = &pl->params[i];
         ck_assert_int_eq(cz_executor_bind_param_typed(
-                             pp, p->name, Pp + p->offset, Gp + p->offset, p->local_shape[0],
-                             p->ndim == 1 ? 1 : p->local_shape[1], CZ_DTYPE_BF16, &err),
+                             pp, p->def.name, Pp + p->offset, Gp + p->offset, p->local_shape[0],
+                             p->def.ndim == 1 ? 1 : p->local_shape[1], CZ_DTYPE_BF16, &err),
                          0);
     }
     int differs = 0;

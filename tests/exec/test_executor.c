@@ -83,11 +83,11 @@ START_TEST(refusals)
     pl->params[3].stage = 1;
     expect_refusal(pl, &cfg, CZ_EINVALID, "plan $.params[3].stage: 'norm': stage 1 is outside");
     pl->params[3].stage = 0;
-    pl->params[1].block_sizes[0] = 0;
+    pl->params[1].def.block_sizes[0] = 0;
     expect_refusal(pl, &cfg, CZ_EINVALID, "'qkv': block 0 has size 0; sizes must be >= 1");
-    pl->params[1].block_sizes[0] = 3;
+    pl->params[1].def.block_sizes[0] = 3;
     expect_refusal(pl, &cfg, CZ_EINVALID, "'qkv': block sizes add up to 7, not to shape[0] = 6");
-    pl->params[1].block_sizes[0] = 2;
+    pl->params[1].def.block_sizes[0] = 2;
     pl->schedules[0].groups[0].ntasks = 1;
     expect_refusal(pl, &cfg, CZ_EINVALID,
                    "matrix parameter 'proj' ($.params[2]) of DP rank 0 is in no micro-group");
@@ -202,7 +202,7 @@ START_TEST(one_step_matches_math)
         const cz_plan_param *p = &pl->params[i];
         float *want = malloc((size_t)p->numel * sizeof(float));
         memcpy(want, P0 + p->offset, (size_t)p->numel * sizeof(float));
-        if (p->kind == CZ_KIND_ELEMENTWISE) {
+        if (p->def.kind == CZ_KIND_ELEMENTWISE) {
             float *m = calloc((size_t)p->numel, sizeof(float));
             float *v = calloc((size_t)p->numel, sizeof(float));
             cz_adamw_step(&ah, 1, want, G0 + p->offset, m, v, p->numel);
@@ -258,8 +258,8 @@ START_TEST(per_param_binding_equals_flat)
         sp[i] = malloc((size_t)p->numel * sizeof(float));
         sg[i] = malloc((size_t)p->numel * sizeof(float));
         memcpy(sp[i], P + p->offset, (size_t)p->numel * sizeof(float));
-        ck_assert_int_eq(cz_executor_bind_param(b, p->name, sp[i], sg[i], p->local_shape[0],
-                                                p->ndim == 1 ? 1 : p->local_shape[1], &err),
+        ck_assert_int_eq(cz_executor_bind_param(b, p->def.name, sp[i], sg[i], p->local_shape[0],
+                                                p->def.ndim == 1 ? 1 : p->local_shape[1], &err),
                          0);
     }
     for (int step = 0; step < 3; step++) {
@@ -322,9 +322,9 @@ START_TEST(steps_allocate_nothing)
     ck_assert_int_eq(cz_executor_bind_buffers(flat, P, G, n, &err), 0);
     for (int i = 0; i < NP; i++) {
         const cz_plan_param *p = &pl->params[i];
-        ck_assert_int_eq(cz_executor_bind_param(pp, p->name, P2 + p->offset, G2 + p->offset,
+        ck_assert_int_eq(cz_executor_bind_param(pp, p->def.name, P2 + p->offset, G2 + p->offset,
                                                 p->local_shape[0],
-                                                p->ndim == 1 ? 1 : p->local_shape[1], &err),
+                                                p->def.ndim == 1 ? 1 : p->local_shape[1], &err),
                          0);
     }
     ck_assert_int_eq(cz_executor_step(flat, &err), 0);

@@ -34,8 +34,11 @@ static void polar_case(int64_t rows, int64_t cols, cz_muon_scaling scaling, doub
     float g[8] = {0}, out[8];
     for (int64_t i = 0; i < 2; i++)
         g[i * cols + i] = 3.0f;
-    cz_plan_param p = {
-        .name = "m", .ndim = 2, .shape = {rows, cols}, .tp_dim = -1, .block_dim = -1};
+    cz_plan_param p = {.def.name = "m",
+                       .def.ndim = 2,
+                       .def.shape = {rows, cols},
+                       .def.tp_dim = -1,
+                       .def.block_dim = -1};
     const cz_plan_param *ps[1] = {&p};
     const float *in[1] = {g};
     float *o[1] = {out};

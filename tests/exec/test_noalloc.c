@@ -153,9 +153,9 @@ START_TEST(steps_allocate_nothing_interposed)
         for (int i = 0; i < NP; i++) {
             const cz_plan_param *p = &pl->params[i];
             ck_assert_int_eq(
-                cz_executor_bind_param_typed(ex[e], p->name, (char *)P[e] + p->offset * es,
+                cz_executor_bind_param_typed(ex[e], p->def.name, (char *)P[e] + p->offset * es,
                                              (char *)G[e] + p->offset * es, p->local_shape[0],
-                                             p->ndim == 1 ? 1 : p->local_shape[1], dt[e], &err),
+                                             p->def.ndim == 1 ? 1 : p->local_shape[1], dt[e], &err),
                 0);
         }
     }

@@ -30,7 +30,8 @@ START_TEST(ns_diag_one_step)
     /* diag(3, 4): ||G||_F = 5, so X = diag(0.6, 0.8) (eps 1e-7 in the norm); one quintic step
      * maps each singular value s to 3.4445 s - 4.7750 s^3 + 2.0315 s^5. */
     float x[4] = {3, 0, 0, 4}, out[4];
-    cz_plan_param p = {.name = "d", .ndim = 2, .shape = {2, 2}, .tp_dim = -1, .block_dim = -1};
+    cz_plan_param p = {
+        .def.name = "d", .def.ndim = 2, .def.shape = {2, 2}, .def.tp_dim = -1, .def.block_dim = -1};
     cz_muon_hparams h = hp("jordan", 1);
     h.scale_coeff = 1.0f / sqrtf(2.0f); /* cancel the sqrt(max(m, n)) scale */
     const cz_plan_param *ps[1] = {&p};
@@ -69,7 +70,8 @@ START_TEST(ns_orthogonalizes)
     for (int i = 0; i < R; i++)
         for (int j = 0; j < C; j++)
             g[i * C + j] = (i == j ? 1.0f : 0.0f) + 0.1f * fx_val((uint64_t)(i * C + j));
-    cz_plan_param p = {.name = "m", .ndim = 2, .shape = {R, C}, .tp_dim = -1, .block_dim = -1};
+    cz_plan_param p = {
+        .def.name = "m", .def.ndim = 2, .def.shape = {R, C}, .def.tp_dim = -1, .def.block_dim = -1};
     const cz_plan_param *ps[1] = {&p};
     const float *in[1] = {g};
     float *o[1] = {out};
@@ -89,13 +91,13 @@ START_TEST(ns_tall_and_blocks)
     /* A 6 x 2 matrix in blocks of 2 and 4 rows: block 0 = diag(3, 4) (1 step values), block 1
      * is tall (4 x 2) and must come out with orthonormal columns. */
     float g[12] = {3, 0, 0, 4, 1, 0.5f, -0.25f, 1, 0.5f, 0.5f, 0, -1}, out[12];
-    cz_plan_param p = {.name = "qkv",
-                       .ndim = 2,
-                       .shape = {6, 2},
-                       .tp_dim = 0,
-                       .block_dim = 0,
-                       .nblocks = 2,
-                       .block_sizes = (int64_t[]){2, 4}};
+    cz_plan_param p = {.def.name = "qkv",
+                       .def.ndim = 2,
+                       .def.shape = {6, 2},
+                       .def.tp_dim = 0,
+                       .def.block_dim = 0,
+                       .def.nblocks = 2,
+                       .def.block_sizes = (int64_t[]){2, 4}};
     const cz_plan_param *ps[1] = {&p};
     const float *in[1] = {g};
     float *o[1] = {out};
@@ -126,7 +128,8 @@ START_TEST(ns_batched_equals_single)
         g1[i] = fx_val((uint64_t)i);
         g2[i] = fx_val((uint64_t)(100 + i));
     }
-    cz_plan_param p = {.name = "m", .ndim = 2, .shape = {3, 5}, .tp_dim = -1, .block_dim = -1};
+    cz_plan_param p = {
+        .def.name = "m", .def.ndim = 2, .def.shape = {3, 5}, .def.tp_dim = -1, .def.block_dim = -1};
     cz_muon_hparams h = hp("jordan", 5);
     const cz_plan_param *ps[2] = {&p, &p};
     const float *in[2] = {g1, g2};

@@ -111,7 +111,7 @@ static void expect_validate(const char *code, const char *frag)
     cz_plan *plan = NULL;
     json_t *v = NULL;
     ck_assert_msg(cz_plan_read(&plan, edit_path, &err) == 0, "%s", err.message);
-    ck_assert_int_ge(cz_plan_validate(plan, model, cluster, &v, &err), 0);
+    ck_assert_int_ge(cz_plan_validate_json(plan, model, cluster, &v, &err), 0);
     int found = 0;
     for (size_t i = 0; i < json_array_size(v); i++) {
         const json_t *x = json_array_get(v, i);

@@ -65,8 +65,8 @@ START_TEST(planned_steps)
         s2[i] = calloc(n, sizeof(float));
         for (size_t k = 0; k < n; k++)
             p[i][k] = want[i][k] = 0.05f * fx_val(i * 1000003 + k);
-        ck_assert_msg(cz_executor_bind_param(ex, q->name, p[i], g[i], q->local_shape[0],
-                                             q->ndim == 1 ? 1 : q->local_shape[1], &err) == 0,
+        ck_assert_msg(cz_executor_bind_param(ex, q->def.name, p[i], g[i], q->local_shape[0],
+                                             q->def.ndim == 1 ? 1 : q->local_shape[1], &err) == 0,
                       "%s", err.message);
     }
     cz_compute cpu;
@@ -76,7 +76,7 @@ START_TEST(planned_steps)
             const cz_plan_param *q = &plan->params[i];
             for (int64_t k = 0; k < q->numel; k++)
                 g[i][k] = fx_val((uint64_t)step << 40 | (i * 1000003 + (uint64_t)k));
-            if (q->kind == CZ_KIND_ELEMENTWISE) {
+            if (q->def.kind == CZ_KIND_ELEMENTWISE) {
                 cz_adamw_step(&ex->adamw, step, want[i], g[i], s1[i], s2[i], q->numel);
             } else {
                 float *in = malloc((size_t)q->numel * sizeof(float));

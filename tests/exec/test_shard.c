@@ -10,17 +10,17 @@ static cz_plan_param mkp(int64_t r, int64_t c, int tp_dim, int tp, int nb, const
                          int bdim)
 {
     cz_plan_param p = {0};
-    p.name = "w";
-    p.ndim = 2;
-    p.shape[0] = r;
-    p.shape[1] = c;
-    p.tp_dim = tp_dim;
+    p.def.name = "w";
+    p.def.ndim = 2;
+    p.def.shape[0] = r;
+    p.def.shape[1] = c;
+    p.def.tp_dim = tp_dim;
     p.local_shape[0] = tp_dim == 0 ? r / tp : r;
     p.local_shape[1] = tp_dim == 1 ? c / tp : c;
     p.numel = p.local_shape[0] * p.local_shape[1];
-    p.nblocks = nb;
-    p.block_dim = nb ? bdim : -1;
-    p.block_sizes = (int64_t *)bs;
+    p.def.nblocks = nb;
+    p.def.block_dim = nb ? bdim : -1;
+    p.def.block_sizes = (int64_t *)bs;
     return p;
 }
 
@@ -96,7 +96,7 @@ START_TEST(round_trips)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         cz_plan_param *p = &cases[c].p;
-        int n = (int)(p->shape[0] * p->shape[1]);
+        int n = (int)(p->def.shape[0] * p->def.shape[1]);
         for (int i = 0; i < n; i++)
             full[i] = fx_val((uint64_t)i);
         for (int i = 0; i < n; i++)
@@ -131,7 +131,7 @@ START_TEST(runs_equal_pack)
     static float fbuf[OFF_F + 64], sbuf[OFF_S + 64], want[64], fback[OFF_F + 64];
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         cz_plan_param *p = &cases[c].p;
-        int n = (int)(p->shape[0] * p->shape[1]);
+        int n = (int)(p->def.shape[0] * p->def.shape[1]);
         for (int i = 0; i < n; i++)
             fbuf[OFF_F + i] = fx_val((uint64_t)(i + 77));
         memset(fback, 0, sizeof fback);
@@ -178,7 +178,7 @@ START_TEST(check_refuses)
     /* A shape whose element count overflows int64 (a hand-edited plan) is refused, not
      * multiplied (signed overflow is undefined behaviour). */
     cz_plan_param h = mkp(1, 8, -1, 1, 0, NULL, 0);
-    h.shape[0] = h.local_shape[0] = INT64_C(1) << 62;
+    h.def.shape[0] = h.local_shape[0] = INT64_C(1) << 62;
     h.numel = 8;
     ck_assert_int_eq(cz_shard_check(&h, 1, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "shape [4611686018427387904, 8] has more than"));

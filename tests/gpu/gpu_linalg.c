@@ -58,9 +58,9 @@ static void gradient(const cz_plan *pl, int s, float *G, size_t n)
         G[i] = 0.001f * fx_val(1000003u * (uint64_t)s + i);
     for (size_t k = 0; k < pl->nparams; k++) {
         const cz_plan_param *p = &pl->params[k];
-        if (p->kind != CZ_KIND_MATRIX)
+        if (p->def.kind != CZ_KIND_MATRIX)
             continue;
-        int64_t rows = p->shape[0], cols = p->shape[1];
+        int64_t rows = p->def.shape[0], cols = p->def.shape[1];
         for (int64_t i = 0; i < rows; i++)
             G[p->offset + i * cols + i % cols] += 0.01f * (float)(1 + i % cols);
     }

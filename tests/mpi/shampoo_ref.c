@@ -54,7 +54,7 @@ out:
 static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *dir, int steps,
                      uint64_t seed, double tol, int64_t max_dim, double *worst)
 {
-    int64_t m = p->shape[0], n = p->shape[1], mn = m * n;
+    int64_t m = p->def.shape[0], n = p->def.shape[1], mn = m * n;
     int freq = plan->settings.precondition_frequency, dp = plan->dp;
     float *buf = malloc((size_t)mn * sizeof *buf), *got = NULL;
     double *w = malloc((size_t)mn * sizeof *w), *g = malloc((size_t)mn * sizeof *g);
@@ -103,7 +103,7 @@ static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *di
             for (int64_t e = 0; e < r * c; e++)
                 tl->acc[e] += G[e] * G[e];
             if (t % freq == 0 && (inv_root4(tl->L, tl->XL, r) || inv_root4(tl->R, tl->XR, c))) {
-                fprintf(stderr, "shampoo_ref: dsyevd failed on '%s'\n", p->name);
+                fprintf(stderr, "shampoo_ref: dsyevd failed on '%s'\n", p->def.name);
                 goto out;
             }
             double bc1 = 1.0 - pow(B1, (double)t), gn = 0, sn = 0;
@@ -137,7 +137,8 @@ static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *di
     }
     char *path = NULL;
     cz_error err;
-    if (cz_npy_param_path(dir, p->name, &path, &err) || cz_npy_read(path, 2, m, n, &got, &err)) {
+    if (cz_npy_param_path(dir, p->def.name, &path, &err) ||
+        cz_npy_read(path, 2, m, n, &got, &err)) {
         fprintf(stderr, "shampoo_ref: %s\n", err.message);
         free(path);
         goto out;
@@ -151,8 +152,8 @@ static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *di
     }
     double rel = dmax / (bmax > 0 ? bmax : 1);
     *worst = rel > *worst ? rel : *worst;
-    printf("  %-48s %lld x %lld, %d tile(s): rel.err %.3e%s\n", p->name, (long long)m, (long long)n,
-           nt, rel, rel <= tol ? "" : "  FAIL");
+    printf("  %-48s %lld x %lld, %d tile(s): rel.err %.3e%s\n", p->def.name, (long long)m,
+           (long long)n, nt, rel, rel <= tol ? "" : "  FAIL");
     rc = rel <= tol ? 0 : 2;
 out:
     for (int k = 0; k < nt; k++)
@@ -182,7 +183,7 @@ int main(int argc, char **argv)
            plan->settings.precondition_frequency, (long long)max_dim, tol);
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        if (p->kind != CZ_KIND_MATRIX)
+        if (p->def.kind != CZ_KIND_MATRIX)
             continue;
         nmat++;
         int rc = run_param(plan, p, argv[2], steps, seed, tol, max_dim, &worst);

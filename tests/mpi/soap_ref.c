@@ -107,7 +107,8 @@ static int refresh(const double *gg, double *q, int64_t n, double *v, int64_t r,
 static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *dir, int calls,
                      uint64_t seed, double tol, double *worst, int *nrot)
 {
-    int64_t M = p->shape[0], N = p->shape[1], mn = M * N, D = plan->settings.max_precond_dim;
+    int64_t M = p->def.shape[0], N = p->def.shape[1], mn = M * N,
+            D = plan->settings.max_precond_dim;
     int freq = plan->settings.precondition_frequency, dp = plan->dp, rc = 1;
     float *buf = malloc((size_t)mn * sizeof *buf), *got = NULL;
     double *w = malloc((size_t)mn * sizeof *w), *g = malloc((size_t)mn * sizeof *g);
@@ -197,7 +198,8 @@ static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *di
     }
     char *path = NULL;
     cz_error err;
-    if (cz_npy_param_path(dir, p->name, &path, &err) || cz_npy_read(path, 2, M, N, &got, &err)) {
+    if (cz_npy_param_path(dir, p->def.name, &path, &err) ||
+        cz_npy_read(path, 2, M, N, &got, &err)) {
         fprintf(stderr, "soap_ref: %s\n", err.message);
         free(path);
         rc = 1;
@@ -217,7 +219,7 @@ static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *di
                         : bl[0].gl           ? "rows"
                         : bl[0].gr           ? "cols"
                                              : "none";
-    printf("  %-48s %lld x %lld (rotated: %s): rel.err %.3e%s\n", p->name, (long long)M,
+    printf("  %-48s %lld x %lld (rotated: %s): rel.err %.3e%s\n", p->def.name, (long long)M,
            (long long)N, sides, rel, rel <= tol ? "" : "  FAIL");
     rc = rel <= tol ? 0 : 2;
 out:
@@ -248,12 +250,12 @@ int main(int argc, char **argv)
            calls, plan->settings.precondition_frequency, plan->settings.max_precond_dim, tol);
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        if (p->kind != CZ_KIND_MATRIX)
+        if (p->def.kind != CZ_KIND_MATRIX)
             continue;
         nmat++;
         int rc = run_param(plan, p, argv[2], calls, seed, tol, &worst, &nrot);
         if (rc == 1) {
-            fprintf(stderr, "soap_ref: a LAPACK call failed on '%s'\n", p->name);
+            fprintf(stderr, "soap_ref: a LAPACK call failed on '%s'\n", p->def.name);
             cz_plan_free(plan);
             return 2;
         }

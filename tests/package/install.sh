@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # cmake --install into a temporary prefix, then consumers of the installed tree only:
+#   * the manual page and bash completion are installed and work;
 #   * the installed canzona CLI writes a plan;
-#   * a planner program built with pkg-config (canzona) builds the same plan through the library;
+#   * a planner program built with pkg-config (canzona) builds the same plan through the library,
+#     and the analysis program (tests/package/analysis) gives what the installed CLI gives;
 #   * the consumer program (tests/package/consumer) built with find_package(canzona) and again
 #     with pkg-config (canzona-exec) runs it and prints what the in-tree static build prints;
 #   * the consumers load the installed shared libraries.
@@ -12,12 +14,23 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 prefix=$tmp/prefix
 cmake --install "$build" --prefix "$prefix" > "$tmp/install.log"
-for f in bin/canzona include/canzona.h include/canzona_exec.h; do
+for f in bin/canzona include/canzona.h include/canzona_exec.h share/man/man1/canzona.1 \
+  share/bash-completion/completions/canzona; do
   [ -e "$prefix/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
 done
 libdir=$(dirname "$(find "$prefix" -name 'libcanzona-exec.so' | head -1)")
 [ -n "$libdir" ] && [ -e "$libdir/libcanzona.so" ] || { echo "FAIL: shared libraries not installed"; exit 1; }
 export PKG_CONFIG_PATH=$libdir/pkgconfig
+
+# The installed manual page formats, and the installed completion offers the installed CLI's
+# subcommands when sourced by bash.
+if command -v groff > /dev/null; then
+  groff -man -Tutf8 "$prefix/share/man/man1/canzona.1" > "$tmp/man.txt" 2>&1
+  grep -q "canzona validate" "$tmp/man.txt" || { echo "FAIL: the installed man page does not format"; exit 1; }
+fi
+bash -c 'source "$1/share/bash-completion/completions/canzona"
+  COMP_WORDS=(canzona "") COMP_CWORD=1; _canzona; printf "%s\n" "${COMPREPLY[@]}"' _ "$prefix" > "$tmp/compl.txt"
+grep -qx validate "$tmp/compl.txt" || { echo "FAIL: the installed bash completion offers no subcommands"; exit 1; }
 
 cluster=$src/plans/clusters/cpu-1.json
 model=$src/tests/data/model_tiny.json
@@ -51,6 +64,12 @@ cc -std=c17 -o "$tmp/planner" "$tmp/planner.c" $(pkg-config --cflags --libs canz
   -Wl,-rpath,"$libdir"
 "$tmp/planner" "$model" "$cluster" "$tmp/lib.plan.json"
 cmp "$tmp/cli.plan.json" "$tmp/lib.plan.json" || { echo "FAIL: library plan differs from the CLI's"; exit 1; }
+
+# The analysis functions of the installed canzona.h against the installed CLI.
+cc -std=c17 -o "$tmp/analysis" "$src/tests/package/analysis/analysis.c" \
+  $(pkg-config --cflags --libs canzona) -lm -Wl,-rpath,"$libdir"
+bash "$src/tests/package/analysis/analysis.sh" "$prefix/bin/canzona" "$tmp/analysis" "$src" > "$tmp/analysis.log" ||
+  { cat "$tmp/analysis.log"; exit 1; }
 
 # The executor consumer, with find_package and with pkg-config.
 cmake -S "$src/tests/package/consumer" -B "$tmp/b" -DCZ_CONSUME=package \

@@ -138,18 +138,18 @@ static inline cz_plan *hand_plan(void)
     for (int i = 0; i < HAND_NPARAMS; i++) {
         cz_plan_param *q = &p->params[i];
         q->id = i;
-        q->name = cz_strdup(hand_params[i].name);
-        q->ndim = hand_params[i].ndim;
-        q->shape[0] = hand_params[i].rows;
-        q->shape[1] = hand_params[i].cols;
-        q->local_shape[0] = q->shape[0];
-        q->local_shape[1] = q->shape[1];
-        q->tp_dim = hand_params[i].tp_dim;
-        if (q->tp_dim >= 0)
-            q->local_shape[q->tp_dim] /= 2;
-        q->kind = hand_params[i].kind;
-        q->block_dim = -1;
-        q->layer = i == 0 || i == 5 ? -1 : (i == 4 ? 1 : 0);
+        q->def.name = cz_strdup(hand_params[i].name);
+        q->def.ndim = hand_params[i].ndim;
+        q->def.shape[0] = hand_params[i].rows;
+        q->def.shape[1] = hand_params[i].cols;
+        q->local_shape[0] = q->def.shape[0];
+        q->local_shape[1] = q->def.shape[1];
+        q->def.tp_dim = hand_params[i].tp_dim;
+        if (q->def.tp_dim >= 0)
+            q->local_shape[q->def.tp_dim] /= 2;
+        q->def.kind = hand_params[i].kind;
+        q->def.block_dim = -1;
+        q->def.layer = i == 0 || i == 5 ? -1 : (i == 4 ? 1 : 0);
         q->stage = 0;
         q->bucket = hand_params[i].bucket;
         q->offset = hand_params[i].offset;

@@ -255,7 +255,7 @@ static void check_owners_n(const cz_plan *plan, const int *want, int n)
     ck_assert_int_eq((int)plan->nparams, n);
     for (int i = 0; i < n; i++)
         ck_assert_msg(plan->params[i].dp_owner == want[i], "param %d (%s) owner %d, expected %d", i,
-                      plan->params[i].name, plan->params[i].dp_owner, want[i]);
+                      plan->params[i].def.name, plan->params[i].dp_owner, want[i]);
 }
 
 START_TEST(layerwise_megatron_documented)

@@ -477,14 +477,14 @@ static cz_plan *make_plan(void)
     for (int i = 0; i < 5; i++) {
         cz_plan_param *q = &p->params[i];
         q->id = i;
-        q->name = strdup(spec[i].name);
-        q->ndim = spec[i].ndim;
-        memcpy(q->shape, spec[i].shape, sizeof q->shape);
+        q->def.name = strdup(spec[i].name);
+        q->def.ndim = spec[i].ndim;
+        memcpy(q->def.shape, spec[i].shape, sizeof q->def.shape);
         memcpy(q->local_shape, spec[i].local, sizeof q->local_shape);
-        q->tp_dim = spec[i].tp_dim;
-        q->kind = (cz_param_kind)spec[i].kind;
-        q->block_dim = -1;
-        q->layer = spec[i].layer;
+        q->def.tp_dim = spec[i].tp_dim;
+        q->def.kind = (cz_param_kind)spec[i].kind;
+        q->def.block_dim = -1;
+        q->def.layer = spec[i].layer;
         q->stage = 0;
         q->bucket = spec[i].bucket;
         q->offset = spec[i].offset;
@@ -492,9 +492,9 @@ static cz_plan *make_plan(void)
         q->cost = spec[i].cost;
         q->dp_owner = spec[i].owner;
     }
-    p->params[1].block_dim = 0;
-    p->params[1].nblocks = 3;
-    p->params[1].block_sizes = i64s(3, (int64_t[]){2, 2, 2});
+    p->params[1].def.block_dim = 0;
+    p->params[1].def.nblocks = 3;
+    p->params[1].def.block_sizes = i64s(3, (int64_t[]){2, 2, 2});
 
     p->nbuckets = 2;
     p->buckets = calloc(2, sizeof *p->buckets);
@@ -561,19 +561,19 @@ static void assert_plans_equal(const cz_plan *a, const cz_plan *b)
     for (size_t i = 0; i < a->nparams; i++) {
         const cz_plan_param *x = &a->params[i], *y = &b->params[i];
         ck_assert_int_eq(x->id, y->id);
-        ck_assert_str_eq(x->name, y->name);
-        ck_assert_int_eq(x->ndim, y->ndim);
+        ck_assert_str_eq(x->def.name, y->def.name);
+        ck_assert_int_eq(x->def.ndim, y->def.ndim);
         for (int d = 0; d < 2; d++) {
-            ck_assert_int_eq(x->shape[d], y->shape[d]);
+            ck_assert_int_eq(x->def.shape[d], y->def.shape[d]);
             ck_assert_int_eq(x->local_shape[d], y->local_shape[d]);
         }
-        ck_assert_int_eq(x->tp_dim, y->tp_dim);
-        ck_assert_int_eq(x->kind, y->kind);
-        ck_assert_int_eq(x->block_dim, y->block_dim);
-        ck_assert_int_eq(x->nblocks, y->nblocks);
-        for (int k = 0; k < x->nblocks; k++)
-            ck_assert_int_eq(x->block_sizes[k], y->block_sizes[k]);
-        ck_assert_int_eq(x->layer, y->layer);
+        ck_assert_int_eq(x->def.tp_dim, y->def.tp_dim);
+        ck_assert_int_eq(x->def.kind, y->def.kind);
+        ck_assert_int_eq(x->def.block_dim, y->def.block_dim);
+        ck_assert_int_eq(x->def.nblocks, y->def.nblocks);
+        for (int k = 0; k < x->def.nblocks; k++)
+            ck_assert_int_eq(x->def.block_sizes[k], y->def.block_sizes[k]);
+        ck_assert_int_eq(x->def.layer, y->def.layer);
         ck_assert_int_eq(x->stage, y->stage);
         ck_assert_int_eq(x->bucket, y->bucket);
         ck_assert_int_eq(x->offset, y->offset);

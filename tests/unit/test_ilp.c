@@ -45,11 +45,11 @@ static cz_plan *plan_make(int n, int dp, int tp, const double *cost, const int64
         pos = (pos + 3) / 4 * 4;
         cz_plan_param *q = &p->params[i];
         q->id = i;
-        q->ndim = 2;
-        q->kind = CZ_KIND_MATRIX;
-        q->tp_dim = -1;
-        q->block_dim = -1;
-        q->layer = -1;
+        q->def.ndim = 2;
+        q->def.kind = CZ_KIND_MATRIX;
+        q->def.tp_dim = -1;
+        q->def.block_dim = -1;
+        q->def.layer = -1;
         q->bucket = bucket[i];
         q->offset = pos;
         q->numel = numel[i];

@@ -188,7 +188,7 @@ START_TEST(plan_owners)
     /* and the plan passes validation */
     cz_error err;
     json_t *viol = NULL;
-    ck_assert_int_gt(cz_plan_validate(plan, m, c, &viol, &err), 0);
+    ck_assert_int_gt(cz_plan_validate_json(plan, m, c, &viol, &err), 0);
     ck_assert_int_eq((int)json_array_size(viol), 0);
     json_decref(viol);
     cz_model_free(m);
@@ -213,13 +213,13 @@ START_TEST(simulate_costs)
     ck_assert_double_eq_tol(r->grad_sync_s, want, 1e-15);
     ck_assert_double_eq_tol(r->param_sync_s, want, 1e-15);
     const cz_plan_param *p = &plan->params[0];
-    cz_param_def def = {.name = p->name,
-                        .ndim = p->ndim,
-                        .shape = {p->shape[0], p->shape[1]},
-                        .tp_dim = p->tp_dim,
-                        .kind = p->kind,
-                        .block_dim = p->block_dim,
-                        .layer = p->layer};
+    cz_param_def def = {.name = p->def.name,
+                        .ndim = p->def.ndim,
+                        .shape = {p->def.shape[0], p->def.shape[1]},
+                        .tp_dim = p->def.tp_dim,
+                        .kind = p->def.kind,
+                        .block_dim = p->def.block_dim,
+                        .layer = p->def.layer};
     double norm_s = cz_cost_param_seconds(&def, &plan->settings, c, plan->dtype);
     ck_assert_double_gt(norm_s, 0.0);
     ck_assert_double_eq_tol(r->tl_elementwise[0], norm_s / 2, 1e-18);

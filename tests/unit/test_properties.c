@@ -137,7 +137,7 @@ static void check_schedules(const cz_plan *plan, const char *ctx)
         for (size_t i = 0; i < plan->nparams; i++) {
             const cz_plan_param *p = &plan->params[i];
             int want = 0;
-            if (p->kind == CZ_KIND_MATRIX && p->stage == rs->stage)
+            if (p->def.kind == CZ_KIND_MATRIX && p->stage == rs->stage)
                 want = plan->settings.dp == CZ_DP_EVEN ? touches(plan, p, rs->dp_rank)
                                                        : p->dp_owner == rs->dp_rank;
             ck_assert_msg(count[i] == want, "%s: param %zu hosted %d times by rank %d, want %d",

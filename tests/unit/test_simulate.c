@@ -53,16 +53,16 @@ static cz_plan *make_plan(int dp, int tp, int nparams, int64_t rows, int64_t col
     for (int i = 0; i < nparams; i++) {
         cz_plan_param *q = &p->params[i];
         q->id = i;
-        q->name = cz_strdup("w");
-        q->ndim = 2;
-        q->shape[0] = rows;
-        q->shape[1] = cols;
+        q->def.name = cz_strdup("w");
+        q->def.ndim = 2;
+        q->def.shape[0] = rows;
+        q->def.shape[1] = cols;
         q->local_shape[0] = rows / tp;
         q->local_shape[1] = cols;
-        q->tp_dim = 0;
-        q->kind = CZ_KIND_MATRIX;
-        q->block_dim = -1;
-        q->layer = -1;
+        q->def.tp_dim = 0;
+        q->def.kind = CZ_KIND_MATRIX;
+        q->def.block_dim = -1;
+        q->def.layer = -1;
         q->bucket = 0;
         q->offset = off;
         q->numel = local;
@@ -108,11 +108,11 @@ static void add_group(cz_plan *p, int d, int nslots, int ntasks, const int *ids,
 static double task_seconds(const cz_plan *p, int id, const cz_cluster *c)
 {
     const cz_plan_param *q = &p->params[id];
-    cz_param_def def = {.name = q->name,
-                        .ndim = q->ndim,
-                        .shape = {q->shape[0], q->shape[1]},
-                        .tp_dim = q->tp_dim,
-                        .kind = q->kind,
+    cz_param_def def = {.name = q->def.name,
+                        .ndim = q->def.ndim,
+                        .shape = {q->def.shape[0], q->def.shape[1]},
+                        .tp_dim = q->def.tp_dim,
+                        .kind = q->def.kind,
                         .block_dim = -1,
                         .layer = -1};
     return cz_cost_param_seconds(&def, &p->settings, c, p->dtype);

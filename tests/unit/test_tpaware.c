@@ -71,7 +71,7 @@ static void check_invariants(const cz_plan *p)
             }
     }
     for (size_t i = 0; i < p->nparams; i++)
-        ck_assert_int_eq(seen[i], p->params[i].kind == CZ_KIND_MATRIX ? 1 : 0);
+        ck_assert_int_eq(seen[i], p->params[i].def.kind == CZ_KIND_MATRIX ? 1 : 0);
     free(seen);
 }
 

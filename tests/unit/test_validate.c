@@ -1,4 +1,4 @@
-/* cz_plan_validate: a valid hand-built plan passes; each corruption is found at its path. */
+/* cz_plan_validate_json: a valid hand-built plan passes; each corruption is found at its path. */
 #include "cz_hand_plan.h"
 #include "cz_types.h"
 
@@ -37,7 +37,7 @@ static json_t *run_validate(int *checks)
     json_t *v = NULL;
     cz_error e;
     cz_error_clear(&e);
-    int rc = cz_plan_validate(plan, model, cluster, &v, &e);
+    int rc = cz_plan_validate_json(plan, model, cluster, &v, &e);
     ck_assert_msg(rc >= 0, "validate failed: %s", e.message);
     ck_assert_ptr_nonnull(v);
     if (checks)
@@ -218,7 +218,7 @@ END_TEST
 
 START_TEST(wrong_shape_and_offset)
 {
-    plan->params[3].shape[0] = 17;
+    plan->params[3].def.shape[0] = 17;
     plan->params[5].offset = 32; /* misaligned, and overlaps l1.fc at 64 */
     expect("param.shape", "$.params[3].shape");
     expect("param.offset", "$.params[5].offset");
@@ -275,7 +275,7 @@ START_TEST(built_plans_validate)
             cz_error_clear(&e);
             ck_assert_msg(cz_plan_build(&built, model, cluster, &s, &e) == CZ_OK, "%s", e.message);
             json_t *v = NULL;
-            ck_assert_int_gt(cz_plan_validate(built, model, cluster, &v, &e), 0);
+            ck_assert_int_gt(cz_plan_validate_json(built, model, cluster, &v, &e), 0);
             char *dump = json_dumps(v, JSON_INDENT(1));
             ck_assert_msg(json_array_size(v) == 0, "dp %s tp %s: %s", cz_dp_strategy_name(s.dp),
                           cz_tp_strategy_name(s.tp), dump);

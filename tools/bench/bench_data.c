@@ -23,7 +23,7 @@ float cz_bench_value(uint64_t seed, int stream, int param, int64_t step, int dp_
 void cz_bench_fill_shard(const cz_plan_param *p, int tp, int r, uint64_t seed, int stream,
                          int64_t step, int dp_rank, float scale, float *shard)
 {
-    int64_t cols = p->ndim == 1 ? 1 : p->shape[1];
+    int64_t cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
     int64_t lo[CZ_MAX_BLOCKS], hi[CZ_MAX_BLOCKS];
     int n = cz_shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS);
     /* Local row/column -> full row/column along the TP dimension; the local extent follows
@@ -31,8 +31,8 @@ void cz_bench_fill_shard(const cz_plan_param *p, int tp, int r, uint64_t seed, i
     int64_t extent = 0;
     for (int q = 0; q < n; q++)
         extent += hi[q] - lo[q];
-    int64_t lrows = p->tp_dim == 0 ? extent : p->shape[0];
-    int64_t lcols = p->tp_dim == 1 ? extent : cols;
+    int64_t lrows = p->def.tp_dim == 0 ? extent : p->def.shape[0];
+    int64_t lcols = p->def.tp_dim == 1 ? extent : cols;
     int64_t *map = malloc((size_t)(extent ? extent : 1) * sizeof(int64_t));
     if (!map)
         return;
@@ -42,7 +42,7 @@ void cz_bench_fill_shard(const cz_plan_param *p, int tp, int r, uint64_t seed, i
             map[k++] = x;
     for (int64_t i = 0; i < lrows; i++)
         for (int64_t j = 0; j < lcols; j++) {
-            int64_t fi = p->tp_dim == 0 ? map[i] : i, fj = p->tp_dim == 1 ? map[j] : j;
+            int64_t fi = p->def.tp_dim == 0 ? map[i] : i, fj = p->def.tp_dim == 1 ? map[j] : j;
             shard[i * lcols + j] =
                 scale * cz_bench_value(seed, stream, p->id, step, dp_rank, fi * cols + fj);
         }

@@ -506,13 +506,14 @@ static int check_model(const cz_plan *plan, const cz_model *model, cz_error *err
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
         const cz_param_def *d = &model->params[i];
-        if (strcmp(p->name, d->name) != 0 || p->shape[0] != d->shape[0] ||
-            p->shape[1] != d->shape[1])
+        if (strcmp(p->def.name, d->name) != 0 || p->def.shape[0] != d->shape[0] ||
+            p->def.shape[1] != d->shape[1])
             return cz_error_set(err, CZ_EMISMATCH,
                                 "plan param %zu is '%s' [%lld, %lld] but the model has '%s' "
                                 "[%lld, %lld]",
-                                i, p->name, (long long)p->shape[0], (long long)p->shape[1], d->name,
-                                (long long)d->shape[0], (long long)d->shape[1]);
+                                i, p->def.name, (long long)p->def.shape[0],
+                                (long long)p->def.shape[1], d->name, (long long)d->shape[0],
+                                (long long)d->shape[1]);
     }
     if (plan->model_sha256 && strcmp(plan->model_sha256, model->sha256) != 0)
         return cz_error_set(err, CZ_EMISMATCH,
@@ -524,7 +525,7 @@ static int check_model(const cz_plan *plan, const cz_model *model, cz_error *err
 
 static int64_t full_numel(const cz_plan_param *p)
 {
-    return p->shape[0] * (p->ndim == 1 ? 1 : p->shape[1]);
+    return p->def.shape[0] * (p->def.ndim == 1 ? 1 : p->def.shape[1]);
 }
 
 static int64_t param_offset(const cz_plan *plan, const cz_plan_param *p)
@@ -537,16 +538,16 @@ static int initial_full(const bench_opts *o, const cz_plan_param *p, float **out
 {
     if (o->init_dir) {
         char *path = NULL;
-        int rc = cz_npy_param_path(o->init_dir, p->name, &path, err);
+        int rc = cz_npy_param_path(o->init_dir, p->def.name, &path, err);
         if (rc)
             return rc;
-        rc = cz_npy_read(path, p->ndim, p->shape[0], p->shape[1], out, err);
+        rc = cz_npy_read(path, p->def.ndim, p->def.shape[0], p->def.shape[1], out, err);
         free(path);
         return rc;
     }
     *out = malloc((size_t)full_numel(p) * sizeof(float));
     if (!*out)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->name);
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->def.name);
     cz_bench_fill_shard(p, 1, 0, o->seed, 0, 0, 0, CZ_BENCH_PARAM_SCALE, *out);
     return CZ_OK;
 }
@@ -617,9 +618,9 @@ static int full_grad(const bench_opts *o, const cz_plan_param *p, int64_t step, 
     }
     char *path = NULL;
     float *tmp = NULL;
-    int rc = grad_path(o->grad_dir, step, dp, p->name, &path, err);
+    int rc = grad_path(o->grad_dir, step, dp, p->def.name, &path, err);
     if (!rc)
-        rc = cz_npy_read(path, p->ndim, p->shape[0], p->shape[1], &tmp, err);
+        rc = cz_npy_read(path, p->def.ndim, p->def.shape[0], p->def.shape[1], &tmp, err);
     if (!rc)
         memcpy(out, tmp, (size_t)full_numel(p) * sizeof(float));
     free(tmp);
@@ -647,9 +648,10 @@ static int dump_grads(const bench_opts *o, const cz_plan *plan, int total, cz_er
                 const cz_plan_param *p = &plan->params[i];
                 cz_bench_fill_shard(p, 1, 0, o->seed, 1, s, d, 1.0f, buf);
                 char *path = NULL;
-                rc = grad_path(o->dump_grads, s, d, p->name, &path, err);
+                rc = grad_path(o->dump_grads, s, d, p->def.name, &path, err);
                 if (!rc)
-                    rc = cz_npy_write(path, buf, p->ndim, p->shape[0], p->shape[1], err);
+                    rc =
+                        cz_npy_write(path, buf, p->def.ndim, p->def.shape[0], p->def.shape[1], err);
                 free(path);
             }
         }
@@ -672,7 +674,7 @@ static int fill_grads(const bench_opts *o, const cz_plan *plan, int dp_rank, int
         }
         float *full = malloc((size_t)full_numel(p) * sizeof(float));
         rc = full ? full_grad(o, p, step, dp_rank, full, err)
-                  : cz_error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->name);
+                  : cz_error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->def.name);
         if (!rc)
             cz_shard_pack(p, plan->tp, tp_rank, full, dst);
         free(full);
@@ -696,12 +698,12 @@ static int gather_full(const cz_plan *plan, MPI_Comm row, int dp_rank, const flo
         if (rank == 0) {
             full[i] = malloc((size_t)full_numel(p) * sizeof(float));
             if (!all || !full[i])
-                rc = cz_error_set(err, CZ_ENOMEM, "out of memory gathering '%s'", p->name);
+                rc = cz_error_set(err, CZ_ENOMEM, "out of memory gathering '%s'", p->def.name);
         }
         MPI_Gather(P + param_offset(plan, p), (int)p->numel, MPI_FLOAT, all, (int)p->numel,
                    MPI_FLOAT, 0, row);
         if (rank == 0 && !rc) {
-            if (p->tp_dim < 0)
+            if (p->def.tp_dim < 0)
                 memcpy(full[i], all, (size_t)p->numel * sizeof(float));
             else
                 for (int r = 0; r < tp; r++)
@@ -791,7 +793,7 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
         if (!rc)
             rc = initial_full(o, p, &w0, err);
         if (!rc && (!s1 || !s2))
-            rc = cz_error_set(err, CZ_ENOMEM, "out of memory verifying '%s'", p->name);
+            rc = cz_error_set(err, CZ_ENOMEM, "out of memory verifying '%s'", p->def.name);
         for (int64_t s = 0; s < total_steps && !rc; s++) {
             rc = avg_grad(o, plan, p, s, g, tmp, err);
             if (rc)
@@ -802,7 +804,7 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
                 for (int64_t k = 0; k < n; k++)
                     g[k] = g[k] * f;
             }
-            if (p->kind == CZ_KIND_ELEMENTWISE) {
+            if (p->def.kind == CZ_KIND_ELEMENTWISE) {
                 cz_adamw_step(&ah, s + 1, w, g, s1, s2, n);
             } else {
                 cz_muon_momentum(&mh, g, s1, g, n);
@@ -838,8 +840,9 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
             failures += bad;
             if (urel > *worst_update)
                 *worst_update = urel;
-            printf("  %-48s %-11s rel.err %.3e  update rel.err %.3e%s\n", p->name,
-                   p->kind == CZ_KIND_MATRIX ? "muon" : "adamw", rel, urel, bad ? "  FAIL" : "");
+            printf("  %-48s %-11s rel.err %.3e  update rel.err %.3e%s\n", p->def.name,
+                   p->def.kind == CZ_KIND_MATRIX ? "muon" : "adamw", rel, urel,
+                   bad ? "  FAIL" : "");
         }
         free(w), free(w0), free(s1), free(s2);
     }
@@ -1090,7 +1093,7 @@ int main(int argc, char **argv)
             goto done;
         if (o.inject_nan && s == 0 && g_rank == 0) {
             size_t i = 0;
-            while (i < plan->nparams && strcmp(plan->params[i].name, o.inject_nan) != 0)
+            while (i < plan->nparams && strcmp(plan->params[i].def.name, o.inject_nan) != 0)
                 i++;
             if (i < plan->nparams)
                 G[param_offset(plan, &plan->params[i])] = NAN;
@@ -1172,10 +1175,11 @@ int main(int argc, char **argv)
             rc = make_dirs(o.dump_dir, &err);
             for (size_t i = 0; i < plan->nparams && !rc; i++) {
                 char *path = NULL;
-                rc = cz_npy_param_path(o.dump_dir, plan->params[i].name, &path, &err);
+                rc = cz_npy_param_path(o.dump_dir, plan->params[i].def.name, &path, &err);
                 if (!rc)
-                    rc = cz_npy_write(path, full[i], plan->params[i].ndim, plan->params[i].shape[0],
-                                      plan->params[i].shape[1], &err);
+                    rc = cz_npy_write(path, full[i], plan->params[i].def.ndim,
+                                      plan->params[i].def.shape[0], plan->params[i].def.shape[1],
+                                      &err);
                 free(path);
             }
         }

@@ -1,0 +1,292 @@
+/*
+ * analysis_api.c — the analysis functions of the public API (canzona.h): reports, option
+ * defaults and the entry points that the CLI's validate, inspect, diff, simulate, render and
+ * import-hf commands call. The work is done by validate.c, inspect.c, plan_diff.c, simulate.c,
+ * render.c and import_hf.c; this file gives it the public conventions (opaque results with a
+ * _free, options structs with an _init, no jansson type in the header).
+ */
+#include "cz_types.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cz_free(void *p)
+{
+    free(p);
+}
+
+int cz_report_wrap(cz_report **out, json_t *root, int real_precision, cz_error *err)
+{
+    cz_report *r = root ? malloc(sizeof *r) : NULL;
+    *out = NULL;
+    if (!r) {
+        json_decref(root);
+        return cz_error_set(err, CZ_ENOMEM, "out of memory building a report");
+    }
+    r->root = root;
+    r->real_precision = real_precision;
+    *out = r;
+    return CZ_OK;
+}
+
+void cz_report_free(cz_report *report)
+{
+    if (!report)
+        return;
+    json_decref(report->root);
+    free(report);
+}
+
+int cz_report_json(const cz_report *report, int indent, char **out, cz_error *err)
+{
+    if (!out)
+        return cz_error_set(err, CZ_EINVALID, "cz_report_json: out is required");
+    *out = NULL;
+    if (!report)
+        return cz_error_set(err, CZ_EINVALID, "cz_report_json: report is required");
+    size_t flags = JSON_PRESERVE_ORDER | (indent ? JSON_INDENT(2) : JSON_COMPACT);
+    if (report->real_precision > 0)
+        flags |= JSON_REAL_PRECISION(report->real_precision);
+    *out = json_dumps(report->root, flags);
+    return *out ? CZ_OK : cz_error_set(err, CZ_ENOMEM, "out of memory writing a report");
+}
+
+/* The value at a dotted path ("a.b.0.c"): object keys, or array indices in decimal. */
+static json_t *report_at(const cz_report *report, const char *path)
+{
+    if (!report || !path)
+        return NULL;
+    json_t *v = report->root;
+    char key[256];
+    const char *p = path;
+    while (v && *p) {
+        size_t n = strcspn(p, ".");
+        if (n == 0 || n >= sizeof key)
+            return NULL;
+        memcpy(key, p, n);
+        key[n] = '\0';
+        p += n + (p[n] == '.');
+        if (json_is_object(v)) {
+            v = json_object_get(v, key);
+        } else if (json_is_array(v)) {
+            char *end;
+            errno = 0;
+            unsigned long long i = strtoull(key, &end, 10);
+            if (errno || *end || key[0] < '0' || key[0] > '9')
+                return NULL;
+            v = json_array_get(v, (size_t)i);
+        } else {
+            return NULL;
+        }
+    }
+    return v;
+}
+
+int cz_report_number(const cz_report *report, const char *path, double *out, cz_error *err)
+{
+    json_t *v = report_at(report, path);
+    if (json_is_number(v))
+        *out = json_number_value(v);
+    else if (json_is_boolean(v))
+        *out = json_is_true(v);
+    else
+        return cz_error_set(err, CZ_EINVALID,
+                            "report path '%s': %s; expected a number or a boolean",
+                            path ? path : "(null)", v ? "not a number" : "no such value");
+    return CZ_OK;
+}
+
+const char *cz_report_string(const cz_report *report, const char *path)
+{
+    return json_string_value(report_at(report, path));
+}
+
+int cz_plan_validate(cz_report **out, const cz_plan *plan, const cz_model *model,
+                     const cz_cluster *cluster, cz_error *err)
+{
+    json_t *violations = NULL;
+    if (!out)
+        return cz_error_set(err, CZ_EINVALID, "cz_plan_validate: out is required");
+    *out = NULL;
+    int checks = cz_plan_validate_json(plan, model, cluster, &violations, err);
+    if (checks < 0)
+        return checks;
+    json_t *root = json_pack("{s:b, s:i, s:o}", "valid", json_array_size(violations) == 0, "checks",
+                             checks, "violations", violations);
+    return cz_report_wrap(out, root, 0, err);
+}
+
+void cz_inspect_options_init(cz_inspect_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->top_n = 3;
+}
+
+/* Adds "memory_per_gpu" to the report: the busiest GPU's model states and, with a cluster,
+ * the headroom on its device. */
+static int add_memory(json_t *report, const cz_plan *p, const cz_cluster *c, cz_error *err)
+{
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    cz_memory_gpu *g = NULL;
+    int rc = cz_plan_memory(p, &g, err);
+    if (rc != CZ_OK)
+        return rc;
+    size_t tp = (size_t)p->tp, dp = (size_t)p->dp;
+    size_t w = cz_memory_worst(g, tp * dp * (size_t)p->pp);
+    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f}", "gpu", (json_int_t)w,
+                          "stage", (json_int_t)(w / tp / dp), "dp_rank", (json_int_t)(w / tp % dp),
+                          "tp_rank", (json_int_t)(w % tp), "params_gib", g[w].params / gib,
+                          "grads_gib", g[w].grads / gib, "master_gib", g[w].master / gib,
+                          "state_gib", g[w].state / gib, "total_gib", g[w].total / gib);
+    if (o && c) {
+        double dev = c->device.memory_gib;
+        json_object_set_new(o, "device_gib", json_real(dev));
+        json_object_set_new(o, "headroom_gib", json_real(dev - g[w].total / gib));
+        json_object_set_new(o, "used_fraction", json_real(dev > 0 ? g[w].total / gib / dev : 0));
+    }
+    free(g);
+    if (!o || json_object_set_new(report, "memory_per_gpu", o))
+        return cz_error_set(err, CZ_ENOMEM, "inspect: out of memory");
+    return CZ_OK;
+}
+
+int cz_plan_inspect(cz_report **out, const cz_plan *plan, const cz_inspect_options *opt,
+                    cz_error *err)
+{
+    cz_inspect_options o;
+    json_t *root = NULL;
+    if (!out || !plan)
+        return cz_error_set(err, CZ_EINVALID, "cz_plan_inspect: out and plan are required");
+    *out = NULL;
+    cz_inspect_options_init(&o);
+    if (opt)
+        o = *opt;
+    const cz_cluster *c = o.cluster;
+    if (c && (c->dp != plan->dp || c->tp != plan->tp || c->pp != plan->pp))
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "%s has DP %d x TP %d x PP %d but the plan was made for DP %d x TP "
+                            "%d x PP %d; give the cluster the plan was made for",
+                            c->source ? c->source : c->name, c->dp, c->tp, c->pp, plan->dp,
+                            plan->tp, plan->pp);
+    int rc = cz_plan_inspect_json(plan, o.top_n, &root, err);
+    if (rc == CZ_OK)
+        rc = add_memory(root, plan, c, err);
+    if (rc != CZ_OK) {
+        json_decref(root);
+        return rc;
+    }
+    return cz_report_wrap(out, root, 12, err);
+}
+
+void cz_diff_options_init(cz_diff_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->limit = 20;
+}
+
+int cz_plan_diff(cz_report **out, const cz_plan *a, const cz_plan *b, const cz_diff_options *opt,
+                 cz_error *err)
+{
+    cz_diff_options o;
+    json_t *root = NULL;
+    if (!out)
+        return cz_error_set(err, CZ_EINVALID, "cz_plan_diff: out is required");
+    *out = NULL;
+    cz_diff_options_init(&o);
+    if (opt)
+        o = *opt;
+    if (o.limit < 0)
+        return cz_error_set(err, CZ_EINVALID, "cz_plan_diff: limit %d; expected 0 (all) or more",
+                            o.limit);
+    /* The public 0 means "all", as validate's --limit; the internal function takes -1. */
+    int rc = cz_plan_diff_json(a, b, o.force, o.limit == 0 ? -1 : o.limit, &root, err);
+    if (rc != CZ_OK)
+        return rc;
+    return cz_report_wrap(out, root, 12, err);
+}
+
+void cz_sim_options_init(cz_sim_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->uneven = CZ_SIM_UNEVEN_ROOTED;
+    o->muon_tp = CZ_MUON_TP_DUPLICATED;
+}
+
+int cz_sim_result_report(cz_report **out, const cz_sim_result *r, cz_error *err)
+{
+    if (!out || !r)
+        return cz_error_set(err, CZ_EINVALID, "cz_sim_result_report: out and result are required");
+    *out = NULL;
+    json_t *busy = json_array();
+    for (int i = 0; busy && i < r->ngpus; i++)
+        if (json_array_append_new(busy, json_real(r->gpu_busy[i]))) {
+            json_decref(busy);
+            busy = NULL;
+        }
+    json_t *root =
+        busy
+            ? json_pack("{s:b, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
+                        "s:f, s:{s:i, s:i, s:i}, s:o}",
+                        "in_seconds", r->in_seconds, "pipelined", r->pipelined, "step_s", r->step_s,
+                        "grad_sync_s", r->grad_sync_s, "frag_gather_s", r->frag_gather_s, "local_s",
+                        r->local_s, "param_sync_s", r->param_sync_s, "optimizer_s", r->optimizer_s,
+                        "compute_s", r->compute_s, "tp_comm_s", r->tp_comm_s, "comm_s", r->comm_s,
+                        "exposed_comm_s", r->exposed_comm_s, "critical", "stage", r->critical_stage,
+                        "dp_rank", r->critical_dp, "tp_rank", r->critical_tp, "gpu_busy", busy)
+            : NULL;
+    return cz_report_wrap(out, root, 10, err);
+}
+
+void cz_render_options_init(cz_render_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->format = CZ_RENDER_SVG;
+    o->width = 1200;
+}
+
+int cz_plan_render(char **out, const cz_plan *plan, const cz_cluster *cluster,
+                   const cz_render_options *opt, cz_error *err)
+{
+    cz_render_options o;
+    cz_sim_result *sim = NULL;
+    if (!out || !plan)
+        return cz_error_set(err, CZ_EINVALID, "cz_plan_render: out and plan are required");
+    *out = NULL;
+    cz_render_options_init(&o);
+    if (opt)
+        o = *opt;
+    if (o.format != CZ_RENDER_SVG && o.format != CZ_RENDER_HTML)
+        return cz_error_set(err, CZ_EINVALID, "cz_plan_render: format %d; expected SVG or HTML",
+                            (int)o.format);
+    int rc = cz_plan_simulate(&sim, plan, cluster, o.sim, err);
+    if (rc != CZ_OK)
+        return rc;
+    cz_svg_options so = {.width = o.width,
+                         .cluster_name = cluster ? cluster->name : NULL,
+                         .sim_in_seconds = sim->in_seconds};
+    rc = o.format == CZ_RENDER_HTML ? cz_plan_render_html(out, plan, sim, &so, err)
+                                    : cz_plan_render_svg(out, plan, sim, &so, err);
+    cz_sim_result_free(sim);
+    return rc;
+}
+
+int cz_model_import_hf(char **out, const char *config_path, const cz_import_hf_options *opt,
+                       cz_error *err)
+{
+    cz_import_hf_options o;
+    json_t *model = NULL;
+    if (!out || !config_path)
+        return cz_error_set(err, CZ_EINVALID,
+                            "cz_model_import_hf: out and config_path are required");
+    *out = NULL;
+    cz_import_hf_options_init(&o);
+    if (opt)
+        o = *opt;
+    int rc = cz_import_hf_opts(&model, config_path, &o, err);
+    if (rc == CZ_OK)
+        rc = cz_model_json_format(out, model, err);
+    json_decref(model);
+    return rc;
+}
