@@ -310,6 +310,7 @@ int cz_cmd_simulate(int argc, char **argv)
                 s.tp = configs[i].tp;
                 s.layerwise_order = configs[i].order;
                 o.muon_tp = configs[i].muon_tp;
+                cz_cli_row_layout(&s);
             }
             cz_sim_result *sim = NULL;
             if (cz_plan_build(&plan, model, cluster, &s, &err) != CZ_OK ||
