@@ -250,8 +250,14 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
         for (int k = 0; k < 2 && !rc; k++) {
             float *state = k == 0 ? ex->adam_m[i] : ex->adam_v[i];
             for (int t = 0; t < ex->tp && !rc; t++) {
-                rc = transfer(ex, req, state, shards, p->numel, (int)grid[p->dp_owner * ex->tp + t],
-                              0, err);
+                /* Each DP rank's piece (the whole shard from its owner, or in a split layout
+                 * the pieces of the elementwise buffer's slices) lands at its place. */
+                for (int d = 0; d < ex->dp && !rc; d++) {
+                    int64_t lo, len = cz_exec_param_piece(plan, p, d, &lo);
+                    if (len > 0)
+                        rc = transfer(ex, req, state, root ? shards + lo : NULL, len,
+                                      (int)grid[d * ex->tp + t], 0, err);
+                }
                 if (!rc && root)
                     cz_shard_unpack(p, ex->tp, t, shards, (float *)(file + off));
             }
@@ -412,7 +418,7 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
     bool root = ex->world.rank == 0;
     char *data = NULL;
     size_t len = 0, ntensors = 0, *offs = NULL;
-    float *full = NULL;
+    float *full = NULL, *shard = NULL;
     int64_t *grid = NULL;
     cz_comm_req *req = NULL;
     int64_t steps = INT64_MAX, max_full, max_local;
@@ -422,10 +428,11 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
 
     int rc = check_usable(ex, "load_state", err);
     full = malloc((size_t)(max_full ? max_full : 1) * sizeof *full);
+    shard = malloc((size_t)(max_local ? max_local : 1) * sizeof *shard);
     offs = calloc(ntensors ? ntensors : 1, sizeof *offs);
     grid = calloc((size_t)(ex->dp * ex->tp), sizeof *grid);
     req = ex->world.ops->req_create(&ex->world);
-    if (!rc && (!full || !offs || !grid || !req))
+    if (!rc && (!full || !shard || !offs || !grid || !req))
         rc = cz_error_set(err, CZ_ENOMEM, "load_state: out of memory");
     if (!rc && root) {
         if (!path || !*path)
@@ -452,18 +459,30 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
         for (int j = 0; j < state_count(p) && !rc; j++, k++) {
             if (root) /* the file's data need not be aligned for floats: copy it out */
                 memcpy(full, data + offs[k], (size_t)n * sizeof *full);
-            /* Every TP rank of the owning DP rank gets the full tensor and keeps its part. */
-            for (int t = 0; t < ex->tp && !rc; t++) {
-                int dst = (int)grid[p->dp_owner * ex->tp + t];
-                rc = transfer(ex, req, full, full, n, 0, dst, err);
-                if (rc || ex->world.rank != dst)
+            /* Every TP rank of each DP rank holding a piece gets the full tensor and keeps its
+             * part (the owner of a whole parameter, or in a split layout every DP rank whose
+             * slice of the elementwise buffer holds a piece of it). */
+            for (int d = 0; d < ex->dp && !rc; d++) {
+                int64_t lo, len = cz_exec_param_piece(plan, p, d, &lo);
+                if (len == 0)
                     continue;
-                if (p->kind == CZ_KIND_MATRIX) {
-                    if (ex->momentum[i])
-                        memcpy(ex->momentum[i], full, (size_t)n * sizeof *full);
-                } else {
-                    cz_shard_pack(p, ex->tp, ex->tp_rank, full,
-                                  j == 0 ? ex->adam_m[i] : ex->adam_v[i]);
+                for (int t = 0; t < ex->tp && !rc; t++) {
+                    int dst = (int)grid[d * ex->tp + t];
+                    rc = transfer(ex, req, full, full, n, 0, dst, err);
+                    if (rc || ex->world.rank != dst)
+                        continue;
+                    if (p->kind == CZ_KIND_MATRIX) {
+                        if (ex->momentum[i])
+                            memcpy(ex->momentum[i], full, (size_t)n * sizeof *full);
+                        continue;
+                    }
+                    float *state = j == 0 ? ex->adam_m[i] : ex->adam_v[i];
+                    if (len == p->numel) {
+                        cz_shard_pack(p, ex->tp, ex->tp_rank, full, state);
+                    } else {
+                        cz_shard_pack(p, ex->tp, ex->tp_rank, full, shard);
+                        memcpy(state, shard + lo, (size_t)len * sizeof *state);
+                    }
                 }
             }
         }
@@ -477,6 +496,7 @@ out:
     free(offs);
     free(grid);
     free(full);
+    free(shard);
     free(data);
     return rc;
 }
