@@ -76,10 +76,11 @@ int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
         seconds[i] = c ? cz_cost_param_seconds(&d, &plan->settings, c, plan->dtype) : 0.0;
         state[i] = cz_state_bytes(&d, &plan->settings, tp);
         m->total_cost += p->cost;
-        /* A fragmented parameter is no atomic task: its pieces go to several DP ranks. */
-        double task = p->kind == CZ_KIND_MATRIX           ? p->cost
-                      : cz_plan_param_fragmented(plan, p) ? 0.0
-                                                          : p->cost / tp;
+        /* The split layout's elementwise parameters are no atomic tasks: their pieces go to
+         * several DP ranks. (The even baseline keeps the bound it always had.) */
+        double task = p->kind == CZ_KIND_MATRIX                  ? p->cost
+                      : plan->settings.layout == CZ_LAYOUT_SPLIT ? 0.0
+                                                                 : p->cost / tp;
         if (task > m->max_task_cost)
             m->max_task_cost = task;
         if (p->stage < 0 || p->stage >= pp)

@@ -151,6 +151,12 @@ nan)
     n=$(grep -c "gradient of 'decoder.layers.1.mlp.linear_fc2.weight' holds NaN" "$tmp/out" || true)
     [ "$n" -eq 4 ] || { echo "$dtype: expected 4 ranks to name the parameter, got $n"; exit 1; }
   done
+  # The same for an elementwise parameter cut between the DP ranks of a split-layout plan.
+  plan cpu-4-dp2-tp2 alpha rollback "$tmp/s.json" split
+  p=decoder.layers.1.self_attention.linear_qkv.layer_norm_weight
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/s.json" --model "$model" --steps 2 --inject-nan "$p"
+  n=$(grep -c "gradient of '$p' holds NaN or Inf (found in the evenly sliced" "$tmp/out" || true)
+  [ "$n" -eq 4 ] || { echo "split: expected 4 ranks to name the parameter, got $n"; exit 1; }
   ;;
 dump)
   # Dumped parameters read back with --init-dir continue the same run exactly.
