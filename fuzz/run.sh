@@ -83,12 +83,14 @@ for m in tests/data/model_tiny.json plans/models/test-small.json; do
     plan_seed plan_exec "$m" "$c"
     plan_seed plan_exec "$m" "$c" --dp anchored --tp sc
     plan_seed plan_exec "$m" "$c" --dp tpaware --tp slot --unit numel
+    plan_seed plan_exec "$m" "$c" --layout split
   done
   for c in tests/data/cluster_tiny.json plans/clusters/cpu-4-dp2-tp2.json; do
     plan_seed plan "$m" "$c"
     plan_seed plan "$m" "$c" --dp even --tp sc
     plan_seed plan "$m" "$c" --dp layerwise --tp none --optimizer shampoo
     plan_seed plan "$m" "$c" --optimizer soap --unit flops --tp single
+    plan_seed plan "$m" "$c" --layout split --dp anchored --tp slot
   done
 done
 

@@ -327,7 +327,8 @@ static int check_buffers(const cz_executor *ex, const ck_entry *e, size_t ne, cz
 {
     for (size_t i = 0; i < ne; i++) {
         const cz_plan_param *p = &ex->plan->params[e[i].param];
-        bool keeps = e[i].kind == CK_ADAM ? p->dp_owner == ex->dp_rank
+        int64_t lo;
+        bool keeps = e[i].kind == CK_ADAM ? cz_exec_param_piece(ex->plan, p, ex->dp_rank, &lo) > 0
                                           : hosts_matrix(ex, (size_t)e[i].param);
         if (keeps && !entry_buffer(ex, &e[i]))
             return cz_error_set(err, CZ_EINTERNAL,
@@ -413,11 +414,17 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
                        dst, err);
             continue;
         }
-        /* An AdamW moment: every TP rank's shard of the owning DP rank, put back together. */
+        /* An AdamW moment: every TP rank's shard, put back together from the pieces the DP
+         * ranks keep (the owner's whole shard, or in a split layout the pieces of the
+         * elementwise buffer's even slices). */
         for (int t = 0; t < ex->tp && !rc; t++) {
-            int src = (int)grid[p->dp_owner * ex->tp + t];
-            rc = fetch(ex, &b, ex->world.rank == src ? entry_buffer(ex, &e[i]) : NULL, p->numel,
-                       src, b.shard, err);
+            for (int d = 0; d < ex->dp && !rc; d++) {
+                int64_t lo, len = cz_exec_param_piece(plan, p, d, &lo);
+                int src = (int)grid[d * ex->tp + t];
+                if (len > 0)
+                    rc = fetch(ex, &b, ex->world.rank == src ? entry_buffer(ex, &e[i]) : NULL, len,
+                               src, root ? b.shard + lo : NULL, err);
+            }
             if (!rc && root)
                 cz_shard_unpack(p, ex->tp, t, b.shard, dst);
         }
@@ -573,8 +580,10 @@ out:
 }
 
 /* Puts a whole tensor (host memory, on this rank) into this rank's state: all of it for a
- * hosted tensor, this TP rank's part of an AdamW moment. */
-static int store(cz_executor *ex, ck_bufs *b, const ck_entry *e, const float *full, cz_error *err)
+ * hosted tensor; for an AdamW moment, the piece [lo, lo + len) of this TP rank's part (the
+ * whole part unless a split layout cuts the parameter between DP ranks). */
+static int store(cz_executor *ex, ck_bufs *b, const ck_entry *e, const float *full, int64_t lo,
+                 int64_t len, cz_error *err)
 {
     cz_compute *c = &ex->compute;
     float *buf = entry_buffer(ex, e);
@@ -584,7 +593,7 @@ static int store(cz_executor *ex, ck_bufs *b, const ck_entry *e, const float *fu
         return c->ops->upload(c, buf, full, (size_t)e->n * sizeof *full, err);
     const cz_plan_param *p = &ex->plan->params[e->param];
     cz_shard_pack(p, ex->tp, ex->tp_rank, full, b->shard);
-    return c->ops->upload(c, buf, b->shard, (size_t)p->numel * sizeof *full, err);
+    return c->ops->upload(c, buf, b->shard + lo, (size_t)len * sizeof *full, err);
 }
 
 int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
@@ -637,24 +646,29 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
         bool staged = false; /* rank 0's bounce buffer holds the tensor */
         if (root)            /* the file's data need not be aligned for floats: copy it out */
             memcpy(b.host, data + offs[i], bytes);
-        /* Every TP rank of the owning DP rank gets the whole tensor and keeps its part. */
-        for (int t = 0; t < ex->tp && !rc; t++) {
-            int dst = (int)grid[p->dp_owner * ex->tp + t];
-            if (dst == 0) {
-                if (root)
-                    rc = store(ex, &b, &e[i], b.host, err);
-                continue;
-            }
-            if (root && !staged) {
-                rc = ex->compute.ops->upload(&ex->compute, b.dev, b.host, bytes, err);
-                staged = true;
-            }
-            if (!rc)
-                rc = transfer(ex, b.req, b.dev, b.dev, e[i].n, 0, dst, err);
-            if (!rc && ex->world.rank == dst) {
-                rc = ex->compute.ops->download(&ex->compute, b.host, b.dev, bytes, err);
+        /* Every TP rank of each DP rank that keeps a piece of the parameter's state gets the
+         * whole tensor and keeps its part: the owner of a whole parameter, or in a split layout
+         * every DP rank whose slice of the elementwise buffer holds a piece of it. */
+        for (int d = 0; d < ex->dp && !rc; d++) {
+            int64_t lo, len = cz_exec_param_piece(plan, p, d, &lo);
+            for (int t = 0; t < ex->tp && len > 0 && !rc; t++) {
+                int dst = (int)grid[d * ex->tp + t];
+                if (dst == 0) {
+                    if (root)
+                        rc = store(ex, &b, &e[i], b.host, lo, len, err);
+                    continue;
+                }
+                if (root && !staged) {
+                    rc = ex->compute.ops->upload(&ex->compute, b.dev, b.host, bytes, err);
+                    staged = true;
+                }
                 if (!rc)
-                    rc = store(ex, &b, &e[i], b.host, err);
+                    rc = transfer(ex, b.req, b.dev, b.dev, e[i].n, 0, dst, err);
+                if (!rc && ex->world.rank == dst) {
+                    rc = ex->compute.ops->download(&ex->compute, b.host, b.dev, bytes, err);
+                    if (!rc)
+                        rc = store(ex, &b, &e[i], b.host, lo, len, err);
+                }
             }
         }
     }

@@ -519,9 +519,12 @@ struct cz_executor {
     void *flat_params, *flat_grads; /* NULL when bound per parameter */
     float *scratch;                 /* backend: max bucket range, for the reduce-scatter */
 
-    /* Owned parameters: every kind (ids ascending), and the elementwise ones. */
+    /* Owned parameters: every kind (ids ascending), and the elementwise ones. A split-layout
+     * plan's elementwise parameter is owned in part: the piece of it in my DP range. */
     int *owned, *owned_elem;
     int nowned, nowned_elem;
+    int64_t *piece_lo, *piece_len; /* indexed by param id: the owned piece, relative to the
+                                      parameter's start (0 and numel for a whole one) */
     double *stats;      /* backend: per owned parameter, sum of squares of its gradient */
     double *stats_host; /* host copy, read back once per step */
     /* Compute events the DP collectives wait for: gradients staged, parameters updated. */
@@ -575,6 +578,10 @@ void cz_exec_pipeline_free(cz_executor *ex);
 int cz_exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err);
 /* Offset of a parameter's local shard in the flat buffer. */
 int64_t cz_exec_param_offset(const cz_executor *ex, int param);
+/* The piece of parameter p that DP rank d updates, relative to p's start: the whole shard of
+ * an owned parameter, the part in d's range for a fragmented one (split layout), else none.
+ * Returns its length (0: none) and sets *lo. */
+int64_t cz_exec_param_piece(const cz_plan *plan, const cz_plan_param *p, int d, int64_t *lo);
 /* Opens the compute backend cfg->backend names, for the comm backend `comm`
  * (executor_backend.c). */
 int cz_exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char *comm,

@@ -11,6 +11,20 @@ int64_t cz_exec_param_offset(const cz_executor *ex, int param)
     return ex->plan->buckets[cz_exec_bucket_index(ex->plan, p->bucket)].offset + p->offset;
 }
 
+int64_t cz_exec_param_piece(const cz_plan *plan, const cz_plan_param *p, int d, int64_t *lo)
+{
+    *lo = 0;
+    if (!cz_plan_param_fragmented(plan, p))
+        return p->dp_owner == d ? p->numel : 0;
+    const int64_t *rg = plan->buckets[cz_exec_bucket_index(plan, p->bucket)].ranges;
+    int64_t s = p->offset > rg[2 * d] ? p->offset : rg[2 * d];
+    int64_t e = p->offset + p->numel < rg[2 * d + 1] ? p->offset + p->numel : rg[2 * d + 1];
+    if (e <= s)
+        return 0;
+    *lo = s - p->offset;
+    return e - s;
+}
+
 size_t cz_executor_buffer_numel(const cz_executor *ex)
 {
     return ex ? ex->buffer_numel : 0;
@@ -96,6 +110,8 @@ static int alloc_state(cz_executor *ex, cz_error *err)
     ex->soap_state = cz_exec_calloc(n, sizeof *ex->soap_state);
     ex->owned = cz_exec_calloc(n, sizeof *ex->owned);
     ex->owned_elem = cz_exec_calloc(n, sizeof *ex->owned_elem);
+    ex->piece_lo = cz_exec_calloc(n, sizeof *ex->piece_lo);
+    ex->piece_len = cz_exec_calloc(n, sizeof *ex->piece_len);
     ex->stats = c->ops->alloc(c, n * sizeof *ex->stats);
     ex->stats_host = cz_exec_calloc(n, sizeof *ex->stats_host);
     ex->ev_grads = c->ops->event_create(c);
@@ -104,7 +120,7 @@ static int alloc_state(cz_executor *ex, cz_error *err)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for compute events");
     if (!ex->param_ptr || !ex->grad_ptr || !ex->bound || !ex->adam_m || !ex->adam_v ||
         !ex->momentum || !ex->shampoo_state || !ex->soap_state || !ex->owned || !ex->owned_elem ||
-        !ex->stats || !ex->stats_host)
+        !ex->piece_lo || !ex->piece_len || !ex->stats || !ex->stats_host)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     int64_t maxrange = 1;
     for (size_t b = 0; b < plan->nbuckets; b++) {
@@ -120,14 +136,16 @@ static int alloc_state(cz_executor *ex, cz_error *err)
                             (long long)maxrange);
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        if (p->dp_owner != ex->dp_rank)
+        ex->piece_len[i] = cz_exec_param_piece(plan, p, ex->dp_rank, &ex->piece_lo[i]);
+        if (ex->piece_len[i] == 0 && p->dp_owner != ex->dp_rank)
             continue;
         ex->owned[ex->nowned++] = (int)i;
         if (p->def.kind != CZ_KIND_ELEMENTWISE)
             continue;
+        /* AdamW is elementwise: its moments of a piece are the piece of the whole's. */
         ex->owned_elem[ex->nowned_elem++] = (int)i;
-        ex->adam_m[i] = falloc(ex, p->numel);
-        ex->adam_v[i] = falloc(ex, p->numel);
+        ex->adam_m[i] = falloc(ex, ex->piece_len[i]);
+        ex->adam_v[i] = falloc(ex, ex->piece_len[i]);
         if (!ex->adam_m[i] || !ex->adam_v[i])
             return cz_error_set(err, CZ_ENOMEM, "out of memory for AdamW state of '%s'",
                                 p->def.name);
@@ -503,6 +521,8 @@ void cz_executor_free(cz_executor *ex)
     cz_exec_free(ex->soap_state);
     cz_exec_free(ex->owned);
     cz_exec_free(ex->owned_elem);
+    cz_exec_free(ex->piece_lo);
+    cz_exec_free(ex->piece_len);
     cz_exec_free(ex->stats_host);
     cz_exec_free(ex->param_ptr);
     cz_exec_free(ex->grad_ptr);

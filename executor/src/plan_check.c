@@ -144,6 +144,7 @@ uint64_t cz_exec_plan_fingerprint(const cz_plan *plan)
     FNV_VAL(h, plan->tp);
     FNV_VAL(h, plan->pp);
     FNV_VAL(h, plan->settings.tp);
+    FNV_VAL(h, plan->settings.layout);
     FNV_VAL(h, plan->nparams);
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
@@ -167,6 +168,7 @@ uint64_t cz_exec_plan_fingerprint(const cz_plan *plan)
     for (size_t b = 0; b < plan->nbuckets; b++) {
         FNV_VAL(h, plan->buckets[b].offset);
         FNV_VAL(h, plan->buckets[b].size);
+        FNV_VAL(h, plan->buckets[b].elementwise);
         for (int r = 0; r < 2 * plan->dp; r++)
             FNV_VAL(h, plan->buckets[b].ranges[r]);
     }

@@ -1,7 +1,8 @@
 /* One optimizer step: reduce-scatter over DP, finiteness check, AdamW on owned elementwise
- * shards, the matrix micro-group pipeline over TP, all-gather over DP. Data is touched only
- * through the compute ops; the one read-back of a step is the per-parameter sums of squares
- * of the owned gradients, after all reduce-scatters and before anything is updated. */
+ * shards (or their pieces in this rank's slice of a split layout's elementwise buffer), the matrix
+ * micro-group pipeline over TP, all-gather over DP. Data is touched only through the compute ops;
+ * the one read-back of a step is the per-parameter sums of squares of the owned gradients, after
+ * all reduce-scatters and before anything is updated. */
 #include "exec_internal.h"
 
 #include <math.h>
@@ -54,8 +55,9 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
     const cz_plan *plan = ex->plan;
     cz_compute *c = &ex->compute;
     for (int k = 0; k < ex->nowned; k++) {
-        const cz_plan_param *p = &plan->params[ex->owned[k]];
-        c->ops->sumsq(c, G + cz_exec_param_offset(ex, p->id), p->numel, &ex->stats[k]);
+        int i = ex->owned[k];
+        c->ops->sumsq(c, G + cz_exec_param_offset(ex, i) + ex->piece_lo[i], ex->piece_len[i],
+                      &ex->stats[k]);
     }
     int rc =
         c->ops->download(c, ex->stats_host, ex->stats, (size_t)ex->nowned * sizeof(double), err);
@@ -81,6 +83,12 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
         rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &bad, 1, err);
         if (rc)
             return rc;
+        if (bad != INT64_MAX && plan->params[bad].dp_owner < 0)
+            return cz_error_set(err, CZ_EINVALID,
+                                "step %lld: the averaged gradient of '%s' holds NaN or Inf (found "
+                                "in the evenly sliced elementwise buffer); no parameter was "
+                                "changed",
+                                (long long)(ex->steps + 1), plan->params[bad].def.name);
         if (bad != INT64_MAX)
             return cz_error_set(err, CZ_EINVALID,
                                 "step %lld: the averaged gradient of '%s' holds NaN or Inf (found "
@@ -94,9 +102,9 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
     if (max > 0.0f && ex->grad_norm > (double)max) {
         float f = (float)((double)max / (ex->grad_norm + 1e-6));
         for (int k = 0; k < ex->nowned; k++) {
-            const cz_plan_param *p = &plan->params[ex->owned[k]];
-            float *g = G + cz_exec_param_offset(ex, p->id);
-            c->ops->scale(c, g, g, p->numel, f);
+            int i = ex->owned[k];
+            float *g = G + cz_exec_param_offset(ex, i) + ex->piece_lo[i];
+            c->ops->scale(c, g, g, ex->piece_len[i], f);
         }
     }
     return CZ_OK;
@@ -203,9 +211,9 @@ int cz_executor_step(cz_executor *ex, cz_error *err)
     cz_adamw_args_make(&aw, &ex->adamw, ex->steps + 1);
     for (int k = 0; k < ex->nowned_elem; k++) {
         int i = ex->owned_elem[k];
-        int64_t off = cz_exec_param_offset(ex, i);
+        int64_t off = cz_exec_param_offset(ex, i) + ex->piece_lo[i];
         ex->compute.ops->adamw(&ex->compute, P + off, G + off, ex->adam_m[i], ex->adam_v[i],
-                               ex->plan->params[i].numel, &aw);
+                               ex->piece_len[i], &aw);
     }
     t0 = cz_exec_now();
     t.elementwise = t0 - t1;

@@ -25,6 +25,7 @@ const struct option cz_cli_settings_options[] = {
     {"max-precond-dim", required_argument, NULL, CZ_OPT_MAX_PRECOND_DIM},
     {"precondition-frequency", required_argument, NULL, CZ_OPT_PRECOND_FREQ},
     {"tpaware-time-limit", required_argument, NULL, CZ_OPT_TPAWARE_TIME_LIMIT},
+    {"layout", required_argument, NULL, CZ_OPT_LAYOUT},
     CZ_CLI_CLUSTER_SIZE_OPTIONS,
     {NULL, 0, NULL, 0},
 };
@@ -137,6 +138,12 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
             return bad_value(cmd, "time-limit", value, "a positive number of seconds");
         s->time_limit_s = d;
         return 0;
+    case CZ_OPT_LAYOUT:
+        return cz_layout_parse(value, &s->layout)
+                   ? bad_value(cmd, "layout", value,
+                               "unified (one gradient buffer) or split (matrix parameters in a "
+                               "buffer of their own, as the paper's reference code)")
+                   : 0;
     case CZ_OPT_TPAWARE_TIME_LIMIT:
         if (parse_double(value, 0.001, 1e6, &d))
             return bad_value(cmd, "tpaware-time-limit", value, "CPU seconds from 0.001 to 1e6");
@@ -235,6 +242,12 @@ void cz_cli_settings_help(FILE *f, double time_limit_default)
         "                        reduce-scattered, other parameters under ZeRO-1), pingpong\n"
         "                        (forward order, ping-pong; not Megatron's) or lpt (largest\n"
         "                        first to the least-loaded rank)\n"
+        "  --layout NAME         gradient buffer layout: unified (default; every parameter in\n"
+        "                        one buffer, partitioned by --dp) or split (the paper's\n"
+        "                        reference code: matrix parameters in a buffer of their own,\n"
+        "                        partitioned by --dp alpha or anchored; elementwise parameters\n"
+        "                        in an evenly sliced ZeRO-1 buffer); in simulate's and\n"
+        "                        compare's tables it applies to the alpha and anchored rows\n"
         "  --tp NAME             TP micro-group strategy: rollback (default; greedy rollback),\n"
         "                        slot, single, none, or sc (synchronous compute baseline)\n"
         "  --capacity C          micro-group capacity in the cost unit; 0 (default) = automatic:\n"
@@ -462,4 +475,10 @@ fail:
     *model = NULL;
     *cluster = NULL;
     return 1;
+}
+
+void cz_cli_row_layout(cz_settings *s)
+{
+    if ((s->dp != CZ_DP_ALPHA && s->dp != CZ_DP_ANCHORED) || s->solver != CZ_SOLVER_GREEDY)
+        s->layout = CZ_LAYOUT_UNIFIED;
 }

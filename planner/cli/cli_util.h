@@ -28,6 +28,7 @@ enum {
     CZ_OPT_MAX_PRECOND_DIM,
     CZ_OPT_PRECOND_FREQ,
     CZ_OPT_TPAWARE_TIME_LIMIT,
+    CZ_OPT_LAYOUT,
     CZ_OPT_DP_SIZE,
     CZ_OPT_TP_SIZE,
     CZ_OPT_PP_SIZE,
@@ -52,7 +53,7 @@ enum {
 /* getopt_long entries for the options above, terminated by a zero entry so that commands can
  * append them to their own table with cz_cli_options_concat. */
 extern const struct option cz_cli_settings_options[];
-#define CZ_CLI_SETTINGS_OPTION_COUNT 21
+#define CZ_CLI_SETTINGS_OPTION_COUNT 22
 
 /* Fills out[] with the command's own nown options followed by the settings options and the
  * terminating zero entry; out must hold nown + CZ_CLI_SETTINGS_OPTION_COUNT + 1 entries. */
@@ -110,5 +111,9 @@ int cz_cli_require_inputs(const char *cmd, int argc, char **argv, int optind_now
 int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *cluster_path,
                        const struct cz_cluster_sizes *sizes, cz_model **model,
                        cz_cluster **cluster);
+
+/* The table commands (simulate, compare) build one plan per row: --layout split applies to
+ * the rows it can take (greedy alpha and anchored); the other rows keep the unified buffer. */
+void cz_cli_row_layout(cz_settings *s);
 
 #endif

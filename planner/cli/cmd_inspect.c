@@ -62,6 +62,10 @@ static void print_text(const cz_plan *p, json_t *r, int all)
     printf(", tp %s (capacity %s), solver %s, seed %llu\n", cz_cli_jstr(s, "tp"),
            cz_cli_format_cost(a, sizeof a, p->capacity_used, u), cz_cli_jstr(s, "solver"),
            (unsigned long long)p->settings.seed);
+    if (p->settings.layout == CZ_LAYOUT_SPLIT)
+        printf("layout    split: matrix parameters in a buffer of their own; elementwise "
+               "parameters in an evenly sliced buffer, cut between DP ranks (not counted "
+               "below)\n");
     printf("params    %d (%d matrix), %d buckets; costs in %s\n", cz_cli_jint(sum, "params"),
            cz_cli_jint(sum, "matrices"), cz_cli_jint(sum, "buckets"), cz_cli_jstr(r, "unit"));
     if (p->dp_fell_back)

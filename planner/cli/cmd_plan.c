@@ -99,8 +99,18 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
         fprintf(out, " (%s order)", cz_layerwise_order_name(s->layerwise_order));
     fprintf(out, ", tp %s (capacity %s), solver %s\n", cz_tp_strategy_name(s->tp),
             cz_cli_format_cost(a, sizeof a, p->capacity_used, u), cz_solver_name(s->solver));
-    fprintf(out, "buckets  %zu (size %lld elements, align %lld)\n", p->nbuckets,
+    fprintf(out, "buckets  %zu (size %lld elements, align %lld)", p->nbuckets,
             (long long)p->bucket_size, (long long)p->bucket_align);
+    if (s->layout == CZ_LAYOUT_SPLIT) {
+        size_t ew = 0;
+        for (size_t b = 0; b < p->nbuckets; b++)
+            ew += p->buckets[b].elementwise != 0;
+        fprintf(out,
+                "; split layout: %zu in the evenly sliced elementwise buffer, %zu in the "
+                "matrix buffer",
+                ew, p->nbuckets - ew);
+    }
+    fprintf(out, "\n");
     if (p->dp_fell_back)
         fprintf(
             out,
@@ -217,8 +227,10 @@ static int print_json_summary(const cz_plan *p, const cz_cluster *c, const char 
         p->solver_seconds, "solver_phases", "dp_status", cz_solve_status_name(p->solver_status_dp),
         "dp_gap", p->solver_gap_dp, "tp_status", cz_solve_status_name(p->solver_status_tp),
         "tp_gap", p->solver_gap_tp);
+    json_t *settings = o ? json_object_get(o, "settings") : NULL;
     json_t *mem = o ? memory_json(p, c) : NULL;
-    if (!o || !mem || json_object_set_new(o, "memory_per_gpu", mem)) {
+    if (!o || !mem || json_object_set_new(o, "memory_per_gpu", mem) || !settings ||
+        json_object_set_new(settings, "layout", json_string(cz_layout_name(p->settings.layout)))) {
         json_decref(o);
         fprintf(stderr, "canzona plan: out of memory\n");
         return 1;

@@ -59,6 +59,7 @@ typedef struct sim_row {
     cz_tp_strategy tp;
     cz_layerwise_order order;
     cz_muon_tp_mode muon_tp;
+    cz_layout layout;
     double dp_imbalance, mk_over_lb;
     cz_sim_result *sim;
 } sim_row;
@@ -73,7 +74,7 @@ static json_t *row_json(const sim_row *r, const sim_row *base)
     const cz_sim_result *s = r->sim;
     return json_pack(
         "{s:s, s:s, s:s, s:s, s:s, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
-        "s:f, s:b, s:f, s:f}",
+        "s:f, s:b, s:f, s:f, s:f, s:s}",
         "name", r->label, "dp", cz_dp_strategy_name(r->dp), "tp", cz_tp_strategy_name(r->tp),
         "layerwise_order", r->dp == CZ_DP_LAYERWISE ? cz_layerwise_order_name(r->order) : "",
         "muon_tp", cz_muon_tp_mode_name(r->muon_tp), "same_update",
@@ -85,7 +86,7 @@ static json_t *row_json(const sim_row *r, const sim_row *base)
         "update_speedup",
         ratio(base->sim->frag_gather_s + base->sim->local_s, s->frag_gather_s + s->local_s),
         "optimizer_speedup", ratio(base->sim->optimizer_s, s->optimizer_s), "step_speedup",
-        ratio(base->sim->step_s, s->step_s));
+        ratio(base->sim->step_s, s->step_s), "layout", cz_layout_name(r->layout));
 }
 
 static int print_rows(const sim_row *rows, int n, const char *model, const char *cluster, int json)
@@ -130,6 +131,16 @@ static int print_rows(const sim_row *rows, int n, const char *model, const char 
                ratio(base->sim->optimizer_s, s->optimizer_s), ratio(base->sim->step_s, s->step_s));
     }
     for (int i = 0; i < n; i++)
+        if (rows[i].layout == CZ_LAYOUT_SPLIT) {
+            printf("\nsplit buffer layout (matrix parameters in a buffer of their own, elementwise "
+                   "ones evenly sliced) in the rows:");
+            for (int j = i; j < n; j++)
+                if (rows[j].layout == CZ_LAYOUT_SPLIT)
+                    printf(" %s", rows[j].label);
+            printf("\n");
+            break;
+        }
+    for (int i = 0; i < n; i++)
         if (rows[i].muon_tp == CZ_MUON_TP_BLOCKWISE) {
             printf("\n* blockwise orthogonalizes each TP shard on its own: cheaper, and not the "
                    "same update as the other rows.\n");
@@ -144,6 +155,7 @@ static void row_fill(sim_row *r, const cz_plan *plan, cz_sim_result *sim, cz_muo
     r->tp = plan->settings.tp;
     r->order = plan->settings.layerwise_order;
     r->muon_tp = mode;
+    r->layout = plan->settings.layout;
     r->dp_imbalance = plan->metrics.dp_imbalance;
     r->mk_over_lb =
         plan->metrics.lower_bound > 0 ? plan->metrics.tp_makespan / plan->metrics.lower_bound : 1.0;
@@ -310,6 +322,7 @@ int cz_cmd_simulate(int argc, char **argv)
                 s.tp = configs[i].tp;
                 s.layerwise_order = configs[i].order;
                 o.muon_tp = configs[i].muon_tp;
+                cz_cli_row_layout(&s);
             }
             cz_sim_result *sim = NULL;
             if (cz_plan_build(&plan, model, cluster, &s, &err) != CZ_OK ||

@@ -105,6 +105,14 @@ typedef enum cz_layerwise_order {
 
 typedef enum cz_solver { CZ_SOLVER_GREEDY = 0, CZ_SOLVER_ILP = 1 } cz_solver;
 
+/* How a stage's gradient buffer is laid out. */
+typedef enum cz_layout {
+    CZ_LAYOUT_UNIFIED = 0, /* every parameter in one buffer, every bucket partitioned by --dp */
+    CZ_LAYOUT_SPLIT = 1    /* the paper's reference code: matrix parameters in a buffer of their
+                              own, partitioned by --dp; elementwise parameters in an evenly
+                              sliced ZeRO-1 buffer, a parameter possibly cut between DP ranks */
+} cz_layout;
+
 /* Progress of a long-running solve (the ILP solvers), reported at most once per second once
  * the solve has run for a second. Values are in the plan's cost unit; NAN when not known yet. */
 typedef struct cz_progress {
@@ -143,6 +151,7 @@ typedef struct cz_settings {
                                   * none. The library never prints; the CLI shows a line on
                                   * stderr. Not recorded in the plan (cleared in its copy). */
     void *progress_payload;      /* passed to progress as is */
+    cz_layout layout;            /* default unified */
 } cz_settings;
 
 #define CZ_SETTINGS_VERSION 1
@@ -158,6 +167,7 @@ const char *cz_dp_strategy_name(cz_dp_strategy v);
 const char *cz_tp_strategy_name(cz_tp_strategy v);
 const char *cz_layerwise_order_name(cz_layerwise_order v);
 const char *cz_solver_name(cz_solver v);
+const char *cz_layout_name(cz_layout v);
 /* Parse a name; return 0 and set *out, or CZ_EINVALID when the name is unknown. */
 int cz_dtype_parse(const char *name, cz_dtype *out);
 int cz_optimizer_parse(const char *name, cz_optimizer *out);
@@ -166,6 +176,7 @@ int cz_dp_strategy_parse(const char *name, cz_dp_strategy *out);
 int cz_tp_strategy_parse(const char *name, cz_tp_strategy *out);
 int cz_layerwise_order_parse(const char *name, cz_layerwise_order *out);
 int cz_solver_parse(const char *name, cz_solver *out);
+int cz_layout_parse(const char *name, cz_layout *out);
 
 typedef struct cz_model cz_model;
 typedef struct cz_cluster cz_cluster;

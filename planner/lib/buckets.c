@@ -5,6 +5,9 @@
  * holds at least `size` elements (the parameter that crosses the size stays in it); each bucket is
  * padded at its end to a multiple of dp so that an even reduce-scatter is possible.
  *
+ * In the split layout (the paper's reference code) each stage has two buffers, bucketed
+ * separately: the elementwise parameters' first, then the matrix parameters'.
+ *
  * Alignment is relative to the bucket's start: offsets in the plan are bucket-relative, so a
  * bucket is self-contained (its start in the stage buffer is a multiple of dp, not of align).
  */
@@ -40,7 +43,7 @@ static int layout_overflow(const cz_plan *plan, int stage, const cz_plan_param *
 }
 
 static int bucket_push(cz_plan *plan, size_t *cap, int stage, int64_t offset, int64_t size,
-                       cz_error *err)
+                       int elementwise, cz_error *err)
 {
     if (plan->nbuckets == *cap) {
         size_t ncap = *cap ? 2 * *cap : 8;
@@ -55,6 +58,7 @@ static int bucket_push(cz_plan *plan, size_t *cap, int stage, int64_t offset, in
     b->stage = stage;
     b->offset = offset;
     b->size = size;
+    b->elementwise = elementwise;
     b->ranges = calloc(2 * (size_t)plan->dp, sizeof *b->ranges);
     if (!b->ranges)
         return cz_error_set(err, CZ_ENOMEM, "out of memory laying out buckets");
@@ -62,49 +66,70 @@ static int bucket_push(cz_plan *plan, size_t *cap, int stage, int64_t offset, in
     return CZ_OK;
 }
 
+/* Lays out the parameters of one stage whose kind passes `want` (-1: every parameter) into
+ * buckets from *start on, in reverse registration order; `elementwise` marks the buckets. */
+static int layout_pass(cz_plan *plan, size_t *cap, int stage, int want, int elementwise,
+                       int64_t *start, cz_error *err)
+{
+    int rc = CZ_OK;
+    int64_t size = plan->bucket_size > 0 ? plan->bucket_size : 1;
+    int64_t align = plan->bucket_align > 0 ? plan->bucket_align : 1;
+    int64_t used = 0; /* elements used in the open bucket */
+    int open = 0;
+    const cz_plan_param *last = NULL;
+    for (size_t k = plan->nparams; k-- > 0;) {
+        cz_plan_param *p = &plan->params[k];
+        if (p->stage != stage || (want >= 0 && (int)p->def.kind != want))
+            continue;
+        int64_t off, padded;
+        last = p;
+        if (!round_up(used, align, &off) || __builtin_add_overflow(off, p->numel, &used))
+            return layout_overflow(plan, stage, p, err);
+        p->offset = off;
+        p->bucket = (int)plan->nbuckets;
+        open = 1;
+        if (used >= size) {
+            if (!round_up(used, plan->dp, &padded) || *start > INT64_MAX - padded)
+                return layout_overflow(plan, stage, p, err);
+            if ((rc = bucket_push(plan, cap, stage, *start, padded, elementwise, err)) != CZ_OK)
+                return rc;
+            *start += padded;
+            used = 0;
+            open = 0;
+        }
+    }
+    if (open) {
+        int64_t padded;
+        if (!round_up(used, plan->dp, &padded) || *start > INT64_MAX - padded)
+            return layout_overflow(plan, stage, last, err);
+        if ((rc = bucket_push(plan, cap, stage, *start, padded, elementwise, err)) != CZ_OK)
+            return rc;
+        *start += padded;
+    }
+    return CZ_OK;
+}
+
 int cz_buckets_layout(cz_plan *plan, cz_error *err)
 {
     int rc = CZ_OK;
     size_t cap = 0;
-    int64_t size = plan->bucket_size > 0 ? plan->bucket_size : 1;
-    int64_t align = plan->bucket_align > 0 ? plan->bucket_align : 1;
     for (size_t i = 0; i < plan->nbuckets; i++)
         free(plan->buckets[i].ranges);
     free(plan->buckets);
     plan->buckets = NULL;
     plan->nbuckets = 0;
     for (int stage = 0; stage < plan->pp; stage++) {
-        int64_t start = 0; /* this bucket's start in the stage's buffer */
-        int64_t used = 0;  /* elements used in the open bucket */
-        int open = 0;
-        const cz_plan_param *last = NULL;
-        for (size_t k = plan->nparams; k-- > 0;) {
-            cz_plan_param *p = &plan->params[k];
-            if (p->stage != stage)
-                continue;
-            int64_t off, padded;
-            last = p;
-            if (!round_up(used, align, &off) || __builtin_add_overflow(off, p->numel, &used))
-                return layout_overflow(plan, stage, p, err);
-            p->offset = off;
-            p->bucket = (int)plan->nbuckets;
-            open = 1;
-            if (used >= size) {
-                if (!round_up(used, plan->dp, &padded) || start > INT64_MAX - padded)
-                    return layout_overflow(plan, stage, p, err);
-                if ((rc = bucket_push(plan, &cap, stage, start, padded, err)) != CZ_OK)
-                    return rc;
-                start += padded;
-                used = 0;
-                open = 0;
-            }
-        }
-        if (open) {
-            int64_t padded;
-            if (!round_up(used, plan->dp, &padded) || start > INT64_MAX - padded)
-                return layout_overflow(plan, stage, last, err);
-            if ((rc = bucket_push(plan, &cap, stage, start, padded, err)) != CZ_OK)
+        int64_t start = 0; /* the next bucket's start in the stage's buffer */
+        if (plan->settings.layout == CZ_LAYOUT_SPLIT) {
+            /* The reference code's DDP allocates the ordinary (dense) buffer first, then the
+             * matrix-optimizer buffer; each is bucketed on its own, so a bucket never mixes the
+             * two. Here the two follow each other in the stage's buffer. */
+            if ((rc = layout_pass(plan, &cap, stage, CZ_KIND_ELEMENTWISE, 1, &start, err)) !=
+                    CZ_OK ||
+                (rc = layout_pass(plan, &cap, stage, CZ_KIND_MATRIX, 0, &start, err)) != CZ_OK)
                 return rc;
+        } else if ((rc = layout_pass(plan, &cap, stage, -1, 0, &start, err)) != CZ_OK) {
+            return rc;
         }
     }
     /* What every partitioner relies on: each parameter lies inside a bucket of its own stage. */

@@ -13,6 +13,7 @@ extern const char *const cz_dp_strategy_names[];
 extern const char *const cz_tp_strategy_names[];
 extern const char *const cz_layerwise_order_names[];
 extern const char *const cz_solver_names[];
+extern const char *const cz_layout_names[];
 extern const char *const cz_muon_tp_mode_names[];
 extern const char *const cz_kind_names[];         /* cz_param_kind: "matrix", "elementwise" */
 extern const char *const cz_solve_status_names[]; /* CZ_SOLVE_* */

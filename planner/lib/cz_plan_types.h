@@ -89,7 +89,9 @@ typedef struct cz_plan_param {
     int64_t offset;         /* start of the local shard relative to its bucket's start */
     int64_t numel;          /* local elements */
     double cost;            /* total work for this parameter across its TP group, cost unit */
-    int dp_owner;           /* -1 only under the even strategy */
+    int dp_owner;           /* -1 under the even strategy, and for the elementwise parameters
+                               of a split-layout plan (cut between DP ranks:
+                               cz_plan_param_fragmented) */
 } cz_plan_param;
 
 typedef struct cz_plan_bucket {
@@ -98,6 +100,9 @@ typedef struct cz_plan_bucket {
     int64_t offset;  /* start in the stage's whole local buffer */
     int64_t size;    /* including padding */
     int64_t *ranges; /* 2*dp values: [start, end) per DP rank, relative to bucket start */
+    int elementwise; /* split layout: 1 for a bucket of the evenly sliced elementwise buffer
+                        (ranges = even slices; its parameters have dp_owner -1), 0 for one of
+                        the matrix buffer; always 0 in the unified layout */
 } cz_plan_bucket;
 
 /* One micro-group: tasks (param ids) each assigned to a slot (TP rank that hosts it). */
@@ -164,6 +169,15 @@ struct cz_plan {
     cz_rank_schedule *schedules;
     cz_plan_metrics metrics;
 };
+
+/* Whether parameter p is updated in pieces, each DP rank the part of it in its range (ZeRO-1),
+ * instead of whole by one owner: every parameter under the even strategy, and the elementwise
+ * parameters of a split-layout plan (they live in the evenly sliced buffer). */
+static inline int cz_plan_param_fragmented(const cz_plan *plan, const cz_plan_param *p)
+{
+    return plan->settings.dp == CZ_DP_EVEN ||
+           (plan->settings.layout == CZ_LAYOUT_SPLIT && p->def.kind == CZ_KIND_ELEMENTWISE);
+}
 
 /* ---- model limits (model_io.c), shared by the importer so that it writes only what loads ---- */
 /* Parameters after repeat expansion: bounds the expansion of a hostile file. */

@@ -18,12 +18,17 @@
  *            elements (alpha_numel_loads, as the reference code) or in the cost unit. The result
  *            is kept only when its per-rank cost max/mean is no worse than anchored's (decided
  *            per stage); otherwise anchored is kept and plan->dp_fell_back is set.
+ *
  *  layerwise whole parameters dealt to ranks: Megatron-LM's first released layer-wise rule
  *            (see megatron_stage), its current rule for the matrices with the rest under
  *            ZeRO-1 (megatron_layerwise.c), ping-pong in forward order, or longest processing
  *            time first; ranges stay the even slices: the first rule all-reduces gradients, and
  *            the current one reduce-scatters buckets of its own layout, which the simulator
  *            recomputes.
+ *
+ * In the split layout the buckets of the elementwise buffer keep the even slices under every
+ * strategy and their parameters are fragmented (dp_owner = -1); the strategy partitions the
+ * matrix buffer's buckets.
  */
 #include "cz_algorithms.h"
 
@@ -194,7 +199,9 @@ static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_erro
     }
     double total = 0.0;
     for (size_t b = 0; b < plan->nbuckets; b++) {
-        if (plan->buckets[b].stage != stage)
+        /* The split layout's elementwise buffer stays evenly sliced: it adds the same load to
+         * every rank, so balancing the matrix buffer alone balances the sum. */
+        if (plan->buckets[b].stage != stage || plan->buckets[b].elementwise)
             continue;
         order[nb].id = (int)b;
         order[nb].size = plan->buckets[b].size;
@@ -421,24 +428,21 @@ int cz_dp_partition(cz_plan *plan, cz_error *err)
         goto done;
     }
     for (size_t b = 0; b < plan->nbuckets; b++) {
-        switch (strategy) {
-        case CZ_DP_EVEN:
-        case CZ_DP_LAYERWISE:
+        if (strategy == CZ_DP_EVEN || strategy == CZ_DP_LAYERWISE || plan->buckets[b].elementwise) {
             even_cuts(plan->buckets[b].size, dp, cuts);
             rc = cuts_apply(plan, &bi, (int)b, cuts, err);
-            break;
-        default:
+        } else {
             rc = anchored_bucket(plan, &bi, (int)b, cuts, err);
-            break;
         }
         if (rc != CZ_OK)
             goto done;
     }
-    if (strategy == CZ_DP_EVEN) {
-        for (size_t i = 0; i < plan->nparams; i++)
+    /* Fragmented parameters have no single owner. */
+    for (size_t i = 0; i < plan->nparams; i++)
+        if (cz_plan_param_fragmented(plan, &plan->params[i]))
             plan->params[i].dp_owner = -1;
+    if (strategy == CZ_DP_EVEN)
         goto done;
-    }
     for (int stage = 0; stage < plan->pp; stage++) {
         if (strategy == CZ_DP_LAYERWISE) {
             if ((rc = layerwise_stage(plan, stage, err)) != CZ_OK)

@@ -51,14 +51,15 @@ static json_t *settings_json(const cz_plan *p)
 {
     const cz_settings *s = &p->settings;
     return json_pack(
-        "{s:s, s:s, s:s, s:f, s:b, s:s, s:s, s:f, s:f, s:s, s:I, s:b}", "optimizer",
+        "{s:s, s:s, s:s, s:f, s:b, s:s, s:s, s:f, s:f, s:s, s:I, s:b, s:s}", "optimizer",
         or_unknown(cz_optimizer_name(s->optimizer)), "unit", or_unknown(cz_unit_name(s->unit)),
         "dp", or_unknown(cz_dp_strategy_name(s->dp)), "alpha", s->alpha, "alpha_numel_loads",
         s->alpha_numel_loads != 0, "layerwise_order",
         or_unknown(cz_layerwise_order_name(s->layerwise_order)), "tp",
         or_unknown(cz_tp_strategy_name(s->tp)), "capacity", s->capacity, "capacity_used",
         p->capacity_used, "solver", or_unknown(cz_solver_name(s->solver)), "seed",
-        (json_int_t)s->seed, "dp_fell_back", p->dp_fell_back != 0);
+        (json_int_t)s->seed, "dp_fell_back", p->dp_fell_back != 0, "layout",
+        or_unknown(cz_layout_name(s->layout)));
 }
 
 /* Params a DP rank works on: those it owns, or under the even strategy (which owns nothing

@@ -16,9 +16,9 @@
 
 static double share_owned(const cz_plan *plan, const cz_plan_param *p, int r)
 {
-    if (plan->settings.dp != CZ_DP_EVEN)
+    if (!cz_plan_param_fragmented(plan, p))
         return p->dp_owner == r ? 1.0 : 0.0;
-    /* even: the part of the parameter inside rank r's equal slice of its bucket */
+    /* even, or split layout's elementwise buffer: the part inside rank r's slice */
     if (p->bucket < 0 || (size_t)p->bucket >= plan->nbuckets || p->numel <= 0)
         return 0.0;
     const int64_t *rg = plan->buckets[p->bucket].ranges;

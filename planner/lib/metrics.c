@@ -4,10 +4,12 @@
  *
  * Under the even baseline parameters are fragmented: a DP rank is charged the full cost of every
  * matrix its range touches (it must gather and update it) and the share of each elementwise
- * parameter proportional to the elements of it in its range. Under every other strategy a DP rank
- * is charged what it owns. Elementwise work and state are spread evenly over the TP ranks.
+ * parameter proportional to the elements of it in its range; the split layout's elementwise
+ * parameters are charged the same way. Under every other strategy a DP rank is charged what it
+ * owns. Elementwise work and state are spread evenly over the TP ranks.
  *
- * lower_bound = max(total / GPUs, largest task) bounds every plan that keeps parameters whole.
+ * lower_bound = max(total / GPUs, largest task) bounds every plan that keeps parameters whole;
+ * the split layout's fragmented elementwise parameters are not tasks.
  * The even baseline splits elementwise parameters across DP ranks, so its makespan can fall
  * below the largest elementwise task; only total / GPUs bounds it.
  */
@@ -27,7 +29,7 @@ static double ratio_max_mean(const double *v, size_t n)
 }
 
 /* Fraction of parameter p's local shard that lies in DP rank r's range: 1 or 0 for an owned
- * parameter, the overlap share under the even baseline. */
+ * parameter, the overlap share for a fragmented one (even baseline, split layout). */
 static double share_of(const cz_plan *plan, const cz_plan_param *p, int r)
 {
     /* Megatron's current layer-wise rule leaves the non-Muon parameters to ZeRO-1: every rank
@@ -36,7 +38,7 @@ static double share_of(const cz_plan *plan, const cz_plan_param *p, int r)
         plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON_AUG26 &&
         p->def.kind != CZ_KIND_MATRIX)
         return 1.0 / plan->dp;
-    if (plan->settings.dp != CZ_DP_EVEN)
+    if (!cz_plan_param_fragmented(plan, p))
         return p->dp_owner == r ? 1.0 : 0.0;
     if (p->bucket < 0 || (size_t)p->bucket >= plan->nbuckets || p->numel <= 0)
         return 0.0;
@@ -74,7 +76,11 @@ int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
         seconds[i] = c ? cz_cost_param_seconds(&p->def, &plan->settings, c, plan->dtype) : 0.0;
         state[i] = cz_state_bytes(&p->def, &plan->settings, tp);
         m->total_cost += p->cost;
-        double task = p->def.kind == CZ_KIND_MATRIX ? p->cost : p->cost / tp;
+        /* The split layout's elementwise parameters are no atomic tasks: their pieces go to
+         * several DP ranks. (The even baseline keeps the bound it always had.) */
+        double task = p->def.kind == CZ_KIND_MATRIX              ? p->cost
+                      : plan->settings.layout == CZ_LAYOUT_SPLIT ? 0.0
+                                                                 : p->cost / tp;
         if (task > m->max_task_cost)
             m->max_task_cost = task;
         if (p->stage < 0 || p->stage >= pp)

@@ -46,7 +46,7 @@ static json_t *settings_flat(const cz_plan *p)
 {
     const cz_settings *s = &p->settings;
     return json_pack("{s:s, s:s, s:s, s:f, s:b, s:s, s:s, s:f, s:f, s:s, s:f, s:I, s:i, s:i, "
-                     "s:i, s:b, s:I, s:I}",
+                     "s:i, s:b, s:I, s:I, s:s}",
                      "optimizer", str_or(cz_optimizer_name(s->optimizer)), "unit",
                      str_or(cz_unit_name(s->unit)), "dp", str_or(cz_dp_strategy_name(s->dp)),
                      "alpha", s->alpha, "alpha_numel_loads", s->alpha_numel_loads != 0,
@@ -56,7 +56,8 @@ static json_t *settings_flat(const cz_plan *p)
                      s->time_limit_s, "seed", (json_int_t)s->seed, "ns_steps", s->ns_steps,
                      "max_precond_dim", s->max_precond_dim, "precondition_frequency",
                      s->precondition_frequency, "dp_fell_back", p->dp_fell_back != 0, "bucket_size",
-                     (json_int_t)p->bucket_size, "bucket_align", (json_int_t)p->bucket_align);
+                     (json_int_t)p->bucket_size, "bucket_align", (json_int_t)p->bucket_align,
+                     "layout", str_or(cz_layout_name(s->layout)));
 }
 
 static int add_settings(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)

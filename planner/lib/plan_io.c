@@ -97,6 +97,9 @@ static json_t *w_str(writer *w, const char *s, const char *what)
     return json_string(s);
 }
 
+/* A split-layout bucket's buffer (cz_plan_bucket.elementwise, 0 or 1) as the plan spells it. */
+static const char *const bucket_buffer_names[] = {"matrix", "elementwise", NULL};
+
 /* settings.alpha_numel_loads, 0 or 1, as the plan file spells it. */
 static const char *const alpha_loads_names[] = {"cost", "numel", NULL};
 
@@ -147,6 +150,11 @@ static json_t *build_settings(writer *w, const cz_plan *p)
     w_set(w, o, "precondition_frequency", json_integer(s->precondition_frequency));
     w_set(w, o, "dp_fell_back", json_boolean(p->dp_fell_back));
     w_set(w, o, "dp_numel_cuts", json_boolean(p->dp_numel_cuts));
+    /* Only split-layout plans name their layout, so unified plans stay byte for byte what
+     * earlier versions wrote, and an earlier reader refuses a split plan by its unknown key
+     * instead of running it as a unified one. */
+    if (s->layout != CZ_LAYOUT_UNIFIED)
+        w_set(w, o, "layout", w_str(w, cz_layout_name(s->layout), "settings.layout"));
     return o;
 }
 
@@ -175,7 +183,7 @@ static json_t *build_param(writer *w, const cz_plan_param *q)
     return o;
 }
 
-static json_t *build_bucket(writer *w, const cz_plan_bucket *b, int dp)
+static json_t *build_bucket(writer *w, const cz_plan_bucket *b, int dp, cz_layout layout)
 {
     json_t *o = json_object();
     json_t *ranges = json_array();
@@ -188,6 +196,8 @@ static json_t *build_bucket(writer *w, const cz_plan_bucket *b, int dp)
     for (int r = 0; b->ranges && r < dp; r++)
         w_push(w, ranges, w_shape(w, &b->ranges[2 * r], 2));
     w_set(w, o, "ranges", ranges);
+    if (layout != CZ_LAYOUT_UNIFIED)
+        w_set(w, o, "buffer", json_string(bucket_buffer_names[b->elementwise != 0]));
     return o;
 }
 
@@ -270,7 +280,7 @@ static json_t *build_plan(writer *w, const cz_plan *p)
         w_push(w, params, build_param(w, &p->params[i]));
     w_set(w, root, "params", params);
     for (size_t i = 0; i < p->nbuckets && w->rc == CZ_OK; i++)
-        w_push(w, buckets, build_bucket(w, &p->buckets[i], p->dp));
+        w_push(w, buckets, build_bucket(w, &p->buckets[i], p->dp, p->settings.layout));
     w_set(w, root, "buckets", buckets);
     for (size_t i = 0; i < p->nschedules && w->rc == CZ_OK; i++) {
         const cz_rank_schedule *rs = &p->schedules[i];
@@ -500,6 +510,7 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
                                        "precondition_frequency",
                                        "dp_fell_back",
                                        "dp_numel_cuts",
+                                       "layout",
                                        NULL};
     const char *P = "$.settings";
     const json_t *o;
@@ -543,6 +554,10 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     p->dp_fell_back = fell;
     TRY(cz_json_get_bool(c, o, P, "dp_numel_cuts", true, &fell));
     p->dp_numel_cuts = fell;
+    /* Absent in unified plans, and in every plan written before the split layout existed. */
+    v = CZ_LAYOUT_UNIFIED;
+    TRY(cz_json_get_enum(c, o, P, "layout", false, cz_layout_names, &v));
+    s->layout = (cz_layout)v;
 done:
     return rc;
 }
@@ -637,7 +652,7 @@ done:
 static int read_bucket(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
                        const cz_plan *p, cz_plan_bucket *b)
 {
-    static const char *const keys[] = {"id", "stage", "offset", "size", "ranges", NULL};
+    static const char *const keys[] = {"id", "stage", "offset", "size", "ranges", "buffer", NULL};
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const json_t *ranges;
     int rc;
@@ -651,6 +666,17 @@ static int read_bucket(const cz_json_ctx *c, const json_t *e, const char *path, 
     TRY(cz_json_get_int(c, e, path, "stage", true, 0, p->pp - 1, &b->stage));
     TRY(cz_json_get_int64(c, e, path, "offset", true, 0, INT64_MAX, &b->offset));
     TRY(cz_json_get_int64(c, e, path, "size", true, 0, INT64_MAX, &b->size));
+    /* The split layout names every bucket's buffer; a unified plan names none. */
+    int buf = 0;
+    bool split = p->settings.layout == CZ_LAYOUT_SPLIT;
+    if (!split && json_object_get(e, "buffer")) {
+        rc = cz_json_fail(c, cz_json_path_key(sub, path, "buffer"),
+                          "a bucket's buffer is given only in a plan whose $.settings.layout is "
+                          "\"split\"");
+        goto done;
+    }
+    TRY(cz_json_get_enum(c, e, path, "buffer", split, bucket_buffer_names, &buf));
+    b->elementwise = buf;
     TRY(cz_json_get_array(c, e, path, "ranges", true, 0, &ranges));
     cz_json_path_key(sub, path, "ranges");
     if (json_array_size(ranges) != (size_t)p->dp) {

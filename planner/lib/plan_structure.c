@@ -218,16 +218,35 @@ static void check_layout_rules(vctx *c, const cz_plan *p)
                  (long long)k->offset, (long long)want_off);
     }
 
-    /* Walk each stage's parameters in fill order (reverse id): positions must increase, start
-     * aligned, and not overlap. */
+    /* The split layout: per stage the elementwise buffer's buckets, then the matrix buffer's;
+     * a unified plan has no elementwise buckets. */
+    int split = p->settings.layout == CZ_LAYOUT_SPLIT;
+    for (size_t b = 0; b < p->nbuckets; b++) {
+        const cz_plan_bucket *k = &p->buckets[b];
+        at(c, "$.buckets[%zu].buffer", b);
+        c->checks++;
+        if (k->elementwise && !split)
+            viol(c, "bucket.buffer", "an elementwise-buffer bucket in a plan whose layout is %s",
+                 cz_layout_name(p->settings.layout) ? cz_layout_name(p->settings.layout) : "?");
+        else if (k->elementwise && b > 0 && p->buckets[b - 1].stage == k->stage &&
+                 !p->buckets[b - 1].elementwise)
+            viol(c, "bucket.buffer",
+                 "an elementwise-buffer bucket follows a matrix-buffer bucket of stage %d (the "
+                 "split layout puts a stage's elementwise buffer first)",
+                 k->stage);
+    }
+
+    /* Walk each stage's parameters in fill order (reverse id), each buffer on its own: positions
+     * must increase, start aligned, and not overlap. */
     int pp = p->pp > 0 ? p->pp : 1;
-    for (int s = 0; s < pp; s++) {
+    for (int pass = 0; pass < (split ? 2 : 1) * pp; pass++) {
+        int s = pass % pp, want_kind = split ? pass / pp : -1;
         long prev_b = -1;
         int64_t prev_end = 0;
         size_t prev_i = 0;
         for (size_t j = p->nparams; j-- > 0;) {
             const cz_plan_param *q = &p->params[j];
-            if (q->stage != s)
+            if (q->stage != s || (want_kind >= 0 && (int)q->def.kind != want_kind))
                 continue;
             at(c, "$.params[%zu].bucket", j);
             c->checks++;
@@ -241,6 +260,15 @@ static void check_layout_rules(vctx *c, const cz_plan *p)
             if (k->stage != s) {
                 viol(c, "param.bucket", "'%s' (stage %d) is in bucket %d of stage %d", q->def.name,
                      s, q->bucket, k->stage);
+                c->unsafe = 1;
+                continue;
+            }
+            /* The executor runs AdamW on the pieces of the elementwise buffer and the matrix
+             * pipeline on whole owned matrices: a parameter in the other buffer breaks both. */
+            if (split && k->elementwise != (q->def.kind == CZ_KIND_ELEMENTWISE)) {
+                viol(c, "param.bucket", "'%s' (%s) is in bucket %d of the %s buffer", q->def.name,
+                     cz_kind_name(q->def.kind) ? cz_kind_name(q->def.kind) : "?", q->bucket,
+                     k->elementwise ? "elementwise" : "matrix");
                 c->unsafe = 1;
                 continue;
             }
@@ -303,6 +331,15 @@ static void check_ranges(vctx *c, const cz_plan *p)
             if (r == p->dp - 1 && e != k->size)
                 viol(c, "bucket.ranges", "last range ends at %lld but the bucket's size is %lld",
                      (long long)e, (long long)k->size);
+            /* ZeRO-1's slices: every rank the same share of the elementwise buffer. */
+            if (k->elementwise && p->dp > 0 && e - s != k->size / p->dp) {
+                c->checks++;
+                viol(c, "bucket.ranges",
+                     "range of DP rank %d in the elementwise buffer is [%lld, %lld), expected "
+                     "the even slice [%lld, %lld)",
+                     r, (long long)s, (long long)e, (long long)(k->size / p->dp * r),
+                     (long long)(k->size / p->dp * (r + 1)));
+            }
         }
     }
 }
@@ -342,9 +379,23 @@ static void check_ownership(vctx *c, const cz_plan *p)
         const cz_plan_param *q = &p->params[i];
         at(c, "$.params[%zu].dp_owner", i);
         c->checks++;
+        if (!even && cz_plan_param_fragmented(p, q)) {
+            /* The split layout's elementwise buffer: every rank updates its piece. */
+            if (q->dp_owner != -1) {
+                viol(c, "param.dp_owner",
+                     "'%s': dp_owner is %d, expected -1 (an elementwise parameter of the split "
+                     "layout is cut between the DP ranks' even slices)",
+                     q->def.name, q->dp_owner);
+                c->unsafe = 1;
+            }
+            continue;
+        }
         if (q->dp_owner < -1 || q->dp_owner >= p->dp || (q->dp_owner == -1 && !even)) {
             viol(c, "param.dp_owner", "'%s': dp_owner %d is outside [0, %d)%s", q->def.name,
-                 q->dp_owner, p->dp, even ? " and not -1" : " (-1 only under the even strategy)");
+                 q->dp_owner, p->dp,
+                 even ? " and not -1"
+                      : " (-1 only under the even strategy and for the split layout's "
+                        "elementwise parameters)");
             c->unsafe = 1;
             continue;
         }

@@ -47,6 +47,18 @@ static int settings_check(const cz_settings *s, cz_error *err)
     if (!cz_solver_name(s->solver))
         return cz_error_set(err, CZ_EINVALID, "solver %d is unknown; use greedy or ilp",
                             (int)s->solver);
+    if (!cz_layout_name(s->layout))
+        return cz_error_set(err, CZ_EINVALID, "buffer layout %d is unknown; use unified or split",
+                            (int)s->layout);
+    /* tpaware and the exact DP solver move cut points in every bucket and need whole
+     * parameters; even and layerwise are baselines of the unified buffer. */
+    if (s->layout == CZ_LAYOUT_SPLIT &&
+        ((s->dp != CZ_DP_ALPHA && s->dp != CZ_DP_ANCHORED) || s->solver != CZ_SOLVER_GREEDY))
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "the split buffer layout partitions its matrix buffer with the "
+                            "greedy alpha or anchored DP strategy; got dp %s with the %s solver "
+                            "(use --layout unified for it)",
+                            cz_dp_strategy_name(s->dp), cz_solver_name(s->solver));
     if (!(s->alpha >= 0.0 && s->alpha <= 1.0))
         return cz_error_set(err, CZ_EINVALID, "alpha must lie in [0, 1], got %g", s->alpha);
     if (s->alpha_numel_loads != 0 && s->alpha_numel_loads != 1)

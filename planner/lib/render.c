@@ -344,6 +344,8 @@ static int svg_title(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
         cz_unit_name(u), cz_dp_strategy_name(plan->settings.dp));
     if (plan->settings.dp == CZ_DP_ALPHA)
         cat(text, sizeof text, " (alpha %g)", plan->settings.alpha);
+    if (plan->settings.layout == CZ_LAYOUT_SPLIT)
+        cat(text, sizeof text, ", split layout");
     cat(text, sizeof text,
         ", tp %s; DP imbalance %.3f, TP imbalance %.3f, makespan / lower bound %.3f",
         cz_tp_strategy_name(plan->settings.tp), m->dp_imbalance, m->tp_imbalance, ratio);
@@ -1021,6 +1023,9 @@ static void html_tables(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
               s->alpha, plan->dp_fell_back ? ", fell back to anchored" : "",
               cz_tp_strategy_name(s->tp), fmt_value(buf, sizeof buf, plan->capacity_used, u),
               cz_solver_name(s->solver));
+    if (s->layout == CZ_LAYOUT_SPLIT)
+        sb_printf(b, "<tr><th>buffer layout</th><td>split: matrix parameters in a buffer of "
+                     "their own, elementwise parameters evenly sliced over DP</td></tr>\n");
     sb_printf(b,
               "<tr><th>DP imbalance (max/mean)</th><td>%.4f</td></tr>\n"
               "<tr><th>TP imbalance (max/mean)</th><td>%.4f</td></tr>\n",

@@ -23,6 +23,7 @@ void cz_settings_init(cz_settings *s)
     s->max_precond_dim = 10000;
     s->precondition_frequency = 10;
     s->tpaware_time_limit_s = 2.0;
+    s->layout = CZ_LAYOUT_UNIFIED;
 }
 
 /* The one table of names per enum, in enum order: the CLI, the plan and model readers and
@@ -36,6 +37,7 @@ const char *const cz_tp_strategy_names[] = {"sc", "none", "single", "slot", "rol
 const char *const cz_layerwise_order_names[] = {"pingpong", "lpt", "megatron", "megatron-aug26",
                                                 NULL};
 const char *const cz_solver_names[] = {"greedy", "ilp", NULL};
+const char *const cz_layout_names[] = {"unified", "split", NULL};
 const char *const cz_muon_tp_mode_names[] = {"duplicated", "blockwise", "distributed", NULL};
 const char *const cz_kind_names[] = {"matrix", "elementwise", NULL};
 const char *const cz_solve_status_names[] = {"none",    "optimal", "feasible",
@@ -81,6 +83,7 @@ NAME_FUNCS(cz_dp_strategy, dp_strategy, cz_dp_strategy_names)
 NAME_FUNCS(cz_tp_strategy, tp_strategy, cz_tp_strategy_names)
 NAME_FUNCS(cz_layerwise_order, layerwise_order, cz_layerwise_order_names)
 NAME_FUNCS(cz_solver, solver, cz_solver_names)
+NAME_FUNCS(cz_layout, layout, cz_layout_names)
 NAME_FUNCS(cz_muon_tp_mode, muon_tp_mode, cz_muon_tp_mode_names)
 
 const char *cz_kind_name(cz_param_kind v)

@@ -192,8 +192,8 @@ static double sc_gather_seconds(const sim_ctx *cx, int stage, int d, double shar
                                      cx->lat_us);
 }
 
-/* Fills the elementwise work of DP rank d: owned local shards, or under even the part of each
- * shard that lies in the rank's slice. */
+/* Fills the elementwise work of DP rank d: owned local shards, or for fragmented parameters
+ * (even, split layout) the part of each shard that lies in the rank's slice. */
 static void prog_elementwise(const sim_ctx *cx, sim_prog *pg, int stage, int d)
 {
     const cz_plan *plan = cx->plan;
@@ -205,7 +205,7 @@ static void prog_elementwise(const sim_ctx *cx, sim_prog *pg, int stage, int d)
         double share = cx->sec[i] / cx->R;
         if (cx->zero1_elementwise) {
             e += share / cx->D; /* an even slice of the ZeRO-1 buffer, padding aside */
-        } else if (plan->settings.dp == CZ_DP_EVEN) {
+        } else if (cz_plan_param_fragmented(plan, p)) {
             if (p->numel > 0)
                 e += share * (double)param_overlap(cx, p, d) / (double)p->numel;
         } else if (p->dp_owner == d) {

@@ -219,6 +219,10 @@ static void check_layout_reference(vctx *c, const cz_plan *p, const cz_model *m,
                  "offset %lld size %lld",
                  x->stage, (long long)x->offset, (long long)x->size, y->stage, (long long)y->offset,
                  (long long)y->size);
+        else if (x->elementwise != y->elementwise)
+            viol(c, "bucket.layout", "bucket is in the %s buffer but the layout rules give the %s",
+                 x->elementwise ? "elementwise" : "matrix",
+                 y->elementwise ? "elementwise" : "matrix");
     }
     size_t n = p->nparams < ref->nparams ? p->nparams : ref->nparams;
     for (size_t i = 0; i < n; i++) {

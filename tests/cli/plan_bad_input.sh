@@ -120,6 +120,12 @@ expect "alpha out of range" 2 "--alpha '1.5'" "$G" "$C" --alpha 1.5
 expect "tpaware time limit of 0" 2 "--tpaware-time-limit '0': expected CPU seconds" "$G" "$C" --dp tpaware \
   --tpaware-time-limit 0
 expect "unknown option" 2 "see 'canzona plan --help'" "$G" "$C" --frobnicate
+expect "unknown buffer layout" 2 "--layout 'zero1': expected unified .* or split" "$G" "$C" \
+  --layout zero1
+expect "split layout with tpaware" 1 "split buffer layout .* got dp tpaware .* --layout unified" \
+  "$G" "$C" --layout split --dp tpaware
+expect "split layout with the ILP solver" 1 "split buffer layout .* with the ilp solver" \
+  "$G" "$C" --layout split --solver ilp
 
 # A good run writes the plan; a failed write (missing folder) leaves no file and reports it.
 "$CZ" plan --model "$G" --cluster "$C" -o "$work/no-such-dir/plan.json" >/dev/null 2>"$work/stderr"

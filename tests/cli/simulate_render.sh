@@ -79,8 +79,24 @@ if "$CZ" simulate --model "$model" --cluster "$cluster" --json >"$work/sim.json"
     [ "$(grep -c '"same_update": false' "$work/sim.json")" = 2 ] ||
         fail "simulate --json: the two blockwise rows are not marked as a different update"
     grep -q '"baseline": "sync-compute"' "$work/sim.json" || fail "simulate --json: baseline"
+    # Every row carries its step speed-up (it was once left out by the row's format string).
+    [ "$(grep -c '"step_speedup": ' "$work/sim.json")" = 9 ] ||
+        fail "simulate --json: expected a step_speedup in every row"
+    [ "$(grep -c '"layout": "unified"' "$work/sim.json")" = 9 ] ||
+        fail "simulate --json: expected every row in the unified layout"
 else
     fail "simulate --json exited non-zero"
+fi
+# --layout split applies to the alpha and anchored rows (sync-compute, async, canzona); the
+# others keep the unified buffer, and the table says which rows are split.
+if "$CZ" simulate --model "$model" --cluster "$cluster" --layout split --json >"$work/split.json" &&
+    "$CZ" simulate --model "$model" --cluster "$cluster" --layout split >"$work/split.txt"; then
+    [ "$(grep -c '"layout": "split"' "$work/split.json")" = 3 ] ||
+        fail "simulate --layout split: expected 3 split rows"
+    grep -q "split buffer layout .* in the rows: sync-compute async canzona" "$work/split.txt" ||
+        fail "simulate --layout split: the table does not name the split rows"
+else
+    fail "simulate --layout split exited non-zero"
 fi
 
 # ---- a plan, simulated alone and rendered ----------------------------------------------------

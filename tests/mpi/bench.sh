@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Multi-rank executor tests: plans test-small with `canzona plan` and runs canzona-bench on 4
-# MPI ranks. Usage: bench.sh verify CLUSTER DP TP [fp32|bf16] | mismatch | options | nan | dump |
+# MPI ranks. Usage: bench.sh verify CLUSTER DP TP [fp32|bf16] [unified|split] | mismatch | options | nan | dump |
 # owncomms | replicas | grads | knobs | shampoo CLUSTER TP MAX_DIM | soap CLUSTER TP |
 # soap-sides CLUSTER TP | nolapacke
 # | average (exec_average.c, $CZ_AVERAGE, on 2 and 4 ranks)
@@ -26,8 +26,9 @@ mpi_fails() {
   cat "$tmp/out"
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
 }
-plan() { # cluster dp tp out: write a plan and check every invariant of it
-  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$1.json" --dp "$2" --tp "$3" -o "$4" &&
+plan() { # cluster dp tp out [layout]: write a plan and check every invariant of it
+  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$1.json" --dp "$2" --tp "$3" \
+    --layout "${5:-unified}" -o "$4" &&
     "$CZ" validate "$4" --model "$model" --cluster "$src/plans/clusters/$1.json" >/dev/null
 }
 
@@ -37,7 +38,21 @@ average)
   mpi -np 4 "$CZ_AVERAGE"
   ;;
 verify)
-  plan "$2" "$3" "$4" "$tmp/plan.json"
+  plan "$2" "$3" "$4" "$tmp/plan.json" "${6:-unified}"
+  if [ "${6:-unified}" = split ]; then
+    command -v python3 >/dev/null || { echo "python3 not found"; exit 77; }
+    # The split layout must cut an elementwise parameter between DP ranks here, or the test
+    # would not reach the executor's pieces.
+    python3 - "$tmp/plan.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+cut = [q["name"] for q in p["params"] if q["dp_owner"] == -1 and
+       len({r for r, (s, e) in enumerate(p["buckets"][q["bucket"]]["ranges"])
+            if s < q["offset"] + q["numel"] and e > q["offset"]}) > 1]
+assert cut, "no elementwise parameter is cut between DP ranks"
+print("split layout: cut between DP ranks:", ", ".join(cut))
+PY
+  fi
   # bf16 parameters and gradients against the fp32 reference: the parameters are bf16 (an
   # element's rounding is up to 2^-9 of it; an AdamW element whose tiny averaged gradient
   # changes sign under rounding moves a whole step the other way), and the update, measured
@@ -137,6 +152,12 @@ nan)
     n=$(grep -c "gradient of 'decoder.layers.1.mlp.linear_fc2.weight' holds NaN" "$tmp/out" || true)
     [ "$n" -eq 4 ] || { echo "$dtype: expected 4 ranks to name the parameter, got $n"; exit 1; }
   done
+  # The same for an elementwise parameter cut between the DP ranks of a split-layout plan.
+  plan cpu-4-dp2-tp2 alpha rollback "$tmp/s.json" split
+  p=decoder.layers.1.self_attention.linear_qkv.layer_norm_weight
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/s.json" --model "$model" --steps 2 --inject-nan "$p"
+  n=$(grep -c "gradient of '$p' holds NaN or Inf (found in the evenly sliced" "$tmp/out" || true)
+  [ "$n" -eq 4 ] || { echo "split: expected 4 ranks to name the parameter, got $n"; exit 1; }
   ;;
 dump)
   # Dumped parameters read back with --init-dir continue the same run exactly.

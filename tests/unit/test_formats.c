@@ -498,8 +498,8 @@ static cz_plan *make_plan(void)
 
     p->nbuckets = 2;
     p->buckets = calloc(2, sizeof *p->buckets);
-    p->buckets[0] = (cz_plan_bucket){0, 0, 0, 192, i64s(4, (int64_t[]){0, 64, 64, 192})};
-    p->buckets[1] = (cz_plan_bucket){1, 0, 192, 144, i64s(4, (int64_t[]){0, 128, 128, 144})};
+    p->buckets[0] = (cz_plan_bucket){0, 0, 0, 192, i64s(4, (int64_t[]){0, 64, 64, 192}), 0};
+    p->buckets[1] = (cz_plan_bucket){1, 0, 192, 144, i64s(4, (int64_t[]){0, 128, 128, 144}), 0};
 
     p->nschedules = 2;
     p->schedules = calloc(2, sizeof *p->schedules);
@@ -663,6 +663,43 @@ START_TEST(test_plan_round_trip)
 }
 END_TEST
 
+/* The split layout is recorded (settings.layout, each bucket's buffer) and read back; a unified
+ * plan names neither, so it is what earlier versions wrote. */
+START_TEST(test_plan_layout_round_trip)
+{
+    char a[512], b[512];
+    cz_error err;
+    cz_plan *p = make_plan(), *q = NULL;
+    snprintf(a, sizeof a, "%s/plan_unified.json", tmpdir);
+    snprintf(b, sizeof b, "%s/plan_split.json", tmpdir);
+    ck_assert_msg(cz_plan_write(p, a, &err) == CZ_OK, "%s", err.message);
+    size_t la = 0;
+    char *ta = slurp(a, &la);
+    ck_assert_ptr_null(strstr(ta, "\"layout\""));
+    ck_assert_ptr_null(strstr(ta, "\"buffer\""));
+    free(ta);
+    ck_assert_msg(cz_plan_read(&q, a, &err) == CZ_OK, "%s", err.message);
+    ck_assert_int_eq(q->settings.layout, CZ_LAYOUT_UNIFIED);
+    cz_plan_free(q);
+    q = NULL;
+
+    p->settings.layout = CZ_LAYOUT_SPLIT;
+    p->buckets[0].elementwise = 1;
+    ck_assert_msg(cz_plan_write(p, b, &err) == CZ_OK, "%s", err.message);
+    ta = slurp(b, &la);
+    ck_assert_ptr_nonnull(strstr(ta, "\"layout\": \"split\""));
+    ck_assert_ptr_nonnull(strstr(ta, "\"buffer\": \"elementwise\""));
+    ck_assert_ptr_nonnull(strstr(ta, "\"buffer\": \"matrix\""));
+    free(ta);
+    ck_assert_msg(cz_plan_read(&q, b, &err) == CZ_OK, "%s", err.message);
+    ck_assert_int_eq(q->settings.layout, CZ_LAYOUT_SPLIT);
+    ck_assert_int_eq(q->buckets[0].elementwise, 1);
+    ck_assert_int_eq(q->buckets[1].elementwise, 0);
+    cz_plan_free(p);
+    cz_plan_free(q);
+}
+END_TEST
+
 /* Tasks are stored per slot in the file; reading lists slot 0's tasks first, then slot 1's. */
 START_TEST(test_plan_slot_order)
 {
@@ -792,6 +829,12 @@ static const plan_case plan_cases[] = {
     {"missing_metrics", CZ_EINVALID, "$: missing required key \"metrics\""},
     {"tp_dim_1d", CZ_EINVALID,
      "$.params[2].tp_dim: expected 0 or null for a 1-D parameter, found 1"},
+    {"layout_enum", CZ_EINVALID, "$.settings.layout: expected one of \"unified\""},
+    {"buffer_in_unified", CZ_EINVALID,
+     "$.buckets[1].buffer: a bucket's buffer is given only in a plan whose $.settings.layout is "
+     "\"split\""},
+    {"split_without_buffer", CZ_EINVALID, "$.buckets[0]: missing required key \"buffer\""},
+    {"buffer_enum", CZ_EINVALID, "$.buckets[0].buffer: expected one of \"matrix\""},
 };
 
 static void mutate(json_t *root, const char *what)
@@ -849,7 +892,16 @@ static void mutate(json_t *root, const char *what)
         json_object_set_new(json_array_get(params, 2), "tp_dim", json_integer(1));
     else if (!strcmp(what, "missing_metrics"))
         json_object_del(root, "metrics");
-    else
+    else if (!strcmp(what, "layout_enum"))
+        json_object_set_new(json_object_get(root, "settings"), "layout", json_string("mixed"));
+    else if (!strcmp(what, "buffer_in_unified"))
+        json_object_set_new(json_array_get(buckets, 1), "buffer", json_string("matrix"));
+    else if (!strcmp(what, "split_without_buffer"))
+        json_object_set_new(json_object_get(root, "settings"), "layout", json_string("split"));
+    else if (!strcmp(what, "buffer_enum")) {
+        json_object_set_new(json_object_get(root, "settings"), "layout", json_string("split"));
+        json_object_set_new(json_array_get(buckets, 0), "buffer", json_string("dense"));
+    } else
         ck_abort_msg("unknown mutation %s", what);
 }
 
@@ -939,6 +991,7 @@ int main(void)
     TCase *tp = tcase_create("plan");
     tcase_add_checked_fixture(tp, setup, teardown);
     tcase_add_test(tp, test_plan_round_trip);
+    tcase_add_test(tp, test_plan_layout_round_trip);
     tcase_add_test(tp, test_plan_slot_order);
     tcase_add_test(tp, test_plan_write_failure_keeps_old_file);
     tcase_add_loop_test(tp, test_plan_read_bad, 0, (int)(sizeof plan_cases / sizeof plan_cases[0]));

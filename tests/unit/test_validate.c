@@ -286,6 +286,114 @@ START_TEST(built_plans_validate)
 }
 END_TEST
 
+/* The hand model planned with the split layout: its elementwise buffer comes first. */
+static cz_plan *split_plan(cz_dp_strategy dp, cz_tp_strategy tp)
+{
+    cz_settings s;
+    cz_settings_init(&s);
+    s.dp = dp;
+    s.tp = tp;
+    s.layout = CZ_LAYOUT_SPLIT;
+    cz_plan *built = NULL;
+    cz_error e;
+    cz_error_clear(&e);
+    ck_assert_msg(cz_plan_build(&built, model, cluster, &s, &e) == CZ_OK, "%s", e.message);
+    return built;
+}
+
+/* Validates p, expecting a violation with this code at this path (NULL: none at all). */
+static void expect_on(cz_plan *p, const char *code, const char *path)
+{
+    json_t *v = NULL;
+    cz_error e;
+    cz_error_clear(&e);
+    ck_assert_int_gt(cz_plan_validate_json(p, model, cluster, &v, &e), 0);
+    char *dump = json_dumps(v, JSON_INDENT(1));
+    if (code)
+        ck_assert_msg(has(v, code, path), "expected %s at %s, got %s", code, path, dump);
+    else
+        ck_assert_msg(json_array_size(v) == 0, "violations: %s", dump);
+    free(dump);
+    json_decref(v);
+}
+
+/* Split-layout plans validate clean: per stage the evenly sliced elementwise buffer (its
+ * parameters without an owner), then the matrix buffer partitioned by the strategy. */
+START_TEST(split_plans_validate)
+{
+    const cz_dp_strategy dps[] = {CZ_DP_ANCHORED, CZ_DP_ALPHA};
+    const cz_tp_strategy tps[] = {CZ_TP_SC, CZ_TP_NONE, CZ_TP_SINGLE, CZ_TP_SLOT, CZ_TP_ROLLBACK};
+    for (size_t i = 0; i < sizeof dps / sizeof dps[0]; i++)
+        for (size_t j = 0; j < sizeof tps / sizeof tps[0]; j++) {
+            cz_plan *p = split_plan(dps[i], tps[j]);
+            expect_on(p, NULL, NULL);
+            /* out 64 @0, l0.norm 16 @64, embed 64 @128: one bucket of 192, slices of 96 */
+            ck_assert_int_eq(p->buckets[0].elementwise, 1);
+            ck_assert_int_eq(p->buckets[0].size, 192);
+            ck_assert_int_eq(p->buckets[0].ranges[1], 96);
+            for (size_t b = 1; b < p->nbuckets; b++)
+                ck_assert_int_eq(p->buckets[b].elementwise, 0);
+            for (size_t k = 0; k < p->nparams; k++) {
+                const cz_plan_param *q = &p->params[k];
+                ck_assert_int_eq(p->buckets[q->bucket].elementwise,
+                                 q->def.kind == CZ_KIND_ELEMENTWISE);
+                if (q->def.kind == CZ_KIND_ELEMENTWISE)
+                    ck_assert_int_eq(q->dp_owner, -1);
+                else
+                    ck_assert_int_ge(q->dp_owner, 0);
+            }
+            cz_plan_free(p);
+        }
+}
+END_TEST
+
+/* Each rule of the split layout, broken once. */
+START_TEST(split_rules)
+{
+    cz_plan *p = split_plan(CZ_DP_ALPHA, CZ_TP_ROLLBACK);
+    /* an elementwise parameter of the split layout given an owner */
+    p->params[3].dp_owner = 0;
+    expect_on(p, "param.dp_owner", "$.params[3].dp_owner");
+    p->params[3].dp_owner = -1;
+    /* a slice of the elementwise buffer that is not the even one */
+    p->buckets[0].ranges[1] = p->buckets[0].ranges[2] = 64;
+    expect_on(p, "bucket.ranges", "$.buckets[0].ranges[0]");
+    p->buckets[0].ranges[1] = p->buckets[0].ranges[2] = 96;
+    /* the elementwise buffer's bucket marked as the matrix buffer's */
+    p->buckets[0].elementwise = 0;
+    expect_on(p, "param.bucket", "$.params[5].bucket");
+    p->buckets[0].elementwise = 1;
+    expect_on(p, NULL, NULL);
+    cz_plan_free(p);
+    /* an elementwise-buffer bucket in a unified plan */
+    plan->buckets[1].elementwise = 1;
+    expect("bucket.buffer", "$.buckets[1].buffer");
+}
+END_TEST
+
+/* tpaware, the exact solvers and the baselines need the unified buffer; the error says so. */
+START_TEST(split_refuses_other_strategies)
+{
+    const cz_dp_strategy dps[] = {CZ_DP_EVEN, CZ_DP_LAYERWISE, CZ_DP_TPAWARE, CZ_DP_ALPHA};
+    for (size_t i = 0; i < sizeof dps / sizeof dps[0]; i++) {
+        cz_settings s;
+        cz_settings_init(&s);
+        s.dp = dps[i];
+        s.layout = CZ_LAYOUT_SPLIT;
+        if (dps[i] == CZ_DP_ALPHA)
+            s.solver = CZ_SOLVER_ILP;
+        cz_plan *built = NULL;
+        cz_error e;
+        cz_error_clear(&e);
+        ck_assert_int_eq(cz_plan_build(&built, model, cluster, &s, &e), CZ_EUNSUPPORTED);
+        ck_assert_ptr_null(built);
+        ck_assert_msg(strstr(e.message, "split buffer layout") &&
+                          strstr(e.message, "--layout unified"),
+                      "%s", e.message);
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("validate");
@@ -311,6 +419,9 @@ static Suite *suite(void)
     tcase_add_test(tc, bad_ids_do_not_crash);
     tcase_add_test(tc, other_model_no_cascade);
     tcase_add_test(tc, built_plans_validate);
+    tcase_add_test(tc, split_plans_validate);
+    tcase_add_test(tc, split_rules);
+    tcase_add_test(tc, split_refuses_other_strategies);
     suite_add_tcase(s, tc);
     return s;
 }
