@@ -17,6 +17,12 @@ int cz_plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, cz_error *err);
  * asynchronous error or a timeout, as the plane's own would be. */
 int cz_plane_nccl_wrap(cz_plane *p, const void *handle, cz_error *err);
 
+/* Allocates the scratch the padded forms of the plan's DP collectives need
+ * (cz_nccl_plan_scratch with the plane's model constants), on the DP plane at create, so that
+ * a step never allocates; a collective that would need more fails with CZ_EINTERNAL. */
+struct cz_plan;
+int cz_plane_nccl_reserve(cz_plane *p, const struct cz_plan *plan, cz_error *err);
+
 /* Seconds a host wait on NCCL work may last before the plane aborts its communicator and
  * returns an error (environment CZ_NCCL_TIMEOUT_S, default 300). */
 #define CZ_NCCL_DEFAULT_TIMEOUT_S 300.0

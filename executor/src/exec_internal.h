@@ -540,6 +540,9 @@ int cz_exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char 
                          cz_error *err);
 /* Opens the control plane (MPI) and the world data plane (NCCL) of comm backend "nccl". */
 int cz_exec_open_nccl(cz_executor *ex, const cz_exec_config *cfg, cz_error *err);
+/* Allocates what the data planes need for the plan's steps, at create (the nccl DP plane's
+ * padded-collective scratch), so that a step allocates nothing. */
+int cz_exec_reserve_planes(cz_executor *ex, cz_error *err);
 /* A data plane over a communicator the job handed in, of the world plane's kind: a pointer to
  * an MPI_Comm (duplicated) or to an ncclComm_t (borrowed). */
 int cz_exec_open_plane(cz_executor *ex, const void *handle, cz_plane *out, cz_error *err);

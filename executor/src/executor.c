@@ -343,6 +343,8 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
                           "the TP communicator has %d ranks and this process is its rank %d; the "
                           "plan needs tp = %d and this process is tp rank %d",
                           ex->tp_comm.size, ex->tp_comm.rank, ex->tp, ex->tp_rank);
+    if (!rc)
+        rc = cz_exec_reserve_planes(ex, err);
     if (!rc) {
         ex->schedule = &plan->schedules[ex->dp_rank];
         rc = alloc_state(ex, err);

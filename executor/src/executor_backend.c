@@ -76,3 +76,14 @@ int cz_exec_open_plane(cz_executor *ex, const void *handle, cz_plane *out, cz_er
     (void)ex;
     return cz_plane_mpi_open(out, handle, err);
 }
+
+int cz_exec_reserve_planes(cz_executor *ex, cz_error *err)
+{
+#ifdef CZ_HAVE_NCCL
+    if (ex->dp_comm.ops && ex->dp_comm.ops->kind == CZ_COMM_NCCL)
+        return cz_plane_nccl_reserve(&ex->dp_comm, ex->plan, err);
+#endif
+    (void)ex;
+    (void)err;
+    return CZ_OK;
+}

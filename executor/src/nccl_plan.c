@@ -142,3 +142,26 @@ double cz_nccl_step_time(const struct cz_plan *plan, cz_nccl_policy policy, size
     free(counts);
     return t;
 }
+
+size_t cz_nccl_plan_scratch(const struct cz_plan *plan, size_t elem_bytes, double alpha_s,
+                            double bytes_per_s)
+{
+    int n = plan->dp > 0 ? plan->dp : 1;
+    size_t need = 0, counts[n];
+    for (size_t b = 0; b < plan->nbuckets; b++) {
+        const cz_plan_bucket *bk = &plan->buckets[b];
+        size_t sum, max;
+        for (int r = 0; r < n; r++)
+            counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
+        totals(counts, n, &sum, &max);
+        /* The same rule the plane applies per call, on the same counts. */
+        if (max == 0 ||
+            cz_nccl_choose(counts, n, elem_bytes, alpha_s, bytes_per_s) != CZ_NCCL_PADDED)
+            continue;
+        /* The reduce-scatter's P m slots plus its m-element result; the all-gather's P m
+         * slots fit in them. */
+        size_t rs = (size_t)n * max + max;
+        need = rs > need ? rs : need;
+    }
+    return need;
+}

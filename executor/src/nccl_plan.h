@@ -91,4 +91,12 @@ struct cz_plan;
 double cz_nccl_step_time(const struct cz_plan *plan, cz_nccl_policy policy, size_t elem_bytes,
                          double alpha_s, double bytes_per_s, int *npadded);
 
+/* The most scratch (elements) any of a step's DP collectives needs: over every bucket of the
+ * plan (counts = its DP ranges), the reduce-scatter's and the all-gather's scratch in the form
+ * cz_nccl_choose picks with these constants (padded: P m + m and P m; rooted: 0). The scratch
+ * does not depend on the calling rank. The nccl plane allocates this much when the executor
+ * is created, so a step never allocates. */
+size_t cz_nccl_plan_scratch(const struct cz_plan *plan, size_t elem_bytes, double alpha_s,
+                            double bytes_per_s);
+
 #endif /* CZ_NCCL_PLAN_H */

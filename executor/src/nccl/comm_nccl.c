@@ -29,7 +29,7 @@ typedef struct nccl_plane {
     cudaStream_t stream;
     cudaEvent_t done;   /* end of the last blocking-form collective */
     cudaEvent_t issued; /* the compute stream's point when a blocking-form one starts */
-    void *scratch;      /* the padded forms' slots, grown on first need */
+    void *scratch;      /* the padded forms' slots, reserved at create */
     size_t scratch_bytes;
     double alpha_s, bytes_per_s, timeout_s;
     cz_compute *watched;
@@ -140,22 +140,18 @@ static int join_compute(cz_plane *p, cz_error *err)
     return rc;
 }
 
-/* The padded forms' scratch: allocated the first time a padded collective needs it (so the
- * first step allocates it once) and kept; never shrunk. */
-static int need_scratch(nccl_plane *h, size_t bytes, cz_error *err)
+/* The padded forms' scratch is allocated once, when the executor is created
+ * (cz_plane_nccl_reserve, sized by cz_nccl_plan_scratch for the plan); a step never allocates.
+ * A collective needing more than was reserved means the plan-wide computation and the plane
+ * disagree: a bug, reported rather than papered over with a cudaMalloc inside the step. */
+static int check_scratch(const nccl_plane *h, size_t bytes, cz_error *err)
 {
     if (bytes <= h->scratch_bytes)
         return CZ_OK;
-    int rc = CZ_CU(err, cudaStreamSynchronize(h->stream));
-    if (!rc && h->scratch)
-        rc = CZ_CU(err, cudaFree(h->scratch));
-    h->scratch = NULL;
-    h->scratch_bytes = 0;
-    if (!rc)
-        rc = CZ_CU(err, cudaMalloc(&h->scratch, bytes));
-    if (!rc)
-        h->scratch_bytes = bytes;
-    return rc;
+    return cz_error_set(err, CZ_EINTERNAL,
+                        "NCCL plane: a padded collective needs %zu bytes of scratch but %zu were "
+                        "reserved at create (cz_nccl_plan_scratch disagrees with the step)",
+                        bytes, h->scratch_bytes);
 }
 
 static int replay(cz_plane *p, const cz_nccl_call *calls, int n, void *send, void *recv, cz_dtype t,
@@ -230,7 +226,7 @@ static int uneven(cz_plane *p, int gather, const void *send, void *recv, const s
         cz_nccl_choose(counts, p->size, (size_t)cz_dtype_bytes(t), h->alpha_s, h->bytes_per_s);
     int n = gather ? cz_nccl_plan_all_gather(calls, counts, p->size, p->rank, f, &scratch)
                    : cz_nccl_plan_reduce_scatter(calls, counts, p->size, p->rank, f, &scratch);
-    rc = need_scratch(h, scratch * (size_t)cz_dtype_bytes(t), err);
+    rc = check_scratch(h, scratch * (size_t)cz_dtype_bytes(t), err);
     if (!rc)
         rc = replay(p, calls, n, (void *)send, recv, t, err);
     return rc ? rc : join_compute(p, err);
@@ -470,6 +466,26 @@ int cz_plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, cz_error *err)
     if (rc)
         return rc;
     return wrap(p, comm, 0, err);
+}
+
+int cz_plane_nccl_reserve(cz_plane *p, const cz_plan *plan, cz_error *err)
+{
+    nccl_plane *h = impl_of(p);
+    /* The step's DP collectives are fp32 (step.c), whatever the parameters' dtype. */
+    size_t es = (size_t)cz_dtype_bytes(CZ_DTYPE_FP32);
+    size_t bytes = cz_nccl_plan_scratch(plan, es, h->alpha_s, h->bytes_per_s) * es;
+    if (bytes <= h->scratch_bytes)
+        return CZ_OK;
+    int rc = CZ_OK;
+    if (h->scratch)
+        rc = CZ_CU(err, cudaFree(h->scratch));
+    h->scratch = NULL;
+    h->scratch_bytes = 0;
+    if (!rc)
+        rc = CZ_CU(err, cudaMalloc(&h->scratch, bytes));
+    if (!rc)
+        h->scratch_bytes = bytes;
+    return rc;
 }
 
 int cz_plane_nccl_wrap(cz_plane *p, const void *handle, cz_error *err)
