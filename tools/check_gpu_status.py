@@ -2,7 +2,8 @@
 """Fails when a CUDA runtime, cuBLAS or NCCL call's status may be ignored in the GPU backends.
 
 Every call of a function named cuda*, cublas* or nccl* must be the argument of a checking macro
-(CZ_CU, CZ_BLAS, CZ_NCCL, CZ_CU_RC; executor/src/cuda/check.h), whose functions are
+(CZ_CU, CZ_BLAS, CZ_NCCL, CZ_CU_RC, CZ_NCCL_RC; executor/src/cuda/check.h; CZ_NCCL_ON,
+comm_nccl.c's settled form), whose functions are
 warn_unused_result so that dropping the checked status is a compile error. The exceptions are
 the calls that return no status (error strings, the last-error query inside CZ_CU_RC).
 
@@ -15,7 +16,7 @@ import re
 import sys
 import tempfile
 
-MACROS = ("CZ_CU", "CZ_BLAS", "CZ_NCCL", "CZ_CU_RC")
+MACROS = ("CZ_CU", "CZ_BLAS", "CZ_NCCL", "CZ_CU_RC", "CZ_NCCL_RC", "CZ_NCCL_ON")
 NO_STATUS = {"cudaGetErrorString", "cudaGetErrorName", "cublasGetStatusString",
              "ncclGetErrorString"}
 CALL = re.compile(r"\b((?:cuda|cublas|nccl)[A-Z][A-Za-z0-9_]*)\s*\(")

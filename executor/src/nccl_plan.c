@@ -2,6 +2,7 @@
 #include "nccl_plan.h"
 
 #include "cz_types.h"
+#include "exec_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -164,4 +165,51 @@ size_t cz_nccl_plan_scratch(const struct cz_plan *plan, size_t elem_bytes, doubl
         need = rs > need ? rs : need;
     }
     return need;
+}
+
+cz_nccl_wait cz_nccl_poll_until(const cz_nccl_poller *p, double timeout_s, int *npolls)
+{
+    double start = p->now(p->ctx);
+    int n = 0;
+    for (;;) {
+        cz_nccl_state st = p->poll(p->ctx);
+        n++;
+        if (st != CZ_NCCL_STATE_PENDING) {
+            if (npolls)
+                *npolls = n;
+            return st == CZ_NCCL_STATE_READY ? CZ_NCCL_WAIT_OK : CZ_NCCL_WAIT_FAILED;
+        }
+        if (p->now(p->ctx) - start >= timeout_s) {
+            if (npolls)
+                *npolls = n;
+            return CZ_NCCL_WAIT_TIMEOUT;
+        }
+        p->pause(p->ctx);
+    }
+}
+
+int cz_nccl_agree(struct cz_ctrl *ctrl, int local_rc, const char *what, cz_error *err)
+{
+    int64_t v = local_rc ? (int64_t)ctrl->rank : INT64_MAX;
+    cz_error tmp;
+    int crc = ctrl->ops->allreduce_min_i64(ctrl, &v, 1, local_rc ? &tmp : err);
+    if (local_rc)
+        return local_rc;
+    if (crc)
+        return crc;
+    if (v != INT64_MAX)
+        return cz_error_set(err, CZ_EIO,
+                            "rank %lld failed to %s (see its message); this rank's part "
+                            "succeeded and its communicator was aborted",
+                            (long long)v, what);
+    return CZ_OK;
+}
+
+double cz_nccl_timeout(double configured_s, const char *env)
+{
+    if (configured_s > 0.0)
+        return configured_s;
+    char *end = NULL;
+    double x = env ? strtod(env, &end) : 0.0;
+    return env && end != env && x > 0.0 ? x : CZ_NCCL_DEFAULT_TIMEOUT_S;
 }

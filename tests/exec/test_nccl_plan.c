@@ -3,6 +3,8 @@
  * P ranks (sum for reduce, copy for broadcast) against the uneven collectives' definitions. */
 #include "nccl_plan.h"
 
+#include "exec_internal.h"
+
 #include "canzona.h"
 #include "cz_types.h"
 
@@ -328,6 +330,143 @@ START_TEST(scratch_bundled_plans)
 }
 END_TEST
 
+/* A communicator whose states follow a script (the last one repeats) and a clock that only
+ * moves when the poller pauses. */
+typedef struct fake_comm {
+    const cz_nccl_state *script;
+    int n, i, pauses;
+    double t, step;
+} fake_comm;
+
+static cz_nccl_state fake_poll(void *ctx)
+{
+    fake_comm *f = ctx;
+    cz_nccl_state s = f->script[f->i < f->n ? f->i : f->n - 1];
+    f->i++;
+    return s;
+}
+
+static double fake_now(void *ctx)
+{
+    return ((fake_comm *)ctx)->t;
+}
+
+static void fake_pause(void *ctx)
+{
+    fake_comm *f = ctx;
+    f->t += f->step;
+    f->pauses++;
+}
+
+static cz_nccl_wait run_script(const cz_nccl_state *script, int n, double timeout, int *npolls,
+                               int *pauses)
+{
+    fake_comm f = {script, n, 0, 0, 100.0, 1.0}; /* the clock starts anywhere */
+    cz_nccl_poller p = {fake_poll, fake_now, fake_pause, &f};
+    cz_nccl_wait w = cz_nccl_poll_until(&p, timeout, npolls);
+    *pauses = f.pauses;
+    return w;
+}
+
+START_TEST(poll_hand_worked)
+{
+    const cz_nccl_state R = CZ_NCCL_STATE_READY, P = CZ_NCCL_STATE_PENDING,
+                        F = CZ_NCCL_STATE_FAILED;
+    int np = -1, pa = -1;
+    /* Ready at once: one poll, no pause, even with no time at all. */
+    cz_nccl_state s1[] = {R};
+    ck_assert_int_eq(run_script(s1, 1, 0.0, &np, &pa), CZ_NCCL_WAIT_OK);
+    ck_assert_int_eq(np, 1);
+    ck_assert_int_eq(pa, 0);
+    /* Pending twice, then ready: three polls, a pause between each. */
+    cz_nccl_state s2[] = {P, P, R};
+    ck_assert_int_eq(run_script(s2, 3, 10.0, &np, &pa), CZ_NCCL_WAIT_OK);
+    ck_assert_int_eq(np, 3);
+    ck_assert_int_eq(pa, 2);
+    /* An error while pending ends the wait as a failure, not a timeout. */
+    cz_nccl_state s3[] = {P, F};
+    ck_assert_int_eq(run_script(s3, 2, 10.0, &np, &pa), CZ_NCCL_WAIT_FAILED);
+    ck_assert_int_eq(np, 2);
+    /* Never settles, 1 s per pause, 2.5 s limit: polls at t = 0, 1, 2, 3; the fourth sees
+     * 3 s >= 2.5 s and gives up without pausing again. */
+    cz_nccl_state s4[] = {P};
+    ck_assert_int_eq(run_script(s4, 1, 2.5, &np, &pa), CZ_NCCL_WAIT_TIMEOUT);
+    ck_assert_int_eq(np, 4);
+    ck_assert_int_eq(pa, 3);
+    /* No time at all and pending: one poll, then the timeout. */
+    ck_assert_int_eq(run_script(s4, 1, 0.0, &np, &pa), CZ_NCCL_WAIT_TIMEOUT);
+    ck_assert_int_eq(np, 1);
+    ck_assert_int_eq(pa, 0);
+    /* Ready on the poll made at the deadline: the state wins over the clock. */
+    cz_nccl_state s5[] = {P, P, P, R};
+    ck_assert_int_eq(run_script(s5, 4, 3.0, &np, &pa), CZ_NCCL_WAIT_OK);
+    ck_assert_int_eq(np, 4);
+}
+END_TEST
+
+/* A control plane of one rank standing for many: the other ranks' contribution to the
+ * min-reduction is `peers` (INT64_MAX = they all succeeded). */
+typedef struct fake_ctrl {
+    int64_t peers, seen;
+    int calls, fail;
+} fake_ctrl;
+
+static int fake_min(cz_ctrl *c, int64_t *v, int n, cz_error *err)
+{
+    fake_ctrl *f = c->impl;
+    f->calls++;
+    f->seen = v[0];
+    if (f->fail)
+        return cz_error_set(err, CZ_EIO, "control plane down");
+    for (int i = 0; i < n; i++)
+        v[i] = v[i] < f->peers ? v[i] : f->peers;
+    return CZ_OK;
+}
+
+static const cz_ctrl_ops fake_ctrl_ops = {
+    .kind = CZ_COMM_SELF, .name = "fake", .allreduce_min_i64 = fake_min};
+
+START_TEST(agree_hand_worked)
+{
+    fake_ctrl f = {.peers = INT64_MAX};
+    cz_ctrl c = {.ops = &fake_ctrl_ops, .impl = &f, .size = 4, .rank = 3};
+    cz_error err = {0};
+    /* Everyone succeeded. */
+    ck_assert_int_eq(cz_nccl_agree(&c, CZ_OK, "create it", &err), CZ_OK);
+    ck_assert_int_eq(f.calls, 1);
+    ck_assert(f.seen == INT64_MAX);
+    /* Rank 1 failed: this rank, fine itself, learns it and returns an error naming it. */
+    f.peers = 1;
+    ck_assert_int_eq(cz_nccl_agree(&c, CZ_OK, "create it", &err), CZ_EIO);
+    ck_assert_ptr_nonnull(strstr(err.message, "rank 1 failed to create it"));
+    /* This rank timed out: it still takes part (contributing its rank) and keeps its own
+     * error and message. */
+    cz_error_set(&err, CZ_ETIMEOUT, "own timeout");
+    ck_assert_int_eq(cz_nccl_agree(&c, CZ_ETIMEOUT, "create it", &err), CZ_ETIMEOUT);
+    ck_assert_int_eq(f.calls, 3);
+    ck_assert(f.seen == 3);
+    ck_assert_str_eq(err.message, "own timeout");
+    /* The control plane itself failing is an error too. */
+    f.peers = INT64_MAX;
+    f.fail = 1;
+    ck_assert_int_eq(cz_nccl_agree(&c, CZ_OK, "create it", &err), CZ_EIO);
+    ck_assert_ptr_nonnull(strstr(err.message, "control plane down"));
+}
+END_TEST
+
+START_TEST(timeout_knob)
+{
+    ck_assert_double_eq(cz_nccl_timeout(5.0, NULL), 5.0);
+    ck_assert_double_eq(cz_nccl_timeout(2.0, "12"), 2.0); /* the config wins */
+    ck_assert_double_eq(cz_nccl_timeout(0.0, "12"), 12.0);
+    ck_assert_double_eq(cz_nccl_timeout(0.0, "0.5"), 0.5);
+    ck_assert_double_eq(cz_nccl_timeout(0.0, "soon"), CZ_NCCL_DEFAULT_TIMEOUT_S);
+    ck_assert_double_eq(cz_nccl_timeout(0.0, "-1"), CZ_NCCL_DEFAULT_TIMEOUT_S);
+    ck_assert_double_eq(cz_nccl_timeout(-3.0, NULL), CZ_NCCL_DEFAULT_TIMEOUT_S);
+    ck_assert_double_eq(CZ_NCCL_DEFAULT_TIMEOUT_S, 300.0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("nccl_plan");
@@ -338,6 +477,9 @@ int main(void)
     tcase_add_test(tc, step_time_hand_worked);
     tcase_add_test(tc, scratch_hand_worked);
     tcase_add_test(tc, scratch_bundled_plans);
+    tcase_add_test(tc, poll_hand_worked);
+    tcase_add_test(tc, agree_hand_worked);
+    tcase_add_test(tc, timeout_knob);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
