@@ -50,6 +50,11 @@ ns | ns-dry)
       "$CZ_BENCH" ns --plan "$tmp/plan.json" --dtype "$dtype" --reps 3 | tee "$tmp/out"
       grep -q "batched / one at a time" "$tmp/out"
     done
+    # The symmetric form (cublasSsyrk + the mirror kernel) forced on, and off, in fp32.
+    for sym in on off; do
+      "$CZ_BENCH" ns --plan "$tmp/plan.json" --sym "$sym" --reps 3 | tee "$tmp/out"
+      grep -q "batched / one at a time" "$tmp/out"
+    done
     exit 0
   fi
   # The busiest GPU's batches, then every GPU's: each lists at least one batch, and the
