@@ -136,9 +136,12 @@ static int time_cpu(const cz_ns_workload *w, const cz_ns_coeffs *k, const ns_opt
     size_t nx = (size_t)(w->batch_n > 0 ? w->batch_n : 1);
     float *x = malloc(nx * sizeof(float)), *x0 = malloc(nx * sizeof(float));
     float *work = malloc((size_t)(w->work_n > 0 ? w->work_n : 1) * sizeof(float));
-    double *t = malloc(2 * (size_t)(o->reps + 1) * sizeof(double));
+    /* t[(r * 2 + form) * nbatches + b]: seconds of batch b in repetition r. */
+    size_t nb_ = (size_t)(w->nbatches > 0 ? w->nbatches : 1);
+    double *t = malloc(2 * (size_t)(o->reps + 1) * nb_ * sizeof(double));
+    double *v = malloc((size_t)o->reps * sizeof(double));
     int rc = CZ_OK, nsym = 0;
-    if (!x || !x0 || !work || !t) {
+    if (!x || !x0 || !work || !t || !v) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz buffers");
         goto out;
     }
@@ -153,24 +156,48 @@ static int time_cpu(const cz_ns_workload *w, const cz_ns_coeffs *k, const ns_opt
         x0[i] = cz_bench_value(1, 0, 0, 0, 0, (int64_t)i) * scale;
     /* Repetition 0 is the warm-up of both forms. */
     for (int r = 0; r <= o->reps && !rc; r++)
-        for (int sym = 0; sym < 2 && !rc; sym++) {
-            double sec = 0.0;
+        for (int sym = 0; sym < 2 && !rc; sym++)
             for (int b = 0; b < w->nbatches && !rc; b++) {
                 const cz_ns_batch *nb = &w->batches[b];
                 memcpy(x, x0, (size_t)(nb->count * nb->rows * nb->cols) * sizeof(float));
                 double t0 = cz_exec_now();
                 rc = cz_cpu_ns(x, nb->count, nb->rows, nb->cols, k, o->steps, work, sym, err);
-                sec += cz_exec_now() - t0;
+                t[((size_t)r * 2 + (size_t)sym) * nb_ + (size_t)b] = cz_exec_now() - t0;
             }
-            t[2 * r + sym] = sec;
-        }
     if (!rc) {
-        double tg[o->reps], ts[o->reps];
-        for (int r = 0; r < o->reps; r++) {
-            tg[r] = t[2 * (r + 1)];
-            ts[r] = t[2 * (r + 1) + 1];
+        /* Per batch, then the whole workload (sum over batches per repetition). */
+        double med[2] = {0.0, 0.0};
+        for (int b = -1; b < w->nbatches; b++) {
+            for (int sym = 0; sym < 2; sym++) {
+                for (int r = 0; r < o->reps; r++) {
+                    size_t base = ((size_t)(r + 1) * 2 + (size_t)sym) * nb_;
+                    v[r] = 0.0;
+                    for (int q = 0; q < w->nbatches; q++)
+                        v[r] += b < 0 || q == b ? t[base + (size_t)q] : 0.0;
+                }
+                med[sym] = median(v, o->reps);
+            }
+            if (b < 0)
+                continue;
+            const cz_ns_batch *nb = &w->batches[b];
+            printf("  %6lld x %-6lld x %d: general %9.3f ms, symmetric %9.3f ms: %.2fx (rule: "
+                   "%s)\n",
+                   (long long)nb->rows, (long long)nb->cols, nb->count, 1e3 * med[0], 1e3 * med[1],
+                   med[0] / med[1],
+                   cz_ns_use_syrk(CZ_NS_TARGET_CPU, nb->rows, nb->cols, nb->count, CZ_NS_FP32)
+                       ? "symmetric"
+                       : "general");
         }
-        double g = median(tg, o->reps), sy = median(ts, o->reps);
+        for (int sym = 0; sym < 2; sym++) {
+            for (int r = 0; r < o->reps; r++) {
+                size_t base = ((size_t)(r + 1) * 2 + (size_t)sym) * nb_;
+                v[r] = 0.0;
+                for (int q = 0; q < w->nbatches; q++)
+                    v[r] += t[base + (size_t)q];
+            }
+            med[sym] = median(v, o->reps);
+        }
+        double g = med[0], sy = med[1];
         printf("%-40s %10.3f ms  %8.2f GFLOP/s\n", "cpu general (cblas_sgemm), median", 1e3 * g,
                w->flops / g * 1e-9);
         printf("%-40s %10.3f ms  %8.2f GFLOP/s (GEMM-equivalent)\n",
@@ -184,6 +211,7 @@ out:
     free(x0);
     free(work);
     free(t);
+    free(v);
     return rc;
 }
 
