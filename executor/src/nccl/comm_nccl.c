@@ -509,8 +509,16 @@ static void nccl_close(cz_plane *p)
         ignore(CZ_CU(&e, cudaEventDestroy(h->issued)));
     if (h->stream)
         ignore(CZ_CU(&e, cudaStreamDestroy(h->stream)));
-    if (h->comm)
-        ignore(h->aborted || h->borrowed ? CZ_OK : CZ_NCCL(&e, ncclCommDestroy(h->comm)));
+    /* Finalize (flush, then wait for the peers: ncclInProgress on a non-blocking
+     * communicator, polled with the time limit), then destroy; a peer that never finalizes
+     * gets the communicator aborted instead of a hang at teardown. */
+    if (h->comm && !h->aborted && !h->borrowed) {
+        int raw = CZ_NCCL_RC(ncclCommFinalize(h->comm));
+        if (settle(h->comm, h->timeout_s, raw, "ncclCommFinalize", __FILE__, __LINE__, &e))
+            ignore(CZ_NCCL(&e, ncclCommAbort(h->comm)));
+        else
+            ignore(CZ_NCCL(&e, ncclCommDestroy(h->comm)));
+    }
     cz_exec_free(h);
     p->impl = NULL;
 }
