@@ -81,9 +81,9 @@ int cz_ns_plan(cz_ns_op *ops, int64_t rows, int64_t cols, int batch, double a, d
                cz_ns_precision prec, int sym);
 
 /* Where the symmetric form pays, per backend, shape and precision (1 = SYRK + SYMFILL).
- *   CPU (OpenBLAS, fp32): rows >= CZ_NS_SYRK_MIN_ROWS_CPU. Measured (docs/PERF.md): SYRK's
- *     half FLOPs win 1.2-1.4x per iteration from 128 rows on; below, the mirror passes and
- *     SYRK's lower efficiency on small blocks lose (0.75x at 32 x 96, even at 64).
+ *   CPU (OpenBLAS, fp32): rows >= CZ_NS_SYRK_MIN_ROWS_CPU. Measured (docs/PERF.md 7.1): the
+ *     SYRKs' fewer FLOPs win about 1.2-1.3x from 128 rows on; below, the mirror passes and
+ *     SYRK's lower efficiency on small blocks cancel it (even at 64 rows, 0.74x at 32 x 96).
  *   CUDA: bf16 never (cuBLAS has SYRK for fp32/fp64 and complex types only: no bf16
  *     cublasSyrkEx, so the bf16 products stay tensor-core GemmEx); fp32 when
  *     rows >= CZ_NS_SYRK_MIN_ROWS_CUDA, where one matrix's SYRK fills the device by itself:
