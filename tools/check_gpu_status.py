@@ -3,7 +3,8 @@
 backends.
 
 Every call of a function named cuda*, cublas*, cusolver* or nccl* must be the argument of a
-checking macro (CZ_CU, CZ_BLAS, CZ_SOLVER, CZ_NCCL, CZ_CU_RC; executor/src/cuda/check.h), whose functions are
+checking macro (CZ_CU, CZ_BLAS, CZ_SOLVER, CZ_NCCL, CZ_CU_RC, CZ_NCCL_RC;
+executor/src/cuda/check.h; CZ_NCCL_ON, comm_nccl.c's settled form), whose functions are
 warn_unused_result so that dropping the checked status is a compile error. The exceptions are
 the calls that return no status (error strings, the last-error query inside CZ_CU_RC).
 
@@ -16,7 +17,7 @@ import re
 import sys
 import tempfile
 
-MACROS = ("CZ_CU", "CZ_BLAS", "CZ_SOLVER", "CZ_NCCL", "CZ_CU_RC")
+MACROS = ("CZ_CU", "CZ_BLAS", "CZ_SOLVER", "CZ_NCCL", "CZ_CU_RC", "CZ_NCCL_RC", "CZ_NCCL_ON")
 NO_STATUS = {"cudaGetErrorString", "cudaGetErrorName", "cublasGetStatusString",
              "ncclGetErrorString"}
 CALL = re.compile(r"\b((?:cuda|cublas|cusolver|nccl)[A-Z][A-Za-z0-9_]*)\s*\(")

@@ -39,7 +39,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define CZ_EXEC_CONFIG_VERSION 3
+#define CZ_EXEC_CONFIG_VERSION 4
 
 /* How Muon scales the orthogonalized update of an m x n block (rows x cols as stored). */
 typedef enum cz_muon_scaling {
@@ -155,6 +155,13 @@ typedef struct cz_exec_config {
     float soap_shampoo_beta;  /* Gram factor EMA; -1 (default) = soap_beta2 */
     float soap_eps;           /* default 1e-8 */
     int soap_bias_correction; /* default 1 */
+
+    /* Added in version 4. comm "nccl": seconds that creating an NCCL communicator (the world
+     * one over MPI, the DP/TP splits), or one host wait on NCCL work, may last before the
+     * executor aborts the communicator and returns an error on every rank instead of hanging
+     * (a peer that died or never arrived). 0 (default) = the environment's CZ_NCCL_TIMEOUT_S
+     * when set, else 300. */
+    double nccl_timeout_s;
 } cz_exec_config;
 
 /* Fills *cfg with the defaults above. */

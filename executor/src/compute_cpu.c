@@ -4,6 +4,7 @@
  * (cz_muon_momentum, cz_apply_update, cz_adamw_step) are this backend's own loops. */
 #include "elementwise.h"
 #include "exec_internal.h"
+#include "ns_plan.h"
 #ifdef CZ_HAVE_CUDA
 #include "compute_cuda.h"
 #define CZ_CUDA_NAME ", cuda"
@@ -219,10 +220,17 @@ static void cpu_block_store(cz_compute *c, float *dst, int64_t ld, const float *
         }
 }
 
-static int cpu_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
-                          const cz_ns_coeffs *k, int steps, float *work, cz_error *err)
+/* The lower triangle of the row-major r x r m from its upper one. */
+static void mirror_upper(float *m, int r)
 {
-    (void)c;
+    for (int i = 1; i < r; i++)
+        for (int j = 0; j < i; j++)
+            m[(size_t)i * r + j] = m[(size_t)j * r + i];
+}
+
+int cz_cpu_ns(float *x, int batch, int64_t rows, int64_t cols, const cz_ns_coeffs *k, int steps,
+              float *work, int sym, cz_error *err)
+{
     if (rows > cols || rows > INT32_MAX || cols > INT32_MAX)
         return cz_error_set(err, CZ_EINTERNAL,
                             "Newton-Schulz called on a %lld x %lld matrix (needs rows <= cols)",
@@ -235,13 +243,27 @@ static int cpu_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int6
         float *B = A + (size_t)r * r;
         float *Y = B + (size_t)r * r;
         for (int s = 0; s < steps; s++) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r, r, n, 1.0f, X, n, X, n, 0.0f, A,
-                        r);
-            for (size_t j = 0; j < (size_t)r * r; j++)
-                B[j] = b * A[j];
-            if (cc != 0.0f)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, r, r, cc, A, r, A, r,
-                            1.0f, B, r);
+            if (sym) {
+                /* ns_plan.h's symmetric form: A = X X^T and A A = A A^T as SYRKs on the upper
+                 * triangle, each mirrored before the next product reads the whole matrix. */
+                cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, r, n, 1.0f, X, n, 0.0f, A, r);
+                mirror_upper(A, r);
+                for (size_t j = 0; j < (size_t)r * r; j++)
+                    B[j] = b * A[j];
+                if (cc != 0.0f) {
+                    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, r, r, cc, A, r, 1.0f, B,
+                                r);
+                    mirror_upper(B, r);
+                }
+            } else {
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r, r, n, 1.0f, X, n, X, n,
+                            0.0f, A, r);
+                for (size_t j = 0; j < (size_t)r * r; j++)
+                    B[j] = b * A[j];
+                if (cc != 0.0f)
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, r, r, cc, A, r, A, r,
+                                1.0f, B, r);
+            }
             for (size_t j = 0; j < (size_t)r * n; j++)
                 Y[j] = a * X[j];
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, n, r, 1.0f, B, r, X, n, 1.0f,
@@ -250,6 +272,14 @@ static int cpu_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int6
         }
     }
     return CZ_OK;
+}
+
+static int cpu_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
+                          const cz_ns_coeffs *k, int steps, float *work, cz_error *err)
+{
+    (void)c;
+    int sym = cz_ns_use_syrk(CZ_NS_TARGET_CPU, rows, cols, batch, CZ_NS_FP32);
+    return cz_cpu_ns(x, batch, rows, cols, k, steps, work, sym, err);
 }
 
 static void cpu_apply_update(cz_compute *c, float *p, const float *u, int64_t n, float lr, float wd)

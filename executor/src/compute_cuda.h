@@ -18,6 +18,9 @@ typedef struct cz_cuda_options {
     int managed;
     /* Precision of the Newton-Schulz GEMMs. */
     cz_ns_precision ns_precision;
+    /* The symmetric form of the Newton-Schulz products (ns_plan.h): CZ_NS_SYM_AUTO (0, the
+     * executor's) = where cz_ns_use_syrk says it pays; OFF/ON force it (canzona-bench ns). */
+    cz_ns_sym_mode ns_sym;
 } cz_cuda_options;
 
 /* Opens the backend on the current CUDA device: creates (or adopts) the stream, the cuBLAS
@@ -47,7 +50,7 @@ void cz_cuda_unwatch(cz_compute *c, void *ctx);
 /* Waits for a CUDA event (a cudaEvent_t) on the host, polling the watchers. */
 int cz_cuda_host_wait(cz_compute *c, void *event, cz_error *err);
 
-/* Only the cuBLAS calls of ns_batched (same shapes, same GEMMs, no elementwise kernels): the
+/* Only the cuBLAS calls of ns_batched (same shapes, same GEMMs and SYRKs, no kernels): the
  * micro-benchmark's reference for what the GEMMs alone reach. */
 int cz_cuda_ns_gemms(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
                      const cz_ns_coeffs *k, int steps, float *work, cz_error *err);

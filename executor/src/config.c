@@ -47,6 +47,7 @@ void cz_exec_config_init(cz_exec_config *cfg)
     cfg->soap_shampoo_beta = -1.0f;
     cfg->soap_eps = 1e-8f;
     cfg->soap_bias_correction = 1;
+    cfg->nccl_timeout_s = 0.0; /* CZ_NCCL_TIMEOUT_S, else 300 s */
 }
 
 double cz_exec_now(void)

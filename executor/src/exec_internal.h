@@ -383,6 +383,11 @@ int cz_param_blocks(const cz_plan_param *p, cz_block *out, int max);
  * the tests and by canzona-bench's single-process reference. */
 /* buf = mu*buf + g; in = buf, or g + mu*buf with Nesterov. n elements; in may equal g. */
 void cz_muon_momentum(const cz_muon_hparams *h, const float *g, float *buf, float *in, int64_t n);
+/* The CPU backend's Newton-Schulz (its ns_batched) with the symmetric form forced on (sym = 1:
+ * cblas_ssyrk for X X^T and A A, mirrored) or off (sym = 0: cblas_sgemm); ns_batched uses
+ * cz_ns_use_syrk. For the tests and canzona-bench ns. */
+int cz_cpu_ns(float *x, int batch, int64_t rows, int64_t cols, const cz_ns_coeffs *k, int steps,
+              float *work, int sym, cz_error *err);
 /* p = p*(1 - lr*wd) - lr*u over n elements. */
 void cz_apply_update(float *p, const float *u, int64_t n, float lr, float wd);
 /* One AdamW step (t >= 1) over n elements. */
@@ -588,6 +593,9 @@ int cz_exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char 
                          cz_error *err);
 /* Opens the control plane (MPI) and the world data plane (NCCL) of comm backend "nccl". */
 int cz_exec_open_nccl(cz_executor *ex, const cz_exec_config *cfg, cz_error *err);
+/* Allocates what the data planes need for the plan's steps, at create (the nccl DP plane's
+ * padded-collective scratch), so that a step allocates nothing. */
+int cz_exec_reserve_planes(cz_executor *ex, cz_error *err);
 /* A data plane over a communicator the job handed in, of the world plane's kind: a pointer to
  * an MPI_Comm (duplicated) or to an ncclComm_t (borrowed). */
 int cz_exec_open_plane(cz_executor *ex, const void *handle, cz_plane *out, cz_error *err);

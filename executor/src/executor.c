@@ -343,25 +343,25 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
         ex->dp_comm.compute = &ex->compute;
     } else
         rc = ex->world.ops->split(&ex->world, ex->tp_rank, ex->dp_rank, &ex->dp_comm, err);
-    if (rc)
-        goto fail;
-    if (cfg_in->tp_comm && ex->world.ops->kind != CZ_COMM_SELF) {
+    /* A failed (or timed-out) split goes on to the agreement below, so that every rank
+     * returns an error: a rank that left here would keep its peers waiting in it. */
+    if (!rc && cfg_in->tp_comm && ex->world.ops->kind != CZ_COMM_SELF) {
         rc = cz_exec_open_plane(ex, cfg_in->tp_comm, &ex->tp_comm, err);
         ex->tp_comm.compute = &ex->compute;
-    } else
+    } else if (!rc)
         rc = ex->world.ops->split(&ex->world, ex->dp_rank, ex->tp_rank, &ex->tp_comm, err);
-    if (rc)
-        goto fail;
-    if (ex->dp_comm.size != ex->dp || ex->dp_comm.rank != ex->dp_rank)
+    if (!rc && (ex->dp_comm.size != ex->dp || ex->dp_comm.rank != ex->dp_rank))
         rc = cz_error_set(err, CZ_EMISMATCH,
                           "the DP communicator has %d ranks and this process is its rank %d; the "
                           "plan needs dp = %d and this process is dp rank %d",
                           ex->dp_comm.size, ex->dp_comm.rank, ex->dp, ex->dp_rank);
-    else if (ex->tp_comm.size != ex->tp || ex->tp_comm.rank != ex->tp_rank)
+    if (!rc && (ex->tp_comm.size != ex->tp || ex->tp_comm.rank != ex->tp_rank))
         rc = cz_error_set(err, CZ_EMISMATCH,
                           "the TP communicator has %d ranks and this process is its rank %d; the "
                           "plan needs tp = %d and this process is tp rank %d",
                           ex->tp_comm.size, ex->tp_comm.rank, ex->tp, ex->tp_rank);
+    if (!rc)
+        rc = cz_exec_reserve_planes(ex, err);
     if (!rc) {
         ex->schedule = &plan->schedules[ex->dp_rank];
         rc = alloc_state(ex, err);

@@ -9,9 +9,22 @@
 #endif
 #ifdef CZ_HAVE_NCCL
 #include "comm_nccl.h"
+#include "nccl_plan.h"
+
+#include <stdlib.h>
 #endif
 
 #include <string.h>
+
+#ifdef CZ_HAVE_NCCL
+/* The NCCL planes' time limit. The world plane opens before the config's version is checked:
+ * a config of another version is not read past its own fields (its message comes later). */
+static double nccl_timeout(const cz_exec_config *cfg)
+{
+    double s = cfg->version == CZ_EXEC_CONFIG_VERSION ? cfg->nccl_timeout_s : 0.0;
+    return cz_nccl_timeout(s, getenv("CZ_NCCL_TIMEOUT_S"));
+}
+#endif
 
 int cz_exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char *comm,
                          cz_error *err)
@@ -57,7 +70,7 @@ int cz_exec_open_nccl(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
                             "comm backend 'nccl' bootstraps over MPI: initialize MPI before "
                             "creating the executor");
     int rc = cz_ctrl_mpi_open(&ex->ctrl, cfg->world_comm, err);
-    return rc ? rc : cz_plane_nccl_open(&ex->world, &ex->ctrl, err);
+    return rc ? rc : cz_plane_nccl_open(&ex->world, &ex->ctrl, nccl_timeout(cfg), err);
 #else
     (void)ex;
     (void)cfg;
@@ -71,8 +84,19 @@ int cz_exec_open_plane(cz_executor *ex, const void *handle, cz_plane *out, cz_er
 {
 #ifdef CZ_HAVE_NCCL
     if (ex->world.ops->kind == CZ_COMM_NCCL)
-        return cz_plane_nccl_wrap(out, handle, err);
+        return cz_plane_nccl_wrap(out, handle, nccl_timeout(&ex->cfg), err);
 #endif
     (void)ex;
     return cz_plane_mpi_open(out, handle, err);
+}
+
+int cz_exec_reserve_planes(cz_executor *ex, cz_error *err)
+{
+#ifdef CZ_HAVE_NCCL
+    if (ex->dp_comm.ops && ex->dp_comm.ops->kind == CZ_COMM_NCCL)
+        return cz_plane_nccl_reserve(&ex->dp_comm, ex->plan, err);
+#endif
+    (void)ex;
+    (void)err;
+    return CZ_OK;
 }

@@ -2,6 +2,7 @@
 #include "nccl_plan.h"
 
 #include "cz_types.h"
+#include "exec_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -141,4 +142,74 @@ double cz_nccl_step_time(const struct cz_plan *plan, cz_nccl_policy policy, size
     }
     free(counts);
     return t;
+}
+
+size_t cz_nccl_plan_scratch(const struct cz_plan *plan, size_t elem_bytes, double alpha_s,
+                            double bytes_per_s)
+{
+    int n = plan->dp > 0 ? plan->dp : 1;
+    size_t need = 0, counts[n];
+    for (size_t b = 0; b < plan->nbuckets; b++) {
+        const cz_plan_bucket *bk = &plan->buckets[b];
+        size_t sum, max;
+        for (int r = 0; r < n; r++)
+            counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
+        totals(counts, n, &sum, &max);
+        /* The same rule the plane applies per call, on the same counts. */
+        if (max == 0 ||
+            cz_nccl_choose(counts, n, elem_bytes, alpha_s, bytes_per_s) != CZ_NCCL_PADDED)
+            continue;
+        /* The reduce-scatter's P m slots plus its m-element result; the all-gather's P m
+         * slots fit in them. */
+        size_t rs = (size_t)n * max + max;
+        need = rs > need ? rs : need;
+    }
+    return need;
+}
+
+cz_nccl_wait cz_nccl_poll_until(const cz_nccl_poller *p, double timeout_s, int *npolls)
+{
+    double start = p->now(p->ctx);
+    int n = 0;
+    for (;;) {
+        cz_nccl_state st = p->poll(p->ctx);
+        n++;
+        if (st != CZ_NCCL_STATE_PENDING) {
+            if (npolls)
+                *npolls = n;
+            return st == CZ_NCCL_STATE_READY ? CZ_NCCL_WAIT_OK : CZ_NCCL_WAIT_FAILED;
+        }
+        if (p->now(p->ctx) - start >= timeout_s) {
+            if (npolls)
+                *npolls = n;
+            return CZ_NCCL_WAIT_TIMEOUT;
+        }
+        p->pause(p->ctx);
+    }
+}
+
+int cz_nccl_agree(struct cz_ctrl *ctrl, int local_rc, const char *what, cz_error *err)
+{
+    int64_t v = local_rc ? (int64_t)ctrl->rank : INT64_MAX;
+    cz_error tmp;
+    int crc = ctrl->ops->allreduce_min_i64(ctrl, &v, 1, local_rc ? &tmp : err);
+    if (local_rc)
+        return local_rc;
+    if (crc)
+        return crc;
+    if (v != INT64_MAX)
+        return cz_error_set(err, CZ_EIO,
+                            "rank %lld failed to %s (see its message); this rank's part "
+                            "succeeded and its communicator was aborted",
+                            (long long)v, what);
+    return CZ_OK;
+}
+
+double cz_nccl_timeout(double configured_s, const char *env)
+{
+    if (configured_s > 0.0)
+        return configured_s;
+    char *end = NULL;
+    double x = env ? strtod(env, &end) : 0.0;
+    return env && end != env && x > 0.0 ? x : CZ_NCCL_DEFAULT_TIMEOUT_S;
 }

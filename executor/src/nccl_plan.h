@@ -22,6 +22,8 @@
 #ifndef CZ_NCCL_PLAN_H
 #define CZ_NCCL_PLAN_H
 
+#include "canzona.h"
+
 #include <stddef.h>
 
 /* Model constants: defaults for NVLink-class links; CZ_NCCL_ALPHA_US and CZ_NCCL_GBPS override
@@ -90,5 +92,59 @@ typedef enum cz_nccl_policy {
 struct cz_plan;
 double cz_nccl_step_time(const struct cz_plan *plan, cz_nccl_policy policy, size_t elem_bytes,
                          double alpha_s, double bytes_per_s, int *npadded);
+
+/* The most scratch (elements) any of a step's DP collectives needs: over every bucket of the
+ * plan (counts = its DP ranges), the reduce-scatter's and the all-gather's scratch in the form
+ * cz_nccl_choose picks with these constants (padded: P m + m and P m; rooted: 0). The scratch
+ * does not depend on the calling rank. The nccl plane allocates this much when the executor
+ * is created, so a step never allocates. */
+size_t cz_nccl_plan_scratch(const struct cz_plan *plan, size_t elem_bytes, double alpha_s,
+                            double bytes_per_s);
+
+/* ---- communicator creation: non-blocking NCCL, polled with a time limit ----
+ * Communicators are created non-blocking (ncclConfig_t.blocking = 0): ncclCommInitRankConfig
+ * and ncclCommSplit return ncclInProgress and the communicator's state is polled with
+ * ncclCommGetAsyncError until it is ncclSuccess, an error, or the time limit passes; so is
+ * any later call on such a communicator that returns ncclInProgress (ncclGroupEnd, a
+ * collective outside a group). The polling loop is plain C over callbacks, so that the CPU
+ * tests drive it with a fake communicator and a fake clock. */
+typedef enum cz_nccl_state {
+    CZ_NCCL_STATE_READY = 0,   /* ncclSuccess */
+    CZ_NCCL_STATE_PENDING = 1, /* ncclInProgress */
+    CZ_NCCL_STATE_FAILED = 2,  /* any error, or the query itself failed */
+} cz_nccl_state;
+
+typedef enum cz_nccl_wait {
+    CZ_NCCL_WAIT_OK = 0,
+    CZ_NCCL_WAIT_FAILED = 1,
+    CZ_NCCL_WAIT_TIMEOUT = 2,
+} cz_nccl_wait;
+
+typedef struct cz_nccl_poller {
+    cz_nccl_state (*poll)(void *ctx); /* one ncclCommGetAsyncError */
+    double (*now)(void *ctx);         /* a monotonic clock, seconds */
+    void (*pause)(void *ctx);         /* between two polls (a short sleep) */
+    void *ctx;
+} cz_nccl_poller;
+
+/* Polls until the state is READY (OK) or FAILED (FAILED); TIMEOUT when the state is still
+ * PENDING once timeout_s have passed since the first poll. Always polls at least once, so a
+ * communicator that is already ready never times out; never pauses after the last poll.
+ * *npolls (may be NULL) counts the polls. */
+cz_nccl_wait cz_nccl_poll_until(const cz_nccl_poller *p, double timeout_s, int *npolls);
+
+/* Every rank's verdict on a collective creation step (local_rc: this rank's result), agreed
+ * over the control plane (one min-reduction): CZ_OK when every rank succeeded; this rank's
+ * own local_rc when it failed (its message kept); else CZ_EIO naming the lowest failed rank.
+ * Every rank calls it, whatever its own result, so that none is left waiting in a
+ * communicator a peer has given up on; on any failure the caller aborts its communicator. */
+struct cz_ctrl;
+int cz_nccl_agree(struct cz_ctrl *ctrl, int local_rc, const char *what, cz_error *err);
+
+/* Seconds a communicator creation or a host wait on NCCL work may last before the plane aborts
+ * the communicator: cz_exec_config.nccl_timeout_s when > 0, else the environment's
+ * CZ_NCCL_TIMEOUT_S when > 0, else CZ_NCCL_DEFAULT_TIMEOUT_S. env may be NULL. */
+#define CZ_NCCL_DEFAULT_TIMEOUT_S 300.0
+double cz_nccl_timeout(double configured_s, const char *env);
 
 #endif /* CZ_NCCL_PLAN_H */

@@ -50,10 +50,53 @@ static cz_ns_op ew(cz_ns_op_kind kind, int64_t len, float alpha, float beta, cz_
         .kind = kind, .len = len, .alpha = alpha, .beta = beta, .a = a, .c = c, .batch = batch};
 }
 
-int cz_ns_plan(cz_ns_op *ops, int64_t rows, int64_t cols, int batch, double a, double b, double c,
-               cz_ns_precision prec)
+static cz_ns_op syrk(int trans, int64_t n, int64_t k, float alpha, float beta, cz_ns_operand a,
+                     cz_ns_operand c, int batch)
 {
-    if (rows <= 0 || cols <= 0 || rows > cols || cols > INT32_MAX || batch < 1)
+    return (cz_ns_op){.kind = CZ_NS_SYRK,
+                      .transa = trans,
+                      .n = (int)n,
+                      .k = (int)k,
+                      .alpha = alpha,
+                      .beta = beta,
+                      .a = a,
+                      .c = c,
+                      .batch = batch,
+                      .batched = 0};
+}
+
+static cz_ns_op symfill(int64_t n, cz_ns_operand c, int batch)
+{
+    return (cz_ns_op){.kind = CZ_NS_SYMFILL, .n = (int)n, .c = c, .batch = batch};
+}
+
+int cz_ns_use_syrk(cz_ns_target target, int64_t rows, int64_t cols, int batch, cz_ns_precision prec)
+{
+    (void)cols;
+    (void)batch;
+    if (target == CZ_NS_TARGET_CPU)
+        return rows >= CZ_NS_SYRK_MIN_ROWS_CPU;
+    return prec == CZ_NS_FP32 && rows >= CZ_NS_SYRK_MIN_ROWS_CUDA;
+}
+
+int cz_ns_sym_resolve(cz_ns_sym_mode mode, cz_ns_target target, int64_t rows, int64_t cols,
+                      int batch, cz_ns_precision prec)
+{
+    /* bf16 has no SYRK on the GPU: forcing it there falls back to the GEMMs. */
+    if (target == CZ_NS_TARGET_CUDA && prec != CZ_NS_FP32)
+        return 0;
+    if (mode == CZ_NS_SYM_ON)
+        return 1;
+    if (mode == CZ_NS_SYM_OFF)
+        return 0;
+    return cz_ns_use_syrk(target, rows, cols, batch, prec);
+}
+
+int cz_ns_plan(cz_ns_op *ops, int64_t rows, int64_t cols, int batch, double a, double b, double c,
+               cz_ns_precision prec, int sym)
+{
+    if (rows <= 0 || cols <= 0 || rows > cols || cols > INT32_MAX || batch < 1 ||
+        (sym && prec != CZ_NS_FP32))
         return -1;
     int64_t r = rows, n = cols, rr = r * r, rn = r * n, w = 2 * rr + rn;
     float fa = (float)a, fb = (float)b, fc = (float)c;
@@ -63,6 +106,20 @@ int cz_ns_plan(cz_ns_op *ops, int64_t rows, int64_t cols, int batch, double a, d
     cz_ns_operand A32 = opnd(CZ_NS_BUF_WORK, A, w, r, 0);
     cz_ns_operand B32 = opnd(CZ_NS_BUF_WORK, B, w, r, 0);
     int k = 0;
+    if (prec == CZ_NS_FP32 && sym) {
+        cz_ns_operand Y32 = opnd(CZ_NS_BUF_WORK, Y, w, n, 0);
+        ops[k++] = syrk(1, r, n, 1.0f, 0.0f, X32, A32, batch);
+        ops[k++] = symfill(r, A32, batch);
+        /* B = A, then B = c A A^T + b B: one SYRK on the upper triangle (cubic: B = b A). */
+        ops[k++] = ew(CZ_NS_AXPBY, rr, fc != 0.0f ? 1.0f : fb, 0.0f, A32, B32, batch);
+        if (fc != 0.0f) {
+            ops[k++] = syrk(0, r, r, fc, fb, A32, B32, batch);
+            ops[k++] = symfill(r, B32, batch);
+        }
+        ops[k++] = gemm(0, 0, n, r, r, 1.0f, 0.0f, X32, B32, Y32, batch);
+        ops[k++] = ew(CZ_NS_AXPBY, rn, 1.0f, fa, Y32, X32, batch);
+        return k;
+    }
     if (prec == CZ_NS_FP32) {
         cz_ns_operand Y32 = opnd(CZ_NS_BUF_WORK, Y, w, n, 0);
         ops[k++] = gemm(1, 0, r, r, n, 1.0f, 0.0f, X32, X32, A32, batch);

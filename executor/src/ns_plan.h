@@ -14,6 +14,15 @@
  *   fp32: [A: r^2 fp32][B: r^2 fp32][Y: r c fp32];
  *   bf16: [A: r^2 fp32, later B as bf16][B: r^2 fp32][Xh: r c bf16][Ah: r^2 bf16]
  * (bf16 needs no Y: the last GEMM reads bf16 copies and accumulates into X in place).
+ *
+ * Symmetric form (fp32 only; cz_ns_use_syrk decides where it pays): A = X X^T and the
+ * polynomial's square A A = A A^T are symmetric, so each is one SYRK that computes one
+ * triangle at half a GEMM's FLOPs:
+ *   A = X X^T   SYRK upper (column-major), trans T, n = rows, k = cols;
+ *   A A         SYRK upper, trans N, n = k = rows, on a B preset to b A (beta 1) or A (beta b),
+ * each followed by a SYMFILL that copies the upper triangle over the lower one, since the
+ * next product (A A^T reads the whole A; Y = B X is a GEMM) reads the full matrix. FLOPs per
+ * iteration: r^2 c + r^3 + 2 r^2 c instead of 2 r^2 c + 2 r^3 + 2 r^2 c.
  */
 #ifndef CZ_NS_PLAN_H
 #define CZ_NS_PLAN_H
@@ -29,6 +38,9 @@ typedef enum cz_ns_op_kind {
     CZ_NS_GEMM = 1, /* c = alpha op(a) op(b) + beta c, column-major */
     CZ_NS_AXPBY,    /* c[j] = alpha a[j] + beta c[j] over len elements (beta 0: c not read) */
     CZ_NS_TO_BF16,  /* c (bf16) = a (fp32), len elements, round to nearest even */
+    CZ_NS_SYRK,     /* c = alpha op(a) op(a)^T + beta c, upper triangle of the n x n c only
+                       (column-major; k = inner dimension; fp32) */
+    CZ_NS_SYMFILL,  /* c's upper triangle copied over its lower one, n x n (column-major) */
 } cz_ns_op_kind;
 
 typedef enum cz_ns_buf {
@@ -47,13 +59,14 @@ typedef struct cz_ns_operand {
 
 typedef struct cz_ns_op {
     cz_ns_op_kind kind;
-    int transa, transb; /* GEMM: 1 = transposed */
-    int m, n, k;        /* GEMM */
+    int transa, transb; /* GEMM: 1 = transposed; SYRK: transa only */
+    int m, n, k;        /* GEMM; SYRK, SYMFILL: n (and k) */
     int64_t len;        /* AXPBY, TO_BF16: elements per matrix */
     float alpha, beta;
     cz_ns_operand a, b, c;
     int batch;   /* matrices the op covers */
-    int batched; /* GEMM: 1 = one strided-batched call, 0 = one call per matrix */
+    int batched; /* GEMM: 1 = one strided-batched call, 0 = one call per matrix (SYRK: always 0,
+                    cuBLAS has no batched SYRK) */
 } cz_ns_op;
 
 /* The most ops one iteration takes. */
@@ -61,10 +74,39 @@ typedef struct cz_ns_op {
 
 /* Writes the ops of ONE Newton-Schulz iteration (A = X X^T, B = b A + c A A, X = a X + B X)
  * of `batch` rows x cols matrices to ops; returns their count, or -1 when the shape is not
- * valid (rows > cols, a dimension <= 0 or above INT32_MAX, batch < 1). Same-shape matrices
- * are one strided-batched GEMM when batch > 1, a plain GEMM when batch = 1. */
+ * valid (rows > cols, a dimension <= 0 or above INT32_MAX, batch < 1) or sym is asked with
+ * bf16. Same-shape matrices are one strided-batched GEMM when batch > 1, a plain GEMM when
+ * batch = 1. sym = 1: the symmetric form above for both symmetric products. */
 int cz_ns_plan(cz_ns_op *ops, int64_t rows, int64_t cols, int batch, double a, double b, double c,
-               cz_ns_precision prec);
+               cz_ns_precision prec, int sym);
+
+/* Where the symmetric form pays, per backend, shape and precision (1 = SYRK + SYMFILL).
+ *   CPU (OpenBLAS, fp32): rows >= CZ_NS_SYRK_MIN_ROWS_CPU. Measured (docs/PERF.md 7.1): the
+ *     SYRKs' fewer FLOPs win about 1.2-1.3x from 128 rows on; below, the mirror passes and
+ *     SYRK's lower efficiency on small blocks cancel it (even at 64 rows, 0.74x at 32 x 96).
+ *   CUDA: bf16 never (cuBLAS has SYRK for fp32/fp64 and complex types only: no bf16
+ *     cublasSyrkEx, so the bf16 products stay tensor-core GemmEx); fp32 when
+ *     rows >= CZ_NS_SYRK_MIN_ROWS_CUDA, where one matrix's SYRK fills the device by itself:
+ *     cuBLAS has no batched SYRK, so below that a strided-batched GEMM of the batch beats a
+ *     loop of small SYRKs. Not yet measured on a GPU (canzona-bench ns --sym times both).
+ * The executor's default; canzona-bench ns forces either form to compare them. */
+typedef enum cz_ns_target {
+    CZ_NS_TARGET_CPU = 0,
+    CZ_NS_TARGET_CUDA = 1,
+} cz_ns_target;
+#define CZ_NS_SYRK_MIN_ROWS_CPU 128
+#define CZ_NS_SYRK_MIN_ROWS_CUDA 1024
+int cz_ns_use_syrk(cz_ns_target target, int64_t rows, int64_t cols, int batch,
+                   cz_ns_precision prec);
+
+/* Forcing the choice (canzona-bench ns, the tests): AUTO = cz_ns_use_syrk. */
+typedef enum cz_ns_sym_mode {
+    CZ_NS_SYM_AUTO = 0,
+    CZ_NS_SYM_OFF = 1,
+    CZ_NS_SYM_ON = 2,
+} cz_ns_sym_mode;
+int cz_ns_sym_resolve(cz_ns_sym_mode mode, cz_ns_target target, int64_t rows, int64_t cols,
+                      int batch, cz_ns_precision prec);
 
 /* The address of matrix i of operand o, given the buffers' bases: base + off + i * stride
  * elements of its type. What the CUDA backend hands cuBLAS and its kernels. */

@@ -3,9 +3,13 @@
  * P ranks (sum for reduce, copy for broadcast) against the uneven collectives' definitions. */
 #include "nccl_plan.h"
 
+#include "exec_internal.h"
+
+#include "canzona.h"
 #include "cz_types.h"
 
 #include <check.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +238,235 @@ START_TEST(step_time_hand_worked)
 }
 END_TEST
 
+START_TEST(scratch_hand_worked)
+{
+    /* DP 3, fp32, alpha = 1 s, 1 byte/s (s beta = 4 s per element, so latency is worth a
+     * quarter element: padded only where (P-1) m <= N, i.e. even buckets).
+     * Bucket 0 {2, 2, 2}: padded, 3*2 + 2 = 8. Bucket 1 {5, 1, 0}: rooted (2*5 - 6 = 4
+     * elements of padding cost 16 s > 1 s), no scratch. Bucket 2 {4, 4, 4}: padded, 16.
+     * Bucket 3 empty. The plane needs max(8, 16) = 16 elements. */
+    int64_t r0[6] = {0, 2, 2, 4, 4, 6}, r1[6] = {0, 5, 5, 6, 6, 6};
+    int64_t r2[6] = {0, 4, 4, 8, 8, 12}, r3[6] = {0, 0, 0, 0, 0, 0};
+    cz_plan_bucket bk[4] = {{.ranges = r0}, {.ranges = r1}, {.ranges = r2}, {.ranges = r3}};
+    cz_plan pl = {.dp = 3, .nbuckets = 4, .buckets = bk};
+    ck_assert_uint_eq(cz_nccl_plan_scratch(&pl, 4, 1.0, 1.0), 16);
+    /* A huge latency makes every non-empty bucket padded: bucket 1 then needs 3*5 + 5 = 20. */
+    ck_assert_uint_eq(cz_nccl_plan_scratch(&pl, 4, 1e9, 1.0), 20);
+    /* Free latency and a skewed plan only: nothing padded, no scratch. */
+    cz_plan_bucket skewed[2] = {bk[1], bk[3]};
+    pl.nbuckets = 2;
+    pl.buckets = skewed;
+    ck_assert_uint_eq(cz_nccl_plan_scratch(&pl, 4, 1e-12, 1.0), 0);
+    /* DP 1: one slot of m plus the result, 2 m, when padded (always: P alpha > 0 alpha). */
+    int64_t r4[2] = {0, 7};
+    cz_plan_bucket one = {.ranges = r4};
+    cz_plan p1 = {.dp = 1, .nbuckets = 1, .buckets = &one};
+    ck_assert_uint_eq(cz_nccl_plan_scratch(&p1, 4, 10e-6, 100e9), 14);
+}
+END_TEST
+
+/* The scratch every call list of a plan's buckets (each rank, both collectives) asks for,
+ * in the form the rule picks: what the plane's step path checks against the reservation. */
+static size_t scratch_of_lists(const cz_plan *pl, size_t es, double alpha, double bw)
+{
+    int n = pl->dp;
+    size_t need = 0, counts[n];
+    cz_nccl_call calls[2 * n + 1];
+    for (size_t b = 0; b < pl->nbuckets; b++) {
+        for (int r = 0; r < n; r++)
+            counts[r] = (size_t)(pl->buckets[b].ranges[2 * r + 1] - pl->buckets[b].ranges[2 * r]);
+        cz_nccl_form f = cz_nccl_choose(counts, n, es, alpha, bw);
+        for (int me = 0; me < n; me++) {
+            size_t s1 = 0, s2 = 0;
+            cz_nccl_plan_reduce_scatter(calls, counts, n, me, f, &s1);
+            cz_nccl_plan_all_gather(calls, counts, n, me, f, &s2);
+            need = s1 > need ? s1 : need;
+            need = s2 > need ? s2 : need;
+        }
+    }
+    return need;
+}
+
+START_TEST(scratch_bundled_plans)
+{
+    /* Plans the planner builds from the bundled models and clusters: the reservation equals
+     * the largest scratch any call list of any rank asks for, under the default constants,
+     * a latency so high that every bucket is padded, and one so low that none is. */
+    static const char *cases[][2] = {
+        {"test-small", "cpu-4-dp4-tp1"},
+        {"test-small", "cpu-4-dp2-tp2"},
+        {"test-mid", "cpu-4-dp4-tp1"},
+        {"qwen3-0.6b", "h100-8-dp8-tp1"},
+    };
+    const char *src = getenv("CZ_SOURCE_DIR");
+    ck_assert_ptr_nonnull(src);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char mp[512], cp[512];
+        snprintf(mp, sizeof mp, "%s/plans/models/%s.json", src, cases[i][0]);
+        snprintf(cp, sizeof cp, "%s/plans/clusters/%s.json", src, cases[i][1]);
+        cz_error err;
+        cz_model *model = NULL;
+        cz_cluster *cluster = NULL;
+        cz_plan *pl = NULL;
+        cz_settings s;
+        cz_settings_init(&s);
+        ck_assert_msg(cz_model_load(&model, mp, &err) == 0, "%s", err.message);
+        ck_assert_msg(cz_cluster_load(&cluster, cp, &err) == 0, "%s", err.message);
+        ck_assert_msg(cz_plan_build(&pl, model, cluster, &s, &err) == 0, "%s", err.message);
+        const double alphas[3] = {CZ_NCCL_DEFAULT_ALPHA_S, 1e3, 1e-15};
+        for (int a = 0; a < 3; a++) {
+            size_t want = scratch_of_lists(pl, 4, alphas[a], CZ_NCCL_DEFAULT_BYTES_PER_S);
+            size_t got = cz_nccl_plan_scratch(pl, 4, alphas[a], CZ_NCCL_DEFAULT_BYTES_PER_S);
+            ck_assert_msg(got == want, "%s on %s, alpha %g: reserved %zu, lists need %zu",
+                          cases[i][0], cases[i][1], alphas[a], got, want);
+            /* All padded: a real reservation (the largest bucket's P m + m). */
+            if (a == 1)
+                ck_assert_uint_gt(got, 0);
+        }
+        cz_plan_free(pl);
+        cz_cluster_free(cluster);
+        cz_model_free(model);
+    }
+}
+END_TEST
+
+/* A communicator whose states follow a script (the last one repeats) and a clock that only
+ * moves when the poller pauses. */
+typedef struct fake_comm {
+    const cz_nccl_state *script;
+    int n, i, pauses;
+    double t, step;
+} fake_comm;
+
+static cz_nccl_state fake_poll(void *ctx)
+{
+    fake_comm *f = ctx;
+    cz_nccl_state s = f->script[f->i < f->n ? f->i : f->n - 1];
+    f->i++;
+    return s;
+}
+
+static double fake_now(void *ctx)
+{
+    return ((fake_comm *)ctx)->t;
+}
+
+static void fake_pause(void *ctx)
+{
+    fake_comm *f = ctx;
+    f->t += f->step;
+    f->pauses++;
+}
+
+static cz_nccl_wait run_script(const cz_nccl_state *script, int n, double timeout, int *npolls,
+                               int *pauses)
+{
+    fake_comm f = {script, n, 0, 0, 100.0, 1.0}; /* the clock starts anywhere */
+    cz_nccl_poller p = {fake_poll, fake_now, fake_pause, &f};
+    cz_nccl_wait w = cz_nccl_poll_until(&p, timeout, npolls);
+    *pauses = f.pauses;
+    return w;
+}
+
+START_TEST(poll_hand_worked)
+{
+    const cz_nccl_state R = CZ_NCCL_STATE_READY, P = CZ_NCCL_STATE_PENDING,
+                        F = CZ_NCCL_STATE_FAILED;
+    int np = -1, pa = -1;
+    /* Ready at once: one poll, no pause, even with no time at all. */
+    cz_nccl_state s1[] = {R};
+    ck_assert_int_eq(run_script(s1, 1, 0.0, &np, &pa), CZ_NCCL_WAIT_OK);
+    ck_assert_int_eq(np, 1);
+    ck_assert_int_eq(pa, 0);
+    /* Pending twice, then ready: three polls, a pause between each. */
+    cz_nccl_state s2[] = {P, P, R};
+    ck_assert_int_eq(run_script(s2, 3, 10.0, &np, &pa), CZ_NCCL_WAIT_OK);
+    ck_assert_int_eq(np, 3);
+    ck_assert_int_eq(pa, 2);
+    /* An error while pending ends the wait as a failure, not a timeout. */
+    cz_nccl_state s3[] = {P, F};
+    ck_assert_int_eq(run_script(s3, 2, 10.0, &np, &pa), CZ_NCCL_WAIT_FAILED);
+    ck_assert_int_eq(np, 2);
+    /* Never settles, 1 s per pause, 2.5 s limit: polls at t = 0, 1, 2, 3; the fourth sees
+     * 3 s >= 2.5 s and gives up without pausing again. */
+    cz_nccl_state s4[] = {P};
+    ck_assert_int_eq(run_script(s4, 1, 2.5, &np, &pa), CZ_NCCL_WAIT_TIMEOUT);
+    ck_assert_int_eq(np, 4);
+    ck_assert_int_eq(pa, 3);
+    /* No time at all and pending: one poll, then the timeout. */
+    ck_assert_int_eq(run_script(s4, 1, 0.0, &np, &pa), CZ_NCCL_WAIT_TIMEOUT);
+    ck_assert_int_eq(np, 1);
+    ck_assert_int_eq(pa, 0);
+    /* Ready on the poll made at the deadline: the state wins over the clock. */
+    cz_nccl_state s5[] = {P, P, P, R};
+    ck_assert_int_eq(run_script(s5, 4, 3.0, &np, &pa), CZ_NCCL_WAIT_OK);
+    ck_assert_int_eq(np, 4);
+}
+END_TEST
+
+/* A control plane of one rank standing for many: the other ranks' contribution to the
+ * min-reduction is `peers` (INT64_MAX = they all succeeded). */
+typedef struct fake_ctrl {
+    int64_t peers, seen;
+    int calls, fail;
+} fake_ctrl;
+
+static int fake_min(cz_ctrl *c, int64_t *v, int n, cz_error *err)
+{
+    fake_ctrl *f = c->impl;
+    f->calls++;
+    f->seen = v[0];
+    if (f->fail)
+        return cz_error_set(err, CZ_EIO, "control plane down");
+    for (int i = 0; i < n; i++)
+        v[i] = v[i] < f->peers ? v[i] : f->peers;
+    return CZ_OK;
+}
+
+static const cz_ctrl_ops fake_ctrl_ops = {
+    .kind = CZ_COMM_SELF, .name = "fake", .allreduce_min_i64 = fake_min};
+
+START_TEST(agree_hand_worked)
+{
+    fake_ctrl f = {.peers = INT64_MAX};
+    cz_ctrl c = {.ops = &fake_ctrl_ops, .impl = &f, .size = 4, .rank = 3};
+    cz_error err = {0};
+    /* Everyone succeeded. */
+    ck_assert_int_eq(cz_nccl_agree(&c, CZ_OK, "create it", &err), CZ_OK);
+    ck_assert_int_eq(f.calls, 1);
+    ck_assert(f.seen == INT64_MAX);
+    /* Rank 1 failed: this rank, fine itself, learns it and returns an error naming it. */
+    f.peers = 1;
+    ck_assert_int_eq(cz_nccl_agree(&c, CZ_OK, "create it", &err), CZ_EIO);
+    ck_assert_ptr_nonnull(strstr(err.message, "rank 1 failed to create it"));
+    /* This rank timed out: it still takes part (contributing its rank) and keeps its own
+     * error and message. */
+    cz_error_set(&err, CZ_ETIMEOUT, "own timeout");
+    ck_assert_int_eq(cz_nccl_agree(&c, CZ_ETIMEOUT, "create it", &err), CZ_ETIMEOUT);
+    ck_assert_int_eq(f.calls, 3);
+    ck_assert(f.seen == 3);
+    ck_assert_str_eq(err.message, "own timeout");
+    /* The control plane itself failing is an error too. */
+    f.peers = INT64_MAX;
+    f.fail = 1;
+    ck_assert_int_eq(cz_nccl_agree(&c, CZ_OK, "create it", &err), CZ_EIO);
+    ck_assert_ptr_nonnull(strstr(err.message, "control plane down"));
+}
+END_TEST
+
+START_TEST(timeout_knob)
+{
+    ck_assert_double_eq(cz_nccl_timeout(5.0, NULL), 5.0);
+    ck_assert_double_eq(cz_nccl_timeout(2.0, "12"), 2.0); /* the config wins */
+    ck_assert_double_eq(cz_nccl_timeout(0.0, "12"), 12.0);
+    ck_assert_double_eq(cz_nccl_timeout(0.0, "0.5"), 0.5);
+    ck_assert_double_eq(cz_nccl_timeout(0.0, "soon"), CZ_NCCL_DEFAULT_TIMEOUT_S);
+    ck_assert_double_eq(cz_nccl_timeout(0.0, "-1"), CZ_NCCL_DEFAULT_TIMEOUT_S);
+    ck_assert_double_eq(cz_nccl_timeout(-3.0, NULL), CZ_NCCL_DEFAULT_TIMEOUT_S);
+    ck_assert_double_eq(CZ_NCCL_DEFAULT_TIMEOUT_S, 300.0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("nccl_plan");
@@ -242,6 +475,11 @@ int main(void)
     tcase_add_test(tc, lists_hand_worked);
     tcase_add_test(tc, lists_simulated);
     tcase_add_test(tc, step_time_hand_worked);
+    tcase_add_test(tc, scratch_hand_worked);
+    tcase_add_test(tc, scratch_bundled_plans);
+    tcase_add_test(tc, poll_hand_worked);
+    tcase_add_test(tc, agree_hand_worked);
+    tcase_add_test(tc, timeout_knob);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # GPU tests that run more than one process or a tool (ctest label gpu). Each exits 77
 # (skipped) with the reason when there is no CUDA device, no MPI or no compute-sanitizer.
-# ns-dry and coll need no device: the micro-benchmark's workload listing and the collective
-# model's prediction (any build).
-# Usage: gpu.sh mpi | nccl | memcheck | ns | ns-dry | coll
+# ns-dry, ns-cpu and coll need no device: the micro-benchmark's workload listing, its CPU
+# timing of the general and symmetric Newton-Schulz forms, and the collective model's
+# prediction (any build).
+# Usage: gpu.sh mpi | nccl | memcheck | ns | ns-dry | ns-cpu | coll
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_GPU_EXEC (gpu_exec), CZ_SOURCE_DIR.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
-case "${1:-}" in ns-dry | coll) ;; *) "${CZ_GPU_EXEC:?}" probe || exit $? ;; esac
+case "${1:-}" in ns-dry | ns-cpu | coll) ;; *) "${CZ_GPU_EXEC:?}" probe || exit $? ;; esac
 src=${CZ_SOURCE_DIR:?}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -41,7 +42,7 @@ memcheck)
   [ -x "$cs" ] || { echo "SKIPPED: compute-sanitizer not found"; exit 77; }
   "$cs" --tool memcheck --error-exitcode 1 --leak-check full "$CZ_GPU_EXEC" compare self
   ;;
-ns | ns-dry)
+ns | ns-dry | ns-cpu)
   [ -n "${CZ_BENCH:-}" ] || { echo "SKIPPED: canzona-bench was not built (no MPI)"; exit 77; }
   "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/cpu-4-dp2-tp2.json" \
     --dp alpha --tp rollback -o "$tmp/plan.json"
@@ -50,6 +51,20 @@ ns | ns-dry)
       "$CZ_BENCH" ns --plan "$tmp/plan.json" --dtype "$dtype" --reps 3 | tee "$tmp/out"
       grep -q "batched / one at a time" "$tmp/out"
     done
+    # The symmetric form (cublasSsyrk + the mirror kernel) forced on, and off, in fp32.
+    for sym in on off; do
+      "$CZ_BENCH" ns --plan "$tmp/plan.json" --sym "$sym" --reps 3 | tee "$tmp/out"
+      grep -q "batched / one at a time" "$tmp/out"
+    done
+    exit 0
+  fi
+  if [ "$1" = ns-cpu ]; then
+    # GPU (0, 0) has a 64-row block (general by the rule) and 256-row ones (symmetric): one
+    # line per batch with the rule's pick, then the medians' ratio.
+    "$CZ_BENCH" ns --plan "$tmp/plan.json" --gpu 0,0 --backend cpu --reps 1 | tee "$tmp/out"
+    grep -q "64 x 256    x 1: general .*(rule: general)" "$tmp/out"
+    grep -q "256 x 512    x 2: general .*(rule: symmetric)" "$tmp/out"
+    grep -q "symmetric / general: .*picks symmetric for 1 of 2 batches" "$tmp/out"
     exit 0
   fi
   # The busiest GPU's batches, then every GPU's: each lists at least one batch, and the

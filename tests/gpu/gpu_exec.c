@@ -8,9 +8,13 @@
  *                             and elementwise parameters, 3 steps, fp32 and bf16: the largest
  *                             update difference relative to the largest update must be
  *                             <= 1e-4 (fp32) and <= 2e-2 (bf16).
+ *   gpu_exec ns-sym           the cuda backend's Newton-Schulz with the symmetric form forced
+ *                             on (cublasSsyrk + the mirror kernel, fp32) against the cpu
+ *                             backend's general form: relative error <= 1e-4.
  */
 #include "exec_fixture.h"
 #include "exec_internal.h"
+#include "ns_plan.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -151,6 +155,59 @@ static int compare(const char *comm)
 }
 #endif
 
+#ifdef CZ_HAVE_CUDA
+/* One shape: batch matrices of r x c, 5 iterations, on the cuda backend (managed memory, so the
+ * host fills and reads it after an event sync) with the symmetric form forced, against
+ * cz_cpu_ns's general form. */
+static int ns_sym_case(int64_t r, int64_t c, int batch, const char *coeffs)
+{
+    const cz_ns_coeffs *k = cz_ns_coeffs_find(coeffs);
+    cz_cuda_options o = {.managed = 1, .ns_precision = CZ_NS_FP32, .ns_sym = CZ_NS_SYM_ON};
+    cz_compute g;
+    cz_error err;
+    if (cz_compute_cuda_open(&g, &o, &err))
+        return fail("opening the cuda backend", &err);
+    size_t nx = (size_t)(batch * r * c), nw = (size_t)cz_ns_work_floats(r, c, batch);
+    float *xg = g.ops->alloc(&g, nx * sizeof(float)), *wg = g.ops->alloc(&g, nw * sizeof(float));
+    float *xc = malloc(nx * sizeof(float)), *wc = malloc(nw * sizeof(float));
+    cz_event *ev = g.ops->event_create(&g);
+    int rc = xg && wg && xc && wc && ev ? 0 : fail("allocating the Newton-Schulz buffers", NULL);
+    for (size_t i = 0; !rc && i < nx; i++)
+        xc[i] = xg[i] = (float)sin(0.37 * (double)i) * 0.5f / sqrtf((float)(r * c));
+    if (!rc && g.ops->ns_batched(&g, xg, batch, r, c, k, 5, wg, &err))
+        rc = fail("ns_batched on the cuda backend", &err);
+    if (!rc) {
+        g.ops->event_record(&g, ev);
+        if (g.ops->event_sync(&g, ev, &err))
+            rc = fail("waiting for the cuda backend", &err);
+    }
+    if (!rc && cz_cpu_ns(xc, batch, r, c, k, 5, wc, 0, &err))
+        rc = fail("cz_cpu_ns", &err);
+    if (!rc) {
+        double num = 0, den = 0;
+        for (size_t i = 0; i < nx; i++) {
+            num += ((double)xg[i] - xc[i]) * ((double)xg[i] - xc[i]);
+            den += (double)xc[i] * xc[i];
+        }
+        double rel = sqrt(num / den);
+        printf("gpu_exec ns-sym %lld x %lld x %d %s: |cuda symmetric - cpu general| / |cpu| = "
+               "%.3g (limit 0.0001)\n",
+               (long long)r, (long long)c, batch, coeffs, rel);
+        rc = rel <= 1e-4 ? 0 : 1;
+    }
+    if (ev)
+        g.ops->event_free(&g, ev);
+    if (xg)
+        g.ops->release(&g, xg);
+    if (wg)
+        g.ops->release(&g, wg);
+    free(xc);
+    free(wc);
+    cz_compute_close(&g);
+    return rc;
+}
+#endif
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "probe";
@@ -166,8 +223,16 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "probe") == 0)
         return 0;
+    if (strcmp(mode, "ns-sym") == 0) {
+        int rc = ns_sym_case(130, 260, 2, "jordan");
+        if (!rc)
+            rc = ns_sym_case(128, 128, 1, "cubic");
+        if (!rc)
+            rc = ns_sym_case(1024, 1536, 1, "jordan");
+        return rc;
+    }
     if (strcmp(mode, "compare") != 0 || argc < 3) {
-        fprintf(stderr, "usage: gpu_exec probe | compare self|nccl\n");
+        fprintf(stderr, "usage: gpu_exec probe | ns-sym | compare self|nccl\n");
         return 2;
     }
     int rc;

@@ -53,5 +53,6 @@ int main(void)
     FIELD(soap_shampoo_beta);
     FIELD(soap_eps);
     FIELD(soap_bias_correction);
+    FIELD(nccl_timeout_s);
     return 0;
 }

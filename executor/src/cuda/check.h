@@ -10,6 +10,10 @@
  *   CZ_SOLVER(err, call) cuSOLVER call (compute_cuda_linalg.c); likewise with the status name
  *   CZ_CU_RC(call)      the raw cudaError_t as an int, for callers that branch on it
  *                       (cudaEventQuery's cudaErrorNotReady, the kernel launchers)
+ *   CZ_NCCL_RC(call)    the raw ncclResult_t as an int (ncclInProgress of a non-blocking
+ *                       communicator, settled by comm_nccl.c)
+ *   CZ_NCCL_ON(h, err, call)  (comm_nccl.c) an NCCL call on a plane's communicator, an
+ *                       ncclInProgress status polled until it settles
  */
 #ifndef CZ_CUDA_CHECK_H
 #define CZ_CUDA_CHECK_H
@@ -25,6 +29,7 @@ static inline CZ_MUST_USE int cz_cu_rc(int rc)
     return rc;
 }
 #define CZ_CU_RC(call) cz_cu_rc((int)(call))
+#define CZ_NCCL_RC(call) cz_cu_rc((int)(call))
 
 #ifndef __CUDACC__
 #include "canzona.h"

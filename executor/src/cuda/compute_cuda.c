@@ -50,6 +50,7 @@ typedef struct cuda_impl {
     int managed;
     cz_ns_precision prec;
     cz_cuda_linalg *la; /* cuSOLVER and the solver-failure flag (compute_cuda_linalg.c) */
+    cz_ns_sym_mode sym; /* the symmetric form: by cz_ns_use_syrk, or forced (canzona-bench) */
     int sticky;         /* first failure of an op without a status */
     cz_error sticky_err;
     struct {
@@ -437,6 +438,23 @@ static int run_op(cz_compute *c, const cz_ns_op *op, float *x, float *work, cz_e
                                        op->batch, op->alpha, op->beta),
                     "axpby_batched");
         return CZ_OK;
+    case CZ_NS_SYRK:
+        /* No batched SYRK in cuBLAS: one call per matrix (cz_ns_use_syrk picks this form only
+         * where one matrix fills the device). */
+        for (int i = 0; i < op->batch; i++) {
+            int rc = CZ_BLAS(err, cublasSsyrk(h->blas, CUBLAS_FILL_MODE_UPPER, ta, op->n, op->k,
+                                              &op->alpha, operand(&op->a, x, work, i), op->a.ld,
+                                              &op->beta, operand(&op->c, x, work, i), op->c.ld));
+            if (rc)
+                return rc;
+        }
+        return CZ_OK;
+    case CZ_NS_SYMFILL:
+        note_launch(c,
+                    cz_k_symfill_batched(h->stream, operand(&op->c, x, work, 0), op->c.stride,
+                                         op->n, op->batch),
+                    "symfill_batched");
+        return CZ_OK;
     case CZ_NS_TO_BF16:
         note_launch(c,
                     cz_k_to_bf16_batched(h->stream, operand(&op->c, x, work, 0), op->c.stride,
@@ -457,7 +475,8 @@ static int ns_run(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols
     int rc = cz_cuda_take_error(c, err);
     for (int b0 = 0; !rc && b0 < batch; b0 += CZ_NS_MAX_BATCH) {
         int nb = batch - b0 < CZ_NS_MAX_BATCH ? batch - b0 : CZ_NS_MAX_BATCH;
-        int n = cz_ns_plan(ops, rows, cols, nb, k->a, k->b, k->c, h->prec);
+        int sym = cz_ns_sym_resolve(h->sym, CZ_NS_TARGET_CUDA, rows, cols, nb, h->prec);
+        int n = cz_ns_plan(ops, rows, cols, nb, k->a, k->b, k->c, h->prec, sym);
         if (n < 0)
             return cz_error_set(err, CZ_EINTERNAL,
                                 "Newton-Schulz called on %d matrices of %lld x %lld (needs 0 < "
@@ -467,7 +486,7 @@ static int ns_run(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols
         float *wb = work + (size_t)cz_ns_work_floats(rows, cols, b0);
         for (int s = 0; !rc && s < steps; s++)
             for (int q = 0; !rc && q < n; q++)
-                if (!gemms_only || ops[q].kind == CZ_NS_GEMM)
+                if (!gemms_only || ops[q].kind == CZ_NS_GEMM || ops[q].kind == CZ_NS_SYRK)
                     rc = run_op(c, &ops[q], xb, wb, err);
     }
     return rc ? rc : cz_cuda_take_error(c, err);
@@ -569,6 +588,7 @@ int cz_compute_cuda_open(cz_compute *c, const cz_cuda_options *o, cz_error *err)
     c->impl = h;
     h->managed = o->managed;
     h->prec = o->ns_precision;
+    h->sym = o->ns_sym;
     int rc = CZ_CU(err, cudaGetDevice(&h->device));
     if (!rc && h->managed) {
         /* The host-staged planes touch managed buffers from the host while kernels run. */

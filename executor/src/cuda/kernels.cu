@@ -147,6 +147,19 @@ __global__ void axpby_batched_kernel(float *c, int64_t cs, const float *a, int64
         ci[j] = alpha * ai[j] + (beta != 0.0f ? beta * ci[j] : 0.0f);
 }
 
+/* Column-major n x n: element (row i, col j) at i + j n; the lower one (i > j) gets the upper
+ * one's value. Reads only the upper triangle and writes only the lower one, so no element is
+ * both read and written. */
+__global__ void symfill_batched_kernel(float *c, int64_t cs, int64_t n)
+{
+    float *ci = c + blockIdx.y * cs;
+    for (int64_t e = first_index(); e < n * n; e += grid_stride()) {
+        int64_t i = e % n, j = e / n;
+        if (i > j)
+            ci[e] = ci[j + i * n];
+    }
+}
+
 __global__ void to_bf16_batched_kernel(uint16_t *c, int64_t cs, const float *a, int64_t as,
                                        int64_t len)
 {
@@ -276,6 +289,17 @@ int cz_k_axpby_batched(void *stream, float *c, int64_t c_stride, const float *a,
         return (int)cudaErrorInvalidConfiguration;
     axpby_batched_kernel<<<batched_grid(len, batch), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
         c, c_stride, a, a_stride, len, alpha, beta);
+    return launched();
+}
+
+int cz_k_symfill_batched(void *stream, float *c, int64_t c_stride, int64_t n, int batch)
+{
+    if (n <= 1 || batch <= 0)
+        return 0;
+    if (batch > 65535)
+        return (int)cudaErrorInvalidConfiguration;
+    symfill_batched_kernel<<<batched_grid(n * n, batch), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
+        c, c_stride, n);
     return launched();
 }
 

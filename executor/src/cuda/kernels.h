@@ -35,6 +35,9 @@ int cz_k_adamw(void *stream, float *p, const float *g, float *m, float *v, int64
 /* For each of batch matrices i: c_i[j] = alpha a_i[j] + beta c_i[j] (beta 0: c not read). */
 int cz_k_axpby_batched(void *stream, float *c, int64_t c_stride, const float *a, int64_t a_stride,
                        int64_t len, int batch, float alpha, float beta);
+/* For each of batch column-major n x n matrices c_i: the lower triangle from the upper one
+ * (after an upper-triangle SYRK). */
+int cz_k_symfill_batched(void *stream, float *c, int64_t c_stride, int64_t n, int batch);
 /* For each of batch matrices i: c_i (bf16) = a_i (fp32). */
 int cz_k_to_bf16_batched(void *stream, uint16_t *c, int64_t c_stride, const float *a,
                          int64_t a_stride, int64_t len, int batch);

@@ -23,13 +23,14 @@
 #include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct nccl_plane {
     ncclComm_t comm;
     cudaStream_t stream;
     cudaEvent_t done;   /* end of the last blocking-form collective */
     cudaEvent_t issued; /* the compute stream's point when a blocking-form one starts */
-    void *scratch;      /* the padded forms' slots, grown on first need */
+    void *scratch;      /* the padded forms' slots, reserved at create */
     size_t scratch_bytes;
     double alpha_s, bytes_per_s, timeout_s;
     cz_compute *watched;
@@ -68,6 +69,70 @@ static ncclDataType_t nccl_type(cz_dtype t)
     return t == CZ_DTYPE_FP32 ? ncclFloat32 : ncclBfloat16;
 }
 
+/* ---- non-blocking communicators ----
+ * The executor's communicators are created non-blocking (cz_plane_nccl_open, split), so that
+ * a creation a peer never joins times out instead of hanging. On such a communicator any call
+ * may return ncclInProgress (ncclGroupEnd, a collective outside a group): its work is then
+ * being enqueued in the background, and the communicator's state is polled until it settles
+ * before anything (an event record) may follow. A borrowed blocking communicator returns its
+ * final status at once and is never polled. */
+typedef struct comm_poll {
+    ncclComm_t comm;
+    int failed; /* the ncclResult_t that ended the wait */
+} comm_poll;
+
+static cz_nccl_state poll_comm(void *ctx)
+{
+    comm_poll *c = ctx;
+    ncclResult_t st = ncclSuccess;
+    int rc = CZ_NCCL_RC(ncclCommGetAsyncError(c->comm, &st));
+    if (rc != (int)ncclSuccess) {
+        c->failed = rc;
+        return CZ_NCCL_STATE_FAILED;
+    }
+    if (st == ncclInProgress)
+        return CZ_NCCL_STATE_PENDING;
+    c->failed = (int)st;
+    return st == ncclSuccess ? CZ_NCCL_STATE_READY : CZ_NCCL_STATE_FAILED;
+}
+
+static double poll_now(void *ctx)
+{
+    (void)ctx;
+    return cz_exec_now();
+}
+
+static void poll_pause(void *ctx)
+{
+    (void)ctx;
+    struct timespec ts = {0, 1000000}; /* 1 ms: creation takes tens of ms to seconds */
+    nanosleep(&ts, NULL);
+}
+
+/* rc, the status of `call` on comm, settled: ncclInProgress polls the communicator until it
+ * is ready (CZ_OK), failed (CZ_EIO with NCCL's reason) or timeout_s pass (CZ_ETIMEOUT). */
+static CZ_MUST_USE int settle(ncclComm_t comm, double timeout_s, int rc, const char *call,
+                              const char *file, int line, cz_error *err)
+{
+    if (rc != (int)ncclInProgress)
+        return cz_nccl_status(rc, call, file, line, err);
+    comm_poll c = {comm, (int)ncclSuccess};
+    cz_nccl_poller p = {poll_comm, poll_now, poll_pause, &c};
+    switch (cz_nccl_poll_until(&p, timeout_s, NULL)) {
+    case CZ_NCCL_WAIT_OK:
+        return CZ_OK;
+    case CZ_NCCL_WAIT_FAILED:
+        return cz_nccl_status(c.failed, call, file, line, err);
+    case CZ_NCCL_WAIT_TIMEOUT:
+        break;
+    }
+    return cz_error_set(err, CZ_ETIMEOUT,
+                        "%s:%d: %s still in progress after %.0f s (a peer rank failed, stopped or "
+                        "never started?); communicator aborted (cz_exec_config.nccl_timeout_s or "
+                        "CZ_NCCL_TIMEOUT_S sets the limit)",
+                        file, line, call, timeout_s);
+}
+
 static double env_or(const char *name, double def, double unit)
 {
     const char *v = getenv(name);
@@ -84,6 +149,21 @@ static int abort_comm(nccl_plane *h, cz_error *err)
     return CZ_NCCL(err, ncclCommAbort(h->comm));
 }
 
+/* A call on the plane's communicator, settled; a failure while it was in progress aborts the
+ * communicator, so that the peers' own waits on it fail too. */
+static CZ_MUST_USE int plane_call(nccl_plane *h, int rc, const char *call, const char *file,
+                                  int line, cz_error *err)
+{
+    int in_progress = rc == (int)ncclInProgress;
+    rc = settle(h->comm, h->timeout_s, rc, call, file, line, err);
+    if (rc && in_progress) {
+        cz_error tmp;
+        ignore(abort_comm(h, &tmp));
+    }
+    return rc;
+}
+#define CZ_NCCL_ON(h, err, call) plane_call((h), CZ_NCCL_RC(call), #call, __FILE__, __LINE__, (err))
+
 /* The watcher polled by the cuda backend's host waits. */
 static int watch(void *ctx, double waited_s, cz_error *err)
 {
@@ -98,7 +178,8 @@ static int watch(void *ctx, double waited_s, cz_error *err)
     if (!rc && waited_s > h->timeout_s)
         rc = cz_error_set(err, CZ_EIO,
                           "NCCL operation not complete after %.0f s (a peer rank failed or "
-                          "stopped?); communicator aborted (CZ_NCCL_TIMEOUT_S sets the limit)",
+                          "stopped?); communicator aborted (cz_exec_config.nccl_timeout_s or "
+                          "CZ_NCCL_TIMEOUT_S sets the limit)",
                           waited_s);
     if (rc)
         ignore(abort_comm(h, &tmp));
@@ -140,22 +221,18 @@ static int join_compute(cz_plane *p, cz_error *err)
     return rc;
 }
 
-/* The padded forms' scratch: allocated the first time a padded collective needs it (so the
- * first step allocates it once) and kept; never shrunk. */
-static int need_scratch(nccl_plane *h, size_t bytes, cz_error *err)
+/* The padded forms' scratch is allocated once, when the executor is created
+ * (cz_plane_nccl_reserve, sized by cz_nccl_plan_scratch for the plan); a step never allocates.
+ * A collective needing more than was reserved means the plan-wide computation and the plane
+ * disagree: a bug, reported rather than papered over with a cudaMalloc inside the step. */
+static int check_scratch(const nccl_plane *h, size_t bytes, cz_error *err)
 {
     if (bytes <= h->scratch_bytes)
         return CZ_OK;
-    int rc = CZ_CU(err, cudaStreamSynchronize(h->stream));
-    if (!rc && h->scratch)
-        rc = CZ_CU(err, cudaFree(h->scratch));
-    h->scratch = NULL;
-    h->scratch_bytes = 0;
-    if (!rc)
-        rc = CZ_CU(err, cudaMalloc(&h->scratch, bytes));
-    if (!rc)
-        h->scratch_bytes = bytes;
-    return rc;
+    return cz_error_set(err, CZ_EINTERNAL,
+                        "NCCL plane: a padded collective needs %zu bytes of scratch but %zu were "
+                        "reserved at create (cz_nccl_plan_scratch disagrees with the step)",
+                        bytes, h->scratch_bytes);
 }
 
 static int replay(cz_plane *p, const cz_nccl_call *calls, int n, void *send, void *recv, cz_dtype t,
@@ -169,7 +246,7 @@ static int replay(cz_plane *p, const cz_nccl_call *calls, int n, void *send, voi
         void *src = cz_nccl_call_ptr(c->src_buf, c->src_off, es, send, recv, h->scratch);
         void *dst = cz_nccl_call_ptr(c->dst_buf, c->dst_off, es, send, recv, h->scratch);
         if (c->grouped && !grouped) {
-            rc = CZ_NCCL(err, ncclGroupStart());
+            rc = CZ_NCCL_ON(h, err, ncclGroupStart());
             grouped = !rc;
         }
         if (rc)
@@ -180,24 +257,28 @@ static int replay(cz_plane *p, const cz_nccl_call *calls, int n, void *send, voi
                 err, cudaMemcpyAsync(dst, src, c->count * es, cudaMemcpyDeviceToDevice, h->stream));
             break;
         case CZ_NCCL_REDUCE:
-            rc = CZ_NCCL(err, ncclReduce(src, dst, c->count, nccl_type(t), ncclSum, c->root,
-                                         h->comm, h->stream));
+            rc = CZ_NCCL_ON(
+                h, err,
+                ncclReduce(src, dst, c->count, nccl_type(t), ncclSum, c->root, h->comm, h->stream));
             break;
         case CZ_NCCL_BROADCAST:
-            rc = CZ_NCCL(
-                err, ncclBroadcast(src, dst, c->count, nccl_type(t), c->root, h->comm, h->stream));
+            rc = CZ_NCCL_ON(
+                h, err,
+                ncclBroadcast(src, dst, c->count, nccl_type(t), c->root, h->comm, h->stream));
             break;
         case CZ_NCCL_REDUCE_SCATTER:
-            rc = CZ_NCCL(err, ncclReduceScatter(src, dst, c->count, nccl_type(t), ncclSum, h->comm,
-                                                h->stream));
+            rc = CZ_NCCL_ON(
+                h, err,
+                ncclReduceScatter(src, dst, c->count, nccl_type(t), ncclSum, h->comm, h->stream));
             break;
         case CZ_NCCL_ALL_GATHER:
-            rc = CZ_NCCL(err, ncclAllGather(src, dst, c->count, nccl_type(t), h->comm, h->stream));
+            rc = CZ_NCCL_ON(h, err,
+                            ncclAllGather(src, dst, c->count, nccl_type(t), h->comm, h->stream));
             break;
         }
         if (grouped && (i + 1 == n || !calls[i + 1].grouped)) {
             cz_error tmp;
-            int erc = CZ_NCCL(rc ? &tmp : err, ncclGroupEnd());
+            int erc = CZ_NCCL_ON(h, rc ? &tmp : err, ncclGroupEnd());
             grouped = 0;
             if (!rc)
                 rc = erc;
@@ -205,7 +286,7 @@ static int replay(cz_plane *p, const cz_nccl_call *calls, int n, void *send, voi
     }
     if (grouped) {
         cz_error tmp;
-        ignore(CZ_NCCL(&tmp, ncclGroupEnd()));
+        ignore(CZ_NCCL_ON(h, &tmp, ncclGroupEnd()));
     }
     return rc;
 }
@@ -230,7 +311,7 @@ static int uneven(cz_plane *p, int gather, const void *send, void *recv, const s
         cz_nccl_choose(counts, p->size, (size_t)cz_dtype_bytes(t), h->alpha_s, h->bytes_per_s);
     int n = gather ? cz_nccl_plan_all_gather(calls, counts, p->size, p->rank, f, &scratch)
                    : cz_nccl_plan_reduce_scatter(calls, counts, p->size, p->rank, f, &scratch);
-    rc = need_scratch(h, scratch * (size_t)cz_dtype_bytes(t), err);
+    rc = check_scratch(h, scratch * (size_t)cz_dtype_bytes(t), err);
     if (!rc)
         rc = replay(p, calls, n, (void *)send, recv, t, err);
     return rc ? rc : join_compute(p, err);
@@ -254,7 +335,7 @@ static int nccl_iall_gather(cz_plane *p, const void *send, size_t count, void *r
     nccl_plane *h = impl_of(p);
     int rc = wait_after(p, after, err);
     if (!rc)
-        rc = CZ_NCCL(err, ncclAllGather(send, recv, count, nccl_type(t), h->comm, h->stream));
+        rc = CZ_NCCL_ON(h, err, ncclAllGather(send, recv, count, nccl_type(t), h->comm, h->stream));
     if (!rc)
         rc = CZ_CU(err, cudaEventRecord(req->ev, h->stream));
     req->active = !rc;
@@ -267,7 +348,7 @@ static int nccl_group_start(cz_plane *p, cz_comm_req *req, cz_event *after, cz_e
     req->active = 0;
     int rc = wait_after(p, after, err);
     if (!rc)
-        rc = CZ_NCCL(err, ncclGroupStart());
+        rc = CZ_NCCL_ON(impl_of(p), err, ncclGroupStart());
     /* send/recv record their failure in req; group_end reports it. */
     if (rc) {
         req->fail = rc;
@@ -282,10 +363,10 @@ static void post(cz_plane *p, cz_comm_req *req, void *buf, size_t count, cz_dtyp
     nccl_plane *h = impl_of(p);
     if (count == 0 || req->fail)
         return;
-    req->fail =
-        is_send
-            ? CZ_NCCL(&req->fail_err, ncclSend(buf, count, nccl_type(t), peer, h->comm, h->stream))
-            : CZ_NCCL(&req->fail_err, ncclRecv(buf, count, nccl_type(t), peer, h->comm, h->stream));
+    req->fail = is_send ? CZ_NCCL_ON(h, &req->fail_err,
+                                     ncclSend(buf, count, nccl_type(t), peer, h->comm, h->stream))
+                        : CZ_NCCL_ON(h, &req->fail_err,
+                                     ncclRecv(buf, count, nccl_type(t), peer, h->comm, h->stream));
 }
 
 static void nccl_send(cz_plane *p, cz_comm_req *req, const void *buf, size_t count, cz_dtype t,
@@ -305,7 +386,7 @@ static int nccl_group_end(cz_plane *p, cz_comm_req *req, cz_error *err)
     nccl_plane *h = impl_of(p);
     cz_error tmp;
     /* Every group_start that succeeded is closed, even after a failed send or receive. */
-    int rc = CZ_NCCL(req->fail ? &tmp : err, ncclGroupEnd());
+    int rc = CZ_NCCL_ON(h, req->fail ? &tmp : err, ncclGroupEnd());
     if (req->fail) {
         if (err)
             *err = req->fail_err;
@@ -360,7 +441,7 @@ static const cz_plane_ops cz_plane_nccl_ops;
 
 /* Wraps a communicator into p (taken over, or borrowed from the job): its stream, events and
  * model constants. */
-static int wrap(cz_plane *p, ncclComm_t comm, int borrowed, cz_error *err)
+static int wrap(cz_plane *p, ncclComm_t comm, int borrowed, double timeout_s, cz_error *err)
 {
     nccl_plane *h = cz_exec_calloc(1, sizeof *h);
     if (!h) {
@@ -373,7 +454,7 @@ static int wrap(cz_plane *p, ncclComm_t comm, int borrowed, cz_error *err)
     h->borrowed = borrowed;
     h->alpha_s = env_or("CZ_NCCL_ALPHA_US", CZ_NCCL_DEFAULT_ALPHA_S, 1e-6);
     h->bytes_per_s = env_or("CZ_NCCL_GBPS", CZ_NCCL_DEFAULT_BYTES_PER_S, 1e9);
-    h->timeout_s = env_or("CZ_NCCL_TIMEOUT_S", CZ_NCCL_DEFAULT_TIMEOUT_S, 1.0);
+    h->timeout_s = timeout_s;
     p->ops = &cz_plane_nccl_ops;
     p->impl = h;
     int rc = CZ_CU(err, cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
@@ -390,12 +471,24 @@ static int wrap(cz_plane *p, ncclComm_t comm, int borrowed, cz_error *err)
 
 static int nccl_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *err)
 {
+    nccl_plane *h = impl_of(p);
     ncclComm_t sub = NULL;
-    int rc = CZ_NCCL(err, ncclCommSplit(impl_of(p)->comm, color, key, &sub, NULL));
-    if (rc)
+    /* The child inherits the parent's configuration: non-blocking when the executor made the
+     * parent, so the split is polled (the child's state, then the parent's) with the plane's
+     * time limit. The caller agrees on the outcome over the control plane (executor.c). */
+    int raw = CZ_NCCL_RC(ncclCommSplit(h->comm, color, key, &sub, NULL));
+    int rc =
+        settle(sub ? sub : h->comm, h->timeout_s, raw, "ncclCommSplit", __FILE__, __LINE__, err);
+    if (!rc && raw == (int)ncclInProgress && sub)
+        rc = settle(h->comm, h->timeout_s, raw, "ncclCommSplit (parent)", __FILE__, __LINE__, err);
+    if (rc) {
+        cz_error tmp;
+        if (sub)
+            ignore(CZ_NCCL(&tmp, ncclCommAbort(sub)));
         return rc;
+    }
     *out = (cz_plane){.compute = p->compute};
-    return wrap(out, sub, 0, err);
+    return wrap(out, sub, 0, h->timeout_s, err);
 }
 
 static void nccl_close(cz_plane *p)
@@ -416,8 +509,16 @@ static void nccl_close(cz_plane *p)
         ignore(CZ_CU(&e, cudaEventDestroy(h->issued)));
     if (h->stream)
         ignore(CZ_CU(&e, cudaStreamDestroy(h->stream)));
-    if (h->comm)
-        ignore(h->aborted || h->borrowed ? CZ_OK : CZ_NCCL(&e, ncclCommDestroy(h->comm)));
+    /* Finalize (flush, then wait for the peers: ncclInProgress on a non-blocking
+     * communicator, polled with the time limit), then destroy; a peer that never finalizes
+     * gets the communicator aborted instead of a hang at teardown. */
+    if (h->comm && !h->aborted && !h->borrowed) {
+        int raw = CZ_NCCL_RC(ncclCommFinalize(h->comm));
+        if (settle(h->comm, h->timeout_s, raw, "ncclCommFinalize", __FILE__, __LINE__, &e))
+            ignore(CZ_NCCL(&e, ncclCommAbort(h->comm)));
+        else
+            ignore(CZ_NCCL(&e, ncclCommDestroy(h->comm)));
+    }
     cz_exec_free(h);
     p->impl = NULL;
 }
@@ -441,7 +542,7 @@ static const cz_plane_ops cz_plane_nccl_ops = {
     .close = nccl_close,
 };
 
-int cz_plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, cz_error *err)
+int cz_plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, double timeout_s, cz_error *err)
 {
     ncclUniqueId id;
     /* The id's 128 bytes travel as 16 int64 through the control plane's min-reduction (every
@@ -465,17 +566,47 @@ int cz_plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, cz_error *err)
     if (v[W] == 0)
         return cz_error_set(err, CZ_EIO, "rank 0 could not create the NCCL unique id");
     memcpy(id.internal, v, sizeof id.internal);
+    /* Non-blocking creation, polled with a time limit: a rank whose peer never arrives (or
+     * failed) gets an error instead of waiting forever inside ncclCommInitRank. */
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
     ncclComm_t comm = NULL;
-    rc = CZ_NCCL(err, ncclCommInitRank(&comm, ctrl->size, id, ctrl->rank));
-    if (rc)
+    int raw = CZ_NCCL_RC(ncclCommInitRankConfig(&comm, ctrl->size, id, ctrl->rank, &config));
+    rc = settle(comm, timeout_s, raw, "ncclCommInitRankConfig", __FILE__, __LINE__, err);
+    /* Every rank learns whether every other one got its communicator; all abort otherwise. */
+    rc = cz_nccl_agree(ctrl, rc, "create the NCCL communicator", err);
+    if (rc) {
+        if (comm)
+            ignore(CZ_NCCL(&tmp, ncclCommAbort(comm)));
         return rc;
-    return wrap(p, comm, 0, err);
+    }
+    return wrap(p, comm, 0, timeout_s, err);
 }
 
-int cz_plane_nccl_wrap(cz_plane *p, const void *handle, cz_error *err)
+int cz_plane_nccl_wrap(cz_plane *p, const void *handle, double timeout_s, cz_error *err)
 {
     *p = (cz_plane){0};
     if (!handle)
         return cz_error_set(err, CZ_EINVALID, "NCCL communicator handle is NULL");
-    return wrap(p, *(const ncclComm_t *)handle, 1, err);
+    return wrap(p, *(const ncclComm_t *)handle, 1, timeout_s, err);
+}
+
+int cz_plane_nccl_reserve(cz_plane *p, const cz_plan *plan, cz_error *err)
+{
+    nccl_plane *h = impl_of(p);
+    /* The step's DP collectives are fp32 (step.c), whatever the parameters' dtype. */
+    size_t es = (size_t)cz_dtype_bytes(CZ_DTYPE_FP32);
+    size_t bytes = cz_nccl_plan_scratch(plan, es, h->alpha_s, h->bytes_per_s) * es;
+    if (bytes <= h->scratch_bytes)
+        return CZ_OK;
+    int rc = CZ_OK;
+    if (h->scratch)
+        rc = CZ_CU(err, cudaFree(h->scratch));
+    h->scratch = NULL;
+    h->scratch_bytes = 0;
+    if (!rc)
+        rc = CZ_CU(err, cudaMalloc(&h->scratch, bytes));
+    if (!rc)
+        h->scratch_bytes = bytes;
+    return rc;
 }
