@@ -365,6 +365,8 @@ def check_shape(cfg, world):
     """A message for a job shape that cannot run, or None."""
     if cfg.tp < 1 or (cfg.dp is not None and cfg.dp < 1):
         return "--dp and --tp must be at least 1"
+    if cfg.dp is None and world % cfg.tp:
+        return f"--tp {cfg.tp} does not divide the {world} processes of this job"
     dp = cfg.dp if cfg.dp is not None else world // cfg.tp
     if dp * cfg.tp != world:
         return (f"--dp {dp} --tp {cfg.tp} needs dp*tp = {dp * cfg.tp} processes "
@@ -445,6 +447,14 @@ def main(argv=None):
         MPI = comm = None
     rank, world = (comm.Get_rank(), comm.Get_size()) if comm else (0, 1)
     msg = check_shape(cfg, world)
+    if msg is None and comm is None and ((cfg.dp or 1) * cfg.tp) > 1:
+        msg = "more than one process needs mpi4py (python3-mpi4py) and mpirun"
+    if msg is None:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            msg = (f"PyTorch is not installed for {sys.executable} (Debian: python3-torch, "
+                   "for /usr/bin/python3)")
     if msg:
         if rank == 0:
             print(f"torch_train.py: error: {msg}", file=sys.stderr)
