@@ -292,7 +292,11 @@ def load_shards(model, cfg, full, tp, tp_rank):
         raise SystemExit(f"error: the module registers {names}, the specs list {list(specs)}")
     with torch.no_grad():
         for name, p in model.named_parameters():
-            _, tp_dim, blocks, _ = specs[name]
+            shape, tp_dim, blocks, _ = specs[name]
+            if list(full[name].shape) != shape:
+                raise SystemExit(f"torch_train.py: error: {name}: the checkpoint holds shape "
+                                 f"{list(full[name].shape)}, this model {shape} (resume with "
+                                 "the saved run's model options)")
             p.copy_(shard(full[name], tp_dim, blocks, tp, tp_rank))
 
 
@@ -481,9 +485,21 @@ def main(argv=None):
     if cfg.load:
         full = None
         if rank == 0:
-            tensors, meta = canzona.safetensors.load(os.path.join(cfg.load, "params.safetensors"))
-            full = ({k: torch.from_numpy(a) for k, a in tensors.items()}, int(meta["step"]))
-        full, step0 = comm.bcast(full, root=0) if comm else full
+            path = os.path.join(cfg.load, "params.safetensors")
+            try:
+                tensors, meta = canzona.safetensors.load(path)
+                missing = sorted(set(param_specs(cfg)) - set(tensors))
+                if missing:
+                    raise ValueError(f"no tensor {missing[0]!r} (another model?)")
+                full = ({k: torch.from_numpy(a) for k, a in tensors.items()}, int(meta["step"]))
+            except (OSError, ValueError, KeyError) as e:
+                full = f"cannot resume from {path}: {e}"
+        full = comm.bcast(full, root=0) if comm else full
+        if isinstance(full, str):
+            if rank == 0:
+                print(f"torch_train.py: error: {full}", file=sys.stderr)
+            return 2
+        full, step0 = full
     else:
         full = init_params(cfg)
     load_shards(model, cfg, full, tp, tp_rank)
