@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Runs a Python test of the canzona package with a python3 that has NumPy (the first on PATH
-# that imports it); exit 77 (skipped) when none has. Usage: run.sh [mpirun -np N] SCRIPT
+# Runs a Python test of the canzona package with a python3 that has the modules it needs (the
+# first on PATH that imports them all: CZ_PY_MODULES, default numpy); exit 77 (skipped) when
+# none has. Usage: run.sh [mpirun -np N] SCRIPT
 # Env: as the script needs (CANZONA_EXEC_LIB, CANZONA_CLI, CZ_SOURCE_DIR, ...).
 set -euo pipefail
+mods=${CZ_PY_MODULES:-numpy}
 py=""
 for cand in $(type -ap python3); do
-  if "$cand" -c "import numpy" 2>/dev/null; then py=$cand; break; fi
+  if "$cand" -c "import ${mods// /,}" 2>/dev/null; then py=$cand; break; fi
 done
-[ -n "$py" ] || { echo "no python3 with NumPy (install python3-numpy)"; exit 77; }
+[ -n "$py" ] || { echo "no python3 that imports $mods (Debian: python3-numpy, python3-torch, python3-mpi4py)"; exit 77; }
 export PYTHONPATH="${CZ_SOURCE_DIR:?}/python${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONDONTWRITEBYTECODE=1
 if [ "$1" = mpirun ]; then
