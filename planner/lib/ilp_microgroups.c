@@ -102,24 +102,15 @@ static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const cz_costed
             i++;
         }
     }
-    for (int g = 0; g < rs->ngroups; g++) {
-        free(rs->groups[g].task_param);
-        free(rs->groups[g].task_slot);
-        free(rs->groups[g].load);
-    }
-    free(rs->groups);
+    cz_rank_schedule_free_groups(rs);
     rs->groups = groups;
     rs->ngroups = ng;
     groups = NULL;
     rc = CZ_OK;
 done:
     if (groups) {
-        for (int g = 0; g < ng; g++) {
-            free(groups[g].task_param);
-            free(groups[g].task_slot);
-            free(groups[g].load);
-        }
-        free(groups);
+        cz_rank_schedule unused = {.groups = groups, .ngroups = ng};
+        cz_rank_schedule_free_groups(&unused);
     }
     free(gr);
     free(load);
