@@ -427,11 +427,15 @@ static void axis_ticks(sbuf *b, double x0, double plot_w, int y, double top, cz_
 {
     static const double mult[4] = {1.0, 2.0, 2.5, 5.0};
     char buf[64];
-    if (!(top > 0))
+    /* An infinite top (loads that overflowed) has no ticks, and would never end the search. */
+    if (!(top > 0) || !isfinite(top))
         return;
     double step = top;
-    /* From a step giving at most 10 ticks upwards; the first whose widest label fits wins. */
+    /* From a step giving at most 10 ticks upwards; the first whose widest label fits wins. A
+     * top so small that top / 10 underflows to 0 starts at top itself (p = 0 never grows). */
     double p = pow(10.0, floor(log10(top / 10.0)));
+    if (!(p > 0))
+        p = top;
     for (int found = 0; !found && p <= top; p *= 10.0)
         for (int k = 0; k < 4 && !found; k++) {
             double st = mult[k] * p, widest = 0.0;

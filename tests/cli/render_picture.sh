@@ -210,5 +210,14 @@ for shape in "1024 8 1" "512 8 2"; do
     [ "$size" -lt 300000 ] || fail "8192 GPUs ($shape): $size bytes, expected aggregation"
 done
 
+# A plan whose loads overflow to infinity (one parameter's cost is 1e308; found by fuzz/
+# fuzz_plan) renders without an axis instead of looping for ever on the axis's ticks.
+timeout 20 "$CZ" render "$CZ_SOURCE_DIR/tests/data/plan_overflowing_cost.json" \
+    -o "$work/overflow.svg" >"$work/overflow.log" 2>&1
+rc=$?
+[ "$rc" != 124 ] || fail "render of a plan with an infinite load did not finish in 20 s"
+[ "$rc" = 0 ] && xmllint --noout "$work/overflow.svg" 2>>"$work/overflow.log" ||
+    fail "render of a plan with an infinite load: rc $rc, $(head -c 300 "$work/overflow.log")"
+
 [ "$fails" = 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "ok"
