@@ -5,6 +5,7 @@
 #include "kernels.h"
 
 #include "check.h"
+#include "grid.cuh"
 
 #include "../elementwise.h"
 #include "../launch.h"
@@ -13,31 +14,6 @@
 
 namespace
 {
-
-__device__ __forceinline__ int64_t first_index()
-{
-    return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-}
-
-__device__ __forceinline__ int64_t grid_stride()
-{
-    return (int64_t)gridDim.x * blockDim.x;
-}
-
-int blocks(int64_t n)
-{
-    return cz_launch_blocks(n, CZ_CUDA_THREADS, CZ_CUDA_MAX_BLOCKS);
-}
-
-cudaStream_t as_stream(void *s)
-{
-    return static_cast<cudaStream_t>(s);
-}
-
-int launched()
-{
-    return CZ_CU_RC(cudaGetLastError());
-}
 
 // One block per run; the block's threads stride through the run.
 __global__ void copy_runs_kernel(float *dst, const float *src, const int64_t *runs, int64_t nruns)

@@ -6,6 +6,7 @@
 #include "linalg_kernels.h"
 
 #include "check.h"
+#include "grid.cuh"
 
 #include "../elementwise.h"
 #include "../launch.h"
@@ -14,31 +15,6 @@
 
 namespace
 {
-
-__device__ __forceinline__ int64_t first_index()
-{
-    return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-}
-
-__device__ __forceinline__ int64_t grid_stride()
-{
-    return (int64_t)gridDim.x * blockDim.x;
-}
-
-int blocks(int64_t n)
-{
-    return cz_launch_blocks(n, CZ_CUDA_THREADS, CZ_CUDA_MAX_BLOCKS);
-}
-
-cudaStream_t as_stream(void *s)
-{
-    return static_cast<cudaStream_t>(s);
-}
-
-int launched()
-{
-    return CZ_CU_RC(cudaGetLastError());
-}
 
 // Each unordered pair (r, c), r < c, is swapped by exactly one thread.
 __global__ void transpose_sq_kernel(float *a, int64_t n)
