@@ -338,6 +338,19 @@ static int check_buffers(const cz_executor *ex, const ck_entry *e, size_t ne, cz
     return CZ_OK;
 }
 
+/* What a save and a load start with: the tensor list, the buffers sized for it, and the
+ * check that this rank keeps what the list says it does. */
+static int entries_open(cz_executor *ex, ck_entry **e, size_t *ne, ck_bufs *b, cz_error *err)
+{
+    int64_t max_full, max_local;
+    int rc = entries_build(ex, e, ne, err);
+    if (rc)
+        return rc;
+    max_sizes(ex->plan, *e, *ne, &max_full, &max_local);
+    rc = bufs_open(ex, b, max_full, max_local, err);
+    return rc ? rc : check_buffers(ex, *e, *ne, err);
+}
+
 int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
 {
     if (!ex)
@@ -349,19 +362,12 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
     ck_entry *e = NULL;
     ck_bufs b = {0};
     size_t ne = 0, hlen = 0, data_bytes = 0, total = 0;
-    int64_t max_full = 1, max_local = 1;
 
     int rc = check_usable(ex, "save_state", err);
     if (!rc && root && (!path || !*path))
         rc = cz_error_set(err, CZ_EINVALID, "save_state: no checkpoint path given");
     if (!rc)
-        rc = entries_build(ex, &e, &ne, err);
-    if (!rc) {
-        max_sizes(plan, e, ne, &max_full, &max_local);
-        rc = bufs_open(ex, &b, max_full, max_local, err);
-    }
-    if (!rc)
-        rc = check_buffers(ex, e, ne, err);
+        rc = entries_open(ex, &e, &ne, &b, err);
     /* Which world rank sends each matrix's state: the lowest that hosts it. */
     holder = calloc(plan->nparams ? plan->nparams : 1, sizeof *holder);
     grid = calloc((size_t)(ex->dp * ex->tp), sizeof *grid);
@@ -607,17 +613,11 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
     int64_t *grid = NULL;
     ck_entry *e = NULL;
     ck_bufs b = {0};
-    int64_t steps = INT64_MAX, max_full = 1, max_local = 1;
+    int64_t steps = INT64_MAX;
 
     int rc = check_usable(ex, "load_state", err);
     if (!rc)
-        rc = entries_build(ex, &e, &ne, err);
-    if (!rc) {
-        max_sizes(plan, e, ne, &max_full, &max_local);
-        rc = bufs_open(ex, &b, max_full, max_local, err);
-    }
-    if (!rc)
-        rc = check_buffers(ex, e, ne, err);
+        rc = entries_open(ex, &e, &ne, &b, err);
     offs = calloc(ne ? ne : 1, sizeof *offs);
     grid = calloc((size_t)(ex->dp * ex->tp), sizeof *grid);
     if (!rc && (!offs || !grid))
