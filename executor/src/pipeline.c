@@ -69,15 +69,16 @@ typedef struct pgroup {
 struct cz_pipeline {
     int ngroups;
     pgroup *groups;
-    int64_t gsend_n, grecv_n, ssend_n, srecv_n, full_n, batch_n, work_n;
-    float *gsend[2], *grecv[2], *ssend[2], *srecv[2];
+    int64_t gather_send_len, gather_recv_len, scatter_send_len, scatter_recv_len, full_n, batch_n,
+        work_n;
+    float *gather_send[2], *gather_recv[2], *scatter_send[2], *scatter_recv[2];
     float *full_g, *full_u, *batch, *work;
     int64_t sh_work_n; /* Shampoo: work of the largest tile; two doubles of norms */
     float *sh_work;
     double *sh_stats;
-    cz_comm_req *greq[2], *sreq[2];
+    cz_comm_req *gather_req[2], *scatter_req[2];
     /* Recorded after a gather (scatter) buffer is packed; its send waits for it. */
-    cz_event *gpacked[2], *spacked[2];
+    cz_event *gather_packed[2], *scatter_packed[2];
 };
 
 static bool replicated(const cz_plan_param *p)
@@ -149,16 +150,16 @@ static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
     }
     struct cz_pipeline *pp = ex->pipe;
     pg->gather_n = ex->sc ? all_nonrep : gs;
-    if (pg->gather_n > pp->gsend_n)
-        pp->gsend_n = pg->gather_n;
-    if (pg->recv_block * tp > pp->grecv_n)
-        pp->grecv_n = pg->recv_block * tp;
+    if (pg->gather_n > pp->gather_send_len)
+        pp->gather_send_len = pg->gather_n;
+    if (pg->recv_block * tp > pp->gather_recv_len)
+        pp->gather_recv_len = pg->recv_block * tp;
     /* Under sc the scatter-send buffer holds my shard of each update, to apply from. */
-    int64_t ssend = ex->sc ? hosted_all : hosted_all * tp;
-    if (ssend > pp->ssend_n)
-        pp->ssend_n = ssend;
-    if (ss > pp->srecv_n)
-        pp->srecv_n = ss;
+    int64_t scatter_send = ex->sc ? hosted_all : hosted_all * tp;
+    if (scatter_send > pp->scatter_send_len)
+        pp->scatter_send_len = scatter_send;
+    if (ss > pp->scatter_recv_len)
+        pp->scatter_recv_len = ss;
     if (pg->hosted_full > pp->full_n)
         pp->full_n = pg->hosted_full;
     return CZ_OK;
@@ -329,17 +330,19 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
         }
     }
     for (int k = 0; k < 2; k++) {
-        pp->gsend[k] = falloc(ex, pp->gsend_n);
-        pp->grecv[k] = falloc(ex, pp->grecv_n);
-        pp->ssend[k] = falloc(ex, pp->ssend_n);
-        pp->srecv[k] = falloc(ex, pp->srecv_n);
-        if (!pp->gsend[k] || !pp->grecv[k] || !pp->ssend[k] || !pp->srecv[k])
+        pp->gather_send[k] = falloc(ex, pp->gather_send_len);
+        pp->gather_recv[k] = falloc(ex, pp->gather_recv_len);
+        pp->scatter_send[k] = falloc(ex, pp->scatter_send_len);
+        pp->scatter_recv[k] = falloc(ex, pp->scatter_recv_len);
+        if (!pp->gather_send[k] || !pp->gather_recv[k] || !pp->scatter_send[k] ||
+            !pp->scatter_recv[k])
             return cz_error_set(err, CZ_ENOMEM, "out of memory for the pipeline buffers");
-        pp->greq[k] = ex->tp_comm.ops->req_create(&ex->tp_comm);
-        pp->sreq[k] = ex->tp_comm.ops->req_create(&ex->tp_comm);
-        pp->gpacked[k] = ex->compute.ops->event_create(&ex->compute);
-        pp->spacked[k] = ex->compute.ops->event_create(&ex->compute);
-        if (!pp->greq[k] || !pp->sreq[k] || !pp->gpacked[k] || !pp->spacked[k])
+        pp->gather_req[k] = ex->tp_comm.ops->req_create(&ex->tp_comm);
+        pp->scatter_req[k] = ex->tp_comm.ops->req_create(&ex->tp_comm);
+        pp->gather_packed[k] = ex->compute.ops->event_create(&ex->compute);
+        pp->scatter_packed[k] = ex->compute.ops->event_create(&ex->compute);
+        if (!pp->gather_req[k] || !pp->scatter_req[k] || !pp->gather_packed[k] ||
+            !pp->scatter_packed[k])
             return cz_error_set(err, CZ_ENOMEM, "out of memory for requests and events");
     }
     if (ex->use_shampoo || ex->use_soap) {
@@ -384,23 +387,25 @@ void cz_exec_pipeline_free(cz_executor *ex)
         cz_muon_prep_free(&pg->muon);
     }
     cz_exec_free(pp->groups);
-    float *bufs[] = {pp->gsend[0], pp->gsend[1], pp->grecv[0], pp->grecv[1], pp->ssend[0],
-                     pp->ssend[1], pp->srecv[0], pp->srecv[1], pp->full_g,   pp->full_u,
-                     pp->batch,    pp->work,     pp->sh_work};
+    float *bufs[] = {pp->gather_send[0],  pp->gather_send[1],  pp->gather_recv[0],
+                     pp->gather_recv[1],  pp->scatter_send[0], pp->scatter_send[1],
+                     pp->scatter_recv[0], pp->scatter_recv[1], pp->full_g,
+                     pp->full_u,          pp->batch,           pp->work,
+                     pp->sh_work};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         if (bufs[k])
             c->ops->release(c, bufs[k]);
     if (pp->sh_stats)
         c->ops->release(c, pp->sh_stats);
     for (int k = 0; k < 2; k++) {
-        if (pp->greq[k])
-            ex->tp_comm.ops->req_free(&ex->tp_comm, pp->greq[k]);
-        if (pp->sreq[k])
-            ex->tp_comm.ops->req_free(&ex->tp_comm, pp->sreq[k]);
-        if (pp->gpacked[k])
-            c->ops->event_free(c, pp->gpacked[k]);
-        if (pp->spacked[k])
-            c->ops->event_free(c, pp->spacked[k]);
+        if (pp->gather_req[k])
+            ex->tp_comm.ops->req_free(&ex->tp_comm, pp->gather_req[k]);
+        if (pp->scatter_req[k])
+            ex->tp_comm.ops->req_free(&ex->tp_comm, pp->scatter_req[k]);
+        if (pp->gather_packed[k])
+            c->ops->event_free(c, pp->gather_packed[k]);
+        if (pp->scatter_packed[k])
+            c->ops->event_free(c, pp->scatter_packed[k]);
     }
     cz_exec_free(pp);
     ex->pipe = NULL;
@@ -426,16 +431,16 @@ static int post_gather(cz_executor *ex, int gi, const float *G, cz_error *err)
 {
     struct cz_pipeline *pp = ex->pipe;
     pgroup *pg = &pp->groups[gi];
-    float *send = pp->gsend[gi % 2];
-    cz_event *packed = pp->gpacked[gi % 2];
+    float *send = pp->gather_send[gi % 2];
+    cz_event *packed = pp->gather_packed[gi % 2];
     ex->compute.ops->copy_runs(&ex->compute, send, G, pg->gather_pack);
     ex->compute.ops->event_record(&ex->compute, packed);
     if (ex->sc)
         return ex->tp_comm.ops->iall_gather(&ex->tp_comm, send, (size_t)pg->gather_n,
-                                            pp->grecv[gi % 2], CZ_DTYPE_FP32, packed,
-                                            pp->greq[gi % 2], err);
-    return post_exchange(&ex->tp_comm, pp->greq[gi % 2], packed, send, pg->gather_send_counts,
-                         pg->gather_send_displs, pp->grecv[gi % 2], pg->gather_recv_counts,
+                                            pp->gather_recv[gi % 2], CZ_DTYPE_FP32, packed,
+                                            pp->gather_req[gi % 2], err);
+    return post_exchange(&ex->tp_comm, pp->gather_req[gi % 2], packed, send, pg->gather_send_counts,
+                         pg->gather_send_displs, pp->gather_recv[gi % 2], pg->gather_recv_counts,
                          pg->gather_recv_displs, err);
 }
 
@@ -450,8 +455,8 @@ static void progress_inflight(void *arg)
     progress_ctx *pc = arg;
     struct cz_pipeline *pp = pc->ex->pipe;
     cz_plane *tc = &pc->ex->tp_comm;
-    tc->ops->progress(tc, pp->greq[(pc->gi + 1) % 2]);
-    tc->ops->progress(tc, pp->sreq[(pc->gi + 1) % 2]);
+    tc->ops->progress(tc, pp->gather_req[(pc->gi + 1) % 2]);
+    tc->ops->progress(tc, pp->scatter_req[(pc->gi + 1) % 2]);
 }
 
 /* Applies my shard updates of group g from u (scatter recv, or scatter send under sc). */
@@ -471,7 +476,7 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
     pgroup *pg = &pp->groups[gi];
     cz_compute *c = &ex->compute;
     progress_ctx pc = {ex, gi};
-    c->ops->copy_runs(c, pp->full_g, pp->grecv[gi % 2], pg->unpack_recv);
+    c->ops->copy_runs(c, pp->full_g, pp->gather_recv[gi % 2], pg->unpack_recv);
     c->ops->copy_runs(c, pp->full_g, G, pg->unpack_local);
     int rc = CZ_OK;
     bool linalg = ex->use_shampoo || ex->use_soap;
@@ -500,15 +505,15 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
                          progress_inflight, &pc, err);
     if (rc)
         return rc;
-    float *send = pp->ssend[gi % 2];
+    float *send = pp->scatter_send[gi % 2];
     c->ops->copy_runs(c, send, pp->full_u, pg->scatter_pack);
     if (ex->sc) {
         apply_group(ex, pg, P, send);
         return CZ_OK;
     }
-    c->ops->event_record(c, pp->spacked[gi % 2]);
-    return post_exchange(&ex->tp_comm, pp->sreq[gi % 2], pp->spacked[gi % 2], send,
-                         pg->scatter_send_counts, pg->scatter_send_displs, pp->srecv[gi % 2],
+    c->ops->event_record(c, pp->scatter_packed[gi % 2]);
+    return post_exchange(&ex->tp_comm, pp->scatter_req[gi % 2], pp->scatter_packed[gi % 2], send,
+                         pg->scatter_send_counts, pg->scatter_send_displs, pp->scatter_recv[gi % 2],
                          pg->scatter_recv_counts, pg->scatter_recv_displs, err);
 }
 
@@ -516,10 +521,10 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
 static int finish_group(cz_executor *ex, int gi, float *P, cz_error *err)
 {
     struct cz_pipeline *pp = ex->pipe;
-    int rc = ex->tp_comm.ops->wait(&ex->tp_comm, pp->sreq[gi % 2], err);
+    int rc = ex->tp_comm.ops->wait(&ex->tp_comm, pp->scatter_req[gi % 2], err);
     if (rc)
         return rc;
-    apply_group(ex, &pp->groups[gi], P, pp->srecv[gi % 2]);
+    apply_group(ex, &pp->groups[gi], P, pp->scatter_recv[gi % 2]);
     return CZ_OK;
 }
 
@@ -534,7 +539,7 @@ int cz_exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error 
         if (gi + 1 < ng)
             rc = post_gather(ex, gi + 1, G, err);
         if (!rc)
-            rc = ex->tp_comm.ops->wait(&ex->tp_comm, pp->greq[gi % 2], err);
+            rc = ex->tp_comm.ops->wait(&ex->tp_comm, pp->gather_req[gi % 2], err);
         if (!rc)
             rc = compute_group(ex, gi, P, G, err);
         if (!rc && !ex->sc && gi > 0)
@@ -546,8 +551,8 @@ int cz_exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error 
         /* Leave no request in flight: a later step or free must not see a stale one. */
         cz_error tmp;
         for (int k = 0; k < 2; k++) {
-            ex->tp_comm.ops->wait(&ex->tp_comm, pp->greq[k], &tmp);
-            ex->tp_comm.ops->wait(&ex->tp_comm, pp->sreq[k], &tmp);
+            ex->tp_comm.ops->wait(&ex->tp_comm, pp->gather_req[k], &tmp);
+            ex->tp_comm.ops->wait(&ex->tp_comm, pp->scatter_req[k], &tmp);
         }
     }
     return rc;
