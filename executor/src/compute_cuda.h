@@ -69,6 +69,8 @@ int cz_cuda_linalg_take_error(cz_cuda_linalg *la, cz_error *err);
 cz_cuda_linalg *cz_cuda_linalg_of(cz_compute *c);
 void *cz_cuda_blas(cz_compute *c);
 void cz_cuda_note(cz_compute *c, int rc, const cz_error *e);
+/* Notes a kernel launch's status (krc from the kernel wrappers) as cz_cuda_note does. */
+void cz_cuda_note_launch(cz_compute *c, int krc, const char *what);
 /* The ops themselves, for the backend's table (exec_internal.h documents each). */
 void cz_cuda_gemm(cz_compute *c, int transa, int transb, int64_t m, int64_t n, int64_t k,
                   float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,

@@ -105,7 +105,7 @@ cz_cuda_linalg *cz_cuda_linalg_of(cz_compute *c)
     return impl_of(c)->la;
 }
 
-static void note_launch(cz_compute *c, int krc, const char *what)
+void cz_cuda_note_launch(cz_compute *c, int krc, const char *what)
 {
     cz_error e;
     if (krc)
@@ -329,7 +329,7 @@ static void cuda_runs_free(cz_compute *c, cz_runs *r)
 
 static void cuda_copy_runs(cz_compute *c, float *dst, const float *src, const cz_runs *r)
 {
-    note_launch(c, cz_k_copy_runs(impl_of(c)->stream, dst, src, r->dev, r->n), "copy_runs");
+    cz_cuda_note_launch(c, cz_k_copy_runs(impl_of(c)->stream, dst, src, r->dev, r->n), "copy_runs");
 }
 
 static void cuda_convert(cz_compute *c, void *dst, cz_dtype dt, const void *src, cz_dtype st,
@@ -342,56 +342,59 @@ static void cuda_convert(cz_compute *c, void *dst, cz_dtype dt, const void *src,
         size_t bytes = (size_t)n * (size_t)cz_dtype_bytes(dt);
         note(c, CZ_CU(&e, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, h->stream)), &e);
     } else if (dt == CZ_DTYPE_BF16) {
-        note_launch(c, cz_k_f32_to_bf16(h->stream, dst, src, n), "f32_to_bf16");
+        cz_cuda_note_launch(c, cz_k_f32_to_bf16(h->stream, dst, src, n), "f32_to_bf16");
     } else {
-        note_launch(c, cz_k_bf16_to_f32(h->stream, dst, src, n), "bf16_to_f32");
+        cz_cuda_note_launch(c, cz_k_bf16_to_f32(h->stream, dst, src, n), "bf16_to_f32");
     }
 }
 
 static void cuda_scale(cz_compute *c, float *dst, const float *src, int64_t n, float alpha)
 {
-    note_launch(c, cz_k_scale(impl_of(c)->stream, dst, src, n, alpha), "scale");
+    cz_cuda_note_launch(c, cz_k_scale(impl_of(c)->stream, dst, src, n, alpha), "scale");
 }
 
 static void cuda_sumsq(cz_compute *c, const float *x, int64_t n, double *out)
 {
-    note_launch(c, cz_k_sumsq(impl_of(c)->stream, x, n, out), "sumsq");
+    cz_cuda_note_launch(c, cz_k_sumsq(impl_of(c)->stream, x, n, out), "sumsq");
 }
 
 static void cuda_momentum(cz_compute *c, const float *g, float *buf, float *in, int64_t n, float mu,
                           int nesterov)
 {
-    note_launch(c, cz_k_momentum(impl_of(c)->stream, g, buf, in, n, mu, nesterov), "momentum");
+    cz_cuda_note_launch(c, cz_k_momentum(impl_of(c)->stream, g, buf, in, n, mu, nesterov),
+                        "momentum");
 }
 
 static void cuda_block_load(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
                             int64_t cols, int transpose, float eps)
 {
     cuda_impl *h = impl_of(c);
-    note_launch(c, cz_k_block_load(h->stream, dst, src, ld, rows, cols, transpose, eps, h->norm_sq),
-                "block_load");
+    cz_cuda_note_launch(
+        c, cz_k_block_load(h->stream, dst, src, ld, rows, cols, transpose, eps, h->norm_sq),
+        "block_load");
 }
 
 static void cuda_block_store(cz_compute *c, float *dst, int64_t ld, const float *src, int64_t rows,
                              int64_t cols, int transpose, float scale)
 {
-    note_launch(c, cz_k_block_store(impl_of(c)->stream, dst, ld, src, rows, cols, transpose, scale),
-                "block_store");
+    cz_cuda_note_launch(
+        c, cz_k_block_store(impl_of(c)->stream, dst, ld, src, rows, cols, transpose, scale),
+        "block_store");
 }
 
 static void cuda_apply_update(cz_compute *c, float *p, const float *u, int64_t n, float lr,
                               float wd)
 {
-    note_launch(c, cz_k_apply_update(impl_of(c)->stream, p, u, n, lr, wd), "apply_update");
+    cz_cuda_note_launch(c, cz_k_apply_update(impl_of(c)->stream, p, u, n, lr, wd), "apply_update");
 }
 
 static void cuda_adamw(cz_compute *c, float *p, const float *g, float *m, float *v, int64_t n,
                        const cz_adamw_args *a)
 {
-    note_launch(c,
-                cz_k_adamw(impl_of(c)->stream, p, g, m, v, n, a->beta1, a->beta2, a->bias1,
-                           a->bias2, a->lr, a->eps, a->weight_decay),
-                "adamw");
+    cz_cuda_note_launch(c,
+                        cz_k_adamw(impl_of(c)->stream, p, g, m, v, n, a->beta1, a->beta2, a->bias1,
+                                   a->bias2, a->lr, a->eps, a->weight_decay),
+                        "adamw");
 }
 
 static void *operand(const cz_ns_operand *o, float *x, float *work, int i)
@@ -432,11 +435,11 @@ static int run_op(cz_compute *c, const cz_ns_op *op, float *x, float *work, cz_e
         }
         return CZ_OK;
     case CZ_NS_AXPBY:
-        note_launch(c,
-                    cz_k_axpby_batched(h->stream, operand(&op->c, x, work, 0), op->c.stride,
-                                       operand(&op->a, x, work, 0), op->a.stride, op->len,
-                                       op->batch, op->alpha, op->beta),
-                    "axpby_batched");
+        cz_cuda_note_launch(c,
+                            cz_k_axpby_batched(h->stream, operand(&op->c, x, work, 0), op->c.stride,
+                                               operand(&op->a, x, work, 0), op->a.stride, op->len,
+                                               op->batch, op->alpha, op->beta),
+                            "axpby_batched");
         return CZ_OK;
     case CZ_NS_SYRK:
         /* No batched SYRK in cuBLAS: one call per matrix (cz_ns_use_syrk picks this form only
@@ -450,17 +453,17 @@ static int run_op(cz_compute *c, const cz_ns_op *op, float *x, float *work, cz_e
         }
         return CZ_OK;
     case CZ_NS_SYMFILL:
-        note_launch(c,
-                    cz_k_symfill_batched(h->stream, operand(&op->c, x, work, 0), op->c.stride,
-                                         op->n, op->batch),
-                    "symfill_batched");
+        cz_cuda_note_launch(c,
+                            cz_k_symfill_batched(h->stream, operand(&op->c, x, work, 0),
+                                                 op->c.stride, op->n, op->batch),
+                            "symfill_batched");
         return CZ_OK;
     case CZ_NS_TO_BF16:
-        note_launch(c,
-                    cz_k_to_bf16_batched(h->stream, operand(&op->c, x, work, 0), op->c.stride,
-                                         operand(&op->a, x, work, 0), op->a.stride, op->len,
-                                         op->batch),
-                    "to_bf16_batched");
+        cz_cuda_note_launch(c,
+                            cz_k_to_bf16_batched(h->stream, operand(&op->c, x, work, 0),
+                                                 op->c.stride, operand(&op->a, x, work, 0),
+                                                 op->a.stride, op->len, op->batch),
+                            "to_bf16_batched");
         return CZ_OK;
     }
     return cz_error_set(err, CZ_EINTERNAL, "Newton-Schulz plan op of unknown kind %d",

@@ -88,16 +88,6 @@ static void *stream_of(cz_compute *c)
     return cz_cuda_stream(c);
 }
 
-static void note_launch(cz_compute *c, int krc, const char *what)
-{
-    cz_error e;
-    if (krc)
-        cz_cuda_note(c,
-                     cz_error_set(&e, CZ_EIO, "CUDA kernel %s failed to launch: %s", what,
-                                  cz_k_error_string(krc)),
-                     &e);
-}
-
 int cz_cuda_linalg_open(cz_compute *c, void *stream, cz_cuda_linalg **out, cz_error *err)
 {
     (void)c;
@@ -301,10 +291,11 @@ int cz_cuda_syevd(cz_compute *c, float *a, float *w, int64_t n, float *work, cz_
                                         p.upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
                                         p.n, a, p.lda, w, ws, s->syevd, la->info));
     if (!rc)
-        note_launch(c, cz_k_solver_info(stream_of(c), la->info, la->flag_dev, LA_SYEVD, p.n),
-                    "solver_info");
+        cz_cuda_note_launch(c,
+                            cz_k_solver_info(stream_of(c), la->info, la->flag_dev, LA_SYEVD, p.n),
+                            "solver_info");
     if (!rc && p.transpose_out)
-        note_launch(c, cz_k_transpose_sq(stream_of(c), a, n), "transpose_sq");
+        cz_cuda_note_launch(c, cz_k_transpose_sq(stream_of(c), a, n), "transpose_sq");
     return rc ? rc : cz_cuda_take_error(c, err);
 }
 
@@ -320,49 +311,53 @@ int cz_cuda_qr(cz_compute *c, float *a, int64_t n, float *work, cz_error *err)
     float *base = cz_la_base(work), *tau = base + l.off[0], *ws = base + l.off[1];
     int rc = pending(c, err);
     if (!rc && p.transpose_in)
-        note_launch(c, cz_k_transpose_sq(stream_of(c), a, n), "transpose_sq");
+        cz_cuda_note_launch(c, cz_k_transpose_sq(stream_of(c), a, n), "transpose_sq");
     if (!rc)
         rc = CZ_SOLVER(
             err, cusolverDnSgeqrf(la->solver, p.m, p.n, a, p.lda, tau, ws, s->geqrf, la->info));
     if (!rc)
-        note_launch(c, cz_k_solver_info(stream_of(c), la->info, la->flag_dev, LA_GEQRF, p.n),
-                    "solver_info");
+        cz_cuda_note_launch(c,
+                            cz_k_solver_info(stream_of(c), la->info, la->flag_dev, LA_GEQRF, p.n),
+                            "solver_info");
     if (!rc)
         rc = CZ_SOLVER(err, cusolverDnSorgqr(la->solver, p.m, p.n, p.k, a, p.lda, tau, ws, s->orgqr,
                                              la->info));
     if (!rc)
-        note_launch(c, cz_k_solver_info(stream_of(c), la->info, la->flag_dev, LA_ORGQR, p.n),
-                    "solver_info");
+        cz_cuda_note_launch(c,
+                            cz_k_solver_info(stream_of(c), la->info, la->flag_dev, LA_ORGQR, p.n),
+                            "solver_info");
     if (!rc && p.transpose_out)
-        note_launch(c, cz_k_transpose_sq(stream_of(c), a, n), "transpose_sq");
+        cz_cuda_note_launch(c, cz_k_transpose_sq(stream_of(c), a, n), "transpose_sq");
     return rc ? rc : cz_cuda_take_error(c, err);
 }
 
 void cz_cuda_eig_root_scale(cz_compute *c, float *dst, const float *q, const float *w, int64_t n,
                             float root, float eps)
 {
-    note_launch(c, cz_k_eig_root_scale(stream_of(c), dst, q, w, n, root, eps), "eig_root_scale");
+    cz_cuda_note_launch(c, cz_k_eig_root_scale(stream_of(c), dst, q, w, n, root, eps),
+                        "eig_root_scale");
 }
 
 void cz_cuda_axpby(cz_compute *c, float *y, const float *x, int64_t n, float a, float b)
 {
-    note_launch(c, cz_k_axpby(stream_of(c), y, x, n, a, b), "axpby");
+    cz_cuda_note_launch(c, cz_k_axpby(stream_of(c), y, x, n, a, b), "axpby");
 }
 
 void cz_cuda_sq_accum(cz_compute *c, float *acc, const float *x, int64_t n, float a, float b)
 {
-    note_launch(c, cz_k_sq_accum(stream_of(c), acc, x, n, a, b), "sq_accum");
+    cz_cuda_note_launch(c, cz_k_sq_accum(stream_of(c), acc, x, n, a, b), "sq_accum");
 }
 
 void cz_cuda_graft_div(cz_compute *c, float *dst, const float *x, const float *acc, int64_t n,
                        float inv_bias, float eps)
 {
-    note_launch(c, cz_k_graft_div(stream_of(c), dst, x, acc, n, inv_bias, eps), "graft_div");
+    cz_cuda_note_launch(c, cz_k_graft_div(stream_of(c), dst, x, acc, n, inv_bias, eps),
+                        "graft_div");
 }
 
 void cz_cuda_scale_ratio(cz_compute *c, float *x, int64_t n, const double *num, const double *den)
 {
-    note_launch(c, cz_k_scale_ratio(stream_of(c), x, n, num, den), "scale_ratio");
+    cz_cuda_note_launch(c, cz_k_scale_ratio(stream_of(c), x, n, num, den), "scale_ratio");
 }
 
 /* dst = src gathered through perm, by way of a copy of dst's old contents in tmp. */
@@ -375,7 +370,8 @@ static void permute(cz_compute *c, float *x, int64_t rows, int64_t cols, const i
         CZ_CU(&e, cudaMemcpyAsync(tmp, x, bytes, cudaMemcpyDefault, (cudaStream_t)stream_of(c)));
     cz_cuda_note(c, rc, &e);
     if (!rc)
-        note_launch(c, cz_k_permute(stream_of(c), x, tmp, rows, cols, perm, side), "permute");
+        cz_cuda_note_launch(c, cz_k_permute(stream_of(c), x, tmp, rows, cols, perm, side),
+                            "permute");
 }
 
 void cz_cuda_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,
@@ -387,7 +383,7 @@ void cz_cuda_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v,
     double *est = (double *)(void *)(base + l.off[0]);
     int *perm = (int *)(void *)(base + l.off[1]);
     float *tmp = base + l.off[2];
-    note_launch(c, cz_k_sort_order(stream_of(c), q, mq, n, est, perm), "sort_order");
+    cz_cuda_note_launch(c, cz_k_sort_order(stream_of(c), q, mq, n, est, perm), "sort_order");
     permute(c, q, n, n, perm, 1, tmp);
     permute(c, mq, n, n, perm, 1, tmp);
     if (v)
