@@ -168,6 +168,9 @@ struct cz_plan {
      * in memory), and whether the file's content matched it: 1 yes, -1 no, 0 not checked. */
     char content_sha256[65];
     int content_hash_ok;
+    /* The schema version of the file it was read from (1: canzona.plan/1, 2: canzona.plan/2);
+     * 0 for a plan built in memory. validate compares it with the plan's tasks. */
+    int schema_version;
     cz_dtype dtype;
     cz_settings settings;
     double capacity_used;  /* the micro-group capacity actually used (cost unit) */

@@ -1052,6 +1052,7 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
         return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
     TRY(cz_json_load_file(&root, NULL, path, err));
     TRY(read_schema(c, root, &split));
+    p->schema_version = split ? 2 : 1;
     TRY(cz_json_check_object(c, root, "$", top_keys));
     TRY(read_content_hash(c, root, p));
     TRY(cz_json_get_object(c, root, "$", "generator", true, gen_keys, &gen));

@@ -553,6 +553,22 @@ static void check_schedules(vctx *c, const cz_plan *p)
                     c->unsafe = 1;
                     continue;
                 }
+                if (width > 1) {
+                    c->checks++;
+                    /* Each member holds a slice of the long side: a slice must not be empty. */
+                    int64_t r0, c0, rows, cols;
+                    cz_task_region(&q->def, block, &r0, &c0, &rows, &cols);
+                    int64_t longside = rows > cols ? rows : cols;
+                    if (q->def.ndim != 2 || longside < width) {
+                        viol(c, "schedule.coop",
+                             "'%s' (id %d)%s: a cooperative task of width %d needs a 2-D matrix "
+                             "whose long side has at least %d rows or columns; it is %lldx%lld",
+                             q->def.name, pid, block >= 0 ? " (a block of it)" : "", width, width,
+                             (long long)rows, (long long)cols);
+                        c->unsafe = 1;
+                        continue;
+                    }
+                }
                 /* Each matrix is scheduled whole once, or block by block, each block once. */
                 uint64_t bit = block < 0 ? ~(uint64_t)0 : (uint64_t)1 << block;
                 if (seen_g[pid] >= 0 && (seen_b[pid] & bit)) {

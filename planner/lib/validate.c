@@ -243,6 +243,149 @@ done:
     cz_plan_free(ref);
 }
 
+/* ---- block and cooperative tasks ---------------------------------------------------------- */
+
+/* A rule that many tasks may break for one reason (the settings): reported once, with the
+ * number of tasks and the first one's path, so that one wrong setting gives one line. */
+typedef struct task_tally {
+    int count;
+    char first[sizeof((vctx *)0)->path];
+} task_tally;
+
+static void tally(task_tally *t, const vctx *c)
+{
+    if (t->count++ == 0)
+        snprintf(t->first, sizeof t->first, "%s", c->path);
+}
+
+static void tally_report(vctx *c, const task_tally *t, const char *code, const char *path,
+                         const char *what)
+{
+    c->checks++;
+    if (t->count == 0)
+        return;
+    at(c, "%s", path);
+    viol(c, code, "%d task%s %s (the first at %s)", t->count, t->count == 1 ? "" : "s", what,
+         t->first);
+}
+
+/* Whether --coop K gives the task width K (else it stays hosted): tp_tasks.c's rule. */
+static int coop_possible(const cz_param_def *d, int block, int k, int tp)
+{
+    int64_t r0, c0, rows, cols;
+    cz_task_region(d, block, &r0, &c0, &rows, &cols);
+    int64_t longside = rows > cols ? rows : cols;
+    return tp > 1 && tp % k == 0 && d->ndim == 2 && (block >= 0 || d->nblocks <= 0) &&
+           longside >= k;
+}
+
+/* Every task's recorded cost against the cost model for its block and width, and the tasks
+ * against the settings that made them (docs/ANALYSIS.md, "What is checked"). Runs on a plan
+ * whose structure is sound and whose parameters are the model's. */
+static void check_tasks(vctx *c, const cz_plan *p, const cz_model *m, const cz_cluster *cl)
+{
+    const cz_settings *s = &p->settings;
+    task_tally no_split = {0}, whole_split = {0}, no_coop = {0}, not_forced = {0},
+               coop_policy = {0};
+    int nslots = (p->tp == 1 || s->tp == CZ_TP_SC) ? 1 : p->tp;
+    int *pos = calloc((size_t)nslots, sizeof *pos);
+    if (!pos) {
+        c->oom = 1;
+        return;
+    }
+    for (size_t k = 0; k < p->nschedules; k++) {
+        const cz_rank_schedule *rs = &p->schedules[k];
+        for (int g = 0; g < rs->ngroups; g++) {
+            const cz_plan_group *gr = &rs->groups[g];
+            memset(pos, 0, (size_t)nslots * sizeof *pos);
+            for (int t = 0; t < gr->ntasks; t++) {
+                int pid = gr->task_param[t], slot = gr->task_slot[t];
+                int width = cz_group_task_width(gr, t), block = cz_group_task_block(gr, t);
+                if (pid < 0 || (size_t)pid >= m->nparams || slot < 0 || width < 1 ||
+                    slot + width > nslots)
+                    continue; /* reported by the structural checks */
+                at(c, "$.tp_schedule[%zu].groups[%d].slots[%d][%d]", k, g, slot, pos[slot]);
+                for (int x = slot; x < slot + width; x++)
+                    pos[x]++;
+                const cz_param_def *d = &m->params[pid];
+                if (d->kind != CZ_KIND_MATRIX)
+                    continue;
+                c->checks += 3;
+                if (block >= 0 && !s->split_blocks)
+                    tally(&no_split, c);
+                if (block < 0 && d->nblocks > 0 && s->split_blocks)
+                    tally(&whole_split, c);
+                if (width > 1 && s->coop == 0)
+                    tally(&no_coop, c);
+                if (width > 1 && (s->tp != CZ_TP_ROLLBACK || s->unit == CZ_UNIT_NUMEL))
+                    tally(&coop_policy, c);
+                if (s->coop > 1 && width != (coop_possible(d, block, s->coop, p->tp) ? s->coop : 1))
+                    tally(&not_forced, c);
+                if (!gr->task_cost)
+                    continue;
+                double want = p->params[pid].cost;
+                const char *model = "the parameter's recorded cost";
+                if (width > 1) {
+                    int64_t r0, c0, rows, cols;
+                    cz_task_region(d, block, &r0, &c0, &rows, &cols);
+                    want = cz_cost_coop(rows, cols, width, s, cl, m->dtype);
+                    model = "the cooperative cost model (cz_cost_coop)";
+                } else if (block >= 0) {
+                    want = cz_cost_block(d, block, s, cl, m->dtype);
+                    model = "the cost model (cz_cost_block)";
+                }
+                c->checks++;
+                if (!close_rel(gr->task_cost[t], want)) {
+                    char path[sizeof c->path];
+                    memcpy(path, c->path, sizeof path);
+                    at(c, "%s.cost", path);
+                    viol(c, "schedule.task_cost",
+                         "'%s' (id %d, block %d, width %d): cost is %.17g but %s gives %.17g (%s)",
+                         d->name, pid, block, width, gr->task_cost[t], model, want,
+                         cz_unit_name(s->unit));
+                }
+            }
+        }
+    }
+    free(pos);
+    tally_report(c, &no_split, "settings.split_blocks", "$.settings",
+                 "schedule a single block of a matrix, but $.settings.split_blocks is not set "
+                 "(canzona plan makes block tasks only under --split-blocks)");
+    tally_report(c, &whole_split, "settings.split_blocks", "$.settings.split_blocks",
+                 "schedule a matrix with blocks whole, but split_blocks is set (under "
+                 "--split-blocks every block of a blocked matrix is its own task)");
+    tally_report(c, &no_coop, "settings.coop", "$.settings",
+                 "are cooperative, but $.settings.coop is absent or \"off\"");
+    tally_report(c, &coop_policy, "settings.coop", "$.settings.tp_strategy",
+                 "are cooperative, which needs the rollback TP strategy and the time or flops "
+                 "cost unit");
+    char what[160];
+    snprintf(what, sizeof what,
+             "do not have the forced width: $.settings.coop is %d, which every task whose shape "
+             "allows it takes (the others stay hosted, width 1)",
+             s->coop);
+    tally_report(c, &not_forced, "settings.coop", "$.settings.coop", what);
+}
+
+/* A canzona.plan/2 file has a block or cooperative task; any other plan is canzona.plan/1. */
+static void check_schema(vctx *c, const cz_plan *p)
+{
+    if (p->schema_version == 0)
+        return; /* built in memory */
+    bool split = cz_plan_has_split_tasks(p);
+    at(c, "$.schema");
+    c->checks++;
+    if (p->schema_version == 2 && !split)
+        viol(c, "plan.schema",
+             "the schema is \"%s\" but the plan has no block or cooperative task: such a plan "
+             "is \"%s\" (canzona plan writes version 2 only when it needs it)",
+             CZ_PLAN_SCHEMA_SPLIT, CZ_PLAN_SCHEMA);
+    else if (p->schema_version == 1 && split)
+        viol(c, "plan.schema",
+             "the schema is \"%s\" but the plan has block or cooperative tasks, which need \"%s\"",
+             CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT);
+}
+
 /* ---- metrics ---------------------------------------------------------------------------- */
 
 static void cmp_scalar(vctx *c, const char *path, double found, double want)
@@ -318,8 +461,11 @@ int cz_plan_validate_json(const cz_plan *plan, const cz_model *model, const cz_c
     check_param_identity(&c, plan, model);
     check_param_costs(&c, plan, model, cluster);
     cz_plan_check_structure(&c, plan);
-    if (!c.unsafe && !c.foreign)
+    check_schema(&c, plan);
+    if (!c.unsafe && !c.foreign) {
+        check_tasks(&c, plan, model, cluster);
         check_layout_reference(&c, plan, model, cluster);
+    }
     /* The metrics code indexes by ranks, buckets and param ids: only run it on a plan whose
      * structure is sound, so that a broken plan yields violations, not a crash. */
     if (!c.unsafe)

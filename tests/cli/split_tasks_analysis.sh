@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Block and cooperative tasks (canzona.plan/2) in the analysis commands, on test-small at
+# DP1 x TP4: validate accepts the planner's plans and finds hand edits (a task's cost, the
+# settings that made the tasks, the schema version, a cooperative width the matrix cannot
+# take, slots that list cooperative tasks in different orders), each at its JSON path.
+set -u
+: "${CZ:?CZ must point to the canzona binary}"
+src=${CZ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+model="$src/plans/models/test-small.json"
+cluster="$src/plans/clusters/cpu-4-dp1-tp4.json"
+for f in "$model" "$cluster"; do
+  [ -f "$f" ] || { echo "skip: bundled input $f missing"; exit 77; }
+done
+command -v python3 >/dev/null || { echo "skip: python3 missing"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fails=0
+pass() { echo "ok   $1"; }
+fail() { echo "FAIL $1"; fails=$((fails + 1)); }
+# expect NAME STATUS COMMAND...: runs the command, output in $work/out, checks the exit status.
+expect() {
+  local name=$1 want=$2
+  shift 2
+  "$@" >"$work/out" 2>&1
+  local got=$?
+  if [ "$got" -eq "$want" ]; then pass "$name"; else
+    fail "$name: exit $got, expected $want"; head -20 "$work/out"
+  fi
+}
+has() { # has NAME PATTERN: the last output contains the fixed string
+  if grep -qF -- "$2" "$work/out"; then pass "$1"; else fail "$1: no '$2' in output"; head -30 "$work/out"; fi
+}
+hasnt() {
+  if grep -qF -- "$2" "$work/out"; then fail "$1: '$2' in output"; head -30 "$work/out"; else pass "$1"; fi
+}
+# edit IN OUT PYTHON: OUT is IN with the python statements applied to the plan object p.
+edit() {
+  python3 - "$1" "$2" "$3" <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+exec(sys.argv[3])
+json.dump(p, open(sys.argv[2], "w"), indent=1)
+EOF
+}
+# violation CODE PATH FILE: validate --json of FILE lists a violation CODE at PATH.
+violation() {
+  "$CZ" validate "$3" --model "$model" --cluster "$cluster" --json >"$work/v.json" 2>"$work/err"
+  if python3 - "$work/v.json" "$1" "$2" <<'EOF'; then pass "validate: $1 at $2 ($3)"; else
+import json, sys
+r = json.load(open(sys.argv[1]))
+sys.exit(0 if any(v["code"] == sys.argv[2] and v["path"] == sys.argv[3]
+                  for v in r["violations"]) else 1)
+EOF
+    fail "validate: no $1 at $2 in $(basename "$3")"; head -c 3000 "$work/v.json"; cat "$work/err"
+  fi
+}
+plan() { "$CZ" plan --model "$model" --cluster "$cluster" -q "$@"; }
+
+expect "plan whole" 0 plan -o "$work/whole.json"
+expect "plan blocks" 0 plan --split-blocks -o "$work/blocks.json"
+expect "plan blocks coop 2" 0 plan --split-blocks --coop 2 -o "$work/coop2.json"
+expect "plan coop 2" 0 plan --coop 2 -o "$work/coop2w.json"
+expect "plan blocks coop auto" 0 plan --split-blocks --coop auto -o "$work/auto.json"
+for p in whole blocks coop2 coop2w auto; do
+  expect "validate $p" 0 "$CZ" validate "$work/$p.json" --model "$model" --cluster "$cluster"
+  has "validate $p: OK" "plan OK"
+done
+grep -q '"schema": "canzona.plan/1"' "$work/whole.json" && pass "whole plan is version 1" ||
+  fail "whole plan is not canzona.plan/1"
+grep -q '"schema": "canzona.plan/2"' "$work/coop2.json" && pass "coop plan is version 2" ||
+  fail "coop plan is not canzona.plan/2"
+
+# ---- validate: hand edits ---------------------------------------------------------------------
+# The first task of group 0 is a cooperative block task on slots 0 and 1 (fc1's block 0 under
+# --coop 2 here); its cost, doubled in both slots, disagrees with the cost model.
+edit "$work/coop2.json" "$work/cost.json" '
+g = p["tp_schedule"][0]["groups"][0]["slots"]
+t = g[0][0]
+assert isinstance(t, dict) and t.get("width") == 2, t
+c = t["cost"]
+for s in (0, 1):
+    g[s][0]["cost"] = c * 2'
+violation schedule.task_cost '$.tp_schedule[0].groups[0].slots[0][0].cost' "$work/cost.json"
+violation schedule.load '$.tp_schedule[0].groups[0].load[0]' "$work/cost.json"
+
+# A hosted block task's cost (a --split-blocks plan without --coop).
+edit "$work/blocks.json" "$work/bcost.json" '
+def first_block():
+    for g in p["tp_schedule"][0]["groups"]:
+        for s, lst in enumerate(g["slots"]):
+            for i, t in enumerate(lst):
+                if isinstance(t, dict) and "block" in t:
+                    t["cost"] *= 1.5
+                    return "$.tp_schedule[0].groups[%d].slots[%d][%d].cost" % (g["id"], s, i)
+print(first_block())' >"$work/bpath"
+violation schedule.task_cost "$(cat "$work/bpath")" "$work/bcost.json"
+
+# Block tasks in a plan whose settings lack split_blocks; cooperative tasks with coop off.
+edit "$work/coop2.json" "$work/nosplit.json" 'del p["settings"]["split_blocks"]'
+violation settings.split_blocks '$.settings' "$work/nosplit.json"
+edit "$work/coop2.json" "$work/nocoop.json" 'del p["settings"]["coop"]'
+violation settings.coop '$.settings' "$work/nocoop.json"
+edit "$work/coop2.json" "$work/coopoff.json" 'p["settings"]["coop"] = "off"'
+violation settings.coop '$.settings' "$work/coopoff.json"
+# split_blocks on a plan that schedules blocked matrices whole.
+edit "$work/coop2w.json" "$work/wholesplit.json" 'p["settings"]["split_blocks"] = True'
+violation settings.split_blocks '$.settings.split_blocks' "$work/wholesplit.json"
+# --coop 4 would give every task width 4: the width-2 tasks do not match it.
+edit "$work/coop2.json" "$work/coop4.json" 'p["settings"]["coop"] = "4"'
+violation settings.coop '$.settings.coop' "$work/coop4.json"
+# Cooperative tasks under another TP strategy than rollback.
+edit "$work/coop2.json" "$work/slot.json" 'p["settings"]["tp_strategy"] = "slot"'
+violation settings.coop '$.settings.tp_strategy' "$work/slot.json"
+
+# Schema: a version 2 file without a block or cooperative task; the reader refuses task
+# objects in a version 1 file.
+edit "$work/whole.json" "$work/v2whole.json" 'p["schema"] = "canzona.plan/2"'
+violation plan.schema '$.schema' "$work/v2whole.json"
+edit "$work/coop2.json" "$work/v1coop.json" 'p["schema"] = "canzona.plan/1"'
+expect "validate v1 with task objects" 1 "$CZ" validate "$work/v1coop.json" --model "$model" \
+  --cluster "$cluster"
+has "v1 with task objects: message" "needs schema \"canzona.plan/2\""
+
+# A cooperative task on a whole matrix of several blocks (structural, shared with the
+# executor): under --coop 2 without --split-blocks fc1 of layer 0 (id 7) is hosted whole and
+# fc2 (id 8, no blocks) cooperative; swap the two.
+edit "$work/coop2w.json" "$work/wholecoop.json" '
+where = None
+for g in p["tp_schedule"][0]["groups"]:
+    for s, lst in enumerate(g["slots"]):
+        for i, t in enumerate(lst):
+            if t == 7:
+                lst[i] = 8
+            elif isinstance(t, dict) and t.get("param") == 8:
+                assert t.get("width") == 2, t
+                t["param"] = 7
+                if where is None:
+                    where = "$.tp_schedule[0].groups[%d].slots[%d][%d]" % (g["id"], s, i)
+print(where)' >"$work/wcpath"
+violation schedule.coop "$(head -1 "$work/wcpath")" "$work/wholecoop.json"
+
+# The ordering rule: slots 0 and 1 list the cooperative tasks they share in different orders.
+edit "$work/coop2.json" "$work/order.json" '
+g = [g for g in p["tp_schedule"][0]["groups"] if len(g["slots"][0]) > 1][0]
+g["slots"][0].reverse()
+print(g["id"])' >"$work/ordg"
+expect "validate swapped cooperative order" 1 "$CZ" validate "$work/order.json" --model "$model" \
+  --cluster "$cluster"
+has "swapped order: message" "in one order"
+
+# A cooperative task wider than its matrix's long side: a 2 x 3 matrix on 4 slots.
+cat >"$work/tiny.json" <<'EOF'
+{"schema": "canzona.model/1", "name": "tiny", "dtype": "fp32",
+ "params": [{"name": "w", "shape": [2, 3], "tp_dim": null, "optimizer": "matrix"},
+            {"name": "v", "shape": [64, 64], "tp_dim": 0, "optimizer": "matrix"}]}
+EOF
+expect "plan tiny coop 4" 0 "$CZ" plan --model "$work/tiny.json" --cluster "$cluster" --coop 4 \
+  -q -o "$work/tiny_plan.json"
+edit "$work/tiny_plan.json" "$work/tiny_wide.json" '
+g = p["tp_schedule"][0]["groups"]
+v = [t for grp in g for lst in grp["slots"] for t in lst if isinstance(t, dict)][0]
+for grp in g:
+    for lst in grp["slots"]:
+        lst[:] = [t for t in lst if t != 0]
+g[0]["slots"] = [[{"param": 0, "width": 4, "cost": 1e-6}] + lst for lst in g[0]["slots"]]'
+"$CZ" validate "$work/tiny_wide.json" --model "$work/tiny.json" --cluster "$cluster" \
+  --json >"$work/out" 2>&1
+has "validate: width 4 on a 2 x 3 matrix" '"code": "schedule.coop"'
+has "validate: width 4 on a 2 x 3 matrix: path" '"path": "$.tp_schedule[0].groups[0].slots[0][0]"'
+
+[ "$fails" -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
+echo "all checks passed"
