@@ -89,13 +89,29 @@ static json_t *row_json(const sim_row *r, const sim_row *base)
         ratio(base->sim->step_s, s->step_s), "layout", cz_layout_name(r->layout));
 }
 
+/* Cooperative tasks' all-reduces, in a row's JSON only when it has such tasks, so that the
+ * rows of every other plan are what they were. */
+static json_t *row_json_coop(const sim_row *r, const sim_row *base)
+{
+    json_t *o = row_json(r, base);
+    const cz_sim_result *s = r->sim;
+    if (o && s->coop_tasks > 0 &&
+        (json_object_set_new(o, "coop_tasks", json_integer(s->coop_tasks)) ||
+         json_object_set_new(o, "coop_allreduce_s", json_real(s->coop_allreduce_s)) ||
+         json_object_set_new(o, "coop_wait_s", json_real(s->coop_wait_s)))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
 static int print_rows(const sim_row *rows, int n, const char *model, const char *cluster, int json)
 {
     const sim_row *base = &rows[0];
     if (json) {
         json_t *arr = json_array();
         for (int i = 0; arr && i < n; i++)
-            if (json_array_append_new(arr, row_json(&rows[i], base))) {
+            if (json_array_append_new(arr, row_json_coop(&rows[i], base))) {
                 json_decref(arr);
                 arr = NULL;
             }
@@ -129,6 +145,16 @@ static int print_rows(const sim_row *rows, int n, const char *model, const char 
                s->step_s * 1e3, s->comm_s * 1e3,
                ratio(base->sim->frag_gather_s + base->sim->local_s, s->frag_gather_s + s->local_s),
                ratio(base->sim->optimizer_s, s->optimizer_s), ratio(base->sim->step_s, s->step_s));
+    }
+    for (int i = 0; i < n; i++) {
+        const cz_sim_result *s = rows[i].sim;
+        if (s->coop_tasks == 0)
+            continue;
+        printf("\n%s: %d cooperative task%s on the critical DP rank; its critical GPU (stage "
+               "%d, DP rank %d, TP rank %d) spends %.3f ms in their Gram and norm all-reduces "
+               "(counted in comm) and %.3f ms waiting for slower members\n",
+               rows[i].label, s->coop_tasks, s->coop_tasks == 1 ? "" : "s", s->critical_stage,
+               s->critical_dp, s->critical_tp, s->coop_allreduce_s * 1e3, s->coop_wait_s * 1e3);
     }
     for (int i = 0; i < n; i++)
         if (rows[i].layout == CZ_LAYOUT_SPLIT) {

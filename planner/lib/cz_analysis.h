@@ -75,6 +75,11 @@ struct cz_sim_result {
     double tp_comm_s;      /* TP collective time of the critical DP rank */
     double comm_s;         /* all collective time on the critical GPU (sum, exposed or not) */
     double exposed_comm_s; /* step_s minus the critical GPU's compute busy time */
+    /* Cooperative tasks (canzona.plan/2) of the critical DP rank: how many, and the time the
+     * critical GPU spends in their Gram and norm all-reduces (counted in tp_comm_s and comm_s)
+     * and waiting for their slower members. */
+    int coop_tasks;
+    double coop_allreduce_s, coop_wait_s;
     int critical_stage, critical_dp, critical_tp; /* the GPU whose work finishes last */
     int ngpus;
     double *gpu_busy; /* per GPU compute busy time, [(stage*dp + d)*tp + t] */

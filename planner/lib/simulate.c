@@ -74,14 +74,27 @@ void cz_sim_result_free(cz_sim_result *r)
     free(r);
 }
 
+/* One task as the pipelined program runs it: on slots slot .. slot + width - 1, computing for
+ * `compute` and, when cooperative, in all-reduces for `allreduce` on each of them. */
+typedef struct sim_task {
+    int slot, width;
+    double compute, allreduce;
+} sim_task;
+
 /* What one DP rank's TP group runs after the gradients are synchronized. */
 typedef struct sim_prog {
     int ngroups;
     double *elem;    /* R: elementwise updates per TP rank */
     double *gather;  /* ngroups: collective durations */
     double *scatter; /* ngroups */
-    double *compute; /* ngroups * R */
-    double comm_s;   /* sum of the TP collective durations */
+    double *compute; /* ngroups * R: synchronous compute's work per slot */
+    /* Pipelined: the tasks of group g are tasks[first[g] .. first[g + 1] - 1], in execution
+     * order, replayed by prog_run (a cooperative task waits for its slowest member). */
+    int *first;
+    sim_task *tasks;
+    double *scratch; /* R */
+    int ntasks, coop_tasks;
+    double comm_s; /* sum of the TP collective durations (gathers and scatters) */
 } sim_prog;
 
 typedef struct sim_ctx {
@@ -107,6 +120,9 @@ static void prog_free(sim_prog *pg)
     free(pg->gather);
     free(pg->scatter);
     free(pg->compute);
+    free(pg->first);
+    free(pg->tasks);
+    free(pg->scratch);
     memset(pg, 0, sizeof *pg);
 }
 
@@ -119,7 +135,9 @@ static int prog_alloc(sim_prog *pg, int ngroups, int R)
     pg->gather = calloc(g, sizeof *pg->gather);
     pg->scatter = calloc(g, sizeof *pg->scatter);
     pg->compute = calloc(g * (size_t)R, sizeof *pg->compute);
-    if (!pg->elem || !pg->gather || !pg->scatter || !pg->compute) {
+    pg->first = calloc(g + 1, sizeof *pg->first);
+    pg->scratch = calloc((size_t)R, sizeof *pg->scratch);
+    if (!pg->elem || !pg->gather || !pg->scatter || !pg->compute || !pg->first || !pg->scratch) {
         prog_free(pg);
         return CZ_ENOMEM;
     }
@@ -256,6 +274,70 @@ static int prog_build_even(const sim_ctx *cx, sim_prog *pg, int stage, int d, do
     return CZ_OK;
 }
 
+/* What one task of a micro-group costs: its compute on each slot it occupies, the all-reduces
+ * of a cooperative task on each member (both in seconds with a cluster, else in the plan's
+ * cost unit with free communication), and the share of its matrix's elements it covers (its
+ * block's region, or the whole matrix). */
+typedef struct task_work {
+    double compute, allreduce, share;
+} task_work;
+
+/* The share of matrix d's elements that a task of block `block` covers (1: the whole). */
+static double task_share(const cz_param_def *d, int block)
+{
+    if (block < 0)
+        return 1.0;
+    int64_t r0, c0, rows, cols;
+    cz_task_region(d, block, &r0, &c0, &rows, &cols);
+    double whole = (double)d->shape[0] * (double)(d->ndim == 1 ? 1 : d->shape[1]);
+    return whole > 0 ? (double)rows * (double)cols / whole : 1.0;
+}
+
+static task_work task_work_of(const sim_ctx *cx, const cz_plan_group *grp, int k, int stage, int d)
+{
+    const cz_plan *plan = cx->plan;
+    int id = grp->task_param[k], slot = grp->task_slot ? grp->task_slot[k] : 0;
+    int w = cz_group_task_width(grp, k), block = cz_group_task_block(grp, k);
+    const cz_plan_param *p = &plan->params[id];
+    task_work tw = {cx->sec[id], 0.0, 1.0};
+    if (block < 0 && w == 1)
+        return tw;
+    int64_t r0, c0, rows, cols;
+    cz_task_region(&p->def, block, &r0, &c0, &rows, &cols);
+    tw.share = task_share(&p->def, block);
+    if (!cx->cluster || cx->tpw) {
+        /* Cost-proportional (the task's recorded cost, as the metrics count it), or a Megatron
+         * TP mode, which is modelled per whole matrix: the block's share of it. */
+        double cost = grp->task_cost ? grp->task_cost[k] : p->cost * tw.share / w;
+        tw.compute = !cx->cluster ? cost : cx->sec[id] * tw.share / w;
+        return tw;
+    }
+    cz_settings st = plan->settings;
+    st.unit = CZ_UNIT_TIME;
+    if (w == 1) {
+        tw.compute = cz_cost_block(&p->def, block, &st, cx->cluster, plan->dtype);
+        return tw;
+    }
+    /* The cost model's compute part: the same formula on links that cost nothing. */
+    cz_cluster free_links = *cx->cluster;
+    free_links.links.latency_us = 0.0;
+    free_links.links.intra_node_gbps = free_links.links.inter_node_gbps = 0.0;
+    tw.compute = cz_cost_coop(rows, cols, w, &st, &free_links, plan->dtype);
+    /* Per Newton-Schulz iteration one all-reduce of the a x a fp32 Gram among the k members,
+     * and one of the norm per step, on the links the k GPUs share. */
+    const cz_cluster *c = cx->cluster;
+    int first = (stage * cx->D + d) * cx->R + slot;
+    double gbps = cz_sim_group_spans_nodes(first, 1, w, c->gpus_per_node)
+                      ? c->links.inter_node_gbps
+                      : c->links.intra_node_gbps;
+    double a = (double)(rows < cols ? rows : cols);
+    tw.allreduce =
+        plan->settings.ns_steps *
+            cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, w, 4.0 * a * a, gbps, cx->lat_us) +
+        cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, w, 8.0, gbps, cx->lat_us);
+    return tw;
+}
+
 static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_error *err)
 {
     const cz_plan *plan = cx->plan;
@@ -263,12 +345,22 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
     int ngroups = rs ? rs->ngroups : 0;
     int R = cx->R, rc = CZ_OK;
     double *send = NULL, *recv = NULL;
+    char *grams_done = NULL;
     if ((rc = prog_alloc(pg, ngroups, R)))
         return cz_error_set(err, rc, "out of memory simulating DP rank %d", d);
     prog_elementwise(cx, pg, stage, d);
     send = calloc((size_t)R, sizeof *send);
     recv = calloc((size_t)R, sizeof *recv);
-    if (!send || !recv) {
+    grams_done = calloc(plan->nparams ? plan->nparams : 1, 1);
+    if (!send || !recv || !grams_done) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating DP rank %d", d);
+        goto done;
+    }
+    size_t ntasks = 0;
+    for (int g = 0; g < ngroups; g++)
+        ntasks += rs->groups[g].ntasks > 0 ? (size_t)rs->groups[g].ntasks : 0;
+    pg->tasks = malloc((ntasks ? ntasks : 1) * sizeof *pg->tasks);
+    if (!pg->tasks) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating DP rank %d", d);
         goto done;
     }
@@ -277,44 +369,52 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
         const cz_plan_group *grp = &rs->groups[g];
         double *comp = &pg->compute[(size_t)g * (size_t)R];
         double shard_sum = 0.0, work = 0.0, gram_s = 0.0;
+        pg->first[g] = pg->ntasks;
         for (int k = 0; k < grp->ntasks; k++) {
             int id = grp->task_param[k];
             int slot = grp->task_slot ? grp->task_slot[k] : 0;
-            if (id < 0 || (size_t)id >= plan->nparams || slot < 0 || slot >= R) {
+            int w = cz_group_task_width(grp, k);
+            if (id < 0 || (size_t)id >= plan->nparams || slot < 0 || w < 1 || slot + w > R) {
                 rc = cz_error_set(err, CZ_EINVALID,
                                   "tp_schedule of DP rank %d, group %d, task %d: param %d on "
-                                  "slot %d is out of range (%zu params, %d TP ranks)",
-                                  d, g, k, id, slot, plan->nparams, R);
+                                  "slot %d (width %d) is out of range (%zu params, %d TP ranks)",
+                                  d, g, k, id, slot, w, plan->nparams, R);
                 goto done;
             }
             const cz_plan_param *p = &plan->params[id];
-            work += cx->sec[id];
+            task_work tw = task_work_of(cx, grp, k, stage, d);
+            /* The task's elements in every TP rank's shard; a cooperative member j computes
+             * the j-th of w slices of the task's long side, so each member gathers from (and
+             * scatters to) every other rank 1/w of what that rank holds of the task. */
+            double b = shard_bytes(cx, p) * tw.share / w;
             if (!cx->pipelined) {
+                work += tw.compute;
                 if (cx->muon_tp == CZ_MUON_TP_DUPLICATED && p->def.tp_dim >= 0)
-                    shard_sum += shard_bytes(cx, p);
-                if (cx->tpw && cx->cluster && cx->tpw[id].grams > 0)
+                    shard_sum += shard_bytes(cx, p) * tw.share;
+                /* A Megatron TP mode's Gram all-reduces are the whole matrix's: counted once
+                 * for all its block tasks. */
+                if (cx->tpw && cx->cluster && cx->tpw[id].grams > 0 && !grams_done[id]) {
+                    grams_done[id] = 1;
                     gram_s +=
                         cx->tpw[id].grams * cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, R,
                                                                       cx->tpw[id].gram_bytes, gbps,
                                                                       cx->lat_us) +
                         cx->tpw[id].scalar_allreduce *
                             cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, R, 4.0, gbps, cx->lat_us);
+                }
                 continue;
             }
-            comp[slot] += cx->sec[id];
-            /* Gather: every other TP rank sends its shard to the host; scatter reverses it. A
-             * replicated matrix is already whole on the host, which then sends the whole update
-             * to every other rank. */
-            double b = shard_bytes(cx, p);
-            for (int t = 0; t < R; t++) {
-                if (t == slot)
-                    continue;
-                if (p->def.tp_dim >= 0) {
+            pg->tasks[pg->ntasks++] = (sim_task){slot, w, tw.compute, tw.allreduce};
+            pg->coop_tasks += w > 1;
+            for (int j = slot; j < slot + w; j++)
+                for (int t = 0; t < R; t++) {
+                    if (t == j || p->def.tp_dim < 0)
+                        continue;
                     send[t] += b;
-                    recv[slot] += b;
+                    recv[j] += b;
                 }
-            }
         }
+        pg->first[g + 1] = pg->ntasks;
         if (!cx->pipelined) {
             for (int t = 0; t < R; t++)
                 comp[t] = work;
@@ -332,16 +432,20 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
         pg->gather[g] =
             cx->cluster ? cz_sim_collective_seconds(CZ_COLL_ALL_TO_ALL, R, worst, gbps, cx->lat_us)
                         : 0.0;
+        /* Scatter: the reverse. A replicated matrix is whole on its host (no gather), which
+         * sends the whole update (a member: its slice) to every other rank. */
         for (int k = 0; k < grp->ntasks; k++) {
             const cz_plan_param *p = &plan->params[grp->task_param[k]];
             int slot = grp->task_slot ? grp->task_slot[k] : 0;
-            double b = shard_bytes(cx, p);
-            for (int t = 0; t < R; t++) {
-                if (t == slot)
-                    continue;
-                send[slot] += b;
-                recv[t] += b;
-            }
+            int w = cz_group_task_width(grp, k);
+            double b = shard_bytes(cx, p) * task_share(&p->def, cz_group_task_block(grp, k)) / w;
+            for (int j = slot; j < slot + w; j++)
+                for (int t = 0; t < R; t++) {
+                    if (t == j)
+                        continue;
+                    send[j] += b;
+                    recv[t] += b;
+                }
         }
         worst = 0.0;
         for (int t = 0; t < R; t++) {
@@ -356,23 +460,32 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
 done:
     free(send);
     free(recv);
+    free(grams_done);
     if (rc)
         prog_free(pg);
     return rc;
 }
 
-/* Runs one TP group's program. finish and busy have R entries; the timeline arrays may be
- * NULL. The pipelined comm stream issues G0, G1, S0, G2, S1, ..., S(n-1): the next group's
- * gather is in flight while this group computes, and a scatter waits for every TP rank to
- * finish the group's compute. */
+/* Runs one TP group's program. finish and busy have R entries; the timeline arrays and
+ * coop_ar / coop_wait (R entries each: the time each slot spends in cooperative all-reduces
+ * and waiting for slower members) may be NULL. The pipelined comm stream issues G0, G1, S0,
+ * G2, S1, ..., S(n-1): the next group's gather is in flight while this group computes, and a
+ * scatter waits for every TP rank to finish the group's compute. Within a group each slot runs
+ * its tasks in order; a cooperative task starts when the last of its members is free and keeps
+ * them all until its last all-reduce. */
 static void prog_run(const sim_prog *pg, int R, int pipelined, double *finish, double *busy,
-                     cz_sim_span *tl_gather, cz_sim_span *tl_scatter, cz_sim_span *tl_compute)
+                     cz_sim_span *tl_gather, cz_sim_span *tl_scatter, cz_sim_span *tl_compute,
+                     double *coop_ar, double *coop_wait)
 {
     int G = pg->ngroups;
     double comm = 0.0, prev_end = 0.0;
     for (int t = 0; t < R; t++) {
         finish[t] = pg->elem[t];
         busy[t] = pg->elem[t];
+        if (coop_ar)
+            coop_ar[t] = 0.0;
+        if (coop_wait)
+            coop_wait[t] = 0.0;
     }
     if (!pipelined) {
         for (int g = 0; g < G; g++) {
@@ -401,14 +514,27 @@ static void prog_run(const sim_prog *pg, int R, int pipelined, double *finish, d
             comm = ge;
             if (tl_gather)
                 tl_gather[g] = (cz_sim_span){gs, ge};
+            double *cs = pg->scratch;
+            for (int t = 0; t < R; t++)
+                finish[t] = cs[t] = fmax(finish[t], ge);
+            for (int i = pg->first[g]; i < pg->first[g + 1]; i++) {
+                const sim_task *k = &pg->tasks[i];
+                double begin = finish[k->slot];
+                for (int x = k->slot + 1; x < k->slot + k->width; x++)
+                    begin = fmax(begin, finish[x]);
+                for (int x = k->slot; x < k->slot + k->width; x++) {
+                    if (coop_wait)
+                        coop_wait[x] += begin - finish[x];
+                    if (coop_ar)
+                        coop_ar[x] += k->allreduce;
+                    finish[x] = begin + k->compute + k->allreduce;
+                    busy[x] += k->compute; /* waits and all-reduces are not compute */
+                }
+            }
             for (int t = 0; t < R; t++) {
-                double c = pg->compute[(size_t)g * R + t];
-                double cs = fmax(finish[t], ge);
                 if (tl_compute)
-                    tl_compute[(size_t)g * R + t] = (cz_sim_span){cs, cs + c};
-                finish[t] = cs + c;
-                busy[t] += c;
-                group_end = fmax(group_end, cs + c);
+                    tl_compute[(size_t)g * R + t] = (cz_sim_span){cs[t], finish[t]};
+                group_end = fmax(group_end, finish[t]);
             }
         }
         if (g >= 1) {
@@ -597,7 +723,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     sim_ctx cx;
     sim_prog pg = {0};
     cz_sim_result *r = NULL;
-    double *finish = NULL, *busy = NULL;
+    double *finish = NULL, *busy = NULL, *coop_ar = NULL, *coop_wait = NULL;
     int64_t *owned = NULL;
     int rc;
     *out = NULL;
@@ -630,7 +756,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
             double frag;
             if ((rc = build_rank(&cx, &pg, s, d, &frag, err)))
                 goto done;
-            prog_run(&pg, R, cx.pipelined, finish, busy, NULL, NULL, NULL);
+            prog_run(&pg, R, cx.pipelined, finish, busy, NULL, NULL, NULL, NULL, NULL);
             prog_free(&pg);
             frag_max = fmax(frag_max, frag);
             for (int t = 0; t < R; t++) {
@@ -672,10 +798,20 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
         goto done;
     }
-    prog_run(&pg, R, cx.pipelined, finish, busy, r->tl_gather, r->tl_scatter, r->tl_compute);
+    coop_ar = calloc((size_t)R, sizeof *coop_ar);
+    coop_wait = calloc((size_t)R, sizeof *coop_wait);
+    if (!coop_ar || !coop_wait) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
+        goto done;
+    }
+    prog_run(&pg, R, cx.pipelined, finish, busy, r->tl_gather, r->tl_scatter, r->tl_compute,
+             coop_ar, coop_wait);
     for (int t = 0; t < R; t++)
         r->tl_elementwise[t] = pg.elem[t];
-    r->tp_comm_s = pg.comm_s;
+    r->coop_tasks = pg.coop_tasks;
+    r->coop_allreduce_s = coop_ar[r->critical_tp];
+    r->coop_wait_s = coop_wait[r->critical_tp];
+    r->tp_comm_s = pg.comm_s + r->coop_allreduce_s;
     r->comm_s = r->grad_sync_s + r->frag_gather_s + r->tp_comm_s + r->param_sync_s;
     double crit_busy = r->gpu_busy[(s * D + d) * R + r->critical_tp];
     r->exposed_comm_s = fmax(0.0, r->step_s - crit_busy);
@@ -686,6 +822,8 @@ done:
     cz_sim_result_free(r);
     free(finish);
     free(busy);
+    free(coop_ar);
+    free(coop_wait);
     free(owned);
     free(cx.sec);
     free(cx.bucket_index);

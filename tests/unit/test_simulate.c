@@ -1,5 +1,6 @@
 /* Simulator: alpha-beta collective times, node placement, and the micro-group pipeline on
  * hand-built plans whose step times can be checked by hand. */
+#include "cz_algorithms.h"
 #include "cz_types.h"
 
 #include <check.h>
@@ -117,6 +118,127 @@ static double task_seconds(const cz_plan *p, int id, const cz_cluster *c)
                         .layer = -1};
     return cz_cost_param_seconds(&def, &p->settings, c, p->dtype);
 }
+
+/* Sets the block, width and per-slot cost of every task of a group made by add_group. */
+static void set_tasks(cz_plan *p, cz_plan_group *g, const int *blocks, const int *widths,
+                      const double *costs)
+{
+    g->task_block = malloc((size_t)g->ntasks * sizeof(int));
+    g->task_width = malloc((size_t)g->ntasks * sizeof(int));
+    g->task_cost = malloc((size_t)g->ntasks * sizeof(double));
+    ck_assert(g->task_block && g->task_width && g->task_cost);
+    for (int x = 0; x < g->nslots; x++)
+        g->load[x] = 0.0;
+    for (int k = 0; k < g->ntasks; k++) {
+        g->task_block[k] = blocks[k];
+        g->task_width[k] = widths[k];
+        g->task_cost[k] = costs ? costs[k] : p->params[g->task_param[k]].cost;
+        for (int x = g->task_slot[k]; x < g->task_slot[k] + widths[k]; x++)
+            g->load[x] += g->task_cost[k];
+    }
+}
+
+/* A cooperative task (width 2) after two hosted tasks on slot 1, on a DP1 x TP2 group of three
+ * 256 x 64 bf16 matrices split along rows (shards of 128 x 64, 16 KiB), at 100 GB/s and 10 us:
+ *  gather  slot 1 receives the two hosted shards (2 x 16384 B) and half of the cooperative
+ *          task's shard on slot 0 (8192 B): 40960 B from the busiest rank, 10 us + 40960 B /
+ *          100 GB/s; the scatter mirrors it;
+ *  coop    slot 0 waits for slot 1's two hosted tasks, then both compute the cooperative part
+ *          and run 5 Gram all-reduces of 64 x 64 fp32 (16384 B: 2 (k - 1) latencies and
+ *          2 (k - 1) / k of the bytes, k = 2) and one norm all-reduce (8 B). */
+START_TEST(test_coop_allreduce_and_wait)
+{
+    cz_cluster *c = make_cluster(1, 2, 8, 100.0, 25.0, 10.0);
+    cz_plan *p = make_plan(1, 2, 3, 256, 64, CZ_TP_ROLLBACK);
+    p->settings.optimizer = CZ_OPTIM_MUON;
+    add_group(p, 0, 2, 3, (int[]){0, 1, 2}, (int[]){1, 1, 0});
+    set_tasks(p, &p->schedules[0].groups[0], (int[]){-1, -1, -1}, (int[]){1, 1, 2}, NULL);
+    cz_sim_result *r = NULL;
+    cz_error err;
+    int rc = cz_plan_simulate(&r, p, c, NULL, &err);
+    ck_assert_msg(rc == 0, "%s", err.message);
+    double gather = 10e-6 + 40960.0 / 100e9;
+    double ar = 5 * (20e-6 + 16384.0 / 100e9) + (20e-6 + 8.0 / 100e9);
+    double hosted = task_seconds(p, 0, c);
+    cz_settings st = p->settings;
+    st.unit = CZ_UNIT_TIME;
+    cz_cluster free_links = *c;
+    free_links.links.latency_us = 0.0;
+    free_links.links.intra_node_gbps = free_links.links.inter_node_gbps = 0.0;
+    double coop = cz_cost_coop(256, 64, 2, &st, &free_links, p->dtype);
+    ck_assert(coop > 0 && coop < hosted);
+    ck_assert_double_eq_tol(r->tl_gather[0].end - r->tl_gather[0].start, gather, 1e-15);
+    ck_assert_double_eq_tol(r->tl_scatter[0].end - r->tl_scatter[0].start, gather, 1e-15);
+    ck_assert_int_eq(r->coop_tasks, 1);
+    ck_assert_double_eq_tol(r->coop_allreduce_s, ar, 1e-15);
+    /* Both slots end the cooperative task together; slot 0 (the critical one on a tie) waited
+     * for slot 1's hosted work. */
+    ck_assert_int_eq(r->critical_tp, 0);
+    ck_assert_double_eq_tol(r->coop_wait_s, 2 * hosted, 1e-15);
+    ck_assert_double_eq_tol(r->tl_compute[0].end, gather + 2 * hosted + coop + ar, 1e-15);
+    ck_assert_double_eq_tol(r->tl_compute[1].end, r->tl_compute[0].end, 1e-15);
+    ck_assert_double_eq_tol(r->step_s, gather + 2 * hosted + coop + ar + gather, 1e-15);
+    /* Busy time is compute only: the waits and all-reduces are not. */
+    ck_assert_double_eq_tol(r->gpu_busy[0], coop, 1e-15);
+    ck_assert_double_eq_tol(r->gpu_busy[1], 2 * hosted + coop, 1e-15);
+    ck_assert_double_eq_tol(r->tp_comm_s, 2 * gather + ar, 1e-15);
+    cz_sim_result_free(r);
+
+    /* The cooperative task first in the order: nobody waits, the same step. */
+    cz_plan_group *g = &p->schedules[0].groups[0];
+    g->task_param[0] = 2, g->task_slot[0] = 0, g->task_width[0] = 2;
+    g->task_param[2] = 0, g->task_slot[2] = 1, g->task_width[2] = 1;
+    rc = cz_plan_simulate(&r, p, c, NULL, &err);
+    ck_assert_msg(rc == 0, "%s", err.message);
+    ck_assert_double_eq_tol(r->coop_wait_s, 0.0, 1e-15);
+    ck_assert_double_eq_tol(r->step_s, gather + coop + ar + 2 * hosted + gather, 1e-15);
+    cz_sim_result_free(r);
+    cz_plan_free(p);
+    cz_cluster_free(c);
+}
+END_TEST
+
+/* Block tasks gather and scatter their block's rows only: a 256 x 64 matrix with blocks of 192
+ * and 64 rows, block 0 on slot 0 and block 1 on slot 1. Slot 0 receives 3/4 of slot 1's 16 KiB
+ * shard (12288 B), slot 1 1/4 of slot 0's (4096 B); hosted whole on slot 0 it would be 16384 B.
+ * Each slot computes its block alone. */
+START_TEST(test_block_gather_volume)
+{
+    cz_cluster *c = make_cluster(1, 2, 8, 100.0, 25.0, 10.0);
+    cz_plan *p = make_plan(1, 2, 1, 256, 64, CZ_TP_ROLLBACK);
+    p->settings.optimizer = CZ_OPTIM_MUON;
+    cz_param_def *d = &p->params[0].def;
+    d->nblocks = 2;
+    d->block_dim = 0;
+    d->block_sizes = malloc(2 * sizeof *d->block_sizes);
+    ck_assert_ptr_nonnull(d->block_sizes);
+    d->block_sizes[0] = 192, d->block_sizes[1] = 64;
+    add_group(p, 0, 2, 2, (int[]){0, 0}, (int[]){0, 1});
+    set_tasks(p, &p->schedules[0].groups[0], (int[]){0, 1}, (int[]){1, 1}, (double[]){3, 1});
+    cz_sim_result *r = NULL;
+    cz_error err;
+    int rc = cz_plan_simulate(&r, p, c, NULL, &err);
+    ck_assert_msg(rc == 0, "%s", err.message);
+    double gather = 10e-6 + 12288.0 / 100e9;
+    ck_assert_double_eq_tol(r->tl_gather[0].end - r->tl_gather[0].start, gather, 1e-15);
+    ck_assert_double_eq_tol(r->tl_scatter[0].end - r->tl_scatter[0].start, gather, 1e-15);
+    cz_settings st = p->settings;
+    st.unit = CZ_UNIT_TIME;
+    for (int b = 0; b < 2; b++)
+        ck_assert_double_eq_tol(r->gpu_busy[b], cz_cost_block(d, b, &st, c, p->dtype), 1e-15);
+    ck_assert_int_eq(r->coop_tasks, 0);
+    cz_sim_result_free(r);
+
+    /* Without a cluster: each task's recorded cost, on its own slot. */
+    rc = cz_plan_simulate(&r, p, NULL, NULL, &err);
+    ck_assert_msg(rc == 0, "%s", err.message);
+    ck_assert_double_eq(r->gpu_busy[0], 3.0);
+    ck_assert_double_eq(r->gpu_busy[1], 1.0);
+    cz_sim_result_free(r);
+    cz_plan_free(p);
+    cz_cluster_free(c);
+}
+END_TEST
 
 START_TEST(test_alltoall_formula)
 {
@@ -346,6 +468,8 @@ int main(void)
     tcase_add_test(tc, test_layerwise_allreduce);
     tcase_add_test(tc, test_cost_proportional);
     tcase_add_test(tc, test_bad_inputs);
+    tcase_add_test(tc, test_coop_allreduce_and_wait);
+    tcase_add_test(tc, test_block_gather_volume);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
