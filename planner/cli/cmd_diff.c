@@ -180,6 +180,75 @@ static void print_makespan(const cz_plan *pa, json_t *mk, cz_cost_unit u)
     }
 }
 
+/* The slots a task occupies, as "s" or "s-e". */
+static const char *slots_text(char *buf, size_t n, int slot, int width)
+{
+    if (width > 1)
+        snprintf(buf, n, "%d-%d", slot, slot + width - 1);
+    else
+        snprintf(buf, n, "%d", slot);
+    return buf;
+}
+
+static int jat(json_t *pair, size_t i)
+{
+    return (int)json_integer_value(json_array_get(pair, i));
+}
+
+static double jreal(json_t *pair, size_t i)
+{
+    return json_real_value(json_array_get(pair, i));
+}
+
+/* Block and cooperative tasks matched by (parameter, block) in each rank: only for plans that
+ * have them. */
+static void print_tasks(json_t *r, cz_cost_unit u)
+{
+    json_t *t = json_object_get(r, "tasks"), *o;
+    size_t i;
+    if (!json_is_object(t))
+        return;
+    int total = cz_cli_jint(t, "split") + cz_cli_jint(t, "merged") +
+                cz_cli_jint(t, "width_changed") + cz_cli_jint(t, "moved");
+    printf("\ntasks     by (parameter, block) in each rank: %d split into blocks, %d merged into "
+           "whole matrices, %d with another width, %d moved; %d with another cost\n",
+           cz_cli_jint(t, "split"), cz_cli_jint(t, "merged"), cz_cli_jint(t, "width_changed"),
+           cz_cli_jint(t, "moved"), cz_cli_jint(t, "cost_changed"));
+    json_t *list = json_object_get(t, "list");
+    json_array_foreach(list, i, o)
+    {
+        const char *change = cz_cli_jstr(o, "change");
+        json_t *n = json_object_get(o, "tasks"), *w = json_object_get(o, "width"),
+               *g = json_object_get(o, "group"), *sl = json_object_get(o, "slot"),
+               *c = json_object_get(o, "cost"), *wk = json_object_get(o, "work");
+        char x[64], y[64], s1[32], s2[32], what[256], name[320];
+        int whole_side = !strcmp(change, "split") || !strcmp(change, "merged");
+        if (!strcmp(change, "split"))
+            snprintf(what, sizeof what, "whole -> %d blocks, slot time %s -> %s", jat(n, 1),
+                     cz_cli_format_cost(x, sizeof x, jreal(wk, 0), u),
+                     cz_cli_format_cost(y, sizeof y, jreal(wk, 1), u));
+        else if (!strcmp(change, "merged"))
+            snprintf(what, sizeof what, "%d blocks -> whole, slot time %s -> %s", jat(n, 0),
+                     cz_cli_format_cost(x, sizeof x, jreal(wk, 0), u),
+                     cz_cli_format_cost(y, sizeof y, jreal(wk, 1), u));
+        else
+            snprintf(what, sizeof what, "width %d -> %d, group %d -> %d, slots %s -> %s, %s -> %s",
+                     jat(w, 0), jat(w, 1), jat(g, 0), jat(g, 1),
+                     slots_text(s1, sizeof s1, jat(sl, 0), jat(w, 0)),
+                     slots_text(s2, sizeof s2, jat(sl, 1), jat(w, 1)),
+                     cz_cli_format_cost(x, sizeof x, jreal(c, 0), u),
+                     cz_cli_format_cost(y, sizeof y, jreal(c, 1), u));
+        int block = cz_cli_jint(o, "block");
+        if (block >= 0 && !whole_side)
+            snprintf(name, sizeof name, "%s[%d]", cz_cli_jstr(o, "name"), block);
+        else
+            snprintf(name, sizeof name, "%s", cz_cli_jstr(o, "name"));
+        printf("  %-7s DP rank %d: %s  %s\n", change, cz_cli_jint(o, "dp_rank"), what, name);
+    }
+    if ((int)json_array_size(list) < total)
+        printf("  ... %d more (--limit)\n", total - (int)json_array_size(list));
+}
+
 static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r)
 {
     char x[64], y[64], z[64];
@@ -298,6 +367,7 @@ static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r)
             printf("  ... %d more (--limit)\n",
                    cz_cli_jint(mv, "any") - (int)json_array_size(list));
     }
+    print_tasks(r, u);
     int only_a = cz_cli_jint(r, "only_in_a_count"), only_b = cz_cli_jint(r, "only_in_b_count");
     if (only_a || only_b)
         printf("\nunmatched: %d parameters only in A, %d only in B\n", only_a, only_b);

@@ -43,11 +43,22 @@ static const char *rank_label(char *buf, size_t n, json_t *o, int pp)
     return buf;
 }
 
+/* A task's name: the parameter's, with [b] for block b. */
+static const char *task_label(char *buf, size_t n, json_t *o)
+{
+    int block = json_object_get(o, "block") ? cz_cli_jint(o, "block") : -1;
+    if (block >= 0)
+        snprintf(buf, n, "%s[%d]", cz_cli_jstr(o, "name"), block);
+    else
+        snprintf(buf, n, "%s", cz_cli_jstr(o, "name"));
+    return buf;
+}
+
 static void print_text(const cz_plan *p, json_t *r, int all)
 {
     cz_cost_unit u = p->settings.unit;
     json_t *s = json_object_get(r, "settings"), *sum = json_object_get(r, "summary");
-    char a[64], b[64], c[64], lab[32];
+    char a[64], b[64], c[64], lab[32], lab2[512];
     int pp = p->pp;
     size_t i;
     json_t *o;
@@ -161,11 +172,49 @@ static void print_text(const cz_plan *p, json_t *r, int all)
                cz_cli_jint(o, "groups"), cz_cli_jint(o, "tasks"),
                cz_cli_format_cost(a, sizeof a, cz_cli_jnum(o, "slot_load_min"), u),
                cz_cli_format_cost(b, sizeof b, cz_cli_jnum(o, "slot_load_max"), u));
-        if (json_is_object(big))
+        if (json_is_object(big) && json_object_get(big, "width"))
+            printf("%s (%s%s)\n", task_label(lab2, sizeof lab2, big),
+                   cz_cli_format_cost(c, sizeof c, cz_cli_jnum(big, "cost"), u),
+                   cz_cli_jint(big, "width") > 1 ? " per slot" : "");
+        else if (json_is_object(big))
             printf("%s (%s)\n", cz_cli_jstr(big, "name"),
                    cz_cli_format_cost(c, sizeof c, cz_cli_jnum(big, "cost"), u));
         else
             printf("-\n");
+    }
+
+    json_t *tasks = json_object_get(r, "tasks");
+    if (json_is_object(tasks)) {
+        printf("\nblock and cooperative tasks (canzona.plan/2)\n  %d whole matrices, %d block "
+               "tasks, %d cooperative tasks",
+               cz_cli_jint(tasks, "whole"), cz_cli_jint(tasks, "blocks"),
+               cz_cli_jint(tasks, "cooperative"));
+        json_array_foreach(json_object_get(tasks, "widths"), i, o)
+            printf("%swidth %d: %d", i == 0 ? " (" : ", ", cz_cli_jint(o, "width"),
+                   cz_cli_jint(o, "tasks"));
+        printf("%s\n", json_array_size(json_object_get(tasks, "widths")) ? ")" : "");
+        json_t *tl = json_object_get(tasks, "list");
+        printf("  %13s %5s %7s %8s %6s  %s\n", "cost/slot", "width", "slots",
+               pp > 1 ? "stage/dp" : "DP rank", "group", "task");
+        size_t shown_tasks = all ? json_array_size(tl) : 10;
+        json_array_foreach(tl, i, o)
+        {
+            if (i >= shown_tasks) {
+                printf("  ... %zu more (--all or --json lists them)\n",
+                       json_array_size(tl) - shown_tasks);
+                break;
+            }
+            json_t *sl = json_object_get(o, "slots");
+            char slots[32];
+            snprintf(slots, sizeof slots, "%d-%d", (int)json_integer_value(json_array_get(sl, 0)),
+                     (int)json_integer_value(json_array_get(sl, 1)));
+            printf("  %13s %5d %7s %8s %6d  %s\n",
+                   cz_cli_format_cost(a, sizeof a, cz_cli_jnum(o, "cost"), u),
+                   cz_cli_jint(o, "width"),
+                   cz_cli_jint(o, "width") > 1 ? slots : strchr(slots, '-') + 1,
+                   rank_label(lab, sizeof lab, o, pp), cz_cli_jint(o, "group"),
+                   task_label(lab2, sizeof lab2, o));
+        }
     }
 
     json_t *dom = json_object_get(r, "dominating"), *dl = json_object_get(dom, "params");

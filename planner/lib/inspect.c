@@ -94,6 +94,16 @@ static json_t *param_ref(const cz_plan *p, int id, double cost)
                      "cost", cost);
 }
 
+/* The load a task puts on each slot it occupies: a whole hosted matrix its parameter's cost,
+ * a block or cooperative task its own. */
+static double task_cost(const cz_plan *p, const cz_plan_group *g, int t)
+{
+    int id = g->task_param[t];
+    if (g->task_cost && (cz_group_task_block(g, t) >= 0 || cz_group_task_width(g, t) > 1))
+        return g->task_cost[t];
+    return p->params[id].cost;
+}
+
 static int add_ranks(json_t *rep, const cz_plan *p)
 {
     const cz_plan_metrics *m = &p->metrics;
@@ -135,8 +145,9 @@ static int add_ranks(json_t *rep, const cz_plan *p)
                                "memory_gib_min", mmin, "memory_gib_max", mmax)))
                 return -1;
 
-            /* Micro-group statistics of this rank. */
-            int tasks = 0, big = -1;
+            /* Micro-group statistics of this rank; a block or cooperative task counts at its
+             * own cost (per slot it occupies). */
+            int tasks = 0, big = -1, bigb = -1, bigw = 1;
             double smin = INFINITY, smax = -INFINITY, bigc = -INFINITY;
             for (int g = 0; rs && g < rs->ngroups; g++) {
                 const cz_plan_group *gr = &rs->groups[g];
@@ -145,17 +156,22 @@ static int add_ranks(json_t *rep, const cz_plan *p)
                 for (int t = 0; t < gr->ntasks; t++) {
                     int id = gr->task_param[t];
                     tasks++;
-                    if (id >= 0 && (size_t)id < p->nparams &&
-                        (p->params[id].cost > bigc || (p->params[id].cost == bigc && id < big)))
-                        big = id, bigc = p->params[id].cost;
+                    if (id < 0 || (size_t)id >= p->nparams)
+                        continue;
+                    double c = task_cost(p, gr, t);
+                    if (c > bigc || (c == bigc && id < big))
+                        big = id, bigc = c, bigb = cz_group_task_block(gr, t),
+                        bigw = cz_group_task_width(gr, t);
                 }
             }
             json_t *o =
                 json_pack("{s:i, s:i, s:i, s:i, s:f, s:f}", "stage", s, "dp_rank", r, "groups",
                           rs ? rs->ngroups : 0, "tasks", tasks, "slot_load_min",
                           isinf(smin) ? 0.0 : smin, "slot_load_max", isinf(smax) ? 0.0 : smax);
-            if (!o || push(mg, o) ||
-                put(o, "largest_task", big >= 0 ? param_ref(p, big, bigc) : json_null()))
+            json_t *bt = big >= 0 ? param_ref(p, big, bigc) : json_null();
+            if (!o || push(mg, o) || put(o, "largest_task", bt) ||
+                (big >= 0 && (bigb >= 0 || bigw > 1) &&
+                 (put(bt, "block", json_integer(bigb)) || put(bt, "width", json_integer(bigw)))))
                 return -1;
         }
     }
@@ -236,6 +252,95 @@ static int add_dominating(json_t *rep, const cz_plan *p)
     return rc;
 }
 
+/* Block and cooperative tasks (canzona.plan/2): how many of each, and every one of them,
+ * largest first. Only in the report of a plan that has them. */
+typedef struct split_task {
+    int stage, dp_rank, group, id, block, width, slot;
+    double cost;
+} split_task;
+
+static int split_task_cmp(const void *a, const void *b)
+{
+    const split_task *x = a, *y = b;
+    if (x->cost != y->cost)
+        return x->cost > y->cost ? -1 : 1;
+    if (x->stage != y->stage)
+        return x->stage - y->stage;
+    if (x->dp_rank != y->dp_rank)
+        return x->dp_rank - y->dp_rank;
+    if (x->group != y->group)
+        return x->group - y->group;
+    if (x->id != y->id)
+        return x->id - y->id;
+    return x->block - y->block;
+}
+
+static int add_tasks(json_t *rep, const cz_plan *p)
+{
+    if (!cz_plan_has_split_tasks(p))
+        return 0;
+    size_t n = 0, cap = 0;
+    int whole = 0, blocks = 0, coop = 0, by_width[CZ_MAX_WIDTHS + 1] = {0}, other_width = 0;
+    split_task *v = NULL;
+    int rc = -1;
+    for (size_t k = 0; k < p->nschedules; k++) {
+        const cz_rank_schedule *rs = &p->schedules[k];
+        for (int g = 0; g < rs->ngroups; g++) {
+            const cz_plan_group *gr = &rs->groups[g];
+            for (int t = 0; t < gr->ntasks; t++) {
+                int id = gr->task_param[t], b = cz_group_task_block(gr, t);
+                int w = cz_group_task_width(gr, t);
+                if (id < 0 || (size_t)id >= p->nparams)
+                    continue;
+                if (b < 0 && w == 1) {
+                    whole++;
+                    continue;
+                }
+                blocks += b >= 0;
+                coop += w > 1;
+                if (w > 1 && w <= CZ_MAX_WIDTHS)
+                    by_width[w]++;
+                else if (w > 1)
+                    other_width++;
+                if (n == cap) {
+                    size_t nc = cap ? 2 * cap : 64;
+                    split_task *nv = realloc(v, nc * sizeof *v);
+                    if (!nv)
+                        goto done;
+                    v = nv, cap = nc;
+                }
+                v[n++] = (split_task){rs->stage,        rs->dp_rank,        g, id, b, w,
+                                      gr->task_slot[t], task_cost(p, gr, t)};
+            }
+        }
+    }
+    if (n > 1)
+        qsort(v, n, sizeof *v, split_task_cmp);
+    json_t *o = json_pack("{s:i, s:i, s:i}", "whole", whole, "blocks", blocks, "cooperative", coop);
+    json_t *widths = json_array(), *list = json_array();
+    if (put(rep, "tasks", o) || put(o, "widths", widths) || put(o, "list", list))
+        goto done;
+    for (int w = 2; w <= CZ_MAX_WIDTHS; w++)
+        if (by_width[w] && push(widths, json_pack("{s:i, s:i}", "width", w, "tasks", by_width[w])))
+            goto done;
+    if (other_width && push(widths, json_pack("{s:i, s:i}", "width", -1, "tasks", other_width)))
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        const split_task *x = &v[i];
+        json_t *q =
+            json_pack("{s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:[i, i], s:f}", "stage", x->stage,
+                      "dp_rank", x->dp_rank, "group", x->group, "id", x->id, "name",
+                      or_unknown(p->params[x->id].def.name), "block", x->block, "width", x->width,
+                      "slots", x->slot, x->slot + x->width - 1, "cost", x->cost);
+        if (push(list, q))
+            goto done;
+    }
+    rc = 0;
+done:
+    free(v);
+    return rc;
+}
+
 int cz_plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, cz_error *err)
 {
     *report_out = NULL;
@@ -273,6 +378,9 @@ int cz_plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, cz
         m->predicted_step_s);
     if (put(rep, "summary", sum) || add_ranks(rep, plan) ||
         add_busiest(rep, plan, top_n > 0 ? top_n : 0) || add_dominating(rep, plan))
+        goto oom;
+    /* Block and cooperative tasks, after everything else, only for a plan that has them. */
+    if (add_tasks(rep, plan))
         goto oom;
     *report_out = rep;
     return CZ_OK;

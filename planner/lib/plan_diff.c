@@ -45,19 +45,26 @@ static json_t *side_json(const cz_plan *p)
 static json_t *settings_flat(const cz_plan *p)
 {
     const cz_settings *s = &p->settings;
-    return json_pack("{s:s, s:s, s:s, s:f, s:b, s:s, s:s, s:f, s:f, s:s, s:f, s:I, s:i, s:i, "
-                     "s:i, s:b, s:I, s:I, s:s}",
-                     "optimizer", str_or(cz_optimizer_name(s->optimizer)), "unit",
-                     str_or(cz_unit_name(s->unit)), "dp", str_or(cz_dp_strategy_name(s->dp)),
-                     "alpha", s->alpha, "alpha_numel_loads", s->alpha_numel_loads != 0,
-                     "layerwise_order", str_or(cz_layerwise_order_name(s->layerwise_order)), "tp",
-                     str_or(cz_tp_strategy_name(s->tp)), "capacity", s->capacity, "capacity_used",
-                     p->capacity_used, "solver", str_or(cz_solver_name(s->solver)), "time_limit_s",
-                     s->time_limit_s, "seed", (json_int_t)s->seed, "ns_steps", s->ns_steps,
-                     "max_precond_dim", s->max_precond_dim, "precondition_frequency",
-                     s->precondition_frequency, "dp_fell_back", p->dp_fell_back != 0, "bucket_size",
-                     (json_int_t)p->bucket_size, "bucket_align", (json_int_t)p->bucket_align,
-                     "layout", str_or(cz_layout_name(s->layout)));
+    char coop[16];
+    json_t *o = json_pack(
+        "{s:s, s:s, s:s, s:f, s:b, s:s, s:s, s:f, s:f, s:s, s:f, s:I, s:i, s:i, "
+        "s:i, s:b, s:I, s:I, s:s}",
+        "optimizer", str_or(cz_optimizer_name(s->optimizer)), "unit", str_or(cz_unit_name(s->unit)),
+        "dp", str_or(cz_dp_strategy_name(s->dp)), "alpha", s->alpha, "alpha_numel_loads",
+        s->alpha_numel_loads != 0, "layerwise_order",
+        str_or(cz_layerwise_order_name(s->layerwise_order)), "tp",
+        str_or(cz_tp_strategy_name(s->tp)), "capacity", s->capacity, "capacity_used",
+        p->capacity_used, "solver", str_or(cz_solver_name(s->solver)), "time_limit_s",
+        s->time_limit_s, "seed", (json_int_t)s->seed, "ns_steps", s->ns_steps, "max_precond_dim",
+        s->max_precond_dim, "precondition_frequency", s->precondition_frequency, "dp_fell_back",
+        p->dp_fell_back != 0, "bucket_size", (json_int_t)p->bucket_size, "bucket_align",
+        (json_int_t)p->bucket_align, "layout", str_or(cz_layout_name(s->layout)));
+    if (o && (json_object_set_new(o, "split_blocks", json_boolean(s->split_blocks)) ||
+              json_object_set_new(o, "coop", json_string(cz_coop_name(s->coop, coop))))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 static int add_settings(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)
@@ -358,6 +365,169 @@ done:
     return rc;
 }
 
+/* ---- tasks keyed by (parameter, block) ------------------------------------------------- */
+
+/* One scheduled task of a plan, keyed by its rank schedule, A's parameter index and block. */
+typedef struct task_key {
+    int k, i, block; /* schedule index, parameter (A's index), block (-1: whole) */
+    int width, group, slot;
+    double cost;
+} task_key;
+
+static int task_key_cmp(const void *x, const void *y)
+{
+    const task_key *a = x, *b = y;
+    if (a->k != b->k)
+        return (a->k > b->k) - (a->k < b->k);
+    if (a->i != b->i)
+        return (a->i > b->i) - (a->i < b->i);
+    return (a->block > b->block) - (a->block < b->block);
+}
+
+/* Every task of p, with its parameter mapped to A's index through amap (-1: unmatched, left
+ * out), sorted by key. */
+static task_key *tasks_keyed(const cz_plan *p, const int *amap, size_t *n_out)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < p->nschedules; k++)
+        for (int g = 0; g < p->schedules[k].ngroups; g++)
+            n += (size_t)(p->schedules[k].groups[g].ntasks > 0 ? p->schedules[k].groups[g].ntasks
+                                                               : 0);
+    task_key *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v)
+        return NULL;
+    n = 0;
+    for (size_t k = 0; k < p->nschedules; k++)
+        for (int g = 0; g < p->schedules[k].ngroups; g++) {
+            const cz_plan_group *gr = &p->schedules[k].groups[g];
+            for (int t = 0; t < gr->ntasks; t++) {
+                int id = gr->task_param[t], b = cz_group_task_block(gr, t);
+                int w = cz_group_task_width(gr, t);
+                if (id < 0 || (size_t)id >= p->nparams || amap[id] < 0)
+                    continue;
+                double cost =
+                    gr->task_cost && (w > 1 || b >= 0) ? gr->task_cost[t] : p->params[id].cost;
+                v[n++] = (task_key){(int)k, amap[id], b, w, g, gr->task_slot[t], cost};
+            }
+        }
+    qsort(v, n, sizeof *v, task_key_cmp);
+    *n_out = n;
+    return v;
+}
+
+/* One entry of the task list: x and y the tasks in A and B (for split and merged: the first
+ * of each side's na and nb tasks, whose slot time, width x cost summed, is work_a and work_b). */
+static json_t *task_change(const cz_plan *a, const char *change, const task_key *x,
+                           const task_key *y, int na, int nb, double work_a, double work_b)
+{
+    return json_pack("{s:i, s:i, s:i, s:s, s:i, s:s, s:[i,i], s:[i,i], s:[i,i], s:[i,i], s:[f,f], "
+                     "s:[f,f]}",
+                     "stage", a->dp > 0 ? x->k / a->dp : 0, "dp_rank", a->dp > 0 ? x->k % a->dp : 0,
+                     "id_a", x->i, "name", str_or(a->params[x->i].def.name), "block",
+                     x->block >= 0 ? x->block : y->block, "change", change, "tasks", na, nb,
+                     "width", x->width, y->width, "group", x->group, y->group, "slot", x->slot,
+                     y->slot, "cost", x->cost, y->cost, "work", work_a, work_b);
+}
+
+static double slot_time(const task_key *t, size_t n)
+{
+    double w = 0.0;
+    for (size_t i = 0; i < n; i++)
+        w += t[i].width * t[i].cost;
+    return w;
+}
+
+/* "tasks": only when A or B has block or cooperative tasks. Tasks of a rank are matched by
+ * (parameter, block): one scheduled whole in one plan and block by block in the other is
+ * "split" (whole in A, blocks in B) or "merged"; a matched task whose width differs is "width"
+ * (hosted <-> cooperative, or another k); one in another group or on another first slot,
+ * "moved". The list is in rank, parameter and block order, bounded by limit. */
+static int add_tasks(json_t *rep, const cz_plan *a, const cz_plan *b, const named *b_sorted,
+                     int by_id, int limit, int *ndiff)
+{
+    if (!cz_plan_has_split_tasks(a) && !cz_plan_has_split_tasks(b))
+        return 0;
+    if (a->dp != b->dp || a->pp != b->pp)
+        return put(rep, "tasks", json_null());
+    int rc = -1, n_split = 0, n_merged = 0, n_width = 0, n_moved = 0, n_cost = 0, listed = 0;
+    size_t na = 0, nb = 0;
+    int *ida = malloc((a->nparams ? a->nparams : 1) * sizeof *ida);
+    int *idb = malloc((b->nparams ? b->nparams : 1) * sizeof *idb);
+    task_key *ta = NULL, *tb = NULL;
+    json_t *o = json_object(), *list = json_array();
+    if (!ida || !idb || put(rep, "tasks", o) || put(o, "list", list))
+        goto done;
+    for (size_t j = 0; j < b->nparams; j++)
+        idb[j] = -1;
+    for (size_t i = 0; i < a->nparams; i++) {
+        ida[i] = (int)i;
+        int j = match(a, b, i, b_sorted, by_id);
+        if (j >= 0)
+            idb[j] = (int)i;
+    }
+    ta = tasks_keyed(a, ida, &na);
+    tb = tasks_keyed(b, idb, &nb);
+    if (!ta || !tb)
+        goto done;
+    /* Walk both sorted lists one (rank, parameter) at a time. */
+    for (size_t x = 0, y = 0; x < na || y < nb;) {
+        const task_key *kx = x < na ? &ta[x] : NULL, *ky = y < nb ? &tb[y] : NULL;
+        /* The smaller (rank, parameter) of the two heads. */
+        int first_a = kx && (!ky || kx->k < ky->k || (kx->k == ky->k && kx->i <= ky->i));
+        task_key head = first_a ? *kx : *ky;
+        size_t x1 = x, y1 = y;
+        while (x1 < na && ta[x1].k == head.k && ta[x1].i == head.i)
+            x1++;
+        while (y1 < nb && tb[y1].k == head.k && tb[y1].i == head.i)
+            y1++;
+        int wa = x1 > x && ta[x].block<0, wb = y1> y && tb[y].block < 0;
+        if (x1 > x && y1 > y && wa != wb) {
+            /* Whole in one plan, block by block in the other. */
+            int split = wa;
+            n_split += split, n_merged += !split;
+            if ((limit < 0 || listed++ < limit) &&
+                push(list, task_change(a, split ? "split" : "merged", &ta[x], &tb[y], (int)(x1 - x),
+                                       (int)(y1 - y), slot_time(&ta[x], x1 - x),
+                                       slot_time(&tb[y], y1 - y))))
+                goto done;
+        } else {
+            for (size_t p = x, q = y; p < x1 || q < y1;) {
+                const task_key *u = p < x1 ? &ta[p] : NULL, *v = q < y1 ? &tb[q] : NULL;
+                if (u && v && u->block == v->block) {
+                    const char *change = u->width != v->width                         ? "width"
+                                         : u->group != v->group || u->slot != v->slot ? "moved"
+                                                                                      : NULL;
+                    n_width += u->width != v->width;
+                    n_moved += change && u->width == v->width;
+                    n_cost += u->cost != v->cost;
+                    if (change && (limit < 0 || listed++ < limit) &&
+                        push(list, task_change(a, change, u, v, 1, 1, u->width * u->cost,
+                                               v->width * v->cost)))
+                        goto done;
+                    p++, q++;
+                } else if (u && (!v || u->block < v->block)) {
+                    p++; /* a task of one plan only: the schedule checks' business */
+                } else {
+                    q++;
+                }
+            }
+        }
+        x = x1, y = y1;
+    }
+    *ndiff += n_split + n_merged + n_width + n_moved + n_cost;
+    if (put(o, "split", json_integer(n_split)) || put(o, "merged", json_integer(n_merged)) ||
+        put(o, "width_changed", json_integer(n_width)) || put(o, "moved", json_integer(n_moved)) ||
+        put(o, "cost_changed", json_integer(n_cost)))
+        goto done;
+    rc = 0;
+done:
+    free(ida);
+    free(idb);
+    free(ta);
+    free(tb);
+    return rc;
+}
+
 /* What sets one rank's TP makespan in one plan. */
 typedef struct rank_why {
     int matrices, groups, slots; /* matrix tasks of its schedule, micro-groups, TP slots */
@@ -397,14 +567,18 @@ static void rank_parts(const cz_plan *p, size_t k, double *c, rank_why *w)
             w->groups++;
             w->slots = gr->nslots > w->slots ? gr->nslots : w->slots;
             for (int t = 0; t < gr->ntasks; t++) {
-                int id = gr->task_param[t];
+                int id = gr->task_param[t], slot = gr->task_slot[t];
                 if (id < 0 || (size_t)id >= p->nparams)
                     continue;
-                double cost = p->params[id].cost;
+                /* A block or cooperative task: its own cost, on every slot it occupies. */
+                int width = cz_group_task_width(gr, t);
+                double cost = gr->task_cost && (width > 1 || cz_group_task_block(gr, t) >= 0)
+                                  ? gr->task_cost[t]
+                                  : p->params[id].cost;
                 w->matrices++;
                 if (w->largest < 0 || cost > w->largest_cost)
                     w->largest = id, w->largest_cost = cost;
-                if (gr->task_slot[t] == crit) {
+                if (crit >= slot && crit < slot + width) {
                     c[id] += cost;
                     w->crit_tasks++;
                 }
@@ -590,6 +764,7 @@ int cz_plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit, 
         add_buckets(rep, a, b, &ndiff) ||
         add_params(rep, a, b, b_sorted, &pl, by_id, limit, &ndiff) ||
         add_makespan(rep, a, b, b_sorted, &pl, by_id, limit) ||
+        add_tasks(rep, a, b, b_sorted, by_id, limit, &ndiff) ||
         put(rep, "identical", json_boolean(ndiff == 0))) {
         free(b_sorted);
         places_free(&pl);

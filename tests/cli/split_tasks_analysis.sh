@@ -2,7 +2,9 @@
 # Block and cooperative tasks (canzona.plan/2) in the analysis commands, on test-small at
 # DP1 x TP4: validate accepts the planner's plans and finds hand edits (a task's cost, the
 # settings that made the tasks, the schema version, a cooperative width the matrix cannot
-# take, slots that list cooperative tasks in different orders), each at its JSON path.
+# take, slots that list cooperative tasks in different orders), each at its JSON path;
+# inspect lists and counts the tasks; diff matches them by (parameter, block) and explains the
+# busiest rank's makespan change in full.
 set -u
 : "${CZ:?CZ must point to the canzona binary}"
 src=${CZ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -167,6 +169,69 @@ g[0]["slots"] = [[{"param": 0, "width": 4, "cost": 1e-6}] + lst for lst in g[0][
   --json >"$work/out" 2>&1
 has "validate: width 4 on a 2 x 3 matrix" '"code": "schedule.coop"'
 has "validate: width 4 on a 2 x 3 matrix: path" '"path": "$.tp_schedule[0].groups[0].slots[0][0]"'
+
+# ---- inspect: block and cooperative tasks ---------------------------------------------------
+expect "inspect coop2" 0 "$CZ" inspect "$work/coop2.json"
+has "inspect: section" "block and cooperative tasks (canzona.plan/2)"
+# test-small has 2 x (qkv: 3 blocks, fc1: 2 blocks) = 10 block tasks; --coop 2 makes every
+# task cooperative (each one's long side allows it): 10 blocks + 5 matrices without blocks.
+has "inspect: counts" "0 whole matrices, 10 block tasks, 15 cooperative tasks (width 2: 15)"
+has "inspect: a block task labelled as its block" "decoder.layers.0.mlp.linear_fc1.weight[0]"
+expect "inspect whole" 0 "$CZ" inspect "$work/whole.json"
+hasnt "inspect whole: no task section" "block and cooperative tasks"
+expect "inspect coop2 --json" 0 "$CZ" inspect "$work/coop2.json" --json
+cp "$work/out" "$work/inspect.json"
+if python3 - "$work/inspect.json" "$work/coop2.json" <<'EOF'; then pass "inspect --json: tasks match the plan file"; else fail "inspect --json: tasks"; fi
+import json, sys
+r, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+t = r["tasks"]
+# Every task object of the file, a cooperative one once (at its first slot).
+seen = []
+for g in p["tp_schedule"][0]["groups"]:
+    for s, lst in enumerate(g["slots"]):
+        for e in lst:
+            if isinstance(e, dict) and s % e.get("width", 1) == 0:
+                seen.append((g["id"], e["param"], e.get("block", -1), e.get("width", 1), s, e["cost"]))
+got = [(x["group"], x["id"], x["block"], x["width"], x["slots"][0], x["cost"]) for x in t["list"]]
+# inspect --json prints 12 significant digits.
+key = lambda v: [(a, b, c, d, e, float("%.11g" % f)) for a, b, c, d, e, f in sorted(v)]
+assert key(seen) == key(got), (seen, got)
+assert [x["cost"] for x in t["list"]] == sorted((x["cost"] for x in t["list"]), reverse=True)
+assert all(x["slots"][1] == x["slots"][0] + x["width"] - 1 for x in t["list"])
+assert t["blocks"] == sum(1 for x in got if x[2] >= 0) == 10
+assert t["cooperative"] == 15 and t["widths"] == [{"width": 2, "tasks": 15}]
+big = r["microgroups"][0]["largest_task"]
+assert big["cost"] == max(x[5] for x in got) and big["width"] == 2, big
+EOF
+
+# ---- diff: tasks keyed by (parameter, block) --------------------------------------------------
+expect "diff whole coop2" 0 "$CZ" diff "$work/whole.json" "$work/coop2.json" --limit 0
+has "diff: settings split_blocks" "split_blocks           false -> true"
+has "diff: settings coop" "coop                   off -> 2"
+# qkv (3 blocks) and fc1 (2 blocks) of both layers: whole in A, blocks in B.
+has "diff: split count" "4 split into blocks, 0 merged into whole matrices"
+has "diff: whole -> blocks" "whole -> 3 blocks"
+has "diff: width change" "width 1 -> 2"
+expect "diff coop2 whole" 0 "$CZ" diff "$work/coop2.json" "$work/whole.json" --limit 0
+has "diff: merged" "3 blocks -> whole"
+expect "diff blocks coop2" 0 "$CZ" diff "$work/blocks.json" "$work/coop2.json" --json
+if python3 - "$work/out" <<'EOF'; then pass "diff --json: blocks -> cooperative blocks"; else fail "diff --json: blocks vs coop2"; fi
+import json, sys
+r = json.load(open(sys.argv[1]))
+t = r["tasks"]
+# Same blocks in both: no split or merge; every task (10 blocks and 5 matrices) gets width 2.
+assert t["split"] == 0 and t["merged"] == 0, t
+assert t["width_changed"] == 15, t
+w = [x for x in t["list"] if x["change"] == "width"]
+assert all(x["width"] == [1, 2] for x in w), w
+assert any(x["block"] >= 0 for x in w)
+# The busiest rank's makespan change is explained in full, block and cooperative tasks
+# counted at their own cost on every slot they occupy.
+for k in r["makespan"]["ranks"]:
+    assert abs(k["unexplained"]) <= 1e-9 * max(k["makespan_a"], k["makespan_b"]), k
+EOF
+expect "diff coop2 coop2" 0 "$CZ" diff "$work/coop2.json" "$work/coop2.json"
+has "diff: identical" "no differences"
 
 [ "$fails" -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
 echo "all checks passed"
