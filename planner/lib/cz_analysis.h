@@ -60,6 +60,14 @@ typedef struct cz_sim_span {
     double start, end; /* seconds after the gradients are synchronized (or cost units) */
 } cz_sim_span;
 
+/* One cooperative task of the critical DP rank as simulated: task `task` of micro-group
+ * `group` on TP ranks slot .. slot + width - 1, from start (its slowest member free) to end;
+ * its Gram and norm all-reduces take the last allreduce_s of that span. */
+typedef struct cz_sim_coop {
+    int group, task, slot, width;
+    double start, end, allreduce_s;
+} cz_sim_coop;
+
 /* Result of simulating one optimizer step of a plan (cz_plan_simulate). All durations are in
  * seconds, or in the plan's cost unit when no cluster was given (communication is then 0). */
 struct cz_sim_result {
@@ -90,6 +98,8 @@ struct cz_sim_result {
     cz_sim_span *tl_gather;  /* tl_groups spans (a collective: same on every TP rank) */
     cz_sim_span *tl_scatter; /* tl_groups spans; zero length under synchronous compute */
     cz_sim_span *tl_compute; /* tl_groups * tl_tp spans, [g * tl_tp + t] */
+    int tl_ncoop;            /* the critical DP rank's cooperative tasks (pipelined plans) */
+    cz_sim_coop *tl_coop;
 };
 
 /* cz_plan_simulate and cz_sim_result_free are declared in canzona.h. */

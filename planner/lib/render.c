@@ -167,6 +167,10 @@ static const char *const compute_fill[2] = {"#59a14f", "#a6d99a"};
 #define GATHER_FILL "#f28e2b"
 #define SCATTER_FILL "#edc948"
 #define ELEM_FILL "#bab0ac"
+/* Cooperative tasks: drawn over the compute lanes of the TP ranks they span. */
+#define COOP_FILL "#76b7b2"
+#define COOP_STROKE "#1f5f5b"
+#define COOP_AR_FILL "#e15759"
 
 /* What the picture states about the plan, computed once. */
 typedef struct render_facts {
@@ -766,30 +770,109 @@ static int svg_phases(sbuf *b, const cz_plan *plan, const cz_sim_result *sim, in
     return y_axis + 22;
 }
 
-/* The label of one compute box: the largest task it runs and how many more. */
+/* A task's load on each slot it occupies: a block or cooperative task its own cost. */
+static double group_task_cost(const cz_plan *plan, const cz_plan_group *grp, int i)
+{
+    if (grp->task_cost && (cz_group_task_block(grp, i) >= 0 || cz_group_task_width(grp, i) > 1))
+        return grp->task_cost[i];
+    return plan->params[grp->task_param[i]].cost;
+}
+
+/* A task's short name: the parameter's, "[b]" for block b, " xk" for a cooperative task. */
+static const char *task_short_name(char *buf, size_t n, const cz_plan *plan,
+                                   const cz_plan_group *grp, int i)
+{
+    char name[96];
+    int block = cz_group_task_block(grp, i), width = cz_group_task_width(grp, i);
+    short_name(name, sizeof name, &plan->params[grp->task_param[i]]);
+    snprintf(buf, n, "%s", name);
+    if (block >= 0)
+        cat(buf, n, "[%d]", block);
+    if (width > 1)
+        cat(buf, n, " x%d", width);
+    return buf;
+}
+
+/* The label of one compute box: the largest task it runs and how many more (a cooperative
+ * task counts on every slot it spans; a block task is named name[b]). */
 static void cell_tasks(sbuf *b, char *label, size_t n, const cz_plan *plan,
                        const cz_plan_group *grp, int t)
 {
     int best = -1, count = 0;
-    char name[96];
+    double best_cost = 0.0;
+    char name[128];
     label[0] = '\0';
     for (int i = 0; grp && i < grp->ntasks; i++) {
-        int pid = grp->task_param[i];
-        if ((grp->nslots > 1 && grp->task_slot[i] != t) || pid < 0 || (size_t)pid >= plan->nparams)
+        int pid = grp->task_param[i], slot = grp->task_slot[i];
+        int width = cz_group_task_width(grp, i), block = cz_group_task_block(grp, i);
+        if ((grp->nslots > 1 && (t < slot || t >= slot + width)) || pid < 0 ||
+            (size_t)pid >= plan->nparams)
             continue;
         if (b && count < 12) {
             sb_printf(b, "%s", count ? ", " : "; tasks: ");
             sb_escape(b, plan->params[pid].def.name);
+            if (block >= 0)
+                sb_printf(b, "[%d]", block);
+            if (width > 1)
+                sb_printf(b, " (cooperative on TP %d-%d)", slot, slot + width - 1);
         }
         count++;
-        if (best < 0 || plan->params[pid].cost > plan->params[best].cost)
-            best = pid;
+        double c = group_task_cost(plan, grp, i);
+        if (best < 0 || c > best_cost)
+            best = i, best_cost = c;
     }
     if (b && count > 12)
         sb_printf(b, ", ... (%d in all)", count);
     if (best >= 0)
         snprintf(label, n, count > 1 ? "%s +%d" : "%s",
-                 short_name(name, sizeof name, &plan->params[best]), count - 1);
+                 task_short_name(name, sizeof name, plan, grp, best), count - 1);
+}
+
+/* The cooperative tasks of the timeline's DP rank, each one box across the compute lanes of
+ * its k TP ranks (y0: the first compute lane's top, lane: its pitch), its all-reduces the
+ * box's red end. */
+static void timeline_coop(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
+                          const cz_rank_schedule *sc, int left, double plot_w, double top_val,
+                          int y0, int lane, int h, cz_cost_unit u)
+{
+    char buf[64], buf2[64], name[160];
+    for (int i = 0; i < sim->tl_ncoop; i++) {
+        const cz_sim_coop *k = &sim->tl_coop[i];
+        const cz_plan_group *grp =
+            sc && k->group >= 0 && k->group < sc->ngroups ? &sc->groups[k->group] : NULL;
+        if (!grp || k->task < 0 || k->task >= grp->ntasks || !(k->end > k->start))
+            continue;
+        double x = left + plot_w * k->start / top_val;
+        double w = fmax(plot_w * (k->end - k->start) / top_val, 0.5);
+        double war = fmin(plot_w * k->allreduce_s / top_val, w);
+        int y = y0 + k->slot * lane, hh = (k->width - 1) * lane + h;
+        task_short_name(name, sizeof name, plan, grp, k->task);
+        sb_printf(b,
+                  "<g class=\"coop\"><rect class=\"coop-task\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
+                  "height=\"%d\" fill=\"%s\" stroke=\"%s\" "
+                  "stroke-width=\"1\"><title>group %d cooperative task ",
+                  x, y, w, hh, COOP_FILL, COOP_STROKE, k->group);
+        sb_escape(b, plan->params[grp->task_param[k->task]].def.name);
+        if (cz_group_task_block(grp, k->task) >= 0)
+            sb_printf(b, "[%d]", cz_group_task_block(grp, k->task));
+        sb_printf(b,
+                  " on TP %d-%d: %s, of which %s in its Gram and norm all-reduces</title>"
+                  "</rect>\n",
+                  k->slot, k->slot + k->width - 1, fmt_value(buf, sizeof buf, k->end - k->start, u),
+                  fmt_value(buf2, sizeof buf2, k->allreduce_s, u));
+        if (war > 0)
+            sb_printf(b,
+                      "<rect class=\"coop-allreduce\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
+                      "height=\"%d\" fill=\"%s\"/>\n",
+                      x + w - war, y, war, hh, COOP_AR_FILL);
+        if (text_w(strlen(name), 8) + 3 <= w - war) {
+            sb_printf(b, "<text class=\"task-label\" x=\"%.2f\" y=\"%d\" font-size=\"8\">", x + 1.5,
+                      y + hh / 2 + 3);
+            sb_escape(b, name);
+            sb_printf(b, "</text>\n");
+        }
+        sb_printf(b, "</g>\n");
+    }
 }
 
 /* Panel (c): the optimizer update of the DP rank that finishes last: the shared gather and
@@ -839,6 +922,11 @@ static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
     legend_item(b, &lx, &ly, lmax, compute_fill[1], NULL, 0, "compute, odd group");
     legend_item(b, &lx, &ly, lmax, SCATTER_FILL, NULL, 0, "scatter all-to-all");
     legend_item(b, &lx, &ly, lmax, ELEM_FILL, NULL, 0, "elementwise (AdamW)");
+    if (sim->tl_ncoop > 0) {
+        legend_item(b, &lx, &ly, lmax, COOP_FILL, NULL, 0,
+                    "cooperative task (one box across its TP ranks)");
+        legend_item(b, &lx, &ly, lmax, COOP_AR_FILL, NULL, 0, "its Gram and norm all-reduces");
+    }
     int y = ly + 18;
 #define XT(v) (left + plot_w * (v) / top_val)
     /* Vertical guides first, so the boxes draw over them. */
@@ -866,6 +954,7 @@ static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
               xe, y - 2, xe, y + lanes_h + 2, fmin(xe + 3, width - right - lw),
               y + lanes_h + (f->tl_lb > 0 && fabs(xe - xl) < lw + 10 ? 25 : 13), label);
     /* Lanes: the TP group's shared gather lane, one compute lane per TP rank, the scatter. */
+    int first_compute_y = y + slane + 3;
     for (int lane_i = 0; lane_i < R + 2; lane_i++) {
         int is_gather = lane_i == 0, is_scatter = lane_i == R + 1, t = lane_i - 1;
         int h = is_gather || is_scatter ? slane : clane;
@@ -922,6 +1011,7 @@ static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
         }
         y += h + 3;
     }
+    timeline_coop(b, plan, sim, sc, left, plot_w, top_val, first_compute_y, clane + 3, clane, u);
 #undef XT
     int y_axis = y + 30;
     axis_ticks(b, left, plot_w, y_axis, top_val, u);

@@ -71,13 +71,14 @@ void cz_sim_result_free(cz_sim_result *r)
     free(r->tl_gather);
     free(r->tl_scatter);
     free(r->tl_compute);
+    free(r->tl_coop);
     free(r);
 }
 
 /* One task as the pipelined program runs it: on slots slot .. slot + width - 1, computing for
  * `compute` and, when cooperative, in all-reduces for `allreduce` on each of them. */
 typedef struct sim_task {
-    int slot, width;
+    int slot, width, index; /* index: the task's position in its micro-group */
     double compute, allreduce;
 } sim_task;
 
@@ -404,7 +405,7 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
                 }
                 continue;
             }
-            pg->tasks[pg->ntasks++] = (sim_task){slot, w, tw.compute, tw.allreduce};
+            pg->tasks[pg->ntasks++] = (sim_task){slot, w, k, tw.compute, tw.allreduce};
             pg->coop_tasks += w > 1;
             for (int j = slot; j < slot + w; j++)
                 for (int t = 0; t < R; t++) {
@@ -475,8 +476,9 @@ done:
  * them all until its last all-reduce. */
 static void prog_run(const sim_prog *pg, int R, int pipelined, double *finish, double *busy,
                      cz_sim_span *tl_gather, cz_sim_span *tl_scatter, cz_sim_span *tl_compute,
-                     double *coop_ar, double *coop_wait)
+                     double *coop_ar, double *coop_wait, cz_sim_coop *tl_coop)
 {
+    int ncoop = 0;
     int G = pg->ngroups;
     double comm = 0.0, prev_end = 0.0;
     for (int t = 0; t < R; t++) {
@@ -522,6 +524,11 @@ static void prog_run(const sim_prog *pg, int R, int pipelined, double *finish, d
                 double begin = finish[k->slot];
                 for (int x = k->slot + 1; x < k->slot + k->width; x++)
                     begin = fmax(begin, finish[x]);
+                if (tl_coop && k->width > 1)
+                    tl_coop[ncoop++] =
+                        (cz_sim_coop){g,           k->index, k->slot,
+                                      k->width,    begin,    begin + k->compute + k->allreduce,
+                                      k->allreduce};
                 for (int x = k->slot; x < k->slot + k->width; x++) {
                     if (coop_wait)
                         coop_wait[x] += begin - finish[x];
@@ -756,7 +763,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
             double frag;
             if ((rc = build_rank(&cx, &pg, s, d, &frag, err)))
                 goto done;
-            prog_run(&pg, R, cx.pipelined, finish, busy, NULL, NULL, NULL, NULL, NULL);
+            prog_run(&pg, R, cx.pipelined, finish, busy, NULL, NULL, NULL, NULL, NULL, NULL);
             prog_free(&pg);
             frag_max = fmax(frag_max, frag);
             for (int t = 0; t < R; t++) {
@@ -800,12 +807,14 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     }
     coop_ar = calloc((size_t)R, sizeof *coop_ar);
     coop_wait = calloc((size_t)R, sizeof *coop_wait);
-    if (!coop_ar || !coop_wait) {
+    r->tl_coop = calloc(pg.coop_tasks > 0 ? (size_t)pg.coop_tasks : 1, sizeof *r->tl_coop);
+    if (!coop_ar || !coop_wait || !r->tl_coop) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
         goto done;
     }
     prog_run(&pg, R, cx.pipelined, finish, busy, r->tl_gather, r->tl_scatter, r->tl_compute,
-             coop_ar, coop_wait);
+             coop_ar, coop_wait, r->tl_coop);
+    r->tl_ncoop = cx.pipelined ? pg.coop_tasks : 0;
     for (int t = 0; t < R; t++)
         r->tl_elementwise[t] = pg.elem[t];
     r->coop_tasks = pg.coop_tasks;

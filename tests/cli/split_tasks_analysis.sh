@@ -233,5 +233,47 @@ EOF
 expect "diff coop2 coop2" 0 "$CZ" diff "$work/coop2.json" "$work/coop2.json"
 has "diff: identical" "no differences"
 
+# ---- simulate: cooperative all-reduces ---------------------------------------------------------
+expect "simulate coop2" 0 "$CZ" simulate --plan "$work/coop2.json" --cluster "$cluster"
+has "simulate: cooperative line" "15 cooperative tasks on the critical DP rank"
+expect "simulate whole" 0 "$CZ" simulate --plan "$work/whole.json" --cluster "$cluster"
+hasnt "simulate whole: no cooperative line" "cooperative task"
+expect "simulate coop2 --json" 0 "$CZ" simulate --plan "$work/coop2.json" --cluster "$cluster" --json
+cp "$work/out" "$work/sim.json"
+expect "simulate blocks --json" 0 "$CZ" simulate --plan "$work/blocks.json" --cluster "$cluster" --json
+if python3 - "$work/sim.json" "$work/out" "$work/coop2.json" "$work/blocks.json" <<'EOF'; then pass "simulate: the step follows the plan's makespan"; else fail "simulate: step vs makespan"; fi
+import json, sys
+coop, blocks = (json.load(open(f))["rows"][0] for f in sys.argv[1:3])
+pc, pb = (json.load(open(f)) for f in sys.argv[3:5])
+assert coop["coop_tasks"] == 15 and coop["coop_allreduce_s"] > 0, coop
+assert "coop_tasks" not in blocks
+# DP 1: the step is the update; with tasks at their own cost (not whole matrices per block)
+# it is the plan's TP makespan plus the exposed gathers and scatters, within 10 %.
+for row, plan in ((coop, pc), (blocks, pb)):
+    mk = plan["metrics"]["tp"]["makespan"]
+    assert mk <= row["step_s"] <= 1.1 * mk, (row["step_s"], mk)
+EOF
+
+# ---- render: block labels, cooperative boxes across their lanes ---------------------------------
+expect "render coop2" 0 "$CZ" render "$work/coop2.json" --cluster "$cluster" -o "$work/coop2.svg"
+if command -v xmllint >/dev/null; then
+  expect "render coop2: well-formed" 0 xmllint --noout "$work/coop2.svg"
+fi
+n=$(grep -c 'class="coop-task"' "$work/coop2.svg")
+[ "$n" = 15 ] && pass "render: 15 cooperative boxes" || fail "render: $n cooperative boxes, expected 15"
+grep -q 'cooperative task (one box across its TP ranks)' "$work/coop2.svg" &&
+  pass "render: legend" || fail "render: no cooperative legend"
+grep -q 'linear_fc1\[0\] x2' "$work/coop2.svg" && pass "render: block label" ||
+  fail "render: no 'linear_fc1[0] x2' label"
+# A box spans its k lanes: two lanes of 14 px at a pitch of 17 px.
+grep -q 'class="coop-task"[^>]*height="31"' "$work/coop2.svg" && pass "render: box across 2 lanes" ||
+  fail "render: no cooperative box 31 px high"
+expect "render whole" 0 "$CZ" render "$work/whole.json" --cluster "$cluster" -o "$work/whole.svg"
+grep -q 'coop' "$work/whole.svg" && fail "render whole: cooperative marks" ||
+  pass "render whole: no cooperative marks"
+if command -v rsvg-convert >/dev/null; then
+  expect "render coop2: PNG" 0 rsvg-convert -o "$work/coop2.png" "$work/coop2.svg"
+fi
+
 [ "$fails" -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
 echo "all checks passed"
