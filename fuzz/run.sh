@@ -92,6 +92,10 @@ for m in tests/data/model_tiny.json plans/models/test-small.json; do
     plan_seed plan "$m" "$c" --optimizer soap --unit flops --tp single
     plan_seed plan "$m" "$c" --layout split --dp anchored --tp slot
   done
+  # canzona.plan/2: block tasks, and cooperative ones of width 2 and of the cost model's choice.
+  plan_seed plan "$m" plans/clusters/cpu-4-dp1-tp4.json --split-blocks --coop 2
+  plan_seed plan "$m" plans/clusters/cpu-4-dp2-tp2.json --split-blocks --coop auto
+  plan_seed plan "$m" plans/clusters/cpu-4-dp1-tp4.json --split-blocks --tp slot
 done
 
 # .npy seeds: two prefix bytes (expected rank and shape, see fuzz_npy.c), then the file.

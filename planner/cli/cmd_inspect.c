@@ -24,6 +24,8 @@ static void inspect_help(FILE *f)
             "average GPU's load, which no partition can split. Costs are in the plan's unit.\n"
             "It also shows the busiest GPU's model states (parameter and gradient buffers, fp32\n"
             "master copy, optimizer state) and, with --cluster, the headroom left on the device.\n"
+            "A plan with block or cooperative tasks (canzona.plan/2) also gets their counts and\n"
+            "list: name[block], width, the TP slots each spans and its cost per slot.\n"
             "\n"
             "options:\n"
             "  -c, --cluster FILE  the cluster (same DP, TP and PP as the plan) whose\n"
