@@ -279,12 +279,38 @@ static int coop_possible(const cz_param_def *d, int block, int k, int tp)
            longside >= k;
 }
 
+/* The planner's cost for task (pid, block) at width k, from the task table of a plan that
+ * cz_plan_init made with the same model, cluster and settings: INFINITY when the planner would
+ * not give the task that width, NAN when the table has no such task or width (no table, or
+ * settings that disagree with the plan's tasks). */
+static double table_cost(const cz_plan *ref, int pid, int block, int k)
+{
+    const cz_task_table *tt = ref ? &ref->tasks : NULL;
+    if (!tt || !tt->first || pid < 0 || (size_t)pid >= ref->nparams)
+        return NAN;
+    int w = -1;
+    for (int i = 0; i < tt->nwidths; i++)
+        if (tt->widths[i] == k)
+            w = i;
+    for (int x = tt->first[pid]; w >= 0 && x < tt->first[pid + 1]; x++)
+        if (tt->block[x] == block)
+            return tt->cost[(size_t)x * (size_t)tt->nwidths + (size_t)w];
+    return NAN;
+}
+
 /* Every task's recorded cost against the cost model for its block and width, and the tasks
  * against the settings that made them (docs/ANALYSIS.md, "What is checked"). Runs on a plan
- * whose structure is sound and whose parameters are the model's. */
+ * whose structure is sound and whose parameters are the model's. The planner's task table
+ * (tp_tasks.c, from a fresh cz_plan_init) says which width each task may take and what it
+ * costs; where the plan's settings do not give it, cz_cost_block and cz_cost_coop directly. */
 static void check_tasks(vctx *c, const cz_plan *p, const cz_model *m, const cz_cluster *cl)
 {
     const cz_settings *s = &p->settings;
+    cz_plan *ref = NULL;
+    cz_error e;
+    cz_error_clear(&e);
+    if (cz_plan_init(&ref, m, cl, s, &e) != CZ_OK)
+        ref = NULL; /* settings the planner refuses: reported by bucket.layout */
     task_tally no_split = {0}, whole_split = {0}, no_coop = {0}, not_forced = {0},
                coop_policy = {0};
     int nslots = (p->tp == 1 || s->tp == CZ_TP_SC) ? 1 : p->tp;
@@ -319,13 +345,22 @@ static void check_tasks(vctx *c, const cz_plan *p, const cz_model *m, const cz_c
                     tally(&no_coop, c);
                 if (width > 1 && (s->tp != CZ_TP_ROLLBACK || s->unit == CZ_UNIT_NUMEL))
                     tally(&coop_policy, c);
-                if (s->coop > 1 && width != (coop_possible(d, block, s->coop, p->tp) ? s->coop : 1))
-                    tally(&not_forced, c);
+                if (s->coop > 1) {
+                    double ck = table_cost(ref, pid, block, s->coop);
+                    int can = isnan(ck) ? coop_possible(d, block, s->coop, p->tp) : isfinite(ck);
+                    if (width != (can ? s->coop : 1))
+                        tally(&not_forced, c);
+                }
                 if (!gr->task_cost)
                     continue;
                 double want = p->params[pid].cost;
                 const char *model = "the parameter's recorded cost";
-                if (width > 1) {
+                double tc = table_cost(ref, pid, block, width);
+                if ((width > 1 || block >= 0) && isfinite(tc)) {
+                    want = tc;
+                    model = width > 1 ? "the cooperative cost model (cz_cost_coop)"
+                                      : "the cost model (cz_cost_block)";
+                } else if (width > 1) {
                     int64_t r0, c0, rows, cols;
                     cz_task_region(d, block, &r0, &c0, &rows, &cols);
                     want = cz_cost_coop(rows, cols, width, s, cl, m->dtype);
@@ -348,6 +383,7 @@ static void check_tasks(vctx *c, const cz_plan *p, const cz_model *m, const cz_c
         }
     }
     free(pos);
+    cz_plan_free(ref);
     tally_report(c, &no_split, "settings.split_blocks", "$.settings",
                  "schedule a single block of a matrix, but $.settings.split_blocks is not set "
                  "(canzona plan makes block tasks only under --split-blocks)");
