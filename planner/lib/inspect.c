@@ -280,9 +280,13 @@ static int add_tasks(json_t *rep, const cz_plan *p)
     if (!cz_plan_has_split_tasks(p))
         return 0;
     size_t n = 0, cap = 0;
-    int whole = 0, blocks = 0, coop = 0, by_width[CZ_MAX_WIDTHS + 1] = {0}, other_width = 0;
+    int whole = 0, blocks = 0, coop = 0;
     split_task *v = NULL;
     int rc = -1;
+    /* Widths are at most the slot count, itself at most tp (the reader's bound). */
+    int *by_width = calloc((size_t)p->tp + 1, sizeof *by_width);
+    if (!by_width)
+        return -1;
     for (size_t k = 0; k < p->nschedules; k++) {
         const cz_rank_schedule *rs = &p->schedules[k];
         for (int g = 0; g < rs->ngroups; g++) {
@@ -298,10 +302,8 @@ static int add_tasks(json_t *rep, const cz_plan *p)
                 }
                 blocks += b >= 0;
                 coop += w > 1;
-                if (w > 1 && w <= CZ_MAX_WIDTHS)
+                if (w > 1 && w <= p->tp)
                     by_width[w]++;
-                else if (w > 1)
-                    other_width++;
                 if (n == cap) {
                     size_t nc = cap ? 2 * cap : 64;
                     split_task *nv = realloc(v, nc * sizeof *v);
@@ -320,11 +322,9 @@ static int add_tasks(json_t *rep, const cz_plan *p)
     json_t *widths = json_array(), *list = json_array();
     if (put(rep, "tasks", o) || put(o, "widths", widths) || put(o, "list", list))
         goto done;
-    for (int w = 2; w <= CZ_MAX_WIDTHS; w++)
+    for (int w = 2; w <= p->tp; w++)
         if (by_width[w] && push(widths, json_pack("{s:i, s:i}", "width", w, "tasks", by_width[w])))
             goto done;
-    if (other_width && push(widths, json_pack("{s:i, s:i}", "width", -1, "tasks", other_width)))
-        goto done;
     for (size_t i = 0; i < n; i++) {
         const split_task *x = &v[i];
         json_t *q =
@@ -338,6 +338,7 @@ static int add_tasks(json_t *rep, const cz_plan *p)
     rc = 0;
 done:
     free(v);
+    free(by_width);
     return rc;
 }
 
