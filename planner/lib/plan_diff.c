@@ -424,7 +424,7 @@ static json_t *task_change(const cz_plan *a, const char *change, const task_key 
                      "s:[f,f]}",
                      "stage", a->dp > 0 ? x->k / a->dp : 0, "dp_rank", a->dp > 0 ? x->k % a->dp : 0,
                      "id_a", x->i, "name", str_or(a->params[x->i].def.name), "block",
-                     x->block >= 0 ? x->block : y->block, "change", change, "tasks", na, nb,
+                     x->block == y->block ? x->block : -1, "change", change, "tasks", na, nb,
                      "width", x->width, y->width, "group", x->group, y->group, "slot", x->slot,
                      y->slot, "cost", x->cost, y->cost, "work", work_a, work_b);
 }
