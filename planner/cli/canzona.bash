@@ -7,7 +7,7 @@
 _canzona_options() { # <command>: the options 'canzona <command> --help' lists
     local settings="--optimizer --unit --dp --alpha --alpha-loads --layerwise-order --tp
         --capacity --solver --time-limit --tpaware-time-limit --seed --ns-steps
-        --max-precond-dim --precondition-frequency --layout"
+        --max-precond-dim --precondition-frequency --layout --split-blocks --coop"
     local sizes="--tp-size --pp-size --dp-size --nodes --gpus-per-node --bucket-size"
     case $1 in
     plan)
@@ -67,6 +67,7 @@ _canzona() {
     --muon-tp) words="duplicated blockwise distributed" ;;
     --bucket-size) words="paper megatron" ;;
     --layout) words="unified split" ;;
+    --coop) words="off auto 2 4 8" ;;
     --alpha | --capacity | --time-limit | --tpaware-time-limit | --seed | --ns-steps | \
         --max-precond-dim | --precondition-frequency | --tp-size | --pp-size | --dp-size | \
         --nodes | --gpus-per-node | --repeats | -w | --width | -n | --top | -l | --limit | \

@@ -26,9 +26,14 @@ const struct option cz_cli_settings_options[] = {
     {"precondition-frequency", required_argument, NULL, CZ_OPT_PRECOND_FREQ},
     {"tpaware-time-limit", required_argument, NULL, CZ_OPT_TPAWARE_TIME_LIMIT},
     {"layout", required_argument, NULL, CZ_OPT_LAYOUT},
+    {"split-blocks", no_argument, NULL, CZ_OPT_SPLIT_BLOCKS},
+    {"coop", required_argument, NULL, CZ_OPT_COOP},
     CZ_CLI_CLUSTER_SIZE_OPTIONS,
     {NULL, 0, NULL, 0},
 };
+_Static_assert(sizeof cz_cli_settings_options / sizeof *cz_cli_settings_options ==
+                   CZ_CLI_SETTINGS_OPTION_COUNT + 1,
+               "CZ_CLI_SETTINGS_OPTION_COUNT must count cz_cli_settings_options");
 
 static int bad_value(const char *cmd, const char *opt, const char *value, const char *expected)
 {
@@ -144,6 +149,14 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
                                "unified (one gradient buffer) or split (matrix parameters in a "
                                "buffer of their own, as the paper's reference code)")
                    : 0;
+    case CZ_OPT_SPLIT_BLOCKS:
+        s->split_blocks = 1;
+        return 0;
+    case CZ_OPT_COOP:
+        return cz_coop_parse(value, &s->coop)
+                   ? bad_value(cmd, "coop", value,
+                               "off, auto or a width from 2 to 1024 that divides the TP size")
+                   : 0;
     case CZ_OPT_TPAWARE_TIME_LIMIT:
         if (parse_double(value, 0.001, 1e6, &d))
             return bad_value(cmd, "tpaware-time-limit", value, "CPU seconds from 0.001 to 1e6");
@@ -250,6 +263,13 @@ void cz_cli_settings_help(FILE *f, double time_limit_default)
         "                        compare's tables it applies to the alpha and anchored rows\n"
         "  --tp NAME             TP micro-group strategy: rollback (default; greedy rollback),\n"
         "                        slot, single, none, or sc (synchronous compute baseline)\n"
+        "  --split-blocks        schedule every block of a blocked matrix (fused Q/K/V, gate/up)\n"
+        "                        as its own TP task, so blocks of one matrix may run on\n"
+        "                        different TP ranks (Muon; default: whole matrices)\n"
+        "  --coop MODE           cooperative Newton-Schulz (Muon, --tp rollback): off (default),\n"
+        "                        auto (the cost model splits a task over k TP ranks where that\n"
+        "                        shortens the makespan, all-reduces included) or a width K\n"
+        "                        (every task whose long side allows it runs on K ranks)\n"
         "  --capacity C          micro-group capacity in the cost unit; 0 (default) = automatic:\n"
         "                        max(largest task, rank's matrix cost / (4 * tp)) for sc\n"
         "                        and slot; rollback keeps the most groups (4, 3, 2 or 1) whose\n"

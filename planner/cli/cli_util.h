@@ -29,6 +29,8 @@ enum {
     CZ_OPT_PRECOND_FREQ,
     CZ_OPT_TPAWARE_TIME_LIMIT,
     CZ_OPT_LAYOUT,
+    CZ_OPT_SPLIT_BLOCKS,
+    CZ_OPT_COOP,
     CZ_OPT_DP_SIZE,
     CZ_OPT_TP_SIZE,
     CZ_OPT_PP_SIZE,
@@ -53,7 +55,7 @@ enum {
 /* getopt_long entries for the options above, terminated by a zero entry so that commands can
  * append them to their own table with cz_cli_options_concat. */
 extern const struct option cz_cli_settings_options[];
-#define CZ_CLI_SETTINGS_OPTION_COUNT 22
+#define CZ_CLI_SETTINGS_OPTION_COUNT 24
 
 /* Fills out[] with the command's own nown options followed by the settings options and the
  * terminating zero entry; out must hold nown + CZ_CLI_SETTINGS_OPTION_COUNT + 1 entries. */

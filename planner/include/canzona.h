@@ -29,7 +29,11 @@ extern "C" {
 #define CZ_VERSION "0.1.0"
 #define CZ_MODEL_SCHEMA "canzona.model/1"
 #define CZ_CLUSTER_SCHEMA "canzona.cluster/1"
+/* Plans whose tasks are all whole matrices hosted by one TP rank are written as version 1, as
+ * before; a plan with a block or cooperative task (--split-blocks, --coop) as version 2, which
+ * earlier builds refuse by its schema. This build reads both. */
 #define CZ_PLAN_SCHEMA "canzona.plan/1"
+#define CZ_PLAN_SCHEMA_SPLIT "canzona.plan/2"
 /* Most blocks (fused parts) one parameter may declare: the model loader, the planner, validate
  * and the executor all hold parameters to it. */
 #define CZ_MAX_BLOCKS 64
@@ -152,7 +156,14 @@ typedef struct cz_settings {
                                   * stderr. Not recorded in the plan (cleared in its copy). */
     void *progress_payload;      /* passed to progress as is */
     cz_layout layout;            /* default unified */
+    int split_blocks;            /* 1: every block of a blocked matrix (fused Q/K/V, gate/up) is
+                                  * its own TP task; 0 (default): whole matrices, as the paper */
+    int coop;                    /* cooperative Newton-Schulz (Muon, rollback): 0 (default) off,
+                                  * CZ_COOP_AUTO the cost model chooses per task, k > 1 every
+                                  * task that can be is cooperative over k slots (k divides tp) */
 } cz_settings;
+
+#define CZ_COOP_AUTO (-1)
 
 #define CZ_SETTINGS_VERSION 1
 
@@ -177,6 +188,11 @@ int cz_tp_strategy_parse(const char *name, cz_tp_strategy *out);
 int cz_layerwise_order_parse(const char *name, cz_layerwise_order *out);
 int cz_solver_parse(const char *name, cz_solver *out);
 int cz_layout_parse(const char *name, cz_layout *out);
+/* The --coop setting: "off" (0), "auto" (CZ_COOP_AUTO) or a width k from 2 to CZ_COOP_MAX.
+ * cz_coop_name writes the name into buf (at least 16 bytes) and returns buf. */
+#define CZ_COOP_MAX 1024
+int cz_coop_parse(const char *name, int *out);
+const char *cz_coop_name(int v, char *buf);
 
 typedef struct cz_model cz_model;
 typedef struct cz_cluster cz_cluster;

@@ -259,3 +259,59 @@ cz_muon_tp_work cz_cost_muon_tp(const cz_param_def *p, const cz_settings *s, con
         w.gram_bytes /= nb;
     return w;
 }
+
+/* Cooperative Newton-Schulz of one m x n matrix (a block, or a matrix without blocks) over k TP
+ * ranks, per rank. With a = min(m, n) and b = max(m, n), each rank holds an a x b/k slice of X
+ * along the long side; every iteration it forms its partial Gram X_j X_j^T (2 a^2 b/k FLOPs),
+ * all-reduces it (a^2 fp32 values) among the k, computes A A redundantly (2 a^3) and B X_j
+ * (2 a^2 b/k); the Frobenius norm costs one scalar all-reduce per step. The elementwise work
+ * (momentum, scaling) is the slice's. An all-reduce over k ranks is costed as a ring: 2 (k - 1)
+ * messages of latency and 2 (k - 1) / k of the payload through the TP group's links (inside a
+ * node when the TP group fits in one, else across nodes). */
+double cz_cost_coop(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
+                    cz_dtype dtype)
+{
+    int dbytes = cz_dtype_bytes(dtype);
+    double dm = (double)m, dn = (double)n;
+    double a = dm < dn ? dm : dn, b = dm < dn ? dn : dm, dk = (double)k;
+    double steps = (double)s->ns_steps;
+    double flops = steps * (4.0 * a * a * b / dk + 2.0 * a * a * a);
+    double ew_flops = 10.0 * dm * dn / dk, ew_bytes = dm * dn / dk * (8.0 + 3.0 * dbytes);
+    double compute = rate_seconds(flops, ew_bytes, c);
+    double comm =
+        cz_cost_allreduce_seconds(4.0 * a * a, k, c) * steps + cz_cost_allreduce_seconds(8.0, k, c);
+    switch (s->unit) {
+    case CZ_UNIT_FLOPS:
+        /* Communication as the FLOPs the device could have done meanwhile. */
+        return flops + ew_flops + comm * c->device.matmul_tflops * 1e12;
+    case CZ_UNIT_TIME:
+    default:
+        return compute + comm;
+    case CZ_UNIT_NUMEL:
+        return dm * dn / dk; /* not used: cooperative tasks need a time or FLOP unit */
+    }
+}
+
+double cz_cost_allreduce_seconds(double bytes, int k, const cz_cluster *c)
+{
+    if (k <= 1)
+        return 0.0;
+    bool intra = c->gpus_per_node <= 0 || c->tp <= c->gpus_per_node;
+    double gbps = intra ? c->links.intra_node_gbps : c->links.inter_node_gbps;
+    double steps = 2.0 * (k - 1);
+    double t = steps * c->links.latency_us * 1e-6;
+    if (gbps > 0.0)
+        t += steps / k * bytes / (gbps * 1e9);
+    return t;
+}
+
+/* A hosted task: block `block` of d (-1: the whole matrix, every block) on one slot. */
+double cz_cost_block(const cz_param_def *d, int block, const cz_settings *s, const cz_cluster *c,
+                     cz_dtype dtype)
+{
+    if (block < 0)
+        return cz_cost_param(d, s, c, dtype);
+    int64_t r0, c0, rows, cols;
+    cz_task_region(d, block, &r0, &c0, &rows, &cols);
+    return matrix_cost(rows, cols, s->unit, s, c, cz_dtype_bytes(dtype));
+}

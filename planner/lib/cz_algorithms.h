@@ -26,6 +26,18 @@ double cz_cost_param_seconds(const cz_param_def *p, const cz_settings *s, const 
  * elementwise parameter, held by each TP rank for its local shard. */
 double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp);
 
+/* The cost of a hosted task: block `block` of matrix d on one slot (-1: the whole matrix,
+ * cz_cost_param), in the settings' unit. */
+double cz_cost_block(const cz_param_def *d, int block, const cz_settings *s, const cz_cluster *c,
+                     cz_dtype dtype);
+/* The load on each of k slots computing one m x n matrix by cooperative Newton-Schulz (Muon):
+ * compute / k, the redundant a^3 products and the all-reduces (cost.c), in the settings' unit
+ * (time or FLOPs; the element unit has no measure of communication). */
+double cz_cost_coop(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
+                    cz_dtype dtype);
+/* Seconds of one all-reduce of `bytes` among k ranks of a TP group (a ring on its links). */
+double cz_cost_allreduce_seconds(double bytes, int k, const cz_cluster *c);
+
 /* One TP rank's share of a matrix's Muon update under a TP mode. */
 typedef struct cz_muon_tp_work {
     double seconds;       /* compute on one TP rank */
@@ -79,6 +91,8 @@ int cz_megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bu
 /* Allocates an empty plan and fills params (shapes, local shapes, cost, stage) from the model. */
 int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz_settings *s,
                  cz_error *err);
+/* Fills plan->tasks (tp_tasks.c) from the plan's parameters and settings and the cluster. */
+int cz_task_table_build(cz_plan *plan, const cz_cluster *c, cz_error *err);
 /* Lays out the gradient buckets (Megatron order, alignment, size, DP padding). */
 int cz_buckets_layout(cz_plan *plan, cz_error *err);
 /* Fills every bucket's ranges and every param's dp_owner following settings.dp; for tpaware,
@@ -86,14 +100,16 @@ int cz_buckets_layout(cz_plan *plan, cz_error *err);
 int cz_dp_partition(cz_plan *plan, cz_error *err);
 /* Builds the micro-group schedule of every DP rank following settings.tp. */
 int cz_tp_schedule_build(cz_plan *plan, cz_error *err);
-/* The schedule of one DP rank's matrix tasks under s->tp and s->capacity (0: automatic, as
- * microgroups.c describes): tasks holds the n tasks {param id, cost} in forward order and is
- * reordered; slots (n values) and load (tp values) are scratch. Groups are appended to
- * rs->groups (rs zeroed by the caller, freed with cz_rank_schedule_free_groups, also after a
- * failure); *capacity is the capacity used (0 when n == 0). The entry point for a caller that
- * scores task sets without a plan (the tpaware search). */
-int cz_tp_schedule_tasks(cz_rank_schedule *rs, cz_costed *tasks, int n, const cz_settings *s,
-                         int tp, int *slots, double *load, double *capacity, cz_error *err);
+/* The schedule of one DP rank's matrix parameters under s->tp, s->capacity (0: automatic, as
+ * microgroups.c describes), s->split_blocks and s->coop: params holds the rank's n parameters
+ * {param id, cost} in forward order; tt is the plan's task table (their blocks and widths; NULL
+ * or empty: every parameter one hosted task at its given cost); load (tp values) is scratch.
+ * Groups are appended to rs->groups (rs zeroed by the caller, freed with
+ * cz_rank_schedule_free_groups, also after a failure); *capacity is the capacity used (0 when
+ * n == 0). The entry point for a caller that scores task sets without a plan (tpaware). */
+int cz_tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_costed *params, int n,
+                         const cz_settings *s, int tp, double *load, double *capacity,
+                         cz_error *err);
 /* Frees a rank schedule's groups (rs itself is the caller's). */
 void cz_rank_schedule_free_groups(cz_rank_schedule *rs);
 /* Computes plan->metrics from the plan's params, buckets and schedules. */

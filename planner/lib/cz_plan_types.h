@@ -105,14 +105,21 @@ typedef struct cz_plan_bucket {
                         the matrix buffer; always 0 in the unified layout */
 } cz_plan_bucket;
 
-/* One micro-group: tasks (param ids) each assigned to a slot (TP rank that hosts it). */
+/* One micro-group: tasks, each a matrix parameter or one block of it, hosted by one slot (TP
+ * rank) or computed cooperatively by k aligned slots. The task order is the execution order of
+ * every slot and a global one: each slot runs the tasks it takes part in in this order, so the
+ * all-reduces of cooperative tasks that share slots are posted in the same order everywhere. */
 typedef struct cz_plan_group {
     int id;
     int nslots; /* tp, or 1 under sc and when tp == 1 */
     int ntasks;
-    int *task_param; /* param ids, in execution order */
-    int *task_slot;  /* slot of each task */
-    double *load;    /* nslots values: summed task cost per slot */
+    int *task_param;   /* param ids, in execution order */
+    int *task_slot;    /* the hosting slot; a cooperative task's first slot */
+    int *task_block;   /* -1: the whole matrix (all its blocks); b >= 0: block b only */
+    int *task_width;   /* 1: hosted on task_slot; k > 1: cooperative on slots task_slot ..
+                          task_slot + k - 1 (task_slot % k == 0, k divides nslots) */
+    double *task_cost; /* the load the task puts on each slot it occupies (cost unit) */
+    double *load;      /* nslots values: summed task cost per slot */
 } cz_plan_group;
 
 typedef struct cz_rank_schedule {
@@ -136,6 +143,21 @@ typedef struct cz_plan_metrics {
     double *memory;          /* pp*dp*tp: optimizer-state bytes per GPU */
     double predicted_step_s; /* compute makespan converted to seconds on the cluster's device */
 } cz_plan_metrics;
+
+/* The TP tasks of a plan's matrix parameters and their cost under each width, built from the
+ * cluster by cz_plan_init (memory only: not in plan files, empty in a plan read from one).
+ * Parameter i's tasks are first[i] .. first[i + 1] - 1: its blocks under settings.split_blocks,
+ * else the whole matrix (block -1). Task t costs cost[t * nwidths + w] on each slot it occupies
+ * under width widths[w]; widths[0] is 1 (hosted) and a width the task cannot take is INFINITY. */
+#define CZ_MAX_WIDTHS 16
+typedef struct cz_task_table {
+    int nwidths;
+    int widths[CZ_MAX_WIDTHS];
+    size_t ntasks;
+    int *first; /* nparams + 1 */
+    int *block; /* ntasks */
+    double *cost;
+} cz_task_table;
 
 struct cz_plan {
     char *generator;         /* "canzona" */
@@ -168,6 +190,7 @@ struct cz_plan {
     size_t nschedules;       /* pp*dp, stage-major */
     cz_rank_schedule *schedules;
     cz_plan_metrics metrics;
+    cz_task_table tasks;
 };
 
 /* Whether parameter p is updated in pieces, each DP rank the part of it in its range (ZeRO-1),
@@ -177,6 +200,48 @@ static inline int cz_plan_param_fragmented(const cz_plan *plan, const cz_plan_pa
 {
     return plan->settings.dp == CZ_DP_EVEN ||
            (plan->settings.layout == CZ_LAYOUT_SPLIT && p->def.kind == CZ_KIND_ELEMENTWISE);
+}
+
+/* A task's block, width and per-slot cost; a group built without the split-task arrays (by a
+ * caller that predates them) holds whole matrices hosted at their parameter's cost. */
+static inline int cz_group_task_block(const cz_plan_group *g, int t)
+{
+    return g->task_block ? g->task_block[t] : -1;
+}
+static inline int cz_group_task_width(const cz_plan_group *g, int t)
+{
+    return g->task_width ? g->task_width[t] : 1;
+}
+
+/* Whether the plan has any block or cooperative task (schema canzona.plan/2). */
+bool cz_plan_has_split_tasks(const cz_plan *plan);
+
+/* The region of the full (unsharded) matrix d that a task of block `block` covers: the whole
+ * matrix for -1, else block b's rows (block_dim 0) or columns (block_dim 1). */
+static inline void cz_task_region(const cz_param_def *d, int block, int64_t *r0, int64_t *c0,
+                                  int64_t *rows, int64_t *cols)
+{
+    *r0 = 0, *c0 = 0;
+    *rows = d->shape[0];
+    *cols = d->ndim == 1 ? 1 : d->shape[1];
+    if (block < 0 || block >= d->nblocks || !d->block_sizes)
+        return;
+    int64_t off = 0;
+    for (int b = 0; b < block; b++)
+        off += d->block_sizes[b];
+    if (d->block_dim == 0)
+        *r0 = off, *rows = d->block_sizes[block];
+    else
+        *c0 = off, *cols = d->block_sizes[block];
+}
+
+/* Member j's part [*start, *start + *n) of a cooperative task's long side of length len, split
+ * k ways. The long side is the rows when rows > cols, else the columns: Muon works on the
+ * short x long orientation. */
+static inline void cz_coop_slice(int64_t len, int k, int j, int64_t *start, int64_t *n)
+{
+    *start = (int64_t)j * len / k;
+    *n = (int64_t)(j + 1) * len / k - *start;
 }
 
 /* ---- model limits (model_io.c), shared by the importer so that it writes only what loads ---- */

@@ -59,10 +59,9 @@ typedef struct tpa {
      * stays valid until either rank changes; the decision is still taken afresh each time. */
     int *memo_vf, *memo_vt;
     double *memo_mf, *memo_mt;
-    /* Scratch of cz_tp_schedule_tasks: one rank's matrix tasks, their slots (nparams + 1
-     * each), and the slot loads (tp). */
+    /* Scratch of cz_tp_schedule_tasks: one rank's matrix parameters (nparams + 1) and the
+     * slot loads (tp). */
     cz_costed *tasks;
-    int *slots;
     double *slot_load;
     int np_stage; /* parameters of the stage: the work of one rank_makespan call */
     double work;  /* phase 2: parameters visited by schedule rebuilds so far */
@@ -90,7 +89,7 @@ static int rank_makespan(tpa *t, int r, double *out, cz_error *err)
     }
     cz_rank_schedule rs = {0};
     double capacity, sum = t->ew[r];
-    int rc = cz_tp_schedule_tasks(&rs, t->tasks, n, &plan->settings, plan->tp, t->slots,
+    int rc = cz_tp_schedule_tasks(&rs, &plan->tasks, t->tasks, n, &plan->settings, plan->tp,
                                   t->slot_load, &capacity, err);
     for (int g = 0; rc == CZ_OK && g < rs.ngroups; g++) {
         double mx = 0;
@@ -857,7 +856,6 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
     t.memo_mf = malloc(nmoves * sizeof *t.memo_mf);
     t.memo_mt = malloc(nmoves * sizeof *t.memo_mt);
     t.tasks = malloc((plan->nparams + 1) * sizeof *t.tasks);
-    t.slots = malloc((plan->nparams + 1) * sizeof *t.slots);
     t.slot_load = calloc((size_t)plan->tp, sizeof *t.slot_load);
     t.recv = calloc((size_t)R, sizeof *t.recv);
     t.lose = calloc((size_t)R, sizeof *t.lose);
@@ -872,10 +870,10 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
     t.nc2 = calloc((size_t)R + 1, sizeof *t.nc2);
     t.oc1 = calloc((size_t)R + 1, sizeof *t.oc1);
     t.oc2 = calloc((size_t)R + 1, sizeof *t.oc2);
-    if (!t.cut || !t.ew || !t.mk || !t.msum || !t.mmax || !t.tasks || !t.slots || !t.slot_load ||
-        !t.version || !t.memo_vf || !t.memo_vt || !t.memo_mf || !t.memo_mt || !t.recv || !t.lose ||
-        !t.recv1 || !t.lose1 || !t.ew0 || !t.msum0 || !t.mk0 || !t.ew1 || !t.msum1 || !t.nc1 ||
-        !t.nc2 || !t.oc1 || !t.oc2 || !t.dpl || !start_owner) {
+    if (!t.cut || !t.ew || !t.mk || !t.msum || !t.mmax || !t.tasks || !t.slot_load || !t.version ||
+        !t.memo_vf || !t.memo_vt || !t.memo_mf || !t.memo_mt || !t.recv || !t.lose || !t.recv1 ||
+        !t.lose1 || !t.ew0 || !t.msum0 || !t.mk0 || !t.ew1 || !t.msum1 || !t.nc1 || !t.nc2 ||
+        !t.oc1 || !t.oc2 || !t.dpl || !start_owner) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
         goto done;
     }
@@ -1003,7 +1001,6 @@ done:
     free(t.memo_mf);
     free(t.memo_mt);
     free(t.tasks);
-    free(t.slots);
     free(t.slot_load);
     free(t.recv);
     free(t.lose);

@@ -124,15 +124,31 @@ int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
                     max = grp->load[s];
             for (int k2 = 0; k2 < grp->ntasks; k2++) {
                 int id = grp->task_param[k2], s = grp->task_slot[k2];
-                if (id < 0 || (size_t)id >= plan->nparams || s < 0 || s >= grp->nslots)
+                int w = cz_group_task_width(grp, k2), block = cz_group_task_block(grp, k2);
+                if (id < 0 || (size_t)id >= plan->nparams || s < 0 || w < 1 || s + w > grp->nslots)
                     continue;
-                slot_s[s] += seconds[id];
+                /* A block or cooperative task: its own cost; its seconds and state in
+                 * proportion (state by its share of the matrix's elements, split w ways). */
+                const cz_plan_param *p = &plan->params[id];
+                double cost = p->cost, frac = 1.0;
+                if ((block >= 0 || w > 1) && grp->task_cost) {
+                    int64_t r0, c0, rows, cols;
+                    cost = grp->task_cost[k2];
+                    cz_task_region(&p->def, block, &r0, &c0, &rows, &cols);
+                    frac = (double)rows * (double)cols /
+                           ((double)p->def.shape[0] * (double)p->def.shape[1] * w);
+                }
+                double task_s = seconds[id];
+                if (cost != p->cost)
+                    task_s = p->cost > 0.0 ? seconds[id] * (cost / p->cost) : 0.0;
+                for (int x = s; x < s + w; x++)
+                    slot_s[x] += task_s;
                 /* Under sc (and with one TP rank) every TP rank updates the task. */
                 for (int t = 0; t < tp; t++) {
-                    if (!all && t != s)
+                    if (!all && (t < s || t >= s + w))
                         continue;
-                    m->gpu_load[rank * tp + t] += plan->params[id].cost;
-                    m->memory[rank * tp + t] += state[id];
+                    m->gpu_load[rank * tp + t] += cost;
+                    m->memory[rank * tp + t] += state[id] * frac;
                 }
             }
             for (int s = 0; s < grp->nslots; s++)

@@ -26,16 +26,52 @@
  *
  * Under the even baseline a rank updates every matrix its range touches (each touching rank
  * gathers and updates it redundantly); under every other strategy exactly the matrices it owns.
+ *
+ * Block and cooperative tasks (plan->tasks, tp_tasks.c): under --split-blocks a blocked matrix
+ * enters as one task per block. A task of width k > 1 runs on an aligned set of k slots (slots
+ * j k .. j k + k - 1) and adds its per-slot cost to each; rollback's LPT step puts it on the set
+ * whose busiest slot is least loaded, and "cost" everywhere above is the per-slot cost (the
+ * mean check counts k times it). The width of each task: --coop K gives every task that can
+ * take it width K; --coop auto starts hosted and splits only the tasks that set the makespan:
+ * with T the rank's total slot time (k x per-slot cost summed over its tasks, so it grows with
+ * every all-reduce a split adds) and R the slots, a task costing more than f T / R per slot
+ * takes the smallest width that brings it under, or else its cheapest width when that is
+ * cheaper than its current one, repeated until nothing changes; the fractions f = infinity (no
+ * split), 1, 1/2 and 1/4 are each scheduled and the shortest makespan is kept (ties: the
+ * fewer splits).
  */
 #include "cz_algorithms.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* Slack on capacity comparisons, so that summation order cannot split equal-cost groups. */
 #define CZ_CAP_SLACK (1.0 + 1e-12)
 
-typedef cz_costed task;
+/* One task as the scheduler places it. */
+typedef struct tp_task {
+    int param, block, width, slot;
+    double cost; /* on each slot it occupies */
+    int tix;     /* index in the plan's task table, -1 without one */
+} tp_task;
+
+/* Decreasing per-slot cost; ties by parameter id, then block: the order of cz_costed_sort for
+ * whole matrices. */
+static int task_cmp(const void *a, const void *b)
+{
+    const tp_task *x = a, *y = b;
+    if (x->cost != y->cost)
+        return x->cost > y->cost ? -1 : 1;
+    if (x->param != y->param)
+        return x->param < y->param ? -1 : 1;
+    return (x->block > y->block) - (x->block < y->block);
+}
+
+static void tasks_sort(tp_task *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, task_cmp);
+}
 
 typedef struct {
     cz_rank_schedule *rs;
@@ -43,7 +79,7 @@ typedef struct {
     int nslots;
 } group_sink;
 
-static int group_emit(group_sink *gs, const task *tasks, const int *slots, int n, cz_error *err)
+static int group_emit(group_sink *gs, const tp_task *tasks, int n, cz_error *err)
 {
     cz_rank_schedule *rs = gs->rs;
     if (rs->ngroups == gs->cap) {
@@ -59,91 +95,111 @@ static int group_emit(group_sink *gs, const task *tasks, const int *slots, int n
     g->id = rs->ngroups;
     g->nslots = gs->nslots;
     g->ntasks = n;
-    g->task_param = malloc(((size_t)n + 1) * sizeof *g->task_param);
-    g->task_slot = malloc(((size_t)n + 1) * sizeof *g->task_slot);
+    size_t m = (size_t)n + 1;
+    g->task_param = malloc(m * sizeof *g->task_param);
+    g->task_slot = malloc(m * sizeof *g->task_slot);
+    g->task_block = malloc(m * sizeof *g->task_block);
+    g->task_width = malloc(m * sizeof *g->task_width);
+    g->task_cost = malloc(m * sizeof *g->task_cost);
     g->load = calloc((size_t)gs->nslots, sizeof *g->load);
     rs->ngroups++; /* counted now so that a failure below still frees the group */
-    if (!g->task_param || !g->task_slot || !g->load)
+    if (!g->task_param || !g->task_slot || !g->task_block || !g->task_width || !g->task_cost ||
+        !g->load)
         return cz_error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
     for (int k = 0; k < n; k++) {
-        g->task_param[k] = tasks[k].id;
-        g->task_slot[k] = slots[k];
-        g->load[slots[k]] += tasks[k].cost;
+        const tp_task *t = &tasks[k];
+        g->task_param[k] = t->param;
+        g->task_slot[k] = t->slot;
+        g->task_block[k] = t->block;
+        g->task_width[k] = t->width;
+        g->task_cost[k] = t->cost;
+        for (int x = t->slot; x < t->slot + t->width; x++)
+            g->load[x] += t->cost;
     }
     return CZ_OK;
 }
 
-static int least_loaded(const double *load, int nslots)
+/* The first slot of the aligned set of `width` slots whose busiest slot is least loaded (ties:
+ * the lowest set), and that slot's load in *busiest. Width 1: the least-loaded slot. */
+static int least_loaded_set(const double *load, int nslots, int width, double *busiest)
 {
     int best = 0;
-    for (int s = 1; s < nslots; s++)
-        if (load[s] < load[best])
-            best = s;
+    double bmax = 0.0;
+    for (int j = 0; j + width <= nslots; j += width) {
+        double mx = load[j];
+        for (int x = j + 1; x < j + width; x++)
+            if (load[x] > mx)
+                mx = load[x];
+        if (j == 0 || mx < bmax)
+            best = j, bmax = mx;
+    }
+    *busiest = bmax;
     return best;
 }
 
-static int schedule_chunks(group_sink *gs, const task *tasks, int n, int *slots, cz_error *err)
+static int schedule_chunks(group_sink *gs, tp_task *tasks, int n, cz_error *err)
 {
     int rc = CZ_OK;
     for (int start = 0; start < n && rc == CZ_OK; start += gs->nslots) {
         int len = n - start < gs->nslots ? n - start : gs->nslots;
         for (int k = 0; k < len; k++)
-            slots[k] = k;
-        rc = group_emit(gs, tasks + start, slots, len, err);
+            tasks[start + k].slot = k;
+        rc = group_emit(gs, tasks + start, len, err);
     }
     return rc;
 }
 
-static int schedule_sc(group_sink *gs, const task *tasks, int n, double C, int *slots,
-                       cz_error *err)
+static int schedule_sc(group_sink *gs, tp_task *tasks, int n, double C, cz_error *err)
 {
     int rc = CZ_OK, start = 0;
     double sum = 0.0;
     for (int k = 0; k < n; k++)
-        slots[k] = 0;
+        tasks[k].slot = 0;
     for (int k = 0; k < n && rc == CZ_OK; k++) {
         if (k > start && sum + tasks[k].cost > C * CZ_CAP_SLACK) {
-            rc = group_emit(gs, tasks + start, slots, k - start, err);
+            rc = group_emit(gs, tasks + start, k - start, err);
             start = k;
             sum = 0.0;
         }
         sum += tasks[k].cost;
     }
     if (rc == CZ_OK && n > start)
-        rc = group_emit(gs, tasks + start, slots, n - start, err);
+        rc = group_emit(gs, tasks + start, n - start, err);
     return rc;
 }
 
-static int schedule_slot(group_sink *gs, const task *tasks, int n, double C, int *slots,
-                         double *load, cz_error *err)
+static int schedule_slot(group_sink *gs, tp_task *tasks, int n, double C, double *load,
+                         cz_error *err)
 {
     int rc = CZ_OK, start = 0;
     for (int s = 0; s < gs->nslots; s++)
         load[s] = 0.0;
     for (int k = 0; k < n && rc == CZ_OK; k++) {
-        int s = least_loaded(load, gs->nslots);
-        slots[k - start] = s;
+        double unused;
+        int s = least_loaded_set(load, gs->nslots, 1, &unused);
+        tasks[k].slot = s;
         load[s] += tasks[k].cost;
         double max = 0.0;
         for (int t = 0; t < gs->nslots; t++)
             if (load[t] > max)
                 max = load[t];
         if (max >= C / CZ_CAP_SLACK) {
-            rc = group_emit(gs, tasks + start, slots, k + 1 - start, err);
+            rc = group_emit(gs, tasks + start, k + 1 - start, err);
             start = k + 1;
             for (int t = 0; t < gs->nslots; t++)
                 load[t] = 0.0;
         }
     }
     if (rc == CZ_OK && n > start)
-        rc = group_emit(gs, tasks + start, slots, n - start, err);
+        rc = group_emit(gs, tasks + start, n - start, err);
     return rc;
 }
 
-/* Greedy rollback over tasks sorted by descending cost into groups of nslots slots. With gs NULL
- * it only computes the makespan the groups would have (sum of each group's largest slot). */
-static int schedule_rollback(group_sink *gs, int nslots, const task *tasks, int n, double C,
-                             int *slots, double *load, double *makespan_out, cz_error *err)
+/* Greedy rollback over tasks sorted by descending per-slot cost into groups of nslots slots.
+ * With gs NULL it only computes the makespan the groups would have (sum of each group's largest
+ * slot). */
+static int schedule_rollback(group_sink *gs, int nslots, tp_task *tasks, int n, double C,
+                             double *load, double *makespan_out, cz_error *err)
 {
     int rc = CZ_OK, start = 0;
     double sum = 0.0, makespan = 0.0, total = 0.0;
@@ -152,16 +208,19 @@ static int schedule_rollback(group_sink *gs, int nslots, const task *tasks, int 
     for (int s = 0; s < nslots; s++)
         load[s] = 0.0;
     /* Tasks arrive in descending cost order, so the LPT assignment of the group grown by one
-     * task is the previous assignment plus the new task on the least-loaded slot. */
+     * task is the previous assignment plus the new task on the least-loaded slot (set). */
     for (int k = 0; k < n && rc == CZ_OK; k++) {
-        int s = least_loaded(load, nslots);
-        double grown = load[s] + tasks[k].cost;
+        int w = tasks[k].width;
+        double busiest;
+        int s = least_loaded_set(load, nslots, w, &busiest);
+        double grown = busiest + tasks[k].cost;
         double span = grown > makespan ? grown : makespan;
-        double mean = (sum + tasks[k].cost) / nslots;
+        double add = w * tasks[k].cost;
+        double mean = (sum + add) / nslots;
         if (k > start && (mean > C * CZ_CAP_SLACK || span > C * CZ_CAP_SLACK)) {
             /* Roll back task k: emit the group as it stood before it, start anew with it. */
             if (gs)
-                rc = group_emit(gs, tasks + start, slots, k - start, err);
+                rc = group_emit(gs, tasks + start, k - start, err);
             total += makespan;
             start = k;
             for (int t = 0; t < nslots; t++)
@@ -170,34 +229,128 @@ static int schedule_rollback(group_sink *gs, int nslots, const task *tasks, int 
             s = 0;
             grown = span = tasks[k].cost;
         }
-        slots[k - start] = s;
-        load[s] = grown;
-        sum += tasks[k].cost;
+        tasks[k].slot = s;
+        for (int x = s; x < s + w; x++)
+            load[x] += tasks[k].cost;
+        sum += add;
         makespan = span;
     }
     if (rc == CZ_OK && n > start && gs)
-        rc = group_emit(gs, tasks + start, slots, n - start, err);
+        rc = group_emit(gs, tasks + start, n - start, err);
     if (makespan_out)
         *makespan_out = total + makespan;
     return rc;
 }
 
-/* The automatic rollback capacity of a rank (see the file comment). */
-static double rollback_auto_capacity(const task *tasks, int n, double total, double largest,
-                                     int nslots, int *slots, double *load)
+/* Total slot time and largest per-slot cost of a task list. */
+static void tasks_totals(const tp_task *t, int n, double *total, double *largest)
+{
+    *total = 0.0, *largest = 0.0;
+    for (int k = 0; k < n; k++) {
+        *total += t[k].width * t[k].cost;
+        if (t[k].cost > *largest)
+            *largest = t[k].cost;
+    }
+}
+
+/* The automatic rollback capacity of a rank (see the file comment), and the makespan it gives. */
+static double rollback_auto_capacity(tp_task *tasks, int n, int nslots, double total,
+                                     double largest, double *load, double *span_out)
 {
     double cap[4], span[4], best = 0.0;
     for (int k = 1; k <= 4; k++) {
         double c = k == 1 ? total : total / ((double)k * nslots);
         cap[k - 1] = c > largest ? c : largest;
-        schedule_rollback(NULL, nslots, tasks, n, cap[k - 1], slots, load, &span[k - 1], NULL);
+        schedule_rollback(NULL, nslots, tasks, n, cap[k - 1], load, &span[k - 1], NULL);
         if (k == 1 || span[k - 1] < best)
             best = span[k - 1];
     }
     for (int k = 4; k > 1; k--)
-        if (span[k - 1] <= best * 1.05)
+        if (span[k - 1] <= best * 1.05) {
+            *span_out = span[k - 1];
             return cap[k - 1];
+        }
+    *span_out = span[0];
     return cap[0];
+}
+
+/* Sets every task's width (and per-slot cost) for the target fraction f of the rank's mean slot
+ * load (the file comment); f <= 0: every task hosted. */
+static void widths_choose(tp_task *t, int n, const cz_task_table *tt, int nslots, double f)
+{
+    int nw = tt->nwidths;
+    for (int k = 0; k < n; k++) {
+        t[k].width = 1;
+        t[k].cost = tt->cost[(size_t)t[k].tix * nw];
+    }
+    if (!(f > 0.0))
+        return;
+    for (int pass = 0; pass < 8; pass++) {
+        double total, largest;
+        tasks_totals(t, n, &total, &largest);
+        double target = f * total / nslots;
+        bool changed = false;
+        for (int k = 0; k < n; k++) {
+            if (!(t[k].cost > target * CZ_CAP_SLACK))
+                continue;
+            const double *cw = &tt->cost[(size_t)t[k].tix * nw];
+            int pick = -1;
+            for (int w = 0; w < nw && pick < 0; w++)
+                if (cw[w] <= target)
+                    pick = w;
+            if (pick < 0) {
+                pick = 0;
+                for (int w = 1; w < nw; w++)
+                    if (cw[w] < cw[pick])
+                        pick = w;
+            }
+            if (cw[pick] < t[k].cost && tt->widths[pick] != t[k].width) {
+                t[k].width = tt->widths[pick];
+                t[k].cost = cw[pick];
+                changed = true;
+            }
+        }
+        if (!changed)
+            break;
+    }
+}
+
+/* Every task at the forced width where it can take it, else hosted. */
+static void widths_force(tp_task *t, int n, const cz_task_table *tt, int width)
+{
+    int nw = tt->nwidths, at = 0;
+    for (int w = 0; w < nw; w++)
+        if (tt->widths[w] == width)
+            at = w;
+    for (int k = 0; k < n; k++) {
+        const double *cw = &tt->cost[(size_t)t[k].tix * nw];
+        bool ok = at > 0 && isfinite(cw[at]);
+        t[k].width = ok ? width : 1;
+        t[k].cost = ok ? cw[at] : cw[0];
+    }
+}
+
+/* The widths of a rank's tasks under --coop auto: the candidate with the shortest rollback
+ * makespan (capacity C when given, else the automatic one). */
+static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, double C,
+                        double *load)
+{
+    static const double fractions[] = {0.0, 1.0, 0.5, 0.25};
+    double best = INFINITY;
+    int pick = 0;
+    for (int i = 0; i < (int)(sizeof fractions / sizeof *fractions); i++) {
+        double span, total, largest;
+        widths_choose(t, n, tt, nslots, fractions[i]);
+        tasks_totals(t, n, &total, &largest);
+        tasks_sort(t, n);
+        if (C > 0.0)
+            schedule_rollback(NULL, nslots, t, n, C, load, &span, NULL);
+        else
+            rollback_auto_capacity(t, n, nslots, total, largest, load, &span);
+        if (span < best * (1.0 - 1e-12))
+            best = span, pick = i;
+    }
+    widths_choose(t, n, tt, nslots, fractions[pick]);
 }
 
 /* Does the parameter's local shard intersect DP rank r's range of its bucket? */
@@ -210,24 +363,55 @@ static bool touches(const cz_plan *plan, const cz_plan_param *p, int r)
     return p->offset < hi && p->offset + p->numel > lo;
 }
 
-int cz_tp_schedule_tasks(cz_rank_schedule *rs, cz_costed *tasks, int n, const cz_settings *s,
-                         int tp, int *slots, double *load, double *capacity, cz_error *err)
+/* The tasks of the given parameters: one per entry of the task table (whole matrices or
+ * blocks), or one per parameter at its given cost without a table. */
+static tp_task *tasks_expand(const cz_task_table *tt, const cz_costed *params, int n, int *count)
+{
+    int m = 0;
+    for (int k = 0; k < n; k++)
+        m += tt ? tt->first[params[k].id + 1] - tt->first[params[k].id] : 1;
+    tp_task *t = malloc(((size_t)m + 1) * sizeof *t);
+    if (!t)
+        return NULL;
+    m = 0;
+    for (int k = 0; k < n; k++) {
+        int id = params[k].id;
+        if (!tt) {
+            t[m++] = (tp_task){id, -1, 1, 0, params[k].cost, -1};
+            continue;
+        }
+        for (int x = tt->first[id]; x < tt->first[id + 1]; x++)
+            t[m++] = (tp_task){id, tt->block[x], 1, 0, tt->cost[(size_t)x * tt->nwidths], x};
+    }
+    *count = m;
+    return t;
+}
+
+int cz_tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_costed *params, int n,
+                         const cz_settings *s, int tp, double *load, double *capacity,
+                         cz_error *err)
 {
     cz_tp_strategy strategy = s->tp;
     int nslots = (strategy == CZ_TP_SC || tp <= 1) ? 1 : tp;
-    double total = 0.0, largest = 0.0;
+    int nt = 0, rc = CZ_OK;
     *capacity = 0.0;
     if (n == 0)
         return CZ_OK;
-    for (int k = 0; k < n; k++) {
-        total += tasks[k].cost;
-        if (tasks[k].cost > largest)
-            largest = tasks[k].cost;
-    }
-    double C = s->capacity;
+    if (tt && !tt->first)
+        tt = NULL; /* a plan read from a file: whole matrices at their recorded costs */
+    tp_task *tasks = tasks_expand(tt, params, n, &nt);
+    if (!tasks)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory listing a rank's TP tasks");
+    double C = s->capacity, total, largest;
+    if (tt && nslots > 1 && s->coop == CZ_COOP_AUTO && strategy == CZ_TP_ROLLBACK)
+        widths_auto(tasks, nt, tt, nslots, C, load);
+    else if (tt && nslots > 1 && s->coop > 1 && strategy == CZ_TP_ROLLBACK)
+        widths_force(tasks, nt, tt, s->coop);
+    tasks_totals(tasks, nt, &total, &largest);
     if (!(C > 0.0) && strategy == CZ_TP_ROLLBACK) {
-        cz_costed_sort(tasks, (size_t)n);
-        C = rollback_auto_capacity(tasks, n, total, largest, nslots, slots, load);
+        double span;
+        tasks_sort(tasks, nt);
+        C = rollback_auto_capacity(tasks, nt, nslots, total, largest, load, &span);
     } else if (!(C > 0.0)) {
         C = total / (4.0 * tp);
         if (largest > C)
@@ -237,31 +421,37 @@ int cz_tp_schedule_tasks(cz_rank_schedule *rs, cz_costed *tasks, int n, const cz
     group_sink gs = {rs, 0, nslots};
     switch (strategy) {
     case CZ_TP_SC:
-        return schedule_sc(&gs, tasks, n, C, slots, err);
+        rc = schedule_sc(&gs, tasks, nt, C, err);
+        break;
     case CZ_TP_NONE:
-        return schedule_chunks(&gs, tasks, n, slots, err);
+        rc = schedule_chunks(&gs, tasks, nt, err);
+        break;
     case CZ_TP_SINGLE:
-        cz_costed_sort(tasks, (size_t)n);
-        return schedule_chunks(&gs, tasks, n, slots, err);
+        tasks_sort(tasks, nt);
+        rc = schedule_chunks(&gs, tasks, nt, err);
+        break;
     case CZ_TP_SLOT:
-        return schedule_slot(&gs, tasks, n, C, slots, load, err);
+        rc = schedule_slot(&gs, tasks, nt, C, load, err);
+        break;
     case CZ_TP_ROLLBACK:
-        cz_costed_sort(tasks, (size_t)n);
-        return schedule_rollback(&gs, nslots, tasks, n, C, slots, load, NULL, err);
+        tasks_sort(tasks, nt);
+        rc = schedule_rollback(&gs, nslots, tasks, nt, C, load, NULL, err);
+        break;
+    default:
+        rc = cz_error_set(err, CZ_EINVALID, "TP strategy %d is unknown", (int)strategy);
     }
-    return cz_error_set(err, CZ_EINVALID, "TP strategy %d is unknown", (int)strategy);
+    free(tasks);
+    return rc;
 }
 
 int cz_tp_schedule_build(cz_plan *plan, cz_error *err)
 {
     int rc = CZ_OK, dp = plan->dp, tp = plan->tp;
-    int nslots = (plan->settings.tp == CZ_TP_SC || tp <= 1) ? 1 : tp;
-    task *tasks = malloc((plan->nparams + 1) * sizeof *tasks);
-    int *slots = malloc((plan->nparams + 1) * sizeof *slots);
-    double *load = calloc((size_t)nslots, sizeof *load);
+    cz_costed *params = malloc((plan->nparams + 1) * sizeof *params);
+    double *load = calloc((size_t)(tp > 0 ? tp : 1), sizeof *load);
     cz_plan_schedules_free(plan);
     plan->capacity_used = 0.0;
-    if (!tasks || !slots || !load) {
+    if (!params || !load) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
         goto done;
     }
@@ -285,12 +475,13 @@ int cz_tp_schedule_build(cz_plan *plan, cz_error *err)
                     plan->settings.dp == CZ_DP_EVEN ? touches(plan, p, r) : p->dp_owner == r;
                 if (!mine)
                     continue;
-                tasks[n].id = p->id;
-                tasks[n].cost = p->cost;
+                params[n].id = p->id;
+                params[n].cost = p->cost;
                 n++;
             }
             double C;
-            rc = cz_tp_schedule_tasks(rs, tasks, n, &plan->settings, tp, slots, load, &C, err);
+            rc = cz_tp_schedule_tasks(rs, &plan->tasks, params, n, &plan->settings, tp, load, &C,
+                                      err);
             if (rc != CZ_OK)
                 goto done;
             if (C > plan->capacity_used)
@@ -298,8 +489,7 @@ int cz_tp_schedule_build(cz_plan *plan, cz_error *err)
         }
     }
 done:
-    free(tasks);
-    free(slots);
+    free(params);
     free(load);
     return rc;
 }

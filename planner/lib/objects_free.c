@@ -43,6 +43,9 @@ void cz_rank_schedule_free_groups(cz_rank_schedule *rs)
     for (int g = 0; g < rs->ngroups; g++) {
         free(rs->groups[g].task_param);
         free(rs->groups[g].task_slot);
+        free(rs->groups[g].task_block);
+        free(rs->groups[g].task_width);
+        free(rs->groups[g].task_cost);
         free(rs->groups[g].load);
     }
     free(rs->groups);
@@ -75,6 +78,9 @@ void cz_plan_free(cz_plan *plan)
     free(plan->buckets);
     cz_plan_schedules_free(plan);
     cz_plan_metrics_free(&plan->metrics);
+    free(plan->tasks.first);
+    free(plan->tasks.block);
+    free(plan->tasks.cost);
     free(plan->generator);
     free(plan->generator_version);
     free(plan->model_name);

@@ -4,11 +4,17 @@
  * identical plans give byte-identical files; reals use 17 significant digits so they read back
  * exactly. plan_seconds is not written (it would break determinism).
  *
- * Micro-group tasks: a cz_plan_group keeps its tasks flat (task_param/task_slot in execution
- * order); the file lists them per slot ("slots"[k] = ids of the tasks with task_slot == k, in
- * execution order). Reading rebuilds the flat arrays slot by slot: all of slot 0's tasks first,
- * then slot 1's, and so on. The order within a slot survives a round trip; the interleaving
- * across slots does not (no executor depends on it: slots run on different TP ranks).
+ * Micro-group tasks: a cz_plan_group keeps its tasks flat (in execution order); the file lists
+ * them per slot ("slots"[k] = the tasks slot k takes part in, in execution order): a whole
+ * matrix hosted by the slot as its parameter id, a block or cooperative task as an object
+ * {"param", "block" (absent: the whole matrix), "width" (absent: 1), "cost"}, listed in every
+ * slot of a cooperative task. Reading rebuilds the flat arrays slot by slot: all of slot 0's
+ * tasks first, then slot 1's that are not already there (a cooperative task enters at its first
+ * slot), and so on. The order within a slot survives a round trip; the interleaving across
+ * slots does not, and nothing depends on it: a flat order built this way keeps every slot's own
+ * order, and the reader checks that the slots of cooperative tasks list them in one order.
+ * Version 2 of the schema (CZ_PLAN_SCHEMA_SPLIT) is written only for plans that have block or
+ * cooperative tasks, so that every other plan stays byte for byte what earlier versions wrote.
  *
  * The reader checks types, unknown keys, the schema version and the structure later code indexes
  * by (ids equal to indices, array lengths, ids in range). Semantic invariants (coverage,
@@ -155,6 +161,13 @@ static json_t *build_settings(writer *w, const cz_plan *p)
      * instead of running it as a unified one. */
     if (s->layout != CZ_LAYOUT_UNIFIED)
         w_set(w, o, "layout", w_str(w, cz_layout_name(s->layout), "settings.layout"));
+    /* Likewise only when set: a plan made with them is a version 2 plan where they had effect. */
+    if (s->split_blocks)
+        w_set(w, o, "split_blocks", json_true());
+    if (s->coop) {
+        char buf[16];
+        w_set(w, o, "coop", json_string(cz_coop_name(s->coop, buf)));
+    }
     return o;
 }
 
@@ -207,14 +220,30 @@ static json_t *build_group(writer *w, const cz_plan_group *g)
     json_t *slots = json_array();
     w_set(w, o, "id", json_integer(g->id));
     for (int t = 0; t < g->ntasks; t++)
-        if (g->task_slot[t] < 0 || g->task_slot[t] >= g->nslots)
+        if (g->task_slot[t] < 0 || cz_group_task_width(g, t) < 1 ||
+            g->task_slot[t] + cz_group_task_width(g, t) > g->nslots)
             w_fail(w, CZ_EINTERNAL, "%s has a task outside its slots (a planner bug)",
                    "a micro-group");
     for (int k = 0; k < g->nslots; k++) {
         json_t *ids = json_array();
-        for (int t = 0; t < g->ntasks; t++)
-            if (g->task_slot[t] == k)
+        for (int t = 0; t < g->ntasks; t++) {
+            int width = cz_group_task_width(g, t), block = cz_group_task_block(g, t);
+            if (k < g->task_slot[t] || k >= g->task_slot[t] + width)
+                continue;
+            if (width == 1 && block < 0) {
                 w_push(w, ids, json_integer(g->task_param[t]));
+                continue;
+            }
+            json_t *task = json_object();
+            w_set(w, task, "param", json_integer(g->task_param[t]));
+            if (block >= 0)
+                w_set(w, task, "block", json_integer(block));
+            if (width > 1)
+                w_set(w, task, "width", json_integer(width));
+            w_set(w, task, "cost",
+                  w_real(w, g->task_cost ? g->task_cost[t] : NAN, "a task's cost"));
+            w_push(w, ids, task);
+        }
         w_push(w, slots, ids);
     }
     w_set(w, o, "slots", slots);
@@ -253,7 +282,8 @@ static json_t *build_plan(writer *w, const cz_plan *p)
     if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->nschedules != (size_t)p->pp * (size_t)p->dp)
         w_fail(w, CZ_EINTERNAL, "%s does not match its topology (a planner bug)",
                "the plan's schedule count");
-    w_set(w, root, "schema", json_string(CZ_PLAN_SCHEMA));
+    w_set(w, root, "schema",
+          json_string(cz_plan_has_split_tasks(p) ? CZ_PLAN_SCHEMA_SPLIT : CZ_PLAN_SCHEMA));
     w_set(w, gen, "name", json_string(p->generator ? p->generator : "canzona"));
     w_set(w, gen, "version", json_string(p->generator_version ? p->generator_version : CZ_VERSION));
     w_set(w, root, "generator", gen);
@@ -511,6 +541,8 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
                                        "dp_fell_back",
                                        "dp_numel_cuts",
                                        "layout",
+                                       "split_blocks",
+                                       "coop",
                                        NULL};
     const char *P = "$.settings";
     const json_t *o;
@@ -558,6 +590,19 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     v = CZ_LAYOUT_UNIFIED;
     TRY(cz_json_get_enum(c, o, P, "layout", false, cz_layout_names, &v));
     s->layout = (cz_layout)v;
+    /* Absent unless set (version 2 plans). */
+    fell = false;
+    TRY(cz_json_get_bool(c, o, P, "split_blocks", false, &fell));
+    s->split_blocks = fell;
+    const char *coop = NULL;
+    TRY(cz_json_get_string(c, o, P, "coop", false, &coop));
+    if (coop && cz_coop_parse(coop, &s->coop) != CZ_OK) {
+        char sub[CZ_JSON_PATH_MAX];
+        rc = cz_json_fail(c, cz_json_path_key(sub, P, "coop"),
+                          "expected \"off\", \"auto\" or a width from 2 to %d, found \"%s\"",
+                          CZ_COOP_MAX, coop);
+        goto done;
+    }
 done:
     return rc;
 }
@@ -710,12 +755,58 @@ done:
     return rc;
 }
 
+/* One entry of a group's slot list as read. */
+typedef struct slot_item {
+    int param, block, width;
+    double cost;
+} slot_item;
+
+static int read_slot_item(const cz_json_ctx *c, const json_t *v, const char *path, const cz_plan *p,
+                          bool split, int nslots, int slot, slot_item *it)
+{
+    static const char *const keys[] = {"param", "block", "width", "cost", NULL};
+    int rc;
+    if (!json_is_object(v)) {
+        TRY(cz_json_as_int(c, v, path, 0, (int)p->nparams - 1, &it->param));
+        *it = (slot_item){it->param, -1, 1, p->params[it->param].cost};
+        return CZ_OK;
+    }
+    if (!split) {
+        rc = cz_json_fail(c, path,
+                          "a block or cooperative task needs schema \"%s\"; this plan says \"%s\"",
+                          CZ_PLAN_SCHEMA_SPLIT, CZ_PLAN_SCHEMA);
+        goto done;
+    }
+    TRY(cz_json_check_object(c, v, path, keys));
+    TRY(cz_json_get_int(c, v, path, "param", true, 0, (int)p->nparams - 1, &it->param));
+    it->block = -1, it->width = 1;
+    const cz_param_def *d = &p->params[it->param].def;
+    TRY(cz_json_get_int(c, v, path, "block", false, 0, d->nblocks > 0 ? d->nblocks - 1 : -1,
+                        &it->block));
+    TRY(cz_json_get_int(c, v, path, "width", false, 1, nslots, &it->width));
+    TRY(cz_json_get_double(c, v, path, "cost", true, 0, false, &it->cost));
+    if (nslots % it->width != 0 || slot / it->width * it->width + it->width > nslots) {
+        char sub[CZ_JSON_PATH_MAX];
+        rc = cz_json_fail(c, cz_json_path_key(sub, path, "width"),
+                          "width %d does not divide the group's %d slots", it->width, nslots);
+    }
+done:
+    return rc;
+}
+
+static bool same_task(const slot_item *a, const slot_item *b)
+{
+    return a->param == b->param && a->block == b->block && a->width == b->width;
+}
+
 static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, const cz_plan *p,
-                      int nslots, cz_plan_group *g)
+                      int nslots, bool split, cz_plan_group *g)
 {
     static const char *const keys[] = {"id", "slots", "load", NULL};
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX], ix[CZ_JSON_PATH_MAX];
     const json_t *slots;
+    slot_item **items = NULL;
+    size_t *len = NULL, *at = NULL;
     int rc;
     TRY(cz_json_check_object(c, e, path, keys));
     TRY(cz_json_get_int(c, e, path, "id", true, 0, INT_MAX, &g->id));
@@ -727,43 +818,97 @@ static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, c
                           json_array_size(slots));
         goto done;
     }
-    size_t total = 0;
+    size_t total = 0, most = p->nparams * (split ? (size_t)CZ_MAX_BLOCKS * nslots : 1);
     for (int k = 0; k < nslots; k++) {
         const json_t *ids = json_array_get(slots, (size_t)k);
         cz_json_path_index(el, sub, (size_t)k);
         TRY(cz_json_as_array(c, ids, el, 0, &ids));
         total += json_array_size(ids);
     }
-    if (total > p->nparams) {
-        rc = cz_json_fail(c, sub, "lists %zu tasks, more than the plan's %zu parameters", total,
-                          p->nparams);
+    if (total > most) {
+        rc = cz_json_fail(c, sub, "lists %zu tasks, more than the plan's %zu parameters allow",
+                          total, p->nparams);
         goto done;
     }
+    items = calloc((size_t)nslots, sizeof *items);
+    len = calloc((size_t)nslots, sizeof *len);
+    at = calloc((size_t)nslots, sizeof *at);
     g->nslots = nslots;
     g->task_param = calloc(total ? total : 1, sizeof *g->task_param);
     g->task_slot = calloc(total ? total : 1, sizeof *g->task_slot);
-    if (!g->task_param || !g->task_slot) {
+    g->task_block = calloc(total ? total : 1, sizeof *g->task_block);
+    g->task_width = calloc(total ? total : 1, sizeof *g->task_width);
+    g->task_cost = calloc(total ? total : 1, sizeof *g->task_cost);
+    if (!items || !len || !at || !g->task_param || !g->task_slot || !g->task_block ||
+        !g->task_width || !g->task_cost) {
         rc = oom(c);
         goto done;
     }
     for (int k = 0; k < nslots; k++) {
         const json_t *ids = json_array_get(slots, (size_t)k);
         cz_json_path_index(el, sub, (size_t)k);
-        for (size_t i = 0; i < json_array_size(ids); i++) {
-            int id = 0;
-            TRY(cz_json_as_int(c, json_array_get(ids, i), cz_json_path_index(ix, el, i), 0,
-                               (int)p->nparams - 1, &id));
-            g->task_param[g->ntasks] = id;
-            g->task_slot[g->ntasks] = k;
-            g->ntasks++;
+        len[k] = json_array_size(ids);
+        items[k] = calloc(len[k] ? len[k] : 1, sizeof **items);
+        if (!items[k]) {
+            rc = oom(c);
+            goto done;
         }
+        for (size_t i = 0; i < len[k]; i++)
+            TRY(read_slot_item(c, json_array_get(ids, i), cz_json_path_index(ix, el, i), p, split,
+                               nslots, k, &items[k][i]));
+    }
+    /* The flat order: slot by slot, each slot's entries in its own order; a cooperative task
+     * enters once it heads the lists of all its slots. A slot stops at a cooperative task that
+     * another of its slots lists later: when no slot can advance, the slots list cooperative
+     * tasks in orders that no execution can follow (their all-reduces would deadlock). */
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (int k = 0; k < nslots; k++) {
+            while (at[k] < len[k]) {
+                const slot_item *it = &items[k][at[k]];
+                int first = k / it->width * it->width;
+                bool ready = true;
+                for (int x = first; x < first + it->width && ready; x++)
+                    ready = at[x] < len[x] && same_task(&items[x][at[x]], it) &&
+                            items[x][at[x]].cost == it->cost;
+                if (!ready)
+                    break;
+                int t = g->ntasks++;
+                g->task_param[t] = it->param;
+                g->task_block[t] = it->block;
+                g->task_width[t] = it->width;
+                g->task_cost[t] = it->cost;
+                g->task_slot[t] = first;
+                for (int x = first; x < first + it->width; x++)
+                    at[x]++;
+                progress = true;
+            }
+        }
+    }
+    for (int k = 0; k < nslots; k++) {
+        if (at[k] == len[k])
+            continue;
+        const slot_item *it = &items[k][at[k]];
+        cz_json_path_index(el, sub, (size_t)k);
+        rc = cz_json_fail(c, cz_json_path_index(ix, el, at[k]),
+                          "cooperative task (param %d, block %d, width %d) is not listed at the "
+                          "same point, with the same cost, by every slot it spans (slots %d to "
+                          "%d): every slot must list the cooperative tasks it shares in one order",
+                          it->param, it->block, it->width, k / it->width * it->width,
+                          k / it->width * it->width + it->width - 1);
+        goto done;
     }
     TRY(r_reals(c, e, path, "load", (size_t)nslots, "one per slot", &g->load));
 done:
+    for (int k = 0; items && k < nslots; k++)
+        free(items[k]);
+    free(items);
+    free(len);
+    free(at);
     return rc;
 }
 
-static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p, bool split)
 {
     static const char *const keys[] = {"stage", "dp_rank", "groups", NULL};
     char el[CZ_JSON_PATH_MAX], sub[CZ_JSON_PATH_MAX], gp[CZ_JSON_PATH_MAX];
@@ -794,9 +939,9 @@ static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p)
         TRY(cz_json_get_array(c, e, el, "groups", true, 0, &groups));
         cz_json_path_key(sub, el, "groups");
         size_t ng = json_array_size(groups);
-        if (ng > p->nparams) {
-            rc = cz_json_fail(c, sub, "has %zu groups, more than the plan's %zu parameters", ng,
-                              p->nparams);
+        if (ng > p->nparams * (split ? (size_t)CZ_MAX_BLOCKS : 1)) {
+            rc = cz_json_fail(c, sub, "has %zu groups, more than the plan's %zu parameters allow",
+                              ng, p->nparams);
             goto done;
         }
         rs->groups = calloc(ng ? ng : 1, sizeof *rs->groups);
@@ -807,7 +952,7 @@ static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p)
         for (size_t g = 0; g < ng; g++) {
             rs->ngroups++;
             TRY(read_group(c, json_array_get(groups, g), cz_json_path_index(gp, sub, g), p, nslots,
-                           &rs->groups[g]));
+                           split, &rs->groups[g]));
         }
     }
 done:
@@ -862,6 +1007,25 @@ static int read_content_hash(const cz_json_ctx *c, const json_t *root, cz_plan *
     return CZ_OK;
 }
 
+/* Version 1 (whole hosted tasks only) or 2 (block and cooperative tasks too): *split set for 2. */
+static int read_schema(const cz_json_ctx *c, const json_t *root, bool *split)
+{
+    const char *s = NULL;
+    int rc = cz_json_get_string(c, root, "$", "schema", true, &s);
+    if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA_SPLIT) == 0)
+        *split = true;
+    else if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA) != 0 &&
+             strncmp(s, "canzona.plan/", strlen("canzona.plan/")) == 0)
+        rc = cz_error_set(c->err, CZ_EUNSUPPORTED,
+                          "%s: $.schema: unsupported schema version \"%s\"; this build reads "
+                          "\"%s\" and \"%s\" (a newer canzona wrote it?)",
+                          c->file, s, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT);
+    else if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA) != 0)
+        rc = cz_json_fail(c, "$.schema", "expected \"%s\" or \"%s\", found \"%s\"", CZ_PLAN_SCHEMA,
+                          CZ_PLAN_SCHEMA_SPLIT, s);
+    return rc;
+}
+
 int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
 {
     static const char *const top_keys[] = {
@@ -880,13 +1044,14 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
     const json_t *gen, *inputs, *ref, *topo, *bc, *params, *buckets;
     char el[CZ_JSON_PATH_MAX];
     int dtype = 0, rc;
+    bool split = false;
 
     *out = NULL;
     p = calloc(1, sizeof *p);
     if (!p)
         return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
     TRY(cz_json_load_file(&root, NULL, path, err));
-    TRY(cz_json_check_schema(c, root, CZ_PLAN_SCHEMA));
+    TRY(read_schema(c, root, &split));
     TRY(cz_json_check_object(c, root, "$", top_keys));
     TRY(read_content_hash(c, root, p));
     TRY(cz_json_get_object(c, root, "$", "generator", true, gen_keys, &gen));
@@ -946,7 +1111,7 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
         TRY(read_param(c, json_array_get(params, i), cz_json_path_index(el, "$.params", i), i, p,
                        &p->params[i]));
     }
-    TRY(read_schedules(c, root, p));
+    TRY(read_schedules(c, root, p, split));
     TRY(read_metrics(c, root, p));
     *out = p;
     p = NULL;

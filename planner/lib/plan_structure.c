@@ -450,9 +450,10 @@ static void check_schedules(vctx *c, const cz_plan *p)
     int *seen_g = malloc((p->nparams ? p->nparams : 1) * sizeof *seen_g);
     int *seen_t = malloc((p->nparams ? p->nparams : 1) * sizeof *seen_t);
     int *seen_s = malloc((p->nparams ? p->nparams : 1) * sizeof *seen_s);
+    uint64_t *seen_b = malloc((p->nparams ? p->nparams : 1) * sizeof *seen_b);
     double *load = malloc((size_t)(nslots > 0 ? nslots : 1) * sizeof *load);
     int *pos = malloc((size_t)(nslots > 0 ? nslots : 1) * sizeof *pos);
-    if (!seen_g || !seen_t || !seen_s || !load || !pos) {
+    if (!seen_g || !seen_t || !seen_s || !seen_b || !load || !pos) {
         c->oom = 1;
         goto done;
     }
@@ -477,7 +478,7 @@ static void check_schedules(vctx *c, const cz_plan *p)
             c->unsafe = 1;
         }
         for (size_t i = 0; i < p->nparams; i++)
-            seen_g[i] = -1;
+            seen_g[i] = -1, seen_b[i] = 0;
         for (int g = 0; g < rs->ngroups; g++) {
             const cz_plan_group *gr = &rs->groups[g];
             at(c, "$.tp_schedule[%zu].groups[%d].id", k, g);
@@ -496,15 +497,23 @@ static void check_schedules(vctx *c, const cz_plan *p)
                 load[x] = 0.0, pos[x] = 0;
             for (int t = 0; t < gr->ntasks; t++) {
                 int pid = gr->task_param[t], slot = gr->task_slot[t];
+                int width = cz_group_task_width(gr, t);
+                int block = cz_group_task_block(gr, t);
+                double cost = gr->task_cost ? gr->task_cost[t] : NAN;
                 c->checks++;
-                if (slot < 0 || slot >= nslots) {
+                if (slot < 0 || slot >= nslots || width < 1 || nslots % width != 0 ||
+                    slot % width != 0) {
                     at(c, "$.tp_schedule[%zu].groups[%d].slots", k, g);
-                    viol(c, "schedule.slots", "task %d is on slot %d of %d", t, slot, nslots);
+                    viol(c, "schedule.slots",
+                         "task %d is on slot %d with width %d of %d slots (a cooperative task "
+                         "spans an aligned set of slots, its width dividing their number)",
+                         t, slot, width, nslots);
                     c->unsafe = 1;
                     continue;
                 }
                 at(c, "$.tp_schedule[%zu].groups[%d].slots[%d][%d]", k, g, slot, pos[slot]);
-                pos[slot]++;
+                for (int x = slot; x < slot + width; x++)
+                    pos[x]++;
                 if (pid < 0 || (size_t)pid >= p->nparams) {
                     viol(c, "schedule.param", "parameter id %d does not exist (%zu parameters)",
                          pid, p->nparams);
@@ -512,21 +521,51 @@ static void check_schedules(vctx *c, const cz_plan *p)
                     continue;
                 }
                 const cz_plan_param *q = &p->params[pid];
-                load[slot] += q->cost;
-                c->checks += 2;
+                if (!gr->task_cost || !(block >= 0 || width > 1))
+                    cost = q->cost;
+                for (int x = slot; x < slot + width; x++)
+                    load[x] += cost;
+                c->checks += 3;
                 if (q->def.kind != CZ_KIND_MATRIX) {
                     viol(c, "schedule.elementwise",
                          "'%s' (id %d) is elementwise and must not be scheduled", q->def.name, pid);
                     continue;
                 }
-                if (seen_g[pid] >= 0) {
-                    viol(c, "schedule.duplicate",
-                         "'%s' (id %d) is scheduled again; first in "
-                         "$.tp_schedule[%zu].groups[%d].slots[%d][%d]",
-                         q->def.name, pid, k, seen_g[pid], seen_s[pid], seen_t[pid]);
+                if (block >= q->def.nblocks || (block >= 0 && !q->def.block_sizes)) {
+                    viol(c, "schedule.block", "'%s' (id %d) has %d blocks; the task names block %d",
+                         q->def.name, pid, q->def.nblocks, block);
+                    c->unsafe = 1;
                     continue;
                 }
-                seen_g[pid] = g, seen_s[pid] = slot, seen_t[pid] = pos[slot] - 1;
+                if ((block >= 0 || width > 1) && p->settings.optimizer != CZ_OPTIM_MUON) {
+                    viol(c, "schedule.split",
+                         "'%s' (id %d): block and cooperative tasks run under Muon only; the "
+                         "plan's optimizer is %s",
+                         q->def.name, pid, cz_optimizer_name(p->settings.optimizer));
+                    c->unsafe = 1;
+                    continue;
+                }
+                if (width > 1 && (block < 0 && q->def.nblocks > 0)) {
+                    viol(c, "schedule.coop",
+                         "'%s' (id %d): a cooperative task is one matrix (a block, or a matrix "
+                         "without blocks); this one is the whole of %d blocks",
+                         q->def.name, pid, q->def.nblocks);
+                    c->unsafe = 1;
+                    continue;
+                }
+                /* Each matrix is scheduled whole once, or block by block, each block once. */
+                uint64_t bit = block < 0 ? ~(uint64_t)0 : (uint64_t)1 << block;
+                if (seen_g[pid] >= 0 && (seen_b[pid] & bit)) {
+                    viol(c, "schedule.duplicate",
+                         "'%s' (id %d)%s is scheduled again; first in "
+                         "$.tp_schedule[%zu].groups[%d].slots[%d][%d]",
+                         q->def.name, pid, block >= 0 ? " (a block of it)" : "", k, seen_g[pid],
+                         seen_s[pid], seen_t[pid]);
+                    continue;
+                }
+                if (seen_g[pid] < 0)
+                    seen_g[pid] = g, seen_s[pid] = slot, seen_t[pid] = pos[slot] - 1;
+                seen_b[pid] |= bit;
                 if (!expected_on(p, q, s, r))
                     viol(c, "schedule.foreign",
                          "'%s' (id %d, stage %d, dp_owner %d) does not belong to stage %d DP rank "
@@ -547,17 +586,25 @@ static void check_schedules(vctx *c, const cz_plan *p)
             if (!expected_on(p, q, s, r))
                 continue;
             c->checks++;
+            int nb = q->def.nblocks > 0 && q->def.nblocks <= 64 ? q->def.nblocks : 0;
+            uint64_t all = nb == 64 ? ~(uint64_t)0 : ((uint64_t)1 << nb) - 1;
             if (seen_g[i] < 0)
                 viol(c, "schedule.missing",
                      "matrix parameter '%s' ($.params[%zu]) of DP rank %d is in no micro-group of "
                      "its schedule",
                      q->def.name, i, r);
+            else if (seen_b[i] != ~(uint64_t)0 && (seen_b[i] & all) != all)
+                viol(c, "schedule.missing",
+                     "matrix parameter '%s' ($.params[%zu]) of DP rank %d is scheduled block by "
+                     "block, but not all of its %d blocks are",
+                     q->def.name, i, r, nb);
         }
     }
 done:
     free(seen_g);
     free(seen_t);
     free(seen_s);
+    free(seen_b);
     free(load);
     free(pos);
 }

@@ -59,6 +59,33 @@ static int settings_check(const cz_settings *s, cz_error *err)
                             "greedy alpha or anchored DP strategy; got dp %s with the %s solver "
                             "(use --layout unified for it)",
                             cz_dp_strategy_name(s->dp), cz_solver_name(s->solver));
+    if (s->split_blocks != 0 && s->split_blocks != 1)
+        return cz_error_set(err, CZ_EINVALID, "split_blocks must be 0 or 1, got %d",
+                            s->split_blocks);
+    if (s->coop != 0 && s->coop != CZ_COOP_AUTO && (s->coop < 2 || s->coop > CZ_COOP_MAX))
+        return cz_error_set(err, CZ_EINVALID,
+                            "coop must be 0 (off), CZ_COOP_AUTO or a width from 2 to %d, got %d",
+                            CZ_COOP_MAX, s->coop);
+    /* The executor runs block and cooperative tasks for Muon only (SOAP's and Shampoo's state
+     * is laid out per whole matrix), and only the greedy micro-group scheduler places them. */
+    if ((s->split_blocks || s->coop) && s->optimizer != CZ_OPTIM_MUON)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "--split-blocks and --coop apply to Muon only; got optimizer %s",
+                            cz_optimizer_name(s->optimizer));
+    if ((s->split_blocks || s->coop) && s->solver != CZ_SOLVER_GREEDY)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "--split-blocks and --coop need the greedy solver; the ILP micro-group "
+                            "model places whole matrices on single slots");
+    if (s->coop && s->tp != CZ_TP_ROLLBACK)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "--coop needs --tp rollback (cooperative tasks are placed by greedy "
+                            "rollback); got --tp %s",
+                            cz_tp_strategy_name(s->tp));
+    if (s->coop && s->unit == CZ_UNIT_NUMEL)
+        return cz_error_set(err, CZ_EUNSUPPORTED,
+                            "--coop needs the time or flops cost unit: weighing a split against "
+                            "its all-reduces needs a measure of communication, which element "
+                            "counts lack");
     if (!(s->alpha >= 0.0 && s->alpha <= 1.0))
         return cz_error_set(err, CZ_EINVALID, "alpha must lie in [0, 1], got %g", s->alpha);
     if (s->alpha_numel_loads != 0 && s->alpha_numel_loads != 1)
@@ -244,6 +271,10 @@ int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz
         return cz_error_set(err, CZ_EINVALID, "a model and a cluster are needed to plan");
     if ((rc = settings_check(s, err)) != CZ_OK || (rc = cluster_check(c, err)) != CZ_OK)
         return rc;
+    if (s->coop > 1 && c->tp % s->coop != 0)
+        return cz_error_set(err, CZ_EINVALID,
+                            "--coop %d: the width must divide the TP size, and %s has tp %d",
+                            s->coop, or_unknown(c->source), c->tp);
     plan = calloc(1, sizeof *plan);
     if (!plan)
         return cz_error_set(err, CZ_ENOMEM, "out of memory allocating a plan");
@@ -285,7 +316,8 @@ int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz
     for (size_t i = 0; i < m->nparams; i++)
         if ((rc = param_copy(&plan->params[i], &m->params[i], (int)i, m, c, s, err)) != CZ_OK)
             goto fail;
-    if ((rc = stages_assign(plan, m, c, err)) != CZ_OK)
+    if ((rc = stages_assign(plan, m, c, err)) != CZ_OK ||
+        (rc = cz_task_table_build(plan, c, err)) != CZ_OK)
         goto fail;
     *out = plan;
     return CZ_OK;

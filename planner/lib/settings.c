@@ -2,6 +2,8 @@
 #include "cz_algorithms.h"
 #include "cz_names.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void cz_settings_init(cz_settings *s)
@@ -94,4 +96,35 @@ const char *cz_kind_name(cz_param_kind v)
 const char *cz_solve_status_name(int status)
 {
     return name_of(cz_solve_status_names, COUNT(cz_solve_status_names), status);
+}
+
+int cz_coop_parse(const char *name, int *out)
+{
+    if (!name)
+        return CZ_EINVALID;
+    if (strcmp(name, "off") == 0) {
+        *out = 0;
+        return CZ_OK;
+    }
+    if (strcmp(name, "auto") == 0) {
+        *out = CZ_COOP_AUTO;
+        return CZ_OK;
+    }
+    char *end = NULL;
+    long k = strtol(name, &end, 10);
+    if (end == name || *end || k < 2 || k > CZ_COOP_MAX)
+        return CZ_EINVALID;
+    *out = (int)k;
+    return CZ_OK;
+}
+
+const char *cz_coop_name(int v, char *buf)
+{
+    if (v == 0)
+        snprintf(buf, 16, "off");
+    else if (v == CZ_COOP_AUTO)
+        snprintf(buf, 16, "auto");
+    else
+        snprintf(buf, 16, "%d", v);
+    return buf;
 }
