@@ -156,7 +156,7 @@ static int momentum_parts(const cz_executor *ex, int i, cz_exec_part **out, int 
     for (int g = 0; g < rs->ngroups; g++)
         for (int t = 0; t < rs->groups[g].ntasks; t++)
             if (rs->groups[g].task_param[t] == i)
-                cap += rs->groups[g].task_width ? rs->groups[g].task_width[t] : 1;
+                cap += cz_group_task_width(&rs->groups[g], t);
     cz_exec_part *v = calloc((size_t)cap + 1, sizeof *v);
     if (!v)
         return cz_error_set(err, CZ_ENOMEM, "checkpoint: out of memory");

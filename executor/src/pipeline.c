@@ -119,21 +119,11 @@ static bool replicated(const cz_plan_param *p)
     return p->def.tp_dim < 0;
 }
 
-static int task_block(const cz_plan_group *g, int t)
-{
-    return g->task_block ? g->task_block[t] : -1;
-}
-
-static int task_width(const cz_plan_group *g, int t)
-{
-    return g->task_width ? g->task_width[t] : 1;
-}
-
 int cz_exec_task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_exec_part *out,
                        int max)
 {
     const cz_plan_param *p = &plan->params[g->task_param[t]];
-    int b = task_block(g, t), k = task_width(g, t);
+    int b = cz_group_task_block(g, t), k = cz_group_task_width(g, t);
     cz_block reg;
     cz_task_region(&p->def, b, &reg.r0, &reg.c0, &reg.rows, &reg.cols);
     /* Sliced along the long side: rows of a tall region, columns otherwise (Muon's a x b). */
@@ -193,7 +183,7 @@ static int list_parts(cz_executor *ex, pgroup *pg, cz_error *err)
     const cz_plan_group *g = pg->g;
     int n = 0;
     for (int t = 0; t < g->ntasks; t++)
-        n += task_width(g, t);
+        n += cz_group_task_width(g, t);
     pg->parts = cz_exec_calloc((size_t)n + 1, sizeof *pg->parts);
     if (!pg->parts)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
@@ -490,7 +480,7 @@ static int open_width_planes(cz_executor *ex, cz_error *err)
     const cz_rank_schedule *rs = ex->schedule;
     for (int g = 0; g < rs->ngroups; g++)
         for (int t = 0; t < rs->groups[g].ntasks; t++) {
-            int k = task_width(&rs->groups[g], t), i = 0;
+            int k = cz_group_task_width(&rs->groups[g], t), i = 0;
             if (k < 2)
                 continue;
             while (i < pp->nwidths && pp->widths[i] != k)

@@ -112,8 +112,8 @@ static int check_tasks(const cz_plan *plan, cz_error *err)
         for (int gi = 0; gi < plan->schedules[k].ngroups && !rc; gi++) {
             const cz_plan_group *g = &plan->schedules[k].groups[gi];
             for (int t = 0; t < g->ntasks && !rc; t++) {
-                int b = g->task_block ? g->task_block[t] : -1;
-                int w = g->task_width ? g->task_width[t] : 1;
+                int b = cz_group_task_block(g, t);
+                int w = cz_group_task_width(g, t);
                 int pid = g->task_param[t], s = g->task_slot[t];
                 if (pid < 0 || (size_t)pid >= plan->nparams)
                     continue; /* the structural checks name it */
@@ -274,8 +274,8 @@ uint64_t cz_exec_plan_fingerprint(const cz_plan *plan)
             for (int t = 0; t < gr->ntasks; t++) {
                 FNV_VAL(h, gr->task_param[t]);
                 FNV_VAL(h, gr->task_slot[t]);
-                FNV_VAL(h, gr->task_block ? gr->task_block[t] : -1);
-                FNV_VAL(h, gr->task_width ? gr->task_width[t] : 1);
+                FNV_VAL(h, cz_group_task_block(gr, t));
+                FNV_VAL(h, cz_group_task_width(gr, t));
             }
         }
     return h;
