@@ -65,7 +65,10 @@ static int check_params(const cz_plan *plan, cz_error *err)
 }
 
 /* The rules `canzona validate` checks without a model (plan_structure.c), stopping at the
- * first violation; validate lists them all. */
+ * first violation; validate lists them all. They include the block and cooperative tasks'
+ * (a block in range, each matrix whole once or each of its blocks once, a width dividing the
+ * slots from an aligned first slot, no cooperative whole multi-block matrix, Muon only), which
+ * are all the pipeline assumes of them. */
 static int check_structure(const cz_plan *plan, cz_error *err)
 {
     cz_plan_checks c = {0};
@@ -89,99 +92,6 @@ static int check_structure(const cz_plan *plan, cz_error *err)
                           json_string_value(json_object_get(v, "code")), more);
     }
     json_decref(c.out);
-    return rc;
-}
-
-/* Block and cooperative tasks (docs/EXECUTOR.md, "Block and cooperative tasks"): a block in
- * range, a width that divides the group's slots with its first slot aligned, never a
- * cooperative whole multi-block matrix, only under Muon, and every matrix covered once per
- * schedule (whole, or each of its blocks once). */
-static int check_tasks(const cz_plan *plan, cz_error *err)
-{
-    int rc = CZ_OK;
-    /* Per parameter: covered whole, or the set of its blocks covered. */
-    uint64_t *seen = calloc(plan->nparams ? plan->nparams : 1, sizeof *seen);
-    bool *whole = calloc(plan->nparams ? plan->nparams : 1, sizeof *whole);
-    if (!seen || !whole) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory checking the plan's tasks");
-        goto out;
-    }
-    for (size_t k = 0; k < plan->nschedules && !rc; k++) {
-        memset(seen, 0, plan->nparams * sizeof *seen);
-        memset(whole, 0, plan->nparams * sizeof *whole);
-        for (int gi = 0; gi < plan->schedules[k].ngroups && !rc; gi++) {
-            const cz_plan_group *g = &plan->schedules[k].groups[gi];
-            for (int t = 0; t < g->ntasks && !rc; t++) {
-                int b = cz_group_task_block(g, t);
-                int w = cz_group_task_width(g, t);
-                int pid = g->task_param[t], s = g->task_slot[t];
-                if (pid < 0 || (size_t)pid >= plan->nparams)
-                    continue; /* the structural checks name it */
-                const cz_plan_param *p = &plan->params[pid];
-                char where[96];
-                snprintf(where, sizeof where, "$.schedules[%zu].groups[%d].tasks[%d]", k, gi, t);
-                if ((b >= 0 || w > 1) && plan->settings.optimizer != CZ_OPTIM_MUON) {
-                    rc = cz_error_set(err, CZ_EUNSUPPORTED,
-                                      "plan %s ('%s'): a %s task under optimizer '%s'; block and "
-                                      "cooperative tasks are Muon's only (plan without "
-                                      "--split-blocks and --coop, or with --optimizer muon)",
-                                      where, p->def.name, b >= 0 ? "block" : "cooperative",
-                                      cz_optimizer_name(plan->settings.optimizer));
-                } else if (b < -1 || b >= (p->def.nblocks > 0 ? p->def.nblocks : 0)) {
-                    rc = cz_error_set(err, CZ_EINVALID,
-                                      "plan %s ('%s'): block %d, but the parameter has %d blocks "
-                                      "(expected -1 for the whole matrix or 0..%d)",
-                                      where, p->def.name, b, p->def.nblocks,
-                                      p->def.nblocks - 1);
-                } else if (w < 1 || g->nslots % w != 0 || s % w != 0 || s + w > g->nslots) {
-                    rc = cz_error_set(err, CZ_EINVALID,
-                                      "plan %s ('%s'): width %d from slot %d; a width must divide "
-                                      "the group's %d slots and start on a multiple of itself",
-                                      where, p->def.name, w, s, g->nslots);
-                } else if (w > 1 && b < 0 && p->def.nblocks > 1) {
-                    rc = cz_error_set(err, CZ_EINVALID,
-                                      "plan %s ('%s'): a cooperative task of the whole matrix, "
-                                      "whose %d blocks are orthogonalised separately; "
-                                      "cooperative tasks cover one block (or an unblocked "
-                                      "matrix)",
-                                      where, p->def.name, p->def.nblocks);
-                } else if (w > 1) {
-                    int64_t r0, c0, rows, cols;
-                    cz_task_region(&p->def, b, &r0, &c0, &rows, &cols);
-                    if ((rows > cols ? rows : cols) < w)
-                        rc = cz_error_set(err, CZ_EINVALID,
-                                          "plan %s ('%s'): width %d exceeds the region's long "
-                                          "side (%lld x %lld)",
-                                          where, p->def.name, w, (long long)rows,
-                                          (long long)cols);
-                }
-                if (rc || p->def.kind != CZ_KIND_MATRIX)
-                    continue;
-                uint64_t bit = b >= 0 ? (uint64_t)1 << b : 0;
-                if (whole[pid] || (b < 0 && seen[pid]) || (seen[pid] & bit))
-                    rc = cz_error_set(err, CZ_EINVALID,
-                                      "plan %s ('%s'): %s is already a task of this schedule",
-                                      where, p->def.name, b < 0 ? "the matrix" : "this block");
-                else if (b < 0)
-                    whole[pid] = true;
-                else
-                    seen[pid] |= bit;
-            }
-        }
-        /* A matrix split into blocks must have every block. */
-        for (size_t i = 0; i < plan->nparams && !rc; i++) {
-            int nb = plan->params[i].def.nblocks;
-            uint64_t all = nb >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << nb) - 1;
-            if (seen[i] && seen[i] != all)
-                rc = cz_error_set(err, CZ_EINVALID,
-                                  "plan $.schedules[%zu]: '%s' has block tasks for some of its "
-                                  "%d blocks only",
-                                  k, plan->params[i].def.name, nb);
-        }
-    }
-out:
-    free(seen);
-    free(whole);
     return rc;
 }
 
@@ -211,8 +121,6 @@ int cz_exec_plan_check(const cz_plan *plan, cz_error *err)
         rc = check_mpi_limits(plan, err);
     if (!rc)
         rc = check_params(plan, err);
-    if (!rc)
-        rc = check_tasks(plan, err);
     return rc;
 }
 
