@@ -19,8 +19,9 @@
  * previous checkpoint whole. Loading reads the file on rank 0, checks every tensor against the
  * plan and sends each full tensor to the TP ranks of its owning DP rank, which keep what they
  * hold (a momentum part: its rectangle of the full tensor). So a checkpoint saved under a plan
- * of whole-matrix tasks loads under one of block or cooperative tasks, and back. Both are collective; every rank returns the same verdict. Rank 0 holds the whole file
- * in memory while writing or reading it.
+ * of whole-matrix tasks loads under one of block or cooperative tasks, and back. Both are
+ * collective; every rank returns the same verdict. Rank 0 holds the whole file in memory while
+ * writing or reading it.
  *
  * State is backend memory (device memory on a GPU backend): it is touched only through the
  * backend's download and upload and the data plane, which moves backend memory (a bounce

@@ -288,8 +288,8 @@ static void cpu_apply_update(cz_compute *c, float *p, const float *u, int64_t n,
     cz_apply_update(p, u, n, lr, wd);
 }
 
-static void cpu_block_load_sq(cz_compute *c, float *dst, const float *src, int64_t ld,
-                              int64_t rows, int64_t cols, int transpose, float eps, const double *sq)
+static void cpu_block_load_sq(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
+                              int64_t cols, int transpose, float eps, const double *sq)
 {
     (void)c;
     float inv = cz_ew_norm_inv(*sq, eps);
@@ -319,8 +319,8 @@ static void cpu_ns_gram(cz_compute *c, const float *x, int batch, int64_t rows, 
             cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, r, n, 1.0f, X, n, 0.0f, A, r);
             mirror_upper(A, r);
         } else {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r, r, n, 1.0f, X, n, X, n, 0.0f,
-                        A, r);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r, r, n, 1.0f, X, n, X, n, 0.0f, A,
+                        r);
         }
     }
 }
@@ -340,8 +340,8 @@ static void cpu_ns_poly(cz_compute *c, float *x, const float *a, int batch, int6
         for (size_t j = 0; j < (size_t)r * r; j++)
             B[j] = kb * A[j];
         if (kc != 0.0f)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, r, r, kc, A, r, A, r, 1.0f,
-                        B, r);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, r, r, kc, A, r, A, r, 1.0f, B,
+                        r);
         if (n == 0)
             continue;
         for (size_t j = 0; j < (size_t)r * n; j++)

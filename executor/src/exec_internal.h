@@ -212,8 +212,7 @@ typedef struct cz_compute_ops {
                           int64_t cols, int transpose, float eps, const double *sq);
     /* For each of `batch` matrices X (rows x cols, back to back): a = X X^T (rows x rows, back
      * to back): one member's part of the Gram matrix of a cooperative iteration. */
-    void (*ns_gram)(cz_compute *c, const float *x, int batch, int64_t rows, int64_t cols,
-                    float *a);
+    void (*ns_gram)(cz_compute *c, const float *x, int batch, int64_t rows, int64_t cols, float *a);
     /* For each of `batch` matrices: B = b A + c A A, X = a X + B X with the summed Gram A
      * (rows x rows); work holds batch*(rows*rows + rows*cols) floats. */
     void (*ns_poly)(cz_compute *c, float *x, const float *a, int batch, int64_t rows, int64_t cols,

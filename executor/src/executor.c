@@ -118,8 +118,8 @@ static int alloc_state(cz_executor *ex, cz_error *err)
     if (!ex->ev_grads || !ex->ev_params)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for compute events");
     if (!ex->param_ptr || !ex->grad_ptr || !ex->bound || !ex->adam_m || !ex->adam_v ||
-        !ex->shampoo_state || !ex->soap_state || !ex->owned || !ex->owned_elem ||
-        !ex->piece_lo || !ex->piece_len || !ex->stats || !ex->stats_host)
+        !ex->shampoo_state || !ex->soap_state || !ex->owned || !ex->owned_elem || !ex->piece_lo ||
+        !ex->piece_len || !ex->stats || !ex->stats_host)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     int64_t maxrange = 1;
     for (size_t b = 0; b < plan->nbuckets; b++) {

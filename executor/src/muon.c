@@ -92,7 +92,9 @@ int cz_muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, 
     int cap = 0;
     *mp = (cz_muon_prep){0};
     for (int i = 0; i < n; i++)
-        cap += blocks && blocks[i] >= 0 ? 1 : params[i]->def.nblocks > 0 ? params[i]->def.nblocks : 1;
+        cap += blocks && blocks[i] >= 0     ? 1
+               : params[i]->def.nblocks > 0 ? params[i]->def.nblocks
+                                            : 1;
     mp->blks = cz_exec_calloc(cap > 0 ? (size_t)cap : 1, sizeof *mp->blks);
     if (!mp->blks)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for %d Muon blocks", cap);
@@ -217,8 +219,7 @@ int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, cons
     /* The scale is the whole region's: every member applies the same. */
     float scale = cz_muon_scale(h, b->rows, b->cols);
     for (int i = 0; i < b->count; i++)
-        ops->block_store(c, out[i], b->pcols, x + i * sz, b->prows, b->pcols, b->transposed,
-                         scale);
+        ops->block_store(c, out[i], b->pcols, x + i * sz, b->prows, b->pcols, b->transposed, scale);
     return CZ_OK;
 }
 

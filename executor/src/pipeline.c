@@ -130,8 +130,13 @@ int cz_exec_task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_ex
     bool tall = reg.rows > reg.cols;
     for (int j = 0; j < k && j < max; j++) {
         cz_exec_part *o = &out[j];
-        *o = (cz_exec_part){.param = g->task_param[t], .block = b, .width = k, .member = j,
-                            .slot = g->task_slot[t] + j, .region = reg, .part = reg};
+        *o = (cz_exec_part){.param = g->task_param[t],
+                            .block = b,
+                            .width = k,
+                            .member = j,
+                            .slot = g->task_slot[t] + j,
+                            .region = reg,
+                            .part = reg};
         if (k > 1) {
             int64_t s, n;
             cz_coop_slice(tall ? reg.rows : reg.cols, k, j, &s, &n);
@@ -303,8 +308,11 @@ static int layout_coop(cz_executor *ex, pgroup *pg, cz_error *err)
         if (x->width < 2)
             continue;
         bool tall = x->region.rows > x->region.cols;
-        cz_muon_coop sh = {.rows = x->region.rows, .cols = x->region.cols, .prows = x->part.rows,
-                           .pcols = x->part.cols, .transposed = tall};
+        cz_muon_coop sh = {.rows = x->region.rows,
+                           .cols = x->region.cols,
+                           .prows = x->part.rows,
+                           .pcols = x->part.cols,
+                           .transposed = tall};
         sh.a = tall ? x->region.cols : x->region.rows;
         sh.n = tall ? x->part.rows : x->part.cols;
         int first = x->slot - x->member, b = 0;
@@ -373,8 +381,8 @@ static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
             const cz_plan_param *p = &plan->params[x->param];
             if (replicated(p) || (!ex->sc && x->slot != s))
                 continue;
-            rc = cz_region_runs(p, tp, me, &x->part, pos, cz_exec_param_offset(ex, p->id), 1, 1,
-                                &l, err);
+            rc = cz_region_runs(p, tp, me, &x->part, pos, cz_exec_param_offset(ex, p->id), 1, 1, &l,
+                                err);
             pos += gcount(ex, x, me);
         }
     if (!rc)
@@ -417,8 +425,8 @@ static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
     for (int k = 0; k < pg->nhosted && !rc; k++) {
         const hpart *h = &pg->hosted[k];
         if (replicated(h->p)) /* the message of a replicated part is the part itself */
-            rc = cz_region_runs(h->p, tp, me, &h->x.part, h->off, cz_exec_param_offset(ex, h->p->id),
-                                1, 1, &l, err);
+            rc = cz_region_runs(h->p, tp, me, &h->x.part, h->off,
+                                cz_exec_param_offset(ex, h->p->id), 1, 1, &l, err);
     }
     if (!rc)
         rc = make_runs(ex, &l, &pg->unpack_local, err);
@@ -489,8 +497,7 @@ static int open_width_planes(cz_executor *ex, cz_error *err)
                 continue;
             if (pp->nwidths == (int)(sizeof pp->widths / sizeof pp->widths[0]))
                 return cz_error_set(err, CZ_EUNSUPPORTED,
-                                    "the plan uses more than %d cooperative widths",
-                                    pp->nwidths);
+                                    "the plan uses more than %d cooperative widths", pp->nwidths);
             int rc = ex->tp_comm.ops->split(&ex->tp_comm, ex->tp_rank / k, ex->tp_rank % k,
                                             &pp->wplanes[pp->nwidths], err);
             if (rc)
@@ -498,8 +505,7 @@ static int open_width_planes(cz_executor *ex, cz_error *err)
             pp->wplanes[pp->nwidths].compute = &ex->compute;
             pp->widths[pp->nwidths++] = k;
             if (pp->wplanes[i].size != k)
-                return cz_error_set(err, CZ_EINTERNAL,
-                                    "the sub-plane of width %d has %d ranks", k,
+                return cz_error_set(err, CZ_EINTERNAL, "the sub-plane of width %d has %d ranks", k,
                                     pp->wplanes[i].size);
         }
     return CZ_OK;
@@ -631,11 +637,20 @@ void cz_exec_pipeline_free(cz_executor *ex)
         cz_muon_prep_free(&pg->muon);
     }
     cz_exec_free(pp->groups);
-    float *bufs[] = {pp->gather_send[0],  pp->gather_send[1],  pp->gather_recv[0],
-                     pp->gather_recv[1],  pp->scatter_send[0], pp->scatter_send[1],
-                     pp->scatter_recv[0], pp->scatter_recv[1], pp->full_g,
-                     pp->full_u,          pp->batch,           pp->work,
-                     pp->gram,            pp->sh_work};
+    float *bufs[] = {pp->gather_send[0],
+                     pp->gather_send[1],
+                     pp->gather_recv[0],
+                     pp->gather_recv[1],
+                     pp->scatter_send[0],
+                     pp->scatter_send[1],
+                     pp->scatter_recv[0],
+                     pp->scatter_recv[1],
+                     pp->full_g,
+                     pp->full_u,
+                     pp->batch,
+                     pp->work,
+                     pp->gram,
+                     pp->sh_work};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         if (bufs[k])
             c->ops->release(c, bufs[k]);

@@ -297,8 +297,8 @@ static int add_region_run(void *arg, int64_t fr, int64_t fc, int64_t shard_idx, 
                           cz_error *err)
 {
     region_ctx *c = arg;
-    int64_t o = c->other + (c->other_is_shard ? shard_idx
-                                              : (fr - c->b->r0) * c->b->cols + (fc - c->b->c0));
+    int64_t o =
+        c->other + (c->other_is_shard ? shard_idx : (fr - c->b->r0) * c->b->cols + (fc - c->b->c0));
     int rc = c->to_msg ? cz_run_list_add(c->l, c->msg, o, len, err)
                        : cz_run_list_add(c->l, o, c->msg, len, err);
     c->msg += len;
@@ -306,8 +306,7 @@ static int add_region_run(void *arg, int64_t fr, int64_t fc, int64_t shard_idx, 
 }
 
 int cz_region_runs(const cz_plan_param *p, int tp, int r, const cz_block *b, int64_t msg_off,
-                   int64_t other_off, int other_is_shard, int to_msg, cz_run_list *l,
-                   cz_error *err)
+                   int64_t other_off, int other_is_shard, int to_msg, cz_run_list *l, cz_error *err)
 {
     region_ctx c = {b, l, msg_off, other_off, other_is_shard, to_msg};
     return region_walk(p, tp, r, b, add_region_run, &c, err);

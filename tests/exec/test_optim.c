@@ -155,8 +155,11 @@ static void coop_case(int64_t rows, int64_t cols, int k)
     int64_t n = rows * cols;
     for (int64_t i = 0; i < n; i++)
         g[i] = fx_val((uint64_t)(i + 5));
-    cz_plan_param p = {.def.name = "m", .def.ndim = 2, .def.shape = {rows, cols},
-                       .def.tp_dim = -1, .def.block_dim = -1};
+    cz_plan_param p = {.def.name = "m",
+                       .def.ndim = 2,
+                       .def.shape = {rows, cols},
+                       .def.tp_dim = -1,
+                       .def.block_dim = -1};
     cz_muon_hparams h = hp("jordan", 5);
     const cz_plan_param *ps[1] = {&p};
     const float *in[1] = {g};

@@ -172,8 +172,8 @@ START_TEST(region_runs_cover_region)
         cz_plan_param p;
         int tp;
     } cases[] = {
-        {mkp(8, 4, 0, 2, 0, NULL, 0), 2}, {mkp(4, 8, 1, 4, 0, NULL, 0), 4},
-        {mkp(8, 6, 0, 2, 3, bs3, 0), 2},  {mkp(6, 8, 1, 2, 3, bs3, 1), 2},
+        {mkp(8, 4, 0, 2, 0, NULL, 0), 2},  {mkp(4, 8, 1, 4, 0, NULL, 0), 4},
+        {mkp(8, 6, 0, 2, 3, bs3, 0), 2},   {mkp(6, 8, 1, 2, 3, bs3, 1), 2},
         {mkp(8, 4, -1, 2, 0, NULL, 0), 2}, {mkp(8, 6, 0, 2, 3, bs3, 0), 1},
     };
     /* Regions: whole, a row band cutting shards, a column band, an interior rectangle. */

@@ -425,16 +425,16 @@ static void cuda_ns_gram(cz_compute *c, const float *x, int batch, int64_t rows,
         return;
     if (cols == 0) { /* a member with an empty slice adds nothing to the sum */
         note(c,
-             CZ_CU(&e, cudaMemsetAsync(a, 0, (size_t)(batch * rows * rows) * sizeof(float),
-                                       h->stream)),
+             CZ_CU(&e,
+                   cudaMemsetAsync(a, 0, (size_t)(batch * rows * rows) * sizeof(float), h->stream)),
              &e);
         return;
     }
     note(c,
-         CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows,
-                                               (int)rows, (int)cols, &one, x, (int)cols,
-                                               rows * cols, x, (int)cols, rows * cols, &zero, a,
-                                               (int)rows, rows * rows, batch)),
+         CZ_BLAS(&e,
+                 cublasSgemmStridedBatched(h->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)rows,
+                                           (int)cols, &one, x, (int)cols, rows * cols, x, (int)cols,
+                                           rows * cols, &zero, a, (int)rows, rows * rows, batch)),
          &e);
 }
 
@@ -450,10 +450,10 @@ static void cuda_ns_poly(cz_compute *c, float *x, const float *a, int batch, int
     float *B = work, *Y = work + rows * rows;
     if (rows <= 0 || batch <= 0)
         return;
-    cz_cuda_note_launch(c,
-                        cz_k_axpby_batched(h->stream, B, ws, a, rows * rows, rows * rows, batch,
-                                           (float)k->b, 0.0f),
-                        "axpby_batched");
+    cz_cuda_note_launch(
+        c,
+        cz_k_axpby_batched(h->stream, B, ws, a, rows * rows, rows * rows, batch, (float)k->b, 0.0f),
+        "axpby_batched");
     if (kc != 0.0f)
         note(c,
              CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)rows,
@@ -463,9 +463,9 @@ static void cuda_ns_poly(cz_compute *c, float *x, const float *a, int batch, int
              &e);
     if (cols == 0)
         return;
-    cz_cuda_note_launch(
-        c, cz_k_axpby_batched(h->stream, Y, ws, x, xs, xs, batch, (float)k->a, 0.0f),
-        "axpby_batched");
+    cz_cuda_note_launch(c,
+                        cz_k_axpby_batched(h->stream, Y, ws, x, xs, xs, batch, (float)k->a, 0.0f),
+                        "axpby_batched");
     note(c,
          CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
                                                (int)rows, (int)rows, &one, x, (int)cols, xs, B,
