@@ -6,6 +6,7 @@
  * allocated, with a message naming the task. The cooperative parts of a task are its region
  * sliced along the long side. */
 #include "exec_internal.h"
+#include "ns_workload.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -177,6 +178,43 @@ START_TEST(block_task_under_soap)
 }
 END_TEST
 
+/* canzona-bench ns's per-GPU Newton-Schulz work counts a block task as its one block: over the
+ * four GPUs, a --split-blocks plan has exactly the blocks of a whole-matrix plan, with the same
+ * FLOPs; cooperative tasks (not ns_batched work) are left out. */
+static void workload_totals(int *blocks, double *flops)
+{
+    *blocks = 0, *flops = 0.0;
+    for (int t = 0; t < plan->tp; t++) {
+        cz_ns_workload w;
+        cz_error err;
+        ck_assert_msg(cz_ns_workload_make(&w, plan, 0, t, 5, 2.0, &err) == 0, "%s", err.message);
+        *blocks += w.nblocks;
+        *flops += w.flops;
+        cz_ns_workload_free(&w);
+    }
+}
+
+START_TEST(ns_workload_of_block_tasks)
+{
+    int wb, sb, cb;
+    double wf, sf, cf;
+    build(0, 0, CZ_OPTIM_MUON);
+    workload_totals(&wb, &wf);
+    teardown();
+    build(1, 0, CZ_OPTIM_MUON);
+    workload_totals(&sb, &sf);
+    teardown();
+    build(1, 2, CZ_OPTIM_MUON);
+    workload_totals(&cb, &cf);
+    teardown();
+    /* test-small: 2 layers x (qkv 3 + proj 1 + fc1 2 + fc2 1) + extra 1. */
+    ck_assert_int_eq(wb, 15);
+    ck_assert_int_eq(sb, 15);
+    ck_assert_double_eq_tol(sf, wf, 1e-6 * wf);
+    ck_assert_int_lt(cb, 15);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("exec_plan_tasks");
@@ -188,6 +226,7 @@ int main(void)
     tcase_add_test(tc, coop_whole_blocked_matrix);
     tcase_add_test(tc, block_twice);
     tcase_add_test(tc, block_task_under_soap);
+    tcase_add_test(tc, ns_workload_of_block_tasks);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
