@@ -741,6 +741,85 @@ START_TEST(test_plan_slot_order)
 }
 END_TEST
 
+/* Cooperative and block tasks make a version 2 file: objects in the slot lists, a cooperative
+ * task in each of its slots. The reader rebuilds one execution order that every slot's list
+ * follows (here the hosted task 3 that slot 1 lists first comes before the cooperative task),
+ * and refuses slot lists that order shared cooperative tasks differently or objects in a
+ * version 1 file. */
+START_TEST(test_plan_split_tasks)
+{
+    char a[512], b[512];
+    cz_error err;
+    cz_plan *p = make_plan(), *q = NULL;
+    p->settings.optimizer = CZ_OPTIM_MUON;
+    cz_plan_group *g = &p->schedules[0].groups[1];
+    free(g->task_param);
+    free(g->task_slot);
+    g->ntasks = 3;
+    g->task_param = malloc(3 * sizeof(int));
+    g->task_slot = malloc(3 * sizeof(int));
+    g->task_block = malloc(3 * sizeof(int));
+    g->task_width = malloc(3 * sizeof(int));
+    g->task_cost = malloc(3 * sizeof(double));
+    memcpy(g->task_param, (int[]){3, 4, 1}, 3 * sizeof(int));
+    memcpy(g->task_slot, (int[]){1, 0, 0}, 3 * sizeof(int));
+    memcpy(g->task_block, (int[]){-1, -1, -1}, 3 * sizeof(int));
+    memcpy(g->task_width, (int[]){1, 2, 1}, 3 * sizeof(int));
+    memcpy(g->task_cost, (double[]){0, 2.5, 0}, 3 * sizeof(double));
+    snprintf(a, sizeof a, "%s/plan_split.json", tmpdir);
+    snprintf(b, sizeof b, "%s/plan_split_bad.json", tmpdir);
+    ck_assert_msg(cz_plan_write(p, a, &err) == CZ_OK, "%s", err.message);
+    json_error_t jerr;
+    json_t *root = json_load_file(a, JSON_PRESERVE_ORDER, &jerr);
+    ck_assert_ptr_nonnull(root);
+    ck_assert_str_eq(json_string_value(json_object_get(root, "schema")), CZ_PLAN_SCHEMA_SPLIT);
+    json_t *want = json_loads("[[{\"param\": 4, \"width\": 2, \"cost\": 2.5}, 1], "
+                              "[3, {\"param\": 4, \"width\": 2, \"cost\": 2.5}]]",
+                              0, &jerr);
+    json_t *slots = json_object_get(
+        json_array_get(
+            json_object_get(json_array_get(json_object_get(root, "tp_schedule"), 0), "groups"), 1),
+        "slots");
+    ck_assert(json_equal(slots, want));
+    json_decref(want);
+    ck_assert_msg(cz_plan_read(&q, a, &err) == CZ_OK, "%s", err.message);
+    const cz_plan_group *h = &q->schedules[0].groups[1];
+    ck_assert_int_eq(h->ntasks, 3);
+    /* Slot 0's list starts with the cooperative task, which waits until slot 1 reaches it:
+     * slot 1's hosted 3 comes first, then the cooperative task, then slot 0's 1. */
+    ck_assert_int_eq(h->task_param[0], 3);
+    ck_assert_int_eq(h->task_slot[0], 1);
+    ck_assert_int_eq(h->task_param[1], 4);
+    ck_assert_int_eq(h->task_slot[1], 0);
+    ck_assert_int_eq(h->task_width[1], 2);
+    ck_assert(h->task_cost[1] == 2.5);
+    ck_assert_int_eq(h->task_param[2], 1);
+    ck_assert_int_eq(h->task_width[2], 1);
+    ck_assert_int_eq(h->task_block[2], -1);
+    cz_plan_free(q);
+    q = NULL;
+
+    /* Two cooperative tasks listed in opposite orders by their two slots: no order works. */
+    json_t *s0 = json_array_get(slots, 0), *s1 = json_array_get(slots, 1);
+    json_array_set_new(s0, 1, json_pack("{s:i, s:i, s:f}", "param", 2, "width", 2, "cost", 1.0));
+    json_array_set_new(s1, 0, json_pack("{s:i, s:i, s:f}", "param", 2, "width", 2, "cost", 1.0));
+    ck_assert_int_eq(json_dump_file(root, b, JSON_PRESERVE_ORDER), 0);
+    ck_assert_int_eq(cz_plan_read(&q, b, &err), CZ_EINVALID);
+    ck_assert_ptr_null(q);
+    assert_contains(err.message, "in one order");
+
+    /* The same objects under version 1. */
+    json_array_set_new(s1, 0, json_integer(3));
+    json_array_set_new(s0, 1, json_integer(1));
+    json_object_set_new(root, "schema", json_string(CZ_PLAN_SCHEMA));
+    ck_assert_int_eq(json_dump_file(root, b, JSON_PRESERVE_ORDER), 0);
+    ck_assert_int_eq(cz_plan_read(&q, b, &err), CZ_EINVALID);
+    assert_contains(err.message, "needs schema");
+    json_decref(root);
+    cz_plan_free(p);
+}
+END_TEST
+
 static int count_tmp_leftovers(void)
 {
     DIR *d = opendir(tmpdir);
@@ -993,6 +1072,7 @@ int main(void)
     tcase_add_test(tp, test_plan_round_trip);
     tcase_add_test(tp, test_plan_layout_round_trip);
     tcase_add_test(tp, test_plan_slot_order);
+    tcase_add_test(tp, test_plan_split_tasks);
     tcase_add_test(tp, test_plan_write_failure_keeps_old_file);
     tcase_add_loop_test(tp, test_plan_read_bad, 0, (int)(sizeof plan_cases / sizeof plan_cases[0]));
     tcase_add_test(tp, test_plan_sc_one_slot);
