@@ -45,6 +45,9 @@
 
 #include <string.h>
 
+/* Distinct cooperative widths of one schedule (widths divide TP: 32 is far more than any). */
+#define CZ_MAX_COOP_WIDTHS 32
+
 /* A part this rank holds: where it lives in full_g / full_u, and its momentum. */
 typedef struct hpart {
     cz_exec_part x;
@@ -58,8 +61,7 @@ typedef struct coop_batch {
     cz_muon_coop shape;
     cz_plane *plane;
     int width, first_slot;
-    int *idx; /* indices into hosted[] */
-    const float **in;
+    const float **in; /* the member's slices (full_g) and their updates (full_u) */
     float **out;
 } coop_batch;
 
@@ -110,8 +112,8 @@ struct cz_pipeline {
     cz_event *coop_ready; /* recorded before each cooperative all-reduce */
     /* The sub-planes of the cooperative widths (split from the TP plane at create). */
     int nwidths;
-    int widths[32];
-    cz_plane wplanes[32];
+    int widths[CZ_MAX_COOP_WIDTHS];
+    cz_plane wplanes[CZ_MAX_COOP_WIDTHS];
 };
 
 static bool replicated(const cz_plan_param *p)
@@ -328,17 +330,15 @@ static int layout_coop(cz_executor *ex, pgroup *pg, cz_error *err)
             cb->width = x->width;
             cb->first_slot = first;
             cb->plane = width_plane(pp, x->width);
-            cb->idx = cz_exec_calloc(nh, sizeof *cb->idx);
             cb->in = cz_exec_calloc(nh, sizeof *cb->in);
             cb->out = cz_exec_calloc(nh, sizeof *cb->out);
-            if (!cb->idx || !cb->in || !cb->out)
+            if (!cb->in || !cb->out)
                 return cz_error_set(err, CZ_ENOMEM, "out of memory for cooperative batches");
             if (!cb->plane)
                 return cz_error_set(err, CZ_EINTERNAL, "no sub-plane of width %d", x->width);
         }
         cb->in[cb->shape.count] = pp->full_g + pg->hosted[i].off;
-        cb->out[cb->shape.count] = pp->full_u + pg->hosted[i].off;
-        cb->idx[cb->shape.count++] = i;
+        cb->out[cb->shape.count++] = pp->full_u + pg->hosted[i].off;
     }
     for (int b = 0; b < pg->ncoop; b++) {
         int64_t xn, gn, wn;
@@ -495,7 +495,7 @@ static int open_width_planes(cz_executor *ex, cz_error *err)
                 i++;
             if (i < pp->nwidths)
                 continue;
-            if (pp->nwidths == (int)(sizeof pp->widths / sizeof pp->widths[0]))
+            if (pp->nwidths == CZ_MAX_COOP_WIDTHS)
                 return cz_error_set(err, CZ_EUNSUPPORTED,
                                     "the plan uses more than %d cooperative widths", pp->nwidths);
             int rc = ex->tp_comm.ops->split(&ex->tp_comm, ex->tp_rank / k, ex->tp_rank % k,
@@ -627,7 +627,6 @@ void cz_exec_pipeline_free(cz_executor *ex)
             if (runs[k])
                 c->ops->runs_free(c, runs[k]);
         for (int b = 0; pg->coop && b < pg->ncoop; b++) {
-            cz_exec_free(pg->coop[b].idx);
             cz_exec_free(pg->coop[b].in);
             cz_exec_free(pg->coop[b].out);
         }
