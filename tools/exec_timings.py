@@ -193,7 +193,7 @@ def body(m):
     lines += ["", fill(
         "The ideal ratio for TP 2 is 2×: under `sc` both TP ranks of a DP rank gather and "
         "update every matrix of that DP rank; under `rollback` each updates about half of them "
-        "(the matrix pipeline column is where the two differ)."), "",
+        "(the matrix pipeline column carries most of the difference)."), "",
         "Command (from the repository root, after the build; it writes these figures):", "",
         "```", generator_command(runs, steps), "```", "",
         fill(f"It runs `{SCRIPT}` once per model, which prints the same medians and ratios:"),
