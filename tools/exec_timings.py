@@ -165,10 +165,9 @@ def body(m):
         f"one `{OURS}` run), so the ratio of a round compares two runs taken under the same "
         "load."), ""]
     busy = max(load) > cpus / 2
-    noise = (f"Load average {load[0]:.1f} at the start, "
-             + ", ".join(f"{x:.1f}" for x in load[1:])
-             + f" after each model, on {cpus} CPUs, where this benchmark alone runs 4 "
-             "processes. ")
+    after = [f"{x:.1f} after {model}" for x, (model, _) in zip(load[1:], CASES)]
+    noise = (f"One-minute load average {load[0]:.1f} at the start, " + ", ".join(after)
+             + f", on {cpus} CPUs, where this benchmark alone runs 4 processes. ")
     noise += ("Other jobs shared the machine during this series: the absolute times are "
               "inflated and spread from run to run, and the ratio of a round moves with which "
               "rank the scheduler deschedules (rollback waits on its TP peer). Read the "
