@@ -54,6 +54,7 @@ typedef struct tp_task {
     int param, block, width, slot;
     double cost; /* on each slot it occupies */
     int tix;     /* index in the plan's task table, -1 without one */
+    int group;   /* the group rollback put it in (schedule_rollback's scoring pass) */
 } tp_task;
 
 /* Decreasing per-slot cost; ties by parameter id, then block: the order of cz_costed_sort for
@@ -201,7 +202,7 @@ static int schedule_slot(group_sink *gs, tp_task *tasks, int n, double C, double
 static int schedule_rollback(group_sink *gs, int nslots, tp_task *tasks, int n, double C,
                              double *load, double *makespan_out, cz_error *err)
 {
-    int rc = CZ_OK, start = 0;
+    int rc = CZ_OK, start = 0, group = 0;
     double sum = 0.0, makespan = 0.0, total = 0.0;
     for (int k = 1; k < n; k++)
         CZ_ASSERT(tasks[k - 1].cost >= tasks[k].cost, err);
@@ -223,6 +224,7 @@ static int schedule_rollback(group_sink *gs, int nslots, tp_task *tasks, int n, 
                 rc = group_emit(gs, tasks + start, k - start, err);
             total += makespan;
             start = k;
+            group++;
             for (int t = 0; t < nslots; t++)
                 load[t] = 0.0;
             sum = makespan = 0.0;
@@ -230,6 +232,7 @@ static int schedule_rollback(group_sink *gs, int nslots, tp_task *tasks, int n, 
             grown = span = tasks[k].cost;
         }
         tasks[k].slot = s;
+        tasks[k].group = group;
         for (int x = s; x < s + w; x++)
             load[x] += tasks[k].cost;
         sum += add;
@@ -274,45 +277,34 @@ static double rollback_auto_capacity(tp_task *tasks, int n, int nslots, double t
     return cap[0];
 }
 
-/* Sets every task's width (and per-slot cost) for the target fraction f of the rank's mean slot
- * load (the file comment); f <= 0: every task hosted. */
-static void widths_choose(tp_task *t, int n, const cz_task_table *tt, int nslots, double f)
+/* Sets every task's width (and per-slot cost) for the per-slot target tau: each task takes the
+ * smallest width whose per-slot cost is within tau (the least slot time that meets it, since k
+ * times the cooperative cost grows with k), or its cheapest width when none is; tau = INFINITY:
+ * every task hosted. */
+static void widths_choose(tp_task *t, int n, const cz_task_table *tt, double tau)
 {
     int nw = tt->nwidths;
     for (int k = 0; k < n; k++) {
-        t[k].width = 1;
-        t[k].cost = tt->cost[(size_t)t[k].tix * nw];
-    }
-    if (!(f > 0.0))
-        return;
-    for (int pass = 0; pass < 8; pass++) {
-        double total, largest;
-        tasks_totals(t, n, &total, &largest);
-        double target = f * total / nslots;
-        bool changed = false;
-        for (int k = 0; k < n; k++) {
-            if (!(t[k].cost > target * CZ_CAP_SLACK))
-                continue;
-            const double *cw = &tt->cost[(size_t)t[k].tix * nw];
-            int pick = -1;
-            for (int w = 0; w < nw && pick < 0; w++)
-                if (cw[w] <= target)
+        const double *cw = &tt->cost[(size_t)t[k].tix * nw];
+        int pick = -1;
+        for (int w = 0; w < nw && pick < 0; w++)
+            if (cw[w] <= tau * CZ_CAP_SLACK)
+                pick = w;
+        if (pick < 0) {
+            pick = 0;
+            for (int w = 1; w < nw; w++)
+                if (cw[w] < cw[pick])
                     pick = w;
-            if (pick < 0) {
-                pick = 0;
-                for (int w = 1; w < nw; w++)
-                    if (cw[w] < cw[pick])
-                        pick = w;
-            }
-            if (cw[pick] < t[k].cost && tt->widths[pick] != t[k].width) {
-                t[k].width = tt->widths[pick];
-                t[k].cost = cw[pick];
-                changed = true;
-            }
         }
-        if (!changed)
-            break;
+        t[k].width = tt->widths[pick];
+        t[k].cost = cw[pick];
     }
+}
+
+static int double_desc(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
 }
 
 /* Every task at the forced width where it can take it, else hosted. */
@@ -330,27 +322,163 @@ static void widths_force(tp_task *t, int n, const cz_task_table *tt, int width)
     }
 }
 
-/* The widths of a rank's tasks under --coop auto: the candidate with the shortest rollback
- * makespan (capacity C when given, else the automatic one). */
+/* The rollback makespan of the tasks at their current widths (capacity C when given, else the
+ * automatic one); sorts the tasks and leaves each one's slot and group as scheduled. */
+static double widths_span(tp_task *t, int n, int nslots, double C, double *load)
+{
+    double span, total, largest;
+    tasks_totals(t, n, &total, &largest);
+    tasks_sort(t, n);
+    if (C > 0.0)
+        schedule_rollback(NULL, nslots, t, n, C, load, &span, NULL);
+    else
+        rollback_auto_capacity(t, n, nslots, total, largest, load, &span);
+    return span;
+}
+
+/* Whether task k occupies the busiest slot of its group: only such a task can shorten the
+ * makespan (a sum over groups of their busiest slots) by changing its width. gmax holds each
+ * group's busiest load, recomputed by the caller from the scheduled tasks. */
+static bool on_busiest_slot(const tp_task *t, int k, const double *gload, int nslots,
+                            const double *gmax)
+{
+    const double *gl = &gload[(size_t)t[k].group * nslots];
+    for (int x = t[k].slot; x < t[k].slot + t[k].width; x++)
+        if (gl[x] >= gmax[t[k].group] / CZ_CAP_SLACK)
+            return true;
+    return false;
+}
+
+/* Stage 2 of widths_auto (below) from the widths the tasks hold: returns the makespan reached.
+ * Scratch: gload (n * nslots), gmax (n), cand (n). */
+static double widths_descend(tp_task *t, int n, const cz_task_table *tt, int nslots, double C,
+                             double *load, double *gload, double *gmax, int *cand)
+{
+    int nw = tt->nwidths;
+    double best = widths_span(t, n, nslots, C, load);
+    for (int round = 0; round < 4 * n; round++) {
+        /* The scheduled loads per group, from the slots and groups widths_span left. */
+        int ng = 0;
+        for (int k = 0; k < n; k++)
+            if (t[k].group + 1 > ng)
+                ng = t[k].group + 1;
+        memset(gload, 0, (size_t)ng * (size_t)nslots * sizeof *gload);
+        for (int g = 0; g < ng; g++)
+            gmax[g] = 0.0;
+        for (int k = 0; k < n; k++)
+            for (int x = t[k].slot; x < t[k].slot + t[k].width; x++) {
+                double *v = &gload[(size_t)t[k].group * nslots + x];
+                *v += t[k].cost;
+                if (*v > gmax[t[k].group])
+                    gmax[t[k].group] = *v;
+            }
+        int bw = -1, btix = -1, ncand = 0;
+        double bspan = best * (1.0 - 1e-9);
+        /* Candidates are named by their table index: scoring reorders the tasks. */
+        for (int k = 0; k < n; k++)
+            if (on_busiest_slot(t, k, gload, nslots, gmax))
+                cand[ncand++] = t[k].tix;
+        for (int c = 0; c < ncand; c++) {
+            int tix = cand[c];
+            const double *cw = &tt->cost[(size_t)tix * nw];
+            for (int w = 0; w < nw; w++) {
+                int k = 0;
+                while (k < n && t[k].tix != tix)
+                    k++;
+                int w0 = t[k].width;
+                double c0 = t[k].cost;
+                if (tt->widths[w] == w0 || !isfinite(cw[w]))
+                    continue;
+                t[k].width = tt->widths[w];
+                t[k].cost = cw[w];
+                double span = widths_span(t, n, nslots, C, load);
+                if (span < bspan)
+                    bspan = span, bw = w, btix = tix;
+                /* Put it back; scoring reordered the tasks, so find it again. */
+                for (k = 0; k < n && t[k].tix != tix; k++)
+                    ;
+                t[k].width = w0;
+                t[k].cost = c0;
+            }
+        }
+        if (btix < 0)
+            break;
+        for (int k = 0; k < n; k++)
+            if (t[k].tix == btix) {
+                t[k].width = tt->widths[bw];
+                t[k].cost = tt->cost[(size_t)btix * nw + bw];
+            }
+        best = widths_span(t, n, nslots, C, load);
+    }
+    return best;
+}
+
+/* The widths of a rank's tasks under --coop auto. Two stages:
+ *  1. per-slot targets: tau = INFINITY (all hosted) and every distinct per-slot cost a task of
+ *     the rank has under some width, from the largest down; widths_choose meets each target at
+ *     the least slot time, the rollback makespan scores it, and the shortest is kept (ties: the
+ *     larger target, so the fewer splits). A target is the makespan one is willing to pay per
+ *     task, so this finds the uniform trade (split every task above tau, as little as it takes)
+ *     that a one-task-at-a-time search cannot: with four 8 ms tasks on eight slots, splitting
+ *     one lowers nothing, splitting all four over two slots each does;
+ *  2. descents (ranks of at most CZ_AUTO_DESCENT_TASKS tasks), from all hosted and from stage
+ *     1's widths: every task on a busiest slot of its group tries every other width it can
+ *     take, and the single change that shortens the makespan most is applied, until none
+ *     shortens it by more than a relative 1e-9 (at most 4 n rounds). This catches a makespan
+ *     set by one task too many on a slot (nine tasks for eight slots, or two large tasks and a
+ *     small one on two slots), where splitting only the smaller task pays off. The shorter of
+ *     the two descents is kept (ties: the one from all hosted).
+ * A split whose all-reduces cost more than it saves lengthens the makespan and is never kept.
+ * Scratch: allocated here; without memory the result of stage 1 stands. */
+#define CZ_AUTO_DESCENT_TASKS 64
 static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, double C,
                         double *load)
 {
-    static const double fractions[] = {0.0, 1.0, 0.5, 0.25};
-    double best = INFINITY;
-    int pick = 0;
-    for (int i = 0; i < (int)(sizeof fractions / sizeof *fractions); i++) {
-        double span, total, largest;
-        widths_choose(t, n, tt, nslots, fractions[i]);
-        tasks_totals(t, n, &total, &largest);
-        tasks_sort(t, n);
-        if (C > 0.0)
-            schedule_rollback(NULL, nslots, t, n, C, load, &span, NULL);
-        else
-            rollback_auto_capacity(t, n, nslots, total, largest, load, &span);
+    int nw = tt->nwidths, ntau = 0;
+    double *gload = NULL, *gmax = NULL, *tau = malloc(((size_t)n * nw + 1) * sizeof *tau);
+    int *cand = NULL;
+    tp_task *hosted = NULL;
+    double best_tau = INFINITY;
+    widths_choose(t, n, tt, INFINITY);
+    double best = widths_span(t, n, nslots, C, load);
+    if (!tau || nw < 2 || n == 0)
+        goto out;
+    for (int k = 0; k < n; k++)
+        for (int w = 0; w < nw; w++) {
+            double v = tt->cost[(size_t)t[k].tix * nw + w];
+            if (isfinite(v))
+                tau[ntau++] = v;
+        }
+    qsort(tau, (size_t)ntau, sizeof *tau, double_desc);
+    for (int i = 0; i < ntau; i++) {
+        if (i > 0 && tau[i] >= tau[i - 1] / CZ_CAP_SLACK)
+            continue; /* the same target as the one before */
+        widths_choose(t, n, tt, tau[i]);
+        double span = widths_span(t, n, nslots, C, load);
         if (span < best * (1.0 - 1e-12))
-            best = span, pick = i;
+            best = span, best_tau = tau[i];
     }
-    widths_choose(t, n, tt, nslots, fractions[pick]);
+    widths_choose(t, n, tt, best_tau);
+    if (n > CZ_AUTO_DESCENT_TASKS)
+        goto out;
+    gload = malloc((size_t)n * (size_t)nslots * sizeof *gload);
+    gmax = malloc((size_t)n * sizeof *gmax);
+    cand = malloc((size_t)n * sizeof *cand);
+    hosted = malloc((size_t)n * sizeof *hosted);
+    if (!gload || !gmax || !cand || !hosted)
+        goto out;
+    double from_tau = widths_descend(t, n, tt, nslots, C, load, gload, gmax, cand);
+    memcpy(hosted, t, (size_t)n * sizeof *t);
+    widths_choose(hosted, n, tt, INFINITY);
+    double from_hosted = widths_descend(hosted, n, tt, nslots, C, load, gload, gmax, cand);
+    if (from_hosted <= from_tau)
+        memcpy(t, hosted, (size_t)n * sizeof *t);
+out:
+    free(tau);
+    free(gload);
+    free(gmax);
+    free(cand);
+    free(hosted);
 }
 
 /* Does the parameter's local shard intersect DP rank r's range of its bucket? */
@@ -377,11 +505,11 @@ static tp_task *tasks_expand(const cz_task_table *tt, const cz_costed *params, i
     for (int k = 0; k < n; k++) {
         int id = params[k].id;
         if (!tt) {
-            t[m++] = (tp_task){id, -1, 1, 0, params[k].cost, -1};
+            t[m++] = (tp_task){id, -1, 1, 0, params[k].cost, -1, 0};
             continue;
         }
         for (int x = tt->first[id]; x < tt->first[id + 1]; x++)
-            t[m++] = (tp_task){id, tt->block[x], 1, 0, tt->cost[(size_t)x * tt->nwidths], x};
+            t[m++] = (tp_task){id, tt->block[x], 1, 0, tt->cost[(size_t)x * tt->nwidths], x, 0};
     }
     *count = m;
     return t;
