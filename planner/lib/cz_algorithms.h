@@ -101,8 +101,8 @@ void cz_task_table_free(cz_task_table *tt);
  * cost of a width-k task, each task at its least under T), plus the elementwise work, fits in
  * GPUs x T. tt NULL or empty: every matrix one hosted task at its recorded cost. */
 double cz_task_lower_bound(const cz_plan *plan, const cz_task_table *tt);
-/* Fills plan->tasks.dp_weight: each parameter's slot time at the split lower bound. */
-int cz_task_weigh(cz_plan *plan, cz_error *err);
+/* Fills plan->tasks.dp_weight: each parameter's slot time at factor x the split lower bound. */
+int cz_task_weigh(cz_plan *plan, double factor, cz_error *err);
 /* Lays out the gradient buckets (Megatron order, alignment, size, DP padding). */
 int cz_buckets_layout(cz_plan *plan, cz_error *err);
 /* Fills every bucket's ranges and every param's dp_owner following settings.dp; for tpaware,

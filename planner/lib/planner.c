@@ -327,17 +327,17 @@ fail:
 }
 
 /* Runs the whole pipeline (buckets, DP, TP, metrics) on an initialized plan. */
-/* One greedy plan; effective: alpha balances the slot time each parameter's tasks need at the
- * split lower bound (cz_task_weigh) instead of its cost. */
+/* One greedy plan; effective > 0: alpha balances the slot time each parameter's tasks need at
+ * effective x the split lower bound (cz_task_weigh) instead of its cost. */
 static int plan_solve(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
-                      const cz_settings *settings, bool effective, cz_error *err)
+                      const cz_settings *settings, double effective, cz_error *err)
 {
     int rc;
     cz_plan *plan = NULL;
     *out = NULL;
     if ((rc = cz_plan_init(&plan, model, cluster, settings, err)) != CZ_OK)
         goto fail;
-    if (effective && (rc = cz_task_weigh(plan, err)) != CZ_OK)
+    if (effective > 0.0 && (rc = cz_task_weigh(plan, effective, err)) != CZ_OK)
         goto fail;
     if ((rc = cz_buckets_layout(plan, err)) != CZ_OK)
         goto fail;
@@ -386,7 +386,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     if (eff.dp == CZ_DP_TPAWARE)
         eff.dp = CZ_DP_ALPHA;
     settings = &eff;
-    if ((rc = plan_solve(&plan, model, cluster, settings, false, err)) != CZ_OK)
+    if ((rc = plan_solve(&plan, model, cluster, settings, 0.0, err)) != CZ_OK)
         goto fail;
     /* Alpha's cut placement is a greedy heuristic: with a few very large matrices, the cuts it
      * derives from element counts can happen to balance the cost better than the cuts derived
@@ -395,7 +395,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     if (settings->dp == CZ_DP_ALPHA && !settings->alpha_numel_loads) {
         cz_settings alt = *settings;
         alt.alpha_numel_loads = 1;
-        if ((rc = plan_solve(&numel, model, cluster, &alt, false, err)) != CZ_OK)
+        if ((rc = plan_solve(&numel, model, cluster, &alt, 0.0, err)) != CZ_OK)
             goto fail;
         if (plan_better(numel, plan)) {
             cz_plan_free(plan);
@@ -407,14 +407,16 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
         cz_plan_free(numel);
         numel = NULL;
     }
-    /* Under --coop the cost a DP rank carries is not what its TP makespan follows: a rank
-     * dealt five tasks of 8 ms for eight slots ends at 8 ms, one dealt four splits them all in
-     * two. Balancing the slot time every parameter needs at the split lower bound (splits and
-     * their all-reduces included) deals the tasks so that they can be split evenly; that
-     * variant is kept when it gives a shorter makespan. */
+    /* With block or cooperative tasks the cost a DP rank carries is not what its TP makespan
+     * follows: a rank dealt five tasks of 8 ms for eight slots ends at 8 ms, one dealt four
+     * splits them all in two; a rank dealt nine blocks for eight slots pays one twice. The
+     * effective-load variant balances the slot time every parameter needs at the split lower
+     * bound (splits and their all-reduces included), with cuts that minimize the largest rank
+     * load bucket by bucket (dp_partition.c), and is kept when it gives a shorter makespan.
+     * tpaware starts from whichever is kept. */
     if (settings->dp == CZ_DP_ALPHA && !settings->alpha_numel_loads &&
         (settings->split_blocks || (settings->coop != 0 && plan->tasks.nwidths > 1))) {
-        if ((rc = plan_solve(&numel, model, cluster, settings, true, err)) != CZ_OK)
+        if ((rc = plan_solve(&numel, model, cluster, settings, 1.0, err)) != CZ_OK)
             goto fail;
         if (numel->metrics.tp_makespan < plan->metrics.tp_makespan * (1 - 1e-12)) {
             cz_plan_free(plan);

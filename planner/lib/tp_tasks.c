@@ -215,12 +215,12 @@ double cz_task_lower_bound(const cz_plan *plan, const cz_task_table *tt)
     return T;
 }
 
-int cz_task_weigh(cz_plan *plan, cz_error *err)
+int cz_task_weigh(cz_plan *plan, double factor, cz_error *err)
 {
     cz_task_table *tt = &plan->tasks;
     if (!table_usable(plan, tt))
         return CZ_OK;
-    double T = cz_task_lower_bound(plan, tt);
+    double T = factor * cz_task_lower_bound(plan, tt);
     free(tt->dp_weight);
     tt->dp_weight = malloc((plan->nparams + 1) * sizeof *tt->dp_weight);
     if (!tt->dp_weight)
