@@ -167,10 +167,14 @@ EOF
 }
 max_ms=150
 # Sixteen million alternating dense and MoE layers: one repeat block per layer, about 20 GB
-# before the bound; now refused at once.
+# before the bound; now refused at once. 152,064 layers (found by the fuzzer) would expand to
+# about 1.8 million parameters, seconds of work for a corrupt config: refused too.
 expect "import-hf 16M mixed layers" 1 \
-  'layers.config.json: \$\.num_hidden_layers \(16000000\).*at most 4194304' \
+  'layers.config.json: \$\.num_hidden_layers: expected at most 16384 layers, found 16000000' \
   "$CZ" import-hf "$(hf layers 16000000 8 64 128 300 2)" -o "$work/out.json"
+expect "import-hf 152064 layers" 1 \
+  'deep.config.json: \$\.num_hidden_layers: expected at most 16384 layers, found 152064' \
+  "$CZ" import-hf "$(hf deep 152064 8 64 128 300 2)" -o "$work/out.json"
 expect "import-hf 16M experts" 1 'experts.config.json: .*\(16000000\) make .* parameters' \
   "$CZ" import-hf "$(hf experts 2 16000000 64 128 300 1)" -o "$work/out.json"
 expect "import-hf 2^50 elements exceeded" 1 \
