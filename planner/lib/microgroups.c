@@ -32,13 +32,8 @@
  * j k .. j k + k - 1) and adds its per-slot cost to each; rollback's LPT step puts it on the set
  * whose busiest slot is least loaded, and "cost" everywhere above is the per-slot cost (the
  * mean check counts k times it). The width of each task: --coop K gives every task that can
- * take it width K; --coop auto starts hosted and splits only the tasks that set the makespan:
- * with T the rank's total slot time (k x per-slot cost summed over its tasks, so it grows with
- * every all-reduce a split adds) and R the slots, a task costing more than f T / R per slot
- * takes the smallest width that brings it under, or else its cheapest width when that is
- * cheaper than its current one, repeated until nothing changes; the fractions f = infinity (no
- * split), 1, 1/2 and 1/4 are each scheduled and the shortest makespan is kept (ties: the
- * fewer splits).
+ * take it width K; --coop auto chooses per rank by the rollback makespan itself (widths_auto:
+ * per-slot targets, then descents), so a split is kept only where it shortens the makespan.
  */
 #include "cz_algorithms.h"
 
@@ -416,31 +411,35 @@ static double widths_descend(tp_task *t, int n, const cz_task_table *tt, int nsl
 /* The widths of a rank's tasks under --coop auto. Two stages:
  *  1. per-slot targets: tau = INFINITY (all hosted) and every distinct per-slot cost a task of
  *     the rank has under some width, from the largest down; widths_choose meets each target at
- *     the least slot time, the rollback makespan scores it, and the shortest is kept (ties: the
- *     larger target, so the fewer splits). A target is the makespan one is willing to pay per
- *     task, so this finds the uniform trade (split every task above tau, as little as it takes)
- *     that a one-task-at-a-time search cannot: with four 8 ms tasks on eight slots, splitting
- *     one lowers nothing, splitting all four over two slots each does;
- *  2. descents (ranks of at most CZ_AUTO_DESCENT_TASKS tasks), from all hosted and from stage
- *     1's widths: every task on a busiest slot of its group tries every other width it can
- *     take, and the single change that shortens the makespan most is applied, until none
- *     shortens it by more than a relative 1e-9 (at most 4 n rounds). This catches a makespan
- *     set by one task too many on a slot (nine tasks for eight slots, or two large tasks and a
- *     small one on two slots), where splitting only the smaller task pays off. The shorter of
- *     the two descents is kept (ties: the one from all hosted).
- * A split whose all-reduces cost more than it saves lengthens the makespan and is never kept.
- * Scratch: allocated here; without memory the result of stage 1 stands. */
+ *     the least slot time, and the rollback makespan scores it. A target is the makespan one is
+ *     willing to pay per task, so this finds the uniform trades (split every task above tau, as
+ *     little as it takes) that a one-task-at-a-time search cannot: with four 8 ms tasks on eight
+ *     slots, splitting one lowers nothing, splitting all four over two slots each does;
+ *  2. descents (ranks of at most CZ_AUTO_DESCENT_TASKS tasks) from all hosted and from the
+ *     CZ_AUTO_STARTS best targets of stage 1: every task on a busiest slot of its group tries
+ *     every other width, and the single change that shortens the makespan most is applied,
+ *     until none shortens it by more than a relative 1e-9 (at most 4 n rounds). This catches
+ *     what no uniform target reaches: one task too many on a slot (nine blocks for eight
+ *     slots: split only the ninth), two large tasks and a small one on two slots (split only
+ *     the small one), five equal tasks on eight slots (four over two slots each, the fifth
+ *     over all eight).
+ * The shortest result is kept (ties: the earliest start, all hosted first; without descents,
+ * the larger target). A split whose all-reduces cost more than it saves lengthens the makespan
+ * and is never kept. Scratch: allocated here; without memory the best target of stage 1
+ * stands. */
 #define CZ_AUTO_DESCENT_TASKS 64
+#define CZ_AUTO_STARTS 4
 static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, double C,
                         double *load)
 {
-    int nw = tt->nwidths, ntau = 0;
+    int nw = tt->nwidths, ntau = 0, nstart = 0;
     double *gload = NULL, *gmax = NULL, *tau = malloc(((size_t)n * nw + 1) * sizeof *tau);
     int *cand = NULL;
-    tp_task *hosted = NULL;
-    double best_tau = INFINITY;
+    tp_task *trial = NULL;
+    /* The best targets of stage 1, shortest first: start_tau[0 .. nstart - 1]. */
+    double start_tau[CZ_AUTO_STARTS], start_span[CZ_AUTO_STARTS];
     widths_choose(t, n, tt, INFINITY);
-    double best = widths_span(t, n, nslots, C, load);
+    double best = widths_span(t, n, nslots, C, load), best_tau = INFINITY;
     if (!tau || nw < 2 || n == 0)
         goto out;
     for (int k = 0; k < n; k++)
@@ -457,6 +456,17 @@ static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, 
         double span = widths_span(t, n, nslots, C, load);
         if (span < best * (1.0 - 1e-12))
             best = span, best_tau = tau[i];
+        /* Insert into the kept starts (stable: an equal span keeps the larger target). */
+        int at = nstart;
+        while (at > 0 && span < start_span[at - 1] * (1.0 - 1e-12))
+            at--;
+        if (at < CZ_AUTO_STARTS) {
+            for (int j = (nstart < CZ_AUTO_STARTS ? nstart : CZ_AUTO_STARTS - 1); j > at; j--)
+                start_span[j] = start_span[j - 1], start_tau[j] = start_tau[j - 1];
+            start_span[at] = span, start_tau[at] = tau[i];
+            if (nstart < CZ_AUTO_STARTS)
+                nstart++;
+        }
     }
     widths_choose(t, n, tt, best_tau);
     if (n > CZ_AUTO_DESCENT_TASKS)
@@ -464,21 +474,25 @@ static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, 
     gload = malloc((size_t)n * (size_t)nslots * sizeof *gload);
     gmax = malloc((size_t)n * sizeof *gmax);
     cand = malloc((size_t)n * sizeof *cand);
-    hosted = malloc((size_t)n * sizeof *hosted);
-    if (!gload || !gmax || !cand || !hosted)
+    trial = malloc((size_t)n * sizeof *trial);
+    if (!gload || !gmax || !cand || !trial)
         goto out;
-    double from_tau = widths_descend(t, n, tt, nslots, C, load, gload, gmax, cand);
-    memcpy(hosted, t, (size_t)n * sizeof *t);
-    widths_choose(hosted, n, tt, INFINITY);
-    double from_hosted = widths_descend(hosted, n, tt, nslots, C, load, gload, gmax, cand);
-    if (from_hosted <= from_tau)
-        memcpy(t, hosted, (size_t)n * sizeof *t);
+    best = INFINITY;
+    for (int i = -1; i < nstart; i++) {
+        memcpy(trial, t, (size_t)n * sizeof *t);
+        widths_choose(trial, n, tt, i < 0 ? INFINITY : start_tau[i]);
+        double span = widths_descend(trial, n, tt, nslots, C, load, gload, gmax, cand);
+        if (span < best * (1.0 - 1e-12)) {
+            best = span;
+            memcpy(t, trial, (size_t)n * sizeof *t);
+        }
+    }
 out:
     free(tau);
     free(gload);
     free(gmax);
     free(cand);
-    free(hosted);
+    free(trial);
 }
 
 /* Does the parameter's local shard intersect DP rank r's range of its bucket? */

@@ -188,6 +188,36 @@ START_TEST(split_only_the_small_task)
 }
 END_TEST
 
+START_TEST(five_tasks_on_eight_slots)
+{
+    /* Five 1000 x 64000 matrices on eight slots. Over 8 slots one costs per slot
+     * 5 (4e6 8000 + 2e9) 1e-12 = 0.17 s + 14 * 8e6 1e-9 = 0.112 s, plus five all-reduces of
+     * 4e6 bytes over 8 (14 messages of 5 us = 7e-5 s and 14 / 8 * 4e6 / 100e9 = 7e-5 s) and the
+     * norm's (7e-5 + 1.4e-10 s): 0.28277000001 s. Over 4: 0.33 + 0.224 + 5 * 9e-5 + 3.00000012e-5.
+     * Hosted: 2.186 (five slots busy); all over 2: five pairs for four, 2 * 1.098... ; all over
+     * 4: 3 * 0.554... ; all over 8: 5 * 0.2827... = 1.41385. Best: four over a pair each and the
+     * fifth over all eight, 1.098... + 0.2827... = 1.38103, reached by the descent from "all over
+     * 2" (change one task to width 8), a start that scores worst of the uniform targets. */
+    const double coop8 = 0.282 + 7e-4 + 7e-5 + 1.4e-10;
+    shape five[5];
+    for (int i = 0; i < 5; i++)
+        five[i] = (shape){1000, 64000};
+    cz_plan *plan = plan_of(five, 5, 8, CZ_COOP_AUTO, 0, NULL);
+    int w, slot, n2 = 0, n8 = 0;
+    double cost;
+    for (int id = 0; id < 5; id++) {
+        task_of(plan, id, &w, &slot, &cost);
+        n2 += w == 2;
+        n8 += w == 8;
+        EQ(cost, w == 2 ? BIG_COOP2 : coop8);
+    }
+    ck_assert_int_eq(n2, 4);
+    ck_assert_int_eq(n8, 1);
+    EQ(plan->metrics.tp_makespan, BIG_COOP2 + coop8);
+    cz_plan_free(plan);
+}
+END_TEST
+
 START_TEST(forced_width)
 {
     /* --coop 2 on four slots: the big matrix takes width 2 on an aligned pair even though the
@@ -283,6 +313,7 @@ int main(void)
     tcase_add_test(tc, split_pays_where_it_sets_the_makespan);
     tcase_add_test(tc, no_split_when_allreduce_costs_more);
     tcase_add_test(tc, split_only_the_small_task);
+    tcase_add_test(tc, five_tasks_on_eight_slots);
     tcase_add_test(tc, forced_width);
     tcase_add_test(tc, blocks_on_different_slots);
     tcase_add_test(tc, split_bound_without_a_table);
