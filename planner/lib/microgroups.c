@@ -429,6 +429,27 @@ static double widths_descend(tp_task *t, int n, const cz_task_table *tt, int nsl
  * stands. */
 #define CZ_AUTO_DESCENT_TASKS 64
 #define CZ_AUTO_STARTS 4
+
+/* A lower bound on the rank's makespan under any widths: no task below its cheapest per-slot
+ * cost, and the least slot time of all tasks spread over the slots. Reaching it ends the
+ * search early (the result cannot improve). */
+static double rank_bound(const tp_task *t, int n, const cz_task_table *tt, int nslots)
+{
+    double largest = 0.0, slot_time = 0.0;
+    for (int k = 0; k < n; k++) {
+        const double *cw = &tt->cost[(size_t)t[k].tix * tt->nwidths];
+        double least = INFINITY, cheapest = INFINITY;
+        for (int w = 0; w < tt->nwidths; w++) {
+            cheapest = cw[w] < cheapest ? cw[w] : cheapest;
+            least = tt->widths[w] * cw[w] < least ? tt->widths[w] * cw[w] : least;
+        }
+        largest = cheapest > largest ? cheapest : largest;
+        slot_time += least;
+    }
+    double spread = slot_time / nslots;
+    return largest > spread ? largest : spread;
+}
+
 static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, double C,
                         double *load)
 {
@@ -440,7 +461,8 @@ static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, 
     double start_tau[CZ_AUTO_STARTS], start_span[CZ_AUTO_STARTS];
     widths_choose(t, n, tt, INFINITY);
     double best = widths_span(t, n, nslots, C, load), best_tau = INFINITY;
-    if (!tau || nw < 2 || n == 0)
+    double bound = rank_bound(t, n, tt, nslots) * (1.0 + 1e-9);
+    if (!tau || nw < 2 || n == 0 || best <= bound)
         goto out;
     for (int k = 0; k < n; k++)
         for (int w = 0; w < nw; w++) {
@@ -469,7 +491,7 @@ static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, 
         }
     }
     widths_choose(t, n, tt, best_tau);
-    if (n > CZ_AUTO_DESCENT_TASKS)
+    if (n > CZ_AUTO_DESCENT_TASKS || best <= bound)
         goto out;
     gload = malloc((size_t)n * (size_t)nslots * sizeof *gload);
     gmax = malloc((size_t)n * sizeof *gmax);
@@ -478,7 +500,7 @@ static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, 
     if (!gload || !gmax || !cand || !trial)
         goto out;
     best = INFINITY;
-    for (int i = -1; i < nstart; i++) {
+    for (int i = -1; i < nstart && !(best <= bound); i++) {
         memcpy(trial, t, (size_t)n * sizeof *t);
         widths_choose(trial, n, tt, i < 0 ? INFINITY : start_tau[i]);
         double span = widths_descend(trial, n, tt, nslots, C, load, gload, gmax, cand);
