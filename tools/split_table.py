@@ -8,7 +8,7 @@ Llama-3.1-70B on DP64 x TP8 (plans/clusters/h100-512-dp64-tp8.json), it plans tw
 `canzona simulate --plan ... --json`, and prints one Markdown row per plan: the busiest DP
 rank's TP makespan, the average load (total / GPUs), the split lower bound, the makespan over
 each, and the simulated update and optimizer step. It then times the planner on Qwen3-32B at
-256 GPUs with the after flags (whole process, median of --speed-runs runs).
+256 GPUs before and after (whole process, median of --speed-runs runs each).
 
 usage: tools/split_table.py [--canzona build/canzona] [--after "--coop auto"] [--speed-runs 7]
 
@@ -85,18 +85,23 @@ def main():
                       f"{j['makespan_over_average_load']:.3f} | "
                       f"{j['makespan_over_split_lower_bound']:.3f} | {ms(upd)} ms | "
                       f"{ms(opt)} ms |")
-        times = []
-        for _ in range(a.speed_runs):
-            t0 = time.perf_counter()
-            r = run([cz, "plan", "-q", "--model", "plans/models/qwen3-32b.json", "--cluster",
-                     "plans/clusters/h100-256-dp32-tp8.json", "-o",
-                     os.path.join(tmp, "speed.json")] + after)
-            if r.returncode != 0:
-                sys.exit(f"canzona plan failed: {r.stderr.strip()}")
-            times.append(time.perf_counter() - t0)
+        load = os.getloadavg()[0]
+        medians = {}
+        for label, flags in (("(none)", []), (a.after, after)):
+            times = []
+            for _ in range(a.speed_runs):
+                t0 = time.perf_counter()
+                r = run([cz, "plan", "-q", "--model", "plans/models/qwen3-32b.json", "--cluster",
+                         "plans/clusters/h100-256-dp32-tp8.json", "-o",
+                         os.path.join(tmp, "speed.json")] + flags)
+                if r.returncode != 0:
+                    sys.exit(f"canzona plan failed: {r.stderr.strip()}")
+                times.append(time.perf_counter() - t0)
+            medians[label] = statistics.median(times)
     print()
-    print(f"Planning time, Qwen3-32B on h100-256-dp32-tp8 with `{a.after}` (whole process, "
-          f"median of {a.speed_runs}): {statistics.median(times) * 1e3:.1f} ms")
+    print(f"Planning time, Qwen3-32B on h100-256-dp32-tp8, whole process, median of "
+          f"{a.speed_runs} runs (load average {load:.1f} at the start): "
+          + ", ".join(f"`{k}` {v * 1e3:.0f} ms" for k, v in medians.items()))
 
 
 if __name__ == "__main__":

@@ -455,8 +455,8 @@ static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, 
 {
     int nw = tt->nwidths, ntau = 0, nstart = 0;
     double *gload = NULL, *gmax = NULL, *tau = malloc(((size_t)n * nw + 1) * sizeof *tau);
-    int *cand = NULL;
-    tp_task *trial = NULL;
+    int *cand = NULL, *seen = NULL;
+    tp_task *trial = NULL, *base = NULL;
     /* The best targets of stage 1, shortest first: start_tau[0 .. nstart - 1]. */
     double start_tau[CZ_AUTO_STARTS], start_span[CZ_AUTO_STARTS];
     widths_choose(t, n, tt, INFINITY);
@@ -497,12 +497,25 @@ static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, 
     gmax = malloc((size_t)n * sizeof *gmax);
     cand = malloc((size_t)n * sizeof *cand);
     trial = malloc((size_t)n * sizeof *trial);
-    if (!gload || !gmax || !cand || !trial)
+    base = malloc((size_t)n * sizeof *base);
+    seen = malloc((size_t)(CZ_AUTO_STARTS + 1) * (size_t)n * sizeof *seen);
+    if (!gload || !gmax || !cand || !trial || !base || !seen)
         goto out;
+    /* Starts are taken from one fixed order (base), so that equal width choices (two targets
+     * that split the same tasks) are recognized and descended once. */
+    memcpy(base, t, (size_t)n * sizeof *t);
     best = INFINITY;
     for (int i = -1; i < nstart && !(best <= bound); i++) {
-        memcpy(trial, t, (size_t)n * sizeof *t);
+        int *w = &seen[(size_t)(i + 1) * n];
+        memcpy(trial, base, (size_t)n * sizeof *t);
         widths_choose(trial, n, tt, i < 0 ? INFINITY : start_tau[i]);
+        for (int k = 0; k < n; k++)
+            w[k] = trial[k].width;
+        bool again = false;
+        for (int j = -1; j < i && !again; j++)
+            again = memcmp(&seen[(size_t)(j + 1) * n], w, (size_t)n * sizeof *w) == 0;
+        if (again)
+            continue;
         double span = widths_descend(trial, n, tt, nslots, C, load, gload, gmax, cand);
         if (span < best * (1.0 - 1e-12)) {
             best = span;
@@ -515,6 +528,8 @@ out:
     free(gmax);
     free(cand);
     free(trial);
+    free(base);
+    free(seen);
 }
 
 /* Does the parameter's local shard intersect DP rank r's range of its bucket? */
