@@ -166,6 +166,8 @@ typedef struct cz_task_table {
     double *dp_weight; /* nparams or NULL: the DP load of each parameter when alpha balances the
                           slot time its tasks need at the split lower bound (cz_task_weigh);
                           NULL: the cost unit as usual */
+    int dp_water;      /* with dp_weight: 1 places each bucket's cuts by water-filling where that
+                          reaches the least largest load, 0 by the greedy fill (dp_partition.c) */
 } cz_task_table;
 
 struct cz_plan {

@@ -202,12 +202,25 @@ static bool fill_within(const double *load, int dp, const double *prefix, int np
     return j == np;
 }
 
-/* The effective-load variant's cuts of one bucket: the monotone cuts at parameter boundaries
- * that minimize the largest resulting rank load (a binary search on the threshold, each probe
- * a greedy fill, which is exact for contiguous ranges). Alpha's rounding to the boundary
- * nearest its target can hand one rank several large tasks at once; this cannot overshoot the
- * least possible maximum. */
-static void minmax_cuts(const double *load, int dp, const double *prefix, int np, int *cutj)
+static double cuts_max(const double *load, int dp, const double *prefix, const int *cutj)
+{
+    double mx = 0.0;
+    for (int r = 0; r < dp; r++) {
+        double v = load[r] + prefix[cutj[r + 1]] - prefix[cutj[r]];
+        mx = v > mx ? v : mx;
+    }
+    return mx;
+}
+
+/* The effective-load variant's cuts of one bucket. The least possible largest rank load M over
+ * monotone cuts at parameter boundaries comes from a binary search on the threshold, each probe
+ * a greedy fill (exact for contiguous ranges). Filling greedily up to M piles the bucket onto
+ * the first ranks that have room, though; so the cuts are first placed by water-filling (each
+ * rank's share of the bucket is what lifts it to a common level, rounded to the nearest
+ * boundary as alpha rounds) and the greedy fill is used only where that overshoots M (water:
+ * the planner tries both, plan->tasks.dp_water). Scratch: alt (dp + 1). */
+static void minmax_cuts(const double *load, int dp, const double *prefix, int np, int *cutj,
+                        int *alt, bool water)
 {
     double lo = 0.0, hi = 0.0;
     for (int r = 0; r < dp; r++) {
@@ -223,6 +236,39 @@ static void minmax_cuts(const double *load, int dp, const double *prefix, int np
     }
     fill_within(load, dp, prefix, np, hi, cutj);
     cutj[dp] = np;
+    if (!water)
+        return;
+    /* The water level: sum over ranks of max(0, level - load) = the bucket's weight. */
+    double S = prefix[np], wl = 0.0, wh = 0.0;
+    for (int r = 0; r < dp; r++)
+        wh = load[r] + S > wh ? load[r] + S : wh;
+    for (int it = 0; it < 100 && wh - wl > 1e-12 * wh; it++) {
+        double mid = 0.5 * (wl + wh), fill = 0.0;
+        for (int r = 0; r < dp; r++)
+            fill += mid > load[r] ? mid - load[r] : 0.0;
+        if (fill >= S)
+            wh = mid;
+        else
+            wl = mid;
+    }
+    double pos = 0.0;
+    alt[0] = 0;
+    alt[dp] = np;
+    for (int r = 1; r < dp; r++) {
+        pos += wh > load[r - 1] ? wh - load[r - 1] : 0.0;
+        int best = alt[r - 1];
+        double bestd = fabs(prefix[best] - pos);
+        for (int j = best + 1; j <= np; j++) {
+            double d = fabs(prefix[j] - pos);
+            if (d < bestd)
+                best = j, bestd = d;
+            else if (prefix[j] > pos)
+                break;
+        }
+        alt[r] = best;
+    }
+    if (cuts_max(load, dp, prefix, alt) <= cuts_max(load, dp, prefix, cutj) * (1.0 + 1e-9))
+        memcpy(cutj, alt, ((size_t)dp + 1) * sizeof *cutj);
 }
 
 /* Alpha-balanced partitioning of one stage's buckets. Scratch: load (dp), target (dp),
@@ -237,8 +283,9 @@ static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_erro
     double *target = calloc((size_t)dp, sizeof *target);
     double *prefix = malloc((plan->nparams + 1) * sizeof *prefix);
     int *cutj = malloc(((size_t)dp + 1) * sizeof *cutj);
+    int *altj = malloc(((size_t)dp + 1) * sizeof *altj);
     int64_t *cuts = malloc(((size_t)dp + 1) * sizeof *cuts);
-    if (!order || !load || !target || !prefix || !cutj || !cuts) {
+    if (!order || !load || !target || !prefix || !cutj || !altj || !cuts) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in alpha partitioning");
         goto done;
     }
@@ -264,7 +311,7 @@ static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_erro
             prefix[j + 1] = prefix[j] + weight_of(plan, &plan->params[bi->ids[base + j]]);
         double S = prefix[np], sumdef = 0.0;
         if (plan->tasks.dp_weight) {
-            minmax_cuts(load, dp, prefix, np, cutj);
+            minmax_cuts(load, dp, prefix, np, cutj, altj, plan->tasks.dp_water);
             goto apply;
         }
         for (int r = 0; r < dp; r++) {
@@ -311,6 +358,7 @@ done:
     free(target);
     free(prefix);
     free(cutj);
+    free(altj);
     free(cuts);
     return rc;
 }
