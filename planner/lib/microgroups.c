@@ -331,6 +331,20 @@ static double widths_span(tp_task *t, int n, int nslots, double C, double *load)
     return span;
 }
 
+/* widths_span for the descents: with the automatic capacity, the makespan of one group (LPT
+ * over the slots), a quarter of the work of scoring every candidate capacity; the descents'
+ * results are scored in full afterwards. */
+static double widths_span_one(tp_task *t, int n, int nslots, double C, double *load)
+{
+    if (C > 0.0)
+        return widths_span(t, n, nslots, C, load);
+    double span, total, largest;
+    tasks_totals(t, n, &total, &largest);
+    tasks_sort(t, n);
+    schedule_rollback(NULL, nslots, t, n, total > largest ? total : largest, load, &span, NULL);
+    return span;
+}
+
 /* Whether task k occupies the busiest slot of its group: only such a task can shorten the
  * makespan (a sum over groups of their busiest slots) by changing its width. gmax holds each
  * group's busiest load, recomputed by the caller from the scheduled tasks. */
@@ -350,7 +364,7 @@ static double widths_descend(tp_task *t, int n, const cz_task_table *tt, int nsl
                              double *load, double *gload, double *gmax, int *cand)
 {
     int nw = tt->nwidths;
-    double best = widths_span(t, n, nslots, C, load);
+    double best = widths_span_one(t, n, nslots, C, load);
     for (int round = 0; round < 4 * n; round++) {
         /* The scheduled loads per group, from the slots and groups widths_span left. */
         int ng = 0;
@@ -386,7 +400,7 @@ static double widths_descend(tp_task *t, int n, const cz_task_table *tt, int nsl
                     continue;
                 t[k].width = tt->widths[w];
                 t[k].cost = cw[w];
-                double span = widths_span(t, n, nslots, C, load);
+                double span = widths_span_one(t, n, nslots, C, load);
                 if (span < bspan)
                     bspan = span, bw = w, btix = tix;
                 /* Put it back; scoring reordered the tasks, so find it again. */
@@ -403,7 +417,7 @@ static double widths_descend(tp_task *t, int n, const cz_task_table *tt, int nsl
                 t[k].width = tt->widths[bw];
                 t[k].cost = tt->cost[(size_t)btix * nw + bw];
             }
-        best = widths_span(t, n, nslots, C, load);
+        best = widths_span_one(t, n, nslots, C, load);
     }
     return best;
 }
@@ -516,7 +530,8 @@ static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, 
             again = memcmp(&seen[(size_t)(j + 1) * n], w, (size_t)n * sizeof *w) == 0;
         if (again)
             continue;
-        double span = widths_descend(trial, n, tt, nslots, C, load, gload, gmax, cand);
+        widths_descend(trial, n, tt, nslots, C, load, gload, gmax, cand);
+        double span = widths_span(trial, n, nslots, C, load);
         if (span < best * (1.0 - 1e-12)) {
             best = span;
             memcpy(t, trial, (size_t)n * sizeof *t);
