@@ -10,14 +10,18 @@
  *   <name>.soap.<r0>_<c0>.<field>     SOAP state of the block at (r0, c0) (soap.c)
  *   __metadata__       {"format": "canzona.optim/1", "step": "<steps taken>"}
  *
- * Saving gathers every tensor on world rank 0 over the data plane (a matrix's state from the
- * lowest rank that hosts it, an elementwise parameter's moments from the TP ranks of its owning
- * DP rank, unpacked into the full tensor) and rank 0 writes the file atomically (temporary file
+ * Saving gathers every tensor on world rank 0 over the data plane (a matrix's Muon momentum
+ * part by part from the ranks that hold its parts — the whole matrix, its blocks, or a
+ * cooperative task's slices, cz_exec_task_parts — a Shampoo or SOAP state from the lowest rank
+ * that hosts it, an elementwise parameter's moments from the TP ranks of its owning DP rank,
+ * unpacked into the full tensor) and rank 0 writes the file atomically (temporary file
  * in the same folder, synced, renamed over the old one), so a crash mid-write leaves the
  * previous checkpoint whole. Loading reads the file on rank 0, checks every tensor against the
  * plan and sends each full tensor to the TP ranks of its owning DP rank, which keep what they
- * hold. Both are collective; every rank returns the same verdict. Rank 0 holds the whole file
- * in memory while writing or reading it.
+ * hold (a momentum part: its rectangle of the full tensor). So a checkpoint saved under a plan
+ * of whole-matrix tasks loads under one of block or cooperative tasks, and back. Both are
+ * collective; every rank returns the same verdict. Rank 0 holds the whole file in memory while
+ * writing or reading it.
  *
  * State is backend memory (device memory on a GPU backend): it is touched only through the
  * backend's download and upload and the data plane, which moves backend memory (a bounce
@@ -41,7 +45,7 @@ static int64_t full_numel(const cz_plan_param *p)
 
 /* Where a checkpoint tensor lives in the executor. */
 typedef enum ck_kind {
-    CK_MOMENTUM, /* Muon momentum: one full buffer on each rank that hosts the matrix */
+    CK_MOMENTUM, /* Muon momentum: one buffer per part, on the rank that holds the part */
     CK_ADAM,     /* an AdamW moment: TP shards on the owning DP rank's TP ranks */
     CK_MATRIX,   /* a Shampoo or SOAP state buffer: full, on each rank that hosts the matrix */
 } ck_kind;
@@ -123,7 +127,7 @@ static float *entry_buffer(const cz_executor *ex, const ck_entry *e)
     int i = e->param;
     switch (e->kind) {
     case CK_MOMENTUM:
-        return ex->momentum[i];
+        return NULL; /* by part: cz_exec_momentum_of */
     case CK_ADAM:
         return e->k == 0 ? ex->adam_m[i] : ex->adam_v[i];
     case CK_MATRIX:
@@ -135,11 +139,53 @@ static float *entry_buffer(const cz_executor *ex, const ck_entry *e)
     return NULL;
 }
 
-/* True when this rank hosts matrix parameter i's optimizer state. */
+/* True when this rank hosts matrix parameter i's Shampoo or SOAP state. */
 static bool hosts_matrix(const cz_executor *ex, size_t i)
 {
-    return ex->momentum[i] || (ex->use_shampoo && ex->shampoo_state[i]) ||
-           (ex->use_soap && ex->soap_state[i]);
+    return (ex->use_shampoo && ex->shampoo_state[i]) || (ex->use_soap && ex->soap_state[i]);
+}
+
+/* The parts of matrix parameter i's Muon momentum, from the plan alone (its owning DP rank's
+ * schedule), so that every rank lists the same: *out (malloc'ed) and their count. */
+static int momentum_parts(const cz_executor *ex, int i, cz_exec_part **out, int *count,
+                          cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    const cz_plan_param *p = &plan->params[i];
+    const cz_rank_schedule *rs = &plan->schedules[p->dp_owner];
+    int n = 0, cap = 0;
+    for (int g = 0; g < rs->ngroups; g++)
+        for (int t = 0; t < rs->groups[g].ntasks; t++)
+            if (rs->groups[g].task_param[t] == i)
+                cap += cz_group_task_width(&rs->groups[g], t);
+    cz_exec_part *v = calloc((size_t)cap + 1, sizeof *v);
+    if (!v)
+        return cz_error_set(err, CZ_ENOMEM, "checkpoint: out of memory");
+    for (int g = 0; g < rs->ngroups; g++)
+        for (int t = 0; t < rs->groups[g].ntasks; t++)
+            if (rs->groups[g].task_param[t] == i)
+                n += cz_exec_task_parts(plan, &rs->groups[g], t, v + n, cap - n);
+    *out = v;
+    *count = n;
+    return CZ_OK;
+}
+
+/* True when this rank holds part x of a matrix owned by DP rank d (under sc every TP rank
+ * holds every part; slot 0 names them). */
+static bool holds_part(const cz_executor *ex, int d, const cz_exec_part *x)
+{
+    return ex->dp_rank == d && (ex->sc || ex->tp_rank == x->slot);
+}
+
+/* Copies the rectangle r of a full row-major matrix with ld columns between the matrix and a
+ * contiguous r->rows x r->cols buffer: into the matrix (dst) from the buffer (src) when
+ * to_full, else into the buffer (dst) from the matrix (src). */
+static void rect_copy(float *dst, const float *src, int64_t ld, const cz_block *r, int to_full)
+{
+    for (int64_t i = 0; i < r->rows; i++) {
+        int64_t f = (r->r0 + i) * ld + r->c0, q = i * r->cols;
+        memcpy(dst + (to_full ? f : q), src + (to_full ? q : f), (size_t)r->cols * sizeof(float));
+    }
 }
 
 /* Every rank learns whether any rank failed: my own code when I failed, else CZ_EMISMATCH
@@ -225,7 +271,7 @@ static void max_sizes(const cz_plan *plan, const ck_entry *e, size_t n, int64_t 
 /* The per-rank buffers of a save or a load: a backend bounce buffer for the data plane and
  * host buffers for a whole tensor and a shard. */
 typedef struct ck_bufs {
-    float *dev, *host, *shard;
+    float *dev, *host, *shard, *part;
     cz_comm_req *req;
 } ck_bufs;
 
@@ -235,8 +281,9 @@ static int bufs_open(cz_executor *ex, ck_bufs *b, int64_t full, int64_t local, c
     b->dev = ex->compute.ops->alloc(&ex->compute, (size_t)full * sizeof(float));
     b->host = malloc((size_t)full * sizeof(float));
     b->shard = malloc((size_t)local * sizeof(float));
+    b->part = malloc((size_t)full * sizeof(float));
     b->req = ex->world.ops->req_create(&ex->world);
-    if (!b->dev || !b->host || !b->shard || !b->req)
+    if (!b->dev || !b->host || !b->shard || !b->part || !b->req)
         return cz_error_set(err, CZ_ENOMEM,
                             "out of memory for the checkpoint's buffers (%lld floats)",
                             (long long)full);
@@ -251,6 +298,7 @@ static void bufs_close(cz_executor *ex, ck_bufs *b)
         ex->world.ops->req_free(&ex->world, b->req);
     free(b->host);
     free(b->shard);
+    free(b->part);
 }
 
 /* ---- save ---- */
@@ -321,6 +369,26 @@ static int fetch(cz_executor *ex, ck_bufs *b, const float *state, int64_t n, int
     return rc;
 }
 
+/* Brings matrix parameter e->param's momentum into dst (rank 0's host copy of the full tensor)
+ * part by part from the ranks that hold the parts. */
+static int save_momentum(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int64_t *grid,
+                         float *dst, cz_error *err)
+{
+    const cz_plan_param *p = &ex->plan->params[e->param];
+    cz_exec_part *v = NULL;
+    int n = 0, rc = momentum_parts(ex, e->param, &v, &n, err);
+    for (int k = 0; k < n && !rc; k++) {
+        int src = (int)grid[p->dp_owner * ex->tp + (ex->sc ? 0 : v[k].slot)];
+        const float *buf =
+            ex->world.rank == src ? cz_exec_momentum_of(ex, e->param, &v[k].part) : NULL;
+        rc = fetch(ex, b, buf, v[k].part.rows * v[k].part.cols, src, b->part, err);
+        if (!rc && ex->world.rank == 0)
+            rect_copy(dst, b->part, e->shape[1], &v[k].part, 1);
+    }
+    free(v);
+    return rc;
+}
+
 /* Every rank checks that it keeps each buffer the list says it does (the list and the state
  * are built apart; a disagreement would leave a transfer without its peer). */
 static int check_buffers(const cz_executor *ex, const ck_entry *e, size_t ne, cz_error *err)
@@ -328,6 +396,22 @@ static int check_buffers(const cz_executor *ex, const ck_entry *e, size_t ne, cz
     for (size_t i = 0; i < ne; i++) {
         const cz_plan_param *p = &ex->plan->params[e[i].param];
         int64_t lo;
+        if (e[i].kind == CK_MOMENTUM) {
+            cz_exec_part *v = NULL;
+            int n = 0, rc = momentum_parts(ex, e[i].param, &v, &n, err);
+            for (int k = 0; k < n && !rc; k++)
+                if (holds_part(ex, p->dp_owner, &v[k]) &&
+                    !cz_exec_momentum_of(ex, e[i].param, &v[k].part))
+                    rc = cz_error_set(err, CZ_EINTERNAL,
+                                      "checkpoint: rank %d has no momentum for the part at (%lld, "
+                                      "%lld) of '%s' it should keep",
+                                      ex->world.rank, (long long)v[k].part.r0,
+                                      (long long)v[k].part.c0, p->def.name);
+            free(v);
+            if (rc)
+                return rc;
+            continue;
+        }
         bool keeps = e[i].kind == CK_ADAM ? cz_exec_param_piece(ex->plan, p, ex->dp_rank, &lo) > 0
                                           : hosts_matrix(ex, (size_t)e[i].param);
         if (keeps && !entry_buffer(ex, &e[i]))
@@ -408,6 +492,10 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
         const cz_plan_param *p = &plan->params[e[i].param];
         float *dst = root ? (float *)(file + off) : NULL;
         off += (size_t)e[i].n * sizeof(float);
+        if (e[i].kind == CK_MOMENTUM) {
+            rc = save_momentum(ex, &b, &e[i], grid, dst, err);
+            continue;
+        }
         if (e[i].kind != CK_ADAM) {
             if (holder[e[i].param] == INT64_MAX) {
                 rc = cz_error_set(err, CZ_EINTERNAL,
@@ -592,6 +680,19 @@ static int store(cz_executor *ex, ck_bufs *b, const ck_entry *e, const float *fu
                  int64_t len, cz_error *err)
 {
     cz_compute *c = &ex->compute;
+    if (e->kind == CK_MOMENTUM) {
+        /* Every part of it this rank holds: its rectangle of the full tensor. */
+        int rc = CZ_OK;
+        for (int k = 0; k < ex->nmom && !rc; k++) {
+            const cz_momentum_part *m = &ex->mom[k];
+            if (m->param != e->param)
+                continue;
+            rect_copy(b->part, full, e->shape[1], &m->part, 0);
+            rc = c->ops->upload(c, m->buf, b->part,
+                                (size_t)(m->part.rows * m->part.cols) * sizeof *full, err);
+        }
+        return rc;
+    }
     float *buf = entry_buffer(ex, e);
     if (!buf)
         return CZ_OK; /* a TP rank that does not host this matrix */

@@ -152,6 +152,19 @@ static int mpi_iall_gather(cz_plane *p, const void *send, size_t count, void *re
     return CZ_OK;
 }
 
+static int mpi_allreduce_sum(cz_plane *p, void *buf, size_t count, int f64, cz_event *after,
+                             cz_error *err)
+{
+    int rc = cz_plane_wait_after(p, after, err);
+    if (!rc)
+        rc = count_fits(count, "all-reduce", err);
+    if (rc)
+        return rc;
+    rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM,
+                       comm_of(p->impl));
+    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "all-reduce");
+}
+
 static int mpi_group_start(cz_plane *p, cz_comm_req *req, cz_event *after, cz_error *err)
 {
     req->n = 0;
@@ -293,6 +306,7 @@ static const cz_plane_ops cz_plane_mpi_ops = {
     .req_free = mpi_req_free,
     .split = mpi_split,
     .close = mpi_close,
+    .allreduce_sum = mpi_allreduce_sum,
 };
 
 bool cz_comm_mpi_available(void)

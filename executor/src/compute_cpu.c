@@ -288,6 +288,78 @@ static void cpu_apply_update(cz_compute *c, float *p, const float *u, int64_t n,
     cz_apply_update(p, u, n, lr, wd);
 }
 
+static void cpu_block_load_sq(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
+                              int64_t cols, int transpose, float eps, const double *sq)
+{
+    (void)c;
+    float inv = cz_ew_norm_inv(*sq, eps);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            float v = cz_ew_scale(src[i * ld + j], inv);
+            if (transpose)
+                dst[j * rows + i] = v;
+            else
+                dst[i * cols + j] = v;
+        }
+}
+
+/* A = X X^T per matrix, in the form ns_batched would pick for the member's slice. */
+static void cpu_ns_gram(cz_compute *c, const float *x, int batch, int64_t rows, int64_t cols,
+                        float *a)
+{
+    (void)c;
+    int r = (int)rows, n = (int)cols;
+    int sym = cz_ns_use_syrk(CZ_NS_TARGET_CPU, rows, cols, batch, CZ_NS_FP32);
+    for (int i = 0; i < batch; i++) {
+        const float *X = x + (size_t)i * (size_t)(rows * cols);
+        float *A = a + (size_t)i * (size_t)(rows * rows);
+        if (n == 0) {
+            memset(A, 0, (size_t)(rows * rows) * sizeof(float));
+        } else if (sym) {
+            cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, r, n, 1.0f, X, n, 0.0f, A, r);
+            mirror_upper(A, r);
+        } else {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r, r, n, 1.0f, X, n, X, n, 0.0f, A,
+                        r);
+        }
+    }
+}
+
+/* B = b A + c A A, X = a X + B X per matrix (cz_cpu_ns's update with the summed A). */
+static void cpu_ns_poly(cz_compute *c, float *x, const float *a, int batch, int64_t rows,
+                        int64_t cols, const cz_ns_coeffs *k, float *work)
+{
+    (void)c;
+    int r = (int)rows, n = (int)cols;
+    float ka = (float)k->a, kb = (float)k->b, kc = (float)k->c;
+    for (int i = 0; i < batch; i++) {
+        float *X = x + (size_t)i * (size_t)(rows * cols);
+        const float *A = a + (size_t)i * (size_t)(rows * rows);
+        float *B = work + (size_t)i * (size_t)(rows * rows + rows * cols);
+        float *Y = B + (size_t)r * r;
+        for (size_t j = 0; j < (size_t)r * r; j++)
+            B[j] = kb * A[j];
+        if (kc != 0.0f)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, r, r, kc, A, r, A, r, 1.0f, B,
+                        r);
+        if (n == 0)
+            continue;
+        for (size_t j = 0; j < (size_t)r * n; j++)
+            Y[j] = ka * X[j];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, n, r, 1.0f, B, r, X, n, 1.0f, Y,
+                    n);
+        memcpy(X, Y, (size_t)r * n * sizeof(float));
+    }
+}
+
+static void cpu_apply_runs(cz_compute *c, float *p, const float *u, const cz_runs *r, float lr,
+                           float wd)
+{
+    (void)c;
+    for (size_t k = 0; k < r->n; k++)
+        cz_apply_update(p + r->v[k].dst, u + r->v[k].src, r->v[k].len, lr, wd);
+}
+
 static void cpu_adamw(cz_compute *c, float *p, const float *g, float *m, float *v, int64_t n,
                       const cz_adamw_args *a)
 {
@@ -352,6 +424,10 @@ static const cz_compute_ops cz_compute_cpu_ops = {
     .scale_ratio = cz_cpu_scale_ratio,
     .linalg_work = cz_cpu_linalg_work,
     .upload = cpu_upload,
+    .block_load_sq = cpu_block_load_sq,
+    .ns_gram = cpu_ns_gram,
+    .ns_poly = cpu_ns_poly,
+    .apply_runs = cpu_apply_runs,
 };
 
 bool cz_compute_has_linalg(const cz_compute *c, const char **missing)

@@ -41,8 +41,9 @@ int cz_cuda_take_error(cz_compute *c, cz_error *err);
 /* A watcher polled while the host waits on the device (event_sync, download): a data plane
  * registers one so that a peer's failure or a timeout ends the wait with an error (NCCL:
  * ncclCommGetAsyncError, then ncclCommAbort) instead of hanging. Returns CZ_EINVALID when
- * all CZ_CUDA_MAX_WATCHERS slots are taken. */
-#define CZ_CUDA_MAX_WATCHERS 8
+ * all CZ_CUDA_MAX_WATCHERS slots are taken. The planes: world, DP, TP, and one sub-plane per
+ * cooperative width (powers of two up to TP 512 make 9). */
+#define CZ_CUDA_MAX_WATCHERS 16
 /* waited_s: seconds this host wait has lasted so far (for a timeout). */
 typedef int (*cz_cuda_watch_fn)(void *ctx, double waited_s, cz_error *err);
 int cz_cuda_watch(cz_compute *c, cz_cuda_watch_fn fn, void *ctx);

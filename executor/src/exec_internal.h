@@ -47,7 +47,7 @@ uint64_t cz_exec_alloc_count(void);
  * data goes through it: step.c, pipeline.c, muon.c and adamw.c never touch data themselves.
  * All pointers below are backend memory (from alloc, or bound buffers the backend accepts),
  * except where a parameter says host. */
-#define CZ_COMPUTE_OPS_VERSION 3
+#define CZ_COMPUTE_OPS_VERSION 4
 /* Version 2 appended the linear-algebra operations of Shampoo (and later SOAP): gemm,
  * tile_copy, syevd, eig_root_scale, axpby, sq_accum, graft_div, scale_ratio, and SOAP's
  * qr and basis_sort. They are optional: a backend that leaves any of them NULL (the cpu
@@ -57,7 +57,8 @@ uint64_t cz_exec_alloc_count(void);
  * work those ops need is the backend's to say (cuSOLVER's workspace sizes are the library's,
  * queried at create time), so a version-2 table is refused for SOAP and Shampoo too. `upload`,
  * appended after it, is optional the same way: without it, optimizer-state checkpoints are
- * refused. */
+ * refused. Version 4 appended the operations of cooperative Newton-Schulz and of updates of a
+ * region of a shard (block_load_sq, ns_gram, ns_poly, apply_runs); every backend has them. */
 
 /* Floats of the `work` buffer that syevd, qr and basis_sort need (linalg_work). */
 typedef struct cz_linalg_work {
@@ -202,6 +203,24 @@ typedef struct cz_compute_ops {
      * inverse, used by cz_executor_load_state outside a step. A backend without it cannot
      * load or save checkpoints (refused naming the backend). */
     int (*upload)(cz_compute *c, void *dst, const void *host, size_t bytes, cz_error *err);
+
+    /* ---- version 4: cooperative Newton-Schulz, updates of shard regions ---- */
+    /* block_load with the sum of squares given: normalises the rows x cols block at src (row
+     * stride ld) by sqrt(*sq) + eps (sq: one backend double, the sum over every member's
+     * slice) into dst, contiguous, transposed when transpose. */
+    void (*block_load_sq)(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
+                          int64_t cols, int transpose, float eps, const double *sq);
+    /* For each of `batch` matrices X (rows x cols, back to back): a = X X^T (rows x rows, back
+     * to back): one member's part of the Gram matrix of a cooperative iteration. */
+    void (*ns_gram)(cz_compute *c, const float *x, int batch, int64_t rows, int64_t cols, float *a);
+    /* For each of `batch` matrices: B = b A + c A A, X = a X + B X with the summed Gram A
+     * (rows x rows); work holds batch*(rows*rows + rows*cols) floats. */
+    void (*ns_poly)(cz_compute *c, float *x, const float *a, int batch, int64_t rows, int64_t cols,
+                    const cz_ns_coeffs *k, float *work);
+    /* p[dst ..] = p*(1 - lr*wd) - lr*u[src ..] over every run (apply_update over an index
+     * map: the elements of a shard that a region's update covers). */
+    void (*apply_runs)(cz_compute *c, float *p, const float *u, const cz_runs *r, float lr,
+                       float wd);
 } cz_compute_ops;
 
 /* linalg_work of the backend (the caller has checked cz_compute_has_linalg). */
@@ -255,8 +274,8 @@ struct cz_ctrl {
  * rank-ordered contiguous segments, and the micro-group all-to-all is a group of sends and
  * receives (NCCL's ncclGroupStart/Send/Recv/GroupEnd shape); a backend may map them onto
  * v-collectives inside (MPI does for the reduce-scatter and the all-gather). Versioned like
- * the compute ops. */
-#define CZ_DATA_PLANE_VERSION 1
+ * the compute ops. Version 2 appended allreduce_sum (the cooperative Newton-Schulz sums). */
+#define CZ_DATA_PLANE_VERSION 2
 typedef struct cz_plane cz_plane;
 /* A non-blocking operation's completion, created once (req_create) and reused every step. */
 typedef struct cz_comm_req cz_comm_req;
@@ -300,6 +319,12 @@ typedef struct cz_plane_ops {
     /* A new plane of the ranks with equal color, ordered by key (collective over p). */
     int (*split)(cz_plane *p, int color, int key, cz_plane *out, cz_error *err);
     void (*close)(cz_plane *p);
+    /* ---- version 2 ---- */
+    /* In-place sum over the plane's ranks of count elements at buf (backend memory): fp32, or
+     * doubles when f64. Blocking form (as reduce_scatter): it reads buf after `after` and
+     * after every compute op issued before it, and compute ops issued after it see the sum. */
+    int (*allreduce_sum)(cz_plane *p, void *buf, size_t count, int f64, cz_event *after,
+                         cz_error *err);
 } cz_plane_ops;
 
 struct cz_plane {
@@ -379,6 +404,40 @@ typedef struct cz_block {
 /* Blocks of a parameter (one when unblocked). Returns the count written (<= max). */
 int cz_param_blocks(const cz_plan_param *p, cz_block *out, int max);
 
+/* ---- regions of a shard (shard.c) ---- */
+/* Elements of TP rank r's shard of p that lie inside the rectangle b of the full matrix. */
+int64_t cz_shard_region_numel(const cz_plan_param *p, int tp, int r, const cz_block *b);
+/* Appends the runs between "the message" (the elements of r's shard of p inside b, in the
+ * shard's storage order, packed contiguously at msg_off) and either the region b stored
+ * contiguously (b->rows x b->cols, row-major) at other_off, or (other_is_shard) r's shard
+ * itself at other_off. to_msg: other -> message, else message -> other. A replicated
+ * parameter's shard is the whole matrix, so its message is the region row-major. */
+int cz_region_runs(const cz_plan_param *p, int tp, int r, const cz_block *b, int64_t msg_off,
+                   int64_t other_off, int other_is_shard, int to_msg, cz_run_list *l,
+                   cz_error *err);
+
+/* The part of a task one slot computes (pipeline.c): the task's region of the full matrix, or
+ * a cooperative member's slice of it, and the TP slot holding it (under sc: every TP rank;
+ * slot 0 names it). */
+typedef struct cz_exec_part {
+    int param, block, width, member, slot;
+    cz_block region; /* the task's region */
+    cz_block part;   /* this member's part of it (the region when width == 1) */
+} cz_exec_part;
+/* The parts of task t of group g (width 1: one part; k: k parts, member order); writes at
+ * most max of them and returns their count. */
+int cz_exec_task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_exec_part *out,
+                       int max);
+/* One part's Muon momentum, on the rank that holds the part. */
+typedef struct cz_momentum_part {
+    int param;
+    cz_block part;
+    float *buf; /* part.rows x part.cols, backend memory */
+} cz_momentum_part;
+/* The Muon momentum this rank keeps for a part of matrix `param` at the region's origin
+ * (r0, c0) (part-sized, backend memory); NULL when it keeps none. */
+float *cz_exec_momentum_of(const cz_executor *ex, int param, const cz_block *part);
+
 /* Reference kernels on host memory: the CPU backend's own loops (compute_cpu.c), also used by
  * the tests and by canzona-bench's single-process reference. */
 /* buf = mu*buf + g; in = buf, or g + mu*buf with Nesterov. n elements; in may equal g. */
@@ -417,6 +476,11 @@ typedef struct cz_muon_prep {
     int64_t batch_n, work_n; /* floats */
 } cz_muon_prep;
 int cz_muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n, cz_error *err);
+/* The same for tasks: matrix i is params[i]'s whole matrix (blocks[i] == -1, or blocks NULL),
+ * with its blocks orthogonalised separately, or its block blocks[i] alone, stored contiguously
+ * (the block's rows x cols). */
+int cz_muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, const int *blocks,
+                          int n, cz_error *err);
 void cz_muon_prep_free(cz_muon_prep *mp);
 /* Writes the scaled Muon update of every prepared matrix in[i] to out[i] (backend memory),
  * using batch (batch_n floats) and work (work_n floats); calls progress(ctx) (when not NULL)
@@ -424,6 +488,26 @@ void cz_muon_prep_free(cz_muon_prep *mp);
 int cz_muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
                 const float *const *in, float *const *out, float *batch, float *work,
                 void (*progress)(void *), void *ctx, cz_error *err);
+/* One batch of cooperative Newton-Schulz tasks of the same shape and slot set, as one member
+ * computes it: each of `count` tasks has a rows x cols region (oriented a x b, a = the short
+ * side; transposed when the region is tall) of which this member holds the prows x pcols
+ * slice along the long side (a x n oriented). */
+typedef struct cz_muon_coop {
+    int count;
+    int64_t rows, cols, prows, pcols, a, n;
+    int transposed;
+} cz_muon_coop;
+/* Floats of x, gram and work one batch needs. */
+void cz_muon_coop_sizes(const cz_muon_coop *b, int64_t *x_n, int64_t *gram_n, int64_t *work_n);
+/* The member's part of the scaled Muon update of every task of the batch: in[i] and out[i]
+ * are its slice (prows x pcols, contiguous, backend memory; in already momentum-updated). The
+ * sums over the members run on pl (the plane of the k members): one all-reduce of the count
+ * sums of squares (doubles), then one of the count a x a Gram matrices per iteration. x, gram,
+ * work as cz_muon_coop_sizes; sq holds count backend doubles; ev is a compute event recorded
+ * before each all-reduce. progress(ctx) is called between iterations. */
+int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, const cz_muon_coop *b,
+                     const float *const *in, float *const *out, float *x, float *gram, float *work,
+                     double *sq, cz_event *ev, void (*progress)(void *), void *ctx, cz_error *err);
 /* The same for n matrices, preparing and allocating on the way (not for use in a step). */
 int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
                           const cz_plan_param *const *params, const float *const *in,
@@ -536,7 +620,10 @@ struct cz_executor {
     cz_event *ev_grads, *ev_params;
     /* Optimizer state, backend memory allocated at create time. */
     float **adam_m, **adam_v; /* indexed by param id, NULL when not mine */
-    float **momentum;         /* indexed by param id: full-size Muon momentum where I host */
+    /* Muon momentum: one part-sized buffer per part I hold (a whole matrix, a block, or a
+     * cooperative member's slice; see cz_exec_momentum_of). */
+    struct cz_momentum_part *mom;
+    int nmom;
     cz_shampoo_hparams shampoo;
     bool use_shampoo;                 /* the plan's matrix optimizer is Shampoo */
     cz_shampoo_state **shampoo_state; /* indexed by param id, where I host (Shampoo plans) */

@@ -105,7 +105,6 @@ static int alloc_state(cz_executor *ex, cz_error *err)
     ex->bound = cz_exec_calloc(n, sizeof *ex->bound);
     ex->adam_m = cz_exec_calloc(n, sizeof *ex->adam_m);
     ex->adam_v = cz_exec_calloc(n, sizeof *ex->adam_v);
-    ex->momentum = cz_exec_calloc(n, sizeof *ex->momentum);
     ex->shampoo_state = cz_exec_calloc(n, sizeof *ex->shampoo_state);
     ex->soap_state = cz_exec_calloc(n, sizeof *ex->soap_state);
     ex->owned = cz_exec_calloc(n, sizeof *ex->owned);
@@ -119,8 +118,8 @@ static int alloc_state(cz_executor *ex, cz_error *err)
     if (!ex->ev_grads || !ex->ev_params)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for compute events");
     if (!ex->param_ptr || !ex->grad_ptr || !ex->bound || !ex->adam_m || !ex->adam_v ||
-        !ex->momentum || !ex->shampoo_state || !ex->soap_state || !ex->owned || !ex->owned_elem ||
-        !ex->piece_lo || !ex->piece_len || !ex->stats || !ex->stats_host)
+        !ex->shampoo_state || !ex->soap_state || !ex->owned || !ex->owned_elem || !ex->piece_lo ||
+        !ex->piece_len || !ex->stats || !ex->stats_host)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     int64_t maxrange = 1;
     for (size_t b = 0; b < plan->nbuckets; b++) {
@@ -498,13 +497,13 @@ void cz_executor_free(cz_executor *ex)
                 brelease(ex, ex->adam_m[i]);
             if (ex->adam_v)
                 brelease(ex, ex->adam_v[i]);
-            if (ex->momentum)
-                brelease(ex, ex->momentum[i]);
             if (ex->shampoo_state)
                 cz_shampoo_state_free(&ex->compute, ex->shampoo_state[i]);
             if (ex->soap_state)
                 cz_soap_state_free(&ex->compute, ex->soap_state[i]);
         }
+        for (int i = 0; ex->mom && i < ex->nmom; i++)
+            brelease(ex, ex->mom[i].buf);
         brelease(ex, ex->scratch);
         brelease(ex, ex->stats);
         brelease(ex, ex->stage_params);
@@ -516,7 +515,7 @@ void cz_executor_free(cz_executor *ex)
     }
     cz_exec_free(ex->adam_m);
     cz_exec_free(ex->adam_v);
-    cz_exec_free(ex->momentum);
+    cz_exec_free(ex->mom);
     cz_exec_free(ex->shampoo_state);
     cz_exec_free(ex->soap_state);
     cz_exec_free(ex->owned);

@@ -86,12 +86,15 @@ static int blk_cmp(const void *x, const void *y)
     return a->b.c0 < b->b.c0 ? -1 : (a->b.c0 > b->b.c0);
 }
 
-int cz_muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n, cz_error *err)
+int cz_muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, const int *blocks,
+                          int n, cz_error *err)
 {
     int cap = 0;
     *mp = (cz_muon_prep){0};
     for (int i = 0; i < n; i++)
-        cap += params[i]->def.nblocks > 0 ? params[i]->def.nblocks : 1;
+        cap += blocks && blocks[i] >= 0     ? 1
+               : params[i]->def.nblocks > 0 ? params[i]->def.nblocks
+                                            : 1;
     mp->blks = cz_exec_calloc(cap > 0 ? (size_t)cap : 1, sizeof *mp->blks);
     if (!mp->blks)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for %d Muon blocks", cap);
@@ -99,6 +102,13 @@ int cz_muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n,
         cz_block tmp[CZ_MAX_BLOCKS];
         int k = cz_param_blocks(params[i], tmp, CZ_MAX_BLOCKS);
         int64_t ld = params[i]->def.ndim == 1 ? 1 : params[i]->def.shape[1];
+        if (blocks && blocks[i] >= 0) {
+            /* One block, stored on its own: its rows x cols at the origin. */
+            cz_block one = tmp[blocks[i] < k ? blocks[i] : 0];
+            tmp[0] = (cz_block){0, 0, one.rows, one.cols};
+            ld = one.cols;
+            k = 1;
+        }
         for (int j = 0; j < k; j++) {
             cz_muon_blk *r = &mp->blks[mp->nblk++];
             r->mat = i;
@@ -123,6 +133,11 @@ int cz_muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n,
         s = e;
     }
     return CZ_OK;
+}
+
+int cz_muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n, cz_error *err)
+{
+    return cz_muon_prepare_tasks(mp, params, NULL, n, err);
 }
 
 void cz_muon_prep_free(cz_muon_prep *mp)
@@ -161,6 +176,50 @@ int cz_muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
             progress(ctx);
         s = e;
     }
+    return CZ_OK;
+}
+
+void cz_muon_coop_sizes(const cz_muon_coop *b, int64_t *x_n, int64_t *gram_n, int64_t *work_n)
+{
+    *x_n = b->count * b->a * b->n;
+    *gram_n = b->count * b->a * b->a;
+    *work_n = b->count * (b->a * b->a + b->a * b->n);
+}
+
+/* Cooperative Newton-Schulz: the oriented a x b matrix X is split by columns (the long side)
+ * among the k members, X = [X_0 .. X_k-1]. Its norm is the square root of the sum of the
+ * members' sums of squares, and X X^T = sum_j X_j X_j^T, so with both sums all-reduced every
+ * member computes the same B = b A + c A A and updates its own columns, X_j = a X_j + B X_j:
+ * exactly the single-process iteration, column block by column block, up to rounding. */
+int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, const cz_muon_coop *b,
+                     const float *const *in, float *const *out, float *x, float *gram, float *work,
+                     double *sq, cz_event *ev, void (*progress)(void *), void *ctx, cz_error *err)
+{
+    const cz_compute_ops *ops = c->ops;
+    int64_t sz = b->a * b->n, pn = b->prows * b->pcols;
+    for (int i = 0; i < b->count; i++)
+        ops->sumsq(c, in[i], pn, sq + i);
+    ops->event_record(c, ev);
+    int rc = pl->ops->allreduce_sum(pl, sq, (size_t)b->count, 1, ev, err);
+    if (rc)
+        return rc;
+    for (int i = 0; i < b->count; i++)
+        ops->block_load_sq(c, x + i * sz, in[i], b->pcols, b->prows, b->pcols, b->transposed,
+                           h->eps, sq + i);
+    for (int s = 0; s < h->ns_steps; s++) {
+        ops->ns_gram(c, x, b->count, b->a, b->n, gram);
+        ops->event_record(c, ev);
+        rc = pl->ops->allreduce_sum(pl, gram, (size_t)(b->count * b->a * b->a), 0, ev, err);
+        if (rc)
+            return rc;
+        ops->ns_poly(c, x, gram, b->count, b->a, b->n, h->coeffs, work);
+        if (progress)
+            progress(ctx);
+    }
+    /* The scale is the whole region's: every member applies the same. */
+    float scale = cz_muon_scale(h, b->rows, b->cols);
+    for (int i = 0; i < b->count; i++)
+        ops->block_store(c, out[i], b->pcols, x + i * sz, b->prows, b->pcols, b->transposed, scale);
     return CZ_OK;
 }
 

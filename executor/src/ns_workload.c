@@ -9,17 +9,27 @@
 static int add_group(cz_ns_workload *w, const cz_plan *plan, const cz_plan_group *g, int gi,
                      int steps, double c, cz_error *err)
 {
-    const cz_plan_param **ps = cz_exec_calloc((size_t)(g->ntasks > 0 ? g->ntasks : 1), sizeof *ps);
-    if (!ps)
+    size_t cap = (size_t)(g->ntasks > 0 ? g->ntasks : 1);
+    const cz_plan_param **ps = cz_exec_calloc(cap, sizeof *ps);
+    int *blocks = cz_exec_calloc(cap, sizeof *blocks);
+    if (!ps || !blocks) {
+        cz_exec_free(ps);
+        cz_exec_free(blocks);
         return cz_error_set(err, CZ_ENOMEM, "out of memory for a micro-group");
+    }
     bool sc = plan->settings.tp == CZ_TP_SC;
     int n = 0;
+    /* Hosted tasks (a whole matrix or one block); a cooperative task's slices are not
+     * ns_batched work (cz_muon_coop_run) and are left out. */
     for (int t = 0; t < g->ntasks; t++)
-        if (sc || g->task_slot[t] == w->tp_rank)
+        if ((sc || g->task_slot[t] == w->tp_rank) && cz_group_task_width(g, t) == 1) {
+            blocks[n] = cz_group_task_block(g, t);
             ps[n++] = &plan->params[g->task_param[t]];
+        }
     cz_muon_prep mp;
-    int rc = cz_muon_prepare(&mp, ps, n, err);
+    int rc = cz_muon_prepare_tasks(&mp, ps, blocks, n, err);
     cz_exec_free(ps);
+    cz_exec_free(blocks);
     if (rc)
         return rc;
     for (int s = 0; s < mp.nblk && !rc;) {

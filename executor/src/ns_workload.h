@@ -26,7 +26,8 @@ typedef struct cz_ns_workload {
     int64_t batch_n, work_n; /* floats the largest batch needs (x and work) */
 } cz_ns_workload;
 
-/* The work of GPU (dp_rank, tp_rank): the matrix tasks it hosts (every task under sc), per
+/* The work of GPU (dp_rank, tp_rank): the matrix tasks it hosts (every task under sc; a block
+ * task's one block; cooperative tasks, which do not run through ns_batched, left out), per
  * micro-group of its DP rank's schedule, for `steps` iterations of coefficient c (0 = no A A
  * product). */
 int cz_ns_workload_make(cz_ns_workload *w, const cz_plan *plan, int dp_rank, int tp_rank, int steps,

@@ -12,11 +12,22 @@
  * Replicated matrices (tp_dim null) are whole on every TP rank: the host uses its own copy of
  * the gradient (nothing gathered) and sends the whole update to every TP rank.
  *
- * Buffer layouts (elements, tasks always in the group's order):
- *   gather send:  per destination slot s, my shards of the non-replicated tasks hosted by s;
- *   gather recv:  per source TP rank r, r's shards of the non-replicated tasks I host;
- *   scatter send: per destination TP rank r, r's shard of the update of every task I host;
- *   scatter recv: per source slot s, my shards of the updates of the tasks s hosts.
+ * Everything moves by parts: a part is the region of the full matrix one slot computes: a
+ * whole matrix (today's task), one block of it (a block task), or one member's slice of a
+ * cooperative task's region (cz_exec_task_parts). The holder of a part receives from every TP
+ * rank the elements of its shard inside the part (cz_region_runs), keeps the part's momentum,
+ * and returns to every TP rank the elements of its shard inside the part's update. Whole-matrix
+ * parts give exactly the layouts below as before. The members of a cooperative task then
+ * compute their slices together (cz_muon_coop_run), all-reducing over a sub-plane of the TP
+ * plane split at create time per width (color tp_rank / k).
+ *
+ * Buffer layouts (elements, parts always in the group's order: tasks in flat order, a
+ * cooperative task's members in slot order):
+ *   gather send:  per destination slot s, my shard inside each non-replicated part s holds;
+ *   gather recv:  per source TP rank r, r's shard inside each non-replicated part I hold;
+ *   scatter send: per destination TP rank r, r's shard inside the update of every part I hold;
+ *   scatter recv: per source slot s, my shard inside the update of each part s holds;
+ * each "shard inside a part" in the shard's storage order.
  *
  * Every layout is fixed by the plan, so everything is laid out once at create time: the
  * all-to-all counts, the copy-run index maps that pack and unpack the buffers (replayed by the
@@ -34,51 +45,75 @@
 
 #include <string.h>
 
-/* One shard update: p[p_off ..] = p*(1 - lr*wd) - lr*u[u_off ..] over n elements. */
-typedef struct apply_ref {
-    int64_t p_off, u_off, n;
-} apply_ref;
+/* Distinct cooperative widths of one schedule (widths divide TP: 32 is far more than any). */
+#define CZ_MAX_COOP_WIDTHS 32
+
+/* A part this rank holds: where it lives in full_g / full_u, and its momentum. */
+typedef struct hpart {
+    cz_exec_part x;
+    const cz_plan_param *p;
+    int64_t off, numel;
+    float *momentum; /* part-sized, also listed in ex->mom for checkpoints */
+} hpart;
+
+/* A batch of cooperative tasks of one shape and slot set, in the order of their first task. */
+typedef struct coop_batch {
+    cz_muon_coop shape;
+    cz_plane *plane;
+    int width, first_slot;
+    const float **in; /* the member's slices (full_g) and their updates (full_u) */
+    float **out;
+} coop_batch;
 
 typedef struct pgroup {
     const cz_plan_group *g;
+    cz_exec_part *parts; /* every part of the group, in order */
+    int nparts;
     /* The all-to-all layouts of the group's two TP exchanges, one value per TP peer, in
-     * elements, named <exchange>_<direction>_<what>: the gather brings the shards of a task to
-     * its host, the scatter returns the host's update to every shard; "counts" is how much
+     * elements, named <exchange>_<direction>_<what>: the gather brings the shards of a part to
+     * its holder, the scatter returns the holder's update to every shard; "counts" is how much
      * goes to (send) or comes from (recv) that peer, "displs" where it starts in the packed
      * send or receive buffer (MPI_Alltoallv's sendcounts/sdispls/recvcounts/rdispls). */
     int64_t *gather_send_counts, *gather_send_displs, *gather_recv_counts, *gather_recv_displs;
     int64_t *scatter_send_counts, *scatter_send_displs, *scatter_recv_counts, *scatter_recv_displs;
-    int nhosted;
-    int64_t hosted_full;   /* sum of full numel of the tasks I host */
-    int64_t recv_block;    /* gather recv elements per source rank */
     int64_t gather_n;      /* elements I send in the gather (per destination under sc) */
     cz_runs *gather_pack;  /* G -> gather send */
-    cz_runs *unpack_recv;  /* gather recv -> full gradients */
-    cz_runs *unpack_local; /* G -> full gradients of the replicated matrices I host */
-    cz_runs *scatter_pack; /* full updates -> scatter send (sc: my shard of each) */
-    int *hosted;           /* param ids of the tasks I host, in group order */
-    int64_t *hosted_off;   /* their offsets in full_g and full_u */
+    cz_runs *unpack_recv;  /* gather recv -> the parts' gradients in full_g */
+    cz_runs *unpack_local; /* G -> the gradients of the replicated parts I hold */
+    cz_runs *scatter_pack; /* the parts' updates -> scatter send (sc: my shard of each) */
+    cz_runs *apply;        /* (my shard, update) pairs from scatter recv (sc: scatter send) */
+    hpart *hosted;         /* the parts I hold, in order */
+    int nhosted;
+    /* The hosted (width 1) parts, batched by cz_muon_run. */
     const cz_plan_param **hp;
+    int *hb;
     const float **hin;
     float **hout;
+    int nh1;
     cz_muon_prep muon;
-    apply_ref *apply; /* my shard updates, from scatter recv (sc: scatter send) */
-    int napply;
+    coop_batch *coop;
+    int ncoop;
 } pgroup;
 
 struct cz_pipeline {
     int ngroups;
     pgroup *groups;
     int64_t gather_send_len, gather_recv_len, scatter_send_len, scatter_recv_len, full_n, batch_n,
-        work_n;
+        work_n, gram_n, sq_n;
     float *gather_send[2], *gather_recv[2], *scatter_send[2], *scatter_recv[2];
-    float *full_g, *full_u, *batch, *work;
+    float *full_g, *full_u, *batch, *work, *gram;
+    double *sq;
     int64_t sh_work_n; /* Shampoo: work of the largest tile; two doubles of norms */
     float *sh_work;
     double *sh_stats;
     cz_comm_req *gather_req[2], *scatter_req[2];
     /* Recorded after a gather (scatter) buffer is packed; its send waits for it. */
     cz_event *gather_packed[2], *scatter_packed[2];
+    cz_event *coop_ready; /* recorded before each cooperative all-reduce */
+    /* The sub-planes of the cooperative widths (split from the TP plane at create). */
+    int nwidths;
+    int widths[CZ_MAX_COOP_WIDTHS];
+    cz_plane wplanes[CZ_MAX_COOP_WIDTHS];
 };
 
 static bool replicated(const cz_plan_param *p)
@@ -86,22 +121,90 @@ static bool replicated(const cz_plan_param *p)
     return p->def.tp_dim < 0;
 }
 
-static int64_t full_numel(const cz_plan_param *p)
+int cz_exec_task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_exec_part *out,
+                       int max)
 {
-    return p->def.shape[0] * (p->def.ndim == 1 ? 1 : p->def.shape[1]);
+    const cz_plan_param *p = &plan->params[g->task_param[t]];
+    int b = cz_group_task_block(g, t), k = cz_group_task_width(g, t);
+    cz_block reg;
+    cz_task_region(&p->def, b, &reg.r0, &reg.c0, &reg.rows, &reg.cols);
+    /* Sliced along the long side: rows of a tall region, columns otherwise (Muon's a x b). */
+    bool tall = reg.rows > reg.cols;
+    for (int j = 0; j < k && j < max; j++) {
+        cz_exec_part *o = &out[j];
+        *o = (cz_exec_part){.param = g->task_param[t],
+                            .block = b,
+                            .width = k,
+                            .member = j,
+                            .slot = g->task_slot[t] + j,
+                            .region = reg,
+                            .part = reg};
+        if (k > 1) {
+            int64_t s, n;
+            cz_coop_slice(tall ? reg.rows : reg.cols, k, j, &s, &n);
+            if (tall)
+                o->part.r0 += s, o->part.rows = n;
+            else
+                o->part.c0 += s, o->part.cols = n;
+        }
+    }
+    return k;
 }
 
-static bool hosts(const cz_executor *ex, const cz_plan_group *g, int t)
+float *cz_exec_momentum_of(const cz_executor *ex, int param, const cz_block *part)
 {
-    return ex->sc || g->task_slot[t] == ex->tp_rank;
+    for (int i = 0; i < ex->nmom; i++) {
+        const cz_momentum_part *m = &ex->mom[i];
+        if (m->param == param && m->part.r0 == part->r0 && m->part.c0 == part->c0 &&
+            m->part.rows == part->rows && m->part.cols == part->cols)
+            return m->buf;
+    }
+    return NULL;
+}
+
+static bool holds(const cz_executor *ex, const cz_exec_part *x)
+{
+    return ex->sc || x->slot == ex->tp_rank;
+}
+
+static int64_t part_numel(const cz_exec_part *x)
+{
+    return x->part.rows * x->part.cols;
+}
+
+/* Elements of TP rank r's shard in part x: gathered (replicated parts gather nothing) and
+ * scattered. */
+static int64_t gcount(const cz_executor *ex, const cz_exec_part *x, int r)
+{
+    const cz_plan_param *p = &ex->plan->params[x->param];
+    return replicated(p) ? 0 : cz_shard_region_numel(p, ex->tp, r, &x->part);
+}
+
+static int64_t scount(const cz_executor *ex, const cz_exec_part *x, int r)
+{
+    return cz_shard_region_numel(&ex->plan->params[x->param], ex->tp, r, &x->part);
+}
+
+static int list_parts(cz_executor *ex, pgroup *pg, cz_error *err)
+{
+    const cz_plan_group *g = pg->g;
+    int n = 0;
+    for (int t = 0; t < g->ntasks; t++)
+        n += cz_group_task_width(g, t);
+    pg->parts = cz_exec_calloc((size_t)n + 1, sizeof *pg->parts);
+    if (!pg->parts)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+    for (int t = 0; t < g->ntasks; t++)
+        pg->nparts += cz_exec_task_parts(ex->plan, g, t, pg->parts + pg->nparts, n - pg->nparts);
+    return CZ_OK;
 }
 
 static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
 {
-    const cz_plan *plan = ex->plan;
-    const cz_plan_group *g = pg->g;
-    int tp = ex->tp;
-    int64_t all_nonrep = 0, hosted_nonrep = 0, hosted_all = 0;
+    int tp = ex->tp, me = ex->tp_rank;
+    int rc = list_parts(ex, pg, err);
+    if (rc)
+        return rc;
     int64_t *arrs[8];
     for (int k = 0; k < 8; k++) {
         arrs[k] = cz_exec_calloc((size_t)tp, sizeof(int64_t));
@@ -115,53 +218,63 @@ static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
     pg->gather_recv_counts = arrs[2], pg->gather_recv_displs = arrs[3];
     pg->scatter_send_counts = arrs[4], pg->scatter_send_displs = arrs[5];
     pg->scatter_recv_counts = arrs[6], pg->scatter_recv_displs = arrs[7];
-    int64_t per_slot_nonrep[tp], per_slot_all[tp];
-    memset(per_slot_nonrep, 0, sizeof per_slot_nonrep);
-    memset(per_slot_all, 0, sizeof per_slot_all);
-    for (int t = 0; t < g->ntasks; t++) {
-        const cz_plan_param *p = &plan->params[g->task_param[t]];
-        int s = ex->sc ? 0 : g->task_slot[t];
-        per_slot_all[s] += p->numel;
-        if (!replicated(p)) {
-            per_slot_nonrep[s] += p->numel;
-            all_nonrep += p->numel;
+    int64_t full = 0, sc_send = 0;
+    for (int i = 0; i < pg->nparts; i++) {
+        const cz_exec_part *x = &pg->parts[i];
+        if (ex->sc) {
+            /* Every rank all-gathers its shard inside every part and applies its own. */
+            pg->gather_n += gcount(ex, x, me);
+            sc_send += scount(ex, x, me);
+            for (int r = 0; r < tp; r++)
+                pg->gather_recv_counts[r] += gcount(ex, x, r);
+        } else {
+            pg->gather_send_counts[x->slot] += gcount(ex, x, me);
+            pg->scatter_recv_counts[x->slot] += scount(ex, x, me);
+            if (x->slot == me)
+                for (int r = 0; r < tp; r++) {
+                    pg->gather_recv_counts[r] += gcount(ex, x, r);
+                    pg->scatter_send_counts[r] += scount(ex, x, r);
+                }
         }
-        if (hosts(ex, g, t)) {
+        if (holds(ex, x)) {
             pg->nhosted++;
-            pg->hosted_full += full_numel(p);
-            hosted_all += p->numel;
-            if (!replicated(p))
-                hosted_nonrep += p->numel;
+            full += part_numel(x);
         }
     }
-    pg->recv_block = ex->sc ? all_nonrep : hosted_nonrep;
-    int64_t gs = 0, ss = 0;
+    int64_t gs = 0, gr = 0, ss = 0, sr = 0;
     for (int r = 0; r < tp; r++) {
-        pg->gather_send_counts[r] = ex->sc ? 0 : per_slot_nonrep[r];
+        /* iall_gather takes one count from every rank: the parts must give each rank as much
+         * (whole matrices and blocks do; plan_check refuses cooperative tasks under sc). */
+        if (ex->sc && pg->gather_recv_counts[r] != pg->gather_n)
+            return cz_error_set(err, CZ_EINTERNAL,
+                                "micro-group %d: under sc TP rank %d gathers %lld elements and "
+                                "rank %d %lld; the all-gather needs equal counts",
+                                pg->g->id, r, (long long)pg->gather_recv_counts[r], me,
+                                (long long)pg->gather_n);
         pg->gather_send_displs[r] = gs;
         gs += pg->gather_send_counts[r];
-        pg->gather_recv_counts[r] = pg->recv_block;
-        pg->gather_recv_displs[r] = pg->recv_block * r;
-        pg->scatter_send_counts[r] = ex->sc ? 0 : hosted_all;
-        pg->scatter_send_displs[r] = ex->sc ? 0 : hosted_all * r;
-        pg->scatter_recv_counts[r] = ex->sc ? 0 : per_slot_all[r];
-        pg->scatter_recv_displs[r] = ss;
-        ss += pg->scatter_recv_counts[r];
+        pg->gather_recv_displs[r] = gr;
+        gr += pg->gather_recv_counts[r];
+        pg->scatter_send_displs[r] = ss;
+        ss += pg->scatter_send_counts[r];
+        pg->scatter_recv_displs[r] = sr;
+        sr += pg->scatter_recv_counts[r];
     }
     struct cz_pipeline *pp = ex->pipe;
-    pg->gather_n = ex->sc ? all_nonrep : gs;
+    if (!ex->sc)
+        pg->gather_n = gs;
     if (pg->gather_n > pp->gather_send_len)
         pp->gather_send_len = pg->gather_n;
-    if (pg->recv_block * tp > pp->gather_recv_len)
-        pp->gather_recv_len = pg->recv_block * tp;
+    if (gr > pp->gather_recv_len)
+        pp->gather_recv_len = gr;
     /* Under sc the scatter-send buffer holds my shard of each update, to apply from. */
-    int64_t scatter_send = ex->sc ? hosted_all : hosted_all * tp;
+    int64_t scatter_send = ex->sc ? sc_send : ss;
     if (scatter_send > pp->scatter_send_len)
         pp->scatter_send_len = scatter_send;
-    if (ss > pp->scatter_recv_len)
-        pp->scatter_recv_len = ss;
-    if (pg->hosted_full > pp->full_n)
-        pp->full_n = pg->hosted_full;
+    if (sr > pp->scatter_recv_len)
+        pp->scatter_recv_len = sr;
+    if (full > pp->full_n)
+        pp->full_n = full;
     return CZ_OK;
 }
 
@@ -174,111 +287,228 @@ static int make_runs(cz_executor *ex, cz_run_list *l, cz_runs **out, cz_error *e
     return *out ? CZ_OK : cz_error_set(err, CZ_ENOMEM, "out of memory for %zu copy runs", n);
 }
 
-/* The index maps, hosted matrices, Newton-Schulz batches and shard updates of one group. */
+/* The sub-plane of the members of a cooperative task of width k. */
+static cz_plane *width_plane(struct cz_pipeline *pp, int k)
+{
+    for (int i = 0; i < pp->nwidths; i++)
+        if (pp->widths[i] == k)
+            return &pp->wplanes[i];
+    return NULL;
+}
+
+/* Groups my cooperative parts into batches: same width, first slot and shapes, in the order of
+ * their first task (the same order on every member, so the all-reduces never cross). */
+static int layout_coop(cz_executor *ex, pgroup *pg, cz_error *err)
+{
+    struct cz_pipeline *pp = ex->pipe;
+    size_t nh = (size_t)pg->nhosted + 1;
+    pg->coop = cz_exec_calloc(nh, sizeof *pg->coop);
+    if (!pg->coop)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for cooperative batches");
+    for (int i = 0; i < pg->nhosted; i++) {
+        const cz_exec_part *x = &pg->hosted[i].x;
+        if (x->width < 2)
+            continue;
+        bool tall = x->region.rows > x->region.cols;
+        cz_muon_coop sh = {.rows = x->region.rows,
+                           .cols = x->region.cols,
+                           .prows = x->part.rows,
+                           .pcols = x->part.cols,
+                           .transposed = tall};
+        sh.a = tall ? x->region.cols : x->region.rows;
+        sh.n = tall ? x->part.rows : x->part.cols;
+        int first = x->slot - x->member, b = 0;
+        while (b < pg->ncoop &&
+               !(pg->coop[b].width == x->width && pg->coop[b].first_slot == first &&
+                 pg->coop[b].shape.rows == sh.rows && pg->coop[b].shape.cols == sh.cols &&
+                 pg->coop[b].shape.prows == sh.prows && pg->coop[b].shape.pcols == sh.pcols))
+            b++;
+        coop_batch *cb = &pg->coop[b];
+        if (b == pg->ncoop) {
+            pg->ncoop++;
+            cb->shape = sh;
+            cb->width = x->width;
+            cb->first_slot = first;
+            cb->plane = width_plane(pp, x->width);
+            cb->in = cz_exec_calloc(nh, sizeof *cb->in);
+            cb->out = cz_exec_calloc(nh, sizeof *cb->out);
+            if (!cb->in || !cb->out)
+                return cz_error_set(err, CZ_ENOMEM, "out of memory for cooperative batches");
+            if (!cb->plane)
+                return cz_error_set(err, CZ_EINTERNAL, "no sub-plane of width %d", x->width);
+        }
+        cb->in[cb->shape.count] = pp->full_g + pg->hosted[i].off;
+        cb->out[cb->shape.count++] = pp->full_u + pg->hosted[i].off;
+    }
+    for (int b = 0; b < pg->ncoop; b++) {
+        int64_t xn, gn, wn;
+        cz_muon_coop_sizes(&pg->coop[b].shape, &xn, &gn, &wn);
+        if (xn > pp->batch_n)
+            pp->batch_n = xn;
+        if (gn > pp->gram_n)
+            pp->gram_n = gn;
+        if (wn > pp->work_n)
+            pp->work_n = wn;
+        if (pg->coop[b].shape.count > pp->sq_n)
+            pp->sq_n = pg->coop[b].shape.count;
+    }
+    return CZ_OK;
+}
+
+/* The index maps, held parts, Newton-Schulz batches and shard updates of one group. */
 static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
-    const cz_plan_group *g = pg->g;
     struct cz_pipeline *pp = ex->pipe;
-    int tp = ex->tp, rc = CZ_OK;
+    int tp = ex->tp, me = ex->tp_rank, rc = CZ_OK;
     size_t nh = (size_t)pg->nhosted + 1;
     cz_run_list l = {0};
+    pg->nhosted = 0; /* counted by layout_counts; listed again below */
     pg->hosted = cz_exec_calloc(nh, sizeof *pg->hosted);
-    pg->hosted_off = cz_exec_calloc(nh, sizeof *pg->hosted_off);
     pg->hp = cz_exec_calloc(nh, sizeof *pg->hp);
+    pg->hb = cz_exec_calloc(nh, sizeof *pg->hb);
     pg->hin = cz_exec_calloc(nh, sizeof *pg->hin);
     pg->hout = cz_exec_calloc(nh, sizeof *pg->hout);
-    pg->apply = cz_exec_calloc((size_t)g->ntasks + 1, sizeof *pg->apply);
-    if (!pg->hosted || !pg->hosted_off || !pg->hp || !pg->hin || !pg->hout || !pg->apply)
+    if (!pg->hosted || !pg->hp || !pg->hb || !pg->hin || !pg->hout)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
 
-    /* Gather send: per destination slot, my shards of the non-replicated tasks it hosts. */
-    int nslots = ex->sc ? 1 : tp;
+    /* Gather send: per destination slot, my shard inside each non-replicated part it holds
+     * (under sc: inside every part, to everyone). */
     int64_t pos = 0;
-    for (int s = 0; s < nslots && !rc; s++)
-        for (int t = 0; t < g->ntasks && !rc; t++) {
-            const cz_plan_param *p = &plan->params[g->task_param[t]];
-            if (replicated(p) || (!ex->sc && g->task_slot[t] != s))
+    for (int s = 0; s < (ex->sc ? 1 : tp) && !rc; s++)
+        for (int i = 0; i < pg->nparts && !rc; i++) {
+            const cz_exec_part *x = &pg->parts[i];
+            const cz_plan_param *p = &plan->params[x->param];
+            if (replicated(p) || (!ex->sc && x->slot != s))
                 continue;
-            rc = cz_run_list_add(&l, pos, cz_exec_param_offset(ex, p->id), p->numel, err);
-            pos += p->numel;
+            rc = cz_region_runs(p, tp, me, &x->part, pos, cz_exec_param_offset(ex, p->id), 1, 1, &l,
+                                err);
+            pos += gcount(ex, x, me);
         }
     if (!rc)
         rc = make_runs(ex, &l, &pg->gather_pack, err);
 
-    /* Hosted matrices, their place in full_g/full_u, and the unpacking of their gradients. */
-    int n = 0;
-    int64_t fpos = 0, rpos = 0;
-    for (int t = 0; t < g->ntasks && !rc; t++) {
-        if (!hosts(ex, g, t))
+    /* Held parts and their place in full_g/full_u. */
+    int64_t fpos = 0;
+    for (int i = 0; i < pg->nparts; i++) {
+        const cz_exec_part *x = &pg->parts[i];
+        if (!holds(ex, x))
             continue;
-        const cz_plan_param *p = &plan->params[g->task_param[t]];
-        pg->hosted[n] = p->id;
-        pg->hosted_off[n] = fpos;
-        pg->hp[n] = p;
-        pg->hin[n] = pp->full_g + fpos;
-        pg->hout[n] = pp->full_u + fpos;
-        n++;
-        if (!replicated(p)) {
-            for (int r = 0; r < tp && !rc; r++)
-                rc = cz_shard_runs(p, tp, r, fpos, pg->recv_block * r + rpos, 1, &l, err);
-            rpos += p->numel;
+        hpart *h = &pg->hosted[pg->nhosted++];
+        h->x = *x;
+        h->p = &plan->params[x->param];
+        h->off = fpos;
+        h->numel = part_numel(x);
+        fpos += h->numel;
+        if (x->width == 1) {
+            pg->hp[pg->nh1] = h->p;
+            pg->hb[pg->nh1] = x->block;
+            pg->hin[pg->nh1] = pp->full_g + h->off;
+            pg->hout[pg->nh1] = pp->full_u + h->off;
+            pg->nh1++;
         }
-        fpos += full_numel(p);
+    }
+    /* The gradients: per source rank its shard inside each part I hold, then the replicated
+     * parts from my own copy. */
+    for (int r = 0; r < tp && !rc; r++) {
+        int64_t rpos = pg->gather_recv_displs[r];
+        for (int k = 0; k < pg->nhosted && !rc; k++) {
+            const hpart *h = &pg->hosted[k];
+            if (replicated(h->p))
+                continue;
+            rc = cz_region_runs(h->p, tp, r, &h->x.part, rpos, h->off, 0, 0, &l, err);
+            rpos += gcount(ex, &h->x, r);
+        }
     }
     if (!rc)
         rc = make_runs(ex, &l, &pg->unpack_recv, err);
-    for (int k = 0; k < n && !rc; k++)
-        if (replicated(pg->hp[k]))
-            rc = cz_run_list_add(&l, pg->hosted_off[k], cz_exec_param_offset(ex, pg->hosted[k]),
-                                 full_numel(pg->hp[k]), err);
+    for (int k = 0; k < pg->nhosted && !rc; k++) {
+        const hpart *h = &pg->hosted[k];
+        if (replicated(h->p)) /* the message of a replicated part is the part itself */
+            rc = cz_region_runs(h->p, tp, me, &h->x.part, h->off,
+                                cz_exec_param_offset(ex, h->p->id), 1, 1, &l, err);
+    }
     if (!rc)
         rc = make_runs(ex, &l, &pg->unpack_local, err);
 
-    /* Scatter send: per destination TP rank, its shard of every update I host (under sc only
-     * my own shard, applied from there). */
-    int64_t spos = 0;
+    /* Scatter send: per destination TP rank, its shard inside the update of every part I hold
+     * (under sc only my own shard, applied from there). */
     for (int r = 0; r < tp && !rc; r++) {
-        if (ex->sc && r != ex->tp_rank)
+        if (ex->sc && r != me)
             continue;
-        for (int k = 0; k < n && !rc; k++) {
-            const cz_plan_param *p = pg->hp[k];
-            if (ex->sc)
-                pg->apply[pg->napply++] =
-                    (apply_ref){cz_exec_param_offset(ex, p->id), spos, p->numel};
-            rc = cz_shard_runs(p, tp, r, pg->hosted_off[k], spos, 0, &l, err);
-            spos += p->numel;
+        int64_t spos = ex->sc ? 0 : pg->scatter_send_displs[r];
+        for (int k = 0; k < pg->nhosted && !rc; k++) {
+            const hpart *h = &pg->hosted[k];
+            rc = cz_region_runs(h->p, tp, r, &h->x.part, spos, h->off, 0, 1, &l, err);
+            spos += scount(ex, &h->x, r);
         }
     }
     if (!rc)
         rc = make_runs(ex, &l, &pg->scatter_pack, err);
-    cz_run_list_free(&l);
 
-    /* Shard updates from the scatter's receive buffer: per source slot, its tasks in order. */
-    for (int s = 0; s < tp && !ex->sc && !rc; s++) {
-        int64_t upos = pg->scatter_recv_displs[s];
-        for (int t = 0; t < g->ntasks; t++) {
-            if (g->task_slot[t] != s)
+    /* Shard updates: from the scatter's receive buffer, per source slot its parts in order
+     * (under sc from the scatter-send buffer, every part in order). */
+    for (int s = 0; s < (ex->sc ? 1 : tp) && !rc; s++) {
+        int64_t upos = ex->sc ? 0 : pg->scatter_recv_displs[s];
+        for (int i = 0; i < pg->nparts && !rc; i++) {
+            const cz_exec_part *x = &pg->parts[i];
+            if (!ex->sc && x->slot != s)
                 continue;
-            const cz_plan_param *p = &plan->params[g->task_param[t]];
-            pg->apply[pg->napply++] = (apply_ref){cz_exec_param_offset(ex, p->id), upos, p->numel};
-            upos += p->numel;
+            const cz_plan_param *p = &plan->params[x->param];
+            rc = cz_region_runs(p, tp, me, &x->part, upos, cz_exec_param_offset(ex, p->id), 1, 0,
+                                &l, err);
+            upos += scount(ex, x, me);
         }
     }
     if (!rc)
-        rc = cz_muon_prepare(&pg->muon, pg->hp, n, err);
+        rc = make_runs(ex, &l, &pg->apply, err);
+    cz_run_list_free(&l);
+    if (!rc)
+        rc = cz_muon_prepare_tasks(&pg->muon, pg->hp, pg->hb, pg->nh1, err);
     if (!rc) {
         if (pg->muon.batch_n > pp->batch_n)
             pp->batch_n = pg->muon.batch_n;
         if (pg->muon.work_n > pp->work_n)
             pp->work_n = pg->muon.work_n;
     }
-    return rc;
+    return rc ? rc : layout_coop(ex, pg, err);
 }
 
 static float *falloc(cz_executor *ex, int64_t n)
 {
     return ex->compute.ops->alloc(&ex->compute, (size_t)(n + 1) * sizeof(float));
+}
+
+/* One sub-plane per cooperative width of my DP rank's schedule: the TP plane split into the
+ * aligned k-slot sets (color tp_rank / k). Every TP rank of the group has the same schedule,
+ * so every one makes the same splits in the same order. */
+static int open_width_planes(cz_executor *ex, cz_error *err)
+{
+    struct cz_pipeline *pp = ex->pipe;
+    const cz_rank_schedule *rs = ex->schedule;
+    for (int g = 0; g < rs->ngroups; g++)
+        for (int t = 0; t < rs->groups[g].ntasks; t++) {
+            int k = cz_group_task_width(&rs->groups[g], t), i = 0;
+            if (k < 2)
+                continue;
+            while (i < pp->nwidths && pp->widths[i] != k)
+                i++;
+            if (i < pp->nwidths)
+                continue;
+            if (pp->nwidths == CZ_MAX_COOP_WIDTHS)
+                return cz_error_set(err, CZ_EUNSUPPORTED,
+                                    "the plan uses more than %d cooperative widths", pp->nwidths);
+            int rc = ex->tp_comm.ops->split(&ex->tp_comm, ex->tp_rank / k, ex->tp_rank % k,
+                                            &pp->wplanes[pp->nwidths], err);
+            if (rc)
+                return rc;
+            pp->wplanes[pp->nwidths].compute = &ex->compute;
+            pp->widths[pp->nwidths++] = k;
+            if (pp->wplanes[i].size != k)
+                return cz_error_set(err, CZ_EINTERNAL, "the sub-plane of width %d has %d ranks", k,
+                                    pp->wplanes[i].size);
+        }
+    return CZ_OK;
 }
 
 int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
@@ -288,45 +518,53 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
     if (!pp)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
     ex->pipe = pp;
+    /* The splits are collective: first, before anything a rank could fail alone. */
+    int rc = open_width_planes(ex, err);
+    if (rc)
+        return rc;
     pp->ngroups = rs->ngroups;
     pp->groups = cz_exec_calloc(rs->ngroups > 0 ? (size_t)rs->ngroups : 1, sizeof *pp->groups);
     if (!pp->groups)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
+    int nmom = 0;
     for (int g = 0; g < rs->ngroups; g++) {
         pp->groups[g].g = &rs->groups[g];
-        int rc = layout_counts(ex, &pp->groups[g], err);
+        rc = layout_counts(ex, &pp->groups[g], err);
         if (rc)
             return rc;
+        nmom += pp->groups[g].nhosted;
     }
     /* full_g/full_u first: the groups' Muon input and output pointers point into them. */
     pp->full_g = falloc(ex, pp->full_n);
     pp->full_u = falloc(ex, pp->full_n);
-    if (!pp->full_g || !pp->full_u)
+    ex->mom = cz_exec_calloc((size_t)nmom + 1, sizeof *ex->mom);
+    if (!pp->full_g || !pp->full_u || !ex->mom)
         return cz_error_set(err, CZ_ENOMEM, "out of memory for the host buffers (%lld elements)",
                             (long long)pp->full_n);
     for (int g = 0; g < rs->ngroups; g++) {
-        int rc = layout_maps(ex, &pp->groups[g], err);
+        pgroup *pg = &pp->groups[g];
+        rc = layout_maps(ex, pg, err);
         if (rc)
             return rc;
-        for (int t = 0; t < rs->groups[g].ntasks; t++) {
-            if (!hosts(ex, &rs->groups[g], t))
-                continue;
-            int id = rs->groups[g].task_param[t];
+        for (int k = 0; k < pg->nhosted; k++) {
+            hpart *h = &pg->hosted[k];
+            int id = h->x.param;
             if (ex->use_shampoo || ex->use_soap) {
-                const cz_plan_param *p = &ex->plan->params[id];
+                /* Shampoo and SOAP plans have whole-matrix tasks only (plan_check). */
                 int rc2 = ex->use_shampoo
-                              ? cz_shampoo_state_create(&ex->compute, &ex->shampoo, p,
+                              ? cz_shampoo_state_create(&ex->compute, &ex->shampoo, h->p,
                                                         &ex->shampoo_state[id], &pp->sh_work_n, err)
-                              : cz_soap_state_create(&ex->compute, &ex->soap, p,
+                              : cz_soap_state_create(&ex->compute, &ex->soap, h->p,
                                                      &ex->soap_state[id], &pp->sh_work_n, err);
                 if (rc2)
                     return rc2;
                 continue;
             }
-            ex->momentum[id] = falloc(ex, full_numel(&ex->plan->params[id]));
-            if (!ex->momentum[id])
+            h->momentum = falloc(ex, h->numel);
+            if (!h->momentum)
                 return cz_error_set(err, CZ_ENOMEM, "out of memory for the momentum of '%s'",
-                                    ex->plan->params[id].def.name);
+                                    h->p->def.name);
+            ex->mom[ex->nmom++] = (cz_momentum_part){id, h->x.part, h->momentum};
         }
     }
     for (int k = 0; k < 2; k++) {
@@ -345,6 +583,9 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
             !pp->scatter_packed[k])
             return cz_error_set(err, CZ_ENOMEM, "out of memory for requests and events");
     }
+    pp->coop_ready = ex->compute.ops->event_create(&ex->compute);
+    if (!pp->coop_ready)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for requests and events");
     if (ex->use_shampoo || ex->use_soap) {
         pp->sh_work = falloc(ex, pp->sh_work_n);
         pp->sh_stats = ex->compute.ops->alloc(&ex->compute, 2 * sizeof(double));
@@ -357,10 +598,12 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
     }
     pp->batch = falloc(ex, pp->batch_n);
     pp->work = falloc(ex, pp->work_n);
-    if (!pp->batch || !pp->work)
+    pp->gram = falloc(ex, pp->gram_n);
+    pp->sq = ex->compute.ops->alloc(&ex->compute, (size_t)(pp->sq_n + 1) * sizeof(double));
+    if (!pp->batch || !pp->work || !pp->gram || !pp->sq)
         return cz_error_set(err, CZ_ENOMEM,
                             "out of memory for the Newton-Schulz buffers (%lld elements)",
-                            (long long)(pp->batch_n + pp->work_n));
+                            (long long)(pp->batch_n + pp->work_n + pp->gram_n));
     return CZ_OK;
 }
 
@@ -378,25 +621,42 @@ void cz_exec_pipeline_free(cz_executor *ex)
                                pg->scatter_recv_counts, pg->scatter_recv_displs};
         for (int k = 0; k < 8; k++)
             cz_exec_free(layouts[k]);
-        cz_runs *runs[4] = {pg->gather_pack, pg->unpack_recv, pg->unpack_local, pg->scatter_pack};
-        for (int k = 0; k < 4; k++)
+        cz_runs *runs[5] = {pg->gather_pack, pg->unpack_recv, pg->unpack_local, pg->scatter_pack,
+                            pg->apply};
+        for (int k = 0; k < 5; k++)
             if (runs[k])
                 c->ops->runs_free(c, runs[k]);
-        cz_exec_free(pg->hosted), cz_exec_free(pg->hosted_off), cz_exec_free(pg->hp);
-        cz_exec_free(pg->hin), cz_exec_free(pg->hout), cz_exec_free(pg->apply);
+        for (int b = 0; pg->coop && b < pg->ncoop; b++) {
+            cz_exec_free(pg->coop[b].in);
+            cz_exec_free(pg->coop[b].out);
+        }
+        cz_exec_free(pg->coop);
+        cz_exec_free(pg->parts), cz_exec_free(pg->hosted), cz_exec_free(pg->hp);
+        cz_exec_free(pg->hb), cz_exec_free(pg->hin), cz_exec_free(pg->hout);
         cz_muon_prep_free(&pg->muon);
     }
     cz_exec_free(pp->groups);
-    float *bufs[] = {pp->gather_send[0],  pp->gather_send[1],  pp->gather_recv[0],
-                     pp->gather_recv[1],  pp->scatter_send[0], pp->scatter_send[1],
-                     pp->scatter_recv[0], pp->scatter_recv[1], pp->full_g,
-                     pp->full_u,          pp->batch,           pp->work,
+    float *bufs[] = {pp->gather_send[0],
+                     pp->gather_send[1],
+                     pp->gather_recv[0],
+                     pp->gather_recv[1],
+                     pp->scatter_send[0],
+                     pp->scatter_send[1],
+                     pp->scatter_recv[0],
+                     pp->scatter_recv[1],
+                     pp->full_g,
+                     pp->full_u,
+                     pp->batch,
+                     pp->work,
+                     pp->gram,
                      pp->sh_work};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         if (bufs[k])
             c->ops->release(c, bufs[k]);
     if (pp->sh_stats)
         c->ops->release(c, pp->sh_stats);
+    if (pp->sq)
+        c->ops->release(c, pp->sq);
     for (int k = 0; k < 2; k++) {
         if (pp->gather_req[k])
             ex->tp_comm.ops->req_free(&ex->tp_comm, pp->gather_req[k]);
@@ -407,6 +667,10 @@ void cz_exec_pipeline_free(cz_executor *ex)
         if (pp->scatter_packed[k])
             c->ops->event_free(c, pp->scatter_packed[k]);
     }
+    if (pp->coop_ready)
+        c->ops->event_free(c, pp->coop_ready);
+    for (int i = 0; i < pp->nwidths; i++)
+        cz_plane_close(&pp->wplanes[i]);
     cz_exec_free(pp);
     ex->pipe = NULL;
 }
@@ -464,9 +728,7 @@ static void apply_group(cz_executor *ex, const pgroup *pg, float *P, const float
 {
     /* SOAP's first step only initialises its preconditioner: no update, no weight decay. */
     float wd = ex->use_soap && ex->steps == 0 ? 0.0f : ex->muon.weight_decay;
-    for (int k = 0; k < pg->napply; k++)
-        ex->compute.ops->apply_update(&ex->compute, P + pg->apply[k].p_off, u + pg->apply[k].u_off,
-                                      pg->apply[k].n, ex->muon.lr, wd);
+    ex->compute.ops->apply_runs(&ex->compute, P, u, pg->apply, ex->muon.lr, wd);
 }
 
 /* Host side of group g: reassemble, Muon, and either post the scatter or (sc) apply. */
@@ -485,20 +747,30 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
     ex->soap.lr = ex->muon.lr;
     ex->soap.weight_decay = ex->muon.weight_decay;
     for (int k = 0; k < pg->nhosted && linalg && !rc; k++) {
+        const hpart *h = &pg->hosted[k];
+        float *hg = pp->full_g + h->off, *hu = pp->full_u + h->off;
         if (ex->use_shampoo)
-            rc = cz_shampoo_run(c, &ex->shampoo, ex->shampoo_state[pg->hosted[k]], pg->hin[k],
-                                pg->hout[k], ex->steps + 1, pp->sh_work, pp->sh_stats, err);
+            rc = cz_shampoo_run(c, &ex->shampoo, ex->shampoo_state[h->x.param], hg, hu,
+                                ex->steps + 1, pp->sh_work, pp->sh_stats, err);
         else
-            rc = cz_soap_run(c, &ex->soap, ex->soap_state[pg->hosted[k]], pg->hin[k], pg->hout[k],
-                             ex->steps + 1, pp->sh_work, err);
+            rc = cz_soap_run(c, &ex->soap, ex->soap_state[h->x.param], hg, hu, ex->steps + 1,
+                             pp->sh_work, err);
         progress_inflight(&pc);
     }
     for (int k = 0; k < pg->nhosted && !linalg; k++) {
         /* The optimizer input overwrites the gradient in place. */
-        float *fg = pp->full_g + pg->hosted_off[k];
-        c->ops->momentum(c, fg, ex->momentum[pg->hosted[k]], fg, full_numel(pg->hp[k]),
-                         ex->muon.momentum, ex->muon.nesterov);
+        const hpart *h = &pg->hosted[k];
+        float *fg = pp->full_g + h->off;
+        c->ops->momentum(c, fg, h->momentum, fg, h->numel, ex->muon.momentum, ex->muon.nesterov);
         progress_inflight(&pc);
+    }
+    /* Cooperative batches first, in the same order on every member: a member's peers wait for
+     * it at every all-reduce, so none of them should first spend time on its hosted work. */
+    for (int b = 0; b < pg->ncoop && !linalg && !rc; b++) {
+        coop_batch *cb = &pg->coop[b];
+        rc = cz_muon_coop_run(c, cb->plane, &ex->muon, &cb->shape, cb->in, cb->out, pp->batch,
+                              pp->gram, pp->work, pp->sq, pp->coop_ready, progress_inflight, &pc,
+                              err);
     }
     if (!rc && !linalg)
         rc = cz_muon_run(c, &ex->muon, &pg->muon, pg->hin, pg->hout, pp->batch, pp->work,
@@ -516,7 +788,6 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
                          pg->scatter_send_counts, pg->scatter_send_displs, pp->scatter_recv[gi % 2],
                          pg->scatter_recv_counts, pg->scatter_recv_displs, err);
 }
-
 /* Waits for the scatter of group g and applies my update shards. */
 static int finish_group(cz_executor *ex, int gi, float *P, cz_error *err)
 {

@@ -65,7 +65,10 @@ static int check_params(const cz_plan *plan, cz_error *err)
 }
 
 /* The rules `canzona validate` checks without a model (plan_structure.c), stopping at the
- * first violation; validate lists them all. */
+ * first violation; validate lists them all. They include the block and cooperative tasks'
+ * (a block in range, each matrix whole once or each of its blocks once, a width dividing the
+ * slots from an aligned first slot, no cooperative whole multi-block matrix, Muon only), which
+ * are all the pipeline assumes of them. */
 static int check_structure(const cz_plan *plan, cz_error *err)
 {
     cz_plan_checks c = {0};
@@ -179,6 +182,8 @@ uint64_t cz_exec_plan_fingerprint(const cz_plan *plan)
             for (int t = 0; t < gr->ntasks; t++) {
                 FNV_VAL(h, gr->task_param[t]);
                 FNV_VAL(h, gr->task_slot[t]);
+                FNV_VAL(h, cz_group_task_block(gr, t));
+                FNV_VAL(h, cz_group_task_width(gr, t));
             }
         }
     return h;

@@ -224,3 +224,90 @@ int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err)
                             (long long)(lr * lc));
     return CZ_OK;
 }
+
+/* Calls fn for every contiguous run of TP rank r's shard of p that lies inside the rectangle b
+ * of the full matrix, in the shard's storage order: (full row, first full column, index in the
+ * shard, length). Replicated: the shard is the whole matrix. */
+typedef int (*region_fn)(void *ctx, int64_t fr, int64_t fc, int64_t shard_idx, int64_t len,
+                         cz_error *err);
+
+static int region_walk(const cz_plan_param *p, int tp, int r, const cz_block *b, region_fn fn,
+                       void *ctx, cz_error *err)
+{
+    int64_t cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
+    int64_t rend = b->r0 + b->rows, cend = b->c0 + b->cols;
+    int rc = CZ_OK;
+    if (p->def.tp_dim < 0 || tp == 1) {
+        for (int64_t i = b->r0; i < rend && !rc; i++)
+            rc = fn(ctx, i, b->c0, i * cols + b->c0, b->cols, err);
+        return rc;
+    }
+    int64_t lo[CZ_MAX_BLOCKS], hi[CZ_MAX_BLOCKS];
+    int n = cz_shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS);
+    if (p->def.tp_dim == 0) {
+        /* Shard rows are the ranges' full rows, in range order. */
+        int64_t off = 0;
+        for (int k = 0; k < n && !rc; k++) {
+            int64_t s = lo[k] > b->r0 ? lo[k] : b->r0, e = hi[k] < rend ? hi[k] : rend;
+            for (int64_t i = s; i < e && !rc; i++)
+                rc = fn(ctx, i, b->c0, (off + i - lo[k]) * cols + b->c0, b->cols, err);
+            off += hi[k] - lo[k];
+        }
+        return rc;
+    }
+    /* Shard columns are the ranges' full columns, in range order, in every row. */
+    int64_t lcols = 0;
+    for (int k = 0; k < n; k++)
+        lcols += hi[k] - lo[k];
+    for (int64_t i = b->r0; i < rend && !rc; i++) {
+        int64_t off = 0;
+        for (int k = 0; k < n && !rc; k++) {
+            int64_t s = lo[k] > b->c0 ? lo[k] : b->c0, e = hi[k] < cend ? hi[k] : cend;
+            if (e > s)
+                rc = fn(ctx, i, s, i * lcols + off + s - lo[k], e - s, err);
+            off += hi[k] - lo[k];
+        }
+    }
+    return rc;
+}
+
+static int count_run(void *ctx, int64_t fr, int64_t fc, int64_t shard_idx, int64_t len,
+                     cz_error *err)
+{
+    (void)fr, (void)fc, (void)shard_idx, (void)err;
+    *(int64_t *)ctx += len;
+    return CZ_OK;
+}
+
+int64_t cz_shard_region_numel(const cz_plan_param *p, int tp, int r, const cz_block *b)
+{
+    int64_t n = 0;
+    region_walk(p, tp, r, b, count_run, &n, NULL);
+    return n;
+}
+
+typedef struct region_ctx {
+    const cz_block *b;
+    cz_run_list *l;
+    int64_t msg, other;
+    int other_is_shard, to_msg;
+} region_ctx;
+
+static int add_region_run(void *arg, int64_t fr, int64_t fc, int64_t shard_idx, int64_t len,
+                          cz_error *err)
+{
+    region_ctx *c = arg;
+    int64_t o =
+        c->other + (c->other_is_shard ? shard_idx : (fr - c->b->r0) * c->b->cols + (fc - c->b->c0));
+    int rc = c->to_msg ? cz_run_list_add(c->l, c->msg, o, len, err)
+                       : cz_run_list_add(c->l, o, c->msg, len, err);
+    c->msg += len;
+    return rc;
+}
+
+int cz_region_runs(const cz_plan_param *p, int tp, int r, const cz_block *b, int64_t msg_off,
+                   int64_t other_off, int other_is_shard, int to_msg, cz_run_list *l, cz_error *err)
+{
+    region_ctx c = {b, l, msg_off, other_off, other_is_shard, to_msg};
+    return region_walk(p, tp, r, b, add_region_run, &c, err);
+}

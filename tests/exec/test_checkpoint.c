@@ -114,9 +114,11 @@ static size_t state_copy(const cz_executor *ex, float *out)
     for (size_t i = 0; i < ex->plan->nparams; i++) {
         const cz_plan_param *p = &ex->plan->params[i];
         int64_t full = p->def.shape[0] * p->def.shape[1];
-        if (ex->momentum[i])
+        cz_block whole = {0, 0, p->def.shape[0], p->def.shape[1]};
+        const float *mom = cz_exec_momentum_of(ex, (int)i, &whole);
+        if (mom)
             for (int64_t j = 0; j < full; j++)
-                out[k++] = ex->momentum[i][j];
+                out[k++] = mom[j];
         if (ex->adam_m[i])
             for (int64_t j = 0; j < p->numel; j++) {
                 out[k++] = ex->adam_m[i][j];
@@ -192,7 +194,8 @@ START_TEST(file_is_safetensors_with_full_tensors)
     ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(m, "shape"), 1)), 4);
     json_t *o = json_object_get(m, "data_offsets");
     size_t b = (size_t)json_integer_value(json_array_get(o, 0));
-    ck_assert_mem_eq(data + off + b, a.ex->momentum[1], 24 * sizeof(float));
+    cz_block whole = {0, 0, 6, 4};
+    ck_assert_mem_eq(data + off + b, cz_exec_momentum_of(a.ex, 1, &whole), 24 * sizeof(float));
     json_t *v = json_object_get(root, "norm.exp_avg_sq");
     ck_assert_int_eq(json_array_size(json_object_get(v, "shape")), 1);
     o = json_object_get(v, "data_offsets");

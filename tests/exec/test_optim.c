@@ -145,6 +145,78 @@ START_TEST(ns_batched_equals_single)
 }
 END_TEST
 
+/* Cooperative Newton-Schulz as the k members compute it, the all-reduces done here by hand (the
+ * sums of the members' sums of squares and Gram matrices): k uneven slices along the long side
+ * of a wide and of a tall matrix give the single-process update up to rounding. */
+static void coop_case(int64_t rows, int64_t cols, int k)
+{
+    enum { MAXN = 48 * 10 };
+    float g[MAXN], want[MAXN], got[MAXN];
+    int64_t n = rows * cols;
+    for (int64_t i = 0; i < n; i++)
+        g[i] = fx_val((uint64_t)(i + 5));
+    cz_plan_param p = {.def.name = "m",
+                       .def.ndim = 2,
+                       .def.shape = {rows, cols},
+                       .def.tp_dim = -1,
+                       .def.block_dim = -1};
+    cz_muon_hparams h = hp("jordan", 5);
+    const cz_plan_param *ps[1] = {&p};
+    const float *in[1] = {g};
+    float *o[1] = {want};
+    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &h, ps, in, o, 1, NULL), 0);
+
+    bool tall = rows > cols;
+    int64_t a = tall ? cols : rows, len = tall ? rows : cols;
+    static float part[8][MAXN], x[8][MAXN], gram[8][16 * 16], sum[16 * 16], work[8][2 * MAXN];
+    int64_t pr[8], pc[8], st[8];
+    double sq[8], total = 0.0;
+    for (int j = 0; j < k; j++) {
+        int64_t nn;
+        cz_coop_slice(len, k, j, &st[j], &nn);
+        pr[j] = tall ? nn : rows, pc[j] = tall ? cols : nn;
+        /* The member's slice, contiguous, as the gather leaves it. */
+        for (int64_t i = 0; i < pr[j]; i++)
+            for (int64_t c = 0; c < pc[j]; c++)
+                part[j][i * pc[j] + c] = g[(tall ? st[j] + i : i) * cols + (tall ? c : st[j] + c)];
+        cpu.ops->sumsq(&cpu, part[j], pr[j] * pc[j], &sq[j]);
+        total += sq[j];
+    }
+    for (int j = 0; j < k; j++)
+        cpu.ops->block_load_sq(&cpu, x[j], part[j], pc[j], pr[j], pc[j], tall, h.eps, &total);
+    for (int s = 0; s < h.ns_steps; s++) {
+        memset(sum, 0, sizeof sum);
+        for (int j = 0; j < k; j++) {
+            cpu.ops->ns_gram(&cpu, x[j], 1, a, tall ? pr[j] : pc[j], gram[j]);
+            for (int64_t e = 0; e < a * a; e++)
+                sum[e] += gram[j][e];
+        }
+        for (int j = 0; j < k; j++)
+            cpu.ops->ns_poly(&cpu, x[j], sum, 1, a, tall ? pr[j] : pc[j], h.coeffs, work[j]);
+    }
+    float scale = cz_muon_scale(&h, rows, cols);
+    for (int j = 0; j < k; j++) {
+        float *dst = got + (tall ? st[j] * cols : st[j]);
+        cpu.ops->block_store(&cpu, dst, cols, x[j], pr[j], pc[j], tall, scale);
+    }
+    float big = 0.0f, diff = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        big = fabsf(want[i]) > big ? fabsf(want[i]) : big;
+        diff = fabsf(want[i] - got[i]) > diff ? fabsf(want[i] - got[i]) : diff;
+    }
+    ck_assert_msg(diff <= 1e-5f * big, "%lld x %lld, k %d: max diff %g of %g", (long long)rows,
+                  (long long)cols, k, (double)diff, (double)big);
+}
+
+START_TEST(coop_ops_equal_single)
+{
+    coop_case(10, 47, 3); /* wide: column slices of 15, 16, 16 */
+    coop_case(47, 10, 3); /* tall: row slices, transposed into the batch */
+    coop_case(12, 40, 4);
+    coop_case(16, 2, 4); /* slices shorter than the short side */
+}
+END_TEST
+
 START_TEST(adamw_hand)
 {
     cz_adamw_hparams h = {
@@ -206,6 +278,7 @@ int main(void)
     tcase_add_test(tc, ns_orthogonalizes);
     tcase_add_test(tc, ns_tall_and_blocks);
     tcase_add_test(tc, ns_batched_equals_single);
+    tcase_add_test(tc, coop_ops_equal_single);
     tcase_add_test(tc, adamw_hand);
     tcase_add_test(tc, momentum_and_update);
     tcase_add_test(tc, coeff_names);

@@ -199,6 +199,25 @@ static void t_apply_update(cz_compute *c, float *p, const float *u, int64_t n, f
     cpu->apply_update(c, p, u, n, lr, wd);
 }
 
+static void t_apply_runs(cz_compute *c, float *p, const float *u, const cz_runs *r, float lr,
+                         float wd)
+{
+    rec *o = cop("apply_runs");
+    uintptr_t plo = UINTPTR_MAX, phi = 0, ulo = UINTPTR_MAX, uhi = 0;
+    for (size_t k = 0; k < r->n; k++) {
+        const cz_copy_run *v = &r->v[k];
+        uintptr_t d = (uintptr_t)(p + v->dst), s = (uintptr_t)(u + v->src);
+        uintptr_t n = (uintptr_t)v->len * sizeof(float);
+        plo = d < plo ? d : plo, phi = d + n > phi ? d + n : phi;
+        ulo = s < ulo ? s : ulo, uhi = s + n > uhi ? s + n : uhi;
+    }
+    if (r->n) {
+        add(o, (void *)plo, phi - plo, 1);
+        add(o, (void *)ulo, uhi - ulo, 0);
+    }
+    cpu->apply_runs(c, p, u, r, lr, wd);
+}
+
 static void t_adamw(cz_compute *c, float *p, const float *g, float *m, float *v, int64_t n,
                     const cz_adamw_args *a)
 {
@@ -401,7 +420,7 @@ static int run_steps(cz_dtype dt)
     tc.event_record = t_event_record, tc.download = t_download, tc.copy_runs = t_copy_runs;
     tc.convert = t_convert, tc.scale = t_scale, tc.sumsq = t_sumsq, tc.momentum = t_momentum;
     tc.block_load = t_block_load, tc.ns_batched = t_ns_batched, tc.block_store = t_block_store;
-    tc.apply_update = t_apply_update, tc.adamw = t_adamw;
+    tc.apply_update = t_apply_update, tc.apply_runs = t_apply_runs, tc.adamw = t_adamw;
     tp = *self;
     tp.reduce_scatter = t_reduce_scatter, tp.all_gather = t_all_gather;
     tp.iall_gather = t_iall_gather, tp.group_start = t_group_start, tp.send = t_send;

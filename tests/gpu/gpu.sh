@@ -35,6 +35,15 @@ mpi | nccl)
       --backend cuda --comm "$1" --dtype "$dtype" --steps 3 --verify "${tol[@]}" | tee "$tmp/out"
     grep -q "verify: OK" "$tmp/out"
   done
+  # Block and cooperative tasks (k = 2): the sub-plane all-reduces (MPI_Allreduce on staged
+  # memory, or ncclAllReduce) and the cuda backend's block_load_sq, ns_gram, ns_poly and
+  # apply_runs, against the same reference.
+  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/cpu-4-dp2-tp2.json" \
+    --dp alpha --tp rollback --split-blocks --coop 2 -o "$tmp/coop.json"
+  timeout 300 mpirun -np 4 "$CZ_BENCH" --plan "$tmp/coop.json" --model "$model" \
+    --backend cuda --comm "$1" --steps 3 --verify --tolerance 1e-4 --update-tolerance 1e-4 |
+    tee "$tmp/out"
+  grep -q "verify: OK" "$tmp/out"
   ;;
 memcheck)
   cs=$(command -v compute-sanitizer || true)

@@ -4,6 +4,7 @@
 # owncomms | replicas | grads | knobs | shampoo CLUSTER TP MAX_DIM | soap CLUSTER TP |
 # soap-sides CLUSTER TP | nolapacke
 # | average (exec_average.c, $CZ_AVERAGE, on 2 and 4 ranks)
+# | tasks CLUSTER DP TP BLOCKS WIDTH [PLAN OPTION...] (block and cooperative tasks)
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -73,6 +74,34 @@ PY
       tee "$tmp/out"
     grep -q "verify: OK" "$tmp/out"
   fi
+  ;;
+tasks)
+  # Block and cooperative tasks (canzona plan --split-blocks, --coop K) against the
+  # single-process Muon on whole matrices (canzona-bench --verify: the reference
+  # orthogonalises each whole matrix's blocks in one process, sharing none of the block,
+  # region or cooperative code). BLOCKS: the least number of block tasks the plan must have;
+  # WIDTH: the cooperative width its tasks must use (1: none), so that the test cannot pass on
+  # a plan that fell back to whole hosted matrices.
+  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$2.json" --dp "$3" --tp "$4" \
+    "${@:7}" -o "$tmp/plan.json"
+  "$CZ" validate "$tmp/plan.json" --model "$model" --cluster "$src/plans/clusters/$2.json" >/dev/null
+  command -v python3 >/dev/null || { echo "python3 not found"; exit 77; }
+  python3 - "$tmp/plan.json" "$5" "$6" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+blocks, width = int(sys.argv[2]), int(sys.argv[3])
+# A hosted whole matrix is written as its parameter id, a block or cooperative task as an object.
+tasks = [t if isinstance(t, dict) else {"param": t}
+         for s in p["tp_schedule"] for g in s["groups"] for slot in g["slots"] for t in slot]
+nb = len({(t["param"], t["block"]) for t in tasks if t.get("block", -1) >= 0})
+widths = sorted({t.get("width", 1) for t in tasks})
+print("plan %s: %d block tasks, widths %s" % (p["schema"], nb, widths))
+assert nb >= blocks, "expected at least %d block tasks" % blocks
+assert width == 1 and widths == [1] or width in widths, "expected width %d" % width
+PY
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --steps 3 --verify | tee "$tmp/out"
+  grep -q "verify: OK" "$tmp/out"
+  grep -q "executor allocations in steps 2..4 (most on one rank): 0$" "$tmp/out"
   ;;
 mismatch)
   # Rank 3 gets a plan for another cluster: every rank must fail, none may hang.

@@ -397,6 +397,84 @@ static void cuda_adamw(cz_compute *c, float *p, const float *g, float *m, float 
                         "adamw");
 }
 
+static void cuda_block_load_sq(cz_compute *c, float *dst, const float *src, int64_t ld,
+                               int64_t rows, int64_t cols, int transpose, float eps,
+                               const double *sq)
+{
+    cz_cuda_note_launch(
+        c, cz_k_block_load_sq(impl_of(c)->stream, dst, src, ld, rows, cols, transpose, eps, sq),
+        "block_load_sq");
+}
+
+static void cuda_apply_runs(cz_compute *c, float *p, const float *u, const cz_runs *r, float lr,
+                            float wd)
+{
+    cz_cuda_note_launch(c, cz_k_apply_runs(impl_of(c)->stream, p, u, r->dev, r->n, lr, wd),
+                        "apply_runs");
+}
+
+/* Row-major X (rows x cols) is column-major X^T (cols x rows, ld cols), so A = X X^T is
+ * op(T) x op(N) of that buffer with itself; A is symmetric, so its layout is either. */
+static void cuda_ns_gram(cz_compute *c, const float *x, int batch, int64_t rows, int64_t cols,
+                         float *a)
+{
+    cuda_impl *h = impl_of(c);
+    cz_error e;
+    const float one = 1.0f, zero = 0.0f;
+    if (rows <= 0 || batch <= 0)
+        return;
+    if (cols == 0) { /* a member with an empty slice adds nothing to the sum */
+        note(c,
+             CZ_CU(&e,
+                   cudaMemsetAsync(a, 0, (size_t)(batch * rows * rows) * sizeof(float), h->stream)),
+             &e);
+        return;
+    }
+    note(c,
+         CZ_BLAS(&e,
+                 cublasSgemmStridedBatched(h->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)rows,
+                                           (int)cols, &one, x, (int)cols, rows * cols, x, (int)cols,
+                                           rows * cols, &zero, a, (int)rows, rows * rows, batch)),
+         &e);
+}
+
+/* B = b A + c A A, Y = a X + B X, X = Y per matrix; work holds B then Y per matrix. In column
+ * major, row-major Y (rows x cols) is Y^T = X^T B^T = X^T B (B is symmetric). */
+static void cuda_ns_poly(cz_compute *c, float *x, const float *a, int batch, int64_t rows,
+                         int64_t cols, const cz_ns_coeffs *k, float *work)
+{
+    cuda_impl *h = impl_of(c);
+    cz_error e;
+    const float one = 1.0f, kc = (float)k->c;
+    int64_t ws = rows * rows + rows * cols, xs = rows * cols;
+    float *B = work, *Y = work + rows * rows;
+    if (rows <= 0 || batch <= 0)
+        return;
+    cz_cuda_note_launch(
+        c,
+        cz_k_axpby_batched(h->stream, B, ws, a, rows * rows, rows * rows, batch, (float)k->b, 0.0f),
+        "axpby_batched");
+    if (kc != 0.0f)
+        note(c,
+             CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)rows,
+                                                   (int)rows, (int)rows, &kc, a, (int)rows,
+                                                   rows * rows, a, (int)rows, rows * rows, &one, B,
+                                                   (int)rows, ws, batch)),
+             &e);
+    if (cols == 0)
+        return;
+    cz_cuda_note_launch(c,
+                        cz_k_axpby_batched(h->stream, Y, ws, x, xs, xs, batch, (float)k->a, 0.0f),
+                        "axpby_batched");
+    note(c,
+         CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
+                                               (int)rows, (int)rows, &one, x, (int)cols, xs, B,
+                                               (int)rows, ws, &one, Y, (int)cols, ws, batch)),
+         &e);
+    cz_cuda_note_launch(c, cz_k_axpby_batched(h->stream, x, xs, Y, ws, xs, batch, 1.0f, 0.0f),
+                        "axpby_batched");
+}
+
 static void *operand(const cz_ns_operand *o, float *x, float *work, int i)
 {
     return cz_ns_operand_ptr(o, x, work, i);
@@ -543,6 +621,10 @@ static const cz_compute_ops cz_compute_cuda_ops = {
     .basis_sort = cz_cuda_basis_sort,
     .linalg_work = cz_cuda_linalg_work,
     .upload = cuda_upload,
+    .block_load_sq = cuda_block_load_sq,
+    .ns_gram = cuda_ns_gram,
+    .ns_poly = cuda_ns_poly,
+    .apply_runs = cuda_apply_runs,
 };
 
 /* Teardown: the statuses are checked, but there is no caller left to report them to. */

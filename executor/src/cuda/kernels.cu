@@ -106,6 +106,17 @@ __global__ void apply_update_kernel(float *p, const float *u, int64_t n, float k
         p[i] = cz_ew_update(p[i], u[i], keep, lr);
 }
 
+// One block per run, as copy_runs: p[dst + j] updated from u[src + j].
+__global__ void apply_runs_kernel(float *p, const float *u, const int64_t *runs, int64_t nruns,
+                                  float keep, float lr)
+{
+    for (int64_t r = blockIdx.x; r < nruns; r += gridDim.x) {
+        int64_t d = runs[3 * r], s = runs[3 * r + 1], len = runs[3 * r + 2];
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+            p[d + j] = cz_ew_update(p[d + j], u[s + j], keep, lr);
+    }
+}
+
 __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, int64_t n, float b1,
                              float b2, float c1, float c2, float lr, float eps, float keep)
 {
@@ -243,6 +254,27 @@ int cz_k_apply_update(void *stream, float *p, const float *u, int64_t n, float l
         return 0;
     apply_update_kernel<<<blocks(n), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
         p, u, n, cz_ew_keep(lr, wd), lr);
+    return launched();
+}
+
+int cz_k_apply_runs(void *stream, float *p, const float *u, const int64_t *runs, int64_t nruns,
+                    float lr, float wd)
+{
+    if (nruns <= 0)
+        return 0;
+    int grid = nruns > CZ_CUDA_MAX_BLOCKS ? CZ_CUDA_MAX_BLOCKS : (int)nruns;
+    apply_runs_kernel<<<grid, CZ_CUDA_THREADS, 0, as_stream(stream)>>>(p, u, runs, nruns,
+                                                                       cz_ew_keep(lr, wd), lr);
+    return launched();
+}
+
+int cz_k_block_load_sq(void *stream, float *dst, const float *src, int64_t ld, int64_t rows,
+                       int64_t cols, int transpose, float eps, const double *sq)
+{
+    if (rows * cols <= 0)
+        return 0;
+    block_copy_kernel<<<blocks(rows * cols), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
+        dst, src, ld, rows, cols, transpose, 1.0f, sq, eps);
     return launched();
 }
 

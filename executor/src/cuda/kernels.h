@@ -30,6 +30,12 @@ int cz_k_block_load(void *stream, float *dst, const float *src, int64_t ld, int6
 int cz_k_block_store(void *stream, float *dst, int64_t ld, const float *src, int64_t rows,
                      int64_t cols, int transpose, float scale);
 int cz_k_apply_update(void *stream, float *p, const float *u, int64_t n, float lr, float wd);
+/* apply_update over nruns (dst in p, src in u, len) triples in device memory. */
+int cz_k_apply_runs(void *stream, float *p, const float *u, const int64_t *runs, int64_t nruns,
+                    float lr, float wd);
+/* block_load with the sum of squares given (*sq, device memory): no reduction of its own. */
+int cz_k_block_load_sq(void *stream, float *dst, const float *src, int64_t ld, int64_t rows,
+                       int64_t cols, int transpose, float eps, const double *sq);
 int cz_k_adamw(void *stream, float *p, const float *g, float *m, float *v, int64_t n, float b1,
                float b2, float c1, float c2, float lr, float eps, float wd);
 /* For each of batch matrices i: c_i[j] = alpha a_i[j] + beta c_i[j] (beta 0: c not read). */

@@ -342,6 +342,23 @@ static int nccl_iall_gather(cz_plane *p, const void *send, size_t count, void *r
     return rc;
 }
 
+/* The cooperative Newton-Schulz sums: blocking form, as uneven() orders it. */
+static int nccl_allreduce_sum(cz_plane *p, void *buf, size_t count, int f64, cz_event *after,
+                              cz_error *err)
+{
+    nccl_plane *h = impl_of(p);
+    int rc = wait_after(p, after, err);
+    if (!rc)
+        rc = CZ_CU(err, cudaEventRecord(h->issued, cz_cuda_stream(p->compute)));
+    if (!rc)
+        rc = CZ_CU(err, cudaStreamWaitEvent(h->stream, h->issued, 0));
+    if (!rc)
+        rc = CZ_NCCL_ON(h, err,
+                        ncclAllReduce(buf, buf, count, f64 ? ncclFloat64 : ncclFloat32, ncclSum,
+                                      h->comm, h->stream));
+    return rc ? rc : join_compute(p, err);
+}
+
 static int nccl_group_start(cz_plane *p, cz_comm_req *req, cz_event *after, cz_error *err)
 {
     req->fail = 0;
@@ -540,6 +557,7 @@ static const cz_plane_ops cz_plane_nccl_ops = {
     .req_free = nccl_req_free,
     .split = nccl_split,
     .close = nccl_close,
+    .allreduce_sum = nccl_allreduce_sum,
 };
 
 int cz_plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, double timeout_s, cz_error *err)
