@@ -18,7 +18,8 @@ static void inspect_help(FILE *f)
             "Prints the plan's topology and settings; a table per DP rank (load, share of the\n"
             "mean, owned parameters and matrices, TP makespan, micro-groups, min..max load and\n"
             "optimizer-state memory over its TP ranks); imbalance figures (DP and GPU max/mean,\n"
-            "makespan, lower bound max(total/GPUs, largest task), makespan/lower bound); the N\n"
+            "makespan, average load, lower bound, atomic lower bound max(total/GPUs, largest\n"
+            "task), the makespan over each); the N\n"
             "busiest ranks with their largest parameters and each one's share of the rank's\n"
             "load; micro-group statistics per DP rank; and the matrices heavier than an\n"
             "average GPU's load, which no partition can split. Costs are in the plan's unit.\n"
@@ -120,12 +121,20 @@ static void print_text(const cz_plan *p, json_t *r, int all)
     printf("  GPU load max/mean         %.4f\n", cz_cli_jnum(sum, "tp_imbalance"));
     printf("  TP makespan               %s\n",
            cz_cli_format_cost(a, sizeof a, cz_cli_jnum(sum, "tp_makespan"), u));
-    printf("  lower bound               %s = max(total/GPUs %s, largest task %s)\n",
-           cz_cli_format_cost(a, sizeof a, cz_cli_jnum(sum, "lower_bound"), u),
+    double avg = cz_cli_jnum(sum, "average_load"), slb = cz_cli_jnum(sum, "split_lower_bound");
+    double lb = cz_cli_jnum(sum, "lower_bound"), mk = cz_cli_jnum(sum, "tp_makespan");
+    printf("  average load              %s (total/GPUs)\n",
+           cz_cli_format_cost(a, sizeof a, avg, u));
+    printf("  lower bound               %s (%s)\n", cz_cli_format_cost(a, sizeof a, slb, u),
+           slb < lb ? "with the block and cooperative tasks allowed" : "= the atomic lower bound");
+    printf("  atomic lower bound        %s = max(total/GPUs %s, largest task %s)\n",
+           cz_cli_format_cost(a, sizeof a, lb, u),
            cz_cli_format_cost(b, sizeof b, cz_cli_jnum(sum, "total_cost") / (p->dp * p->tp * p->pp),
                               u),
            cz_cli_format_cost(c, sizeof c, cz_cli_jnum(sum, "max_task_cost"), u));
-    printf("  makespan / lower bound    %.4f\n", cz_cli_jnum(sum, "makespan_over_lower_bound"));
+    printf("  makespan / average load   %.4f\n", avg > 0 ? mk / avg : 0.0);
+    printf("  makespan / lower bound    %.4f\n", slb > 0 ? mk / slb : 0.0);
+    printf("  makespan / atomic lower bound %.4f\n", cz_cli_jnum(sum, "makespan_over_lower_bound"));
     printf("  predicted optimizer step  %s\n",
            cz_cli_format_cost(a, sizeof a, cz_cli_jnum(sum, "predicted_step_s"), CZ_UNIT_TIME));
 

@@ -19,8 +19,9 @@ static void plan_help(FILE *f)
         "\n"
         "Solves the alpha-balanced DP partition of the gradient buckets and the TP micro-groups\n"
         "for the model on the cluster, writes the plan and prints per-rank loads, imbalance,\n"
-        "TP makespan against the lower bound max(total cost / GPUs, largest task), and\n"
-        "optimizer-state memory. A regular output file is written atomically (temporary\n"
+        "TP makespan against the average load (total cost / GPUs), the lower bound (under\n"
+        "--split-blocks and --coop, the bound of the freedom they allow) and the atomic\n"
+        "lower bound max(total cost / GPUs, largest task), and optimizer-state memory. A regular output file is written atomically (temporary\n"
         "file, then rename); a device or FIFO is written in place; a symbolic link is\n"
         "followed; an output that is one of the inputs is refused.\n"
         "\n"
@@ -142,11 +143,21 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
     fprintf(out, "\nDP imbalance (max/mean load)   %.4f\n", mt->dp_imbalance);
     fprintf(out, "TP makespan (busiest DP rank)  %s\n",
             cz_cli_format_cost(a, sizeof a, mt->tp_makespan, u));
-    fprintf(out, "lower bound                    %s = max(total/GPUs %s, largest task %s)\n",
+    fprintf(out, "average load (total/GPUs)      %s\n",
+            cz_cli_format_cost(a, sizeof a, mt->average_load, u));
+    fprintf(out, "lower bound                    %s (%s)\n",
+            cz_cli_format_cost(a, sizeof a, mt->split_lower_bound, u),
+            mt->split_lower_bound < mt->lower_bound ? "with the block and cooperative tasks allowed"
+                                                    : "= the atomic lower bound");
+    fprintf(out, "atomic lower bound             %s = max(total/GPUs %s, largest task %s)\n",
             cz_cli_format_cost(a, sizeof a, mt->lower_bound, u),
             cz_cli_format_cost(b, sizeof b, per_gpu, u),
             cz_cli_format_cost(d, sizeof d, mt->max_task_cost, u));
+    fprintf(out, "makespan / average load        %.4f\n",
+            mt->average_load > 0 ? mt->tp_makespan / mt->average_load : 1.0);
     fprintf(out, "makespan / lower bound         %.4f\n",
+            mt->split_lower_bound > 0 ? mt->tp_makespan / mt->split_lower_bound : 1.0);
+    fprintf(out, "makespan / atomic lower bound  %.4f\n",
             mt->lower_bound > 0 ? mt->tp_makespan / mt->lower_bound : 1.0);
     fprintf(out, "GPU load imbalance (max/mean)  %.4f\n", mt->tp_imbalance);
     fprintf(out, "optimizer state per GPU        %s .. %s\n",
@@ -230,7 +241,15 @@ static int print_json_summary(const cz_plan *p, const cz_cluster *c, const char 
     json_t *settings = o ? json_object_get(o, "settings") : NULL;
     json_t *mem = o ? memory_json(p, c) : NULL;
     if (!o || !mem || json_object_set_new(o, "memory_per_gpu", mem) || !settings ||
-        json_object_set_new(settings, "layout", json_string(cz_layout_name(p->settings.layout)))) {
+        json_object_set_new(settings, "layout", json_string(cz_layout_name(p->settings.layout))) ||
+        json_object_set_new(o, "average_load", json_real(mt->average_load)) ||
+        json_object_set_new(o, "split_lower_bound", json_real(mt->split_lower_bound)) ||
+        json_object_set_new(
+            o, "makespan_over_average_load",
+            json_real(mt->average_load > 0 ? mt->tp_makespan / mt->average_load : 1.0)) ||
+        json_object_set_new(
+            o, "makespan_over_split_lower_bound",
+            json_real(mt->split_lower_bound > 0 ? mt->tp_makespan / mt->split_lower_bound : 1.0))) {
         json_decref(o);
         fprintf(stderr, "canzona plan: out of memory\n");
         return 1;

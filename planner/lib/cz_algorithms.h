@@ -93,6 +93,16 @@ int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz
                  cz_error *err);
 /* Fills plan->tasks (tp_tasks.c) from the plan's parameters and settings and the cluster. */
 int cz_task_table_build(cz_plan *plan, const cz_cluster *c, cz_error *err);
+/* The same into a table of the caller's (freed with cz_task_table_free). */
+int cz_task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster *c, cz_error *err);
+void cz_task_table_free(cz_task_table *tt);
+/* The split lower bound (tp_tasks.c): the least T such that every task fits on a slot at some
+ * width whose per-slot cost is at most T, and the slot time so spent (k times the per-slot
+ * cost of a width-k task, each task at its least under T), plus the elementwise work, fits in
+ * GPUs x T. tt NULL or empty: every matrix one hosted task at its recorded cost. */
+double cz_task_lower_bound(const cz_plan *plan, const cz_task_table *tt);
+/* Fills plan->tasks.dp_weight: each parameter's slot time at factor x the split lower bound. */
+int cz_task_weigh(cz_plan *plan, double factor, cz_error *err);
 /* Lays out the gradient buckets (Megatron order, alignment, size, DP padding). */
 int cz_buckets_layout(cz_plan *plan, cz_error *err);
 /* Fills every bucket's ranges and every param's dp_owner following settings.dp; for tpaware,

@@ -130,18 +130,24 @@ typedef struct cz_rank_schedule {
 } cz_rank_schedule;
 
 typedef struct cz_plan_metrics {
-    double *dp_load;         /* pp*dp: summed cost owned by each DP rank */
-    double dp_imbalance;     /* max/mean of dp_load (per stage, worst stage) */
-    double *gpu_load;        /* pp*dp*tp: optimizer work per GPU under the TP schedule */
-    double *rank_makespan;   /* pp*dp: sum over groups of the largest slot load, plus the
-                                elementwise share of one TP rank */
-    double tp_makespan;      /* max of rank_makespan */
-    double tp_imbalance;     /* max/mean of gpu_load */
-    double total_cost;       /* sum of all parameter costs */
-    double max_task_cost;    /* largest single task (matrix cost, or elementwise cost / tp) */
-    double lower_bound;      /* max(total_cost / (dp*tp*pp), max_task_cost) */
-    double *memory;          /* pp*dp*tp: optimizer-state bytes per GPU */
-    double predicted_step_s; /* compute makespan converted to seconds on the cluster's device */
+    double *dp_load;          /* pp*dp: summed cost owned by each DP rank */
+    double dp_imbalance;      /* max/mean of dp_load (per stage, worst stage) */
+    double *gpu_load;         /* pp*dp*tp: optimizer work per GPU under the TP schedule */
+    double *rank_makespan;    /* pp*dp: sum over groups of the largest slot load, plus the
+                                 elementwise share of one TP rank */
+    double tp_makespan;       /* max of rank_makespan */
+    double tp_imbalance;      /* max/mean of gpu_load */
+    double total_cost;        /* sum of all parameter costs */
+    double max_task_cost;     /* largest single task (matrix cost, or elementwise cost / tp) */
+    double lower_bound;       /* the atomic lower bound: max(total_cost / (dp*tp*pp),
+                                 max_task_cost), a bound on plans that keep matrices whole and
+                                 hosted (the plan file's "lower_bound", in every version) */
+    double average_load;      /* total_cost / (dp*tp*pp) */
+    double split_lower_bound; /* the bound under the plan's task freedom (block tasks, the
+                                 cooperative widths its settings allow; tp_tasks.c,
+                                 cz_task_lower_bound); equals lower_bound without that freedom */
+    double *memory;           /* pp*dp*tp: optimizer-state bytes per GPU */
+    double predicted_step_s;  /* compute makespan converted to seconds on the cluster's device */
 } cz_plan_metrics;
 
 /* The TP tasks of a plan's matrix parameters and their cost under each width, built from the
@@ -157,6 +163,11 @@ typedef struct cz_task_table {
     int *first; /* nparams + 1 */
     int *block; /* ntasks */
     double *cost;
+    double *dp_weight; /* nparams or NULL: the DP load of each parameter when alpha balances the
+                          slot time its tasks need at the split lower bound (cz_task_weigh);
+                          NULL: the cost unit as usual */
+    int dp_water;      /* with dp_weight: 1 places each bucket's cuts by water-filling where that
+                          reaches the least largest load, 0 by the greedy fill (dp_partition.c) */
 } cz_task_table;
 
 struct cz_plan {

@@ -142,26 +142,6 @@ static int anchored_bucket(cz_plan *plan, const bucket_index *bi, int b, int64_t
     return cuts_apply(plan, bi, b, cuts, err);
 }
 
-/* Worst max/mean of per-rank owned cost over this stage's ranks. */
-static double stage_imbalance(const cz_plan *plan, int stage, double *load)
-{
-    int dp = plan->dp;
-    for (int r = 0; r < dp; r++)
-        load[r] = 0.0;
-    for (size_t i = 0; i < plan->nparams; i++) {
-        const cz_plan_param *p = &plan->params[i];
-        if (p->stage == stage && p->dp_owner >= 0 && p->dp_owner < dp)
-            load[p->dp_owner] += p->cost;
-    }
-    double max = 0.0, sum = 0.0;
-    for (int r = 0; r < dp; r++) {
-        sum += load[r];
-        if (load[r] > max)
-            max = load[r];
-    }
-    return sum > 0.0 ? max / (sum / dp) : 1.0;
-}
-
 typedef struct {
     int id;
     int64_t size;
@@ -175,9 +155,120 @@ static int bucket_order_cmp(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
+/* A parameter's DP load: its elements, its cost, or (plan->tasks.dp_weight, set by the
+ * planner's effective-load variant under --coop) the slot time its tasks need at the split
+ * lower bound, which counts the all-reduces a split must pay for. */
 static double weight_of(const cz_plan *plan, const cz_plan_param *p)
 {
-    return plan->settings.alpha_numel_loads ? (double)p->numel : p->cost;
+    if (plan->settings.alpha_numel_loads)
+        return (double)p->numel;
+    return plan->tasks.dp_weight ? plan->tasks.dp_weight[p->id] : p->cost;
+}
+
+/* Worst max/mean of per-rank owned cost over this stage's ranks (under the effective-load
+ * variant, of the loads alpha balanced: plan->tasks.dp_weight). */
+static double stage_imbalance(const cz_plan *plan, int stage, double *load)
+{
+    int dp = plan->dp;
+    for (int r = 0; r < dp; r++)
+        load[r] = 0.0;
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        if (p->stage == stage && p->dp_owner >= 0 && p->dp_owner < dp)
+            load[p->dp_owner] += plan->tasks.dp_weight ? plan->tasks.dp_weight[i] : p->cost;
+    }
+    double max = 0.0, sum = 0.0;
+    for (int r = 0; r < dp; r++) {
+        sum += load[r];
+        if (load[r] > max)
+            max = load[r];
+    }
+    return sum > 0.0 ? max / (sum / dp) : 1.0;
+}
+
+/* Fills ranks 0.. in order, each with as many of the bucket's parameters as keep its load
+ * within M; true when all fit. */
+static bool fill_within(const double *load, int dp, const double *prefix, int np, double M,
+                        int *cutj)
+{
+    int j = 0;
+    cutj[0] = 0;
+    for (int r = 0; r < dp; r++) {
+        int start = j;
+        while (j < np && load[r] + prefix[j + 1] - prefix[start] <= M)
+            j++;
+        cutj[r + 1] = j;
+    }
+    return j == np;
+}
+
+static double cuts_max(const double *load, int dp, const double *prefix, const int *cutj)
+{
+    double mx = 0.0;
+    for (int r = 0; r < dp; r++) {
+        double v = load[r] + prefix[cutj[r + 1]] - prefix[cutj[r]];
+        mx = v > mx ? v : mx;
+    }
+    return mx;
+}
+
+/* The effective-load variant's cuts of one bucket. The least possible largest rank load M over
+ * monotone cuts at parameter boundaries comes from a binary search on the threshold, each probe
+ * a greedy fill (exact for contiguous ranges). Filling greedily up to M piles the bucket onto
+ * the first ranks that have room, though; so the cuts are first placed by water-filling (each
+ * rank's share of the bucket is what lifts it to a common level, rounded to the nearest
+ * boundary as alpha rounds) and the greedy fill is used only where that overshoots M (water:
+ * the planner tries both, plan->tasks.dp_water). Scratch: alt (dp + 1). */
+static void minmax_cuts(const double *load, int dp, const double *prefix, int np, int *cutj,
+                        int *alt, bool water)
+{
+    double lo = 0.0, hi = 0.0;
+    for (int r = 0; r < dp; r++) {
+        lo = load[r] > lo ? load[r] : lo;
+        hi = load[r] + prefix[np] > hi ? load[r] + prefix[np] : hi;
+    }
+    for (int it = 0; it < 100 && hi - lo > 1e-12 * hi; it++) {
+        double mid = 0.5 * (lo + hi);
+        if (fill_within(load, dp, prefix, np, mid, cutj))
+            hi = mid;
+        else
+            lo = mid;
+    }
+    fill_within(load, dp, prefix, np, hi, cutj);
+    cutj[dp] = np;
+    if (!water)
+        return;
+    /* The water level: sum over ranks of max(0, level - load) = the bucket's weight. */
+    double S = prefix[np], wl = 0.0, wh = 0.0;
+    for (int r = 0; r < dp; r++)
+        wh = load[r] + S > wh ? load[r] + S : wh;
+    for (int it = 0; it < 100 && wh - wl > 1e-12 * wh; it++) {
+        double mid = 0.5 * (wl + wh), fill = 0.0;
+        for (int r = 0; r < dp; r++)
+            fill += mid > load[r] ? mid - load[r] : 0.0;
+        if (fill >= S)
+            wh = mid;
+        else
+            wl = mid;
+    }
+    double pos = 0.0;
+    alt[0] = 0;
+    alt[dp] = np;
+    for (int r = 1; r < dp; r++) {
+        pos += wh > load[r - 1] ? wh - load[r - 1] : 0.0;
+        int best = alt[r - 1];
+        double bestd = fabs(prefix[best] - pos);
+        for (int j = best + 1; j <= np; j++) {
+            double d = fabs(prefix[j] - pos);
+            if (d < bestd)
+                best = j, bestd = d;
+            else if (prefix[j] > pos)
+                break;
+        }
+        alt[r] = best;
+    }
+    if (cuts_max(load, dp, prefix, alt) <= cuts_max(load, dp, prefix, cutj) * (1.0 + 1e-9))
+        memcpy(cutj, alt, ((size_t)dp + 1) * sizeof *cutj);
 }
 
 /* Alpha-balanced partitioning of one stage's buckets. Scratch: load (dp), target (dp),
@@ -192,8 +283,9 @@ static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_erro
     double *target = calloc((size_t)dp, sizeof *target);
     double *prefix = malloc((plan->nparams + 1) * sizeof *prefix);
     int *cutj = malloc(((size_t)dp + 1) * sizeof *cutj);
+    int *altj = malloc(((size_t)dp + 1) * sizeof *altj);
     int64_t *cuts = malloc(((size_t)dp + 1) * sizeof *cuts);
-    if (!order || !load || !target || !prefix || !cutj || !cuts) {
+    if (!order || !load || !target || !prefix || !cutj || !altj || !cuts) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in alpha partitioning");
         goto done;
     }
@@ -218,6 +310,10 @@ static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_erro
         for (int j = 0; j < np; j++)
             prefix[j + 1] = prefix[j] + weight_of(plan, &plan->params[bi->ids[base + j]]);
         double S = prefix[np], sumdef = 0.0;
+        if (plan->tasks.dp_weight) {
+            minmax_cuts(load, dp, prefix, np, cutj, altj, plan->tasks.dp_water);
+            goto apply;
+        }
         for (int r = 0; r < dp; r++) {
             double d = T - load[r];
             sumdef += d > 0.0 ? d : 0.0;
@@ -246,6 +342,7 @@ static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_erro
             }
             cutj[r] = best;
         }
+    apply:
         for (int r = 0; r <= dp; r++)
             cuts[r] =
                 cutj[r] < np ? plan->params[bi->ids[base + cutj[r]]].offset : plan->buckets[b].size;
@@ -261,6 +358,7 @@ done:
     free(target);
     free(prefix);
     free(cutj);
+    free(altj);
     free(cuts);
     return rc;
 }

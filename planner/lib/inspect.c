@@ -377,6 +377,17 @@ int cz_plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, cz
         "lower_bound", m->lower_bound, "makespan_over_lower_bound",
         m->lower_bound > 0 ? m->tp_makespan / m->lower_bound : 0.0, "predicted_step_s",
         m->predicted_step_s);
+    /* The bounds of block and cooperative tasks (docs/PLANNER.md): the average load and the
+     * split lower bound, against which the makespan reads. */
+    if (!sum || put(sum, "average_load", json_real(m->average_load)) ||
+        put(sum, "split_lower_bound", json_real(m->split_lower_bound)) ||
+        put(sum, "makespan_over_average_load",
+            json_real(m->average_load > 0 ? m->tp_makespan / m->average_load : 0.0)) ||
+        put(sum, "makespan_over_split_lower_bound",
+            json_real(m->split_lower_bound > 0 ? m->tp_makespan / m->split_lower_bound : 0.0))) {
+        json_decref(sum);
+        goto oom;
+    }
     if (put(rep, "summary", sum) || add_ranks(rep, plan) ||
         add_busiest(rep, plan, top_n > 0 ? top_n : 0) || add_dominating(rep, plan))
         goto oom;

@@ -8,13 +8,18 @@
  * parameters are charged the same way. Under every other strategy a DP rank is charged what it
  * owns. Elementwise work and state are spread evenly over the TP ranks.
  *
- * lower_bound = max(total / GPUs, largest task) bounds every plan that keeps parameters whole;
- * the split layout's fragmented elementwise parameters are not tasks.
+ * lower_bound = max(total / GPUs, largest task), the atomic lower bound, bounds every plan that
+ * keeps parameters whole and hosted; the split layout's fragmented elementwise parameters are
+ * not tasks. average_load = total / GPUs. split_lower_bound bounds every plan with the tasks and
+ * widths the settings allow (cz_task_lower_bound, tp_tasks.c): from the plan's task table, or
+ * one rebuilt from the cluster for a plan read from a file; without a cluster, the atomic bound
+ * when the settings allow no split and the average load (a weaker bound) when they do.
  * The even baseline splits elementwise parameters across DP ranks, so its makespan can fall
  * below the largest elementwise task; only total / GPUs bounds it.
  */
 #include "cz_algorithms.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 
 static double ratio_max_mean(const double *v, size_t n)
@@ -47,6 +52,35 @@ static double share_of(const cz_plan *plan, const cz_plan_param *p, int r)
     int64_t end = p->offset + p->numel;
     int64_t hi = end < rg[2 * r + 1] ? end : rg[2 * r + 1];
     return hi > lo ? (double)(hi - lo) / (double)p->numel : 0.0;
+}
+
+/* The split lower bound (see the file comment). Plans without block or cooperative freedom
+ * keep the atomic bound exactly, so that the two read the same wherever they should. */
+static int split_bound(const cz_plan *plan, const cz_cluster *c, double *out, cz_error *err)
+{
+    const cz_settings *s = &plan->settings;
+    const cz_plan_metrics *m = &plan->metrics;
+    bool freedom = s->split_blocks || (s->coop != 0 && plan->tp > 1 && s->tp == CZ_TP_ROLLBACK &&
+                                       s->optimizer == CZ_OPTIM_MUON);
+    /* The even baseline's fragments are no tasks: it keeps the bound it always had. */
+    if (!freedom || s->dp == CZ_DP_EVEN) {
+        *out = m->lower_bound;
+        return CZ_OK;
+    }
+    if (plan->tasks.first) {
+        *out = cz_task_lower_bound(plan, &plan->tasks);
+        return CZ_OK;
+    }
+    if (!c) {
+        *out = m->average_load;
+        return CZ_OK;
+    }
+    cz_task_table tt = {0};
+    int rc = cz_task_table_fill(&tt, plan, c, err);
+    if (rc == CZ_OK)
+        *out = cz_task_lower_bound(plan, &tt);
+    cz_task_table_free(&tt);
+    return rc;
 }
 
 int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
@@ -180,6 +214,9 @@ int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
     m->lower_bound = m->total_cost / (double)(ngpus > 0 ? ngpus : 1);
     if (m->max_task_cost > m->lower_bound)
         m->lower_bound = m->max_task_cost;
+    m->average_load = m->total_cost / (double)(ngpus > 0 ? ngpus : 1);
+    if ((rc = split_bound(plan, c, &m->split_lower_bound, err)) != CZ_OK)
+        goto done;
 done:
     free(seconds);
     free(state);

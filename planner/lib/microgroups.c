@@ -32,13 +32,8 @@
  * j k .. j k + k - 1) and adds its per-slot cost to each; rollback's LPT step puts it on the set
  * whose busiest slot is least loaded, and "cost" everywhere above is the per-slot cost (the
  * mean check counts k times it). The width of each task: --coop K gives every task that can
- * take it width K; --coop auto starts hosted and splits only the tasks that set the makespan:
- * with T the rank's total slot time (k x per-slot cost summed over its tasks, so it grows with
- * every all-reduce a split adds) and R the slots, a task costing more than f T / R per slot
- * takes the smallest width that brings it under, or else its cheapest width when that is
- * cheaper than its current one, repeated until nothing changes; the fractions f = infinity (no
- * split), 1, 1/2 and 1/4 are each scheduled and the shortest makespan is kept (ties: the
- * fewer splits).
+ * take it width K; --coop auto chooses per rank by the rollback makespan itself (widths_auto:
+ * per-slot targets, then descents), so a split is kept only where it shortens the makespan.
  */
 #include "cz_algorithms.h"
 
@@ -54,6 +49,7 @@ typedef struct tp_task {
     int param, block, width, slot;
     double cost; /* on each slot it occupies */
     int tix;     /* index in the plan's task table, -1 without one */
+    int group;   /* the group rollback put it in (schedule_rollback's scoring pass) */
 } tp_task;
 
 /* Decreasing per-slot cost; ties by parameter id, then block: the order of cz_costed_sort for
@@ -201,7 +197,7 @@ static int schedule_slot(group_sink *gs, tp_task *tasks, int n, double C, double
 static int schedule_rollback(group_sink *gs, int nslots, tp_task *tasks, int n, double C,
                              double *load, double *makespan_out, cz_error *err)
 {
-    int rc = CZ_OK, start = 0;
+    int rc = CZ_OK, start = 0, group = 0;
     double sum = 0.0, makespan = 0.0, total = 0.0;
     for (int k = 1; k < n; k++)
         CZ_ASSERT(tasks[k - 1].cost >= tasks[k].cost, err);
@@ -223,6 +219,7 @@ static int schedule_rollback(group_sink *gs, int nslots, tp_task *tasks, int n, 
                 rc = group_emit(gs, tasks + start, k - start, err);
             total += makespan;
             start = k;
+            group++;
             for (int t = 0; t < nslots; t++)
                 load[t] = 0.0;
             sum = makespan = 0.0;
@@ -230,6 +227,7 @@ static int schedule_rollback(group_sink *gs, int nslots, tp_task *tasks, int n, 
             grown = span = tasks[k].cost;
         }
         tasks[k].slot = s;
+        tasks[k].group = group;
         for (int x = s; x < s + w; x++)
             load[x] += tasks[k].cost;
         sum += add;
@@ -274,45 +272,34 @@ static double rollback_auto_capacity(tp_task *tasks, int n, int nslots, double t
     return cap[0];
 }
 
-/* Sets every task's width (and per-slot cost) for the target fraction f of the rank's mean slot
- * load (the file comment); f <= 0: every task hosted. */
-static void widths_choose(tp_task *t, int n, const cz_task_table *tt, int nslots, double f)
+/* Sets every task's width (and per-slot cost) for the per-slot target tau: each task takes the
+ * smallest width whose per-slot cost is within tau (the least slot time that meets it, since k
+ * times the cooperative cost grows with k), or its cheapest width when none is; tau = INFINITY:
+ * every task hosted. */
+static void widths_choose(tp_task *t, int n, const cz_task_table *tt, double tau)
 {
     int nw = tt->nwidths;
     for (int k = 0; k < n; k++) {
-        t[k].width = 1;
-        t[k].cost = tt->cost[(size_t)t[k].tix * nw];
-    }
-    if (!(f > 0.0))
-        return;
-    for (int pass = 0; pass < 8; pass++) {
-        double total, largest;
-        tasks_totals(t, n, &total, &largest);
-        double target = f * total / nslots;
-        bool changed = false;
-        for (int k = 0; k < n; k++) {
-            if (!(t[k].cost > target * CZ_CAP_SLACK))
-                continue;
-            const double *cw = &tt->cost[(size_t)t[k].tix * nw];
-            int pick = -1;
-            for (int w = 0; w < nw && pick < 0; w++)
-                if (cw[w] <= target)
+        const double *cw = &tt->cost[(size_t)t[k].tix * nw];
+        int pick = -1;
+        for (int w = 0; w < nw && pick < 0; w++)
+            if (cw[w] <= tau * CZ_CAP_SLACK)
+                pick = w;
+        if (pick < 0) {
+            pick = 0;
+            for (int w = 1; w < nw; w++)
+                if (cw[w] < cw[pick])
                     pick = w;
-            if (pick < 0) {
-                pick = 0;
-                for (int w = 1; w < nw; w++)
-                    if (cw[w] < cw[pick])
-                        pick = w;
-            }
-            if (cw[pick] < t[k].cost && tt->widths[pick] != t[k].width) {
-                t[k].width = tt->widths[pick];
-                t[k].cost = cw[pick];
-                changed = true;
-            }
         }
-        if (!changed)
-            break;
+        t[k].width = tt->widths[pick];
+        t[k].cost = cw[pick];
     }
+}
+
+static int double_desc(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
 }
 
 /* Every task at the forced width where it can take it, else hosted. */
@@ -330,27 +317,234 @@ static void widths_force(tp_task *t, int n, const cz_task_table *tt, int width)
     }
 }
 
-/* The widths of a rank's tasks under --coop auto: the candidate with the shortest rollback
- * makespan (capacity C when given, else the automatic one). */
+/* The rollback makespan of the tasks at their current widths (capacity C when given, else the
+ * automatic one); sorts the tasks and leaves each one's slot and group as scheduled. */
+static double widths_span(tp_task *t, int n, int nslots, double C, double *load)
+{
+    double span, total, largest;
+    tasks_totals(t, n, &total, &largest);
+    tasks_sort(t, n);
+    if (C > 0.0)
+        schedule_rollback(NULL, nslots, t, n, C, load, &span, NULL);
+    else
+        rollback_auto_capacity(t, n, nslots, total, largest, load, &span);
+    return span;
+}
+
+/* widths_span for the descents: with the automatic capacity, the makespan of one group (LPT
+ * over the slots), a quarter of the work of scoring every candidate capacity; the descents'
+ * results are scored in full afterwards. */
+static double widths_span_one(tp_task *t, int n, int nslots, double C, double *load)
+{
+    if (C > 0.0)
+        return widths_span(t, n, nslots, C, load);
+    double span, total, largest;
+    tasks_totals(t, n, &total, &largest);
+    tasks_sort(t, n);
+    schedule_rollback(NULL, nslots, t, n, total > largest ? total : largest, load, &span, NULL);
+    return span;
+}
+
+/* Whether task k occupies the busiest slot of its group: only such a task can shorten the
+ * makespan (a sum over groups of their busiest slots) by changing its width. gmax holds each
+ * group's busiest load, recomputed by the caller from the scheduled tasks. */
+static bool on_busiest_slot(const tp_task *t, int k, const double *gload, int nslots,
+                            const double *gmax)
+{
+    const double *gl = &gload[(size_t)t[k].group * nslots];
+    for (int x = t[k].slot; x < t[k].slot + t[k].width; x++)
+        if (gl[x] >= gmax[t[k].group] / CZ_CAP_SLACK)
+            return true;
+    return false;
+}
+
+/* Stage 2 of widths_auto (below) from the widths the tasks hold: returns the makespan reached.
+ * Scratch: gload (n * nslots), gmax (n), cand (n). */
+static double widths_descend(tp_task *t, int n, const cz_task_table *tt, int nslots, double C,
+                             double *load, double *gload, double *gmax, int *cand)
+{
+    int nw = tt->nwidths;
+    double best = widths_span_one(t, n, nslots, C, load);
+    for (int round = 0; round < 4 * n; round++) {
+        /* The scheduled loads per group, from the slots and groups widths_span left. */
+        int ng = 0;
+        for (int k = 0; k < n; k++)
+            if (t[k].group + 1 > ng)
+                ng = t[k].group + 1;
+        memset(gload, 0, (size_t)ng * (size_t)nslots * sizeof *gload);
+        for (int g = 0; g < ng; g++)
+            gmax[g] = 0.0;
+        for (int k = 0; k < n; k++)
+            for (int x = t[k].slot; x < t[k].slot + t[k].width; x++) {
+                double *v = &gload[(size_t)t[k].group * nslots + x];
+                *v += t[k].cost;
+                if (*v > gmax[t[k].group])
+                    gmax[t[k].group] = *v;
+            }
+        int bw = -1, btix = -1, ncand = 0;
+        double bspan = best * (1.0 - 1e-9);
+        /* Candidates are named by their table index: scoring reorders the tasks. */
+        for (int k = 0; k < n; k++)
+            if (on_busiest_slot(t, k, gload, nslots, gmax))
+                cand[ncand++] = t[k].tix;
+        for (int c = 0; c < ncand; c++) {
+            int tix = cand[c];
+            const double *cw = &tt->cost[(size_t)tix * nw];
+            for (int w = 0; w < nw; w++) {
+                int k = 0;
+                while (k < n && t[k].tix != tix)
+                    k++;
+                int w0 = t[k].width;
+                double c0 = t[k].cost;
+                if (tt->widths[w] == w0 || !isfinite(cw[w]))
+                    continue;
+                t[k].width = tt->widths[w];
+                t[k].cost = cw[w];
+                double span = widths_span_one(t, n, nslots, C, load);
+                if (span < bspan)
+                    bspan = span, bw = w, btix = tix;
+                /* Put it back; scoring reordered the tasks, so find it again. */
+                for (k = 0; k < n && t[k].tix != tix; k++)
+                    ;
+                t[k].width = w0;
+                t[k].cost = c0;
+            }
+        }
+        if (btix < 0)
+            break;
+        for (int k = 0; k < n; k++)
+            if (t[k].tix == btix) {
+                t[k].width = tt->widths[bw];
+                t[k].cost = tt->cost[(size_t)btix * nw + bw];
+            }
+        best = widths_span_one(t, n, nslots, C, load);
+    }
+    return best;
+}
+
+/* The widths of a rank's tasks under --coop auto. Two stages:
+ *  1. per-slot targets: tau = INFINITY (all hosted) and every distinct per-slot cost a task of
+ *     the rank has under some width, from the largest down; widths_choose meets each target at
+ *     the least slot time, and the rollback makespan scores it. A target is the makespan one is
+ *     willing to pay per task, so this finds the uniform trades (split every task above tau, as
+ *     little as it takes) that a one-task-at-a-time search cannot: with four 8 ms tasks on eight
+ *     slots, splitting one lowers nothing, splitting all four over two slots each does;
+ *  2. descents (ranks of at most CZ_AUTO_DESCENT_TASKS tasks) from all hosted and from the
+ *     CZ_AUTO_STARTS best targets of stage 1: every task on a busiest slot of its group tries
+ *     every other width, and the single change that shortens the makespan most is applied,
+ *     until none shortens it by more than a relative 1e-9 (at most 4 n rounds). This catches
+ *     what no uniform target reaches: one task too many on a slot (nine blocks for eight
+ *     slots: split only the ninth), two large tasks and a small one on two slots (split only
+ *     the small one), five equal tasks on eight slots (four over two slots each, the fifth
+ *     over all eight).
+ * The shortest result is kept (ties: the earliest start, all hosted first; without descents,
+ * the larger target). A split whose all-reduces cost more than it saves lengthens the makespan
+ * and is never kept. Scratch: allocated here; without memory the best target of stage 1
+ * stands. */
+#define CZ_AUTO_DESCENT_TASKS 64
+#define CZ_AUTO_STARTS 4
+
+/* A lower bound on the rank's makespan under any widths: no task below its cheapest per-slot
+ * cost, and the least slot time of all tasks spread over the slots. Reaching it ends the
+ * search early (the result cannot improve). */
+static double rank_bound(const tp_task *t, int n, const cz_task_table *tt, int nslots)
+{
+    double largest = 0.0, slot_time = 0.0;
+    for (int k = 0; k < n; k++) {
+        const double *cw = &tt->cost[(size_t)t[k].tix * tt->nwidths];
+        double least = INFINITY, cheapest = INFINITY;
+        for (int w = 0; w < tt->nwidths; w++) {
+            cheapest = cw[w] < cheapest ? cw[w] : cheapest;
+            least = tt->widths[w] * cw[w] < least ? tt->widths[w] * cw[w] : least;
+        }
+        largest = cheapest > largest ? cheapest : largest;
+        slot_time += least;
+    }
+    double spread = slot_time / nslots;
+    return largest > spread ? largest : spread;
+}
+
 static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, double C,
                         double *load)
 {
-    static const double fractions[] = {0.0, 1.0, 0.5, 0.25};
-    double best = INFINITY;
-    int pick = 0;
-    for (int i = 0; i < (int)(sizeof fractions / sizeof *fractions); i++) {
-        double span, total, largest;
-        widths_choose(t, n, tt, nslots, fractions[i]);
-        tasks_totals(t, n, &total, &largest);
-        tasks_sort(t, n);
-        if (C > 0.0)
-            schedule_rollback(NULL, nslots, t, n, C, load, &span, NULL);
-        else
-            rollback_auto_capacity(t, n, nslots, total, largest, load, &span);
+    int nw = tt->nwidths, ntau = 0, nstart = 0;
+    double *gload = NULL, *gmax = NULL, *tau = malloc(((size_t)n * nw + 1) * sizeof *tau);
+    int *cand = NULL, *seen = NULL;
+    tp_task *trial = NULL, *base = NULL;
+    /* The best targets of stage 1, shortest first: start_tau[0 .. nstart - 1]. */
+    double start_tau[CZ_AUTO_STARTS], start_span[CZ_AUTO_STARTS];
+    widths_choose(t, n, tt, INFINITY);
+    double best = widths_span(t, n, nslots, C, load), best_tau = INFINITY;
+    double bound = rank_bound(t, n, tt, nslots) * (1.0 + 1e-9);
+    if (!tau || nw < 2 || n == 0 || best <= bound)
+        goto out;
+    for (int k = 0; k < n; k++)
+        for (int w = 0; w < nw; w++) {
+            double v = tt->cost[(size_t)t[k].tix * nw + w];
+            if (isfinite(v))
+                tau[ntau++] = v;
+        }
+    qsort(tau, (size_t)ntau, sizeof *tau, double_desc);
+    for (int i = 0; i < ntau; i++) {
+        if (i > 0 && tau[i] >= tau[i - 1] / CZ_CAP_SLACK)
+            continue; /* the same target as the one before */
+        widths_choose(t, n, tt, tau[i]);
+        double span = widths_span(t, n, nslots, C, load);
         if (span < best * (1.0 - 1e-12))
-            best = span, pick = i;
+            best = span, best_tau = tau[i];
+        /* Insert into the kept starts (stable: an equal span keeps the larger target). */
+        int at = nstart;
+        while (at > 0 && span < start_span[at - 1] * (1.0 - 1e-12))
+            at--;
+        if (at < CZ_AUTO_STARTS) {
+            for (int j = (nstart < CZ_AUTO_STARTS ? nstart : CZ_AUTO_STARTS - 1); j > at; j--)
+                start_span[j] = start_span[j - 1], start_tau[j] = start_tau[j - 1];
+            start_span[at] = span, start_tau[at] = tau[i];
+            if (nstart < CZ_AUTO_STARTS)
+                nstart++;
+        }
     }
-    widths_choose(t, n, tt, nslots, fractions[pick]);
+    widths_choose(t, n, tt, best_tau);
+    if (n > CZ_AUTO_DESCENT_TASKS || best <= bound)
+        goto out;
+    gload = malloc((size_t)n * (size_t)nslots * sizeof *gload);
+    gmax = malloc((size_t)n * sizeof *gmax);
+    cand = malloc((size_t)n * sizeof *cand);
+    trial = malloc((size_t)n * sizeof *trial);
+    base = malloc((size_t)n * sizeof *base);
+    seen = malloc((size_t)(CZ_AUTO_STARTS + 1) * (size_t)n * sizeof *seen);
+    if (!gload || !gmax || !cand || !trial || !base || !seen)
+        goto out;
+    /* Starts are taken from one fixed order (base), so that equal width choices (two targets
+     * that split the same tasks) are recognized and descended once. */
+    memcpy(base, t, (size_t)n * sizeof *t);
+    best = INFINITY;
+    for (int i = -1; i < nstart && !(best <= bound); i++) {
+        int *w = &seen[(size_t)(i + 1) * n];
+        memcpy(trial, base, (size_t)n * sizeof *t);
+        widths_choose(trial, n, tt, i < 0 ? INFINITY : start_tau[i]);
+        for (int k = 0; k < n; k++)
+            w[k] = trial[k].width;
+        bool again = false;
+        for (int j = -1; j < i && !again; j++)
+            again = memcmp(&seen[(size_t)(j + 1) * n], w, (size_t)n * sizeof *w) == 0;
+        if (again)
+            continue;
+        widths_descend(trial, n, tt, nslots, C, load, gload, gmax, cand);
+        double span = widths_span(trial, n, nslots, C, load);
+        if (span < best * (1.0 - 1e-12)) {
+            best = span;
+            memcpy(t, trial, (size_t)n * sizeof *t);
+        }
+    }
+out:
+    free(tau);
+    free(gload);
+    free(gmax);
+    free(cand);
+    free(trial);
+    free(base);
+    free(seen);
 }
 
 /* Does the parameter's local shard intersect DP rank r's range of its bucket? */
@@ -377,11 +571,11 @@ static tp_task *tasks_expand(const cz_task_table *tt, const cz_costed *params, i
     for (int k = 0; k < n; k++) {
         int id = params[k].id;
         if (!tt) {
-            t[m++] = (tp_task){id, -1, 1, 0, params[k].cost, -1};
+            t[m++] = (tp_task){id, -1, 1, 0, params[k].cost, -1, 0};
             continue;
         }
         for (int x = tt->first[id]; x < tt->first[id + 1]; x++)
-            t[m++] = (tp_task){id, tt->block[x], 1, 0, tt->cost[(size_t)x * tt->nwidths], x};
+            t[m++] = (tp_task){id, tt->block[x], 1, 0, tt->cost[(size_t)x * tt->nwidths], x, 0};
     }
     *count = m;
     return t;

@@ -81,6 +81,7 @@ void cz_plan_free(cz_plan *plan)
     free(plan->tasks.first);
     free(plan->tasks.block);
     free(plan->tasks.cost);
+    free(plan->tasks.dp_weight);
     free(plan->generator);
     free(plan->generator_version);
     free(plan->model_name);

@@ -265,6 +265,13 @@ static json_t *build_metrics(writer *w, const cz_plan *p)
     w_set(w, tp, "gpu_load", w_reals(w, m->gpu_load, gpus, "metrics.tp.gpu_load"));
     w_set(w, o, "tp", tp);
     w_set(w, o, "lower_bound", w_real(w, m->lower_bound, "metrics.lower_bound"));
+    /* The bounds of the split freedom only in version 2, so that version 1 files stay as they
+     * were (a reader of one derives them: docs/FORMATS.md, "metrics"). */
+    if (cz_plan_has_split_tasks(p)) {
+        w_set(w, o, "average_load", w_real(w, m->average_load, "metrics.average_load"));
+        w_set(w, o, "split_lower_bound",
+              w_real(w, m->split_lower_bound, "metrics.split_lower_bound"));
+    }
     w_set(w, o, "total_cost", w_real(w, m->total_cost, "metrics.total_cost"));
     w_set(w, o, "max_task_cost", w_real(w, m->max_task_cost, "metrics.max_task_cost"));
     w_set(w, o, "memory", w_reals(w, m->memory, gpus, "metrics.memory"));
@@ -961,9 +968,16 @@ done:
 
 static int read_metrics(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 {
-    static const char *const keys[] = {
-        "dp", "tp", "lower_bound", "total_cost", "max_task_cost", "memory", "predicted_step_s",
-        NULL};
+    static const char *const keys[] = {"dp",
+                                       "tp",
+                                       "lower_bound",
+                                       "average_load",
+                                       "split_lower_bound",
+                                       "total_cost",
+                                       "max_task_cost",
+                                       "memory",
+                                       "predicted_step_s",
+                                       NULL};
     static const char *const dkeys[] = {"load", "imbalance", NULL};
     static const char *const tkeys[] = {"makespan", "imbalance", "rank_makespan", "gpu_load", NULL};
     cz_plan_metrics *m = &p->metrics;
@@ -982,6 +996,13 @@ static int read_metrics(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     TRY(cz_json_get_double(c, o, "$.metrics", "lower_bound", true, 0, false, &m->lower_bound));
     TRY(cz_json_get_double(c, o, "$.metrics", "total_cost", true, 0, false, &m->total_cost));
     TRY(cz_json_get_double(c, o, "$.metrics", "max_task_cost", true, 0, false, &m->max_task_cost));
+    /* Absent (version 1, or a plan without split tasks): the average from the total, and the
+     * atomic bound, which is the bound of whole hosted tasks. */
+    m->average_load = m->total_cost / (double)(gpus > 0 ? gpus : 1);
+    m->split_lower_bound = m->lower_bound;
+    TRY(cz_json_get_double(c, o, "$.metrics", "average_load", false, 0, false, &m->average_load));
+    TRY(cz_json_get_double(c, o, "$.metrics", "split_lower_bound", false, 0, false,
+                           &m->split_lower_bound));
     TRY(r_reals(c, o, "$.metrics", "memory", gpus, "pp*dp*tp", &m->memory));
     TRY(cz_json_get_double(c, o, "$.metrics", "predicted_step_s", true, 0, false,
                            &m->predicted_step_s));

@@ -14,6 +14,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 bool cz_plan_has_split_tasks(const cz_plan *plan)
 {
@@ -45,14 +46,30 @@ static int widths_of(const cz_settings *s, int tp, int *w)
 
 int cz_task_table_build(cz_plan *plan, const cz_cluster *c, cz_error *err)
 {
-    cz_task_table *tt = &plan->tasks;
+    return cz_task_table_fill(&plan->tasks, plan, c, err);
+}
+
+void cz_task_table_free(cz_task_table *tt)
+{
+    free(tt->first);
+    free(tt->block);
+    free(tt->cost);
+    free(tt->dp_weight);
+    memset(tt, 0, sizeof *tt);
+}
+
+int cz_task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster *c, cz_error *err)
+{
     const cz_settings *s = &plan->settings;
     tt->nwidths = widths_of(s, plan->tp, tt->widths);
+    /* Cooperative widths imply block tasks: a cooperative task is one Newton-Schulz run, and
+     * the matrices that set the makespan at scale are blocked (gate/up, Q/K/V). */
+    bool split = s->split_blocks || (tt->nwidths > 1 && s->coop != 0);
     size_t n = 0;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_param_def *d = &plan->params[i].def;
         if (d->kind == CZ_KIND_MATRIX)
-            n += s->split_blocks && d->nblocks > 0 ? (size_t)d->nblocks : 1;
+            n += split && d->nblocks > 0 ? (size_t)d->nblocks : 1;
     }
     tt->first = malloc((plan->nparams + 1) * sizeof *tt->first);
     tt->block = malloc((n + 1) * sizeof *tt->block);
@@ -67,9 +84,9 @@ int cz_task_table_build(cz_plan *plan, const cz_cluster *c, cz_error *err)
         tt->first[i] = (int)t;
         if (d->kind != CZ_KIND_MATRIX)
             continue;
-        int nb = s->split_blocks && d->nblocks > 0 ? d->nblocks : 1;
+        int nb = split && d->nblocks > 0 ? d->nblocks : 1;
         for (int b = 0; b < nb; b++, t++) {
-            int block = nb > 1 || (s->split_blocks && d->nblocks > 0) ? b : -1;
+            int block = nb > 1 || (split && d->nblocks > 0) ? b : -1;
             double *cw = &tt->cost[t * (size_t)tt->nwidths];
             tt->block[t] = block;
             /* Hosted whole: exactly the parameter's cost, so that whole-task plans are what
@@ -88,5 +105,137 @@ int cz_task_table_build(cz_plan *plan, const cz_cluster *c, cz_error *err)
         }
     }
     tt->first[plan->nparams] = (int)t;
+    return CZ_OK;
+}
+
+/* The least slot time task cw can take with a per-slot cost within tau (INFINITY: none). */
+static double least_slot_time(const cz_task_table *tt, const double *cw, double tau)
+{
+    double best = INFINITY;
+    for (int w = 0; w < tt->nwidths; w++)
+        if (cw[w] <= tau && tt->widths[w] * cw[w] < best)
+            best = tt->widths[w] * cw[w];
+    return best;
+}
+
+static bool table_usable(const cz_plan *plan, const cz_task_table *tt)
+{
+    return tt && tt->first && tt->nwidths >= 1 && tt->first[plan->nparams] == (int)tt->ntasks;
+}
+
+/* The slot time all tasks need when none may exceed tau per slot, elementwise work included
+ * (INFINITY when a task cannot meet tau). */
+static double slot_time_within(const cz_plan *plan, const cz_task_table *tt, double tau)
+{
+    double sum = 0.0;
+    bool table = table_usable(plan, tt);
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        if (p->def.kind != CZ_KIND_MATRIX || !table) {
+            if (p->def.kind == CZ_KIND_MATRIX && p->cost > tau)
+                return INFINITY;
+            sum += p->cost;
+            continue;
+        }
+        for (int t = tt->first[i]; t < tt->first[i + 1]; t++)
+            sum += least_slot_time(tt, &tt->cost[(size_t)t * tt->nwidths], tau);
+    }
+    return sum;
+}
+
+static int double_asc(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Why this bounds every plan with these tasks: the makespan of a DP rank is a sum over its
+ * micro-groups of the busiest slot, so it is at least the total load of each of its GPUs; a
+ * GPU that takes part in a task of width k carries its per-slot cost, so a schedule with
+ * makespan T places every task at a width whose per-slot cost is at most T, spending at least
+ * the least such slot time, and all of it together with the elementwise work fits in GPUs x T.
+ * The slot time needed is a non-increasing step function of T that changes only at the tasks'
+ * per-slot costs, so the least feasible T is found by a binary search over those costs. */
+double cz_task_lower_bound(const cz_plan *plan, const cz_task_table *tt)
+{
+    double G = (double)plan->dp * (double)plan->tp * (double)plan->pp, lo = 0.0;
+    if (!(G > 0.0))
+        G = 1.0;
+    bool table = table_usable(plan, tt);
+    size_t nb = 0, cap = 1;
+    /* The floor: every task must fit somewhere, every elementwise parameter is spread over
+     * the TP ranks of one DP rank (the split layout's over all ranks: no floor). */
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        if (p->def.kind != CZ_KIND_MATRIX) {
+            double a = plan->settings.layout == CZ_LAYOUT_SPLIT ? 0.0 : p->cost / plan->tp;
+            lo = a > lo ? a : lo;
+        } else if (!table) {
+            lo = p->cost > lo ? p->cost : lo;
+            cap++;
+        } else {
+            for (int t = tt->first[i]; t < tt->first[i + 1]; t++) {
+                const double *cw = &tt->cost[(size_t)t * tt->nwidths];
+                double m = INFINITY;
+                for (int w = 0; w < tt->nwidths; w++)
+                    m = cw[w] < m ? cw[w] : m;
+                lo = m > lo ? m : lo;
+            }
+            cap += (size_t)(tt->first[i + 1] - tt->first[i]) * (size_t)tt->nwidths;
+        }
+    }
+    /* Breakpoints at or above the floor, the floor first. */
+    double *b = malloc(cap * sizeof *b);
+    if (!b) {
+        double f = slot_time_within(plan, tt, INFINITY) / G;
+        return f > lo ? f : lo; /* a weaker bound (every task at its least slot time) */
+    }
+    b[nb++] = lo;
+    for (size_t i = 0; i < plan->nparams && table; i++)
+        if (plan->params[i].def.kind == CZ_KIND_MATRIX)
+            for (int t = tt->first[i]; t < tt->first[i + 1]; t++)
+                for (int w = 0; w < tt->nwidths; w++) {
+                    double v = tt->cost[(size_t)t * tt->nwidths + w];
+                    if (isfinite(v) && v > lo)
+                        b[nb++] = v;
+                }
+    qsort(b, nb, sizeof *b, double_asc);
+    /* The first breakpoint j whose interval [b_j, b_j+1) holds a feasible T. */
+    size_t l = 0, h = nb - 1;
+    while (l < h) {
+        size_t mid = l + (h - l) / 2;
+        if (slot_time_within(plan, tt, b[mid]) <= G * b[mid + 1])
+            h = mid;
+        else
+            l = mid + 1;
+    }
+    double f = slot_time_within(plan, tt, b[l]) / G;
+    double T = f > b[l] ? f : b[l];
+    free(b);
+    return T;
+}
+
+int cz_task_weigh(cz_plan *plan, double factor, cz_error *err)
+{
+    cz_task_table *tt = &plan->tasks;
+    if (!table_usable(plan, tt))
+        return CZ_OK;
+    double T = factor * cz_task_lower_bound(plan, tt);
+    free(tt->dp_weight);
+    tt->dp_weight = malloc((plan->nparams + 1) * sizeof *tt->dp_weight);
+    if (!tt->dp_weight)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory weighing %zu parameters", plan->nparams);
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        double w = 0.0;
+        for (int t = tt->first[i]; t < tt->first[i + 1]; t++) {
+            const double *cw = &tt->cost[(size_t)t * tt->nwidths];
+            double v = least_slot_time(tt, cw, T * (1.0 + 1e-12));
+            if (!isfinite(v))
+                v = least_slot_time(tt, cw, INFINITY);
+            w += v;
+        }
+        tt->dp_weight[i] = p->def.kind == CZ_KIND_MATRIX ? w : p->cost;
+    }
     return CZ_OK;
 }

@@ -475,6 +475,10 @@ static void check_metrics(vctx *c, const cz_plan *p, const cz_cluster *cl)
     cmp_scalar(c, "$.metrics.total_cost", f->total_cost, w->total_cost);
     cmp_scalar(c, "$.metrics.max_task_cost", f->max_task_cost, w->max_task_cost);
     cmp_scalar(c, "$.metrics.lower_bound", f->lower_bound, w->lower_bound);
+    if (cz_plan_has_split_tasks(p)) { /* stored only in version 2 plans */
+        cmp_scalar(c, "$.metrics.average_load", f->average_load, w->average_load);
+        cmp_scalar(c, "$.metrics.split_lower_bound", f->split_lower_bound, w->split_lower_bound);
+    }
     cmp_array(c, "$.metrics.memory", f->memory, w->memory, ng);
     cmp_scalar(c, "$.metrics.predicted_step_s", f->predicted_step_s, w->predicted_step_s);
 done:

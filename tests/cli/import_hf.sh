@@ -20,7 +20,7 @@ check() { # description, command...
     fi
 }
 
-for m in qwen3-0.6b qwen3-1.7b qwen3-4b qwen3-8b qwen3-14b qwen3-32b qwen3-30b-a3b; do
+for m in qwen3-0.6b qwen3-1.7b qwen3-4b qwen3-8b qwen3-14b qwen3-32b qwen3-30b-a3b llama-3.1-70b; do
     cfg="$CZ_SOURCE_DIR/plans/hf/$m.config.json"
     want="$CZ_SOURCE_DIR/plans/models/$m.json"
     check "$m to stdout" bash -c '"$0" import-hf "$1" --make-vocab-size-divisible-by 1 > "$2"' "$CZ" "$cfg" "$tmp/$m.stdout"

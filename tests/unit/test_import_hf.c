@@ -251,6 +251,35 @@ START_TEST(test_qwen3_32b_shapes)
 }
 END_TEST
 
+/* Llama-3.1-70B from its public config (plans/hf/llama-3.1-70b.config.json): the bundled file
+ * is the importer's output, and its size is the one counted by hand from the config: per layer
+ * q 8192^2 + k and v 1024 x 8192 each + o 8192^2 + gate, up and down 28672 x 8192 each + two
+ * norms of 8192 = 855 654 400, times 80, plus the untied embedding and output layer (128256 x
+ * 8192 each) and the final norm: 70 553 706 496 (published: 70.6B). */
+START_TEST(test_llama31_70b_bundled)
+{
+    cz_error ierr;
+    json_t *imported = import_with("plans/hf/llama-3.1-70b.config.json", 1, 1, &ierr);
+    ck_assert_msg(imported != NULL, "%s", ierr.message);
+    char *path = src_path("plans/models/llama-3.1-70b.json");
+    char *text = NULL, *file = read_text(path);
+    cz_error err;
+    ck_assert_int_eq(cz_model_json_format(&text, imported, &err), 0);
+    ck_assert_str_eq(text, file);
+    ck_assert_int_eq(walk_model(imported, NULL).elements, 70553706496LL);
+    const json_t *fc1 = find(imported, "decoder.layers.79.mlp.linear_fc1.weight");
+    assert_shape(fc1, 2 * 28672, 8192);
+    assert_blocks(fc1, 28672, 28672, -1);
+    assert_blocks(find(imported, "decoder.layers.0.self_attention.linear_qkv.weight"), 8192, 1024,
+                  1024);
+    assert_tp(find(imported, "output_layer.weight"), 0, "elementwise");
+    free(file);
+    free(text);
+    free(path);
+    json_decref(imported);
+}
+END_TEST
+
 START_TEST(test_qwen3_tied_has_no_output_layer)
 {
     json_t *m = import_ok("plans/hf/qwen3-0.6b.config.json", "custom", CZ_DTYPE_FP32);
@@ -623,6 +652,7 @@ static Suite *import_hf_suite(void)
     TCase *t = tcase_create("bundled");
     tcase_add_loop_test(t, test_bundled_equal, 0, (int)(sizeof qwen3 / sizeof qwen3[0]));
     tcase_add_test(t, test_qwen3_32b_shapes);
+    tcase_add_test(t, test_llama31_70b_bundled);
     tcase_add_test(t, test_qwen3_tied_has_no_output_layer);
     tcase_add_test(t, test_qwen3_moe_experts);
     suite_add_tcase(s, t);
