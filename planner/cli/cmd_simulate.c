@@ -183,8 +183,10 @@ static void row_fill(sim_row *r, const cz_plan *plan, cz_sim_result *sim, cz_muo
     r->muon_tp = mode;
     r->layout = plan->settings.layout;
     r->dp_imbalance = plan->metrics.dp_imbalance;
-    r->mk_over_lb =
-        plan->metrics.lower_bound > 0 ? plan->metrics.tp_makespan / plan->metrics.lower_bound : 1.0;
+    /* Against the bound under the plan's task freedom (the atomic one for whole matrices). */
+    double plan_bound = plan->metrics.split_lower_bound > 0 ? plan->metrics.split_lower_bound
+                                                            : plan->metrics.lower_bound;
+    r->mk_over_lb = plan_bound > 0 ? plan->metrics.tp_makespan / plan_bound : 1.0;
     r->sim = sim;
 }
 

@@ -17,6 +17,13 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The lower bound the picture measures against: the bound under the plan's task freedom (block
+ * and cooperative tasks), which is the atomic one for whole-matrix plans and files without it. */
+static double bound_of(const cz_plan_metrics *m)
+{
+    return m->split_lower_bound > 0 ? m->split_lower_bound : m->lower_bound;
+}
+
 /* A growing string; `failed` makes every later append a no-op so callers check once. */
 typedef struct sbuf {
     char *data;
@@ -212,7 +219,7 @@ static void facts_compute(render_facts *f, const cz_plan *plan, const cz_sim_res
             f->largest_task = (int)i;
         }
     }
-    f->lb_by_task = m->max_task_cost >= m->total_cost / f->ngpus;
+    f->lb_by_task = bound_of(m) == m->lower_bound && m->max_task_cost >= m->total_cost / f->ngpus;
     if (!sim)
         return;
     /* Ties: how many DP ranks of the critical stage have a GPU as busy as the busiest. */
@@ -230,12 +237,12 @@ static void facts_compute(render_facts *f, const cz_plan *plan, const cz_sim_res
      * cost unit already; in seconds it is exact for plans costed in time and otherwise scaled by
      * the simulated seconds per cost unit over the whole plan (an estimate, marked as such). */
     if (!o->sim_in_seconds || plan->settings.unit == CZ_UNIT_TIME) {
-        f->tl_lb = m->lower_bound;
+        f->tl_lb = bound_of(m);
     } else if (m->total_cost > 0 && sim->gpu_busy) {
         double busy = 0.0;
         for (int i = 0; i < sim->ngpus; i++)
             busy += sim->gpu_busy[i];
-        f->tl_lb = m->lower_bound * busy / m->total_cost;
+        f->tl_lb = bound_of(m) * busy / m->total_cost;
         f->tl_lb_estimated = 1;
     }
 }
@@ -335,7 +342,7 @@ static int svg_title(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
                      const cz_svg_options *o, const render_facts *f, int width)
 {
     const cz_plan_metrics *m = &plan->metrics;
-    double ratio = m->lower_bound > 0 ? m->tp_makespan / m->lower_bound : 0.0;
+    double ratio = bound_of(m) > 0 ? m->tp_makespan / bound_of(m) : 0.0;
     char buf[64], b2[64], name[96], text[1024] = "";
     cz_cost_unit u = plan->settings.unit;
     cat(text, sizeof text, "%.200s on %.200s (DP %d x TP %d x PP %d = %d GPUs)",
@@ -378,11 +385,15 @@ static int svg_title(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
         double bl = m->gpu_load ? m->gpu_load[f->busiest] : 0.0;
         cat(text, sizeof text,
             "Busiest GPU (stage %d, DP %d, TP %d): %s = %.2f x the lower bound %s, ", s, d, t,
-            fmt_value(buf, sizeof buf, bl, u), m->lower_bound > 0 ? bl / m->lower_bound : 0.0,
-            fmt_value(b2, sizeof b2, m->lower_bound, u));
+            fmt_value(buf, sizeof buf, bl, u), bound_of(m) > 0 ? bl / bound_of(m) : 0.0,
+            fmt_value(b2, sizeof b2, bound_of(m), u));
         if (f->lb_by_task && f->largest_task >= 0)
             cat(text, sizeof text, "set by the largest task (%s).",
                 short_name(name, sizeof name, &plan->params[f->largest_task]));
+        else if (bound_of(m) != m->lower_bound)
+            cat(text, sizeof text,
+                "the bound under block and cooperative tasks (atomic lower bound %s).",
+                fmt_value(b2, sizeof b2, m->lower_bound, u));
         else
             cat(text, sizeof text, "set by the total work over %d GPUs.", f->ngpus);
     }
@@ -514,7 +525,7 @@ static int svg_loads(sbuf *b, const cz_plan *plan, const render_facts *f, int wi
     for (int i = 0; i < f->ngpus; i++)
         maxv = fmax(maxv, m->gpu_load[i]);
     /* The y grid: 3 to 5 lines at a round step (1, 2 or 5 times a power of ten). */
-    double want = fmax(maxv, m->lower_bound) * 1.08, ystep = 1.0;
+    double want = fmax(maxv, bound_of(m)) * 1.08, ystep = 1.0;
     if (want > 0) {
         double p10 = pow(10.0, floor(log10(want / 5.0)));
         ystep = p10 * (want / p10 <= 5.0    ? 1.0
@@ -546,7 +557,7 @@ static int svg_loads(sbuf *b, const cz_plan *plan, const render_facts *f, int wi
         legend_item(b, &lx, &ly, lmax, rank_fill[0], NULL, 0, "GPU (DP ranks alternate shades)");
     }
     legend_item(b, &lx, &ly, lmax, BUSIEST_FILL, NULL, 0, "busiest GPU");
-    snprintf(b2, sizeof b2, "lower bound %s", fmt_value(buf, sizeof buf, m->lower_bound, u));
+    snprintf(b2, sizeof b2, "lower bound %s", fmt_value(buf, sizeof buf, bound_of(m), u));
     legend_item(b, &lx, &ly, lmax, NULL, LB_STROKE, 1, b2);
     snprintf(b2, sizeof b2, "mean %s", fmt_value(buf, sizeof buf, f->mean, u));
     legend_item(b, &lx, &ly, lmax, NULL, MEAN_STROKE, 0, b2);
@@ -561,7 +572,7 @@ static int svg_loads(sbuf *b, const cz_plan *plan, const render_facts *f, int wi
         "\xe2\x96\xbc busiest GPU: stage %d, DP %d, TP %d with %s (%.2f x mean, %.2f x lower "
         "bound)",
         bs, bd, bt, fmt_value(buf, sizeof buf, bl, u), f->mean > 0 ? bl / f->mean : 0,
-        m->lower_bound > 0 ? bl / m->lower_bound : 0);
+        bound_of(m) > 0 ? bl / bound_of(m) : 0);
     top += text_wrapped(b, top + 50, 11, 1, " class=\"busiest\"", text, width) - (top + 65);
     double y_top = top + 64, y0 = y_top + height;
     for (int q = 0; q <= ngrid; q++) {
@@ -633,8 +644,8 @@ static int svg_loads(sbuf *b, const cz_plan *plan, const render_facts *f, int wi
               "stroke-width=\"2\" stroke-dasharray=\"6,3\"><title>lower bound %s</title></line>\n"
               "<line id=\"mean\" x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"%s\" "
               "stroke-width=\"1.5\"/>\n",
-              left, YV(m->lower_bound), width - right, YV(m->lower_bound), LB_STROKE,
-              fmt_value(buf, sizeof buf, m->lower_bound, u), left, YV(f->mean), width - right,
+              left, YV(bound_of(m)), width - right, YV(bound_of(m)), LB_STROKE,
+              fmt_value(buf, sizeof buf, bound_of(m), u), left, YV(f->mean), width - right,
               YV(f->mean), MEAN_STROKE);
 #undef YV
     sb_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"black\"/>\n", left, y0,
@@ -1127,7 +1138,7 @@ static void html_tables(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
     sb_printf(b, "<tr><th>TP makespan</th><td>%s</td></tr>\n",
               fmt_value(buf, sizeof buf, m->tp_makespan, u));
     sb_printf(b, "<tr><th>lower bound</th><td>%s</td></tr>\n",
-              fmt_value(buf, sizeof buf, m->lower_bound, u));
+              fmt_value(buf, sizeof buf, bound_of(m), u));
     if (sim && o->sim_in_seconds)
         sb_printf(b,
                   "<tr><th>simulated step</th><td>%.4f ms (optimizer %.4f ms, communication "

@@ -313,6 +313,10 @@ static void check_tasks(vctx *c, const cz_plan *p, const cz_model *m, const cz_c
         ref = NULL; /* settings the planner refuses: reported by bucket.layout */
     task_tally no_split = {0}, whole_split = {0}, no_coop = {0}, not_forced = {0},
                coop_policy = {0};
+    /* Block tasks are made under --split-blocks, and under --coop wherever it has widths to
+     * choose from (tp_tasks.c): a cooperative task is one matrix. */
+    bool split = s->split_blocks || (s->coop != 0 && p->tp > 1 && s->tp == CZ_TP_ROLLBACK &&
+                                     s->optimizer == CZ_OPTIM_MUON);
     int nslots = (p->tp == 1 || s->tp == CZ_TP_SC) ? 1 : p->tp;
     int *pos = calloc((size_t)nslots, sizeof *pos);
     if (!pos) {
@@ -337,9 +341,9 @@ static void check_tasks(vctx *c, const cz_plan *p, const cz_model *m, const cz_c
                 if (d->kind != CZ_KIND_MATRIX)
                     continue;
                 c->checks += 3;
-                if (block >= 0 && !s->split_blocks)
+                if (block >= 0 && !split)
                     tally(&no_split, c);
-                if (block < 0 && d->nblocks > 0 && s->split_blocks)
+                if (block < 0 && d->nblocks > 0 && split)
                     tally(&whole_split, c);
                 if (width > 1 && s->coop == 0)
                     tally(&no_coop, c);

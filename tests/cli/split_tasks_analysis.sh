@@ -98,14 +98,14 @@ print(first_block())' >"$work/bpath"
 violation schedule.task_cost "$(cat "$work/bpath")" "$work/bcost.json"
 
 # Block tasks in a plan whose settings lack split_blocks; cooperative tasks with coop off.
-edit "$work/coop2.json" "$work/nosplit.json" 'del p["settings"]["split_blocks"]'
+edit "$work/blocks.json" "$work/nosplit.json" 'del p["settings"]["split_blocks"]'
 violation settings.split_blocks '$.settings' "$work/nosplit.json"
 edit "$work/coop2.json" "$work/nocoop.json" 'del p["settings"]["coop"]'
 violation settings.coop '$.settings' "$work/nocoop.json"
 edit "$work/coop2.json" "$work/coopoff.json" 'p["settings"]["coop"] = "off"'
 violation settings.coop '$.settings' "$work/coopoff.json"
 # split_blocks on a plan that schedules blocked matrices whole.
-edit "$work/coop2w.json" "$work/wholesplit.json" 'p["settings"]["split_blocks"] = True'
+edit "$work/whole.json" "$work/wholesplit.json" 'p["settings"]["split_blocks"] = True'
 violation settings.split_blocks '$.settings.split_blocks' "$work/wholesplit.json"
 # --coop 4 would give every task width 4: the width-2 tasks do not match it.
 edit "$work/coop2.json" "$work/coop4.json" 'p["settings"]["coop"] = "4"'
@@ -124,20 +124,20 @@ expect "validate v1 with task objects" 1 "$CZ" validate "$work/v1coop.json" --mo
 has "v1 with task objects: message" "needs schema \"canzona.plan/2\""
 
 # A cooperative task on a whole matrix of several blocks (structural, shared with the
-# executor): under --coop 2 without --split-blocks fc1 of layer 0 (id 7) is hosted whole and
-# fc2 (id 8, no blocks) cooperative; swap the two.
-edit "$work/coop2w.json" "$work/wholecoop.json" '
-where = None
+# executor): --coop makes block tasks of blocked matrices, so drop the block of the first
+# cooperative block task in every slot that lists it.
+edit "$work/coop2.json" "$work/wholecoop.json" '
+where, key = None, None
 for g in p["tp_schedule"][0]["groups"]:
     for s, lst in enumerate(g["slots"]):
         for i, t in enumerate(lst):
-            if t == 7:
-                lst[i] = 8
-            elif isinstance(t, dict) and t.get("param") == 8:
-                assert t.get("width") == 2, t
-                t["param"] = 7
-                if where is None:
-                    where = "$.tp_schedule[0].groups[%d].slots[%d][%d]" % (g["id"], s, i)
+            if not isinstance(t, dict) or t.get("width", 1) < 2 or "block" not in t:
+                continue
+            if key is None:
+                key = (g["id"], t["param"], t["block"])
+                where = "$.tp_schedule[0].groups[%d].slots[%d][%d]" % (g["id"], s, i)
+            if key == (g["id"], t["param"], t["block"]):
+                del t["block"]
 print(where)' >"$work/wcpath"
 violation schedule.coop "$(head -1 "$work/wcpath")" "$work/wholecoop.json"
 
