@@ -54,11 +54,14 @@ mkdir -p "$work/tmp" "$work/artifacts" "$work/logs"
 export TMPDIR="$work/tmp" CZ_FUZZ_TREE="$root"
 
 # ---- seeds ------------------------------------------------------------------------------------
-seed() { # seed HARNESS FILE...: copy bundled inputs into the harness's working corpus
-  local h=$1
+seed() { # seed HARNESS FILE...: copy bundled inputs into the harness's working corpus, each
+  # named after its path so that files of one name in two folders do not collide
+  local h=$1 f
   shift
   mkdir -p "$work/corpus/$h"
-  cp "$@" "$work/corpus/$h/"
+  for f in "$@"; do
+    cp "$f" "$work/corpus/$h/$(printf '%s' "$f" | tr '/' '_')"
+  done
 }
 seed model tests/data/*.json tests/data/bad/model_*.json plans/models/*.json
 seed cluster tests/data/cluster_tiny.json tests/data/bad/cluster_*.json plans/clusters/*.json
