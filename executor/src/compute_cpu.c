@@ -190,15 +190,11 @@ static void cpu_momentum(cz_compute *c, const float *g, float *buf, float *in, i
     cz_muon_momentum(&h, g, buf, in, n);
 }
 
-static void cpu_block_load(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
-                           int64_t cols, int transpose, float eps)
+static void cpu_block_load_sq(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
+                              int64_t cols, int transpose, float eps, const double *sq)
 {
     (void)c;
-    double sq = 0.0;
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++)
-            sq += cz_ew_sq(src[i * ld + j]);
-    float inv = cz_ew_norm_inv(sq, eps);
+    float inv = cz_ew_norm_inv(*sq, eps);
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++) {
             float v = cz_ew_scale(src[i * ld + j], inv);
@@ -207,6 +203,16 @@ static void cpu_block_load(cz_compute *c, float *dst, const float *src, int64_t 
             else
                 dst[i * cols + j] = v;
         }
+}
+
+static void cpu_block_load(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
+                           int64_t cols, int transpose, float eps)
+{
+    double sq = 0.0;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            sq += cz_ew_sq(src[i * ld + j]);
+    cpu_block_load_sq(c, dst, src, ld, rows, cols, transpose, eps, &sq);
 }
 
 static void cpu_block_store(cz_compute *c, float *dst, int64_t ld, const float *src, int64_t rows,
@@ -286,21 +292,6 @@ static void cpu_apply_update(cz_compute *c, float *p, const float *u, int64_t n,
 {
     (void)c;
     cz_apply_update(p, u, n, lr, wd);
-}
-
-static void cpu_block_load_sq(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
-                              int64_t cols, int transpose, float eps, const double *sq)
-{
-    (void)c;
-    float inv = cz_ew_norm_inv(*sq, eps);
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++) {
-            float v = cz_ew_scale(src[i * ld + j], inv);
-            if (transpose)
-                dst[j * rows + i] = v;
-            else
-                dst[i * cols + j] = v;
-        }
 }
 
 /* A = X X^T per matrix, in the form ns_batched would pick for the member's slice. */

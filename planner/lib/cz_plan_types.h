@@ -249,6 +249,16 @@ static inline void cz_task_region(const cz_param_def *d, int block, int64_t *r0,
         *c0 = off, *cols = d->block_sizes[block];
 }
 
+/* Whether a task of block `block` of d may be cooperative over k slots: it is one matrix (a
+ * block, or a matrix without blocks), 2-D, and its long side gives every member a row or column.
+ * The planner's task table and validate's check of a forced width share this rule. */
+static inline bool cz_task_coop_fits(const cz_param_def *d, int block, int k)
+{
+    int64_t r0, c0, rows, cols;
+    cz_task_region(d, block, &r0, &c0, &rows, &cols);
+    return (block >= 0 || d->nblocks <= 0) && d->ndim == 2 && (rows > cols ? rows : cols) >= k;
+}
+
 /* Member j's part [*start, *start + *n) of a cooperative task's long side of length len, split
  * k ways. The long side is the rows when rows > cols, else the columns: Muon works on the
  * short x long orientation. */

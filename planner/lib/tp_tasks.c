@@ -94,11 +94,9 @@ int cz_task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster 
             cw[0] = block < 0 ? p->cost : cz_cost_block(d, block, s, c, plan->dtype);
             int64_t r0, c0, rows, cols;
             cz_task_region(d, block, &r0, &c0, &rows, &cols);
-            int64_t longside = rows > cols ? rows : cols;
-            bool one_matrix = block >= 0 || d->nblocks <= 0;
             for (int w = 1; w < tt->nwidths; w++) {
                 int k = tt->widths[w];
-                cw[w] = one_matrix && d->ndim == 2 && longside >= k
+                cw[w] = cz_task_coop_fits(d, block, k)
                             ? cz_cost_coop(rows, cols, k, s, c, plan->dtype)
                             : INFINITY;
             }

@@ -272,11 +272,7 @@ static void tally_report(vctx *c, const task_tally *t, const char *code, const c
 /* Whether --coop K gives the task width K (else it stays hosted): tp_tasks.c's rule. */
 static int coop_possible(const cz_param_def *d, int block, int k, int tp)
 {
-    int64_t r0, c0, rows, cols;
-    cz_task_region(d, block, &r0, &c0, &rows, &cols);
-    int64_t longside = rows > cols ? rows : cols;
-    return tp > 1 && tp % k == 0 && d->ndim == 2 && (block >= 0 || d->nblocks <= 0) &&
-           longside >= k;
+    return tp > 1 && tp % k == 0 && cz_task_coop_fits(d, block, k);
 }
 
 /* The planner's cost for task (pid, block) at width k, from the task table of a plan that

@@ -231,11 +231,9 @@ int cz_k_block_load(void *stream, float *dst, const float *src, int64_t ld, int6
                     int64_t cols, int transpose, float eps, double *sq)
 {
     int rc = block_sumsq(stream, src, ld, rows, cols, sq);
-    if (rc || rows * cols <= 0)
+    if (rc)
         return rc;
-    block_copy_kernel<<<blocks(rows * cols), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
-        dst, src, ld, rows, cols, transpose, 1.0f, sq, eps);
-    return launched();
+    return cz_k_block_load_sq(stream, dst, src, ld, rows, cols, transpose, eps, sq);
 }
 
 int cz_k_block_store(void *stream, float *dst, int64_t ld, const float *src, int64_t rows,
