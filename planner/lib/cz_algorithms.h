@@ -103,6 +103,22 @@ void cz_task_table_free(cz_task_table *tt);
 double cz_task_lower_bound(const cz_plan *plan, const cz_task_table *tt);
 /* Fills plan->tasks.dp_weight: each parameter's slot time at factor x the split lower bound. */
 int cz_task_weigh(cz_plan *plan, double factor, cz_error *err);
+/* Places a task with per-width costs cw (tt's widths) on the slots whose loads are load[0 ..
+ * nslots) without exceeding T (slot_pack.c): true with the width index and first slot chosen,
+ * the run's loads raised; false, loads untouched, when nothing fits. */
+bool cz_slot_place(const cz_task_table *tt, int nslots, double *load, const double *cw, double T,
+                   int *width, int *slot);
+/* One stage's buckets as a DP partition deals them: nb buckets in processing order, bucket o's
+ * parameter ids (ascending offset) at ids[first[o] .. first[o + 1]). */
+typedef struct cz_dp_buckets {
+    int nb;
+    const int *first;
+    const int *ids;
+} cz_dp_buckets;
+/* The slot-fill partition (dp_fill.c): cuts of every bucket, cutj[o (dp + 1) + r] = index of
+ * rank r's first parameter in bucket o (cutj[.. + dp] = the bucket's parameter count), at the
+ * least target every rank's slots hold. Needs plan->tasks. */
+int cz_dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, cz_error *err);
 /* Lays out the gradient buckets (Megatron order, alignment, size, DP padding). */
 int cz_buckets_layout(cz_plan *plan, cz_error *err);
 /* Fills every bucket's ranges and every param's dp_owner following settings.dp; for tpaware,

@@ -168,6 +168,7 @@ typedef struct cz_task_table {
                           NULL: the cost unit as usual */
     int dp_water;      /* with dp_weight: 1 places each bucket's cuts by water-filling where that
                           reaches the least largest load, 0 by the greedy fill (dp_partition.c) */
+    int dp_fill;       /* 1: alpha deals each stage by the slot-fill partition (dp_fill.c) */
 } cz_task_table;
 
 struct cz_plan {

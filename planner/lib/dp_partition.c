@@ -17,7 +17,10 @@
  *            sum of targets, never before cut r-1 (ties: the earlier boundary). Loads are in
  *            elements (alpha_numel_loads, as the reference code) or in the cost unit. The result
  *            is kept only when its per-rank cost max/mean is no worse than anchored's (decided
- *            per stage); otherwise anchored is kept and plan->dp_fell_back is set.
+ *            per stage); otherwise anchored is kept and plan->dp_fell_back is set. Under block
+ *            and cooperative tasks the planner also runs alpha on effective loads
+ *            (plan->tasks.dp_weight: minmax_cuts) and as the slot-fill partition
+ *            (plan->tasks.dp_fill: dp_fill.c), which are judged by their makespans, not here.
  *
  *  layerwise whole parameters dealt to ranks: Megatron-LM's first released layer-wise rule
  *            (see megatron_stage), its current rule for the matrices with the rest under
@@ -271,6 +274,49 @@ static void minmax_cuts(const double *load, int dp, const double *prefix, int np
         memcpy(cutj, alt, ((size_t)dp + 1) * sizeof *cutj);
 }
 
+/* Rank r's range of bucket b from cut indices into its parameters (np: past the last). */
+static void cuts_of(const cz_plan *plan, const bucket_index *bi, int b, const int *cutj,
+                    int64_t *cuts)
+{
+    int base = bi->first[b], np = bi->first[b + 1] - base;
+    for (int r = 0; r <= plan->dp; r++)
+        cuts[r] =
+            cutj[r] < np ? plan->params[bi->ids[base + cutj[r]]].offset : plan->buckets[b].size;
+    cuts[0] = 0;
+}
+
+/* The slot-fill variant of one stage (dp_fill.c): the buckets in alpha's order. */
+static int fill_stage(cz_plan *plan, const bucket_index *bi, const bucket_order *order, size_t nb,
+                      int64_t *cuts, cz_error *err)
+{
+    int rc = CZ_OK, dp = plan->dp;
+    int *first = malloc((nb + 1) * sizeof *first);
+    int *ids = malloc((plan->nparams + 1) * sizeof *ids);
+    int *cutj = malloc((nb + 1) * ((size_t)dp + 1) * sizeof *cutj);
+    if (!first || !ids || !cutj) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the slot-fill partition");
+        goto out;
+    }
+    first[0] = 0;
+    for (size_t o = 0; o < nb; o++) {
+        int b = order[o].id, n = bi->first[b + 1] - bi->first[b];
+        memcpy(&ids[first[o]], &bi->ids[bi->first[b]], (size_t)n * sizeof *ids);
+        first[o + 1] = first[o] + n;
+    }
+    cz_dp_buckets db = {(int)nb, first, ids};
+    if ((rc = cz_dp_fill_cuts(plan, &db, cutj, err)) != CZ_OK)
+        goto out;
+    for (size_t o = 0; o < nb && rc == CZ_OK; o++) {
+        cuts_of(plan, bi, order[o].id, &cutj[o * ((size_t)dp + 1)], cuts);
+        rc = cuts_apply(plan, bi, order[o].id, cuts, err);
+    }
+out:
+    free(first);
+    free(ids);
+    free(cutj);
+    return rc;
+}
+
 /* Alpha-balanced partitioning of one stage's buckets. Scratch: load (dp), target (dp),
  * prefix (nparams + 1), cutj (dp + 1), cuts (dp + 1). */
 static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_error *err)
@@ -302,6 +348,10 @@ static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_erro
             total += weight_of(plan, &plan->params[bi->ids[k]]);
     }
     qsort(order, nb, sizeof *order, bucket_order_cmp);
+    if (plan->tasks.dp_fill) {
+        rc = fill_stage(plan, bi, order, nb, cuts, err);
+        goto done;
+    }
     double T = total / dp;
     for (size_t o = 0; o < nb; o++) {
         int b = order[o].id;
@@ -343,10 +393,7 @@ static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_erro
             cutj[r] = best;
         }
     apply:
-        for (int r = 0; r <= dp; r++)
-            cuts[r] =
-                cutj[r] < np ? plan->params[bi->ids[base + cutj[r]]].offset : plan->buckets[b].size;
-        cuts[0] = 0;
+        cuts_of(plan, bi, b, cutj, cuts);
         if ((rc = cuts_apply(plan, bi, b, cuts, err)) != CZ_OK)
             goto done;
         for (int r = 0; r < dp; r++)
@@ -552,8 +599,10 @@ int cz_dp_partition(cz_plan *plan, cz_error *err)
             if ((rc = alpha_stage(plan, &bi, stage, err)) != CZ_OK)
                 goto done;
             double alpha = stage_imbalance(plan, stage, load);
-            /* A relative slack so that rounding noise on equal results keeps alpha's. */
-            if (alpha > anchored * (1.0 + 1e-12)) {
+            /* A relative slack so that rounding noise on equal results keeps alpha's. The
+             * slot-fill variant balances makespans, not summed loads: the planner judges it
+             * by the makespan it gives (planner.c). */
+            if (!plan->tasks.dp_fill && alpha > anchored * (1.0 + 1e-12)) {
                 stage_snapshot(plan, stage, saved_ranges, saved_owners, 1);
                 plan->dp_fell_back = 1;
             }

@@ -33,7 +33,9 @@
  * whose busiest slot is least loaded, and "cost" everywhere above is the per-slot cost (the
  * mean check counts k times it). The width of each task: --coop K gives every task that can
  * take it width K; --coop auto chooses per rank by the rollback makespan itself (widths_auto:
- * per-slot targets, then descents), so a split is kept only where it shortens the makespan.
+ * per-slot targets, then descents), so a split is kept only where it shortens the makespan, and
+ * then tries the packed schedule (schedule_packed: widths and slots chosen together, one group),
+ * kept where it is shorter still.
  */
 #include "cz_algorithms.h"
 
@@ -547,6 +549,74 @@ out:
     free(seen);
 }
 
+/* Sorts by decreasing hosted cost (the task's cost at width 1); ties by parameter id, then
+ * block. Insertion sort: a rank has tens of tasks, and qsort has no context argument. */
+static void tasks_sort_hosted(tp_task *t, int n, const cz_task_table *tt)
+{
+    for (int i = 1; i < n; i++) {
+        tp_task x = t[i];
+        double cx = tt->cost[(size_t)x.tix * tt->nwidths];
+        int j = i;
+        while (j > 0) {
+            const tp_task *y = &t[j - 1];
+            double cy = tt->cost[(size_t)y->tix * tt->nwidths];
+            bool before =
+                cx > cy ||
+                (cx == cy && (x.param < y->param || (x.param == y->param && x.block < y->block)));
+            if (!before)
+                break;
+            t[j] = t[j - 1];
+            j--;
+        }
+        t[j] = x;
+    }
+}
+
+/* Places every task (in t's order) by cz_slot_place within T; false when one does not fit. */
+static bool packed_probe(tp_task *t, int n, const cz_task_table *tt, int nslots, double T,
+                         double *load)
+{
+    for (int s = 0; s < nslots; s++)
+        load[s] = 0.0;
+    for (int k = 0; k < n; k++) {
+        const double *cw = &tt->cost[(size_t)t[k].tix * tt->nwidths];
+        int w, slot;
+        if (!cz_slot_place(tt, nslots, load, cw, T, &w, &slot))
+            return false;
+        t[k].width = tt->widths[w];
+        t[k].cost = cw[w];
+        t[k].slot = slot;
+    }
+    return true;
+}
+
+/* The packed schedule under --coop auto: one group, the tasks by decreasing hosted cost, each
+ * placed with its width by cz_slot_place at the least target T in [lo, hi] for which all fit
+ * (bisection). It chooses widths and slots together, where rollback chooses the widths first
+ * (widths_auto) and then places them by LPT; a rank dealt four 8 ms blocks and two 3.5 ms
+ * matrices for eight slots is where that matters: the blocks over two slots each, the two
+ * matrices over four slots each on top. Returns the makespan, INFINITY when nothing within hi
+ * fits (t then undefined). */
+static double schedule_packed(tp_task *t, int n, const cz_task_table *tt, int nslots, double lo,
+                              double hi, double *load)
+{
+    tasks_sort_hosted(t, n, tt);
+    if (!packed_probe(t, n, tt, nslots, hi, load))
+        return INFINITY;
+    for (int it = 0; it < 40 && hi - lo > 1e-6 * hi; it++) {
+        double mid = 0.5 * (lo + hi);
+        if (packed_probe(t, n, tt, nslots, mid, load))
+            hi = mid;
+        else
+            lo = mid;
+    }
+    packed_probe(t, n, tt, nslots, hi, load);
+    double span = 0.0;
+    for (int s = 0; s < nslots; s++)
+        span = load[s] > span ? load[s] : span;
+    return span;
+}
+
 /* Does the parameter's local shard intersect DP rank r's range of its bucket? */
 static bool touches(const cz_plan *plan, const cz_plan_param *p, int r)
 {
@@ -629,6 +699,23 @@ int cz_tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_coste
         break;
     case CZ_TP_ROLLBACK:
         tasks_sort(tasks, nt);
+        if (tt && nslots > 1 && s->coop == CZ_COOP_AUTO && tt->nwidths > 1) {
+            double span;
+            schedule_rollback(NULL, nslots, tasks, nt, C, load, &span, NULL);
+            tp_task *packed = malloc((size_t)nt * sizeof *packed);
+            if (packed) {
+                memcpy(packed, tasks, (size_t)nt * sizeof *packed);
+                double lo = rank_bound(packed, nt, tt, nslots);
+                double ps = schedule_packed(packed, nt, tt, nslots, lo, span * (1.0 - 1e-9), load);
+                if (ps < span * (1.0 - 1e-9)) {
+                    *capacity = ps;
+                    rc = group_emit(&gs, packed, nt, err);
+                    free(packed);
+                    break;
+                }
+                free(packed);
+            }
+        }
         rc = schedule_rollback(&gs, nslots, tasks, nt, C, load, NULL, err);
         break;
     default:

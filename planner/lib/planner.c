@@ -326,20 +326,29 @@ fail:
     return rc;
 }
 
-/* Runs the whole pipeline (buckets, DP, TP, metrics) on an initialized plan. */
-/* One greedy plan; effective > 0: alpha balances the slot time each parameter's tasks need at
- * effective x the split lower bound (cz_task_weigh) instead of its cost. */
+/* The variants of alpha cz_plan_build tries under block and cooperative tasks. */
+typedef enum {
+    ALPHA_PLAIN,     /* alpha on each parameter's cost (or elements) */
+    ALPHA_EFFECTIVE, /* on the slot time each parameter needs at the split lower bound
+                        (cz_task_weigh), cuts by the greedy fill */
+    ALPHA_WATER,     /* the same loads, cuts by water-filling where that is no worse */
+    ALPHA_SLOT_FILL  /* the slot-fill partition (dp_fill.c) */
+} alpha_variant;
+
+/* One greedy plan: buckets, DP partition (alpha as the variant says), TP schedule, metrics. */
 static int plan_solve(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
-                      const cz_settings *settings, double effective, bool water, cz_error *err)
+                      const cz_settings *settings, alpha_variant variant, cz_error *err)
 {
     int rc;
     cz_plan *plan = NULL;
     *out = NULL;
     if ((rc = cz_plan_init(&plan, model, cluster, settings, err)) != CZ_OK)
         goto fail;
-    if (effective > 0.0 && (rc = cz_task_weigh(plan, effective, err)) != CZ_OK)
+    if ((variant == ALPHA_EFFECTIVE || variant == ALPHA_WATER) &&
+        (rc = cz_task_weigh(plan, 1.0, err)) != CZ_OK)
         goto fail;
-    plan->tasks.dp_water = water;
+    plan->tasks.dp_water = variant == ALPHA_WATER;
+    plan->tasks.dp_fill = variant == ALPHA_SLOT_FILL;
     if ((rc = cz_buckets_layout(plan, err)) != CZ_OK)
         goto fail;
     if ((rc = cz_dp_partition(plan, err)) != CZ_OK)
@@ -387,7 +396,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     if (eff.dp == CZ_DP_TPAWARE)
         eff.dp = CZ_DP_ALPHA;
     settings = &eff;
-    if ((rc = plan_solve(&plan, model, cluster, settings, 0.0, false, err)) != CZ_OK)
+    if ((rc = plan_solve(&plan, model, cluster, settings, ALPHA_PLAIN, err)) != CZ_OK)
         goto fail;
     /* Alpha's cut placement is a greedy heuristic: with a few very large matrices, the cuts it
      * derives from element counts can happen to balance the cost better than the cuts derived
@@ -396,7 +405,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     if (settings->dp == CZ_DP_ALPHA && !settings->alpha_numel_loads) {
         cz_settings alt = *settings;
         alt.alpha_numel_loads = 1;
-        if ((rc = plan_solve(&numel, model, cluster, &alt, 0.0, false, err)) != CZ_OK)
+        if ((rc = plan_solve(&numel, model, cluster, &alt, ALPHA_PLAIN, err)) != CZ_OK)
             goto fail;
         if (plan_better(numel, plan)) {
             cz_plan_free(plan);
@@ -411,15 +420,17 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     /* With block or cooperative tasks the cost a DP rank carries is not what its TP makespan
      * follows: a rank dealt five tasks of 8 ms for eight slots ends at 8 ms, one dealt four
      * splits them all in two; a rank dealt nine blocks for eight slots pays one twice. The
-     * effective-load variant balances the slot time every parameter needs at the split lower
+     * effective-load variants balance the slot time every parameter needs at the split lower
      * bound (splits and their all-reduces included), with cuts that minimize the largest rank
-     * load bucket by bucket, placed by a greedy fill or by water-filling (dp_partition.c); each
-     * is kept when it gives a shorter makespan.
-     * tpaware starts from whichever is kept. */
+     * load bucket by bucket, placed by a greedy fill or by water-filling (dp_partition.c); the
+     * slot-fill variant deals parameters onto a model of each rank's slots (dp_fill.c), which
+     * sees what summed loads cannot: the gaps a split strands. Each is kept when it gives a
+     * shorter makespan. tpaware starts from whichever is kept. */
     if (settings->dp == CZ_DP_ALPHA && !settings->alpha_numel_loads &&
         (settings->split_blocks || (settings->coop != 0 && plan->tasks.nwidths > 1))) {
-        for (int water = 0; water < 2; water++) {
-            if ((rc = plan_solve(&numel, model, cluster, settings, 1.0, water, err)) != CZ_OK)
+        static const alpha_variant variants[] = {ALPHA_EFFECTIVE, ALPHA_WATER, ALPHA_SLOT_FILL};
+        for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
+            if ((rc = plan_solve(&numel, model, cluster, settings, variants[v], err)) != CZ_OK)
                 goto fail;
             if (numel->metrics.tp_makespan < plan->metrics.tp_makespan * (1 - 1e-12)) {
                 cz_plan_free(plan);

@@ -1,0 +1,229 @@
+/*
+ * The slot-fill DP partition (a variant of alpha under block and cooperative tasks).
+ *
+ * Summed loads miss what sets a DP rank's makespan once its matrices become block and
+ * cooperative tasks: the tasks are quantized. On eight slots four 8 ms blocks split over two
+ * slots each fill the rank at 5.2 ms per slot, and the 2 ms of slot time a summed load would
+ * still count as free lies in gaps of 0.3 ms that no matrix fits. So this variant deals the
+ * parameters with a model of the slots themselves:
+ *
+ *  - a rank is its TP slots' loads. A matrix parameter is placed task by task (largest hosted
+ *    cost first), each task by cz_slot_place (slot_pack.c: the width and aligned run of slots
+ *    within the target T at the least slot time, gaps counted). An elementwise parameter adds
+ *    cost / tp to every slot;
+ *  - buckets are dealt largest first (as alpha); in each, ranks 0, 1, ... take the next
+ *    parameters while they fit, so every rank keeps one contiguous range per bucket;
+ *  - the least T at which every parameter fits is found by bisection from the split lower bound.
+ *
+ * The slot model is not the TP scheduler (rollback, micro-groups, its own width search), which
+ * then schedules each rank's set for real; the planner keeps this variant only where the real
+ * makespan is shorter (planner.c). Cost: a probe places every task once, at most
+ * sum over widths of tp / width runs each, so the bisection stays well under a millisecond per
+ * hundred parameters.
+ */
+#include "cz_algorithms.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The bisection stops at this relative width: the cost model's rates are not more precise. */
+#define FILL_TOLERANCE 1e-4
+#define FILL_PROBES 64
+/* Ranks of more tasks are not repacked: with many small tasks (experts) the packing as it
+ * stands is as good, and a repack per rejected parameter would cost more than the rest. */
+#define FILL_REPACK_TASKS 64
+
+typedef struct {
+    const cz_plan *plan;
+    const cz_task_table *tt;
+    int tp, dp;
+    size_t cap;    /* tasks a rank's list can hold: every task of the plan */
+    int *list;     /* dp x cap: each rank's tasks, in the order they came */
+    int *count;    /* dp */
+    double *ew;    /* dp: each rank's elementwise cost, spread over its tp slots */
+    double *rload; /* dp x tp: each rank's slot loads (matrices only) */
+    double *need;  /* dp: each rank's least slot time, summed over its tasks (a repack's bound) */
+    cz_costed *trial; /* cap: a rank's tasks and a parameter's, for a repack */
+    int *mine;        /* cap: a parameter's tasks, largest hosted cost first */
+    double *load;     /* tp: slot loads of one packing */
+} fill_ctx;
+
+static double hosted(const cz_task_table *tt, int x)
+{
+    return tt->cost[(size_t)x * tt->nwidths];
+}
+
+/* The least slot time a task can take: a lower bound on what any packing spends on it. */
+static double least_slot_time(const cz_task_table *tt, int x)
+{
+    double best = INFINITY;
+    for (int w = 0; w < tt->nwidths; w++) {
+        double v = tt->widths[w] * tt->cost[(size_t)x * tt->nwidths + w];
+        best = v < best ? v : best;
+    }
+    return best;
+}
+
+static double busiest(const double *load, int n)
+{
+    double m = 0.0;
+    for (int j = 0; j < n; j++)
+        m = load[j] > m ? load[j] : m;
+    return m;
+}
+
+/* Places task x on f->load within T. */
+static bool place(fill_ctx *f, int x, double T)
+{
+    int w, slot;
+    return cz_slot_place(f->tt, f->tp, f->load, &f->tt->cost[(size_t)x * f->tt->nwidths], T, &w,
+                         &slot);
+}
+
+/* Packs rank r's tasks and nt more from t0 on empty slots within T, largest hosted cost first:
+ * the TP schedule's packed form (microgroups.c, schedule_packed) at the one target. */
+static bool repack(fill_ctx *f, int r, int t0, int nt, double T)
+{
+    const int *list = &f->list[(size_t)r * f->cap];
+    int m = 0;
+    for (int i = 0; i < f->count[r]; i++)
+        f->trial[m].id = list[i], f->trial[m++].cost = hosted(f->tt, list[i]);
+    for (int x = t0; x < t0 + nt; x++)
+        f->trial[m].id = x, f->trial[m++].cost = hosted(f->tt, x);
+    cz_costed_sort(f->trial, (size_t)m);
+    for (int j = 0; j < f->tp; j++)
+        f->load[j] = 0.0;
+    for (int i = 0; i < m; i++)
+        if (!place(f, f->trial[i].id, T))
+            return false;
+    return true;
+}
+
+/* Adds parameter p to rank r when it fits within T: first on top of the rank's packing as it
+ * stands (a rank of hundreds of small experts takes one more without a repack), else with the
+ * rank's whole set repacked largest first, where its least slot time leaves that possible. */
+static bool param_place(fill_ctx *f, int r, const cz_plan_param *p, double T)
+{
+    const cz_task_table *tt = f->tt;
+    double *rl = &f->rload[(size_t)r * f->tp];
+    int t0 = tt->first[p->id], nt = tt->first[p->id + 1] - t0;
+    if (p->def.kind != CZ_KIND_MATRIX || nt == 0) {
+        double ew = f->ew[r] + p->cost / f->tp;
+        if (busiest(rl, f->tp) + ew > T) {
+            if (f->count[r] == 0 || f->count[r] > FILL_REPACK_TASKS ||
+                f->need[r] > (T - ew) * f->tp || !repack(f, r, 0, 0, T - ew))
+                return false;
+            memcpy(rl, f->load, (size_t)f->tp * sizeof *rl);
+        }
+        f->ew[r] = ew;
+        return true;
+    }
+    double room = T - f->ew[r], need = f->need[r];
+    for (int x = t0; x < t0 + nt; x++)
+        need += least_slot_time(tt, x);
+    /* The parameter's own tasks, largest hosted cost first (a few blocks: insertion sort). */
+    for (int i = 0; i < nt; i++) {
+        int x = t0 + i, at = i;
+        while (at > 0 && hosted(tt, f->mine[at - 1]) < hosted(tt, x)) {
+            f->mine[at] = f->mine[at - 1];
+            at--;
+        }
+        f->mine[at] = x;
+    }
+    memcpy(f->load, rl, (size_t)f->tp * sizeof *rl);
+    bool fits = true;
+    for (int i = 0; i < nt && fits; i++)
+        fits = place(f, f->mine[i], room);
+    if (!fits && (f->count[r] + nt > FILL_REPACK_TASKS || need > room * f->tp ||
+                  !repack(f, r, t0, nt, room)))
+        return false;
+    int *list = &f->list[(size_t)r * f->cap];
+    for (int x = t0; x < t0 + nt; x++)
+        list[f->count[r]++] = x;
+    f->need[r] = need;
+    memcpy(rl, f->load, (size_t)f->tp * sizeof *rl);
+    return true;
+}
+
+/* One probe: deals every bucket at target T; true when all parameters fit. cutj: per bucket in
+ * processing order, dp + 1 cut indices into the bucket's parameters. */
+static bool fill_probe(fill_ctx *f, const cz_dp_buckets *b, double T, int *cutj)
+{
+    for (int r = 0; r < f->dp; r++)
+        f->count[r] = 0, f->ew[r] = f->need[r] = 0.0;
+    memset(f->rload, 0, (size_t)f->dp * (size_t)f->tp * sizeof *f->rload);
+    for (int o = 0; o < b->nb; o++) {
+        const int *ids = &b->ids[b->first[o]];
+        int np = b->first[o + 1] - b->first[o], j = 0;
+        int *cut = &cutj[(size_t)o * (f->dp + 1)];
+        for (int r = 0; r < f->dp; r++) {
+            cut[r] = j;
+            while (j < np && param_place(f, r, &f->plan->params[ids[j]], T))
+                j++;
+        }
+        cut[f->dp] = np;
+        if (j < np)
+            return false;
+    }
+    return true;
+}
+
+int cz_dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, cz_error *err)
+{
+    int rc = CZ_OK;
+    const cz_task_table *tt = &plan->tasks;
+    fill_ctx f = {.plan = plan,
+                  .tt = tt,
+                  .tp = plan->tp > 0 ? plan->tp : 1,
+                  .dp = plan->dp,
+                  .cap = tt->ntasks + 1};
+    if (!tt->first)
+        return cz_error_set(err, CZ_EINTERNAL, "the slot-fill partition needs the task table");
+    f.list = malloc((size_t)f.dp * f.cap * sizeof *f.list);
+    f.count = malloc((size_t)f.dp * sizeof *f.count);
+    f.ew = malloc((size_t)f.dp * sizeof *f.ew);
+    f.rload = malloc((size_t)f.dp * (size_t)f.tp * sizeof *f.rload);
+    f.need = malloc((size_t)f.dp * sizeof *f.need);
+    f.trial = malloc(f.cap * sizeof *f.trial);
+    f.mine = malloc(f.cap * sizeof *f.mine);
+    f.load = malloc((size_t)f.tp * sizeof *f.load);
+    if (!f.list || !f.count || !f.ew || !f.rload || !f.need || !f.trial || !f.mine || !f.load) {
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the slot-fill partition");
+        goto out;
+    }
+    /* An upper end that fits: doubled from the split lower bound (every parameter fits on an
+     * empty rank once T exceeds its hosted cost, so this ends). */
+    double lo = cz_task_lower_bound(plan, tt), hi = lo > 0.0 ? lo : 1e-9;
+    int tries = 0;
+    while (!fill_probe(&f, b, hi, cutj)) {
+        lo = hi;
+        hi *= 2.0;
+        if (++tries > 200) {
+            rc = cz_error_set(err, CZ_EINTERNAL,
+                              "the slot-fill partition found no feasible "
+                              "target (a cost is not finite)");
+            goto out;
+        }
+    }
+    for (int it = 0; it < FILL_PROBES && hi - lo > FILL_TOLERANCE * hi; it++) {
+        double mid = 0.5 * (lo + hi);
+        if (fill_probe(&f, b, mid, cutj))
+            hi = mid;
+        else
+            lo = mid;
+    }
+    /* The cuts of the least feasible target found. */
+    if (!fill_probe(&f, b, hi, cutj))
+        rc = cz_error_set(err, CZ_EINTERNAL, "the slot-fill partition lost a feasible target");
+out:
+    free(f.list);
+    free(f.count);
+    free(f.ew);
+    free(f.rload);
+    free(f.need);
+    free(f.trial);
+    free(f.mine);
+    free(f.load);
+    return rc;
+}
