@@ -4,6 +4,7 @@
  * (cz_muon_momentum, cz_apply_update, cz_adamw_step) are this backend's own loops. */
 #include "elementwise.h"
 #include "exec_internal.h"
+#include "ns_coop.h"
 #include "ns_plan.h"
 #ifdef CZ_HAVE_CUDA
 #include "compute_cuda.h"
@@ -294,47 +295,63 @@ static void cpu_apply_update(cz_compute *c, float *p, const float *u, int64_t n,
     cz_apply_update(p, u, n, lr, wd);
 }
 
-/* A = X X^T per matrix, in the form ns_batched would pick for the member's slice. */
+/* A = X X^T per matrix, in the form ns_batched would pick for the member's slice, into work
+ * and from there packed: SYRK computes only the upper triangle, which is all packing reads. */
 static void cpu_ns_gram(cz_compute *c, const float *x, int batch, int64_t rows, int64_t cols,
-                        float *a)
+                        float *a, float *work)
 {
     (void)c;
     int r = (int)rows, n = (int)cols;
     int sym = cz_ns_use_syrk(CZ_NS_TARGET_CPU, rows, cols, batch, CZ_NS_FP32);
     for (int i = 0; i < batch; i++) {
         const float *X = x + (size_t)i * (size_t)(rows * cols);
-        float *A = a + (size_t)i * (size_t)(rows * rows);
-        if (n == 0) {
+        float *A = work + (size_t)i * (size_t)(rows * rows);
+        if (n == 0)
             memset(A, 0, (size_t)(rows * rows) * sizeof(float));
-        } else if (sym) {
+        else if (sym)
             cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, r, n, 1.0f, X, n, 0.0f, A, r);
-            mirror_upper(A, r);
-        } else {
+        else
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r, r, n, 1.0f, X, n, X, n, 0.0f, A,
                         r);
-        }
     }
+    cz_ns_sym_pack(a, work, batch, rows);
 }
 
-/* B = b A + c A A, X = a X + B X per matrix (cz_cpu_ns's update with the summed A). */
+/* X = a X + (b A + c A A) X per matrix with the summed, packed A, in ns_coop.h's form. Work
+ * per matrix (stride 2 r^2 + r n): [A: r^2][B: r^2][Y: r n] (standard) or [A: r^2][Y: r n]
+ * (A(AX): Y = A X; X = a X + b Y; X += c A Y, so no Z buffer is needed). */
 static void cpu_ns_poly(cz_compute *c, float *x, const float *a, int batch, int64_t rows,
                         int64_t cols, const cz_ns_coeffs *k, float *work)
 {
     (void)c;
     int r = (int)rows, n = (int)cols;
     float ka = (float)k->a, kb = (float)k->b, kc = (float)k->c;
+    size_t ws = (size_t)(2 * rows * rows + rows * cols);
+    int aax = cz_ns_coop_use_aax(rows, cols);
     for (int i = 0; i < batch; i++) {
         float *X = x + (size_t)i * (size_t)(rows * cols);
-        const float *A = a + (size_t)i * (size_t)(rows * rows);
-        float *B = work + (size_t)i * (size_t)(rows * rows + rows * cols);
+        float *A = work + (size_t)i * ws;
+        cz_ns_sym_unpack(A, a + (size_t)i * (size_t)cz_ns_packed_len(rows), 1, rows);
+        if (n == 0)
+            continue;
+        if (aax) {
+            float *Y = A + (size_t)r * r;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, n, r, 1.0f, A, r, X, n, 0.0f,
+                        Y, n);
+            for (size_t j = 0; j < (size_t)r * n; j++)
+                X[j] = ka * X[j] + kb * Y[j];
+            if (kc != 0.0f)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, n, r, kc, A, r, Y, n,
+                            1.0f, X, n);
+            continue;
+        }
+        float *B = A + (size_t)r * r;
         float *Y = B + (size_t)r * r;
         for (size_t j = 0; j < (size_t)r * r; j++)
             B[j] = kb * A[j];
         if (kc != 0.0f)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, r, r, kc, A, r, A, r, 1.0f, B,
                         r);
-        if (n == 0)
-            continue;
         for (size_t j = 0; j < (size_t)r * n; j++)
             Y[j] = ka * X[j];
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, n, r, 1.0f, B, r, X, n, 1.0f, Y,

@@ -210,11 +210,17 @@ typedef struct cz_compute_ops {
      * slice) into dst, contiguous, transposed when transpose. */
     void (*block_load_sq)(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
                           int64_t cols, int transpose, float eps, const double *sq);
-    /* For each of `batch` matrices X (rows x cols, back to back): a = X X^T (rows x rows, back
-     * to back): one member's part of the Gram matrix of a cooperative iteration. */
-    void (*ns_gram)(cz_compute *c, const float *x, int batch, int64_t rows, int64_t cols, float *a);
-    /* For each of `batch` matrices: B = b A + c A A, X = a X + B X with the summed Gram A
-     * (rows x rows); work holds batch*(rows*rows + rows*cols) floats. */
+    /* For each of `batch` matrices X (rows x cols, back to back): one member's part of the
+     * Gram matrix X X^T of a cooperative iteration, written PACKED to a (its upper triangle,
+     * ns_coop.h's layout, cz_ns_packed_len(rows) floats per matrix, back to back): the form
+     * the all-reduce sums, at half the bytes of the full matrix. work holds batch*rows*rows
+     * floats (the full Gram before packing). */
+    void (*ns_gram)(cz_compute *c, const float *x, int batch, int64_t rows, int64_t cols, float *a,
+                    float *work);
+    /* For each of `batch` matrices, with the summed Gram A given PACKED in a (as ns_gram writes
+     * it): X = a X + (b A + c A A) X, in the form cz_ns_coop_use_aax(rows, cols) picks
+     * (ns_coop.h: A(AX) when cols < rows, else B = b A + c A A first). work holds
+     * batch*(2*rows*rows + rows*cols) floats (the unpacked A, then B and Y or Y). */
     void (*ns_poly)(cz_compute *c, float *x, const float *a, int batch, int64_t rows, int64_t cols,
                     const cz_ns_coeffs *k, float *work);
     /* p[dst ..] = p*(1 - lr*wd) - lr*u[src ..] over every run (apply_update over an index
@@ -497,12 +503,13 @@ typedef struct cz_muon_coop {
     int64_t rows, cols, prows, pcols, a, n;
     int transposed;
 } cz_muon_coop;
-/* Floats of x, gram and work one batch needs. */
+/* Floats of x, gram (the packed Grams: count * a (a + 1) / 2) and work one batch needs. */
 void cz_muon_coop_sizes(const cz_muon_coop *b, int64_t *x_n, int64_t *gram_n, int64_t *work_n);
 /* The member's part of the scaled Muon update of every task of the batch: in[i] and out[i]
  * are its slice (prows x pcols, contiguous, backend memory; in already momentum-updated). The
  * sums over the members run on pl (the plane of the k members): one all-reduce of the count
- * sums of squares (doubles), then one of the count a x a Gram matrices per iteration. x, gram,
+ * sums of squares (doubles), then one of the count packed a x a Gram matrices (their upper
+ * triangles, a (a + 1) / 2 floats each) per iteration. x, gram,
  * work as cz_muon_coop_sizes; sq holds count backend doubles; ev is a compute event recorded
  * before each all-reduce. progress(ctx) is called between iterations. */
 int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, const cz_muon_coop *b,

@@ -2,6 +2,7 @@
  * blocks batched), the update's scale (rms or shape), decoupled weight decay. The update depends
  * only on the whole matrix, never on how it was sharded. */
 #include "exec_internal.h"
+#include "ns_coop.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -182,15 +183,20 @@ int cz_muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
 void cz_muon_coop_sizes(const cz_muon_coop *b, int64_t *x_n, int64_t *gram_n, int64_t *work_n)
 {
     *x_n = b->count * b->a * b->n;
-    *gram_n = b->count * b->a * b->a;
-    *work_n = b->count * (b->a * b->a + b->a * b->n);
+    *gram_n = b->count * cz_ns_packed_len(b->a);
+    /* ns_poly's unpacked A, then B and Y (standard form) or Y (A(AX)); ns_gram's full Gram
+     * fits in it. */
+    *work_n = b->count * (2 * b->a * b->a + b->a * b->n);
 }
 
 /* Cooperative Newton-Schulz: the oriented a x b matrix X is split by columns (the long side)
  * among the k members, X = [X_0 .. X_k-1]. Its norm is the square root of the sum of the
  * members' sums of squares, and X X^T = sum_j X_j X_j^T, so with both sums all-reduced every
  * member computes the same B = b A + c A A and updates its own columns, X_j = a X_j + B X_j:
- * exactly the single-process iteration, column block by column block, up to rounding. */
+ * exactly the single-process iteration, column block by column block, up to rounding. The
+ * Gram travels packed (its upper triangle: a (a + 1) / 2 floats, ns_coop.h), and a member whose
+ * slice is narrower than a (n < a) applies the polynomial as A (A X_j) instead of forming
+ * A A (4 a^2 n FLOPs instead of 2 a^3 + 2 a^2 n). */
 int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, const cz_muon_coop *b,
                      const float *const *in, float *const *out, float *x, float *gram, float *work,
                      double *sq, cz_event *ev, void (*progress)(void *), void *ctx, cz_error *err)
@@ -207,9 +213,10 @@ int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, cons
         ops->block_load_sq(c, x + i * sz, in[i], b->pcols, b->prows, b->pcols, b->transposed,
                            h->eps, sq + i);
     for (int s = 0; s < h->ns_steps; s++) {
-        ops->ns_gram(c, x, b->count, b->a, b->n, gram);
+        ops->ns_gram(c, x, b->count, b->a, b->n, gram, work);
         ops->event_record(c, ev);
-        rc = pl->ops->allreduce_sum(pl, gram, (size_t)(b->count * b->a * b->a), 0, ev, err);
+        rc = pl->ops->allreduce_sum(pl, gram, (size_t)(b->count * cz_ns_packed_len(b->a)), 0, ev,
+                                    err);
         if (rc)
             return rc;
         ops->ns_poly(c, x, gram, b->count, b->a, b->n, h->coeffs, work);

@@ -261,13 +261,18 @@ cz_muon_tp_work cz_cost_muon_tp(const cz_param_def *p, const cz_settings *s, con
 }
 
 /* Cooperative Newton-Schulz of one m x n matrix (a block, or a matrix without blocks) over k TP
- * ranks, per rank. With a = min(m, n) and b = max(m, n), each rank holds an a x b/k slice of X
- * along the long side; every iteration it forms its partial Gram X_j X_j^T (2 a^2 b/k FLOPs),
- * all-reduces it (a^2 fp32 values) among the k, computes A A redundantly (2 a^3) and B X_j
- * (2 a^2 b/k); the Frobenius norm costs one scalar all-reduce per step. The elementwise work
- * (momentum, scaling) is the slice's. An all-reduce over k ranks is costed as a ring: 2 (k - 1)
- * messages of latency and 2 (k - 1) / k of the payload through the TP group's links (inside a
- * node when the TP group fits in one, else across nodes). */
+ * ranks, per rank, as the executor runs it (cz_muon_coop_run, executor/src/ns_coop.h). With
+ * a = min(m, n) and b = max(m, n), each rank holds an a x b/k slice X_j of X along the long
+ * side; every iteration it forms its partial Gram X_j X_j^T (2 a^2 b/k FLOPs), all-reduces its
+ * upper triangle (the Gram is symmetric: a (a + 1) / 2 fp32 values, 2 a (a + 1) bytes) among
+ * the k, and applies the polynomial X_j = a X_j + (b A + c A A) X_j in the cheaper of two
+ * forms: A A computed redundantly, then B X_j (2 a^3 + 2 a^2 b/k), or A (A X_j) (4 a^2 b/k),
+ * which the executor takes exactly when the slice is narrower than a (b/k < a). Per rank:
+ * ns_steps (2 a^2 b/k + min(2 a^3 + 2 a^2 b/k, 4 a^2 b/k)) FLOPs; the Frobenius norm costs one
+ * scalar all-reduce per step. The elementwise work (momentum, scaling) is the slice's. An
+ * all-reduce over k ranks is costed as a ring: 2 (k - 1) messages of latency and 2 (k - 1) / k
+ * of the payload through the TP group's links (inside a node when the TP group fits in one,
+ * else across nodes). */
 double cz_cost_coop(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
                     cz_dtype dtype)
 {
@@ -275,11 +280,13 @@ double cz_cost_coop(int64_t m, int64_t n, int k, const cz_settings *s, const cz_
     double dm = (double)m, dn = (double)n;
     double a = dm < dn ? dm : dn, b = dm < dn ? dn : dm, dk = (double)k;
     double steps = (double)s->ns_steps;
-    double flops = steps * (4.0 * a * a * b / dk + 2.0 * a * a * a);
+    double slice = b / dk, standard = 2.0 * a * a * a + 2.0 * a * a * slice,
+           aax = 4.0 * a * a * slice;
+    double flops = steps * (2.0 * a * a * slice + (aax < standard ? aax : standard));
     double ew_flops = 10.0 * dm * dn / dk, ew_bytes = dm * dn / dk * (8.0 + 3.0 * dbytes);
     double compute = rate_seconds(flops, ew_bytes, c);
-    double comm =
-        cz_cost_allreduce_seconds(4.0 * a * a, k, c) * steps + cz_cost_allreduce_seconds(8.0, k, c);
+    double comm = cz_cost_allreduce_seconds(2.0 * a * (a + 1.0), k, c) * steps +
+                  cz_cost_allreduce_seconds(8.0, k, c);
     switch (s->unit) {
     case CZ_UNIT_FLOPS:
         /* Communication as the FLOPs the device could have done meanwhile. */

@@ -31,7 +31,8 @@ double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp);
 double cz_cost_block(const cz_param_def *d, int block, const cz_settings *s, const cz_cluster *c,
                      cz_dtype dtype);
 /* The load on each of k slots computing one m x n matrix by cooperative Newton-Schulz (Muon):
- * compute / k, the redundant a^3 products and the all-reduces (cost.c), in the settings' unit
+ * compute / k, the redundant a^3 products where they are cheaper than A (A X_j), and the
+ * all-reduces of the packed Gram (cost.c), in the settings' unit
  * (time or FLOPs; the element unit has no measure of communication). */
 double cz_cost_coop(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
                     cz_dtype dtype);

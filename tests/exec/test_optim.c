@@ -2,6 +2,7 @@
  * momentum against hand arithmetic. */
 #include "exec_internal.h"
 #include "exec_fixture.h"
+#include "ns_coop.h"
 
 #include <check.h>
 #include <math.h>
@@ -146,13 +147,17 @@ START_TEST(ns_batched_equals_single)
 END_TEST
 
 /* Cooperative Newton-Schulz as the k members compute it, the all-reduces done here by hand (the
- * sums of the members' sums of squares and Gram matrices): k uneven slices along the long side
- * of a wide and of a tall matrix give the single-process update up to rounding. */
-static void coop_case(int64_t rows, int64_t cols, int k)
+ * sums of the members' sums of squares and of their packed Gram matrices): k uneven slices
+ * along the long side of a wide and of a tall matrix give the single-process update up to
+ * rounding. Returns how many members' slices took the A(AX) form (narrower than the short
+ * side, ns_coop.h), so that each case can check which form it exercised. */
+static int coop_case(int64_t rows, int64_t cols, int k)
 {
-    enum { MAXN = 48 * 10 };
+    enum { MAXN = 48 * 24, MAXA = 24 };
     float g[MAXN], want[MAXN], got[MAXN];
     int64_t n = rows * cols;
+    ck_assert_int_le(n, MAXN);
+    ck_assert_int_le(rows < cols ? rows : cols, MAXA);
     for (int64_t i = 0; i < n; i++)
         g[i] = fx_val((uint64_t)(i + 5));
     cz_plan_param p = {.def.name = "m",
@@ -167,14 +172,17 @@ static void coop_case(int64_t rows, int64_t cols, int k)
     ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &h, ps, in, o, 1, NULL), 0);
 
     bool tall = rows > cols;
-    int64_t a = tall ? cols : rows, len = tall ? rows : cols;
-    static float part[8][MAXN], x[8][MAXN], gram[8][16 * 16], sum[16 * 16], work[8][2 * MAXN];
+    int64_t a = tall ? cols : rows, len = tall ? rows : cols, pl = cz_ns_packed_len(a);
+    static float part[8][MAXN], x[8][MAXN], gram[8][MAXA * (MAXA + 1) / 2],
+        sum[MAXA * (MAXA + 1) / 2], work[8][2 * MAXA * MAXA + MAXN];
     int64_t pr[8], pc[8], st[8];
     double sq[8], total = 0.0;
+    int aax = 0;
     for (int j = 0; j < k; j++) {
         int64_t nn;
         cz_coop_slice(len, k, j, &st[j], &nn);
         pr[j] = tall ? nn : rows, pc[j] = tall ? cols : nn;
+        aax += cz_ns_coop_use_aax(a, nn);
         /* The member's slice, contiguous, as the gather leaves it. */
         for (int64_t i = 0; i < pr[j]; i++)
             for (int64_t c = 0; c < pc[j]; c++)
@@ -187,8 +195,8 @@ static void coop_case(int64_t rows, int64_t cols, int k)
     for (int s = 0; s < h.ns_steps; s++) {
         memset(sum, 0, sizeof sum);
         for (int j = 0; j < k; j++) {
-            cpu.ops->ns_gram(&cpu, x[j], 1, a, tall ? pr[j] : pc[j], gram[j]);
-            for (int64_t e = 0; e < a * a; e++)
+            cpu.ops->ns_gram(&cpu, x[j], 1, a, tall ? pr[j] : pc[j], gram[j], work[j]);
+            for (int64_t e = 0; e < pl; e++)
                 sum[e] += gram[j][e];
         }
         for (int j = 0; j < k; j++)
@@ -206,14 +214,72 @@ static void coop_case(int64_t rows, int64_t cols, int k)
     }
     ck_assert_msg(diff <= 1e-5f * big, "%lld x %lld, k %d: max diff %g of %g", (long long)rows,
                   (long long)cols, k, (double)diff, (double)big);
+    return aax;
 }
 
 START_TEST(coop_ops_equal_single)
 {
-    coop_case(10, 47, 3); /* wide: column slices of 15, 16, 16 */
-    coop_case(47, 10, 3); /* tall: row slices, transposed into the batch */
-    coop_case(12, 40, 4);
-    coop_case(16, 2, 4); /* slices shorter than the short side */
+    /* wide: column slices of 15, 16, 16, all at least a = 10: the standard form */
+    ck_assert_int_eq(coop_case(10, 47, 3), 0);
+    ck_assert_int_eq(coop_case(47, 10, 3), 0); /* tall: row slices, transposed into the batch */
+    ck_assert_int_eq(coop_case(12, 40, 4), 4); /* slices of 10 < a = 12: A(AX) on every member */
+    ck_assert_int_eq(coop_case(16, 2, 4), 0);  /* slices of 4 against a = 2: standard */
+    /* k = 2: slices of 20 < a = 24 (A(AX)), then of 24 = a (standard: not cheaper) */
+    ck_assert_int_eq(coop_case(24, 40, 2), 2);
+    ck_assert_int_eq(coop_case(48, 24, 2), 0);
+    /* k = 4 over a 24 x 48: slices of 12 < 24 (A(AX)); k = 2 over 11 x 21: slices of 10 and
+     * 11 against a = 11, one member in each form, whose updates must still agree. */
+    ck_assert_int_eq(coop_case(24, 48, 4), 4);
+    ck_assert_int_eq(coop_case(11, 21, 2), 1);
+}
+END_TEST
+
+/* The packed Gram (ns_coop.h): upper triangle row by row, and back with the lower triangle
+ * mirrored, for a batch of two matrices of each size. */
+START_TEST(coop_pack_round_trip)
+{
+    enum { MAXA = 7 };
+    static const int64_t sizes[] = {1, 2, 7};
+    for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+        int64_t a = sizes[t], pl = cz_ns_packed_len(a);
+        ck_assert_int_eq(pl, a * (a + 1) / 2);
+        float full[2][MAXA * MAXA], back[2][MAXA * MAXA], packed[2 * MAXA * (MAXA + 1) / 2];
+        /* Symmetric inputs whose lower triangle carries a marker the packing must not read. */
+        for (int m = 0; m < 2; m++)
+            for (int64_t i = 0; i < a; i++)
+                for (int64_t j = 0; j < a; j++)
+                    full[m][i * a + j] = i <= j ? (float)(100 * m + 10 * i + j) : -1.0f;
+        cz_ns_sym_pack(packed, &full[0][0], 1, a);
+        cz_ns_sym_pack(packed + pl, &full[1][0], 1, a);
+        /* Row i of the packed form starts at (i, i) and runs to (i, a - 1). */
+        int64_t e = 0;
+        for (int m = 0; m < 2; m++)
+            for (int64_t i = 0; i < a; i++) {
+                ck_assert_int_eq(cz_ns_packed_row(a, i), e - m * pl);
+                for (int64_t j = i; j < a; j++)
+                    ck_assert_float_eq(packed[e++], (float)(100 * m + 10 * i + j));
+            }
+        ck_assert_int_eq(e, 2 * pl);
+        memset(back, 0, sizeof back);
+        cz_ns_sym_unpack(&back[0][0], packed, 1, a);
+        cz_ns_sym_unpack(&back[1][0], packed + pl, 1, a);
+        for (int m = 0; m < 2; m++)
+            for (int64_t i = 0; i < a; i++)
+                for (int64_t j = 0; j < a; j++) {
+                    int64_t lo = i < j ? i : j, hi = i < j ? j : i;
+                    ck_assert_float_eq(back[m][i * a + j], (float)(100 * m + 10 * lo + hi));
+                }
+    }
+}
+END_TEST
+
+/* The form rule: A(AX) exactly when the slice is narrower than the short side. */
+START_TEST(coop_form_rule)
+{
+    ck_assert_int_eq(cz_ns_coop_use_aax(4096, 1536), 1);
+    ck_assert_int_eq(cz_ns_coop_use_aax(4096, 4095), 1);
+    ck_assert_int_eq(cz_ns_coop_use_aax(4096, 4096), 0); /* equal cost: the standard form */
+    ck_assert_int_eq(cz_ns_coop_use_aax(4096, 6144), 0);
 }
 END_TEST
 
@@ -279,6 +345,8 @@ int main(void)
     tcase_add_test(tc, ns_tall_and_blocks);
     tcase_add_test(tc, ns_batched_equals_single);
     tcase_add_test(tc, coop_ops_equal_single);
+    tcase_add_test(tc, coop_pack_round_trip);
+    tcase_add_test(tc, coop_form_rule);
     tcase_add_test(tc, adamw_hand);
     tcase_add_test(tc, momentum_and_update);
     tcase_add_test(tc, coeff_names);

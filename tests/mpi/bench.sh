@@ -98,6 +98,24 @@ widths = sorted({t.get("width", 1) for t in tasks})
 print("plan %s: %d block tasks, widths %s" % (p["schema"], nb, widths))
 assert nb >= blocks, "expected at least %d block tasks" % blocks
 assert width == 1 and widths == [1] or width in widths, "expected width %d" % width
+# A cooperative member applies the polynomial as A (A X_j) when its slice of the long side is
+# narrower than the short side a, else in the standard form (executor/src/ns_coop.h): every
+# cooperative plan here must exercise both.
+forms = set()
+for t in tasks:
+    k = t.get("width", 1)
+    if k == 1:
+        continue
+    q = p["params"][t["param"]]
+    rows, cols = q["shape"][0], q["shape"][1] if len(q["shape"]) > 1 else 1
+    if t.get("block", -1) >= 0:
+        size = q["blocks"]["sizes"][t["block"]]
+        rows, cols = (size, cols) if q["blocks"]["dim"] == 0 else (rows, size)
+    a, long = min(rows, cols), max(rows, cols)
+    forms |= {"A(AX)" if long // k + (j < long % k) < a else "standard" for j in range(k)}
+if width > 1:
+    print("cooperative forms:", ", ".join(sorted(forms)))
+    assert forms == {"A(AX)", "standard"}, "expected both polynomial forms, got %s" % forms
 PY
   mpi -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --steps 3 --verify | tee "$tmp/out"
   grep -q "verify: OK" "$tmp/out"

@@ -6,8 +6,11 @@
  * node (8 GPUs), 25 GB/s across, 5 us per message. Muon, 5 Newton-Schulz steps, bf16 (d = 2):
  * a hosted m x n matrix (a = min, b = max) costs 5 (4 a^2 b + 2 a^3) 1e-12 s of matmuls plus
  * 14 m n 1e-9 s of elementwise traffic (8 + 3 d bytes per element); cooperatively over k slots
- * each slot pays 5 (4 a^2 b / k + 2 a^3) 1e-12 + 14 m n / k 1e-9, five all-reduces of the
- * a x a fp32 Gram (4 a^2 bytes) and one of the 8-byte norm. */
+ * each slot pays 5 (2 a^2 b / k + min(2 a^3 + 2 a^2 b / k, 4 a^2 b / k)) 1e-12 (the partial
+ * Gram, then the polynomial as B = b A + c A A or, when b / k < a, as A (A X_j)) + 14 m n / k
+ * 1e-9, five all-reduces of the upper triangle of the a x a fp32 Gram (a (a + 1) / 2 floats,
+ * 2 a (a + 1) bytes) and one of the 8-byte norm. With b / k >= a the matmul part is the
+ * standard form's 5 (4 a^2 b / k + 2 a^3) 1e-12. */
 #include "cz_algorithms.h"
 #include "cz_test_util.h"
 
@@ -18,14 +21,17 @@
 
 /* 1000 x 64000: hosted 5 (4e6 64000 + 2e9) 1e-12 = 1.29 s + 14 * 64e6 1e-9 = 0.896 s. */
 #define BIG_HOSTED 2.186
-/* Over 2 slots: 5 (4e6 32000 + 2e9) 1e-12 = 0.65 s + 0.448 s; all-reduce of 4e6 bytes over
- * 2: 2 messages (1e-5 s) + 1 * 4e6 / 100e9 = 4e-5 s -> 5e-5 s, five of them 2.5e-4 s; the
- * norm's 1e-5 + 8e-11 s. Total 1.098 + 2.5e-4 + 1.000008e-5 s. */
-#define BIG_COOP2 (1.098 + 2.5e-4 + 1.000008e-5)
+/* Over 2 slots: b / k = 32000 >= a, the standard form: 5 (2e6 32000 + 2e9 + 2e6 32000) 1e-12
+ * = 0.65 s + 0.448 s; all-reduce of 2 * 1000 * 1001 = 2.002e6 bytes over 2: 2 messages
+ * (1e-5 s) + 1 * 2.002e6 / 100e9 = 2.002e-5 s -> 3.002e-5 s, five of them 1.501e-4 s; the
+ * norm's 1e-5 + 8e-11 s. Total 1.098 + 1.501e-4 + 1.000008e-5 s. */
+#define COOP2_COMM (1.501e-4 + 1.000008e-5)
+#define BIG_COOP2 (1.098 + COOP2_COMM)
 /* 1000 x 16000 hosted: 5 (4e6 16000 + 2e9) 1e-12 = 0.33 s + 14 * 16e6 1e-9 = 0.224 s. */
 #define MID_HOSTED 0.554
-/* Over 2 slots: 5 (4e6 8000 + 2e9) 1e-12 = 0.17 s + 0.112 s + the same all-reduces. */
-#define MID_COOP2 (0.282 + 2.5e-4 + 1.000008e-5)
+/* Over 2 slots: b / k = 8000 >= a: 5 (4e6 8000 + 2e9) 1e-12 = 0.17 s + 0.112 s + the same
+ * all-reduces (a is the same). */
+#define MID_COOP2 (0.282 + COOP2_COMM)
 
 typedef struct {
     int64_t rows, cols;
@@ -102,11 +108,32 @@ START_TEST(coop_cost_by_hand)
     d.block_dim = -1, d.tp_dim = -1;
     EQ(cz_cost_block(&d, -1, &s, c, CZ_DTYPE_BF16), BIG_HOSTED);
     /* In FLOPs, communication counts as the FLOPs the device could have done meanwhile:
-     * 5 (4e6 32000 + 2e9) + 10 * 32e6 = 6.5032e11 FLOPs, plus (2.5e-4 + 1.000008e-5) s at
+     * 5 (4e6 32000 + 2e9) + 10 * 32e6 = 6.5032e11 FLOPs, plus (1.501e-4 + 1.000008e-5) s at
      * 1e12 FLOP/s. */
     s.unit = CZ_UNIT_FLOPS;
-    EQ(cz_cost_coop(1000, 64000, 2, &s, c, CZ_DTYPE_BF16),
-       6.5032e11 + (2.5e-4 + 1.000008e-5) * 1e12);
+    EQ(cz_cost_coop(1000, 64000, 2, &s, c, CZ_DTYPE_BF16), 6.5032e11 + COOP2_COMM * 1e12);
+    cz_cluster_free(c);
+}
+END_TEST
+
+START_TEST(coop_cost_polynomial_form)
+{
+    cz_cluster *c = czt_cluster_new(1, 2, 1);
+    cz_settings s;
+    cz_settings_init(&s);
+    /* 1000 x 1500 over 2: slices of b / k = 750 < a = 1000, so A (A X_j) is the cheaper form:
+     * per step the Gram 2e6 750 = 1.5e9, then min(2e9 + 1.5e9, 4e6 750 = 3e9) = 3e9 (the
+     * standard form would take 3.5e9): 5 * 4.5e9 1e-12 = 0.0225 s; elementwise 14 * 750000
+     * 1e-9 = 0.0105 s; the all-reduces as for BIG_COOP2 (a = 1000). */
+    EQ(cz_cost_coop(1000, 1500, 2, &s, c, CZ_DTYPE_BF16), 0.0225 + 0.0105 + COOP2_COMM);
+    /* 1000 x 4000 over 2: slices of 2000 >= a, the standard form: 2e6 2000 = 4e9, then
+     * min(2e9 + 4e9, 4e6 2000 = 8e9) = 6e9: 5 * 1e10 1e-12 = 0.05 s; elementwise 14 * 2e6
+     * 1e-9 = 0.028 s. */
+    EQ(cz_cost_coop(1000, 4000, 2, &s, c, CZ_DTYPE_BF16), 0.05 + 0.028 + COOP2_COMM);
+    /* In FLOPs the A (A X_j) case is 5 * 4.5e9 + 10 * 750000 = 2.25075e10 plus the
+     * communication at 1e12 FLOP/s. */
+    s.unit = CZ_UNIT_FLOPS;
+    EQ(cz_cost_coop(1000, 1500, 2, &s, c, CZ_DTYPE_BF16), 2.25075e10 + COOP2_COMM * 1e12);
     cz_cluster_free(c);
 }
 END_TEST
@@ -137,8 +164,9 @@ END_TEST
 START_TEST(no_split_when_allreduce_costs_more)
 {
     /* Two 1000 x 64000 matrices on two slots: hosted side by side, 2.186 s; both split, each
-     * slot runs both halves, 2 * 1.098... = 2.196... s: the all-reduces and the redundant
-     * a^3 products cost more than the split saves. Auto keeps them hosted. */
+     * slot runs both halves, 2 * 1.09816... = 2.19632... s: the all-reduces and the redundant
+     * a^3 products (b / k = 32000 >= a: A (A X_j) would cost more) cost more than the split
+     * saves. Auto keeps them hosted. */
     cz_plan *plan = plan_of((shape[]){{1000, 64000}, {1000, 64000}}, 2, 2, CZ_COOP_AUTO, 0, NULL);
     int w, slot;
     double cost;
@@ -147,7 +175,7 @@ START_TEST(no_split_when_allreduce_costs_more)
         ck_assert_int_eq(w, 1);
     }
     EQ(plan->metrics.tp_makespan, BIG_HOSTED);
-    /* Split bound: at T in [BIG_COOP2, BIG_HOSTED) both tasks must split, 4 BIG_COOP2 = 4.39...
+    /* Split bound: at T in [BIG_COOP2, BIG_HOSTED) both tasks must split, 4 BIG_COOP2 = 4.392...
      * of slot time > 2 * 2.186; from T = BIG_HOSTED they may stay hosted, 2 * 2.186 <= 2 T. */
     EQ(plan->metrics.split_lower_bound, BIG_HOSTED);
     ck_assert(!cz_plan_has_split_tasks(plan));
@@ -167,9 +195,9 @@ END_TEST
 START_TEST(split_only_the_small_task)
 {
     /* Two 1000 x 64000 matrices and one 1000 x 16000 on two slots. Hosted: one slot carries a
-     * big one and the small one, 2.186 + 0.554 = 2.74 s. All three split: 2 * 1.098... +
-     * 0.282... = 2.478... s. Best: the big ones hosted side by side and only the small one
-     * split over both, 2.186 + 0.282... = 2.468... s, which no uniform target reaches (a
+     * big one and the small one, 2.186 + 0.554 = 2.74 s. All three split: 2 * 1.09816... +
+     * 0.28216... = 2.47848... s. Best: the big ones hosted side by side and only the small one
+     * split over both, 2.186 + 0.28216... = 2.46816... s, which no uniform target reaches (a
      * target that lets the big ones stay hosted lets the small one too); the descent from all
      * hosted finds it. */
     cz_plan *plan = plan_of((shape[]){{1000, 64000}, {1000, 64000}, {1000, 16000}}, 3, 2,
@@ -190,15 +218,17 @@ END_TEST
 
 START_TEST(five_tasks_on_eight_slots)
 {
-    /* Five 1000 x 64000 matrices on eight slots. Over 8 slots one costs per slot
-     * 5 (4e6 8000 + 2e9) 1e-12 = 0.17 s + 14 * 8e6 1e-9 = 0.112 s, plus five all-reduces of
-     * 4e6 bytes over 8 (14 messages of 5 us = 7e-5 s and 14 / 8 * 4e6 / 100e9 = 7e-5 s) and the
-     * norm's (7e-5 + 1.4e-10 s): 0.28277000001 s. Over 4: 0.33 + 0.224 + 5 * 9e-5 + 3.00000012e-5.
-     * Hosted: 2.186 (five slots busy); all over 2: five pairs for four, 2 * 1.098... ; all over
-     * 4: 3 * 0.554... ; all over 8: 5 * 0.2827... = 1.41385. Best: four over a pair each and the
-     * fifth over all eight, 1.098... + 0.2827... = 1.38103, reached by the descent from "all over
-     * 2" (change one task to width 8), a start that scores worst of the uniform targets. */
-    const double coop8 = 0.282 + 7e-4 + 7e-5 + 1.4e-10;
+    /* Five 1000 x 64000 matrices on eight slots. Over 8 slots (b / k = 8000 >= a, the
+     * standard form) one costs per slot 5 (4e6 8000 + 2e9) 1e-12 = 0.17 s + 14 * 8e6 1e-9 =
+     * 0.112 s, plus five all-reduces of 2.002e6 bytes over 8 (14 messages of 5 us = 7e-5 s and
+     * 14 / 8 * 2.002e6 / 100e9 = 3.5035e-5 s: 1.05035e-4 s each, 5.25175e-4 s) and the norm's
+     * (7e-5 + 1.4e-10 s): 0.28259517514 s. Over 4: 0.33 + 0.224 + 5 * (3e-5 + 3.003e-5) +
+     * 3.00000012e-5 = 0.55433015000012 s. Hosted: 2.186 (five slots busy); all over 2: five
+     * pairs for four, 2 * 1.09816... = 2.19632...; all over 4: 3 * 0.55433... = 1.66299...; all
+     * over 8: 5 * 0.28259... = 1.41297... Best: four over a pair each and the fifth over all
+     * eight, 1.09816... + 0.28259... = 1.38075..., reached by the descent from "all over 2"
+     * (change one task to width 8), a start that scores worst of the uniform targets. */
+    const double coop8 = 0.282 + 5.25175e-4 + 7e-5 + 1.4e-10;
     shape five[5];
     for (int i = 0; i < 5; i++)
         five[i] = (shape){1000, 64000};
@@ -310,6 +340,7 @@ int main(void)
     TCase *tc = tcase_create("coop");
     tcase_add_test(tc, allreduce_ring);
     tcase_add_test(tc, coop_cost_by_hand);
+    tcase_add_test(tc, coop_cost_polynomial_form);
     tcase_add_test(tc, split_pays_where_it_sets_the_makespan);
     tcase_add_test(tc, no_split_when_allreduce_costs_more);
     tcase_add_test(tc, split_only_the_small_task);

@@ -144,8 +144,9 @@ static void set_tasks(cz_plan *p, cz_plan_group *g, const int *blocks, const int
  *          task's shard on slot 0 (8192 B): 40960 B from the busiest rank, 10 us + 40960 B /
  *          100 GB/s; the scatter mirrors it;
  *  coop    slot 0 waits for slot 1's two hosted tasks, then both compute the cooperative part
- *          and run 5 Gram all-reduces of 64 x 64 fp32 (16384 B: 2 (k - 1) latencies and
- *          2 (k - 1) / k of the bytes, k = 2) and one norm all-reduce (8 B). */
+ *          and run 5 all-reduces of the 64 x 64 fp32 Gram's upper triangle (64 * 65 / 2 =
+ *          2080 floats, 8320 B: 2 (k - 1) latencies and 2 (k - 1) / k of the bytes, k = 2) and
+ *          one norm all-reduce (8 B). */
 START_TEST(test_coop_allreduce_and_wait)
 {
     cz_cluster *c = make_cluster(1, 2, 8, 100.0, 25.0, 10.0);
@@ -158,7 +159,7 @@ START_TEST(test_coop_allreduce_and_wait)
     int rc = cz_plan_simulate(&r, p, c, NULL, &err);
     ck_assert_msg(rc == 0, "%s", err.message);
     double gather = 10e-6 + 40960.0 / 100e9;
-    double ar = 5 * (20e-6 + 16384.0 / 100e9) + (20e-6 + 8.0 / 100e9);
+    double ar = 5 * (20e-6 + 8320.0 / 100e9) + (20e-6 + 8.0 / 100e9);
     double hosted = task_seconds(p, 0, c);
     cz_settings st = p->settings;
     st.unit = CZ_UNIT_TIME;

@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "kernels.h"
+#include "ns_coop.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -414,9 +415,10 @@ static void cuda_apply_runs(cz_compute *c, float *p, const float *u, const cz_ru
 }
 
 /* Row-major X (rows x cols) is column-major X^T (cols x rows, ld cols), so A = X X^T is
- * op(T) x op(N) of that buffer with itself; A is symmetric, so its layout is either. */
+ * op(T) x op(N) of that buffer with itself, into work; A is symmetric, so its layout is
+ * either, and its upper triangle is packed into a (ns_coop.h). */
 static void cuda_ns_gram(cz_compute *c, const float *x, int batch, int64_t rows, int64_t cols,
-                         float *a)
+                         float *a, float *work)
 {
     cuda_impl *h = impl_of(c);
     cz_error e;
@@ -426,43 +428,70 @@ static void cuda_ns_gram(cz_compute *c, const float *x, int batch, int64_t rows,
     if (cols == 0) { /* a member with an empty slice adds nothing to the sum */
         note(c,
              CZ_CU(&e,
-                   cudaMemsetAsync(a, 0, (size_t)(batch * rows * rows) * sizeof(float), h->stream)),
+                   cudaMemsetAsync(a, 0, (size_t)(batch * cz_ns_packed_len(rows)) * sizeof(float),
+                                   h->stream)),
              &e);
         return;
     }
     note(c,
-         CZ_BLAS(&e,
-                 cublasSgemmStridedBatched(h->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)rows,
-                                           (int)cols, &one, x, (int)cols, rows * cols, x, (int)cols,
-                                           rows * cols, &zero, a, (int)rows, rows * rows, batch)),
+         CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows,
+                                               (int)rows, (int)cols, &one, x, (int)cols,
+                                               rows * cols, x, (int)cols, rows * cols, &zero, work,
+                                               (int)rows, rows * rows, batch)),
          &e);
+    cz_cuda_note_launch(c, cz_k_sym_pack_batched(h->stream, a, work, rows * rows, rows, batch),
+                        "sym_pack_batched");
 }
 
-/* B = b A + c A A, Y = a X + B X, X = Y per matrix; work holds B then Y per matrix. In column
- * major, row-major Y (rows x cols) is Y^T = X^T B^T = X^T B (B is symmetric). */
+/* X = a X + (b A + c A A) X per matrix with the summed Gram packed in a, in ns_coop.h's form.
+ * Work per matrix (stride ws = 2 r^2 + r c): the unpacked A, then [B: r^2][Y: r c] (standard)
+ * or [Y: r c] (A(AX)). In column major, row-major Y (rows x cols) is Y^T = X^T M^T = X^T M for
+ * a symmetric M (B or A), so every product is Xcm (c x r, ld c) times an r x r matrix. */
 static void cuda_ns_poly(cz_compute *c, float *x, const float *a, int batch, int64_t rows,
                          int64_t cols, const cz_ns_coeffs *k, float *work)
 {
     cuda_impl *h = impl_of(c);
     cz_error e;
-    const float one = 1.0f, kc = (float)k->c;
-    int64_t ws = rows * rows + rows * cols, xs = rows * cols;
-    float *B = work, *Y = work + rows * rows;
+    const float one = 1.0f, zero = 0.0f, kc = (float)k->c;
+    int64_t ws = 2 * rows * rows + rows * cols, xs = rows * cols;
+    float *A = work;
     if (rows <= 0 || batch <= 0)
         return;
+    cz_cuda_note_launch(c, cz_k_sym_unpack_batched(h->stream, A, ws, a, rows, batch),
+                        "sym_unpack_batched");
+    if (cols == 0)
+        return;
+    if (cz_ns_coop_use_aax(rows, cols)) {
+        /* Y = A X; X = a X + b Y; X += c A Y. */
+        float *Y = A + rows * rows;
+        note(c,
+             CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
+                                                   (int)rows, (int)rows, &one, x, (int)cols, xs, A,
+                                                   (int)rows, ws, &zero, Y, (int)cols, ws, batch)),
+             &e);
+        cz_cuda_note_launch(
+            c, cz_k_axpby_batched(h->stream, x, xs, Y, ws, xs, batch, (float)k->b, (float)k->a),
+            "axpby_batched");
+        if (kc != 0.0f)
+            note(c,
+                 CZ_BLAS(&e,
+                         cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
+                                                   (int)rows, (int)rows, &kc, Y, (int)cols, ws, A,
+                                                   (int)rows, ws, &one, x, (int)cols, xs, batch)),
+                 &e);
+        return;
+    }
+    /* B = b A + c A A, Y = a X + B X, X = Y. */
+    float *B = A + rows * rows, *Y = B + rows * rows;
     cz_cuda_note_launch(
-        c,
-        cz_k_axpby_batched(h->stream, B, ws, a, rows * rows, rows * rows, batch, (float)k->b, 0.0f),
+        c, cz_k_axpby_batched(h->stream, B, ws, A, ws, rows * rows, batch, (float)k->b, 0.0f),
         "axpby_batched");
     if (kc != 0.0f)
         note(c,
              CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)rows,
-                                                   (int)rows, (int)rows, &kc, a, (int)rows,
-                                                   rows * rows, a, (int)rows, rows * rows, &one, B,
-                                                   (int)rows, ws, batch)),
+                                                   (int)rows, (int)rows, &kc, A, (int)rows, ws, A,
+                                                   (int)rows, ws, &one, B, (int)rows, ws, batch)),
              &e);
-    if (cols == 0)
-        return;
     cz_cuda_note_launch(c,
                         cz_k_axpby_batched(h->stream, Y, ws, x, xs, xs, batch, (float)k->a, 0.0f),
                         "axpby_batched");

@@ -147,6 +147,37 @@ __global__ void symfill_batched_kernel(float *c, int64_t cs, int64_t n)
     }
 }
 
+/* The packed upper triangle of a row-major n x n matrix (ns_coop.h): row i's element (i, i)
+ * at i n - i (i - 1) / 2. One thread per element of the full matrix: (i, j) with i <= j is
+ * copied to its packed place, the lower ones idle; no element is written twice. */
+__device__ __forceinline__ int64_t packed_at(int64_t n, int64_t i, int64_t j)
+{
+    return i * n - i * (i - 1) / 2 + (j - i);
+}
+
+__global__ void sym_pack_batched_kernel(float *p, int64_t ps, const float *f, int64_t fs, int64_t n)
+{
+    float *pi = p + blockIdx.y * ps;
+    const float *fi = f + blockIdx.y * fs;
+    for (int64_t e = first_index(); e < n * n; e += grid_stride()) {
+        int64_t i = e / n, j = e % n;
+        if (i <= j)
+            pi[packed_at(n, i, j)] = fi[e];
+    }
+}
+
+/* The inverse: every element (i, j) of the full matrix reads the packed (min, max). */
+__global__ void sym_unpack_batched_kernel(float *f, int64_t fs, const float *p, int64_t ps,
+                                          int64_t n)
+{
+    float *fi = f + blockIdx.y * fs;
+    const float *pi = p + blockIdx.y * ps;
+    for (int64_t e = first_index(); e < n * n; e += grid_stride()) {
+        int64_t i = e / n, j = e % n;
+        fi[e] = i <= j ? pi[packed_at(n, i, j)] : pi[packed_at(n, j, i)];
+    }
+}
+
 __global__ void to_bf16_batched_kernel(uint16_t *c, int64_t cs, const float *a, int64_t as,
                                        int64_t len)
 {
@@ -306,6 +337,30 @@ int cz_k_symfill_batched(void *stream, float *c, int64_t c_stride, int64_t n, in
         return (int)cudaErrorInvalidConfiguration;
     symfill_batched_kernel<<<batched_grid(n * n, batch), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
         c, c_stride, n);
+    return launched();
+}
+
+int cz_k_sym_pack_batched(void *stream, float *packed, const float *full, int64_t full_stride,
+                          int64_t n, int batch)
+{
+    if (n <= 0 || batch <= 0)
+        return 0;
+    if (batch > 65535)
+        return (int)cudaErrorInvalidConfiguration;
+    sym_pack_batched_kernel<<<batched_grid(n * n, batch), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
+        packed, n * (n + 1) / 2, full, full_stride, n);
+    return launched();
+}
+
+int cz_k_sym_unpack_batched(void *stream, float *full, int64_t full_stride, const float *packed,
+                            int64_t n, int batch)
+{
+    if (n <= 0 || batch <= 0)
+        return 0;
+    if (batch > 65535)
+        return (int)cudaErrorInvalidConfiguration;
+    sym_unpack_batched_kernel<<<batched_grid(n * n, batch), CZ_CUDA_THREADS, 0,
+                                as_stream(stream)>>>(full, full_stride, packed, n * (n + 1) / 2, n);
     return launched();
 }
 
