@@ -118,8 +118,9 @@ typedef struct cz_dp_buckets {
 } cz_dp_buckets;
 /* The slot-fill partition (dp_fill.c): cuts of every bucket, cutj[o (dp + 1) + r] = index of
  * rank r's first parameter in bucket o (cutj[.. + dp] = the bucket's parameter count), at the
- * least target every rank's slots hold. Needs plan->tasks. */
-int cz_dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, cz_error *err);
+ * least target every rank's slots hold, returned in *target. Needs plan->tasks. */
+int cz_dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, double *target,
+                    cz_error *err);
 /* Lays out the gradient buckets (Megatron order, alignment, size, DP padding). */
 int cz_buckets_layout(cz_plan *plan, cz_error *err);
 /* Fills every bucket's ranges and every param's dp_owner following settings.dp; for tpaware,

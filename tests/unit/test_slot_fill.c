@@ -226,7 +226,9 @@ START_TEST(fill_cuts_at_least_target)
         ids[i] = i;
     cz_dp_buckets b = {1, first, ids};
     cz_error err;
-    ck_assert_int_eq(cz_dp_fill_cuts(&plan, &b, cutj, &err), CZ_OK);
+    double T = 0.0;
+    ck_assert_int_eq(cz_dp_fill_cuts(&plan, &b, cutj, &T, &err), CZ_OK);
+    ck_assert(T >= 6.0 && T <= 6.0 * (1 + 2e-4));
     ck_assert_int_eq(cutj[0], 0);
     ck_assert_int_eq(cutj[1], 5);
     ck_assert_int_eq(cutj[2], 10);
@@ -255,7 +257,9 @@ START_TEST(fill_blocks_then_matrices)
         ids[i] = i;
     cz_dp_buckets b = {1, first, ids};
     cz_error err;
-    ck_assert_int_eq(cz_dp_fill_cuts(&plan, &b, cutj, &err), CZ_OK);
+    double T = 0.0;
+    ck_assert_int_eq(cz_dp_fill_cuts(&plan, &b, cutj, &T, &err), CZ_OK);
+    ck_assert(T >= 5.0 && T <= 5.0 * (1 + 2e-4));
     ck_assert_int_eq(cutj[1], 4);
     cz_task_table_free(&tt);
 }
