@@ -41,8 +41,9 @@ typedef struct {
     const cz_plan *plan;
     const cz_task_table *tt;
     int tp, dp;
-    size_t cap;    /* tasks a rank's list can hold: every task of the plan */
-    int *list;     /* dp x cap: each rank's tasks, in the order they came */
+    size_t cap;    /* every task of the plan (+1) */
+    int *head;     /* dp: each rank's last task taken (-1: none), its list linked through next */
+    int *next;     /* cap: the task a rank took before this one (-1: none) */
     int *count;    /* dp */
     double *ew;    /* dp: each rank's elementwise cost, spread over its tp slots */
     double *rload; /* dp x tp: each rank's slot loads (matrices only) */
@@ -88,10 +89,9 @@ static bool place(fill_ctx *f, int x, double T)
  * the TP schedule's packed form (microgroups.c, schedule_packed) at the one target. */
 static bool repack(fill_ctx *f, int r, int t0, int nt, double T)
 {
-    const int *list = &f->list[(size_t)r * f->cap];
     int m = 0;
-    for (int i = 0; i < f->count[r]; i++)
-        f->trial[m].id = list[i], f->trial[m++].cost = hosted(f->tt, list[i]);
+    for (int x = f->head[r]; x >= 0; x = f->next[x])
+        f->trial[m].id = x, f->trial[m++].cost = hosted(f->tt, x);
     for (int x = t0; x < t0 + nt; x++)
         f->trial[m].id = x, f->trial[m++].cost = hosted(f->tt, x);
     cz_costed_sort(f->trial, (size_t)m);
@@ -141,9 +141,9 @@ static bool param_place(fill_ctx *f, int r, const cz_plan_param *p, double T)
     if (!fits && (f->count[r] + nt > FILL_REPACK_TASKS || need > room * f->tp ||
                   !repack(f, r, t0, nt, room)))
         return false;
-    int *list = &f->list[(size_t)r * f->cap];
     for (int x = t0; x < t0 + nt; x++)
-        list[f->count[r]++] = x;
+        f->next[x] = f->head[r], f->head[r] = x;
+    f->count[r] += nt;
     f->need[r] = need;
     memcpy(rl, f->load, (size_t)f->tp * sizeof *rl);
     return true;
@@ -154,7 +154,7 @@ static bool param_place(fill_ctx *f, int r, const cz_plan_param *p, double T)
 static bool fill_probe(fill_ctx *f, const cz_dp_buckets *b, double T, int *cutj)
 {
     for (int r = 0; r < f->dp; r++)
-        f->count[r] = 0, f->ew[r] = f->need[r] = 0.0;
+        f->head[r] = -1, f->count[r] = 0, f->ew[r] = f->need[r] = 0.0;
     memset(f->rload, 0, (size_t)f->dp * (size_t)f->tp * sizeof *f->rload);
     for (int o = 0; o < b->nb; o++) {
         const int *ids = &b->ids[b->first[o]];
@@ -184,7 +184,8 @@ int cz_dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, doub
                   .cap = tt->ntasks + 1};
     if (!tt->first)
         return cz_error_set(err, CZ_EINTERNAL, "the slot-fill partition needs the task table");
-    f.list = malloc((size_t)f.dp * f.cap * sizeof *f.list);
+    f.head = malloc((size_t)f.dp * sizeof *f.head);
+    f.next = malloc(f.cap * sizeof *f.next);
     f.count = malloc((size_t)f.dp * sizeof *f.count);
     f.ew = malloc((size_t)f.dp * sizeof *f.ew);
     f.rload = malloc((size_t)f.dp * (size_t)f.tp * sizeof *f.rload);
@@ -192,7 +193,8 @@ int cz_dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, doub
     f.trial = malloc(f.cap * sizeof *f.trial);
     f.mine = malloc(f.cap * sizeof *f.mine);
     f.load = malloc((size_t)f.tp * sizeof *f.load);
-    if (!f.list || !f.count || !f.ew || !f.rload || !f.need || !f.trial || !f.mine || !f.load) {
+    if (!f.head || !f.next || !f.count || !f.ew || !f.rload || !f.need || !f.trial || !f.mine ||
+        !f.load) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the slot-fill partition");
         goto out;
     }
@@ -222,7 +224,8 @@ int cz_dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, doub
         rc = cz_error_set(err, CZ_EINTERNAL, "the slot-fill partition lost a feasible target");
     *target = hi;
 out:
-    free(f.list);
+    free(f.head);
+    free(f.next);
     free(f.count);
     free(f.ew);
     free(f.rload);
