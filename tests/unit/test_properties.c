@@ -2,8 +2,11 @@
  * Property tests on random models: every DP x TP strategy on every model must give a plan
  * whose ranges cover the buckets, whose parameters are assigned once (and atomically where the
  * strategy promises it), whose schedules host every owned matrix exactly once, and which is
- * deterministic and never beats the lower bound.
+ * deterministic and never beats the lower bound. Under block and cooperative tasks (--coop auto,
+ * --split-blocks) the plans must also pass the validator (which checks every task once, widths
+ * on aligned slots, costs against the cost model) and never beat the split lower bound.
  */
+#include "cz_analysis.h"
 #include "cz_test_util.h"
 
 #include <check.h>
@@ -269,12 +272,76 @@ START_TEST(random_models_all_strategies)
 }
 END_TEST
 
+START_TEST(random_models_split_tasks)
+{
+    static const int dps[] = {1, 2, 3, 4, 8}, tps[] = {2, 4};
+    uint64_t rng = 0x243f6a8885a308d3ULL;
+    int coop = 0, blocks = 0;
+    for (int n = 0; n < NMODELS / 2; n++) {
+        cz_model *m = czt_model_random(&rng);
+        int dp = dps[czt_rand_int(&rng, 0, 4)], tp = tps[czt_rand_int(&rng, 0, 1)];
+        int pp = czt_rand_int(&rng, 1, 2);
+        if (pp > m->nlayers)
+            pp = 1;
+        cz_cluster *c = czt_cluster_new(dp, tp, pp);
+        /* A slow device half the time, so that compute outweighs the all-reduces' latency on
+         * these small matrices and splits pay. */
+        if (czt_rand_int(&rng, 0, 1))
+            c->device.matmul_tflops = 1e-4;
+        cz_settings s;
+        cz_settings_init(&s);
+        s.optimizer = CZ_OPTIM_MUON;
+        s.unit = CZ_UNIT_TIME;
+        s.dp = CZ_DP_ALPHA;
+        s.tp = CZ_TP_ROLLBACK;
+        s.coop = czt_rand_int(&rng, 0, 2) ? CZ_COOP_AUTO : 0;
+        s.split_blocks = s.coop == 0;
+        char ctx[160];
+        snprintf(ctx, sizeof ctx, "model %d (dp %d tp %d pp %d) %s", n, dp, tp, pp,
+                 s.coop ? "--coop auto" : "--split-blocks");
+        cz_plan *a = NULL, *b = NULL;
+        cz_error err;
+        ck_assert_msg(cz_plan_build(&a, m, c, &s, &err) == CZ_OK, "%s: %s", ctx, err.message);
+        ck_assert_msg(cz_plan_build(&b, m, c, &s, &err) == CZ_OK, "%s: %s", ctx, err.message);
+        check_layout(a, ctx);
+        check_ownership(a, ctx);
+        check_same(a, b, ctx);
+        ck_assert_msg(a->metrics.split_lower_bound <= a->metrics.tp_makespan * (1.0 + 1e-9),
+                      "%s: split lower bound %g > makespan %g", ctx, a->metrics.split_lower_bound,
+                      a->metrics.tp_makespan);
+        json_t *v = NULL;
+        ck_assert_msg(cz_plan_validate_json(a, m, c, &v, &err) > 0, "%s: %s", ctx, err.message);
+        if (json_array_size(v) > 0) {
+            char *dump = json_dumps(json_array_get(v, 0), 0);
+            ck_abort_msg("%s: %zu violations, the first %s", ctx, json_array_size(v), dump);
+        }
+        json_decref(v);
+        for (size_t k = 0; k < a->nschedules; k++)
+            for (int g = 0; g < a->schedules[k].ngroups; g++) {
+                const cz_plan_group *gr = &a->schedules[k].groups[g];
+                for (int t = 0; t < gr->ntasks; t++) {
+                    coop += cz_group_task_width(gr, t) > 1;
+                    blocks += cz_group_task_block(gr, t) >= 0;
+                }
+            }
+        cz_plan_free(a);
+        cz_plan_free(b);
+        cz_model_free(m);
+        cz_cluster_free(c);
+    }
+    /* The models exercise what they are meant to. */
+    ck_assert_int_gt(coop, 0);
+    ck_assert_int_gt(blocks, 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("properties");
     TCase *tc = tcase_create("random");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, random_models_all_strategies);
+    tcase_add_test(tc, random_models_split_tasks);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
