@@ -37,6 +37,16 @@ static const int W2[2] = {1, 2};
 static const double BIG[4] = {8.0, 5.0, 3.5, 2.5};
 static const double MID[4] = {3.5, 2.3, 1.75, 1.7};
 
+/* Costs of nbig BIG blocks followed by nmid MID matrices, widths W8. */
+static cz_task_table blocks_then_matrices(int nbig, int nmid)
+{
+    double c[64];
+    ck_assert(nbig + nmid <= 16);
+    for (int i = 0; i < nbig + nmid; i++)
+        memcpy(&c[i * 4], i < nbig ? BIG : MID, sizeof BIG);
+    return table_of(nbig + nmid, 4, W8, c);
+}
+
 START_TEST(place_least_slot_time)
 {
     cz_task_table tt = table_of(1, 4, W8, BIG);
@@ -165,12 +175,7 @@ START_TEST(packed_widths_and_slots_together)
      * all eight at 5; each matrix then goes over four slots on top: 5 + 1.75 = 6.75. Nothing
      * does better: hosted blocks cost 8, two blocks over four slots share a half (7), and with
      * every slot at 5 the cheapest matrix takes 1.7 over all eight, the other then 1.75 more. */
-    double c[24];
-    for (int i = 0; i < 4; i++)
-        memcpy(&c[i * 4], BIG, sizeof BIG);
-    for (int i = 4; i < 6; i++)
-        memcpy(&c[i * 4], MID, sizeof MID);
-    cz_task_table tt = table_of(6, 4, W8, c);
+    cz_task_table tt = blocks_then_matrices(4, 2);
     cz_rank_schedule rs;
     ck_assert(fabs(schedule_of(&tt, 6, 8, &rs) - 6.75) < 1e-5);
     int four = 0, two = 0;
@@ -187,24 +192,31 @@ START_TEST(packed_widths_and_slots_together)
 }
 END_TEST
 
-/* A plan of n single-task matrix parameters (hosted costs cost[i * nw]) for cz_dp_fill_cuts. */
-static void plan_of(cz_plan *plan, cz_plan_param *params, int n, int dp, int tp,
-                    const cz_task_table *tt)
+/* cz_dp_fill_cuts on one bucket of tt's n single-task matrix parameters, in id order, at DP dp x
+ * TP tp: the cuts (dp + 1) and the target. */
+static void fill_one_bucket(const cz_task_table *tt, int n, int dp, int tp, int *cutj, double *T)
 {
-    memset(plan, 0, sizeof *plan);
-    memset(params, 0, (size_t)n * sizeof *params);
-    cz_settings_init(&plan->settings);
-    plan->dp = dp;
-    plan->tp = tp;
-    plan->pp = 1;
-    plan->nparams = (size_t)n;
-    plan->params = params;
-    plan->tasks = *tt;
+    cz_plan plan;
+    cz_plan_param params[16];
+    int ids[16], first[2] = {0, n};
+    ck_assert(n <= 16);
+    memset(&plan, 0, sizeof plan);
+    memset(params, 0, sizeof params);
+    cz_settings_init(&plan.settings);
+    plan.dp = dp;
+    plan.tp = tp;
+    plan.pp = 1;
+    plan.nparams = (size_t)n;
+    plan.params = params;
+    plan.tasks = *tt;
     for (int i = 0; i < n; i++) {
-        params[i].id = i;
+        params[i].id = ids[i] = i;
         params[i].def.kind = CZ_KIND_MATRIX;
         params[i].cost = tt->cost[(size_t)i * tt->nwidths];
     }
+    cz_dp_buckets b = {1, first, ids};
+    cz_error err;
+    ck_assert_msg(cz_dp_fill_cuts(&plan, &b, cutj, T, &err) == CZ_OK, "%s", err.message);
 }
 
 START_TEST(fill_cuts_at_least_target)
@@ -218,16 +230,9 @@ START_TEST(fill_cuts_at_least_target)
         c[2 * i + 1] = 10.0;
     }
     cz_task_table tt = table_of(10, 2, W2, c);
-    cz_plan plan;
-    cz_plan_param params[10];
-    plan_of(&plan, params, 10, 2, 2, &tt);
-    int ids[10], first[2] = {0, 10}, cutj[3];
-    for (int i = 0; i < 10; i++)
-        ids[i] = i;
-    cz_dp_buckets b = {1, first, ids};
-    cz_error err;
+    int cutj[3];
     double T = 0.0;
-    ck_assert_int_eq(cz_dp_fill_cuts(&plan, &b, cutj, &T, &err), CZ_OK);
+    fill_one_bucket(&tt, 10, 2, 2, cutj, &T);
     ck_assert(T >= 6.0 && T <= 6.0 * (1 + 2e-4));
     ck_assert_int_eq(cutj[0], 0);
     ck_assert_int_eq(cutj[1], 5);
@@ -243,22 +248,10 @@ START_TEST(fill_blocks_then_matrices)
      * and rank 1 the four matrices hosted at 3.5. Below 5 a block must go over four slots at
      * 3.5, so each rank holds two, and no matrix fits on top of rank 1's (3.5 + 1.7 > 5):
      * 5 is the least target, with the cut after the fourth block. */
-    double c[32];
-    for (int i = 0; i < 4; i++)
-        memcpy(&c[i * 4], BIG, sizeof BIG);
-    for (int i = 4; i < 8; i++)
-        memcpy(&c[i * 4], MID, sizeof MID);
-    cz_task_table tt = table_of(8, 4, W8, c);
-    cz_plan plan;
-    cz_plan_param params[8];
-    plan_of(&plan, params, 8, 2, 8, &tt);
-    int ids[8], first[2] = {0, 8}, cutj[3];
-    for (int i = 0; i < 8; i++)
-        ids[i] = i;
-    cz_dp_buckets b = {1, first, ids};
-    cz_error err;
+    cz_task_table tt = blocks_then_matrices(4, 4);
+    int cutj[3];
     double T = 0.0;
-    ck_assert_int_eq(cz_dp_fill_cuts(&plan, &b, cutj, &T, &err), CZ_OK);
+    fill_one_bucket(&tt, 8, 2, 8, cutj, &T);
     ck_assert(T >= 5.0 && T <= 5.0 * (1 + 2e-4));
     ck_assert_int_eq(cutj[1], 4);
     cz_task_table_free(&tt);
