@@ -102,6 +102,9 @@ void cz_task_table_free(cz_task_table *tt);
  * cost of a width-k task, each task at its least under T), plus the elementwise work, fits in
  * GPUs x T. tt NULL or empty: every matrix one hosted task at its recorded cost. */
 double cz_task_lower_bound(const cz_plan *plan, const cz_task_table *tt);
+/* The least slot time (width x per-slot cost) a task with per-width costs cw can take with a
+ * per-slot cost within tau; INFINITY when none is. */
+double cz_task_least_slot_time(const cz_task_table *tt, const double *cw, double tau);
 /* Fills plan->tasks.dp_weight: each parameter's slot time at factor x the split lower bound. */
 int cz_task_weigh(cz_plan *plan, double factor, cz_error *err);
 /* Places a task with per-width costs cw (tt's widths) on the slots whose loads are load[0 ..

@@ -58,17 +58,6 @@ static double hosted(const cz_task_table *tt, int x)
     return tt->cost[(size_t)x * tt->nwidths];
 }
 
-/* The least slot time a task can take: a lower bound on what any packing spends on it. */
-static double least_slot_time(const cz_task_table *tt, int x)
-{
-    double best = INFINITY;
-    for (int w = 0; w < tt->nwidths; w++) {
-        double v = tt->widths[w] * tt->cost[(size_t)x * tt->nwidths + w];
-        best = v < best ? v : best;
-    }
-    return best;
-}
-
 static double busiest(const double *load, int n)
 {
     double m = 0.0;
@@ -124,7 +113,7 @@ static bool param_place(fill_ctx *f, int r, const cz_plan_param *p, double T)
     }
     double room = T - f->ew[r], need = f->need[r];
     for (int x = t0; x < t0 + nt; x++)
-        need += least_slot_time(tt, x);
+        need += cz_task_least_slot_time(tt, &tt->cost[(size_t)x * tt->nwidths], INFINITY);
     /* The parameter's own tasks, largest hosted cost first (a few blocks: insertion sort). */
     for (int i = 0; i < nt; i++) {
         int x = t0 + i, at = i;

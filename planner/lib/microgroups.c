@@ -552,29 +552,6 @@ out:
     free(seen);
 }
 
-/* Sorts by decreasing hosted cost (the task's cost at width 1); ties by parameter id, then
- * block. Insertion sort: a rank has tens of tasks, and qsort has no context argument. */
-static void tasks_sort_hosted(tp_task *t, int n, const cz_task_table *tt)
-{
-    for (int i = 1; i < n; i++) {
-        tp_task x = t[i];
-        double cx = tt->cost[(size_t)x.tix * tt->nwidths];
-        int j = i;
-        while (j > 0) {
-            const tp_task *y = &t[j - 1];
-            double cy = tt->cost[(size_t)y->tix * tt->nwidths];
-            bool before =
-                cx > cy ||
-                (cx == cy && (x.param < y->param || (x.param == y->param && x.block < y->block)));
-            if (!before)
-                break;
-            t[j] = t[j - 1];
-            j--;
-        }
-        t[j] = x;
-    }
-}
-
 /* Places every task (in t's order) by cz_slot_place within T; false when one does not fit. */
 static bool packed_probe(tp_task *t, int n, const cz_task_table *tt, int nslots, double T,
                          double *load)
@@ -603,7 +580,10 @@ static bool packed_probe(tp_task *t, int n, const cz_task_table *tt, int nslots,
 static double schedule_packed(tp_task *t, int n, const cz_task_table *tt, int nslots, double lo,
                               double hi, double *load)
 {
-    tasks_sort_hosted(t, n, tt);
+    /* Largest hosted cost first (ties: parameter, then block): tasks_sort on the width-1 costs. */
+    for (int k = 0; k < n; k++)
+        t[k].cost = tt->cost[(size_t)t[k].tix * tt->nwidths];
+    tasks_sort(t, n);
     if (!packed_probe(t, n, tt, nslots, hi, load))
         return INFINITY;
     for (int it = 0; it < 40 && hi - lo > 1e-6 * hi; it++) {

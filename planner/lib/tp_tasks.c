@@ -106,8 +106,7 @@ int cz_task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster 
     return CZ_OK;
 }
 
-/* The least slot time task cw can take with a per-slot cost within tau (INFINITY: none). */
-static double least_slot_time(const cz_task_table *tt, const double *cw, double tau)
+double cz_task_least_slot_time(const cz_task_table *tt, const double *cw, double tau)
 {
     double best = INFINITY;
     for (int w = 0; w < tt->nwidths; w++)
@@ -136,7 +135,7 @@ static double slot_time_within(const cz_plan *plan, const cz_task_table *tt, dou
             continue;
         }
         for (int t = tt->first[i]; t < tt->first[i + 1]; t++)
-            sum += least_slot_time(tt, &tt->cost[(size_t)t * tt->nwidths], tau);
+            sum += cz_task_least_slot_time(tt, &tt->cost[(size_t)t * tt->nwidths], tau);
     }
     return sum;
 }
@@ -228,9 +227,9 @@ int cz_task_weigh(cz_plan *plan, double factor, cz_error *err)
         double w = 0.0;
         for (int t = tt->first[i]; t < tt->first[i + 1]; t++) {
             const double *cw = &tt->cost[(size_t)t * tt->nwidths];
-            double v = least_slot_time(tt, cw, T * (1.0 + 1e-12));
+            double v = cz_task_least_slot_time(tt, cw, T * (1.0 + 1e-12));
             if (!isfinite(v))
-                v = least_slot_time(tt, cw, INFINITY);
+                v = cz_task_least_slot_time(tt, cw, INFINITY);
             w += v;
         }
         tt->dp_weight[i] = p->def.kind == CZ_KIND_MATRIX ? w : p->cost;
