@@ -270,15 +270,18 @@ static inline void cz_coop_slice(int64_t len, int k, int j, int64_t *start, int6
 }
 
 /* ---- model limits (model_io.c), shared by the importer so that it writes only what loads ---- */
-/* Parameters after repeat expansion: bounds the expansion of a hostile file. */
-#define CZ_MODEL_MAX_PARAMS ((size_t)1 << 22)
+/* Parameters after repeat expansion: bounds the expansion of a hostile file. 2^18 = 262,144 is
+ * over five times the largest public MoE (Kimi K2, about 47,000 after expansion) and keeps the
+ * worst accepted file to about a second of loading; at 2^22 a 829-byte config made the importer
+ * work for 5 s (22 s under the sanitizers, a fuzzer time-out). */
+#define CZ_MODEL_MAX_PARAMS ((size_t)1 << 18)
 struct json_t;
 /* Parameters a model's "params" array expands to, counted before anything is built (repeat
  * blocks multiplied out, malformed entries as one); saturates at CZ_MODEL_MAX_PARAMS + 1. */
 size_t cz_model_count_params_json(const struct json_t *params);
 /* Elements of the whole model, 2^50 (about 1.1e15): far above any model trained today, and
  * low enough that every offset, padded bucket and sum of them stays far below 2^63 (at most
- * 2^22 parameters, each padded by less than 2^31 elements). */
+ * 2^18 parameters, each padded by less than 2^31 elements). */
 #define CZ_MODEL_MAX_ELEMENTS ((int64_t)1 << 50)
 /* Longest parameter name in bytes: names become file names (NAME.npy) in the executor's
  * --dump-dir and --init-dir, and file names stop at 255 bytes. */

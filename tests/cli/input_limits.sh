@@ -177,6 +177,11 @@ expect "import-hf 152064 layers" 1 \
   "$CZ" import-hf "$(hf deep 152064 8 64 128 300 2)" -o "$work/out.json"
 expect "import-hf 16M experts" 1 'experts.config.json: .*\(16000000\) make .* parameters' \
   "$CZ" import-hf "$(hf experts 2 16000000 64 128 300 1)" -o "$work/out.json"
+# 6,144 layers of 128 experts (found by the fuzzer): 1.6 million parameters, within the old bound
+# of 2^22 and five seconds of work; above 2^18 now, refused at once.
+expect "import-hf 6144 MoE layers" 1 \
+  'wide.config.json: .*\(6144\) and the experts per layer \(128\) make 1609731 parameters; a canzona model holds at most 262144' \
+  "$CZ" import-hf "$(hf wide 6144 128 64 128 300 1)" -o "$work/out.json"
 expect "import-hf 2^50 elements exceeded" 1 \
   'elements.config.json: the sizes .* elements; a canzona model holds at most 1125899906842624' \
   "$CZ" import-hf "$(hf elements 4 8 16777216 16777216 300 2)" -o "$work/out.json"
