@@ -21,9 +21,11 @@ static void plan_help(FILE *f)
         "for the model on the cluster, writes the plan and prints per-rank loads, imbalance,\n"
         "TP makespan against the average load (total cost / GPUs), the lower bound (under\n"
         "--split-blocks and --coop, the bound of the freedom they allow) and the atomic\n"
-        "lower bound max(total cost / GPUs, largest task), and optimizer-state memory. A regular output file is written atomically (temporary\n"
-        "file, then rename); a device or FIFO is written in place; a symbolic link is\n"
-        "followed; an output that is one of the inputs is refused.\n"
+        "lower bound max(total cost / GPUs, largest task), and optimizer-state memory, with\n"
+        "a note naming --coop auto when, with whole matrices, the largest task is more than\n"
+        "1.3x the average load. A regular output file is written atomically (temporary file,\n"
+        "then rename); a device or FIFO is written in place; a symbolic link is followed; an\n"
+        "output that is one of the inputs is refused.\n"
         "\n"
         "options:\n"
         "  -m, --model FILE      model description (canzona.model/1)\n"
@@ -165,6 +167,21 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
             cz_cli_format_bytes(b, sizeof b, vmax(mt->memory, ngpus)));
     fprintf(out, "predicted optimizer compute    %s per step\n",
             cz_cli_format_cost(a, sizeof a, mt->predicted_step_s, CZ_UNIT_TIME));
+    /* With whole matrices the largest one is a floor no schedule goes under; past 1.3x the
+     * average (the ratio docs/PERF.md aims at) the makespan ratios above read near 1 while
+     * most GPUs idle, so say which flag removes the floor. Only where it applies (Muon,
+     * rollback, TP > 1, a time or FLOP unit) and the user has not asked for it already. */
+    if (!s->split_blocks && s->coop == 0 && s->optimizer == CZ_OPTIM_MUON &&
+        s->unit != CZ_UNIT_NUMEL && s->tp == CZ_TP_ROLLBACK && p->tp > 1 && mt->average_load > 0 &&
+        mt->max_task_cost > 1.3 * mt->average_load)
+        fprintf(
+            out,
+            "note     the largest task (%s) is %.2fx the average load, and no plan of whole\n"
+            "         matrices gets below it: --coop auto plans fused blocks as separate tasks\n"
+            "         and lets GPUs of a TP group compute one matrix together (docs/PLANNER.md,\n"
+            "         \"Block and cooperative tasks\")\n",
+            cz_cli_format_cost(a, sizeof a, mt->max_task_cost, u),
+            mt->max_task_cost / mt->average_load);
     if (s->solver == CZ_SOLVER_ILP)
         fprintf(out,
                 "ILP solver                     %s, gap %.3g%% (DP %s, micro-groups %s), %.1f s\n",

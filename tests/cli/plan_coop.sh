@@ -4,7 +4,8 @@
 # average load; whole matrices give 2.1x), the three bounds are ordered as they must be (average
 # <= lower bound <= makespan, lower bound <= atomic bound), the plan is a version 2 file that
 # validates against its inputs with the stored bounds recomputed, and plan and inspect print the
-# bounds. Whole-matrix plans keep the atomic bound as their lower bound.
+# bounds. Whole-matrix plans keep the atomic bound as their lower bound, and their summary points at
+# --coop auto when the largest matrix is more than 1.3x the average load.
 set -u
 : "${CZ:?CZ must point to the canzona binary}"
 src=${CZ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -64,6 +65,17 @@ for key in "average load (total/GPUs)" "atomic lower bound" "makespan / average 
   "makespan / lower bound" "makespan / atomic lower bound"; do
   grep -q "$key" "$work/plan.out" || fail "plan summary lacks '$key'"
 done
+# The summary points at --coop auto where whole matrices cap the plan (the largest task more than
+# 1.3x the average load), and not once the flag is given or where no matrix is that large.
+grep -q "note .*the largest task" "$work/plan.out" && fail "--coop auto summary still suggests it"
+"$CZ" plan -m "$model" -c "$src/plans/clusters/h100-256-dp32-tp8.json" >"$work/whole.txt" ||
+  fail "plan summary, whole matrices"
+grep -q "^note     the largest task (50.524 ms) is 2.11x the average load" "$work/whole.txt" ||
+  fail "whole-matrix summary lacks the --coop auto note: $(grep -A3 '^note' "$work/whole.txt")"
+grep -q -- "--coop auto plans fused blocks" "$work/whole.txt" || fail "the note does not name --coop auto"
+"$CZ" plan -m "$model" -c "$src/plans/clusters/h100-64-dp8-tp8.json" >"$work/small.txt" ||
+  fail "plan summary at 64 GPUs"
+grep -q "the largest task" "$work/small.txt" && fail "note printed where the largest task is near the average"
 
 [ $fails -eq 0 ] || exit 1
 echo "plan_coop: all passed"
