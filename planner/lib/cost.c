@@ -285,7 +285,7 @@ double cz_cost_coop(int64_t m, int64_t n, int k, const cz_settings *s, const cz_
     double flops = steps * (2.0 * a * a * slice + (aax < standard ? aax : standard));
     double ew_flops = 10.0 * dm * dn / dk, ew_bytes = dm * dn / dk * (8.0 + 3.0 * dbytes);
     double compute = rate_seconds(flops, ew_bytes, c);
-    double comm = cz_cost_allreduce_seconds(2.0 * a * (a + 1.0), k, c) * steps +
+    double comm = cz_cost_allreduce_seconds(cz_coop_gram_bytes(a), k, c) * steps +
                   cz_cost_allreduce_seconds(8.0, k, c);
     switch (s->unit) {
     case CZ_UNIT_FLOPS:

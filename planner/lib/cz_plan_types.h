@@ -269,6 +269,14 @@ static inline void cz_coop_slice(int64_t len, int k, int j, int64_t *start, int6
     *n = (int64_t)(j + 1) * len / k - *start;
 }
 
+/* Bytes one cooperative Newton-Schulz iteration all-reduces among its members for a short side
+ * of a: the upper triangle of the a x a fp32 Gram, a (a + 1) / 2 values (the executor's packed
+ * layout, executor/src/ns_coop.h). The cost model and the simulator both charge it. */
+static inline double cz_coop_gram_bytes(double a)
+{
+    return 2.0 * a * (a + 1.0);
+}
+
 /* ---- model limits (model_io.c), shared by the importer so that it writes only what loads ---- */
 /* Parameters after repeat expansion: bounds the expansion of a hostile file. 2^18 = 262,144 is
  * over five times the largest public MoE (Kimi K2, about 47,000 after expansion) and keeps the

@@ -600,6 +600,35 @@ static double schedule_packed(tp_task *t, int n, const cz_task_table *tt, int ns
     return span;
 }
 
+/* Emits the packed schedule of the rank's tasks (sorted as rollback takes them) instead of
+ * rollback's at capacity C when it is shorter: *taken then true and *capacity its makespan
+ * (tasks then carry rollback's trial groups; rollback reassigns them when not taken). The
+ * packed schedule is one group: where rollback's has several (so that gathers hide behind
+ * compute), it must win by more than the 5% rollback's capacity choice pays for them. */
+static int packed_if_shorter(group_sink *gs, tp_task *tasks, int nt, const cz_task_table *tt,
+                             int nslots, double C, double *load, double *capacity, bool *taken,
+                             cz_error *err)
+{
+    double span;
+    *taken = false;
+    schedule_rollback(NULL, nslots, tasks, nt, C, load, &span, NULL);
+    tp_task *packed = malloc((size_t)nt * sizeof *packed);
+    if (!packed)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory packing a rank's TP tasks");
+    memcpy(packed, tasks, (size_t)nt * sizeof *packed);
+    double lo = rank_bound(packed, nt, tt, nslots);
+    double need = tasks[nt - 1].group > 0 ? span / CZ_GROUPS_SLACK : span * (1.0 - 1e-9);
+    double ps = schedule_packed(packed, nt, tt, nslots, lo, need, load);
+    int rc = CZ_OK;
+    if (ps < need) {
+        *capacity = ps;
+        *taken = true;
+        rc = group_emit(gs, packed, nt, err);
+    }
+    free(packed);
+    return rc;
+}
+
 /* Does the parameter's local shard intersect DP rank r's range of its bucket? */
 static bool touches(const cz_plan *plan, const cz_plan_param *p, int r)
 {
@@ -682,29 +711,11 @@ int cz_tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_coste
         break;
     case CZ_TP_ROLLBACK:
         tasks_sort(tasks, nt);
-        if (tt && nslots > 1 && s->coop == CZ_COOP_AUTO && tt->nwidths > 1) {
-            double span;
-            schedule_rollback(NULL, nslots, tasks, nt, C, load, &span, NULL);
-            tp_task *packed = malloc((size_t)nt * sizeof *packed);
-            if (packed) {
-                memcpy(packed, tasks, (size_t)nt * sizeof *packed);
-                double lo = rank_bound(packed, nt, tt, nslots);
-                /* The packed schedule is one group: where rollback's has several (so that
-                 * gathers hide behind compute), it must win by more than the 5% rollback's
-                 * capacity choice pays for them. */
-                double need =
-                    tasks[nt - 1].group > 0 ? span / CZ_GROUPS_SLACK : span * (1.0 - 1e-9);
-                double ps = schedule_packed(packed, nt, tt, nslots, lo, need, load);
-                if (ps < need) {
-                    *capacity = ps;
-                    rc = group_emit(&gs, packed, nt, err);
-                    free(packed);
-                    break;
-                }
-                free(packed);
-            }
-        }
-        rc = schedule_rollback(&gs, nslots, tasks, nt, C, load, NULL, err);
+        bool packed = false;
+        if (tt && nslots > 1 && s->coop == CZ_COOP_AUTO && tt->nwidths > 1)
+            rc = packed_if_shorter(&gs, tasks, nt, tt, nslots, C, load, capacity, &packed, err);
+        if (rc == CZ_OK && !packed)
+            rc = schedule_rollback(&gs, nslots, tasks, nt, C, load, NULL, err);
         break;
     default:
         rc = cz_error_set(err, CZ_EINVALID, "TP strategy %d is unknown", (int)strategy);

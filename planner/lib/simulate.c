@@ -325,7 +325,7 @@ static task_work task_work_of(const sim_ctx *cx, const cz_plan_group *grp, int k
     free_links.links.intra_node_gbps = free_links.links.inter_node_gbps = 0.0;
     tw.compute = cz_cost_coop(rows, cols, w, &st, &free_links, plan->dtype);
     /* Per Newton-Schulz iteration one all-reduce of the a x a fp32 Gram's upper triangle
-     * (a (a + 1) / 2 values, cz_cost_coop's payload) among the k members, and one of the norm
+     * (cz_coop_gram_bytes, as cz_cost_coop charges) among the k members, and one of the norm
      * per step, on the links the k GPUs share. */
     const cz_cluster *c = cx->cluster;
     int first = (stage * cx->D + d) * cx->R + slot;
@@ -333,10 +333,10 @@ static task_work task_work_of(const sim_ctx *cx, const cz_plan_group *grp, int k
                       ? c->links.inter_node_gbps
                       : c->links.intra_node_gbps;
     double a = (double)(rows < cols ? rows : cols);
-    tw.allreduce =
-        plan->settings.ns_steps * cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, w,
-                                                            2.0 * a * (a + 1.0), gbps, cx->lat_us) +
-        cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, w, 8.0, gbps, cx->lat_us);
+    tw.allreduce = plan->settings.ns_steps * cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, w,
+                                                                       cz_coop_gram_bytes(a), gbps,
+                                                                       cx->lat_us) +
+                   cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, w, 8.0, gbps, cx->lat_us);
     return tw;
 }
 

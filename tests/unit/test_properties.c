@@ -204,18 +204,29 @@ static void check_same(const cz_plan *a, const cz_plan *b, const char *ctx)
                   "%s: metrics differ", ctx);
 }
 
+/* A cluster for a random model: DP from {1, 2, 3, 4, 8}, TP from tps (ntps of them), PP 1 or 2
+ * (1 when the model has a single layer), drawn in that order. */
+static cz_cluster *random_cluster(uint64_t *rng, const cz_model *m, const int *tps, int ntps,
+                                  int *dp, int *tp, int *pp)
+{
+    static const int dps[] = {1, 2, 3, 4, 8};
+    *dp = dps[czt_rand_int(rng, 0, 4)];
+    *tp = tps[czt_rand_int(rng, 0, ntps - 1)];
+    *pp = czt_rand_int(rng, 1, 2);
+    if (*pp > m->nlayers)
+        *pp = 1;
+    return czt_cluster_new(*dp, *tp, *pp);
+}
+
 START_TEST(random_models_all_strategies)
 {
-    static const int dps[] = {1, 2, 3, 4, 8}, tps[] = {1, 2, 4};
+    static const int tps[] = {1, 2, 4};
     uint64_t rng = 0x9e3779b97f4a7c15ULL;
     int builds = 0, fellback = 0;
     for (int n = 0; n < NMODELS; n++) {
         cz_model *m = czt_model_random(&rng);
-        int dp = dps[czt_rand_int(&rng, 0, 4)], tp = tps[czt_rand_int(&rng, 0, 2)];
-        int pp = czt_rand_int(&rng, 1, 2);
-        if (pp > m->nlayers)
-            pp = 1;
-        cz_cluster *c = czt_cluster_new(dp, tp, pp);
+        int dp, tp, pp;
+        cz_cluster *c = random_cluster(&rng, m, tps, 3, &dp, &tp, &pp);
         static const int64_t aligns[] = {1, 8, 64};
         c->bucket_align = aligns[czt_rand_int(&rng, 0, 2)];
         c->bucket_size = czt_rand_int(&rng, 0, 3) == 0 ? 0 : czt_rand_int(&rng, 64, 20000);
@@ -274,16 +285,13 @@ END_TEST
 
 START_TEST(random_models_split_tasks)
 {
-    static const int dps[] = {1, 2, 3, 4, 8}, tps[] = {2, 4};
+    static const int tps[] = {2, 4};
     uint64_t rng = 0x243f6a8885a308d3ULL;
     int coop = 0, blocks = 0;
     for (int n = 0; n < NMODELS / 2; n++) {
         cz_model *m = czt_model_random(&rng);
-        int dp = dps[czt_rand_int(&rng, 0, 4)], tp = tps[czt_rand_int(&rng, 0, 1)];
-        int pp = czt_rand_int(&rng, 1, 2);
-        if (pp > m->nlayers)
-            pp = 1;
-        cz_cluster *c = czt_cluster_new(dp, tp, pp);
+        int dp, tp, pp;
+        cz_cluster *c = random_cluster(&rng, m, tps, 2, &dp, &tp, &pp);
         /* A slow device half the time, so that compute outweighs the all-reduces' latency on
          * these small matrices and splits pay. */
         if (czt_rand_int(&rng, 0, 1))
