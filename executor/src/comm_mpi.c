@@ -165,6 +165,24 @@ static int mpi_allreduce_sum(cz_plane *p, void *buf, size_t count, int f64, cz_e
     return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "all-reduce");
 }
 
+static int mpi_iallreduce_sum(cz_plane *p, float *buf, size_t count, cz_event *after,
+                              cz_comm_req *req, cz_error *err)
+{
+    int rc = cz_plane_wait_after(p, after, err);
+    if (!rc)
+        rc = count_fits(count, "all-reduce", err);
+    if (rc)
+        return rc;
+    req->n = 1;
+    rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, comm_of(p->impl),
+                        &req->r[0]);
+    if (rc != MPI_SUCCESS) {
+        req->n = 0;
+        return mpi_fail(err, rc, "all-reduce");
+    }
+    return CZ_OK;
+}
+
 static int mpi_group_start(cz_plane *p, cz_comm_req *req, cz_event *after, cz_error *err)
 {
     req->n = 0;
@@ -307,6 +325,7 @@ static const cz_plane_ops cz_plane_mpi_ops = {
     .split = mpi_split,
     .close = mpi_close,
     .allreduce_sum = mpi_allreduce_sum,
+    .iallreduce_sum = mpi_iallreduce_sum,
 };
 
 bool cz_comm_mpi_available(void)

@@ -157,6 +157,15 @@ static void self_close(cz_plane *p)
     (void)p;
 }
 
+/* The sum over one rank is the buffer itself; ordering against the stream is the blocking
+ * form's (the cpu backend's stream is the calling thread). */
+static int self_iallreduce_sum(cz_plane *p, float *buf, size_t count, cz_event *after,
+                               cz_comm_req *req, cz_error *err)
+{
+    (void)req;
+    return self_allreduce_sum(p, buf, count, 0, after, err);
+}
+
 static const cz_plane_ops cz_plane_self_ops = {
     .version = CZ_DATA_PLANE_VERSION,
     .kind = CZ_COMM_SELF,
@@ -175,6 +184,7 @@ static const cz_plane_ops cz_plane_self_ops = {
     .split = self_split,
     .close = self_close,
     .allreduce_sum = self_allreduce_sum,
+    .iallreduce_sum = self_iallreduce_sum,
 };
 
 int cz_ctrl_self_open(cz_ctrl *c, cz_error *err)

@@ -297,47 +297,66 @@ static void cpu_apply_update(cz_compute *c, float *p, const float *u, int64_t n,
 
 /* A = X X^T per matrix, in the form ns_batched would pick for the member's slice, into work
  * and from there packed: SYRK computes only the upper triangle, which is all packing reads. */
-static void cpu_ns_gram(cz_compute *c, const float *x, int batch, int64_t rows, int64_t cols,
-                        float *a, float *work)
+/* Rows r0 .. r1-1 of X X^T from column r0 on (one GEMM; the block left of the diagonal is
+ * not needed, the lower part of the diagonal block is computed and dropped), packed. */
+static void cpu_ns_gram_rows(cz_compute *c, const float *x, int batch, int64_t rows, int64_t cols,
+                             int64_t r0, int64_t r1, float *full, float *out)
 {
     (void)c;
-    int r = (int)rows, n = (int)cols;
-    int sym = cz_ns_use_syrk(CZ_NS_TARGET_CPU, rows, cols, batch, CZ_NS_FP32);
+    int h = (int)(r1 - r0), w = (int)(rows - r0), n = (int)cols;
     for (int i = 0; i < batch; i++) {
-        const float *X = x + (size_t)i * (size_t)(rows * cols);
-        float *A = work + (size_t)i * (size_t)(rows * rows);
-        if (n == 0)
-            memset(A, 0, (size_t)(rows * rows) * sizeof(float));
-        else if (sym)
-            cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, r, n, 1.0f, X, n, 0.0f, A, r);
+        const float *X = x + (size_t)i * (size_t)(rows * cols) + (size_t)(r0 * cols);
+        float *A = full + (size_t)i * (size_t)(rows * rows) + (size_t)(r0 * rows + r0);
+        if (h <= 0)
+            continue;
+        if (n == 0) /* an empty slice adds nothing to the sum */
+            for (int r = 0; r < h; r++)
+                memset(A + (size_t)r * (size_t)rows, 0, (size_t)w * sizeof(float));
         else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r, r, n, 1.0f, X, n, X, n, 0.0f, A,
-                        r);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, h, w, n, 1.0f, X, n, X, n, 0.0f, A,
+                        (int)rows);
     }
-    cz_ns_sym_pack(a, work, batch, rows);
+    cz_ns_rows_pack(out, full, batch, rows, r0, r1);
 }
 
-/* X = a X + (b A + c A A) X per matrix with the summed, packed A, in ns_coop.h's form. Work
- * per matrix (stride 2 r^2 + r n): [A: r^2][B: r^2][Y: r n] (standard) or [A: r^2][Y: r n]
- * (A(AX): Y = A X; X = a X + b Y; X += c A Y, so no Z buffer is needed). */
-static void cpu_ns_poly(cz_compute *c, float *x, const float *a, int batch, int64_t rows,
-                        int64_t cols, const cz_ns_coeffs *k, float *work)
+static void cpu_ns_unpack_rows(cz_compute *c, float *full, const float *in, int batch, int64_t rows,
+                               int64_t r0, int64_t r1)
+{
+    (void)c;
+    cz_ns_rows_unpack(full, in, batch, rows, r0, r1);
+}
+
+static void cpu_ns_poly_rows(cz_compute *c, const float *x, const float *full, float *y, int batch,
+                             int64_t rows, int64_t cols, int64_t r0, int64_t r1)
+{
+    (void)c;
+    int h = (int)(r1 - r0), r = (int)rows, n = (int)cols;
+    if (h <= 0 || n == 0)
+        return;
+    for (int i = 0; i < batch; i++) {
+        size_t xs = (size_t)i * (size_t)(rows * cols), as = (size_t)i * (size_t)(rows * rows);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, h, n, r, 1.0f,
+                    full + as + (size_t)(r0 * rows), r, x + xs, n, 0.0f,
+                    y + xs + (size_t)(r0 * cols), n);
+    }
+}
+
+/* The rest of the iteration, with A complete: A(AX) X = a X + b Y, then X += c A Y (no Z
+ * buffer); standard B = b A + c A A, Y = a X + B X, X = Y. */
+static void cpu_ns_poly_end(cz_compute *c, float *x, const float *full, float *y, float *bm,
+                            int batch, int64_t rows, int64_t cols, const cz_ns_coeffs *k)
 {
     (void)c;
     int r = (int)rows, n = (int)cols;
     float ka = (float)k->a, kb = (float)k->b, kc = (float)k->c;
-    size_t ws = (size_t)(2 * rows * rows + rows * cols);
     int aax = cz_ns_coop_use_aax(rows, cols);
+    if (n == 0)
+        return;
     for (int i = 0; i < batch; i++) {
-        float *X = x + (size_t)i * (size_t)(rows * cols);
-        float *A = work + (size_t)i * ws;
-        cz_ns_sym_unpack(A, a + (size_t)i * (size_t)cz_ns_packed_len(rows), 1, rows);
-        if (n == 0)
-            continue;
+        float *X = x + (size_t)i * (size_t)(rows * cols),
+              *Y = y + (size_t)i * (size_t)(rows * cols);
+        const float *A = full + (size_t)i * (size_t)(rows * rows);
         if (aax) {
-            float *Y = A + (size_t)r * r;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, n, r, 1.0f, A, r, X, n, 0.0f,
-                        Y, n);
             for (size_t j = 0; j < (size_t)r * n; j++)
                 X[j] = ka * X[j] + kb * Y[j];
             if (kc != 0.0f)
@@ -345,8 +364,7 @@ static void cpu_ns_poly(cz_compute *c, float *x, const float *a, int batch, int6
                             1.0f, X, n);
             continue;
         }
-        float *B = A + (size_t)r * r;
-        float *Y = B + (size_t)r * r;
+        float *B = bm + (size_t)i * (size_t)(rows * rows);
         for (size_t j = 0; j < (size_t)r * r; j++)
             B[j] = kb * A[j];
         if (kc != 0.0f)
@@ -433,8 +451,10 @@ static const cz_compute_ops cz_compute_cpu_ops = {
     .linalg_work = cz_cpu_linalg_work,
     .upload = cpu_upload,
     .block_load_sq = cpu_block_load_sq,
-    .ns_gram = cpu_ns_gram,
-    .ns_poly = cpu_ns_poly,
+    .ns_gram_rows = cpu_ns_gram_rows,
+    .ns_unpack_rows = cpu_ns_unpack_rows,
+    .ns_poly_rows = cpu_ns_poly_rows,
+    .ns_poly_end = cpu_ns_poly_end,
     .apply_runs = cpu_apply_runs,
 };
 

@@ -42,12 +42,12 @@ uint64_t cz_exec_alloc_count(void);
 
 /* ---- compute backend ---- */
 /* The compute seam, versioned like sqlite3_io_methods: a backend fills a cz_compute_ops of
- * CZ_COMPUTE_OPS_VERSION; fields are only ever appended, and the executor refuses a table
- * whose version it does not know. Every operation on parameter, gradient or optimizer-state
- * data goes through it: step.c, pipeline.c, muon.c and adamw.c never touch data themselves.
- * All pointers below are backend memory (from alloc, or bound buffers the backend accepts),
- * except where a parameter says host. */
-#define CZ_COMPUTE_OPS_VERSION 4
+ * CZ_COMPUTE_OPS_VERSION; fields are appended (version 5 is the one exception, see there), and
+ * the executor refuses a table whose version it does not know. Every operation on parameter,
+ * gradient or optimizer-state data goes through it: step.c, pipeline.c, muon.c and adamw.c never
+ * touch data themselves. All pointers below are backend memory (from alloc, or bound buffers the
+ * backend accepts), except where a parameter says host. */
+#define CZ_COMPUTE_OPS_VERSION 5
 /* Version 2 appended the linear-algebra operations of Shampoo (and later SOAP): gemm,
  * tile_copy, syevd, eig_root_scale, axpby, sq_accum, graft_div, scale_ratio, and SOAP's
  * qr and basis_sort. They are optional: a backend that leaves any of them NULL (the cpu
@@ -58,7 +58,8 @@ uint64_t cz_exec_alloc_count(void);
  * queried at create time), so a version-2 table is refused for SOAP and Shampoo too. `upload`,
  * appended after it, is optional the same way: without it, optimizer-state checkpoints are
  * refused. Version 4 appended the operations of cooperative Newton-Schulz and of updates of a
- * region of a shard (block_load_sq, ns_gram, ns_poly, apply_runs); every backend has them. */
+ * region of a shard (block_load_sq, ns_gram, ns_poly, apply_runs); every backend has them.
+ * Version 5 replaced ns_gram and ns_poly by the row-panel operations (see there). */
 
 /* Floats of the `work` buffer that syevd, qr and basis_sort need (linalg_work). */
 typedef struct cz_linalg_work {
@@ -210,19 +211,32 @@ typedef struct cz_compute_ops {
      * slice) into dst, contiguous, transposed when transpose. */
     void (*block_load_sq)(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
                           int64_t cols, int transpose, float eps, const double *sq);
-    /* For each of `batch` matrices X (rows x cols, back to back): one member's part of the
-     * Gram matrix X X^T of a cooperative iteration, written PACKED to a (its upper triangle,
-     * ns_coop.h's layout, cz_ns_packed_len(rows) floats per matrix, back to back): the form
-     * the all-reduce sums, at half the bytes of the full matrix. work holds batch*rows*rows
-     * floats (the full Gram before packing). */
-    void (*ns_gram)(cz_compute *c, const float *x, int batch, int64_t rows, int64_t cols, float *a,
-                    float *work);
-    /* For each of `batch` matrices, with the summed Gram A given PACKED in a (as ns_gram writes
-     * it): X = a X + (b A + c A A) X, in the form cz_ns_coop_use_aax(rows, cols) picks
-     * (ns_coop.h: A(AX) when cols < rows, else B = b A + c A A first). work holds
-     * batch*(2*rows*rows + rows*cols) floats (the unpacked A, then B and Y or Y). */
-    void (*ns_poly)(cz_compute *c, float *x, const float *a, int batch, int64_t rows, int64_t cols,
-                    const cz_ns_coeffs *k, float *work);
+    /* ---- version 5: cooperative Newton-Schulz in row panels (ns_coop.h) ---- */
+    /* (Version 4's ns_gram and ns_poly, which took the whole Gram at once, were replaced by the
+     * four operations below: the seam's tables are built with the library, so none can outlive
+     * them.) One iteration: ns_gram_rows for every panel, each panel all-reduced as soon as it is
+     * computed; then per panel in order ns_unpack_rows and, in the A(AX) form, ns_poly_rows; then
+     * ns_poly_end. Matrices are `batch` back to back: X rows x cols (x, y), A rows x rows (full,
+     * bm). */
+    /* This member's rows r0 .. r1-1 of the upper triangle of X X^T, X[r0:r1] X[r0:rows]^T,
+     * written packed to out: per matrix cz_coop_packed_before(rows, r1) -
+     * cz_coop_packed_before(rows, r0) floats (row i's columns i .. rows-1, rows in order),
+     * matrices back to back. Uses rows r0 .. r1-1, columns r0 .. of each matrix in full as
+     * scratch, which the panel's ns_unpack_rows later overwrites. */
+    void (*ns_gram_rows)(cz_compute *c, const float *x, int batch, int64_t rows, int64_t cols,
+                         int64_t r0, int64_t r1, float *full, float *out);
+    /* The summed panel `in` (ns_gram_rows's layout) into full: row i's columns i .. rows-1 and,
+     * mirrored, column i's rows i+1 .. rows-1, for i in r0 .. r1-1. Once every earlier panel is
+     * unpacked, rows r0 .. r1-1 of full are complete. */
+    void (*ns_unpack_rows)(cz_compute *c, float *full, const float *in, int batch, int64_t rows,
+                           int64_t r0, int64_t r1);
+    /* A(AX) form (cz_ns_coop_use_aax): Y[r0:r1] = A[r0:r1] X, with those rows of A complete. */
+    void (*ns_poly_rows)(cz_compute *c, const float *x, const float *full, float *y, int batch,
+                         int64_t rows, int64_t cols, int64_t r0, int64_t r1);
+    /* Ends the iteration with A complete in full: A(AX) form (y holds A X) X = a X + b Y + c A Y;
+     * standard form X = a X + (b A + c A A) X, with bm as B and y as scratch. */
+    void (*ns_poly_end)(cz_compute *c, float *x, const float *full, float *y, float *bm, int batch,
+                        int64_t rows, int64_t cols, const cz_ns_coeffs *k);
     /* p[dst ..] = p*(1 - lr*wd) - lr*u[src ..] over every run (apply_update over an index
      * map: the elements of a shard that a region's update covers). */
     void (*apply_runs)(cz_compute *c, float *p, const float *u, const cz_runs *r, float lr,
@@ -280,8 +294,9 @@ struct cz_ctrl {
  * rank-ordered contiguous segments, and the micro-group all-to-all is a group of sends and
  * receives (NCCL's ncclGroupStart/Send/Recv/GroupEnd shape); a backend may map them onto
  * v-collectives inside (MPI does for the reduce-scatter and the all-gather). Versioned like
- * the compute ops. Version 2 appended allreduce_sum (the cooperative Newton-Schulz sums). */
-#define CZ_DATA_PLANE_VERSION 2
+ * the compute ops. Version 2 appended allreduce_sum (the cooperative Newton-Schulz sums),
+ * version 3 iallreduce_sum (its Gram panels). */
+#define CZ_DATA_PLANE_VERSION 3
 typedef struct cz_plane cz_plane;
 /* A non-blocking operation's completion, created once (req_create) and reused every step. */
 typedef struct cz_comm_req cz_comm_req;
@@ -331,6 +346,13 @@ typedef struct cz_plane_ops {
      * after every compute op issued before it, and compute ops issued after it see the sum. */
     int (*allreduce_sum)(cz_plane *p, void *buf, size_t count, int f64, cz_event *after,
                          cz_error *err);
+    /* ---- version 3 ---- */
+    /* Non-blocking in-place fp32 sum over the plane's ranks of count elements at buf, read
+     * after `after`, completed through req (wait): a cooperative Gram panel, all-reduced while
+     * the members compute the next. Several may be in flight on one plane; they complete in
+     * the order they were posted. */
+    int (*iallreduce_sum)(cz_plane *p, float *buf, size_t count, cz_event *after, cz_comm_req *req,
+                          cz_error *err);
 } cz_plane_ops;
 
 struct cz_plane {
@@ -508,13 +530,15 @@ void cz_muon_coop_sizes(const cz_muon_coop *b, int64_t *x_n, int64_t *gram_n, in
 /* The member's part of the scaled Muon update of every task of the batch: in[i] and out[i]
  * are its slice (prows x pcols, contiguous, backend memory; in already momentum-updated). The
  * sums over the members run on pl (the plane of the k members): one all-reduce of the count
- * sums of squares (doubles), then one of the count packed a x a Gram matrices (their upper
- * triangles, a (a + 1) / 2 floats each) per iteration. x, gram,
- * work as cz_muon_coop_sizes; sq holds count backend doubles; ev is a compute event recorded
- * before each all-reduce. progress(ctx) is called between iterations. */
+ * sums of squares (doubles), then per iteration the count packed Gram matrices (their upper
+ * triangles) in cz_coop_panels(a) row panels, each a non-blocking all-reduce overlapped with the
+ * computation (ns_coop.h). x, gram, work as cz_muon_coop_sizes; sq holds count backend
+ * doubles; ev is a compute event recorded before each all-reduce; reqs holds
+ * CZ_COOP_MAX_PANELS requests of pl. progress(ctx) is called between iterations. */
 int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, const cz_muon_coop *b,
                      const float *const *in, float *const *out, float *x, float *gram, float *work,
-                     double *sq, cz_event *ev, void (*progress)(void *), void *ctx, cz_error *err);
+                     double *sq, cz_event *ev, cz_comm_req *const *reqs, void (*progress)(void *),
+                     void *ctx, cz_error *err);
 /* The same for n matrices, preparing and allocating on the way (not for use in a step). */
 int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
                           const cz_plan_param *const *params, const float *const *in,

@@ -184,25 +184,43 @@ void cz_muon_coop_sizes(const cz_muon_coop *b, int64_t *x_n, int64_t *gram_n, in
 {
     *x_n = b->count * b->a * b->n;
     *gram_n = b->count * cz_ns_packed_len(b->a);
-    /* ns_poly's unpacked A, then B and Y (standard form) or Y (A(AX)); ns_gram's full Gram
-     * fits in it. */
+    /* [the full Grams: a^2][Y: a n][B: a^2] per matrix, each region the batch's matrices back
+     * to back (ns_poly_end's B only in the standard form, but the size is the same). */
     *work_n = b->count * (2 * b->a * b->a + b->a * b->n);
+}
+
+/* Waits for the first `posted` panels' all-reduces after a failure, so that nothing is left
+ * writing into the batch's buffers; the first error stays the one reported. */
+static void drain_panels(cz_plane *pl, cz_comm_req *const *reqs, int from, int posted)
+{
+    cz_error tmp;
+    for (int p = from; p < posted; p++)
+        pl->ops->wait(pl, reqs[p], &tmp);
 }
 
 /* Cooperative Newton-Schulz: the oriented a x b matrix X is split by columns (the long side)
  * among the k members, X = [X_0 .. X_k-1]. Its norm is the square root of the sum of the
  * members' sums of squares, and X X^T = sum_j X_j X_j^T, so with both sums all-reduced every
- * member computes the same B = b A + c A A and updates its own columns, X_j = a X_j + B X_j:
- * exactly the single-process iteration, column block by column block, up to rounding. The
- * Gram travels packed (its upper triangle: a (a + 1) / 2 floats, ns_coop.h), and a member whose
- * slice is narrower than a (n < a) applies the polynomial as A (A X_j) instead of forming
- * A A (4 a^2 n FLOPs instead of 2 a^3 + 2 a^2 n). */
+ * member computes the same A and updates its own columns, X_j = a X_j + (b A + c A A) X_j:
+ * exactly the single-process iteration, column block by column block, up to rounding.
+ *
+ * The Gram travels packed (its upper triangle) in cz_coop_panels(a) row panels (ns_coop.h).
+ * Each panel's all-reduce is posted as soon as the panel is computed, so it runs while the
+ * member computes the next panels; then, panel by panel, the member waits for the sum, unpacks
+ * it and, in the A(AX) form (a slice narrower than a), computes those rows of Y = A X_j at
+ * once, which only needs A's rows of that panel: the later panels' all-reduces run meanwhile.
+ * The iteration ends with X_j = a X_j + b Y + c A Y (A(AX)) or with B = b A + c A A applied
+ * (standard form, which needs the whole A). The planner's cost model charges this same
+ * pipeline (cz_cost_coop). */
 int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, const cz_muon_coop *b,
                      const float *const *in, float *const *out, float *x, float *gram, float *work,
-                     double *sq, cz_event *ev, void (*progress)(void *), void *ctx, cz_error *err)
+                     double *sq, cz_event *ev, cz_comm_req *const *reqs, void (*progress)(void *),
+                     void *ctx, cz_error *err)
 {
     const cz_compute_ops *ops = c->ops;
-    int64_t sz = b->a * b->n, pn = b->prows * b->pcols;
+    int64_t a = b->a, n = b->n, sz = a * n, pn = b->prows * b->pcols;
+    int panels = cz_coop_panels(a), aax = cz_ns_coop_use_aax(a, n);
+    float *full = work, *y = full + b->count * a * a, *bm = y + b->count * sz;
     for (int i = 0; i < b->count; i++)
         ops->sumsq(c, in[i], pn, sq + i);
     ops->event_record(c, ev);
@@ -213,13 +231,37 @@ int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, cons
         ops->block_load_sq(c, x + i * sz, in[i], b->pcols, b->prows, b->pcols, b->transposed,
                            h->eps, sq + i);
     for (int s = 0; s < h->ns_steps; s++) {
-        ops->ns_gram(c, x, b->count, b->a, b->n, gram, work);
-        ops->event_record(c, ev);
-        rc = pl->ops->allreduce_sum(pl, gram, (size_t)(b->count * cz_ns_packed_len(b->a)), 0, ev,
-                                    err);
-        if (rc)
-            return rc;
-        ops->ns_poly(c, x, gram, b->count, b->a, b->n, h->coeffs, work);
+        float *pan = gram;
+        for (int p = 0; p < panels; p++) {
+            int64_t r0 = cz_coop_panel_row(a, panels, p), r1 = cz_coop_panel_row(a, panels, p + 1);
+            ops->ns_gram_rows(c, x, b->count, a, n, r0, r1, full, pan);
+            ops->event_record(c, ev);
+            rc = pl->ops->iallreduce_sum(pl, pan, (size_t)(b->count * cz_ns_panel_len(a, r0, r1)),
+                                         ev, reqs[p], err);
+            if (rc) {
+                drain_panels(pl, reqs, 0, p);
+                return rc;
+            }
+            for (int q = 0; q <= p; q++) /* MPI moves its transfers only inside MPI calls */
+                pl->ops->progress(pl, reqs[q]);
+            pan += b->count * cz_ns_panel_len(a, r0, r1);
+        }
+        pan = gram;
+        for (int p = 0; p < panels; p++) {
+            int64_t r0 = cz_coop_panel_row(a, panels, p), r1 = cz_coop_panel_row(a, panels, p + 1);
+            rc = pl->ops->wait(pl, reqs[p], err);
+            if (rc) {
+                drain_panels(pl, reqs, p + 1, panels);
+                return rc;
+            }
+            ops->ns_unpack_rows(c, full, pan, b->count, a, r0, r1);
+            if (aax)
+                ops->ns_poly_rows(c, x, full, y, b->count, a, n, r0, r1);
+            if (p + 1 < panels)
+                pl->ops->progress(pl, reqs[p + 1]);
+            pan += b->count * cz_ns_panel_len(a, r0, r1);
+        }
+        ops->ns_poly_end(c, x, full, y, bm, b->count, a, n, h->coeffs);
         if (progress)
             progress(ctx);
     }

@@ -114,6 +114,8 @@ struct cz_pipeline {
     int nwidths;
     int widths[CZ_MAX_COOP_WIDTHS];
     cz_plane wplanes[CZ_MAX_COOP_WIDTHS];
+    /* Per sub-plane, one request per Gram panel (cz_muon_coop_run). */
+    cz_comm_req *wreqs[CZ_MAX_COOP_WIDTHS][CZ_COOP_MAX_PANELS];
 };
 
 static bool replicated(const cz_plan_param *p)
@@ -502,11 +504,15 @@ static int open_width_planes(cz_executor *ex, cz_error *err)
                                             &pp->wplanes[pp->nwidths], err);
             if (rc)
                 return rc;
-            pp->wplanes[pp->nwidths].compute = &ex->compute;
-            pp->widths[pp->nwidths++] = k;
-            if (pp->wplanes[i].size != k)
+            cz_plane *wp = &pp->wplanes[pp->nwidths];
+            wp->compute = &ex->compute;
+            pp->widths[pp->nwidths++] = k; /* from here on, teardown closes it */
+            if (wp->size != k)
                 return cz_error_set(err, CZ_EINTERNAL, "the sub-plane of width %d has %d ranks", k,
-                                    pp->wplanes[i].size);
+                                    wp->size);
+            for (int q = 0; q < CZ_COOP_MAX_PANELS; q++)
+                if (!(pp->wreqs[i][q] = wp->ops->req_create(wp)))
+                    return cz_error_set(err, CZ_ENOMEM, "out of memory for requests");
         }
     return CZ_OK;
 }
@@ -669,8 +675,12 @@ void cz_exec_pipeline_free(cz_executor *ex)
     }
     if (pp->coop_ready)
         c->ops->event_free(c, pp->coop_ready);
-    for (int i = 0; i < pp->nwidths; i++)
+    for (int i = 0; i < pp->nwidths; i++) {
+        for (int q = 0; q < CZ_COOP_MAX_PANELS; q++)
+            if (pp->wreqs[i][q])
+                pp->wplanes[i].ops->req_free(&pp->wplanes[i], pp->wreqs[i][q]);
         cz_plane_close(&pp->wplanes[i]);
+    }
     cz_exec_free(pp);
     ex->pipe = NULL;
 }
@@ -769,8 +779,8 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
     for (int b = 0; b < pg->ncoop && !linalg && !rc; b++) {
         coop_batch *cb = &pg->coop[b];
         rc = cz_muon_coop_run(c, cb->plane, &ex->muon, &cb->shape, cb->in, cb->out, pp->batch,
-                              pp->gram, pp->work, pp->sq, pp->coop_ready, progress_inflight, &pc,
-                              err);
+                              pp->gram, pp->work, pp->sq, pp->coop_ready,
+                              pp->wreqs[cb->plane - pp->wplanes], progress_inflight, &pc, err);
     }
     if (!rc && !linalg)
         rc = cz_muon_run(c, &ex->muon, &pg->muon, pg->hin, pg->hout, pp->batch, pp->work,

@@ -277,6 +277,48 @@ static inline double cz_coop_gram_bytes(double a)
     return 2.0 * a * (a + 1.0);
 }
 
+/* Row panels of a cooperative task's Gram. Every Newton-Schulz iteration the executor computes
+ * the a x a Gram's upper triangle in `panels` row panels and all-reduces each panel while it
+ * computes the next ones and, in the A(AX) form, the rows of A X that the panels already summed
+ * give (cz_muon_coop_run): the all-reduce hides behind that computation instead of stalling every
+ * member. The count depends on a only, so that the planner's cost model (cz_cost_coop), the
+ * simulator and every member agree without the plan recording it: 8 panels from a = 64 (at a =
+ * 4096 on an H100 node, the panel computation covers the all-reduce), one panel per 8 rows
+ * below. */
+#define CZ_COOP_MAX_PANELS 8
+static inline int cz_coop_panels(int64_t a)
+{
+    int64_t p = a / 8;
+    return p < 1 ? 1 : p > CZ_COOP_MAX_PANELS ? CZ_COOP_MAX_PANELS : (int)p;
+}
+
+/* Packed elements of the Gram's upper triangle before row i: i a - i (i - 1) / 2. */
+static inline int64_t cz_coop_packed_before(int64_t a, int64_t i)
+{
+    return i * a - i * (i - 1) / 2;
+}
+
+/* First row of panel p of `panels` (p = panels gives a). Panels hold about equal shares of the
+ * packed triangle (equal all-reduce bytes): panel p starts at the smallest row whose packed
+ * offset reaches p / panels of the a (a + 1) / 2 elements, so early panels have fewer, longer
+ * rows. */
+static inline int64_t cz_coop_panel_row(int64_t a, int panels, int p)
+{
+    if (p <= 0)
+        return 0;
+    if (p >= panels)
+        return a;
+    int64_t want = (a * (a + 1) / 2 * p + panels - 1) / panels, lo = 0, hi = a;
+    while (lo < hi) { /* smallest i in [0, a] with packed_before(i) >= want */
+        int64_t mid = lo + (hi - lo) / 2;
+        if (cz_coop_packed_before(a, mid) >= want)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
 /* ---- model limits (model_io.c), shared by the importer so that it writes only what loads ---- */
 /* Parameters after repeat expansion: bounds the expansion of a hostile file. 2^18 = 262,144 is
  * over five times the largest public MoE (Kimi K2, about 47,000 after expansion) and keeps the

@@ -146,12 +146,15 @@ START_TEST(ns_batched_equals_single)
 }
 END_TEST
 
-/* Cooperative Newton-Schulz as the k members compute it, the all-reduces done here by hand (the
- * sums of the members' sums of squares and of their packed Gram matrices): k uneven slices
- * along the long side of a wide and of a tall matrix give the single-process update up to
- * rounding. Returns how many members' slices took the A(AX) form (narrower than the short
- * side, ns_coop.h), so that each case can check which form it exercised. */
-static int coop_case(int64_t rows, int64_t cols, int k)
+/* Cooperative Newton-Schulz as the k members compute it (cz_muon_coop_run's order of
+ * operations), the all-reduces done here by hand: the sums of the members' sums of squares,
+ * and per iteration of their packed Gram rows panel by panel, each member unpacking a panel
+ * and, in the A(AX) form, computing those rows of A X before the next panel is summed. k uneven
+ * slices along the long side of a wide and of a tall matrix give the single-process update up
+ * to rounding, for `panels` row panels of the Gram. Returns how many members' slices took the
+ * A(AX) form (narrower than the short side, ns_coop.h), so that each case can check which form
+ * it exercised. */
+static int coop_case_panels(int64_t rows, int64_t cols, int k, int panels)
 {
     enum { MAXN = 48 * 24, MAXA = 24 };
     float g[MAXN], want[MAXN], got[MAXN];
@@ -172,9 +175,9 @@ static int coop_case(int64_t rows, int64_t cols, int k)
     ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &h, ps, in, o, 1, NULL), 0);
 
     bool tall = rows > cols;
-    int64_t a = tall ? cols : rows, len = tall ? rows : cols, pl = cz_ns_packed_len(a);
+    int64_t a = tall ? cols : rows, len = tall ? rows : cols;
     static float part[8][MAXN], x[8][MAXN], gram[8][MAXA * (MAXA + 1) / 2],
-        sum[MAXA * (MAXA + 1) / 2], work[8][2 * MAXA * MAXA + MAXN];
+        sum[MAXA * (MAXA + 1) / 2], full[8][MAXA * MAXA], y[8][MAXN], bm[8][MAXA * MAXA];
     int64_t pr[8], pc[8], st[8];
     double sq[8], total = 0.0;
     int aax = 0;
@@ -193,14 +196,36 @@ static int coop_case(int64_t rows, int64_t cols, int k)
     for (int j = 0; j < k; j++)
         cpu.ops->block_load_sq(&cpu, x[j], part[j], pc[j], pr[j], pc[j], tall, h.eps, &total);
     for (int s = 0; s < h.ns_steps; s++) {
+        /* Every member's panels first (as the executor posts them), then the sums in order. */
+        int64_t off = 0;
+        for (int q = 0; q < panels; q++) {
+            int64_t r0 = cz_coop_panel_row(a, panels, q), r1 = cz_coop_panel_row(a, panels, q + 1);
+            int64_t pl = cz_ns_panel_len(a, r0, r1);
+            for (int j = 0; j < k; j++) {
+                int64_t nj = tall ? pr[j] : pc[j];
+                cpu.ops->ns_gram_rows(&cpu, x[j], 1, a, nj, r0, r1, full[j], gram[j] + off);
+            }
+            off += pl;
+        }
+        ck_assert_int_eq(off, cz_ns_packed_len(a));
         memset(sum, 0, sizeof sum);
-        for (int j = 0; j < k; j++) {
-            cpu.ops->ns_gram(&cpu, x[j], 1, a, tall ? pr[j] : pc[j], gram[j], work[j]);
-            for (int64_t e = 0; e < pl; e++)
+        for (int j = 0; j < k; j++)
+            for (int64_t e = 0; e < off; e++)
                 sum[e] += gram[j][e];
+        off = 0;
+        for (int q = 0; q < panels; q++) {
+            int64_t r0 = cz_coop_panel_row(a, panels, q), r1 = cz_coop_panel_row(a, panels, q + 1);
+            for (int j = 0; j < k; j++) {
+                int64_t nj = tall ? pr[j] : pc[j];
+                cpu.ops->ns_unpack_rows(&cpu, full[j], sum + off, 1, a, r0, r1);
+                if (cz_ns_coop_use_aax(a, nj))
+                    cpu.ops->ns_poly_rows(&cpu, x[j], full[j], y[j], 1, a, nj, r0, r1);
+            }
+            off += cz_ns_panel_len(a, r0, r1);
         }
         for (int j = 0; j < k; j++)
-            cpu.ops->ns_poly(&cpu, x[j], sum, 1, a, tall ? pr[j] : pc[j], h.coeffs, work[j]);
+            cpu.ops->ns_poly_end(&cpu, x[j], full[j], y[j], bm[j], 1, a, tall ? pr[j] : pc[j],
+                                 h.coeffs);
     }
     float scale = cz_muon_scale(&h, rows, cols);
     for (int j = 0; j < k; j++) {
@@ -212,8 +237,20 @@ static int coop_case(int64_t rows, int64_t cols, int k)
         big = fabsf(want[i]) > big ? fabsf(want[i]) : big;
         diff = fabsf(want[i] - got[i]) > diff ? fabsf(want[i] - got[i]) : diff;
     }
-    ck_assert_msg(diff <= 1e-5f * big, "%lld x %lld, k %d: max diff %g of %g", (long long)rows,
-                  (long long)cols, k, (double)diff, (double)big);
+    ck_assert_msg(diff <= 1e-5f * big, "%lld x %lld, k %d, %d panels: max diff %g of %g",
+                  (long long)rows, (long long)cols, k, panels, (double)diff, (double)big);
+    return aax;
+}
+
+/* coop_case_panels with one panel, with the executor's count (cz_coop_panels) and with
+ * (a + 1) / 2 panels, the most for which none is empty (a row holds at most a of the a (a + 1)
+ * / 2 packed elements); every run must agree with the single process. */
+static int coop_case(int64_t rows, int64_t cols, int k)
+{
+    int64_t a = rows < cols ? rows : cols;
+    int aax = coop_case_panels(rows, cols, k, 1);
+    ck_assert_int_eq(coop_case_panels(rows, cols, k, cz_coop_panels(a)), aax);
+    ck_assert_int_eq(coop_case_panels(rows, cols, k, (int)(a + 1) / 2), aax);
     return aax;
 }
 
@@ -234,41 +271,78 @@ START_TEST(coop_ops_equal_single)
 }
 END_TEST
 
-/* The packed Gram (ns_coop.h): upper triangle row by row, and back with the lower triangle
- * mirrored, for a batch of two matrices of each size. */
+/* The packed Gram (ns_coop.h): upper triangle row by row, packed and back (the lower
+ * triangle mirrored) one row panel at a time for a batch of two matrices of each size; the
+ * panels, back to back, are the whole packed triangle in order. */
 START_TEST(coop_pack_round_trip)
 {
     enum { MAXA = 7 };
     static const int64_t sizes[] = {1, 2, 7};
-    for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
-        int64_t a = sizes[t], pl = cz_ns_packed_len(a);
-        ck_assert_int_eq(pl, a * (a + 1) / 2);
-        float full[2][MAXA * MAXA], back[2][MAXA * MAXA], packed[2 * MAXA * (MAXA + 1) / 2];
-        /* Symmetric inputs whose lower triangle carries a marker the packing must not read. */
-        for (int m = 0; m < 2; m++)
-            for (int64_t i = 0; i < a; i++)
-                for (int64_t j = 0; j < a; j++)
-                    full[m][i * a + j] = i <= j ? (float)(100 * m + 10 * i + j) : -1.0f;
-        cz_ns_sym_pack(packed, &full[0][0], 1, a);
-        cz_ns_sym_pack(packed + pl, &full[1][0], 1, a);
-        /* Row i of the packed form starts at (i, i) and runs to (i, a - 1). */
-        int64_t e = 0;
-        for (int m = 0; m < 2; m++)
-            for (int64_t i = 0; i < a; i++) {
-                ck_assert_int_eq(cz_ns_packed_row(a, i), e - m * pl);
-                for (int64_t j = i; j < a; j++)
-                    ck_assert_float_eq(packed[e++], (float)(100 * m + 10 * i + j));
+    for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++)
+        for (int panels = 1; panels <= sizes[t]; panels++) {
+            int64_t a = sizes[t], pl = cz_ns_packed_len(a);
+            ck_assert_int_eq(pl, a * (a + 1) / 2);
+            /* Two a x a matrices back to back, as a batch. */
+            float full[2 * MAXA * MAXA], back[2 * MAXA * MAXA], packed[2 * MAXA * (MAXA + 1) / 2];
+            /* Symmetric inputs whose lower triangle carries a marker the packing must not
+             * read. */
+            for (int m = 0; m < 2; m++)
+                for (int64_t i = 0; i < a; i++)
+                    for (int64_t j = 0; j < a; j++)
+                        full[m * a * a + i * a + j] =
+                            i <= j ? (float)(100 * m + 10 * i + j) : -1.0f;
+            memset(back, 0, sizeof back);
+            int64_t e = 0;
+            for (int q = 0; q < panels; q++) {
+                int64_t r0 = cz_coop_panel_row(a, panels, q),
+                        r1 = cz_coop_panel_row(a, panels, q + 1);
+                ck_assert_int_le(r0, r1); /* past (a + 1) / 2 panels some are empty */
+                cz_ns_rows_pack(packed + 2 * cz_coop_packed_before(a, r0), full, 2, a, r0, r1);
+                /* Matrix m's rows r0 .. r1-1, each from (i, i) to (i, a - 1). */
+                for (int m = 0; m < 2; m++)
+                    for (int64_t i = r0; i < r1; i++)
+                        for (int64_t j = i; j < a; j++)
+                            ck_assert_float_eq(packed[e++], (float)(100 * m + 10 * i + j));
+                cz_ns_rows_unpack(back, packed + 2 * cz_coop_packed_before(a, r0), 2, a, r0, r1);
+                ck_assert_int_eq(e, 2 * cz_coop_packed_before(a, r1));
             }
-        ck_assert_int_eq(e, 2 * pl);
-        memset(back, 0, sizeof back);
-        cz_ns_sym_unpack(&back[0][0], packed, 1, a);
-        cz_ns_sym_unpack(&back[1][0], packed + pl, 1, a);
-        for (int m = 0; m < 2; m++)
-            for (int64_t i = 0; i < a; i++)
-                for (int64_t j = 0; j < a; j++) {
-                    int64_t lo = i < j ? i : j, hi = i < j ? j : i;
-                    ck_assert_float_eq(back[m][i * a + j], (float)(100 * m + 10 * lo + hi));
-                }
+            ck_assert_int_eq(e, 2 * pl);
+            for (int m = 0; m < 2; m++)
+                for (int64_t i = 0; i < a; i++)
+                    for (int64_t j = 0; j < a; j++) {
+                        int64_t lo = i < j ? i : j, hi = i < j ? j : i;
+                        ck_assert_float_eq(back[m * a * a + i * a + j],
+                                           (float)(100 * m + 10 * lo + hi));
+                    }
+        }
+}
+END_TEST
+
+/* The panel rule (cz_plan_types.h): one panel per 8 rows, at most 8, boundaries at equal
+ * shares of the packed triangle. a = 16: 2 panels of the 136 packed elements; the second starts
+ * at the first row whose offset 16 i - i (i - 1) / 2 reaches 68: row 4 has 58 before it, row 5
+ * has 70, so row 5. */
+START_TEST(coop_panel_rule)
+{
+    ck_assert_int_eq(cz_coop_panels(1), 1);
+    ck_assert_int_eq(cz_coop_panels(15), 1);
+    ck_assert_int_eq(cz_coop_panels(16), 2);
+    ck_assert_int_eq(cz_coop_panels(63), 7);
+    ck_assert_int_eq(cz_coop_panels(64), 8);
+    ck_assert_int_eq(cz_coop_panels(4096), 8);
+    ck_assert_int_eq(cz_coop_panel_row(16, 2, 0), 0);
+    ck_assert_int_eq(cz_coop_panel_row(16, 2, 1), 5);
+    ck_assert_int_eq(cz_coop_panel_row(16, 2, 2), 16);
+    /* Each boundary is the first row whose packed offset reaches its share. */
+    for (int64_t a = 1; a <= 300; a += 7) {
+        int P = cz_coop_panels(a);
+        int64_t total = a * (a + 1) / 2;
+        for (int p = 1; p < P; p++) {
+            int64_t r = cz_coop_panel_row(a, P, p), want = (total * p + P - 1) / P;
+            ck_assert_int_ge(cz_coop_packed_before(a, r), want);
+            ck_assert_int_lt(cz_coop_packed_before(a, r - 1), want);
+            ck_assert_int_lt(cz_coop_panel_row(a, P, p - 1), r);
+        }
     }
 }
 END_TEST
@@ -347,6 +421,7 @@ int main(void)
     tcase_add_test(tc, coop_ops_equal_single);
     tcase_add_test(tc, coop_pack_round_trip);
     tcase_add_test(tc, coop_form_rule);
+    tcase_add_test(tc, coop_panel_rule);
     tcase_add_test(tc, adamw_hand);
     tcase_add_test(tc, momentum_and_update);
     tcase_add_test(tc, coeff_names);

@@ -36,7 +36,8 @@ mpi | nccl)
     grep -q "verify: OK" "$tmp/out"
   done
   # Block and cooperative tasks (k = 2): the sub-plane all-reduces (MPI_Allreduce on staged
-  # memory, or ncclAllReduce) and the cuda backend's block_load_sq, ns_gram, ns_poly and
+  # memory, or ncclAllReduce, the Gram panels non-blocking) and the cuda backend's block_load_sq,
+  # ns_gram_rows, ns_unpack_rows, ns_poly_rows, ns_poly_end and
   # apply_runs, against the same reference.
   "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/cpu-4-dp2-tp2.json" \
     --dp alpha --tp rollback --split-blocks --coop 2 -o "$tmp/coop.json"

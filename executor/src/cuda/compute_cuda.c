@@ -1,7 +1,8 @@
 /* The "cuda" compute backend: device memory, one stream (the job's or its own), one cuBLAS
  * handle with its own workspace bound to that stream, the kernels of kernels.cu for everything
  * elementwise, and the Newton-Schulz iteration as the cuBLAS calls ns_plan.c lays out
- * (strided-batched for same-shape matrices, one GEMM for a single matrix).
+ * (strided-batched for same-shape matrices, one GEMM for a single matrix). Cooperative
+ * Newton-Schulz's row panels are strided-batched GEMMs and the panel pack/unpack kernels.
  *
  * Every op is enqueued on the stream and returns at once; the host waits only in event_sync
  * and download (the step's one read-back, the finiteness verdict). Ops that return nothing
@@ -414,94 +415,125 @@ static void cuda_apply_runs(cz_compute *c, float *p, const float *u, const cz_ru
                         "apply_runs");
 }
 
-/* Row-major X (rows x cols) is column-major X^T (cols x rows, ld cols), so A = X X^T is
- * op(T) x op(N) of that buffer with itself, into work; A is symmetric, so its layout is
- * either, and its upper triangle is packed into a (ns_coop.h). */
-static void cuda_ns_gram(cz_compute *c, const float *x, int batch, int64_t rows, int64_t cols,
-                         float *a, float *work)
+/* Cooperative Newton-Schulz in row panels (exec_internal.h's version-5 ops, ns_coop.h).
+ * Matrices are `batch` back to back: X and Y rows x cols (stride xs = rows cols), A and B rows x
+ * rows (stride rows^2), all row-major. cuBLAS is column-major, where a row-major m x n matrix
+ * with row stride ld is its n x m transpose with the same ld; so row-major C = A B is issued as
+ * C^T = B^T A^T, gemm(N, N, m = C's columns, n = C's rows, k, B, ld B, A, ld A, C, ld C). Each
+ * call states its column-major form. None needs A to be symmetric. */
+
+/* This member's rows r0 .. r1-1 of X X^T (from column r0 on) into full, then packed to out. */
+static void cuda_ns_gram_rows(cz_compute *c, const float *x, int batch, int64_t rows, int64_t cols,
+                              int64_t r0, int64_t r1, float *full, float *out)
 {
     cuda_impl *h = impl_of(c);
     cz_error e;
     const float one = 1.0f, zero = 0.0f;
-    if (rows <= 0 || batch <= 0)
+    int64_t ph = r1 - r0, pw = rows - r0;
+    if (batch <= 0 || ph <= 0)
         return;
     if (cols == 0) { /* a member with an empty slice adds nothing to the sum */
-        note(c,
-             CZ_CU(&e,
-                   cudaMemsetAsync(a, 0, (size_t)(batch * cz_ns_packed_len(rows)) * sizeof(float),
-                                   h->stream)),
-             &e);
+        size_t n = (size_t)batch * (size_t)cz_ns_panel_len(rows, r0, r1);
+        note(c, CZ_CU(&e, cudaMemsetAsync(out, 0, n * sizeof(float), h->stream)), &e);
         return;
     }
+    /* G = X[r0:r1] X[r0:rows]^T, row-major ph x pw at full + r0 rows + r0 (ld rows). Column-major:
+     * G^T (pw x ph, ld rows) = S^T P with S = X[r0:rows]^T (cols x pw, ld cols) and P =
+     * X[r0:r1]^T (cols x ph, ld cols), both at x + r0 cols: gemm(T, N, m = pw, n = ph, k = cols,
+     * x + r0 cols, ld cols, x + r0 cols, ld cols, full + r0 rows + r0, ld rows). */
+    const float *xr = x + r0 * cols;
     note(c,
-         CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows,
-                                               (int)rows, (int)cols, &one, x, (int)cols,
-                                               rows * cols, x, (int)cols, rows * cols, &zero, work,
+         CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)pw, (int)ph,
+                                               (int)cols, &one, xr, (int)cols, rows * cols, xr,
+                                               (int)cols, rows * cols, &zero, full + r0 * rows + r0,
                                                (int)rows, rows * rows, batch)),
          &e);
-    cz_cuda_note_launch(c, cz_k_sym_pack_batched(h->stream, a, work, rows * rows, rows, batch),
-                        "sym_pack_batched");
+    cz_cuda_note_launch(c, cz_k_ns_pack_rows(h->stream, out, full, rows, r0, r1, batch),
+                        "ns_pack_rows");
 }
 
-/* X = a X + (b A + c A A) X per matrix with the summed Gram packed in a, in ns_coop.h's form.
- * Work per matrix (stride ws = 2 r^2 + r c): the unpacked A, then [B: r^2][Y: r c] (standard)
- * or [Y: r c] (A(AX)). In column major, row-major Y (rows x cols) is Y^T = X^T M^T = X^T M for
- * a symmetric M (B or A), so every product is Xcm (c x r, ld c) times an r x r matrix. */
-static void cuda_ns_poly(cz_compute *c, float *x, const float *a, int batch, int64_t rows,
-                         int64_t cols, const cz_ns_coeffs *k, float *work)
+static void cuda_ns_unpack_rows(cz_compute *c, float *full, const float *in, int batch,
+                                int64_t rows, int64_t r0, int64_t r1)
+{
+    cz_cuda_note_launch(c, cz_k_ns_unpack_rows(impl_of(c)->stream, full, in, rows, r0, r1, batch),
+                        "ns_unpack_rows");
+}
+
+static void cuda_ns_poly_rows(cz_compute *c, const float *x, const float *full, float *y, int batch,
+                              int64_t rows, int64_t cols, int64_t r0, int64_t r1)
 {
     cuda_impl *h = impl_of(c);
     cz_error e;
-    const float one = 1.0f, zero = 0.0f, kc = (float)k->c;
-    int64_t ws = 2 * rows * rows + rows * cols, xs = rows * cols;
-    float *A = work;
-    if (rows <= 0 || batch <= 0)
+    const float one = 1.0f, zero = 0.0f;
+    int64_t ph = r1 - r0, xs = rows * cols;
+    if (batch <= 0 || cols <= 0 || ph <= 0)
         return;
-    cz_cuda_note_launch(c, cz_k_sym_unpack_batched(h->stream, A, ws, a, rows, batch),
-                        "sym_unpack_batched");
-    if (cols == 0)
+    /* Y[r0:r1] (ph x cols) = A[r0:r1] (ph x rows, ld rows) X. Column-major: Y[r0:r1]^T (cols x
+     * ph, ld cols) = X^T (cols x rows, ld cols) A[r0:r1]^T (rows x ph, ld rows): gemm(N, N,
+     * m = cols, n = ph, k = rows, x, ld cols, full + r0 rows, ld rows, y + r0 cols, ld cols). */
+    note(c,
+         CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
+                                               (int)ph, (int)rows, &one, x, (int)cols, xs,
+                                               full + r0 * rows, (int)rows, rows * rows, &zero,
+                                               y + r0 * cols, (int)cols, xs, batch)),
+         &e);
+}
+
+/* The elementwise steps run over the whole batch as one vector: x, y, full and bm are each
+ * contiguous, so no per-matrix stride (nor grid.y limit) is involved. */
+static void cuda_ns_poly_end(cz_compute *c, float *x, const float *full, float *y, float *bm,
+                             int batch, int64_t rows, int64_t cols, const cz_ns_coeffs *k)
+{
+    cuda_impl *h = impl_of(c);
+    cz_error e;
+    const float one = 1.0f, kc = (float)k->c;
+    int64_t xs = rows * cols, as = rows * rows, xn = xs * batch;
+    if (batch <= 0 || rows <= 0 || cols <= 0)
         return;
     if (cz_ns_coop_use_aax(rows, cols)) {
-        /* Y = A X; X = a X + b Y; X += c A Y. */
-        float *Y = A + rows * rows;
-        note(c,
-             CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
-                                                   (int)rows, (int)rows, &one, x, (int)cols, xs, A,
-                                                   (int)rows, ws, &zero, Y, (int)cols, ws, batch)),
-             &e);
+        /* y holds Y = A X: X = a X + b Y; X += c A Y. */
         cz_cuda_note_launch(
-            c, cz_k_axpby_batched(h->stream, x, xs, Y, ws, xs, batch, (float)k->b, (float)k->a),
+            c, cz_k_axpby_batched(h->stream, x, 0, y, 0, xn, 1, (float)k->b, (float)k->a),
             "axpby_batched");
+        /* Column-major: X^T (cols x rows, ld cols) += c Y^T (cols x rows, ld cols) A^T (rows x
+         * rows, ld rows): gemm(N, N, m = cols, n = rows, k = rows, c, y, ld cols, full, ld rows,
+         * 1, x, ld cols). */
         if (kc != 0.0f)
             note(c,
-                 CZ_BLAS(&e,
-                         cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
-                                                   (int)rows, (int)rows, &kc, Y, (int)cols, ws, A,
-                                                   (int)rows, ws, &one, x, (int)cols, xs, batch)),
+                 CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
+                                                       (int)rows, (int)rows, &kc, y, (int)cols, xs,
+                                                       full, (int)rows, as, &one, x, (int)cols, xs,
+                                                       batch)),
                  &e);
         return;
     }
-    /* B = b A + c A A, Y = a X + B X, X = Y. */
-    float *B = A + rows * rows, *Y = B + rows * rows;
+    /* B = b A; B += c A A; Y = a X; Y += B X; X = Y. */
     cz_cuda_note_launch(
-        c, cz_k_axpby_batched(h->stream, B, ws, A, ws, rows * rows, batch, (float)k->b, 0.0f),
+        c, cz_k_axpby_batched(h->stream, bm, 0, full, 0, as * batch, 1, (float)k->b, 0.0f),
         "axpby_batched");
+    /* Column-major: B^T (rows x rows, ld rows) += c A^T A^T: gemm(N, N, m = n = k = rows, c, full,
+     * ld rows, full, ld rows, 1, bm, ld rows). */
     if (kc != 0.0f)
         note(c,
-             CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)rows,
-                                                   (int)rows, (int)rows, &kc, A, (int)rows, ws, A,
-                                                   (int)rows, ws, &one, B, (int)rows, ws, batch)),
+             CZ_BLAS(&e,
+                     cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)rows,
+                                               (int)rows, (int)rows, &kc, full, (int)rows, as, full,
+                                               (int)rows, as, &one, bm, (int)rows, as, batch)),
              &e);
-    cz_cuda_note_launch(c,
-                        cz_k_axpby_batched(h->stream, Y, ws, x, xs, xs, batch, (float)k->a, 0.0f),
+    cz_cuda_note_launch(c, cz_k_axpby_batched(h->stream, y, 0, x, 0, xn, 1, (float)k->a, 0.0f),
                         "axpby_batched");
+    /* Column-major: Y^T (cols x rows, ld cols) += X^T (cols x rows, ld cols) B^T (rows x rows,
+     * ld rows): gemm(N, N, m = cols, n = rows, k = rows, 1, x, ld cols, bm, ld rows, 1, y,
+     * ld cols). */
     note(c,
          CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
-                                               (int)rows, (int)rows, &one, x, (int)cols, xs, B,
-                                               (int)rows, ws, &one, Y, (int)cols, ws, batch)),
+                                               (int)rows, (int)rows, &one, x, (int)cols, xs, bm,
+                                               (int)rows, as, &one, y, (int)cols, xs, batch)),
          &e);
-    cz_cuda_note_launch(c, cz_k_axpby_batched(h->stream, x, xs, Y, ws, xs, batch, 1.0f, 0.0f),
-                        "axpby_batched");
+    note(c,
+         CZ_CU(&e, cudaMemcpyAsync(x, y, (size_t)xn * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   h->stream)),
+         &e);
 }
 
 static void *operand(const cz_ns_operand *o, float *x, float *work, int i)
@@ -651,8 +683,10 @@ static const cz_compute_ops cz_compute_cuda_ops = {
     .linalg_work = cz_cuda_linalg_work,
     .upload = cuda_upload,
     .block_load_sq = cuda_block_load_sq,
-    .ns_gram = cuda_ns_gram,
-    .ns_poly = cuda_ns_poly,
+    .ns_gram_rows = cuda_ns_gram_rows,
+    .ns_unpack_rows = cuda_ns_unpack_rows,
+    .ns_poly_rows = cuda_ns_poly_rows,
+    .ns_poly_end = cuda_ns_poly_end,
     .apply_runs = cuda_apply_runs,
 };
 

@@ -147,34 +147,61 @@ __global__ void symfill_batched_kernel(float *c, int64_t cs, int64_t n)
     }
 }
 
-/* The packed upper triangle of a row-major n x n matrix (ns_coop.h): row i's element (i, i)
- * at i n - i (i - 1) / 2. One thread per element of the full matrix: (i, j) with i <= j is
- * copied to its packed place, the lower ones idle; no element is written twice. */
-__device__ __forceinline__ int64_t packed_at(int64_t n, int64_t i, int64_t j)
+/* Offset of row i's first packed element (i, i) in a packed a x a upper triangle: ns_coop.h's
+ * layout, the same formula as cz_coop_packed_before (cz_plan_types.h, host-only C). */
+__device__ __forceinline__ int64_t packed_before(int64_t a, int64_t i)
 {
-    return i * n - i * (i - 1) / 2 + (j - i);
+    return i * a - i * (i - 1) / 2;
 }
 
-__global__ void sym_pack_batched_kernel(float *p, int64_t ps, const float *f, int64_t fs, int64_t n)
+/* Panel kernels loop over the batch in grid.y, so that any batch fits the grid's y limit. */
+constexpr int max_grid_y = 65535;
+
+/* One thread per element of the panel's h x w rectangle of full (rows r0 .. r1-1, columns
+ * r0 .. a-1): the (i, j) with j >= i go to their packed place, the few left of the diagonal
+ * idle. Reads and writes run along rows, so both are coalesced, and no inverse of the packed
+ * index is needed. */
+__global__ void ns_pack_rows_kernel(float *out, const float *full, int64_t a, int64_t r0,
+                                    int64_t r1, int batch)
 {
-    float *pi = p + blockIdx.y * ps;
-    const float *fi = f + blockIdx.y * fs;
-    for (int64_t e = first_index(); e < n * n; e += grid_stride()) {
-        int64_t i = e / n, j = e % n;
-        if (i <= j)
-            pi[packed_at(n, i, j)] = fi[e];
+    int64_t w = a - r0, n = (r1 - r0) * w, base = packed_before(a, r0);
+    int64_t pl = packed_before(a, r1) - base;
+    for (int64_t m = blockIdx.y; m < batch; m += gridDim.y) {
+        float *o = out + m * pl;
+        const float *f = full + m * a * a;
+        for (int64_t e = first_index(); e < n; e += grid_stride()) {
+            int64_t i = r0 + e / w, j = r0 + e % w;
+            if (j >= i)
+                o[packed_before(a, i) - base + (j - i)] = f[i * a + j];
+        }
     }
 }
 
-/* The inverse: every element (i, j) of the full matrix reads the packed (min, max). */
-__global__ void sym_unpack_batched_kernel(float *f, int64_t fs, const float *p, int64_t ps,
-                                          int64_t n)
+/* One thread per element of full that the panel writes, each written once: first rows r0 ..
+ * r1-1 from column r0 on (h x w), then rows r1 .. a-1 in columns r0 .. r1-1 ((a - r1) x h).
+ * Element (p, q) reads packed (min, max), which lies in the panel because min(p, q) is one of
+ * its rows. Threads run along full's rows, so the writes are coalesced and the mirrored reads
+ * are the scattered side (neighbouring rows read neighbouring packed elements, from cache). */
+__global__ void ns_unpack_rows_kernel(float *full, const float *in, int64_t a, int64_t r0,
+                                      int64_t r1, int batch)
 {
-    float *fi = f + blockIdx.y * fs;
-    const float *pi = p + blockIdx.y * ps;
-    for (int64_t e = first_index(); e < n * n; e += grid_stride()) {
-        int64_t i = e / n, j = e % n;
-        fi[e] = i <= j ? pi[packed_at(n, i, j)] : pi[packed_at(n, j, i)];
+    int64_t h = r1 - r0, w = a - r0, top = h * w, n = top + (a - r1) * h;
+    int64_t base = packed_before(a, r0), pl = packed_before(a, r1) - base;
+    for (int64_t m = blockIdx.y; m < batch; m += gridDim.y) {
+        float *f = full + m * a * a;
+        const float *s = in + m * pl;
+        for (int64_t e = first_index(); e < n; e += grid_stride()) {
+            int64_t p, q;
+            if (e < top) {
+                p = r0 + e / w;
+                q = r0 + e % w;
+            } else {
+                p = r1 + (e - top) / h;
+                q = r0 + (e - top) % h;
+            }
+            int64_t i = p < q ? p : q, j = p < q ? q : p;
+            f[p * a + q] = s[packed_before(a, i) - base + (j - i)];
+        }
     }
 }
 
@@ -191,6 +218,18 @@ __global__ void to_bf16_batched_kernel(uint16_t *c, int64_t cs, const float *a, 
 dim3 batched_grid(int64_t len, int batch)
 {
     return dim3((unsigned)blocks(len), (unsigned)batch, 1);
+}
+
+/* A panel's rows are checked here rather than trusted: a wrong r0/r1 would write outside the
+ * matrix. */
+int panel_rows_bad(int64_t a, int64_t r0, int64_t r1)
+{
+    return r0 < 0 || r1 < r0 || r1 > a;
+}
+
+dim3 panel_grid(int64_t len, int batch)
+{
+    return dim3((unsigned)blocks(len), (unsigned)(batch < max_grid_y ? batch : max_grid_y), 1);
 }
 
 } // namespace
@@ -340,27 +379,28 @@ int cz_k_symfill_batched(void *stream, float *c, int64_t c_stride, int64_t n, in
     return launched();
 }
 
-int cz_k_sym_pack_batched(void *stream, float *packed, const float *full, int64_t full_stride,
-                          int64_t n, int batch)
+int cz_k_ns_pack_rows(void *stream, float *out, const float *full, int64_t a, int64_t r0,
+                      int64_t r1, int batch)
 {
-    if (n <= 0 || batch <= 0)
+    if (panel_rows_bad(a, r0, r1))
+        return (int)cudaErrorInvalidValue;
+    if (r1 == r0 || batch <= 0)
         return 0;
-    if (batch > 65535)
-        return (int)cudaErrorInvalidConfiguration;
-    sym_pack_batched_kernel<<<batched_grid(n * n, batch), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
-        packed, n * (n + 1) / 2, full, full_stride, n);
+    ns_pack_rows_kernel<<<panel_grid((r1 - r0) * (a - r0), batch), CZ_CUDA_THREADS, 0,
+                          as_stream(stream)>>>(out, full, a, r0, r1, batch);
     return launched();
 }
 
-int cz_k_sym_unpack_batched(void *stream, float *full, int64_t full_stride, const float *packed,
-                            int64_t n, int batch)
+int cz_k_ns_unpack_rows(void *stream, float *full, const float *in, int64_t a, int64_t r0,
+                        int64_t r1, int batch)
 {
-    if (n <= 0 || batch <= 0)
+    if (panel_rows_bad(a, r0, r1))
+        return (int)cudaErrorInvalidValue;
+    if (r1 == r0 || batch <= 0)
         return 0;
-    if (batch > 65535)
-        return (int)cudaErrorInvalidConfiguration;
-    sym_unpack_batched_kernel<<<batched_grid(n * n, batch), CZ_CUDA_THREADS, 0,
-                                as_stream(stream)>>>(full, full_stride, packed, n * (n + 1) / 2, n);
+    int64_t h = r1 - r0;
+    ns_unpack_rows_kernel<<<panel_grid(h * (a - r0) + (a - r1) * h, batch), CZ_CUDA_THREADS, 0,
+                            as_stream(stream)>>>(full, in, a, r0, r1, batch);
     return launched();
 }
 

@@ -44,13 +44,15 @@ int cz_k_axpby_batched(void *stream, float *c, int64_t c_stride, const float *a,
 /* For each of batch column-major n x n matrices c_i: the lower triangle from the upper one
  * (after an upper-triangle SYRK). */
 int cz_k_symfill_batched(void *stream, float *c, int64_t c_stride, int64_t n, int batch);
-/* For each of batch row-major n x n matrices full_i (full_stride apart): its upper triangle,
- * packed (ns_coop.h's layout, n (n + 1) / 2 floats each, back to back). */
-int cz_k_sym_pack_batched(void *stream, float *packed, const float *full, int64_t full_stride,
-                          int64_t n, int batch);
-/* The inverse: full_i = the symmetric matrix of packed_i (both triangles written). */
-int cz_k_sym_unpack_batched(void *stream, float *full, int64_t full_stride, const float *packed,
-                            int64_t n, int batch);
+/* Cooperative Newton-Schulz's Gram panels (ns_coop.h): for each of batch row-major a x a
+ * matrices full_i (a * a apart), rows r0 .. r1-1 of the upper triangle (row i's columns i ..
+ * a-1) packed into out_i, cz_ns_panel_len(a, r0, r1) floats each, back to back. */
+int cz_k_ns_pack_rows(void *stream, float *out, const float *full, int64_t a, int64_t r0,
+                      int64_t r1, int batch);
+/* The inverse into full_i: row i's columns i .. a-1 and, mirrored, column i's rows i+1 .. a-1,
+ * for i in r0 .. r1-1; nothing else of full_i is touched. */
+int cz_k_ns_unpack_rows(void *stream, float *full, const float *in, int64_t a, int64_t r0,
+                        int64_t r1, int batch);
 /* For each of batch matrices i: c_i (bf16) = a_i (fp32). */
 int cz_k_to_bf16_batched(void *stream, uint16_t *c, int64_t c_stride, const float *a,
                          int64_t a_stride, int64_t len, int batch);

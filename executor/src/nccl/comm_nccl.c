@@ -4,9 +4,9 @@
  * Ordering: an operation first makes the communication stream wait for `after` (a compute
  * event); a blocking-form operation (reduce_scatter, all_gather) then records an event on the
  * communication stream and makes the compute stream wait for it, so the compute ops issued
- * next see its result; a request (iall_gather, a send/receive group) records its event and
- * the compute stream waits for it in wait(). The uneven collectives replay the call lists of
- * nccl_plan.c, rooted or padded as its alpha-beta rule chooses.
+ * next see its result; a request (iall_gather, iallreduce_sum, a send/receive group) records
+ * its event and the compute stream waits for it in wait(). The uneven collectives replay the call
+ * lists of nccl_plan.c, rooted or padded as its alpha-beta rule chooses.
  *
  * Failure: the plane registers a watcher with the cuda backend, polled whenever the host waits
  * on the device (the step's read-back, event syncs): ncclCommGetAsyncError reporting an error,
@@ -359,6 +359,32 @@ static int nccl_allreduce_sum(cz_plane *p, void *buf, size_t count, int f64, cz_
     return rc ? rc : join_compute(p, err);
 }
 
+/* A cooperative Gram panel: ordered as nccl_allreduce_sum, after `after` and after every compute
+ * op issued so far (the sum is written in place, and ops issued after `after` may still read
+ * the buffer: what a host-driven plane guarantees by posting once they have run), and completed as
+ * iall_gather (an event on the communication stream that wait() makes the compute stream wait
+ * for). Each panel has its own req; all share the one communication stream, so they complete
+ * in the order they were posted. */
+static int nccl_iallreduce_sum(cz_plane *p, float *buf, size_t count, cz_event *after,
+                               cz_comm_req *req, cz_error *err)
+{
+    nccl_plane *h = impl_of(p);
+    int rc = wait_after(p, after, err);
+    /* h->issued is reused by the next post: a stream wait takes the event's state when it is
+     * enqueued, so re-recording it later does not move this wait. */
+    if (!rc)
+        rc = CZ_CU(err, cudaEventRecord(h->issued, cz_cuda_stream(p->compute)));
+    if (!rc)
+        rc = CZ_CU(err, cudaStreamWaitEvent(h->stream, h->issued, 0));
+    if (!rc)
+        rc = CZ_NCCL_ON(h, err,
+                        ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, h->comm, h->stream));
+    if (!rc)
+        rc = CZ_CU(err, cudaEventRecord(req->ev, h->stream));
+    req->active = !rc;
+    return rc;
+}
+
 static int nccl_group_start(cz_plane *p, cz_comm_req *req, cz_event *after, cz_error *err)
 {
     req->fail = 0;
@@ -558,6 +584,7 @@ static const cz_plane_ops cz_plane_nccl_ops = {
     .split = nccl_split,
     .close = nccl_close,
     .allreduce_sum = nccl_allreduce_sum,
+    .iallreduce_sum = nccl_iallreduce_sum,
 };
 
 int cz_plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, double timeout_s, cz_error *err)
