@@ -89,8 +89,8 @@ static json_t *row_json(const sim_row *r, const sim_row *base)
         ratio(base->sim->step_s, s->step_s), "layout", cz_layout_name(r->layout));
 }
 
-/* Cooperative tasks' all-reduces, in a row's JSON only when it has such tasks, so that the
- * rows of every other plan are what they were. */
+/* Cooperative tasks' exposed all-reduces and waits, in a row's JSON only when it has such
+ * tasks, so that the rows of every other plan are what they were. */
 static json_t *row_json_coop(const sim_row *r, const sim_row *base)
 {
     json_t *o = row_json(r, base);
@@ -151,8 +151,9 @@ static int print_rows(const sim_row *rows, int n, const char *model, const char 
         if (s->coop_tasks == 0)
             continue;
         printf("\n%s: %d cooperative task%s on the critical DP rank; its critical GPU (stage "
-               "%d, DP rank %d, TP rank %d) spends %.3f ms in their Gram and norm all-reduces "
-               "(counted in comm) and %.3f ms waiting for slower members\n",
+               "%d, DP rank %d, TP rank %d) waits %.3f ms on their Gram and norm all-reduces "
+               "(what its computation does not hide; comm counts them whole) and %.3f ms for "
+               "slower members\n",
                rows[i].label, s->coop_tasks, s->coop_tasks == 1 ? "" : "s", s->critical_stage,
                s->critical_dp, s->critical_tp, s->coop_allreduce_s * 1e3, s->coop_wait_s * 1e3);
     }

@@ -262,40 +262,108 @@ cz_muon_tp_work cz_cost_muon_tp(const cz_param_def *p, const cz_settings *s, con
 
 /* Cooperative Newton-Schulz of one m x n matrix (a block, or a matrix without blocks) over k TP
  * ranks, per rank, as the executor runs it (cz_muon_coop_run, executor/src/ns_coop.h). With
- * a = min(m, n) and b = max(m, n), each rank holds an a x b/k slice X_j of X along the long
- * side; every iteration it forms its partial Gram X_j X_j^T (2 a^2 b/k FLOPs), all-reduces its
- * upper triangle (the Gram is symmetric: a (a + 1) / 2 fp32 values, 2 a (a + 1) bytes) among
- * the k, and applies the polynomial X_j = a X_j + (b A + c A A) X_j in the cheaper of two
- * forms: A A computed redundantly, then B X_j (2 a^3 + 2 a^2 b/k), or A (A X_j) (4 a^2 b/k),
- * which the executor takes exactly when the slice is narrower than a (b/k < a). Per rank:
- * ns_steps (2 a^2 b/k + min(2 a^3 + 2 a^2 b/k, 4 a^2 b/k)) FLOPs; the Frobenius norm costs one
- * scalar all-reduce per step. The elementwise work (momentum, scaling) is the slice's. An
- * all-reduce over k ranks is costed as a ring: 2 (k - 1) messages of latency and 2 (k - 1) / k
- * of the payload through the TP group's links (inside a node when the TP group fits in one,
- * else across nodes). */
+ * a = min(m, n), b = max(m, n) and s = b / k, each rank holds an a x s slice X_j of X along the
+ * long side. Every iteration it forms its partial Gram X_j X_j^T, of which only the upper
+ * triangle is needed (the Gram is symmetric), in P = cz_coop_panels(a) row panels
+ * (cz_coop_panel_row: equal shares of the packed triangle, so equal all-reduce bytes): panel p,
+ * rows r_p .. r_{p+1} - 1 (h_p of them), is one GEMM of those rows against rows r_p .. a - 1,
+ * 2 h_p (a - r_p) s FLOPs (P = 1 gives the whole 2 a^2 s; more panels skip the blocks below
+ * the diagonal). As soon as a panel is computed its all-reduce is posted; the all-reduces run
+ * one after another on one channel while the device computes the next panels. Then the
+ * polynomial X_j = a X_j + (b A + c A A) X_j, in the form the executor takes:
+ *  A(AX), exactly when the slice is narrower than a (s < a): the rows of Y = A X_j of panel p
+ *         (2 h_p a s) start as soon as panel p has been summed, so the all-reduces of the later
+ *         panels hide behind them too; then Z = A Y (2 a^2 s) and the elementwise combination.
+ *         Per iteration the Gram plus 4 a^2 s.
+ *  standard: B = b A + c A A computed redundantly once every panel has arrived, then B X_j:
+ *         2 a^3 + 2 a^2 s.
+ * The time of an iteration follows two clocks, compute and communication, each from 0: every
+ * computation waits for the panels it reads, every all-reduce for its panel and for the
+ * channel. The iteration ends when the compute clock does; its waits are the exposed
+ * communication. The standard form always waits for at least the last panel's all-reduce (it
+ * follows the last Gram panel and the polynomial needs every panel); A(AX) can hide everything
+ * behind the rows of Y of the earlier panels. The Frobenius norm costs one scalar all-reduce
+ * per step, not overlapped. The elementwise work (momentum, scaling) is the slice's. */
+cz_coop_time cz_coop_time_of(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
+                             cz_dtype dtype, cz_coop_allreduce_fn allreduce, const void *ctx)
+{
+    cz_coop_time r = {0, 0, 0, 0, 0, 0};
+    int dbytes = cz_dtype_bytes(dtype);
+    int64_t ia = m < n ? m : n;
+    double dm = (double)m, dn = (double)n, a = (double)ia, b = dm < dn ? dn : dm;
+    double steps = (double)s->ns_steps, slice = b / (double)k;
+    int panels = cz_coop_panels(ia);
+    int64_t row[CZ_COOP_MAX_PANELS + 1];
+    for (int p = 0; p <= panels; p++)
+        row[p] = cz_coop_panel_row(ia, panels, p);
+    /* One iteration: tc the compute clock, tm the channel's, done[p] when panel p is summed;
+     * pure the compute clock without waits. */
+    double tc = 0.0, tm = 0.0, pure = 0.0, flops = 0.0, comm = 0.0, done[CZ_COOP_MAX_PANELS];
+    for (int p = 0; p < panels; p++) {
+        double h = (double)(row[p + 1] - row[p]);
+        double f = 2.0 * h * (a - (double)row[p]) * slice, t = rate_seconds(f, 0, c);
+        double packed =
+            (double)(cz_coop_packed_before(ia, row[p + 1]) - cz_coop_packed_before(ia, row[p]));
+        double ar = allreduce(4.0 * packed, ctx);
+        flops += f, pure += t, tc += t, comm += ar;
+        tm = (tc > tm ? tc : tm) + ar;
+        done[p] = tm;
+    }
+    if (slice < a) { /* A(AX): Y's rows panel by panel, then Z = A Y */
+        for (int p = 0; p < panels; p++) {
+            double f = 2.0 * (double)(row[p + 1] - row[p]) * a * slice, t = rate_seconds(f, 0, c);
+            flops += f, pure += t;
+            tc = (tc > done[p] ? tc : done[p]) + t;
+        }
+        double f = 2.0 * a * a * slice, t = rate_seconds(f, 0, c);
+        flops += f, pure += t, tc += t;
+    } else { /* standard: B = b A + c A A and B X_j once every panel is in */
+        double f = 2.0 * a * a * a + 2.0 * a * a * slice, t = rate_seconds(f, 0, c);
+        flops += f, pure += t;
+        tc = (tc > tm ? tc : tm) + t;
+    }
+    double ew_bytes = dm * dn / (double)k * (8.0 + 3.0 * dbytes);
+    r.flops = steps * flops;
+    r.ew_flops = 10.0 * dm * dn / (double)k;
+    r.compute = steps * pure + rate_seconds(0, ew_bytes, c);
+    /* The two clocks add the same terms in the same order, so tc - pure is exactly 0 where
+     * nothing waited (all-reduces of 0 s give total == compute). */
+    double norm = allreduce(8.0, ctx);
+    r.exposed = steps * (tc - pure) + norm;
+    r.total = r.compute + r.exposed;
+    r.comm = steps * comm + norm;
+    return r;
+}
+
+/* The cost model's all-reduce among the k (cz_cost_allreduce_seconds): a ring, 2 (k - 1)
+ * messages of latency and 2 (k - 1) / k of the payload through the TP group's links (inside a
+ * node when the TP group fits in one, else across nodes). */
+typedef struct {
+    int k;
+    const cz_cluster *c;
+} ring_ctx;
+
+static double ring_allreduce(double bytes, const void *ctx)
+{
+    const ring_ctx *x = ctx;
+    return cz_cost_allreduce_seconds(bytes, x->k, x->c);
+}
+
 double cz_cost_coop(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
                     cz_dtype dtype)
 {
-    int dbytes = cz_dtype_bytes(dtype);
     double dm = (double)m, dn = (double)n;
-    double a = dm < dn ? dm : dn, b = dm < dn ? dn : dm, dk = (double)k;
-    double steps = (double)s->ns_steps;
-    double slice = b / dk, standard = 2.0 * a * a * a + 2.0 * a * a * slice,
-           aax = 4.0 * a * a * slice;
-    double flops = steps * (2.0 * a * a * slice + (aax < standard ? aax : standard));
-    double ew_flops = 10.0 * dm * dn / dk, ew_bytes = dm * dn / dk * (8.0 + 3.0 * dbytes);
-    double compute = rate_seconds(flops, ew_bytes, c);
-    double comm = cz_cost_allreduce_seconds(cz_coop_gram_bytes(a), k, c) * steps +
-                  cz_cost_allreduce_seconds(8.0, k, c);
+    ring_ctx ring = {k, c};
+    cz_coop_time t = cz_coop_time_of(m, n, k, s, c, dtype, ring_allreduce, &ring);
     switch (s->unit) {
     case CZ_UNIT_FLOPS:
-        /* Communication as the FLOPs the device could have done meanwhile. */
-        return flops + ew_flops + comm * c->device.matmul_tflops * 1e12;
+        /* The exposed communication as the FLOPs the device could have done meanwhile. */
+        return t.flops + t.ew_flops + t.exposed * c->device.matmul_tflops * 1e12;
     case CZ_UNIT_TIME:
     default:
-        return compute + comm;
+        return t.total;
     case CZ_UNIT_NUMEL:
-        return dm * dn / dk; /* not used: cooperative tasks need a time or FLOP unit */
+        return dm * dn / (double)k; /* not used: cooperative tasks need a time or FLOP unit */
     }
 }
 

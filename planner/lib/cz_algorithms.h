@@ -30,10 +30,31 @@ double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp);
  * cz_cost_param), in the settings' unit. */
 double cz_cost_block(const cz_param_def *d, int block, const cz_settings *s, const cz_cluster *c,
                      cz_dtype dtype);
+/* Seconds of one all-reduce of `bytes` among a cooperative task's members: the cost model's ring
+ * (cz_cost_allreduce_seconds) or the simulator's (cz_sim_collective_seconds on the links the
+ * members share), so that both charge the same pipeline on their own links. */
+typedef double (*cz_coop_allreduce_fn)(double bytes, const void *ctx);
+/* One member's share of a cooperative Newton-Schulz task (cost.c, cz_coop_time_of): its FLOPs,
+ * the seconds of its computation alone (Gram panels, polynomial, elementwise traffic), the
+ * communication those leave exposed (the waits of the pipelined Gram all-reduces, plus the
+ * norm's all-reduce) and their sum, the time the member is occupied. */
+typedef struct cz_coop_time {
+    double flops;    /* matmul FLOPs: ns_steps (Gram panels + polynomial) */
+    double ew_flops; /* elementwise FLOPs of the slice */
+    double compute;  /* seconds of computation alone */
+    double exposed;  /* seconds of communication no computation hides */
+    double total;    /* compute + exposed */
+    double comm;     /* seconds of all its all-reduces, hidden or not */
+} cz_coop_time;
+/* The pipeline of an m x n matrix over k members on the cluster's device, each all-reduce
+ * costed by allreduce(bytes, ctx). */
+cz_coop_time cz_coop_time_of(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
+                             cz_dtype dtype, cz_coop_allreduce_fn allreduce, const void *ctx);
 /* The load on each of k slots computing one m x n matrix by cooperative Newton-Schulz (Muon):
  * compute / k, the redundant a^3 products where they are cheaper than A (A X_j), and the
- * all-reduces of the packed Gram (cost.c), in the settings' unit
- * (time or FLOPs; the element unit has no measure of communication). */
+ * communication the pipelined Gram all-reduces leave exposed (cz_coop_time_of with the ring of
+ * cz_cost_allreduce_seconds), in the settings' unit (time: the total; FLOPs: the FLOPs plus the
+ * exposed seconds at the matmul rate; the element unit has no measure of communication). */
 double cz_cost_coop(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
                     cz_dtype dtype);
 /* Seconds of one all-reduce of `bytes` among k ranks of a TP group (a ring on its links). */

@@ -62,7 +62,8 @@ typedef struct cz_sim_span {
 
 /* One cooperative task of the critical DP rank as simulated: task `task` of micro-group
  * `group` on TP ranks slot .. slot + width - 1, from start (its slowest member free) to end;
- * its Gram and norm all-reduces take the last allreduce_s of that span. */
+ * allreduce_s of that span its members wait on the Gram and norm all-reduces that the
+ * computation does not hide (the pipelined Gram panels, cz_coop_time_of; drawn at its end). */
 typedef struct cz_sim_coop {
     int group, task, slot, width;
     double start, end, allreduce_s;
@@ -83,9 +84,10 @@ struct cz_sim_result {
     double tp_comm_s;      /* TP collective time of the critical DP rank */
     double comm_s;         /* all collective time on the critical GPU (sum, exposed or not) */
     double exposed_comm_s; /* step_s minus the critical GPU's compute busy time */
-    /* Cooperative tasks (canzona.plan/2) of the critical DP rank: how many, and the time the
-     * critical GPU spends in their Gram and norm all-reduces (counted in tp_comm_s and comm_s)
-     * and waiting for their slower members. */
+    /* Cooperative tasks (canzona.plan/2) of the critical DP rank: how many, the time the
+     * critical GPU waits on their Gram and norm all-reduces, the part that its computation
+     * does not hide (tp_comm_s and comm_s count the all-reduces whole), and the time it waits
+     * for their slower members. */
     int coop_tasks;
     double coop_allreduce_s, coop_wait_s;
     int critical_stage, critical_dp, critical_tp; /* the GPU whose work finishes last */

@@ -160,7 +160,7 @@ static int bucket_order_cmp(const void *a, const void *b)
 
 /* A parameter's DP load: its elements, its cost, or (plan->tasks.dp_weight, set by the
  * planner's effective-load variant under --coop) the slot time its tasks need at the split
- * lower bound, which counts the all-reduces a split must pay for. */
+ * lower bound, which counts the all-reduce time a split leaves exposed. */
 static double weight_of(const cz_plan *plan, const cz_plan_param *p)
 {
     if (plan->settings.alpha_numel_loads)

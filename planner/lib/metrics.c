@@ -13,7 +13,9 @@
  * not tasks. average_load = total / GPUs. split_lower_bound bounds every plan with the tasks and
  * widths the settings allow (cz_task_lower_bound, tp_tasks.c): from the plan's task table, or
  * one rebuilt from the cluster for a plan read from a file; without a cluster, the atomic bound
- * when the settings allow no split and the average load (a weaker bound) when they do.
+ * when the settings allow no split and a weaker bound when they do: the average load, with
+ * each matrix at 3/4 of its cost under cooperative widths. average_load itself is no bound once
+ * tasks may be cooperative: a cooperative task's Gram panels skip work its hosted cost counts.
  * The even baseline splits elementwise parameters across DP ranks, so its makespan can fall
  * below the largest elementwise task; only total / GPUs bounds it.
  */
@@ -60,8 +62,9 @@ static int split_bound(const cz_plan *plan, const cz_cluster *c, double *out, cz
 {
     const cz_settings *s = &plan->settings;
     const cz_plan_metrics *m = &plan->metrics;
-    bool freedom = s->split_blocks || (s->coop != 0 && plan->tp > 1 && s->tp == CZ_TP_ROLLBACK &&
-                                       s->optimizer == CZ_OPTIM_MUON);
+    bool coop =
+        s->coop != 0 && plan->tp > 1 && s->tp == CZ_TP_ROLLBACK && s->optimizer == CZ_OPTIM_MUON;
+    bool freedom = s->split_blocks || coop;
     /* The even baseline's fragments are no tasks: it keeps the bound it always had. */
     if (!freedom || s->dp == CZ_DP_EVEN) {
         *out = m->lower_bound;
@@ -72,7 +75,16 @@ static int split_bound(const cz_plan *plan, const cz_cluster *c, double *out, cz
         return CZ_OK;
     }
     if (!c) {
-        *out = m->average_load;
+        /* No task can be costed. Block tasks sum to their matrix, so the average load bounds
+         * them; a cooperative task does less work than its matrix hosted (its Gram panels skip
+         * most of the lower triangle), never below 3/4 of the matmul part (docs/PLANNER.md,
+         * "Metrics"), so with cooperative widths each matrix counts 3/4 of its cost. */
+        double sum = 0.0;
+        for (size_t i = 0; i < plan->nparams; i++)
+            sum += (coop && plan->params[i].def.kind == CZ_KIND_MATRIX ? 0.75 : 1.0) *
+                   plan->params[i].cost;
+        double G = (double)plan->dp * (double)plan->tp * (double)plan->pp;
+        *out = sum / (G > 0.0 ? G : 1.0);
         return CZ_OK;
     }
     cz_task_table tt = {0};

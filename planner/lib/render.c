@@ -840,8 +840,8 @@ static void cell_tasks(sbuf *b, char *label, size_t n, const cz_plan *plan,
 }
 
 /* The cooperative tasks of the timeline's DP rank, each one box across the compute lanes of
- * its k TP ranks (y0: the first compute lane's top, lane: its pitch), its all-reduces the
- * box's red end. */
+ * its k TP ranks (y0: the first compute lane's top, lane: its pitch); its red end is the time
+ * its members wait on the all-reduces that the computation does not hide. */
 static void timeline_coop(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
                           const cz_rank_schedule *sc, int left, double plot_w, double top_val,
                           int y0, int lane, int h, cz_cost_unit u)
@@ -867,7 +867,7 @@ static void timeline_coop(sbuf *b, const cz_plan *plan, const cz_sim_result *sim
         if (cz_group_task_block(grp, k->task) >= 0)
             sb_printf(b, "[%d]", cz_group_task_block(grp, k->task));
         sb_printf(b,
-                  " on TP %d-%d: %s, of which %s in its Gram and norm all-reduces</title>"
+                  " on TP %d-%d: %s, of which %s waiting on its Gram and norm all-reduces</title>"
                   "</rect>\n",
                   k->slot, k->slot + k->width - 1, fmt_value(buf, sizeof buf, k->end - k->start, u),
                   fmt_value(buf2, sizeof buf2, k->allreduce_s, u));
@@ -936,7 +936,8 @@ static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
     if (sim->tl_ncoop > 0) {
         legend_item(b, &lx, &ly, lmax, COOP_FILL, NULL, 0,
                     "cooperative task (one box across its TP ranks)");
-        legend_item(b, &lx, &ly, lmax, COOP_AR_FILL, NULL, 0, "its Gram and norm all-reduces");
+        legend_item(b, &lx, &ly, lmax, COOP_AR_FILL, NULL, 0,
+                    "its exposed Gram and norm all-reduces");
     }
     int y = ly + 18;
 #define XT(v) (left + plot_w * (v) / top_val)

@@ -76,10 +76,11 @@ void cz_sim_result_free(cz_sim_result *r)
 }
 
 /* One task as the pipelined program runs it: on slots slot .. slot + width - 1, computing for
- * `compute` and, when cooperative, in all-reduces for `allreduce` on each of them. */
+ * `compute` and, when cooperative, waiting `allreduce` on each of them for the all-reduces its
+ * computation does not hide (comm: the time of all of them, hidden or not). */
 typedef struct sim_task {
     int slot, width, index; /* index: the task's position in its micro-group */
-    double compute, allreduce;
+    double compute, allreduce, comm;
 } sim_task;
 
 /* What one DP rank's TP group runs after the gradients are synchronized. */
@@ -280,7 +281,7 @@ static int prog_build_even(const sim_ctx *cx, sim_prog *pg, int stage, int d, do
  * cost unit with free communication), and the share of its matrix's elements it covers (its
  * block's region, or the whole matrix). */
 typedef struct task_work {
-    double compute, allreduce, share;
+    double compute, allreduce, share, comm;
 } task_work;
 
 /* The share of matrix d's elements that a task of block `block` covers (1: the whole). */
@@ -294,13 +295,25 @@ static double task_share(const cz_param_def *d, int block)
     return whole > 0 ? (double)rows * (double)cols / whole : 1.0;
 }
 
+/* The simulator's all-reduce among a cooperative task's w members. */
+typedef struct sim_ar {
+    int w;
+    double gbps, lat_us;
+} sim_ar;
+
+static double sim_allreduce(double bytes, const void *ctx)
+{
+    const sim_ar *x = ctx;
+    return cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, x->w, bytes, x->gbps, x->lat_us);
+}
+
 static task_work task_work_of(const sim_ctx *cx, const cz_plan_group *grp, int k, int stage, int d)
 {
     const cz_plan *plan = cx->plan;
     int id = grp->task_param[k], slot = grp->task_slot ? grp->task_slot[k] : 0;
     int w = cz_group_task_width(grp, k), block = cz_group_task_block(grp, k);
     const cz_plan_param *p = &plan->params[id];
-    task_work tw = {cx->sec[id], 0.0, 1.0};
+    task_work tw = {cx->sec[id], 0.0, 1.0, 0.0};
     if (block < 0 && w == 1)
         return tw;
     int64_t r0, c0, rows, cols;
@@ -319,24 +332,20 @@ static task_work task_work_of(const sim_ctx *cx, const cz_plan_group *grp, int k
         tw.compute = cz_cost_block(&p->def, block, &st, cx->cluster, plan->dtype);
         return tw;
     }
-    /* The cost model's compute part: the same formula on links that cost nothing. */
-    cz_cluster free_links = *cx->cluster;
-    free_links.links.latency_us = 0.0;
-    free_links.links.intra_node_gbps = free_links.links.inter_node_gbps = 0.0;
-    tw.compute = cz_cost_coop(rows, cols, w, &st, &free_links, plan->dtype);
-    /* Per Newton-Schulz iteration one all-reduce of the a x a fp32 Gram's upper triangle
-     * (cz_coop_gram_bytes, as cz_cost_coop charges) among the k members, and one of the norm
-     * per step, on the links the k GPUs share. */
+    /* The cost model's pipeline (cz_coop_time_of) with the simulator's all-reduce on the links
+     * the k GPUs share: the Gram panels' all-reduces (cz_coop_panels, cz_coop_gram_bytes in all
+     * per iteration) overlap the computation, and only what they leave exposed, with the norm's
+     * all-reduce per step, is charged as the task's all-reduce time. */
     const cz_cluster *c = cx->cluster;
     int first = (stage * cx->D + d) * cx->R + slot;
-    double gbps = cz_sim_group_spans_nodes(first, 1, w, c->gpus_per_node)
-                      ? c->links.inter_node_gbps
-                      : c->links.intra_node_gbps;
-    double a = (double)(rows < cols ? rows : cols);
-    tw.allreduce = plan->settings.ns_steps * cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, w,
-                                                                       cz_coop_gram_bytes(a), gbps,
-                                                                       cx->lat_us) +
-                   cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, w, 8.0, gbps, cx->lat_us);
+    sim_ar ar = {w,
+                 cz_sim_group_spans_nodes(first, 1, w, c->gpus_per_node) ? c->links.inter_node_gbps
+                                                                         : c->links.intra_node_gbps,
+                 cx->lat_us};
+    cz_coop_time ct = cz_coop_time_of(rows, cols, w, &st, c, plan->dtype, sim_allreduce, &ar);
+    tw.compute = ct.compute;
+    tw.allreduce = ct.exposed;
+    tw.comm = ct.comm;
     return tw;
 }
 
@@ -406,7 +415,7 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
                 }
                 continue;
             }
-            pg->tasks[pg->ntasks++] = (sim_task){slot, w, k, tw.compute, tw.allreduce};
+            pg->tasks[pg->ntasks++] = (sim_task){slot, w, k, tw.compute, tw.allreduce, tw.comm};
             pg->coop_tasks += w > 1;
             for (int j = slot; j < slot + w; j++)
                 for (int t = 0; t < R; t++) {
@@ -469,15 +478,16 @@ done:
 }
 
 /* Runs one TP group's program. finish and busy have R entries; the timeline arrays and
- * coop_ar / coop_wait (R entries each: the time each slot spends in cooperative all-reduces
- * and waiting for slower members) may be NULL. The pipelined comm stream issues G0, G1, S0,
- * G2, S1, ..., S(n-1): the next group's gather is in flight while this group computes, and a
- * scatter waits for every TP rank to finish the group's compute. Within a group each slot runs
- * its tasks in order; a cooperative task starts when the last of its members is free and keeps
- * them all until its last all-reduce. */
+ * coop_ar / coop_comm / coop_wait (R entries each: the time each slot waits on cooperative
+ * all-reduces its computation does not hide, the time of those all-reduces hidden or not, and
+ * the time it waits for slower members) may be NULL. The pipelined comm stream issues G0, G1,
+ * S0, G2, S1, ..., S(n-1): the next group's gather is in flight while this group computes, and
+ * a scatter waits for every TP rank to finish the group's compute. Within a group each slot
+ * runs its tasks in order; a cooperative task starts when the last of its members is free and
+ * keeps them all until its last all-reduce. */
 static void prog_run(const sim_prog *pg, int R, int pipelined, double *finish, double *busy,
                      cz_sim_span *tl_gather, cz_sim_span *tl_scatter, cz_sim_span *tl_compute,
-                     double *coop_ar, double *coop_wait, cz_sim_coop *tl_coop)
+                     double *coop_ar, double *coop_comm, double *coop_wait, cz_sim_coop *tl_coop)
 {
     int ncoop = 0;
     int G = pg->ngroups;
@@ -487,6 +497,8 @@ static void prog_run(const sim_prog *pg, int R, int pipelined, double *finish, d
         busy[t] = pg->elem[t];
         if (coop_ar)
             coop_ar[t] = 0.0;
+        if (coop_comm)
+            coop_comm[t] = 0.0;
         if (coop_wait)
             coop_wait[t] = 0.0;
     }
@@ -535,6 +547,8 @@ static void prog_run(const sim_prog *pg, int R, int pipelined, double *finish, d
                         coop_wait[x] += begin - finish[x];
                     if (coop_ar)
                         coop_ar[x] += k->allreduce;
+                    if (coop_comm)
+                        coop_comm[x] += k->comm;
                     finish[x] = begin + k->compute + k->allreduce;
                     busy[x] += k->compute; /* waits and all-reduces are not compute */
                 }
@@ -731,7 +745,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     sim_ctx cx;
     sim_prog pg = {0};
     cz_sim_result *r = NULL;
-    double *finish = NULL, *busy = NULL, *coop_ar = NULL, *coop_wait = NULL;
+    double *finish = NULL, *busy = NULL, *coop_ar = NULL, *coop_comm = NULL, *coop_wait = NULL;
     int64_t *owned = NULL;
     int rc;
     *out = NULL;
@@ -764,7 +778,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
             double frag;
             if ((rc = build_rank(&cx, &pg, s, d, &frag, err)))
                 goto done;
-            prog_run(&pg, R, cx.pipelined, finish, busy, NULL, NULL, NULL, NULL, NULL, NULL);
+            prog_run(&pg, R, cx.pipelined, finish, busy, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
             prog_free(&pg);
             frag_max = fmax(frag_max, frag);
             for (int t = 0; t < R; t++) {
@@ -807,21 +821,23 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
         goto done;
     }
     coop_ar = calloc((size_t)R, sizeof *coop_ar);
+    coop_comm = calloc((size_t)R, sizeof *coop_comm);
     coop_wait = calloc((size_t)R, sizeof *coop_wait);
     r->tl_coop = calloc(pg.coop_tasks > 0 ? (size_t)pg.coop_tasks : 1, sizeof *r->tl_coop);
-    if (!coop_ar || !coop_wait || !r->tl_coop) {
+    if (!coop_ar || !coop_comm || !coop_wait || !r->tl_coop) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
         goto done;
     }
     prog_run(&pg, R, cx.pipelined, finish, busy, r->tl_gather, r->tl_scatter, r->tl_compute,
-             coop_ar, coop_wait, r->tl_coop);
+             coop_ar, coop_comm, coop_wait, r->tl_coop);
     r->tl_ncoop = cx.pipelined ? pg.coop_tasks : 0;
     for (int t = 0; t < R; t++)
         r->tl_elementwise[t] = pg.elem[t];
     r->coop_tasks = pg.coop_tasks;
     r->coop_allreduce_s = coop_ar[r->critical_tp];
     r->coop_wait_s = coop_wait[r->critical_tp];
-    r->tp_comm_s = pg.comm_s + r->coop_allreduce_s;
+    /* Collective time counts the cooperative all-reduces whole, hidden or not (comm_s). */
+    r->tp_comm_s = pg.comm_s + coop_comm[r->critical_tp];
     r->comm_s = r->grad_sync_s + r->frag_gather_s + r->tp_comm_s + r->param_sync_s;
     double crit_busy = r->gpu_busy[(s * D + d) * R + r->critical_tp];
     r->exposed_comm_s = fmax(0.0, r->step_s - crit_busy);
@@ -833,6 +849,7 @@ done:
     free(finish);
     free(busy);
     free(coop_ar);
+    free(coop_comm);
     free(coop_wait);
     free(owned);
     free(cx.sec);

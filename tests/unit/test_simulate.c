@@ -143,10 +143,18 @@ static void set_tasks(cz_plan *p, cz_plan_group *g, const int *blocks, const int
  *  gather  slot 1 receives the two hosted shards (2 x 16384 B) and half of the cooperative
  *          task's shard on slot 0 (8192 B): 40960 B from the busiest rank, 10 us + 40960 B /
  *          100 GB/s; the scatter mirrors it;
- *  coop    slot 0 waits for slot 1's two hosted tasks, then both compute the cooperative part
- *          and run 5 all-reduces of the 64 x 64 fp32 Gram's upper triangle (64 * 65 / 2 =
- *          2080 floats, 8320 B: 2 (k - 1) latencies and 2 (k - 1) / k of the bytes, k = 2) and
- *          one norm all-reduce (8 B). */
+ *  coop    slot 0 waits for slot 1's two hosted tasks, then both run the cooperative part:
+ *          a = 64, slices of s = 256 / 2 = 128 >= a (the standard form). The Gram's upper
+ *          triangle (64 * 65 / 2 = 2080 floats, 8320 B) goes in cz_coop_panels(64) = 8 panels,
+ *          rows 0, 5, 9, 14, 19, 25, 33, 42, 64, of 1240, 920, 1060, 960, 1020, 1136, 972 and
+ *          1012 B; panel p costs 2 h_p (64 - r_p) 128 FLOPs: 81920, 60416, 70400, 64000, 69120,
+ *          79872, 71424, 123904 (621056 in all) at 100 TFLOP/s, under 1.3 ns each, while each
+ *          all-reduce takes 2 (k - 1) = 2 latencies, 20 us, plus its bytes over 100 GB/s
+ *          (2 (k - 1) / k = 1). So the channel never idles after panel 0: it ends at
+ *          t(G_0) + 8 x 20 us + 8320 B / 100 GB/s, and the polynomial waits for it. Exposed
+ *          per iteration: 160 us + 83.2 ns - t(G_1 .. G_7) = 160 us + 83.2 ns - 539136 FLOPs /
+ *          100 TFLOP/s; five iterations, plus the norm's all-reduce (20 us + 8 B / 100 GB/s).
+ *          TP communication counts the all-reduces whole: 5 (160 us + 83.2 ns) + the norm's. */
 START_TEST(test_coop_allreduce_and_wait)
 {
     cz_cluster *c = make_cluster(1, 2, 8, 100.0, 25.0, 10.0);
@@ -159,10 +167,12 @@ START_TEST(test_coop_allreduce_and_wait)
     int rc = cz_plan_simulate(&r, p, c, NULL, &err);
     ck_assert_msg(rc == 0, "%s", err.message);
     double gather = 10e-6 + 40960.0 / 100e9;
-    double ar = 5 * (20e-6 + 8320.0 / 100e9) + (20e-6 + 8.0 / 100e9);
+    double ar = 5 * (160e-6 + 8320.0 / 100e9 - 539136.0 / 100e12) + (20e-6 + 8.0 / 100e9);
+    double ar_all = 5 * (160e-6 + 8320.0 / 100e9) + (20e-6 + 8.0 / 100e9);
     double hosted = task_seconds(p, 0, c);
     cz_settings st = p->settings;
     st.unit = CZ_UNIT_TIME;
+    /* The compute alone: the cost model on links that cost nothing, where no panel waits. */
     cz_cluster free_links = *c;
     free_links.links.latency_us = 0.0;
     free_links.links.intra_node_gbps = free_links.links.inter_node_gbps = 0.0;
@@ -182,7 +192,7 @@ START_TEST(test_coop_allreduce_and_wait)
     /* Busy time is compute only: the waits and all-reduces are not. */
     ck_assert_double_eq_tol(r->gpu_busy[0], coop, 1e-15);
     ck_assert_double_eq_tol(r->gpu_busy[1], 2 * hosted + coop, 1e-15);
-    ck_assert_double_eq_tol(r->tp_comm_s, 2 * gather + ar, 1e-15);
+    ck_assert_double_eq_tol(r->tp_comm_s, 2 * gather + ar_all, 1e-15);
     cz_sim_result_free(r);
 
     /* The cooperative task first in the order: nobody waits, the same step. */
