@@ -449,6 +449,7 @@ int cz_region_runs(const cz_plan_param *p, int tp, int r, const cz_block *b, int
  * slot 0 names it). */
 typedef struct cz_exec_part {
     int param, block, width, member, slot;
+    int panels; /* a cooperative task's Gram panels, as the plan records them (1 when hosted) */
     cz_block region; /* the task's region */
     cz_block part;   /* this member's part of it (the region when width == 1) */
 } cz_exec_part;
@@ -522,6 +523,7 @@ int cz_muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
  * slice along the long side (a x n oriented). */
 typedef struct cz_muon_coop {
     int count;
+    int panels; /* Gram row panels per iteration, 1 .. min(CZ_COOP_MAX_PANELS, a): the plan's */
     int64_t rows, cols, prows, pcols, a, n;
     int transposed;
 } cz_muon_coop;
@@ -531,7 +533,7 @@ void cz_muon_coop_sizes(const cz_muon_coop *b, int64_t *x_n, int64_t *gram_n, in
  * are its slice (prows x pcols, contiguous, backend memory; in already momentum-updated). The
  * sums over the members run on pl (the plane of the k members): one all-reduce of the count
  * sums of squares (doubles), then per iteration the count packed Gram matrices (their upper
- * triangles) in cz_coop_panels(a) row panels, each a non-blocking all-reduce overlapped with the
+ * triangles) in b->panels row panels, each a non-blocking all-reduce overlapped with the
  * computation (ns_coop.h). x, gram, work as cz_muon_coop_sizes; sq holds count backend
  * doubles; ev is a compute event recorded before each all-reduce; reqs holds
  * CZ_COOP_MAX_PANELS requests of pl. progress(ctx) is called between iterations. */

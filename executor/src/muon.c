@@ -204,7 +204,8 @@ static void drain_panels(cz_plane *pl, cz_comm_req *const *reqs, int from, int p
  * member computes the same A and updates its own columns, X_j = a X_j + (b A + c A A) X_j:
  * exactly the single-process iteration, column block by column block, up to rounding.
  *
- * The Gram travels packed (its upper triangle) in cz_coop_panels(a) row panels (ns_coop.h).
+ * The Gram travels packed (its upper triangle) in b->panels row panels (ns_coop.h), as many as
+ * the planner chose for the task (the count its cost model found quickest, in the plan).
  * Each panel's all-reduce is posted as soon as the panel is computed, so it runs while the
  * member computes the next panels; then, panel by panel, the member waits for the sum, unpacks
  * it and, in the A(AX) form (a slice narrower than a), computes those rows of Y = A X_j at
@@ -219,7 +220,7 @@ int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, cons
 {
     const cz_compute_ops *ops = c->ops;
     int64_t a = b->a, n = b->n, sz = a * n, pn = b->prows * b->pcols;
-    int panels = cz_coop_panels(a), aax = cz_ns_coop_use_aax(a, n);
+    int panels = b->panels, aax = cz_ns_coop_use_aax(a, n);
     float *full = work, *y = full + b->count * a * a, *bm = y + b->count * sz;
     for (int i = 0; i < b->count; i++)
         ops->sumsq(c, in[i], pn, sq + i);

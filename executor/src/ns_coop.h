@@ -9,9 +9,9 @@
  *   p = [A00 A01 .. A0,a-1, A11 A12 .. A1,a-1, .., Aa-1,a-1],
  * a (a + 1) / 2 floats per matrix: half the bytes of the full a x a on the all-reduce. Row i
  * starts at cz_coop_packed_before(a, i) (cz_plan_types.h), so a run of rows r0 .. r1-1 — a
- * panel (cz_coop_panels, cz_coop_panel_row) — is contiguous. A batch's Gram buffer holds the
- * panels one after the other, each panel the batch's matrices back to back, so that every
- * panel is one contiguous all-reduce.
+ * panel (cz_coop_panel_row; how many, the plan says per task) — is contiguous. A batch's Gram
+ * buffer holds the panels one after the other, each panel the batch's matrices back to back, so
+ * that every panel is one contiguous all-reduce.
  *
  * Polynomial form of a member with an a x n slice X_j and the summed Gram A:
  *   standard  B = b A + c A A,            X_j = a X_j + B X_j       2 a^3 + 2 a^2 n FLOPs

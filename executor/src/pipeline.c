@@ -137,6 +137,7 @@ int cz_exec_task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_ex
         *o = (cz_exec_part){.param = g->task_param[t],
                             .block = b,
                             .width = k,
+                            .panels = cz_group_task_panels(g, t),
                             .member = j,
                             .slot = g->task_slot[t] + j,
                             .region = reg,
@@ -298,8 +299,8 @@ static cz_plane *width_plane(struct cz_pipeline *pp, int k)
     return NULL;
 }
 
-/* Groups my cooperative parts into batches: same width, first slot and shapes, in the order of
- * their first task (the same order on every member, so the all-reduces never cross). */
+/* Groups my cooperative parts into batches: same width, first slot, shapes and Gram panels, in the
+ * order of their first task (the same order on every member, so the all-reduces never cross). */
 static int layout_coop(cz_executor *ex, pgroup *pg, cz_error *err)
 {
     struct cz_pipeline *pp = ex->pipe;
@@ -319,11 +320,19 @@ static int layout_coop(cz_executor *ex, pgroup *pg, cz_error *err)
                            .transposed = tall};
         sh.a = tall ? x->region.cols : x->region.rows;
         sh.n = tall ? x->part.rows : x->part.cols;
+        sh.panels = x->panels;
+        /* The plan reader bounds it; the requests of a sub-plane are CZ_COOP_MAX_PANELS. */
+        if (sh.panels < 1 || sh.panels > CZ_COOP_MAX_PANELS || sh.panels > sh.a)
+            return cz_error_set(err, CZ_EINVALID,
+                                "a cooperative task of '%s' has %d Gram panels; expected 1 to %d",
+                                ex->plan->params[x->param].def.name, sh.panels,
+                                (int)(sh.a < CZ_COOP_MAX_PANELS ? sh.a : CZ_COOP_MAX_PANELS));
         int first = x->slot - x->member, b = 0;
         while (b < pg->ncoop &&
                !(pg->coop[b].width == x->width && pg->coop[b].first_slot == first &&
                  pg->coop[b].shape.rows == sh.rows && pg->coop[b].shape.cols == sh.cols &&
-                 pg->coop[b].shape.prows == sh.prows && pg->coop[b].shape.pcols == sh.pcols))
+                 pg->coop[b].shape.prows == sh.prows && pg->coop[b].shape.pcols == sh.pcols &&
+                 pg->coop[b].shape.panels == sh.panels))
             b++;
         coop_batch *cb = &pg->coop[b];
         if (b == pg->ncoop) {

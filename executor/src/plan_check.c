@@ -184,6 +184,7 @@ uint64_t cz_exec_plan_fingerprint(const cz_plan *plan)
                 FNV_VAL(h, gr->task_slot[t]);
                 FNV_VAL(h, cz_group_task_block(gr, t));
                 FNV_VAL(h, cz_group_task_width(gr, t));
+                FNV_VAL(h, cz_group_task_panels(gr, t));
             }
         }
     return h;

@@ -26,7 +26,8 @@ static void inspect_help(FILE *f)
             "It also shows the busiest GPU's model states (parameter and gradient buffers, fp32\n"
             "master copy, optimizer state) and, with --cluster, the headroom left on the device.\n"
             "A plan with block or cooperative tasks (canzona.plan/2) also gets their counts and\n"
-            "list: name[block], width, the TP slots each spans and its cost per slot.\n"
+            "list: name[block], width, a cooperative task's Gram panels, the TP slots each\n"
+            "spans and its cost per slot.\n"
             "\n"
             "options:\n"
             "  -c, --cluster FILE  the cluster (same DP, TP and PP as the plan) whose\n"
@@ -205,7 +206,7 @@ static void print_text(const cz_plan *p, json_t *r, int all)
                    cz_cli_jint(o, "tasks"));
         printf("%s\n", json_array_size(json_object_get(tasks, "widths")) ? ")" : "");
         json_t *tl = json_object_get(tasks, "list");
-        printf("  %13s %5s %7s %8s %6s  %s\n", "cost/slot", "width", "slots",
+        printf("  %13s %5s %6s %7s %8s %6s  %s\n", "cost/slot", "width", "panels", "slots",
                pp > 1 ? "stage/dp" : "DP rank", "group", "task");
         size_t shown_tasks = all ? json_array_size(tl) : 10;
         json_array_foreach(tl, i, o)
@@ -219,9 +220,13 @@ static void print_text(const cz_plan *p, json_t *r, int all)
             char slots[32];
             snprintf(slots, sizeof slots, "%d-%d", (int)json_integer_value(json_array_get(sl, 0)),
                      (int)json_integer_value(json_array_get(sl, 1)));
-            printf("  %13s %5d %7s %8s %6d  %s\n",
+            /* Only a cooperative task's Gram is all-reduced, in panels. */
+            char panels[16] = "-";
+            if (cz_cli_jint(o, "width") > 1)
+                snprintf(panels, sizeof panels, "%d", cz_cli_jint(o, "panels"));
+            printf("  %13s %5d %6s %7s %8s %6d  %s\n",
                    cz_cli_format_cost(a, sizeof a, cz_cli_jnum(o, "cost"), u),
-                   cz_cli_jint(o, "width"),
+                   cz_cli_jint(o, "width"), panels,
                    cz_cli_jint(o, "width") > 1 ? slots : strchr(slots, '-') + 1,
                    rank_label(lab, sizeof lab, o, pp), cz_cli_jint(o, "group"),
                    task_label(lab2, sizeof lab2, o));

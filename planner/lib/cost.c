@@ -264,9 +264,10 @@ cz_muon_tp_work cz_cost_muon_tp(const cz_param_def *p, const cz_settings *s, con
  * ranks, per rank, as the executor runs it (cz_muon_coop_run, executor/src/ns_coop.h). With
  * a = min(m, n), b = max(m, n) and s = b / k, each rank holds an a x s slice X_j of X along the
  * long side. Every iteration it forms its partial Gram X_j X_j^T, of which only the upper
- * triangle is needed (the Gram is symmetric), in P = cz_coop_panels(a) row panels
- * (cz_coop_panel_row: equal shares of the packed triangle, so equal all-reduce bytes): panel p,
- * rows r_p .. r_{p+1} - 1 (h_p of them), is one GEMM of those rows against rows r_p .. a - 1,
+ * triangle is needed (the Gram is symmetric), in P row panels (the task's count, which the
+ * planner chooses, cz_coop_best_panels, and the plan records; cz_coop_panel_row: equal shares of
+ * the packed triangle, so equal all-reduce bytes): panel p, rows r_p .. r_{p+1} - 1 (h_p of
+ * them), is one GEMM of those rows against rows r_p .. a - 1,
  * 2 h_p (a - r_p) s FLOPs (P = 1 gives the whole 2 a^2 s; more panels skip the blocks below
  * the diagonal). As soon as a panel is computed its all-reduce is posted; the all-reduces run
  * one after another on one channel while the device computes the next panels. Then the
@@ -284,15 +285,23 @@ cz_muon_tp_work cz_cost_muon_tp(const cz_param_def *p, const cz_settings *s, con
  * follows the last Gram panel and the polynomial needs every panel); A(AX) can hide everything
  * behind the rows of Y of the earlier panels. The Frobenius norm costs one scalar all-reduce
  * per step, not overlapped. The elementwise work (momentum, scaling) is the slice's. */
-cz_coop_time cz_coop_time_of(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
-                             cz_dtype dtype, cz_coop_allreduce_fn allreduce, const void *ctx)
+cz_coop_time cz_coop_time_of(int64_t m, int64_t n, int k, int panels, const cz_settings *s,
+                             const cz_cluster *c, cz_dtype dtype, cz_coop_allreduce_fn allreduce,
+                             const void *ctx)
 {
     cz_coop_time r = {0, 0, 0, 0, 0, 0};
     int dbytes = cz_dtype_bytes(dtype);
     int64_t ia = m < n ? m : n;
     double dm = (double)m, dn = (double)n, a = (double)ia, b = dm < dn ? dn : dm;
     double steps = (double)s->ns_steps, slice = b / (double)k;
-    int panels = cz_coop_panels(ia);
+    /* Callers pass a count the plan reader or cz_coop_best_panels bounded; the clamp only keeps
+     * row[] in bounds. */
+    if (panels > CZ_COOP_MAX_PANELS)
+        panels = CZ_COOP_MAX_PANELS;
+    if (panels > ia)
+        panels = (int)ia;
+    if (panels < 1)
+        panels = 1;
     int64_t row[CZ_COOP_MAX_PANELS + 1];
     for (int p = 0; p <= panels; p++)
         row[p] = cz_coop_panel_row(ia, panels, p);
@@ -349,22 +358,67 @@ static double ring_allreduce(double bytes, const void *ctx)
     return cz_cost_allreduce_seconds(bytes, x->k, x->c);
 }
 
+double cz_cost_coop_panels(int64_t m, int64_t n, int k, int panels, const cz_settings *s,
+                           const cz_cluster *c, cz_dtype dtype)
+{
+    double dm = (double)m, dn = (double)n;
+    if (s->unit == CZ_UNIT_NUMEL)
+        return dm * dn / (double)k; /* not used: cooperative tasks need a time or FLOP unit */
+    ring_ctx ring = {k, c};
+    cz_coop_time t = cz_coop_time_of(m, n, k, panels, s, c, dtype, ring_allreduce, &ring);
+    /* FLOPs: the exposed communication as the FLOPs the device could have done meanwhile. */
+    if (s->unit == CZ_UNIT_FLOPS)
+        return t.flops + t.ew_flops + t.exposed * c->device.matmul_tflops * 1e12;
+    return t.total;
+}
+
+/* Whether no panel of `panels` is empty: an empty one would post an all-reduce of nothing, its
+ * latency for no overlap. Up to (a + 1) / 2 panels none is: each share, at least a packed
+ * elements, is at least a row's worth, so every share starts a new row. */
+static bool panels_all_rows(int64_t a, int panels)
+{
+    if (2 * (int64_t)panels <= a + 1)
+        return true;
+    for (int p = 0; p < panels; p++)
+        if (cz_coop_panel_row(a, panels, p + 1) <= cz_coop_panel_row(a, panels, p))
+            return false;
+    return true;
+}
+
+/* The least-cost count and its cost. Each extra panel hides more of the Gram's all-reduce behind
+ * the computation but adds one all-reduce latency (2 (k - 1) messages on the ring), so the
+ * least-cost count depends on the shape, k and the links, not on a alone. */
+static int coop_best(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
+                     cz_dtype dtype, double *cost)
+{
+    int64_t a = m < n ? m : n;
+    int most = a < CZ_COOP_MAX_PANELS ? (int)(a > 1 ? a : 1) : CZ_COOP_MAX_PANELS, best = 1;
+    *cost = cz_cost_coop_panels(m, n, k, 1, s, c, dtype);
+    if (s->unit == CZ_UNIT_NUMEL)
+        return 1; /* no communication to hide */
+    for (int p = 2; p <= most; p++) {
+        if (!panels_all_rows(a, p))
+            continue;
+        double x = cz_cost_coop_panels(m, n, k, p, s, c, dtype);
+        if (x < *cost) /* ties keep the fewer panels */
+            *cost = x, best = p;
+    }
+    return best;
+}
+
+int cz_coop_best_panels(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
+                        cz_dtype dtype)
+{
+    double cost;
+    return coop_best(m, n, k, s, c, dtype, &cost);
+}
+
 double cz_cost_coop(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
                     cz_dtype dtype)
 {
-    double dm = (double)m, dn = (double)n;
-    ring_ctx ring = {k, c};
-    cz_coop_time t = cz_coop_time_of(m, n, k, s, c, dtype, ring_allreduce, &ring);
-    switch (s->unit) {
-    case CZ_UNIT_FLOPS:
-        /* The exposed communication as the FLOPs the device could have done meanwhile. */
-        return t.flops + t.ew_flops + t.exposed * c->device.matmul_tflops * 1e12;
-    case CZ_UNIT_TIME:
-    default:
-        return t.total;
-    case CZ_UNIT_NUMEL:
-        return dm * dn / (double)k; /* not used: cooperative tasks need a time or FLOP unit */
-    }
+    double cost;
+    coop_best(m, n, k, s, c, dtype, &cost);
+    return cost;
 }
 
 double cz_cost_allreduce_seconds(double bytes, int k, const cz_cluster *c)

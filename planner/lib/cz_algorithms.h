@@ -46,15 +46,26 @@ typedef struct cz_coop_time {
     double total;    /* compute + exposed */
     double comm;     /* seconds of all its all-reduces, hidden or not */
 } cz_coop_time;
-/* The pipeline of an m x n matrix over k members on the cluster's device, each all-reduce
+/* The pipeline of an m x n matrix over k members in `panels` Gram row panels (1 ..
+ * min(CZ_COOP_MAX_PANELS, a); clamped into that range) on the cluster's device, each all-reduce
  * costed by allreduce(bytes, ctx). */
-cz_coop_time cz_coop_time_of(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
-                             cz_dtype dtype, cz_coop_allreduce_fn allreduce, const void *ctx);
-/* The load on each of k slots computing one m x n matrix by cooperative Newton-Schulz (Muon):
- * compute / k, the redundant a^3 products where they are cheaper than A (A X_j), and the
- * communication the pipelined Gram all-reduces leave exposed (cz_coop_time_of with the ring of
- * cz_cost_allreduce_seconds), in the settings' unit (time: the total; FLOPs: the FLOPs plus the
- * exposed seconds at the matmul rate; the element unit has no measure of communication). */
+cz_coop_time cz_coop_time_of(int64_t m, int64_t n, int k, int panels, const cz_settings *s,
+                             const cz_cluster *c, cz_dtype dtype, cz_coop_allreduce_fn allreduce,
+                             const void *ctx);
+/* The load on each of k slots computing one m x n matrix by cooperative Newton-Schulz (Muon) in
+ * `panels` Gram row panels: compute / k, the redundant a^3 products where they are cheaper than
+ * A (A X_j), and the communication the pipelined Gram all-reduces leave exposed (cz_coop_time_of
+ * with the ring of cz_cost_allreduce_seconds), in the settings' unit (time: the total; FLOPs: the
+ * FLOPs plus the exposed seconds at the matmul rate; the element unit has no measure of
+ * communication). validate checks a task's recorded cost with the plan's recorded count. */
+double cz_cost_coop_panels(int64_t m, int64_t n, int k, int panels, const cz_settings *s,
+                           const cz_cluster *c, cz_dtype dtype);
+/* The panel count the planner records for a cooperative task: of 1 .. min(CZ_COOP_MAX_PANELS,
+ * a), leaving out counts that would leave a panel empty, the one whose cz_cost_coop_panels is
+ * least, ties to fewer panels; 1 in the element unit. */
+int cz_coop_best_panels(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
+                        cz_dtype dtype);
+/* cz_cost_coop_panels at cz_coop_best_panels: the cost the task table and the width choice see. */
 double cz_cost_coop(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
                     cz_dtype dtype);
 /* Seconds of one all-reduce of `bytes` among k ranks of a TP group (a ring on its links). */

@@ -118,6 +118,9 @@ typedef struct cz_plan_group {
     int *task_block;   /* -1: the whole matrix (all its blocks); b >= 0: block b only */
     int *task_width;   /* 1: hosted on task_slot; k > 1: cooperative on slots task_slot ..
                           task_slot + k - 1 (task_slot % k == 0, k divides nslots) */
+    int *task_panels;  /* a cooperative task's Gram row panels, 1 .. min(CZ_COOP_MAX_PANELS,
+                          a), as the planner chose them (cz_coop_best_panels); 1 for a hosted
+                          task. NULL, or a value <= 0, reads as 1 (cz_group_task_panels) */
     double *task_cost; /* the load the task puts on each slot it occupies (cost unit) */
     double *load;      /* nslots values: summed task cost per slot */
 } cz_plan_group;
@@ -163,6 +166,8 @@ typedef struct cz_task_table {
     int *first; /* nparams + 1 */
     int *block; /* ntasks */
     double *cost;
+    int *panels;       /* like cost, or NULL (all 1): the Gram panel count a cooperative width's
+                          cost is for (cz_coop_best_panels), which the scheduler records */
     double *dp_weight; /* nparams or NULL: the DP load of each parameter when alpha balances the
                           slot time its tasks need at the split lower bound (cz_task_weigh);
                           NULL: the cost unit as usual */
@@ -227,6 +232,11 @@ static inline int cz_group_task_width(const cz_plan_group *g, int t)
 {
     return g->task_width ? g->task_width[t] : 1;
 }
+/* One panel, the whole Gram at once, is how a plan that records no count ran. */
+static inline int cz_group_task_panels(const cz_plan_group *g, int t)
+{
+    return g->task_panels && g->task_panels[t] > 0 ? g->task_panels[t] : 1;
+}
 
 /* Whether the plan has any block or cooperative task (schema canzona.plan/2). */
 bool cz_plan_has_split_tasks(const cz_plan *plan);
@@ -281,16 +291,12 @@ static inline double cz_coop_gram_bytes(double a)
  * the a x a Gram's upper triangle in `panels` row panels and all-reduces each panel while it
  * computes the next ones and, in the A(AX) form, the rows of A X that the panels already summed
  * give (cz_muon_coop_run): the all-reduce hides behind that computation instead of stalling every
- * member. The count depends on a only, so that the planner's cost model (cz_cost_coop), the
- * simulator and every member agree without the plan recording it: 8 panels from a = 64 (at a =
- * 4096 on an H100 node, the panel computation covers the all-reduce), one panel per 8 rows
- * below. */
+ * member. More panels hide more of it but pay one all-reduce latency each, which nothing hides
+ * on a small matrix over many ranks, so no count of a alone suits every task: the planner
+ * chooses it per task (cz_coop_best_panels, the least cost) and records it in the plan
+ * (cz_group_task_panels, "panels" in a task object), so that the cost model, the simulator,
+ * validate and every member agree. A count is 1 .. min(CZ_COOP_MAX_PANELS, a). */
 #define CZ_COOP_MAX_PANELS 8
-static inline int cz_coop_panels(int64_t a)
-{
-    int64_t p = a / 8;
-    return p < 1 ? 1 : p > CZ_COOP_MAX_PANELS ? CZ_COOP_MAX_PANELS : (int)p;
-}
 
 /* Packed elements of the Gram's upper triangle before row i: i a - i (i - 1) / 2. */
 static inline int64_t cz_coop_packed_before(int64_t a, int64_t i)

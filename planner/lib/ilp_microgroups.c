@@ -90,11 +90,12 @@ static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const cz_costed
         out->task_slot = malloc((size_t)n * sizeof *out->task_slot);
         out->task_block = malloc((size_t)n * sizeof *out->task_block);
         out->task_width = malloc((size_t)n * sizeof *out->task_width);
+        out->task_panels = malloc((size_t)n * sizeof *out->task_panels);
         out->task_cost = malloc((size_t)n * sizeof *out->task_cost);
         out->load = calloc((size_t)K, sizeof *out->load);
         ng++;
         if (!out->task_param || !out->task_slot || !out->task_block || !out->task_width ||
-            !out->task_cost || !out->load)
+            !out->task_panels || !out->task_cost || !out->load)
             goto done;
         int i = 0;
         for (int t = 0; t < T; t++) { /* tasks[] is already in decreasing cost order */
@@ -104,6 +105,7 @@ static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const cz_costed
             out->task_slot[i] = slot_map[gk[t]];
             out->task_block[i] = -1;
             out->task_width[i] = 1;
+            out->task_panels[i] = 1;
             out->task_cost[i] = tasks[t].cost;
             out->load[slot_map[gk[t]]] += tasks[t].cost;
             i++;

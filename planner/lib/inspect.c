@@ -255,7 +255,7 @@ static int add_dominating(json_t *rep, const cz_plan *p)
 /* Block and cooperative tasks (canzona.plan/2): how many of each, and every one of them,
  * largest first. Only in the report of a plan that has them. */
 typedef struct split_task {
-    int stage, dp_rank, group, id, block, width, slot;
+    int stage, dp_rank, group, id, block, width, panels, slot;
     double cost;
 } split_task;
 
@@ -311,8 +311,15 @@ static int add_tasks(json_t *rep, const cz_plan *p)
                         goto done;
                     v = nv, cap = nc;
                 }
-                v[n++] = (split_task){rs->stage,        rs->dp_rank,        g, id, b, w,
-                                      gr->task_slot[t], task_cost(p, gr, t)};
+                v[n++] = (split_task){.stage = rs->stage,
+                                      .dp_rank = rs->dp_rank,
+                                      .group = g,
+                                      .id = id,
+                                      .block = b,
+                                      .width = w,
+                                      .panels = cz_group_task_panels(gr, t),
+                                      .slot = gr->task_slot[t],
+                                      .cost = task_cost(p, gr, t)};
             }
         }
     }
@@ -327,11 +334,11 @@ static int add_tasks(json_t *rep, const cz_plan *p)
             goto done;
     for (size_t i = 0; i < n; i++) {
         const split_task *x = &v[i];
-        json_t *q =
-            json_pack("{s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:[i, i], s:f}", "stage", x->stage,
-                      "dp_rank", x->dp_rank, "group", x->group, "id", x->id, "name",
-                      or_unknown(p->params[x->id].def.name), "block", x->block, "width", x->width,
-                      "slots", x->slot, x->slot + x->width - 1, "cost", x->cost);
+        json_t *q = json_pack("{s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:[i, i], s:f}", "stage",
+                              x->stage, "dp_rank", x->dp_rank, "group", x->group, "id", x->id,
+                              "name", or_unknown(p->params[x->id].def.name), "block", x->block,
+                              "width", x->width, "panels", x->panels, "slots", x->slot,
+                              x->slot + x->width - 1, "cost", x->cost);
         if (push(list, q))
             goto done;
     }

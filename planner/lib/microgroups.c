@@ -78,7 +78,19 @@ typedef struct {
     cz_rank_schedule *rs;
     int cap;
     int nslots;
+    const cz_task_table *tt; /* the panel counts of cooperative widths; NULL: none */
 } group_sink;
+
+/* The Gram panel count the table's cost of the task at its width is for (1 when hosted). */
+static int task_panels_of(const cz_task_table *tt, const tp_task *t)
+{
+    if (t->width <= 1 || !tt || !tt->panels || t->tix < 0)
+        return 1;
+    for (int w = 0; w < tt->nwidths; w++)
+        if (tt->widths[w] == t->width)
+            return tt->panels[(size_t)t->tix * (size_t)tt->nwidths + (size_t)w];
+    return 1;
+}
 
 static int group_emit(group_sink *gs, const tp_task *tasks, int n, cz_error *err)
 {
@@ -101,11 +113,12 @@ static int group_emit(group_sink *gs, const tp_task *tasks, int n, cz_error *err
     g->task_slot = malloc(m * sizeof *g->task_slot);
     g->task_block = malloc(m * sizeof *g->task_block);
     g->task_width = malloc(m * sizeof *g->task_width);
+    g->task_panels = malloc(m * sizeof *g->task_panels);
     g->task_cost = malloc(m * sizeof *g->task_cost);
     g->load = calloc((size_t)gs->nslots, sizeof *g->load);
     rs->ngroups++; /* counted now so that a failure below still frees the group */
-    if (!g->task_param || !g->task_slot || !g->task_block || !g->task_width || !g->task_cost ||
-        !g->load)
+    if (!g->task_param || !g->task_slot || !g->task_block || !g->task_width || !g->task_panels ||
+        !g->task_cost || !g->load)
         return cz_error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
     for (int k = 0; k < n; k++) {
         const tp_task *t = &tasks[k];
@@ -113,6 +126,7 @@ static int group_emit(group_sink *gs, const tp_task *tasks, int n, cz_error *err
         g->task_slot[k] = t->slot;
         g->task_block[k] = t->block;
         g->task_width[k] = t->width;
+        g->task_panels[k] = task_panels_of(gs->tt, t);
         g->task_cost[k] = t->cost;
         for (int x = t->slot; x < t->slot + t->width; x++)
             g->load[x] += t->cost;
@@ -694,7 +708,7 @@ int cz_tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_coste
             C = largest;
     }
     *capacity = C;
-    group_sink gs = {rs, 0, nslots};
+    group_sink gs = {rs, 0, nslots, tt};
     switch (strategy) {
     case CZ_TP_SC:
         rc = schedule_sc(&gs, tasks, nt, C, err);

@@ -45,6 +45,7 @@ void cz_rank_schedule_free_groups(cz_rank_schedule *rs)
         free(rs->groups[g].task_slot);
         free(rs->groups[g].task_block);
         free(rs->groups[g].task_width);
+        free(rs->groups[g].task_panels);
         free(rs->groups[g].task_cost);
         free(rs->groups[g].load);
     }
@@ -81,6 +82,7 @@ void cz_plan_free(cz_plan *plan)
     free(plan->tasks.first);
     free(plan->tasks.block);
     free(plan->tasks.cost);
+    free(plan->tasks.panels);
     free(plan->tasks.dp_weight);
     free(plan->generator);
     free(plan->generator_version);

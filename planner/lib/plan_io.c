@@ -7,14 +7,16 @@
  * Micro-group tasks: a cz_plan_group keeps its tasks flat (in execution order); the file lists
  * them per slot ("slots"[k] = the tasks slot k takes part in, in execution order): a whole
  * matrix hosted by the slot as its parameter id, a block or cooperative task as an object
- * {"param", "block" (absent: the whole matrix), "width" (absent: 1), "cost"}, listed in every
- * slot of a cooperative task. Reading rebuilds the flat arrays slot by slot: all of slot 0's
- * tasks first, then slot 1's that are not already there (a cooperative task enters at its first
- * slot), and so on. The order within a slot survives a round trip; the interleaving across
- * slots does not, and nothing depends on it: a flat order built this way keeps every slot's own
- * order, and the reader checks that the slots of cooperative tasks list them in one order.
- * Version 2 of the schema (CZ_PLAN_SCHEMA_SPLIT) is written only for plans that have block or
- * cooperative tasks, so that every other plan stays byte for byte what earlier versions wrote.
+ * {"param", "block" (absent: the whole matrix), "width" (absent: 1), "panels" (a cooperative
+ * task's Gram row panels, written whenever width > 1; absent: 1, how plans written before the
+ * key ran), "cost"}, listed in every slot of a cooperative task. Reading rebuilds the flat arrays
+ * slot by slot: all of slot 0's tasks first, then slot 1's that are not already there (a
+ * cooperative task enters at its first slot), and so on. The order within a slot survives a round
+ * trip; the interleaving across slots does not, and nothing depends on it: a flat order built this
+ * way keeps every slot's own order, and the reader checks that the slots of cooperative tasks list
+ * them in one order. Version 2 of the schema (CZ_PLAN_SCHEMA_SPLIT) is written only for plans that
+ * have block or cooperative tasks, so that every other plan stays byte for byte what earlier
+ * versions wrote.
  *
  * The reader checks types, unknown keys, the schema version and the structure later code indexes
  * by (ids equal to indices, array lengths, ids in range). Semantic invariants (coverage,
@@ -238,8 +240,10 @@ static json_t *build_group(writer *w, const cz_plan_group *g)
             w_set(w, task, "param", json_integer(g->task_param[t]));
             if (block >= 0)
                 w_set(w, task, "block", json_integer(block));
-            if (width > 1)
+            if (width > 1) {
                 w_set(w, task, "width", json_integer(width));
+                w_set(w, task, "panels", json_integer(cz_group_task_panels(g, t)));
+            }
             w_set(w, task, "cost",
                   w_real(w, g->task_cost ? g->task_cost[t] : NAN, "a task's cost"));
             w_push(w, ids, task);
@@ -764,18 +768,19 @@ done:
 
 /* One entry of a group's slot list as read. */
 typedef struct slot_item {
-    int param, block, width;
+    int param, block, width, panels;
     double cost;
 } slot_item;
 
 static int read_slot_item(const cz_json_ctx *c, const json_t *v, const char *path, const cz_plan *p,
                           bool split, int nslots, int slot, slot_item *it)
 {
-    static const char *const keys[] = {"param", "block", "width", "cost", NULL};
+    static const char *const keys[] = {"param", "block", "width", "panels", "cost", NULL};
+    char sub[CZ_JSON_PATH_MAX];
     int rc;
     if (!json_is_object(v)) {
         TRY(cz_json_as_int(c, v, path, 0, (int)p->nparams - 1, &it->param));
-        *it = (slot_item){it->param, -1, 1, p->params[it->param].cost};
+        *it = (slot_item){it->param, -1, 1, 1, p->params[it->param].cost};
         return CZ_OK;
     }
     if (!split) {
@@ -786,24 +791,41 @@ static int read_slot_item(const cz_json_ctx *c, const json_t *v, const char *pat
     }
     TRY(cz_json_check_object(c, v, path, keys));
     TRY(cz_json_get_int(c, v, path, "param", true, 0, (int)p->nparams - 1, &it->param));
-    it->block = -1, it->width = 1;
+    it->block = -1, it->width = 1, it->panels = 1;
     const cz_param_def *d = &p->params[it->param].def;
     TRY(cz_json_get_int(c, v, path, "block", false, 0, d->nblocks > 0 ? d->nblocks - 1 : -1,
                         &it->block));
     TRY(cz_json_get_int(c, v, path, "width", false, 1, nslots, &it->width));
+    if (it->width == 1 && json_object_get(v, "panels")) {
+        rc = cz_json_fail(c, cz_json_path_key(sub, path, "panels"),
+                          "Gram panels are given only for a cooperative task (width > 1); this "
+                          "task is hosted by one slot");
+        goto done;
+    }
+    TRY(cz_json_get_int(c, v, path, "panels", false, 1, CZ_COOP_MAX_PANELS, &it->panels));
+    /* The executor computes the a x a Gram in row panels: a panel needs a row of it. */
+    int64_t r0, c0, rows, cols;
+    cz_task_region(d, it->block, &r0, &c0, &rows, &cols);
+    int64_t a = rows < cols ? rows : cols;
+    if (it->panels > a) {
+        rc = cz_json_fail(c, cz_json_path_key(sub, path, "panels"),
+                          "%d Gram panels, more than the %" PRId64
+                          " rows of the task's Gram (its short side)",
+                          it->panels, a);
+        goto done;
+    }
     TRY(cz_json_get_double(c, v, path, "cost", true, 0, false, &it->cost));
-    if (nslots % it->width != 0 || slot / it->width * it->width + it->width > nslots) {
-        char sub[CZ_JSON_PATH_MAX];
+    if (nslots % it->width != 0 || slot / it->width * it->width + it->width > nslots)
         rc = cz_json_fail(c, cz_json_path_key(sub, path, "width"),
                           "width %d does not divide the group's %d slots", it->width, nslots);
-    }
 done:
     return rc;
 }
 
 static bool same_task(const slot_item *a, const slot_item *b)
 {
-    return a->param == b->param && a->block == b->block && a->width == b->width;
+    return a->param == b->param && a->block == b->block && a->width == b->width &&
+           a->panels == b->panels;
 }
 
 static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, const cz_plan *p,
@@ -845,9 +867,10 @@ static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, c
     g->task_slot = calloc(total ? total : 1, sizeof *g->task_slot);
     g->task_block = calloc(total ? total : 1, sizeof *g->task_block);
     g->task_width = calloc(total ? total : 1, sizeof *g->task_width);
+    g->task_panels = calloc(total ? total : 1, sizeof *g->task_panels);
     g->task_cost = calloc(total ? total : 1, sizeof *g->task_cost);
     if (!items || !len || !at || !g->task_param || !g->task_slot || !g->task_block ||
-        !g->task_width || !g->task_cost) {
+        !g->task_width || !g->task_panels || !g->task_cost) {
         rc = oom(c);
         goto done;
     }
@@ -884,6 +907,7 @@ static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, c
                 g->task_param[t] = it->param;
                 g->task_block[t] = it->block;
                 g->task_width[t] = it->width;
+                g->task_panels[t] = it->panels;
                 g->task_cost[t] = it->cost;
                 g->task_slot[t] = first;
                 for (int x = first; x < first + it->width; x++)
@@ -898,10 +922,11 @@ static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, c
         const slot_item *it = &items[k][at[k]];
         cz_json_path_index(el, sub, (size_t)k);
         rc = cz_json_fail(c, cz_json_path_index(ix, el, at[k]),
-                          "cooperative task (param %d, block %d, width %d) is not listed at the "
-                          "same point, with the same cost, by every slot it spans (slots %d to "
-                          "%d): every slot must list the cooperative tasks it shares in one order",
-                          it->param, it->block, it->width, k / it->width * it->width,
+                          "cooperative task (param %d, block %d, width %d, %d panels) is not "
+                          "listed at the same point, with the same cost and panels, by every slot "
+                          "it spans (slots %d to %d): every slot must list the cooperative tasks "
+                          "it shares in one order",
+                          it->param, it->block, it->width, it->panels, k / it->width * it->width,
                           k / it->width * it->width + it->width - 1);
         goto done;
     }

@@ -568,6 +568,26 @@ static void check_schedules(vctx *c, const cz_plan *p)
                         c->unsafe = 1;
                         continue;
                     }
+                    /* Every panel is a run of the Gram's rows, and the executor holds
+                     * CZ_COOP_MAX_PANELS all-reduce requests per batch. */
+                    c->checks++;
+                    int panels = cz_group_task_panels(gr, t);
+                    int64_t a = rows < cols ? rows : cols;
+                    int64_t most = a < CZ_COOP_MAX_PANELS ? a : CZ_COOP_MAX_PANELS;
+                    if (panels > most) {
+                        viol(c, "schedule.coop",
+                             "'%s' (id %d)%s: %d Gram panels; a %lldx%lld task has 1 to %lld",
+                             q->def.name, pid, block >= 0 ? " (a block of it)" : "", panels,
+                             (long long)rows, (long long)cols, (long long)most);
+                        c->unsafe = 1;
+                        continue;
+                    }
+                } else if (cz_group_task_panels(gr, t) != 1) {
+                    c->checks++;
+                    viol(c, "schedule.coop",
+                         "'%s' (id %d): a hosted task records %d Gram panels (only a cooperative "
+                         "task's Gram is all-reduced in panels)",
+                         q->def.name, pid, cz_group_task_panels(gr, t));
                 }
                 /* Each matrix is scheduled whole once, or block by block, each block once. */
                 uint64_t bit = block < 0 ? ~(uint64_t)0 : (uint64_t)1 << block;

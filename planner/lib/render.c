@@ -824,8 +824,11 @@ static void cell_tasks(sbuf *b, char *label, size_t n, const cz_plan *plan,
             sb_escape(b, plan->params[pid].def.name);
             if (block >= 0)
                 sb_printf(b, "[%d]", block);
-            if (width > 1)
-                sb_printf(b, " (cooperative on TP %d-%d)", slot, slot + width - 1);
+            if (width > 1) {
+                int panels = cz_group_task_panels(grp, i);
+                sb_printf(b, " (cooperative on TP %d-%d, %d Gram panel%s)", slot, slot + width - 1,
+                          panels, panels == 1 ? "" : "s");
+            }
         }
         count++;
         double c = group_task_cost(plan, grp, i);

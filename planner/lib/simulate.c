@@ -333,16 +333,17 @@ static task_work task_work_of(const sim_ctx *cx, const cz_plan_group *grp, int k
         return tw;
     }
     /* The cost model's pipeline (cz_coop_time_of) with the simulator's all-reduce on the links
-     * the k GPUs share: the Gram panels' all-reduces (cz_coop_panels, cz_coop_gram_bytes in all
-     * per iteration) overlap the computation, and only what they leave exposed, with the norm's
-     * all-reduce per step, is charged as the task's all-reduce time. */
+     * the k GPUs share: the Gram panels' all-reduces (as many as the plan records for the task,
+     * cz_coop_gram_bytes in all per iteration) overlap the computation, and only what they leave
+     * exposed, with the norm's all-reduce per step, is charged as the task's all-reduce time. */
     const cz_cluster *c = cx->cluster;
     int first = (stage * cx->D + d) * cx->R + slot;
     sim_ar ar = {w,
                  cz_sim_group_spans_nodes(first, 1, w, c->gpus_per_node) ? c->links.inter_node_gbps
                                                                          : c->links.intra_node_gbps,
                  cx->lat_us};
-    cz_coop_time ct = cz_coop_time_of(rows, cols, w, &st, c, plan->dtype, sim_allreduce, &ar);
+    cz_coop_time ct = cz_coop_time_of(rows, cols, w, cz_group_task_panels(grp, k), &st, c,
+                                      plan->dtype, sim_allreduce, &ar);
     tw.compute = ct.compute;
     tw.allreduce = ct.exposed;
     tw.comm = ct.comm;

@@ -54,6 +54,7 @@ void cz_task_table_free(cz_task_table *tt)
     free(tt->first);
     free(tt->block);
     free(tt->cost);
+    free(tt->panels);
     free(tt->dp_weight);
     memset(tt, 0, sizeof *tt);
 }
@@ -74,9 +75,18 @@ int cz_task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster 
     tt->first = malloc((plan->nparams + 1) * sizeof *tt->first);
     tt->block = malloc((n + 1) * sizeof *tt->block);
     tt->cost = malloc((n + 1) * (size_t)tt->nwidths * sizeof *tt->cost);
-    if (!tt->first || !tt->block || !tt->cost)
+    tt->panels = malloc((n + 1) * (size_t)tt->nwidths * sizeof *tt->panels);
+    if (!tt->first || !tt->block || !tt->cost || !tt->panels)
         return cz_error_set(err, CZ_ENOMEM, "out of memory listing %zu TP tasks", n);
     tt->ntasks = n;
+    /* Every layer repeats the same few shapes, and each cooperative cost tries up to
+     * CZ_COOP_MAX_PANELS pipelines (cz_coop_best_panels): those of a shape are computed once. */
+    struct {
+        int64_t rows, cols;
+        int k, panels;
+        double cost;
+    } seen[64];
+    int nseen = 0;
     size_t t = 0;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
@@ -88,7 +98,9 @@ int cz_task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster 
         for (int b = 0; b < nb; b++, t++) {
             int block = nb > 1 || (split && d->nblocks > 0) ? b : -1;
             double *cw = &tt->cost[t * (size_t)tt->nwidths];
+            int *pw = &tt->panels[t * (size_t)tt->nwidths];
             tt->block[t] = block;
+            pw[0] = 1;
             /* Hosted whole: exactly the parameter's cost, so that whole-task plans are what
              * they always were. */
             cw[0] = block < 0 ? p->cost : cz_cost_block(d, block, s, c, plan->dtype);
@@ -96,9 +108,24 @@ int cz_task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster 
             cz_task_region(d, block, &r0, &c0, &rows, &cols);
             for (int w = 1; w < tt->nwidths; w++) {
                 int k = tt->widths[w];
-                cw[w] = cz_task_coop_fits(d, block, k)
-                            ? cz_cost_coop(rows, cols, k, s, c, plan->dtype)
-                            : INFINITY;
+                pw[w] = 1, cw[w] = INFINITY;
+                if (!cz_task_coop_fits(d, block, k))
+                    continue;
+                int x = 0;
+                while (x < nseen &&
+                       !(seen[x].rows == rows && seen[x].cols == cols && seen[x].k == k))
+                    x++;
+                if (x < nseen) {
+                    pw[w] = seen[x].panels, cw[w] = seen[x].cost;
+                    continue;
+                }
+                pw[w] = cz_coop_best_panels(rows, cols, k, s, c, plan->dtype);
+                cw[w] = cz_cost_coop_panels(rows, cols, k, pw[w], s, c, plan->dtype);
+                if (nseen < (int)(sizeof seen / sizeof *seen)) {
+                    seen[nseen].rows = rows, seen[nseen].cols = cols, seen[nseen].k = k;
+                    seen[nseen].panels = pw[w], seen[nseen].cost = cw[w];
+                    nseen++;
+                }
             }
         }
     }

@@ -298,7 +298,9 @@ static double table_cost(const cz_plan *ref, int pid, int block, int k)
  * against the settings that made them (docs/ANALYSIS.md, "What is checked"). Runs on a plan
  * whose structure is sound and whose parameters are the model's. The planner's task table
  * (tp_tasks.c, from a fresh cz_plan_init) says which width each task may take and what it
- * costs; where the plan's settings do not give it, cz_cost_block and cz_cost_coop directly. */
+ * costs; where the plan's settings do not give it, cz_cost_block directly. A cooperative task's
+ * cost is cz_cost_coop_panels at the panel count the plan records, whether or not the planner
+ * would choose it today: a plan that records none ran one panel, and costs what one costs. */
 static void check_tasks(vctx *c, const cz_plan *p, const cz_model *m, const cz_cluster *cl)
 {
     const cz_settings *s = &p->settings;
@@ -355,16 +357,21 @@ static void check_tasks(vctx *c, const cz_plan *p, const cz_model *m, const cz_c
                     continue;
                 double want = p->params[pid].cost;
                 const char *model = "the parameter's recorded cost";
-                double tc = table_cost(ref, pid, block, width);
-                if ((width > 1 || block >= 0) && isfinite(tc)) {
+                double tc = width > 1 ? NAN : table_cost(ref, pid, block, width);
+                int panels = cz_group_task_panels(gr, t);
+                char coop_model[96];
+                if (block >= 0 && isfinite(tc)) {
                     want = tc;
-                    model = width > 1 ? "the cooperative cost model (cz_cost_coop)"
-                                      : "the cost model (cz_cost_block)";
+                    model = "the cost model (cz_cost_block)";
                 } else if (width > 1) {
                     int64_t r0, c0, rows, cols;
                     cz_task_region(d, block, &r0, &c0, &rows, &cols);
-                    want = cz_cost_coop(rows, cols, width, s, cl, m->dtype);
-                    model = "the cooperative cost model (cz_cost_coop)";
+                    want = cz_cost_coop_panels(rows, cols, width, panels, s, cl, m->dtype);
+                    snprintf(coop_model, sizeof coop_model,
+                             "the cooperative cost model at its %d Gram panel%s "
+                             "(cz_cost_coop_panels)",
+                             panels, panels == 1 ? "" : "s");
+                    model = coop_model;
                 } else if (block >= 0) {
                     want = cz_cost_block(d, block, s, cl, m->dtype);
                     model = "the cost model (cz_cost_block)";

@@ -7,6 +7,7 @@
 # that validates against its inputs with the stored bounds recomputed, and plan and inspect print
 # the bounds. Whole-matrix plans keep the atomic bound as their lower bound, and their summary points at
 # --coop auto when the largest matrix is more than 1.3x the average load.
+# Cooperative tasks record their Gram panel counts, which differ between tasks (Qwen3-8B).
 set -u
 : "${CZ:?CZ must point to the canzona binary}"
 src=${CZ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -77,6 +78,38 @@ grep -q -- "--coop auto plans fused blocks" "$work/whole.txt" || fail "the note 
 "$CZ" plan -m "$model" -c "$src/plans/clusters/h100-64-dp8-tp8.json" >"$work/small.txt" ||
   fail "plan summary at 64 GPUs"
 grep -q "the largest task" "$work/small.txt" && fail "note printed where the largest task is near the average"
+
+# The planner records each cooperative task's Gram panel count, its least-cost one: on Qwen3-8B
+# at DP 32 x TP 8 every cooperative task has "panels" (1 to min(8, a), a the task's short side),
+# no hosted task has one, and the counts differ between tasks (the all-reduce latencies an
+# extra panel adds weigh more over more ranks and on smaller matrices).
+"$CZ" plan -m "$src/plans/models/qwen3-8b.json" -c "$src/plans/clusters/h100-256-dp32-tp8.json" \
+  --coop auto -q -o "$work/p8b.json" || fail "qwen3-8b --coop auto plan"
+python3 - "$work/p8b.json" >"$work/panels.out" 2>&1 <<'EOF' || fail "qwen3-8b panels: $(cat "$work/panels.out")"
+import json, sys
+p = json.load(open(sys.argv[1]))
+counts, coop = set(), 0
+for rs in p["tp_schedule"]:
+    for g in rs["groups"]:
+        for lst in g["slots"]:
+            for t in lst:
+                if not isinstance(t, dict):
+                    continue
+                if t.get("width", 1) == 1:
+                    assert "panels" not in t, t
+                    continue
+                q = p["params"][t["param"]]
+                shape = list(q["shape"])
+                if "block" in t:
+                    shape[q["blocks"]["dim"]] = q["blocks"]["sizes"][t["block"]]
+                a = min(shape)
+                assert isinstance(t.get("panels"), int) and 1 <= t["panels"] <= min(8, a), t
+                counts.add(t["panels"])
+                coop += 1
+assert coop > 0, "no cooperative task"
+assert len(counts) >= 2, counts
+print(coop, sorted(counts))
+EOF
 
 [ $fails -eq 0 ] || exit 1
 echo "plan_coop: all passed"

@@ -2,7 +2,8 @@
 # Block and cooperative tasks (canzona.plan/2) in the analysis commands, on test-small at
 # DP1 x TP4: validate accepts the planner's plans and finds hand edits (a task's cost, the
 # settings that made the tasks, the schema version, a cooperative width the matrix cannot
-# take, slots that list cooperative tasks in different orders), each at its JSON path;
+# take, slots that list cooperative tasks in different orders, Gram panel counts: the cost
+# at the recorded count, an absent one as 1, counts no executor can run), each at its JSON path;
 # inspect lists and counts the tasks; diff matches them by (parameter, block) and explains the
 # busiest rank's makespan change in full.
 set -u
@@ -170,6 +171,74 @@ g[0]["slots"] = [[{"param": 0, "width": 4, "cost": 1e-6}] + lst for lst in g[0][
 has "validate: width 4 on a 2 x 3 matrix" '"code": "schedule.coop"'
 has "validate: width 4 on a 2 x 3 matrix: path" '"path": "$.tp_schedule[0].groups[0].slots[0][0]"'
 
+# ---- Gram panels: recorded per cooperative task, read back, refused where none can run -------
+if python3 - "$work/coop2.json" <<'EOF'; then pass "coop2: every cooperative task records its panels"; else fail "coop2: panels"; fi
+import json, sys
+p = json.load(open(sys.argv[1]))
+ts = [t for g in p["tp_schedule"][0]["groups"] for lst in g["slots"] for t in lst if isinstance(t, dict)]
+assert all(isinstance(t.get("panels"), int) and 1 <= t["panels"] <= 8 for t in ts if t.get("width", 1) > 1), ts
+assert all("panels" not in t for t in ts if t.get("width", 1) == 1), ts
+assert len({t["panels"] for t in ts}) >= 2, ts
+EOF
+# validate costs a cooperative task at the count the plan records: the first task of group 0
+# (fc1's block 0, 7 panels) set to 1 in both its slots disagrees with its cost.
+edit "$work/coop2.json" "$work/panels1.json" '
+g = p["tp_schedule"][0]["groups"][0]["slots"]
+assert g[0][0]["panels"] > 1, g[0][0]
+for s in (0, 1):
+    g[s][0]["panels"] = 1'
+violation schedule.task_cost '$.tp_schedule[0].groups[0].slots[0][0].cost' "$work/panels1.json"
+# An absent count is one panel, how plans written before the key ran: dropping the key where the
+# planner chose 1 changes nothing.
+edit "$work/coop2.json" "$work/nokey.json" '
+n = 0
+for g in p["tp_schedule"][0]["groups"]:
+    for lst in g["slots"]:
+        for t in lst:
+            if isinstance(t, dict) and t.get("panels") == 1:
+                del t["panels"]
+                n += 1
+assert n > 0
+del p["content_sha256"]'
+expect "validate: panels 1 left out" 0 "$CZ" validate "$work/nokey.json" --model "$model" \
+  --cluster "$cluster"
+# The reader refuses a count on a hosted task, outside 1 .. 8 or above the task's short side,
+# and a cooperative task whose slots disagree on it, each at the key's path.
+edit "$work/blocks.json" "$work/hostedp.json" '
+t = [t for g in p["tp_schedule"][0]["groups"] for lst in g["slots"] for t in lst if isinstance(t, dict)][0]
+t["panels"] = 2'
+expect "read: panels on a hosted task" 1 "$CZ" validate "$work/hostedp.json" --model "$model" \
+  --cluster "$cluster"
+has "read: panels on a hosted task: message" "only for a cooperative task"
+has "read: panels on a hosted task: path" ".panels"
+for v in 0 9; do
+  edit "$work/coop2.json" "$work/panels$v.json" "
+g = p['tp_schedule'][0]['groups'][0]['slots']
+for s in (0, 1):
+    g[s][0]['panels'] = $v"
+  expect "read: panels $v" 1 "$CZ" validate "$work/panels$v.json" --model "$model" --cluster "$cluster"
+  has "read: panels $v: message" "slots[0][0].panels: expected an integer in [1, 8], found $v"
+done
+edit "$work/coop2.json" "$work/panelsx.json" '
+g = p["tp_schedule"][0]["groups"][0]["slots"]
+g[0][0]["panels"] = 6'
+expect "read: slots disagree on panels" 1 "$CZ" validate "$work/panelsx.json" --model "$model" \
+  --cluster "$cluster"
+has "read: slots disagree on panels: message" "in one order"
+# tiny's 2 x 3 matrix (above) over 2 ranks: a Gram of 2 rows has at most 2 panels.
+expect "plan tiny coop 2" 0 "$CZ" plan --model "$work/tiny.json" --cluster "$cluster" --coop 2 \
+  -q -o "$work/tiny2.json"
+edit "$work/tiny2.json" "$work/tiny2p.json" '
+for g in p["tp_schedule"][0]["groups"]:
+    for lst in g["slots"]:
+        for t in lst:
+            if isinstance(t, dict) and t["param"] == 0:
+                assert t["width"] == 2, t
+                t["panels"] = 3'
+expect "read: panels above a" 1 "$CZ" validate "$work/tiny2p.json" --model "$work/tiny.json" \
+  --cluster "$cluster"
+has "read: panels above a: message" "3 Gram panels, more than the 2 rows of the task's Gram"
+
 # ---- inspect: block and cooperative tasks ---------------------------------------------------
 expect "inspect coop2" 0 "$CZ" inspect "$work/coop2.json"
 has "inspect: section" "block and cooperative tasks (canzona.plan/2)"
@@ -177,6 +246,7 @@ has "inspect: section" "block and cooperative tasks (canzona.plan/2)"
 # task cooperative (each one's long side allows it): 10 blocks + 5 matrices without blocks.
 has "inspect: counts" "0 whole matrices, 10 block tasks, 15 cooperative tasks (width 2: 15)"
 has "inspect: a block task labelled as its block" "decoder.layers.0.mlp.linear_fc1.weight[0]"
+has "inspect: the panels column" "cost/slot width panels   slots"
 expect "inspect whole" 0 "$CZ" inspect "$work/whole.json"
 hasnt "inspect whole: no task section" "block and cooperative tasks"
 expect "inspect coop2 --json" 0 "$CZ" inspect "$work/coop2.json" --json
@@ -191,17 +261,19 @@ for g in p["tp_schedule"][0]["groups"]:
     for s, lst in enumerate(g["slots"]):
         for e in lst:
             if isinstance(e, dict) and s % e.get("width", 1) == 0:
-                seen.append((g["id"], e["param"], e.get("block", -1), e.get("width", 1), s, e["cost"]))
-got = [(x["group"], x["id"], x["block"], x["width"], x["slots"][0], x["cost"]) for x in t["list"]]
+                seen.append((g["id"], e["param"], e.get("block", -1), e.get("width", 1), s,
+                             e.get("panels", 1), e["cost"]))
+got = [(x["group"], x["id"], x["block"], x["width"], x["slots"][0], x["panels"], x["cost"])
+       for x in t["list"]]
 # inspect --json prints 12 significant digits.
-key = lambda v: [(a, b, c, d, e, float("%.11g" % f)) for a, b, c, d, e, f in sorted(v)]
+key = lambda v: [(a, b, c, d, e, p, float("%.11g" % f)) for a, b, c, d, e, p, f in sorted(v)]
 assert key(seen) == key(got), (seen, got)
 assert [x["cost"] for x in t["list"]] == sorted((x["cost"] for x in t["list"]), reverse=True)
 assert all(x["slots"][1] == x["slots"][0] + x["width"] - 1 for x in t["list"])
 assert t["blocks"] == sum(1 for x in got if x[2] >= 0) == 10
 assert t["cooperative"] == 15 and t["widths"] == [{"width": 2, "tasks": 15}]
 big = r["microgroups"][0]["largest_task"]
-assert big["cost"] == max(x[5] for x in got) and big["width"] == 2, big
+assert big["cost"] == max(x[6] for x in got) and big["width"] == 2, big
 EOF
 
 # ---- diff: tasks keyed by (parameter, block) --------------------------------------------------
@@ -265,6 +337,8 @@ grep -q 'cooperative task (one box across its TP ranks)' "$work/coop2.svg" &&
   pass "render: legend" || fail "render: no cooperative legend"
 grep -q 'linear_fc1\[0\] x2' "$work/coop2.svg" && pass "render: block label" ||
   fail "render: no 'linear_fc1[0] x2' label"
+grep -q 'linear_fc1.weight\[0\] (cooperative on TP 0-1, 7 Gram panels)' "$work/coop2.svg" &&
+  pass "render: panels in the task list" || fail "render: no '(cooperative on TP 0-1, 7 Gram panels)'"
 # A box spans its k lanes: two lanes of 14 px at a pitch of 17 px.
 grep -q 'class="coop-task"[^>]*height="31"' "$work/coop2.svg" && pass "render: box across 2 lanes" ||
   fail "render: no cooperative box 31 px high"

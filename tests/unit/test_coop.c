@@ -9,19 +9,22 @@
  * 14 m n 1e-9 s of elementwise traffic (8 + 3 d bytes per element).
  *
  * Cooperatively over k slots (slices of s = b / k) each slot, per iteration, computes the Gram's
- * upper triangle in P = cz_coop_panels(a) row panels, panel p (rows r_p .. r_{p+1} - 1, h_p of
+ * upper triangle in P row panels (the task's count: cz_coop_time_of and cz_cost_coop_panels take
+ * it, cz_cost_coop charges the least-cost one, cz_coop_best_panels), panel p (rows r_p .. r_{p+1}
+ * - 1, h_p of
  * them) one GEMM of 2 h_p (a - r_p) s FLOPs, posting each panel's all-reduce (4 bytes per packed
  * element) on one channel as soon as it is computed; then the polynomial: A(AX) when s < a (the
  * rows of Y of panel p, 2 h_p a s, once panel p is summed; then Z, 2 a^2 s), else the standard
  * form once every panel is in (2 a^3 + 2 a^2 s). The slot pays 5 iterations, 14 m n / k 1e-9 s
  * of elementwise traffic, and one norm all-reduce of 8 bytes.
  *
- * For a = 1000, P = 8: the packed triangle has 500500 elements, 62562.5 per panel, so panel p
- * starts at the first row whose packed offset i a - i (i - 1) / 2 reaches ceil(62562.5 p): rows
- * 0, 65, 135, 210, 294, 388, 501, 647, 1000 (h = 65, 70, 75, 84, 94, 113, 146, 353). The panels
- * hold 62920, 63035, 62100, 62874, 61993, 62828, 62269, 62481 elements, i.e. 251680, 252140,
- * 248400, 251496, 247972, 251312, 249076, 249924 bytes (2002000 = 2 a (a + 1) in all), and
- * sum_p h_p (a - r_p) = 65 1000 + 70 935 + 75 865 + 84 790 + 94 706 + 113 612 + 146 499 +
+ * Every a = 1000 case below is cheapest at P = 8 (coop_best_panels says why), so cz_cost_coop
+ * is its P = 8 cost. For a = 1000, P = 8: the packed triangle has 500500 elements, 62562.5 per
+ * panel, so panel p starts at the first row whose packed offset i a - i (i - 1) / 2 reaches
+ * ceil(62562.5 p): rows 0, 65, 135, 210, 294, 388, 501, 647, 1000 (h = 65, 70, 75, 84, 94, 113,
+ * 146, 353). The panels hold 62920, 63035, 62100, 62874, 61993, 62828, 62269, 62481 elements, i.e.
+ * 251680, 252140, 248400, 251496, 247972, 251312, 249076, 249924 bytes (2002000 = 2 a (a + 1) in
+ * all), and sum_p h_p (a - r_p) = 65 1000 + 70 935 + 75 865 + 84 790 + 94 706 + 113 612 + 146 499 +
  * 353 353 = 594668, so the Gram costs 1189336 s FLOPs per slot (the full product: 2 a^2 s =
  * 2000000 s). Over k = 2 an all-reduce of B bytes takes 2 messages, 1e-5 s, plus B / 100 GB/s:
  * 1.25e-5 s or so, while every Gram panel below takes at least 2 64875 s FLOPs (panel 2;
@@ -30,9 +33,11 @@
  * it every iteration: 5 x 1.249924e-5 = 6.24962e-5 s, plus the norm's 1e-5 + 8 / 1e11 =
  * 1.000008e-5 s. */
 #include "cz_algorithms.h"
+#include "cz_analysis.h"
 #include "cz_test_util.h"
 
 #include <check.h>
+#include <jansson.h>
 #include <math.h>
 
 #define EQ(a, b) ck_assert_double_eq_tol((a), (b), 1e-9 * fabs(b) + 1e-15)
@@ -112,6 +117,19 @@ static void task_of(const cz_plan *plan, int id, int *width, int *slot, double *
     ck_assert_msg(*width > 0, "parameter %d has no task", id);
 }
 
+/* The Gram panel count the plan records for parameter id's (only) task. */
+static int panels_of(const cz_plan *plan, int id)
+{
+    for (int g = 0; g < plan->schedules[0].ngroups; g++) {
+        const cz_plan_group *gr = &plan->schedules[0].groups[g];
+        for (int t = 0; t < gr->ntasks; t++)
+            if (gr->task_param[t] == id)
+                return cz_group_task_panels(gr, t);
+    }
+    ck_abort_msg("parameter %d has no task", id);
+    return 0;
+}
+
 START_TEST(allreduce_ring)
 {
     cz_cluster *c = czt_cluster_new(1, 4, 1);
@@ -181,17 +199,77 @@ static double per_byte(double bytes, const void *ctx)
     return bytes * *(const double *)ctx;
 }
 
+/* cz_cost_coop is cz_cost_coop_panels at the count cz_coop_best_panels returns, the least over
+ * 1 .. min(8, a) (counts that would leave a panel empty aside). */
+static void assert_best_is_least(int64_t m, int64_t n, int k, const cz_settings *s,
+                                 const cz_cluster *c)
+{
+    int64_t a = m < n ? m : n;
+    int best = cz_coop_best_panels(m, n, k, s, c, CZ_DTYPE_BF16);
+    double at_best = cz_cost_coop_panels(m, n, k, best, s, c, CZ_DTYPE_BF16);
+    ck_assert_int_ge(best, 1);
+    ck_assert_int_le(best, a < CZ_COOP_MAX_PANELS ? a : CZ_COOP_MAX_PANELS);
+    ck_assert_double_eq(cz_cost_coop(m, n, k, s, c, CZ_DTYPE_BF16), at_best);
+    for (int p = 1; p <= CZ_COOP_MAX_PANELS && p <= (a + 1) / 2; p++)
+        ck_assert_msg(cz_cost_coop_panels(m, n, k, p, s, c, CZ_DTYPE_BF16) >= at_best,
+                      "%lldx%lld over %d: %d panels cost less than the best, %d", (long long)m,
+                      (long long)n, k, p, best);
+}
+
+START_TEST(coop_best_panels)
+{
+    cz_settings s;
+    cz_settings_init(&s);
+    /* More panels than one pays where the computation hides the all-reduces: 1000 x 64000
+     * over 2 (the standard form, BIG_COOP2) is cheapest at 8. Every all-reduce but the last
+     * (about 12.5 us each over 2 inside a node) ends while the next panel computes (97 us and
+     * more), so an extra panel adds no exposed latency; meanwhile more panels skip more of the
+     * Gram below the diagonal (sum_p h_p (a - r_p): 1e6 row-column pairs at P = 1, 594668 at
+     * P = 8) and shrink the last panel, the one all-reduce the polynomial waits for (2002000 B
+     * at P = 1, 249924 B at P = 8). One panel: Gram 2e6 32000 = 6.4e10 and polynomial 6.6e10
+     * FLOPs per iteration, 5 * 1.3e11 1e-12 = 0.65 s, + 0.448 s elementwise, + 5 (1e-5 +
+     * 2002000 / 1e11) = 1.501e-4 s exposed, + the norm's 1.000008e-5 s: 1.09816010008 s, against
+     * 0.96836625628 s at 8. */
+    cz_cluster *c2 = czt_cluster_new(1, 2, 1);
+    ck_assert_int_eq(cz_coop_best_panels(1000, 64000, 2, &s, c2, CZ_DTYPE_BF16), 8);
+    EQ(cz_cost_coop_panels(1000, 64000, 2, 1, &s, c2, CZ_DTYPE_BF16), 1.09816010008);
+    EQ(cz_cost_coop_panels(1000, 64000, 2, 8, &s, c2, CZ_DTYPE_BF16), BIG_COOP2);
+    EQ(cz_cost_coop(1000, 64000, 2, &s, c2, CZ_DTYPE_BF16), BIG_COOP2);
+    /* One panel where nothing hides the latencies: 64 x 4096 over 8 (s = 512 >= a = 64, the
+     * standard form). An all-reduce over 8 costs 14 messages of 5 us, 70 us, while the whole
+     * Gram computes in 2 64^2 512 = 4194304 FLOPs, 4.2 us: the panels' all-reduces queue on the
+     * channel and the polynomial waits for them all, so each panel past the first adds about
+     * 70 us per iteration and saves under 4.2 us of Gram. At P = 1: computation 5 (4194304 +
+     * 2 64^3 + 2 64^2 512 = 8912896) FLOPs, 4.456448e-5 s, + 32768 elements of 14 B at 1 GB/s,
+     * 4.58752e-4 s; exposed 5 (7e-5 + 14 / 8 8320 / 1e11) = 3.50728e-4 s + the norm's 7.000014e-5
+     * s: 9.2404462e-4 s. */
+    cz_cluster *c8 = czt_cluster_new(1, 8, 1);
+    ck_assert_int_eq(cz_coop_best_panels(64, 4096, 8, &s, c8, CZ_DTYPE_BF16), 1);
+    EQ(cz_cost_coop(64, 4096, 8, &s, c8, CZ_DTYPE_BF16), 9.2404462e-4);
+    ck_assert(cz_cost_coop_panels(64, 4096, 8, 2, &s, c8, CZ_DTYPE_BF16) > 9.2404462e-4 + 6e-5);
+    /* The best is the least, in time and in FLOPs, on shapes on both sides of the turn. */
+    static const int64_t shapes[][3] = {
+        {1000, 64000, 2}, {1000, 1500, 2}, {1000, 2000, 2}, {64, 4096, 8}, {256, 4096, 8},
+        {1024, 4096, 8},  {4096, 1024, 4}, {16, 24, 2},     {8, 8, 2},     {3, 5000, 8}};
+    for (int unit = 0; unit < 2; unit++) {
+        s.unit = unit ? CZ_UNIT_FLOPS : CZ_UNIT_TIME;
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+            assert_best_is_least(shapes[i][0], shapes[i][1], (int)shapes[i][2], &s,
+                                 shapes[i][2] == 2 ? c2 : c8);
+    }
+    /* The element unit has no communication to hide: one panel. */
+    s.unit = CZ_UNIT_NUMEL;
+    ck_assert_int_eq(cz_coop_best_panels(1000, 64000, 2, &s, c2, CZ_DTYPE_BF16), 1);
+    cz_cluster_free(c2);
+    cz_cluster_free(c8);
+}
+END_TEST
+
 START_TEST(coop_pipeline_by_hand)
 {
-    /* The panel rule: a / 8 panels, at least 1 and at most 8. */
-    ck_assert_int_eq(cz_coop_panels(7), 1);
-    ck_assert_int_eq(cz_coop_panels(16), 2);
-    ck_assert_int_eq(cz_coop_panels(63), 7);
-    ck_assert_int_eq(cz_coop_panels(64), 8);
-    ck_assert_int_eq(cz_coop_panels(4096), 8);
-    /* a = 16, P = 2: 136 packed elements, 68 each; row i starts at 16 i - i (i - 1) / 2, 58 at
-     * i = 4 and 70 at i = 5, so panel 1 starts at row 5: panel 0 is rows 0-4 (70 elements,
-     * 280 B), panel 1 rows 5-15 (66 elements, 264 B). */
+    /* The counts are given: a = 16, P = 2: 136 packed elements, 68 each; row i starts at 16 i - i
+     * (i - 1) / 2, 58 at i = 4 and 70 at i = 5, so panel 1 starts at row 5: panel 0 is rows 0-4 (70
+     * elements, 280 B), panel 1 rows 5-15 (66 elements, 264 B). */
     ck_assert_int_eq(cz_coop_panel_row(16, 2, 0), 0);
     ck_assert_int_eq(cz_coop_panel_row(16, 2, 1), 5);
     ck_assert_int_eq(cz_coop_panel_row(16, 2, 2), 16);
@@ -211,7 +289,7 @@ START_TEST(coop_pipeline_by_hand)
      *   Y0 max(4.824, 3.32) + 1.92 = 6.744; Y1 max(6.744, 6.144) + 4.224 = 10.968; Z 17.112.
      * Nothing waits: the exposed time is the norm's 4e-11 s. Elementwise: 192 elements of the
      * slice, 14 B each, 2688 B at 1 GB/s = 2.688e-6 s. */
-    cz_coop_time t = cz_coop_time_of(16, 24, 2, &s, c, CZ_DTYPE_BF16, per_byte, &fast);
+    cz_coop_time t = cz_coop_time_of(16, 24, 2, 2, &s, c, CZ_DTYPE_BF16, per_byte, &fast);
     EQ(t.flops, 5 * 17112.0);
     EQ(t.ew_flops, 1920.0);
     EQ(t.compute, 5 * 1.7112e-8 + 2.688e-6);
@@ -221,7 +299,7 @@ START_TEST(coop_pipeline_by_hand)
     /* At 1e-11 s per byte (2.8 and 2.64 ns): done0 = 1.92 + 2.8 = 4.72, done1 = max(4.824,
      * 4.72) + 2.64 = 7.464; Y0 ends 6.744, Y1 waits for done1: 7.464 + 4.224 = 11.688, Z
      * 17.832. 0.72 ns exposed per iteration: 5 0.72e-9 + the norm's 8e-11 = 3.68e-9 s. */
-    t = cz_coop_time_of(16, 24, 2, &s, c, CZ_DTYPE_BF16, per_byte, &slow);
+    t = cz_coop_time_of(16, 24, 2, 2, &s, c, CZ_DTYPE_BF16, per_byte, &slow);
     EQ(t.compute, 5 * 1.7112e-8 + 2.688e-6);
     EQ(t.exposed, 3.68e-9);
     /* 16 x 64 over 2: s = 32 >= 16, the standard form. Gram panels 2 5 16 32 = 5120 and
@@ -230,13 +308,13 @@ START_TEST(coop_pipeline_by_hand)
      * the polynomial needs both panels: 14.184 + 24.576 = 38.76. The last panel's all-reduce,
      * 1.32 ns, is exposed in every iteration: 5 1.32e-9 + 4e-11 = 6.64e-9 s. Elementwise: 512
      * elements, 7168 B, 7.168e-6 s. */
-    t = cz_coop_time_of(16, 64, 2, &s, c, CZ_DTYPE_BF16, per_byte, &fast);
+    t = cz_coop_time_of(16, 64, 2, 2, &s, c, CZ_DTYPE_BF16, per_byte, &fast);
     EQ(t.flops, 5 * 37440.0);
     EQ(t.compute, 5 * 3.744e-8 + 7.168e-6);
     EQ(t.exposed, 6.64e-9);
     /* All-reduces that cost nothing: the total is the compute exactly. */
     double zero = 0.0;
-    t = cz_coop_time_of(16, 64, 2, &s, c, CZ_DTYPE_BF16, per_byte, &zero);
+    t = cz_coop_time_of(16, 64, 2, 2, &s, c, CZ_DTYPE_BF16, per_byte, &zero);
     ck_assert_double_eq(t.exposed, 0.0);
     ck_assert_double_eq(t.total, t.compute);
     cz_cluster_free(c);
@@ -253,6 +331,7 @@ START_TEST(split_pays_where_it_sets_the_makespan)
     task_of(plan, 0, &w, &slot, &cost);
     ck_assert_int_eq(w, 2);
     ck_assert_int_eq(slot, 0);
+    ck_assert_int_eq(panels_of(plan, 0), 8); /* the count its cost is for (coop_best_panels) */
     EQ(cost, BIG_COOP2);
     EQ(plan->metrics.tp_makespan, BIG_COOP2);
     /* Bounds: the average is the hosted cost over two GPUs, 1.093 s, which the plan beats: the
@@ -301,8 +380,8 @@ START_TEST(no_split_when_it_costs_more)
     cz_plan_free(plan);
 
     /* A small matrix on slow links: 8 x 8 hosted costs 5 (4 64 8 + 2 512) 1e-12 + 14 64 1e-9
-     * = 9.1136e-7 s, while split (cz_coop_panels(8) = 1: one panel, nothing to hide it) its six
-     * all-reduces alone take 6 * 2 * 5 us = 6e-5 s. */
+     * = 9.1136e-7 s, while split (at its best count, one panel: nothing to hide the latencies,
+     * and more panels only add more) its six all-reduces alone take 6 * 2 * 5 us = 6e-5 s. */
     plan = plan_of((shape[]){{8, 8}}, 1, 2, CZ_COOP_AUTO, 0, NULL);
     task_of(plan, 0, &w, &slot, &cost);
     ck_assert_int_eq(w, 1);
@@ -387,9 +466,11 @@ START_TEST(forced_width)
     ck_assert_int_eq(w, 2);
     ck_assert_int_eq(slot % 2, 0);
     /* The forced split of the 8 x 8 matrix pays its all-reduces, 2 messages of 5 us each, six
-     * of them (one panel: nothing hides them): 6e-5 s, 66 times its hosted cost, which --coop
-     * auto would never pay. */
+     * of them (one panel, its best count: nothing hides them): 6e-5 s, 66 times its hosted
+     * cost, which --coop auto would never pay. */
     ck_assert(cost > 6e-5);
+    ck_assert_int_eq(panels_of(plan, 1), 1);
+    ck_assert_int_eq(panels_of(plan, 0), 8);
     task_of(plan, 2, &w, &slot, &cost);
     ck_assert_int_eq(w, 1);
     cz_plan_free(plan);
@@ -449,6 +530,58 @@ START_TEST(blocks_on_different_slots)
 }
 END_TEST
 
+/* Validates plan against m and c: the number of violations with this code (all when NULL). */
+static int violations(const cz_plan *plan, const cz_model *m, const cz_cluster *c, const char *code)
+{
+    json_t *v = NULL;
+    cz_error err;
+    ck_assert_int_gt(cz_plan_validate_json(plan, m, c, &v, &err), 0);
+    int n = 0;
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x)
+    {
+        n += !code || !strcmp(json_string_value(json_object_get(x, "code")), code);
+    }
+    json_decref(v);
+    return n;
+}
+
+START_TEST(validate_recorded_panels)
+{
+    /* validate checks a cooperative task's cost at the count the plan records, not at the one
+     * the planner would choose: the planner's 8 panels for 1000 x 64000 over 2 validate; the
+     * count alone set to 1 makes the cost disagree; with the cost and metrics of one panel
+     * (1.09816010008 s, coop_best_panels), the plan is what a plan without the key means, and
+     * validates again. A count above min(8, a) is structural (the executor's requests). */
+    cz_model *m = czt_model_new("coop", CZ_DTYPE_BF16, 0);
+    czt_model_add(m, "m0", 1000, 64000, -1, CZ_KIND_MATRIX, -1);
+    cz_cluster *c = czt_cluster_new(1, 2, 1);
+    cz_settings s;
+    cz_settings_init(&s);
+    s.coop = CZ_COOP_AUTO;
+    cz_plan *plan = NULL;
+    cz_error err;
+    ck_assert_msg(cz_plan_build(&plan, m, c, &s, &err) == CZ_OK, "%s", err.message);
+    cz_plan_group *g = &plan->schedules[0].groups[0];
+    ck_assert_int_eq(g->ntasks, 1);
+    ck_assert_int_eq(cz_group_task_panels(g, 0), 8);
+    ck_assert_int_eq(violations(plan, m, c, NULL), 0);
+    g->task_panels[0] = 1;
+    ck_assert_int_eq(violations(plan, m, c, "schedule.task_cost"), 1);
+    g->task_cost[0] = cz_cost_coop_panels(1000, 64000, 2, 1, &s, c, CZ_DTYPE_BF16);
+    EQ(g->task_cost[0], 1.09816010008);
+    g->load[0] = g->load[1] = g->task_cost[0];
+    ck_assert(cz_plan_metrics_compute(plan, c, &err) == CZ_OK);
+    ck_assert_int_eq(violations(plan, m, c, NULL), 0);
+    g->task_panels[0] = 9;
+    ck_assert_int_eq(violations(plan, m, c, "schedule.coop"), 1);
+    cz_plan_free(plan);
+    cz_model_free(m);
+    cz_cluster_free(c);
+}
+END_TEST
+
 START_TEST(split_bound_without_a_table)
 {
     /* The bound of a plan read from a file (no task table) is rebuilt from the cluster and
@@ -480,6 +613,8 @@ int main(void)
     tcase_add_test(tc, coop_cost_by_hand);
     tcase_add_test(tc, coop_cost_polynomial_form);
     tcase_add_test(tc, coop_pipeline_by_hand);
+    tcase_add_test(tc, coop_best_panels);
+    tcase_add_test(tc, validate_recorded_panels);
     tcase_add_test(tc, split_pays_where_it_sets_the_makespan);
     tcase_add_test(tc, no_split_when_it_costs_more);
     tcase_add_test(tc, split_only_the_small_task);

@@ -742,10 +742,11 @@ START_TEST(test_plan_slot_order)
 END_TEST
 
 /* Cooperative and block tasks make a version 2 file: objects in the slot lists, a cooperative
- * task in each of its slots. The reader rebuilds one execution order that every slot's list
- * follows (here the hosted task 3 that slot 1 lists first comes before the cooperative task),
- * and refuses slot lists that order shared cooperative tasks differently or objects in a
- * version 1 file. */
+ * task in each of its slots with its Gram panel count. The reader rebuilds one execution order
+ * that every slot's list follows (here the hosted task 3 that slot 1 lists first comes before
+ * the cooperative task), reads an absent count as 1, and refuses slot lists that order shared
+ * cooperative tasks differently, objects in a version 1 file, and panel counts that no
+ * executor can run. */
 START_TEST(test_plan_split_tasks)
 {
     char a[512], b[512];
@@ -760,11 +761,13 @@ START_TEST(test_plan_split_tasks)
     g->task_slot = malloc(3 * sizeof(int));
     g->task_block = malloc(3 * sizeof(int));
     g->task_width = malloc(3 * sizeof(int));
+    g->task_panels = malloc(3 * sizeof(int));
     g->task_cost = malloc(3 * sizeof(double));
     memcpy(g->task_param, (int[]){3, 4, 1}, 3 * sizeof(int));
     memcpy(g->task_slot, (int[]){1, 0, 0}, 3 * sizeof(int));
     memcpy(g->task_block, (int[]){-1, -1, -1}, 3 * sizeof(int));
     memcpy(g->task_width, (int[]){1, 2, 1}, 3 * sizeof(int));
+    memcpy(g->task_panels, (int[]){1, 3, 1}, 3 * sizeof(int));
     memcpy(g->task_cost, (double[]){0, 2.5, 0}, 3 * sizeof(double));
     snprintf(a, sizeof a, "%s/plan_split.json", tmpdir);
     snprintf(b, sizeof b, "%s/plan_split_bad.json", tmpdir);
@@ -773,8 +776,8 @@ START_TEST(test_plan_split_tasks)
     json_t *root = json_load_file(a, JSON_PRESERVE_ORDER, &jerr);
     ck_assert_ptr_nonnull(root);
     ck_assert_str_eq(json_string_value(json_object_get(root, "schema")), CZ_PLAN_SCHEMA_SPLIT);
-    json_t *want = json_loads("[[{\"param\": 4, \"width\": 2, \"cost\": 2.5}, 1], "
-                              "[3, {\"param\": 4, \"width\": 2, \"cost\": 2.5}]]",
+    json_t *want = json_loads("[[{\"param\": 4, \"width\": 2, \"panels\": 3, \"cost\": 2.5}, 1], "
+                              "[3, {\"param\": 4, \"width\": 2, \"panels\": 3, \"cost\": 2.5}]]",
                               0, &jerr);
     json_t *slots = json_object_get(
         json_array_get(
@@ -792,12 +795,66 @@ START_TEST(test_plan_split_tasks)
     ck_assert_int_eq(h->task_param[1], 4);
     ck_assert_int_eq(h->task_slot[1], 0);
     ck_assert_int_eq(h->task_width[1], 2);
+    ck_assert_int_eq(cz_group_task_panels(h, 1), 3);
     ck_assert(h->task_cost[1] == 2.5);
     ck_assert_int_eq(h->task_param[2], 1);
     ck_assert_int_eq(h->task_width[2], 1);
+    ck_assert_int_eq(cz_group_task_panels(h, 2), 1);
     ck_assert_int_eq(h->task_block[2], -1);
     cz_plan_free(q);
     q = NULL;
+
+    /* Panel counts as read: absent is 1 (a plan written before the key ran one panel), else 1
+     * to min(8, a); only a cooperative task has one. The cooperative task (param 4, 4 x 4:
+     * a = 4) is edited in both its slots, the hosted 3 (slot 1's first) made an object. */
+    json_t *c0 = json_array_get(json_array_get(slots, 0), 0);
+    json_t *c1 = json_array_get(json_array_get(slots, 1), 1);
+    static const struct {
+        int coop;        /* the cooperative task's "panels"; -1: no key */
+        int hosted;      /* the hosted task's; -1: written as its id */
+        const char *msg; /* NULL: read, with the count coop (1 when -1) */
+    } cases[] = {
+        {-1, -1, NULL},
+        {4, -1, NULL},
+        {5, -1, "more than the 4 rows of the task's Gram"},
+        {9, -1, "expected an integer in [1, 8], found 9"},
+        {0, -1, "expected an integer in [1, 8], found 0"},
+        {3, 2, "only for a cooperative task"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        for (json_t **c = (json_t *[]){c0, c1, NULL}; *c; c++) {
+            if (cases[i].coop < 0)
+                json_object_del(*c, "panels");
+            else
+                json_object_set_new(*c, "panels", json_integer(cases[i].coop));
+        }
+        json_array_set_new(json_array_get(slots, 1), 0,
+                           cases[i].hosted < 0 ? json_integer(3)
+                                               : json_pack("{s:i, s:i, s:f}", "param", 3, "panels",
+                                                           cases[i].hosted, "cost", 2.0 / 3.0));
+        ck_assert_int_eq(json_dump_file(root, b, JSON_PRESERVE_ORDER), 0);
+        int rc = cz_plan_read(&q, b, &err);
+        if (!cases[i].msg) {
+            ck_assert_msg(rc == CZ_OK, "case %zu: %s", i, err.message);
+            ck_assert_int_eq(cz_group_task_panels(&q->schedules[0].groups[1], 1),
+                             cases[i].coop < 0 ? 1 : cases[i].coop);
+            cz_plan_free(q);
+            q = NULL;
+            continue;
+        }
+        ck_assert_int_eq(rc, CZ_EINVALID);
+        ck_assert_ptr_null(q);
+        assert_contains(err.message, cases[i].msg);
+        assert_contains(err.message, ".panels");
+    }
+    /* The two slots of the cooperative task disagree on its count: not the same task. */
+    json_array_set_new(json_array_get(slots, 1), 0, json_integer(3));
+    json_object_set_new(c0, "panels", json_integer(3));
+    json_object_set_new(c1, "panels", json_integer(2));
+    ck_assert_int_eq(json_dump_file(root, b, JSON_PRESERVE_ORDER), 0);
+    ck_assert_int_eq(cz_plan_read(&q, b, &err), CZ_EINVALID);
+    assert_contains(err.message, "in one order");
+    json_object_set_new(c1, "panels", json_integer(3));
 
     /* Two cooperative tasks listed in opposite orders by their two slots: no order works. */
     json_t *s0 = json_array_get(slots, 0), *s1 = json_array_get(slots, 1);

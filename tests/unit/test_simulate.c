@@ -119,14 +119,20 @@ static double task_seconds(const cz_plan *p, int id, const cz_cluster *c)
     return cz_cost_param_seconds(&def, &p->settings, c, p->dtype);
 }
 
-/* Sets the block, width and per-slot cost of every task of a group made by add_group. */
+/* Sets the block, width and per-slot cost of every task of a group made by add_group, and its
+ * Gram panel count (NULL: none recorded, one panel each). */
 static void set_tasks(cz_plan *p, cz_plan_group *g, const int *blocks, const int *widths,
-                      const double *costs)
+                      const double *costs, const int *panels)
 {
     g->task_block = malloc((size_t)g->ntasks * sizeof(int));
     g->task_width = malloc((size_t)g->ntasks * sizeof(int));
     g->task_cost = malloc((size_t)g->ntasks * sizeof(double));
     ck_assert(g->task_block && g->task_width && g->task_cost);
+    if (panels) {
+        g->task_panels = malloc((size_t)g->ntasks * sizeof(int));
+        ck_assert_ptr_nonnull(g->task_panels);
+        memcpy(g->task_panels, panels, (size_t)g->ntasks * sizeof(int));
+    }
     for (int x = 0; x < g->nslots; x++)
         g->load[x] = 0.0;
     for (int k = 0; k < g->ntasks; k++) {
@@ -145,7 +151,7 @@ static void set_tasks(cz_plan *p, cz_plan_group *g, const int *blocks, const int
  *          100 GB/s; the scatter mirrors it;
  *  coop    slot 0 waits for slot 1's two hosted tasks, then both run the cooperative part:
  *          a = 64, slices of s = 256 / 2 = 128 >= a (the standard form). The Gram's upper
- *          triangle (64 * 65 / 2 = 2080 floats, 8320 B) goes in cz_coop_panels(64) = 8 panels,
+ *          triangle (64 * 65 / 2 = 2080 floats, 8320 B) goes in the 8 panels the plan records,
  *          rows 0, 5, 9, 14, 19, 25, 33, 42, 64, of 1240, 920, 1060, 960, 1020, 1136, 972 and
  *          1012 B; panel p costs 2 h_p (64 - r_p) 128 FLOPs: 81920, 60416, 70400, 64000, 69120,
  *          79872, 71424, 123904 (621056 in all) at 100 TFLOP/s, under 1.3 ns each, while each
@@ -161,7 +167,8 @@ START_TEST(test_coop_allreduce_and_wait)
     cz_plan *p = make_plan(1, 2, 3, 256, 64, CZ_TP_ROLLBACK);
     p->settings.optimizer = CZ_OPTIM_MUON;
     add_group(p, 0, 2, 3, (int[]){0, 1, 2}, (int[]){1, 1, 0});
-    set_tasks(p, &p->schedules[0].groups[0], (int[]){-1, -1, -1}, (int[]){1, 1, 2}, NULL);
+    set_tasks(p, &p->schedules[0].groups[0], (int[]){-1, -1, -1}, (int[]){1, 1, 2}, NULL,
+              (int[]){1, 1, 8});
     cz_sim_result *r = NULL;
     cz_error err;
     int rc = cz_plan_simulate(&r, p, c, NULL, &err);
@@ -176,7 +183,7 @@ START_TEST(test_coop_allreduce_and_wait)
     cz_cluster free_links = *c;
     free_links.links.latency_us = 0.0;
     free_links.links.intra_node_gbps = free_links.links.inter_node_gbps = 0.0;
-    double coop = cz_cost_coop(256, 64, 2, &st, &free_links, p->dtype);
+    double coop = cz_cost_coop_panels(256, 64, 2, 8, &st, &free_links, p->dtype);
     ck_assert(coop > 0 && coop < hosted);
     ck_assert_double_eq_tol(r->tl_gather[0].end - r->tl_gather[0].start, gather, 1e-15);
     ck_assert_double_eq_tol(r->tl_scatter[0].end - r->tl_scatter[0].start, gather, 1e-15);
@@ -197,12 +204,25 @@ START_TEST(test_coop_allreduce_and_wait)
 
     /* The cooperative task first in the order: nobody waits, the same step. */
     cz_plan_group *g = &p->schedules[0].groups[0];
-    g->task_param[0] = 2, g->task_slot[0] = 0, g->task_width[0] = 2;
-    g->task_param[2] = 0, g->task_slot[2] = 1, g->task_width[2] = 1;
+    g->task_param[0] = 2, g->task_slot[0] = 0, g->task_width[0] = 2, g->task_panels[0] = 8;
+    g->task_param[2] = 0, g->task_slot[2] = 1, g->task_width[2] = 1, g->task_panels[2] = 1;
     rc = cz_plan_simulate(&r, p, c, NULL, &err);
     ck_assert_msg(rc == 0, "%s", err.message);
     ck_assert_double_eq_tol(r->coop_wait_s, 0.0, 1e-15);
     ck_assert_double_eq_tol(r->step_s, gather + coop + ar + 2 * hosted + gather, 1e-15);
+    cz_sim_result_free(r);
+
+    /* The simulator follows the recorded count: one panel (as a plan without the key runs)
+     * computes the whole Gram, 2 64^2 128 FLOPs, and its one all-reduce, 20 us + 83.2 ns, starts
+     * after it and is exposed whole in every iteration. */
+    g->task_panels[0] = 1;
+    rc = cz_plan_simulate(&r, p, c, NULL, &err);
+    ck_assert_msg(rc == 0, "%s", err.message);
+    double coop1 = cz_cost_coop_panels(256, 64, 2, 1, &st, &free_links, p->dtype);
+    double ar1 = 5 * (20e-6 + 8320.0 / 100e9) + (20e-6 + 8.0 / 100e9);
+    ck_assert(coop1 > coop);
+    ck_assert_double_eq_tol(r->coop_allreduce_s, ar1, 1e-15);
+    ck_assert_double_eq_tol(r->step_s, gather + coop1 + ar1 + 2 * hosted + gather, 1e-15);
     cz_sim_result_free(r);
     cz_plan_free(p);
     cz_cluster_free(c);
@@ -225,7 +245,7 @@ START_TEST(test_block_gather_volume)
     ck_assert_ptr_nonnull(d->block_sizes);
     d->block_sizes[0] = 192, d->block_sizes[1] = 64;
     add_group(p, 0, 2, 2, (int[]){0, 0}, (int[]){0, 1});
-    set_tasks(p, &p->schedules[0].groups[0], (int[]){0, 1}, (int[]){1, 1}, (double[]){3, 1});
+    set_tasks(p, &p->schedules[0].groups[0], (int[]){0, 1}, (int[]){1, 1}, (double[]){3, 1}, NULL);
     cz_sim_result *r = NULL;
     cz_error err;
     int rc = cz_plan_simulate(&r, p, c, NULL, &err);
