@@ -251,9 +251,11 @@ static inline void cz_task_region(const cz_param_def *d, int block, int64_t *r0,
     *cols = d->ndim == 1 ? 1 : d->shape[1];
     if (block < 0 || block >= d->nblocks || !d->block_sizes)
         return;
+    /* Saturating: a plan file's sizes are only checked to add up to the shape by the
+     * structural check, and the library's readers of a plan run before it (simulate, render). */
     int64_t off = 0;
     for (int b = 0; b < block; b++)
-        off += d->block_sizes[b];
+        off = d->block_sizes[b] > INT64_MAX - off ? INT64_MAX : off + d->block_sizes[b];
     if (d->block_dim == 0)
         *r0 = off, *rows = d->block_sizes[block];
     else

@@ -197,11 +197,14 @@ static int add_busiest(json_t *rep, const cz_plan *p, int top_n)
         double load = at_or_zero(m->dp_load, (size_t)k);
         json_t *o = json_pack("{s:i, s:i, s:f, s:f}", "stage", s, "dp_rank", r, "makespan",
                               order[j].cost, "load", load);
-        json_t *ps = json_array();
-        if (!o || push(busiest, o) || put(o, "params", ps)) {
+        /* push and put take their value's reference even when they fail; the array is made
+         * only once its parent is placed, so that a refused parent (json_pack refuses a
+         * non-finite real) leaks nothing. */
+        if (push(busiest, o) || put(o, "params", json_array())) {
             rc = -1;
             break;
         }
+        json_t *ps = json_object_get(o, "params");
         size_t n = 0;
         cz_costed *v = rank_params(p, s, r, &n);
         if (!v) {
@@ -230,9 +233,10 @@ static int add_dominating(json_t *rep, const cz_plan *p)
     int gpus = p->dp * p->tp * p->pp;
     double avg = gpus > 0 ? total / gpus : 0.0;
     json_t *d = json_pack("{s:f, s:f}", "total_cost", total, "average_gpu_load", avg);
-    json_t *list = json_array();
-    if (put(rep, "dominating", d) || put(d, "params", list))
+    /* As in add_busiest: the array only once d is placed (d is NULL for a non-finite total). */
+    if (put(rep, "dominating", d) || put(d, "params", json_array()))
         return -1;
+    json_t *list = json_object_get(d, "params");
     cz_costed *v = malloc((p->nparams ? p->nparams : 1) * sizeof *v);
     if (!v)
         return -1;

@@ -803,9 +803,14 @@ static int read_slot_item(const cz_json_ctx *c, const json_t *v, const char *pat
         goto done;
     }
     TRY(cz_json_get_int(c, v, path, "panels", false, 1, CZ_COOP_MAX_PANELS, &it->panels));
-    /* The executor computes the a x a Gram in row panels: a panel needs a row of it. */
-    int64_t r0, c0, rows, cols;
-    cz_task_region(d, it->block, &r0, &c0, &rows, &cols);
+    /* The executor computes the a x a Gram in row panels: a panel needs a row of it. The task's
+     * extent without cz_task_region, which sums the block sizes before the structural check
+     * has bounded them. */
+    int64_t rows = d->shape[0], cols = d->ndim == 1 ? 1 : d->shape[1];
+    if (it->block >= 0 && d->block_dim == 0)
+        rows = d->block_sizes[it->block];
+    else if (it->block >= 0)
+        cols = d->block_sizes[it->block];
     int64_t a = rows < cols ? rows : cols;
     if (it->panels > a) {
         rc = cz_json_fail(c, cz_json_path_key(sub, path, "panels"),
@@ -1153,10 +1158,18 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
         rc = oom(c);
         goto done;
     }
+    double total = 0.0;
     for (size_t i = 0; i < json_array_size(params); i++) {
         p->nparams++;
         TRY(read_param(c, json_array_get(params, i), cz_json_path_index(el, "$.params", i), i, p,
                        &p->params[i]));
+        total += p->params[i].cost;
+    }
+    /* Every load, bound and report sums the costs; finite one by one, they could still overflow
+     * (the fuzzer's find: inspect then failed as if out of memory). */
+    if (!isfinite(total)) {
+        rc = cz_json_fail(c, "$.params", "the parameter costs sum to more than a double holds");
+        goto done;
     }
     TRY(read_schedules(c, root, p, split));
     TRY(read_metrics(c, root, p));

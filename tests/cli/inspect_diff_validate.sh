@@ -70,6 +70,13 @@ EOF
   # Without the content hash (an older plan) the same content validates against the model.
   python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); del p["content_sha256"]; json.dump(p, open(sys.argv[2], "w"))' "$work/a.json" "$work/nohash.json"
   expect "validate a plan without content_sha256" 0 "$CZ" validate "$work/nohash.json" -m "$model" -c "$cluster"
+  # Costs each finite that sum past the largest double (a fuzzer's find: inspect failed as if out
+  # of memory, and leaked).
+  python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); del p["content_sha256"]
+for q in p["params"][:2]: q["cost"] = 1.7e308
+json.dump(p, open(sys.argv[2], "w"))' "$work/a.json" "$work/huge.json"
+  expect "inspect costs that overflow" 1 "$CZ" inspect "$work/huge.json"
+  has "overflowing costs: message" "\$.params: the parameter costs sum to more than a double holds"
   expect "validate corrupted --json" 1 "$CZ" validate "$work/bad.json" -m "$model" -c "$cluster" --json
   has "corrupted --json: path" "\"\$.params[$idx].dp_owner\""
 fi
