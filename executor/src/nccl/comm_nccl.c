@@ -342,45 +342,42 @@ static int nccl_iall_gather(cz_plane *p, const void *send, size_t count, void *r
     return rc;
 }
 
-/* The cooperative Newton-Schulz sums: blocking form, as uneven() orders it. */
+/* Posts an in-place sum on the communication stream after `after` and after every compute op
+ * issued so far (the sum is written in place, and ops issued after `after` may still read the
+ * buffer: what a host-driven plane guarantees by posting once they have run). h->issued is
+ * reused by the next post: a stream wait takes the event's state when it is enqueued, so
+ * re-recording it later does not move this wait. */
+static int post_allreduce(cz_plane *p, void *buf, size_t count, ncclDataType_t t, cz_event *after,
+                          cz_error *err)
+{
+    nccl_plane *h = impl_of(p);
+    int rc = wait_after(p, after, err);
+    if (!rc)
+        rc = CZ_CU(err, cudaEventRecord(h->issued, cz_cuda_stream(p->compute)));
+    if (!rc)
+        rc = CZ_CU(err, cudaStreamWaitEvent(h->stream, h->issued, 0));
+    if (!rc)
+        rc = CZ_NCCL_ON(h, err, ncclAllReduce(buf, buf, count, t, ncclSum, h->comm, h->stream));
+    return rc;
+}
+
+/* The cooperative Newton-Schulz sums of squares: blocking form, as uneven() orders it. */
 static int nccl_allreduce_sum(cz_plane *p, void *buf, size_t count, int f64, cz_event *after,
                               cz_error *err)
 {
-    nccl_plane *h = impl_of(p);
-    int rc = wait_after(p, after, err);
-    if (!rc)
-        rc = CZ_CU(err, cudaEventRecord(h->issued, cz_cuda_stream(p->compute)));
-    if (!rc)
-        rc = CZ_CU(err, cudaStreamWaitEvent(h->stream, h->issued, 0));
-    if (!rc)
-        rc = CZ_NCCL_ON(h, err,
-                        ncclAllReduce(buf, buf, count, f64 ? ncclFloat64 : ncclFloat32, ncclSum,
-                                      h->comm, h->stream));
+    int rc = post_allreduce(p, buf, count, f64 ? ncclFloat64 : ncclFloat32, after, err);
     return rc ? rc : join_compute(p, err);
 }
 
-/* A cooperative Gram panel: ordered as nccl_allreduce_sum, after `after` and after every compute
- * op issued so far (the sum is written in place, and ops issued after `after` may still read
- * the buffer: what a host-driven plane guarantees by posting once they have run), and completed as
- * iall_gather (an event on the communication stream that wait() makes the compute stream wait
- * for). Each panel has its own req; all share the one communication stream, so they complete
- * in the order they were posted. */
+/* A cooperative Gram panel, completed as iall_gather (an event on the communication stream
+ * that wait() makes the compute stream wait for). Each panel has its own req; all share the one
+ * communication stream, so they complete in the order they were posted. */
 static int nccl_iallreduce_sum(cz_plane *p, float *buf, size_t count, cz_event *after,
                                cz_comm_req *req, cz_error *err)
 {
-    nccl_plane *h = impl_of(p);
-    int rc = wait_after(p, after, err);
-    /* h->issued is reused by the next post: a stream wait takes the event's state when it is
-     * enqueued, so re-recording it later does not move this wait. */
+    int rc = post_allreduce(p, buf, count, ncclFloat32, after, err);
     if (!rc)
-        rc = CZ_CU(err, cudaEventRecord(h->issued, cz_cuda_stream(p->compute)));
-    if (!rc)
-        rc = CZ_CU(err, cudaStreamWaitEvent(h->stream, h->issued, 0));
-    if (!rc)
-        rc = CZ_NCCL_ON(h, err,
-                        ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, h->comm, h->stream));
-    if (!rc)
-        rc = CZ_CU(err, cudaEventRecord(req->ev, h->stream));
+        rc = CZ_CU(err, cudaEventRecord(req->ev, impl_of(p)->stream));
     req->active = !rc;
     return rc;
 }
