@@ -189,8 +189,8 @@ void cz_muon_coop_sizes(const cz_muon_coop *b, int64_t *x_n, int64_t *gram_n, in
     *work_n = b->count * (2 * b->a * b->a + b->a * b->n);
 }
 
-/* Waits for the first `posted` panels' all-reduces after a failure, so that nothing is left
- * writing into the batch's buffers; the first error stays the one reported. */
+/* Waits for the all-reduces of panels from .. posted - 1 after a failure, so that nothing is
+ * left writing into the batch's buffers; the first error stays the one reported. */
 static void drain_panels(cz_plane *pl, cz_comm_req *const *reqs, int from, int posted)
 {
     cz_error tmp;
@@ -212,7 +212,7 @@ static void drain_panels(cz_plane *pl, cz_comm_req *const *reqs, int from, int p
  * once, which only needs A's rows of that panel: the later panels' all-reduces run meanwhile.
  * The iteration ends with X_j = a X_j + b Y + c A Y (A(AX)) or with B = b A + c A A applied
  * (standard form, which needs the whole A). The planner's cost model charges this same
- * pipeline (cz_cost_coop). */
+ * pipeline (cz_coop_time_of). */
 int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, const cz_muon_coop *b,
                      const float *const *in, float *const *out, float *x, float *gram, float *work,
                      double *sq, cz_event *ev, cz_comm_req *const *reqs, void (*progress)(void *),
