@@ -320,13 +320,9 @@ static int layout_coop(cz_executor *ex, pgroup *pg, cz_error *err)
                            .transposed = tall};
         sh.a = tall ? x->region.cols : x->region.rows;
         sh.n = tall ? x->part.rows : x->part.cols;
+        /* 1 .. min(CZ_COOP_MAX_PANELS, a), as the sub-plane's requests need: the reader and the
+         * structural check (cz_exec_plan_check, at create) refuse any other count. */
         sh.panels = x->panels;
-        /* The plan reader bounds it; the requests of a sub-plane are CZ_COOP_MAX_PANELS. */
-        if (sh.panels < 1 || sh.panels > CZ_COOP_MAX_PANELS || sh.panels > sh.a)
-            return cz_error_set(err, CZ_EINVALID,
-                                "a cooperative task of '%s' has %d Gram panels; expected 1 to %d",
-                                ex->plan->params[x->param].def.name, sh.panels,
-                                (int)(sh.a < CZ_COOP_MAX_PANELS ? sh.a : CZ_COOP_MAX_PANELS));
         int first = x->slot - x->member, b = 0;
         while (b < pg->ncoop &&
                !(pg->coop[b].width == x->width && pg->coop[b].first_slot == first &&

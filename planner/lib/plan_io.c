@@ -803,14 +803,9 @@ static int read_slot_item(const cz_json_ctx *c, const json_t *v, const char *pat
         goto done;
     }
     TRY(cz_json_get_int(c, v, path, "panels", false, 1, CZ_COOP_MAX_PANELS, &it->panels));
-    /* The executor computes the a x a Gram in row panels: a panel needs a row of it. The task's
-     * extent without cz_task_region, which sums the block sizes before the structural check
-     * has bounded them. */
-    int64_t rows = d->shape[0], cols = d->ndim == 1 ? 1 : d->shape[1];
-    if (it->block >= 0 && d->block_dim == 0)
-        rows = d->block_sizes[it->block];
-    else if (it->block >= 0)
-        cols = d->block_sizes[it->block];
+    /* The executor computes the a x a Gram in row panels: a panel needs a row of it. */
+    int64_t r0, c0, rows, cols;
+    cz_task_region(d, it->block, &r0, &c0, &rows, &cols);
     int64_t a = rows < cols ? rows : cols;
     if (it->panels > a) {
         rc = cz_json_fail(c, cz_json_path_key(sub, path, "panels"),
