@@ -128,7 +128,16 @@ typedef struct cz_exec_config {
     int dtype;
     /* Opaque stream of the backend the step is ordered on (a cudaStream_t for a GPU backend);
      * NULL (default) = the backend's own. The cpu backend's stream is the calling thread and
-     * takes only NULL. */
+     * takes only NULL. The job's side of the ordering (GPU backends):
+     *   - with the job's stream given, the step runs on it, after whatever the job issued there
+     *     before the call, and the job's later work on it comes after the step;
+     *   - with NULL, the step runs on a stream of the backend's own, and each step starts after
+     *     what the job issued before it on the legacy default stream (stream 0) and on the
+     *     calling thread's per-thread default stream, and the job's later work on those two
+     *     streams waits for the step's end (events; the host does not wait);
+     *   - work the job issues on any other stream must be ordered by the job: hand that stream
+     *     in, or synchronize it before the step and after it (cz_executor_wait).
+     * The host may read the bound buffers only after cz_executor_wait (or a synchronize). */
     void *stream;
 
     /* Added in version 3: Shampoo (plans made with --optimizer shampoo), Distributed Shampoo's

@@ -6,12 +6,6 @@
 #include "exec_internal.h"
 #include "ns_coop.h"
 #include "ns_plan.h"
-#ifdef CZ_HAVE_CUDA
-#include "compute_cuda.h"
-#define CZ_CUDA_NAME ", cuda"
-#else
-#define CZ_CUDA_NAME ""
-#endif
 
 #include <cblas.h>
 #include <math.h>
@@ -412,7 +406,14 @@ void cz_cpu_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, 
                        int64_t cols, int side, float *work);
 int cz_cpu_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out, cz_error *err);
 
-static const cz_compute_ops cz_compute_cpu_ops = {
+/* The calling thread is the stream: the job's writes are done before a step starts, and the
+ * step's before it returns. */
+static void cpu_order_nothing(cz_compute *c)
+{
+    (void)c;
+}
+
+const cz_compute_ops cz_compute_cpu_ops = {
     .version = CZ_COMPUTE_OPS_VERSION,
     .kind = CZ_BACKEND_CPU,
     .caps = CZ_COMPUTE_CAP_HOST_MEMORY,
@@ -456,67 +457,7 @@ static const cz_compute_ops cz_compute_cpu_ops = {
     .ns_poly_rows = cpu_ns_poly_rows,
     .ns_poly_end = cpu_ns_poly_end,
     .apply_runs = cpu_apply_runs,
+    .close = cpu_order_nothing,
+    .step_begin = cpu_order_nothing,
+    .step_end = cpu_order_nothing,
 };
-
-bool cz_compute_has_linalg(const cz_compute *c, const char **missing)
-{
-    const cz_compute_ops *o = c->ops;
-    const char *m = !o->gemm                            ? "gemm"
-                    : !o->tile_copy                     ? "tile_copy"
-                    : !o->syevd                         ? "syevd"
-                    : !o->eig_root_scale                ? "eig_root_scale"
-                    : !o->axpby                         ? "axpby"
-                    : !o->sq_accum                      ? "sq_accum"
-                    : !o->graft_div                     ? "graft_div"
-                    : !o->scale_ratio                   ? "scale_ratio"
-                    : !o->qr                            ? "qr"
-                    : !o->basis_sort                    ? "basis_sort"
-                    : o->version < 3 || !o->linalg_work ? "linalg_work"
-                                                        : NULL;
-    if (missing)
-        *missing = m;
-    return m == NULL;
-}
-
-int cz_compute_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out, cz_error *err)
-{
-    return c->ops->linalg_work(c, n, vn, out, err);
-}
-
-int cz_compute_open(cz_compute *c, const char *name, cz_error *err)
-{
-    c->ops = NULL;
-    c->impl = NULL;
-    const cz_compute_ops *ops = NULL;
-    if (!name || strcmp(name, "cpu") == 0)
-        ops = &cz_compute_cpu_ops;
-#ifdef CZ_HAVE_CUDA
-    else if (strcmp(name, "cuda") == 0)
-        return cz_compute_cuda_open(c, NULL, err);
-#else
-    else if (strcmp(name, "cuda") == 0)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "compute backend 'cuda' is not available: this build has no CUDA "
-                            "(configure with a CUDA toolkit and -DCZ_WITH_CUDA=ON)");
-#endif
-    if (!ops)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "compute backend '%s' is not available in this build (known: cpu%s)",
-                            name, CZ_CUDA_NAME);
-    if (ops->version != CZ_COMPUTE_OPS_VERSION)
-        return cz_error_set(err, CZ_EINTERNAL,
-                            "compute backend '%s' has ops version %d; this executor needs %d",
-                            ops->name, ops->version, CZ_COMPUTE_OPS_VERSION);
-    c->ops = ops;
-    return CZ_OK;
-}
-
-void cz_compute_close(cz_compute *c)
-{
-#ifdef CZ_HAVE_CUDA
-    if (c->ops && c->ops->kind == CZ_BACKEND_CUDA)
-        cz_compute_cuda_close(c);
-#endif
-    c->ops = NULL;
-    c->impl = NULL;
-}

@@ -1,27 +1,22 @@
 /*
  * compute_cuda.h — the "cuda" compute backend's extra entry points (cuda/compute_cuda.c), for
- * the executor and the NCCL data plane. Plain C: a CUDA stream or event crosses this header
- * as void *. Everything here exists only in builds with CZ_HAVE_CUDA.
+ * the NCCL data plane and the plugin's entry (plugin.c). Plain C: a CUDA stream or event crosses
+ * this header as void *. Only the plugin includes it; the executor reaches the backend through
+ * gpu_plugin.h.
  */
 #ifndef CZ_COMPUTE_CUDA_H
 #define CZ_COMPUTE_CUDA_H
 
-#include "exec_internal.h"
-#include "ns_plan.h"
+#include "gpu_plugin.h"
 
-typedef struct cz_cuda_options {
-    /* The job's cudaStream_t to order the step on; NULL = a stream of the backend's own. */
-    void *stream;
-    /* Allocate with cudaMallocManaged instead of cudaMalloc, so that a host-driven data plane
-     * (MPI) can read and write the executor's buffers: the host-staged combination of CUDA
-     * compute with the MPI data plane. */
-    int managed;
-    /* Precision of the Newton-Schulz GEMMs. */
-    cz_ns_precision ns_precision;
-    /* The symmetric form of the Newton-Schulz products (ns_plan.h): CZ_NS_SYM_AUTO (0, the
-     * executor's) = where cz_ns_use_syrk says it pays; OFF/ON force it (canzona-bench ns). */
-    cz_ns_sym_mode ns_sym;
-} cz_cuda_options;
+/* Device allocations go through cz_cuda_malloc, which counts them for the GPU check
+ * (cz_gpu_api.alloc_count): a step must make none. Returns the cudaError_t as an int. */
+typedef enum cz_cuda_memory {
+    CZ_CUDA_MEM_DEVICE,  /* cudaMalloc */
+    CZ_CUDA_MEM_MANAGED, /* cudaMallocManaged (global) */
+    CZ_CUDA_MEM_MAPPED,  /* cudaHostAlloc, mapped */
+} cz_cuda_memory;
+int cz_cuda_malloc(void **p, size_t bytes, cz_cuda_memory kind);
 
 /* Opens the backend on the current CUDA device: creates (or adopts) the stream, the cuBLAS
  * handle and its workspace, and the device scratch. CZ_EUNSUPPORTED when no device is
@@ -90,6 +85,13 @@ int cz_cuda_qr(cz_compute *c, float *a, int64_t n, float *work, cz_error *err);
 void cz_cuda_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,
                         int64_t cols, int side, float *work);
 int cz_cuda_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out, cz_error *err);
+
+/* The calibration measurements (cuda/calibrate.c; gpu_plugin.h documents them). */
+int cz_cuda_time_gemm(int64_t m, int64_t n, int64_t k, int batch, int bf16, int reps, double *sec,
+                      cz_error *err);
+int cz_cuda_time_launch(int reps, double *sec, cz_error *err);
+int cz_cuda_time_copy(size_t bytes, int to_device, int pinned, int reps, double *sec,
+                      cz_error *err);
 
 /* True when a CUDA device is usable (the gpu tests skip otherwise). */
 int cz_cuda_device_present(char *why, size_t len);

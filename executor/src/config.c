@@ -2,7 +2,6 @@
 #include "exec_internal.h"
 
 #include <string.h>
-#include <time.h>
 
 void cz_exec_config_init(cz_exec_config *cfg)
 {
@@ -48,11 +47,4 @@ void cz_exec_config_init(cz_exec_config *cfg)
     cfg->soap_eps = 1e-8f;
     cfg->soap_bias_correction = 1;
     cfg->nccl_timeout_s = 0.0; /* CZ_NCCL_TIMEOUT_S, else 300 s */
-}
-
-double cz_exec_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

@@ -47,7 +47,7 @@ uint64_t cz_exec_alloc_count(void);
  * gradient or optimizer-state data goes through it: step.c, pipeline.c, muon.c and adamw.c never
  * touch data themselves. All pointers below are backend memory (from alloc, or bound buffers the
  * backend accepts), except where a parameter says host. */
-#define CZ_COMPUTE_OPS_VERSION 5
+#define CZ_COMPUTE_OPS_VERSION 6
 /* Version 2 appended the linear-algebra operations of Shampoo (and later SOAP): gemm,
  * tile_copy, syevd, eig_root_scale, axpby, sq_accum, graft_div, scale_ratio, and SOAP's
  * qr and basis_sort. They are optional: a backend that leaves any of them NULL (the cpu
@@ -59,7 +59,8 @@ uint64_t cz_exec_alloc_count(void);
  * appended after it, is optional the same way: without it, optimizer-state checkpoints are
  * refused. Version 4 appended the operations of cooperative Newton-Schulz and of updates of a
  * region of a shard (block_load_sq, ns_gram, ns_poly, apply_runs); every backend has them.
- * Version 5 replaced ns_gram and ns_poly by the row-panel operations (see there). */
+ * Version 5 replaced ns_gram and ns_poly by the row-panel operations (see there). Version 6
+ * appended close, step_begin and step_end; every backend has them. */
 
 /* Floats of the `work` buffer that syevd, qr and basis_sort need (linalg_work). */
 typedef struct cz_linalg_work {
@@ -241,11 +242,26 @@ typedef struct cz_compute_ops {
      * map: the elements of a shard that a region's update covers). */
     void (*apply_runs)(cz_compute *c, float *p, const float *u, const cz_runs *r, float lr,
                        float wd);
+
+    /* ---- version 6: the backend's life and the job's streams ---- */
+    /* Releases what the backend's open made (cz_compute_close calls it). */
+    void (*close)(cz_compute *c);
+    /* The first op of every step and the last: step_begin orders what follows after the
+     * job's work on the buffers it bound (a GPU backend on a stream of its own makes that
+     * stream wait for the job's default streams), step_end orders the job's later work after
+     * the step (the default streams wait for the step's last op). Neither blocks the host. */
+    void (*step_begin)(cz_compute *c);
+    void (*step_end)(cz_compute *c);
 } cz_compute_ops;
 
 /* linalg_work of the backend (the caller has checked cz_compute_has_linalg). */
 int cz_compute_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out,
                            cz_error *err);
+/* The work of a rows x cols block or tile of a preconditioner that keeps factors of the sides
+ * not longer than max_dim: linalg_work asked for every such side (cz_la_factored_sides), each
+ * field the largest (all 0 when no side is factored). */
+int cz_compute_linalg_work_block(cz_compute *c, int64_t rows, int64_t cols, int64_t max_dim,
+                                 cz_linalg_work *out, cz_error *err);
 /* True when the backend has every linear-algebra operation of version 2; else false and
  * *missing names the first absent one. */
 bool cz_compute_has_linalg(const cz_compute *c, const char **missing);
@@ -255,9 +271,15 @@ struct cz_compute {
     void *impl;
 };
 
-/* Creates the compute backend named `name` ("cpu"). */
+/* The compute seam's dispatch (compute.c): opens the backend named `name` ("cpu", or
+ * "cuda" through the GPU plugin with its default options), or one a test registered. */
 int cz_compute_open(cz_compute *c, const char *name, cz_error *err);
 void cz_compute_close(cz_compute *c);
+/* Makes a table openable by its name (tests: a recording wrapper around the cpu backend).
+ * At most a few; CZ_EINVALID when full. */
+int cz_compute_register(const cz_compute_ops *ops);
+/* The cpu backend's table, for wrappers. */
+extern const cz_compute_ops cz_compute_cpu_ops;
 
 /* ---- communication: control plane and data plane ---- */
 /* Element types of the data plane are canzona.h's cz_dtype (cz_dtype_bytes gives sizes). */

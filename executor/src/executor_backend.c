@@ -1,22 +1,14 @@
 /* Backend selection beyond the CPU defaults: the cuda compute backend with what it takes from
  * the configuration (the job's stream, the memory a host-driven plane needs, the Newton-Schulz
- * precision), and the nccl data plane. Kept apart from executor.c so that the CPU-only build
- * reads the same there. */
+ * precision), and the nccl data plane, both from the GPU plugin (gpu_plugin.h). Kept apart from
+ * executor.c so that it reads the same whatever the build has. */
 #include "exec_internal.h"
-
-#ifdef CZ_HAVE_CUDA
-#include "compute_cuda.h"
-#endif
-#ifdef CZ_HAVE_NCCL
-#include "comm_nccl.h"
+#include "gpu_plugin.h"
 #include "nccl_plan.h"
 
 #include <stdlib.h>
-#endif
-
 #include <string.h>
 
-#ifdef CZ_HAVE_NCCL
 /* The NCCL planes' time limit. The world plane opens before the config's version is checked:
  * a config of another version is not read past its own fields (its message comes later). */
 static double nccl_timeout(const cz_exec_config *cfg)
@@ -24,7 +16,6 @@ static double nccl_timeout(const cz_exec_config *cfg)
     double s = cfg->version == CZ_EXEC_CONFIG_VERSION ? cfg->nccl_timeout_s : 0.0;
     return cz_nccl_timeout(s, getenv("CZ_NCCL_TIMEOUT_S"));
 }
-#endif
 
 int cz_exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char *comm,
                          cz_error *err)
@@ -37,7 +28,6 @@ int cz_exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char 
                             name);
     if (strcmp(name, "cuda") != 0)
         return cz_compute_open(&ex->compute, name, err);
-#ifdef CZ_HAVE_CUDA
     if (cfg->memory != CZ_EXEC_MEMORY_DEVICE)
         return cz_error_set(err, CZ_EUNSUPPORTED,
                             "compute backend 'cuda' binds device memory: set memory = "
@@ -52,51 +42,45 @@ int cz_exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char 
         .managed = strcmp(comm, "nccl") != 0,
         .ns_precision = dtype == CZ_DTYPE_BF16 ? CZ_NS_BF16 : CZ_NS_FP32,
     };
-    int rc = cz_compute_cuda_open(&ex->compute, &o, err);
+    int rc = cz_compute_open_cuda(&ex->compute, &o, err);
     ex->host_staged = !rc && o.managed;
     return rc;
-#else
-    (void)ex;
-    (void)comm;
-    return cz_compute_open(&ex->compute, name, err);
-#endif
 }
 
 int cz_exec_open_nccl(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
 {
-#ifdef CZ_HAVE_NCCL
     if (!cz_comm_mpi_available())
         return cz_error_set(err, CZ_EINVALID,
                             "comm backend 'nccl' bootstraps over MPI: initialize MPI before "
                             "creating the executor");
     int rc = cz_ctrl_mpi_open(&ex->ctrl, cfg->world_comm, err);
-    return rc ? rc : cz_plane_nccl_open(&ex->world, &ex->ctrl, nccl_timeout(cfg), err);
-#else
-    (void)ex;
-    (void)cfg;
-    return cz_error_set(err, CZ_EUNSUPPORTED,
-                        "comm backend 'nccl' is not available: this build has no NCCL "
-                        "(configure with a CUDA toolkit that includes NCCL)");
-#endif
+    if (rc)
+        return rc;
+    /* Every rank learns whether every other one has the plugin before any NCCL call. */
+    const cz_gpu_api *gpu = NULL;
+    cz_error e;
+    rc = cz_gpu_load(&gpu, &e);
+    if (rc)
+        rc = cz_error_set(err, rc, "comm backend 'nccl' is not available: %s", e.message);
+    rc = cz_nccl_agree(&ex->ctrl, rc, "load the GPU plugin", err);
+    return rc ? rc : gpu->plane_nccl_open(&ex->world, &ex->ctrl, nccl_timeout(cfg), err);
 }
 
 int cz_exec_open_plane(cz_executor *ex, const void *handle, cz_plane *out, cz_error *err)
 {
-#ifdef CZ_HAVE_NCCL
+    const cz_gpu_api *gpu;
+    if (ex->world.ops->kind == CZ_COMM_NCCL && !cz_gpu_load(&gpu, err))
+        return gpu->plane_nccl_wrap(out, handle, nccl_timeout(&ex->cfg), err);
     if (ex->world.ops->kind == CZ_COMM_NCCL)
-        return cz_plane_nccl_wrap(out, handle, nccl_timeout(&ex->cfg), err);
-#endif
-    (void)ex;
+        return err ? err->code : CZ_EUNSUPPORTED;
     return cz_plane_mpi_open(out, handle, err);
 }
 
 int cz_exec_reserve_planes(cz_executor *ex, cz_error *err)
 {
-#ifdef CZ_HAVE_NCCL
-    if (ex->dp_comm.ops && ex->dp_comm.ops->kind == CZ_COMM_NCCL)
-        return cz_plane_nccl_reserve(&ex->dp_comm, ex->plan, err);
-#endif
-    (void)ex;
-    (void)err;
-    return CZ_OK;
+    const cz_gpu_api *gpu;
+    if (!ex->dp_comm.ops || ex->dp_comm.ops->kind != CZ_COMM_NCCL)
+        return CZ_OK;
+    int rc = cz_gpu_load(&gpu, err);
+    return rc ? rc : gpu->plane_nccl_reserve(&ex->dp_comm, ex->plan, err);
 }

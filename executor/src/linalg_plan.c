@@ -85,3 +85,13 @@ void cz_la_sort_layout(cz_la_layout *l, int64_t n, int64_t vn)
     l->off[2] = l->off[1] + cz_la_round(n);
     l->total = CZ_LA_SLACK + l->off[2] + copy;
 }
+
+int cz_la_factored_sides(int64_t rows, int64_t cols, int64_t max_dim, int64_t out[2])
+{
+    int n = 0;
+    if (rows > 0 && rows <= max_dim)
+        out[n++] = rows;
+    if (cols > 0 && cols <= max_dim && !(n && out[0] == cols))
+        out[n++] = cols;
+    return n;
+}

@@ -70,4 +70,12 @@ void cz_la_qr_layout(cz_la_layout *l, int64_t n, int64_t lwork_geqrf, int64_t lw
 /* basis_sort: [est: n doubles][perm: n ints][copy: max(n*n, vn) floats]. */
 void cz_la_sort_layout(cz_la_layout *l, int64_t n, int64_t vn);
 
+/* The sizes a preconditioner's solver calls take for a rows x cols block or tile: every side
+ * not longer than max_dim keeps a factor (SOAP leaves a longer side unrotated; Shampoo's tiles
+ * are never longer), and syevd, qr and basis_sort are called with that side's n. Writes the
+ * distinct sides to out, the rows' first; returns how many (0 to 2). The one rule by which the
+ * optimizers ask linalg_work for every n their steps will use: a backend that sizes by exact n
+ * (cuSOLVER's workspace queries) then has every one. */
+int cz_la_factored_sides(int64_t rows, int64_t cols, int64_t max_dim, int64_t out[2]);
+
 #endif /* CZ_LINALG_PLAN_H */

@@ -1,6 +1,8 @@
 /* Rooted or padded uneven collectives, and their NCCL call lists (see nccl_plan.h). */
 #include "nccl_plan.h"
 
+#include <stdio.h>
+
 #include "cz_types.h"
 #include "exec_internal.h"
 
@@ -212,4 +214,27 @@ double cz_nccl_timeout(double configured_s, const char *env)
     char *end = NULL;
     double x = env ? strtod(env, &end) : 0.0;
     return env && end != env && x > 0.0 ? x : CZ_NCCL_DEFAULT_TIMEOUT_S;
+}
+
+cz_nccl_close_step cz_nccl_close_step_of(cz_nccl_wait drained, int aborted, int borrowed)
+{
+    if (aborted)
+        return CZ_NCCL_CLOSE_LEAVE;
+    if (drained != CZ_NCCL_WAIT_OK)
+        return CZ_NCCL_CLOSE_ABORT;
+    return borrowed ? CZ_NCCL_CLOSE_LEAVE : CZ_NCCL_CLOSE_FINALIZE;
+}
+
+int cz_nccl_version_usable(int runtime, int built, char *why, size_t len)
+{
+    if (runtime / 10000 == built / 10000 && runtime >= CZ_NCCL_MIN_VERSION)
+        return 1;
+    if (why && len)
+        snprintf(why, len,
+                 "NCCL %d.%d.%d was found; this build needs NCCL %d.%d or newer of major version "
+                 "%d (built against %d.%d.%d)",
+                 runtime / 10000, runtime / 100 % 100, runtime % 100, CZ_NCCL_MIN_VERSION / 10000,
+                 CZ_NCCL_MIN_VERSION / 100 % 100, built / 10000, built / 10000, built / 100 % 100,
+                 built % 100);
+    return 0;
 }

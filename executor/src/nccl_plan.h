@@ -133,6 +133,28 @@ typedef struct cz_nccl_poller {
  * *npolls (may be NULL) counts the polls. */
 cz_nccl_wait cz_nccl_poll_until(const cz_nccl_poller *p, double timeout_s, int *npolls);
 
+/* ---- the NCCL library found at run time ----
+ * The plugin loads libnccl.so.2 itself (nccl/nccl_api.c). The oldest NCCL it runs on: 2.18,
+ * which brought ncclCommSplit. */
+#define CZ_NCCL_MIN_VERSION 21800
+/* 1 when the loaded NCCL (runtime, ncclGetVersion's code) can run a plane built against the
+ * header of version `built` (NCCL_VERSION_CODE): the same major version, and not older than
+ * CZ_NCCL_MIN_VERSION; else 0 and why (len bytes) says which versions were found. A runtime
+ * older than the header but not than 2.18 is accepted: the plane calls nothing newer. */
+int cz_nccl_version_usable(int runtime, int built, char *why, size_t len);
+
+/* ---- teardown ----
+ * A plane's close first drains its communication stream, polled with the plane's time limit
+ * (the stream's last event, and the communicator's asynchronous error): a peer that died
+ * leaves NCCL kernels that never finish, and a plain stream synchronize would hang
+ * cz_executor_free. Then, by what the drain found: */
+typedef enum cz_nccl_close_step {
+    CZ_NCCL_CLOSE_LEAVE,    /* already aborted, or the job's communicator drained: nothing */
+    CZ_NCCL_CLOSE_FINALIZE, /* ours, drained: ncclCommFinalize (polled), ncclCommDestroy */
+    CZ_NCCL_CLOSE_ABORT,    /* not drained in time, or failed: ncclCommAbort ends its kernels */
+} cz_nccl_close_step;
+cz_nccl_close_step cz_nccl_close_step_of(cz_nccl_wait drained, int aborted, int borrowed);
+
 /* Every rank's verdict on a collective creation step (local_rc: this rank's result), agreed
  * over the control plane (one min-reduction): CZ_OK when every rank succeeded; this rank's
  * own local_rc when it failed (its message kept); else CZ_EIO naming the lowest failed rank.

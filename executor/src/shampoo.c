@@ -132,7 +132,7 @@ int cz_shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz
                 /* Five tile-sized buffers, an eigenbasis, its scaled copy and the solver's
                  * work; a side's eigenvalues. */
                 cz_linalg_work lw;
-                int rc = cz_compute_linalg_work(c, side, r * cl, &lw, err);
+                int rc = cz_compute_linalg_work_block(c, r, cl, d, &lw, err);
                 if (rc)
                     return rc;
                 int64_t w = 5 * r * cl + 2 * side * side + side + lw.syevd;

@@ -90,7 +90,7 @@ int cz_soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_
         /* G, two rotation temporaries, M Q (also a rotation temporary: side^2 >= rows*cols),
          * eigenvalues and the largest solver work. */
         cz_linalg_work lw;
-        int rc = cz_compute_linalg_work(c, side, r * cl, &lw, err);
+        int rc = cz_compute_linalg_work_block(c, r, cl, h->max_dim, &lw, err);
         if (rc)
             return rc;
         int64_t lin = lw.syevd > lw.qr ? lw.syevd : lw.qr;

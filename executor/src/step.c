@@ -182,13 +182,10 @@ static int check_bound(cz_executor *ex, cz_error *err)
     return CZ_OK;
 }
 
-int cz_executor_step(cz_executor *ex, cz_error *err)
+/* The step between the backend's step_begin and step_end. */
+static int run_step(cz_executor *ex, cz_error *err)
 {
-    if (!ex)
-        return cz_error_set(err, CZ_EINVALID, "step: executor is NULL");
-    int rc = check_bound(ex, err);
-    if (rc)
-        return rc;
+    int rc;
     cz_exec_timings t = {0};
     double t0 = cz_exec_now(), t1;
     float *P = ex->flat_params, *G = ex->flat_grads;
@@ -238,6 +235,21 @@ int cz_executor_step(cz_executor *ex, cz_error *err)
     t.steps = ex->steps;
     ex->last = t;
     return CZ_OK;
+}
+
+int cz_executor_step(cz_executor *ex, cz_error *err)
+{
+    if (!ex)
+        return cz_error_set(err, CZ_EINVALID, "step: executor is NULL");
+    int rc = check_bound(ex, err);
+    if (rc)
+        return rc;
+    /* Ordered after the job's writes to the bound buffers, and the job's next work after the
+     * step, on whatever path the step leaves by. */
+    ex->compute.ops->step_begin(&ex->compute);
+    rc = run_step(ex, err);
+    ex->compute.ops->step_end(&ex->compute);
+    return rc;
 }
 
 int cz_executor_step_async(cz_executor *ex, cz_error *err)

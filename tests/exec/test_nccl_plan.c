@@ -404,6 +404,44 @@ START_TEST(poll_hand_worked)
 }
 END_TEST
 
+/* The close of a plane whose peer died: its stream never drains, the drain times out with the
+ * plane's limit, and the communicator is aborted (which ends its kernels) instead of being
+ * finalized or waited for; a drained plane of ours is finalized, the job's is left alone, an
+ * already aborted one is not touched again. */
+START_TEST(close_hand_worked)
+{
+    const cz_nccl_state P = CZ_NCCL_STATE_PENDING, R = CZ_NCCL_STATE_READY,
+                        F = CZ_NCCL_STATE_FAILED;
+    int np, pa;
+    cz_nccl_state never[] = {P}, drains[] = {P, R}, fails[] = {P, F};
+    cz_nccl_wait dead = run_script(never, 1, 300.0, &np, &pa);
+    ck_assert_int_eq(dead, CZ_NCCL_WAIT_TIMEOUT);
+    ck_assert_int_eq(cz_nccl_close_step_of(dead, 0, 0), CZ_NCCL_CLOSE_ABORT);
+    ck_assert_int_eq(cz_nccl_close_step_of(dead, 0, 1), CZ_NCCL_CLOSE_ABORT);
+    cz_nccl_wait ok = run_script(drains, 2, 300.0, &np, &pa);
+    ck_assert_int_eq(cz_nccl_close_step_of(ok, 0, 0), CZ_NCCL_CLOSE_FINALIZE);
+    ck_assert_int_eq(cz_nccl_close_step_of(ok, 0, 1), CZ_NCCL_CLOSE_LEAVE);
+    cz_nccl_wait failed = run_script(fails, 2, 300.0, &np, &pa);
+    ck_assert_int_eq(cz_nccl_close_step_of(failed, 0, 0), CZ_NCCL_CLOSE_ABORT);
+    ck_assert_int_eq(cz_nccl_close_step_of(dead, 1, 0), CZ_NCCL_CLOSE_LEAVE);
+    ck_assert_int_eq(cz_nccl_close_step_of(ok, 1, 0), CZ_NCCL_CLOSE_LEAVE);
+}
+END_TEST
+
+/* The NCCL found at run time against the header the plugin was built with (2.28.9 here). */
+START_TEST(version_check)
+{
+    char why[256] = "";
+    ck_assert(cz_nccl_version_usable(22809, 22809, why, sizeof why));
+    ck_assert(cz_nccl_version_usable(22904, 22809, why, sizeof why));  /* newer */
+    ck_assert(cz_nccl_version_usable(21800, 22809, why, sizeof why));  /* older, has the API */
+    ck_assert(!cz_nccl_version_usable(21703, 22809, why, sizeof why)); /* no ncclCommSplit */
+    ck_assert_msg(strstr(why, "NCCL 2.17.3 was found") && strstr(why, "2.28.9"), "%s", why);
+    ck_assert(!cz_nccl_version_usable(30001, 22809, why, sizeof why)); /* another major */
+    ck_assert_msg(strstr(why, "NCCL 3.0.1 was found"), "%s", why);
+}
+END_TEST
+
 /* A control plane of one rank standing for many: the other ranks' contribution to the
  * min-reduction is `peers` (INT64_MAX = they all succeeded). */
 typedef struct fake_ctrl {
@@ -478,6 +516,8 @@ int main(void)
     tcase_add_test(tc, scratch_hand_worked);
     tcase_add_test(tc, scratch_bundled_plans);
     tcase_add_test(tc, poll_hand_worked);
+    tcase_add_test(tc, close_hand_worked);
+    tcase_add_test(tc, version_check);
     tcase_add_test(tc, agree_hand_worked);
     tcase_add_test(tc, timeout_knob);
     suite_add_tcase(s, tc);

@@ -13,7 +13,13 @@
  * compute op and a communication op touch the same bytes, at least one writing, with neither
  * ordered before the other under that model: a race the GPU would have and the CPU hides. The
  * plan has two buckets (the reduce-scatter scratch is reused) and three micro-groups (the
- * double-buffered gather and scatter buffers are reused). */
+ * double-buffered gather and scatter buffers are reused).
+ *
+ * The job is a third party: it writes the gradients before a step and reads the parameters
+ * after it on a stream of its own, ordered against the backend's stream only by the step's
+ * first and last compute ops, step_begin and step_end. So every op that touches the job's
+ * bound buffers must come after step_begin (compute ops by position, data-plane ops by their
+ * wait) and before step_end (data-plane ops joined by then). */
 #include "exec_fixture.h"
 #include "exec_internal.h"
 
@@ -97,6 +103,18 @@ static int after_pos(cz_event *e)
 }
 
 /* ---- recording compute ops (forwarding to the cpu backend) ---- */
+
+static void t_step_begin(cz_compute *c)
+{
+    cop("step_begin");
+    cpu->step_begin(c);
+}
+
+static void t_step_end(cz_compute *c)
+{
+    cop("step_end");
+    cpu->step_end(c);
+}
 
 static void t_event_record(cz_compute *c, cz_event *e)
 {
@@ -337,6 +355,39 @@ static int races(void)
     return n;
 }
 
+static bool touches(const rec *r, const void *p, size_t bytes)
+{
+    acc job = {(uintptr_t)p, (uintptr_t)p + bytes, 1};
+    for (int i = 0; i < r->na; i++)
+        if (overlap(&r->a[i], &job))
+            return true;
+    return false;
+}
+
+/* Ops of the log between compute ops c0 .. c1-1 and data-plane ops m0 .. m1-1 (one step) that
+ * touch the job's buffers outside the step's step_begin .. step_end. */
+static int job_order_violations(int c0, int c1, int m0, int m1, const void *P, const void *G,
+                                size_t bytes)
+{
+    int n = 0;
+    if (c1 - c0 < 2 || strcmp(C[c0].name, "step_begin") || strcmp(C[c1 - 1].name, "step_end")) {
+        fprintf(stderr, "job order: the step's first and last compute ops are %s and %s\n",
+                c1 > c0 ? C[c0].name : "none", c1 > c0 ? C[c1 - 1].name : "none");
+        return 1;
+    }
+    for (int m = m0; m < m1; m++) {
+        if (!touches(&M[m], P, bytes) && !touches(&M[m], G, bytes))
+            continue;
+        /* After step_begin: the op waits for at least the compute op c0. */
+        if (M[m].wait <= c0 && n++ < 10)
+            fprintf(stderr, "job order: %s may run before step_begin\n", M[m].name);
+        /* Joined before step_end: the compute op c1-1 waits for it. */
+        if (C[c1 - 1].wait <= m && n++ < 10)
+            fprintf(stderr, "job order: %s may still run after step_end\n", M[m].name);
+    }
+    return n;
+}
+
 /* fx_plan's one bucket and one group, split into two buckets (the k parameters first in the
  * bucket and the rest) and three micro-groups (task t in group t % 3). The bucket's fill order
  * is the layout's, not the order of the params array, so the cut is found by offset: the
@@ -421,6 +472,7 @@ static int run_steps(cz_dtype dt)
     tc.convert = t_convert, tc.scale = t_scale, tc.sumsq = t_sumsq, tc.momentum = t_momentum;
     tc.block_load = t_block_load, tc.ns_batched = t_ns_batched, tc.block_store = t_block_store;
     tc.apply_update = t_apply_update, tc.apply_runs = t_apply_runs, tc.adamw = t_adamw;
+    tc.step_begin = t_step_begin, tc.step_end = t_step_end;
     tp = *self;
     tp.reduce_scatter = t_reduce_scatter, tp.all_gather = t_all_gather;
     tp.iall_gather = t_iall_gather, tp.group_start = t_group_start, tp.send = t_send;
@@ -428,6 +480,7 @@ static int run_steps(cz_dtype dt)
     ex->compute.ops = &tc;
     ex->dp_comm.ops = ex->tp_comm.ops = &tp;
     nc = nm = mfence = host_c = nek = nrk = 0;
+    int job = 0;
     for (int s = 0; s < 3; s++) {
         for (size_t i = 0; i < n; i++) {
             float g = 0.01f * fx_val(977u * (uint64_t)s + i);
@@ -436,11 +489,13 @@ static int run_steps(cz_dtype dt)
             else
                 ((float *)G)[i] = g;
         }
+        int c0 = nc, m0 = nm;
         ck_assert_msg(cz_executor_step(ex, &err) == 0, "%s", err.message);
+        job += job_order_violations(c0, nc, m0, nm, P, G, n * es);
     }
     ex->compute.ops = cpu;
     ex->dp_comm.ops = ex->tp_comm.ops = self;
-    int r = races();
+    int r = races() + job;
     /* The log is real: both streams were used, and the pipeline's groups all ran. */
     ck_assert_int_gt(nm, 3 * 3);
     ck_assert_int_gt(nc, 3 * 10);

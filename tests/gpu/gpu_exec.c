@@ -1,36 +1,30 @@
-/* GPU tests of the executor (ctest label gpu). Without a CUDA device each mode prints why and
- * exits 77, which ctest reports as skipped.
+/* GPU tests of the executor (ctest label gpu; canzona-gpu-check runs them too). Without a CUDA
+ * device, or when the GPU plugin cannot be loaded, each mode prints why and exits 77, which
+ * ctest reports as skipped.
  *
  *   gpu_exec probe            exit 0 when a CUDA device is usable, else 77
+ *   gpu_exec info             the device, the driver, and the CUDA runtime, cuBLAS, cuSOLVER and
+ *                             NCCL versions and files the plugin found, one "key: value" a line
  *   gpu_exec compare COMM     one rank: the cuda backend over COMM (self: host-staged managed
  *                             memory; nccl: device memory, NCCL on one rank) against the cpu
  *                             backend on a plan with batched, transposed and blocked matrices
- *                             and elementwise parameters, 3 steps, fp32 and bf16: the largest
- *                             update difference relative to the largest update must be
- *                             <= 1e-4 (fp32) and <= 2e-2 (bf16).
+ *                             and elementwise parameters, 3 steps, fp32 and bf16 (bounds below)
+ *   gpu_exec order COMM       the job writes each step's gradients on its default stream and
+ *                             steps at once, without a synchronize: the result must be the
+ *                             synchronized run's (the step is ordered after the job's stream)
  *   gpu_exec ns-sym           the cuda backend's Newton-Schulz with the symmetric form forced
  *                             on (cublasSsyrk + the mirror kernel, fp32) against the cpu
  *                             backend's general form: relative error <= 1e-4.
  */
 #include "exec_fixture.h"
 #include "exec_internal.h"
+#include "gpu_util.h"
 #include "ns_plan.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#ifdef CZ_HAVE_CUDA
-#include "compute_cuda.h"
-#include <cuda_runtime_api.h>
-#endif
-#ifdef CZ_HAVE_MPI
-#include <mpi.h>
-#endif
-
-#define SKIP 77
-
-#ifdef CZ_HAVE_CUDA
 static const fx_param PARAMS[] = {
     {"attn.q", 2, 64, 96, -1, CZ_KIND_MATRIX, 0, 0, {0}},
     {"attn.k", 2, 64, 96, -1, CZ_KIND_MATRIX, 0, 0, {0}},    /* same shape: one batched NS */
@@ -42,74 +36,137 @@ static const fx_param PARAMS[] = {
 #define NP ((int)(sizeof PARAMS / sizeof PARAMS[0]))
 #define STEPS 3
 
+static const cz_gpu_api *gpu;
+
 static int fail(const char *what, const cz_error *err)
 {
     fprintf(stderr, "gpu_exec: %s: %s\n", what, err ? err->message : "");
     return 1;
 }
 
-/* Runs STEPS steps with backend/comm on host buffers P, G (the gradients of step s are
- * regenerated each step); the cuda backend gets device copies. */
-static int run(const cz_plan *pl, const char *backend, const char *comm, cz_dtype dt, float *P,
-               size_t n)
+/* How a run is driven. */
+typedef struct run_opts {
+    const char *backend, *comm;
+    cz_dtype dtype;
+    float lr, adamw_lr; /* 0: the defaults */
+    /* The job writes each step's gradients on its default stream, held this long, and steps
+     * without waiting (0: written and synchronized before the step). */
+    double job_hold_s;
+} run_opts;
+
+static void grads_of_step(int s, float *G, void *hg, size_t n, cz_dtype dt)
+{
+    for (size_t i = 0; i < n; i++) {
+        G[i] = 0.01f * fx_val(1000003u * (uint64_t)s + i);
+        if (dt == CZ_DTYPE_BF16)
+            ((uint16_t *)hg)[i] = cz_bf16_from_f32(G[i]);
+        else
+            ((float *)hg)[i] = G[i];
+    }
+}
+
+/* Copies the step's gradients into the bound device buffer as the run says: synchronously, or
+ * on the job's default stream behind a hold, through a device staging buffer. */
+static int upload_grads(const run_opts *o, gpu_job *j, void *staging, const void *hg, cz_error *err)
+{
+    if (o->job_hold_s <= 0)
+        return gpu->copy(j->grads, hg, j->bytes, err);
+    int rc = gpu->copy(staging, hg, j->bytes, err);
+    return rc ? rc : gpu->job_write(j->grads, staging, j->bytes, o->job_hold_s, err);
+}
+
+/* Runs STEPS steps on host buffers P (the gradients of step s are regenerated each step); the
+ * cuda backend gets device copies. */
+static int run(const cz_plan *pl, const run_opts *o, float *P, size_t n)
 {
     cz_exec_config cfg;
     cz_exec_config_init(&cfg);
-    cfg.backend = backend;
-    cfg.comm = comm;
-    cfg.dtype = dt;
-    bool cuda = strcmp(backend, "cuda") == 0;
+    cfg.backend = o->backend;
+    cfg.comm = o->comm;
+    cfg.dtype = o->dtype;
+    cfg.lr = o->lr;
+    if (o->adamw_lr > 0)
+        cfg.adamw_lr = o->adamw_lr;
+    bool cuda = strcmp(o->backend, "cuda") == 0;
     cfg.memory = cuda ? CZ_EXEC_MEMORY_DEVICE : CZ_EXEC_MEMORY_HOST;
     cz_executor *ex = NULL;
     cz_error err;
-    size_t es = dt == CZ_DTYPE_BF16 ? 2 : 4;
-    void *hp = malloc(n * es), *hg = malloc(n * es), *dp = NULL, *dg = NULL;
+    size_t es = o->dtype == CZ_DTYPE_BF16 ? 2 : 4;
+    void *hp = malloc(n * es), *hg = malloc(n * es), *staging = NULL;
     float *G = malloc(n * sizeof(float));
-    int rc = (hp && hg && G) ? 0 : 1;
+    gpu_job j = {0};
+    int rc = (hp && hg && G) ? 0 : fail("out of memory", NULL);
     if (!rc && cz_executor_create_from_plan(&ex, pl, &cfg, &err))
         rc = fail("create", &err);
     if (!rc && cuda &&
-        (cudaMalloc(&dp, n * es) != cudaSuccess || cudaMalloc(&dg, n * es) != cudaSuccess))
-        rc = fail("cudaMalloc of the job's buffers", NULL);
+        (gpu_job_alloc(&j, gpu, n * es, &err) || gpu->mem_alloc(&staging, n * es, &err)))
+        rc = fail("the job's device buffers", &err);
     for (size_t i = 0; !rc && i < n; i++) {
-        if (dt == CZ_DTYPE_BF16)
+        if (o->dtype == CZ_DTYPE_BF16)
             ((uint16_t *)hp)[i] = cz_bf16_from_f32(P[i]);
         else
             ((float *)hp)[i] = P[i];
     }
-    if (!rc && cuda && cudaMemcpy(dp, hp, n * es, cudaMemcpyHostToDevice) != cudaSuccess)
-        rc = fail("upload", NULL);
-    if (!rc && cz_executor_bind_typed(ex, cuda ? dp : hp, cuda ? dg : hg, n, dt, &err))
+    if (!rc && cuda && gpu->copy(j.params, hp, n * es, &err))
+        rc = fail("upload", &err);
+    if (!rc &&
+        cz_executor_bind_typed(ex, cuda ? j.params : hp, cuda ? j.grads : hg, n, o->dtype, &err))
         rc = fail("bind", &err);
     for (int s = 0; !rc && s < STEPS; s++) {
-        for (size_t i = 0; i < n; i++) {
-            G[i] = 0.01f * fx_val(1000003u * (uint64_t)s + i);
-            if (dt == CZ_DTYPE_BF16)
-                ((uint16_t *)hg)[i] = cz_bf16_from_f32(G[i]);
-            else
-                ((float *)hg)[i] = G[i];
-        }
-        if (cuda && cudaMemcpy(dg, hg, n * es, cudaMemcpyHostToDevice) != cudaSuccess)
-            rc = fail("upload", NULL);
+        grads_of_step(s, G, hg, n, o->dtype);
+        if (cuda && upload_grads(o, &j, staging, hg, &err))
+            rc = fail("upload", &err);
         if (!rc && cz_executor_step(ex, &err))
             rc = fail("step", &err);
-        /* The step's tail may still run on the executor's stream. */
-        if (!rc && cuda && cudaDeviceSynchronize() != cudaSuccess)
-            rc = fail("cudaDeviceSynchronize", NULL);
     }
-    if (!rc && cuda && cudaMemcpy(hp, dp, n * es, cudaMemcpyDeviceToHost) != cudaSuccess)
-        rc = fail("download", NULL);
+    /* copy waits for the device: the step's tail may still run on the executor's stream. */
+    if (!rc && cuda && gpu->copy(hp, j.params, n * es, &err))
+        rc = fail("download", &err);
     for (size_t i = 0; !rc && i < n; i++)
-        P[i] = dt == CZ_DTYPE_BF16 ? cz_f32_from_bf16(((uint16_t *)hp)[i]) : ((float *)hp)[i];
+        P[i] = o->dtype == CZ_DTYPE_BF16 ? cz_f32_from_bf16(((uint16_t *)hp)[i]) : ((float *)hp)[i];
     cz_executor_free(ex);
-    if (dp && cudaFree(dp) != cudaSuccess)
-        rc = fail("cudaFree", NULL);
-    if (dg && cudaFree(dg) != cudaSuccess)
-        rc = fail("cudaFree", NULL);
+    if (cuda) {
+        gpu_job_free(&j);
+        gpu->mem_free(staging);
+    }
     free(hp), free(hg), free(G);
     return rc;
 }
 
+/* How far two runs from the same start S are apart. */
+typedef struct gap {
+    double max_rel; /* max|a - b| / max|b - S| */
+    double upd_l2;  /* ||(a - S) - (b - S)|| / ||b - S||, over every element */
+    double par_rel; /* max|a - b| / max|b| */
+} gap;
+
+static gap gap_of(const float *a, const float *b, const float *S, size_t n)
+{
+    double d = 0, u = 0, num = 0, den = 0, pmax = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]), ub = (double)b[i] - S[i];
+        d = e > d || isnan(e) ? e : d;
+        u = fabs(ub) > u ? fabs(ub) : u;
+        pmax = fabs((double)b[i]) > pmax ? fabs((double)b[i]) : pmax;
+        num += e * e;
+        den += ub * ub;
+    }
+    return (gap){d / u, sqrt(num / den), d / pmax};
+}
+
+/* The fp32 leg: the cuda backend against the cpu backend, max|cuda - cpu| / max|update| <= 1e-4
+ * (the same arithmetic; GEMM summation order and FMA contraction differ).
+ *
+ * The bf16 leg cannot meet a bound of that kind. The cuda backend runs Newton-Schulz with bf16
+ * inputs (fp32 accumulation), the cpu backend in fp32: an emulation of the two puts their
+ * orthogonalized updates 2.2-3.3 % apart. And the bound parameters are bf16: after the last
+ * step both sides round the fp32 master copy to bf16, so where the masters differ by a hair an
+ * element differs by a whole bf16 unit, up to 2^-8 of the parameter (4e-4 at 0.1), while 3 steps
+ * at the default rates move it by about 3e-4: measured 0.33 of the largest update. So the bf16
+ * leg is bounded as the CPU bf16 tests are (mpi.verify.*.bf16, docs/EXECUTOR.md "Dtypes"), at
+ * the rates where rounding does not swamp the update (lr 0.01, AdamW 3e-3): the update's L2
+ * error <= 0.1 (there: 0.014 for bf16 rounding alone, here plus the 3 % of bf16 Newton-Schulz),
+ * and the parameters' max|cuda - cpu| / max|cpu| <= 3e-2 (bf16's resolution with margin). */
 static int compare(const char *comm)
 {
     cz_plan *pl = fx_plan(PARAMS, NP, 1);
@@ -117,45 +174,76 @@ static int compare(const char *comm)
         return fail("out of memory", NULL);
     size_t n = (size_t)pl->buckets[0].size;
     float *P0 = malloc(n * sizeof(float)), *Pc = malloc(n * sizeof(float));
-    float *Pg = malloc(n * sizeof(float));
-    int rc = (P0 && Pc && Pg) ? 0 : fail("out of memory", NULL);
+    float *Pg = malloc(n * sizeof(float)), *S = malloc(n * sizeof(float));
+    int rc = (P0 && Pc && Pg && S) ? 0 : fail("out of memory", NULL);
     for (size_t i = 0; !rc && i < n; i++)
         P0[i] = 0.1f * fx_val(i);
-    cz_dtype dts[2] = {CZ_DTYPE_FP32, CZ_DTYPE_BF16};
-    double tol[2] = {1e-4, 2e-2};
     for (int d = 0; !rc && d < 2; d++) {
+        cz_dtype dt = d ? CZ_DTYPE_BF16 : CZ_DTYPE_FP32;
+        run_opts oc = {"cpu", "self", dt, d ? 0.01f : 0.0f, d ? 3e-3f : 0.0f, 0};
+        run_opts og = oc;
+        og.backend = "cuda";
+        og.comm = comm;
         for (size_t i = 0; i < n; i++)
-            Pc[i] = Pg[i] =
-                dts[d] == CZ_DTYPE_BF16 ? cz_f32_from_bf16(cz_bf16_from_f32(P0[i])) : P0[i];
-        float *S = malloc(n * sizeof(float));
-        if (!S)
-            return fail("out of memory", NULL);
-        memcpy(S, Pc, n * sizeof(float));
-        rc = run(pl, "cpu", "self", dts[d], Pc, n);
+            S[i] = Pc[i] = Pg[i] = d ? cz_f32_from_bf16(cz_bf16_from_f32(P0[i])) : P0[i];
+        rc = run(pl, &oc, Pc, n);
         if (!rc)
-            rc = run(pl, "cuda", comm, dts[d], Pg, n);
-        double diff = 0, upd = 0;
-        for (size_t i = 0; !rc && i < n; i++) {
-            double u = fabs((double)Pc[i] - S[i]), e = fabs((double)Pg[i] - Pc[i]);
-            upd = u > upd ? u : upd;
-            diff = e > diff || isnan(e) ? e : diff;
-        }
-        free(S);
+            rc = run(pl, &og, Pg, n);
         if (rc)
             break;
-        double rel = diff / upd;
-        printf("gpu_exec compare %s %s: max|cuda - cpu| / max|update| = %.3g (limit %g)\n", comm,
-               cz_dtype_name(dts[d]), rel, tol[d]);
-        if (!(rel <= tol[d]))
-            rc = 1;
+        gap g = gap_of(Pg, Pc, S, n);
+        if (!d) {
+            printf(
+                "gpu_exec compare %s fp32: max|cuda - cpu| / max|update| = %.3g (limit 0.0001)\n",
+                comm, g.max_rel);
+            rc = g.max_rel <= 1e-4 ? 0 : 1;
+        } else {
+            printf("gpu_exec compare %s bf16 (lr 0.01, adamw 3e-3): update ||cuda - cpu|| / "
+                   "||cpu|| = %.3g (limit 0.1), parameters max|cuda - cpu| / max|cpu| = %.3g "
+                   "(limit 0.03)\n",
+                   comm, g.upd_l2, g.par_rel);
+            rc = g.upd_l2 <= 0.1 && g.par_rel <= 3e-2 ? 0 : 1;
+        }
     }
-    free(P0), free(Pc), free(Pg);
+    free(P0), free(Pc), free(Pg), free(S);
     cz_plan_free(pl);
     return rc;
 }
-#endif
 
-#ifdef CZ_HAVE_CUDA
+/* The job's default-stream writes are seen by the step that follows them at once: the same
+ * result as when the job synchronizes first, up to the order of the atomic sums in the norms
+ * (max|held - synchronized| / max|update| <= 1e-5). The hold (0.2 s) makes a step that does not
+ * wait for the job's stream read the previous step's gradients (or, at the first step, none):
+ * a difference of the order of the update itself. */
+static int order(const char *comm)
+{
+    cz_plan *pl = fx_plan(PARAMS, NP, 1);
+    if (!pl)
+        return fail("out of memory", NULL);
+    size_t n = (size_t)pl->buckets[0].size;
+    float *A = malloc(n * sizeof(float)), *B = malloc(n * sizeof(float));
+    float *S = malloc(n * sizeof(float));
+    int rc = (A && B && S) ? 0 : fail("out of memory", NULL);
+    for (size_t i = 0; !rc && i < n; i++)
+        S[i] = A[i] = B[i] = 0.1f * fx_val(i);
+    run_opts sync = {"cuda", comm, CZ_DTYPE_FP32, 0, 0, 0}, held = sync;
+    held.job_hold_s = 0.2;
+    if (!rc)
+        rc = run(pl, &sync, A, n);
+    if (!rc)
+        rc = run(pl, &held, B, n);
+    if (!rc) {
+        gap g = gap_of(B, A, S, n);
+        printf("gpu_exec order %s: gradients written on the job's default stream, stepped at "
+               "once: max|held - synchronized| / max|update| = %.3g (limit 1e-5)\n",
+               comm, g.max_rel);
+        rc = g.max_rel <= 1e-5 ? 0 : 1;
+    }
+    free(A), free(B), free(S);
+    cz_plan_free(pl);
+    return rc;
+}
+
 /* One shape: batch matrices of r x c, 5 iterations, on the cuda backend (managed memory, so the
  * host fills and reads it after an event sync) with the symmetric form forced, against
  * cz_cpu_ns's general form. */
@@ -165,7 +253,7 @@ static int ns_sym_case(int64_t r, int64_t c, int batch, const char *coeffs)
     cz_cuda_options o = {.managed = 1, .ns_precision = CZ_NS_FP32, .ns_sym = CZ_NS_SYM_ON};
     cz_compute g;
     cz_error err;
-    if (cz_compute_cuda_open(&g, &o, &err))
+    if (cz_compute_open_cuda(&g, &o, &err))
         return fail("opening the cuda backend", &err);
     size_t nx = (size_t)(batch * r * c), nw = (size_t)cz_ns_work_floats(r, c, batch);
     float *xg = g.ops->alloc(&g, nx * sizeof(float)), *wg = g.ops->alloc(&g, nw * sizeof(float));
@@ -206,23 +294,60 @@ static int ns_sym_case(int64_t r, int64_t c, int batch, const char *coeffs)
     cz_compute_close(&g);
     return rc;
 }
-#endif
+
+static void print_version(const char *key, int v, int cuda_form)
+{
+    if (!v)
+        printf("%s: unknown\n", key);
+    else if (cuda_form)
+        printf("%s: %d.%d\n", key, v / 1000, v % 1000 / 10);
+    else
+        printf("%s: %d.%d.%d\n", key, v / 10000, v / 100 % 100, v % 100);
+}
+
+static int info(void)
+{
+    cz_gpu_versions v;
+    cz_error err;
+    if (gpu->versions(&v, &err))
+        return fail("reading the versions", &err);
+    printf("device: %s (compute capability %d.%d, %d SMs, %.1f GiB)\n", v.device, v.cc_major,
+           v.cc_minor, v.sm_count, (double)v.memory_bytes / (1u << 30));
+    printf("devices: %d\n", v.device_count);
+    print_version("driver (CUDA API)", v.driver, 1);
+    print_version("CUDA runtime (static)", v.runtime, 1);
+    print_version("cuBLAS", v.cublas, 0);
+    printf("cuBLAS file: %s\n", v.cublas_path);
+    print_version("cuSOLVER", v.cusolver, 0);
+    printf("cuSOLVER file: %s\n", v.cusolver_path);
+    if (v.nccl) {
+        print_version("NCCL", v.nccl, 0);
+        printf("NCCL file: %s\n", v.nccl_path);
+    } else {
+        printf("NCCL: not available (%s)\n", v.nccl_why);
+    }
+    if (v.nccl && v.nccl_why[0])
+        printf("NCCL refused: %s\n", v.nccl_why);
+    print_version("NCCL header built against", v.nccl_built, 0);
+    return 0;
+}
+
+static int usage(void)
+{
+    fprintf(stderr,
+            "usage: gpu_exec probe | info | ns-sym | compare self|nccl | order self|nccl\n");
+    return 2;
+}
 
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "probe";
-#ifndef CZ_HAVE_CUDA
-    (void)mode;
-    printf("SKIPPED: this build has no CUDA backend (no CUDA toolkit, or CZ_WITH_CUDA=OFF)\n");
-    return SKIP;
-#else
-    char why[256];
-    if (!cz_cuda_device_present(why, sizeof why)) {
-        printf("SKIPPED: no CUDA device (%s); the gpu tests need one\n", why);
+    if (!(gpu = gpu_or_skip()))
         return SKIP;
-    }
     if (strcmp(mode, "probe") == 0)
         return 0;
+    if (strcmp(mode, "info") == 0)
+        return info();
     if (strcmp(mode, "ns-sym") == 0) {
         int rc = ns_sym_case(130, 260, 2, "jordan");
         if (!rc)
@@ -231,23 +356,11 @@ int main(int argc, char **argv)
             rc = ns_sym_case(1024, 1536, 1, "jordan");
         return rc;
     }
-    if (strcmp(mode, "compare") != 0 || argc < 3) {
-        fprintf(stderr, "usage: gpu_exec probe | ns-sym | compare self|nccl\n");
-        return 2;
-    }
-    int rc;
-#ifdef CZ_HAVE_MPI
-    MPI_Init(&argc, &argv);
-#endif
-    if (strcmp(argv[2], "nccl") == 0 && !cz_comm_mpi_available()) {
-        printf("SKIPPED: comm nccl needs MPI, and this build has none\n");
-        rc = SKIP;
-    } else {
-        rc = compare(argv[2]);
-    }
-#ifdef CZ_HAVE_MPI
-    MPI_Finalize();
-#endif
-    return rc;
-#endif
+    if (argc < 3)
+        return usage();
+    if (strcmp(mode, "compare") == 0)
+        return gpu_with_comm(argc, argv, gpu, compare);
+    if (strcmp(mode, "order") == 0)
+        return gpu_with_comm(argc, argv, gpu, order);
+    return usage();
 }

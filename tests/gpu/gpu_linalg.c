@@ -21,20 +21,12 @@
  * rounding. */
 #include "exec_fixture.h"
 #include "exec_internal.h"
+#include "gpu_util.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#ifdef CZ_HAVE_CUDA
-#include "compute_cuda.h"
-#include <cuda_runtime_api.h>
-#endif
-#ifdef CZ_HAVE_MPI
-#include <mpi.h>
-#endif
-
-#define SKIP 77
 #define STEPS 12
 #define FREQ 5
 
@@ -74,6 +66,8 @@ static int fail(const char *what, const cz_error *err)
 
 /* STEPS steps of backend/comm on P (n floats, updated in place); gradients regenerated each
  * step, the same for every backend. The cuda backend gets device copies of the buffers. */
+static const cz_gpu_api *gpu;
+
 static int run(const cz_plan *pl, const char *backend, const char *comm, float *P, size_t n)
 {
     cz_exec_config cfg;
@@ -86,42 +80,28 @@ static int run(const cz_plan *pl, const char *backend, const char *comm, float *
     cfg.memory = cuda ? CZ_EXEC_MEMORY_DEVICE : CZ_EXEC_MEMORY_HOST;
     cz_executor *ex = NULL;
     cz_error err;
-    float *G = malloc(n * sizeof(float)), *dp = NULL, *dg = NULL;
+    float *G = malloc(n * sizeof(float));
+    gpu_job j = {0};
     int rc = G ? 0 : fail("out of memory", NULL);
     if (!rc && cz_executor_create_from_plan(&ex, pl, &cfg, &err))
         rc = fail("create", &err);
-#ifdef CZ_HAVE_CUDA
-    if (!rc && cuda &&
-        (cudaMalloc((void **)&dp, n * 4) != cudaSuccess ||
-         cudaMalloc((void **)&dg, n * 4) != cudaSuccess ||
-         cudaMemcpy(dp, P, n * 4, cudaMemcpyHostToDevice) != cudaSuccess))
-        rc = fail("device buffers", NULL);
-#endif
-    if (!rc && cz_executor_bind_typed(ex, cuda ? dp : P, cuda ? dg : G, n, CZ_DTYPE_FP32, &err))
+    if (!rc && cuda && (gpu_job_alloc(&j, gpu, n * 4, &err) || gpu->copy(j.params, P, n * 4, &err)))
+        rc = fail("device buffers", &err);
+    if (!rc &&
+        cz_executor_bind_typed(ex, cuda ? j.params : P, cuda ? j.grads : G, n, CZ_DTYPE_FP32, &err))
         rc = fail("bind", &err);
     for (int s = 0; !rc && s < STEPS; s++) {
         gradient(pl, s, G, n);
-#ifdef CZ_HAVE_CUDA
-        if (cuda && cudaMemcpy(dg, G, n * 4, cudaMemcpyHostToDevice) != cudaSuccess)
-            rc = fail("upload", NULL);
-#endif
+        if (cuda && gpu->copy(j.grads, G, n * 4, &err))
+            rc = fail("upload", &err);
         if (!rc && cz_executor_step(ex, &err))
             rc = fail("step", &err);
-#ifdef CZ_HAVE_CUDA
-        /* The step's tail may still run on the executor's stream. */
-        if (!rc && cuda && cudaDeviceSynchronize() != cudaSuccess)
-            rc = fail("cudaDeviceSynchronize", NULL);
-#endif
     }
-#ifdef CZ_HAVE_CUDA
-    if (!rc && cuda && cudaMemcpy(P, dp, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
-        rc = fail("download", NULL);
-    if (dp && cudaFree(dp) != cudaSuccess)
-        rc = fail("cudaFree", NULL);
-    if (dg && cudaFree(dg) != cudaSuccess)
-        rc = fail("cudaFree", NULL);
-#endif
+    /* copy waits for the device: the step's tail may still run on the executor's stream. */
+    if (!rc && cuda && gpu->copy(P, j.params, n * 4, &err))
+        rc = fail("download", &err);
     cz_executor_free(ex);
+    gpu_job_free(&j);
     free(G);
     return rc;
 }
@@ -174,6 +154,11 @@ static int compare(const char *test, const char *comm)
     return rc ? rc : rc2;
 }
 
+static int compare_cuda(const char *comm)
+{
+    return compare("cuda", comm);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "harness";
@@ -192,28 +177,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: gpu_linalg harness | compare self|nccl\n");
         return 2;
     }
-#ifndef CZ_HAVE_CUDA
-    printf("SKIPPED: this build has no CUDA backend (no CUDA toolkit, or CZ_WITH_CUDA=OFF)\n");
-    return SKIP;
-#else
-    char why[256];
-    if (!cz_cuda_device_present(why, sizeof why)) {
-        printf("SKIPPED: no CUDA device (%s); the gpu tests need one\n", why);
+    if (!(gpu = gpu_or_skip()))
         return SKIP;
-    }
-    int rc;
-#ifdef CZ_HAVE_MPI
-    MPI_Init(&argc, &argv);
-#endif
-    if (strcmp(argv[2], "nccl") == 0 && !cz_comm_mpi_available()) {
-        printf("SKIPPED: comm nccl needs MPI, and this build has none\n");
-        rc = SKIP;
-    } else {
-        rc = compare("cuda", argv[2]);
-    }
-#ifdef CZ_HAVE_MPI
-    MPI_Finalize();
-#endif
-    return rc;
-#endif
+    return gpu_with_comm(argc, argv, gpu, compare_cuda);
 }

@@ -4,6 +4,7 @@
 
 #include "exec_internal.h"
 
+#include <jansson.h>
 #include <stdint.h>
 
 /* Counter-based values in [-1, 1): a pure function of its key, so every rank can generate any
@@ -17,5 +18,9 @@ void cz_bench_fill_shard(const cz_plan_param *p, int tp, int r, uint64_t seed, i
                          int64_t step, int dp_rank, float scale, float *shard);
 
 #define CZ_BENCH_PARAM_SCALE 0.05f
+
+/* Writes root to path (indented, keys sorted, a final newline) through a temporary file
+ * renamed into place (bench_json.c). */
+int cz_bench_write_json(const char *path, const json_t *root, cz_error *err);
 
 #endif

@@ -1,92 +1,53 @@
-/* canzona-bench's device buffers (see bench_gpu.h). */
+/* canzona-bench's device buffers (see bench_gpu.h), through the GPU plugin (gpu_plugin.h): the
+ * bench links no NVIDIA library, so it starts everywhere and --backend cuda says what is
+ * missing on a machine without a device or without the libraries. */
 #include "bench_gpu.h"
 
-#ifdef CZ_HAVE_CUDA
-#include <cuda_runtime_api.h>
+#include "gpu_plugin.h"
+
 #include <mpi.h>
 
-static int cuda_fail(cudaError_t rc, const char *what, cz_error *err)
-{
-    return cz_error_set(err, CZ_EIO, "%s failed: %s", what, cudaGetErrorString(rc));
-}
+static const cz_gpu_api *gpu;
 
 int bench_gpu_select(cz_error *err)
 {
     MPI_Comm node;
     int local = 0, count = 0;
+    int rc = cz_gpu_load(&gpu, err);
+    if (rc)
+        return rc;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, &local);
     MPI_Comm_free(&node);
-    cudaError_t rc = cudaGetDeviceCount(&count);
-    if (rc != cudaSuccess)
-        return cuda_fail(rc, "cudaGetDeviceCount", err);
-    if (count < 1)
-        return cz_error_set(err, CZ_EUNSUPPORTED, "--backend cuda: no CUDA device");
-    rc = cudaSetDevice(local % count);
-    return rc == cudaSuccess ? CZ_OK : cuda_fail(rc, "cudaSetDevice", err);
+    rc = gpu->device_count(&count, err);
+    if (!rc && count < 1)
+        rc = cz_error_set(err, CZ_EUNSUPPORTED, "--backend cuda: no CUDA device");
+    return rc ? rc : gpu->set_device(local % count, err);
 }
 
 int bench_gpu_alloc(bench_gpu *g, size_t bytes, cz_error *err)
 {
     g->bytes = bytes ? bytes : 1;
-    cudaError_t rc = cudaMalloc(&g->params, g->bytes);
-    if (rc == cudaSuccess)
-        rc = cudaMalloc(&g->grads, g->bytes);
-    return rc == cudaSuccess ? CZ_OK : cuda_fail(rc, "cudaMalloc of the bound buffers", err);
+    int rc = gpu->mem_alloc(&g->params, g->bytes, err);
+    return rc ? rc : gpu->mem_alloc(&g->grads, g->bytes, err);
 }
 
 int bench_gpu_copy(void *dst, const void *src, size_t bytes, int to_device, cz_error *err)
 {
-    /* A step returns with its tail still in flight on the executor's own stream, which does
-     * not order against cudaMemcpy's: wait for the whole device first. */
-    cudaError_t rc = cudaDeviceSynchronize();
-    if (rc != cudaSuccess)
-        return cuda_fail(rc, "cudaDeviceSynchronize", err);
-    rc = cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
-    return rc == cudaSuccess ? CZ_OK : cuda_fail(rc, "cudaMemcpy", err);
+    (void)to_device; /* the copy waits for the device, then goes by the pointers' kinds */
+    return gpu->copy(dst, src, bytes, err);
 }
 
 void bench_gpu_free(bench_gpu *g)
 {
-    /* Exit path: a failure to free changes nothing the bench reports. */
-    if (g->params && cudaFree(g->params) != cudaSuccess)
-        g->params = NULL;
-    if (g->grads && cudaFree(g->grads) != cudaSuccess)
-        g->grads = NULL;
+    if (gpu) {
+        gpu->mem_free(g->params);
+        gpu->mem_free(g->grads);
+    }
+    g->params = g->grads = NULL;
 }
 
-#else
-
-static int no_cuda(cz_error *err)
+uint64_t bench_gpu_alloc_count(void)
 {
-    return cz_error_set(err, CZ_EUNSUPPORTED,
-                        "--backend cuda: this canzona-bench was built without CUDA");
+    return gpu ? gpu->alloc_count() : 0;
 }
-
-int bench_gpu_select(cz_error *err)
-{
-    return no_cuda(err);
-}
-
-int bench_gpu_alloc(bench_gpu *g, size_t bytes, cz_error *err)
-{
-    (void)g;
-    (void)bytes;
-    return no_cuda(err);
-}
-
-int bench_gpu_copy(void *dst, const void *src, size_t bytes, int to_device, cz_error *err)
-{
-    (void)dst;
-    (void)src;
-    (void)bytes;
-    (void)to_device;
-    return no_cuda(err);
-}
-
-void bench_gpu_free(bench_gpu *g)
-{
-    (void)g;
-}
-
-#endif

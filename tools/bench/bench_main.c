@@ -108,7 +108,10 @@ static void usage(FILE *f)
            "  --inject-nan NAME  (testing) put a NaN into NAME's gradient on rank 0\n"
            "  --bad-dp-comm      (testing) hand in a DP communicator of the wrong size\n"
            "  --corrupt-replica  (testing) change one parameter on DP rank 1 before --verify\n"
-           "  --help             this text\n");
+           "  --help             this text\n"
+           "Single-process modes (no mpirun): canzona-bench ns --help (Newton-Schulz on one\n"
+           "GPU), canzona-bench coll --help (the DP collectives' model), canzona-bench calibrate\n"
+           "--help (the GPU's rates for the cost model).\n");
 }
 
 /* Returns 0, 1 for --help, or 2 with the reason in msg. Prints nothing: main agrees on the
@@ -939,6 +942,8 @@ int main(int argc, char **argv)
         return cz_bench_ns_main(argc - 1, argv + 1); /* one GPU, no MPI */
     if (argc > 1 && strcmp(argv[1], "coll") == 0)
         return cz_bench_coll_main(argc - 1, argv + 1); /* a model, no MPI */
+    if (argc > 1 && strcmp(argv[1], "calibrate") == 0)
+        return cz_bench_calibrate_main(argc - 1, argv + 1); /* one GPU, no MPI */
     int world = 1, status = 1;
     bench_opts o;
     cz_error err;
@@ -1084,10 +1089,12 @@ int main(int argc, char **argv)
             goto done;
         }
     }
-    uint64_t allocs_after_first = 0;
+    uint64_t allocs_after_first = 0, dev_after_first = 0;
     for (int s = 0; s < total; s++) {
-        if (s == 1)
+        if (s == 1) {
             allocs_after_first = cz_exec_alloc_count();
+            dev_after_first = bench_gpu_alloc_count();
+        }
         rc = fill_grads(&o, plan, dp_rank, tp_rank, s, G, &err);
         if (any_failed(rc, &err, "reading the gradients"))
             goto done;
@@ -1131,6 +1138,9 @@ int main(int argc, char **argv)
     /* Steps after the first must allocate nothing (every executor allocation is counted). */
     uint64_t step_allocs = total > 1 ? cz_exec_alloc_count() - allocs_after_first : 0, max_allocs;
     MPI_Allreduce(&step_allocs, &max_allocs, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    /* And no device allocation (cudaMalloc and kin, counted by the GPU plugin). */
+    uint64_t dev_allocs = total > 1 ? bench_gpu_alloc_count() - dev_after_first : 0, max_dev;
+    MPI_Allreduce(&dev_allocs, &max_dev, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
     /* After the count: a checkpoint allocates, a step must not. */
     rc = o.save_state ? cz_executor_save_state(ex, o.save_state, &err) : CZ_OK;
     if (any_failed(rc, &err, "saving the optimizer state"))
@@ -1152,6 +1162,9 @@ int main(int argc, char **argv)
                med[0], med[1], med[2], med[3], med[4]);
         printf("executor allocations in steps 2..%d (most on one rank): %llu\n", total,
                (unsigned long long)max_allocs);
+        if (cuda)
+            printf("device allocations in steps 2..%d (most on one rank): %llu\n", total,
+                   (unsigned long long)max_dev);
     }
     rc = (g_rank == 0 && o.json) ? write_json(&o, plan, med, per, o.steps, &err) : CZ_OK;
     if (any_failed(rc, &err, "writing the timings"))

@@ -10,11 +10,10 @@
 #include "ns_bench.h"
 #include "ns_plan.h"
 #include "ns_workload.h"
-#ifdef CZ_HAVE_CUDA
-#include "compute_cuda.h"
-#endif
+#include "gpu_plugin.h"
 
 #include <getopt.h>
+#include <jansson.h>
 #include <stdint.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,8 +21,9 @@
 #include <string.h>
 
 typedef struct ns_opts {
-    const char *plan, *coeffs, *gpu;
-    int steps, reps, dry_run, cpu;
+    const char *plan, *coeffs, *gpu, *json;
+    int steps, reps, dry_run, cpu, per_shape;
+    double max_gflop; /* --per-shape: FLOPs of one timed call at most (batch capped) */
     cz_dtype dtype;
     cz_ns_sym_mode sym;
 } ns_opts;
@@ -34,6 +34,7 @@ static void ns_usage(FILE *f)
             "usage: canzona-bench ns --plan PLAN [--gpu busiest|DP,TP] [--ns-steps N] [--reps N]\n"
             "                        [--dtype fp32|bf16] [--ns-coeffs jordan|cubic] [--dry-run]\n"
             "                        [--backend cuda|cpu] [--sym auto|on|off]\n"
+            "                        [--per-shape [--max-gflop G]] [--json FILE]\n"
             "Times the Newton-Schulz work of one GPU of the plan on this machine's CUDA device:\n"
             "batched as the executor runs it, one matrix at a time, and its GEMMs alone.\n"
             "  --gpu       which GPU's work (default: the one with the most FLOPs)\n"
@@ -44,7 +45,12 @@ static void ns_usage(FILE *f)
             "              default), always (on; fp32 only on CUDA) or never (off)\n"
             "  --backend   cuda (default), or cpu: the CPU backend's general form (cblas_sgemm)\n"
             "              against its symmetric form (cblas_ssyrk), interleaved, medians\n"
-            "  --dry-run   print the workload only\n");
+            "  --dry-run   print the workload only\n"
+            "  --per-shape (cuda) each distinct shape on its own: batched and one matrix at a\n"
+            "              time, TFLOP/s and the fraction of cuBLAS's GEMM rate at 8192^3 in the\n"
+            "              same dtype, measured first; a shape's batch is cut to what fits\n"
+            "              --max-gflop per call (default 2000)\n"
+            "  --json      (cuda) write the timings as JSON (schema canzona.ns_bench/1)\n");
 }
 
 static int ns_parse(int argc, char **argv, ns_opts *o)
@@ -58,6 +64,9 @@ static int ns_parse(int argc, char **argv, ns_opts *o)
                                           {"dry-run", no_argument, 0, 'n'},
                                           {"backend", required_argument, 0, 'B'},
                                           {"sym", required_argument, 0, 'S'},
+                                          {"per-shape", no_argument, 0, 'P'},
+                                          {"max-gflop", required_argument, 0, 'G'},
+                                          {"json", required_argument, 0, 'j'},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     *o = (ns_opts){.coeffs = "jordan",
@@ -65,7 +74,8 @@ static int ns_parse(int argc, char **argv, ns_opts *o)
                    .steps = 5,
                    .reps = 10,
                    .dtype = CZ_DTYPE_FP32,
-                   .sym = CZ_NS_SYM_AUTO};
+                   .sym = CZ_NS_SYM_AUTO,
+                   .max_gflop = 2000};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -108,13 +118,22 @@ static int ns_parse(int argc, char **argv, ns_opts *o)
             else
                 return 2;
             break;
+        case 'P':
+            o->per_shape = 1;
+            break;
+        case 'G':
+            o->max_gflop = atof(optarg);
+            break;
+        case 'j':
+            o->json = optarg;
+            break;
         case 'h':
             return 1;
         default:
             return 2;
         }
     }
-    return o->plan && o->steps > 0 && o->reps > 0 && optind == argc ? 0 : 2;
+    return o->plan && o->steps > 0 && o->reps > 0 && o->max_gflop > 0 && optind == argc ? 0 : 2;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -215,79 +234,136 @@ out:
     return rc;
 }
 
-#ifdef CZ_HAVE_CUDA
+/* ---- on the device, through the GPU plugin ---- */
 typedef enum { BATCHED, SINGLE, GEMMS } ns_mode;
 
-static int run_mode(cz_compute *c, const cz_ns_workload *w, const cz_ns_coeffs *k, int steps,
-                    ns_mode mode, float *x, float *work, cz_error *err)
+typedef struct gpu_ctx {
+    const cz_gpu_api *gpu;
+    cz_compute c;
+    float *x, *work;
+    cz_event *ev;
+} gpu_ctx;
+
+/* count matrices of nb's shape at x, in one mode. */
+static int run_shape(gpu_ctx *g, const cz_ns_batch *nb, int count, const cz_ns_coeffs *k, int steps,
+                     ns_mode mode, cz_error *err)
 {
+    cz_compute *c = &g->c;
+    if (mode == BATCHED)
+        return c->ops->ns_batched(c, g->x, count, nb->rows, nb->cols, k, steps, g->work, err);
+    if (mode == GEMMS)
+        return g->gpu->ns_gemms(c, g->x, count, nb->rows, nb->cols, k, steps, g->work, err);
     int rc = CZ_OK;
-    for (int b = 0; b < w->nbatches && !rc; b++) {
-        const cz_ns_batch *nb = &w->batches[b];
-        if (mode == BATCHED)
-            rc = c->ops->ns_batched(c, x, nb->count, nb->rows, nb->cols, k, steps, work, err);
-        else if (mode == GEMMS)
-            rc = cz_cuda_ns_gemms(c, x, nb->count, nb->rows, nb->cols, k, steps, work, err);
-        for (int i = 0; mode == SINGLE && i < nb->count && !rc; i++)
-            rc = c->ops->ns_batched(c, x + (size_t)i * (size_t)(nb->rows * nb->cols), 1, nb->rows,
-                                    nb->cols, k, steps, work, err);
-    }
+    for (int i = 0; i < count && !rc; i++)
+        rc = c->ops->ns_batched(c, g->x + (size_t)i * (size_t)(nb->rows * nb->cols), 1, nb->rows,
+                                nb->cols, k, steps, g->work, err);
     return rc;
 }
 
-/* Seconds per repetition of one mode, after a warm-up run. */
-static int time_mode(cz_compute *c, const cz_ns_workload *w, const cz_ns_coeffs *k,
-                     const ns_opts *o, ns_mode mode, float *x, float *work, cz_event *ev,
-                     double *sec, cz_error *err)
+static int run_mode(gpu_ctx *g, const cz_ns_workload *w, const cz_ns_coeffs *k, int steps,
+                    ns_mode mode, cz_error *err)
 {
-    int rc = run_mode(c, w, k, o->steps, mode, x, work, err);
-    if (!rc) {
-        c->ops->event_record(c, ev);
-        rc = c->ops->event_sync(c, ev, err);
-    }
+    int rc = CZ_OK;
+    for (int b = 0; b < w->nbatches && !rc; b++)
+        rc = run_shape(g, &w->batches[b], w->batches[b].count, k, steps, mode, err);
+    return rc;
+}
+
+static int drain(gpu_ctx *g, cz_error *err)
+{
+    g->c.ops->event_record(&g->c, g->ev);
+    return g->c.ops->event_sync(&g->c, g->ev, err);
+}
+
+/* Seconds per repetition of one mode over the whole workload, after a warm-up run. */
+static int time_mode(gpu_ctx *g, const cz_ns_workload *w, const cz_ns_coeffs *k, const ns_opts *o,
+                     ns_mode mode, double *sec, cz_error *err)
+{
+    int rc = run_mode(g, w, k, o->steps, mode, err);
+    if (!rc)
+        rc = drain(g, err);
     double t0 = cz_exec_now();
     for (int r = 0; r < o->reps && !rc; r++)
-        rc = run_mode(c, w, k, o->steps, mode, x, work, err);
-    if (!rc) {
-        c->ops->event_record(c, ev);
-        rc = c->ops->event_sync(c, ev, err);
-    }
+        rc = run_mode(g, w, k, o->steps, mode, err);
+    if (!rc)
+        rc = drain(g, err);
     *sec = (cz_exec_now() - t0) / o->reps;
     return rc;
 }
 
-static int time_workload(const cz_ns_workload *w, const cz_ns_coeffs *k, const ns_opts *o,
-                         cz_error *err)
+/* Median seconds of one call of a shape's mode: each repetition runs enough calls to last a
+ * millisecond (a host wait's own cost stays out of the figure), after a warm-up call. */
+static int time_shape(gpu_ctx *g, const cz_ns_batch *nb, int count, const cz_ns_coeffs *k,
+                      const ns_opts *o, ns_mode mode, double *sec, cz_error *err)
 {
-    cz_cuda_options co = {.ns_precision = o->dtype == CZ_DTYPE_BF16 ? CZ_NS_BF16 : CZ_NS_FP32,
-                          .ns_sym = o->sym};
-    cz_compute c;
-    float *x = NULL, *work = NULL, *host = NULL;
-    cz_event *ev = NULL;
-    int rc = cz_compute_cuda_open(&c, &co, err);
-    if (rc)
-        return rc;
-    size_t nx = (size_t)(w->batch_n > 0 ? w->batch_n : 1);
-    x = c.ops->alloc(&c, nx * sizeof(float));
-    work = c.ops->alloc(&c, (size_t)(w->work_n > 0 ? w->work_n : 1) * sizeof(float));
-    host = malloc(nx * sizeof(float));
-    ev = c.ops->event_create(&c);
-    if (!x || !work || !host || !ev) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz buffers");
-        goto out;
+    double v[64], t0 = cz_exec_now();
+    int reps = o->reps < 64 ? o->reps : 64, inner = 1;
+    int rc = run_shape(g, nb, count, k, o->steps, mode, err);
+    if (!rc)
+        rc = drain(g, err);
+    double first = cz_exec_now() - t0;
+    if (first < 1e-3)
+        inner = (int)(1e-3 / (first > 1e-6 ? first : 1e-6)) + 1;
+    for (int r = 0; r < reps && !rc; r++) {
+        t0 = cz_exec_now();
+        for (int i = 0; i < inner && !rc; i++)
+            rc = run_shape(g, nb, count, k, o->steps, mode, err);
+        if (!rc)
+            rc = drain(g, err);
+        v[r] = (cz_exec_now() - t0) / inner;
     }
-    /* Entries of std. 0.58 * 0.5 / sqrt(cols): singular values below ~0.6, where the iteration
-     * converges and stays finite over the repetitions (it runs on its own output). */
-    int64_t cmax = 1;
-    for (int b = 0; b < w->nbatches; b++)
-        cmax = w->batches[b].cols > cmax ? w->batches[b].cols : cmax;
+    if (!rc)
+        *sec = median(v, reps);
+    return rc;
+}
+
+/* Entries of std. 0.58 * 0.5 / sqrt(cols): singular values below ~0.6, where the iteration
+ * converges and stays finite over the repetitions (it runs on its own output). */
+static int fill_input(gpu_ctx *g, size_t nx, int64_t cmax, cz_error *err)
+{
+    float *host = malloc(nx * sizeof(float));
+    if (!host)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz input");
     float scale = (float)(0.5 / sqrt((double)cmax));
     for (size_t i = 0; i < nx; i++)
         host[i] = cz_bench_value(1, 0, 0, 0, 0, (int64_t)i) * scale;
-    rc = bench_gpu_copy(x, host, nx * sizeof(float), 1, err);
+    int rc = g->gpu->copy(g->x, host, nx * sizeof(float), err);
+    free(host);
+    return rc;
+}
+
+static int gpu_buffers(gpu_ctx *g, size_t nx, size_t nwork, int64_t cmax, cz_error *err)
+{
+    g->x = g->c.ops->alloc(&g->c, nx * sizeof(float));
+    g->work = g->c.ops->alloc(&g->c, (nwork ? nwork : 1) * sizeof(float));
+    if (!g->x || !g->work)
+        return cz_error_set(err, CZ_ENOMEM,
+                            "out of device memory for the Newton-Schulz buffers (%zu + %zu "
+                            "floats)",
+                            nx, nwork);
+    return fill_input(g, nx, cmax, err);
+}
+
+static void gpu_buffers_free(gpu_ctx *g)
+{
+    if (g->x)
+        g->c.ops->release(&g->c, g->x);
+    if (g->work)
+        g->c.ops->release(&g->c, g->work);
+    g->x = g->work = NULL;
+}
+
+static int time_workload(gpu_ctx *g, const cz_ns_workload *w, const cz_ns_coeffs *k,
+                         const ns_opts *o, cz_error *err)
+{
+    int64_t cmax = 1;
+    for (int b = 0; b < w->nbatches; b++)
+        cmax = w->batches[b].cols > cmax ? w->batches[b].cols : cmax;
+    int rc =
+        gpu_buffers(g, (size_t)(w->batch_n > 0 ? w->batch_n : 1), (size_t)w->work_n, cmax, err);
     double t[3] = {0};
     for (int m = 0; m < 3 && !rc; m++)
-        rc = time_mode(&c, w, k, o, (ns_mode)m, x, work, ev, &t[m], err);
+        rc = time_mode(g, w, k, o, (ns_mode)m, &t[m], err);
     if (!rc) {
         const char *names[3] = {"batched (as the executor)", "one matrix at a time",
                                 "GEMMs only (same cuBLAS calls)"};
@@ -298,18 +374,114 @@ static int time_workload(const cz_ns_workload *w, const cz_ns_coeffs *k, const n
                "rate\n",
                t[1] / t[0], 100.0 * t[2] / t[0]);
     }
-out:
-    if (ev)
-        c.ops->event_free(&c, ev);
-    if (x)
-        c.ops->release(&c, x);
-    if (work)
-        c.ops->release(&c, work);
-    free(host);
-    cz_compute_close(&c);
+    gpu_buffers_free(g);
     return rc;
 }
-#endif
+
+/* The distinct shapes of the workload, with every batch's count summed. */
+static int distinct_shapes(const cz_ns_workload *w, cz_ns_batch *out)
+{
+    int n = 0;
+    for (int b = 0; b < w->nbatches; b++) {
+        int i = 0;
+        while (i < n && !(out[i].rows == w->batches[b].rows && out[i].cols == w->batches[b].cols))
+            i++;
+        if (i == n)
+            out[n++] = (cz_ns_batch){.rows = w->batches[b].rows, .cols = w->batches[b].cols};
+        out[i].count += w->batches[b].count;
+    }
+    return n;
+}
+
+/* One shape: its batch cut to --max-gflop per call, timed batched and one at a time. */
+static int time_one_shape(gpu_ctx *g, const cz_ns_batch *s, const cz_ns_coeffs *k, const ns_opts *o,
+                          double peak, json_t *arr, cz_error *err)
+{
+    double per = o->steps * cz_ns_iter_flops(s->rows, s->cols, k->c);
+    int b = (int)(o->max_gflop * 1e9 / per);
+    b = b < 1 ? 1 : b > s->count ? s->count : b;
+    cz_ns_batch one = *s;
+    one.count = b;
+    int rc = gpu_buffers(g, (size_t)(b * s->rows * s->cols),
+                         (size_t)cz_ns_work_floats(s->rows, s->cols, b), s->cols, err);
+    double tb = 0, ts = 0;
+    if (!rc)
+        rc = time_shape(g, &one, b, k, o, BATCHED, &tb, err);
+    if (!rc && b > 1)
+        rc = time_shape(g, &one, b, k, o, SINGLE, &ts, err);
+    gpu_buffers_free(g);
+    if (rc)
+        return rc;
+    double tf = b * per / tb * 1e-12;
+    printf("  %6lld x %-6lld x %3d (timed %3d): batched %9.3f ms  %7.2f TFLOP/s  %5.1f%% of "
+           "GEMM",
+           (long long)s->rows, (long long)s->cols, s->count, b, 1e3 * tb, tf, 100.0 * tf / peak);
+    if (b > 1)
+        printf("; one at a time %9.3f ms: batched %.2fx", 1e3 * ts, ts / tb);
+    printf("\n");
+    json_t *e = json_pack("{s:I, s:I, s:i, s:i, s:f, s:f, s:f}", "rows", (json_int_t)s->rows,
+                          "cols", (json_int_t)s->cols, "count", s->count, "timed_batch", b,
+                          "batched_s", tb, "tflops", tf, "fraction_of_gemm", tf / peak);
+    if (e && b > 1)
+        json_object_set_new(e, "one_at_a_time_s", json_real(ts));
+    if (!e || json_array_append_new(arr, e))
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for the JSON report");
+    return CZ_OK;
+}
+
+static int time_per_shape(gpu_ctx *g, const cz_ns_workload *w, const cz_ns_coeffs *k,
+                          const ns_opts *o, cz_error *err)
+{
+    double gemm = 0;
+    int bf16 = o->dtype == CZ_DTYPE_BF16;
+    int rc = g->gpu->time_gemm(8192, 8192, 8192, 1, bf16, o->reps, &gemm, err);
+    if (rc)
+        return rc;
+    double peak = 2.0 * 8192.0 * 8192.0 * 8192.0 / gemm * 1e-12;
+    printf("cuBLAS GEMM 8192 x 8192 x 8192 %s: %.2f TFLOP/s (the reference rate below)\n",
+           cz_dtype_name(o->dtype), peak);
+    cz_ns_batch *shapes = calloc((size_t)(w->nbatches > 0 ? w->nbatches : 1), sizeof *shapes);
+    json_t *root = json_object(), *arr = json_array();
+    if (!shapes || !root || !arr)
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for the shapes");
+    int n = rc ? 0 : distinct_shapes(w, shapes);
+    for (int i = 0; i < n && !rc; i++)
+        rc = time_one_shape(g, &shapes[i], k, o, peak, arr, err);
+    if (!rc && o->json) {
+        json_object_set_new(root, "schema", json_string("canzona.ns_bench/1"));
+        json_object_set_new(root, "plan", json_string(o->plan));
+        json_object_set_new(root, "dtype", json_string(cz_dtype_name(o->dtype)));
+        json_object_set_new(root, "ns_steps", json_integer(o->steps));
+        json_object_set_new(root, "gemm_8192_tflops", json_real(peak));
+        json_object_set_new(root, "shapes", json_incref(arr));
+        rc = cz_bench_write_json(o->json, root, err);
+    }
+    json_decref(arr);
+    json_decref(root);
+    free(shapes);
+    return rc;
+}
+
+static int time_on_gpu(const cz_ns_workload *w, const cz_ns_coeffs *k, const ns_opts *o,
+                       cz_error *err)
+{
+    gpu_ctx g = {0};
+    cz_cuda_options co = {.ns_precision = o->dtype == CZ_DTYPE_BF16 ? CZ_NS_BF16 : CZ_NS_FP32,
+                          .ns_sym = o->sym};
+    int rc = cz_gpu_load(&g.gpu, err);
+    if (!rc)
+        rc = cz_compute_open_cuda(&g.c, &co, err);
+    if (rc)
+        return rc;
+    if (!(g.ev = g.c.ops->event_create(&g.c)))
+        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for an event");
+    if (!rc)
+        rc = o->per_shape ? time_per_shape(&g, w, k, o, err) : time_workload(&g, w, k, o, err);
+    if (g.ev)
+        g.c.ops->event_free(&g.c, g.ev);
+    cz_compute_close(&g.c);
+    return rc;
+}
 
 int cz_bench_ns_main(int argc, char **argv)
 {
@@ -348,13 +520,7 @@ int cz_bench_ns_main(int argc, char **argv)
     if (!rc && !o.dry_run && o.cpu) {
         rc = time_cpu(&w, k, &o, &err);
     } else if (!rc && !o.dry_run) {
-#ifdef CZ_HAVE_CUDA
-        rc = time_workload(&w, k, &o, &err);
-#else
-        rc = cz_error_set(&err, CZ_EUNSUPPORTED,
-                          "timing needs the cuda backend: this build has no CUDA (--dry-run "
-                          "prints the workload only)");
-#endif
+        rc = time_on_gpu(&w, k, &o, &err);
     }
     if (rc)
         fprintf(stderr, "canzona-bench ns: %s\n", err.message);

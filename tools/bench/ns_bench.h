@@ -9,4 +9,8 @@ int cz_bench_ns_main(int argc, char **argv);
  * padded and by the rule. argv[0] is "coll". */
 int cz_bench_coll_main(int argc, char **argv);
 
+/* `canzona-bench calibrate` (calibrate.c): the GPU's measured rates for the cost model, as a
+ * canzona.calibration/1 file. argv[0] is "calibrate"; exits 77 when no GPU can be used. */
+int cz_bench_calibrate_main(int argc, char **argv);
+
 #endif

@@ -49,6 +49,7 @@ typedef struct cuda_impl {
     void *blas_ws;
     double *norm_sq;  /* block_load's sum of squares */
     cudaEvent_t done; /* download's completion */
+    cudaEvent_t job;  /* step_begin, step_end: the job's default streams against ours */
     int managed;
     cz_ns_precision prec;
     cz_cuda_linalg *la; /* cuSOLVER and the solver-failure flag (compute_cuda_linalg.c) */
@@ -182,13 +183,18 @@ int cz_cuda_host_wait(cz_compute *c, void *event, cz_error *err)
 
 int cz_cuda_device_present(char *why, size_t len)
 {
-    int n = 0;
+    int n = 0, driver = 0;
     int rc = CZ_CU_RC(cudaGetDeviceCount(&n));
     if (rc == (int)cudaSuccess && n > 0)
         return 1;
+    /* Without a driver the runtime's own words ("driver version is insufficient") mislead. */
+    if (CZ_CU_RC(cudaDriverGetVersion(&driver)) != (int)cudaSuccess)
+        driver = 0;
     if (why && len)
         snprintf(why, len, "%s",
-                 rc ? cudaGetErrorString((cudaError_t)rc) : "the CUDA runtime reports 0 devices");
+                 !driver ? "no NVIDIA driver is installed (libcuda.so.1 was not found)"
+                 : rc    ? cudaGetErrorString((cudaError_t)rc)
+                         : "the CUDA runtime reports 0 devices");
     return 0;
 }
 
@@ -199,8 +205,8 @@ static void *cuda_alloc(cz_compute *c, size_t bytes)
     cz_error e;
     if (bytes == 0)
         bytes = 1;
-    int rc = h->managed ? CZ_CU(&e, cudaMallocManaged(&p, bytes, cudaMemAttachGlobal))
-                        : CZ_CU(&e, cudaMalloc(&p, bytes));
+    int rc =
+        CZ_CU(&e, cz_cuda_malloc(&p, bytes, h->managed ? CZ_CUDA_MEM_MANAGED : CZ_CUDA_MEM_DEVICE));
     if (rc)
         return NULL; /* the caller reports out of memory */
     /* Zero-filled, and ready before alloc returns (create/bind time, so waiting is fine). */
@@ -307,9 +313,13 @@ static cz_runs *cuda_runs_create(cz_compute *c, const cz_copy_run *runs, size_t 
         return NULL;
     r->n = (int64_t)n;
     size_t bytes = (n ? n : 1) * sizeof *runs;
-    int rc = CZ_CU(&e, cudaMalloc((void **)&r->dev, bytes));
+    int rc = CZ_CU(&e, cz_cuda_malloc((void **)&r->dev, bytes, CZ_CUDA_MEM_DEVICE));
+    /* On the backend's stream: a non-blocking stream does not wait for cudaMemcpy's (legacy)
+     * one, and the step's kernels read the map there. From pageable memory the copy has
+     * taken the host buffer when the call returns, so the caller may free it. */
     if (!rc && n)
-        rc = CZ_CU(&e, cudaMemcpy(r->dev, runs, n * sizeof *runs, cudaMemcpyHostToDevice));
+        rc = CZ_CU(&e, cudaMemcpyAsync(r->dev, runs, n * sizeof *runs, cudaMemcpyHostToDevice,
+                                       impl_of(c)->stream));
     if (rc) {
         note(c, rc, &e);
         if (r->dev)
@@ -646,6 +656,39 @@ int cz_cuda_ns_gemms(cz_compute *c, float *x, int batch, int64_t rows, int64_t c
     return ns_run(c, x, batch, rows, cols, k, steps, work, 1, err);
 }
 
+/* The job writes its gradients and reads its parameters on its own stream. When it handed
+ * that stream in, the step is on it and nothing more is needed. Otherwise the step runs on a
+ * non-blocking stream of the backend's, which no implicit rule orders against the job's work:
+ * each step starts after what the job issued on the legacy default stream and on the calling
+ * thread's per-thread default stream (either is "the default stream" of a CUDA program,
+ * depending on how it was compiled), and the job's later work there waits for the step's end.
+ * Events, no host wait. */
+static void order_job(cz_compute *c, int end)
+{
+    cuda_impl *h = impl_of(c);
+    cz_error e;
+    if (!h->own_stream)
+        return;
+    const cudaStream_t job[2] = {cudaStreamLegacy, cudaStreamPerThread};
+    for (int i = 0; i < 2; i++) {
+        cudaStream_t from = end ? h->stream : job[i], to = end ? job[i] : h->stream;
+        int rc = CZ_CU(&e, cudaEventRecord(h->job, from));
+        if (!rc)
+            rc = CZ_CU(&e, cudaStreamWaitEvent(to, h->job, 0));
+        note(c, rc, &e);
+    }
+}
+
+static void cuda_step_begin(cz_compute *c)
+{
+    order_job(c, 0);
+}
+
+static void cuda_step_end(cz_compute *c)
+{
+    order_job(c, 1);
+}
+
 static const cz_compute_ops cz_compute_cuda_ops = {
     .version = CZ_COMPUTE_OPS_VERSION,
     .kind = CZ_BACKEND_CUDA,
@@ -688,6 +731,9 @@ static const cz_compute_ops cz_compute_cuda_ops = {
     .ns_poly_rows = cuda_ns_poly_rows,
     .ns_poly_end = cuda_ns_poly_end,
     .apply_runs = cuda_apply_runs,
+    .close = cz_compute_cuda_close,
+    .step_begin = cuda_step_begin,
+    .step_end = cuda_step_end,
 };
 
 /* Teardown: the statuses are checked, but there is no caller left to report them to. */
@@ -713,6 +759,8 @@ void cz_compute_cuda_close(cz_compute *c)
         teardown(CZ_CU(&e, cudaFree(h->norm_sq)));
     if (h->done)
         teardown(CZ_CU(&e, cudaEventDestroy(h->done)));
+    if (h->job)
+        teardown(CZ_CU(&e, cudaEventDestroy(h->job)));
     if (h->own_stream && h->stream)
         teardown(CZ_CU(&e, cudaStreamDestroy(h->stream)));
     cz_exec_free(h);
@@ -760,13 +808,15 @@ int cz_compute_cuda_open(cz_compute *c, const cz_cuda_options *o, cz_error *err)
     if (!rc)
         rc = CZ_BLAS(err, cublasSetStream(h->blas, h->stream));
     if (!rc)
-        rc = CZ_CU(err, cudaMalloc(&h->blas_ws, CZ_CUBLAS_WORKSPACE));
+        rc = CZ_CU(err, cz_cuda_malloc(&h->blas_ws, CZ_CUBLAS_WORKSPACE, CZ_CUDA_MEM_DEVICE));
     if (!rc)
         rc = CZ_BLAS(err, cublasSetWorkspace(h->blas, h->blas_ws, CZ_CUBLAS_WORKSPACE));
     if (!rc)
-        rc = CZ_CU(err, cudaMalloc((void **)&h->norm_sq, sizeof(double)));
+        rc = CZ_CU(err, cz_cuda_malloc((void **)&h->norm_sq, sizeof(double), CZ_CUDA_MEM_DEVICE));
     if (!rc)
         rc = CZ_CU(err, cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
+    if (!rc)
+        rc = CZ_CU(err, cudaEventCreateWithFlags(&h->job, cudaEventDisableTiming));
     if (!rc)
         rc = cz_cuda_linalg_open(c, h->stream, &h->la, err);
     if (rc) {

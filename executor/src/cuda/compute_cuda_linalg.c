@@ -100,9 +100,9 @@ int cz_cuda_linalg_open(cz_compute *c, void *stream, cz_cuda_linalg **out, cz_er
     if (!rc)
         rc = CZ_SOLVER(err, cusolverDnSetStream(la->solver, (cudaStream_t)stream));
     if (!rc)
-        rc = CZ_CU(err, cudaMalloc((void **)&la->info, sizeof(int)));
+        rc = CZ_CU(err, cz_cuda_malloc((void **)&la->info, sizeof(int), CZ_CUDA_MEM_DEVICE));
     if (!rc)
-        rc = CZ_CU(err, cudaHostAlloc((void **)&flag, 3 * sizeof(int), cudaHostAllocMapped));
+        rc = CZ_CU(err, cz_cuda_malloc((void **)&flag, 3 * sizeof(int), CZ_CUDA_MEM_MAPPED));
     if (!rc) {
         memset(flag, 0, 3 * sizeof(int));
         la->flag = flag;
@@ -170,9 +170,9 @@ static int query(cz_cuda_linalg *la, int64_t n, la_size *out, cz_error *err)
     float *a = NULL, *w = NULL;
     size_t nn = (size_t)(n > 0 ? n * n : 1);
     *out = (la_size){.n = n};
-    int rc = CZ_CU(err, cudaMalloc((void **)&a, nn * sizeof(float)));
+    int rc = CZ_CU(err, cz_cuda_malloc((void **)&a, nn * sizeof(float), CZ_CUDA_MEM_DEVICE));
     if (!rc)
-        rc = CZ_CU(err, cudaMalloc((void **)&w, (size_t)(n > 0 ? n : 1) * sizeof(float)));
+        rc = CZ_CU(err, cz_cuda_malloc((void **)&w, (size_t)(n > 0 ? n : 1) * sizeof(float), CZ_CUDA_MEM_DEVICE));
     if (!rc)
         rc = CZ_SOLVER(err, cusolverDnSsyevd_bufferSize(la->solver, CUSOLVER_EIG_MODE_VECTOR,
                                                         sp.upper ? CUBLAS_FILL_MODE_UPPER

@@ -19,8 +19,9 @@
 #include "nccl_plan.h"
 #include "../cuda/check.h"
 
+#include "nccl_api.h"
+
 #include <cuda_runtime_api.h>
-#include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -531,6 +532,29 @@ static int nccl_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *
     return wrap(out, sub, 0, h->timeout_s, err);
 }
 
+/* The close's drain: the communication stream's last event, and the communicator's own
+ * asynchronous error (a peer's failure), polled. */
+static cz_nccl_state poll_drained(void *ctx)
+{
+    nccl_plane *h = ctx;
+    int q = CZ_CU_RC(cudaEventQuery(h->done));
+    if (q == (int)cudaSuccess)
+        return CZ_NCCL_STATE_READY;
+    if (q != (int)cudaErrorNotReady)
+        return CZ_NCCL_STATE_FAILED;
+    comm_poll c = {h->comm, (int)ncclSuccess};
+    return poll_comm(&c) == CZ_NCCL_STATE_FAILED ? CZ_NCCL_STATE_FAILED : CZ_NCCL_STATE_PENDING;
+}
+
+static cz_nccl_wait drain(nccl_plane *h)
+{
+    cz_error e;
+    if (CZ_CU(&e, cudaEventRecord(h->done, h->stream)))
+        return CZ_NCCL_WAIT_FAILED;
+    cz_nccl_poller p = {poll_drained, poll_now, poll_pause, h};
+    return cz_nccl_poll_until(&p, h->timeout_s, NULL);
+}
+
 static void nccl_close(cz_plane *p)
 {
     nccl_plane *h = impl_of(p);
@@ -539,6 +563,27 @@ static void nccl_close(cz_plane *p)
         return;
     if (h->watched)
         cz_cuda_unwatch(h->watched, h);
+    cz_nccl_wait drained =
+        h->stream && h->done && h->comm && !h->aborted ? drain(h) : CZ_NCCL_WAIT_OK;
+    switch (cz_nccl_close_step_of(drained, h->aborted, h->borrowed || !h->comm)) {
+    case CZ_NCCL_CLOSE_ABORT:
+        ignore(abort_comm(h, &e));
+        break;
+    case CZ_NCCL_CLOSE_FINALIZE: {
+        /* Finalize (flush, then wait for the peers: ncclInProgress on a non-blocking
+         * communicator, polled with the time limit), then destroy; a peer that never
+         * finalizes gets the communicator aborted instead of a hang at teardown. */
+        int raw = CZ_NCCL_RC(ncclCommFinalize(h->comm));
+        if (settle(h->comm, h->timeout_s, raw, "ncclCommFinalize", __FILE__, __LINE__, &e))
+            ignore(CZ_NCCL(&e, ncclCommAbort(h->comm)));
+        else
+            ignore(CZ_NCCL(&e, ncclCommDestroy(h->comm)));
+        break;
+    }
+    case CZ_NCCL_CLOSE_LEAVE:
+        break;
+    }
+    /* Drained or aborted: nothing is left to wait for on the stream. */
     if (h->stream)
         ignore(CZ_CU(&e, cudaStreamSynchronize(h->stream)));
     if (h->scratch)
@@ -549,16 +594,6 @@ static void nccl_close(cz_plane *p)
         ignore(CZ_CU(&e, cudaEventDestroy(h->issued)));
     if (h->stream)
         ignore(CZ_CU(&e, cudaStreamDestroy(h->stream)));
-    /* Finalize (flush, then wait for the peers: ncclInProgress on a non-blocking
-     * communicator, polled with the time limit), then destroy; a peer that never finalizes
-     * gets the communicator aborted instead of a hang at teardown. */
-    if (h->comm && !h->aborted && !h->borrowed) {
-        int raw = CZ_NCCL_RC(ncclCommFinalize(h->comm));
-        if (settle(h->comm, h->timeout_s, raw, "ncclCommFinalize", __FILE__, __LINE__, &e))
-            ignore(CZ_NCCL(&e, ncclCommAbort(h->comm)));
-        else
-            ignore(CZ_NCCL(&e, ncclCommDestroy(h->comm)));
-    }
     cz_exec_free(h);
     p->impl = NULL;
 }
@@ -647,7 +682,7 @@ int cz_plane_nccl_reserve(cz_plane *p, const cz_plan *plan, cz_error *err)
     h->scratch = NULL;
     h->scratch_bytes = 0;
     if (!rc)
-        rc = CZ_CU(err, cudaMalloc(&h->scratch, bytes));
+        rc = CZ_CU(err, cz_cuda_malloc(&h->scratch, bytes, CZ_CUDA_MEM_DEVICE));
     if (!rc)
         h->scratch_bytes = bytes;
     return rc;
