@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# canzona-gpu-check: validates and times canzona's GPU path on this machine's first GPU, in one
+# command, and prints every answer in one table (docs/EXECUTOR.md, "GPU path").
+#
+#   canzona-gpu-check [--out DIR] [--quick] [--only PART[,PART...]] [--list]
+#
+# Parts (each with its own time limit; a failing part does not stop the others):
+#   info        the device, driver, CUDA runtime, cuBLAS, cuSOLVER and NCCL found
+#   correctness every GPU correctness test: CUDA vs CPU (fp32, bf16), the job's stream order,
+#               SOAP and Shampoo (cuSOLVER), the symmetric Newton-Schulz, each over the
+#               host-staged self plane and NCCL on one rank; block and cooperative tasks and
+#               host-staged MPI at 4 ranks on one GPU (canzona-bench --verify)
+#   sanitizer   compute-sanitizer memcheck on the smallest case, racecheck and synccheck
+#   p4          batched Newton-Schulz on every distinct matrix shape of Qwen3-8B and Qwen3-32B
+#               at TP 1 and TP 8, fp32 and bf16, against cuBLAS's GEMM rate at 8192^3
+#   p5          the executor's step on one GPU (Qwen3-0.6B, DP1 TP1): time beyond its
+#               Newton-Schulz compute, and no device allocation after the first step
+#   calibrate   the GPU's rates for the cost model (canzona.calibration/1)
+# Every log, the JSON results (results.json) and the calibration file go to DIR (default: a new
+# canzona-gpu-check.XXXXXX folder here). Without a usable GPU every GPU part is reported
+# skipped, with the reason, and the check exits 0; it exits 1 when a part failed.
+#
+# In the package it finds its programs beside itself (bin/, libexec/canzona/, share/canzona/);
+# from a build tree, set CZ, CZ_BENCH, CZ_GPU_EXEC, CZ_GPU_LINALG, CZ_PLANS and CZ_MPIRUN.
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+CZ=${CZ:-$here/canzona}
+CZ_BENCH=${CZ_BENCH:-$here/canzona-bench}
+CZ_GPU_EXEC=${CZ_GPU_EXEC:-$root/libexec/canzona/gpu_exec}
+CZ_GPU_LINALG=${CZ_GPU_LINALG:-$root/libexec/canzona/gpu_linalg}
+CZ_PLANS=${CZ_PLANS:-$root/share/canzona/plans}
+if [ -z "${CZ_MPIRUN:-}" ]; then
+  CZ_MPIRUN=$here/mpirun
+  [ -x "$CZ_MPIRUN" ] || CZ_MPIRUN=$(command -v mpirun || echo mpirun)
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-4}
+
+out="" quick=0 only="" all_parts="info correctness sanitizer p4 p5 calibrate"
+while [ $# -gt 0 ]; do
+  case "$1" in
+  --out) out=${2:?--out needs a folder}; shift 2 ;;
+  --quick) quick=1; shift ;;
+  --only) only=${2:?--only needs parts}; shift 2 ;;
+  --list) echo "$all_parts"; exit 0 ;;
+  -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) echo "canzona-gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+for p in ${only//,/ }; do
+  case " $all_parts " in *" $p "*) ;; *) echo "canzona-gpu-check: unknown part '$p' (parts: $all_parts)" >&2; exit 2 ;; esac
+done
+[ -n "$out" ] || out=$(mktemp -d "$PWD/canzona-gpu-check.XXXXXX")
+mkdir -p "$out" || { echo "canzona-gpu-check: cannot create $out" >&2; exit 2; }
+out=$(cd "$out" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+rows=() failed=0 results=()
+wanted() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
+# row NAME RESULT FIGURE SECONDS: one line of the table and one JSON record.
+row() {
+  rows+=("$(printf '%-22s %-7s %-58s %6s' "$1" "$2" "${3:0:58}" "$4")")
+  local fig=${3//\\/\\\\}
+  results+=("{\"test\": \"$1\", \"result\": \"$2\", \"figure\": \"${fig//\"/\\\"}\", \"seconds\": ${4:-0}}")
+  [ "$2" = "FAIL" ] && failed=1
+  return 0
+}
+# run NAME LIMIT FIGURE_REGEX CMD...: runs CMD with a time limit, logs to NAME.log, and adds a
+# row: ok (exit 0), skipped (77: the reason), FAIL (anything else, or the time limit).
+run() {
+  local name=$1 limit=$2 pat=$3
+  shift 3
+  local log=$out/$name.log t0 t1 rc fig
+  t0=$(date +%s.%N)
+  timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
+  rc=$?
+  t1=$(date +%s.%N)
+  local secs
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  fig=$(grep -Eo -- "$pat" "$log" 2>/dev/null | tr '\n' ' ' | sed 's/ *$//')
+  case $rc in
+  0) row "$name" ok "$fig" "$secs" ;;
+  77) row "$name" skipped "$(grep -m1 -o 'SKIPPED: .*' "$log" | cut -c10-)" "$secs" ;;
+  124 | 137) row "$name" FAIL "time limit of ${limit} s" "$secs" ;;
+  *) row "$name" FAIL "exit $rc: $(grep -v '^\s*$' "$log" | tail -1)" "$secs" ;;
+  esac
+}
+skip_all() {
+  local why=$1 p
+  for p in $all_parts; do
+    [ "$p" = info ] && continue
+    wanted "$p" && row "$p" skipped "$why" 0
+  done
+}
+
+# ---- info, and whether there is a GPU at all ----
+header="canzona-gpu-check ($("$CZ" --version 2>/dev/null | head -1 || echo "canzona ?"))"
+if wanted info; then
+  run info 60 'device: [^(]*|NCCL: [0-9.]+' "$CZ_GPU_EXEC" info
+fi
+"$CZ_GPU_EXEC" probe >"$work/probe" 2>&1
+probe=$?
+if [ $probe -ne 0 ]; then
+  why=$(grep -m1 -o 'SKIPPED: .*' "$work/probe" | cut -c10-)
+  [ -n "$why" ] || why="gpu_exec probe: exit $probe: $(tail -1 "$work/probe")"
+  skip_all "$why"
+else
+  "$CZ_GPU_EXEC" info >"$work/info" 2>&1
+  header="$header: $(sed -n 's/^device: //p' "$work/info"), $(sed -n 's/^\(driver\|cuBLAS\|NCCL\)[^:]*: /\1 /p' "$work/info" | head -3 | tr '\n' ',' | sed 's/,$//; s/,/, /g')"
+
+  # ---- correctness ----
+  if wanted correctness; then
+    for comm in self nccl; do
+      sfx=""; [ $comm = nccl ] && sfx=.nccl1
+      launch=(); [ $comm = nccl ] && launch=("$CZ_MPIRUN" -np 1)
+      run "cuda_vs_cpu$sfx" 180 '(fp32|bf16)[^=]*= [0-9.e+-]+|parameters [^=]*= [0-9.e+-]+' "${launch[@]}" "$CZ_GPU_EXEC" compare $comm
+      run "stream_order$sfx" 120 '= [0-9.e+-]+' "${launch[@]}" "$CZ_GPU_EXEC" order $comm
+      run "soap_shampoo$sfx" 180 '(soap|shampoo)|= [0-9.e+-]+ \(' "${launch[@]}" "$CZ_GPU_LINALG" compare $comm
+    done
+    run ns_symmetric 180 '= [0-9.e+-]+' "$CZ_GPU_EXEC" ns-sym
+    model=$CZ_PLANS/models/test-small.json cl=$CZ_PLANS/clusters/cpu-4-dp2-tp2.json
+    if "$CZ" plan -q --model "$model" --cluster "$cl" -o "$work/small.json" &&
+      "$CZ" plan -q --model "$model" --cluster "$cl" --split-blocks --coop 2 -o "$work/coop.json"; then
+      for case in "fp32 small" "bf16 small" "fp32 coop"; do
+        read -r dt pl <<< "$case"
+        tol=(--tolerance 1e-4 --update-tolerance 1e-4)
+        [ "$dt" = bf16 ] && tol=(--tolerance 3e-2 --update-tolerance 0.25)
+        run "mpi4_${pl}_$dt" 300 'verify: OK|worst[^,]*' "$CZ_MPIRUN" -np 4 "$CZ_BENCH" \
+          --plan "$work/$pl.json" --model "$model" --backend cuda --comm mpi --dtype "$dt" \
+          --steps 3 --verify "${tol[@]}"
+      done
+    else
+      row mpi4 FAIL "canzona plan of test-small failed" 0
+    fi
+  fi
+
+  # ---- sanitizers ----
+  if wanted sanitizer; then
+    cs=$(command -v compute-sanitizer || true)
+    [ -n "$cs" ] || cs=${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer
+    if [ ! -x "$cs" ]; then
+      row sanitizer skipped "compute-sanitizer not found (CUDA toolkit's bin/)" 0
+    else
+      run memcheck 420 'ERROR SUMMARY: [0-9]+ errors' "$cs" --tool memcheck --leak-check full --error-exitcode 1 "$CZ_GPU_EXEC" compare self
+      run racecheck 300 'RACECHECK SUMMARY: [0-9]+ hazards' "$cs" --tool racecheck --error-exitcode 1 "$CZ_GPU_EXEC" ns-sym
+      run synccheck 300 'ERROR SUMMARY: [0-9]+ errors' "$cs" --tool synccheck --error-exitcode 1 "$CZ_GPU_EXEC" ns-sym
+    fi
+  fi
+
+  # ---- P4: Newton-Schulz by shape ----
+  if wanted p4; then
+    models="qwen3-8b qwen3-32b"; [ $quick = 1 ] && models=qwen3-8b
+    for m in $models; do
+      for tp in 1 8; do
+        if ! "$CZ" plan -q --model "$CZ_PLANS/models/$m.json" --cluster "$CZ_PLANS/clusters/h100-8-dp8-tp1.json" \
+          --dp-size 1 --tp-size $tp --allow-oversubscribed-memory -o "$work/$m-tp$tp.json"; then
+          row "p4_${m}_tp$tp" FAIL "canzona plan failed" 0
+          continue
+        fi
+        for dt in fp32 bf16; do
+          run "p4_${m}_tp${tp}_$dt" 300 '[0-9.]+% of GEMM' "$CZ_BENCH" ns --plan "$work/$m-tp$tp.json" \
+            --per-shape --dtype $dt --reps 3 --json "$out/p4-$m-tp$tp-$dt.json"
+        done
+      done
+    done
+  fi
+
+  # ---- P5: the executor's step on one GPU ----
+  if wanted p5; then
+    m=$CZ_PLANS/models/qwen3-0.6b.json
+    if "$CZ" plan -q --model "$m" --cluster "$CZ_PLANS/clusters/h100-8-dp8-tp1.json" \
+      --dp-size 1 --tp-size 1 -o "$work/p5.json"; then
+      for dt in fp32 bf16; do
+        run "p5_ns_$dt" 300 'batched \(as the executor\) +[0-9.]+ ms' "$CZ_BENCH" ns --plan "$work/p5.json" \
+          --gpu 0,0 --dtype $dt --reps 5
+        run "p5_step_$dt" 300 'total [0-9.]+|device allocations in steps [^:]*: [0-9]+' "$CZ_MPIRUN" -np 1 \
+          "$CZ_BENCH" --plan "$work/p5.json" --model "$m" --backend cuda --comm nccl --dtype $dt \
+          --steps 5 --json "$out/p5-step-$dt.json"
+        if grep -q "device allocations in steps [^:]*: [1-9]" "$out/p5_step_$dt.log" 2>/dev/null; then
+          row "p5_noalloc_$dt" FAIL "a step after the first allocated device memory" 0
+        fi
+        ns=$(sed -n 's/^batched (as the executor) *\([0-9.]*\) ms.*/\1/p' "$out/p5_ns_$dt.log" 2>/dev/null)
+        step=$(sed -n 's/.*total \([0-9.]*\).*/\1/p' "$out/p5_step_$dt.log" 2>/dev/null)
+        if [ -n "$ns" ] && [ -n "$step" ]; then
+          row "p5_beyond_ns_$dt" ok "$(awk -v s="$step" -v n="$ns" 'BEGIN { printf "step %.2f ms - Newton-Schulz %.2f ms = %.2f ms (%.0f%%)", 1e3*s, n, 1e3*s-n, 100*(1e3*s-n)/(1e3*s) }')" 0
+        fi
+      done
+    else
+      row p5 FAIL "canzona plan of qwen3-0.6b failed" 0
+    fi
+  fi
+
+  # ---- calibration ----
+  if wanted calibrate; then
+    cq=(); [ $quick = 1 ] && cq=(--quick)
+    run calibrate 300 'gemm bf16 +8192[^:]*: [^T]*TFLOP/s|launch[^:]*: [0-9.]+ us' "$CZ_BENCH" calibrate \
+      "${cq[@]}" -o "$out/calibration.json"
+  fi
+fi
+
+# ---- the table, and results.json ----
+{
+  printf '{\n  "schema": "canzona.gpu_check/1",\n  "header": "%s",\n  "results": [\n' "${header//\"/\\\"}"
+  n=${#results[@]}
+  for i in "${!results[@]}"; do
+    sep=,; [ "$i" -eq $((n - 1)) ] && sep=""
+    printf '    %s%s\n' "${results[$i]}" "$sep"
+  done
+  printf '  ]\n}\n'
+} >"$out/results.json"
+echo "$header"
+printf '%-22s %-7s %-58s %6s\n' part result figure seconds
+printf '%s\n' "${rows[@]}"
+echo "logs, results.json and calibration.json: $out"
+exit $failed
