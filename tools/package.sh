@@ -72,7 +72,7 @@ cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCZ_WERROR="${CZ_WERROR:
 grep -E '^-- canzona:' "$build/package-configure.log" || true
 echo "== build (-j $jobs) =="
 cmake --build "$build" -j "$jobs" > "$build/package-build.log" 2>&1 ||
-  { grep -E 'error|warning:' "$build/package-build.log" || tail -50 "$build/package-build.log"; exit 1; }
+  { grep -E 'error:|warning:|\*\*\*' "$build/package-build.log" || tail -50 "$build/package-build.log"; exit 1; }
 rm -rf "$stage"
 mkdir -p "$stage"
 cmake --install "$build" --prefix "$pkg" --strip > "$build/package-install.log"
