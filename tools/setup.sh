@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libjansson-dev libglpk-dev check libsubunit-dev
       libopenmpi-dev openmpi-bin libopenblas-dev liblapacke-dev libxml2-utils python3 python3-numpy
-      python3-mpi4py python3-torch
+      python3-mpi4py python3-torch patchelf
       clang libclang-rt-dev)
 missing=()
 for p in "${pkgs[@]}"; do

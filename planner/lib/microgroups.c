@@ -212,12 +212,16 @@ static int schedule_slot(group_sink *gs, tp_task *tasks, int n, double C, double
 
 /* Greedy rollback over tasks sorted by descending per-slot cost into groups of nslots slots.
  * With gs NULL it only computes the makespan the groups would have (sum of each group's largest
- * slot). */
+ * slot). *makespan_out is set on every return: INFINITY when the tasks are out of order (the
+ * assertion's return, a planner bug), so a scoring caller with no error to report ranks that
+ * schedule last instead of reading an undefined makespan. */
 static int schedule_rollback(group_sink *gs, int nslots, tp_task *tasks, int n, double C,
                              double *load, double *makespan_out, cz_error *err)
 {
     int rc = CZ_OK, start = 0, group = 0;
     double sum = 0.0, makespan = 0.0, total = 0.0;
+    if (makespan_out)
+        *makespan_out = INFINITY;
     for (int k = 1; k < n; k++)
         CZ_ASSERT(tasks[k - 1].cost >= tasks[k].cost, err);
     for (int s = 0; s < nslots; s++)
@@ -625,7 +629,9 @@ static int packed_if_shorter(group_sink *gs, tp_task *tasks, int nt, const cz_ta
 {
     double span;
     *taken = false;
-    schedule_rollback(NULL, nslots, tasks, nt, C, load, &span, NULL);
+    int rc = schedule_rollback(NULL, nslots, tasks, nt, C, load, &span, err);
+    if (rc != CZ_OK)
+        return rc;
     tp_task *packed = malloc((size_t)nt * sizeof *packed);
     if (!packed)
         return cz_error_set(err, CZ_ENOMEM, "out of memory packing a rank's TP tasks");
@@ -633,7 +639,6 @@ static int packed_if_shorter(group_sink *gs, tp_task *tasks, int nt, const cz_ta
     double lo = rank_bound(packed, nt, tt, nslots);
     double need = tasks[nt - 1].group > 0 ? span / CZ_GROUPS_SLACK : span * (1.0 - 1e-9);
     double ps = schedule_packed(packed, nt, tt, nslots, lo, need, load);
-    int rc = CZ_OK;
     if (ps < need) {
         *capacity = ps;
         *taken = true;
