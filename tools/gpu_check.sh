@@ -36,6 +36,13 @@ if [ -z "${CZ_MPIRUN:-}" ]; then
   [ -x "$CZ_MPIRUN" ] || CZ_MPIRUN=$(command -v mpirun || echo mpirun)
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# In the package, the bundled Open MPI's paths, for the programs that initialize MPI on their
+# own (gpu_exec, gpu_linalg: singletons) as for bin/mpirun.
+if [ -f "$root/libexec/canzona/mpi-env.sh" ]; then
+  export CANZONA_ROOT=$root
+  # shellcheck source=/dev/null
+  . "$root/libexec/canzona/mpi-env.sh"
+fi
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-4}
 
 out="" quick=0 only="" all_parts="info correctness sanitizer p4 p5 calibrate"
@@ -74,12 +81,12 @@ run() {
   local name=$1 limit=$2 pat=$3
   shift 3
   local log=$out/$name.log t0 t1 rc fig
-  t0=$(date +%s.%N)
+  t0=$(date +%s%N)
   timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
   rc=$?
-  t1=$(date +%s.%N)
-  local secs
-  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  t1=$(date +%s%N)
+  local tenths=$(((t1 - t0) / 100000000))
+  local secs="$((tenths / 10)).$((tenths % 10))"
   fig=$(grep -Eo -- "$pat" "$log" 2>/dev/null | tr '\n' ' ' | sed 's/ *$//')
   case $rc in
   0) row "$name" ok "$fig" "$secs" ;;
@@ -166,6 +173,14 @@ else
         done
       done
     done
+    # The fp32 symmetric form's threshold (cz_ns_use_syrk: 1024 rows and more): each shape of
+    # Qwen3-8B with the form forced on and off.
+    if [ -f "$work/qwen3-8b-tp1.json" ]; then
+      for sym in on off; do
+        run "p4_sym_${sym}_qwen3-8b" 300 '[0-9.]+% of GEMM' "$CZ_BENCH" ns --plan "$work/qwen3-8b-tp1.json" \
+          --per-shape --sym $sym --reps 3 --json "$out/p4-sym-$sym-qwen3-8b.json"
+      done
+    fi
   fi
 
   # ---- P5: the executor's step on one GPU ----

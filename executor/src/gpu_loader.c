@@ -280,9 +280,11 @@ void *cz_gpu_dlopen(const char *path, const char *list, cz_error *err)
     return NULL;
 }
 
-/* Where the plugin may be: CZ_CUDA_PLUGIN, beside this library (or, for a program linking it
- * statically, in ../lib beside the program), the build tree, the install tree. */
-/* Appends dir + sub + the plugin's name to the candidates, unless the path does not fit. */
+/* Where the plugin may be: CZ_CUDA_PLUGIN (then only there); beside the object that holds
+ * this code (libcanzona-exec.so, or a program linking the static library) and in ../lib from
+ * it; by name through that object's run path (a program in libexec/ whose RUNPATH leads to
+ * lib/), LD_LIBRARY_PATH and ld.so.cache; the build tree; the install tree. An empty entry
+ * stands for "by name". */
 static void candidate(char out[][PATH_MAX], int *n, const char *dir, const char *sub)
 {
     int len = snprintf(out[*n], PATH_MAX, "%s%s%s", dir, sub, PLUGIN_NAME);
@@ -309,6 +311,7 @@ static int plugin_candidates(char out[][PATH_MAX])
             candidate(out, &n, dir, "/../lib/");
         }
     }
+    out[n++][0] = '\0';
 #ifdef CZ_GPU_PLUGIN_BUILD_DIR
     candidate(out, &n, CZ_GPU_PLUGIN_BUILD_DIR, "/");
 #endif
@@ -316,6 +319,27 @@ static int plugin_candidates(char out[][PATH_MAX])
     candidate(out, &n, CZ_GPU_PLUGIN_INSTALL_DIR, "/");
 #endif
     return n;
+}
+
+/* Whether the plugin is found by name: a failure naming another library (a dependency of the
+ * plugin's) still means the plugin itself was found. */
+static bool found_by_name(void)
+{
+    void *h = dlopen(PLUGIN_NAME, RTLD_NOW | RTLD_LOCAL);
+    if (h)
+        return true;
+    char name[256];
+    return missing_name(dlerror(), name, sizeof name) && strcmp(name, PLUGIN_NAME) != 0;
+}
+
+/* The candidates, as a message lists them. */
+static void candidates_text(char cand[][PATH_MAX], int n, char *out, size_t len)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < n && used + 64 < len; i++)
+        used += (size_t)snprintf(out + used, len - used, "%s%s", i ? ", " : "",
+                                 cand[i][0] ? cand[i] : "by name on the program's run path");
 }
 
 static int load(cz_error *err)
@@ -326,19 +350,22 @@ static int load(cz_error *err)
                             "toolkit, or with -DCZ_WITH_CUDA=OFF)");
     if (!dirs.v)
         build_dirs(&dirs);
-    char cand[4][PATH_MAX];
+    char cand[5][PATH_MAX], tried[700];
     int n = plugin_candidates(cand), found = -1;
     for (int i = 0; i < n && found < 0; i++) {
         struct stat st;
-        if (stat(cand[i], &st) == 0)
+        if (cand[i][0] ? stat(cand[i], &st) == 0 : found_by_name())
             found = i;
     }
-    if (found < 0)
+    if (found < 0) {
+        candidates_text(cand, n, tried, sizeof tried);
         return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "the GPU plugin %s was not found (looked for %s%s%s); set "
-                            "CZ_CUDA_PLUGIN to its path",
-                            PLUGIN_NAME, cand[0], n > 1 ? " and beside it in ../lib, " : "",
-                            n > 2 ? "the build and install folders" : "");
+                            "the GPU plugin %s was not found (tried %s); set CZ_CUDA_PLUGIN to "
+                            "its path",
+                            PLUGIN_NAME, tried);
+    }
+    if (!cand[found][0])
+        snprintf(cand[found], PATH_MAX, "%s", PLUGIN_NAME);
     void *h = cz_gpu_dlopen(cand[found], dirs.v, err);
     if (!h)
         return err ? err->code : CZ_EUNSUPPORTED;
