@@ -238,3 +238,12 @@ int cz_nccl_version_usable(int runtime, int built, char *why, size_t len)
                  built % 100);
     return 0;
 }
+
+int64_t cz_nccl_self_copy(size_t sent, int has_send, size_t received, int has_recv)
+{
+    if (!has_send && !has_recv)
+        return 0;
+    if (has_send != has_recv || sent != received || sent > (size_t)INT64_MAX)
+        return -1;
+    return (int64_t)sent;
+}

@@ -143,6 +143,16 @@ cz_nccl_wait cz_nccl_poll_until(const cz_nccl_poller *p, double timeout_s, int *
  * older than the header but not than 2.18 is accepted: the plane calls nothing newer. */
 int cz_nccl_version_usable(int runtime, int built, char *why, size_t len);
 
+/* ---- a rank's exchange with itself ----
+ * In a group of sends and receives (a micro-group's gather or scatter), the part a rank sends
+ * to itself does not go through NCCL: NCCL's send to self moves data through its peer-to-peer
+ * machinery, far slower than a device copy, and at TP 1 it is the whole gather and scatter.
+ * The plane keeps the group's self-send and self-receive and, after ncclGroupEnd, copies one
+ * into the other on its stream. The seam allows one send and one receive per peer, so the
+ * two must carry the same count: returns the elements to copy (0: no exchange with itself), or
+ * -1 when only one of them was posted or the counts differ (the caller's bug). */
+int64_t cz_nccl_self_copy(size_t sent, int has_send, size_t received, int has_recv);
+
 /* ---- teardown ----
  * A plane's close first drains its communication stream, polled with the plane's time limit
  * (the stream's last event, and the communicator's asynchronous error): a peer that died

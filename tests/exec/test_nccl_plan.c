@@ -428,6 +428,18 @@ START_TEST(close_hand_worked)
 }
 END_TEST
 
+/* A group's exchange with its own rank becomes one device copy: both halves posted with one
+ * count; nothing posted is no copy; one half alone, or two counts, is the caller's bug. */
+START_TEST(self_copy_rule)
+{
+    ck_assert_int_eq(cz_nccl_self_copy(0, 0, 0, 0), 0);
+    ck_assert_int_eq(cz_nccl_self_copy(96, 1, 96, 1), 96);
+    ck_assert_int_eq(cz_nccl_self_copy(96, 1, 0, 0), -1);
+    ck_assert_int_eq(cz_nccl_self_copy(0, 0, 96, 1), -1);
+    ck_assert_int_eq(cz_nccl_self_copy(96, 1, 95, 1), -1);
+}
+END_TEST
+
 /* The NCCL found at run time against the header the plugin was built with (2.28.9 here). */
 START_TEST(version_check)
 {
@@ -518,6 +530,7 @@ int main(void)
     tcase_add_test(tc, poll_hand_worked);
     tcase_add_test(tc, close_hand_worked);
     tcase_add_test(tc, version_check);
+    tcase_add_test(tc, self_copy_rule);
     tcase_add_test(tc, agree_hand_worked);
     tcase_add_test(tc, timeout_knob);
     suite_add_tcase(s, tc);

@@ -43,6 +43,12 @@ struct cz_comm_req {
     cudaEvent_t ev;
     int active, fail;
     cz_error fail_err;
+    /* The group's exchange with this rank itself (cz_nccl_self_copy), copied at group_end. */
+    const void *self_send;
+    void *self_recv;
+    size_t self_sent, self_received;
+    int has_self_send, has_self_recv;
+    cz_dtype self_type;
 };
 
 int cz_nccl_status(int rc, const char *call, const char *file, int line, cz_error *err)
@@ -387,6 +393,7 @@ static int nccl_group_start(cz_plane *p, cz_comm_req *req, cz_event *after, cz_e
 {
     req->fail = 0;
     req->active = 0;
+    req->has_self_send = req->has_self_recv = 0;
     int rc = wait_after(p, after, err);
     if (!rc)
         rc = CZ_NCCL_ON(impl_of(p), err, ncclGroupStart());
@@ -404,6 +411,14 @@ static void post(cz_plane *p, cz_comm_req *req, void *buf, size_t count, cz_dtyp
     nccl_plane *h = impl_of(p);
     if (count == 0 || req->fail)
         return;
+    if (peer == p->rank) { /* copied at group_end, not through NCCL */
+        if (is_send)
+            req->self_send = buf, req->self_sent = count, req->has_self_send = 1;
+        else
+            req->self_recv = buf, req->self_received = count, req->has_self_recv = 1;
+        req->self_type = t;
+        return;
+    }
     req->fail = is_send ? CZ_NCCL_ON(h, &req->fail_err,
                                      ncclSend(buf, count, nccl_type(t), peer, h->comm, h->stream))
                         : CZ_NCCL_ON(h, &req->fail_err,
@@ -433,6 +448,18 @@ static int nccl_group_end(cz_plane *p, cz_comm_req *req, cz_error *err)
             *err = req->fail_err;
         return req->fail;
     }
+    int64_t self = cz_nccl_self_copy(req->self_sent, req->has_self_send, req->self_received,
+                                     req->has_self_recv);
+    if (!rc && self < 0)
+        rc = cz_error_set(err, CZ_EINTERNAL,
+                          "a group's exchange with its own rank is unpaired (a send of %zu and a "
+                          "receive of %zu elements)",
+                          req->has_self_send ? req->self_sent : 0,
+                          req->has_self_recv ? req->self_received : 0);
+    if (!rc && self > 0)
+        rc = CZ_CU(err, cudaMemcpyAsync(req->self_recv, req->self_send,
+                                        (size_t)self * (size_t)cz_dtype_bytes(req->self_type),
+                                        cudaMemcpyDeviceToDevice, h->stream));
     if (!rc)
         rc = CZ_CU(err, cudaEventRecord(req->ev, h->stream));
     req->active = !rc;
@@ -515,13 +542,22 @@ static int nccl_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *
     nccl_plane *h = impl_of(p);
     ncclComm_t sub = NULL;
     /* The child inherits the parent's configuration: non-blocking when the executor made the
-     * parent, so the split is polled (the child's state, then the parent's) with the plane's
-     * time limit. The caller agrees on the outcome over the control plane (executor.c). */
+     * parent. Then ncclCommSplit returns at once, ncclSuccess included, and runs the split in
+     * the background: the parent is in progress until it is done, and only then is the
+     * child's handle written to `sub` (seen on a GPU: NULL right after the call, so the child
+     * must not be polled first). So the parent is polled until it settles, then the child
+     * until its own initialization does, each with the plane's time limit. The caller agrees
+     * on the outcome over the control plane (executor.c). */
     int raw = CZ_NCCL_RC(ncclCommSplit(h->comm, color, key, &sub, NULL));
-    int rc =
-        settle(sub ? sub : h->comm, h->timeout_s, raw, "ncclCommSplit", __FILE__, __LINE__, err);
-    if (!rc && raw == (int)ncclInProgress && sub)
-        rc = settle(h->comm, h->timeout_s, raw, "ncclCommSplit (parent)", __FILE__, __LINE__, err);
+    int pending = raw == (int)ncclSuccess ? (int)ncclInProgress : raw;
+    int rc = settle(h->comm, h->timeout_s, pending, "ncclCommSplit", __FILE__, __LINE__, err);
+    /* Written by NCCL's thread before the parent's state settled: read it anew. */
+    sub = *(ncclComm_t volatile *)&sub;
+    if (!rc && !sub)
+        rc = cz_error_set(err, CZ_EIO, "ncclCommSplit completed without a new communicator");
+    if (!rc)
+        rc = settle(sub, h->timeout_s, (int)ncclInProgress, "ncclCommSplit (the new communicator)",
+                    __FILE__, __LINE__, err);
     if (rc) {
         cz_error tmp;
         if (sub)
