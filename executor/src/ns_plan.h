@@ -88,14 +88,16 @@ int cz_ns_plan(cz_ns_op *ops, int64_t rows, int64_t cols, int batch, double a, d
  *     cublasSyrkEx, so the bf16 products stay tensor-core GemmEx); fp32 when
  *     rows >= CZ_NS_SYRK_MIN_ROWS_CUDA, where one matrix's SYRK fills the device by itself:
  *     cuBLAS has no batched SYRK, so below that a strided-batched GEMM of the batch beats a
- *     loop of small SYRKs. Not yet measured on a GPU (canzona-bench ns --sym times both).
+ *     loop of small SYRKs. Measured on an H200 (docs/PERF.md section 7, canzona-bench ns
+ *     --per-shape --sym on|off): 4096 x 4096 and 4096 x 12288 1.31x and 1.25x faster
+ *     symmetric, 1024 x 4096 (a batch of 20) 1.23x slower; 1024 rows was the first guess.
  * The executor's default; canzona-bench ns forces either form to compare them. */
 typedef enum cz_ns_target {
     CZ_NS_TARGET_CPU = 0,
     CZ_NS_TARGET_CUDA = 1,
 } cz_ns_target;
 #define CZ_NS_SYRK_MIN_ROWS_CPU 128
-#define CZ_NS_SYRK_MIN_ROWS_CUDA 1024
+#define CZ_NS_SYRK_MIN_ROWS_CUDA 4096
 int cz_ns_use_syrk(cz_ns_target target, int64_t rows, int64_t cols, int batch,
                    cz_ns_precision prec);
 
