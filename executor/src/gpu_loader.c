@@ -13,7 +13,7 @@
  * Folders searched, in order: CZ_NVIDIA_LIBS (colon-separated), CUDA_HOME and CUDA_PATH,
  * /usr/local/cuda, then the nvidia/<package>/lib folders of Python environments: VIRTUAL_ENV,
  * CONDA_PREFIX, each PATH entry's parent (the python3 a user would run), ~/.local, /usr/local,
- * /usr, and PYTHONPATH's entries. */
+ * /usr, and PYTHONPATH's entries. The plugin itself: plugin_candidates below. */
 /* dladdr: the file a symbol was loaded from. */
 #define _GNU_SOURCE
 #include "gpu_plugin.h"
