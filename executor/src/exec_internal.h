@@ -546,11 +546,21 @@ int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
                           const cz_plan_param *const *params, const float *const *in,
                           float *const *out, int n, cz_error *err);
 
+/* What values a state tensor can hold, as a checkpoint load checks them: every tensor is
+ * finite; a second moment or a sum of squares is >= 0 everywhere; a Gram factor (a sum of
+ * G G^T) has a diagonal >= 0. */
+typedef enum cz_state_values {
+    CZ_STATE_FINITE = 0,
+    CZ_STATE_NONNEG = 1,
+    CZ_STATE_GRAM = 2,
+} cz_state_values;
+
 /* One tensor of a matrix optimizer's state as a checkpoint names it: "<param name>.<suffix>",
  * rows x cols fp32, one contiguous backend buffer. */
 typedef struct cz_state_tensor {
     char suffix[64];
     int64_t rows, cols;
+    cz_state_values values;
 } cz_state_tensor;
 
 /* ---- Shampoo (shampoo.c) ---- */

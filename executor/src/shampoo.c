@@ -192,6 +192,10 @@ int64_t cz_shampoo_state_tensors(const cz_shampoo_hparams *h, const cz_plan_para
                                  SH_FIELD[f]);
                         t->rows = f == 1 || f == 3 ? cl : r;
                         t->cols = f == 0 || f == 2 ? r : cl;
+                        /* The factors sum G G^T; every grafting accumulator sums squares. */
+                        t->values = f < 2    ? CZ_STATE_GRAM
+                                    : f == 4 ? CZ_STATE_NONNEG
+                                             : CZ_STATE_FINITE;
                     }
                     n++;
                 }
