@@ -127,9 +127,7 @@ PY
     # small CPU matrices: several panels' all-reduces in flight at once on every sub-plane.
     # Only the executor reads it (its recorded costs no longer match that count, which validate
     # would report).
-    python3 - "$tmp/plan.json" "$tmp/panels.json" <<'PY'
-import json, sys
-p = json.load(open(sys.argv[1]))
+    python3 "$src/tests/mpi/plan_edit.py" "$tmp/plan.json" "$tmp/panels.json" <<'PY'
 n = 0
 for s in p["tp_schedule"]:
     for g in s["groups"]:
@@ -143,27 +141,6 @@ for s in p["tp_schedule"]:
                         rows, cols = (size, cols) if q["blocks"]["dim"] == 0 else (rows, size)
                     t["panels"] = min(8, (min(rows, cols) + 1) // 2)
                     n += 1
-# The content hash of the edited plan (docs/FORMATS.md, section 5), as a tool that edits plans
-# must record it: compact, keys sorted, reals as %.17g.
-import hashlib
-def canon(v):
-    if isinstance(v, dict):
-        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + canon(v[k])
-                              for k in sorted(v, key=lambda k: k.encode())) + "}"
-    if isinstance(v, list):
-        return "[" + ",".join(canon(x) for x in v) + "]"
-    if isinstance(v, float):
-        r = "%.17g" % v
-        if "e" in r:
-            m, e = r.split("e")
-            r = m + "e" + str(int(e))
-        elif "." not in r and "n" not in r:
-            r += ".0"
-        return r
-    return json.dumps(v, ensure_ascii=False)
-del p["content_sha256"]
-p["content_sha256"] = hashlib.sha256(canon(p).encode()).hexdigest()
-json.dump(p, open(sys.argv[2], "w"))
 print("cooperative task entries set to the most panels:", n)
 PY
     mpi -np 4 "$CZ_BENCH" --plan "$tmp/panels.json" --model "$model" --steps 3 --verify |
@@ -184,6 +161,22 @@ mismatch)
     --steps 1
   n=$(grep -c "canzona-bench: rank [0-3]: loading the plan and model: plan" "$tmp/out" || true)
   [ "$n" -eq 4 ] || { echo "expected 4 ranks to report the model mismatch, got $n"; exit 1; }
+  # Plans edited after they were written, their content hash recomputed: consistent in
+  # themselves, so the executor runs them, and --verify reads the same plan. Only the model
+  # shows them wrong; every rank refuses them, naming what differs.
+  command -v python3 >/dev/null || { echo "python3 not found"; exit 77; }
+  edited() { # name expected-message python-edit
+    python3 "$src/tests/mpi/plan_edit.py" "$tmp/a.json" "$tmp/$1.json" <<<"$3"
+    mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/$1.json" --model "$model" --steps 1 --verify
+    n=$(grep -c "canzona-bench: rank [0-3]: loading the plan and model: .*$2" "$tmp/out" || true)
+    [ "$n" -eq 4 ] || { echo "$1: expected 4 ranks to report '$2', got $n"; exit 1; }
+  }
+  edited reordered "blocks: 'decoder.layers.0.self_attention.linear_qkv.weight' has blocks dim 0 \[128, 128, 256\] in the plan but dim 0 \[256, 128, 128\]" \
+    'p["params"][2]["blocks"]["sizes"] = [128, 128, 256]'
+  edited dropped "blocks: 'decoder.layers.0.mlp.linear_fc1.weight' has blocks none in the plan" \
+    'del p["params"][7]["blocks"]'
+  edited tp_dim "tp_dim: 'decoder.layers.0.self_attention.linear_proj.weight' has tp_dim 0 in the plan but 1" \
+    'q = p["params"][5]; q["tp_dim"] = 0; q["local_shape"] = [128, 256]'
   # A handed-in DP communicator of the wrong size is refused on every rank.
   mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 1 --bad-dp-comm
   n=$(grep -c "rank [0-3]: the DP communicator has 4 ranks .* the plan needs dp = 2" "$tmp/out" || true)
@@ -223,6 +216,32 @@ options)
   mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 1 --soap-eps 1e-6
   expect_all "the ranks were given different options.*soap=[^ ]*,9.99999[0-9]*e-07)" \
     "the ranks were given different options.*soap=[^ ]*,[0-9.e+-]*)"
+  # Paths only rank 0 uses must agree too: a rank given another one was silently ignored.
+  mpi_fails -np 3 "${run[@]}" --steps 1 --save-state "$tmp/s0" : -np 1 "${run[@]}" --steps 1 \
+    --save-state "$tmp/s3"
+  expect_all "the ranks were given different options.*save-state=$tmp/s3" \
+    "the ranks were given different options.*save-state=$tmp/s0"
+  mpi_fails -np 3 "${run[@]}" --steps 1 --load-state "$tmp/l0" : -np 1 "${run[@]}" --steps 1 \
+    --load-state "$tmp/l3"
+  expect_all "the ranks were given different options.*load-state=$tmp/l3" \
+    "the ranks were given different options.*load-state=$tmp/l0"
+  mpi_fails -np 3 "${run[@]}" --steps 1 --json "$tmp/j0" : -np 1 "${run[@]}" --steps 1
+  expect_all "the ranks were given different options.*json=-" \
+    "the ranks were given different options.*json=$tmp/j0"
+  # An output that is an input would replace it: refused on every rank, the input intact.
+  cp "$model" "$tmp/m.json"
+  cp "$tmp/a.json" "$tmp/a.copy"
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$tmp/m.json" --steps 1 \
+    --save-state "$tmp/a.json"
+  n=$(grep -c "canzona-bench: rank [0-3]: $tmp/a.json: the output is the same file as the --plan file" "$tmp/out" || true)
+  [ "$n" -eq 4 ] || { echo "expected 4 ranks to refuse --save-state PLAN, got $n"; exit 1; }
+  cmp "$tmp/a.json" "$tmp/a.copy"
+  ln -s m.json "$tmp/m.link"
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$tmp/m.json" --steps 1 \
+    --json "$tmp/m.link"
+  n=$(grep -c "canzona-bench: rank [0-3]: $tmp/m.link: the output is the same file as the --model file" "$tmp/out" || true)
+  [ "$n" -eq 4 ] || { echo "expected 4 ranks to refuse --json MODEL, got $n"; exit 1; }
+  cmp "$tmp/m.json" "$model"
   ;;
 replicas)
   # --verify also checks the DP replicas against each other: a corrupted replica is caught.

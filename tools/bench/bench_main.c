@@ -5,6 +5,7 @@
  */
 #include "bench.h"
 #include "bench_gpu.h"
+#include "file_io.h"
 #include "ns_bench.h"
 #include "npy.h"
 
@@ -408,6 +409,17 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
                  "positional arguments (see --help)");
         return 2;
     }
+    /* An output that is one of the inputs would replace it (the CLI refuses the same). The
+     * checkpoint may replace the one it resumed from: it is written whole or not at all. */
+    const char *const ins[] = {o->plan, o->model, o->load_state, o->save_state};
+    const char *const what[] = {"the --plan file", "the --model file", "the --load-state file",
+                                "the --save-state file"};
+    cz_error ferr;
+    if (cz_file_check_output(o->save_state, ins, what, 2, &ferr) ||
+        cz_file_check_output(o->json, ins, what, 4, &ferr)) {
+        snprintf(msg, cap, "%s", ferr.message);
+        return 2;
+    }
     if (o->load_state && o->verify) {
         /* The single-process reference starts from zero optimizer state. */
         snprintf(msg, cap,
@@ -419,26 +431,36 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
 }
 
 /* The options every rank must share, as text: those that decide which collectives run (steps,
- * warm-up, verify, dump, own communicators, the data plane) and what the ranks compute (seed,
- * hyperparameters, initial values, the backend). Folder paths may differ per node; --json and
- * --tolerance concern rank 0. */
+ * warm-up, verify, dump, own communicators, the data plane), what the ranks compute (seed,
+ * hyperparameters, initial values, the backend), and the paths only rank 0 uses (checkpoints,
+ * --json, --dump-dir, --dump-grads): a rank given another one would otherwise be silently
+ * ignored. Paths every rank reads (--plan, --model, --init-dir, --grad-dir) may differ per
+ * node; --tolerance concerns rank 0. */
 static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
 {
     const cz_exec_config *h = &o->shampoo;
-    int n = snprintf(
+    int n = snprintf(buf, cap, "load-state=%s save-state=%s json=%s dump-dir=%s dump-grads=%s ",
+                     o->load_state ? o->load_state : "-", o->save_state ? o->save_state : "-",
+                     o->json ? o->json : "-", o->dump_dir ? o->dump_dir : "-",
+                     o->dump_grads ? o->dump_grads : "-");
+    if (n < 0 || (size_t)n >= cap)
+        return;
+    buf += n;
+    cap -= (size_t)n;
+    n = snprintf(
         buf, cap,
         "help=%d steps=%d warmup=%d seed=%llu verify=%d dump-dir=%d init-dir=%d grad-dir=%d "
         "dtype=%d lr=%.17g scaling=%d scale-coeff=%.17g momentum=%.17g "
         "nesterov=%d ns-steps=%d ns-coeffs=%s ns-eps=%.17g weight-decay=%.17g adamw-lr=%.17g "
         "adamw-beta1=%.17g adamw-beta2=%.17g adamw-eps=%.17g adamw-weight-decay=%.17g "
         "max-grad-norm=%.17g own-comms=%d bad-dp-comm=%d corrupt-replica=%d inject-nan=%s "
-        "backend=%s comm=%s load-state=%d save-state=%d",
+        "backend=%s comm=%s",
         prc == 1, o->steps, o->warmup, (unsigned long long)o->seed, o->verify, o->dump_dir != NULL,
         o->init_dir != NULL, o->grad_dir != NULL, o->dtype, o->lr, (int)o->scaling, o->scale_coeff,
         o->momentum, o->nesterov, o->ns_steps, o->ns_coeffs ? o->ns_coeffs : "", o->ns_eps, o->wd,
         o->adamw_lr, o->beta1, o->beta2, o->adamw_eps, o->adamw_wd, o->max_grad_norm, o->own_comms,
-        o->bad_dp_comm, o->corrupt_replica, o->inject_nan ? o->inject_nan : "", o->backend, o->comm,
-        o->load_state != NULL, o->save_state != NULL);
+        o->bad_dp_comm, o->corrupt_replica, o->inject_nan ? o->inject_nan : "", o->backend,
+        o->comm);
     if (n < 0 || (size_t)n >= cap)
         return;
     snprintf(buf + n, cap - (size_t)n,
@@ -454,7 +476,8 @@ static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
  * prints its own reason. Returns 1 when every rank parsed the same valid options. */
 static int agree_options(const bench_opts *o, int prc, const char *msg)
 {
-    char text[2048] = "";
+    /* Room for five paths and every other option. */
+    char text[5 * 4096 + 2048] = "";
     uint64_t fp = 0;
     if (prc != 2) {
         options_text(o, prc, text, sizeof text);
@@ -497,24 +520,73 @@ static int any_failed(int rc, const cz_error *err, const char *what)
     return any;
 }
 
-/* The plan must come from this model: same content hash, or else the same names and shapes. */
+/* The blocks of a parameter as text, for messages. */
+static const char *blocks_text(char *buf, size_t cap, int n, int dim, const int64_t *sizes)
+{
+    if (n <= 0 || !sizes) {
+        snprintf(buf, cap, "none");
+        return buf;
+    }
+    size_t len = (size_t)snprintf(buf, cap, "dim %d [", dim);
+    for (int b = 0; b < n && len < cap; b++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%lld", b ? ", " : "", (long long)sizes[b]);
+    if (len < cap)
+        snprintf(buf + len, cap - len, "]");
+    return buf;
+}
+
+/* Whether parameter i of the plan is the model's: what a plan edited after it was written
+ * (content hash recomputed) could change and still pass the executor's structural checks. */
+static int check_param(const cz_plan_param *p, const cz_param_def *d, size_t i, cz_error *err)
+{
+    if (strcmp(p->def.name, d->name) != 0 || p->def.ndim != d->ndim ||
+        p->def.shape[0] != d->shape[0] || p->def.shape[1] != d->shape[1])
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "plan param %zu is '%s' [%lld, %lld] but the model has '%s' "
+                            "[%lld, %lld]",
+                            i, p->def.name, (long long)p->def.shape[0], (long long)p->def.shape[1],
+                            d->name, (long long)d->shape[0], (long long)d->shape[1]);
+    if (p->def.tp_dim != d->tp_dim)
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "$.params[%zu].tp_dim: '%s' has tp_dim %d in the plan but %d in the "
+                            "model",
+                            i, d->name, p->def.tp_dim, d->tp_dim);
+    if (p->def.kind != d->kind)
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "$.params[%zu].optimizer: '%s' is %s in the plan but %s in the model",
+                            i, d->name, cz_kind_name(p->def.kind), cz_kind_name(d->kind));
+    bool same =
+        p->def.nblocks == d->nblocks && (d->nblocks == 0 || p->def.block_dim == d->block_dim);
+    for (int b = 0; same && b < d->nblocks; b++)
+        same = p->def.block_sizes && d->block_sizes && p->def.block_sizes[b] == d->block_sizes[b];
+    if (!same) {
+        char pb[160], mb[160];
+        return cz_error_set(
+            err, CZ_EMISMATCH,
+            "$.params[%zu].blocks: '%s' has blocks %s in the plan but %s in the model", i, d->name,
+            blocks_text(pb, sizeof pb, p->def.nblocks, p->def.block_dim, p->def.block_sizes),
+            blocks_text(mb, sizeof mb, d->nblocks, d->block_dim, d->block_sizes));
+    }
+    return CZ_OK;
+}
+
+/* The plan must come from this model: every parameter the model's (names, shapes, TP
+ * dimension, optimizer, blocks), the same dtype, and the model's SHA-256 where the plan records
+ * it. The executor sees only the plan; a plan edited with its content hash recomputed would
+ * otherwise run, and --verify, which reads the same plan, would not notice. */
 static int check_model(const cz_plan *plan, const cz_model *model, cz_error *err)
 {
     if (plan->nparams != model->nparams)
         return cz_error_set(err, CZ_EMISMATCH, "plan has %zu params, model '%s' has %zu",
                             plan->nparams, model->name, model->nparams);
     for (size_t i = 0; i < plan->nparams; i++) {
-        const cz_plan_param *p = &plan->params[i];
-        const cz_param_def *d = &model->params[i];
-        if (strcmp(p->def.name, d->name) != 0 || p->def.shape[0] != d->shape[0] ||
-            p->def.shape[1] != d->shape[1])
-            return cz_error_set(err, CZ_EMISMATCH,
-                                "plan param %zu is '%s' [%lld, %lld] but the model has '%s' "
-                                "[%lld, %lld]",
-                                i, p->def.name, (long long)p->def.shape[0],
-                                (long long)p->def.shape[1], d->name, (long long)d->shape[0],
-                                (long long)d->shape[1]);
+        int rc = check_param(&plan->params[i], &model->params[i], i, err);
+        if (rc)
+            return rc;
     }
+    if (plan->dtype != model->dtype)
+        return cz_error_set(err, CZ_EMISMATCH, "the plan's dtype is %s but the model's is %s",
+                            cz_dtype_name(plan->dtype), cz_dtype_name(model->dtype));
     if (plan->model_sha256 && strcmp(plan->model_sha256, model->sha256) != 0)
         return cz_error_set(err, CZ_EMISMATCH,
                             "the plan was made for a model with sha256 %.12s..., %s has %.12s...",
@@ -957,7 +1029,7 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    char opt_msg[512] = "";
+    char opt_msg[sizeof err.message] = "";
     int prc = parse(argc, argv, &o, opt_msg, sizeof opt_msg);
     if (!agree_options(&o, prc, opt_msg)) {
         status = 2;
