@@ -169,5 +169,34 @@ expect_same "render --cluster C -o C" "$C" "$CZ" render "$P" --cluster "$C" -o "
 expect_same "import-hf C -o C" "$H" "$CZ" import-hf "$H" -o "$H"
 expect_same "import-hf C -o symlink to C" "$H" "$CZ" import-hf "$H" -o "$work/sub/config-soft.json"
 
+# ---- a report to a full device: a failure with the reason, never exit 0 with nothing ------
+# /dev/full fails every write with ENOSPC (as a full tmpfs does); standard output is only
+# opened on it, never replaced. Standard output is buffered, so the error shows only when the
+# text is flushed, after the command has done its work.
+if [ -w /dev/full ]; then
+  expect_full() { # NAME COMMAND...
+    local name=$1 rc=0
+    shift
+    "$@" >/dev/full 2>"$work/err" || rc=$?
+    if [ "$rc" -ne 0 ] && grep -q "cannot write to standard output: No space left on device" "$work/err"; then
+      pass "$name >/dev/full: exit $rc with the reason"
+    else
+      fail "$name >/dev/full: exit $rc: $(cat "$work/err")"
+    fi
+  }
+  expect_full "inspect" "$CZ" inspect "$P"
+  expect_full "inspect --json" "$CZ" inspect "$P" --json
+  expect_full "validate" "$CZ" validate "$P" -m "$M" -c "$C"
+  expect_full "simulate" "$CZ" simulate -m "$M" -c "$C"
+  expect_full "compare" "$CZ" compare -m "$M" -c "$C"
+  expect_full "diff" "$CZ" diff "$P" "$P"
+  expect_full "plan --json" "$CZ" plan -m "$M" -c "$C" --json -o "$work/full.plan.json"
+  expect_full "plan -o -" "$CZ" plan -m "$M" -c "$C" -q -o -
+  expect_full "render -o -" "$CZ" render "$P" -o -
+  expect_full "--help" "$CZ" --help
+else
+  echo "note: no writable /dev/full here; the full-output cases are skipped"
+fi
+
 echo "$((total - fails)) passed, $fails failed"
 [ $fails -eq 0 ]

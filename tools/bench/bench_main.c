@@ -998,9 +998,12 @@ static int write_json(const bench_opts *o, const cz_plan *plan, const double med
     }
     json_object_set_new(root, "median_s", m);
     json_object_set_new(root, "per_step_s", steps);
-    int rc = json_dump_file(root, o->json, JSON_INDENT(2) | JSON_SORT_KEYS)
-                 ? cz_error_set(err, CZ_EIO, "%s: cannot write", o->json)
-                 : CZ_OK;
+    /* Through the planner's writer: replaced atomically, errors named with their reason. */
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+    int rc =
+        text ? cz_file_write(o->json, text, strlen(text), err)
+             : cz_error_set(err, CZ_ENOMEM, "%s: out of memory formatting the timings", o->json);
+    free(text);
     json_decref(root);
     return rc;
 }
