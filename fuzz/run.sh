@@ -95,10 +95,27 @@ for m in tests/data/model_tiny.json plans/models/test-small.json; do
     plan_seed plan "$m" "$c" --optimizer soap --unit flops --tp single
     plan_seed plan "$m" "$c" --layout split --dp anchored --tp slot
   done
-  # canzona.plan/2: block tasks, and cooperative ones of width 2 and of the cost model's choice.
-  plan_seed plan "$m" plans/clusters/cpu-4-dp1-tp4.json --split-blocks --coop 2
-  plan_seed plan "$m" plans/clusters/cpu-4-dp2-tp2.json --split-blocks --coop auto
-  plan_seed plan "$m" plans/clusters/cpu-4-dp1-tp4.json --split-blocks --tp slot
+  # canzona.plan/2: block tasks, and cooperative ones of width 2, 4 and of the cost model's
+  # choice, under both buffer layouts; the executor runs them all (plan_exec) as well as the
+  # analysis commands (plan).
+  for h in plan plan_exec; do
+    plan_seed "$h" "$m" plans/clusters/cpu-4-dp1-tp4.json --split-blocks --coop 2
+    plan_seed "$h" "$m" plans/clusters/cpu-4-dp2-tp2.json --split-blocks --coop auto
+    plan_seed "$h" "$m" plans/clusters/cpu-4-dp1-tp4.json --split-blocks --tp slot
+    plan_seed "$h" "$m" plans/clusters/cpu-4-dp1-tp4.json --coop 4
+    plan_seed "$h" "$m" plans/clusters/cpu-4-dp2-tp2.json --split-blocks --coop 2 --layout split
+  done
+done
+# The seeds must reach what they are for: each plan harness gets version 2 plans with
+# cooperative tasks and split-layout plans (plan_exec's once had neither kind of version 2
+# plan, so the fuzzer started far from the executor's task checks).
+for h in plan plan_exec; do
+  for want in '"schema": "canzona.plan/2"' '"width": [2-9]' '"layout": "split"'; do
+    if ! grep -lq "$want" "$work/corpus/$h"/*.json; then
+      echo "fuzz/run.sh: no $h seed holds $want" >&2
+      exit 1
+    fi
+  done
 done
 
 # .npy seeds: two prefix bytes (expected rank and shape, see fuzz_npy.c), then the file.
