@@ -140,7 +140,9 @@ typedef struct cz_exec_config {
     float shampoo_eps;                    /* added after the eigenvalue shift, default 1e-12 */
     float shampoo_momentum;               /* default 0 */
     int shampoo_nesterov;                 /* default 0 */
-    int shampoo_start_step;               /* first preconditioned step; -1 (default) = the plan's
+    int shampoo_start_step;               /* first preconditioned step, whose inverse roots are
+                                             computed then (and at every multiple of the
+                                             frequency after it); -1 (default) = the plan's
                                              precondition_frequency */
     int shampoo_max_dim;                  /* blocks sides longer than this; 0 (default) = 1024 */
     int shampoo_bias_correction;          /* of the filtered gradient and the factors, default 1 */

@@ -65,6 +65,8 @@ typedef struct ck_entry {
     int ndim;
     int64_t shape[2], n;
     cz_state_values values; /* what a load accepts in it */
+    bool momentum;          /* Shampoo's momentum of the tile at (r0, c0) */
+    int64_t r0, c0;
 } ck_entry;
 
 /* Shampoo's or SOAP's tensors of p (out NULL: only count them). */
@@ -120,6 +122,9 @@ static int entries_build(const cz_executor *ex, ck_entry **out, size_t *count, c
             e[at].shape[1] = t[k].cols;
             e[at].n = t[k].rows * t[k].cols;
             e[at].values = t[k].values;
+            e[at].momentum = t[k].momentum;
+            e[at].r0 = t[k].r0;
+            e[at].c0 = t[k].c0;
             memcpy(e[at].suffix, t[k].suffix, sizeof e[at].suffix);
         }
     }
@@ -281,18 +286,32 @@ static void max_sizes(const cz_plan *plan, const ck_entry *e, size_t n, int64_t 
  * host buffers for a whole tensor and a shard. */
 typedef struct ck_bufs {
     float *dev, *host, *shard, *part;
+    float *decay; /* Shampoo with momentum: a whole matrix's weight-decay momentum */
+    int decay_of; /* the parameter it holds, -1 none */
     cz_comm_req *req;
 } ck_bufs;
 
+/* Elements of the largest matrix parameter (whole). */
+static int64_t max_matrix(const cz_plan *plan)
+{
+    int64_t most = 1;
+    for (size_t i = 0; i < plan->nparams; i++)
+        if (plan->params[i].def.kind == CZ_KIND_MATRIX && full_numel(&plan->params[i]) > most)
+            most = full_numel(&plan->params[i]);
+    return most;
+}
+
 static int bufs_open(cz_executor *ex, ck_bufs *b, int64_t full, int64_t local, cz_error *err)
 {
-    *b = (ck_bufs){0};
+    *b = (ck_bufs){.decay_of = -1};
     b->dev = ex->compute.ops->alloc(&ex->compute, (size_t)full * sizeof(float));
     b->host = malloc((size_t)full * sizeof(float));
     b->shard = malloc((size_t)local * sizeof(float));
     b->part = malloc((size_t)full * sizeof(float));
     b->req = ex->world.ops->req_create(&ex->world);
-    if (!b->dev || !b->host || !b->shard || !b->part || !b->req)
+    if (ex->shampoo_decay)
+        b->decay = malloc((size_t)max_matrix(ex->plan) * sizeof(float));
+    if (!b->dev || !b->host || !b->shard || !b->part || !b->req || (ex->shampoo_decay && !b->decay))
         return cz_error_set(err, CZ_ENOMEM,
                             "out of memory for the checkpoint's buffers (%lld floats)",
                             (long long)full);
@@ -308,6 +327,7 @@ static void bufs_close(cz_executor *ex, ck_bufs *b)
     free(b->host);
     free(b->shard);
     free(b->part);
+    free(b->decay);
 }
 
 /* ---- save ---- */
@@ -396,6 +416,31 @@ static int save_momentum(cz_executor *ex, ck_bufs *b, const ck_entry *e, const i
     }
     free(v);
     return rc;
+}
+
+/* Shampoo's momentum as Distributed Shampoo keeps it: the host's part (in dst, rank 0's copy
+ * of the tile) plus the weight-decay part the ranks keep beside their shards of the matrix
+ * (cz_shampoo_decay_momentum), gathered whole once per matrix. */
+static int add_decay(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int64_t *grid,
+                     float *dst, cz_error *err)
+{
+    const cz_plan_param *p = &ex->plan->params[e->param];
+    bool root = ex->world.rank == 0;
+    for (int t = 0; t < ex->tp && b->decay_of != e->param; t++) {
+        int src = (int)grid[p->dp_owner * ex->tp + t];
+        int rc = fetch(ex, b, ex->world.rank == src ? ex->shampoo_decay[e->param] : NULL, p->numel,
+                       src, root ? b->shard : NULL, err);
+        if (rc)
+            return rc;
+        if (root)
+            cz_shard_unpack(p, ex->tp, t, b->shard, b->decay);
+    }
+    b->decay_of = e->param;
+    int64_t ld = p->def.shape[1];
+    for (int64_t r = 0; root && r < e->shape[0]; r++)
+        for (int64_t c = 0; c < e->shape[1]; c++)
+            dst[r * e->shape[1] + c] += b->decay[(e->r0 + r) * ld + e->c0 + c];
+    return CZ_OK;
 }
 
 /* Every rank checks that it keeps each buffer the list says it does (the list and the state
@@ -515,6 +560,8 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
             int src = (int)holder[e[i].param];
             rc = fetch(ex, &b, ex->world.rank == src ? entry_buffer(ex, &e[i]) : NULL, e[i].n, src,
                        dst, err);
+            if (!rc && e[i].momentum && ex->shampoo_decay)
+                rc = add_decay(ex, &b, &e[i], grid, dst, err);
             continue;
         }
         /* An AdamW moment: every TP rank's shard, put back together from the pieces the DP
@@ -867,6 +914,22 @@ static int store(cz_executor *ex, ck_bufs *b, const ck_entry *e, const float *fu
     return c->ops->upload(c, buf, b->shard + lo, (size_t)len * sizeof *full, err);
 }
 
+/* The file's Shampoo momentum is the whole of it (the host's and the weight-decay part): it
+ * is loaded into the host's part and the weight-decay part starts again from zero. */
+static int clear_decay(cz_executor *ex, ck_bufs *b, cz_error *err)
+{
+    int rc = CZ_OK;
+    for (size_t i = 0; ex->shampoo_decay && i < ex->plan->nparams && !rc; i++) {
+        int64_t n = ex->plan->params[i].numel;
+        if (!ex->shampoo_decay[i])
+            continue;
+        memset(b->shard, 0, (size_t)n * sizeof(float));
+        rc = ex->compute.ops->upload(&ex->compute, ex->shampoo_decay[i], b->shard,
+                                     (size_t)n * sizeof(float), err);
+    }
+    return rc;
+}
+
 /* Reads the file on rank 0, never more than a checkpoint of this plan can hold: a pipe that
  * does not end is cut off there. */
 static int read_checkpoint(const cz_plan *plan, const ck_entry *e, size_t ne, const char *path,
@@ -923,6 +986,7 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
     if (rc)
         goto out;
 
+    rc = clear_decay(ex, &b, err);
     for (size_t i = 0; i < ne && !rc; i++) {
         const cz_plan_param *p = &plan->params[e[i].param];
         size_t bytes = (size_t)e[i].n * sizeof(float);

@@ -561,6 +561,11 @@ typedef struct cz_state_tensor {
     char suffix[64];
     int64_t rows, cols;
     cz_state_values values;
+    /* Shampoo's momentum of the direction: its tile's origin in the full matrix. The file
+     * holds the reference's momentum, this plus the weight-decay part each rank keeps beside
+     * its parameters (cz_shampoo_decay_momentum). */
+    bool momentum;
+    int64_t r0, c0;
 } cz_state_tensor;
 
 /* ---- Shampoo (shampoo.c) ---- */
@@ -586,10 +591,21 @@ void cz_shampoo_state_free(cz_compute *c, cz_shampoo_state *s);
 /* Bytes of backend memory the state holds (for the memory figures). */
 int64_t cz_shampoo_state_bytes(const cz_shampoo_state *s);
 /* Writes step t's (t >= 1) Shampoo direction of the whole gradient g into u (both full,
- * row-major, backend memory): p then becomes p*(1 - lr*wd) - lr*u. work holds work_n floats,
- * stats two backend doubles. */
+ * row-major, backend memory): p then becomes p*(1 - lr*wd) - lr*u, or without momentum p -
+ * lr*u after cz_shampoo_decay_momentum. work holds work_n floats, stats two backend doubles. */
 int cz_shampoo_run(cz_compute *c, const cz_shampoo_hparams *h, cz_shampoo_state *s, const float *g,
                    float *u, int64_t t, float *work, double *stats, cz_error *err);
+/* Whether step t (>= 1) computes the inverse roots: at the start step, then at every multiple
+ * of the frequency after it (Distributed Shampoo's rule). */
+bool cz_shampoo_refreshes(const cz_shampoo_hparams *h, int64_t t);
+/* Distributed Shampoo adds the decoupled weight decay wd*p to the direction before its
+ * momentum: M = mu*M + D + wd*p. The host keeps A = mu*A + D (cz_shampoo_run); the rest,
+ * B = mu*B + wd*p, is elementwise, so each rank keeps it for the n elements p of its shard
+ * (b, backend memory) and applies it here, before the host's part is applied as p - lr*u:
+ * p -= lr*B, or with Nesterov p -= lr*(wd*p + mu*B). Only with momentum: without, the
+ * reference's p - lr*(D + wd*p) is the plain decoupled form. */
+void cz_shampoo_decay_momentum(cz_compute *c, const cz_shampoo_hparams *h, float *p, float *b,
+                               int64_t n, float lr, float wd);
 
 /* The checkpoint tensors of p's Shampoo state, from the settings alone (rank 0 names them
  * without hosting the state): writes the first max of them to out and returns their count.
@@ -670,6 +686,9 @@ struct cz_executor {
     cz_shampoo_hparams shampoo;
     bool use_shampoo;                 /* the plan's matrix optimizer is Shampoo */
     cz_shampoo_state **shampoo_state; /* indexed by param id, where I host (Shampoo plans) */
+    /* Shampoo with momentum: the weight-decay part of the momentum of my shard of each owned
+     * matrix (cz_shampoo_decay_momentum), indexed by param id, numel floats; else NULL. */
+    float **shampoo_decay;
     cz_soap_hparams soap;
     bool use_soap;              /* the plan's matrix optimizer is SOAP */
     cz_soap_state **soap_state; /* indexed by param id, where I host (SOAP plans) */

@@ -93,6 +93,27 @@ static float *falloc(cz_executor *ex, int64_t n)
     return ex->compute.ops->alloc(&ex->compute, (size_t)(n > 0 ? n : 1) * sizeof(float));
 }
 
+/* Shampoo with momentum: the weight-decay part of the momentum, on every rank that applies
+ * updates to a shard of a matrix (its owning DP rank's TP ranks), the size of that shard. */
+static int alloc_shampoo_decay(cz_executor *ex, cz_error *err)
+{
+    if (!ex->use_shampoo || !(ex->shampoo.momentum > 0.0f))
+        return CZ_OK;
+    const cz_plan *plan = ex->plan;
+    ex->shampoo_decay = cz_exec_calloc(plan->nparams ? plan->nparams : 1, sizeof(float *));
+    if (!ex->shampoo_decay)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
+    for (int k = 0; k < ex->nowned; k++) {
+        const cz_plan_param *p = &plan->params[ex->owned[k]];
+        if (p->def.kind != CZ_KIND_MATRIX)
+            continue;
+        if (!(ex->shampoo_decay[ex->owned[k]] = falloc(ex, p->numel)))
+            return cz_error_set(err, CZ_ENOMEM, "out of memory for the Shampoo momentum of '%s'",
+                                p->def.name);
+    }
+    return CZ_OK;
+}
+
 /* Local state: per-param bindings, AdamW moments of the owned elementwise shards, pipeline.
  * Everything a step uses is allocated here (or at the first bind_param), never in a step. */
 static int alloc_state(cz_executor *ex, cz_error *err)
@@ -149,7 +170,8 @@ static int alloc_state(cz_executor *ex, cz_error *err)
             return cz_error_set(err, CZ_ENOMEM, "out of memory for AdamW state of '%s'",
                                 p->def.name);
     }
-    return cz_exec_pipeline_init(ex, err);
+    int rc = alloc_shampoo_decay(ex, err);
+    return rc ? rc : cz_exec_pipeline_init(ex, err);
 }
 
 /* Memory space, stream and dtype: what the backend can take. */
@@ -497,6 +519,8 @@ void cz_executor_free(cz_executor *ex)
                 brelease(ex, ex->adam_m[i]);
             if (ex->adam_v)
                 brelease(ex, ex->adam_v[i]);
+            if (ex->shampoo_decay)
+                brelease(ex, ex->shampoo_decay[i]);
             if (ex->shampoo_state)
                 cz_shampoo_state_free(&ex->compute, ex->shampoo_state[i]);
             if (ex->soap_state)
@@ -517,6 +541,7 @@ void cz_executor_free(cz_executor *ex)
     cz_exec_free(ex->adam_v);
     cz_exec_free(ex->mom);
     cz_exec_free(ex->shampoo_state);
+    cz_exec_free(ex->shampoo_decay);
     cz_exec_free(ex->soap_state);
     cz_exec_free(ex->owned);
     cz_exec_free(ex->owned_elem);

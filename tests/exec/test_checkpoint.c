@@ -351,13 +351,27 @@ static bool have_linalg(void)
 }
 
 /* Shampoo with every optional buffer kept (filtered gradient, grafting, momentum) and sides
- * above 4 cut into tiles: proj (4 x 6) is two tiles, qkv's two blocks one each. */
+ * above 4 cut into tiles: proj (4 x 6) is two tiles, qkv's two blocks one each. Without
+ * weight decay: the part of the momentum that the weight decay feeds stays zero, so the file's
+ * momentum is the host's bit for bit (shampoo_momentum_with_weight_decay covers the rest). */
 static void shampoo_config(cz_exec_config *cfg, int max_dim)
 {
     cz_exec_config_init(cfg);
     cfg->shampoo_max_dim = max_dim;
     cfg->shampoo_momentum = 0.5f;
     cfg->shampoo_grafting = CZ_GRAFT_ADAM;
+    cfg->weight_decay = 0.0f;
+}
+
+/* Bytes of the weight-decay part of Shampoo's momentum this process keeps (a checkpoint moves
+ * it besides the file's tensors). */
+static size_t decay_bytes(const cz_executor *ex)
+{
+    size_t n = 0;
+    for (size_t i = 0; ex->shampoo_decay && i < ex->plan->nparams; i++)
+        if (ex->shampoo_decay[i])
+            n += (size_t)ex->plan->params[i].numel * sizeof(float);
+    return n;
 }
 
 /* Every matrix-state tensor of the executor (Shampoo's or SOAP's) and its AdamW moments,
@@ -797,6 +811,77 @@ START_TEST(header_that_lies_refused)
 }
 END_TEST
 
+/* Distributed Shampoo adds the weight decay to the direction before the momentum; the
+ * executor keeps that part of the momentum beside the parameters (cz_shampoo_decay_momentum)
+ * and the file holds the whole, as the reference's momentum: host part + weight-decay part.
+ * A load puts the whole into the host part and restarts the other from zero, the same sum:
+ * the run continues as the uninterrupted one up to rounding (the sum is formed in another
+ * order), while a run without the state ends elsewhere. */
+START_TEST(shampoo_momentum_with_weight_decay)
+{
+    if (!have_linalg())
+        return;
+    for (int nesterov = 0; nesterov < 2; nesterov++) {
+        cz_exec_config cfg;
+        shampoo_config(&cfg, 4);
+        cfg.weight_decay = 0.05f;
+        cfg.shampoo_nesterov = nesterov;
+        rig a, b, c;
+        rig_open_with(&a, PARAMS, NP, CZ_OPTIM_SHAMPOO, &cfg);
+        for (int s = 0; s < 3; s++)
+            rig_step(&a, (uint64_t)s);
+        cz_error err;
+        ck_assert_int_eq(cz_executor_save_state(a.ex, tmp_path("wd.safetensors"), &err), 0);
+        /* proj (param 2, 4 x 6, not TP-split here) tile 0_4: host momentum + decay part. */
+        saved sv;
+        sv.len = read_file(tmp_path("wd.safetensors"), &sv.file);
+        char *h = header_of(sv.file, &sv.off);
+        sv.header = json_loads(h, 0, NULL);
+        free(h);
+        json_t *o = json_object_get(json_object_get(sv.header, "proj.shampoo.0_4.momentum"),
+                                    "data_offsets");
+        const char *at = sv.file + sv.off + json_integer_value(json_array_get(o, 0));
+        const float *host = cz_shampoo_state_tensor(a.ex->shampoo_state[2], 7 + 6);
+        const float *decay = a.ex->shampoo_decay[2];
+        ck_assert_ptr_nonnull(decay);
+        double most = 0;
+        for (int r = 0; r < 4; r++)
+            for (int k = 0; k < 2; k++) {
+                float want = host[r * 2 + k] + decay[r * 6 + 4 + k], got;
+                memcpy(&got, at + (size_t)(r * 2 + k) * sizeof got, sizeof got);
+                ck_assert_float_eq(got, want);
+                most = fmax(most, fabs((double)decay[r * 6 + 4 + k]));
+            }
+        ck_assert_msg(most > 1e-4, "the weight-decay part is %g: nothing tested", most);
+        rig_open_with(&b, PARAMS, NP, CZ_OPTIM_SHAMPOO, &cfg);
+        rig_open_with(&c, PARAMS, NP, CZ_OPTIM_SHAMPOO, &cfg);
+        memcpy(b.P, a.P, a.n * sizeof(float));
+        memcpy(c.P, a.P, a.n * sizeof(float));
+        c.ex->steps = 3;
+        ck_assert_int_eq(cz_executor_load_state(b.ex, tmp_path("wd.safetensors"), &err), 0);
+        for (int k = 0; k < 24; k++)
+            ck_assert_float_eq(b.ex->shampoo_decay[2][k], 0.0f);
+        for (int s = 3; s < 7; s++) {
+            rig_step(&a, (uint64_t)s);
+            rig_step(&b, (uint64_t)s);
+            rig_step(&c, (uint64_t)s);
+        }
+        double dmax = 0, cmax = 0, pmax = 0;
+        for (size_t k = 0; k < a.n; k++) {
+            dmax = fmax(dmax, fabs((double)a.P[k] - (double)b.P[k]));
+            cmax = fmax(cmax, fabs((double)a.P[k] - (double)c.P[k]));
+            pmax = fmax(pmax, fabs((double)a.P[k]));
+        }
+        ck_assert_msg(dmax <= 1e-6 * pmax, "resumed run differs by %g (of %g)", dmax, pmax);
+        ck_assert_msg(cmax > 1e-4, "continuing without the state moved by only %g", cmax);
+        saved_free(&sv);
+        rig_close(&a);
+        rig_close(&b);
+        rig_close(&c);
+    }
+}
+END_TEST
+
 /* A checkpoint read from a FIFO whose writer never stops: the load reads no more than this
  * plan's checkpoint can hold, refuses, and the writer sees the pipe closed. */
 START_TEST(pipe_read_up_to_the_plans_size)
@@ -996,8 +1081,9 @@ static void staged_same(cz_optimizer opt, const cz_exec_config *cfg)
     ck_assert_uint_eq(read_file(tmp_path("staged.safetensors"), &y), nx);
     ck_assert_mem_eq(x, y, nx);
     h = header_of(x, &off);
-    /* One process: every tensor downloaded once, straight into the file. */
-    ck_assert_uint_eq(g_down, nx - off);
+    /* One process: every tensor downloaded once, straight into the file (and the part of
+     * Shampoo's momentum kept beside the parameters, added to it). */
+    ck_assert_uint_eq(g_down, nx - off + decay_bytes(a.ex));
     static float sa[4096], sb[4096];
     size_t na = opt == CZ_OPTIM_MUON ? state_copy(a.ex, sa) : matrix_state_copy(a.ex, sa, 4096);
 
@@ -1007,7 +1093,7 @@ static void staged_same(cz_optimizer opt, const cz_exec_config *cfg)
     make_staged(b.ex);
     ck_assert_msg(cz_executor_load_state(b.ex, tmp_path("staged.safetensors"), &err) == 0, "%s",
                   err.message);
-    ck_assert_uint_eq(g_up, nx - off);
+    ck_assert_uint_eq(g_up, nx - off + decay_bytes(b.ex));
     size_t nb = opt == CZ_OPTIM_MUON ? state_copy(b.ex, sb) : matrix_state_copy(b.ex, sb, 4096);
     ck_assert_uint_eq(na, nb);
     ck_assert_mem_eq(sa, sb, na * sizeof(float));
@@ -1071,6 +1157,7 @@ int main(void)
     tcase_add_test(tc, refused_during_async_step);
     tcase_add_test(tc, shampoo_round_trip_resumes_exactly);
     tcase_add_test(tc, soap_round_trip_resumes_exactly);
+    tcase_add_test(tc, shampoo_momentum_with_weight_decay);
     tcase_add_test(tc, shampoo_and_soap_tensor_names);
     tcase_add_test(tc, shampoo_and_soap_foreign_files_refused);
     tcase_add_test(tc, shampoo_and_soap_damaged_tensors_refused);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Multi-rank executor tests: plans test-small with `canzona plan` and runs canzona-bench on 4
 # MPI ranks. Usage: bench.sh verify CLUSTER DP TP [fp32|bf16] [unified|split] | mismatch | options | nan | dump |
-# owncomms | replicas | grads | knobs | shampoo CLUSTER TP MAX_DIM | soap CLUSTER TP [SHAMPOO_BETA] |
+# owncomms | replicas | grads | knobs | shampoo CLUSTER TP MAX_DIM [START MOMENTUM NESTEROV] |
+# soap CLUSTER TP [SHAMPOO_BETA] |
 # soap-sides CLUSTER TP | nolapacke
 # | average (exec_average.c, $CZ_AVERAGE, on 2 and 4 ranks)
 # | tasks CLUSTER DP TP BLOCKS WIDTH [PLAN OPTION...] (block and cooperative tasks)
@@ -315,13 +316,22 @@ shampoo)
   # published algorithm. Generated gradients are dense uniform noise: the factors are full
   # rank at every refresh (5 steps x the short side >= the long side for every block and
   # tile), so their eigenbases and inverse roots are unique.
+  # Optional START MOMENTUM NESTEROV: a start step off the refresh multiples (Distributed
+  # Shampoo refreshes at the start step, then at multiples of the frequency after it), and
+  # momentum, into which Distributed Shampoo adds the decoupled weight decay (0.01) before it.
   : "${CZ_SHAMPOO_REF:?}"
   "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$2.json" --dp alpha --tp "$3" \
     --optimizer shampoo --precondition-frequency 5 -o "$tmp/s.json"
+  opt=()
+  ref=()
+  if [ $# -ge 7 ]; then
+    opt=(--shampoo-start-step "$5" --shampoo-momentum "$6" --shampoo-nesterov "$7")
+    ref=("$5" "$6" "$7")
+  fi
   mpi -np 4 "$CZ_BENCH" --plan "$tmp/s.json" --model "$model" --steps 12 --warmup 0 --seed 3 \
-    --shampoo-max-dim "$4" --dump-dir "$tmp/d" | tee "$tmp/out"
+    --shampoo-max-dim "$4" --dump-dir "$tmp/d" "${opt[@]}" | tee "$tmp/out"
   grep -q "executor allocations in steps 2..12 (most on one rank): 0$" "$tmp/out"
-  "$CZ_SHAMPOO_REF" "$tmp/s.json" "$tmp/d" 12 3 1e-4 "$4"
+  "$CZ_SHAMPOO_REF" "$tmp/s.json" "$tmp/d" 12 3 1e-4 "$4" "${ref[@]}"
   ;;
 soap)
   # SOAP (plan --optimizer soap, refresh every 5 updates: 12 calls = initialisation + 11
