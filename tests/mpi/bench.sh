@@ -19,7 +19,9 @@ src=${CZ_SOURCE_DIR:?}
 model=$src/plans/models/test-small.json
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mpi() { timeout 60 mpirun --oversubscribe "$@"; }
+# Time limits scale with CZ_TIME_SCALE (CMake sets it to 4 for the sanitizer build).
+scale=${CZ_TIME_SCALE:-1}
+mpi() { timeout $((60 * scale)) mpirun --oversubscribe "$@"; }
 # Runs mpirun expecting every rank to fail cleanly: a non-zero exit that is not the timeout's.
 # The output is kept in $tmp/out for the caller's checks.
 mpi_fails() {
