@@ -39,7 +39,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define CZ_EXEC_CONFIG_VERSION 4
+#define CZ_EXEC_CONFIG_VERSION 5
 
 /* How Muon scales the orthogonalized update of an m x n block (rows x cols as stored). */
 typedef enum cz_muon_scaling {
@@ -164,6 +164,15 @@ typedef struct cz_exec_config {
      * (a peer that died or never arrived). 0 (default) = the environment's CZ_NCCL_TIMEOUT_S
      * when set, else 300. */
     double nccl_timeout_s;
+
+    /* Added in version 5. comm "mpi" (and the MPI control plane under "nccl"): seconds that
+     * one wait of an MPI collective or transfer may go without completing. Then every live
+     * rank asks the others which are still there, returns CZ_ETIMEOUT with a message naming
+     * the step, the operation and the rank(s) it waited for, and the communicators cannot be
+     * used any more (free the executor and end the job with MPI_Abort: MPI_Finalize would wait
+     * for the stopped rank). 0 (default) = the environment's CZ_MPI_TIMEOUT_S when set, else
+     * 1800. */
+    double mpi_timeout_s;
 } cz_exec_config;
 
 /* Fills *cfg with the defaults above. */

@@ -501,6 +501,7 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
     ck_bufs b = {0};
     size_t ne = 0, hlen = 0, data_bytes = 0, total = 0;
 
+    cz_comm_phase("saving the optimizer state", ex->steps);
     int rc = check_usable(ex, "save_state", err);
     if (!rc && root && (!path || !*path))
         rc = cz_error_set(err, CZ_EINVALID, "save_state: no checkpoint path given");
@@ -961,6 +962,7 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
     ck_bufs b = {0};
     int64_t steps = INT64_MAX;
 
+    cz_comm_phase("loading the optimizer state", ex->steps);
     int rc = check_usable(ex, "load_state", err);
     if (!rc)
         rc = entries_open(ex, &e, &ne, &b, err);

@@ -360,6 +360,7 @@ struct cz_plane {
     void *impl;
     int size, rank;
     cz_compute *compute; /* whose events `after` refers to (set at create, kept by split) */
+    const char *label;   /* "world", "DP", "TP", "cooperative": names the plane in reports */
 };
 
 /* For a host-driven plane (MPI, self): waits on the host for `after` before a buffer is read. */
@@ -373,9 +374,17 @@ int cz_ctrl_self_open(cz_ctrl *c, cz_error *err);
 int cz_plane_self_open(cz_plane *p, cz_error *err);
 /* True when this build has MPI and MPI has been initialized. */
 bool cz_comm_mpi_available(void);
-/* Control and data plane over a duplicate of the MPI_Comm at handle (NULL = MPI_COMM_WORLD). */
-int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, cz_error *err);
-int cz_plane_mpi_open(cz_plane *p, const void *handle, cz_error *err);
+/* Control and data plane over a duplicate of the MPI_Comm at handle (NULL = MPI_COMM_WORLD).
+ * Every wait of them is bounded by timeout_s (cz_exec_mpi_timeout); a data plane takes the
+ * limit and the report channel of ctrl, an MPI control plane (mpi_watch.h). */
+int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, double timeout_s, cz_error *err);
+int cz_plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_error *err);
+/* What this process is doing, named in the report of a stalled MPI wait (what: a string
+ * literal; step: the optimizer step, -1 for none). Nothing without MPI. */
+void cz_comm_phase(const char *what, int64_t step);
+/* The MPI planes' time limit: cz_exec_config.mpi_timeout_s when > 0 (a config of this
+ * version), else the environment's CZ_MPI_TIMEOUT_S when it is a number > 0, else 1800 s. */
+double cz_exec_mpi_timeout(const cz_exec_config *cfg, const char *env);
 void cz_ctrl_close(cz_ctrl *c);
 void cz_plane_close(cz_plane *p);
 

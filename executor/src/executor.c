@@ -266,9 +266,11 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
                               "created (or a build with CZ_WITH_MPI=ON)");
             goto fail;
         }
-        rc = cz_ctrl_mpi_open(&ex->ctrl, cfg_in->world_comm, err);
+        cz_comm_phase("creating the executor", -1);
+        rc = cz_ctrl_mpi_open(&ex->ctrl, cfg_in->world_comm,
+                              cz_exec_mpi_timeout(cfg_in, getenv("CZ_MPI_TIMEOUT_S")), err);
         if (!rc)
-            rc = cz_plane_mpi_open(&ex->world, cfg_in->world_comm, err);
+            rc = cz_plane_mpi_open(&ex->world, cfg_in->world_comm, &ex->ctrl, err);
     } else if (strcmp(comm, "nccl") == 0) {
         rc = cz_exec_open_nccl(ex, cfg_in, err);
     } else if (strcmp(comm, "self") == 0) {
@@ -356,6 +358,7 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
         goto fail;
 
     ex->world.compute = &ex->compute; /* the planes wait on its events */
+    ex->world.label = "world";
     /* DP joins equal tp_rank ordered by dp_rank, TP equal dp_rank ordered by tp_rank; a
      * communicator the job handed in is used instead (an MPI_Comm is duplicated; an ncclComm_t
      * is borrowed: executor_backend.c). */
@@ -371,6 +374,8 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
         ex->tp_comm.compute = &ex->compute;
     } else if (!rc)
         rc = ex->world.ops->split(&ex->world, ex->dp_rank, ex->tp_rank, &ex->tp_comm, err);
+    ex->dp_comm.label = "DP";
+    ex->tp_comm.label = "TP";
     if (!rc && (ex->dp_comm.size != ex->dp || ex->dp_comm.rank != ex->dp_rank))
         rc = cz_error_set(err, CZ_EMISMATCH,
                           "the DP communicator has %d ranks and this process is its rank %d; the "

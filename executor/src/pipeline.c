@@ -511,6 +511,7 @@ static int open_width_planes(cz_executor *ex, cz_error *err)
                 return rc;
             cz_plane *wp = &pp->wplanes[pp->nwidths];
             wp->compute = &ex->compute;
+            wp->label = "cooperative";
             pp->widths[pp->nwidths++] = k; /* from here on, teardown closes it */
             if (wp->size != k)
                 return cz_error_set(err, CZ_EINTERNAL, "the sub-plane of width %d has %d ranks", k,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-rank executor tests: plans test-small with `canzona plan` and runs canzona-bench on 4
 # MPI ranks. Usage: bench.sh verify CLUSTER DP TP [fp32|bf16] [unified|split] | mismatch | options | nan | dump |
-# owncomms | replicas | grads | knobs | shampoo CLUSTER TP MAX_DIM [START MOMENTUM NESTEROV] |
+# owncomms | replicas | grads | knobs | stall | shampoo CLUSTER TP MAX_DIM [START MOMENTUM NESTEROV] |
 # soap CLUSTER TP [SHAMPOO_BETA] |
 # soap-sides CLUSTER TP | nolapacke
 # | average (exec_average.c, $CZ_AVERAGE, on 2 and 4 ranks)
@@ -246,6 +246,89 @@ options)
   [ "$n" -eq 4 ] || { echo "expected 4 ranks to refuse --json MODEL, got $n"; exit 1; }
   cmp "$tmp/m.json" "$model"
   ;;
+stall)
+  # A rank stopped mid-run (SIGSTOP) must not hang the others: with CZ_MPI_TIMEOUT_S=T every
+  # live rank reports, within T plus the diagnosis grace (T/2), the phase it waited in and the
+  # stopped rank, and the job ends non-zero (canzona-bench calls MPI_Abort once all printed).
+  plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
+  bound=4
+  grace=2
+  # This run's ranks carry a tag in their environment, so that only they are looked at.
+  tag="cz-stall-$$-$RANDOM"
+  CZ_MPI_TIMEOUT_S=$bound CZ_STALL_TAG=$tag timeout $((120 * scale)) mpirun --oversubscribe \
+    -x CZ_MPI_TIMEOUT_S -x CZ_STALL_TAG -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" \
+    --steps 10000000 --warmup 0 >"$tmp/out" 2>&1 &
+  job=$!
+  rank_pid() { # the pid of this run's rank $1
+    local f
+    for f in /proc/[0-9]*/environ; do
+      if tr '\0' '\n' <"$f" 2>/dev/null | grep -qx "CZ_STALL_TAG=$tag" &&
+        tr '\0' '\n' <"$f" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" &&
+        grep -q canzona-bench "${f%/environ}/cmdline" 2>/dev/null; then
+        basename "${f%/environ}"
+        return 0
+      fi
+    done
+    return 1
+  }
+  victim=
+  for _ in $(seq 1 $((100 * scale))); do
+    victim=$(rank_pid 2) && [ -n "$(rank_pid 0)" ] && break
+    sleep 0.2
+  done
+  [ -n "$victim" ] || { kill "$job" 2>/dev/null; cat "$tmp/out"; echo "rank 2 never started"; exit 1; }
+  # Well into the steps (creating the executor takes well under a second here).
+  sleep $((3 * scale))
+  kill -STOP "$victim"
+  t0=$(date +%s.%N)
+  rc=0
+  wait "$job" || rc=$?
+  t1=$(date +%s.%N)
+  kill -KILL "$victim" 2>/dev/null || true
+  cat "$tmp/out"
+  elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  echo "stall: mpirun ended $elapsed s after rank 2 was stopped (limit $bound s, grace $grace s), exit $rc"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected a non-zero exit before the outer timeout, got $rc"; exit 1; }
+  # Inside the bound: the limit, the grace, and room for mpirun to end the job on a loaded
+  # machine (scaled like every limit here).
+  awk -v e="$elapsed" -v lim=$((bound + grace + 10 * scale)) 'BEGIN { exit !(e <= lim) }' ||
+    { echo "the live ranks took $elapsed s, more than $bound + $grace s and the slack"; exit 1; }
+  # Each live rank: its step and phase, the operation, and rank 2 as the one it waited for
+  # (directly, or through the ranks of its operation, which wait for rank 2 themselves).
+  for r in 0 1 3; do
+    line=$(grep "^canzona-bench: rank $r: " "$tmp/out" | head -n 1)
+    [[ "$line" =~ (no\ MPI\ progress\ for|stopped\ waiting\ after)\ [0-9.]+\ s\ in\ step\ [0-9]+\ \( ]] &&
+      [[ "$line" =~ waiting\ for\ rank\ 2[\ ,].*did\ not\ answer ]] ||
+      { echo "rank $r did not report, mid-step, that it waited for rank 2: $line"; exit 1; }
+  done
+  # The stopped rank reports nothing (mpirun may still wake and terminate it: it says so).
+  if grep "^canzona-bench: rank 2:" "$tmp/out" | grep -vq "terminated (SIGTERM)"; then
+    echo "the stopped rank reported a stall"
+    exit 1
+  fi
+  # A rank that dies instead (SIGKILL): mpirun ends the job at once and names it; the others,
+  # terminated by mpirun, say in which step they were.
+  CZ_STALL_TAG=$tag timeout $((120 * scale)) mpirun --oversubscribe -x CZ_STALL_TAG -np 4 \
+    "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 10000000 --warmup 0 \
+    >"$tmp/out" 2>&1 &
+  job=$!
+  victim=
+  for _ in $(seq 1 $((100 * scale))); do
+    victim=$(rank_pid 2) && [ -n "$(rank_pid 0)" ] && break
+    sleep 0.2
+  done
+  [ -n "$victim" ] || { kill "$job" 2>/dev/null; cat "$tmp/out"; echo "rank 2 never started"; exit 1; }
+  sleep $((3 * scale))
+  kill -KILL "$victim"
+  rc=0
+  wait "$job" || rc=$?
+  cat "$tmp/out"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected a non-zero exit before the outer timeout, got $rc"; exit 1; }
+  for r in 0 1 3; do
+    grep -q "^canzona-bench: rank $r: terminated (SIGTERM) in step [0-9]" "$tmp/out" ||
+      { echo "rank $r did not say that it was terminated, and in which step"; exit 1; }
+  done
+  ;;
 replicas)
   # --verify also checks the DP replicas against each other: a corrupted replica is caught.
   plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
@@ -411,6 +494,6 @@ knobs)
   ;;
 *)
   echo "usage: bench.sh verify CLUSTER DP TP [fp32|bf16] | mismatch | options | nan | dump |" \
-    "owncomms | replicas | grads | knobs"
+    "owncomms | replicas | grads | knobs | stall | shampoo ... | soap ... | tasks ..."
   exit 2 ;;
 esac

@@ -6,6 +6,7 @@
 #include "bench.h"
 #include "bench_gpu.h"
 #include "file_io.h"
+#include "mpi_watch.h"
 #include "ns_bench.h"
 #include "npy.h"
 
@@ -16,8 +17,10 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct bench_opts {
     const char *plan, *model, *init_dir, *dump_dir, *json, *ns_coeffs, *inject_nan;
@@ -33,6 +36,91 @@ typedef struct bench_opts {
 } bench_opts;
 
 static int g_rank;
+/* Every wait of the bench's own collectives is bounded like the executor's (mpi_watch.h), on
+ * the same report channel: the executor's world is MPI_COMM_WORLD, so they share it. */
+static cz_mpi_chan *g_chan;
+static double g_timeout;
+
+/* A rank that dies (killed, crashed) ends the job through mpirun, which terminates the other
+ * ranks: each says so, with the step it was in, before it goes (mpirun's own message names
+ * the process that died). Only async-signal-safe calls here. */
+static volatile long g_step_now = -1;
+static char g_term_msg[96];
+static size_t g_term_len;
+
+static void on_term(int sig)
+{
+    char buf[160];
+    size_t n = g_term_len;
+    memcpy(buf, g_term_msg, n);
+    char digits[24];
+    int k = 0;
+    for (long v = g_step_now; v > 0 && k < 20; v /= 10)
+        digits[k++] = (char)('0' + v % 10);
+    if (k == 0)
+        digits[k++] = '0';
+    static const char in[] = " in step ",
+                      end[] = " (mpirun ends the job this way when a rank dies; its own "
+                              "message names which)\n";
+    memcpy(buf + n, in, sizeof in - 1);
+    n += sizeof in - 1;
+    while (k > 0)
+        buf[n++] = digits[--k];
+    memcpy(buf + n, end, sizeof end - 1);
+    n += sizeof end - 1;
+    ssize_t w = write(2, buf, n);
+    (void)w;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* A stalled rank: this rank's report, the other live ranks' time to print theirs, then the
+ * end of the job. MPI_Finalize would wait for the stalled rank forever. */
+static void stalled(const cz_error *err)
+{
+    signal(SIGTERM, SIG_DFL); /* the report says it all; MPI_Abort's SIGTERM needs no line */
+    fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err->message);
+    fflush(stderr);
+    cz_mpi_watch_settle();
+    MPI_Abort(MPI_COMM_WORLD, 3);
+}
+
+/* After a call of the executor that failed: a stall there ends the job the same way. */
+static void stop_if_stalled(int rc, const cz_error *err)
+{
+    if (rc && cz_mpi_watch_broken())
+        stalled(err);
+}
+
+/* Waits for the bench's collective r on comm; a stall ends the job (stalled). */
+static void bench_wait(MPI_Request *r, MPI_Comm comm, const char *what)
+{
+    cz_error err;
+    if (cz_mpi_wait(g_chan, r, 1, comm, NULL, g_timeout, what, &err))
+        stalled(&err);
+}
+
+static void bench_barrier(MPI_Comm comm, const char *what)
+{
+    MPI_Request r;
+    MPI_Ibarrier(comm, &r);
+    bench_wait(&r, comm, what);
+}
+
+static void bench_allreduce(const void *in, void *out, int n, MPI_Datatype t, MPI_Op op,
+                            MPI_Comm comm, const char *what)
+{
+    MPI_Request r;
+    MPI_Iallreduce(in, out, n, t, op, comm, &r);
+    bench_wait(&r, comm, what);
+}
+
+/* MPI_Comm_split has no non-blocking form: every rank of comm is known to be there first. */
+static void bench_split(MPI_Comm comm, int color, int key, MPI_Comm *out, const char *what)
+{
+    bench_barrier(comm, what);
+    MPI_Comm_split(comm, color, key, out);
+}
 
 static void usage(FILE *f)
 {
@@ -109,7 +197,9 @@ static void usage(FILE *f)
            "  --inject-nan NAME  (testing) put a NaN into NAME's gradient on rank 0\n"
            "  --bad-dp-comm      (testing) hand in a DP communicator of the wrong size\n"
            "  --corrupt-replica  (testing) change one parameter on DP rank 1 before --verify\n"
-           "  --help             this text\n");
+           "  --help             this text\n"
+           "Environment: CZ_MPI_TIMEOUT_S=S bounds every MPI wait (default 1800 s): after it\n"
+           "each live rank names the rank it waited for and the job ends (MPI_Abort).\n");
 }
 
 /* Returns 0, 1 for --help, or 2 with the reason in msg. Prints nothing: main agrees on the
@@ -487,7 +577,8 @@ static int agree_options(const bench_opts *o, int prc, const char *msg)
     }
     /* One reduction: any failure, the largest fingerprint, and the smallest (as ~max of ~). */
     uint64_t mine[3] = {prc == 2, fp, ~fp}, all[3];
-    MPI_Allreduce(mine, all, 3, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    bench_allreduce(mine, all, 3, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD,
+                    "canzona-bench's agreement on the options");
     if (prc == 2) {
         fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, msg);
         return 0;
@@ -510,8 +601,10 @@ static int agree_options(const bench_opts *o, int prc, const char *msg)
 /* Every rank learns whether any failed; prints the local message. Returns 1 if any failed. */
 static int any_failed(int rc, const cz_error *err, const char *what)
 {
+    stop_if_stalled(rc, err);
     int mine = rc != 0, any = 0;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    bench_allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD,
+                    "canzona-bench's agreement on failure");
     if (mine)
         fprintf(stderr, "canzona-bench: rank %d: %s: %s\n", g_rank, what, err->message);
     else if (any)
@@ -772,8 +865,10 @@ static int gather_full(const cz_plan *plan, MPI_Comm row, int dp_rank, const flo
             if (!all || !full[i])
                 rc = cz_error_set(err, CZ_ENOMEM, "out of memory gathering '%s'", p->def.name);
         }
-        MPI_Gather(P + param_offset(plan, p), (int)p->numel, MPI_FLOAT, all, (int)p->numel,
-                   MPI_FLOAT, 0, row);
+        MPI_Request r;
+        MPI_Igather(P + param_offset(plan, p), (int)p->numel, MPI_FLOAT, all, (int)p->numel,
+                    MPI_FLOAT, 0, row, &r);
+        bench_wait(&r, row, "canzona-bench's gather of the parameters");
         if (rank == 0 && !rc) {
             if (p->def.tp_dim < 0)
                 memcpy(full[i], all, (size_t)p->numel * sizeof(float));
@@ -942,9 +1037,9 @@ static int check_replicas(const float *P, size_t n, int tp_rank, int dp_rank, cz
         h *= 1099511628211ull;
     }
     MPI_Comm col;
-    MPI_Comm_split(MPI_COMM_WORLD, tp_rank, dp_rank, &col);
-    MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, col);
-    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, col);
+    bench_split(MPI_COMM_WORLD, tp_rank, dp_rank, &col, "canzona-bench's replica check");
+    bench_allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, col, "canzona-bench's replica check");
+    bench_allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, col, "canzona-bench's replica check");
     MPI_Comm_free(&col);
     if (lo != hi)
         return cz_error_set(err, CZ_EINTERNAL,
@@ -1032,6 +1127,15 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    g_term_len = (size_t)snprintf(g_term_msg, sizeof g_term_msg,
+                                  "canzona-bench: rank %d: terminated (SIGTERM)", g_rank);
+    if (g_term_len >= sizeof g_term_msg)
+        g_term_len = sizeof g_term_msg - 1;
+    signal(SIGTERM, on_term);
+    g_timeout = cz_exec_mpi_timeout(NULL, getenv("CZ_MPI_TIMEOUT_S"));
+    cz_mpi_watch_phase("canzona-bench, starting", -1);
+    if (cz_mpi_chan_open(&g_chan, MPI_COMM_WORLD, g_timeout, &err))
+        stalled(&err);
     char opt_msg[sizeof err.message] = "";
     int prc = parse(argc, argv, &o, opt_msg, sizeof opt_msg);
     if (!agree_options(&o, prc, opt_msg)) {
@@ -1088,16 +1192,21 @@ int main(int argc, char **argv)
         if (cz_plan_read(&tmp, o.plan, &err) == 0)
             tp = tmp->tp;
         cz_plan_free(tmp);
-        MPI_Comm_split(MPI_COMM_WORLD, g_rank % tp, g_rank / tp, &own_dp);
-        MPI_Comm_split(MPI_COMM_WORLD, g_rank / tp, g_rank % tp, &own_tp);
+        bench_split(MPI_COMM_WORLD, g_rank % tp, g_rank / tp, &own_dp,
+                    "canzona-bench's DP communicator");
+        bench_split(MPI_COMM_WORLD, g_rank / tp, g_rank % tp, &own_tp,
+                    "canzona-bench's TP communicator");
         cfg.dp_comm = o.bad_dp_comm ? (const void *)&world_comm : (const void *)&own_dp;
         cfg.tp_comm = &own_tp;
     }
 
     /* The executor reads and checks the plan and agrees on failure across ranks. */
+    if (cuda)
+        bench_barrier(MPI_COMM_WORLD, "canzona-bench's barrier before selecting the GPU");
     if (cuda && any_failed(bench_gpu_select(&err), &err, "selecting the GPU"))
         goto done;
     int rc = cz_executor_create(&ex, o.plan, &cfg, &err);
+    stop_if_stalled(rc, &err);
     if (rc) {
         fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err.message);
         goto done;
@@ -1163,6 +1272,8 @@ int main(int argc, char **argv)
     for (int s = 0; s < total; s++) {
         if (s == 1)
             allocs_after_first = cz_exec_alloc_count();
+        g_step_now = s + 1;
+        cz_mpi_watch_phase("canzona-bench, reading the step's gradients", s + 1);
         rc = fill_grads(&o, plan, dp_rank, tp_rank, s, G, &err);
         if (any_failed(rc, &err, "reading the gradients"))
             goto done;
@@ -1180,8 +1291,10 @@ int main(int argc, char **argv)
         if (cuda && any_failed(bench_gpu_copy(gpu.grads, hostG, bytes, 1, &err), &err,
                                "uploading the gradients"))
             goto done;
-        MPI_Barrier(MPI_COMM_WORLD);
+        cz_mpi_watch_phase("canzona-bench, before the step", s + 1);
+        bench_barrier(MPI_COMM_WORLD, "canzona-bench's barrier before a step");
         rc = cz_executor_step(ex, &err);
+        stop_if_stalled(rc, &err);
         if (rc) {
             fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err.message);
             goto done;
@@ -1193,7 +1306,9 @@ int main(int argc, char **argv)
         cz_executor_timings(ex, &t);
         double v[5] = {t.reduce_scatter, t.elementwise, t.matrix, t.all_gather, t.total}, mx[5];
         /* A step lasts as long as its slowest rank. */
-        MPI_Allreduce(v, mx, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        cz_mpi_watch_phase("canzona-bench, timing the step", s + 1);
+        bench_allreduce(v, mx, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD,
+                        "canzona-bench's step timings");
         for (int k = 0; k < 5; k++)
             per[k][s - o.warmup] = mx[k];
     }
@@ -1205,7 +1320,9 @@ int main(int argc, char **argv)
             P[k] = cz_f32_from_bf16(Pb[k]);
     /* Steps after the first must allocate nothing (every executor allocation is counted). */
     uint64_t step_allocs = total > 1 ? cz_exec_alloc_count() - allocs_after_first : 0, max_allocs;
-    MPI_Allreduce(&step_allocs, &max_allocs, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    cz_mpi_watch_phase("canzona-bench, after the steps", -1);
+    bench_allreduce(&step_allocs, &max_allocs, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD,
+                    "canzona-bench's allocation count");
     /* After the count: a checkpoint allocates, a step must not. */
     rc = o.save_state ? cz_executor_save_state(ex, o.save_state, &err) : CZ_OK;
     if (any_failed(rc, &err, "saving the optimizer state"))
@@ -1242,7 +1359,7 @@ int main(int argc, char **argv)
             printf("verify: every DP replica holds identical parameters\n");
     }
     if (o.dump_dir || o.verify) {
-        MPI_Comm_split(MPI_COMM_WORLD, dp_rank, tp_rank, &row);
+        bench_split(MPI_COMM_WORLD, dp_rank, tp_rank, &row, "canzona-bench's parameter gather");
         full = calloc(plan->nparams ? plan->nparams : 1, sizeof *full);
         rc = full ? gather_full(plan, row, dp_rank, P, full, &err)
                   : cz_error_set(&err, CZ_ENOMEM, "out of memory");
@@ -1288,6 +1405,7 @@ done:
     free(G);
     free(Pb);
     free(Gb);
+    cz_mpi_chan_close(g_chan);
     MPI_Finalize();
     return status;
 }
