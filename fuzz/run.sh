@@ -5,7 +5,8 @@
 #   fuzz/run.sh [SECONDS_PER_HARNESS] [HARNESS...]
 #
 # SECONDS_PER_HARNESS defaults to 25 (what tools/test.sh runs); a longer campaign is e.g.
-# `fuzz/run.sh 600`. HARNESS names (model cluster plan plan_exec import_hf npy) pick a subset.
+# `fuzz/run.sh 600`. HARNESS names (model cluster plan plan_exec import_hf npy safetensors) pick
+# a subset.
 # Everything is written to a mktemp -d folder, never into the tree. Prints the executions per
 # harness; exits non-zero when any harness finds a crash, a leak, undefined behaviour, a
 # time-out or a broken property. The folder is then kept and the reproducer's path printed
@@ -21,7 +22,7 @@ case "$secs" in
   exit 2
   ;;
 esac
-all=(model cluster plan plan_exec import_hf npy)
+all=(model cluster plan plan_exec import_hf npy safetensors)
 harnesses=("$@")
 [ ${#harnesses[@]} -gt 0 ] || harnesses=("${all[@]}")
 for h in "${harnesses[@]}"; do
@@ -118,6 +119,18 @@ for h in plan plan_exec; do
   done
 done
 
+# Checkpoint seeds: the safetensors harness writes its three executors' checkpoints (Muon with
+# AdamW, Shampoo with every optional tensor, SOAP) after three steps, as its executors hold
+# them, and exits.
+mkdir -p "$work/corpus/safetensors"
+CZ_FUZZ_SEED_DIR="$work/corpus/safetensors" ASAN_OPTIONS=detect_leaks=0 \
+  "$bdir/fuzz/fuzz_safetensors" >"$work/logs/safetensors-seeds.log" 2>&1 ||
+  { cat "$work/logs/safetensors-seeds.log"; echo "fuzz/run.sh: no checkpoint seeds" >&2; exit 1; }
+for opt in muon shampoo soap; do
+  [ -s "$work/corpus/safetensors/$opt.safetensors" ] ||
+    { echo "fuzz/run.sh: no $opt checkpoint seed" >&2; exit 1; }
+done
+
 # .npy seeds: two prefix bytes (expected rank and shape, see fuzz_npy.c), then the file.
 mkdir -p "$work/corpus/npy"
 python3 - "$work/corpus/npy" <<'EOF'
@@ -156,7 +169,7 @@ for h in "${harnesses[@]}"; do
     -max_len=65536 -artifact_prefix="$work/artifacts/$h-" "$work/corpus/$h" >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
   after=$(find "$work/corpus/$h" -type f | wc -l)
-  printf '%-10s %10s executions in %s s, corpus %d -> %d inputs' "$h" "${execs:-?}" "$secs" \
+  printf '%-12s %10s executions in %s s, corpus %d -> %d inputs' "$h" "${execs:-?}" "$secs" \
     "$before" "$after"
   if [ "$rc" -ne 0 ]; then
     printf ' FAILED (exit %d)\n' "$rc"

@@ -437,9 +437,14 @@ static int add_decay(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int64
     }
     b->decay_of = e->param;
     int64_t ld = p->def.shape[1];
+    /* A zero part is not added: -0 + 0 would be +0, and a checkpoint just loaded (whose
+     * weight-decay part restarts at zero) must save the bytes it was read from. */
     for (int64_t r = 0; root && r < e->shape[0]; r++)
-        for (int64_t c = 0; c < e->shape[1]; c++)
-            dst[r * e->shape[1] + c] += b->decay[(e->r0 + r) * ld + e->c0 + c];
+        for (int64_t c = 0; c < e->shape[1]; c++) {
+            float d = b->decay[(e->r0 + r) * ld + e->c0 + c];
+            if (d != 0.0f)
+                dst[r * e->shape[1] + c] += d;
+        }
     return CZ_OK;
 }
 

@@ -882,6 +882,37 @@ START_TEST(shampoo_momentum_with_weight_decay)
 }
 END_TEST
 
+/* A checkpoint just loaded saves the bytes it was read from, a negative zero in Shampoo's
+ * momentum included: the weight-decay part restarts at zero and must not be added as +0 (the
+ * safetensors fuzz harness found -0 saved as +0). */
+START_TEST(shampoo_momentum_saved_as_loaded)
+{
+    if (!have_linalg())
+        return;
+    cz_exec_config cfg;
+    shampoo_config(&cfg, 4);
+    cfg.weight_decay = 0.05f;
+    rig a;
+    rig_open_with(&a, PARAMS, NP, CZ_OPTIM_SHAMPOO, &cfg);
+    for (int s = 0; s < 3; s++)
+        rig_step(&a, (uint64_t)s);
+    saved sv;
+    save_and_parse(&a, &sv);
+    poke(&sv, "proj.shampoo.0_4.momentum", 3, -0.0f);
+    write_file(tmp_path("negzero.safetensors"), sv.file, sv.len);
+    cz_error err;
+    ck_assert_msg(cz_executor_load_state(a.ex, tmp_path("negzero.safetensors"), &err) == 0, "%s",
+                  err.message);
+    ck_assert_int_eq(cz_executor_save_state(a.ex, tmp_path("again.safetensors"), &err), 0);
+    char *again;
+    ck_assert_uint_eq(read_file(tmp_path("again.safetensors"), &again), sv.len);
+    ck_assert_mem_eq(again, sv.file, sv.len);
+    free(again);
+    saved_free(&sv);
+    rig_close(&a);
+}
+END_TEST
+
 /* A checkpoint read from a FIFO whose writer never stops: the load reads no more than this
  * plan's checkpoint can hold, refuses, and the writer sees the pipe closed. */
 START_TEST(pipe_read_up_to_the_plans_size)
@@ -1158,6 +1189,7 @@ int main(void)
     tcase_add_test(tc, shampoo_round_trip_resumes_exactly);
     tcase_add_test(tc, soap_round_trip_resumes_exactly);
     tcase_add_test(tc, shampoo_momentum_with_weight_decay);
+    tcase_add_test(tc, shampoo_momentum_saved_as_loaded);
     tcase_add_test(tc, shampoo_and_soap_tensor_names);
     tcase_add_test(tc, shampoo_and_soap_foreign_files_refused);
     tcase_add_test(tc, shampoo_and_soap_damaged_tensors_refused);
