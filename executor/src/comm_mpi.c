@@ -24,7 +24,6 @@ typedef struct mpi_plane {
     cz_mpi_chan *chan; /* the control plane's diagnosis channel: owned there, borrowed here */
     bool owns_chan;
     double timeout_s;
-    const char *label; /* "control plane", or the data plane's cz_plane.label */
 } mpi_plane;
 
 /* Up to one send and one receive per peer, plus room for a collective. peer[k] is the plane
