@@ -1,6 +1,8 @@
 /*
- * A structure-aware mutator for the JSON harnesses (LLVMFuzzerCustomMutator), linked into
- * every harness whose input is a JSON document (model, cluster, plan, plan_exec, import_hf).
+ * A structure-aware mutator for the JSON harnesses (fz_json_mutate, their
+ * LLVMFuzzerCustomMutator through fuzz_json_custom.c), linked into every harness whose input is
+ * a JSON document (model, cluster, plan, plan_exec, import_hf); the safetensors harness edits
+ * its header with the same edits (fz_json_edit).
  *
  * Byte-level mutations mostly break a JSON file's syntax and so mostly test the parser. This
  * mutator parses the input with jansson, edits one to three values of the tree (integers
@@ -13,6 +15,7 @@
  * byte-level mutator, which keeps the parser and the error paths covered.
  */
 #include "cz_types.h"
+#include "fuzz_util.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -337,7 +340,14 @@ static size_t reserialize(const json_t *root, uint8_t *data, size_t max)
     return len;
 }
 
-size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned int seed)
+void fz_json_edit(json_t *root, uint64_t *s)
+{
+    size_t edits = 1 + rng_below(s, 3);
+    for (size_t i = 0; i < edits; i++)
+        mutate_once(root, s);
+}
+
+size_t fz_json_mutate(uint8_t *data, size_t size, size_t max_size, unsigned int seed)
 {
     json_error_t je;
     uint64_t s = seed;
@@ -346,9 +356,7 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsi
         json_decref(root);
         return LLVMFuzzerMutate(data, size, max_size);
     }
-    size_t edits = 1 + rng_below(&s, 3);
-    for (size_t i = 0; i < edits; i++)
-        mutate_once(root, &s);
+    fz_json_edit(root, &s);
     rehash_plan(root, &s);
     size_t len = reserialize(root, data, max_size);
     json_decref(root);

@@ -59,4 +59,10 @@ void fz_print_violations(const json_t *violations, size_t max);
  * the plan (the caller frees it) or NULL. */
 cz_plan *fz_plan_validated(const cz_model *model, const cz_cluster *cluster, const char *what);
 
+/* The structure-aware JSON mutator (fuzz_json_mutator.c): one to three edits of the tree
+ * (fz_json_edit, seeded by *s), or the whole input as a JSON document edited and written back
+ * (fz_json_mutate; libFuzzer's byte mutator one call in four and for what does not parse). */
+void fz_json_edit(json_t *root, uint64_t *s);
+size_t fz_json_mutate(uint8_t *data, size_t size, size_t max_size, unsigned int seed);
+
 #endif

@@ -5,7 +5,8 @@
 #   fuzz/run.sh [SECONDS_PER_HARNESS] [HARNESS...]
 #
 # SECONDS_PER_HARNESS defaults to 25 (what tools/test.sh runs); a longer campaign is e.g.
-# `fuzz/run.sh 600`. HARNESS names (model cluster plan plan_exec import_hf npy) pick a subset.
+# `fuzz/run.sh 600`. HARNESS names (model cluster plan plan_exec import_hf npy safetensors) pick
+# a subset.
 # Everything is written to a mktemp -d folder, never into the tree. Prints the executions per
 # harness; exits non-zero when any harness finds a crash, a leak, undefined behaviour, a
 # time-out or a broken property. The folder is then kept and the reproducer's path printed
@@ -21,7 +22,7 @@ case "$secs" in
   exit 2
   ;;
 esac
-all=(model cluster plan plan_exec import_hf npy)
+all=(model cluster plan plan_exec import_hf npy safetensors)
 harnesses=("$@")
 [ ${#harnesses[@]} -gt 0 ] || harnesses=("${all[@]}")
 for h in "${harnesses[@]}"; do
@@ -95,10 +96,39 @@ for m in tests/data/model_tiny.json plans/models/test-small.json; do
     plan_seed plan "$m" "$c" --optimizer soap --unit flops --tp single
     plan_seed plan "$m" "$c" --layout split --dp anchored --tp slot
   done
-  # canzona.plan/2: block tasks, and cooperative ones of width 2 and of the cost model's choice.
-  plan_seed plan "$m" plans/clusters/cpu-4-dp1-tp4.json --split-blocks --coop 2
-  plan_seed plan "$m" plans/clusters/cpu-4-dp2-tp2.json --split-blocks --coop auto
-  plan_seed plan "$m" plans/clusters/cpu-4-dp1-tp4.json --split-blocks --tp slot
+  # canzona.plan/2: block tasks, and cooperative ones of width 2, 4 and of the cost model's
+  # choice, under both buffer layouts; the executor runs them all (plan_exec) as well as the
+  # analysis commands (plan).
+  for h in plan plan_exec; do
+    plan_seed "$h" "$m" plans/clusters/cpu-4-dp1-tp4.json --split-blocks --coop 2
+    plan_seed "$h" "$m" plans/clusters/cpu-4-dp2-tp2.json --split-blocks --coop auto
+    plan_seed "$h" "$m" plans/clusters/cpu-4-dp1-tp4.json --split-blocks --tp slot
+    plan_seed "$h" "$m" plans/clusters/cpu-4-dp1-tp4.json --coop 4
+    plan_seed "$h" "$m" plans/clusters/cpu-4-dp2-tp2.json --split-blocks --coop 2 --layout split
+  done
+done
+# The seeds must reach what they are for: each plan harness gets version 2 plans with
+# cooperative tasks and split-layout plans (plan_exec's once had neither kind of version 2
+# plan, so the fuzzer started far from the executor's task checks).
+for h in plan plan_exec; do
+  for want in '"schema": "canzona.plan/2"' '"width": [2-9]' '"layout": "split"'; do
+    if ! grep -lq "$want" "$work/corpus/$h"/*.json; then
+      echo "fuzz/run.sh: no $h seed holds $want" >&2
+      exit 1
+    fi
+  done
+done
+
+# Checkpoint seeds: the safetensors harness writes its three executors' checkpoints (Muon with
+# AdamW, Shampoo with every optional tensor, SOAP) after three steps, as its executors hold
+# them, and exits.
+mkdir -p "$work/corpus/safetensors"
+CZ_FUZZ_SEED_DIR="$work/corpus/safetensors" ASAN_OPTIONS=detect_leaks=0 \
+  "$bdir/fuzz/fuzz_safetensors" >"$work/logs/safetensors-seeds.log" 2>&1 ||
+  { cat "$work/logs/safetensors-seeds.log"; echo "fuzz/run.sh: no checkpoint seeds" >&2; exit 1; }
+for opt in muon shampoo soap; do
+  [ -s "$work/corpus/safetensors/$opt.safetensors" ] ||
+    { echo "fuzz/run.sh: no $opt checkpoint seed" >&2; exit 1; }
 done
 
 # .npy seeds: two prefix bytes (expected rank and shape, see fuzz_npy.c), then the file.
@@ -139,7 +169,7 @@ for h in "${harnesses[@]}"; do
     -max_len=65536 -artifact_prefix="$work/artifacts/$h-" "$work/corpus/$h" >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
   after=$(find "$work/corpus/$h" -type f | wc -l)
-  printf '%-10s %10s executions in %s s, corpus %d -> %d inputs' "$h" "${execs:-?}" "$secs" \
+  printf '%-12s %10s executions in %s s, corpus %d -> %d inputs' "$h" "${execs:-?}" "$secs" \
     "$before" "$after"
   if [ "$rc" -ne 0 ]; then
     printf ' FAILED (exit %d)\n' "$rc"

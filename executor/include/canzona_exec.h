@@ -39,7 +39,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define CZ_EXEC_CONFIG_VERSION 4
+#define CZ_EXEC_CONFIG_VERSION 5
 
 /* How Muon scales the orthogonalized update of an m x n block (rows x cols as stored). */
 typedef enum cz_muon_scaling {
@@ -149,7 +149,9 @@ typedef struct cz_exec_config {
     float shampoo_eps;                    /* added after the eigenvalue shift, default 1e-12 */
     float shampoo_momentum;               /* default 0 */
     int shampoo_nesterov;                 /* default 0 */
-    int shampoo_start_step;               /* first preconditioned step; -1 (default) = the plan's
+    int shampoo_start_step;               /* first preconditioned step, whose inverse roots are
+                                             computed then (and at every multiple of the
+                                             frequency after it); -1 (default) = the plan's
                                              precondition_frequency */
     int shampoo_max_dim;                  /* blocks sides longer than this; 0 (default) = 1024 */
     int shampoo_bias_correction;          /* of the filtered gradient and the factors, default 1 */
@@ -171,6 +173,15 @@ typedef struct cz_exec_config {
      * (a peer that died or never arrived). 0 (default) = the environment's CZ_NCCL_TIMEOUT_S
      * when set, else 300. */
     double nccl_timeout_s;
+
+    /* Added in version 5. comm "mpi" (and the MPI control plane under "nccl"): seconds that
+     * one wait of an MPI collective or transfer may go without completing. Then every live
+     * rank asks the others which are still there, returns CZ_ETIMEOUT with a message naming
+     * the step, the operation and the rank(s) it waited for, and the communicators cannot be
+     * used any more (free the executor and end the job with MPI_Abort: MPI_Finalize would wait
+     * for the stopped rank). 0 (default) = the environment's CZ_MPI_TIMEOUT_S when set, else
+     * 1800. */
+    double mpi_timeout_s;
 } cz_exec_config;
 
 /* Fills *cfg with the defaults above. */

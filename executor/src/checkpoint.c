@@ -31,12 +31,18 @@
 #include "file_io.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define CZ_OPTIM_FORMAT "canzona.optim/1"
-/* Largest checkpoint rank 0 reads (1 TiB): a bound on the file, not a memory reservation. */
-#define CZ_STATE_MAX_BYTES ((size_t)1 << 40)
+/* Most steps a checkpoint may record: the optimizers take the step count as a double for their
+ * bias corrections, exact up to 2^53, and a step must still be able to add one. */
+#define CZ_STATE_MAX_STEPS ((int64_t)1 << 53)
+/* Header bytes allowed per tensor beyond six times its name (every character escaped as \uXXXX)
+ * and for the metadata: what any writer's formatting of dtype, shape and offsets needs. */
+#define CZ_HEADER_PER_TENSOR 256
+#define CZ_HEADER_SLACK 65536
 
 static int64_t full_numel(const cz_plan_param *p)
 {
@@ -58,6 +64,9 @@ typedef struct ck_entry {
     char suffix[64];
     int ndim;
     int64_t shape[2], n;
+    cz_state_values values; /* what a load accepts in it */
+    bool momentum;          /* Shampoo's momentum of the tile at (r0, c0) */
+    int64_t r0, c0;
 } ck_entry;
 
 /* Shampoo's or SOAP's tensors of p (out NULL: only count them). */
@@ -96,6 +105,7 @@ static int entries_build(const cz_executor *ex, ck_entry **out, size_t *count, c
                 e[at] =
                     (ck_entry){.param = (int)i, .k = k, .ndim = p->def.ndim, .n = full_numel(p)};
                 e[at].kind = p->def.kind == CZ_KIND_MATRIX ? CK_MOMENTUM : CK_ADAM;
+                e[at].values = e[at].kind == CK_ADAM && k == 1 ? CZ_STATE_NONNEG : CZ_STATE_FINITE;
                 e[at].shape[0] = p->def.shape[0];
                 e[at].shape[1] = p->def.ndim == 1 ? 1 : p->def.shape[1];
                 snprintf(e[at].suffix, sizeof e[at].suffix, "%s",
@@ -111,6 +121,10 @@ static int entries_build(const cz_executor *ex, ck_entry **out, size_t *count, c
             e[at].shape[0] = t[k].rows;
             e[at].shape[1] = t[k].cols;
             e[at].n = t[k].rows * t[k].cols;
+            e[at].values = t[k].values;
+            e[at].momentum = t[k].momentum;
+            e[at].r0 = t[k].r0;
+            e[at].c0 = t[k].c0;
             memcpy(e[at].suffix, t[k].suffix, sizeof e[at].suffix);
         }
     }
@@ -272,18 +286,32 @@ static void max_sizes(const cz_plan *plan, const ck_entry *e, size_t n, int64_t 
  * host buffers for a whole tensor and a shard. */
 typedef struct ck_bufs {
     float *dev, *host, *shard, *part;
+    float *decay; /* Shampoo with momentum: a whole matrix's weight-decay momentum */
+    int decay_of; /* the parameter it holds, -1 none */
     cz_comm_req *req;
 } ck_bufs;
 
+/* Elements of the largest matrix parameter (whole). */
+static int64_t max_matrix(const cz_plan *plan)
+{
+    int64_t most = 1;
+    for (size_t i = 0; i < plan->nparams; i++)
+        if (plan->params[i].def.kind == CZ_KIND_MATRIX && full_numel(&plan->params[i]) > most)
+            most = full_numel(&plan->params[i]);
+    return most;
+}
+
 static int bufs_open(cz_executor *ex, ck_bufs *b, int64_t full, int64_t local, cz_error *err)
 {
-    *b = (ck_bufs){0};
+    *b = (ck_bufs){.decay_of = -1};
     b->dev = ex->compute.ops->alloc(&ex->compute, (size_t)full * sizeof(float));
     b->host = malloc((size_t)full * sizeof(float));
     b->shard = malloc((size_t)local * sizeof(float));
     b->part = malloc((size_t)full * sizeof(float));
     b->req = ex->world.ops->req_create(&ex->world);
-    if (!b->dev || !b->host || !b->shard || !b->part || !b->req)
+    if (ex->shampoo_decay)
+        b->decay = malloc((size_t)max_matrix(ex->plan) * sizeof(float));
+    if (!b->dev || !b->host || !b->shard || !b->part || !b->req || (ex->shampoo_decay && !b->decay))
         return cz_error_set(err, CZ_ENOMEM,
                             "out of memory for the checkpoint's buffers (%lld floats)",
                             (long long)full);
@@ -299,6 +327,7 @@ static void bufs_close(cz_executor *ex, ck_bufs *b)
     free(b->host);
     free(b->shard);
     free(b->part);
+    free(b->decay);
 }
 
 /* ---- save ---- */
@@ -389,6 +418,36 @@ static int save_momentum(cz_executor *ex, ck_bufs *b, const ck_entry *e, const i
     return rc;
 }
 
+/* Shampoo's momentum as Distributed Shampoo keeps it: the host's part (in dst, rank 0's copy
+ * of the tile) plus the weight-decay part the ranks keep beside their shards of the matrix
+ * (cz_shampoo_decay_momentum), gathered whole once per matrix. */
+static int add_decay(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int64_t *grid,
+                     float *dst, cz_error *err)
+{
+    const cz_plan_param *p = &ex->plan->params[e->param];
+    bool root = ex->world.rank == 0;
+    for (int t = 0; t < ex->tp && b->decay_of != e->param; t++) {
+        int src = (int)grid[p->dp_owner * ex->tp + t];
+        int rc = fetch(ex, b, ex->world.rank == src ? ex->shampoo_decay[e->param] : NULL, p->numel,
+                       src, root ? b->shard : NULL, err);
+        if (rc)
+            return rc;
+        if (root)
+            cz_shard_unpack(p, ex->tp, t, b->shard, b->decay);
+    }
+    b->decay_of = e->param;
+    int64_t ld = p->def.shape[1];
+    /* A zero part is not added: -0 + 0 would be +0, and a checkpoint just loaded (whose
+     * weight-decay part restarts at zero) must save the bytes it was read from. */
+    for (int64_t r = 0; root && r < e->shape[0]; r++)
+        for (int64_t c = 0; c < e->shape[1]; c++) {
+            float d = b->decay[(e->r0 + r) * ld + e->c0 + c];
+            if (d != 0.0f)
+                dst[r * e->shape[1] + c] += d;
+        }
+    return CZ_OK;
+}
+
 /* Every rank checks that it keeps each buffer the list says it does (the list and the state
  * are built apart; a disagreement would leave a transfer without its peer). */
 static int check_buffers(const cz_executor *ex, const ck_entry *e, size_t ne, cz_error *err)
@@ -447,6 +506,7 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
     ck_bufs b = {0};
     size_t ne = 0, hlen = 0, data_bytes = 0, total = 0;
 
+    cz_comm_phase("saving the optimizer state", ex->steps);
     int rc = check_usable(ex, "save_state", err);
     if (!rc && root && (!path || !*path))
         rc = cz_error_set(err, CZ_EINVALID, "save_state: no checkpoint path given");
@@ -506,6 +566,8 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
             int src = (int)holder[e[i].param];
             rc = fetch(ex, &b, ex->world.rank == src ? entry_buffer(ex, &e[i]) : NULL, e[i].n, src,
                        dst, err);
+            if (!rc && e[i].momentum && ex->shampoo_decay)
+                rc = add_decay(ex, &b, &e[i], grid, dst, err);
             continue;
         }
         /* An AdamW moment: every TP rank's shard, put back together from the pieces the DP
@@ -548,6 +610,12 @@ static int get_size(json_t *a, size_t i, int64_t *out)
     return 0;
 }
 
+/* The key of tensor e in the file: "<param name>.<suffix>". */
+static void entry_key(const cz_plan *plan, const ck_entry *e, char *key, size_t cap)
+{
+    snprintf(key, cap, "%s.%s", plan->params[e->param].def.name, e->suffix);
+}
+
 /* Names the first tensor of root that is not in the list (nor __metadata__). */
 static int find_foreign(const cz_plan *plan, const ck_entry *e, size_t ne, json_t *root,
                         const char *path, cz_error *err)
@@ -558,7 +626,7 @@ static int find_foreign(const cz_plan *plan, const ck_entry *e, size_t ne, json_
     int rc = CZ_OK;
     char key[1024];
     for (size_t i = 0; i < ne && !rc; i++) {
-        snprintf(key, sizeof key, "%s.%s", plan->params[e[i].param].def.name, e[i].suffix);
+        entry_key(plan, &e[i], key, sizeof key);
         if (json_object_set_new(known, key, json_true()))
             rc = cz_error_set(err, CZ_ENOMEM, "load_state: out of memory");
     }
@@ -577,9 +645,212 @@ static int find_foreign(const cz_plan *plan, const ck_entry *e, size_t ne, json_
     return rc;
 }
 
+/* The largest file a checkpoint of this list can be: the plan fixes the tensor data exactly;
+ * the header is bounded by its tensors' names (see CZ_HEADER_PER_TENSOR). *data gets the
+ * data's size. */
+static size_t checkpoint_cap(const cz_plan *plan, const ck_entry *e, size_t ne, size_t *data)
+{
+    size_t header = CZ_HEADER_SLACK;
+    *data = 0;
+    for (size_t i = 0; i < ne; i++) {
+        char key[1024];
+        entry_key(plan, &e[i], key, sizeof key);
+        header += 6 * strlen(key) + CZ_HEADER_PER_TENSOR;
+        *data += (size_t)e[i].n * sizeof(float);
+    }
+    return 8 + header + *data;
+}
+
+/* The step count of __metadata__.step: decimal digits only (no sign, no spaces), at most
+ * CZ_STATE_MAX_STEPS. */
+static int parse_steps(const char *step, const char *path, int64_t *out, cz_error *err)
+{
+    int64_t v = 0;
+    bool ok = step && *step;
+    for (const char *c = step; ok && *c; c++) {
+        ok = *c >= '0' && *c <= '9';
+        if (ok)
+            v = v * 10 + (*c - '0');
+        ok = ok && v <= CZ_STATE_MAX_STEPS; /* checked per digit: v * 10 cannot overflow */
+    }
+    if (!ok)
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: __metadata__.step is %s%s%s; expected a string of decimal digits "
+                            "from \"0\" to \"%lld\" (the steps taken)",
+                            path, step ? "\"" : "", step ? step : "missing", step ? "\"" : "",
+                            (long long)CZ_STATE_MAX_STEPS);
+    *out = v;
+    return CZ_OK;
+}
+
+/* __metadata__: an object of strings (the safetensors format) with our format and the step. */
+static int parse_metadata(json_t *root, const char *path, int64_t *steps, cz_error *err)
+{
+    json_t *meta = json_object_get(root, "__metadata__");
+    const char *k;
+    json_t *v;
+    if (!json_is_object(meta))
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: no __metadata__ object (not a canzona optimizer-state checkpoint)",
+                            path);
+    json_object_foreach(meta, k, v)
+    {
+        if (!json_is_string(v))
+            return cz_error_set(err, CZ_EINVALID,
+                                "%s: __metadata__.%s is not a string; safetensors metadata maps "
+                                "strings to strings",
+                                path, k);
+    }
+    const char *format = json_string_value(json_object_get(meta, "format"));
+    if (!format || strcmp(format, CZ_OPTIM_FORMAT) != 0)
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: __metadata__.format is %s%s%s, expected \"" CZ_OPTIM_FORMAT
+                            "\" (not a canzona optimizer-state checkpoint)",
+                            path, format ? "\"" : "", format ? format : "missing",
+                            format ? "\"" : "");
+    return parse_steps(json_string_value(json_object_get(meta, "step")), path, steps, err);
+}
+
+/* Tensor i of the list in the header: an object of exactly dtype "F32", the plan's shape and
+ * data_offsets spanning its bytes. Sets offs[i] (relative to the data). */
+static int parse_tensor(const cz_plan *plan, const ck_entry *e, json_t *root, const char *path,
+                        size_t *offs, cz_error *err)
+{
+    char key[1024];
+    entry_key(plan, e, key, sizeof key);
+    json_t *t = json_object_get(root, key);
+    if (!t)
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "%s: no tensor '%s': the checkpoint belongs to another model, "
+                            "optimizer assignment or optimizer settings (Shampoo's and SOAP's "
+                            "tensors follow max_dim and the kept state)",
+                            path, key);
+    if (!json_is_object(t))
+        return cz_error_set(err, CZ_EINVALID, "%s: '%s' is not an object", path, key);
+    const char *k;
+    json_t *v;
+    json_object_foreach(t, k, v)
+    {
+        if (strcmp(k, "dtype") != 0 && strcmp(k, "shape") != 0 && strcmp(k, "data_offsets") != 0)
+            return cz_error_set(err, CZ_EINVALID,
+                                "%s: '%s': unknown member '%s'; a safetensors tensor has dtype, "
+                                "shape and data_offsets",
+                                path, key, k);
+    }
+    const char *dtype = json_string_value(json_object_get(t, "dtype"));
+    json_t *shape = json_object_get(t, "shape"), *offsets = json_object_get(t, "data_offsets");
+    int64_t d0 = 0, d1 = 1, b = 0, f = 0;
+    bool shape_ok = json_is_array(shape) && (int)json_array_size(shape) == e->ndim &&
+                    !get_size(shape, 0, &d0) && (e->ndim == 1 || !get_size(shape, 1, &d1));
+    if (!dtype || strcmp(dtype, "F32") != 0)
+        return cz_error_set(err, CZ_EINVALID, "%s: '%s': dtype %s, expected F32", path, key,
+                            dtype ? dtype : "missing");
+    if (!shape_ok || d0 != e->shape[0] || (e->ndim == 2 && d1 != e->shape[1])) {
+        char want[64];
+        if (e->ndim == 1)
+            snprintf(want, sizeof want, "[%lld]", (long long)e->shape[0]);
+        else
+            snprintf(want, sizeof want, "[%lld, %lld]", (long long)e->shape[0],
+                     (long long)e->shape[1]);
+        return cz_error_set(err, CZ_EMISMATCH, "%s: '%s': shape differs from the plan's %s", path,
+                            key, want);
+    }
+    if (!json_is_array(offsets) || json_array_size(offsets) != 2 || get_size(offsets, 0, &b) ||
+        get_size(offsets, 1, &f) || f < b || f - b != e->n * (int64_t)sizeof(float))
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: '%s': data_offsets must be [begin, end] spanning its %lld floats "
+                            "(%lld bytes)",
+                            path, key, (long long)e->n, (long long)e->n * (long long)sizeof(float));
+    offs[0] = (size_t)b;
+    return CZ_OK;
+}
+
+typedef struct span {
+    size_t begin;
+    size_t entry;
+} span;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* The tensors' data must tile the data section exactly, as the reference safetensors loader
+ * requires: sorted by offset, each begins where the one before ends, the first at 0, the last
+ * ends with the file. So no two overlap (one tensor's bytes read as another's), none starts
+ * unaligned (every size is a multiple of 4), and nothing follows the last. */
+static int check_tiling(const cz_plan *plan, const ck_entry *e, size_t ne, const size_t *offs,
+                        size_t data_len, const char *path, cz_error *err)
+{
+    span *v = calloc(ne ? ne : 1, sizeof *v);
+    if (!v)
+        return cz_error_set(err, CZ_ENOMEM, "load_state: out of memory");
+    for (size_t i = 0; i < ne; i++)
+        v[i] = (span){offs[i], i};
+    qsort(v, ne, sizeof *v, span_cmp);
+    int rc = CZ_OK;
+    size_t at = 0;
+    char key[1024], prev[1024] = "";
+    for (size_t i = 0; i < ne && !rc; i++) {
+        const ck_entry *x = &e[v[i].entry];
+        entry_key(plan, x, key, sizeof key);
+        if (v[i].begin != at)
+            rc = cz_error_set(err, CZ_EINVALID,
+                              "%s: '%s': data_offsets begin at byte %zu of the data, but %s%s%s "
+                              "ends at %zu; safetensors tensors lie back to back from byte 0, "
+                              "without gaps or overlaps",
+                              path, key, v[i].begin, i ? "the tensor before it, '" : "",
+                              i ? prev : "the header", i ? "'," : "", at);
+        at = v[i].begin + (size_t)x->n * sizeof(float);
+        memcpy(prev, key, sizeof prev);
+    }
+    if (!rc && at > data_len)
+        rc = cz_error_set(err, CZ_EINVALID,
+                          "%s: the tensors' data_offsets end at byte %zu of the data but the file "
+                          "holds %zu bytes of data (truncated)",
+                          path, at, data_len);
+    if (!rc && at < data_len)
+        rc = cz_error_set(err, CZ_EINVALID,
+                          "%s: %zu bytes follow the last tensor's data; a safetensors file ends "
+                          "with its last tensor",
+                          path, data_len - at);
+    free(v);
+    return rc;
+}
+
+/* Every value of tensor e (at data, possibly unaligned) is one the optimizer can hold: finite,
+ * and >= 0 where it is a second moment (everywhere) or a Gram factor (its diagonal). */
+static int check_values(const cz_plan *plan, const ck_entry *e, const char *data, const char *path,
+                        cz_error *err)
+{
+    int64_t cols = e->ndim == 1 ? 1 : e->shape[1];
+    for (int64_t k = 0; k < e->n; k++) {
+        float x;
+        memcpy(&x, data + (size_t)k * sizeof x, sizeof x);
+        int64_t r = k / cols, c = k % cols;
+        const char *why = NULL;
+        if (!isfinite(x))
+            why = "a non-finite value";
+        else if (x < 0.0f && e->values == CZ_STATE_NONNEG)
+            why = "a negative value in a sum of squares";
+        else if (x < 0.0f && e->values == CZ_STATE_GRAM && r == c)
+            why = "a negative diagonal value in a Gram factor (a sum of G G^T)";
+        if (why) {
+            char key[1024];
+            entry_key(plan, e, key, sizeof key);
+            return cz_error_set(err, CZ_EINVALID,
+                                "%s: '%s' holds %s (%g) at [%lld, %lld]; the optimizer state "
+                                "cannot hold it, the checkpoint is damaged",
+                                path, key, why, (double)x, (long long)r, (long long)c);
+        }
+    }
+    return CZ_OK;
+}
+
 /* Checks the checkpoint at data (len bytes, read by rank 0) against the list: every tensor the
- * plan's state needs, F32, its shape, inside the file; nothing else. Fills offs (absolute byte
- * offsets, in list order) and *steps. */
+ * plan's state needs, F32, its shape, its values; nothing else, and the data laid out as
+ * safetensors requires. Fills offs (absolute byte offsets, in list order) and *steps. */
 static int parse_checkpoint(const cz_plan *plan, const ck_entry *e, size_t ne, const char *path,
                             const char *data, size_t len, size_t *offs, int64_t *steps,
                             cz_error *err)
@@ -596,79 +867,25 @@ static int parse_checkpoint(const cz_plan *plan, const ck_entry *e, size_t ne, c
                             "%s: header of %llu bytes does not fit in the %zu-byte file", path,
                             (unsigned long long)hlen, len);
     json_error_t jerr;
-    json_t *root = json_loadb(data + 8, (size_t)hlen, 0, &jerr);
+    /* Two members of one name would leave it to the parser which one counts. */
+    json_t *root = json_loadb(data + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!json_is_object(root)) {
         json_decref(root);
         return cz_error_set(err, CZ_EPARSE, "%s: safetensors header is not a JSON object: %s", path,
-                            jerr.text);
+                            root ? "another JSON value" : jerr.text);
     }
-    int rc = CZ_OK;
     size_t base = 8 + (size_t)hlen;
-    json_t *meta = json_object_get(root, "__metadata__");
-    const char *format = json_string_value(json_object_get(meta, "format"));
-    const char *step = json_string_value(json_object_get(meta, "step"));
-    char *end = NULL;
-    if (!format || strcmp(format, CZ_OPTIM_FORMAT) != 0) {
-        rc =
-            cz_error_set(err, CZ_EINVALID,
-                         "%s: __metadata__.format is %s%s%s, expected \"" CZ_OPTIM_FORMAT
-                         "\" (not a canzona optimizer-state checkpoint)",
-                         path, format ? "\"" : "", format ? format : "missing", format ? "\"" : "");
-        goto out;
-    }
-    long long s = step ? strtoll(step, &end, 10) : -1;
-    if (!step || *end || s < 0) {
-        rc = cz_error_set(err, CZ_EINVALID,
-                          "%s: __metadata__.step must be a non-negative integer string", path);
-        goto out;
-    }
-    *steps = s;
-    for (size_t i = 0; i < ne; i++) {
-        char key[1024];
-        snprintf(key, sizeof key, "%s.%s", plan->params[e[i].param].def.name, e[i].suffix);
-        json_t *t = json_object_get(root, key);
-        if (!t) {
-            rc = cz_error_set(err, CZ_EMISMATCH,
-                              "%s: no tensor '%s': the checkpoint belongs to another model, "
-                              "optimizer assignment or optimizer settings (Shampoo's and SOAP's "
-                              "tensors follow max_dim and the kept state)",
-                              path, key);
-            goto out;
-        }
-        const char *dtype = json_string_value(json_object_get(t, "dtype"));
-        json_t *shape = json_object_get(t, "shape"), *offsets = json_object_get(t, "data_offsets");
-        int64_t d0 = 0, d1 = 1, b = 0, f = 0;
-        bool shape_ok = json_is_array(shape) && (int)json_array_size(shape) == e[i].ndim &&
-                        !get_size(shape, 0, &d0) && (e[i].ndim == 1 || !get_size(shape, 1, &d1));
-        if (!dtype || strcmp(dtype, "F32") != 0) {
-            rc = cz_error_set(err, CZ_EINVALID, "%s: '%s': dtype %s, expected F32", path, key,
-                              dtype ? dtype : "missing");
-            goto out;
-        }
-        if (!shape_ok || d0 != e[i].shape[0] || (e[i].ndim == 2 && d1 != e[i].shape[1])) {
-            char want[64];
-            if (e[i].ndim == 1)
-                snprintf(want, sizeof want, "[%lld]", (long long)e[i].shape[0]);
-            else
-                snprintf(want, sizeof want, "[%lld, %lld]", (long long)e[i].shape[0],
-                         (long long)e[i].shape[1]);
-            rc = cz_error_set(err, CZ_EMISMATCH, "%s: '%s': shape differs from the plan's %s", path,
-                              key, want);
-            goto out;
-        }
-        if (!json_is_array(offsets) || json_array_size(offsets) != 2 || get_size(offsets, 0, &b) ||
-            get_size(offsets, 1, &f) || f - b != e[i].n * (int64_t)sizeof(float) ||
-            (uint64_t)f > len - base) {
-            rc = cz_error_set(err, CZ_EINVALID,
-                              "%s: '%s': data_offsets must span its %lld floats inside the file",
-                              path, key, (long long)e[i].n);
-            goto out;
-        }
-        offs[i] = base + (size_t)b;
-    }
-    if (json_object_size(root) != ne + 1)
+    int rc = parse_metadata(root, path, steps, err);
+    for (size_t i = 0; i < ne && !rc; i++)
+        rc = parse_tensor(plan, &e[i], root, path, &offs[i], err);
+    if (!rc && json_object_size(root) != ne + 1)
         rc = find_foreign(plan, e, ne, root, path, err);
-out:
+    if (!rc)
+        rc = check_tiling(plan, e, ne, offs, len - base, path, err);
+    for (size_t i = 0; i < ne && !rc; i++) {
+        offs[i] += base;
+        rc = check_values(plan, &e[i], data + offs[i], path, err);
+    }
     json_decref(root);
     return rc;
 }
@@ -703,6 +920,40 @@ static int store(cz_executor *ex, ck_bufs *b, const ck_entry *e, const float *fu
     return c->ops->upload(c, buf, b->shard + lo, (size_t)len * sizeof *full, err);
 }
 
+/* The file's Shampoo momentum is the whole of it (the host's and the weight-decay part): it
+ * is loaded into the host's part and the weight-decay part starts again from zero. */
+static int clear_decay(cz_executor *ex, ck_bufs *b, cz_error *err)
+{
+    int rc = CZ_OK;
+    for (size_t i = 0; ex->shampoo_decay && i < ex->plan->nparams && !rc; i++) {
+        int64_t n = ex->plan->params[i].numel;
+        if (!ex->shampoo_decay[i])
+            continue;
+        memset(b->shard, 0, (size_t)n * sizeof(float));
+        rc = ex->compute.ops->upload(&ex->compute, ex->shampoo_decay[i], b->shard,
+                                     (size_t)n * sizeof(float), err);
+    }
+    return rc;
+}
+
+/* Reads the file on rank 0, never more than a checkpoint of this plan can hold: a pipe that
+ * does not end is cut off there. */
+static int read_checkpoint(const cz_plan *plan, const ck_entry *e, size_t ne, const char *path,
+                           char **data, size_t *len, cz_error *err)
+{
+    size_t data_bytes, cap = checkpoint_cap(plan, e, ne, &data_bytes);
+    int rc = cz_file_read_all(path, cap, data, len, err);
+    if (rc == CZ_EINVALID) {
+        char why[sizeof err->message];
+        memcpy(why, err->message, sizeof why);
+        cz_error_set(err, rc,
+                     "%s (this plan's optimizer state is %zu bytes of tensor data and a header "
+                     "of a few bytes per tensor)",
+                     why, data_bytes);
+    }
+    return rc;
+}
+
 int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
 {
     if (!ex)
@@ -716,6 +967,7 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
     ck_bufs b = {0};
     int64_t steps = INT64_MAX;
 
+    cz_comm_phase("loading the optimizer state", ex->steps);
     int rc = check_usable(ex, "load_state", err);
     if (!rc)
         rc = entries_open(ex, &e, &ne, &b, err);
@@ -727,7 +979,7 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
         if (!path || !*path)
             rc = cz_error_set(err, CZ_EINVALID, "load_state: no checkpoint path given");
         else
-            rc = cz_file_read_all(path, CZ_STATE_MAX_BYTES, &data, &len, err);
+            rc = read_checkpoint(plan, e, ne, path, &data, &len, err);
         if (!rc)
             rc = parse_checkpoint(plan, e, ne, path, data, len, offs, &steps, err);
     }
@@ -741,6 +993,7 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
     if (rc)
         goto out;
 
+    rc = clear_decay(ex, &b, err);
     for (size_t i = 0; i < ne && !rc; i++) {
         const cz_plan_param *p = &plan->params[e[i].param];
         size_t bytes = (size_t)e[i].n * sizeof(float);

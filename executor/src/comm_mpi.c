@@ -2,24 +2,35 @@
  * a communicator, so that the executor's traffic never mixes with the job's own, and return
  * errors as codes (MPI_ERRORS_RETURN) so they can be reported instead of aborting the job.
  *
- * Data plane: the uneven reduce-scatter and all-gather map onto MPI_Reduce_scatter and
- * MPI_Allgatherv (counts checked against MPI's int limit here, inside the plane); a group of
+ * Data plane: the uneven reduce-scatter and all-gather map onto MPI_Ireduce_scatter and
+ * MPI_Iallgatherv (counts checked against MPI's int limit here, inside the plane); a group of
  * sends and receives is a set of MPI_Isend/MPI_Irecv completed together. Each request handle
- * has its own tag, so two groups in flight on one plane never match each other's messages. */
+ * has its own tag, so two groups in flight on one plane never match each other's messages.
+ *
+ * Every wait is bounded (mpi_watch.h): collectives are posted non-blocking and waited for
+ * with cz_mpi_wait, which reports, after the time limit, which rank the others wait for. */
 #include "exec_internal.h"
 
 #ifdef CZ_HAVE_MPI
+#include "mpi_watch.h"
+
 #include <limits.h>
 #include <mpi.h>
+#include <stdio.h>
 
 typedef struct mpi_plane {
     MPI_Comm comm;
     int next_tag;
+    cz_mpi_chan *chan; /* the control plane's diagnosis channel: owned there, borrowed here */
+    bool owns_chan;
+    double timeout_s;
 } mpi_plane;
 
-/* Up to one send and one receive per peer, plus room for a collective. */
+/* Up to one send and one receive per peer, plus room for a collective. peer[k] is the plane
+ * rank request k waits for (-1: a collective), for the report of a stalled wait. */
 struct cz_comm_req {
     int tag, n, cap, fail;
+    int *peer;
     MPI_Request r[];
 };
 
@@ -51,29 +62,57 @@ static int count_fits(size_t n, const char *what, cz_error *err)
     return CZ_OK;
 }
 
+/* Waits for one collective posted on the plane, within the limit. */
+static int bounded(mpi_plane *h, MPI_Request *r, const char *op, cz_error *err)
+{
+    return cz_mpi_wait(h->chan, r, 1, h->comm, NULL, h->timeout_s, op, err);
+}
+
+/* A collective posted and waited for: rc is what posting it returned. */
+static int posted(mpi_plane *h, int rc, MPI_Request *r, const char *op, cz_error *err)
+{
+    return rc == MPI_SUCCESS ? bounded(h, r, op, err) : mpi_fail(err, rc, op);
+}
+
+/* The operation's name with the plane's, for a report ("DP reduce-scatter"). */
+static const char *op_name(const cz_plane *p, const char *op, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s %s", p->label ? p->label : "data-plane", op);
+    return buf;
+}
+
 /* ---- control plane ---- */
 
 static int mpi_ctrl_allreduce_min_i64(cz_ctrl *c, int64_t *v, int n, cz_error *err)
 {
-    int rc = MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MIN, comm_of(c->impl));
-    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "all-reduce");
+    mpi_plane *h = c->impl;
+    MPI_Request r;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MIN, h->comm, &r);
+    return posted(h, rc, &r, "control-plane all-reduce", err);
 }
 
 static int mpi_ctrl_allreduce_sum_f64(cz_ctrl *c, double *v, int n, cz_error *err)
 {
-    int rc = MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, comm_of(c->impl));
-    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "all-reduce");
+    mpi_plane *h = c->impl;
+    MPI_Request r;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, h->comm, &r);
+    return posted(h, rc, &r, "control-plane all-reduce", err);
 }
 
 static void free_impl(void **impl)
 {
-    if (!*impl)
+    mpi_plane *h = *impl;
+    if (!h)
         return;
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin)
-        MPI_Comm_free(&((mpi_plane *)*impl)->comm);
-    cz_exec_free(*impl);
+    /* After a stalled wait the communicator still has the stalled operation posted: keep it
+     * rather than risk freeing it under MPI (the job ends anyway). */
+    if (!fin && !cz_mpi_watch_broken())
+        MPI_Comm_free(&h->comm);
+    if (h->owns_chan)
+        cz_mpi_chan_close(h->chan);
+    cz_exec_free(h);
     *impl = NULL;
 }
 
@@ -107,8 +146,10 @@ static int mpi_reduce_scatter(cz_plane *p, const void *send, void *recv, const s
             return rc;
         ic[r] = (int)counts[r];
     }
-    int rc = MPI_Reduce_scatter(send, recv, ic, MPI_FLOAT, MPI_SUM, comm_of(p->impl));
-    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "reduce-scatter");
+    MPI_Request q;
+    char name[64];
+    int rc = MPI_Ireduce_scatter(send, recv, ic, MPI_FLOAT, MPI_SUM, comm_of(p->impl), &q);
+    return posted(p->impl, rc, &q, op_name(p, "reduce-scatter", name, sizeof name), err);
 }
 
 static int mpi_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtype t, cz_event *after,
@@ -129,9 +170,11 @@ static int mpi_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtype
         id[r] = (int)off;
         off += counts[r];
     }
-    int rc =
-        MPI_Allgatherv(MPI_IN_PLACE, 0, mpi_type(t), buf, ic, id, mpi_type(t), comm_of(p->impl));
-    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "all-gather");
+    MPI_Request q;
+    char name[64];
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, mpi_type(t), buf, ic, id, mpi_type(t),
+                             comm_of(p->impl), &q);
+    return posted(p->impl, rc, &q, op_name(p, "all-gather", name, sizeof name), err);
 }
 
 static int mpi_iall_gather(cz_plane *p, const void *send, size_t count, void *recv, cz_dtype t,
@@ -143,6 +186,7 @@ static int mpi_iall_gather(cz_plane *p, const void *send, size_t count, void *re
     if (rc)
         return rc;
     req->n = 1;
+    req->peer[0] = -1;
     rc = MPI_Iallgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t),
                         comm_of(p->impl), &req->r[0]);
     if (rc != MPI_SUCCESS) {
@@ -160,9 +204,11 @@ static int mpi_allreduce_sum(cz_plane *p, void *buf, size_t count, int f64, cz_e
         rc = count_fits(count, "all-reduce", err);
     if (rc)
         return rc;
-    rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM,
-                       comm_of(p->impl));
-    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "all-reduce");
+    MPI_Request q;
+    char name[64];
+    rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM,
+                        comm_of(p->impl), &q);
+    return posted(p->impl, rc, &q, op_name(p, "all-reduce", name, sizeof name), err);
 }
 
 static int mpi_iallreduce_sum(cz_plane *p, float *buf, size_t count, cz_event *after,
@@ -174,6 +220,7 @@ static int mpi_iallreduce_sum(cz_plane *p, float *buf, size_t count, cz_event *a
     if (rc)
         return rc;
     req->n = 1;
+    req->peer[0] = -1;
     rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, comm_of(p->impl),
                         &req->r[0]);
     if (rc != MPI_SUCCESS) {
@@ -204,7 +251,7 @@ static void post(cz_plane *p, cz_comm_req *req, void *buf, size_t count, cz_dtyp
     int rc = is_send ? MPI_Isend(buf, (int)count, mpi_type(t), peer, req->tag, comm_of(p->impl), r)
                      : MPI_Irecv(buf, (int)count, mpi_type(t), peer, req->tag, comm_of(p->impl), r);
     if (rc == MPI_SUCCESS)
-        req->n++;
+        req->peer[req->n++] = peer;
     else
         req->fail = rc;
 }
@@ -223,12 +270,15 @@ static void mpi_recv(cz_plane *p, cz_comm_req *req, void *buf, size_t count, cz_
 
 static int mpi_wait(cz_plane *p, cz_comm_req *req, cz_error *err)
 {
-    (void)p;
     if (!req || req->n == 0)
         return CZ_OK;
-    int rc = MPI_Waitall(req->n, req->r, MPI_STATUSES_IGNORE);
+    mpi_plane *h = p->impl;
+    char name[64];
+    int rc = cz_mpi_wait(
+        h->chan, req->r, req->n, h->comm, req->peer, h->timeout_s,
+        op_name(p, "transfers (send/receive group or collective)", name, sizeof name), err);
     req->n = 0;
-    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "wait");
+    return rc;
 }
 
 static int mpi_group_end(cz_plane *p, cz_comm_req *req, cz_error *err)
@@ -256,10 +306,12 @@ static void mpi_progress(cz_plane *p, cz_comm_req *req)
 static cz_comm_req *mpi_req_create(cz_plane *p)
 {
     int cap = 2 * p->size + 1;
-    cz_comm_req *q = cz_exec_calloc(1, sizeof *q + (size_t)cap * sizeof(MPI_Request));
+    cz_comm_req *q =
+        cz_exec_calloc(1, sizeof *q + (size_t)cap * (sizeof(MPI_Request) + sizeof(int)));
     if (!q)
         return NULL;
     q->cap = cap;
+    q->peer = (int *)(q->r + cap);
     q->tag = ++((mpi_plane *)p->impl)->next_tag;
     for (int k = 0; k < cap; k++)
         q->r[k] = MPI_REQUEST_NULL;
@@ -274,7 +326,10 @@ static void mpi_req_free(cz_plane *p, cz_comm_req *req)
     cz_exec_free(req);
 }
 
-static int wrap(void **impl, int *size, int *rank, MPI_Comm dup, cz_error *err)
+/* A plane (or the control plane) over dup, reporting stalls over chan with the limit of
+ * `like` (NULL: chan and timeout_s as given). */
+static int wrap(void **impl, int *size, int *rank, MPI_Comm dup, const mpi_plane *like,
+                cz_mpi_chan *chan, double timeout_s, cz_error *err)
 {
     mpi_plane *h = cz_exec_calloc(1, sizeof *h);
     if (!h) {
@@ -283,6 +338,8 @@ static int wrap(void **impl, int *size, int *rank, MPI_Comm dup, cz_error *err)
     }
     MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
     h->comm = dup;
+    h->chan = like ? like->chan : chan;
+    h->timeout_s = like ? like->timeout_s : timeout_s;
     *impl = h;
     MPI_Comm_size(dup, size);
     MPI_Comm_rank(dup, rank);
@@ -293,13 +350,22 @@ static const cz_plane_ops cz_plane_mpi_ops;
 
 static int mpi_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *err)
 {
+    /* MPI_Comm_split has no non-blocking form: a bounded barrier first, so that a rank that
+     * never arrives is reported there instead of hanging the split. */
+    mpi_plane *h = p->impl;
+    MPI_Request r;
+    char name[64];
+    int rc = posted(h, MPI_Ibarrier(h->comm, &r), &r,
+                    op_name(p, "barrier before a split", name, sizeof name), err);
+    if (rc)
+        return rc;
     MPI_Comm dup;
-    int rc = MPI_Comm_split(comm_of(p->impl), color, key, &dup);
+    rc = MPI_Comm_split(h->comm, color, key, &dup);
     if (rc != MPI_SUCCESS)
         return mpi_fail(err, rc, "Comm_split");
     out->ops = &cz_plane_mpi_ops;
     out->compute = p->compute;
-    return wrap(&out->impl, &out->size, &out->rank, dup, err);
+    return wrap(&out->impl, &out->size, &out->rank, dup, h, NULL, 0.0, err);
 }
 
 static void mpi_close(cz_plane *p)
@@ -336,31 +402,52 @@ bool cz_comm_mpi_available(void)
     return init && !fin;
 }
 
-static int dup_handle(const void *handle, MPI_Comm *dup, cz_error *err)
+/* Duplicates the communicator at handle (NULL: MPI_COMM_WORLD), within the limit. */
+static int dup_handle(const void *handle, cz_mpi_chan *chan, double timeout_s, MPI_Comm *dup,
+                      cz_error *err)
 {
     MPI_Comm src = handle ? *(const MPI_Comm *)handle : MPI_COMM_WORLD;
-    int rc = MPI_Comm_dup(src, dup);
-    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, "Comm_dup");
+    MPI_Request r;
+    int rc = MPI_Comm_idup(src, dup, &r);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "Comm_idup");
+    return cz_mpi_wait(chan, &r, 1, src, NULL, timeout_s, "duplicating a communicator", err);
 }
 
-int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, cz_error *err)
+int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, double timeout_s, cz_error *err)
 {
-    MPI_Comm dup;
-    int rc = dup_handle(handle, &dup, err);
-    if (rc)
+    MPI_Comm src = handle ? *(const MPI_Comm *)handle : MPI_COMM_WORLD, dup;
+    cz_mpi_chan *chan = NULL;
+    int rc = cz_mpi_chan_open(&chan, src, timeout_s, err);
+    if (!rc)
+        rc = dup_handle(handle, chan, timeout_s, &dup, err);
+    if (!rc) {
+        c->ops = &cz_ctrl_mpi_ops;
+        rc = wrap(&c->impl, &c->size, &c->rank, dup, NULL, chan, timeout_s, err);
+    }
+    if (rc) {
+        cz_mpi_chan_close(chan);
         return rc;
-    c->ops = &cz_ctrl_mpi_ops;
-    return wrap(&c->impl, &c->size, &c->rank, dup, err);
+    }
+    ((mpi_plane *)c->impl)->owns_chan = true;
+    return CZ_OK;
 }
 
-int cz_plane_mpi_open(cz_plane *p, const void *handle, cz_error *err)
+int cz_plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_error *err)
 {
+    const mpi_plane *like = ctrl && ctrl->ops && ctrl->ops->kind == CZ_COMM_MPI ? ctrl->impl : NULL;
+    double timeout_s = like ? like->timeout_s : CZ_MPI_DEFAULT_TIMEOUT_S;
     MPI_Comm dup;
-    int rc = dup_handle(handle, &dup, err);
+    int rc = dup_handle(handle, like ? like->chan : NULL, timeout_s, &dup, err);
     if (rc)
         return rc;
     p->ops = &cz_plane_mpi_ops;
-    return wrap(&p->impl, &p->size, &p->rank, dup, err);
+    return wrap(&p->impl, &p->size, &p->rank, dup, like, NULL, timeout_s, err);
+}
+
+void cz_comm_phase(const char *what, int64_t step)
+{
+    cz_mpi_watch_phase(what, step);
 }
 
 #else /* !CZ_HAVE_MPI */
@@ -370,20 +457,28 @@ bool cz_comm_mpi_available(void)
     return false;
 }
 
-int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, cz_error *err)
+int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, double timeout_s, cz_error *err)
 {
     (void)c;
     (void)handle;
+    (void)timeout_s;
     return cz_error_set(err, CZ_EUNSUPPORTED,
                         "comm backend 'mpi' is not available: built with CZ_WITH_MPI=OFF");
 }
 
-int cz_plane_mpi_open(cz_plane *p, const void *handle, cz_error *err)
+int cz_plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_error *err)
 {
     (void)p;
     (void)handle;
+    (void)ctrl;
     return cz_error_set(err, CZ_EUNSUPPORTED,
                         "comm backend 'mpi' is not available: built with CZ_WITH_MPI=OFF");
+}
+
+void cz_comm_phase(const char *what, int64_t step)
+{
+    (void)what;
+    (void)step;
 }
 
 #endif

@@ -382,6 +382,7 @@ struct cz_plane {
     void *impl;
     int size, rank;
     cz_compute *compute; /* whose events `after` refers to (set at create, kept by split) */
+    const char *label;   /* "world", "DP", "TP", "cooperative": names the plane in reports */
 };
 
 /* For a host-driven plane (MPI, self): waits on the host for `after` before a buffer is read. */
@@ -395,9 +396,17 @@ int cz_ctrl_self_open(cz_ctrl *c, cz_error *err);
 int cz_plane_self_open(cz_plane *p, cz_error *err);
 /* True when this build has MPI and MPI has been initialized. */
 bool cz_comm_mpi_available(void);
-/* Control and data plane over a duplicate of the MPI_Comm at handle (NULL = MPI_COMM_WORLD). */
-int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, cz_error *err);
-int cz_plane_mpi_open(cz_plane *p, const void *handle, cz_error *err);
+/* Control and data plane over a duplicate of the MPI_Comm at handle (NULL = MPI_COMM_WORLD).
+ * Every wait of them is bounded by timeout_s (cz_exec_mpi_timeout); a data plane takes the
+ * limit and the report channel of ctrl, an MPI control plane (mpi_watch.h). */
+int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, double timeout_s, cz_error *err);
+int cz_plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_error *err);
+/* What this process is doing, named in the report of a stalled MPI wait (what: a string
+ * literal; step: the optimizer step, -1 for none). Nothing without MPI. */
+void cz_comm_phase(const char *what, int64_t step);
+/* The MPI planes' time limit: cz_exec_config.mpi_timeout_s when > 0 (a config of this
+ * version), else the environment's CZ_MPI_TIMEOUT_S when it is a number > 0, else 1800 s. */
+double cz_exec_mpi_timeout(const cz_exec_config *cfg, const char *env);
 void cz_ctrl_close(cz_ctrl *c);
 void cz_plane_close(cz_plane *p);
 
@@ -568,11 +577,26 @@ int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
                           const cz_plan_param *const *params, const float *const *in,
                           float *const *out, int n, cz_error *err);
 
+/* What values a state tensor can hold, as a checkpoint load checks them: every tensor is
+ * finite; a second moment or a sum of squares is >= 0 everywhere; a Gram factor (a sum of
+ * G G^T) has a diagonal >= 0. */
+typedef enum cz_state_values {
+    CZ_STATE_FINITE = 0,
+    CZ_STATE_NONNEG = 1,
+    CZ_STATE_GRAM = 2,
+} cz_state_values;
+
 /* One tensor of a matrix optimizer's state as a checkpoint names it: "<param name>.<suffix>",
  * rows x cols fp32, one contiguous backend buffer. */
 typedef struct cz_state_tensor {
     char suffix[64];
     int64_t rows, cols;
+    cz_state_values values;
+    /* Shampoo's momentum of the direction: its tile's origin in the full matrix. The file
+     * holds the reference's momentum, this plus the weight-decay part each rank keeps beside
+     * its parameters (cz_shampoo_decay_momentum). */
+    bool momentum;
+    int64_t r0, c0;
 } cz_state_tensor;
 
 /* ---- Shampoo (shampoo.c) ---- */
@@ -598,10 +622,21 @@ void cz_shampoo_state_free(cz_compute *c, cz_shampoo_state *s);
 /* Bytes of backend memory the state holds (for the memory figures). */
 int64_t cz_shampoo_state_bytes(const cz_shampoo_state *s);
 /* Writes step t's (t >= 1) Shampoo direction of the whole gradient g into u (both full,
- * row-major, backend memory): p then becomes p*(1 - lr*wd) - lr*u. work holds work_n floats,
- * stats two backend doubles. */
+ * row-major, backend memory): p then becomes p*(1 - lr*wd) - lr*u, or without momentum p -
+ * lr*u after cz_shampoo_decay_momentum. work holds work_n floats, stats two backend doubles. */
 int cz_shampoo_run(cz_compute *c, const cz_shampoo_hparams *h, cz_shampoo_state *s, const float *g,
                    float *u, int64_t t, float *work, double *stats, cz_error *err);
+/* Whether step t (>= 1) computes the inverse roots: at the start step, then at every multiple
+ * of the frequency after it (Distributed Shampoo's rule). */
+bool cz_shampoo_refreshes(const cz_shampoo_hparams *h, int64_t t);
+/* Distributed Shampoo adds the decoupled weight decay wd*p to the direction before its
+ * momentum: M = mu*M + D + wd*p. The host keeps A = mu*A + D (cz_shampoo_run); the rest,
+ * B = mu*B + wd*p, is elementwise, so each rank keeps it for the n elements p of its shard
+ * (b, backend memory) and applies it here, before the host's part is applied as p - lr*u:
+ * p -= lr*B, or with Nesterov p -= lr*(wd*p + mu*B). Only with momentum: without, the
+ * reference's p - lr*(D + wd*p) is the plain decoupled form. */
+void cz_shampoo_decay_momentum(cz_compute *c, const cz_shampoo_hparams *h, float *p, float *b,
+                               int64_t n, float lr, float wd);
 
 /* The checkpoint tensors of p's Shampoo state, from the settings alone (rank 0 names them
  * without hosting the state): writes the first max of them to out and returns their count.
@@ -682,6 +717,9 @@ struct cz_executor {
     cz_shampoo_hparams shampoo;
     bool use_shampoo;                 /* the plan's matrix optimizer is Shampoo */
     cz_shampoo_state **shampoo_state; /* indexed by param id, where I host (Shampoo plans) */
+    /* Shampoo with momentum: the weight-decay part of the momentum of my shard of each owned
+     * matrix (cz_shampoo_decay_momentum), indexed by param id, numel floats; else NULL. */
+    float **shampoo_decay;
     cz_soap_hparams soap;
     bool use_soap;              /* the plan's matrix optimizer is SOAP */
     cz_soap_state **soap_state; /* indexed by param id, where I host (SOAP plans) */

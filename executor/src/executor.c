@@ -93,6 +93,27 @@ static float *falloc(cz_executor *ex, int64_t n)
     return ex->compute.ops->alloc(&ex->compute, (size_t)(n > 0 ? n : 1) * sizeof(float));
 }
 
+/* Shampoo with momentum: the weight-decay part of the momentum, on every rank that applies
+ * updates to a shard of a matrix (its owning DP rank's TP ranks), the size of that shard. */
+static int alloc_shampoo_decay(cz_executor *ex, cz_error *err)
+{
+    if (!ex->use_shampoo || !(ex->shampoo.momentum > 0.0f))
+        return CZ_OK;
+    const cz_plan *plan = ex->plan;
+    ex->shampoo_decay = cz_exec_calloc(plan->nparams ? plan->nparams : 1, sizeof(float *));
+    if (!ex->shampoo_decay)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
+    for (int k = 0; k < ex->nowned; k++) {
+        const cz_plan_param *p = &plan->params[ex->owned[k]];
+        if (p->def.kind != CZ_KIND_MATRIX)
+            continue;
+        if (!(ex->shampoo_decay[ex->owned[k]] = falloc(ex, p->numel)))
+            return cz_error_set(err, CZ_ENOMEM, "out of memory for the Shampoo momentum of '%s'",
+                                p->def.name);
+    }
+    return CZ_OK;
+}
+
 /* Local state: per-param bindings, AdamW moments of the owned elementwise shards, pipeline.
  * Everything a step uses is allocated here (or at the first bind_param), never in a step. */
 static int alloc_state(cz_executor *ex, cz_error *err)
@@ -149,7 +170,8 @@ static int alloc_state(cz_executor *ex, cz_error *err)
             return cz_error_set(err, CZ_ENOMEM, "out of memory for AdamW state of '%s'",
                                 p->def.name);
     }
-    return cz_exec_pipeline_init(ex, err);
+    int rc = alloc_shampoo_decay(ex, err);
+    return rc ? rc : cz_exec_pipeline_init(ex, err);
 }
 
 /* Memory space, stream and dtype: what the backend can take. */
@@ -244,9 +266,11 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
                               "created (or a build with CZ_WITH_MPI=ON)");
             goto fail;
         }
-        rc = cz_ctrl_mpi_open(&ex->ctrl, cfg_in->world_comm, err);
+        cz_comm_phase("creating the executor", -1);
+        rc = cz_ctrl_mpi_open(&ex->ctrl, cfg_in->world_comm,
+                              cz_exec_mpi_timeout(cfg_in, getenv("CZ_MPI_TIMEOUT_S")), err);
         if (!rc)
-            rc = cz_plane_mpi_open(&ex->world, cfg_in->world_comm, err);
+            rc = cz_plane_mpi_open(&ex->world, cfg_in->world_comm, &ex->ctrl, err);
     } else if (strcmp(comm, "nccl") == 0) {
         rc = cz_exec_open_nccl(ex, cfg_in, err);
     } else if (strcmp(comm, "self") == 0) {
@@ -334,6 +358,7 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
         goto fail;
 
     ex->world.compute = &ex->compute; /* the planes wait on its events */
+    ex->world.label = "world";
     /* DP joins equal tp_rank ordered by dp_rank, TP equal dp_rank ordered by tp_rank; a
      * communicator the job handed in is used instead (an MPI_Comm is duplicated; an ncclComm_t
      * is borrowed: executor_backend.c). */
@@ -349,6 +374,8 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
         ex->tp_comm.compute = &ex->compute;
     } else if (!rc)
         rc = ex->world.ops->split(&ex->world, ex->dp_rank, ex->tp_rank, &ex->tp_comm, err);
+    ex->dp_comm.label = "DP";
+    ex->tp_comm.label = "TP";
     if (!rc && (ex->dp_comm.size != ex->dp || ex->dp_comm.rank != ex->dp_rank))
         rc = cz_error_set(err, CZ_EMISMATCH,
                           "the DP communicator has %d ranks and this process is its rank %d; the "
@@ -497,6 +524,8 @@ void cz_executor_free(cz_executor *ex)
                 brelease(ex, ex->adam_m[i]);
             if (ex->adam_v)
                 brelease(ex, ex->adam_v[i]);
+            if (ex->shampoo_decay)
+                brelease(ex, ex->shampoo_decay[i]);
             if (ex->shampoo_state)
                 cz_shampoo_state_free(&ex->compute, ex->shampoo_state[i]);
             if (ex->soap_state)
@@ -517,6 +546,7 @@ void cz_executor_free(cz_executor *ex)
     cz_exec_free(ex->adam_v);
     cz_exec_free(ex->mom);
     cz_exec_free(ex->shampoo_state);
+    cz_exec_free(ex->shampoo_decay);
     cz_exec_free(ex->soap_state);
     cz_exec_free(ex->owned);
     cz_exec_free(ex->owned_elem);

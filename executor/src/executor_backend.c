@@ -53,7 +53,9 @@ int cz_exec_open_nccl(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
         return cz_error_set(err, CZ_EINVALID,
                             "comm backend 'nccl' bootstraps over MPI: initialize MPI before "
                             "creating the executor");
-    int rc = cz_ctrl_mpi_open(&ex->ctrl, cfg->world_comm, err);
+    cz_comm_phase("creating the executor", -1);
+    int rc = cz_ctrl_mpi_open(&ex->ctrl, cfg->world_comm,
+                              cz_exec_mpi_timeout(cfg, getenv("CZ_MPI_TIMEOUT_S")), err);
     if (rc)
         return rc;
     /* Every rank learns whether every other one has the plugin before any NCCL call. */
@@ -73,7 +75,7 @@ int cz_exec_open_plane(cz_executor *ex, const void *handle, cz_plane *out, cz_er
         return gpu->plane_nccl_wrap(out, handle, nccl_timeout(&ex->cfg), err);
     if (ex->world.ops->kind == CZ_COMM_NCCL)
         return err ? err->code : CZ_EUNSUPPORTED;
-    return cz_plane_mpi_open(out, handle, err);
+    return cz_plane_mpi_open(out, handle, &ex->ctrl, err);
 }
 
 int cz_exec_reserve_planes(cz_executor *ex, cz_error *err)

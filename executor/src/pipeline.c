@@ -511,6 +511,7 @@ static int open_width_planes(cz_executor *ex, cz_error *err)
                 return rc;
             cz_plane *wp = &pp->wplanes[pp->nwidths];
             wp->compute = &ex->compute;
+            wp->label = "cooperative";
             pp->widths[pp->nwidths++] = k; /* from here on, teardown closes it */
             if (wp->size != k)
                 return cz_error_set(err, CZ_EINTERNAL, "the sub-plane of width %d has %d ranks", k,
@@ -741,8 +742,9 @@ static void progress_inflight(void *arg)
 /* Applies my shard updates of group g from u (scatter recv, or scatter send under sc). */
 static void apply_group(cz_executor *ex, const pgroup *pg, float *P, const float *u)
 {
-    /* SOAP's first step only initialises its preconditioner: no update, no weight decay. */
-    float wd = ex->use_soap && ex->steps == 0 ? 0.0f : ex->muon.weight_decay;
+    /* SOAP's first step only initialises its preconditioner: no update, no weight decay.
+     * Shampoo with momentum applied its decay with that momentum before the pipeline. */
+    float wd = (ex->use_soap && ex->steps == 0) || ex->shampoo_decay ? 0.0f : ex->muon.weight_decay;
     ex->compute.ops->apply_runs(&ex->compute, P, u, pg->apply, ex->muon.lr, wd);
 }
 
@@ -818,6 +820,15 @@ int cz_exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error 
 {
     struct cz_pipeline *pp = ex->pipe;
     int ng = pp->ngroups, rc = CZ_OK;
+    /* Shampoo's weight decay enters its momentum on the parameters of this step, before any
+     * update of it is applied. */
+    for (int k = 0; ex->shampoo_decay && k < ex->nowned; k++) {
+        int i = ex->owned[k];
+        if (ex->shampoo_decay[i])
+            cz_shampoo_decay_momentum(&ex->compute, &ex->shampoo, P + cz_exec_param_offset(ex, i),
+                                      ex->shampoo_decay[i], ex->plan->params[i].numel, ex->muon.lr,
+                                      ex->muon.weight_decay);
+    }
     if (ng == 0)
         return CZ_OK;
     rc = post_gather(ex, 0, G, err);

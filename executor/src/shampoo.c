@@ -1,10 +1,11 @@
 /* Shampoo on whole matrices, as Meta's Distributed Shampoo does it for a 2-D block: factor
- * EMAs L = b2 L + w G G^T and R = b2 R + w G^T G (w = 1 when b2 = 1, else 1 - b2); every
- * `freq` steps their inverse 4th roots by symmetric eigendecomposition (eigenvalues shifted
- * so the smallest is >= 0, then eps added); the direction X_L Ghat X_R of the filtered,
- * bias-corrected gradient Ghat from start_step on; its per-block Frobenius norm grafted from
- * a diagonal method (AdaGrad by default); momentum or Nesterov on the direction; the update
- * is applied with decoupled weight decay by the caller. Sides longer than max_dim are cut
+ * EMAs L = b2 L + w G G^T and R = b2 R + w G^T G (w = 1 when b2 = 1, else 1 - b2); at the
+ * start step and at every multiple of `freq` after it their inverse 4th roots by symmetric
+ * eigendecomposition (eigenvalues shifted so the smallest is >= 0, then eps added); the
+ * direction X_L Ghat X_R of the filtered, bias-corrected gradient Ghat from start_step on; its
+ * per-block Frobenius norm grafted from a diagonal method (AdaGrad by default); momentum or
+ * Nesterov on the direction plus the decoupled weight decay, whose part of the momentum the
+ * ranks holding the parameters keep (cz_shampoo_decay_momentum). Sides longer than max_dim are cut
  * into tiles, each an independent Shampoo block (Distributed Shampoo's blocking). Data is
  * touched only through the compute ops. */
 #include "exec_internal.h"
@@ -192,6 +193,13 @@ int64_t cz_shampoo_state_tensors(const cz_shampoo_hparams *h, const cz_plan_para
                                  SH_FIELD[f]);
                         t->rows = f == 1 || f == 3 ? cl : r;
                         t->cols = f == 0 || f == 2 ? r : cl;
+                        /* The factors sum G G^T; every grafting accumulator sums squares. */
+                        t->values = f < 2    ? CZ_STATE_GRAM
+                                    : f == 4 ? CZ_STATE_NONNEG
+                                             : CZ_STATE_FINITE;
+                        t->momentum = f == 6;
+                        t->r0 = blocks[b].r0 + i;
+                        t->c0 = blocks[b].c0 + j;
                     }
                     n++;
                 }
@@ -233,6 +241,24 @@ static int inverse_root(cz_compute *c, const cz_shampoo_hparams *h, const float 
     return CZ_OK;
 }
 
+bool cz_shampoo_refreshes(const cz_shampoo_hparams *h, int64_t t)
+{
+    /* Not at multiples of the frequency before the start step: their roots would go unused,
+     * and one start step that is not a multiple would use roots up to freq - 1 steps old. */
+    return t == h->start_step || (t > h->start_step && t % h->freq == 0);
+}
+
+void cz_shampoo_decay_momentum(cz_compute *c, const cz_shampoo_hparams *h, float *p, float *b,
+                               int64_t n, float lr, float wd)
+{
+    const cz_compute_ops *o = c->ops;
+    o->axpby(c, b, p, n, h->momentum, wd);
+    if (h->nesterov)
+        o->axpby(c, p, b, n, 1.0f - lr * wd, -lr * h->momentum);
+    else
+        o->axpby(c, p, b, n, 1.0f, -lr);
+}
+
 static int tile_step(cz_compute *c, const cz_shampoo_hparams *h, sh_tile *tl, int64_t ld,
                      const float *g, float *u, int64_t t, float *work, double *stats, cz_error *err)
 {
@@ -251,7 +277,7 @@ static int tile_step(cz_compute *c, const cz_shampoo_hparams *h, sh_tile *tl, in
         o->sq_accum(c, tl->acc, gt, n, 1.0f, 1.0f);
     else if (h->grafting != CZ_GRAFT_NONE)
         o->sq_accum(c, tl->acc, gt, n, h->graft_beta2, 1.0f - h->graft_beta2);
-    if (t % h->freq == 0) {
+    if (cz_shampoo_refreshes(h, t)) {
         float bias = h->beta2 < 1.0f && h->bias_correction
                          ? (float)(1.0 - pow((double)h->beta2, (double)t))
                          : 1.0f;

@@ -140,6 +140,10 @@ int64_t cz_soap_state_tensors(const cz_soap_hparams *h, const cz_plan_param *p,
                          (long long)blocks[b].c0, SOAP_FIELD[f]);
                 t->rows = f < 2 ? r : f < 4 ? cl : r;
                 t->cols = f < 2 ? r : f < 4 ? cl : cl;
+                t->momentum = false;
+                t->values = f == 0 || f == 2 ? CZ_STATE_GRAM
+                            : f == 5         ? CZ_STATE_NONNEG
+                                             : CZ_STATE_FINITE;
             }
             n++;
         }

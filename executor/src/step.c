@@ -165,6 +165,7 @@ static int check_bound(cz_executor *ex, cz_error *err)
         return rc;
     /* First step: every rank confirms its binding so that a rank that failed to bind cannot
      * leave the others waiting in a collective. */
+    cz_comm_phase("first step: checking every rank's buffers", ex->steps + 1);
     int64_t v = rc ? ex->ctrl.rank : INT64_MAX;
     cz_error tmp;
     int crc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &v, 1, &tmp);
@@ -189,6 +190,7 @@ static int run_step(cz_executor *ex, cz_error *err)
     cz_exec_timings t = {0};
     double t0 = cz_exec_now(), t1;
     float *P = ex->flat_params, *G = ex->flat_grads;
+    int64_t step = ex->steps + 1;
     if (ex->staged) {
         stage_in(ex);
         P = ex->stage_params;
@@ -196,7 +198,9 @@ static int run_step(cz_executor *ex, cz_error *err)
     }
     /* The reduce-scatter reads the gradients once every op before (staging) is done. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_grads);
+    cz_comm_phase("gradient reduce-scatter", step);
     rc = reduce_scatter(ex, G, err);
+    cz_comm_phase("gradient norm and finiteness check", step);
     if (!rc)
         rc = grad_stats(ex, G, err);
     if (rc)
@@ -215,6 +219,7 @@ static int run_step(cz_executor *ex, cz_error *err)
     t0 = cz_exec_now();
     t.elementwise = t0 - t1;
 
+    cz_comm_phase("micro-group pipeline of the matrix updates", step);
     rc = cz_exec_matrix_pipeline(ex, P, G, err);
     if (rc)
         return rc;
@@ -223,6 +228,7 @@ static int run_step(cz_executor *ex, cz_error *err)
 
     /* The all-gather reads the parameters once every update (AdamW, Muon) is applied. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_params);
+    cz_comm_phase("parameter all-gather", step);
     rc = all_gather(ex, P, err);
     if (rc)
         return rc;
@@ -232,6 +238,7 @@ static int run_step(cz_executor *ex, cz_error *err)
     t.all_gather = t0 - t1;
     t.total = t.reduce_scatter + t.elementwise + t.matrix + t.all_gather;
     ex->steps++;
+    cz_comm_phase("after the step", ex->steps);
     t.steps = ex->steps;
     ex->last = t;
     return CZ_OK;

@@ -2,6 +2,8 @@
 #include "canzona.h"
 #include "commands.h"
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,7 +35,25 @@ static void usage(FILE *f)
     fprintf(f, "\n'canzona <command> --help' describes a command's options.\n");
 }
 
-int main(int argc, char **argv)
+/* A report written to a full device or a closed pipe fails only when the buffered text is
+ * flushed, after the command has returned: check it here, or the command would exit 0 with
+ * its output lost. */
+static int finish(int rc)
+{
+    int saved = fflush(stdout) != 0 ? errno : 0;
+    bool failed = ferror(stdout) != 0;
+    if (fclose(stdout) != 0 && !saved) {
+        saved = errno;
+        failed = true;
+    }
+    if (!failed)
+        return rc;
+    fprintf(stderr, "canzona: cannot write to standard output: %s\n",
+            saved ? strerror(saved) : "a write failed");
+    return rc ? rc : 1;
+}
+
+static int run(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -65,4 +85,9 @@ int main(int argc, char **argv)
     fprintf(stderr, "canzona: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
+}
+
+int main(int argc, char **argv)
+{
+    return finish(run(argc, argv));
 }

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,9 +120,44 @@ static int write_fd_all(int fd, const char *p, size_t len)
     return 0;
 }
 
+/* Whether the kernel would follow the symbolic link at link (lstat'ed into st) for this
+ * process under fs.protected_symlinks: not when it lies in a sticky, world-writable folder
+ * (/tmp) and is owned neither by this process's user nor by the folder's owner. The writer
+ * resolves links itself (to write beside the final target), so the kernel never gets to
+ * apply its rule: it is applied here, on every hop. */
+static int check_link_owner(const char *shown, const char *link, const struct stat *st,
+                            cz_error *err)
+{
+    const char *slash = strrchr(link, '/');
+    size_t n = slash ? (size_t)(slash - link) : 0;
+    char *dir = malloc(n + 2);
+    if (!dir)
+        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", shown);
+    if (!slash)
+        memcpy(dir, ".", 2);
+    else if (n == 0)
+        memcpy(dir, "/", 2);
+    else {
+        memcpy(dir, link, n);
+        dir[n] = '\0';
+    }
+    struct stat ds;
+    int rc = CZ_OK;
+    if (stat(dir, &ds) == 0 && (ds.st_mode & S_ISVTX) && (ds.st_mode & S_IWOTH) &&
+        st->st_uid != geteuid() && st->st_uid != ds.st_uid)
+        rc = cz_error_set(err, CZ_EIO,
+                          "%s: %s is a symbolic link owned by another user (uid %u) in the "
+                          "sticky world-writable folder %s; following it is refused, as the "
+                          "kernel refuses it (fs.protected_symlinks); give the target's own "
+                          "path",
+                          shown, link, (unsigned)st->st_uid, dir);
+    free(dir);
+    return rc;
+}
+
 /* The final target of path after following symbolic links (path itself when it is none). A
  * target that does not exist yet is returned as well: it is where the output will be created.
- * Fails on a loop or an unreadable link. */
+ * Fails on a loop, an unreadable link, or a link the kernel would not follow. */
 static int resolve_links(const char *path, char **out, cz_error *err)
 {
     int rc = CZ_OK;
@@ -138,6 +175,8 @@ static int resolve_links(const char *path, char **out, cz_error *err)
             rc = cz_error_set(err, CZ_EIO, "%s: too many levels of symbolic links", path);
             break;
         }
+        if ((rc = check_link_owner(path, cur, &st, err)) != CZ_OK)
+            break;
         char target[PATH_MAX];
         ssize_t n = readlink(cur, target, sizeof target - 1);
         if (n < 0) {
@@ -164,8 +203,8 @@ static int resolve_links(const char *path, char **out, cz_error *err)
 
 /* Writes data to a temporary file beside target, syncs it and renames it over target, so that a
  * reader sees the old file or the new one, never a mix. shown is the path the user gave. */
-static int write_atomic(const char *shown, const char *target, mode_t mode, const void *data,
-                        size_t len, cz_error *err)
+static int write_atomic_to(const char *shown, const char *target, mode_t mode, const void *data,
+                           size_t len, cz_error *err)
 {
     int rc = CZ_OK;
     size_t n = strlen(target) + sizeof ".tmp.XXXXXX";
@@ -200,6 +239,27 @@ static int write_atomic(const char *shown, const char *target, mode_t mode, cons
 fail:
     unlink(tmp);
     free(tmp);
+    return rc;
+}
+
+/* The same with the signals that end a process by default (a user's Ctrl-C, a job scheduler's
+ * SIGTERM, a closed terminal, a file-size limit) held back while the temporary file exists:
+ * one that arrives then takes effect once the file is renamed or removed, instead of leaving
+ * PATH.tmp.XXXXXX behind (up to the whole output's size). */
+static int write_atomic(const char *shown, const char *target, mode_t mode, const void *data,
+                        size_t len, cz_error *err)
+{
+    sigset_t hold, old;
+    sigemptyset(&hold);
+    sigaddset(&hold, SIGINT);
+    sigaddset(&hold, SIGTERM);
+    sigaddset(&hold, SIGHUP);
+    sigaddset(&hold, SIGQUIT);
+    sigaddset(&hold, SIGXFSZ); /* held, a write past the limit fails (EFBIG) and is cleaned up */
+    int masked = pthread_sigmask(SIG_BLOCK, &hold, &old) == 0;
+    int rc = write_atomic_to(shown, target, mode, data, len, err);
+    if (masked)
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
     return rc;
 }
 

@@ -9,8 +9,11 @@
  *  - "-" is standard output;
  *  - a new path or an existing regular file is replaced atomically (a temporary file in the
  *    same folder, synced, then renamed over it), keeping the existing file's permission bits;
+ *    the signals that end a process are held back while the temporary file exists;
  *  - a symbolic link is followed: its final target is written (atomically, in the target's own
- *    folder when the target is a regular file or does not exist), the link itself stays;
+ *    folder when the target is a regular file or does not exist), the link itself stays; a
+ *    link the kernel's fs.protected_symlinks would not follow (another user's, in a sticky
+ *    world-writable folder) is refused;
  *  - a character device (/dev/null, a terminal) or a FIFO is written in place, never replaced;
  *  - a read-only regular file, a folder, a socket or a block device is refused with the reason.
  */

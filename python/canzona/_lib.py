@@ -7,7 +7,7 @@ import os
 CZ_OK, CZ_EIO, CZ_EPARSE, CZ_EINVALID, CZ_ENOMEM = 0, -1, -2, -3, -4
 CZ_EMISMATCH, CZ_EUNSUPPORTED, CZ_EINTERNAL, CZ_ETIMEOUT = -5, -6, -7, -8
 DTYPE_BF16, DTYPE_FP16, DTYPE_FP32 = 0, 1, 2
-CZ_EXEC_CONFIG_VERSION = 4
+CZ_EXEC_CONFIG_VERSION = 5
 
 
 class Error(Exception):
@@ -72,6 +72,8 @@ class ExecConfig(ctypes.Structure):
         ("soap_bias_correction", ctypes.c_int),
         # version 4
         ("nccl_timeout_s", ctypes.c_double),
+        # version 5
+        ("mpi_timeout_s", ctypes.c_double),
     ]
 
 

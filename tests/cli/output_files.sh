@@ -169,5 +169,77 @@ expect_same "render --cluster C -o C" "$C" "$CZ" render "$P" --cluster "$C" -o "
 expect_same "import-hf C -o C" "$H" "$CZ" import-hf "$H" -o "$H"
 expect_same "import-hf C -o symlink to C" "$H" "$CZ" import-hf "$H" -o "$work/sub/config-soft.json"
 
+# ---- symbolic links in a sticky world-writable folder (/tmp): what the kernel refuses ----------
+# Under fs.protected_symlinks the kernel follows such a link only for its owner or when the
+# folder's owner owns it; canzona resolves links itself, so it applies the same rule. Making a
+# link owned by another user takes root.
+if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
+  mkdir "$work/sticky"
+  chmod 1777 "$work/sticky"
+  echo keep >"$work/victim"
+  ln -s "$work/victim" "$work/sticky/theirs"
+  chown -h nobody "$work/sticky/theirs"
+  if write_plan "$work/sticky/theirs" >"$work/out" 2>"$work/err"; then
+    fail "plan -o LINK-OF-ANOTHER-USER in a sticky folder: followed"
+  elif [ "$(cat "$work/victim")" = keep ] && grep -q "protected_symlinks" "$work/err" &&
+    [ -L "$work/sticky/theirs" ]; then
+    pass "plan -o LINK-OF-ANOTHER-USER in a sticky folder: refused, target and link intact"
+  else
+    fail "plan -o LINK-OF-ANOTHER-USER in a sticky folder: $(cat "$work/err")"
+  fi
+  # The same link further down a chain of links is refused too.
+  ln -s sticky/theirs "$work/chain"
+  if ! write_render "$work/chain" >"$work/out" 2>"$work/err" && [ "$(cat "$work/victim")" = keep ]; then
+    pass "render -o LINK -> LINK-OF-ANOTHER-USER: refused, target intact"
+  else
+    fail "render -o LINK -> LINK-OF-ANOTHER-USER: $(cat "$work/err")"
+  fi
+  # Followed: a link of this user, and a link of the folder's owner.
+  ln -s "$work/victim" "$work/sticky/mine"
+  if write_plan "$work/sticky/mine" >"$work/out" 2>"$work/err" && grep -q "${head[plan]}" "$work/victim"; then
+    pass "plan -o OWN-LINK in a sticky folder: followed"
+  else
+    fail "plan -o OWN-LINK in a sticky folder: $(cat "$work/err")"
+  fi
+  echo keep >"$work/victim"
+  chown nobody "$work/sticky"
+  if write_plan "$work/sticky/theirs" >"$work/out" 2>"$work/err" && grep -q "${head[plan]}" "$work/victim"; then
+    pass "plan -o LINK-OF-THE-FOLDER'S-OWNER in a sticky folder: followed"
+  else
+    fail "plan -o LINK-OF-THE-FOLDER'S-OWNER in a sticky folder: $(cat "$work/err")"
+  fi
+else
+  echo "note: not root (or no user 'nobody'): the sticky-folder link cases are skipped"
+fi
+
+# ---- a report to a full device: a failure with the reason, never exit 0 with nothing ------
+# /dev/full fails every write with ENOSPC (as a full tmpfs does); standard output is only
+# opened on it, never replaced. Standard output is buffered, so the error shows only when the
+# text is flushed, after the command has done its work.
+if [ -w /dev/full ]; then
+  expect_full() { # NAME COMMAND...
+    local name=$1 rc=0
+    shift
+    "$@" >/dev/full 2>"$work/err" || rc=$?
+    if [ "$rc" -ne 0 ] && grep -q "cannot write to standard output: No space left on device" "$work/err"; then
+      pass "$name >/dev/full: exit $rc with the reason"
+    else
+      fail "$name >/dev/full: exit $rc: $(cat "$work/err")"
+    fi
+  }
+  expect_full "inspect" "$CZ" inspect "$P"
+  expect_full "inspect --json" "$CZ" inspect "$P" --json
+  expect_full "validate" "$CZ" validate "$P" -m "$M" -c "$C"
+  expect_full "simulate" "$CZ" simulate -m "$M" -c "$C"
+  expect_full "compare" "$CZ" compare -m "$M" -c "$C"
+  expect_full "diff" "$CZ" diff "$P" "$P"
+  expect_full "plan --json" "$CZ" plan -m "$M" -c "$C" --json -o "$work/full.plan.json"
+  expect_full "plan -o -" "$CZ" plan -m "$M" -c "$C" -q -o -
+  expect_full "render -o -" "$CZ" render "$P" -o -
+  expect_full "--help" "$CZ" --help
+else
+  echo "note: no writable /dev/full here; the full-output cases are skipped"
+fi
+
 echo "$((total - fails)) passed, $fails failed"
 [ $fails -eq 0 ]

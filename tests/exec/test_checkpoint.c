@@ -9,7 +9,10 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static const fx_param PARAMS[] = {
@@ -348,13 +351,27 @@ static bool have_linalg(void)
 }
 
 /* Shampoo with every optional buffer kept (filtered gradient, grafting, momentum) and sides
- * above 4 cut into tiles: proj (4 x 6) is two tiles, qkv's two blocks one each. */
+ * above 4 cut into tiles: proj (4 x 6) is two tiles, qkv's two blocks one each. Without
+ * weight decay: the part of the momentum that the weight decay feeds stays zero, so the file's
+ * momentum is the host's bit for bit (shampoo_momentum_with_weight_decay covers the rest). */
 static void shampoo_config(cz_exec_config *cfg, int max_dim)
 {
     cz_exec_config_init(cfg);
     cfg->shampoo_max_dim = max_dim;
     cfg->shampoo_momentum = 0.5f;
     cfg->shampoo_grafting = CZ_GRAFT_ADAM;
+    cfg->weight_decay = 0.0f;
+}
+
+/* Bytes of the weight-decay part of Shampoo's momentum this process keeps (a checkpoint moves
+ * it besides the file's tensors). */
+static size_t decay_bytes(const cz_executor *ex)
+{
+    size_t n = 0;
+    for (size_t i = 0; ex->shampoo_decay && i < ex->plan->nparams; i++)
+        if (ex->shampoo_decay[i])
+            n += (size_t)ex->plan->params[i].numel * sizeof(float);
+    return n;
 }
 
 /* Every matrix-state tensor of the executor (Shampoo's or SOAP's) and its AdamW moments,
@@ -533,6 +550,421 @@ END_TEST
 
 /* Saves a checkpoint of (from_opt, from_cfg), loads it into an executor of (to_opt, to_cfg):
  * refused with code and a message containing want, the target's state untouched. */
+/* ---- what a header or the data may not claim ---- */
+
+/* A checkpoint file rebuilt from a header (serialized as our writer does, padded to 8 bytes)
+ * and data bytes. */
+static void write_checkpoint(const char *path, json_t *header, const char *data, size_t n)
+{
+    char *h = json_dumps(header, JSON_COMPACT | JSON_SORT_KEYS);
+    ck_assert_ptr_nonnull(h);
+    size_t hl = strlen(h), padded = (hl + 7) / 8 * 8;
+    char *f = malloc(8 + padded + n);
+    for (int k = 0; k < 8; k++)
+        f[k] = (char)((uint64_t)padded >> (8 * k) & 0xff);
+    memcpy(f + 8, h, hl);
+    memset(f + 8 + hl, ' ', padded - hl);
+    memcpy(f + 8 + padded, data, n);
+    write_file(path, f, 8 + padded + n);
+    free(f);
+    free(h);
+}
+
+/* A saved checkpoint of a's state: its header (parsed) and its data section. */
+typedef struct saved {
+    json_t *header;
+    char *file;
+    size_t len, off; /* the data starts at file + off */
+} saved;
+
+static void save_and_parse(rig *a, saved *s)
+{
+    cz_error err;
+    ck_assert_msg(cz_executor_save_state(a->ex, tmp_path("orig.safetensors"), &err) == 0, "%s",
+                  err.message);
+    s->len = read_file(tmp_path("orig.safetensors"), &s->file);
+    char *h = header_of(s->file, &s->off);
+    json_error_t je;
+    s->header = json_loads(h, 0, &je);
+    ck_assert_ptr_nonnull(s->header);
+    free(h);
+}
+
+static void saved_free(saved *s)
+{
+    json_decref(s->header);
+    free(s->file);
+}
+
+/* Every state tensor of a, whatever its optimizer. */
+static size_t any_state_copy(const cz_executor *ex, float *out, size_t max)
+{
+    if (ex->use_shampoo || ex->use_soap)
+        return matrix_state_copy(ex, out, max);
+    ck_assert_uint_le(256, max);
+    return state_copy(ex, out);
+}
+
+/* Loading path into a must fail with code and a message naming the file and containing want,
+ * and leave a's state and step count as they were. */
+static void load_refused(rig *a, const char *path, int code, const char *want)
+{
+    static float before[4096], after[4096];
+    size_t n = any_state_copy(a->ex, before, 4096);
+    int64_t steps = a->ex->steps;
+    cz_error err;
+    int rc = cz_executor_load_state(a->ex, path, &err);
+    ck_assert_msg(rc == code, "rc %d (want %d): %s", rc, code, rc ? err.message : "loaded");
+    ck_assert_msg(strstr(err.message, path) && strstr(err.message, want), "%s", err.message);
+    ck_assert_uint_eq(any_state_copy(a->ex, after, 4096), n);
+    ck_assert_mem_eq(before, after, n * sizeof(float));
+    ck_assert_int_eq(a->ex->steps, steps);
+}
+
+/* The step count with __metadata__.step set to text. */
+static int load_step(rig *a, saved *s, const char *text, cz_error *err)
+{
+    json_object_set_new(json_object_get(s->header, "__metadata__"), "step", json_string(text));
+    write_checkpoint(tmp_path("step.safetensors"), s->header, s->file + s->off, s->len - s->off);
+    return cz_executor_load_state(a->ex, tmp_path("step.safetensors"), err);
+}
+
+START_TEST(step_count_digits_in_range)
+{
+    rig a;
+    rig_open(&a, PARAMS, NP);
+    rig_step(&a, 1);
+    saved s;
+    save_and_parse(&a, &s);
+    /* Past int64, int64's largest (a step after it overflows), signs, spaces, other bases. */
+    static const char *const bad[] = {"9223372036854775807",
+                                      "99999999999999999999999",
+                                      "9007199254740993",
+                                      "+5",
+                                      " 5",
+                                      "5 ",
+                                      "-1",
+                                      "0x5",
+                                      "",
+                                      "1e3"};
+    cz_error err;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        load_step(&a, &s, bad[i], &err);
+        load_refused(&a, tmp_path("step.safetensors"), CZ_EINVALID, "__metadata__.step");
+    }
+    /* The largest count a double holds exactly still loads, and a step after it runs. */
+    ck_assert_msg(load_step(&a, &s, "9007199254740992", &err) == 0, "%s", err.message);
+    ck_assert_int_eq(a.ex->steps, (int64_t)1 << 53);
+    rig_step(&a, 2);
+    ck_assert_int_eq(a.ex->steps, ((int64_t)1 << 53) + 1);
+    ck_assert_msg(load_step(&a, &s, "07", &err) == 0, "%s", err.message);
+    ck_assert_int_eq(a.ex->steps, 7);
+    saved_free(&s);
+    rig_close(&a);
+}
+END_TEST
+
+/* Sets element k of tensor key in the saved data to x. */
+static void poke(saved *s, const char *key, int64_t k, float x)
+{
+    json_t *o = json_object_get(json_object_get(s->header, key), "data_offsets");
+    ck_assert_msg(o != NULL, "no tensor %s", key);
+    size_t b = (size_t)json_integer_value(json_array_get(o, 0));
+    memcpy(s->file + s->off + b + (size_t)k * sizeof x, &x, sizeof x);
+}
+
+/* A copy of s with element k of key set to x, loaded into a: refused naming the tensor. */
+static void value_refused(rig *a, const saved *s, const char *key, int64_t k, float x,
+                          const char *want)
+{
+    saved c = *s;
+    c.file = malloc(s->len);
+    memcpy(c.file, s->file, s->len);
+    poke(&c, key, k, x);
+    write_file(tmp_path("value.safetensors"), c.file, c.len);
+    free(c.file);
+    char msg[256];
+    snprintf(msg, sizeof msg, "'%s' holds %s", key, want);
+    load_refused(a, tmp_path("value.safetensors"), CZ_EINVALID, msg);
+}
+
+START_TEST(non_finite_or_impossible_state_refused)
+{
+    rig a;
+    rig_open(&a, PARAMS, NP);
+    rig_step(&a, 1);
+    saved s;
+    save_and_parse(&a, &s);
+    value_refused(&a, &s, "qkv.momentum", 5, NAN, "a non-finite value (nan) at [1, 1]");
+    value_refused(&a, &s, "emb.exp_avg", 0, INFINITY, "a non-finite value (inf) at [0, 0]");
+    value_refused(&a, &s, "norm.exp_avg_sq", 2, -0.5f,
+                  "a negative value in a sum of squares (-0.5) at [2, 0]");
+    /* A first moment and a momentum may be negative. */
+    poke(&s, "emb.exp_avg", 1, -3.0f);
+    poke(&s, "proj.momentum", 1, -3.0f);
+    write_file(tmp_path("neg.safetensors"), s.file, s.len);
+    cz_error err;
+    ck_assert_msg(cz_executor_load_state(a.ex, tmp_path("neg.safetensors"), &err) == 0, "%s",
+                  err.message);
+    saved_free(&s);
+    rig_close(&a);
+    if (!have_linalg())
+        return;
+    /* Shampoo: a factor's diagonal sums squares, so does the grafting accumulator; the
+     * factor's off-diagonal elements may be negative. SOAP: its second moment. */
+    cz_exec_config cfg;
+    shampoo_config(&cfg, 4);
+    cfg.shampoo_grafting = CZ_GRAFT_ADAGRAD;
+    rig_open_with(&a, PARAMS, NP, CZ_OPTIM_SHAMPOO, &cfg);
+    for (int t = 0; t < 3; t++)
+        rig_step(&a, (uint64_t)t);
+    save_and_parse(&a, &s);
+    value_refused(&a, &s, "proj.shampoo.0_0.factor_left", 5, -1.0f,
+                  "a negative diagonal value in a Gram factor");
+    value_refused(&a, &s, "proj.shampoo.0_4.grafting", 3, -1e-3f,
+                  "a negative value in a sum of squares");
+    value_refused(&a, &s, "qkv.shampoo.0_0.inv_root_right", 0, NAN, "a non-finite value");
+    poke(&s, "proj.shampoo.0_0.factor_left", 1, -1.0f);
+    write_file(tmp_path("neg.safetensors"), s.file, s.len);
+    ck_assert_msg(cz_executor_load_state(a.ex, tmp_path("neg.safetensors"), &err) == 0, "%s",
+                  err.message);
+    saved_free(&s);
+    rig_close(&a);
+    rig_open_with(&a, PARAMS, NP, CZ_OPTIM_SOAP, NULL);
+    for (int t = 0; t < 3; t++)
+        rig_step(&a, (uint64_t)t);
+    save_and_parse(&a, &s);
+    value_refused(&a, &s, "qkv.soap.0_0.exp_avg_sq", 0, -2.0f,
+                  "a negative value in a sum of squares");
+    value_refused(&a, &s, "qkv.soap.2_0.GG_left", 0, -2.0f, "a negative diagonal value");
+    saved_free(&s);
+    rig_close(&a);
+}
+END_TEST
+
+START_TEST(header_that_lies_refused)
+{
+    rig a;
+    rig_open(&a, PARAMS, NP);
+    rig_step(&a, 1);
+    saved s;
+    save_and_parse(&a, &s);
+    const char *bad = tmp_path("lies.safetensors");
+    char *data = s.file + s.off;
+    size_t n = s.len - s.off;
+    /* emb's two moments (32 floats each) made to share their bytes. */
+    json_t *h = json_deep_copy(s.header);
+    json_t *m = json_object_get(json_object_get(h, "emb.exp_avg"), "data_offsets");
+    json_object_set(json_object_get(h, "emb.exp_avg_sq"), "data_offsets", m);
+    write_checkpoint(bad, h, data, n);
+    load_refused(&a, bad, CZ_EINVALID, "without gaps or overlaps");
+    json_decref(h);
+    /* Every tensor 2 bytes later (unaligned), the data 2 bytes longer. */
+    h = json_deep_copy(s.header);
+    const char *k;
+    json_t *v;
+    json_object_foreach(h, k, v)
+    {
+        json_t *o = json_object_get(v, "data_offsets");
+        for (size_t j = 0; o && j < 2; j++)
+            json_array_set_new(o, j, json_integer(json_integer_value(json_array_get(o, j)) + 2));
+    }
+    char *shifted = calloc(1, n + 2);
+    memcpy(shifted + 2, data, n);
+    write_checkpoint(bad, h, shifted, n + 2);
+    load_refused(&a, bad, CZ_EINVALID, "begin at byte 2 of the data, but the header ends at 0");
+    free(shifted);
+    json_decref(h);
+    /* Bytes after the last tensor. */
+    char *longer = calloc(1, n + 8);
+    memcpy(longer, data, n);
+    write_checkpoint(bad, s.header, longer, n + 8);
+    load_refused(&a, bad, CZ_EINVALID, "8 bytes follow the last tensor's data");
+    free(longer);
+    /* A member written twice: the file holds it with other offsets first. */
+    char *text = json_dumps(s.header, JSON_COMPACT | JSON_SORT_KEYS);
+    char *at = strstr(text, "\"norm.exp_avg\"");
+    ck_assert_ptr_nonnull(at);
+    size_t hl = strlen(text), pre = (size_t)(at - text);
+    const char *dup = "\"norm.exp_avg\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},";
+    size_t dl = strlen(dup), padded = (hl + dl + 7) / 8 * 8;
+    char *f = malloc(8 + padded + n);
+    for (int b = 0; b < 8; b++)
+        f[b] = (char)((uint64_t)padded >> (8 * b) & 0xff);
+    memcpy(f + 8, text, pre);
+    memcpy(f + 8 + pre, dup, dl);
+    memcpy(f + 8 + pre + dl, at, hl - pre);
+    memset(f + 8 + hl + dl, ' ', padded - hl - dl);
+    memcpy(f + 8 + padded, data, n);
+    write_file(bad, f, 8 + padded + n);
+    load_refused(&a, bad, CZ_EPARSE, "duplicate");
+    free(f);
+    free(text);
+    /* A tensor entry with a member safetensors does not have. */
+    h = json_deep_copy(s.header);
+    json_object_set_new(json_object_get(h, "qkv.momentum"), "scale", json_real(2.0));
+    write_checkpoint(bad, h, data, n);
+    load_refused(&a, bad, CZ_EINVALID, "unknown member 'scale'");
+    json_decref(h);
+    saved_free(&s);
+    rig_close(&a);
+}
+END_TEST
+
+/* Distributed Shampoo adds the weight decay to the direction before the momentum; the
+ * executor keeps that part of the momentum beside the parameters (cz_shampoo_decay_momentum)
+ * and the file holds the whole, as the reference's momentum: host part + weight-decay part.
+ * A load puts the whole into the host part and restarts the other from zero, the same sum:
+ * the run continues as the uninterrupted one up to rounding (the sum is formed in another
+ * order), while a run without the state ends elsewhere. */
+START_TEST(shampoo_momentum_with_weight_decay)
+{
+    if (!have_linalg())
+        return;
+    for (int nesterov = 0; nesterov < 2; nesterov++) {
+        cz_exec_config cfg;
+        shampoo_config(&cfg, 4);
+        cfg.weight_decay = 0.05f;
+        cfg.shampoo_nesterov = nesterov;
+        rig a, b, c;
+        rig_open_with(&a, PARAMS, NP, CZ_OPTIM_SHAMPOO, &cfg);
+        for (int s = 0; s < 3; s++)
+            rig_step(&a, (uint64_t)s);
+        cz_error err;
+        ck_assert_int_eq(cz_executor_save_state(a.ex, tmp_path("wd.safetensors"), &err), 0);
+        /* proj (param 2, 4 x 6, not TP-split here) tile 0_4: host momentum + decay part. */
+        saved sv;
+        sv.len = read_file(tmp_path("wd.safetensors"), &sv.file);
+        char *h = header_of(sv.file, &sv.off);
+        sv.header = json_loads(h, 0, NULL);
+        free(h);
+        json_t *o = json_object_get(json_object_get(sv.header, "proj.shampoo.0_4.momentum"),
+                                    "data_offsets");
+        const char *at = sv.file + sv.off + json_integer_value(json_array_get(o, 0));
+        const float *host = cz_shampoo_state_tensor(a.ex->shampoo_state[2], 7 + 6);
+        const float *decay = a.ex->shampoo_decay[2];
+        ck_assert_ptr_nonnull(decay);
+        double most = 0;
+        for (int r = 0; r < 4; r++)
+            for (int k = 0; k < 2; k++) {
+                float want = host[r * 2 + k] + decay[r * 6 + 4 + k], got;
+                memcpy(&got, at + (size_t)(r * 2 + k) * sizeof got, sizeof got);
+                ck_assert_float_eq(got, want);
+                most = fmax(most, fabs((double)decay[r * 6 + 4 + k]));
+            }
+        ck_assert_msg(most > 1e-4, "the weight-decay part is %g: nothing tested", most);
+        rig_open_with(&b, PARAMS, NP, CZ_OPTIM_SHAMPOO, &cfg);
+        rig_open_with(&c, PARAMS, NP, CZ_OPTIM_SHAMPOO, &cfg);
+        memcpy(b.P, a.P, a.n * sizeof(float));
+        memcpy(c.P, a.P, a.n * sizeof(float));
+        c.ex->steps = 3;
+        ck_assert_int_eq(cz_executor_load_state(b.ex, tmp_path("wd.safetensors"), &err), 0);
+        for (int k = 0; k < 24; k++)
+            ck_assert_float_eq(b.ex->shampoo_decay[2][k], 0.0f);
+        for (int s = 3; s < 7; s++) {
+            rig_step(&a, (uint64_t)s);
+            rig_step(&b, (uint64_t)s);
+            rig_step(&c, (uint64_t)s);
+        }
+        double dmax = 0, cmax = 0, pmax = 0;
+        for (size_t k = 0; k < a.n; k++) {
+            dmax = fmax(dmax, fabs((double)a.P[k] - (double)b.P[k]));
+            cmax = fmax(cmax, fabs((double)a.P[k] - (double)c.P[k]));
+            pmax = fmax(pmax, fabs((double)a.P[k]));
+        }
+        ck_assert_msg(dmax <= 1e-6 * pmax, "resumed run differs by %g (of %g)", dmax, pmax);
+        ck_assert_msg(cmax > 1e-4, "continuing without the state moved by only %g", cmax);
+        saved_free(&sv);
+        rig_close(&a);
+        rig_close(&b);
+        rig_close(&c);
+    }
+}
+END_TEST
+
+/* A checkpoint just loaded saves the bytes it was read from, a negative zero in Shampoo's
+ * momentum included: the weight-decay part restarts at zero and must not be added as +0 (the
+ * safetensors fuzz harness found -0 saved as +0). */
+START_TEST(shampoo_momentum_saved_as_loaded)
+{
+    if (!have_linalg())
+        return;
+    cz_exec_config cfg;
+    shampoo_config(&cfg, 4);
+    cfg.weight_decay = 0.05f;
+    rig a;
+    rig_open_with(&a, PARAMS, NP, CZ_OPTIM_SHAMPOO, &cfg);
+    for (int s = 0; s < 3; s++)
+        rig_step(&a, (uint64_t)s);
+    saved sv;
+    save_and_parse(&a, &sv);
+    poke(&sv, "proj.shampoo.0_4.momentum", 3, -0.0f);
+    write_file(tmp_path("negzero.safetensors"), sv.file, sv.len);
+    cz_error err;
+    ck_assert_msg(cz_executor_load_state(a.ex, tmp_path("negzero.safetensors"), &err) == 0, "%s",
+                  err.message);
+    ck_assert_int_eq(cz_executor_save_state(a.ex, tmp_path("again.safetensors"), &err), 0);
+    char *again;
+    ck_assert_uint_eq(read_file(tmp_path("again.safetensors"), &again), sv.len);
+    ck_assert_mem_eq(again, sv.file, sv.len);
+    free(again);
+    saved_free(&sv);
+    rig_close(&a);
+}
+END_TEST
+
+/* A checkpoint read from a FIFO whose writer never stops: the load reads no more than this
+ * plan's checkpoint can hold, refuses, and the writer sees the pipe closed. */
+START_TEST(pipe_read_up_to_the_plans_size)
+{
+    rig a;
+    rig_open(&a, PARAMS, NP);
+    rig_step(&a, 1);
+    saved s;
+    save_and_parse(&a, &s);
+    const char *fifo = tmp_path("fifo"), *count = tmp_path("written");
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        /* The writer: the whole checkpoint, then up to 64 MiB of zeros. */
+        signal(SIGPIPE, SIG_IGN);
+        int fd = open(fifo, O_WRONLY);
+        size_t total = 0;
+        bool open_end = fd >= 0 && write(fd, s.file, s.len) == (ssize_t)s.len;
+        static char zeros[65536];
+        while (open_end && total < ((size_t)64 << 20)) {
+            ssize_t w = write(fd, zeros, sizeof zeros);
+            open_end = w > 0;
+            total += w > 0 ? (size_t)w : 0;
+        }
+        FILE *f = fopen(count, "w");
+        if (f)
+            fprintf(f, "%zu\n", total);
+        if (f)
+            fclose(f);
+        _exit(0);
+    }
+    cz_error err;
+    int rc = cz_executor_load_state(a.ex, fifo, &err);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(rc == CZ_EINVALID, "rc %d: %s", rc, rc ? err.message : "loaded");
+    ck_assert_msg(strstr(err.message, "more than") &&
+                      strstr(err.message, "this plan's optimizer state is"),
+                  "%s", err.message);
+    char *text;
+    read_file(count, &text);
+    size_t zeros = strtoull(text, NULL, 10);
+    /* The cap is the data (a few hundred bytes here), 64 KiB of header room and 256 bytes per
+     * tensor; the pipe buffers another 64 KiB or so. */
+    ck_assert_msg(zeros < ((size_t)1 << 20), "the writer got %zu bytes of zeros through", zeros);
+    free(text);
+    saved_free(&s);
+    rig_close(&a);
+}
+END_TEST
+
 static void refused_across(cz_optimizer from_opt, const cz_exec_config *from_cfg,
                            cz_optimizer to_opt, const cz_exec_config *to_cfg, int code,
                            const char *want)
@@ -680,8 +1112,9 @@ static void staged_same(cz_optimizer opt, const cz_exec_config *cfg)
     ck_assert_uint_eq(read_file(tmp_path("staged.safetensors"), &y), nx);
     ck_assert_mem_eq(x, y, nx);
     h = header_of(x, &off);
-    /* One process: every tensor downloaded once, straight into the file. */
-    ck_assert_uint_eq(g_down, nx - off);
+    /* One process: every tensor downloaded once, straight into the file (and the part of
+     * Shampoo's momentum kept beside the parameters, added to it). */
+    ck_assert_uint_eq(g_down, nx - off + decay_bytes(a.ex));
     static float sa[4096], sb[4096];
     size_t na = opt == CZ_OPTIM_MUON ? state_copy(a.ex, sa) : matrix_state_copy(a.ex, sa, 4096);
 
@@ -691,7 +1124,7 @@ static void staged_same(cz_optimizer opt, const cz_exec_config *cfg)
     make_staged(b.ex);
     ck_assert_msg(cz_executor_load_state(b.ex, tmp_path("staged.safetensors"), &err) == 0, "%s",
                   err.message);
-    ck_assert_uint_eq(g_up, nx - off);
+    ck_assert_uint_eq(g_up, nx - off + decay_bytes(b.ex));
     size_t nb = opt == CZ_OPTIM_MUON ? state_copy(b.ex, sb) : matrix_state_copy(b.ex, sb, 4096);
     ck_assert_uint_eq(na, nb);
     ck_assert_mem_eq(sa, sb, na * sizeof(float));
@@ -755,10 +1188,16 @@ int main(void)
     tcase_add_test(tc, refused_during_async_step);
     tcase_add_test(tc, shampoo_round_trip_resumes_exactly);
     tcase_add_test(tc, soap_round_trip_resumes_exactly);
+    tcase_add_test(tc, shampoo_momentum_with_weight_decay);
+    tcase_add_test(tc, shampoo_momentum_saved_as_loaded);
     tcase_add_test(tc, shampoo_and_soap_tensor_names);
     tcase_add_test(tc, shampoo_and_soap_foreign_files_refused);
     tcase_add_test(tc, shampoo_and_soap_damaged_tensors_refused);
     tcase_add_test(tc, staged_through_host_memory);
+    tcase_add_test(tc, step_count_digits_in_range);
+    tcase_add_test(tc, non_finite_or_impossible_state_refused);
+    tcase_add_test(tc, header_that_lies_refused);
+    tcase_add_test(tc, pipe_read_up_to_the_plans_size);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -302,6 +302,28 @@ START_TEST(grad_norm_and_clip)
 }
 END_TEST
 
+/* The MPI planes' time limit: the config's (version 5) over CZ_MPI_TIMEOUT_S over 1800 s; a
+ * config of another version is not read past its own fields. */
+START_TEST(mpi_timeout_resolution)
+{
+    cz_exec_config cfg;
+    cz_exec_config_init(&cfg);
+    ck_assert_double_eq(cfg.mpi_timeout_s, 0.0);
+    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, NULL), 1800.0);
+    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, "12"), 12.0);
+    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, "0.5"), 0.5);
+    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, "soon"), 1800.0);
+    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, "5s"), 1800.0);
+    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, "-1"), 1800.0);
+    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, "inf"), 1800.0);
+    ck_assert_double_eq(cz_exec_mpi_timeout(NULL, "7"), 7.0);
+    cfg.mpi_timeout_s = 3.0;
+    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, "12"), 3.0); /* the config wins */
+    cfg.version = 4;
+    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, "12"), 12.0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("exec_knobs");
@@ -312,6 +334,7 @@ int main(void)
     tcase_add_test(tc, muon_steps_by_hand);
     tcase_add_test(tc, rates_set_between_steps);
     tcase_add_test(tc, grad_norm_and_clip);
+    tcase_add_test(tc, mpi_timeout_resolution);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

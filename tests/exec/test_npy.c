@@ -4,10 +4,14 @@
 #include "npy.h"
 
 #include <check.h>
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static char dir[256], path[300];
@@ -159,6 +163,40 @@ START_TEST(non_finite_values)
 }
 END_TEST
 
+/* --dump-dir on a full disk: the write fails with the file and the system's reason named, and
+ * the file keeps its old content (no truncated .npy, no temporary file left). */
+START_TEST(write_errors_keep_the_old_file)
+{
+    float old[4] = {0, 1, 2, 3};
+    static float big[8192];
+    cz_error err;
+    ck_assert_int_eq(cz_npy_write(path, old, 1, 4, 1, &err), 0);
+    /* A disk that fills after 4 KiB, as this test process sees it: writes past a file-size
+     * limit fail (EFBIG) where a full disk's fail with ENOSPC. The test runs in its own
+     * process (Check's fork mode), so the limit ends with it. */
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {4096, 4096};
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    ck_assert_int_eq(cz_npy_write(path, big, 1, 8192, 1, &err), CZ_EIO);
+    ck_assert_msg(strstr(err.message, path) && strstr(err.message, strerror(EFBIG)), "%s",
+                  err.message);
+    expect_ok(1, 4, 1);
+    int entries = 0;
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        entries += e->d_name[0] != '.';
+    closedir(d);
+    ck_assert_int_eq(entries, 1);
+    /* A full device is written in place (never replaced) and its error named. */
+    if (access("/dev/full", W_OK) == 0) {
+        ck_assert_int_eq(cz_npy_write("/dev/full", old, 1, 4, 1, &err), CZ_EIO);
+        ck_assert_msg(strstr(err.message, "/dev/full") && strstr(err.message, strerror(ENOSPC)),
+                      "%s", err.message);
+    }
+}
+END_TEST
+
 /* --dump-dir and --init-dir files are named after parameters: a name never leaves the folder. */
 START_TEST(param_paths)
 {
@@ -192,6 +230,7 @@ int main(void)
     tcase_add_test(tc, data_length);
     tcase_add_test(tc, non_finite_values);
     tcase_add_test(tc, param_paths);
+    tcase_add_test(tc, write_errors_keep_the_old_file);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Multi-rank executor tests: plans test-small with `canzona plan` and runs canzona-bench on 4
 # MPI ranks. Usage: bench.sh verify CLUSTER DP TP [fp32|bf16] [unified|split] | mismatch | options | nan | dump |
-# owncomms | replicas | grads | knobs | shampoo CLUSTER TP MAX_DIM | soap CLUSTER TP |
+# owncomms | replicas | grads | knobs | stall | shampoo CLUSTER TP MAX_DIM [START MOMENTUM NESTEROV] |
+# soap CLUSTER TP [SHAMPOO_BETA] |
 # soap-sides CLUSTER TP | nolapacke
 # | average (exec_average.c, $CZ_AVERAGE, on 2 and 4 ranks)
 # | tasks CLUSTER DP TP BLOCKS WIDTH [PLAN OPTION...] (block and cooperative tasks)
@@ -18,7 +19,9 @@ src=${CZ_SOURCE_DIR:?}
 model=$src/plans/models/test-small.json
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mpi() { timeout 60 mpirun --oversubscribe "$@"; }
+# Time limits scale with CZ_TIME_SCALE (CMake sets it to 4 for the sanitizer build).
+scale=${CZ_TIME_SCALE:-1}
+mpi() { timeout $((60 * scale)) mpirun --oversubscribe "$@"; }
 # Runs mpirun expecting every rank to fail cleanly: a non-zero exit that is not the timeout's.
 # The output is kept in $tmp/out for the caller's checks.
 mpi_fails() {
@@ -127,9 +130,7 @@ PY
     # small CPU matrices: several panels' all-reduces in flight at once on every sub-plane.
     # Only the executor reads it (its recorded costs no longer match that count, which validate
     # would report).
-    python3 - "$tmp/plan.json" "$tmp/panels.json" <<'PY'
-import json, sys
-p = json.load(open(sys.argv[1]))
+    python3 "$src/tests/mpi/plan_edit.py" "$tmp/plan.json" "$tmp/panels.json" <<'PY'
 n = 0
 for s in p["tp_schedule"]:
     for g in s["groups"]:
@@ -143,27 +144,6 @@ for s in p["tp_schedule"]:
                         rows, cols = (size, cols) if q["blocks"]["dim"] == 0 else (rows, size)
                     t["panels"] = min(8, (min(rows, cols) + 1) // 2)
                     n += 1
-# The content hash of the edited plan (docs/FORMATS.md, section 5), as a tool that edits plans
-# must record it: compact, keys sorted, reals as %.17g.
-import hashlib
-def canon(v):
-    if isinstance(v, dict):
-        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + canon(v[k])
-                              for k in sorted(v, key=lambda k: k.encode())) + "}"
-    if isinstance(v, list):
-        return "[" + ",".join(canon(x) for x in v) + "]"
-    if isinstance(v, float):
-        r = "%.17g" % v
-        if "e" in r:
-            m, e = r.split("e")
-            r = m + "e" + str(int(e))
-        elif "." not in r and "n" not in r:
-            r += ".0"
-        return r
-    return json.dumps(v, ensure_ascii=False)
-del p["content_sha256"]
-p["content_sha256"] = hashlib.sha256(canon(p).encode()).hexdigest()
-json.dump(p, open(sys.argv[2], "w"))
 print("cooperative task entries set to the most panels:", n)
 PY
     mpi -np 4 "$CZ_BENCH" --plan "$tmp/panels.json" --model "$model" --steps 3 --verify |
@@ -184,6 +164,22 @@ mismatch)
     --steps 1
   n=$(grep -c "canzona-bench: rank [0-3]: loading the plan and model: plan" "$tmp/out" || true)
   [ "$n" -eq 4 ] || { echo "expected 4 ranks to report the model mismatch, got $n"; exit 1; }
+  # Plans edited after they were written, their content hash recomputed: consistent in
+  # themselves, so the executor runs them, and --verify reads the same plan. Only the model
+  # shows them wrong; every rank refuses them, naming what differs.
+  command -v python3 >/dev/null || { echo "python3 not found"; exit 77; }
+  edited() { # name expected-message python-edit
+    python3 "$src/tests/mpi/plan_edit.py" "$tmp/a.json" "$tmp/$1.json" <<<"$3"
+    mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/$1.json" --model "$model" --steps 1 --verify
+    n=$(grep -c "canzona-bench: rank [0-3]: loading the plan and model: .*$2" "$tmp/out" || true)
+    [ "$n" -eq 4 ] || { echo "$1: expected 4 ranks to report '$2', got $n"; exit 1; }
+  }
+  edited reordered "blocks: 'decoder.layers.0.self_attention.linear_qkv.weight' has blocks dim 0 \[128, 128, 256\] in the plan but dim 0 \[256, 128, 128\]" \
+    'p["params"][2]["blocks"]["sizes"] = [128, 128, 256]'
+  edited dropped "blocks: 'decoder.layers.0.mlp.linear_fc1.weight' has blocks none in the plan" \
+    'del p["params"][7]["blocks"]'
+  edited tp_dim "tp_dim: 'decoder.layers.0.self_attention.linear_proj.weight' has tp_dim 0 in the plan but 1" \
+    'q = p["params"][5]; q["tp_dim"] = 0; q["local_shape"] = [128, 256]'
   # A handed-in DP communicator of the wrong size is refused on every rank.
   mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 1 --bad-dp-comm
   n=$(grep -c "rank [0-3]: the DP communicator has 4 ranks .* the plan needs dp = 2" "$tmp/out" || true)
@@ -223,6 +219,115 @@ options)
   mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 1 --soap-eps 1e-6
   expect_all "the ranks were given different options.*soap=[^ ]*,9.99999[0-9]*e-07)" \
     "the ranks were given different options.*soap=[^ ]*,[0-9.e+-]*)"
+  # Paths only rank 0 uses must agree too: a rank given another one was silently ignored.
+  mpi_fails -np 3 "${run[@]}" --steps 1 --save-state "$tmp/s0" : -np 1 "${run[@]}" --steps 1 \
+    --save-state "$tmp/s3"
+  expect_all "the ranks were given different options.*save-state=$tmp/s3" \
+    "the ranks were given different options.*save-state=$tmp/s0"
+  mpi_fails -np 3 "${run[@]}" --steps 1 --load-state "$tmp/l0" : -np 1 "${run[@]}" --steps 1 \
+    --load-state "$tmp/l3"
+  expect_all "the ranks were given different options.*load-state=$tmp/l3" \
+    "the ranks were given different options.*load-state=$tmp/l0"
+  mpi_fails -np 3 "${run[@]}" --steps 1 --json "$tmp/j0" : -np 1 "${run[@]}" --steps 1
+  expect_all "the ranks were given different options.*json=-" \
+    "the ranks were given different options.*json=$tmp/j0"
+  # An output that is an input would replace it: refused on every rank, the input intact.
+  cp "$model" "$tmp/m.json"
+  cp "$tmp/a.json" "$tmp/a.copy"
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$tmp/m.json" --steps 1 \
+    --save-state "$tmp/a.json"
+  n=$(grep -c "canzona-bench: rank [0-3]: $tmp/a.json: the output is the same file as the --plan file" "$tmp/out" || true)
+  [ "$n" -eq 4 ] || { echo "expected 4 ranks to refuse --save-state PLAN, got $n"; exit 1; }
+  cmp "$tmp/a.json" "$tmp/a.copy"
+  ln -s m.json "$tmp/m.link"
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$tmp/m.json" --steps 1 \
+    --json "$tmp/m.link"
+  n=$(grep -c "canzona-bench: rank [0-3]: $tmp/m.link: the output is the same file as the --model file" "$tmp/out" || true)
+  [ "$n" -eq 4 ] || { echo "expected 4 ranks to refuse --json MODEL, got $n"; exit 1; }
+  cmp "$tmp/m.json" "$model"
+  ;;
+stall)
+  # A rank stopped mid-run (SIGSTOP) must not hang the others: with CZ_MPI_TIMEOUT_S=T every
+  # live rank reports, within T plus the diagnosis grace (T/2), the phase it waited in and the
+  # stopped rank, and the job ends non-zero (canzona-bench calls MPI_Abort once all printed).
+  plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
+  bound=4
+  grace=2
+  # This run's ranks carry a tag in their environment, so that only they are looked at.
+  tag="cz-stall-$$-$RANDOM"
+  CZ_MPI_TIMEOUT_S=$bound CZ_STALL_TAG=$tag timeout $((120 * scale)) mpirun --oversubscribe \
+    -x CZ_MPI_TIMEOUT_S -x CZ_STALL_TAG -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" \
+    --steps 10000000 --warmup 0 >"$tmp/out" 2>&1 &
+  job=$!
+  rank_pid() { # the pid of this run's rank $1
+    local f
+    for f in /proc/[0-9]*/environ; do
+      if tr '\0' '\n' <"$f" 2>/dev/null | grep -qx "CZ_STALL_TAG=$tag" &&
+        tr '\0' '\n' <"$f" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" &&
+        grep -q canzona-bench "${f%/environ}/cmdline" 2>/dev/null; then
+        basename "${f%/environ}"
+        return 0
+      fi
+    done
+    return 1
+  }
+  victim=
+  for _ in $(seq 1 $((100 * scale))); do
+    victim=$(rank_pid 2) && [ -n "$(rank_pid 0)" ] && break
+    sleep 0.2
+  done
+  [ -n "$victim" ] || { kill "$job" 2>/dev/null; cat "$tmp/out"; echo "rank 2 never started"; exit 1; }
+  # Well into the steps (creating the executor takes well under a second here).
+  sleep $((3 * scale))
+  kill -STOP "$victim"
+  t0=$(date +%s.%N)
+  rc=0
+  wait "$job" || rc=$?
+  t1=$(date +%s.%N)
+  kill -KILL "$victim" 2>/dev/null || true
+  cat "$tmp/out"
+  elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  echo "stall: mpirun ended $elapsed s after rank 2 was stopped (limit $bound s, grace $grace s), exit $rc"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected a non-zero exit before the outer timeout, got $rc"; exit 1; }
+  # Inside the bound: the limit, the grace, and room for mpirun to end the job on a loaded
+  # machine (scaled like every limit here).
+  awk -v e="$elapsed" -v lim=$((bound + grace + 10 * scale)) 'BEGIN { exit !(e <= lim) }' ||
+    { echo "the live ranks took $elapsed s, more than $bound + $grace s and the slack"; exit 1; }
+  # Each live rank: its step and phase, the operation, and rank 2 as the one it waited for
+  # (directly, or through the ranks of its operation, which wait for rank 2 themselves).
+  for r in 0 1 3; do
+    line=$(grep "^canzona-bench: rank $r: " "$tmp/out" | head -n 1)
+    [[ "$line" =~ (no\ MPI\ progress\ for|stopped\ waiting\ after)\ [0-9.]+\ s\ in\ step\ [0-9]+\ \( ]] &&
+      [[ "$line" =~ waiting\ for\ rank\ 2[\ ,].*did\ not\ answer ]] ||
+      { echo "rank $r did not report, mid-step, that it waited for rank 2: $line"; exit 1; }
+  done
+  # The stopped rank reports nothing (mpirun may still wake and terminate it: it says so).
+  if grep "^canzona-bench: rank 2:" "$tmp/out" | grep -vq "terminated (SIGTERM)"; then
+    echo "the stopped rank reported a stall"
+    exit 1
+  fi
+  # A rank that dies instead (SIGKILL): mpirun ends the job at once and names it; the others,
+  # terminated by mpirun, say in which step they were.
+  CZ_STALL_TAG=$tag timeout $((120 * scale)) mpirun --oversubscribe -x CZ_STALL_TAG -np 4 \
+    "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 10000000 --warmup 0 \
+    >"$tmp/out" 2>&1 &
+  job=$!
+  victim=
+  for _ in $(seq 1 $((100 * scale))); do
+    victim=$(rank_pid 2) && [ -n "$(rank_pid 0)" ] && break
+    sleep 0.2
+  done
+  [ -n "$victim" ] || { kill "$job" 2>/dev/null; cat "$tmp/out"; echo "rank 2 never started"; exit 1; }
+  sleep $((3 * scale))
+  kill -KILL "$victim"
+  rc=0
+  wait "$job" || rc=$?
+  cat "$tmp/out"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected a non-zero exit before the outer timeout, got $rc"; exit 1; }
+  for r in 0 1 3; do
+    grep -q "^canzona-bench: rank $r: terminated (SIGTERM) in step [0-9]" "$tmp/out" ||
+      { echo "rank $r did not say that it was terminated, and in which step"; exit 1; }
+  done
   ;;
 replicas)
   # --verify also checks the DP replicas against each other: a corrupted replica is caught.
@@ -296,13 +401,22 @@ shampoo)
   # published algorithm. Generated gradients are dense uniform noise: the factors are full
   # rank at every refresh (5 steps x the short side >= the long side for every block and
   # tile), so their eigenbases and inverse roots are unique.
+  # Optional START MOMENTUM NESTEROV: a start step off the refresh multiples (Distributed
+  # Shampoo refreshes at the start step, then at multiples of the frequency after it), and
+  # momentum, into which Distributed Shampoo adds the decoupled weight decay (0.01) before it.
   : "${CZ_SHAMPOO_REF:?}"
   "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$2.json" --dp alpha --tp "$3" \
     --optimizer shampoo --precondition-frequency 5 -o "$tmp/s.json"
+  opt=()
+  ref=()
+  if [ $# -ge 7 ]; then
+    opt=(--shampoo-start-step "$5" --shampoo-momentum "$6" --shampoo-nesterov "$7")
+    ref=("$5" "$6" "$7")
+  fi
   mpi -np 4 "$CZ_BENCH" --plan "$tmp/s.json" --model "$model" --steps 12 --warmup 0 --seed 3 \
-    --shampoo-max-dim "$4" --dump-dir "$tmp/d" | tee "$tmp/out"
+    --shampoo-max-dim "$4" --dump-dir "$tmp/d" "${opt[@]}" | tee "$tmp/out"
   grep -q "executor allocations in steps 2..12 (most on one rank): 0$" "$tmp/out"
-  "$CZ_SHAMPOO_REF" "$tmp/s.json" "$tmp/d" 12 3 1e-4 "$4"
+  "$CZ_SHAMPOO_REF" "$tmp/s.json" "$tmp/d" 12 3 1e-4 "$4" "${ref[@]}"
   ;;
 soap)
   # SOAP (plan --optimizer soap, refresh every 5 updates: 12 calls = initialisation + 11
@@ -317,13 +431,18 @@ soap)
   # to ~1e-3, and Adam's first step in the eigenbasis is sign(G') elementwise, so one entry
   # of G' near zero changing sign moves a whole row of the update (measured up to 1.2e-2):
   # an fp32-vs-double property of SOAP, not of the executor.
+  # With a fourth argument, the Gram factors' EMA (--soap-shampoo-beta) differs from Adam's
+  # beta2 (0.95), which every other SOAP test leaves them equal to: a factor decayed with the
+  # wrong one would pass those.
   : "${CZ_SOAP_REF:?}"
   "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$2.json" --dp alpha --tp "$3" \
     --optimizer soap --precondition-frequency 5 --max-precond-dim 100 -o "$tmp/s.json"
+  sb=()
+  [ -n "${4:-}" ] && sb=(--soap-shampoo-beta "$4")
   mpi -np 4 "$CZ_BENCH" --plan "$tmp/s.json" --model "$model" --steps 12 --warmup 0 --seed 3 \
-    --dump-dir "$tmp/d" | tee "$tmp/out"
+    --dump-dir "$tmp/d" "${sb[@]}" | tee "$tmp/out"
   grep -q "executor allocations in steps 2..12 (most on one rank): 0$" "$tmp/out"
-  "$CZ_SOAP_REF" "$tmp/s.json" "$tmp/d" 12 3 1e-4 1e-8
+  "$CZ_SOAP_REF" "$tmp/s.json" "$tmp/d" 12 3 1e-4 1e-8 ${4:+"$4"}
   ;;
 soap-sides)
   # SOAP's two rotation cases at once, against soap_ref as above (tests/data/model_soap.json,
@@ -375,6 +494,6 @@ knobs)
   ;;
 *)
   echo "usage: bench.sh verify CLUSTER DP TP [fp32|bf16] | mismatch | options | nan | dump |" \
-    "owncomms | replicas | grads | knobs"
+    "owncomms | replicas | grads | knobs | stall | shampoo ... | soap ... | tasks ..."
   exit 2 ;;
 esac

@@ -33,7 +33,7 @@ model=$src/plans/models/test-small.json
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 layout=${1:-unified}
-mpi() { timeout 120 mpirun --oversubscribe -np 4 "$@"; }
+mpi() { timeout $((120 * ${CZ_TIME_SCALE:-1})) mpirun --oversubscribe -np 4 "$@"; }
 mpi_fails() { # every rank must fail cleanly (non-zero, not the timeout's 124)
   local rc=0
   mpi "$@" >"$tmp/out" 2>&1 || rc=$?
@@ -95,7 +95,7 @@ cat > "$tmp/one.json" <<'JSON'
  "buckets": {"size": 1000}}
 JSON
 "$CZ" plan -q -m "$model" -c "$tmp/one.json" -o "$tmp/one.plan.json"
-timeout 120 mpirun -np 1 "$CZ_BENCH" --model "$model" --plan "$tmp/one.plan.json" --warmup 0 \
+timeout $((120 * ${CZ_TIME_SCALE:-1})) mpirun -np 1 "$CZ_BENCH" --model "$model" --plan "$tmp/one.plan.json" --warmup 0 \
   --steps "$n" --dump-grads "$tmp/gen" > "$tmp/gen.log"
 for s in $(seq 0 $((n - 1))); do
   mkdir -p "$tmp/gall/step$s"

@@ -5,26 +5,34 @@
  * and gradients (the gradients averaged over the DP replicas), runs every step on whole
  * matrices and compares every matrix parameter: max|a-b| / max|b| <= tolerance.
  *
- *   shampoo_ref PLAN DUMP_DIR STEPS SEED TOLERANCE MAX_DIM
+ *   shampoo_ref PLAN DUMP_DIR STEPS SEED TOLERANCE MAX_DIM [START MOMENTUM NESTEROV]
  *
  * Defaults as the library's: lr 0.01, decoupled weight decay 0.01, beta1 0.9, beta2 1,
- * eps 1e-12, AdaGrad grafting (eps 1e-10), no momentum, start = precondition_frequency. */
+ * eps 1e-12, AdaGrad grafting (eps 1e-10), no momentum, start = precondition_frequency.
+ * As Distributed Shampoo (facebookresearch/optimizers, DistributedShampoo.step): the inverse
+ * roots are computed at the start step and then at every multiple of the frequency after it;
+ * the grafted direction is used alone before the start step; the decoupled weight decay
+ * wd*W is added to the direction, and then momentum M = mu*M + P and P = M (or P + mu*M with
+ * Nesterov); W -= lr*P. */
 #include "bench.h"
 #include "npy.h"
 
 #include <cblas.h>
 #include <lapacke.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct tile {
     int64_t r0, c0, rows, cols;
-    double *L, *R, *XL, *XR, *acc, *filt;
+    double *L, *R, *XL, *XR, *acc, *filt, *mom;
 } tile;
 
 static const double LR = 0.01, WD = 0.01, B1 = 0.9, EPS = 1e-12, GEPS = 1e-10;
+static int START = -1, NESTEROV = 0; /* argv; START -1 = the frequency */
+static double MU = 0.0;
 
 /* A^(-1/4) of a symmetric n x n matrix: eigenvalues shifted to be >= 0, eps added. */
 static int inv_root4(const double *a, double *x, int64_t n)
@@ -75,7 +83,9 @@ static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *di
                 t->XR = calloc((size_t)(t->cols * t->cols), sizeof(double));
                 t->acc = calloc((size_t)(t->rows * t->cols), sizeof(double));
                 t->filt = calloc((size_t)(t->rows * t->cols), sizeof(double));
+                t->mom = calloc((size_t)(t->rows * t->cols), sizeof(double));
             }
+    int start = START < 0 ? freq : START;
     cz_bench_fill_shard(p, 1, 0, seed, 0, 0, 0, CZ_BENCH_PARAM_SCALE, buf);
     for (int64_t k = 0; k < mn; k++)
         w[k] = buf[k];
@@ -102,7 +112,8 @@ static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *di
                         (int)c, G, (int)c, 1.0, tl->R, (int)c);
             for (int64_t e = 0; e < r * c; e++)
                 tl->acc[e] += G[e] * G[e];
-            if (t % freq == 0 && (inv_root4(tl->L, tl->XL, r) || inv_root4(tl->R, tl->XR, c))) {
+            bool refresh = t == start || (t > start && t % freq == 0);
+            if (refresh && (inv_root4(tl->L, tl->XL, r) || inv_root4(tl->R, tl->XR, c))) {
                 fprintf(stderr, "shampoo_ref: dsyevd failed on '%s'\n", p->def.name);
                 goto out;
             }
@@ -116,7 +127,7 @@ static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *di
                 S[e] = H[e] / (sqrt(tl->acc[e]) + GEPS);
                 gn += S[e] * S[e];
             }
-            if (t >= freq) {
+            if (t >= start) {
                 cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)r, (int)c, (int)r, 1.0,
                             tl->XL, (int)r, H, (int)c, 0.0, T, (int)c);
                 cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)r, (int)c, (int)c, 1.0,
@@ -130,7 +141,12 @@ static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *di
             for (int64_t i = 0; i < r; i++)
                 for (int64_t j = 0; j < c; j++) {
                     double *pw = &w[(tl->r0 + i) * n + tl->c0 + j];
-                    *pw = *pw * (1.0 - LR * WD) - LR * dir[i * c + j];
+                    double pd = dir[i * c + j] + WD * *pw, *m = &tl->mom[i * c + j];
+                    if (MU > 0) {
+                        *m = MU * *m + pd;
+                        pd = NESTEROV ? pd + MU * *m : *m;
+                    }
+                    *pw -= LR * pd;
                 }
             free(G), free(H), free(T), free(S);
         }
@@ -158,16 +174,22 @@ static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *di
 out:
     for (int k = 0; k < nt; k++)
         free(tiles[k].L), free(tiles[k].R), free(tiles[k].XL), free(tiles[k].XR),
-            free(tiles[k].acc), free(tiles[k].filt);
+            free(tiles[k].acc), free(tiles[k].filt), free(tiles[k].mom);
     free(buf), free(got), free(w), free(g);
     return rc;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc != 7) {
-        fprintf(stderr, "usage: shampoo_ref PLAN DUMP_DIR STEPS SEED TOLERANCE MAX_DIM\n");
+    if (argc != 7 && argc != 10) {
+        fprintf(stderr, "usage: shampoo_ref PLAN DUMP_DIR STEPS SEED TOLERANCE MAX_DIM "
+                        "[START MOMENTUM NESTEROV]\n");
         return 2;
+    }
+    if (argc == 10) {
+        START = atoi(argv[7]);
+        MU = atof(argv[8]);
+        NESTEROV = atoi(argv[9]);
     }
     cz_plan *plan = NULL;
     cz_error err;
@@ -179,8 +201,11 @@ int main(int argc, char **argv)
     uint64_t seed = strtoull(argv[4], NULL, 10);
     double tol = atof(argv[5]), worst = 0;
     int64_t max_dim = atoll(argv[6]);
-    printf("shampoo_ref: %d steps, refresh every %d, tiles <= %lld, tolerance %g\n", steps,
-           plan->settings.precondition_frequency, (long long)max_dim, tol);
+    printf("shampoo_ref: %d steps, refresh every %d from step %d, tiles <= %lld, momentum %g%s, "
+           "tolerance %g\n",
+           steps, plan->settings.precondition_frequency,
+           START < 0 ? plan->settings.precondition_frequency : START, (long long)max_dim, MU,
+           NESTEROV ? " (Nesterov)" : "", tol);
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
         if (p->def.kind != CZ_KIND_MATRIX)

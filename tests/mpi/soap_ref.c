@@ -5,9 +5,10 @@
  * replicas), runs every call on whole plan blocks and compares every matrix parameter:
  * max|a-b| / max|b| <= tolerance.
  *
- *   soap_ref PLAN DUMP_DIR CALLS SEED TOLERANCE EPS
+ *   soap_ref PLAN DUMP_DIR CALLS SEED TOLERANCE EPS [SHAMPOO_BETA]
  *
- * Defaults as the library's: lr 3e-3, betas (0.95, 0.95), shampoo_beta = beta2 (eps given),
+ * Defaults as the library's: lr 3e-3, betas (0.95, 0.95), shampoo_beta = beta2 (eps given;
+ * shampoo_beta when given, the Gram factors' own EMA, canzona-bench's --soap-shampoo-beta),
  * weight decay 0.01 after the update, bias correction; precondition_frequency and
  * max_precond_dim from the plan. */
 #include "bench.h"
@@ -20,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const double LR = 3e-3, WD = 0.01, B1 = 0.95, B2 = 0.95, SB = 0.95;
-static double EPS = 1e-8; /* argv */
+static const double LR = 3e-3, WD = 0.01, B1 = 0.95, B2 = 0.95;
+static double EPS = 1e-8, SB = 0.95; /* argv */
 
 typedef struct blk {
     int64_t r0, c0, r, c;
@@ -232,8 +233,8 @@ out:
 
 int main(int argc, char **argv)
 {
-    if (argc != 7) {
-        fprintf(stderr, "usage: soap_ref PLAN DUMP_DIR CALLS SEED TOLERANCE EPS\n");
+    if (argc != 7 && argc != 8) {
+        fprintf(stderr, "usage: soap_ref PLAN DUMP_DIR CALLS SEED TOLERANCE EPS [SHAMPOO_BETA]\n");
         return 2;
     }
     cz_plan *plan = NULL;
@@ -246,6 +247,8 @@ int main(int argc, char **argv)
     uint64_t seed = strtoull(argv[4], NULL, 10);
     double tol = atof(argv[5]), worst = 0;
     EPS = atof(argv[6]);
+    if (argc == 8)
+        SB = atof(argv[7]);
     printf("soap_ref: %d calls, refresh every %d updates, sides <= %d rotated, tolerance %g\n",
            calls, plan->settings.precondition_frequency, plan->settings.max_precond_dim, tol);
     for (size_t i = 0; i < plan->nparams; i++) {

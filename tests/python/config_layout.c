@@ -54,5 +54,6 @@ int main(void)
     FIELD(soap_eps);
     FIELD(soap_bias_correction);
     FIELD(nccl_timeout_s);
+    FIELD(mpi_timeout_s);
     return 0;
 }

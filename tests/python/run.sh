@@ -19,6 +19,6 @@ if [ "$1" = mpirun ]; then
   export OMPI_MCA_rmaps_base_oversubscribe=1
   n=$3
   shift 3
-  exec timeout 120 mpirun --oversubscribe -np "$n" "$py" "$@"
+  exec timeout $((120 * ${CZ_TIME_SCALE:-1})) mpirun --oversubscribe -np "$n" "$py" "$@"
 fi
 exec "$py" "$@"

@@ -747,11 +747,11 @@ END_TEST
  * the cooperative task), reads an absent count as 1, and refuses slot lists that order shared
  * cooperative tasks differently, objects in a version 1 file, and panel counts that no
  * executor can run. */
-START_TEST(test_plan_split_tasks)
+/* The hand-built plan with, in group 1, the hosted tasks 3 (slot 1) and 1 (slot 0) and the
+ * cooperative task 4 over both slots (3 Gram panels, cost 2.5). */
+static cz_plan *make_split_tasks_plan(void)
 {
-    char a[512], b[512];
-    cz_error err;
-    cz_plan *p = make_plan(), *q = NULL;
+    cz_plan *p = make_plan();
     p->settings.optimizer = CZ_OPTIM_MUON;
     cz_plan_group *g = &p->schedules[0].groups[1];
     free(g->task_param);
@@ -769,6 +769,52 @@ START_TEST(test_plan_split_tasks)
     memcpy(g->task_width, (int[]){1, 2, 1}, 3 * sizeof(int));
     memcpy(g->task_panels, (int[]){1, 3, 1}, 3 * sizeof(int));
     memcpy(g->task_cost, (double[]){0, 2.5, 0}, 3 * sizeof(double));
+    return p;
+}
+
+/* A cooperative task is one task only when every slot it spans lists it with the same cost:
+ * the reader itself refuses two costs (its ordering test compares them), so no later check
+ * (the structural check's slot loads) is left to notice that the slots disagree. */
+START_TEST(test_plan_reader_coop_costs_agree)
+{
+    char a[512], b[512];
+    cz_error err;
+    cz_plan *p = make_split_tasks_plan(), *q = NULL;
+    snprintf(a, sizeof a, "%s/plan_coop_cost.json", tmpdir);
+    snprintf(b, sizeof b, "%s/plan_coop_cost_bad.json", tmpdir);
+    ck_assert_msg(cz_plan_write(p, a, &err) == CZ_OK, "%s", err.message);
+    json_error_t jerr;
+    json_t *root = json_load_file(a, JSON_PRESERVE_ORDER, &jerr);
+    ck_assert_ptr_nonnull(root);
+    json_t *slots = json_object_get(
+        json_array_get(
+            json_object_get(json_array_get(json_object_get(root, "tp_schedule"), 0), "groups"), 1),
+        "slots");
+    /* Slot 1 lists the cooperative task second, with another cost than slot 0's. */
+    json_t *c1 = json_array_get(json_array_get(slots, 1), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(c1, "width")), 2);
+    json_object_set_new(c1, "cost", json_real(2.75));
+    json_object_del(root, "content_sha256");
+    ck_assert_int_eq(json_dump_file(root, b, JSON_PRESERVE_ORDER), 0);
+    ck_assert_int_eq(cz_plan_read(&q, b, &err), CZ_EINVALID);
+    ck_assert_ptr_null(q);
+    assert_contains(err.message, "with the same cost and panels, by every slot it spans");
+    assert_contains(err.message, "$.tp_schedule[0].groups[1].slots[0][0]");
+    /* The same cost again reads. */
+    json_object_set_new(c1, "cost", json_real(2.5));
+    ck_assert_int_eq(json_dump_file(root, b, JSON_PRESERVE_ORDER), 0);
+    ck_assert_msg(cz_plan_read(&q, b, &err) == CZ_OK, "%s", err.message);
+    json_decref(root);
+    cz_plan_free(p);
+    cz_plan_free(q);
+}
+END_TEST
+
+START_TEST(test_plan_split_tasks)
+{
+    char a[512], b[512];
+    cz_error err;
+    cz_plan *p = make_split_tasks_plan(), *q = NULL;
     snprintf(a, sizeof a, "%s/plan_split.json", tmpdir);
     snprintf(b, sizeof b, "%s/plan_split_bad.json", tmpdir);
     ck_assert_msg(cz_plan_write(p, a, &err) == CZ_OK, "%s", err.message);
@@ -1130,6 +1176,7 @@ int main(void)
     tcase_add_test(tp, test_plan_layout_round_trip);
     tcase_add_test(tp, test_plan_slot_order);
     tcase_add_test(tp, test_plan_split_tasks);
+    tcase_add_test(tp, test_plan_reader_coop_costs_agree);
     tcase_add_test(tp, test_plan_write_failure_keeps_old_file);
     tcase_add_loop_test(tp, test_plan_read_bad, 0, (int)(sizeof plan_cases / sizeof plan_cases[0]));
     tcase_add_test(tp, test_plan_sc_one_slot);

@@ -1,4 +1,5 @@
 /* cz_plan_validate_json: a valid hand-built plan passes; each corruption is found at its path. */
+#include "cz_analysis.h"
 #include "cz_hand_plan.h"
 #include "cz_types.h"
 
@@ -371,6 +372,44 @@ START_TEST(split_rules)
 }
 END_TEST
 
+/* The split layout's buffer order: a stage's elementwise buffer comes before its matrix
+ * buffer (the executor's AdamW pieces and matrix ranges are laid out that way). Here the
+ * elementwise bucket is moved behind the matrix buckets, every bucket keeping its parameters
+ * and the offsets staying contiguous: only the buffer-order rule of the structural check
+ * (what the executor runs too) reports it. */
+START_TEST(split_buffer_order)
+{
+    cz_plan *p = split_plan(CZ_DP_ALPHA, CZ_TP_ROLLBACK);
+    size_t n = p->nbuckets;
+    ck_assert_uint_ge(n, 2);
+    ck_assert_int_eq(p->buckets[0].elementwise, 1);
+    cz_plan_bucket e = p->buckets[0];
+    memmove(&p->buckets[0], &p->buckets[1], (n - 1) * sizeof *p->buckets);
+    p->buckets[n - 1] = e;
+    int64_t off = 0;
+    for (size_t b = 0; b < n; b++) {
+        p->buckets[b].id = (int)b;
+        p->buckets[b].offset = off;
+        off += p->buckets[b].size;
+    }
+    for (size_t k = 0; k < p->nparams; k++)
+        p->params[k].bucket = p->params[k].bucket == 0 ? (int)n - 1 : p->params[k].bucket - 1;
+    char path[64];
+    snprintf(path, sizeof path, "$.buckets[%zu].buffer", n - 1);
+    expect_on(p, "bucket.buffer", path);
+    cz_plan_checks c = {0};
+    c.out = json_array();
+    cz_plan_check_structure(&c, p);
+    char *text = json_dumps(c.out, JSON_COMPACT);
+    ck_assert_msg(json_array_size(c.out) == 1 &&
+                      strstr(text, "follows a matrix-buffer bucket of stage 0"),
+                  "%s", text);
+    free(text);
+    json_decref(c.out);
+    cz_plan_free(p);
+}
+END_TEST
+
 /* tpaware, the exact solvers and the baselines need the unified buffer; the error says so. */
 START_TEST(split_refuses_other_strategies)
 {
@@ -421,6 +460,7 @@ static Suite *suite(void)
     tcase_add_test(tc, built_plans_validate);
     tcase_add_test(tc, split_plans_validate);
     tcase_add_test(tc, split_rules);
+    tcase_add_test(tc, split_buffer_order);
     tcase_add_test(tc, split_refuses_other_strategies);
     suite_add_tcase(s, tc);
     return s;

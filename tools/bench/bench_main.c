@@ -5,6 +5,8 @@
  */
 #include "bench.h"
 #include "bench_gpu.h"
+#include "file_io.h"
+#include "mpi_watch.h"
 #include "ns_bench.h"
 #include "npy.h"
 
@@ -15,8 +17,10 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct bench_opts {
     const char *plan, *model, *init_dir, *dump_dir, *json, *ns_coeffs, *inject_nan;
@@ -32,6 +36,91 @@ typedef struct bench_opts {
 } bench_opts;
 
 static int g_rank;
+/* Every wait of the bench's own collectives is bounded like the executor's (mpi_watch.h), on
+ * the same report channel: the executor's world is MPI_COMM_WORLD, so they share it. */
+static cz_mpi_chan *g_chan;
+static double g_timeout;
+
+/* A rank that dies (killed, crashed) ends the job through mpirun, which terminates the other
+ * ranks: each says so, with the step it was in, before it goes (mpirun's own message names
+ * the process that died). Only async-signal-safe calls here. */
+static volatile long g_step_now = -1;
+static char g_term_msg[96];
+static size_t g_term_len;
+
+static void on_term(int sig)
+{
+    char buf[160];
+    size_t n = g_term_len;
+    memcpy(buf, g_term_msg, n);
+    char digits[24];
+    int k = 0;
+    for (long v = g_step_now; v > 0 && k < 20; v /= 10)
+        digits[k++] = (char)('0' + v % 10);
+    if (k == 0)
+        digits[k++] = '0';
+    static const char in[] = " in step ",
+                      end[] = " (mpirun ends the job this way when a rank dies; its own "
+                              "message names which)\n";
+    memcpy(buf + n, in, sizeof in - 1);
+    n += sizeof in - 1;
+    while (k > 0)
+        buf[n++] = digits[--k];
+    memcpy(buf + n, end, sizeof end - 1);
+    n += sizeof end - 1;
+    ssize_t w = write(2, buf, n);
+    (void)w;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* A stalled rank: this rank's report, the other live ranks' time to print theirs, then the
+ * end of the job. MPI_Finalize would wait for the stalled rank forever. */
+static void stalled(const cz_error *err)
+{
+    signal(SIGTERM, SIG_DFL); /* the report says it all; MPI_Abort's SIGTERM needs no line */
+    fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err->message);
+    fflush(stderr);
+    cz_mpi_watch_settle();
+    MPI_Abort(MPI_COMM_WORLD, 3);
+}
+
+/* After a call of the executor that failed: a stall there ends the job the same way. */
+static void stop_if_stalled(int rc, const cz_error *err)
+{
+    if (rc && cz_mpi_watch_broken())
+        stalled(err);
+}
+
+/* Waits for the bench's collective r on comm; a stall ends the job (stalled). */
+static void bench_wait(MPI_Request *r, MPI_Comm comm, const char *what)
+{
+    cz_error err;
+    if (cz_mpi_wait(g_chan, r, 1, comm, NULL, g_timeout, what, &err))
+        stalled(&err);
+}
+
+static void bench_barrier(MPI_Comm comm, const char *what)
+{
+    MPI_Request r;
+    MPI_Ibarrier(comm, &r);
+    bench_wait(&r, comm, what);
+}
+
+static void bench_allreduce(const void *in, void *out, int n, MPI_Datatype t, MPI_Op op,
+                            MPI_Comm comm, const char *what)
+{
+    MPI_Request r;
+    MPI_Iallreduce(in, out, n, t, op, comm, &r);
+    bench_wait(&r, comm, what);
+}
+
+/* MPI_Comm_split has no non-blocking form: every rank of comm is known to be there first. */
+static void bench_split(MPI_Comm comm, int color, int key, MPI_Comm *out, const char *what)
+{
+    bench_barrier(comm, what);
+    MPI_Comm_split(comm, color, key, out);
+}
 
 static void usage(FILE *f)
 {
@@ -109,6 +198,8 @@ static void usage(FILE *f)
            "  --bad-dp-comm      (testing) hand in a DP communicator of the wrong size\n"
            "  --corrupt-replica  (testing) change one parameter on DP rank 1 before --verify\n"
            "  --help             this text\n"
+           "Environment: CZ_MPI_TIMEOUT_S=S bounds every MPI wait (default 1800 s): after it\n"
+           "each live rank names the rank it waited for and the job ends (MPI_Abort).\n"
            "Single-process modes (no mpirun): canzona-bench ns --help (Newton-Schulz on one\n"
            "GPU), canzona-bench coll --help (the DP collectives' model), canzona-bench calibrate\n"
            "--help (the GPU's rates for the cost model).\n");
@@ -411,6 +502,17 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
                  "positional arguments (see --help)");
         return 2;
     }
+    /* An output that is one of the inputs would replace it (the CLI refuses the same). The
+     * checkpoint may replace the one it resumed from: it is written whole or not at all. */
+    const char *const ins[] = {o->plan, o->model, o->load_state, o->save_state};
+    const char *const what[] = {"the --plan file", "the --model file", "the --load-state file",
+                                "the --save-state file"};
+    cz_error ferr;
+    if (cz_file_check_output(o->save_state, ins, what, 2, &ferr) ||
+        cz_file_check_output(o->json, ins, what, 4, &ferr)) {
+        snprintf(msg, cap, "%s", ferr.message);
+        return 2;
+    }
     if (o->load_state && o->verify) {
         /* The single-process reference starts from zero optimizer state. */
         snprintf(msg, cap,
@@ -422,26 +524,36 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
 }
 
 /* The options every rank must share, as text: those that decide which collectives run (steps,
- * warm-up, verify, dump, own communicators, the data plane) and what the ranks compute (seed,
- * hyperparameters, initial values, the backend). Folder paths may differ per node; --json and
- * --tolerance concern rank 0. */
+ * warm-up, verify, dump, own communicators, the data plane), what the ranks compute (seed,
+ * hyperparameters, initial values, the backend), and the paths only rank 0 uses (checkpoints,
+ * --json, --dump-dir, --dump-grads): a rank given another one would otherwise be silently
+ * ignored. Paths every rank reads (--plan, --model, --init-dir, --grad-dir) may differ per
+ * node; --tolerance concerns rank 0. */
 static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
 {
     const cz_exec_config *h = &o->shampoo;
-    int n = snprintf(
+    int n = snprintf(buf, cap, "load-state=%s save-state=%s json=%s dump-dir=%s dump-grads=%s ",
+                     o->load_state ? o->load_state : "-", o->save_state ? o->save_state : "-",
+                     o->json ? o->json : "-", o->dump_dir ? o->dump_dir : "-",
+                     o->dump_grads ? o->dump_grads : "-");
+    if (n < 0 || (size_t)n >= cap)
+        return;
+    buf += n;
+    cap -= (size_t)n;
+    n = snprintf(
         buf, cap,
         "help=%d steps=%d warmup=%d seed=%llu verify=%d dump-dir=%d init-dir=%d grad-dir=%d "
         "dtype=%d lr=%.17g scaling=%d scale-coeff=%.17g momentum=%.17g "
         "nesterov=%d ns-steps=%d ns-coeffs=%s ns-eps=%.17g weight-decay=%.17g adamw-lr=%.17g "
         "adamw-beta1=%.17g adamw-beta2=%.17g adamw-eps=%.17g adamw-weight-decay=%.17g "
         "max-grad-norm=%.17g own-comms=%d bad-dp-comm=%d corrupt-replica=%d inject-nan=%s "
-        "backend=%s comm=%s load-state=%d save-state=%d",
+        "backend=%s comm=%s",
         prc == 1, o->steps, o->warmup, (unsigned long long)o->seed, o->verify, o->dump_dir != NULL,
         o->init_dir != NULL, o->grad_dir != NULL, o->dtype, o->lr, (int)o->scaling, o->scale_coeff,
         o->momentum, o->nesterov, o->ns_steps, o->ns_coeffs ? o->ns_coeffs : "", o->ns_eps, o->wd,
         o->adamw_lr, o->beta1, o->beta2, o->adamw_eps, o->adamw_wd, o->max_grad_norm, o->own_comms,
-        o->bad_dp_comm, o->corrupt_replica, o->inject_nan ? o->inject_nan : "", o->backend, o->comm,
-        o->load_state != NULL, o->save_state != NULL);
+        o->bad_dp_comm, o->corrupt_replica, o->inject_nan ? o->inject_nan : "", o->backend,
+        o->comm);
     if (n < 0 || (size_t)n >= cap)
         return;
     snprintf(buf + n, cap - (size_t)n,
@@ -457,7 +569,8 @@ static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
  * prints its own reason. Returns 1 when every rank parsed the same valid options. */
 static int agree_options(const bench_opts *o, int prc, const char *msg)
 {
-    char text[2048] = "";
+    /* Room for five paths and every other option. */
+    char text[5 * 4096 + 2048] = "";
     uint64_t fp = 0;
     if (prc != 2) {
         options_text(o, prc, text, sizeof text);
@@ -467,7 +580,8 @@ static int agree_options(const bench_opts *o, int prc, const char *msg)
     }
     /* One reduction: any failure, the largest fingerprint, and the smallest (as ~max of ~). */
     uint64_t mine[3] = {prc == 2, fp, ~fp}, all[3];
-    MPI_Allreduce(mine, all, 3, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    bench_allreduce(mine, all, 3, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD,
+                    "canzona-bench's agreement on the options");
     if (prc == 2) {
         fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, msg);
         return 0;
@@ -490,8 +604,10 @@ static int agree_options(const bench_opts *o, int prc, const char *msg)
 /* Every rank learns whether any failed; prints the local message. Returns 1 if any failed. */
 static int any_failed(int rc, const cz_error *err, const char *what)
 {
+    stop_if_stalled(rc, err);
     int mine = rc != 0, any = 0;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    bench_allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD,
+                    "canzona-bench's agreement on failure");
     if (mine)
         fprintf(stderr, "canzona-bench: rank %d: %s: %s\n", g_rank, what, err->message);
     else if (any)
@@ -500,24 +616,73 @@ static int any_failed(int rc, const cz_error *err, const char *what)
     return any;
 }
 
-/* The plan must come from this model: same content hash, or else the same names and shapes. */
+/* The blocks of a parameter as text, for messages. */
+static const char *blocks_text(char *buf, size_t cap, int n, int dim, const int64_t *sizes)
+{
+    if (n <= 0 || !sizes) {
+        snprintf(buf, cap, "none");
+        return buf;
+    }
+    size_t len = (size_t)snprintf(buf, cap, "dim %d [", dim);
+    for (int b = 0; b < n && len < cap; b++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%lld", b ? ", " : "", (long long)sizes[b]);
+    if (len < cap)
+        snprintf(buf + len, cap - len, "]");
+    return buf;
+}
+
+/* Whether parameter i of the plan is the model's: what a plan edited after it was written
+ * (content hash recomputed) could change and still pass the executor's structural checks. */
+static int check_param(const cz_plan_param *p, const cz_param_def *d, size_t i, cz_error *err)
+{
+    if (strcmp(p->def.name, d->name) != 0 || p->def.ndim != d->ndim ||
+        p->def.shape[0] != d->shape[0] || p->def.shape[1] != d->shape[1])
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "plan param %zu is '%s' [%lld, %lld] but the model has '%s' "
+                            "[%lld, %lld]",
+                            i, p->def.name, (long long)p->def.shape[0], (long long)p->def.shape[1],
+                            d->name, (long long)d->shape[0], (long long)d->shape[1]);
+    if (p->def.tp_dim != d->tp_dim)
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "$.params[%zu].tp_dim: '%s' has tp_dim %d in the plan but %d in the "
+                            "model",
+                            i, d->name, p->def.tp_dim, d->tp_dim);
+    if (p->def.kind != d->kind)
+        return cz_error_set(err, CZ_EMISMATCH,
+                            "$.params[%zu].optimizer: '%s' is %s in the plan but %s in the model",
+                            i, d->name, cz_kind_name(p->def.kind), cz_kind_name(d->kind));
+    bool same =
+        p->def.nblocks == d->nblocks && (d->nblocks == 0 || p->def.block_dim == d->block_dim);
+    for (int b = 0; same && b < d->nblocks; b++)
+        same = p->def.block_sizes && d->block_sizes && p->def.block_sizes[b] == d->block_sizes[b];
+    if (!same) {
+        char pb[160], mb[160];
+        return cz_error_set(
+            err, CZ_EMISMATCH,
+            "$.params[%zu].blocks: '%s' has blocks %s in the plan but %s in the model", i, d->name,
+            blocks_text(pb, sizeof pb, p->def.nblocks, p->def.block_dim, p->def.block_sizes),
+            blocks_text(mb, sizeof mb, d->nblocks, d->block_dim, d->block_sizes));
+    }
+    return CZ_OK;
+}
+
+/* The plan must come from this model: every parameter the model's (names, shapes, TP
+ * dimension, optimizer, blocks), the same dtype, and the model's SHA-256 where the plan records
+ * it. The executor sees only the plan; a plan edited with its content hash recomputed would
+ * otherwise run, and --verify, which reads the same plan, would not notice. */
 static int check_model(const cz_plan *plan, const cz_model *model, cz_error *err)
 {
     if (plan->nparams != model->nparams)
         return cz_error_set(err, CZ_EMISMATCH, "plan has %zu params, model '%s' has %zu",
                             plan->nparams, model->name, model->nparams);
     for (size_t i = 0; i < plan->nparams; i++) {
-        const cz_plan_param *p = &plan->params[i];
-        const cz_param_def *d = &model->params[i];
-        if (strcmp(p->def.name, d->name) != 0 || p->def.shape[0] != d->shape[0] ||
-            p->def.shape[1] != d->shape[1])
-            return cz_error_set(err, CZ_EMISMATCH,
-                                "plan param %zu is '%s' [%lld, %lld] but the model has '%s' "
-                                "[%lld, %lld]",
-                                i, p->def.name, (long long)p->def.shape[0],
-                                (long long)p->def.shape[1], d->name, (long long)d->shape[0],
-                                (long long)d->shape[1]);
+        int rc = check_param(&plan->params[i], &model->params[i], i, err);
+        if (rc)
+            return rc;
     }
+    if (plan->dtype != model->dtype)
+        return cz_error_set(err, CZ_EMISMATCH, "the plan's dtype is %s but the model's is %s",
+                            cz_dtype_name(plan->dtype), cz_dtype_name(model->dtype));
     if (plan->model_sha256 && strcmp(plan->model_sha256, model->sha256) != 0)
         return cz_error_set(err, CZ_EMISMATCH,
                             "the plan was made for a model with sha256 %.12s..., %s has %.12s...",
@@ -703,8 +868,10 @@ static int gather_full(const cz_plan *plan, MPI_Comm row, int dp_rank, const flo
             if (!all || !full[i])
                 rc = cz_error_set(err, CZ_ENOMEM, "out of memory gathering '%s'", p->def.name);
         }
-        MPI_Gather(P + param_offset(plan, p), (int)p->numel, MPI_FLOAT, all, (int)p->numel,
-                   MPI_FLOAT, 0, row);
+        MPI_Request r;
+        MPI_Igather(P + param_offset(plan, p), (int)p->numel, MPI_FLOAT, all, (int)p->numel,
+                    MPI_FLOAT, 0, row, &r);
+        bench_wait(&r, row, "canzona-bench's gather of the parameters");
         if (rank == 0 && !rc) {
             if (p->def.tp_dim < 0)
                 memcpy(full[i], all, (size_t)p->numel * sizeof(float));
@@ -873,9 +1040,9 @@ static int check_replicas(const float *P, size_t n, int tp_rank, int dp_rank, cz
         h *= 1099511628211ull;
     }
     MPI_Comm col;
-    MPI_Comm_split(MPI_COMM_WORLD, tp_rank, dp_rank, &col);
-    MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, col);
-    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, col);
+    bench_split(MPI_COMM_WORLD, tp_rank, dp_rank, &col, "canzona-bench's replica check");
+    bench_allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, col, "canzona-bench's replica check");
+    bench_allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, col, "canzona-bench's replica check");
     MPI_Comm_free(&col);
     if (lo != hi)
         return cz_error_set(err, CZ_EINTERNAL,
@@ -929,9 +1096,12 @@ static int write_json(const bench_opts *o, const cz_plan *plan, const double med
     }
     json_object_set_new(root, "median_s", m);
     json_object_set_new(root, "per_step_s", steps);
-    int rc = json_dump_file(root, o->json, JSON_INDENT(2) | JSON_SORT_KEYS)
-                 ? cz_error_set(err, CZ_EIO, "%s: cannot write", o->json)
-                 : CZ_OK;
+    /* Through the planner's writer: replaced atomically, errors named with their reason. */
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+    int rc =
+        text ? cz_file_write(o->json, text, strlen(text), err)
+             : cz_error_set(err, CZ_ENOMEM, "%s: out of memory formatting the timings", o->json);
+    free(text);
     json_decref(root);
     return rc;
 }
@@ -962,7 +1132,16 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    char opt_msg[512] = "";
+    g_term_len = (size_t)snprintf(g_term_msg, sizeof g_term_msg,
+                                  "canzona-bench: rank %d: terminated (SIGTERM)", g_rank);
+    if (g_term_len >= sizeof g_term_msg)
+        g_term_len = sizeof g_term_msg - 1;
+    signal(SIGTERM, on_term);
+    g_timeout = cz_exec_mpi_timeout(NULL, getenv("CZ_MPI_TIMEOUT_S"));
+    cz_mpi_watch_phase("canzona-bench, starting", -1);
+    if (cz_mpi_chan_open(&g_chan, MPI_COMM_WORLD, g_timeout, &err))
+        stalled(&err);
+    char opt_msg[sizeof err.message] = "";
     int prc = parse(argc, argv, &o, opt_msg, sizeof opt_msg);
     if (!agree_options(&o, prc, opt_msg)) {
         status = 2;
@@ -1018,16 +1197,21 @@ int main(int argc, char **argv)
         if (cz_plan_read(&tmp, o.plan, &err) == 0)
             tp = tmp->tp;
         cz_plan_free(tmp);
-        MPI_Comm_split(MPI_COMM_WORLD, g_rank % tp, g_rank / tp, &own_dp);
-        MPI_Comm_split(MPI_COMM_WORLD, g_rank / tp, g_rank % tp, &own_tp);
+        bench_split(MPI_COMM_WORLD, g_rank % tp, g_rank / tp, &own_dp,
+                    "canzona-bench's DP communicator");
+        bench_split(MPI_COMM_WORLD, g_rank / tp, g_rank % tp, &own_tp,
+                    "canzona-bench's TP communicator");
         cfg.dp_comm = o.bad_dp_comm ? (const void *)&world_comm : (const void *)&own_dp;
         cfg.tp_comm = &own_tp;
     }
 
     /* The executor reads and checks the plan and agrees on failure across ranks. */
+    if (cuda)
+        bench_barrier(MPI_COMM_WORLD, "canzona-bench's barrier before selecting the GPU");
     if (cuda && any_failed(bench_gpu_select(&err), &err, "selecting the GPU"))
         goto done;
     int rc = cz_executor_create(&ex, o.plan, &cfg, &err);
+    stop_if_stalled(rc, &err);
     if (rc) {
         fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err.message);
         goto done;
@@ -1095,6 +1279,8 @@ int main(int argc, char **argv)
             allocs_after_first = cz_exec_alloc_count();
             dev_after_first = bench_gpu_alloc_count();
         }
+        g_step_now = s + 1;
+        cz_mpi_watch_phase("canzona-bench, reading the step's gradients", s + 1);
         rc = fill_grads(&o, plan, dp_rank, tp_rank, s, G, &err);
         if (any_failed(rc, &err, "reading the gradients"))
             goto done;
@@ -1112,8 +1298,10 @@ int main(int argc, char **argv)
         if (cuda && any_failed(bench_gpu_copy(gpu.grads, hostG, bytes, 1, &err), &err,
                                "uploading the gradients"))
             goto done;
-        MPI_Barrier(MPI_COMM_WORLD);
+        cz_mpi_watch_phase("canzona-bench, before the step", s + 1);
+        bench_barrier(MPI_COMM_WORLD, "canzona-bench's barrier before a step");
         rc = cz_executor_step(ex, &err);
+        stop_if_stalled(rc, &err);
         if (rc) {
             fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err.message);
             goto done;
@@ -1125,7 +1313,9 @@ int main(int argc, char **argv)
         cz_executor_timings(ex, &t);
         double v[5] = {t.reduce_scatter, t.elementwise, t.matrix, t.all_gather, t.total}, mx[5];
         /* A step lasts as long as its slowest rank. */
-        MPI_Allreduce(v, mx, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        cz_mpi_watch_phase("canzona-bench, timing the step", s + 1);
+        bench_allreduce(v, mx, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD,
+                        "canzona-bench's step timings");
         for (int k = 0; k < 5; k++)
             per[k][s - o.warmup] = mx[k];
     }
@@ -1137,10 +1327,13 @@ int main(int argc, char **argv)
             P[k] = cz_f32_from_bf16(Pb[k]);
     /* Steps after the first must allocate nothing (every executor allocation is counted). */
     uint64_t step_allocs = total > 1 ? cz_exec_alloc_count() - allocs_after_first : 0, max_allocs;
-    MPI_Allreduce(&step_allocs, &max_allocs, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    cz_mpi_watch_phase("canzona-bench, after the steps", -1);
+    bench_allreduce(&step_allocs, &max_allocs, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD,
+                    "canzona-bench's allocation count");
     /* And no device allocation (cudaMalloc and kin, counted by the GPU plugin). */
     uint64_t dev_allocs = total > 1 ? bench_gpu_alloc_count() - dev_after_first : 0, max_dev;
-    MPI_Allreduce(&dev_allocs, &max_dev, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    bench_allreduce(&dev_allocs, &max_dev, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD,
+                    "canzona-bench's device allocation count");
     /* After the count: a checkpoint allocates, a step must not. */
     rc = o.save_state ? cz_executor_save_state(ex, o.save_state, &err) : CZ_OK;
     if (any_failed(rc, &err, "saving the optimizer state"))
@@ -1180,7 +1373,7 @@ int main(int argc, char **argv)
             printf("verify: every DP replica holds identical parameters\n");
     }
     if (o.dump_dir || o.verify) {
-        MPI_Comm_split(MPI_COMM_WORLD, dp_rank, tp_rank, &row);
+        bench_split(MPI_COMM_WORLD, dp_rank, tp_rank, &row, "canzona-bench's parameter gather");
         full = calloc(plan->nparams ? plan->nparams : 1, sizeof *full);
         rc = full ? gather_full(plan, row, dp_rank, P, full, &err)
                   : cz_error_set(&err, CZ_ENOMEM, "out of memory");
@@ -1226,6 +1419,7 @@ done:
     free(G);
     free(Pb);
     free(Gb);
+    cz_mpi_chan_close(g_chan);
     MPI_Finalize();
     return status;
 }

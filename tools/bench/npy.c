@@ -6,6 +6,7 @@
  * the expected shape, then exactly that many finite values and nothing after them. */
 #include "npy.h"
 #include "cz_types.h"
+#include "file_io.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -26,30 +27,28 @@ int cz_npy_write(const char *path, const float *data, int ndim, int64_t rows, in
                        "{'descr': '<f4', 'fortran_order': False, 'shape': (%" PRId64 ", %" PRId64
                        "), }",
                        rows, cols);
-    size_t total = 10 + (size_t)n + 1;
-    size_t pad = (64 - total % 64) % 64;
+    size_t head = 10 + (size_t)n + 1;
+    size_t pad = (64 - head % 64) % 64;
     uint16_t hlen = (uint16_t)(n + pad + 1);
-    FILE *f = fopen(path, "wb");
+    size_t bytes = (size_t)(rows * (ndim == 1 ? 1 : cols)) * sizeof(float);
+    /* The whole file in memory, written by the planner's writer: a temporary file beside path,
+     * synced and renamed over it, so that a full disk leaves the old file (or none), never a
+     * truncated one, and the message says which file and why. */
+    unsigned char *f = malloc(head + pad + bytes);
     if (!f)
-        return cz_error_set(err, CZ_EIO, "%s: cannot open for writing", path);
-    unsigned char head[10] = {0x93,
-                              'N',
-                              'U',
-                              'M',
-                              'P',
-                              'Y',
-                              1,
-                              0,
-                              (unsigned char)(hlen & 0xff),
-                              (unsigned char)(hlen >> 8)};
-    size_t count = (size_t)(rows * (ndim == 1 ? 1 : cols));
-    int ok = fwrite(head, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)n, f) == (size_t)n;
-    for (size_t i = 0; ok && i < pad; i++)
-        ok = fputc(' ', f) != EOF;
-    ok = ok && fputc('\n', f) != EOF && fwrite(data, sizeof(float), count, f) == count;
-    if (fclose(f) != 0)
-        ok = 0;
-    return ok ? CZ_OK : cz_error_set(err, CZ_EIO, "%s: write failed", path);
+        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory for %zu bytes", path,
+                            head + pad + bytes);
+    static const unsigned char magic[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+    memcpy(f, magic, sizeof magic);
+    f[8] = (unsigned char)(hlen & 0xff);
+    f[9] = (unsigned char)(hlen >> 8);
+    memcpy(f + 10, dict, (size_t)n);
+    memset(f + 10 + n, ' ', pad);
+    f[10 + (size_t)n + pad] = '\n';
+    memcpy(f + head + pad, data, bytes);
+    int rc = cz_file_write(path, f, head + pad + bytes, err);
+    free(f);
+    return rc;
 }
 
 int cz_npy_param_path(const char *dir, const char *name, char **out, cz_error *err)

@@ -6,7 +6,9 @@
 
 #include <stdint.h>
 
-/* Writes data (rows x cols, or a 1-D array of rows when ndim is 1) to path. */
+/* Writes data (rows x cols, or a 1-D array of rows when ndim is 1) to path, through the
+ * planner's writer (file_io.h): replaced atomically, so a failed write leaves the old file;
+ * the message names the file and the system's reason. */
 int cz_npy_write(const char *path, const float *data, int ndim, int64_t rows, int64_t cols,
                  cz_error *err);
 /* Reads path into *out (malloc'd, caller frees) after checking dtype '<f4', C order and that
