@@ -30,13 +30,9 @@
  * (mem_gbps 1e9) on the cluster's device.
  */
 #include "cz_algorithms.h"
+#include "cz_names.h"
 
 #include <string.h>
-
-int cz_dtype_bytes(cz_dtype d)
-{
-    return d == CZ_DTYPE_FP32 ? 4 : 2;
-}
 
 /* Work of one whole m x n matrix split into its matmul and elementwise parts. */
 typedef struct {

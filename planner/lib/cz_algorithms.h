@@ -12,8 +12,6 @@
 #include "cz_plan_types.h"
 
 /* ---- cost model (cost.c) ---- */
-/* Bytes per element of a dtype. */
-int cz_dtype_bytes(cz_dtype d);
 /* Total optimizer work for one parameter across its TP group, in the settings' unit:
  * a matrix parameter is updated once, whole (sum over its blocks); an elementwise one is
  * updated shard by shard on every TP rank (replicated ones redundantly). */
@@ -128,7 +126,6 @@ int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz
 int cz_task_table_build(cz_plan *plan, const cz_cluster *c, cz_error *err);
 /* The same into a table of the caller's (freed with cz_task_table_free). */
 int cz_task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster *c, cz_error *err);
-void cz_task_table_free(cz_task_table *tt);
 /* The split lower bound (tp_tasks.c): the least T such that every task fits on a slot at some
  * width whose per-slot cost is at most T, and the slot time so spent (k times the per-slot
  * cost of a width-k task, each task at its least under T), plus the elementwise work, fits in
@@ -173,14 +170,8 @@ int cz_tp_schedule_build(cz_plan *plan, cz_error *err);
 int cz_tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_costed *params, int n,
                          const cz_settings *s, int tp, double *load, double *capacity,
                          cz_error *err);
-/* Frees a rank schedule's groups (rs itself is the caller's). */
-void cz_rank_schedule_free_groups(cz_rank_schedule *rs);
 /* Computes plan->metrics from the plan's params, buckets and schedules. */
 int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err);
-/* Frees the metrics arrays only. */
-void cz_plan_metrics_free(cz_plan_metrics *m);
-/* Frees the schedules only (sets nschedules to 0). */
-void cz_plan_schedules_free(cz_plan *plan);
 
 /* ---- memory.c ---- */
 /* Model-state bytes on one GPU under a plan (see memory.c for what each part counts). */

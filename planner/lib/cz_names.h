@@ -18,6 +18,9 @@ extern const char *const cz_muon_tp_mode_names[];
 extern const char *const cz_kind_names[];         /* cz_param_kind: "matrix", "elementwise" */
 extern const char *const cz_solve_status_names[]; /* CZ_SOLVE_* */
 
+/* Bytes per element of a dtype (settings.c). */
+int cz_dtype_bytes(cz_dtype d);
+
 /* "matrix" or "elementwise"; NULL for a value outside the enum. */
 const char *cz_kind_name(cz_param_kind v);
 

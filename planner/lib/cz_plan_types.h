@@ -176,6 +176,9 @@ typedef struct cz_task_table {
     int dp_fill;       /* 1: alpha deals each stage by the slot-fill partition (dp_fill.c) */
 } cz_task_table;
 
+/* Frees the table's arrays and zeroes it (objects_free.c, as the other release functions). */
+void cz_task_table_free(cz_task_table *tt);
+
 struct cz_plan {
     char *generator;         /* "canzona" */
     char *generator_version; /* CZ_VERSION */
@@ -238,8 +241,17 @@ static inline int cz_group_task_panels(const cz_plan_group *g, int t)
     return g->task_panels && g->task_panels[t] > 0 ? g->task_panels[t] : 1;
 }
 
-/* Whether the plan has any block or cooperative task (schema canzona.plan/2). */
+/* Whether the plan has any block or cooperative task (schema canzona.plan/2; plan_io.c). */
 bool cz_plan_has_split_tasks(const cz_plan *plan);
+
+/* Release functions for the parts of a plan (objects_free.c; cz_plan_free in canzona.h frees
+ * the whole). Each accepts a partially built object. */
+/* Frees the metrics arrays only. */
+void cz_plan_metrics_free(cz_plan_metrics *m);
+/* Frees the schedules only (sets nschedules to 0). */
+void cz_plan_schedules_free(cz_plan *plan);
+/* Frees a rank schedule's groups (rs itself is the caller's). */
+void cz_rank_schedule_free_groups(cz_rank_schedule *rs);
 
 /* The region of the full (unsharded) matrix d that a task of block `block` covers: the whole
  * matrix for -1, else block b's rows (block_dim 0) or columns (block_dim 1). */

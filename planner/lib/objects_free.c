@@ -2,6 +2,7 @@
 #include "cz_types.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 void cz_model_free(cz_model *model)
 {
@@ -36,6 +37,16 @@ void cz_plan_metrics_free(cz_plan_metrics *m)
     free(m->rank_makespan);
     free(m->memory);
     m->dp_load = m->gpu_load = m->rank_makespan = m->memory = NULL;
+}
+
+void cz_task_table_free(cz_task_table *tt)
+{
+    free(tt->first);
+    free(tt->block);
+    free(tt->cost);
+    free(tt->panels);
+    free(tt->dp_weight);
+    memset(tt, 0, sizeof *tt);
 }
 
 void cz_rank_schedule_free_groups(cz_rank_schedule *rs)
@@ -79,11 +90,7 @@ void cz_plan_free(cz_plan *plan)
     free(plan->buckets);
     cz_plan_schedules_free(plan);
     cz_plan_metrics_free(&plan->metrics);
-    free(plan->tasks.first);
-    free(plan->tasks.block);
-    free(plan->tasks.cost);
-    free(plan->tasks.panels);
-    free(plan->tasks.dp_weight);
+    cz_task_table_free(&plan->tasks);
     free(plan->generator);
     free(plan->generator_version);
     free(plan->model_name);

@@ -37,6 +37,23 @@
 /* Upper bound on dp*tp*pp accepted from a plan file, to keep per-GPU arrays allocatable. */
 #define CZ_PLAN_MAX_GPUS (1 << 24)
 
+/* Whether the plan has a block or cooperative task, which only version 2 of the schema
+ * (CZ_PLAN_SCHEMA_SPLIT) can hold: the writer picks the version by it, and validate, inspect
+ * and diff ask it too. */
+bool cz_plan_has_split_tasks(const cz_plan *plan)
+{
+    for (size_t k = 0; k < plan->nschedules; k++) {
+        const cz_rank_schedule *rs = &plan->schedules[k];
+        for (int g = 0; g < rs->ngroups; g++) {
+            const cz_plan_group *gr = &rs->groups[g];
+            for (int t = 0; t < gr->ntasks; t++)
+                if (cz_group_task_block(gr, t) >= 0 || cz_group_task_width(gr, t) > 1)
+                    return true;
+        }
+    }
+    return false;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* writing                                                                                     */
 

@@ -28,6 +28,12 @@ void cz_settings_init(cz_settings *s)
     s->layout = CZ_LAYOUT_UNIFIED;
 }
 
+/* Bytes per element of the training job's parameter and gradient type. */
+int cz_dtype_bytes(cz_dtype d)
+{
+    return d == CZ_DTYPE_FP32 ? 4 : 2;
+}
+
 /* The one table of names per enum, in enum order: the CLI, the plan and model readers and
  * writers all use these (the readers through cz_json_get_enum, hence the NULL ends). */
 const char *const cz_dtype_names[] = {"bf16", "fp16", "fp32", NULL};

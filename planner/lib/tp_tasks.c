@@ -16,20 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool cz_plan_has_split_tasks(const cz_plan *plan)
-{
-    for (size_t k = 0; k < plan->nschedules; k++) {
-        const cz_rank_schedule *rs = &plan->schedules[k];
-        for (int g = 0; g < rs->ngroups; g++) {
-            const cz_plan_group *gr = &rs->groups[g];
-            for (int t = 0; t < gr->ntasks; t++)
-                if (cz_group_task_block(gr, t) >= 0 || cz_group_task_width(gr, t) > 1)
-                    return true;
-        }
-    }
-    return false;
-}
-
 /* Widths a task may take under the settings: 1, then (cooperative) the divisors of tp from 2
  * up, or only the forced one. */
 static int widths_of(const cz_settings *s, int tp, int *w)
@@ -47,16 +33,6 @@ static int widths_of(const cz_settings *s, int tp, int *w)
 int cz_task_table_build(cz_plan *plan, const cz_cluster *c, cz_error *err)
 {
     return cz_task_table_fill(&plan->tasks, plan, c, err);
-}
-
-void cz_task_table_free(cz_task_table *tt)
-{
-    free(tt->first);
-    free(tt->block);
-    free(tt->cost);
-    free(tt->panels);
-    free(tt->dp_weight);
-    memset(tt, 0, sizeof *tt);
 }
 
 int cz_task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster *c, cz_error *err)
