@@ -8,7 +8,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
-struct cz_cluster_sizes; /* cz_types.h */
+struct cz_cluster_sizes; /* cz_format.h */
 
 /* Long options every command that builds plans accepts (see cz_cli_plan_options_help). The
  * values are >= 1000 so they never collide with short options. */

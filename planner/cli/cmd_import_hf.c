@@ -1,7 +1,6 @@
 /* canzona import-hf: writes a model description from a Hugging Face config.json. */
 #include "commands.h"
 #include "cz_types.h"
-#include "file_io.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -3,7 +3,6 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "cz_types.h"
-#include "file_io.h"
 
 #include <getopt.h>
 #include <jansson.h>

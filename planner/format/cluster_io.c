@@ -1,5 +1,5 @@
 /* Loading a cluster shape (canzona.cluster/1). */
-#include "json_util.h"
+#include "format_internal.h"
 
 #include <inttypes.h>
 #include <limits.h>

@@ -1,5 +1,5 @@
 /* Error reports and small allocation helpers shared by every module. */
-#include "cz_types.h"
+#include "cz_format.h"
 
 #include <stdarg.h>
 #include <stdio.h>

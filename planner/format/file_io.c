@@ -1,5 +1,5 @@
-/* Reading input files and writing output files under one policy (see file_io.h). */
-#include "file_io.h"
+/* Reading input files and writing output files under one policy (see cz_format.h, "files"). */
+#include "cz_format.h"
 
 #include <errno.h>
 #include <fcntl.h>

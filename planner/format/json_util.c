@@ -1,7 +1,5 @@
 /* Strict unpacking of jansson values with JSON-path error messages (see json_util.h). */
-#include "json_util.h"
-
-#include "file_io.h"
+#include "format_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -12,7 +12,7 @@
 #ifndef CZ_JSON_UTIL_H
 #define CZ_JSON_UTIL_H
 
-#include "cz_types.h"
+#include "cz_format.h"
 
 #include <jansson.h>
 #include <stdbool.h>

@@ -9,7 +9,7 @@
  * rows per rank but 3.5 heads); and the vocabulary is padded by Megatron to a multiple of
  * make_vocab_size_divisible_by * TP, so a model padded for one TP has the wrong embedding
  * shape at another. */
-#include "json_util.h"
+#include "format_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  * iterations of top-level repeat blocks, counted across them in file order (a second top-level
  * block continues where the first stopped), so nlayers is the sum of the top-level repeat counts
  * and every layer lies in [0, nlayers); parameters outside any repeat block have layer -1. */
-#include "json_util.h"
+#include "format_internal.h"
 
 #include <inttypes.h>
 #include <limits.h>

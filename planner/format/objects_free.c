@@ -1,5 +1,5 @@
 /* Release functions for the planner's objects. Each accepts NULL and partially built objects. */
-#include "cz_types.h"
+#include "cz_format.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -21,8 +21,7 @@
  * The reader checks types, unknown keys, the schema version and the structure later code indexes
  * by (ids equal to indices, array lengths, ids in range). Semantic invariants (coverage,
  * atomicity, each matrix scheduled once) are the validator's job, not the reader's. */
-#include "file_io.h"
-#include "json_util.h"
+#include "format_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -10,7 +10,7 @@
  * before use, and sums and products of the int64 values a file may hold saturate instead of
  * overflowing.
  */
-#include "cz_types.h"
+#include "cz_format.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -1,6 +1,5 @@
 /* Planning settings: defaults and the names used on the command line and in plan files. */
-#include "cz_algorithms.h"
-#include "cz_names.h"
+#include "cz_format.h"
 
 #include <stdio.h>
 #include <stdlib.h>

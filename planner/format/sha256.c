@@ -1,7 +1,7 @@
 /* SHA-256 (FIPS 180-4), used to fingerprint the model and cluster files a plan was made from.
  * Written here rather than linked from a crypto library to keep the planner's dependencies to
  * jansson and GLPK; speed is irrelevant (inputs are a few kilobytes). */
-#include "cz_types.h"
+#include "format_internal.h"
 
 #include <string.h>
 

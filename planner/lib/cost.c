@@ -30,7 +30,6 @@
  * (mem_gbps 1e9) on the cluster's device.
  */
 #include "cz_algorithms.h"
-#include "cz_names.h"
 
 #include <string.h>
 

@@ -6,10 +6,8 @@
 #ifndef CZ_ALGORITHMS_H
 #define CZ_ALGORITHMS_H
 
-#include "cz_assert.h"
-#include "cz_error.h"
+#include "cz_format.h"
 #include "cz_order.h"
-#include "cz_plan_types.h"
 
 /* ---- cost model (cost.c) ---- */
 /* Total optimizer work for one parameter across its TP group, in the settings' unit:
@@ -80,20 +78,6 @@ typedef struct cz_muon_tp_work {
  * all-reduce; replicated matrices (tp_dim < 0) and tp 1 are the same in every mode. */
 cz_muon_tp_work cz_cost_muon_tp(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
                                 cz_dtype dtype, cz_muon_tp_mode mode);
-
-/* ---- Megatron-Core's rules (megatron_rules.c) ---- */
-/* Greatest common divisor of two non-negative integers (gcd(a, 0) = a). */
-int64_t cz_gcd64(int64_t a, int64_t b);
-/* Megatron's padded vocabulary: vocab rounded up to a multiple of divisible_by * tp. */
-int64_t cz_megatron_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp);
-/* Megatron-Core's attention rules: num_attention_heads and num_query_groups each a multiple of
- * tp. where names the input in the message (a file), the keys name the two counts in it. */
-int cz_megatron_check_heads(const char *where, const char *heads_key, int64_t heads,
-                            const char *groups_key, int64_t groups, int64_t tp, cz_error *err);
-/* Checks a model's megatron record against a TP size: the attention rules, and that the
- * recorded padded vocabulary is what Megatron pads to at this TP. cluster names the cluster
- * file in messages (NULL: none). CZ_OK when the model records nothing. */
-int cz_model_check_megatron(const cz_model *m, int tp, const char *cluster, cz_error *err);
 
 /* ---- Megatron-LM's current layer-wise rule (megatron_layerwise.c) ---- */
 /* Newton-Schulz cost Megatron balances by: max(m, n) * min(m, n)^2. */
@@ -184,7 +168,7 @@ typedef struct cz_memory_gpu {
 } cz_memory_gpu;
 /* plan warns when the busiest GPU's model states exceed this fraction of device.memory_gib. */
 #define CZ_MEMORY_WARN_FRACTION 0.80
-/* Fills *out (malloc'ed, pp*dp*tp entries in the per-GPU order of cz_types.h) for a plan. */
+/* Fills *out (malloc'ed, pp*dp*tp entries in the per-GPU order of cz_format.h) for a plan. */
 int cz_plan_memory(const cz_plan *plan, cz_memory_gpu **out, cz_error *err);
 /* Index of the GPU with the largest total. */
 size_t cz_memory_worst(const cz_memory_gpu *g, size_t n);
@@ -195,15 +179,6 @@ int cz_plan_memory_check(const cz_plan *plan, const cz_cluster *cluster, int all
                          size_t n, cz_error *err);
 
 /* ---- ilp_dp.c, ilp_microgroups.c, dp_tpaware.c ---- */
-/* Outcome of an ILP solve, ordered from best to worst (a plan keeps the worst it saw). */
-enum {
-    CZ_SOLVE_NONE = 0,     /* no solver ran */
-    CZ_SOLVE_OPTIMAL = 1,  /* proved optimal */
-    CZ_SOLVE_FEASIBLE = 2, /* time limit hit; the best integer solution is kept (gap > 0) */
-    CZ_SOLVE_TIMEOUT = 3,  /* time limit hit before any integer solution: greedy kept */
-    CZ_SOLVE_FAILED = 4    /* the solver failed (numerics); greedy kept */
-};
-const char *cz_solve_status_name(int status);
 /* Re-solves the DP partition of every stage exactly (GLPK MIP: minimize the largest per-rank
  * load under the alpha slice bound, see docs/SOLVERS.md), warm-started from the ranges and
  * owners already in the plan (the greedy result). Replaces them only when strictly better.

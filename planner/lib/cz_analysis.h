@@ -7,30 +7,6 @@
 #define CZ_ANALYSIS_H
 
 #include "cz_algorithms.h"
-#include "cz_names.h"
-
-/* ---- structural plan checks (plan_structure.c) ---- */
-/* Where violations go: validate lists all of them; the executor refuses on the first. */
-typedef struct cz_plan_checks {
-    struct json_t *out; /* array of {"code", "path", "message"} */
-    int checks;         /* checks performed */
-    int oom;
-    int unsafe;  /* a structural violation makes index-based recomputation unsafe to run */
-    int foreign; /* parameters differ from the model's (validate only) */
-    char path[256];
-} cz_plan_checks;
-void cz_plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void cz_plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Every rule a plan must satisfy that needs no model or cluster: ids, local shapes and element
- * counts, blocks, bucket layout rules (contiguity, alignment, reverse fill order, no overlap),
- * DP ranges, atomic ownership, schedule membership and slot loads. Shared by `canzona
- * validate` and the executor's plan check, so that the executor refuses every plan validate
- * refuses for a structural reason. Safe on any plan the reader accepts. */
-void cz_plan_check_structure(cz_plan_checks *c, const cz_plan *plan);
-/* Whether two stored costs agree to validate's relative tolerance (1e-9); NaN never does. */
-int cz_close_rel(double a, double b);
 
 /* ---- simulate.c, render.c ---- */
 /* Kinds of collective for the alpha-beta formulas of the simulator (see docs/SIMULATOR.md). */
@@ -134,16 +110,8 @@ int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *si
  * config's _name_or_path basename (lowercased), else the file's basename without .json and
  * .config. Errors name the file and the JSON key: CZ_EIO, CZ_EPARSE, CZ_EINVALID (missing or
  * wrongly typed field), CZ_EUNSUPPORTED (unknown architecture or feature), CZ_ENOMEM. */
-/* Reads the optional "megatron" record of a model description (root) into m->megatron and
- * checks it against itself and against m's parameters (called by cz_model_load). */
-int cz_model_megatron_read(const char *file, const json_t *root, cz_model *m, cz_error *err);
-
 int cz_import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,
                  cz_error *err);
-/* Validates and expands a parsed model description exactly as cz_model_load does a file's
- * (messages name path, which need not be a file); sha may be NULL (then computed from root). */
-int cz_model_from_json(cz_model **out, const json_t *root, const char *path, const char *sha,
-                       cz_error *err);
 /* cz_import_hf with the job's TP size and vocabulary padding: the vocabulary is padded as
  * Megatron-LM pads it (to a multiple of vocab_divisible_by * tp_size), the model records the
  * head counts and the padding in its "megatron" object, and hyper-parameters that Megatron-Core

@@ -8,7 +8,6 @@
  * blocks so that matrix optimizers treat the parts as independent matrices. MoE experts are
  * whole matrices (no expert parallelism). */
 #include "cz_types.h"
-#include "file_io.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -498,7 +497,7 @@ static void hf_lower(char *s)
         *s = (char)tolower((unsigned char)*s);
 }
 
-/* The model's default name: see cz_import_hf in cz_types.h. */
+/* The model's default name: see cz_import_hf in cz_analysis.h. */
 static char *hf_default_name(const char *path, const json_t *root)
 {
     const json_t *nop = json_object_get(root, "_name_or_path");

@@ -11,7 +11,6 @@
  * shards). Activations, workspaces and communication buffers come on top and are not known
  * to the planner; the warning threshold leaves room for them. */
 #include "cz_algorithms.h"
-#include "cz_names.h"
 
 #include <stdlib.h>
 

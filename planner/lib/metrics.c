@@ -1,6 +1,6 @@
 /*
  * Plan metrics: per-rank DP loads, per-GPU optimizer work and state memory under the TP
- * schedule, makespans, imbalances and the lower bound (semantics in cz_types.h).
+ * schedule, makespans, imbalances and the lower bound (semantics in cz_format.h).
  *
  * Under the even baseline parameters are fragmented: a DP rank is charged the full cost of every
  * matrix its range touches (it must gather and update it) and the share of each elementwise

@@ -1,7 +1,7 @@
 /* The orders of cz_order.h: parameters in buffer order (by bucket, then by offset inside the
  * bucket), and anything by decreasing cost. */
 #include "cz_order.h"
-#include "cz_plan_types.h"
+#include "cz_format.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
 #ifndef CZ_EXEC_FIXTURE_H
 #define CZ_EXEC_FIXTURE_H
 
-#include "cz_types.h"
+#include "cz_format.h"
 
 #include <stdlib.h>
 #include <string.h>

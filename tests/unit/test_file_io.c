@@ -2,7 +2,7 @@
  * pipes, devices refused as input, and the output policy (atomic for regular files, in place for
  * FIFOs, symbolic links followed, read-only files refused, same-file outputs refused). Everything
  * is written inside one mkdtemp folder. */
-#include "file_io.h"
+#include "cz_format.h"
 
 #include <check.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /* SHA-256 against the FIPS 180-2 / NIST test vectors and padding-boundary lengths. */
-#include "cz_types.h"
+#include "format_internal.h"
 
 #include <check.h>
 #include <stdlib.h>

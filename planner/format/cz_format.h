@@ -1,6 +1,14 @@
 /*
- * cz_plan_types.h — the planner's data: model, cluster and plan, with the readers' limits, the
- * cluster reader and the plan file's content hash. The executor reads plans through these.
+ * cz_format.h — the plan-format library's one header for the rest of the project (planner/lib,
+ * the CLI, the executor, tools and tests): the model, cluster and plan types, their readers'
+ * limits, the release functions, the structural check, errors and invariants, the enums' names
+ * and sizes, the file and hash utilities. Everything here is in libcanzona-format (jansson
+ * only); nothing here is installed: programs outside the project see canzona.h.
+ *
+ * It includes cz_error.h (cz_error_set, cz_strdup) and cz_assert.h (CZ_ASSERT): include this
+ * header, not those. What is only for the format's own files (the strict JSON getters, the
+ * Megatron record reader, the parameter-name rule) is in format_internal.h.
+ * docs/ARCHITECTURE.md has the layers.
  *
  * Conventions:
  *  - Shapes are [rows, cols]; a 1-D parameter has ndim 1 and shape[1] == 1.
@@ -10,14 +18,50 @@
  *  - Per-rank arrays are indexed stage-major: [stage * dp + dp_rank], and per-GPU arrays
  *    [(stage * dp + dp_rank) * tp + tp_rank].
  */
-#ifndef CZ_PLAN_TYPES_H
-#define CZ_PLAN_TYPES_H
+#ifndef CZ_FORMAT_H
+#define CZ_FORMAT_H
 
 #include "canzona.h"
+#include "cz_assert.h"
+#include "cz_error.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+struct json_t; /* jansson's json_t: the few functions that take one are for JSON producers */
+
+/* ---- names and sizes of the enums (settings.c) ----
+ * One table per enum in enum order, each ending in NULL so that the JSON readers can take it as
+ * the list of accepted values. The name and parse functions in canzona.h read the same tables;
+ * nothing else spells these names. */
+extern const char *const cz_dtype_names[];
+extern const char *const cz_optimizer_names[];
+extern const char *const cz_unit_names[];
+extern const char *const cz_dp_strategy_names[];
+extern const char *const cz_tp_strategy_names[];
+extern const char *const cz_layerwise_order_names[];
+extern const char *const cz_solver_names[];
+extern const char *const cz_layout_names[];
+extern const char *const cz_muon_tp_mode_names[];
+extern const char *const cz_kind_names[];         /* cz_param_kind: "matrix", "elementwise" */
+extern const char *const cz_solve_status_names[]; /* CZ_SOLVE_* */
+
+/* Bytes per element of a dtype. */
+int cz_dtype_bytes(cz_dtype d);
+/* "matrix" or "elementwise"; NULL for a value outside the enum. */
+const char *cz_kind_name(cz_param_kind v);
+
+/* Outcome of an ILP solve, ordered from best to worst (a plan keeps the worst it saw, and its
+ * file records it). */
+enum {
+    CZ_SOLVE_NONE = 0,     /* no solver ran */
+    CZ_SOLVE_OPTIMAL = 1,  /* proved optimal */
+    CZ_SOLVE_FEASIBLE = 2, /* time limit hit; the best integer solution is kept (gap > 0) */
+    CZ_SOLVE_TIMEOUT = 3,  /* time limit hit before any integer solution: greedy kept */
+    CZ_SOLVE_FAILED = 4    /* the solver failed (numerics); greedy kept */
+};
+const char *cz_solve_status_name(int status);
 
 typedef struct cz_param_def {
     char *name;
@@ -345,7 +389,6 @@ static inline int64_t cz_coop_panel_row(int64_t a, int panels, int p)
  * worst accepted file to about a second of loading; at 2^22 a 829-byte config made the importer
  * work for 5 s (22 s under the sanitizers, a fuzzer time-out). */
 #define CZ_MODEL_MAX_PARAMS ((size_t)1 << 18)
-struct json_t;
 /* Parameters a model's "params" array expands to, counted before anything is built (repeat
  * blocks multiplied out, malformed entries as one); saturates at CZ_MODEL_MAX_PARAMS + 1. */
 size_t cz_model_count_params_json(const struct json_t *params);
@@ -356,10 +399,24 @@ size_t cz_model_count_params_json(const struct json_t *params);
 /* Longest parameter name in bytes: names become file names (NAME.npy) in the executor's
  * --dump-dir and --init-dir, and file names stop at 255 bytes. */
 #define CZ_PARAM_NAME_MAX 200
-/* NULL when name is safe as a file name inside a folder, else why not ("contains '/'", ...):
- * empty, longer than CZ_PARAM_NAME_MAX, a '/' or '\\', a control character, or a leading '.'
- * (which also covers "." and ".."). */
-const char *cz_param_name_problem(const char *name);
+/* Validates and expands a parsed model description exactly as cz_model_load does a file's
+ * (messages name path, which need not be a file); sha may be NULL (then computed from root). */
+int cz_model_from_json(cz_model **out, const struct json_t *root, const char *path, const char *sha,
+                       cz_error *err);
+
+/* ---- Megatron-Core's rules on a model (megatron_rules.c) ---- */
+/* Greatest common divisor of two non-negative integers (gcd(a, 0) = a). */
+int64_t cz_gcd64(int64_t a, int64_t b);
+/* Megatron's padded vocabulary: vocab rounded up to a multiple of divisible_by * tp. */
+int64_t cz_megatron_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp);
+/* Megatron-Core's attention rules: num_attention_heads and num_query_groups each a multiple of
+ * tp. where names the input in the message (a file), the keys name the two counts in it. */
+int cz_megatron_check_heads(const char *where, const char *heads_key, int64_t heads,
+                            const char *groups_key, int64_t groups, int64_t tp, cz_error *err);
+/* Checks a model's megatron record against a TP size: the attention rules, and that the
+ * recorded padded vocabulary is what Megatron pads to at this TP. cluster names the cluster
+ * file in messages (NULL: none). CZ_OK when the model records nothing. */
+int cz_model_check_megatron(const cz_model *m, int tp, const char *cluster, cz_error *err);
 
 /* ---- cluster_io.c ---- */
 /* Sizes from the command line that override a cluster file's; 0 keeps the file's value. */
@@ -377,14 +434,10 @@ typedef struct cz_cluster_sizes {
 int cz_cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_sizes *sizes,
                           cz_error *err);
 
-/* ---- hashing (sha256.c) ---- */
-void cz_sha256_hex(const void *data, size_t len, char out[65]);
-
 /* The message every layer gives for a parameter over CZ_MAX_BLOCKS (name, nblocks, limit). */
 #define CZ_BLOCKS_LIMIT_FMT "'%s' has %d blocks; canzona supports at most %d per parameter"
 
 /* ---- plan content hash (plan_io.c) ---- */
-struct json_t;
 /* SHA-256 of a plan file's JSON value without its "content_sha256" member: compact, keys
  * sorted, reals with 17 significant digits (docs/FORMATS.md). plan is not modified. */
 int cz_plan_json_content_hash(const struct json_t *plan, char out[65], cz_error *err);
@@ -393,4 +446,56 @@ int cz_plan_json_content_hash(const struct json_t *plan, char out[65], cz_error 
  * model to check the plan against (the executor). */
 int cz_plan_check_content_hash(const cz_plan *plan, const char *path, cz_error *err);
 
-#endif /* CZ_PLAN_TYPES_H */
+/* ---- the structural check (plan_structure.c) ---- */
+/* Where violations go: validate lists all of them; the executor refuses on the first. */
+typedef struct cz_plan_checks {
+    struct json_t *out; /* array of {"code", "path", "message"} */
+    int checks;         /* checks performed */
+    int oom;
+    int unsafe;  /* a structural violation makes index-based recomputation unsafe to run */
+    int foreign; /* parameters differ from the model's (validate only) */
+    char path[256];
+} cz_plan_checks;
+void cz_plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void cz_plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Every rule a plan must satisfy that needs no model or cluster: ids, local shapes and element
+ * counts, blocks, bucket layout rules (contiguity, alignment, reverse fill order, no overlap),
+ * DP ranges, atomic ownership, schedule membership and slot loads. Shared by `canzona
+ * validate` and the executor's plan check, so that the executor refuses every plan validate
+ * refuses for a structural reason. Safe on any plan the reader accepts. */
+void cz_plan_check_structure(cz_plan_checks *c, const cz_plan *plan);
+/* Whether two stored costs agree to validate's relative tolerance (1e-9); NaN never does. */
+int cz_close_rel(double a, double b);
+
+/* ---- files (file_io.c) ----
+ * Reading: only regular files and pipes (FIFOs, `<(cmd)`) are read, with a size cap that is
+ * checked before reading (regular files) or while reading (pipes), so that a device such as
+ * /dev/zero or a huge file fails at once with a message instead of after gigabytes.
+ *
+ * Writing (cz_file_write): one policy for every output of the CLI and the libraries:
+ *  - "-" is standard output;
+ *  - a new path or an existing regular file is replaced atomically (a temporary file in the
+ *    same folder, synced, then renamed over it), keeping the existing file's permission bits;
+ *  - a symbolic link is followed: its final target is written (atomically, in the target's own
+ *    folder when the target is a regular file or does not exist), the link itself stays;
+ *  - a character device (/dev/null, a terminal) or a FIFO is written in place, never replaced;
+ *  - a read-only regular file, a folder, a socket or a block device is refused with the reason.
+ */
+/* Reads the whole of path into a malloc'ed buffer with a NUL after the last byte (*len does not
+ * count it). Files larger than max bytes are refused (CZ_EINVALID) before they are read; so are
+ * folders and devices (CZ_EIO, "not a regular file"). */
+int cz_file_read_all(const char *path, size_t max, char **out, size_t *len, cz_error *err);
+
+/* Writes len bytes to path under the policy above. Messages name path and the reason. */
+int cz_file_write(const char *path, const void *data, size_t len, cz_error *err);
+
+/* Refuses (CZ_EINVALID, naming both paths) an output that is the same file as one of the n
+ * inputs: same device and inode, so a second path, a hard link or a symbolic link to an input
+ * is caught too. NULL entries and an output of "-" or one that does not exist yet pass. what
+ * names the inputs in the message (e.g. "the model"), one per input. */
+int cz_file_check_output(const char *output, const char *const *inputs, const char *const *what,
+                         size_t n, cz_error *err);
+
+#endif /* CZ_FORMAT_H */
