@@ -205,6 +205,6 @@ int fz_model_is_slow(const json_t *model)
     if (!json_is_array(params))
         return 0;
     /* The loader's own count: models it refuses for their size are not slow, just refused. */
-    size_t n = cz_model_count_params_json(params);
+    size_t n = cz__model_count_params_json(params);
     return n > FZ_MODEL_FAST_PARAMS && n <= CZ_MODEL_MAX_PARAMS;
 }

@@ -487,7 +487,7 @@ int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *clus
     *cluster = NULL;
     if (cz_model_load(model, model_path, &err) != CZ_OK)
         goto fail;
-    if (cz_cluster_load_sized(cluster, cluster_path, sizes, &err) != CZ_OK)
+    if (cz__cluster_load_sized(cluster, cluster_path, sizes, &err) != CZ_OK)
         goto fail;
     return 0;
 fail:

@@ -184,9 +184,9 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
     if (s->solver == CZ_SOLVER_ILP)
         fprintf(out,
                 "ILP solver                     %s, gap %.3g%% (DP %s, micro-groups %s), %.1f s\n",
-                cz_solve_status_name(p->solver_status), 100.0 * p->solver_gap,
-                cz_solve_status_name(p->solver_status_dp),
-                cz_solve_status_name(p->solver_status_tp), p->solver_seconds);
+                cz__solve_status_name(p->solver_status), 100.0 * p->solver_gap,
+                cz__solve_status_name(p->solver_status_dp),
+                cz__solve_status_name(p->solver_status_tp), p->solver_seconds);
     fprintf(out, "planning time                  %.2f ms\n", p->plan_seconds * 1e3);
     if (output)
         fprintf(out, "plan written to                %s\n",
@@ -250,9 +250,9 @@ static int print_json_summary(const cz_plan *p, const cz_cluster *c, const char 
         "total_cost", mt->total_cost, "rank_makespan", array_of(mt->rank_makespan, nranks),
         "memory", array_of(mt->memory, nranks * (size_t)p->tp), "predicted_step_s",
         mt->predicted_step_s, "plan_seconds", p->plan_seconds, "output", output, "solver_status",
-        cz_solve_status_name(p->solver_status), "solver_gap", p->solver_gap, "solver_seconds",
-        p->solver_seconds, "solver_phases", "dp_status", cz_solve_status_name(p->solver_status_dp),
-        "dp_gap", p->solver_gap_dp, "tp_status", cz_solve_status_name(p->solver_status_tp),
+        cz__solve_status_name(p->solver_status), "solver_gap", p->solver_gap, "solver_seconds",
+        p->solver_seconds, "solver_phases", "dp_status", cz__solve_status_name(p->solver_status_dp),
+        "dp_gap", p->solver_gap_dp, "tp_status", cz__solve_status_name(p->solver_status_tp),
         "tp_gap", p->solver_gap_tp);
     json_t *settings = o ? json_object_get(o, "settings") : NULL;
     json_t *mem = o ? memory_json(p, c) : NULL;
@@ -341,7 +341,7 @@ int cz_cmd_plan(int argc, char **argv)
     if (cz_cli_require_inputs("plan", argc, argv, optind, model_path, cluster_path))
         return 2;
     const char *inputs[] = {model_path, cluster_path}, *what[] = {"the model", "the cluster"};
-    if (cz_file_check_output(output, inputs, what, 2, &err) != CZ_OK) {
+    if (cz__file_check_output(output, inputs, what, 2, &err) != CZ_OK) {
         fprintf(stderr, "canzona plan: %s\n", err.message);
         goto done;
     }

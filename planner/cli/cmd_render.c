@@ -89,7 +89,7 @@ int cz_cmd_render(int argc, char **argv)
         return 2;
     }
     const char *inputs[] = {plan_path, cluster_path}, *what[] = {"the plan", "the cluster"};
-    if (cz_file_check_output(output, inputs, what, 2, &err) != CZ_OK ||
+    if (cz__file_check_output(output, inputs, what, 2, &err) != CZ_OK ||
         cz_plan_read(&plan, plan_path, &err) != CZ_OK) {
         fprintf(stderr, "canzona render: %s\n", err.message);
         goto done;

@@ -306,7 +306,7 @@ int cz_cmd_simulate(int argc, char **argv)
     if (model_path) {
         if (cz_cli_load_inputs("simulate", model_path, cluster_path, &sizes, &model, &cluster))
             goto done;
-    } else if (cz_cluster_load_sized(&cluster, cluster_path, &sizes, &err) != CZ_OK) {
+    } else if (cz__cluster_load_sized(&cluster, cluster_path, &sizes, &err) != CZ_OK) {
         fprintf(stderr, "canzona simulate: %s\n", err.message);
         goto done;
     }

@@ -11,6 +11,6 @@ int cz_error_set(cz_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Allocation helpers (error.c): abort-free; return NULL on failure. */
-char *cz_strdup(const char *s);
+char *cz__strdup(const char *s);
 
 #endif

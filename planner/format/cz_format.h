@@ -5,7 +5,7 @@
  * and sizes, the file and hash utilities. Everything here is in libcanzona-format (jansson
  * only); nothing here is installed: programs outside the project see canzona.h.
  *
- * It includes cz_error.h (cz_error_set, cz_strdup) and cz_assert.h (CZ_ASSERT): include this
+ * It includes cz_error.h (cz_error_set, cz__strdup) and cz_assert.h (CZ_ASSERT): include this
  * header, not those. What is only for the format's own files (the strict JSON getters, the
  * Megatron record reader, the parameter-name rule) is in format_internal.h.
  * docs/ARCHITECTURE.md has the layers.
@@ -32,25 +32,12 @@
 struct json_t; /* jansson's json_t: the few functions that take one are for JSON producers */
 
 /* ---- names and sizes of the enums (settings.c) ----
- * One table per enum in enum order, each ending in NULL so that the JSON readers can take it as
- * the list of accepted values. The name and parse functions in canzona.h read the same tables;
- * nothing else spells these names. */
-extern const char *const cz_dtype_names[];
-extern const char *const cz_optimizer_names[];
-extern const char *const cz_unit_names[];
-extern const char *const cz_dp_strategy_names[];
-extern const char *const cz_tp_strategy_names[];
-extern const char *const cz_layerwise_order_names[];
-extern const char *const cz_solver_names[];
-extern const char *const cz_layout_names[];
-extern const char *const cz_muon_tp_mode_names[];
-extern const char *const cz_kind_names[];         /* cz_param_kind: "matrix", "elementwise" */
-extern const char *const cz_solve_status_names[]; /* CZ_SOLVE_* */
-
+ * The name and parse functions in canzona.h, and these, read one table per enum
+ * (format_internal.h); nothing else spells these names. */
 /* Bytes per element of a dtype. */
 int cz_dtype_bytes(cz_dtype d);
 /* "matrix" or "elementwise"; NULL for a value outside the enum. */
-const char *cz_kind_name(cz_param_kind v);
+const char *cz__kind_name(cz_param_kind v);
 
 /* Outcome of an ILP solve, ordered from best to worst (a plan keeps the worst it saw, and its
  * file records it). */
@@ -61,7 +48,7 @@ enum {
     CZ_SOLVE_TIMEOUT = 3,  /* time limit hit before any integer solution: greedy kept */
     CZ_SOLVE_FAILED = 4    /* the solver failed (numerics); greedy kept */
 };
-const char *cz_solve_status_name(int status);
+const char *cz__solve_status_name(int status);
 
 typedef struct cz_param_def {
     char *name;
@@ -221,7 +208,7 @@ typedef struct cz_task_table {
 } cz_task_table;
 
 /* Frees the table's arrays and zeroes it (objects_free.c, as the other release functions). */
-void cz_task_table_free(cz_task_table *tt);
+void cz__task_table_free(cz_task_table *tt);
 
 struct cz_plan {
     char *generator;         /* "canzona" */
@@ -286,16 +273,16 @@ static inline int cz_group_task_panels(const cz_plan_group *g, int t)
 }
 
 /* Whether the plan has any block or cooperative task (schema canzona.plan/2; plan_io.c). */
-bool cz_plan_has_split_tasks(const cz_plan *plan);
+bool cz__plan_has_split_tasks(const cz_plan *plan);
 
 /* Release functions for the parts of a plan (objects_free.c; cz_plan_free in canzona.h frees
  * the whole). Each accepts a partially built object. */
 /* Frees the metrics arrays only. */
-void cz_plan_metrics_free(cz_plan_metrics *m);
+void cz__plan_metrics_free(cz_plan_metrics *m);
 /* Frees the schedules only (sets nschedules to 0). */
-void cz_plan_schedules_free(cz_plan *plan);
+void cz__plan_schedules_free(cz_plan *plan);
 /* Frees a rank schedule's groups (rs itself is the caller's). */
-void cz_rank_schedule_free_groups(cz_rank_schedule *rs);
+void cz__rank_schedule_free_groups(cz_rank_schedule *rs);
 
 /* The region of the full (unsharded) matrix d that a task of block `block` covers: the whole
  * matrix for -1, else block b's rows (block_dim 0) or columns (block_dim 1). */
@@ -391,7 +378,7 @@ static inline int64_t cz_coop_panel_row(int64_t a, int panels, int p)
 #define CZ_MODEL_MAX_PARAMS ((size_t)1 << 18)
 /* Parameters a model's "params" array expands to, counted before anything is built (repeat
  * blocks multiplied out, malformed entries as one); saturates at CZ_MODEL_MAX_PARAMS + 1. */
-size_t cz_model_count_params_json(const struct json_t *params);
+size_t cz__model_count_params_json(const struct json_t *params);
 /* Elements of the whole model, 2^50 (about 1.1e15): far above any model trained today, and
  * low enough that every offset, padded bucket and sum of them stays far below 2^63 (at most
  * 2^18 parameters, each padded by less than 2^31 elements). */
@@ -401,22 +388,22 @@ size_t cz_model_count_params_json(const struct json_t *params);
 #define CZ_PARAM_NAME_MAX 200
 /* Validates and expands a parsed model description exactly as cz_model_load does a file's
  * (messages name path, which need not be a file); sha may be NULL (then computed from root). */
-int cz_model_from_json(cz_model **out, const struct json_t *root, const char *path, const char *sha,
-                       cz_error *err);
+int cz__model_from_json(cz_model **out, const struct json_t *root, const char *path,
+                        const char *sha, cz_error *err);
 
 /* ---- Megatron-Core's rules on a model (megatron_rules.c) ---- */
 /* Greatest common divisor of two non-negative integers (gcd(a, 0) = a). */
-int64_t cz_gcd64(int64_t a, int64_t b);
+int64_t cz__gcd64(int64_t a, int64_t b);
 /* Megatron's padded vocabulary: vocab rounded up to a multiple of divisible_by * tp. */
-int64_t cz_megatron_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp);
+int64_t cz__megatron_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp);
 /* Megatron-Core's attention rules: num_attention_heads and num_query_groups each a multiple of
  * tp. where names the input in the message (a file), the keys name the two counts in it. */
-int cz_megatron_check_heads(const char *where, const char *heads_key, int64_t heads,
-                            const char *groups_key, int64_t groups, int64_t tp, cz_error *err);
+int cz__megatron_check_heads(const char *where, const char *heads_key, int64_t heads,
+                             const char *groups_key, int64_t groups, int64_t tp, cz_error *err);
 /* Checks a model's megatron record against a TP size: the attention rules, and that the
  * recorded padded vocabulary is what Megatron pads to at this TP. cluster names the cluster
  * file in messages (NULL: none). CZ_OK when the model records nothing. */
-int cz_model_check_megatron(const cz_model *m, int tp, const char *cluster, cz_error *err);
+int cz__model_check_megatron(const cz_model *m, int tp, const char *cluster, cz_error *err);
 
 /* ---- cluster_io.c ---- */
 /* Sizes from the command line that override a cluster file's; 0 keeps the file's value. */
@@ -431,8 +418,8 @@ typedef struct cz_cluster_sizes {
 #define CZ_BUCKETS_PAPER ((int64_t)400000000) /* the bucket size of the paper's scripts */
 /* cz_cluster_load with sizes written into the file's JSON before it is checked and hashed (so
  * the hash is that of a file holding these sizes). sizes may be NULL. */
-int cz_cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_sizes *sizes,
-                          cz_error *err);
+int cz__cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_sizes *sizes,
+                           cz_error *err);
 
 /* The message every layer gives for a parameter over CZ_MAX_BLOCKS (name, nblocks, limit). */
 #define CZ_BLOCKS_LIMIT_FMT "'%s' has %d blocks; canzona supports at most %d per parameter"
@@ -440,7 +427,7 @@ int cz_cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_s
 /* ---- plan content hash (plan_io.c) ---- */
 /* SHA-256 of a plan file's JSON value without its "content_sha256" member: compact, keys
  * sorted, reals with 17 significant digits (docs/FORMATS.md). plan is not modified. */
-int cz_plan_json_content_hash(const struct json_t *plan, char out[65], cz_error *err);
+int cz__plan_json_content_hash(const struct json_t *plan, char out[65], cz_error *err);
 /* CZ_OK when the plan was read from a file whose recorded content hash matches its content;
  * otherwise an error telling the user to re-run `canzona plan`. For consumers that have no
  * model to check the plan against (the executor). */
@@ -456,9 +443,9 @@ typedef struct cz_plan_checks {
     int foreign; /* parameters differ from the model's (validate only) */
     char path[256];
 } cz_plan_checks;
-void cz_plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
+void cz__plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-void cz_plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, ...)
+void cz__plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Every rule a plan must satisfy that needs no model or cluster: ids, local shapes and element
  * counts, blocks, bucket layout rules (contiguity, alignment, reverse fill order, no overlap),
@@ -467,7 +454,7 @@ void cz_plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, .
  * refuses for a structural reason. Safe on any plan the reader accepts. */
 void cz_plan_check_structure(cz_plan_checks *c, const cz_plan *plan);
 /* Whether two stored costs agree to validate's relative tolerance (1e-9); NaN never does. */
-int cz_close_rel(double a, double b);
+int cz__close_rel(double a, double b);
 
 /* ---- files (file_io.c) ----
  * Reading: only regular files and pipes (FIFOs, `<(cmd)`) are read, with a size cap that is
@@ -495,7 +482,7 @@ int cz_file_write(const char *path, const void *data, size_t len, cz_error *err)
  * inputs: same device and inode, so a second path, a hard link or a symbolic link to an input
  * is caught too. NULL entries and an output of "-" or one that does not exist yet pass. what
  * names the inputs in the message (e.g. "the model"), one per input. */
-int cz_file_check_output(const char *output, const char *const *inputs, const char *const *what,
-                         size_t n, cz_error *err);
+int cz__file_check_output(const char *output, const char *const *inputs, const char *const *what,
+                          size_t n, cz_error *err);
 
 #endif /* CZ_FORMAT_H */

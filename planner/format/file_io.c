@@ -124,7 +124,7 @@ static int write_fd_all(int fd, const char *p, size_t len)
 static int resolve_links(const char *path, char **out, cz_error *err)
 {
     int rc = CZ_OK;
-    char *cur = cz_strdup(path);
+    char *cur = cz__strdup(path);
     *out = NULL;
     if (!cur)
         return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
@@ -266,8 +266,8 @@ out:
     return rc;
 }
 
-int cz_file_check_output(const char *output, const char *const *inputs, const char *const *what,
-                         size_t n, cz_error *err)
+int cz__file_check_output(const char *output, const char *const *inputs, const char *const *what,
+                          size_t n, cz_error *err)
 {
     struct stat out_st, in_st;
     if (!output || !strcmp(output, "-") || stat(output, &out_st) != 0)

@@ -28,7 +28,7 @@ void cz_cluster_free(cz_cluster *cluster)
     free(cluster);
 }
 
-void cz_plan_metrics_free(cz_plan_metrics *m)
+void cz__plan_metrics_free(cz_plan_metrics *m)
 {
     if (!m)
         return;
@@ -39,7 +39,7 @@ void cz_plan_metrics_free(cz_plan_metrics *m)
     m->dp_load = m->gpu_load = m->rank_makespan = m->memory = NULL;
 }
 
-void cz_task_table_free(cz_task_table *tt)
+void cz__task_table_free(cz_task_table *tt)
 {
     free(tt->first);
     free(tt->block);
@@ -49,7 +49,7 @@ void cz_task_table_free(cz_task_table *tt)
     memset(tt, 0, sizeof *tt);
 }
 
-void cz_rank_schedule_free_groups(cz_rank_schedule *rs)
+void cz__rank_schedule_free_groups(cz_rank_schedule *rs)
 {
     for (int g = 0; g < rs->ngroups; g++) {
         free(rs->groups[g].task_param);
@@ -65,12 +65,12 @@ void cz_rank_schedule_free_groups(cz_rank_schedule *rs)
     rs->ngroups = 0;
 }
 
-void cz_plan_schedules_free(cz_plan *plan)
+void cz__plan_schedules_free(cz_plan *plan)
 {
     if (!plan || !plan->schedules)
         return;
     for (size_t i = 0; i < plan->nschedules; i++)
-        cz_rank_schedule_free_groups(&plan->schedules[i]);
+        cz__rank_schedule_free_groups(&plan->schedules[i]);
     free(plan->schedules);
     plan->schedules = NULL;
     plan->nschedules = 0;
@@ -88,9 +88,9 @@ void cz_plan_free(cz_plan *plan)
     for (size_t i = 0; i < plan->nbuckets; i++)
         free(plan->buckets[i].ranges);
     free(plan->buckets);
-    cz_plan_schedules_free(plan);
-    cz_plan_metrics_free(&plan->metrics);
-    cz_task_table_free(&plan->tasks);
+    cz__plan_schedules_free(plan);
+    cz__plan_metrics_free(&plan->metrics);
+    cz__task_table_free(&plan->tasks);
     free(plan->generator);
     free(plan->generator_version);
     free(plan->model_name);

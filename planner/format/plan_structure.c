@@ -22,10 +22,10 @@
 #define CZ_VALIDATE_RTOL 1e-9
 
 typedef cz_plan_checks vctx;
-#define at cz_plan_checks_at
-#define viol cz_plan_checks_fail
+#define at cz__plan_checks_at
+#define viol cz__plan_checks_fail
 
-void cz_plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
+void cz__plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -33,7 +33,7 @@ void cz_plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
     va_end(ap);
 }
 
-void cz_plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, ...)
+void cz__plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, ...)
 {
     char msg[768];
     va_list ap;
@@ -45,13 +45,13 @@ void cz_plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, .
         c->oom = 1;
 }
 
-int cz_close_rel(double a, double b)
+int cz__close_rel(double a, double b)
 {
     if (isnan(a) || isnan(b))
         return 0;
     return fabs(a - b) <= CZ_VALIDATE_RTOL * fmax(fabs(a), fabs(b));
 }
-#define close_rel cz_close_rel
+#define close_rel cz__close_rel
 
 static const char *strategy_name(const cz_plan *p)
 {
@@ -267,7 +267,7 @@ static void check_layout_rules(vctx *c, const cz_plan *p)
              * pipeline on whole owned matrices: a parameter in the other buffer breaks both. */
             if (split && k->elementwise != (q->def.kind == CZ_KIND_ELEMENTWISE)) {
                 viol(c, "param.bucket", "'%s' (%s) is in bucket %d of the %s buffer", q->def.name,
-                     cz_kind_name(q->def.kind) ? cz_kind_name(q->def.kind) : "?", q->bucket,
+                     cz__kind_name(q->def.kind) ? cz__kind_name(q->def.kind) : "?", q->bucket,
                      k->elementwise ? "elementwise" : "matrix");
                 c->unsafe = 1;
                 continue;

@@ -1,5 +1,5 @@
 /* Planning settings: defaults and the names used on the command line and in plan files. */
-#include "cz_format.h"
+#include "format_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,21 +34,21 @@ int cz_dtype_bytes(cz_dtype d)
 }
 
 /* The one table of names per enum, in enum order: the CLI, the plan and model readers and
- * writers all use these (the readers through cz_json_get_enum, hence the NULL ends). */
-const char *const cz_dtype_names[] = {"bf16", "fp16", "fp32", NULL};
-const char *const cz_optimizer_names[] = {"muon", "soap", "shampoo", "adamw", NULL};
-const char *const cz_unit_names[] = {"numel", "flops", "time", NULL};
-const char *const cz_dp_strategy_names[] = {"even",  "anchored", "layerwise",
-                                            "alpha", "tpaware",  NULL};
-const char *const cz_tp_strategy_names[] = {"sc", "none", "single", "slot", "rollback", NULL};
-const char *const cz_layerwise_order_names[] = {"pingpong", "lpt", "megatron", "megatron-aug26",
-                                                NULL};
-const char *const cz_solver_names[] = {"greedy", "ilp", NULL};
-const char *const cz_layout_names[] = {"unified", "split", NULL};
-const char *const cz_muon_tp_mode_names[] = {"duplicated", "blockwise", "distributed", NULL};
-const char *const cz_kind_names[] = {"matrix", "elementwise", NULL};
-const char *const cz_solve_status_names[] = {"none",    "optimal", "feasible",
-                                             "timeout", "failed",  NULL};
+ * writers all use these (the readers through cz__json_get_enum, hence the NULL ends). */
+const char *const cz__dtype_names[] = {"bf16", "fp16", "fp32", NULL};
+const char *const cz__optimizer_names[] = {"muon", "soap", "shampoo", "adamw", NULL};
+const char *const cz__unit_names[] = {"numel", "flops", "time", NULL};
+const char *const cz__dp_strategy_names[] = {"even",  "anchored", "layerwise",
+                                             "alpha", "tpaware",  NULL};
+const char *const cz__tp_strategy_names[] = {"sc", "none", "single", "slot", "rollback", NULL};
+const char *const cz__layerwise_order_names[] = {"pingpong", "lpt", "megatron", "megatron-aug26",
+                                                 NULL};
+const char *const cz__solver_names[] = {"greedy", "ilp", NULL};
+const char *const cz__layout_names[] = {"unified", "split", NULL};
+const char *const cz__muon_tp_mode_names[] = {"duplicated", "blockwise", "distributed", NULL};
+const char *const cz__kind_names[] = {"matrix", "elementwise", NULL};
+const char *const cz__solve_status_names[] = {"none",    "optimal", "feasible",
+                                              "timeout", "failed",  NULL};
 
 /* Entries before the NULL end. */
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])) - 1)
@@ -83,24 +83,24 @@ static int parse_name(const char *const *names, int n, const char *name, int *ou
         return rc;                                                                                 \
     }
 
-NAME_FUNCS(cz_dtype, dtype, cz_dtype_names)
-NAME_FUNCS(cz_optimizer, optimizer, cz_optimizer_names)
-NAME_FUNCS(cz_cost_unit, unit, cz_unit_names)
-NAME_FUNCS(cz_dp_strategy, dp_strategy, cz_dp_strategy_names)
-NAME_FUNCS(cz_tp_strategy, tp_strategy, cz_tp_strategy_names)
-NAME_FUNCS(cz_layerwise_order, layerwise_order, cz_layerwise_order_names)
-NAME_FUNCS(cz_solver, solver, cz_solver_names)
-NAME_FUNCS(cz_layout, layout, cz_layout_names)
-NAME_FUNCS(cz_muon_tp_mode, muon_tp_mode, cz_muon_tp_mode_names)
+NAME_FUNCS(cz_dtype, dtype, cz__dtype_names)
+NAME_FUNCS(cz_optimizer, optimizer, cz__optimizer_names)
+NAME_FUNCS(cz_cost_unit, unit, cz__unit_names)
+NAME_FUNCS(cz_dp_strategy, dp_strategy, cz__dp_strategy_names)
+NAME_FUNCS(cz_tp_strategy, tp_strategy, cz__tp_strategy_names)
+NAME_FUNCS(cz_layerwise_order, layerwise_order, cz__layerwise_order_names)
+NAME_FUNCS(cz_solver, solver, cz__solver_names)
+NAME_FUNCS(cz_layout, layout, cz__layout_names)
+NAME_FUNCS(cz_muon_tp_mode, muon_tp_mode, cz__muon_tp_mode_names)
 
-const char *cz_kind_name(cz_param_kind v)
+const char *cz__kind_name(cz_param_kind v)
 {
-    return name_of(cz_kind_names, COUNT(cz_kind_names), (int)v);
+    return name_of(cz__kind_names, COUNT(cz__kind_names), (int)v);
 }
 
-const char *cz_solve_status_name(int status)
+const char *cz__solve_status_name(int status)
 {
-    return name_of(cz_solve_status_names, COUNT(cz_solve_status_names), status);
+    return name_of(cz__solve_status_names, COUNT(cz__solve_status_names), status);
 }
 
 int cz_coop_parse(const char *name, int *out)

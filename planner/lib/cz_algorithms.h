@@ -108,7 +108,7 @@ int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz
                  cz_error *err);
 /* Fills plan->tasks (tp_tasks.c) from the plan's parameters and settings and the cluster. */
 int cz_task_table_build(cz_plan *plan, const cz_cluster *c, cz_error *err);
-/* The same into a table of the caller's (freed with cz_task_table_free). */
+/* The same into a table of the caller's (freed with cz__task_table_free). */
 int cz_task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster *c, cz_error *err);
 /* The split lower bound (tp_tasks.c): the least T such that every task fits on a slot at some
  * width whose per-slot cost is at most T, and the slot time so spent (k times the per-slot
@@ -149,7 +149,7 @@ int cz_tp_schedule_build(cz_plan *plan, cz_error *err);
  * {param id, cost} in forward order; tt is the plan's task table (their blocks and widths; NULL
  * or empty: every parameter one hosted task at its given cost); load (tp values) is scratch.
  * Groups are appended to rs->groups (rs zeroed by the caller, freed with
- * cz_rank_schedule_free_groups, also after a failure); *capacity is the capacity used (0 when
+ * cz__rank_schedule_free_groups, also after a failure); *capacity is the capacity used (0 when
  * n == 0). The entry point for a caller that scores task sets without a plan (tpaware). */
 int cz_tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_costed *params, int n,
                          const cz_settings *s, int tp, double *load, double *capacity,

@@ -97,7 +97,7 @@ static int rank_makespan(tpa *t, int r, double *out, cz_error *err)
             mx = fmax(mx, rs.groups[g].load[j]);
         sum += mx;
     }
-    cz_rank_schedule_free_groups(&rs);
+    cz__rank_schedule_free_groups(&rs);
     *out = sum;
     return rc;
 }

@@ -111,7 +111,7 @@ static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const cz_costed
             i++;
         }
     }
-    cz_rank_schedule_free_groups(rs);
+    cz__rank_schedule_free_groups(rs);
     rs->groups = groups;
     rs->ngroups = ng;
     groups = NULL;
@@ -119,7 +119,7 @@ static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const cz_costed
 done:
     if (groups) {
         cz_rank_schedule unused = {.groups = groups, .ngroups = ng};
-        cz_rank_schedule_free_groups(&unused);
+        cz__rank_schedule_free_groups(&unused);
     }
     free(gr);
     free(load);

@@ -394,8 +394,8 @@ static json_t *hf_param(const char *name, int64_t rows, int64_t cols, int tp_dim
     hf_set(p, "name", json_string(name), ok);
     hf_set(p, "shape", shape, ok);
     hf_set(p, "tp_dim", tp_dim < 0 ? json_null() : json_integer(tp_dim), ok);
-    hf_set(p, "optimizer", json_string(cz_kind_name(matrix ? CZ_KIND_MATRIX : CZ_KIND_ELEMENTWISE)),
-           ok);
+    hf_set(p, "optimizer",
+           json_string(cz__kind_name(matrix ? CZ_KIND_MATRIX : CZ_KIND_ELEMENTWISE)), ok);
     if (!p)
         *ok = false;
     return p;
@@ -503,14 +503,14 @@ static char *hf_default_name(const char *path, const json_t *root)
     const json_t *nop = json_object_get(root, "_name_or_path");
     char *name = NULL;
     if (json_is_string(nop) && json_string_length(nop) > 0) {
-        char *s = cz_strdup(json_string_value(nop));
+        char *s = cz__strdup(json_string_value(nop));
         if (!s)
             return NULL;
         size_t n = strlen(s);
         while (n > 0 && s[n - 1] == '/')
             s[--n] = '\0';
         const char *slash = strrchr(s, '/');
-        name = cz_strdup(slash ? slash + 1 : s);
+        name = cz__strdup(slash ? slash + 1 : s);
         free(s);
         if (name && !*name) {
             free(name);
@@ -520,7 +520,7 @@ static char *hf_default_name(const char *path, const json_t *root)
         }
     }
     if (!name) {
-        char *s = cz_strdup(path);
+        char *s = cz__strdup(path);
         if (!s)
             return NULL;
         size_t n = strlen(s);
@@ -539,7 +539,7 @@ static char *hf_default_name(const char *path, const json_t *root)
             char *parent = strrchr(s, '/');
             base = parent ? parent + 1 : s;
         }
-        name = cz_strdup(*base ? base : "model");
+        name = cz__strdup(*base ? base : "model");
         free(s);
         if (!name)
             return NULL;
@@ -579,15 +579,15 @@ static char *hf_description(const hf_config *c)
              hf_families[c->family_index].architecture, hf_basename(c->path), c->layers, c->hidden,
              c->heads, c->kv_heads, c->head_dim, ffn, moe, c->vocab, pad,
              c->qkv_bias ? ", Q/K/V bias" : "", c->tie ? ", tied input and output embeddings" : "");
-    return cz_strdup(buf);
+    return cz__strdup(buf);
 }
 
 /* Megatron-Core splits these sizes across the TP ranks (heads and query groups whole, the
  * column-parallel fc1 and row-parallel fc2 by rows and columns of the FFN). */
 static int hf_check_tp(const hf_config *c, int64_t tp, cz_error *err)
 {
-    int rc = cz_megatron_check_heads(c->path, "$.num_attention_heads", c->heads,
-                                     "$.num_key_value_heads", c->kv_heads, tp, err);
+    int rc = cz__megatron_check_heads(c->path, "$.num_attention_heads", c->heads,
+                                      "$.num_key_value_heads", c->kv_heads, tp, err);
     if (rc)
         return rc;
     static const char *const ffn_keys[] = {"intermediate_size", "moe_intermediate_size",
@@ -679,7 +679,7 @@ int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_impo
     }
     if ((rc = hf_config_read(&c, root, err)) || (rc = hf_check_tp(&c, o->tp_size, err)))
         goto done;
-    c.padded_vocab = cz_megatron_padded_vocab(c.vocab, o->vocab_divisible_by, o->tp_size);
+    c.padded_vocab = cz__megatron_padded_vocab(c.vocab, o->vocab_divisible_by, o->tp_size);
     if (c.padded_vocab < 1 || c.padded_vocab > HF_MAX_DIM) {
         rc = cz_error_set(err, CZ_EINVALID,
                           "%s: $.vocab_size %" PRId64 " padded to a multiple of %d x TP %d exceeds "
@@ -746,7 +746,7 @@ int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_impo
     if (!shown)
         goto nomem;
     snprintf(shown, shown_len, "%s (imported)", config_path);
-    rc = cz_model_from_json(&check, model, shown, NULL, err);
+    rc = cz__model_from_json(&check, model, shown, NULL, err);
     free(shown);
     cz_model_free(check);
     if (rc)

@@ -215,7 +215,7 @@ static int add_busiest(json_t *rep, const cz_plan *p, int top_n)
             json_t *q = param_ref(p, v[i].id, v[i].cost);
             if (!q || push(ps, q) ||
                 put(q, "share_of_rank", json_real(load > 0 ? v[i].cost / load : 0.0)) ||
-                put(q, "kind", json_string(cz_kind_name(p->params[v[i].id].def.kind))))
+                put(q, "kind", json_string(cz__kind_name(p->params[v[i].id].def.kind))))
                 rc = -1;
         }
         free(v);
@@ -281,7 +281,7 @@ static int split_task_cmp(const void *a, const void *b)
 
 static int add_tasks(json_t *rep, const cz_plan *p)
 {
-    if (!cz_plan_has_split_tasks(p))
+    if (!cz__plan_has_split_tasks(p))
         return 0;
     size_t n = 0, cap = 0;
     int whole = 0, blocks = 0, coop = 0;

@@ -30,7 +30,7 @@
 
 static int64_t lcm64(int64_t a, int64_t b)
 {
-    return a / cz_gcd64(a, b) * b;
+    return a / cz__gcd64(a, b) * b;
 }
 
 /* Sizes are bounded by the model loader (each below 2^40 elements), so these sums stay far from

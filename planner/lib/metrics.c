@@ -91,7 +91,7 @@ static int split_bound(const cz_plan *plan, const cz_cluster *c, double *out, cz
     int rc = cz_task_table_fill(&tt, plan, c, err);
     if (rc == CZ_OK)
         *out = cz_task_lower_bound(plan, &tt);
-    cz_task_table_free(&tt);
+    cz__task_table_free(&tt);
     return rc;
 }
 
@@ -102,7 +102,7 @@ int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
     size_t nranks = (size_t)dp * (size_t)pp, ngpus = nranks * (size_t)tp;
     cz_plan_metrics *m = &plan->metrics;
     double *seconds = NULL, *state = NULL, *ew_seconds = NULL;
-    cz_plan_metrics_free(m);
+    cz__plan_metrics_free(m);
     m->dp_load = calloc(nranks, sizeof *m->dp_load);
     m->rank_makespan = calloc(nranks, sizeof *m->rank_makespan);
     m->gpu_load = calloc(ngpus, sizeof *m->gpu_load);
@@ -234,6 +234,6 @@ done:
     free(state);
     free(ew_seconds);
     if (rc != CZ_OK)
-        cz_plan_metrics_free(m);
+        cz__plan_metrics_free(m);
     return rc;
 }

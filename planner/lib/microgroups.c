@@ -748,7 +748,7 @@ int cz_tp_schedule_build(cz_plan *plan, cz_error *err)
     int rc = CZ_OK, dp = plan->dp, tp = plan->tp;
     cz_costed *params = malloc((plan->nparams + 1) * sizeof *params);
     double *load = calloc((size_t)(tp > 0 ? tp : 1), sizeof *load);
-    cz_plan_schedules_free(plan);
+    cz__plan_schedules_free(plan);
     plan->capacity_used = 0.0;
     if (!params || !load) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory building micro-groups");

@@ -445,7 +445,7 @@ static double slot_time(const task_key *t, size_t n)
 static int add_tasks(json_t *rep, const cz_plan *a, const cz_plan *b, const named *b_sorted,
                      int by_id, int limit, int *ndiff)
 {
-    if (!cz_plan_has_split_tasks(a) && !cz_plan_has_split_tasks(b))
+    if (!cz__plan_has_split_tasks(a) && !cz__plan_has_split_tasks(b))
         return 0;
     if (a->dp != b->dp || a->pp != b->pp)
         return put(rep, "tasks", json_null());

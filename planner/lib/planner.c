@@ -150,7 +150,7 @@ static int param_copy(cz_plan_param *q, const cz_param_def *d, int id, const cz_
      * below), a 1-D shape's second side set to 1, and the kind the optimizer gives it. */
     q->def = *d;
     q->def.block_sizes = NULL;
-    q->def.name = cz_strdup(d->name ? d->name : "");
+    q->def.name = cz__strdup(d->name ? d->name : "");
     if (!q->def.name)
         return cz_error_set(err, CZ_ENOMEM, "out of memory copying parameter names");
     q->def.shape[1] = d->ndim == 1 ? 1 : d->shape[1];
@@ -278,12 +278,12 @@ int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz
     plan = calloc(1, sizeof *plan);
     if (!plan)
         return cz_error_set(err, CZ_ENOMEM, "out of memory allocating a plan");
-    plan->generator = cz_strdup("canzona");
-    plan->generator_version = cz_strdup(CZ_VERSION);
-    plan->model_name = cz_strdup(m->name ? m->name : "");
-    plan->model_sha256 = cz_strdup(m->sha256);
-    plan->cluster_name = cz_strdup(c->name ? c->name : "");
-    plan->cluster_sha256 = cz_strdup(c->sha256);
+    plan->generator = cz__strdup("canzona");
+    plan->generator_version = cz__strdup(CZ_VERSION);
+    plan->model_name = cz__strdup(m->name ? m->name : "");
+    plan->model_sha256 = cz__strdup(m->sha256);
+    plan->cluster_name = cz__strdup(c->name ? c->name : "");
+    plan->cluster_sha256 = cz__strdup(c->sha256);
     if (!plan->generator || !plan->generator_version || !plan->model_name || !plan->model_sha256 ||
         !plan->cluster_name || !plan->cluster_sha256) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory filling the plan header");
@@ -388,7 +388,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     if ((rc = settings_check(settings, err)) != CZ_OK)
         return rc;
     if (model && cluster &&
-        (rc = cz_model_check_megatron(model, cluster->tp, cluster->source, err)) != CZ_OK)
+        (rc = cz__model_check_megatron(model, cluster->tp, cluster->source, err)) != CZ_OK)
         return rc;
     /* tpaware refines alpha's result: it starts from the alpha plan chosen below (cost or
      * element loads), so that it is never worse than alpha. */

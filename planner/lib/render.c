@@ -1182,7 +1182,7 @@ static void html_tables(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
                       (long long)p->def.shape[1]);
         else
             sb_printf(b, "</td><td>%lld</td>", (long long)p->def.shape[0]);
-        sb_printf(b, "<td>%s</td><td>%s</td><td>%d</td></tr>\n", cz_kind_name(p->def.kind),
+        sb_printf(b, "<td>%s</td><td>%s</td><td>%d</td></tr>\n", cz__kind_name(p->def.kind),
                   fmt_value(buf, sizeof buf, p->cost, u), p->dp_owner);
     }
     sb_printf(b, "</table>\n");

@@ -21,9 +21,9 @@
 #include <string.h>
 
 typedef cz_plan_checks vctx;
-#define at cz_plan_checks_at
-#define viol cz_plan_checks_fail
-#define close_rel cz_close_rel
+#define at cz__plan_checks_at
+#define viol cz__plan_checks_fail
+#define close_rel cz__close_rel
 
 /* ---- content hash ----------------------------------------------------------------------- */
 
@@ -148,7 +148,7 @@ static void check_param_identity(vctx *c, const cz_plan *p, const cz_model *m)
         c->checks++;
         if (q->def.kind != d->kind)
             viol(c, "param.optimizer", "'%s' is %s but the model says %s", d->name,
-                 cz_kind_name(q->def.kind), cz_kind_name(d->kind));
+                 cz__kind_name(q->def.kind), cz__kind_name(d->kind));
         at(c, "$.params[%zu].blocks", i);
         c->checks++;
         if (!same_blocks(q, d)) {
@@ -415,7 +415,7 @@ static void check_schema(vctx *c, const cz_plan *p)
 {
     if (p->schema_version == 0)
         return; /* built in memory */
-    bool split = cz_plan_has_split_tasks(p);
+    bool split = cz__plan_has_split_tasks(p);
     at(c, "$.schema");
     c->checks++;
     if (p->schema_version == 2 && !split)
@@ -482,14 +482,14 @@ static void check_metrics(vctx *c, const cz_plan *p, const cz_cluster *cl)
     cmp_scalar(c, "$.metrics.total_cost", f->total_cost, w->total_cost);
     cmp_scalar(c, "$.metrics.max_task_cost", f->max_task_cost, w->max_task_cost);
     cmp_scalar(c, "$.metrics.lower_bound", f->lower_bound, w->lower_bound);
-    if (cz_plan_has_split_tasks(p)) { /* stored only in version 2 plans */
+    if (cz__plan_has_split_tasks(p)) { /* stored only in version 2 plans */
         cmp_scalar(c, "$.metrics.average_load", f->average_load, w->average_load);
         cmp_scalar(c, "$.metrics.split_lower_bound", f->split_lower_bound, w->split_lower_bound);
     }
     cmp_array(c, "$.metrics.memory", f->memory, w->memory, ng);
     cmp_scalar(c, "$.metrics.predicted_step_s", f->predicted_step_s, w->predicted_step_s);
 done:
-    cz_plan_metrics_free(&tmp.metrics);
+    cz__plan_metrics_free(&tmp.metrics);
 }
 
 int cz_plan_validate_json(const cz_plan *plan, const cz_model *model, const cz_cluster *cluster,

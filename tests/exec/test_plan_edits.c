@@ -74,7 +74,7 @@ static void save(json_t *root, int rehash)
     if (rehash) {
         char hash[65];
         cz_error err;
-        ck_assert_int_eq(cz_plan_json_content_hash(root, hash, &err), 0);
+        ck_assert_int_eq(cz__plan_json_content_hash(root, hash, &err), 0);
         json_object_set_new(root, "content_sha256", json_string(hash));
     }
     ck_assert_int_eq(json_dump_file(root, edit_path, JSON_INDENT(1) | JSON_REAL_PRECISION(17)), 0);

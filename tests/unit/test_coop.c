@@ -342,7 +342,7 @@ START_TEST(split_pays_where_it_sets_the_makespan)
     EQ(plan->metrics.average_load, BIG_HOSTED / 2);
     EQ(plan->metrics.lower_bound, BIG_HOSTED);
     EQ(plan->metrics.split_lower_bound, BIG_COOP2);
-    ck_assert(cz_plan_has_split_tasks(plan));
+    ck_assert(cz__plan_has_split_tasks(plan));
     cz_plan_free(plan);
 
     /* For the same reason two of them on two slots split too: each slot runs both halves,
@@ -376,7 +376,7 @@ START_TEST(no_split_when_it_costs_more)
      * 0.16007... of slot time > 2 T; from T = WIDE_HOSTED they may stay hosted, 2 * 0.078 <=
      * 2 T. */
     EQ(plan->metrics.split_lower_bound, WIDE_HOSTED);
-    ck_assert(!cz_plan_has_split_tasks(plan));
+    ck_assert(!cz__plan_has_split_tasks(plan));
     cz_plan_free(plan);
 
     /* A small matrix on slow links: 8 x 8 hosted costs 5 (4 64 8 + 2 512) 1e-12 + 14 64 1e-9

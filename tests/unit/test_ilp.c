@@ -325,7 +325,7 @@ START_TEST(dp_timeout_falls_back)
     cz_error err;
     ck_assert_int_eq(cz_dp_partition_ilp(p, &err), CZ_OK);
     ck_assert_msg(p->solver_status == CZ_SOLVE_TIMEOUT || p->solver_status == CZ_SOLVE_FEASIBLE,
-                  "status %s", cz_solve_status_name(p->solver_status));
+                  "status %s", cz__solve_status_name(p->solver_status));
     ck_assert_msg(strstr(p->solver_note, "time limit") != NULL, "note: '%s'", p->solver_note);
     ck_assert_double_le(plan_max_load(p), start);
     if (p->solver_status == CZ_SOLVE_TIMEOUT)
@@ -383,7 +383,7 @@ START_TEST(dp_progress_reported)
     int rc = cz_dp_partition_ilp(p, &err);
     ck_assert_int_eq(rc, CZ_OK);
     ck_assert_msg(p->solver_status == CZ_SOLVE_FEASIBLE, "status %s",
-                  cz_solve_status_name(p->solver_status));
+                  cz__solve_status_name(p->solver_status));
     ck_assert_int_ge(log.calls, 1);
     ck_assert_int_le(log.calls, 6);
     ck_assert(log.phase_ok);
@@ -625,7 +625,7 @@ START_TEST(mg_timeout_falls_back)
     ck_assert_int_eq(cz_microgroups_ilp(p, &err), CZ_OK);
     ck_assert_msg(p->solver_status_tp == CZ_SOLVE_TIMEOUT ||
                       p->solver_status_tp == CZ_SOLVE_FEASIBLE,
-                  "status %s", cz_solve_status_name(p->solver_status_tp));
+                  "status %s", cz__solve_status_name(p->solver_status_tp));
     ck_assert_ptr_nonnull(strstr(p->solver_note, "time"));
     ck_assert_double_le(mg_value(p, &p->schedules[0]), start);
     if (p->solver_status_tp == CZ_SOLVE_TIMEOUT) {

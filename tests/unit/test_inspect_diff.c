@@ -329,7 +329,7 @@ START_TEST(diff_refuses_other_model)
     cz_plan *a = costed_plan(), *b = costed_plan();
     b->model_sha256[0] = 'c';
     free(b->params[2].def.name);
-    b->params[2].def.name = cz_strdup("l0.renamed");
+    b->params[2].def.name = cz__strdup("l0.renamed");
     json_t *r = NULL;
     cz_error e;
     cz_error_clear(&e);

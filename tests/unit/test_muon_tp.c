@@ -70,7 +70,7 @@ START_TEST(costs_by_hand)
     /* As a fused QKV of two query groups, each rank holds one whole group (32 x 128): 1 / tp of
      * the whole cost, no communication. */
     free(def_of(m)->name);
-    def_of(m)->name = cz_strdup("decoder.layers.0.self_attention.linear_qkv.weight");
+    def_of(m)->name = cz__strdup("decoder.layers.0.self_attention.linear_qkv.weight");
     double one_block = 5.0 * (4.0 * 32 * 32 * 128 + 2.0 * 32 * 32 * 32) / 1e12 + 4096.0 * 14 / 1e9;
     w = cz_cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_DISTRIBUTED);
     ck_assert_double_eq_tol(w.seconds, one_block, 1e-15);

@@ -15,13 +15,13 @@ static cz_cluster *make_cluster(int dp, int tp, int gpus_per_node, double intra,
 {
     cz_cluster *c = calloc(1, sizeof *c);
     ck_assert_ptr_nonnull(c);
-    c->name = cz_strdup("test-cluster");
+    c->name = cz__strdup("test-cluster");
     c->dp = dp;
     c->tp = tp;
     c->pp = 1;
     c->gpus = dp * tp;
     c->gpus_per_node = gpus_per_node;
-    c->device.name = cz_strdup("test-gpu");
+    c->device.name = cz__strdup("test-gpu");
     c->device.matmul_tflops = 100.0;
     c->device.mem_gbps = 2000.0;
     c->device.memory_gib = 80.0;
@@ -54,7 +54,7 @@ static cz_plan *make_plan(int dp, int tp, int nparams, int64_t rows, int64_t col
     for (int i = 0; i < nparams; i++) {
         cz_plan_param *q = &p->params[i];
         q->id = i;
-        q->def.name = cz_strdup("w");
+        q->def.name = cz__strdup("w");
         q->def.ndim = 2;
         q->def.shape[0] = rows;
         q->def.shape[1] = cols;

@@ -63,7 +63,7 @@ START_TEST(place_least_slot_time)
     double fresh[8] = {0};
     ck_assert(cz_slot_place(&tt, 8, fresh, tt.cost, 9.0, &w, &s));
     ck_assert_int_eq(tt.widths[w], 1);
-    cz_task_table_free(&tt);
+    cz__task_table_free(&tt);
 }
 END_TEST
 
@@ -95,8 +95,8 @@ START_TEST(place_counts_gaps_and_fits_best)
     ck_assert_int_eq(s, 0);
     EQ(l3[0], 5.0);
     EQ(l3[1], 0.0);
-    cz_task_table_free(&t2);
-    cz_task_table_free(&tt);
+    cz__task_table_free(&t2);
+    cz__task_table_free(&tt);
 }
 END_TEST
 
@@ -110,7 +110,7 @@ START_TEST(place_nothing_fits)
     ck_assert_int_eq(w, -7);
     for (int j = 0; j < 8; j++)
         EQ(load[j], 1.0);
-    cz_task_table_free(&tt);
+    cz__task_table_free(&tt);
 }
 END_TEST
 
@@ -164,8 +164,8 @@ START_TEST(packed_beats_lpt)
             ck_assert_int_eq(g->task_slot[k], 1 - slot3);
         }
     }
-    cz_rank_schedule_free_groups(&rs);
-    cz_task_table_free(&tt);
+    cz__rank_schedule_free_groups(&rs);
+    cz__task_table_free(&tt);
 }
 END_TEST
 
@@ -187,8 +187,8 @@ START_TEST(packed_widths_and_slots_together)
         }
     ck_assert_int_eq(two, 4);
     ck_assert_int_eq(four, 2);
-    cz_rank_schedule_free_groups(&rs);
-    cz_task_table_free(&tt);
+    cz__rank_schedule_free_groups(&rs);
+    cz__task_table_free(&tt);
 }
 END_TEST
 
@@ -237,7 +237,7 @@ START_TEST(fill_cuts_at_least_target)
     ck_assert_int_eq(cutj[0], 0);
     ck_assert_int_eq(cutj[1], 5);
     ck_assert_int_eq(cutj[2], 10);
-    cz_task_table_free(&tt);
+    cz__task_table_free(&tt);
 }
 END_TEST
 
@@ -254,7 +254,7 @@ START_TEST(fill_blocks_then_matrices)
     fill_one_bucket(&tt, 8, 2, 8, cutj, &T);
     ck_assert(T >= 5.0 && T <= 5.0 * (1 + 2e-4));
     ck_assert_int_eq(cutj[1], 4);
-    cz_task_table_free(&tt);
+    cz__task_table_free(&tt);
 }
 END_TEST
 
