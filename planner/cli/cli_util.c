@@ -485,12 +485,13 @@ int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *clus
     cz_error_clear(&err);
     *model = NULL;
     *cluster = NULL;
-    if (cz_model_load(model, model_path, &err) != CZ_OK)
-        goto fail;
-    if (cz__cluster_load_sized(cluster, cluster_path, sizes, &err) != CZ_OK)
-        goto fail;
-    return 0;
-fail:
+    int rc;
+    if ((rc = cz_model_load(model, model_path, &err)) != CZ_OK)
+        goto done;
+    rc = cz__cluster_load_sized(cluster, cluster_path, sizes, &err);
+done:
+    if (rc == CZ_OK)
+        return 0;
     fprintf(stderr, "canzona %s: %s\n", cmd, err.message);
     cz_model_free(*model);
     cz_cluster_free(*cluster);

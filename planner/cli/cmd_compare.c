@@ -274,7 +274,8 @@ static json_t *recommendation_json(const cmp_row *rows, cmp_pick p)
 static int print_json(const cmp_row *rows, int n, const cz_model *m, const cz_cluster *c,
                       int repeats)
 {
-    json_t *arr = json_array(), *skipped = json_array();
+    json_t *arr = json_array(), *skipped = json_array(), *top = NULL;
+    int rc = 1; /* every goto done below is out of memory */
     for (int i = 0; arr && skipped && i < n; i++) {
         const cmp_row *r = &rows[i];
         json_t *o =
@@ -289,25 +290,26 @@ static int print_json(const cmp_row *rows, int n, const cz_model *m, const cz_cl
                             r->mk_over_lb, "step_s", r->step_s, "optimizer_s", r->optimizer_s,
                             "plan_seconds", r->plan_s, "builds", r->builds);
         if (json_array_append_new(r->skipped ? skipped : arr, o))
-            goto oom;
+            goto done;
     }
-    json_t *top = arr && skipped
-                      ? json_pack("{s:s, s:s, s:i, s:o, s:o, s:o}", "model", m->name, "cluster",
-                                  c->name, "repeats", repeats, "rows", arr, "skipped", skipped,
-                                  "recommendation", recommendation_json(rows, pick_rows(rows, n)))
-                      : NULL;
+    top = arr && skipped
+              ? json_pack("{s:s, s:s, s:i, s:o, s:o, s:o}", "model", m->name, "cluster", c->name,
+                          "repeats", repeats, "rows", arr, "skipped", skipped, "recommendation",
+                          recommendation_json(rows, pick_rows(rows, n)))
+              : NULL;
     arr = skipped = NULL;
     if (!top)
-        goto oom;
+        goto done;
     json_dumpf(top, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
     printf("\n");
+    rc = 0;
+done:
     json_decref(top);
-    return 0;
-oom:
     json_decref(arr);
     json_decref(skipped);
-    fprintf(stderr, "canzona compare: out of memory\n");
-    return 1;
+    if (rc)
+        fprintf(stderr, "canzona compare: out of memory\n");
+    return rc;
 }
 
 static void print_table(const cmp_row *rows, int n, const cz_model *m, const cz_cluster *c,

@@ -185,20 +185,19 @@ static int write_atomic(const char *shown, const char *target, mode_t mode, cons
     if (fchmod(fd, mode) != 0 || write_fd_all(fd, data, len) != 0 || fsync(fd) != 0) {
         rc = cz_error_set(err, CZ_EIO, "%s: cannot write %s: %s", shown, tmp, strerror(errno));
         close(fd);
-        goto fail;
+        goto done;
     }
     if (close(fd) != 0) {
         rc = cz_error_set(err, CZ_EIO, "%s: cannot write %s: %s", shown, tmp, strerror(errno));
-        goto fail;
+        goto done;
     }
     if (rename(tmp, target) != 0) {
         rc = cz_error_set(err, CZ_EIO, "%s: cannot replace %s: %s", shown, target, strerror(errno));
-        goto fail;
+        goto done;
     }
-    free(tmp);
-    return CZ_OK;
-fail:
-    unlink(tmp);
+done:
+    if (rc != CZ_OK) /* the temporary file is never left behind */
+        unlink(tmp);
     free(tmp);
     return rc;
 }
@@ -237,7 +236,7 @@ int cz_file_write(const char *path, const void *data, size_t len, cz_error *err)
     if (lstat(target, &st) != 0) {
         if (errno != ENOENT) {
             rc = cz_error_set(err, CZ_EIO, "%s: cannot write: %s", path, strerror(errno));
-            goto out;
+            goto done;
         }
         mode_t mask = umask(0);
         umask(mask);
@@ -250,7 +249,7 @@ int cz_file_write(const char *path, const void *data, size_t len, cz_error *err)
                               "%s: is read-only; make it writable or choose another output "
                               "path",
                               path);
-            goto out;
+            goto done;
         }
         rc = write_atomic(path, target, st.st_mode & 07777, data, len, err);
     } else if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
@@ -261,7 +260,7 @@ int cz_file_write(const char *path, const void *data, size_t len, cz_error *err)
                           "'-' (standard output)",
                           path, node_kind(st.st_mode));
     }
-out:
+done:
     free(target);
     return rc;
 }

@@ -348,9 +348,11 @@ int cz_model_load(cz_model **out, const char *path, cz_error *err)
     json_t *root = NULL;
     char sha[65];
     *out = NULL;
-    int rc = cz__json_load_file(&root, sha, path, err);
-    if (rc == CZ_OK)
-        rc = cz__model_from_json(out, root, path, sha, err);
+    int rc;
+    if ((rc = cz__json_load_file(&root, sha, path, err)) != CZ_OK)
+        goto done;
+    rc = cz__model_from_json(out, root, path, sha, err);
+done:
     json_decref(root);
     return rc;
 }

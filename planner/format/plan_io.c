@@ -432,13 +432,6 @@ int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
 /* ------------------------------------------------------------------------------------------ */
 /* reading                                                                                     */
 
-#define TRY(call)                                                                                  \
-    do {                                                                                           \
-        rc = (call);                                                                               \
-        if (rc != CZ_OK)                                                                           \
-            goto done;                                                                             \
-    } while (0)
-
 static int oom(const cz_json_ctx *c)
 {
     return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
@@ -533,20 +526,28 @@ static int read_solver_result(const cz_json_ctx *c, const json_t *root, cz_plan 
     const json_t *o = NULL;
     const char *note = NULL;
     int rc;
-    TRY(cz__json_get_object(c, root, "$", "solver_result", false, keys, &o));
+    if ((rc = cz__json_get_object(c, root, "$", "solver_result", false, keys, &o)) != CZ_OK)
+        return rc;
     if (!o)
         return CZ_OK;
-    TRY(cz__json_get_enum(c, o, P, "status", true, cz__solve_status_names, &p->solver_status));
-    TRY(cz__json_get_double(c, o, P, "gap", true, 0, false, &p->solver_gap));
-    TRY(cz__json_get_enum(c, o, P, "status_dp", true, cz__solve_status_names,
-                          &p->solver_status_dp));
-    TRY(cz__json_get_double(c, o, P, "gap_dp", true, 0, false, &p->solver_gap_dp));
-    TRY(cz__json_get_enum(c, o, P, "status_tp", true, cz__solve_status_names,
-                          &p->solver_status_tp));
-    TRY(cz__json_get_double(c, o, P, "gap_tp", true, 0, false, &p->solver_gap_tp));
-    TRY(cz__json_get_string(c, o, P, "note", true, &note));
+    if ((rc = cz__json_get_enum(c, o, P, "status", true, cz__solve_status_names,
+                                &p->solver_status)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, P, "gap", true, 0, false, &p->solver_gap)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_enum(c, o, P, "status_dp", true, cz__solve_status_names,
+                                &p->solver_status_dp)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, P, "gap_dp", true, 0, false, &p->solver_gap_dp)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_enum(c, o, P, "status_tp", true, cz__solve_status_names,
+                                &p->solver_status_tp)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, P, "gap_tp", true, 0, false, &p->solver_gap_tp)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_string(c, o, P, "note", true, &note)) != CZ_OK)
+        return rc;
     snprintf(p->solver_note, sizeof p->solver_note, "%s", note);
-done:
     return rc;
 }
 
@@ -580,59 +581,83 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     int64_t seed = 0;
     bool fell = false;
     cz_settings_init(s);
-    TRY(cz__json_get_object(c, root, "$", "settings", true, keys, &o));
-    TRY(cz__json_get_enum(c, o, P, "optimizer", true, cz__optimizer_names, &v));
+    if ((rc = cz__json_get_object(c, root, "$", "settings", true, keys, &o)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_enum(c, o, P, "optimizer", true, cz__optimizer_names, &v)) != CZ_OK)
+        return rc;
     s->optimizer = (cz_optimizer)v;
-    TRY(cz__json_get_enum(c, o, P, "unit", true, cz__unit_names, &v));
+    if ((rc = cz__json_get_enum(c, o, P, "unit", true, cz__unit_names, &v)) != CZ_OK)
+        return rc;
     s->unit = (cz_cost_unit)v;
-    TRY(cz__json_get_enum(c, o, P, "dp_strategy", true, cz__dp_strategy_names, &v));
+    if ((rc = cz__json_get_enum(c, o, P, "dp_strategy", true, cz__dp_strategy_names, &v)) != CZ_OK)
+        return rc;
     s->dp = (cz_dp_strategy)v;
-    TRY(cz__json_get_double(c, o, P, "alpha", true, 0, false, &s->alpha));
+    if ((rc = cz__json_get_double(c, o, P, "alpha", true, 0, false, &s->alpha)) != CZ_OK)
+        return rc;
     if (s->alpha > 1.0) {
         char sub[CZ_JSON_PATH_MAX];
         rc = cz__json_fail(c, cz__json_path_key(sub, P, "alpha"),
                            "expected a number in [0, 1], found %.17g", s->alpha);
-        goto done;
+        return rc;
     }
-    TRY(cz__json_get_enum(c, o, P, "alpha_loads", true, alpha_loads_names, &v));
+    if ((rc = cz__json_get_enum(c, o, P, "alpha_loads", true, alpha_loads_names, &v)) != CZ_OK)
+        return rc;
     s->alpha_numel_loads = v;
-    TRY(cz__json_get_enum(c, o, P, "layerwise_order", true, cz__layerwise_order_names, &v));
+    if ((rc = cz__json_get_enum(c, o, P, "layerwise_order", true, cz__layerwise_order_names, &v)) !=
+        CZ_OK)
+        return rc;
     s->layerwise_order = (cz_layerwise_order)v;
-    TRY(cz__json_get_enum(c, o, P, "tp_strategy", true, cz__tp_strategy_names, &v));
+    if ((rc = cz__json_get_enum(c, o, P, "tp_strategy", true, cz__tp_strategy_names, &v)) != CZ_OK)
+        return rc;
     s->tp = (cz_tp_strategy)v;
-    TRY(cz__json_get_double(c, o, P, "capacity", true, 0, false, &s->capacity));
-    TRY(cz__json_get_double(c, o, P, "capacity_used", true, 0, false, &p->capacity_used));
-    TRY(cz__json_get_enum(c, o, P, "solver", true, cz__solver_names, &v));
+    if ((rc = cz__json_get_double(c, o, P, "capacity", true, 0, false, &s->capacity)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, P, "capacity_used", true, 0, false, &p->capacity_used)) !=
+        CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_enum(c, o, P, "solver", true, cz__solver_names, &v)) != CZ_OK)
+        return rc;
     s->solver = (cz_solver)v;
-    TRY(cz__json_get_double(c, o, P, "time_limit_s", true, 0, false, &s->time_limit_s));
-    TRY(cz__json_get_int64(c, o, P, "seed", true, 0, INT64_MAX, &seed));
+    if ((rc = cz__json_get_double(c, o, P, "time_limit_s", true, 0, false, &s->time_limit_s)) !=
+        CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int64(c, o, P, "seed", true, 0, INT64_MAX, &seed)) != CZ_OK)
+        return rc;
     s->seed = (uint64_t)seed;
-    TRY(cz__json_get_int(c, o, P, "ns_steps", true, 1, INT_MAX, &s->ns_steps));
-    TRY(cz__json_get_int(c, o, P, "max_precond_dim", true, 1, INT_MAX, &s->max_precond_dim));
-    TRY(cz__json_get_int(c, o, P, "precondition_frequency", true, 1, INT_MAX,
-                         &s->precondition_frequency));
-    TRY(cz__json_get_bool(c, o, P, "dp_fell_back", true, &fell));
+    if ((rc = cz__json_get_int(c, o, P, "ns_steps", true, 1, INT_MAX, &s->ns_steps)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int(c, o, P, "max_precond_dim", true, 1, INT_MAX,
+                               &s->max_precond_dim)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int(c, o, P, "precondition_frequency", true, 1, INT_MAX,
+                               &s->precondition_frequency)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_bool(c, o, P, "dp_fell_back", true, &fell)) != CZ_OK)
+        return rc;
     p->dp_fell_back = fell;
-    TRY(cz__json_get_bool(c, o, P, "dp_numel_cuts", true, &fell));
+    if ((rc = cz__json_get_bool(c, o, P, "dp_numel_cuts", true, &fell)) != CZ_OK)
+        return rc;
     p->dp_numel_cuts = fell;
     /* Absent in unified plans, and in every plan written before the split layout existed. */
     v = CZ_LAYOUT_UNIFIED;
-    TRY(cz__json_get_enum(c, o, P, "layout", false, cz__layout_names, &v));
+    if ((rc = cz__json_get_enum(c, o, P, "layout", false, cz__layout_names, &v)) != CZ_OK)
+        return rc;
     s->layout = (cz_layout)v;
     /* Absent unless set (version 2 plans). */
     fell = false;
-    TRY(cz__json_get_bool(c, o, P, "split_blocks", false, &fell));
+    if ((rc = cz__json_get_bool(c, o, P, "split_blocks", false, &fell)) != CZ_OK)
+        return rc;
     s->split_blocks = fell;
     const char *coop = NULL;
-    TRY(cz__json_get_string(c, o, P, "coop", false, &coop));
+    if ((rc = cz__json_get_string(c, o, P, "coop", false, &coop)) != CZ_OK)
+        return rc;
     if (coop && cz_coop_parse(coop, &s->coop) != CZ_OK) {
         char sub[CZ_JSON_PATH_MAX];
         rc = cz__json_fail(c, cz__json_path_key(sub, P, "coop"),
                            "expected \"off\", \"auto\" or a width from 2 to %d, found \"%s\"",
                            CZ_COOP_MAX, coop);
-        goto done;
+        return rc;
     }
-done:
     return rc;
 }
 
@@ -648,29 +673,35 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
     int kind = 0, local_ndim = 0, rc;
 
     q->def.block_dim = -1;
-    TRY(cz__json_check_object(c, e, path, keys));
-    TRY(cz__json_get_int(c, e, path, "id", true, 0, INT_MAX, &q->id));
+    if ((rc = cz__json_check_object(c, e, path, keys)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int(c, e, path, "id", true, 0, INT_MAX, &q->id)) != CZ_OK)
+        return rc;
     if ((size_t)q->id != index) {
         rc = cz__json_fail(c, cz__json_path_key(sub, path, "id"),
                            "expected the parameter's index %zu, found %d", index, q->id);
-        goto done;
+        return rc;
     }
-    TRY(r_strdup(c, e, path, "name", &q->def.name));
+    if ((rc = r_strdup(c, e, path, "name", &q->def.name)) != CZ_OK)
+        return rc;
     /* The executor makes file names of these (--dump-dir, --init-dir): same rule as models. */
     const char *problem = cz__param_name_problem(q->def.name);
     if (problem) {
         rc = cz__json_fail(c, cz__json_path_key(sub, path, "name"),
                            "parameter name \"%.64s\" %s; a name must be usable as a file name",
                            q->def.name, problem);
-        goto done;
+        return rc;
     }
-    TRY(r_dims(c, e, path, "shape", 0, 1, q->def.shape, &q->def.ndim));
-    TRY(r_dims(c, e, path, "local_shape", q->def.ndim, 1, q->local_shape, &local_ndim));
+    if ((rc = r_dims(c, e, path, "shape", 0, 1, q->def.shape, &q->def.ndim)) != CZ_OK)
+        return rc;
+    if ((rc = r_dims(c, e, path, "local_shape", q->def.ndim, 1, q->local_shape, &local_ndim)) !=
+        CZ_OK)
+        return rc;
     tp = json_object_get(e, "tp_dim");
     q->def.tp_dim = -1;
     if (!tp) {
         rc = cz__json_fail(c, path, "missing required key \"tp_dim\"");
-        goto done;
+        return rc;
     }
     if (!json_is_null(tp)) {
         if (!json_is_integer(tp) || json_integer_value(tp) < 0 ||
@@ -680,46 +711,60 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
             rc = cz__json_fail(c, cz__json_path_key(sub, path, "tp_dim"),
                                "expected %s for a %d-D parameter, found %s",
                                q->def.ndim == 2 ? "0, 1 or null" : "0 or null", q->def.ndim, found);
-            goto done;
+            return rc;
         }
         q->def.tp_dim = (int)json_integer_value(tp);
     }
-    TRY(cz__json_get_enum(c, e, path, "optimizer", true, cz__kind_names, &kind));
+    if ((rc = cz__json_get_enum(c, e, path, "optimizer", true, cz__kind_names, &kind)) != CZ_OK)
+        return rc;
     q->def.kind = (cz_param_kind)kind;
-    TRY(cz__json_get_object(c, e, path, "blocks", false, bkeys, &blocks));
+    if ((rc = cz__json_get_object(c, e, path, "blocks", false, bkeys, &blocks)) != CZ_OK)
+        return rc;
     if (blocks) {
         cz__json_path_key(el, path, "blocks");
-        TRY(cz__json_get_int(c, blocks, el, "dim", true, 0, q->def.ndim - 1, &q->def.block_dim));
-        TRY(cz__json_get_array(c, blocks, el, "sizes", true, 1, &sizes));
+        if ((rc = cz__json_get_int(c, blocks, el, "dim", true, 0, q->def.ndim - 1,
+                                   &q->def.block_dim)) != CZ_OK)
+            return rc;
+        if ((rc = cz__json_get_array(c, blocks, el, "sizes", true, 1, &sizes)) != CZ_OK)
+            return rc;
         cz__json_path_key(sub, el, "sizes");
         size_t n = json_array_size(sizes);
         if (n > (size_t)INT_MAX) {
             rc = cz__json_fail(c, sub, "too many blocks");
-            goto done;
+            return rc;
         }
         q->def.block_sizes = calloc(n, sizeof *q->def.block_sizes);
         if (!q->def.block_sizes) {
             rc = oom(c);
-            goto done;
+            return rc;
         }
         q->def.nblocks = (int)n;
         for (size_t i = 0; i < n; i++)
-            TRY(cz__json_as_int64(c, json_array_get(sizes, i), cz__json_path_index(el, sub, i), 1,
-                                  INT64_MAX, &q->def.block_sizes[i]));
+            if ((rc =
+                     cz__json_as_int64(c, json_array_get(sizes, i), cz__json_path_index(el, sub, i),
+                                       1, INT64_MAX, &q->def.block_sizes[i])) != CZ_OK)
+                return rc;
     }
-    TRY(cz__json_get_int(c, e, path, "layer", true, -1, INT_MAX, &q->def.layer));
-    TRY(cz__json_get_int(c, e, path, "stage", true, 0, p->pp - 1, &q->stage));
+    if ((rc = cz__json_get_int(c, e, path, "layer", true, -1, INT_MAX, &q->def.layer)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int(c, e, path, "stage", true, 0, p->pp - 1, &q->stage)) != CZ_OK)
+        return rc;
     if (p->nbuckets == 0) {
         rc = cz__json_fail(c, cz__json_path_key(sub, path, "bucket"),
                            "refers to a bucket, but $.buckets is empty");
-        goto done;
+        return rc;
     }
-    TRY(cz__json_get_int(c, e, path, "bucket", true, 0, (int)p->nbuckets - 1, &q->bucket));
-    TRY(cz__json_get_int64(c, e, path, "offset", true, 0, INT64_MAX, &q->offset));
-    TRY(cz__json_get_int64(c, e, path, "numel", true, 1, INT64_MAX, &q->numel));
-    TRY(cz__json_get_double(c, e, path, "cost", true, 0, false, &q->cost));
-    TRY(cz__json_get_int(c, e, path, "dp_owner", true, -1, p->dp - 1, &q->dp_owner));
-done:
+    if ((rc = cz__json_get_int(c, e, path, "bucket", true, 0, (int)p->nbuckets - 1, &q->bucket)) !=
+        CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int64(c, e, path, "offset", true, 0, INT64_MAX, &q->offset)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int64(c, e, path, "numel", true, 1, INT64_MAX, &q->numel)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, e, path, "cost", true, 0, false, &q->cost)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int(c, e, path, "dp_owner", true, -1, p->dp - 1, &q->dp_owner)) != CZ_OK)
+        return rc;
     return rc;
 }
 
@@ -730,16 +775,21 @@ static int read_bucket(const cz_json_ctx *c, const json_t *e, const char *path, 
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const json_t *ranges;
     int rc;
-    TRY(cz__json_check_object(c, e, path, keys));
-    TRY(cz__json_get_int(c, e, path, "id", true, 0, INT_MAX, &b->id));
+    if ((rc = cz__json_check_object(c, e, path, keys)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int(c, e, path, "id", true, 0, INT_MAX, &b->id)) != CZ_OK)
+        return rc;
     if ((size_t)b->id != index) {
         rc = cz__json_fail(c, cz__json_path_key(sub, path, "id"),
                            "expected the bucket's index %zu, found %d", index, b->id);
-        goto done;
+        return rc;
     }
-    TRY(cz__json_get_int(c, e, path, "stage", true, 0, p->pp - 1, &b->stage));
-    TRY(cz__json_get_int64(c, e, path, "offset", true, 0, INT64_MAX, &b->offset));
-    TRY(cz__json_get_int64(c, e, path, "size", true, 0, INT64_MAX, &b->size));
+    if ((rc = cz__json_get_int(c, e, path, "stage", true, 0, p->pp - 1, &b->stage)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int64(c, e, path, "offset", true, 0, INT64_MAX, &b->offset)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int64(c, e, path, "size", true, 0, INT64_MAX, &b->size)) != CZ_OK)
+        return rc;
     /* The split layout names every bucket's buffer; a unified plan names none. */
     int buf = 0;
     bool split = p->settings.layout == CZ_LAYOUT_SPLIT;
@@ -747,21 +797,23 @@ static int read_bucket(const cz_json_ctx *c, const json_t *e, const char *path, 
         rc = cz__json_fail(c, cz__json_path_key(sub, path, "buffer"),
                            "a bucket's buffer is given only in a plan whose $.settings.layout is "
                            "\"split\"");
-        goto done;
+        return rc;
     }
-    TRY(cz__json_get_enum(c, e, path, "buffer", split, bucket_buffer_names, &buf));
+    if ((rc = cz__json_get_enum(c, e, path, "buffer", split, bucket_buffer_names, &buf)) != CZ_OK)
+        return rc;
     b->elementwise = buf;
-    TRY(cz__json_get_array(c, e, path, "ranges", true, 0, &ranges));
+    if ((rc = cz__json_get_array(c, e, path, "ranges", true, 0, &ranges)) != CZ_OK)
+        return rc;
     cz__json_path_key(sub, path, "ranges");
     if (json_array_size(ranges) != (size_t)p->dp) {
         rc = cz__json_fail(c, sub, "expected %d [start, end] pairs (one per DP rank), found %zu",
                            p->dp, json_array_size(ranges));
-        goto done;
+        return rc;
     }
     b->ranges = calloc(2 * (size_t)p->dp, sizeof *b->ranges);
     if (!b->ranges) {
         rc = oom(c);
-        goto done;
+        return rc;
     }
     for (int r = 0; r < p->dp; r++) {
         const json_t *pair = json_array_get(ranges, (size_t)r);
@@ -772,15 +824,16 @@ static int read_bucket(const cz_json_ctx *c, const json_t *e, const char *path, 
             cz__json_describe(pair, found, sizeof found);
             rc = cz__json_fail(c, el, "expected a [start, end] pair, found %s%s", found,
                                json_is_array(pair) ? " of the wrong length" : "");
-            goto done;
+            return rc;
         }
         char ix[CZ_JSON_PATH_MAX];
-        TRY(cz__json_as_int64(c, json_array_get(pair, 0), cz__json_path_index(ix, el, 0), 0,
-                              b->size, &se[0]));
-        TRY(cz__json_as_int64(c, json_array_get(pair, 1), cz__json_path_index(ix, el, 1), se[0],
-                              b->size, &se[1]));
+        if ((rc = cz__json_as_int64(c, json_array_get(pair, 0), cz__json_path_index(ix, el, 0), 0,
+                                    b->size, &se[0])) != CZ_OK)
+            return rc;
+        if ((rc = cz__json_as_int64(c, json_array_get(pair, 1), cz__json_path_index(ix, el, 1),
+                                    se[0], b->size, &se[1])) != CZ_OK)
+            return rc;
     }
-done:
     return rc;
 }
 
@@ -797,7 +850,8 @@ static int read_slot_item(const cz_json_ctx *c, const json_t *v, const char *pat
     char sub[CZ_JSON_PATH_MAX];
     int rc;
     if (!json_is_object(v)) {
-        TRY(cz__json_as_int(c, v, path, 0, (int)p->nparams - 1, &it->param));
+        if ((rc = cz__json_as_int(c, v, path, 0, (int)p->nparams - 1, &it->param)) != CZ_OK)
+            return rc;
         *it = (slot_item){it->param, -1, 1, 1, p->params[it->param].cost};
         return CZ_OK;
     }
@@ -805,22 +859,29 @@ static int read_slot_item(const cz_json_ctx *c, const json_t *v, const char *pat
         rc = cz__json_fail(c, path,
                            "a block or cooperative task needs schema \"%s\"; this plan says \"%s\"",
                            CZ_PLAN_SCHEMA_SPLIT, CZ_PLAN_SCHEMA);
-        goto done;
+        return rc;
     }
-    TRY(cz__json_check_object(c, v, path, keys));
-    TRY(cz__json_get_int(c, v, path, "param", true, 0, (int)p->nparams - 1, &it->param));
+    if ((rc = cz__json_check_object(c, v, path, keys)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int(c, v, path, "param", true, 0, (int)p->nparams - 1, &it->param)) !=
+        CZ_OK)
+        return rc;
     it->block = -1, it->width = 1, it->panels = 1;
     const cz_param_def *d = &p->params[it->param].def;
-    TRY(cz__json_get_int(c, v, path, "block", false, 0, d->nblocks > 0 ? d->nblocks - 1 : -1,
-                         &it->block));
-    TRY(cz__json_get_int(c, v, path, "width", false, 1, nslots, &it->width));
+    if ((rc = cz__json_get_int(c, v, path, "block", false, 0, d->nblocks > 0 ? d->nblocks - 1 : -1,
+                               &it->block)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int(c, v, path, "width", false, 1, nslots, &it->width)) != CZ_OK)
+        return rc;
     if (it->width == 1 && json_object_get(v, "panels")) {
         rc = cz__json_fail(c, cz__json_path_key(sub, path, "panels"),
                            "Gram panels are given only for a cooperative task (width > 1); this "
                            "task is hosted by one slot");
-        goto done;
+        return rc;
     }
-    TRY(cz__json_get_int(c, v, path, "panels", false, 1, CZ_COOP_MAX_PANELS, &it->panels));
+    if ((rc = cz__json_get_int(c, v, path, "panels", false, 1, CZ_COOP_MAX_PANELS, &it->panels)) !=
+        CZ_OK)
+        return rc;
     /* The executor computes the a x a Gram in row panels: a panel needs a row of it. */
     int64_t r0, c0, rows, cols;
     cz_task_region(d, it->block, &r0, &c0, &rows, &cols);
@@ -830,13 +891,13 @@ static int read_slot_item(const cz_json_ctx *c, const json_t *v, const char *pat
                            "%d Gram panels, more than the %" PRId64
                            " rows of the task's Gram (its short side)",
                            it->panels, a);
-        goto done;
+        return rc;
     }
-    TRY(cz__json_get_double(c, v, path, "cost", true, 0, false, &it->cost));
+    if ((rc = cz__json_get_double(c, v, path, "cost", true, 0, false, &it->cost)) != CZ_OK)
+        return rc;
     if (nslots % it->width != 0 || slot / it->width * it->width + it->width > nslots)
         rc = cz__json_fail(c, cz__json_path_key(sub, path, "width"),
                            "width %d does not divide the group's %d slots", it->width, nslots);
-done:
     return rc;
 }
 
@@ -855,9 +916,12 @@ static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, c
     slot_item **items = NULL;
     size_t *len = NULL, *at = NULL;
     int rc;
-    TRY(cz__json_check_object(c, e, path, keys));
-    TRY(cz__json_get_int(c, e, path, "id", true, 0, INT_MAX, &g->id));
-    TRY(cz__json_get_array(c, e, path, "slots", true, 0, &slots));
+    if ((rc = cz__json_check_object(c, e, path, keys)) != CZ_OK)
+        goto done;
+    if ((rc = cz__json_get_int(c, e, path, "id", true, 0, INT_MAX, &g->id)) != CZ_OK)
+        goto done;
+    if ((rc = cz__json_get_array(c, e, path, "slots", true, 0, &slots)) != CZ_OK)
+        goto done;
     cz__json_path_key(sub, path, "slots");
     if (json_array_size(slots) != (size_t)nslots) {
         rc = cz__json_fail(c, sub, "expected %d slots (%s), found %zu", nslots,
@@ -869,7 +933,8 @@ static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, c
     for (int k = 0; k < nslots; k++) {
         const json_t *ids = json_array_get(slots, (size_t)k);
         cz__json_path_index(el, sub, (size_t)k);
-        TRY(cz__json_as_array(c, ids, el, 0, &ids));
+        if ((rc = cz__json_as_array(c, ids, el, 0, &ids)) != CZ_OK)
+            goto done;
         total += json_array_size(ids);
     }
     if (total > most) {
@@ -902,8 +967,9 @@ static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, c
             goto done;
         }
         for (size_t i = 0; i < len[k]; i++)
-            TRY(read_slot_item(c, json_array_get(ids, i), cz__json_path_index(ix, el, i), p, split,
-                               nslots, k, &items[k][i]));
+            if ((rc = read_slot_item(c, json_array_get(ids, i), cz__json_path_index(ix, el, i), p,
+                                     split, nslots, k, &items[k][i])) != CZ_OK)
+                goto done;
     }
     /* The flat order: slot by slot, each slot's entries in its own order; a cooperative task
      * enters once it heads the lists of all its slots. A slot stops at a cooperative task that
@@ -948,7 +1014,8 @@ static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, c
                            k / it->width * it->width + it->width - 1);
         goto done;
     }
-    TRY(r_reals(c, e, path, "load", (size_t)nslots, "one per slot", &g->load));
+    if ((rc = r_reals(c, e, path, "load", (size_t)nslots, "one per slot", &g->load)) != CZ_OK)
+        goto done;
 done:
     for (int k = 0; items && k < nslots; k++)
         free(items[k]);
@@ -966,46 +1033,53 @@ static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p, 
     size_t want = (size_t)p->pp * (size_t)p->dp;
     int nslots = (p->settings.tp == CZ_TP_SC || p->tp == 1) ? 1 : p->tp;
     int rc;
-    TRY(cz__json_get_array(c, root, "$", "tp_schedule", true, 0, &arr));
+    if ((rc = cz__json_get_array(c, root, "$", "tp_schedule", true, 0, &arr)) != CZ_OK)
+        return rc;
     if (json_array_size(arr) != want) {
         rc = cz__json_fail(c, "$.tp_schedule", "expected %zu entries (pp*dp = %d*%d), found %zu",
                            want, p->pp, p->dp, json_array_size(arr));
-        goto done;
+        return rc;
     }
     p->schedules = calloc(want, sizeof *p->schedules);
     if (!p->schedules) {
         rc = oom(c);
-        goto done;
+        return rc;
     }
     p->nschedules = want;
     for (size_t i = 0; i < want; i++) {
         const json_t *e = json_array_get(arr, i), *groups;
         cz_rank_schedule *rs = &p->schedules[i];
         cz__json_path_index(el, "$.tp_schedule", i);
-        TRY(cz__json_check_object(c, e, el, keys));
+        if ((rc = cz__json_check_object(c, e, el, keys)) != CZ_OK)
+            return rc;
         int want_stage = (int)(i / (size_t)p->dp), want_rank = (int)(i % (size_t)p->dp);
-        TRY(cz__json_get_int(c, e, el, "stage", true, want_stage, want_stage, &rs->stage));
-        TRY(cz__json_get_int(c, e, el, "dp_rank", true, want_rank, want_rank, &rs->dp_rank));
-        TRY(cz__json_get_array(c, e, el, "groups", true, 0, &groups));
+        if ((rc = cz__json_get_int(c, e, el, "stage", true, want_stage, want_stage, &rs->stage)) !=
+            CZ_OK)
+            return rc;
+        if ((rc = cz__json_get_int(c, e, el, "dp_rank", true, want_rank, want_rank,
+                                   &rs->dp_rank)) != CZ_OK)
+            return rc;
+        if ((rc = cz__json_get_array(c, e, el, "groups", true, 0, &groups)) != CZ_OK)
+            return rc;
         cz__json_path_key(sub, el, "groups");
         size_t ng = json_array_size(groups);
         if (ng > p->nparams * (split ? (size_t)CZ_MAX_BLOCKS : 1)) {
             rc = cz__json_fail(c, sub, "has %zu groups, more than the plan's %zu parameters allow",
                                ng, p->nparams);
-            goto done;
+            return rc;
         }
         rs->groups = calloc(ng ? ng : 1, sizeof *rs->groups);
         if (!rs->groups) {
             rc = oom(c);
-            goto done;
+            return rc;
         }
         for (size_t g = 0; g < ng; g++) {
             rs->ngroups++;
-            TRY(read_group(c, json_array_get(groups, g), cz__json_path_index(gp, sub, g), p, nslots,
-                           split, &rs->groups[g]));
+            if ((rc = read_group(c, json_array_get(groups, g), cz__json_path_index(gp, sub, g), p,
+                                 nslots, split, &rs->groups[g])) != CZ_OK)
+                return rc;
         }
     }
-done:
     return rc;
 }
 
@@ -1027,29 +1101,52 @@ static int read_metrics(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     size_t ranks = (size_t)p->pp * (size_t)p->dp, gpus = ranks * (size_t)p->tp;
     const json_t *o, *dp, *tp;
     int rc;
-    TRY(cz__json_get_object(c, root, "$", "metrics", true, keys, &o));
-    TRY(cz__json_get_object(c, o, "$.metrics", "dp", true, dkeys, &dp));
-    TRY(r_reals(c, dp, "$.metrics.dp", "load", ranks, "pp*dp", &m->dp_load));
-    TRY(cz__json_get_double(c, dp, "$.metrics.dp", "imbalance", true, 0, false, &m->dp_imbalance));
-    TRY(cz__json_get_object(c, o, "$.metrics", "tp", true, tkeys, &tp));
-    TRY(cz__json_get_double(c, tp, "$.metrics.tp", "makespan", true, 0, false, &m->tp_makespan));
-    TRY(cz__json_get_double(c, tp, "$.metrics.tp", "imbalance", true, 0, false, &m->tp_imbalance));
-    TRY(r_reals(c, tp, "$.metrics.tp", "rank_makespan", ranks, "pp*dp", &m->rank_makespan));
-    TRY(r_reals(c, tp, "$.metrics.tp", "gpu_load", gpus, "pp*dp*tp", &m->gpu_load));
-    TRY(cz__json_get_double(c, o, "$.metrics", "lower_bound", true, 0, false, &m->lower_bound));
-    TRY(cz__json_get_double(c, o, "$.metrics", "total_cost", true, 0, false, &m->total_cost));
-    TRY(cz__json_get_double(c, o, "$.metrics", "max_task_cost", true, 0, false, &m->max_task_cost));
+    if ((rc = cz__json_get_object(c, root, "$", "metrics", true, keys, &o)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_object(c, o, "$.metrics", "dp", true, dkeys, &dp)) != CZ_OK)
+        return rc;
+    if ((rc = r_reals(c, dp, "$.metrics.dp", "load", ranks, "pp*dp", &m->dp_load)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, dp, "$.metrics.dp", "imbalance", true, 0, false,
+                                  &m->dp_imbalance)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_object(c, o, "$.metrics", "tp", true, tkeys, &tp)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, tp, "$.metrics.tp", "makespan", true, 0, false,
+                                  &m->tp_makespan)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, tp, "$.metrics.tp", "imbalance", true, 0, false,
+                                  &m->tp_imbalance)) != CZ_OK)
+        return rc;
+    if ((rc = r_reals(c, tp, "$.metrics.tp", "rank_makespan", ranks, "pp*dp", &m->rank_makespan)) !=
+        CZ_OK)
+        return rc;
+    if ((rc = r_reals(c, tp, "$.metrics.tp", "gpu_load", gpus, "pp*dp*tp", &m->gpu_load)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, "$.metrics", "lower_bound", true, 0, false,
+                                  &m->lower_bound)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, "$.metrics", "total_cost", true, 0, false,
+                                  &m->total_cost)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, "$.metrics", "max_task_cost", true, 0, false,
+                                  &m->max_task_cost)) != CZ_OK)
+        return rc;
     /* Absent (version 1, or a plan without split tasks): the average from the total, and the
      * atomic bound, which is the bound of whole hosted tasks. */
     m->average_load = m->total_cost / (double)(gpus > 0 ? gpus : 1);
     m->split_lower_bound = m->lower_bound;
-    TRY(cz__json_get_double(c, o, "$.metrics", "average_load", false, 0, false, &m->average_load));
-    TRY(cz__json_get_double(c, o, "$.metrics", "split_lower_bound", false, 0, false,
-                            &m->split_lower_bound));
-    TRY(r_reals(c, o, "$.metrics", "memory", gpus, "pp*dp*tp", &m->memory));
-    TRY(cz__json_get_double(c, o, "$.metrics", "predicted_step_s", true, 0, false,
-                            &m->predicted_step_s));
-done:
+    if ((rc = cz__json_get_double(c, o, "$.metrics", "average_load", false, 0, false,
+                                  &m->average_load)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, "$.metrics", "split_lower_bound", false, 0, false,
+                                  &m->split_lower_bound)) != CZ_OK)
+        return rc;
+    if ((rc = r_reals(c, o, "$.metrics", "memory", gpus, "pp*dp*tp", &m->memory)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, "$.metrics", "predicted_step_s", true, 0, false,
+                                  &m->predicted_step_s)) != CZ_OK)
+        return rc;
     return rc;
 }
 
@@ -1114,44 +1211,75 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
     p = calloc(1, sizeof *p);
     if (!p)
         return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
-    TRY(cz__json_load_file(&root, NULL, path, err));
-    TRY(read_schema(c, root, &split));
+    if ((rc = cz__json_load_file(&root, NULL, path, err)) != CZ_OK)
+        goto done;
+    if ((rc = read_schema(c, root, &split)) != CZ_OK)
+        goto done;
     p->schema_version = split ? 2 : 1;
-    TRY(cz__json_check_object(c, root, "$", top_keys));
-    TRY(read_content_hash(c, root, p));
-    TRY(cz__json_get_object(c, root, "$", "generator", true, gen_keys, &gen));
-    TRY(r_strdup(c, gen, "$.generator", "name", &p->generator));
-    TRY(r_strdup(c, gen, "$.generator", "version", &p->generator_version));
-    TRY(cz__json_get_object(c, root, "$", "inputs", true, in_keys, &inputs));
-    TRY(cz__json_get_object(c, inputs, "$.inputs", "model", true, ref_keys, &ref));
-    TRY(r_strdup(c, ref, "$.inputs.model", "name", &p->model_name));
-    TRY(r_sha(c, ref, "$.inputs.model", &p->model_sha256));
-    TRY(cz__json_get_object(c, inputs, "$.inputs", "cluster", true, ref_keys, &ref));
-    TRY(r_strdup(c, ref, "$.inputs.cluster", "name", &p->cluster_name));
-    TRY(r_sha(c, ref, "$.inputs.cluster", &p->cluster_sha256));
-    TRY(read_settings(c, root, p));
-    TRY(read_solver_result(c, root, p));
-    TRY(cz__json_get_object(c, root, "$", "topology", true, topo_keys, &topo));
-    TRY(cz__json_get_int(c, topo, "$.topology", "dp", true, 1, CZ_PLAN_MAX_GPUS, &p->dp));
-    TRY(cz__json_get_int(c, topo, "$.topology", "tp", true, 1, CZ_PLAN_MAX_GPUS, &p->tp));
-    TRY(cz__json_get_int(c, topo, "$.topology", "pp", true, 1, CZ_PLAN_MAX_GPUS, &p->pp));
-    TRY(cz__json_get_int(c, topo, "$.topology", "gpus_per_node", true, 1, INT_MAX,
-                         &p->gpus_per_node));
+    if ((rc = cz__json_check_object(c, root, "$", top_keys)) != CZ_OK)
+        goto done;
+    if ((rc = read_content_hash(c, root, p)) != CZ_OK)
+        goto done;
+    if ((rc = cz__json_get_object(c, root, "$", "generator", true, gen_keys, &gen)) != CZ_OK)
+        goto done;
+    if ((rc = r_strdup(c, gen, "$.generator", "name", &p->generator)) != CZ_OK)
+        goto done;
+    if ((rc = r_strdup(c, gen, "$.generator", "version", &p->generator_version)) != CZ_OK)
+        goto done;
+    if ((rc = cz__json_get_object(c, root, "$", "inputs", true, in_keys, &inputs)) != CZ_OK)
+        goto done;
+    if ((rc = cz__json_get_object(c, inputs, "$.inputs", "model", true, ref_keys, &ref)) != CZ_OK)
+        goto done;
+    if ((rc = r_strdup(c, ref, "$.inputs.model", "name", &p->model_name)) != CZ_OK)
+        goto done;
+    if ((rc = r_sha(c, ref, "$.inputs.model", &p->model_sha256)) != CZ_OK)
+        goto done;
+    if ((rc = cz__json_get_object(c, inputs, "$.inputs", "cluster", true, ref_keys, &ref)) != CZ_OK)
+        goto done;
+    if ((rc = r_strdup(c, ref, "$.inputs.cluster", "name", &p->cluster_name)) != CZ_OK)
+        goto done;
+    if ((rc = r_sha(c, ref, "$.inputs.cluster", &p->cluster_sha256)) != CZ_OK)
+        goto done;
+    if ((rc = read_settings(c, root, p)) != CZ_OK)
+        goto done;
+    if ((rc = read_solver_result(c, root, p)) != CZ_OK)
+        goto done;
+    if ((rc = cz__json_get_object(c, root, "$", "topology", true, topo_keys, &topo)) != CZ_OK)
+        goto done;
+    if ((rc = cz__json_get_int(c, topo, "$.topology", "dp", true, 1, CZ_PLAN_MAX_GPUS, &p->dp)) !=
+        CZ_OK)
+        goto done;
+    if ((rc = cz__json_get_int(c, topo, "$.topology", "tp", true, 1, CZ_PLAN_MAX_GPUS, &p->tp)) !=
+        CZ_OK)
+        goto done;
+    if ((rc = cz__json_get_int(c, topo, "$.topology", "pp", true, 1, CZ_PLAN_MAX_GPUS, &p->pp)) !=
+        CZ_OK)
+        goto done;
+    if ((rc = cz__json_get_int(c, topo, "$.topology", "gpus_per_node", true, 1, INT_MAX,
+                               &p->gpus_per_node)) != CZ_OK)
+        goto done;
     if ((int64_t)p->dp * p->tp * p->pp > CZ_PLAN_MAX_GPUS) {
         rc = cz__json_fail(c, "$.topology", "dp*tp*pp = %d*%d*%d exceeds %d GPUs", p->dp, p->tp,
                            p->pp, CZ_PLAN_MAX_GPUS);
         goto done;
     }
-    TRY(cz__json_get_enum(c, root, "$", "dtype", true, dtypes, &dtype));
+    if ((rc = cz__json_get_enum(c, root, "$", "dtype", true, dtypes, &dtype)) != CZ_OK)
+        goto done;
     p->dtype = (cz_dtype)dtype;
-    TRY(cz__json_get_object(c, root, "$", "buckets_config", true, bc_keys, &bc));
-    TRY(cz__json_get_int64(c, bc, "$.buckets_config", "size", true, 0, INT64_MAX, &p->bucket_size));
-    TRY(cz__json_get_int64(c, bc, "$.buckets_config", "align", true, 1, INT64_MAX,
-                           &p->bucket_align));
+    if ((rc = cz__json_get_object(c, root, "$", "buckets_config", true, bc_keys, &bc)) != CZ_OK)
+        goto done;
+    if ((rc = cz__json_get_int64(c, bc, "$.buckets_config", "size", true, 0, INT64_MAX,
+                                 &p->bucket_size)) != CZ_OK)
+        goto done;
+    if ((rc = cz__json_get_int64(c, bc, "$.buckets_config", "align", true, 1, INT64_MAX,
+                                 &p->bucket_align)) != CZ_OK)
+        goto done;
 
     /* Buckets first: parameters refer to them. */
-    TRY(cz__json_get_array(c, root, "$", "params", true, 1, &params));
-    TRY(cz__json_get_array(c, root, "$", "buckets", true, 0, &buckets));
+    if ((rc = cz__json_get_array(c, root, "$", "params", true, 1, &params)) != CZ_OK)
+        goto done;
+    if ((rc = cz__json_get_array(c, root, "$", "buckets", true, 0, &buckets)) != CZ_OK)
+        goto done;
     if (json_array_size(params) > (size_t)INT_MAX || json_array_size(buckets) > (size_t)INT_MAX) {
         rc = cz__json_fail(c, "$", "too many parameters or buckets");
         goto done;
@@ -1163,8 +1291,10 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
     }
     for (size_t i = 0; i < json_array_size(buckets); i++) {
         p->nbuckets++;
-        TRY(read_bucket(c, json_array_get(buckets, i), cz__json_path_index(el, "$.buckets", i), i,
-                        p, &p->buckets[i]));
+        if ((rc = read_bucket(c, json_array_get(buckets, i),
+                              cz__json_path_index(el, "$.buckets", i), i, p, &p->buckets[i])) !=
+            CZ_OK)
+            goto done;
     }
     p->params = calloc(json_array_size(params), sizeof *p->params);
     if (!p->params) {
@@ -1174,8 +1304,9 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
     double total = 0.0;
     for (size_t i = 0; i < json_array_size(params); i++) {
         p->nparams++;
-        TRY(read_param(c, json_array_get(params, i), cz__json_path_index(el, "$.params", i), i, p,
-                       &p->params[i]));
+        if ((rc = read_param(c, json_array_get(params, i), cz__json_path_index(el, "$.params", i),
+                             i, p, &p->params[i])) != CZ_OK)
+            goto done;
         total += p->params[i].cost;
     }
     /* Every load, bound and report sums the costs; finite one by one, they could still overflow
@@ -1184,8 +1315,10 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
         rc = cz__json_fail(c, "$.params", "the parameter costs sum to more than a double holds");
         goto done;
     }
-    TRY(read_schedules(c, root, p, split));
-    TRY(read_metrics(c, root, p));
+    if ((rc = read_schedules(c, root, p, split)) != CZ_OK)
+        goto done;
+    if ((rc = read_metrics(c, root, p)) != CZ_OK)
+        goto done;
     *out = p;
     p = NULL;
 done:

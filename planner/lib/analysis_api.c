@@ -170,10 +170,9 @@ int cz_plan_inspect(cz_report **out, const cz_plan *plan, const cz_inspect_optio
                             "%d x PP %d; give the cluster the plan was made for",
                             c->source ? c->source : c->name, c->dp, c->tp, c->pp, plan->dp,
                             plan->tp, plan->pp);
-    int rc = cz_plan_inspect_json(plan, o.top_n, &root, err);
-    if (rc == CZ_OK)
-        rc = add_memory(root, plan, c, err);
-    if (rc != CZ_OK) {
+    int rc;
+    if ((rc = cz_plan_inspect_json(plan, o.top_n, &root, err)) != CZ_OK ||
+        (rc = add_memory(root, plan, c, err)) != CZ_OK) {
         json_decref(root);
         return rc;
     }
@@ -284,9 +283,11 @@ int cz_model_import_hf(char **out, const char *config_path, const cz_import_hf_o
     cz_import_hf_options_init(&o);
     if (opt)
         o = *opt;
-    int rc = cz_import_hf_opts(&model, config_path, &o, err);
-    if (rc == CZ_OK)
-        rc = cz_model_json_format(out, model, err);
+    int rc;
+    if ((rc = cz_import_hf_opts(&model, config_path, &o, err)) != CZ_OK)
+        goto done;
+    rc = cz_model_json_format(out, model, err);
+done:
     json_decref(model);
     return rc;
 }

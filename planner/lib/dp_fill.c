@@ -185,7 +185,7 @@ int cz_dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, doub
     if (!f.head || !f.next || !f.count || !f.ew || !f.rload || !f.need || !f.trial || !f.mine ||
         !f.load) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the slot-fill partition");
-        goto out;
+        goto done;
     }
     /* An upper end that fits: doubled from the split lower bound (every parameter fits on an
      * empty rank once T exceeds its hosted cost, so this ends). */
@@ -198,7 +198,7 @@ int cz_dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, doub
             rc = cz_error_set(err, CZ_EINTERNAL,
                               "the slot-fill partition found no feasible "
                               "target (a cost is not finite)");
-            goto out;
+            goto done;
         }
     }
     for (int it = 0; it < FILL_PROBES && hi - lo > FILL_TOLERANCE * hi; it++) {
@@ -212,7 +212,7 @@ int cz_dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, doub
     if (!fill_probe(&f, b, hi, cutj))
         rc = cz_error_set(err, CZ_EINTERNAL, "the slot-fill partition lost a feasible target");
     *target = hi;
-out:
+done:
     free(f.head);
     free(f.next);
     free(f.count);

@@ -76,17 +76,17 @@ static int bucket_index_build(bucket_index *bi, const cz_plan *plan, cz_error *e
     for (int stage = 0; stage < plan->pp; stage++) {
         if (cz_stage_buckets_build(&v, plan, stage) != CZ_OK) {
             rc = cz_error_set(err, CZ_ENOMEM, "out of memory indexing buckets");
-            goto out;
+            goto done;
         }
         for (int k = 0; k < v.nb; k++) {
             int b = v.bucket[k], n = v.first[k + 1] - v.first[k];
             /* Layout puts a bucket's parameters in the bucket's own stage, all of them. */
-            CZ_ASSERT_GOTO(n == bi->first[b + 1] - bi->first[b], err, rc, out);
+            CZ_ASSERT_GOTO(n == bi->first[b + 1] - bi->first[b], err, rc, done);
             memcpy(&bi->ids[bi->first[b]], &v.order[v.first[k]], (size_t)n * sizeof *bi->ids);
         }
         cz_stage_buckets_free(&v);
     }
-out:
+done:
     cz_stage_buckets_free(&v);
     return rc;
 }
@@ -307,7 +307,7 @@ static int fill_stage(cz_plan *plan, const bucket_index *bi, bucket_order *order
     double target[2];
     if (!first || !ids || !cutj || !layout) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the slot-fill partition");
-        goto out;
+        goto done;
     }
     memcpy(layout, order, nb * sizeof *layout);
     qsort(layout, nb, sizeof *layout, bucket_id_cmp);
@@ -321,7 +321,7 @@ static int fill_stage(cz_plan *plan, const bucket_index *bi, bucket_order *order
         }
         cz_dp_buckets db = {(int)nb, first, ids};
         if ((rc = cz_dp_fill_cuts(plan, &db, &cutj[v * nc], &target[v], err)) != CZ_OK)
-            goto out;
+            goto done;
     }
     int keep = target[1] < target[0] * (1.0 - 1e-9) ? 1 : 0;
     if (keep)
@@ -330,7 +330,7 @@ static int fill_stage(cz_plan *plan, const bucket_index *bi, bucket_order *order
         cuts_of(plan, bi, order[o].id, &cutj[keep * nc + o * ((size_t)dp + 1)], cuts);
         rc = cuts_apply(plan, bi, order[o].id, cuts, err);
     }
-out:
+done:
     free(first);
     free(ids);
     free(cutj);

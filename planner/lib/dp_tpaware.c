@@ -735,7 +735,7 @@ static int chain_step_ok(const tpa *t, int bi, const int *c, const int *n, int a
  * is kept as a whole at the first step where the phase-1 rule accepts it. */
 static int chain_moves(tpa *t, double *cur_max, double *cur_sq, int *improved, cz_error *err)
 {
-    int R = t->R, rc = CZ_OK, a = 0, steps = 0;
+    int R = t->R, rc = CZ_OK, a = 0, steps = 0, started = 0, kept = 0;
     for (int r = 1; r < R; r++)
         if (t->mk[r] > t->mk[a])
             a = r;
@@ -749,6 +749,7 @@ static int chain_moves(tpa *t, double *cur_max, double *cur_sq, int *improved, c
     }
     memcpy(mks, t->mk, (size_t)R * sizeof *mks);
     totals_save(t, t->ew1, t->msum1);
+    started = 1;
     double big = t->mmax[a];
     for (; steps < TPAWARE_CHAIN_LEN && budget_left(t); steps++) {
         int best_b = -1, best_r = 0, best_n = 0;
@@ -780,7 +781,7 @@ static int chain_moves(tpa *t, double *cur_max, double *cur_sq, int *improved, c
                     totals_restore(t, t->ew0, t->msum0);
                     memcpy(t->mk, mkc, (size_t)R * sizeof *mkc);
                     if (rc)
-                        goto undo;
+                        goto done;
                     if (score < *cur_max * (1 - 1e-12) && score < best_score) {
                         best_score = score;
                         best_b = bi;
@@ -805,7 +806,7 @@ static int chain_moves(tpa *t, double *cur_max, double *cur_sq, int *improved, c
             }
         if (rc) {
             steps++;
-            goto undo;
+            goto done;
         }
         double nmax, nsq;
         objective(t, &nmax, &nsq);
@@ -814,15 +815,17 @@ static int chain_moves(tpa *t, double *cur_max, double *cur_sq, int *improved, c
             *cur_sq = nsq;
             *improved = 1;
             totals_refresh(t, chg);
+            kept = 1;
             goto done;
         }
     }
-undo:
-    while (steps-- > 0)
-        apply_cuts(t, hist_b[steps], &hist_c[steps * (R + 1)]);
-    totals_restore(t, t->ew1, t->msum1);
-    memcpy(t->mk, mks, (size_t)R * sizeof *mks);
 done:
+    if (started && !kept) { /* a failure, or a chain never accepted: undo its steps */
+        while (steps-- > 0)
+            apply_cuts(t, hist_b[steps], &hist_c[steps * (R + 1)]);
+        totals_restore(t, t->ew1, t->msum1);
+        memcpy(t->mk, mks, (size_t)R * sizeof *mks);
+    }
     free(hist_b);
     free(hist_c);
     free(chg);

@@ -630,6 +630,11 @@ int cz_import_hf(json_t **out_model, const char *config_path, const char *name, 
     return cz_import_hf_opts(out_model, config_path, &o, err);
 }
 
+static int hf_nomem(cz_error *err, const char *config_path)
+{
+    return cz_error_set(err, CZ_ENOMEM, "out of memory while importing %s", config_path);
+}
+
 int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_import_hf_options *o,
                       cz_error *err)
 {
@@ -690,12 +695,16 @@ int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_impo
 
     if (!name) {
         name = derived = hf_default_name(config_path, root);
-        if (!derived)
-            goto nomem;
+        if (!derived) {
+            rc = hf_nomem(err, config_path);
+            goto done;
+        }
     }
     description = hf_description(&c);
-    if (!description)
-        goto nomem;
+    if (!description) {
+        rc = hf_nomem(err, config_path);
+        goto done;
+    }
 
     model = json_object();
     json_t *params = json_array();
@@ -737,14 +746,18 @@ int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_impo
         hf_add(params, hf_param("output_layer.weight", c.padded_vocab, c.hidden, 0, false, &ok),
                &ok);
     hf_set(model, "params", params, &ok);
-    if (!ok || !model)
-        goto nomem;
+    if (!ok || !model) {
+        rc = hf_nomem(err, config_path);
+        goto done;
+    }
     /* What we write must load: the loader's own checks, not a copy of them. */
     cz_model *check = NULL;
     size_t shown_len = strlen(config_path) + sizeof " (imported)";
     char *shown = malloc(shown_len);
-    if (!shown)
-        goto nomem;
+    if (!shown) {
+        rc = hf_nomem(err, config_path);
+        goto done;
+    }
     snprintf(shown, shown_len, "%s (imported)", config_path);
     rc = cz__model_from_json(&check, model, shown, NULL, err);
     free(shown);
@@ -753,10 +766,6 @@ int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_impo
         goto done;
     *out_model = model;
     model = NULL;
-    goto done;
-
-nomem:
-    rc = cz_error_set(err, CZ_ENOMEM, "out of memory while importing %s", config_path);
 done:
     json_decref(model);
     json_decref(root);

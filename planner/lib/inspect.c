@@ -363,6 +363,7 @@ int cz_plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, cz
                             "inspect: plan topology dp=%d tp=%d pp=%d is not positive", plan->dp,
                             plan->tp, plan->pp);
     const cz_plan_metrics *m = &plan->metrics;
+    int rc = CZ_ENOMEM; /* what every goto done below means, until the report is whole */
     int matrices = 0;
     for (size_t i = 0; i < plan->nparams; i++)
         matrices += plan->params[i].def.kind == CZ_KIND_MATRIX;
@@ -379,7 +380,7 @@ int cz_plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, cz
         unit_symbol(plan->settings.unit), "topology", "dp", plan->dp, "tp", plan->tp, "pp",
         plan->pp, "gpus", gpus, "gpus_per_node", plan->gpus_per_node);
     if (!rep || put(rep, "settings", settings_json(plan)))
-        goto oom;
+        goto done;
     json_t *sum = json_pack(
         "{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "params",
         (int)plan->nparams, "matrices", matrices, "buckets", (int)plan->nbuckets, "total_cost",
@@ -397,17 +398,18 @@ int cz_plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, cz
         put(sum, "makespan_over_split_lower_bound",
             json_real(m->split_lower_bound > 0 ? m->tp_makespan / m->split_lower_bound : 0.0))) {
         json_decref(sum);
-        goto oom;
+        goto done;
     }
     if (put(rep, "summary", sum) || add_ranks(rep, plan) ||
         add_busiest(rep, plan, top_n > 0 ? top_n : 0) || add_dominating(rep, plan))
-        goto oom;
+        goto done;
     /* Block and cooperative tasks, after everything else, only for a plan that has them. */
     if (add_tasks(rep, plan))
-        goto oom;
+        goto done;
     *report_out = rep;
-    return CZ_OK;
-oom:
+    rep = NULL;
+    rc = CZ_OK;
+done:
     json_decref(rep);
-    return cz_error_set(err, CZ_ENOMEM, "inspect: out of memory");
+    return rc == CZ_OK ? CZ_OK : cz_error_set(err, CZ_ENOMEM, "inspect: out of memory");
 }

@@ -111,7 +111,7 @@ int cz_megatron_lw_layout(const int64_t *numel, const double *cost, size_t n, in
     lw_item *items = malloc((n + 1) * sizeof *items);
     if (!loads || !cursor || !est || !items) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in Megatron's layer-wise layout");
-        goto out;
+        goto done;
     }
     int64_t divisor = cz_megatron_lw_shard_divisor(dp), chunk = 0, largest = 0;
     size_t start = 0;
@@ -141,7 +141,7 @@ int cz_megatron_lw_layout(const int64_t *numel, const double *cost, size_t n, in
     if (n > start)
         bucket_sizes[(*nbuckets)++] =
             lw_emit(numel, cost, start, n, dp, shard, loads, cursor, items);
-out:
+done:
     free(loads);
     free(cursor);
     free(est);
@@ -198,7 +198,7 @@ int cz_megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bu
     *nbuckets = 0;
     if (!ids || !shard || !numel || !cost) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in Megatron's layer-wise layout");
-        goto out;
+        goto done;
     }
     /* Buffers in Megatron's order does not matter here: each is laid out on its own. */
     for (int buf = 0; buf < 4; buf++) {
@@ -216,7 +216,7 @@ int cz_megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bu
             rc = cz_megatron_lw_layout(numel, cost, n, plan->dp, plan->bucket_size, shard,
                                        bucket_sizes + *nbuckets, &nb, err);
             if (rc != CZ_OK)
-                goto out;
+                goto done;
             for (size_t k = 0; owner && k < n; k++)
                 owner[ids[k]] = shard[k];
         } else {
@@ -225,7 +225,7 @@ int cz_megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bu
         }
         *nbuckets += nb;
     }
-out:
+done:
     free(ids);
     free(shard);
     free(numel);

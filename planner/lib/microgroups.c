@@ -500,7 +500,7 @@ static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, 
     double best = widths_span(t, n, nslots, C, load), best_tau = INFINITY;
     double bound = rank_bound(t, n, tt, nslots) * (1.0 + 1e-9);
     if (!tau || nw < 2 || n == 0 || best <= bound)
-        goto out;
+        goto done;
     for (int k = 0; k < n; k++)
         for (int w = 0; w < nw; w++) {
             double v = tt->cost[(size_t)t[k].tix * nw + w];
@@ -529,7 +529,7 @@ static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, 
     }
     widths_choose(t, n, tt, best_tau);
     if (n > CZ_AUTO_DESCENT_TASKS || best <= bound)
-        goto out;
+        goto done;
     gload = malloc((size_t)n * (size_t)nslots * sizeof *gload);
     gmax = malloc((size_t)n * sizeof *gmax);
     cand = malloc((size_t)n * sizeof *cand);
@@ -537,7 +537,7 @@ static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, 
     base = malloc((size_t)n * sizeof *base);
     seen = malloc((size_t)(CZ_AUTO_STARTS + 1) * (size_t)n * sizeof *seen);
     if (!gload || !gmax || !cand || !trial || !base || !seen)
-        goto out;
+        goto done;
     /* Starts are taken from one fixed order (base), so that equal width choices (two targets
      * that split the same tasks) are recognized and descended once. */
     memcpy(base, t, (size_t)n * sizeof *t);
@@ -560,7 +560,7 @@ static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, 
             memcpy(t, trial, (size_t)n * sizeof *t);
         }
     }
-out:
+done:
     free(tau);
     free(gload);
     free(gmax);

@@ -642,12 +642,13 @@ static json_t *busiest_json(const cz_plan *a, const cz_plan *b, const named *b_s
 {
     const int *ga = pl->ga, *sa = pl->sa, *gb = pl->gb, *sb = pl->sb;
     json_t *o = NULL, *list = NULL;
+    int ok = 0; /* every goto done before the end is out of memory: NULL is returned */
     double *ca = calloc(a->nparams ? a->nparams : 1, sizeof *ca);
     double *cb = calloc(b->nparams ? b->nparams : 1, sizeof *cb);
     int *hit = calloc(b->nparams ? b->nparams : 1, sizeof *hit);
     part_change *ch = malloc((a->nparams + b->nparams + 1) * sizeof *ch);
     if (!ca || !cb || !hit || !ch)
-        goto fail;
+        goto done;
     rank_why wa, wb;
     rank_parts(a, k, ca, &wa);
     rank_parts(b, k, cb, &wb);
@@ -675,11 +676,11 @@ static json_t *busiest_json(const cz_plan *a, const cz_plan *b, const named *b_s
         put(o, "delta", num(mb - ma)) || put(o, "why_a", why_json(a, &wa, ma)) ||
         put(o, "why_b", why_json(b, &wb, mb)) || put(o, "changes", json_integer((json_int_t)n)) ||
         put(o, "unexplained", num(mb - ma - explained)))
-        goto fail;
+        goto done;
     json_t *l = list;
     list = NULL;
     if (put(o, "list", l))
-        goto fail;
+        goto done;
     for (size_t q = 0; q < n && (limit < 0 || q < (size_t)limit); q++) {
         int i = ch[q].i, j = ch[q].j;
         const char *name = str_or(i >= 0 ? a->params[i].def.name : b->params[j].def.name);
@@ -691,21 +692,20 @@ static json_t *busiest_json(const cz_plan *a, const cz_plan *b, const named *b_s
                               i < 0 || j < 0 || a->params[i].dp_owner != b->params[j].dp_owner ||
                                   ga[i] != gb[j] || sa[i] != sb[j]);
         if (push(l, e))
-            goto fail;
+            goto done;
     }
-    free(ca);
-    free(cb);
-    free(hit);
-    free(ch);
-    return o;
-fail:
-    json_decref(o);
+    ok = 1;
+done:
+    if (!ok) {
+        json_decref(o);
+        o = NULL;
+    }
     json_decref(list);
     free(ca);
     free(cb);
     free(hit);
     free(ch);
-    return NULL;
+    return o;
 }
 
 /* "makespan": which rank is busiest in each plan and, for each (B's first), why its makespan

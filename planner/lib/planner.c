@@ -287,7 +287,7 @@ int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz
     if (!plan->generator || !plan->generator_version || !plan->model_name || !plan->model_sha256 ||
         !plan->cluster_name || !plan->cluster_sha256) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory filling the plan header");
-        goto fail;
+        goto done;
     }
     plan->dtype = m->dtype;
     plan->settings = *s;
@@ -305,24 +305,25 @@ int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz
     if (m->nparams == 0) {
         rc = cz_error_set(err, CZ_EINVALID, "%s: the model has no parameters",
                           or_unknown(m->source));
-        goto fail;
+        goto done;
     }
     plan->params = calloc(m->nparams, sizeof *plan->params);
     if (!plan->params) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory allocating %zu parameters", m->nparams);
-        goto fail;
+        goto done;
     }
     plan->nparams = m->nparams;
     for (size_t i = 0; i < m->nparams; i++)
         if ((rc = param_copy(&plan->params[i], &m->params[i], (int)i, m, c, s, err)) != CZ_OK)
-            goto fail;
-    if ((rc = stages_assign(plan, m, c, err)) != CZ_OK ||
-        (rc = cz_task_table_build(plan, c, err)) != CZ_OK)
-        goto fail;
-    *out = plan;
-    return CZ_OK;
-fail:
-    cz_plan_free(plan);
+            goto done;
+    if ((rc = stages_assign(plan, m, c, err)) != CZ_OK)
+        goto done;
+    rc = cz_task_table_build(plan, c, err);
+done:
+    if (rc != CZ_OK)
+        cz_plan_free(plan);
+    else
+        *out = plan;
     return rc;
 }
 
@@ -343,24 +344,24 @@ static int plan_solve(cz_plan **out, const cz_model *model, const cz_cluster *cl
     cz_plan *plan = NULL;
     *out = NULL;
     if ((rc = cz_plan_init(&plan, model, cluster, settings, err)) != CZ_OK)
-        goto fail;
+        goto done;
     if ((variant == ALPHA_EFFECTIVE || variant == ALPHA_WATER) &&
         (rc = cz_task_weigh(plan, 1.0, err)) != CZ_OK)
-        goto fail;
+        goto done;
     plan->tasks.dp_water = variant == ALPHA_WATER;
     plan->tasks.dp_fill = variant == ALPHA_SLOT_FILL;
     if ((rc = cz_buckets_layout(plan, err)) != CZ_OK)
-        goto fail;
+        goto done;
     if ((rc = cz_dp_partition(plan, err)) != CZ_OK)
-        goto fail;
+        goto done;
     if ((rc = cz_tp_schedule_build(plan, err)) != CZ_OK)
-        goto fail;
-    if ((rc = cz_plan_metrics_compute(plan, cluster, err)) != CZ_OK)
-        goto fail;
-    *out = plan;
-    return CZ_OK;
-fail:
-    cz_plan_free(plan);
+        goto done;
+    rc = cz_plan_metrics_compute(plan, cluster, err);
+done:
+    if (rc != CZ_OK)
+        cz_plan_free(plan);
+    else
+        *out = plan;
     return rc;
 }
 
@@ -397,7 +398,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
         eff.dp = CZ_DP_ALPHA;
     settings = &eff;
     if ((rc = plan_solve(&plan, model, cluster, settings, ALPHA_PLAIN, err)) != CZ_OK)
-        goto fail;
+        goto done;
     /* Alpha's cut placement is a greedy heuristic: with a few very large matrices, the cuts it
      * derives from element counts can happen to balance the cost better than the cuts derived
      * from the cost itself. Counting in the cost unit keeps whichever is better, the same way
@@ -406,7 +407,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
         cz_settings alt = *settings;
         alt.alpha_numel_loads = 1;
         if ((rc = plan_solve(&numel, model, cluster, &alt, ALPHA_PLAIN, err)) != CZ_OK)
-            goto fail;
+            goto done;
         if (plan_better(numel, plan)) {
             cz_plan_free(plan);
             plan = numel;
@@ -431,7 +432,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
         static const alpha_variant variants[] = {ALPHA_EFFECTIVE, ALPHA_WATER, ALPHA_SLOT_FILL};
         for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
             if ((rc = plan_solve(&numel, model, cluster, settings, variants[v], err)) != CZ_OK)
-                goto fail;
+                goto done;
             if (numel->metrics.tp_makespan < plan->metrics.tp_makespan * (1 - 1e-12)) {
                 cz_plan_free(plan);
                 plan = numel;
@@ -447,7 +448,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     if (settings->dp == CZ_DP_TPAWARE) {
         if ((rc = cz_dp_partition_tpaware(plan, err)) != CZ_OK ||
             (rc = cz_plan_metrics_compute(plan, cluster, err)) != CZ_OK)
-            goto fail;
+            goto done;
     }
     /* The exact solvers start from the best greedy plan, once (not once per alpha variant). */
     if (settings->solver == CZ_SOLVER_ILP) {
@@ -455,17 +456,17 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
             (rc = cz_tp_schedule_build(plan, err)) != CZ_OK ||
             (rc = cz_microgroups_ilp(plan, err)) != CZ_OK ||
             (rc = cz_plan_metrics_compute(plan, cluster, err)) != CZ_OK)
-            goto fail;
+            goto done;
     }
     plan->plan_seconds = cz_clock_seconds() - t0;
     /* The callback belongs to this call, not to the plan: a plan outlives its caller's payload. */
     plan->settings.progress = NULL;
     plan->settings.progress_payload = NULL;
+done:
     cz_plan_free(numel);
-    *out = plan;
-    return CZ_OK;
-fail:
-    cz_plan_free(numel);
-    cz_plan_free(plan);
+    if (rc != CZ_OK)
+        cz_plan_free(plan);
+    else
+        *out = plan;
     return rc;
 }
