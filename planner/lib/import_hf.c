@@ -7,6 +7,7 @@
  * column-parallel matrix and gate/up fused into `linear_fc1`, each fusion declared as
  * blocks so that matrix optimizers treat the parts as independent matrices. MoE experts are
  * whole matrices (no expert parallelism). */
+#include "cz_strbuf.h"
 #include "cz_types.h"
 
 #include <ctype.h>
@@ -777,53 +778,21 @@ done:
 
 /* ---- formatting ---- */
 
-typedef struct hf_buf {
-    char *data;
-    size_t len, cap;
-    bool ok;
-} hf_buf;
-
-static void hf_put(hf_buf *b, const char *s, size_t n)
-{
-    if (!b->ok)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (b->len + n + 1 > cap)
-            cap *= 2;
-        char *d = realloc(b->data, cap);
-        if (!d) {
-            b->ok = false;
-            return;
-        }
-        b->data = d;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-}
-
-static void hf_puts(hf_buf *b, const char *s)
-{
-    hf_put(b, s, strlen(s));
-}
-
-static void hf_indent(hf_buf *b, int depth)
+static void hf_indent(cz_strbuf *b, int depth)
 {
     for (int i = 0; i < depth; i++)
-        hf_put(b, "  ", 2);
+        cz__strbuf_put(b, "  ", 2);
 }
 
-static void hf_put_json(hf_buf *b, const json_t *v)
+static void hf_put_json(cz_strbuf *b, const json_t *v)
 {
     /* Without JSON_INDENT or JSON_COMPACT jansson writes one line with ", " and ": ". */
     char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
     if (!s) {
-        b->ok = false;
+        b->failed = 1;
         return;
     }
-    hf_puts(b, s);
+    cz__strbuf_puts(b, s);
     free(s);
 }
 
@@ -847,51 +816,51 @@ static bool hf_spreads(const json_t *v)
     return false;
 }
 
-static void hf_emit(hf_buf *b, const json_t *v, int depth)
+static void hf_emit(cz_strbuf *b, const json_t *v, int depth)
 {
     if (!hf_spreads(v)) {
         hf_put_json(b, v);
         return;
     }
     if (json_is_array(v)) {
-        hf_puts(b, "[\n");
+        cz__strbuf_puts(b, "[\n");
         for (size_t i = 0; i < json_array_size(v); i++) {
             hf_indent(b, depth + 1);
             hf_emit(b, json_array_get(v, i), depth + 1);
-            hf_puts(b, i + 1 < json_array_size(v) ? ",\n" : "\n");
+            cz__strbuf_puts(b, i + 1 < json_array_size(v) ? ",\n" : "\n");
         }
         hf_indent(b, depth);
-        hf_puts(b, "]");
+        cz__strbuf_puts(b, "]");
         return;
     }
-    hf_puts(b, "{\n");
+    cz__strbuf_puts(b, "{\n");
     void *it = json_object_iter((json_t *)v);
     while (it) {
         json_t *key = json_string(json_object_iter_key(it));
         hf_indent(b, depth + 1);
         if (!key)
-            b->ok = false;
+            b->failed = 1;
         else
             hf_put_json(b, key);
         json_decref(key);
-        hf_puts(b, ": ");
+        cz__strbuf_puts(b, ": ");
         hf_emit(b, json_object_iter_value(it), depth + 1);
         it = json_object_iter_next((json_t *)v, it);
-        hf_puts(b, it ? ",\n" : "\n");
+        cz__strbuf_puts(b, it ? ",\n" : "\n");
     }
     hf_indent(b, depth);
-    hf_puts(b, "}");
+    cz__strbuf_puts(b, "}");
 }
 
 int cz_model_json_format(char **out, const json_t *model, cz_error *err)
 {
     if (!out || !model)
         return cz_error_set(err, CZ_EINVALID, "cz_model_json_format: out and model are needed");
-    hf_buf b = {.ok = true};
+    cz_strbuf b = CZ_STRBUF_INIT;
     hf_emit(&b, model, 0);
-    hf_puts(&b, "\n");
-    if (!b.ok) {
-        free(b.data);
+    cz__strbuf_puts(&b, "\n");
+    if (b.failed) {
+        cz__strbuf_free(&b);
         *out = NULL;
         return cz_error_set(err, CZ_ENOMEM, "out of memory while formatting a model description");
     }
