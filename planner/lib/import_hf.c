@@ -7,6 +7,7 @@
  * column-parallel matrix and gate/up fused into `linear_fc1`, each fusion declared as
  * blocks so that matrix optimizers treat the parts as independent matrices. MoE experts are
  * whole matrices (no expert parallelism). */
+#include "cz_json_build.h"
 #include "cz_strbuf.h"
 #include "cz_types.h"
 
@@ -372,14 +373,13 @@ static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
 
 static void hf_set(json_t *obj, const char *key, json_t *value, bool *ok)
 {
-    /* json_object_set_new releases value even when it fails, so no leak on the error path. */
-    if (json_object_set_new(obj, key, value))
+    if (cz__json_put(obj, key, value)) /* value is released either way */
         *ok = false;
 }
 
 static void hf_add(json_t *arr, json_t *value, bool *ok)
 {
-    if (json_array_append_new(arr, value))
+    if (cz__json_push(arr, value))
         *ok = false;
 }
 
