@@ -337,6 +337,33 @@ static void print_table(const cmp_row *rows, int n, const cz_model *m, const cz_
     print_recommendation(rows, n, pick_rows(rows, n));
 }
 
+typedef struct compare_args {
+    const char *model_path, *cluster_path;
+    int json, repeats, progress;
+} compare_args;
+
+static int compare_option(void *state, int opt, const char *value)
+{
+    compare_args *a = state;
+    switch (opt) {
+    case 'm':
+        a->model_path = value;
+        return 0;
+    case 'c':
+        a->cluster_path = value;
+        return 0;
+    case 'j':
+        a->json = 1;
+        return 0;
+    case OPT_REPEATS:
+        return cz_cli_parse_int("compare", "repeats", value, 1, 99, &a->repeats);
+    case OPT_PROGRESS:
+        a->progress = 2; /* forced: one line per row, also when not a terminal */
+        return 0;
+    }
+    return 1;
+}
+
 int cz_cmd_compare(int argc, char **argv)
 {
     static const struct option own[] = {
@@ -346,54 +373,31 @@ int cz_cmd_compare(int argc, char **argv)
         {"repeats", required_argument, NULL, OPT_REPEATS},
         {"progress", no_argument, NULL, OPT_PROGRESS},
         {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
-    enum { NOWN = sizeof own / sizeof own[0] };
-    struct option opts[NOWN + CZ_CLI_SETTINGS_OPTION_COUNT + 1];
-    cz_cli_options_with_settings(opts, own, NOWN);
-
-    const char *model_path = NULL, *cluster_path = NULL;
-    int json = 0, repeats = 3, rc = 1, opt, progress = isatty(STDERR_FILENO);
+    compare_args a = {.repeats = 3, .progress = isatty(STDERR_FILENO)};
     cz_settings settings;
     cz_settings_init(&settings);
     cz_cluster_sizes sizes = {0};
     settings.time_limit_s = COMPARE_TIME_LIMIT_S;
+    const cz_cli_spec spec = {.name = "compare",
+                              .shortopts = "m:c:h",
+                              .own = own,
+                              .help = compare_help,
+                              .apply = compare_option,
+                              .state = &a,
+                              .settings = &settings,
+                              .sizes = &sizes,
+                              .operands = -1};
+    int rc = cz_cli_parse(&spec, argc, argv);
+    if (rc != CZ_CLI_CONTINUE)
+        return rc;
+    rc = 1;
+    const char *model_path = a.model_path, *cluster_path = a.cluster_path;
+    int json = a.json, repeats = a.repeats, progress = a.progress;
     cz_model *model = NULL;
     cz_cluster *cluster = NULL;
     cmp_row rows[32];
-
-    optind = 1;
-    while ((opt = cz_cli_getopt("compare", argc, argv, "m:c:h", opts)) != -1) {
-        switch (opt) {
-        case 'm':
-            model_path = optarg;
-            break;
-        case 'c':
-            cluster_path = optarg;
-            break;
-        case 'j':
-            json = 1;
-            break;
-        case OPT_REPEATS:
-            if (cz_cli_parse_int("compare", "repeats", optarg, 1, 99, &repeats))
-                return 2;
-            break;
-        case OPT_PROGRESS:
-            progress = 2; /* forced: one line per row, also when not a terminal */
-            break;
-        case 'h':
-            compare_help(stdout);
-            return 0;
-        case '?':
-            return 2;
-        default: {
-            int r = cz_cli_sizes_apply("compare", opt, optarg, &sizes);
-            if (r == 1)
-                r = cz_cli_settings_apply("compare", opt, optarg, &settings);
-            if (r)
-                return 2;
-        }
-        }
-    }
     if (cz_cli_require_inputs("compare", argc, argv, optind, model_path, cluster_path))
         return 2;
     if (cz_cli_load_inputs("compare", model_path, cluster_path, &sizes, &model, &cluster))

@@ -276,6 +276,37 @@ static int print_json_summary(const cz_plan *p, const cz_cluster *c, const char 
     return 0;
 }
 
+typedef struct plan_args {
+    const char *model_path, *cluster_path, *output;
+    int json, quiet, allow_memory;
+} plan_args;
+
+static int plan_option(void *state, int opt, const char *value)
+{
+    plan_args *a = state;
+    switch (opt) {
+    case 'm':
+        a->model_path = value;
+        return 0;
+    case 'c':
+        a->cluster_path = value;
+        return 0;
+    case 'o':
+        a->output = value;
+        return 0;
+    case 'j':
+        a->json = 1;
+        return 0;
+    case 'q':
+        a->quiet = 1;
+        return 0;
+    case 'M':
+        a->allow_memory = 1;
+        return 0;
+    }
+    return 1;
+}
+
 int cz_cmd_plan(int argc, char **argv)
 {
     static const struct option own[] = {
@@ -286,58 +317,33 @@ int cz_cmd_plan(int argc, char **argv)
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"allow-oversubscribed-memory", no_argument, NULL, 'M'},
+        {NULL, 0, NULL, 0},
     };
-    enum { NOWN = sizeof own / sizeof own[0] };
-    struct option opts[NOWN + CZ_CLI_SETTINGS_OPTION_COUNT + 1];
-    cz_cli_options_with_settings(opts, own, NOWN);
-
-    const char *model_path = NULL, *cluster_path = NULL, *output = NULL;
-    int json = 0, quiet = 0, allow_memory = 0, rc = 1, opt;
-    char memory_note[1024];
+    plan_args a = {0};
     cz_settings settings;
     cz_settings_init(&settings);
     cz_cluster_sizes sizes = {0};
+    const cz_cli_spec spec = {.name = "plan",
+                              .shortopts = "m:c:o:qh",
+                              .own = own,
+                              .help = plan_help,
+                              .apply = plan_option,
+                              .state = &a,
+                              .settings = &settings,
+                              .sizes = &sizes,
+                              .operands = -1};
+    int rc = cz_cli_parse(&spec, argc, argv);
+    if (rc != CZ_CLI_CONTINUE)
+        return rc;
+    rc = 1;
+    const char *model_path = a.model_path, *cluster_path = a.cluster_path, *output = a.output;
+    int json = a.json, quiet = a.quiet, allow_memory = a.allow_memory;
+    char memory_note[1024];
     cz_model *model = NULL;
     cz_cluster *cluster = NULL;
     cz_plan *plan = NULL;
     cz_error err;
     cz_error_clear(&err);
-
-    optind = 1;
-    while ((opt = cz_cli_getopt("plan", argc, argv, "m:c:o:qh", opts)) != -1) {
-        switch (opt) {
-        case 'm':
-            model_path = optarg;
-            break;
-        case 'c':
-            cluster_path = optarg;
-            break;
-        case 'o':
-            output = optarg;
-            break;
-        case 'j':
-            json = 1;
-            break;
-        case 'q':
-            quiet = 1;
-            break;
-        case 'M':
-            allow_memory = 1;
-            break;
-        case 'h':
-            plan_help(stdout);
-            return 0;
-        case '?':
-            return 2;
-        default: {
-            int r = cz_cli_sizes_apply("plan", opt, optarg, &sizes);
-            if (r == 1)
-                r = cz_cli_settings_apply("plan", opt, optarg, &settings);
-            if (r)
-                return 2;
-        }
-        }
-    }
     if (cz_cli_require_inputs("plan", argc, argv, optind, model_path, cluster_path))
         return 2;
     const char *inputs[] = {model_path, cluster_path}, *what[] = {"the model", "the cluster"};
