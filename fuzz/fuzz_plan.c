@@ -66,7 +66,8 @@ static void simulate_and_render(const cz_plan *plan, const cz_cluster *cluster,
                                 cz_sim_uneven uneven)
 {
     cz_sim_result *sim = NULL;
-    cz_sim_options so = {.uneven = uneven};
+    cz_sim_options so = CZ_SIM_OPTIONS_INIT;
+    so.uneven = uneven;
     cz_error err;
     cz_error_clear(&err);
     int rc = cz_plan_simulate(&sim, plan, cluster, &so, &err);

@@ -130,7 +130,8 @@ static int row_run(cmp_row *r, const cz_model *model, const cz_cluster *cluster,
     if (r->dp == CZ_DP_LAYERWISE)
         s.layerwise_order = r->order;
     cz_cli_row_layout(&s);
-    cz_sim_options simopt = {.uneven = CZ_SIM_UNEVEN_ROOTED, .muon_tp = r->muon_tp};
+    cz_sim_options simopt = CZ_SIM_OPTIONS_INIT;
+    simopt.muon_tp = r->muon_tp;
     if (r->muon_tp != CZ_MUON_TP_DUPLICATED && s.optimizer != CZ_OPTIM_MUON) {
         r->skipped = 1;
         snprintf(r->note, sizeof r->note, "Megatron's TP modes are modelled for Muon only");

@@ -426,7 +426,7 @@ int cz_cmd_diff(int argc, char **argv)
     cz_error_clear(&err);
     if (cz_plan_read(&a, argv[optind], &err) != CZ_OK ||
         cz_plan_read(&b, argv[optind + 1], &err) != CZ_OK ||
-        (dopt = (cz_diff_options){.force = force, .limit = limit},
+        (cz_diff_options_init(&dopt), dopt.force = force, dopt.limit = limit,
          cz_plan_diff(&report, a, b, &dopt, &err)) != CZ_OK) {
         fprintf(stderr, "canzona diff: %s\n", err.message);
         goto done;

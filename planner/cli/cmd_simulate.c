@@ -273,7 +273,7 @@ int cz_cmd_simulate(int argc, char **argv)
         {"uneven", required_argument, NULL, 'u'},  {"help", no_argument, NULL, 'h'},
         {"muon-tp", required_argument, NULL, 't'}, {NULL, 0, NULL, 0},
     };
-    simulate_args a = {.simopt = {.uneven = CZ_SIM_UNEVEN_ROOTED}};
+    simulate_args a = {.simopt = CZ_SIM_OPTIONS_INIT};
     cz_settings settings;
     cz_settings_init(&settings);
     cz_cluster_sizes sizes = {0};

@@ -166,6 +166,14 @@ typedef struct cz_settings {
 #define CZ_COOP_AUTO (-1)
 
 #define CZ_SETTINGS_VERSION 1
+/* The defaults as an initializer: cz_settings s = CZ_SETTINGS_INIT; (the same values as
+ * cz_settings_init). */
+/* clang-format off */
+#define CZ_SETTINGS_INIT                                                     \
+    {CZ_SETTINGS_VERSION, CZ_OPTIM_MUON, CZ_UNIT_TIME, CZ_DP_ALPHA, 1.0, 0,   \
+     CZ_LAYERWISE_MEGATRON, CZ_TP_ROLLBACK, 0.0, CZ_SOLVER_GREEDY, 60.0, 0, 5, \
+     10000, 10, 2.0, NULL, NULL, CZ_LAYOUT_UNIFIED, 0, 0}
+/* clang-format on */
 
 /* Fills *s with the defaults. */
 void cz_settings_init(cz_settings *s);
@@ -250,12 +258,22 @@ void cz_report_free(cz_report *report);
 int cz_plan_validate(cz_report **out, const cz_plan *plan, const cz_model *model,
                      const cz_cluster *cluster, cz_error *err);
 
-/* Options of cz_plan_inspect; initialize with cz_inspect_options_init. */
+/* Every options struct below, like cz_settings, starts with its version: initialize it with its
+ * *_init function or its *_INIT macro, then change fields, so that fields added later keep
+ * their defaults. A function given a struct of another version (or one left zeroed) refuses it
+ * with CZ_EUNSUPPORTED. */
+
+/* Options of cz_plan_inspect. */
 typedef struct cz_inspect_options {
-    int top_n; /* busiest DP ranks listed with their largest parameters; default 3 */
+    int version; /* CZ_INSPECT_OPTIONS_VERSION */
+    int top_n;   /* busiest DP ranks listed with their largest parameters; default 3 */
     const cz_cluster *cluster; /* NULL, or the plan's cluster: adds the device memory headroom
                                   (its DP x TP x PP must be the plan's: CZ_EMISMATCH) */
 } cz_inspect_options;
+#define CZ_INSPECT_OPTIONS_VERSION 1
+/* clang-format off */
+#define CZ_INSPECT_OPTIONS_INIT {CZ_INSPECT_OPTIONS_VERSION, 3, NULL}
+/* clang-format on */
 void cz_inspect_options_init(cz_inspect_options *o);
 /* A readable analysis of a plan from its stored metrics: topology, settings, per-rank and
  * per-GPU loads, imbalance figures, the top_n busiest ranks and their largest parameters,
@@ -264,13 +282,18 @@ void cz_inspect_options_init(cz_inspect_options *o);
 int cz_plan_inspect(cz_report **out, const cz_plan *plan, const cz_inspect_options *opt,
                     cz_error *err);
 
-/* Options of cz_plan_diff; initialize with cz_diff_options_init. */
+/* Options of cz_plan_diff. */
 typedef struct cz_diff_options {
-    int force; /* 1: compare plans of different models or topologies, matching parameters by
-                  name (otherwise refused with CZ_EMISMATCH); default 0 */
-    int limit; /* moved parameters and makespan changes listed (all are counted); 0 = all;
-                  default 20 */
+    int version; /* CZ_DIFF_OPTIONS_VERSION */
+    int force;   /* 1: compare plans of different models or topologies, matching parameters by
+                    name (otherwise refused with CZ_EMISMATCH); default 0 */
+    int limit;   /* moved parameters and makespan changes listed (all are counted); 0 = all;
+                    default 20 */
 } cz_diff_options;
+#define CZ_DIFF_OPTIONS_VERSION 1
+/* clang-format off */
+#define CZ_DIFF_OPTIONS_INIT {CZ_DIFF_OPTIONS_VERSION, 0, 20}
+/* clang-format on */
 void cz_diff_options_init(cz_diff_options *o);
 /* Compares plan b against plan a: settings, metric and per-rank deltas, the moved parameters
  * (largest first), each plan's busiest rank with what bounds its makespan and the parameters
@@ -295,11 +318,16 @@ int cz_muon_tp_mode_parse(const char *name, cz_muon_tp_mode *out);
  * the largest, n-1 steps of the largest slice. Equal slices cost the same either way. */
 typedef enum cz_sim_uneven { CZ_SIM_UNEVEN_ROOTED = 0, CZ_SIM_UNEVEN_PADDED = 1 } cz_sim_uneven;
 
-/* Options of cz_plan_simulate; initialize with cz_sim_options_init (all zero = defaults). */
+/* Options of cz_plan_simulate. */
 typedef struct cz_sim_options {
+    int version;             /* CZ_SIM_OPTIONS_VERSION */
     cz_sim_uneven uneven;    /* default ROOTED */
     cz_muon_tp_mode muon_tp; /* under the sc TP strategy with Muon; default DUPLICATED */
 } cz_sim_options;
+#define CZ_SIM_OPTIONS_VERSION 1
+/* clang-format off */
+#define CZ_SIM_OPTIONS_INIT {CZ_SIM_OPTIONS_VERSION, CZ_SIM_UNEVEN_ROOTED, CZ_MUON_TP_DUPLICATED}
+/* clang-format on */
 void cz_sim_options_init(cz_sim_options *o);
 
 /* The simulated optimizer step of one plan. */
@@ -318,12 +346,17 @@ int cz_sim_result_report(cz_report **out, const cz_sim_result *result, cz_error 
 void cz_sim_result_free(cz_sim_result *result);
 
 typedef enum cz_render_format { CZ_RENDER_SVG = 0, CZ_RENDER_HTML = 1 } cz_render_format;
-/* Options of cz_plan_render; initialize with cz_render_options_init. */
+/* Options of cz_plan_render. */
 typedef struct cz_render_options {
+    int version;               /* CZ_RENDER_OPTIONS_VERSION */
     cz_render_format format;   /* default SVG */
     int width;                 /* drawing width in pixels, 400 .. 20000; default 1200 */
     const cz_sim_options *sim; /* how the step is simulated with a cluster; NULL: defaults */
 } cz_render_options;
+#define CZ_RENDER_OPTIONS_VERSION 1
+/* clang-format off */
+#define CZ_RENDER_OPTIONS_INIT {CZ_RENDER_OPTIONS_VERSION, CZ_RENDER_SVG, 1200, NULL}
+/* clang-format on */
 void cz_render_options_init(cz_render_options *o);
 /* Draws what bounds the plan's step as a self-contained SVG document (or an HTML page with the
  * SVG inline and tables of the settings, per-rank loads and the costliest parameters): per-GPU
@@ -333,8 +366,9 @@ void cz_render_options_init(cz_render_options *o);
 int cz_plan_render(char **out, const cz_plan *plan, const cz_cluster *cluster,
                    const cz_render_options *opt, cz_error *err);
 
-/* Options of cz_model_import_hf; initialize with cz_import_hf_options_init. */
+/* Options of cz_model_import_hf. */
 typedef struct cz_import_hf_options {
+    int version;            /* CZ_IMPORT_HF_OPTIONS_VERSION */
     const char *name;       /* NULL: the config's _name_or_path basename (lowercased), else the
                                file's basename without .json and .config */
     cz_dtype dtype;         /* default bf16 */
@@ -344,6 +378,10 @@ typedef struct cz_import_hf_options {
     int split_gate_up;      /* 1 (default): linear_fc1 declared as blocks gate, up; Megatron
                                orthogonalizes the fused matrix whole (0) */
 } cz_import_hf_options;
+#define CZ_IMPORT_HF_OPTIONS_VERSION 1
+/* clang-format off */
+#define CZ_IMPORT_HF_OPTIONS_INIT {CZ_IMPORT_HF_OPTIONS_VERSION, NULL, CZ_DTYPE_BF16, 1, 128, 1, 1}
+/* clang-format on */
 void cz_import_hf_options_init(cz_import_hf_options *o);
 /* Writes the canzona.model/1 description of a Hugging Face config.json (Megatron-Core
  * parameter names; docs/FORMATS.md) as the text `canzona import-hf` prints; *out is released

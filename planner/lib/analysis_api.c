@@ -118,10 +118,23 @@ int cz_plan_validate(cz_report **out, const cz_plan *plan, const cz_model *model
     return cz_report_wrap(out, root, 0, err);
 }
 
+/* The options structs' defaults are their *_INIT macros (canzona.h): one set of values. Copied
+ * from a static object, whose padding is zero, so that two initialized structs compare equal. */
 void cz_inspect_options_init(cz_inspect_options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->top_n = 3;
+    static const cz_inspect_options defaults = CZ_INSPECT_OPTIONS_INIT;
+    memcpy(o, &defaults, sizeof *o);
+}
+
+/* A caller's options struct of another version than this build's (or one left zeroed). */
+static int options_version_check(int have, int want, const char *type, cz_error *err)
+{
+    if (have == want)
+        return CZ_OK;
+    return cz_error_set(err, CZ_EUNSUPPORTED,
+                        "%s version %d is not supported (expected %d); initialize it with "
+                        "%s_init() or its _INIT macro",
+                        type, have, want, type);
 }
 
 /* Adds "memory_per_gpu" to the report: the busiest GPU's model states and, with a cluster,
@@ -163,6 +176,10 @@ int cz_plan_inspect(cz_report **out, const cz_plan *plan, const cz_inspect_optio
     cz_inspect_options_init(&o);
     if (opt)
         o = *opt;
+    int rc;
+    if ((rc = options_version_check(o.version, CZ_INSPECT_OPTIONS_VERSION, "cz_inspect_options",
+                                    err)) != CZ_OK)
+        return rc;
     const cz_cluster *c = o.cluster;
     if (c && (c->dp != plan->dp || c->tp != plan->tp || c->pp != plan->pp))
         return cz_error_set(err, CZ_EMISMATCH,
@@ -170,7 +187,6 @@ int cz_plan_inspect(cz_report **out, const cz_plan *plan, const cz_inspect_optio
                             "%d x PP %d; give the cluster the plan was made for",
                             c->source ? c->source : c->name, c->dp, c->tp, c->pp, plan->dp,
                             plan->tp, plan->pp);
-    int rc;
     if ((rc = cz_plan_inspect_json(plan, o.top_n, &root, err)) != CZ_OK ||
         (rc = add_memory(root, plan, c, err)) != CZ_OK) {
         json_decref(root);
@@ -181,8 +197,8 @@ int cz_plan_inspect(cz_report **out, const cz_plan *plan, const cz_inspect_optio
 
 void cz_diff_options_init(cz_diff_options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->limit = 20;
+    static const cz_diff_options defaults = CZ_DIFF_OPTIONS_INIT;
+    memcpy(o, &defaults, sizeof *o);
 }
 
 int cz_plan_diff(cz_report **out, const cz_plan *a, const cz_plan *b, const cz_diff_options *opt,
@@ -196,21 +212,29 @@ int cz_plan_diff(cz_report **out, const cz_plan *a, const cz_plan *b, const cz_d
     cz_diff_options_init(&o);
     if (opt)
         o = *opt;
+    int rc;
+    if ((rc = options_version_check(o.version, CZ_DIFF_OPTIONS_VERSION, "cz_diff_options", err)) !=
+        CZ_OK)
+        return rc;
     if (o.limit < 0)
         return cz_error_set(err, CZ_EINVALID, "cz_plan_diff: limit %d; expected 0 (all) or more",
                             o.limit);
     /* The public 0 means "all", as validate's --limit; the internal function takes -1. */
-    int rc = cz_plan_diff_json(a, b, o.force, o.limit == 0 ? -1 : o.limit, &root, err);
-    if (rc != CZ_OK)
+    if ((rc = cz_plan_diff_json(a, b, o.force, o.limit == 0 ? -1 : o.limit, &root, err)) != CZ_OK)
         return rc;
     return cz_report_wrap(out, root, 12, err);
 }
 
 void cz_sim_options_init(cz_sim_options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->uneven = CZ_SIM_UNEVEN_ROOTED;
-    o->muon_tp = CZ_MUON_TP_DUPLICATED;
+    static const cz_sim_options defaults = CZ_SIM_OPTIONS_INIT;
+    memcpy(o, &defaults, sizeof *o);
+}
+
+int cz__sim_options_check(const cz_sim_options *o, cz_error *err)
+{
+    return o ? options_version_check(o->version, CZ_SIM_OPTIONS_VERSION, "cz_sim_options", err)
+             : CZ_OK;
 }
 
 int cz_sim_result_report(cz_report **out, const cz_sim_result *r, cz_error *err)
@@ -240,9 +264,8 @@ int cz_sim_result_report(cz_report **out, const cz_sim_result *r, cz_error *err)
 
 void cz_render_options_init(cz_render_options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->format = CZ_RENDER_SVG;
-    o->width = 1200;
+    static const cz_render_options defaults = CZ_RENDER_OPTIONS_INIT;
+    memcpy(o, &defaults, sizeof *o);
 }
 
 int cz_plan_render(char **out, const cz_plan *plan, const cz_cluster *cluster,
@@ -256,11 +279,14 @@ int cz_plan_render(char **out, const cz_plan *plan, const cz_cluster *cluster,
     cz_render_options_init(&o);
     if (opt)
         o = *opt;
+    int rc;
+    if ((rc = options_version_check(o.version, CZ_RENDER_OPTIONS_VERSION, "cz_render_options",
+                                    err)) != CZ_OK)
+        return rc;
     if (o.format != CZ_RENDER_SVG && o.format != CZ_RENDER_HTML)
         return cz_error_set(err, CZ_EINVALID, "cz_plan_render: format %d; expected SVG or HTML",
                             (int)o.format);
-    int rc = cz_plan_simulate(&sim, plan, cluster, o.sim, err);
-    if (rc != CZ_OK)
+    if ((rc = cz_plan_simulate(&sim, plan, cluster, o.sim, err)) != CZ_OK)
         return rc;
     cz_svg_options so = {.width = o.width,
                          .cluster_name = cluster ? cluster->name : NULL,
@@ -284,6 +310,9 @@ int cz_model_import_hf(char **out, const char *config_path, const cz_import_hf_o
     if (opt)
         o = *opt;
     int rc;
+    if ((rc = options_version_check(o.version, CZ_IMPORT_HF_OPTIONS_VERSION, "cz_import_hf_options",
+                                    err)) != CZ_OK)
+        return rc;
     if ((rc = cz_import_hf_opts(&model, config_path, &o, err)) != CZ_OK)
         goto done;
     rc = cz_model_json_format(out, model, err);

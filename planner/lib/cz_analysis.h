@@ -81,6 +81,8 @@ struct cz_sim_result {
 };
 
 /* cz_plan_simulate and cz_sim_result_free are declared in canzona.h. */
+/* CZ_OK for NULL or options of this build's version, else CZ_EUNSUPPORTED (analysis_api.c). */
+int cz__sim_options_check(const cz_sim_options *o, cz_error *err);
 
 /* Options of cz_plan_render_svg. */
 typedef struct cz_svg_options {

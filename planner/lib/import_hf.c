@@ -613,12 +613,8 @@ static int hf_check_tp(const hf_config *c, int64_t tp, cz_error *err)
 
 void cz_import_hf_options_init(cz_import_hf_options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->dtype = CZ_DTYPE_BF16;
-    o->tp_size = 1;
-    o->vocab_divisible_by = 128;
-    o->split_qkv = 1;
-    o->split_gate_up = 1;
+    static const cz_import_hf_options defaults = CZ_IMPORT_HF_OPTIONS_INIT;
+    memcpy(o, &defaults, sizeof *o);
 }
 
 int cz_import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,

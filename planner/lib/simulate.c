@@ -750,6 +750,8 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     int64_t *owned = NULL;
     int rc;
     *out = NULL;
+    if ((rc = cz__sim_options_check(opt, err)) != CZ_OK)
+        return rc;
     if ((rc = ctx_init(&cx, plan, cluster, opt, err)))
         goto done;
     int R = cx.R, D = cx.D, P = cx.P;

@@ -104,7 +104,8 @@ START_TEST(simulated_by_hand)
                                       CZ_MUON_TP_DISTRIBUTED};
     const double comm[3] = {5e-6 + 8192.0 / 100e9, 0.0, 5 * ar(32768.0) + ar(4.0)};
     for (int k = 0; k < 3; k++) {
-        cz_sim_options o = {.uneven = CZ_SIM_UNEVEN_ROOTED, .muon_tp = modes[k]};
+        cz_sim_options o = CZ_SIM_OPTIONS_INIT;
+        o.muon_tp = modes[k];
         cz_sim_result *r = NULL;
         ck_assert_msg(cz_plan_simulate(&r, plan, c, &o, &err) == CZ_OK, "%s", err.message);
         double compute = cz_cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, modes[k]).seconds;
@@ -119,7 +120,8 @@ START_TEST(simulated_by_hand)
     /* Only sc plans have a TP mode: Canzona's micro-groups are refused. */
     s.tp = CZ_TP_ROLLBACK;
     ck_assert_msg(cz_plan_build(&plan, m, c, &s, &err) == CZ_OK, "%s", err.message);
-    cz_sim_options o = {.muon_tp = CZ_MUON_TP_BLOCKWISE};
+    cz_sim_options o = CZ_SIM_OPTIONS_INIT;
+    o.muon_tp = CZ_MUON_TP_BLOCKWISE;
     cz_sim_result *r = NULL;
     ck_assert_int_eq(cz_plan_simulate(&r, plan, c, &o, &err), CZ_EUNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err.message, "blockwise"));
