@@ -1187,137 +1187,131 @@ static int read_schema(const cz_json_ctx *c, const json_t *root, bool *split)
     return rc;
 }
 
+/* $.generator and $.inputs: who wrote the plan, and for which model and cluster. */
+static int read_origin(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+{
+    static const char *const gen_keys[] = {"name", "version", NULL};
+    static const char *const in_keys[] = {"model", "cluster", NULL};
+    static const char *const ref_keys[] = {"name", "sha256", NULL};
+    const json_t *gen, *inputs, *ref;
+    int rc;
+    if ((rc = cz__json_get_object(c, root, "$", "generator", true, gen_keys, &gen)) != CZ_OK ||
+        (rc = r_strdup(c, gen, "$.generator", "name", &p->generator)) != CZ_OK ||
+        (rc = r_strdup(c, gen, "$.generator", "version", &p->generator_version)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_object(c, root, "$", "inputs", true, in_keys, &inputs)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_object(c, inputs, "$.inputs", "model", true, ref_keys, &ref)) != CZ_OK ||
+        (rc = r_strdup(c, ref, "$.inputs.model", "name", &p->model_name)) != CZ_OK ||
+        (rc = r_sha(c, ref, "$.inputs.model", &p->model_sha256)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_object(c, inputs, "$.inputs", "cluster", true, ref_keys, &ref)) !=
+            CZ_OK ||
+        (rc = r_strdup(c, ref, "$.inputs.cluster", "name", &p->cluster_name)) != CZ_OK ||
+        (rc = r_sha(c, ref, "$.inputs.cluster", &p->cluster_sha256)) != CZ_OK)
+        return rc;
+    return CZ_OK;
+}
+
+/* $.topology, $.dtype and $.buckets_config: the sizes everything after is checked against. */
+static int read_shape(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+{
+    static const char *const topo_keys[] = {"dp", "tp", "pp", "gpus_per_node", NULL};
+    static const char *const bc_keys[] = {"size", "align", NULL};
+    static const char *const dtypes[] = {"bf16", "fp16", "fp32", NULL};
+    const char *T = "$.topology";
+    const json_t *topo, *bc;
+    int dtype = 0, rc;
+    if ((rc = cz__json_get_object(c, root, "$", "topology", true, topo_keys, &topo)) != CZ_OK ||
+        (rc = cz__json_get_int(c, topo, T, "dp", true, 1, CZ_PLAN_MAX_GPUS, &p->dp)) != CZ_OK ||
+        (rc = cz__json_get_int(c, topo, T, "tp", true, 1, CZ_PLAN_MAX_GPUS, &p->tp)) != CZ_OK ||
+        (rc = cz__json_get_int(c, topo, T, "pp", true, 1, CZ_PLAN_MAX_GPUS, &p->pp)) != CZ_OK ||
+        (rc = cz__json_get_int(c, topo, T, "gpus_per_node", true, 1, INT_MAX, &p->gpus_per_node)) !=
+            CZ_OK)
+        return rc;
+    if ((int64_t)p->dp * p->tp * p->pp > CZ_PLAN_MAX_GPUS)
+        return cz__json_fail(c, T, "dp*tp*pp = %d*%d*%d exceeds %d GPUs", p->dp, p->tp, p->pp,
+                             CZ_PLAN_MAX_GPUS);
+    if ((rc = cz__json_get_enum(c, root, "$", "dtype", true, dtypes, &dtype)) != CZ_OK)
+        return rc;
+    p->dtype = (cz_dtype)dtype;
+    if ((rc = cz__json_get_object(c, root, "$", "buckets_config", true, bc_keys, &bc)) != CZ_OK ||
+        (rc = cz__json_get_int64(c, bc, "$.buckets_config", "size", true, 0, INT64_MAX,
+                                 &p->bucket_size)) != CZ_OK ||
+        (rc = cz__json_get_int64(c, bc, "$.buckets_config", "align", true, 1, INT64_MAX,
+                                 &p->bucket_align)) != CZ_OK)
+        return rc;
+    return CZ_OK;
+}
+
+/* $.buckets, then $.params (which refer to the buckets), and that their costs sum finitely. */
+static int read_layout(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+{
+    const json_t *params, *buckets;
+    char el[CZ_JSON_PATH_MAX];
+    int rc;
+    if ((rc = cz__json_get_array(c, root, "$", "params", true, 1, &params)) != CZ_OK ||
+        (rc = cz__json_get_array(c, root, "$", "buckets", true, 0, &buckets)) != CZ_OK)
+        return rc;
+    if (json_array_size(params) > (size_t)INT_MAX || json_array_size(buckets) > (size_t)INT_MAX)
+        return cz__json_fail(c, "$", "too many parameters or buckets");
+    p->buckets = calloc(json_array_size(buckets) + 1, sizeof *p->buckets);
+    if (!p->buckets)
+        return oom(c);
+    for (size_t i = 0; i < json_array_size(buckets); i++) {
+        p->nbuckets++;
+        if ((rc = read_bucket(c, json_array_get(buckets, i),
+                              cz__json_path_index(el, "$.buckets", i), i, p, &p->buckets[i])) !=
+            CZ_OK)
+            return rc;
+    }
+    p->params = calloc(json_array_size(params), sizeof *p->params);
+    if (!p->params)
+        return oom(c);
+    double total = 0.0;
+    for (size_t i = 0; i < json_array_size(params); i++) {
+        p->nparams++;
+        if ((rc = read_param(c, json_array_get(params, i), cz__json_path_index(el, "$.params", i),
+                             i, p, &p->params[i])) != CZ_OK)
+            return rc;
+        total += p->params[i].cost;
+    }
+    /* Every load, bound and report sums the costs; finite one by one, they could still overflow
+     * (the fuzzer's find: inspect then failed as if out of memory). */
+    if (!isfinite(total))
+        return cz__json_fail(c, "$.params", "the parameter costs sum to more than a double holds");
+    return CZ_OK;
+}
+
 int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
 {
     static const char *const top_keys[] = {
         "schema",  "generator",      "inputs",    "settings", "topology",
         "dtype",   "buckets_config", "params",    "buckets",  "tp_schedule",
         "metrics", "solver_result",  CONTENT_KEY, NULL};
-    static const char *const gen_keys[] = {"name", "version", NULL};
-    static const char *const in_keys[] = {"model", "cluster", NULL};
-    static const char *const ref_keys[] = {"name", "sha256", NULL};
-    static const char *const topo_keys[] = {"dp", "tp", "pp", "gpus_per_node", NULL};
-    static const char *const bc_keys[] = {"size", "align", NULL};
-    static const char *const dtypes[] = {"bf16", "fp16", "fp32", NULL};
     cz_json_ctx cc = {path, err}, *c = &cc;
     json_t *root = NULL;
     cz_plan *p = NULL;
-    const json_t *gen, *inputs, *ref, *topo, *bc, *params, *buckets;
-    char el[CZ_JSON_PATH_MAX];
-    int dtype = 0, rc;
+    int rc;
     bool split = false;
 
     *out = NULL;
     p = calloc(1, sizeof *p);
     if (!p)
         return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
-    if ((rc = cz__json_load_file(&root, NULL, path, err)) != CZ_OK)
-        goto done;
-    if ((rc = read_schema(c, root, &split)) != CZ_OK)
+    if ((rc = cz__json_load_file(&root, NULL, path, err)) != CZ_OK ||
+        (rc = read_schema(c, root, &split)) != CZ_OK)
         goto done;
     p->schema_version = split ? 2 : 1;
-    if ((rc = cz__json_check_object(c, root, "$", top_keys)) != CZ_OK)
-        goto done;
-    if ((rc = read_content_hash(c, root, p)) != CZ_OK)
-        goto done;
-    if ((rc = cz__json_get_object(c, root, "$", "generator", true, gen_keys, &gen)) != CZ_OK)
-        goto done;
-    if ((rc = r_strdup(c, gen, "$.generator", "name", &p->generator)) != CZ_OK)
-        goto done;
-    if ((rc = r_strdup(c, gen, "$.generator", "version", &p->generator_version)) != CZ_OK)
-        goto done;
-    if ((rc = cz__json_get_object(c, root, "$", "inputs", true, in_keys, &inputs)) != CZ_OK)
-        goto done;
-    if ((rc = cz__json_get_object(c, inputs, "$.inputs", "model", true, ref_keys, &ref)) != CZ_OK)
-        goto done;
-    if ((rc = r_strdup(c, ref, "$.inputs.model", "name", &p->model_name)) != CZ_OK)
-        goto done;
-    if ((rc = r_sha(c, ref, "$.inputs.model", &p->model_sha256)) != CZ_OK)
-        goto done;
-    if ((rc = cz__json_get_object(c, inputs, "$.inputs", "cluster", true, ref_keys, &ref)) != CZ_OK)
-        goto done;
-    if ((rc = r_strdup(c, ref, "$.inputs.cluster", "name", &p->cluster_name)) != CZ_OK)
-        goto done;
-    if ((rc = r_sha(c, ref, "$.inputs.cluster", &p->cluster_sha256)) != CZ_OK)
-        goto done;
-    if ((rc = read_settings(c, root, p)) != CZ_OK)
-        goto done;
-    if ((rc = read_solver_result(c, root, p)) != CZ_OK)
-        goto done;
-    if ((rc = cz__json_get_object(c, root, "$", "topology", true, topo_keys, &topo)) != CZ_OK)
-        goto done;
-    if ((rc = cz__json_get_int(c, topo, "$.topology", "dp", true, 1, CZ_PLAN_MAX_GPUS, &p->dp)) !=
-        CZ_OK)
-        goto done;
-    if ((rc = cz__json_get_int(c, topo, "$.topology", "tp", true, 1, CZ_PLAN_MAX_GPUS, &p->tp)) !=
-        CZ_OK)
-        goto done;
-    if ((rc = cz__json_get_int(c, topo, "$.topology", "pp", true, 1, CZ_PLAN_MAX_GPUS, &p->pp)) !=
-        CZ_OK)
-        goto done;
-    if ((rc = cz__json_get_int(c, topo, "$.topology", "gpus_per_node", true, 1, INT_MAX,
-                               &p->gpus_per_node)) != CZ_OK)
-        goto done;
-    if ((int64_t)p->dp * p->tp * p->pp > CZ_PLAN_MAX_GPUS) {
-        rc = cz__json_fail(c, "$.topology", "dp*tp*pp = %d*%d*%d exceeds %d GPUs", p->dp, p->tp,
-                           p->pp, CZ_PLAN_MAX_GPUS);
-        goto done;
-    }
-    if ((rc = cz__json_get_enum(c, root, "$", "dtype", true, dtypes, &dtype)) != CZ_OK)
-        goto done;
-    p->dtype = (cz_dtype)dtype;
-    if ((rc = cz__json_get_object(c, root, "$", "buckets_config", true, bc_keys, &bc)) != CZ_OK)
-        goto done;
-    if ((rc = cz__json_get_int64(c, bc, "$.buckets_config", "size", true, 0, INT64_MAX,
-                                 &p->bucket_size)) != CZ_OK)
-        goto done;
-    if ((rc = cz__json_get_int64(c, bc, "$.buckets_config", "align", true, 1, INT64_MAX,
-                                 &p->bucket_align)) != CZ_OK)
-        goto done;
-
-    /* Buckets first: parameters refer to them. */
-    if ((rc = cz__json_get_array(c, root, "$", "params", true, 1, &params)) != CZ_OK)
-        goto done;
-    if ((rc = cz__json_get_array(c, root, "$", "buckets", true, 0, &buckets)) != CZ_OK)
-        goto done;
-    if (json_array_size(params) > (size_t)INT_MAX || json_array_size(buckets) > (size_t)INT_MAX) {
-        rc = cz__json_fail(c, "$", "too many parameters or buckets");
-        goto done;
-    }
-    p->buckets = calloc(json_array_size(buckets) + 1, sizeof *p->buckets);
-    if (!p->buckets) {
-        rc = oom(c);
-        goto done;
-    }
-    for (size_t i = 0; i < json_array_size(buckets); i++) {
-        p->nbuckets++;
-        if ((rc = read_bucket(c, json_array_get(buckets, i),
-                              cz__json_path_index(el, "$.buckets", i), i, p, &p->buckets[i])) !=
-            CZ_OK)
-            goto done;
-    }
-    p->params = calloc(json_array_size(params), sizeof *p->params);
-    if (!p->params) {
-        rc = oom(c);
-        goto done;
-    }
-    double total = 0.0;
-    for (size_t i = 0; i < json_array_size(params); i++) {
-        p->nparams++;
-        if ((rc = read_param(c, json_array_get(params, i), cz__json_path_index(el, "$.params", i),
-                             i, p, &p->params[i])) != CZ_OK)
-            goto done;
-        total += p->params[i].cost;
-    }
-    /* Every load, bound and report sums the costs; finite one by one, they could still overflow
-     * (the fuzzer's find: inspect then failed as if out of memory). */
-    if (!isfinite(total)) {
-        rc = cz__json_fail(c, "$.params", "the parameter costs sum to more than a double holds");
-        goto done;
-    }
-    if ((rc = read_schedules(c, root, p, split)) != CZ_OK)
-        goto done;
-    if ((rc = read_metrics(c, root, p)) != CZ_OK)
+    /* In the order later parts depend on: the sizes before the buckets, the buckets before the
+     * parameters, all of them before the schedules and metrics. */
+    if ((rc = cz__json_check_object(c, root, "$", top_keys)) != CZ_OK ||
+        (rc = read_content_hash(c, root, p)) != CZ_OK || (rc = read_origin(c, root, p)) != CZ_OK ||
+        (rc = read_settings(c, root, p)) != CZ_OK ||
+        (rc = read_solver_result(c, root, p)) != CZ_OK || (rc = read_shape(c, root, p)) != CZ_OK ||
+        (rc = read_layout(c, root, p)) != CZ_OK ||
+        (rc = read_schedules(c, root, p, split)) != CZ_OK ||
+        (rc = read_metrics(c, root, p)) != CZ_OK)
         goto done;
     *out = p;
     p = NULL;

@@ -834,112 +834,192 @@ done:
     return rc;
 }
 
+/* The search state's arrays for one stage of plan over R DP ranks; -1 when one could not be
+ * allocated (tpa_free releases whatever was). */
+static int tpa_alloc(tpa *t, const cz_plan *plan, int R)
+{
+    t->dpl = calloc((size_t)R, sizeof *t->dpl);
+    t->cut = malloc(((plan->nbuckets + 1) * (size_t)(R + 1)) * sizeof *t->cut);
+    t->ew = calloc((size_t)R, sizeof *t->ew);
+    t->mk = calloc((size_t)R, sizeof *t->mk);
+    t->msum = calloc((size_t)R, sizeof *t->msum);
+    t->mmax = calloc((size_t)R, sizeof *t->mmax);
+    t->version = calloc((size_t)R, sizeof *t->version);
+    size_t nmoves = (plan->nbuckets + 1) * (size_t)R * 2;
+    t->memo_vf = malloc(nmoves * sizeof *t->memo_vf);
+    t->memo_vt = malloc(nmoves * sizeof *t->memo_vt);
+    t->memo_mf = malloc(nmoves * sizeof *t->memo_mf);
+    t->memo_mt = malloc(nmoves * sizeof *t->memo_mt);
+    t->tasks = malloc((plan->nparams + 1) * sizeof *t->tasks);
+    t->slot_load = calloc((size_t)plan->tp, sizeof *t->slot_load);
+    t->recv = calloc((size_t)R, sizeof *t->recv);
+    t->lose = calloc((size_t)R, sizeof *t->lose);
+    t->recv1 = calloc((size_t)R, sizeof *t->recv1);
+    t->lose1 = calloc((size_t)R, sizeof *t->lose1);
+    t->ew0 = calloc((size_t)R, sizeof *t->ew0);
+    t->msum0 = calloc((size_t)R, sizeof *t->msum0);
+    t->mk0 = calloc((size_t)R, sizeof *t->mk0);
+    t->ew1 = calloc((size_t)R, sizeof *t->ew1);
+    t->msum1 = calloc((size_t)R, sizeof *t->msum1);
+    t->nc1 = calloc((size_t)R + 1, sizeof *t->nc1);
+    t->nc2 = calloc((size_t)R + 1, sizeof *t->nc2);
+    t->oc1 = calloc((size_t)R + 1, sizeof *t->oc1);
+    t->oc2 = calloc((size_t)R + 1, sizeof *t->oc2);
+    if (!t->cut || !t->ew || !t->mk || !t->msum || !t->mmax || !t->tasks || !t->slot_load ||
+        !t->version || !t->memo_vf || !t->memo_vt || !t->memo_mf || !t->memo_mt || !t->recv ||
+        !t->lose || !t->recv1 || !t->lose1 || !t->ew0 || !t->msum0 || !t->mk0 || !t->ew1 ||
+        !t->msum1 || !t->nc1 || !t->nc2 || !t->oc1 || !t->oc2 || !t->dpl)
+        return -1;
+    for (size_t i = 0; i < nmoves; i++)
+        t->memo_vf[i] = t->memo_vt[i] = -1;
+    return 0;
+}
+
+static void tpa_free(tpa *t)
+{
+    free(t->dpl);
+    free(t->bucket);
+    free(t->first);
+    free(t->order);
+    free(t->cut);
+    free(t->ew);
+    free(t->mk);
+    free(t->msum);
+    free(t->mmax);
+    free(t->version);
+    free(t->memo_vf);
+    free(t->memo_vt);
+    free(t->memo_mf);
+    free(t->memo_mt);
+    free(t->tasks);
+    free(t->slot_load);
+    free(t->recv);
+    free(t->lose);
+    free(t->recv1);
+    free(t->lose1);
+    free(t->ew0);
+    free(t->msum0);
+    free(t->mk0);
+    free(t->ew1);
+    free(t->msum1);
+    free(t->nc1);
+    free(t->nc2);
+    free(t->oc1);
+    free(t->oc2);
+}
+
+/* Each rank's loads under the plan's owners (DP load, elementwise share, matrix sum and
+ * largest), counting the stage's parameters in *n. */
+static int tpa_loads(tpa *t, int *n, cz_error *err)
+{
+    const cz_plan *plan = t->plan;
+    int R = t->R;
+    *n = 0;
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        if (p->stage != t->stage)
+            continue;
+        if (p->dp_owner < 0 || p->dp_owner >= R)
+            return cz_error_set(err, CZ_EINTERNAL,
+                                "tpaware needs an atomic starting partition; parameter '%s' has "
+                                "DP owner %d",
+                                p->def.name ? p->def.name : "?", p->dp_owner);
+        (*n)++;
+        t->dpl[p->dp_owner] += p->cost;
+        if (p->def.kind != CZ_KIND_MATRIX) {
+            t->ew[p->dp_owner] += p->cost / plan->tp;
+        } else {
+            t->msum[p->dp_owner] += p->cost;
+            t->mmax[p->dp_owner] = fmax(t->mmax[p->dp_owner], p->cost);
+        }
+    }
+    return CZ_OK;
+}
+
+/* The stage's buckets (t owns the index's arrays from here) and each bucket's cut indices from
+ * the owners, which must be monotone along each bucket. */
+static int tpa_cuts(tpa *t, int n, cz_error *err)
+{
+    const cz_plan *plan = t->plan;
+    int R = t->R, rc = CZ_OK;
+    cz_stage_buckets sb;
+    int sbrc = cz_stage_buckets_build(&sb, plan, t->stage);
+    t->bucket = sb.bucket;
+    t->first = sb.first;
+    t->order = sb.order;
+    t->nb = sb.nb;
+    t->np_stage = sb.n;
+    if (sbrc != CZ_OK)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
+    /* Layout gives every parameter a bucket, so the index holds the whole stage. */
+    CZ_ASSERT(sb.n == n, err);
+    for (int bi = 0; bi < t->nb; bi++) {
+        int *c = &t->cut[bi * (R + 1)];
+        int np = t->first[bi + 1] - t->first[bi];
+        c[0] = 0;
+        for (int r = 1; r <= R; r++) {
+            c[r] = np;
+            for (int k = 0; k < np; k++)
+                if (plan->params[t->order[t->first[bi] + k]].dp_owner >= r) {
+                    c[r] = k;
+                    break;
+                }
+        }
+        for (int k = 0; k < np; k++) {
+            int o = plan->params[t->order[t->first[bi] + k]].dp_owner;
+            if (k < c[o] || k >= c[o + 1])
+                return cz_error_set(err, CZ_EINTERNAL,
+                                    "tpaware needs contiguous ranges; bucket %d has owners out of "
+                                    "rank order",
+                                    t->bucket[bi]);
+        }
+    }
+    return rc;
+}
+
+/* The moves: single shifts, then rounds of pushes, chains and compound moves (each tried when
+ * the one before found nothing), each gain followed by single shifts again. */
+static int search_moves(tpa *t, double *cur_max, double *cur_sq, int *stage_changed, cz_error *err)
+{
+    int rc;
+    if ((rc = single_moves(t, cur_max, cur_sq, stage_changed, err)))
+        return rc;
+    for (int round = 0; round < TPAWARE_MAX_ROUNDS; round++) {
+        int improved = 0;
+        if ((rc = push_moves(t, cur_max, cur_sq, &improved, err)))
+            return rc;
+        if (!improved && (rc = chain_moves(t, cur_max, cur_sq, &improved, err)))
+            return rc;
+        if (!improved && (rc = compound_moves(t, cur_max, cur_sq, &improved, err)))
+            return rc;
+        if (!improved)
+            break;
+        *stage_changed = 1;
+        if ((rc = single_moves(t, cur_max, cur_sq, stage_changed, err)))
+            return rc;
+    }
+    return CZ_OK;
+}
+
+/* One stage: the state from the plan's owners, the search, the rebalance, and the cuts kept
+ * only for a gain. */
 static int search_stage(cz_plan *plan, int stage, double search_deadline, double deadline,
                         int *changed, int *timed_out, cz_error *err)
 {
     int rc = CZ_OK, R = plan->dp, stage_changed = 0, n = 0, saved = 0;
-    int *start_owner = NULL;
     tpa t;
     memset(&t, 0, sizeof t);
     t.plan = plan;
     t.stage = stage;
     t.R = R;
     t.deadline = search_deadline;
-    t.dpl = calloc((size_t)R, sizeof *t.dpl);
-    start_owner = malloc((plan->nparams + 1) * sizeof *start_owner);
-    t.cut = malloc(((plan->nbuckets + 1) * (size_t)(R + 1)) * sizeof *t.cut);
-    t.ew = calloc((size_t)R, sizeof *t.ew);
-    t.mk = calloc((size_t)R, sizeof *t.mk);
-    t.msum = calloc((size_t)R, sizeof *t.msum);
-    t.mmax = calloc((size_t)R, sizeof *t.mmax);
-    t.version = calloc((size_t)R, sizeof *t.version);
-    size_t nmoves = (plan->nbuckets + 1) * (size_t)R * 2;
-    t.memo_vf = malloc(nmoves * sizeof *t.memo_vf);
-    t.memo_vt = malloc(nmoves * sizeof *t.memo_vt);
-    t.memo_mf = malloc(nmoves * sizeof *t.memo_mf);
-    t.memo_mt = malloc(nmoves * sizeof *t.memo_mt);
-    t.tasks = malloc((plan->nparams + 1) * sizeof *t.tasks);
-    t.slot_load = calloc((size_t)plan->tp, sizeof *t.slot_load);
-    t.recv = calloc((size_t)R, sizeof *t.recv);
-    t.lose = calloc((size_t)R, sizeof *t.lose);
-    t.recv1 = calloc((size_t)R, sizeof *t.recv1);
-    t.lose1 = calloc((size_t)R, sizeof *t.lose1);
-    t.ew0 = calloc((size_t)R, sizeof *t.ew0);
-    t.msum0 = calloc((size_t)R, sizeof *t.msum0);
-    t.mk0 = calloc((size_t)R, sizeof *t.mk0);
-    t.ew1 = calloc((size_t)R, sizeof *t.ew1);
-    t.msum1 = calloc((size_t)R, sizeof *t.msum1);
-    t.nc1 = calloc((size_t)R + 1, sizeof *t.nc1);
-    t.nc2 = calloc((size_t)R + 1, sizeof *t.nc2);
-    t.oc1 = calloc((size_t)R + 1, sizeof *t.oc1);
-    t.oc2 = calloc((size_t)R + 1, sizeof *t.oc2);
-    if (!t.cut || !t.ew || !t.mk || !t.msum || !t.mmax || !t.tasks || !t.slot_load || !t.version ||
-        !t.memo_vf || !t.memo_vt || !t.memo_mf || !t.memo_mt || !t.recv || !t.lose || !t.recv1 ||
-        !t.lose1 || !t.ew0 || !t.msum0 || !t.mk0 || !t.ew1 || !t.msum1 || !t.nc1 || !t.nc2 ||
-        !t.oc1 || !t.oc2 || !t.dpl || !start_owner) {
+    int *start_owner = malloc((plan->nparams + 1) * sizeof *start_owner);
+    if (tpa_alloc(&t, plan, R) != 0 || !start_owner) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
         goto done;
     }
-    for (size_t i = 0; i < plan->nparams; i++) {
-        const cz_plan_param *p = &plan->params[i];
-        if (p->stage != stage)
-            continue;
-        if (p->dp_owner < 0 || p->dp_owner >= R) {
-            rc = cz_error_set(err, CZ_EINTERNAL,
-                              "tpaware needs an atomic starting partition; parameter '%s' has DP "
-                              "owner %d",
-                              p->def.name ? p->def.name : "?", p->dp_owner);
-            goto done;
-        }
-        n++;
-        t.dpl[p->dp_owner] += p->cost;
-        if (p->def.kind != CZ_KIND_MATRIX) {
-            t.ew[p->dp_owner] += p->cost / plan->tp;
-        } else {
-            t.msum[p->dp_owner] += p->cost;
-            t.mmax[p->dp_owner] = fmax(t.mmax[p->dp_owner], p->cost);
-        }
-    }
-    cz_stage_buckets sb;
-    int sbrc = cz_stage_buckets_build(&sb, plan, stage);
-    /* t owns the index's arrays from here (freed with t's). */
-    t.bucket = sb.bucket;
-    t.first = sb.first;
-    t.order = sb.order;
-    t.nb = sb.nb;
-    t.np_stage = sb.n;
-    if (sbrc != CZ_OK) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
+    if ((rc = tpa_loads(&t, &n, err)) != CZ_OK || (rc = tpa_cuts(&t, n, err)) != CZ_OK)
         goto done;
-    }
-    /* Layout gives every parameter a bucket, so the index holds the whole stage. */
-    CZ_ASSERT_GOTO(sb.n == n, err, rc, done);
-    /* Cut indices from the owners; owners must be monotone along each bucket. */
-    for (int bi = 0; bi < t.nb; bi++) {
-        int *c = &t.cut[bi * (R + 1)];
-        int np = t.first[bi + 1] - t.first[bi];
-        c[0] = 0;
-        for (int r = 1; r <= R; r++) {
-            c[r] = np;
-            for (int k = 0; k < np; k++)
-                if (plan->params[t.order[t.first[bi] + k]].dp_owner >= r) {
-                    c[r] = k;
-                    break;
-                }
-        }
-        for (int k = 0; k < np; k++) {
-            int o = plan->params[t.order[t.first[bi] + k]].dp_owner;
-            if (k < c[o] || k >= c[o + 1]) {
-                rc = cz_error_set(err, CZ_EINTERNAL,
-                                  "tpaware needs contiguous ranges; bucket %d has owners out of "
-                                  "rank order",
-                                  t.bucket[bi]);
-                goto done;
-            }
-        }
-    }
-    for (size_t i = 0; i < nmoves; i++)
-        t.memo_vf[i] = t.memo_vt[i] = -1;
     for (int r = 0; r < R; r++)
         if ((rc = rank_makespan(&t, r, &t.mk[r], err)))
             goto done;
@@ -951,23 +1031,8 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
     for (int k = 0; k < n; k++)
         start_owner[k] = plan->params[t.order[k]].dp_owner;
     saved = 1;
-
-    if ((rc = single_moves(&t, &cur_max, &cur_sq, &stage_changed, err)))
+    if ((rc = search_moves(&t, &cur_max, &cur_sq, &stage_changed, err)))
         goto done;
-    for (int round = 0; round < TPAWARE_MAX_ROUNDS; round++) {
-        int improved = 0;
-        if ((rc = push_moves(&t, &cur_max, &cur_sq, &improved, err)))
-            goto done;
-        if (!improved && (rc = chain_moves(&t, &cur_max, &cur_sq, &improved, err)))
-            goto done;
-        if (!improved && (rc = compound_moves(&t, &cur_max, &cur_sq, &improved, err)))
-            goto done;
-        if (!improved)
-            break;
-        stage_changed = 1;
-        if ((rc = single_moves(&t, &cur_max, &cur_sq, &stage_changed, err)))
-            goto done;
-    }
     *timed_out |= t.timed_out;
     if (stage_changed && cur_max < start_max * (1 - 1e-12)) {
         t.deadline = deadline;
@@ -989,35 +1054,7 @@ done:
         for (int k = 0; k < n; k++)
             plan->params[t.order[k]].dp_owner = start_owner[k];
     free(start_owner);
-    free(t.dpl);
-    free(t.bucket);
-    free(t.first);
-    free(t.order);
-    free(t.cut);
-    free(t.ew);
-    free(t.mk);
-    free(t.msum);
-    free(t.mmax);
-    free(t.version);
-    free(t.memo_vf);
-    free(t.memo_vt);
-    free(t.memo_mf);
-    free(t.memo_mt);
-    free(t.tasks);
-    free(t.slot_load);
-    free(t.recv);
-    free(t.lose);
-    free(t.recv1);
-    free(t.lose1);
-    free(t.ew0);
-    free(t.msum0);
-    free(t.mk0);
-    free(t.ew1);
-    free(t.msum1);
-    free(t.nc1);
-    free(t.nc2);
-    free(t.oc1);
-    free(t.oc2);
+    tpa_free(&t);
     return rc;
 }
 

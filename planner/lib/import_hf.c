@@ -632,6 +632,109 @@ static int hf_nomem(cz_error *err, const char *config_path)
     return cz_error_set(err, CZ_ENOMEM, "out of memory while importing %s", config_path);
 }
 
+/* The options a caller may get wrong, each refused with what is allowed. */
+static int hf_options_check(const cz_import_hf_options *o, cz_error *err)
+{
+    if (o->tp_size < 1 || o->tp_size > (1 << 20))
+        return cz_error_set(err, CZ_EINVALID,
+                            "the tensor-parallel size must be from 1 to 1048576, got %d",
+                            o->tp_size);
+    if (o->vocab_divisible_by < 1 || o->vocab_divisible_by > (1 << 20))
+        return cz_error_set(err, CZ_EINVALID,
+                            "make_vocab_size_divisible_by must be from 1 to 1048576, got %d",
+                            o->vocab_divisible_by);
+    if (!cz_dtype_name(o->dtype))
+        return cz_error_set(err, CZ_EINVALID, "cz_import_hf: unknown dtype %d", (int)o->dtype);
+    if (o->name && !*o->name)
+        return cz_error_set(err, CZ_EINVALID, "the model name must not be empty");
+    return CZ_OK;
+}
+
+/* The config file as a JSON object (*root, a new reference). */
+static int hf_load(json_t **root, const char *config_path, cz_error *err)
+{
+    json_error_t jerr;
+    char *text = NULL;
+    size_t text_len = 0;
+    int rc;
+    *root = NULL;
+    if ((rc = cz_file_read_all(config_path, CZ_HF_CONFIG_MAX_BYTES, &text, &text_len, err)))
+        return rc;
+    *root = json_loadb(text, text_len, JSON_REJECT_DUPLICATES, &jerr);
+    free(text);
+    if (!*root)
+        return cz_error_set(err, CZ_EPARSE, "%s:%d:%d: not valid JSON: %s", config_path, jerr.line,
+                            jerr.column, jerr.text);
+    if (!json_is_object(*root))
+        return cz_error_set(err, CZ_EINVALID, "%s: $: expected a JSON object, found %s",
+                            config_path, hf_type_name(*root));
+    return CZ_OK;
+}
+
+/* The model description: header, Megatron record, embedding, the layers (one repeat block
+ * when all alike), final norm and output layer. *ok turns false on any allocation failure. */
+static json_t *hf_model_json(const hf_config *c, const cz_import_hf_options *o, const char *name,
+                             const char *description, bool *ok)
+{
+    json_t *model = json_object();
+    json_t *params = json_array();
+    hf_set(model, "schema", json_string(CZ_MODEL_SCHEMA), ok);
+    hf_set(model, "name", json_string(name), ok);
+    hf_set(model, "dtype", json_string(cz_dtype_name(o->dtype)), ok);
+    hf_set(model, "description", json_string(description), ok);
+    json_t *mg = json_object();
+    hf_set(mg, "num_attention_heads", json_integer(c->heads), ok);
+    hf_set(mg, "num_query_groups", json_integer(c->kv_heads), ok);
+    hf_set(mg, "vocab_size", json_integer(c->vocab), ok);
+    hf_set(mg, "make_vocab_size_divisible_by", json_integer(o->vocab_divisible_by), ok);
+    hf_set(mg, "tensor_model_parallel_size", json_integer(o->tp_size), ok);
+    hf_set(mg, "padded_vocab_size", json_integer(c->padded_vocab), ok);
+    hf_set(model, "megatron", mg, ok);
+    hf_add(params,
+           hf_param("embedding.word_embeddings.weight", c->padded_vocab, c->hidden, 0, false, ok),
+           ok);
+    bool uniform = true;
+    for (int64_t l = 1; l < c->layers; l++)
+        if (c->moe_layer && c->moe_layer[l] != c->moe_layer[0])
+            uniform = false;
+    if (uniform) {
+        json_t *layer = hf_layer(c, c->moe_layer && c->moe_layer[0], ok);
+        hf_add(params, hf_repeat(c->layers, "decoder.layers.{i}.", layer, ok), ok);
+    } else {
+        /* {i} counts inside one repeat block only, so mixed dense/MoE stacks are written as
+         * one block per layer with the layer number spelled out. */
+        for (int64_t l = 0; l < c->layers && *ok; l++) {
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "decoder.layers.%" PRId64 ".", l);
+            json_t *layer = hf_layer(c, c->moe_layer[l], ok);
+            hf_add(params, hf_repeat(1, prefix, layer, ok), ok);
+        }
+    }
+    hf_add(params, hf_param("decoder.final_layernorm.weight", c->hidden, -1, -1, false, ok), ok);
+    if (!c->tie)
+        hf_add(params, hf_param("output_layer.weight", c->padded_vocab, c->hidden, 0, false, ok),
+               ok);
+    hf_set(model, "params", params, ok);
+    if (!model)
+        *ok = false;
+    return model;
+}
+
+/* What we write must load: the loader's own checks, not a copy of them. */
+static int hf_check_loads(const json_t *model, const char *config_path, cz_error *err)
+{
+    cz_model *check = NULL;
+    size_t shown_len = strlen(config_path) + sizeof " (imported)";
+    char *shown = malloc(shown_len);
+    if (!shown)
+        return hf_nomem(err, config_path);
+    snprintf(shown, shown_len, "%s (imported)", config_path);
+    int rc = cz__model_from_json(&check, model, shown, NULL, err);
+    free(shown);
+    cz_model_free(check);
+    return rc;
+}
+
 int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_import_hf_options *o,
                       cz_error *err)
 {
@@ -647,39 +750,12 @@ int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_impo
         return cz_error_set(err, CZ_EINVALID,
                             "cz_import_hf: out_model, config_path and options are needed");
     *out_model = NULL;
+    if ((rc = hf_options_check(o, err)) != CZ_OK)
+        return rc;
     const char *name = o->name;
-    cz_dtype dtype = o->dtype;
-    if (o->tp_size < 1 || o->tp_size > (1 << 20))
-        return cz_error_set(err, CZ_EINVALID,
-                            "the tensor-parallel size must be from 1 to 1048576, got %d",
-                            o->tp_size);
-    if (o->vocab_divisible_by < 1 || o->vocab_divisible_by > (1 << 20))
-        return cz_error_set(err, CZ_EINVALID,
-                            "make_vocab_size_divisible_by must be from 1 to 1048576, got %d",
-                            o->vocab_divisible_by);
-    if (!cz_dtype_name(dtype))
-        return cz_error_set(err, CZ_EINVALID, "cz_import_hf: unknown dtype %d", (int)dtype);
-    if (name && !*name)
-        return cz_error_set(err, CZ_EINVALID, "the model name must not be empty");
-
-    json_error_t jerr;
-    char *text = NULL;
-    size_t text_len = 0;
-    if ((rc = cz_file_read_all(config_path, CZ_HF_CONFIG_MAX_BYTES, &text, &text_len, err)))
-        goto done;
-    root = json_loadb(text, text_len, JSON_REJECT_DUPLICATES, &jerr);
-    free(text);
-    if (!root) {
-        rc = cz_error_set(err, CZ_EPARSE, "%s:%d:%d: not valid JSON: %s", config_path, jerr.line,
-                          jerr.column, jerr.text);
-        goto done;
-    }
-    if (!json_is_object(root)) {
-        rc = cz_error_set(err, CZ_EINVALID, "%s: $: expected a JSON object, found %s", config_path,
-                          hf_type_name(root));
-        goto done;
-    }
-    if ((rc = hf_config_read(&c, root, err)) || (rc = hf_check_tp(&c, o->tp_size, err)))
+    if ((rc = hf_load(&root, config_path, err)) != CZ_OK ||
+        (rc = hf_config_read(&c, root, err)) != CZ_OK ||
+        (rc = hf_check_tp(&c, o->tp_size, err)) != CZ_OK)
         goto done;
     c.padded_vocab = cz__megatron_padded_vocab(c.vocab, o->vocab_divisible_by, o->tp_size);
     if (c.padded_vocab < 1 || c.padded_vocab > HF_MAX_DIM) {
@@ -689,7 +765,6 @@ int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_impo
                           config_path, c.vocab, o->vocab_divisible_by, o->tp_size, HF_MAX_DIM);
         goto done;
     }
-
     if (!name) {
         name = derived = hf_default_name(config_path, root);
         if (!derived) {
@@ -702,64 +777,12 @@ int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_impo
         rc = hf_nomem(err, config_path);
         goto done;
     }
-
-    model = json_object();
-    json_t *params = json_array();
-    hf_set(model, "schema", json_string(CZ_MODEL_SCHEMA), &ok);
-    hf_set(model, "name", json_string(name), &ok);
-    hf_set(model, "dtype", json_string(cz_dtype_name(dtype)), &ok);
-    hf_set(model, "description", json_string(description), &ok);
-    json_t *mg = json_object();
-    hf_set(mg, "num_attention_heads", json_integer(c.heads), &ok);
-    hf_set(mg, "num_query_groups", json_integer(c.kv_heads), &ok);
-    hf_set(mg, "vocab_size", json_integer(c.vocab), &ok);
-    hf_set(mg, "make_vocab_size_divisible_by", json_integer(o->vocab_divisible_by), &ok);
-    hf_set(mg, "tensor_model_parallel_size", json_integer(o->tp_size), &ok);
-    hf_set(mg, "padded_vocab_size", json_integer(c.padded_vocab), &ok);
-    hf_set(model, "megatron", mg, &ok);
-    hf_add(params,
-           hf_param("embedding.word_embeddings.weight", c.padded_vocab, c.hidden, 0, false, &ok),
-           &ok);
-
-    bool uniform = true;
-    for (int64_t l = 1; l < c.layers; l++)
-        if (c.moe_layer && c.moe_layer[l] != c.moe_layer[0])
-            uniform = false;
-    if (uniform) {
-        json_t *layer = hf_layer(&c, c.moe_layer && c.moe_layer[0], &ok);
-        hf_add(params, hf_repeat(c.layers, "decoder.layers.{i}.", layer, &ok), &ok);
-    } else {
-        /* {i} counts inside one repeat block only, so mixed dense/MoE stacks are written as
-         * one block per layer with the layer number spelled out. */
-        for (int64_t l = 0; l < c.layers && ok; l++) {
-            char prefix[64];
-            snprintf(prefix, sizeof prefix, "decoder.layers.%" PRId64 ".", l);
-            json_t *layer = hf_layer(&c, c.moe_layer[l], &ok);
-            hf_add(params, hf_repeat(1, prefix, layer, &ok), &ok);
-        }
-    }
-    hf_add(params, hf_param("decoder.final_layernorm.weight", c.hidden, -1, -1, false, &ok), &ok);
-    if (!c.tie)
-        hf_add(params, hf_param("output_layer.weight", c.padded_vocab, c.hidden, 0, false, &ok),
-               &ok);
-    hf_set(model, "params", params, &ok);
-    if (!ok || !model) {
+    model = hf_model_json(&c, o, name, description, &ok);
+    if (!ok) {
         rc = hf_nomem(err, config_path);
         goto done;
     }
-    /* What we write must load: the loader's own checks, not a copy of them. */
-    cz_model *check = NULL;
-    size_t shown_len = strlen(config_path) + sizeof " (imported)";
-    char *shown = malloc(shown_len);
-    if (!shown) {
-        rc = hf_nomem(err, config_path);
-        goto done;
-    }
-    snprintf(shown, shown_len, "%s (imported)", config_path);
-    rc = cz__model_from_json(&check, model, shown, NULL, err);
-    free(shown);
-    cz_model_free(check);
-    if (rc)
+    if ((rc = hf_check_loads(model, config_path, err)) != CZ_OK)
         goto done;
     *out_model = model;
     model = NULL;

@@ -456,58 +456,83 @@ static int note_below(cz_strbuf *b, double cx, int y, const char *text, int widt
 /* Panel (a): optimizer work per GPU. One bar per GPU while bars stay at least 3 px wide;
  * beyond that, one column per group of DP ranks showing the group's max, mean and min, so
  * that 8,192 GPUs draw as a few hundred shapes and the busiest GPU is still marked. */
-static int svg_loads(cz_strbuf *b, const cz_plan *plan, const render_facts *f, int width, int top,
-                     int *bottom, cz_error *err)
+/* The geometry of panel (a): plot area, columns (one per GPU, or aggregated k DP ranks to a
+ * column when bars would be under 3 px) and the y scale. */
+typedef struct loads_geom {
+    int P, D, R;
+    int left, right, height;
+    double stage_gap, avail;
+    int aggregate, k, cols; /* k DP ranks per column, cols columns per stage */
+    double col_w, rank_px, gap;
+    double ystep, top_val;
+    int ngrid;
+    double y_top, y0; /* the plot's top and baseline, once the header is placed */
+    cz_cost_unit u;
+} loads_geom;
+
+static void loads_geom_init(loads_geom *g, const cz_plan *plan, const render_facts *f, int width)
 {
     const cz_plan_metrics *m = &plan->metrics;
     int P = plan->pp, D = plan->dp, R = plan->tp;
-    if (!m->gpu_load)
-        return cz_error_set(err, CZ_EINVALID,
-                            "plan has no per-GPU loads (metrics.gpu_load); rebuild it with "
-                            "'canzona plan'");
-    const int left = 90, right = 20, height = 220;
-    const double stage_gap = P > 1 ? 20.0 : 0.0;
-    double plot_w = width - left - right, avail = plot_w - stage_gap * (P - 1);
-    double per_gpu = avail / (D * R);
-    int aggregate = per_gpu / P < 3.0;
+    *g = (loads_geom){.P = P, .D = D, .R = R, .left = 90, .right = 20, .height = 220};
+    g->u = plan->settings.unit;
+    g->stage_gap = P > 1 ? 20.0 : 0.0;
+    double plot_w = width - g->left - g->right;
+    g->avail = plot_w - g->stage_gap * (P - 1);
+    double per_gpu = g->avail / (D * R);
+    g->aggregate = per_gpu / P < 3.0;
     /* Ranks per column: 1 in per-GPU mode; else the smallest power of two giving >= 5 px. */
-    int k = 1;
-    if (aggregate)
-        while (k < D && avail / (P * ((D + k - 1) / k)) < 5.0)
-            k *= 2;
-    int cols = (D + k - 1) / k;      /* per stage */
-    double col_w = avail / P / cols; /* a column: k ranks, all TP ranks */
-    double rank_px = avail / P / D;  /* pixels per DP rank */
-    double gap = aggregate ? fmin(1.0, col_w * 0.15) : (D > 1 ? fmin(6.0, rank_px * 0.2) : 0.0);
+    g->k = 1;
+    if (g->aggregate)
+        while (g->k < D && g->avail / (P * ((D + g->k - 1) / g->k)) < 5.0)
+            g->k *= 2;
+    g->cols = (D + g->k - 1) / g->k;   /* per stage */
+    g->col_w = g->avail / P / g->cols; /* a column: k ranks, all TP ranks */
+    g->rank_px = g->avail / P / D;     /* pixels per DP rank */
+    g->gap =
+        g->aggregate ? fmin(1.0, g->col_w * 0.15) : (D > 1 ? fmin(6.0, g->rank_px * 0.2) : 0.0);
     double maxv = 0.0;
     for (int i = 0; i < f->ngpus; i++)
         maxv = fmax(maxv, m->gpu_load[i]);
     /* The y grid: 3 to 5 lines at a round step (1, 2 or 5 times a power of ten). */
-    double want = fmax(maxv, bound_of(m)) * 1.08, ystep = 1.0;
+    double want = fmax(maxv, bound_of(m)) * 1.08;
+    g->ystep = 1.0;
     if (want > 0) {
         double p10 = pow(10.0, floor(log10(want / 5.0)));
-        ystep = p10 * (want / p10 <= 5.0    ? 1.0
-                       : want / p10 <= 10.0 ? 2.0
-                       : want / p10 <= 25.0 ? 5.0
-                                            : 10.0);
+        g->ystep = p10 * (want / p10 <= 5.0    ? 1.0
+                          : want / p10 <= 10.0 ? 2.0
+                          : want / p10 <= 25.0 ? 5.0
+                                               : 10.0);
     }
-    int ngrid = (int)ceil(want / ystep - 1e-9);
-    ngrid = ngrid < 1 ? 1 : ngrid;
-    double top_val = ngrid * ystep;
-    char buf[64], b2[64];
-    cz_cost_unit u = plan->settings.unit;
-    char text[512] = "";
+    g->ngrid = (int)ceil(want / g->ystep - 1e-9);
+    g->ngrid = g->ngrid < 1 ? 1 : g->ngrid;
+    g->top_val = g->ngrid * g->ystep;
+}
+
+/* The y of value v (negative values at the baseline). */
+static double loads_y(const loads_geom *g, double v)
+{
+    return g->y0 - g->height * (v > 0 ? v : 0.0) / g->top_val;
+}
+
+/* Heading, legend and the busiest GPU's line; returns the top of the plot's header area. */
+static int loads_header(cz_strbuf *b, const cz_plan *plan, const render_facts *f,
+                        const loads_geom *g, int width, int top)
+{
+    const cz_plan_metrics *m = &plan->metrics;
+    char buf[64], b2[64], text[512] = "";
+    cz_cost_unit u = g->u;
     cat(text, sizeof text, "(a) optimizer work per GPU (%s)", cz_unit_name(u));
-    if (aggregate)
+    if (g->aggregate)
         cat(text, sizeof text, ", %d GPUs in %d columns of %d DP rank%s x %d TP", f->ngpus,
-            P * cols, k, k == 1 ? "" : "s", R);
+            g->P * g->cols, g->k, g->k == 1 ? "" : "s", g->R);
     else
         cat(text, sizeof text, ", one bar per GPU, TP ranks side by side within each DP rank");
     cz__strbuf_printf(b, "<g id=\"loads\">\n");
     top += panel_heading(b, top + 16, text, width);
     double lx = 10;
-    int ly = top + 34, lmax = width - right;
-    if (aggregate) {
+    int ly = top + 34, lmax = width - g->right;
+    if (g->aggregate) {
         legend_item(b, &lx, &ly, lmax, AGG_MAX_FILL, NULL, 0, "busiest GPU of the column");
         legend_item(b, &lx, &ly, lmax, AGG_MEAN_FILL, NULL, 0, "mean of the column");
         legend_item(b, &lx, &ly, lmax, NULL, "#000000", 0, "least busy");
@@ -532,70 +557,152 @@ static int svg_loads(cz_strbuf *b, const cz_plan *plan, const render_facts *f, i
         bs, bd, bt, fmt_value(buf, sizeof buf, bl, u), f->mean > 0 ? bl / f->mean : 0,
         bound_of(m) > 0 ? bl / bound_of(m) : 0);
     top += text_wrapped(b, top + 50, 11, 1, " class=\"busiest\"", text, width) - (top + 65);
-    double y_top = top + 64, y0 = y_top + height;
-    for (int q = 0; q <= ngrid; q++) {
-        double v = ystep * q, y = y0 - height * v / top_val;
+    return top;
+}
+
+/* One bar per GPU of DP rank d0 of stage s (at stage offset sx); moves the busiest mark to its
+ * bar when it is there. */
+static void loads_gpu_bars(cz_strbuf *b, const cz_plan *plan, const render_facts *f,
+                           const loads_geom *g, int s, int d0, double sx, double *mark_x,
+                           double *mark_y)
+{
+    char buf[64];
+    for (int t = 0; t < g->R; t++) {
+        int gi = (s * g->D + d0) * g->R + t;
+        double bw = (g->rank_px - g->gap) / g->R, x = sx + d0 * g->rank_px + t * bw;
+        double v = plan->metrics.gpu_load[gi];
+        cz__strbuf_printf(b,
+                          "<rect class=\"bar\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
+                          "height=\"%.2f\" fill=\"%s\"><title>stage %d, DP %d, TP %d: %s"
+                          "</title></rect>\n",
+                          x, loads_y(g, v), fmax(bw - (bw > 4 ? 0.5 : 0.0), 0.5),
+                          g->y0 - loads_y(g, v),
+                          gi == f->busiest ? BUSIEST_FILL : rank_fill[d0 % 2], s, d0, t,
+                          fmt_value(buf, sizeof buf, v, g->u));
+        if (gi == f->busiest) {
+            *mark_x = x + bw / 2;
+            *mark_y = loads_y(g, v);
+        }
+    }
+}
+
+/* Column c of stage s aggregated: the busiest GPU's bar, the mean's and a line at the least
+ * busy; moves the busiest mark to it when the busiest GPU is in it. */
+static void loads_column(cz_strbuf *b, const cz_plan *plan, const render_facts *f,
+                         const loads_geom *g, int s, int c, double sx, double *mark_x,
+                         double *mark_y)
+{
+    char buf[64], b2[64];
+    int D = g->D, R = g->R, d0 = c * g->k, d1 = d0 + g->k < D ? d0 + g->k : D;
+    double lo = INFINITY, hi = 0.0, sum = 0.0;
+    int has_busiest = 0;
+    for (int gi = (s * D + d0) * R; gi < (s * D + d1) * R; gi++) {
+        double v = plan->metrics.gpu_load[gi];
+        lo = fmin(lo, v);
+        hi = fmax(hi, v);
+        sum += v;
+        has_busiest |= gi == f->busiest;
+    }
+    double mean = sum / ((d1 - d0) * R), x = sx + c * g->col_w, w = g->col_w - g->gap;
+    cz__strbuf_printf(b,
+                      "<g class=\"agg\"><title>stage %d, DP %d..%d (%d GPUs): max %s, mean %s, "
+                      "min ",
+                      s, d0, d1 - 1, (d1 - d0) * R, fmt_value(buf, sizeof buf, hi, g->u),
+                      fmt_value(b2, sizeof b2, mean, g->u));
+    cz__strbuf_printf(b, "%s</title>", fmt_value(buf, sizeof buf, lo, g->u));
+    cz__strbuf_printf(b,
+                      "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"/>"
+                      "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"/>"
+                      "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#000000\"/>"
+                      "</g>\n",
+                      x, loads_y(g, hi), w, g->y0 - loads_y(g, hi),
+                      has_busiest ? BUSIEST_FILL : AGG_MAX_FILL, x, loads_y(g, mean), w,
+                      g->y0 - loads_y(g, mean), AGG_MEAN_FILL, x, loads_y(g, lo), x + w,
+                      loads_y(g, lo));
+    if (has_busiest) {
+        *mark_x = x + w / 2;
+        *mark_y = loads_y(g, hi);
+    }
+}
+
+/* The x axis: stage separators, DP-rank ticks and their labels. A tick per labelled rank,
+ * labels (as wide as the largest rank number) at least their width plus 10 px apart. */
+static void loads_x_axis(cz_strbuf *b, const loads_geom *g)
+{
+    int P = g->P, D = g->D;
+    double avail = g->avail, stage_gap = g->stage_gap, rank_px = g->rank_px;
+    char num[16];
+    int step = nice_step(rank_px, text_w((size_t)snprintf(num, sizeof num, "%d", D - 1), 10) + 10);
+    if (g->aggregate && step < g->k)
+        step = g->k;
+    for (int s = 0; s < P; s++) {
+        double sx = g->left + s * (avail / P + stage_gap), send = sx + avail / P;
+        if (s > 0)
+            cz__strbuf_printf(
+                b,
+                "<line class=\"stage-sep\" x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" "
+                "stroke=\"#777777\" stroke-dasharray=\"2,2\"/>\n",
+                sx - stage_gap / 2, g->y_top, sx - stage_gap / 2, g->y0 + 30);
+        for (int d = 0; d < D; d += step) {
+            /* Under the middle of a rank's bars or column; at the start of a rank in a column
+             * of several. */
+            double x = g->aggregate && g->k > 1 ? sx + d * rank_px : sx + (d + 0.5) * rank_px;
+            /* A label that would reach into the next stage's first label is left out. */
+            if (d > 0 && s + 1 < P &&
+                x + text_w((size_t)snprintf(num, sizeof num, "%d", d), 10) / 2 + 10 >
+                    send + stage_gap - text_w(1, 10) / 2)
+                continue;
+            cz__strbuf_printf(
+                b,
+                "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"black\"/>"
+                "<text class=\"xtick\" x=\"%.2f\" y=\"%.1f\" font-size=\"10\" "
+                "text-anchor=\"middle\">%d</text>\n",
+                x, g->y0, x, g->y0 + 4, x, g->y0 + 14, d);
+        }
+        if (P > 1)
+            cz__strbuf_printf(b,
+                              "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">"
+                              "stage %d: DP rank</text>\n",
+                              sx + avail / P / 2, g->y0 + 28, s);
+        else
+            cz__strbuf_printf(b,
+                              "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">"
+                              "DP rank</text>\n",
+                              sx + avail / 2, g->y0 + 28);
+    }
+}
+
+/* Panel (a): per-GPU loads against the lower bound and the mean, the busiest GPU marked. */
+static int svg_loads(cz_strbuf *b, const cz_plan *plan, const render_facts *f, int width, int top,
+                     int *bottom, cz_error *err)
+{
+    const cz_plan_metrics *m = &plan->metrics;
+    if (!m->gpu_load)
+        return cz_error_set(err, CZ_EINVALID,
+                            "plan has no per-GPU loads (metrics.gpu_load); rebuild it with "
+                            "'canzona plan'");
+    loads_geom g;
+    loads_geom_init(&g, plan, f, width);
+    char buf[64];
+    top = loads_header(b, plan, f, &g, width, top);
+    g.y_top = top + 64;
+    g.y0 = g.y_top + g.height;
+    for (int q = 0; q <= g.ngrid; q++) {
+        double v = g.ystep * q, y = g.y0 - g.height * v / g.top_val;
         cz__strbuf_printf(
             b,
             "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#dddddd\"/>"
             "<text x=\"%d\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">%s</text>\n",
-            left, y, width - right, y, left - 4, y + 3, fmt_value(buf, sizeof buf, v, u));
+            g.left, y, width - g.right, y, g.left - 4, y + 3, fmt_value(buf, sizeof buf, v, g.u));
     }
-#define YV(v) (y0 - height * ((v) > 0 ? (v) : 0.0) / top_val)
-    double mark_x = left, mark_y = y0;
-    for (int s = 0; s < P; s++) {
-        double sx = left + s * (avail / P + stage_gap);
-        for (int c = 0; c < cols; c++) {
-            int d0 = c * k, d1 = d0 + k < D ? d0 + k : D;
-            if (!aggregate) {
-                for (int t = 0; t < R; t++) {
-                    int gi = (s * D + d0) * R + t;
-                    double bw = (rank_px - gap) / R, x = sx + d0 * rank_px + t * bw;
-                    double v = m->gpu_load[gi];
-                    cz__strbuf_printf(
-                        b,
-                        "<rect class=\"bar\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
-                        "height=\"%.2f\" fill=\"%s\"><title>stage %d, DP %d, TP %d: %s"
-                        "</title></rect>\n",
-                        x, YV(v), fmax(bw - (bw > 4 ? 0.5 : 0.0), 0.5), y0 - YV(v),
-                        gi == f->busiest ? BUSIEST_FILL : rank_fill[d0 % 2], s, d0, t,
-                        fmt_value(buf, sizeof buf, v, u));
-                    if (gi == f->busiest) {
-                        mark_x = x + bw / 2;
-                        mark_y = YV(v);
-                    }
-                }
-                continue;
-            }
-            double lo = INFINITY, hi = 0.0, sum = 0.0;
-            int has_busiest = 0;
-            for (int gi = (s * D + d0) * R; gi < (s * D + d1) * R; gi++) {
-                double v = m->gpu_load[gi];
-                lo = fmin(lo, v);
-                hi = fmax(hi, v);
-                sum += v;
-                has_busiest |= gi == f->busiest;
-            }
-            double mean = sum / ((d1 - d0) * R), x = sx + c * col_w, w = col_w - gap;
-            cz__strbuf_printf(
-                b,
-                "<g class=\"agg\"><title>stage %d, DP %d..%d (%d GPUs): max %s, mean %s, "
-                "min ",
-                s, d0, d1 - 1, (d1 - d0) * R, fmt_value(buf, sizeof buf, hi, u),
-                fmt_value(b2, sizeof b2, mean, u));
-            cz__strbuf_printf(b, "%s</title>", fmt_value(buf, sizeof buf, lo, u));
-            cz__strbuf_printf(
-                b,
-                "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"/>"
-                "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"/>"
-                "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#000000\"/>"
-                "</g>\n",
-                x, YV(hi), w, y0 - YV(hi), has_busiest ? BUSIEST_FILL : AGG_MAX_FILL, x, YV(mean),
-                w, y0 - YV(mean), AGG_MEAN_FILL, x, YV(lo), x + w, YV(lo));
-            if (has_busiest) {
-                mark_x = x + w / 2;
-                mark_y = YV(hi);
-            }
+    double mark_x = g.left, mark_y = g.y0;
+    for (int s = 0; s < g.P; s++) {
+        double sx = g.left + s * (g.avail / g.P + g.stage_gap);
+        for (int c = 0; c < g.cols; c++) {
+            if (g.aggregate)
+                loads_column(b, plan, f, &g, s, c, sx, &mark_x, &mark_y);
+            else
+                loads_gpu_bars(b, plan, f, &g, s, c * g.k, sx, &mark_x, &mark_y);
         }
     }
     cz__strbuf_printf(
@@ -607,55 +714,14 @@ static int svg_loads(cz_strbuf *b, const cz_plan *plan, const render_facts *f, i
         "stroke-width=\"2\" stroke-dasharray=\"6,3\"><title>lower bound %s</title></line>\n"
         "<line id=\"mean\" x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"%s\" "
         "stroke-width=\"1.5\"/>\n",
-        left, YV(bound_of(m)), width - right, YV(bound_of(m)), LB_STROKE,
-        fmt_value(buf, sizeof buf, bound_of(m), u), left, YV(f->mean), width - right, YV(f->mean),
-        MEAN_STROKE);
-#undef YV
+        g.left, loads_y(&g, bound_of(m)), width - g.right, loads_y(&g, bound_of(m)), LB_STROKE,
+        fmt_value(buf, sizeof buf, bound_of(m), g.u), g.left, loads_y(&g, f->mean), width - g.right,
+        loads_y(&g, f->mean), MEAN_STROKE);
     cz__strbuf_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"black\"/>\n",
-                      left, y0, width - right, y0);
-    /* DP-rank ticks: a tick per labelled rank, labels (as wide as the largest rank number) at
-     * least their width plus 10 px apart. */
-    char num[16];
-    int step = nice_step(rank_px, text_w((size_t)snprintf(num, sizeof num, "%d", D - 1), 10) + 10);
-    if (aggregate && step < k)
-        step = k;
-    for (int s = 0; s < P; s++) {
-        double sx = left + s * (avail / P + stage_gap), send = sx + avail / P;
-        if (s > 0)
-            cz__strbuf_printf(
-                b,
-                "<line class=\"stage-sep\" x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" "
-                "stroke=\"#777777\" stroke-dasharray=\"2,2\"/>\n",
-                sx - stage_gap / 2, y_top, sx - stage_gap / 2, y0 + 30);
-        for (int d = 0; d < D; d += step) {
-            /* Under the middle of a rank's bars or column; at the start of a rank in a column
-             * of several. */
-            double x = aggregate && k > 1 ? sx + d * rank_px : sx + (d + 0.5) * rank_px;
-            /* A label that would reach into the next stage's first label is left out. */
-            if (d > 0 && s + 1 < P &&
-                x + text_w((size_t)snprintf(num, sizeof num, "%d", d), 10) / 2 + 10 >
-                    send + stage_gap - text_w(1, 10) / 2)
-                continue;
-            cz__strbuf_printf(
-                b,
-                "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"black\"/>"
-                "<text class=\"xtick\" x=\"%.2f\" y=\"%.1f\" font-size=\"10\" "
-                "text-anchor=\"middle\">%d</text>\n",
-                x, y0, x, y0 + 4, x, y0 + 14, d);
-        }
-        if (P > 1)
-            cz__strbuf_printf(b,
-                              "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">"
-                              "stage %d: DP rank</text>\n",
-                              sx + avail / P / 2, y0 + 28, s);
-        else
-            cz__strbuf_printf(b,
-                              "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">"
-                              "DP rank</text>\n",
-                              sx + avail / 2, y0 + 28);
-    }
+                      g.left, g.y0, width - g.right, g.y0);
+    loads_x_axis(b, &g);
     cz__strbuf_printf(b, "</g>\n");
-    *bottom = (int)(y0 + 36);
+    *bottom = (int)(g.y0 + 36);
     return CZ_OK;
 }
 
