@@ -144,9 +144,9 @@ cz_plan *fz_plan_validated(const cz_model *model, const cz_cluster *cluster, con
         fz_fail("cz_plan_build reported an internal error: %s", err.message);
     if (rc != CZ_OK)
         return NULL;
-    rc = cz_plan_validate_json(plan, model, cluster, &violations, &err);
+    rc = cz__plan_validate_json(plan, model, cluster, &violations, &err);
     if (rc < 0)
-        fz_fail("cz_plan_validate_json failed on a fresh plan: %s", err.message);
+        fz_fail("cz__plan_validate_json failed on a fresh plan: %s", err.message);
     if (json_array_size(violations) > 0) {
         fprintf(stderr, "validate refuses the plan the planner built for this %s:\n", what);
         fz_print_violations(violations, 20);

@@ -2,7 +2,7 @@
  * ns_coop.h — the shared rules of cooperative Newton-Schulz (cz_muon_coop_run): how the
  * symmetric a x a Gram matrix travels packed and in row panels, and which form of the
  * polynomial a member's slice uses. Plain C, shared by the CPU and CUDA backends so that both
- * make the same choice and the planner's cost model (planner/lib/cost.c, cz_cost_coop) can
+ * make the same choice and the planner's cost model (planner/lib/cost.c, cz__cost_coop) can
  * state the same rule.
  *
  * Packed Gram: the upper triangle including the diagonal, row-major,

@@ -110,7 +110,7 @@ int cz_cli_sizes_apply(const char *cmd, int opt, const char *value, struct cz_cl
 /* Prints the help lines of the size options (cz_cli_settings_help includes them). */
 void cz_cli_sizes_help(FILE *f);
 
-/* Member accessors for the library's report objects (cz_plan_inspect_json, cz_plan_diff_json): a
+/* Member accessors for the library's report objects (cz__plan_inspect_json, cz__plan_diff_json): a
  * missing member reads as 0 (numbers) or "?" (strings). */
 double cz_cli_jnum(json_t *o, const char *key);
 int cz_cli_jint(json_t *o, const char *key);

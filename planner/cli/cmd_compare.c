@@ -148,9 +148,9 @@ static int row_run(cmp_row *r, const cz_model *model, const cz_cluster *cluster,
     for (int i = 0; i < want; i++) {
         cz_plan_free(plan);
         plan = NULL;
-        double t0 = cz_clock_seconds();
+        double t0 = cz__clock_seconds();
         int b = cz_plan_build(&plan, model, cluster, &s, &err);
-        times[i] = cz_clock_seconds() - t0;
+        times[i] = cz__clock_seconds() - t0;
         if (b == CZ_EUNSUPPORTED || b == CZ_ETIMEOUT) {
             r->skipped = 1;
             snprintf(r->note, sizeof r->note, "%s", err.message);

@@ -218,9 +218,9 @@ static json_t *memory_json(const cz_plan *p, const cz_cluster *c)
     const double gib = 1024.0 * 1024.0 * 1024.0;
     cz_memory_gpu *g = NULL;
     cz_error err;
-    if (cz_plan_memory(p, &g, &err) != CZ_OK)
+    if (cz__plan_memory(p, &g, &err) != CZ_OK)
         return NULL;
-    size_t w = cz_memory_worst(g, (size_t)p->dp * (size_t)p->tp * (size_t)p->pp);
+    size_t w = cz__memory_worst(g, (size_t)p->dp * (size_t)p->tp * (size_t)p->pp);
     double dev = c->device.memory_gib;
     json_t *o =
         json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "gpu", (json_int_t)w, "params_gib",
@@ -367,7 +367,7 @@ int cz_cmd_plan(int argc, char **argv)
     }
     if (plan->solver_note[0] && !quiet)
         fprintf(stderr, "canzona plan: warning: %s\n", plan->solver_note);
-    if (cz_plan_memory_check(plan, cluster, allow_memory, memory_note, sizeof memory_note, &err)) {
+    if (cz__plan_memory_check(plan, cluster, allow_memory, memory_note, sizeof memory_note, &err)) {
         fprintf(stderr, "canzona plan: %s\n", err.message);
         goto done;
     }

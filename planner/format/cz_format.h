@@ -150,7 +150,7 @@ typedef struct cz_plan_group {
     int *task_width;   /* 1: hosted on task_slot; k > 1: cooperative on slots task_slot ..
                           task_slot + k - 1 (task_slot % k == 0, k divides nslots) */
     int *task_panels;  /* a cooperative task's Gram row panels, 1 .. min(CZ_COOP_MAX_PANELS,
-                          a), as the planner chose them (cz_coop_best_panels); 1 for a hosted
+                          a), as the planner chose them (cz__coop_best_panels); 1 for a hosted
                           task. NULL, or a value <= 0, reads as 1 (cz_group_task_panels) */
     double *task_cost; /* the load the task puts on each slot it occupies (cost unit) */
     double *load;      /* nslots values: summed task cost per slot */
@@ -179,13 +179,13 @@ typedef struct cz_plan_metrics {
     double average_load;      /* total_cost / (dp*tp*pp) */
     double split_lower_bound; /* the bound under the plan's task freedom (block tasks, the
                                  cooperative widths its settings allow; tp_tasks.c,
-                                 cz_task_lower_bound); equals lower_bound without that freedom */
+                                 cz__task_lower_bound); equals lower_bound without that freedom */
     double *memory;           /* pp*dp*tp: optimizer-state bytes per GPU */
     double predicted_step_s;  /* compute makespan converted to seconds on the cluster's device */
 } cz_plan_metrics;
 
 /* The TP tasks of a plan's matrix parameters and their cost under each width, built from the
- * cluster by cz_plan_init (memory only: not in plan files, empty in a plan read from one).
+ * cluster by cz__plan_init (memory only: not in plan files, empty in a plan read from one).
  * Parameter i's tasks are first[i] .. first[i + 1] - 1: its blocks under settings.split_blocks,
  * else the whole matrix (block -1). Task t costs cost[t * nwidths + w] on each slot it occupies
  * under width widths[w]; widths[0] is 1 (hosted) and a width the task cannot take is INFINITY. */
@@ -198,9 +198,9 @@ typedef struct cz_task_table {
     int *block; /* ntasks */
     double *cost;
     int *panels;       /* like cost, or NULL (all 1): the Gram panel count a cooperative width's
-                          cost is for (cz_coop_best_panels), which the scheduler records */
+                          cost is for (cz__coop_best_panels), which the scheduler records */
     double *dp_weight; /* nparams or NULL: the DP load of each parameter when alpha balances the
-                          slot time its tasks need at the split lower bound (cz_task_weigh);
+                          slot time its tasks need at the split lower bound (cz__task_weigh);
                           NULL: the cost unit as usual */
     int dp_water;      /* with dp_weight: 1 places each bucket's cuts by water-filling where that
                           reaches the least largest load, 0 by the greedy fill (dp_partition.c) */
@@ -338,7 +338,7 @@ static inline double cz_coop_gram_bytes(double a)
  * give (cz_muon_coop_run): the all-reduce hides behind that computation instead of stalling every
  * member. More panels hide more of it but pay one all-reduce latency each, which nothing hides
  * on a small matrix over many ranks, so no count of a alone suits every task: the planner
- * chooses it per task (cz_coop_best_panels, the least cost) and records it in the plan
+ * chooses it per task (cz__coop_best_panels, the least cost) and records it in the plan
  * (cz_group_task_panels, "panels" in a task object), so that the cost model, the simulator,
  * validate and every member agree. A count is 1 .. min(CZ_COOP_MAX_PANELS, a). */
 #define CZ_COOP_MAX_PANELS 8

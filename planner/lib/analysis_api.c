@@ -17,7 +17,7 @@ void cz_free(void *p)
     free(p);
 }
 
-int cz_report_wrap(cz_report **out, json_t *root, int real_precision, cz_error *err)
+int cz__report_wrap(cz_report **out, json_t *root, int real_precision, cz_error *err)
 {
     cz_report *r = root ? malloc(sizeof *r) : NULL;
     *out = NULL;
@@ -110,12 +110,12 @@ int cz_plan_validate(cz_report **out, const cz_plan *plan, const cz_model *model
     if (!out)
         return cz_error_set(err, CZ_EINVALID, "cz_plan_validate: out is required");
     *out = NULL;
-    int checks = cz_plan_validate_json(plan, model, cluster, &violations, err);
+    int checks = cz__plan_validate_json(plan, model, cluster, &violations, err);
     if (checks < 0)
         return checks;
     json_t *root = json_pack("{s:b, s:i, s:o}", "valid", json_array_size(violations) == 0, "checks",
                              checks, "violations", violations);
-    return cz_report_wrap(out, root, 0, err);
+    return cz__report_wrap(out, root, 0, err);
 }
 
 /* The options structs' defaults are their *_INIT macros (canzona.h): one set of values. Copied
@@ -143,11 +143,11 @@ static int add_memory(json_t *report, const cz_plan *p, const cz_cluster *c, cz_
 {
     const double gib = 1024.0 * 1024.0 * 1024.0;
     cz_memory_gpu *g = NULL;
-    int rc = cz_plan_memory(p, &g, err);
+    int rc = cz__plan_memory(p, &g, err);
     if (rc != CZ_OK)
         return rc;
     size_t tp = (size_t)p->tp, dp = (size_t)p->dp;
-    size_t w = cz_memory_worst(g, tp * dp * (size_t)p->pp);
+    size_t w = cz__memory_worst(g, tp * dp * (size_t)p->pp);
     json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f}", "gpu", (json_int_t)w,
                           "stage", (json_int_t)(w / tp / dp), "dp_rank", (json_int_t)(w / tp % dp),
                           "tp_rank", (json_int_t)(w % tp), "params_gib", g[w].params / gib,
@@ -187,12 +187,12 @@ int cz_plan_inspect(cz_report **out, const cz_plan *plan, const cz_inspect_optio
                             "%d x PP %d; give the cluster the plan was made for",
                             c->source ? c->source : c->name, c->dp, c->tp, c->pp, plan->dp,
                             plan->tp, plan->pp);
-    if ((rc = cz_plan_inspect_json(plan, o.top_n, &root, err)) != CZ_OK ||
+    if ((rc = cz__plan_inspect_json(plan, o.top_n, &root, err)) != CZ_OK ||
         (rc = add_memory(root, plan, c, err)) != CZ_OK) {
         json_decref(root);
         return rc;
     }
-    return cz_report_wrap(out, root, 12, err);
+    return cz__report_wrap(out, root, 12, err);
 }
 
 void cz_diff_options_init(cz_diff_options *o)
@@ -220,9 +220,9 @@ int cz_plan_diff(cz_report **out, const cz_plan *a, const cz_plan *b, const cz_d
         return cz_error_set(err, CZ_EINVALID, "cz_plan_diff: limit %d; expected 0 (all) or more",
                             o.limit);
     /* The public 0 means "all", as validate's --limit; the internal function takes -1. */
-    if ((rc = cz_plan_diff_json(a, b, o.force, o.limit == 0 ? -1 : o.limit, &root, err)) != CZ_OK)
+    if ((rc = cz__plan_diff_json(a, b, o.force, o.limit == 0 ? -1 : o.limit, &root, err)) != CZ_OK)
         return rc;
-    return cz_report_wrap(out, root, 12, err);
+    return cz__report_wrap(out, root, 12, err);
 }
 
 void cz_sim_options_init(cz_sim_options *o)
@@ -259,7 +259,7 @@ int cz_sim_result_report(cz_report **out, const cz_sim_result *r, cz_error *err)
                         "exposed_comm_s", r->exposed_comm_s, "critical", "stage", r->critical_stage,
                         "dp_rank", r->critical_dp, "tp_rank", r->critical_tp, "gpu_busy", busy)
             : NULL;
-    return cz_report_wrap(out, root, 10, err);
+    return cz__report_wrap(out, root, 10, err);
 }
 
 void cz_render_options_init(cz_render_options *o)
@@ -291,8 +291,8 @@ int cz_plan_render(char **out, const cz_plan *plan, const cz_cluster *cluster,
     cz_svg_options so = {.width = o.width,
                          .cluster_name = cluster ? cluster->name : NULL,
                          .sim_in_seconds = sim->in_seconds};
-    rc = o.format == CZ_RENDER_HTML ? cz_plan_render_html(out, plan, sim, &so, err)
-                                    : cz_plan_render_svg(out, plan, sim, &so, err);
+    rc = o.format == CZ_RENDER_HTML ? cz__plan_render_html(out, plan, sim, &so, err)
+                                    : cz__plan_render_svg(out, plan, sim, &so, err);
     cz_sim_result_free(sim);
     return rc;
 }
@@ -313,9 +313,9 @@ int cz_model_import_hf(char **out, const char *config_path, const cz_import_hf_o
     if ((rc = options_version_check(o.version, CZ_IMPORT_HF_OPTIONS_VERSION, "cz_import_hf_options",
                                     err)) != CZ_OK)
         return rc;
-    if ((rc = cz_import_hf_opts(&model, config_path, &o, err)) != CZ_OK)
+    if ((rc = cz__import_hf_opts(&model, config_path, &o, err)) != CZ_OK)
         goto done;
-    rc = cz_model_json_format(out, model, err);
+    rc = cz__model_json_format(out, model, err);
 done:
     json_decref(model);
     return rc;

@@ -14,7 +14,7 @@
  * (fixed order, no randomness) unless the CPU-time limit settings.tpaware_time_limit_s stops it
  * first. */
 #include "cz_types.h"
-#include "ilp_glpk.h" /* cz_plan_solver_note */
+#include "ilp_glpk.h" /* cz__plan_solver_note */
 
 #include <math.h>
 #include <stdint.h>
@@ -50,7 +50,7 @@ typedef struct tpa {
     double *msum; /* per rank summed matrix cost */
     double *mmax; /* per rank largest matrix cost */
     double *dpl;  /* per rank DP load: summed cost of every parameter it owns (metrics' dp.load) */
-    double deadline; /* cz_cpu_seconds() after which the search stops (time limit) */
+    double deadline; /* cz__cpu_seconds() after which the search stops (time limit) */
     int timed_out;
     unsigned clock_polls; /* time_left calls, to read the clock on every 32nd only */
     int *version;         /* per rank: bumped whenever its parameter set changes */
@@ -59,7 +59,7 @@ typedef struct tpa {
      * stays valid until either rank changes; the decision is still taken afresh each time. */
     int *memo_vf, *memo_vt;
     double *memo_mf, *memo_mt;
-    /* Scratch of cz_tp_schedule_tasks: one rank's matrix parameters (nparams + 1) and the
+    /* Scratch of cz__tp_schedule_tasks: one rank's matrix parameters (nparams + 1) and the
      * slot loads (tp). */
     cz_costed *tasks;
     double *slot_load;
@@ -73,7 +73,7 @@ typedef struct tpa {
 } tpa;
 
 /* Makespan of DP rank r of the stage as the TP schedule builder makes it: the rank's matrix
- * tasks go through cz_tp_schedule_tasks, so the automatic capacity and every strategy behave
+ * tasks go through cz__tp_schedule_tasks, so the automatic capacity and every strategy behave
  * exactly as in the full plan. */
 static int rank_makespan(tpa *t, int r, double *out, cz_error *err)
 {
@@ -89,8 +89,8 @@ static int rank_makespan(tpa *t, int r, double *out, cz_error *err)
     }
     cz_rank_schedule rs = {0};
     double capacity, sum = t->ew[r];
-    int rc = cz_tp_schedule_tasks(&rs, &plan->tasks, t->tasks, n, &plan->settings, plan->tp,
-                                  t->slot_load, &capacity, err);
+    int rc = cz__tp_schedule_tasks(&rs, &plan->tasks, t->tasks, n, &plan->settings, plan->tp,
+                                   t->slot_load, &capacity, err);
     for (int g = 0; rc == CZ_OK && g < rs.ngroups; g++) {
         double mx = 0;
         for (int j = 0; j < rs.groups[g].nslots; j++)
@@ -166,7 +166,7 @@ static int accept_move(double nmax, double nsq, double cur_max, double cur_sq)
  * clock is read on every 32nd question only (reading it was a tenth of the search time). */
 static int time_left(tpa *t)
 {
-    if (!t->timed_out && (t->clock_polls++ & 31) == 0 && cz_cpu_seconds() >= t->deadline)
+    if (!t->timed_out && (t->clock_polls++ & 31) == 0 && cz__cpu_seconds() >= t->deadline)
         t->timed_out = 1;
     return !t->timed_out;
 }
@@ -943,7 +943,7 @@ static int tpa_cuts(tpa *t, int n, cz_error *err)
     const cz_plan *plan = t->plan;
     int R = t->R, rc = CZ_OK;
     cz_stage_buckets sb;
-    int sbrc = cz_stage_buckets_build(&sb, plan, t->stage);
+    int sbrc = cz__stage_buckets_build(&sb, plan, t->stage);
     t->bucket = sb.bucket;
     t->first = sb.first;
     t->order = sb.order;
@@ -1058,13 +1058,13 @@ done:
     return rc;
 }
 
-int cz_dp_partition_tpaware(cz_plan *plan, cz_error *err)
+int cz__dp_partition_tpaware(cz_plan *plan, cz_error *err)
 {
     if (plan->dp < 2)
         return CZ_OK;
     int changed = 0, timed_out = 0;
     double limit = plan->settings.tpaware_time_limit_s;
-    double now = cz_cpu_seconds();
+    double now = cz__cpu_seconds();
     double deadline = now + (limit > 0 ? limit : INFINITY);
     double search_deadline = now + (limit > 0 ? TPAWARE_SEARCH_SHARE * limit : INFINITY);
     for (int st = 0; st < plan->pp; st++) {
@@ -1073,13 +1073,13 @@ int cz_dp_partition_tpaware(cz_plan *plan, cz_error *err)
             return rc;
     }
     if (timed_out)
-        cz_plan_solver_note(plan,
-                            "the tpaware search stopped at its time limit (%g CPU s, "
-                            "--tpaware-time-limit); it kept the best cuts found by then, so the "
-                            "plan may depend on the machine's speed.",
-                            limit);
+        cz__plan_solver_note(plan,
+                             "the tpaware search stopped at its time limit (%g CPU s, "
+                             "--tpaware-time-limit); it kept the best cuts found by then, so the "
+                             "plan may depend on the machine's speed.",
+                             limit);
     /* A caller that already built schedules gets them consistent with the new owners. */
     if (changed && plan->nschedules > 0)
-        return cz_tp_schedule_build(plan, err);
+        return cz__tp_schedule_build(plan, err);
     return CZ_OK;
 }

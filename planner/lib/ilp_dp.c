@@ -259,15 +259,15 @@ static int take_result(cz_plan *plan, const stage_view *v, glp_prob *P, const cz
 {
     int R = plan->dp;
     if (res->status == CZ_SOLVE_TIMEOUT) {
-        cz_plan_solver_note(plan,
-                            "stage %d: DP ILP hit the %.3g s time limit before any solution; kept "
-                            "the greedy partition.",
-                            stage, time_limit_s);
+        cz__plan_solver_note(plan,
+                             "stage %d: DP ILP hit the %.3g s time limit before any solution; kept "
+                             "the greedy partition.",
+                             stage, time_limit_s);
         return CZ_OK;
     }
     if (res->status != CZ_SOLVE_OPTIMAL && res->status != CZ_SOLVE_FEASIBLE) {
-        cz_plan_solver_note(plan, "stage %d: DP ILP failed (GLPK); kept the greedy partition.",
-                            stage);
+        cz__plan_solver_note(plan, "stage %d: DP ILP failed (GLPK); kept the greedy partition.",
+                             stage);
         return CZ_OK;
     }
     for (int k = 0; k < v->n; k++) {
@@ -285,10 +285,10 @@ static int take_result(cz_plan *plan, const stage_view *v, glp_prob *P, const cz
     if (greedy_z < 0 || z < greedy_z * (1 - 1e-9))
         write_partition(plan, v, owner);
     if (res->status == CZ_SOLVE_FEASIBLE)
-        cz_plan_solver_note(plan,
-                            "stage %d: DP ILP hit the %.3g s time limit; kept the best "
-                            "solution found (gap %.2g%%).",
-                            stage, time_limit_s, 100.0 * (isnan(res->gap) ? 1.0 : res->gap));
+        cz__plan_solver_note(plan,
+                             "stage %d: DP ILP hit the %.3g s time limit; kept the best "
+                             "solution found (gap %.2g%%).",
+                             stage, time_limit_s, 100.0 * (isnan(res->gap) ? 1.0 : res->gap));
     return CZ_OK;
 }
 
@@ -304,7 +304,7 @@ static int solve_stage(cz_plan *plan, int stage, double time_limit_s, cz_error *
     int *owner = NULL, *greedy = NULL;
     double *warm = NULL, *load = NULL;
 
-    if ((rc = cz_stage_buckets_build(&v, plan, stage)) != CZ_OK || v.n == 0)
+    if ((rc = cz__stage_buckets_build(&v, plan, stage)) != CZ_OK || v.n == 0)
         goto done;
     owner = malloc((size_t)v.n * sizeof *owner);
     greedy = malloc((size_t)v.n * sizeof *greedy);
@@ -341,16 +341,16 @@ static int solve_stage(cz_plan *plan, int stage, double time_limit_s, cz_error *
                 warm[YCOL(k, r)] = greedy[k] >= r ? 1.0 : 0.0;
         warm_arg = warm;
     } else {
-        cz_plan_solver_note(plan,
-                            "stage %d: the greedy partition breaks the alpha range bound of the "
-                            "ILP, so it could not warm-start the solver.",
-                            stage);
+        cz__plan_solver_note(plan,
+                             "stage %d: the greedy partition breaks the alpha range bound of the "
+                             "ILP, so it could not warm-start the solver.",
+                             stage);
     }
     cz_mip_result res;
-    if ((rc = cz_mip_solve(P, warm_arg, time_limit_s, "dp-ilp", scale, &plan->settings, &res,
-                           err)) != CZ_OK)
+    if ((rc = cz__mip_solve(P, warm_arg, time_limit_s, "dp-ilp", scale, &plan->settings, &res,
+                            err)) != CZ_OK)
         goto done;
-    cz_plan_solver_record(plan, 0, &res);
+    cz__plan_solver_record(plan, 0, &res);
     rc = take_result(plan, &v, P, &res, greedy_z, stage, time_limit_s, owner, load, err);
 done:
     /* The row builders and the stage walk report only their code: name the failure here. */
@@ -360,7 +360,7 @@ done:
         glp_delete_prob(P);
     trip_free(&m.t);
     free(m.len_ub);
-    cz_stage_buckets_free(&v);
+    cz__stage_buckets_free(&v);
     free(owner);
     free(greedy);
     free(warm);
@@ -368,20 +368,20 @@ done:
     return rc;
 }
 
-int cz_dp_partition_ilp(cz_plan *plan, cz_error *err)
+int cz__dp_partition_ilp(cz_plan *plan, cz_error *err)
 {
     cz_dp_strategy s = plan->settings.dp;
     if (s == CZ_DP_TPAWARE) {
         /* The ILP minimizes the summed load; run on tpaware's result it would undo the TP
          * makespan tpaware optimized, so tpaware keeps its own cuts. */
-        cz_plan_solver_note(plan, "the DP ILP does not apply to tpaware; kept tpaware's cuts.");
+        cz__plan_solver_note(plan, "the DP ILP does not apply to tpaware; kept tpaware's cuts.");
         return CZ_OK;
     }
     if (s != CZ_DP_ALPHA && s != CZ_DP_ANCHORED) {
-        cz_plan_solver_note(plan,
-                            "the DP ILP needs an atomic, contiguous strategy (alpha, anchored); "
-                            "kept %s.",
-                            cz_dp_strategy_name(s));
+        cz__plan_solver_note(plan,
+                             "the DP ILP needs an atomic, contiguous strategy (alpha, anchored); "
+                             "kept %s.",
+                             cz_dp_strategy_name(s));
         return CZ_OK;
     }
     if (plan->dp < 2)
@@ -393,9 +393,9 @@ int cz_dp_partition_ilp(cz_plan *plan, cz_error *err)
                                 "0..%d",
                                 i, plan->params[i].def.name ? plan->params[i].def.name : "?",
                                 plan->params[i].dp_owner, plan->dp - 1);
-    double t0 = cz_clock_seconds();
+    double t0 = cz__clock_seconds();
     for (int st = 0; st < plan->pp; st++) {
-        double left = plan->settings.time_limit_s - (cz_clock_seconds() - t0);
+        double left = plan->settings.time_limit_s - (cz__clock_seconds() - t0);
         double share = fmax(0.001, left / (plan->pp - st));
         int rc = solve_stage(plan, st, share, err);
         if (rc)

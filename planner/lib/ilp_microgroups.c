@@ -58,7 +58,7 @@ static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const cz_costed
         for (int k = 0; k < K; k++)
             gr[g].cost = fmax(gr[g].cost, load[g * K + k]);
     }
-    cz_costed_sort(gr, (size_t)G);
+    cz__costed_sort(gr, (size_t)G);
     for (int gi = 0; gi < G; gi++) {
         int g = gr[gi].id;
         int n = 0;
@@ -70,7 +70,7 @@ static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const cz_costed
             sl[k].id = k;
             sl[k].cost = load[g * K + k];
         }
-        cz_costed_sort(sl, (size_t)K);
+        cz__costed_sort(sl, (size_t)K);
         int used[K];
         memset(used, 0, sizeof used);
         for (int s = 0; s < K; s++) {
@@ -144,7 +144,7 @@ static void rank_tasks(const cz_plan *plan, const cz_rank_schedule *rs, int T, i
             tasks[n].cost = plan->params[tasks[n].id].cost;
             n++;
         }
-    cz_costed_sort(tasks, (size_t)T);
+    cz__costed_sort(tasks, (size_t)T);
     for (int t = 0; t < T; t++)
         for (int g = 0; g < G; g++)
             for (int i = 0; i < rs->groups[g].ntasks; i++)
@@ -170,7 +170,7 @@ static int warm_start(const cz_costed *tasks, const int *greedy_gk, int T, int G
                 warm_ok = 0;
         }
     }
-    cz_costed_sort(gr, (size_t)G);
+    cz__costed_sort(gr, (size_t)G);
     for (int gi = 0; gi < G; gi++)
         grank[gr[gi].id] = gi;
     for (int g = 0; g < G; g++) {
@@ -179,7 +179,7 @@ static int warm_start(const cz_costed *tasks, const int *greedy_gk, int T, int G
             sl[k].id = k;
             sl[k].cost = gload[g * K + k];
         }
-        cz_costed_sort(sl, (size_t)K);
+        cz__costed_sort(sl, (size_t)K);
         int krank[K];
         for (int s = 0; s < K; s++)
             krank[sl[s].id] = s;
@@ -272,17 +272,17 @@ static int take_result(cz_plan *plan, cz_rank_schedule *rs, glp_prob *P, const c
 {
     int G = rs->ngroups, rc;
     if (res->status == CZ_SOLVE_TIMEOUT) {
-        cz_plan_solver_note(plan,
-                            "stage %d, DP rank %d: micro-group ILP timed out before any "
-                            "solution; kept the greedy groups.",
-                            rs->stage, rs->dp_rank);
+        cz__plan_solver_note(plan,
+                             "stage %d, DP rank %d: micro-group ILP timed out before any "
+                             "solution; kept the greedy groups.",
+                             rs->stage, rs->dp_rank);
         return CZ_OK;
     }
     if (res->status != CZ_SOLVE_OPTIMAL && res->status != CZ_SOLVE_FEASIBLE) {
-        cz_plan_solver_note(plan,
-                            "stage %d, DP rank %d: micro-group ILP failed (GLPK); kept the greedy "
-                            "groups.",
-                            rs->stage, rs->dp_rank);
+        cz__plan_solver_note(plan,
+                             "stage %d, DP rank %d: micro-group ILP failed (GLPK); kept the greedy "
+                             "groups.",
+                             rs->stage, rs->dp_rank);
         return CZ_OK;
     }
     for (int t = 0; t < T; t++) {
@@ -313,8 +313,8 @@ static int take_result(cz_plan *plan, cz_rank_schedule *rs, glp_prob *P, const c
     if (v < greedy_v * (1 - 1e-9) && (rc = schedule_rebuild(plan, rs, tasks, T, gk, G, K)) != CZ_OK)
         return rc; /* out of memory: solve_rank names it */
     if (res->status == CZ_SOLVE_FEASIBLE && strlen(plan->solver_note) == 0)
-        cz_plan_solver_note(plan, "micro-group ILP hit its time limit on some DP ranks; kept the "
-                                  "best schedules found (largest gap is in the plan).");
+        cz__plan_solver_note(plan, "micro-group ILP hit its time limit on some DP ranks; kept the "
+                                   "best schedules found (largest gap is in the plan).");
     return CZ_OK;
 }
 
@@ -350,10 +350,10 @@ static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, 
     if ((rc = load_problem(P, tasks, T, G, K, cap, scale)) != CZ_OK)
         goto done;
     cz_mip_result res;
-    if ((rc = cz_mip_solve(P, warm_ok ? warm : NULL, time_limit_s, "microgroups-ilp", scale,
-                           &plan->settings, &res, err)) != CZ_OK)
+    if ((rc = cz__mip_solve(P, warm_ok ? warm : NULL, time_limit_s, "microgroups-ilp", scale,
+                            &plan->settings, &res, err)) != CZ_OK)
         goto done;
-    cz_plan_solver_record(plan, 1, &res);
+    cz__plan_solver_record(plan, 1, &res);
     rc = take_result(plan, rs, P, &res, tasks, T, K, greedy_v, gk, gload, err);
 done:
     /* The builders report only their code: name the failure here. */
@@ -371,10 +371,10 @@ done:
     return rc;
 }
 
-int cz_microgroups_ilp(cz_plan *plan, cz_error *err)
+int cz__microgroups_ilp(cz_plan *plan, cz_error *err)
 {
     if (plan->settings.tp == CZ_TP_SC) {
-        cz_plan_solver_note(plan, "the micro-group ILP does not apply to sc (no hosts); kept sc.");
+        cz__plan_solver_note(plan, "the micro-group ILP does not apply to sc (no hosts); kept sc.");
         return CZ_OK;
     }
     size_t n = plan->nschedules;
@@ -391,11 +391,11 @@ int cz_microgroups_ilp(cz_plan *plan, cz_error *err)
         ord[m].cost = schedule_value(plan, rs);
         m++;
     }
-    cz_costed_sort(ord, m);
-    double t0 = cz_clock_seconds();
+    cz__costed_sort(ord, m);
+    double t0 = cz__clock_seconds();
     int rc = CZ_OK;
     for (size_t j = 0; j < m; j++) {
-        double left = plan->settings.time_limit_s - (cz_clock_seconds() - t0);
+        double left = plan->settings.time_limit_s - (cz__clock_seconds() - t0);
         double share = fmax(0.001, left / (double)(m - j));
         if ((rc = solve_rank(plan, &plan->schedules[ord[j].id], share, err)))
             break;

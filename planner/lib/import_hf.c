@@ -237,7 +237,7 @@ static int64_t hf_sat_mul(int64_t a, int64_t b)
     return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
 }
 
-/* Parameters and elements of the model hf_layer and cz_import_hf would write, counted before
+/* Parameters and elements of the model hf_layer and cz__import_hf would write, counted before
  * anything is built: a config with millions of layers or experts is refused here instead of
  * exhausting memory, and only models the loader accepts are written. Mirrors hf_layer. */
 static int hf_check_size(const hf_config *c, cz_error *err)
@@ -498,7 +498,7 @@ static void hf_lower(char *s)
         *s = (char)tolower((unsigned char)*s);
 }
 
-/* The model's default name: see cz_import_hf in cz_analysis.h. */
+/* The model's default name: see cz__import_hf in cz_analysis.h. */
 static char *hf_default_name(const char *path, const json_t *root)
 {
     const json_t *nop = json_object_get(root, "_name_or_path");
@@ -617,14 +617,14 @@ void cz_import_hf_options_init(cz_import_hf_options *o)
     memcpy(o, &defaults, sizeof *o);
 }
 
-int cz_import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,
-                 cz_error *err)
+int cz__import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,
+                  cz_error *err)
 {
     cz_import_hf_options o;
     cz_import_hf_options_init(&o);
     o.name = name;
     o.dtype = dtype;
-    return cz_import_hf_opts(out_model, config_path, &o, err);
+    return cz__import_hf_opts(out_model, config_path, &o, err);
 }
 
 static int hf_nomem(cz_error *err, const char *config_path)
@@ -644,7 +644,7 @@ static int hf_options_check(const cz_import_hf_options *o, cz_error *err)
                             "make_vocab_size_divisible_by must be from 1 to 1048576, got %d",
                             o->vocab_divisible_by);
     if (!cz_dtype_name(o->dtype))
-        return cz_error_set(err, CZ_EINVALID, "cz_import_hf: unknown dtype %d", (int)o->dtype);
+        return cz_error_set(err, CZ_EINVALID, "cz__import_hf: unknown dtype %d", (int)o->dtype);
     if (o->name && !*o->name)
         return cz_error_set(err, CZ_EINVALID, "the model name must not be empty");
     return CZ_OK;
@@ -735,8 +735,8 @@ static int hf_check_loads(const json_t *model, const char *config_path, cz_error
     return rc;
 }
 
-int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_import_hf_options *o,
-                      cz_error *err)
+int cz__import_hf_opts(json_t **out_model, const char *config_path, const cz_import_hf_options *o,
+                       cz_error *err)
 {
     int rc = 0;
     bool ok = true;
@@ -748,7 +748,7 @@ int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_impo
 
     if (!out_model || !config_path || !o)
         return cz_error_set(err, CZ_EINVALID,
-                            "cz_import_hf: out_model, config_path and options are needed");
+                            "cz__import_hf: out_model, config_path and options are needed");
     *out_model = NULL;
     if ((rc = hf_options_check(o, err)) != CZ_OK)
         return rc;
@@ -871,10 +871,10 @@ static void hf_emit(cz_strbuf *b, const json_t *v, int depth)
     cz__strbuf_puts(b, "}");
 }
 
-int cz_model_json_format(char **out, const json_t *model, cz_error *err)
+int cz__model_json_format(char **out, const json_t *model, cz_error *err)
 {
     if (!out || !model)
-        return cz_error_set(err, CZ_EINVALID, "cz_model_json_format: out and model are needed");
+        return cz_error_set(err, CZ_EINVALID, "cz__model_json_format: out and model are needed");
     cz_strbuf b = CZ_STRBUF_INIT;
     hf_emit(&b, model, 0);
     cz__strbuf_puts(&b, "\n");

@@ -69,7 +69,7 @@ static cz_costed *rank_params(const cz_plan *p, int s, int r, size_t *n_out)
                     v[n++] = (cz_costed){id, p->params[id].cost};
             }
     }
-    cz_costed_sort(v, n);
+    cz__costed_sort(v, n);
     *n_out = n;
     return v;
 }
@@ -180,7 +180,7 @@ static int add_busiest(json_t *rep, const cz_plan *p, int top_n)
         return -1;
     for (size_t k = 0; k < nr; k++)
         order[k] = (cz_costed){(int)k, at_or_zero(m->rank_makespan, k)};
-    cz_costed_sort(order, nr);
+    cz__costed_sort(order, nr);
     int rc = 0;
     for (size_t j = 0; j < nr && (int)j < top_n && rc == 0; j++) {
         int k = order[j].id, s = k / p->dp, r = k % p->dp;
@@ -234,7 +234,7 @@ static int add_dominating(json_t *rep, const cz_plan *p)
     for (size_t i = 0; i < p->nparams; i++)
         if (p->params[i].def.kind == CZ_KIND_MATRIX && p->params[i].cost > avg)
             v[n++] = (cz_costed){(int)i, p->params[i].cost};
-    cz_costed_sort(v, n);
+    cz__costed_sort(v, n);
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         json_t *q = param_ref(p, v[i].id, v[i].cost);
@@ -345,7 +345,7 @@ done:
     return rc;
 }
 
-int cz_plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, cz_error *err)
+int cz__plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, cz_error *err)
 {
     *report_out = NULL;
     if (!plan)

@@ -316,7 +316,7 @@ static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, const nam
     }
     /* Largest first: the moves that shift the most work lead, not the layer norms that come
      * first in parameter order. */
-    cz_costed_sort(mv, (size_t)n_any);
+    cz__costed_sort(mv, (size_t)n_any);
     for (int k = 0; k < n_any && (limit < 0 || k < limit); k++) {
         int i = mv[k].id, j = jof[i];
         const cz_plan_param *x = &a->params[i], *y = &b->params[j];
@@ -731,8 +731,8 @@ static int add_makespan(json_t *rep, const cz_plan *a, const cz_plan *b, const n
     return 0;
 }
 
-int cz_plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit, json_t **report_out,
-                      cz_error *err)
+int cz__plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit,
+                       json_t **report_out, cz_error *err)
 {
     *report_out = NULL;
     if (!a || !b)

@@ -222,7 +222,7 @@ static int param_copy(cz_plan_param *q, const cz_param_def *d, int id, const cz_
         q->def.block_dim = -1;
     }
     q->numel = q->local_shape[0] * q->local_shape[1];
-    q->cost = cz_cost_param(d, s, c, m->dtype);
+    q->cost = cz__cost_param(d, s, c, m->dtype);
     return CZ_OK;
 }
 
@@ -261,8 +261,8 @@ static int stages_assign(cz_plan *plan, const cz_model *m, const cz_cluster *c, 
     return CZ_OK;
 }
 
-int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz_settings *s,
-                 cz_error *err)
+int cz__plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz_settings *s,
+                  cz_error *err)
 {
     int rc = CZ_OK;
     cz_plan *plan = NULL;
@@ -318,7 +318,7 @@ int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz
             goto done;
     if ((rc = stages_assign(plan, m, c, err)) != CZ_OK)
         goto done;
-    rc = cz_task_table_build(plan, c, err);
+    rc = cz__task_table_build(plan, c, err);
 done:
     if (rc != CZ_OK)
         cz_plan_free(plan);
@@ -331,7 +331,7 @@ done:
 typedef enum {
     ALPHA_PLAIN,     /* alpha on each parameter's cost (or elements) */
     ALPHA_EFFECTIVE, /* on the slot time each parameter needs at the split lower bound
-                        (cz_task_weigh), cuts by the greedy fill */
+                        (cz__task_weigh), cuts by the greedy fill */
     ALPHA_WATER,     /* the same loads, cuts by water-filling where that is no worse */
     ALPHA_SLOT_FILL  /* the slot-fill partition (dp_fill.c) */
 } alpha_variant;
@@ -343,20 +343,20 @@ static int plan_solve(cz_plan **out, const cz_model *model, const cz_cluster *cl
     int rc;
     cz_plan *plan = NULL;
     *out = NULL;
-    if ((rc = cz_plan_init(&plan, model, cluster, settings, err)) != CZ_OK)
+    if ((rc = cz__plan_init(&plan, model, cluster, settings, err)) != CZ_OK)
         goto done;
     if ((variant == ALPHA_EFFECTIVE || variant == ALPHA_WATER) &&
-        (rc = cz_task_weigh(plan, 1.0, err)) != CZ_OK)
+        (rc = cz__task_weigh(plan, 1.0, err)) != CZ_OK)
         goto done;
     plan->tasks.dp_water = variant == ALPHA_WATER;
     plan->tasks.dp_fill = variant == ALPHA_SLOT_FILL;
-    if ((rc = cz_buckets_layout(plan, err)) != CZ_OK)
+    if ((rc = cz__buckets_layout(plan, err)) != CZ_OK)
         goto done;
-    if ((rc = cz_dp_partition(plan, err)) != CZ_OK)
+    if ((rc = cz__dp_partition(plan, err)) != CZ_OK)
         goto done;
-    if ((rc = cz_tp_schedule_build(plan, err)) != CZ_OK)
+    if ((rc = cz__tp_schedule_build(plan, err)) != CZ_OK)
         goto done;
-    rc = cz_plan_metrics_compute(plan, cluster, err);
+    rc = cz__plan_metrics_compute(plan, cluster, err);
 done:
     if (rc != CZ_OK)
         cz_plan_free(plan);
@@ -385,7 +385,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     if (!out)
         return cz_error_set(err, CZ_EINVALID, "cz_plan_build: no output pointer given");
     *out = NULL;
-    double t0 = cz_clock_seconds();
+    double t0 = cz__clock_seconds();
     if ((rc = settings_check(settings, err)) != CZ_OK)
         return rc;
     if (model && cluster &&
@@ -446,19 +446,19 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     settings = user;
     plan->settings = *settings;
     if (settings->dp == CZ_DP_TPAWARE) {
-        if ((rc = cz_dp_partition_tpaware(plan, err)) != CZ_OK ||
-            (rc = cz_plan_metrics_compute(plan, cluster, err)) != CZ_OK)
+        if ((rc = cz__dp_partition_tpaware(plan, err)) != CZ_OK ||
+            (rc = cz__plan_metrics_compute(plan, cluster, err)) != CZ_OK)
             goto done;
     }
     /* The exact solvers start from the best greedy plan, once (not once per alpha variant). */
     if (settings->solver == CZ_SOLVER_ILP) {
-        if ((rc = cz_dp_partition_ilp(plan, err)) != CZ_OK ||
-            (rc = cz_tp_schedule_build(plan, err)) != CZ_OK ||
-            (rc = cz_microgroups_ilp(plan, err)) != CZ_OK ||
-            (rc = cz_plan_metrics_compute(plan, cluster, err)) != CZ_OK)
+        if ((rc = cz__dp_partition_ilp(plan, err)) != CZ_OK ||
+            (rc = cz__tp_schedule_build(plan, err)) != CZ_OK ||
+            (rc = cz__microgroups_ilp(plan, err)) != CZ_OK ||
+            (rc = cz__plan_metrics_compute(plan, cluster, err)) != CZ_OK)
             goto done;
     }
-    plan->plan_seconds = cz_clock_seconds() - t0;
+    plan->plan_seconds = cz__clock_seconds() - t0;
     /* The callback belongs to this call, not to the plan: a plan outlives its caller's payload. */
     plan->settings.progress = NULL;
     plan->settings.progress_payload = NULL;

@@ -1131,8 +1131,8 @@ done:
     return rc;
 }
 
-int cz_plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim,
-                       const cz_svg_options *opt, cz_error *err)
+int cz__plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim,
+                        const cz_svg_options *opt, cz_error *err)
 {
     cz_strbuf b = CZ_STRBUF_INIT;
     *out = NULL;
@@ -1214,7 +1214,7 @@ static void html_tables(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *
            "<th>shape</th><th>kind</th><th>cost</th><th>DP owner</th></tr>\n");
     for (size_t i = 0; i < plan->nparams; i++)
         order[i] = (cz_costed){(int)i, plan->params[i].cost};
-    cz_costed_sort(order, plan->nparams);
+    cz__costed_sort(order, plan->nparams);
     size_t shown = plan->nparams < 20 ? plan->nparams : 20;
     for (size_t i = 0; i < shown; i++) {
         const cz_plan_param *p = &plan->params[order[i].id];
@@ -1231,8 +1231,8 @@ static void html_tables(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *
     cz__strbuf_printf(b, "</table>\n");
 }
 
-int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *sim,
-                        const cz_svg_options *opt, cz_error *err)
+int cz__plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *sim,
+                         const cz_svg_options *opt, cz_error *err)
 {
     cz_strbuf b = CZ_STRBUF_INIT;
     cz_svg_options o = {0};
