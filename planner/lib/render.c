@@ -924,6 +924,79 @@ static void timeline_coop(cz_strbuf *b, const cz_plan *plan, const cz_sim_result
     }
 }
 
+/* The lanes of panel (c) from y down: the TP group's shared gather lane, one compute lane per TP
+ * rank (its elementwise work, then its boxes labelled with their largest task), the scatter
+ * lane; returns the y below them. x maps times to pixels as XT: left + plot_w * t / top_val. */
+static int timeline_lanes(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim,
+                          const cz_rank_schedule *sc, int left, double plot_w, double top_val,
+                          int y, int end_tp, cz_cost_unit u)
+{
+    const int clane = 14, slane = 9;
+    int R = sim->tl_tp, G = sim->tl_groups;
+    char buf[64], label[128];
+#define XT(v) (left + plot_w * (v) / top_val)
+    for (int lane_i = 0; lane_i < R + 2; lane_i++) {
+        int is_gather = lane_i == 0, is_scatter = lane_i == R + 1, t = lane_i - 1;
+        int h = is_gather || is_scatter ? slane : clane;
+        const char *bold = !is_gather && !is_scatter && t == end_tp ? " font-weight=\"bold\"" : "";
+        if (is_gather || is_scatter)
+            cz__strbuf_printf(b,
+                              "<text x=\"%d\" y=\"%d\" font-size=\"9\" text-anchor=\"end\">TP %s"
+                              "</text>\n",
+                              left - 4, y + h - 1, is_gather ? "gather" : "scatter");
+        else
+            cz__strbuf_printf(
+                b,
+                "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\"%s>TP %d "
+                "compute%s</text>\n",
+                left - 4, y + h - 3, bold, t, t == end_tp ? " (last)" : "");
+        if (!is_gather && !is_scatter && sim->tl_elementwise[t] > 0)
+            cz__strbuf_printf(
+                b,
+                "<rect class=\"elementwise\" x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
+                "fill=\"%s\"><title>elementwise (AdamW) %s</title></rect>\n",
+                left, y, plot_w * sim->tl_elementwise[t] / top_val, h, ELEM_FILL,
+                fmt_value(buf, sizeof buf, sim->tl_elementwise[t], u));
+        for (int g = 0; g < G; g++) {
+            cz_sim_span sp = is_gather    ? sim->tl_gather[g]
+                             : is_scatter ? sim->tl_scatter[g]
+                                          : sim->tl_compute[(size_t)g * R + t];
+            if (!(sp.end > sp.start))
+                continue;
+            double x = XT(sp.start), w = fmax(plot_w * (sp.end - sp.start) / top_val, 0.5);
+            const char *cls = is_gather ? "gather" : is_scatter ? "scatter" : "compute";
+            const char *fill = is_gather    ? GATHER_FILL
+                               : is_scatter ? SCATTER_FILL
+                                            : compute_fill[g % 2];
+            cz__strbuf_printf(b,
+                              "<rect class=\"%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
+                              "fill=\"%s\"><title>group %d %s",
+                              cls, x, y, w, h, fill, g, cls);
+            if (!is_gather && !is_scatter)
+                cz__strbuf_printf(b, ", TP %d", t);
+            cz__strbuf_printf(b, ": %s", fmt_value(buf, sizeof buf, sp.end - sp.start, u));
+            label[0] = '\0';
+            if (!is_gather && !is_scatter)
+                cell_tasks(b, label, sizeof label, plan, sc ? &sc->groups[g] : NULL, t);
+            cz__strbuf_printf(b, "</title></rect>\n");
+            if (is_gather || is_scatter)
+                continue;
+            if (!label[0] || text_w(strlen(label), 8) + 3 > w) {
+                snprintf(label, sizeof label, "g%d", g);
+                if (text_w(strlen(label), 8) + 3 > w)
+                    continue;
+            }
+            cz__strbuf_printf(b, "<text class=\"task-label\" x=\"%.2f\" y=\"%d\" font-size=\"8\">",
+                              x + 1.5, y + h - 4);
+            put_escaped(b, label);
+            cz__strbuf_printf(b, "</text>\n");
+        }
+        y += h + 3;
+    }
+#undef XT
+    return y;
+}
+
 /* Panel (c): the optimizer update of the DP rank that finishes last: the shared gather and
  * scatter lanes of its TP group and one compute lane per TP rank, boxes labelled with their
  * largest task; the lower bound and the end of the update as vertical lines. */
@@ -1005,64 +1078,7 @@ static int svg_timeline(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *
                       y + lanes_h + (f->tl_lb > 0 && fabs(xe - xl) < lw + 10 ? 25 : 13), label);
     /* Lanes: the TP group's shared gather lane, one compute lane per TP rank, the scatter. */
     int first_compute_y = y + slane + 3;
-    for (int lane_i = 0; lane_i < R + 2; lane_i++) {
-        int is_gather = lane_i == 0, is_scatter = lane_i == R + 1, t = lane_i - 1;
-        int h = is_gather || is_scatter ? slane : clane;
-        const char *bold = !is_gather && !is_scatter && t == end_tp ? " font-weight=\"bold\"" : "";
-        if (is_gather || is_scatter)
-            cz__strbuf_printf(b,
-                              "<text x=\"%d\" y=\"%d\" font-size=\"9\" text-anchor=\"end\">TP %s"
-                              "</text>\n",
-                              left - 4, y + h - 1, is_gather ? "gather" : "scatter");
-        else
-            cz__strbuf_printf(
-                b,
-                "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\"%s>TP %d "
-                "compute%s</text>\n",
-                left - 4, y + h - 3, bold, t, t == end_tp ? " (last)" : "");
-        if (!is_gather && !is_scatter && sim->tl_elementwise[t] > 0)
-            cz__strbuf_printf(
-                b,
-                "<rect class=\"elementwise\" x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
-                "fill=\"%s\"><title>elementwise (AdamW) %s</title></rect>\n",
-                left, y, plot_w * sim->tl_elementwise[t] / top_val, h, ELEM_FILL,
-                fmt_value(buf, sizeof buf, sim->tl_elementwise[t], u));
-        for (int g = 0; g < G; g++) {
-            cz_sim_span sp = is_gather    ? sim->tl_gather[g]
-                             : is_scatter ? sim->tl_scatter[g]
-                                          : sim->tl_compute[(size_t)g * R + t];
-            if (!(sp.end > sp.start))
-                continue;
-            double x = XT(sp.start), w = fmax(plot_w * (sp.end - sp.start) / top_val, 0.5);
-            const char *cls = is_gather ? "gather" : is_scatter ? "scatter" : "compute";
-            const char *fill = is_gather    ? GATHER_FILL
-                               : is_scatter ? SCATTER_FILL
-                                            : compute_fill[g % 2];
-            cz__strbuf_printf(b,
-                              "<rect class=\"%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
-                              "fill=\"%s\"><title>group %d %s",
-                              cls, x, y, w, h, fill, g, cls);
-            if (!is_gather && !is_scatter)
-                cz__strbuf_printf(b, ", TP %d", t);
-            cz__strbuf_printf(b, ": %s", fmt_value(buf, sizeof buf, sp.end - sp.start, u));
-            label[0] = '\0';
-            if (!is_gather && !is_scatter)
-                cell_tasks(b, label, sizeof label, plan, sc ? &sc->groups[g] : NULL, t);
-            cz__strbuf_printf(b, "</title></rect>\n");
-            if (is_gather || is_scatter)
-                continue;
-            if (!label[0] || text_w(strlen(label), 8) + 3 > w) {
-                snprintf(label, sizeof label, "g%d", g);
-                if (text_w(strlen(label), 8) + 3 > w)
-                    continue;
-            }
-            cz__strbuf_printf(b, "<text class=\"task-label\" x=\"%.2f\" y=\"%d\" font-size=\"8\">",
-                              x + 1.5, y + h - 4);
-            put_escaped(b, label);
-            cz__strbuf_printf(b, "</text>\n");
-        }
-        y += h + 3;
-    }
+    y = timeline_lanes(b, plan, sim, sc, left, plot_w, top_val, y, end_tp, u);
     timeline_coop(b, plan, sim, sc, left, plot_w, top_val, first_compute_y, clane + 3, clane, u);
 #undef XT
     int y_axis = y + 30;
