@@ -9,6 +9,7 @@ add_library(canzona_exec_shared SHARED $<TARGET_OBJECTS:canzona_exec>
                                        $<TARGET_OBJECTS:canzona_format>)
 target_include_directories(canzona_exec_shared PUBLIC
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/planner/include>
+  $<BUILD_INTERFACE:${CZ_GENERATED_INCLUDE_DIR}>
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/executor/include>)
 target_link_libraries(canzona_exec_shared PRIVATE
   $<TARGET_PROPERTY:canzona_exec,LINK_LIBRARIES>)

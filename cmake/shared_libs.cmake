@@ -16,7 +16,8 @@ endif()
 
 add_library(canzona_shared SHARED $<TARGET_OBJECTS:canzona> $<TARGET_OBJECTS:canzona_format>)
 target_include_directories(canzona_shared PUBLIC
-  $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/planner/include>)
+  $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/planner/include>
+  $<BUILD_INTERFACE:${CZ_GENERATED_INCLUDE_DIR}>)
 target_link_libraries(canzona_shared PRIVATE PkgConfig::JANSSON ${GLPK_LIBRARY} ${MATH_LIBRARY})
 set_target_properties(canzona_shared PROPERTIES OUTPUT_NAME canzona VERSION ${PROJECT_VERSION}
                       SOVERSION ${PROJECT_VERSION_MAJOR}

@@ -1,5 +1,5 @@
 /*
- * Harness: the Hugging Face config importer (cz_import_hf) and the model formatter.
+ * Harness: the Hugging Face config importer (cz__import_hf) and the model formatter.
  *
  * Any config.json must be imported or refused with a message, never crash, leak or overflow.
  * A config that imports must give a model the model loader accepts: the importer's output,
@@ -23,19 +23,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cz_error_clear(&err);
     /* Every third input gets an explicit name; the others take the file-derived one. */
     const char *name = size % 3 == 0 ? "fuzz-model" : NULL;
-    int rc = cz_import_hf(&model_json, fz_input_path(0, data, size), name, CZ_DTYPE_BF16, &err);
+    int rc = cz__import_hf(&model_json, fz_input_path(0, data, size), name, CZ_DTYPE_BF16, &err);
     if (rc != CZ_OK) {
         if (model_json)
-            fz_fail("cz_import_hf failed (%d) but returned a model", rc);
+            fz_fail("cz__import_hf failed (%d) but returned a model", rc);
         if (rc == CZ_EINTERNAL || !err.message[0])
-            fz_fail("cz_import_hf failed (%d) without a usable message: %s", rc, err.message);
+            fz_fail("cz__import_hf failed (%d) without a usable message: %s", rc, err.message);
         return 0;
     }
     if (fz_model_is_slow(model_json))
         goto out;
     cz_error_clear(&err);
-    if (cz_model_json_format(&text, model_json, &err) != CZ_OK)
-        fz_fail("cz_model_json_format failed on an imported model: %s", err.message);
+    if (cz__model_json_format(&text, model_json, &err) != CZ_OK)
+        fz_fail("cz__model_json_format failed on an imported model: %s", err.message);
     const char *path = fz_input_path(1, (const uint8_t *)text, strlen(text));
     cz_error_clear(&err);
     if (cz_model_load(&model, path, &err) != CZ_OK)

@@ -321,7 +321,7 @@ static void rehash_plan(json_t *root, uint64_t *s)
         return;
     char hex[65];
     cz_error err;
-    if (cz_plan_json_content_hash(root, hex, &err) == CZ_OK)
+    if (cz__plan_json_content_hash(root, hex, &err) == CZ_OK)
         json_object_set_new(root, "content_sha256", json_string(hex));
 }
 

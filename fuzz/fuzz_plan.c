@@ -54,11 +54,11 @@ static void render_both(const cz_plan *plan, const cz_sim_result *sim, int in_se
     char *doc = NULL;
     cz_error err;
     cz_error_clear(&err);
-    expect_handled(cz_plan_render_svg(&doc, plan, sim, &ro, &err), "render svg", &err);
+    expect_handled(cz__plan_render_svg(&doc, plan, sim, &ro, &err), "render svg", &err);
     free(doc);
     doc = NULL;
     cz_error_clear(&err);
-    expect_handled(cz_plan_render_html(&doc, plan, sim, &ro, &err), "render html", &err);
+    expect_handled(cz__plan_render_html(&doc, plan, sim, &ro, &err), "render html", &err);
     free(doc);
 }
 
@@ -66,7 +66,8 @@ static void simulate_and_render(const cz_plan *plan, const cz_cluster *cluster,
                                 cz_sim_uneven uneven)
 {
     cz_sim_result *sim = NULL;
-    cz_sim_options so = {.uneven = uneven};
+    cz_sim_options so = CZ_SIM_OPTIONS_INIT;
+    so.uneven = uneven;
     cz_error err;
     cz_error_clear(&err);
     int rc = cz_plan_simulate(&sim, plan, cluster, &so, &err);
@@ -81,7 +82,7 @@ static void expect_identical(const cz_plan *a, const cz_plan *b, const char *wha
     json_t *rep = NULL;
     cz_error err;
     cz_error_clear(&err);
-    if (cz_plan_diff_json(a, b, 0, -1, &rep, &err) != CZ_OK)
+    if (cz__plan_diff_json(a, b, 0, -1, &rep, &err) != CZ_OK)
         fz_fail("%s: diff failed: %s", what, err.message);
     if (!json_is_true(json_object_get(rep, "identical"))) {
         char *text = json_dumps(rep, JSON_INDENT(1));
@@ -108,7 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     cz_error_clear(&err);
-    expect_handled(cz_plan_inspect_json(plan, 3, &report, &err), "inspect", &err);
+    expect_handled(cz__plan_inspect_json(plan, 3, &report, &err), "inspect", &err);
     json_decref(report);
     report = NULL;
 
@@ -134,7 +135,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         cluster = cluster ? cluster : tiny_cluster;
     }
     cz_error_clear(&err);
-    rc = cz_plan_validate_json(plan, model, cluster, &report, &err);
+    rc = cz__plan_validate_json(plan, model, cluster, &report, &err);
     if (rc < 0)
         expect_handled(rc, "validate", &err);
     json_decref(report);
@@ -142,11 +143,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     expect_identical(plan, plan, "a plan compared with itself");
     cz_error_clear(&err);
-    expect_handled(cz_plan_diff_json(reference, plan, 1, 10, &report, &err), "diff --force", &err);
+    expect_handled(cz__plan_diff_json(reference, plan, 1, 10, &report, &err), "diff --force", &err);
     json_decref(report);
     report = NULL;
     cz_error_clear(&err);
-    expect_handled(cz_plan_diff_json(plan, reference, 1, -1, &report, &err), "diff --force", &err);
+    expect_handled(cz__plan_diff_json(plan, reference, 1, -1, &report, &err), "diff --force", &err);
     json_decref(report);
     report = NULL;
 

@@ -87,7 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (exec_rc != CZ_OK || !model || !cluster)
         goto out; /* refused by the executor, or not made from the fixtures */
     cz_error_clear(&err);
-    if (cz_plan_validate_json(plan, model, cluster, &violations, &err) < 0)
+    if (cz__plan_validate_json(plan, model, cluster, &violations, &err) < 0)
         fz_fail("validate failed: %s", err.message);
     size_t i, nstruct = 0;
     const json_t *v;

@@ -144,9 +144,9 @@ cz_plan *fz_plan_validated(const cz_model *model, const cz_cluster *cluster, con
         fz_fail("cz_plan_build reported an internal error: %s", err.message);
     if (rc != CZ_OK)
         return NULL;
-    rc = cz_plan_validate_json(plan, model, cluster, &violations, &err);
+    rc = cz__plan_validate_json(plan, model, cluster, &violations, &err);
     if (rc < 0)
-        fz_fail("cz_plan_validate_json failed on a fresh plan: %s", err.message);
+        fz_fail("cz__plan_validate_json failed on a fresh plan: %s", err.message);
     if (json_array_size(violations) > 0) {
         fprintf(stderr, "validate refuses the plan the planner built for this %s:\n", what);
         fz_print_violations(violations, 20);
@@ -205,6 +205,6 @@ int fz_model_is_slow(const json_t *model)
     if (!json_is_array(params))
         return 0;
     /* The loader's own count: models it refuses for their size are not slow, just refused. */
-    size_t n = cz_model_count_params_json(params);
+    size_t n = cz__model_count_params_json(params);
     return n > FZ_MODEL_FAST_PARAMS && n <= CZ_MODEL_MAX_PARAMS;
 }

@@ -31,7 +31,7 @@ cz_cluster *fz_fixture_cluster(const char *rel);
 
 /* 1 when a model description (a parsed canzona.model/1 document) expands, repeat blocks
  * included, to more than FZ_MODEL_FAST_PARAMS parameters but not more than the loader's own
- * bound (CZ_MODEL_MAX_PARAMS in planner/lib/cz_plan_types.h, 2^18), which it refuses before
+ * bound (CZ_MODEL_MAX_PARAMS in planner/format/cz_format.h, 2^18), which it refuses before
  * expanding. The loader accepts such models, but at several seconds each under the sanitizers
  * they would only slow the fuzzer down (and trip its time-out) on work that is linear in the
  * count: the harnesses skip them. */

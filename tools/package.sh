@@ -40,26 +40,34 @@
 # libexec/canzona/gpu_exec) needs the same: source mpi-env.sh first.
 #
 # Usage: tools/package.sh [OUTDIR]      (default: the source tree's top folder)
+#        tools/package.sh --print-version  the version the package of the build in
+#                                          CZ_PACKAGE_BUILD is named with, and nothing else
 # Env:   CZ_WERROR (OFF; CI: ON), CZ_WITH_CUDA (ON: CUDA when a toolkit is found),
 #        CZ_PACKAGE_BUILD (build folder, default build-package), CZ_JOBS (default: nproc)
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${CZ_PACKAGE_BUILD:-$src/build-package}
+
+# The version is the one the built CLI reports (project(VERSION) in CMakeLists.txt, through
+# canzona_version.h), so that the package's name is what its programs and libraries say.
+built_version() {
+  "$build/canzona" --version | sed -n 's/^canzona \([0-9][0-9.]*\) .*/\1/p'
+}
+if [ "${1:-}" = "--print-version" ]; then
+  v=$(built_version)
+  [ -n "$v" ] || { echo "package: $build/canzona reports no version" >&2; exit 1; }
+  echo "$v"
+  exit 0
+fi
 outdir=${1:-$src}
 mkdir -p "$outdir"
 outdir=$(cd "$outdir" && pwd)
-build=${CZ_PACKAGE_BUILD:-$src/build-package}
 jobs=${CZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
 limit_mib=60
 
 for tool in cmake patchelf ldd readelf tar gzip ompi_info; do
   command -v "$tool" > /dev/null || { echo "package: $tool not found (bash tools/setup.sh)" >&2; exit 1; }
 done
-
-version=$(sed -n 's/^project(canzona VERSION \([0-9][0-9.]*\).*/\1/p' "$src/CMakeLists.txt")
-[ -n "$version" ] || { echo "package: no project version in CMakeLists.txt" >&2; exit 1; }
-name=canzona-$version-linux-$(uname -m)
-stage=$build/stage
-pkg=$stage/$name
 
 # ---- build and install ------------------------------------------------------------------------
 echo "== configure ($build, Release, CZ_WERROR=${CZ_WERROR:-OFF}) =="
@@ -73,6 +81,11 @@ grep -E '^-- canzona:' "$build/package-configure.log" || true
 echo "== build (-j $jobs) =="
 cmake --build "$build" -j "$jobs" > "$build/package-build.log" 2>&1 ||
   { grep -E 'error:|warning:|\*\*\*' "$build/package-build.log" || tail -50 "$build/package-build.log"; exit 1; }
+version=$(built_version)
+[ -n "$version" ] || { echo "package: $build/canzona reports no version" >&2; exit 1; }
+name=canzona-$version-linux-$(uname -m)
+stage=$build/stage
+pkg=$stage/$name
 rm -rf "$stage"
 mkdir -p "$stage"
 cmake --install "$build" --prefix "$pkg" --strip > "$build/package-install.log"

@@ -20,6 +20,10 @@
  * Ownership: the executor returned by cz_executor_create belongs to the caller and is released
  * with cz_executor_free. Bound buffers stay owned by the caller and must outlive the executor
  * (or the next bind). Strings in cz_exec_config are only read during create.
+ *
+ * Version: this library shares canzona.h's: cz_version() (which libcanzona-exec exports too)
+ * reports the version it was built as, CZ_VERSION_MAJOR/MINOR/PATCH the one a program was
+ * compiled against; libcanzona and libcanzona-exec of one build report the same.
  */
 #ifndef CANZONA_EXEC_H
 #define CANZONA_EXEC_H

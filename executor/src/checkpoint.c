@@ -28,7 +28,6 @@
  * buffer per rank). The cpu backend runs the same path, so the CPU tests cover it.
  */
 #include "exec_internal.h"
-#include "file_io.h"
 
 #include <jansson.h>
 #include <math.h>

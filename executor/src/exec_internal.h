@@ -14,7 +14,7 @@
 #define CZ_EXEC_INTERNAL_H
 
 #include "canzona_exec.h"
-#include "cz_types.h"
+#include "cz_format.h"
 
 #include <stdbool.h>
 #include <stddef.h>

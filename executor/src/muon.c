@@ -212,7 +212,7 @@ static void drain_panels(cz_plane *pl, cz_comm_req *const *reqs, int from, int p
  * once, which only needs A's rows of that panel: the later panels' all-reduces run meanwhile.
  * The iteration ends with X_j = a X_j + b Y + c A Y (A(AX)) or with B = b A + c A A applied
  * (standard form, which needs the whole A). The planner's cost model charges this same
- * pipeline (cz_coop_time_of). */
+ * pipeline (cz__coop_time_of). */
 int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, const cz_muon_coop *b,
                      const float *const *in, float *const *out, float *x, float *gram, float *work,
                      double *sq, cz_event *ev, cz_comm_req *const *reqs, void (*progress)(void *),

@@ -3,7 +3,7 @@
 
 #include <stdio.h>
 
-#include "cz_types.h"
+#include "cz_format.h"
 #include "exec_internal.h"
 
 #include <math.h>

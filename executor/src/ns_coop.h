@@ -2,13 +2,13 @@
  * ns_coop.h — the shared rules of cooperative Newton-Schulz (cz_muon_coop_run): how the
  * symmetric a x a Gram matrix travels packed and in row panels, and which form of the
  * polynomial a member's slice uses. Plain C, shared by the CPU and CUDA backends so that both
- * make the same choice and the planner's cost model (planner/lib/cost.c, cz_cost_coop) can
+ * make the same choice and the planner's cost model (planner/lib/cost.c, cz__cost_coop) can
  * state the same rule.
  *
  * Packed Gram: the upper triangle including the diagonal, row-major,
  *   p = [A00 A01 .. A0,a-1, A11 A12 .. A1,a-1, .., Aa-1,a-1],
  * a (a + 1) / 2 floats per matrix: half the bytes of the full a x a on the all-reduce. Row i
- * starts at cz_coop_packed_before(a, i) (cz_plan_types.h), so a run of rows r0 .. r1-1 — a
+ * starts at cz_coop_packed_before(a, i) (cz_format.h), so a run of rows r0 .. r1-1 — a
  * panel (cz_coop_panel_row; how many, the plan says per task) — is contiguous. A batch's Gram
  * buffer holds the panels one after the other, each panel the batch's matrices back to back, so
  * that every panel is one contiguous all-reduce.
@@ -22,7 +22,7 @@
 #ifndef CZ_NS_COOP_H
 #define CZ_NS_COOP_H
 
-#include "cz_plan_types.h"
+#include "cz_format.h"
 
 #include <stdint.h>
 

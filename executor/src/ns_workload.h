@@ -6,7 +6,7 @@
 #ifndef CZ_NS_WORKLOAD_H
 #define CZ_NS_WORKLOAD_H
 
-#include "cz_types.h"
+#include "cz_format.h"
 
 #include <stdint.h>
 

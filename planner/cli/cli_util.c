@@ -71,11 +71,60 @@ static int parse_long(const char *value, long lo, long hi, long *out)
     return 0;
 }
 
-void cz_cli_options_with_settings(struct option *out, const struct option *own, size_t nown)
+static const struct option cz_cli_size_options[] = {
+    CZ_CLI_CLUSTER_SIZE_OPTIONS,
+    {NULL, 0, NULL, 0},
+};
+
+/* The command's own options followed by the shared ones it takes; at most n entries with the
+ * zero end, which every command's table fits (checked: a new option that overflows fails here
+ * in any test of the command, not silently). */
+static void options_table(struct option *out, size_t n, const cz_cli_spec *spec)
 {
-    memcpy(out, own, nown * sizeof *own);
-    memcpy(out + nown, cz_cli_settings_options,
-           (CZ_CLI_SETTINGS_OPTION_COUNT + 1) * sizeof *cz_cli_settings_options);
+    const struct option *extra = spec->settings ? cz_cli_settings_options
+                                 : spec->sizes  ? cz_cli_size_options
+                                                : NULL;
+    size_t k = 0;
+    for (const struct option *o = spec->own; o->name; o++)
+        if (k + 1 < n)
+            out[k++] = *o;
+    for (const struct option *o = extra; o && o->name; o++)
+        if (k + 1 < n)
+            out[k++] = *o;
+    if (k + 1 >= n) {
+        fprintf(stderr, "canzona %s: the option table is too long (a canzona bug)\n", spec->name);
+        abort();
+    }
+    out[k] = (struct option){NULL, 0, NULL, 0};
+}
+
+int cz_cli_parse(const cz_cli_spec *spec, int argc, char **argv)
+{
+    struct option opts[64];
+    options_table(opts, sizeof opts / sizeof *opts, spec);
+    int opt;
+    optind = 1;
+    while ((opt = cz_cli_getopt(spec->name, argc, argv, spec->shortopts, opts)) != -1) {
+        if (opt == 'h') {
+            spec->help(stdout);
+            return 0;
+        }
+        if (opt == '?')
+            return 2;
+        int r = spec->apply(spec->state, opt, optarg);
+        if (r == 1 && spec->sizes)
+            r = cz_cli_sizes_apply(spec->name, opt, optarg, spec->sizes);
+        if (r == 1 && spec->settings)
+            r = cz_cli_settings_apply(spec->name, opt, optarg, spec->settings);
+        if (r)
+            return 2;
+    }
+    if (spec->operands >= 0 && argc - optind != spec->operands) {
+        fprintf(stderr, "canzona %s: expected %s, got %d (see 'canzona %s --help')\n", spec->name,
+                spec->operands_what, argc - optind, spec->name);
+        return 2;
+    }
+    return CZ_CLI_CONTINUE;
 }
 
 int cz_cli_parse_int(const char *cmd, const char *opt, const char *value, long lo, long hi,
@@ -485,12 +534,13 @@ int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *clus
     cz_error_clear(&err);
     *model = NULL;
     *cluster = NULL;
-    if (cz_model_load(model, model_path, &err) != CZ_OK)
-        goto fail;
-    if (cz_cluster_load_sized(cluster, cluster_path, sizes, &err) != CZ_OK)
-        goto fail;
-    return 0;
-fail:
+    int rc;
+    if ((rc = cz_model_load(model, model_path, &err)) != CZ_OK)
+        goto done;
+    rc = cz__cluster_load_sized(cluster, cluster_path, sizes, &err);
+done:
+    if (rc == CZ_OK)
+        return 0;
     fprintf(stderr, "canzona %s: %s\n", cmd, err.message);
     cz_model_free(*model);
     cz_cluster_free(*cluster);

@@ -8,7 +8,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
-struct cz_cluster_sizes; /* cz_types.h */
+struct cz_cluster_sizes; /* cz_format.h */
 
 /* Long options every command that builds plans accepts (see cz_cli_plan_options_help). The
  * values are >= 1000 so they never collide with short options. */
@@ -52,14 +52,37 @@ enum {
     {"bucket-size", required_argument, NULL, CZ_OPT_BUCKET_SIZE}
 /* clang-format on */
 
-/* getopt_long entries for the options above, terminated by a zero entry so that commands can
- * append them to their own table with cz_cli_options_concat. */
+/* getopt_long entries for the options above, terminated by a zero entry; cz_cli_parse appends
+ * them to a command's own table when its spec has settings. */
 extern const struct option cz_cli_settings_options[];
 #define CZ_CLI_SETTINGS_OPTION_COUNT 24
 
-/* Fills out[] with the command's own nown options followed by the settings options and the
- * terminating zero entry; out must hold nown + CZ_CLI_SETTINGS_OPTION_COUNT + 1 entries. */
-void cz_cli_options_with_settings(struct option *out, const struct option *own, size_t nown);
+/* One subcommand's command line, for cz_cli_parse. */
+typedef struct cz_cli_spec {
+    const char *name;         /* "validate": messages start "canzona validate: " */
+    const char *shortopts;    /* getopt's short options ("m:c:h") */
+    const struct option *own; /* the command's long options, ending in a zero entry */
+    void (*help)(FILE *f);    /* --help prints this to standard output */
+    /* Applies one of the command's own options (getopt's value and optarg) to state: returns
+     * 0, 2 after printing a usage error, or 1 when opt is not the command's (it then goes to
+     * sizes and settings). Called first for every option, so a command may note a shared one. */
+    int (*apply)(void *state, int opt, const char *value);
+    void *state;
+    cz_settings *settings;          /* not NULL: the planning settings options are accepted */
+    struct cz_cluster_sizes *sizes; /* not NULL: the cluster-size options are accepted */
+    int operands;                   /* >= 0: exactly this many operands; -1: the command checks */
+    const char *operands_what;      /* in the usage error: "one plan file", "two plan files" */
+} cz_cli_spec;
+
+/* What cz_cli_parse returns when the command goes on (its operands are argv[optind ..]). */
+#define CZ_CLI_CONTINUE (-1)
+
+/* The prologue every getopt subcommand shares: reads argv with cz_cli_getopt over the command's
+ * options (plus the settings or size options the spec asks for), prints the help on --help,
+ * hands each option to spec->apply, then to the sizes and settings, and checks the operand
+ * count ("canzona <cmd>: expected <what>, got N (see 'canzona <cmd> --help')"). Returns
+ * CZ_CLI_CONTINUE, or the exit status: 0 after --help, 2 after a usage error. */
+int cz_cli_parse(const cz_cli_spec *spec, int argc, char **argv);
 
 /* Parses an integer option value in [lo, hi] into *out. Returns 0, or 2 after printing
  * "canzona <cmd>: --<opt> '<value>': expected an integer in [lo, hi]" to stderr. */
@@ -87,7 +110,7 @@ int cz_cli_sizes_apply(const char *cmd, int opt, const char *value, struct cz_cl
 /* Prints the help lines of the size options (cz_cli_settings_help includes them). */
 void cz_cli_sizes_help(FILE *f);
 
-/* Member accessors for the library's report objects (cz_plan_inspect_json, cz_plan_diff_json): a
+/* Member accessors for the library's report objects (cz__plan_inspect_json, cz__plan_diff_json): a
  * missing member reads as 0 (numbers) or "?" (strings). */
 double cz_cli_jnum(json_t *o, const char *key);
 int cz_cli_jint(json_t *o, const char *key);

@@ -130,7 +130,8 @@ static int row_run(cmp_row *r, const cz_model *model, const cz_cluster *cluster,
     if (r->dp == CZ_DP_LAYERWISE)
         s.layerwise_order = r->order;
     cz_cli_row_layout(&s);
-    cz_sim_options simopt = {.uneven = CZ_SIM_UNEVEN_ROOTED, .muon_tp = r->muon_tp};
+    cz_sim_options simopt = CZ_SIM_OPTIONS_INIT;
+    simopt.muon_tp = r->muon_tp;
     if (r->muon_tp != CZ_MUON_TP_DUPLICATED && s.optimizer != CZ_OPTIM_MUON) {
         r->skipped = 1;
         snprintf(r->note, sizeof r->note, "Megatron's TP modes are modelled for Muon only");
@@ -147,9 +148,9 @@ static int row_run(cmp_row *r, const cz_model *model, const cz_cluster *cluster,
     for (int i = 0; i < want; i++) {
         cz_plan_free(plan);
         plan = NULL;
-        double t0 = cz_clock_seconds();
+        double t0 = cz__clock_seconds();
         int b = cz_plan_build(&plan, model, cluster, &s, &err);
-        times[i] = cz_clock_seconds() - t0;
+        times[i] = cz__clock_seconds() - t0;
         if (b == CZ_EUNSUPPORTED || b == CZ_ETIMEOUT) {
             r->skipped = 1;
             snprintf(r->note, sizeof r->note, "%s", err.message);
@@ -274,7 +275,8 @@ static json_t *recommendation_json(const cmp_row *rows, cmp_pick p)
 static int print_json(const cmp_row *rows, int n, const cz_model *m, const cz_cluster *c,
                       int repeats)
 {
-    json_t *arr = json_array(), *skipped = json_array();
+    json_t *arr = json_array(), *skipped = json_array(), *top = NULL;
+    int rc = 1; /* every goto done below is out of memory */
     for (int i = 0; arr && skipped && i < n; i++) {
         const cmp_row *r = &rows[i];
         json_t *o =
@@ -289,25 +291,26 @@ static int print_json(const cmp_row *rows, int n, const cz_model *m, const cz_cl
                             r->mk_over_lb, "step_s", r->step_s, "optimizer_s", r->optimizer_s,
                             "plan_seconds", r->plan_s, "builds", r->builds);
         if (json_array_append_new(r->skipped ? skipped : arr, o))
-            goto oom;
+            goto done;
     }
-    json_t *top = arr && skipped
-                      ? json_pack("{s:s, s:s, s:i, s:o, s:o, s:o}", "model", m->name, "cluster",
-                                  c->name, "repeats", repeats, "rows", arr, "skipped", skipped,
-                                  "recommendation", recommendation_json(rows, pick_rows(rows, n)))
-                      : NULL;
+    top = arr && skipped
+              ? json_pack("{s:s, s:s, s:i, s:o, s:o, s:o}", "model", m->name, "cluster", c->name,
+                          "repeats", repeats, "rows", arr, "skipped", skipped, "recommendation",
+                          recommendation_json(rows, pick_rows(rows, n)))
+              : NULL;
     arr = skipped = NULL;
     if (!top)
-        goto oom;
+        goto done;
     json_dumpf(top, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
     printf("\n");
+    rc = 0;
+done:
     json_decref(top);
-    return 0;
-oom:
     json_decref(arr);
     json_decref(skipped);
-    fprintf(stderr, "canzona compare: out of memory\n");
-    return 1;
+    if (rc)
+        fprintf(stderr, "canzona compare: out of memory\n");
+    return rc;
 }
 
 static void print_table(const cmp_row *rows, int n, const cz_model *m, const cz_cluster *c,
@@ -335,6 +338,33 @@ static void print_table(const cmp_row *rows, int n, const cz_model *m, const cz_
     print_recommendation(rows, n, pick_rows(rows, n));
 }
 
+typedef struct compare_args {
+    const char *model_path, *cluster_path;
+    int json, repeats, progress;
+} compare_args;
+
+static int compare_option(void *state, int opt, const char *value)
+{
+    compare_args *a = state;
+    switch (opt) {
+    case 'm':
+        a->model_path = value;
+        return 0;
+    case 'c':
+        a->cluster_path = value;
+        return 0;
+    case 'j':
+        a->json = 1;
+        return 0;
+    case OPT_REPEATS:
+        return cz_cli_parse_int("compare", "repeats", value, 1, 99, &a->repeats);
+    case OPT_PROGRESS:
+        a->progress = 2; /* forced: one line per row, also when not a terminal */
+        return 0;
+    }
+    return 1;
+}
+
 int cz_cmd_compare(int argc, char **argv)
 {
     static const struct option own[] = {
@@ -344,54 +374,31 @@ int cz_cmd_compare(int argc, char **argv)
         {"repeats", required_argument, NULL, OPT_REPEATS},
         {"progress", no_argument, NULL, OPT_PROGRESS},
         {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
-    enum { NOWN = sizeof own / sizeof own[0] };
-    struct option opts[NOWN + CZ_CLI_SETTINGS_OPTION_COUNT + 1];
-    cz_cli_options_with_settings(opts, own, NOWN);
-
-    const char *model_path = NULL, *cluster_path = NULL;
-    int json = 0, repeats = 3, rc = 1, opt, progress = isatty(STDERR_FILENO);
+    compare_args a = {.repeats = 3, .progress = isatty(STDERR_FILENO)};
     cz_settings settings;
     cz_settings_init(&settings);
     cz_cluster_sizes sizes = {0};
     settings.time_limit_s = COMPARE_TIME_LIMIT_S;
+    const cz_cli_spec spec = {.name = "compare",
+                              .shortopts = "m:c:h",
+                              .own = own,
+                              .help = compare_help,
+                              .apply = compare_option,
+                              .state = &a,
+                              .settings = &settings,
+                              .sizes = &sizes,
+                              .operands = -1};
+    int rc = cz_cli_parse(&spec, argc, argv);
+    if (rc != CZ_CLI_CONTINUE)
+        return rc;
+    rc = 1;
+    const char *model_path = a.model_path, *cluster_path = a.cluster_path;
+    int json = a.json, repeats = a.repeats, progress = a.progress;
     cz_model *model = NULL;
     cz_cluster *cluster = NULL;
     cmp_row rows[32];
-
-    optind = 1;
-    while ((opt = cz_cli_getopt("compare", argc, argv, "m:c:h", opts)) != -1) {
-        switch (opt) {
-        case 'm':
-            model_path = optarg;
-            break;
-        case 'c':
-            cluster_path = optarg;
-            break;
-        case 'j':
-            json = 1;
-            break;
-        case OPT_REPEATS:
-            if (cz_cli_parse_int("compare", "repeats", optarg, 1, 99, &repeats))
-                return 2;
-            break;
-        case OPT_PROGRESS:
-            progress = 2; /* forced: one line per row, also when not a terminal */
-            break;
-        case 'h':
-            compare_help(stdout);
-            return 0;
-        case '?':
-            return 2;
-        default: {
-            int r = cz_cli_sizes_apply("compare", opt, optarg, &sizes);
-            if (r == 1)
-                r = cz_cli_settings_apply("compare", opt, optarg, &settings);
-            if (r)
-                return 2;
-        }
-        }
-    }
     if (cz_cli_require_inputs("compare", argc, argv, optind, model_path, cluster_path))
         return 2;
     if (cz_cli_load_inputs("compare", model_path, cluster_path, &sizes, &model, &cluster))

@@ -376,6 +376,26 @@ static void print_text(const cz_plan *pa, const cz_plan *pb, json_t *r)
         printf("\nunmatched: %d parameters only in A, %d only in B\n", only_a, only_b);
 }
 
+typedef struct diff_args {
+    int as_json, force, limit;
+} diff_args;
+
+static int diff_option(void *state, int opt, const char *value)
+{
+    diff_args *a = state;
+    switch (opt) {
+    case 'j':
+        a->as_json = 1;
+        return 0;
+    case 'f':
+        a->force = 1;
+        return 0;
+    case 'l':
+        return cz_cli_parse_int("diff", "limit", value, 0, 100000000, &a->limit);
+    }
+    return 1;
+}
+
 int cz_cmd_diff(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -385,42 +405,28 @@ int cz_cmd_diff(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int as_json = 0, force = 0, limit = 20, rc = 1, opt;
+    diff_args args = {.limit = 20};
+    const cz_cli_spec spec = {.name = "diff",
+                              .shortopts = "fl:h",
+                              .own = opts,
+                              .help = diff_help,
+                              .apply = diff_option,
+                              .state = &args,
+                              .operands = 2,
+                              .operands_what = "two plan files"};
+    int rc = cz_cli_parse(&spec, argc, argv);
+    if (rc != CZ_CLI_CONTINUE)
+        return rc;
+    rc = 1;
+    int as_json = args.as_json, force = args.force, limit = args.limit;
     cz_plan *a = NULL, *b = NULL;
     cz_report *report = NULL;
     cz_diff_options dopt;
     cz_error err;
     cz_error_clear(&err);
-
-    optind = 1;
-    while ((opt = cz_cli_getopt("diff", argc, argv, "fl:h", opts)) != -1) {
-        switch (opt) {
-        case 'j':
-            as_json = 1;
-            break;
-        case 'f':
-            force = 1;
-            break;
-        case 'l':
-            if (cz_cli_parse_int("diff", "limit", optarg, 0, 100000000, &limit))
-                return 2;
-            break;
-        case 'h':
-            diff_help(stdout);
-            return 0;
-        default:
-            return 2;
-        }
-    }
-    if (argc - optind != 2) {
-        fprintf(stderr,
-                "canzona diff: expected two plan files, got %d (see 'canzona diff --help')\n",
-                argc - optind);
-        return 2;
-    }
     if (cz_plan_read(&a, argv[optind], &err) != CZ_OK ||
         cz_plan_read(&b, argv[optind + 1], &err) != CZ_OK ||
-        (dopt = (cz_diff_options){.force = force, .limit = limit},
+        (cz_diff_options_init(&dopt), dopt.force = force, dopt.limit = limit,
          cz_plan_diff(&report, a, b, &dopt, &err)) != CZ_OK) {
         fprintf(stderr, "canzona diff: %s\n", err.message);
         goto done;

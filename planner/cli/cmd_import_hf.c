@@ -1,7 +1,6 @@
 /* canzona import-hf: writes a model description from a Hugging Face config.json. */
 #include "commands.h"
 #include "cz_types.h"
-#include "file_io.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -132,7 +131,7 @@ int cz_cmd_import_hf(int argc, char **argv)
     char *text = NULL;
     int status = 1;
     const char *inputs[] = {config}, *what[] = {"the config"};
-    if (cz_file_check_output(output, inputs, what, 1, &err) ||
+    if (cz__file_check_output(output, inputs, what, 1, &err) ||
         cz_model_import_hf(&text, config, &opts, &err) ||
         cz_file_write(output ? output : "-", text, strlen(text), &err)) {
         fprintf(stderr, "canzona import-hf: %s\n", err.message);

@@ -252,6 +252,30 @@ static void print_text(const cz_plan *p, json_t *r, int all)
     }
 }
 
+typedef struct inspect_args {
+    int as_json, all, top;
+    const char *cluster_path;
+} inspect_args;
+
+static int inspect_option(void *state, int opt, const char *value)
+{
+    inspect_args *a = state;
+    switch (opt) {
+    case 'c':
+        a->cluster_path = value;
+        return 0;
+    case 'j':
+        a->as_json = 1;
+        return 0;
+    case 'n':
+        return cz_cli_parse_int("inspect", "top", value, 0, 1000000, &a->top);
+    case 'a':
+        a->all = 1;
+        return 0;
+    }
+    return 1;
+}
+
 int cz_cmd_inspect(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -259,46 +283,28 @@ int cz_cmd_inspect(int argc, char **argv)
         {"all", no_argument, NULL, 'a'},  {"cluster", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
     };
-    int as_json = 0, all = 0, top = 3, rc = 1, opt;
+    inspect_args a = {.top = 3};
+    const cz_cli_spec spec = {.name = "inspect",
+                              .shortopts = "n:ac:h",
+                              .own = opts,
+                              .help = inspect_help,
+                              .apply = inspect_option,
+                              .state = &a,
+                              .operands = 1,
+                              .operands_what = "one plan file"};
+    int rc = cz_cli_parse(&spec, argc, argv);
+    if (rc != CZ_CLI_CONTINUE)
+        return rc;
+    rc = 1;
+    const char *cluster_path = a.cluster_path;
     cz_plan *plan = NULL;
     cz_cluster *cluster = NULL;
-    const char *cluster_path = NULL;
     cz_report *report = NULL;
     cz_inspect_options io;
     cz_error err;
     cz_error_clear(&err);
-
-    optind = 1;
-    while ((opt = cz_cli_getopt("inspect", argc, argv, "n:ac:h", opts)) != -1) {
-        switch (opt) {
-        case 'c':
-            cluster_path = optarg;
-            break;
-        case 'j':
-            as_json = 1;
-            break;
-        case 'n':
-            if (cz_cli_parse_int("inspect", "top", optarg, 0, 1000000, &top))
-                return 2;
-            break;
-        case 'a':
-            all = 1;
-            break;
-        case 'h':
-            inspect_help(stdout);
-            return 0;
-        default:
-            return 2;
-        }
-    }
-    if (argc - optind != 1) {
-        fprintf(stderr,
-                "canzona inspect: expected one plan file, got %d (see 'canzona inspect --help')\n",
-                argc - optind);
-        return 2;
-    }
     cz_inspect_options_init(&io);
-    io.top_n = top;
+    io.top_n = a.top;
     if (cz_plan_read(&plan, argv[optind], &err) != CZ_OK ||
         (cluster_path && cz_cluster_load(&cluster, cluster_path, &err) != CZ_OK)) {
         fprintf(stderr, "canzona inspect: %s\n", err.message);
@@ -309,12 +315,12 @@ int cz_cmd_inspect(int argc, char **argv)
         fprintf(stderr, "canzona inspect: %s: %s\n", argv[optind], err.message);
         goto done;
     }
-    if (as_json) {
+    if (a.as_json) {
         json_dumpf(report->root, stdout,
                    JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
         printf("\n");
     } else {
-        print_text(plan, report->root, all);
+        print_text(plan, report->root, a.all);
     }
     rc = 0;
 done:

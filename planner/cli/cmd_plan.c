@@ -3,7 +3,6 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "cz_types.h"
-#include "file_io.h"
 
 #include <getopt.h>
 #include <jansson.h>
@@ -185,9 +184,9 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
     if (s->solver == CZ_SOLVER_ILP)
         fprintf(out,
                 "ILP solver                     %s, gap %.3g%% (DP %s, micro-groups %s), %.1f s\n",
-                cz_solve_status_name(p->solver_status), 100.0 * p->solver_gap,
-                cz_solve_status_name(p->solver_status_dp),
-                cz_solve_status_name(p->solver_status_tp), p->solver_seconds);
+                cz__solve_status_name(p->solver_status), 100.0 * p->solver_gap,
+                cz__solve_status_name(p->solver_status_dp),
+                cz__solve_status_name(p->solver_status_tp), p->solver_seconds);
     fprintf(out, "planning time                  %.2f ms\n", p->plan_seconds * 1e3);
     if (output)
         fprintf(out, "plan written to                %s\n",
@@ -219,9 +218,9 @@ static json_t *memory_json(const cz_plan *p, const cz_cluster *c)
     const double gib = 1024.0 * 1024.0 * 1024.0;
     cz_memory_gpu *g = NULL;
     cz_error err;
-    if (cz_plan_memory(p, &g, &err) != CZ_OK)
+    if (cz__plan_memory(p, &g, &err) != CZ_OK)
         return NULL;
-    size_t w = cz_memory_worst(g, (size_t)p->dp * (size_t)p->tp * (size_t)p->pp);
+    size_t w = cz__memory_worst(g, (size_t)p->dp * (size_t)p->tp * (size_t)p->pp);
     double dev = c->device.memory_gib;
     json_t *o =
         json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "gpu", (json_int_t)w, "params_gib",
@@ -251,9 +250,9 @@ static int print_json_summary(const cz_plan *p, const cz_cluster *c, const char 
         "total_cost", mt->total_cost, "rank_makespan", array_of(mt->rank_makespan, nranks),
         "memory", array_of(mt->memory, nranks * (size_t)p->tp), "predicted_step_s",
         mt->predicted_step_s, "plan_seconds", p->plan_seconds, "output", output, "solver_status",
-        cz_solve_status_name(p->solver_status), "solver_gap", p->solver_gap, "solver_seconds",
-        p->solver_seconds, "solver_phases", "dp_status", cz_solve_status_name(p->solver_status_dp),
-        "dp_gap", p->solver_gap_dp, "tp_status", cz_solve_status_name(p->solver_status_tp),
+        cz__solve_status_name(p->solver_status), "solver_gap", p->solver_gap, "solver_seconds",
+        p->solver_seconds, "solver_phases", "dp_status", cz__solve_status_name(p->solver_status_dp),
+        "dp_gap", p->solver_gap_dp, "tp_status", cz__solve_status_name(p->solver_status_tp),
         "tp_gap", p->solver_gap_tp);
     json_t *settings = o ? json_object_get(o, "settings") : NULL;
     json_t *mem = o ? memory_json(p, c) : NULL;
@@ -277,6 +276,37 @@ static int print_json_summary(const cz_plan *p, const cz_cluster *c, const char 
     return 0;
 }
 
+typedef struct plan_args {
+    const char *model_path, *cluster_path, *output;
+    int json, quiet, allow_memory;
+} plan_args;
+
+static int plan_option(void *state, int opt, const char *value)
+{
+    plan_args *a = state;
+    switch (opt) {
+    case 'm':
+        a->model_path = value;
+        return 0;
+    case 'c':
+        a->cluster_path = value;
+        return 0;
+    case 'o':
+        a->output = value;
+        return 0;
+    case 'j':
+        a->json = 1;
+        return 0;
+    case 'q':
+        a->quiet = 1;
+        return 0;
+    case 'M':
+        a->allow_memory = 1;
+        return 0;
+    }
+    return 1;
+}
+
 int cz_cmd_plan(int argc, char **argv)
 {
     static const struct option own[] = {
@@ -287,62 +317,37 @@ int cz_cmd_plan(int argc, char **argv)
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"allow-oversubscribed-memory", no_argument, NULL, 'M'},
+        {NULL, 0, NULL, 0},
     };
-    enum { NOWN = sizeof own / sizeof own[0] };
-    struct option opts[NOWN + CZ_CLI_SETTINGS_OPTION_COUNT + 1];
-    cz_cli_options_with_settings(opts, own, NOWN);
-
-    const char *model_path = NULL, *cluster_path = NULL, *output = NULL;
-    int json = 0, quiet = 0, allow_memory = 0, rc = 1, opt;
-    char memory_note[1024];
+    plan_args a = {0};
     cz_settings settings;
     cz_settings_init(&settings);
     cz_cluster_sizes sizes = {0};
+    const cz_cli_spec spec = {.name = "plan",
+                              .shortopts = "m:c:o:qh",
+                              .own = own,
+                              .help = plan_help,
+                              .apply = plan_option,
+                              .state = &a,
+                              .settings = &settings,
+                              .sizes = &sizes,
+                              .operands = -1};
+    int rc = cz_cli_parse(&spec, argc, argv);
+    if (rc != CZ_CLI_CONTINUE)
+        return rc;
+    rc = 1;
+    const char *model_path = a.model_path, *cluster_path = a.cluster_path, *output = a.output;
+    int json = a.json, quiet = a.quiet, allow_memory = a.allow_memory;
+    char memory_note[1024];
     cz_model *model = NULL;
     cz_cluster *cluster = NULL;
     cz_plan *plan = NULL;
     cz_error err;
     cz_error_clear(&err);
-
-    optind = 1;
-    while ((opt = cz_cli_getopt("plan", argc, argv, "m:c:o:qh", opts)) != -1) {
-        switch (opt) {
-        case 'm':
-            model_path = optarg;
-            break;
-        case 'c':
-            cluster_path = optarg;
-            break;
-        case 'o':
-            output = optarg;
-            break;
-        case 'j':
-            json = 1;
-            break;
-        case 'q':
-            quiet = 1;
-            break;
-        case 'M':
-            allow_memory = 1;
-            break;
-        case 'h':
-            plan_help(stdout);
-            return 0;
-        case '?':
-            return 2;
-        default: {
-            int r = cz_cli_sizes_apply("plan", opt, optarg, &sizes);
-            if (r == 1)
-                r = cz_cli_settings_apply("plan", opt, optarg, &settings);
-            if (r)
-                return 2;
-        }
-        }
-    }
     if (cz_cli_require_inputs("plan", argc, argv, optind, model_path, cluster_path))
         return 2;
     const char *inputs[] = {model_path, cluster_path}, *what[] = {"the model", "the cluster"};
-    if (cz_file_check_output(output, inputs, what, 2, &err) != CZ_OK) {
+    if (cz__file_check_output(output, inputs, what, 2, &err) != CZ_OK) {
         fprintf(stderr, "canzona plan: %s\n", err.message);
         goto done;
     }
@@ -362,7 +367,7 @@ int cz_cmd_plan(int argc, char **argv)
     }
     if (plan->solver_note[0] && !quiet)
         fprintf(stderr, "canzona plan: warning: %s\n", plan->solver_note);
-    if (cz_plan_memory_check(plan, cluster, allow_memory, memory_note, sizeof memory_note, &err)) {
+    if (cz__plan_memory_check(plan, cluster, allow_memory, memory_note, sizeof memory_note, &err)) {
         fprintf(stderr, "canzona plan: %s\n", err.message);
         goto done;
     }

@@ -3,7 +3,6 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "cz_types.h"
-#include "file_io.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -40,6 +39,30 @@ static void render_help(FILE *f)
             "  -h, --help            this help\n");
 }
 
+typedef struct render_args {
+    const char *output, *cluster_path;
+    int html, width;
+} render_args;
+
+static int render_option(void *state, int opt, const char *value)
+{
+    render_args *a = state;
+    switch (opt) {
+    case 'o':
+        a->output = value;
+        return 0;
+    case 'H':
+        a->html = 1;
+        return 0;
+    case 'w':
+        return cz_cli_parse_int("render", "width", value, 400, 20000, &a->width);
+    case 'c':
+        a->cluster_path = value;
+        return 0;
+    }
+    return 1;
+}
+
 int cz_cmd_render(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -47,38 +70,27 @@ int cz_cmd_render(int argc, char **argv)
         {"width", required_argument, NULL, 'w'},  {"cluster", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
-    const char *output = NULL, *cluster_path = NULL, *plan_path = NULL;
-    int html = 0, width = 1200, rc = 1, opt;
+    render_args a = {.width = 1200};
+    /* Its own operand check: its message predates the shared one. */
+    const cz_cli_spec spec = {.name = "render",
+                              .shortopts = "o:w:c:h",
+                              .own = opts,
+                              .help = render_help,
+                              .apply = render_option,
+                              .state = &a,
+                              .operands = -1};
+    int rc = cz_cli_parse(&spec, argc, argv);
+    if (rc != CZ_CLI_CONTINUE)
+        return rc;
+    rc = 1;
+    const char *output = a.output, *cluster_path = a.cluster_path, *plan_path = NULL;
+    int html = a.html, width = a.width;
     cz_plan *plan = NULL;
     cz_cluster *cluster = NULL;
     char *doc = NULL;
     cz_render_options ro;
     cz_error err;
     cz_error_clear(&err);
-
-    optind = 1;
-    while ((opt = cz_cli_getopt("render", argc, argv, "o:w:c:h", opts)) != -1) {
-        switch (opt) {
-        case 'o':
-            output = optarg;
-            break;
-        case 'H':
-            html = 1;
-            break;
-        case 'w':
-            if (cz_cli_parse_int("render", "width", optarg, 400, 20000, &width))
-                return 2;
-            break;
-        case 'c':
-            cluster_path = optarg;
-            break;
-        case 'h':
-            render_help(stdout);
-            return 0;
-        default:
-            return 2;
-        }
-    }
     if (optind + 1 != argc) {
         fprintf(stderr, "canzona render: expected exactly one plan file (see 'canzona render "
                         "--help')\n");
@@ -90,7 +102,7 @@ int cz_cmd_render(int argc, char **argv)
         return 2;
     }
     const char *inputs[] = {plan_path, cluster_path}, *what[] = {"the plan", "the cluster"};
-    if (cz_file_check_output(output, inputs, what, 2, &err) != CZ_OK ||
+    if (cz__file_check_output(output, inputs, what, 2, &err) != CZ_OK ||
         cz_plan_read(&plan, plan_path, &err) != CZ_OK) {
         fprintf(stderr, "canzona render: %s\n", err.message);
         goto done;

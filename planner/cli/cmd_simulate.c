@@ -213,24 +213,86 @@ static const struct {
 };
 enum { NCONFIGS = sizeof configs / sizeof configs[0] };
 
+typedef struct simulate_args {
+    const char *model_path, *cluster_path, *plan_path;
+    int json;
+    int single; /* --dp or --tp given: one row of that strategy instead of the table */
+    int muon_tp_given;
+    cz_sim_options simopt;
+} simulate_args;
+
+static int simulate_option(void *state, int opt, const char *value)
+{
+    simulate_args *a = state;
+    switch (opt) {
+    case 'm':
+        a->model_path = value;
+        return 0;
+    case 'c':
+        a->cluster_path = value;
+        return 0;
+    case 'p':
+        a->plan_path = value;
+        return 0;
+    case 'j':
+        a->json = 1;
+        return 0;
+    case 'u':
+        if (!strcmp(value, "rooted")) {
+            a->simopt.uneven = CZ_SIM_UNEVEN_ROOTED;
+        } else if (!strcmp(value, "padded")) {
+            a->simopt.uneven = CZ_SIM_UNEVEN_PADDED;
+        } else {
+            fprintf(stderr, "canzona simulate: --uneven '%s': expected rooted or padded\n", value);
+            return 2;
+        }
+        return 0;
+    case 't':
+        if (cz_muon_tp_mode_parse(value, &a->simopt.muon_tp) != CZ_OK) {
+            fprintf(stderr,
+                    "canzona simulate: --muon-tp '%s': expected duplicated, blockwise or "
+                    "distributed\n",
+                    value);
+            return 2;
+        }
+        a->muon_tp_given = 1;
+        return 0;
+    case CZ_OPT_DP:
+    case CZ_OPT_TP:
+        a->single = 1;
+        return 1; /* noted; the settings take the value */
+    }
+    return 1;
+}
+
 int cz_cmd_simulate(int argc, char **argv)
 {
     static const struct option own[] = {
         {"model", required_argument, NULL, 'm'},   {"cluster", required_argument, NULL, 'c'},
         {"plan", required_argument, NULL, 'p'},    {"json", no_argument, NULL, 'j'},
         {"uneven", required_argument, NULL, 'u'},  {"help", no_argument, NULL, 'h'},
-        {"muon-tp", required_argument, NULL, 't'},
+        {"muon-tp", required_argument, NULL, 't'}, {NULL, 0, NULL, 0},
     };
-    enum { NOWN = sizeof own / sizeof own[0] };
-    struct option opts[NOWN + CZ_CLI_SETTINGS_OPTION_COUNT + 1];
-    cz_cli_options_with_settings(opts, own, NOWN);
-
-    const char *model_path = NULL, *cluster_path = NULL, *plan_path = NULL;
-    int json = 0, single = 0, rc = 1, opt, nrows = 0, muon_tp_given = 0;
+    simulate_args a = {.simopt = CZ_SIM_OPTIONS_INIT};
     cz_settings settings;
     cz_settings_init(&settings);
     cz_cluster_sizes sizes = {0};
-    cz_sim_options simopt = {.uneven = CZ_SIM_UNEVEN_ROOTED};
+    const cz_cli_spec spec = {.name = "simulate",
+                              .shortopts = "m:c:p:h",
+                              .own = own,
+                              .help = simulate_help,
+                              .apply = simulate_option,
+                              .state = &a,
+                              .settings = &settings,
+                              .sizes = &sizes,
+                              .operands = -1};
+    int rc = cz_cli_parse(&spec, argc, argv);
+    if (rc != CZ_CLI_CONTINUE)
+        return rc;
+    rc = 1;
+    const char *model_path = a.model_path, *cluster_path = a.cluster_path, *plan_path = a.plan_path;
+    int json = a.json, single = a.single, nrows = 0, muon_tp_given = a.muon_tp_given;
+    cz_sim_options simopt = a.simopt;
     cz_model *model = NULL;
     cz_cluster *cluster = NULL;
     cz_plan *plan = NULL;
@@ -238,60 +300,6 @@ int cz_cmd_simulate(int argc, char **argv)
     memset(rows, 0, sizeof rows);
     cz_error err;
     cz_error_clear(&err);
-
-    optind = 1;
-    while ((opt = cz_cli_getopt("simulate", argc, argv, "m:c:p:h", opts)) != -1) {
-        switch (opt) {
-        case 'm':
-            model_path = optarg;
-            break;
-        case 'c':
-            cluster_path = optarg;
-            break;
-        case 'p':
-            plan_path = optarg;
-            break;
-        case 'j':
-            json = 1;
-            break;
-        case 'u':
-            if (!strcmp(optarg, "rooted"))
-                simopt.uneven = CZ_SIM_UNEVEN_ROOTED;
-            else if (!strcmp(optarg, "padded"))
-                simopt.uneven = CZ_SIM_UNEVEN_PADDED;
-            else {
-                fprintf(stderr, "canzona simulate: --uneven '%s': expected rooted or padded\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case 't':
-            if (cz_muon_tp_mode_parse(optarg, &simopt.muon_tp) != CZ_OK) {
-                fprintf(stderr,
-                        "canzona simulate: --muon-tp '%s': expected duplicated, blockwise or "
-                        "distributed\n",
-                        optarg);
-                return 2;
-            }
-            muon_tp_given = 1;
-            break;
-        case 'h':
-            simulate_help(stdout);
-            return 0;
-        case '?':
-            return 2;
-        default:
-            if (opt == CZ_OPT_DP || opt == CZ_OPT_TP)
-                single = 1;
-            {
-                int r = cz_cli_sizes_apply("simulate", opt, optarg, &sizes);
-                if (r == 1)
-                    r = cz_cli_settings_apply("simulate", opt, optarg, &settings);
-                if (r)
-                    return 2;
-            }
-        }
-    }
     if (optind < argc) {
         fprintf(stderr,
                 "canzona simulate: unexpected argument '%s' (see 'canzona simulate --help')\n",
@@ -306,7 +314,7 @@ int cz_cmd_simulate(int argc, char **argv)
     if (model_path) {
         if (cz_cli_load_inputs("simulate", model_path, cluster_path, &sizes, &model, &cluster))
             goto done;
-    } else if (cz_cluster_load_sized(&cluster, cluster_path, &sizes, &err) != CZ_OK) {
+    } else if (cz__cluster_load_sized(&cluster, cluster_path, &sizes, &err) != CZ_OK) {
         fprintf(stderr, "canzona simulate: %s\n", err.message);
         goto done;
     }

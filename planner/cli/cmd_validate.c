@@ -96,59 +96,60 @@ static int print_report(const cz_report *report, int as_json, int limit)
     return 1;
 }
 
+typedef struct validate_args {
+    const char *model_path, *cluster_path;
+    int as_json;
+    int limit; /* -1: not given */
+} validate_args;
+
+static int validate_option(void *state, int opt, const char *value)
+{
+    validate_args *a = state;
+    switch (opt) {
+    case 'm':
+        a->model_path = value;
+        return 0;
+    case 'c':
+        a->cluster_path = value;
+        return 0;
+    case 'j':
+        a->as_json = 1;
+        return 0;
+    case 'l':
+        return cz_cli_parse_int("validate", "limit", value, 0, 100000000, &a->limit);
+    }
+    return 1;
+}
+
 int cz_cmd_validate(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"model", required_argument, NULL, 'm'},
-        {"cluster", required_argument, NULL, 'c'},
-        {"json", no_argument, NULL, 'j'},
-        {"limit", required_argument, NULL, 'l'},
-        {"help", no_argument, NULL, 'h'},
-        CZ_CLI_CLUSTER_SIZE_OPTIONS,
-        {NULL, 0, NULL, 0},
+        {"model", required_argument, NULL, 'm'}, {"cluster", required_argument, NULL, 'c'},
+        {"json", no_argument, NULL, 'j'},        {"limit", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
     };
+    validate_args a = {.limit = -1};
     cz_cluster_sizes sizes = {0};
-    const char *model_path = NULL, *cluster_path = NULL;
-    int as_json = 0, limit = -1, rc = 1, opt;
+    const cz_cli_spec spec = {.name = "validate",
+                              .shortopts = "m:c:l:h",
+                              .own = opts,
+                              .help = validate_help,
+                              .apply = validate_option,
+                              .state = &a,
+                              .sizes = &sizes,
+                              .operands = 1,
+                              .operands_what = "one plan file"};
+    int rc = cz_cli_parse(&spec, argc, argv);
+    if (rc != CZ_CLI_CONTINUE)
+        return rc;
+    const char *model_path = a.model_path, *cluster_path = a.cluster_path;
+    rc = 1;
     cz_model *model = NULL;
     cz_cluster *cluster = NULL;
     cz_plan *plan = NULL;
     cz_report *report = NULL;
     cz_error err;
     cz_error_clear(&err);
-
-    optind = 1;
-    while ((opt = cz_cli_getopt("validate", argc, argv, "m:c:l:h", opts)) != -1) {
-        switch (opt) {
-        case 'm':
-            model_path = optarg;
-            break;
-        case 'c':
-            cluster_path = optarg;
-            break;
-        case 'j':
-            as_json = 1;
-            break;
-        case 'l':
-            if (cz_cli_parse_int("validate", "limit", optarg, 0, 100000000, &limit))
-                return 2;
-            break;
-        case 'h':
-            validate_help(stdout);
-            return 0;
-        default:
-            if (cz_cli_sizes_apply("validate", opt, optarg, &sizes) == 0)
-                break;
-            return 2;
-        }
-    }
-    if (argc - optind != 1) {
-        fprintf(stderr,
-                "canzona validate: expected one plan file, got %d (see 'canzona validate "
-                "--help')\n",
-                argc - optind);
-        return 2;
-    }
     if (!model_path || !cluster_path) {
         fprintf(stderr, "canzona validate: --model and --cluster are required (see 'canzona "
                         "validate --help')\n");
@@ -164,7 +165,7 @@ int cz_cmd_validate(int argc, char **argv)
         fprintf(stderr, "canzona validate: %s\n", err.message);
         goto done;
     }
-    rc = print_report(report, as_json, limit);
+    rc = print_report(report, a.as_json, a.limit);
 done:
     cz_report_free(report);
     cz_plan_free(plan);

@@ -76,7 +76,7 @@ static int run(int argc, char **argv)
         return 0;
     }
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
-        printf("canzona %s (plan format %s)\n", CZ_VERSION, CZ_PLAN_SCHEMA);
+        printf("canzona %s (plan format %s)\n", cz_version(NULL, NULL, NULL), CZ_PLAN_SCHEMA);
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -17,7 +17,7 @@ void cz_free(void *p)
     free(p);
 }
 
-int cz_report_wrap(cz_report **out, json_t *root, int real_precision, cz_error *err)
+int cz__report_wrap(cz_report **out, json_t *root, int real_precision, cz_error *err)
 {
     cz_report *r = root ? malloc(sizeof *r) : NULL;
     *out = NULL;
@@ -110,18 +110,31 @@ int cz_plan_validate(cz_report **out, const cz_plan *plan, const cz_model *model
     if (!out)
         return cz_error_set(err, CZ_EINVALID, "cz_plan_validate: out is required");
     *out = NULL;
-    int checks = cz_plan_validate_json(plan, model, cluster, &violations, err);
+    int checks = cz__plan_validate_json(plan, model, cluster, &violations, err);
     if (checks < 0)
         return checks;
     json_t *root = json_pack("{s:b, s:i, s:o}", "valid", json_array_size(violations) == 0, "checks",
                              checks, "violations", violations);
-    return cz_report_wrap(out, root, 0, err);
+    return cz__report_wrap(out, root, 0, err);
 }
 
+/* The options structs' defaults are their *_INIT macros (canzona.h): one set of values. Copied
+ * from a static object, whose padding is zero, so that two initialized structs compare equal. */
 void cz_inspect_options_init(cz_inspect_options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->top_n = 3;
+    static const cz_inspect_options defaults = CZ_INSPECT_OPTIONS_INIT;
+    memcpy(o, &defaults, sizeof *o);
+}
+
+/* A caller's options struct of another version than this build's (or one left zeroed). */
+static int options_version_check(int have, int want, const char *type, cz_error *err)
+{
+    if (have == want)
+        return CZ_OK;
+    return cz_error_set(err, CZ_EUNSUPPORTED,
+                        "%s version %d is not supported (expected %d); initialize it with "
+                        "%s_init() or its _INIT macro",
+                        type, have, want, type);
 }
 
 /* Adds "memory_per_gpu" to the report: the busiest GPU's model states and, with a cluster,
@@ -130,11 +143,11 @@ static int add_memory(json_t *report, const cz_plan *p, const cz_cluster *c, cz_
 {
     const double gib = 1024.0 * 1024.0 * 1024.0;
     cz_memory_gpu *g = NULL;
-    int rc = cz_plan_memory(p, &g, err);
+    int rc = cz__plan_memory(p, &g, err);
     if (rc != CZ_OK)
         return rc;
     size_t tp = (size_t)p->tp, dp = (size_t)p->dp;
-    size_t w = cz_memory_worst(g, tp * dp * (size_t)p->pp);
+    size_t w = cz__memory_worst(g, tp * dp * (size_t)p->pp);
     json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f}", "gpu", (json_int_t)w,
                           "stage", (json_int_t)(w / tp / dp), "dp_rank", (json_int_t)(w / tp % dp),
                           "tp_rank", (json_int_t)(w % tp), "params_gib", g[w].params / gib,
@@ -163,6 +176,10 @@ int cz_plan_inspect(cz_report **out, const cz_plan *plan, const cz_inspect_optio
     cz_inspect_options_init(&o);
     if (opt)
         o = *opt;
+    int rc;
+    if ((rc = options_version_check(o.version, CZ_INSPECT_OPTIONS_VERSION, "cz_inspect_options",
+                                    err)) != CZ_OK)
+        return rc;
     const cz_cluster *c = o.cluster;
     if (c && (c->dp != plan->dp || c->tp != plan->tp || c->pp != plan->pp))
         return cz_error_set(err, CZ_EMISMATCH,
@@ -170,20 +187,18 @@ int cz_plan_inspect(cz_report **out, const cz_plan *plan, const cz_inspect_optio
                             "%d x PP %d; give the cluster the plan was made for",
                             c->source ? c->source : c->name, c->dp, c->tp, c->pp, plan->dp,
                             plan->tp, plan->pp);
-    int rc = cz_plan_inspect_json(plan, o.top_n, &root, err);
-    if (rc == CZ_OK)
-        rc = add_memory(root, plan, c, err);
-    if (rc != CZ_OK) {
+    if ((rc = cz__plan_inspect_json(plan, o.top_n, &root, err)) != CZ_OK ||
+        (rc = add_memory(root, plan, c, err)) != CZ_OK) {
         json_decref(root);
         return rc;
     }
-    return cz_report_wrap(out, root, 12, err);
+    return cz__report_wrap(out, root, 12, err);
 }
 
 void cz_diff_options_init(cz_diff_options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->limit = 20;
+    static const cz_diff_options defaults = CZ_DIFF_OPTIONS_INIT;
+    memcpy(o, &defaults, sizeof *o);
 }
 
 int cz_plan_diff(cz_report **out, const cz_plan *a, const cz_plan *b, const cz_diff_options *opt,
@@ -197,21 +212,29 @@ int cz_plan_diff(cz_report **out, const cz_plan *a, const cz_plan *b, const cz_d
     cz_diff_options_init(&o);
     if (opt)
         o = *opt;
+    int rc;
+    if ((rc = options_version_check(o.version, CZ_DIFF_OPTIONS_VERSION, "cz_diff_options", err)) !=
+        CZ_OK)
+        return rc;
     if (o.limit < 0)
         return cz_error_set(err, CZ_EINVALID, "cz_plan_diff: limit %d; expected 0 (all) or more",
                             o.limit);
     /* The public 0 means "all", as validate's --limit; the internal function takes -1. */
-    int rc = cz_plan_diff_json(a, b, o.force, o.limit == 0 ? -1 : o.limit, &root, err);
-    if (rc != CZ_OK)
+    if ((rc = cz__plan_diff_json(a, b, o.force, o.limit == 0 ? -1 : o.limit, &root, err)) != CZ_OK)
         return rc;
-    return cz_report_wrap(out, root, 12, err);
+    return cz__report_wrap(out, root, 12, err);
 }
 
 void cz_sim_options_init(cz_sim_options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->uneven = CZ_SIM_UNEVEN_ROOTED;
-    o->muon_tp = CZ_MUON_TP_DUPLICATED;
+    static const cz_sim_options defaults = CZ_SIM_OPTIONS_INIT;
+    memcpy(o, &defaults, sizeof *o);
+}
+
+int cz__sim_options_check(const cz_sim_options *o, cz_error *err)
+{
+    return o ? options_version_check(o->version, CZ_SIM_OPTIONS_VERSION, "cz_sim_options", err)
+             : CZ_OK;
 }
 
 int cz_sim_result_report(cz_report **out, const cz_sim_result *r, cz_error *err)
@@ -236,14 +259,13 @@ int cz_sim_result_report(cz_report **out, const cz_sim_result *r, cz_error *err)
                         "exposed_comm_s", r->exposed_comm_s, "critical", "stage", r->critical_stage,
                         "dp_rank", r->critical_dp, "tp_rank", r->critical_tp, "gpu_busy", busy)
             : NULL;
-    return cz_report_wrap(out, root, 10, err);
+    return cz__report_wrap(out, root, 10, err);
 }
 
 void cz_render_options_init(cz_render_options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->format = CZ_RENDER_SVG;
-    o->width = 1200;
+    static const cz_render_options defaults = CZ_RENDER_OPTIONS_INIT;
+    memcpy(o, &defaults, sizeof *o);
 }
 
 int cz_plan_render(char **out, const cz_plan *plan, const cz_cluster *cluster,
@@ -257,17 +279,20 @@ int cz_plan_render(char **out, const cz_plan *plan, const cz_cluster *cluster,
     cz_render_options_init(&o);
     if (opt)
         o = *opt;
+    int rc;
+    if ((rc = options_version_check(o.version, CZ_RENDER_OPTIONS_VERSION, "cz_render_options",
+                                    err)) != CZ_OK)
+        return rc;
     if (o.format != CZ_RENDER_SVG && o.format != CZ_RENDER_HTML)
         return cz_error_set(err, CZ_EINVALID, "cz_plan_render: format %d; expected SVG or HTML",
                             (int)o.format);
-    int rc = cz_plan_simulate(&sim, plan, cluster, o.sim, err);
-    if (rc != CZ_OK)
+    if ((rc = cz_plan_simulate(&sim, plan, cluster, o.sim, err)) != CZ_OK)
         return rc;
     cz_svg_options so = {.width = o.width,
                          .cluster_name = cluster ? cluster->name : NULL,
                          .sim_in_seconds = sim->in_seconds};
-    rc = o.format == CZ_RENDER_HTML ? cz_plan_render_html(out, plan, sim, &so, err)
-                                    : cz_plan_render_svg(out, plan, sim, &so, err);
+    rc = o.format == CZ_RENDER_HTML ? cz__plan_render_html(out, plan, sim, &so, err)
+                                    : cz__plan_render_svg(out, plan, sim, &so, err);
     cz_sim_result_free(sim);
     return rc;
 }
@@ -284,9 +309,14 @@ int cz_model_import_hf(char **out, const char *config_path, const cz_import_hf_o
     cz_import_hf_options_init(&o);
     if (opt)
         o = *opt;
-    int rc = cz_import_hf_opts(&model, config_path, &o, err);
-    if (rc == CZ_OK)
-        rc = cz_model_json_format(out, model, err);
+    int rc;
+    if ((rc = options_version_check(o.version, CZ_IMPORT_HF_OPTIONS_VERSION, "cz_import_hf_options",
+                                    err)) != CZ_OK)
+        return rc;
+    if ((rc = cz__import_hf_opts(&model, config_path, &o, err)) != CZ_OK)
+        goto done;
+    rc = cz__model_json_format(out, model, err);
+done:
     json_decref(model);
     return rc;
 }

@@ -109,7 +109,7 @@ static int layout_pass(cz_plan *plan, size_t *cap, int stage, int want, int elem
     return CZ_OK;
 }
 
-int cz_buckets_layout(cz_plan *plan, cz_error *err)
+int cz__buckets_layout(cz_plan *plan, cz_error *err)
 {
     int rc = CZ_OK;
     size_t cap = 0;

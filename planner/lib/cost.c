@@ -33,11 +33,6 @@
 
 #include <string.h>
 
-int cz_dtype_bytes(cz_dtype d)
-{
-    return d == CZ_DTYPE_FP32 ? 4 : 2;
-}
-
 /* Work of one whole m x n matrix split into its matmul and elementwise parts. */
 typedef struct {
     double matmul_flops;
@@ -148,14 +143,14 @@ static double cost_in(const cz_param_def *p, const cz_settings *s, const cz_clus
     }
 }
 
-double cz_cost_param(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
-                     cz_dtype dtype)
+double cz__cost_param(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                      cz_dtype dtype)
 {
     return cost_in(p, s, c, dtype, s->unit);
 }
 
-double cz_cost_param_seconds(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
-                             cz_dtype dtype)
+double cz__cost_param_seconds(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                              cz_dtype dtype)
 {
     return cost_in(p, s, c, dtype, CZ_UNIT_TIME);
 }
@@ -183,7 +178,7 @@ static double matrix_state(int64_t m, int64_t n, const cz_settings *s)
     }
 }
 
-double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp)
+double cz__state_bytes(const cz_param_def *p, const cz_settings *s, int tp)
 {
     int64_t m = p->shape[0], n = p->ndim == 1 ? 1 : p->shape[1];
     if (is_matrix_work(p, s)) {
@@ -219,8 +214,8 @@ double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp)
  * (Megatron's head rules): both modes are then 1 / tp of the whole matrix, with no
  * communication. Other blocks along the TP dimension (gate / up) are sliced 1 / tp on every rank
  * like a whole matrix; blocks across it each keep the whole split dimension. */
-cz_muon_tp_work cz_cost_muon_tp(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
-                                cz_dtype dtype, cz_muon_tp_mode mode)
+cz_muon_tp_work cz__cost_muon_tp(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                                 cz_dtype dtype, cz_muon_tp_mode mode)
 {
     cz_muon_tp_work w = {0, 0, 0, 0};
     int R = c->tp, dbytes = cz_dtype_bytes(dtype);
@@ -265,7 +260,7 @@ cz_muon_tp_work cz_cost_muon_tp(const cz_param_def *p, const cz_settings *s, con
  * a = min(m, n), b = max(m, n) and s = b / k, each rank holds an a x s slice X_j of X along the
  * long side. Every iteration it forms its partial Gram X_j X_j^T, of which only the upper
  * triangle is needed (the Gram is symmetric), in P row panels (the task's count, which the
- * planner chooses, cz_coop_best_panels, and the plan records; cz_coop_panel_row: equal shares of
+ * planner chooses, cz__coop_best_panels, and the plan records; cz_coop_panel_row: equal shares of
  * the packed triangle, so equal all-reduce bytes): panel p, rows r_p .. r_{p+1} - 1 (h_p of
  * them), is one GEMM of those rows against rows r_p .. a - 1,
  * 2 h_p (a - r_p) s FLOPs (P = 1 gives the whole 2 a^2 s; more panels skip the blocks below
@@ -285,16 +280,16 @@ cz_muon_tp_work cz_cost_muon_tp(const cz_param_def *p, const cz_settings *s, con
  * follows the last Gram panel and the polynomial needs every panel); A(AX) can hide everything
  * behind the rows of Y of the earlier panels. The Frobenius norm costs one scalar all-reduce
  * per step, not overlapped. The elementwise work (momentum, scaling) is the slice's. */
-cz_coop_time cz_coop_time_of(int64_t m, int64_t n, int k, int panels, const cz_settings *s,
-                             const cz_cluster *c, cz_dtype dtype, cz_coop_allreduce_fn allreduce,
-                             const void *ctx)
+cz_coop_time cz__coop_time_of(int64_t m, int64_t n, int k, int panels, const cz_settings *s,
+                              const cz_cluster *c, cz_dtype dtype, cz_coop_allreduce_fn allreduce,
+                              const void *ctx)
 {
     cz_coop_time r = {0, 0, 0, 0, 0, 0};
     int dbytes = cz_dtype_bytes(dtype);
     int64_t ia = m < n ? m : n;
     double dm = (double)m, dn = (double)n, a = (double)ia, b = dm < dn ? dn : dm;
     double steps = (double)s->ns_steps, slice = b / (double)k;
-    /* Callers pass a count the plan reader or cz_coop_best_panels bounded; the clamp only keeps
+    /* Callers pass a count the plan reader or cz__coop_best_panels bounded; the clamp only keeps
      * row[] in bounds. */
     if (panels > CZ_COOP_MAX_PANELS)
         panels = CZ_COOP_MAX_PANELS;
@@ -344,7 +339,7 @@ cz_coop_time cz_coop_time_of(int64_t m, int64_t n, int k, int panels, const cz_s
     return r;
 }
 
-/* The cost model's all-reduce among the k (cz_cost_allreduce_seconds): a ring, 2 (k - 1)
+/* The cost model's all-reduce among the k (cz__cost_allreduce_seconds): a ring, 2 (k - 1)
  * messages of latency and 2 (k - 1) / k of the payload through the TP group's links (inside a
  * node when the TP group fits in one, else across nodes). */
 typedef struct {
@@ -355,17 +350,17 @@ typedef struct {
 static double ring_allreduce(double bytes, const void *ctx)
 {
     const ring_ctx *x = ctx;
-    return cz_cost_allreduce_seconds(bytes, x->k, x->c);
+    return cz__cost_allreduce_seconds(bytes, x->k, x->c);
 }
 
-double cz_cost_coop_panels(int64_t m, int64_t n, int k, int panels, const cz_settings *s,
-                           const cz_cluster *c, cz_dtype dtype)
+double cz__cost_coop_panels(int64_t m, int64_t n, int k, int panels, const cz_settings *s,
+                            const cz_cluster *c, cz_dtype dtype)
 {
     double dm = (double)m, dn = (double)n;
     if (s->unit == CZ_UNIT_NUMEL)
         return dm * dn / (double)k; /* not used: cooperative tasks need a time or FLOP unit */
     ring_ctx ring = {k, c};
-    cz_coop_time t = cz_coop_time_of(m, n, k, panels, s, c, dtype, ring_allreduce, &ring);
+    cz_coop_time t = cz__coop_time_of(m, n, k, panels, s, c, dtype, ring_allreduce, &ring);
     /* FLOPs: the exposed communication as the FLOPs the device could have done meanwhile. */
     if (s->unit == CZ_UNIT_FLOPS)
         return t.flops + t.ew_flops + t.exposed * c->device.matmul_tflops * 1e12;
@@ -393,35 +388,35 @@ static int coop_best(int64_t m, int64_t n, int k, const cz_settings *s, const cz
 {
     int64_t a = m < n ? m : n;
     int most = a < CZ_COOP_MAX_PANELS ? (int)(a > 1 ? a : 1) : CZ_COOP_MAX_PANELS, best = 1;
-    *cost = cz_cost_coop_panels(m, n, k, 1, s, c, dtype);
+    *cost = cz__cost_coop_panels(m, n, k, 1, s, c, dtype);
     if (s->unit == CZ_UNIT_NUMEL)
         return 1; /* no communication to hide */
     for (int p = 2; p <= most; p++) {
         if (!panels_all_rows(a, p))
             continue;
-        double x = cz_cost_coop_panels(m, n, k, p, s, c, dtype);
+        double x = cz__cost_coop_panels(m, n, k, p, s, c, dtype);
         if (x < *cost) /* ties keep the fewer panels */
             *cost = x, best = p;
     }
     return best;
 }
 
-int cz_coop_best_panels(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
-                        cz_dtype dtype)
+int cz__coop_best_panels(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
+                         cz_dtype dtype)
 {
     double cost;
     return coop_best(m, n, k, s, c, dtype, &cost);
 }
 
-double cz_cost_coop(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
-                    cz_dtype dtype)
+double cz__cost_coop(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
+                     cz_dtype dtype)
 {
     double cost;
     coop_best(m, n, k, s, c, dtype, &cost);
     return cost;
 }
 
-double cz_cost_allreduce_seconds(double bytes, int k, const cz_cluster *c)
+double cz__cost_allreduce_seconds(double bytes, int k, const cz_cluster *c)
 {
     if (k <= 1)
         return 0.0;
@@ -435,11 +430,11 @@ double cz_cost_allreduce_seconds(double bytes, int k, const cz_cluster *c)
 }
 
 /* A hosted task: block `block` of d (-1: the whole matrix, every block) on one slot. */
-double cz_cost_block(const cz_param_def *d, int block, const cz_settings *s, const cz_cluster *c,
-                     cz_dtype dtype)
+double cz__cost_block(const cz_param_def *d, int block, const cz_settings *s, const cz_cluster *c,
+                      cz_dtype dtype)
 {
     if (block < 0)
-        return cz_cost_param(d, s, c, dtype);
+        return cz__cost_param(d, s, c, dtype);
     int64_t r0, c0, rows, cols;
     cz_task_region(d, block, &r0, &c0, &rows, &cols);
     return matrix_cost(rows, cols, s->unit, s, c, cz_dtype_bytes(dtype));

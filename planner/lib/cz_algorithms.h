@@ -6,35 +6,31 @@
 #ifndef CZ_ALGORITHMS_H
 #define CZ_ALGORITHMS_H
 
-#include "cz_assert.h"
-#include "cz_error.h"
+#include "cz_format.h"
 #include "cz_order.h"
-#include "cz_plan_types.h"
 
 /* ---- cost model (cost.c) ---- */
-/* Bytes per element of a dtype. */
-int cz_dtype_bytes(cz_dtype d);
 /* Total optimizer work for one parameter across its TP group, in the settings' unit:
  * a matrix parameter is updated once, whole (sum over its blocks); an elementwise one is
  * updated shard by shard on every TP rank (replicated ones redundantly). */
-double cz_cost_param(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
-                     cz_dtype dtype);
+double cz__cost_param(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                      cz_dtype dtype);
 /* The same in seconds on the cluster's device, whatever the settings' unit. */
-double cz_cost_param_seconds(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
-                             cz_dtype dtype);
+double cz__cost_param_seconds(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                              cz_dtype dtype);
 /* Optimizer-state bytes for a parameter: for a matrix, held by its host (full size); for an
  * elementwise parameter, held by each TP rank for its local shard. */
-double cz_state_bytes(const cz_param_def *p, const cz_settings *s, int tp);
+double cz__state_bytes(const cz_param_def *p, const cz_settings *s, int tp);
 
 /* The cost of a hosted task: block `block` of matrix d on one slot (-1: the whole matrix,
- * cz_cost_param), in the settings' unit. */
-double cz_cost_block(const cz_param_def *d, int block, const cz_settings *s, const cz_cluster *c,
-                     cz_dtype dtype);
+ * cz__cost_param), in the settings' unit. */
+double cz__cost_block(const cz_param_def *d, int block, const cz_settings *s, const cz_cluster *c,
+                      cz_dtype dtype);
 /* Seconds of one all-reduce of `bytes` among a cooperative task's members: the cost model's ring
- * (cz_cost_allreduce_seconds) or the simulator's (cz_sim_collective_seconds on the links the
+ * (cz__cost_allreduce_seconds) or the simulator's (cz__sim_collective_seconds on the links the
  * members share), so that both charge the same pipeline on their own links. */
 typedef double (*cz_coop_allreduce_fn)(double bytes, const void *ctx);
-/* One member's share of a cooperative Newton-Schulz task (cost.c, cz_coop_time_of): its FLOPs,
+/* One member's share of a cooperative Newton-Schulz task (cost.c, cz__coop_time_of): its FLOPs,
  * the seconds of its computation alone (Gram panels, polynomial, elementwise traffic), the
  * communication those leave exposed (the waits of the pipelined Gram all-reduces, plus the
  * norm's all-reduce) and their sum, the time the member is occupied. */
@@ -49,27 +45,28 @@ typedef struct cz_coop_time {
 /* The pipeline of an m x n matrix over k members in `panels` Gram row panels (1 ..
  * min(CZ_COOP_MAX_PANELS, a); clamped into that range) on the cluster's device, each all-reduce
  * costed by allreduce(bytes, ctx). */
-cz_coop_time cz_coop_time_of(int64_t m, int64_t n, int k, int panels, const cz_settings *s,
-                             const cz_cluster *c, cz_dtype dtype, cz_coop_allreduce_fn allreduce,
-                             const void *ctx);
+cz_coop_time cz__coop_time_of(int64_t m, int64_t n, int k, int panels, const cz_settings *s,
+                              const cz_cluster *c, cz_dtype dtype, cz_coop_allreduce_fn allreduce,
+                              const void *ctx);
 /* The load on each of k slots computing one m x n matrix by cooperative Newton-Schulz (Muon) in
  * `panels` Gram row panels: compute / k, the redundant a^3 products where they are cheaper than
- * A (A X_j), and the communication the pipelined Gram all-reduces leave exposed (cz_coop_time_of
- * with the ring of cz_cost_allreduce_seconds), in the settings' unit (time: the total; FLOPs: the
+ * A (A X_j), and the communication the pipelined Gram all-reduces leave exposed (cz__coop_time_of
+ * with the ring of cz__cost_allreduce_seconds), in the settings' unit (time: the total; FLOPs: the
  * FLOPs plus the exposed seconds at the matmul rate; the element unit has no measure of
  * communication). validate checks a task's recorded cost with the plan's recorded count. */
-double cz_cost_coop_panels(int64_t m, int64_t n, int k, int panels, const cz_settings *s,
-                           const cz_cluster *c, cz_dtype dtype);
+double cz__cost_coop_panels(int64_t m, int64_t n, int k, int panels, const cz_settings *s,
+                            const cz_cluster *c, cz_dtype dtype);
 /* The panel count the planner records for a cooperative task: of 1 .. min(CZ_COOP_MAX_PANELS,
- * a), leaving out counts that would leave a panel empty, the one whose cz_cost_coop_panels is
+ * a), leaving out counts that would leave a panel empty, the one whose cz__cost_coop_panels is
  * least, ties to fewer panels; 1 in the element unit. */
-int cz_coop_best_panels(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
-                        cz_dtype dtype);
-/* cz_cost_coop_panels at cz_coop_best_panels: the cost the task table and the width choice see. */
-double cz_cost_coop(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
-                    cz_dtype dtype);
+int cz__coop_best_panels(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
+                         cz_dtype dtype);
+/* cz__cost_coop_panels at cz__coop_best_panels: the cost the task table and the width choice see.
+ */
+double cz__cost_coop(int64_t m, int64_t n, int k, const cz_settings *s, const cz_cluster *c,
+                     cz_dtype dtype);
 /* Seconds of one all-reduce of `bytes` among k ranks of a TP group (a ring on its links). */
-double cz_cost_allreduce_seconds(double bytes, int k, const cz_cluster *c);
+double cz__cost_allreduce_seconds(double bytes, int k, const cz_cluster *c);
 
 /* One TP rank's share of a matrix's Muon update under a TP mode. */
 typedef struct cz_muon_tp_work {
@@ -78,72 +75,57 @@ typedef struct cz_muon_tp_work {
     int grams;            /* number of Gram all-reduces (ns_steps per Gram, distributed) */
     int scalar_allreduce; /* all-reduces of the norm (one float each, distributed) */
 } cz_muon_tp_work;
-/* Under duplicated, seconds is the whole matrix's time (cz_cost_param_seconds) and there is no
+/* Under duplicated, seconds is the whole matrix's time (cz__cost_param_seconds) and there is no
  * all-reduce; replicated matrices (tp_dim < 0) and tp 1 are the same in every mode. */
-cz_muon_tp_work cz_cost_muon_tp(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
-                                cz_dtype dtype, cz_muon_tp_mode mode);
-
-/* ---- Megatron-Core's rules (megatron_rules.c) ---- */
-/* Greatest common divisor of two non-negative integers (gcd(a, 0) = a). */
-int64_t cz_gcd64(int64_t a, int64_t b);
-/* Megatron's padded vocabulary: vocab rounded up to a multiple of divisible_by * tp. */
-int64_t cz_megatron_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp);
-/* Megatron-Core's attention rules: num_attention_heads and num_query_groups each a multiple of
- * tp. where names the input in the message (a file), the keys name the two counts in it. */
-int cz_megatron_check_heads(const char *where, const char *heads_key, int64_t heads,
-                            const char *groups_key, int64_t groups, int64_t tp, cz_error *err);
-/* Checks a model's megatron record against a TP size: the attention rules, and that the
- * recorded padded vocabulary is what Megatron pads to at this TP. cluster names the cluster
- * file in messages (NULL: none). CZ_OK when the model records nothing. */
-int cz_model_check_megatron(const cz_model *m, int tp, const char *cluster, cz_error *err);
+cz_muon_tp_work cz__cost_muon_tp(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                                 cz_dtype dtype, cz_muon_tp_mode mode);
 
 /* ---- Megatron-LM's current layer-wise rule (megatron_layerwise.c) ---- */
 /* Newton-Schulz cost Megatron balances by: max(m, n) * min(m, n)^2. */
-double cz_megatron_ns_cost(int64_t m, int64_t n);
+double cz__megatron_ns_cost(int64_t m, int64_t n);
 /* lcm(64, lcm(dp, 128) / dp): the multiple a layer-wise shard is padded to. */
-int64_t cz_megatron_lw_shard_divisor(int dp);
+int64_t cz__megatron_lw_shard_divisor(int dp);
 /* Megatron's layer-wise buffer layout of n Muon parameters given in backprop order (element
  * counts and Newton-Schulz costs): shard[i] is the DP rank that owns parameter i; the padded size
  * of each bucket goes to bucket_sizes (room for n), their count to *nbuckets. bucket_size <= 0
  * keeps one bucket. */
-int cz_megatron_lw_layout(const int64_t *numel, const double *cost, size_t n, int dp,
-                          int64_t bucket_size, int *shard, int64_t *bucket_sizes, size_t *nbuckets,
-                          cz_error *err);
+int cz__megatron_lw_layout(const int64_t *numel, const double *cost, size_t n, int dp,
+                           int64_t bucket_size, int *shard, int64_t *bucket_sizes, size_t *nbuckets,
+                           cz_error *err);
 /* Megatron's ZeRO-1 (DistributedOptimizer) buckets of n parameters in backprop order. */
-int cz_megatron_zero1_buckets(const int64_t *numel, size_t n, int dp, int64_t bucket_size,
-                              int64_t *bucket_sizes, size_t *nbuckets);
+int cz__megatron_zero1_buckets(const int64_t *numel, size_t n, int dp, int64_t bucket_size,
+                               int64_t *bucket_sizes, size_t *nbuckets);
 /* Whether a parameter name is one of Megatron-Core's expert-parallel parameters. */
-int cz_megatron_is_expert(const char *name);
+int cz__megatron_is_expert(const char *name);
 /* One pipeline stage under the current rule: owner[id] (when owner is not NULL) for its Muon
  * (matrix) parameters, and the sizes of all its buckets (the layer-wise Muon buckets, then the
  * ZeRO-1 buckets of the other parameters; room for nparams + 1). */
-int cz_megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bucket_sizes,
-                         size_t *nbuckets, cz_error *err);
+int cz__megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bucket_sizes,
+                          size_t *nbuckets, cz_error *err);
 
 /* ---- plan construction (planner.c, buckets.c, dp_partition.c, microgroups.c, metrics.c) ---- */
 /* Allocates an empty plan and fills params (shapes, local shapes, cost, stage) from the model. */
-int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz_settings *s,
-                 cz_error *err);
+int cz__plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz_settings *s,
+                  cz_error *err);
 /* Fills plan->tasks (tp_tasks.c) from the plan's parameters and settings and the cluster. */
-int cz_task_table_build(cz_plan *plan, const cz_cluster *c, cz_error *err);
-/* The same into a table of the caller's (freed with cz_task_table_free). */
-int cz_task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster *c, cz_error *err);
-void cz_task_table_free(cz_task_table *tt);
+int cz__task_table_build(cz_plan *plan, const cz_cluster *c, cz_error *err);
+/* The same into a table of the caller's (freed with cz__task_table_free). */
+int cz__task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster *c, cz_error *err);
 /* The split lower bound (tp_tasks.c): the least T such that every task fits on a slot at some
  * width whose per-slot cost is at most T, and the slot time so spent (k times the per-slot
  * cost of a width-k task, each task at its least under T), plus the elementwise work, fits in
  * GPUs x T. tt NULL or empty: every matrix one hosted task at its recorded cost. */
-double cz_task_lower_bound(const cz_plan *plan, const cz_task_table *tt);
+double cz__task_lower_bound(const cz_plan *plan, const cz_task_table *tt);
 /* The least slot time (width x per-slot cost) a task with per-width costs cw can take with a
  * per-slot cost within tau; INFINITY when none is. */
-double cz_task_least_slot_time(const cz_task_table *tt, const double *cw, double tau);
+double cz__task_least_slot_time(const cz_task_table *tt, const double *cw, double tau);
 /* Fills plan->tasks.dp_weight: each parameter's slot time at factor x the split lower bound. */
-int cz_task_weigh(cz_plan *plan, double factor, cz_error *err);
+int cz__task_weigh(cz_plan *plan, double factor, cz_error *err);
 /* Places a task with per-width costs cw (tt's widths) on the slots whose loads are load[0 ..
  * nslots) without exceeding T (slot_pack.c): true with the width index and first slot chosen,
  * the run's loads raised; false, loads untouched, when nothing fits. */
-bool cz_slot_place(const cz_task_table *tt, int nslots, double *load, const double *cw, double T,
-                   int *width, int *slot);
+bool cz__slot_place(const cz_task_table *tt, int nslots, double *load, const double *cw, double T,
+                    int *width, int *slot);
 /* One stage's buckets as a DP partition deals them: nb buckets in processing order, bucket o's
  * parameter ids (ascending offset) at ids[first[o] .. first[o + 1]). */
 typedef struct cz_dp_buckets {
@@ -154,33 +136,27 @@ typedef struct cz_dp_buckets {
 /* The slot-fill partition (dp_fill.c): cuts of every bucket, cutj[o (dp + 1) + r] = index of
  * rank r's first parameter in bucket o (cutj[.. + dp] = the bucket's parameter count), at the
  * least target every rank's slots hold, returned in *target. Needs plan->tasks. */
-int cz_dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, double *target,
-                    cz_error *err);
+int cz__dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, double *target,
+                     cz_error *err);
 /* Lays out the gradient buckets (Megatron order, alignment, size, DP padding). */
-int cz_buckets_layout(cz_plan *plan, cz_error *err);
+int cz__buckets_layout(cz_plan *plan, cz_error *err);
 /* Fills every bucket's ranges and every param's dp_owner following settings.dp; for tpaware,
- * alpha's partition, the starting point of cz_dp_partition_tpaware (which cz_plan_build runs). */
-int cz_dp_partition(cz_plan *plan, cz_error *err);
+ * alpha's partition, the starting point of cz__dp_partition_tpaware (which cz_plan_build runs). */
+int cz__dp_partition(cz_plan *plan, cz_error *err);
 /* Builds the micro-group schedule of every DP rank following settings.tp. */
-int cz_tp_schedule_build(cz_plan *plan, cz_error *err);
+int cz__tp_schedule_build(cz_plan *plan, cz_error *err);
 /* The schedule of one DP rank's matrix parameters under s->tp, s->capacity (0: automatic, as
  * microgroups.c describes), s->split_blocks and s->coop: params holds the rank's n parameters
  * {param id, cost} in forward order; tt is the plan's task table (their blocks and widths; NULL
  * or empty: every parameter one hosted task at its given cost); load (tp values) is scratch.
  * Groups are appended to rs->groups (rs zeroed by the caller, freed with
- * cz_rank_schedule_free_groups, also after a failure); *capacity is the capacity used (0 when
+ * cz__rank_schedule_free_groups, also after a failure); *capacity is the capacity used (0 when
  * n == 0). The entry point for a caller that scores task sets without a plan (tpaware). */
-int cz_tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_costed *params, int n,
-                         const cz_settings *s, int tp, double *load, double *capacity,
-                         cz_error *err);
-/* Frees a rank schedule's groups (rs itself is the caller's). */
-void cz_rank_schedule_free_groups(cz_rank_schedule *rs);
+int cz__tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_costed *params, int n,
+                          const cz_settings *s, int tp, double *load, double *capacity,
+                          cz_error *err);
 /* Computes plan->metrics from the plan's params, buckets and schedules. */
-int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err);
-/* Frees the metrics arrays only. */
-void cz_plan_metrics_free(cz_plan_metrics *m);
-/* Frees the schedules only (sets nschedules to 0). */
-void cz_plan_schedules_free(cz_plan *plan);
+int cz__plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err);
 
 /* ---- memory.c ---- */
 /* Model-state bytes on one GPU under a plan (see memory.c for what each part counts). */
@@ -193,50 +169,41 @@ typedef struct cz_memory_gpu {
 } cz_memory_gpu;
 /* plan warns when the busiest GPU's model states exceed this fraction of device.memory_gib. */
 #define CZ_MEMORY_WARN_FRACTION 0.80
-/* Fills *out (malloc'ed, pp*dp*tp entries in the per-GPU order of cz_types.h) for a plan. */
-int cz_plan_memory(const cz_plan *plan, cz_memory_gpu **out, cz_error *err);
+/* Fills *out (malloc'ed, pp*dp*tp entries in the per-GPU order of cz_format.h) for a plan. */
+int cz__plan_memory(const cz_plan *plan, cz_memory_gpu **out, cz_error *err);
 /* Index of the GPU with the largest total. */
-size_t cz_memory_worst(const cz_memory_gpu *g, size_t n);
+size_t cz__memory_worst(const cz_memory_gpu *g, size_t n);
 /* Compares the busiest GPU with the cluster's device.memory_gib: above the capacity it fails
  * with CZ_EINVALID (the numbers, the GPU and what to do) unless allow is set; above
  * CZ_MEMORY_WARN_FRACTION, or above the capacity with allow, it writes a warning (else ""). */
-int cz_plan_memory_check(const cz_plan *plan, const cz_cluster *cluster, int allow, char *warning,
-                         size_t n, cz_error *err);
+int cz__plan_memory_check(const cz_plan *plan, const cz_cluster *cluster, int allow, char *warning,
+                          size_t n, cz_error *err);
 
 /* ---- ilp_dp.c, ilp_microgroups.c, dp_tpaware.c ---- */
-/* Outcome of an ILP solve, ordered from best to worst (a plan keeps the worst it saw). */
-enum {
-    CZ_SOLVE_NONE = 0,     /* no solver ran */
-    CZ_SOLVE_OPTIMAL = 1,  /* proved optimal */
-    CZ_SOLVE_FEASIBLE = 2, /* time limit hit; the best integer solution is kept (gap > 0) */
-    CZ_SOLVE_TIMEOUT = 3,  /* time limit hit before any integer solution: greedy kept */
-    CZ_SOLVE_FAILED = 4    /* the solver failed (numerics); greedy kept */
-};
-const char *cz_solve_status_name(int status);
 /* Re-solves the DP partition of every stage exactly (GLPK MIP: minimize the largest per-rank
  * load under the alpha slice bound, see docs/SOLVERS.md), warm-started from the ranges and
  * owners already in the plan (the greedy result). Replaces them only when strictly better.
  * Fills solver_status/gap/seconds/note. Runs within settings.time_limit_s. */
-int cz_dp_partition_ilp(cz_plan *plan, cz_error *err);
+int cz__dp_partition_ilp(cz_plan *plan, cz_error *err);
 /* Re-solves every DP rank's micro-group schedule (GLPK MIP: tasks may move between at most
  * as many groups as the greedy made, slot loads within the capacity; minimize the sum of group
  * makespans), warm-started from the schedule in the plan. Replaces a rank's groups only when
  * strictly better. Within settings.time_limit_s for all ranks together. */
-int cz_microgroups_ilp(cz_plan *plan, cz_error *err);
+int cz__microgroups_ilp(cz_plan *plan, cz_error *err);
 /* TP-aware DP strategy: starting from the ranges in the plan (alpha's), moves cut points while
  * the largest TP makespan of a DP rank (ties: the sum of squares, at no cost in DP balance)
- * decreases, scoring ranks with cz_tp_schedule_build, then hands parameters back towards DP
+ * decreases, scoring ranks with cz__tp_schedule_build, then hands parameters back towards DP
  * balance under the makespan reached. A stage keeps alpha's cuts unless its makespan fell
  * measurably or at no DP cost. Leaves improved ranges and owners; rebuilds the schedules only
  * when the plan already had some. Deterministic unless settings.tpaware_time_limit_s (CPU
  * seconds of the calling thread) stops the search. */
-int cz_dp_partition_tpaware(cz_plan *plan, cz_error *err);
+int cz__dp_partition_tpaware(cz_plan *plan, cz_error *err);
 /* Sends a progress report to s->progress with its payload, if a callback is set. */
-void cz_progress_report(const cz_settings *s, const cz_progress *p);
+void cz__progress_report(const cz_settings *s, const cz_progress *p);
 /* Monotonic clock in seconds (for time limits and progress only, never for output). */
-double cz_clock_seconds(void);
+double cz__clock_seconds(void);
 /* CPU seconds used by the calling thread: a time limit on it does not tighten when other
  * processes load the machine. */
-double cz_cpu_seconds(void);
+double cz__cpu_seconds(void);
 
 #endif /* CZ_ALGORITHMS_H */

@@ -7,30 +7,6 @@
 #define CZ_ANALYSIS_H
 
 #include "cz_algorithms.h"
-#include "cz_names.h"
-
-/* ---- structural plan checks (plan_structure.c) ---- */
-/* Where violations go: validate lists all of them; the executor refuses on the first. */
-typedef struct cz_plan_checks {
-    struct json_t *out; /* array of {"code", "path", "message"} */
-    int checks;         /* checks performed */
-    int oom;
-    int unsafe;  /* a structural violation makes index-based recomputation unsafe to run */
-    int foreign; /* parameters differ from the model's (validate only) */
-    char path[256];
-} cz_plan_checks;
-void cz_plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void cz_plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Every rule a plan must satisfy that needs no model or cluster: ids, local shapes and element
- * counts, blocks, bucket layout rules (contiguity, alignment, reverse fill order, no overlap),
- * DP ranges, atomic ownership, schedule membership and slot loads. Shared by `canzona
- * validate` and the executor's plan check, so that the executor refuses every plan validate
- * refuses for a structural reason. Safe on any plan the reader accepts. */
-void cz_plan_check_structure(cz_plan_checks *c, const cz_plan *plan);
-/* Whether two stored costs agree to validate's relative tolerance (1e-9); NaN never does. */
-int cz_close_rel(double a, double b);
 
 /* ---- simulate.c, render.c ---- */
 /* Kinds of collective for the alpha-beta formulas of the simulator (see docs/SIMULATOR.md). */
@@ -44,17 +20,17 @@ typedef enum cz_coll_kind {
 } cz_coll_kind;
 
 /* Seconds of one uneven DP collective with slice lengths len[0..n-1] (elements). */
-double cz_sim_uneven_seconds(const int64_t *len, int n, double elem_bytes, double gbps,
-                             double latency_us, cz_sim_uneven model);
+double cz__sim_uneven_seconds(const int64_t *len, int n, double elem_bytes, double gbps,
+                              double latency_us, cz_sim_uneven model);
 
 /* Seconds of one collective over n ranks. bytes: for the ring collectives the largest
  * per-rank slice (reduce-scatter, all-gather) or the whole buffer (all-reduce); for the
  * all-to-all the largest amount one rank sends or receives. 0 when n <= 1 or bytes <= 0. */
-double cz_sim_collective_seconds(cz_coll_kind kind, int n, double bytes, double gbps,
-                                 double latency_us);
+double cz__sim_collective_seconds(cz_coll_kind kind, int n, double bytes, double gbps,
+                                  double latency_us);
 /* 1 when the world ranks first, first+stride, ..., first+(n-1)*stride sit on more than one
  * node of gpus_per_node consecutive ranks (so the group runs at the inter-node rate). */
-int cz_sim_group_spans_nodes(int first, int stride, int n, int gpus_per_node);
+int cz__sim_group_spans_nodes(int first, int stride, int n, int gpus_per_node);
 
 typedef struct cz_sim_span {
     double start, end; /* seconds after the gradients are synchronized (or cost units) */
@@ -63,7 +39,7 @@ typedef struct cz_sim_span {
 /* One cooperative task of the critical DP rank as simulated: task `task` of micro-group
  * `group` on TP ranks slot .. slot + width - 1, from start (its slowest member free) to end;
  * allreduce_s of that span its members wait on the Gram and norm all-reduces that the
- * computation does not hide (the pipelined Gram panels, cz_coop_time_of; drawn at its end). */
+ * computation does not hide (the pipelined Gram panels, cz__coop_time_of; drawn at its end). */
 typedef struct cz_sim_coop {
     int group, task, slot, width;
     double start, end, allreduce_s;
@@ -105,8 +81,10 @@ struct cz_sim_result {
 };
 
 /* cz_plan_simulate and cz_sim_result_free are declared in canzona.h. */
+/* CZ_OK for NULL or options of this build's version, else CZ_EUNSUPPORTED (analysis_api.c). */
+int cz__sim_options_check(const cz_sim_options *o, cz_error *err);
 
-/* Options of cz_plan_render_svg. */
+/* Options of cz__plan_render_svg. */
 typedef struct cz_svg_options {
     int width;                /* pixels; default 1200 when 0 */
     const char *cluster_name; /* shown in the title; NULL = the plan's cluster name */
@@ -117,12 +95,12 @@ typedef struct cz_svg_options {
  * per-GPU load bars (aggregated where they would be under 3 px), with sim from a cluster the
  * step's phases, and the pipeline timeline of sim's critical DP rank. sim may be NULL (no
  * timeline). *out is a NUL-terminated string owned by the caller (free()). */
-int cz_plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim,
-                       const cz_svg_options *opt, cz_error *err);
+int cz__plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim,
+                        const cz_svg_options *opt, cz_error *err);
 /* The same SVG inside one HTML page with tables of the settings, per-rank loads and the
  * costliest parameters. */
-int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *sim,
-                        const cz_svg_options *opt, cz_error *err);
+int cz__plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *sim,
+                         const cz_svg_options *opt, cz_error *err);
 /* ---- import_hf.c ---- */
 #include <jansson.h>
 /* Builds a canzona.model/1 description (a new jansson object owned by the caller, released
@@ -134,26 +112,18 @@ int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *si
  * config's _name_or_path basename (lowercased), else the file's basename without .json and
  * .config. Errors name the file and the JSON key: CZ_EIO, CZ_EPARSE, CZ_EINVALID (missing or
  * wrongly typed field), CZ_EUNSUPPORTED (unknown architecture or feature), CZ_ENOMEM. */
-/* Reads the optional "megatron" record of a model description (root) into m->megatron and
- * checks it against itself and against m's parameters (called by cz_model_load). */
-int cz_model_megatron_read(const char *file, const json_t *root, cz_model *m, cz_error *err);
-
-int cz_import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,
-                 cz_error *err);
-/* Validates and expands a parsed model description exactly as cz_model_load does a file's
- * (messages name path, which need not be a file); sha may be NULL (then computed from root). */
-int cz_model_from_json(cz_model **out, const json_t *root, const char *path, const char *sha,
-                       cz_error *err);
-/* cz_import_hf with the job's TP size and vocabulary padding: the vocabulary is padded as
+int cz__import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,
+                  cz_error *err);
+/* cz__import_hf with the job's TP size and vocabulary padding: the vocabulary is padded as
  * Megatron-LM pads it (to a multiple of vocab_divisible_by * tp_size), the model records the
  * head counts and the padding in its "megatron" object, and hyper-parameters that Megatron-Core
  * cannot split across tp_size ranks are refused (CZ_EINVALID naming the key and the rule).
- * cz_import_hf is this function with the defaults. */
-int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_import_hf_options *o,
-                      cz_error *err);
+ * cz__import_hf is this function with the defaults. */
+int cz__import_hf_opts(json_t **out_model, const char *config_path, const cz_import_hf_options *o,
+                       cz_error *err);
 /* Formats a model description as the bundled files are written: 2-space indentation, one
  * parameter per line, key order preserved, trailing newline. *out is malloc'ed (free()). */
-int cz_model_json_format(char **out, const json_t *model, cz_error *err);
+int cz__model_json_format(char **out, const json_t *model, cz_error *err);
 
 /* ---- analysis: validate.c, inspect.c, plan_diff.c ---- */
 struct json_t; /* jansson's json_t */
@@ -163,21 +133,22 @@ struct json_t; /* jansson's json_t */
  * {"code", "path", "message"} objects, one per violation, empty when the plan is valid, and the
  * return value is the number of checks performed (>= 0). Returns a negative CZ_E* code on
  * failure (out of memory, missing arguments). */
-int cz_plan_validate_json(const cz_plan *plan, const cz_model *model, const cz_cluster *cluster,
-                          struct json_t **violations_out, cz_error *err);
+int cz__plan_validate_json(const cz_plan *plan, const cz_model *model, const cz_cluster *cluster,
+                           struct json_t **violations_out, cz_error *err);
 /* Builds a readable analysis of a plan as a new JSON object (caller owns *report_out):
  * topology, settings, per-rank and per-GPU loads and memory, imbalance figures, the top_n
  * busiest ranks with their largest parameters, micro-group statistics and the parameters that
  * dominate the lower bound. Uses the plan's stored metrics. */
-int cz_plan_inspect_json(const cz_plan *plan, int top_n, struct json_t **report_out, cz_error *err);
+int cz__plan_inspect_json(const cz_plan *plan, int top_n, struct json_t **report_out,
+                          cz_error *err);
 /* Compares plan b against plan a. Plans of different models (inputs.model.sha256) or topologies
  * are refused with CZ_EMISMATCH unless force is set, in which case parameters are matched by
  * name. *report_out (caller owns) holds settings, metric and per-rank deltas, the moved
  * parameters (largest first; at most limit listed, all counted; limit < 0 lists all), each
  * plan's busiest rank with what bounds its makespan and the parameters whose part of it
  * changed, largest effect first ("makespan", the same limit), and "identical". */
-int cz_plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit,
-                      struct json_t **report_out, cz_error *err);
+int cz__plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit,
+                       struct json_t **report_out, cz_error *err);
 
 /* ---- the public report (analysis_api.c) ---- */
 /* A cz_report owns one JSON document; real_precision is the significant digits its text
@@ -188,6 +159,6 @@ struct cz_report {
 };
 /* Wraps root (taking its reference) in a new report; on failure root is released and
  * CZ_ENOMEM returned. */
-int cz_report_wrap(cz_report **out, struct json_t *root, int real_precision, cz_error *err);
+int cz__report_wrap(cz_report **out, struct json_t *root, int real_precision, cz_error *err);
 
 #endif /* CZ_ANALYSIS_H */

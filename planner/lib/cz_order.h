@@ -15,7 +15,7 @@ typedef struct cz_costed {
 
 /* Sorts v by decreasing cost, equal costs by increasing id, so that every ranking is
  * deterministic (the greedy schedulers, the layer-wise rule and the reports depend on it). */
-void cz_costed_sort(cz_costed *v, size_t n);
+void cz__costed_sort(cz_costed *v, size_t n);
 
 /* The parameters of one pipeline stage that have a bucket, grouped by bucket in bucket order,
  * each bucket's in offset order: the walk every DP partitioner makes along the buffer. */
@@ -27,9 +27,9 @@ typedef struct cz_stage_buckets {
     int n;
 } cz_stage_buckets;
 
-/* Fills *v for stage; on CZ_ENOMEM *v holds what was allocated, so cz_stage_buckets_free it
+/* Fills *v for stage; on CZ_ENOMEM *v holds what was allocated, so cz__stage_buckets_free it
  * either way. */
-int cz_stage_buckets_build(cz_stage_buckets *v, const cz_plan *plan, int stage);
-void cz_stage_buckets_free(cz_stage_buckets *v);
+int cz__stage_buckets_build(cz_stage_buckets *v, const cz_plan *plan, int stage);
+void cz__stage_buckets_free(cz_stage_buckets *v);
 
 #endif

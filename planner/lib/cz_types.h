@@ -1,11 +1,13 @@
 /*
- * cz_types.h — the planner's whole internal interface in one include, for the CLI, the tests
- * and the executor. New code can include the narrow header it needs instead:
- *  - cz_plan_types.h: model, cluster and plan structures (and their conventions);
+ * cz_types.h — the planner library's whole internal interface in one include, for the CLI and
+ * the planner's own tests. New code can include the narrow header it needs instead:
+ *  - cz_format.h (planner/format): model, cluster and plan structures, readers' limits,
+ *    errors, invariants, enum names, files, the structural check;
  *  - cz_algorithms.h: cost model, partitioners, schedulers, solvers, metrics;
- *  - cz_analysis.h: structural checks, simulate, render, import, validate, inspect, diff;
- *  - cz_error.h, cz_assert.h, cz_names.h, cz_order.h: errors, invariants, enum names, orders.
- * Not installed; library users see only canzona.h.
+ *  - cz_analysis.h: simulate, render, import, validate, inspect, diff;
+ *  - cz_order.h: the orders the algorithms sort into.
+ * Not installed; library users see only canzona.h. Nothing outside planner/ includes it (the
+ * executor, tools and their tests include cz_format.h; tools/check_layers.py checks it).
  */
 #ifndef CZ_TYPES_H
 #define CZ_TYPES_H
@@ -13,10 +15,7 @@
 #include "canzona.h"
 #include "cz_algorithms.h"
 #include "cz_analysis.h"
-#include "cz_assert.h"
-#include "cz_error.h"
-#include "cz_names.h"
+#include "cz_format.h"
 #include "cz_order.h"
-#include "cz_plan_types.h"
 
 #endif /* CZ_TYPES_H */

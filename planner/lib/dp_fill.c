@@ -8,7 +8,7 @@
  * parameters with a model of the slots themselves:
  *
  *  - a rank is its TP slots' loads. A matrix parameter's tasks (largest hosted cost first) go
- *    on top of the rank's packing as it stands, each by cz_slot_place (slot_pack.c: the width
+ *    on top of the rank's packing as it stands, each by cz__slot_place (slot_pack.c: the width
  *    and aligned run of slots within the target T at the least slot time, gaps counted); where
  *    they do not fit, the rank's whole set is repacked largest first, as the packed TP schedule
  *    packs it (microgroups.c). An elementwise parameter adds cost / tp to every slot;
@@ -70,8 +70,8 @@ static double busiest(const double *load, int n)
 static bool place(fill_ctx *f, int x, double T)
 {
     int w, slot;
-    return cz_slot_place(f->tt, f->tp, f->load, &f->tt->cost[(size_t)x * f->tt->nwidths], T, &w,
-                         &slot);
+    return cz__slot_place(f->tt, f->tp, f->load, &f->tt->cost[(size_t)x * f->tt->nwidths], T, &w,
+                          &slot);
 }
 
 /* Packs rank r's tasks and nt more from t0 on empty slots within T, largest hosted cost first:
@@ -83,7 +83,7 @@ static bool repack(fill_ctx *f, int r, int t0, int nt, double T)
         f->trial[m].id = x, f->trial[m++].cost = hosted(f->tt, x);
     for (int x = t0; x < t0 + nt; x++)
         f->trial[m].id = x, f->trial[m++].cost = hosted(f->tt, x);
-    cz_costed_sort(f->trial, (size_t)m);
+    cz__costed_sort(f->trial, (size_t)m);
     for (int j = 0; j < f->tp; j++)
         f->load[j] = 0.0;
     for (int i = 0; i < m; i++)
@@ -113,7 +113,7 @@ static bool param_place(fill_ctx *f, int r, const cz_plan_param *p, double T)
     }
     double room = T - f->ew[r], need = f->need[r];
     for (int x = t0; x < t0 + nt; x++)
-        need += cz_task_least_slot_time(tt, &tt->cost[(size_t)x * tt->nwidths], INFINITY);
+        need += cz__task_least_slot_time(tt, &tt->cost[(size_t)x * tt->nwidths], INFINITY);
     /* The parameter's own tasks, largest hosted cost first (a few blocks: insertion sort). */
     for (int i = 0; i < nt; i++) {
         int x = t0 + i, at = i;
@@ -161,8 +161,8 @@ static bool fill_probe(fill_ctx *f, const cz_dp_buckets *b, double T, int *cutj)
     return true;
 }
 
-int cz_dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, double *target,
-                    cz_error *err)
+int cz__dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, double *target,
+                     cz_error *err)
 {
     int rc = CZ_OK;
     const cz_task_table *tt = &plan->tasks;
@@ -185,11 +185,11 @@ int cz_dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, doub
     if (!f.head || !f.next || !f.count || !f.ew || !f.rload || !f.need || !f.trial || !f.mine ||
         !f.load) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the slot-fill partition");
-        goto out;
+        goto done;
     }
     /* An upper end that fits: doubled from the split lower bound (every parameter fits on an
      * empty rank once T exceeds its hosted cost, so this ends). */
-    double lo = cz_task_lower_bound(plan, tt), hi = lo > 0.0 ? lo : 1e-9;
+    double lo = cz__task_lower_bound(plan, tt), hi = lo > 0.0 ? lo : 1e-9;
     int tries = 0;
     while (!fill_probe(&f, b, hi, cutj)) {
         lo = hi;
@@ -198,7 +198,7 @@ int cz_dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, doub
             rc = cz_error_set(err, CZ_EINTERNAL,
                               "the slot-fill partition found no feasible "
                               "target (a cost is not finite)");
-            goto out;
+            goto done;
         }
     }
     for (int it = 0; it < FILL_PROBES && hi - lo > FILL_TOLERANCE * hi; it++) {
@@ -212,7 +212,7 @@ int cz_dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, doub
     if (!fill_probe(&f, b, hi, cutj))
         rc = cz_error_set(err, CZ_EINTERNAL, "the slot-fill partition lost a feasible target");
     *target = hi;
-out:
+done:
     free(f.head);
     free(f.next);
     free(f.count);

@@ -74,20 +74,20 @@ static int bucket_index_build(bucket_index *bi, const cz_plan *plan, cz_error *e
     /* The offset order within a bucket is the stage walk's (cz_stage_buckets), here keyed by
      * the plan's bucket index. */
     for (int stage = 0; stage < plan->pp; stage++) {
-        if (cz_stage_buckets_build(&v, plan, stage) != CZ_OK) {
+        if (cz__stage_buckets_build(&v, plan, stage) != CZ_OK) {
             rc = cz_error_set(err, CZ_ENOMEM, "out of memory indexing buckets");
-            goto out;
+            goto done;
         }
         for (int k = 0; k < v.nb; k++) {
             int b = v.bucket[k], n = v.first[k + 1] - v.first[k];
             /* Layout puts a bucket's parameters in the bucket's own stage, all of them. */
-            CZ_ASSERT_GOTO(n == bi->first[b + 1] - bi->first[b], err, rc, out);
+            CZ_ASSERT_GOTO(n == bi->first[b + 1] - bi->first[b], err, rc, done);
             memcpy(&bi->ids[bi->first[b]], &v.order[v.first[k]], (size_t)n * sizeof *bi->ids);
         }
-        cz_stage_buckets_free(&v);
+        cz__stage_buckets_free(&v);
     }
-out:
-    cz_stage_buckets_free(&v);
+done:
+    cz__stage_buckets_free(&v);
     return rc;
 }
 
@@ -307,7 +307,7 @@ static int fill_stage(cz_plan *plan, const bucket_index *bi, bucket_order *order
     double target[2];
     if (!first || !ids || !cutj || !layout) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the slot-fill partition");
-        goto out;
+        goto done;
     }
     memcpy(layout, order, nb * sizeof *layout);
     qsort(layout, nb, sizeof *layout, bucket_id_cmp);
@@ -320,8 +320,8 @@ static int fill_stage(cz_plan *plan, const bucket_index *bi, bucket_order *order
             first[o + 1] = first[o] + n;
         }
         cz_dp_buckets db = {(int)nb, first, ids};
-        if ((rc = cz_dp_fill_cuts(plan, &db, &cutj[v * nc], &target[v], err)) != CZ_OK)
-            goto out;
+        if ((rc = cz__dp_fill_cuts(plan, &db, &cutj[v * nc], &target[v], err)) != CZ_OK)
+            goto done;
     }
     int keep = target[1] < target[0] * (1.0 - 1e-9) ? 1 : 0;
     if (keep)
@@ -330,7 +330,7 @@ static int fill_stage(cz_plan *plan, const bucket_index *bi, bucket_order *order
         cuts_of(plan, bi, order[o].id, &cutj[keep * nc + o * ((size_t)dp + 1)], cuts);
         rc = cuts_apply(plan, bi, order[o].id, cuts, err);
     }
-out:
+done:
     free(first);
     free(ids);
     free(cutj);
@@ -470,7 +470,7 @@ static int megatron_stage(cz_plan *plan, int stage, cz_error *err)
             continue;
         int group = p->def.kind == CZ_KIND_MATRIX ? 0 : p->def.ndim == 2 ? 1 : 2;
         order[n].id = (int)i;
-        order[n].group = group + (cz_megatron_is_expert(p->def.name) ? 3 : 0);
+        order[n].group = group + (cz__megatron_is_expert(p->def.name) ? 3 : 0);
         order[n].numel = p->numel;
         n++;
     }
@@ -498,7 +498,7 @@ static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
         int64_t *sizes = malloc((plan->nparams + 1) * sizeof *sizes);
         size_t nb = 0;
         int rc = owner && sizes
-                     ? cz_megatron_lw_stage(plan, stage, owner, sizes, &nb, err)
+                     ? cz__megatron_lw_stage(plan, stage, owner, sizes, &nb, err)
                      : cz_error_set(err, CZ_ENOMEM, "out of memory in layerwise partitioning");
         for (size_t i = 0; rc == CZ_OK && i < plan->nparams; i++)
             if (plan->params[i].stage == stage && plan->params[i].def.kind == CZ_KIND_MATRIX)
@@ -534,7 +534,7 @@ static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
         order[n].cost = plan->params[i].cost;
         n++;
     }
-    cz_costed_sort(order, n);
+    cz__costed_sort(order, n);
     for (size_t k = 0; k < n; k++) {
         int best = 0;
         for (int r = 1; r < dp; r++)
@@ -572,7 +572,7 @@ static void stage_snapshot(cz_plan *plan, int stage, int64_t *ranges, int *owner
     }
 }
 
-int cz_dp_partition(cz_plan *plan, cz_error *err)
+int cz__dp_partition(cz_plan *plan, cz_error *err)
 {
     int rc = CZ_OK, dp = plan->dp;
     cz_dp_strategy strategy = plan->settings.dp;

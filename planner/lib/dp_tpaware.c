@@ -14,7 +14,7 @@
  * (fixed order, no randomness) unless the CPU-time limit settings.tpaware_time_limit_s stops it
  * first. */
 #include "cz_types.h"
-#include "ilp_glpk.h" /* cz_plan_solver_note */
+#include "ilp_glpk.h" /* cz__plan_solver_note */
 
 #include <math.h>
 #include <stdint.h>
@@ -50,7 +50,7 @@ typedef struct tpa {
     double *msum; /* per rank summed matrix cost */
     double *mmax; /* per rank largest matrix cost */
     double *dpl;  /* per rank DP load: summed cost of every parameter it owns (metrics' dp.load) */
-    double deadline; /* cz_cpu_seconds() after which the search stops (time limit) */
+    double deadline; /* cz__cpu_seconds() after which the search stops (time limit) */
     int timed_out;
     unsigned clock_polls; /* time_left calls, to read the clock on every 32nd only */
     int *version;         /* per rank: bumped whenever its parameter set changes */
@@ -59,7 +59,7 @@ typedef struct tpa {
      * stays valid until either rank changes; the decision is still taken afresh each time. */
     int *memo_vf, *memo_vt;
     double *memo_mf, *memo_mt;
-    /* Scratch of cz_tp_schedule_tasks: one rank's matrix parameters (nparams + 1) and the
+    /* Scratch of cz__tp_schedule_tasks: one rank's matrix parameters (nparams + 1) and the
      * slot loads (tp). */
     cz_costed *tasks;
     double *slot_load;
@@ -73,7 +73,7 @@ typedef struct tpa {
 } tpa;
 
 /* Makespan of DP rank r of the stage as the TP schedule builder makes it: the rank's matrix
- * tasks go through cz_tp_schedule_tasks, so the automatic capacity and every strategy behave
+ * tasks go through cz__tp_schedule_tasks, so the automatic capacity and every strategy behave
  * exactly as in the full plan. */
 static int rank_makespan(tpa *t, int r, double *out, cz_error *err)
 {
@@ -89,15 +89,15 @@ static int rank_makespan(tpa *t, int r, double *out, cz_error *err)
     }
     cz_rank_schedule rs = {0};
     double capacity, sum = t->ew[r];
-    int rc = cz_tp_schedule_tasks(&rs, &plan->tasks, t->tasks, n, &plan->settings, plan->tp,
-                                  t->slot_load, &capacity, err);
+    int rc = cz__tp_schedule_tasks(&rs, &plan->tasks, t->tasks, n, &plan->settings, plan->tp,
+                                   t->slot_load, &capacity, err);
     for (int g = 0; rc == CZ_OK && g < rs.ngroups; g++) {
         double mx = 0;
         for (int j = 0; j < rs.groups[g].nslots; j++)
             mx = fmax(mx, rs.groups[g].load[j]);
         sum += mx;
     }
-    cz_rank_schedule_free_groups(&rs);
+    cz__rank_schedule_free_groups(&rs);
     *out = sum;
     return rc;
 }
@@ -166,7 +166,7 @@ static int accept_move(double nmax, double nsq, double cur_max, double cur_sq)
  * clock is read on every 32nd question only (reading it was a tenth of the search time). */
 static int time_left(tpa *t)
 {
-    if (!t->timed_out && (t->clock_polls++ & 31) == 0 && cz_cpu_seconds() >= t->deadline)
+    if (!t->timed_out && (t->clock_polls++ & 31) == 0 && cz__cpu_seconds() >= t->deadline)
         t->timed_out = 1;
     return !t->timed_out;
 }
@@ -735,7 +735,7 @@ static int chain_step_ok(const tpa *t, int bi, const int *c, const int *n, int a
  * is kept as a whole at the first step where the phase-1 rule accepts it. */
 static int chain_moves(tpa *t, double *cur_max, double *cur_sq, int *improved, cz_error *err)
 {
-    int R = t->R, rc = CZ_OK, a = 0, steps = 0;
+    int R = t->R, rc = CZ_OK, a = 0, steps = 0, started = 0, kept = 0;
     for (int r = 1; r < R; r++)
         if (t->mk[r] > t->mk[a])
             a = r;
@@ -749,6 +749,7 @@ static int chain_moves(tpa *t, double *cur_max, double *cur_sq, int *improved, c
     }
     memcpy(mks, t->mk, (size_t)R * sizeof *mks);
     totals_save(t, t->ew1, t->msum1);
+    started = 1;
     double big = t->mmax[a];
     for (; steps < TPAWARE_CHAIN_LEN && budget_left(t); steps++) {
         int best_b = -1, best_r = 0, best_n = 0;
@@ -780,7 +781,7 @@ static int chain_moves(tpa *t, double *cur_max, double *cur_sq, int *improved, c
                     totals_restore(t, t->ew0, t->msum0);
                     memcpy(t->mk, mkc, (size_t)R * sizeof *mkc);
                     if (rc)
-                        goto undo;
+                        goto done;
                     if (score < *cur_max * (1 - 1e-12) && score < best_score) {
                         best_score = score;
                         best_b = bi;
@@ -805,7 +806,7 @@ static int chain_moves(tpa *t, double *cur_max, double *cur_sq, int *improved, c
             }
         if (rc) {
             steps++;
-            goto undo;
+            goto done;
         }
         double nmax, nsq;
         objective(t, &nmax, &nsq);
@@ -814,15 +815,17 @@ static int chain_moves(tpa *t, double *cur_max, double *cur_sq, int *improved, c
             *cur_sq = nsq;
             *improved = 1;
             totals_refresh(t, chg);
+            kept = 1;
             goto done;
         }
     }
-undo:
-    while (steps-- > 0)
-        apply_cuts(t, hist_b[steps], &hist_c[steps * (R + 1)]);
-    totals_restore(t, t->ew1, t->msum1);
-    memcpy(t->mk, mks, (size_t)R * sizeof *mks);
 done:
+    if (started && !kept) { /* a failure, or a chain never accepted: undo its steps */
+        while (steps-- > 0)
+            apply_cuts(t, hist_b[steps], &hist_c[steps * (R + 1)]);
+        totals_restore(t, t->ew1, t->msum1);
+        memcpy(t->mk, mks, (size_t)R * sizeof *mks);
+    }
     free(hist_b);
     free(hist_c);
     free(chg);
@@ -831,112 +834,192 @@ done:
     return rc;
 }
 
+/* The search state's arrays for one stage of plan over R DP ranks; -1 when one could not be
+ * allocated (tpa_free releases whatever was). */
+static int tpa_alloc(tpa *t, const cz_plan *plan, int R)
+{
+    t->dpl = calloc((size_t)R, sizeof *t->dpl);
+    t->cut = malloc(((plan->nbuckets + 1) * (size_t)(R + 1)) * sizeof *t->cut);
+    t->ew = calloc((size_t)R, sizeof *t->ew);
+    t->mk = calloc((size_t)R, sizeof *t->mk);
+    t->msum = calloc((size_t)R, sizeof *t->msum);
+    t->mmax = calloc((size_t)R, sizeof *t->mmax);
+    t->version = calloc((size_t)R, sizeof *t->version);
+    size_t nmoves = (plan->nbuckets + 1) * (size_t)R * 2;
+    t->memo_vf = malloc(nmoves * sizeof *t->memo_vf);
+    t->memo_vt = malloc(nmoves * sizeof *t->memo_vt);
+    t->memo_mf = malloc(nmoves * sizeof *t->memo_mf);
+    t->memo_mt = malloc(nmoves * sizeof *t->memo_mt);
+    t->tasks = malloc((plan->nparams + 1) * sizeof *t->tasks);
+    t->slot_load = calloc((size_t)plan->tp, sizeof *t->slot_load);
+    t->recv = calloc((size_t)R, sizeof *t->recv);
+    t->lose = calloc((size_t)R, sizeof *t->lose);
+    t->recv1 = calloc((size_t)R, sizeof *t->recv1);
+    t->lose1 = calloc((size_t)R, sizeof *t->lose1);
+    t->ew0 = calloc((size_t)R, sizeof *t->ew0);
+    t->msum0 = calloc((size_t)R, sizeof *t->msum0);
+    t->mk0 = calloc((size_t)R, sizeof *t->mk0);
+    t->ew1 = calloc((size_t)R, sizeof *t->ew1);
+    t->msum1 = calloc((size_t)R, sizeof *t->msum1);
+    t->nc1 = calloc((size_t)R + 1, sizeof *t->nc1);
+    t->nc2 = calloc((size_t)R + 1, sizeof *t->nc2);
+    t->oc1 = calloc((size_t)R + 1, sizeof *t->oc1);
+    t->oc2 = calloc((size_t)R + 1, sizeof *t->oc2);
+    if (!t->cut || !t->ew || !t->mk || !t->msum || !t->mmax || !t->tasks || !t->slot_load ||
+        !t->version || !t->memo_vf || !t->memo_vt || !t->memo_mf || !t->memo_mt || !t->recv ||
+        !t->lose || !t->recv1 || !t->lose1 || !t->ew0 || !t->msum0 || !t->mk0 || !t->ew1 ||
+        !t->msum1 || !t->nc1 || !t->nc2 || !t->oc1 || !t->oc2 || !t->dpl)
+        return -1;
+    for (size_t i = 0; i < nmoves; i++)
+        t->memo_vf[i] = t->memo_vt[i] = -1;
+    return 0;
+}
+
+static void tpa_free(tpa *t)
+{
+    free(t->dpl);
+    free(t->bucket);
+    free(t->first);
+    free(t->order);
+    free(t->cut);
+    free(t->ew);
+    free(t->mk);
+    free(t->msum);
+    free(t->mmax);
+    free(t->version);
+    free(t->memo_vf);
+    free(t->memo_vt);
+    free(t->memo_mf);
+    free(t->memo_mt);
+    free(t->tasks);
+    free(t->slot_load);
+    free(t->recv);
+    free(t->lose);
+    free(t->recv1);
+    free(t->lose1);
+    free(t->ew0);
+    free(t->msum0);
+    free(t->mk0);
+    free(t->ew1);
+    free(t->msum1);
+    free(t->nc1);
+    free(t->nc2);
+    free(t->oc1);
+    free(t->oc2);
+}
+
+/* Each rank's loads under the plan's owners (DP load, elementwise share, matrix sum and
+ * largest), counting the stage's parameters in *n. */
+static int tpa_loads(tpa *t, int *n, cz_error *err)
+{
+    const cz_plan *plan = t->plan;
+    int R = t->R;
+    *n = 0;
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        if (p->stage != t->stage)
+            continue;
+        if (p->dp_owner < 0 || p->dp_owner >= R)
+            return cz_error_set(err, CZ_EINTERNAL,
+                                "tpaware needs an atomic starting partition; parameter '%s' has "
+                                "DP owner %d",
+                                p->def.name ? p->def.name : "?", p->dp_owner);
+        (*n)++;
+        t->dpl[p->dp_owner] += p->cost;
+        if (p->def.kind != CZ_KIND_MATRIX) {
+            t->ew[p->dp_owner] += p->cost / plan->tp;
+        } else {
+            t->msum[p->dp_owner] += p->cost;
+            t->mmax[p->dp_owner] = fmax(t->mmax[p->dp_owner], p->cost);
+        }
+    }
+    return CZ_OK;
+}
+
+/* The stage's buckets (t owns the index's arrays from here) and each bucket's cut indices from
+ * the owners, which must be monotone along each bucket. */
+static int tpa_cuts(tpa *t, int n, cz_error *err)
+{
+    const cz_plan *plan = t->plan;
+    int R = t->R, rc = CZ_OK;
+    cz_stage_buckets sb;
+    int sbrc = cz__stage_buckets_build(&sb, plan, t->stage);
+    t->bucket = sb.bucket;
+    t->first = sb.first;
+    t->order = sb.order;
+    t->nb = sb.nb;
+    t->np_stage = sb.n;
+    if (sbrc != CZ_OK)
+        return cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
+    /* Layout gives every parameter a bucket, so the index holds the whole stage. */
+    CZ_ASSERT(sb.n == n, err);
+    for (int bi = 0; bi < t->nb; bi++) {
+        int *c = &t->cut[bi * (R + 1)];
+        int np = t->first[bi + 1] - t->first[bi];
+        c[0] = 0;
+        for (int r = 1; r <= R; r++) {
+            c[r] = np;
+            for (int k = 0; k < np; k++)
+                if (plan->params[t->order[t->first[bi] + k]].dp_owner >= r) {
+                    c[r] = k;
+                    break;
+                }
+        }
+        for (int k = 0; k < np; k++) {
+            int o = plan->params[t->order[t->first[bi] + k]].dp_owner;
+            if (k < c[o] || k >= c[o + 1])
+                return cz_error_set(err, CZ_EINTERNAL,
+                                    "tpaware needs contiguous ranges; bucket %d has owners out of "
+                                    "rank order",
+                                    t->bucket[bi]);
+        }
+    }
+    return rc;
+}
+
+/* The moves: single shifts, then rounds of pushes, chains and compound moves (each tried when
+ * the one before found nothing), each gain followed by single shifts again. */
+static int search_moves(tpa *t, double *cur_max, double *cur_sq, int *stage_changed, cz_error *err)
+{
+    int rc;
+    if ((rc = single_moves(t, cur_max, cur_sq, stage_changed, err)))
+        return rc;
+    for (int round = 0; round < TPAWARE_MAX_ROUNDS; round++) {
+        int improved = 0;
+        if ((rc = push_moves(t, cur_max, cur_sq, &improved, err)))
+            return rc;
+        if (!improved && (rc = chain_moves(t, cur_max, cur_sq, &improved, err)))
+            return rc;
+        if (!improved && (rc = compound_moves(t, cur_max, cur_sq, &improved, err)))
+            return rc;
+        if (!improved)
+            break;
+        *stage_changed = 1;
+        if ((rc = single_moves(t, cur_max, cur_sq, stage_changed, err)))
+            return rc;
+    }
+    return CZ_OK;
+}
+
+/* One stage: the state from the plan's owners, the search, the rebalance, and the cuts kept
+ * only for a gain. */
 static int search_stage(cz_plan *plan, int stage, double search_deadline, double deadline,
                         int *changed, int *timed_out, cz_error *err)
 {
     int rc = CZ_OK, R = plan->dp, stage_changed = 0, n = 0, saved = 0;
-    int *start_owner = NULL;
     tpa t;
     memset(&t, 0, sizeof t);
     t.plan = plan;
     t.stage = stage;
     t.R = R;
     t.deadline = search_deadline;
-    t.dpl = calloc((size_t)R, sizeof *t.dpl);
-    start_owner = malloc((plan->nparams + 1) * sizeof *start_owner);
-    t.cut = malloc(((plan->nbuckets + 1) * (size_t)(R + 1)) * sizeof *t.cut);
-    t.ew = calloc((size_t)R, sizeof *t.ew);
-    t.mk = calloc((size_t)R, sizeof *t.mk);
-    t.msum = calloc((size_t)R, sizeof *t.msum);
-    t.mmax = calloc((size_t)R, sizeof *t.mmax);
-    t.version = calloc((size_t)R, sizeof *t.version);
-    size_t nmoves = (plan->nbuckets + 1) * (size_t)R * 2;
-    t.memo_vf = malloc(nmoves * sizeof *t.memo_vf);
-    t.memo_vt = malloc(nmoves * sizeof *t.memo_vt);
-    t.memo_mf = malloc(nmoves * sizeof *t.memo_mf);
-    t.memo_mt = malloc(nmoves * sizeof *t.memo_mt);
-    t.tasks = malloc((plan->nparams + 1) * sizeof *t.tasks);
-    t.slot_load = calloc((size_t)plan->tp, sizeof *t.slot_load);
-    t.recv = calloc((size_t)R, sizeof *t.recv);
-    t.lose = calloc((size_t)R, sizeof *t.lose);
-    t.recv1 = calloc((size_t)R, sizeof *t.recv1);
-    t.lose1 = calloc((size_t)R, sizeof *t.lose1);
-    t.ew0 = calloc((size_t)R, sizeof *t.ew0);
-    t.msum0 = calloc((size_t)R, sizeof *t.msum0);
-    t.mk0 = calloc((size_t)R, sizeof *t.mk0);
-    t.ew1 = calloc((size_t)R, sizeof *t.ew1);
-    t.msum1 = calloc((size_t)R, sizeof *t.msum1);
-    t.nc1 = calloc((size_t)R + 1, sizeof *t.nc1);
-    t.nc2 = calloc((size_t)R + 1, sizeof *t.nc2);
-    t.oc1 = calloc((size_t)R + 1, sizeof *t.oc1);
-    t.oc2 = calloc((size_t)R + 1, sizeof *t.oc2);
-    if (!t.cut || !t.ew || !t.mk || !t.msum || !t.mmax || !t.tasks || !t.slot_load || !t.version ||
-        !t.memo_vf || !t.memo_vt || !t.memo_mf || !t.memo_mt || !t.recv || !t.lose || !t.recv1 ||
-        !t.lose1 || !t.ew0 || !t.msum0 || !t.mk0 || !t.ew1 || !t.msum1 || !t.nc1 || !t.nc2 ||
-        !t.oc1 || !t.oc2 || !t.dpl || !start_owner) {
+    int *start_owner = malloc((plan->nparams + 1) * sizeof *start_owner);
+    if (tpa_alloc(&t, plan, R) != 0 || !start_owner) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
         goto done;
     }
-    for (size_t i = 0; i < plan->nparams; i++) {
-        const cz_plan_param *p = &plan->params[i];
-        if (p->stage != stage)
-            continue;
-        if (p->dp_owner < 0 || p->dp_owner >= R) {
-            rc = cz_error_set(err, CZ_EINTERNAL,
-                              "tpaware needs an atomic starting partition; parameter '%s' has DP "
-                              "owner %d",
-                              p->def.name ? p->def.name : "?", p->dp_owner);
-            goto done;
-        }
-        n++;
-        t.dpl[p->dp_owner] += p->cost;
-        if (p->def.kind != CZ_KIND_MATRIX) {
-            t.ew[p->dp_owner] += p->cost / plan->tp;
-        } else {
-            t.msum[p->dp_owner] += p->cost;
-            t.mmax[p->dp_owner] = fmax(t.mmax[p->dp_owner], p->cost);
-        }
-    }
-    cz_stage_buckets sb;
-    int sbrc = cz_stage_buckets_build(&sb, plan, stage);
-    /* t owns the index's arrays from here (freed with t's). */
-    t.bucket = sb.bucket;
-    t.first = sb.first;
-    t.order = sb.order;
-    t.nb = sb.nb;
-    t.np_stage = sb.n;
-    if (sbrc != CZ_OK) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
+    if ((rc = tpa_loads(&t, &n, err)) != CZ_OK || (rc = tpa_cuts(&t, n, err)) != CZ_OK)
         goto done;
-    }
-    /* Layout gives every parameter a bucket, so the index holds the whole stage. */
-    CZ_ASSERT_GOTO(sb.n == n, err, rc, done);
-    /* Cut indices from the owners; owners must be monotone along each bucket. */
-    for (int bi = 0; bi < t.nb; bi++) {
-        int *c = &t.cut[bi * (R + 1)];
-        int np = t.first[bi + 1] - t.first[bi];
-        c[0] = 0;
-        for (int r = 1; r <= R; r++) {
-            c[r] = np;
-            for (int k = 0; k < np; k++)
-                if (plan->params[t.order[t.first[bi] + k]].dp_owner >= r) {
-                    c[r] = k;
-                    break;
-                }
-        }
-        for (int k = 0; k < np; k++) {
-            int o = plan->params[t.order[t.first[bi] + k]].dp_owner;
-            if (k < c[o] || k >= c[o + 1]) {
-                rc = cz_error_set(err, CZ_EINTERNAL,
-                                  "tpaware needs contiguous ranges; bucket %d has owners out of "
-                                  "rank order",
-                                  t.bucket[bi]);
-                goto done;
-            }
-        }
-    }
-    for (size_t i = 0; i < nmoves; i++)
-        t.memo_vf[i] = t.memo_vt[i] = -1;
     for (int r = 0; r < R; r++)
         if ((rc = rank_makespan(&t, r, &t.mk[r], err)))
             goto done;
@@ -948,23 +1031,8 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
     for (int k = 0; k < n; k++)
         start_owner[k] = plan->params[t.order[k]].dp_owner;
     saved = 1;
-
-    if ((rc = single_moves(&t, &cur_max, &cur_sq, &stage_changed, err)))
+    if ((rc = search_moves(&t, &cur_max, &cur_sq, &stage_changed, err)))
         goto done;
-    for (int round = 0; round < TPAWARE_MAX_ROUNDS; round++) {
-        int improved = 0;
-        if ((rc = push_moves(&t, &cur_max, &cur_sq, &improved, err)))
-            goto done;
-        if (!improved && (rc = chain_moves(&t, &cur_max, &cur_sq, &improved, err)))
-            goto done;
-        if (!improved && (rc = compound_moves(&t, &cur_max, &cur_sq, &improved, err)))
-            goto done;
-        if (!improved)
-            break;
-        stage_changed = 1;
-        if ((rc = single_moves(&t, &cur_max, &cur_sq, &stage_changed, err)))
-            goto done;
-    }
     *timed_out |= t.timed_out;
     if (stage_changed && cur_max < start_max * (1 - 1e-12)) {
         t.deadline = deadline;
@@ -986,45 +1054,17 @@ done:
         for (int k = 0; k < n; k++)
             plan->params[t.order[k]].dp_owner = start_owner[k];
     free(start_owner);
-    free(t.dpl);
-    free(t.bucket);
-    free(t.first);
-    free(t.order);
-    free(t.cut);
-    free(t.ew);
-    free(t.mk);
-    free(t.msum);
-    free(t.mmax);
-    free(t.version);
-    free(t.memo_vf);
-    free(t.memo_vt);
-    free(t.memo_mf);
-    free(t.memo_mt);
-    free(t.tasks);
-    free(t.slot_load);
-    free(t.recv);
-    free(t.lose);
-    free(t.recv1);
-    free(t.lose1);
-    free(t.ew0);
-    free(t.msum0);
-    free(t.mk0);
-    free(t.ew1);
-    free(t.msum1);
-    free(t.nc1);
-    free(t.nc2);
-    free(t.oc1);
-    free(t.oc2);
+    tpa_free(&t);
     return rc;
 }
 
-int cz_dp_partition_tpaware(cz_plan *plan, cz_error *err)
+int cz__dp_partition_tpaware(cz_plan *plan, cz_error *err)
 {
     if (plan->dp < 2)
         return CZ_OK;
     int changed = 0, timed_out = 0;
     double limit = plan->settings.tpaware_time_limit_s;
-    double now = cz_cpu_seconds();
+    double now = cz__cpu_seconds();
     double deadline = now + (limit > 0 ? limit : INFINITY);
     double search_deadline = now + (limit > 0 ? TPAWARE_SEARCH_SHARE * limit : INFINITY);
     for (int st = 0; st < plan->pp; st++) {
@@ -1033,13 +1073,13 @@ int cz_dp_partition_tpaware(cz_plan *plan, cz_error *err)
             return rc;
     }
     if (timed_out)
-        cz_plan_solver_note(plan,
-                            "the tpaware search stopped at its time limit (%g CPU s, "
-                            "--tpaware-time-limit); it kept the best cuts found by then, so the "
-                            "plan may depend on the machine's speed.",
-                            limit);
+        cz__plan_solver_note(plan,
+                             "the tpaware search stopped at its time limit (%g CPU s, "
+                             "--tpaware-time-limit); it kept the best cuts found by then, so the "
+                             "plan may depend on the machine's speed.",
+                             limit);
     /* A caller that already built schedules gets them consistent with the new owners. */
     if (changed && plan->nschedules > 0)
-        return cz_tp_schedule_build(plan, err);
+        return cz__tp_schedule_build(plan, err);
     return CZ_OK;
 }

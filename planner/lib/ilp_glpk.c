@@ -29,7 +29,7 @@ static void mip_callback(glp_tree *T, void *info)
     }
     if (glp_ios_best_node(T) != 0)
         cb->gap = glp_ios_mip_gap(T);
-    double now = cz_clock_seconds();
+    double now = cz__clock_seconds();
     if (now - cb->t0 >= 1.0 && now - cb->last_report >= 1.0) {
         cb->last_report = now;
         glp_prob *P = glp_ios_get_prob(T);
@@ -40,13 +40,13 @@ static void mip_callback(glp_tree *T, void *info)
             .best_bound = best ? glp_ios_node_bound(T, best) * cb->obj_scale : NAN,
             .incumbent = glp_mip_status(P) == GLP_FEAS ? glp_mip_obj_val(P) * cb->obj_scale : NAN,
             .gap = cb->gap == DBL_MAX ? NAN : cb->gap};
-        cz_progress_report(cb->settings, &p);
+        cz__progress_report(cb->settings, &p);
     }
 }
 
 static int ms_left(double t0, double limit_s)
 {
-    double left = limit_s - (cz_clock_seconds() - t0);
+    double left = limit_s - (cz__clock_seconds() - t0);
     if (left <= 0.001)
         return 1;
     if (left > 2.0e6)
@@ -54,11 +54,11 @@ static int ms_left(double t0, double limit_s)
     return (int)(left * 1000.0);
 }
 
-int cz_mip_solve(glp_prob *P, const double *warm, double time_limit_s, const char *phase,
-                 double obj_scale, const cz_settings *settings, cz_mip_result *res, cz_error *err)
+int cz__mip_solve(glp_prob *P, const double *warm, double time_limit_s, const char *phase,
+                  double obj_scale, const cz_settings *settings, cz_mip_result *res, cz_error *err)
 {
     (void)err;
-    double t0 = cz_clock_seconds();
+    double t0 = cz__clock_seconds();
     int old_out = glp_term_out(GLP_OFF);
     memset(res, 0, sizeof *res);
     res->status = CZ_SOLVE_FAILED;
@@ -71,7 +71,7 @@ int cz_mip_solve(glp_prob *P, const double *warm, double time_limit_s, const cha
     smcp.tm_lim = ms_left(t0, time_limit_s);
     int rc = glp_simplex(P, &smcp);
     if (rc == GLP_ETMLIM ||
-        (rc == 0 && glp_get_status(P) != GLP_OPT && cz_clock_seconds() - t0 >= time_limit_s)) {
+        (rc == 0 && glp_get_status(P) != GLP_OPT && cz__clock_seconds() - t0 >= time_limit_s)) {
         res->status = CZ_SOLVE_TIMEOUT;
         goto done;
     }
@@ -110,12 +110,12 @@ int cz_mip_solve(glp_prob *P, const double *warm, double time_limit_s, const cha
     }
 
 done:
-    res->seconds = cz_clock_seconds() - t0;
+    res->seconds = cz__clock_seconds() - t0;
     glp_term_out(old_out);
     return CZ_OK;
 }
 
-void cz_plan_solver_record(cz_plan *plan, int phase, const cz_mip_result *res)
+void cz__plan_solver_record(cz_plan *plan, int phase, const cz_mip_result *res)
 {
     int *status = phase == 0 ? &plan->solver_status_dp : &plan->solver_status_tp;
     double *gap = phase == 0 ? &plan->solver_gap_dp : &plan->solver_gap_tp;
@@ -130,7 +130,7 @@ void cz_plan_solver_record(cz_plan *plan, int phase, const cz_mip_result *res)
     plan->solver_seconds += res->seconds;
 }
 
-void cz_plan_solver_note(cz_plan *plan, const char *fmt, ...)
+void cz__plan_solver_note(cz_plan *plan, const char *fmt, ...)
 {
     size_t used = strlen(plan->solver_note);
     if (used + 2 >= sizeof plan->solver_note)

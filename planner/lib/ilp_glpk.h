@@ -18,14 +18,15 @@ typedef struct cz_mip_result {
  * as a heuristic solution; it must be integer feasible. obj_scale converts P's objective back to
  * the cost unit for the progress reports, which go to settings->progress. The solution is read with
  * glp_mip_col_val afterwards. */
-int cz_mip_solve(glp_prob *P, const double *warm, double time_limit_s, const char *phase,
-                 double obj_scale, const cz_settings *settings, cz_mip_result *res, cz_error *err);
+int cz__mip_solve(glp_prob *P, const double *warm, double time_limit_s, const char *phase,
+                  double obj_scale, const cz_settings *settings, cz_mip_result *res, cz_error *err);
 
 /* Folds one solve's outcome into the plan's solver fields (worst status, largest gap), overall
  * and for its phase (0: DP partition, 1: micro-groups). */
-void cz_plan_solver_record(cz_plan *plan, int phase, const cz_mip_result *res);
+void cz__plan_solver_record(cz_plan *plan, int phase, const cz_mip_result *res);
 
 /* Appends a sentence to plan->solver_note (truncated to fit). */
-void cz_plan_solver_note(cz_plan *plan, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cz__plan_solver_note(cz_plan *plan, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 #endif /* CZ_ILP_GLPK_H */

@@ -58,7 +58,7 @@ static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const cz_costed
         for (int k = 0; k < K; k++)
             gr[g].cost = fmax(gr[g].cost, load[g * K + k]);
     }
-    cz_costed_sort(gr, (size_t)G);
+    cz__costed_sort(gr, (size_t)G);
     for (int gi = 0; gi < G; gi++) {
         int g = gr[gi].id;
         int n = 0;
@@ -70,7 +70,7 @@ static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const cz_costed
             sl[k].id = k;
             sl[k].cost = load[g * K + k];
         }
-        cz_costed_sort(sl, (size_t)K);
+        cz__costed_sort(sl, (size_t)K);
         int used[K];
         memset(used, 0, sizeof used);
         for (int s = 0; s < K; s++) {
@@ -111,7 +111,7 @@ static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const cz_costed
             i++;
         }
     }
-    cz_rank_schedule_free_groups(rs);
+    cz__rank_schedule_free_groups(rs);
     rs->groups = groups;
     rs->ngroups = ng;
     groups = NULL;
@@ -119,7 +119,7 @@ static int schedule_rebuild(cz_plan *plan, cz_rank_schedule *rs, const cz_costed
 done:
     if (groups) {
         cz_rank_schedule unused = {.groups = groups, .ngroups = ng};
-        cz_rank_schedule_free_groups(&unused);
+        cz__rank_schedule_free_groups(&unused);
     }
     free(gr);
     free(load);
@@ -132,51 +132,32 @@ done:
 
 #define ACOL(t, g, k) (1 + G + ((t)*G + (g)) * K + (k))
 
-static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, cz_error *err)
+/* The rank's tasks by decreasing cost (T of them), each with its greedy group and slot,
+ * greedy_gk[t] = g * K + k. */
+static void rank_tasks(const cz_plan *plan, const cz_rank_schedule *rs, int T, int K,
+                       cz_costed *tasks, int *greedy_gk)
 {
-    int rc = CZ_OK;
-    int G = rs->ngroups, K = rs->groups[0].nslots, T = 0;
-    for (int g = 0; g < G; g++)
-        T += rs->groups[g].ntasks;
-    cz_costed *tasks = malloc((size_t)(T + 1) * sizeof *tasks);
-    int *greedy_gk = malloc((size_t)(T + 1) * sizeof *greedy_gk);
-    int *gk = malloc((size_t)(T + 1) * sizeof *gk);
-    int ncols = G + T * G * K;
-    double *warm = calloc((size_t)ncols + 1, sizeof *warm);
-    double *gload = calloc((size_t)G * K, sizeof *gload);
-    cz_costed *gr = malloc((size_t)G * sizeof *gr);
-    int *grank = malloc((size_t)G * sizeof *grank);
-    int *ia = NULL, *ja = NULL;
-    double *ar = NULL;
-    glp_prob *P = NULL;
-    if (!tasks || !greedy_gk || !gk || !warm || !gload || !gr || !grank) {
-        rc = CZ_ENOMEM;
-        goto fail;
-    }
-    /* Tasks in decreasing cost; remember each one's greedy group and slot. */
-    int n = 0;
+    int n = 0, G = rs->ngroups;
     for (int g = 0; g < G; g++)
         for (int i = 0; i < rs->groups[g].ntasks; i++) {
             tasks[n].id = rs->groups[g].task_param[i];
             tasks[n].cost = plan->params[tasks[n].id].cost;
             n++;
         }
-    cz_costed_sort(tasks, (size_t)T);
-    double maxcost = T ? tasks[0].cost : 0, total = 0;
-    for (int t = 0; t < T; t++) {
-        total += tasks[t].cost;
+    cz__costed_sort(tasks, (size_t)T);
+    for (int t = 0; t < T; t++)
         for (int g = 0; g < G; g++)
             for (int i = 0; i < rs->groups[g].ntasks; i++)
                 if (rs->groups[g].task_param[i] == tasks[t].id)
                     greedy_gk[t] = g * K + rs->groups[g].task_slot[i];
-    }
-    if (!(maxcost > 0))
-        goto done;
-    double cap = plan->capacity_used > 0 ? fmax(plan->capacity_used, maxcost) : INFINITY;
-    double greedy_v = schedule_value(plan, rs);
-    double scale = maxcost;
+}
 
-    /* Canonical labels of the greedy solution for the warm start. */
+/* The greedy solution relabelled canonically (groups by decreasing makespan, each group's slots
+ * by decreasing load), as the warm start warm[1 .. ncols]; 0 when a slot of it is over cap, so
+ * that it is no feasible start. gload, gr and grank are scratch. */
+static int warm_start(const cz_costed *tasks, const int *greedy_gk, int T, int G, int K, double cap,
+                      double scale, double *warm, double *gload, cz_costed *gr, int *grank)
+{
     int warm_ok = 1;
     for (int t = 0; t < T; t++)
         gload[greedy_gk[t]] += tasks[t].cost;
@@ -189,7 +170,7 @@ static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, 
                 warm_ok = 0;
         }
     }
-    cz_costed_sort(gr, (size_t)G);
+    cz__costed_sort(gr, (size_t)G);
     for (int gi = 0; gi < G; gi++)
         grank[gr[gi].id] = gi;
     for (int g = 0; g < G; g++) {
@@ -198,7 +179,7 @@ static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, 
             sl[k].id = k;
             sl[k].cost = gload[g * K + k];
         }
-        cz_costed_sort(sl, (size_t)K);
+        cz__costed_sort(sl, (size_t)K);
         int krank[K];
         for (int s = 0; s < K; s++)
             krank[sl[s].id] = s;
@@ -207,17 +188,24 @@ static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, 
                 warm[ACOL(t, grank[g], krank[greedy_gk[t] % K])] = 1.0;
         warm[1 + grank[g]] = gr[grank[g]].cost / scale;
     }
+    return warm_ok;
+}
 
-    int nrows = T + 2 * G * K + (G - 1) + G * (K - 1);
+/* The problem into P: columns m_g and the binaries a[t][g][k], the rows (each task once, the
+ * group makespans, the capacity, the two symmetry orders) and the matrix. */
+static int load_problem(glp_prob *P, const cz_costed *tasks, int T, int G, int K, double cap,
+                        double scale)
+{
+    int ncols = G + T * G * K, nrows = T + 2 * G * K + (G - 1) + G * (K - 1);
     size_t nz_cap = 5 * (size_t)T * G * K + (size_t)G * K + 2 * (size_t)G + 16;
-    ia = malloc((nz_cap + 1) * sizeof *ia);
-    ja = malloc((nz_cap + 1) * sizeof *ja);
-    ar = malloc((nz_cap + 1) * sizeof *ar);
+    int *ia = malloc((nz_cap + 1) * sizeof *ia), *ja = malloc((nz_cap + 1) * sizeof *ja);
+    double *ar = malloc((nz_cap + 1) * sizeof *ar);
     if (!ia || !ja || !ar) {
-        rc = CZ_ENOMEM;
-        goto fail;
+        free(ia);
+        free(ja);
+        free(ar);
+        return CZ_ENOMEM;
     }
-    P = glp_create_prob();
     glp_set_obj_dir(P, GLP_MIN);
     glp_add_cols(P, ncols);
     for (int g = 0; g < G; g++) {
@@ -270,70 +258,109 @@ static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, 
     }
 #undef NZ
     glp_load_matrix(P, nz, ia, ja, ar);
-
-    cz_mip_result res;
-    if ((rc = cz_mip_solve(P, warm_ok ? warm : NULL, time_limit_s, "microgroups-ilp", scale,
-                           &plan->settings, &res, err)))
-        goto fail;
-    cz_plan_solver_record(plan, 1, &res);
-    if (res.status == CZ_SOLVE_OPTIMAL || res.status == CZ_SOLVE_FEASIBLE) {
-        for (int t = 0; t < T; t++) {
-            gk[t] = -1;
-            for (int g = 0; g < G && gk[t] < 0; g++)
-                for (int k = 0; k < K; k++)
-                    if (glp_mip_col_val(P, ACOL(t, g, k)) > 0.5) {
-                        gk[t] = g * K + k;
-                        break;
-                    }
-            if (gk[t] < 0) {
-                rc = cz_error_set(err, CZ_EINTERNAL,
-                                  "stage %d, DP rank %d: the micro-group ILP left task %d "
-                                  "unassigned",
-                                  rs->stage, rs->dp_rank, tasks[t].id);
-                goto fail;
-            }
-        }
-        for (int i = 0; i < G * K; i++)
-            gload[i] = 0;
-        for (int t = 0; t < T; t++)
-            gload[gk[t]] += tasks[t].cost;
-        double v = 0;
-        for (int g = 0; g < G; g++) {
-            double mx = 0;
-            for (int k = 0; k < K; k++)
-                mx = fmax(mx, gload[g * K + k]);
-            v += mx;
-        }
-        if (v < greedy_v * (1 - 1e-9) && (rc = schedule_rebuild(plan, rs, tasks, T, gk, G, K))) {
-            cz_error_set(err, rc, "out of memory rebuilding the micro-groups");
-            goto fail;
-        }
-        if (res.status == CZ_SOLVE_FEASIBLE && strlen(plan->solver_note) == 0)
-            cz_plan_solver_note(plan,
-                                "micro-group ILP hit its time limit on some DP ranks; kept the "
-                                "best schedules found (largest gap is in the plan).");
-    } else if (res.status == CZ_SOLVE_TIMEOUT) {
-        cz_plan_solver_note(plan,
-                            "stage %d, DP rank %d: micro-group ILP timed out before any "
-                            "solution; kept the greedy groups.",
-                            rs->stage, rs->dp_rank);
-    } else {
-        cz_plan_solver_note(plan,
-                            "stage %d, DP rank %d: micro-group ILP failed (GLPK); kept the greedy "
-                            "groups.",
-                            rs->stage, rs->dp_rank);
-    }
-    (void)total;
-    goto done;
-fail:
-    if (rc == CZ_ENOMEM)
-        cz_error_set(err, rc, "out of memory building the micro-group ILP");
-done:
-    if (P)
-        glp_delete_prob(P);
     free(ia);
     free(ja);
     free(ar);
+    return CZ_OK;
+}
+
+/* Reads the solver's outcome into the rank's schedule: the solution when it is strictly better
+ * than the greedy's, a note otherwise. gk and gload are scratch. */
+static int take_result(cz_plan *plan, cz_rank_schedule *rs, glp_prob *P, const cz_mip_result *res,
+                       const cz_costed *tasks, int T, int K, double greedy_v, int *gk,
+                       double *gload, cz_error *err)
+{
+    int G = rs->ngroups, rc;
+    if (res->status == CZ_SOLVE_TIMEOUT) {
+        cz__plan_solver_note(plan,
+                             "stage %d, DP rank %d: micro-group ILP timed out before any "
+                             "solution; kept the greedy groups.",
+                             rs->stage, rs->dp_rank);
+        return CZ_OK;
+    }
+    if (res->status != CZ_SOLVE_OPTIMAL && res->status != CZ_SOLVE_FEASIBLE) {
+        cz__plan_solver_note(plan,
+                             "stage %d, DP rank %d: micro-group ILP failed (GLPK); kept the greedy "
+                             "groups.",
+                             rs->stage, rs->dp_rank);
+        return CZ_OK;
+    }
+    for (int t = 0; t < T; t++) {
+        gk[t] = -1;
+        for (int g = 0; g < G && gk[t] < 0; g++)
+            for (int k = 0; k < K; k++)
+                if (glp_mip_col_val(P, ACOL(t, g, k)) > 0.5) {
+                    gk[t] = g * K + k;
+                    break;
+                }
+        if (gk[t] < 0)
+            return cz_error_set(err, CZ_EINTERNAL,
+                                "stage %d, DP rank %d: the micro-group ILP left task %d "
+                                "unassigned",
+                                rs->stage, rs->dp_rank, tasks[t].id);
+    }
+    for (int i = 0; i < G * K; i++)
+        gload[i] = 0;
+    for (int t = 0; t < T; t++)
+        gload[gk[t]] += tasks[t].cost;
+    double v = 0;
+    for (int g = 0; g < G; g++) {
+        double mx = 0;
+        for (int k = 0; k < K; k++)
+            mx = fmax(mx, gload[g * K + k]);
+        v += mx;
+    }
+    if (v < greedy_v * (1 - 1e-9) && (rc = schedule_rebuild(plan, rs, tasks, T, gk, G, K)) != CZ_OK)
+        return rc; /* out of memory: solve_rank names it */
+    if (res->status == CZ_SOLVE_FEASIBLE && strlen(plan->solver_note) == 0)
+        cz__plan_solver_note(plan, "micro-group ILP hit its time limit on some DP ranks; kept the "
+                                   "best schedules found (largest gap is in the plan).");
+    return CZ_OK;
+}
+
+/* One DP rank: its tasks, the warm start, the problem, the solve and its result. */
+static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, cz_error *err)
+{
+    int rc = CZ_OK;
+    int G = rs->ngroups, K = rs->groups[0].nslots, T = 0;
+    for (int g = 0; g < G; g++)
+        T += rs->groups[g].ntasks;
+    cz_costed *tasks = malloc((size_t)(T + 1) * sizeof *tasks);
+    int *greedy_gk = malloc((size_t)(T + 1) * sizeof *greedy_gk);
+    int *gk = malloc((size_t)(T + 1) * sizeof *gk);
+    int ncols = G + T * G * K;
+    double *warm = calloc((size_t)ncols + 1, sizeof *warm);
+    double *gload = calloc((size_t)G * K, sizeof *gload);
+    cz_costed *gr = malloc((size_t)G * sizeof *gr);
+    int *grank = malloc((size_t)G * sizeof *grank);
+    glp_prob *P = NULL;
+    if (!tasks || !greedy_gk || !gk || !warm || !gload || !gr || !grank) {
+        rc = CZ_ENOMEM;
+        goto done;
+    }
+    rank_tasks(plan, rs, T, K, tasks, greedy_gk);
+    double maxcost = T ? tasks[0].cost : 0;
+    if (!(maxcost > 0))
+        goto done;
+    double cap = plan->capacity_used > 0 ? fmax(plan->capacity_used, maxcost) : INFINITY;
+    double greedy_v = schedule_value(plan, rs);
+    double scale = maxcost;
+    int warm_ok = warm_start(tasks, greedy_gk, T, G, K, cap, scale, warm, gload, gr, grank);
+    P = glp_create_prob();
+    if ((rc = load_problem(P, tasks, T, G, K, cap, scale)) != CZ_OK)
+        goto done;
+    cz_mip_result res;
+    if ((rc = cz__mip_solve(P, warm_ok ? warm : NULL, time_limit_s, "microgroups-ilp", scale,
+                            &plan->settings, &res, err)) != CZ_OK)
+        goto done;
+    cz__plan_solver_record(plan, 1, &res);
+    rc = take_result(plan, rs, P, &res, tasks, T, K, greedy_v, gk, gload, err);
+done:
+    /* The builders report only their code: name the failure here. */
+    if (rc == CZ_ENOMEM)
+        cz_error_set(err, rc, "out of memory building the micro-group ILP");
+    if (P)
+        glp_delete_prob(P);
     free(tasks);
     free(greedy_gk);
     free(gk);
@@ -344,10 +371,10 @@ done:
     return rc;
 }
 
-int cz_microgroups_ilp(cz_plan *plan, cz_error *err)
+int cz__microgroups_ilp(cz_plan *plan, cz_error *err)
 {
     if (plan->settings.tp == CZ_TP_SC) {
-        cz_plan_solver_note(plan, "the micro-group ILP does not apply to sc (no hosts); kept sc.");
+        cz__plan_solver_note(plan, "the micro-group ILP does not apply to sc (no hosts); kept sc.");
         return CZ_OK;
     }
     size_t n = plan->nschedules;
@@ -364,11 +391,11 @@ int cz_microgroups_ilp(cz_plan *plan, cz_error *err)
         ord[m].cost = schedule_value(plan, rs);
         m++;
     }
-    cz_costed_sort(ord, m);
-    double t0 = cz_clock_seconds();
+    cz__costed_sort(ord, m);
+    double t0 = cz__clock_seconds();
     int rc = CZ_OK;
     for (size_t j = 0; j < m; j++) {
-        double left = plan->settings.time_limit_s - (cz_clock_seconds() - t0);
+        double left = plan->settings.time_limit_s - (cz__clock_seconds() - t0);
         double share = fmax(0.001, left / (double)(m - j));
         if ((rc = solve_rank(plan, &plan->schedules[ord[j].id], share, err)))
             break;

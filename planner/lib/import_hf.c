@@ -7,8 +7,9 @@
  * column-parallel matrix and gate/up fused into `linear_fc1`, each fusion declared as
  * blocks so that matrix optimizers treat the parts as independent matrices. MoE experts are
  * whole matrices (no expert parallelism). */
+#include "cz_json_build.h"
+#include "cz_strbuf.h"
 #include "cz_types.h"
-#include "file_io.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -236,7 +237,7 @@ static int64_t hf_sat_mul(int64_t a, int64_t b)
     return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
 }
 
-/* Parameters and elements of the model hf_layer and cz_import_hf would write, counted before
+/* Parameters and elements of the model hf_layer and cz__import_hf would write, counted before
  * anything is built: a config with millions of layers or experts is refused here instead of
  * exhausting memory, and only models the loader accepts are written. Mirrors hf_layer. */
 static int hf_check_size(const hf_config *c, cz_error *err)
@@ -372,14 +373,13 @@ static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
 
 static void hf_set(json_t *obj, const char *key, json_t *value, bool *ok)
 {
-    /* json_object_set_new releases value even when it fails, so no leak on the error path. */
-    if (json_object_set_new(obj, key, value))
+    if (cz__json_put(obj, key, value)) /* value is released either way */
         *ok = false;
 }
 
 static void hf_add(json_t *arr, json_t *value, bool *ok)
 {
-    if (json_array_append_new(arr, value))
+    if (cz__json_push(arr, value))
         *ok = false;
 }
 
@@ -395,8 +395,8 @@ static json_t *hf_param(const char *name, int64_t rows, int64_t cols, int tp_dim
     hf_set(p, "name", json_string(name), ok);
     hf_set(p, "shape", shape, ok);
     hf_set(p, "tp_dim", tp_dim < 0 ? json_null() : json_integer(tp_dim), ok);
-    hf_set(p, "optimizer", json_string(cz_kind_name(matrix ? CZ_KIND_MATRIX : CZ_KIND_ELEMENTWISE)),
-           ok);
+    hf_set(p, "optimizer",
+           json_string(cz__kind_name(matrix ? CZ_KIND_MATRIX : CZ_KIND_ELEMENTWISE)), ok);
     if (!p)
         *ok = false;
     return p;
@@ -498,20 +498,20 @@ static void hf_lower(char *s)
         *s = (char)tolower((unsigned char)*s);
 }
 
-/* The model's default name: see cz_import_hf in cz_types.h. */
+/* The model's default name: see cz__import_hf in cz_analysis.h. */
 static char *hf_default_name(const char *path, const json_t *root)
 {
     const json_t *nop = json_object_get(root, "_name_or_path");
     char *name = NULL;
     if (json_is_string(nop) && json_string_length(nop) > 0) {
-        char *s = cz_strdup(json_string_value(nop));
+        char *s = cz__strdup(json_string_value(nop));
         if (!s)
             return NULL;
         size_t n = strlen(s);
         while (n > 0 && s[n - 1] == '/')
             s[--n] = '\0';
         const char *slash = strrchr(s, '/');
-        name = cz_strdup(slash ? slash + 1 : s);
+        name = cz__strdup(slash ? slash + 1 : s);
         free(s);
         if (name && !*name) {
             free(name);
@@ -521,7 +521,7 @@ static char *hf_default_name(const char *path, const json_t *root)
         }
     }
     if (!name) {
-        char *s = cz_strdup(path);
+        char *s = cz__strdup(path);
         if (!s)
             return NULL;
         size_t n = strlen(s);
@@ -540,7 +540,7 @@ static char *hf_default_name(const char *path, const json_t *root)
             char *parent = strrchr(s, '/');
             base = parent ? parent + 1 : s;
         }
-        name = cz_strdup(*base ? base : "model");
+        name = cz__strdup(*base ? base : "model");
         free(s);
         if (!name)
             return NULL;
@@ -580,15 +580,15 @@ static char *hf_description(const hf_config *c)
              hf_families[c->family_index].architecture, hf_basename(c->path), c->layers, c->hidden,
              c->heads, c->kv_heads, c->head_dim, ffn, moe, c->vocab, pad,
              c->qkv_bias ? ", Q/K/V bias" : "", c->tie ? ", tied input and output embeddings" : "");
-    return cz_strdup(buf);
+    return cz__strdup(buf);
 }
 
 /* Megatron-Core splits these sizes across the TP ranks (heads and query groups whole, the
  * column-parallel fc1 and row-parallel fc2 by rows and columns of the FFN). */
 static int hf_check_tp(const hf_config *c, int64_t tp, cz_error *err)
 {
-    int rc = cz_megatron_check_heads(c->path, "$.num_attention_heads", c->heads,
-                                     "$.num_key_value_heads", c->kv_heads, tp, err);
+    int rc = cz__megatron_check_heads(c->path, "$.num_attention_heads", c->heads,
+                                      "$.num_key_value_heads", c->kv_heads, tp, err);
     if (rc)
         return rc;
     static const char *const ffn_keys[] = {"intermediate_size", "moe_intermediate_size",
@@ -613,26 +613,130 @@ static int hf_check_tp(const hf_config *c, int64_t tp, cz_error *err)
 
 void cz_import_hf_options_init(cz_import_hf_options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->dtype = CZ_DTYPE_BF16;
-    o->tp_size = 1;
-    o->vocab_divisible_by = 128;
-    o->split_qkv = 1;
-    o->split_gate_up = 1;
+    static const cz_import_hf_options defaults = CZ_IMPORT_HF_OPTIONS_INIT;
+    memcpy(o, &defaults, sizeof *o);
 }
 
-int cz_import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,
-                 cz_error *err)
+int cz__import_hf(json_t **out_model, const char *config_path, const char *name, cz_dtype dtype,
+                  cz_error *err)
 {
     cz_import_hf_options o;
     cz_import_hf_options_init(&o);
     o.name = name;
     o.dtype = dtype;
-    return cz_import_hf_opts(out_model, config_path, &o, err);
+    return cz__import_hf_opts(out_model, config_path, &o, err);
 }
 
-int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_import_hf_options *o,
-                      cz_error *err)
+static int hf_nomem(cz_error *err, const char *config_path)
+{
+    return cz_error_set(err, CZ_ENOMEM, "out of memory while importing %s", config_path);
+}
+
+/* The options a caller may get wrong, each refused with what is allowed. */
+static int hf_options_check(const cz_import_hf_options *o, cz_error *err)
+{
+    if (o->tp_size < 1 || o->tp_size > (1 << 20))
+        return cz_error_set(err, CZ_EINVALID,
+                            "the tensor-parallel size must be from 1 to 1048576, got %d",
+                            o->tp_size);
+    if (o->vocab_divisible_by < 1 || o->vocab_divisible_by > (1 << 20))
+        return cz_error_set(err, CZ_EINVALID,
+                            "make_vocab_size_divisible_by must be from 1 to 1048576, got %d",
+                            o->vocab_divisible_by);
+    if (!cz_dtype_name(o->dtype))
+        return cz_error_set(err, CZ_EINVALID, "cz__import_hf: unknown dtype %d", (int)o->dtype);
+    if (o->name && !*o->name)
+        return cz_error_set(err, CZ_EINVALID, "the model name must not be empty");
+    return CZ_OK;
+}
+
+/* The config file as a JSON object (*root, a new reference). */
+static int hf_load(json_t **root, const char *config_path, cz_error *err)
+{
+    json_error_t jerr;
+    char *text = NULL;
+    size_t text_len = 0;
+    int rc;
+    *root = NULL;
+    if ((rc = cz_file_read_all(config_path, CZ_HF_CONFIG_MAX_BYTES, &text, &text_len, err)))
+        return rc;
+    *root = json_loadb(text, text_len, JSON_REJECT_DUPLICATES, &jerr);
+    free(text);
+    if (!*root)
+        return cz_error_set(err, CZ_EPARSE, "%s:%d:%d: not valid JSON: %s", config_path, jerr.line,
+                            jerr.column, jerr.text);
+    if (!json_is_object(*root))
+        return cz_error_set(err, CZ_EINVALID, "%s: $: expected a JSON object, found %s",
+                            config_path, hf_type_name(*root));
+    return CZ_OK;
+}
+
+/* The model description: header, Megatron record, embedding, the layers (one repeat block
+ * when all alike), final norm and output layer. *ok turns false on any allocation failure. */
+static json_t *hf_model_json(const hf_config *c, const cz_import_hf_options *o, const char *name,
+                             const char *description, bool *ok)
+{
+    json_t *model = json_object();
+    json_t *params = json_array();
+    hf_set(model, "schema", json_string(CZ_MODEL_SCHEMA), ok);
+    hf_set(model, "name", json_string(name), ok);
+    hf_set(model, "dtype", json_string(cz_dtype_name(o->dtype)), ok);
+    hf_set(model, "description", json_string(description), ok);
+    json_t *mg = json_object();
+    hf_set(mg, "num_attention_heads", json_integer(c->heads), ok);
+    hf_set(mg, "num_query_groups", json_integer(c->kv_heads), ok);
+    hf_set(mg, "vocab_size", json_integer(c->vocab), ok);
+    hf_set(mg, "make_vocab_size_divisible_by", json_integer(o->vocab_divisible_by), ok);
+    hf_set(mg, "tensor_model_parallel_size", json_integer(o->tp_size), ok);
+    hf_set(mg, "padded_vocab_size", json_integer(c->padded_vocab), ok);
+    hf_set(model, "megatron", mg, ok);
+    hf_add(params,
+           hf_param("embedding.word_embeddings.weight", c->padded_vocab, c->hidden, 0, false, ok),
+           ok);
+    bool uniform = true;
+    for (int64_t l = 1; l < c->layers; l++)
+        if (c->moe_layer && c->moe_layer[l] != c->moe_layer[0])
+            uniform = false;
+    if (uniform) {
+        json_t *layer = hf_layer(c, c->moe_layer && c->moe_layer[0], ok);
+        hf_add(params, hf_repeat(c->layers, "decoder.layers.{i}.", layer, ok), ok);
+    } else {
+        /* {i} counts inside one repeat block only, so mixed dense/MoE stacks are written as
+         * one block per layer with the layer number spelled out. */
+        for (int64_t l = 0; l < c->layers && *ok; l++) {
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "decoder.layers.%" PRId64 ".", l);
+            json_t *layer = hf_layer(c, c->moe_layer[l], ok);
+            hf_add(params, hf_repeat(1, prefix, layer, ok), ok);
+        }
+    }
+    hf_add(params, hf_param("decoder.final_layernorm.weight", c->hidden, -1, -1, false, ok), ok);
+    if (!c->tie)
+        hf_add(params, hf_param("output_layer.weight", c->padded_vocab, c->hidden, 0, false, ok),
+               ok);
+    hf_set(model, "params", params, ok);
+    if (!model)
+        *ok = false;
+    return model;
+}
+
+/* What we write must load: the loader's own checks, not a copy of them. */
+static int hf_check_loads(const json_t *model, const char *config_path, cz_error *err)
+{
+    cz_model *check = NULL;
+    size_t shown_len = strlen(config_path) + sizeof " (imported)";
+    char *shown = malloc(shown_len);
+    if (!shown)
+        return hf_nomem(err, config_path);
+    snprintf(shown, shown_len, "%s (imported)", config_path);
+    int rc = cz__model_from_json(&check, model, shown, NULL, err);
+    free(shown);
+    cz_model_free(check);
+    return rc;
+}
+
+int cz__import_hf_opts(json_t **out_model, const char *config_path, const cz_import_hf_options *o,
+                       cz_error *err)
 {
     int rc = 0;
     bool ok = true;
@@ -644,43 +748,16 @@ int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_impo
 
     if (!out_model || !config_path || !o)
         return cz_error_set(err, CZ_EINVALID,
-                            "cz_import_hf: out_model, config_path and options are needed");
+                            "cz__import_hf: out_model, config_path and options are needed");
     *out_model = NULL;
+    if ((rc = hf_options_check(o, err)) != CZ_OK)
+        return rc;
     const char *name = o->name;
-    cz_dtype dtype = o->dtype;
-    if (o->tp_size < 1 || o->tp_size > (1 << 20))
-        return cz_error_set(err, CZ_EINVALID,
-                            "the tensor-parallel size must be from 1 to 1048576, got %d",
-                            o->tp_size);
-    if (o->vocab_divisible_by < 1 || o->vocab_divisible_by > (1 << 20))
-        return cz_error_set(err, CZ_EINVALID,
-                            "make_vocab_size_divisible_by must be from 1 to 1048576, got %d",
-                            o->vocab_divisible_by);
-    if (!cz_dtype_name(dtype))
-        return cz_error_set(err, CZ_EINVALID, "cz_import_hf: unknown dtype %d", (int)dtype);
-    if (name && !*name)
-        return cz_error_set(err, CZ_EINVALID, "the model name must not be empty");
-
-    json_error_t jerr;
-    char *text = NULL;
-    size_t text_len = 0;
-    if ((rc = cz_file_read_all(config_path, CZ_HF_CONFIG_MAX_BYTES, &text, &text_len, err)))
+    if ((rc = hf_load(&root, config_path, err)) != CZ_OK ||
+        (rc = hf_config_read(&c, root, err)) != CZ_OK ||
+        (rc = hf_check_tp(&c, o->tp_size, err)) != CZ_OK)
         goto done;
-    root = json_loadb(text, text_len, JSON_REJECT_DUPLICATES, &jerr);
-    free(text);
-    if (!root) {
-        rc = cz_error_set(err, CZ_EPARSE, "%s:%d:%d: not valid JSON: %s", config_path, jerr.line,
-                          jerr.column, jerr.text);
-        goto done;
-    }
-    if (!json_is_object(root)) {
-        rc = cz_error_set(err, CZ_EINVALID, "%s: $: expected a JSON object, found %s", config_path,
-                          hf_type_name(root));
-        goto done;
-    }
-    if ((rc = hf_config_read(&c, root, err)) || (rc = hf_check_tp(&c, o->tp_size, err)))
-        goto done;
-    c.padded_vocab = cz_megatron_padded_vocab(c.vocab, o->vocab_divisible_by, o->tp_size);
+    c.padded_vocab = cz__megatron_padded_vocab(c.vocab, o->vocab_divisible_by, o->tp_size);
     if (c.padded_vocab < 1 || c.padded_vocab > HF_MAX_DIM) {
         rc = cz_error_set(err, CZ_EINVALID,
                           "%s: $.vocab_size %" PRId64 " padded to a multiple of %d x TP %d exceeds "
@@ -688,76 +765,27 @@ int cz_import_hf_opts(json_t **out_model, const char *config_path, const cz_impo
                           config_path, c.vocab, o->vocab_divisible_by, o->tp_size, HF_MAX_DIM);
         goto done;
     }
-
     if (!name) {
         name = derived = hf_default_name(config_path, root);
-        if (!derived)
-            goto nomem;
-    }
-    description = hf_description(&c);
-    if (!description)
-        goto nomem;
-
-    model = json_object();
-    json_t *params = json_array();
-    hf_set(model, "schema", json_string(CZ_MODEL_SCHEMA), &ok);
-    hf_set(model, "name", json_string(name), &ok);
-    hf_set(model, "dtype", json_string(cz_dtype_name(dtype)), &ok);
-    hf_set(model, "description", json_string(description), &ok);
-    json_t *mg = json_object();
-    hf_set(mg, "num_attention_heads", json_integer(c.heads), &ok);
-    hf_set(mg, "num_query_groups", json_integer(c.kv_heads), &ok);
-    hf_set(mg, "vocab_size", json_integer(c.vocab), &ok);
-    hf_set(mg, "make_vocab_size_divisible_by", json_integer(o->vocab_divisible_by), &ok);
-    hf_set(mg, "tensor_model_parallel_size", json_integer(o->tp_size), &ok);
-    hf_set(mg, "padded_vocab_size", json_integer(c.padded_vocab), &ok);
-    hf_set(model, "megatron", mg, &ok);
-    hf_add(params,
-           hf_param("embedding.word_embeddings.weight", c.padded_vocab, c.hidden, 0, false, &ok),
-           &ok);
-
-    bool uniform = true;
-    for (int64_t l = 1; l < c.layers; l++)
-        if (c.moe_layer && c.moe_layer[l] != c.moe_layer[0])
-            uniform = false;
-    if (uniform) {
-        json_t *layer = hf_layer(&c, c.moe_layer && c.moe_layer[0], &ok);
-        hf_add(params, hf_repeat(c.layers, "decoder.layers.{i}.", layer, &ok), &ok);
-    } else {
-        /* {i} counts inside one repeat block only, so mixed dense/MoE stacks are written as
-         * one block per layer with the layer number spelled out. */
-        for (int64_t l = 0; l < c.layers && ok; l++) {
-            char prefix[64];
-            snprintf(prefix, sizeof prefix, "decoder.layers.%" PRId64 ".", l);
-            json_t *layer = hf_layer(&c, c.moe_layer[l], &ok);
-            hf_add(params, hf_repeat(1, prefix, layer, &ok), &ok);
+        if (!derived) {
+            rc = hf_nomem(err, config_path);
+            goto done;
         }
     }
-    hf_add(params, hf_param("decoder.final_layernorm.weight", c.hidden, -1, -1, false, &ok), &ok);
-    if (!c.tie)
-        hf_add(params, hf_param("output_layer.weight", c.padded_vocab, c.hidden, 0, false, &ok),
-               &ok);
-    hf_set(model, "params", params, &ok);
-    if (!ok || !model)
-        goto nomem;
-    /* What we write must load: the loader's own checks, not a copy of them. */
-    cz_model *check = NULL;
-    size_t shown_len = strlen(config_path) + sizeof " (imported)";
-    char *shown = malloc(shown_len);
-    if (!shown)
-        goto nomem;
-    snprintf(shown, shown_len, "%s (imported)", config_path);
-    rc = cz_model_from_json(&check, model, shown, NULL, err);
-    free(shown);
-    cz_model_free(check);
-    if (rc)
+    description = hf_description(&c);
+    if (!description) {
+        rc = hf_nomem(err, config_path);
+        goto done;
+    }
+    model = hf_model_json(&c, o, name, description, &ok);
+    if (!ok) {
+        rc = hf_nomem(err, config_path);
+        goto done;
+    }
+    if ((rc = hf_check_loads(model, config_path, err)) != CZ_OK)
         goto done;
     *out_model = model;
     model = NULL;
-    goto done;
-
-nomem:
-    rc = cz_error_set(err, CZ_ENOMEM, "out of memory while importing %s", config_path);
 done:
     json_decref(model);
     json_decref(root);
@@ -769,53 +797,21 @@ done:
 
 /* ---- formatting ---- */
 
-typedef struct hf_buf {
-    char *data;
-    size_t len, cap;
-    bool ok;
-} hf_buf;
-
-static void hf_put(hf_buf *b, const char *s, size_t n)
-{
-    if (!b->ok)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (b->len + n + 1 > cap)
-            cap *= 2;
-        char *d = realloc(b->data, cap);
-        if (!d) {
-            b->ok = false;
-            return;
-        }
-        b->data = d;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-}
-
-static void hf_puts(hf_buf *b, const char *s)
-{
-    hf_put(b, s, strlen(s));
-}
-
-static void hf_indent(hf_buf *b, int depth)
+static void hf_indent(cz_strbuf *b, int depth)
 {
     for (int i = 0; i < depth; i++)
-        hf_put(b, "  ", 2);
+        cz__strbuf_put(b, "  ", 2);
 }
 
-static void hf_put_json(hf_buf *b, const json_t *v)
+static void hf_put_json(cz_strbuf *b, const json_t *v)
 {
     /* Without JSON_INDENT or JSON_COMPACT jansson writes one line with ", " and ": ". */
     char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
     if (!s) {
-        b->ok = false;
+        b->failed = 1;
         return;
     }
-    hf_puts(b, s);
+    cz__strbuf_puts(b, s);
     free(s);
 }
 
@@ -839,51 +835,51 @@ static bool hf_spreads(const json_t *v)
     return false;
 }
 
-static void hf_emit(hf_buf *b, const json_t *v, int depth)
+static void hf_emit(cz_strbuf *b, const json_t *v, int depth)
 {
     if (!hf_spreads(v)) {
         hf_put_json(b, v);
         return;
     }
     if (json_is_array(v)) {
-        hf_puts(b, "[\n");
+        cz__strbuf_puts(b, "[\n");
         for (size_t i = 0; i < json_array_size(v); i++) {
             hf_indent(b, depth + 1);
             hf_emit(b, json_array_get(v, i), depth + 1);
-            hf_puts(b, i + 1 < json_array_size(v) ? ",\n" : "\n");
+            cz__strbuf_puts(b, i + 1 < json_array_size(v) ? ",\n" : "\n");
         }
         hf_indent(b, depth);
-        hf_puts(b, "]");
+        cz__strbuf_puts(b, "]");
         return;
     }
-    hf_puts(b, "{\n");
+    cz__strbuf_puts(b, "{\n");
     void *it = json_object_iter((json_t *)v);
     while (it) {
         json_t *key = json_string(json_object_iter_key(it));
         hf_indent(b, depth + 1);
         if (!key)
-            b->ok = false;
+            b->failed = 1;
         else
             hf_put_json(b, key);
         json_decref(key);
-        hf_puts(b, ": ");
+        cz__strbuf_puts(b, ": ");
         hf_emit(b, json_object_iter_value(it), depth + 1);
         it = json_object_iter_next((json_t *)v, it);
-        hf_puts(b, it ? ",\n" : "\n");
+        cz__strbuf_puts(b, it ? ",\n" : "\n");
     }
     hf_indent(b, depth);
-    hf_puts(b, "}");
+    cz__strbuf_puts(b, "}");
 }
 
-int cz_model_json_format(char **out, const json_t *model, cz_error *err)
+int cz__model_json_format(char **out, const json_t *model, cz_error *err)
 {
     if (!out || !model)
-        return cz_error_set(err, CZ_EINVALID, "cz_model_json_format: out and model are needed");
-    hf_buf b = {.ok = true};
+        return cz_error_set(err, CZ_EINVALID, "cz__model_json_format: out and model are needed");
+    cz_strbuf b = CZ_STRBUF_INIT;
     hf_emit(&b, model, 0);
-    hf_puts(&b, "\n");
-    if (!b.ok) {
-        free(b.data);
+    cz__strbuf_puts(&b, "\n");
+    if (b.failed) {
+        cz__strbuf_free(&b);
         *out = NULL;
         return cz_error_set(err, CZ_ENOMEM, "out of memory while formatting a model description");
     }

@@ -5,6 +5,7 @@
  * formats it, so that the text and --json outputs carry the same content.
  */
 #include "cz_analysis.h"
+#include "cz_json_build.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -26,40 +27,25 @@ static const char *unit_symbol(cz_cost_unit u)
     return "?";
 }
 
-static const char *or_unknown(const char *s)
-{
-    return s ? s : "?";
-}
-
 static double at_or_zero(const double *a, size_t i)
 {
     return a ? a[i] : 0.0;
 }
 
-/* Set and appended objects; any jansson failure turns into one out-of-memory report. */
-static int put(json_t *obj, const char *key, json_t *v)
-{
-    return v ? json_object_set_new(obj, key, v) : -1;
-}
-
-static int push(json_t *arr, json_t *v)
-{
-    return v ? json_array_append_new(arr, v) : -1;
-}
-
 static json_t *settings_json(const cz_plan *p)
 {
     const cz_settings *s = &p->settings;
-    return json_pack(
-        "{s:s, s:s, s:s, s:f, s:b, s:s, s:s, s:f, s:f, s:s, s:I, s:b, s:s}", "optimizer",
-        or_unknown(cz_optimizer_name(s->optimizer)), "unit", or_unknown(cz_unit_name(s->unit)),
-        "dp", or_unknown(cz_dp_strategy_name(s->dp)), "alpha", s->alpha, "alpha_numel_loads",
-        s->alpha_numel_loads != 0, "layerwise_order",
-        or_unknown(cz_layerwise_order_name(s->layerwise_order)), "tp",
-        or_unknown(cz_tp_strategy_name(s->tp)), "capacity", s->capacity, "capacity_used",
-        p->capacity_used, "solver", or_unknown(cz_solver_name(s->solver)), "seed",
-        (json_int_t)s->seed, "dp_fell_back", p->dp_fell_back != 0, "layout",
-        or_unknown(cz_layout_name(s->layout)));
+    return json_pack("{s:s, s:s, s:s, s:f, s:b, s:s, s:s, s:f, s:f, s:s, s:I, s:b, s:s}",
+                     "optimizer", cz__str_or_unknown(cz_optimizer_name(s->optimizer)), "unit",
+                     cz__str_or_unknown(cz_unit_name(s->unit)), "dp",
+                     cz__str_or_unknown(cz_dp_strategy_name(s->dp)), "alpha", s->alpha,
+                     "alpha_numel_loads", s->alpha_numel_loads != 0, "layerwise_order",
+                     cz__str_or_unknown(cz_layerwise_order_name(s->layerwise_order)), "tp",
+                     cz__str_or_unknown(cz_tp_strategy_name(s->tp)), "capacity", s->capacity,
+                     "capacity_used", p->capacity_used, "solver",
+                     cz__str_or_unknown(cz_solver_name(s->solver)), "seed", (json_int_t)s->seed,
+                     "dp_fell_back", p->dp_fell_back != 0, "layout",
+                     cz__str_or_unknown(cz_layout_name(s->layout)));
 }
 
 /* Params a DP rank works on: those it owns, or under the even strategy (which owns nothing
@@ -83,15 +69,15 @@ static cz_costed *rank_params(const cz_plan *p, int s, int r, size_t *n_out)
                     v[n++] = (cz_costed){id, p->params[id].cost};
             }
     }
-    cz_costed_sort(v, n);
+    cz__costed_sort(v, n);
     *n_out = n;
     return v;
 }
 
 static json_t *param_ref(const cz_plan *p, int id, double cost)
 {
-    return json_pack("{s:i, s:s, s:f}", "id", id, "name", or_unknown(p->params[id].def.name),
-                     "cost", cost);
+    return json_pack("{s:i, s:s, s:f}", "id", id, "name",
+                     cz__str_or_unknown(p->params[id].def.name), "cost", cost);
 }
 
 /* The load a task puts on each slot it occupies: a whole hosted matrix its parameter's cost,
@@ -108,7 +94,8 @@ static int add_ranks(json_t *rep, const cz_plan *p)
 {
     const cz_plan_metrics *m = &p->metrics;
     json_t *ranks = json_array(), *gpus = json_array(), *mg = json_array();
-    if (put(rep, "dp_ranks", ranks) || put(rep, "gpus", gpus) || put(rep, "microgroups", mg))
+    if (cz__json_put(rep, "dp_ranks", ranks) || cz__json_put(rep, "gpus", gpus) ||
+        cz__json_put(rep, "microgroups", mg))
         return -1;
     for (int s = 0; s < p->pp; s++) {
         double mean = 0.0;
@@ -130,19 +117,21 @@ static int add_ranks(json_t *rep, const cz_plan *p)
                 double l = at_or_zero(m->gpu_load, gi), mem = at_or_zero(m->memory, gi) / GIB;
                 lmin = fmin(lmin, l), lmax = fmax(lmax, l);
                 mmin = fmin(mmin, mem), mmax = fmax(mmax, mem);
-                if (push(gpus, json_pack("{s:i, s:i, s:i, s:f, s:f}", "stage", s, "dp_rank", r,
-                                         "tp_rank", t, "load", l, "memory_gib", mem)))
+                if (cz__json_push(gpus,
+                                  json_pack("{s:i, s:i, s:i, s:f, s:f}", "stage", s, "dp_rank", r,
+                                            "tp_rank", t, "load", l, "memory_gib", mem)))
                     return -1;
             }
             double load = at_or_zero(m->dp_load, k);
-            if (push(ranks,
-                     json_pack("{s:i, s:i, s:f, s:f, s:i, s:i, s:f, s:i, s:f, s:f, s:f, "
-                               "s:f}",
-                               "stage", s, "dp_rank", r, "load", load, "share_of_mean",
-                               mean > 0 ? load / mean : 0.0, "params", owned, "matrices", matrices,
-                               "makespan", at_or_zero(m->rank_makespan, k), "groups",
-                               rs ? rs->ngroups : 0, "gpu_load_min", lmin, "gpu_load_max", lmax,
-                               "memory_gib_min", mmin, "memory_gib_max", mmax)))
+            if (cz__json_push(ranks,
+                              json_pack("{s:i, s:i, s:f, s:f, s:i, s:i, s:f, s:i, s:f, s:f, s:f, "
+                                        "s:f}",
+                                        "stage", s, "dp_rank", r, "load", load, "share_of_mean",
+                                        mean > 0 ? load / mean : 0.0, "params", owned, "matrices",
+                                        matrices, "makespan", at_or_zero(m->rank_makespan, k),
+                                        "groups", rs ? rs->ngroups : 0, "gpu_load_min", lmin,
+                                        "gpu_load_max", lmax, "memory_gib_min", mmin,
+                                        "memory_gib_max", mmax)))
                 return -1;
 
             /* Micro-group statistics of this rank; a block or cooperative task counts at its
@@ -169,9 +158,10 @@ static int add_ranks(json_t *rep, const cz_plan *p)
                           rs ? rs->ngroups : 0, "tasks", tasks, "slot_load_min",
                           isinf(smin) ? 0.0 : smin, "slot_load_max", isinf(smax) ? 0.0 : smax);
             json_t *bt = big >= 0 ? param_ref(p, big, bigc) : json_null();
-            if (!o || push(mg, o) || put(o, "largest_task", bt) ||
+            if (!o || cz__json_push(mg, o) || cz__json_put(o, "largest_task", bt) ||
                 (big >= 0 && (bigb >= 0 || bigw > 1) &&
-                 (put(bt, "block", json_integer(bigb)) || put(bt, "width", json_integer(bigw)))))
+                 (cz__json_put(bt, "block", json_integer(bigb)) ||
+                  cz__json_put(bt, "width", json_integer(bigw)))))
                 return -1;
         }
     }
@@ -183,14 +173,14 @@ static int add_busiest(json_t *rep, const cz_plan *p, int top_n)
     const cz_plan_metrics *m = &p->metrics;
     size_t nr = (size_t)p->pp * (size_t)p->dp;
     json_t *busiest = json_array();
-    if (put(rep, "busiest", busiest))
+    if (cz__json_put(rep, "busiest", busiest))
         return -1;
     cz_costed *order = malloc((nr ? nr : 1) * sizeof *order);
     if (!order)
         return -1;
     for (size_t k = 0; k < nr; k++)
         order[k] = (cz_costed){(int)k, at_or_zero(m->rank_makespan, k)};
-    cz_costed_sort(order, nr);
+    cz__costed_sort(order, nr);
     int rc = 0;
     for (size_t j = 0; j < nr && (int)j < top_n && rc == 0; j++) {
         int k = order[j].id, s = k / p->dp, r = k % p->dp;
@@ -200,7 +190,7 @@ static int add_busiest(json_t *rep, const cz_plan *p, int top_n)
         /* push and put take their value's reference even when they fail; the array is made
          * only once its parent is placed, so that a refused parent (json_pack refuses a
          * non-finite real) leaks nothing. */
-        if (push(busiest, o) || put(o, "params", json_array())) {
+        if (cz__json_push(busiest, o) || cz__json_put(o, "params", json_array())) {
             rc = -1;
             break;
         }
@@ -213,9 +203,9 @@ static int add_busiest(json_t *rep, const cz_plan *p, int top_n)
         }
         for (size_t i = 0; i < n && (int)i < top_n && rc == 0; i++) {
             json_t *q = param_ref(p, v[i].id, v[i].cost);
-            if (!q || push(ps, q) ||
-                put(q, "share_of_rank", json_real(load > 0 ? v[i].cost / load : 0.0)) ||
-                put(q, "kind", json_string(cz_kind_name(p->params[v[i].id].def.kind))))
+            if (!q || cz__json_push(ps, q) ||
+                cz__json_put(q, "share_of_rank", json_real(load > 0 ? v[i].cost / load : 0.0)) ||
+                cz__json_put(q, "kind", json_string(cz__kind_name(p->params[v[i].id].def.kind))))
                 rc = -1;
         }
         free(v);
@@ -234,7 +224,7 @@ static int add_dominating(json_t *rep, const cz_plan *p)
     double avg = gpus > 0 ? total / gpus : 0.0;
     json_t *d = json_pack("{s:f, s:f}", "total_cost", total, "average_gpu_load", avg);
     /* As in add_busiest: the array only once d is placed (d is NULL for a non-finite total). */
-    if (put(rep, "dominating", d) || put(d, "params", json_array()))
+    if (cz__json_put(rep, "dominating", d) || cz__json_put(d, "params", json_array()))
         return -1;
     json_t *list = json_object_get(d, "params");
     cz_costed *v = malloc((p->nparams ? p->nparams : 1) * sizeof *v);
@@ -244,12 +234,12 @@ static int add_dominating(json_t *rep, const cz_plan *p)
     for (size_t i = 0; i < p->nparams; i++)
         if (p->params[i].def.kind == CZ_KIND_MATRIX && p->params[i].cost > avg)
             v[n++] = (cz_costed){(int)i, p->params[i].cost};
-    cz_costed_sort(v, n);
+    cz__costed_sort(v, n);
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         json_t *q = param_ref(p, v[i].id, v[i].cost);
-        if (!q || push(list, q) ||
-            put(q, "over_average", json_real(avg > 0 ? v[i].cost / avg : 0.0)))
+        if (!q || cz__json_push(list, q) ||
+            cz__json_put(q, "over_average", json_real(avg > 0 ? v[i].cost / avg : 0.0)))
             rc = -1;
     }
     free(v);
@@ -281,7 +271,7 @@ static int split_task_cmp(const void *a, const void *b)
 
 static int add_tasks(json_t *rep, const cz_plan *p)
 {
-    if (!cz_plan_has_split_tasks(p))
+    if (!cz__plan_has_split_tasks(p))
         return 0;
     size_t n = 0, cap = 0;
     int whole = 0, blocks = 0, coop = 0;
@@ -331,19 +321,21 @@ static int add_tasks(json_t *rep, const cz_plan *p)
         qsort(v, n, sizeof *v, split_task_cmp);
     json_t *o = json_pack("{s:i, s:i, s:i}", "whole", whole, "blocks", blocks, "cooperative", coop);
     json_t *widths = json_array(), *list = json_array();
-    if (put(rep, "tasks", o) || put(o, "widths", widths) || put(o, "list", list))
+    if (cz__json_put(rep, "tasks", o) || cz__json_put(o, "widths", widths) ||
+        cz__json_put(o, "list", list))
         goto done;
     for (int w = 2; w <= p->tp; w++)
-        if (by_width[w] && push(widths, json_pack("{s:i, s:i}", "width", w, "tasks", by_width[w])))
+        if (by_width[w] &&
+            cz__json_push(widths, json_pack("{s:i, s:i}", "width", w, "tasks", by_width[w])))
             goto done;
     for (size_t i = 0; i < n; i++) {
         const split_task *x = &v[i];
         json_t *q = json_pack("{s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:[i, i], s:f}", "stage",
                               x->stage, "dp_rank", x->dp_rank, "group", x->group, "id", x->id,
-                              "name", or_unknown(p->params[x->id].def.name), "block", x->block,
-                              "width", x->width, "panels", x->panels, "slots", x->slot,
+                              "name", cz__str_or_unknown(p->params[x->id].def.name), "block",
+                              x->block, "width", x->width, "panels", x->panels, "slots", x->slot,
                               x->slot + x->width - 1, "cost", x->cost);
-        if (push(list, q))
+        if (cz__json_push(list, q))
             goto done;
     }
     rc = 0;
@@ -353,7 +345,7 @@ done:
     return rc;
 }
 
-int cz_plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, cz_error *err)
+int cz__plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, cz_error *err)
 {
     *report_out = NULL;
     if (!plan)
@@ -363,6 +355,7 @@ int cz_plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, cz
                             "inspect: plan topology dp=%d tp=%d pp=%d is not positive", plan->dp,
                             plan->tp, plan->pp);
     const cz_plan_metrics *m = &plan->metrics;
+    int rc = CZ_ENOMEM; /* what every goto done below means, until the report is whole */
     int matrices = 0;
     for (size_t i = 0; i < plan->nparams; i++)
         matrices += plan->params[i].def.kind == CZ_KIND_MATRIX;
@@ -374,12 +367,13 @@ int cz_plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, cz
 
     json_t *rep = json_pack(
         "{s:s, s:s, s:s, s:s, s:s, s:{s:i, s:i, s:i, s:i, s:i}}", "model",
-        or_unknown(plan->model_name), "model_sha256", or_unknown(plan->model_sha256), "cluster",
-        or_unknown(plan->cluster_name), "cluster_sha256", or_unknown(plan->cluster_sha256), "unit",
+        cz__str_or_unknown(plan->model_name), "model_sha256",
+        cz__str_or_unknown(plan->model_sha256), "cluster", cz__str_or_unknown(plan->cluster_name),
+        "cluster_sha256", cz__str_or_unknown(plan->cluster_sha256), "unit",
         unit_symbol(plan->settings.unit), "topology", "dp", plan->dp, "tp", plan->tp, "pp",
         plan->pp, "gpus", gpus, "gpus_per_node", plan->gpus_per_node);
-    if (!rep || put(rep, "settings", settings_json(plan)))
-        goto oom;
+    if (!rep || cz__json_put(rep, "settings", settings_json(plan)))
+        goto done;
     json_t *sum = json_pack(
         "{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "params",
         (int)plan->nparams, "matrices", matrices, "buckets", (int)plan->nbuckets, "total_cost",
@@ -390,24 +384,26 @@ int cz_plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, cz
         m->predicted_step_s);
     /* The bounds of block and cooperative tasks (docs/PLANNER.md): the average load and the
      * split lower bound, against which the makespan reads. */
-    if (!sum || put(sum, "average_load", json_real(m->average_load)) ||
-        put(sum, "split_lower_bound", json_real(m->split_lower_bound)) ||
-        put(sum, "makespan_over_average_load",
-            json_real(m->average_load > 0 ? m->tp_makespan / m->average_load : 0.0)) ||
-        put(sum, "makespan_over_split_lower_bound",
+    if (!sum || cz__json_put(sum, "average_load", json_real(m->average_load)) ||
+        cz__json_put(sum, "split_lower_bound", json_real(m->split_lower_bound)) ||
+        cz__json_put(sum, "makespan_over_average_load",
+                     json_real(m->average_load > 0 ? m->tp_makespan / m->average_load : 0.0)) ||
+        cz__json_put(
+            sum, "makespan_over_split_lower_bound",
             json_real(m->split_lower_bound > 0 ? m->tp_makespan / m->split_lower_bound : 0.0))) {
         json_decref(sum);
-        goto oom;
+        goto done;
     }
-    if (put(rep, "summary", sum) || add_ranks(rep, plan) ||
+    if (cz__json_put(rep, "summary", sum) || add_ranks(rep, plan) ||
         add_busiest(rep, plan, top_n > 0 ? top_n : 0) || add_dominating(rep, plan))
-        goto oom;
+        goto done;
     /* Block and cooperative tasks, after everything else, only for a plan that has them. */
     if (add_tasks(rep, plan))
-        goto oom;
+        goto done;
     *report_out = rep;
-    return CZ_OK;
-oom:
+    rep = NULL;
+    rc = CZ_OK;
+done:
     json_decref(rep);
-    return cz_error_set(err, CZ_ENOMEM, "inspect: out of memory");
+    return rc == CZ_OK ? CZ_OK : cz_error_set(err, CZ_ENOMEM, "inspect: out of memory");
 }

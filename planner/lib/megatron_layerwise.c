@@ -30,7 +30,7 @@
 
 static int64_t lcm64(int64_t a, int64_t b)
 {
-    return a / cz_gcd64(a, b) * b;
+    return a / cz__gcd64(a, b) * b;
 }
 
 /* Sizes are bounded by the model loader (each below 2^40 elements), so these sums stay far from
@@ -40,12 +40,12 @@ static int64_t round_up(int64_t v, int64_t m)
     return m > 1 && v % m ? v + (m - v % m) : v;
 }
 
-int64_t cz_megatron_lw_shard_divisor(int dp)
+int64_t cz__megatron_lw_shard_divisor(int dp)
 {
     return lcm64(LW_ALIGN, lcm64(dp, 128) / dp);
 }
 
-double cz_megatron_ns_cost(int64_t m, int64_t n)
+double cz__megatron_ns_cost(int64_t m, int64_t n)
 {
     double big = (double)(m > n ? m : n), small = (double)(m > n ? n : m);
     return big * small * small;
@@ -74,7 +74,7 @@ static int64_t lw_emit(const int64_t *numel, const double *cost, size_t lo, size
         items[k] = (lw_item){(int)(lo + k), cost[lo + k]};
         total += numel[lo + k];
     }
-    cz_costed_sort(items, n);
+    cz__costed_sort(items, n);
     for (int s = 0; s < dp; s++)
         cursor[s] = 0;
     /* The cap is a float in Megatron (total / dp * 1.3) compared with integer positions. */
@@ -94,12 +94,12 @@ static int64_t lw_emit(const int64_t *numel, const double *cost, size_t lo, size
     int64_t most = cursor[0];
     for (int s = 1; s < dp; s++)
         most = cursor[s] > most ? cursor[s] : most;
-    return (int64_t)dp * round_up(most, cz_megatron_lw_shard_divisor(dp));
+    return (int64_t)dp * round_up(most, cz__megatron_lw_shard_divisor(dp));
 }
 
-int cz_megatron_lw_layout(const int64_t *numel, const double *cost, size_t n, int dp,
-                          int64_t bucket_size, int *shard, int64_t *bucket_sizes, size_t *nbuckets,
-                          cz_error *err)
+int cz__megatron_lw_layout(const int64_t *numel, const double *cost, size_t n, int dp,
+                           int64_t bucket_size, int *shard, int64_t *bucket_sizes, size_t *nbuckets,
+                           cz_error *err)
 {
     int rc = CZ_OK;
     *nbuckets = 0;
@@ -111,9 +111,9 @@ int cz_megatron_lw_layout(const int64_t *numel, const double *cost, size_t n, in
     lw_item *items = malloc((n + 1) * sizeof *items);
     if (!loads || !cursor || !est || !items) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in Megatron's layer-wise layout");
-        goto out;
+        goto done;
     }
-    int64_t divisor = cz_megatron_lw_shard_divisor(dp), chunk = 0, largest = 0;
+    int64_t divisor = cz__megatron_lw_shard_divisor(dp), chunk = 0, largest = 0;
     size_t start = 0;
     for (size_t i = 0; i < n; i++) {
         if (bucket_size > 0 && i > start) {
@@ -141,7 +141,7 @@ int cz_megatron_lw_layout(const int64_t *numel, const double *cost, size_t n, in
     if (n > start)
         bucket_sizes[(*nbuckets)++] =
             lw_emit(numel, cost, start, n, dp, shard, loads, cursor, items);
-out:
+done:
     free(loads);
     free(cursor);
     free(est);
@@ -149,8 +149,8 @@ out:
     return rc;
 }
 
-int cz_megatron_zero1_buckets(const int64_t *numel, size_t n, int dp, int64_t bucket_size,
-                              int64_t *bucket_sizes, size_t *nbuckets)
+int cz__megatron_zero1_buckets(const int64_t *numel, size_t n, int dp, int64_t bucket_size,
+                               int64_t *bucket_sizes, size_t *nbuckets)
 {
     /* Megatron's DistributedOptimizer buffer: parameters in backprop order, each starting at a
      * multiple of 64, a bucket closing once it holds bucket_size elements, its end padded to a
@@ -167,7 +167,7 @@ int cz_megatron_zero1_buckets(const int64_t *numel, size_t n, int dp, int64_t bu
     return CZ_OK;
 }
 
-int cz_megatron_is_expert(const char *name)
+int cz__megatron_is_expert(const char *name)
 {
     /* Megatron-Core's MoE experts (mlp.experts.*) are expert-parallel parameters; shared
      * experts (mlp.shared_experts.*) are not. */
@@ -181,14 +181,14 @@ static size_t stage_buffer(const cz_plan *plan, int stage, int muon, int expert,
     for (size_t k = plan->nparams; k-- > 0;) {
         const cz_plan_param *p = &plan->params[k];
         if (p->stage == stage && (p->def.kind == CZ_KIND_MATRIX) == muon &&
-            cz_megatron_is_expert(p->def.name) == expert)
+            cz__megatron_is_expert(p->def.name) == expert)
             ids[n++] = (int)k;
     }
     return n;
 }
 
-int cz_megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bucket_sizes,
-                         size_t *nbuckets, cz_error *err)
+int cz__megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bucket_sizes,
+                          size_t *nbuckets, cz_error *err)
 {
     int rc = CZ_OK;
     size_t cap = plan->nparams + 1;
@@ -198,7 +198,7 @@ int cz_megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bu
     *nbuckets = 0;
     if (!ids || !shard || !numel || !cost) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory in Megatron's layer-wise layout");
-        goto out;
+        goto done;
     }
     /* Buffers in Megatron's order does not matter here: each is laid out on its own. */
     for (int buf = 0; buf < 4; buf++) {
@@ -209,23 +209,23 @@ int cz_megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bu
         for (size_t k = 0; k < n; k++) {
             const cz_plan_param *p = &plan->params[ids[k]];
             numel[k] = p->numel;
-            cost[k] = p->def.ndim == 2 ? cz_megatron_ns_cost(p->local_shape[0], p->local_shape[1])
+            cost[k] = p->def.ndim == 2 ? cz__megatron_ns_cost(p->local_shape[0], p->local_shape[1])
                                        : (double)p->numel;
         }
         if (muon) {
-            rc = cz_megatron_lw_layout(numel, cost, n, plan->dp, plan->bucket_size, shard,
-                                       bucket_sizes + *nbuckets, &nb, err);
+            rc = cz__megatron_lw_layout(numel, cost, n, plan->dp, plan->bucket_size, shard,
+                                        bucket_sizes + *nbuckets, &nb, err);
             if (rc != CZ_OK)
-                goto out;
+                goto done;
             for (size_t k = 0; owner && k < n; k++)
                 owner[ids[k]] = shard[k];
         } else {
-            cz_megatron_zero1_buckets(numel, n, plan->dp, plan->bucket_size,
-                                      bucket_sizes + *nbuckets, &nb);
+            cz__megatron_zero1_buckets(numel, n, plan->dp, plan->bucket_size,
+                                       bucket_sizes + *nbuckets, &nb);
         }
         *nbuckets += nb;
     }
-out:
+done:
     free(ids);
     free(shard);
     free(numel);

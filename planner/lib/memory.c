@@ -30,14 +30,14 @@ static double share_owned(const cz_plan *plan, const cz_plan_param *p, int r)
     return hi > lo ? (double)(hi - lo) / (double)p->numel : 0.0;
 }
 
-int cz_plan_memory(const cz_plan *plan, cz_memory_gpu **out, cz_error *err)
+int cz__plan_memory(const cz_plan *plan, cz_memory_gpu **out, cz_error *err)
 {
     if (!plan || !out)
-        return cz_error_set(err, CZ_EINVALID, "cz_plan_memory: plan and out are needed");
+        return cz_error_set(err, CZ_EINVALID, "cz__plan_memory: plan and out are needed");
     *out = NULL;
     int dp = plan->dp, tp = plan->tp, pp = plan->pp;
     if (dp < 1 || tp < 1 || pp < 1)
-        return cz_error_set(err, CZ_EINVALID, "cz_plan_memory: the plan has no topology");
+        return cz_error_set(err, CZ_EINVALID, "cz__plan_memory: the plan has no topology");
     size_t ngpus = (size_t)dp * (size_t)tp * (size_t)pp;
     cz_memory_gpu *g = calloc(ngpus, sizeof *g);
     double *buffer = calloc((size_t)pp, sizeof *buffer);
@@ -77,7 +77,7 @@ int cz_plan_memory(const cz_plan *plan, cz_memory_gpu **out, cz_error *err)
     return CZ_OK;
 }
 
-size_t cz_memory_worst(const cz_memory_gpu *g, size_t n)
+size_t cz__memory_worst(const cz_memory_gpu *g, size_t n)
 {
     size_t w = 0;
     for (size_t k = 1; k < n; k++)
@@ -88,19 +88,19 @@ size_t cz_memory_worst(const cz_memory_gpu *g, size_t n)
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-int cz_plan_memory_check(const cz_plan *plan, const cz_cluster *cluster, int allow, char *warning,
-                         size_t n, cz_error *err)
+int cz__plan_memory_check(const cz_plan *plan, const cz_cluster *cluster, int allow, char *warning,
+                          size_t n, cz_error *err)
 {
     if (warning && n)
         warning[0] = '\0';
     if (!plan || !cluster)
-        return cz_error_set(err, CZ_EINVALID, "cz_plan_memory_check: plan and cluster are needed");
+        return cz_error_set(err, CZ_EINVALID, "cz__plan_memory_check: plan and cluster are needed");
     cz_memory_gpu *g = NULL;
-    int rc = cz_plan_memory(plan, &g, err);
+    int rc = cz__plan_memory(plan, &g, err);
     if (rc != CZ_OK)
         return rc;
     size_t ngpus = (size_t)plan->dp * (size_t)plan->tp * (size_t)plan->pp;
-    size_t w = cz_memory_worst(g, ngpus);
+    size_t w = cz__memory_worst(g, ngpus);
     double cap = cluster->device.memory_gib * GIB, frac = cap > 0 ? g[w].total / cap : 0.0;
     int tp = plan->tp, dp = plan->dp;
     char what[512];

@@ -1,6 +1,6 @@
 /*
  * Plan metrics: per-rank DP loads, per-GPU optimizer work and state memory under the TP
- * schedule, makespans, imbalances and the lower bound (semantics in cz_types.h).
+ * schedule, makespans, imbalances and the lower bound (semantics in cz_format.h).
  *
  * Under the even baseline parameters are fragmented: a DP rank is charged the full cost of every
  * matrix its range touches (it must gather and update it) and the share of each elementwise
@@ -11,7 +11,7 @@
  * lower_bound = max(total / GPUs, largest task), the atomic lower bound, bounds every plan that
  * keeps parameters whole and hosted; the split layout's fragmented elementwise parameters are
  * not tasks. average_load = total / GPUs. split_lower_bound bounds every plan with the tasks and
- * widths the settings allow (cz_task_lower_bound, tp_tasks.c): from the plan's task table, or
+ * widths the settings allow (cz__task_lower_bound, tp_tasks.c): from the plan's task table, or
  * one rebuilt from the cluster for a plan read from a file; without a cluster, the atomic bound
  * when the settings allow no split and a weaker bound when they do: the average load, with
  * each matrix at 3/4 of its cost under cooperative widths. average_load itself is no bound once
@@ -71,7 +71,7 @@ static int split_bound(const cz_plan *plan, const cz_cluster *c, double *out, cz
         return CZ_OK;
     }
     if (plan->tasks.first) {
-        *out = cz_task_lower_bound(plan, &plan->tasks);
+        *out = cz__task_lower_bound(plan, &plan->tasks);
         return CZ_OK;
     }
     if (!c) {
@@ -88,21 +88,21 @@ static int split_bound(const cz_plan *plan, const cz_cluster *c, double *out, cz
         return CZ_OK;
     }
     cz_task_table tt = {0};
-    int rc = cz_task_table_fill(&tt, plan, c, err);
+    int rc = cz__task_table_fill(&tt, plan, c, err);
     if (rc == CZ_OK)
-        *out = cz_task_lower_bound(plan, &tt);
-    cz_task_table_free(&tt);
+        *out = cz__task_lower_bound(plan, &tt);
+    cz__task_table_free(&tt);
     return rc;
 }
 
-int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
+int cz__plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
 {
     int rc = CZ_OK;
     int dp = plan->dp, tp = plan->tp, pp = plan->pp;
     size_t nranks = (size_t)dp * (size_t)pp, ngpus = nranks * (size_t)tp;
     cz_plan_metrics *m = &plan->metrics;
     double *seconds = NULL, *state = NULL, *ew_seconds = NULL;
-    cz_plan_metrics_free(m);
+    cz__plan_metrics_free(m);
     m->dp_load = calloc(nranks, sizeof *m->dp_load);
     m->rank_makespan = calloc(nranks, sizeof *m->rank_makespan);
     m->gpu_load = calloc(ngpus, sizeof *m->gpu_load);
@@ -119,8 +119,8 @@ int cz_plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
     m->max_task_cost = 0.0;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        seconds[i] = c ? cz_cost_param_seconds(&p->def, &plan->settings, c, plan->dtype) : 0.0;
-        state[i] = cz_state_bytes(&p->def, &plan->settings, tp);
+        seconds[i] = c ? cz__cost_param_seconds(&p->def, &plan->settings, c, plan->dtype) : 0.0;
+        state[i] = cz__state_bytes(&p->def, &plan->settings, tp);
         m->total_cost += p->cost;
         /* The split layout's elementwise parameters are no atomic tasks: their pieces go to
          * several DP ranks. (The even baseline keeps the bound it always had.) */
@@ -234,6 +234,6 @@ done:
     free(state);
     free(ew_seconds);
     if (rc != CZ_OK)
-        cz_plan_metrics_free(m);
+        cz__plan_metrics_free(m);
     return rc;
 }

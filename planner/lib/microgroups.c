@@ -57,7 +57,7 @@ typedef struct tp_task {
     int group;   /* the group rollback put it in (schedule_rollback's scoring pass) */
 } tp_task;
 
-/* Decreasing per-slot cost; ties by parameter id, then block: the order of cz_costed_sort for
+/* Decreasing per-slot cost; ties by parameter id, then block: the order of cz__costed_sort for
  * whole matrices. */
 static int task_cmp(const void *a, const void *b)
 {
@@ -500,7 +500,7 @@ static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, 
     double best = widths_span(t, n, nslots, C, load), best_tau = INFINITY;
     double bound = rank_bound(t, n, tt, nslots) * (1.0 + 1e-9);
     if (!tau || nw < 2 || n == 0 || best <= bound)
-        goto out;
+        goto done;
     for (int k = 0; k < n; k++)
         for (int w = 0; w < nw; w++) {
             double v = tt->cost[(size_t)t[k].tix * nw + w];
@@ -529,7 +529,7 @@ static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, 
     }
     widths_choose(t, n, tt, best_tau);
     if (n > CZ_AUTO_DESCENT_TASKS || best <= bound)
-        goto out;
+        goto done;
     gload = malloc((size_t)n * (size_t)nslots * sizeof *gload);
     gmax = malloc((size_t)n * sizeof *gmax);
     cand = malloc((size_t)n * sizeof *cand);
@@ -537,7 +537,7 @@ static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, 
     base = malloc((size_t)n * sizeof *base);
     seen = malloc((size_t)(CZ_AUTO_STARTS + 1) * (size_t)n * sizeof *seen);
     if (!gload || !gmax || !cand || !trial || !base || !seen)
-        goto out;
+        goto done;
     /* Starts are taken from one fixed order (base), so that equal width choices (two targets
      * that split the same tasks) are recognized and descended once. */
     memcpy(base, t, (size_t)n * sizeof *t);
@@ -560,7 +560,7 @@ static void widths_auto(tp_task *t, int n, const cz_task_table *tt, int nslots, 
             memcpy(t, trial, (size_t)n * sizeof *t);
         }
     }
-out:
+done:
     free(tau);
     free(gload);
     free(gmax);
@@ -570,7 +570,7 @@ out:
     free(seen);
 }
 
-/* Places every task (in t's order) by cz_slot_place within T; false when one does not fit. */
+/* Places every task (in t's order) by cz__slot_place within T; false when one does not fit. */
 static bool packed_probe(tp_task *t, int n, const cz_task_table *tt, int nslots, double T,
                          double *load)
 {
@@ -579,7 +579,7 @@ static bool packed_probe(tp_task *t, int n, const cz_task_table *tt, int nslots,
     for (int k = 0; k < n; k++) {
         const double *cw = &tt->cost[(size_t)t[k].tix * tt->nwidths];
         int w, slot;
-        if (!cz_slot_place(tt, nslots, load, cw, T, &w, &slot))
+        if (!cz__slot_place(tt, nslots, load, cw, T, &w, &slot))
             return false;
         t[k].width = tt->widths[w];
         t[k].cost = cw[w];
@@ -589,7 +589,7 @@ static bool packed_probe(tp_task *t, int n, const cz_task_table *tt, int nslots,
 }
 
 /* The packed schedule under --coop auto: one group, the tasks by decreasing hosted cost, each
- * placed with its width by cz_slot_place at the least target T in [lo, hi] for which all fit
+ * placed with its width by cz__slot_place at the least target T in [lo, hi] for which all fit
  * (bisection). It chooses widths and slots together, where rollback chooses the widths first
  * (widths_auto) and then places them by LPT; a rank dealt four 8 ms blocks and two 3.5 ms
  * matrices for eight slots is where that matters: the blocks over two slots each, the two
@@ -682,9 +682,9 @@ static tp_task *tasks_expand(const cz_task_table *tt, const cz_costed *params, i
     return t;
 }
 
-int cz_tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_costed *params, int n,
-                         const cz_settings *s, int tp, double *load, double *capacity,
-                         cz_error *err)
+int cz__tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_costed *params, int n,
+                          const cz_settings *s, int tp, double *load, double *capacity,
+                          cz_error *err)
 {
     cz_tp_strategy strategy = s->tp;
     int nslots = (strategy == CZ_TP_SC || tp <= 1) ? 1 : tp;
@@ -743,12 +743,12 @@ int cz_tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_coste
     return rc;
 }
 
-int cz_tp_schedule_build(cz_plan *plan, cz_error *err)
+int cz__tp_schedule_build(cz_plan *plan, cz_error *err)
 {
     int rc = CZ_OK, dp = plan->dp, tp = plan->tp;
     cz_costed *params = malloc((plan->nparams + 1) * sizeof *params);
     double *load = calloc((size_t)(tp > 0 ? tp : 1), sizeof *load);
-    cz_plan_schedules_free(plan);
+    cz__plan_schedules_free(plan);
     plan->capacity_used = 0.0;
     if (!params || !load) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
@@ -779,8 +779,8 @@ int cz_tp_schedule_build(cz_plan *plan, cz_error *err)
                 n++;
             }
             double C;
-            rc = cz_tp_schedule_tasks(rs, &plan->tasks, params, n, &plan->settings, tp, load, &C,
-                                      err);
+            rc = cz__tp_schedule_tasks(rs, &plan->tasks, params, n, &plan->settings, tp, load, &C,
+                                       err);
             if (rc != CZ_OK)
                 goto done;
             if (C > plan->capacity_used)

@@ -1,7 +1,7 @@
 /* The orders of cz_order.h: parameters in buffer order (by bucket, then by offset inside the
  * bucket), and anything by decreasing cost. */
 #include "cz_order.h"
-#include "cz_plan_types.h"
+#include "cz_format.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +30,7 @@ static int costed_cmp(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
-void cz_costed_sort(cz_costed *v, size_t n)
+void cz__costed_sort(cz_costed *v, size_t n)
 {
     if (n > 1)
         qsort(v, n, sizeof *v, costed_cmp);
@@ -55,7 +55,7 @@ static int params_sort_by_position(const cz_plan *plan, int *ids, int n)
     return CZ_OK;
 }
 
-void cz_stage_buckets_free(cz_stage_buckets *v)
+void cz__stage_buckets_free(cz_stage_buckets *v)
 {
     free(v->bucket);
     free(v->first);
@@ -63,7 +63,7 @@ void cz_stage_buckets_free(cz_stage_buckets *v)
     memset(v, 0, sizeof *v);
 }
 
-int cz_stage_buckets_build(cz_stage_buckets *v, const cz_plan *plan, int stage)
+int cz__stage_buckets_build(cz_stage_buckets *v, const cz_plan *plan, int stage)
 {
     memset(v, 0, sizeof *v);
     v->bucket = malloc((plan->nbuckets + 1) * sizeof *v->bucket);

@@ -6,39 +6,20 @@
  * not correspond; forced, parameters are matched by name.
  */
 #include "cz_analysis.h"
+#include "cz_json_build.h"
 
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *str_or(const char *s)
-{
-    return s ? s : "?";
-}
-
-static int put(json_t *obj, const char *key, json_t *v)
-{
-    return v ? json_object_set_new(obj, key, v) : -1;
-}
-
-static int push(json_t *arr, json_t *v)
-{
-    return v ? json_array_append_new(arr, v) : -1;
-}
-
-/* JSON cannot hold NaN or infinities; a plan's figures are finite, this guards odd input. */
-static json_t *num(double x)
-{
-    return isfinite(x) ? json_real(x) : json_null();
-}
-
 static json_t *side_json(const cz_plan *p)
 {
-    return json_pack("{s:s, s:s, s:s, s:s, s:{s:i, s:i, s:i}}", "model", str_or(p->model_name),
-                     "model_sha256", str_or(p->model_sha256), "cluster", str_or(p->cluster_name),
-                     "cluster_sha256", str_or(p->cluster_sha256), "topology", "dp", p->dp, "tp",
-                     p->tp, "pp", p->pp);
+    return json_pack(
+        "{s:s, s:s, s:s, s:s, s:{s:i, s:i, s:i}}", "model", cz__str_or_unknown(p->model_name),
+        "model_sha256", cz__str_or_unknown(p->model_sha256), "cluster",
+        cz__str_or_unknown(p->cluster_name), "cluster_sha256",
+        cz__str_or_unknown(p->cluster_sha256), "topology", "dp", p->dp, "tp", p->tp, "pp", p->pp);
 }
 
 /* The settings as a flat object, so that the two plans' values compare key by key. */
@@ -49,16 +30,17 @@ static json_t *settings_flat(const cz_plan *p)
     json_t *o = json_pack(
         "{s:s, s:s, s:s, s:f, s:b, s:s, s:s, s:f, s:f, s:s, s:f, s:I, s:i, s:i, "
         "s:i, s:b, s:I, s:I, s:s}",
-        "optimizer", str_or(cz_optimizer_name(s->optimizer)), "unit", str_or(cz_unit_name(s->unit)),
-        "dp", str_or(cz_dp_strategy_name(s->dp)), "alpha", s->alpha, "alpha_numel_loads",
+        "optimizer", cz__str_or_unknown(cz_optimizer_name(s->optimizer)), "unit",
+        cz__str_or_unknown(cz_unit_name(s->unit)), "dp",
+        cz__str_or_unknown(cz_dp_strategy_name(s->dp)), "alpha", s->alpha, "alpha_numel_loads",
         s->alpha_numel_loads != 0, "layerwise_order",
-        str_or(cz_layerwise_order_name(s->layerwise_order)), "tp",
-        str_or(cz_tp_strategy_name(s->tp)), "capacity", s->capacity, "capacity_used",
-        p->capacity_used, "solver", str_or(cz_solver_name(s->solver)), "time_limit_s",
+        cz__str_or_unknown(cz_layerwise_order_name(s->layerwise_order)), "tp",
+        cz__str_or_unknown(cz_tp_strategy_name(s->tp)), "capacity", s->capacity, "capacity_used",
+        p->capacity_used, "solver", cz__str_or_unknown(cz_solver_name(s->solver)), "time_limit_s",
         s->time_limit_s, "seed", (json_int_t)s->seed, "ns_steps", s->ns_steps, "max_precond_dim",
         s->max_precond_dim, "precondition_frequency", s->precondition_frequency, "dp_fell_back",
         p->dp_fell_back != 0, "bucket_size", (json_int_t)p->bucket_size, "bucket_align",
-        (json_int_t)p->bucket_align, "layout", str_or(cz_layout_name(s->layout)));
+        (json_int_t)p->bucket_align, "layout", cz__str_or_unknown(cz_layout_name(s->layout)));
     if (o && (json_object_set_new(o, "split_blocks", json_boolean(s->split_blocks)) ||
               json_object_set_new(o, "coop", json_string(cz_coop_name(s->coop, coop))))) {
         json_decref(o);
@@ -71,7 +53,7 @@ static int add_settings(json_t *rep, const cz_plan *a, const cz_plan *b, int *nd
 {
     json_t *sa = settings_flat(a), *sb = settings_flat(b), *list = json_array();
     int rc = -1;
-    if (!sa || !sb || put(rep, "settings", list))
+    if (!sa || !sb || cz__json_put(rep, "settings", list))
         goto done;
     const char *key;
     json_t *va;
@@ -81,7 +63,7 @@ static int add_settings(json_t *rep, const cz_plan *a, const cz_plan *b, int *nd
         if (json_equal(va, vb))
             continue;
         (*ndiff)++;
-        if (push(list, json_pack("{s:s, s:O, s:O}", "key", key, "a", va, "b", vb)))
+        if (cz__json_push(list, json_pack("{s:s, s:O, s:O}", "key", key, "a", va, "b", vb)))
             goto done;
     }
     rc = 0;
@@ -100,14 +82,15 @@ static int add_inputs(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndif
              {"cluster", a->cluster_name, b->cluster_name},
              {"cluster_sha256", a->cluster_sha256, b->cluster_sha256}};
     json_t *list = json_array();
-    if (put(rep, "inputs", list))
+    if (cz__json_put(rep, "inputs", list))
         return -1;
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-        if (!strcmp(str_or(f[i].va), str_or(f[i].vb)))
+        if (!strcmp(cz__str_or_unknown(f[i].va), cz__str_or_unknown(f[i].vb)))
             continue;
         (*ndiff)++;
-        if (push(list, json_pack("{s:s, s:s, s:s}", "key", f[i].key, "a", str_or(f[i].va), "b",
-                                 str_or(f[i].vb))))
+        if (cz__json_push(list,
+                          json_pack("{s:s, s:s, s:s}", "key", f[i].key, "a",
+                                    cz__str_or_unknown(f[i].va), "b", cz__str_or_unknown(f[i].vb))))
             return -1;
     }
     return 0;
@@ -142,16 +125,17 @@ static int add_metrics(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndi
         {"predicted_step_s", a->metrics.predicted_step_s, b->metrics.predicted_step_s},
     };
     json_t *list = json_array();
-    if (put(rep, "metrics", list))
+    if (cz__json_put(rep, "metrics", list))
         return -1;
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         double d = f[i].vb - f[i].va;
         if (differs(f[i].va, f[i].vb))
             (*ndiff)++;
         json_t *o = json_pack("{s:s}", "name", f[i].name);
-        if (!o || push(list, o) || put(o, "a", num(f[i].va)) || put(o, "b", num(f[i].vb)) ||
-            put(o, "delta", num(d)) ||
-            put(o, "relative", f[i].va != 0.0 ? num(d / f[i].va) : json_null()))
+        if (!o || cz__json_push(list, o) || cz__json_put(o, "a", cz__json_num(f[i].va)) ||
+            cz__json_put(o, "b", cz__json_num(f[i].vb)) ||
+            cz__json_put(o, "delta", cz__json_num(d)) ||
+            cz__json_put(o, "relative", f[i].va != 0.0 ? cz__json_num(d / f[i].va) : json_null()))
             return -1;
     }
     return 0;
@@ -165,9 +149,9 @@ static double arr(const double *v, size_t i)
 static int add_ranks(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)
 {
     if (a->dp != b->dp || a->pp != b->pp)
-        return put(rep, "ranks", json_null());
+        return cz__json_put(rep, "ranks", json_null());
     json_t *list = json_array();
-    if (put(rep, "ranks", list))
+    if (cz__json_put(rep, "ranks", list))
         return -1;
     for (int s = 0; s < a->pp; s++)
         for (int r = 0; r < a->dp; r++) {
@@ -177,10 +161,12 @@ static int add_ranks(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff
             if (differs(la, lb) || differs(ma, mb))
                 (*ndiff)++;
             json_t *o = json_pack("{s:i, s:i}", "stage", s, "dp_rank", r);
-            if (!o || push(list, o) || put(o, "dp_load_a", num(la)) ||
-                put(o, "dp_load_b", num(lb)) || put(o, "dp_load_delta", num(lb - la)) ||
-                put(o, "makespan_a", num(ma)) || put(o, "makespan_b", num(mb)) ||
-                put(o, "makespan_delta", num(mb - ma)))
+            if (!o || cz__json_push(list, o) || cz__json_put(o, "dp_load_a", cz__json_num(la)) ||
+                cz__json_put(o, "dp_load_b", cz__json_num(lb)) ||
+                cz__json_put(o, "dp_load_delta", cz__json_num(lb - la)) ||
+                cz__json_put(o, "makespan_a", cz__json_num(ma)) ||
+                cz__json_put(o, "makespan_b", cz__json_num(mb)) ||
+                cz__json_put(o, "makespan_delta", cz__json_num(mb - ma)))
                 return -1;
         }
     return 0;
@@ -202,9 +188,9 @@ static int add_buckets(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndi
         }
     }
     *ndiff += changed;
-    return put(rep, "buckets",
-               json_pack("{s:i, s:i, s:i}", "a", (int)a->nbuckets, "b", (int)b->nbuckets, "changed",
-                         changed));
+    return cz__json_put(rep, "buckets",
+                        json_pack("{s:i, s:i, s:i}", "a", (int)a->nbuckets, "b", (int)b->nbuckets,
+                                  "changed", changed));
 }
 
 /* Where each parameter is scheduled: group index and slot (TP host) of its first occurrence. */
@@ -260,7 +246,7 @@ static int match(const cz_plan *a, const cz_plan *b, size_t i, const named *b_so
 {
     if (by_id)
         return i < b->nparams ? (int)i : -1;
-    const char *name = str_or(a->params[i].def.name);
+    const char *name = cz__str_or_unknown(a->params[i].def.name);
     size_t lo = 0, hi = b->nparams;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -279,7 +265,7 @@ static named *names_sorted(const cz_plan *b)
     if (!v)
         return NULL;
     for (size_t j = 0; j < b->nparams; j++)
-        v[j] = (named){str_or(b->params[j].def.name), (int)j};
+        v[j] = (named){cz__str_or_unknown(b->params[j].def.name), (int)j};
     qsort(v, b->nparams, sizeof *v, by_name);
     return v;
 }
@@ -302,8 +288,8 @@ static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, const nam
 
     json_t *moved = json_object(), *list = json_array(), *only_a = json_array(),
            *only_b = json_array();
-    if (put(rep, "moved", moved) || put(moved, "list", list) || put(rep, "only_in_a", only_a) ||
-        put(rep, "only_in_b", only_b))
+    if (cz__json_put(rep, "moved", moved) || cz__json_put(moved, "list", list) ||
+        cz__json_put(rep, "only_in_a", only_a) || cz__json_put(rep, "only_in_b", only_b))
         goto done;
     int n_owner = 0, n_host = 0, n_group = 0, n_any = 0, n_cost = 0, n_matched = 0;
     int listed_a = 0;
@@ -312,7 +298,8 @@ static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, const nam
         int j = match(a, b, i, b_sorted, by_id);
         if (j < 0) {
             (*ndiff)++;
-            if ((limit < 0 || listed_a++ < limit) && push(only_a, json_string(str_or(x->def.name))))
+            if ((limit < 0 || listed_a++ < limit) &&
+                cz__json_push(only_a, json_string(cz__str_or_unknown(x->def.name))))
                 goto done;
             continue;
         }
@@ -329,14 +316,15 @@ static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, const nam
     }
     /* Largest first: the moves that shift the most work lead, not the layer norms that come
      * first in parameter order. */
-    cz_costed_sort(mv, (size_t)n_any);
+    cz__costed_sort(mv, (size_t)n_any);
     for (int k = 0; k < n_any && (limit < 0 || k < limit); k++) {
         int i = mv[k].id, j = jof[i];
         const cz_plan_param *x = &a->params[i], *y = &b->params[j];
-        if (push(list, json_pack("{s:i, s:i, s:s, s:[i,i], s:[i,i], s:[i,i], s:f, s:f}", "id_a", i,
-                                 "id_b", j, "name", str_or(x->def.name), "dp_owner", x->dp_owner,
-                                 y->dp_owner, "group", ga[i], gb[j], "tp_host", sa[i], sb[j],
-                                 "cost_a", x->cost, "cost_b", y->cost)))
+        if (cz__json_push(list,
+                          json_pack("{s:i, s:i, s:s, s:[i,i], s:[i,i], s:[i,i], s:f, s:f}", "id_a",
+                                    i, "id_b", j, "name", cz__str_or_unknown(x->def.name),
+                                    "dp_owner", x->dp_owner, y->dp_owner, "group", ga[i], gb[j],
+                                    "tp_host", sa[i], sb[j], "cost_a", x->cost, "cost_b", y->cost)))
             goto done;
     }
     int listed_b = 0, n_only_b = 0;
@@ -346,16 +334,18 @@ static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, const nam
         n_only_b++;
         (*ndiff)++;
         if ((limit < 0 || listed_b++ < limit) &&
-            push(only_b, json_string(str_or(b->params[j].def.name))))
+            cz__json_push(only_b, json_string(cz__str_or_unknown(b->params[j].def.name))))
             goto done;
     }
     *ndiff += n_any + n_cost;
-    if (put(moved, "matched", json_integer(n_matched)) || put(moved, "any", json_integer(n_any)) ||
-        put(moved, "dp_owner", json_integer(n_owner)) ||
-        put(moved, "group", json_integer(n_group)) || put(moved, "tp_host", json_integer(n_host)) ||
-        put(moved, "cost_changed", json_integer(n_cost)) ||
-        put(rep, "only_in_a_count", json_integer((json_int_t)a->nparams - n_matched)) ||
-        put(rep, "only_in_b_count", json_integer(n_only_b)))
+    if (cz__json_put(moved, "matched", json_integer(n_matched)) ||
+        cz__json_put(moved, "any", json_integer(n_any)) ||
+        cz__json_put(moved, "dp_owner", json_integer(n_owner)) ||
+        cz__json_put(moved, "group", json_integer(n_group)) ||
+        cz__json_put(moved, "tp_host", json_integer(n_host)) ||
+        cz__json_put(moved, "cost_changed", json_integer(n_cost)) ||
+        cz__json_put(rep, "only_in_a_count", json_integer((json_int_t)a->nparams - n_matched)) ||
+        cz__json_put(rep, "only_in_b_count", json_integer(n_only_b)))
         goto done;
     rc = 0;
 done:
@@ -423,7 +413,7 @@ static json_t *task_change(const cz_plan *a, const char *change, const task_key 
     return json_pack("{s:i, s:i, s:i, s:s, s:i, s:s, s:[i,i], s:[i,i], s:[i,i], s:[i,i], s:[f,f], "
                      "s:[f,f]}",
                      "stage", a->dp > 0 ? x->k / a->dp : 0, "dp_rank", a->dp > 0 ? x->k % a->dp : 0,
-                     "id_a", x->i, "name", str_or(a->params[x->i].def.name), "block",
+                     "id_a", x->i, "name", cz__str_or_unknown(a->params[x->i].def.name), "block",
                      x->block == y->block ? x->block : -1, "change", change, "tasks", na, nb,
                      "width", x->width, y->width, "group", x->group, y->group, "slot", x->slot,
                      y->slot, "cost", x->cost, y->cost, "work", work_a, work_b);
@@ -445,17 +435,17 @@ static double slot_time(const task_key *t, size_t n)
 static int add_tasks(json_t *rep, const cz_plan *a, const cz_plan *b, const named *b_sorted,
                      int by_id, int limit, int *ndiff)
 {
-    if (!cz_plan_has_split_tasks(a) && !cz_plan_has_split_tasks(b))
+    if (!cz__plan_has_split_tasks(a) && !cz__plan_has_split_tasks(b))
         return 0;
     if (a->dp != b->dp || a->pp != b->pp)
-        return put(rep, "tasks", json_null());
+        return cz__json_put(rep, "tasks", json_null());
     int rc = -1, n_split = 0, n_merged = 0, n_width = 0, n_moved = 0, n_cost = 0, listed = 0;
     size_t na = 0, nb = 0;
     int *ida = malloc((a->nparams ? a->nparams : 1) * sizeof *ida);
     int *idb = malloc((b->nparams ? b->nparams : 1) * sizeof *idb);
     task_key *ta = NULL, *tb = NULL;
     json_t *o = json_object(), *list = json_array();
-    if (!ida || !idb || put(rep, "tasks", o) || put(o, "list", list))
+    if (!ida || !idb || cz__json_put(rep, "tasks", o) || cz__json_put(o, "list", list))
         goto done;
     for (size_t j = 0; j < b->nparams; j++)
         idb[j] = -1;
@@ -486,9 +476,10 @@ static int add_tasks(json_t *rep, const cz_plan *a, const cz_plan *b, const name
             int split = wa;
             n_split += split, n_merged += !split;
             if ((limit < 0 || listed++ < limit) &&
-                push(list, task_change(a, split ? "split" : "merged", &ta[x], &tb[y], (int)(x1 - x),
-                                       (int)(y1 - y), slot_time(&ta[x], x1 - x),
-                                       slot_time(&tb[y], y1 - y))))
+                cz__json_push(list,
+                              task_change(a, split ? "split" : "merged", &ta[x], &tb[y],
+                                          (int)(x1 - x), (int)(y1 - y), slot_time(&ta[x], x1 - x),
+                                          slot_time(&tb[y], y1 - y))))
                 goto done;
         } else {
             for (size_t p = x, q = y; p < x1 || q < y1;) {
@@ -501,8 +492,8 @@ static int add_tasks(json_t *rep, const cz_plan *a, const cz_plan *b, const name
                     n_moved += change && u->width == v->width;
                     n_cost += u->cost != v->cost;
                     if (change && (limit < 0 || listed++ < limit) &&
-                        push(list, task_change(a, change, u, v, 1, 1, u->width * u->cost,
-                                               v->width * v->cost)))
+                        cz__json_push(list, task_change(a, change, u, v, 1, 1, u->width * u->cost,
+                                                        v->width * v->cost)))
                         goto done;
                     p++, q++;
                 } else if (u && (!v || u->block < v->block)) {
@@ -515,9 +506,11 @@ static int add_tasks(json_t *rep, const cz_plan *a, const cz_plan *b, const name
         x = x1, y = y1;
     }
     *ndiff += n_split + n_merged + n_width + n_moved + n_cost;
-    if (put(o, "split", json_integer(n_split)) || put(o, "merged", json_integer(n_merged)) ||
-        put(o, "width_changed", json_integer(n_width)) || put(o, "moved", json_integer(n_moved)) ||
-        put(o, "cost_changed", json_integer(n_cost)))
+    if (cz__json_put(o, "split", json_integer(n_split)) ||
+        cz__json_put(o, "merged", json_integer(n_merged)) ||
+        cz__json_put(o, "width_changed", json_integer(n_width)) ||
+        cz__json_put(o, "moved", json_integer(n_moved)) ||
+        cz__json_put(o, "cost_changed", json_integer(n_cost)))
         goto done;
     rc = 0;
 done:
@@ -599,11 +592,12 @@ static json_t *why_json(const cz_plan *p, const rank_why *w, double makespan)
     json_t *o = json_pack("{s:f, s:i, s:i, s:i, s:i, s:f, s:s}", "makespan", makespan, "matrices",
                           w->matrices, "groups", w->groups, "slots", w->slots, "busiest_slot_tasks",
                           w->crit_tasks, "elementwise", w->elementwise, "bound", bound);
-    if (o && put(o, "largest_task",
-                 w->largest >= 0
-                     ? json_pack("{s:s, s:f}", "name", str_or(p->params[w->largest].def.name),
-                                 "cost", w->largest_cost)
-                     : json_null()))
+    if (o &&
+        cz__json_put(o, "largest_task",
+                     w->largest >= 0 ? json_pack("{s:s, s:f}", "name",
+                                                 cz__str_or_unknown(p->params[w->largest].def.name),
+                                                 "cost", w->largest_cost)
+                                     : json_null()))
         return json_decref(o), NULL;
     return o;
 }
@@ -642,12 +636,13 @@ static json_t *busiest_json(const cz_plan *a, const cz_plan *b, const named *b_s
 {
     const int *ga = pl->ga, *sa = pl->sa, *gb = pl->gb, *sb = pl->sb;
     json_t *o = NULL, *list = NULL;
+    int ok = 0; /* every goto done before the end is out of memory: NULL is returned */
     double *ca = calloc(a->nparams ? a->nparams : 1, sizeof *ca);
     double *cb = calloc(b->nparams ? b->nparams : 1, sizeof *cb);
     int *hit = calloc(b->nparams ? b->nparams : 1, sizeof *hit);
     part_change *ch = malloc((a->nparams + b->nparams + 1) * sizeof *ch);
     if (!ca || !cb || !hit || !ch)
-        goto fail;
+        goto done;
     rank_why wa, wb;
     rank_parts(a, k, ca, &wa);
     rank_parts(b, k, cb, &wb);
@@ -671,18 +666,22 @@ static json_t *busiest_json(const cz_plan *a, const cz_plan *b, const named *b_s
     o = json_pack("{s:i, s:i, s:s}", "stage", (int)(k / (size_t)a->dp), "dp_rank",
                   (int)(k % (size_t)a->dp), "busiest_in", busiest_in);
     list = json_array();
-    if (!o || !list || put(o, "makespan_a", num(ma)) || put(o, "makespan_b", num(mb)) ||
-        put(o, "delta", num(mb - ma)) || put(o, "why_a", why_json(a, &wa, ma)) ||
-        put(o, "why_b", why_json(b, &wb, mb)) || put(o, "changes", json_integer((json_int_t)n)) ||
-        put(o, "unexplained", num(mb - ma - explained)))
-        goto fail;
+    if (!o || !list || cz__json_put(o, "makespan_a", cz__json_num(ma)) ||
+        cz__json_put(o, "makespan_b", cz__json_num(mb)) ||
+        cz__json_put(o, "delta", cz__json_num(mb - ma)) ||
+        cz__json_put(o, "why_a", why_json(a, &wa, ma)) ||
+        cz__json_put(o, "why_b", why_json(b, &wb, mb)) ||
+        cz__json_put(o, "changes", json_integer((json_int_t)n)) ||
+        cz__json_put(o, "unexplained", cz__json_num(mb - ma - explained)))
+        goto done;
     json_t *l = list;
     list = NULL;
-    if (put(o, "list", l))
-        goto fail;
+    if (cz__json_put(o, "list", l))
+        goto done;
     for (size_t q = 0; q < n && (limit < 0 || q < (size_t)limit); q++) {
         int i = ch[q].i, j = ch[q].j;
-        const char *name = str_or(i >= 0 ? a->params[i].def.name : b->params[j].def.name);
+        const char *name =
+            cz__str_or_unknown(i >= 0 ? a->params[i].def.name : b->params[j].def.name);
         json_t *e = json_pack("{s:s, s:f, s:[i,i], s:[i,i], s:[i,i], s:b}", "name", name, "effect",
                               ch[q].effect, "dp_owner", i >= 0 ? a->params[i].dp_owner : -1,
                               j >= 0 ? b->params[j].dp_owner : -1, "group", i >= 0 ? ga[i] : -1,
@@ -690,22 +689,21 @@ static json_t *busiest_json(const cz_plan *a, const cz_plan *b, const named *b_s
                               j >= 0 ? sb[j] : -1, "moved",
                               i < 0 || j < 0 || a->params[i].dp_owner != b->params[j].dp_owner ||
                                   ga[i] != gb[j] || sa[i] != sb[j]);
-        if (push(l, e))
-            goto fail;
+        if (cz__json_push(l, e))
+            goto done;
     }
-    free(ca);
-    free(cb);
-    free(hit);
-    free(ch);
-    return o;
-fail:
-    json_decref(o);
+    ok = 1;
+done:
+    if (!ok) {
+        json_decref(o);
+        o = NULL;
+    }
     json_decref(list);
     free(ca);
     free(cb);
     free(hit);
     free(ch);
-    return NULL;
+    return o;
 }
 
 /* "makespan": which rank is busiest in each plan and, for each (B's first), why its makespan
@@ -714,38 +712,40 @@ static int add_makespan(json_t *rep, const cz_plan *a, const cz_plan *b, const n
                         const places *pl, int by_id, int limit)
 {
     if (a->dp != b->dp || a->pp != b->pp || a->tp != b->tp)
-        return put(rep, "makespan", json_null());
-    /* put() takes each new value over (jansson releases it when the set fails). */
+        return cz__json_put(rep, "makespan", json_null());
+    /* cz__json_put() takes each new value over (jansson releases it when the set fails). */
     json_t *o = json_object(), *ranks;
-    if (put(rep, "makespan", o) || put(o, "ranks", ranks = json_array()))
+    if (cz__json_put(rep, "makespan", o) || cz__json_put(o, "ranks", ranks = json_array()))
         return -1;
     size_t ka = busiest_rank(a), kb = busiest_rank(b);
-    if (put(o, "a",
-            json_pack("{s:i, s:i, s:f}", "stage", (int)(ka / (size_t)a->dp), "dp_rank",
-                      (int)(ka % (size_t)a->dp), "makespan", a->metrics.tp_makespan)) ||
-        put(o, "b",
-            json_pack("{s:i, s:i, s:f}", "stage", (int)(kb / (size_t)b->dp), "dp_rank",
-                      (int)(kb % (size_t)b->dp), "makespan", b->metrics.tp_makespan)) ||
-        push(ranks, busiest_json(a, b, b_sorted, by_id, limit, kb, ka == kb ? "both" : "b", pl)) ||
-        (ka != kb && push(ranks, busiest_json(a, b, b_sorted, by_id, limit, ka, "a", pl))))
+    if (cz__json_put(o, "a",
+                     json_pack("{s:i, s:i, s:f}", "stage", (int)(ka / (size_t)a->dp), "dp_rank",
+                               (int)(ka % (size_t)a->dp), "makespan", a->metrics.tp_makespan)) ||
+        cz__json_put(o, "b",
+                     json_pack("{s:i, s:i, s:f}", "stage", (int)(kb / (size_t)b->dp), "dp_rank",
+                               (int)(kb % (size_t)b->dp), "makespan", b->metrics.tp_makespan)) ||
+        cz__json_push(
+            ranks, busiest_json(a, b, b_sorted, by_id, limit, kb, ka == kb ? "both" : "b", pl)) ||
+        (ka != kb && cz__json_push(ranks, busiest_json(a, b, b_sorted, by_id, limit, ka, "a", pl))))
         return -1;
     return 0;
 }
 
-int cz_plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit, json_t **report_out,
-                      cz_error *err)
+int cz__plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit,
+                       json_t **report_out, cz_error *err)
 {
     *report_out = NULL;
     if (!a || !b)
         return cz_error_set(err, CZ_EINVALID, "diff: two plans are required");
-    int same_model = !strcmp(str_or(a->model_sha256), str_or(b->model_sha256));
+    int same_model =
+        !strcmp(cz__str_or_unknown(a->model_sha256), cz__str_or_unknown(b->model_sha256));
     int same_topo = a->dp == b->dp && a->tp == b->tp && a->pp == b->pp;
     if (!force && !same_model)
         return cz_error_set(err, CZ_EMISMATCH,
                             "the plans are for different models: A is '%s' (sha256 %s), B is '%s' "
                             "(sha256 %s); use --force to compare parameters by name",
-                            str_or(a->model_name), str_or(a->model_sha256), str_or(b->model_name),
-                            str_or(b->model_sha256));
+                            cz__str_or_unknown(a->model_name), cz__str_or_unknown(a->model_sha256),
+                            cz__str_or_unknown(b->model_name), cz__str_or_unknown(b->model_sha256));
     if (!force && !same_topo)
         return cz_error_set(err, CZ_EMISMATCH,
                             "the plans have different topologies: A is dp=%d tp=%d pp=%d, B is "
@@ -757,15 +757,15 @@ int cz_plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit, 
     places pl = {0};
     json_t *rep = json_object();
     if (!b_sorted || !rep || locate(a, &pl.ga, &pl.sa) || locate(b, &pl.gb, &pl.sb) ||
-        put(rep, "a", side_json(a)) || put(rep, "b", side_json(b)) ||
-        put(rep, "matched_by", json_string(by_id ? "id" : "name")) ||
+        cz__json_put(rep, "a", side_json(a)) || cz__json_put(rep, "b", side_json(b)) ||
+        cz__json_put(rep, "matched_by", json_string(by_id ? "id" : "name")) ||
         add_inputs(rep, a, b, &ndiff) || add_settings(rep, a, b, &ndiff) ||
         add_metrics(rep, a, b, &ndiff) || add_ranks(rep, a, b, &ndiff) ||
         add_buckets(rep, a, b, &ndiff) ||
         add_params(rep, a, b, b_sorted, &pl, by_id, limit, &ndiff) ||
         add_makespan(rep, a, b, b_sorted, &pl, by_id, limit) ||
         add_tasks(rep, a, b, b_sorted, by_id, limit, &ndiff) ||
-        put(rep, "identical", json_boolean(ndiff == 0))) {
+        cz__json_put(rep, "identical", json_boolean(ndiff == 0))) {
         free(b_sorted);
         places_free(&pl);
         json_decref(rep);

@@ -150,7 +150,7 @@ static int param_copy(cz_plan_param *q, const cz_param_def *d, int id, const cz_
      * below), a 1-D shape's second side set to 1, and the kind the optimizer gives it. */
     q->def = *d;
     q->def.block_sizes = NULL;
-    q->def.name = cz_strdup(d->name ? d->name : "");
+    q->def.name = cz__strdup(d->name ? d->name : "");
     if (!q->def.name)
         return cz_error_set(err, CZ_ENOMEM, "out of memory copying parameter names");
     q->def.shape[1] = d->ndim == 1 ? 1 : d->shape[1];
@@ -222,7 +222,7 @@ static int param_copy(cz_plan_param *q, const cz_param_def *d, int id, const cz_
         q->def.block_dim = -1;
     }
     q->numel = q->local_shape[0] * q->local_shape[1];
-    q->cost = cz_cost_param(d, s, c, m->dtype);
+    q->cost = cz__cost_param(d, s, c, m->dtype);
     return CZ_OK;
 }
 
@@ -261,8 +261,8 @@ static int stages_assign(cz_plan *plan, const cz_model *m, const cz_cluster *c, 
     return CZ_OK;
 }
 
-int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz_settings *s,
-                 cz_error *err)
+int cz__plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz_settings *s,
+                  cz_error *err)
 {
     int rc = CZ_OK;
     cz_plan *plan = NULL;
@@ -278,16 +278,16 @@ int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz
     plan = calloc(1, sizeof *plan);
     if (!plan)
         return cz_error_set(err, CZ_ENOMEM, "out of memory allocating a plan");
-    plan->generator = cz_strdup("canzona");
-    plan->generator_version = cz_strdup(CZ_VERSION);
-    plan->model_name = cz_strdup(m->name ? m->name : "");
-    plan->model_sha256 = cz_strdup(m->sha256);
-    plan->cluster_name = cz_strdup(c->name ? c->name : "");
-    plan->cluster_sha256 = cz_strdup(c->sha256);
+    plan->generator = cz__strdup("canzona");
+    plan->generator_version = cz__strdup(CZ_VERSION);
+    plan->model_name = cz__strdup(m->name ? m->name : "");
+    plan->model_sha256 = cz__strdup(m->sha256);
+    plan->cluster_name = cz__strdup(c->name ? c->name : "");
+    plan->cluster_sha256 = cz__strdup(c->sha256);
     if (!plan->generator || !plan->generator_version || !plan->model_name || !plan->model_sha256 ||
         !plan->cluster_name || !plan->cluster_sha256) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory filling the plan header");
-        goto fail;
+        goto done;
     }
     plan->dtype = m->dtype;
     plan->settings = *s;
@@ -305,24 +305,25 @@ int cz_plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz
     if (m->nparams == 0) {
         rc = cz_error_set(err, CZ_EINVALID, "%s: the model has no parameters",
                           or_unknown(m->source));
-        goto fail;
+        goto done;
     }
     plan->params = calloc(m->nparams, sizeof *plan->params);
     if (!plan->params) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory allocating %zu parameters", m->nparams);
-        goto fail;
+        goto done;
     }
     plan->nparams = m->nparams;
     for (size_t i = 0; i < m->nparams; i++)
         if ((rc = param_copy(&plan->params[i], &m->params[i], (int)i, m, c, s, err)) != CZ_OK)
-            goto fail;
-    if ((rc = stages_assign(plan, m, c, err)) != CZ_OK ||
-        (rc = cz_task_table_build(plan, c, err)) != CZ_OK)
-        goto fail;
-    *out = plan;
-    return CZ_OK;
-fail:
-    cz_plan_free(plan);
+            goto done;
+    if ((rc = stages_assign(plan, m, c, err)) != CZ_OK)
+        goto done;
+    rc = cz__task_table_build(plan, c, err);
+done:
+    if (rc != CZ_OK)
+        cz_plan_free(plan);
+    else
+        *out = plan;
     return rc;
 }
 
@@ -330,7 +331,7 @@ fail:
 typedef enum {
     ALPHA_PLAIN,     /* alpha on each parameter's cost (or elements) */
     ALPHA_EFFECTIVE, /* on the slot time each parameter needs at the split lower bound
-                        (cz_task_weigh), cuts by the greedy fill */
+                        (cz__task_weigh), cuts by the greedy fill */
     ALPHA_WATER,     /* the same loads, cuts by water-filling where that is no worse */
     ALPHA_SLOT_FILL  /* the slot-fill partition (dp_fill.c) */
 } alpha_variant;
@@ -342,25 +343,25 @@ static int plan_solve(cz_plan **out, const cz_model *model, const cz_cluster *cl
     int rc;
     cz_plan *plan = NULL;
     *out = NULL;
-    if ((rc = cz_plan_init(&plan, model, cluster, settings, err)) != CZ_OK)
-        goto fail;
+    if ((rc = cz__plan_init(&plan, model, cluster, settings, err)) != CZ_OK)
+        goto done;
     if ((variant == ALPHA_EFFECTIVE || variant == ALPHA_WATER) &&
-        (rc = cz_task_weigh(plan, 1.0, err)) != CZ_OK)
-        goto fail;
+        (rc = cz__task_weigh(plan, 1.0, err)) != CZ_OK)
+        goto done;
     plan->tasks.dp_water = variant == ALPHA_WATER;
     plan->tasks.dp_fill = variant == ALPHA_SLOT_FILL;
-    if ((rc = cz_buckets_layout(plan, err)) != CZ_OK)
-        goto fail;
-    if ((rc = cz_dp_partition(plan, err)) != CZ_OK)
-        goto fail;
-    if ((rc = cz_tp_schedule_build(plan, err)) != CZ_OK)
-        goto fail;
-    if ((rc = cz_plan_metrics_compute(plan, cluster, err)) != CZ_OK)
-        goto fail;
-    *out = plan;
-    return CZ_OK;
-fail:
-    cz_plan_free(plan);
+    if ((rc = cz__buckets_layout(plan, err)) != CZ_OK)
+        goto done;
+    if ((rc = cz__dp_partition(plan, err)) != CZ_OK)
+        goto done;
+    if ((rc = cz__tp_schedule_build(plan, err)) != CZ_OK)
+        goto done;
+    rc = cz__plan_metrics_compute(plan, cluster, err);
+done:
+    if (rc != CZ_OK)
+        cz_plan_free(plan);
+    else
+        *out = plan;
     return rc;
 }
 
@@ -384,11 +385,11 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     if (!out)
         return cz_error_set(err, CZ_EINVALID, "cz_plan_build: no output pointer given");
     *out = NULL;
-    double t0 = cz_clock_seconds();
+    double t0 = cz__clock_seconds();
     if ((rc = settings_check(settings, err)) != CZ_OK)
         return rc;
     if (model && cluster &&
-        (rc = cz_model_check_megatron(model, cluster->tp, cluster->source, err)) != CZ_OK)
+        (rc = cz__model_check_megatron(model, cluster->tp, cluster->source, err)) != CZ_OK)
         return rc;
     /* tpaware refines alpha's result: it starts from the alpha plan chosen below (cost or
      * element loads), so that it is never worse than alpha. */
@@ -397,7 +398,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
         eff.dp = CZ_DP_ALPHA;
     settings = &eff;
     if ((rc = plan_solve(&plan, model, cluster, settings, ALPHA_PLAIN, err)) != CZ_OK)
-        goto fail;
+        goto done;
     /* Alpha's cut placement is a greedy heuristic: with a few very large matrices, the cuts it
      * derives from element counts can happen to balance the cost better than the cuts derived
      * from the cost itself. Counting in the cost unit keeps whichever is better, the same way
@@ -406,7 +407,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
         cz_settings alt = *settings;
         alt.alpha_numel_loads = 1;
         if ((rc = plan_solve(&numel, model, cluster, &alt, ALPHA_PLAIN, err)) != CZ_OK)
-            goto fail;
+            goto done;
         if (plan_better(numel, plan)) {
             cz_plan_free(plan);
             plan = numel;
@@ -431,7 +432,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
         static const alpha_variant variants[] = {ALPHA_EFFECTIVE, ALPHA_WATER, ALPHA_SLOT_FILL};
         for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
             if ((rc = plan_solve(&numel, model, cluster, settings, variants[v], err)) != CZ_OK)
-                goto fail;
+                goto done;
             if (numel->metrics.tp_makespan < plan->metrics.tp_makespan * (1 - 1e-12)) {
                 cz_plan_free(plan);
                 plan = numel;
@@ -445,27 +446,27 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     settings = user;
     plan->settings = *settings;
     if (settings->dp == CZ_DP_TPAWARE) {
-        if ((rc = cz_dp_partition_tpaware(plan, err)) != CZ_OK ||
-            (rc = cz_plan_metrics_compute(plan, cluster, err)) != CZ_OK)
-            goto fail;
+        if ((rc = cz__dp_partition_tpaware(plan, err)) != CZ_OK ||
+            (rc = cz__plan_metrics_compute(plan, cluster, err)) != CZ_OK)
+            goto done;
     }
     /* The exact solvers start from the best greedy plan, once (not once per alpha variant). */
     if (settings->solver == CZ_SOLVER_ILP) {
-        if ((rc = cz_dp_partition_ilp(plan, err)) != CZ_OK ||
-            (rc = cz_tp_schedule_build(plan, err)) != CZ_OK ||
-            (rc = cz_microgroups_ilp(plan, err)) != CZ_OK ||
-            (rc = cz_plan_metrics_compute(plan, cluster, err)) != CZ_OK)
-            goto fail;
+        if ((rc = cz__dp_partition_ilp(plan, err)) != CZ_OK ||
+            (rc = cz__tp_schedule_build(plan, err)) != CZ_OK ||
+            (rc = cz__microgroups_ilp(plan, err)) != CZ_OK ||
+            (rc = cz__plan_metrics_compute(plan, cluster, err)) != CZ_OK)
+            goto done;
     }
-    plan->plan_seconds = cz_clock_seconds() - t0;
+    plan->plan_seconds = cz__clock_seconds() - t0;
     /* The callback belongs to this call, not to the plan: a plan outlives its caller's payload. */
     plan->settings.progress = NULL;
     plan->settings.progress_payload = NULL;
+done:
     cz_plan_free(numel);
-    *out = plan;
-    return CZ_OK;
-fail:
-    cz_plan_free(numel);
-    cz_plan_free(plan);
+    if (rc != CZ_OK)
+        cz_plan_free(plan);
+    else
+        *out = plan;
     return rc;
 }

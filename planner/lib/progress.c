@@ -6,20 +6,20 @@
 
 #include <time.h>
 
-void cz_progress_report(const cz_settings *s, const cz_progress *p)
+void cz__progress_report(const cz_settings *s, const cz_progress *p)
 {
     if (s && s->progress && p)
         s->progress(p, s->progress_payload);
 }
 
-double cz_clock_seconds(void)
+double cz__clock_seconds(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-double cz_cpu_seconds(void)
+double cz__cpu_seconds(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);

@@ -7,6 +7,7 @@
  * largest task. Optionally wrapped in an HTML page with tables.
  */
 #include "cz_analysis.h"
+#include "cz_strbuf.h"
 
 #include <errno.h>
 #include <math.h>
@@ -24,78 +25,32 @@ static double bound_of(const cz_plan_metrics *m)
     return m->split_lower_bound > 0 ? m->split_lower_bound : m->lower_bound;
 }
 
-/* A growing string; `failed` makes every later append a no-op so callers check once. */
-typedef struct sbuf {
-    char *data;
-    size_t len, cap;
-    int failed;
-} sbuf;
-
-static void sb_grow(sbuf *b, size_t extra)
-{
-    if (b->failed || b->len + extra + 1 <= b->cap)
-        return;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
-    char *d = realloc(b->data, cap);
-    if (!d) {
-        b->failed = 1;
-        return;
-    }
-    b->data = d;
-    b->cap = cap;
-}
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void sb_printf(sbuf *b, const char *fmt, ...)
-{
-    if (b->failed)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        b->failed = 1;
-        return;
-    }
-    sb_grow(b, (size_t)n);
-    if (b->failed)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
 /* Appends s with the five XML special characters escaped (also right for HTML text). */
-static void sb_escape(sbuf *b, const char *s)
+static void put_escaped(cz_strbuf *b, const char *s)
 {
     for (; s && *s; s++) {
         switch (*s) {
         case '<':
-            sb_printf(b, "&lt;");
+            cz__strbuf_printf(b, "&lt;");
             break;
         case '>':
-            sb_printf(b, "&gt;");
+            cz__strbuf_printf(b, "&gt;");
             break;
         case '&':
-            sb_printf(b, "&amp;");
+            cz__strbuf_printf(b, "&amp;");
             break;
         case '"':
-            sb_printf(b, "&quot;");
+            cz__strbuf_printf(b, "&quot;");
             break;
         case '\'':
-            sb_printf(b, "&#39;");
+            cz__strbuf_printf(b, "&#39;");
             break;
         default:
             /* Control characters are not allowed in XML 1.0 text. */
             if ((unsigned char)*s < 0x20 && *s != '\t' && *s != '\n')
-                sb_printf(b, "?");
+                cz__strbuf_printf(b, "?");
             else
-                sb_printf(b, "%c", *s);
+                cz__strbuf_printf(b, "%c", *s);
         }
     }
 }
@@ -302,8 +257,8 @@ static void cat(char *dst, size_t n, const char *fmt, ...)
 
 /* Writes text (unescaped) from x = 10 at baseline y, broken at spaces into lines that fit the
  * width; returns the baseline below the last line. attrs go into every <text> element. */
-static int text_wrapped(sbuf *b, int y, int font, int bold, const char *attrs, const char *text,
-                        int width)
+static int text_wrapped(cz_strbuf *b, int y, int font, int bold, const char *attrs,
+                        const char *text, int width)
 {
     double per_char = text_w(1, font) * (bold ? 1.1 : 1.0);
     size_t fit = (size_t)fmax(10.0, (width - 20) / per_char), len = strlen(text);
@@ -321,10 +276,10 @@ static int text_wrapped(sbuf *b, int y, int font, int bold, const char *attrs, c
             n = sizeof line - 1;
         memcpy(line, text, n);
         line[n] = '\0';
-        sb_printf(b, "<text x=\"10\" y=\"%d\" font-size=\"%d\"%s%s>", y, font,
-                  bold ? " font-weight=\"bold\"" : "", attrs ? attrs : "");
-        sb_escape(b, line);
-        sb_printf(b, "</text>\n");
+        cz__strbuf_printf(b, "<text x=\"10\" y=\"%d\" font-size=\"%d\"%s%s>", y, font,
+                          bold ? " font-weight=\"bold\"" : "", attrs ? attrs : "");
+        put_escaped(b, line);
+        cz__strbuf_printf(b, "</text>\n");
         y += font + 4;
         text += n;
         len -= n;
@@ -338,7 +293,7 @@ static int text_wrapped(sbuf *b, int y, int font, int bold, const char *attrs, c
 
 /* Title, settings line and the verdict: what the step (or the plan's work) is bounded by.
  * Returns the y below them. */
-static int svg_title(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
+static int svg_title(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim,
                      const cz_svg_options *o, const render_facts *f, int width)
 {
     const cz_plan_metrics *m = &plan->metrics;
@@ -401,8 +356,8 @@ static int svg_title(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
 }
 
 /* Legend entry at (*x, *y), advanced past it; wraps to a new line before max_x. */
-static void legend_item(sbuf *b, double *x, int *y, int max_x, const char *fill, const char *stroke,
-                        int dashed, const char *text)
+static void legend_item(cz_strbuf *b, double *x, int *y, int max_x, const char *fill,
+                        const char *stroke, int dashed, const char *text)
 {
     double need = 20 + text_w(strlen(text), 11);
     if (*x > 10 && *x + need > max_x) {
@@ -410,16 +365,18 @@ static void legend_item(sbuf *b, double *x, int *y, int max_x, const char *fill,
         *y += 16;
     }
     if (stroke)
-        sb_printf(b,
-                  "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\" "
-                  "stroke-width=\"2\"%s/>",
-                  *x, *y - 4, *x + 16, *y - 4, stroke, dashed ? " stroke-dasharray=\"5,3\"" : "");
+        cz__strbuf_printf(b,
+                          "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\" "
+                          "stroke-width=\"2\"%s/>",
+                          *x, *y - 4, *x + 16, *y - 4, stroke,
+                          dashed ? " stroke-dasharray=\"5,3\"" : "");
     else
-        sb_printf(b, "<rect x=\"%.1f\" y=\"%d\" width=\"12\" height=\"10\" fill=\"%s\"/>", *x,
-                  *y - 9, fill);
-    sb_printf(b, "<text class=\"legend\" x=\"%.1f\" y=\"%d\" font-size=\"11\">", *x + 20, *y);
-    sb_escape(b, text);
-    sb_printf(b, "</text>\n");
+        cz__strbuf_printf(b, "<rect x=\"%.1f\" y=\"%d\" width=\"12\" height=\"10\" fill=\"%s\"/>",
+                          *x, *y - 9, fill);
+    cz__strbuf_printf(b, "<text class=\"legend\" x=\"%.1f\" y=\"%d\" font-size=\"11\">", *x + 20,
+                      *y);
+    put_escaped(b, text);
+    cz__strbuf_printf(b, "</text>\n");
     *x += need + 14;
 }
 
@@ -438,7 +395,7 @@ static int nice_step(double unit_px, double min_px)
 /* Axis ticks from 0 to top (inclusive) on [x0, x0 + plot_w] at baseline y: the smallest step of
  * 1, 2, 2.5 or 5 times a power of ten whose labels stay their width plus 16 px apart (10 ticks at
  * most), so labels never run into each other however narrow the picture. */
-static void axis_ticks(sbuf *b, double x0, double plot_w, int y, double top, cz_cost_unit u)
+static void axis_ticks(cz_strbuf *b, double x0, double plot_w, int y, double top, cz_cost_unit u)
 {
     static const double mult[4] = {1.0, 2.0, 2.5, 5.0};
     char buf[64];
@@ -465,31 +422,32 @@ static void axis_ticks(sbuf *b, double x0, double plot_w, int y, double top, cz_
         }
     for (int k = 0; k * step <= top * (1 + 1e-9); k++) {
         double x = x0 + plot_w * (k * step) / top;
-        sb_printf(b,
-                  "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#999999\"/>"
-                  "<text class=\"axis-label\" x=\"%.1f\" y=\"%d\" font-size=\"10\" "
-                  "text-anchor=\"middle\">%s</text>\n",
-                  x, y, x, y + 4, x, y + 15, fmt_value(buf, sizeof buf, k * step, u));
+        cz__strbuf_printf(b,
+                          "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#999999\"/>"
+                          "<text class=\"axis-label\" x=\"%.1f\" y=\"%d\" font-size=\"10\" "
+                          "text-anchor=\"middle\">%s</text>\n",
+                          x, y, x, y + 4, x, y + 15, fmt_value(buf, sizeof buf, k * step, u));
     }
-    sb_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\"/>\n", x0, y,
-              x0 + plot_w, y);
+    cz__strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\"/>\n",
+                      x0, y, x0 + plot_w, y);
 }
 
 /* A panel heading at baseline y, wrapped to the width; returns how many pixels the wrapping
  * added below a one-line heading (what the rest of the panel moves down by). */
-static int panel_heading(sbuf *b, int y, const char *text, int width)
+static int panel_heading(cz_strbuf *b, int y, const char *text, int width)
 {
     return text_wrapped(b, y, 13, 1, NULL, text, width) - (y + 17);
 }
 
 /* A note centred under a plot when it fits in one line, else wrapped from the left; returns
  * the baseline below it. */
-static int note_below(sbuf *b, double cx, int y, const char *text, int width)
+static int note_below(cz_strbuf *b, double cx, int y, const char *text, int width)
 {
     if (text_w(strlen(text), 11) <= width - 20) {
-        sb_printf(b, "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">", cx, y);
-        sb_escape(b, text);
-        sb_printf(b, "</text>\n");
+        cz__strbuf_printf(b, "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">",
+                          cx, y);
+        put_escaped(b, text);
+        cz__strbuf_printf(b, "</text>\n");
         return y + 15;
     }
     return text_wrapped(b, y, 11, 0, NULL, text, width);
@@ -498,58 +456,83 @@ static int note_below(sbuf *b, double cx, int y, const char *text, int width)
 /* Panel (a): optimizer work per GPU. One bar per GPU while bars stay at least 3 px wide;
  * beyond that, one column per group of DP ranks showing the group's max, mean and min, so
  * that 8,192 GPUs draw as a few hundred shapes and the busiest GPU is still marked. */
-static int svg_loads(sbuf *b, const cz_plan *plan, const render_facts *f, int width, int top,
-                     int *bottom, cz_error *err)
+/* The geometry of panel (a): plot area, columns (one per GPU, or aggregated k DP ranks to a
+ * column when bars would be under 3 px) and the y scale. */
+typedef struct loads_geom {
+    int P, D, R;
+    int left, right, height;
+    double stage_gap, avail;
+    int aggregate, k, cols; /* k DP ranks per column, cols columns per stage */
+    double col_w, rank_px, gap;
+    double ystep, top_val;
+    int ngrid;
+    double y_top, y0; /* the plot's top and baseline, once the header is placed */
+    cz_cost_unit u;
+} loads_geom;
+
+static void loads_geom_init(loads_geom *g, const cz_plan *plan, const render_facts *f, int width)
 {
     const cz_plan_metrics *m = &plan->metrics;
     int P = plan->pp, D = plan->dp, R = plan->tp;
-    if (!m->gpu_load)
-        return cz_error_set(err, CZ_EINVALID,
-                            "plan has no per-GPU loads (metrics.gpu_load); rebuild it with "
-                            "'canzona plan'");
-    const int left = 90, right = 20, height = 220;
-    const double stage_gap = P > 1 ? 20.0 : 0.0;
-    double plot_w = width - left - right, avail = plot_w - stage_gap * (P - 1);
-    double per_gpu = avail / (D * R);
-    int aggregate = per_gpu / P < 3.0;
+    *g = (loads_geom){.P = P, .D = D, .R = R, .left = 90, .right = 20, .height = 220};
+    g->u = plan->settings.unit;
+    g->stage_gap = P > 1 ? 20.0 : 0.0;
+    double plot_w = width - g->left - g->right;
+    g->avail = plot_w - g->stage_gap * (P - 1);
+    double per_gpu = g->avail / (D * R);
+    g->aggregate = per_gpu / P < 3.0;
     /* Ranks per column: 1 in per-GPU mode; else the smallest power of two giving >= 5 px. */
-    int k = 1;
-    if (aggregate)
-        while (k < D && avail / (P * ((D + k - 1) / k)) < 5.0)
-            k *= 2;
-    int cols = (D + k - 1) / k;      /* per stage */
-    double col_w = avail / P / cols; /* a column: k ranks, all TP ranks */
-    double rank_px = avail / P / D;  /* pixels per DP rank */
-    double gap = aggregate ? fmin(1.0, col_w * 0.15) : (D > 1 ? fmin(6.0, rank_px * 0.2) : 0.0);
+    g->k = 1;
+    if (g->aggregate)
+        while (g->k < D && g->avail / (P * ((D + g->k - 1) / g->k)) < 5.0)
+            g->k *= 2;
+    g->cols = (D + g->k - 1) / g->k;   /* per stage */
+    g->col_w = g->avail / P / g->cols; /* a column: k ranks, all TP ranks */
+    g->rank_px = g->avail / P / D;     /* pixels per DP rank */
+    g->gap =
+        g->aggregate ? fmin(1.0, g->col_w * 0.15) : (D > 1 ? fmin(6.0, g->rank_px * 0.2) : 0.0);
     double maxv = 0.0;
     for (int i = 0; i < f->ngpus; i++)
         maxv = fmax(maxv, m->gpu_load[i]);
     /* The y grid: 3 to 5 lines at a round step (1, 2 or 5 times a power of ten). */
-    double want = fmax(maxv, bound_of(m)) * 1.08, ystep = 1.0;
+    double want = fmax(maxv, bound_of(m)) * 1.08;
+    g->ystep = 1.0;
     if (want > 0) {
         double p10 = pow(10.0, floor(log10(want / 5.0)));
-        ystep = p10 * (want / p10 <= 5.0    ? 1.0
-                       : want / p10 <= 10.0 ? 2.0
-                       : want / p10 <= 25.0 ? 5.0
-                                            : 10.0);
+        g->ystep = p10 * (want / p10 <= 5.0    ? 1.0
+                          : want / p10 <= 10.0 ? 2.0
+                          : want / p10 <= 25.0 ? 5.0
+                                               : 10.0);
     }
-    int ngrid = (int)ceil(want / ystep - 1e-9);
-    ngrid = ngrid < 1 ? 1 : ngrid;
-    double top_val = ngrid * ystep;
-    char buf[64], b2[64];
-    cz_cost_unit u = plan->settings.unit;
-    char text[512] = "";
+    g->ngrid = (int)ceil(want / g->ystep - 1e-9);
+    g->ngrid = g->ngrid < 1 ? 1 : g->ngrid;
+    g->top_val = g->ngrid * g->ystep;
+}
+
+/* The y of value v (negative values at the baseline). */
+static double loads_y(const loads_geom *g, double v)
+{
+    return g->y0 - g->height * (v > 0 ? v : 0.0) / g->top_val;
+}
+
+/* Heading, legend and the busiest GPU's line; returns the top of the plot's header area. */
+static int loads_header(cz_strbuf *b, const cz_plan *plan, const render_facts *f,
+                        const loads_geom *g, int width, int top)
+{
+    const cz_plan_metrics *m = &plan->metrics;
+    char buf[64], b2[64], text[512] = "";
+    cz_cost_unit u = g->u;
     cat(text, sizeof text, "(a) optimizer work per GPU (%s)", cz_unit_name(u));
-    if (aggregate)
+    if (g->aggregate)
         cat(text, sizeof text, ", %d GPUs in %d columns of %d DP rank%s x %d TP", f->ngpus,
-            P * cols, k, k == 1 ? "" : "s", R);
+            g->P * g->cols, g->k, g->k == 1 ? "" : "s", g->R);
     else
         cat(text, sizeof text, ", one bar per GPU, TP ranks side by side within each DP rank");
-    sb_printf(b, "<g id=\"loads\">\n");
+    cz__strbuf_printf(b, "<g id=\"loads\">\n");
     top += panel_heading(b, top + 16, text, width);
     double lx = 10;
-    int ly = top + 34, lmax = width - right;
-    if (aggregate) {
+    int ly = top + 34, lmax = width - g->right;
+    if (g->aggregate) {
         legend_item(b, &lx, &ly, lmax, AGG_MAX_FILL, NULL, 0, "busiest GPU of the column");
         legend_item(b, &lx, &ly, lmax, AGG_MEAN_FILL, NULL, 0, "mean of the column");
         legend_item(b, &lx, &ly, lmax, NULL, "#000000", 0, "least busy");
@@ -574,131 +557,179 @@ static int svg_loads(sbuf *b, const cz_plan *plan, const render_facts *f, int wi
         bs, bd, bt, fmt_value(buf, sizeof buf, bl, u), f->mean > 0 ? bl / f->mean : 0,
         bound_of(m) > 0 ? bl / bound_of(m) : 0);
     top += text_wrapped(b, top + 50, 11, 1, " class=\"busiest\"", text, width) - (top + 65);
-    double y_top = top + 64, y0 = y_top + height;
-    for (int q = 0; q <= ngrid; q++) {
-        double v = ystep * q, y = y0 - height * v / top_val;
-        sb_printf(b,
-                  "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#dddddd\"/>"
-                  "<text x=\"%d\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">%s</text>\n",
-                  left, y, width - right, y, left - 4, y + 3, fmt_value(buf, sizeof buf, v, u));
+    return top;
+}
+
+/* One bar per GPU of DP rank d0 of stage s (at stage offset sx); moves the busiest mark to its
+ * bar when it is there. */
+static void loads_gpu_bars(cz_strbuf *b, const cz_plan *plan, const render_facts *f,
+                           const loads_geom *g, int s, int d0, double sx, double *mark_x,
+                           double *mark_y)
+{
+    char buf[64];
+    for (int t = 0; t < g->R; t++) {
+        int gi = (s * g->D + d0) * g->R + t;
+        double bw = (g->rank_px - g->gap) / g->R, x = sx + d0 * g->rank_px + t * bw;
+        double v = plan->metrics.gpu_load[gi];
+        cz__strbuf_printf(b,
+                          "<rect class=\"bar\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
+                          "height=\"%.2f\" fill=\"%s\"><title>stage %d, DP %d, TP %d: %s"
+                          "</title></rect>\n",
+                          x, loads_y(g, v), fmax(bw - (bw > 4 ? 0.5 : 0.0), 0.5),
+                          g->y0 - loads_y(g, v),
+                          gi == f->busiest ? BUSIEST_FILL : rank_fill[d0 % 2], s, d0, t,
+                          fmt_value(buf, sizeof buf, v, g->u));
+        if (gi == f->busiest) {
+            *mark_x = x + bw / 2;
+            *mark_y = loads_y(g, v);
+        }
     }
-#define YV(v) (y0 - height * ((v) > 0 ? (v) : 0.0) / top_val)
-    double mark_x = left, mark_y = y0;
-    for (int s = 0; s < P; s++) {
-        double sx = left + s * (avail / P + stage_gap);
-        for (int c = 0; c < cols; c++) {
-            int d0 = c * k, d1 = d0 + k < D ? d0 + k : D;
-            if (!aggregate) {
-                for (int t = 0; t < R; t++) {
-                    int gi = (s * D + d0) * R + t;
-                    double bw = (rank_px - gap) / R, x = sx + d0 * rank_px + t * bw;
-                    double v = m->gpu_load[gi];
-                    sb_printf(b,
-                              "<rect class=\"bar\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
-                              "height=\"%.2f\" fill=\"%s\"><title>stage %d, DP %d, TP %d: %s"
-                              "</title></rect>\n",
-                              x, YV(v), fmax(bw - (bw > 4 ? 0.5 : 0.0), 0.5), y0 - YV(v),
-                              gi == f->busiest ? BUSIEST_FILL : rank_fill[d0 % 2], s, d0, t,
-                              fmt_value(buf, sizeof buf, v, u));
-                    if (gi == f->busiest) {
-                        mark_x = x + bw / 2;
-                        mark_y = YV(v);
-                    }
-                }
-                continue;
-            }
-            double lo = INFINITY, hi = 0.0, sum = 0.0;
-            int has_busiest = 0;
-            for (int gi = (s * D + d0) * R; gi < (s * D + d1) * R; gi++) {
-                double v = m->gpu_load[gi];
-                lo = fmin(lo, v);
-                hi = fmax(hi, v);
-                sum += v;
-                has_busiest |= gi == f->busiest;
-            }
-            double mean = sum / ((d1 - d0) * R), x = sx + c * col_w, w = col_w - gap;
-            sb_printf(b,
+}
+
+/* Column c of stage s aggregated: the busiest GPU's bar, the mean's and a line at the least
+ * busy; moves the busiest mark to it when the busiest GPU is in it. */
+static void loads_column(cz_strbuf *b, const cz_plan *plan, const render_facts *f,
+                         const loads_geom *g, int s, int c, double sx, double *mark_x,
+                         double *mark_y)
+{
+    char buf[64], b2[64];
+    int D = g->D, R = g->R, d0 = c * g->k, d1 = d0 + g->k < D ? d0 + g->k : D;
+    double lo = INFINITY, hi = 0.0, sum = 0.0;
+    int has_busiest = 0;
+    for (int gi = (s * D + d0) * R; gi < (s * D + d1) * R; gi++) {
+        double v = plan->metrics.gpu_load[gi];
+        lo = fmin(lo, v);
+        hi = fmax(hi, v);
+        sum += v;
+        has_busiest |= gi == f->busiest;
+    }
+    double mean = sum / ((d1 - d0) * R), x = sx + c * g->col_w, w = g->col_w - g->gap;
+    cz__strbuf_printf(b,
                       "<g class=\"agg\"><title>stage %d, DP %d..%d (%d GPUs): max %s, mean %s, "
                       "min ",
-                      s, d0, d1 - 1, (d1 - d0) * R, fmt_value(buf, sizeof buf, hi, u),
-                      fmt_value(b2, sizeof b2, mean, u));
-            sb_printf(b, "%s</title>", fmt_value(buf, sizeof buf, lo, u));
-            sb_printf(b,
+                      s, d0, d1 - 1, (d1 - d0) * R, fmt_value(buf, sizeof buf, hi, g->u),
+                      fmt_value(b2, sizeof b2, mean, g->u));
+    cz__strbuf_printf(b, "%s</title>", fmt_value(buf, sizeof buf, lo, g->u));
+    cz__strbuf_printf(b,
                       "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"/>"
                       "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"/>"
                       "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#000000\"/>"
                       "</g>\n",
-                      x, YV(hi), w, y0 - YV(hi), has_busiest ? BUSIEST_FILL : AGG_MAX_FILL, x,
-                      YV(mean), w, y0 - YV(mean), AGG_MEAN_FILL, x, YV(lo), x + w, YV(lo));
-            if (has_busiest) {
-                mark_x = x + w / 2;
-                mark_y = YV(hi);
-            }
-        }
+                      x, loads_y(g, hi), w, g->y0 - loads_y(g, hi),
+                      has_busiest ? BUSIEST_FILL : AGG_MAX_FILL, x, loads_y(g, mean), w,
+                      g->y0 - loads_y(g, mean), AGG_MEAN_FILL, x, loads_y(g, lo), x + w,
+                      loads_y(g, lo));
+    if (has_busiest) {
+        *mark_x = x + w / 2;
+        *mark_y = loads_y(g, hi);
     }
-    sb_printf(
-        b, "<path class=\"busiest-mark\" d=\"M %.2f %.2f l -5 -8 l 10 0 z\" fill=\"#000000\"/>\n",
-        mark_x, mark_y - 1);
-    sb_printf(b,
-              "<line id=\"lower-bound\" x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"%s\" "
-              "stroke-width=\"2\" stroke-dasharray=\"6,3\"><title>lower bound %s</title></line>\n"
-              "<line id=\"mean\" x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"%s\" "
-              "stroke-width=\"1.5\"/>\n",
-              left, YV(bound_of(m)), width - right, YV(bound_of(m)), LB_STROKE,
-              fmt_value(buf, sizeof buf, bound_of(m), u), left, YV(f->mean), width - right,
-              YV(f->mean), MEAN_STROKE);
-#undef YV
-    sb_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"black\"/>\n", left, y0,
-              width - right, y0);
-    /* DP-rank ticks: a tick per labelled rank, labels (as wide as the largest rank number) at
-     * least their width plus 10 px apart. */
+}
+
+/* The x axis: stage separators, DP-rank ticks and their labels. A tick per labelled rank,
+ * labels (as wide as the largest rank number) at least their width plus 10 px apart. */
+static void loads_x_axis(cz_strbuf *b, const loads_geom *g)
+{
+    int P = g->P, D = g->D;
+    double avail = g->avail, stage_gap = g->stage_gap, rank_px = g->rank_px;
     char num[16];
     int step = nice_step(rank_px, text_w((size_t)snprintf(num, sizeof num, "%d", D - 1), 10) + 10);
-    if (aggregate && step < k)
-        step = k;
+    if (g->aggregate && step < g->k)
+        step = g->k;
     for (int s = 0; s < P; s++) {
-        double sx = left + s * (avail / P + stage_gap), send = sx + avail / P;
+        double sx = g->left + s * (avail / P + stage_gap), send = sx + avail / P;
         if (s > 0)
-            sb_printf(b,
-                      "<line class=\"stage-sep\" x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" "
-                      "stroke=\"#777777\" stroke-dasharray=\"2,2\"/>\n",
-                      sx - stage_gap / 2, y_top, sx - stage_gap / 2, y0 + 30);
+            cz__strbuf_printf(
+                b,
+                "<line class=\"stage-sep\" x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" "
+                "stroke=\"#777777\" stroke-dasharray=\"2,2\"/>\n",
+                sx - stage_gap / 2, g->y_top, sx - stage_gap / 2, g->y0 + 30);
         for (int d = 0; d < D; d += step) {
             /* Under the middle of a rank's bars or column; at the start of a rank in a column
              * of several. */
-            double x = aggregate && k > 1 ? sx + d * rank_px : sx + (d + 0.5) * rank_px;
+            double x = g->aggregate && g->k > 1 ? sx + d * rank_px : sx + (d + 0.5) * rank_px;
             /* A label that would reach into the next stage's first label is left out. */
             if (d > 0 && s + 1 < P &&
                 x + text_w((size_t)snprintf(num, sizeof num, "%d", d), 10) / 2 + 10 >
                     send + stage_gap - text_w(1, 10) / 2)
                 continue;
-            sb_printf(b,
-                      "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"black\"/>"
-                      "<text class=\"xtick\" x=\"%.2f\" y=\"%.1f\" font-size=\"10\" "
-                      "text-anchor=\"middle\">%d</text>\n",
-                      x, y0, x, y0 + 4, x, y0 + 14, d);
+            cz__strbuf_printf(
+                b,
+                "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"black\"/>"
+                "<text class=\"xtick\" x=\"%.2f\" y=\"%.1f\" font-size=\"10\" "
+                "text-anchor=\"middle\">%d</text>\n",
+                x, g->y0, x, g->y0 + 4, x, g->y0 + 14, d);
         }
         if (P > 1)
-            sb_printf(b,
-                      "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">"
-                      "stage %d: DP rank</text>\n",
-                      sx + avail / P / 2, y0 + 28, s);
+            cz__strbuf_printf(b,
+                              "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">"
+                              "stage %d: DP rank</text>\n",
+                              sx + avail / P / 2, g->y0 + 28, s);
         else
-            sb_printf(b,
-                      "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">"
-                      "DP rank</text>\n",
-                      sx + avail / 2, y0 + 28);
+            cz__strbuf_printf(b,
+                              "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">"
+                              "DP rank</text>\n",
+                              sx + avail / 2, g->y0 + 28);
     }
-    sb_printf(b, "</g>\n");
-    *bottom = (int)(y0 + 36);
+}
+
+/* Panel (a): per-GPU loads against the lower bound and the mean, the busiest GPU marked. */
+static int svg_loads(cz_strbuf *b, const cz_plan *plan, const render_facts *f, int width, int top,
+                     int *bottom, cz_error *err)
+{
+    const cz_plan_metrics *m = &plan->metrics;
+    if (!m->gpu_load)
+        return cz_error_set(err, CZ_EINVALID,
+                            "plan has no per-GPU loads (metrics.gpu_load); rebuild it with "
+                            "'canzona plan'");
+    loads_geom g;
+    loads_geom_init(&g, plan, f, width);
+    char buf[64];
+    top = loads_header(b, plan, f, &g, width, top);
+    g.y_top = top + 64;
+    g.y0 = g.y_top + g.height;
+    for (int q = 0; q <= g.ngrid; q++) {
+        double v = g.ystep * q, y = g.y0 - g.height * v / g.top_val;
+        cz__strbuf_printf(
+            b,
+            "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#dddddd\"/>"
+            "<text x=\"%d\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">%s</text>\n",
+            g.left, y, width - g.right, y, g.left - 4, y + 3, fmt_value(buf, sizeof buf, v, g.u));
+    }
+    double mark_x = g.left, mark_y = g.y0;
+    for (int s = 0; s < g.P; s++) {
+        double sx = g.left + s * (g.avail / g.P + g.stage_gap);
+        for (int c = 0; c < g.cols; c++) {
+            if (g.aggregate)
+                loads_column(b, plan, f, &g, s, c, sx, &mark_x, &mark_y);
+            else
+                loads_gpu_bars(b, plan, f, &g, s, c * g.k, sx, &mark_x, &mark_y);
+        }
+    }
+    cz__strbuf_printf(
+        b, "<path class=\"busiest-mark\" d=\"M %.2f %.2f l -5 -8 l 10 0 z\" fill=\"#000000\"/>\n",
+        mark_x, mark_y - 1);
+    cz__strbuf_printf(
+        b,
+        "<line id=\"lower-bound\" x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"%s\" "
+        "stroke-width=\"2\" stroke-dasharray=\"6,3\"><title>lower bound %s</title></line>\n"
+        "<line id=\"mean\" x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"%s\" "
+        "stroke-width=\"1.5\"/>\n",
+        g.left, loads_y(&g, bound_of(m)), width - g.right, loads_y(&g, bound_of(m)), LB_STROKE,
+        fmt_value(buf, sizeof buf, bound_of(m), g.u), g.left, loads_y(&g, f->mean), width - g.right,
+        loads_y(&g, f->mean), MEAN_STROKE);
+    cz__strbuf_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"black\"/>\n",
+                      g.left, g.y0, width - g.right, g.y0);
+    loads_x_axis(b, &g);
+    cz__strbuf_printf(b, "</g>\n");
+    *bottom = (int)(g.y0 + 36);
     return CZ_OK;
 }
 
 /* Panel (b), with a cluster only: the whole simulated step of the critical stage as its four
  * phases on one axis, so the drawn parts add up to the step in the title. Returns the bottom y;
  * *ux0 / *ux1 / *uy receive the update phase's extent and bottom (for the zoom into panel (c)). */
-static int svg_phases(sbuf *b, const cz_plan *plan, const cz_sim_result *sim, int width, int top,
-                      double *ux0, double *ux1, int *uy)
+static int svg_phases(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim, int width,
+                      int top, double *ux0, double *ux1, int *uy)
 {
     const int left = 150, right = 20, lane = 24;
     double plot_w = width - left - right, step = sim->step_s > 0 ? sim->step_s : 1.0;
@@ -721,15 +752,16 @@ static int svg_phases(sbuf *b, const cz_plan *plan, const cz_sim_result *sim, in
         cat(text, sizeof text, "%s%s %.3f", first ? "" : " + ", ph[i].name, ph[i].v * 1e3);
         first = 0;
     }
-    sb_printf(b, "<g id=\"step\">\n");
+    cz__strbuf_printf(b, "<g id=\"step\">\n");
     top += panel_heading(b, top + 16, text, width);
     int y = top + 28;
-    sb_printf(b,
-              "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">critical GPU</text>"
-              "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">(stage %d, DP %d, TP "
-              "%d)</text>\n",
-              left - 4, y + 10, left - 4, y + 21, sim->critical_stage, sim->critical_dp,
-              sim->critical_tp);
+    cz__strbuf_printf(
+        b,
+        "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">critical GPU</text>"
+        "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">(stage %d, DP %d, TP "
+        "%d)</text>\n",
+        left - 4, y + 10, left - 4, y + 21, sim->critical_stage, sim->critical_dp,
+        sim->critical_tp);
     /* Labels that do not fit their box go under the lane, each on the first of three rows
      * where it does not touch the previous label of that row. */
     double t = 0.0, row_end[3] = {-1e9, -1e9, -1e9};
@@ -744,21 +776,21 @@ static int svg_phases(sbuf *b, const cz_plan *plan, const cz_sim_result *sim, in
             *ux1 = x + w;
             *uy = y + lane;
         }
-        sb_printf(b,
-                  "<rect class=\"phase\" data-seconds=\"%.9g\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
-                  "height=\"%d\" fill=\"%s\"%s><title>%s: %.3f ms (%d%% of the step)</title>"
-                  "</rect>\n",
-                  ph[i].v, x, y, fmax(w, 0.5), lane, ph[i].fill,
-                  i == 2 ? " stroke=\"#000000\" stroke-width=\"1\"" : "", ph[i].name, ph[i].v * 1e3,
-                  pct);
+        cz__strbuf_printf(
+            b,
+            "<rect class=\"phase\" data-seconds=\"%.9g\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
+            "height=\"%d\" fill=\"%s\"%s><title>%s: %.3f ms (%d%% of the step)</title>"
+            "</rect>\n",
+            ph[i].v, x, y, fmax(w, 0.5), lane, ph[i].fill,
+            i == 2 ? " stroke=\"#000000\" stroke-width=\"1\"" : "", ph[i].name, ph[i].v * 1e3, pct);
         snprintf(label, sizeof label, "%s %.1f ms (%d%%)", ph[i].name, ph[i].v * 1e3, pct);
         if (text_w(strlen(label), 11) + 6 > w)
             snprintf(label, sizeof label, "%s %.1f ms", ph[i].name, ph[i].v * 1e3);
         if (text_w(strlen(label), 11) + 6 <= w) {
-            sb_printf(b,
-                      "<text class=\"phase-label\" x=\"%.2f\" y=\"%d\" font-size=\"11\" "
-                      "text-anchor=\"middle\">%s</text>\n",
-                      x + w / 2, y + 16, label);
+            cz__strbuf_printf(b,
+                              "<text class=\"phase-label\" x=\"%.2f\" y=\"%d\" font-size=\"11\" "
+                              "text-anchor=\"middle\">%s</text>\n",
+                              x + w / 2, y + 16, label);
         } else {
             snprintf(label, sizeof label, "%s %.1f ms (%d%%)", ph[i].name, ph[i].v * 1e3, pct);
             double lw = text_w(strlen(label), 10);
@@ -767,17 +799,18 @@ static int svg_phases(sbuf *b, const cz_plan *plan, const cz_sim_result *sim, in
             while (row < 2 && lx < row_end[row] + 8)
                 row++;
             rows_used = rows_used > row + 1 ? rows_used : row + 1;
-            sb_printf(b,
-                      "<text class=\"phase-label\" x=\"%.2f\" y=\"%d\" font-size=\"10\">%s</text>"
-                      "\n",
-                      lx, y + lane + 12 + 12 * row, label);
+            cz__strbuf_printf(
+                b,
+                "<text class=\"phase-label\" x=\"%.2f\" y=\"%d\" font-size=\"10\">%s</text>"
+                "\n",
+                lx, y + lane + 12 + 12 * row, label);
             row_end[row] = lx + lw;
         }
         t += ph[i].v;
     }
     int y_axis = y + lane + 8 + 12 * rows_used;
     axis_ticks(b, left, plot_w, y_axis, step, CZ_UNIT_TIME);
-    sb_printf(b, "</g>\n");
+    cz__strbuf_printf(b, "</g>\n");
     return y_axis + 22;
 }
 
@@ -806,7 +839,7 @@ static const char *task_short_name(char *buf, size_t n, const cz_plan *plan,
 
 /* The label of one compute box: the largest task it runs and how many more (a cooperative
  * task counts on every slot it spans; a block task is named name[b]). */
-static void cell_tasks(sbuf *b, char *label, size_t n, const cz_plan *plan,
+static void cell_tasks(cz_strbuf *b, char *label, size_t n, const cz_plan *plan,
                        const cz_plan_group *grp, int t)
 {
     int best = -1, count = 0;
@@ -820,14 +853,14 @@ static void cell_tasks(sbuf *b, char *label, size_t n, const cz_plan *plan,
             (size_t)pid >= plan->nparams)
             continue;
         if (b && count < 12) {
-            sb_printf(b, "%s", count ? ", " : "; tasks: ");
-            sb_escape(b, plan->params[pid].def.name);
+            cz__strbuf_printf(b, "%s", count ? ", " : "; tasks: ");
+            put_escaped(b, plan->params[pid].def.name);
             if (block >= 0)
-                sb_printf(b, "[%d]", block);
+                cz__strbuf_printf(b, "[%d]", block);
             if (width > 1) {
                 int panels = cz_group_task_panels(grp, i);
-                sb_printf(b, " (cooperative on TP %d-%d, %d Gram panel%s)", slot, slot + width - 1,
-                          panels, panels == 1 ? "" : "s");
+                cz__strbuf_printf(b, " (cooperative on TP %d-%d, %d Gram panel%s)", slot,
+                                  slot + width - 1, panels, panels == 1 ? "" : "s");
             }
         }
         count++;
@@ -836,7 +869,7 @@ static void cell_tasks(sbuf *b, char *label, size_t n, const cz_plan *plan,
             best = i, best_cost = c;
     }
     if (b && count > 12)
-        sb_printf(b, ", ... (%d in all)", count);
+        cz__strbuf_printf(b, ", ... (%d in all)", count);
     if (best >= 0)
         snprintf(label, n, count > 1 ? "%s +%d" : "%s",
                  task_short_name(name, sizeof name, plan, grp, best), count - 1);
@@ -845,7 +878,7 @@ static void cell_tasks(sbuf *b, char *label, size_t n, const cz_plan *plan,
 /* The cooperative tasks of the timeline's DP rank, each one box across the compute lanes of
  * its k TP ranks (y0: the first compute lane's top, lane: its pitch); its red end is the time
  * its members wait on the all-reduces that the computation does not hide. */
-static void timeline_coop(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
+static void timeline_coop(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim,
                           const cz_rank_schedule *sc, int left, double plot_w, double top_val,
                           int y0, int lane, int h, cz_cost_unit u)
 {
@@ -861,38 +894,113 @@ static void timeline_coop(sbuf *b, const cz_plan *plan, const cz_sim_result *sim
         double war = fmin(plot_w * k->allreduce_s / top_val, w);
         int y = y0 + k->slot * lane, hh = (k->width - 1) * lane + h;
         task_short_name(name, sizeof name, plan, grp, k->task);
-        sb_printf(b,
-                  "<g class=\"coop\"><rect class=\"coop-task\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
-                  "height=\"%d\" fill=\"%s\" stroke=\"%s\" "
-                  "stroke-width=\"1\"><title>group %d cooperative task ",
-                  x, y, w, hh, COOP_FILL, COOP_STROKE, k->group);
-        sb_escape(b, plan->params[grp->task_param[k->task]].def.name);
+        cz__strbuf_printf(
+            b,
+            "<g class=\"coop\"><rect class=\"coop-task\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
+            "height=\"%d\" fill=\"%s\" stroke=\"%s\" "
+            "stroke-width=\"1\"><title>group %d cooperative task ",
+            x, y, w, hh, COOP_FILL, COOP_STROKE, k->group);
+        put_escaped(b, plan->params[grp->task_param[k->task]].def.name);
         if (cz_group_task_block(grp, k->task) >= 0)
-            sb_printf(b, "[%d]", cz_group_task_block(grp, k->task));
-        sb_printf(b,
-                  " on TP %d-%d: %s, of which %s waiting on its Gram and norm all-reduces</title>"
-                  "</rect>\n",
-                  k->slot, k->slot + k->width - 1, fmt_value(buf, sizeof buf, k->end - k->start, u),
-                  fmt_value(buf2, sizeof buf2, k->allreduce_s, u));
+            cz__strbuf_printf(b, "[%d]", cz_group_task_block(grp, k->task));
+        cz__strbuf_printf(
+            b,
+            " on TP %d-%d: %s, of which %s waiting on its Gram and norm all-reduces</title>"
+            "</rect>\n",
+            k->slot, k->slot + k->width - 1, fmt_value(buf, sizeof buf, k->end - k->start, u),
+            fmt_value(buf2, sizeof buf2, k->allreduce_s, u));
         if (war > 0)
-            sb_printf(b,
-                      "<rect class=\"coop-allreduce\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
-                      "height=\"%d\" fill=\"%s\"/>\n",
-                      x + w - war, y, war, hh, COOP_AR_FILL);
+            cz__strbuf_printf(b,
+                              "<rect class=\"coop-allreduce\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
+                              "height=\"%d\" fill=\"%s\"/>\n",
+                              x + w - war, y, war, hh, COOP_AR_FILL);
         if (text_w(strlen(name), 8) + 3 <= w - war) {
-            sb_printf(b, "<text class=\"task-label\" x=\"%.2f\" y=\"%d\" font-size=\"8\">", x + 1.5,
-                      y + hh / 2 + 3);
-            sb_escape(b, name);
-            sb_printf(b, "</text>\n");
+            cz__strbuf_printf(b, "<text class=\"task-label\" x=\"%.2f\" y=\"%d\" font-size=\"8\">",
+                              x + 1.5, y + hh / 2 + 3);
+            put_escaped(b, name);
+            cz__strbuf_printf(b, "</text>\n");
         }
-        sb_printf(b, "</g>\n");
+        cz__strbuf_printf(b, "</g>\n");
     }
+}
+
+/* The lanes of panel (c) from y down: the TP group's shared gather lane, one compute lane per TP
+ * rank (its elementwise work, then its boxes labelled with their largest task), the scatter
+ * lane; returns the y below them. x maps times to pixels as XT: left + plot_w * t / top_val. */
+static int timeline_lanes(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim,
+                          const cz_rank_schedule *sc, int left, double plot_w, double top_val,
+                          int y, int end_tp, cz_cost_unit u)
+{
+    const int clane = 14, slane = 9;
+    int R = sim->tl_tp, G = sim->tl_groups;
+    char buf[64], label[128];
+#define XT(v) (left + plot_w * (v) / top_val)
+    for (int lane_i = 0; lane_i < R + 2; lane_i++) {
+        int is_gather = lane_i == 0, is_scatter = lane_i == R + 1, t = lane_i - 1;
+        int h = is_gather || is_scatter ? slane : clane;
+        const char *bold = !is_gather && !is_scatter && t == end_tp ? " font-weight=\"bold\"" : "";
+        if (is_gather || is_scatter)
+            cz__strbuf_printf(b,
+                              "<text x=\"%d\" y=\"%d\" font-size=\"9\" text-anchor=\"end\">TP %s"
+                              "</text>\n",
+                              left - 4, y + h - 1, is_gather ? "gather" : "scatter");
+        else
+            cz__strbuf_printf(
+                b,
+                "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\"%s>TP %d "
+                "compute%s</text>\n",
+                left - 4, y + h - 3, bold, t, t == end_tp ? " (last)" : "");
+        if (!is_gather && !is_scatter && sim->tl_elementwise[t] > 0)
+            cz__strbuf_printf(
+                b,
+                "<rect class=\"elementwise\" x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
+                "fill=\"%s\"><title>elementwise (AdamW) %s</title></rect>\n",
+                left, y, plot_w * sim->tl_elementwise[t] / top_val, h, ELEM_FILL,
+                fmt_value(buf, sizeof buf, sim->tl_elementwise[t], u));
+        for (int g = 0; g < G; g++) {
+            cz_sim_span sp = is_gather    ? sim->tl_gather[g]
+                             : is_scatter ? sim->tl_scatter[g]
+                                          : sim->tl_compute[(size_t)g * R + t];
+            if (!(sp.end > sp.start))
+                continue;
+            double x = XT(sp.start), w = fmax(plot_w * (sp.end - sp.start) / top_val, 0.5);
+            const char *cls = is_gather ? "gather" : is_scatter ? "scatter" : "compute";
+            const char *fill = is_gather    ? GATHER_FILL
+                               : is_scatter ? SCATTER_FILL
+                                            : compute_fill[g % 2];
+            cz__strbuf_printf(b,
+                              "<rect class=\"%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
+                              "fill=\"%s\"><title>group %d %s",
+                              cls, x, y, w, h, fill, g, cls);
+            if (!is_gather && !is_scatter)
+                cz__strbuf_printf(b, ", TP %d", t);
+            cz__strbuf_printf(b, ": %s", fmt_value(buf, sizeof buf, sp.end - sp.start, u));
+            label[0] = '\0';
+            if (!is_gather && !is_scatter)
+                cell_tasks(b, label, sizeof label, plan, sc ? &sc->groups[g] : NULL, t);
+            cz__strbuf_printf(b, "</title></rect>\n");
+            if (is_gather || is_scatter)
+                continue;
+            if (!label[0] || text_w(strlen(label), 8) + 3 > w) {
+                snprintf(label, sizeof label, "g%d", g);
+                if (text_w(strlen(label), 8) + 3 > w)
+                    continue;
+            }
+            cz__strbuf_printf(b, "<text class=\"task-label\" x=\"%.2f\" y=\"%d\" font-size=\"8\">",
+                              x + 1.5, y + h - 4);
+            put_escaped(b, label);
+            cz__strbuf_printf(b, "</text>\n");
+        }
+        y += h + 3;
+    }
+#undef XT
+    return y;
 }
 
 /* Panel (c): the optimizer update of the DP rank that finishes last: the shared gather and
  * scatter lanes of its TP group and one compute lane per TP rank, boxes labelled with their
  * largest task; the lower bound and the end of the update as vertical lines. */
-static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
+static int svg_timeline(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim,
                         const cz_svg_options *o, const render_facts *f, int width, int top,
                         const char *panel)
 {
@@ -927,7 +1035,7 @@ static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
         sim->pipelined ? "asynchronous pipeline" : "synchronous compute", G, G == 1 ? "" : "s");
     if (o->sim_in_seconds)
         cat(text, sizeof text, "; the optimizer update of (b) enlarged");
-    sb_printf(b, "<g id=\"timeline\">\n");
+    cz__strbuf_printf(b, "<g id=\"timeline\">\n");
     top += panel_heading(b, top + 16, text, width);
     double lx = 10;
     int ly = top + 34, lmax = width - right;
@@ -950,82 +1058,27 @@ static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
     if (f->tl_lb > 0) {
         snprintf(label, sizeof label, "%slower bound %s", f->tl_lb_estimated ? "~ " : "",
                  fmt_value(buf, sizeof buf, f->tl_lb, u));
-        sb_printf(b,
-                  "<line id=\"timeline-lower-bound\" x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" "
-                  "stroke=\"%s\" stroke-width=\"2\" stroke-dasharray=\"6,3\"/>"
-                  "<text class=\"guide-label\" x=\"%.2f\" y=\"%d\" font-size=\"10\" fill=\"%s\" "
-                  "text-anchor=\"end\">%s</text>\n",
-                  xl, y - 2, xl, y + lanes_h + 2, LB_STROKE, xl - 3, y + lanes_h + 13, LB_STROKE,
-                  label);
+        cz__strbuf_printf(
+            b,
+            "<line id=\"timeline-lower-bound\" x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" "
+            "stroke=\"%s\" stroke-width=\"2\" stroke-dasharray=\"6,3\"/>"
+            "<text class=\"guide-label\" x=\"%.2f\" y=\"%d\" font-size=\"10\" fill=\"%s\" "
+            "text-anchor=\"end\">%s</text>\n",
+            xl, y - 2, xl, y + lanes_h + 2, LB_STROKE, xl - 3, y + lanes_h + 13, LB_STROKE, label);
     }
     snprintf(label, sizeof label, "update ends %s (TP %d)", fmt_value(buf, sizeof buf, end, u),
              end_tp);
     double lw = text_w(strlen(label), 10);
-    sb_printf(b,
-              "<line id=\"update-end\" x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" "
-              "stroke=\"#000000\" stroke-width=\"1.5\"/>"
-              "<text class=\"guide-label\" x=\"%.2f\" y=\"%d\" font-size=\"10\" "
-              "font-weight=\"bold\">%s</text>\n",
-              xe, y - 2, xe, y + lanes_h + 2, fmin(xe + 3, width - right - lw),
-              y + lanes_h + (f->tl_lb > 0 && fabs(xe - xl) < lw + 10 ? 25 : 13), label);
+    cz__strbuf_printf(b,
+                      "<line id=\"update-end\" x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" "
+                      "stroke=\"#000000\" stroke-width=\"1.5\"/>"
+                      "<text class=\"guide-label\" x=\"%.2f\" y=\"%d\" font-size=\"10\" "
+                      "font-weight=\"bold\">%s</text>\n",
+                      xe, y - 2, xe, y + lanes_h + 2, fmin(xe + 3, width - right - lw),
+                      y + lanes_h + (f->tl_lb > 0 && fabs(xe - xl) < lw + 10 ? 25 : 13), label);
     /* Lanes: the TP group's shared gather lane, one compute lane per TP rank, the scatter. */
     int first_compute_y = y + slane + 3;
-    for (int lane_i = 0; lane_i < R + 2; lane_i++) {
-        int is_gather = lane_i == 0, is_scatter = lane_i == R + 1, t = lane_i - 1;
-        int h = is_gather || is_scatter ? slane : clane;
-        const char *bold = !is_gather && !is_scatter && t == end_tp ? " font-weight=\"bold\"" : "";
-        if (is_gather || is_scatter)
-            sb_printf(b,
-                      "<text x=\"%d\" y=\"%d\" font-size=\"9\" text-anchor=\"end\">TP %s"
-                      "</text>\n",
-                      left - 4, y + h - 1, is_gather ? "gather" : "scatter");
-        else
-            sb_printf(b,
-                      "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\"%s>TP %d "
-                      "compute%s</text>\n",
-                      left - 4, y + h - 3, bold, t, t == end_tp ? " (last)" : "");
-        if (!is_gather && !is_scatter && sim->tl_elementwise[t] > 0)
-            sb_printf(b,
-                      "<rect class=\"elementwise\" x=\"%d\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
-                      "fill=\"%s\"><title>elementwise (AdamW) %s</title></rect>\n",
-                      left, y, plot_w * sim->tl_elementwise[t] / top_val, h, ELEM_FILL,
-                      fmt_value(buf, sizeof buf, sim->tl_elementwise[t], u));
-        for (int g = 0; g < G; g++) {
-            cz_sim_span sp = is_gather    ? sim->tl_gather[g]
-                             : is_scatter ? sim->tl_scatter[g]
-                                          : sim->tl_compute[(size_t)g * R + t];
-            if (!(sp.end > sp.start))
-                continue;
-            double x = XT(sp.start), w = fmax(plot_w * (sp.end - sp.start) / top_val, 0.5);
-            const char *cls = is_gather ? "gather" : is_scatter ? "scatter" : "compute";
-            const char *fill = is_gather    ? GATHER_FILL
-                               : is_scatter ? SCATTER_FILL
-                                            : compute_fill[g % 2];
-            sb_printf(b,
-                      "<rect class=\"%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
-                      "fill=\"%s\"><title>group %d %s",
-                      cls, x, y, w, h, fill, g, cls);
-            if (!is_gather && !is_scatter)
-                sb_printf(b, ", TP %d", t);
-            sb_printf(b, ": %s", fmt_value(buf, sizeof buf, sp.end - sp.start, u));
-            label[0] = '\0';
-            if (!is_gather && !is_scatter)
-                cell_tasks(b, label, sizeof label, plan, sc ? &sc->groups[g] : NULL, t);
-            sb_printf(b, "</title></rect>\n");
-            if (is_gather || is_scatter)
-                continue;
-            if (!label[0] || text_w(strlen(label), 8) + 3 > w) {
-                snprintf(label, sizeof label, "g%d", g);
-                if (text_w(strlen(label), 8) + 3 > w)
-                    continue;
-            }
-            sb_printf(b, "<text class=\"task-label\" x=\"%.2f\" y=\"%d\" font-size=\"8\">", x + 1.5,
-                      y + h - 4);
-            sb_escape(b, label);
-            sb_printf(b, "</text>\n");
-        }
-        y += h + 3;
-    }
+    y = timeline_lanes(b, plan, sim, sc, left, plot_w, top_val, y, end_tp, u);
     timeline_coop(b, plan, sim, sc, left, plot_w, top_val, first_compute_y, clane + 3, clane, u);
 #undef XT
     int y_axis = y + 30;
@@ -1038,11 +1091,11 @@ static int svg_timeline(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
                                : ". No cluster given: the gradient and parameter synchronization "
                                  "over DP is not simulated (pass --cluster to see it)");
     y = note_below(b, left + plot_w / 2, y_axis + 30, text, width);
-    sb_printf(b, "</g>\n");
+    cz__strbuf_printf(b, "</g>\n");
     return y + 6;
 }
 
-static int svg_body(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
+static int svg_body(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim,
                     const cz_svg_options *opt, cz_error *err)
 {
     cz_svg_options o = {0};
@@ -1055,7 +1108,7 @@ static int svg_body(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
         return cz_error_set(err, CZ_EINVALID, "plan topology dp=%d tp=%d pp=%d: expected >= 1",
                             plan->dp, plan->tp, plan->pp);
     /* Body first (its height is known at the end), then the header in front of it. */
-    sbuf body = {0};
+    cz_strbuf body = CZ_STRBUF_INIT;
     int rc = CZ_OK;
     render_facts f;
     facts_compute(&f, plan, sim, &o);
@@ -1070,87 +1123,90 @@ static int svg_body(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
             height = svg_phases(&body, plan, sim, width, height + 6, &ux0, &ux1, &uy);
             /* Zoom: the update phase widens into panel (c). */
             if (ux1 > ux0)
-                sb_printf(&body,
-                          "<path class=\"zoom\" d=\"M %.2f %d L 150 %d M %.2f %d L %d %d\" "
-                          "stroke=\"#999999\" stroke-dasharray=\"3,3\" fill=\"none\"/>\n",
-                          ux0, uy, height + 8, ux1, uy, width - 20, height + 8);
+                cz__strbuf_printf(&body,
+                                  "<path class=\"zoom\" d=\"M %.2f %d L 150 %d M %.2f %d L %d %d\" "
+                                  "stroke=\"#999999\" stroke-dasharray=\"3,3\" fill=\"none\"/>\n",
+                                  ux0, uy, height + 8, ux1, uy, width - 20, height + 8);
             panel = "(c)";
         }
         height = svg_timeline(&body, plan, sim, &o, &f, width, height + 6, panel);
     }
     height += 10;
-    sb_printf(b,
-              "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-              "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
-              "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-              width, height, width, height);
+    cz__strbuf_printf(b,
+                      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                      "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
+                      "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+                      width, height, width, height);
     if (!body.failed && body.data)
-        sb_printf(b, "%s", body.data);
-    sb_printf(b, "</svg>\n");
+        cz__strbuf_put(b, body.data, body.len);
+    cz__strbuf_printf(b, "</svg>\n");
     if (body.failed || b->failed)
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory rendering the plan");
 done:
-    free(body.data);
+    cz__strbuf_free(&body);
     return rc;
 }
 
-int cz_plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim,
-                       const cz_svg_options *opt, cz_error *err)
+int cz__plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim,
+                        const cz_svg_options *opt, cz_error *err)
 {
-    sbuf b = {0};
+    cz_strbuf b = CZ_STRBUF_INIT;
     *out = NULL;
-    sb_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    cz__strbuf_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     int rc = svg_body(&b, plan, sim, opt, err);
     if (rc) {
-        free(b.data);
+        cz__strbuf_free(&b);
         return rc;
     }
     *out = b.data;
     return CZ_OK;
 }
 
-static void html_tables(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
+static void html_tables(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim,
                         const cz_svg_options *o, cz_costed *order)
 {
     const cz_settings *s = &plan->settings;
     const cz_plan_metrics *m = &plan->metrics;
     cz_cost_unit u = s->unit;
     char buf[64];
-    sb_printf(b, "<h2>Settings</h2>\n<table>\n");
-    sb_printf(b, "<tr><th>model</th><td>");
-    sb_escape(b, plan->model_name);
-    sb_printf(b, "</td></tr>\n<tr><th>cluster</th><td>");
-    sb_escape(b, o->cluster_name ? o->cluster_name : plan->cluster_name);
-    sb_printf(b, "</td></tr>\n<tr><th>topology</th><td>DP %d x TP %d x PP %d</td></tr>\n", plan->dp,
-              plan->tp, plan->pp);
-    sb_printf(b,
-              "<tr><th>optimizer</th><td>%s</td></tr>\n<tr><th>cost unit</th><td>%s</td></tr>\n"
-              "<tr><th>DP strategy</th><td>%s (alpha %g)%s</td></tr>\n"
-              "<tr><th>TP strategy</th><td>%s, capacity %s</td></tr>\n"
-              "<tr><th>solver</th><td>%s</td></tr>\n",
-              cz_optimizer_name(s->optimizer), cz_unit_name(u), cz_dp_strategy_name(s->dp),
-              s->alpha, plan->dp_fell_back ? ", fell back to anchored" : "",
-              cz_tp_strategy_name(s->tp), fmt_value(buf, sizeof buf, plan->capacity_used, u),
-              cz_solver_name(s->solver));
+    cz__strbuf_printf(b, "<h2>Settings</h2>\n<table>\n");
+    cz__strbuf_printf(b, "<tr><th>model</th><td>");
+    put_escaped(b, plan->model_name);
+    cz__strbuf_printf(b, "</td></tr>\n<tr><th>cluster</th><td>");
+    put_escaped(b, o->cluster_name ? o->cluster_name : plan->cluster_name);
+    cz__strbuf_printf(b, "</td></tr>\n<tr><th>topology</th><td>DP %d x TP %d x PP %d</td></tr>\n",
+                      plan->dp, plan->tp, plan->pp);
+    cz__strbuf_printf(
+        b,
+        "<tr><th>optimizer</th><td>%s</td></tr>\n<tr><th>cost unit</th><td>%s</td></tr>\n"
+        "<tr><th>DP strategy</th><td>%s (alpha %g)%s</td></tr>\n"
+        "<tr><th>TP strategy</th><td>%s, capacity %s</td></tr>\n"
+        "<tr><th>solver</th><td>%s</td></tr>\n",
+        cz_optimizer_name(s->optimizer), cz_unit_name(u), cz_dp_strategy_name(s->dp), s->alpha,
+        plan->dp_fell_back ? ", fell back to anchored" : "", cz_tp_strategy_name(s->tp),
+        fmt_value(buf, sizeof buf, plan->capacity_used, u), cz_solver_name(s->solver));
     if (s->layout == CZ_LAYOUT_SPLIT)
-        sb_printf(b, "<tr><th>buffer layout</th><td>split: matrix parameters in a buffer of "
-                     "their own, elementwise parameters evenly sliced over DP</td></tr>\n");
-    sb_printf(b,
-              "<tr><th>DP imbalance (max/mean)</th><td>%.4f</td></tr>\n"
-              "<tr><th>TP imbalance (max/mean)</th><td>%.4f</td></tr>\n",
-              m->dp_imbalance, m->tp_imbalance);
-    sb_printf(b, "<tr><th>TP makespan</th><td>%s</td></tr>\n",
-              fmt_value(buf, sizeof buf, m->tp_makespan, u));
-    sb_printf(b, "<tr><th>lower bound</th><td>%s</td></tr>\n",
-              fmt_value(buf, sizeof buf, bound_of(m), u));
+        cz__strbuf_printf(b,
+                          "<tr><th>buffer layout</th><td>split: matrix parameters in a buffer of "
+                          "their own, elementwise parameters evenly sliced over DP</td></tr>\n");
+    cz__strbuf_printf(b,
+                      "<tr><th>DP imbalance (max/mean)</th><td>%.4f</td></tr>\n"
+                      "<tr><th>TP imbalance (max/mean)</th><td>%.4f</td></tr>\n",
+                      m->dp_imbalance, m->tp_imbalance);
+    cz__strbuf_printf(b, "<tr><th>TP makespan</th><td>%s</td></tr>\n",
+                      fmt_value(buf, sizeof buf, m->tp_makespan, u));
+    cz__strbuf_printf(b, "<tr><th>lower bound</th><td>%s</td></tr>\n",
+                      fmt_value(buf, sizeof buf, bound_of(m), u));
     if (sim && o->sim_in_seconds)
-        sb_printf(b,
-                  "<tr><th>simulated step</th><td>%.4f ms (optimizer %.4f ms, communication "
-                  "%.4f ms)</td></tr>\n",
-                  sim->step_s * 1e3, sim->optimizer_s * 1e3, sim->comm_s * 1e3);
-    sb_printf(b, "</table>\n<h2>Per-rank loads</h2>\n<table>\n<tr><th>stage</th><th>DP rank</th>"
-                 "<th>DP load</th><th>TP makespan</th><th>groups</th><th>busiest GPU</th>"
-                 "<th>state memory (max GPU)</th></tr>\n");
+        cz__strbuf_printf(
+            b,
+            "<tr><th>simulated step</th><td>%.4f ms (optimizer %.4f ms, communication "
+            "%.4f ms)</td></tr>\n",
+            sim->step_s * 1e3, sim->optimizer_s * 1e3, sim->comm_s * 1e3);
+    cz__strbuf_printf(
+        b, "</table>\n<h2>Per-rank loads</h2>\n<table>\n<tr><th>stage</th><th>DP rank</th>"
+           "<th>DP load</th><th>TP makespan</th><th>groups</th><th>busiest GPU</th>"
+           "<th>state memory (max GPU)</th></tr>\n");
     for (int r = 0; r < plan->pp * plan->dp; r++) {
         int groups = (size_t)r < plan->nschedules ? plan->schedules[r].ngroups : 0;
         double busiest = 0.0, mem = 0.0;
@@ -1160,38 +1216,41 @@ static void html_tables(sbuf *b, const cz_plan *plan, const cz_sim_result *sim,
             if (m->memory)
                 mem = fmax(mem, m->memory[r * plan->tp + t]);
         }
-        sb_printf(b, "<tr><td>%d</td><td>%d</td>", r / plan->dp, r % plan->dp);
-        sb_printf(b, "<td>%s</td>", fmt_value(buf, sizeof buf, m->dp_load ? m->dp_load[r] : 0, u));
-        sb_printf(b, "<td>%s</td>",
-                  fmt_value(buf, sizeof buf, m->rank_makespan ? m->rank_makespan[r] : 0, u));
-        sb_printf(b, "<td>%d</td><td>%s</td><td>%.3f GiB</td></tr>\n", groups,
-                  fmt_value(buf, sizeof buf, busiest, u), mem / 1073741824.0);
+        cz__strbuf_printf(b, "<tr><td>%d</td><td>%d</td>", r / plan->dp, r % plan->dp);
+        cz__strbuf_printf(b, "<td>%s</td>",
+                          fmt_value(buf, sizeof buf, m->dp_load ? m->dp_load[r] : 0, u));
+        cz__strbuf_printf(
+            b, "<td>%s</td>",
+            fmt_value(buf, sizeof buf, m->rank_makespan ? m->rank_makespan[r] : 0, u));
+        cz__strbuf_printf(b, "<td>%d</td><td>%s</td><td>%.3f GiB</td></tr>\n", groups,
+                          fmt_value(buf, sizeof buf, busiest, u), mem / 1073741824.0);
     }
-    sb_printf(b, "</table>\n<h2>Costliest parameters</h2>\n<table>\n<tr><th>#</th><th>name</th>"
-                 "<th>shape</th><th>kind</th><th>cost</th><th>DP owner</th></tr>\n");
+    cz__strbuf_printf(
+        b, "</table>\n<h2>Costliest parameters</h2>\n<table>\n<tr><th>#</th><th>name</th>"
+           "<th>shape</th><th>kind</th><th>cost</th><th>DP owner</th></tr>\n");
     for (size_t i = 0; i < plan->nparams; i++)
         order[i] = (cz_costed){(int)i, plan->params[i].cost};
-    cz_costed_sort(order, plan->nparams);
+    cz__costed_sort(order, plan->nparams);
     size_t shown = plan->nparams < 20 ? plan->nparams : 20;
     for (size_t i = 0; i < shown; i++) {
         const cz_plan_param *p = &plan->params[order[i].id];
-        sb_printf(b, "<tr><td>%d</td><td>", p->id);
-        sb_escape(b, p->def.name);
+        cz__strbuf_printf(b, "<tr><td>%d</td><td>", p->id);
+        put_escaped(b, p->def.name);
         if (p->def.ndim == 2)
-            sb_printf(b, "</td><td>%lld x %lld</td>", (long long)p->def.shape[0],
-                      (long long)p->def.shape[1]);
+            cz__strbuf_printf(b, "</td><td>%lld x %lld</td>", (long long)p->def.shape[0],
+                              (long long)p->def.shape[1]);
         else
-            sb_printf(b, "</td><td>%lld</td>", (long long)p->def.shape[0]);
-        sb_printf(b, "<td>%s</td><td>%s</td><td>%d</td></tr>\n", cz_kind_name(p->def.kind),
-                  fmt_value(buf, sizeof buf, p->cost, u), p->dp_owner);
+            cz__strbuf_printf(b, "</td><td>%lld</td>", (long long)p->def.shape[0]);
+        cz__strbuf_printf(b, "<td>%s</td><td>%s</td><td>%d</td></tr>\n", cz__kind_name(p->def.kind),
+                          fmt_value(buf, sizeof buf, p->cost, u), p->dp_owner);
     }
-    sb_printf(b, "</table>\n");
+    cz__strbuf_printf(b, "</table>\n");
 }
 
-int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *sim,
-                        const cz_svg_options *opt, cz_error *err)
+int cz__plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *sim,
+                         const cz_svg_options *opt, cz_error *err)
 {
-    sbuf b = {0};
+    cz_strbuf b = CZ_STRBUF_INIT;
     cz_svg_options o = {0};
     int rc = CZ_OK;
     size_t n = plan->nparams ? plan->nparams : 1;
@@ -1203,21 +1262,22 @@ int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *si
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory rendering the plan");
         goto done;
     }
-    sb_printf(&b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"
-                  "<title>canzona plan: ");
-    sb_escape(&b, plan->model_name);
-    sb_printf(&b, " on ");
-    sb_escape(&b, o.cluster_name ? o.cluster_name : plan->cluster_name);
-    sb_printf(&b, "</title>\n<style>\nbody { font-family: sans-serif; margin: 1em; }\n"
-                  "table { border-collapse: collapse; margin-bottom: 1em; }\n"
-                  "td, th { border: 1px solid #cccccc; padding: 2px 8px; text-align: left; }\n"
-                  "</style>\n</head>\n<body>\n<h1>canzona plan: ");
-    sb_escape(&b, plan->model_name);
-    sb_printf(&b, "</h1>\n");
+    cz__strbuf_printf(&b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"
+                          "<title>canzona plan: ");
+    put_escaped(&b, plan->model_name);
+    cz__strbuf_printf(&b, " on ");
+    put_escaped(&b, o.cluster_name ? o.cluster_name : plan->cluster_name);
+    cz__strbuf_printf(&b,
+                      "</title>\n<style>\nbody { font-family: sans-serif; margin: 1em; }\n"
+                      "table { border-collapse: collapse; margin-bottom: 1em; }\n"
+                      "td, th { border: 1px solid #cccccc; padding: 2px 8px; text-align: left; }\n"
+                      "</style>\n</head>\n<body>\n<h1>canzona plan: ");
+    put_escaped(&b, plan->model_name);
+    cz__strbuf_printf(&b, "</h1>\n");
     if ((rc = svg_body(&b, plan, sim, &o, err)))
         goto done;
     html_tables(&b, plan, sim, &o, order);
-    sb_printf(&b, "</body>\n</html>\n");
+    cz__strbuf_printf(&b, "</body>\n</html>\n");
     if (b.failed) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory rendering the plan");
         goto done;
@@ -1225,7 +1285,7 @@ int cz_plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *si
     *out = b.data;
     b.data = NULL;
 done:
-    free(b.data);
+    cz__strbuf_free(&b);
     free(order);
     return rc;
 }

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-double cz_sim_collective_seconds(cz_coll_kind kind, int n, double bytes, double gbps,
-                                 double latency_us)
+double cz__sim_collective_seconds(cz_coll_kind kind, int n, double bytes, double gbps,
+                                  double latency_us)
 {
     if (n <= 1 || !(bytes > 0))
         return 0.0;
@@ -31,8 +31,8 @@ double cz_sim_collective_seconds(cz_coll_kind kind, int n, double bytes, double 
     return 0.0;
 }
 
-double cz_sim_uneven_seconds(const int64_t *len, int n, double elem_bytes, double gbps,
-                             double latency_us, cz_sim_uneven model)
+double cz__sim_uneven_seconds(const int64_t *len, int n, double elem_bytes, double gbps,
+                              double latency_us, cz_sim_uneven model)
 {
     /* Summed in double: a plan read from a file may hold slices whose sum exceeds int64_t. */
     double total = 0, most = 0, busiest = 0;
@@ -41,17 +41,17 @@ double cz_sim_uneven_seconds(const int64_t *len, int n, double elem_bytes, doubl
         most = (double)len[d] > most ? (double)len[d] : most;
     }
     if (model == CZ_SIM_UNEVEN_PADDED)
-        return cz_sim_collective_seconds(CZ_COLL_REDUCE_SCATTER, n, most * elem_bytes, gbps,
-                                         latency_us);
+        return cz__sim_collective_seconds(CZ_COLL_REDUCE_SCATTER, n, most * elem_bytes, gbps,
+                                          latency_us);
     /* The ring link leaving rank d is idle only for d's own slice (the reduce toward d ends
      * at d; the broadcast from d starts there), so it carries every other slice once. */
     for (int d = 0; d < n; d++)
         busiest = total - (double)len[d] > busiest ? total - (double)len[d] : busiest;
-    return cz_sim_collective_seconds(CZ_COLL_ROOTED_GROUP, n, busiest * elem_bytes, gbps,
-                                     latency_us);
+    return cz__sim_collective_seconds(CZ_COLL_ROOTED_GROUP, n, busiest * elem_bytes, gbps,
+                                      latency_us);
 }
 
-int cz_sim_group_spans_nodes(int first, int stride, int n, int gpus_per_node)
+int cz__sim_group_spans_nodes(int first, int stride, int n, int gpus_per_node)
 {
     if (gpus_per_node <= 0 || n <= 1)
         return 0;
@@ -150,15 +150,15 @@ static double tp_gbps(const sim_ctx *cx, int stage, int d)
 {
     const cz_cluster *c = cx->cluster;
     int first = (stage * cx->D + d) * cx->R;
-    return cz_sim_group_spans_nodes(first, 1, cx->R, c->gpus_per_node) ? c->links.inter_node_gbps
-                                                                       : c->links.intra_node_gbps;
+    return cz__sim_group_spans_nodes(first, 1, cx->R, c->gpus_per_node) ? c->links.inter_node_gbps
+                                                                        : c->links.intra_node_gbps;
 }
 
 static double dp_gbps(const sim_ctx *cx, int stage)
 {
     const cz_cluster *c = cx->cluster;
     for (int t = 0; t < cx->R; t++)
-        if (cz_sim_group_spans_nodes(stage * cx->D * cx->R + t, cx->R, cx->D, c->gpus_per_node))
+        if (cz__sim_group_spans_nodes(stage * cx->D * cx->R + t, cx->R, cx->D, c->gpus_per_node))
             return c->links.inter_node_gbps;
     return c->links.intra_node_gbps;
 }
@@ -208,8 +208,8 @@ static double sc_gather_seconds(const sim_ctx *cx, int stage, int d, double shar
 {
     if (!cx->cluster)
         return 0.0;
-    return cz_sim_collective_seconds(CZ_COLL_ALL_GATHER, cx->R, shard_sum, tp_gbps(cx, stage, d),
-                                     cx->lat_us);
+    return cz__sim_collective_seconds(CZ_COLL_ALL_GATHER, cx->R, shard_sum, tp_gbps(cx, stage, d),
+                                      cx->lat_us);
 }
 
 /* Fills the elementwise work of DP rank d: owned local shards, or for fragmented parameters
@@ -270,8 +270,8 @@ static int prog_build_even(const sim_ctx *cx, sim_prog *pg, int stage, int d, do
         pg->compute[t] = work;
     pg->gather[0] = sc_gather_seconds(cx, stage, d, shard_sum);
     pg->comm_s = pg->gather[0];
-    *frag_s = cx->cluster ? cz_sim_collective_seconds(CZ_COLL_ALL_TO_ALL, max_sharing, missing,
-                                                      dp_gbps(cx, stage), cx->lat_us)
+    *frag_s = cx->cluster ? cz__sim_collective_seconds(CZ_COLL_ALL_TO_ALL, max_sharing, missing,
+                                                       dp_gbps(cx, stage), cx->lat_us)
                           : 0.0;
     return CZ_OK;
 }
@@ -304,7 +304,7 @@ typedef struct sim_ar {
 static double sim_allreduce(double bytes, const void *ctx)
 {
     const sim_ar *x = ctx;
-    return cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, x->w, bytes, x->gbps, x->lat_us);
+    return cz__sim_collective_seconds(CZ_COLL_ALL_REDUCE, x->w, bytes, x->gbps, x->lat_us);
 }
 
 static task_work task_work_of(const sim_ctx *cx, const cz_plan_group *grp, int k, int stage, int d)
@@ -329,21 +329,22 @@ static task_work task_work_of(const sim_ctx *cx, const cz_plan_group *grp, int k
     cz_settings st = plan->settings;
     st.unit = CZ_UNIT_TIME;
     if (w == 1) {
-        tw.compute = cz_cost_block(&p->def, block, &st, cx->cluster, plan->dtype);
+        tw.compute = cz__cost_block(&p->def, block, &st, cx->cluster, plan->dtype);
         return tw;
     }
-    /* The cost model's pipeline (cz_coop_time_of) with the simulator's all-reduce on the links
+    /* The cost model's pipeline (cz__coop_time_of) with the simulator's all-reduce on the links
      * the k GPUs share: the Gram panels' all-reduces (as many as the plan records for the task,
      * cz_coop_gram_bytes in all per iteration) overlap the computation, and only what they leave
      * exposed, with the norm's all-reduce per step, is charged as the task's all-reduce time. */
     const cz_cluster *c = cx->cluster;
     int first = (stage * cx->D + d) * cx->R + slot;
     sim_ar ar = {w,
-                 cz_sim_group_spans_nodes(first, 1, w, c->gpus_per_node) ? c->links.inter_node_gbps
-                                                                         : c->links.intra_node_gbps,
+                 cz__sim_group_spans_nodes(first, 1, w, c->gpus_per_node)
+                     ? c->links.inter_node_gbps
+                     : c->links.intra_node_gbps,
                  cx->lat_us};
-    cz_coop_time ct = cz_coop_time_of(rows, cols, w, cz_group_task_panels(grp, k), &st, c,
-                                      plan->dtype, sim_allreduce, &ar);
+    cz_coop_time ct = cz__coop_time_of(rows, cols, w, cz_group_task_panels(grp, k), &st, c,
+                                       plan->dtype, sim_allreduce, &ar);
     tw.compute = ct.compute;
     tw.allreduce = ct.exposed;
     tw.comm = ct.comm;
@@ -407,12 +408,12 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
                  * for all its block tasks. */
                 if (cx->tpw && cx->cluster && cx->tpw[id].grams > 0 && !grams_done[id]) {
                     grams_done[id] = 1;
-                    gram_s +=
-                        cx->tpw[id].grams * cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, R,
-                                                                      cx->tpw[id].gram_bytes, gbps,
-                                                                      cx->lat_us) +
-                        cx->tpw[id].scalar_allreduce *
-                            cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, R, 4.0, gbps, cx->lat_us);
+                    gram_s += cx->tpw[id].grams * cz__sim_collective_seconds(CZ_COLL_ALL_REDUCE, R,
+                                                                             cx->tpw[id].gram_bytes,
+                                                                             gbps, cx->lat_us) +
+                              cx->tpw[id].scalar_allreduce *
+                                  cz__sim_collective_seconds(CZ_COLL_ALL_REDUCE, R, 4.0, gbps,
+                                                             cx->lat_us);
                 }
                 continue;
             }
@@ -442,7 +443,7 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
             send[t] = recv[t] = 0.0;
         }
         pg->gather[g] =
-            cx->cluster ? cz_sim_collective_seconds(CZ_COLL_ALL_TO_ALL, R, worst, gbps, cx->lat_us)
+            cx->cluster ? cz__sim_collective_seconds(CZ_COLL_ALL_TO_ALL, R, worst, gbps, cx->lat_us)
                         : 0.0;
         /* Scatter: the reverse. A replicated matrix is whole on its host (no gather), which
          * sends the whole update (a member: its slice) to every other rank. */
@@ -465,7 +466,7 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
             send[t] = recv[t] = 0.0;
         }
         pg->scatter[g] =
-            cx->cluster ? cz_sim_collective_seconds(CZ_COLL_ALL_TO_ALL, R, worst, gbps, cx->lat_us)
+            cx->cluster ? cz__sim_collective_seconds(CZ_COLL_ALL_TO_ALL, R, worst, gbps, cx->lat_us)
                         : 0.0;
         pg->comm_s += pg->gather[g] + pg->scatter[g];
     }
@@ -586,11 +587,11 @@ static int dp_sync_seconds(const sim_ctx *cx, int stage, double *grad_s, double 
          * rest), each an even reduce-scatter of its gradients and all-gather of its
          * parameters. */
         size_t nb = 0;
-        int rc = cz_megatron_lw_stage(plan, stage, NULL, cx->lw_buckets, &nb, err);
+        int rc = cz__megatron_lw_stage(plan, stage, NULL, cx->lw_buckets, &nb, err);
         if (rc != CZ_OK)
             return rc;
         for (size_t b = 0; b < nb; b++) {
-            double t = cz_sim_collective_seconds(
+            double t = cz__sim_collective_seconds(
                 CZ_COLL_REDUCE_SCATTER, cx->D, (double)(cx->lw_buckets[b] / cx->D) * cx->elem_bytes,
                 gbps, cx->lat_us);
             *grad_s += t;
@@ -614,16 +615,16 @@ static int dp_sync_seconds(const sim_ctx *cx, int stage, double *grad_s, double 
                     if (__builtin_add_overflow(owned[p->dp_owner], p->numel, &owned[p->dp_owner]))
                         owned[p->dp_owner] = INT64_MAX;
             }
-            *grad_s += cz_sim_collective_seconds(
+            *grad_s += cz__sim_collective_seconds(
                 CZ_COLL_ALL_REDUCE, cx->D, (double)bk->size * cx->elem_bytes, gbps, cx->lat_us);
             *param_s +=
-                cz_sim_uneven_seconds(owned, cx->D, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
+                cz__sim_uneven_seconds(owned, cx->D, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
             continue;
         }
         for (int d = 0; d < cx->D; d++)
             owned[d] = bk->ranges ? bk->ranges[2 * d + 1] - bk->ranges[2 * d] : 0;
         double t =
-            cz_sim_uneven_seconds(owned, cx->D, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
+            cz__sim_uneven_seconds(owned, cx->D, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
         *grad_s += t;
         *param_s += t;
     }
@@ -708,10 +709,11 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
             cx->sec[i] = p->cost;
         } else {
             if (cx->tpw) {
-                cx->tpw[i] = cz_cost_muon_tp(&p->def, &plan->settings, c, plan->dtype, cx->muon_tp);
+                cx->tpw[i] =
+                    cz__cost_muon_tp(&p->def, &plan->settings, c, plan->dtype, cx->muon_tp);
                 cx->sec[i] = cx->tpw[i].seconds;
             } else {
-                cx->sec[i] = cz_cost_param_seconds(&p->def, &plan->settings, c, plan->dtype);
+                cx->sec[i] = cz__cost_param_seconds(&p->def, &plan->settings, c, plan->dtype);
             }
         }
     }
@@ -750,6 +752,8 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     int64_t *owned = NULL;
     int rc;
     *out = NULL;
+    if ((rc = cz__sim_options_check(opt, err)) != CZ_OK)
+        return rc;
     if ((rc = ctx_init(&cx, plan, cluster, opt, err)))
         goto done;
     int R = cx.R, D = cx.D, P = cx.P;

@@ -13,8 +13,8 @@
 
 #include <math.h>
 
-bool cz_slot_place(const cz_task_table *tt, int nslots, double *load, const double *cw, double T,
-                   int *width, int *slot)
+bool cz__slot_place(const cz_task_table *tt, int nslots, double *load, const double *cw, double T,
+                    int *width, int *slot)
 {
     double best = INFINITY, best_base = -1.0;
     int bw = -1, bs = -1;

@@ -16,20 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool cz_plan_has_split_tasks(const cz_plan *plan)
-{
-    for (size_t k = 0; k < plan->nschedules; k++) {
-        const cz_rank_schedule *rs = &plan->schedules[k];
-        for (int g = 0; g < rs->ngroups; g++) {
-            const cz_plan_group *gr = &rs->groups[g];
-            for (int t = 0; t < gr->ntasks; t++)
-                if (cz_group_task_block(gr, t) >= 0 || cz_group_task_width(gr, t) > 1)
-                    return true;
-        }
-    }
-    return false;
-}
-
 /* Widths a task may take under the settings: 1, then (cooperative) the divisors of tp from 2
  * up, or only the forced one. */
 static int widths_of(const cz_settings *s, int tp, int *w)
@@ -44,22 +30,12 @@ static int widths_of(const cz_settings *s, int tp, int *w)
     return n;
 }
 
-int cz_task_table_build(cz_plan *plan, const cz_cluster *c, cz_error *err)
+int cz__task_table_build(cz_plan *plan, const cz_cluster *c, cz_error *err)
 {
-    return cz_task_table_fill(&plan->tasks, plan, c, err);
+    return cz__task_table_fill(&plan->tasks, plan, c, err);
 }
 
-void cz_task_table_free(cz_task_table *tt)
-{
-    free(tt->first);
-    free(tt->block);
-    free(tt->cost);
-    free(tt->panels);
-    free(tt->dp_weight);
-    memset(tt, 0, sizeof *tt);
-}
-
-int cz_task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster *c, cz_error *err)
+int cz__task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster *c, cz_error *err)
 {
     const cz_settings *s = &plan->settings;
     tt->nwidths = widths_of(s, plan->tp, tt->widths);
@@ -80,7 +56,7 @@ int cz_task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster 
         return cz_error_set(err, CZ_ENOMEM, "out of memory listing %zu TP tasks", n);
     tt->ntasks = n;
     /* Every layer repeats the same few shapes, and each cooperative cost tries up to
-     * CZ_COOP_MAX_PANELS pipelines (cz_coop_best_panels): those of a shape are computed once. */
+     * CZ_COOP_MAX_PANELS pipelines (cz__coop_best_panels): those of a shape are computed once. */
     struct {
         int64_t rows, cols;
         int k, panels;
@@ -103,7 +79,7 @@ int cz_task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster 
             pw[0] = 1;
             /* Hosted whole: exactly the parameter's cost, so that whole-task plans are what
              * they always were. */
-            cw[0] = block < 0 ? p->cost : cz_cost_block(d, block, s, c, plan->dtype);
+            cw[0] = block < 0 ? p->cost : cz__cost_block(d, block, s, c, plan->dtype);
             int64_t r0, c0, rows, cols;
             cz_task_region(d, block, &r0, &c0, &rows, &cols);
             for (int w = 1; w < tt->nwidths; w++) {
@@ -119,8 +95,8 @@ int cz_task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster 
                     pw[w] = seen[x].panels, cw[w] = seen[x].cost;
                     continue;
                 }
-                pw[w] = cz_coop_best_panels(rows, cols, k, s, c, plan->dtype);
-                cw[w] = cz_cost_coop_panels(rows, cols, k, pw[w], s, c, plan->dtype);
+                pw[w] = cz__coop_best_panels(rows, cols, k, s, c, plan->dtype);
+                cw[w] = cz__cost_coop_panels(rows, cols, k, pw[w], s, c, plan->dtype);
                 if (nseen < (int)(sizeof seen / sizeof *seen)) {
                     seen[nseen].rows = rows, seen[nseen].cols = cols, seen[nseen].k = k;
                     seen[nseen].panels = pw[w], seen[nseen].cost = cw[w];
@@ -133,7 +109,7 @@ int cz_task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster 
     return CZ_OK;
 }
 
-double cz_task_least_slot_time(const cz_task_table *tt, const double *cw, double tau)
+double cz__task_least_slot_time(const cz_task_table *tt, const double *cw, double tau)
 {
     double best = INFINITY;
     for (int w = 0; w < tt->nwidths; w++)
@@ -162,7 +138,7 @@ static double slot_time_within(const cz_plan *plan, const cz_task_table *tt, dou
             continue;
         }
         for (int t = tt->first[i]; t < tt->first[i + 1]; t++)
-            sum += cz_task_least_slot_time(tt, &tt->cost[(size_t)t * tt->nwidths], tau);
+            sum += cz__task_least_slot_time(tt, &tt->cost[(size_t)t * tt->nwidths], tau);
     }
     return sum;
 }
@@ -180,7 +156,7 @@ static int double_asc(const void *a, const void *b)
  * the least such slot time, and all of it together with the elementwise work fits in GPUs x T.
  * The slot time needed is a non-increasing step function of T that changes only at the tasks'
  * per-slot costs, so the least feasible T is found by a binary search over those costs. */
-double cz_task_lower_bound(const cz_plan *plan, const cz_task_table *tt)
+double cz__task_lower_bound(const cz_plan *plan, const cz_task_table *tt)
 {
     double G = (double)plan->dp * (double)plan->tp * (double)plan->pp, lo = 0.0;
     if (!(G > 0.0))
@@ -239,12 +215,12 @@ double cz_task_lower_bound(const cz_plan *plan, const cz_task_table *tt)
     return T;
 }
 
-int cz_task_weigh(cz_plan *plan, double factor, cz_error *err)
+int cz__task_weigh(cz_plan *plan, double factor, cz_error *err)
 {
     cz_task_table *tt = &plan->tasks;
     if (!table_usable(plan, tt))
         return CZ_OK;
-    double T = factor * cz_task_lower_bound(plan, tt);
+    double T = factor * cz__task_lower_bound(plan, tt);
     free(tt->dp_weight);
     tt->dp_weight = malloc((plan->nparams + 1) * sizeof *tt->dp_weight);
     if (!tt->dp_weight)
@@ -254,9 +230,9 @@ int cz_task_weigh(cz_plan *plan, double factor, cz_error *err)
         double w = 0.0;
         for (int t = tt->first[i]; t < tt->first[i + 1]; t++) {
             const double *cw = &tt->cost[(size_t)t * tt->nwidths];
-            double v = cz_task_least_slot_time(tt, cw, T * (1.0 + 1e-12));
+            double v = cz__task_least_slot_time(tt, cw, T * (1.0 + 1e-12));
             if (!isfinite(v))
-                v = cz_task_least_slot_time(tt, cw, INFINITY);
+                v = cz__task_least_slot_time(tt, cw, INFINITY);
             w += v;
         }
         tt->dp_weight[i] = p->def.kind == CZ_KIND_MATRIX ? w : p->cost;

@@ -21,9 +21,9 @@
 #include <string.h>
 
 typedef cz_plan_checks vctx;
-#define at cz_plan_checks_at
-#define viol cz_plan_checks_fail
-#define close_rel cz_close_rel
+#define at cz__plan_checks_at
+#define viol cz__plan_checks_fail
+#define close_rel cz__close_rel
 
 /* ---- content hash ----------------------------------------------------------------------- */
 
@@ -148,7 +148,7 @@ static void check_param_identity(vctx *c, const cz_plan *p, const cz_model *m)
         c->checks++;
         if (q->def.kind != d->kind)
             viol(c, "param.optimizer", "'%s' is %s but the model says %s", d->name,
-                 cz_kind_name(q->def.kind), cz_kind_name(d->kind));
+                 cz__kind_name(q->def.kind), cz__kind_name(d->kind));
         at(c, "$.params[%zu].blocks", i);
         c->checks++;
         if (!same_blocks(q, d)) {
@@ -168,7 +168,7 @@ static void check_param_costs(vctx *c, const cz_plan *p, const cz_model *m, cons
     for (size_t i = 0; i < n; i++) {
         if (!same_def(&p->params[i], &m->params[i]))
             continue; /* already reported; another parameter's cost is no useful comparison */
-        double want = cz_cost_param(&m->params[i], &p->settings, cl, m->dtype);
+        double want = cz__cost_param(&m->params[i], &p->settings, cl, m->dtype);
         at(c, "$.params[%zu].cost", i);
         c->checks++;
         if (!close_rel(p->params[i].cost, want))
@@ -188,8 +188,8 @@ static void check_layout_reference(vctx *c, const cz_plan *p, const cz_model *m,
     cz_error_clear(&e);
     at(c, "$.buckets");
     c->checks++;
-    if (cz_plan_init(&ref, m, cl, &p->settings, &e) != CZ_OK ||
-        cz_buckets_layout(ref, &e) != CZ_OK) {
+    if (cz__plan_init(&ref, m, cl, &p->settings, &e) != CZ_OK ||
+        cz__buckets_layout(ref, &e) != CZ_OK) {
         viol(c, "bucket.layout", "cannot lay out the model's buckets for comparison: %s",
              e.message);
         goto done;
@@ -276,7 +276,7 @@ static int coop_possible(const cz_param_def *d, int block, int k, int tp)
 }
 
 /* The planner's cost for task (pid, block) at width k, from the task table of a plan that
- * cz_plan_init made with the same model, cluster and settings: INFINITY when the planner would
+ * cz__plan_init made with the same model, cluster and settings: INFINITY when the planner would
  * not give the task that width, NAN when the table has no such task or width (no table, or
  * settings that disagree with the plan's tasks). */
 static double table_cost(const cz_plan *ref, int pid, int block, int k)
@@ -297,9 +297,9 @@ static double table_cost(const cz_plan *ref, int pid, int block, int k)
 /* Every task's recorded cost against the cost model for its block and width, and the tasks
  * against the settings that made them (docs/ANALYSIS.md, "What is checked"). Runs on a plan
  * whose structure is sound and whose parameters are the model's. The planner's task table
- * (tp_tasks.c, from a fresh cz_plan_init) says which width each task may take and what it
- * costs; where the plan's settings do not give it, cz_cost_block directly. A cooperative task's
- * cost is cz_cost_coop_panels at the panel count the plan records, whether or not the planner
+ * (tp_tasks.c, from a fresh cz__plan_init) says which width each task may take and what it
+ * costs; where the plan's settings do not give it, cz__cost_block directly. A cooperative task's
+ * cost is cz__cost_coop_panels at the panel count the plan records, whether or not the planner
  * would choose it today: a plan that records none ran one panel, and costs what one costs. */
 static void check_tasks(vctx *c, const cz_plan *p, const cz_model *m, const cz_cluster *cl)
 {
@@ -307,7 +307,7 @@ static void check_tasks(vctx *c, const cz_plan *p, const cz_model *m, const cz_c
     cz_plan *ref = NULL;
     cz_error e;
     cz_error_clear(&e);
-    if (cz_plan_init(&ref, m, cl, s, &e) != CZ_OK)
+    if (cz__plan_init(&ref, m, cl, s, &e) != CZ_OK)
         ref = NULL; /* settings the planner refuses: reported by bucket.layout */
     task_tally no_split = {0}, whole_split = {0}, no_coop = {0}, not_forced = {0},
                coop_policy = {0};
@@ -362,19 +362,19 @@ static void check_tasks(vctx *c, const cz_plan *p, const cz_model *m, const cz_c
                 char coop_model[96];
                 if (block >= 0 && isfinite(tc)) {
                     want = tc;
-                    model = "the cost model (cz_cost_block)";
+                    model = "the cost model (cz__cost_block)";
                 } else if (width > 1) {
                     int64_t r0, c0, rows, cols;
                     cz_task_region(d, block, &r0, &c0, &rows, &cols);
-                    want = cz_cost_coop_panels(rows, cols, width, panels, s, cl, m->dtype);
+                    want = cz__cost_coop_panels(rows, cols, width, panels, s, cl, m->dtype);
                     snprintf(coop_model, sizeof coop_model,
                              "the cooperative cost model at its %d Gram panel%s "
-                             "(cz_cost_coop_panels)",
+                             "(cz__cost_coop_panels)",
                              panels, panels == 1 ? "" : "s");
                     model = coop_model;
                 } else if (block >= 0) {
-                    want = cz_cost_block(d, block, s, cl, m->dtype);
-                    model = "the cost model (cz_cost_block)";
+                    want = cz__cost_block(d, block, s, cl, m->dtype);
+                    model = "the cost model (cz__cost_block)";
                 }
                 c->checks++;
                 if (!close_rel(gr->task_cost[t], want)) {
@@ -415,7 +415,7 @@ static void check_schema(vctx *c, const cz_plan *p)
 {
     if (p->schema_version == 0)
         return; /* built in memory */
-    bool split = cz_plan_has_split_tasks(p);
+    bool split = cz__plan_has_split_tasks(p);
     at(c, "$.schema");
     c->checks++;
     if (p->schema_version == 2 && !split)
@@ -467,7 +467,7 @@ static void check_metrics(vctx *c, const cz_plan *p, const cz_cluster *cl)
     memset(&tmp.metrics, 0, sizeof tmp.metrics);
     at(c, "$.metrics");
     c->checks++;
-    if (cz_plan_metrics_compute(&tmp, cl, &e) != CZ_OK) {
+    if (cz__plan_metrics_compute(&tmp, cl, &e) != CZ_OK) {
         viol(c, "metrics", "cannot recompute the metrics: %s", e.message);
         goto done;
     }
@@ -482,18 +482,18 @@ static void check_metrics(vctx *c, const cz_plan *p, const cz_cluster *cl)
     cmp_scalar(c, "$.metrics.total_cost", f->total_cost, w->total_cost);
     cmp_scalar(c, "$.metrics.max_task_cost", f->max_task_cost, w->max_task_cost);
     cmp_scalar(c, "$.metrics.lower_bound", f->lower_bound, w->lower_bound);
-    if (cz_plan_has_split_tasks(p)) { /* stored only in version 2 plans */
+    if (cz__plan_has_split_tasks(p)) { /* stored only in version 2 plans */
         cmp_scalar(c, "$.metrics.average_load", f->average_load, w->average_load);
         cmp_scalar(c, "$.metrics.split_lower_bound", f->split_lower_bound, w->split_lower_bound);
     }
     cmp_array(c, "$.metrics.memory", f->memory, w->memory, ng);
     cmp_scalar(c, "$.metrics.predicted_step_s", f->predicted_step_s, w->predicted_step_s);
 done:
-    cz_plan_metrics_free(&tmp.metrics);
+    cz__plan_metrics_free(&tmp.metrics);
 }
 
-int cz_plan_validate_json(const cz_plan *plan, const cz_model *model, const cz_cluster *cluster,
-                          json_t **violations_out, cz_error *err)
+int cz__plan_validate_json(const cz_plan *plan, const cz_model *model, const cz_cluster *cluster,
+                           json_t **violations_out, cz_error *err)
 {
     vctx c = {0};
     *violations_out = NULL;

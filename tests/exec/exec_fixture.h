@@ -2,7 +2,7 @@
 #ifndef CZ_EXEC_FIXTURE_H
 #define CZ_EXEC_FIXTURE_H
 
-#include "cz_types.h"
+#include "cz_format.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +57,7 @@ static inline cz_plan *fx_plan(const fx_param *ps, int n, int tp)
     for (int i = 0; i < n; i++) {
         cz_plan_param *p = &pl->params[i];
         p->id = i;
-        p->def.name = cz_strdup(ps[i].name);
+        p->def.name = cz__strdup(ps[i].name);
         p->def.ndim = ps[i].ndim;
         p->def.shape[0] = ps[i].rows;
         p->def.shape[1] = ps[i].ndim == 1 ? 1 : ps[i].cols;

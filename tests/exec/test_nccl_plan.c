@@ -6,7 +6,7 @@
 #include "exec_internal.h"
 
 #include "canzona.h"
-#include "cz_types.h"
+#include "cz_format.h"
 
 #include <check.h>
 #include <stdio.h>

@@ -322,7 +322,7 @@ START_TEST(coop_pack_round_trip)
 }
 END_TEST
 
-/* The panel boundaries (cz_plan_types.h): equal shares of the packed triangle. a = 16 in 2
+/* The panel boundaries (cz_format.h): equal shares of the packed triangle. a = 16 in 2
  * panels, 136 packed elements: the second starts at the first row whose offset
  * 16 i - i (i - 1) / 2 reaches 68: row 4 has 58 before it, row 5 has 70, so row 5. */
 START_TEST(coop_panel_rule)

@@ -3,11 +3,12 @@
 #   * every dynamic symbol a library defines is a function declared in its public headers,
 #   * every function declared in canzona.h is exported by libcanzona.so, every function declared
 #     in canzona_exec.h by libcanzona-exec.so, and the executor exports the plan-file functions
-#     a job needs next to it (cz_plan_read, cz_plan_free, cz_error_clear),
+#     a job needs next to it (cz_plan_read, cz_plan_free, cz_error_clear, cz_version),
 #   * libcanzona-exec.so does not depend on GLPK (it carries only the plan-format code).
-# Usage: check_exports.sh <cc> <libcanzona.so> <libcanzona-exec.so> <source dir>
+# Usage: check_exports.sh <cc> <libcanzona.so> <libcanzona-exec.so> <source dir> <generated
+#        include dir (canzona_version.h)>
 set -euo pipefail
-cc=$1 planner_lib=$2 exec_lib=$3 src=$4
+cc=$1 planner_lib=$2 exec_lib=$3 src=$4 generated=$5
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -15,7 +16,7 @@ fail=0
 # Functions a header declares: preprocess it (no comments, no macros), take every cz_ name
 # followed by an opening parenthesis (a function pointer typedef is "(*name)(", not matched).
 declared() {
-  "$cc" -E -P -I"$src/planner/include" -I"$src/executor/include" "$1" |
+  "$cc" -E -P -I"$src/planner/include" -I"$generated" -I"$src/executor/include" "$1" |
     grep -oE '\bcz_[a-z0-9_]+[[:space:]]*\(' | sed 's/[[:space:]]*($//' | sort -u
 }
 exported() {
@@ -43,7 +44,8 @@ comm -23 "$tmp/exec.so.txt" "$tmp/all.h.txt" > "$tmp/d3"
 report "libcanzona-exec.so exports symbols that canzona.h and canzona_exec.h do not declare" "$tmp/d3"
 comm -13 "$tmp/exec.so.txt" "$tmp/exec.h.txt" > "$tmp/d4"
 report "functions declared in canzona_exec.h that libcanzona-exec.so does not export" "$tmp/d4"
-printf '%s\n' cz_error_clear cz_plan_free cz_plan_read | comm -13 "$tmp/exec.so.txt" - > "$tmp/d5"
+printf '%s\n' cz_error_clear cz_plan_free cz_plan_read cz_version |
+  comm -13 "$tmp/exec.so.txt" - > "$tmp/d5"
 report "plan-file functions a job needs that libcanzona-exec.so does not export" "$tmp/d5"
 
 if readelf -d "$exec_lib" | grep -i 'NEEDED.*glpk'; then

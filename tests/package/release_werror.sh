@@ -14,7 +14,7 @@ cmake -S "$src" -B "$tmp/b" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=Release 
   -DCZ_WITH_CUDA=OFF -DCZ_WITH_MPI=OFF -DCZ_SHARED=OFF > "$tmp/configure.log" 2>&1 ||
   { cat "$tmp/configure.log"; exit 1; }
 # The flags the test means to use (a change of CMake's defaults would make it test nothing).
-flags=$(grep -h '^C_FLAGS' "$tmp/b/CMakeFiles/canzona.dir/flags.make")
+flags=$(grep -h '^C_FLAGS' "$tmp/b/planner/lib/CMakeFiles/canzona.dir/flags.make")
 for f in -O3 -Werror; do
   case " $flags " in
     *" $f "*) ;;

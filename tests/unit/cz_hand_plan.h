@@ -47,8 +47,8 @@ static const struct {
 static inline cz_model *hand_model(void)
 {
     cz_model *m = calloc(1, sizeof *m);
-    m->name = cz_strdup("hand");
-    m->source = cz_strdup("hand.json");
+    m->name = cz__strdup("hand");
+    m->source = cz__strdup("hand.json");
     memset(m->sha256, 'a', 64);
     m->dtype = CZ_DTYPE_BF16;
     m->nlayers = 2;
@@ -56,7 +56,7 @@ static inline cz_model *hand_model(void)
     m->params = calloc(HAND_NPARAMS, sizeof *m->params);
     for (int i = 0; i < HAND_NPARAMS; i++) {
         cz_param_def *d = &m->params[i];
-        d->name = cz_strdup(hand_params[i].name);
+        d->name = cz__strdup(hand_params[i].name);
         d->ndim = hand_params[i].ndim;
         d->shape[0] = hand_params[i].rows;
         d->shape[1] = hand_params[i].cols;
@@ -71,11 +71,11 @@ static inline cz_model *hand_model(void)
 static inline cz_cluster *hand_cluster(void)
 {
     cz_cluster *c = calloc(1, sizeof *c);
-    c->name = cz_strdup("hand-2x2");
-    c->source = cz_strdup("hand-2x2.json");
+    c->name = cz__strdup("hand-2x2");
+    c->source = cz__strdup("hand-2x2.json");
     memset(c->sha256, 'b', 64);
     c->dp = 2, c->tp = 2, c->pp = 1, c->gpus = 4, c->gpus_per_node = 4;
-    c->device.name = cz_strdup("test-gpu");
+    c->device.name = cz__strdup("test-gpu");
     c->device.matmul_tflops = 100.0;
     c->device.mem_gbps = 1000.0;
     c->device.memory_gib = 80.0;
@@ -118,12 +118,12 @@ static inline void hand_group_loads(cz_plan *p)
 static inline cz_plan *hand_plan(void)
 {
     cz_plan *p = calloc(1, sizeof *p);
-    p->generator = cz_strdup("canzona");
-    p->generator_version = cz_strdup(CZ_VERSION);
-    p->model_name = cz_strdup("hand");
+    p->generator = cz__strdup("canzona");
+    p->generator_version = cz__strdup(CZ_VERSION);
+    p->model_name = cz__strdup("hand");
     p->model_sha256 = calloc(65, 1);
     memset(p->model_sha256, 'a', 64);
-    p->cluster_name = cz_strdup("hand-2x2");
+    p->cluster_name = cz__strdup("hand-2x2");
     p->cluster_sha256 = calloc(65, 1);
     memset(p->cluster_sha256, 'b', 64);
     p->dtype = CZ_DTYPE_BF16;
@@ -138,7 +138,7 @@ static inline cz_plan *hand_plan(void)
     for (int i = 0; i < HAND_NPARAMS; i++) {
         cz_plan_param *q = &p->params[i];
         q->id = i;
-        q->def.name = cz_strdup(hand_params[i].name);
+        q->def.name = cz__strdup(hand_params[i].name);
         q->def.ndim = hand_params[i].ndim;
         q->def.shape[0] = hand_params[i].rows;
         q->def.shape[1] = hand_params[i].cols;

@@ -17,8 +17,8 @@ static inline cz_model *czt_model_new(const char *name, cz_dtype dtype, int nlay
     cz_model *m = calloc(1, sizeof *m);
     if (!m)
         return NULL;
-    m->name = cz_strdup(name);
-    m->source = cz_strdup("test-model.json");
+    m->name = cz__strdup(name);
+    m->source = cz__strdup("test-model.json");
     m->dtype = dtype;
     m->nlayers = nlayers;
     snprintf(m->sha256, sizeof m->sha256, "%064d", 1);
@@ -35,7 +35,7 @@ static inline int czt_model_add(cz_model *m, const char *name, int64_t rows, int
     m->params = np;
     cz_param_def *p = &m->params[m->nparams];
     memset(p, 0, sizeof *p);
-    p->name = cz_strdup(name);
+    p->name = cz__strdup(name);
     p->ndim = cols == 0 ? 1 : 2;
     p->shape[0] = rows;
     p->shape[1] = cols == 0 ? 1 : cols;
@@ -63,15 +63,15 @@ static inline cz_cluster *czt_cluster_new(int dp, int tp, int pp)
     cz_cluster *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
-    c->name = cz_strdup("test-cluster");
-    c->source = cz_strdup("test-cluster.json");
+    c->name = cz__strdup("test-cluster");
+    c->source = cz__strdup("test-cluster.json");
     snprintf(c->sha256, sizeof c->sha256, "%064d", 2);
     c->dp = dp;
     c->tp = tp;
     c->pp = pp;
     c->gpus = dp * tp * pp;
     c->gpus_per_node = 8;
-    c->device.name = cz_strdup("test-device");
+    c->device.name = cz__strdup("test-device");
     c->device.matmul_tflops = 1.0;
     c->device.mem_gbps = 1.0;
     c->device.memory_gib = 80.0;

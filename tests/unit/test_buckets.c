@@ -27,8 +27,8 @@ START_TEST(three_params_by_hand)
     cz_settings s = settings_numel();
     cz_plan *plan = NULL;
     cz_error err;
-    ck_assert_int_eq(cz_plan_init(&plan, m, c, &s, &err), CZ_OK);
-    ck_assert_int_eq(cz_buckets_layout(plan, &err), CZ_OK);
+    ck_assert_int_eq(cz__plan_init(&plan, m, c, &s, &err), CZ_OK);
+    ck_assert_int_eq(cz__buckets_layout(plan, &err), CZ_OK);
     ck_assert_int_eq((int)plan->nbuckets, 2);
     ck_assert_int_eq((int)plan->params[0].local_shape[0], 5);
     ck_assert_int_eq((int)plan->params[0].local_shape[1], 2);
@@ -64,14 +64,14 @@ START_TEST(default_bucket_size)
     cz_plan *plan = NULL;
     cz_cluster *c = czt_cluster_new(4, 1, 1);
     c->bucket_align = 0;
-    ck_assert_int_eq(cz_plan_init(&plan, m, c, &s, NULL), CZ_OK);
+    ck_assert_int_eq(cz__plan_init(&plan, m, c, &s, NULL), CZ_OK);
     ck_assert_int_eq((int)plan->bucket_size, 40000000);
     ck_assert_int_eq((int)plan->bucket_align, 64);
     cz_plan_free(plan);
     c->dp = 64;
-    ck_assert_int_eq(cz_plan_init(&plan, m, c, &s, NULL), CZ_OK);
+    ck_assert_int_eq(cz__plan_init(&plan, m, c, &s, NULL), CZ_OK);
     ck_assert_int_eq((int)plan->bucket_size, 64000000);
-    ck_assert_int_eq(cz_buckets_layout(plan, NULL), CZ_OK);
+    ck_assert_int_eq(cz__buckets_layout(plan, NULL), CZ_OK);
     ck_assert_int_eq((int)plan->nbuckets, 1);
     ck_assert_int_eq((int)plan->buckets[0].size, 64); /* 16 padded to a multiple of dp */
     cz_plan_free(plan);
@@ -95,11 +95,11 @@ START_TEST(stages_and_bucket_ids)
     c->bucket_align = 1;
     cz_settings s = settings_numel();
     cz_plan *plan = NULL;
-    ck_assert_int_eq(cz_plan_init(&plan, m, c, &s, NULL), CZ_OK);
+    ck_assert_int_eq(cz__plan_init(&plan, m, c, &s, NULL), CZ_OK);
     int want[5] = {0, 0, 0, 1, 1};
     for (int i = 0; i < 5; i++)
         ck_assert_int_eq(plan->params[i].stage, want[i]);
-    ck_assert_int_eq(cz_buckets_layout(plan, NULL), CZ_OK);
+    ck_assert_int_eq(cz__buckets_layout(plan, NULL), CZ_OK);
     /* Stage 0 (reverse: l1, l0, emb), each 16 or 32 >= 16: three buckets 0..2; stage 1 (head,
      * l2): buckets 3, 4. Offsets restart at 0 in stage 1's buffer. */
     ck_assert_int_eq((int)plan->nbuckets, 5);
@@ -117,7 +117,7 @@ START_TEST(stages_and_bucket_ids)
     /* More stages than layers is refused. */
     c->pp = 4;
     cz_error err;
-    ck_assert_int_eq(cz_plan_init(&plan, m, c, &s, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz__plan_init(&plan, m, c, &s, &err), CZ_EINVALID);
     ck_assert_ptr_null(plan);
     ck_assert_ptr_nonnull(strstr(err.message, "pp = 4"));
     cz_model_free(m);
@@ -133,7 +133,7 @@ START_TEST(uneven_layers_first_stages_larger)
     cz_cluster *c = czt_cluster_new(1, 1, 3);
     cz_settings s = settings_numel();
     cz_plan *plan = NULL;
-    ck_assert_int_eq(cz_plan_init(&plan, m, c, &s, NULL), CZ_OK);
+    ck_assert_int_eq(cz__plan_init(&plan, m, c, &s, NULL), CZ_OK);
     int want[5] = {0, 0, 1, 1, 2}; /* 5 layers / 3 stages: 2, 2, 1 */
     for (int i = 0; i < 5; i++)
         ck_assert_int_eq(plan->params[i].stage, want[i]);
@@ -151,7 +151,7 @@ START_TEST(tp_divisibility)
     cz_settings s = settings_numel();
     cz_plan *plan = NULL;
     cz_error err;
-    ck_assert_int_eq(cz_plan_init(&plan, m, c, &s, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz__plan_init(&plan, m, c, &s, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "proj"));
     ck_assert_ptr_nonnull(strstr(err.message, "test-model.json"));
     ck_assert_ptr_nonnull(strstr(err.message, "size 6"));
@@ -160,18 +160,18 @@ START_TEST(tp_divisibility)
     m->params[0].shape[0] = 8;
     int64_t sizes[2] = {2, 6};
     czt_model_blocks(m, 0, 0, 2, sizes);
-    ck_assert_int_eq(cz_plan_init(&plan, m, c, &s, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz__plan_init(&plan, m, c, &s, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "block 0"));
     /* Blocks along the other dimension are fine. */
     m->params[0].block_dim = 1;
     m->params[0].block_sizes[0] = 3;
     m->params[0].block_sizes[1] = 5;
-    ck_assert_int_eq(cz_plan_init(&plan, m, c, &s, &err), CZ_OK);
+    ck_assert_int_eq(cz__plan_init(&plan, m, c, &s, &err), CZ_OK);
     ck_assert_int_eq((int)plan->params[0].local_shape[0], 2);
     cz_plan_free(plan);
     /* Blocks must add up to their dimension. */
     m->params[0].block_sizes[1] = 4;
-    ck_assert_int_eq(cz_plan_init(&plan, m, c, &s, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz__plan_init(&plan, m, c, &s, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "sum to 7"));
     ck_assert_ptr_null(plan);
     cz_plan_free(plan);

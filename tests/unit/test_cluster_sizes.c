@@ -1,4 +1,4 @@
-/* Tests of cz_cluster_load_sized: sizes from the command line override a cluster file's, DP is
+/* Tests of cz__cluster_load_sized: sizes from the command line override a cluster file's, DP is
  * derived as Megatron-LM derives it, contradictions are refused naming the numbers, and the
  * content hash is that of a file holding the resulting sizes. */
 #include "cz_types.h"
@@ -56,7 +56,7 @@ static cz_cluster *load(const char *path, cz_cluster_sizes z)
 {
     cz_cluster *c = NULL;
     cz_error err;
-    ck_assert_msg(cz_cluster_load_sized(&c, path, &z, &err) == CZ_OK, "%s", err.message);
+    ck_assert_msg(cz__cluster_load_sized(&c, path, &z, &err) == CZ_OK, "%s", err.message);
     return c;
 }
 
@@ -109,19 +109,19 @@ START_TEST(test_contradictions)
     const char *path = cluster_file("a.json", 256, 32, 8, 1, 8);
     cz_cluster *c = NULL;
     cz_error err;
-    ck_assert_int_eq(cz_cluster_load_sized(&c, path, &(cz_cluster_sizes){.tp = 3}, &err),
+    ck_assert_int_eq(cz__cluster_load_sized(&c, path, &(cz_cluster_sizes){.tp = 3}, &err),
                      CZ_EINVALID);
     ck_assert_ptr_null(c);
     ck_assert_ptr_nonnull(strstr(err.message, "a.json"));
     ck_assert_ptr_nonnull(strstr(err.message, "TP size 3 x PP size 1 = 3 does not divide the 256"));
     ck_assert_int_eq(
-        cz_cluster_load_sized(&c, path, &(cz_cluster_sizes){.dp = 16, .nodes = 4}, &err),
+        cz__cluster_load_sized(&c, path, &(cz_cluster_sizes){.dp = 16, .nodes = 4}, &err),
         CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "DP size 16 x TP size 8 x PP size 1 = 128 GPUs"));
     ck_assert_ptr_nonnull(strstr(err.message, "4 nodes x 8 GPUs per node = 32"));
     /* A file's TP x PP beyond int is refused before DP multiplies it (no overflow). */
     path = cluster_file("huge.json", 1, 1, 2147483647, 2147483647, 8);
-    ck_assert_int_eq(cz_cluster_load_sized(&c, path, &(cz_cluster_sizes){.dp = 1 << 20}, &err),
+    ck_assert_int_eq(cz__cluster_load_sized(&c, path, &(cz_cluster_sizes){.dp = 1 << 20}, &err),
                      CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "is more GPUs than supported"));
 }

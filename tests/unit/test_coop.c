@@ -9,8 +9,8 @@
  * 14 m n 1e-9 s of elementwise traffic (8 + 3 d bytes per element).
  *
  * Cooperatively over k slots (slices of s = b / k) each slot, per iteration, computes the Gram's
- * upper triangle in P row panels (the task's count: cz_coop_time_of and cz_cost_coop_panels take
- * it, cz_cost_coop charges the least-cost one, cz_coop_best_panels), panel p (rows r_p .. r_{p+1}
+ * upper triangle in P row panels (the task's count: cz__coop_time_of and cz__cost_coop_panels take
+ * it, cz__cost_coop charges the least-cost one, cz__coop_best_panels), panel p (rows r_p .. r_{p+1}
  * - 1, h_p of
  * them) one GEMM of 2 h_p (a - r_p) s FLOPs, posting each panel's all-reduce (4 bytes per packed
  * element) on one channel as soon as it is computed; then the polynomial: A(AX) when s < a (the
@@ -18,7 +18,7 @@
  * form once every panel is in (2 a^3 + 2 a^2 s). The slot pays 5 iterations, 14 m n / k 1e-9 s
  * of elementwise traffic, and one norm all-reduce of 8 bytes.
  *
- * Every a = 1000 case below is cheapest at P = 8 (coop_best_panels says why), so cz_cost_coop
+ * Every a = 1000 case below is cheapest at P = 8 (coop_best_panels says why), so cz__cost_coop
  * is its P = 8 cost. For a = 1000, P = 8: the packed triangle has 500500 elements, 62562.5 per
  * panel, so panel p starts at the first row whose packed offset i a - i (i - 1) / 2 reaches
  * ceil(62562.5 p): rows 0, 65, 135, 210, 294, 388, 501, 647, 1000 (h = 65, 70, 75, 84, 94, 113,
@@ -135,12 +135,12 @@ START_TEST(allreduce_ring)
     cz_cluster *c = czt_cluster_new(1, 4, 1);
     /* k = 4 inside a node: 2 (4 - 1) = 6 messages of 5 us = 3e-5 s, and 6 / 4 of 1e6 bytes
      * through 100 GB/s = 1.5e-5 s. */
-    EQ(cz_cost_allreduce_seconds(1e6, 4, c), 4.5e-5);
+    EQ(cz__cost_allreduce_seconds(1e6, 4, c), 4.5e-5);
     /* One rank: nothing to reduce. */
-    ck_assert_double_eq(cz_cost_allreduce_seconds(1e6, 1, c), 0.0);
+    ck_assert_double_eq(cz__cost_allreduce_seconds(1e6, 1, c), 0.0);
     /* A TP group wider than a node goes through the inter-node links: 3e-5 + 1.5e6 / 25e9. */
     c->tp = 16;
-    EQ(cz_cost_allreduce_seconds(1e6, 4, c), 3e-5 + 6e-5);
+    EQ(cz__cost_allreduce_seconds(1e6, 4, c), 3e-5 + 6e-5);
     cz_cluster_free(c);
 }
 END_TEST
@@ -150,24 +150,24 @@ START_TEST(coop_cost_by_hand)
     cz_cluster *c = czt_cluster_new(1, 2, 1);
     cz_settings s;
     cz_settings_init(&s);
-    EQ(cz_cost_coop(1000, 64000, 2, &s, c, CZ_DTYPE_BF16), BIG_COOP2);
+    EQ(cz__cost_coop(1000, 64000, 2, &s, c, CZ_DTYPE_BF16), BIG_COOP2);
     /* The orientation does not matter: the slices run along the long side either way. */
-    EQ(cz_cost_coop(64000, 1000, 2, &s, c, CZ_DTYPE_BF16), BIG_COOP2);
-    EQ(cz_cost_coop(1000, 16000, 2, &s, c, CZ_DTYPE_BF16), MID_COOP2);
+    EQ(cz__cost_coop(64000, 1000, 2, &s, c, CZ_DTYPE_BF16), BIG_COOP2);
+    EQ(cz__cost_coop(1000, 16000, 2, &s, c, CZ_DTYPE_BF16), MID_COOP2);
     cz_param_def d = {0};
     d.name = "p", d.ndim = 2, d.shape[0] = 1000, d.shape[1] = 64000, d.kind = CZ_KIND_MATRIX;
     d.block_dim = -1, d.tp_dim = -1;
-    EQ(cz_cost_block(&d, -1, &s, c, CZ_DTYPE_BF16), BIG_HOSTED);
-    EQ(cz_cost_coop(1000, 2000, 2, &s, c, CZ_DTYPE_BF16), WIDE_COOP2);
+    EQ(cz__cost_block(&d, -1, &s, c, CZ_DTYPE_BF16), BIG_HOSTED);
+    EQ(cz__cost_coop(1000, 2000, 2, &s, c, CZ_DTYPE_BF16), WIDE_COOP2);
     d.shape[1] = 2000;
-    EQ(cz_cost_block(&d, -1, &s, c, CZ_DTYPE_BF16), WIDE_HOSTED);
+    EQ(cz__cost_block(&d, -1, &s, c, CZ_DTYPE_BF16), WIDE_HOSTED);
     d.shape[1] = 1500;
-    EQ(cz_cost_block(&d, -1, &s, c, CZ_DTYPE_BF16), SMALL_HOSTED);
+    EQ(cz__cost_block(&d, -1, &s, c, CZ_DTYPE_BF16), SMALL_HOSTED);
     /* In FLOPs, the exposed communication counts as the FLOPs the device could have done
      * meanwhile: 5 * 1.04058752e11 + 10 * 32e6 = 5.2061376e11 FLOPs, plus 7.249628e-5 s at
      * 1e12 FLOP/s. */
     s.unit = CZ_UNIT_FLOPS;
-    EQ(cz_cost_coop(1000, 64000, 2, &s, c, CZ_DTYPE_BF16), 5.2061376e11 + COOP2_EXPOSED * 1e12);
+    EQ(cz__cost_coop(1000, 64000, 2, &s, c, CZ_DTYPE_BF16), 5.2061376e11 + COOP2_EXPOSED * 1e12);
     cz_cluster_free(c);
 }
 END_TEST
@@ -179,16 +179,16 @@ START_TEST(coop_cost_polynomial_form)
     cz_settings_init(&s);
     /* 1000 x 1500 over 2: slices of b / k = 750 < a = 1000, the A(AX) form, whose rows of Y
      * hide every Gram all-reduce (SMALL_COOP2): 0.02996001 + 1.000008e-5 s. */
-    EQ(cz_cost_coop(1000, 1500, 2, &s, c, CZ_DTYPE_BF16), SMALL_COOP2);
+    EQ(cz__cost_coop(1000, 1500, 2, &s, c, CZ_DTYPE_BF16), SMALL_COOP2);
     /* 1000 x 4000 over 2: slices of 2000 >= a, the standard form: Gram 594668 * 2 * 2000 =
      * 2.378672e9 and polynomial 2e9 + 2e6 2000 = 6e9 per iteration, 5 * 8.378672e9 1e-12 =
      * 0.04189336 s; elementwise 14 * 2e6 1e-9 = 0.028 s; the last panel's all-reduce exposed
      * every iteration (COOP2_EXPOSED). */
-    EQ(cz_cost_coop(1000, 4000, 2, &s, c, CZ_DTYPE_BF16), 0.06989336 + COOP2_EXPOSED);
+    EQ(cz__cost_coop(1000, 4000, 2, &s, c, CZ_DTYPE_BF16), 0.06989336 + COOP2_EXPOSED);
     /* In FLOPs the A(AX) case is 5 * 3.892002e9 + 10 * 750000 = 1.946751e10 plus the norm's
      * all-reduce at 1e12 FLOP/s. */
     s.unit = CZ_UNIT_FLOPS;
-    EQ(cz_cost_coop(1000, 1500, 2, &s, c, CZ_DTYPE_BF16), 1.946751e10 + 1.000008e-5 * 1e12);
+    EQ(cz__cost_coop(1000, 1500, 2, &s, c, CZ_DTYPE_BF16), 1.946751e10 + 1.000008e-5 * 1e12);
     cz_cluster_free(c);
 }
 END_TEST
@@ -199,19 +199,19 @@ static double per_byte(double bytes, const void *ctx)
     return bytes * *(const double *)ctx;
 }
 
-/* cz_cost_coop is cz_cost_coop_panels at the count cz_coop_best_panels returns, the least over
+/* cz__cost_coop is cz__cost_coop_panels at the count cz__coop_best_panels returns, the least over
  * 1 .. min(8, a) (counts that would leave a panel empty aside). */
 static void assert_best_is_least(int64_t m, int64_t n, int k, const cz_settings *s,
                                  const cz_cluster *c)
 {
     int64_t a = m < n ? m : n;
-    int best = cz_coop_best_panels(m, n, k, s, c, CZ_DTYPE_BF16);
-    double at_best = cz_cost_coop_panels(m, n, k, best, s, c, CZ_DTYPE_BF16);
+    int best = cz__coop_best_panels(m, n, k, s, c, CZ_DTYPE_BF16);
+    double at_best = cz__cost_coop_panels(m, n, k, best, s, c, CZ_DTYPE_BF16);
     ck_assert_int_ge(best, 1);
     ck_assert_int_le(best, a < CZ_COOP_MAX_PANELS ? a : CZ_COOP_MAX_PANELS);
-    ck_assert_double_eq(cz_cost_coop(m, n, k, s, c, CZ_DTYPE_BF16), at_best);
+    ck_assert_double_eq(cz__cost_coop(m, n, k, s, c, CZ_DTYPE_BF16), at_best);
     for (int p = 1; p <= CZ_COOP_MAX_PANELS && p <= (a + 1) / 2; p++)
-        ck_assert_msg(cz_cost_coop_panels(m, n, k, p, s, c, CZ_DTYPE_BF16) >= at_best,
+        ck_assert_msg(cz__cost_coop_panels(m, n, k, p, s, c, CZ_DTYPE_BF16) >= at_best,
                       "%lldx%lld over %d: %d panels cost less than the best, %d", (long long)m,
                       (long long)n, k, p, best);
 }
@@ -231,10 +231,10 @@ START_TEST(coop_best_panels)
      * 2002000 / 1e11) = 1.501e-4 s exposed, + the norm's 1.000008e-5 s: 1.09816010008 s, against
      * 0.96836625628 s at 8. */
     cz_cluster *c2 = czt_cluster_new(1, 2, 1);
-    ck_assert_int_eq(cz_coop_best_panels(1000, 64000, 2, &s, c2, CZ_DTYPE_BF16), 8);
-    EQ(cz_cost_coop_panels(1000, 64000, 2, 1, &s, c2, CZ_DTYPE_BF16), 1.09816010008);
-    EQ(cz_cost_coop_panels(1000, 64000, 2, 8, &s, c2, CZ_DTYPE_BF16), BIG_COOP2);
-    EQ(cz_cost_coop(1000, 64000, 2, &s, c2, CZ_DTYPE_BF16), BIG_COOP2);
+    ck_assert_int_eq(cz__coop_best_panels(1000, 64000, 2, &s, c2, CZ_DTYPE_BF16), 8);
+    EQ(cz__cost_coop_panels(1000, 64000, 2, 1, &s, c2, CZ_DTYPE_BF16), 1.09816010008);
+    EQ(cz__cost_coop_panels(1000, 64000, 2, 8, &s, c2, CZ_DTYPE_BF16), BIG_COOP2);
+    EQ(cz__cost_coop(1000, 64000, 2, &s, c2, CZ_DTYPE_BF16), BIG_COOP2);
     /* One panel where nothing hides the latencies: 64 x 4096 over 8 (s = 512 >= a = 64, the
      * standard form). An all-reduce over 8 costs 14 messages of 5 us, 70 us, while the whole
      * Gram computes in 2 64^2 512 = 4194304 FLOPs, 4.2 us: the panels' all-reduces queue on the
@@ -244,9 +244,9 @@ START_TEST(coop_best_panels)
      * 4.58752e-4 s; exposed 5 (7e-5 + 14 / 8 8320 / 1e11) = 3.50728e-4 s + the norm's 7.000014e-5
      * s: 9.2404462e-4 s. */
     cz_cluster *c8 = czt_cluster_new(1, 8, 1);
-    ck_assert_int_eq(cz_coop_best_panels(64, 4096, 8, &s, c8, CZ_DTYPE_BF16), 1);
-    EQ(cz_cost_coop(64, 4096, 8, &s, c8, CZ_DTYPE_BF16), 9.2404462e-4);
-    ck_assert(cz_cost_coop_panels(64, 4096, 8, 2, &s, c8, CZ_DTYPE_BF16) > 9.2404462e-4 + 6e-5);
+    ck_assert_int_eq(cz__coop_best_panels(64, 4096, 8, &s, c8, CZ_DTYPE_BF16), 1);
+    EQ(cz__cost_coop(64, 4096, 8, &s, c8, CZ_DTYPE_BF16), 9.2404462e-4);
+    ck_assert(cz__cost_coop_panels(64, 4096, 8, 2, &s, c8, CZ_DTYPE_BF16) > 9.2404462e-4 + 6e-5);
     /* The best is the least, in time and in FLOPs, on shapes on both sides of the turn. */
     static const int64_t shapes[][3] = {
         {1000, 64000, 2}, {1000, 1500, 2}, {1000, 2000, 2}, {64, 4096, 8}, {256, 4096, 8},
@@ -259,7 +259,7 @@ START_TEST(coop_best_panels)
     }
     /* The element unit has no communication to hide: one panel. */
     s.unit = CZ_UNIT_NUMEL;
-    ck_assert_int_eq(cz_coop_best_panels(1000, 64000, 2, &s, c2, CZ_DTYPE_BF16), 1);
+    ck_assert_int_eq(cz__coop_best_panels(1000, 64000, 2, &s, c2, CZ_DTYPE_BF16), 1);
     cz_cluster_free(c2);
     cz_cluster_free(c8);
 }
@@ -289,7 +289,7 @@ START_TEST(coop_pipeline_by_hand)
      *   Y0 max(4.824, 3.32) + 1.92 = 6.744; Y1 max(6.744, 6.144) + 4.224 = 10.968; Z 17.112.
      * Nothing waits: the exposed time is the norm's 4e-11 s. Elementwise: 192 elements of the
      * slice, 14 B each, 2688 B at 1 GB/s = 2.688e-6 s. */
-    cz_coop_time t = cz_coop_time_of(16, 24, 2, 2, &s, c, CZ_DTYPE_BF16, per_byte, &fast);
+    cz_coop_time t = cz__coop_time_of(16, 24, 2, 2, &s, c, CZ_DTYPE_BF16, per_byte, &fast);
     EQ(t.flops, 5 * 17112.0);
     EQ(t.ew_flops, 1920.0);
     EQ(t.compute, 5 * 1.7112e-8 + 2.688e-6);
@@ -299,7 +299,7 @@ START_TEST(coop_pipeline_by_hand)
     /* At 1e-11 s per byte (2.8 and 2.64 ns): done0 = 1.92 + 2.8 = 4.72, done1 = max(4.824,
      * 4.72) + 2.64 = 7.464; Y0 ends 6.744, Y1 waits for done1: 7.464 + 4.224 = 11.688, Z
      * 17.832. 0.72 ns exposed per iteration: 5 0.72e-9 + the norm's 8e-11 = 3.68e-9 s. */
-    t = cz_coop_time_of(16, 24, 2, 2, &s, c, CZ_DTYPE_BF16, per_byte, &slow);
+    t = cz__coop_time_of(16, 24, 2, 2, &s, c, CZ_DTYPE_BF16, per_byte, &slow);
     EQ(t.compute, 5 * 1.7112e-8 + 2.688e-6);
     EQ(t.exposed, 3.68e-9);
     /* 16 x 64 over 2: s = 32 >= 16, the standard form. Gram panels 2 5 16 32 = 5120 and
@@ -308,13 +308,13 @@ START_TEST(coop_pipeline_by_hand)
      * the polynomial needs both panels: 14.184 + 24.576 = 38.76. The last panel's all-reduce,
      * 1.32 ns, is exposed in every iteration: 5 1.32e-9 + 4e-11 = 6.64e-9 s. Elementwise: 512
      * elements, 7168 B, 7.168e-6 s. */
-    t = cz_coop_time_of(16, 64, 2, 2, &s, c, CZ_DTYPE_BF16, per_byte, &fast);
+    t = cz__coop_time_of(16, 64, 2, 2, &s, c, CZ_DTYPE_BF16, per_byte, &fast);
     EQ(t.flops, 5 * 37440.0);
     EQ(t.compute, 5 * 3.744e-8 + 7.168e-6);
     EQ(t.exposed, 6.64e-9);
     /* All-reduces that cost nothing: the total is the compute exactly. */
     double zero = 0.0;
-    t = cz_coop_time_of(16, 64, 2, 2, &s, c, CZ_DTYPE_BF16, per_byte, &zero);
+    t = cz__coop_time_of(16, 64, 2, 2, &s, c, CZ_DTYPE_BF16, per_byte, &zero);
     ck_assert_double_eq(t.exposed, 0.0);
     ck_assert_double_eq(t.total, t.compute);
     cz_cluster_free(c);
@@ -342,7 +342,7 @@ START_TEST(split_pays_where_it_sets_the_makespan)
     EQ(plan->metrics.average_load, BIG_HOSTED / 2);
     EQ(plan->metrics.lower_bound, BIG_HOSTED);
     EQ(plan->metrics.split_lower_bound, BIG_COOP2);
-    ck_assert(cz_plan_has_split_tasks(plan));
+    ck_assert(cz__plan_has_split_tasks(plan));
     cz_plan_free(plan);
 
     /* For the same reason two of them on two slots split too: each slot runs both halves,
@@ -376,7 +376,7 @@ START_TEST(no_split_when_it_costs_more)
      * 0.16007... of slot time > 2 T; from T = WIDE_HOSTED they may stay hosted, 2 * 0.078 <=
      * 2 T. */
     EQ(plan->metrics.split_lower_bound, WIDE_HOSTED);
-    ck_assert(!cz_plan_has_split_tasks(plan));
+    ck_assert(!cz__plan_has_split_tasks(plan));
     cz_plan_free(plan);
 
     /* A small matrix on slow links: 8 x 8 hosted costs 5 (4 64 8 + 2 512) 1e-12 + 14 64 1e-9
@@ -535,7 +535,7 @@ static int violations(const cz_plan *plan, const cz_model *m, const cz_cluster *
 {
     json_t *v = NULL;
     cz_error err;
-    ck_assert_int_gt(cz_plan_validate_json(plan, m, c, &v, &err), 0);
+    ck_assert_int_gt(cz__plan_validate_json(plan, m, c, &v, &err), 0);
     int n = 0;
     size_t i;
     json_t *x;
@@ -569,10 +569,10 @@ START_TEST(validate_recorded_panels)
     ck_assert_int_eq(violations(plan, m, c, NULL), 0);
     g->task_panels[0] = 1;
     ck_assert_int_eq(violations(plan, m, c, "schedule.task_cost"), 1);
-    g->task_cost[0] = cz_cost_coop_panels(1000, 64000, 2, 1, &s, c, CZ_DTYPE_BF16);
+    g->task_cost[0] = cz__cost_coop_panels(1000, 64000, 2, 1, &s, c, CZ_DTYPE_BF16);
     EQ(g->task_cost[0], 1.09816010008);
     g->load[0] = g->load[1] = g->task_cost[0];
-    ck_assert(cz_plan_metrics_compute(plan, c, &err) == CZ_OK);
+    ck_assert(cz__plan_metrics_compute(plan, c, &err) == CZ_OK);
     ck_assert_int_eq(violations(plan, m, c, NULL), 0);
     g->task_panels[0] = 9;
     ck_assert_int_eq(violations(plan, m, c, "schedule.coop"), 1);
@@ -594,9 +594,9 @@ START_TEST(split_bound_without_a_table)
     cz_task_table saved = plan->tasks;
     memset(&plan->tasks, 0, sizeof plan->tasks);
     cz_error err;
-    ck_assert(cz_plan_metrics_compute(plan, c, &err) == CZ_OK);
+    ck_assert(cz__plan_metrics_compute(plan, c, &err) == CZ_OK);
     ck_assert_double_eq(plan->metrics.split_lower_bound, want);
-    ck_assert(cz_plan_metrics_compute(plan, NULL, &err) == CZ_OK);
+    ck_assert(cz__plan_metrics_compute(plan, NULL, &err) == CZ_OK);
     EQ(plan->metrics.split_lower_bound, 0.75 * BIG_HOSTED / 2);
     ck_assert(plan->metrics.split_lower_bound <= plan->metrics.tp_makespan);
     plan->tasks = saved;

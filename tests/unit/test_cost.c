@@ -29,7 +29,7 @@ static double cost(const cz_param_def *d, cz_optimizer o, cz_cost_unit u, int tp
     s.optimizer = o;
     s.unit = u;
     cz_cluster *c = czt_cluster_new(1, tp, 1);
-    double v = cz_cost_param(d, &s, c, dt);
+    double v = cz__cost_param(d, &s, c, dt);
     cz_cluster_free(c);
     return v;
 }
@@ -54,7 +54,7 @@ START_TEST(muon_4x8)
     s.ns_steps = 1;
     s.unit = CZ_UNIT_FLOPS;
     cz_cluster *c = czt_cluster_new(1, 1, 1);
-    EQ(cz_cost_param(&d, &s, c, CZ_DTYPE_BF16), 960.0);
+    EQ(cz__cost_param(&d, &s, c, CZ_DTYPE_BF16), 960.0);
     cz_cluster_free(c);
 }
 END_TEST
@@ -98,11 +98,11 @@ START_TEST(soap_4x8)
     s.unit = CZ_UNIT_FLOPS;
     s.max_precond_dim = 4;
     cz_cluster *c = czt_cluster_new(1, 1, 1);
-    EQ(cz_cost_param(&d, &s, c, CZ_DTYPE_BF16), 512.0 + 256.0 + 22.0 / 3.0 * 6.4 + 384.0);
+    EQ(cz__cost_param(&d, &s, c, CZ_DTYPE_BF16), 512.0 + 256.0 + 22.0 / 3.0 * 6.4 + 384.0);
     /* precondition_frequency 1: refresh every step. */
     s.max_precond_dim = 10000;
     s.precondition_frequency = 1;
-    EQ(cz_cost_param(&d, &s, c, CZ_DTYPE_BF16), 2304.0 + 22.0 / 3.0 * 576.0 + 384.0);
+    EQ(cz__cost_param(&d, &s, c, CZ_DTYPE_BF16), 2304.0 + 22.0 / 3.0 * 576.0 + 384.0);
     cz_cluster_free(c);
 }
 END_TEST
@@ -149,8 +149,8 @@ START_TEST(seconds_ignore_unit)
     cz_cluster *c = czt_cluster_new(1, 1, 1);
     c->device.matmul_tflops = 2.0;
     c->device.mem_gbps = 4.0;
-    EQ(cz_cost_param_seconds(&d, &s, c, CZ_DTYPE_BF16), 3200e-12 / 2.0 + 448e-9 / 4.0);
-    EQ(cz_cost_param(&d, &s, c, CZ_DTYPE_BF16), 32.0);
+    EQ(cz__cost_param_seconds(&d, &s, c, CZ_DTYPE_BF16), 3200e-12 / 2.0 + 448e-9 / 4.0);
+    EQ(cz__cost_param(&d, &s, c, CZ_DTYPE_BF16), 32.0);
     cz_cluster_free(c);
 }
 END_TEST
@@ -160,28 +160,28 @@ START_TEST(state_bytes)
     cz_settings s;
     cz_settings_init(&s);
     cz_param_def d = def(4, 8, 0, CZ_KIND_MATRIX);
-    EQ(cz_state_bytes(&d, &s, 2), 128.0); /* Muon: 4 * 32, full matrix on the host */
+    EQ(cz__state_bytes(&d, &s, 2), 128.0); /* Muon: 4 * 32, full matrix on the host */
     s.optimizer = CZ_OPTIM_SOAP;
-    EQ(cz_state_bytes(&d, &s, 2), 4.0 * (32 + 128 + 64)); /* 896 */
+    EQ(cz__state_bytes(&d, &s, 2), 4.0 * (32 + 128 + 64)); /* 896 */
     s.max_precond_dim = 4;
-    EQ(cz_state_bytes(&d, &s, 2), 4.0 * (32 + 64)); /* no right factor */
+    EQ(cz__state_bytes(&d, &s, 2), 4.0 * (32 + 64)); /* no right factor */
     s.max_precond_dim = 10000;
     s.optimizer = CZ_OPTIM_SHAMPOO;
-    EQ(cz_state_bytes(&d, &s, 2), 4.0 * (32 + 128 + 32)); /* 768 */
+    EQ(cz__state_bytes(&d, &s, 2), 4.0 * (32 + 128 + 32)); /* 768 */
     s.optimizer = CZ_OPTIM_MUON;
     cz_param_def split = def(16, 0, 0, CZ_KIND_ELEMENTWISE);
     cz_param_def repl = def(16, 0, -1, CZ_KIND_ELEMENTWISE);
-    EQ(cz_state_bytes(&split, &s, 2), 64.0); /* 8 B on each of 8 local elements */
-    EQ(cz_state_bytes(&repl, &s, 2), 128.0);
+    EQ(cz__state_bytes(&split, &s, 2), 64.0); /* 8 B on each of 8 local elements */
+    EQ(cz__state_bytes(&repl, &s, 2), 128.0);
     s.optimizer = CZ_OPTIM_ADAMW;
-    EQ(cz_state_bytes(&d, &s, 2), 128.0); /* 8 B * 16 local elements */
+    EQ(cz__state_bytes(&d, &s, 2), 128.0); /* 8 B * 16 local elements */
     int64_t sizes[2] = {1, 3};
     d.block_dim = 0;
     d.nblocks = 2;
     d.block_sizes = sizes;
     s.optimizer = CZ_OPTIM_SOAP;
     /* 1x8: 4*(2 + 128 + 16) = 584; 3x8: 4*(18 + 128 + 48) = 776. */
-    EQ(cz_state_bytes(&d, &s, 2), 584.0 + 776.0);
+    EQ(cz__state_bytes(&d, &s, 2), 584.0 + 776.0);
 }
 END_TEST
 

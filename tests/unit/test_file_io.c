@@ -2,7 +2,7 @@
  * pipes, devices refused as input, and the output policy (atomic for regular files, in place for
  * FIFOs, symbolic links followed, read-only files refused, same-file outputs refused). Everything
  * is written inside one mkdtemp folder. */
-#include "file_io.h"
+#include "cz_format.h"
 
 #include <check.h>
 #include <fcntl.h>
@@ -232,13 +232,13 @@ START_TEST(same_file_as_an_input_refused)
     ck_assert_int_eq(symlink("model.json", soft), 0);
     const char *inputs[] = {NULL, in}, *what[] = {"the cluster", "the model"};
     cz_error err;
-    ck_assert_int_eq(cz_file_check_output(hard, inputs, what, 2, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz__file_check_output(hard, inputs, what, 2, &err), CZ_EINVALID);
     ck_assert_msg(strstr(err.message, "the same file as the model"), "%s", err.message);
-    ck_assert_int_eq(cz_file_check_output(soft, inputs, what, 2, &err), CZ_EINVALID);
-    ck_assert_int_eq(cz_file_check_output(other, inputs, what, 2, &err), CZ_OK);
-    ck_assert_int_eq(cz_file_check_output(fresh, inputs, what, 2, &err), CZ_OK);
-    ck_assert_int_eq(cz_file_check_output("-", inputs, what, 2, &err), CZ_OK);
-    ck_assert_int_eq(cz_file_check_output(NULL, inputs, what, 2, &err), CZ_OK);
+    ck_assert_int_eq(cz__file_check_output(soft, inputs, what, 2, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz__file_check_output(other, inputs, what, 2, &err), CZ_OK);
+    ck_assert_int_eq(cz__file_check_output(fresh, inputs, what, 2, &err), CZ_OK);
+    ck_assert_int_eq(cz__file_check_output("-", inputs, what, 2, &err), CZ_OK);
+    ck_assert_int_eq(cz__file_check_output(NULL, inputs, what, 2, &err), CZ_OK);
 }
 END_TEST
 

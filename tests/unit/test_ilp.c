@@ -217,7 +217,7 @@ START_TEST(dp_hand_two_buckets)
     int owner[] = {0, 0, 0, 0};
     plan_set_owners(p, owner);
     cz_error err;
-    ck_assert_int_eq(cz_dp_partition_ilp(p, &err), CZ_OK);
+    ck_assert_int_eq(cz__dp_partition_ilp(p, &err), CZ_OK);
     ck_assert_double_eq_tol(plan_max_load(p), 6.0, 1e-12);
     ck_assert_int_ne(p->params[0].dp_owner, p->params[3].dp_owner);
     ck_assert_int_eq(p->solver_status, CZ_SOLVE_OPTIMAL);
@@ -238,14 +238,14 @@ START_TEST(dp_hand_alpha_bound)
     cz_error err;
     cz_plan *p = plan_make(6, 2, 1, cost, numel, bucket, 1.0);
     plan_set_owners(p, owner);
-    ck_assert_int_eq(cz_dp_partition_ilp(p, &err), CZ_OK);
+    ck_assert_int_eq(cz__dp_partition_ilp(p, &err), CZ_OK);
     ck_assert_double_eq_tol(plan_max_load(p), 10.0, 1e-12);
     ck_assert_int_eq(p->buckets[0].ranges[1], 40);
     cz_plan_free(p);
 
     p = plan_make(6, 2, 1, cost, numel, bucket, 0.0);
     plan_set_owners(p, owner);
-    ck_assert_int_eq(cz_dp_partition_ilp(p, &err), CZ_OK);
+    ck_assert_int_eq(cz__dp_partition_ilp(p, &err), CZ_OK);
     ck_assert_double_eq_tol(plan_max_load(p), 11.0, 1e-12);
     ck_assert_int_eq(p->buckets[0].ranges[1], 32);
     check_partition(p);
@@ -274,7 +274,7 @@ START_TEST(dp_random_equals_brute_force)
         double start = plan_max_load(p);
         double best = bf_dp_best(p);
         cz_error err;
-        ck_assert_int_eq(cz_dp_partition_ilp(p, &err), CZ_OK);
+        ck_assert_int_eq(cz__dp_partition_ilp(p, &err), CZ_OK);
         ck_assert_int_eq(p->solver_status, CZ_SOLVE_OPTIMAL);
         ck_assert_msg(fabs(plan_max_load(p) - best) <= 1e-9 * best,
                       "trial %d: ILP %.9g, brute force %.9g", trial, plan_max_load(p), best);
@@ -295,7 +295,7 @@ START_TEST(dp_never_worse_and_keeps_ties)
     cz_plan *p = plan_make(4, 2, 1, cost, numel, bucket, 1.0);
     plan_set_owners(p, owner);
     cz_error err;
-    ck_assert_int_eq(cz_dp_partition_ilp(p, &err), CZ_OK);
+    ck_assert_int_eq(cz__dp_partition_ilp(p, &err), CZ_OK);
     for (int i = 0; i < 4; i++)
         ck_assert_int_eq(p->params[i].dp_owner, owner[i]);
     ck_assert_int_eq(p->buckets[0].ranges[1], 8);
@@ -323,9 +323,9 @@ START_TEST(dp_timeout_falls_back)
     double start = plan_max_load(p);
     p->settings.time_limit_s = 0.002;
     cz_error err;
-    ck_assert_int_eq(cz_dp_partition_ilp(p, &err), CZ_OK);
+    ck_assert_int_eq(cz__dp_partition_ilp(p, &err), CZ_OK);
     ck_assert_msg(p->solver_status == CZ_SOLVE_TIMEOUT || p->solver_status == CZ_SOLVE_FEASIBLE,
-                  "status %s", cz_solve_status_name(p->solver_status));
+                  "status %s", cz__solve_status_name(p->solver_status));
     ck_assert_msg(strstr(p->solver_note, "time limit") != NULL, "note: '%s'", p->solver_note);
     ck_assert_double_le(plan_max_load(p), start);
     if (p->solver_status == CZ_SOLVE_TIMEOUT)
@@ -380,10 +380,10 @@ START_TEST(dp_progress_reported)
     p->settings.progress = progress_record;
     p->settings.progress_payload = &log;
     cz_error err;
-    int rc = cz_dp_partition_ilp(p, &err);
+    int rc = cz__dp_partition_ilp(p, &err);
     ck_assert_int_eq(rc, CZ_OK);
     ck_assert_msg(p->solver_status == CZ_SOLVE_FEASIBLE, "status %s",
-                  cz_solve_status_name(p->solver_status));
+                  cz__solve_status_name(p->solver_status));
     ck_assert_int_ge(log.calls, 1);
     ck_assert_int_le(log.calls, 6);
     ck_assert(log.phase_ok);
@@ -410,11 +410,11 @@ START_TEST(dp_rejects_non_atomic)
     plan_set_anchored(p);
     p->params[1].dp_owner = -1;
     cz_error err;
-    ck_assert_int_eq(cz_dp_partition_ilp(p, &err), CZ_EINTERNAL);
+    ck_assert_int_eq(cz__dp_partition_ilp(p, &err), CZ_EINTERNAL);
     ck_assert_ptr_nonnull(strstr(err.message, "DP owner -1"));
     p->params[1].dp_owner = 1;
     p->settings.dp = CZ_DP_LAYERWISE;
-    ck_assert_int_eq(cz_dp_partition_ilp(p, &err), CZ_OK);
+    ck_assert_int_eq(cz__dp_partition_ilp(p, &err), CZ_OK);
     ck_assert_ptr_nonnull(strstr(p->solver_note, "kept layerwise"));
     cz_plan_free(p);
 }
@@ -525,7 +525,7 @@ START_TEST(mg_hand_moves_between_groups)
     cz_plan *p = mg_make(6, 2, cost, 2, group, slot, 6.0);
     ck_assert_double_eq_tol(mg_value(p, &p->schedules[0]), 9.0, 1e-12);
     cz_error err;
-    ck_assert_int_eq(cz_microgroups_ilp(p, &err), CZ_OK);
+    ck_assert_int_eq(cz__microgroups_ilp(p, &err), CZ_OK);
     ck_assert_double_eq_tol(mg_value(p, &p->schedules[0]), 8.0, 1e-12);
     ck_assert_int_eq(p->schedules[0].ngroups, 2);
     ck_assert_int_eq(p->solver_status, CZ_SOLVE_OPTIMAL);
@@ -545,7 +545,7 @@ START_TEST(mg_hand_capacity_binds)
     cz_error err;
     cz_plan *p = mg_make(4, 2, cost, 3, group, slot, 3.0);
     ck_assert_double_eq_tol(mg_value(p, &p->schedules[0]), 7.0, 1e-12);
-    ck_assert_int_eq(cz_microgroups_ilp(p, &err), CZ_OK);
+    ck_assert_int_eq(cz__microgroups_ilp(p, &err), CZ_OK);
     ck_assert_double_eq_tol(mg_value(p, &p->schedules[0]), 5.0, 1e-12);
     for (int g = 0; g < p->schedules[0].ngroups; g++)
         for (int k = 0; k < 2; k++)
@@ -554,7 +554,7 @@ START_TEST(mg_hand_capacity_binds)
     cz_plan_free(p);
 
     p = mg_make(4, 2, cost, 3, group, slot, 1e9);
-    ck_assert_int_eq(cz_microgroups_ilp(p, &err), CZ_OK);
+    ck_assert_int_eq(cz__microgroups_ilp(p, &err), CZ_OK);
     ck_assert_double_eq_tol(mg_value(p, &p->schedules[0]), 4.0, 1e-12);
     ck_assert_int_eq(p->schedules[0].ngroups, 1);
     mg_check(p, 4);
@@ -590,7 +590,7 @@ START_TEST(mg_random_equals_brute_force)
         double best = INFINITY, load[16] = {0};
         bf_mg_rec(cost, n, G, 2, fmax(cap, maxc), 0, load, &best);
         cz_error err;
-        ck_assert_int_eq(cz_microgroups_ilp(p, &err), CZ_OK);
+        ck_assert_int_eq(cz__microgroups_ilp(p, &err), CZ_OK);
         double v = mg_value(p, &p->schedules[0]);
         ck_assert_msg(fabs(v - best) <= 1e-9 * best, "trial %d: ILP %g, brute force %g", trial, v,
                       best);
@@ -622,10 +622,10 @@ START_TEST(mg_timeout_falls_back)
         before[i] = p->schedules[0].groups[i / 5].task_param[i % 5];
     p->settings.time_limit_s = 0.001;
     cz_error err;
-    ck_assert_int_eq(cz_microgroups_ilp(p, &err), CZ_OK);
+    ck_assert_int_eq(cz__microgroups_ilp(p, &err), CZ_OK);
     ck_assert_msg(p->solver_status_tp == CZ_SOLVE_TIMEOUT ||
                       p->solver_status_tp == CZ_SOLVE_FEASIBLE,
-                  "status %s", cz_solve_status_name(p->solver_status_tp));
+                  "status %s", cz__solve_status_name(p->solver_status_tp));
     ck_assert_ptr_nonnull(strstr(p->solver_note, "time"));
     ck_assert_double_le(mg_value(p, &p->schedules[0]), start);
     if (p->solver_status_tp == CZ_SOLVE_TIMEOUT) {

@@ -1,4 +1,4 @@
-/* Tests of cz_import_hf and cz_model_json_format: the bundled Qwen3 models are exactly what the
+/* Tests of cz__import_hf and cz__model_json_format: the bundled Qwen3 models are exactly what the
  * importer makes of the bundled config.json copies, and hand-checked small configs give the
  * expected Megatron names, shapes and element counts. */
 #include "cz_types.h"
@@ -41,7 +41,7 @@ static json_t *import_ok(const char *rel, const char *name, cz_dtype dtype)
     cz_error err;
     cz_error_clear(&err);
     json_t *m = NULL;
-    int rc = cz_import_hf(&m, path, name, dtype, &err);
+    int rc = cz__import_hf(&m, path, name, dtype, &err);
     ck_assert_msg(rc == 0, "import of %s failed: %s", rel, err.message);
     ck_assert_ptr_nonnull(m);
     free(path);
@@ -57,7 +57,7 @@ static json_t *import_with(const char *rel, int tp, int divisible_by, cz_error *
     o.vocab_divisible_by = divisible_by;
     cz_error_clear(err);
     json_t *m = NULL;
-    int rc = cz_import_hf_opts(&m, path, &o, err);
+    int rc = cz__import_hf_opts(&m, path, &o, err);
     ck_assert_int_eq(rc != 0, m == NULL);
     ck_assert_int_eq(err->code, rc);
     free(path);
@@ -69,7 +69,7 @@ static int import_fail(const char *rel, cz_error *err)
     char *path = src_path(rel);
     cz_error_clear(err);
     json_t *m = (json_t *)1;
-    int rc = cz_import_hf(&m, path, NULL, CZ_DTYPE_BF16, err);
+    int rc = cz__import_hf(&m, path, NULL, CZ_DTYPE_BF16, err);
     ck_assert_msg(rc != 0, "import of %s should fail", rel);
     ck_assert_ptr_null(m);
     ck_assert_int_eq(err->code, rc);
@@ -203,7 +203,7 @@ START_TEST(test_bundled_equal)
     /* Byte for byte, too: the bundled files are the importer's formatted output. */
     char *text = NULL;
     cz_error err;
-    ck_assert_int_eq(cz_model_json_format(&text, imported, &err), 0);
+    ck_assert_int_eq(cz__model_json_format(&text, imported, &err), 0);
     char *file = read_text(path);
     ck_assert_str_eq(text, file);
 
@@ -264,7 +264,7 @@ START_TEST(test_llama31_70b_bundled)
     char *path = src_path("plans/models/llama-3.1-70b.json");
     char *text = NULL, *file = read_text(path);
     cz_error err;
-    ck_assert_int_eq(cz_model_json_format(&text, imported, &err), 0);
+    ck_assert_int_eq(cz__model_json_format(&text, imported, &err), 0);
     ck_assert_str_eq(text, file);
     ck_assert_int_eq(walk_model(imported, NULL).elements, 70553706496LL);
     const json_t *fc1 = find(imported, "decoder.layers.79.mlp.linear_fc1.weight");
@@ -546,7 +546,7 @@ START_TEST(test_split_options)
         else
             o.split_qkv = 0;
         json_t *m = NULL;
-        ck_assert_msg(cz_import_hf_opts(&m, path, &o, &err) == 0, "%s", err.message);
+        ck_assert_msg(cz__import_hf_opts(&m, path, &o, &err) == 0, "%s", err.message);
         for (int i = 0; i < 3; i++) {
             const json_t *p = find(m, fc1[i]);
             ck_assert_msg((json_object_get(p, "blocks") == NULL) == (variant == 0), "%s", fc1[i]);
@@ -628,7 +628,7 @@ START_TEST(test_format_layout)
     json_t *m = import_ok("tests/data/hf/llama-bias.config.json", "x", CZ_DTYPE_BF16);
     char *text = NULL;
     cz_error err;
-    ck_assert_int_eq(cz_model_json_format(&text, m, &err), 0);
+    ck_assert_int_eq(cz__model_json_format(&text, m, &err), 0);
     /* one parameter per line, key order as built, trailing newline */
     ck_assert_ptr_nonnull(strstr(text, "\n    {\"name\": \"embedding.word_embeddings.weight\", "
                                        "\"shape\": [512, 64], \"tp_dim\": 0, \"optimizer\": "

@@ -1,4 +1,4 @@
-/* cz_plan_inspect_json and cz_plan_diff_json on the hand-built plan with hand-set costs and
+/* cz__plan_inspect_json and cz__plan_diff_json on the hand-built plan with hand-set costs and
  * metrics. */
 #include "cz_hand_plan.h"
 #include "cz_types.h"
@@ -61,7 +61,7 @@ START_TEST(inspect_busiest_and_dominating)
     cz_plan *p = costed_plan();
     json_t *r = NULL;
     cz_error e;
-    ck_assert_int_eq(cz_plan_inspect_json(p, 2, &r, &e), CZ_OK);
+    ck_assert_int_eq(cz__plan_inspect_json(p, 2, &r, &e), CZ_OK);
 
     json_t *sum = json_object_get(r, "summary");
     ck_assert_double_eq_tol(num(sum, "makespan_over_lower_bound"), 1.02, 1e-12);
@@ -113,7 +113,7 @@ START_TEST(diff_identical)
     cz_plan *a = costed_plan(), *b = costed_plan();
     json_t *r = NULL;
     cz_error e;
-    ck_assert_int_eq(cz_plan_diff_json(a, b, 0, 10, &r, &e), CZ_OK);
+    ck_assert_int_eq(cz__plan_diff_json(a, b, 0, 10, &r, &e), CZ_OK);
     ck_assert(json_is_true(json_object_get(r, "identical")));
     ck_assert_int_eq((int)num(json_object_get(r, "moved"), "any"), 0);
     ck_assert_uint_eq(json_array_size(json_object_get(r, "settings")), 0);
@@ -137,11 +137,11 @@ START_TEST(diff_identical_with_infinite_metrics)
     }
     json_t *r = NULL;
     cz_error e;
-    ck_assert_int_eq(cz_plan_diff_json(a, b, 0, 10, &r, &e), CZ_OK);
+    ck_assert_int_eq(cz__plan_diff_json(a, b, 0, 10, &r, &e), CZ_OK);
     ck_assert(json_is_true(json_object_get(r, "identical")));
     json_decref(r);
     b->metrics.tp_makespan = 1e307;
-    ck_assert_int_eq(cz_plan_diff_json(a, b, 0, 10, &r, &e), CZ_OK);
+    ck_assert_int_eq(cz__plan_diff_json(a, b, 0, 10, &r, &e), CZ_OK);
     ck_assert(json_is_false(json_object_get(r, "identical")));
     json_decref(r);
     cz_plan_free(a);
@@ -162,7 +162,7 @@ START_TEST(diff_lists_moved_params)
     b->metrics.rank_makespan[0] = 110;
     json_t *r = NULL;
     cz_error e;
-    ck_assert_int_eq(cz_plan_diff_json(a, b, 0, -1, &r, &e), CZ_OK);
+    ck_assert_int_eq(cz__plan_diff_json(a, b, 0, -1, &r, &e), CZ_OK);
     ck_assert(json_is_false(json_object_get(r, "identical")));
     ck_assert_str_eq(str(r, "matched_by"), "id");
     json_t *mv = json_object_get(r, "moved");
@@ -206,7 +206,7 @@ START_TEST(diff_lists_moved_params)
     json_decref(r);
 
     /* The limit bounds the list, not the counts. */
-    ck_assert_int_eq(cz_plan_diff_json(a, b, 0, 1, &r, &e), CZ_OK);
+    ck_assert_int_eq(cz__plan_diff_json(a, b, 0, 1, &r, &e), CZ_OK);
     mv = json_object_get(r, "moved");
     ck_assert_int_eq((int)num(mv, "any"), 3);
     ck_assert_uint_eq(json_array_size(json_object_get(mv, "list")), 1);
@@ -247,7 +247,7 @@ START_TEST(diff_explains_busiest_rank)
     consistent_makespans(b, 130, 42.5);
     json_t *r = NULL;
     cz_error e;
-    ck_assert_int_eq(cz_plan_diff_json(a, b, 0, -1, &r, &e), CZ_OK);
+    ck_assert_int_eq(cz__plan_diff_json(a, b, 0, -1, &r, &e), CZ_OK);
     json_t *mk = json_object_get(r, "makespan");
     ck_assert_int_eq((int)num(json_object_get(mk, "a"), "dp_rank"), 0);
     ck_assert_int_eq((int)num(json_object_get(mk, "b"), "dp_rank"), 0);
@@ -289,7 +289,7 @@ START_TEST(diff_explains_busiest_rank)
     b->params[4].dp_owner = 1;
     hand_group_loads(b);
     consistent_makespans(b, 31, 101.5);
-    ck_assert_int_eq(cz_plan_diff_json(a, b, 0, 1, &r, &e), CZ_OK);
+    ck_assert_int_eq(cz__plan_diff_json(a, b, 0, 1, &r, &e), CZ_OK);
     ranks = json_object_get(json_object_get(r, "makespan"), "ranks");
     ck_assert_uint_eq(json_array_size(ranks), 2);
     json_t *rb = json_array_get(ranks, 0), *ra = json_array_get(ranks, 1);
@@ -309,7 +309,7 @@ START_TEST(diff_explains_busiest_rank)
     ck_assert_double_eq(num(change(ra, 0), "effect"), -100);
     json_decref(r);
 
-    ck_assert_int_eq(cz_plan_diff_json(a, b, 0, -1, &r, &e), CZ_OK);
+    ck_assert_int_eq(cz__plan_diff_json(a, b, 0, -1, &r, &e), CZ_OK);
     rb = json_array_get(json_object_get(json_object_get(r, "makespan"), "ranks"), 0);
     ck_assert_str_eq(str(change(rb, 1), "name"), "l0.proj");
     ck_assert_double_eq(num(change(rb, 1), "effect"), -40);
@@ -329,16 +329,16 @@ START_TEST(diff_refuses_other_model)
     cz_plan *a = costed_plan(), *b = costed_plan();
     b->model_sha256[0] = 'c';
     free(b->params[2].def.name);
-    b->params[2].def.name = cz_strdup("l0.renamed");
+    b->params[2].def.name = cz__strdup("l0.renamed");
     json_t *r = NULL;
     cz_error e;
     cz_error_clear(&e);
-    ck_assert_int_eq(cz_plan_diff_json(a, b, 0, 10, &r, &e), CZ_EMISMATCH);
+    ck_assert_int_eq(cz__plan_diff_json(a, b, 0, 10, &r, &e), CZ_EMISMATCH);
     ck_assert_ptr_null(r);
     ck_assert_ptr_nonnull(strstr(e.message, a->model_sha256));
     ck_assert_ptr_nonnull(strstr(e.message, b->model_sha256));
 
-    ck_assert_int_eq(cz_plan_diff_json(a, b, 1, 10, &r, &e), CZ_OK);
+    ck_assert_int_eq(cz__plan_diff_json(a, b, 1, 10, &r, &e), CZ_OK);
     ck_assert_str_eq(str(r, "matched_by"), "name");
     ck_assert(json_is_false(json_object_get(r, "identical")));
     ck_assert_int_eq((int)num(r, "only_in_a_count"), 1);
@@ -351,7 +351,7 @@ START_TEST(diff_refuses_other_model)
     /* A different topology is refused too. */
     b->model_sha256[0] = 'a';
     b->tp = 4;
-    ck_assert_int_eq(cz_plan_diff_json(a, b, 0, 10, &r, &e), CZ_EMISMATCH);
+    ck_assert_int_eq(cz__plan_diff_json(a, b, 0, 10, &r, &e), CZ_EMISMATCH);
     ck_assert_ptr_nonnull(strstr(e.message, "tp=4"));
     cz_plan_free(a);
     cz_plan_free(b);

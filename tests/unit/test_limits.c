@@ -22,8 +22,8 @@ START_TEST(bucket_offsets_beyond_int64_refused)
     cz_plan *plan = NULL;
     cz_error err;
     cz_error_clear(&err);
-    ck_assert_int_eq(cz_plan_init(&plan, m, c, &s, &err), CZ_OK);
-    ck_assert_int_eq(cz_buckets_layout(plan, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz__plan_init(&plan, m, c, &s, &err), CZ_OK);
+    ck_assert_int_eq(cz__buckets_layout(plan, &err), CZ_EINVALID);
     ck_assert_msg(strstr(err.message, "exceeds 2^63 elements") &&
                       strstr(err.message, "parameter b "),
                   "message: %s", err.message);
@@ -48,8 +48,8 @@ START_TEST(bucket_alignment_beyond_int64_refused)
     cz_plan *plan = NULL;
     cz_error err;
     cz_error_clear(&err);
-    ck_assert_int_eq(cz_plan_init(&plan, m, c, &s, &err), CZ_OK);
-    ck_assert_int_eq(cz_buckets_layout(plan, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz__plan_init(&plan, m, c, &s, &err), CZ_OK);
+    ck_assert_int_eq(cz__buckets_layout(plan, &err), CZ_EINVALID);
     ck_assert_msg(strstr(err.message, "exceeds 2^63 elements"), "message: %s", err.message);
     cz_plan_free(plan);
     cz_model_free(m);
@@ -109,7 +109,7 @@ END_TEST
 START_TEST(uneven_sum_beyond_int64)
 {
     const int64_t len[3] = {INT64_MAX, INT64_MAX, 1};
-    double t = cz_sim_uneven_seconds(len, 3, 2.0, 100.0, 0.0, CZ_SIM_UNEVEN_ROOTED);
+    double t = cz__sim_uneven_seconds(len, 3, 2.0, 100.0, 0.0, CZ_SIM_UNEVEN_ROOTED);
     ck_assert_msg(isfinite(t) && t >= (double)INT64_MAX * 2.0 / 100e9, "t = %g", t);
 }
 END_TEST

@@ -70,15 +70,15 @@ static int load_with(const char *record, int64_t rows, cz_model **out, cz_error 
 START_TEST(test_padded_vocab)
 {
     /* Megatron-LM's _vocab_size_with_padding: up to a multiple of divisible_by x TP. */
-    ck_assert_int_eq(cz_megatron_padded_vocab(128256, 128, 1), 128256);
-    ck_assert_int_eq(cz_megatron_padded_vocab(128256, 128, 4), 128512);
-    ck_assert_int_eq(cz_megatron_padded_vocab(128256, 128, 8), 129024);
-    ck_assert_int_eq(cz_megatron_padded_vocab(151936, 128, 8), 152576);
-    ck_assert_int_eq(cz_megatron_padded_vocab(50257, 128, 1), 50304);
-    ck_assert_int_eq(cz_megatron_padded_vocab(1000, 1, 1), 1000);
-    ck_assert_int_eq(cz_megatron_padded_vocab(1001, 1, 8), 1008);
-    ck_assert_int_eq(cz_megatron_padded_vocab(0, 128, 1), -1);
-    ck_assert_int_eq(cz_megatron_padded_vocab(10, INT64_MAX, 2), -1);
+    ck_assert_int_eq(cz__megatron_padded_vocab(128256, 128, 1), 128256);
+    ck_assert_int_eq(cz__megatron_padded_vocab(128256, 128, 4), 128512);
+    ck_assert_int_eq(cz__megatron_padded_vocab(128256, 128, 8), 129024);
+    ck_assert_int_eq(cz__megatron_padded_vocab(151936, 128, 8), 152576);
+    ck_assert_int_eq(cz__megatron_padded_vocab(50257, 128, 1), 50304);
+    ck_assert_int_eq(cz__megatron_padded_vocab(1000, 1, 1), 1000);
+    ck_assert_int_eq(cz__megatron_padded_vocab(1001, 1, 8), 1008);
+    ck_assert_int_eq(cz__megatron_padded_vocab(0, 128, 1), -1);
+    ck_assert_int_eq(cz__megatron_padded_vocab(10, INT64_MAX, 2), -1);
 }
 END_TEST
 
@@ -150,7 +150,7 @@ END_TEST
 /* A tiny in-memory model with a megatron record. */
 static cz_model *model_with(int64_t heads, int64_t groups, int64_t vocab, int64_t div, int64_t tp)
 {
-    int64_t padded = vocab ? cz_megatron_padded_vocab(vocab, div, tp) : 64;
+    int64_t padded = vocab ? cz__megatron_padded_vocab(vocab, div, tp) : 64;
     cz_model *m = czt_model_new("m", CZ_DTYPE_BF16, 1);
     czt_model_add(m, "embedding.word_embeddings.weight", padded, 64, 0, CZ_KIND_ELEMENTWISE, -1);
     czt_model_add(m, "decoder.layers.0.qkv", 128, 64, 0, CZ_KIND_MATRIX, 0);

@@ -13,7 +13,7 @@ static void layout(const int64_t *numel, const double *cost, size_t n, int dp, i
                    int *shard, int64_t *sizes, size_t *nb)
 {
     cz_error err;
-    ck_assert_msg(cz_megatron_lw_layout(numel, cost, n, dp, bucket, shard, sizes, nb, &err) ==
+    ck_assert_msg(cz__megatron_lw_layout(numel, cost, n, dp, bucket, shard, sizes, nb, &err) ==
                       CZ_OK,
                   "%s", err.message);
 }
@@ -21,14 +21,14 @@ static void layout(const int64_t *numel, const double *cost, size_t n, int dp, i
 START_TEST(shard_divisor)
 {
     /* lcm(64, lcm(dp, 128) / dp) */
-    ck_assert_int_eq((int)cz_megatron_lw_shard_divisor(1), 128);
-    ck_assert_int_eq((int)cz_megatron_lw_shard_divisor(2), 64);
-    ck_assert_int_eq((int)cz_megatron_lw_shard_divisor(3), 128);
-    ck_assert_int_eq((int)cz_megatron_lw_shard_divisor(5), 128);
-    ck_assert_int_eq((int)cz_megatron_lw_shard_divisor(32), 64);
-    ck_assert_int_eq((int)cz_megatron_lw_shard_divisor(256), 64);
-    ck_assert_double_eq(cz_megatron_ns_cost(256, 16), 256.0 * 16 * 16);
-    ck_assert_double_eq(cz_megatron_ns_cost(16, 256), 256.0 * 16 * 16);
+    ck_assert_int_eq((int)cz__megatron_lw_shard_divisor(1), 128);
+    ck_assert_int_eq((int)cz__megatron_lw_shard_divisor(2), 64);
+    ck_assert_int_eq((int)cz__megatron_lw_shard_divisor(3), 128);
+    ck_assert_int_eq((int)cz__megatron_lw_shard_divisor(5), 128);
+    ck_assert_int_eq((int)cz__megatron_lw_shard_divisor(32), 64);
+    ck_assert_int_eq((int)cz__megatron_lw_shard_divisor(256), 64);
+    ck_assert_double_eq(cz__megatron_ns_cost(256, 16), 256.0 * 16 * 16);
+    ck_assert_double_eq(cz__megatron_ns_cost(16, 256), 256.0 * 16 * 16);
 }
 END_TEST
 
@@ -45,7 +45,7 @@ START_TEST(documented_soft_minimum)
     size_t nb = 0;
     for (int i = 0; i < N; i++) {
         numel[i] = 2688 * 1856;
-        cost[i] = cz_megatron_ns_cost(2688, 1856);
+        cost[i] = cz__megatron_ns_cost(2688, 1856);
     }
     layout(numel, cost, N, 32, 100 * numel[0], shard, sizes, &nb);
     ck_assert_int_eq((int)nb, 1);
@@ -71,7 +71,7 @@ START_TEST(cost_order_cap_and_floor)
     size_t nb = 0;
     const int64_t shape[5][2] = {{64, 64}, {128, 64}, {64, 64}, {256, 64}, {64, 64}};
     for (int i = 0; i < 5; i++)
-        cost[i] = cz_megatron_ns_cost(shape[i][0], shape[i][1]);
+        cost[i] = cz__megatron_ns_cost(shape[i][0], shape[i][1]);
     layout(numel, cost, 5, 2, 3 * U, shard, sizes, &nb);
     ck_assert_int_eq((int)nb, 2);
     ck_assert_int_eq(sizes[0], 4 * U);
@@ -98,7 +98,7 @@ START_TEST(load_carried_across_buckets)
     int shard[5];
     size_t nb = 0;
     for (int i = 0; i < 5; i++)
-        cost[i] = cz_megatron_ns_cost(shape[i][0], shape[i][1]);
+        cost[i] = cz__megatron_ns_cost(shape[i][0], shape[i][1]);
     layout(numel, cost, 5, 2, 2 * U, shard, sizes, &nb);
     ck_assert_int_eq((int)nb, 3);
     for (int b = 0; b < 3; b++)
@@ -134,7 +134,7 @@ START_TEST(zero1_buckets)
      * padded to 256 (lcm(2, 128) = 128); then 200 alone, padded to 256. */
     int64_t numel[3] = {100, 30, 200}, sizes[3];
     size_t nb = 0;
-    cz_megatron_zero1_buckets(numel, 3, 2, 150, sizes, &nb);
+    cz__megatron_zero1_buckets(numel, 3, 2, 150, sizes, &nb);
     ck_assert_int_eq((int)nb, 2);
     ck_assert_int_eq(sizes[0], 256);
     ck_assert_int_eq(sizes[1], 256);
@@ -188,7 +188,7 @@ START_TEST(plan_owners)
     /* and the plan passes validation */
     cz_error err;
     json_t *viol = NULL;
-    ck_assert_int_gt(cz_plan_validate_json(plan, m, c, &viol, &err), 0);
+    ck_assert_int_gt(cz__plan_validate_json(plan, m, c, &viol, &err), 0);
     ck_assert_int_eq((int)json_array_size(viol), 0);
     json_decref(viol);
     cz_model_free(m);
@@ -220,7 +220,7 @@ START_TEST(simulate_costs)
                         .kind = p->def.kind,
                         .block_dim = p->def.block_dim,
                         .layer = p->def.layer};
-    double norm_s = cz_cost_param_seconds(&def, &plan->settings, c, plan->dtype);
+    double norm_s = cz__cost_param_seconds(&def, &plan->settings, c, plan->dtype);
     ck_assert_double_gt(norm_s, 0.0);
     ck_assert_double_eq_tol(r->tl_elementwise[0], norm_s / 2, 1e-18);
     cz_sim_result_free(r);

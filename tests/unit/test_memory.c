@@ -1,5 +1,5 @@
-/* Tests of the model-state memory per GPU (cz_plan_memory) and of the check against the
- * device's memory (cz_plan_memory_check): parameter and gradient buffers, fp32 master copies
+/* Tests of the model-state memory per GPU (cz__plan_memory) and of the check against the
+ * device's memory (cz__plan_memory_check): parameter and gradient buffers, fp32 master copies
  * and optimizer state, by dtype, and the warning and refusal thresholds. */
 #include "cz_test_util.h"
 #include "cz_types.h"
@@ -49,7 +49,7 @@ START_TEST(test_memory_parts)
     cz_plan *p = build(m, c);
     cz_memory_gpu *g = NULL;
     cz_error err;
-    ck_assert_int_eq(cz_plan_memory(p, &g, &err), CZ_OK);
+    ck_assert_int_eq(cz__plan_memory(p, &g, &err), CZ_OK);
     /* Local elements per TP rank: embedding 128 x 64 = 8192, matrix 64 x 64 = 4096, norm 64.
      * Each starts at a multiple of 64 and the single bucket (default size 4e7) is padded to a
      * multiple of DP: 8192 + 4096 + 64 = 12352 elements. */
@@ -68,7 +68,7 @@ START_TEST(test_memory_parts)
         ck_assert_double_eq(g[k].total, g[k].params + g[k].grads + g[k].master + g[k].state);
     }
     /* The matrix's Muon momentum lies on its host only: the GPUs differ. */
-    size_t w = cz_memory_worst(g, 4);
+    size_t w = cz__memory_worst(g, 4);
     for (size_t k = 0; k < 4; k++)
         ck_assert(g[k].total <= g[w].total);
     free(g);
@@ -83,8 +83,8 @@ static void set_fraction(cz_cluster *c, const cz_plan *p, double fraction)
 {
     cz_memory_gpu *g = NULL;
     cz_error err;
-    ck_assert_int_eq(cz_plan_memory(p, &g, &err), CZ_OK);
-    c->device.memory_gib = g[cz_memory_worst(g, 4)].total / GIB / fraction;
+    ck_assert_int_eq(cz__plan_memory(p, &g, &err), CZ_OK);
+    c->device.memory_gib = g[cz__memory_worst(g, 4)].total / GIB / fraction;
     free(g);
 }
 
@@ -97,24 +97,24 @@ START_TEST(test_memory_thresholds)
     cz_error err;
 
     set_fraction(c, p, 0.5);
-    ck_assert_int_eq(cz_plan_memory_check(p, c, 0, note, sizeof note, &err), CZ_OK);
+    ck_assert_int_eq(cz__plan_memory_check(p, c, 0, note, sizeof note, &err), CZ_OK);
     ck_assert_str_eq(note, "");
     set_fraction(c, p, CZ_MEMORY_WARN_FRACTION - 0.01);
-    ck_assert_int_eq(cz_plan_memory_check(p, c, 0, note, sizeof note, &err), CZ_OK);
+    ck_assert_int_eq(cz__plan_memory_check(p, c, 0, note, sizeof note, &err), CZ_OK);
     ck_assert_str_eq(note, "");
     set_fraction(c, p, CZ_MEMORY_WARN_FRACTION + 0.01);
-    ck_assert_int_eq(cz_plan_memory_check(p, c, 0, note, sizeof note, &err), CZ_OK);
+    ck_assert_int_eq(cz__plan_memory_check(p, c, 0, note, sizeof note, &err), CZ_OK);
     ck_assert_ptr_nonnull(strstr(note, "above 80%"));
     ck_assert_ptr_nonnull(strstr(note, "test-cluster.json"));
     set_fraction(c, p, 0.999);
-    ck_assert_int_eq(cz_plan_memory_check(p, c, 0, note, sizeof note, &err), CZ_OK);
+    ck_assert_int_eq(cz__plan_memory_check(p, c, 0, note, sizeof note, &err), CZ_OK);
     ck_assert_ptr_nonnull(strstr(note, "above 80%"));
     set_fraction(c, p, 1.02);
-    ck_assert_int_eq(cz_plan_memory_check(p, c, 0, note, sizeof note, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz__plan_memory_check(p, c, 0, note, sizeof note, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "more than the device holds"));
     ck_assert_ptr_nonnull(strstr(err.message, "--allow-oversubscribed-memory"));
     ck_assert_ptr_nonnull(strstr(err.message, "102%"));
-    ck_assert_int_eq(cz_plan_memory_check(p, c, 1, note, sizeof note, &err), CZ_OK);
+    ck_assert_int_eq(cz__plan_memory_check(p, c, 1, note, sizeof note, &err), CZ_OK);
     ck_assert_ptr_nonnull(strstr(note, "planned anyway"));
 
     cz_plan_free(p);

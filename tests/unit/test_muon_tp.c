@@ -1,4 +1,4 @@
-/* Megatron-LM's TP modes for Muon (cost.c cz_cost_muon_tp, simulate.c): costs worked out by hand
+/* Megatron-LM's TP modes for Muon (cost.c cz__cost_muon_tp, simulate.c): costs worked out by hand
  * on the test cluster (1 TFLOP/s, 1 GB/s memory, 100 GB/s and 5 us inside a node). */
 #include "cz_test_util.h"
 
@@ -33,13 +33,13 @@ START_TEST(costs_by_hand)
     /* distributed: the Gram is over the unsplit dimension K = 128 although it is the larger
      * one: 5 (4 K^2 L / tp + 2 K^3) with L = 64, tp 2; 5 Gram all-reduces of 128^2 bf16. */
     double dis = 5.0 * (4.0 * 128 * 128 * 32 + 2.0 * 128 * 128 * 128) / 1e12 + 4096.0 * 14 / 1e9;
-    cz_muon_tp_work w = cz_cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_DUPLICATED);
+    cz_muon_tp_work w = cz__cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_DUPLICATED);
     ck_assert_double_eq_tol(w.seconds, dup, 1e-15);
     ck_assert_int_eq(w.grams, 0);
-    w = cz_cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_BLOCKWISE);
+    w = cz__cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_BLOCKWISE);
     ck_assert_double_eq_tol(w.seconds, blk, 1e-15);
     ck_assert_int_eq(w.grams, 0);
-    w = cz_cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_DISTRIBUTED);
+    w = cz__cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_DISTRIBUTED);
     ck_assert_double_eq_tol(w.seconds, dis, 1e-15);
     ck_assert_int_eq(w.grams, 5);
     ck_assert_double_eq(w.gram_bytes, 128.0 * 128 * 2);
@@ -47,7 +47,7 @@ START_TEST(costs_by_hand)
 
     /* Replicated (tp_dim -1): every mode runs the whole matrix on every rank. */
     def_of(m)->tp_dim = -1;
-    w = cz_cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_DISTRIBUTED);
+    w = cz__cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_DISTRIBUTED);
     ck_assert_double_eq_tol(w.seconds, dup, 1e-15);
     ck_assert_int_eq(w.grams, 0);
 
@@ -58,21 +58,21 @@ START_TEST(costs_by_hand)
     int64_t blocks[2] = {32, 32};
     czt_model_blocks(m, 0, 0, 2, blocks);
     double slice = 2048.0 * 14 / 1e9;
-    w = cz_cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_DISTRIBUTED);
+    w = cz__cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_DISTRIBUTED);
     ck_assert_double_eq_tol(
         w.seconds, 2 * (5.0 * (4.0 * 128 * 128 * 16 + 2.0 * 128 * 128 * 128) / 1e12 + slice),
         1e-15);
     ck_assert_int_eq(w.grams, 10);
     ck_assert_double_eq(w.gram_bytes, 128.0 * 128 * 2);
-    w = cz_cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_BLOCKWISE);
+    w = cz__cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_BLOCKWISE);
     ck_assert_double_eq_tol(
         w.seconds, 2 * (5.0 * (4.0 * 16 * 16 * 128 + 2.0 * 16 * 16 * 16) / 1e12 + slice), 1e-15);
     /* As a fused QKV of two query groups, each rank holds one whole group (32 x 128): 1 / tp of
      * the whole cost, no communication. */
     free(def_of(m)->name);
-    def_of(m)->name = cz_strdup("decoder.layers.0.self_attention.linear_qkv.weight");
+    def_of(m)->name = cz__strdup("decoder.layers.0.self_attention.linear_qkv.weight");
     double one_block = 5.0 * (4.0 * 32 * 32 * 128 + 2.0 * 32 * 32 * 32) / 1e12 + 4096.0 * 14 / 1e9;
-    w = cz_cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_DISTRIBUTED);
+    w = cz__cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, CZ_MUON_TP_DISTRIBUTED);
     ck_assert_double_eq_tol(w.seconds, one_block, 1e-15);
     ck_assert_int_eq(w.grams, 0);
     cz_model_free(m);
@@ -104,10 +104,11 @@ START_TEST(simulated_by_hand)
                                       CZ_MUON_TP_DISTRIBUTED};
     const double comm[3] = {5e-6 + 8192.0 / 100e9, 0.0, 5 * ar(32768.0) + ar(4.0)};
     for (int k = 0; k < 3; k++) {
-        cz_sim_options o = {.uneven = CZ_SIM_UNEVEN_ROOTED, .muon_tp = modes[k]};
+        cz_sim_options o = CZ_SIM_OPTIONS_INIT;
+        o.muon_tp = modes[k];
         cz_sim_result *r = NULL;
         ck_assert_msg(cz_plan_simulate(&r, plan, c, &o, &err) == CZ_OK, "%s", err.message);
-        double compute = cz_cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, modes[k]).seconds;
+        double compute = cz__cost_muon_tp(def_of(m), &s, c, CZ_DTYPE_BF16, modes[k]).seconds;
         ck_assert_msg(fabs(r->local_s - (comm[k] + compute)) < 1e-15,
                       "mode %s: local %.12g, expected %.12g", cz_muon_tp_mode_name(modes[k]),
                       r->local_s, comm[k] + compute);
@@ -119,7 +120,8 @@ START_TEST(simulated_by_hand)
     /* Only sc plans have a TP mode: Canzona's micro-groups are refused. */
     s.tp = CZ_TP_ROLLBACK;
     ck_assert_msg(cz_plan_build(&plan, m, c, &s, &err) == CZ_OK, "%s", err.message);
-    cz_sim_options o = {.muon_tp = CZ_MUON_TP_BLOCKWISE};
+    cz_sim_options o = CZ_SIM_OPTIONS_INIT;
+    o.muon_tp = CZ_MUON_TP_BLOCKWISE;
     cz_sim_result *r = NULL;
     ck_assert_int_eq(cz_plan_simulate(&r, plan, c, &o, &err), CZ_EUNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err.message, "blockwise"));

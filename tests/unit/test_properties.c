@@ -318,7 +318,7 @@ START_TEST(random_models_split_tasks)
                       "%s: split lower bound %g > makespan %g", ctx, a->metrics.split_lower_bound,
                       a->metrics.tp_makespan);
         json_t *v = NULL;
-        ck_assert_msg(cz_plan_validate_json(a, m, c, &v, &err) > 0, "%s: %s", ctx, err.message);
+        ck_assert_msg(cz__plan_validate_json(a, m, c, &v, &err) > 0, "%s: %s", ctx, err.message);
         if (json_array_size(v) > 0) {
             char *dump = json_dumps(json_array_get(v, 0), 0);
             ck_abort_msg("%s: %zu violations, the first %s", ctx, json_array_size(v), dump);

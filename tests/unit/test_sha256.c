@@ -1,5 +1,5 @@
 /* SHA-256 against the FIPS 180-2 / NIST test vectors and padding-boundary lengths. */
-#include "cz_types.h"
+#include "format_internal.h"
 
 #include <check.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@ static void check_hash(const void *data, size_t len, const char *want)
 {
     char got[65];
     memset(got, 'z', sizeof got);
-    cz_sha256_hex(data, len, got);
+    cz__sha256_hex(data, len, got);
     ck_assert_uint_eq(strlen(got), 64);
     ck_assert_str_eq(got, want);
 }

@@ -15,13 +15,13 @@ static cz_cluster *make_cluster(int dp, int tp, int gpus_per_node, double intra,
 {
     cz_cluster *c = calloc(1, sizeof *c);
     ck_assert_ptr_nonnull(c);
-    c->name = cz_strdup("test-cluster");
+    c->name = cz__strdup("test-cluster");
     c->dp = dp;
     c->tp = tp;
     c->pp = 1;
     c->gpus = dp * tp;
     c->gpus_per_node = gpus_per_node;
-    c->device.name = cz_strdup("test-gpu");
+    c->device.name = cz__strdup("test-gpu");
     c->device.matmul_tflops = 100.0;
     c->device.mem_gbps = 2000.0;
     c->device.memory_gib = 80.0;
@@ -54,7 +54,7 @@ static cz_plan *make_plan(int dp, int tp, int nparams, int64_t rows, int64_t col
     for (int i = 0; i < nparams; i++) {
         cz_plan_param *q = &p->params[i];
         q->id = i;
-        q->def.name = cz_strdup("w");
+        q->def.name = cz__strdup("w");
         q->def.ndim = 2;
         q->def.shape[0] = rows;
         q->def.shape[1] = cols;
@@ -116,7 +116,7 @@ static double task_seconds(const cz_plan *p, int id, const cz_cluster *c)
                         .kind = q->def.kind,
                         .block_dim = -1,
                         .layer = -1};
-    return cz_cost_param_seconds(&def, &p->settings, c, p->dtype);
+    return cz__cost_param_seconds(&def, &p->settings, c, p->dtype);
 }
 
 /* Sets the block, width and per-slot cost of every task of a group made by add_group, and its
@@ -183,7 +183,7 @@ START_TEST(test_coop_allreduce_and_wait)
     cz_cluster free_links = *c;
     free_links.links.latency_us = 0.0;
     free_links.links.intra_node_gbps = free_links.links.inter_node_gbps = 0.0;
-    double coop = cz_cost_coop_panels(256, 64, 2, 8, &st, &free_links, p->dtype);
+    double coop = cz__cost_coop_panels(256, 64, 2, 8, &st, &free_links, p->dtype);
     ck_assert(coop > 0 && coop < hosted);
     ck_assert_double_eq_tol(r->tl_gather[0].end - r->tl_gather[0].start, gather, 1e-15);
     ck_assert_double_eq_tol(r->tl_scatter[0].end - r->tl_scatter[0].start, gather, 1e-15);
@@ -218,7 +218,7 @@ START_TEST(test_coop_allreduce_and_wait)
     g->task_panels[0] = 1;
     rc = cz_plan_simulate(&r, p, c, NULL, &err);
     ck_assert_msg(rc == 0, "%s", err.message);
-    double coop1 = cz_cost_coop_panels(256, 64, 2, 1, &st, &free_links, p->dtype);
+    double coop1 = cz__cost_coop_panels(256, 64, 2, 1, &st, &free_links, p->dtype);
     double ar1 = 5 * (20e-6 + 8320.0 / 100e9) + (20e-6 + 8.0 / 100e9);
     ck_assert(coop1 > coop);
     ck_assert_double_eq_tol(r->coop_allreduce_s, ar1, 1e-15);
@@ -256,7 +256,7 @@ START_TEST(test_block_gather_volume)
     cz_settings st = p->settings;
     st.unit = CZ_UNIT_TIME;
     for (int b = 0; b < 2; b++)
-        ck_assert_double_eq_tol(r->gpu_busy[b], cz_cost_block(d, b, &st, c, p->dtype), 1e-15);
+        ck_assert_double_eq_tol(r->gpu_busy[b], cz__cost_block(d, b, &st, c, p->dtype), 1e-15);
     ck_assert_int_eq(r->coop_tasks, 0);
     cz_sim_result_free(r);
 
@@ -274,15 +274,15 @@ END_TEST
 START_TEST(test_alltoall_formula)
 {
     /* 8 ranks, 1 GB from the busiest rank, 100 GB/s, 5 us: 7 * 5e-6 + 1e9 / 1e11. */
-    double t = cz_sim_collective_seconds(CZ_COLL_ALL_TO_ALL, 8, 1e9, 100.0, 5.0);
+    double t = cz__sim_collective_seconds(CZ_COLL_ALL_TO_ALL, 8, 1e9, 100.0, 5.0);
     ck_assert_double_eq_tol(t, 0.010035, 1e-12);
     /* Ring reduce-scatter, 4 ranks, largest slice 2e8 B, 50 GB/s, 10 us: 3e-5 + 3 * 4e-3. */
-    t = cz_sim_collective_seconds(CZ_COLL_REDUCE_SCATTER, 4, 2e8, 50.0, 10.0);
+    t = cz__sim_collective_seconds(CZ_COLL_REDUCE_SCATTER, 4, 2e8, 50.0, 10.0);
     ck_assert_double_eq_tol(t, 0.01203, 1e-12);
     /* Ring all-reduce of 8e8 B over 4 ranks: 6 latencies + 2 * 3/4 * 8e8 / 5e10. */
-    t = cz_sim_collective_seconds(CZ_COLL_ALL_REDUCE, 4, 8e8, 50.0, 10.0);
+    t = cz__sim_collective_seconds(CZ_COLL_ALL_REDUCE, 4, 8e8, 50.0, 10.0);
     ck_assert_double_eq_tol(t, 6e-5 + 0.024, 1e-12);
-    ck_assert_double_eq(cz_sim_collective_seconds(CZ_COLL_ALL_GATHER, 1, 1e9, 50.0, 10.0), 0.0);
+    ck_assert_double_eq(cz__sim_collective_seconds(CZ_COLL_ALL_GATHER, 1, 1e9, 50.0, 10.0), 0.0);
 }
 END_TEST
 
@@ -293,16 +293,16 @@ START_TEST(test_uneven_models)
 {
     int64_t one[4] = {100000000, 0, 0, 0}, even[4] = {25000000, 25000000, 25000000, 25000000};
     double lat = 3 * 10e-6;
-    ck_assert_double_eq_tol(cz_sim_uneven_seconds(one, 4, 2.0, 50.0, 10.0, CZ_SIM_UNEVEN_PADDED),
+    ck_assert_double_eq_tol(cz__sim_uneven_seconds(one, 4, 2.0, 50.0, 10.0, CZ_SIM_UNEVEN_PADDED),
                             lat + 3 * 2e8 / 50e9, 1e-12);
-    ck_assert_double_eq_tol(cz_sim_uneven_seconds(one, 4, 2.0, 50.0, 10.0, CZ_SIM_UNEVEN_ROOTED),
+    ck_assert_double_eq_tol(cz__sim_uneven_seconds(one, 4, 2.0, 50.0, 10.0, CZ_SIM_UNEVEN_ROOTED),
                             lat + 2e8 / 50e9, 1e-12);
     for (int m = 0; m < 2; m++)
-        ck_assert_double_eq_tol(cz_sim_uneven_seconds(even, 4, 2.0, 50.0, 10.0, (cz_sim_uneven)m),
+        ck_assert_double_eq_tol(cz__sim_uneven_seconds(even, 4, 2.0, 50.0, 10.0, (cz_sim_uneven)m),
                                 lat + 3 * 5e7 / 50e9, 1e-12);
     /* Slices 40, 30, 20, 10 (M elements): busiest link skips only the smallest slice: 90 M. */
     int64_t mixed[4] = {40000000, 30000000, 20000000, 10000000};
-    ck_assert_double_eq_tol(cz_sim_uneven_seconds(mixed, 4, 2.0, 50.0, 10.0, CZ_SIM_UNEVEN_ROOTED),
+    ck_assert_double_eq_tol(cz__sim_uneven_seconds(mixed, 4, 2.0, 50.0, 10.0, CZ_SIM_UNEVEN_ROOTED),
                             lat + 1.8e8 / 50e9, 1e-12);
 }
 END_TEST
@@ -310,10 +310,10 @@ END_TEST
 START_TEST(test_node_spans)
 {
     /* 8 GPUs per node: TP group 8..15 is one node; DP group 3, 11, 19 crosses nodes. */
-    ck_assert_int_eq(cz_sim_group_spans_nodes(8, 1, 8, 8), 0);
-    ck_assert_int_eq(cz_sim_group_spans_nodes(4, 1, 8, 8), 1);
-    ck_assert_int_eq(cz_sim_group_spans_nodes(3, 8, 3, 8), 1);
-    ck_assert_int_eq(cz_sim_group_spans_nodes(1, 2, 4, 8), 0);
+    ck_assert_int_eq(cz__sim_group_spans_nodes(8, 1, 8, 8), 0);
+    ck_assert_int_eq(cz__sim_group_spans_nodes(4, 1, 8, 8), 1);
+    ck_assert_int_eq(cz__sim_group_spans_nodes(3, 8, 3, 8), 1);
+    ck_assert_int_eq(cz__sim_group_spans_nodes(1, 2, 4, 8), 0);
 }
 END_TEST
 

@@ -53,7 +53,7 @@ START_TEST(place_least_slot_time)
     double load[8] = {0};
     int w = -1, s = -1;
     /* Within 6 hosted (8) does not fit; over 2 slots spends 10, over 4 14, over 8 20. */
-    ck_assert(cz_slot_place(&tt, 8, load, tt.cost, 6.0, &w, &s));
+    ck_assert(cz__slot_place(&tt, 8, load, tt.cost, 6.0, &w, &s));
     ck_assert_int_eq(tt.widths[w], 2);
     ck_assert_int_eq(s, 0);
     EQ(load[0], 5.0);
@@ -61,9 +61,9 @@ START_TEST(place_least_slot_time)
     EQ(load[2], 0.0);
     /* Within 9 hosted fits and spends least. */
     double fresh[8] = {0};
-    ck_assert(cz_slot_place(&tt, 8, fresh, tt.cost, 9.0, &w, &s));
+    ck_assert(cz__slot_place(&tt, 8, fresh, tt.cost, 9.0, &w, &s));
     ck_assert_int_eq(tt.widths[w], 1);
-    cz_task_table_free(&tt);
+    cz__task_table_free(&tt);
 }
 END_TEST
 
@@ -74,13 +74,13 @@ START_TEST(place_counts_gaps_and_fits_best)
      * equal empty slots). */
     double load[8] = {5, 5, 5, 5, 5, 5, 0, 0};
     int w = -1, s = -1;
-    ck_assert(cz_slot_place(&tt, 8, load, tt.cost, 6.0, &w, &s));
+    ck_assert(cz__slot_place(&tt, 8, load, tt.cost, 6.0, &w, &s));
     ck_assert_int_eq(tt.widths[w], 1);
     ck_assert_int_eq(s, 6);
     /* Slots 0-3 at 5, 4-7 at 1, within 7: hosted on slot 4 (1 + 3.5) spends 3.5, over the pair
      * 4-5 4.6, over a half 7, over all eight 13.6 plus the gap of 16 it strands on 4-7. */
     double l2[8] = {5, 5, 5, 5, 1, 1, 1, 1};
-    ck_assert(cz_slot_place(&tt, 8, l2, &tt.cost[0], 7.0, &w, &s));
+    ck_assert(cz__slot_place(&tt, 8, l2, &tt.cost[0], 7.0, &w, &s));
     ck_assert_int_eq(tt.widths[w], 1);
     ck_assert_int_eq(s, 4);
     EQ(l2[4], 4.5);
@@ -90,13 +90,13 @@ START_TEST(place_counts_gaps_and_fits_best)
     double c2[2] = {2.0, 1.2};
     cz_task_table t2 = table_of(1, 2, W2, c2);
     double l3[2] = {3, 0};
-    ck_assert(cz_slot_place(&t2, 2, l3, t2.cost, 5.0, &w, &s));
+    ck_assert(cz__slot_place(&t2, 2, l3, t2.cost, 5.0, &w, &s));
     ck_assert_int_eq(t2.widths[w], 1);
     ck_assert_int_eq(s, 0);
     EQ(l3[0], 5.0);
     EQ(l3[1], 0.0);
-    cz_task_table_free(&t2);
-    cz_task_table_free(&tt);
+    cz__task_table_free(&t2);
+    cz__task_table_free(&tt);
 }
 END_TEST
 
@@ -106,11 +106,11 @@ START_TEST(place_nothing_fits)
     double load[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     int w = -7, s = -7;
     /* The cheapest per slot is 2.5 (over 8): 1 + 2.5 > 3. */
-    ck_assert(!cz_slot_place(&tt, 8, load, tt.cost, 3.0, &w, &s));
+    ck_assert(!cz__slot_place(&tt, 8, load, tt.cost, 3.0, &w, &s));
     ck_assert_int_eq(w, -7);
     for (int j = 0; j < 8; j++)
         EQ(load[j], 1.0);
-    cz_task_table_free(&tt);
+    cz__task_table_free(&tt);
 }
 END_TEST
 
@@ -128,7 +128,7 @@ static double schedule_of(const cz_task_table *tt, int n, int tp, cz_rank_schedu
         p[i].id = i, p[i].cost = tt->cost[(size_t)i * tt->nwidths];
     cz_error err;
     memset(rs, 0, sizeof *rs);
-    int rc = cz_tp_schedule_tasks(rs, tt, p, n, &s, tp, load, &cap, &err);
+    int rc = cz__tp_schedule_tasks(rs, tt, p, n, &s, tp, load, &cap, &err);
     ck_assert_msg(rc == CZ_OK, "%s", err.message);
     double span = 0.0;
     for (int g = 0; g < rs->ngroups; g++) {
@@ -164,8 +164,8 @@ START_TEST(packed_beats_lpt)
             ck_assert_int_eq(g->task_slot[k], 1 - slot3);
         }
     }
-    cz_rank_schedule_free_groups(&rs);
-    cz_task_table_free(&tt);
+    cz__rank_schedule_free_groups(&rs);
+    cz__task_table_free(&tt);
 }
 END_TEST
 
@@ -187,12 +187,12 @@ START_TEST(packed_widths_and_slots_together)
         }
     ck_assert_int_eq(two, 4);
     ck_assert_int_eq(four, 2);
-    cz_rank_schedule_free_groups(&rs);
-    cz_task_table_free(&tt);
+    cz__rank_schedule_free_groups(&rs);
+    cz__task_table_free(&tt);
 }
 END_TEST
 
-/* cz_dp_fill_cuts on one bucket of tt's n single-task matrix parameters, in id order, at DP dp x
+/* cz__dp_fill_cuts on one bucket of tt's n single-task matrix parameters, in id order, at DP dp x
  * TP tp: the cuts (dp + 1) and the target. */
 static void fill_one_bucket(const cz_task_table *tt, int n, int dp, int tp, int *cutj, double *T)
 {
@@ -216,7 +216,7 @@ static void fill_one_bucket(const cz_task_table *tt, int n, int dp, int tp, int 
     }
     cz_dp_buckets b = {1, first, ids};
     cz_error err;
-    ck_assert_msg(cz_dp_fill_cuts(&plan, &b, cutj, T, &err) == CZ_OK, "%s", err.message);
+    ck_assert_msg(cz__dp_fill_cuts(&plan, &b, cutj, T, &err) == CZ_OK, "%s", err.message);
 }
 
 START_TEST(fill_cuts_at_least_target)
@@ -237,7 +237,7 @@ START_TEST(fill_cuts_at_least_target)
     ck_assert_int_eq(cutj[0], 0);
     ck_assert_int_eq(cutj[1], 5);
     ck_assert_int_eq(cutj[2], 10);
-    cz_task_table_free(&tt);
+    cz__task_table_free(&tt);
 }
 END_TEST
 
@@ -254,7 +254,7 @@ START_TEST(fill_blocks_then_matrices)
     fill_one_bucket(&tt, 8, 2, 8, cutj, &T);
     ck_assert(T >= 5.0 && T <= 5.0 * (1 + 2e-4));
     ck_assert_int_eq(cutj[1], 4);
-    cz_task_table_free(&tt);
+    cz__task_table_free(&tt);
 }
 END_TEST
 

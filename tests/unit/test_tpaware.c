@@ -12,20 +12,20 @@ static cz_error err;
 static cz_plan *plan_run(const cz_model *m, const cz_cluster *c, const cz_settings *s, int tpaware)
 {
     cz_plan *p = NULL;
-    ck_assert_int_eq(cz_plan_init(&p, m, c, s, &err), CZ_OK);
-    ck_assert_int_eq(cz_buckets_layout(p, &err), CZ_OK);
-    ck_assert_int_eq(cz_dp_partition(p, &err), CZ_OK);
+    ck_assert_int_eq(cz__plan_init(&p, m, c, s, &err), CZ_OK);
+    ck_assert_int_eq(cz__buckets_layout(p, &err), CZ_OK);
+    ck_assert_int_eq(cz__dp_partition(p, &err), CZ_OK);
     if (tpaware)
-        ck_assert_msg(cz_dp_partition_tpaware(p, &err) == CZ_OK, "%s", err.message);
-    ck_assert_int_eq(cz_tp_schedule_build(p, &err), CZ_OK);
-    ck_assert_int_eq(cz_plan_metrics_compute(p, c, &err), CZ_OK);
+        ck_assert_msg(cz__dp_partition_tpaware(p, &err) == CZ_OK, "%s", err.message);
+    ck_assert_int_eq(cz__tp_schedule_build(p, &err), CZ_OK);
+    ck_assert_int_eq(cz__plan_metrics_compute(p, c, &err), CZ_OK);
     return p;
 }
 
 static void rebuild(cz_plan *p, const cz_cluster *c)
 {
-    ck_assert_int_eq(cz_tp_schedule_build(p, &err), CZ_OK);
-    ck_assert_int_eq(cz_plan_metrics_compute(p, c, &err), CZ_OK);
+    ck_assert_int_eq(cz__tp_schedule_build(p, &err), CZ_OK);
+    ck_assert_int_eq(cz__plan_metrics_compute(p, c, &err), CZ_OK);
 }
 
 static void score(const cz_plan *p, double *max, double *sq)

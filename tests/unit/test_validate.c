@@ -1,4 +1,4 @@
-/* cz_plan_validate_json: a valid hand-built plan passes; each corruption is found at its path. */
+/* cz__plan_validate_json: a valid hand-built plan passes; each corruption is found at its path. */
 #include "cz_analysis.h"
 #include "cz_hand_plan.h"
 #include "cz_types.h"
@@ -20,10 +20,10 @@ static void setup(void)
     plan = hand_plan();
     for (size_t i = 0; i < plan->nparams; i++)
         plan->params[i].cost =
-            cz_cost_param(&model->params[i], &plan->settings, cluster, model->dtype);
+            cz__cost_param(&model->params[i], &plan->settings, cluster, model->dtype);
     hand_group_loads(plan);
     cz_error e;
-    ck_assert_int_eq(cz_plan_metrics_compute(plan, cluster, &e), CZ_OK);
+    ck_assert_int_eq(cz__plan_metrics_compute(plan, cluster, &e), CZ_OK);
 }
 
 static void teardown(void)
@@ -38,7 +38,7 @@ static json_t *run_validate(int *checks)
     json_t *v = NULL;
     cz_error e;
     cz_error_clear(&e);
-    int rc = cz_plan_validate_json(plan, model, cluster, &v, &e);
+    int rc = cz__plan_validate_json(plan, model, cluster, &v, &e);
     ck_assert_msg(rc >= 0, "validate failed: %s", e.message);
     ck_assert_ptr_nonnull(v);
     if (checks)
@@ -276,7 +276,7 @@ START_TEST(built_plans_validate)
             cz_error_clear(&e);
             ck_assert_msg(cz_plan_build(&built, model, cluster, &s, &e) == CZ_OK, "%s", e.message);
             json_t *v = NULL;
-            ck_assert_int_gt(cz_plan_validate_json(built, model, cluster, &v, &e), 0);
+            ck_assert_int_gt(cz__plan_validate_json(built, model, cluster, &v, &e), 0);
             char *dump = json_dumps(v, JSON_INDENT(1));
             ck_assert_msg(json_array_size(v) == 0, "dp %s tp %s: %s", cz_dp_strategy_name(s.dp),
                           cz_tp_strategy_name(s.tp), dump);
@@ -308,7 +308,7 @@ static void expect_on(cz_plan *p, const char *code, const char *path)
     json_t *v = NULL;
     cz_error e;
     cz_error_clear(&e);
-    ck_assert_int_gt(cz_plan_validate_json(p, model, cluster, &v, &e), 0);
+    ck_assert_int_gt(cz__plan_validate_json(p, model, cluster, &v, &e), 0);
     char *dump = json_dumps(v, JSON_INDENT(1));
     if (code)
         ck_assert_msg(has(v, code, path), "expected %s at %s, got %s", code, path, dump);

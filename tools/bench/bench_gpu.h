@@ -4,7 +4,7 @@
 #ifndef CZ_BENCH_GPU_H
 #define CZ_BENCH_GPU_H
 
-#include "cz_types.h"
+#include "cz_format.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* canzona-bench's JSON reports, written as every output of the project is: to a temporary
  * file renamed into place (cz_file_write), ending in a newline. */
 #include "bench.h"
-#include "file_io.h"
+#include "cz_format.h"
 
 #include <stdlib.h>
 #include <string.h>

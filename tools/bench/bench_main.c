@@ -5,7 +5,6 @@
  */
 #include "bench.h"
 #include "bench_gpu.h"
-#include "file_io.h"
 #include "mpi_watch.h"
 #include "ns_bench.h"
 #include "npy.h"
@@ -508,8 +507,8 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
     const char *const what[] = {"the --plan file", "the --model file", "the --load-state file",
                                 "the --save-state file"};
     cz_error ferr;
-    if (cz_file_check_output(o->save_state, ins, what, 2, &ferr) ||
-        cz_file_check_output(o->json, ins, what, 4, &ferr)) {
+    if (cz__file_check_output(o->save_state, ins, what, 2, &ferr) ||
+        cz__file_check_output(o->json, ins, what, 4, &ferr)) {
         snprintf(msg, cap, "%s", ferr.message);
         return 2;
     }
@@ -650,7 +649,7 @@ static int check_param(const cz_plan_param *p, const cz_param_def *d, size_t i, 
     if (p->def.kind != d->kind)
         return cz_error_set(err, CZ_EMISMATCH,
                             "$.params[%zu].optimizer: '%s' is %s in the plan but %s in the model",
-                            i, d->name, cz_kind_name(p->def.kind), cz_kind_name(d->kind));
+                            i, d->name, cz__kind_name(p->def.kind), cz__kind_name(d->kind));
     bool same =
         p->def.nblocks == d->nblocks && (d->nblocks == 0 || p->def.block_dim == d->block_dim);
     for (int b = 0; same && b < d->nblocks; b++)
@@ -1097,11 +1096,7 @@ static int write_json(const bench_opts *o, const cz_plan *plan, const double med
     json_object_set_new(root, "median_s", m);
     json_object_set_new(root, "per_step_s", steps);
     /* Through the planner's writer: replaced atomically, errors named with their reason. */
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
-    int rc =
-        text ? cz_file_write(o->json, text, strlen(text), err)
-             : cz_error_set(err, CZ_ENOMEM, "%s: out of memory formatting the timings", o->json);
-    free(text);
+    int rc = cz_bench_write_json(o->json, root, err);
     json_decref(root);
     return rc;
 }

@@ -5,8 +5,7 @@
  * appear under another key) and accepts exactly what the writer writes: dtype '<f4', C order,
  * the expected shape, then exactly that many finite values and nothing after them. */
 #include "npy.h"
-#include "cz_types.h"
-#include "file_io.h"
+#include "cz_format.h"
 
 #include <errno.h>
 #include <inttypes.h>

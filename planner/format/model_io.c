@@ -5,7 +5,7 @@
  * iterations of top-level repeat blocks, counted across them in file order (a second top-level
  * block continues where the first stopped), so nlayers is the sum of the top-level repeat counts
  * and every layer lies in [0, nlayers); parameters outside any repeat block have layer -1. */
-#include "json_util.h"
+#include "format_internal.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -22,7 +22,7 @@ typedef struct expander {
     int64_t elements; /* of the parameters expanded so far, at most CZ_MODEL_MAX_ELEMENTS */
 } expander;
 
-const char *cz_param_name_problem(const char *name)
+const char *cz__param_name_problem(const char *name)
 {
     if (!name || !*name)
         return "is empty";
@@ -72,7 +72,7 @@ static size_t count_expanded(const json_t *arr, int depth)
     return total;
 }
 
-size_t cz_model_count_params_json(const json_t *params)
+size_t cz__model_count_params_json(const json_t *params)
 {
     return count_expanded(params, 0);
 }
@@ -108,37 +108,38 @@ static int parse_blocks(expander *x, const json_t *blocks, const char *path, cz_
     const cz_json_ctx *c = &x->ctx;
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const json_t *sizes;
-    int rc = cz_json_check_object(c, blocks, path, keys);
+    int rc = cz__json_check_object(c, blocks, path, keys);
     if (rc != CZ_OK)
         return rc;
     if (p->ndim != 2 || p->kind != CZ_KIND_MATRIX)
-        return cz_json_fail(c, path,
-                            "blocks are allowed only on 2-D matrix parameters; found a %d-D %s "
-                            "parameter",
-                            p->ndim, cz_kind_name(p->kind));
-    if ((rc = cz_json_get_int(c, blocks, path, "dim", true, 0, 1, &p->block_dim)) != CZ_OK ||
-        (rc = cz_json_get_array(c, blocks, path, "sizes", true, 1, &sizes)) != CZ_OK)
+        return cz__json_fail(c, path,
+                             "blocks are allowed only on 2-D matrix parameters; found a %d-D %s "
+                             "parameter",
+                             p->ndim, cz__kind_name(p->kind));
+    if ((rc = cz__json_get_int(c, blocks, path, "dim", true, 0, 1, &p->block_dim)) != CZ_OK ||
+        (rc = cz__json_get_array(c, blocks, path, "sizes", true, 1, &sizes)) != CZ_OK)
         return rc;
-    cz_json_path_key(sub, path, "sizes");
+    cz__json_path_key(sub, path, "sizes");
     size_t n = json_array_size(sizes);
     if (n > CZ_MAX_BLOCKS)
-        return cz_json_fail(c, sub, CZ_BLOCKS_LIMIT_FMT, p->name, (int)(n > INT_MAX ? INT_MAX : n),
-                            CZ_MAX_BLOCKS);
+        return cz__json_fail(c, sub, CZ_BLOCKS_LIMIT_FMT, p->name, (int)(n > INT_MAX ? INT_MAX : n),
+                             CZ_MAX_BLOCKS);
     p->block_sizes = calloc(n, sizeof *p->block_sizes);
     if (!p->block_sizes)
         return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
     p->nblocks = (int)n;
     int64_t sum = 0;
     for (size_t i = 0; i < n; i++) {
-        rc = cz_json_as_int64(c, json_array_get(sizes, i), cz_json_path_index(el, sub, i), 1,
-                              INT64_MAX, &p->block_sizes[i]);
+        rc = cz__json_as_int64(c, json_array_get(sizes, i), cz__json_path_index(el, sub, i), 1,
+                               INT64_MAX, &p->block_sizes[i]);
         if (rc != CZ_OK)
             return rc;
         sum = (sum > INT64_MAX - p->block_sizes[i]) ? INT64_MAX : sum + p->block_sizes[i];
     }
     if (sum != p->shape[p->block_dim])
-        return cz_json_fail(c, sub, "block sizes sum to %" PRId64 "; expected shape[%d] = %" PRId64,
-                            sum, p->block_dim, p->shape[p->block_dim]);
+        return cz__json_fail(c, sub,
+                             "block sizes sum to %" PRId64 "; expected shape[%d] = %" PRId64, sum,
+                             p->block_dim, p->shape[p->block_dim]);
     return CZ_OK;
 }
 
@@ -149,7 +150,7 @@ static int parse_param(expander *x, const json_t *e, const char *path, const cha
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const char *name = NULL;
     const json_t *shape, *tp, *blocks;
-    int rc = cz_json_check_object(c, e, path, param_keys);
+    int rc = cz__json_check_object(c, e, path, param_keys);
     if (rc != CZ_OK)
         return rc;
     if (x->n == x->cap) {
@@ -172,82 +173,82 @@ static int parse_param(expander *x, const json_t *e, const char *path, const cha
     p->block_dim = -1;
     p->layer = layer;
 
-    if ((rc = cz_json_get_string(c, e, path, "name", true, &name)) != CZ_OK)
+    if ((rc = cz__json_get_string(c, e, path, "name", true, &name)) != CZ_OK)
         return rc;
     if (name[0] == '\0')
-        return cz_json_fail(c, cz_json_path_key(sub, path, "name"),
-                            "expected a non-empty string, found \"\"");
+        return cz__json_fail(c, cz__json_path_key(sub, path, "name"),
+                             "expected a non-empty string, found \"\"");
     size_t plen = strlen(prefix), nlen = strlen(name);
     p->name = malloc(plen + nlen + 1);
-    x->paths[x->n - 1] = cz_strdup(cz_json_path_key(sub, path, "name"));
+    x->paths[x->n - 1] = cz__strdup(cz__json_path_key(sub, path, "name"));
     if (!p->name || !x->paths[x->n - 1])
         return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
     memcpy(p->name, prefix, plen);
     memcpy(p->name + plen, name, nlen + 1);
     /* The executor turns names into file names inside a folder: nothing may lead outside it. */
-    const char *problem = cz_param_name_problem(p->name);
+    const char *problem = cz__param_name_problem(p->name);
     if (problem)
-        return cz_json_fail(c, cz_json_path_key(sub, path, "name"),
-                            "parameter name \"%.*s\"%s %s; a name must be usable as a file name: "
-                            "no '/', '\\' or control characters, no leading '.', at most %d bytes",
-                            64, p->name, strlen(p->name) > 64 ? "..." : "", problem,
-                            CZ_PARAM_NAME_MAX);
+        return cz__json_fail(c, cz__json_path_key(sub, path, "name"),
+                             "parameter name \"%.*s\"%s %s; a name must be usable as a file name: "
+                             "no '/', '\\' or control characters, no leading '.', at most %d bytes",
+                             64, p->name, strlen(p->name) > 64 ? "..." : "", problem,
+                             CZ_PARAM_NAME_MAX);
 
-    if ((rc = cz_json_get_array(c, e, path, "shape", true, 0, &shape)) != CZ_OK)
+    if ((rc = cz__json_get_array(c, e, path, "shape", true, 0, &shape)) != CZ_OK)
         return rc;
-    cz_json_path_key(sub, path, "shape");
+    cz__json_path_key(sub, path, "shape");
     size_t nd = json_array_size(shape);
     if (nd < 1 || nd > 2)
-        return cz_json_fail(c, sub, "expected 1 or 2 dimensions ([n] or [rows, cols]), found %zu",
-                            nd);
+        return cz__json_fail(c, sub, "expected 1 or 2 dimensions ([n] or [rows, cols]), found %zu",
+                             nd);
     p->ndim = (int)nd;
     p->shape[1] = 1;
     for (size_t i = 0; i < nd; i++)
-        if ((rc = cz_json_as_int64(c, json_array_get(shape, i), cz_json_path_index(el, sub, i), 1,
-                                   INT64_MAX, &p->shape[i])) != CZ_OK)
+        if ((rc = cz__json_as_int64(c, json_array_get(shape, i), cz__json_path_index(el, sub, i), 1,
+                                    INT64_MAX, &p->shape[i])) != CZ_OK)
             return rc;
     if (p->shape[0] > CZ_MODEL_MAX_ELEMENTS / p->shape[1])
-        return cz_json_fail(c, sub,
-                            "%" PRId64 " x %" PRId64 " elements; a model may hold at most %" PRId64
-                            " (2^50) elements",
-                            p->shape[0], p->shape[1], CZ_MODEL_MAX_ELEMENTS);
+        return cz__json_fail(c, sub,
+                             "%" PRId64 " x %" PRId64 " elements; a model may hold at most %" PRId64
+                             " (2^50) elements",
+                             p->shape[0], p->shape[1], CZ_MODEL_MAX_ELEMENTS);
     /* Bounded in total too: bucket offsets and every sum over parameters build on it. */
     int64_t numel = p->shape[0] * p->shape[1];
     if (numel > CZ_MODEL_MAX_ELEMENTS - x->elements)
-        return cz_json_fail(c, sub,
-                            "the model's parameters up to this one hold more than %" PRId64
-                            " (2^50) elements in total (%" PRId64 " before it, %" PRId64 " in it)",
-                            CZ_MODEL_MAX_ELEMENTS, x->elements, numel);
+        return cz__json_fail(c, sub,
+                             "the model's parameters up to this one hold more than %" PRId64
+                             " (2^50) elements in total (%" PRId64 " before it, %" PRId64 " in it)",
+                             CZ_MODEL_MAX_ELEMENTS, x->elements, numel);
     x->elements += numel;
 
     tp = json_object_get(e, "tp_dim");
-    cz_json_path_key(sub, path, "tp_dim");
+    cz__json_path_key(sub, path, "tp_dim");
     if (!tp)
-        return cz_json_fail(c, path, "missing required key \"tp_dim\" (0, 1 or null)");
+        return cz__json_fail(c, path, "missing required key \"tp_dim\" (0, 1 or null)");
     p->tp_dim = -1;
     if (!json_is_null(tp)) {
         if (!json_is_integer(tp) || json_integer_value(tp) < 0 ||
             json_integer_value(tp) >= p->ndim) {
             char found[96];
-            cz_json_describe(tp, found, sizeof found);
-            return cz_json_fail(c, sub, "expected %s for a %d-D parameter, found %s",
-                                p->ndim == 2 ? "0, 1 or null" : "0 or null", p->ndim, found);
+            cz__json_describe(tp, found, sizeof found);
+            return cz__json_fail(c, sub, "expected %s for a %d-D parameter, found %s",
+                                 p->ndim == 2 ? "0, 1 or null" : "0 or null", p->ndim, found);
         }
         p->tp_dim = (int)json_integer_value(tp);
     }
 
     int kind = p->ndim == 2 ? CZ_KIND_MATRIX : CZ_KIND_ELEMENTWISE;
-    if ((rc = cz_json_get_enum(c, e, path, "optimizer", false, cz_kind_names, &kind)) != CZ_OK)
+    if ((rc = cz__json_get_enum(c, e, path, "optimizer", false, cz__kind_names, &kind)) != CZ_OK)
         return rc;
     if (kind == CZ_KIND_MATRIX && p->ndim != 2)
-        return cz_json_fail(c, cz_json_path_key(sub, path, "optimizer"),
-                            "a 1-D parameter cannot use the matrix optimizer; expected "
-                            "\"elementwise\", found \"matrix\"");
+        return cz__json_fail(c, cz__json_path_key(sub, path, "optimizer"),
+                             "a 1-D parameter cannot use the matrix optimizer; expected "
+                             "\"elementwise\", found \"matrix\"");
     p->kind = (cz_param_kind)kind;
 
     blocks = json_object_get(e, "blocks");
     if (blocks)
-        return parse_blocks(x, blocks, cz_json_path_key(sub, path, "blocks"), p);
+        return parse_blocks(x, blocks, cz__json_path_key(sub, path, "blocks"), p);
     return CZ_OK;
 }
 
@@ -261,7 +262,7 @@ static int expand(expander *x, const json_t *arr, const char *path, const char *
     json_array_foreach(arr, i, e)
     {
         int rc;
-        cz_json_path_index(el, path, i);
+        cz__json_path_index(el, path, i);
         if (!json_is_object(e) || !json_object_get(e, "repeat")) {
             if ((rc = parse_param(x, e, el, prefix, layer)) != CZ_OK)
                 return rc;
@@ -270,14 +271,15 @@ static int expand(expander *x, const json_t *arr, const char *path, const char *
         int64_t reps = 0;
         const char *inner_prefix = NULL;
         const json_t *inner;
-        if ((rc = cz_json_check_object(c, e, el, repeat_keys)) != CZ_OK ||
-            (rc = cz_json_get_int64(c, e, el, "repeat", true, 1, INT_MAX, &reps)) != CZ_OK ||
-            (rc = cz_json_get_string(c, e, el, "prefix", true, &inner_prefix)) != CZ_OK ||
-            (rc = cz_json_get_array(c, e, el, "params", true, 1, &inner)) != CZ_OK)
+        if ((rc = cz__json_check_object(c, e, el, repeat_keys)) != CZ_OK ||
+            (rc = cz__json_get_int64(c, e, el, "repeat", true, 1, INT_MAX, &reps)) != CZ_OK ||
+            (rc = cz__json_get_string(c, e, el, "prefix", true, &inner_prefix)) != CZ_OK ||
+            (rc = cz__json_get_array(c, e, el, "params", true, 1, &inner)) != CZ_OK)
             return rc;
         if (top && reps > INT_MAX - x->next_layer)
-            return cz_json_fail(c, cz_json_path_key(sub, el, "repeat"), "too many layers in total");
-        cz_json_path_key(sub, el, "params");
+            return cz__json_fail(c, cz__json_path_key(sub, el, "repeat"),
+                                 "too many layers in total");
+        cz__json_path_key(sub, el, "params");
         for (int64_t r = 0; r < reps; r++) {
             char *own = substitute_index(inner_prefix, r);
             char *full = own ? malloc(strlen(prefix) + strlen(own) + 1) : NULL;
@@ -335,10 +337,10 @@ static int check_duplicates(expander *x)
     free(refs);
     if (later == SIZE_MAX)
         return CZ_OK;
-    return cz_json_fail(&x->ctx, x->paths[later],
-                        "duplicate parameter name \"%s\" (parameter %zu after expansion); first "
-                        "defined at %s (parameter %zu)",
-                        x->params[later].name, later, x->paths[first], first);
+    return cz__json_fail(&x->ctx, x->paths[later],
+                         "duplicate parameter name \"%s\" (parameter %zu after expansion); first "
+                         "defined at %s (parameter %zu)",
+                         x->params[later].name, later, x->paths[first], first);
 }
 
 int cz_model_load(cz_model **out, const char *path, cz_error *err)
@@ -346,9 +348,11 @@ int cz_model_load(cz_model **out, const char *path, cz_error *err)
     json_t *root = NULL;
     char sha[65];
     *out = NULL;
-    int rc = cz_json_load_file(&root, sha, path, err);
-    if (rc == CZ_OK)
-        rc = cz_model_from_json(out, root, path, sha, err);
+    int rc;
+    if ((rc = cz__json_load_file(&root, sha, path, err)) != CZ_OK)
+        goto done;
+    rc = cz__model_from_json(out, root, path, sha, err);
+done:
     json_decref(root);
     return rc;
 }
@@ -366,13 +370,13 @@ int cz_model_parse(cz_model **out, const char *json_text, const char *name, cz_e
     if (!root)
         return cz_error_set(err, CZ_EPARSE, "%s:%d:%d: invalid JSON: %s", name, jerr.line,
                             jerr.column, jerr.text);
-    int rc = cz_model_from_json(out, root, name, NULL, err);
+    int rc = cz__model_from_json(out, root, name, NULL, err);
     json_decref(root);
     return rc;
 }
 
-int cz_model_from_json(cz_model **out, const json_t *root, const char *path, const char *sha,
-                       cz_error *err)
+int cz__model_from_json(cz_model **out, const json_t *root, const char *path, const char *sha,
+                        cz_error *err)
 {
     static const char *const top_keys[] = {"schema",      "name",     "dtype", "params",
                                            "description", "megatron", NULL};
@@ -388,39 +392,39 @@ int cz_model_from_json(cz_model **out, const json_t *root, const char *path, con
         rc = cz_error_set(err, CZ_EINVALID, "%s: $: expected a JSON object", path);
         goto done;
     }
-    if ((rc = cz_json_check_schema(&x.ctx, root, CZ_MODEL_SCHEMA)) != CZ_OK ||
-        (rc = cz_json_check_object(&x.ctx, root, "$", top_keys)) != CZ_OK ||
-        (rc = cz_json_get_string(&x.ctx, root, "$", "name", true, &name)) != CZ_OK ||
-        (rc = cz_json_get_string(&x.ctx, root, "$", "description", false, &desc)) != CZ_OK ||
-        (rc = cz_json_get_enum(&x.ctx, root, "$", "dtype", true, cz_dtype_names, &dtype)) !=
+    if ((rc = cz__json_check_schema(&x.ctx, root, CZ_MODEL_SCHEMA)) != CZ_OK ||
+        (rc = cz__json_check_object(&x.ctx, root, "$", top_keys)) != CZ_OK ||
+        (rc = cz__json_get_string(&x.ctx, root, "$", "name", true, &name)) != CZ_OK ||
+        (rc = cz__json_get_string(&x.ctx, root, "$", "description", false, &desc)) != CZ_OK ||
+        (rc = cz__json_get_enum(&x.ctx, root, "$", "dtype", true, cz__dtype_names, &dtype)) !=
             CZ_OK ||
-        (rc = cz_json_get_array(&x.ctx, root, "$", "params", true, 1, &params)) != CZ_OK)
+        (rc = cz__json_get_array(&x.ctx, root, "$", "params", true, 1, &params)) != CZ_OK)
         goto done;
-    if (cz_model_count_params_json(params) > CZ_MODEL_MAX_PARAMS) {
-        rc = cz_json_fail(&x.ctx, "$.params",
-                          "expands to more than %zu parameters (or nests repeat blocks deeper "
-                          "than 64)",
-                          CZ_MODEL_MAX_PARAMS);
+    if (cz__model_count_params_json(params) > CZ_MODEL_MAX_PARAMS) {
+        rc = cz__json_fail(&x.ctx, "$.params",
+                           "expands to more than %zu parameters (or nests repeat blocks deeper "
+                           "than 64)",
+                           CZ_MODEL_MAX_PARAMS);
         goto done;
     }
     if ((rc = expand(&x, params, "$.params", "", -1, 1)) != CZ_OK)
         goto done;
     if (x.n == 0) {
-        rc = cz_json_fail(&x.ctx, "$.params", "expands to no parameters");
+        rc = cz__json_fail(&x.ctx, "$.params", "expands to no parameters");
         goto done;
     }
     if ((rc = check_duplicates(&x)) != CZ_OK)
         goto done;
 
     m = calloc(1, sizeof *m);
-    if (!m || !(m->name = cz_strdup(name)) || !(m->source = cz_strdup(path))) {
+    if (!m || !(m->name = cz__strdup(name)) || !(m->source = cz__strdup(path))) {
         rc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
         goto done;
     }
     if (sha) {
         memcpy(m->sha256, sha, 64);
         m->sha256[64] = '\0';
-    } else if ((rc = cz_json_canonical_sha256(root, m->sha256, err)) != CZ_OK) {
+    } else if ((rc = cz__json_canonical_sha256(root, m->sha256, err)) != CZ_OK) {
         goto done;
     }
     m->dtype = (cz_dtype)dtype;
@@ -428,7 +432,7 @@ int cz_model_from_json(cz_model **out, const json_t *root, const char *path, con
     m->nparams = x.n;
     m->params = x.params;
     x.params = NULL;
-    if ((rc = cz_model_megatron_read(path, root, m, err)) != CZ_OK)
+    if ((rc = cz__model_megatron_read(path, root, m, err)) != CZ_OK)
         goto done;
     *out = m;
     m = NULL;

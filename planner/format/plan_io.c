@@ -21,8 +21,7 @@
  * The reader checks types, unknown keys, the schema version and the structure later code indexes
  * by (ids equal to indices, array lengths, ids in range). Semantic invariants (coverage,
  * atomicity, each matrix scheduled once) are the validator's job, not the reader's. */
-#include "file_io.h"
-#include "json_util.h"
+#include "format_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +35,23 @@
 
 /* Upper bound on dp*tp*pp accepted from a plan file, to keep per-GPU arrays allocatable. */
 #define CZ_PLAN_MAX_GPUS (1 << 24)
+
+/* Whether the plan has a block or cooperative task, which only version 2 of the schema
+ * (CZ_PLAN_SCHEMA_SPLIT) can hold: the writer picks the version by it, and validate, inspect
+ * and diff ask it too. */
+bool cz__plan_has_split_tasks(const cz_plan *plan)
+{
+    for (size_t k = 0; k < plan->nschedules; k++) {
+        const cz_rank_schedule *rs = &plan->schedules[k];
+        for (int g = 0; g < rs->ngroups; g++) {
+            const cz_plan_group *gr = &rs->groups[g];
+            for (int t = 0; t < gr->ntasks; t++)
+                if (cz_group_task_block(gr, t) >= 0 || cz_group_task_width(gr, t) > 1)
+                    return true;
+        }
+    }
+    return false;
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* writing                                                                                     */
@@ -115,7 +131,7 @@ static json_t *w_status(writer *w, int status)
 {
     if (status < CZ_SOLVE_NONE || status > CZ_SOLVE_FAILED)
         return w_fail(w, CZ_EINTERNAL, "%s is unknown (a planner bug)", "a solver status");
-    return json_string(cz_solve_status_names[status]);
+    return json_string(cz__solve_status_names[status]);
 }
 
 /* Only plans made with the ILP solver carry this object; the solve time is left out so that a
@@ -181,7 +197,7 @@ static json_t *build_param(writer *w, const cz_plan_param *q)
     w_set(w, o, "shape", w_shape(w, q->def.shape, q->def.ndim));
     w_set(w, o, "local_shape", w_shape(w, q->local_shape, q->def.ndim));
     w_set(w, o, "tp_dim", q->def.tp_dim < 0 ? json_null() : json_integer(q->def.tp_dim));
-    w_set(w, o, "optimizer", json_string(cz_kind_name(q->def.kind)));
+    w_set(w, o, "optimizer", json_string(cz__kind_name(q->def.kind)));
     if (q->def.nblocks > 0) {
         json_t *b = json_object();
         w_set(w, b, "dim", json_integer(q->def.block_dim));
@@ -271,7 +287,7 @@ static json_t *build_metrics(writer *w, const cz_plan *p)
     w_set(w, o, "lower_bound", w_real(w, m->lower_bound, "metrics.lower_bound"));
     /* The bounds of the split freedom only in version 2, so that version 1 files stay as they
      * were (a reader of one derives them: docs/FORMATS.md, "metrics"). */
-    if (cz_plan_has_split_tasks(p)) {
+    if (cz__plan_has_split_tasks(p)) {
         w_set(w, o, "average_load", w_real(w, m->average_load, "metrics.average_load"));
         w_set(w, o, "split_lower_bound",
               w_real(w, m->split_lower_bound, "metrics.split_lower_bound"));
@@ -294,7 +310,7 @@ static json_t *build_plan(writer *w, const cz_plan *p)
         w_fail(w, CZ_EINTERNAL, "%s does not match its topology (a planner bug)",
                "the plan's schedule count");
     w_set(w, root, "schema",
-          json_string(cz_plan_has_split_tasks(p) ? CZ_PLAN_SCHEMA_SPLIT : CZ_PLAN_SCHEMA));
+          json_string(cz__plan_has_split_tasks(p) ? CZ_PLAN_SCHEMA_SPLIT : CZ_PLAN_SCHEMA));
     w_set(w, gen, "name", json_string(p->generator ? p->generator : "canzona"));
     w_set(w, gen, "version", json_string(p->generator_version ? p->generator_version : CZ_VERSION));
     w_set(w, root, "generator", gen);
@@ -347,7 +363,7 @@ static json_t *build_plan(writer *w, const cz_plan *p)
 #define CONTENT_KEY "content_sha256"
 #define CONTENT_FLAGS (JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17))
 
-int cz_plan_json_content_hash(const json_t *plan, char out[65], cz_error *err)
+int cz__plan_json_content_hash(const json_t *plan, char out[65], cz_error *err)
 {
     /* A shallow copy shares the members: dropping the hash from it leaves plan untouched. */
     json_t *copy = json_copy((json_t *)plan);
@@ -358,7 +374,7 @@ int cz_plan_json_content_hash(const json_t *plan, char out[65], cz_error *err)
     json_decref(copy);
     if (!text)
         return cz_error_set(err, CZ_ENOMEM, "out of memory hashing the plan");
-    cz_sha256_hex(text, strlen(text), out);
+    cz__sha256_hex(text, strlen(text), out);
     free(text);
     return CZ_OK;
 }
@@ -388,7 +404,7 @@ int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
     /* The hash covers everything above; consumers without the model (the executor) recompute
      * it on load to refuse a plan edited since. */
     char hash[65];
-    int hrc = cz_plan_json_content_hash(root, hash, err);
+    int hrc = cz__plan_json_content_hash(root, hash, err);
     if (hrc == CZ_OK && json_object_set_new(root, CONTENT_KEY, json_string(hash)) != 0)
         hrc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory while formatting the plan", path);
     if (hrc != CZ_OK) {
@@ -416,13 +432,6 @@ int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
 /* ------------------------------------------------------------------------------------------ */
 /* reading                                                                                     */
 
-#define TRY(call)                                                                                  \
-    do {                                                                                           \
-        rc = (call);                                                                               \
-        if (rc != CZ_OK)                                                                           \
-            goto done;                                                                             \
-    } while (0)
-
 static int oom(const cz_json_ctx *c)
 {
     return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
@@ -432,10 +441,10 @@ static int r_strdup(const cz_json_ctx *c, const json_t *obj, const char *path, c
                     char **out)
 {
     const char *s = NULL;
-    int rc = cz_json_get_string(c, obj, path, key, true, &s);
+    int rc = cz__json_get_string(c, obj, path, key, true, &s);
     if (rc != CZ_OK)
         return rc;
-    *out = cz_strdup(s);
+    *out = cz__strdup(s);
     return *out ? CZ_OK : oom(c);
 }
 
@@ -455,8 +464,8 @@ static int r_sha(const cz_json_ctx *c, const json_t *obj, const char *path, char
     if (rc != CZ_OK)
         return rc;
     if (!is_sha256_hex(*out))
-        return cz_json_fail(c, cz_json_path_key(sub, path, "sha256"),
-                            "expected 64 lowercase hexadecimal digits, found \"%.80s\"", *out);
+        return cz__json_fail(c, cz__json_path_key(sub, path, "sha256"),
+                             "expected 64 lowercase hexadecimal digits, found \"%.80s\"", *out);
     return CZ_OK;
 }
 
@@ -466,19 +475,19 @@ static int r_reals(const cz_json_ctx *c, const json_t *obj, const char *path, co
 {
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const json_t *arr;
-    int rc = cz_json_get_array(c, obj, path, key, true, 0, &arr);
+    int rc = cz__json_get_array(c, obj, path, key, true, 0, &arr);
     if (rc != CZ_OK)
         return rc;
-    cz_json_path_key(sub, path, key);
+    cz__json_path_key(sub, path, key);
     if (json_array_size(arr) != n)
-        return cz_json_fail(c, sub, "expected %zu values (%s), found %zu", n, what_n,
-                            json_array_size(arr));
+        return cz__json_fail(c, sub, "expected %zu values (%s), found %zu", n, what_n,
+                             json_array_size(arr));
     *out = calloc(n ? n : 1, sizeof **out);
     if (!*out)
         return oom(c);
     for (size_t i = 0; i < n; i++)
-        if ((rc = cz_json_as_double(c, json_array_get(arr, i), cz_json_path_index(el, sub, i), 0,
-                                    false, &(*out)[i])) != CZ_OK)
+        if ((rc = cz__json_as_double(c, json_array_get(arr, i), cz__json_path_index(el, sub, i), 0,
+                                     false, &(*out)[i])) != CZ_OK)
             return rc;
     return CZ_OK;
 }
@@ -489,20 +498,20 @@ static int r_dims(const cz_json_ctx *c, const json_t *obj, const char *path, con
 {
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const json_t *arr;
-    int rc = cz_json_get_array(c, obj, path, key, true, 0, &arr);
+    int rc = cz__json_get_array(c, obj, path, key, true, 0, &arr);
     if (rc != CZ_OK)
         return rc;
-    cz_json_path_key(sub, path, key);
+    cz__json_path_key(sub, path, key);
     size_t n = json_array_size(arr);
     if (want ? n != (size_t)want : (n < 1 || n > 2)) {
         if (want)
-            return cz_json_fail(c, sub, "expected %d values, found %zu", want, n);
-        return cz_json_fail(c, sub, "expected 1 or 2 dimensions, found %zu", n);
+            return cz__json_fail(c, sub, "expected %d values, found %zu", want, n);
+        return cz__json_fail(c, sub, "expected 1 or 2 dimensions, found %zu", n);
     }
     out[1] = 1;
     for (size_t i = 0; i < n; i++)
-        if ((rc = cz_json_as_int64(c, json_array_get(arr, i), cz_json_path_index(el, sub, i), min,
-                                   INT64_MAX, &out[i])) != CZ_OK)
+        if ((rc = cz__json_as_int64(c, json_array_get(arr, i), cz__json_path_index(el, sub, i), min,
+                                    INT64_MAX, &out[i])) != CZ_OK)
             return rc;
     if (ndim)
         *ndim = (int)n;
@@ -517,18 +526,28 @@ static int read_solver_result(const cz_json_ctx *c, const json_t *root, cz_plan 
     const json_t *o = NULL;
     const char *note = NULL;
     int rc;
-    TRY(cz_json_get_object(c, root, "$", "solver_result", false, keys, &o));
+    if ((rc = cz__json_get_object(c, root, "$", "solver_result", false, keys, &o)) != CZ_OK)
+        return rc;
     if (!o)
         return CZ_OK;
-    TRY(cz_json_get_enum(c, o, P, "status", true, cz_solve_status_names, &p->solver_status));
-    TRY(cz_json_get_double(c, o, P, "gap", true, 0, false, &p->solver_gap));
-    TRY(cz_json_get_enum(c, o, P, "status_dp", true, cz_solve_status_names, &p->solver_status_dp));
-    TRY(cz_json_get_double(c, o, P, "gap_dp", true, 0, false, &p->solver_gap_dp));
-    TRY(cz_json_get_enum(c, o, P, "status_tp", true, cz_solve_status_names, &p->solver_status_tp));
-    TRY(cz_json_get_double(c, o, P, "gap_tp", true, 0, false, &p->solver_gap_tp));
-    TRY(cz_json_get_string(c, o, P, "note", true, &note));
+    if ((rc = cz__json_get_enum(c, o, P, "status", true, cz__solve_status_names,
+                                &p->solver_status)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, P, "gap", true, 0, false, &p->solver_gap)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_enum(c, o, P, "status_dp", true, cz__solve_status_names,
+                                &p->solver_status_dp)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, P, "gap_dp", true, 0, false, &p->solver_gap_dp)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_enum(c, o, P, "status_tp", true, cz__solve_status_names,
+                                &p->solver_status_tp)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, P, "gap_tp", true, 0, false, &p->solver_gap_tp)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_string(c, o, P, "note", true, &note)) != CZ_OK)
+        return rc;
     snprintf(p->solver_note, sizeof p->solver_note, "%s", note);
-done:
     return rc;
 }
 
@@ -562,59 +581,83 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     int64_t seed = 0;
     bool fell = false;
     cz_settings_init(s);
-    TRY(cz_json_get_object(c, root, "$", "settings", true, keys, &o));
-    TRY(cz_json_get_enum(c, o, P, "optimizer", true, cz_optimizer_names, &v));
+    if ((rc = cz__json_get_object(c, root, "$", "settings", true, keys, &o)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_enum(c, o, P, "optimizer", true, cz__optimizer_names, &v)) != CZ_OK)
+        return rc;
     s->optimizer = (cz_optimizer)v;
-    TRY(cz_json_get_enum(c, o, P, "unit", true, cz_unit_names, &v));
+    if ((rc = cz__json_get_enum(c, o, P, "unit", true, cz__unit_names, &v)) != CZ_OK)
+        return rc;
     s->unit = (cz_cost_unit)v;
-    TRY(cz_json_get_enum(c, o, P, "dp_strategy", true, cz_dp_strategy_names, &v));
+    if ((rc = cz__json_get_enum(c, o, P, "dp_strategy", true, cz__dp_strategy_names, &v)) != CZ_OK)
+        return rc;
     s->dp = (cz_dp_strategy)v;
-    TRY(cz_json_get_double(c, o, P, "alpha", true, 0, false, &s->alpha));
+    if ((rc = cz__json_get_double(c, o, P, "alpha", true, 0, false, &s->alpha)) != CZ_OK)
+        return rc;
     if (s->alpha > 1.0) {
         char sub[CZ_JSON_PATH_MAX];
-        rc = cz_json_fail(c, cz_json_path_key(sub, P, "alpha"),
-                          "expected a number in [0, 1], found %.17g", s->alpha);
-        goto done;
+        rc = cz__json_fail(c, cz__json_path_key(sub, P, "alpha"),
+                           "expected a number in [0, 1], found %.17g", s->alpha);
+        return rc;
     }
-    TRY(cz_json_get_enum(c, o, P, "alpha_loads", true, alpha_loads_names, &v));
+    if ((rc = cz__json_get_enum(c, o, P, "alpha_loads", true, alpha_loads_names, &v)) != CZ_OK)
+        return rc;
     s->alpha_numel_loads = v;
-    TRY(cz_json_get_enum(c, o, P, "layerwise_order", true, cz_layerwise_order_names, &v));
+    if ((rc = cz__json_get_enum(c, o, P, "layerwise_order", true, cz__layerwise_order_names, &v)) !=
+        CZ_OK)
+        return rc;
     s->layerwise_order = (cz_layerwise_order)v;
-    TRY(cz_json_get_enum(c, o, P, "tp_strategy", true, cz_tp_strategy_names, &v));
+    if ((rc = cz__json_get_enum(c, o, P, "tp_strategy", true, cz__tp_strategy_names, &v)) != CZ_OK)
+        return rc;
     s->tp = (cz_tp_strategy)v;
-    TRY(cz_json_get_double(c, o, P, "capacity", true, 0, false, &s->capacity));
-    TRY(cz_json_get_double(c, o, P, "capacity_used", true, 0, false, &p->capacity_used));
-    TRY(cz_json_get_enum(c, o, P, "solver", true, cz_solver_names, &v));
+    if ((rc = cz__json_get_double(c, o, P, "capacity", true, 0, false, &s->capacity)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, P, "capacity_used", true, 0, false, &p->capacity_used)) !=
+        CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_enum(c, o, P, "solver", true, cz__solver_names, &v)) != CZ_OK)
+        return rc;
     s->solver = (cz_solver)v;
-    TRY(cz_json_get_double(c, o, P, "time_limit_s", true, 0, false, &s->time_limit_s));
-    TRY(cz_json_get_int64(c, o, P, "seed", true, 0, INT64_MAX, &seed));
+    if ((rc = cz__json_get_double(c, o, P, "time_limit_s", true, 0, false, &s->time_limit_s)) !=
+        CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int64(c, o, P, "seed", true, 0, INT64_MAX, &seed)) != CZ_OK)
+        return rc;
     s->seed = (uint64_t)seed;
-    TRY(cz_json_get_int(c, o, P, "ns_steps", true, 1, INT_MAX, &s->ns_steps));
-    TRY(cz_json_get_int(c, o, P, "max_precond_dim", true, 1, INT_MAX, &s->max_precond_dim));
-    TRY(cz_json_get_int(c, o, P, "precondition_frequency", true, 1, INT_MAX,
-                        &s->precondition_frequency));
-    TRY(cz_json_get_bool(c, o, P, "dp_fell_back", true, &fell));
+    if ((rc = cz__json_get_int(c, o, P, "ns_steps", true, 1, INT_MAX, &s->ns_steps)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int(c, o, P, "max_precond_dim", true, 1, INT_MAX,
+                               &s->max_precond_dim)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int(c, o, P, "precondition_frequency", true, 1, INT_MAX,
+                               &s->precondition_frequency)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_bool(c, o, P, "dp_fell_back", true, &fell)) != CZ_OK)
+        return rc;
     p->dp_fell_back = fell;
-    TRY(cz_json_get_bool(c, o, P, "dp_numel_cuts", true, &fell));
+    if ((rc = cz__json_get_bool(c, o, P, "dp_numel_cuts", true, &fell)) != CZ_OK)
+        return rc;
     p->dp_numel_cuts = fell;
     /* Absent in unified plans, and in every plan written before the split layout existed. */
     v = CZ_LAYOUT_UNIFIED;
-    TRY(cz_json_get_enum(c, o, P, "layout", false, cz_layout_names, &v));
+    if ((rc = cz__json_get_enum(c, o, P, "layout", false, cz__layout_names, &v)) != CZ_OK)
+        return rc;
     s->layout = (cz_layout)v;
     /* Absent unless set (version 2 plans). */
     fell = false;
-    TRY(cz_json_get_bool(c, o, P, "split_blocks", false, &fell));
+    if ((rc = cz__json_get_bool(c, o, P, "split_blocks", false, &fell)) != CZ_OK)
+        return rc;
     s->split_blocks = fell;
     const char *coop = NULL;
-    TRY(cz_json_get_string(c, o, P, "coop", false, &coop));
+    if ((rc = cz__json_get_string(c, o, P, "coop", false, &coop)) != CZ_OK)
+        return rc;
     if (coop && cz_coop_parse(coop, &s->coop) != CZ_OK) {
         char sub[CZ_JSON_PATH_MAX];
-        rc = cz_json_fail(c, cz_json_path_key(sub, P, "coop"),
-                          "expected \"off\", \"auto\" or a width from 2 to %d, found \"%s\"",
-                          CZ_COOP_MAX, coop);
-        goto done;
+        rc = cz__json_fail(c, cz__json_path_key(sub, P, "coop"),
+                           "expected \"off\", \"auto\" or a width from 2 to %d, found \"%s\"",
+                           CZ_COOP_MAX, coop);
+        return rc;
     }
-done:
     return rc;
 }
 
@@ -630,78 +673,98 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
     int kind = 0, local_ndim = 0, rc;
 
     q->def.block_dim = -1;
-    TRY(cz_json_check_object(c, e, path, keys));
-    TRY(cz_json_get_int(c, e, path, "id", true, 0, INT_MAX, &q->id));
+    if ((rc = cz__json_check_object(c, e, path, keys)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int(c, e, path, "id", true, 0, INT_MAX, &q->id)) != CZ_OK)
+        return rc;
     if ((size_t)q->id != index) {
-        rc = cz_json_fail(c, cz_json_path_key(sub, path, "id"),
-                          "expected the parameter's index %zu, found %d", index, q->id);
-        goto done;
+        rc = cz__json_fail(c, cz__json_path_key(sub, path, "id"),
+                           "expected the parameter's index %zu, found %d", index, q->id);
+        return rc;
     }
-    TRY(r_strdup(c, e, path, "name", &q->def.name));
+    if ((rc = r_strdup(c, e, path, "name", &q->def.name)) != CZ_OK)
+        return rc;
     /* The executor makes file names of these (--dump-dir, --init-dir): same rule as models. */
-    const char *problem = cz_param_name_problem(q->def.name);
+    const char *problem = cz__param_name_problem(q->def.name);
     if (problem) {
-        rc = cz_json_fail(c, cz_json_path_key(sub, path, "name"),
-                          "parameter name \"%.64s\" %s; a name must be usable as a file name",
-                          q->def.name, problem);
-        goto done;
+        rc = cz__json_fail(c, cz__json_path_key(sub, path, "name"),
+                           "parameter name \"%.64s\" %s; a name must be usable as a file name",
+                           q->def.name, problem);
+        return rc;
     }
-    TRY(r_dims(c, e, path, "shape", 0, 1, q->def.shape, &q->def.ndim));
-    TRY(r_dims(c, e, path, "local_shape", q->def.ndim, 1, q->local_shape, &local_ndim));
+    if ((rc = r_dims(c, e, path, "shape", 0, 1, q->def.shape, &q->def.ndim)) != CZ_OK)
+        return rc;
+    if ((rc = r_dims(c, e, path, "local_shape", q->def.ndim, 1, q->local_shape, &local_ndim)) !=
+        CZ_OK)
+        return rc;
     tp = json_object_get(e, "tp_dim");
     q->def.tp_dim = -1;
     if (!tp) {
-        rc = cz_json_fail(c, path, "missing required key \"tp_dim\"");
-        goto done;
+        rc = cz__json_fail(c, path, "missing required key \"tp_dim\"");
+        return rc;
     }
     if (!json_is_null(tp)) {
         if (!json_is_integer(tp) || json_integer_value(tp) < 0 ||
             json_integer_value(tp) >= q->def.ndim) {
             char found[96];
-            cz_json_describe(tp, found, sizeof found);
-            rc = cz_json_fail(c, cz_json_path_key(sub, path, "tp_dim"),
-                              "expected %s for a %d-D parameter, found %s",
-                              q->def.ndim == 2 ? "0, 1 or null" : "0 or null", q->def.ndim, found);
-            goto done;
+            cz__json_describe(tp, found, sizeof found);
+            rc = cz__json_fail(c, cz__json_path_key(sub, path, "tp_dim"),
+                               "expected %s for a %d-D parameter, found %s",
+                               q->def.ndim == 2 ? "0, 1 or null" : "0 or null", q->def.ndim, found);
+            return rc;
         }
         q->def.tp_dim = (int)json_integer_value(tp);
     }
-    TRY(cz_json_get_enum(c, e, path, "optimizer", true, cz_kind_names, &kind));
+    if ((rc = cz__json_get_enum(c, e, path, "optimizer", true, cz__kind_names, &kind)) != CZ_OK)
+        return rc;
     q->def.kind = (cz_param_kind)kind;
-    TRY(cz_json_get_object(c, e, path, "blocks", false, bkeys, &blocks));
+    if ((rc = cz__json_get_object(c, e, path, "blocks", false, bkeys, &blocks)) != CZ_OK)
+        return rc;
     if (blocks) {
-        cz_json_path_key(el, path, "blocks");
-        TRY(cz_json_get_int(c, blocks, el, "dim", true, 0, q->def.ndim - 1, &q->def.block_dim));
-        TRY(cz_json_get_array(c, blocks, el, "sizes", true, 1, &sizes));
-        cz_json_path_key(sub, el, "sizes");
+        cz__json_path_key(el, path, "blocks");
+        if ((rc = cz__json_get_int(c, blocks, el, "dim", true, 0, q->def.ndim - 1,
+                                   &q->def.block_dim)) != CZ_OK)
+            return rc;
+        if ((rc = cz__json_get_array(c, blocks, el, "sizes", true, 1, &sizes)) != CZ_OK)
+            return rc;
+        cz__json_path_key(sub, el, "sizes");
         size_t n = json_array_size(sizes);
         if (n > (size_t)INT_MAX) {
-            rc = cz_json_fail(c, sub, "too many blocks");
-            goto done;
+            rc = cz__json_fail(c, sub, "too many blocks");
+            return rc;
         }
         q->def.block_sizes = calloc(n, sizeof *q->def.block_sizes);
         if (!q->def.block_sizes) {
             rc = oom(c);
-            goto done;
+            return rc;
         }
         q->def.nblocks = (int)n;
         for (size_t i = 0; i < n; i++)
-            TRY(cz_json_as_int64(c, json_array_get(sizes, i), cz_json_path_index(el, sub, i), 1,
-                                 INT64_MAX, &q->def.block_sizes[i]));
+            if ((rc =
+                     cz__json_as_int64(c, json_array_get(sizes, i), cz__json_path_index(el, sub, i),
+                                       1, INT64_MAX, &q->def.block_sizes[i])) != CZ_OK)
+                return rc;
     }
-    TRY(cz_json_get_int(c, e, path, "layer", true, -1, INT_MAX, &q->def.layer));
-    TRY(cz_json_get_int(c, e, path, "stage", true, 0, p->pp - 1, &q->stage));
+    if ((rc = cz__json_get_int(c, e, path, "layer", true, -1, INT_MAX, &q->def.layer)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int(c, e, path, "stage", true, 0, p->pp - 1, &q->stage)) != CZ_OK)
+        return rc;
     if (p->nbuckets == 0) {
-        rc = cz_json_fail(c, cz_json_path_key(sub, path, "bucket"),
-                          "refers to a bucket, but $.buckets is empty");
-        goto done;
+        rc = cz__json_fail(c, cz__json_path_key(sub, path, "bucket"),
+                           "refers to a bucket, but $.buckets is empty");
+        return rc;
     }
-    TRY(cz_json_get_int(c, e, path, "bucket", true, 0, (int)p->nbuckets - 1, &q->bucket));
-    TRY(cz_json_get_int64(c, e, path, "offset", true, 0, INT64_MAX, &q->offset));
-    TRY(cz_json_get_int64(c, e, path, "numel", true, 1, INT64_MAX, &q->numel));
-    TRY(cz_json_get_double(c, e, path, "cost", true, 0, false, &q->cost));
-    TRY(cz_json_get_int(c, e, path, "dp_owner", true, -1, p->dp - 1, &q->dp_owner));
-done:
+    if ((rc = cz__json_get_int(c, e, path, "bucket", true, 0, (int)p->nbuckets - 1, &q->bucket)) !=
+        CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int64(c, e, path, "offset", true, 0, INT64_MAX, &q->offset)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int64(c, e, path, "numel", true, 1, INT64_MAX, &q->numel)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, e, path, "cost", true, 0, false, &q->cost)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int(c, e, path, "dp_owner", true, -1, p->dp - 1, &q->dp_owner)) != CZ_OK)
+        return rc;
     return rc;
 }
 
@@ -712,57 +775,65 @@ static int read_bucket(const cz_json_ctx *c, const json_t *e, const char *path, 
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const json_t *ranges;
     int rc;
-    TRY(cz_json_check_object(c, e, path, keys));
-    TRY(cz_json_get_int(c, e, path, "id", true, 0, INT_MAX, &b->id));
+    if ((rc = cz__json_check_object(c, e, path, keys)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int(c, e, path, "id", true, 0, INT_MAX, &b->id)) != CZ_OK)
+        return rc;
     if ((size_t)b->id != index) {
-        rc = cz_json_fail(c, cz_json_path_key(sub, path, "id"),
-                          "expected the bucket's index %zu, found %d", index, b->id);
-        goto done;
+        rc = cz__json_fail(c, cz__json_path_key(sub, path, "id"),
+                           "expected the bucket's index %zu, found %d", index, b->id);
+        return rc;
     }
-    TRY(cz_json_get_int(c, e, path, "stage", true, 0, p->pp - 1, &b->stage));
-    TRY(cz_json_get_int64(c, e, path, "offset", true, 0, INT64_MAX, &b->offset));
-    TRY(cz_json_get_int64(c, e, path, "size", true, 0, INT64_MAX, &b->size));
+    if ((rc = cz__json_get_int(c, e, path, "stage", true, 0, p->pp - 1, &b->stage)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int64(c, e, path, "offset", true, 0, INT64_MAX, &b->offset)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int64(c, e, path, "size", true, 0, INT64_MAX, &b->size)) != CZ_OK)
+        return rc;
     /* The split layout names every bucket's buffer; a unified plan names none. */
     int buf = 0;
     bool split = p->settings.layout == CZ_LAYOUT_SPLIT;
     if (!split && json_object_get(e, "buffer")) {
-        rc = cz_json_fail(c, cz_json_path_key(sub, path, "buffer"),
-                          "a bucket's buffer is given only in a plan whose $.settings.layout is "
-                          "\"split\"");
-        goto done;
+        rc = cz__json_fail(c, cz__json_path_key(sub, path, "buffer"),
+                           "a bucket's buffer is given only in a plan whose $.settings.layout is "
+                           "\"split\"");
+        return rc;
     }
-    TRY(cz_json_get_enum(c, e, path, "buffer", split, bucket_buffer_names, &buf));
+    if ((rc = cz__json_get_enum(c, e, path, "buffer", split, bucket_buffer_names, &buf)) != CZ_OK)
+        return rc;
     b->elementwise = buf;
-    TRY(cz_json_get_array(c, e, path, "ranges", true, 0, &ranges));
-    cz_json_path_key(sub, path, "ranges");
+    if ((rc = cz__json_get_array(c, e, path, "ranges", true, 0, &ranges)) != CZ_OK)
+        return rc;
+    cz__json_path_key(sub, path, "ranges");
     if (json_array_size(ranges) != (size_t)p->dp) {
-        rc = cz_json_fail(c, sub, "expected %d [start, end] pairs (one per DP rank), found %zu",
-                          p->dp, json_array_size(ranges));
-        goto done;
+        rc = cz__json_fail(c, sub, "expected %d [start, end] pairs (one per DP rank), found %zu",
+                           p->dp, json_array_size(ranges));
+        return rc;
     }
     b->ranges = calloc(2 * (size_t)p->dp, sizeof *b->ranges);
     if (!b->ranges) {
         rc = oom(c);
-        goto done;
+        return rc;
     }
     for (int r = 0; r < p->dp; r++) {
         const json_t *pair = json_array_get(ranges, (size_t)r);
         int64_t *se = &b->ranges[2 * r];
-        cz_json_path_index(el, sub, (size_t)r);
+        cz__json_path_index(el, sub, (size_t)r);
         if (!json_is_array(pair) || json_array_size(pair) != 2) {
             char found[96];
-            cz_json_describe(pair, found, sizeof found);
-            rc = cz_json_fail(c, el, "expected a [start, end] pair, found %s%s", found,
-                              json_is_array(pair) ? " of the wrong length" : "");
-            goto done;
+            cz__json_describe(pair, found, sizeof found);
+            rc = cz__json_fail(c, el, "expected a [start, end] pair, found %s%s", found,
+                               json_is_array(pair) ? " of the wrong length" : "");
+            return rc;
         }
         char ix[CZ_JSON_PATH_MAX];
-        TRY(cz_json_as_int64(c, json_array_get(pair, 0), cz_json_path_index(ix, el, 0), 0, b->size,
-                             &se[0]));
-        TRY(cz_json_as_int64(c, json_array_get(pair, 1), cz_json_path_index(ix, el, 1), se[0],
-                             b->size, &se[1]));
+        if ((rc = cz__json_as_int64(c, json_array_get(pair, 0), cz__json_path_index(ix, el, 0), 0,
+                                    b->size, &se[0])) != CZ_OK)
+            return rc;
+        if ((rc = cz__json_as_int64(c, json_array_get(pair, 1), cz__json_path_index(ix, el, 1),
+                                    se[0], b->size, &se[1])) != CZ_OK)
+            return rc;
     }
-done:
     return rc;
 }
 
@@ -779,46 +850,54 @@ static int read_slot_item(const cz_json_ctx *c, const json_t *v, const char *pat
     char sub[CZ_JSON_PATH_MAX];
     int rc;
     if (!json_is_object(v)) {
-        TRY(cz_json_as_int(c, v, path, 0, (int)p->nparams - 1, &it->param));
+        if ((rc = cz__json_as_int(c, v, path, 0, (int)p->nparams - 1, &it->param)) != CZ_OK)
+            return rc;
         *it = (slot_item){it->param, -1, 1, 1, p->params[it->param].cost};
         return CZ_OK;
     }
     if (!split) {
-        rc = cz_json_fail(c, path,
-                          "a block or cooperative task needs schema \"%s\"; this plan says \"%s\"",
-                          CZ_PLAN_SCHEMA_SPLIT, CZ_PLAN_SCHEMA);
-        goto done;
+        rc = cz__json_fail(c, path,
+                           "a block or cooperative task needs schema \"%s\"; this plan says \"%s\"",
+                           CZ_PLAN_SCHEMA_SPLIT, CZ_PLAN_SCHEMA);
+        return rc;
     }
-    TRY(cz_json_check_object(c, v, path, keys));
-    TRY(cz_json_get_int(c, v, path, "param", true, 0, (int)p->nparams - 1, &it->param));
+    if ((rc = cz__json_check_object(c, v, path, keys)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int(c, v, path, "param", true, 0, (int)p->nparams - 1, &it->param)) !=
+        CZ_OK)
+        return rc;
     it->block = -1, it->width = 1, it->panels = 1;
     const cz_param_def *d = &p->params[it->param].def;
-    TRY(cz_json_get_int(c, v, path, "block", false, 0, d->nblocks > 0 ? d->nblocks - 1 : -1,
-                        &it->block));
-    TRY(cz_json_get_int(c, v, path, "width", false, 1, nslots, &it->width));
+    if ((rc = cz__json_get_int(c, v, path, "block", false, 0, d->nblocks > 0 ? d->nblocks - 1 : -1,
+                               &it->block)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_int(c, v, path, "width", false, 1, nslots, &it->width)) != CZ_OK)
+        return rc;
     if (it->width == 1 && json_object_get(v, "panels")) {
-        rc = cz_json_fail(c, cz_json_path_key(sub, path, "panels"),
-                          "Gram panels are given only for a cooperative task (width > 1); this "
-                          "task is hosted by one slot");
-        goto done;
+        rc = cz__json_fail(c, cz__json_path_key(sub, path, "panels"),
+                           "Gram panels are given only for a cooperative task (width > 1); this "
+                           "task is hosted by one slot");
+        return rc;
     }
-    TRY(cz_json_get_int(c, v, path, "panels", false, 1, CZ_COOP_MAX_PANELS, &it->panels));
+    if ((rc = cz__json_get_int(c, v, path, "panels", false, 1, CZ_COOP_MAX_PANELS, &it->panels)) !=
+        CZ_OK)
+        return rc;
     /* The executor computes the a x a Gram in row panels: a panel needs a row of it. */
     int64_t r0, c0, rows, cols;
     cz_task_region(d, it->block, &r0, &c0, &rows, &cols);
     int64_t a = rows < cols ? rows : cols;
     if (it->panels > a) {
-        rc = cz_json_fail(c, cz_json_path_key(sub, path, "panels"),
-                          "%d Gram panels, more than the %" PRId64
-                          " rows of the task's Gram (its short side)",
-                          it->panels, a);
-        goto done;
+        rc = cz__json_fail(c, cz__json_path_key(sub, path, "panels"),
+                           "%d Gram panels, more than the %" PRId64
+                           " rows of the task's Gram (its short side)",
+                           it->panels, a);
+        return rc;
     }
-    TRY(cz_json_get_double(c, v, path, "cost", true, 0, false, &it->cost));
+    if ((rc = cz__json_get_double(c, v, path, "cost", true, 0, false, &it->cost)) != CZ_OK)
+        return rc;
     if (nslots % it->width != 0 || slot / it->width * it->width + it->width > nslots)
-        rc = cz_json_fail(c, cz_json_path_key(sub, path, "width"),
-                          "width %d does not divide the group's %d slots", it->width, nslots);
-done:
+        rc = cz__json_fail(c, cz__json_path_key(sub, path, "width"),
+                           "width %d does not divide the group's %d slots", it->width, nslots);
     return rc;
 }
 
@@ -837,26 +916,30 @@ static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, c
     slot_item **items = NULL;
     size_t *len = NULL, *at = NULL;
     int rc;
-    TRY(cz_json_check_object(c, e, path, keys));
-    TRY(cz_json_get_int(c, e, path, "id", true, 0, INT_MAX, &g->id));
-    TRY(cz_json_get_array(c, e, path, "slots", true, 0, &slots));
-    cz_json_path_key(sub, path, "slots");
+    if ((rc = cz__json_check_object(c, e, path, keys)) != CZ_OK)
+        goto done;
+    if ((rc = cz__json_get_int(c, e, path, "id", true, 0, INT_MAX, &g->id)) != CZ_OK)
+        goto done;
+    if ((rc = cz__json_get_array(c, e, path, "slots", true, 0, &slots)) != CZ_OK)
+        goto done;
+    cz__json_path_key(sub, path, "slots");
     if (json_array_size(slots) != (size_t)nslots) {
-        rc = cz_json_fail(c, sub, "expected %d slots (%s), found %zu", nslots,
-                          nslots == 1 ? "one: tp is 1 or the strategy is sc" : "one per TP rank",
-                          json_array_size(slots));
+        rc = cz__json_fail(c, sub, "expected %d slots (%s), found %zu", nslots,
+                           nslots == 1 ? "one: tp is 1 or the strategy is sc" : "one per TP rank",
+                           json_array_size(slots));
         goto done;
     }
     size_t total = 0, most = p->nparams * (split ? (size_t)CZ_MAX_BLOCKS * nslots : 1);
     for (int k = 0; k < nslots; k++) {
         const json_t *ids = json_array_get(slots, (size_t)k);
-        cz_json_path_index(el, sub, (size_t)k);
-        TRY(cz_json_as_array(c, ids, el, 0, &ids));
+        cz__json_path_index(el, sub, (size_t)k);
+        if ((rc = cz__json_as_array(c, ids, el, 0, &ids)) != CZ_OK)
+            goto done;
         total += json_array_size(ids);
     }
     if (total > most) {
-        rc = cz_json_fail(c, sub, "lists %zu tasks, more than the plan's %zu parameters allow",
-                          total, p->nparams);
+        rc = cz__json_fail(c, sub, "lists %zu tasks, more than the plan's %zu parameters allow",
+                           total, p->nparams);
         goto done;
     }
     items = calloc((size_t)nslots, sizeof *items);
@@ -876,7 +959,7 @@ static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, c
     }
     for (int k = 0; k < nslots; k++) {
         const json_t *ids = json_array_get(slots, (size_t)k);
-        cz_json_path_index(el, sub, (size_t)k);
+        cz__json_path_index(el, sub, (size_t)k);
         len[k] = json_array_size(ids);
         items[k] = calloc(len[k] ? len[k] : 1, sizeof **items);
         if (!items[k]) {
@@ -884,8 +967,9 @@ static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, c
             goto done;
         }
         for (size_t i = 0; i < len[k]; i++)
-            TRY(read_slot_item(c, json_array_get(ids, i), cz_json_path_index(ix, el, i), p, split,
-                               nslots, k, &items[k][i]));
+            if ((rc = read_slot_item(c, json_array_get(ids, i), cz__json_path_index(ix, el, i), p,
+                                     split, nslots, k, &items[k][i])) != CZ_OK)
+                goto done;
     }
     /* The flat order: slot by slot, each slot's entries in its own order; a cooperative task
      * enters once it heads the lists of all its slots. A slot stops at a cooperative task that
@@ -920,17 +1004,18 @@ static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, c
         if (at[k] == len[k])
             continue;
         const slot_item *it = &items[k][at[k]];
-        cz_json_path_index(el, sub, (size_t)k);
-        rc = cz_json_fail(c, cz_json_path_index(ix, el, at[k]),
-                          "cooperative task (param %d, block %d, width %d, %d panels) is not "
-                          "listed at the same point, with the same cost and panels, by every slot "
-                          "it spans (slots %d to %d): every slot must list the cooperative tasks "
-                          "it shares in one order",
-                          it->param, it->block, it->width, it->panels, k / it->width * it->width,
-                          k / it->width * it->width + it->width - 1);
+        cz__json_path_index(el, sub, (size_t)k);
+        rc = cz__json_fail(c, cz__json_path_index(ix, el, at[k]),
+                           "cooperative task (param %d, block %d, width %d, %d panels) is not "
+                           "listed at the same point, with the same cost and panels, by every slot "
+                           "it spans (slots %d to %d): every slot must list the cooperative tasks "
+                           "it shares in one order",
+                           it->param, it->block, it->width, it->panels, k / it->width * it->width,
+                           k / it->width * it->width + it->width - 1);
         goto done;
     }
-    TRY(r_reals(c, e, path, "load", (size_t)nslots, "one per slot", &g->load));
+    if ((rc = r_reals(c, e, path, "load", (size_t)nslots, "one per slot", &g->load)) != CZ_OK)
+        goto done;
 done:
     for (int k = 0; items && k < nslots; k++)
         free(items[k]);
@@ -948,46 +1033,53 @@ static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p, 
     size_t want = (size_t)p->pp * (size_t)p->dp;
     int nslots = (p->settings.tp == CZ_TP_SC || p->tp == 1) ? 1 : p->tp;
     int rc;
-    TRY(cz_json_get_array(c, root, "$", "tp_schedule", true, 0, &arr));
+    if ((rc = cz__json_get_array(c, root, "$", "tp_schedule", true, 0, &arr)) != CZ_OK)
+        return rc;
     if (json_array_size(arr) != want) {
-        rc = cz_json_fail(c, "$.tp_schedule", "expected %zu entries (pp*dp = %d*%d), found %zu",
-                          want, p->pp, p->dp, json_array_size(arr));
-        goto done;
+        rc = cz__json_fail(c, "$.tp_schedule", "expected %zu entries (pp*dp = %d*%d), found %zu",
+                           want, p->pp, p->dp, json_array_size(arr));
+        return rc;
     }
     p->schedules = calloc(want, sizeof *p->schedules);
     if (!p->schedules) {
         rc = oom(c);
-        goto done;
+        return rc;
     }
     p->nschedules = want;
     for (size_t i = 0; i < want; i++) {
         const json_t *e = json_array_get(arr, i), *groups;
         cz_rank_schedule *rs = &p->schedules[i];
-        cz_json_path_index(el, "$.tp_schedule", i);
-        TRY(cz_json_check_object(c, e, el, keys));
+        cz__json_path_index(el, "$.tp_schedule", i);
+        if ((rc = cz__json_check_object(c, e, el, keys)) != CZ_OK)
+            return rc;
         int want_stage = (int)(i / (size_t)p->dp), want_rank = (int)(i % (size_t)p->dp);
-        TRY(cz_json_get_int(c, e, el, "stage", true, want_stage, want_stage, &rs->stage));
-        TRY(cz_json_get_int(c, e, el, "dp_rank", true, want_rank, want_rank, &rs->dp_rank));
-        TRY(cz_json_get_array(c, e, el, "groups", true, 0, &groups));
-        cz_json_path_key(sub, el, "groups");
+        if ((rc = cz__json_get_int(c, e, el, "stage", true, want_stage, want_stage, &rs->stage)) !=
+            CZ_OK)
+            return rc;
+        if ((rc = cz__json_get_int(c, e, el, "dp_rank", true, want_rank, want_rank,
+                                   &rs->dp_rank)) != CZ_OK)
+            return rc;
+        if ((rc = cz__json_get_array(c, e, el, "groups", true, 0, &groups)) != CZ_OK)
+            return rc;
+        cz__json_path_key(sub, el, "groups");
         size_t ng = json_array_size(groups);
         if (ng > p->nparams * (split ? (size_t)CZ_MAX_BLOCKS : 1)) {
-            rc = cz_json_fail(c, sub, "has %zu groups, more than the plan's %zu parameters allow",
-                              ng, p->nparams);
-            goto done;
+            rc = cz__json_fail(c, sub, "has %zu groups, more than the plan's %zu parameters allow",
+                               ng, p->nparams);
+            return rc;
         }
         rs->groups = calloc(ng ? ng : 1, sizeof *rs->groups);
         if (!rs->groups) {
             rc = oom(c);
-            goto done;
+            return rc;
         }
         for (size_t g = 0; g < ng; g++) {
             rs->ngroups++;
-            TRY(read_group(c, json_array_get(groups, g), cz_json_path_index(gp, sub, g), p, nslots,
-                           split, &rs->groups[g]));
+            if ((rc = read_group(c, json_array_get(groups, g), cz__json_path_index(gp, sub, g), p,
+                                 nslots, split, &rs->groups[g])) != CZ_OK)
+                return rc;
         }
     }
-done:
     return rc;
 }
 
@@ -1009,29 +1101,52 @@ static int read_metrics(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     size_t ranks = (size_t)p->pp * (size_t)p->dp, gpus = ranks * (size_t)p->tp;
     const json_t *o, *dp, *tp;
     int rc;
-    TRY(cz_json_get_object(c, root, "$", "metrics", true, keys, &o));
-    TRY(cz_json_get_object(c, o, "$.metrics", "dp", true, dkeys, &dp));
-    TRY(r_reals(c, dp, "$.metrics.dp", "load", ranks, "pp*dp", &m->dp_load));
-    TRY(cz_json_get_double(c, dp, "$.metrics.dp", "imbalance", true, 0, false, &m->dp_imbalance));
-    TRY(cz_json_get_object(c, o, "$.metrics", "tp", true, tkeys, &tp));
-    TRY(cz_json_get_double(c, tp, "$.metrics.tp", "makespan", true, 0, false, &m->tp_makespan));
-    TRY(cz_json_get_double(c, tp, "$.metrics.tp", "imbalance", true, 0, false, &m->tp_imbalance));
-    TRY(r_reals(c, tp, "$.metrics.tp", "rank_makespan", ranks, "pp*dp", &m->rank_makespan));
-    TRY(r_reals(c, tp, "$.metrics.tp", "gpu_load", gpus, "pp*dp*tp", &m->gpu_load));
-    TRY(cz_json_get_double(c, o, "$.metrics", "lower_bound", true, 0, false, &m->lower_bound));
-    TRY(cz_json_get_double(c, o, "$.metrics", "total_cost", true, 0, false, &m->total_cost));
-    TRY(cz_json_get_double(c, o, "$.metrics", "max_task_cost", true, 0, false, &m->max_task_cost));
+    if ((rc = cz__json_get_object(c, root, "$", "metrics", true, keys, &o)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_object(c, o, "$.metrics", "dp", true, dkeys, &dp)) != CZ_OK)
+        return rc;
+    if ((rc = r_reals(c, dp, "$.metrics.dp", "load", ranks, "pp*dp", &m->dp_load)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, dp, "$.metrics.dp", "imbalance", true, 0, false,
+                                  &m->dp_imbalance)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_object(c, o, "$.metrics", "tp", true, tkeys, &tp)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, tp, "$.metrics.tp", "makespan", true, 0, false,
+                                  &m->tp_makespan)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, tp, "$.metrics.tp", "imbalance", true, 0, false,
+                                  &m->tp_imbalance)) != CZ_OK)
+        return rc;
+    if ((rc = r_reals(c, tp, "$.metrics.tp", "rank_makespan", ranks, "pp*dp", &m->rank_makespan)) !=
+        CZ_OK)
+        return rc;
+    if ((rc = r_reals(c, tp, "$.metrics.tp", "gpu_load", gpus, "pp*dp*tp", &m->gpu_load)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, "$.metrics", "lower_bound", true, 0, false,
+                                  &m->lower_bound)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, "$.metrics", "total_cost", true, 0, false,
+                                  &m->total_cost)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, "$.metrics", "max_task_cost", true, 0, false,
+                                  &m->max_task_cost)) != CZ_OK)
+        return rc;
     /* Absent (version 1, or a plan without split tasks): the average from the total, and the
      * atomic bound, which is the bound of whole hosted tasks. */
     m->average_load = m->total_cost / (double)(gpus > 0 ? gpus : 1);
     m->split_lower_bound = m->lower_bound;
-    TRY(cz_json_get_double(c, o, "$.metrics", "average_load", false, 0, false, &m->average_load));
-    TRY(cz_json_get_double(c, o, "$.metrics", "split_lower_bound", false, 0, false,
-                           &m->split_lower_bound));
-    TRY(r_reals(c, o, "$.metrics", "memory", gpus, "pp*dp*tp", &m->memory));
-    TRY(cz_json_get_double(c, o, "$.metrics", "predicted_step_s", true, 0, false,
-                           &m->predicted_step_s));
-done:
+    if ((rc = cz__json_get_double(c, o, "$.metrics", "average_load", false, 0, false,
+                                  &m->average_load)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, "$.metrics", "split_lower_bound", false, 0, false,
+                                  &m->split_lower_bound)) != CZ_OK)
+        return rc;
+    if ((rc = r_reals(c, o, "$.metrics", "memory", gpus, "pp*dp*tp", &m->memory)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_double(c, o, "$.metrics", "predicted_step_s", true, 0, false,
+                                  &m->predicted_step_s)) != CZ_OK)
+        return rc;
     return rc;
 }
 
@@ -1039,14 +1154,14 @@ done:
 static int read_content_hash(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 {
     const char *rec = NULL;
-    int rc = cz_json_get_string(c, root, "$", CONTENT_KEY, false, &rec);
+    int rc = cz__json_get_string(c, root, "$", CONTENT_KEY, false, &rec);
     if (rc != CZ_OK || !rec)
         return rc;
     if (!is_sha256_hex(rec))
-        return cz_json_fail(c, "$." CONTENT_KEY,
-                            "expected 64 lowercase hexadecimal digits, found \"%.80s\"", rec);
+        return cz__json_fail(c, "$." CONTENT_KEY,
+                             "expected 64 lowercase hexadecimal digits, found \"%.80s\"", rec);
     char actual[65];
-    if ((rc = cz_plan_json_content_hash(root, actual, c->err)) != CZ_OK)
+    if ((rc = cz__plan_json_content_hash(root, actual, c->err)) != CZ_OK)
         return rc;
     memcpy(p->content_sha256, rec, 65);
     p->content_hash_ok = strcmp(rec, actual) == 0 ? 1 : -1;
@@ -1057,7 +1172,7 @@ static int read_content_hash(const cz_json_ctx *c, const json_t *root, cz_plan *
 static int read_schema(const cz_json_ctx *c, const json_t *root, bool *split)
 {
     const char *s = NULL;
-    int rc = cz_json_get_string(c, root, "$", "schema", true, &s);
+    int rc = cz__json_get_string(c, root, "$", "schema", true, &s);
     if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA_SPLIT) == 0)
         *split = true;
     else if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA) != 0 &&
@@ -1067,9 +1182,105 @@ static int read_schema(const cz_json_ctx *c, const json_t *root, bool *split)
                           "\"%s\" and \"%s\" (a newer canzona wrote it?)",
                           c->file, s, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT);
     else if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA) != 0)
-        rc = cz_json_fail(c, "$.schema", "expected \"%s\" or \"%s\", found \"%s\"", CZ_PLAN_SCHEMA,
-                          CZ_PLAN_SCHEMA_SPLIT, s);
+        rc = cz__json_fail(c, "$.schema", "expected \"%s\" or \"%s\", found \"%s\"", CZ_PLAN_SCHEMA,
+                           CZ_PLAN_SCHEMA_SPLIT, s);
     return rc;
+}
+
+/* $.generator and $.inputs: who wrote the plan, and for which model and cluster. */
+static int read_origin(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+{
+    static const char *const gen_keys[] = {"name", "version", NULL};
+    static const char *const in_keys[] = {"model", "cluster", NULL};
+    static const char *const ref_keys[] = {"name", "sha256", NULL};
+    const json_t *gen, *inputs, *ref;
+    int rc;
+    if ((rc = cz__json_get_object(c, root, "$", "generator", true, gen_keys, &gen)) != CZ_OK ||
+        (rc = r_strdup(c, gen, "$.generator", "name", &p->generator)) != CZ_OK ||
+        (rc = r_strdup(c, gen, "$.generator", "version", &p->generator_version)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_object(c, root, "$", "inputs", true, in_keys, &inputs)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_object(c, inputs, "$.inputs", "model", true, ref_keys, &ref)) != CZ_OK ||
+        (rc = r_strdup(c, ref, "$.inputs.model", "name", &p->model_name)) != CZ_OK ||
+        (rc = r_sha(c, ref, "$.inputs.model", &p->model_sha256)) != CZ_OK)
+        return rc;
+    if ((rc = cz__json_get_object(c, inputs, "$.inputs", "cluster", true, ref_keys, &ref)) !=
+            CZ_OK ||
+        (rc = r_strdup(c, ref, "$.inputs.cluster", "name", &p->cluster_name)) != CZ_OK ||
+        (rc = r_sha(c, ref, "$.inputs.cluster", &p->cluster_sha256)) != CZ_OK)
+        return rc;
+    return CZ_OK;
+}
+
+/* $.topology, $.dtype and $.buckets_config: the sizes everything after is checked against. */
+static int read_shape(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+{
+    static const char *const topo_keys[] = {"dp", "tp", "pp", "gpus_per_node", NULL};
+    static const char *const bc_keys[] = {"size", "align", NULL};
+    static const char *const dtypes[] = {"bf16", "fp16", "fp32", NULL};
+    const char *T = "$.topology";
+    const json_t *topo, *bc;
+    int dtype = 0, rc;
+    if ((rc = cz__json_get_object(c, root, "$", "topology", true, topo_keys, &topo)) != CZ_OK ||
+        (rc = cz__json_get_int(c, topo, T, "dp", true, 1, CZ_PLAN_MAX_GPUS, &p->dp)) != CZ_OK ||
+        (rc = cz__json_get_int(c, topo, T, "tp", true, 1, CZ_PLAN_MAX_GPUS, &p->tp)) != CZ_OK ||
+        (rc = cz__json_get_int(c, topo, T, "pp", true, 1, CZ_PLAN_MAX_GPUS, &p->pp)) != CZ_OK ||
+        (rc = cz__json_get_int(c, topo, T, "gpus_per_node", true, 1, INT_MAX, &p->gpus_per_node)) !=
+            CZ_OK)
+        return rc;
+    if ((int64_t)p->dp * p->tp * p->pp > CZ_PLAN_MAX_GPUS)
+        return cz__json_fail(c, T, "dp*tp*pp = %d*%d*%d exceeds %d GPUs", p->dp, p->tp, p->pp,
+                             CZ_PLAN_MAX_GPUS);
+    if ((rc = cz__json_get_enum(c, root, "$", "dtype", true, dtypes, &dtype)) != CZ_OK)
+        return rc;
+    p->dtype = (cz_dtype)dtype;
+    if ((rc = cz__json_get_object(c, root, "$", "buckets_config", true, bc_keys, &bc)) != CZ_OK ||
+        (rc = cz__json_get_int64(c, bc, "$.buckets_config", "size", true, 0, INT64_MAX,
+                                 &p->bucket_size)) != CZ_OK ||
+        (rc = cz__json_get_int64(c, bc, "$.buckets_config", "align", true, 1, INT64_MAX,
+                                 &p->bucket_align)) != CZ_OK)
+        return rc;
+    return CZ_OK;
+}
+
+/* $.buckets, then $.params (which refer to the buckets), and that their costs sum finitely. */
+static int read_layout(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+{
+    const json_t *params, *buckets;
+    char el[CZ_JSON_PATH_MAX];
+    int rc;
+    if ((rc = cz__json_get_array(c, root, "$", "params", true, 1, &params)) != CZ_OK ||
+        (rc = cz__json_get_array(c, root, "$", "buckets", true, 0, &buckets)) != CZ_OK)
+        return rc;
+    if (json_array_size(params) > (size_t)INT_MAX || json_array_size(buckets) > (size_t)INT_MAX)
+        return cz__json_fail(c, "$", "too many parameters or buckets");
+    p->buckets = calloc(json_array_size(buckets) + 1, sizeof *p->buckets);
+    if (!p->buckets)
+        return oom(c);
+    for (size_t i = 0; i < json_array_size(buckets); i++) {
+        p->nbuckets++;
+        if ((rc = read_bucket(c, json_array_get(buckets, i),
+                              cz__json_path_index(el, "$.buckets", i), i, p, &p->buckets[i])) !=
+            CZ_OK)
+            return rc;
+    }
+    p->params = calloc(json_array_size(params), sizeof *p->params);
+    if (!p->params)
+        return oom(c);
+    double total = 0.0;
+    for (size_t i = 0; i < json_array_size(params); i++) {
+        p->nparams++;
+        if ((rc = read_param(c, json_array_get(params, i), cz__json_path_index(el, "$.params", i),
+                             i, p, &p->params[i])) != CZ_OK)
+            return rc;
+        total += p->params[i].cost;
+    }
+    /* Every load, bound and report sums the costs; finite one by one, they could still overflow
+     * (the fuzzer's find: inspect then failed as if out of memory). */
+    if (!isfinite(total))
+        return cz__json_fail(c, "$.params", "the parameter costs sum to more than a double holds");
+    return CZ_OK;
 }
 
 int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
@@ -1078,96 +1289,30 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
         "schema",  "generator",      "inputs",    "settings", "topology",
         "dtype",   "buckets_config", "params",    "buckets",  "tp_schedule",
         "metrics", "solver_result",  CONTENT_KEY, NULL};
-    static const char *const gen_keys[] = {"name", "version", NULL};
-    static const char *const in_keys[] = {"model", "cluster", NULL};
-    static const char *const ref_keys[] = {"name", "sha256", NULL};
-    static const char *const topo_keys[] = {"dp", "tp", "pp", "gpus_per_node", NULL};
-    static const char *const bc_keys[] = {"size", "align", NULL};
-    static const char *const dtypes[] = {"bf16", "fp16", "fp32", NULL};
     cz_json_ctx cc = {path, err}, *c = &cc;
     json_t *root = NULL;
     cz_plan *p = NULL;
-    const json_t *gen, *inputs, *ref, *topo, *bc, *params, *buckets;
-    char el[CZ_JSON_PATH_MAX];
-    int dtype = 0, rc;
+    int rc;
     bool split = false;
 
     *out = NULL;
     p = calloc(1, sizeof *p);
     if (!p)
         return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
-    TRY(cz_json_load_file(&root, NULL, path, err));
-    TRY(read_schema(c, root, &split));
+    if ((rc = cz__json_load_file(&root, NULL, path, err)) != CZ_OK ||
+        (rc = read_schema(c, root, &split)) != CZ_OK)
+        goto done;
     p->schema_version = split ? 2 : 1;
-    TRY(cz_json_check_object(c, root, "$", top_keys));
-    TRY(read_content_hash(c, root, p));
-    TRY(cz_json_get_object(c, root, "$", "generator", true, gen_keys, &gen));
-    TRY(r_strdup(c, gen, "$.generator", "name", &p->generator));
-    TRY(r_strdup(c, gen, "$.generator", "version", &p->generator_version));
-    TRY(cz_json_get_object(c, root, "$", "inputs", true, in_keys, &inputs));
-    TRY(cz_json_get_object(c, inputs, "$.inputs", "model", true, ref_keys, &ref));
-    TRY(r_strdup(c, ref, "$.inputs.model", "name", &p->model_name));
-    TRY(r_sha(c, ref, "$.inputs.model", &p->model_sha256));
-    TRY(cz_json_get_object(c, inputs, "$.inputs", "cluster", true, ref_keys, &ref));
-    TRY(r_strdup(c, ref, "$.inputs.cluster", "name", &p->cluster_name));
-    TRY(r_sha(c, ref, "$.inputs.cluster", &p->cluster_sha256));
-    TRY(read_settings(c, root, p));
-    TRY(read_solver_result(c, root, p));
-    TRY(cz_json_get_object(c, root, "$", "topology", true, topo_keys, &topo));
-    TRY(cz_json_get_int(c, topo, "$.topology", "dp", true, 1, CZ_PLAN_MAX_GPUS, &p->dp));
-    TRY(cz_json_get_int(c, topo, "$.topology", "tp", true, 1, CZ_PLAN_MAX_GPUS, &p->tp));
-    TRY(cz_json_get_int(c, topo, "$.topology", "pp", true, 1, CZ_PLAN_MAX_GPUS, &p->pp));
-    TRY(cz_json_get_int(c, topo, "$.topology", "gpus_per_node", true, 1, INT_MAX,
-                        &p->gpus_per_node));
-    if ((int64_t)p->dp * p->tp * p->pp > CZ_PLAN_MAX_GPUS) {
-        rc = cz_json_fail(c, "$.topology", "dp*tp*pp = %d*%d*%d exceeds %d GPUs", p->dp, p->tp,
-                          p->pp, CZ_PLAN_MAX_GPUS);
+    /* In the order later parts depend on: the sizes before the buckets, the buckets before the
+     * parameters, all of them before the schedules and metrics. */
+    if ((rc = cz__json_check_object(c, root, "$", top_keys)) != CZ_OK ||
+        (rc = read_content_hash(c, root, p)) != CZ_OK || (rc = read_origin(c, root, p)) != CZ_OK ||
+        (rc = read_settings(c, root, p)) != CZ_OK ||
+        (rc = read_solver_result(c, root, p)) != CZ_OK || (rc = read_shape(c, root, p)) != CZ_OK ||
+        (rc = read_layout(c, root, p)) != CZ_OK ||
+        (rc = read_schedules(c, root, p, split)) != CZ_OK ||
+        (rc = read_metrics(c, root, p)) != CZ_OK)
         goto done;
-    }
-    TRY(cz_json_get_enum(c, root, "$", "dtype", true, dtypes, &dtype));
-    p->dtype = (cz_dtype)dtype;
-    TRY(cz_json_get_object(c, root, "$", "buckets_config", true, bc_keys, &bc));
-    TRY(cz_json_get_int64(c, bc, "$.buckets_config", "size", true, 0, INT64_MAX, &p->bucket_size));
-    TRY(cz_json_get_int64(c, bc, "$.buckets_config", "align", true, 1, INT64_MAX,
-                          &p->bucket_align));
-
-    /* Buckets first: parameters refer to them. */
-    TRY(cz_json_get_array(c, root, "$", "params", true, 1, &params));
-    TRY(cz_json_get_array(c, root, "$", "buckets", true, 0, &buckets));
-    if (json_array_size(params) > (size_t)INT_MAX || json_array_size(buckets) > (size_t)INT_MAX) {
-        rc = cz_json_fail(c, "$", "too many parameters or buckets");
-        goto done;
-    }
-    p->buckets = calloc(json_array_size(buckets) + 1, sizeof *p->buckets);
-    if (!p->buckets) {
-        rc = oom(c);
-        goto done;
-    }
-    for (size_t i = 0; i < json_array_size(buckets); i++) {
-        p->nbuckets++;
-        TRY(read_bucket(c, json_array_get(buckets, i), cz_json_path_index(el, "$.buckets", i), i, p,
-                        &p->buckets[i]));
-    }
-    p->params = calloc(json_array_size(params), sizeof *p->params);
-    if (!p->params) {
-        rc = oom(c);
-        goto done;
-    }
-    double total = 0.0;
-    for (size_t i = 0; i < json_array_size(params); i++) {
-        p->nparams++;
-        TRY(read_param(c, json_array_get(params, i), cz_json_path_index(el, "$.params", i), i, p,
-                       &p->params[i]));
-        total += p->params[i].cost;
-    }
-    /* Every load, bound and report sums the costs; finite one by one, they could still overflow
-     * (the fuzzer's find: inspect then failed as if out of memory). */
-    if (!isfinite(total)) {
-        rc = cz_json_fail(c, "$.params", "the parameter costs sum to more than a double holds");
-        goto done;
-    }
-    TRY(read_schedules(c, root, p, split));
-    TRY(read_metrics(c, root, p));
     *out = p;
     p = NULL;
 done:

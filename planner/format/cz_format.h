@@ -1,6 +1,14 @@
 /*
- * cz_plan_types.h — the planner's data: model, cluster and plan, with the readers' limits, the
- * cluster reader and the plan file's content hash. The executor reads plans through these.
+ * cz_format.h — the plan-format library's one header for the rest of the project (planner/lib,
+ * the CLI, the executor, tools and tests): the model, cluster and plan types, their readers'
+ * limits, the release functions, the structural check, errors and invariants, the enums' names
+ * and sizes, the file and hash utilities. Everything here is in libcanzona-format (jansson
+ * only); nothing here is installed: programs outside the project see canzona.h.
+ *
+ * It includes cz_error.h (cz_error_set, cz__strdup) and cz_assert.h (CZ_ASSERT): include this
+ * header, not those. What is only for the format's own files (the strict JSON getters, the
+ * Megatron record reader, the parameter-name rule) is in format_internal.h.
+ * docs/ARCHITECTURE.md has the layers.
  *
  * Conventions:
  *  - Shapes are [rows, cols]; a 1-D parameter has ndim 1 and shape[1] == 1.
@@ -10,14 +18,37 @@
  *  - Per-rank arrays are indexed stage-major: [stage * dp + dp_rank], and per-GPU arrays
  *    [(stage * dp + dp_rank) * tp + tp_rank].
  */
-#ifndef CZ_PLAN_TYPES_H
-#define CZ_PLAN_TYPES_H
+#ifndef CZ_FORMAT_H
+#define CZ_FORMAT_H
 
 #include "canzona.h"
+#include "cz_assert.h"
+#include "cz_error.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+struct json_t; /* jansson's json_t: the few functions that take one are for JSON producers */
+
+/* ---- names and sizes of the enums (settings.c) ----
+ * The name and parse functions in canzona.h, and these, read one table per enum
+ * (format_internal.h); nothing else spells these names. */
+/* Bytes per element of a dtype. */
+int cz_dtype_bytes(cz_dtype d);
+/* "matrix" or "elementwise"; NULL for a value outside the enum. */
+const char *cz__kind_name(cz_param_kind v);
+
+/* Outcome of an ILP solve, ordered from best to worst (a plan keeps the worst it saw, and its
+ * file records it). */
+enum {
+    CZ_SOLVE_NONE = 0,     /* no solver ran */
+    CZ_SOLVE_OPTIMAL = 1,  /* proved optimal */
+    CZ_SOLVE_FEASIBLE = 2, /* time limit hit; the best integer solution is kept (gap > 0) */
+    CZ_SOLVE_TIMEOUT = 3,  /* time limit hit before any integer solution: greedy kept */
+    CZ_SOLVE_FAILED = 4    /* the solver failed (numerics); greedy kept */
+};
+const char *cz__solve_status_name(int status);
 
 typedef struct cz_param_def {
     char *name;
@@ -119,7 +150,7 @@ typedef struct cz_plan_group {
     int *task_width;   /* 1: hosted on task_slot; k > 1: cooperative on slots task_slot ..
                           task_slot + k - 1 (task_slot % k == 0, k divides nslots) */
     int *task_panels;  /* a cooperative task's Gram row panels, 1 .. min(CZ_COOP_MAX_PANELS,
-                          a), as the planner chose them (cz_coop_best_panels); 1 for a hosted
+                          a), as the planner chose them (cz__coop_best_panels); 1 for a hosted
                           task. NULL, or a value <= 0, reads as 1 (cz_group_task_panels) */
     double *task_cost; /* the load the task puts on each slot it occupies (cost unit) */
     double *load;      /* nslots values: summed task cost per slot */
@@ -148,13 +179,13 @@ typedef struct cz_plan_metrics {
     double average_load;      /* total_cost / (dp*tp*pp) */
     double split_lower_bound; /* the bound under the plan's task freedom (block tasks, the
                                  cooperative widths its settings allow; tp_tasks.c,
-                                 cz_task_lower_bound); equals lower_bound without that freedom */
+                                 cz__task_lower_bound); equals lower_bound without that freedom */
     double *memory;           /* pp*dp*tp: optimizer-state bytes per GPU */
     double predicted_step_s;  /* compute makespan converted to seconds on the cluster's device */
 } cz_plan_metrics;
 
 /* The TP tasks of a plan's matrix parameters and their cost under each width, built from the
- * cluster by cz_plan_init (memory only: not in plan files, empty in a plan read from one).
+ * cluster by cz__plan_init (memory only: not in plan files, empty in a plan read from one).
  * Parameter i's tasks are first[i] .. first[i + 1] - 1: its blocks under settings.split_blocks,
  * else the whole matrix (block -1). Task t costs cost[t * nwidths + w] on each slot it occupies
  * under width widths[w]; widths[0] is 1 (hosted) and a width the task cannot take is INFINITY. */
@@ -167,14 +198,17 @@ typedef struct cz_task_table {
     int *block; /* ntasks */
     double *cost;
     int *panels;       /* like cost, or NULL (all 1): the Gram panel count a cooperative width's
-                          cost is for (cz_coop_best_panels), which the scheduler records */
+                          cost is for (cz__coop_best_panels), which the scheduler records */
     double *dp_weight; /* nparams or NULL: the DP load of each parameter when alpha balances the
-                          slot time its tasks need at the split lower bound (cz_task_weigh);
+                          slot time its tasks need at the split lower bound (cz__task_weigh);
                           NULL: the cost unit as usual */
     int dp_water;      /* with dp_weight: 1 places each bucket's cuts by water-filling where that
                           reaches the least largest load, 0 by the greedy fill (dp_partition.c) */
     int dp_fill;       /* 1: alpha deals each stage by the slot-fill partition (dp_fill.c) */
 } cz_task_table;
+
+/* Frees the table's arrays and zeroes it (objects_free.c, as the other release functions). */
+void cz__task_table_free(cz_task_table *tt);
 
 struct cz_plan {
     char *generator;         /* "canzona" */
@@ -238,8 +272,17 @@ static inline int cz_group_task_panels(const cz_plan_group *g, int t)
     return g->task_panels && g->task_panels[t] > 0 ? g->task_panels[t] : 1;
 }
 
-/* Whether the plan has any block or cooperative task (schema canzona.plan/2). */
-bool cz_plan_has_split_tasks(const cz_plan *plan);
+/* Whether the plan has any block or cooperative task (schema canzona.plan/2; plan_io.c). */
+bool cz__plan_has_split_tasks(const cz_plan *plan);
+
+/* Release functions for the parts of a plan (objects_free.c; cz_plan_free in canzona.h frees
+ * the whole). Each accepts a partially built object. */
+/* Frees the metrics arrays only. */
+void cz__plan_metrics_free(cz_plan_metrics *m);
+/* Frees the schedules only (sets nschedules to 0). */
+void cz__plan_schedules_free(cz_plan *plan);
+/* Frees a rank schedule's groups (rs itself is the caller's). */
+void cz__rank_schedule_free_groups(cz_rank_schedule *rs);
 
 /* The region of the full (unsharded) matrix d that a task of block `block` covers: the whole
  * matrix for -1, else block b's rows (block_dim 0) or columns (block_dim 1). */
@@ -295,7 +338,7 @@ static inline double cz_coop_gram_bytes(double a)
  * give (cz_muon_coop_run): the all-reduce hides behind that computation instead of stalling every
  * member. More panels hide more of it but pay one all-reduce latency each, which nothing hides
  * on a small matrix over many ranks, so no count of a alone suits every task: the planner
- * chooses it per task (cz_coop_best_panels, the least cost) and records it in the plan
+ * chooses it per task (cz__coop_best_panels, the least cost) and records it in the plan
  * (cz_group_task_panels, "panels" in a task object), so that the cost model, the simulator,
  * validate and every member agree. A count is 1 .. min(CZ_COOP_MAX_PANELS, a). */
 #define CZ_COOP_MAX_PANELS 8
@@ -333,10 +376,9 @@ static inline int64_t cz_coop_panel_row(int64_t a, int panels, int p)
  * worst accepted file to about a second of loading; at 2^22 a 829-byte config made the importer
  * work for 5 s (22 s under the sanitizers, a fuzzer time-out). */
 #define CZ_MODEL_MAX_PARAMS ((size_t)1 << 18)
-struct json_t;
 /* Parameters a model's "params" array expands to, counted before anything is built (repeat
  * blocks multiplied out, malformed entries as one); saturates at CZ_MODEL_MAX_PARAMS + 1. */
-size_t cz_model_count_params_json(const struct json_t *params);
+size_t cz__model_count_params_json(const struct json_t *params);
 /* Elements of the whole model, 2^50 (about 1.1e15): far above any model trained today, and
  * low enough that every offset, padded bucket and sum of them stays far below 2^63 (at most
  * 2^18 parameters, each padded by less than 2^31 elements). */
@@ -344,10 +386,24 @@ size_t cz_model_count_params_json(const struct json_t *params);
 /* Longest parameter name in bytes: names become file names (NAME.npy) in the executor's
  * --dump-dir and --init-dir, and file names stop at 255 bytes. */
 #define CZ_PARAM_NAME_MAX 200
-/* NULL when name is safe as a file name inside a folder, else why not ("contains '/'", ...):
- * empty, longer than CZ_PARAM_NAME_MAX, a '/' or '\\', a control character, or a leading '.'
- * (which also covers "." and ".."). */
-const char *cz_param_name_problem(const char *name);
+/* Validates and expands a parsed model description exactly as cz_model_load does a file's
+ * (messages name path, which need not be a file); sha may be NULL (then computed from root). */
+int cz__model_from_json(cz_model **out, const struct json_t *root, const char *path,
+                        const char *sha, cz_error *err);
+
+/* ---- Megatron-Core's rules on a model (megatron_rules.c) ---- */
+/* Greatest common divisor of two non-negative integers (gcd(a, 0) = a). */
+int64_t cz__gcd64(int64_t a, int64_t b);
+/* Megatron's padded vocabulary: vocab rounded up to a multiple of divisible_by * tp. */
+int64_t cz__megatron_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp);
+/* Megatron-Core's attention rules: num_attention_heads and num_query_groups each a multiple of
+ * tp. where names the input in the message (a file), the keys name the two counts in it. */
+int cz__megatron_check_heads(const char *where, const char *heads_key, int64_t heads,
+                             const char *groups_key, int64_t groups, int64_t tp, cz_error *err);
+/* Checks a model's megatron record against a TP size: the attention rules, and that the
+ * recorded padded vocabulary is what Megatron pads to at this TP. cluster names the cluster
+ * file in messages (NULL: none). CZ_OK when the model records nothing. */
+int cz__model_check_megatron(const cz_model *m, int tp, const char *cluster, cz_error *err);
 
 /* ---- cluster_io.c ---- */
 /* Sizes from the command line that override a cluster file's; 0 keeps the file's value. */
@@ -362,23 +418,74 @@ typedef struct cz_cluster_sizes {
 #define CZ_BUCKETS_PAPER ((int64_t)400000000) /* the bucket size of the paper's scripts */
 /* cz_cluster_load with sizes written into the file's JSON before it is checked and hashed (so
  * the hash is that of a file holding these sizes). sizes may be NULL. */
-int cz_cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_sizes *sizes,
-                          cz_error *err);
-
-/* ---- hashing (sha256.c) ---- */
-void cz_sha256_hex(const void *data, size_t len, char out[65]);
+int cz__cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_sizes *sizes,
+                           cz_error *err);
 
 /* The message every layer gives for a parameter over CZ_MAX_BLOCKS (name, nblocks, limit). */
 #define CZ_BLOCKS_LIMIT_FMT "'%s' has %d blocks; canzona supports at most %d per parameter"
 
 /* ---- plan content hash (plan_io.c) ---- */
-struct json_t;
 /* SHA-256 of a plan file's JSON value without its "content_sha256" member: compact, keys
  * sorted, reals with 17 significant digits (docs/FORMATS.md). plan is not modified. */
-int cz_plan_json_content_hash(const struct json_t *plan, char out[65], cz_error *err);
+int cz__plan_json_content_hash(const struct json_t *plan, char out[65], cz_error *err);
 /* CZ_OK when the plan was read from a file whose recorded content hash matches its content;
  * otherwise an error telling the user to re-run `canzona plan`. For consumers that have no
  * model to check the plan against (the executor). */
 int cz_plan_check_content_hash(const cz_plan *plan, const char *path, cz_error *err);
 
-#endif /* CZ_PLAN_TYPES_H */
+/* ---- the structural check (plan_structure.c) ---- */
+/* Where violations go: validate lists all of them; the executor refuses on the first. */
+typedef struct cz_plan_checks {
+    struct json_t *out; /* array of {"code", "path", "message"} */
+    int checks;         /* checks performed */
+    int oom;
+    int unsafe;  /* a structural violation makes index-based recomputation unsafe to run */
+    int foreign; /* parameters differ from the model's (validate only) */
+    char path[256];
+} cz_plan_checks;
+void cz__plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void cz__plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Every rule a plan must satisfy that needs no model or cluster: ids, local shapes and element
+ * counts, blocks, bucket layout rules (contiguity, alignment, reverse fill order, no overlap),
+ * DP ranges, atomic ownership, schedule membership and slot loads. Shared by `canzona
+ * validate` and the executor's plan check, so that the executor refuses every plan validate
+ * refuses for a structural reason. Safe on any plan the reader accepts. */
+void cz_plan_check_structure(cz_plan_checks *c, const cz_plan *plan);
+/* Whether two stored costs agree to validate's relative tolerance (1e-9); NaN never does. */
+int cz__close_rel(double a, double b);
+
+/* ---- files (file_io.c) ----
+ * Reading: only regular files and pipes (FIFOs, `<(cmd)`) are read, with a size cap that is
+ * checked before reading (regular files) or while reading (pipes), so that a device such as
+ * /dev/zero or a huge file fails at once with a message instead of after gigabytes.
+ *
+ * Writing (cz_file_write): one policy for every output of the CLI and the libraries:
+ *  - "-" is standard output;
+ *  - a new path or an existing regular file is replaced atomically (a temporary file in the
+ *    same folder, synced, then renamed over it), keeping the existing file's permission bits;
+ *    the signals that end a process are held back while the temporary file exists;
+ *  - a symbolic link is followed: its final target is written (atomically, in the target's own
+ *    folder when the target is a regular file or does not exist), the link itself stays; a
+ *    link the kernel's fs.protected_symlinks would not follow (another user's, in a sticky
+ *    world-writable folder) is refused;
+ *  - a character device (/dev/null, a terminal) or a FIFO is written in place, never replaced;
+ *  - a read-only regular file, a folder, a socket or a block device is refused with the reason.
+ */
+/* Reads the whole of path into a malloc'ed buffer with a NUL after the last byte (*len does not
+ * count it). Files larger than max bytes are refused (CZ_EINVALID) before they are read; so are
+ * folders and devices (CZ_EIO, "not a regular file"). */
+int cz_file_read_all(const char *path, size_t max, char **out, size_t *len, cz_error *err);
+
+/* Writes len bytes to path under the policy above. Messages name path and the reason. */
+int cz_file_write(const char *path, const void *data, size_t len, cz_error *err);
+
+/* Refuses (CZ_EINVALID, naming both paths) an output that is the same file as one of the n
+ * inputs: same device and inode, so a second path, a hard link or a symbolic link to an input
+ * is caught too. NULL entries and an output of "-" or one that does not exist yet pass. what
+ * names the inputs in the message (e.g. "the model"), one per input. */
+int cz__file_check_output(const char *output, const char *const *inputs, const char *const *what,
+                          size_t n, cz_error *err);
+
+#endif /* CZ_FORMAT_H */

@@ -10,7 +10,7 @@
  * before use, and sums and products of the int64 values a file may hold saturate instead of
  * overflowing.
  */
-#include "cz_types.h"
+#include "cz_format.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -22,10 +22,10 @@
 #define CZ_VALIDATE_RTOL 1e-9
 
 typedef cz_plan_checks vctx;
-#define at cz_plan_checks_at
-#define viol cz_plan_checks_fail
+#define at cz__plan_checks_at
+#define viol cz__plan_checks_fail
 
-void cz_plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
+void cz__plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -33,7 +33,7 @@ void cz_plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
     va_end(ap);
 }
 
-void cz_plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, ...)
+void cz__plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, ...)
 {
     char msg[768];
     va_list ap;
@@ -45,13 +45,13 @@ void cz_plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, .
         c->oom = 1;
 }
 
-int cz_close_rel(double a, double b)
+int cz__close_rel(double a, double b)
 {
     if (isnan(a) || isnan(b))
         return 0;
     return fabs(a - b) <= CZ_VALIDATE_RTOL * fmax(fabs(a), fabs(b));
 }
-#define close_rel cz_close_rel
+#define close_rel cz__close_rel
 
 static const char *strategy_name(const cz_plan *p)
 {
@@ -267,7 +267,7 @@ static void check_layout_rules(vctx *c, const cz_plan *p)
              * pipeline on whole owned matrices: a parameter in the other buffer breaks both. */
             if (split && k->elementwise != (q->def.kind == CZ_KIND_ELEMENTWISE)) {
                 viol(c, "param.bucket", "'%s' (%s) is in bucket %d of the %s buffer", q->def.name,
-                     cz_kind_name(q->def.kind) ? cz_kind_name(q->def.kind) : "?", q->bucket,
+                     cz__kind_name(q->def.kind) ? cz__kind_name(q->def.kind) : "?", q->bucket,
                      k->elementwise ? "elementwise" : "matrix");
                 c->unsafe = 1;
                 continue;
@@ -442,18 +442,225 @@ static int expected_on(const cz_plan *p, const cz_plan_param *q, int s, int r)
     return q->dp_owner == r;
 }
 
+/* Scratch of the schedule check: per parameter where it was first scheduled in the rank being
+ * checked (group, slot, position; group -1: not yet) and which of its blocks were (all bits: the
+ * whole matrix); per slot the summed cost and the position of the next task. */
+typedef struct sched_seen {
+    int *g, *t, *s;
+    uint64_t *b;
+    double *load;
+    int *pos;
+} sched_seen;
+
+/* Where a task is being checked: rank schedule k (stage s, DP rank r), group g, task t. */
+typedef struct task_at {
+    size_t k;
+    int s, r, g, t, nslots;
+} task_at;
+
+/* A cooperative task's shape: a 2-D matrix whose long side gives every member a slice, and a
+ * Gram panel count the executor can run. 0 when the task may be used further. */
+static int check_coop_shape(vctx *c, const cz_plan_group *gr, const cz_plan_param *q,
+                            const task_at *w, int block, int width)
+{
+    int pid = gr->task_param[w->t];
+    c->checks++;
+    /* Each member holds a slice of the long side: a slice must not be empty. */
+    int64_t r0, c0, rows, cols;
+    cz_task_region(&q->def, block, &r0, &c0, &rows, &cols);
+    int64_t longside = rows > cols ? rows : cols;
+    if (q->def.ndim != 2 || longside < width) {
+        viol(c, "schedule.coop",
+             "'%s' (id %d)%s: a cooperative task of width %d needs a 2-D matrix "
+             "whose long side has at least %d rows or columns; it is %lldx%lld",
+             q->def.name, pid, block >= 0 ? " (a block of it)" : "", width, width, (long long)rows,
+             (long long)cols);
+        c->unsafe = 1;
+        return -1;
+    }
+    /* Every panel is a run of the Gram's rows, and the executor holds CZ_COOP_MAX_PANELS
+     * all-reduce requests per batch. */
+    c->checks++;
+    int panels = cz_group_task_panels(gr, w->t);
+    int64_t a = rows < cols ? rows : cols;
+    int64_t most = a < CZ_COOP_MAX_PANELS ? a : CZ_COOP_MAX_PANELS;
+    if (panels > most) {
+        viol(c, "schedule.coop", "'%s' (id %d)%s: %d Gram panels; a %lldx%lld task has 1 to %lld",
+             q->def.name, pid, block >= 0 ? " (a block of it)" : "", panels, (long long)rows,
+             (long long)cols, (long long)most);
+        c->unsafe = 1;
+        return -1;
+    }
+    return 0;
+}
+
+/* What a task may be: a matrix of the plan, a block it has, split or cooperative only under
+ * Muon, a cooperative task one matrix of a fitting shape, panels only when cooperative. 0 when
+ * the task may be counted as scheduled. */
+static int check_task_kind(vctx *c, const cz_plan *p, const cz_plan_group *gr,
+                           const cz_plan_param *q, const task_at *w, int block, int width)
+{
+    int pid = gr->task_param[w->t];
+    c->checks += 3;
+    if (q->def.kind != CZ_KIND_MATRIX) {
+        viol(c, "schedule.elementwise", "'%s' (id %d) is elementwise and must not be scheduled",
+             q->def.name, pid);
+        return -1;
+    }
+    if (block >= q->def.nblocks || (block >= 0 && !q->def.block_sizes)) {
+        viol(c, "schedule.block", "'%s' (id %d) has %d blocks; the task names block %d",
+             q->def.name, pid, q->def.nblocks, block);
+        c->unsafe = 1;
+        return -1;
+    }
+    if ((block >= 0 || width > 1) && p->settings.optimizer != CZ_OPTIM_MUON) {
+        viol(c, "schedule.split",
+             "'%s' (id %d): block and cooperative tasks run under Muon only; the "
+             "plan's optimizer is %s",
+             q->def.name, pid, cz_optimizer_name(p->settings.optimizer));
+        c->unsafe = 1;
+        return -1;
+    }
+    if (width > 1 && (block < 0 && q->def.nblocks > 0)) {
+        viol(c, "schedule.coop",
+             "'%s' (id %d): a cooperative task is one matrix (a block, or a matrix "
+             "without blocks); this one is the whole of %d blocks",
+             q->def.name, pid, q->def.nblocks);
+        c->unsafe = 1;
+        return -1;
+    }
+    if (width > 1)
+        return check_coop_shape(c, gr, q, w, block, width);
+    if (cz_group_task_panels(gr, w->t) != 1) {
+        c->checks++;
+        viol(c, "schedule.coop",
+             "'%s' (id %d): a hosted task records %d Gram panels (only a cooperative "
+             "task's Gram is all-reduced in panels)",
+             q->def.name, pid, cz_group_task_panels(gr, w->t));
+    }
+    return 0;
+}
+
+/* One task of a group: its slots, its parameter, what it may be, that it is scheduled once and
+ * on its owner's rank; adds its cost to its slots' loads. */
+static void check_task(vctx *c, const cz_plan *p, const cz_plan_group *gr, const task_at *w,
+                       sched_seen *seen)
+{
+    int t = w->t, pid = gr->task_param[t], slot = gr->task_slot[t];
+    int width = cz_group_task_width(gr, t);
+    int block = cz_group_task_block(gr, t);
+    double cost = gr->task_cost ? gr->task_cost[t] : NAN;
+    c->checks++;
+    if (slot < 0 || slot >= w->nslots || width < 1 || w->nslots % width != 0 || slot % width != 0) {
+        at(c, "$.tp_schedule[%zu].groups[%d].slots", w->k, w->g);
+        viol(c, "schedule.slots",
+             "task %d is on slot %d with width %d of %d slots (a cooperative task "
+             "spans an aligned set of slots, its width dividing their number)",
+             t, slot, width, w->nslots);
+        c->unsafe = 1;
+        return;
+    }
+    at(c, "$.tp_schedule[%zu].groups[%d].slots[%d][%d]", w->k, w->g, slot, seen->pos[slot]);
+    for (int x = slot; x < slot + width; x++)
+        seen->pos[x]++;
+    if (pid < 0 || (size_t)pid >= p->nparams) {
+        viol(c, "schedule.param", "parameter id %d does not exist (%zu parameters)", pid,
+             p->nparams);
+        c->unsafe = 1;
+        return;
+    }
+    const cz_plan_param *q = &p->params[pid];
+    if (!gr->task_cost || !(block >= 0 || width > 1))
+        cost = q->cost;
+    for (int x = slot; x < slot + width; x++)
+        seen->load[x] += cost;
+    if (check_task_kind(c, p, gr, q, w, block, width) != 0)
+        return;
+    /* Each matrix is scheduled whole once, or block by block, each block once. */
+    uint64_t bit = block < 0 ? ~(uint64_t)0 : (uint64_t)1 << block;
+    if (seen->g[pid] >= 0 && (seen->b[pid] & bit)) {
+        viol(c, "schedule.duplicate",
+             "'%s' (id %d)%s is scheduled again; first in "
+             "$.tp_schedule[%zu].groups[%d].slots[%d][%d]",
+             q->def.name, pid, block >= 0 ? " (a block of it)" : "", w->k, seen->g[pid],
+             seen->s[pid], seen->t[pid]);
+        return;
+    }
+    if (seen->g[pid] < 0)
+        seen->g[pid] = w->g, seen->s[pid] = slot, seen->t[pid] = seen->pos[slot] - 1;
+    seen->b[pid] |= bit;
+    if (!expected_on(p, q, w->s, w->r))
+        viol(c, "schedule.foreign",
+             "'%s' (id %d, stage %d, dp_owner %d) does not belong to stage %d DP rank "
+             "%d",
+             q->def.name, pid, q->stage, q->dp_owner, w->s, w->r);
+}
+
+/* One micro-group: its id and slot count, each task, and each slot's recorded load. */
+static void check_group(vctx *c, const cz_plan *p, const cz_plan_group *gr, task_at w,
+                        sched_seen *seen)
+{
+    at(c, "$.tp_schedule[%zu].groups[%d].id", w.k, w.g);
+    c->checks++;
+    if (gr->id != w.g)
+        viol(c, "schedule.group", "group id is %d, expected its index %d", gr->id, w.g);
+    at(c, "$.tp_schedule[%zu].groups[%d].slots", w.k, w.g);
+    c->checks++;
+    if (gr->nslots != w.nslots) {
+        viol(c, "schedule.slots", "group has %d slots, expected %d (%s)", gr->nslots, w.nslots,
+             w.nslots == 1 ? "one slot under sc or tp = 1" : "one per TP rank");
+        c->unsafe = 1;
+        return;
+    }
+    for (int x = 0; x < w.nslots; x++)
+        seen->load[x] = 0.0, seen->pos[x] = 0;
+    for (w.t = 0; w.t < gr->ntasks; w.t++)
+        check_task(c, p, gr, &w, seen);
+    for (int x = 0; x < w.nslots; x++) {
+        at(c, "$.tp_schedule[%zu].groups[%d].load[%d]", w.k, w.g, x);
+        c->checks++;
+        if (!gr->load || !close_rel(gr->load[x], seen->load[x]))
+            viol(c, "schedule.load", "slot load is %.17g but its tasks' costs sum to %.17g",
+                 gr->load ? gr->load[x] : NAN, seen->load[x]);
+    }
+}
+
+/* Every matrix the rank owns is in its schedule, whole or every block of it. */
+static void check_rank_coverage(vctx *c, const cz_plan *p, const task_at *w, const sched_seen *seen)
+{
+    at(c, "$.tp_schedule[%zu]", w->k);
+    for (size_t i = 0; i < p->nparams; i++) {
+        const cz_plan_param *q = &p->params[i];
+        if (!expected_on(p, q, w->s, w->r))
+            continue;
+        c->checks++;
+        int nb = q->def.nblocks > 0 && q->def.nblocks <= 64 ? q->def.nblocks : 0;
+        uint64_t all = nb == 64 ? ~(uint64_t)0 : ((uint64_t)1 << nb) - 1;
+        if (seen->g[i] < 0)
+            viol(c, "schedule.missing",
+                 "matrix parameter '%s' ($.params[%zu]) of DP rank %d is in no micro-group of "
+                 "its schedule",
+                 q->def.name, i, w->r);
+        else if (seen->b[i] != ~(uint64_t)0 && (seen->b[i] & all) != all)
+            viol(c, "schedule.missing",
+                 "matrix parameter '%s' ($.params[%zu]) of DP rank %d is scheduled block by "
+                 "block, but not all of its %d blocks are",
+                 q->def.name, i, w->r, nb);
+    }
+}
+
+/* The TP schedules: one per (stage, DP rank) in stage-major order, then each rank's groups and
+ * its coverage. */
 static void check_schedules(vctx *c, const cz_plan *p)
 {
     int pp = p->pp > 0 ? p->pp : 1;
     size_t want_n = (size_t)pp * (size_t)(p->dp > 0 ? p->dp : 0);
     int nslots = (p->tp == 1 || p->settings.tp == CZ_TP_SC) ? 1 : p->tp;
-    int *seen_g = malloc((p->nparams ? p->nparams : 1) * sizeof *seen_g);
-    int *seen_t = malloc((p->nparams ? p->nparams : 1) * sizeof *seen_t);
-    int *seen_s = malloc((p->nparams ? p->nparams : 1) * sizeof *seen_s);
-    uint64_t *seen_b = malloc((p->nparams ? p->nparams : 1) * sizeof *seen_b);
-    double *load = malloc((size_t)(nslots > 0 ? nslots : 1) * sizeof *load);
-    int *pos = malloc((size_t)(nslots > 0 ? nslots : 1) * sizeof *pos);
-    if (!seen_g || !seen_t || !seen_s || !seen_b || !load || !pos) {
+    size_t np = p->nparams ? p->nparams : 1, ns = (size_t)(nslots > 0 ? nslots : 1);
+    sched_seen seen = {malloc(np * sizeof *seen.g),    malloc(np * sizeof *seen.t),
+                       malloc(np * sizeof *seen.s),    malloc(np * sizeof *seen.b),
+                       malloc(ns * sizeof *seen.load), malloc(ns * sizeof *seen.pos)};
+    if (!seen.g || !seen.t || !seen.s || !seen.b || !seen.load || !seen.pos) {
         c->oom = 1;
         goto done;
     }
@@ -467,182 +674,30 @@ static void check_schedules(vctx *c, const cz_plan *p)
     }
     for (size_t k = 0; k < p->nschedules && k < want_n; k++) {
         const cz_rank_schedule *rs = &p->schedules[k];
-        int s = (int)(k / (size_t)p->dp), r = (int)(k % (size_t)p->dp);
+        task_at w = {
+            .k = k, .s = (int)(k / (size_t)p->dp), .r = (int)(k % (size_t)p->dp), .nslots = nslots};
         at(c, "$.tp_schedule[%zu].dp_rank", k);
         c->checks++;
-        if (rs->stage != s || rs->dp_rank != r) {
+        if (rs->stage != w.s || rs->dp_rank != w.r) {
             viol(c, "schedule.rank",
                  "schedule is for stage %d DP rank %d, expected stage %d DP rank %d (stage-major "
                  "order)",
-                 rs->stage, rs->dp_rank, s, r);
+                 rs->stage, rs->dp_rank, w.s, w.r);
             c->unsafe = 1;
         }
         for (size_t i = 0; i < p->nparams; i++)
-            seen_g[i] = -1, seen_b[i] = 0;
-        for (int g = 0; g < rs->ngroups; g++) {
-            const cz_plan_group *gr = &rs->groups[g];
-            at(c, "$.tp_schedule[%zu].groups[%d].id", k, g);
-            c->checks++;
-            if (gr->id != g)
-                viol(c, "schedule.group", "group id is %d, expected its index %d", gr->id, g);
-            at(c, "$.tp_schedule[%zu].groups[%d].slots", k, g);
-            c->checks++;
-            if (gr->nslots != nslots) {
-                viol(c, "schedule.slots", "group has %d slots, expected %d (%s)", gr->nslots,
-                     nslots, nslots == 1 ? "one slot under sc or tp = 1" : "one per TP rank");
-                c->unsafe = 1;
-                continue;
-            }
-            for (int x = 0; x < nslots; x++)
-                load[x] = 0.0, pos[x] = 0;
-            for (int t = 0; t < gr->ntasks; t++) {
-                int pid = gr->task_param[t], slot = gr->task_slot[t];
-                int width = cz_group_task_width(gr, t);
-                int block = cz_group_task_block(gr, t);
-                double cost = gr->task_cost ? gr->task_cost[t] : NAN;
-                c->checks++;
-                if (slot < 0 || slot >= nslots || width < 1 || nslots % width != 0 ||
-                    slot % width != 0) {
-                    at(c, "$.tp_schedule[%zu].groups[%d].slots", k, g);
-                    viol(c, "schedule.slots",
-                         "task %d is on slot %d with width %d of %d slots (a cooperative task "
-                         "spans an aligned set of slots, its width dividing their number)",
-                         t, slot, width, nslots);
-                    c->unsafe = 1;
-                    continue;
-                }
-                at(c, "$.tp_schedule[%zu].groups[%d].slots[%d][%d]", k, g, slot, pos[slot]);
-                for (int x = slot; x < slot + width; x++)
-                    pos[x]++;
-                if (pid < 0 || (size_t)pid >= p->nparams) {
-                    viol(c, "schedule.param", "parameter id %d does not exist (%zu parameters)",
-                         pid, p->nparams);
-                    c->unsafe = 1;
-                    continue;
-                }
-                const cz_plan_param *q = &p->params[pid];
-                if (!gr->task_cost || !(block >= 0 || width > 1))
-                    cost = q->cost;
-                for (int x = slot; x < slot + width; x++)
-                    load[x] += cost;
-                c->checks += 3;
-                if (q->def.kind != CZ_KIND_MATRIX) {
-                    viol(c, "schedule.elementwise",
-                         "'%s' (id %d) is elementwise and must not be scheduled", q->def.name, pid);
-                    continue;
-                }
-                if (block >= q->def.nblocks || (block >= 0 && !q->def.block_sizes)) {
-                    viol(c, "schedule.block", "'%s' (id %d) has %d blocks; the task names block %d",
-                         q->def.name, pid, q->def.nblocks, block);
-                    c->unsafe = 1;
-                    continue;
-                }
-                if ((block >= 0 || width > 1) && p->settings.optimizer != CZ_OPTIM_MUON) {
-                    viol(c, "schedule.split",
-                         "'%s' (id %d): block and cooperative tasks run under Muon only; the "
-                         "plan's optimizer is %s",
-                         q->def.name, pid, cz_optimizer_name(p->settings.optimizer));
-                    c->unsafe = 1;
-                    continue;
-                }
-                if (width > 1 && (block < 0 && q->def.nblocks > 0)) {
-                    viol(c, "schedule.coop",
-                         "'%s' (id %d): a cooperative task is one matrix (a block, or a matrix "
-                         "without blocks); this one is the whole of %d blocks",
-                         q->def.name, pid, q->def.nblocks);
-                    c->unsafe = 1;
-                    continue;
-                }
-                if (width > 1) {
-                    c->checks++;
-                    /* Each member holds a slice of the long side: a slice must not be empty. */
-                    int64_t r0, c0, rows, cols;
-                    cz_task_region(&q->def, block, &r0, &c0, &rows, &cols);
-                    int64_t longside = rows > cols ? rows : cols;
-                    if (q->def.ndim != 2 || longside < width) {
-                        viol(c, "schedule.coop",
-                             "'%s' (id %d)%s: a cooperative task of width %d needs a 2-D matrix "
-                             "whose long side has at least %d rows or columns; it is %lldx%lld",
-                             q->def.name, pid, block >= 0 ? " (a block of it)" : "", width, width,
-                             (long long)rows, (long long)cols);
-                        c->unsafe = 1;
-                        continue;
-                    }
-                    /* Every panel is a run of the Gram's rows, and the executor holds
-                     * CZ_COOP_MAX_PANELS all-reduce requests per batch. */
-                    c->checks++;
-                    int panels = cz_group_task_panels(gr, t);
-                    int64_t a = rows < cols ? rows : cols;
-                    int64_t most = a < CZ_COOP_MAX_PANELS ? a : CZ_COOP_MAX_PANELS;
-                    if (panels > most) {
-                        viol(c, "schedule.coop",
-                             "'%s' (id %d)%s: %d Gram panels; a %lldx%lld task has 1 to %lld",
-                             q->def.name, pid, block >= 0 ? " (a block of it)" : "", panels,
-                             (long long)rows, (long long)cols, (long long)most);
-                        c->unsafe = 1;
-                        continue;
-                    }
-                } else if (cz_group_task_panels(gr, t) != 1) {
-                    c->checks++;
-                    viol(c, "schedule.coop",
-                         "'%s' (id %d): a hosted task records %d Gram panels (only a cooperative "
-                         "task's Gram is all-reduced in panels)",
-                         q->def.name, pid, cz_group_task_panels(gr, t));
-                }
-                /* Each matrix is scheduled whole once, or block by block, each block once. */
-                uint64_t bit = block < 0 ? ~(uint64_t)0 : (uint64_t)1 << block;
-                if (seen_g[pid] >= 0 && (seen_b[pid] & bit)) {
-                    viol(c, "schedule.duplicate",
-                         "'%s' (id %d)%s is scheduled again; first in "
-                         "$.tp_schedule[%zu].groups[%d].slots[%d][%d]",
-                         q->def.name, pid, block >= 0 ? " (a block of it)" : "", k, seen_g[pid],
-                         seen_s[pid], seen_t[pid]);
-                    continue;
-                }
-                if (seen_g[pid] < 0)
-                    seen_g[pid] = g, seen_s[pid] = slot, seen_t[pid] = pos[slot] - 1;
-                seen_b[pid] |= bit;
-                if (!expected_on(p, q, s, r))
-                    viol(c, "schedule.foreign",
-                         "'%s' (id %d, stage %d, dp_owner %d) does not belong to stage %d DP rank "
-                         "%d",
-                         q->def.name, pid, q->stage, q->dp_owner, s, r);
-            }
-            for (int x = 0; x < nslots; x++) {
-                at(c, "$.tp_schedule[%zu].groups[%d].load[%d]", k, g, x);
-                c->checks++;
-                if (!gr->load || !close_rel(gr->load[x], load[x]))
-                    viol(c, "schedule.load", "slot load is %.17g but its tasks' costs sum to %.17g",
-                         gr->load ? gr->load[x] : NAN, load[x]);
-            }
-        }
-        at(c, "$.tp_schedule[%zu]", k);
-        for (size_t i = 0; i < p->nparams; i++) {
-            const cz_plan_param *q = &p->params[i];
-            if (!expected_on(p, q, s, r))
-                continue;
-            c->checks++;
-            int nb = q->def.nblocks > 0 && q->def.nblocks <= 64 ? q->def.nblocks : 0;
-            uint64_t all = nb == 64 ? ~(uint64_t)0 : ((uint64_t)1 << nb) - 1;
-            if (seen_g[i] < 0)
-                viol(c, "schedule.missing",
-                     "matrix parameter '%s' ($.params[%zu]) of DP rank %d is in no micro-group of "
-                     "its schedule",
-                     q->def.name, i, r);
-            else if (seen_b[i] != ~(uint64_t)0 && (seen_b[i] & all) != all)
-                viol(c, "schedule.missing",
-                     "matrix parameter '%s' ($.params[%zu]) of DP rank %d is scheduled block by "
-                     "block, but not all of its %d blocks are",
-                     q->def.name, i, r, nb);
-        }
+            seen.g[i] = -1, seen.b[i] = 0;
+        for (w.g = 0; w.g < rs->ngroups; w.g++)
+            check_group(c, p, &rs->groups[w.g], w, &seen);
+        check_rank_coverage(c, p, &w, &seen);
     }
 done:
-    free(seen_g);
-    free(seen_t);
-    free(seen_s);
-    free(seen_b);
-    free(load);
-    free(pos);
+    free(seen.g);
+    free(seen.t);
+    free(seen.s);
+    free(seen.b);
+    free(seen.load);
+    free(seen.pos);
 }
 
 void cz_plan_check_structure(cz_plan_checks *c, const cz_plan *plan)

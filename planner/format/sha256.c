@@ -1,7 +1,7 @@
 /* SHA-256 (FIPS 180-4), used to fingerprint the model and cluster files a plan was made from.
  * Written here rather than linked from a crypto library to keep the planner's dependencies to
  * jansson and GLPK; speed is irrelevant (inputs are a few kilobytes). */
-#include "cz_types.h"
+#include "format_internal.h"
 
 #include <string.h>
 
@@ -58,7 +58,7 @@ static void compress(uint32_t h[8], const unsigned char block[64])
     h[7] += hh;
 }
 
-void cz_sha256_hex(const void *data, size_t len, char out[65])
+void cz__sha256_hex(const void *data, size_t len, char out[65])
 {
     uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                      0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};

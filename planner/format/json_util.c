@@ -1,7 +1,5 @@
 /* Strict unpacking of jansson values with JSON-path error messages (see json_util.h). */
-#include "json_util.h"
-
-#include "file_io.h"
+#include "format_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -15,17 +13,17 @@
 /* Files larger than this are not model, cluster or plan files; refuse before reading them. */
 #define CZ_JSON_MAX_FILE_BYTES ((size_t)1 << 30)
 
-int cz_json_canonical_sha256(const json_t *root, char out[65], cz_error *err)
+int cz__json_canonical_sha256(const json_t *root, char out[65], cz_error *err)
 {
     char *dump = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENCODE_ANY);
     if (!dump)
         return cz_error_set(err, CZ_ENOMEM, "out of memory while hashing JSON");
-    cz_sha256_hex(dump, strlen(dump), out);
+    cz__sha256_hex(dump, strlen(dump), out);
     free(dump);
     return CZ_OK;
 }
 
-int cz_json_load_file(json_t **out, char sha256[65], const char *path, cz_error *err)
+int cz__json_load_file(json_t **out, char sha256[65], const char *path, cz_error *err)
 {
     char *buf = NULL;
     size_t len = 0;
@@ -42,12 +40,12 @@ int cz_json_load_file(json_t **out, char sha256[65], const char *path, cz_error 
     }
     if (!json_is_object(root)) {
         char found[96];
-        cz_json_describe(root, found, sizeof found);
+        cz__json_describe(root, found, sizeof found);
         rc = cz_error_set(err, CZ_EINVALID, "%s: $: expected a JSON object, found %s", path, found);
         goto done;
     }
     if (sha256) {
-        rc = cz_json_canonical_sha256(root, sha256, err);
+        rc = cz__json_canonical_sha256(root, sha256, err);
         if (rc != CZ_OK)
             goto done;
     }
@@ -59,13 +57,13 @@ done:
     return rc;
 }
 
-char *cz_json_path_key(char dst[CZ_JSON_PATH_MAX], const char *parent, const char *key)
+char *cz__json_path_key(char dst[CZ_JSON_PATH_MAX], const char *parent, const char *key)
 {
     snprintf(dst, CZ_JSON_PATH_MAX, "%s.%s", parent, key);
     return dst;
 }
 
-char *cz_json_path_index(char dst[CZ_JSON_PATH_MAX], const char *parent, size_t index)
+char *cz__json_path_index(char dst[CZ_JSON_PATH_MAX], const char *parent, size_t index)
 {
     snprintf(dst, CZ_JSON_PATH_MAX, "%s[%zu]", parent, index);
     return dst;
@@ -78,7 +76,7 @@ static int fail_v(const cz_json_ctx *c, int code, const char *path, const char *
     return cz_error_set(c->err, code, "%s: %s: %s", c->file, path, msg);
 }
 
-int cz_json_fail(const cz_json_ctx *c, const char *path, const char *fmt, ...)
+int cz__json_fail(const cz_json_ctx *c, const char *path, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -87,7 +85,7 @@ int cz_json_fail(const cz_json_ctx *c, const char *path, const char *fmt, ...)
     return rc;
 }
 
-/* cz_json_fail with an explicit code (e.g. CZ_EUNSUPPORTED). */
+/* cz__json_fail with an explicit code (e.g. CZ_EUNSUPPORTED). */
 static int json_fail_code(const cz_json_ctx *c, int code, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static int json_fail_code(const cz_json_ctx *c, int code, const char *path, const char *fmt, ...)
@@ -99,7 +97,7 @@ static int json_fail_code(const cz_json_ctx *c, int code, const char *path, cons
     return rc;
 }
 
-void cz_json_describe(const json_t *v, char *buf, size_t n)
+void cz__json_describe(const json_t *v, char *buf, size_t n)
 {
     if (!v) {
         snprintf(buf, n, "nothing");
@@ -142,9 +140,9 @@ static int fail_found(const cz_json_ctx *c, const json_t *v, const char *path, c
 {
     char found[96];
     if (!v)
-        return cz_json_fail(c, path, "missing; expected %s", expected);
-    cz_json_describe(v, found, sizeof found);
-    return cz_json_fail(c, path, "expected %s, found %s", expected, found);
+        return cz__json_fail(c, path, "missing; expected %s", expected);
+    cz__json_describe(v, found, sizeof found);
+    return cz__json_fail(c, path, "expected %s, found %s", expected, found);
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -152,8 +150,8 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-int cz_json_check_object(const cz_json_ctx *c, const json_t *v, const char *path,
-                         const char *const *allowed)
+int cz__json_check_object(const cz_json_ctx *c, const json_t *v, const char *path,
+                          const char *const *allowed)
 {
     if (!json_is_object(v))
         return fail_found(c, v, path, "an object");
@@ -186,7 +184,7 @@ int cz_json_check_object(const cz_json_ctx *c, const json_t *v, const char *path
             int w = snprintf(list + used, sizeof list - used, "%s%s", a == allowed ? "" : ", ", *a);
             used += w > 0 ? (size_t)w : 0;
         }
-        rc = cz_json_fail(c, path, "unknown key \"%s\"; expected one of: %s", keys[i], list);
+        rc = cz__json_fail(c, path, "unknown key \"%s\"; expected one of: %s", keys[i], list);
     }
     free(keys);
     return rc;
@@ -200,8 +198,8 @@ static int json_as_string(const cz_json_ctx *c, const json_t *v, const char *pat
     return CZ_OK;
 }
 
-int cz_json_as_int64(const cz_json_ctx *c, const json_t *v, const char *path, int64_t min,
-                     int64_t max, int64_t *out)
+int cz__json_as_int64(const cz_json_ctx *c, const json_t *v, const char *path, int64_t min,
+                      int64_t max, int64_t *out)
 {
     char expected[96];
     if (min == 1 && max == INT64_MAX)
@@ -221,21 +219,21 @@ int cz_json_as_int64(const cz_json_ctx *c, const json_t *v, const char *path, in
     return CZ_OK;
 }
 
-int cz_json_as_int(const cz_json_ctx *c, const json_t *v, const char *path, int min, int max,
-                   int *out)
+int cz__json_as_int(const cz_json_ctx *c, const json_t *v, const char *path, int min, int max,
+                    int *out)
 {
     int64_t x = 0;
-    int rc = cz_json_as_int64(c, v, path, min, max == INT_MAX ? INT64_MAX : max, &x);
+    int rc = cz__json_as_int64(c, v, path, min, max == INT_MAX ? INT64_MAX : max, &x);
     if (rc != CZ_OK)
         return rc;
     if (x > INT_MAX)
-        return cz_json_fail(c, path, "expected an integer <= %d, found %" PRId64, INT_MAX, x);
+        return cz__json_fail(c, path, "expected an integer <= %d, found %" PRId64, INT_MAX, x);
     *out = (int)x;
     return CZ_OK;
 }
 
-int cz_json_as_double(const cz_json_ctx *c, const json_t *v, const char *path, double min,
-                      bool exclusive, double *out)
+int cz__json_as_double(const cz_json_ctx *c, const json_t *v, const char *path, double min,
+                       bool exclusive, double *out)
 {
     char expected[96];
     if (min == 0.0)
@@ -259,16 +257,16 @@ static int json_as_bool(const cz_json_ctx *c, const json_t *v, const char *path,
     return CZ_OK;
 }
 
-int cz_json_as_array(const cz_json_ctx *c, const json_t *v, const char *path, size_t min_len,
-                     const json_t **out)
+int cz__json_as_array(const cz_json_ctx *c, const json_t *v, const char *path, size_t min_len,
+                      const json_t **out)
 {
     if (!json_is_array(v))
         return fail_found(c, v, path, min_len ? "a non-empty array" : "an array");
     if (json_array_size(v) < min_len) {
         if (min_len == 1)
-            return cz_json_fail(c, path, "expected a non-empty array, found an empty array");
-        return cz_json_fail(c, path, "expected an array of at least %zu elements, found %zu",
-                            min_len, json_array_size(v));
+            return cz__json_fail(c, path, "expected a non-empty array, found an empty array");
+        return cz__json_fail(c, path, "expected an array of at least %zu elements, found %zu",
+                             min_len, json_array_size(v));
     }
     *out = v;
     return CZ_OK;
@@ -301,11 +299,11 @@ static int member(const cz_json_ctx *c, const json_t *obj, const char *path, con
                   bool required, char sub[CZ_JSON_PATH_MAX], const json_t **v)
 {
     *v = json_object_get(obj, key);
-    cz_json_path_key(sub, path, key);
+    cz__json_path_key(sub, path, key);
     if (*v)
         return 1;
     if (required)
-        return cz_json_fail(c, path, "missing required key \"%s\"", key);
+        return cz__json_fail(c, path, "missing required key \"%s\"", key);
     return 0;
 }
 
@@ -317,66 +315,66 @@ static int member(const cz_json_ctx *c, const json_t *obj, const char *path, con
         return present;                                                                            \
     return call
 
-int cz_json_get_string(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                       bool required, const char **out)
+int cz__json_get_string(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
+                        bool required, const char **out)
 {
     GET_MEMBER(json_as_string(c, v, sub, out));
 }
 
-int cz_json_get_int64(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                      bool required, int64_t min, int64_t max, int64_t *out)
+int cz__json_get_int64(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
+                       bool required, int64_t min, int64_t max, int64_t *out)
 {
-    GET_MEMBER(cz_json_as_int64(c, v, sub, min, max, out));
+    GET_MEMBER(cz__json_as_int64(c, v, sub, min, max, out));
 }
 
-int cz_json_get_int(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                    bool required, int min, int max, int *out)
+int cz__json_get_int(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
+                     bool required, int min, int max, int *out)
 {
-    GET_MEMBER(cz_json_as_int(c, v, sub, min, max, out));
+    GET_MEMBER(cz__json_as_int(c, v, sub, min, max, out));
 }
 
-int cz_json_get_double(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                       bool required, double min, bool exclusive, double *out)
+int cz__json_get_double(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
+                        bool required, double min, bool exclusive, double *out)
 {
-    GET_MEMBER(cz_json_as_double(c, v, sub, min, exclusive, out));
+    GET_MEMBER(cz__json_as_double(c, v, sub, min, exclusive, out));
 }
 
-int cz_json_get_bool(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                     bool required, bool *out)
+int cz__json_get_bool(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
+                      bool required, bool *out)
 {
     GET_MEMBER(json_as_bool(c, v, sub, out));
 }
 
-int cz_json_get_array(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                      bool required, size_t min_len, const json_t **out)
+int cz__json_get_array(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
+                       bool required, size_t min_len, const json_t **out)
 {
-    GET_MEMBER(cz_json_as_array(c, v, sub, min_len, out));
+    GET_MEMBER(cz__json_as_array(c, v, sub, min_len, out));
 }
 
-int cz_json_get_object(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                       bool required, const char *const *allowed, const json_t **out)
+int cz__json_get_object(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
+                        bool required, const char *const *allowed, const json_t **out)
 {
     char sub[CZ_JSON_PATH_MAX];
     const json_t *v;
     int present = member(c, obj, path, key, required, sub, &v);
     if (present <= 0)
         return present;
-    int rc = cz_json_check_object(c, v, sub, allowed);
+    int rc = cz__json_check_object(c, v, sub, allowed);
     if (rc == CZ_OK)
         *out = v;
     return rc;
 }
 
-int cz_json_get_enum(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
-                     bool required, const char *const *names, int *out)
+int cz__json_get_enum(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
+                      bool required, const char *const *names, int *out)
 {
     GET_MEMBER(json_as_enum(c, v, sub, names, out));
 }
 
-int cz_json_check_schema(const cz_json_ctx *c, const json_t *root, const char *want)
+int cz__json_check_schema(const cz_json_ctx *c, const json_t *root, const char *want)
 {
     const char *s = NULL;
-    int rc = cz_json_get_string(c, root, "$", "schema", true, &s);
+    int rc = cz__json_get_string(c, root, "$", "schema", true, &s);
     if (rc != CZ_OK)
         return rc;
     if (strcmp(s, want) == 0)
@@ -387,5 +385,5 @@ int cz_json_check_schema(const cz_json_ctx *c, const json_t *root, const char *w
         return json_fail_code(c, CZ_EUNSUPPORTED, "$.schema",
                               "unsupported schema version \"%s\"; this build reads \"%s\"", s,
                               want);
-    return cz_json_fail(c, "$.schema", "expected \"%s\", found \"%s\"", want, s);
+    return cz__json_fail(c, "$.schema", "expected \"%s\", found \"%s\"", want, s);
 }

@@ -9,13 +9,13 @@
  * rows per rank but 3.5 heads); and the vocabulary is padded by Megatron to a multiple of
  * make_vocab_size_divisible_by * TP, so a model padded for one TP has the wrong embedding
  * shape at another. */
-#include "json_util.h"
+#include "format_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
-int64_t cz_megatron_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp)
+int64_t cz__megatron_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp)
 {
     if (vocab < 1 || divisible_by < 1 || tp < 1 || divisible_by > INT64_MAX / tp)
         return -1;
@@ -28,7 +28,7 @@ int64_t cz_megatron_padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp
     return vocab + (multiple - rem);
 }
 
-int64_t cz_gcd64(int64_t a, int64_t b)
+int64_t cz__gcd64(int64_t a, int64_t b)
 {
     while (b) {
         int64_t t = a % b;
@@ -53,15 +53,15 @@ static void tp_choices(char *buf, size_t n, int64_t value)
     }
 }
 
-int cz_megatron_check_heads(const char *where, const char *heads_key, int64_t heads,
-                            const char *groups_key, int64_t groups, int64_t tp, cz_error *err)
+int cz__megatron_check_heads(const char *where, const char *heads_key, int64_t heads,
+                             const char *groups_key, int64_t groups, int64_t tp, cz_error *err)
 {
     char ok[128];
     if (heads <= 0 || tp <= 1)
         return CZ_OK;
     if (groups <= 0)
         groups = heads;
-    tp_choices(ok, sizeof ok, cz_gcd64(heads, groups));
+    tp_choices(ok, sizeof ok, cz__gcd64(heads, groups));
     if (heads % tp)
         return cz_error_set(err, CZ_EINVALID,
                             "%s: %s (%" PRId64
@@ -79,14 +79,14 @@ int cz_megatron_check_heads(const char *where, const char *heads_key, int64_t he
     return CZ_OK;
 }
 
-int cz_model_check_megatron(const cz_model *m, int tp, const char *cluster, cz_error *err)
+int cz__model_check_megatron(const cz_model *m, int tp, const char *cluster, cz_error *err)
 {
     const cz_megatron_info *g = &m->megatron;
     const char *mfile = m->source ? m->source : m->name ? m->name : "(in memory)";
     const char *cfile = cluster ? cluster : "the cluster";
     int rc =
-        cz_megatron_check_heads(mfile, "$.megatron.num_attention_heads", g->num_attention_heads,
-                                "$.megatron.num_query_groups", g->num_query_groups, tp, err);
+        cz__megatron_check_heads(mfile, "$.megatron.num_attention_heads", g->num_attention_heads,
+                                 "$.megatron.num_query_groups", g->num_query_groups, tp, err);
     if (rc != CZ_OK) {
         /* Say where the TP size came from: the message above names only the model. */
         if (err) {
@@ -97,7 +97,7 @@ int cz_model_check_megatron(const cz_model *m, int tp, const char *cluster, cz_e
     }
     if (g->padded_vocab_size <= 0)
         return CZ_OK;
-    int64_t want = cz_megatron_padded_vocab(g->vocab_size, g->make_vocab_size_divisible_by, tp);
+    int64_t want = cz__megatron_padded_vocab(g->vocab_size, g->make_vocab_size_divisible_by, tp);
     if (want == g->padded_vocab_size)
         return CZ_OK;
     return cz_error_set(
@@ -119,11 +119,11 @@ static int record_pair(const cz_json_ctx *c, const json_t *rec, const char *a, c
     bool has_a = json_object_get(rec, a) != NULL, has_b = json_object_get(rec, b) != NULL;
     if (has_a == has_b)
         return CZ_OK;
-    return cz_json_fail(c, "$.megatron", "\"%s\" is given without \"%s\"; give both or neither",
-                        has_a ? a : b, has_a ? b : a);
+    return cz__json_fail(c, "$.megatron", "\"%s\" is given without \"%s\"; give both or neither",
+                         has_a ? a : b, has_a ? b : a);
 }
 
-int cz_model_megatron_read(const char *file, const json_t *root, cz_model *m, cz_error *err)
+int cz__model_megatron_read(const char *file, const json_t *root, cz_model *m, cz_error *err)
 {
     static const char *const keys[] = {"num_attention_heads",
                                        "num_query_groups",
@@ -137,7 +137,7 @@ int cz_model_megatron_read(const char *file, const json_t *root, cz_model *m, cz
     const cz_json_ctx ctx = {file, err}, *c = &ctx;
     cz_megatron_info g = {0};
     const json_t *rec = NULL;
-    int rc = cz_json_get_object(c, root, "$", "megatron", false, keys, &rec);
+    int rc = cz__json_get_object(c, root, "$", "megatron", false, keys, &rec);
     if (rc != CZ_OK || !rec)
         return rc;
     if ((rc = record_pair(c, rec, "num_attention_heads", "num_query_groups")) != CZ_OK)
@@ -146,35 +146,36 @@ int cz_model_megatron_read(const char *file, const json_t *root, cz_model *m, cz
         if ((rc = record_pair(c, rec, "vocab_size", vocab_keys[i])) != CZ_OK)
             return rc;
     const int64_t max = (int64_t)1 << 40;
-    if ((rc = cz_json_get_int64(c, rec, "$.megatron", "num_attention_heads", false, 1, max,
-                                &g.num_attention_heads)) != CZ_OK ||
-        (rc = cz_json_get_int64(c, rec, "$.megatron", "num_query_groups", false, 1, max,
-                                &g.num_query_groups)) != CZ_OK ||
-        (rc = cz_json_get_int64(c, rec, "$.megatron", "vocab_size", false, 1, max,
-                                &g.vocab_size)) != CZ_OK ||
-        (rc = cz_json_get_int64(c, rec, "$.megatron", "make_vocab_size_divisible_by", false, 1, max,
-                                &g.make_vocab_size_divisible_by)) != CZ_OK ||
-        (rc = cz_json_get_int64(c, rec, "$.megatron", "tensor_model_parallel_size", false, 1,
-                                1 << 20, &g.tensor_model_parallel_size)) != CZ_OK ||
-        (rc = cz_json_get_int64(c, rec, "$.megatron", "padded_vocab_size", false, 1, max,
-                                &g.padded_vocab_size)) != CZ_OK)
+    if ((rc = cz__json_get_int64(c, rec, "$.megatron", "num_attention_heads", false, 1, max,
+                                 &g.num_attention_heads)) != CZ_OK ||
+        (rc = cz__json_get_int64(c, rec, "$.megatron", "num_query_groups", false, 1, max,
+                                 &g.num_query_groups)) != CZ_OK ||
+        (rc = cz__json_get_int64(c, rec, "$.megatron", "vocab_size", false, 1, max,
+                                 &g.vocab_size)) != CZ_OK ||
+        (rc = cz__json_get_int64(c, rec, "$.megatron", "make_vocab_size_divisible_by", false, 1,
+                                 max, &g.make_vocab_size_divisible_by)) != CZ_OK ||
+        (rc = cz__json_get_int64(c, rec, "$.megatron", "tensor_model_parallel_size", false, 1,
+                                 1 << 20, &g.tensor_model_parallel_size)) != CZ_OK ||
+        (rc = cz__json_get_int64(c, rec, "$.megatron", "padded_vocab_size", false, 1, max,
+                                 &g.padded_vocab_size)) != CZ_OK)
         return rc;
     if (g.num_attention_heads && g.num_attention_heads % g.num_query_groups)
-        return cz_json_fail(c, "$.megatron.num_query_groups",
-                            "%" PRId64 " query groups do not divide %" PRId64
-                            " attention heads; Megatron-Core needs num_attention_heads to be a "
-                            "multiple of num_query_groups",
-                            g.num_query_groups, g.num_attention_heads);
+        return cz__json_fail(c, "$.megatron.num_query_groups",
+                             "%" PRId64 " query groups do not divide %" PRId64
+                             " attention heads; Megatron-Core needs num_attention_heads to be a "
+                             "multiple of num_query_groups",
+                             g.num_query_groups, g.num_attention_heads);
     if (g.vocab_size) {
-        int64_t want = cz_megatron_padded_vocab(g.vocab_size, g.make_vocab_size_divisible_by,
-                                                g.tensor_model_parallel_size);
+        int64_t want = cz__megatron_padded_vocab(g.vocab_size, g.make_vocab_size_divisible_by,
+                                                 g.tensor_model_parallel_size);
         if (want != g.padded_vocab_size)
-            return cz_json_fail(c, "$.megatron.padded_vocab_size",
-                                "expected %" PRId64 " (vocab_size %" PRId64
-                                " rounded up to a multiple of make_vocab_size_divisible_by %" PRId64
-                                " x tensor_model_parallel_size %" PRId64 "), found %" PRId64,
-                                want, g.vocab_size, g.make_vocab_size_divisible_by,
-                                g.tensor_model_parallel_size, g.padded_vocab_size);
+            return cz__json_fail(
+                c, "$.megatron.padded_vocab_size",
+                "expected %" PRId64 " (vocab_size %" PRId64
+                " rounded up to a multiple of make_vocab_size_divisible_by %" PRId64
+                " x tensor_model_parallel_size %" PRId64 "), found %" PRId64,
+                want, g.vocab_size, g.make_vocab_size_divisible_by, g.tensor_model_parallel_size,
+                g.padded_vocab_size);
         /* The record must describe the shapes it sits beside. */
         for (size_t i = 0; i < m->nparams; i++) {
             const cz_param_def *p = &m->params[i];
@@ -182,10 +183,10 @@ int cz_model_megatron_read(const char *file, const json_t *root, cz_model *m, cz
                 strcmp(p->name, "output_layer.weight"))
                 continue;
             if (p->shape[0] != g.padded_vocab_size)
-                return cz_json_fail(c, "$.megatron.padded_vocab_size",
-                                    "%" PRId64 " does not match the %" PRId64
-                                    " rows of parameter \"%s\"",
-                                    g.padded_vocab_size, p->shape[0], p->name);
+                return cz__json_fail(c, "$.megatron.padded_vocab_size",
+                                     "%" PRId64 " does not match the %" PRId64
+                                     " rows of parameter \"%s\"",
+                                     g.padded_vocab_size, p->shape[0], p->name);
         }
     }
     m->megatron = g;

@@ -1,5 +1,5 @@
 /* Error reports and small allocation helpers shared by every module. */
-#include "cz_types.h"
+#include "cz_format.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,7 +26,7 @@ int cz_error_set(cz_error *err, int code, const char *fmt, ...)
     return code;
 }
 
-char *cz_strdup(const char *s)
+char *cz__strdup(const char *s)
 {
     if (!s)
         return NULL;

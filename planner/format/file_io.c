@@ -1,5 +1,5 @@
-/* Reading input files and writing output files under one policy (see file_io.h). */
-#include "file_io.h"
+/* Reading input files and writing output files under one policy (see cz_format.h, "files"). */
+#include "cz_format.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -161,7 +161,7 @@ static int check_link_owner(const char *shown, const char *link, const struct st
 static int resolve_links(const char *path, char **out, cz_error *err)
 {
     int rc = CZ_OK;
-    char *cur = cz_strdup(path);
+    char *cur = cz__strdup(path);
     *out = NULL;
     if (!cur)
         return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
@@ -224,20 +224,19 @@ static int write_atomic_to(const char *shown, const char *target, mode_t mode, c
     if (fchmod(fd, mode) != 0 || write_fd_all(fd, data, len) != 0 || fsync(fd) != 0) {
         rc = cz_error_set(err, CZ_EIO, "%s: cannot write %s: %s", shown, tmp, strerror(errno));
         close(fd);
-        goto fail;
+        goto done;
     }
     if (close(fd) != 0) {
         rc = cz_error_set(err, CZ_EIO, "%s: cannot write %s: %s", shown, tmp, strerror(errno));
-        goto fail;
+        goto done;
     }
     if (rename(tmp, target) != 0) {
         rc = cz_error_set(err, CZ_EIO, "%s: cannot replace %s: %s", shown, target, strerror(errno));
-        goto fail;
+        goto done;
     }
-    free(tmp);
-    return CZ_OK;
-fail:
-    unlink(tmp);
+done:
+    if (rc != CZ_OK) /* the temporary file is never left behind */
+        unlink(tmp);
     free(tmp);
     return rc;
 }
@@ -297,7 +296,7 @@ int cz_file_write(const char *path, const void *data, size_t len, cz_error *err)
     if (lstat(target, &st) != 0) {
         if (errno != ENOENT) {
             rc = cz_error_set(err, CZ_EIO, "%s: cannot write: %s", path, strerror(errno));
-            goto out;
+            goto done;
         }
         mode_t mask = umask(0);
         umask(mask);
@@ -310,7 +309,7 @@ int cz_file_write(const char *path, const void *data, size_t len, cz_error *err)
                               "%s: is read-only; make it writable or choose another output "
                               "path",
                               path);
-            goto out;
+            goto done;
         }
         rc = write_atomic(path, target, st.st_mode & 07777, data, len, err);
     } else if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
@@ -321,13 +320,13 @@ int cz_file_write(const char *path, const void *data, size_t len, cz_error *err)
                           "'-' (standard output)",
                           path, node_kind(st.st_mode));
     }
-out:
+done:
     free(target);
     return rc;
 }
 
-int cz_file_check_output(const char *output, const char *const *inputs, const char *const *what,
-                         size_t n, cz_error *err)
+int cz__file_check_output(const char *output, const char *const *inputs, const char *const *what,
+                          size_t n, cz_error *err)
 {
     struct stat out_st, in_st;
     if (!output || !strcmp(output, "-") || stat(output, &out_st) != 0)

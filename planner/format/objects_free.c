@@ -1,7 +1,8 @@
 /* Release functions for the planner's objects. Each accepts NULL and partially built objects. */
-#include "cz_types.h"
+#include "cz_format.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 void cz_model_free(cz_model *model)
 {
@@ -27,7 +28,7 @@ void cz_cluster_free(cz_cluster *cluster)
     free(cluster);
 }
 
-void cz_plan_metrics_free(cz_plan_metrics *m)
+void cz__plan_metrics_free(cz_plan_metrics *m)
 {
     if (!m)
         return;
@@ -38,7 +39,17 @@ void cz_plan_metrics_free(cz_plan_metrics *m)
     m->dp_load = m->gpu_load = m->rank_makespan = m->memory = NULL;
 }
 
-void cz_rank_schedule_free_groups(cz_rank_schedule *rs)
+void cz__task_table_free(cz_task_table *tt)
+{
+    free(tt->first);
+    free(tt->block);
+    free(tt->cost);
+    free(tt->panels);
+    free(tt->dp_weight);
+    memset(tt, 0, sizeof *tt);
+}
+
+void cz__rank_schedule_free_groups(cz_rank_schedule *rs)
 {
     for (int g = 0; g < rs->ngroups; g++) {
         free(rs->groups[g].task_param);
@@ -54,12 +65,12 @@ void cz_rank_schedule_free_groups(cz_rank_schedule *rs)
     rs->ngroups = 0;
 }
 
-void cz_plan_schedules_free(cz_plan *plan)
+void cz__plan_schedules_free(cz_plan *plan)
 {
     if (!plan || !plan->schedules)
         return;
     for (size_t i = 0; i < plan->nschedules; i++)
-        cz_rank_schedule_free_groups(&plan->schedules[i]);
+        cz__rank_schedule_free_groups(&plan->schedules[i]);
     free(plan->schedules);
     plan->schedules = NULL;
     plan->nschedules = 0;
@@ -77,13 +88,9 @@ void cz_plan_free(cz_plan *plan)
     for (size_t i = 0; i < plan->nbuckets; i++)
         free(plan->buckets[i].ranges);
     free(plan->buckets);
-    cz_plan_schedules_free(plan);
-    cz_plan_metrics_free(&plan->metrics);
-    free(plan->tasks.first);
-    free(plan->tasks.block);
-    free(plan->tasks.cost);
-    free(plan->tasks.panels);
-    free(plan->tasks.dp_weight);
+    cz__plan_schedules_free(plan);
+    cz__plan_metrics_free(&plan->metrics);
+    cz__task_table_free(&plan->tasks);
     free(plan->generator);
     free(plan->generator_version);
     free(plan->model_name);

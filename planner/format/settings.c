@@ -1,49 +1,40 @@
 /* Planning settings: defaults and the names used on the command line and in plan files. */
-#include "cz_algorithms.h"
-#include "cz_names.h"
+#include "format_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The defaults are CZ_SETTINGS_INIT (canzona.h): one set of values. Copied from a static
+ * object, whose padding is zero, so that two initialized structs compare equal byte for byte. */
 void cz_settings_init(cz_settings *s)
 {
-    memset(s, 0, sizeof *s);
-    s->version = CZ_SETTINGS_VERSION;
-    s->optimizer = CZ_OPTIM_MUON;
-    s->unit = CZ_UNIT_TIME;
-    s->dp = CZ_DP_ALPHA;
-    s->alpha = 1.0;
-    s->alpha_numel_loads = 0;
-    s->layerwise_order = CZ_LAYERWISE_MEGATRON;
-    s->tp = CZ_TP_ROLLBACK;
-    s->capacity = 0.0;
-    s->solver = CZ_SOLVER_GREEDY;
-    s->time_limit_s = 60.0;
-    s->seed = 0;
-    s->ns_steps = 5;
-    s->max_precond_dim = 10000;
-    s->precondition_frequency = 10;
-    s->tpaware_time_limit_s = 2.0;
-    s->layout = CZ_LAYOUT_UNIFIED;
+    static const cz_settings defaults = CZ_SETTINGS_INIT;
+    memcpy(s, &defaults, sizeof *s);
+}
+
+/* Bytes per element of the training job's parameter and gradient type. */
+int cz_dtype_bytes(cz_dtype d)
+{
+    return d == CZ_DTYPE_FP32 ? 4 : 2;
 }
 
 /* The one table of names per enum, in enum order: the CLI, the plan and model readers and
- * writers all use these (the readers through cz_json_get_enum, hence the NULL ends). */
-const char *const cz_dtype_names[] = {"bf16", "fp16", "fp32", NULL};
-const char *const cz_optimizer_names[] = {"muon", "soap", "shampoo", "adamw", NULL};
-const char *const cz_unit_names[] = {"numel", "flops", "time", NULL};
-const char *const cz_dp_strategy_names[] = {"even",  "anchored", "layerwise",
-                                            "alpha", "tpaware",  NULL};
-const char *const cz_tp_strategy_names[] = {"sc", "none", "single", "slot", "rollback", NULL};
-const char *const cz_layerwise_order_names[] = {"pingpong", "lpt", "megatron", "megatron-aug26",
-                                                NULL};
-const char *const cz_solver_names[] = {"greedy", "ilp", NULL};
-const char *const cz_layout_names[] = {"unified", "split", NULL};
-const char *const cz_muon_tp_mode_names[] = {"duplicated", "blockwise", "distributed", NULL};
-const char *const cz_kind_names[] = {"matrix", "elementwise", NULL};
-const char *const cz_solve_status_names[] = {"none",    "optimal", "feasible",
-                                             "timeout", "failed",  NULL};
+ * writers all use these (the readers through cz__json_get_enum, hence the NULL ends). */
+const char *const cz__dtype_names[] = {"bf16", "fp16", "fp32", NULL};
+const char *const cz__optimizer_names[] = {"muon", "soap", "shampoo", "adamw", NULL};
+const char *const cz__unit_names[] = {"numel", "flops", "time", NULL};
+const char *const cz__dp_strategy_names[] = {"even",  "anchored", "layerwise",
+                                             "alpha", "tpaware",  NULL};
+const char *const cz__tp_strategy_names[] = {"sc", "none", "single", "slot", "rollback", NULL};
+const char *const cz__layerwise_order_names[] = {"pingpong", "lpt", "megatron", "megatron-aug26",
+                                                 NULL};
+const char *const cz__solver_names[] = {"greedy", "ilp", NULL};
+const char *const cz__layout_names[] = {"unified", "split", NULL};
+const char *const cz__muon_tp_mode_names[] = {"duplicated", "blockwise", "distributed", NULL};
+const char *const cz__kind_names[] = {"matrix", "elementwise", NULL};
+const char *const cz__solve_status_names[] = {"none",    "optimal", "feasible",
+                                              "timeout", "failed",  NULL};
 
 /* Entries before the NULL end. */
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])) - 1)
@@ -78,24 +69,24 @@ static int parse_name(const char *const *names, int n, const char *name, int *ou
         return rc;                                                                                 \
     }
 
-NAME_FUNCS(cz_dtype, dtype, cz_dtype_names)
-NAME_FUNCS(cz_optimizer, optimizer, cz_optimizer_names)
-NAME_FUNCS(cz_cost_unit, unit, cz_unit_names)
-NAME_FUNCS(cz_dp_strategy, dp_strategy, cz_dp_strategy_names)
-NAME_FUNCS(cz_tp_strategy, tp_strategy, cz_tp_strategy_names)
-NAME_FUNCS(cz_layerwise_order, layerwise_order, cz_layerwise_order_names)
-NAME_FUNCS(cz_solver, solver, cz_solver_names)
-NAME_FUNCS(cz_layout, layout, cz_layout_names)
-NAME_FUNCS(cz_muon_tp_mode, muon_tp_mode, cz_muon_tp_mode_names)
+NAME_FUNCS(cz_dtype, dtype, cz__dtype_names)
+NAME_FUNCS(cz_optimizer, optimizer, cz__optimizer_names)
+NAME_FUNCS(cz_cost_unit, unit, cz__unit_names)
+NAME_FUNCS(cz_dp_strategy, dp_strategy, cz__dp_strategy_names)
+NAME_FUNCS(cz_tp_strategy, tp_strategy, cz__tp_strategy_names)
+NAME_FUNCS(cz_layerwise_order, layerwise_order, cz__layerwise_order_names)
+NAME_FUNCS(cz_solver, solver, cz__solver_names)
+NAME_FUNCS(cz_layout, layout, cz__layout_names)
+NAME_FUNCS(cz_muon_tp_mode, muon_tp_mode, cz__muon_tp_mode_names)
 
-const char *cz_kind_name(cz_param_kind v)
+const char *cz__kind_name(cz_param_kind v)
 {
-    return name_of(cz_kind_names, COUNT(cz_kind_names), (int)v);
+    return name_of(cz__kind_names, COUNT(cz__kind_names), (int)v);
 }
 
-const char *cz_solve_status_name(int status)
+const char *cz__solve_status_name(int status)
 {
-    return name_of(cz_solve_status_names, COUNT(cz_solve_status_names), status);
+    return name_of(cz__solve_status_names, COUNT(cz__solve_status_names), status);
 }
 
 int cz_coop_parse(const char *name, int *out)

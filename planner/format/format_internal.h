@@ -1,0 +1,42 @@
+/*
+ * format_internal.h — what the plan-format library's own files share and nothing else uses:
+ * the strict JSON getters (json_util.h), the enums' name tables, the reader of a model's
+ * Megatron record, the rule for parameter names and the SHA-256 primitive. Its functions are
+ * named cz__ (internal, docs/ARCHITECTURE.md). The rest of the project includes cz_format.h
+ * only (tools/check_layers.py checks it; the planner's white-box tests in tests/unit and fuzz/
+ * may include this header too).
+ */
+#ifndef CZ_FORMAT_INTERNAL_H
+#define CZ_FORMAT_INTERNAL_H
+
+#include "cz_format.h"
+#include "json_util.h"
+
+/* The enums' names (settings.c): one table per enum in enum order, each ending in NULL so that
+ * the JSON readers can take it as the list of accepted values (cz__json_get_enum). The name and
+ * parse functions in canzona.h read the same tables; nothing else spells these names. */
+extern const char *const cz__dtype_names[];
+extern const char *const cz__optimizer_names[];
+extern const char *const cz__unit_names[];
+extern const char *const cz__dp_strategy_names[];
+extern const char *const cz__tp_strategy_names[];
+extern const char *const cz__layerwise_order_names[];
+extern const char *const cz__solver_names[];
+extern const char *const cz__layout_names[];
+extern const char *const cz__muon_tp_mode_names[];
+extern const char *const cz__kind_names[];         /* cz_param_kind: "matrix", "elementwise" */
+extern const char *const cz__solve_status_names[]; /* CZ_SOLVE_* */
+
+/* Reads the optional "megatron" record of a model description (root) into m->megatron and
+ * checks it against itself and against m's parameters (megatron_rules.c; model_io.c calls it). */
+int cz__model_megatron_read(const char *file, const json_t *root, cz_model *m, cz_error *err);
+
+/* NULL when name is safe as a file name inside a folder, else why not ("contains '/'", ...):
+ * empty, longer than CZ_PARAM_NAME_MAX, a '/' or '\\', a control character, or a leading '.'
+ * (which also covers "." and ".."). The model and plan readers refuse such names (model_io.c). */
+const char *cz__param_name_problem(const char *name);
+
+/* SHA-256 of data as 64 lowercase hexadecimal digits and a NUL (sha256.c). */
+void cz__sha256_hex(const void *data, size_t len, char out[65]);
+
+#endif /* CZ_FORMAT_INTERNAL_H */
