@@ -21,9 +21,8 @@ the including file's own folder first; angle-bracket includes are system headers
            included, so they cannot close a cycle and are not part of the graph.
   names    Every function or global defined without `static` in planner/format/*.c or
            planner/lib/*.c is public (declared in canzona.h, named cz_) or internal and named
-           cz__ (the naming rule of docs/ARCHITECTURE.md), except the names listed in
-           HANDED_OVER below. (The CLI is a program, not a library: its cz_cli_ and cz_cmd_
-           functions are exported by nothing.)
+           cz__ (the naming rule of docs/ARCHITECTURE.md). (The CLI is a program, not a
+           library: its cz_cli_ and cz_cmd_ functions are exported by nothing.)
 
 Usage: check_layers.py [ROOT]      (default: the source tree this script is in)
        check_layers.py --self-test (proves each rule catches a planted violation and passes a
@@ -36,10 +35,6 @@ import shutil
 import sys
 import tempfile
 
-# Format functions the executor still calls by their old cz_ names: the executor's
-# restructuring (issue 25, part B) renames them to cz__ and empties this list.
-HANDED_OVER = {"cz_error_set", "cz_dtype_bytes", "cz_file_read_all", "cz_file_write",
-               "cz_plan_check_content_hash", "cz_plan_check_structure"}
 PUBLIC_HEADERS = {"canzona.h", "cz_format.h"}  # what a file outside planner/ may include
 EXEMPT = ("tests/unit/", "fuzz/")
 SOURCE_EXT = (".c", ".h", ".cu", ".cuh")
@@ -243,7 +238,7 @@ def check_names(root, files):
         with open(os.path.join(root, f), errors="replace") as fh:
             defs = toplevel_definitions(fh.read())
         for no, name in defs:
-            if name in public or name.startswith("cz__") or name in HANDED_OVER:
+            if name in public or name.startswith("cz__"):
                 continue
             bad.append("names: %s:%d: %s is defined without static but is not in canzona.h; "
                        "name it cz__%s (internal) or make it static" % (
@@ -268,7 +263,7 @@ CLEAN = {
                                 "int cz_plan_read(void)\n{\n    return 0;\n}\n"
                                 "static int helper(void)\n{\n    return 1;\n}\n"
                                 "int cz__strdup(void)\n{\n    return 2;\n}\n"
-                                "int cz_error_set(void)\n{\n    return 3;\n}\n"
+                                "int cz__error_set(void)\n{\n    return 3;\n}\n"
                                 "const char *const cz__names[] = {\"a\", 0};\n",
     "planner/lib/cz_types.h": '#include "cz_format.h"\n#include "cz_algorithms.h"\n',
     "planner/lib/cz_algorithms.h": '#include "cz_format.h"\n',

@@ -95,7 +95,7 @@ static int entries_build(const cz_executor *ex, ck_entry **out, size_t *count, c
     if (!e || !t) {
         free(e);
         free(t);
-        return cz_error_set(err, CZ_ENOMEM, "out of memory listing the optimizer state's tensors");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory listing the optimizer state's tensors");
     }
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
@@ -173,7 +173,7 @@ static int momentum_parts(const cz_executor *ex, int i, cz_exec_part **out, int 
                 cap += cz_group_task_width(&rs->groups[g], t);
     cz_exec_part *v = calloc((size_t)cap + 1, sizeof *v);
     if (!v)
-        return cz_error_set(err, CZ_ENOMEM, "checkpoint: out of memory");
+        return cz__error_set(err, CZ_ENOMEM, "checkpoint: out of memory");
     for (int g = 0; g < rs->ngroups; g++)
         for (int t = 0; t < rs->groups[g].ntasks; t++)
             if (rs->groups[g].task_param[t] == i)
@@ -216,8 +216,8 @@ static int agree(cz_executor *ex, int rc, const char *what, cz_error *err)
     if (rc)
         return rc;
     if (v != INT64_MAX)
-        return cz_error_set(err, CZ_EMISMATCH, "rank %lld failed to %s (see its message)",
-                            (long long)v, what);
+        return cz__error_set(err, CZ_EMISMATCH, "rank %lld failed to %s (see its message)",
+                             (long long)v, what);
     return CZ_OK;
 }
 
@@ -257,14 +257,14 @@ static int grid_build(cz_executor *ex, int64_t *grid, cz_error *err)
 static int check_usable(cz_executor *ex, const char *what, cz_error *err)
 {
     if (ex->async_active)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: a step started with cz_executor_step_async was not waited for",
-                            what);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: a step started with cz_executor_step_async was not waited for",
+                             what);
     if (!ex->compute.ops->upload)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "%s: the %s backend has no upload operation; checkpoints stage the "
-                            "optimizer state through host memory and need it",
-                            what, ex->compute.ops->name);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "%s: the %s backend has no upload operation; checkpoints stage the "
+                             "optimizer state through host memory and need it",
+                             what, ex->compute.ops->name);
     return CZ_OK;
 }
 
@@ -311,9 +311,9 @@ static int bufs_open(cz_executor *ex, ck_bufs *b, int64_t full, int64_t local, c
     if (ex->shampoo_decay)
         b->decay = malloc((size_t)max_matrix(ex->plan) * sizeof(float));
     if (!b->dev || !b->host || !b->shard || !b->part || !b->req || (ex->shampoo_decay && !b->decay))
-        return cz_error_set(err, CZ_ENOMEM,
-                            "out of memory for the checkpoint's buffers (%lld floats)",
-                            (long long)full);
+        return cz__error_set(err, CZ_ENOMEM,
+                             "out of memory for the checkpoint's buffers (%lld floats)",
+                             (long long)full);
     return CZ_OK;
 }
 
@@ -377,7 +377,7 @@ out:
     free(text);
     json_decref(root);
     if (rc)
-        cz_error_set(err, rc, "save_state: out of memory building the checkpoint header");
+        cz__error_set(err, rc, "save_state: out of memory building the checkpoint header");
     return rc;
 }
 
@@ -460,11 +460,11 @@ static int check_buffers(const cz_executor *ex, const ck_entry *e, size_t ne, cz
             for (int k = 0; k < n && !rc; k++)
                 if (holds_part(ex, p->dp_owner, &v[k]) &&
                     !cz_exec_momentum_of(ex, e[i].param, &v[k].part))
-                    rc = cz_error_set(err, CZ_EINTERNAL,
-                                      "checkpoint: rank %d has no momentum for the part at (%lld, "
-                                      "%lld) of '%s' it should keep",
-                                      ex->world.rank, (long long)v[k].part.r0,
-                                      (long long)v[k].part.c0, p->def.name);
+                    rc = cz__error_set(err, CZ_EINTERNAL,
+                                       "checkpoint: rank %d has no momentum for the part at (%lld, "
+                                       "%lld) of '%s' it should keep",
+                                       ex->world.rank, (long long)v[k].part.r0,
+                                       (long long)v[k].part.c0, p->def.name);
             free(v);
             if (rc)
                 return rc;
@@ -473,9 +473,9 @@ static int check_buffers(const cz_executor *ex, const ck_entry *e, size_t ne, cz
         bool keeps = e[i].kind == CK_ADAM ? cz_exec_param_piece(ex->plan, p, ex->dp_rank, &lo) > 0
                                           : hosts_matrix(ex, (size_t)e[i].param);
         if (keeps && !entry_buffer(ex, &e[i]))
-            return cz_error_set(err, CZ_EINTERNAL,
-                                "checkpoint: rank %d has no buffer for '%s.%s' it should keep",
-                                ex->world.rank, p->def.name, e[i].suffix);
+            return cz__error_set(err, CZ_EINTERNAL,
+                                 "checkpoint: rank %d has no buffer for '%s.%s' it should keep",
+                                 ex->world.rank, p->def.name, e[i].suffix);
     }
     return CZ_OK;
 }
@@ -496,7 +496,7 @@ static int entries_open(cz_executor *ex, ck_entry **e, size_t *ne, ck_bufs *b, c
 int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
 {
     if (!ex)
-        return cz_error_set(err, CZ_EINVALID, "save_state: executor is NULL");
+        return cz__error_set(err, CZ_EINVALID, "save_state: executor is NULL");
     const cz_plan *plan = ex->plan;
     bool root = ex->world.rank == 0;
     char *header = NULL, *file = NULL;
@@ -508,21 +508,21 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
     cz_comm_phase("saving the optimizer state", ex->steps);
     int rc = check_usable(ex, "save_state", err);
     if (!rc && root && (!path || !*path))
-        rc = cz_error_set(err, CZ_EINVALID, "save_state: no checkpoint path given");
+        rc = cz__error_set(err, CZ_EINVALID, "save_state: no checkpoint path given");
     if (!rc)
         rc = entries_open(ex, &e, &ne, &b, err);
     /* Which world rank sends each matrix's state: the lowest that hosts it. */
     holder = calloc(plan->nparams ? plan->nparams : 1, sizeof *holder);
     grid = calloc((size_t)(ex->dp * ex->tp), sizeof *grid);
     if (!rc && (!holder || !grid))
-        rc = cz_error_set(err, CZ_ENOMEM, "save_state: out of memory");
+        rc = cz__error_set(err, CZ_ENOMEM, "save_state: out of memory");
     if (!rc && root) {
         rc = header_build(plan, e, ne, ex->steps, &header, &hlen, &data_bytes, err);
         total = 8 + hlen + data_bytes;
         if (!rc && !(file = malloc(total)))
-            rc = cz_error_set(err, CZ_ENOMEM,
-                              "save_state: out of memory for a %zu-byte checkpoint on rank 0",
-                              total);
+            rc = cz__error_set(err, CZ_ENOMEM,
+                               "save_state: out of memory for a %zu-byte checkpoint on rank 0",
+                               total);
     }
     /* The state is final: whatever the last step issued on the compute stream is done before
      * the data plane reads it. */
@@ -557,9 +557,9 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
         }
         if (e[i].kind != CK_ADAM) {
             if (holder[e[i].param] == INT64_MAX) {
-                rc = cz_error_set(err, CZ_EINTERNAL,
-                                  "save_state: no rank holds the optimizer state of '%s'",
-                                  p->def.name);
+                rc = cz__error_set(err, CZ_EINTERNAL,
+                                   "save_state: no rank holds the optimizer state of '%s'",
+                                   p->def.name);
                 break;
             }
             int src = (int)holder[e[i].param];
@@ -585,7 +585,7 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
         }
     }
     if (!rc && root)
-        rc = cz_file_write(path, file, total, err);
+        rc = cz__file_write(path, file, total, err);
     rc = agree(ex, rc, "save the optimizer-state checkpoint", err);
 out:
     bufs_close(ex, &b);
@@ -621,13 +621,13 @@ static int find_foreign(const cz_plan *plan, const ck_entry *e, size_t ne, json_
 {
     json_t *known = json_object();
     if (!known)
-        return cz_error_set(err, CZ_ENOMEM, "load_state: out of memory");
+        return cz__error_set(err, CZ_ENOMEM, "load_state: out of memory");
     int rc = CZ_OK;
     char key[1024];
     for (size_t i = 0; i < ne && !rc; i++) {
         entry_key(plan, &e[i], key, sizeof key);
         if (json_object_set_new(known, key, json_true()))
-            rc = cz_error_set(err, CZ_ENOMEM, "load_state: out of memory");
+            rc = cz__error_set(err, CZ_ENOMEM, "load_state: out of memory");
     }
     const char *k;
     json_t *v;
@@ -636,9 +636,9 @@ static int find_foreign(const cz_plan *plan, const ck_entry *e, size_t ne, json_
         if (rc)
             break;
         if (strcmp(k, "__metadata__") != 0 && !json_object_get(known, k))
-            rc =
-                cz_error_set(err, CZ_EMISMATCH,
-                             "%s: tensor '%s' is not part of this plan's optimizer state", path, k);
+            rc = cz__error_set(err, CZ_EMISMATCH,
+                               "%s: tensor '%s' is not part of this plan's optimizer state", path,
+                               k);
     }
     json_decref(known);
     return rc;
@@ -673,11 +673,11 @@ static int parse_steps(const char *step, const char *path, int64_t *out, cz_erro
         ok = ok && v <= CZ_STATE_MAX_STEPS; /* checked per digit: v * 10 cannot overflow */
     }
     if (!ok)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: __metadata__.step is %s%s%s; expected a string of decimal digits "
-                            "from \"0\" to \"%lld\" (the steps taken)",
-                            path, step ? "\"" : "", step ? step : "missing", step ? "\"" : "",
-                            (long long)CZ_STATE_MAX_STEPS);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: __metadata__.step is %s%s%s; expected a string of decimal digits "
+                             "from \"0\" to \"%lld\" (the steps taken)",
+                             path, step ? "\"" : "", step ? step : "missing", step ? "\"" : "",
+                             (long long)CZ_STATE_MAX_STEPS);
     *out = v;
     return CZ_OK;
 }
@@ -689,24 +689,24 @@ static int parse_metadata(json_t *root, const char *path, int64_t *steps, cz_err
     const char *k;
     json_t *v;
     if (!json_is_object(meta))
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: no __metadata__ object (not a canzona optimizer-state checkpoint)",
-                            path);
+        return cz__error_set(
+            err, CZ_EINVALID,
+            "%s: no __metadata__ object (not a canzona optimizer-state checkpoint)", path);
     json_object_foreach(meta, k, v)
     {
         if (!json_is_string(v))
-            return cz_error_set(err, CZ_EINVALID,
-                                "%s: __metadata__.%s is not a string; safetensors metadata maps "
-                                "strings to strings",
-                                path, k);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "%s: __metadata__.%s is not a string; safetensors metadata maps "
+                                 "strings to strings",
+                                 path, k);
     }
     const char *format = json_string_value(json_object_get(meta, "format"));
     if (!format || strcmp(format, CZ_OPTIM_FORMAT) != 0)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: __metadata__.format is %s%s%s, expected \"" CZ_OPTIM_FORMAT
-                            "\" (not a canzona optimizer-state checkpoint)",
-                            path, format ? "\"" : "", format ? format : "missing",
-                            format ? "\"" : "");
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: __metadata__.format is %s%s%s, expected \"" CZ_OPTIM_FORMAT
+                             "\" (not a canzona optimizer-state checkpoint)",
+                             path, format ? "\"" : "", format ? format : "missing",
+                             format ? "\"" : "");
     return parse_steps(json_string_value(json_object_get(meta, "step")), path, steps, err);
 }
 
@@ -719,22 +719,22 @@ static int parse_tensor(const cz_plan *plan, const ck_entry *e, json_t *root, co
     entry_key(plan, e, key, sizeof key);
     json_t *t = json_object_get(root, key);
     if (!t)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "%s: no tensor '%s': the checkpoint belongs to another model, "
-                            "optimizer assignment or optimizer settings (Shampoo's and SOAP's "
-                            "tensors follow max_dim and the kept state)",
-                            path, key);
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "%s: no tensor '%s': the checkpoint belongs to another model, "
+                             "optimizer assignment or optimizer settings (Shampoo's and SOAP's "
+                             "tensors follow max_dim and the kept state)",
+                             path, key);
     if (!json_is_object(t))
-        return cz_error_set(err, CZ_EINVALID, "%s: '%s' is not an object", path, key);
+        return cz__error_set(err, CZ_EINVALID, "%s: '%s' is not an object", path, key);
     const char *k;
     json_t *v;
     json_object_foreach(t, k, v)
     {
         if (strcmp(k, "dtype") != 0 && strcmp(k, "shape") != 0 && strcmp(k, "data_offsets") != 0)
-            return cz_error_set(err, CZ_EINVALID,
-                                "%s: '%s': unknown member '%s'; a safetensors tensor has dtype, "
-                                "shape and data_offsets",
-                                path, key, k);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "%s: '%s': unknown member '%s'; a safetensors tensor has dtype, "
+                                 "shape and data_offsets",
+                                 path, key, k);
     }
     const char *dtype = json_string_value(json_object_get(t, "dtype"));
     json_t *shape = json_object_get(t, "shape"), *offsets = json_object_get(t, "data_offsets");
@@ -742,8 +742,8 @@ static int parse_tensor(const cz_plan *plan, const ck_entry *e, json_t *root, co
     bool shape_ok = json_is_array(shape) && (int)json_array_size(shape) == e->ndim &&
                     !get_size(shape, 0, &d0) && (e->ndim == 1 || !get_size(shape, 1, &d1));
     if (!dtype || strcmp(dtype, "F32") != 0)
-        return cz_error_set(err, CZ_EINVALID, "%s: '%s': dtype %s, expected F32", path, key,
-                            dtype ? dtype : "missing");
+        return cz__error_set(err, CZ_EINVALID, "%s: '%s': dtype %s, expected F32", path, key,
+                             dtype ? dtype : "missing");
     if (!shape_ok || d0 != e->shape[0] || (e->ndim == 2 && d1 != e->shape[1])) {
         char want[64];
         if (e->ndim == 1)
@@ -751,15 +751,16 @@ static int parse_tensor(const cz_plan *plan, const ck_entry *e, json_t *root, co
         else
             snprintf(want, sizeof want, "[%lld, %lld]", (long long)e->shape[0],
                      (long long)e->shape[1]);
-        return cz_error_set(err, CZ_EMISMATCH, "%s: '%s': shape differs from the plan's %s", path,
-                            key, want);
+        return cz__error_set(err, CZ_EMISMATCH, "%s: '%s': shape differs from the plan's %s", path,
+                             key, want);
     }
     if (!json_is_array(offsets) || json_array_size(offsets) != 2 || get_size(offsets, 0, &b) ||
         get_size(offsets, 1, &f) || f < b || f - b != e->n * (int64_t)sizeof(float))
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: '%s': data_offsets must be [begin, end] spanning its %lld floats "
-                            "(%lld bytes)",
-                            path, key, (long long)e->n, (long long)e->n * (long long)sizeof(float));
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: '%s': data_offsets must be [begin, end] spanning its %lld floats "
+                             "(%lld bytes)",
+                             path, key, (long long)e->n,
+                             (long long)e->n * (long long)sizeof(float));
     offs[0] = (size_t)b;
     return CZ_OK;
 }
@@ -784,7 +785,7 @@ static int check_tiling(const cz_plan *plan, const ck_entry *e, size_t ne, const
 {
     span *v = calloc(ne ? ne : 1, sizeof *v);
     if (!v)
-        return cz_error_set(err, CZ_ENOMEM, "load_state: out of memory");
+        return cz__error_set(err, CZ_ENOMEM, "load_state: out of memory");
     for (size_t i = 0; i < ne; i++)
         v[i] = (span){offs[i], i};
     qsort(v, ne, sizeof *v, span_cmp);
@@ -795,25 +796,25 @@ static int check_tiling(const cz_plan *plan, const ck_entry *e, size_t ne, const
         const ck_entry *x = &e[v[i].entry];
         entry_key(plan, x, key, sizeof key);
         if (v[i].begin != at)
-            rc = cz_error_set(err, CZ_EINVALID,
-                              "%s: '%s': data_offsets begin at byte %zu of the data, but %s%s%s "
-                              "ends at %zu; safetensors tensors lie back to back from byte 0, "
-                              "without gaps or overlaps",
-                              path, key, v[i].begin, i ? "the tensor before it, '" : "",
-                              i ? prev : "the header", i ? "'," : "", at);
+            rc = cz__error_set(err, CZ_EINVALID,
+                               "%s: '%s': data_offsets begin at byte %zu of the data, but %s%s%s "
+                               "ends at %zu; safetensors tensors lie back to back from byte 0, "
+                               "without gaps or overlaps",
+                               path, key, v[i].begin, i ? "the tensor before it, '" : "",
+                               i ? prev : "the header", i ? "'," : "", at);
         at = v[i].begin + (size_t)x->n * sizeof(float);
         memcpy(prev, key, sizeof prev);
     }
     if (!rc && at > data_len)
-        rc = cz_error_set(err, CZ_EINVALID,
-                          "%s: the tensors' data_offsets end at byte %zu of the data but the file "
-                          "holds %zu bytes of data (truncated)",
-                          path, at, data_len);
+        rc = cz__error_set(err, CZ_EINVALID,
+                           "%s: the tensors' data_offsets end at byte %zu of the data but the file "
+                           "holds %zu bytes of data (truncated)",
+                           path, at, data_len);
     if (!rc && at < data_len)
-        rc = cz_error_set(err, CZ_EINVALID,
-                          "%s: %zu bytes follow the last tensor's data; a safetensors file ends "
-                          "with its last tensor",
-                          path, data_len - at);
+        rc = cz__error_set(err, CZ_EINVALID,
+                           "%s: %zu bytes follow the last tensor's data; a safetensors file ends "
+                           "with its last tensor",
+                           path, data_len - at);
     free(v);
     return rc;
 }
@@ -838,10 +839,10 @@ static int check_values(const cz_plan *plan, const ck_entry *e, const char *data
         if (why) {
             char key[1024];
             entry_key(plan, e, key, sizeof key);
-            return cz_error_set(err, CZ_EINVALID,
-                                "%s: '%s' holds %s (%g) at [%lld, %lld]; the optimizer state "
-                                "cannot hold it, the checkpoint is damaged",
-                                path, key, why, (double)x, (long long)r, (long long)c);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "%s: '%s' holds %s (%g) at [%lld, %lld]; the optimizer state "
+                                 "cannot hold it, the checkpoint is damaged",
+                                 path, key, why, (double)x, (long long)r, (long long)c);
         }
     }
     return CZ_OK;
@@ -855,23 +856,23 @@ static int parse_checkpoint(const cz_plan *plan, const ck_entry *e, size_t ne, c
                             cz_error *err)
 {
     if (len < 8)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: not a safetensors file (%zu bytes, shorter than its header size)",
-                            path, len);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: not a safetensors file (%zu bytes, shorter than its header size)",
+                             path, len);
     uint64_t hlen = 0;
     for (int b = 0; b < 8; b++)
         hlen |= (uint64_t)(unsigned char)data[b] << (8 * b);
     if (hlen > len - 8)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: header of %llu bytes does not fit in the %zu-byte file", path,
-                            (unsigned long long)hlen, len);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: header of %llu bytes does not fit in the %zu-byte file", path,
+                             (unsigned long long)hlen, len);
     json_error_t jerr;
     /* Two members of one name would leave it to the parser which one counts. */
     json_t *root = json_loadb(data + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!json_is_object(root)) {
         json_decref(root);
-        return cz_error_set(err, CZ_EPARSE, "%s: safetensors header is not a JSON object: %s", path,
-                            root ? "another JSON value" : jerr.text);
+        return cz__error_set(err, CZ_EPARSE, "%s: safetensors header is not a JSON object: %s",
+                             path, root ? "another JSON value" : jerr.text);
     }
     size_t base = 8 + (size_t)hlen;
     int rc = parse_metadata(root, path, steps, err);
@@ -941,14 +942,14 @@ static int read_checkpoint(const cz_plan *plan, const ck_entry *e, size_t ne, co
                            char **data, size_t *len, cz_error *err)
 {
     size_t data_bytes, cap = checkpoint_cap(plan, e, ne, &data_bytes);
-    int rc = cz_file_read_all(path, cap, data, len, err);
+    int rc = cz__file_read_all(path, cap, data, len, err);
     if (rc == CZ_EINVALID) {
         char why[sizeof err->message];
         memcpy(why, err->message, sizeof why);
-        cz_error_set(err, rc,
-                     "%s (this plan's optimizer state is %zu bytes of tensor data and a header "
-                     "of a few bytes per tensor)",
-                     why, data_bytes);
+        cz__error_set(err, rc,
+                      "%s (this plan's optimizer state is %zu bytes of tensor data and a header "
+                      "of a few bytes per tensor)",
+                      why, data_bytes);
     }
     return rc;
 }
@@ -956,7 +957,7 @@ static int read_checkpoint(const cz_plan *plan, const ck_entry *e, size_t ne, co
 int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
 {
     if (!ex)
-        return cz_error_set(err, CZ_EINVALID, "load_state: executor is NULL");
+        return cz__error_set(err, CZ_EINVALID, "load_state: executor is NULL");
     const cz_plan *plan = ex->plan;
     bool root = ex->world.rank == 0;
     char *data = NULL;
@@ -973,10 +974,10 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
     offs = calloc(ne ? ne : 1, sizeof *offs);
     grid = calloc((size_t)(ex->dp * ex->tp), sizeof *grid);
     if (!rc && (!offs || !grid))
-        rc = cz_error_set(err, CZ_ENOMEM, "load_state: out of memory");
+        rc = cz__error_set(err, CZ_ENOMEM, "load_state: out of memory");
     if (!rc && root) {
         if (!path || !*path)
-            rc = cz_error_set(err, CZ_EINVALID, "load_state: no checkpoint path given");
+            rc = cz__error_set(err, CZ_EINVALID, "load_state: no checkpoint path given");
         else
             rc = read_checkpoint(plan, e, ne, path, &data, &len, err);
         if (!rc)

@@ -44,7 +44,7 @@ static int mpi_fail(cz_error *err, int rc, const char *what)
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    return cz_error_set(err, CZ_EIO, "MPI %s failed: %s", what, msg);
+    return cz__error_set(err, CZ_EIO, "MPI %s failed: %s", what, msg);
 }
 
 static MPI_Datatype mpi_type(cz_dtype t)
@@ -55,10 +55,10 @@ static MPI_Datatype mpi_type(cz_dtype t)
 static int count_fits(size_t n, const char *what, cz_error *err)
 {
     if (n > (size_t)INT_MAX)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "MPI %s of %zu elements: MPI counts are limited to %d (plan with a "
-                            "smaller bucket or micro-group capacity)",
-                            what, n, INT_MAX);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "MPI %s of %zu elements: MPI counts are limited to %d (plan with a "
+                             "smaller bucket or micro-group capacity)",
+                             what, n, INT_MAX);
     return CZ_OK;
 }
 
@@ -138,7 +138,7 @@ static int mpi_reduce_scatter(cz_plane *p, const void *send, void *recv, const s
     if (wrc)
         return wrc;
     if (t != CZ_DTYPE_FP32)
-        return cz_error_set(err, CZ_EUNSUPPORTED, "MPI reduce-scatter: only fp32 sums");
+        return cz__error_set(err, CZ_EUNSUPPORTED, "MPI reduce-scatter: only fp32 sums");
     int ic[p->size];
     for (int r = 0; r < p->size; r++) {
         int rc = count_fits(counts[r], "reduce-scatter", err);
@@ -289,9 +289,9 @@ static int mpi_group_end(cz_plane *p, cz_comm_req *req, cz_error *err)
     cz_error tmp;
     mpi_wait(p, req, &tmp); /* leave nothing half-posted behind */
     if (fail == MPI_ERR_COUNT)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "MPI send/receive group: a count above %d or more than %d transfers",
-                            INT_MAX, req->cap);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "MPI send/receive group: a count above %d or more than %d transfers",
+                             INT_MAX, req->cap);
     return mpi_fail(err, fail, "send/receive");
 }
 
@@ -334,7 +334,7 @@ static int wrap(void **impl, int *size, int *rank, MPI_Comm dup, const mpi_plane
     mpi_plane *h = cz_exec_calloc(1, sizeof *h);
     if (!h) {
         MPI_Comm_free(&dup);
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for a communicator");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for a communicator");
     }
     MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
     h->comm = dup;
@@ -462,8 +462,8 @@ int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, double timeout_s, cz_error 
     (void)c;
     (void)handle;
     (void)timeout_s;
-    return cz_error_set(err, CZ_EUNSUPPORTED,
-                        "comm backend 'mpi' is not available: built with CZ_WITH_MPI=OFF");
+    return cz__error_set(err, CZ_EUNSUPPORTED,
+                         "comm backend 'mpi' is not available: built with CZ_WITH_MPI=OFF");
 }
 
 int cz_plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_error *err)
@@ -471,8 +471,8 @@ int cz_plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_e
     (void)p;
     (void)handle;
     (void)ctrl;
-    return cz_error_set(err, CZ_EUNSUPPORTED,
-                        "comm backend 'mpi' is not available: built with CZ_WITH_MPI=OFF");
+    return cz__error_set(err, CZ_EUNSUPPORTED,
+                         "comm backend 'mpi' is not available: built with CZ_WITH_MPI=OFF");
 }
 
 void cz_comm_phase(const char *what, int64_t step)

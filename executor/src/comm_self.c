@@ -50,7 +50,7 @@ static int self_reduce_scatter(cz_plane *p, const void *send, void *recv, const 
     int rc = cz_plane_wait_after(p, after, err);
     if (rc)
         return rc;
-    memcpy(recv, send, counts[0] * (size_t)cz_dtype_bytes(t));
+    memcpy(recv, send, counts[0] * (size_t)cz__dtype_bytes(t));
     return CZ_OK;
 }
 
@@ -70,7 +70,7 @@ static int self_iall_gather(cz_plane *p, const void *send, size_t count, void *r
     int rc = cz_plane_wait_after(p, after, err);
     if (rc)
         return rc;
-    memcpy(recv, send, count * (size_t)cz_dtype_bytes(t));
+    memcpy(recv, send, count * (size_t)cz__dtype_bytes(t));
     return CZ_OK;
 }
 
@@ -110,10 +110,10 @@ static int self_group_end(cz_plane *p, cz_comm_req *req, cz_error *err)
 {
     (void)p;
     if (req->scount != req->rcount)
-        return cz_error_set(err, CZ_EINTERNAL, "self send/receive: send %zu != receive %zu",
-                            req->scount, req->rcount);
+        return cz__error_set(err, CZ_EINTERNAL, "self send/receive: send %zu != receive %zu",
+                             req->scount, req->rcount);
     if (req->scount)
-        memcpy(req->rbuf, req->sbuf, req->scount * (size_t)cz_dtype_bytes(req->t));
+        memcpy(req->rbuf, req->sbuf, req->scount * (size_t)cz__dtype_bytes(req->t));
     return CZ_OK;
 }
 

@@ -23,9 +23,9 @@ int cz_compute_register(const cz_compute_ops *ops)
 static int adopt(cz_compute *c, const cz_compute_ops *ops, cz_error *err)
 {
     if (ops->version != CZ_COMPUTE_OPS_VERSION)
-        return cz_error_set(err, CZ_EINTERNAL,
-                            "compute backend '%s' has ops version %d; this executor needs %d",
-                            ops->name, ops->version, CZ_COMPUTE_OPS_VERSION);
+        return cz__error_set(err, CZ_EINTERNAL,
+                             "compute backend '%s' has ops version %d; this executor needs %d",
+                             ops->name, ops->version, CZ_COMPUTE_OPS_VERSION);
     c->ops = ops;
     return CZ_OK;
 }
@@ -39,7 +39,7 @@ int cz_compute_open_cuda(cz_compute *c, const cz_cuda_options *o, cz_error *err)
     /* The plugin was built with this library (its ABI string is checked at load), so its
      * tables are of this version. */
     if (cz_gpu_load(&gpu, &e))
-        return cz_error_set(err, e.code, "compute backend 'cuda' is not available: %s", e.message);
+        return cz__error_set(err, e.code, "compute backend 'cuda' is not available: %s", e.message);
     return gpu->compute_open(c, o, err);
 }
 
@@ -54,8 +54,8 @@ int cz_compute_open(cz_compute *c, const char *name, cz_error *err)
     for (int i = 0; i < MAX_REGISTERED && registered[i]; i++)
         if (strcmp(name, registered[i]->name) == 0)
             return adopt(c, registered[i], err);
-    return cz_error_set(err, CZ_EUNSUPPORTED, "compute backend '%s' is unknown (known: cpu, cuda)",
-                        name);
+    return cz__error_set(err, CZ_EUNSUPPORTED, "compute backend '%s' is unknown (known: cpu, cuda)",
+                         name);
 }
 
 void cz_compute_close(cz_compute *c)

@@ -68,7 +68,7 @@ static void cpu_convert(cz_compute *c, void *dst, cz_dtype dt, const void *src, 
 {
     (void)c;
     if (dt == st) {
-        memcpy(dst, src, (size_t)n * (size_t)cz_dtype_bytes(dt));
+        memcpy(dst, src, (size_t)n * (size_t)cz__dtype_bytes(dt));
     } else if (dt == CZ_DTYPE_BF16) {
         uint16_t *d = dst;
         const float *s = src;
@@ -116,7 +116,7 @@ static int cpu_event_sync(cz_compute *c, cz_event *e, cz_error *err)
 {
     (void)c;
     if (!e->recorded)
-        return cz_error_set(err, CZ_EINTERNAL, "waiting on a compute event never recorded");
+        return cz__error_set(err, CZ_EINTERNAL, "waiting on a compute event never recorded");
     return CZ_OK;
 }
 
@@ -233,9 +233,9 @@ int cz_cpu_ns(float *x, int batch, int64_t rows, int64_t cols, const cz_ns_coeff
               float *work, int sym, cz_error *err)
 {
     if (rows > cols || rows > INT32_MAX || cols > INT32_MAX)
-        return cz_error_set(err, CZ_EINTERNAL,
-                            "Newton-Schulz called on a %lld x %lld matrix (needs rows <= cols)",
-                            (long long)rows, (long long)cols);
+        return cz__error_set(err, CZ_EINTERNAL,
+                             "Newton-Schulz called on a %lld x %lld matrix (needs rows <= cols)",
+                             (long long)rows, (long long)cols);
     int r = (int)rows, n = (int)cols;
     float a = (float)k->a, b = (float)k->b, cc = (float)k->c;
     for (int i = 0; i < batch; i++) {

@@ -60,12 +60,12 @@ int cz_cpu_syevd(cz_compute *c, float *a, float *w, int64_t n, float *work, cz_e
         LAPACKE_ssyevd_work(LAPACK_COL_MAJOR, 'V', 'U', (lapack_int)n, a, (lapack_int)n, w, work,
                             lwork, (lapack_int *)(work + lwork), liwork);
     if (info != 0)
-        return cz_error_set(err, CZ_EINTERNAL,
-                            "ssyevd of a %lld x %lld preconditioner factor failed (info %d: %s)",
-                            (long long)n, (long long)n, (int)info,
-                            info > 0 ? "did not converge; the factor holds NaN/Inf or is badly "
-                                       "scaled"
-                                     : "bad argument");
+        return cz__error_set(err, CZ_EINTERNAL,
+                             "ssyevd of a %lld x %lld preconditioner factor failed (info %d: %s)",
+                             (long long)n, (long long)n, (int)info,
+                             info > 0 ? "did not converge; the factor holds NaN/Inf or is badly "
+                                        "scaled"
+                                      : "bad argument");
     transpose_sq(a, n);
     return CZ_OK;
 }
@@ -139,8 +139,8 @@ int cz_cpu_qr(cz_compute *c, float *a, int64_t n, float *work, cz_error *err)
     if (!info)
         info = LAPACKE_sorgqr_work(LAPACK_COL_MAJOR, ln, ln, ln, a, ln, tau, w, lw);
     if (info)
-        return cz_error_set(err, CZ_EINTERNAL, "QR of a %lld x %lld eigenbasis failed (info %d)",
-                            (long long)n, (long long)n, (int)info);
+        return cz__error_set(err, CZ_EINTERNAL, "QR of a %lld x %lld eigenbasis failed (info %d)",
+                             (long long)n, (long long)n, (int)info);
     transpose_sq(a, n);
     return CZ_OK;
 }

@@ -282,7 +282,7 @@ int cz_compute_register(const cz_compute_ops *ops);
 extern const cz_compute_ops cz_compute_cpu_ops;
 
 /* ---- communication: control plane and data plane ---- */
-/* Element types of the data plane are canzona.h's cz_dtype (cz_dtype_bytes gives sizes). */
+/* Element types of the data plane are canzona.h's cz_dtype (cz__dtype_bytes gives sizes). */
 
 typedef enum cz_comm_kind {
     CZ_COMM_SELF = 1, /* one process: every collective is a copy */

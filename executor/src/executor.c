@@ -48,15 +48,15 @@ double cz_executor_grad_norm(const cz_executor *ex)
 static int check_rate(const char *what, float v, cz_error *err)
 {
     if (!(v >= 0.0f) || !isfinite(v))
-        return cz_error_set(err, CZ_EINVALID, "%s = %g; expected a finite value >= 0", what,
-                            (double)v);
+        return cz__error_set(err, CZ_EINVALID, "%s = %g; expected a finite value >= 0", what,
+                             (double)v);
     return CZ_OK;
 }
 
 int cz_executor_set_lr(cz_executor *ex, float muon_lr, float adamw_lr, cz_error *err)
 {
     if (!ex)
-        return cz_error_set(err, CZ_EINVALID, "set_lr: executor is NULL");
+        return cz__error_set(err, CZ_EINVALID, "set_lr: executor is NULL");
     int rc = check_rate("set_lr: muon_lr", muon_lr, err);
     if (!rc)
         rc = check_rate("set_lr: adamw_lr", adamw_lr, err);
@@ -70,7 +70,7 @@ int cz_executor_set_lr(cz_executor *ex, float muon_lr, float adamw_lr, cz_error 
 int cz_executor_set_weight_decay(cz_executor *ex, float muon_wd, float adamw_wd, cz_error *err)
 {
     if (!ex)
-        return cz_error_set(err, CZ_EINVALID, "set_weight_decay: executor is NULL");
+        return cz__error_set(err, CZ_EINVALID, "set_weight_decay: executor is NULL");
     int rc = check_rate("set_weight_decay: muon_wd", muon_wd, err);
     if (!rc)
         rc = check_rate("set_weight_decay: adamw_wd", adamw_wd, err);
@@ -102,14 +102,14 @@ static int alloc_shampoo_decay(cz_executor *ex, cz_error *err)
     const cz_plan *plan = ex->plan;
     ex->shampoo_decay = cz_exec_calloc(plan->nparams ? plan->nparams : 1, sizeof(float *));
     if (!ex->shampoo_decay)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     for (int k = 0; k < ex->nowned; k++) {
         const cz_plan_param *p = &plan->params[ex->owned[k]];
         if (p->def.kind != CZ_KIND_MATRIX)
             continue;
         if (!(ex->shampoo_decay[ex->owned[k]] = falloc(ex, p->numel)))
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for the Shampoo momentum of '%s'",
-                                p->def.name);
+            return cz__error_set(err, CZ_ENOMEM, "out of memory for the Shampoo momentum of '%s'",
+                                 p->def.name);
     }
     return CZ_OK;
 }
@@ -137,11 +137,11 @@ static int alloc_state(cz_executor *ex, cz_error *err)
     ex->ev_grads = c->ops->event_create(c);
     ex->ev_params = c->ops->event_create(c);
     if (!ex->ev_grads || !ex->ev_params)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for compute events");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for compute events");
     if (!ex->param_ptr || !ex->grad_ptr || !ex->bound || !ex->adam_m || !ex->adam_v ||
         !ex->shampoo_state || !ex->soap_state || !ex->owned || !ex->owned_elem || !ex->piece_lo ||
         !ex->piece_len || !ex->stats || !ex->stats_host)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     int64_t maxrange = 1;
     for (size_t b = 0; b < plan->nbuckets; b++) {
         ex->buffer_numel += (size_t)plan->buckets[b].size;
@@ -152,8 +152,8 @@ static int alloc_state(cz_executor *ex, cz_error *err)
     }
     ex->scratch = falloc(ex, maxrange);
     if (!ex->scratch)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for a %lld-element scratch buffer",
-                            (long long)maxrange);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for a %lld-element scratch buffer",
+                             (long long)maxrange);
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
         ex->piece_len[i] = cz_exec_param_piece(plan, p, ex->dp_rank, &ex->piece_lo[i]);
@@ -167,8 +167,8 @@ static int alloc_state(cz_executor *ex, cz_error *err)
         ex->adam_m[i] = falloc(ex, ex->piece_len[i]);
         ex->adam_v[i] = falloc(ex, ex->piece_len[i]);
         if (!ex->adam_m[i] || !ex->adam_v[i])
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for AdamW state of '%s'",
-                                p->def.name);
+            return cz__error_set(err, CZ_ENOMEM, "out of memory for AdamW state of '%s'",
+                                 p->def.name);
     }
     int rc = alloc_shampoo_decay(ex, err);
     return rc ? rc : cz_exec_pipeline_init(ex, err);
@@ -180,24 +180,24 @@ static int check_space(cz_executor *ex, const cz_exec_config *cfg, const cz_plan
 {
     bool host = ex->compute.ops->caps & CZ_COMPUTE_CAP_HOST_MEMORY;
     if (cfg->memory != CZ_EXEC_MEMORY_HOST && cfg->memory != CZ_EXEC_MEMORY_DEVICE)
-        return cz_error_set(err, CZ_EINVALID, "memory = %d; expected host (0) or device (1)",
-                            (int)cfg->memory);
+        return cz__error_set(err, CZ_EINVALID, "memory = %d; expected host (0) or device (1)",
+                             (int)cfg->memory);
     if (host && cfg->memory != CZ_EXEC_MEMORY_HOST)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "compute backend '%s' works on host memory; memory = device is not "
-                            "available",
-                            ex->compute.ops->name);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "compute backend '%s' works on host memory; memory = device is not "
+                             "available",
+                             ex->compute.ops->name);
     if (host && cfg->stream)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "compute backend '%s' runs on the calling thread and takes no stream "
-                            "(pass NULL)",
-                            ex->compute.ops->name);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "compute backend '%s' runs on the calling thread and takes no stream "
+                             "(pass NULL)",
+                             ex->compute.ops->name);
     int d = cfg->dtype < 0 ? (plan ? (int)plan->dtype : CZ_DTYPE_FP32) : cfg->dtype;
     if (d != CZ_DTYPE_FP32 && d != CZ_DTYPE_BF16)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "parameter dtype %s%s: the executor takes fp32 or bf16",
-                            d >= 0 && d <= CZ_DTYPE_FP32 ? cz_dtype_name((cz_dtype)d) : "?",
-                            cfg->dtype < 0 ? " (the plan's)" : "");
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "parameter dtype %s%s: the executor takes fp32 or bf16",
+                             d >= 0 && d <= CZ_DTYPE_FP32 ? cz_dtype_name((cz_dtype)d) : "?",
+                             cfg->dtype < 0 ? " (the plan's)" : "");
     ex->dtype = (cz_dtype)d;
     return CZ_OK;
 }
@@ -217,13 +217,13 @@ static int agree(cz_executor *ex, int rc, uint64_t fp, const char *stage, cz_err
     if (rc)
         return rc;
     if (v[0] != INT64_MAX)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "rank %lld failed %s (see its message); this rank's own checks passed",
-                            (long long)v[0], stage);
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "rank %lld failed %s (see its message); this rank's own checks passed",
+                             (long long)v[0], stage);
     if (fp && v[1] != -v[2])
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "the ranks were given different plans (plan fingerprints differ); "
-                            "every rank must run the same plan file");
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "the ranks were given different plans (plan fingerprints differ); "
+                             "every rank must run the same plan file");
     return CZ_OK;
 }
 
@@ -247,7 +247,7 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
     ex = cz_exec_calloc(1, sizeof *ex);
     if (!ex) {
         cz_plan_free(owned);
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor");
     }
     ex->plan = plan;
     ex->owned_plan = owned;
@@ -261,9 +261,9 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
         comm = cz_comm_mpi_available() ? "mpi" : "self";
     if (strcmp(comm, "mpi") == 0) {
         if (!cz_comm_mpi_available()) {
-            rc = cz_error_set(err, CZ_EINVALID,
-                              "comm backend 'mpi' needs MPI initialized before the executor is "
-                              "created (or a build with CZ_WITH_MPI=ON)");
+            rc = cz__error_set(err, CZ_EINVALID,
+                               "comm backend 'mpi' needs MPI initialized before the executor is "
+                               "created (or a build with CZ_WITH_MPI=ON)");
             goto fail;
         }
         cz_comm_phase("creating the executor", -1);
@@ -278,8 +278,8 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
         if (!rc)
             rc = cz_plane_self_open(&ex->world, err);
     } else {
-        rc = cz_error_set(err, CZ_EUNSUPPORTED,
-                          "unknown comm backend '%s' (known: mpi, nccl, self)", comm);
+        rc = cz__error_set(err, CZ_EUNSUPPORTED,
+                           "unknown comm backend '%s' (known: mpi, nccl, self)", comm);
     }
     if (rc) {
         if (pre_rc)
@@ -290,12 +290,12 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
     /* Local checks; their failure is shared with every rank below. */
     rc = pre_rc;
     if (!rc && !plan)
-        rc = cz_error_set(err, CZ_EINVALID, "no plan given");
+        rc = cz__error_set(err, CZ_EINVALID, "no plan given");
     if (!rc && cfg_in->version != CZ_EXEC_CONFIG_VERSION)
-        rc = cz_error_set(err, CZ_EUNSUPPORTED,
-                          "cz_exec_config version %d; this library expects %d (call "
-                          "cz_exec_config_init)",
-                          cfg_in->version, CZ_EXEC_CONFIG_VERSION);
+        rc = cz__error_set(err, CZ_EUNSUPPORTED,
+                           "cz_exec_config version %d; this library expects %d (call "
+                           "cz_exec_config_init)",
+                           cfg_in->version, CZ_EXEC_CONFIG_VERSION);
     if (!rc)
         rc = cz_exec_open_compute(ex, cfg_in, comm, err);
     if (!rc)
@@ -312,7 +312,7 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
         ex->use_shampoo = plan->settings.optimizer == CZ_OPTIM_SHAMPOO;
         ex->use_soap = !ex->use_shampoo;
         if (!cz_compute_has_linalg(&ex->compute, &missing))
-            rc = cz_error_set(
+            rc = cz__error_set(
                 err, CZ_EUNSUPPORTED,
                 "plan optimizer '%s' needs the compute backend's "
                 "linear-algebra operations, but backend '%s' has no '%s'%s",
@@ -340,16 +340,17 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
         ex->tp = plan->tp;
         ex->sc = plan->settings.tp == CZ_TP_SC;
         if (ex->world.size != ex->dp * ex->tp)
-            rc = cz_error_set(err, CZ_EMISMATCH,
-                              "the world communicator has %d ranks but the plan needs dp*tp = "
-                              "%d*%d = %d",
-                              ex->world.size, ex->dp, ex->tp, ex->dp * ex->tp);
+            rc = cz__error_set(err, CZ_EMISMATCH,
+                               "the world communicator has %d ranks but the plan needs dp*tp = "
+                               "%d*%d = %d",
+                               ex->world.size, ex->dp, ex->tp, ex->dp * ex->tp);
     }
     if (!rc) {
         ex->dp_rank = cfg_in->dp_rank >= 0 ? cfg_in->dp_rank : ex->world.rank / ex->tp;
         ex->tp_rank = cfg_in->tp_rank >= 0 ? cfg_in->tp_rank : ex->world.rank % ex->tp;
         if (ex->dp_rank >= ex->dp || ex->tp_rank >= ex->tp)
-            rc = cz_error_set(err, CZ_EMISMATCH,
+            rc =
+                cz__error_set(err, CZ_EMISMATCH,
                               "rank (dp %d, tp %d) is out of range for the plan's dp = %d, tp = %d",
                               ex->dp_rank, ex->tp_rank, ex->dp, ex->tp);
     }
@@ -377,15 +378,15 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
     ex->dp_comm.label = "DP";
     ex->tp_comm.label = "TP";
     if (!rc && (ex->dp_comm.size != ex->dp || ex->dp_comm.rank != ex->dp_rank))
-        rc = cz_error_set(err, CZ_EMISMATCH,
-                          "the DP communicator has %d ranks and this process is its rank %d; the "
-                          "plan needs dp = %d and this process is dp rank %d",
-                          ex->dp_comm.size, ex->dp_comm.rank, ex->dp, ex->dp_rank);
+        rc = cz__error_set(err, CZ_EMISMATCH,
+                           "the DP communicator has %d ranks and this process is its rank %d; the "
+                           "plan needs dp = %d and this process is dp rank %d",
+                           ex->dp_comm.size, ex->dp_comm.rank, ex->dp, ex->dp_rank);
     if (!rc && (ex->tp_comm.size != ex->tp || ex->tp_comm.rank != ex->tp_rank))
-        rc = cz_error_set(err, CZ_EMISMATCH,
-                          "the TP communicator has %d ranks and this process is its rank %d; the "
-                          "plan needs tp = %d and this process is tp rank %d",
-                          ex->tp_comm.size, ex->tp_comm.rank, ex->tp, ex->tp_rank);
+        rc = cz__error_set(err, CZ_EMISMATCH,
+                           "the TP communicator has %d ranks and this process is its rank %d; the "
+                           "plan needs tp = %d and this process is tp rank %d",
+                           ex->tp_comm.size, ex->tp_comm.rank, ex->tp, ex->tp_rank);
     if (!rc)
         rc = cz_exec_reserve_planes(ex, err);
     if (!rc) {
@@ -410,18 +411,18 @@ static int alloc_staging(cz_executor *ex, cz_error *err)
     if (!ex->stage_grads)
         ex->stage_grads = falloc(ex, (int64_t)ex->buffer_numel);
     if (!ex->stage_params || !ex->stage_grads)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for %zu-element staging buffers",
-                            ex->buffer_numel);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for %zu-element staging buffers",
+                             ex->buffer_numel);
     return CZ_OK;
 }
 
 static int check_dtype(const cz_executor *ex, const char *what, cz_dtype dtype, cz_error *err)
 {
     if (dtype != ex->dtype)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "%s: buffers of dtype %s but this executor binds %s (the plan's "
-                            "dtype, or cz_exec_config.dtype)",
-                            what, cz_dtype_name(dtype), cz_dtype_name(ex->dtype));
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "%s: buffers of dtype %s but this executor binds %s (the plan's "
+                             "dtype, or cz_exec_config.dtype)",
+                             what, cz_dtype_name(dtype), cz_dtype_name(ex->dtype));
     return CZ_OK;
 }
 
@@ -429,16 +430,16 @@ int cz_executor_bind_typed(cz_executor *ex, void *params, void *grads, size_t nu
                            cz_error *err)
 {
     if (!ex || !params || !grads)
-        return cz_error_set(err, CZ_EINVALID,
-                            "bind_buffers: executor and buffers must be non-NULL");
+        return cz__error_set(err, CZ_EINVALID,
+                             "bind_buffers: executor and buffers must be non-NULL");
     if (ex->per_param)
-        return cz_error_set(err, CZ_EINVALID,
-                            "bind_buffers: parameters were already bound one by one");
+        return cz__error_set(err, CZ_EINVALID,
+                             "bind_buffers: parameters were already bound one by one");
     if (numel != ex->buffer_numel)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "bind_buffers: buffers hold %zu elements but the plan's buckets need "
-                            "%zu (sum of bucket sizes, padding included)",
-                            numel, ex->buffer_numel);
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "bind_buffers: buffers hold %zu elements but the plan's buckets need "
+                             "%zu (sum of bucket sizes, padding included)",
+                             numel, ex->buffer_numel);
     int rc = check_dtype(ex, "bind_buffers", dtype, err);
     if (!rc && (dtype != CZ_DTYPE_FP32 || ex->host_staged))
         rc = alloc_staging(ex, err);
@@ -461,27 +462,27 @@ int cz_executor_bind_param_typed(cz_executor *ex, const char *name, void *param,
                                  int64_t rows, int64_t cols, cz_dtype dtype, cz_error *err)
 {
     if (!ex || !name || !param || !grad)
-        return cz_error_set(err, CZ_EINVALID,
-                            "bind_param: executor, name and buffers must be non-NULL");
+        return cz__error_set(err, CZ_EINVALID,
+                             "bind_param: executor, name and buffers must be non-NULL");
     if (ex->flat_params)
-        return cz_error_set(err, CZ_EINVALID, "bind_param('%s'): flat buffers are already bound",
-                            name);
+        return cz__error_set(err, CZ_EINVALID, "bind_param('%s'): flat buffers are already bound",
+                             name);
     const cz_plan *plan = ex->plan;
     size_t i = 0;
     while (i < plan->nparams && strcmp(plan->params[i].def.name, name) != 0)
         i++;
     if (i == plan->nparams)
-        return cz_error_set(err, CZ_EMISMATCH, "bind_param: the plan has no parameter named '%s'",
-                            name);
+        return cz__error_set(err, CZ_EMISMATCH, "bind_param: the plan has no parameter named '%s'",
+                             name);
     const cz_plan_param *p = &plan->params[i];
     int64_t lr = p->local_shape[0], lc = p->def.ndim == 1 ? 1 : p->local_shape[1];
     if (rows != lr || cols != lc)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "bind_param('%s'): buffer shape [%lld, %lld] but the plan's local "
-                            "shape (full [%lld, %lld], tp_dim %d, tp %d) is [%lld, %lld]",
-                            name, (long long)rows, (long long)cols, (long long)p->def.shape[0],
-                            (long long)p->def.shape[1], p->def.tp_dim, ex->tp, (long long)lr,
-                            (long long)lc);
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "bind_param('%s'): buffer shape [%lld, %lld] but the plan's local "
+                             "shape (full [%lld, %lld], tp_dim %d, tp %d) is [%lld, %lld]",
+                             name, (long long)rows, (long long)cols, (long long)p->def.shape[0],
+                             (long long)p->def.shape[1], p->def.tp_dim, ex->tp, (long long)lr,
+                             (long long)lc);
     int rc = check_dtype(ex, "bind_param", dtype, err);
     if (!rc)
         rc = alloc_staging(ex, err);

@@ -22,16 +22,16 @@ int cz_exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char 
 {
     const char *name = cfg->backend ? cfg->backend : "cpu";
     if (strcmp(comm, "nccl") == 0 && strcmp(name, "cuda") != 0)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "comm backend 'nccl' works on device memory: it needs backend "
-                            "'cuda' (backend is '%s')",
-                            name);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "comm backend 'nccl' works on device memory: it needs backend "
+                             "'cuda' (backend is '%s')",
+                             name);
     if (strcmp(name, "cuda") != 0)
         return cz_compute_open(&ex->compute, name, err);
     if (cfg->memory != CZ_EXEC_MEMORY_DEVICE)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "compute backend 'cuda' binds device memory: set memory = "
-                            "CZ_EXEC_MEMORY_DEVICE (1) and bind buffers from cudaMalloc");
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "compute backend 'cuda' binds device memory: set memory = "
+                             "CZ_EXEC_MEMORY_DEVICE (1) and bind buffers from cudaMalloc");
     /* A host-driven plane (mpi, self) reads and writes the executor's buffers from the host:
      * they are then managed memory, and the step stages the job's device buffers through
      * them (the host-staged combination). NCCL works on device memory directly. Newton-Schulz
@@ -50,9 +50,9 @@ int cz_exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char 
 int cz_exec_open_nccl(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
 {
     if (!cz_comm_mpi_available())
-        return cz_error_set(err, CZ_EINVALID,
-                            "comm backend 'nccl' bootstraps over MPI: initialize MPI before "
-                            "creating the executor");
+        return cz__error_set(err, CZ_EINVALID,
+                             "comm backend 'nccl' bootstraps over MPI: initialize MPI before "
+                             "creating the executor");
     cz_comm_phase("creating the executor", -1);
     int rc = cz_ctrl_mpi_open(&ex->ctrl, cfg->world_comm,
                               cz_exec_mpi_timeout(cfg, getenv("CZ_MPI_TIMEOUT_S")), err);
@@ -63,7 +63,7 @@ int cz_exec_open_nccl(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
     cz_error e;
     rc = cz_gpu_load(&gpu, &e);
     if (rc)
-        rc = cz_error_set(err, rc, "comm backend 'nccl' is not available: %s", e.message);
+        rc = cz__error_set(err, rc, "comm backend 'nccl' is not available: %s", e.message);
     rc = cz_nccl_agree(&ex->ctrl, rc, "load the GPU plugin", err);
     return rc ? rc : gpu->plane_nccl_open(&ex->world, &ex->ctrl, nccl_timeout(cfg), err);
 }

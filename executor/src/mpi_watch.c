@@ -136,19 +136,19 @@ int cz_mpi_chan_open(cz_mpi_chan **out, MPI_Comm world, double timeout_s, cz_err
         }
     }
     if (g.nchans == CZ_MAX_CHANNELS)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "more than %d distinct world communicators in one process",
-                            CZ_MAX_CHANNELS);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "more than %d distinct world communicators in one process",
+                             CZ_MAX_CHANNELS);
     cz_mpi_chan *ch = cz_exec_calloc(1, sizeof *ch);
     if (!ch)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for an MPI communicator");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for an MPI communicator");
     MPI_Request r;
     int rc = MPI_Comm_idup(world, &ch->comm, &r);
     if (rc == MPI_SUCCESS)
         rc = cz_mpi_wait(g.nchans ? g.chans[0] : NULL, &r, 1, world, NULL, timeout_s,
                          "duplicating the world communicator", err);
     else
-        rc = cz_error_set(err, CZ_EIO, "MPI_Comm_idup failed");
+        rc = cz__error_set(err, CZ_EIO, "MPI_Comm_idup failed");
     if (rc) {
         cz_exec_free(ch);
         return rc;
@@ -289,10 +289,10 @@ static int diagnose(cz_mpi_chan *ch, MPI_Request *r, int n, MPI_Comm comm, const
                  "stopped waiting after %.1f s in %s: another rank reported a stalled wait", waited,
                  where);
     if (!ch)
-        return cz_error_set(err, CZ_ETIMEOUT,
-                            "%s; the other ranks did not all arrive (MPI does not tell which); "
-                            "CZ_MPI_TIMEOUT_S or cz_exec_config.mpi_timeout_s sets the limit",
-                            head);
+        return cz__error_set(err, CZ_ETIMEOUT,
+                             "%s; the other ranks did not all arrive (MPI does not tell which); "
+                             "CZ_MPI_TIMEOUT_S or cz_exec_config.mpi_timeout_s sets the limit",
+                             head);
 
     /* Who this rank waits for: the peers of its unfinished transfers, else every member of
      * the collective. */
@@ -303,7 +303,7 @@ static int diagnose(cz_mpi_chan *ch, MPI_Request *r, int n, MPI_Comm comm, const
     unsigned char *answered = cz_exec_calloc((size_t)ch->size, 1);
     if (!want || !chr || !answered) {
         cz_exec_free(want), cz_exec_free(chr), cz_exec_free(answered);
-        return cz_error_set(err, CZ_ETIMEOUT, "%s (out of memory for the report)", head);
+        return cz__error_set(err, CZ_ETIMEOUT, "%s (out of memory for the report)", head);
     }
     int nwant = 0;
     for (int k = 0; peers && k < n; k++) {
@@ -350,20 +350,20 @@ static int diagnose(cz_mpi_chan *ch, MPI_Request *r, int n, MPI_Comm comm, const
     list_ranks(who, sizeof who, silent, nsilent);
     int rc;
     if (nsilent == 0)
-        rc = cz_error_set(err, CZ_ETIMEOUT,
-                          "%s; every rank answered within %.1f s, so none is stopped: a rank "
-                          "may be slower than the limit; CZ_MPI_TIMEOUT_S or "
-                          "cz_exec_config.mpi_timeout_s sets it",
-                          head, grace);
+        rc = cz__error_set(err, CZ_ETIMEOUT,
+                           "%s; every rank answered within %.1f s, so none is stopped: a rank "
+                           "may be slower than the limit; CZ_MPI_TIMEOUT_S or "
+                           "cz_exec_config.mpi_timeout_s sets it",
+                           head, grace);
     else
-        rc = cz_error_set(err, CZ_ETIMEOUT,
-                          "%s; waiting for rank%s %s%s, which did not answer within %.1f s "
-                          "(stopped, dead, or busy outside canzona); %d other rank%s answered "
-                          "and wait%s too. The communicators cannot be used any more; "
-                          "CZ_MPI_TIMEOUT_S or cz_exec_config.mpi_timeout_s sets the limit",
-                          head, nsilent > 1 ? "s" : "", who,
-                          direct ? "" : " (through the other ranks of this operation)", grace,
-                          nanswered, nanswered == 1 ? "" : "s", nanswered == 1 ? "s" : "");
+        rc = cz__error_set(err, CZ_ETIMEOUT,
+                           "%s; waiting for rank%s %s%s, which did not answer within %.1f s "
+                           "(stopped, dead, or busy outside canzona); %d other rank%s answered "
+                           "and wait%s too. The communicators cannot be used any more; "
+                           "CZ_MPI_TIMEOUT_S or cz_exec_config.mpi_timeout_s sets the limit",
+                           head, nsilent > 1 ? "s" : "", who,
+                           direct ? "" : " (through the other ranks of this operation)", grace,
+                           nanswered, nanswered == 1 ? "" : "s", nanswered == 1 ? "s" : "");
     cz_exec_free(want);
     cz_exec_free(chr);
     return rc;
@@ -375,10 +375,10 @@ int cz_mpi_wait(cz_mpi_chan *ch, MPI_Request *r, int n, MPI_Comm comm, const int
     if (n <= 0)
         return CZ_OK;
     if (g.broken)
-        return cz_error_set(err, CZ_ETIMEOUT,
-                            "%s: an earlier MPI wait of this process stopped for a stalled rank "
-                            "(see its message); the communicators cannot be used any more",
-                            what);
+        return cz__error_set(err, CZ_ETIMEOUT,
+                             "%s: an earlier MPI wait of this process stopped for a stalled rank "
+                             "(see its message); the communicators cannot be used any more",
+                             what);
     int done = 0;
     int rc = MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
     double start = 0.0, t = 0.0;
@@ -402,7 +402,7 @@ int cz_mpi_wait(cz_mpi_chan *ch, MPI_Request *r, int n, MPI_Comm comm, const int
         char msg[MPI_MAX_ERROR_STRING];
         int len = 0;
         MPI_Error_string(rc, msg, &len);
-        return cz_error_set(err, CZ_EIO, "MPI %s failed: %s", what, msg);
+        return cz__error_set(err, CZ_EIO, "MPI %s failed: %s", what, msg);
     }
     return CZ_OK;
 }

@@ -19,26 +19,26 @@ int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, c
     h->ns_steps = cfg->ns_steps;
     h->scaling = cfg->muon_scaling;
     if (cfg->muon_scaling != CZ_MUON_SCALE_RMS && cfg->muon_scaling != CZ_MUON_SCALE_SHAPE)
-        return cz_error_set(err, CZ_EINVALID,
-                            "muon_scaling = %d; expected CZ_MUON_SCALE_RMS (0) or "
-                            "CZ_MUON_SCALE_SHAPE (1)",
-                            (int)cfg->muon_scaling);
+        return cz__error_set(err, CZ_EINVALID,
+                             "muon_scaling = %d; expected CZ_MUON_SCALE_RMS (0) or "
+                             "CZ_MUON_SCALE_SHAPE (1)",
+                             (int)cfg->muon_scaling);
     if (!(cfg->lr >= 0.0f) || !isfinite(cfg->lr))
-        return cz_error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
-                            (double)cfg->lr);
+        return cz__error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
+                             (double)cfg->lr);
     if (cfg->lr == 0.0f)
         h->lr = cfg->muon_scaling == CZ_MUON_SCALE_SHAPE ? CZ_MUON_LR_SHAPE : CZ_MUON_LR_RMS;
     h->coeffs = cz_ns_coeffs_find(cfg->ns_coeffs);
     if (!h->coeffs)
-        return cz_error_set(err, CZ_EINVALID,
-                            "unknown Newton-Schulz coefficient set '%s' (known: %s)",
-                            cfg->ns_coeffs, cz_ns_coeffs_names());
+        return cz__error_set(err, CZ_EINVALID,
+                             "unknown Newton-Schulz coefficient set '%s' (known: %s)",
+                             cfg->ns_coeffs, cz_ns_coeffs_names());
     if (cfg->ns_steps < 0 || cfg->ns_steps > 100)
-        return cz_error_set(err, CZ_EINVALID, "ns_steps = %d; expected 0..100", cfg->ns_steps);
+        return cz__error_set(err, CZ_EINVALID, "ns_steps = %d; expected 0..100", cfg->ns_steps);
     /* A zero eps divides a zero gradient block by zero: the update would be NaN. */
     if (!(cfg->ns_eps > 0.0f) || !isfinite(cfg->ns_eps))
-        return cz_error_set(err, CZ_EINVALID, "ns_eps = %g; expected a finite value > 0",
-                            (double)cfg->ns_eps);
+        return cz__error_set(err, CZ_EINVALID, "ns_eps = %g; expected a finite value > 0",
+                             (double)cfg->ns_eps);
     return CZ_OK;
 }
 
@@ -98,7 +98,7 @@ int cz_muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, 
                                             : 1;
     mp->blks = cz_exec_calloc(cap > 0 ? (size_t)cap : 1, sizeof *mp->blks);
     if (!mp->blks)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for %d Muon blocks", cap);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for %d Muon blocks", cap);
     for (int i = 0; i < n; i++) {
         cz_block tmp[CZ_MAX_BLOCKS];
         int k = cz_param_blocks(params[i], tmp, CZ_MAX_BLOCKS);
@@ -285,8 +285,8 @@ int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
     batch = c->ops->alloc(c, (size_t)(mp.batch_n + 1) * sizeof(float));
     work = c->ops->alloc(c, (size_t)(mp.work_n + 1) * sizeof(float));
     if (!batch || !work) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for a Newton-Schulz batch of %lld floats",
-                          (long long)(mp.batch_n + mp.work_n));
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory for a Newton-Schulz batch of %lld floats",
+                           (long long)(mp.batch_n + mp.work_n));
         goto out;
     }
     rc = cz_muon_run(c, h, &mp, in, out, batch, work, NULL, NULL, err);

@@ -200,10 +200,10 @@ int cz_nccl_agree(struct cz_ctrl *ctrl, int local_rc, const char *what, cz_error
     if (crc)
         return crc;
     if (v != INT64_MAX)
-        return cz_error_set(err, CZ_EIO,
-                            "rank %lld failed to %s (see its message); this rank's part "
-                            "succeeded and its communicator was aborted",
-                            (long long)v, what);
+        return cz__error_set(err, CZ_EIO,
+                             "rank %lld failed to %s (see its message); this rank's part "
+                             "succeeded and its communicator was aborted",
+                             (long long)v, what);
     return CZ_OK;
 }
 

@@ -15,7 +15,7 @@ static int add_group(cz_ns_workload *w, const cz_plan *plan, const cz_plan_group
     if (!ps || !blocks) {
         cz_exec_free(ps);
         cz_exec_free(blocks);
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for a micro-group");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for a micro-group");
     }
     bool sc = plan->settings.tp == CZ_TP_SC;
     int n = 0;
@@ -38,7 +38,7 @@ static int add_group(cz_ns_workload *w, const cz_plan *plan, const cz_plan_group
             e++;
         cz_ns_batch *nb = realloc(w->batches, (size_t)(w->nbatches + 1) * sizeof *nb);
         if (!nb) {
-            rc = cz_error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz batches");
+            rc = cz__error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz batches");
             break;
         }
         w->batches = nb;
@@ -62,9 +62,9 @@ int cz_ns_workload_make(cz_ns_workload *w, const cz_plan *plan, int dp_rank, int
     *w = (cz_ns_workload){.dp_rank = dp_rank, .tp_rank = tp_rank};
     if (dp_rank < 0 || dp_rank >= plan->dp || tp_rank < 0 || tp_rank >= plan->tp ||
         (size_t)dp_rank >= plan->nschedules)
-        return cz_error_set(err, CZ_EINVALID,
-                            "GPU (dp %d, tp %d) is outside the plan's dp = %d, tp = %d", dp_rank,
-                            tp_rank, plan->dp, plan->tp);
+        return cz__error_set(err, CZ_EINVALID,
+                             "GPU (dp %d, tp %d) is outside the plan's dp = %d, tp = %d", dp_rank,
+                             tp_rank, plan->dp, plan->tp);
     const cz_rank_schedule *rs = &plan->schedules[dp_rank];
     int rc = CZ_OK;
     for (int g = 0; g < rs->ngroups && !rc; g++)

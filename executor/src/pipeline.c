@@ -196,7 +196,7 @@ static int list_parts(cz_executor *ex, pgroup *pg, cz_error *err)
         n += cz_group_task_width(g, t);
     pg->parts = cz_exec_calloc((size_t)n + 1, sizeof *pg->parts);
     if (!pg->parts)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
     for (int t = 0; t < g->ntasks; t++)
         pg->nparts += cz_exec_task_parts(ex->plan, g, t, pg->parts + pg->nparts, n - pg->nparts);
     return CZ_OK;
@@ -214,7 +214,7 @@ static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
         if (!arrs[k]) {
             for (int j = 0; j < k; j++)
                 cz_exec_free(arrs[j]);
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+            return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
         }
     }
     pg->gather_send_counts = arrs[0], pg->gather_send_displs = arrs[1];
@@ -249,11 +249,11 @@ static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
         /* iall_gather takes one count from every rank: the parts must give each rank as much
          * (whole matrices and blocks do; plan_check refuses cooperative tasks under sc). */
         if (ex->sc && pg->gather_recv_counts[r] != pg->gather_n)
-            return cz_error_set(err, CZ_EINTERNAL,
-                                "micro-group %d: under sc TP rank %d gathers %lld elements and "
-                                "rank %d %lld; the all-gather needs equal counts",
-                                pg->g->id, r, (long long)pg->gather_recv_counts[r], me,
-                                (long long)pg->gather_n);
+            return cz__error_set(err, CZ_EINTERNAL,
+                                 "micro-group %d: under sc TP rank %d gathers %lld elements and "
+                                 "rank %d %lld; the all-gather needs equal counts",
+                                 pg->g->id, r, (long long)pg->gather_recv_counts[r], me,
+                                 (long long)pg->gather_n);
         pg->gather_send_displs[r] = gs;
         gs += pg->gather_send_counts[r];
         pg->gather_recv_displs[r] = gr;
@@ -287,7 +287,7 @@ static int make_runs(cz_executor *ex, cz_run_list *l, cz_runs **out, cz_error *e
     *out = ex->compute.ops->runs_create(&ex->compute, l->v, l->n);
     size_t n = l->n;
     cz_run_list_free(l);
-    return *out ? CZ_OK : cz_error_set(err, CZ_ENOMEM, "out of memory for %zu copy runs", n);
+    return *out ? CZ_OK : cz__error_set(err, CZ_ENOMEM, "out of memory for %zu copy runs", n);
 }
 
 /* The sub-plane of the members of a cooperative task of width k. */
@@ -307,7 +307,7 @@ static int layout_coop(cz_executor *ex, pgroup *pg, cz_error *err)
     size_t nh = (size_t)pg->nhosted + 1;
     pg->coop = cz_exec_calloc(nh, sizeof *pg->coop);
     if (!pg->coop)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for cooperative batches");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for cooperative batches");
     for (int i = 0; i < pg->nhosted; i++) {
         const cz_exec_part *x = &pg->hosted[i].x;
         if (x->width < 2)
@@ -340,9 +340,9 @@ static int layout_coop(cz_executor *ex, pgroup *pg, cz_error *err)
             cb->in = cz_exec_calloc(nh, sizeof *cb->in);
             cb->out = cz_exec_calloc(nh, sizeof *cb->out);
             if (!cb->in || !cb->out)
-                return cz_error_set(err, CZ_ENOMEM, "out of memory for cooperative batches");
+                return cz__error_set(err, CZ_ENOMEM, "out of memory for cooperative batches");
             if (!cb->plane)
-                return cz_error_set(err, CZ_EINTERNAL, "no sub-plane of width %d", x->width);
+                return cz__error_set(err, CZ_EINTERNAL, "no sub-plane of width %d", x->width);
         }
         cb->in[cb->shape.count] = pp->full_g + pg->hosted[i].off;
         cb->out[cb->shape.count++] = pp->full_u + pg->hosted[i].off;
@@ -377,7 +377,7 @@ static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
     pg->hin = cz_exec_calloc(nh, sizeof *pg->hin);
     pg->hout = cz_exec_calloc(nh, sizeof *pg->hout);
     if (!pg->hosted || !pg->hp || !pg->hb || !pg->hin || !pg->hout)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
 
     /* Gather send: per destination slot, my shard inside each non-replicated part it holds
      * (under sc: inside every part, to everyone). */
@@ -503,8 +503,8 @@ static int open_width_planes(cz_executor *ex, cz_error *err)
             if (i < pp->nwidths)
                 continue;
             if (pp->nwidths == CZ_MAX_COOP_WIDTHS)
-                return cz_error_set(err, CZ_EUNSUPPORTED,
-                                    "the plan uses more than %d cooperative widths", pp->nwidths);
+                return cz__error_set(err, CZ_EUNSUPPORTED,
+                                     "the plan uses more than %d cooperative widths", pp->nwidths);
             int rc = ex->tp_comm.ops->split(&ex->tp_comm, ex->tp_rank / k, ex->tp_rank % k,
                                             &pp->wplanes[pp->nwidths], err);
             if (rc)
@@ -514,11 +514,11 @@ static int open_width_planes(cz_executor *ex, cz_error *err)
             wp->label = "cooperative";
             pp->widths[pp->nwidths++] = k; /* from here on, teardown closes it */
             if (wp->size != k)
-                return cz_error_set(err, CZ_EINTERNAL, "the sub-plane of width %d has %d ranks", k,
-                                    wp->size);
+                return cz__error_set(err, CZ_EINTERNAL, "the sub-plane of width %d has %d ranks", k,
+                                     wp->size);
             for (int q = 0; q < CZ_COOP_MAX_PANELS; q++)
                 if (!(pp->wreqs[i][q] = wp->ops->req_create(wp)))
-                    return cz_error_set(err, CZ_ENOMEM, "out of memory for requests");
+                    return cz__error_set(err, CZ_ENOMEM, "out of memory for requests");
         }
     return CZ_OK;
 }
@@ -528,7 +528,7 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
     const cz_rank_schedule *rs = ex->schedule;
     struct cz_pipeline *pp = cz_exec_calloc(1, sizeof *pp);
     if (!pp)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
     ex->pipe = pp;
     /* The splits are collective: first, before anything a rank could fail alone. */
     int rc = open_width_planes(ex, err);
@@ -537,7 +537,7 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
     pp->ngroups = rs->ngroups;
     pp->groups = cz_exec_calloc(rs->ngroups > 0 ? (size_t)rs->ngroups : 1, sizeof *pp->groups);
     if (!pp->groups)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
     int nmom = 0;
     for (int g = 0; g < rs->ngroups; g++) {
         pp->groups[g].g = &rs->groups[g];
@@ -551,8 +551,8 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
     pp->full_u = falloc(ex, pp->full_n);
     ex->mom = cz_exec_calloc((size_t)nmom + 1, sizeof *ex->mom);
     if (!pp->full_g || !pp->full_u || !ex->mom)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the host buffers (%lld elements)",
-                            (long long)pp->full_n);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the host buffers (%lld elements)",
+                             (long long)pp->full_n);
     for (int g = 0; g < rs->ngroups; g++) {
         pgroup *pg = &pp->groups[g];
         rc = layout_maps(ex, pg, err);
@@ -574,8 +574,8 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
             }
             h->momentum = falloc(ex, h->numel);
             if (!h->momentum)
-                return cz_error_set(err, CZ_ENOMEM, "out of memory for the momentum of '%s'",
-                                    h->p->def.name);
+                return cz__error_set(err, CZ_ENOMEM, "out of memory for the momentum of '%s'",
+                                     h->p->def.name);
             ex->mom[ex->nmom++] = (cz_momentum_part){id, h->x.part, h->momentum};
         }
     }
@@ -586,25 +586,25 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
         pp->scatter_recv[k] = falloc(ex, pp->scatter_recv_len);
         if (!pp->gather_send[k] || !pp->gather_recv[k] || !pp->scatter_send[k] ||
             !pp->scatter_recv[k])
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for the pipeline buffers");
+            return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline buffers");
         pp->gather_req[k] = ex->tp_comm.ops->req_create(&ex->tp_comm);
         pp->scatter_req[k] = ex->tp_comm.ops->req_create(&ex->tp_comm);
         pp->gather_packed[k] = ex->compute.ops->event_create(&ex->compute);
         pp->scatter_packed[k] = ex->compute.ops->event_create(&ex->compute);
         if (!pp->gather_req[k] || !pp->scatter_req[k] || !pp->gather_packed[k] ||
             !pp->scatter_packed[k])
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for requests and events");
+            return cz__error_set(err, CZ_ENOMEM, "out of memory for requests and events");
     }
     pp->coop_ready = ex->compute.ops->event_create(&ex->compute);
     if (!pp->coop_ready)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for requests and events");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for requests and events");
     if (ex->use_shampoo || ex->use_soap) {
         pp->sh_work = falloc(ex, pp->sh_work_n);
         pp->sh_stats = ex->compute.ops->alloc(&ex->compute, 2 * sizeof(double));
         if (!pp->sh_work || !pp->sh_stats)
-            return cz_error_set(err, CZ_ENOMEM,
-                                "out of memory for Shampoo's work buffer (%lld elements)",
-                                (long long)pp->sh_work_n);
+            return cz__error_set(err, CZ_ENOMEM,
+                                 "out of memory for Shampoo's work buffer (%lld elements)",
+                                 (long long)pp->sh_work_n);
         /* Newton-Schulz buffers are Muon's only. */
         pp->batch_n = pp->work_n = 0;
     }
@@ -613,9 +613,9 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
     pp->gram = falloc(ex, pp->gram_n);
     pp->sq = ex->compute.ops->alloc(&ex->compute, (size_t)(pp->sq_n + 1) * sizeof(double));
     if (!pp->batch || !pp->work || !pp->gram || !pp->sq)
-        return cz_error_set(err, CZ_ENOMEM,
-                            "out of memory for the Newton-Schulz buffers (%lld elements)",
-                            (long long)(pp->batch_n + pp->work_n + pp->gram_n));
+        return cz__error_set(err, CZ_ENOMEM,
+                             "out of memory for the Newton-Schulz buffers (%lld elements)",
+                             (long long)(pp->batch_n + pp->work_n + pp->gram_n));
     return CZ_OK;
 }
 

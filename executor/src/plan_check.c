@@ -31,13 +31,13 @@ static int check_mpi_limits(const cz_plan *plan, cz_error *err)
             int64_t s = bk->ranges[2 * r], e = bk->ranges[2 * r + 1];
             /* The all-gather addresses ranges by their start: an MPI displacement (int). */
             if (s > INT_MAX)
-                return cz_error_set(
+                return cz__error_set(
                     err, CZ_EUNSUPPORTED,
                     "plan $.buckets[%zu].ranges[%d] starts at element %lld; MPI displacements "
                     "are limited to %d (plan with a smaller bucket size)",
                     b, r, (long long)s, INT_MAX);
             if (e - s > INT_MAX)
-                return cz_error_set(
+                return cz__error_set(
                     err, CZ_EUNSUPPORTED,
                     "plan $.buckets[%zu].ranges[%d] holds %lld elements; MPI counts "
                     "are limited to %d",
@@ -53,10 +53,10 @@ static int check_params(const cz_plan *plan, cz_error *err)
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
         if (p->def.kind == CZ_KIND_MATRIX && p->def.ndim != 2)
-            return cz_error_set(err, CZ_EINVALID,
-                                "plan $.params[%zu] ('%s') is a matrix-optimizer parameter but "
-                                "has %d dimensions",
-                                i, p->def.name, p->def.ndim);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "plan $.params[%zu] ('%s') is a matrix-optimizer parameter but "
+                                 "has %d dimensions",
+                                 i, p->def.name, p->def.ndim);
         int rc = cz_shard_check(p, plan->tp, err);
         if (rc)
             return rc;
@@ -74,22 +74,22 @@ static int check_structure(const cz_plan *plan, cz_error *err)
     cz_plan_checks c = {0};
     c.out = json_array();
     if (!c.out)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory checking the plan");
-    cz_plan_check_structure(&c, plan);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory checking the plan");
+    cz__plan_check_structure(&c, plan);
     int rc = CZ_OK;
     size_t n = json_array_size(c.out);
     if (c.oom) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory checking the plan");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory checking the plan");
     } else if (n > 0) {
         const json_t *v = json_array_get(c.out, 0);
         char more[96] = "";
         if (n > 1)
             snprintf(more, sizeof more, " (and %zu more violations; canzona validate lists all)",
                      n - 1);
-        rc = cz_error_set(err, CZ_EINVALID, "plan %s: %s [%s]%s",
-                          json_string_value(json_object_get(v, "path")),
-                          json_string_value(json_object_get(v, "message")),
-                          json_string_value(json_object_get(v, "code")), more);
+        rc = cz__error_set(err, CZ_EINVALID, "plan %s: %s [%s]%s",
+                           json_string_value(json_object_get(v, "path")),
+                           json_string_value(json_object_get(v, "message")),
+                           json_string_value(json_object_get(v, "code")), more);
     }
     json_decref(c.out);
     return rc;
@@ -98,24 +98,24 @@ static int check_structure(const cz_plan *plan, cz_error *err)
 int cz_exec_plan_check(const cz_plan *plan, cz_error *err)
 {
     if (plan->pp != 1)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "plan has pp = %d: pipeline-parallel plans are not executed by this "
-                            "version",
-                            plan->pp);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "plan has pp = %d: pipeline-parallel plans are not executed by this "
+                             "version",
+                             plan->pp);
     if (plan->dp < 1 || plan->tp < 1)
-        return cz_error_set(err, CZ_EINVALID, "plan topology dp = %d, tp = %d: both must be >= 1",
-                            plan->dp, plan->tp);
+        return cz__error_set(err, CZ_EINVALID, "plan topology dp = %d, tp = %d: both must be >= 1",
+                             plan->dp, plan->tp);
     if (plan->settings.dp == CZ_DP_EVEN || plan->settings.dp == CZ_DP_LAYERWISE)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "plan uses DP strategy '%s', an analysis baseline the executor does "
-                            "not run (it fragments parameters or breaks the bucket geometry); "
-                            "plan with --dp alpha or --dp anchored",
-                            cz_dp_strategy_name(plan->settings.dp));
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "plan uses DP strategy '%s', an analysis baseline the executor does "
+                             "not run (it fragments parameters or breaks the bucket geometry); "
+                             "plan with --dp alpha or --dp anchored",
+                             cz_dp_strategy_name(plan->settings.dp));
     if (plan->settings.optimizer == CZ_OPTIM_ADAMW)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "plan optimizer 'adamw': this version executes Muon, SOAP or Shampoo "
-                            "(matrix) + AdamW (elementwise) plans; plan with --optimizer muon, "
-                            "soap or shampoo");
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "plan optimizer 'adamw': this version executes Muon, SOAP or Shampoo "
+                             "(matrix) + AdamW (elementwise) plans; plan with --optimizer muon, "
+                             "soap or shampoo");
     int rc = check_structure(plan, err);
     if (!rc)
         rc = check_mpi_limits(plan, err);

@@ -46,40 +46,40 @@ int cz_shampoo_hparams_from_config(cz_shampoo_hparams *h, const cz_exec_config *
                      : h->grafting == CZ_GRAFT_ADAM   ? 0.999f
                                                       : 0.99f;
     if (freq < 1)
-        return cz_error_set(err, CZ_EINVALID,
-                            "plan precondition_frequency = %d; Shampoo needs >= 1", freq);
+        return cz__error_set(err, CZ_EINVALID,
+                             "plan precondition_frequency = %d; Shampoo needs >= 1", freq);
     if (!(h->lr >= 0.0f) || !isfinite(h->lr))
-        return cz_error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
-                            (double)h->lr);
+        return cz__error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
+                             (double)h->lr);
     if (!(h->beta1 >= 0.0f && h->beta1 < 1.0f))
-        return cz_error_set(err, CZ_EINVALID, "shampoo_beta1 = %g; expected 0 <= beta1 < 1",
-                            (double)h->beta1);
+        return cz__error_set(err, CZ_EINVALID, "shampoo_beta1 = %g; expected 0 <= beta1 < 1",
+                             (double)h->beta1);
     if (!(h->beta2 > 0.0f && h->beta2 <= 1.0f))
-        return cz_error_set(err, CZ_EINVALID, "shampoo_beta2 = %g; expected 0 < beta2 <= 1",
-                            (double)h->beta2);
+        return cz__error_set(err, CZ_EINVALID, "shampoo_beta2 = %g; expected 0 < beta2 <= 1",
+                             (double)h->beta2);
     if (!(h->eps >= 0.0f) || !isfinite(h->eps))
-        return cz_error_set(err, CZ_EINVALID, "shampoo_eps = %g; expected a finite value >= 0",
-                            (double)h->eps);
+        return cz__error_set(err, CZ_EINVALID, "shampoo_eps = %g; expected a finite value >= 0",
+                             (double)h->eps);
     if (!(h->momentum >= 0.0f && h->momentum < 1.0f))
-        return cz_error_set(err, CZ_EINVALID, "shampoo_momentum = %g; expected 0 <= momentum < 1",
-                            (double)h->momentum);
+        return cz__error_set(err, CZ_EINVALID, "shampoo_momentum = %g; expected 0 <= momentum < 1",
+                             (double)h->momentum);
     if ((int)h->grafting < CZ_GRAFT_NONE || (int)h->grafting > CZ_GRAFT_ADAM)
-        return cz_error_set(err, CZ_EINVALID,
-                            "shampoo_grafting = %d; expected CZ_GRAFT_NONE (0), ADAGRAD (1), "
-                            "RMSPROP (2) or ADAM (3)",
-                            (int)h->grafting);
+        return cz__error_set(err, CZ_EINVALID,
+                             "shampoo_grafting = %d; expected CZ_GRAFT_NONE (0), ADAGRAD (1), "
+                             "RMSPROP (2) or ADAM (3)",
+                             (int)h->grafting);
     if (!(h->graft_beta2 > 0.0f && h->graft_beta2 <= 1.0f) || !(h->graft_eps > 0.0f))
-        return cz_error_set(err, CZ_EINVALID,
-                            "shampoo_graft_beta2 = %g, shampoo_graft_eps = %g; expected 0 < "
-                            "beta2 <= 1 and eps > 0",
-                            (double)h->graft_beta2, (double)h->graft_eps);
+        return cz__error_set(err, CZ_EINVALID,
+                             "shampoo_graft_beta2 = %g, shampoo_graft_eps = %g; expected 0 < "
+                             "beta2 <= 1 and eps > 0",
+                             (double)h->graft_beta2, (double)h->graft_eps);
     /* As Distributed Shampoo: preconditioning must not start before the first inverse roots
      * exist (they are computed at the multiples of freq). */
     if (h->start_step < freq)
-        return cz_error_set(err, CZ_EINVALID,
-                            "shampoo_start_step = %d is before the first preconditioner refresh "
-                            "(step %d = the plan's precondition_frequency); expected >= %d or -1",
-                            h->start_step, freq, freq);
+        return cz__error_set(err, CZ_EINVALID,
+                             "shampoo_start_step = %d is before the first preconditioner refresh "
+                             "(step %d = the plan's precondition_frequency); expected >= %d or -1",
+                             h->start_step, freq, freq);
     return CZ_OK;
 }
 
@@ -97,16 +97,16 @@ int cz_shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz
     int64_t d = h->max_dim;
     cz_shampoo_state *s = cz_exec_calloc(1, sizeof *s);
     if (!s)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'",
-                            p->def.name);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'",
+                             p->def.name);
     *out = s;
     s->ld = p->def.ndim == 1 ? 1 : p->def.shape[1];
     for (int b = 0; b < nb; b++)
         s->ntiles += (int)(((blocks[b].rows + d - 1) / d) * ((blocks[b].cols + d - 1) / d));
     s->tiles = cz_exec_calloc((size_t)s->ntiles, sizeof *s->tiles);
     if (!s->tiles)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'",
-                            p->def.name);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'",
+                             p->def.name);
     for (int b = 0; b < nb; b++)
         for (int64_t i = 0; i < blocks[b].rows; i += d)
             for (int64_t j = 0; j < blocks[b].cols; j += d) {
@@ -128,8 +128,8 @@ int cz_shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz
                 if (ok && h->momentum > 0.0f)
                     ok = (t->mom = tile_alloc(c, s, r * cl)) != NULL;
                 if (!ok)
-                    return cz_error_set(err, CZ_ENOMEM,
-                                        "out of memory for the Shampoo state of '%s'", p->def.name);
+                    return cz__error_set(
+                        err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'", p->def.name);
                 /* Five tile-sized buffers, an eigenbasis, its scaled copy and the solver's
                  * work; a side's eigenvalues. */
                 cz_linalg_work lw;

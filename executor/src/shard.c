@@ -106,7 +106,7 @@ int cz_run_list_add(cz_run_list *l, int64_t dst, int64_t src, int64_t len, cz_er
         size_t cap = l->cap ? 2 * l->cap : 16;
         cz_copy_run *v = cz_exec_malloc(cap * sizeof *v);
         if (!v)
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for %zu copy runs", cap);
+            return cz__error_set(err, CZ_ENOMEM, "out of memory for %zu copy runs", cap);
         if (l->n)
             memcpy(v, l->v, l->n * sizeof *v);
         cz_exec_free(l->v);
@@ -159,31 +159,31 @@ int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err)
     int64_t lr = rows, lc = cols;
     /* The plan reader accepts any positive int64 dimension; every size below is a product. */
     if (rows < 1 || cols < 1 || rows > INT64_MAX / cols)
-        return cz_error_set(err, CZ_EINVALID,
-                            "param '%s': shape [%lld, %lld] has more than %lld elements or a "
-                            "dimension < 1",
-                            p->def.name, (long long)rows, (long long)cols, (long long)INT64_MAX);
+        return cz__error_set(err, CZ_EINVALID,
+                             "param '%s': shape [%lld, %lld] has more than %lld elements or a "
+                             "dimension < 1",
+                             p->def.name, (long long)rows, (long long)cols, (long long)INT64_MAX);
     if (p->def.ndim == 1 && p->def.tp_dim == 1)
-        return cz_error_set(err, CZ_EINVALID,
-                            "param '%s' is 1-D but has tp_dim 1 (only 0 or null allowed)",
-                            p->def.name);
+        return cz__error_set(err, CZ_EINVALID,
+                             "param '%s' is 1-D but has tp_dim 1 (only 0 or null allowed)",
+                             p->def.name);
     if (p->def.tp_dim >= 0) {
         int d = p->def.tp_dim;
         int64_t full = p->def.shape[d];
         if (full % tp != 0)
-            return cz_error_set(err, CZ_EINVALID,
-                                "param '%s': shape[%d] = %lld is not divisible by tp = %d",
-                                p->def.name, d, (long long)full, tp);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "param '%s': shape[%d] = %lld is not divisible by tp = %d",
+                                 p->def.name, d, (long long)full, tp);
         if (p->def.nblocks > 0 && p->def.block_dim == d) {
             if (p->def.nblocks > CZ_MAX_BLOCKS)
-                return cz_error_set(err, CZ_EUNSUPPORTED, CZ_BLOCKS_LIMIT_FMT, p->def.name,
-                                    p->def.nblocks, CZ_MAX_BLOCKS);
+                return cz__error_set(err, CZ_EUNSUPPORTED, CZ_BLOCKS_LIMIT_FMT, p->def.name,
+                                     p->def.nblocks, CZ_MAX_BLOCKS);
             for (int b = 0; b < p->def.nblocks; b++)
                 if (p->def.block_sizes[b] % tp != 0)
-                    return cz_error_set(err, CZ_EINVALID,
-                                        "param '%s': block %d size %lld along the TP dimension "
-                                        "is not divisible by tp = %d",
-                                        p->def.name, b, (long long)p->def.block_sizes[b], tp);
+                    return cz__error_set(err, CZ_EINVALID,
+                                         "param '%s': block %d size %lld along the TP dimension "
+                                         "is not divisible by tp = %d",
+                                         p->def.name, b, (long long)p->def.block_sizes[b], tp);
         }
         if (d == 0)
             lr = rows / tp;
@@ -192,36 +192,37 @@ int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err)
     }
     if (p->def.nblocks > 0) {
         if (p->def.block_dim < 0 || p->def.block_dim >= (p->def.ndim == 1 ? 1 : 2))
-            return cz_error_set(err, CZ_EINVALID, "param '%s': blocks along dim %d of a %d-D shape",
-                                p->def.name, p->def.block_dim, p->def.ndim);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "param '%s': blocks along dim %d of a %d-D shape", p->def.name,
+                                 p->def.block_dim, p->def.ndim);
         int64_t sum = 0, full = p->def.shape[p->def.block_dim];
         for (int b = 0; b < p->def.nblocks; b++) {
             /* Compared before adding: the sizes are arbitrary int64 values from the file. */
             if (p->def.block_sizes[b] < 1 || p->def.block_sizes[b] > full - sum)
-                return cz_error_set(err, CZ_EINVALID,
-                                    "param '%s': block %d size %lld does not fit in dim %d of "
-                                    "size %lld after blocks summing to %lld",
-                                    p->def.name, b, (long long)p->def.block_sizes[b],
-                                    p->def.block_dim, (long long)full, (long long)sum);
+                return cz__error_set(err, CZ_EINVALID,
+                                     "param '%s': block %d size %lld does not fit in dim %d of "
+                                     "size %lld after blocks summing to %lld",
+                                     p->def.name, b, (long long)p->def.block_sizes[b],
+                                     p->def.block_dim, (long long)full, (long long)sum);
             sum += p->def.block_sizes[b];
         }
         if (sum != full)
-            return cz_error_set(err, CZ_EINVALID,
-                                "param '%s': blocks along dim %d sum to %lld, expected %lld",
-                                p->def.name, p->def.block_dim, (long long)sum, (long long)full);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "param '%s': blocks along dim %d sum to %lld, expected %lld",
+                                 p->def.name, p->def.block_dim, (long long)sum, (long long)full);
     }
     int64_t plr = p->local_shape[0], plc = p->def.ndim == 1 ? 1 : p->local_shape[1];
     if (plr != lr || plc != lc)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "param '%s': plan local_shape [%lld, %lld] but shape [%lld, %lld] "
-                            "split over tp = %d (tp_dim %d) gives [%lld, %lld]",
-                            p->def.name, (long long)plr, (long long)plc, (long long)rows,
-                            (long long)cols, tp, p->def.tp_dim, (long long)lr, (long long)lc);
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "param '%s': plan local_shape [%lld, %lld] but shape [%lld, %lld] "
+                             "split over tp = %d (tp_dim %d) gives [%lld, %lld]",
+                             p->def.name, (long long)plr, (long long)plc, (long long)rows,
+                             (long long)cols, tp, p->def.tp_dim, (long long)lr, (long long)lc);
     if (p->numel != lr * lc)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "param '%s': plan numel %lld but local shape [%lld, %lld] holds %lld",
-                            p->def.name, (long long)p->numel, (long long)lr, (long long)lc,
-                            (long long)(lr * lc));
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "param '%s': plan numel %lld but local shape [%lld, %lld] holds %lld",
+                             p->def.name, (long long)p->numel, (long long)lr, (long long)lc,
+                             (long long)(lr * lc));
     return CZ_OK;
 }
 

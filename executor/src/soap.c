@@ -40,22 +40,22 @@ int cz_soap_hparams_from_config(cz_soap_hparams *h, const cz_exec_config *cfg, i
         .bias_correction = cfg->soap_bias_correction,
     };
     if (freq < 1 || max_dim < 1)
-        return cz_error_set(err, CZ_EINVALID,
-                            "plan precondition_frequency = %d, max_precond_dim = %d; SOAP needs "
-                            "both >= 1",
-                            freq, max_dim);
+        return cz__error_set(err, CZ_EINVALID,
+                             "plan precondition_frequency = %d, max_precond_dim = %d; SOAP needs "
+                             "both >= 1",
+                             freq, max_dim);
     if (!(h->lr >= 0.0f) || !isfinite(h->lr))
-        return cz_error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
-                            (double)h->lr);
+        return cz__error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
+                             (double)h->lr);
     if (!(h->beta1 >= 0.0f && h->beta1 < 1.0f) || !(h->beta2 >= 0.0f && h->beta2 < 1.0f) ||
         !(h->shampoo_beta >= 0.0f && h->shampoo_beta < 1.0f))
-        return cz_error_set(err, CZ_EINVALID,
-                            "soap_beta1 = %g, soap_beta2 = %g, soap_shampoo_beta = %g; expected "
-                            "each in [0, 1) (shampoo_beta -1 = beta2)",
-                            (double)h->beta1, (double)h->beta2, (double)h->shampoo_beta);
+        return cz__error_set(err, CZ_EINVALID,
+                             "soap_beta1 = %g, soap_beta2 = %g, soap_shampoo_beta = %g; expected "
+                             "each in [0, 1) (shampoo_beta -1 = beta2)",
+                             (double)h->beta1, (double)h->beta2, (double)h->shampoo_beta);
     if (!(h->eps > 0.0f) || !isfinite(h->eps))
-        return cz_error_set(err, CZ_EINVALID, "soap_eps = %g; expected a finite value > 0",
-                            (double)h->eps);
+        return cz__error_set(err, CZ_EINVALID, "soap_eps = %g; expected a finite value > 0",
+                             (double)h->eps);
     return CZ_OK;
 }
 
@@ -65,8 +65,8 @@ int cz_soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_
     cz_block blocks[CZ_MAX_BLOCKS];
     cz_soap_state *s = cz_exec_calloc(1, sizeof *s);
     if (!s)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the SOAP state of '%s'",
-                            p->def.name);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the SOAP state of '%s'",
+                             p->def.name);
     *out = s;
     s->nblk = cz_param_blocks(p, blocks, CZ_MAX_BLOCKS);
     s->ld = p->def.ndim == 1 ? 1 : p->def.shape[1];
@@ -85,8 +85,8 @@ int cz_soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_
                  (k->qr = c->ops->alloc(c, (size_t)(cl * cl) * sizeof(float))) != NULL;
         }
         if (!ok)
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for the SOAP state of '%s'",
-                                p->def.name);
+            return cz__error_set(err, CZ_ENOMEM, "out of memory for the SOAP state of '%s'",
+                                 p->def.name);
         /* G, two rotation temporaries, M Q (also a rotation temporary: side^2 >= rows*cols),
          * eigenvalues and the largest solver work. */
         cz_linalg_work lw;

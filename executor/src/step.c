@@ -84,17 +84,17 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
         if (rc)
             return rc;
         if (bad != INT64_MAX && plan->params[bad].dp_owner < 0)
-            return cz_error_set(err, CZ_EINVALID,
-                                "step %lld: the averaged gradient of '%s' holds NaN or Inf (found "
-                                "in the evenly sliced elementwise buffer); no parameter was "
-                                "changed",
-                                (long long)(ex->steps + 1), plan->params[bad].def.name);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "step %lld: the averaged gradient of '%s' holds NaN or Inf (found "
+                                 "in the evenly sliced elementwise buffer); no parameter was "
+                                 "changed",
+                                 (long long)(ex->steps + 1), plan->params[bad].def.name);
         if (bad != INT64_MAX)
-            return cz_error_set(err, CZ_EINVALID,
-                                "step %lld: the averaged gradient of '%s' holds NaN or Inf (found "
-                                "by DP rank %d); no parameter was changed",
-                                (long long)(ex->steps + 1), plan->params[bad].def.name,
-                                plan->params[bad].dp_owner);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "step %lld: the averaged gradient of '%s' holds NaN or Inf (found "
+                                 "by DP rank %d); no parameter was changed",
+                                 (long long)(ex->steps + 1), plan->params[bad].def.name,
+                                 plan->params[bad].dp_owner);
     }
     double sq = v[0];
     ex->grad_norm = sqrt(sq);
@@ -116,13 +116,13 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
 static void *job_param(const cz_executor *ex, size_t i, int64_t off)
 {
     return ex->per_param ? ex->param_ptr[i]
-                         : (char *)ex->flat_params + off * cz_dtype_bytes(ex->dtype);
+                         : (char *)ex->flat_params + off * cz__dtype_bytes(ex->dtype);
 }
 
 static void *job_grad(const cz_executor *ex, size_t i, int64_t off)
 {
     return ex->per_param ? ex->grad_ptr[i]
-                         : (char *)ex->flat_grads + off * cz_dtype_bytes(ex->dtype);
+                         : (char *)ex->flat_grads + off * cz__dtype_bytes(ex->dtype);
 }
 
 static void stage_in(cz_executor *ex)
@@ -154,13 +154,13 @@ static int check_bound(cz_executor *ex, cz_error *err)
 {
     int rc = CZ_OK;
     if (!ex->flat_params && !ex->per_param)
-        rc = cz_error_set(err, CZ_EINVALID,
-                          "step: no buffers bound (call bind_buffers or "
-                          "bind_param first)");
+        rc = cz__error_set(err, CZ_EINVALID,
+                           "step: no buffers bound (call bind_buffers or "
+                           "bind_param first)");
     for (size_t i = 0; !rc && ex->per_param && i < ex->plan->nparams; i++)
         if (!ex->bound[i])
-            rc = cz_error_set(err, CZ_EINVALID, "step: parameter '%s' is not bound",
-                              ex->plan->params[i].def.name);
+            rc = cz__error_set(err, CZ_EINVALID, "step: parameter '%s' is not bound",
+                               ex->plan->params[i].def.name);
     if (ex->bind_agreed)
         return rc;
     /* First step: every rank confirms its binding so that a rank that failed to bind cannot
@@ -177,8 +177,8 @@ static int check_bound(cz_executor *ex, cz_error *err)
         return crc;
     }
     if (v != INT64_MAX)
-        return cz_error_set(err, CZ_EINVALID, "step: rank %lld has not bound its buffers",
-                            (long long)v);
+        return cz__error_set(err, CZ_EINVALID, "step: rank %lld has not bound its buffers",
+                             (long long)v);
     ex->bind_agreed = true;
     return CZ_OK;
 }
@@ -247,7 +247,7 @@ static int run_step(cz_executor *ex, cz_error *err)
 int cz_executor_step(cz_executor *ex, cz_error *err)
 {
     if (!ex)
-        return cz_error_set(err, CZ_EINVALID, "step: executor is NULL");
+        return cz__error_set(err, CZ_EINVALID, "step: executor is NULL");
     int rc = check_bound(ex, err);
     if (rc)
         return rc;
@@ -262,10 +262,10 @@ int cz_executor_step(cz_executor *ex, cz_error *err)
 int cz_executor_step_async(cz_executor *ex, cz_error *err)
 {
     if (!ex)
-        return cz_error_set(err, CZ_EINVALID, "step_async: executor is NULL");
+        return cz__error_set(err, CZ_EINVALID, "step_async: executor is NULL");
     if (ex->async_active)
-        return cz_error_set(err, CZ_EINVALID,
-                            "step_async: the previous step was not waited for (cz_executor_wait)");
+        return cz__error_set(err, CZ_EINVALID,
+                             "step_async: the previous step was not waited for (cz_executor_wait)");
     /* The cpu stream is the calling thread: the step runs here, its result waits for wait. */
     ex->async_rc = cz_executor_step(ex, &ex->async_err);
     ex->async_active = true;
@@ -275,9 +275,10 @@ int cz_executor_step_async(cz_executor *ex, cz_error *err)
 int cz_executor_wait(cz_executor *ex, cz_error *err)
 {
     if (!ex)
-        return cz_error_set(err, CZ_EINVALID, "wait: executor is NULL");
+        return cz__error_set(err, CZ_EINVALID, "wait: executor is NULL");
     if (!ex->async_active)
-        return cz_error_set(err, CZ_EINVALID, "wait: no step was started (cz_executor_step_async)");
+        return cz__error_set(err, CZ_EINVALID,
+                             "wait: no step was started (cz_executor_step_async)");
     ex->async_active = false;
     /* A GPU backend may still run the step's tail on its stream: wait for all of it (on the
      * CPU's stream, the calling thread, this returns at once). */

@@ -467,7 +467,7 @@ static int fake_min(cz_ctrl *c, int64_t *v, int n, cz_error *err)
     f->calls++;
     f->seen = v[0];
     if (f->fail)
-        return cz_error_set(err, CZ_EIO, "control plane down");
+        return cz__error_set(err, CZ_EIO, "control plane down");
     for (int i = 0; i < n; i++)
         v[i] = v[i] < f->peers ? v[i] : f->peers;
     return CZ_OK;
@@ -491,7 +491,7 @@ START_TEST(agree_hand_worked)
     ck_assert_ptr_nonnull(strstr(err.message, "rank 1 failed to create it"));
     /* This rank timed out: it still takes part (contributing its rank) and keeps its own
      * error and message. */
-    cz_error_set(&err, CZ_ETIMEOUT, "own timeout");
+    cz__error_set(&err, CZ_ETIMEOUT, "own timeout");
     ck_assert_int_eq(cz_nccl_agree(&c, CZ_ETIMEOUT, "create it", &err), CZ_ETIMEOUT);
     ck_assert_int_eq(f.calls, 3);
     ck_assert(f.seen == 3);

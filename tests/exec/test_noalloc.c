@@ -135,7 +135,7 @@ START_TEST(steps_allocate_nothing_interposed)
     ck_assert_uint_gt(atomic_load(&g_allocs), NEX);
     for (int e = 0; e < NEX; e++) {
         n = cz_executor_buffer_numel(ex[e]);
-        size_t es = cz_dtype_bytes(dt[e]);
+        size_t es = cz__dtype_bytes(dt[e]);
         P[e] = calloc(n, es);
         G[e] = calloc(n, es);
         ck_assert(P[e] && G[e]);

@@ -37,8 +37,8 @@ static int check_n(int64_t n, cz_error *err)
         return CZ_OK;
     if (!unsized_calls++)
         first_unsized = n;
-    return cz_error_set(err, CZ_EINTERNAL,
-                        "solver called for n = %lld, which linalg_work never sized", (long long)n);
+    return cz__error_set(err, CZ_EINTERNAL,
+                         "solver called for n = %lld, which linalg_work never sized", (long long)n);
 }
 
 static int t_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out, cz_error *err)

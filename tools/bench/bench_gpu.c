@@ -21,7 +21,7 @@ int bench_gpu_select(cz_error *err)
     MPI_Comm_free(&node);
     rc = gpu->device_count(&count, err);
     if (!rc && count < 1)
-        rc = cz_error_set(err, CZ_EUNSUPPORTED, "--backend cuda: no CUDA device");
+        rc = cz__error_set(err, CZ_EUNSUPPORTED, "--backend cuda: no CUDA device");
     return rc ? rc : gpu->set_device(local % count, err);
 }
 

@@ -636,27 +636,27 @@ static int check_param(const cz_plan_param *p, const cz_param_def *d, size_t i, 
 {
     if (strcmp(p->def.name, d->name) != 0 || p->def.ndim != d->ndim ||
         p->def.shape[0] != d->shape[0] || p->def.shape[1] != d->shape[1])
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "plan param %zu is '%s' [%lld, %lld] but the model has '%s' "
-                            "[%lld, %lld]",
-                            i, p->def.name, (long long)p->def.shape[0], (long long)p->def.shape[1],
-                            d->name, (long long)d->shape[0], (long long)d->shape[1]);
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "plan param %zu is '%s' [%lld, %lld] but the model has '%s' "
+                             "[%lld, %lld]",
+                             i, p->def.name, (long long)p->def.shape[0], (long long)p->def.shape[1],
+                             d->name, (long long)d->shape[0], (long long)d->shape[1]);
     if (p->def.tp_dim != d->tp_dim)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "$.params[%zu].tp_dim: '%s' has tp_dim %d in the plan but %d in the "
-                            "model",
-                            i, d->name, p->def.tp_dim, d->tp_dim);
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "$.params[%zu].tp_dim: '%s' has tp_dim %d in the plan but %d in the "
+                             "model",
+                             i, d->name, p->def.tp_dim, d->tp_dim);
     if (p->def.kind != d->kind)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "$.params[%zu].optimizer: '%s' is %s in the plan but %s in the model",
-                            i, d->name, cz__kind_name(p->def.kind), cz__kind_name(d->kind));
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "$.params[%zu].optimizer: '%s' is %s in the plan but %s in the model",
+                             i, d->name, cz__kind_name(p->def.kind), cz__kind_name(d->kind));
     bool same =
         p->def.nblocks == d->nblocks && (d->nblocks == 0 || p->def.block_dim == d->block_dim);
     for (int b = 0; same && b < d->nblocks; b++)
         same = p->def.block_sizes && d->block_sizes && p->def.block_sizes[b] == d->block_sizes[b];
     if (!same) {
         char pb[160], mb[160];
-        return cz_error_set(
+        return cz__error_set(
             err, CZ_EMISMATCH,
             "$.params[%zu].blocks: '%s' has blocks %s in the plan but %s in the model", i, d->name,
             blocks_text(pb, sizeof pb, p->def.nblocks, p->def.block_dim, p->def.block_sizes),
@@ -672,21 +672,21 @@ static int check_param(const cz_plan_param *p, const cz_param_def *d, size_t i, 
 static int check_model(const cz_plan *plan, const cz_model *model, cz_error *err)
 {
     if (plan->nparams != model->nparams)
-        return cz_error_set(err, CZ_EMISMATCH, "plan has %zu params, model '%s' has %zu",
-                            plan->nparams, model->name, model->nparams);
+        return cz__error_set(err, CZ_EMISMATCH, "plan has %zu params, model '%s' has %zu",
+                             plan->nparams, model->name, model->nparams);
     for (size_t i = 0; i < plan->nparams; i++) {
         int rc = check_param(&plan->params[i], &model->params[i], i, err);
         if (rc)
             return rc;
     }
     if (plan->dtype != model->dtype)
-        return cz_error_set(err, CZ_EMISMATCH, "the plan's dtype is %s but the model's is %s",
-                            cz_dtype_name(plan->dtype), cz_dtype_name(model->dtype));
+        return cz__error_set(err, CZ_EMISMATCH, "the plan's dtype is %s but the model's is %s",
+                             cz_dtype_name(plan->dtype), cz_dtype_name(model->dtype));
     if (plan->model_sha256 && strcmp(plan->model_sha256, model->sha256) != 0)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "the plan was made for a model with sha256 %.12s..., %s has %.12s...",
-                            plan->model_sha256, model->source ? model->source : "--model",
-                            model->sha256);
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "the plan was made for a model with sha256 %.12s..., %s has %.12s...",
+                             plan->model_sha256, model->source ? model->source : "--model",
+                             model->sha256);
     return CZ_OK;
 }
 
@@ -714,7 +714,7 @@ static int initial_full(const bench_opts *o, const cz_plan_param *p, float **out
     }
     *out = malloc((size_t)full_numel(p) * sizeof(float));
     if (!*out)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->def.name);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->def.name);
     cz_bench_fill_shard(p, 1, 0, o->seed, 0, 0, 0, CZ_BENCH_PARAM_SCALE, *out);
     return CZ_OK;
 }
@@ -745,7 +745,7 @@ static int make_dirs(const char *dir, cz_error *err)
     char path[4096];
     size_t n = strlen(dir);
     if (n == 0 || n >= sizeof path)
-        return cz_error_set(err, CZ_EINVALID, "directory name '%s' is empty or too long", dir);
+        return cz__error_set(err, CZ_EINVALID, "directory name '%s' is empty or too long", dir);
     memcpy(path, dir, n + 1);
     for (size_t i = 1; i <= n; i++) {
         if (path[i] != '/' && path[i] != '\0')
@@ -754,10 +754,10 @@ static int make_dirs(const char *dir, cz_error *err)
         path[i] = '\0';
         struct stat st;
         if (mkdir(path, 0777) != 0 && errno != EEXIST)
-            return cz_error_set(err, CZ_EIO, "%s: cannot create directory: %s", path,
-                                strerror(errno));
+            return cz__error_set(err, CZ_EIO, "%s: cannot create directory: %s", path,
+                                 strerror(errno));
         if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-            return cz_error_set(err, CZ_EIO, "%s: exists and is not a directory", path);
+            return cz__error_set(err, CZ_EIO, "%s: exists and is not a directory", path);
         path[i] = c;
     }
     return CZ_OK;
@@ -771,7 +771,7 @@ static int grad_path(const char *dir, int64_t step, int dp, const char *name, ch
     char sub[4200];
     int n = snprintf(sub, sizeof sub, "%s/step%lld/dp%d", dir, (long long)step, dp);
     if (n < 0 || (size_t)n >= sizeof sub)
-        return cz_error_set(err, CZ_EINVALID, "gradient folder name '%s' is too long", dir);
+        return cz__error_set(err, CZ_EINVALID, "gradient folder name '%s' is too long", dir);
     return cz_npy_param_path(sub, name, out, err);
 }
 
@@ -806,7 +806,7 @@ static int dump_grads(const bench_opts *o, const cz_plan *plan, int total, cz_er
     float *buf = malloc((size_t)maxn * sizeof(float));
     char dir[4200];
     if (!buf)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory");
     for (int s = 0; s < total && !rc; s++)
         for (int d = 0; d < plan->dp && !rc; d++) {
             snprintf(dir, sizeof dir, "%s/step%d/dp%d", o->dump_grads, s, d);
@@ -841,7 +841,7 @@ static int fill_grads(const bench_opts *o, const cz_plan *plan, int dp_rank, int
         }
         float *full = malloc((size_t)full_numel(p) * sizeof(float));
         rc = full ? full_grad(o, p, step, dp_rank, full, err)
-                  : cz_error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->def.name);
+                  : cz__error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->def.name);
         if (!rc)
             cz_shard_pack(p, plan->tp, tp_rank, full, dst);
         free(full);
@@ -865,7 +865,7 @@ static int gather_full(const cz_plan *plan, MPI_Comm row, int dp_rank, const flo
         if (rank == 0) {
             full[i] = malloc((size_t)full_numel(p) * sizeof(float));
             if (!all || !full[i])
-                rc = cz_error_set(err, CZ_ENOMEM, "out of memory gathering '%s'", p->def.name);
+                rc = cz__error_set(err, CZ_ENOMEM, "out of memory gathering '%s'", p->def.name);
         }
         MPI_Request r;
         MPI_Igather(P + param_offset(plan, p), (int)p->numel, MPI_FLOAT, all, (int)p->numel,
@@ -922,14 +922,14 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
     /* The reference here is Muon's; a Shampoo run is checked against the independent
      * reference of tests/mpi (shampoo_ref) on its --dump-dir output. */
     if (!rc && plan->settings.optimizer != CZ_OPTIM_MUON)
-        rc = cz_error_set(err, CZ_EUNSUPPORTED,
-                          "--verify recomputes Muon plans only; this plan's optimizer is '%s' "
-                          "(compare --dump-dir output with an independent reference instead)",
-                          cz_optimizer_name(plan->settings.optimizer));
+        rc = cz__error_set(err, CZ_EUNSUPPORTED,
+                           "--verify recomputes Muon plans only; this plan's optimizer is '%s' "
+                           "(compare --dump-dir output with an independent reference instead)",
+                           cz_optimizer_name(plan->settings.optimizer));
     if (!rc)
         rc = cz_muon_hparams_from_config(&mh, cfg, err);
     if (!rc && (!norms || !g || !tmp))
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory verifying");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory verifying");
     if (rc)
         goto out;
     cz_adamw_hparams_from_config(&ah, cfg);
@@ -962,7 +962,7 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
         if (!rc)
             rc = initial_full(o, p, &w0, err);
         if (!rc && (!s1 || !s2))
-            rc = cz_error_set(err, CZ_ENOMEM, "out of memory verifying '%s'", p->def.name);
+            rc = cz__error_set(err, CZ_ENOMEM, "out of memory verifying '%s'", p->def.name);
         for (int64_t s = 0; s < total_steps && !rc; s++) {
             rc = avg_grad(o, plan, p, s, g, tmp, err);
             if (rc)
@@ -1016,10 +1016,10 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
         free(w), free(w0), free(s1), free(s2);
     }
     if (!rc && failures)
-        rc = cz_error_set(err, CZ_EMISMATCH,
-                          "%d value(s) differ from the reference by more "
-                          "than %g",
-                          failures, o->tolerance);
+        rc = cz__error_set(err, CZ_EMISMATCH,
+                           "%d value(s) differ from the reference by more "
+                           "than %g",
+                           failures, o->tolerance);
     if (!rc)
         printf("verify: OK (largest update rel.err %.3e)\n", *worst_update);
 out:
@@ -1044,10 +1044,10 @@ static int check_replicas(const float *P, size_t n, int tp_rank, int dp_rank, cz
     bench_allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, col, "canzona-bench's replica check");
     MPI_Comm_free(&col);
     if (lo != hi)
-        return cz_error_set(err, CZ_EINTERNAL,
-                            "the DP replicas of TP rank %d hold different parameters after the "
-                            "all-gather",
-                            tp_rank);
+        return cz__error_set(err, CZ_EINTERNAL,
+                             "the DP replicas of TP rank %d hold different parameters after the "
+                             "all-gather",
+                             tp_rank);
     return CZ_OK;
 }
 
@@ -1231,7 +1231,7 @@ int main(int argc, char **argv)
         if (!Pb || !Gb)
             P = NULL;
     }
-    rc = (P && G) ? CZ_OK : cz_error_set(&err, CZ_ENOMEM, "out of memory for %zu elements", n);
+    rc = (P && G) ? CZ_OK : cz__error_set(&err, CZ_ENOMEM, "out of memory for %zu elements", n);
     if (!rc)
         rc = fill_params(&o, plan, tp_rank, P, &err);
     /* With --backend cuda the bound buffers are device copies of P/Pb and G/Gb. */
@@ -1371,7 +1371,7 @@ int main(int argc, char **argv)
         bench_split(MPI_COMM_WORLD, dp_rank, tp_rank, &row, "canzona-bench's parameter gather");
         full = calloc(plan->nparams ? plan->nparams : 1, sizeof *full);
         rc = full ? gather_full(plan, row, dp_rank, P, full, &err)
-                  : cz_error_set(&err, CZ_ENOMEM, "out of memory");
+                  : cz__error_set(&err, CZ_ENOMEM, "out of memory");
         if (!rc && g_rank == 0 && o.dump_dir) {
             rc = make_dirs(o.dump_dir, &err);
             for (size_t i = 0; i < plan->nparams && !rc; i++) {

@@ -75,7 +75,7 @@ static int gemm_entry(const cz_gpu_api *g, const cal_opts *o, int64_t m, int64_t
                           (json_int_t)n, "k", (json_int_t)k, "batch", batch, "dtype",
                           bf16 ? "bf16" : "fp32", "seconds", s, "tflops", tf);
     if (!e || json_array_append_new(arr, e))
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the calibration");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the calibration");
     return CZ_OK;
 }
 
@@ -149,7 +149,7 @@ static int ns_overhead(const cal_opts *o, int bf16, double *per_iter, cz_error *
     cz_event *ev = c.ops->event_create(&c);
     double t5 = 0, t25 = 0;
     if (!x || !work || !ev)
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz calibration");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz calibration");
     if (!rc)
         rc = ns_seconds(&c, x, work, ev, 64, 64, 5, o->reps, &t5, err);
     if (!rc)
@@ -184,7 +184,7 @@ static int copies(const cz_gpu_api *g, const cal_opts *o, json_t *arr, cz_error 
                 json_pack("{s:s, s:b, s:I, s:f, s:f}", "direction", h2d ? "h2d" : "d2h", "pinned",
                           pinned, "bytes", (json_int_t)bytes, "seconds", s, "gb_per_s", gbps);
             if (!e || json_array_append_new(arr, e))
-                rc = cz_error_set(err, CZ_ENOMEM, "out of memory for the calibration");
+                rc = cz__error_set(err, CZ_ENOMEM, "out of memory for the calibration");
         }
     return rc;
 }
@@ -210,7 +210,7 @@ static int calibrate(const cal_opts *o, cz_error *err)
     char why[512];
     int rc = cz_gpu_load(&g, err);
     if (!rc && !g->device_present(why, sizeof why))
-        rc = cz_error_set(err, CZ_EUNSUPPORTED, "no CUDA device (%s)", why);
+        rc = cz__error_set(err, CZ_EUNSUPPORTED, "no CUDA device (%s)", why);
     if (!rc)
         rc = g->versions(&v, err);
     if (rc)
@@ -220,7 +220,7 @@ static int calibrate(const cal_opts *o, cz_error *err)
     json_t *root = json_object(), *gemm = json_array(), *copy = json_array();
     double launch = 0, ns32 = 0, ns16 = 0;
     if (!root || !gemm || !copy)
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for the calibration");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory for the calibration");
     if (!rc)
         rc = gemm_grid(g, o, gemm, err);
     if (!rc)

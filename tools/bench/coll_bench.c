@@ -23,8 +23,8 @@ int cz_bench_coll_main(int argc, char **argv)
     if (!rc)
         rc = cz_cluster_load(&cl, argv[4], &err);
     if (!rc && (cl->dp != plan->dp || cl->tp != plan->tp))
-        rc = cz_error_set(&err, CZ_EMISMATCH, "%s: dp %d, tp %d but the plan has dp %d, tp %d",
-                          argv[4], cl->dp, cl->tp, plan->dp, plan->tp);
+        rc = cz__error_set(&err, CZ_EMISMATCH, "%s: dp %d, tp %d but the plan has dp %d, tp %d",
+                           argv[4], cl->dp, cl->tp, plan->dp, plan->tp);
     if (rc) {
         fprintf(stderr, "canzona-bench coll: %s\n", err.message);
         cz_plan_free(plan);

@@ -161,7 +161,7 @@ static int time_cpu(const cz_ns_workload *w, const cz_ns_coeffs *k, const ns_opt
     double *v = malloc((size_t)o->reps * sizeof(double));
     int rc = CZ_OK, nsym = 0;
     if (!x || !x0 || !work || !t || !v) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz buffers");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz buffers");
         goto out;
     }
     int64_t cmax = 1;
@@ -323,7 +323,7 @@ static int fill_input(gpu_ctx *g, size_t nx, int64_t cmax, cz_error *err)
 {
     float *host = malloc(nx * sizeof(float));
     if (!host)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz input");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz input");
     float scale = (float)(0.5 / sqrt((double)cmax));
     for (size_t i = 0; i < nx; i++)
         host[i] = cz_bench_value(1, 0, 0, 0, 0, (int64_t)i) * scale;
@@ -337,10 +337,10 @@ static int gpu_buffers(gpu_ctx *g, size_t nx, size_t nwork, int64_t cmax, cz_err
     g->x = g->c.ops->alloc(&g->c, nx * sizeof(float));
     g->work = g->c.ops->alloc(&g->c, (nwork ? nwork : 1) * sizeof(float));
     if (!g->x || !g->work)
-        return cz_error_set(err, CZ_ENOMEM,
-                            "out of device memory for the Newton-Schulz buffers (%zu + %zu "
-                            "floats)",
-                            nx, nwork);
+        return cz__error_set(err, CZ_ENOMEM,
+                             "out of device memory for the Newton-Schulz buffers (%zu + %zu "
+                             "floats)",
+                             nx, nwork);
     return fill_input(g, nx, cmax, err);
 }
 
@@ -425,7 +425,7 @@ static int time_one_shape(gpu_ctx *g, const cz_ns_batch *s, const cz_ns_coeffs *
     if (e && b > 1)
         json_object_set_new(e, "one_at_a_time_s", json_real(ts));
     if (!e || json_array_append_new(arr, e))
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the JSON report");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the JSON report");
     return CZ_OK;
 }
 
@@ -443,7 +443,7 @@ static int time_per_shape(gpu_ctx *g, const cz_ns_workload *w, const cz_ns_coeff
     cz_ns_batch *shapes = calloc((size_t)(w->nbatches > 0 ? w->nbatches : 1), sizeof *shapes);
     json_t *root = json_object(), *arr = json_array();
     if (!shapes || !root || !arr)
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for the shapes");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory for the shapes");
     int n = rc ? 0 : distinct_shapes(w, shapes);
     for (int i = 0; i < n && !rc; i++)
         rc = time_one_shape(g, &shapes[i], k, o, peak, arr, err);
@@ -474,7 +474,7 @@ static int time_on_gpu(const cz_ns_workload *w, const cz_ns_coeffs *k, const ns_
     if (rc)
         return rc;
     if (!(g.ev = g.c.ops->event_create(&g.c)))
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for an event");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory for an event");
     if (!rc)
         rc = o->per_shape ? time_per_shape(&g, w, k, o, err) : time_workload(&g, w, k, o, err);
     if (g.ev)
@@ -496,15 +496,15 @@ int cz_bench_ns_main(int argc, char **argv)
     cz_ns_workload w = {0};
     const cz_ns_coeffs *k = cz_ns_coeffs_find(o.coeffs);
     int rc = k ? CZ_OK
-               : cz_error_set(&err, CZ_EINVALID, "--ns-coeffs '%s': expected %s", o.coeffs,
-                              cz_ns_coeffs_names());
+               : cz__error_set(&err, CZ_EINVALID, "--ns-coeffs '%s': expected %s", o.coeffs,
+                               cz_ns_coeffs_names());
     if (!rc)
         rc = cz_plan_read(&plan, o.plan, &err);
     int dp = 0, tp = 0;
     if (!rc && strcmp(o.gpu, "busiest") == 0)
         rc = cz_ns_workload_busiest(plan, o.steps, k->c, &dp, &tp, &err);
     else if (!rc && sscanf(o.gpu, "%d,%d", &dp, &tp) != 2)
-        rc = cz_error_set(&err, CZ_EINVALID, "--gpu '%s': expected busiest or DP,TP", o.gpu);
+        rc = cz__error_set(&err, CZ_EINVALID, "--gpu '%s': expected busiest or DP,TP", o.gpu);
     if (!rc)
         rc = cz_ns_workload_make(&w, plan, dp, tp, o.steps, k->c, &err);
     if (!rc) {

@@ -74,7 +74,7 @@ static int fill(void *dst, size_t n, int bf16, cudaStream_t s, cz_error *err)
 {
     float *host = malloc(n * sizeof(float)), *tmp = NULL;
     if (!host)
-        return cz_error_set(err, CZ_ENOMEM, "out of host memory for a calibration operand");
+        return cz__error_set(err, CZ_ENOMEM, "out of host memory for a calibration operand");
     uint64_t x = 0x9E3779B97F4A7C15ull;
     for (size_t i = 0; i < n; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -112,10 +112,10 @@ int cz_cuda_time_gemm(int64_t m, int64_t n, int64_t k, int batch, int bf16, int 
                       cz_error *err)
 {
     if (m <= 0 || n <= 0 || k <= 0 || batch <= 0 || m > 65536 || n > 65536 || k > 65536)
-        return cz_error_set(err, CZ_EINVALID,
-                            "time_gemm: %lld x %lld x %lld (batch %d) is out "
-                            "of the measured range",
-                            (long long)m, (long long)n, (long long)k, batch);
+        return cz__error_set(err, CZ_EINVALID,
+                             "time_gemm: %lld x %lld x %lld (batch %d) is out "
+                             "of the measured range",
+                             (long long)m, (long long)n, (long long)k, batch);
     size_t es = bf16 ? 2 : 4, na = (size_t)(m * k) * (size_t)batch;
     size_t nb = (size_t)(k * n) * (size_t)batch, nc = (size_t)(m * n) * (size_t)batch;
     void *a = NULL, *b = NULL;
@@ -239,7 +239,7 @@ int cz_cuda_time_copy(size_t bytes, int to_device, int pinned, int reps, double 
     if (!rc && pinned)
         rc = CZ_CU(err, cz_cuda_malloc(&host, bytes, CZ_CUDA_MEM_MAPPED));
     else if (!rc && !(host = malloc(bytes)))
-        rc = cz_error_set(err, CZ_ENOMEM, "out of host memory for a copy of %zu bytes", bytes);
+        rc = cz__error_set(err, CZ_ENOMEM, "out of host memory for a copy of %zu bytes", bytes);
     if (!rc)
         memset(host, 1, bytes); /* the pages exist before the copies are timed */
     enum cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;

@@ -66,16 +66,16 @@ int cz_cuda_status(int rc, const char *call, const char *file, int line, cz_erro
 {
     if (rc == (int)cudaSuccess)
         return CZ_OK;
-    return cz_error_set(err, CZ_EIO, "%s:%d: %s failed: %s (%s)", file, line, call,
-                        cudaGetErrorString((cudaError_t)rc), cudaGetErrorName((cudaError_t)rc));
+    return cz__error_set(err, CZ_EIO, "%s:%d: %s failed: %s (%s)", file, line, call,
+                         cudaGetErrorString((cudaError_t)rc), cudaGetErrorName((cudaError_t)rc));
 }
 
 int cz_cublas_status(int rc, const char *call, const char *file, int line, cz_error *err)
 {
     if (rc == (int)CUBLAS_STATUS_SUCCESS)
         return CZ_OK;
-    return cz_error_set(err, CZ_EIO, "%s:%d: %s failed: %s", file, line, call,
-                        cublasGetStatusString((cublasStatus_t)rc));
+    return cz__error_set(err, CZ_EIO, "%s:%d: %s failed: %s", file, line, call,
+                         cublasGetStatusString((cublasStatus_t)rc));
 }
 
 static cuda_impl *impl_of(cz_compute *c)
@@ -113,8 +113,8 @@ void cz_cuda_note_launch(cz_compute *c, int krc, const char *what)
     cz_error e;
     if (krc)
         note(c,
-             cz_error_set(&e, CZ_EIO, "CUDA kernel %s failed to launch: %s", what,
-                          cz_k_error_string(krc)),
+             cz__error_set(&e, CZ_EIO, "CUDA kernel %s failed to launch: %s", what,
+                           cz_k_error_string(krc)),
              &e);
 }
 
@@ -270,7 +270,7 @@ static int wait_issued(cz_compute *c, cz_error *err)
 static int cuda_event_sync(cz_compute *c, cz_event *ev, cz_error *err)
 {
     if (!ev->recorded)
-        return cz_error_set(err, CZ_EINTERNAL, "waiting on a compute event never recorded");
+        return cz__error_set(err, CZ_EINTERNAL, "waiting on a compute event never recorded");
     /* Host-staged (a host-driven plane syncs before touching managed buffers): wait for every
      * op issued so far, not only those before the event. The plane is about to write buffers
      * that ops issued after the event may still read (the reduce-scatter scratch that the
@@ -351,7 +351,7 @@ static void cuda_convert(cz_compute *c, void *dst, cz_dtype dt, const void *src,
     cz_error e;
     if (dt == st) {
         /* Default: the job's device memory or the backend's managed memory (UVA tells). */
-        size_t bytes = (size_t)n * (size_t)cz_dtype_bytes(dt);
+        size_t bytes = (size_t)n * (size_t)cz__dtype_bytes(dt);
         note(c, CZ_CU(&e, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, h->stream)), &e);
     } else if (dt == CZ_DTYPE_BF16) {
         cz_cuda_note_launch(c, cz_k_f32_to_bf16(h->stream, dst, src, n), "f32_to_bf16");
@@ -615,8 +615,8 @@ static int run_op(cz_compute *c, const cz_ns_op *op, float *x, float *work, cz_e
                             "to_bf16_batched");
         return CZ_OK;
     }
-    return cz_error_set(err, CZ_EINTERNAL, "Newton-Schulz plan op of unknown kind %d",
-                        (int)op->kind);
+    return cz__error_set(err, CZ_EINTERNAL, "Newton-Schulz plan op of unknown kind %d",
+                         (int)op->kind);
 }
 
 static int ns_run(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
@@ -630,10 +630,10 @@ static int ns_run(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols
         int sym = cz_ns_sym_resolve(h->sym, CZ_NS_TARGET_CUDA, rows, cols, nb, h->prec);
         int n = cz_ns_plan(ops, rows, cols, nb, k->a, k->b, k->c, h->prec, sym);
         if (n < 0)
-            return cz_error_set(err, CZ_EINTERNAL,
-                                "Newton-Schulz called on %d matrices of %lld x %lld (needs 0 < "
-                                "rows <= cols <= %d)",
-                                nb, (long long)rows, (long long)cols, INT32_MAX);
+            return cz__error_set(err, CZ_EINTERNAL,
+                                 "Newton-Schulz called on %d matrices of %lld x %lld (needs 0 < "
+                                 "rows <= cols <= %d)",
+                                 nb, (long long)rows, (long long)cols, INT32_MAX);
         float *xb = x + (size_t)b0 * (size_t)(rows * cols);
         float *wb = work + (size_t)cz_ns_work_floats(rows, cols, b0);
         for (int s = 0; !rc && s < steps; s++)
@@ -776,11 +776,11 @@ int cz_compute_cuda_open(cz_compute *c, const cz_cuda_options *o, cz_error *err)
     c->ops = NULL;
     c->impl = NULL;
     if (!cz_cuda_device_present(why, sizeof why))
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "compute backend 'cuda': no usable CUDA device (%s)", why);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "compute backend 'cuda': no usable CUDA device (%s)", why);
     cuda_impl *h = cz_exec_calloc(1, sizeof *h);
     if (!h)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the cuda backend");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the cuda backend");
     c->impl = h;
     h->managed = o->managed;
     h->prec = o->ns_precision;
@@ -792,10 +792,10 @@ int cz_compute_cuda_open(cz_compute *c, const cz_cuda_options *o, cz_error *err)
         rc = CZ_CU(err, cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess,
                                                h->device));
         if (!rc && !concurrent)
-            rc = cz_error_set(err, CZ_EUNSUPPORTED,
-                              "compute backend 'cuda' with a host-driven data plane (mpi, self) "
-                              "needs a device with concurrent managed access (Linux, Pascal or "
-                              "newer); use comm 'nccl'");
+            rc = cz__error_set(err, CZ_EUNSUPPORTED,
+                               "compute backend 'cuda' with a host-driven data plane (mpi, self) "
+                               "needs a device with concurrent managed access (Linux, Pascal or "
+                               "newer); use comm 'nccl'");
     }
     if (!rc && o->stream)
         h->stream = (cudaStream_t)o->stream;

@@ -79,8 +79,8 @@ int cz_cusolver_status(int rc, const char *call, const char *file, int line, cz_
 {
     if (rc == (int)CUSOLVER_STATUS_SUCCESS)
         return CZ_OK;
-    return cz_error_set(err, CZ_EIO, "%s:%d: %s failed: %s (%d)", file, line, call,
-                        solver_status_name((cusolverStatus_t)rc), rc);
+    return cz__error_set(err, CZ_EIO, "%s:%d: %s failed: %s (%d)", file, line, call,
+                         solver_status_name((cusolverStatus_t)rc), rc);
 }
 
 static void *stream_of(cz_compute *c)
@@ -94,7 +94,7 @@ int cz_cuda_linalg_open(cz_compute *c, void *stream, cz_cuda_linalg **out, cz_er
     cz_cuda_linalg *la = cz_exec_calloc(1, sizeof *la);
     *out = la;
     if (!la)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the cuda backend's solver");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the cuda backend's solver");
     int *flag = NULL;
     int rc = CZ_SOLVER(err, cusolverDnCreate(&la->solver));
     if (!rc)
@@ -139,7 +139,7 @@ int cz_cuda_linalg_take_error(cz_cuda_linalg *la, cz_error *err)
         return CZ_OK;
     int call = la->flag[0], info = la->flag[1], n = la->flag[2];
     la->flag[0] = 0;
-    return cz_error_set(
+    return cz__error_set(
         err, CZ_EINTERNAL,
         "cuSOLVER %s %d x %d matrix failed on the device (info %d: %s); the step that ran it "
         "has already applied its result",
@@ -164,15 +164,16 @@ static int query(cz_cuda_linalg *la, int64_t n, la_size *out, cz_error *err)
     cz_la_syevd sp;
     cz_la_qr qp;
     if (cz_la_syevd_plan(&sp, n) || cz_la_qr_plan(&qp, n))
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "a %lld x %lld preconditioner factor is beyond cuSOLVER's int sizes",
-                            (long long)n, (long long)n);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "a %lld x %lld preconditioner factor is beyond cuSOLVER's int sizes",
+                             (long long)n, (long long)n);
     float *a = NULL, *w = NULL;
     size_t nn = (size_t)(n > 0 ? n * n : 1);
     *out = (la_size){.n = n};
     int rc = CZ_CU(err, cz_cuda_malloc((void **)&a, nn * sizeof(float), CZ_CUDA_MEM_DEVICE));
     if (!rc)
-        rc = CZ_CU(err, cz_cuda_malloc((void **)&w, (size_t)(n > 0 ? n : 1) * sizeof(float), CZ_CUDA_MEM_DEVICE));
+        rc = CZ_CU(err, cz_cuda_malloc((void **)&w, (size_t)(n > 0 ? n : 1) * sizeof(float),
+                                       CZ_CUDA_MEM_DEVICE));
     if (!rc)
         rc = CZ_SOLVER(err, cusolverDnSsyevd_bufferSize(la->solver, CUSOLVER_EIG_MODE_VECTOR,
                                                         sp.upper ? CUBLAS_FILL_MODE_UPPER
@@ -203,7 +204,7 @@ int cz_cuda_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *ou
             return rc;
         la_size *grown = cz_exec_malloc((size_t)(la->nsizes + 1) * sizeof *grown);
         if (!grown)
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for the solver's sizes");
+            return cz__error_set(err, CZ_ENOMEM, "out of memory for the solver's sizes");
         if (la->nsizes)
             memcpy(grown, la->sizes, (size_t)la->nsizes * sizeof *grown);
         grown[la->nsizes] = q;
@@ -222,10 +223,10 @@ int cz_cuda_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *ou
 /* The sizes of an n that linalg_work did not see: a caller that skipped it. */
 static int unsized(int64_t n, cz_error *err)
 {
-    return cz_error_set(err, CZ_EINTERNAL,
-                        "cuda solver called for n = %lld, which linalg_work never sized at "
-                        "create time",
-                        (long long)n);
+    return cz__error_set(err, CZ_EINTERNAL,
+                         "cuda solver called for n = %lld, which linalg_work never sized at "
+                         "create time",
+                         (long long)n);
 }
 
 void cz_cuda_gemm(cz_compute *c, int transa, int transb, int64_t m, int64_t n, int64_t k,
@@ -236,9 +237,9 @@ void cz_cuda_gemm(cz_compute *c, int transa, int transb, int64_t m, int64_t n, i
     cz_error e;
     if (cz_la_gemm_plan(&g, transa, transb, m, n, k, lda, ldb, ldc)) {
         cz_cuda_note(c,
-                     cz_error_set(&e, CZ_EUNSUPPORTED,
-                                  "a %lld x %lld x %lld GEMM is beyond cuBLAS's int sizes",
-                                  (long long)m, (long long)n, (long long)k),
+                     cz__error_set(&e, CZ_EUNSUPPORTED,
+                                   "a %lld x %lld x %lld GEMM is beyond cuBLAS's int sizes",
+                                   (long long)m, (long long)n, (long long)k),
                      &e);
         return;
     }

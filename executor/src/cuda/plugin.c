@@ -201,7 +201,7 @@ static int need_nccl(cz_error *err)
     char why[512];
     if (cz_nccl_load(host->search_dirs, why, sizeof why, NULL, NULL, 0))
         return CZ_OK;
-    return cz_error_set(err, CZ_EUNSUPPORTED, "comm backend 'nccl': %s", why);
+    return cz__error_set(err, CZ_EUNSUPPORTED, "comm backend 'nccl': %s", why);
 }
 
 static int plane_open(cz_plane *p, cz_ctrl *ctrl, double timeout_s, cz_error *err)
@@ -219,9 +219,9 @@ static int plane_wrap(cz_plane *p, const void *handle, double timeout_s, cz_erro
 #else
 static int no_nccl(cz_error *err)
 {
-    return cz_error_set(err, CZ_EUNSUPPORTED,
-                        "comm backend 'nccl' is not available: the GPU plugin was built without "
-                        "NCCL's header (nccl.h)");
+    return cz__error_set(err, CZ_EUNSUPPORTED,
+                         "comm backend 'nccl' is not available: the GPU plugin was built without "
+                         "NCCL's header (nccl.h)");
 }
 
 static int plane_open(cz_plane *p, cz_ctrl *ctrl, double timeout_s, cz_error *err)

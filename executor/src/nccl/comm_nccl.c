@@ -55,8 +55,8 @@ int cz_nccl_status(int rc, const char *call, const char *file, int line, cz_erro
 {
     if (rc == (int)ncclSuccess)
         return CZ_OK;
-    return cz_error_set(err, CZ_EIO, "%s:%d: %s failed: %s", file, line, call,
-                        ncclGetErrorString((ncclResult_t)rc));
+    return cz__error_set(err, CZ_EIO, "%s:%d: %s failed: %s", file, line, call,
+                         ncclGetErrorString((ncclResult_t)rc));
 }
 
 /* For statuses checked where no caller is left to report them to (teardown, a second error
@@ -133,11 +133,11 @@ static CZ_MUST_USE int settle(ncclComm_t comm, double timeout_s, int rc, const c
     case CZ_NCCL_WAIT_TIMEOUT:
         break;
     }
-    return cz_error_set(err, CZ_ETIMEOUT,
-                        "%s:%d: %s still in progress after %.0f s (a peer rank failed, stopped or "
-                        "never started?); communicator aborted (cz_exec_config.nccl_timeout_s or "
-                        "CZ_NCCL_TIMEOUT_S sets the limit)",
-                        file, line, call, timeout_s);
+    return cz__error_set(err, CZ_ETIMEOUT,
+                         "%s:%d: %s still in progress after %.0f s (a peer rank failed, stopped or "
+                         "never started?); communicator aborted (cz_exec_config.nccl_timeout_s or "
+                         "CZ_NCCL_TIMEOUT_S sets the limit)",
+                         file, line, call, timeout_s);
 }
 
 static double env_or(const char *name, double def, double unit)
@@ -178,16 +178,16 @@ static int watch(void *ctx, double waited_s, cz_error *err)
     ncclResult_t st = ncclSuccess;
     cz_error tmp;
     if (h->aborted)
-        return cz_error_set(err, CZ_EIO, "NCCL communicator was aborted after an earlier error");
+        return cz__error_set(err, CZ_EIO, "NCCL communicator was aborted after an earlier error");
     int rc = CZ_NCCL(err, ncclCommGetAsyncError(h->comm, &st));
     if (!rc && st != ncclSuccess && st != ncclInProgress)
         rc = CZ_NCCL(err, st);
     if (!rc && waited_s > h->timeout_s)
-        rc = cz_error_set(err, CZ_EIO,
-                          "NCCL operation not complete after %.0f s (a peer rank failed or "
-                          "stopped?); communicator aborted (cz_exec_config.nccl_timeout_s or "
-                          "CZ_NCCL_TIMEOUT_S sets the limit)",
-                          waited_s);
+        rc = cz__error_set(err, CZ_EIO,
+                           "NCCL operation not complete after %.0f s (a peer rank failed or "
+                           "stopped?); communicator aborted (cz_exec_config.nccl_timeout_s or "
+                           "CZ_NCCL_TIMEOUT_S sets the limit)",
+                           waited_s);
     if (rc)
         ignore(abort_comm(h, &tmp));
     return rc;
@@ -198,13 +198,13 @@ static int ensure_ready(cz_plane *p, cz_error *err)
 {
     nccl_plane *h = impl_of(p);
     if (h->aborted)
-        return cz_error_set(err, CZ_EIO, "NCCL communicator was aborted after an earlier error");
+        return cz__error_set(err, CZ_EIO, "NCCL communicator was aborted after an earlier error");
     if (!p->compute || p->compute->ops->kind != CZ_BACKEND_CUDA)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "comm backend 'nccl' needs the 'cuda' compute backend");
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "comm backend 'nccl' needs the 'cuda' compute backend");
     if (h->watched != p->compute) {
         if (cz_cuda_watch(p->compute, watch, h))
-            return cz_error_set(err, CZ_EINTERNAL, "no free watcher slot for the NCCL plane");
+            return cz__error_set(err, CZ_EINTERNAL, "no free watcher slot for the NCCL plane");
         h->watched = p->compute;
     }
     return cz_cuda_take_error(p->compute, err);
@@ -236,17 +236,17 @@ static int check_scratch(const nccl_plane *h, size_t bytes, cz_error *err)
 {
     if (bytes <= h->scratch_bytes)
         return CZ_OK;
-    return cz_error_set(err, CZ_EINTERNAL,
-                        "NCCL plane: a padded collective needs %zu bytes of scratch but %zu were "
-                        "reserved at create (cz_nccl_plan_scratch disagrees with the step)",
-                        bytes, h->scratch_bytes);
+    return cz__error_set(err, CZ_EINTERNAL,
+                         "NCCL plane: a padded collective needs %zu bytes of scratch but %zu were "
+                         "reserved at create (cz_nccl_plan_scratch disagrees with the step)",
+                         bytes, h->scratch_bytes);
 }
 
 static int replay(cz_plane *p, const cz_nccl_call *calls, int n, void *send, void *recv, cz_dtype t,
                   cz_error *err)
 {
     nccl_plane *h = impl_of(p);
-    size_t es = (size_t)cz_dtype_bytes(t);
+    size_t es = (size_t)cz__dtype_bytes(t);
     int rc = CZ_OK, grouped = 0;
     for (int i = 0; i < n && !rc; i++) {
         const cz_nccl_call *c = &calls[i];
@@ -315,10 +315,10 @@ static int uneven(cz_plane *p, int gather, const void *send, void *recv, const s
     if (rc)
         return rc;
     cz_nccl_form f =
-        cz_nccl_choose(counts, p->size, (size_t)cz_dtype_bytes(t), h->alpha_s, h->bytes_per_s);
+        cz_nccl_choose(counts, p->size, (size_t)cz__dtype_bytes(t), h->alpha_s, h->bytes_per_s);
     int n = gather ? cz_nccl_plan_all_gather(calls, counts, p->size, p->rank, f, &scratch)
                    : cz_nccl_plan_reduce_scatter(calls, counts, p->size, p->rank, f, &scratch);
-    rc = check_scratch(h, scratch * (size_t)cz_dtype_bytes(t), err);
+    rc = check_scratch(h, scratch * (size_t)cz__dtype_bytes(t), err);
     if (!rc)
         rc = replay(p, calls, n, (void *)send, recv, t, err);
     return rc ? rc : join_compute(p, err);
@@ -451,14 +451,14 @@ static int nccl_group_end(cz_plane *p, cz_comm_req *req, cz_error *err)
     int64_t self = cz_nccl_self_copy(req->self_sent, req->has_self_send, req->self_received,
                                      req->has_self_recv);
     if (!rc && self < 0)
-        rc = cz_error_set(err, CZ_EINTERNAL,
-                          "a group's exchange with its own rank is unpaired (a send of %zu and a "
-                          "receive of %zu elements)",
-                          req->has_self_send ? req->self_sent : 0,
-                          req->has_self_recv ? req->self_received : 0);
+        rc = cz__error_set(err, CZ_EINTERNAL,
+                           "a group's exchange with its own rank is unpaired (a send of %zu and a "
+                           "receive of %zu elements)",
+                           req->has_self_send ? req->self_sent : 0,
+                           req->has_self_recv ? req->self_received : 0);
     if (!rc && self > 0)
         rc = CZ_CU(err, cudaMemcpyAsync(req->self_recv, req->self_send,
-                                        (size_t)self * (size_t)cz_dtype_bytes(req->self_type),
+                                        (size_t)self * (size_t)cz__dtype_bytes(req->self_type),
                                         cudaMemcpyDeviceToDevice, h->stream));
     if (!rc)
         rc = CZ_CU(err, cudaEventRecord(req->ev, h->stream));
@@ -516,7 +516,7 @@ static int wrap(cz_plane *p, ncclComm_t comm, int borrowed, double timeout_s, cz
         cz_error tmp;
         if (!borrowed)
             ignore(CZ_NCCL(&tmp, ncclCommDestroy(comm)));
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for an NCCL plane");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for an NCCL plane");
     }
     h->comm = comm;
     h->borrowed = borrowed;
@@ -554,7 +554,7 @@ static int nccl_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *
     /* Written by NCCL's thread before the parent's state settled: read it anew. */
     sub = *(ncclComm_t volatile *)&sub;
     if (!rc && !sub)
-        rc = cz_error_set(err, CZ_EIO, "ncclCommSplit completed without a new communicator");
+        rc = cz__error_set(err, CZ_EIO, "ncclCommSplit completed without a new communicator");
     if (!rc)
         rc = settle(sub, h->timeout_s, (int)ncclInProgress, "ncclCommSplit (the new communicator)",
                     __FILE__, __LINE__, err);
@@ -677,7 +677,7 @@ int cz_plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, double timeout_s, cz_error *e
     if (rc || crc)
         return rc ? rc : crc;
     if (v[W] == 0)
-        return cz_error_set(err, CZ_EIO, "rank 0 could not create the NCCL unique id");
+        return cz__error_set(err, CZ_EIO, "rank 0 could not create the NCCL unique id");
     memcpy(id.internal, v, sizeof id.internal);
     /* Non-blocking creation, polled with a time limit: a rank whose peer never arrives (or
      * failed) gets an error instead of waiting forever inside ncclCommInitRank. */
@@ -700,7 +700,7 @@ int cz_plane_nccl_wrap(cz_plane *p, const void *handle, double timeout_s, cz_err
 {
     *p = (cz_plane){0};
     if (!handle)
-        return cz_error_set(err, CZ_EINVALID, "NCCL communicator handle is NULL");
+        return cz__error_set(err, CZ_EINVALID, "NCCL communicator handle is NULL");
     return wrap(p, *(const ncclComm_t *)handle, 1, timeout_s, err);
 }
 
@@ -708,7 +708,7 @@ int cz_plane_nccl_reserve(cz_plane *p, const cz_plan *plan, cz_error *err)
 {
     nccl_plane *h = impl_of(p);
     /* The step's DP collectives are fp32 (step.c), whatever the parameters' dtype. */
-    size_t es = (size_t)cz_dtype_bytes(CZ_DTYPE_FP32);
+    size_t es = (size_t)cz__dtype_bytes(CZ_DTYPE_FP32);
     size_t bytes = cz_nccl_plan_scratch(plan, es, h->alpha_s, h->bytes_per_s) * es;
     if (bytes <= h->scratch_bytes)
         return CZ_OK;
