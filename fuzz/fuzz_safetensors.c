@@ -84,14 +84,15 @@ static uint64_t state_print(const cz_executor *ex)
         if (ex->shampoo_decay && ex->shampoo_decay[i])
             h = fnv(h, ex->shampoo_decay[i], (size_t)p->numel * sizeof(float));
         int64_t n = ex->use_shampoo && ex->shampoo_state[i]
-                        ? cz_shampoo_state_tensors(&ex->shampoo, p, t, 64)
-                    : ex->use_soap && ex->soap_state[i] ? cz_soap_state_tensors(&ex->soap, p, t, 64)
-                                                        : 0;
+                        ? cz__shampoo_state_tensors(&ex->shampoo, p, t, 64)
+                    : ex->use_soap && ex->soap_state[i]
+                        ? cz__soap_state_tensors(&ex->soap, p, t, 64)
+                        : 0;
         if (n > 64)
             fz_fail("the fixture has more state tensors than the harness counts");
         for (int64_t k = 0; k < n; k++) {
-            const float *b = ex->use_shampoo ? cz_shampoo_state_tensor(ex->shampoo_state[i], k)
-                                             : cz_soap_state_tensor(ex->soap_state[i], k);
+            const float *b = ex->use_shampoo ? cz__shampoo_state_tensor(ex->shampoo_state[i], k)
+                                             : cz__soap_state_tensor(ex->soap_state[i], k);
             h = fnv(h, b, (size_t)(t[k].rows * t[k].cols) * sizeof(float));
         }
     }

@@ -19,10 +19,11 @@ the including file's own folder first; angle-bracket includes are system headers
            public headers in planner/include/ and executor/include/) has no cycle: no header
            includes itself, directly or through others. .c files include headers but are never
            included, so they cannot close a cycle and are not part of the graph.
-  names    Every function or global defined without `static` in planner/format/*.c or
-           planner/lib/*.c is public (declared in canzona.h, named cz_) or internal and named
-           cz__ (the naming rule of docs/ARCHITECTURE.md). (The CLI is a program, not a
-           library: its cz_cli_ and cz_cmd_ functions are exported by nothing.)
+  names    Every function or global defined without `static` in planner/format/*.c,
+           planner/lib/*.c or executor/src/ (its .c and .cu files, the GPU plugin's included)
+           is public (declared in canzona.h, or for the executor in canzona_exec.h, named cz_)
+           or internal and named cz__ (the naming rule of docs/ARCHITECTURE.md). (The CLI is a
+           program, not a library: its cz_cli_ and cz_cmd_ functions are exported by nothing.)
 
 Usage: check_layers.py [ROOT]      (default: the source tree this script is in)
        check_layers.py --self-test (proves each rule catches a planted violation and passes a
@@ -185,8 +186,8 @@ def check_cycles(root, files, index):
 DEFINITION = re.compile(r"(?m)^([A-Za-z_][\w \t\*]*?)\b([A-Za-z_]\w*)[ \t]*(\(|\[[^\]]*\][ \t]*=|=)")
 
 
-def public_names(root):
-    path = os.path.join(root, "planner/include/canzona.h")
+def public_names(root, header):
+    path = os.path.join(root, header)
     if not os.path.exists(path):
         return set()
     with open(path) as fh:
@@ -199,14 +200,17 @@ def toplevel_definitions(text):
     # Preprocessor lines (with their continuations) define no symbol of their own.
     code = re.sub(r"(?m)^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", lambda m: "\n" * m.group(0).count("\n"),
                   code)
-    depth, out = 0, []
+    depth, out, opened = 0, [], []
     i, n = 0, len(code)
     while i < n:
         c = code[i]
         if c == "{":
-            depth += 1
+            # The braces of a CUDA file's extern "C" { ... } enclose file-scope definitions.
+            linkage = re.search(r'\bextern\s*"\s*"\s*$', code[code.rfind("\n", 0, i) + 1:i])
+            opened.append(bool(linkage))
+            depth += 0 if linkage else 1
         elif c == "}":
-            depth -= 1
+            depth -= 0 if opened and opened.pop() else 1
         elif depth == 0 and (i == 0 or code[i - 1] == "\n"):
             m = DEFINITION.match(code, i)
             if m and "static" not in m.group(1).split() and "typedef" not in m.group(1).split() \
@@ -230,19 +234,24 @@ def toplevel_definitions(text):
 
 
 def check_names(root, files):
-    public = public_names(root)
+    planner = public_names(root, "planner/include/canzona.h")
+    executor = planner | public_names(root, "executor/include/canzona_exec.h")
     bad = []
     for f in files:
-        if not (f.startswith(("planner/format/", "planner/lib/")) and f.endswith(".c")):
+        if f.startswith(("planner/format/", "planner/lib/")) and f.endswith(".c"):
+            public, header = planner, "canzona.h"
+        elif f.startswith("executor/src/") and f.endswith((".c", ".cu")):
+            public, header = executor, "canzona.h or canzona_exec.h"
+        else:
             continue
         with open(os.path.join(root, f), errors="replace") as fh:
             defs = toplevel_definitions(fh.read())
         for no, name in defs:
             if name in public or name.startswith("cz__"):
                 continue
-            bad.append("names: %s:%d: %s is defined without static but is not in canzona.h; "
+            bad.append("names: %s:%d: %s is defined without static but is not in %s; "
                        "name it cz__%s (internal) or make it static" % (
-                           f, no, name, name[3:] if name.startswith("cz_") else name))
+                           f, no, name, header, name[3:] if name.startswith("cz_") else name))
     return bad
 
 
@@ -271,7 +280,12 @@ CLEAN = {
     "planner/cli/main.c": '#include "cz_types.h"\n',
     "executor/src/exec_internal.h": '#include "cz_format.h"\n#include "ns_plan.h"\n',
     "executor/src/ns_plan.h": "/* #include \"exec_internal.h\" (a comment closes no cycle) */\n",
-    "executor/src/step.c": '#include "exec_internal.h"\n#include <stdio.h>\n',
+    "executor/src/step.c": '#include "exec_internal.h"\n#include <stdio.h>\n'
+                           "int cz_executor_step(void)\n{\n    return 0;\n}\n"
+                           "int cz__exec_step_run(void)\n{\n    return 1;\n}\n",
+    "executor/src/cuda/kernels.cu": 'extern "C" {\nint cz__k_scale(void)\n{\n    return 0;\n}\n'
+                                    '} // extern "C"\n',
+    "executor/include/canzona_exec.h": '#include "canzona.h"\nint cz_executor_step(void);\n',
     "tools/bench/npy.c": '#include "cz_format.h"\n#include "canzona.h"\n',
     "tests/unit/test_cost.c": '#include "cz_types.h"\n#include "format_internal.h"\n',
     "build/junk.c": '#include "cz_types.h"\n',
@@ -286,7 +300,10 @@ PLANTED = {  # rule -> (file, content) that breaks only that rule
     "names": [("planner/format/bad.c", '#include "cz_format.h"\nint cz_helper(int a,\n'
                                        "              int b)\n{\n    return a + b;\n}\n"),
               ("planner/format/bad.c", "const char *const cz_table[] = {0};\n"),
-              ("planner/lib/bad.c", "double cz_cost_of(void)\n{\n    return 1.0;\n}\n")],
+              ("planner/lib/bad.c", "double cz_cost_of(void)\n{\n    return 1.0;\n}\n"),
+              ("executor/src/bad.c", "int cz_exec_helper(void)\n{\n    return 0;\n}\n"),
+              ("executor/src/cuda/bad.cu", 'extern "C" {\nint cz_k_bad(void)\n{\n    return 0;\n}\n'
+                                           '} // extern "C"\n')],
 }
 
 

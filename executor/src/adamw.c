@@ -5,7 +5,7 @@
 
 #include <math.h>
 
-void cz_adamw_hparams_from_config(cz_adamw_hparams *h, const cz_exec_config *cfg)
+void cz__adamw_hparams_from_config(cz_adamw_hparams *h, const cz_exec_config *cfg)
 {
     h->lr = cfg->adamw_lr;
     h->beta1 = cfg->adamw_beta1;
@@ -14,7 +14,7 @@ void cz_adamw_hparams_from_config(cz_adamw_hparams *h, const cz_exec_config *cfg
     h->weight_decay = cfg->adamw_weight_decay;
 }
 
-void cz_adamw_args_make(cz_adamw_args *a, const cz_adamw_hparams *h, int64_t t)
+void cz__adamw_args_make(cz_adamw_args *a, const cz_adamw_hparams *h, int64_t t)
 {
     a->lr = h->lr;
     a->beta1 = h->beta1;

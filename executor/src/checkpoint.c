@@ -12,7 +12,7 @@
  *
  * Saving gathers every tensor on world rank 0 over the data plane (a matrix's Muon momentum
  * part by part from the ranks that hold its parts — the whole matrix, its blocks, or a
- * cooperative task's slices, cz_exec_task_parts — a Shampoo or SOAP state from the lowest rank
+ * cooperative task's slices, cz__exec_task_parts — a Shampoo or SOAP state from the lowest rank
  * that hosts it, an elementwise parameter's moments from the TP ranks of its owning DP rank,
  * unpacked into the full tensor) and rank 0 writes the file atomically (temporary file
  * in the same folder, synced, renamed over the old one), so a crash mid-write leaves the
@@ -72,8 +72,8 @@ typedef struct ck_entry {
 static int64_t matrix_tensors(const cz_executor *ex, const cz_plan_param *p, cz_state_tensor *out,
                               int64_t max)
 {
-    return ex->use_shampoo ? cz_shampoo_state_tensors(&ex->shampoo, p, out, max)
-                           : cz_soap_state_tensors(&ex->soap, p, out, max);
+    return ex->use_shampoo ? cz__shampoo_state_tensors(&ex->shampoo, p, out, max)
+                           : cz__soap_state_tensors(&ex->soap, p, out, max);
 }
 
 /* Every tensor of the plan's optimizer state, in parameter order: a list every rank builds
@@ -140,14 +140,14 @@ static float *entry_buffer(const cz_executor *ex, const ck_entry *e)
     int i = e->param;
     switch (e->kind) {
     case CK_MOMENTUM:
-        return NULL; /* by part: cz_exec_momentum_of */
+        return NULL; /* by part: cz__exec_momentum_of */
     case CK_ADAM:
         return e->k == 0 ? ex->adam_m[i] : ex->adam_v[i];
     case CK_MATRIX:
         if (ex->use_shampoo)
-            return ex->shampoo_state[i] ? cz_shampoo_state_tensor(ex->shampoo_state[i], e->k)
+            return ex->shampoo_state[i] ? cz__shampoo_state_tensor(ex->shampoo_state[i], e->k)
                                         : NULL;
-        return ex->soap_state[i] ? cz_soap_state_tensor(ex->soap_state[i], e->k) : NULL;
+        return ex->soap_state[i] ? cz__soap_state_tensor(ex->soap_state[i], e->k) : NULL;
     }
     return NULL;
 }
@@ -177,7 +177,7 @@ static int momentum_parts(const cz_executor *ex, int i, cz_exec_part **out, int 
     for (int g = 0; g < rs->ngroups; g++)
         for (int t = 0; t < rs->groups[g].ntasks; t++)
             if (rs->groups[g].task_param[t] == i)
-                n += cz_exec_task_parts(plan, &rs->groups[g], t, v + n, cap - n);
+                n += cz__exec_task_parts(plan, &rs->groups[g], t, v + n, cap - n);
     *out = v;
     *count = n;
     return CZ_OK;
@@ -408,7 +408,7 @@ static int save_momentum(cz_executor *ex, ck_bufs *b, const ck_entry *e, const i
     for (int k = 0; k < n && !rc; k++) {
         int src = (int)grid[p->dp_owner * ex->tp + (ex->sc ? 0 : v[k].slot)];
         const float *buf =
-            ex->world.rank == src ? cz_exec_momentum_of(ex, e->param, &v[k].part) : NULL;
+            ex->world.rank == src ? cz__exec_momentum_of(ex, e->param, &v[k].part) : NULL;
         rc = fetch(ex, b, buf, v[k].part.rows * v[k].part.cols, src, b->part, err);
         if (!rc && ex->world.rank == 0)
             rect_copy(dst, b->part, e->shape[1], &v[k].part, 1);
@@ -419,7 +419,7 @@ static int save_momentum(cz_executor *ex, ck_bufs *b, const ck_entry *e, const i
 
 /* Shampoo's momentum as Distributed Shampoo keeps it: the host's part (in dst, rank 0's copy
  * of the tile) plus the weight-decay part the ranks keep beside their shards of the matrix
- * (cz_shampoo_decay_momentum), gathered whole once per matrix. */
+ * (cz__shampoo_decay_momentum), gathered whole once per matrix. */
 static int add_decay(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int64_t *grid,
                      float *dst, cz_error *err)
 {
@@ -432,7 +432,7 @@ static int add_decay(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int64
         if (rc)
             return rc;
         if (root)
-            cz_shard_unpack(p, ex->tp, t, b->shard, b->decay);
+            cz__shard_unpack(p, ex->tp, t, b->shard, b->decay);
     }
     b->decay_of = e->param;
     int64_t ld = p->def.shape[1];
@@ -459,7 +459,7 @@ static int check_buffers(const cz_executor *ex, const ck_entry *e, size_t ne, cz
             int n = 0, rc = momentum_parts(ex, e[i].param, &v, &n, err);
             for (int k = 0; k < n && !rc; k++)
                 if (holds_part(ex, p->dp_owner, &v[k]) &&
-                    !cz_exec_momentum_of(ex, e[i].param, &v[k].part))
+                    !cz__exec_momentum_of(ex, e[i].param, &v[k].part))
                     rc = cz__error_set(err, CZ_EINTERNAL,
                                        "checkpoint: rank %d has no momentum for the part at (%lld, "
                                        "%lld) of '%s' it should keep",
@@ -470,7 +470,7 @@ static int check_buffers(const cz_executor *ex, const ck_entry *e, size_t ne, cz
                 return rc;
             continue;
         }
-        bool keeps = e[i].kind == CK_ADAM ? cz_exec_param_piece(ex->plan, p, ex->dp_rank, &lo) > 0
+        bool keeps = e[i].kind == CK_ADAM ? cz__exec_param_piece(ex->plan, p, ex->dp_rank, &lo) > 0
                                           : hosts_matrix(ex, (size_t)e[i].param);
         if (keeps && !entry_buffer(ex, &e[i]))
             return cz__error_set(err, CZ_EINTERNAL,
@@ -505,7 +505,7 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
     ck_bufs b = {0};
     size_t ne = 0, hlen = 0, data_bytes = 0, total = 0;
 
-    cz_comm_phase("saving the optimizer state", ex->steps);
+    cz__comm_phase("saving the optimizer state", ex->steps);
     int rc = check_usable(ex, "save_state", err);
     if (!rc && root && (!path || !*path))
         rc = cz__error_set(err, CZ_EINVALID, "save_state: no checkpoint path given");
@@ -574,14 +574,14 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
          * elementwise buffer's even slices). */
         for (int t = 0; t < ex->tp && !rc; t++) {
             for (int d = 0; d < ex->dp && !rc; d++) {
-                int64_t lo, len = cz_exec_param_piece(plan, p, d, &lo);
+                int64_t lo, len = cz__exec_param_piece(plan, p, d, &lo);
                 int src = (int)grid[d * ex->tp + t];
                 if (len > 0)
                     rc = fetch(ex, &b, ex->world.rank == src ? entry_buffer(ex, &e[i]) : NULL, len,
                                src, root ? b.shard + lo : NULL, err);
             }
             if (!rc && root)
-                cz_shard_unpack(p, ex->tp, t, b.shard, dst);
+                cz__shard_unpack(p, ex->tp, t, b.shard, dst);
         }
     }
     if (!rc && root)
@@ -916,7 +916,7 @@ static int store(cz_executor *ex, ck_bufs *b, const ck_entry *e, const float *fu
     if (e->kind != CK_ADAM)
         return c->ops->upload(c, buf, full, (size_t)e->n * sizeof *full, err);
     const cz_plan_param *p = &ex->plan->params[e->param];
-    cz_shard_pack(p, ex->tp, ex->tp_rank, full, b->shard);
+    cz__shard_pack(p, ex->tp, ex->tp_rank, full, b->shard);
     return c->ops->upload(c, buf, b->shard + lo, (size_t)len * sizeof *full, err);
 }
 
@@ -967,7 +967,7 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
     ck_bufs b = {0};
     int64_t steps = INT64_MAX;
 
-    cz_comm_phase("loading the optimizer state", ex->steps);
+    cz__comm_phase("loading the optimizer state", ex->steps);
     int rc = check_usable(ex, "load_state", err);
     if (!rc)
         rc = entries_open(ex, &e, &ne, &b, err);
@@ -1004,7 +1004,7 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
          * whole tensor and keeps its part: the owner of a whole parameter, or in a split layout
          * every DP rank whose slice of the elementwise buffer holds a piece of it. */
         for (int d = 0; d < ex->dp && !rc; d++) {
-            int64_t lo, len = cz_exec_param_piece(plan, p, d, &lo);
+            int64_t lo, len = cz__exec_param_piece(plan, p, d, &lo);
             for (int t = 0; t < ex->tp && len > 0 && !rc; t++) {
                 int dst = (int)grid[d * ex->tp + t];
                 if (dst == 0) {

@@ -4,7 +4,7 @@
 
 #include <time.h>
 
-double cz_exec_now(void)
+double cz__exec_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

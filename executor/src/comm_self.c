@@ -134,20 +134,20 @@ static void self_progress(cz_plane *p, cz_comm_req *req)
 static cz_comm_req *self_req_create(cz_plane *p)
 {
     (void)p;
-    return cz_exec_calloc(1, sizeof(cz_comm_req));
+    return cz__exec_calloc(1, sizeof(cz_comm_req));
 }
 
 static void self_req_free(cz_plane *p, cz_comm_req *req)
 {
     (void)p;
-    cz_exec_free(req);
+    cz__exec_free(req);
 }
 
 static int self_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *err)
 {
     (void)color;
     (void)key;
-    int rc = cz_plane_self_open(out, err);
+    int rc = cz__plane_self_open(out, err);
     out->compute = p->compute;
     return rc;
 }
@@ -187,21 +187,21 @@ static const cz_plane_ops cz_plane_self_ops = {
     .iallreduce_sum = self_iallreduce_sum,
 };
 
-int cz_ctrl_self_open(cz_ctrl *c, cz_error *err)
+int cz__ctrl_self_open(cz_ctrl *c, cz_error *err)
 {
     (void)err;
     *c = (cz_ctrl){.ops = &cz_ctrl_self_ops, .size = 1, .rank = 0};
     return CZ_OK;
 }
 
-int cz_plane_self_open(cz_plane *p, cz_error *err)
+int cz__plane_self_open(cz_plane *p, cz_error *err)
 {
     (void)err;
     *p = (cz_plane){.ops = &cz_plane_self_ops, .size = 1, .rank = 0};
     return CZ_OK;
 }
 
-void cz_ctrl_close(cz_ctrl *c)
+void cz__ctrl_close(cz_ctrl *c)
 {
     if (c && c->ops) {
         c->ops->close(c);
@@ -209,7 +209,7 @@ void cz_ctrl_close(cz_ctrl *c)
     }
 }
 
-void cz_plane_close(cz_plane *p)
+void cz__plane_close(cz_plane *p)
 {
     if (p && p->ops) {
         p->ops->close(p);

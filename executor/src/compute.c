@@ -10,7 +10,7 @@
 enum { MAX_REGISTERED = 4 };
 static const cz_compute_ops *registered[MAX_REGISTERED];
 
-int cz_compute_register(const cz_compute_ops *ops)
+int cz__compute_register(const cz_compute_ops *ops)
 {
     for (int i = 0; i < MAX_REGISTERED; i++)
         if (!registered[i] || registered[i] == ops) {
@@ -30,7 +30,7 @@ static int adopt(cz_compute *c, const cz_compute_ops *ops, cz_error *err)
     return CZ_OK;
 }
 
-int cz_compute_open_cuda(cz_compute *c, const cz_cuda_options *o, cz_error *err)
+int cz__compute_open_cuda(cz_compute *c, const cz_cuda_options *o, cz_error *err)
 {
     const cz_gpu_api *gpu;
     cz_error e;
@@ -38,19 +38,19 @@ int cz_compute_open_cuda(cz_compute *c, const cz_cuda_options *o, cz_error *err)
     c->impl = NULL;
     /* The plugin was built with this library (its ABI string is checked at load), so its
      * tables are of this version. */
-    if (cz_gpu_load(&gpu, &e))
+    if (cz__gpu_load(&gpu, &e))
         return cz__error_set(err, e.code, "compute backend 'cuda' is not available: %s", e.message);
     return gpu->compute_open(c, o, err);
 }
 
-int cz_compute_open(cz_compute *c, const char *name, cz_error *err)
+int cz__compute_open(cz_compute *c, const char *name, cz_error *err)
 {
     c->ops = NULL;
     c->impl = NULL;
     if (!name || strcmp(name, "cpu") == 0)
-        return adopt(c, &cz_compute_cpu_ops, err);
+        return adopt(c, &cz__compute_cpu_ops, err);
     if (strcmp(name, "cuda") == 0)
-        return cz_compute_open_cuda(c, NULL, err);
+        return cz__compute_open_cuda(c, NULL, err);
     for (int i = 0; i < MAX_REGISTERED && registered[i]; i++)
         if (strcmp(name, registered[i]->name) == 0)
             return adopt(c, registered[i], err);
@@ -58,7 +58,7 @@ int cz_compute_open(cz_compute *c, const char *name, cz_error *err)
                          name);
 }
 
-void cz_compute_close(cz_compute *c)
+void cz__compute_close(cz_compute *c)
 {
     if (c->ops && c->ops->close)
         c->ops->close(c);
@@ -66,16 +66,17 @@ void cz_compute_close(cz_compute *c)
     c->impl = NULL;
 }
 
-int cz_compute_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out, cz_error *err)
+int cz__compute_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out,
+                            cz_error *err)
 {
     return c->ops->linalg_work(c, n, vn, out, err);
 }
 
-int cz_compute_linalg_work_block(cz_compute *c, int64_t rows, int64_t cols, int64_t max_dim,
-                                 cz_linalg_work *out, cz_error *err)
+int cz__compute_linalg_work_block(cz_compute *c, int64_t rows, int64_t cols, int64_t max_dim,
+                                  cz_linalg_work *out, cz_error *err)
 {
     int64_t sides[2];
-    int n = cz_la_factored_sides(rows, cols, max_dim, sides);
+    int n = cz__la_factored_sides(rows, cols, max_dim, sides);
     *out = (cz_linalg_work){0};
     for (int i = 0; i < n; i++) {
         cz_linalg_work w;
@@ -89,7 +90,7 @@ int cz_compute_linalg_work_block(cz_compute *c, int64_t rows, int64_t cols, int6
     return CZ_OK;
 }
 
-bool cz_compute_has_linalg(const cz_compute *c, const char **missing)
+bool cz__compute_has_linalg(const cz_compute *c, const char **missing)
 {
     const cz_compute_ops *o = c->ops;
     const char *m = !o->gemm                            ? "gemm"

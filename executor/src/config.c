@@ -52,7 +52,7 @@ void cz_exec_config_init(cz_exec_config *cfg)
     cfg->mpi_timeout_s = 0.0;  /* CZ_MPI_TIMEOUT_S, else 1800 s */
 }
 
-double cz_exec_mpi_timeout(const cz_exec_config *cfg, const char *env)
+double cz__exec_mpi_timeout(const cz_exec_config *cfg, const char *env)
 {
     /* The communicators open before the config's version is checked: a config of another
      * version is not read past its own fields (its message comes later). */

@@ -27,18 +27,18 @@ typedef struct cz_ns_coeffs {
 } cz_ns_coeffs;
 
 /* Looks a coefficient set up by name; NULL when unknown. */
-const cz_ns_coeffs *cz_ns_coeffs_find(const char *name);
+const cz_ns_coeffs *cz__ns_coeffs_find(const char *name);
 /* Comma-separated list of the known names, for messages. */
-const char *cz_ns_coeffs_names(void);
+const char *cz__ns_coeffs_names(void);
 
 /* ---- allocation (alloc.c) ---- */
 /* Every allocation the executor makes (host tables, backend memory of the CPU backend,
  * communication requests) goes through these, so that a test can prove that a step allocates
- * nothing: cz_exec_alloc_count() is the number of successful allocations so far. */
-void *cz_exec_malloc(size_t bytes);
-void *cz_exec_calloc(size_t n, size_t size);
-void cz_exec_free(void *p);
-uint64_t cz_exec_alloc_count(void);
+ * nothing: cz__exec_alloc_count() is the number of successful allocations so far. */
+void *cz__exec_malloc(size_t bytes);
+void *cz__exec_calloc(size_t n, size_t size);
+void cz__exec_free(void *p);
+uint64_t cz__exec_alloc_count(void);
 
 /* ---- compute backend ---- */
 /* The compute seam, versioned like sqlite3_io_methods: a backend fills a cz_compute_ops of
@@ -53,7 +53,7 @@ uint64_t cz_exec_alloc_count(void);
  * qr and basis_sort. They are optional: a backend that leaves any of them NULL (the cpu
  * backend built without LAPACKE; a GPU backend whose cuSOLVER part is not written yet) still
  * runs Muon and AdamW plans, and the executor refuses a Shampoo or SOAP plan at create time naming
- * the backend and what it lacks (cz_compute_has_linalg). Version 3 appended linalg_work: the
+ * the backend and what it lacks (cz__compute_has_linalg). Version 3 appended linalg_work: the
  * work those ops need is the backend's to say (cuSOLVER's workspace sizes are the library's,
  * queried at create time), so a version-2 table is refused for SOAP and Shampoo too. `upload`,
  * appended after it, is optional the same way: without it, optimizer-state checkpoints are
@@ -244,7 +244,7 @@ typedef struct cz_compute_ops {
                        float wd);
 
     /* ---- version 6: the backend's life and the job's streams ---- */
-    /* Releases what the backend's open made (cz_compute_close calls it). */
+    /* Releases what the backend's open made (cz__compute_close calls it). */
     void (*close)(cz_compute *c);
     /* The first op of every step and the last: step_begin orders what follows after the
      * job's work on the buffers it bound (a GPU backend on a stream of its own makes that
@@ -254,17 +254,17 @@ typedef struct cz_compute_ops {
     void (*step_end)(cz_compute *c);
 } cz_compute_ops;
 
-/* linalg_work of the backend (the caller has checked cz_compute_has_linalg). */
-int cz_compute_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out,
-                           cz_error *err);
+/* linalg_work of the backend (the caller has checked cz__compute_has_linalg). */
+int cz__compute_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out,
+                            cz_error *err);
 /* The work of a rows x cols block or tile of a preconditioner that keeps factors of the sides
- * not longer than max_dim: linalg_work asked for every such side (cz_la_factored_sides), each
+ * not longer than max_dim: linalg_work asked for every such side (cz__la_factored_sides), each
  * field the largest (all 0 when no side is factored). */
-int cz_compute_linalg_work_block(cz_compute *c, int64_t rows, int64_t cols, int64_t max_dim,
-                                 cz_linalg_work *out, cz_error *err);
+int cz__compute_linalg_work_block(cz_compute *c, int64_t rows, int64_t cols, int64_t max_dim,
+                                  cz_linalg_work *out, cz_error *err);
 /* True when the backend has every linear-algebra operation of version 2; else false and
  * *missing names the first absent one. */
-bool cz_compute_has_linalg(const cz_compute *c, const char **missing);
+bool cz__compute_has_linalg(const cz_compute *c, const char **missing);
 
 struct cz_compute {
     const cz_compute_ops *ops;
@@ -273,13 +273,13 @@ struct cz_compute {
 
 /* The compute seam's dispatch (compute.c): opens the backend named `name` ("cpu", or
  * "cuda" through the GPU plugin with its default options), or one a test registered. */
-int cz_compute_open(cz_compute *c, const char *name, cz_error *err);
-void cz_compute_close(cz_compute *c);
+int cz__compute_open(cz_compute *c, const char *name, cz_error *err);
+void cz__compute_close(cz_compute *c);
 /* Makes a table openable by its name (tests: a recording wrapper around the cpu backend).
  * At most a few; CZ_EINVALID when full. */
-int cz_compute_register(const cz_compute_ops *ops);
+int cz__compute_register(const cz_compute_ops *ops);
 /* The cpu backend's table, for wrappers. */
-extern const cz_compute_ops cz_compute_cpu_ops;
+extern const cz_compute_ops cz__compute_cpu_ops;
 
 /* ---- communication: control plane and data plane ---- */
 /* Element types of the data plane are canzona.h's cz_dtype (cz__dtype_bytes gives sizes). */
@@ -392,33 +392,33 @@ static inline int cz_plane_wait_after(cz_plane *p, cz_event *after, cz_error *er
 }
 
 /* One-process planes. */
-int cz_ctrl_self_open(cz_ctrl *c, cz_error *err);
-int cz_plane_self_open(cz_plane *p, cz_error *err);
+int cz__ctrl_self_open(cz_ctrl *c, cz_error *err);
+int cz__plane_self_open(cz_plane *p, cz_error *err);
 /* True when this build has MPI and MPI has been initialized. */
-bool cz_comm_mpi_available(void);
+bool cz__comm_mpi_available(void);
 /* Control and data plane over a duplicate of the MPI_Comm at handle (NULL = MPI_COMM_WORLD).
- * Every wait of them is bounded by timeout_s (cz_exec_mpi_timeout); a data plane takes the
+ * Every wait of them is bounded by timeout_s (cz__exec_mpi_timeout); a data plane takes the
  * limit and the report channel of ctrl, an MPI control plane (mpi_watch.h). */
-int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, double timeout_s, cz_error *err);
-int cz_plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_error *err);
+int cz__ctrl_mpi_open(cz_ctrl *c, const void *handle, double timeout_s, cz_error *err);
+int cz__plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_error *err);
 /* What this process is doing, named in the report of a stalled MPI wait (what: a string
  * literal; step: the optimizer step, -1 for none). Nothing without MPI. */
-void cz_comm_phase(const char *what, int64_t step);
+void cz__comm_phase(const char *what, int64_t step);
 /* The MPI planes' time limit: cz_exec_config.mpi_timeout_s when > 0 (a config of this
  * version), else the environment's CZ_MPI_TIMEOUT_S when it is a number > 0, else 1800 s. */
-double cz_exec_mpi_timeout(const cz_exec_config *cfg, const char *env);
-void cz_ctrl_close(cz_ctrl *c);
-void cz_plane_close(cz_plane *p);
+double cz__exec_mpi_timeout(const cz_exec_config *cfg, const char *env);
+void cz__ctrl_close(cz_ctrl *c);
+void cz__plane_close(cz_plane *p);
 
 /* ---- shard layout (shard.c) ---- */
 /* Index ranges (along the TP dimension) that TP rank r holds of a parameter, in storage order:
  * one range for a plain split, one per block when the blocks split the TP dimension.
  * Returns the number of ranges written to lo/hi (at most max). Replicated: the whole dim. */
-int cz_shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max);
+int cz__shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max);
 /* Copies TP rank r's local shard of a full row-major matrix into shard (local_shape). */
-void cz_shard_pack(const cz_plan_param *p, int tp, int r, const float *full, float *shard);
+void cz__shard_pack(const cz_plan_param *p, int tp, int r, const float *full, float *shard);
 /* Writes TP rank r's local shard back into its place in the full matrix. */
-void cz_shard_unpack(const cz_plan_param *p, int tp, int r, const float *shard, float *full);
+void cz__shard_unpack(const cz_plan_param *p, int tp, int r, const float *shard, float *full);
 
 /* A growable host list of copy runs, built at create time into the index maps of the step. */
 typedef struct cz_run_list {
@@ -426,15 +426,15 @@ typedef struct cz_run_list {
     size_t n, cap;
 } cz_run_list;
 /* Appends one run (merged with the last one when contiguous). CZ_ENOMEM on failure. */
-int cz_run_list_add(cz_run_list *l, int64_t dst, int64_t src, int64_t len, cz_error *err);
-void cz_run_list_free(cz_run_list *l);
+int cz__run_list_add(cz_run_list *l, int64_t dst, int64_t src, int64_t len, cz_error *err);
+void cz__run_list_free(cz_run_list *l);
 /* Appends the runs that copy TP rank r's shard of p between a full matrix at full_off and a
  * shard at shard_off: full -> shard when !unpack, shard -> full when unpack. */
-int cz_shard_runs(const cz_plan_param *p, int tp, int r, int64_t full_off, int64_t shard_off,
-                  int unpack, cz_run_list *l, cz_error *err);
+int cz__shard_runs(const cz_plan_param *p, int tp, int r, int64_t full_off, int64_t shard_off,
+                   int unpack, cz_run_list *l, cz_error *err);
 /* Checks that the param can be sharded over tp ranks as the plan says (divisible dims,
  * local shape and numel consistent). */
-int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err);
+int cz__shard_check(const cz_plan_param *p, int tp, cz_error *err);
 
 /* ---- optimizer math (muon.c, adamw.c) ---- */
 typedef struct cz_muon_hparams {
@@ -451,29 +451,29 @@ typedef struct cz_adamw_hparams {
 /* Default Muon learning rates of the two scalings (see cz_exec_config.lr). */
 #define CZ_MUON_LR_RMS 1e-3f
 #define CZ_MUON_LR_SHAPE 0.02f
-int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, cz_error *err);
+int cz__muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, cz_error *err);
 /* The scale of the orthogonalized update of a rows x cols block. */
-float cz_muon_scale(const cz_muon_hparams *h, int64_t rows, int64_t cols);
-void cz_adamw_hparams_from_config(cz_adamw_hparams *h, const cz_exec_config *cfg);
+float cz__muon_scale(const cz_muon_hparams *h, int64_t rows, int64_t cols);
+void cz__adamw_hparams_from_config(cz_adamw_hparams *h, const cz_exec_config *cfg);
 
 /* One block of a matrix parameter: an independent matrix for the optimizer. */
 typedef struct cz_block {
     int64_t r0, c0, rows, cols; /* position and size inside the full matrix */
 } cz_block;
 /* Blocks of a parameter (one when unblocked). Returns the count written (<= max). */
-int cz_param_blocks(const cz_plan_param *p, cz_block *out, int max);
+int cz__param_blocks(const cz_plan_param *p, cz_block *out, int max);
 
 /* ---- regions of a shard (shard.c) ---- */
 /* Elements of TP rank r's shard of p that lie inside the rectangle b of the full matrix. */
-int64_t cz_shard_region_numel(const cz_plan_param *p, int tp, int r, const cz_block *b);
+int64_t cz__shard_region_numel(const cz_plan_param *p, int tp, int r, const cz_block *b);
 /* Appends the runs between "the message" (the elements of r's shard of p inside b, in the
  * shard's storage order, packed contiguously at msg_off) and either the region b stored
  * contiguously (b->rows x b->cols, row-major) at other_off, or (other_is_shard) r's shard
  * itself at other_off. to_msg: other -> message, else message -> other. A replicated
  * parameter's shard is the whole matrix, so its message is the region row-major. */
-int cz_region_runs(const cz_plan_param *p, int tp, int r, const cz_block *b, int64_t msg_off,
-                   int64_t other_off, int other_is_shard, int to_msg, cz_run_list *l,
-                   cz_error *err);
+int cz__region_runs(const cz_plan_param *p, int tp, int r, const cz_block *b, int64_t msg_off,
+                    int64_t other_off, int other_is_shard, int to_msg, cz_run_list *l,
+                    cz_error *err);
 
 /* The part of a task one slot computes (pipeline.c): the task's region of the full matrix, or
  * a cooperative member's slice of it, and the TP slot holding it (under sc: every TP rank;
@@ -486,8 +486,8 @@ typedef struct cz_exec_part {
 } cz_exec_part;
 /* The parts of task t of group g (width 1: one part; k: k parts, member order); writes at
  * most max of them and returns their count. */
-int cz_exec_task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_exec_part *out,
-                       int max);
+int cz__exec_task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_exec_part *out,
+                        int max);
 /* One part's Muon momentum, on the rank that holds the part. */
 typedef struct cz_momentum_part {
     int param;
@@ -496,28 +496,28 @@ typedef struct cz_momentum_part {
 } cz_momentum_part;
 /* The Muon momentum this rank keeps for a part of matrix `param` at the region's origin
  * (r0, c0) (part-sized, backend memory); NULL when it keeps none. */
-float *cz_exec_momentum_of(const cz_executor *ex, int param, const cz_block *part);
+float *cz__exec_momentum_of(const cz_executor *ex, int param, const cz_block *part);
 
 /* Reference kernels on host memory: the CPU backend's own loops (compute_cpu.c), also used by
  * the tests and by canzona-bench's single-process reference. */
 /* buf = mu*buf + g; in = buf, or g + mu*buf with Nesterov. n elements; in may equal g. */
-void cz_muon_momentum(const cz_muon_hparams *h, const float *g, float *buf, float *in, int64_t n);
+void cz__muon_momentum(const cz_muon_hparams *h, const float *g, float *buf, float *in, int64_t n);
 /* The CPU backend's Newton-Schulz (its ns_batched) with the symmetric form forced on (sym = 1:
  * cblas_ssyrk for X X^T and A A, mirrored) or off (sym = 0: cblas_sgemm); ns_batched uses
- * cz_ns_use_syrk. For the tests and canzona-bench ns. */
-int cz_cpu_ns(float *x, int batch, int64_t rows, int64_t cols, const cz_ns_coeffs *k, int steps,
-              float *work, int sym, cz_error *err);
+ * cz__ns_use_syrk. For the tests and canzona-bench ns. */
+int cz__cpu_ns(float *x, int batch, int64_t rows, int64_t cols, const cz_ns_coeffs *k, int steps,
+               float *work, int sym, cz_error *err);
 /* p = p*(1 - lr*wd) - lr*u over n elements. */
-void cz_apply_update(float *p, const float *u, int64_t n, float lr, float wd);
+void cz__apply_update(float *p, const float *u, int64_t n, float lr, float wd);
 /* One AdamW step (t >= 1) over n elements. */
-void cz_adamw_step(const cz_adamw_hparams *h, int64_t t, float *p, const float *g, float *m,
-                   float *v, int64_t n);
+void cz__adamw_step(const cz_adamw_hparams *h, int64_t t, float *p, const float *g, float *m,
+                    float *v, int64_t n);
 /* bf16 <-> fp32 on the host (round to nearest even; NaN stays NaN). */
-uint16_t cz_bf16_from_f32(float f);
-float cz_f32_from_bf16(uint16_t b);
+uint16_t cz__bf16_from_f32(float f);
+float cz__f32_from_bf16(uint16_t b);
 
 /* The AdamW arguments of step t (>= 1). */
-void cz_adamw_args_make(cz_adamw_args *a, const cz_adamw_hparams *h, int64_t t);
+void cz__adamw_args_make(cz_adamw_args *a, const cz_adamw_hparams *h, int64_t t);
 
 /* One block of a matrix, as the Newton-Schulz batch sees it. */
 typedef struct cz_muon_blk {
@@ -535,19 +535,19 @@ typedef struct cz_muon_prep {
     int nblk;
     int64_t batch_n, work_n; /* floats */
 } cz_muon_prep;
-int cz_muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n, cz_error *err);
+int cz__muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n, cz_error *err);
 /* The same for tasks: matrix i is params[i]'s whole matrix (blocks[i] == -1, or blocks NULL),
  * with its blocks orthogonalised separately, or its block blocks[i] alone, stored contiguously
  * (the block's rows x cols). */
-int cz_muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, const int *blocks,
-                          int n, cz_error *err);
-void cz_muon_prep_free(cz_muon_prep *mp);
+int cz__muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, const int *blocks,
+                           int n, cz_error *err);
+void cz__muon_prep_free(cz_muon_prep *mp);
 /* Writes the scaled Muon update of every prepared matrix in[i] to out[i] (backend memory),
  * using batch (batch_n floats) and work (work_n floats); calls progress(ctx) (when not NULL)
  * between batches so that communication in flight keeps moving. */
-int cz_muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
-                const float *const *in, float *const *out, float *batch, float *work,
-                void (*progress)(void *), void *ctx, cz_error *err);
+int cz__muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
+                 const float *const *in, float *const *out, float *batch, float *work,
+                 void (*progress)(void *), void *ctx, cz_error *err);
 /* One batch of cooperative Newton-Schulz tasks of the same shape and slot set, as one member
  * computes it: each of `count` tasks has a rows x cols region (oriented a x b, a = the short
  * side; transposed when the region is tall) of which this member holds the prows x pcols
@@ -559,23 +559,23 @@ typedef struct cz_muon_coop {
     int transposed;
 } cz_muon_coop;
 /* Floats of x, gram (the packed Grams: count * a (a + 1) / 2) and work one batch needs. */
-void cz_muon_coop_sizes(const cz_muon_coop *b, int64_t *x_n, int64_t *gram_n, int64_t *work_n);
+void cz__muon_coop_sizes(const cz_muon_coop *b, int64_t *x_n, int64_t *gram_n, int64_t *work_n);
 /* The member's part of the scaled Muon update of every task of the batch: in[i] and out[i]
  * are its slice (prows x pcols, contiguous, backend memory; in already momentum-updated). The
  * sums over the members run on pl (the plane of the k members): one all-reduce of the count
  * sums of squares (doubles), then per iteration the count packed Gram matrices (their upper
  * triangles) in b->panels row panels, each a non-blocking all-reduce overlapped with the
- * computation (ns_coop.h). x, gram, work as cz_muon_coop_sizes; sq holds count backend
+ * computation (ns_coop.h). x, gram, work as cz__muon_coop_sizes; sq holds count backend
  * doubles; ev is a compute event recorded before each all-reduce; reqs holds
  * CZ_COOP_MAX_PANELS requests of pl. progress(ctx) is called between iterations. */
-int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, const cz_muon_coop *b,
-                     const float *const *in, float *const *out, float *x, float *gram, float *work,
-                     double *sq, cz_event *ev, cz_comm_req *const *reqs, void (*progress)(void *),
-                     void *ctx, cz_error *err);
+int cz__muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, const cz_muon_coop *b,
+                      const float *const *in, float *const *out, float *x, float *gram, float *work,
+                      double *sq, cz_event *ev, cz_comm_req *const *reqs, void (*progress)(void *),
+                      void *ctx, cz_error *err);
 /* The same for n matrices, preparing and allocating on the way (not for use in a step). */
-int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
-                          const cz_plan_param *const *params, const float *const *in,
-                          float *const *out, int n, cz_error *err);
+int cz__muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
+                           const cz_plan_param *const *params, const float *const *in,
+                           float *const *out, int n, cz_error *err);
 
 /* What values a state tensor can hold, as a checkpoint load checks them: every tensor is
  * finite; a second moment or a sum of squares is >= 0 everywhere; a Gram factor (a sum of
@@ -594,7 +594,7 @@ typedef struct cz_state_tensor {
     cz_state_values values;
     /* Shampoo's momentum of the direction: its tile's origin in the full matrix. The file
      * holds the reference's momentum, this plus the weight-decay part each rank keeps beside
-     * its parameters (cz_shampoo_decay_momentum). */
+     * its parameters (cz__shampoo_decay_momentum). */
     bool momentum;
     int64_t r0, c0;
 } cz_state_tensor;
@@ -608,44 +608,44 @@ typedef struct cz_shampoo_hparams {
 /* Default Shampoo learning rate (Distributed Shampoo's). */
 #define CZ_SHAMPOO_LR 0.01f
 /* Reads and checks Shampoo's settings; freq is the plan's precondition_frequency. */
-int cz_shampoo_hparams_from_config(cz_shampoo_hparams *h, const cz_exec_config *cfg, int freq,
-                                   cz_error *err);
+int cz__shampoo_hparams_from_config(cz_shampoo_hparams *h, const cz_exec_config *cfg, int freq,
+                                    cz_error *err);
 /* The optimizer state of one whole matrix: its blocks (the plan's) cut into tiles whose sides
  * are at most max_dim, each with its factors L, R, their inverse roots and the diagonal
  * state. Backend memory, allocated at create time. */
 typedef struct cz_shampoo_state cz_shampoo_state;
-/* Allocates p's state; *work_n and *side_n grow to the work (floats) one cz_shampoo_run on
+/* Allocates p's state; *work_n and *side_n grow to the work (floats) one cz__shampoo_run on
  * it needs. */
-int cz_shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz_plan_param *p,
-                            cz_shampoo_state **out, int64_t *work_n, cz_error *err);
-void cz_shampoo_state_free(cz_compute *c, cz_shampoo_state *s);
+int cz__shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz_plan_param *p,
+                             cz_shampoo_state **out, int64_t *work_n, cz_error *err);
+void cz__shampoo_state_free(cz_compute *c, cz_shampoo_state *s);
 /* Bytes of backend memory the state holds (for the memory figures). */
-int64_t cz_shampoo_state_bytes(const cz_shampoo_state *s);
+int64_t cz__shampoo_state_bytes(const cz_shampoo_state *s);
 /* Writes step t's (t >= 1) Shampoo direction of the whole gradient g into u (both full,
  * row-major, backend memory): p then becomes p*(1 - lr*wd) - lr*u, or without momentum p -
- * lr*u after cz_shampoo_decay_momentum. work holds work_n floats, stats two backend doubles. */
-int cz_shampoo_run(cz_compute *c, const cz_shampoo_hparams *h, cz_shampoo_state *s, const float *g,
-                   float *u, int64_t t, float *work, double *stats, cz_error *err);
+ * lr*u after cz__shampoo_decay_momentum. work holds work_n floats, stats two backend doubles. */
+int cz__shampoo_run(cz_compute *c, const cz_shampoo_hparams *h, cz_shampoo_state *s, const float *g,
+                    float *u, int64_t t, float *work, double *stats, cz_error *err);
 /* Whether step t (>= 1) computes the inverse roots: at the start step, then at every multiple
  * of the frequency after it (Distributed Shampoo's rule). */
-bool cz_shampoo_refreshes(const cz_shampoo_hparams *h, int64_t t);
+bool cz__shampoo_refreshes(const cz_shampoo_hparams *h, int64_t t);
 /* Distributed Shampoo adds the decoupled weight decay wd*p to the direction before its
- * momentum: M = mu*M + D + wd*p. The host keeps A = mu*A + D (cz_shampoo_run); the rest,
+ * momentum: M = mu*M + D + wd*p. The host keeps A = mu*A + D (cz__shampoo_run); the rest,
  * B = mu*B + wd*p, is elementwise, so each rank keeps it for the n elements p of its shard
  * (b, backend memory) and applies it here, before the host's part is applied as p - lr*u:
  * p -= lr*B, or with Nesterov p -= lr*(wd*p + mu*B). Only with momentum: without, the
  * reference's p - lr*(D + wd*p) is the plain decoupled form. */
-void cz_shampoo_decay_momentum(cz_compute *c, const cz_shampoo_hparams *h, float *p, float *b,
-                               int64_t n, float lr, float wd);
+void cz__shampoo_decay_momentum(cz_compute *c, const cz_shampoo_hparams *h, float *p, float *b,
+                                int64_t n, float lr, float wd);
 
 /* The checkpoint tensors of p's Shampoo state, from the settings alone (rank 0 names them
  * without hosting the state): writes the first max of them to out and returns their count.
  * Per tile, named by its origin: shampoo.<r0>_<c0>.{factor_left, factor_right, inv_root_left,
  * inv_root_right[, grafting][, filtered_grad][, momentum]}. */
-int64_t cz_shampoo_state_tensors(const cz_shampoo_hparams *h, const cz_plan_param *p,
-                                 cz_state_tensor *out, int64_t max);
+int64_t cz__shampoo_state_tensors(const cz_shampoo_hparams *h, const cz_plan_param *p,
+                                  cz_state_tensor *out, int64_t max);
 /* The buffer of tensor k (in that order) of a state; NULL past the end. */
-float *cz_shampoo_state_tensor(cz_shampoo_state *s, int64_t k);
+float *cz__shampoo_state_tensor(cz_shampoo_state *s, int64_t k);
 
 /* ---- SOAP (soap.c) ---- */
 typedef struct cz_soap_hparams {
@@ -655,26 +655,26 @@ typedef struct cz_soap_hparams {
 /* Default SOAP learning rate (the reference's). */
 #define CZ_SOAP_LR 3e-3f
 /* Reads and checks SOAP's settings; freq and max_dim are the plan's. */
-int cz_soap_hparams_from_config(cz_soap_hparams *h, const cz_exec_config *cfg, int freq,
-                                int max_dim, cz_error *err);
+int cz__soap_hparams_from_config(cz_soap_hparams *h, const cz_exec_config *cfg, int freq,
+                                 int max_dim, cz_error *err);
 /* One whole matrix's SOAP state (per plan block: Gram factors and eigenbases of the sides
  * <= max_dim, Adam's moments in the eigenbasis). Backend memory, allocated at create time. */
 typedef struct cz_soap_state cz_soap_state;
-int cz_soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_param *p,
-                         cz_soap_state **out, int64_t *work_n, cz_error *err);
-void cz_soap_state_free(cz_compute *c, cz_soap_state *s);
+int cz__soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_param *p,
+                          cz_soap_state **out, int64_t *work_n, cz_error *err);
+void cz__soap_state_free(cz_compute *c, cz_soap_state *s);
 /* Call k (>= 1) of SOAP on the whole gradient g, writing u (full, backend memory) so that
  * p*(1 - lr*wd) - lr*u is the reference's update followed by its weight decay. The first
  * call only initialises the factors and eigenbases: u = 0, and the caller applies no weight
  * decay that step. */
-int cz_soap_run(cz_compute *c, const cz_soap_hparams *h, cz_soap_state *s, const float *g, float *u,
-                int64_t k, float *work, cz_error *err);
+int cz__soap_run(cz_compute *c, const cz_soap_hparams *h, cz_soap_state *s, const float *g,
+                 float *u, int64_t k, float *work, cz_error *err);
 
 /* The same for SOAP: per plan block, soap.<r0>_<c0>.{[GG_left, Q_left,][GG_right, Q_right,]
  * exp_avg, exp_avg_sq}, a side above max_dim without its factor and basis. */
-int64_t cz_soap_state_tensors(const cz_soap_hparams *h, const cz_plan_param *p,
-                              cz_state_tensor *out, int64_t max);
-float *cz_soap_state_tensor(cz_soap_state *s, int64_t k);
+int64_t cz__soap_state_tensors(const cz_soap_hparams *h, const cz_plan_param *p,
+                               cz_state_tensor *out, int64_t max);
+float *cz__soap_state_tensor(cz_soap_state *s, int64_t k);
 
 /* ---- the executor object ---- */
 struct cz_executor {
@@ -711,14 +711,14 @@ struct cz_executor {
     /* Optimizer state, backend memory allocated at create time. */
     float **adam_m, **adam_v; /* indexed by param id, NULL when not mine */
     /* Muon momentum: one part-sized buffer per part I hold (a whole matrix, a block, or a
-     * cooperative member's slice; see cz_exec_momentum_of). */
+     * cooperative member's slice; see cz__exec_momentum_of). */
     struct cz_momentum_part *mom;
     int nmom;
     cz_shampoo_hparams shampoo;
     bool use_shampoo;                 /* the plan's matrix optimizer is Shampoo */
     cz_shampoo_state **shampoo_state; /* indexed by param id, where I host (Shampoo plans) */
     /* Shampoo with momentum: the weight-decay part of the momentum of my shard of each owned
-     * matrix (cz_shampoo_decay_momentum), indexed by param id, numel floats; else NULL. */
+     * matrix (cz__shampoo_decay_momentum), indexed by param id, numel floats; else NULL. */
     float **shampoo_decay;
     cz_soap_hparams soap;
     bool use_soap;              /* the plan's matrix optimizer is SOAP */
@@ -747,39 +747,39 @@ struct cz_executor {
 /* Creates an executor over plan; takes ownership of `owned` (may be NULL, else == plan),
  * which is freed on failure too. A non-zero pre_rc is a failure that happened before (err
  * already describes it, e.g. the plan file did not load): the ranks still meet to agree. */
-int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *owned,
-                            const cz_exec_config *cfg, int pre_rc, cz_error *err);
+int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *owned,
+                             const cz_exec_config *cfg, int pre_rc, cz_error *err);
 /* Plan checks the executor needs (pp, strategies, ranges bounding ownership, schedules). */
-int cz_exec_plan_check(const cz_plan *plan, cz_error *err);
+int cz__exec_plan_check(const cz_plan *plan, cz_error *err);
 /* Fingerprint of the parts of a plan the ranks must agree on. */
-uint64_t cz_exec_plan_fingerprint(const cz_plan *plan);
+uint64_t cz__exec_plan_fingerprint(const cz_plan *plan);
 /* Index of the bucket with the given id; -1 when absent. */
-int cz_exec_bucket_index(const cz_plan *plan, int id);
+int cz__exec_bucket_index(const cz_plan *plan, int id);
 /* Precomputes the micro-group layouts of my DP rank's schedule and allocates the pipeline's
  * buffers and the Muon momentum of the matrices this rank hosts (pipeline.c). */
-int cz_exec_pipeline_init(cz_executor *ex, cz_error *err);
-void cz_exec_pipeline_free(cz_executor *ex);
+int cz__exec_pipeline_init(cz_executor *ex, cz_error *err);
+void cz__exec_pipeline_free(cz_executor *ex);
 /* Runs the micro-group pipeline of the owned matrix parameters on flat buffers P, G. */
-int cz_exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err);
+int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err);
 /* Offset of a parameter's local shard in the flat buffer. */
-int64_t cz_exec_param_offset(const cz_executor *ex, int param);
+int64_t cz__exec_param_offset(const cz_executor *ex, int param);
 /* The piece of parameter p that DP rank d updates, relative to p's start: the whole shard of
  * an owned parameter, the part in d's range for a fragmented one (split layout), else none.
  * Returns its length (0: none) and sets *lo. */
-int64_t cz_exec_param_piece(const cz_plan *plan, const cz_plan_param *p, int d, int64_t *lo);
+int64_t cz__exec_param_piece(const cz_plan *plan, const cz_plan_param *p, int d, int64_t *lo);
 /* Opens the compute backend cfg->backend names, for the comm backend `comm`
  * (executor_backend.c). */
-int cz_exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char *comm,
-                         cz_error *err);
+int cz__exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char *comm,
+                          cz_error *err);
 /* Opens the control plane (MPI) and the world data plane (NCCL) of comm backend "nccl". */
-int cz_exec_open_nccl(cz_executor *ex, const cz_exec_config *cfg, cz_error *err);
+int cz__exec_open_nccl(cz_executor *ex, const cz_exec_config *cfg, cz_error *err);
 /* Allocates what the data planes need for the plan's steps, at create (the nccl DP plane's
  * padded-collective scratch), so that a step allocates nothing. */
-int cz_exec_reserve_planes(cz_executor *ex, cz_error *err);
+int cz__exec_reserve_planes(cz_executor *ex, cz_error *err);
 /* A data plane over a communicator the job handed in, of the world plane's kind: a pointer to
  * an MPI_Comm (duplicated) or to an ncclComm_t (borrowed). */
-int cz_exec_open_plane(cz_executor *ex, const void *handle, cz_plane *out, cz_error *err);
+int cz__exec_open_plane(cz_executor *ex, const void *handle, cz_plane *out, cz_error *err);
 /* Monotonic clock in seconds. */
-double cz_exec_now(void);
+double cz__exec_now(void);
 
 #endif /* CZ_EXEC_INTERNAL_H */

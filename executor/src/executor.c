@@ -5,18 +5,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t cz_exec_param_offset(const cz_executor *ex, int param)
+int64_t cz__exec_param_offset(const cz_executor *ex, int param)
 {
     const cz_plan_param *p = &ex->plan->params[param];
-    return ex->plan->buckets[cz_exec_bucket_index(ex->plan, p->bucket)].offset + p->offset;
+    return ex->plan->buckets[cz__exec_bucket_index(ex->plan, p->bucket)].offset + p->offset;
 }
 
-int64_t cz_exec_param_piece(const cz_plan *plan, const cz_plan_param *p, int d, int64_t *lo)
+int64_t cz__exec_param_piece(const cz_plan *plan, const cz_plan_param *p, int d, int64_t *lo)
 {
     *lo = 0;
     if (!cz_plan_param_fragmented(plan, p))
         return p->dp_owner == d ? p->numel : 0;
-    const int64_t *rg = plan->buckets[cz_exec_bucket_index(plan, p->bucket)].ranges;
+    const int64_t *rg = plan->buckets[cz__exec_bucket_index(plan, p->bucket)].ranges;
     int64_t s = p->offset > rg[2 * d] ? p->offset : rg[2 * d];
     int64_t e = p->offset + p->numel < rg[2 * d + 1] ? p->offset + p->numel : rg[2 * d + 1];
     if (e <= s)
@@ -100,7 +100,7 @@ static int alloc_shampoo_decay(cz_executor *ex, cz_error *err)
     if (!ex->use_shampoo || !(ex->shampoo.momentum > 0.0f))
         return CZ_OK;
     const cz_plan *plan = ex->plan;
-    ex->shampoo_decay = cz_exec_calloc(plan->nparams ? plan->nparams : 1, sizeof(float *));
+    ex->shampoo_decay = cz__exec_calloc(plan->nparams ? plan->nparams : 1, sizeof(float *));
     if (!ex->shampoo_decay)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     for (int k = 0; k < ex->nowned; k++) {
@@ -121,19 +121,19 @@ static int alloc_state(cz_executor *ex, cz_error *err)
     const cz_plan *plan = ex->plan;
     cz_compute *c = &ex->compute;
     size_t n = plan->nparams ? plan->nparams : 1;
-    ex->param_ptr = cz_exec_calloc(n, sizeof *ex->param_ptr);
-    ex->grad_ptr = cz_exec_calloc(n, sizeof *ex->grad_ptr);
-    ex->bound = cz_exec_calloc(n, sizeof *ex->bound);
-    ex->adam_m = cz_exec_calloc(n, sizeof *ex->adam_m);
-    ex->adam_v = cz_exec_calloc(n, sizeof *ex->adam_v);
-    ex->shampoo_state = cz_exec_calloc(n, sizeof *ex->shampoo_state);
-    ex->soap_state = cz_exec_calloc(n, sizeof *ex->soap_state);
-    ex->owned = cz_exec_calloc(n, sizeof *ex->owned);
-    ex->owned_elem = cz_exec_calloc(n, sizeof *ex->owned_elem);
-    ex->piece_lo = cz_exec_calloc(n, sizeof *ex->piece_lo);
-    ex->piece_len = cz_exec_calloc(n, sizeof *ex->piece_len);
+    ex->param_ptr = cz__exec_calloc(n, sizeof *ex->param_ptr);
+    ex->grad_ptr = cz__exec_calloc(n, sizeof *ex->grad_ptr);
+    ex->bound = cz__exec_calloc(n, sizeof *ex->bound);
+    ex->adam_m = cz__exec_calloc(n, sizeof *ex->adam_m);
+    ex->adam_v = cz__exec_calloc(n, sizeof *ex->adam_v);
+    ex->shampoo_state = cz__exec_calloc(n, sizeof *ex->shampoo_state);
+    ex->soap_state = cz__exec_calloc(n, sizeof *ex->soap_state);
+    ex->owned = cz__exec_calloc(n, sizeof *ex->owned);
+    ex->owned_elem = cz__exec_calloc(n, sizeof *ex->owned_elem);
+    ex->piece_lo = cz__exec_calloc(n, sizeof *ex->piece_lo);
+    ex->piece_len = cz__exec_calloc(n, sizeof *ex->piece_len);
     ex->stats = c->ops->alloc(c, n * sizeof *ex->stats);
-    ex->stats_host = cz_exec_calloc(n, sizeof *ex->stats_host);
+    ex->stats_host = cz__exec_calloc(n, sizeof *ex->stats_host);
     ex->ev_grads = c->ops->event_create(c);
     ex->ev_params = c->ops->event_create(c);
     if (!ex->ev_grads || !ex->ev_params)
@@ -156,7 +156,7 @@ static int alloc_state(cz_executor *ex, cz_error *err)
                              (long long)maxrange);
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        ex->piece_len[i] = cz_exec_param_piece(plan, p, ex->dp_rank, &ex->piece_lo[i]);
+        ex->piece_len[i] = cz__exec_param_piece(plan, p, ex->dp_rank, &ex->piece_lo[i]);
         if (ex->piece_len[i] == 0 && p->dp_owner != ex->dp_rank)
             continue;
         ex->owned[ex->nowned++] = (int)i;
@@ -171,7 +171,7 @@ static int alloc_state(cz_executor *ex, cz_error *err)
                                  p->def.name);
     }
     int rc = alloc_shampoo_decay(ex, err);
-    return rc ? rc : cz_exec_pipeline_init(ex, err);
+    return rc ? rc : cz__exec_pipeline_init(ex, err);
 }
 
 /* Memory space, stream and dtype: what the backend can take. */
@@ -230,11 +230,11 @@ static int agree(cz_executor *ex, int rc, uint64_t fp, const char *stage, cz_err
 int cz_executor_create_from_plan(cz_executor **out, const cz_plan *plan, const cz_exec_config *cfg,
                                  cz_error *err)
 {
-    return cz_executor_create_impl(out, plan, NULL, cfg, CZ_OK, err);
+    return cz__executor_create_impl(out, plan, NULL, cfg, CZ_OK, err);
 }
 
-int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *owned,
-                            const cz_exec_config *cfg_in, int pre_rc, cz_error *err)
+int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *owned,
+                             const cz_exec_config *cfg_in, int pre_rc, cz_error *err)
 {
     int rc = CZ_OK;
     cz_exec_config defaults;
@@ -244,7 +244,7 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
         cz_exec_config_init(&defaults);
         cfg_in = &defaults;
     }
-    ex = cz_exec_calloc(1, sizeof *ex);
+    ex = cz__exec_calloc(1, sizeof *ex);
     if (!ex) {
         cz_plan_free(owned);
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor");
@@ -258,25 +258,25 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
     /* The communicator comes first: without it the ranks cannot agree on failure. */
     const char *comm = cfg_in->comm;
     if (!comm)
-        comm = cz_comm_mpi_available() ? "mpi" : "self";
+        comm = cz__comm_mpi_available() ? "mpi" : "self";
     if (strcmp(comm, "mpi") == 0) {
-        if (!cz_comm_mpi_available()) {
+        if (!cz__comm_mpi_available()) {
             rc = cz__error_set(err, CZ_EINVALID,
                                "comm backend 'mpi' needs MPI initialized before the executor is "
                                "created (or a build with CZ_WITH_MPI=ON)");
             goto fail;
         }
-        cz_comm_phase("creating the executor", -1);
-        rc = cz_ctrl_mpi_open(&ex->ctrl, cfg_in->world_comm,
-                              cz_exec_mpi_timeout(cfg_in, getenv("CZ_MPI_TIMEOUT_S")), err);
+        cz__comm_phase("creating the executor", -1);
+        rc = cz__ctrl_mpi_open(&ex->ctrl, cfg_in->world_comm,
+                               cz__exec_mpi_timeout(cfg_in, getenv("CZ_MPI_TIMEOUT_S")), err);
         if (!rc)
-            rc = cz_plane_mpi_open(&ex->world, cfg_in->world_comm, &ex->ctrl, err);
+            rc = cz__plane_mpi_open(&ex->world, cfg_in->world_comm, &ex->ctrl, err);
     } else if (strcmp(comm, "nccl") == 0) {
-        rc = cz_exec_open_nccl(ex, cfg_in, err);
+        rc = cz__exec_open_nccl(ex, cfg_in, err);
     } else if (strcmp(comm, "self") == 0) {
-        rc = cz_ctrl_self_open(&ex->ctrl, err);
+        rc = cz__ctrl_self_open(&ex->ctrl, err);
         if (!rc)
-            rc = cz_plane_self_open(&ex->world, err);
+            rc = cz__plane_self_open(&ex->world, err);
     } else {
         rc = cz__error_set(err, CZ_EUNSUPPORTED,
                            "unknown comm backend '%s' (known: mpi, nccl, self)", comm);
@@ -297,21 +297,21 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
                            "cz_exec_config_init)",
                            cfg_in->version, CZ_EXEC_CONFIG_VERSION);
     if (!rc)
-        rc = cz_exec_open_compute(ex, cfg_in, comm, err);
+        rc = cz__exec_open_compute(ex, cfg_in, comm, err);
     if (!rc)
         rc = check_space(ex, cfg_in, plan, err);
     if (!rc)
-        rc = cz_muon_hparams_from_config(&ex->muon, cfg_in, err);
+        rc = cz__muon_hparams_from_config(&ex->muon, cfg_in, err);
     if (!rc) {
-        cz_adamw_hparams_from_config(&ex->adamw, cfg_in);
-        rc = cz_exec_plan_check(plan, err);
+        cz__adamw_hparams_from_config(&ex->adamw, cfg_in);
+        rc = cz__exec_plan_check(plan, err);
     }
     if (!rc && (plan->settings.optimizer == CZ_OPTIM_SHAMPOO ||
                 plan->settings.optimizer == CZ_OPTIM_SOAP)) {
         const char *missing = NULL;
         ex->use_shampoo = plan->settings.optimizer == CZ_OPTIM_SHAMPOO;
         ex->use_soap = !ex->use_shampoo;
-        if (!cz_compute_has_linalg(&ex->compute, &missing))
+        if (!cz__compute_has_linalg(&ex->compute, &missing))
             rc = cz__error_set(
                 err, CZ_EUNSUPPORTED,
                 "plan optimizer '%s' needs the compute backend's "
@@ -322,12 +322,12 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
                       "rebuild)"
                     : "");
         if (!rc && ex->use_shampoo)
-            rc = cz_shampoo_hparams_from_config(&ex->shampoo, cfg_in,
-                                                plan->settings.precondition_frequency, err);
+            rc = cz__shampoo_hparams_from_config(&ex->shampoo, cfg_in,
+                                                 plan->settings.precondition_frequency, err);
         if (!rc && ex->use_soap)
-            rc = cz_soap_hparams_from_config(&ex->soap, cfg_in,
-                                             plan->settings.precondition_frequency,
-                                             plan->settings.max_precond_dim, err);
+            rc = cz__soap_hparams_from_config(&ex->soap, cfg_in,
+                                              plan->settings.precondition_frequency,
+                                              plan->settings.max_precond_dim, err);
         /* The step applies every matrix update with the matrix optimizer's rate and decay,
          * which set_lr/set_weight_decay change: Shampoo's take Muon's place. */
         if (!rc) {
@@ -354,7 +354,7 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
                               "rank (dp %d, tp %d) is out of range for the plan's dp = %d, tp = %d",
                               ex->dp_rank, ex->tp_rank, ex->dp, ex->tp);
     }
-    rc = agree(ex, rc, rc ? 0 : cz_exec_plan_fingerprint(plan), "the plan checks", err);
+    rc = agree(ex, rc, rc ? 0 : cz__exec_plan_fingerprint(plan), "the plan checks", err);
     if (rc)
         goto fail;
 
@@ -364,14 +364,14 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
      * communicator the job handed in is used instead (an MPI_Comm is duplicated; an ncclComm_t
      * is borrowed: executor_backend.c). */
     if (cfg_in->dp_comm && ex->world.ops->kind != CZ_COMM_SELF) {
-        rc = cz_exec_open_plane(ex, cfg_in->dp_comm, &ex->dp_comm, err);
+        rc = cz__exec_open_plane(ex, cfg_in->dp_comm, &ex->dp_comm, err);
         ex->dp_comm.compute = &ex->compute;
     } else
         rc = ex->world.ops->split(&ex->world, ex->tp_rank, ex->dp_rank, &ex->dp_comm, err);
     /* A failed (or timed-out) split goes on to the agreement below, so that every rank
      * returns an error: a rank that left here would keep its peers waiting in it. */
     if (!rc && cfg_in->tp_comm && ex->world.ops->kind != CZ_COMM_SELF) {
-        rc = cz_exec_open_plane(ex, cfg_in->tp_comm, &ex->tp_comm, err);
+        rc = cz__exec_open_plane(ex, cfg_in->tp_comm, &ex->tp_comm, err);
         ex->tp_comm.compute = &ex->compute;
     } else if (!rc)
         rc = ex->world.ops->split(&ex->world, ex->dp_rank, ex->tp_rank, &ex->tp_comm, err);
@@ -388,7 +388,7 @@ int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *own
                            "plan needs tp = %d and this process is tp rank %d",
                            ex->tp_comm.size, ex->tp_comm.rank, ex->tp, ex->tp_rank);
     if (!rc)
-        rc = cz_exec_reserve_planes(ex, err);
+        rc = cz__exec_reserve_planes(ex, err);
     if (!rc) {
         ex->schedule = &plan->schedules[ex->dp_rank];
         rc = alloc_state(ex, err);
@@ -519,7 +519,7 @@ void cz_executor_free(cz_executor *ex)
     if (!ex)
         return;
     if (ex->compute.ops) {
-        cz_exec_pipeline_free(ex);
+        cz__exec_pipeline_free(ex);
         for (size_t i = 0; ex->plan && i < ex->plan->nparams; i++) {
             if (ex->adam_m)
                 brelease(ex, ex->adam_m[i]);
@@ -528,9 +528,9 @@ void cz_executor_free(cz_executor *ex)
             if (ex->shampoo_decay)
                 brelease(ex, ex->shampoo_decay[i]);
             if (ex->shampoo_state)
-                cz_shampoo_state_free(&ex->compute, ex->shampoo_state[i]);
+                cz__shampoo_state_free(&ex->compute, ex->shampoo_state[i]);
             if (ex->soap_state)
-                cz_soap_state_free(&ex->compute, ex->soap_state[i]);
+                cz__soap_state_free(&ex->compute, ex->soap_state[i]);
         }
         for (int i = 0; ex->mom && i < ex->nmom; i++)
             brelease(ex, ex->mom[i].buf);
@@ -543,25 +543,25 @@ void cz_executor_free(cz_executor *ex)
         if (ex->ev_params)
             ex->compute.ops->event_free(&ex->compute, ex->ev_params);
     }
-    cz_exec_free(ex->adam_m);
-    cz_exec_free(ex->adam_v);
-    cz_exec_free(ex->mom);
-    cz_exec_free(ex->shampoo_state);
-    cz_exec_free(ex->shampoo_decay);
-    cz_exec_free(ex->soap_state);
-    cz_exec_free(ex->owned);
-    cz_exec_free(ex->owned_elem);
-    cz_exec_free(ex->piece_lo);
-    cz_exec_free(ex->piece_len);
-    cz_exec_free(ex->stats_host);
-    cz_exec_free(ex->param_ptr);
-    cz_exec_free(ex->grad_ptr);
-    cz_exec_free(ex->bound);
-    cz_plane_close(&ex->tp_comm);
-    cz_plane_close(&ex->dp_comm);
-    cz_plane_close(&ex->world);
-    cz_ctrl_close(&ex->ctrl);
-    cz_compute_close(&ex->compute);
+    cz__exec_free(ex->adam_m);
+    cz__exec_free(ex->adam_v);
+    cz__exec_free(ex->mom);
+    cz__exec_free(ex->shampoo_state);
+    cz__exec_free(ex->shampoo_decay);
+    cz__exec_free(ex->soap_state);
+    cz__exec_free(ex->owned);
+    cz__exec_free(ex->owned_elem);
+    cz__exec_free(ex->piece_lo);
+    cz__exec_free(ex->piece_len);
+    cz__exec_free(ex->stats_host);
+    cz__exec_free(ex->param_ptr);
+    cz__exec_free(ex->grad_ptr);
+    cz__exec_free(ex->bound);
+    cz__plane_close(&ex->tp_comm);
+    cz__plane_close(&ex->dp_comm);
+    cz__plane_close(&ex->world);
+    cz__ctrl_close(&ex->ctrl);
+    cz__compute_close(&ex->compute);
     cz_plan_free(ex->owned_plan);
-    cz_exec_free(ex);
+    cz__exec_free(ex);
 }

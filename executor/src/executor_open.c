@@ -44,5 +44,5 @@ int cz_executor_create(cz_executor **out, const char *plan_path, const cz_exec_c
         cz_plan_free(plan);
         plan = NULL;
     }
-    return cz_executor_create_impl(out, plan, plan, cfg, rc, err);
+    return cz__executor_create_impl(out, plan, plan, cfg, rc, err);
 }

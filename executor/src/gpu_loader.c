@@ -40,7 +40,7 @@
 #define CUDA_TARGET "lib64"
 #endif
 
-int cz_gpu_built(void)
+int cz__gpu_built(void)
 {
 #ifdef CZ_GPU_PLUGIN
     return 1;
@@ -176,7 +176,7 @@ static cz_error load_err;
 static const cz_gpu_api *api;
 static dir_list dirs;
 
-const char *cz_gpu_search_dirs(void)
+const char *cz__gpu_search_dirs(void)
 {
     pthread_mutex_lock(&lock);
     if (!dirs.v)
@@ -235,7 +235,7 @@ static void dirs_text(const char *list, char *out, size_t len)
 }
 
 /* dlopen(path) with every missing dependency found in the folders and loaded first. */
-void *cz_gpu_dlopen(const char *path, const char *list, cz_error *err)
+void *cz__gpu_dlopen(const char *path, const char *list, cz_error *err)
 {
     const int flags = RTLD_NOW | RTLD_LOCAL;
     char stack[MAX_DEPTH][PATH_MAX];
@@ -301,7 +301,7 @@ static int plugin_candidates(char out[][PATH_MAX])
         return len > 0 && len < PATH_MAX; /* asked for one file: no other is tried */
     }
     Dl_info info;
-    if (dladdr((void *)cz_gpu_load, &info) && info.dli_fname) {
+    if (dladdr((void *)cz__gpu_load, &info) && info.dli_fname) {
         char dir[PATH_MAX];
         int len = snprintf(dir, sizeof dir, "%s", info.dli_fname);
         char *slash = len > 0 && len < (int)sizeof dir ? strrchr(dir, '/') : NULL;
@@ -344,7 +344,7 @@ static void candidates_text(char cand[][PATH_MAX], int n, char *out, size_t len)
 
 static int load(cz_error *err)
 {
-    if (!cz_gpu_built())
+    if (!cz__gpu_built())
         return cz__error_set(err, CZ_EUNSUPPORTED,
                              "this build has no GPU backends (it was configured without a CUDA "
                              "toolkit, or with -DCZ_WITH_CUDA=OFF)");
@@ -366,7 +366,7 @@ static int load(cz_error *err)
     }
     if (!cand[found][0])
         snprintf(cand[found], PATH_MAX, "%s", PLUGIN_NAME);
-    void *h = cz_gpu_dlopen(cand[found], dirs.v, err);
+    void *h = cz__gpu_dlopen(cand[found], dirs.v, err);
     if (!h)
         return err ? err->code : CZ_EUNSUPPORTED;
     cz_gpu_entry_fn entry;
@@ -376,7 +376,7 @@ static int load(cz_error *err)
                              cand[found], CZ_GPU_ENTRY);
     /* Static: the plugin keeps the pointer for the life of the process. */
     static cz_gpu_host host;
-    host = (cz_gpu_host){CZ_GPU_API_VERSION, cz_exec_malloc, cz_exec_calloc, cz_exec_free,
+    host = (cz_gpu_host){CZ_GPU_API_VERSION, cz__exec_malloc, cz__exec_calloc, cz__exec_free,
                          dirs.v ? dirs.v : "\0"};
     const char *why = NULL;
     api = entry(&host, CZ_GPU_ABI, &why);
@@ -388,7 +388,7 @@ static int load(cz_error *err)
     return CZ_OK;
 }
 
-int cz_gpu_load(const cz_gpu_api **out, cz_error *err)
+int cz__gpu_load(const cz_gpu_api **out, cz_error *err)
 {
     pthread_mutex_lock(&lock);
     if (!loaded) {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, cz_error *err)
+int cz__muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, cz_error *err)
 {
     h->lr = cfg->lr;
     h->momentum = cfg->momentum;
@@ -28,11 +28,11 @@ int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, c
                              (double)cfg->lr);
     if (cfg->lr == 0.0f)
         h->lr = cfg->muon_scaling == CZ_MUON_SCALE_SHAPE ? CZ_MUON_LR_SHAPE : CZ_MUON_LR_RMS;
-    h->coeffs = cz_ns_coeffs_find(cfg->ns_coeffs);
+    h->coeffs = cz__ns_coeffs_find(cfg->ns_coeffs);
     if (!h->coeffs)
         return cz__error_set(err, CZ_EINVALID,
                              "unknown Newton-Schulz coefficient set '%s' (known: %s)",
-                             cfg->ns_coeffs, cz_ns_coeffs_names());
+                             cfg->ns_coeffs, cz__ns_coeffs_names());
     if (cfg->ns_steps < 0 || cfg->ns_steps > 100)
         return cz__error_set(err, CZ_EINVALID, "ns_steps = %d; expected 0..100", cfg->ns_steps);
     /* A zero eps divides a zero gradient block by zero: the update would be NaN. */
@@ -42,7 +42,7 @@ int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, c
     return CZ_OK;
 }
 
-float cz_muon_scale(const cz_muon_hparams *h, int64_t rows, int64_t cols)
+float cz__muon_scale(const cz_muon_hparams *h, int64_t rows, int64_t cols)
 {
     if (h->scaling == CZ_MUON_SCALE_SHAPE) {
         double ratio = (double)rows / (double)cols;
@@ -51,7 +51,7 @@ float cz_muon_scale(const cz_muon_hparams *h, int64_t rows, int64_t cols)
     return h->scale_coeff * (float)sqrt((double)(rows > cols ? rows : cols));
 }
 
-int cz_param_blocks(const cz_plan_param *p, cz_block *out, int max)
+int cz__param_blocks(const cz_plan_param *p, cz_block *out, int max)
 {
     int64_t rows = p->def.shape[0], cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
     if (p->def.nblocks <= 0) {
@@ -87,8 +87,8 @@ static int blk_cmp(const void *x, const void *y)
     return a->b.c0 < b->b.c0 ? -1 : (a->b.c0 > b->b.c0);
 }
 
-int cz_muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, const int *blocks,
-                          int n, cz_error *err)
+int cz__muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, const int *blocks,
+                           int n, cz_error *err)
 {
     int cap = 0;
     *mp = (cz_muon_prep){0};
@@ -96,12 +96,12 @@ int cz_muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, 
         cap += blocks && blocks[i] >= 0     ? 1
                : params[i]->def.nblocks > 0 ? params[i]->def.nblocks
                                             : 1;
-    mp->blks = cz_exec_calloc(cap > 0 ? (size_t)cap : 1, sizeof *mp->blks);
+    mp->blks = cz__exec_calloc(cap > 0 ? (size_t)cap : 1, sizeof *mp->blks);
     if (!mp->blks)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for %d Muon blocks", cap);
     for (int i = 0; i < n; i++) {
         cz_block tmp[CZ_MAX_BLOCKS];
-        int k = cz_param_blocks(params[i], tmp, CZ_MAX_BLOCKS);
+        int k = cz__param_blocks(params[i], tmp, CZ_MAX_BLOCKS);
         int64_t ld = params[i]->def.ndim == 1 ? 1 : params[i]->def.shape[1];
         if (blocks && blocks[i] >= 0) {
             /* One block, stored on its own: its rows x cols at the origin. */
@@ -136,20 +136,20 @@ int cz_muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, 
     return CZ_OK;
 }
 
-int cz_muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n, cz_error *err)
+int cz__muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n, cz_error *err)
 {
-    return cz_muon_prepare_tasks(mp, params, NULL, n, err);
+    return cz__muon_prepare_tasks(mp, params, NULL, n, err);
 }
 
-void cz_muon_prep_free(cz_muon_prep *mp)
+void cz__muon_prep_free(cz_muon_prep *mp)
 {
-    cz_exec_free(mp->blks);
+    cz__exec_free(mp->blks);
     *mp = (cz_muon_prep){0};
 }
 
-int cz_muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
-                const float *const *in, float *const *out, float *batch, float *work,
-                void (*progress)(void *), void *ctx, cz_error *err)
+int cz__muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
+                 const float *const *in, float *const *out, float *batch, float *work,
+                 void (*progress)(void *), void *ctx, cz_error *err)
 {
     const cz_compute_ops *ops = c->ops;
     for (int s = 0; s < mp->nblk;) {
@@ -169,7 +169,7 @@ int cz_muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
             return rc;
         for (int k = 0; k < cnt; k++) {
             const cz_muon_blk *br = &mp->blks[s + k];
-            float scale = cz_muon_scale(h, br->b.rows, br->b.cols);
+            float scale = cz__muon_scale(h, br->b.rows, br->b.cols);
             ops->block_store(c, out[br->mat] + br->b.r0 * br->ld + br->b.c0, br->ld, batch + k * sz,
                              br->b.rows, br->b.cols, br->transposed, scale);
         }
@@ -180,7 +180,7 @@ int cz_muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
     return CZ_OK;
 }
 
-void cz_muon_coop_sizes(const cz_muon_coop *b, int64_t *x_n, int64_t *gram_n, int64_t *work_n)
+void cz__muon_coop_sizes(const cz_muon_coop *b, int64_t *x_n, int64_t *gram_n, int64_t *work_n)
 {
     *x_n = b->count * b->a * b->n;
     *gram_n = b->count * cz_ns_packed_len(b->a);
@@ -213,10 +213,10 @@ static void drain_panels(cz_plane *pl, cz_comm_req *const *reqs, int from, int p
  * The iteration ends with X_j = a X_j + b Y + c A Y (A(AX)) or with B = b A + c A A applied
  * (standard form, which needs the whole A). The planner's cost model charges this same
  * pipeline (cz__coop_time_of). */
-int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, const cz_muon_coop *b,
-                     const float *const *in, float *const *out, float *x, float *gram, float *work,
-                     double *sq, cz_event *ev, cz_comm_req *const *reqs, void (*progress)(void *),
-                     void *ctx, cz_error *err)
+int cz__muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, const cz_muon_coop *b,
+                      const float *const *in, float *const *out, float *x, float *gram, float *work,
+                      double *sq, cz_event *ev, cz_comm_req *const *reqs, void (*progress)(void *),
+                      void *ctx, cz_error *err)
 {
     const cz_compute_ops *ops = c->ops;
     int64_t a = b->a, n = b->n, sz = a * n, pn = b->prows * b->pcols;
@@ -267,19 +267,19 @@ int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, cons
             progress(ctx);
     }
     /* The scale is the whole region's: every member applies the same. */
-    float scale = cz_muon_scale(h, b->rows, b->cols);
+    float scale = cz__muon_scale(h, b->rows, b->cols);
     for (int i = 0; i < b->count; i++)
         ops->block_store(c, out[i], b->pcols, x + i * sz, b->prows, b->pcols, b->transposed, scale);
     return CZ_OK;
 }
 
-int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
-                          const cz_plan_param *const *params, const float *const *in,
-                          float *const *out, int n, cz_error *err)
+int cz__muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
+                           const cz_plan_param *const *params, const float *const *in,
+                           float *const *out, int n, cz_error *err)
 {
     cz_muon_prep mp;
     float *batch = NULL, *work = NULL;
-    int rc = cz_muon_prepare(&mp, params, n, err);
+    int rc = cz__muon_prepare(&mp, params, n, err);
     if (rc)
         return rc;
     batch = c->ops->alloc(c, (size_t)(mp.batch_n + 1) * sizeof(float));
@@ -289,12 +289,12 @@ int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
                            (long long)(mp.batch_n + mp.work_n));
         goto out;
     }
-    rc = cz_muon_run(c, h, &mp, in, out, batch, work, NULL, NULL, err);
+    rc = cz__muon_run(c, h, &mp, in, out, batch, work, NULL, NULL, err);
 out:
     if (batch)
         c->ops->release(c, batch);
     if (work)
         c->ops->release(c, work);
-    cz_muon_prep_free(&mp);
+    cz__muon_prep_free(&mp);
     return rc;
 }

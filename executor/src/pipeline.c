@@ -14,11 +14,11 @@
  *
  * Everything moves by parts: a part is the region of the full matrix one slot computes: a
  * whole matrix (today's task), one block of it (a block task), or one member's slice of a
- * cooperative task's region (cz_exec_task_parts). The holder of a part receives from every TP
- * rank the elements of its shard inside the part (cz_region_runs), keeps the part's momentum,
+ * cooperative task's region (cz__exec_task_parts). The holder of a part receives from every TP
+ * rank the elements of its shard inside the part (cz__region_runs), keeps the part's momentum,
  * and returns to every TP rank the elements of its shard inside the part's update. Whole-matrix
  * parts give exactly the layouts below as before. The members of a cooperative task then
- * compute their slices together (cz_muon_coop_run), all-reducing over a sub-plane of the TP
+ * compute their slices together (cz__muon_coop_run), all-reducing over a sub-plane of the TP
  * plane split at create time per width (color tp_rank / k).
  *
  * Buffer layouts (elements, parts always in the group's order: tasks in flat order, a
@@ -84,7 +84,7 @@ typedef struct pgroup {
     cz_runs *apply;        /* (my shard, update) pairs from scatter recv (sc: scatter send) */
     hpart *hosted;         /* the parts I hold, in order */
     int nhosted;
-    /* The hosted (width 1) parts, batched by cz_muon_run. */
+    /* The hosted (width 1) parts, batched by cz__muon_run. */
     const cz_plan_param **hp;
     int *hb;
     const float **hin;
@@ -114,7 +114,7 @@ struct cz_pipeline {
     int nwidths;
     int widths[CZ_MAX_COOP_WIDTHS];
     cz_plane wplanes[CZ_MAX_COOP_WIDTHS];
-    /* Per sub-plane, one request per Gram panel (cz_muon_coop_run). */
+    /* Per sub-plane, one request per Gram panel (cz__muon_coop_run). */
     cz_comm_req *wreqs[CZ_MAX_COOP_WIDTHS][CZ_COOP_MAX_PANELS];
 };
 
@@ -123,8 +123,8 @@ static bool replicated(const cz_plan_param *p)
     return p->def.tp_dim < 0;
 }
 
-int cz_exec_task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_exec_part *out,
-                       int max)
+int cz__exec_task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_exec_part *out,
+                        int max)
 {
     const cz_plan_param *p = &plan->params[g->task_param[t]];
     int b = cz_group_task_block(g, t), k = cz_group_task_width(g, t);
@@ -154,7 +154,7 @@ int cz_exec_task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_ex
     return k;
 }
 
-float *cz_exec_momentum_of(const cz_executor *ex, int param, const cz_block *part)
+float *cz__exec_momentum_of(const cz_executor *ex, int param, const cz_block *part)
 {
     for (int i = 0; i < ex->nmom; i++) {
         const cz_momentum_part *m = &ex->mom[i];
@@ -180,12 +180,12 @@ static int64_t part_numel(const cz_exec_part *x)
 static int64_t gcount(const cz_executor *ex, const cz_exec_part *x, int r)
 {
     const cz_plan_param *p = &ex->plan->params[x->param];
-    return replicated(p) ? 0 : cz_shard_region_numel(p, ex->tp, r, &x->part);
+    return replicated(p) ? 0 : cz__shard_region_numel(p, ex->tp, r, &x->part);
 }
 
 static int64_t scount(const cz_executor *ex, const cz_exec_part *x, int r)
 {
-    return cz_shard_region_numel(&ex->plan->params[x->param], ex->tp, r, &x->part);
+    return cz__shard_region_numel(&ex->plan->params[x->param], ex->tp, r, &x->part);
 }
 
 static int list_parts(cz_executor *ex, pgroup *pg, cz_error *err)
@@ -194,11 +194,11 @@ static int list_parts(cz_executor *ex, pgroup *pg, cz_error *err)
     int n = 0;
     for (int t = 0; t < g->ntasks; t++)
         n += cz_group_task_width(g, t);
-    pg->parts = cz_exec_calloc((size_t)n + 1, sizeof *pg->parts);
+    pg->parts = cz__exec_calloc((size_t)n + 1, sizeof *pg->parts);
     if (!pg->parts)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
     for (int t = 0; t < g->ntasks; t++)
-        pg->nparts += cz_exec_task_parts(ex->plan, g, t, pg->parts + pg->nparts, n - pg->nparts);
+        pg->nparts += cz__exec_task_parts(ex->plan, g, t, pg->parts + pg->nparts, n - pg->nparts);
     return CZ_OK;
 }
 
@@ -210,10 +210,10 @@ static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
         return rc;
     int64_t *arrs[8];
     for (int k = 0; k < 8; k++) {
-        arrs[k] = cz_exec_calloc((size_t)tp, sizeof(int64_t));
+        arrs[k] = cz__exec_calloc((size_t)tp, sizeof(int64_t));
         if (!arrs[k]) {
             for (int j = 0; j < k; j++)
-                cz_exec_free(arrs[j]);
+                cz__exec_free(arrs[j]);
             return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
         }
     }
@@ -286,7 +286,7 @@ static int make_runs(cz_executor *ex, cz_run_list *l, cz_runs **out, cz_error *e
 {
     *out = ex->compute.ops->runs_create(&ex->compute, l->v, l->n);
     size_t n = l->n;
-    cz_run_list_free(l);
+    cz__run_list_free(l);
     return *out ? CZ_OK : cz__error_set(err, CZ_ENOMEM, "out of memory for %zu copy runs", n);
 }
 
@@ -305,7 +305,7 @@ static int layout_coop(cz_executor *ex, pgroup *pg, cz_error *err)
 {
     struct cz_pipeline *pp = ex->pipe;
     size_t nh = (size_t)pg->nhosted + 1;
-    pg->coop = cz_exec_calloc(nh, sizeof *pg->coop);
+    pg->coop = cz__exec_calloc(nh, sizeof *pg->coop);
     if (!pg->coop)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for cooperative batches");
     for (int i = 0; i < pg->nhosted; i++) {
@@ -321,7 +321,7 @@ static int layout_coop(cz_executor *ex, pgroup *pg, cz_error *err)
         sh.a = tall ? x->region.cols : x->region.rows;
         sh.n = tall ? x->part.rows : x->part.cols;
         /* 1 .. min(CZ_COOP_MAX_PANELS, a), as the sub-plane's requests need: the reader and the
-         * structural check (cz_exec_plan_check, at create) refuse any other count. */
+         * structural check (cz__exec_plan_check, at create) refuse any other count. */
         sh.panels = x->panels;
         int first = x->slot - x->member, b = 0;
         while (b < pg->ncoop &&
@@ -337,8 +337,8 @@ static int layout_coop(cz_executor *ex, pgroup *pg, cz_error *err)
             cb->width = x->width;
             cb->first_slot = first;
             cb->plane = width_plane(pp, x->width);
-            cb->in = cz_exec_calloc(nh, sizeof *cb->in);
-            cb->out = cz_exec_calloc(nh, sizeof *cb->out);
+            cb->in = cz__exec_calloc(nh, sizeof *cb->in);
+            cb->out = cz__exec_calloc(nh, sizeof *cb->out);
             if (!cb->in || !cb->out)
                 return cz__error_set(err, CZ_ENOMEM, "out of memory for cooperative batches");
             if (!cb->plane)
@@ -349,7 +349,7 @@ static int layout_coop(cz_executor *ex, pgroup *pg, cz_error *err)
     }
     for (int b = 0; b < pg->ncoop; b++) {
         int64_t xn, gn, wn;
-        cz_muon_coop_sizes(&pg->coop[b].shape, &xn, &gn, &wn);
+        cz__muon_coop_sizes(&pg->coop[b].shape, &xn, &gn, &wn);
         if (xn > pp->batch_n)
             pp->batch_n = xn;
         if (gn > pp->gram_n)
@@ -371,11 +371,11 @@ static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
     size_t nh = (size_t)pg->nhosted + 1;
     cz_run_list l = {0};
     pg->nhosted = 0; /* counted by layout_counts; listed again below */
-    pg->hosted = cz_exec_calloc(nh, sizeof *pg->hosted);
-    pg->hp = cz_exec_calloc(nh, sizeof *pg->hp);
-    pg->hb = cz_exec_calloc(nh, sizeof *pg->hb);
-    pg->hin = cz_exec_calloc(nh, sizeof *pg->hin);
-    pg->hout = cz_exec_calloc(nh, sizeof *pg->hout);
+    pg->hosted = cz__exec_calloc(nh, sizeof *pg->hosted);
+    pg->hp = cz__exec_calloc(nh, sizeof *pg->hp);
+    pg->hb = cz__exec_calloc(nh, sizeof *pg->hb);
+    pg->hin = cz__exec_calloc(nh, sizeof *pg->hin);
+    pg->hout = cz__exec_calloc(nh, sizeof *pg->hout);
     if (!pg->hosted || !pg->hp || !pg->hb || !pg->hin || !pg->hout)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
 
@@ -388,8 +388,8 @@ static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
             const cz_plan_param *p = &plan->params[x->param];
             if (replicated(p) || (!ex->sc && x->slot != s))
                 continue;
-            rc = cz_region_runs(p, tp, me, &x->part, pos, cz_exec_param_offset(ex, p->id), 1, 1, &l,
-                                err);
+            rc = cz__region_runs(p, tp, me, &x->part, pos, cz__exec_param_offset(ex, p->id), 1, 1,
+                                 &l, err);
             pos += gcount(ex, x, me);
         }
     if (!rc)
@@ -423,7 +423,7 @@ static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
             const hpart *h = &pg->hosted[k];
             if (replicated(h->p))
                 continue;
-            rc = cz_region_runs(h->p, tp, r, &h->x.part, rpos, h->off, 0, 0, &l, err);
+            rc = cz__region_runs(h->p, tp, r, &h->x.part, rpos, h->off, 0, 0, &l, err);
             rpos += gcount(ex, &h->x, r);
         }
     }
@@ -432,8 +432,8 @@ static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
     for (int k = 0; k < pg->nhosted && !rc; k++) {
         const hpart *h = &pg->hosted[k];
         if (replicated(h->p)) /* the message of a replicated part is the part itself */
-            rc = cz_region_runs(h->p, tp, me, &h->x.part, h->off,
-                                cz_exec_param_offset(ex, h->p->id), 1, 1, &l, err);
+            rc = cz__region_runs(h->p, tp, me, &h->x.part, h->off,
+                                 cz__exec_param_offset(ex, h->p->id), 1, 1, &l, err);
     }
     if (!rc)
         rc = make_runs(ex, &l, &pg->unpack_local, err);
@@ -446,7 +446,7 @@ static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
         int64_t spos = ex->sc ? 0 : pg->scatter_send_displs[r];
         for (int k = 0; k < pg->nhosted && !rc; k++) {
             const hpart *h = &pg->hosted[k];
-            rc = cz_region_runs(h->p, tp, r, &h->x.part, spos, h->off, 0, 1, &l, err);
+            rc = cz__region_runs(h->p, tp, r, &h->x.part, spos, h->off, 0, 1, &l, err);
             spos += scount(ex, &h->x, r);
         }
     }
@@ -462,16 +462,16 @@ static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
             if (!ex->sc && x->slot != s)
                 continue;
             const cz_plan_param *p = &plan->params[x->param];
-            rc = cz_region_runs(p, tp, me, &x->part, upos, cz_exec_param_offset(ex, p->id), 1, 0,
-                                &l, err);
+            rc = cz__region_runs(p, tp, me, &x->part, upos, cz__exec_param_offset(ex, p->id), 1, 0,
+                                 &l, err);
             upos += scount(ex, x, me);
         }
     }
     if (!rc)
         rc = make_runs(ex, &l, &pg->apply, err);
-    cz_run_list_free(&l);
+    cz__run_list_free(&l);
     if (!rc)
-        rc = cz_muon_prepare_tasks(&pg->muon, pg->hp, pg->hb, pg->nh1, err);
+        rc = cz__muon_prepare_tasks(&pg->muon, pg->hp, pg->hb, pg->nh1, err);
     if (!rc) {
         if (pg->muon.batch_n > pp->batch_n)
             pp->batch_n = pg->muon.batch_n;
@@ -523,10 +523,10 @@ static int open_width_planes(cz_executor *ex, cz_error *err)
     return CZ_OK;
 }
 
-int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
+int cz__exec_pipeline_init(cz_executor *ex, cz_error *err)
 {
     const cz_rank_schedule *rs = ex->schedule;
-    struct cz_pipeline *pp = cz_exec_calloc(1, sizeof *pp);
+    struct cz_pipeline *pp = cz__exec_calloc(1, sizeof *pp);
     if (!pp)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
     ex->pipe = pp;
@@ -535,7 +535,7 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
     if (rc)
         return rc;
     pp->ngroups = rs->ngroups;
-    pp->groups = cz_exec_calloc(rs->ngroups > 0 ? (size_t)rs->ngroups : 1, sizeof *pp->groups);
+    pp->groups = cz__exec_calloc(rs->ngroups > 0 ? (size_t)rs->ngroups : 1, sizeof *pp->groups);
     if (!pp->groups)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
     int nmom = 0;
@@ -549,7 +549,7 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
     /* full_g/full_u first: the groups' Muon input and output pointers point into them. */
     pp->full_g = falloc(ex, pp->full_n);
     pp->full_u = falloc(ex, pp->full_n);
-    ex->mom = cz_exec_calloc((size_t)nmom + 1, sizeof *ex->mom);
+    ex->mom = cz__exec_calloc((size_t)nmom + 1, sizeof *ex->mom);
     if (!pp->full_g || !pp->full_u || !ex->mom)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the host buffers (%lld elements)",
                              (long long)pp->full_n);
@@ -563,11 +563,12 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
             int id = h->x.param;
             if (ex->use_shampoo || ex->use_soap) {
                 /* Shampoo and SOAP plans have whole-matrix tasks only (plan_check). */
-                int rc2 = ex->use_shampoo
-                              ? cz_shampoo_state_create(&ex->compute, &ex->shampoo, h->p,
-                                                        &ex->shampoo_state[id], &pp->sh_work_n, err)
-                              : cz_soap_state_create(&ex->compute, &ex->soap, h->p,
-                                                     &ex->soap_state[id], &pp->sh_work_n, err);
+                int rc2 =
+                    ex->use_shampoo
+                        ? cz__shampoo_state_create(&ex->compute, &ex->shampoo, h->p,
+                                                   &ex->shampoo_state[id], &pp->sh_work_n, err)
+                        : cz__soap_state_create(&ex->compute, &ex->soap, h->p, &ex->soap_state[id],
+                                                &pp->sh_work_n, err);
                 if (rc2)
                     return rc2;
                 continue;
@@ -619,7 +620,7 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
     return CZ_OK;
 }
 
-void cz_exec_pipeline_free(cz_executor *ex)
+void cz__exec_pipeline_free(cz_executor *ex)
 {
     struct cz_pipeline *pp = ex->pipe;
     if (!pp)
@@ -632,22 +633,22 @@ void cz_exec_pipeline_free(cz_executor *ex)
                                pg->scatter_send_counts, pg->scatter_send_displs,
                                pg->scatter_recv_counts, pg->scatter_recv_displs};
         for (int k = 0; k < 8; k++)
-            cz_exec_free(layouts[k]);
+            cz__exec_free(layouts[k]);
         cz_runs *runs[5] = {pg->gather_pack, pg->unpack_recv, pg->unpack_local, pg->scatter_pack,
                             pg->apply};
         for (int k = 0; k < 5; k++)
             if (runs[k])
                 c->ops->runs_free(c, runs[k]);
         for (int b = 0; pg->coop && b < pg->ncoop; b++) {
-            cz_exec_free(pg->coop[b].in);
-            cz_exec_free(pg->coop[b].out);
+            cz__exec_free(pg->coop[b].in);
+            cz__exec_free(pg->coop[b].out);
         }
-        cz_exec_free(pg->coop);
-        cz_exec_free(pg->parts), cz_exec_free(pg->hosted), cz_exec_free(pg->hp);
-        cz_exec_free(pg->hb), cz_exec_free(pg->hin), cz_exec_free(pg->hout);
-        cz_muon_prep_free(&pg->muon);
+        cz__exec_free(pg->coop);
+        cz__exec_free(pg->parts), cz__exec_free(pg->hosted), cz__exec_free(pg->hp);
+        cz__exec_free(pg->hb), cz__exec_free(pg->hin), cz__exec_free(pg->hout);
+        cz__muon_prep_free(&pg->muon);
     }
-    cz_exec_free(pp->groups);
+    cz__exec_free(pp->groups);
     float *bufs[] = {pp->gather_send[0],
                      pp->gather_send[1],
                      pp->gather_recv[0],
@@ -685,9 +686,9 @@ void cz_exec_pipeline_free(cz_executor *ex)
         for (int q = 0; q < CZ_COOP_MAX_PANELS; q++)
             if (pp->wreqs[i][q])
                 pp->wplanes[i].ops->req_free(&pp->wplanes[i], pp->wreqs[i][q]);
-        cz_plane_close(&pp->wplanes[i]);
+        cz__plane_close(&pp->wplanes[i]);
     }
-    cz_exec_free(pp);
+    cz__exec_free(pp);
     ex->pipe = NULL;
 }
 
@@ -767,11 +768,11 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
         const hpart *h = &pg->hosted[k];
         float *hg = pp->full_g + h->off, *hu = pp->full_u + h->off;
         if (ex->use_shampoo)
-            rc = cz_shampoo_run(c, &ex->shampoo, ex->shampoo_state[h->x.param], hg, hu,
-                                ex->steps + 1, pp->sh_work, pp->sh_stats, err);
+            rc = cz__shampoo_run(c, &ex->shampoo, ex->shampoo_state[h->x.param], hg, hu,
+                                 ex->steps + 1, pp->sh_work, pp->sh_stats, err);
         else
-            rc = cz_soap_run(c, &ex->soap, ex->soap_state[h->x.param], hg, hu, ex->steps + 1,
-                             pp->sh_work, err);
+            rc = cz__soap_run(c, &ex->soap, ex->soap_state[h->x.param], hg, hu, ex->steps + 1,
+                              pp->sh_work, err);
         progress_inflight(&pc);
     }
     for (int k = 0; k < pg->nhosted && !linalg; k++) {
@@ -785,13 +786,13 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
      * it at every all-reduce, so none of them should first spend time on its hosted work. */
     for (int b = 0; b < pg->ncoop && !linalg && !rc; b++) {
         coop_batch *cb = &pg->coop[b];
-        rc = cz_muon_coop_run(c, cb->plane, &ex->muon, &cb->shape, cb->in, cb->out, pp->batch,
-                              pp->gram, pp->work, pp->sq, pp->coop_ready,
-                              pp->wreqs[cb->plane - pp->wplanes], progress_inflight, &pc, err);
+        rc = cz__muon_coop_run(c, cb->plane, &ex->muon, &cb->shape, cb->in, cb->out, pp->batch,
+                               pp->gram, pp->work, pp->sq, pp->coop_ready,
+                               pp->wreqs[cb->plane - pp->wplanes], progress_inflight, &pc, err);
     }
     if (!rc && !linalg)
-        rc = cz_muon_run(c, &ex->muon, &pg->muon, pg->hin, pg->hout, pp->batch, pp->work,
-                         progress_inflight, &pc, err);
+        rc = cz__muon_run(c, &ex->muon, &pg->muon, pg->hin, pg->hout, pp->batch, pp->work,
+                          progress_inflight, &pc, err);
     if (rc)
         return rc;
     float *send = pp->scatter_send[gi % 2];
@@ -816,7 +817,7 @@ static int finish_group(cz_executor *ex, int gi, float *P, cz_error *err)
     return CZ_OK;
 }
 
-int cz_exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err)
+int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err)
 {
     struct cz_pipeline *pp = ex->pipe;
     int ng = pp->ngroups, rc = CZ_OK;
@@ -825,9 +826,9 @@ int cz_exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error 
     for (int k = 0; ex->shampoo_decay && k < ex->nowned; k++) {
         int i = ex->owned[k];
         if (ex->shampoo_decay[i])
-            cz_shampoo_decay_momentum(&ex->compute, &ex->shampoo, P + cz_exec_param_offset(ex, i),
-                                      ex->shampoo_decay[i], ex->plan->params[i].numel, ex->muon.lr,
-                                      ex->muon.weight_decay);
+            cz__shampoo_decay_momentum(&ex->compute, &ex->shampoo, P + cz__exec_param_offset(ex, i),
+                                       ex->shampoo_decay[i], ex->plan->params[i].numel, ex->muon.lr,
+                                       ex->muon.weight_decay);
     }
     if (ng == 0)
         return CZ_OK;

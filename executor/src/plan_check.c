@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cz_exec_bucket_index(const cz_plan *plan, int id)
+int cz__exec_bucket_index(const cz_plan *plan, int id)
 {
     if (id >= 0 && (size_t)id < plan->nbuckets && plan->buckets[id].id == id)
         return id;
@@ -57,7 +57,7 @@ static int check_params(const cz_plan *plan, cz_error *err)
                                  "plan $.params[%zu] ('%s') is a matrix-optimizer parameter but "
                                  "has %d dimensions",
                                  i, p->def.name, p->def.ndim);
-        int rc = cz_shard_check(p, plan->tp, err);
+        int rc = cz__shard_check(p, plan->tp, err);
         if (rc)
             return rc;
     }
@@ -95,7 +95,7 @@ static int check_structure(const cz_plan *plan, cz_error *err)
     return rc;
 }
 
-int cz_exec_plan_check(const cz_plan *plan, cz_error *err)
+int cz__exec_plan_check(const cz_plan *plan, cz_error *err)
 {
     if (plan->pp != 1)
         return cz__error_set(err, CZ_EUNSUPPORTED,
@@ -140,7 +140,7 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n)
         h = fnv(h, &fv_, sizeof fv_);                                                              \
     } while (0)
 
-uint64_t cz_exec_plan_fingerprint(const cz_plan *plan)
+uint64_t cz__exec_plan_fingerprint(const cz_plan *plan)
 {
     uint64_t h = 1469598103934665603ull;
     FNV_VAL(h, plan->dp);

@@ -5,7 +5,7 @@
  * direction X_L Ghat X_R of the filtered, bias-corrected gradient Ghat from start_step on; its
  * per-block Frobenius norm grafted from a diagonal method (AdaGrad by default); momentum or
  * Nesterov on the direction plus the decoupled weight decay, whose part of the momentum the
- * ranks holding the parameters keep (cz_shampoo_decay_momentum). Sides longer than max_dim are cut
+ * ranks holding the parameters keep (cz__shampoo_decay_momentum). Sides longer than max_dim are cut
  * into tiles, each an independent Shampoo block (Distributed Shampoo's blocking). Data is
  * touched only through the compute ops. */
 #include "exec_internal.h"
@@ -24,8 +24,8 @@ struct cz_shampoo_state {
     sh_tile *tiles;
 };
 
-int cz_shampoo_hparams_from_config(cz_shampoo_hparams *h, const cz_exec_config *cfg, int freq,
-                                   cz_error *err)
+int cz__shampoo_hparams_from_config(cz_shampoo_hparams *h, const cz_exec_config *cfg, int freq,
+                                    cz_error *err)
 {
     *h = (cz_shampoo_hparams){
         .lr = cfg->lr == 0.0f ? CZ_SHAMPOO_LR : cfg->lr,
@@ -89,13 +89,13 @@ static float *tile_alloc(cz_compute *c, cz_shampoo_state *s, int64_t n)
     return c->ops->alloc(c, (size_t)n * sizeof(float));
 }
 
-int cz_shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz_plan_param *p,
-                            cz_shampoo_state **out, int64_t *work_n, cz_error *err)
+int cz__shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz_plan_param *p,
+                             cz_shampoo_state **out, int64_t *work_n, cz_error *err)
 {
     cz_block blocks[CZ_MAX_BLOCKS];
-    int nb = cz_param_blocks(p, blocks, CZ_MAX_BLOCKS), n = 0;
+    int nb = cz__param_blocks(p, blocks, CZ_MAX_BLOCKS), n = 0;
     int64_t d = h->max_dim;
-    cz_shampoo_state *s = cz_exec_calloc(1, sizeof *s);
+    cz_shampoo_state *s = cz__exec_calloc(1, sizeof *s);
     if (!s)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'",
                              p->def.name);
@@ -103,7 +103,7 @@ int cz_shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz
     s->ld = p->def.ndim == 1 ? 1 : p->def.shape[1];
     for (int b = 0; b < nb; b++)
         s->ntiles += (int)(((blocks[b].rows + d - 1) / d) * ((blocks[b].cols + d - 1) / d));
-    s->tiles = cz_exec_calloc((size_t)s->ntiles, sizeof *s->tiles);
+    s->tiles = cz__exec_calloc((size_t)s->ntiles, sizeof *s->tiles);
     if (!s->tiles)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'",
                              p->def.name);
@@ -133,7 +133,7 @@ int cz_shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz
                 /* Five tile-sized buffers, an eigenbasis, its scaled copy and the solver's
                  * work; a side's eigenvalues. */
                 cz_linalg_work lw;
-                int rc = cz_compute_linalg_work_block(c, r, cl, d, &lw, err);
+                int rc = cz__compute_linalg_work_block(c, r, cl, d, &lw, err);
                 if (rc)
                     return rc;
                 int64_t w = 5 * r * cl + 2 * side * side + side + lw.syevd;
@@ -143,7 +143,7 @@ int cz_shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz
     return CZ_OK;
 }
 
-void cz_shampoo_state_free(cz_compute *c, cz_shampoo_state *s)
+void cz__shampoo_state_free(cz_compute *c, cz_shampoo_state *s)
 {
     if (!s)
         return;
@@ -154,8 +154,8 @@ void cz_shampoo_state_free(cz_compute *c, cz_shampoo_state *s)
             if (v[i])
                 c->ops->release(c, v[i]);
     }
-    cz_exec_free(s->tiles);
-    cz_exec_free(s);
+    cz__exec_free(s->tiles);
+    cz__exec_free(s);
 }
 
 /* Checkpoint tensors of a tile, in the order of sh_tile's fields: the four n x n ones, then
@@ -170,11 +170,11 @@ static bool sh_field_kept(const cz_shampoo_hparams *h, int f)
            (f == 6 && h->momentum > 0.0f);
 }
 
-int64_t cz_shampoo_state_tensors(const cz_shampoo_hparams *h, const cz_plan_param *p,
-                                 cz_state_tensor *out, int64_t max)
+int64_t cz__shampoo_state_tensors(const cz_shampoo_hparams *h, const cz_plan_param *p,
+                                  cz_state_tensor *out, int64_t max)
 {
     cz_block blocks[CZ_MAX_BLOCKS];
-    int nb = cz_param_blocks(p, blocks, CZ_MAX_BLOCKS);
+    int nb = cz__param_blocks(p, blocks, CZ_MAX_BLOCKS);
     int64_t d = h->max_dim, n = 0;
     for (int b = 0; b < nb; b++)
         for (int64_t i = 0; i < blocks[b].rows; i += d)
@@ -207,7 +207,7 @@ int64_t cz_shampoo_state_tensors(const cz_shampoo_hparams *h, const cz_plan_para
     return n;
 }
 
-float *cz_shampoo_state_tensor(cz_shampoo_state *s, int64_t k)
+float *cz__shampoo_state_tensor(cz_shampoo_state *s, int64_t k)
 {
     for (int i = 0; s && i < s->ntiles; i++) {
         sh_tile *t = &s->tiles[i];
@@ -219,7 +219,7 @@ float *cz_shampoo_state_tensor(cz_shampoo_state *s, int64_t k)
     return NULL;
 }
 
-int64_t cz_shampoo_state_bytes(const cz_shampoo_state *s)
+int64_t cz__shampoo_state_bytes(const cz_shampoo_state *s)
 {
     return s ? s->bytes : 0;
 }
@@ -241,15 +241,15 @@ static int inverse_root(cz_compute *c, const cz_shampoo_hparams *h, const float 
     return CZ_OK;
 }
 
-bool cz_shampoo_refreshes(const cz_shampoo_hparams *h, int64_t t)
+bool cz__shampoo_refreshes(const cz_shampoo_hparams *h, int64_t t)
 {
     /* Not at multiples of the frequency before the start step: their roots would go unused,
      * and one start step that is not a multiple would use roots up to freq - 1 steps old. */
     return t == h->start_step || (t > h->start_step && t % h->freq == 0);
 }
 
-void cz_shampoo_decay_momentum(cz_compute *c, const cz_shampoo_hparams *h, float *p, float *b,
-                               int64_t n, float lr, float wd)
+void cz__shampoo_decay_momentum(cz_compute *c, const cz_shampoo_hparams *h, float *p, float *b,
+                                int64_t n, float lr, float wd)
 {
     const cz_compute_ops *o = c->ops;
     o->axpby(c, b, p, n, h->momentum, wd);
@@ -277,7 +277,7 @@ static int tile_step(cz_compute *c, const cz_shampoo_hparams *h, sh_tile *tl, in
         o->sq_accum(c, tl->acc, gt, n, 1.0f, 1.0f);
     else if (h->grafting != CZ_GRAFT_NONE)
         o->sq_accum(c, tl->acc, gt, n, h->graft_beta2, 1.0f - h->graft_beta2);
-    if (cz_shampoo_refreshes(h, t)) {
+    if (cz__shampoo_refreshes(h, t)) {
         float bias = h->beta2 < 1.0f && h->bias_correction
                          ? (float)(1.0 - pow((double)h->beta2, (double)t))
                          : 1.0f;
@@ -326,8 +326,8 @@ static int tile_step(cz_compute *c, const cz_shampoo_hparams *h, sh_tile *tl, in
     return CZ_OK;
 }
 
-int cz_shampoo_run(cz_compute *c, const cz_shampoo_hparams *h, cz_shampoo_state *s, const float *g,
-                   float *u, int64_t t, float *work, double *stats, cz_error *err)
+int cz__shampoo_run(cz_compute *c, const cz_shampoo_hparams *h, cz_shampoo_state *s, const float *g,
+                    float *u, int64_t t, float *work, double *stats, cz_error *err)
 {
     for (int k = 0; k < s->ntiles; k++) {
         int rc = tile_step(c, h, &s->tiles[k], s->ld, g, u, t, work, stats, err);

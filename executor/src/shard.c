@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-int cz_shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max)
+int cz__shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max)
 {
     if (max < 1)
         return 0;
@@ -48,7 +48,7 @@ static void shard_copy(const cz_plan_param *p, int tp, int r, float *full, float
         return;
     }
     int64_t lo[CZ_MAX_BLOCKS], hi[CZ_MAX_BLOCKS];
-    int n = cz_shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS);
+    int n = cz__shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS);
     if (p->def.tp_dim == 0) {
         /* Row ranges: contiguous runs of whole rows. */
         float *s = shard;
@@ -81,17 +81,17 @@ static void shard_copy(const cz_plan_param *p, int tp, int r, float *full, float
     }
 }
 
-void cz_shard_pack(const cz_plan_param *p, int tp, int r, const float *full, float *shard)
+void cz__shard_pack(const cz_plan_param *p, int tp, int r, const float *full, float *shard)
 {
     shard_copy(p, tp, r, (float *)full, shard, 0);
 }
 
-void cz_shard_unpack(const cz_plan_param *p, int tp, int r, const float *shard, float *full)
+void cz__shard_unpack(const cz_plan_param *p, int tp, int r, const float *shard, float *full)
 {
     shard_copy(p, tp, r, full, (float *)shard, 1);
 }
 
-int cz_run_list_add(cz_run_list *l, int64_t dst, int64_t src, int64_t len, cz_error *err)
+int cz__run_list_add(cz_run_list *l, int64_t dst, int64_t src, int64_t len, cz_error *err)
 {
     if (len <= 0)
         return CZ_OK;
@@ -104,12 +104,12 @@ int cz_run_list_add(cz_run_list *l, int64_t dst, int64_t src, int64_t len, cz_er
     }
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 16;
-        cz_copy_run *v = cz_exec_malloc(cap * sizeof *v);
+        cz_copy_run *v = cz__exec_malloc(cap * sizeof *v);
         if (!v)
             return cz__error_set(err, CZ_ENOMEM, "out of memory for %zu copy runs", cap);
         if (l->n)
             memcpy(v, l->v, l->n * sizeof *v);
-        cz_exec_free(l->v);
+        cz__exec_free(l->v);
         l->v = v;
         l->cap = cap;
     }
@@ -117,26 +117,26 @@ int cz_run_list_add(cz_run_list *l, int64_t dst, int64_t src, int64_t len, cz_er
     return CZ_OK;
 }
 
-void cz_run_list_free(cz_run_list *l)
+void cz__run_list_free(cz_run_list *l)
 {
-    cz_exec_free(l->v);
+    cz__exec_free(l->v);
     *l = (cz_run_list){0};
 }
 
 /* Adds one copy between full offset f and shard offset s in the direction asked. */
 static int add_dir(cz_run_list *l, int unpack, int64_t f, int64_t s, int64_t len, cz_error *err)
 {
-    return unpack ? cz_run_list_add(l, f, s, len, err) : cz_run_list_add(l, s, f, len, err);
+    return unpack ? cz__run_list_add(l, f, s, len, err) : cz__run_list_add(l, s, f, len, err);
 }
 
-int cz_shard_runs(const cz_plan_param *p, int tp, int r, int64_t full_off, int64_t shard_off,
-                  int unpack, cz_run_list *l, cz_error *err)
+int cz__shard_runs(const cz_plan_param *p, int tp, int r, int64_t full_off, int64_t shard_off,
+                   int unpack, cz_run_list *l, cz_error *err)
 {
     int64_t rows = p->def.shape[0], cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
     if (p->def.tp_dim < 0 || tp == 1)
         return add_dir(l, unpack, full_off, shard_off, rows * cols, err);
     int64_t lo[CZ_MAX_BLOCKS], hi[CZ_MAX_BLOCKS];
-    int n = cz_shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS), rc = CZ_OK;
+    int n = cz__shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS), rc = CZ_OK;
     int64_t s = shard_off;
     if (p->def.tp_dim == 0) {
         for (int k = 0; k < n && !rc; k++) {
@@ -153,7 +153,7 @@ int cz_shard_runs(const cz_plan_param *p, int tp, int r, int64_t full_off, int64
     return rc;
 }
 
-int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err)
+int cz__shard_check(const cz_plan_param *p, int tp, cz_error *err)
 {
     int64_t rows = p->def.shape[0], cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
     int64_t lr = rows, lc = cols;
@@ -244,7 +244,7 @@ static int region_walk(const cz_plan_param *p, int tp, int r, const cz_block *b,
         return rc;
     }
     int64_t lo[CZ_MAX_BLOCKS], hi[CZ_MAX_BLOCKS];
-    int n = cz_shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS);
+    int n = cz__shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS);
     if (p->def.tp_dim == 0) {
         /* Shard rows are the ranges' full rows, in range order. */
         int64_t off = 0;
@@ -280,7 +280,7 @@ static int count_run(void *ctx, int64_t fr, int64_t fc, int64_t shard_idx, int64
     return CZ_OK;
 }
 
-int64_t cz_shard_region_numel(const cz_plan_param *p, int tp, int r, const cz_block *b)
+int64_t cz__shard_region_numel(const cz_plan_param *p, int tp, int r, const cz_block *b)
 {
     int64_t n = 0;
     region_walk(p, tp, r, b, count_run, &n, NULL);
@@ -300,14 +300,15 @@ static int add_region_run(void *arg, int64_t fr, int64_t fc, int64_t shard_idx, 
     region_ctx *c = arg;
     int64_t o =
         c->other + (c->other_is_shard ? shard_idx : (fr - c->b->r0) * c->b->cols + (fc - c->b->c0));
-    int rc = c->to_msg ? cz_run_list_add(c->l, c->msg, o, len, err)
-                       : cz_run_list_add(c->l, o, c->msg, len, err);
+    int rc = c->to_msg ? cz__run_list_add(c->l, c->msg, o, len, err)
+                       : cz__run_list_add(c->l, o, c->msg, len, err);
     c->msg += len;
     return rc;
 }
 
-int cz_region_runs(const cz_plan_param *p, int tp, int r, const cz_block *b, int64_t msg_off,
-                   int64_t other_off, int other_is_shard, int to_msg, cz_run_list *l, cz_error *err)
+int cz__region_runs(const cz_plan_param *p, int tp, int r, const cz_block *b, int64_t msg_off,
+                    int64_t other_off, int other_is_shard, int to_msg, cz_run_list *l,
+                    cz_error *err)
 {
     region_ctx c = {b, l, msg_off, other_off, other_is_shard, to_msg};
     return region_walk(p, tp, r, b, add_region_run, &c, err);

@@ -25,8 +25,8 @@ struct cz_soap_state {
     soap_blk blk[CZ_MAX_BLOCKS];
 };
 
-int cz_soap_hparams_from_config(cz_soap_hparams *h, const cz_exec_config *cfg, int freq,
-                                int max_dim, cz_error *err)
+int cz__soap_hparams_from_config(cz_soap_hparams *h, const cz_exec_config *cfg, int freq,
+                                 int max_dim, cz_error *err)
 {
     *h = (cz_soap_hparams){
         .lr = cfg->lr == 0.0f ? CZ_SOAP_LR : cfg->lr,
@@ -59,16 +59,16 @@ int cz_soap_hparams_from_config(cz_soap_hparams *h, const cz_exec_config *cfg, i
     return CZ_OK;
 }
 
-int cz_soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_param *p,
-                         cz_soap_state **out, int64_t *work_n, cz_error *err)
+int cz__soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_param *p,
+                          cz_soap_state **out, int64_t *work_n, cz_error *err)
 {
     cz_block blocks[CZ_MAX_BLOCKS];
-    cz_soap_state *s = cz_exec_calloc(1, sizeof *s);
+    cz_soap_state *s = cz__exec_calloc(1, sizeof *s);
     if (!s)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the SOAP state of '%s'",
                              p->def.name);
     *out = s;
-    s->nblk = cz_param_blocks(p, blocks, CZ_MAX_BLOCKS);
+    s->nblk = cz__param_blocks(p, blocks, CZ_MAX_BLOCKS);
     s->ld = p->def.ndim == 1 ? 1 : p->def.shape[1];
     for (int b = 0; b < s->nblk; b++) {
         soap_blk *k = &s->blk[b];
@@ -90,7 +90,7 @@ int cz_soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_
         /* G, two rotation temporaries, M Q (also a rotation temporary: side^2 >= rows*cols),
          * eigenvalues and the largest solver work. */
         cz_linalg_work lw;
-        int rc = cz_compute_linalg_work_block(c, r, cl, h->max_dim, &lw, err);
+        int rc = cz__compute_linalg_work_block(c, r, cl, h->max_dim, &lw, err);
         if (rc)
             return rc;
         int64_t lin = lw.syevd > lw.qr ? lw.syevd : lw.qr;
@@ -102,7 +102,7 @@ int cz_soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_
     return CZ_OK;
 }
 
-void cz_soap_state_free(cz_compute *c, cz_soap_state *s)
+void cz__soap_state_free(cz_compute *c, cz_soap_state *s)
 {
     if (!s)
         return;
@@ -113,7 +113,7 @@ void cz_soap_state_free(cz_compute *c, cz_soap_state *s)
             if (v[i])
                 c->ops->release(c, v[i]);
     }
-    cz_exec_free(s);
+    cz__exec_free(s);
 }
 
 /* Checkpoint tensors of a block, in the order of soap_blk's fields (a side above max_dim has
@@ -121,11 +121,11 @@ void cz_soap_state_free(cz_compute *c, cz_soap_state *s)
 static const char *const SOAP_FIELD[] = {"GG_left", "Q_left",  "GG_right",
                                          "Q_right", "exp_avg", "exp_avg_sq"};
 
-int64_t cz_soap_state_tensors(const cz_soap_hparams *h, const cz_plan_param *p,
-                              cz_state_tensor *out, int64_t max)
+int64_t cz__soap_state_tensors(const cz_soap_hparams *h, const cz_plan_param *p,
+                               cz_state_tensor *out, int64_t max)
 {
     cz_block blocks[CZ_MAX_BLOCKS];
-    int nb = cz_param_blocks(p, blocks, CZ_MAX_BLOCKS);
+    int nb = cz__param_blocks(p, blocks, CZ_MAX_BLOCKS);
     int64_t n = 0;
     for (int b = 0; b < nb; b++) {
         int64_t r = blocks[b].rows, cl = blocks[b].cols;
@@ -151,7 +151,7 @@ int64_t cz_soap_state_tensors(const cz_soap_hparams *h, const cz_plan_param *p,
     return n;
 }
 
-float *cz_soap_state_tensor(cz_soap_state *s, int64_t k)
+float *cz__soap_state_tensor(cz_soap_state *s, int64_t k)
 {
     for (int b = 0; s && b < s->nblk; b++) {
         soap_blk *x = &s->blk[b];
@@ -264,8 +264,8 @@ static int blk_step(cz_compute *c, const cz_soap_hparams *h, soap_blk *k, int64_
     return rc;
 }
 
-int cz_soap_run(cz_compute *c, const cz_soap_hparams *h, cz_soap_state *s, const float *g, float *u,
-                int64_t k, float *work, cz_error *err)
+int cz__soap_run(cz_compute *c, const cz_soap_hparams *h, cz_soap_state *s, const float *g,
+                 float *u, int64_t k, float *work, cz_error *err)
 {
     for (int b = 0; b < s->nblk; b++) {
         int rc = blk_step(c, h, &s->blk[b], s->ld, g, u, k, work, err);

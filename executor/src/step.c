@@ -56,7 +56,7 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
     cz_compute *c = &ex->compute;
     for (int k = 0; k < ex->nowned; k++) {
         int i = ex->owned[k];
-        c->ops->sumsq(c, G + cz_exec_param_offset(ex, i) + ex->piece_lo[i], ex->piece_len[i],
+        c->ops->sumsq(c, G + cz__exec_param_offset(ex, i) + ex->piece_lo[i], ex->piece_len[i],
                       &ex->stats[k]);
     }
     int rc =
@@ -103,7 +103,7 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
         float f = (float)((double)max / (ex->grad_norm + 1e-6));
         for (int k = 0; k < ex->nowned; k++) {
             int i = ex->owned[k];
-            float *g = G + cz_exec_param_offset(ex, i) + ex->piece_lo[i];
+            float *g = G + cz__exec_param_offset(ex, i) + ex->piece_lo[i];
             c->ops->scale(c, g, g, ex->piece_len[i], f);
         }
     }
@@ -130,7 +130,7 @@ static void stage_in(cz_executor *ex)
     cz_compute *c = &ex->compute;
     bool params = ex->dtype == CZ_DTYPE_FP32 || !ex->master_loaded;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
-        int64_t off = cz_exec_param_offset(ex, (int)i), n = ex->plan->params[i].numel;
+        int64_t off = cz__exec_param_offset(ex, (int)i), n = ex->plan->params[i].numel;
         if (params)
             c->ops->convert(c, ex->stage_params + off, CZ_DTYPE_FP32, job_param(ex, i, off),
                             ex->dtype, n);
@@ -144,7 +144,7 @@ static void stage_out(cz_executor *ex)
 {
     cz_compute *c = &ex->compute;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
-        int64_t off = cz_exec_param_offset(ex, (int)i), n = ex->plan->params[i].numel;
+        int64_t off = cz__exec_param_offset(ex, (int)i), n = ex->plan->params[i].numel;
         c->ops->convert(c, job_param(ex, i, off), ex->dtype, ex->stage_params + off, CZ_DTYPE_FP32,
                         n);
     }
@@ -165,7 +165,7 @@ static int check_bound(cz_executor *ex, cz_error *err)
         return rc;
     /* First step: every rank confirms its binding so that a rank that failed to bind cannot
      * leave the others waiting in a collective. */
-    cz_comm_phase("first step: checking every rank's buffers", ex->steps + 1);
+    cz__comm_phase("first step: checking every rank's buffers", ex->steps + 1);
     int64_t v = rc ? ex->ctrl.rank : INT64_MAX;
     cz_error tmp;
     int crc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &v, 1, &tmp);
@@ -188,7 +188,7 @@ static int run_step(cz_executor *ex, cz_error *err)
 {
     int rc;
     cz_exec_timings t = {0};
-    double t0 = cz_exec_now(), t1;
+    double t0 = cz__exec_now(), t1;
     float *P = ex->flat_params, *G = ex->flat_grads;
     int64_t step = ex->steps + 1;
     if (ex->staged) {
@@ -198,47 +198,47 @@ static int run_step(cz_executor *ex, cz_error *err)
     }
     /* The reduce-scatter reads the gradients once every op before (staging) is done. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_grads);
-    cz_comm_phase("gradient reduce-scatter", step);
+    cz__comm_phase("gradient reduce-scatter", step);
     rc = reduce_scatter(ex, G, err);
-    cz_comm_phase("gradient norm and finiteness check", step);
+    cz__comm_phase("gradient norm and finiteness check", step);
     if (!rc)
         rc = grad_stats(ex, G, err);
     if (rc)
         return rc;
-    t1 = cz_exec_now();
+    t1 = cz__exec_now();
     t.reduce_scatter = t1 - t0;
 
     cz_adamw_args aw;
-    cz_adamw_args_make(&aw, &ex->adamw, ex->steps + 1);
+    cz__adamw_args_make(&aw, &ex->adamw, ex->steps + 1);
     for (int k = 0; k < ex->nowned_elem; k++) {
         int i = ex->owned_elem[k];
-        int64_t off = cz_exec_param_offset(ex, i) + ex->piece_lo[i];
+        int64_t off = cz__exec_param_offset(ex, i) + ex->piece_lo[i];
         ex->compute.ops->adamw(&ex->compute, P + off, G + off, ex->adam_m[i], ex->adam_v[i],
                                ex->piece_len[i], &aw);
     }
-    t0 = cz_exec_now();
+    t0 = cz__exec_now();
     t.elementwise = t0 - t1;
 
-    cz_comm_phase("micro-group pipeline of the matrix updates", step);
-    rc = cz_exec_matrix_pipeline(ex, P, G, err);
+    cz__comm_phase("micro-group pipeline of the matrix updates", step);
+    rc = cz__exec_matrix_pipeline(ex, P, G, err);
     if (rc)
         return rc;
-    t1 = cz_exec_now();
+    t1 = cz__exec_now();
     t.matrix = t1 - t0;
 
     /* The all-gather reads the parameters once every update (AdamW, Muon) is applied. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_params);
-    cz_comm_phase("parameter all-gather", step);
+    cz__comm_phase("parameter all-gather", step);
     rc = all_gather(ex, P, err);
     if (rc)
         return rc;
     if (ex->staged)
         stage_out(ex);
-    t0 = cz_exec_now();
+    t0 = cz__exec_now();
     t.all_gather = t0 - t1;
     t.total = t.reduce_scatter + t.elementwise + t.matrix + t.all_gather;
     ex->steps++;
-    cz_comm_phase("after the step", ex->steps);
+    cz__comm_phase("after the step", ex->steps);
     t.steps = ex->steps;
     ex->last = t;
     return CZ_OK;

@@ -335,7 +335,7 @@ static inline double cz_coop_gram_bytes(double a)
 /* Row panels of a cooperative task's Gram. Every Newton-Schulz iteration the executor computes
  * the a x a Gram's upper triangle in `panels` row panels and all-reduces each panel while it
  * computes the next ones and, in the A(AX) form, the rows of A X that the panels already summed
- * give (cz_muon_coop_run): the all-reduce hides behind that computation instead of stalling every
+ * give (cz__muon_coop_run): the all-reduce hides behind that computation instead of stalling every
  * member. More panels hide more of it but pay one all-reduce latency each, which nothing hides
  * on a small matrix over many ranks, so no count of a alone suits every task: the planner
  * chooses it per task (cz__coop_best_panels, the least cost) and records it in the plan

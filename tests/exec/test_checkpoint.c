@@ -118,7 +118,7 @@ static size_t state_copy(const cz_executor *ex, float *out)
         const cz_plan_param *p = &ex->plan->params[i];
         int64_t full = p->def.shape[0] * p->def.shape[1];
         cz_block whole = {0, 0, p->def.shape[0], p->def.shape[1]};
-        const float *mom = cz_exec_momentum_of(ex, (int)i, &whole);
+        const float *mom = cz__exec_momentum_of(ex, (int)i, &whole);
         if (mom)
             for (int64_t j = 0; j < full; j++)
                 out[k++] = mom[j];
@@ -198,7 +198,7 @@ START_TEST(file_is_safetensors_with_full_tensors)
     json_t *o = json_object_get(m, "data_offsets");
     size_t b = (size_t)json_integer_value(json_array_get(o, 0));
     cz_block whole = {0, 0, 6, 4};
-    ck_assert_mem_eq(data + off + b, cz_exec_momentum_of(a.ex, 1, &whole), 24 * sizeof(float));
+    ck_assert_mem_eq(data + off + b, cz__exec_momentum_of(a.ex, 1, &whole), 24 * sizeof(float));
     json_t *v = json_object_get(root, "norm.exp_avg_sq");
     ck_assert_int_eq(json_array_size(json_object_get(v, "shape")), 1);
     o = json_object_get(v, "data_offsets");
@@ -344,9 +344,9 @@ static bool have_linalg(void)
 {
     cz_compute c;
     cz_error err;
-    ck_assert_int_eq(cz_compute_open(&c, "cpu", &err), 0);
-    bool has = cz_compute_has_linalg(&c, NULL);
-    cz_compute_close(&c);
+    ck_assert_int_eq(cz__compute_open(&c, "cpu", &err), 0);
+    bool has = cz__compute_has_linalg(&c, NULL);
+    cz__compute_close(&c);
     return has;
 }
 
@@ -389,12 +389,12 @@ static size_t matrix_state_copy(const cz_executor *ex, float *out, size_t max)
             }
         if (p->def.kind != CZ_KIND_MATRIX)
             continue;
-        int64_t n = ex->use_shampoo ? cz_shampoo_state_tensors(&ex->shampoo, p, t, 64)
-                                    : cz_soap_state_tensors(&ex->soap, p, t, 64);
+        int64_t n = ex->use_shampoo ? cz__shampoo_state_tensors(&ex->shampoo, p, t, 64)
+                                    : cz__soap_state_tensors(&ex->soap, p, t, 64);
         ck_assert_int_le(n, 64);
         for (int64_t j = 0; j < n; j++) {
-            const float *b = ex->use_shampoo ? cz_shampoo_state_tensor(ex->shampoo_state[i], j)
-                                             : cz_soap_state_tensor(ex->soap_state[i], j);
+            const float *b = ex->use_shampoo ? cz__shampoo_state_tensor(ex->shampoo_state[i], j)
+                                             : cz__soap_state_tensor(ex->soap_state[i], j);
             ck_assert_ptr_nonnull(b);
             for (int64_t e = 0; e < t[j].rows * t[j].cols && k < max; e++)
                 out[k++] = b[e];
@@ -510,17 +510,17 @@ START_TEST(shampoo_and_soap_tensor_names)
     ck_assert_uint_eq(json_object_size(root), 4 * 7 + 4 + 1);
     cz_shampoo_state *q = a.ex->shampoo_state[1], *pr = a.ex->shampoo_state[2];
     expect_tensor(root, data, off, "qkv.shampoo.0_0.factor_left", 2, 2,
-                  cz_shampoo_state_tensor(q, 0));
+                  cz__shampoo_state_tensor(q, 0));
     expect_tensor(root, data, off, "qkv.shampoo.2_0.inv_root_right", 4, 4,
-                  cz_shampoo_state_tensor(q, 7 + 3));
+                  cz__shampoo_state_tensor(q, 7 + 3));
     expect_tensor(root, data, off, "proj.shampoo.0_4.factor_right", 2, 2,
-                  cz_shampoo_state_tensor(pr, 7 + 1));
+                  cz__shampoo_state_tensor(pr, 7 + 1));
     expect_tensor(root, data, off, "proj.shampoo.0_4.momentum", 4, 2,
-                  cz_shampoo_state_tensor(pr, 7 + 6));
+                  cz__shampoo_state_tensor(pr, 7 + 6));
     expect_tensor(root, data, off, "proj.shampoo.0_0.filtered_grad", 4, 4,
-                  cz_shampoo_state_tensor(pr, 5));
+                  cz__shampoo_state_tensor(pr, 5));
     expect_tensor(root, data, off, "proj.shampoo.0_0.grafting", 4, 4,
-                  cz_shampoo_state_tensor(pr, 4));
+                  cz__shampoo_state_tensor(pr, 4));
     json_decref(root);
     free(h);
     free(data);
@@ -536,10 +536,10 @@ START_TEST(shampoo_and_soap_tensor_names)
     /* qkv's two blocks: both sides <= 4, 6 tensors each; proj: its 6 columns unrotated, 4. */
     ck_assert_uint_eq(json_object_size(root), 2 * 6 + 4 + 4 + 1);
     cz_soap_state *sq = a.ex->soap_state[1], *sp = a.ex->soap_state[2];
-    expect_tensor(root, data, off, "qkv.soap.2_0.Q_left", 4, 4, cz_soap_state_tensor(sq, 6 + 1));
-    expect_tensor(root, data, off, "qkv.soap.0_0.GG_right", 4, 4, cz_soap_state_tensor(sq, 2));
-    expect_tensor(root, data, off, "proj.soap.0_0.Q_left", 4, 4, cz_soap_state_tensor(sp, 1));
-    expect_tensor(root, data, off, "proj.soap.0_0.exp_avg_sq", 4, 6, cz_soap_state_tensor(sp, 3));
+    expect_tensor(root, data, off, "qkv.soap.2_0.Q_left", 4, 4, cz__soap_state_tensor(sq, 6 + 1));
+    expect_tensor(root, data, off, "qkv.soap.0_0.GG_right", 4, 4, cz__soap_state_tensor(sq, 2));
+    expect_tensor(root, data, off, "proj.soap.0_0.Q_left", 4, 4, cz__soap_state_tensor(sp, 1));
+    expect_tensor(root, data, off, "proj.soap.0_0.exp_avg_sq", 4, 6, cz__soap_state_tensor(sp, 3));
     ck_assert_ptr_null(json_object_get(root, "proj.soap.0_0.Q_right"));
     json_decref(root);
     free(h);
@@ -812,7 +812,7 @@ START_TEST(header_that_lies_refused)
 END_TEST
 
 /* Distributed Shampoo adds the weight decay to the direction before the momentum; the
- * executor keeps that part of the momentum beside the parameters (cz_shampoo_decay_momentum)
+ * executor keeps that part of the momentum beside the parameters (cz__shampoo_decay_momentum)
  * and the file holds the whole, as the reference's momentum: host part + weight-decay part.
  * A load puts the whole into the host part and restarts the other from zero, the same sum:
  * the run continues as the uninterrupted one up to rounding (the sum is formed in another
@@ -841,7 +841,7 @@ START_TEST(shampoo_momentum_with_weight_decay)
         json_t *o = json_object_get(json_object_get(sv.header, "proj.shampoo.0_4.momentum"),
                                     "data_offsets");
         const char *at = sv.file + sv.off + json_integer_value(json_array_get(o, 0));
-        const float *host = cz_shampoo_state_tensor(a.ex->shampoo_state[2], 7 + 6);
+        const float *host = cz__shampoo_state_tensor(a.ex->shampoo_state[2], 7 + 6);
         const float *decay = a.ex->shampoo_decay[2];
         ck_assert_ptr_nonnull(decay);
         double most = 0;

@@ -105,7 +105,7 @@ static void fill_grads(void *G, cz_dtype t, size_t n, int s)
     for (size_t k = 0; k < n; k++) {
         float v = 3.0f * fx_val(1000003 * (uint64_t)(s + 1) + k);
         if (t == CZ_DTYPE_BF16)
-            ((uint16_t *)G)[k] = cz_bf16_from_f32(v);
+            ((uint16_t *)G)[k] = cz__bf16_from_f32(v);
         else
             ((float *)G)[k] = v;
     }
@@ -142,7 +142,7 @@ START_TEST(steps_allocate_nothing_interposed)
         for (size_t k = 0; k < n; k++) {
             float v = 0.5f * fx_val(k);
             if (dt[e] == CZ_DTYPE_BF16)
-                ((uint16_t *)P[e])[k] = cz_bf16_from_f32(v);
+                ((uint16_t *)P[e])[k] = cz__bf16_from_f32(v);
             else
                 ((float *)P[e])[k] = v;
         }

@@ -70,23 +70,24 @@ START_TEST(planned_steps)
                       "%s", err.message);
     }
     cz_compute cpu;
-    cz_compute_open(&cpu, "cpu", NULL);
+    cz__compute_open(&cpu, "cpu", NULL);
     for (int step = 1; step <= 2; step++) {
         for (size_t i = 0; i < np; i++) {
             const cz_plan_param *q = &plan->params[i];
             for (int64_t k = 0; k < q->numel; k++)
                 g[i][k] = fx_val((uint64_t)step << 40 | (i * 1000003 + (uint64_t)k));
             if (q->def.kind == CZ_KIND_ELEMENTWISE) {
-                cz_adamw_step(&ex->adamw, step, want[i], g[i], s1[i], s2[i], q->numel);
+                cz__adamw_step(&ex->adamw, step, want[i], g[i], s1[i], s2[i], q->numel);
             } else {
                 float *in = malloc((size_t)q->numel * sizeof(float));
                 float *u = malloc((size_t)q->numel * sizeof(float));
-                cz_muon_momentum(&ex->muon, g[i], s1[i], in, q->numel);
+                cz__muon_momentum(&ex->muon, g[i], s1[i], in, q->numel);
                 const cz_plan_param *ps[1] = {q};
                 const float *ins[1] = {in};
                 float *outs[1] = {u};
-                ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &ex->muon, ps, ins, outs, 1, NULL), 0);
-                cz_apply_update(want[i], u, q->numel, ex->muon.lr, ex->muon.weight_decay);
+                ck_assert_int_eq(cz__muon_orthogonalize(&cpu, &ex->muon, ps, ins, outs, 1, NULL),
+                                 0);
+                cz__apply_update(want[i], u, q->numel, ex->muon.lr, ex->muon.weight_decay);
                 free(in);
                 free(u);
             }

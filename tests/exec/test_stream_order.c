@@ -485,7 +485,7 @@ static int run_steps(cz_dtype dt)
         for (size_t i = 0; i < n; i++) {
             float g = 0.01f * fx_val(977u * (uint64_t)s + i);
             if (dt == CZ_DTYPE_BF16)
-                ((uint16_t *)G)[i] = cz_bf16_from_f32(g);
+                ((uint16_t *)G)[i] = cz__bf16_from_f32(g);
             else
                 ((float *)G)[i] = g;
         }

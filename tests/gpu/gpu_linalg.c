@@ -163,9 +163,9 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "harness";
     cz_compute probe;
-    if (cz_compute_open(&probe, "cpu", NULL) == 0) {
-        bool ok = cz_compute_has_linalg(&probe, NULL);
-        cz_compute_close(&probe);
+    if (cz__compute_open(&probe, "cpu", NULL) == 0) {
+        bool ok = cz__compute_has_linalg(&probe, NULL);
+        cz__compute_close(&probe);
         if (!ok) {
             printf("SKIPPED: the cpu backend of this build has no LAPACKE (the reference side)\n");
             return SKIP;

@@ -21,7 +21,7 @@ static inline const cz_gpu_api *gpu_or_skip(void)
     const cz_gpu_api *gpu = NULL;
     cz_error err;
     char why[512];
-    if (cz_gpu_load(&gpu, &err)) {
+    if (cz__gpu_load(&gpu, &err)) {
         printf("SKIPPED: %s\n", err.message);
         return NULL;
     }
@@ -67,7 +67,7 @@ static inline int gpu_with_comm(int argc, char **argv, const cz_gpu_api *gpu,
     (void)argc;
 #endif
     char why[512];
-    if (strcmp(argv[2], "nccl") == 0 && !cz_comm_mpi_available()) {
+    if (strcmp(argv[2], "nccl") == 0 && !cz__comm_mpi_available()) {
         printf("SKIPPED: comm nccl needs MPI, and this build has none\n");
         rc = SKIP;
     } else if (strcmp(argv[2], "nccl") == 0 && !gpu->nccl_available(why, sizeof why)) {

@@ -13,7 +13,7 @@ int bench_gpu_select(cz_error *err)
 {
     MPI_Comm node;
     int local = 0, count = 0;
-    int rc = cz_gpu_load(&gpu, err);
+    int rc = cz__gpu_load(&gpu, err);
     if (rc)
         return rc;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);

@@ -80,14 +80,14 @@ static void stalled(const cz_error *err)
     signal(SIGTERM, SIG_DFL); /* the report says it all; MPI_Abort's SIGTERM needs no line */
     fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err->message);
     fflush(stderr);
-    cz_mpi_watch_settle();
+    cz__mpi_watch_settle();
     MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
 /* After a call of the executor that failed: a stall there ends the job the same way. */
 static void stop_if_stalled(int rc, const cz_error *err)
 {
-    if (rc && cz_mpi_watch_broken())
+    if (rc && cz__mpi_watch_broken())
         stalled(err);
 }
 
@@ -95,7 +95,7 @@ static void stop_if_stalled(int rc, const cz_error *err)
 static void bench_wait(MPI_Request *r, MPI_Comm comm, const char *what)
 {
     cz_error err;
-    if (cz_mpi_wait(g_chan, r, 1, comm, NULL, g_timeout, what, &err))
+    if (cz__mpi_wait(g_chan, r, 1, comm, NULL, g_timeout, what, &err))
         stalled(&err);
 }
 
@@ -697,7 +697,7 @@ static int64_t full_numel(const cz_plan_param *p)
 
 static int64_t param_offset(const cz_plan *plan, const cz_plan_param *p)
 {
-    return plan->buckets[cz_exec_bucket_index(plan, p->bucket)].offset + p->offset;
+    return plan->buckets[cz__exec_bucket_index(plan, p->bucket)].offset + p->offset;
 }
 
 /* Initial full tensor of a parameter: from --init-dir or generated. */
@@ -733,7 +733,7 @@ static int fill_params(const bench_opts *o, const cz_plan *plan, int tp_rank, fl
         int rc = initial_full(o, p, &full, err);
         if (rc)
             return rc;
-        cz_shard_pack(p, plan->tp, tp_rank, full, dst);
+        cz__shard_pack(p, plan->tp, tp_rank, full, dst);
         free(full);
     }
     return CZ_OK;
@@ -843,7 +843,7 @@ static int fill_grads(const bench_opts *o, const cz_plan *plan, int dp_rank, int
         rc = full ? full_grad(o, p, step, dp_rank, full, err)
                   : cz__error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->def.name);
         if (!rc)
-            cz_shard_pack(p, plan->tp, tp_rank, full, dst);
+            cz__shard_pack(p, plan->tp, tp_rank, full, dst);
         free(full);
     }
     return rc;
@@ -876,7 +876,7 @@ static int gather_full(const cz_plan *plan, MPI_Comm row, int dp_rank, const flo
                 memcpy(full[i], all, (size_t)p->numel * sizeof(float));
             else
                 for (int r = 0; r < tp; r++)
-                    cz_shard_unpack(p, tp, r, all + (size_t)r * (size_t)p->numel, full[i]);
+                    cz__shard_unpack(p, tp, r, all + (size_t)r * (size_t)p->numel, full[i]);
         }
         free(all);
     }
@@ -918,7 +918,7 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
         if (full_numel(&plan->params[i]) > maxn)
             maxn = full_numel(&plan->params[i]);
     float *g = malloc((size_t)maxn * sizeof(float)), *tmp = malloc((size_t)maxn * sizeof(float));
-    rc = cz_compute_open(&cpu, "cpu", err);
+    rc = cz__compute_open(&cpu, "cpu", err);
     /* The reference here is Muon's; a Shampoo run is checked against the independent
      * reference of tests/mpi (shampoo_ref) on its --dump-dir output. */
     if (!rc && plan->settings.optimizer != CZ_OPTIM_MUON)
@@ -927,12 +927,12 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
                            "(compare --dump-dir output with an independent reference instead)",
                            cz_optimizer_name(plan->settings.optimizer));
     if (!rc)
-        rc = cz_muon_hparams_from_config(&mh, cfg, err);
+        rc = cz__muon_hparams_from_config(&mh, cfg, err);
     if (!rc && (!norms || !g || !tmp))
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory verifying");
     if (rc)
         goto out;
-    cz_adamw_hparams_from_config(&ah, cfg);
+    cz__adamw_hparams_from_config(&ah, cfg);
     printf("verify: %d steps on whole tensors, tolerance %g (max|a-b| / max|b|)\n", total_steps,
            o->tolerance);
     /* First pass: every step's global gradient norm (summed per parameter in double). */
@@ -974,14 +974,14 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
                     g[k] = g[k] * f;
             }
             if (p->def.kind == CZ_KIND_ELEMENTWISE) {
-                cz_adamw_step(&ah, s + 1, w, g, s1, s2, n);
+                cz__adamw_step(&ah, s + 1, w, g, s1, s2, n);
             } else {
-                cz_muon_momentum(&mh, g, s1, g, n);
+                cz__muon_momentum(&mh, g, s1, g, n);
                 const cz_plan_param *ps[1] = {p};
                 const float *in[1] = {g};
                 float *outp[1] = {tmp};
-                rc = cz_muon_orthogonalize(&cpu, &mh, ps, in, outp, 1, err);
-                cz_apply_update(w, tmp, n, mh.lr, mh.weight_decay);
+                rc = cz__muon_orthogonalize(&cpu, &mh, ps, in, outp, 1, err);
+                cz__apply_update(w, tmp, n, mh.lr, mh.weight_decay);
             }
         }
         if (!rc) {
@@ -1023,7 +1023,7 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
     if (!rc)
         printf("verify: OK (largest update rel.err %.3e)\n", *worst_update);
 out:
-    cz_compute_close(&cpu);
+    cz__compute_close(&cpu);
     free(norms), free(g), free(tmp);
     return rc;
 }
@@ -1054,7 +1054,7 @@ static int check_replicas(const float *P, size_t n, int tp_rank, int dp_rank, cz
 static void to_bf16(uint16_t *dst, const float *src, size_t n)
 {
     for (size_t k = 0; k < n; k++)
-        dst[k] = cz_bf16_from_f32(src[k]);
+        dst[k] = cz__bf16_from_f32(src[k]);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -1132,9 +1132,9 @@ int main(int argc, char **argv)
     if (g_term_len >= sizeof g_term_msg)
         g_term_len = sizeof g_term_msg - 1;
     signal(SIGTERM, on_term);
-    g_timeout = cz_exec_mpi_timeout(NULL, getenv("CZ_MPI_TIMEOUT_S"));
-    cz_mpi_watch_phase("canzona-bench, starting", -1);
-    if (cz_mpi_chan_open(&g_chan, MPI_COMM_WORLD, g_timeout, &err))
+    g_timeout = cz__exec_mpi_timeout(NULL, getenv("CZ_MPI_TIMEOUT_S"));
+    cz__mpi_watch_phase("canzona-bench, starting", -1);
+    if (cz__mpi_chan_open(&g_chan, MPI_COMM_WORLD, g_timeout, &err))
         stalled(&err);
     char opt_msg[sizeof err.message] = "";
     int prc = parse(argc, argv, &o, opt_msg, sizeof opt_msg);
@@ -1271,11 +1271,11 @@ int main(int argc, char **argv)
     uint64_t allocs_after_first = 0, dev_after_first = 0;
     for (int s = 0; s < total; s++) {
         if (s == 1) {
-            allocs_after_first = cz_exec_alloc_count();
+            allocs_after_first = cz__exec_alloc_count();
             dev_after_first = bench_gpu_alloc_count();
         }
         g_step_now = s + 1;
-        cz_mpi_watch_phase("canzona-bench, reading the step's gradients", s + 1);
+        cz__mpi_watch_phase("canzona-bench, reading the step's gradients", s + 1);
         rc = fill_grads(&o, plan, dp_rank, tp_rank, s, G, &err);
         if (any_failed(rc, &err, "reading the gradients"))
             goto done;
@@ -1293,7 +1293,7 @@ int main(int argc, char **argv)
         if (cuda && any_failed(bench_gpu_copy(gpu.grads, hostG, bytes, 1, &err), &err,
                                "uploading the gradients"))
             goto done;
-        cz_mpi_watch_phase("canzona-bench, before the step", s + 1);
+        cz__mpi_watch_phase("canzona-bench, before the step", s + 1);
         bench_barrier(MPI_COMM_WORLD, "canzona-bench's barrier before a step");
         rc = cz_executor_step(ex, &err);
         stop_if_stalled(rc, &err);
@@ -1308,7 +1308,7 @@ int main(int argc, char **argv)
         cz_executor_timings(ex, &t);
         double v[5] = {t.reduce_scatter, t.elementwise, t.matrix, t.all_gather, t.total}, mx[5];
         /* A step lasts as long as its slowest rank. */
-        cz_mpi_watch_phase("canzona-bench, timing the step", s + 1);
+        cz__mpi_watch_phase("canzona-bench, timing the step", s + 1);
         bench_allreduce(v, mx, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD,
                         "canzona-bench's step timings");
         for (int k = 0; k < 5; k++)
@@ -1319,10 +1319,10 @@ int main(int argc, char **argv)
         goto done;
     if (bf16)
         for (size_t k = 0; k < n; k++)
-            P[k] = cz_f32_from_bf16(Pb[k]);
+            P[k] = cz__f32_from_bf16(Pb[k]);
     /* Steps after the first must allocate nothing (every executor allocation is counted). */
-    uint64_t step_allocs = total > 1 ? cz_exec_alloc_count() - allocs_after_first : 0, max_allocs;
-    cz_mpi_watch_phase("canzona-bench, after the steps", -1);
+    uint64_t step_allocs = total > 1 ? cz__exec_alloc_count() - allocs_after_first : 0, max_allocs;
+    cz__mpi_watch_phase("canzona-bench, after the steps", -1);
     bench_allreduce(&step_allocs, &max_allocs, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD,
                     "canzona-bench's allocation count");
     /* And no device allocation (cudaMalloc and kin, counted by the GPU plugin). */
@@ -1414,7 +1414,7 @@ done:
     free(G);
     free(Pb);
     free(Gb);
-    cz_mpi_chan_close(g_chan);
+    cz__mpi_chan_close(g_chan);
     MPI_Finalize();
     return status;
 }

@@ -108,19 +108,19 @@ static int gemm_grid(const cz_gpu_api *g, const cal_opts *o, json_t *arr, cz_err
 static int ns_seconds(cz_compute *c, float *x, float *work, cz_event *ev, int64_t rows,
                       int64_t cols, int steps, int reps, double *sec, cz_error *err)
 {
-    const cz_ns_coeffs *k = cz_ns_coeffs_find("jordan");
+    const cz_ns_coeffs *k = cz__ns_coeffs_find("jordan");
     double v[64];
     int rc = c->ops->ns_batched(c, x, 1, rows, cols, k, steps, work, err);
     for (int r = 0; r < reps && !rc; r++) {
         c->ops->event_record(c, ev);
         rc = c->ops->event_sync(c, ev, err);
-        double t0 = cz_exec_now();
+        double t0 = cz__exec_now();
         for (int i = 0; i < 20 && !rc; i++)
             rc = c->ops->ns_batched(c, x, 1, rows, cols, k, steps, work, err);
         c->ops->event_record(c, ev);
         if (!rc)
             rc = c->ops->event_sync(c, ev, err);
-        v[r] = (cz_exec_now() - t0) / 20;
+        v[r] = (cz__exec_now() - t0) / 20;
     }
     if (rc)
         return rc;
@@ -141,11 +141,11 @@ static int ns_overhead(const cal_opts *o, int bf16, double *per_iter, cz_error *
 {
     cz_cuda_options co = {.ns_precision = bf16 ? CZ_NS_BF16 : CZ_NS_FP32};
     cz_compute c;
-    int rc = cz_compute_open_cuda(&c, &co, err);
+    int rc = cz__compute_open_cuda(&c, &co, err);
     if (rc)
         return rc;
     float *x = c.ops->alloc(&c, 64 * 64 * sizeof(float));
-    float *work = c.ops->alloc(&c, (size_t)cz_ns_work_floats(64, 64, 1) * sizeof(float));
+    float *work = c.ops->alloc(&c, (size_t)cz__ns_work_floats(64, 64, 1) * sizeof(float));
     cz_event *ev = c.ops->event_create(&c);
     double t5 = 0, t25 = 0;
     if (!x || !work || !ev)
@@ -162,7 +162,7 @@ static int ns_overhead(const cal_opts *o, int bf16, double *per_iter, cz_error *
         c.ops->release(&c, x);
     if (work)
         c.ops->release(&c, work);
-    cz_compute_close(&c);
+    cz__compute_close(&c);
     return rc;
 }
 
@@ -208,7 +208,7 @@ static int calibrate(const cal_opts *o, cz_error *err)
     const cz_gpu_api *g;
     cz_gpu_versions v;
     char why[512];
-    int rc = cz_gpu_load(&g, err);
+    int rc = cz__gpu_load(&g, err);
     if (!rc && !g->device_present(why, sizeof why))
         rc = cz__error_set(err, CZ_EUNSUPPORTED, "no CUDA device (%s)", why);
     if (!rc)
