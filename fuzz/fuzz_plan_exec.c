@@ -18,7 +18,9 @@
  * mutator recomputes it after most edits (rehash_plan() in fuzz_json_mutator.c), so edited
  * plans reach the structural checks instead of stopping at the hash.
  */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 #include "fuzz_util.h"
 
 #include <inttypes.h>

@@ -22,7 +22,12 @@
  * Seeds: with CZ_FUZZ_SEED_DIR set, the harness writes the three executors' checkpoints there
  * (muon.safetensors, shampoo.safetensors, soap.safetensors) and exits (fuzz/run.sh).
  */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "optimizer.h"
+#include "shampoo.h"
+#include "soap.h"
 #include "fuzz_util.h"
 
 #include <jansson.h>

@@ -278,9 +278,9 @@ CLEAN = {
     "planner/lib/cz_algorithms.h": '#include "cz_format.h"\n',
     "planner/lib/cost.c": '#include "cz_types.h"\n',
     "planner/cli/main.c": '#include "cz_types.h"\n',
-    "executor/src/exec_internal.h": '#include "cz_format.h"\n#include "ns_plan.h"\n',
-    "executor/src/ns_plan.h": "/* #include \"exec_internal.h\" (a comment closes no cycle) */\n",
-    "executor/src/step.c": '#include "exec_internal.h"\n#include <stdio.h>\n'
+    "executor/src/executor_impl.h": '#include "cz_format.h"\n#include "ns_plan.h"\n',
+    "executor/src/ns_plan.h": "/* #include \"executor_impl.h\" (a comment closes no cycle) */\n",
+    "executor/src/step.c": '#include "executor_impl.h"\n#include <stdio.h>\n'
                            "int cz_executor_step(void)\n{\n    return 0;\n}\n"
                            "int cz__exec_step_run(void)\n{\n    return 1;\n}\n",
     "executor/src/cuda/kernels.cu": 'extern "C" {\nint cz__k_scale(void)\n{\n    return 0;\n}\n'
@@ -295,7 +295,7 @@ PLANTED = {  # rule -> (file, content) that breaks only that rule
                ("executor/src/bad.c", '#include "format_internal.h"\n'),
                ("planner/format/bad.c", '#include "cz_algorithms.h"\n'),
                ("planner/lib/bad.c", '#include "cz_error.h"\n')],
-    "cycles": [("executor/src/ns_plan.h", '#include "exec_internal.h"\n'),
+    "cycles": [("executor/src/ns_plan.h", '#include "executor_impl.h"\n'),
                ("planner/lib/cz_algorithms.h", '#include "cz_types.h"\n')],
     "names": [("planner/format/bad.c", '#include "cz_format.h"\nint cz_helper(int a,\n'
                                        "              int b)\n{\n    return a + b;\n}\n"),

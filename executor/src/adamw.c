@@ -1,7 +1,9 @@
 /* AdamW on a local shard: bias-corrected moments, decoupled weight decay. Elementwise, so a
  * shard's result equals the same elements of the whole tensor's result. The loop itself is
  * the compute backend's (ops->adamw); here only the per-step scalars are made. */
-#include "exec_internal.h"
+#include "adamw.h"
+#include "canzona_exec.h"
+#include "compute.h"
 
 #include <math.h>
 

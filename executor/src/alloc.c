@@ -1,7 +1,7 @@
 /* The executor's one allocator: a counter in front of malloc, so that a test can prove that a
  * step after the first allocates nothing (cz__exec_alloc_count before and after). Ranks are
  * processes and an executor is used from one thread, so a relaxed atomic is enough. */
-#include "exec_internal.h"
+#include "alloc.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

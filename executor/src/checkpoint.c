@@ -27,7 +27,16 @@
  * backend's download and upload and the data plane, which moves backend memory (a bounce
  * buffer per rank). The cpu backend runs the same path, so the CPU tests cover it.
  */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "muon.h"
+#include "optimizer.h"
+#include "shampoo.h"
+#include "shard.h"
+#include "soap.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /* The executor's clock: monotonic seconds, for step timings and the planes' time limits. Its
  * own file because the GPU plugin builds it too (gpu_plugin.h). */
-#include "exec_internal.h"
+#include "clock.h"
 
 #include <time.h>
 

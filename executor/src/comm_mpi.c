@@ -9,7 +9,10 @@
  *
  * Every wait is bounded (mpi_watch.h): collectives are posted non-blocking and waited for
  * with cz__mpi_wait, which reports, after the time limit, which rank the others wait for. */
-#include "exec_internal.h"
+#include "alloc.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
 
 #ifdef CZ_HAVE_MPI
 #include "mpi_watch.h"

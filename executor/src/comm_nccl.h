@@ -5,7 +5,8 @@
 #ifndef CZ_COMM_NCCL_H
 #define CZ_COMM_NCCL_H
 
-#include "exec_internal.h"
+#include "comm.h"
+#include "cz_format.h"
 
 /* A data plane over a new NCCL communicator of the control plane's ranks: rank 0 makes the
  * ncclUniqueId and the control plane carries it to the others (collective over ctrl). The

@@ -1,7 +1,10 @@
 /* The "self" planes: one process, so every collective is a copy and the control plane has
  * nothing to agree with. Lets the executor run (and be unit-tested) without MPI for plans
  * with dp = tp = 1. */
-#include "exec_internal.h"
+#include "alloc.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
 
 #include <string.h>
 

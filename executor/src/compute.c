@@ -1,7 +1,9 @@
 /* The compute seam's dispatch: which table a backend name opens, and the seam's own checks.
  * The cpu backend is built in; "cuda" lives in the GPU plugin (gpu_plugin.h), loaded the first
  * time a job asks for it; tests may register a table of their own (a recording wrapper). */
-#include "exec_internal.h"
+#include "compute.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
 #include "gpu_plugin.h"
 #include "linalg_plan.h"
 

@@ -3,7 +3,13 @@
  * interface is what a GPU backend maps to strided-batched GEMM. The host reference kernels
  * (cz__muon_momentum, cz__apply_update, cz__adamw_step) are this backend's own loops. */
 #include "elementwise.h"
-#include "exec_internal.h"
+#include "adamw.h"
+#include "alloc.h"
+#include "compute.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "muon.h"
+#include "ns_coeffs.h"
 #include "ns_coop.h"
 #include "ns_plan.h"
 

@@ -3,7 +3,8 @@
  * Built without LAPACKE (CZ_HAVE_LAPACKE unset) the backend has no syevd, and the executor
  * refuses Shampoo plans with a message saying so. */
 #include "elementwise.h"
-#include "exec_internal.h"
+#include "compute.h"
+#include "cz_format.h"
 
 #include <cblas.h>
 #include <math.h>

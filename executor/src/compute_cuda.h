@@ -67,7 +67,7 @@ void *cz__cuda_blas(cz_compute *c);
 void cz__cuda_note(cz_compute *c, int rc, const cz_error *e);
 /* Notes a kernel launch's status (krc from the kernel wrappers) as cz__cuda_note does. */
 void cz__cuda_note_launch(cz_compute *c, int krc, const char *what);
-/* The ops themselves, for the backend's table (exec_internal.h documents each). */
+/* The ops themselves, for the backend's table (compute.h documents each). */
 void cz__cuda_gemm(cz_compute *c, int transa, int transb, int64_t m, int64_t n, int64_t k,
                    float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                    float beta, float *cm, int64_t ldc);

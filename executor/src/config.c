@@ -1,5 +1,7 @@
 /* Executor configuration defaults. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "cz_format.h"
 
 #include <math.h>
 #include <stdlib.h>

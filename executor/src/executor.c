@@ -1,5 +1,14 @@
 /* Executor life cycle: create (checks, communicators, failure agreement, state), bind, free. */
-#include "exec_internal.h"
+#include "adamw.h"
+#include "alloc.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "muon.h"
+#include "shampoo.h"
+#include "soap.h"
 
 #include <math.h>
 #include <stdlib.h>

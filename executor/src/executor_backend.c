@@ -2,7 +2,11 @@
  * the configuration (the job's stream, the memory a host-driven plane needs, the Newton-Schulz
  * precision), and the nccl data plane, both from the GPU plugin (gpu_plugin.h). Kept apart from
  * executor.c so that it reads the same whatever the build has. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 #include "gpu_plugin.h"
 #include "nccl_plan.h"
 

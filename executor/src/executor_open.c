@@ -1,6 +1,8 @@
 /* cz_executor_create: reads the plan file, then creates the executor over it. Kept apart from
  * executor.c so that programs building plans in memory do not need the plan reader. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 
 #include <jansson.h>
 #include <string.h>

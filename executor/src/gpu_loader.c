@@ -17,6 +17,7 @@
 /* dladdr: the file a symbol was loaded from. */
 #define _GNU_SOURCE
 #include "gpu_plugin.h"
+#include "alloc.h"
 
 #include <dlfcn.h>
 #include <glob.h>

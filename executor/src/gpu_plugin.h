@@ -16,7 +16,10 @@
 #ifndef CZ_GPU_PLUGIN_H
 #define CZ_GPU_PLUGIN_H
 
-#include "exec_internal.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "ns_coeffs.h"
 #include "ns_plan.h"
 
 #include <stddef.h>

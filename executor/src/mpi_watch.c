@@ -11,7 +11,8 @@
  *     canzona, and is what the live ranks were waiting for.
  * One process-wide state: MPI's progress is process-wide too, and a rank must answer whatever
  * channel a request comes on, whichever of its waits it is in. */
-#include "exec_internal.h"
+#include "alloc.h"
+#include "cz_format.h"
 
 #ifdef CZ_HAVE_MPI
 #include "mpi_watch.h"

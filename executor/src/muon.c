@@ -1,7 +1,14 @@
 /* Muon on whole matrices: momentum, per-block Newton-Schulz orthogonalization (same-shape
  * blocks batched), the update's scale (rms or shape), decoupled weight decay. The update depends
  * only on the whole matrix, never on how it was sharded. */
-#include "exec_internal.h"
+#include "alloc.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "muon.h"
+#include "ns_coeffs.h"
+#include "shard.h"
 #include "ns_coop.h"
 
 #include <math.h>

@@ -4,7 +4,8 @@
 #include <stdio.h>
 
 #include "cz_format.h"
-#include "exec_internal.h"
+#include "comm.h"
+#include "cz_format.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* Newton-Schulz coefficient sets for Muon's orthogonalization. */
-#include "exec_internal.h"
+#include "ns_coeffs.h"
 
 #include <string.h>
 

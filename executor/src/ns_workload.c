@@ -1,7 +1,9 @@
 /* The Newton-Schulz work of one GPU under a plan (see ns_workload.h). */
 #include "ns_workload.h"
 
-#include "exec_internal.h"
+#include "alloc.h"
+#include "cz_format.h"
+#include "muon.h"
 #include "ns_plan.h"
 
 #include <stdlib.h>

@@ -41,7 +41,16 @@
  * for g's scatter request. gather(g+1) is posted before compute(g) and scatter(g-1) completes
  * after it, so the three are in flight together. On the CPU backend the stream is the calling
  * thread (events complete when recorded) and the MPI plane resolves a wait on the host. */
-#include "exec_internal.h"
+#include "alloc.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "muon.h"
+#include "shampoo.h"
+#include "shard.h"
+#include "soap.h"
 
 #include <string.h>
 

@@ -2,7 +2,9 @@
  * executable strategies, re-checked because a plan file may come from anywhere. The structural
  * rules are validate's own (plan_structure.c); what needs the model is protected by the plan's
  * content hash, checked when the plan is read from a file (executor_open.c). */
-#include "exec_internal.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "shard.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -8,7 +8,13 @@
  * ranks holding the parameters keep (cz__shampoo_decay_momentum). Sides longer than max_dim are cut
  * into tiles, each an independent Shampoo block (Distributed Shampoo's blocking). Data is
  * touched only through the compute ops. */
-#include "exec_internal.h"
+#include "alloc.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "optimizer.h"
+#include "shampoo.h"
+#include "shard.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -3,7 +3,10 @@
  * A TP split cuts the tp_dim into tp equal slices. When the parameter's blocks split the same
  * dimension (fused QKV, gate/up), Megatron cuts every block separately: the local shard is the
  * concatenation, in block order, of each block's r-th slice. */
-#include "exec_internal.h"
+#include "alloc.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "shard.h"
 
 #include <stdint.h>
 #include <string.h>

@@ -9,7 +9,13 @@
  * (columns first re-sorted by diag(Q^T GG Q), descending, and v permuted the same way), and
  * m is rotated into the new bases. A side longer than max_dim has no factor: its basis is
  * the identity. Data is touched only through the compute ops. */
-#include "exec_internal.h"
+#include "alloc.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "optimizer.h"
+#include "shard.h"
+#include "soap.h"
 
 #include <math.h>
 #include <stdio.h>

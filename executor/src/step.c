@@ -3,7 +3,13 @@
  * micro-group pipeline over TP, all-gather over DP. Data is touched only through the compute ops;
  * the one read-back of a step is the per-parameter sums of squares of the owned gradients, after
  * all reduce-scatters and before anything is updated. */
-#include "exec_internal.h"
+#include "adamw.h"
+#include "canzona_exec.h"
+#include "clock.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 
 #include <math.h>
 

@@ -2,7 +2,15 @@
  * restores the step count, TP-sharded state comes back whole (a checkpoint saved at tp = 2 is
  * read back by hand and loaded at tp = 1), and every damaged or foreign file is refused with
  * its name and the tensor at fault, leaving the executor's state untouched. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "muon.h"
+#include "optimizer.h"
+#include "shampoo.h"
+#include "shard.h"
+#include "soap.h"
 #include "exec_fixture.h"
 
 #include <check.h>

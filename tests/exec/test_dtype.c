@@ -1,6 +1,9 @@
 /* bf16 parameters and gradients with an fp32 master copy, typed binding, memory space and
  * stream refusals, and the non-blocking step. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 #include "exec_fixture.h"
 
 #include <check.h>

@@ -3,7 +3,10 @@
  * with which message) in this build, with or without CUDA. */
 #include "elementwise.h"
 #include "exec_fixture.h"
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 #include "launch.h"
 #include "ns_workload.h"
 #include "gpu_plugin.h"

@@ -1,7 +1,13 @@
 /* What a training loop sets and reads: Muon's two update scalings and both momentum forms on
  * hand-computed cases, the learning-rate default of each scaling, learning rates and weight
  * decays changed between steps, the global gradient norm and clipping inside the step. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "muon.h"
+#include "ns_coeffs.h"
 #include "exec_fixture.h"
 
 #include <check.h>

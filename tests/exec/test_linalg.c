@@ -1,7 +1,11 @@
 /* The linear-algebra ops of the seam (compute ops version 2) on small cases worked by hand,
  * the optional-op check, and the refusals of SOAP's and Shampoo's settings. The ops that
  * need LAPACKE (syevd, qr) are checked when the build has them. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "shampoo.h"
+#include "soap.h"
 
 #include <check.h>
 #include <math.h>

@@ -4,7 +4,9 @@
  * backend passes, and compared with the cpu backend's op on random cases; so a wrong transpose,
  * dimension, leading dimension, triangle or eigenvector layout fails here without a GPU. */
 #include "elementwise.h"
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "cz_format.h"
 #include "linalg_plan.h"
 
 #include <cblas.h>

@@ -3,7 +3,9 @@
  * P ranks (sum for reduce, copy for broadcast) against the uneven collectives' definitions. */
 #include "nccl_plan.h"
 
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "cz_format.h"
 
 #include "canzona.h"
 #include "cz_format.h"

@@ -4,7 +4,11 @@
  * and with bf16 inputs, the decision where the symmetric form pays, and the CPU backend's own
  * symmetric form against its general one. */
 #include "elementwise.h"
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "ns_coeffs.h"
 #include "ns_plan.h"
 
 #include <cblas.h>

@@ -5,7 +5,10 @@
  * optimizer) are refused by cz__exec_plan_check, and by cz_executor_create before anything is
  * allocated, with a message naming the task. The cooperative parts of a task are its region
  * sliced along the long side. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "shard.h"
 #include "ns_workload.h"
 
 #include <check.h>

@@ -1,7 +1,12 @@
 /* The executor on a plan made by the planner and read back from a file (dp = tp = 1, the
  * "self" communicator): real bucket layout with padding, every parameter bound by name, two
  * steps equal to the optimizer math on whole tensors. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "muon.h"
 #include "exec_fixture.h"
 
 #include <check.h>

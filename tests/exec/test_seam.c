@@ -1,6 +1,9 @@
 /* The backend seam on its own: the compute table's version, kind and capabilities, its events,
  * and the one-process data plane (grouped send/receive, split, segments). */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
 
 #include <check.h>
 #include <math.h>

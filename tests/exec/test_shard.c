@@ -1,5 +1,8 @@
 /* Shard layout: hand-checked packs for row, column and blocked splits; round trips. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "shard.h"
 #include "exec_fixture.h"
 
 #include <check.h>

@@ -10,7 +10,11 @@
  * above SOAP's max_precond_dim (only its rows are rotated), a two-block matrix, and, under
  * Shampoo with 32-wide tiles, a 16 x 40 matrix cut into 16 x 32 and 16 x 8 tiles. */
 #include "exec_fixture.h"
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 #include "linalg_plan.h"
 
 #include <check.h>

@@ -21,7 +21,13 @@
  * bound buffers must come after step_begin (compute ops by position, data-plane ops by their
  * wait) and before step_end (data-plane ops joined by then). */
 #include "exec_fixture.h"
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "compute.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "ns_coeffs.h"
 
 #include <check.h>
 #include <stdint.h>

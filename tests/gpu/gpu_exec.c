@@ -17,7 +17,12 @@
  *                             backend's general form: relative error <= 1e-4.
  */
 #include "exec_fixture.h"
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "ns_coeffs.h"
 #include "gpu_util.h"
 #include "ns_plan.h"
 

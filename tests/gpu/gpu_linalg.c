@@ -20,7 +20,10 @@
  * 6.3e-6 at 1e-2 (Shampoo 5.7e-6); so 1e-2 leaves the 1e-4 limit a margin of 16 for device
  * rounding. */
 #include "exec_fixture.h"
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 #include "gpu_util.h"
 
 #include <math.h>

@@ -3,6 +3,7 @@
  * Every time is the median of `reps` calls timed one by one with CUDA events on a stream of
  * its own, after one warm-up call. Nothing here runs inside a step. */
 #include "compute_cuda.h"
+#include "clock.h"
 
 #include "check.h"
 #include "kernels.h"

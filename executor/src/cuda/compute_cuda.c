@@ -13,6 +13,8 @@
  * All device memory is allocated in alloc, runs_create and at open (the cuBLAS workspace and a
  * one-double scratch for block norms), i.e. at create/bind time; a step allocates nothing. */
 #include "compute_cuda.h"
+#include "alloc.h"
+#include "clock.h"
 
 #include "check.h"
 #include "kernels.h"
@@ -427,7 +429,7 @@ static void cuda_apply_runs(cz_compute *c, float *p, const float *u, const cz_ru
                          "apply_runs");
 }
 
-/* Cooperative Newton-Schulz in row panels (exec_internal.h's version-5 ops, ns_coop.h).
+/* Cooperative Newton-Schulz in row panels (compute.h's version-5 ops, ns_coop.h).
  * Matrices are `batch` back to back: X and Y rows x cols (stride xs = rows cols), A and B rows x
  * rows (stride rows^2), all row-major. cuBLAS is column-major, where a row-major m x n matrix
  * with row stride ld is its n x m transpose with the same ld; so row-major C = A B is issued as

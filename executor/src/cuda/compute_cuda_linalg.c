@@ -22,6 +22,7 @@
  *     the failed solve produced, as the error message says. A solve fails only on a factor
  *     holding NaN/Inf, which the finiteness check keeps out of the factors. */
 #include "compute_cuda.h"
+#include "alloc.h"
 
 #include "check.h"
 #include "kernels.h"

@@ -3,6 +3,7 @@
 /* dladdr: the file a symbol was loaded from. */
 #define _GNU_SOURCE
 #include "compute_cuda.h"
+#include "alloc.h"
 
 #include "check.h"
 #ifdef CZ_HAVE_NCCL

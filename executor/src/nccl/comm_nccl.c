@@ -14,6 +14,8 @@
  * wait, so a rank whose peer died returns an error instead of hanging; its peers' own waits
  * then fail the same way. An aborted plane refuses every later operation. */
 #include "comm_nccl.h"
+#include "alloc.h"
+#include "clock.h"
 
 #include "compute_cuda.h"
 #include "nccl_plan.h"

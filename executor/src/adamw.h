@@ -1,0 +1,21 @@
+/*
+ * adamw.h — AdamW's settings and the per-step scalars of the compute seam's adamw op
+ * (adamw.c).
+ */
+#ifndef CZ_ADAMW_H
+#define CZ_ADAMW_H
+
+#include "canzona_exec.h"
+#include "compute.h"
+
+#include <stdint.h>
+
+typedef struct cz_adamw_hparams {
+    float lr, beta1, beta2, eps, weight_decay;
+} cz_adamw_hparams;
+
+void cz__adamw_hparams_from_config(cz_adamw_hparams *h, const cz_exec_config *cfg);
+/* The AdamW arguments of step t (>= 1). */
+void cz__adamw_args_make(cz_adamw_args *a, const cz_adamw_hparams *h, int64_t t);
+
+#endif /* CZ_ADAMW_H */

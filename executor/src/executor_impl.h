@@ -1,0 +1,124 @@
+/*
+ * executor_impl.h — the executor object and what only the executor's core files share:
+ * creation, the plan checks, the pipeline's entry points.
+ */
+#ifndef CZ_EXECUTOR_IMPL_H
+#define CZ_EXECUTOR_IMPL_H
+
+#include "adamw.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "muon.h"
+#include "shampoo.h"
+#include "soap.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cz_executor {
+    const cz_plan *plan;
+    cz_plan *owned_plan; /* non-NULL when created from a file */
+    cz_exec_config cfg;
+    cz_muon_hparams muon;
+    cz_adamw_hparams adamw;
+    cz_compute compute;
+    cz_ctrl ctrl;                     /* control plane over the world */
+    cz_plane world, dp_comm, tp_comm; /* data planes; dp and tp are split from world */
+    int dp, tp, dp_rank, tp_rank;
+    bool sc; /* synchronous compute: every TP rank updates every matrix */
+    size_t buffer_numel;
+    const cz_rank_schedule *schedule; /* my DP rank's */
+
+    /* Bound buffers (of dtype): per param pointers to its local shard, or the flat ones. */
+    cz_dtype dtype;
+    void **param_ptr, **grad_ptr;
+    bool *bound;
+    void *flat_params, *flat_grads; /* NULL when bound per parameter */
+    float *scratch;                 /* backend: max bucket range, for the reduce-scatter */
+
+    /* Owned parameters: every kind (ids ascending), and the elementwise ones. A split-layout
+     * plan's elementwise parameter is owned in part: the piece of it in my DP range. */
+    int *owned, *owned_elem;
+    int nowned, nowned_elem;
+    int64_t *piece_lo, *piece_len; /* indexed by param id: the owned piece, relative to the
+                                      parameter's start (0 and numel for a whole one) */
+    double *stats;      /* backend: per owned parameter, sum of squares of its gradient */
+    double *stats_host; /* host copy, read back once per step */
+    /* Compute events the DP collectives wait for: gradients staged, parameters updated. */
+    cz_event *ev_grads, *ev_params;
+    /* Optimizer state, backend memory allocated at create time. */
+    float **adam_m, **adam_v; /* indexed by param id, NULL when not mine */
+    /* Muon momentum: one part-sized buffer per part I hold (a whole matrix, a block, or a
+     * cooperative member's slice; see cz__exec_momentum_of). */
+    struct cz_momentum_part *mom;
+    int nmom;
+    cz_shampoo_hparams shampoo;
+    bool use_shampoo;                 /* the plan's matrix optimizer is Shampoo */
+    cz_shampoo_state **shampoo_state; /* indexed by param id, where I host (Shampoo plans) */
+    /* Shampoo with momentum: the weight-decay part of the momentum of my shard of each owned
+     * matrix (cz__shampoo_decay_momentum), indexed by param id, numel floats; else NULL. */
+    float **shampoo_decay;
+    cz_soap_hparams soap;
+    bool use_soap;              /* the plan's matrix optimizer is SOAP */
+    cz_soap_state **soap_state; /* indexed by param id, where I host (SOAP plans) */
+
+    /* Per-parameter binding: staging copies of the flat layout. */
+    /* Staging (per-parameter binding or a dtype other than fp32): the step runs on fp32 flat
+     * copies. With bf16, stage_params is the fp32 master copy, loaded at the first step. */
+    bool per_param, staged, master_loaded;
+    /* The cuda backend under a host-driven plane: buffers are managed memory and the step
+     * always stages the job's buffers through them (executor_backend.c). */
+    bool host_staged;
+    float *stage_params, *stage_grads; /* backend memory, allocated at bind */
+    int async_rc;                      /* result of the step started by step_async */
+    cz_error async_err;                /* and its message */
+    bool async_active;                 /* a step was started and not yet waited for */
+    bool bind_agreed;                  /* all ranks confirmed their binding at the first step */
+
+    struct cz_pipeline *pipe; /* micro-group layouts and communication buffers */
+
+    int64_t steps;
+    cz_exec_timings last;
+    double grad_norm; /* of the last step, before clipping */
+};
+
+/* Creates an executor over plan; takes ownership of `owned` (may be NULL, else == plan),
+ * which is freed on failure too. A non-zero pre_rc is a failure that happened before (err
+ * already describes it, e.g. the plan file did not load): the ranks still meet to agree. */
+int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *owned,
+                             const cz_exec_config *cfg, int pre_rc, cz_error *err);
+/* Plan checks the executor needs (pp, strategies, ranges bounding ownership, schedules). */
+int cz__exec_plan_check(const cz_plan *plan, cz_error *err);
+/* Fingerprint of the parts of a plan the ranks must agree on. */
+uint64_t cz__exec_plan_fingerprint(const cz_plan *plan);
+/* Index of the bucket with the given id; -1 when absent. */
+int cz__exec_bucket_index(const cz_plan *plan, int id);
+/* Precomputes the micro-group layouts of my DP rank's schedule and allocates the pipeline's
+ * buffers and the Muon momentum of the matrices this rank hosts (pipeline.c). */
+int cz__exec_pipeline_init(cz_executor *ex, cz_error *err);
+void cz__exec_pipeline_free(cz_executor *ex);
+/* Runs the micro-group pipeline of the owned matrix parameters on flat buffers P, G. */
+int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err);
+/* Offset of a parameter's local shard in the flat buffer. */
+int64_t cz__exec_param_offset(const cz_executor *ex, int param);
+/* The piece of parameter p that DP rank d updates, relative to p's start: the whole shard of
+ * an owned parameter, the part in d's range for a fragmented one (split layout), else none.
+ * Returns its length (0: none) and sets *lo. */
+int64_t cz__exec_param_piece(const cz_plan *plan, const cz_plan_param *p, int d, int64_t *lo);
+/* Opens the compute backend cfg->backend names, for the comm backend `comm`
+ * (executor_backend.c). */
+int cz__exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char *comm,
+                          cz_error *err);
+/* Opens the control plane (MPI) and the world data plane (NCCL) of comm backend "nccl". */
+int cz__exec_open_nccl(cz_executor *ex, const cz_exec_config *cfg, cz_error *err);
+/* Allocates what the data planes need for the plan's steps, at create (the nccl DP plane's
+ * padded-collective scratch), so that a step allocates nothing. */
+int cz__exec_reserve_planes(cz_executor *ex, cz_error *err);
+/* A data plane over a communicator the job handed in, of the world plane's kind: a pointer to
+ * an MPI_Comm (duplicated) or to an ncclComm_t (borrowed). */
+int cz__exec_open_plane(cz_executor *ex, const void *handle, cz_plane *out, cz_error *err);
+
+#endif /* CZ_EXECUTOR_IMPL_H */
