@@ -2,7 +2,7 @@
  * comm.h — the communication seam: the control plane (cz_ctrl_ops: host scalars the ranks
  * agree on) and the data plane (cz_plane_ops: the step's collectives on backend memory),
  * implemented by "self" (comm_self.c), "mpi" (comm_mpi.c) and "nccl" (the GPU plugin,
- * comm_nccl.h).
+ * comm_nccl.h), and its dispatch (comm.c), which opens a backend's planes by name.
  */
 #ifndef CZ_COMM_H
 #define CZ_COMM_H
@@ -123,22 +123,40 @@ static inline int cz_plane_wait_after(cz_plane *p, cz_event *after, cz_error *er
     return after ? p->compute->ops->event_sync(p->compute, after, err) : CZ_OK;
 }
 
-/* One-process planes. */
-int cz__ctrl_self_open(cz_ctrl *c, cz_error *err);
-int cz__plane_self_open(cz_plane *p, cz_error *err);
-/* True when this build has MPI and MPI has been initialized. */
-bool cz__comm_mpi_available(void);
-/* Control and data plane over a duplicate of the MPI_Comm at handle (NULL = MPI_COMM_WORLD).
- * Every wait of them is bounded by timeout_s (cz__exec_mpi_timeout); a data plane takes the
- * limit and the report channel of ctrl, an MPI control plane (mpi_watch.h). */
-int cz__ctrl_mpi_open(cz_ctrl *c, const void *handle, double timeout_s, cz_error *err);
-int cz__plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_error *err);
+/* ---- the dispatch (comm.c) ---- */
+/* A comm backend by name ("self", "mpi", "nccl"): what opens its planes and what it needs. */
+typedef struct cz_comm_backend cz_comm_backend;
+
+/* Opens the control plane and the world data plane of the backend cfg->comm names (NULL:
+ * "mpi" when this build has MPI and MPI is initialized, else "self"); *out is the backend,
+ * for the calls below. Collective over the world for mpi and nccl. */
+int cz__comm_open(const cz_exec_config *cfg, cz_ctrl *ctrl, cz_plane *world,
+                  const cz_comm_backend **out, cz_error *err);
+/* The backend's name, as cz_exec_config.comm spells it. */
+const char *cz__comm_name(const cz_comm_backend *b);
+/* True when the backend's planes read and write backend memory from the host (mpi, self):
+ * a compute backend on device memory then stages the job's buffers (compute.h). */
+bool cz__comm_host_driven(const cz_comm_backend *b);
+/* The plane of the world's ranks with equal color, ordered by key: over the communicator the
+ * job handed in (handle not NULL, a backend that takes one: a pointer to an MPI_Comm,
+ * duplicated, or to an ncclComm_t, borrowed), else split from the world (collective). Its
+ * events are the world's compute backend's. */
+int cz__comm_subplane(const cz_comm_backend *b, const cz_exec_config *cfg, const cz_ctrl *ctrl,
+                      cz_plane *world, const void *handle, int color, int key, cz_plane *out,
+                      cz_error *err);
+/* Allocates what the DP plane needs for the plan's steps, at create (the nccl plane's
+ * padded-collective scratch), so that a step allocates nothing. */
+int cz__comm_reserve(const cz_comm_backend *b, cz_plane *dp, const cz_plan *plan, cz_error *err);
+/* What every data plane needs of a plan: MPI's int counts and displacements (the limits of
+ * the narrowest plane, so that a plan runs on any). */
+int cz__comm_plan_check(const cz_plan *plan, cz_error *err);
 /* What this process is doing, named in the report of a stalled MPI wait (what: a string
  * literal; step: the optimizer step, -1 for none). Nothing without MPI. */
 void cz__comm_phase(const char *what, int64_t step);
 /* The MPI planes' time limit: cz_exec_config.mpi_timeout_s when > 0 (a config of this
  * version), else the environment's CZ_MPI_TIMEOUT_S when it is a number > 0, else 1800 s. */
-double cz__exec_mpi_timeout(const cz_exec_config *cfg, const char *env);
+double cz__comm_mpi_timeout(const cz_exec_config *cfg, const char *env);
+/* Close any plane or control plane (NULL ops: nothing), leaving it zeroed. */
 void cz__ctrl_close(cz_ctrl *c);
 void cz__plane_close(cz_plane *p);
 

@@ -11,6 +11,7 @@
  * with cz__mpi_wait, which reports, after the time limit, which rank the others wait for. */
 #include "alloc.h"
 #include "comm.h"
+#include "comm_mpi.h"
 #include "compute.h"
 #include "cz_format.h"
 
@@ -448,7 +449,7 @@ int cz__plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_
     return wrap(&p->impl, &p->size, &p->rank, dup, like, NULL, timeout_s, err);
 }
 
-void cz__comm_phase(const char *what, int64_t step)
+void cz__comm_mpi_phase(const char *what, int64_t step)
 {
     cz__mpi_watch_phase(what, step);
 }
@@ -478,7 +479,7 @@ int cz__plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_
                          "comm backend 'mpi' is not available: built with CZ_WITH_MPI=OFF");
 }
 
-void cz__comm_phase(const char *what, int64_t step)
+void cz__comm_mpi_phase(const char *what, int64_t step)
 {
     (void)what;
     (void)step;

@@ -3,6 +3,7 @@
  * with dp = tp = 1. */
 #include "alloc.h"
 #include "comm.h"
+#include "comm_self.h"
 #include "compute.h"
 #include "cz_format.h"
 
@@ -202,20 +203,4 @@ int cz__plane_self_open(cz_plane *p, cz_error *err)
     (void)err;
     *p = (cz_plane){.ops = &cz_plane_self_ops, .size = 1, .rank = 0};
     return CZ_OK;
-}
-
-void cz__ctrl_close(cz_ctrl *c)
-{
-    if (c && c->ops) {
-        c->ops->close(c);
-        *c = (cz_ctrl){0};
-    }
-}
-
-void cz__plane_close(cz_plane *p)
-{
-    if (p && p->ops) {
-        p->ops->close(p);
-        *p = (cz_plane){0};
-    }
 }

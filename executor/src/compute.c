@@ -60,6 +60,37 @@ int cz__compute_open(cz_compute *c, const char *name, cz_error *err)
                          name);
 }
 
+int cz__compute_open_for(cz_compute *c, const cz_compute_want *w, bool *staged, cz_error *err)
+{
+    const char *name = w->name ? w->name : "cpu";
+    int rc;
+    *staged = false;
+    if (!w->host_plane && strcmp(name, "cuda") != 0)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "comm backend '%s' works on device memory: it needs backend "
+                             "'cuda' (backend is '%s')",
+                             w->plane, name);
+    if (strcmp(name, "cuda") != 0)
+        return cz__compute_open(c, name, err);
+    if (w->memory != CZ_EXEC_MEMORY_DEVICE)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "compute backend 'cuda' binds device memory: set memory = "
+                             "CZ_EXEC_MEMORY_DEVICE (1) and bind buffers from cudaMalloc");
+    /* A host-driven plane (mpi, self) reads and writes the executor's buffers from the host:
+     * they are then managed memory, and the step stages the job's device buffers through
+     * them (the host-staged combination). NCCL works on device memory directly. Newton-Schulz
+     * runs in bf16 (fp32 accumulation) when the parameters are bf16. */
+    cz_cuda_options o = {
+        .stream = w->stream,
+        .managed = w->host_plane,
+        .ns_precision = w->dtype == CZ_DTYPE_BF16 ? CZ_NS_BF16 : CZ_NS_FP32,
+    };
+    if ((rc = cz__compute_open_cuda(c, &o, err)) != CZ_OK)
+        return rc;
+    *staged = o.managed;
+    return CZ_OK;
+}
+
 void cz__compute_close(cz_compute *c)
 {
     if (c->ops && c->ops->close)
@@ -110,4 +141,18 @@ bool cz__compute_has_linalg(const cz_compute *c, const char **missing)
     if (missing)
         *missing = m;
     return m == NULL;
+}
+
+int cz__compute_require_linalg(const cz_compute *c, const char *what, cz_error *err)
+{
+    const char *missing = NULL;
+    if (cz__compute_has_linalg(c, &missing))
+        return CZ_OK;
+    return cz__error_set(err, CZ_EUNSUPPORTED,
+                         "plan optimizer '%s' needs the compute backend's linear-algebra "
+                         "operations, but backend '%s' has no '%s'%s",
+                         what, c->ops->name, missing,
+                         strcmp(missing, "syevd") == 0 && c->ops->kind == CZ_BACKEND_CPU
+                             ? " (this build has no LAPACKE: install liblapacke-dev and rebuild)"
+                             : "");
 }

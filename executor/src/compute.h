@@ -9,6 +9,7 @@
 #ifndef CZ_COMPUTE_H
 #define CZ_COMPUTE_H
 
+#include "canzona_exec.h"
 #include "cz_format.h"
 #include "ns_coeffs.h"
 
@@ -240,6 +241,10 @@ int cz__compute_linalg_work_block(cz_compute *c, int64_t rows, int64_t cols, int
 /* True when the backend has every linear-algebra operation of version 2; else false and
  * *missing names the first absent one. */
 bool cz__compute_has_linalg(const cz_compute *c, const char **missing);
+/* CZ_OK when the backend has them all; else CZ_EUNSUPPORTED naming `what` (an optimizer) as
+ * what needs them, the backend and the first operation it lacks (and, for the cpu backend's
+ * eigensolver, the missing LAPACKE). */
+int cz__compute_require_linalg(const cz_compute *c, const char *what, cz_error *err);
 
 struct cz_compute {
     const cz_compute_ops *ops;
@@ -249,6 +254,20 @@ struct cz_compute {
 /* The compute seam's dispatch (compute.c): opens the backend named `name` ("cpu", or
  * "cuda" through the GPU plugin with its default options), or one a test registered. */
 int cz__compute_open(cz_compute *c, const char *name, cz_error *err);
+/* What a job asks of its compute backend (cz_exec_config's backend, stream, memory and the
+ * parameters' dtype) and what the data plane needs of it. */
+typedef struct cz_compute_want {
+    const char *name;      /* NULL: "cpu" */
+    void *stream;          /* the job's stream, NULL: the backend's own */
+    cz_exec_memory memory; /* where the job's buffers live */
+    int dtype;             /* the parameters' cz_dtype (a GPU backend's Newton-Schulz precision) */
+    const char *plane;     /* the data plane's backend, for messages */
+    bool host_plane;       /* the data plane reads and writes backend memory from the host */
+} cz_compute_want;
+/* Opens the backend w names with what it takes from the job (a GPU backend: the stream, the
+ * precision, and managed memory under a host-driven plane). *staged: the step stages the
+ * job's buffers through the executor's own (a device backend under a host-driven plane). */
+int cz__compute_open_for(cz_compute *c, const cz_compute_want *w, bool *staged, cz_error *err);
 void cz__compute_close(cz_compute *c);
 /* Makes a table openable by its name (tests: a recording wrapper around the cpu backend).
  * At most a few; CZ_EINVALID when full. */

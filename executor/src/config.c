@@ -1,10 +1,6 @@
 /* Executor configuration defaults. */
 #include "canzona_exec.h"
-#include "comm.h"
-#include "cz_format.h"
 
-#include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 void cz_exec_config_init(cz_exec_config *cfg)
@@ -52,16 +48,4 @@ void cz_exec_config_init(cz_exec_config *cfg)
     cfg->soap_bias_correction = 1;
     cfg->nccl_timeout_s = 0.0; /* CZ_NCCL_TIMEOUT_S, else 300 s */
     cfg->mpi_timeout_s = 0.0;  /* CZ_MPI_TIMEOUT_S, else 1800 s */
-}
-
-double cz__exec_mpi_timeout(const cz_exec_config *cfg, const char *env)
-{
-    /* The communicators open before the config's version is checked: a config of another
-     * version is not read past its own fields (its message comes later). */
-    double s = cfg && cfg->version == CZ_EXEC_CONFIG_VERSION ? cfg->mpi_timeout_s : 0.0;
-    if (s > 0.0 && isfinite(s))
-        return s;
-    char *end = NULL;
-    double x = env ? strtod(env, &end) : 0.0;
-    return env && end != env && *end == '\0' && x > 0.0 && isfinite(x) ? x : 1800.0;
 }

@@ -264,35 +264,13 @@ int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *ow
     ex->dp_rank = ex->tp_rank = -1;
     ex->grad_norm = NAN;
 
-    /* The communicator comes first: without it the ranks cannot agree on failure. */
-    const char *comm = cfg_in->comm;
-    if (!comm)
-        comm = cz__comm_mpi_available() ? "mpi" : "self";
-    if (strcmp(comm, "mpi") == 0) {
-        if (!cz__comm_mpi_available()) {
-            rc = cz__error_set(err, CZ_EINVALID,
-                               "comm backend 'mpi' needs MPI initialized before the executor is "
-                               "created (or a build with CZ_WITH_MPI=ON)");
-            goto fail;
-        }
-        cz__comm_phase("creating the executor", -1);
-        rc = cz__ctrl_mpi_open(&ex->ctrl, cfg_in->world_comm,
-                               cz__exec_mpi_timeout(cfg_in, getenv("CZ_MPI_TIMEOUT_S")), err);
-        if (!rc)
-            rc = cz__plane_mpi_open(&ex->world, cfg_in->world_comm, &ex->ctrl, err);
-    } else if (strcmp(comm, "nccl") == 0) {
-        rc = cz__exec_open_nccl(ex, cfg_in, err);
-    } else if (strcmp(comm, "self") == 0) {
-        rc = cz__ctrl_self_open(&ex->ctrl, err);
-        if (!rc)
-            rc = cz__plane_self_open(&ex->world, err);
-    } else {
-        rc = cz__error_set(err, CZ_EUNSUPPORTED,
-                           "unknown comm backend '%s' (known: mpi, nccl, self)", comm);
-    }
+    /* The communicator comes first: without it the ranks cannot agree on failure. A failure
+     * before it (pre_rc: the plan did not load) is the one to report, code and message. */
+    cz_error ignored;
+    rc = cz__comm_open(cfg_in, &ex->ctrl, &ex->world, &ex->comm, pre_rc ? &ignored : err);
     if (rc) {
         if (pre_rc)
-            rc = pre_rc; /* the plan's own error is the one to report */
+            rc = pre_rc;
         goto fail;
     }
 
@@ -305,8 +283,17 @@ int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *ow
                            "cz_exec_config version %d; this library expects %d (call "
                            "cz_exec_config_init)",
                            cfg_in->version, CZ_EXEC_CONFIG_VERSION);
-    if (!rc)
-        rc = cz__exec_open_compute(ex, cfg_in, comm, err);
+    if (!rc) {
+        cz_compute_want want = {
+            .name = cfg_in->backend,
+            .stream = cfg_in->stream,
+            .memory = cfg_in->memory,
+            .dtype = cfg_in->dtype >= 0 ? cfg_in->dtype : (int)plan->dtype,
+            .plane = cz__comm_name(ex->comm),
+            .host_plane = cz__comm_host_driven(ex->comm),
+        };
+        rc = cz__compute_open_for(&ex->compute, &want, &ex->host_staged, err);
+    }
     if (!rc)
         rc = check_space(ex, cfg_in, plan, err);
     if (!rc)
@@ -317,19 +304,10 @@ int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *ow
     }
     if (!rc && (plan->settings.optimizer == CZ_OPTIM_SHAMPOO ||
                 plan->settings.optimizer == CZ_OPTIM_SOAP)) {
-        const char *missing = NULL;
         ex->use_shampoo = plan->settings.optimizer == CZ_OPTIM_SHAMPOO;
         ex->use_soap = !ex->use_shampoo;
-        if (!cz__compute_has_linalg(&ex->compute, &missing))
-            rc = cz__error_set(
-                err, CZ_EUNSUPPORTED,
-                "plan optimizer '%s' needs the compute backend's "
-                "linear-algebra operations, but backend '%s' has no '%s'%s",
-                cz_optimizer_name(plan->settings.optimizer), ex->compute.ops->name, missing,
-                strcmp(missing, "syevd") == 0 && ex->compute.ops->kind == CZ_BACKEND_CPU
-                    ? " (this build has no LAPACKE: install liblapacke-dev and "
-                      "rebuild)"
-                    : "");
+        rc = cz__compute_require_linalg(&ex->compute, cz_optimizer_name(plan->settings.optimizer),
+                                        err);
         if (!rc && ex->use_shampoo)
             rc = cz__shampoo_hparams_from_config(&ex->shampoo, cfg_in,
                                                  plan->settings.precondition_frequency, err);
@@ -369,21 +347,15 @@ int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *ow
 
     ex->world.compute = &ex->compute; /* the planes wait on its events */
     ex->world.label = "world";
-    /* DP joins equal tp_rank ordered by dp_rank, TP equal dp_rank ordered by tp_rank; a
-     * communicator the job handed in is used instead (an MPI_Comm is duplicated; an ncclComm_t
-     * is borrowed: executor_backend.c). */
-    if (cfg_in->dp_comm && ex->world.ops->kind != CZ_COMM_SELF) {
-        rc = cz__exec_open_plane(ex, cfg_in->dp_comm, &ex->dp_comm, err);
-        ex->dp_comm.compute = &ex->compute;
-    } else
-        rc = ex->world.ops->split(&ex->world, ex->tp_rank, ex->dp_rank, &ex->dp_comm, err);
-    /* A failed (or timed-out) split goes on to the agreement below, so that every rank
-     * returns an error: a rank that left here would keep its peers waiting in it. */
-    if (!rc && cfg_in->tp_comm && ex->world.ops->kind != CZ_COMM_SELF) {
-        rc = cz__exec_open_plane(ex, cfg_in->tp_comm, &ex->tp_comm, err);
-        ex->tp_comm.compute = &ex->compute;
-    } else if (!rc)
-        rc = ex->world.ops->split(&ex->world, ex->dp_rank, ex->tp_rank, &ex->tp_comm, err);
+    /* DP joins equal tp_rank ordered by dp_rank, TP equal dp_rank ordered by tp_rank, unless
+     * the job handed in a communicator (comm.c). A failed (or timed-out) split goes on to the
+     * agreement below, so that every rank returns an error: a rank that left here would keep
+     * its peers waiting in it. */
+    rc = cz__comm_subplane(ex->comm, cfg_in, &ex->ctrl, &ex->world, cfg_in->dp_comm, ex->tp_rank,
+                           ex->dp_rank, &ex->dp_comm, err);
+    if (!rc)
+        rc = cz__comm_subplane(ex->comm, cfg_in, &ex->ctrl, &ex->world, cfg_in->tp_comm,
+                               ex->dp_rank, ex->tp_rank, &ex->tp_comm, err);
     ex->dp_comm.label = "DP";
     ex->tp_comm.label = "TP";
     if (!rc && (ex->dp_comm.size != ex->dp || ex->dp_comm.rank != ex->dp_rank))
@@ -397,7 +369,7 @@ int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *ow
                            "plan needs tp = %d and this process is tp rank %d",
                            ex->tp_comm.size, ex->tp_comm.rank, ex->tp, ex->tp_rank);
     if (!rc)
-        rc = cz__exec_reserve_planes(ex, err);
+        rc = cz__comm_reserve(ex->comm, &ex->dp_comm, plan, err);
     if (!rc) {
         ex->schedule = &plan->schedules[ex->dp_rank];
         rc = alloc_state(ex, err);

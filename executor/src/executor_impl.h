@@ -25,6 +25,7 @@ struct cz_executor {
     cz_muon_hparams muon;
     cz_adamw_hparams adamw;
     cz_compute compute;
+    const cz_comm_backend *comm;      /* the comm backend the planes are of (comm.c) */
     cz_ctrl ctrl;                     /* control plane over the world */
     cz_plane world, dp_comm, tp_comm; /* data planes; dp and tp are split from world */
     int dp, tp, dp_rank, tp_rank;
@@ -70,7 +71,7 @@ struct cz_executor {
      * copies. With bf16, stage_params is the fp32 master copy, loaded at the first step. */
     bool per_param, staged, master_loaded;
     /* The cuda backend under a host-driven plane: buffers are managed memory and the step
-     * always stages the job's buffers through them (executor_backend.c). */
+     * always stages the job's buffers through them (cz__compute_open_for). */
     bool host_staged;
     float *stage_params, *stage_grads; /* backend memory, allocated at bind */
     int async_rc;                      /* result of the step started by step_async */
@@ -108,17 +109,5 @@ int64_t cz__exec_param_offset(const cz_executor *ex, int param);
  * an owned parameter, the part in d's range for a fragmented one (split layout), else none.
  * Returns its length (0: none) and sets *lo. */
 int64_t cz__exec_param_piece(const cz_plan *plan, const cz_plan_param *p, int d, int64_t *lo);
-/* Opens the compute backend cfg->backend names, for the comm backend `comm`
- * (executor_backend.c). */
-int cz__exec_open_compute(cz_executor *ex, const cz_exec_config *cfg, const char *comm,
-                          cz_error *err);
-/* Opens the control plane (MPI) and the world data plane (NCCL) of comm backend "nccl". */
-int cz__exec_open_nccl(cz_executor *ex, const cz_exec_config *cfg, cz_error *err);
-/* Allocates what the data planes need for the plan's steps, at create (the nccl DP plane's
- * padded-collective scratch), so that a step allocates nothing. */
-int cz__exec_reserve_planes(cz_executor *ex, cz_error *err);
-/* A data plane over a communicator the job handed in, of the world plane's kind: a pointer to
- * an MPI_Comm (duplicated) or to an ncclComm_t (borrowed). */
-int cz__exec_open_plane(cz_executor *ex, const void *handle, cz_plane *out, cz_error *err);
 
 #endif /* CZ_EXECUTOR_IMPL_H */

@@ -2,6 +2,7 @@
  * executable strategies, re-checked because a plan file may come from anywhere. The structural
  * rules are validate's own (plan_structure.c); what needs the model is protected by the plan's
  * content hash, checked when the plan is read from a file (executor_open.c). */
+#include "comm.h"
 #include "cz_format.h"
 #include "executor_impl.h"
 #include "shard.h"
@@ -22,31 +23,6 @@ int cz__exec_bucket_index(const cz_plan *plan, int id)
         if (plan->buckets[i].id == id)
             return (int)i;
     return -1;
-}
-
-/* What the executor needs beyond the structural rules: MPI's int counts and displacements. */
-static int check_mpi_limits(const cz_plan *plan, cz_error *err)
-{
-    for (size_t b = 0; b < plan->nbuckets; b++) {
-        const cz_plan_bucket *bk = &plan->buckets[b];
-        for (int r = 0; r < plan->dp; r++) {
-            int64_t s = bk->ranges[2 * r], e = bk->ranges[2 * r + 1];
-            /* The all-gather addresses ranges by their start: an MPI displacement (int). */
-            if (s > INT_MAX)
-                return cz__error_set(
-                    err, CZ_EUNSUPPORTED,
-                    "plan $.buckets[%zu].ranges[%d] starts at element %lld; MPI displacements "
-                    "are limited to %d (plan with a smaller bucket size)",
-                    b, r, (long long)s, INT_MAX);
-            if (e - s > INT_MAX)
-                return cz__error_set(
-                    err, CZ_EUNSUPPORTED,
-                    "plan $.buckets[%zu].ranges[%d] holds %lld elements; MPI counts "
-                    "are limited to %d",
-                    b, r, (long long)(e - s), INT_MAX);
-        }
-    }
-    return CZ_OK;
 }
 
 /* What the optimizers need: Muon works on 2-D matrices, and every shard must be cut cleanly. */
@@ -120,7 +96,7 @@ int cz__exec_plan_check(const cz_plan *plan, cz_error *err)
                              "soap or shampoo");
     int rc = check_structure(plan, err);
     if (!rc)
-        rc = check_mpi_limits(plan, err);
+        rc = cz__comm_plan_check(plan, err);
     if (!rc)
         rc = check_params(plan, err);
     return rc;

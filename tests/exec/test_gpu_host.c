@@ -5,6 +5,7 @@
 #include "exec_fixture.h"
 #include "canzona_exec.h"
 #include "comm.h"
+#include "comm_mpi.h"
 #include "cz_format.h"
 #include "executor_impl.h"
 #include "launch.h"

@@ -315,18 +315,18 @@ START_TEST(mpi_timeout_resolution)
     cz_exec_config cfg;
     cz_exec_config_init(&cfg);
     ck_assert_double_eq(cfg.mpi_timeout_s, 0.0);
-    ck_assert_double_eq(cz__exec_mpi_timeout(&cfg, NULL), 1800.0);
-    ck_assert_double_eq(cz__exec_mpi_timeout(&cfg, "12"), 12.0);
-    ck_assert_double_eq(cz__exec_mpi_timeout(&cfg, "0.5"), 0.5);
-    ck_assert_double_eq(cz__exec_mpi_timeout(&cfg, "soon"), 1800.0);
-    ck_assert_double_eq(cz__exec_mpi_timeout(&cfg, "5s"), 1800.0);
-    ck_assert_double_eq(cz__exec_mpi_timeout(&cfg, "-1"), 1800.0);
-    ck_assert_double_eq(cz__exec_mpi_timeout(&cfg, "inf"), 1800.0);
-    ck_assert_double_eq(cz__exec_mpi_timeout(NULL, "7"), 7.0);
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, NULL), 1800.0);
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, "12"), 12.0);
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, "0.5"), 0.5);
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, "soon"), 1800.0);
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, "5s"), 1800.0);
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, "-1"), 1800.0);
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, "inf"), 1800.0);
+    ck_assert_double_eq(cz__comm_mpi_timeout(NULL, "7"), 7.0);
     cfg.mpi_timeout_s = 3.0;
-    ck_assert_double_eq(cz__exec_mpi_timeout(&cfg, "12"), 3.0); /* the config wins */
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, "12"), 3.0); /* the config wins */
     cfg.version = 4;
-    ck_assert_double_eq(cz__exec_mpi_timeout(&cfg, "12"), 12.0);
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, "12"), 12.0);
 }
 END_TEST
 

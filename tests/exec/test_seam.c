@@ -2,6 +2,7 @@
  * and the one-process data plane (grouped send/receive, split, segments). */
 #include "canzona_exec.h"
 #include "comm.h"
+#include "comm_self.h"
 #include "compute.h"
 #include "cz_format.h"
 

@@ -1132,7 +1132,7 @@ int main(int argc, char **argv)
     if (g_term_len >= sizeof g_term_msg)
         g_term_len = sizeof g_term_msg - 1;
     signal(SIGTERM, on_term);
-    g_timeout = cz__exec_mpi_timeout(NULL, getenv("CZ_MPI_TIMEOUT_S"));
+    g_timeout = cz__comm_mpi_timeout(NULL, getenv("CZ_MPI_TIMEOUT_S"));
     cz__mpi_watch_phase("canzona-bench, starting", -1);
     if (cz__mpi_chan_open(&g_chan, MPI_COMM_WORLD, g_timeout, &err))
         stalled(&err);
