@@ -12,7 +12,7 @@
  *
  * Saving gathers every tensor on world rank 0 over the data plane (a matrix's Muon momentum
  * part by part from the ranks that hold its parts — the whole matrix, its blocks, or a
- * cooperative task's slices, cz__exec_task_parts — a Shampoo or SOAP state from the lowest rank
+ * cooperative task's slices, cz__task_parts — a Shampoo or SOAP state from the lowest rank
  * that hosts it, an elementwise parameter's moments from the TP ranks of its owning DP rank,
  * unpacked into the full tensor) and rank 0 writes the file atomically (temporary file
  * in the same folder, synced, renamed over the old one), so a crash mid-write leaves the
@@ -186,7 +186,7 @@ static int momentum_parts(const cz_executor *ex, int i, cz_exec_part **out, int 
     for (int g = 0; g < rs->ngroups; g++)
         for (int t = 0; t < rs->groups[g].ntasks; t++)
             if (rs->groups[g].task_param[t] == i)
-                n += cz__exec_task_parts(plan, &rs->groups[g], t, v + n, cap - n);
+                n += cz__task_parts(plan, &rs->groups[g], t, v + n, cap - n);
     *out = v;
     *count = n;
     return CZ_OK;
@@ -479,7 +479,7 @@ static int check_buffers(const cz_executor *ex, const ck_entry *e, size_t ne, cz
                 return rc;
             continue;
         }
-        bool keeps = e[i].kind == CK_ADAM ? cz__exec_param_piece(ex->plan, p, ex->dp_rank, &lo) > 0
+        bool keeps = e[i].kind == CK_ADAM ? cz__param_piece(ex->plan, p, ex->dp_rank, &lo) > 0
                                           : hosts_matrix(ex, (size_t)e[i].param);
         if (keeps && !entry_buffer(ex, &e[i]))
             return cz__error_set(err, CZ_EINTERNAL,
@@ -583,7 +583,7 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
          * elementwise buffer's even slices). */
         for (int t = 0; t < ex->tp && !rc; t++) {
             for (int d = 0; d < ex->dp && !rc; d++) {
-                int64_t lo, len = cz__exec_param_piece(plan, p, d, &lo);
+                int64_t lo, len = cz__param_piece(plan, p, d, &lo);
                 int src = (int)grid[d * ex->tp + t];
                 if (len > 0)
                     rc = fetch(ex, &b, ex->world.rank == src ? entry_buffer(ex, &e[i]) : NULL, len,
@@ -1013,7 +1013,7 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
          * whole tensor and keeps its part: the owner of a whole parameter, or in a split layout
          * every DP rank whose slice of the elementwise buffer holds a piece of it. */
         for (int d = 0; d < ex->dp && !rc; d++) {
-            int64_t lo, len = cz__exec_param_piece(plan, p, d, &lo);
+            int64_t lo, len = cz__param_piece(plan, p, d, &lo);
             for (int t = 0; t < ex->tp && len > 0 && !rc; t++) {
                 int dst = (int)grid[d * ex->tp + t];
                 if (dst == 0) {

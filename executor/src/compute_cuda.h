@@ -17,6 +17,10 @@ typedef enum cz_cuda_memory {
     CZ_CUDA_MEM_MAPPED,  /* cudaHostAlloc, mapped */
 } cz_cuda_memory;
 int cz__cuda_malloc(void **p, size_t bytes, cz_cuda_memory kind);
+/* The device allocations cz__cuda_malloc has made since the plugin was loaded. */
+uint64_t cz__cuda_alloc_count(void);
+/* Lends the plugin the executor's allocator (the entry, once). */
+void cz__cuda_memory_init(const cz_gpu_host *h);
 
 /* Opens the backend on the current CUDA device: creates (or adopts) the stream, the cuBLAS
  * handle and its workspace, and the device scratch. CZ_EUNSUPPORTED when no device is

@@ -14,26 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t cz__exec_param_offset(const cz_executor *ex, int param)
-{
-    const cz_plan_param *p = &ex->plan->params[param];
-    return ex->plan->buckets[cz__exec_bucket_index(ex->plan, p->bucket)].offset + p->offset;
-}
-
-int64_t cz__exec_param_piece(const cz_plan *plan, const cz_plan_param *p, int d, int64_t *lo)
-{
-    *lo = 0;
-    if (!cz_plan_param_fragmented(plan, p))
-        return p->dp_owner == d ? p->numel : 0;
-    const int64_t *rg = plan->buckets[cz__exec_bucket_index(plan, p->bucket)].ranges;
-    int64_t s = p->offset > rg[2 * d] ? p->offset : rg[2 * d];
-    int64_t e = p->offset + p->numel < rg[2 * d + 1] ? p->offset + p->numel : rg[2 * d + 1];
-    if (e <= s)
-        return 0;
-    *lo = s - p->offset;
-    return e - s;
-}
-
 size_t cz_executor_buffer_numel(const cz_executor *ex)
 {
     return ex ? ex->buffer_numel : 0;
@@ -141,6 +121,7 @@ static int alloc_state(cz_executor *ex, cz_error *err)
     ex->owned_elem = cz__exec_calloc(n, sizeof *ex->owned_elem);
     ex->piece_lo = cz__exec_calloc(n, sizeof *ex->piece_lo);
     ex->piece_len = cz__exec_calloc(n, sizeof *ex->piece_len);
+    ex->param_off = cz__exec_calloc(n, sizeof *ex->param_off);
     ex->stats = c->ops->alloc(c, n * sizeof *ex->stats);
     ex->stats_host = cz__exec_calloc(n, sizeof *ex->stats_host);
     ex->ev_grads = c->ops->event_create(c);
@@ -149,7 +130,7 @@ static int alloc_state(cz_executor *ex, cz_error *err)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for compute events");
     if (!ex->param_ptr || !ex->grad_ptr || !ex->bound || !ex->adam_m || !ex->adam_v ||
         !ex->shampoo_state || !ex->soap_state || !ex->owned || !ex->owned_elem || !ex->piece_lo ||
-        !ex->piece_len || !ex->stats || !ex->stats_host)
+        !ex->piece_len || !ex->param_off || !ex->stats || !ex->stats_host)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     int64_t maxrange = 1;
     for (size_t b = 0; b < plan->nbuckets; b++) {
@@ -165,7 +146,11 @@ static int alloc_state(cz_executor *ex, cz_error *err)
                              (long long)maxrange);
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        ex->piece_len[i] = cz__exec_param_piece(plan, p, ex->dp_rank, &ex->piece_lo[i]);
+        /* The plan check found every parameter's bucket. */
+        int b = cz__bucket_index(plan, p->bucket);
+        CZ_ASSERT(b >= 0, err);
+        ex->param_off[i] = plan->buckets[b].offset + p->offset;
+        ex->piece_len[i] = cz__param_piece(plan, p, ex->dp_rank, &ex->piece_lo[i]);
         if (ex->piece_len[i] == 0 && p->dp_owner != ex->dp_rank)
             continue;
         ex->owned[ex->nowned++] = (int)i;
@@ -534,6 +519,7 @@ void cz_executor_free(cz_executor *ex)
     cz__exec_free(ex->owned_elem);
     cz__exec_free(ex->piece_lo);
     cz__exec_free(ex->piece_len);
+    cz__exec_free(ex->param_off);
     cz__exec_free(ex->stats_host);
     cz__exec_free(ex->param_ptr);
     cz__exec_free(ex->grad_ptr);

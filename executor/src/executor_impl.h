@@ -46,6 +46,9 @@ struct cz_executor {
     int nowned, nowned_elem;
     int64_t *piece_lo, *piece_len; /* indexed by param id: the owned piece, relative to the
                                       parameter's start (0 and numel for a whole one) */
+    /* Indexed by param id: where its local shard starts in the flat buffers (its bucket's
+     * offset plus its own), every parameter's, computed once at create. */
+    int64_t *param_off;
     double *stats;      /* backend: per owned parameter, sum of squares of its gradient */
     double *stats_host; /* host copy, read back once per step */
     /* Compute events the DP collectives wait for: gradients staged, parameters updated. */
@@ -95,19 +98,11 @@ int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *ow
 int cz__exec_plan_check(const cz_plan *plan, cz_error *err);
 /* Fingerprint of the parts of a plan the ranks must agree on. */
 uint64_t cz__exec_plan_fingerprint(const cz_plan *plan);
-/* Index of the bucket with the given id; -1 when absent. */
-int cz__exec_bucket_index(const cz_plan *plan, int id);
 /* Precomputes the micro-group layouts of my DP rank's schedule and allocates the pipeline's
  * buffers and the Muon momentum of the matrices this rank hosts (pipeline.c). */
 int cz__exec_pipeline_init(cz_executor *ex, cz_error *err);
 void cz__exec_pipeline_free(cz_executor *ex);
 /* Runs the micro-group pipeline of the owned matrix parameters on flat buffers P, G. */
 int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err);
-/* Offset of a parameter's local shard in the flat buffer. */
-int64_t cz__exec_param_offset(const cz_executor *ex, int param);
-/* The piece of parameter p that DP rank d updates, relative to p's start: the whole shard of
- * an owned parameter, the part in d's range for a fragmented one (split layout), else none.
- * Returns its length (0: none) and sets *lo. */
-int64_t cz__exec_param_piece(const cz_plan *plan, const cz_plan_param *p, int d, int64_t *lo);
 
 #endif /* CZ_EXECUTOR_IMPL_H */

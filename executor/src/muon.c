@@ -58,28 +58,6 @@ float cz__muon_scale(const cz_muon_hparams *h, int64_t rows, int64_t cols)
     return h->scale_coeff * (float)sqrt((double)(rows > cols ? rows : cols));
 }
 
-int cz__param_blocks(const cz_plan_param *p, cz_block *out, int max)
-{
-    int64_t rows = p->def.shape[0], cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
-    if (p->def.nblocks <= 0) {
-        if (max < 1)
-            return 0;
-        out[0] = (cz_block){0, 0, rows, cols};
-        return 1;
-    }
-    int n = 0;
-    int64_t off = 0;
-    for (int b = 0; b < p->def.nblocks && n < max; b++) {
-        int64_t s = p->def.block_sizes[b];
-        if (p->def.block_dim == 0)
-            out[n++] = (cz_block){off, 0, s, cols};
-        else
-            out[n++] = (cz_block){0, off, rows, s};
-        off += s;
-    }
-    return n;
-}
-
 static int blk_cmp(const void *x, const void *y)
 {
     const cz_muon_blk *a = x, *b = y;

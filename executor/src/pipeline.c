@@ -14,7 +14,7 @@
  *
  * Everything moves by parts: a part is the region of the full matrix one slot computes: a
  * whole matrix (today's task), one block of it (a block task), or one member's slice of a
- * cooperative task's region (cz__exec_task_parts). The holder of a part receives from every TP
+ * cooperative task's region (cz__task_parts). The holder of a part receives from every TP
  * rank the elements of its shard inside the part (cz__region_runs), keeps the part's momentum,
  * and returns to every TP rank the elements of its shard inside the part's update. Whole-matrix
  * parts give exactly the layouts below as before. The members of a cooperative task then
@@ -132,37 +132,6 @@ static bool replicated(const cz_plan_param *p)
     return p->def.tp_dim < 0;
 }
 
-int cz__exec_task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_exec_part *out,
-                        int max)
-{
-    const cz_plan_param *p = &plan->params[g->task_param[t]];
-    int b = cz_group_task_block(g, t), k = cz_group_task_width(g, t);
-    cz_block reg;
-    cz_task_region(&p->def, b, &reg.r0, &reg.c0, &reg.rows, &reg.cols);
-    /* Sliced along the long side: rows of a tall region, columns otherwise (Muon's a x b). */
-    bool tall = reg.rows > reg.cols;
-    for (int j = 0; j < k && j < max; j++) {
-        cz_exec_part *o = &out[j];
-        *o = (cz_exec_part){.param = g->task_param[t],
-                            .block = b,
-                            .width = k,
-                            .panels = cz_group_task_panels(g, t),
-                            .member = j,
-                            .slot = g->task_slot[t] + j,
-                            .region = reg,
-                            .part = reg};
-        if (k > 1) {
-            int64_t s, n;
-            cz_coop_slice(tall ? reg.rows : reg.cols, k, j, &s, &n);
-            if (tall)
-                o->part.r0 += s, o->part.rows = n;
-            else
-                o->part.c0 += s, o->part.cols = n;
-        }
-    }
-    return k;
-}
-
 float *cz__exec_momentum_of(const cz_executor *ex, int param, const cz_block *part)
 {
     for (int i = 0; i < ex->nmom; i++) {
@@ -207,7 +176,7 @@ static int list_parts(cz_executor *ex, pgroup *pg, cz_error *err)
     if (!pg->parts)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
     for (int t = 0; t < g->ntasks; t++)
-        pg->nparts += cz__exec_task_parts(ex->plan, g, t, pg->parts + pg->nparts, n - pg->nparts);
+        pg->nparts += cz__task_parts(ex->plan, g, t, pg->parts + pg->nparts, n - pg->nparts);
     return CZ_OK;
 }
 
@@ -397,8 +366,7 @@ static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
             const cz_plan_param *p = &plan->params[x->param];
             if (replicated(p) || (!ex->sc && x->slot != s))
                 continue;
-            rc = cz__region_runs(p, tp, me, &x->part, pos, cz__exec_param_offset(ex, p->id), 1, 1,
-                                 &l, err);
+            rc = cz__region_runs(p, tp, me, &x->part, pos, ex->param_off[p->id], 1, 1, &l, err);
             pos += gcount(ex, x, me);
         }
     if (!rc)
@@ -441,8 +409,8 @@ static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
     for (int k = 0; k < pg->nhosted && !rc; k++) {
         const hpart *h = &pg->hosted[k];
         if (replicated(h->p)) /* the message of a replicated part is the part itself */
-            rc = cz__region_runs(h->p, tp, me, &h->x.part, h->off,
-                                 cz__exec_param_offset(ex, h->p->id), 1, 1, &l, err);
+            rc = cz__region_runs(h->p, tp, me, &h->x.part, h->off, ex->param_off[h->p->id], 1, 1,
+                                 &l, err);
     }
     if (!rc)
         rc = make_runs(ex, &l, &pg->unpack_local, err);
@@ -471,8 +439,7 @@ static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
             if (!ex->sc && x->slot != s)
                 continue;
             const cz_plan_param *p = &plan->params[x->param];
-            rc = cz__region_runs(p, tp, me, &x->part, upos, cz__exec_param_offset(ex, p->id), 1, 0,
-                                 &l, err);
+            rc = cz__region_runs(p, tp, me, &x->part, upos, ex->param_off[p->id], 1, 0, &l, err);
             upos += scount(ex, x, me);
         }
     }
@@ -835,7 +802,7 @@ int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error
     for (int k = 0; ex->shampoo_decay && k < ex->nowned; k++) {
         int i = ex->owned[k];
         if (ex->shampoo_decay[i])
-            cz__shampoo_decay_momentum(&ex->compute, &ex->shampoo, P + cz__exec_param_offset(ex, i),
+            cz__shampoo_decay_momentum(&ex->compute, &ex->shampoo, P + ex->param_off[i],
                                        ex->shampoo_decay[i], ex->plan->params[i].numel, ex->muon.lr,
                                        ex->muon.weight_decay);
     }

@@ -15,16 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cz__exec_bucket_index(const cz_plan *plan, int id)
-{
-    if (id >= 0 && (size_t)id < plan->nbuckets && plan->buckets[id].id == id)
-        return id;
-    for (size_t i = 0; i < plan->nbuckets; i++)
-        if (plan->buckets[i].id == id)
-            return (int)i;
-    return -1;
-}
-
 /* What the optimizers need: Muon works on 2-D matrices, and every shard must be cut cleanly. */
 static int check_params(const cz_plan *plan, cz_error *err)
 {

@@ -316,3 +316,79 @@ int cz__region_runs(const cz_plan_param *p, int tp, int r, const cz_block *b, in
     region_ctx c = {b, l, msg_off, other_off, other_is_shard, to_msg};
     return region_walk(p, tp, r, b, add_region_run, &c, err);
 }
+
+int cz__bucket_index(const cz_plan *plan, int id)
+{
+    if (id >= 0 && (size_t)id < plan->nbuckets && plan->buckets[id].id == id)
+        return id;
+    for (size_t i = 0; i < plan->nbuckets; i++)
+        if (plan->buckets[i].id == id)
+            return (int)i;
+    return -1;
+}
+
+int64_t cz__param_piece(const cz_plan *plan, const cz_plan_param *p, int d, int64_t *lo)
+{
+    *lo = 0;
+    if (!cz_plan_param_fragmented(plan, p))
+        return p->dp_owner == d ? p->numel : 0;
+    const int64_t *rg = plan->buckets[cz__bucket_index(plan, p->bucket)].ranges;
+    int64_t s = p->offset > rg[2 * d] ? p->offset : rg[2 * d];
+    int64_t e = p->offset + p->numel < rg[2 * d + 1] ? p->offset + p->numel : rg[2 * d + 1];
+    if (e <= s)
+        return 0;
+    *lo = s - p->offset;
+    return e - s;
+}
+
+int cz__param_blocks(const cz_plan_param *p, cz_block *out, int max)
+{
+    int64_t rows = p->def.shape[0], cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
+    if (p->def.nblocks <= 0) {
+        if (max < 1)
+            return 0;
+        out[0] = (cz_block){0, 0, rows, cols};
+        return 1;
+    }
+    int n = 0;
+    int64_t off = 0;
+    for (int b = 0; b < p->def.nblocks && n < max; b++) {
+        int64_t s = p->def.block_sizes[b];
+        if (p->def.block_dim == 0)
+            out[n++] = (cz_block){off, 0, s, cols};
+        else
+            out[n++] = (cz_block){0, off, rows, s};
+        off += s;
+    }
+    return n;
+}
+
+int cz__task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_exec_part *out, int max)
+{
+    const cz_plan_param *p = &plan->params[g->task_param[t]];
+    int b = cz_group_task_block(g, t), k = cz_group_task_width(g, t);
+    cz_block reg;
+    cz_task_region(&p->def, b, &reg.r0, &reg.c0, &reg.rows, &reg.cols);
+    /* Sliced along the long side: rows of a tall region, columns otherwise (Muon's a x b). */
+    bool tall = reg.rows > reg.cols;
+    for (int j = 0; j < k && j < max; j++) {
+        cz_exec_part *o = &out[j];
+        *o = (cz_exec_part){.param = g->task_param[t],
+                            .block = b,
+                            .width = k,
+                            .panels = cz_group_task_panels(g, t),
+                            .member = j,
+                            .slot = g->task_slot[t] + j,
+                            .region = reg,
+                            .part = reg};
+        if (k > 1) {
+            int64_t s, n;
+            cz_coop_slice(tall ? reg.rows : reg.cols, k, j, &s, &n);
+            if (tall)
+                o->part.r0 += s, o->part.rows = n;
+            else
+                o->part.c0 += s, o->part.cols = n;
+        }
+    }
+    return k;
+}

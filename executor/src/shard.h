@@ -1,7 +1,8 @@
 /*
- * shard.h — where a TP rank's local shard of a parameter lies in the full matrix (shard.c),
- * the host run lists the step's index maps are built from, the blocks of a parameter, the
- * regions of a shard a task covers, and the parts a task is cut into among its slots.
+ * shard.h — where a rank's pieces of a parameter lie, from the plan alone (shard.c): a TP
+ * rank's local shard in the full matrix, a DP rank's piece of the bucket, the host run lists
+ * the step's index maps are built from, the blocks of a parameter, the regions of a shard a
+ * task covers, and the parts a task is cut into among its slots.
  */
 #ifndef CZ_SHARD_H
 #define CZ_SHARD_H
@@ -37,6 +38,13 @@ int cz__shard_runs(const cz_plan_param *p, int tp, int r, int64_t full_off, int6
  * local shape and numel consistent). */
 int cz__shard_check(const cz_plan_param *p, int tp, cz_error *err);
 
+/* Index of the bucket with the given id; -1 when absent. */
+int cz__bucket_index(const cz_plan *plan, int id);
+/* The piece of parameter p that DP rank d updates, relative to p's start: the whole shard of
+ * an owned parameter, the part in d's range for a fragmented one (split layout), else none.
+ * Returns its length (0: none) and sets *lo. */
+int64_t cz__param_piece(const cz_plan *plan, const cz_plan_param *p, int d, int64_t *lo);
+
 /* One block of a matrix parameter: an independent matrix for the optimizer. */
 typedef struct cz_block {
     int64_t r0, c0, rows, cols; /* position and size inside the full matrix */
@@ -55,7 +63,7 @@ int cz__region_runs(const cz_plan_param *p, int tp, int r, const cz_block *b, in
                     int64_t other_off, int other_is_shard, int to_msg, cz_run_list *l,
                     cz_error *err);
 
-/* The part of a task one slot computes (pipeline.c): the task's region of the full matrix, or
+/* The part of a task one slot computes: the task's region of the full matrix, or
  * a cooperative member's slice of it, and the TP slot holding it (under sc: every TP rank;
  * slot 0 names it). */
 typedef struct cz_exec_part {
@@ -66,7 +74,6 @@ typedef struct cz_exec_part {
 } cz_exec_part;
 /* The parts of task t of group g (width 1: one part; k: k parts, member order); writes at
  * most max of them and returns their count. */
-int cz__exec_task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_exec_part *out,
-                        int max);
+int cz__task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_exec_part *out, int max);
 
 #endif /* CZ_SHARD_H */

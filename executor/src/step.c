@@ -62,8 +62,7 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
     cz_compute *c = &ex->compute;
     for (int k = 0; k < ex->nowned; k++) {
         int i = ex->owned[k];
-        c->ops->sumsq(c, G + cz__exec_param_offset(ex, i) + ex->piece_lo[i], ex->piece_len[i],
-                      &ex->stats[k]);
+        c->ops->sumsq(c, G + ex->param_off[i] + ex->piece_lo[i], ex->piece_len[i], &ex->stats[k]);
     }
     int rc =
         c->ops->download(c, ex->stats_host, ex->stats, (size_t)ex->nowned * sizeof(double), err);
@@ -109,7 +108,7 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
         float f = (float)((double)max / (ex->grad_norm + 1e-6));
         for (int k = 0; k < ex->nowned; k++) {
             int i = ex->owned[k];
-            float *g = G + cz__exec_param_offset(ex, i) + ex->piece_lo[i];
+            float *g = G + ex->param_off[i] + ex->piece_lo[i];
             c->ops->scale(c, g, g, ex->piece_len[i], f);
         }
     }
@@ -136,7 +135,7 @@ static void stage_in(cz_executor *ex)
     cz_compute *c = &ex->compute;
     bool params = ex->dtype == CZ_DTYPE_FP32 || !ex->master_loaded;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
-        int64_t off = cz__exec_param_offset(ex, (int)i), n = ex->plan->params[i].numel;
+        int64_t off = ex->param_off[i], n = ex->plan->params[i].numel;
         if (params)
             c->ops->convert(c, ex->stage_params + off, CZ_DTYPE_FP32, job_param(ex, i, off),
                             ex->dtype, n);
@@ -150,7 +149,7 @@ static void stage_out(cz_executor *ex)
 {
     cz_compute *c = &ex->compute;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
-        int64_t off = cz__exec_param_offset(ex, (int)i), n = ex->plan->params[i].numel;
+        int64_t off = ex->param_off[i], n = ex->plan->params[i].numel;
         c->ops->convert(c, job_param(ex, i, off), ex->dtype, ex->stage_params + off, CZ_DTYPE_FP32,
                         n);
     }
@@ -218,7 +217,7 @@ static int run_step(cz_executor *ex, cz_error *err)
     cz__adamw_args_make(&aw, &ex->adamw, ex->steps + 1);
     for (int k = 0; k < ex->nowned_elem; k++) {
         int i = ex->owned_elem[k];
-        int64_t off = cz__exec_param_offset(ex, i) + ex->piece_lo[i];
+        int64_t off = ex->param_off[i] + ex->piece_lo[i];
         ex->compute.ops->adamw(&ex->compute, P + off, G + off, ex->adam_m[i], ex->adam_v[i],
                                ex->piece_len[i], &aw);
     }

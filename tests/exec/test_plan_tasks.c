@@ -91,7 +91,7 @@ START_TEST(built_plan_passes)
     find_task(2, 0, &g, &t);
     /* Its two parts: the block's region sliced along its long side, each on its own slot. */
     cz_exec_part parts[4];
-    ck_assert_int_eq(cz__exec_task_parts(plan, g, t, parts, 4), 2);
+    ck_assert_int_eq(cz__task_parts(plan, g, t, parts, 4), 2);
     const cz_exec_part *a = &parts[0], *b = &parts[1];
     ck_assert_int_eq(a->slot, g->task_slot[t]);
     ck_assert_int_eq(b->slot, g->task_slot[t] + 1);

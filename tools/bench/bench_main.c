@@ -697,7 +697,7 @@ static int64_t full_numel(const cz_plan_param *p)
 
 static int64_t param_offset(const cz_plan *plan, const cz_plan_param *p)
 {
-    return plan->buckets[cz__exec_bucket_index(plan, p->bucket)].offset + p->offset;
+    return plan->buckets[cz__bucket_index(plan, p->bucket)].offset + p->offset;
 }
 
 /* Initial full tensor of a parameter: from --init-dir or generated. */

@@ -13,6 +13,7 @@
  * All device memory is allocated in alloc, runs_create and at open (the cuBLAS workspace and a
  * one-double scratch for block norms), i.e. at create/bind time; a step allocates nothing. */
 #include "compute_cuda.h"
+#include "cuda_impl.h"
 #include "alloc.h"
 #include "clock.h"
 
@@ -32,133 +33,6 @@
 #define CZ_NS_MAX_BATCH 65535
 
 _Static_assert(sizeof(cz_copy_run) == 3 * sizeof(int64_t), "runs are passed as int64 triples");
-
-struct cz_event {
-    cudaEvent_t ev;
-    int recorded;
-};
-
-struct cz_runs {
-    int64_t *dev; /* (dst, src, len) triples */
-    int64_t n;
-};
-
-typedef struct cuda_impl {
-    int device;
-    cudaStream_t stream;
-    int own_stream;
-    cublasHandle_t blas;
-    void *blas_ws;
-    double *norm_sq;  /* block_load's sum of squares */
-    cudaEvent_t done; /* download's completion */
-    cudaEvent_t job;  /* step_begin, step_end: the job's default streams against ours */
-    int managed;
-    cz_ns_precision prec;
-    cz_cuda_linalg *la; /* cuSOLVER and the solver-failure flag (compute_cuda_linalg.c) */
-    cz_ns_sym_mode sym; /* the symmetric form: by cz__ns_use_syrk, or forced (canzona-bench) */
-    int sticky;         /* first failure of an op without a status */
-    cz_error sticky_err;
-    struct {
-        cz_cuda_watch_fn fn;
-        void *ctx;
-    } watch[CZ_CUDA_MAX_WATCHERS];
-} cuda_impl;
-
-int cz__cuda_status(int rc, const char *call, const char *file, int line, cz_error *err)
-{
-    if (rc == (int)cudaSuccess)
-        return CZ_OK;
-    return cz__error_set(err, CZ_EIO, "%s:%d: %s failed: %s (%s)", file, line, call,
-                         cudaGetErrorString((cudaError_t)rc), cudaGetErrorName((cudaError_t)rc));
-}
-
-int cz__cublas_status(int rc, const char *call, const char *file, int line, cz_error *err)
-{
-    if (rc == (int)CUBLAS_STATUS_SUCCESS)
-        return CZ_OK;
-    return cz__error_set(err, CZ_EIO, "%s:%d: %s failed: %s", file, line, call,
-                         cublasGetStatusString((cublasStatus_t)rc));
-}
-
-static cuda_impl *impl_of(cz_compute *c)
-{
-    return c->impl;
-}
-
-/* Keeps the first failure of an op that cannot return it. */
-static void note(cz_compute *c, int rc, const cz_error *e)
-{
-    cuda_impl *h = impl_of(c);
-    if (rc && !h->sticky) {
-        h->sticky = rc;
-        h->sticky_err = *e;
-    }
-}
-
-void cz__cuda_note(cz_compute *c, int rc, const cz_error *e)
-{
-    note(c, rc, e);
-}
-
-void *cz__cuda_blas(cz_compute *c)
-{
-    return impl_of(c)->blas;
-}
-
-cz_cuda_linalg *cz__cuda_linalg_of(cz_compute *c)
-{
-    return impl_of(c)->la;
-}
-
-void cz__cuda_note_launch(cz_compute *c, int krc, const char *what)
-{
-    cz_error e;
-    if (krc)
-        note(c,
-             cz__error_set(&e, CZ_EIO, "CUDA kernel %s failed to launch: %s", what,
-                           cz__k_error_string(krc)),
-             &e);
-}
-
-int cz__cuda_take_error(cz_compute *c, cz_error *err)
-{
-    cuda_impl *h = impl_of(c);
-    int rc = h->sticky;
-    if (rc && err)
-        *err = h->sticky_err;
-    h->sticky = 0;
-    return rc;
-}
-
-void *cz__cuda_stream(cz_compute *c)
-{
-    return impl_of(c)->stream;
-}
-
-void *cz__cuda_event(cz_event *e)
-{
-    return e->ev;
-}
-
-int cz__cuda_watch(cz_compute *c, cz_cuda_watch_fn fn, void *ctx)
-{
-    cuda_impl *h = impl_of(c);
-    for (int i = 0; i < CZ_CUDA_MAX_WATCHERS; i++)
-        if (!h->watch[i].fn) {
-            h->watch[i].fn = fn;
-            h->watch[i].ctx = ctx;
-            return CZ_OK;
-        }
-    return CZ_EINVALID;
-}
-
-void cz__cuda_unwatch(cz_compute *c, void *ctx)
-{
-    cuda_impl *h = impl_of(c);
-    for (int i = 0; i < CZ_CUDA_MAX_WATCHERS; i++)
-        if (h->watch[i].ctx == ctx)
-            h->watch[i].fn = NULL, h->watch[i].ctx = NULL;
-}
 
 int cz__cuda_host_wait(cz_compute *c, void *event, cz_error *err)
 {
@@ -216,9 +90,9 @@ static void *cuda_alloc(cz_compute *c, size_t bytes)
     if (!rc)
         rc = CZ_CU(&e, cudaStreamSynchronize(h->stream));
     if (rc) {
-        note(c, rc, &e);
+        cz__cuda_note(c, rc, &e);
         rc = CZ_CU(&e, cudaFree(p));
-        note(c, rc, &e);
+        cz__cuda_note(c, rc, &e);
         return NULL;
     }
     return p;
@@ -227,7 +101,7 @@ static void *cuda_alloc(cz_compute *c, size_t bytes)
 static void cuda_release(cz_compute *c, void *p)
 {
     cz_error e;
-    note(c, CZ_CU(&e, cudaFree(p)), &e);
+    cz__cuda_note(c, CZ_CU(&e, cudaFree(p)), &e);
 }
 
 static cz_event *cuda_event_create(cz_compute *c)
@@ -238,7 +112,7 @@ static cz_event *cuda_event_create(cz_compute *c)
         return NULL;
     int rc = CZ_CU(&e, cudaEventCreateWithFlags(&ev->ev, cudaEventDisableTiming));
     if (rc) {
-        note(c, rc, &e);
+        cz__cuda_note(c, rc, &e);
         cz__exec_free(ev);
         return NULL;
     }
@@ -250,14 +124,14 @@ static void cuda_event_free(cz_compute *c, cz_event *ev)
     cz_error e;
     if (!ev)
         return;
-    note(c, CZ_CU(&e, cudaEventDestroy(ev->ev)), &e);
+    cz__cuda_note(c, CZ_CU(&e, cudaEventDestroy(ev->ev)), &e);
     cz__exec_free(ev);
 }
 
 static void cuda_event_record(cz_compute *c, cz_event *ev)
 {
     cz_error e;
-    note(c, CZ_CU(&e, cudaEventRecord(ev->ev, impl_of(c)->stream)), &e);
+    cz__cuda_note(c, CZ_CU(&e, cudaEventRecord(ev->ev, impl_of(c)->stream)), &e);
     ev->recorded = 1;
 }
 
@@ -323,9 +197,9 @@ static cz_runs *cuda_runs_create(cz_compute *c, const cz_copy_run *runs, size_t 
         rc = CZ_CU(&e, cudaMemcpyAsync(r->dev, runs, n * sizeof *runs, cudaMemcpyHostToDevice,
                                        impl_of(c)->stream));
     if (rc) {
-        note(c, rc, &e);
+        cz__cuda_note(c, rc, &e);
         if (r->dev)
-            note(c, CZ_CU(&e, cudaFree(r->dev)), &e);
+            cz__cuda_note(c, CZ_CU(&e, cudaFree(r->dev)), &e);
         cz__exec_free(r);
         return NULL;
     }
@@ -337,7 +211,7 @@ static void cuda_runs_free(cz_compute *c, cz_runs *r)
     cz_error e;
     if (!r)
         return;
-    note(c, CZ_CU(&e, cudaFree(r->dev)), &e);
+    cz__cuda_note(c, CZ_CU(&e, cudaFree(r->dev)), &e);
     cz__exec_free(r);
 }
 
@@ -355,7 +229,8 @@ static void cuda_convert(cz_compute *c, void *dst, cz_dtype dt, const void *src,
     if (dt == st) {
         /* Default: the job's device memory or the backend's managed memory (UVA tells). */
         size_t bytes = (size_t)n * (size_t)cz__dtype_bytes(dt);
-        note(c, CZ_CU(&e, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, h->stream)), &e);
+        cz__cuda_note(c, CZ_CU(&e, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, h->stream)),
+                      &e);
     } else if (dt == CZ_DTYPE_BF16) {
         cz__cuda_note_launch(c, cz__k_f32_to_bf16(h->stream, dst, src, n), "f32_to_bf16");
     } else {
@@ -448,7 +323,7 @@ static void cuda_ns_gram_rows(cz_compute *c, const float *x, int batch, int64_t 
         return;
     if (cols == 0) { /* a member with an empty slice adds nothing to the sum */
         size_t n = (size_t)batch * (size_t)cz_ns_panel_len(rows, r0, r1);
-        note(c, CZ_CU(&e, cudaMemsetAsync(out, 0, n * sizeof(float), h->stream)), &e);
+        cz__cuda_note(c, CZ_CU(&e, cudaMemsetAsync(out, 0, n * sizeof(float), h->stream)), &e);
         return;
     }
     /* G = X[r0:r1] X[r0:rows]^T, row-major ph x pw at full + r0 rows + r0 (ld rows). Column-major:
@@ -456,12 +331,12 @@ static void cuda_ns_gram_rows(cz_compute *c, const float *x, int batch, int64_t 
      * X[r0:r1]^T (cols x ph, ld cols), both at x + r0 cols: gemm(T, N, m = pw, n = ph, k = cols,
      * x + r0 cols, ld cols, x + r0 cols, ld cols, full + r0 rows + r0, ld rows). */
     const float *xr = x + r0 * cols;
-    note(c,
-         CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)pw, (int)ph,
-                                               (int)cols, &one, xr, (int)cols, rows * cols, xr,
-                                               (int)cols, rows * cols, &zero, full + r0 * rows + r0,
-                                               (int)rows, rows * rows, batch)),
-         &e);
+    cz__cuda_note(c,
+                  CZ_BLAS(&e, cublasSgemmStridedBatched(
+                                  h->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)pw, (int)ph, (int)cols,
+                                  &one, xr, (int)cols, rows * cols, xr, (int)cols, rows * cols,
+                                  &zero, full + r0 * rows + r0, (int)rows, rows * rows, batch)),
+                  &e);
     cz__cuda_note_launch(c, cz__k_ns_pack_rows(h->stream, out, full, rows, r0, r1, batch),
                          "ns_pack_rows");
 }
@@ -485,12 +360,12 @@ static void cuda_ns_poly_rows(cz_compute *c, const float *x, const float *full, 
     /* Y[r0:r1] (ph x cols) = A[r0:r1] (ph x rows, ld rows) X. Column-major: Y[r0:r1]^T (cols x
      * ph, ld cols) = X^T (cols x rows, ld cols) A[r0:r1]^T (rows x ph, ld rows): gemm(N, N,
      * m = cols, n = ph, k = rows, x, ld cols, full + r0 rows, ld rows, y + r0 cols, ld cols). */
-    note(c,
-         CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
-                                               (int)ph, (int)rows, &one, x, (int)cols, xs,
-                                               full + r0 * rows, (int)rows, rows * rows, &zero,
-                                               y + r0 * cols, (int)cols, xs, batch)),
-         &e);
+    cz__cuda_note(c,
+                  CZ_BLAS(&e, cublasSgemmStridedBatched(
+                                  h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols, (int)ph, (int)rows,
+                                  &one, x, (int)cols, xs, full + r0 * rows, (int)rows, rows * rows,
+                                  &zero, y + r0 * cols, (int)cols, xs, batch)),
+                  &e);
 }
 
 /* The elementwise steps run over the whole batch as one vector: x, y, full and bm are each
@@ -513,12 +388,12 @@ static void cuda_ns_poly_end(cz_compute *c, float *x, const float *full, float *
          * rows, ld rows): gemm(N, N, m = cols, n = rows, k = rows, c, y, ld cols, full, ld rows,
          * 1, x, ld cols). */
         if (kc != 0.0f)
-            note(c,
-                 CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
-                                                       (int)rows, (int)rows, &kc, y, (int)cols, xs,
-                                                       full, (int)rows, as, &one, x, (int)cols, xs,
-                                                       batch)),
-                 &e);
+            cz__cuda_note(c,
+                          CZ_BLAS(&e, cublasSgemmStridedBatched(
+                                          h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols, (int)rows,
+                                          (int)rows, &kc, y, (int)cols, xs, full, (int)rows, as,
+                                          &one, x, (int)cols, xs, batch)),
+                          &e);
         return;
     }
     /* B = b A; B += c A A; Y = a X; Y += B X; X = Y. */
@@ -528,26 +403,27 @@ static void cuda_ns_poly_end(cz_compute *c, float *x, const float *full, float *
     /* Column-major: B^T (rows x rows, ld rows) += c A^T A^T: gemm(N, N, m = n = k = rows, c, full,
      * ld rows, full, ld rows, 1, bm, ld rows). */
     if (kc != 0.0f)
-        note(c,
-             CZ_BLAS(&e,
-                     cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)rows,
-                                               (int)rows, (int)rows, &kc, full, (int)rows, as, full,
-                                               (int)rows, as, &one, bm, (int)rows, as, batch)),
-             &e);
+        cz__cuda_note(c,
+                      CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N,
+                                                            (int)rows, (int)rows, (int)rows, &kc,
+                                                            full, (int)rows, as, full, (int)rows,
+                                                            as, &one, bm, (int)rows, as, batch)),
+                      &e);
     cz__cuda_note_launch(c, cz__k_axpby_batched(h->stream, y, 0, x, 0, xn, 1, (float)k->a, 0.0f),
                          "axpby_batched");
     /* Column-major: Y^T (cols x rows, ld cols) += X^T (cols x rows, ld cols) B^T (rows x rows,
      * ld rows): gemm(N, N, m = cols, n = rows, k = rows, 1, x, ld cols, bm, ld rows, 1, y,
      * ld cols). */
-    note(c,
-         CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
-                                               (int)rows, (int)rows, &one, x, (int)cols, xs, bm,
-                                               (int)rows, as, &one, y, (int)cols, xs, batch)),
-         &e);
-    note(c,
-         CZ_CU(&e, cudaMemcpyAsync(x, y, (size_t)xn * sizeof(float), cudaMemcpyDeviceToDevice,
-                                   h->stream)),
-         &e);
+    cz__cuda_note(
+        c,
+        CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
+                                              (int)rows, (int)rows, &one, x, (int)cols, xs, bm,
+                                              (int)rows, as, &one, y, (int)cols, xs, batch)),
+        &e);
+    cz__cuda_note(c,
+                  CZ_CU(&e, cudaMemcpyAsync(x, y, (size_t)xn * sizeof(float),
+                                            cudaMemcpyDeviceToDevice, h->stream)),
+                  &e);
 }
 
 static void *operand(const cz_ns_operand *o, float *x, float *work, int i)
@@ -680,7 +556,7 @@ static void order_job(cz_compute *c, int end)
         int rc = CZ_CU(&e, cudaEventRecord(h->job, from));
         if (!rc)
             rc = CZ_CU(&e, cudaStreamWaitEvent(to, h->job, 0));
-        note(c, rc, &e);
+        cz__cuda_note(c, rc, &e);
     }
 }
 

@@ -3,7 +3,6 @@
 /* dladdr: the file a symbol was loaded from. */
 #define _GNU_SOURCE
 #include "compute_cuda.h"
-#include "alloc.h"
 
 #include "check.h"
 #ifdef CZ_HAVE_NCCL
@@ -16,53 +15,11 @@
 #include <cuda_runtime_api.h>
 #include <cusolverDn.h>
 #include <dlfcn.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 static const cz_gpu_host *host;
-static _Atomic uint64_t device_allocs;
-
-/* The executor's allocator: cz__exec_alloc_count then counts the plugin's host tables too. */
-void *cz__exec_malloc(size_t bytes)
-{
-    return host->malloc(bytes);
-}
-
-void *cz__exec_calloc(size_t n, size_t size)
-{
-    return host->calloc(n, size);
-}
-
-void cz__exec_free(void *p)
-{
-    host->free(p);
-}
-
-int cz__cuda_malloc(void **p, size_t bytes, cz_cuda_memory kind)
-{
-    int rc;
-    switch (kind) {
-    case CZ_CUDA_MEM_MANAGED:
-        rc = CZ_CU_RC(cudaMallocManaged(p, bytes, cudaMemAttachGlobal));
-        break;
-    case CZ_CUDA_MEM_MAPPED:
-        rc = CZ_CU_RC(cudaHostAlloc(p, bytes, cudaHostAllocMapped));
-        break;
-    default:
-        rc = CZ_CU_RC(cudaMalloc(p, bytes));
-        break;
-    }
-    if (rc == (int)cudaSuccess)
-        atomic_fetch_add_explicit(&device_allocs, 1, memory_order_relaxed);
-    return rc;
-}
-
-static uint64_t alloc_count(void)
-{
-    return atomic_load_explicit(&device_allocs, memory_order_relaxed);
-}
 
 static int device_count(int *count, cz_error *err)
 {
@@ -254,7 +211,7 @@ static const cz_gpu_api api = {
     .mem_free = mem_free,
     .copy = copy,
     .synchronize = synchronize,
-    .alloc_count = alloc_count,
+    .alloc_count = cz__cuda_alloc_count,
     .mem_free_bytes = mem_free_bytes,
     .job_write = job_write,
     .time_gemm = cz__cuda_time_gemm,
@@ -277,5 +234,6 @@ cz_gpu_plugin_entry(const cz_gpu_host *h, const char *abi, const char **why)
         return NULL;
     }
     host = h;
+    cz__cuda_memory_init(h);
     return &api;
 }
