@@ -7,12 +7,18 @@
 
 #include "canzona_exec.h"
 #include "compute.h"
+#include "optimizer.h"
 
 #include <stdint.h>
 
 typedef struct cz_adamw_hparams {
     float lr, beta1, beta2, eps, weight_decay;
 } cz_adamw_hparams;
+
+/* AdamW as the executor runs it on the elementwise parameters (optimizer.h). */
+extern const cz_optimizer_ops cz__adamw_ops;
+/* The settings an AdamW optimizer of cz__adamw_ops runs with (tests: the reference). */
+const cz_adamw_hparams *cz__adamw_hparams_of(const cz_optim *o);
 
 void cz__adamw_hparams_from_config(cz_adamw_hparams *h, const cz_exec_config *cfg);
 /* The AdamW arguments of step t (>= 1). */

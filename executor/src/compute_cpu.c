@@ -1,14 +1,12 @@
 /* The "cpu" compute backend: host memory, fp32, OpenBLAS for the Newton-Schulz products and
  * plain loops for everything elementwise. A batched call loops over cblas_sgemm; the batched
  * interface is what a GPU backend maps to strided-batched GEMM. The host reference kernels
- * (cz__muon_momentum, cz__apply_update, cz__adamw_step) are this backend's own loops. */
+ * (cz__cpu_momentum, cz__cpu_apply_update, cz__cpu_adamw) are this backend's own loops. */
 #include "elementwise.h"
-#include "adamw.h"
 #include "alloc.h"
 #include "compute.h"
 #include "compute_cpu.h"
 #include "cz_format.h"
-#include "muon.h"
 #include "ns_coeffs.h"
 #include "ns_coop.h"
 #include "ns_plan.h"
@@ -29,34 +27,25 @@ struct cz_runs {
     cz_copy_run v[];
 };
 
-void cz__muon_momentum(const cz_muon_hparams *h, const float *g, float *buf, float *in, int64_t n)
+void cz__cpu_momentum(const float *g, float *buf, float *in, int64_t n, float mu, int nesterov)
 {
     for (int64_t i = 0; i < n; i++)
-        in[i] = cz_ew_momentum(g[i], &buf[i], h->momentum, h->nesterov);
+        in[i] = cz_ew_momentum(g[i], &buf[i], mu, nesterov);
 }
 
-void cz__apply_update(float *p, const float *u, int64_t n, float lr, float wd)
+void cz__cpu_apply_update(float *p, const float *u, int64_t n, float lr, float wd)
 {
     float keep = cz__ew_keep(lr, wd);
     for (int64_t i = 0; i < n; i++)
         p[i] = cz_ew_update(p[i], u[i], keep, lr);
 }
 
-static void adamw_loop(float *p, const float *g, float *m, float *v, int64_t n,
-                       const cz_adamw_args *a)
+void cz__cpu_adamw(float *p, const float *g, float *m, float *v, int64_t n, const cz_adamw_args *a)
 {
     float keep = cz__ew_keep(a->lr, a->weight_decay);
     for (int64_t i = 0; i < n; i++)
         p[i] = cz_ew_adamw(p[i], g[i], &m[i], &v[i], a->beta1, a->beta2, a->bias1, a->bias2, a->lr,
                            a->eps, keep);
-}
-
-void cz__adamw_step(const cz_adamw_hparams *h, int64_t t, float *p, const float *g, float *m,
-                    float *v, int64_t n)
-{
-    cz_adamw_args a;
-    cz__adamw_args_make(&a, h, t);
-    adamw_loop(p, g, m, v, n, &a);
 }
 
 uint16_t cz__bf16_from_f32(float f)
@@ -187,8 +176,7 @@ static void cpu_momentum(cz_compute *c, const float *g, float *buf, float *in, i
                          int nesterov)
 {
     (void)c;
-    cz_muon_hparams h = {.momentum = mu, .nesterov = nesterov};
-    cz__muon_momentum(&h, g, buf, in, n);
+    cz__cpu_momentum(g, buf, in, n, mu, nesterov);
 }
 
 static void cpu_block_load_sq(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
@@ -292,7 +280,7 @@ static int cpu_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int6
 static void cpu_apply_update(cz_compute *c, float *p, const float *u, int64_t n, float lr, float wd)
 {
     (void)c;
-    cz__apply_update(p, u, n, lr, wd);
+    cz__cpu_apply_update(p, u, n, lr, wd);
 }
 
 /* A = X X^T per matrix, in the form ns_batched would pick for the member's slice, into work
@@ -383,14 +371,14 @@ static void cpu_apply_runs(cz_compute *c, float *p, const float *u, const cz_run
 {
     (void)c;
     for (size_t k = 0; k < r->n; k++)
-        cz__apply_update(p + r->v[k].dst, u + r->v[k].src, r->v[k].len, lr, wd);
+        cz__cpu_apply_update(p + r->v[k].dst, u + r->v[k].src, r->v[k].len, lr, wd);
 }
 
 static void cpu_adamw(cz_compute *c, float *p, const float *g, float *m, float *v, int64_t n,
                       const cz_adamw_args *a)
 {
     (void)c;
-    adamw_loop(p, g, m, v, n, a);
+    cz__cpu_adamw(p, g, m, v, n, a);
 }
 
 /* compute_cpu_linalg.c */

@@ -1,18 +1,16 @@
 /*
  * executor_impl.h — the executor object and what only the executor's core files share:
- * creation, the plan checks, the pipeline's entry points.
+ * creation, the plan checks, the pipeline's entry points. It names no backend and no
+ * optimizer: those are behind the seams (compute.h, comm.h, optimizer.h).
  */
 #ifndef CZ_EXECUTOR_IMPL_H
 #define CZ_EXECUTOR_IMPL_H
 
-#include "adamw.h"
 #include "canzona_exec.h"
 #include "comm.h"
 #include "compute.h"
 #include "cz_format.h"
-#include "muon.h"
-#include "shampoo.h"
-#include "soap.h"
+#include "optimizer.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -22,8 +20,6 @@ struct cz_executor {
     const cz_plan *plan;
     cz_plan *owned_plan; /* non-NULL when created from a file */
     cz_exec_config cfg;
-    cz_muon_hparams muon;
-    cz_adamw_hparams adamw;
     cz_compute compute;
     const cz_comm_backend *comm;      /* the comm backend the planes are of (comm.c) */
     cz_ctrl ctrl;                     /* control plane over the world */
@@ -40,10 +36,10 @@ struct cz_executor {
     void *flat_params, *flat_grads; /* NULL when bound per parameter */
     float *scratch;                 /* backend: max bucket range, for the reduce-scatter */
 
-    /* Owned parameters: every kind (ids ascending), and the elementwise ones. A split-layout
-     * plan's elementwise parameter is owned in part: the piece of it in my DP range. */
-    int *owned, *owned_elem;
-    int nowned, nowned_elem;
+    /* Owned parameters, every kind (ids ascending). A split-layout plan's elementwise
+     * parameter is owned in part: the piece of it in my DP range. */
+    int *owned;
+    int nowned;
     int64_t *piece_lo, *piece_len; /* indexed by param id: the owned piece, relative to the
                                       parameter's start (0 and numel for a whole one) */
     /* Indexed by param id: where its local shard starts in the flat buffers (its bucket's
@@ -53,21 +49,9 @@ struct cz_executor {
     double *stats_host; /* host copy, read back once per step */
     /* Compute events the DP collectives wait for: gradients staged, parameters updated. */
     cz_event *ev_grads, *ev_params;
-    /* Optimizer state, backend memory allocated at create time. */
-    float **adam_m, **adam_v; /* indexed by param id, NULL when not mine */
-    /* Muon momentum: one part-sized buffer per part I hold (a whole matrix, a block, or a
-     * cooperative member's slice; see cz__exec_momentum_of). */
-    struct cz_momentum_part *mom;
-    int nmom;
-    cz_shampoo_hparams shampoo;
-    bool use_shampoo;                 /* the plan's matrix optimizer is Shampoo */
-    cz_shampoo_state **shampoo_state; /* indexed by param id, where I host (Shampoo plans) */
-    /* Shampoo with momentum: the weight-decay part of the momentum of my shard of each owned
-     * matrix (cz__shampoo_decay_momentum), indexed by param id, numel floats; else NULL. */
-    float **shampoo_decay;
-    cz_soap_hparams soap;
-    bool use_soap;              /* the plan's matrix optimizer is SOAP */
-    cz_soap_state **soap_state; /* indexed by param id, where I host (SOAP plans) */
+    /* The optimizers (optimizer.h): the plan's matrix optimizer, and the elementwise one.
+     * Each owns its state, backend memory allocated at create time. */
+    cz_optim matrix_opt, elem_opt;
 
     /* Per-parameter binding: staging copies of the flat layout. */
     /* Staging (per-parameter binding or a dtype other than fp32): the step runs on fp32 flat
@@ -98,8 +82,9 @@ int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *ow
 int cz__exec_plan_check(const cz_plan *plan, cz_error *err);
 /* Fingerprint of the parts of a plan the ranks must agree on. */
 uint64_t cz__exec_plan_fingerprint(const cz_plan *plan);
-/* Precomputes the micro-group layouts of my DP rank's schedule and allocates the pipeline's
- * buffers and the Muon momentum of the matrices this rank hosts (pipeline.c). */
+/* Precomputes the micro-group layouts of my DP rank's schedule, allocates the pipeline's
+ * buffers, and hands the matrix optimizer the parts this rank holds, group by group
+ * (group_add) (pipeline.c). */
 int cz__exec_pipeline_init(cz_executor *ex, cz_error *err);
 void cz__exec_pipeline_free(cz_executor *ex);
 /* Runs the micro-group pipeline of the owned matrix parameters on flat buffers P, G. */

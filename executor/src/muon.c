@@ -283,3 +283,341 @@ out:
     cz__muon_prep_free(&mp);
     return rc;
 }
+
+/* ---- the optimizer table ---- */
+/* A part this rank computes, with its momentum (part-sized, backend memory). */
+typedef struct muon_part {
+    cz_opt_part x;
+    float *mom;
+} muon_part;
+
+/* A batch of cooperative tasks of one shape and slot set, in the order of their first task. */
+typedef struct coop_batch {
+    cz_muon_coop shape;
+    int width, first_slot;
+    cz_plane *plane;          /* the members' sub-plane */
+    cz_comm_req *const *reqs; /* its CZ_COOP_MAX_PANELS requests */
+    cz_event *ready;          /* recorded before each all-reduce */
+    const float **ins;        /* the member's slices (gradients) and their updates */
+    float **outs;
+} coop_batch;
+
+/* Muon's layout of one micro-group (what its cz_opt_group points to): its parts in the group's
+ * order, the hosted (width 1) ones as one Newton-Schulz preparation, the cooperative ones in
+ * batches. */
+typedef struct muon_group muon_group;
+struct muon_group {
+    muon_group *next;
+    muon_part *parts;
+    int nparts;
+    const cz_plan_param **hp;
+    int *hb;
+    const float **hin;
+    float **hout;
+    int nh1;
+    cz_muon_prep prep;
+    coop_batch *coop;
+    int ncoop;
+};
+
+typedef struct muon_impl {
+    cz_muon_hparams h;
+    muon_group *groups, *last;
+    /* The largest batch, work, packed Grams (floats) and sums (doubles) any group needs. */
+    int64_t batch_n, work_n, gram_n, sq_n;
+    float *batch, *work, *gram;
+    double *sq;
+} muon_impl;
+
+static muon_impl *impl_of(const cz_optim *o)
+{
+    return o->impl;
+}
+
+const cz_muon_hparams *cz__muon_hparams_of(const cz_optim *o)
+{
+    return &impl_of(o)->h;
+}
+
+/* n floats of backend memory, one more so that n may be 0. */
+static float *falloc(cz_compute *c, int64_t n)
+{
+    return c->ops->alloc(c, (size_t)(n + 1) * sizeof(float));
+}
+
+static void brelease(cz_compute *c, void *p)
+{
+    if (p)
+        c->ops->release(c, p);
+}
+
+static int muon_create(cz_optim *o, const cz_exec_config *cfg, cz_error *err)
+{
+    muon_impl *m = cz__exec_calloc(1, sizeof *m);
+    if (!m)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
+    o->impl = m;
+    return cz__muon_hparams_from_config(&m->h, cfg, err);
+}
+
+static void group_free(cz_compute *c, muon_group *g)
+{
+    for (int i = 0; g->parts && i < g->nparts; i++)
+        brelease(c, g->parts[i].mom);
+    for (int b = 0; g->coop && b < g->ncoop; b++) {
+        cz__exec_free(g->coop[b].ins);
+        cz__exec_free(g->coop[b].outs);
+    }
+    cz__exec_free(g->coop);
+    cz__exec_free(g->parts), cz__exec_free(g->hp), cz__exec_free(g->hb);
+    cz__exec_free(g->hin), cz__exec_free(g->hout);
+    cz__muon_prep_free(&g->prep);
+    cz__exec_free(g);
+}
+
+static void muon_destroy(cz_optim *o)
+{
+    muon_impl *m = impl_of(o);
+    if (!m)
+        return;
+    for (muon_group *g = m->groups, *next; g; g = next) {
+        next = g->next;
+        group_free(o->compute, g);
+    }
+    brelease(o->compute, m->batch);
+    brelease(o->compute, m->work);
+    brelease(o->compute, m->gram);
+    brelease(o->compute, m->sq);
+    cz__exec_free(m);
+}
+
+static void muon_set_lr(cz_optim *o, float lr)
+{
+    impl_of(o)->h.lr = lr;
+}
+
+static void muon_set_weight_decay(cz_optim *o, float wd)
+{
+    impl_of(o)->h.weight_decay = wd;
+}
+
+/* The sub-plane of the members of a cooperative task of width k; -1 when there is none. */
+static int width_index(const cz_coop_planes *cp, int k)
+{
+    for (int i = 0; i < cp->n; i++)
+        if (cp->widths[i] == k)
+            return i;
+    return -1;
+}
+
+/* The batch a cooperative part joins: same width, first slot, shapes and Gram panels, in the
+ * order of their first task (the same order on every member, so the all-reduces never
+ * cross); a new one when none matches. */
+static int coop_join(const cz_opt_part *x, const cz_coop_planes *cp, muon_group *g, size_t cap,
+                     coop_batch **out, cz_error *err)
+{
+    const cz_exec_part *e = &x->x;
+    bool tall = e->region.rows > e->region.cols;
+    cz_muon_coop sh = {.rows = e->region.rows,
+                       .cols = e->region.cols,
+                       .prows = e->part.rows,
+                       .pcols = e->part.cols,
+                       .transposed = tall};
+    sh.a = tall ? e->region.cols : e->region.rows;
+    sh.n = tall ? e->part.rows : e->part.cols;
+    /* 1 .. min(CZ_COOP_MAX_PANELS, a), as the sub-plane's requests need: the reader and the
+     * structural check (cz__exec_plan_check, at create) refuse any other count. */
+    sh.panels = e->panels;
+    int first = e->slot - e->member, b = 0;
+    while (b < g->ncoop &&
+           !(g->coop[b].width == e->width && g->coop[b].first_slot == first &&
+             g->coop[b].shape.rows == sh.rows && g->coop[b].shape.cols == sh.cols &&
+             g->coop[b].shape.prows == sh.prows && g->coop[b].shape.pcols == sh.pcols &&
+             g->coop[b].shape.panels == sh.panels))
+        b++;
+    coop_batch *cb = &g->coop[b];
+    *out = cb;
+    if (b < g->ncoop)
+        return CZ_OK;
+    int w = width_index(cp, e->width);
+    g->ncoop++;
+    cb->shape = sh;
+    cb->width = e->width;
+    cb->first_slot = first;
+    cb->ins = cz__exec_calloc(cap, sizeof *cb->ins);
+    cb->outs = cz__exec_calloc(cap, sizeof *cb->outs);
+    if (!cb->ins || !cb->outs)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for cooperative batches");
+    if (w < 0)
+        return cz__error_set(err, CZ_EINTERNAL, "no sub-plane of width %d", e->width);
+    cb->plane = &cp->planes[w];
+    cb->reqs = cp->reqs[w];
+    cb->ready = cp->ready;
+    CZ_ASSERT(cb->plane->size == e->width && cb->shape.panels >= 1 &&
+                  cb->shape.panels <= CZ_COOP_MAX_PANELS,
+              err);
+    return CZ_OK;
+}
+
+/* Groups the group's cooperative parts into batches and grows the buffer sizes to theirs. */
+static int layout_coop(muon_impl *m, muon_group *g, const cz_coop_planes *cp, cz_error *err)
+{
+    size_t cap = (size_t)g->nparts + 1;
+    int rc;
+    g->coop = cz__exec_calloc(cap, sizeof *g->coop);
+    if (!g->coop)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for cooperative batches");
+    for (int i = 0; i < g->nparts; i++) {
+        coop_batch *cb;
+        if (g->parts[i].x.x.width < 2)
+            continue;
+        if ((rc = coop_join(&g->parts[i].x, cp, g, cap, &cb, err)) != CZ_OK)
+            return rc;
+        cb->ins[cb->shape.count] = g->parts[i].x.in;
+        cb->outs[cb->shape.count++] = g->parts[i].x.out;
+    }
+    for (int b = 0; b < g->ncoop; b++) {
+        int64_t xn, gn, wn;
+        cz__muon_coop_sizes(&g->coop[b].shape, &xn, &gn, &wn);
+        m->batch_n = xn > m->batch_n ? xn : m->batch_n;
+        m->gram_n = gn > m->gram_n ? gn : m->gram_n;
+        m->work_n = wn > m->work_n ? wn : m->work_n;
+        m->sq_n = g->coop[b].shape.count > m->sq_n ? g->coop[b].shape.count : m->sq_n;
+    }
+    return CZ_OK;
+}
+
+static int muon_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz_coop_planes *cp,
+                          cz_opt_group **out, cz_error *err)
+{
+    muon_impl *m = impl_of(o);
+    size_t cap = (size_t)n + 1;
+    int rc;
+    muon_group *g = cz__exec_calloc(1, sizeof *g);
+    if (!g)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+    /* Listed first, so that destroy releases whatever the rest builds. */
+    *(m->last ? &m->last->next : &m->groups) = g;
+    m->last = g;
+    *out = (cz_opt_group *)g;
+    g->parts = cz__exec_calloc(cap, sizeof *g->parts);
+    g->hp = cz__exec_calloc(cap, sizeof *g->hp);
+    g->hb = cz__exec_calloc(cap, sizeof *g->hb);
+    g->hin = cz__exec_calloc(cap, sizeof *g->hin);
+    g->hout = cz__exec_calloc(cap, sizeof *g->hout);
+    if (!g->parts || !g->hp || !g->hb || !g->hin || !g->hout)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+    for (int i = 0; i < n; i++) {
+        muon_part *k = &g->parts[g->nparts++];
+        k->x = parts[i];
+        if (!(k->mom = falloc(o->compute, k->x.x.part.rows * k->x.x.part.cols)))
+            return cz__error_set(err, CZ_ENOMEM, "out of memory for the momentum of '%s'",
+                                 k->x.p->def.name);
+        if (k->x.x.width > 1)
+            continue;
+        g->hp[g->nh1] = k->x.p;
+        g->hb[g->nh1] = k->x.x.block;
+        g->hin[g->nh1] = k->x.in;
+        g->hout[g->nh1] = k->x.out;
+        g->nh1++;
+    }
+    if ((rc = cz__muon_prepare_tasks(&g->prep, g->hp, g->hb, g->nh1, err)) != CZ_OK)
+        return rc;
+    m->batch_n = g->prep.batch_n > m->batch_n ? g->prep.batch_n : m->batch_n;
+    m->work_n = g->prep.work_n > m->work_n ? g->prep.work_n : m->work_n;
+    return layout_coop(m, g, cp, err);
+}
+
+static int muon_work_create(cz_optim *o, cz_error *err)
+{
+    muon_impl *m = impl_of(o);
+    cz_compute *c = o->compute;
+    m->batch = falloc(c, m->batch_n);
+    m->work = falloc(c, m->work_n);
+    m->gram = falloc(c, m->gram_n);
+    m->sq = c->ops->alloc(c, (size_t)(m->sq_n + 1) * sizeof(double));
+    if (!m->batch || !m->work || !m->gram || !m->sq)
+        return cz__error_set(err, CZ_ENOMEM,
+                             "out of memory for the Newton-Schulz buffers (%lld elements)",
+                             (long long)(m->batch_n + m->work_n + m->gram_n));
+    return CZ_OK;
+}
+
+static int muon_step_group(cz_optim *o, cz_opt_group *og, int64_t t, const cz_opt_progress *pr,
+                           cz_error *err)
+{
+    muon_impl *m = impl_of(o);
+    muon_group *g = (muon_group *)og;
+    cz_compute *c = o->compute;
+    int rc;
+    (void)t;
+    for (int k = 0; k < g->nparts; k++) {
+        /* The optimizer input overwrites the gradient in place. */
+        const muon_part *x = &g->parts[k];
+        c->ops->momentum(c, x->x.in, x->mom, x->x.in, x->x.x.part.rows * x->x.x.part.cols,
+                         m->h.momentum, m->h.nesterov);
+        pr->fn(pr->ctx);
+    }
+    /* Cooperative batches first, in the same order on every member: a member's peers wait for
+     * it at every all-reduce, so none of them should first spend time on its hosted work. */
+    for (int b = 0; b < g->ncoop; b++) {
+        coop_batch *cb = &g->coop[b];
+        if ((rc = cz__muon_coop_run(c, cb->plane, &m->h, &cb->shape, cb->ins, cb->outs, m->batch,
+                                    m->gram, m->work, m->sq, cb->ready, cb->reqs, pr->fn, pr->ctx,
+                                    err)) != CZ_OK)
+            return rc;
+    }
+    return cz__muon_run(c, &m->h, &g->prep, g->hin, g->hout, m->batch, m->work, pr->fn, pr->ctx,
+                        err);
+}
+
+static cz_opt_rates muon_apply_rates(const cz_optim *o, int64_t t)
+{
+    (void)t;
+    return (cz_opt_rates){impl_of(o)->h.lr, impl_of(o)->h.weight_decay};
+}
+
+static int64_t muon_state_tensors(const cz_optim *o, const cz_plan_param *p, cz_state_tensor *out,
+                                  int64_t max)
+{
+    (void)o;
+    if (max >= 1)
+        out[0] = (cz_state_tensor){.suffix = "momentum",
+                                   .place = CZ_STATE_PARTS,
+                                   .ndim = p->def.ndim,
+                                   .rows = p->def.shape[0],
+                                   .cols = p->def.ndim == 1 ? 1 : p->def.shape[1],
+                                   .values = CZ_STATE_FINITE};
+    return 1;
+}
+
+static float *muon_state_buffer(cz_optim *o, int param, int64_t k, const cz_block *part)
+{
+    if (k != 0 || !part)
+        return NULL;
+    for (const muon_group *g = impl_of(o)->groups; g; g = g->next)
+        for (int i = 0; i < g->nparts; i++) {
+            const cz_exec_part *x = &g->parts[i].x.x;
+            if (x->param == param && x->part.r0 == part->r0 && x->part.c0 == part->c0 &&
+                x->part.rows == part->rows && x->part.cols == part->cols)
+                return g->parts[i].mom;
+        }
+    return NULL;
+}
+
+const cz_optimizer_ops cz__muon_ops = {
+    .version = CZ_OPTIMIZER_OPS_VERSION,
+    .id = CZ_OPTIM_MUON,
+    .kind = CZ_KIND_MATRIX,
+    .name = "muon",
+    .create = muon_create,
+    .destroy = muon_destroy,
+    .set_lr = muon_set_lr,
+    .set_weight_decay = muon_set_weight_decay,
+    .group_add = muon_group_add,
+    .work_create = muon_work_create,
+    .step_group = muon_step_group,
+    .apply_rates = muon_apply_rates,
+    .state_tensors = muon_state_tensors,
+    .state_buffer = muon_state_buffer,
+};

@@ -9,6 +9,7 @@
 #include "comm.h"
 #include "compute.h"
 #include "ns_coeffs.h"
+#include "optimizer.h"
 #include "shard.h"
 
 #include <stdint.h>
@@ -27,15 +28,12 @@ int cz__muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, 
 /* The scale of the orthogonalized update of a rows x cols block. */
 float cz__muon_scale(const cz_muon_hparams *h, int64_t rows, int64_t cols);
 
-/* One part's Muon momentum, on the rank that holds the part. */
-typedef struct cz_momentum_part {
-    int param;
-    cz_block part;
-    float *buf; /* part.rows x part.cols, backend memory */
-} cz_momentum_part;
-/* The Muon momentum this rank keeps for a part of matrix `param` at the region's origin
- * (r0, c0) (part-sized, backend memory); NULL when it keeps none. */
-float *cz__exec_momentum_of(const cz_executor *ex, int param, const cz_block *part);
+/* Muon as the executor runs it on the matrix parameters (optimizer.h): its momentum per part
+ * a rank holds (a whole matrix, a block, a cooperative member's slice), the hosted parts
+ * orthogonalized in same-shape batches, the cooperative ones with their members. */
+extern const cz_optimizer_ops cz__muon_ops;
+/* The settings a Muon optimizer of cz__muon_ops runs with (tests: the reference). */
+const cz_muon_hparams *cz__muon_hparams_of(const cz_optim *o);
 
 /* One block of a matrix, as the Newton-Schulz batch sees it. */
 typedef struct cz_muon_blk {

@@ -5,6 +5,7 @@
 #include "comm.h"
 #include "cz_format.h"
 #include "executor_impl.h"
+#include "optimizer.h"
 #include "shard.h"
 
 #include <jansson.h>
@@ -79,17 +80,12 @@ int cz__exec_plan_check(const cz_plan *plan, cz_error *err)
                              "not run (it fragments parameters or breaks the bucket geometry); "
                              "plan with --dp alpha or --dp anchored",
                              cz_dp_strategy_name(plan->settings.dp));
-    if (plan->settings.optimizer == CZ_OPTIM_ADAMW)
-        return cz__error_set(err, CZ_EUNSUPPORTED,
-                             "plan optimizer 'adamw': this version executes Muon, SOAP or Shampoo "
-                             "(matrix) + AdamW (elementwise) plans; plan with --optimizer muon, "
-                             "soap or shampoo");
-    int rc = check_structure(plan, err);
-    if (!rc)
-        rc = cz__comm_plan_check(plan, err);
-    if (!rc)
-        rc = check_params(plan, err);
-    return rc;
+    int rc;
+    if ((rc = cz__optimizer_plan_check(plan, err)) != CZ_OK ||
+        (rc = check_structure(plan, err)) != CZ_OK ||
+        (rc = cz__comm_plan_check(plan, err)) != CZ_OK)
+        return rc;
+    return check_params(plan, err);
 }
 
 static uint64_t fnv(uint64_t h, const void *data, size_t n)

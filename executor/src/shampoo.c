@@ -203,7 +203,11 @@ int64_t cz__shampoo_state_tensors(const cz_shampoo_hparams *h, const cz_plan_par
                         t->values = f < 2    ? CZ_STATE_GRAM
                                     : f == 4 ? CZ_STATE_NONNEG
                                              : CZ_STATE_FINITE;
-                        t->momentum = f == 6;
+                        t->place = CZ_STATE_HOSTED;
+                        t->ndim = 2;
+                        /* The file holds Distributed Shampoo's momentum: the host's part
+                         * plus the weight-decay part the shards keep (state_addend). */
+                        t->plus_addend = f == 6;
                         t->r0 = blocks[b].r0 + i;
                         t->c0 = blocks[b].c0 + j;
                     }
@@ -342,3 +346,235 @@ int cz__shampoo_run(cz_compute *c, const cz_shampoo_hparams *h, cz_shampoo_state
     }
     return CZ_OK;
 }
+
+/* ---- the optimizer table ---- */
+/* A matrix this rank computes in a micro-group: its state, gradient and update. */
+typedef struct sh_part {
+    cz_shampoo_state *state;
+    const float *in;
+    float *out;
+} sh_part;
+
+/* Shampoo's layout of one micro-group (what its cz_opt_group points to). */
+typedef struct sh_group sh_group;
+struct sh_group {
+    sh_group *next;
+    sh_part *parts;
+    int nparts;
+};
+
+/* With momentum: the weight-decay part of the momentum of one matrix shard this rank updates
+ * (cz__shampoo_decay_momentum), numel floats at off in the flat buffers. */
+typedef struct sh_decay {
+    int64_t off, numel;
+    float *buf;
+} sh_decay;
+
+typedef struct sh_impl {
+    cz_shampoo_hparams h;
+    cz_shampoo_state **state; /* indexed by param id, where this rank holds the matrix */
+    sh_group *groups, *last;
+    sh_decay *decay; /* in parameter order */
+    int ndecay;
+    float **decay_of; /* indexed by param id: its decay part's buffer, or NULL */
+    int64_t work_n;   /* floats of work the largest tile needs */
+    float *work;
+    double *stats; /* two backend doubles: the grafting norms */
+} sh_impl;
+
+static sh_impl *impl_of(const cz_optim *o)
+{
+    return o->impl;
+}
+
+static int sh_create(cz_optim *o, const cz_exec_config *cfg, cz_error *err)
+{
+    size_t n = o->plan->nparams ? o->plan->nparams : 1;
+    int rc;
+    sh_impl *s = cz__exec_calloc(1, sizeof *s);
+    if (!s)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
+    o->impl = s;
+    s->state = cz__exec_calloc(n, sizeof *s->state);
+    s->decay = cz__exec_calloc(n, sizeof *s->decay);
+    s->decay_of = cz__exec_calloc(n, sizeof *s->decay_of);
+    if (!s->state || !s->decay || !s->decay_of)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
+    if ((rc = cz__compute_require_linalg(o->compute, o->ops->name, err)) != CZ_OK)
+        return rc;
+    return cz__shampoo_hparams_from_config(&s->h, cfg, o->plan->settings.precondition_frequency,
+                                           err);
+}
+
+static void sh_destroy(cz_optim *o)
+{
+    sh_impl *s = impl_of(o);
+    cz_compute *c = o->compute;
+    if (!s)
+        return;
+    for (size_t i = 0; s->state && i < o->plan->nparams; i++)
+        cz__shampoo_state_free(c, s->state[i]);
+    for (int i = 0; s->decay && i < s->ndecay; i++)
+        if (s->decay[i].buf)
+            c->ops->release(c, s->decay[i].buf);
+    for (sh_group *g = s->groups, *next; g; g = next) {
+        next = g->next;
+        cz__exec_free(g->parts);
+        cz__exec_free(g);
+    }
+    if (s->work)
+        c->ops->release(c, s->work);
+    if (s->stats)
+        c->ops->release(c, s->stats);
+    cz__exec_free(s->state);
+    cz__exec_free(s->decay);
+    cz__exec_free(s->decay_of);
+    cz__exec_free(s);
+}
+
+static void sh_set_lr(cz_optim *o, float lr)
+{
+    impl_of(o)->h.lr = lr;
+}
+
+static void sh_set_weight_decay(cz_optim *o, float wd)
+{
+    impl_of(o)->h.weight_decay = wd;
+}
+
+/* With momentum, every rank that applies updates to a shard of a matrix (its owning DP rank's
+ * TP ranks) keeps the weight-decay part of its momentum, the size of that shard. */
+static int sh_shard_add(cz_optim *o, const cz_opt_shard *sh, cz_error *err)
+{
+    sh_impl *s = impl_of(o);
+    cz_compute *c = o->compute;
+    if (!(s->h.momentum > 0.0f))
+        return CZ_OK;
+    /* A matrix is never cut between DP ranks: the piece is the whole shard. */
+    CZ_ASSERT(sh->lo == 0 && sh->len == sh->p->numel && s->ndecay < (int)o->plan->nparams, err);
+    sh_decay *d = &s->decay[s->ndecay++];
+    *d = (sh_decay){.off = sh->off, .numel = sh->len};
+    d->buf = c->ops->alloc(c, (size_t)(d->numel > 0 ? d->numel : 1) * sizeof(float));
+    if (!d->buf)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the Shampoo momentum of '%s'",
+                             sh->p->def.name);
+    s->decay_of[sh->p->id] = d->buf;
+    return CZ_OK;
+}
+
+static int sh_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz_coop_planes *cp,
+                        cz_opt_group **out, cz_error *err)
+{
+    sh_impl *s = impl_of(o);
+    int rc;
+    (void)cp;
+    sh_group *g = cz__exec_calloc(1, sizeof *g);
+    if (!g)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+    *(s->last ? &s->last->next : &s->groups) = g;
+    s->last = g;
+    *out = (cz_opt_group *)g;
+    g->parts = cz__exec_calloc((size_t)n + 1, sizeof *g->parts);
+    if (!g->parts)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+    for (int i = 0; i < n; i++) {
+        const cz_opt_part *x = &parts[i];
+        int id = x->p->id;
+        /* Shampoo plans have whole-matrix tasks only (the structural check), each once. */
+        CZ_ASSERT(x->x.width == 1 && x->x.part.rows == x->p->def.shape[0] &&
+                      x->x.part.cols == x->p->def.shape[1] && !s->state[id],
+                  err);
+        if ((rc = cz__shampoo_state_create(o->compute, &s->h, x->p, &s->state[id], &s->work_n,
+                                           err)) != CZ_OK)
+            return rc;
+        g->parts[g->nparts++] = (sh_part){s->state[id], x->in, x->out};
+    }
+    return CZ_OK;
+}
+
+static int sh_work_create(cz_optim *o, cz_error *err)
+{
+    sh_impl *s = impl_of(o);
+    cz_compute *c = o->compute;
+    s->work = c->ops->alloc(c, (size_t)(s->work_n + 1) * sizeof(float));
+    s->stats = c->ops->alloc(c, 2 * sizeof(double));
+    if (!s->work || !s->stats)
+        return cz__error_set(err, CZ_ENOMEM,
+                             "out of memory for Shampoo's work buffer (%lld elements)",
+                             (long long)s->work_n);
+    return CZ_OK;
+}
+
+/* Shampoo's weight decay enters its momentum on the parameters of this step, before any
+ * update of them is applied. */
+static int sh_step_shards(cz_optim *o, float *P, const float *G, int64_t t, cz_error *err)
+{
+    sh_impl *s = impl_of(o);
+    (void)G, (void)t, (void)err;
+    for (int i = 0; i < s->ndecay; i++)
+        cz__shampoo_decay_momentum(o->compute, &s->h, P + s->decay[i].off, s->decay[i].buf,
+                                   s->decay[i].numel, s->h.lr, s->h.weight_decay);
+    return CZ_OK;
+}
+
+static int sh_step_group(cz_optim *o, cz_opt_group *og, int64_t t, const cz_opt_progress *pr,
+                         cz_error *err)
+{
+    sh_impl *s = impl_of(o);
+    const sh_group *g = (const sh_group *)og;
+    for (int k = 0; k < g->nparts; k++) {
+        const sh_part *x = &g->parts[k];
+        int rc =
+            cz__shampoo_run(o->compute, &s->h, x->state, x->in, x->out, t, s->work, s->stats, err);
+        pr->fn(pr->ctx);
+        if (rc)
+            return rc;
+    }
+    return CZ_OK;
+}
+
+/* With momentum the weight decay went into the momentum (step_shards): none is applied. */
+static cz_opt_rates sh_apply_rates(const cz_optim *o, int64_t t)
+{
+    const sh_impl *s = impl_of(o);
+    (void)t;
+    return (cz_opt_rates){s->h.lr, s->h.momentum > 0.0f ? 0.0f : s->h.weight_decay};
+}
+
+static int64_t sh_tensors(const cz_optim *o, const cz_plan_param *p, cz_state_tensor *out,
+                          int64_t max)
+{
+    return cz__shampoo_state_tensors(&impl_of(o)->h, p, out, max);
+}
+
+static float *sh_buffer(cz_optim *o, int param, int64_t k, const cz_block *part)
+{
+    cz_shampoo_state *st = impl_of(o)->state[param];
+    (void)part;
+    return st ? cz__shampoo_state_tensor(st, k) : NULL;
+}
+
+static float *sh_addend(cz_optim *o, int param)
+{
+    return impl_of(o)->decay_of[param];
+}
+
+const cz_optimizer_ops cz__shampoo_ops = {
+    .version = CZ_OPTIMIZER_OPS_VERSION,
+    .id = CZ_OPTIM_SHAMPOO,
+    .kind = CZ_KIND_MATRIX,
+    .name = "shampoo",
+    .create = sh_create,
+    .destroy = sh_destroy,
+    .set_lr = sh_set_lr,
+    .set_weight_decay = sh_set_weight_decay,
+    .shard_add = sh_shard_add,
+    .group_add = sh_group_add,
+    .work_create = sh_work_create,
+    .step_shards = sh_step_shards,
+    .step_group = sh_step_group,
+    .apply_rates = sh_apply_rates,
+    .state_tensors = sh_tensors,
+    .state_buffer = sh_buffer,
+    .state_addend = sh_addend,
+};

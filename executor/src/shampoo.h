@@ -59,4 +59,8 @@ int64_t cz__shampoo_state_tensors(const cz_shampoo_hparams *h, const cz_plan_par
 /* The buffer of tensor k (in that order) of a state; NULL past the end. */
 float *cz__shampoo_state_tensor(cz_shampoo_state *s, int64_t k);
 
+/* Shampoo as the executor runs it on the matrix parameters (optimizer.h): one state per whole
+ * matrix on each rank that holds its task. */
+extern const cz_optimizer_ops cz__shampoo_ops;
+
 #endif /* CZ_SHAMPOO_H */

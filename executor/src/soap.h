@@ -39,4 +39,8 @@ int64_t cz__soap_state_tensors(const cz_soap_hparams *h, const cz_plan_param *p,
                                cz_state_tensor *out, int64_t max);
 float *cz__soap_state_tensor(cz_soap_state *s, int64_t k);
 
+/* SOAP as the executor runs it on the matrix parameters (optimizer.h): one state per whole
+ * matrix on each rank that holds its task. */
+extern const cz_optimizer_ops cz__soap_ops;
+
 #endif /* CZ_SOAP_H */

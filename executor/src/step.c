@@ -3,7 +3,6 @@
  * micro-group pipeline over TP, all-gather over DP. Data is touched only through the compute ops;
  * the one read-back of a step is the per-parameter sums of squares of the owned gradients, after
  * all reduce-scatters and before anything is updated. */
-#include "adamw.h"
 #include "canzona_exec.h"
 #include "clock.h"
 #include "comm.h"
@@ -206,36 +205,27 @@ static int run_step(cz_executor *ex, cz_error *err)
     cz__comm_phase("gradient reduce-scatter", step);
     rc = reduce_scatter(ex, G, err);
     cz__comm_phase("gradient norm and finiteness check", step);
-    if (!rc)
-        rc = grad_stats(ex, G, err);
-    if (rc)
+    if (rc != CZ_OK || (rc = grad_stats(ex, G, err)) != CZ_OK)
         return rc;
     t1 = cz__exec_now();
     t.reduce_scatter = t1 - t0;
 
-    cz_adamw_args aw;
-    cz__adamw_args_make(&aw, &ex->adamw, ex->steps + 1);
-    for (int k = 0; k < ex->nowned_elem; k++) {
-        int i = ex->owned_elem[k];
-        int64_t off = ex->param_off[i] + ex->piece_lo[i];
-        ex->compute.ops->adamw(&ex->compute, P + off, G + off, ex->adam_m[i], ex->adam_v[i],
-                               ex->piece_len[i], &aw);
-    }
+    /* The elementwise optimizer's step on the pieces this rank owns. */
+    if ((rc = ex->elem_opt.ops->step_shards(&ex->elem_opt, P, G, step, err)) != CZ_OK)
+        return rc;
     t0 = cz__exec_now();
     t.elementwise = t0 - t1;
 
     cz__comm_phase("micro-group pipeline of the matrix updates", step);
-    rc = cz__exec_matrix_pipeline(ex, P, G, err);
-    if (rc)
+    if ((rc = cz__exec_matrix_pipeline(ex, P, G, err)) != CZ_OK)
         return rc;
     t1 = cz__exec_now();
     t.matrix = t1 - t0;
 
-    /* The all-gather reads the parameters once every update (AdamW, Muon) is applied. */
+    /* The all-gather reads the parameters once every update (both optimizers') is applied. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_params);
     cz__comm_phase("parameter all-gather", step);
-    rc = all_gather(ex, P, err);
-    if (rc)
+    if ((rc = all_gather(ex, P, err)) != CZ_OK)
         return rc;
     if (ex->staged)
         stage_out(ex);

@@ -368,13 +368,16 @@ START_TEST(adamw_hand)
         .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     float p = 1.0f, m = 0.0f, v = 0.0f, g = 0.5f;
     /* m = 0.05, v = 0.0125, m^ = 0.5, v^ = 0.25: p = 1*(1 - 0.01) - 0.1*0.5/0.5 = 0.89. */
-    cz__adamw_step(&h, 1, &p, &g, &m, &v, 1);
+    cz_adamw_args a;
+    cz__adamw_args_make(&a, &h, 1);
+    cz__cpu_adamw(&p, &g, &m, &v, 1, &a);
     ck_assert_double_eq_tol(m, 0.05, 1e-7);
     ck_assert_double_eq_tol(v, 0.0125, 1e-7);
     ck_assert_double_eq_tol(p, 0.89, 1e-6);
     /* m = 0.02, v = 0.015, m^ = 0.02/0.19, v^ = 0.015/0.0975. */
     g = -0.25f;
-    cz__adamw_step(&h, 2, &p, &g, &m, &v, 1);
+    cz__adamw_args_make(&a, &h, 2);
+    cz__cpu_adamw(&p, &g, &m, &v, 1, &a);
     ck_assert_double_eq_tol(m, 0.02, 1e-7);
     ck_assert_double_eq_tol(v, 0.015, 1e-7);
     ck_assert_double_eq_tol(p, 0.8542630578558273, 1e-6);
@@ -385,16 +388,16 @@ START_TEST(momentum_and_update)
 {
     cz_muon_hparams h = hp("jordan", 5);
     float g[2] = {1.0f, -2.0f}, buf[2] = {0.5f, 0.0f}, in[2];
-    cz__muon_momentum(&h, g, buf, in, 2);
+    cz__cpu_momentum(g, buf, in, 2, h.momentum, h.nesterov);
     ck_assert_float_eq_tol(buf[0], 1.475f, 1e-6f); /* 0.95*0.5 + 1 */
     ck_assert_float_eq_tol(in[0], 1.475f, 1e-6f);
     h.nesterov = 1;
-    cz__muon_momentum(&h, g, buf, in, 2);
+    cz__cpu_momentum(g, buf, in, 2, h.momentum, h.nesterov);
     /* buf = 0.95*1.475 + 1 = 2.40125; in = 1 + 0.95*2.40125 = 3.2811875 */
     ck_assert_float_eq_tol(buf[0], 2.40125f, 1e-5f);
     ck_assert_float_eq_tol(in[0], 3.2811875f, 1e-5f);
     float p[1] = {2.0f}, u[1] = {0.5f};
-    cz__apply_update(p, u, 1, 0.1f, 0.5f); /* 2*(1 - 0.05) - 0.05 */
+    cz__cpu_apply_update(p, u, 1, 0.1f, 0.5f); /* 2*(1 - 0.05) - 0.05 */
     ck_assert_float_eq_tol(p[0], 1.85f, 1e-6f);
 }
 END_TEST

@@ -974,14 +974,16 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
                     g[k] = g[k] * f;
             }
             if (p->def.kind == CZ_KIND_ELEMENTWISE) {
-                cz__adamw_step(&ah, s + 1, w, g, s1, s2, n);
+                cz_adamw_args aa;
+                cz__adamw_args_make(&aa, &ah, s + 1);
+                cz__cpu_adamw(w, g, s1, s2, n, &aa);
             } else {
-                cz__muon_momentum(&mh, g, s1, g, n);
+                cz__cpu_momentum(g, s1, g, n, mh.momentum, mh.nesterov);
                 const cz_plan_param *ps[1] = {p};
                 const float *in[1] = {g};
                 float *outp[1] = {tmp};
                 rc = cz__muon_orthogonalize(&cpu, &mh, ps, in, outp, 1, err);
-                cz__apply_update(w, tmp, n, mh.lr, mh.weight_decay);
+                cz__cpu_apply_update(w, tmp, n, mh.lr, mh.weight_decay);
             }
         }
         if (!rc) {
