@@ -12,6 +12,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <string.h>
 
 static const fx_param PARAMS[] = {
     {"emb", 2, 8, 4, 0, CZ_KIND_ELEMENTWISE, 0, 0, {0}},
@@ -310,6 +311,26 @@ END_TEST
 
 /* The MPI planes' time limit: the config's (version 5) over CZ_MPI_TIMEOUT_S over 1800 s; a
  * config of another version is not read past its own fields. */
+/* CZ_EXEC_CONFIG_INIT and cz_exec_config_init give the same config: the same strings and
+ * every other byte equal (padding included: both come from zero-padded objects). */
+START_TEST(config_init_macro)
+{
+    static const cz_exec_config macro = CZ_EXEC_CONFIG_INIT;
+    cz_exec_config fn, m;
+    memcpy(&m, &macro, sizeof m); /* an assignment need not copy the padding */
+    memset(&fn, 0xa5, sizeof fn);
+    cz_exec_config_init(&fn);
+    ck_assert_int_eq(m.version, CZ_EXEC_CONFIG_VERSION);
+    ck_assert_str_eq(m.backend, fn.backend);
+    ck_assert_str_eq(m.ns_coeffs, fn.ns_coeffs);
+    m.backend = fn.backend = NULL;
+    m.ns_coeffs = fn.ns_coeffs = NULL;
+    ck_assert_mem_eq(&m, &fn, sizeof m);
+    ck_assert_float_eq(fn.soap_eps, 1e-8f);
+    ck_assert_double_eq(fn.mpi_timeout_s, 0.0);
+}
+END_TEST
+
 START_TEST(mpi_timeout_resolution)
 {
     cz_exec_config cfg;
@@ -341,6 +362,7 @@ int main(void)
     tcase_add_test(tc, rates_set_between_steps);
     tcase_add_test(tc, grad_norm_and_clip);
     tcase_add_test(tc, mpi_timeout_resolution);
+    tcase_add_test(tc, config_init_macro);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
