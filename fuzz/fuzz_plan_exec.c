@@ -2,7 +2,7 @@
  * Harness: the executor's plan check against `validate`, fed by a structure-aware mutator.
  *
  * Property: a plan the executor accepts is one `validate` accepts, for every rule that does
- * not need the model: if cz_exec_plan_check (what cz_executor_create runs on a plan after
+ * not need the model: if cz__exec_plan_check (what cz_executor_create runs on a plan after
  * reading it) accepts a plan and validate, run against the bundled model and cluster the plan
  * was made from, reports a structural violation (overlapping parameters, ranges, atomicity,
  * bucket layout rules, schedule membership: FZ_STRUCTURAL below), the harness aborts and
@@ -18,7 +18,9 @@
  * mutator recomputes it after most edits (rehash_plan() in fuzz_json_mutator.c), so edited
  * plans reach the structural checks instead of stopping at the hash.
  */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 #include "fuzz_util.h"
 
 #include <inttypes.h>
@@ -78,9 +80,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (cz_plan_read(&plan, fz_input_path(0, data, size), &err) != CZ_OK)
         return 0;
     cz_error_clear(&err);
-    int exec_rc = cz_exec_plan_check(plan, &err);
+    int exec_rc = cz__exec_plan_check(plan, &err);
     if (exec_rc == CZ_EINTERNAL)
-        fz_fail("cz_exec_plan_check reported an internal error: %s", err.message);
+        fz_fail("cz__exec_plan_check reported an internal error: %s", err.message);
     const cz_model *model;
     const cz_cluster *cluster;
     fz_fixtures_find(plan, &model, &cluster);

@@ -22,7 +22,11 @@
  * Seeds: with CZ_FUZZ_SEED_DIR set, the harness writes the three executors' checkpoints there
  * (muon.safetensors, shampoo.safetensors, soap.safetensors) and exits (fuzz/run.sh).
  */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "optimizer.h"
+#include "shard.h"
 #include "fuzz_util.h"
 
 #include <jansson.h>
@@ -69,7 +73,28 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
     return h;
 }
 
-/* A hash of every optimizer-state buffer of ex and of its step count. */
+/* A hash of the buffers of a PARTS tensor that this rank keeps, part by part (its DP rank's
+ * schedule lists them). */
+static uint64_t parts_print(uint64_t h, const cz_executor *ex, cz_optim *o, int i, int64_t k)
+{
+    const cz_rank_schedule *rs = ex->schedule;
+    cz_exec_part v[64]; /* a task has at most tp parts: the fixture's tp is far below */
+    for (int g = 0; g < rs->ngroups; g++)
+        for (int t = 0; t < rs->groups[g].ntasks; t++) {
+            if (rs->groups[g].task_param[t] != i)
+                continue;
+            int n = cz__task_parts(ex->plan, &rs->groups[g], t, v, 64);
+            for (int j = 0; j < n; j++) {
+                const float *b = o->ops->state_buffer(o, i, k, &v[j].part);
+                if (b)
+                    h = fnv(h, b, (size_t)(v[j].part.rows * v[j].part.cols) * sizeof(float));
+            }
+        }
+    return h;
+}
+
+/* A hash of every optimizer-state buffer of ex (through the optimizers' table) and of its step
+ * count. */
 static uint64_t state_print(const cz_executor *ex)
 {
     const cz_plan *plan = ex->plan;
@@ -77,27 +102,25 @@ static uint64_t state_print(const cz_executor *ex)
     cz_state_tensor t[64];
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        if (ex->adam_m[i]) {
-            h = fnv(h, ex->adam_m[i], (size_t)ex->piece_len[i] * sizeof(float));
-            h = fnv(h, ex->adam_v[i], (size_t)ex->piece_len[i] * sizeof(float));
-        }
-        if (ex->shampoo_decay && ex->shampoo_decay[i])
-            h = fnv(h, ex->shampoo_decay[i], (size_t)p->numel * sizeof(float));
-        int64_t n = ex->use_shampoo && ex->shampoo_state[i]
-                        ? cz_shampoo_state_tensors(&ex->shampoo, p, t, 64)
-                    : ex->use_soap && ex->soap_state[i] ? cz_soap_state_tensors(&ex->soap, p, t, 64)
-                                                        : 0;
+        cz_optim *o = (cz_optim *)(p->def.kind == CZ_KIND_MATRIX ? &ex->matrix_opt : &ex->elem_opt);
+        float *addend = o->ops->state_addend ? o->ops->state_addend(o, (int)i) : NULL;
+        if (addend)
+            h = fnv(h, addend, (size_t)p->numel * sizeof(float));
+        int64_t n = o->ops->state_tensors(o, p, t, 64);
         if (n > 64)
             fz_fail("the fixture has more state tensors than the harness counts");
         for (int64_t k = 0; k < n; k++) {
-            const float *b = ex->use_shampoo ? cz_shampoo_state_tensor(ex->shampoo_state[i], k)
-                                             : cz_soap_state_tensor(ex->soap_state[i], k);
-            h = fnv(h, b, (size_t)(t[k].rows * t[k].cols) * sizeof(float));
+            if (t[k].place == CZ_STATE_PARTS) {
+                h = parts_print(h, ex, o, (int)i, k);
+                continue;
+            }
+            const float *b = o->ops->state_buffer(o, (int)i, k, NULL);
+            size_t len = t[k].place == CZ_STATE_SHARDED ? (size_t)ex->piece_len[i]
+                                                        : (size_t)(t[k].rows * t[k].cols);
+            if (b)
+                h = fnv(h, b, len * sizeof(float));
         }
     }
-    for (int k = 0; k < ex->nmom; k++)
-        h = fnv(h, ex->mom[k].buf,
-                (size_t)(ex->mom[k].part.rows * ex->mom[k].part.cols) * sizeof(float));
     return h;
 }
 

@@ -19,11 +19,33 @@ the including file's own folder first; angle-bracket includes are system headers
            public headers in planner/include/ and executor/include/) has no cycle: no header
            includes itself, directly or through others. .c files include headers but are never
            included, so they cannot close a cycle and are not part of the graph.
-  names    Every function or global defined without `static` in planner/format/*.c or
-           planner/lib/*.c is public (declared in canzona.h, named cz_) or internal and named
-           cz__ (the naming rule of docs/ARCHITECTURE.md), except the names listed in
-           HANDED_OVER below. (The CLI is a program, not a library: its cz_cli_ and cz_cmd_
-           functions are exported by nothing.)
+  names    Every function or global defined without `static` in planner/format/*.c,
+           planner/lib/*.c or executor/src/ (its .c and .cu files, the GPU plugin's included)
+           is public (declared in canzona.h, or for the executor in canzona_exec.h, named cz_)
+           or internal and named cz__ (the naming rule of docs/ARCHITECTURE.md). (The CLI is a
+           program, not a library: its cz_cli_ and cz_cmd_ functions are exported by nothing.)
+  seams    An executor file names only the optimizers and backends it implements. An
+           implementation (muon, adamw, soap, shampoo; cpu, cuda, self, mpi, nccl) is named by
+           the identifiers its own headers declare (IMPLEMENTATIONS below: muon.h, comm_mpi.h,
+           cuda/, ...), by its constants and public configuration types (CZ_OPTIM_SOAP,
+           CZ_BACKEND_CUDA, CZ_COMM_NCCL, cz_shampoo_grafting), by the cz_exec_config fields
+           named after it (cfg->soap_beta1, cfg->nccl_timeout_s), by including one of its
+           headers or its library's system headers (<mpi.h>, <cublas_v2.h>, <cblas.h>), and,
+           for a backend, by a string literal that is exactly its name ("cuda": how a
+           configuration picks one). Comments and messages' prose are not names. Its own files
+           may name it (IMPLEMENTED_BY), and a seam's dispatch every implementation of that
+           seam (SEAM_DISPATCH: compute.c, comm.c, optimizer.c, the GPU plugin's loader and
+           entry); the core (executor.c, step.c, pipeline.c, checkpoint.c, config.c, ...)
+           names none. A name that a shared header also declares (the opaque cz_event a
+           backend completes) is the seam's, and the compute ops named after the math they do
+           (the adamw op, cz_adamw_args) are the compute seam's, not AdamW's.
+  calls    No cycle between the executor's .c files through their calls: a file depends on
+           another when it uses a function or global the other defines without static. Calls
+           through a seam's table (ops->f) are not edges: the table is how a seam calls back
+           without depending on its implementations. The GPU plugin (cuda/, nccl/) is linked
+           apart, so its files resolve a name to the plugin's own definition first. Limits: a
+           call made inside a static inline function of a header, or hidden in a macro defined
+           in a header, is not seen (the executor's headers have none that call another file).
 
 Usage: check_layers.py [ROOT]      (default: the source tree this script is in)
        check_layers.py --self-test (proves each rule catches a planted violation and passes a
@@ -36,10 +58,6 @@ import shutil
 import sys
 import tempfile
 
-# Format functions the executor still calls by their old cz_ names: the executor's
-# restructuring (issue 25, part B) renames them to cz__ and empties this list.
-HANDED_OVER = {"cz_error_set", "cz_dtype_bytes", "cz_file_read_all", "cz_file_write",
-               "cz_plan_check_content_hash", "cz_plan_check_structure"}
 PUBLIC_HEADERS = {"canzona.h", "cz_format.h"}  # what a file outside planner/ may include
 EXEMPT = ("tests/unit/", "fuzz/")
 SOURCE_EXT = (".c", ".h", ".cu", ".cuh")
@@ -190,8 +208,8 @@ def check_cycles(root, files, index):
 DEFINITION = re.compile(r"(?m)^([A-Za-z_][\w \t\*]*?)\b([A-Za-z_]\w*)[ \t]*(\(|\[[^\]]*\][ \t]*=|=)")
 
 
-def public_names(root):
-    path = os.path.join(root, "planner/include/canzona.h")
+def public_names(root, header):
+    path = os.path.join(root, header)
     if not os.path.exists(path):
         return set()
     with open(path) as fh:
@@ -204,14 +222,17 @@ def toplevel_definitions(text):
     # Preprocessor lines (with their continuations) define no symbol of their own.
     code = re.sub(r"(?m)^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", lambda m: "\n" * m.group(0).count("\n"),
                   code)
-    depth, out = 0, []
+    depth, out, opened = 0, [], []
     i, n = 0, len(code)
     while i < n:
         c = code[i]
         if c == "{":
-            depth += 1
+            # The braces of a CUDA file's extern "C" { ... } enclose file-scope definitions.
+            linkage = re.search(r'\bextern\s*"\s*"\s*$', code[code.rfind("\n", 0, i) + 1:i])
+            opened.append(bool(linkage))
+            depth += 0 if linkage else 1
         elif c == "}":
-            depth -= 1
+            depth -= 0 if opened and opened.pop() else 1
         elif depth == 0 and (i == 0 or code[i - 1] == "\n"):
             m = DEFINITION.match(code, i)
             if m and "static" not in m.group(1).split() and "typedef" not in m.group(1).split() \
@@ -235,19 +256,259 @@ def toplevel_definitions(text):
 
 
 def check_names(root, files):
-    public = public_names(root)
+    planner = public_names(root, "planner/include/canzona.h")
+    executor = planner | public_names(root, "executor/include/canzona_exec.h")
     bad = []
     for f in files:
-        if not (f.startswith(("planner/format/", "planner/lib/")) and f.endswith(".c")):
+        if f.startswith(("planner/format/", "planner/lib/")) and f.endswith(".c"):
+            public, header = planner, "canzona.h"
+        elif f.startswith("executor/src/") and f.endswith((".c", ".cu")):
+            public, header = executor, "canzona.h or canzona_exec.h"
+        else:
             continue
         with open(os.path.join(root, f), errors="replace") as fh:
             defs = toplevel_definitions(fh.read())
         for no, name in defs:
-            if name in public or name.startswith("cz__") or name in HANDED_OVER:
+            if name in public or name.startswith("cz__"):
                 continue
-            bad.append("names: %s:%d: %s is defined without static but is not in canzona.h; "
+            bad.append("names: %s:%d: %s is defined without static but is not in %s; "
                        "name it cz__%s (internal) or make it static" % (
-                           f, no, name, name[3:] if name.startswith("cz_") else name))
+                           f, no, name, header, name[3:] if name.startswith("cz_") else name))
+    return bad
+
+
+
+# ---- rule seams: an executor file names only the optimizers and backends it implements ----
+EXEC = "executor/src/"
+# Each implementation behind one of the executor's seams, and what names it: the identifiers
+# its own headers declare (functions, types, tables, macros, enum constants), the constants and
+# public configuration types other headers declare for it, the system headers of its library,
+# and a string literal that is exactly its name (what a dispatch compares a configured name
+# with). Headers in no entry (compute.h, comm.h, optimizer.h, ns_coop.h, ns_plan.h,
+# linalg_plan.h, elementwise.h, gpu_plugin.h, ...) are shared vocabulary: a compute op named
+# after the math it does (the adamw op, cz_adamw_args) names no optimizer.
+IMPLEMENTATIONS = {
+    # name: (its headers under executor/src, its other identifiers, its system headers)
+    "muon": (("muon.h", "ns_workload.h"),
+             ("CZ_OPTIM_MUON", "cz_muon_scaling", "CZ_MUON_SCALE_RMS", "CZ_MUON_SCALE_SHAPE"), ()),
+    "adamw": (("adamw.h",), ("CZ_OPTIM_ADAMW",), ()),
+    "soap": (("soap.h",), ("CZ_OPTIM_SOAP",), ()),
+    "shampoo": (("shampoo.h",),
+                ("CZ_OPTIM_SHAMPOO", "cz_shampoo_grafting", "CZ_GRAFT_NONE", "CZ_GRAFT_ADAGRAD",
+                 "CZ_GRAFT_RMSPROP", "CZ_GRAFT_ADAM"), ()),
+    "cpu": (("compute_cpu.h",), ("CZ_BACKEND_CPU",), ("cblas.h", "lapacke.h")),
+    "cuda": (("compute_cuda.h", "cuda/"), ("CZ_BACKEND_CUDA",),
+             ("cuda.h", "cuda_runtime.h", "cuda_runtime_api.h", "cublas_v2.h", "cusolverDn.h")),
+    "self": (("comm_self.h",), ("CZ_COMM_SELF",), ()),
+    "mpi": (("comm_mpi.h", "mpi_watch.h"), ("CZ_COMM_MPI",), ("mpi.h",)),
+    "nccl": (("comm_nccl.h", "nccl_plan.h", "nccl/"), ("CZ_COMM_NCCL",), ("nccl.h",)),
+}
+# Backends are picked by name (cz_exec_config.backend, .comm): a literal of their name is how a
+# file dispatches to one. Optimizers are picked by the plan's constant (CZ_OPTIM_*), and a
+# compute op may be named after an optimizer's math (the cuda backend's "adamw" kernel).
+BACKENDS = ("cpu", "cuda", "self", "mpi", "nccl")
+SEAM_DISPATCH = {  # a seam's dispatch names every implementation of its seam
+    "compute.c": {"cpu", "cuda"}, "compute.h": {"cpu", "cuda"},
+    "comm.c": {"self", "mpi", "nccl"}, "comm.h": {"self", "mpi", "nccl"},
+    "optimizer.c": {"muon", "adamw", "soap", "shampoo"},
+    # the way the dispatch reaches the GPU plugin, and the plugin's entry
+    "gpu_loader.c": {"cuda", "nccl"}, "gpu_plugin.h": {"cuda", "nccl"},
+    "cuda/plugin.c": {"cuda", "nccl"},
+}
+IMPLEMENTED_BY = {  # the other files of an implementation (a folder covers what is in it)
+    "muon.c": {"muon"}, "ns_workload.c": {"muon"}, "adamw.c": {"adamw"}, "soap.c": {"soap"},
+    "shampoo.c": {"shampoo"}, "compute_cpu.c": {"cpu"}, "compute_cpu_linalg.c": {"cpu"},
+    "cuda/": {"cuda"}, "comm_self.c": {"self"}, "comm_mpi.c": {"mpi"}, "mpi_watch.c": {"mpi"},
+    "nccl_plan.c": {"nccl"},
+    # the nccl plane runs on the cuda backend's stream and events (compute_cuda.h)
+    "nccl/": {"nccl", "cuda"},
+}
+SYSTEM_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*<([^>]+)>', re.M)
+IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def implemented(rel):
+    """What file rel (under executor/src/) implements or dispatches: names it may use."""
+    own = set()
+    for table in (SEAM_DISPATCH, IMPLEMENTED_BY):
+        for key, names in table.items():
+            if rel == key or (key.endswith("/") and rel.startswith(key)):
+                own |= names
+    for name, (headers, _, _) in IMPLEMENTATIONS.items():
+        if any(rel == h or (h.endswith("/") and rel.startswith(h)) for h in headers):
+            own.add(name)
+    return own
+
+
+def declared_names(code):
+    """Identifiers a header declares: functions, types, tables, macros, enum constants."""
+    names = set(re.findall(r"\b(cz_{1,2}\w+)\s*\(", code))
+    names |= set(re.findall(r"}\s*(cz_\w+)\s*;", code))
+    names |= set(re.findall(r"typedef[^;{]*?\b(cz_\w+)\s*;", code))
+    names |= set(re.findall(r"\bstruct\s+(cz_\w+)\s*{", code))
+    names |= set(re.findall(r"\bextern\s+const\s+\w+\s+(cz_\w+)\s*;", code))
+    names |= set(re.findall(r"(?m)^[ \t]*#[ \t]*define[ \t]+(CZ_\w+)", code))
+    names |= set(re.findall(r"(?m)^[ \t]*(CZ_[A-Z0-9_]+)\s*(?:=|,)", code))
+    # A header's own include guard names nothing.
+    return {n for n in names if not n.endswith("_H")}
+
+
+def implementation_names(root, files):
+    """name -> (identifiers, system headers, quoted headers) of every implementation. A name a
+    shared header declares too (an opaque seam type a backend completes: cz_event, cz_runs) is
+    the seam's, not the implementation's."""
+    def owned_header(rel):
+        return any(rel == h or (h.endswith("/") and rel.startswith(h))
+                   for headers, _, _ in IMPLEMENTATIONS.values() for h in headers)
+
+    shared = set()
+    for f in files:
+        if f.startswith(EXEC) and f.endswith(HEADER_EXT) and not owned_header(f[len(EXEC):]):
+            with open(os.path.join(root, f), errors="replace") as fh:
+                shared |= declared_names(strip_comments_and_strings(fh.read()))
+    out = {}
+    for name, (headers, extra, system) in IMPLEMENTATIONS.items():
+        idents, quoted = set(extra), set()
+        for f in files:
+            rel = f[len(EXEC):] if f.startswith(EXEC) else None
+            if rel is None or not f.endswith(HEADER_EXT):
+                continue
+            if any(rel == h or (h.endswith("/") and rel.startswith(h)) for h in headers):
+                quoted.add(os.path.basename(f))
+                with open(os.path.join(root, f), errors="replace") as fh:
+                    idents |= declared_names(strip_comments_and_strings(fh.read()))
+        out[name] = (idents - shared, set(system), quoted)
+    return out
+
+
+def string_literals(text):
+    """(line, content) of every string literal outside comments."""
+    out, i, n, line = [], 0, len(text), 1
+    while i < n:
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            line += text.count("\n", i, j)
+            i = j
+        elif text[i] == "'":
+            j = i + 1
+            while j < n and text[j] != "'" and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+        elif text[i] == '"':
+            j = i + 1
+            while j < n and text[j] != '"' and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append((line, text[i + 1:j]))
+            i = j + 1
+        else:
+            line += text[i] == "\n"
+            i += 1
+    return out
+
+
+def config_fields(root):
+    """name -> the fields of cz_exec_config named after it (cfg->soap_beta1 is SOAP's)."""
+    path = os.path.join(root, "executor/include/canzona_exec.h")
+    fields = set()
+    if os.path.exists(path):
+        with open(path) as fh:
+            code = strip_comments_and_strings(fh.read())
+        m = re.search(r"typedef\s+struct\s+cz_exec_config\s*{(.*?)}\s*cz_exec_config\s*;", code, re.S)
+        for decl in (m.group(1).split(";") if m else []):
+            fields |= set(re.findall(r"([A-Za-z_]\w*)\s*(?:,|$)", decl.strip()))
+    return {name: {f for f in fields if f.startswith(name + "_")} for name in IMPLEMENTATIONS}
+
+
+def check_seams(root, files):
+    names = implementation_names(root, files)
+    cfg = config_fields(root)
+    bad = []
+    for f in files:
+        if not f.startswith(EXEC):
+            continue
+        own = implemented(f[len(EXEC):])
+        with open(os.path.join(root, f), errors="replace") as fh:
+            text = fh.read()
+        code = strip_comments_and_strings(text)
+        lines = code.split("\n")
+        for name, (idents, system, quoted) in sorted(names.items()):
+            if name in own:
+                continue
+            found = []
+            for no, line in enumerate(lines, 1):
+                for m in IDENT.finditer(line):
+                    word = m.group(0)
+                    # A configuration field named after the implementation (cfg->soap_beta1).
+                    member = word in cfg[name] and re.search(r"(?:->|\.)\s*$", line[:m.start()])
+                    if word in idents or member:
+                        found.append((no, word))
+            for no, inc in includes(root, f):
+                if os.path.basename(inc) in quoted:
+                    found.append((no, '#include "%s"' % inc))
+            for m in SYSTEM_INCLUDE.finditer(text):
+                if m.group(1) in system and re.match(r"^[ \t]*#", lines[text.count("\n", 0, m.start())]):
+                    found.append((text.count("\n", 0, m.start()) + 1, "#include <%s>" % m.group(1)))
+            for no, lit in string_literals(text):
+                if name in BACKENDS and lit.lower() == name:
+                    found.append((no, '"%s"' % lit))
+            for no, what in sorted(set(found))[:3]:
+                bad.append("seams: %s:%d: names %s (%s), which it does not implement; go "
+                           "through the seam (compute.h, comm.h, optimizer.h) or move the code "
+                           "to %s's files" % (f, no, name, what, name))
+    return bad
+
+
+# ---- rule calls: no cycle between the executor's .c files through their calls ----
+def check_calls(root, files):
+    """A file calls (or refers to) another when it uses a function or global that the other
+    defines without static. Calls through the seams' tables (ops->f) are not edges: a table is
+    how a seam calls back without depending on its implementations. The GPU plugin (cuda/,
+    nccl/) is linked apart: its files resolve a name to the plugin's definition first."""
+    plugin = (EXEC + "cuda/", EXEC + "nccl/")
+    units = [f for f in files if f.startswith(EXEC) and f.endswith((".c", ".cu"))]
+    defs, code = {}, {}
+    for f in units:
+        with open(os.path.join(root, f), errors="replace") as fh:
+            text = fh.read()
+        code[f] = strip_comments_and_strings(text)
+        for _, name in toplevel_definitions(text):
+            defs.setdefault(name, []).append(f)
+    graph = {}
+    for f in units:
+        used = set(IDENT.findall(code[f])) & set(defs)
+        for name in sorted(used):
+            if f in defs[name]:
+                continue
+            cands = defs[name]
+            if f.startswith(plugin):
+                cands = [d for d in cands if d.startswith(plugin)] or cands
+            else:
+                cands = [d for d in cands if not d.startswith(plugin)]
+            if len(cands) == 1:
+                graph.setdefault(f, {}).setdefault(cands[0], name)
+    bad, state, stack = [], {}, []
+
+    def visit(f):
+        state[f] = 1
+        stack.append(f)
+        for nxt in sorted(graph.get(f, {})):
+            if state.get(nxt) == 1:
+                cyc = stack[stack.index(nxt):] + [nxt]
+                how = ", ".join("%s calls %s" % (os.path.basename(a), graph[a][b])
+                                for a, b in zip(cyc, cyc[1:]))
+                bad.append("calls: %s: call cycle: %s (%s)" % (nxt, " -> ".join(cyc), how))
+            elif state.get(nxt) is None:
+                visit(nxt)
+        stack.pop()
+        state[f] = 2
+
+    for f in sorted(units):
+        if state.get(f) is None:
+            visit(f)
     return bad
 
 
@@ -255,7 +516,7 @@ def check(root):
     files = source_files(root)
     index = header_index(files)
     return check_layers(root, files, index) + check_cycles(root, files, index) + \
-        check_names(root, files)
+        check_names(root, files) + check_seams(root, files) + check_calls(root, files)
 
 
 # ---- self-test ------------------------------------------------------------------------------
@@ -268,15 +529,53 @@ CLEAN = {
                                 "int cz_plan_read(void)\n{\n    return 0;\n}\n"
                                 "static int helper(void)\n{\n    return 1;\n}\n"
                                 "int cz__strdup(void)\n{\n    return 2;\n}\n"
-                                "int cz_error_set(void)\n{\n    return 3;\n}\n"
+                                "int cz__error_set(void)\n{\n    return 3;\n}\n"
                                 "const char *const cz__names[] = {\"a\", 0};\n",
     "planner/lib/cz_types.h": '#include "cz_format.h"\n#include "cz_algorithms.h"\n',
     "planner/lib/cz_algorithms.h": '#include "cz_format.h"\n',
     "planner/lib/cost.c": '#include "cz_types.h"\n',
     "planner/cli/main.c": '#include "cz_types.h"\n',
-    "executor/src/exec_internal.h": '#include "cz_format.h"\n#include "ns_plan.h"\n',
-    "executor/src/ns_plan.h": "/* #include \"exec_internal.h\" (a comment closes no cycle) */\n",
-    "executor/src/step.c": '#include "exec_internal.h"\n#include <stdio.h>\n',
+    "executor/src/executor_impl.h": '#include "cz_format.h"\n#include "ns_plan.h"\n',
+    "executor/src/ns_plan.h": "/* #include \"executor_impl.h\" (a comment closes no cycle) */\n",
+    "executor/src/step.c": '#include "executor_impl.h"\n#include <stdio.h>\n'
+                           "int cz_executor_step(void)\n{\n    return 0;\n}\n"
+                           "int cz__exec_step_run(void)\n{\n    return 1;\n}\n",
+    "executor/src/cuda/kernels.cu": 'extern "C" {\nint cz__k_scale(void)\n{\n    return 0;\n}\n'
+                                    "int cz__k_sum(void)\n{\n    return 0;\n}\n"
+                                    '} // extern "C"\n',
+    "executor/src/cuda/norm.c": "int cz__k_norm(void)\n{\n    return cz__k_sum();\n}\n",
+    "executor/include/canzona_exec.h": '#include "canzona.h"\nint cz_executor_step(void);\n'
+                                       "typedef struct cz_exec_config {\n    float adamw_lr;\n"
+                                       "    double mpi_timeout_s;\n    int muon_scaling;\n"
+                                       "    float soap_beta1, soap_eps;\n} cz_exec_config;\n",
+    # The seams: each implementation names itself, a dispatch every one of its seam, the core
+    # none; the executor's own files call each other one way.
+    "executor/src/compute.h": "typedef struct cz_event cz_event;\nenum { CZ_BACKEND_CPU = 1, "
+                              "CZ_BACKEND_CUDA = 2 };\n",
+    "executor/src/compute.c": '#include "compute_cpu.h"\n#include "gpu_plugin.h"\n'
+                              "static int open_cuda(const char *n)\n{\n"
+                              '    return strcmp(n, "cuda") == 0 && cz__cpu_ns() == CZ_BACKEND_CPU;'
+                              "\n}\n",
+    "executor/src/compute_cpu.h": '#include "compute.h"\nint cz__cpu_ns(void);\n',
+    "executor/src/compute_cpu.c": '#include "compute_cpu.h"\n#include <cblas.h>\n'
+                                  "struct cz_event {\n    int recorded;\n};\n"
+                                  'static const char *name = "cpu";\n',
+    "executor/src/cuda/cuda_impl.h": "struct cz_event {\n    void *ev;\n};\n",
+    "executor/src/comm_mpi.c": "#include <mpi.h>\n"
+                               "static double t(const cz_exec_config *c)\n{\n"
+                               "    return c->mpi_timeout_s;\n}\n",
+    "executor/src/muon.h": '#include "optimizer.h"\nint cz__muon_run(void);\n'
+                           "extern const cz_optimizer_ops cz__muon_ops;\n",
+    "executor/src/muon.c": '#include "muon.h"\nstatic int step(const cz_exec_config *c)\n{\n'
+                           "    return cz__muon_run() + c->muon_scaling;\n}\n",
+    "executor/src/adamw.c": "static float lr(const cz_exec_config *c)\n{\n    return c->adamw_lr;"
+                            "\n}\n",
+    "executor/src/optimizer.c": '#include "muon.h"\nstatic const cz_optimizer_ops *r = '
+                                "&cz__muon_ops;\nstatic int muon = CZ_OPTIM_MUON;\n",
+    "executor/src/executor.c": '#include "optimizer.h"\n'
+                               "int cz__exec_create(void)\n{\n    return cz__pipeline_init();\n}\n"
+                               "int cz__exec_param_offset(void)\n{\n    return 0;\n}\n",
+    "executor/src/pipeline.c": "int cz__pipeline_init(void)\n{\n    return 0;\n}\n",
     "tools/bench/npy.c": '#include "cz_format.h"\n#include "canzona.h"\n',
     "tests/unit/test_cost.c": '#include "cz_types.h"\n#include "format_internal.h"\n',
     "build/junk.c": '#include "cz_types.h"\n',
@@ -286,12 +585,30 @@ PLANTED = {  # rule -> (file, content) that breaks only that rule
                ("executor/src/bad.c", '#include "format_internal.h"\n'),
                ("planner/format/bad.c", '#include "cz_algorithms.h"\n'),
                ("planner/lib/bad.c", '#include "cz_error.h"\n')],
-    "cycles": [("executor/src/ns_plan.h", '#include "exec_internal.h"\n'),
+    "cycles": [("executor/src/ns_plan.h", '#include "executor_impl.h"\n'),
                ("planner/lib/cz_algorithms.h", '#include "cz_types.h"\n')],
     "names": [("planner/format/bad.c", '#include "cz_format.h"\nint cz_helper(int a,\n'
                                        "              int b)\n{\n    return a + b;\n}\n"),
               ("planner/format/bad.c", "const char *const cz_table[] = {0};\n"),
-              ("planner/lib/bad.c", "double cz_cost_of(void)\n{\n    return 1.0;\n}\n")],
+              ("planner/lib/bad.c", "double cz_cost_of(void)\n{\n    return 1.0;\n}\n"),
+              ("executor/src/bad.c", "int cz_exec_helper(void)\n{\n    return 0;\n}\n"),
+              ("executor/src/cuda/bad.cu", 'extern "C" {\nint cz_k_bad(void)\n{\n    return 0;\n}\n'
+                                           '} // extern "C"\n')],
+    "seams": [("executor/src/step.c", "static int f(void)\n{\n    return cz__muon_run();\n}\n"),
+              ("executor/src/pipeline.c", 'int cz__pipeline_init(void)\n{\n    return strcmp(b, '
+                                          '"cuda");\n}\n'),
+              ("executor/src/step.c", "static int f(int o)\n{\n    return o == CZ_OPTIM_MUON;\n}\n"),
+              ("executor/src/step.c", '#include "compute_cpu.h"\n'),
+              ("executor/src/step.c", "#include <mpi.h>\n"),
+              ("executor/src/adamw.c", "static int f(void)\n{\n    return cz__muon_run();\n}\n"),
+              ("executor/src/step.c", "static float f(const cz_exec_config *c)\n{\n"
+                                      "    return c->soap_beta1;\n}\n"),
+              ("executor/src/muon.c", "static int f(void)\n{\n    return CZ_BACKEND_CUDA;\n}\n")],
+    "calls": [("executor/src/pipeline.c", "int cz__pipeline_init(void)\n{\n"
+                                          "    return cz__exec_param_offset();\n}\n"),
+              ("executor/src/cuda/kernels.cu", 'extern "C" {\nint cz__k_sum(void)\n{\n'
+                                               "    return cz__k_norm();\n}\n"
+                                               '} // extern "C"\n')],
 }
 
 

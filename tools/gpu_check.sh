@@ -173,7 +173,7 @@ else
         done
       done
     done
-    # The fp32 symmetric form's threshold (cz_ns_use_syrk: 1024 rows and more): each shape of
+    # The fp32 symmetric form's threshold (cz__ns_use_syrk: 1024 rows and more): each shape of
     # Qwen3-8B with the form forced on and off.
     if [ -f "$work/qwen3-8b-tp1.json" ]; then
       for sym in on off; do

@@ -7,8 +7,10 @@
  * The step runs the plan: uneven reduce-scatter of the gradients over the data-parallel (DP)
  * group following the plan's bucket ranges, AdamW on the owned elementwise shards, the
  * asynchronous micro-group pipeline over the tensor-parallel (TP) group for the owned matrix
- * parameters (Muon on whole matrices on their host TP rank), and the uneven all-gather of the
- * updated parameters over DP. See docs/EXECUTOR.md for the buffer layouts.
+ * parameters (the plan's matrix optimizer, Muon, SOAP or Shampoo, on each task the plan
+ * assigns a TP rank: a whole matrix, one of its blocks, or with Muon a slice of a matrix that
+ * several TP ranks orthogonalize together), and the uneven all-gather of the updated
+ * parameters over DP. See docs/EXECUTOR.md for the buffer layouts.
  *
  * Process grid: world rank = dp_rank * tp + tp_rank (TP innermost, as Megatron lays it out).
  *
@@ -96,10 +98,11 @@ typedef struct cz_exec_config {
      * (the control plane, and the bootstrap of the world NCCL communicator). */
     const void *world_comm, *dp_comm, *tp_comm;
 
-    /* Muon (matrix parameters). */
-    float lr;              /* 0 (default) = the default of the scaling: 1e-3 for rms (an AdamW
-                              learning rate, as Moonlight), 0.02 for shape (as Keller Jordan's
-                              Muon) */
+    /* The matrix optimizer: lr and weight_decay are the plan's matrix optimizer's (Muon's,
+     * SOAP's or Shampoo's); the other fields of this group are Muon's. */
+    float lr;              /* 0 (default) = the optimizer's default: for Muon the scaling's,
+                              1e-3 for rms (an AdamW learning rate, as Moonlight), 0.02 for
+                              shape (as Keller Jordan's Muon); SOAP 3e-3; Shampoo 0.01 */
     float momentum;        /* mu, default 0.95 */
     int nesterov;          /* 1 (default, as every public Muon) = input g + mu*buf; 0 = buf */
     float weight_decay;    /* decoupled, default 0.01 */
@@ -188,14 +191,28 @@ typedef struct cz_exec_config {
     double mpi_timeout_s;
 } cz_exec_config;
 
-/* Fills *cfg with the defaults above. */
+/* The defaults above as an initializer: cz_exec_config c = CZ_EXEC_CONFIG_INIT; (the values
+ * cz_exec_config_init writes), in the fields' order. */
+/* clang-format off */
+#define CZ_EXEC_CONFIG_INIT                                                                     \
+    {CZ_EXEC_CONFIG_VERSION, "cpu", NULL, -1, -1, NULL, NULL, NULL,                             \
+     /* Muon */ 0.0f, 0.95f, 1, 0.01f, 5, "jordan", 1e-7f, 0.2f,                                \
+     /* AdamW */ 3e-4f, 0.9f, 0.95f, 1e-8f, 0.01f,                                              \
+     1, CZ_MUON_SCALE_RMS, 0.0f, CZ_EXEC_MEMORY_HOST, -1, NULL,                                 \
+     /* Shampoo */ 0.9f, 1.0f, 1e-12f, 0.0f, 0, -1, 0, 1, CZ_GRAFT_ADAGRAD, -1.0f, 1e-10f,      \
+     /* SOAP */ 0.95f, 0.95f, -1.0f, 1e-8f, 1,                                                  \
+     0.0, 0.0}
+/* clang-format on */
+
+/* Fills *cfg with the defaults above (CZ_EXEC_CONFIG_INIT's values). */
 void cz_exec_config_init(cz_exec_config *cfg);
 
 /* Seconds spent in each phase of one step (wall clock on this process). */
 typedef struct cz_exec_timings {
     double reduce_scatter; /* gradient reduce-scatter over DP (plus the NaN/Inf check) */
     double elementwise;    /* AdamW on owned elementwise shards */
-    double matrix;         /* micro-group pipeline: gathers, Muon, scatters, local updates */
+    double matrix;         /* micro-group pipeline: gathers, the matrix optimizer, scatters,
+                              local updates */
     double all_gather;     /* parameter all-gather over DP */
     double total;          /* the whole cz_executor_step call */
     int64_t steps;         /* steps run so far */
@@ -204,11 +221,14 @@ typedef struct cz_exec_timings {
 typedef struct cz_executor cz_executor;
 
 /* Creates an executor from a plan file. Collective over the world communicator when the comm
- * backend is "mpi": every rank must call it, and all return an error if any rank fails.
- * Refuses (CZ_EUNSUPPORTED) pipeline-parallel plans, the `even` and `layerwise` DP baselines,
- * plan schema versions other than canzona.plan/1, and (CZ_EMISMATCH) ranks out of range,
- * communicator sizes that differ from the plan's dp/tp, and ranks given different plans.
- * On success *out owns the plan and all optimizer state; free with cz_executor_free. */
+ * backend is "mpi" or "nccl": every rank must call it, and all return an error if any rank
+ * fails. Runs plan schemas canzona.plan/1 and canzona.plan/2 (CZ_PLAN_SCHEMA,
+ * CZ_PLAN_SCHEMA_SPLIT: the split buffer layout) and checks the plan's content hash. Refuses
+ * (CZ_EUNSUPPORTED) other schema versions, pipeline-parallel plans, the `even` and `layerwise`
+ * DP baselines, AdamW-only plans (--optimizer adamw), SOAP and Shampoo plans on a compute
+ * backend without their linear algebra, and (CZ_EMISMATCH) ranks out of range, communicator
+ * sizes that differ from the plan's dp/tp, and ranks given different plans. On success *out
+ * owns the plan and all optimizer state; free with cz_executor_free. */
 int cz_executor_create(cz_executor **out, const char *plan_path, const cz_exec_config *cfg,
                        cz_error *err);
 
@@ -264,24 +284,30 @@ int cz_executor_step(cz_executor *ex, cz_error *err);
  * sums are all-reduced. The same value on every rank; NaN before the first step. */
 double cz_executor_grad_norm(const cz_executor *ex);
 
-/* Learning rates and weight decays for the following steps (schedules). Not collective, but
- * every rank must set the same values before the same step. Refuses (CZ_EINVALID) negative
- * or non-finite values. */
+/* Learning rates and weight decays for the following steps (schedules): muon_lr and muon_wd
+ * are the plan's matrix optimizer's (Muon's, SOAP's or Shampoo's: the one the plan names),
+ * adamw_lr and adamw_wd AdamW's; each optimizer keeps its own. Not collective, but every rank
+ * must set the same values before the same step. Refuses (CZ_EINVALID) negative or non-finite
+ * values. */
 int cz_executor_set_lr(cz_executor *ex, float muon_lr, float adamw_lr, cz_error *err);
 int cz_executor_set_weight_decay(cz_executor *ex, float muon_wd, float adamw_wd, cz_error *err);
 
-/* Optimizer-state checkpoints: every parameter's optimizer state (Muon momentum, AdamW first
- * and second moments) as full, unsharded fp32 tensors keyed "<name>.momentum",
- * "<name>.exp_avg" and "<name>.exp_avg_sq", with the step count (AdamW's bias correction) in
- * the metadata, in one safetensors file. Collective over the world communicator: every rank
- * calls it; only rank 0 uses path (others may pass NULL). Save gathers the state on rank 0
- * and writes the file atomically (temporary file in the same folder, then rename: a crash
- * leaves the previous file whole). Load reads it on rank 0, checks every tensor against the
- * plan (CZ_EMISMATCH for a missing, extra or misshapen tensor) and distributes it, so a
- * checkpoint saved under one plan loads under any plan of the same model (another DP/TP
- * shape or strategy). Not between cz_executor_step_async and cz_executor_wait. The
- * parameters themselves are the job's to save. Needs a backend whose memory is host memory
- * (CZ_EUNSUPPORTED otherwise). */
+/* Optimizer-state checkpoints: every parameter's optimizer state as full, unsharded fp32
+ * tensors in one safetensors file, with the step count (the bias corrections') in the
+ * metadata: "<name>.momentum" (Muon), "<name>.exp_avg" and "<name>.exp_avg_sq" (AdamW),
+ * "<name>.soap.<r0>_<c0>.<field>" (SOAP, per block) and "<name>.shampoo.<r0>_<c0>.<field>"
+ * (Shampoo, per tile); docs/EXECUTOR.md lists the fields. Collective over the world
+ * communicator: every rank calls it; only rank 0 uses path (others may pass NULL). Save
+ * gathers the state on rank 0 and writes the file atomically (temporary file in the same
+ * folder, then rename: a crash leaves the previous file whole). Load reads it on rank 0,
+ * checks every tensor against the plan (CZ_EMISMATCH for a missing, extra or misshapen
+ * tensor; CZ_EINVALID for a value the state cannot hold) and distributes it, so a checkpoint
+ * saved under one plan loads under any plan of the same model and optimizer settings (another
+ * DP/TP shape, strategy, or block and cooperative tasks). The state is the backend's memory
+ * (device memory for a GPU backend): it moves through the backend's download and upload and
+ * the data plane, with rank 0 holding the whole file in host memory. Not between
+ * cz_executor_step_async and cz_executor_wait. The parameters themselves are the job's to
+ * save. CZ_EUNSUPPORTED with a compute backend that cannot upload to its memory. */
 int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err);
 int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err);
 

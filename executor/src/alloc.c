@@ -1,14 +1,14 @@
 /* The executor's one allocator: a counter in front of malloc, so that a test can prove that a
- * step after the first allocates nothing (cz_exec_alloc_count before and after). Ranks are
+ * step after the first allocates nothing (cz__exec_alloc_count before and after). Ranks are
  * processes and an executor is used from one thread, so a relaxed atomic is enough. */
-#include "exec_internal.h"
+#include "alloc.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
 
 static _Atomic uint64_t cz_alloc_count;
 
-void *cz_exec_malloc(size_t bytes)
+void *cz__exec_malloc(size_t bytes)
 {
     void *p = malloc(bytes ? bytes : 1);
     if (p)
@@ -16,7 +16,7 @@ void *cz_exec_malloc(size_t bytes)
     return p;
 }
 
-void *cz_exec_calloc(size_t n, size_t size)
+void *cz__exec_calloc(size_t n, size_t size)
 {
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (p)
@@ -24,12 +24,12 @@ void *cz_exec_calloc(size_t n, size_t size)
     return p;
 }
 
-void cz_exec_free(void *p)
+void cz__exec_free(void *p)
 {
     free(p);
 }
 
-uint64_t cz_exec_alloc_count(void)
+uint64_t cz__exec_alloc_count(void)
 {
     return atomic_load_explicit(&cz_alloc_count, memory_order_relaxed);
 }

@@ -12,7 +12,7 @@
  *
  * Saving gathers every tensor on world rank 0 over the data plane (a matrix's Muon momentum
  * part by part from the ranks that hold its parts — the whole matrix, its blocks, or a
- * cooperative task's slices, cz_exec_task_parts — a Shampoo or SOAP state from the lowest rank
+ * cooperative task's slices, cz__task_parts — a Shampoo or SOAP state from the lowest rank
  * that hosts it, an elementwise parameter's moments from the TP ranks of its owning DP rank,
  * unpacked into the full tensor) and rank 0 writes the file atomically (temporary file
  * in the same folder, synced, renamed over the old one), so a crash mid-write leaves the
@@ -27,7 +27,13 @@
  * backend's download and upload and the data plane, which moves backend memory (a bounce
  * buffer per rank). The cpu backend runs the same path, so the CPU tests cover it.
  */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "optimizer.h"
+#include "shard.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -43,50 +49,55 @@
 #define CZ_HEADER_PER_TENSOR 256
 #define CZ_HEADER_SLACK 65536
 
-static int64_t full_numel(const cz_plan_param *p)
-{
-    return p->def.ndim == 1 ? p->def.shape[0] : p->def.shape[0] * p->def.shape[1];
-}
-
-/* Where a checkpoint tensor lives in the executor. */
-typedef enum ck_kind {
-    CK_MOMENTUM, /* Muon momentum: one buffer per part, on the rank that holds the part */
-    CK_ADAM,     /* an AdamW moment: TP shards on the owning DP rank's TP ranks */
-    CK_MATRIX,   /* a Shampoo or SOAP state buffer: full, on each rank that hosts the matrix */
-} ck_kind;
-
-/* One tensor of the checkpoint, in file order. */
+/* One tensor of the checkpoint, in file order: tensor k of its optimizer's list for the
+ * parameter (cz_state_tensor), where it lives among the ranks (place), and what a load
+ * accepts in it (values). */
 typedef struct ck_entry {
     int param;
-    ck_kind kind;
-    int64_t k; /* CK_ADAM: 0 = exp_avg, 1 = exp_avg_sq; CK_MATRIX: the state's tensor index */
+    cz_optim *opt;
+    int64_t k;
+    cz_state_place place;
     char suffix[64];
     int ndim;
     int64_t shape[2], n;
-    cz_state_values values; /* what a load accepts in it */
-    bool momentum;          /* Shampoo's momentum of the tile at (r0, c0) */
+    cz_state_values values;
+    bool plus_addend; /* the file holds it plus the (r0, c0) rectangle of the addend */
     int64_t r0, c0;
 } ck_entry;
 
-/* Shampoo's or SOAP's tensors of p (out NULL: only count them). */
-static int64_t matrix_tensors(const cz_executor *ex, const cz_plan_param *p, cz_state_tensor *out,
-                              int64_t max)
+/* The optimizer that updates parameter p. */
+static cz_optim *opt_of(cz_executor *ex, const cz_plan_param *p)
 {
-    return ex->use_shampoo ? cz_shampoo_state_tensors(&ex->shampoo, p, out, max)
-                           : cz_soap_state_tensors(&ex->soap, p, out, max);
+    return p->def.kind == CZ_KIND_MATRIX ? &ex->matrix_opt : &ex->elem_opt;
 }
 
-/* Every tensor of the plan's optimizer state, in parameter order: a list every rank builds
- * from the plan and the settings alone. */
-static int entries_build(const cz_executor *ex, ck_entry **out, size_t *count, cz_error *err)
+static ck_entry entry_of(int param, cz_optim *o, int64_t k, const cz_state_tensor *t)
+{
+    ck_entry e = {.param = param,
+                  .opt = o,
+                  .k = k,
+                  .place = t->place,
+                  .ndim = t->ndim,
+                  .shape = {t->rows, t->cols},
+                  .n = t->rows * t->cols,
+                  .values = t->values,
+                  .plus_addend = t->plus_addend,
+                  .r0 = t->r0,
+                  .c0 = t->c0};
+    memcpy(e.suffix, t->suffix, sizeof e.suffix);
+    return e;
+}
+
+/* Every tensor of the optimizers' state, in parameter order: a list every rank builds from
+ * the plan and the settings alone. */
+static int entries_build(cz_executor *ex, ck_entry **out, size_t *count, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
-    bool mat = ex->use_shampoo || ex->use_soap;
     size_t n = 0, at = 0;
     int64_t most = 0;
     for (size_t i = 0; i < plan->nparams; i++) {
-        const cz_plan_param *p = &plan->params[i];
-        int64_t m = p->def.kind != CZ_KIND_MATRIX ? 2 : mat ? matrix_tensors(ex, p, NULL, 0) : 1;
+        cz_optim *o = opt_of(ex, &plan->params[i]);
+        int64_t m = o->ops->state_tensors(o, &plan->params[i], NULL, 0);
         n += (size_t)m;
         most = m > most ? m : most;
     }
@@ -95,73 +106,45 @@ static int entries_build(const cz_executor *ex, ck_entry **out, size_t *count, c
     if (!e || !t) {
         free(e);
         free(t);
-        return cz_error_set(err, CZ_ENOMEM, "out of memory listing the optimizer state's tensors");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory listing the optimizer state's tensors");
     }
     for (size_t i = 0; i < plan->nparams; i++) {
-        const cz_plan_param *p = &plan->params[i];
-        if (p->def.kind != CZ_KIND_MATRIX || !mat) {
-            for (int k = 0; k < (p->def.kind == CZ_KIND_MATRIX ? 1 : 2); k++, at++) {
-                e[at] =
-                    (ck_entry){.param = (int)i, .k = k, .ndim = p->def.ndim, .n = full_numel(p)};
-                e[at].kind = p->def.kind == CZ_KIND_MATRIX ? CK_MOMENTUM : CK_ADAM;
-                e[at].values = e[at].kind == CK_ADAM && k == 1 ? CZ_STATE_NONNEG : CZ_STATE_FINITE;
-                e[at].shape[0] = p->def.shape[0];
-                e[at].shape[1] = p->def.ndim == 1 ? 1 : p->def.shape[1];
-                snprintf(e[at].suffix, sizeof e[at].suffix, "%s",
-                         p->def.kind == CZ_KIND_MATRIX ? "momentum"
-                         : k == 0                      ? "exp_avg"
-                                                       : "exp_avg_sq");
-            }
-            continue;
-        }
-        int64_t m = matrix_tensors(ex, p, t, most);
-        for (int64_t k = 0; k < m; k++, at++) {
-            e[at] = (ck_entry){.param = (int)i, .kind = CK_MATRIX, .k = k, .ndim = 2};
-            e[at].shape[0] = t[k].rows;
-            e[at].shape[1] = t[k].cols;
-            e[at].n = t[k].rows * t[k].cols;
-            e[at].values = t[k].values;
-            e[at].momentum = t[k].momentum;
-            e[at].r0 = t[k].r0;
-            e[at].c0 = t[k].c0;
-            memcpy(e[at].suffix, t[k].suffix, sizeof e[at].suffix);
-        }
+        cz_optim *o = opt_of(ex, &plan->params[i]);
+        int64_t m = o->ops->state_tensors(o, &plan->params[i], t, most);
+        for (int64_t k = 0; k < m; k++)
+            e[at++] = entry_of((int)i, o, k, &t[k]);
     }
     free(t);
+    CZ_ASSERT(at == n, err);
     *out = e;
     *count = n;
     return CZ_OK;
 }
 
-/* This rank's backend buffer of a hosted tensor (CK_MOMENTUM, CK_MATRIX) or of its shard
- * (CK_ADAM); NULL where this rank keeps none of it. */
-static float *entry_buffer(const cz_executor *ex, const ck_entry *e)
+/* This rank's backend buffer of a HOSTED tensor or of its SHARDED piece; NULL where this rank
+ * keeps none of it (and for PARTS tensors, kept by part: part_buffer). */
+static float *entry_buffer(const ck_entry *e)
 {
-    int i = e->param;
-    switch (e->kind) {
-    case CK_MOMENTUM:
-        return NULL; /* by part: cz_exec_momentum_of */
-    case CK_ADAM:
-        return e->k == 0 ? ex->adam_m[i] : ex->adam_v[i];
-    case CK_MATRIX:
-        if (ex->use_shampoo)
-            return ex->shampoo_state[i] ? cz_shampoo_state_tensor(ex->shampoo_state[i], e->k)
-                                        : NULL;
-        return ex->soap_state[i] ? cz_soap_state_tensor(ex->soap_state[i], e->k) : NULL;
-    }
-    return NULL;
+    if (e->place == CZ_STATE_PARTS)
+        return NULL;
+    return e->opt->ops->state_buffer(e->opt, e->param, e->k, NULL);
 }
 
-/* True when this rank hosts matrix parameter i's Shampoo or SOAP state. */
-static bool hosts_matrix(const cz_executor *ex, size_t i)
+/* This rank's buffer of the part at `part` of a PARTS tensor; NULL where it keeps none. */
+static float *part_buffer(const ck_entry *e, const cz_block *part)
 {
-    return (ex->use_shampoo && ex->shampoo_state[i]) || (ex->use_soap && ex->soap_state[i]);
+    return e->opt->ops->state_buffer(e->opt, e->param, e->k, part);
 }
 
-/* The parts of matrix parameter i's Muon momentum, from the plan alone (its owning DP rank's
- * schedule), so that every rank lists the same: *out (malloc'ed) and their count. */
-static int momentum_parts(const cz_executor *ex, int i, cz_exec_part **out, int *count,
-                          cz_error *err)
+/* This rank's addend of parameter `param` (plus_addend tensors); NULL where it keeps none. */
+static float *addend_of(cz_optim *o, int param)
+{
+    return o->ops->state_addend ? o->ops->state_addend(o, param) : NULL;
+}
+
+/* The parts of matrix parameter i's tasks, from the plan alone (its owning DP rank's schedule),
+ * so that every rank lists the same: *out (malloc'ed) and their count. */
+static int task_parts(const cz_executor *ex, int i, cz_exec_part **out, int *count, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
     const cz_plan_param *p = &plan->params[i];
@@ -173,11 +156,11 @@ static int momentum_parts(const cz_executor *ex, int i, cz_exec_part **out, int 
                 cap += cz_group_task_width(&rs->groups[g], t);
     cz_exec_part *v = calloc((size_t)cap + 1, sizeof *v);
     if (!v)
-        return cz_error_set(err, CZ_ENOMEM, "checkpoint: out of memory");
+        return cz__error_set(err, CZ_ENOMEM, "checkpoint: out of memory");
     for (int g = 0; g < rs->ngroups; g++)
         for (int t = 0; t < rs->groups[g].ntasks; t++)
             if (rs->groups[g].task_param[t] == i)
-                n += cz_exec_task_parts(plan, &rs->groups[g], t, v + n, cap - n);
+                n += cz__task_parts(plan, &rs->groups[g], t, v + n, cap - n);
     *out = v;
     *count = n;
     return CZ_OK;
@@ -216,8 +199,8 @@ static int agree(cz_executor *ex, int rc, const char *what, cz_error *err)
     if (rc)
         return rc;
     if (v != INT64_MAX)
-        return cz_error_set(err, CZ_EMISMATCH, "rank %lld failed to %s (see its message)",
-                            (long long)v, what);
+        return cz__error_set(err, CZ_EMISMATCH, "rank %lld failed to %s (see its message)",
+                             (long long)v, what);
     return CZ_OK;
 }
 
@@ -257,14 +240,14 @@ static int grid_build(cz_executor *ex, int64_t *grid, cz_error *err)
 static int check_usable(cz_executor *ex, const char *what, cz_error *err)
 {
     if (ex->async_active)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: a step started with cz_executor_step_async was not waited for",
-                            what);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: a step started with cz_executor_step_async was not waited for",
+                             what);
     if (!ex->compute.ops->upload)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "%s: the %s backend has no upload operation; checkpoints stage the "
-                            "optimizer state through host memory and need it",
-                            what, ex->compute.ops->name);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "%s: the %s backend has no upload operation; checkpoints stage the "
+                             "optimizer state through host memory and need it",
+                             what, ex->compute.ops->name);
     return CZ_OK;
 }
 
@@ -285,35 +268,39 @@ static void max_sizes(const cz_plan *plan, const ck_entry *e, size_t n, int64_t 
  * host buffers for a whole tensor and a shard. */
 typedef struct ck_bufs {
     float *dev, *host, *shard, *part;
-    float *decay; /* Shampoo with momentum: a whole matrix's weight-decay momentum */
-    int decay_of; /* the parameter it holds, -1 none */
+    float *addend; /* a whole matrix's addend (plus_addend tensors) */
+    int addend_of; /* the parameter it holds, -1 none */
     cz_comm_req *req;
 } ck_bufs;
 
-/* Elements of the largest matrix parameter (whole). */
-static int64_t max_matrix(const cz_plan *plan)
+/* Elements of the largest parameter with a plus_addend tensor (whole); 0 when none has. */
+static int64_t max_addend(const cz_plan *plan, const ck_entry *e, size_t n)
 {
-    int64_t most = 1;
-    for (size_t i = 0; i < plan->nparams; i++)
-        if (plan->params[i].def.kind == CZ_KIND_MATRIX && full_numel(&plan->params[i]) > most)
-            most = full_numel(&plan->params[i]);
+    int64_t most = 0;
+    for (size_t i = 0; i < n; i++) {
+        const cz_plan_param *p = &plan->params[e[i].param];
+        int64_t whole = p->def.shape[0] * (p->def.ndim == 1 ? 1 : p->def.shape[1]);
+        if (e[i].plus_addend && whole > most)
+            most = whole;
+    }
     return most;
 }
 
-static int bufs_open(cz_executor *ex, ck_bufs *b, int64_t full, int64_t local, cz_error *err)
+static int bufs_open(cz_executor *ex, ck_bufs *b, int64_t full, int64_t local, int64_t addend,
+                     cz_error *err)
 {
-    *b = (ck_bufs){.decay_of = -1};
+    *b = (ck_bufs){.addend_of = -1};
     b->dev = ex->compute.ops->alloc(&ex->compute, (size_t)full * sizeof(float));
     b->host = malloc((size_t)full * sizeof(float));
     b->shard = malloc((size_t)local * sizeof(float));
     b->part = malloc((size_t)full * sizeof(float));
     b->req = ex->world.ops->req_create(&ex->world);
-    if (ex->shampoo_decay)
-        b->decay = malloc((size_t)max_matrix(ex->plan) * sizeof(float));
-    if (!b->dev || !b->host || !b->shard || !b->part || !b->req || (ex->shampoo_decay && !b->decay))
-        return cz_error_set(err, CZ_ENOMEM,
-                            "out of memory for the checkpoint's buffers (%lld floats)",
-                            (long long)full);
+    if (addend)
+        b->addend = malloc((size_t)addend * sizeof(float));
+    if (!b->dev || !b->host || !b->shard || !b->part || !b->req || (addend && !b->addend))
+        return cz__error_set(err, CZ_ENOMEM,
+                             "out of memory for the checkpoint's buffers (%lld floats)",
+                             (long long)full);
     return CZ_OK;
 }
 
@@ -326,7 +313,7 @@ static void bufs_close(cz_executor *ex, ck_bufs *b)
     free(b->host);
     free(b->shard);
     free(b->part);
-    free(b->decay);
+    free(b->addend);
 }
 
 /* ---- save ---- */
@@ -377,7 +364,7 @@ out:
     free(text);
     json_decref(root);
     if (rc)
-        cz_error_set(err, rc, "save_state: out of memory building the checkpoint header");
+        cz__error_set(err, rc, "save_state: out of memory building the checkpoint header");
     return rc;
 }
 
@@ -397,87 +384,94 @@ static int fetch(cz_executor *ex, ck_bufs *b, const float *state, int64_t n, int
     return rc;
 }
 
-/* Brings matrix parameter e->param's momentum into dst (rank 0's host copy of the full tensor)
- * part by part from the ranks that hold the parts. */
-static int save_momentum(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int64_t *grid,
-                         float *dst, cz_error *err)
+/* Brings a PARTS tensor of matrix parameter e->param into dst (rank 0's host copy of the full
+ * tensor) part by part from the ranks that hold the parts. */
+static int save_parts(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int64_t *grid,
+                      float *dst, cz_error *err)
 {
     const cz_plan_param *p = &ex->plan->params[e->param];
     cz_exec_part *v = NULL;
-    int n = 0, rc = momentum_parts(ex, e->param, &v, &n, err);
-    for (int k = 0; k < n && !rc; k++) {
+    int n = 0, rc;
+    if ((rc = task_parts(ex, e->param, &v, &n, err)) != CZ_OK)
+        goto done;
+    for (int k = 0; k < n; k++) {
         int src = (int)grid[p->dp_owner * ex->tp + (ex->sc ? 0 : v[k].slot)];
-        const float *buf =
-            ex->world.rank == src ? cz_exec_momentum_of(ex, e->param, &v[k].part) : NULL;
-        rc = fetch(ex, b, buf, v[k].part.rows * v[k].part.cols, src, b->part, err);
-        if (!rc && ex->world.rank == 0)
+        const float *buf = ex->world.rank == src ? part_buffer(e, &v[k].part) : NULL;
+        if ((rc = fetch(ex, b, buf, v[k].part.rows * v[k].part.cols, src, b->part, err)) != CZ_OK)
+            goto done;
+        if (ex->world.rank == 0)
             rect_copy(dst, b->part, e->shape[1], &v[k].part, 1);
     }
+done:
     free(v);
     return rc;
 }
 
-/* Shampoo's momentum as Distributed Shampoo keeps it: the host's part (in dst, rank 0's copy
- * of the tile) plus the weight-decay part the ranks keep beside their shards of the matrix
- * (cz_shampoo_decay_momentum), gathered whole once per matrix. */
-static int add_decay(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int64_t *grid,
-                     float *dst, cz_error *err)
+/* A plus_addend tensor as the file holds it (Distributed Shampoo's momentum): the host's part
+ * (in dst, rank 0's copy of the tile) plus the optimizer's addend that the ranks keep beside
+ * their shards of the matrix, gathered whole once per matrix. */
+static int add_addend(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int64_t *grid,
+                      float *dst, cz_error *err)
 {
     const cz_plan_param *p = &ex->plan->params[e->param];
     bool root = ex->world.rank == 0;
-    for (int t = 0; t < ex->tp && b->decay_of != e->param; t++) {
+    int rc;
+    for (int t = 0; t < ex->tp && b->addend_of != e->param; t++) {
         int src = (int)grid[p->dp_owner * ex->tp + t];
-        int rc = fetch(ex, b, ex->world.rank == src ? ex->shampoo_decay[e->param] : NULL, p->numel,
-                       src, root ? b->shard : NULL, err);
-        if (rc)
+        if ((rc = fetch(ex, b, ex->world.rank == src ? addend_of(e->opt, e->param) : NULL, p->numel,
+                        src, root ? b->shard : NULL, err)) != CZ_OK)
             return rc;
         if (root)
-            cz_shard_unpack(p, ex->tp, t, b->shard, b->decay);
+            cz__shard_unpack(p, ex->tp, t, b->shard, b->addend);
     }
-    b->decay_of = e->param;
+    b->addend_of = e->param;
     int64_t ld = p->def.shape[1];
     /* A zero part is not added: -0 + 0 would be +0, and a checkpoint just loaded (whose
-     * weight-decay part restarts at zero) must save the bytes it was read from. */
+     * addend restarts at zero) must save the bytes it was read from. */
     for (int64_t r = 0; root && r < e->shape[0]; r++)
         for (int64_t c = 0; c < e->shape[1]; c++) {
-            float d = b->decay[(e->r0 + r) * ld + e->c0 + c];
+            float d = b->addend[(e->r0 + r) * ld + e->c0 + c];
             if (d != 0.0f)
                 dst[r * e->shape[1] + c] += d;
         }
     return CZ_OK;
 }
 
-/* Every rank checks that it keeps each buffer the list says it does (the list and the state
- * are built apart; a disagreement would leave a transfer without its peer). */
-static int check_buffers(const cz_executor *ex, const ck_entry *e, size_t ne, cz_error *err)
+/* Whether this rank keeps the buffer of tensor e, from the plan alone: a piece of a SHARDED
+ * tensor where it updates a piece of the parameter, a part of a PARTS tensor where it holds
+ * that part, a HOSTED tensor where it holds the matrix's task. Checks that the optimizer has
+ * each such buffer (the list and the state are built apart; a disagreement would leave a
+ * transfer without its peer). */
+static int check_entry(const cz_executor *ex, const ck_entry *e, cz_error *err)
 {
-    for (size_t i = 0; i < ne; i++) {
-        const cz_plan_param *p = &ex->plan->params[e[i].param];
-        int64_t lo;
-        if (e[i].kind == CK_MOMENTUM) {
-            cz_exec_part *v = NULL;
-            int n = 0, rc = momentum_parts(ex, e[i].param, &v, &n, err);
-            for (int k = 0; k < n && !rc; k++)
-                if (holds_part(ex, p->dp_owner, &v[k]) &&
-                    !cz_exec_momentum_of(ex, e[i].param, &v[k].part))
-                    rc = cz_error_set(err, CZ_EINTERNAL,
-                                      "checkpoint: rank %d has no momentum for the part at (%lld, "
-                                      "%lld) of '%s' it should keep",
-                                      ex->world.rank, (long long)v[k].part.r0,
-                                      (long long)v[k].part.c0, p->def.name);
-            free(v);
-            if (rc)
-                return rc;
-            continue;
-        }
-        bool keeps = e[i].kind == CK_ADAM ? cz_exec_param_piece(ex->plan, p, ex->dp_rank, &lo) > 0
-                                          : hosts_matrix(ex, (size_t)e[i].param);
-        if (keeps && !entry_buffer(ex, &e[i]))
-            return cz_error_set(err, CZ_EINTERNAL,
-                                "checkpoint: rank %d has no buffer for '%s.%s' it should keep",
-                                ex->world.rank, p->def.name, e[i].suffix);
+    const cz_plan_param *p = &ex->plan->params[e->param];
+    cz_exec_part *v = NULL;
+    int64_t lo;
+    int n = 0, rc;
+    if (e->place == CZ_STATE_SHARDED) {
+        if (cz__param_piece(ex->plan, p, ex->dp_rank, &lo) > 0 && !entry_buffer(e))
+            return cz__error_set(err, CZ_EINTERNAL,
+                                 "checkpoint: rank %d has no buffer for '%s.%s' it should keep",
+                                 ex->world.rank, p->def.name, e->suffix);
+        return CZ_OK;
     }
-    return CZ_OK;
+    if ((rc = task_parts(ex, e->param, &v, &n, err)) != CZ_OK)
+        goto done;
+    for (int k = 0; k < n; k++) {
+        if (!holds_part(ex, p->dp_owner, &v[k]))
+            continue;
+        if (e->place == CZ_STATE_PARTS ? !part_buffer(e, &v[k].part) : !entry_buffer(e)) {
+            rc = cz__error_set(err, CZ_EINTERNAL,
+                               "checkpoint: rank %d has no buffer for '%s.%s' (the part at "
+                               "(%lld, %lld)) it should keep",
+                               ex->world.rank, p->def.name, e->suffix, (long long)v[k].part.r0,
+                               (long long)v[k].part.c0);
+            goto done;
+        }
+    }
+done:
+    free(v);
+    return rc;
 }
 
 /* What a save and a load start with: the tensor list, the buffers sized for it, and the
@@ -485,115 +479,162 @@ static int check_buffers(const cz_executor *ex, const ck_entry *e, size_t ne, cz
 static int entries_open(cz_executor *ex, ck_entry **e, size_t *ne, ck_bufs *b, cz_error *err)
 {
     int64_t max_full, max_local;
-    int rc = entries_build(ex, e, ne, err);
-    if (rc)
+    int rc;
+    if ((rc = entries_build(ex, e, ne, err)) != CZ_OK)
         return rc;
     max_sizes(ex->plan, *e, *ne, &max_full, &max_local);
-    rc = bufs_open(ex, b, max_full, max_local, err);
-    return rc ? rc : check_buffers(ex, *e, *ne, err);
+    if ((rc = bufs_open(ex, b, max_full, max_local, max_addend(ex->plan, *e, *ne), err)) != CZ_OK)
+        return rc;
+    for (size_t i = 0; i < *ne; i++)
+        if ((rc = check_entry(ex, &(*e)[i], err)) != CZ_OK)
+            return rc;
+    return CZ_OK;
+}
+
+/* A save in progress: the tensor list, the buffers, which world rank sends each HOSTED state
+ * (the lowest that hosts it), the grid, and on rank 0 the file being assembled. */
+typedef struct ck_save {
+    ck_entry *e;
+    size_t ne;
+    ck_bufs b;
+    int64_t *holder, *grid;
+    char *header, *file;
+    size_t hlen, data_bytes, total;
+} ck_save;
+
+/* What a rank checks and allocates alone before the ranks agree to save. */
+static int save_prepare(cz_executor *ex, const char *path, ck_save *s, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    bool root = ex->world.rank == 0;
+    int rc;
+    if ((rc = check_usable(ex, "save_state", err)) != CZ_OK)
+        return rc;
+    if (root && (!path || !*path))
+        return cz__error_set(err, CZ_EINVALID, "save_state: no checkpoint path given");
+    if ((rc = entries_open(ex, &s->e, &s->ne, &s->b, err)) != CZ_OK)
+        return rc;
+    s->holder = calloc(plan->nparams ? plan->nparams : 1, sizeof *s->holder);
+    s->grid = calloc((size_t)(ex->dp * ex->tp), sizeof *s->grid);
+    if (!s->holder || !s->grid)
+        return cz__error_set(err, CZ_ENOMEM, "save_state: out of memory");
+    if (root) {
+        if ((rc = header_build(plan, s->e, s->ne, ex->steps, &s->header, &s->hlen, &s->data_bytes,
+                               err)) != CZ_OK)
+            return rc;
+        s->total = 8 + s->hlen + s->data_bytes;
+        if (!(s->file = malloc(s->total)))
+            return cz__error_set(err, CZ_ENOMEM,
+                                 "save_state: out of memory for a %zu-byte checkpoint on rank 0",
+                                 s->total);
+    }
+    /* The state is final: whatever the last step issued on the compute stream is done before
+     * the data plane reads it. */
+    if (!ex->ev_params)
+        return CZ_OK;
+    ex->compute.ops->event_record(&ex->compute, ex->ev_params);
+    return ex->compute.ops->event_sync(&ex->compute, ex->ev_params, err);
+}
+
+/* Which world rank sends each HOSTED state (the lowest that keeps it), and the grid. */
+static int save_holders(cz_executor *ex, ck_save *s, cz_error *err)
+{
+    int rc;
+    for (size_t i = 0; i < ex->plan->nparams; i++)
+        s->holder[i] = INT64_MAX;
+    for (size_t i = 0; i < s->ne; i++)
+        if (s->e[i].place == CZ_STATE_HOSTED && entry_buffer(&s->e[i]))
+            s->holder[s->e[i].param] = ex->world.rank;
+    if ((rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, s->holder, (int)ex->plan->nparams, err)) !=
+        CZ_OK)
+        return rc;
+    return grid_build(ex, s->grid, err);
+}
+
+/* A SHARDED tensor into dst (rank 0): every TP rank's shard, put back together from the
+ * pieces the DP ranks keep (the owner's whole shard, or in a split layout the pieces of the
+ * elementwise buffer's even slices). */
+static int save_sharded(cz_executor *ex, ck_save *s, const ck_entry *e, float *dst, cz_error *err)
+{
+    const cz_plan_param *p = &ex->plan->params[e->param];
+    bool root = ex->world.rank == 0;
+    int rc;
+    for (int t = 0; t < ex->tp; t++) {
+        for (int d = 0; d < ex->dp; d++) {
+            int64_t lo, len = cz__param_piece(ex->plan, p, d, &lo);
+            int src = (int)s->grid[d * ex->tp + t];
+            if (len > 0 && (rc = fetch(ex, &s->b, ex->world.rank == src ? entry_buffer(e) : NULL,
+                                       len, src, root ? s->b.shard + lo : NULL, err)) != CZ_OK)
+                return rc;
+        }
+        if (root)
+            cz__shard_unpack(p, ex->tp, t, s->b.shard, dst);
+    }
+    return CZ_OK;
+}
+
+/* A HOSTED tensor into dst (rank 0), from the lowest rank that keeps it, and its addend. */
+static int save_hosted(cz_executor *ex, ck_save *s, const ck_entry *e, float *dst, cz_error *err)
+{
+    int src = (int)s->holder[e->param], rc;
+    if (s->holder[e->param] == INT64_MAX)
+        return cz__error_set(err, CZ_EINTERNAL,
+                             "save_state: no rank holds the optimizer state of '%s'",
+                             ex->plan->params[e->param].def.name);
+    if ((rc = fetch(ex, &s->b, ex->world.rank == src ? entry_buffer(e) : NULL, e->n, src, dst,
+                    err)) != CZ_OK)
+        return rc;
+    return e->plus_addend ? add_addend(ex, &s->b, e, s->grid, dst, err) : CZ_OK;
+}
+
+/* Every tensor into rank 0's file, after its header. */
+static int save_tensors(cz_executor *ex, ck_save *s, cz_error *err)
+{
+    bool root = ex->world.rank == 0;
+    size_t off = 8 + s->hlen;
+    int rc;
+    if (root) {
+        for (int k = 0; k < 8; k++)
+            s->file[k] = (char)((uint64_t)s->hlen >> (8 * k) & 0xff); /* little-endian length */
+        memcpy(s->file + 8, s->header, s->hlen);
+    }
+    for (size_t i = 0; i < s->ne; i++) {
+        const ck_entry *e = &s->e[i];
+        float *dst = root ? (float *)(s->file + off) : NULL;
+        off += (size_t)e->n * sizeof(float);
+        rc = e->place == CZ_STATE_PARTS    ? save_parts(ex, &s->b, e, s->grid, dst, err)
+             : e->place == CZ_STATE_HOSTED ? save_hosted(ex, s, e, dst, err)
+                                           : save_sharded(ex, s, e, dst, err);
+        if (rc != CZ_OK)
+            return rc;
+    }
+    CZ_ASSERT(!root || off == s->total, err);
+    return CZ_OK;
 }
 
 int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
 {
+    ck_save s = {0};
+    int rc;
     if (!ex)
-        return cz_error_set(err, CZ_EINVALID, "save_state: executor is NULL");
-    const cz_plan *plan = ex->plan;
-    bool root = ex->world.rank == 0;
-    char *header = NULL, *file = NULL;
-    int64_t *holder = NULL, *grid = NULL;
-    ck_entry *e = NULL;
-    ck_bufs b = {0};
-    size_t ne = 0, hlen = 0, data_bytes = 0, total = 0;
-
-    cz_comm_phase("saving the optimizer state", ex->steps);
-    int rc = check_usable(ex, "save_state", err);
-    if (!rc && root && (!path || !*path))
-        rc = cz_error_set(err, CZ_EINVALID, "save_state: no checkpoint path given");
-    if (!rc)
-        rc = entries_open(ex, &e, &ne, &b, err);
-    /* Which world rank sends each matrix's state: the lowest that hosts it. */
-    holder = calloc(plan->nparams ? plan->nparams : 1, sizeof *holder);
-    grid = calloc((size_t)(ex->dp * ex->tp), sizeof *grid);
-    if (!rc && (!holder || !grid))
-        rc = cz_error_set(err, CZ_ENOMEM, "save_state: out of memory");
-    if (!rc && root) {
-        rc = header_build(plan, e, ne, ex->steps, &header, &hlen, &data_bytes, err);
-        total = 8 + hlen + data_bytes;
-        if (!rc && !(file = malloc(total)))
-            rc = cz_error_set(err, CZ_ENOMEM,
-                              "save_state: out of memory for a %zu-byte checkpoint on rank 0",
-                              total);
-    }
-    /* The state is final: whatever the last step issued on the compute stream is done before
-     * the data plane reads it. */
-    if (!rc && ex->ev_params) {
-        ex->compute.ops->event_record(&ex->compute, ex->ev_params);
-        rc = ex->compute.ops->event_sync(&ex->compute, ex->ev_params, err);
-    }
-    rc = agree(ex, rc, "prepare the checkpoint", err);
-    if (rc)
-        goto out;
-    for (size_t i = 0; i < plan->nparams; i++)
-        holder[i] = hosts_matrix(ex, i) ? ex->world.rank : INT64_MAX;
-    rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, holder, (int)plan->nparams, err);
-    if (!rc)
-        rc = grid_build(ex, grid, err);
-    if (rc)
-        goto out;
-
-    if (root) {
-        for (int k = 0; k < 8; k++)
-            file[k] = (char)((uint64_t)hlen >> (8 * k) & 0xff); /* little-endian length */
-        memcpy(file + 8, header, hlen);
-    }
-    size_t off = 8 + hlen;
-    for (size_t i = 0; i < ne && !rc; i++) {
-        const cz_plan_param *p = &plan->params[e[i].param];
-        float *dst = root ? (float *)(file + off) : NULL;
-        off += (size_t)e[i].n * sizeof(float);
-        if (e[i].kind == CK_MOMENTUM) {
-            rc = save_momentum(ex, &b, &e[i], grid, dst, err);
-            continue;
-        }
-        if (e[i].kind != CK_ADAM) {
-            if (holder[e[i].param] == INT64_MAX) {
-                rc = cz_error_set(err, CZ_EINTERNAL,
-                                  "save_state: no rank holds the optimizer state of '%s'",
-                                  p->def.name);
-                break;
-            }
-            int src = (int)holder[e[i].param];
-            rc = fetch(ex, &b, ex->world.rank == src ? entry_buffer(ex, &e[i]) : NULL, e[i].n, src,
-                       dst, err);
-            if (!rc && e[i].momentum && ex->shampoo_decay)
-                rc = add_decay(ex, &b, &e[i], grid, dst, err);
-            continue;
-        }
-        /* An AdamW moment: every TP rank's shard, put back together from the pieces the DP
-         * ranks keep (the owner's whole shard, or in a split layout the pieces of the
-         * elementwise buffer's even slices). */
-        for (int t = 0; t < ex->tp && !rc; t++) {
-            for (int d = 0; d < ex->dp && !rc; d++) {
-                int64_t lo, len = cz_exec_param_piece(plan, p, d, &lo);
-                int src = (int)grid[d * ex->tp + t];
-                if (len > 0)
-                    rc = fetch(ex, &b, ex->world.rank == src ? entry_buffer(ex, &e[i]) : NULL, len,
-                               src, root ? b.shard + lo : NULL, err);
-            }
-            if (!rc && root)
-                cz_shard_unpack(p, ex->tp, t, b.shard, dst);
-        }
-    }
-    if (!rc && root)
-        rc = cz_file_write(path, file, total, err);
+        return cz__error_set(err, CZ_EINVALID, "save_state: executor is NULL");
+    cz__comm_phase("saving the optimizer state", ex->steps);
+    rc = save_prepare(ex, path, &s, err);
+    if ((rc = agree(ex, rc, "prepare the checkpoint", err)) != CZ_OK ||
+        (rc = save_holders(ex, &s, err)) != CZ_OK)
+        goto done;
+    /* A failure on the way is shared below, so that no rank is left in a transfer. */
+    rc = save_tensors(ex, &s, err);
+    if (rc == CZ_OK && ex->world.rank == 0)
+        rc = cz__file_write(path, s.file, s.total, err);
     rc = agree(ex, rc, "save the optimizer-state checkpoint", err);
-out:
-    bufs_close(ex, &b);
-    free(e);
-    free(holder);
-    free(grid);
-    free(file);
-    free(header);
+done:
+    bufs_close(ex, &s.b);
+    free(s.e);
+    free(s.holder);
+    free(s.grid);
+    free(s.file);
+    free(s.header);
     return rc;
 }
 
@@ -621,13 +662,13 @@ static int find_foreign(const cz_plan *plan, const ck_entry *e, size_t ne, json_
 {
     json_t *known = json_object();
     if (!known)
-        return cz_error_set(err, CZ_ENOMEM, "load_state: out of memory");
+        return cz__error_set(err, CZ_ENOMEM, "load_state: out of memory");
     int rc = CZ_OK;
     char key[1024];
     for (size_t i = 0; i < ne && !rc; i++) {
         entry_key(plan, &e[i], key, sizeof key);
         if (json_object_set_new(known, key, json_true()))
-            rc = cz_error_set(err, CZ_ENOMEM, "load_state: out of memory");
+            rc = cz__error_set(err, CZ_ENOMEM, "load_state: out of memory");
     }
     const char *k;
     json_t *v;
@@ -636,9 +677,9 @@ static int find_foreign(const cz_plan *plan, const ck_entry *e, size_t ne, json_
         if (rc)
             break;
         if (strcmp(k, "__metadata__") != 0 && !json_object_get(known, k))
-            rc =
-                cz_error_set(err, CZ_EMISMATCH,
-                             "%s: tensor '%s' is not part of this plan's optimizer state", path, k);
+            rc = cz__error_set(err, CZ_EMISMATCH,
+                               "%s: tensor '%s' is not part of this plan's optimizer state", path,
+                               k);
     }
     json_decref(known);
     return rc;
@@ -673,11 +714,11 @@ static int parse_steps(const char *step, const char *path, int64_t *out, cz_erro
         ok = ok && v <= CZ_STATE_MAX_STEPS; /* checked per digit: v * 10 cannot overflow */
     }
     if (!ok)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: __metadata__.step is %s%s%s; expected a string of decimal digits "
-                            "from \"0\" to \"%lld\" (the steps taken)",
-                            path, step ? "\"" : "", step ? step : "missing", step ? "\"" : "",
-                            (long long)CZ_STATE_MAX_STEPS);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: __metadata__.step is %s%s%s; expected a string of decimal digits "
+                             "from \"0\" to \"%lld\" (the steps taken)",
+                             path, step ? "\"" : "", step ? step : "missing", step ? "\"" : "",
+                             (long long)CZ_STATE_MAX_STEPS);
     *out = v;
     return CZ_OK;
 }
@@ -689,24 +730,24 @@ static int parse_metadata(json_t *root, const char *path, int64_t *steps, cz_err
     const char *k;
     json_t *v;
     if (!json_is_object(meta))
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: no __metadata__ object (not a canzona optimizer-state checkpoint)",
-                            path);
+        return cz__error_set(
+            err, CZ_EINVALID,
+            "%s: no __metadata__ object (not a canzona optimizer-state checkpoint)", path);
     json_object_foreach(meta, k, v)
     {
         if (!json_is_string(v))
-            return cz_error_set(err, CZ_EINVALID,
-                                "%s: __metadata__.%s is not a string; safetensors metadata maps "
-                                "strings to strings",
-                                path, k);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "%s: __metadata__.%s is not a string; safetensors metadata maps "
+                                 "strings to strings",
+                                 path, k);
     }
     const char *format = json_string_value(json_object_get(meta, "format"));
     if (!format || strcmp(format, CZ_OPTIM_FORMAT) != 0)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: __metadata__.format is %s%s%s, expected \"" CZ_OPTIM_FORMAT
-                            "\" (not a canzona optimizer-state checkpoint)",
-                            path, format ? "\"" : "", format ? format : "missing",
-                            format ? "\"" : "");
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: __metadata__.format is %s%s%s, expected \"" CZ_OPTIM_FORMAT
+                             "\" (not a canzona optimizer-state checkpoint)",
+                             path, format ? "\"" : "", format ? format : "missing",
+                             format ? "\"" : "");
     return parse_steps(json_string_value(json_object_get(meta, "step")), path, steps, err);
 }
 
@@ -719,22 +760,22 @@ static int parse_tensor(const cz_plan *plan, const ck_entry *e, json_t *root, co
     entry_key(plan, e, key, sizeof key);
     json_t *t = json_object_get(root, key);
     if (!t)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "%s: no tensor '%s': the checkpoint belongs to another model, "
-                            "optimizer assignment or optimizer settings (Shampoo's and SOAP's "
-                            "tensors follow max_dim and the kept state)",
-                            path, key);
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "%s: no tensor '%s': the checkpoint belongs to another model, "
+                             "optimizer assignment or optimizer settings (Shampoo's and SOAP's "
+                             "tensors follow max_dim and the kept state)",
+                             path, key);
     if (!json_is_object(t))
-        return cz_error_set(err, CZ_EINVALID, "%s: '%s' is not an object", path, key);
+        return cz__error_set(err, CZ_EINVALID, "%s: '%s' is not an object", path, key);
     const char *k;
     json_t *v;
     json_object_foreach(t, k, v)
     {
         if (strcmp(k, "dtype") != 0 && strcmp(k, "shape") != 0 && strcmp(k, "data_offsets") != 0)
-            return cz_error_set(err, CZ_EINVALID,
-                                "%s: '%s': unknown member '%s'; a safetensors tensor has dtype, "
-                                "shape and data_offsets",
-                                path, key, k);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "%s: '%s': unknown member '%s'; a safetensors tensor has dtype, "
+                                 "shape and data_offsets",
+                                 path, key, k);
     }
     const char *dtype = json_string_value(json_object_get(t, "dtype"));
     json_t *shape = json_object_get(t, "shape"), *offsets = json_object_get(t, "data_offsets");
@@ -742,8 +783,8 @@ static int parse_tensor(const cz_plan *plan, const ck_entry *e, json_t *root, co
     bool shape_ok = json_is_array(shape) && (int)json_array_size(shape) == e->ndim &&
                     !get_size(shape, 0, &d0) && (e->ndim == 1 || !get_size(shape, 1, &d1));
     if (!dtype || strcmp(dtype, "F32") != 0)
-        return cz_error_set(err, CZ_EINVALID, "%s: '%s': dtype %s, expected F32", path, key,
-                            dtype ? dtype : "missing");
+        return cz__error_set(err, CZ_EINVALID, "%s: '%s': dtype %s, expected F32", path, key,
+                             dtype ? dtype : "missing");
     if (!shape_ok || d0 != e->shape[0] || (e->ndim == 2 && d1 != e->shape[1])) {
         char want[64];
         if (e->ndim == 1)
@@ -751,15 +792,16 @@ static int parse_tensor(const cz_plan *plan, const ck_entry *e, json_t *root, co
         else
             snprintf(want, sizeof want, "[%lld, %lld]", (long long)e->shape[0],
                      (long long)e->shape[1]);
-        return cz_error_set(err, CZ_EMISMATCH, "%s: '%s': shape differs from the plan's %s", path,
-                            key, want);
+        return cz__error_set(err, CZ_EMISMATCH, "%s: '%s': shape differs from the plan's %s", path,
+                             key, want);
     }
     if (!json_is_array(offsets) || json_array_size(offsets) != 2 || get_size(offsets, 0, &b) ||
         get_size(offsets, 1, &f) || f < b || f - b != e->n * (int64_t)sizeof(float))
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: '%s': data_offsets must be [begin, end] spanning its %lld floats "
-                            "(%lld bytes)",
-                            path, key, (long long)e->n, (long long)e->n * (long long)sizeof(float));
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: '%s': data_offsets must be [begin, end] spanning its %lld floats "
+                             "(%lld bytes)",
+                             path, key, (long long)e->n,
+                             (long long)e->n * (long long)sizeof(float));
     offs[0] = (size_t)b;
     return CZ_OK;
 }
@@ -784,7 +826,7 @@ static int check_tiling(const cz_plan *plan, const ck_entry *e, size_t ne, const
 {
     span *v = calloc(ne ? ne : 1, sizeof *v);
     if (!v)
-        return cz_error_set(err, CZ_ENOMEM, "load_state: out of memory");
+        return cz__error_set(err, CZ_ENOMEM, "load_state: out of memory");
     for (size_t i = 0; i < ne; i++)
         v[i] = (span){offs[i], i};
     qsort(v, ne, sizeof *v, span_cmp);
@@ -795,25 +837,25 @@ static int check_tiling(const cz_plan *plan, const ck_entry *e, size_t ne, const
         const ck_entry *x = &e[v[i].entry];
         entry_key(plan, x, key, sizeof key);
         if (v[i].begin != at)
-            rc = cz_error_set(err, CZ_EINVALID,
-                              "%s: '%s': data_offsets begin at byte %zu of the data, but %s%s%s "
-                              "ends at %zu; safetensors tensors lie back to back from byte 0, "
-                              "without gaps or overlaps",
-                              path, key, v[i].begin, i ? "the tensor before it, '" : "",
-                              i ? prev : "the header", i ? "'," : "", at);
+            rc = cz__error_set(err, CZ_EINVALID,
+                               "%s: '%s': data_offsets begin at byte %zu of the data, but %s%s%s "
+                               "ends at %zu; safetensors tensors lie back to back from byte 0, "
+                               "without gaps or overlaps",
+                               path, key, v[i].begin, i ? "the tensor before it, '" : "",
+                               i ? prev : "the header", i ? "'," : "", at);
         at = v[i].begin + (size_t)x->n * sizeof(float);
         memcpy(prev, key, sizeof prev);
     }
     if (!rc && at > data_len)
-        rc = cz_error_set(err, CZ_EINVALID,
-                          "%s: the tensors' data_offsets end at byte %zu of the data but the file "
-                          "holds %zu bytes of data (truncated)",
-                          path, at, data_len);
+        rc = cz__error_set(err, CZ_EINVALID,
+                           "%s: the tensors' data_offsets end at byte %zu of the data but the file "
+                           "holds %zu bytes of data (truncated)",
+                           path, at, data_len);
     if (!rc && at < data_len)
-        rc = cz_error_set(err, CZ_EINVALID,
-                          "%s: %zu bytes follow the last tensor's data; a safetensors file ends "
-                          "with its last tensor",
-                          path, data_len - at);
+        rc = cz__error_set(err, CZ_EINVALID,
+                           "%s: %zu bytes follow the last tensor's data; a safetensors file ends "
+                           "with its last tensor",
+                           path, data_len - at);
     free(v);
     return rc;
 }
@@ -838,10 +880,10 @@ static int check_values(const cz_plan *plan, const ck_entry *e, const char *data
         if (why) {
             char key[1024];
             entry_key(plan, e, key, sizeof key);
-            return cz_error_set(err, CZ_EINVALID,
-                                "%s: '%s' holds %s (%g) at [%lld, %lld]; the optimizer state "
-                                "cannot hold it, the checkpoint is damaged",
-                                path, key, why, (double)x, (long long)r, (long long)c);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "%s: '%s' holds %s (%g) at [%lld, %lld]; the optimizer state "
+                                 "cannot hold it, the checkpoint is damaged",
+                                 path, key, why, (double)x, (long long)r, (long long)c);
         }
     }
     return CZ_OK;
@@ -855,23 +897,23 @@ static int parse_checkpoint(const cz_plan *plan, const ck_entry *e, size_t ne, c
                             cz_error *err)
 {
     if (len < 8)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: not a safetensors file (%zu bytes, shorter than its header size)",
-                            path, len);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: not a safetensors file (%zu bytes, shorter than its header size)",
+                             path, len);
     uint64_t hlen = 0;
     for (int b = 0; b < 8; b++)
         hlen |= (uint64_t)(unsigned char)data[b] << (8 * b);
     if (hlen > len - 8)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: header of %llu bytes does not fit in the %zu-byte file", path,
-                            (unsigned long long)hlen, len);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: header of %llu bytes does not fit in the %zu-byte file", path,
+                             (unsigned long long)hlen, len);
     json_error_t jerr;
     /* Two members of one name would leave it to the parser which one counts. */
     json_t *root = json_loadb(data + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!json_is_object(root)) {
         json_decref(root);
-        return cz_error_set(err, CZ_EPARSE, "%s: safetensors header is not a JSON object: %s", path,
-                            root ? "another JSON value" : jerr.text);
+        return cz__error_set(err, CZ_EPARSE, "%s: safetensors header is not a JSON object: %s",
+                             path, root ? "another JSON value" : jerr.text);
     }
     size_t base = 8 + (size_t)hlen;
     int rc = parse_metadata(root, path, steps, err);
@@ -889,50 +931,68 @@ static int parse_checkpoint(const cz_plan *plan, const ck_entry *e, size_t ne, c
     return rc;
 }
 
+/* Puts every part of a PARTS tensor this rank holds into its state: its rectangle of the full
+ * tensor (host memory). */
+static int store_parts(cz_executor *ex, ck_bufs *b, const ck_entry *e, const float *full,
+                       cz_error *err)
+{
+    const cz_plan_param *p = &ex->plan->params[e->param];
+    cz_compute *c = &ex->compute;
+    cz_exec_part *v = NULL;
+    int n = 0, rc;
+    if ((rc = task_parts(ex, e->param, &v, &n, err)) != CZ_OK)
+        goto done;
+    for (int k = 0; k < n; k++) {
+        float *buf = holds_part(ex, p->dp_owner, &v[k]) ? part_buffer(e, &v[k].part) : NULL;
+        if (!buf)
+            continue;
+        rect_copy(b->part, full, e->shape[1], &v[k].part, 0);
+        if ((rc = c->ops->upload(c, buf, b->part,
+                                 (size_t)(v[k].part.rows * v[k].part.cols) * sizeof *full, err)) !=
+            CZ_OK)
+            goto done;
+    }
+done:
+    free(v);
+    return rc;
+}
+
 /* Puts a whole tensor (host memory, on this rank) into this rank's state: all of it for a
- * hosted tensor; for an AdamW moment, the piece [lo, lo + len) of this TP rank's part (the
- * whole part unless a split layout cuts the parameter between DP ranks). */
+ * HOSTED tensor, the parts it holds of a PARTS one; for a SHARDED tensor, the piece
+ * [lo, lo + len) of this TP rank's shard (the whole shard unless a split layout cuts the
+ * parameter between DP ranks). */
 static int store(cz_executor *ex, ck_bufs *b, const ck_entry *e, const float *full, int64_t lo,
                  int64_t len, cz_error *err)
 {
     cz_compute *c = &ex->compute;
-    if (e->kind == CK_MOMENTUM) {
-        /* Every part of it this rank holds: its rectangle of the full tensor. */
-        int rc = CZ_OK;
-        for (int k = 0; k < ex->nmom && !rc; k++) {
-            const cz_momentum_part *m = &ex->mom[k];
-            if (m->param != e->param)
-                continue;
-            rect_copy(b->part, full, e->shape[1], &m->part, 0);
-            rc = c->ops->upload(c, m->buf, b->part,
-                                (size_t)(m->part.rows * m->part.cols) * sizeof *full, err);
-        }
-        return rc;
-    }
-    float *buf = entry_buffer(ex, e);
+    if (e->place == CZ_STATE_PARTS)
+        return store_parts(ex, b, e, full, err);
+    float *buf = entry_buffer(e);
     if (!buf)
         return CZ_OK; /* a TP rank that does not host this matrix */
-    if (e->kind != CK_ADAM)
+    if (e->place == CZ_STATE_HOSTED)
         return c->ops->upload(c, buf, full, (size_t)e->n * sizeof *full, err);
     const cz_plan_param *p = &ex->plan->params[e->param];
-    cz_shard_pack(p, ex->tp, ex->tp_rank, full, b->shard);
+    cz__shard_pack(p, ex->tp, ex->tp_rank, full, b->shard);
     return c->ops->upload(c, buf, b->shard + lo, (size_t)len * sizeof *full, err);
 }
 
-/* The file's Shampoo momentum is the whole of it (the host's and the weight-decay part): it
- * is loaded into the host's part and the weight-decay part starts again from zero. */
-static int clear_decay(cz_executor *ex, ck_bufs *b, cz_error *err)
+/* A plus_addend tensor in the file is the whole of it (the host's part and the addend): it is
+ * loaded into the host's part and every addend starts again from zero. */
+static int clear_addends(cz_executor *ex, ck_bufs *b, cz_error *err)
 {
-    int rc = CZ_OK;
-    for (size_t i = 0; ex->shampoo_decay && i < ex->plan->nparams && !rc; i++) {
-        int64_t n = ex->plan->params[i].numel;
-        if (!ex->shampoo_decay[i])
+    int rc;
+    for (size_t i = 0; i < ex->plan->nparams; i++) {
+        const cz_plan_param *p = &ex->plan->params[i];
+        float *addend = addend_of(opt_of(ex, p), (int)i);
+        if (!addend)
             continue;
-        memset(b->shard, 0, (size_t)n * sizeof(float));
-        rc = ex->compute.ops->upload(&ex->compute, ex->shampoo_decay[i], b->shard,
-                                     (size_t)n * sizeof(float), err);
+        memset(b->shard, 0, (size_t)p->numel * sizeof(float));
+        if ((rc = ex->compute.ops->upload(&ex->compute, addend, b->shard,
+                                          (size_t)p->numel * sizeof(float), err)) != CZ_OK)
+            return rc;
     }
-    return rc;
+    return CZ_OK;
 }
 
 /* Reads the file on rank 0, never more than a checkpoint of this plan can hold: a pipe that
@@ -941,98 +1001,116 @@ static int read_checkpoint(const cz_plan *plan, const ck_entry *e, size_t ne, co
                            char **data, size_t *len, cz_error *err)
 {
     size_t data_bytes, cap = checkpoint_cap(plan, e, ne, &data_bytes);
-    int rc = cz_file_read_all(path, cap, data, len, err);
+    int rc = cz__file_read_all(path, cap, data, len, err);
     if (rc == CZ_EINVALID) {
         char why[sizeof err->message];
         memcpy(why, err->message, sizeof why);
-        cz_error_set(err, rc,
-                     "%s (this plan's optimizer state is %zu bytes of tensor data and a header "
-                     "of a few bytes per tensor)",
-                     why, data_bytes);
+        cz__error_set(err, rc,
+                      "%s (this plan's optimizer state is %zu bytes of tensor data and a header "
+                      "of a few bytes per tensor)",
+                      why, data_bytes);
     }
     return rc;
 }
 
-int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
+/* A load in progress: the tensor list, the buffers, the grid, and on rank 0 the file and
+ * where each tensor's data starts in it. */
+typedef struct ck_load {
+    ck_entry *e;
+    size_t ne;
+    ck_bufs b;
+    size_t *offs;
+    int64_t *grid;
+    char *data;
+    size_t len;
+    int64_t steps;
+} ck_load;
+
+/* What a rank checks and allocates alone before the ranks agree to load; rank 0 reads and
+ * checks the file. */
+static int load_prepare(cz_executor *ex, const char *path, ck_load *l, cz_error *err)
 {
-    if (!ex)
-        return cz_error_set(err, CZ_EINVALID, "load_state: executor is NULL");
-    const cz_plan *plan = ex->plan;
-    bool root = ex->world.rank == 0;
-    char *data = NULL;
-    size_t len = 0, ne = 0, *offs = NULL;
-    int64_t *grid = NULL;
-    ck_entry *e = NULL;
-    ck_bufs b = {0};
-    int64_t steps = INT64_MAX;
+    int rc;
+    if ((rc = check_usable(ex, "load_state", err)) != CZ_OK ||
+        (rc = entries_open(ex, &l->e, &l->ne, &l->b, err)) != CZ_OK)
+        return rc;
+    l->offs = calloc(l->ne ? l->ne : 1, sizeof *l->offs);
+    l->grid = calloc((size_t)(ex->dp * ex->tp), sizeof *l->grid);
+    if (!l->offs || !l->grid)
+        return cz__error_set(err, CZ_ENOMEM, "load_state: out of memory");
+    if (ex->world.rank != 0)
+        return CZ_OK;
+    if (!path || !*path)
+        return cz__error_set(err, CZ_EINVALID, "load_state: no checkpoint path given");
+    if ((rc = read_checkpoint(ex->plan, l->e, l->ne, path, &l->data, &l->len, err)) != CZ_OK)
+        return rc;
+    return parse_checkpoint(ex->plan, l->e, l->ne, path, l->data, l->len, l->offs, &l->steps, err);
+}
 
-    cz_comm_phase("loading the optimizer state", ex->steps);
-    int rc = check_usable(ex, "load_state", err);
-    if (!rc)
-        rc = entries_open(ex, &e, &ne, &b, err);
-    offs = calloc(ne ? ne : 1, sizeof *offs);
-    grid = calloc((size_t)(ex->dp * ex->tp), sizeof *grid);
-    if (!rc && (!offs || !grid))
-        rc = cz_error_set(err, CZ_ENOMEM, "load_state: out of memory");
-    if (!rc && root) {
-        if (!path || !*path)
-            rc = cz_error_set(err, CZ_EINVALID, "load_state: no checkpoint path given");
-        else
-            rc = read_checkpoint(plan, e, ne, path, &data, &len, err);
-        if (!rc)
-            rc = parse_checkpoint(plan, e, ne, path, data, len, offs, &steps, err);
-    }
-    rc = agree(ex, rc, "read the optimizer-state checkpoint", err);
-    if (rc)
-        goto out;
-    /* Rank 0's step count to everyone (the others hold INT64_MAX). */
-    rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &steps, 1, err);
-    if (!rc)
-        rc = grid_build(ex, grid, err);
-    if (rc)
-        goto out;
-
-    rc = clear_decay(ex, &b, err);
-    for (size_t i = 0; i < ne && !rc; i++) {
-        const cz_plan_param *p = &plan->params[e[i].param];
-        size_t bytes = (size_t)e[i].n * sizeof(float);
-        bool staged = false; /* rank 0's bounce buffer holds the tensor */
-        if (root)            /* the file's data need not be aligned for floats: copy it out */
-            memcpy(b.host, data + offs[i], bytes);
-        /* Every TP rank of each DP rank that keeps a piece of the parameter's state gets the
-         * whole tensor and keeps its part: the owner of a whole parameter, or in a split layout
-         * every DP rank whose slice of the elementwise buffer holds a piece of it. */
-        for (int d = 0; d < ex->dp && !rc; d++) {
-            int64_t lo, len = cz_exec_param_piece(plan, p, d, &lo);
-            for (int t = 0; t < ex->tp && len > 0 && !rc; t++) {
-                int dst = (int)grid[d * ex->tp + t];
-                if (dst == 0) {
-                    if (root)
-                        rc = store(ex, &b, &e[i], b.host, lo, len, err);
-                    continue;
-                }
-                if (root && !staged) {
-                    rc = ex->compute.ops->upload(&ex->compute, b.dev, b.host, bytes, err);
-                    staged = true;
-                }
-                if (!rc)
-                    rc = transfer(ex, b.req, b.dev, b.dev, e[i].n, 0, dst, err);
-                if (!rc && ex->world.rank == dst) {
-                    rc = ex->compute.ops->download(&ex->compute, b.host, b.dev, bytes, err);
-                    if (!rc)
-                        rc = store(ex, &b, &e[i], b.host, lo, len, err);
-                }
+/* Tensor i of the list from rank 0 to every rank that keeps a part of it: every TP rank of
+ * each DP rank that keeps a piece of the parameter's state gets the whole tensor and keeps its
+ * part (the owner of a whole parameter, or in a split layout every DP rank whose slice of the
+ * elementwise buffer holds a piece of it). */
+static int load_tensor(cz_executor *ex, ck_load *l, size_t i, cz_error *err)
+{
+    const ck_entry *e = &l->e[i];
+    const cz_plan_param *p = &ex->plan->params[e->param];
+    size_t bytes = (size_t)e->n * sizeof(float);
+    bool root = ex->world.rank == 0, staged = false; /* rank 0's bounce buffer holds it */
+    int rc;
+    if (root) /* the file's data need not be aligned for floats: copy it out */
+        memcpy(l->b.host, l->data + l->offs[i], bytes);
+    for (int d = 0; d < ex->dp; d++) {
+        int64_t lo, len = cz__param_piece(ex->plan, p, d, &lo);
+        for (int t = 0; t < ex->tp && len > 0; t++) {
+            int dst = (int)l->grid[d * ex->tp + t];
+            if (dst == 0) {
+                if (root && (rc = store(ex, &l->b, e, l->b.host, lo, len, err)) != CZ_OK)
+                    return rc;
+                continue;
             }
+            if (root && !staged) {
+                if ((rc = ex->compute.ops->upload(&ex->compute, l->b.dev, l->b.host, bytes, err)) !=
+                    CZ_OK)
+                    return rc;
+                staged = true;
+            }
+            if ((rc = transfer(ex, l->b.req, l->b.dev, l->b.dev, e->n, 0, dst, err)) != CZ_OK)
+                return rc;
+            if (ex->world.rank == dst &&
+                ((rc = ex->compute.ops->download(&ex->compute, l->b.host, l->b.dev, bytes, err)) !=
+                     CZ_OK ||
+                 (rc = store(ex, &l->b, e, l->b.host, lo, len, err)) != CZ_OK))
+                return rc;
         }
     }
-    rc = agree(ex, rc, "load the optimizer-state checkpoint", err);
-    if (!rc)
-        ex->steps = steps;
-out:
-    bufs_close(ex, &b);
-    free(e);
-    free(offs);
-    free(grid);
-    free(data);
+    return CZ_OK;
+}
+
+int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
+{
+    ck_load l = {.steps = INT64_MAX};
+    int rc;
+    if (!ex)
+        return cz__error_set(err, CZ_EINVALID, "load_state: executor is NULL");
+    cz__comm_phase("loading the optimizer state", ex->steps);
+    rc = load_prepare(ex, path, &l, err);
+    /* Rank 0's step count to everyone (the others hold INT64_MAX). */
+    if ((rc = agree(ex, rc, "read the optimizer-state checkpoint", err)) != CZ_OK ||
+        (rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &l.steps, 1, err)) != CZ_OK ||
+        (rc = grid_build(ex, l.grid, err)) != CZ_OK)
+        goto done;
+    /* A failure on the way is shared below, so that no rank is left in a transfer. */
+    rc = clear_addends(ex, &l.b, err);
+    for (size_t i = 0; i < l.ne && rc == CZ_OK; i++)
+        rc = load_tensor(ex, &l, i, err);
+    if ((rc = agree(ex, rc, "load the optimizer-state checkpoint", err)) == CZ_OK)
+        ex->steps = l.steps;
+done:
+    bufs_close(ex, &l.b);
+    free(l.e);
+    free(l.offs);
+    free(l.grid);
+    free(l.data);
     return rc;
 }

@@ -1,10 +1,10 @@
 /* The executor's clock: monotonic seconds, for step timings and the planes' time limits. Its
  * own file because the GPU plugin builds it too (gpu_plugin.h). */
-#include "exec_internal.h"
+#include "clock.h"
 
 #include <time.h>
 
-double cz_exec_now(void)
+double cz__exec_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

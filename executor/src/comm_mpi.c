@@ -8,8 +8,12 @@
  * has its own tag, so two groups in flight on one plane never match each other's messages.
  *
  * Every wait is bounded (mpi_watch.h): collectives are posted non-blocking and waited for
- * with cz_mpi_wait, which reports, after the time limit, which rank the others wait for. */
-#include "exec_internal.h"
+ * with cz__mpi_wait, which reports, after the time limit, which rank the others wait for. */
+#include "alloc.h"
+#include "comm.h"
+#include "comm_mpi.h"
+#include "compute.h"
+#include "cz_format.h"
 
 #ifdef CZ_HAVE_MPI
 #include "mpi_watch.h"
@@ -44,7 +48,7 @@ static int mpi_fail(cz_error *err, int rc, const char *what)
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    return cz_error_set(err, CZ_EIO, "MPI %s failed: %s", what, msg);
+    return cz__error_set(err, CZ_EIO, "MPI %s failed: %s", what, msg);
 }
 
 static MPI_Datatype mpi_type(cz_dtype t)
@@ -55,17 +59,17 @@ static MPI_Datatype mpi_type(cz_dtype t)
 static int count_fits(size_t n, const char *what, cz_error *err)
 {
     if (n > (size_t)INT_MAX)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "MPI %s of %zu elements: MPI counts are limited to %d (plan with a "
-                            "smaller bucket or micro-group capacity)",
-                            what, n, INT_MAX);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "MPI %s of %zu elements: MPI counts are limited to %d (plan with a "
+                             "smaller bucket or micro-group capacity)",
+                             what, n, INT_MAX);
     return CZ_OK;
 }
 
 /* Waits for one collective posted on the plane, within the limit. */
 static int bounded(mpi_plane *h, MPI_Request *r, const char *op, cz_error *err)
 {
-    return cz_mpi_wait(h->chan, r, 1, h->comm, NULL, h->timeout_s, op, err);
+    return cz__mpi_wait(h->chan, r, 1, h->comm, NULL, h->timeout_s, op, err);
 }
 
 /* A collective posted and waited for: rc is what posting it returned. */
@@ -108,11 +112,11 @@ static void free_impl(void **impl)
     MPI_Finalized(&fin);
     /* After a stalled wait the communicator still has the stalled operation posted: keep it
      * rather than risk freeing it under MPI (the job ends anyway). */
-    if (!fin && !cz_mpi_watch_broken())
+    if (!fin && !cz__mpi_watch_broken())
         MPI_Comm_free(&h->comm);
     if (h->owns_chan)
-        cz_mpi_chan_close(h->chan);
-    cz_exec_free(h);
+        cz__mpi_chan_close(h->chan);
+    cz__exec_free(h);
     *impl = NULL;
 }
 
@@ -138,7 +142,7 @@ static int mpi_reduce_scatter(cz_plane *p, const void *send, void *recv, const s
     if (wrc)
         return wrc;
     if (t != CZ_DTYPE_FP32)
-        return cz_error_set(err, CZ_EUNSUPPORTED, "MPI reduce-scatter: only fp32 sums");
+        return cz__error_set(err, CZ_EUNSUPPORTED, "MPI reduce-scatter: only fp32 sums");
     int ic[p->size];
     for (int r = 0; r < p->size; r++) {
         int rc = count_fits(counts[r], "reduce-scatter", err);
@@ -274,7 +278,7 @@ static int mpi_wait(cz_plane *p, cz_comm_req *req, cz_error *err)
         return CZ_OK;
     mpi_plane *h = p->impl;
     char name[64];
-    int rc = cz_mpi_wait(
+    int rc = cz__mpi_wait(
         h->chan, req->r, req->n, h->comm, req->peer, h->timeout_s,
         op_name(p, "transfers (send/receive group or collective)", name, sizeof name), err);
     req->n = 0;
@@ -289,9 +293,9 @@ static int mpi_group_end(cz_plane *p, cz_comm_req *req, cz_error *err)
     cz_error tmp;
     mpi_wait(p, req, &tmp); /* leave nothing half-posted behind */
     if (fail == MPI_ERR_COUNT)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "MPI send/receive group: a count above %d or more than %d transfers",
-                            INT_MAX, req->cap);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "MPI send/receive group: a count above %d or more than %d transfers",
+                             INT_MAX, req->cap);
     return mpi_fail(err, fail, "send/receive");
 }
 
@@ -307,7 +311,7 @@ static cz_comm_req *mpi_req_create(cz_plane *p)
 {
     int cap = 2 * p->size + 1;
     cz_comm_req *q =
-        cz_exec_calloc(1, sizeof *q + (size_t)cap * (sizeof(MPI_Request) + sizeof(int)));
+        cz__exec_calloc(1, sizeof *q + (size_t)cap * (sizeof(MPI_Request) + sizeof(int)));
     if (!q)
         return NULL;
     q->cap = cap;
@@ -323,7 +327,7 @@ static void mpi_req_free(cz_plane *p, cz_comm_req *req)
     cz_error tmp;
     if (req)
         mpi_wait(p, req, &tmp);
-    cz_exec_free(req);
+    cz__exec_free(req);
 }
 
 /* A plane (or the control plane) over dup, reporting stalls over chan with the limit of
@@ -331,10 +335,10 @@ static void mpi_req_free(cz_plane *p, cz_comm_req *req)
 static int wrap(void **impl, int *size, int *rank, MPI_Comm dup, const mpi_plane *like,
                 cz_mpi_chan *chan, double timeout_s, cz_error *err)
 {
-    mpi_plane *h = cz_exec_calloc(1, sizeof *h);
+    mpi_plane *h = cz__exec_calloc(1, sizeof *h);
     if (!h) {
         MPI_Comm_free(&dup);
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for a communicator");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for a communicator");
     }
     MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
     h->comm = dup;
@@ -394,7 +398,7 @@ static const cz_plane_ops cz_plane_mpi_ops = {
     .iallreduce_sum = mpi_iallreduce_sum,
 };
 
-bool cz_comm_mpi_available(void)
+bool cz__comm_mpi_available(void)
 {
     int init = 0, fin = 0;
     MPI_Initialized(&init);
@@ -411,14 +415,14 @@ static int dup_handle(const void *handle, cz_mpi_chan *chan, double timeout_s, M
     int rc = MPI_Comm_idup(src, dup, &r);
     if (rc != MPI_SUCCESS)
         return mpi_fail(err, rc, "Comm_idup");
-    return cz_mpi_wait(chan, &r, 1, src, NULL, timeout_s, "duplicating a communicator", err);
+    return cz__mpi_wait(chan, &r, 1, src, NULL, timeout_s, "duplicating a communicator", err);
 }
 
-int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, double timeout_s, cz_error *err)
+int cz__ctrl_mpi_open(cz_ctrl *c, const void *handle, double timeout_s, cz_error *err)
 {
     MPI_Comm src = handle ? *(const MPI_Comm *)handle : MPI_COMM_WORLD, dup;
     cz_mpi_chan *chan = NULL;
-    int rc = cz_mpi_chan_open(&chan, src, timeout_s, err);
+    int rc = cz__mpi_chan_open(&chan, src, timeout_s, err);
     if (!rc)
         rc = dup_handle(handle, chan, timeout_s, &dup, err);
     if (!rc) {
@@ -426,14 +430,14 @@ int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, double timeout_s, cz_error 
         rc = wrap(&c->impl, &c->size, &c->rank, dup, NULL, chan, timeout_s, err);
     }
     if (rc) {
-        cz_mpi_chan_close(chan);
+        cz__mpi_chan_close(chan);
         return rc;
     }
     ((mpi_plane *)c->impl)->owns_chan = true;
     return CZ_OK;
 }
 
-int cz_plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_error *err)
+int cz__plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_error *err)
 {
     const mpi_plane *like = ctrl && ctrl->ops && ctrl->ops->kind == CZ_COMM_MPI ? ctrl->impl : NULL;
     double timeout_s = like ? like->timeout_s : CZ_MPI_DEFAULT_TIMEOUT_S;
@@ -445,37 +449,37 @@ int cz_plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_e
     return wrap(&p->impl, &p->size, &p->rank, dup, like, NULL, timeout_s, err);
 }
 
-void cz_comm_phase(const char *what, int64_t step)
+void cz__comm_mpi_phase(const char *what, int64_t step)
 {
-    cz_mpi_watch_phase(what, step);
+    cz__mpi_watch_phase(what, step);
 }
 
 #else /* !CZ_HAVE_MPI */
 
-bool cz_comm_mpi_available(void)
+bool cz__comm_mpi_available(void)
 {
     return false;
 }
 
-int cz_ctrl_mpi_open(cz_ctrl *c, const void *handle, double timeout_s, cz_error *err)
+int cz__ctrl_mpi_open(cz_ctrl *c, const void *handle, double timeout_s, cz_error *err)
 {
     (void)c;
     (void)handle;
     (void)timeout_s;
-    return cz_error_set(err, CZ_EUNSUPPORTED,
-                        "comm backend 'mpi' is not available: built with CZ_WITH_MPI=OFF");
+    return cz__error_set(err, CZ_EUNSUPPORTED,
+                         "comm backend 'mpi' is not available: built with CZ_WITH_MPI=OFF");
 }
 
-int cz_plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_error *err)
+int cz__plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_error *err)
 {
     (void)p;
     (void)handle;
     (void)ctrl;
-    return cz_error_set(err, CZ_EUNSUPPORTED,
-                        "comm backend 'mpi' is not available: built with CZ_WITH_MPI=OFF");
+    return cz__error_set(err, CZ_EUNSUPPORTED,
+                         "comm backend 'mpi' is not available: built with CZ_WITH_MPI=OFF");
 }
 
-void cz_comm_phase(const char *what, int64_t step)
+void cz__comm_mpi_phase(const char *what, int64_t step)
 {
     (void)what;
     (void)step;

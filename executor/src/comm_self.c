@@ -1,7 +1,11 @@
 /* The "self" planes: one process, so every collective is a copy and the control plane has
  * nothing to agree with. Lets the executor run (and be unit-tested) without MPI for plans
  * with dp = tp = 1. */
-#include "exec_internal.h"
+#include "alloc.h"
+#include "comm.h"
+#include "comm_self.h"
+#include "compute.h"
+#include "cz_format.h"
 
 #include <string.h>
 
@@ -50,7 +54,7 @@ static int self_reduce_scatter(cz_plane *p, const void *send, void *recv, const 
     int rc = cz_plane_wait_after(p, after, err);
     if (rc)
         return rc;
-    memcpy(recv, send, counts[0] * (size_t)cz_dtype_bytes(t));
+    memcpy(recv, send, counts[0] * (size_t)cz__dtype_bytes(t));
     return CZ_OK;
 }
 
@@ -70,7 +74,7 @@ static int self_iall_gather(cz_plane *p, const void *send, size_t count, void *r
     int rc = cz_plane_wait_after(p, after, err);
     if (rc)
         return rc;
-    memcpy(recv, send, count * (size_t)cz_dtype_bytes(t));
+    memcpy(recv, send, count * (size_t)cz__dtype_bytes(t));
     return CZ_OK;
 }
 
@@ -110,10 +114,10 @@ static int self_group_end(cz_plane *p, cz_comm_req *req, cz_error *err)
 {
     (void)p;
     if (req->scount != req->rcount)
-        return cz_error_set(err, CZ_EINTERNAL, "self send/receive: send %zu != receive %zu",
-                            req->scount, req->rcount);
+        return cz__error_set(err, CZ_EINTERNAL, "self send/receive: send %zu != receive %zu",
+                             req->scount, req->rcount);
     if (req->scount)
-        memcpy(req->rbuf, req->sbuf, req->scount * (size_t)cz_dtype_bytes(req->t));
+        memcpy(req->rbuf, req->sbuf, req->scount * (size_t)cz__dtype_bytes(req->t));
     return CZ_OK;
 }
 
@@ -134,20 +138,20 @@ static void self_progress(cz_plane *p, cz_comm_req *req)
 static cz_comm_req *self_req_create(cz_plane *p)
 {
     (void)p;
-    return cz_exec_calloc(1, sizeof(cz_comm_req));
+    return cz__exec_calloc(1, sizeof(cz_comm_req));
 }
 
 static void self_req_free(cz_plane *p, cz_comm_req *req)
 {
     (void)p;
-    cz_exec_free(req);
+    cz__exec_free(req);
 }
 
 static int self_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *err)
 {
     (void)color;
     (void)key;
-    int rc = cz_plane_self_open(out, err);
+    int rc = cz__plane_self_open(out, err);
     out->compute = p->compute;
     return rc;
 }
@@ -187,32 +191,16 @@ static const cz_plane_ops cz_plane_self_ops = {
     .iallreduce_sum = self_iallreduce_sum,
 };
 
-int cz_ctrl_self_open(cz_ctrl *c, cz_error *err)
+int cz__ctrl_self_open(cz_ctrl *c, cz_error *err)
 {
     (void)err;
     *c = (cz_ctrl){.ops = &cz_ctrl_self_ops, .size = 1, .rank = 0};
     return CZ_OK;
 }
 
-int cz_plane_self_open(cz_plane *p, cz_error *err)
+int cz__plane_self_open(cz_plane *p, cz_error *err)
 {
     (void)err;
     *p = (cz_plane){.ops = &cz_plane_self_ops, .size = 1, .rank = 0};
     return CZ_OK;
-}
-
-void cz_ctrl_close(cz_ctrl *c)
-{
-    if (c && c->ops) {
-        c->ops->close(c);
-        *c = (cz_ctrl){0};
-    }
-}
-
-void cz_plane_close(cz_plane *p)
-{
-    if (p && p->ops) {
-        p->ops->close(p);
-        *p = (cz_plane){0};
-    }
 }

@@ -1,9 +1,13 @@
 /* The "cpu" compute backend: host memory, fp32, OpenBLAS for the Newton-Schulz products and
  * plain loops for everything elementwise. A batched call loops over cblas_sgemm; the batched
  * interface is what a GPU backend maps to strided-batched GEMM. The host reference kernels
- * (cz_muon_momentum, cz_apply_update, cz_adamw_step) are this backend's own loops. */
+ * (cz__cpu_momentum, cz__cpu_apply_update, cz__cpu_adamw) are this backend's own loops. */
 #include "elementwise.h"
-#include "exec_internal.h"
+#include "alloc.h"
+#include "compute.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "ns_coeffs.h"
 #include "ns_coop.h"
 #include "ns_plan.h"
 
@@ -23,42 +27,33 @@ struct cz_runs {
     cz_copy_run v[];
 };
 
-void cz_muon_momentum(const cz_muon_hparams *h, const float *g, float *buf, float *in, int64_t n)
+void cz__cpu_momentum(const float *g, float *buf, float *in, int64_t n, float mu, int nesterov)
 {
     for (int64_t i = 0; i < n; i++)
-        in[i] = cz_ew_momentum(g[i], &buf[i], h->momentum, h->nesterov);
+        in[i] = cz_ew_momentum(g[i], &buf[i], mu, nesterov);
 }
 
-void cz_apply_update(float *p, const float *u, int64_t n, float lr, float wd)
+void cz__cpu_apply_update(float *p, const float *u, int64_t n, float lr, float wd)
 {
-    float keep = cz_ew_keep(lr, wd);
+    float keep = cz__ew_keep(lr, wd);
     for (int64_t i = 0; i < n; i++)
         p[i] = cz_ew_update(p[i], u[i], keep, lr);
 }
 
-static void adamw_loop(float *p, const float *g, float *m, float *v, int64_t n,
-                       const cz_adamw_args *a)
+void cz__cpu_adamw(float *p, const float *g, float *m, float *v, int64_t n, const cz_adamw_args *a)
 {
-    float keep = cz_ew_keep(a->lr, a->weight_decay);
+    float keep = cz__ew_keep(a->lr, a->weight_decay);
     for (int64_t i = 0; i < n; i++)
         p[i] = cz_ew_adamw(p[i], g[i], &m[i], &v[i], a->beta1, a->beta2, a->bias1, a->bias2, a->lr,
                            a->eps, keep);
 }
 
-void cz_adamw_step(const cz_adamw_hparams *h, int64_t t, float *p, const float *g, float *m,
-                   float *v, int64_t n)
-{
-    cz_adamw_args a;
-    cz_adamw_args_make(&a, h, t);
-    adamw_loop(p, g, m, v, n, &a);
-}
-
-uint16_t cz_bf16_from_f32(float f)
+uint16_t cz__bf16_from_f32(float f)
 {
     return cz_ew_bf16_from_f32(f);
 }
 
-float cz_f32_from_bf16(uint16_t b)
+float cz__f32_from_bf16(uint16_t b)
 {
     return cz_ew_f32_from_bf16(b);
 }
@@ -68,42 +63,42 @@ static void cpu_convert(cz_compute *c, void *dst, cz_dtype dt, const void *src, 
 {
     (void)c;
     if (dt == st) {
-        memcpy(dst, src, (size_t)n * (size_t)cz_dtype_bytes(dt));
+        memcpy(dst, src, (size_t)n * (size_t)cz__dtype_bytes(dt));
     } else if (dt == CZ_DTYPE_BF16) {
         uint16_t *d = dst;
         const float *s = src;
         for (int64_t i = 0; i < n; i++)
-            d[i] = cz_bf16_from_f32(s[i]);
+            d[i] = cz__bf16_from_f32(s[i]);
     } else {
         float *d = dst;
         const uint16_t *s = src;
         for (int64_t i = 0; i < n; i++)
-            d[i] = cz_f32_from_bf16(s[i]);
+            d[i] = cz__f32_from_bf16(s[i]);
     }
 }
 
 static void *cpu_alloc(cz_compute *c, size_t bytes)
 {
     (void)c;
-    return cz_exec_calloc(1, bytes);
+    return cz__exec_calloc(1, bytes);
 }
 
 static void cpu_release(cz_compute *c, void *p)
 {
     (void)c;
-    cz_exec_free(p);
+    cz__exec_free(p);
 }
 
 static cz_event *cpu_event_create(cz_compute *c)
 {
     (void)c;
-    return cz_exec_calloc(1, sizeof(cz_event));
+    return cz__exec_calloc(1, sizeof(cz_event));
 }
 
 static void cpu_event_free(cz_compute *c, cz_event *e)
 {
     (void)c;
-    cz_exec_free(e);
+    cz__exec_free(e);
 }
 
 static void cpu_event_record(cz_compute *c, cz_event *e)
@@ -116,7 +111,7 @@ static int cpu_event_sync(cz_compute *c, cz_event *e, cz_error *err)
 {
     (void)c;
     if (!e->recorded)
-        return cz_error_set(err, CZ_EINTERNAL, "waiting on a compute event never recorded");
+        return cz__error_set(err, CZ_EINTERNAL, "waiting on a compute event never recorded");
     return CZ_OK;
 }
 
@@ -139,7 +134,7 @@ static int cpu_upload(cz_compute *c, void *dst, const void *host, size_t bytes, 
 static cz_runs *cpu_runs_create(cz_compute *c, const cz_copy_run *runs, size_t n)
 {
     (void)c;
-    cz_runs *r = cz_exec_malloc(sizeof *r + n * sizeof r->v[0]);
+    cz_runs *r = cz__exec_malloc(sizeof *r + n * sizeof r->v[0]);
     if (!r)
         return NULL;
     r->n = n;
@@ -151,7 +146,7 @@ static cz_runs *cpu_runs_create(cz_compute *c, const cz_copy_run *runs, size_t n
 static void cpu_runs_free(cz_compute *c, cz_runs *r)
 {
     (void)c;
-    cz_exec_free(r);
+    cz__exec_free(r);
 }
 
 static void cpu_copy_runs(cz_compute *c, float *dst, const float *src, const cz_runs *r)
@@ -181,8 +176,7 @@ static void cpu_momentum(cz_compute *c, const float *g, float *buf, float *in, i
                          int nesterov)
 {
     (void)c;
-    cz_muon_hparams h = {.momentum = mu, .nesterov = nesterov};
-    cz_muon_momentum(&h, g, buf, in, n);
+    cz__cpu_momentum(g, buf, in, n, mu, nesterov);
 }
 
 static void cpu_block_load_sq(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
@@ -229,13 +223,13 @@ static void mirror_upper(float *m, int r)
             m[(size_t)i * r + j] = m[(size_t)j * r + i];
 }
 
-int cz_cpu_ns(float *x, int batch, int64_t rows, int64_t cols, const cz_ns_coeffs *k, int steps,
-              float *work, int sym, cz_error *err)
+int cz__cpu_ns(float *x, int batch, int64_t rows, int64_t cols, const cz_ns_coeffs *k, int steps,
+               float *work, int sym, cz_error *err)
 {
     if (rows > cols || rows > INT32_MAX || cols > INT32_MAX)
-        return cz_error_set(err, CZ_EINTERNAL,
-                            "Newton-Schulz called on a %lld x %lld matrix (needs rows <= cols)",
-                            (long long)rows, (long long)cols);
+        return cz__error_set(err, CZ_EINTERNAL,
+                             "Newton-Schulz called on a %lld x %lld matrix (needs rows <= cols)",
+                             (long long)rows, (long long)cols);
     int r = (int)rows, n = (int)cols;
     float a = (float)k->a, b = (float)k->b, cc = (float)k->c;
     for (int i = 0; i < batch; i++) {
@@ -279,14 +273,14 @@ static int cpu_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int6
                           const cz_ns_coeffs *k, int steps, float *work, cz_error *err)
 {
     (void)c;
-    int sym = cz_ns_use_syrk(CZ_NS_TARGET_CPU, rows, cols, batch, CZ_NS_FP32);
-    return cz_cpu_ns(x, batch, rows, cols, k, steps, work, sym, err);
+    int sym = cz__ns_use_syrk(CZ_NS_TARGET_CPU, rows, cols, batch, CZ_NS_FP32);
+    return cz__cpu_ns(x, batch, rows, cols, k, steps, work, sym, err);
 }
 
 static void cpu_apply_update(cz_compute *c, float *p, const float *u, int64_t n, float lr, float wd)
 {
     (void)c;
-    cz_apply_update(p, u, n, lr, wd);
+    cz__cpu_apply_update(p, u, n, lr, wd);
 }
 
 /* A = X X^T per matrix, in the form ns_batched would pick for the member's slice, into work
@@ -310,14 +304,14 @@ static void cpu_ns_gram_rows(cz_compute *c, const float *x, int batch, int64_t r
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, h, w, n, 1.0f, X, n, X, n, 0.0f, A,
                         (int)rows);
     }
-    cz_ns_rows_pack(out, full, batch, rows, r0, r1);
+    cz__ns_rows_pack(out, full, batch, rows, r0, r1);
 }
 
 static void cpu_ns_unpack_rows(cz_compute *c, float *full, const float *in, int batch, int64_t rows,
                                int64_t r0, int64_t r1)
 {
     (void)c;
-    cz_ns_rows_unpack(full, in, batch, rows, r0, r1);
+    cz__ns_rows_unpack(full, in, batch, rows, r0, r1);
 }
 
 static void cpu_ns_poly_rows(cz_compute *c, const float *x, const float *full, float *y, int batch,
@@ -377,34 +371,34 @@ static void cpu_apply_runs(cz_compute *c, float *p, const float *u, const cz_run
 {
     (void)c;
     for (size_t k = 0; k < r->n; k++)
-        cz_apply_update(p + r->v[k].dst, u + r->v[k].src, r->v[k].len, lr, wd);
+        cz__cpu_apply_update(p + r->v[k].dst, u + r->v[k].src, r->v[k].len, lr, wd);
 }
 
 static void cpu_adamw(cz_compute *c, float *p, const float *g, float *m, float *v, int64_t n,
                       const cz_adamw_args *a)
 {
     (void)c;
-    adamw_loop(p, g, m, v, n, a);
+    cz__cpu_adamw(p, g, m, v, n, a);
 }
 
 /* compute_cpu_linalg.c */
-void cz_cpu_gemm(cz_compute *c, int transa, int transb, int64_t m, int64_t n, int64_t k,
-                 float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                 float *cm, int64_t ldc);
-void cz_cpu_tile_copy(cz_compute *c, float *dst, int64_t ldd, const float *src, int64_t lds,
-                      int64_t rows, int64_t cols);
-int cz_cpu_syevd(cz_compute *c, float *a, float *w, int64_t n, float *work, cz_error *err);
-void cz_cpu_eig_root_scale(cz_compute *c, float *dst, const float *q, const float *w, int64_t n,
-                           float root, float eps);
-void cz_cpu_axpby(cz_compute *c, float *y, const float *x, int64_t n, float a, float b);
-void cz_cpu_sq_accum(cz_compute *c, float *acc, const float *x, int64_t n, float a, float b);
-void cz_cpu_graft_div(cz_compute *c, float *dst, const float *x, const float *acc, int64_t n,
-                      float inv_bias, float eps);
-void cz_cpu_scale_ratio(cz_compute *c, float *x, int64_t n, const double *num, const double *den);
-int cz_cpu_qr(cz_compute *c, float *a, int64_t n, float *work, cz_error *err);
-void cz_cpu_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,
-                       int64_t cols, int side, float *work);
-int cz_cpu_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out, cz_error *err);
+void cz__cpu_gemm(cz_compute *c, int transa, int transb, int64_t m, int64_t n, int64_t k,
+                  float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                  float *cm, int64_t ldc);
+void cz__cpu_tile_copy(cz_compute *c, float *dst, int64_t ldd, const float *src, int64_t lds,
+                       int64_t rows, int64_t cols);
+int cz__cpu_syevd(cz_compute *c, float *a, float *w, int64_t n, float *work, cz_error *err);
+void cz__cpu_eig_root_scale(cz_compute *c, float *dst, const float *q, const float *w, int64_t n,
+                            float root, float eps);
+void cz__cpu_axpby(cz_compute *c, float *y, const float *x, int64_t n, float a, float b);
+void cz__cpu_sq_accum(cz_compute *c, float *acc, const float *x, int64_t n, float a, float b);
+void cz__cpu_graft_div(cz_compute *c, float *dst, const float *x, const float *acc, int64_t n,
+                       float inv_bias, float eps);
+void cz__cpu_scale_ratio(cz_compute *c, float *x, int64_t n, const double *num, const double *den);
+int cz__cpu_qr(cz_compute *c, float *a, int64_t n, float *work, cz_error *err);
+void cz__cpu_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,
+                        int64_t cols, int side, float *work);
+int cz__cpu_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out, cz_error *err);
 
 /* The calling thread is the stream: the job's writes are done before a step starts, and the
  * step's before it returns. */
@@ -413,7 +407,7 @@ static void cpu_order_nothing(cz_compute *c)
     (void)c;
 }
 
-const cz_compute_ops cz_compute_cpu_ops = {
+const cz_compute_ops cz__compute_cpu_ops = {
     .version = CZ_COMPUTE_OPS_VERSION,
     .kind = CZ_BACKEND_CPU,
     .caps = CZ_COMPUTE_CAP_HOST_MEMORY,
@@ -437,19 +431,19 @@ const cz_compute_ops cz_compute_cpu_ops = {
     .block_store = cpu_block_store,
     .apply_update = cpu_apply_update,
     .adamw = cpu_adamw,
-    .gemm = cz_cpu_gemm,
-    .tile_copy = cz_cpu_tile_copy,
+    .gemm = cz__cpu_gemm,
+    .tile_copy = cz__cpu_tile_copy,
 #ifdef CZ_HAVE_LAPACKE
-    .syevd = cz_cpu_syevd,
-    .qr = cz_cpu_qr,
+    .syevd = cz__cpu_syevd,
+    .qr = cz__cpu_qr,
 #endif
-    .basis_sort = cz_cpu_basis_sort,
-    .eig_root_scale = cz_cpu_eig_root_scale,
-    .axpby = cz_cpu_axpby,
-    .sq_accum = cz_cpu_sq_accum,
-    .graft_div = cz_cpu_graft_div,
-    .scale_ratio = cz_cpu_scale_ratio,
-    .linalg_work = cz_cpu_linalg_work,
+    .basis_sort = cz__cpu_basis_sort,
+    .eig_root_scale = cz__cpu_eig_root_scale,
+    .axpby = cz__cpu_axpby,
+    .sq_accum = cz__cpu_sq_accum,
+    .graft_div = cz__cpu_graft_div,
+    .scale_ratio = cz__cpu_scale_ratio,
+    .linalg_work = cz__cpu_linalg_work,
     .upload = cpu_upload,
     .block_load_sq = cpu_block_load_sq,
     .ns_gram_rows = cpu_ns_gram_rows,

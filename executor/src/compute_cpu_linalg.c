@@ -3,7 +3,8 @@
  * Built without LAPACKE (CZ_HAVE_LAPACKE unset) the backend has no syevd, and the executor
  * refuses Shampoo plans with a message saying so. */
 #include "elementwise.h"
-#include "exec_internal.h"
+#include "compute.h"
+#include "cz_format.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -19,9 +20,9 @@ static int64_t cpu_syevd_work(int64_t n)
     return (1 + 6 * n + 2 * n * n) + (3 + 5 * n);
 }
 
-void cz_cpu_gemm(cz_compute *c, int transa, int transb, int64_t m, int64_t n, int64_t k,
-                 float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                 float *cm, int64_t ldc)
+void cz__cpu_gemm(cz_compute *c, int transa, int transb, int64_t m, int64_t n, int64_t k,
+                  float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                  float *cm, int64_t ldc)
 {
     (void)c;
     cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
@@ -29,8 +30,8 @@ void cz_cpu_gemm(cz_compute *c, int transa, int transb, int64_t m, int64_t n, in
                 (int)ldb, beta, cm, (int)ldc);
 }
 
-void cz_cpu_tile_copy(cz_compute *c, float *dst, int64_t ldd, const float *src, int64_t lds,
-                      int64_t rows, int64_t cols)
+void cz__cpu_tile_copy(cz_compute *c, float *dst, int64_t ldd, const float *src, int64_t lds,
+                       int64_t rows, int64_t cols)
 {
     (void)c;
     for (int64_t i = 0; i < rows; i++)
@@ -49,7 +50,7 @@ static void transpose_sq(float *a, int64_t n)
         }
 }
 
-int cz_cpu_syevd(cz_compute *c, float *a, float *w, int64_t n, float *work, cz_error *err)
+int cz__cpu_syevd(cz_compute *c, float *a, float *w, int64_t n, float *work, cz_error *err)
 {
     (void)c;
     lapack_int lwork = (lapack_int)(1 + 6 * n + 2 * n * n), liwork = (lapack_int)(3 + 5 * n);
@@ -60,19 +61,19 @@ int cz_cpu_syevd(cz_compute *c, float *a, float *w, int64_t n, float *work, cz_e
         LAPACKE_ssyevd_work(LAPACK_COL_MAJOR, 'V', 'U', (lapack_int)n, a, (lapack_int)n, w, work,
                             lwork, (lapack_int *)(work + lwork), liwork);
     if (info != 0)
-        return cz_error_set(err, CZ_EINTERNAL,
-                            "ssyevd of a %lld x %lld preconditioner factor failed (info %d: %s)",
-                            (long long)n, (long long)n, (int)info,
-                            info > 0 ? "did not converge; the factor holds NaN/Inf or is badly "
-                                       "scaled"
-                                     : "bad argument");
+        return cz__error_set(err, CZ_EINTERNAL,
+                             "ssyevd of a %lld x %lld preconditioner factor failed (info %d: %s)",
+                             (long long)n, (long long)n, (int)info,
+                             info > 0 ? "did not converge; the factor holds NaN/Inf or is badly "
+                                        "scaled"
+                                      : "bad argument");
     transpose_sq(a, n);
     return CZ_OK;
 }
 #endif
 
-void cz_cpu_eig_root_scale(cz_compute *c, float *dst, const float *q, const float *w, int64_t n,
-                           float root, float eps)
+void cz__cpu_eig_root_scale(cz_compute *c, float *dst, const float *q, const float *w, int64_t n,
+                            float root, float eps)
 {
     (void)c;
     float lo = 0.0f;
@@ -85,29 +86,29 @@ void cz_cpu_eig_root_scale(cz_compute *c, float *dst, const float *q, const floa
     }
 }
 
-void cz_cpu_axpby(cz_compute *c, float *y, const float *x, int64_t n, float a, float b)
+void cz__cpu_axpby(cz_compute *c, float *y, const float *x, int64_t n, float a, float b)
 {
     (void)c;
     for (int64_t i = 0; i < n; i++)
         y[i] = cz_ew_axpby(y[i], x[i], a, b);
 }
 
-void cz_cpu_sq_accum(cz_compute *c, float *acc, const float *x, int64_t n, float a, float b)
+void cz__cpu_sq_accum(cz_compute *c, float *acc, const float *x, int64_t n, float a, float b)
 {
     (void)c;
     for (int64_t i = 0; i < n; i++)
         acc[i] = cz_ew_sq_accum(acc[i], x[i], a, b);
 }
 
-void cz_cpu_graft_div(cz_compute *c, float *dst, const float *x, const float *acc, int64_t n,
-                      float inv_bias, float eps)
+void cz__cpu_graft_div(cz_compute *c, float *dst, const float *x, const float *acc, int64_t n,
+                       float inv_bias, float eps)
 {
     (void)c;
     for (int64_t i = 0; i < n; i++)
         dst[i] = cz_ew_graft_div(x[i], acc[i], inv_bias, eps);
 }
 
-void cz_cpu_scale_ratio(cz_compute *c, float *x, int64_t n, const double *num, const double *den)
+void cz__cpu_scale_ratio(cz_compute *c, float *x, int64_t n, const double *num, const double *den)
 {
     (void)c;
     float f = cz_ew_ratio(*num, *den);
@@ -128,7 +129,7 @@ static int64_t cpu_sort_work(int64_t n, int64_t vn)
 }
 
 #ifdef CZ_HAVE_LAPACKE
-int cz_cpu_qr(cz_compute *c, float *a, int64_t n, float *work, cz_error *err)
+int cz__cpu_qr(cz_compute *c, float *a, int64_t n, float *work, cz_error *err)
 {
     (void)c;
     /* Column-major in place (the row-major LAPACKE path allocates a copy). */
@@ -139,15 +140,15 @@ int cz_cpu_qr(cz_compute *c, float *a, int64_t n, float *work, cz_error *err)
     if (!info)
         info = LAPACKE_sorgqr_work(LAPACK_COL_MAJOR, ln, ln, ln, a, ln, tau, w, lw);
     if (info)
-        return cz_error_set(err, CZ_EINTERNAL, "QR of a %lld x %lld eigenbasis failed (info %d)",
-                            (long long)n, (long long)n, (int)info);
+        return cz__error_set(err, CZ_EINTERNAL, "QR of a %lld x %lld eigenbasis failed (info %d)",
+                             (long long)n, (long long)n, (int)info);
     transpose_sq(a, n);
     return CZ_OK;
 }
 #endif
 
-void cz_cpu_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,
-                       int64_t cols, int side, float *work)
+void cz__cpu_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,
+                        int64_t cols, int side, float *work)
 {
     (void)c;
     double *est = (double *)(void *)work;
@@ -185,7 +186,7 @@ void cz_cpu_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, 
             v[i * cols + j] = side == 0 ? tmp[perm[i] * cols + j] : tmp[i * cols + perm[j]];
 }
 
-int cz_cpu_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out, cz_error *err)
+int cz__cpu_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out, cz_error *err)
 {
     (void)c, (void)err;
     *out = (cz_linalg_work){

@@ -51,7 +51,7 @@ CZ_HD float cz_ew_norm_inv(double sq, float eps)
 }
 
 /* Decoupled weight decay and the update: p * keep - lr * u, keep = 1 - lr * wd. */
-CZ_HD float cz_ew_keep(float lr, float wd)
+CZ_HD float cz__ew_keep(float lr, float wd)
 {
     return 1.0f - lr * wd;
 }

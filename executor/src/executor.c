@@ -1,29 +1,18 @@
-/* Executor life cycle: create (checks, communicators, failure agreement, state), bind, free. */
-#include "exec_internal.h"
+/* Executor life cycle: create (checks, communicators, failure agreement, state), bind, free.
+ * The backends and optimizers are opened through their seams' dispatch (comm.c, compute.c,
+ * optimizer.c): nothing here knows one by name. */
+#include "alloc.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "optimizer.h"
+#include "shard.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-int64_t cz_exec_param_offset(const cz_executor *ex, int param)
-{
-    const cz_plan_param *p = &ex->plan->params[param];
-    return ex->plan->buckets[cz_exec_bucket_index(ex->plan, p->bucket)].offset + p->offset;
-}
-
-int64_t cz_exec_param_piece(const cz_plan *plan, const cz_plan_param *p, int d, int64_t *lo)
-{
-    *lo = 0;
-    if (!cz_plan_param_fragmented(plan, p))
-        return p->dp_owner == d ? p->numel : 0;
-    const int64_t *rg = plan->buckets[cz_exec_bucket_index(plan, p->bucket)].ranges;
-    int64_t s = p->offset > rg[2 * d] ? p->offset : rg[2 * d];
-    int64_t e = p->offset + p->numel < rg[2 * d + 1] ? p->offset + p->numel : rg[2 * d + 1];
-    if (e <= s)
-        return 0;
-    *lo = s - p->offset;
-    return e - s;
-}
 
 size_t cz_executor_buffer_numel(const cz_executor *ex)
 {
@@ -48,36 +37,36 @@ double cz_executor_grad_norm(const cz_executor *ex)
 static int check_rate(const char *what, float v, cz_error *err)
 {
     if (!(v >= 0.0f) || !isfinite(v))
-        return cz_error_set(err, CZ_EINVALID, "%s = %g; expected a finite value >= 0", what,
-                            (double)v);
+        return cz__error_set(err, CZ_EINVALID, "%s = %g; expected a finite value >= 0", what,
+                             (double)v);
     return CZ_OK;
 }
 
-int cz_executor_set_lr(cz_executor *ex, float muon_lr, float adamw_lr, cz_error *err)
+/* The matrix optimizer's rate (Muon's, SOAP's or Shampoo's: the one the plan names) and
+ * AdamW's; each optimizer keeps its own. The messages use the header's parameter names. */
+int cz_executor_set_lr(cz_executor *ex, float matrix_lr, float adamw_lr, cz_error *err)
 {
+    int rc;
     if (!ex)
-        return cz_error_set(err, CZ_EINVALID, "set_lr: executor is NULL");
-    int rc = check_rate("set_lr: muon_lr", muon_lr, err);
-    if (!rc)
-        rc = check_rate("set_lr: adamw_lr", adamw_lr, err);
-    if (rc)
+        return cz__error_set(err, CZ_EINVALID, "set_lr: executor is NULL");
+    if ((rc = check_rate("set_lr: muon_lr", matrix_lr, err)) != CZ_OK ||
+        (rc = check_rate("set_lr: adamw_lr", adamw_lr, err)) != CZ_OK)
         return rc;
-    ex->muon.lr = muon_lr;
-    ex->adamw.lr = adamw_lr;
+    ex->matrix_opt.ops->set_lr(&ex->matrix_opt, matrix_lr);
+    ex->elem_opt.ops->set_lr(&ex->elem_opt, adamw_lr);
     return CZ_OK;
 }
 
-int cz_executor_set_weight_decay(cz_executor *ex, float muon_wd, float adamw_wd, cz_error *err)
+int cz_executor_set_weight_decay(cz_executor *ex, float matrix_wd, float adamw_wd, cz_error *err)
 {
+    int rc;
     if (!ex)
-        return cz_error_set(err, CZ_EINVALID, "set_weight_decay: executor is NULL");
-    int rc = check_rate("set_weight_decay: muon_wd", muon_wd, err);
-    if (!rc)
-        rc = check_rate("set_weight_decay: adamw_wd", adamw_wd, err);
-    if (rc)
+        return cz__error_set(err, CZ_EINVALID, "set_weight_decay: executor is NULL");
+    if ((rc = check_rate("set_weight_decay: muon_wd", matrix_wd, err)) != CZ_OK ||
+        (rc = check_rate("set_weight_decay: adamw_wd", adamw_wd, err)) != CZ_OK)
         return rc;
-    ex->muon.weight_decay = muon_wd;
-    ex->adamw.weight_decay = adamw_wd;
+    ex->matrix_opt.ops->set_weight_decay(&ex->matrix_opt, matrix_wd);
+    ex->elem_opt.ops->set_weight_decay(&ex->elem_opt, adamw_wd);
     return CZ_OK;
 }
 
@@ -93,85 +82,78 @@ static float *falloc(cz_executor *ex, int64_t n)
     return ex->compute.ops->alloc(&ex->compute, (size_t)(n > 0 ? n : 1) * sizeof(float));
 }
 
-/* Shampoo with momentum: the weight-decay part of the momentum, on every rank that applies
- * updates to a shard of a matrix (its owning DP rank's TP ranks), the size of that shard. */
-static int alloc_shampoo_decay(cz_executor *ex, cz_error *err)
-{
-    if (!ex->use_shampoo || !(ex->shampoo.momentum > 0.0f))
-        return CZ_OK;
-    const cz_plan *plan = ex->plan;
-    ex->shampoo_decay = cz_exec_calloc(plan->nparams ? plan->nparams : 1, sizeof(float *));
-    if (!ex->shampoo_decay)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
-    for (int k = 0; k < ex->nowned; k++) {
-        const cz_plan_param *p = &plan->params[ex->owned[k]];
-        if (p->def.kind != CZ_KIND_MATRIX)
-            continue;
-        if (!(ex->shampoo_decay[ex->owned[k]] = falloc(ex, p->numel)))
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for the Shampoo momentum of '%s'",
-                                p->def.name);
-    }
-    return CZ_OK;
-}
-
-/* Local state: per-param bindings, AdamW moments of the owned elementwise shards, pipeline.
- * Everything a step uses is allocated here (or at the first bind_param), never in a step. */
-static int alloc_state(cz_executor *ex, cz_error *err)
+/* The executor's own tables (per parameter) and events, and the reduce-scatter's scratch. */
+static int alloc_tables(cz_executor *ex, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
     cz_compute *c = &ex->compute;
     size_t n = plan->nparams ? plan->nparams : 1;
-    ex->param_ptr = cz_exec_calloc(n, sizeof *ex->param_ptr);
-    ex->grad_ptr = cz_exec_calloc(n, sizeof *ex->grad_ptr);
-    ex->bound = cz_exec_calloc(n, sizeof *ex->bound);
-    ex->adam_m = cz_exec_calloc(n, sizeof *ex->adam_m);
-    ex->adam_v = cz_exec_calloc(n, sizeof *ex->adam_v);
-    ex->shampoo_state = cz_exec_calloc(n, sizeof *ex->shampoo_state);
-    ex->soap_state = cz_exec_calloc(n, sizeof *ex->soap_state);
-    ex->owned = cz_exec_calloc(n, sizeof *ex->owned);
-    ex->owned_elem = cz_exec_calloc(n, sizeof *ex->owned_elem);
-    ex->piece_lo = cz_exec_calloc(n, sizeof *ex->piece_lo);
-    ex->piece_len = cz_exec_calloc(n, sizeof *ex->piece_len);
+    int64_t maxrange = 1;
+    ex->param_ptr = cz__exec_calloc(n, sizeof *ex->param_ptr);
+    ex->grad_ptr = cz__exec_calloc(n, sizeof *ex->grad_ptr);
+    ex->bound = cz__exec_calloc(n, sizeof *ex->bound);
+    ex->owned = cz__exec_calloc(n, sizeof *ex->owned);
+    ex->piece_lo = cz__exec_calloc(n, sizeof *ex->piece_lo);
+    ex->piece_len = cz__exec_calloc(n, sizeof *ex->piece_len);
+    ex->param_off = cz__exec_calloc(n, sizeof *ex->param_off);
     ex->stats = c->ops->alloc(c, n * sizeof *ex->stats);
-    ex->stats_host = cz_exec_calloc(n, sizeof *ex->stats_host);
+    ex->stats_host = cz__exec_calloc(n, sizeof *ex->stats_host);
     ex->ev_grads = c->ops->event_create(c);
     ex->ev_params = c->ops->event_create(c);
     if (!ex->ev_grads || !ex->ev_params)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for compute events");
-    if (!ex->param_ptr || !ex->grad_ptr || !ex->bound || !ex->adam_m || !ex->adam_v ||
-        !ex->shampoo_state || !ex->soap_state || !ex->owned || !ex->owned_elem || !ex->piece_lo ||
-        !ex->piece_len || !ex->stats || !ex->stats_host)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
-    int64_t maxrange = 1;
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for compute events");
+    if (!ex->param_ptr || !ex->grad_ptr || !ex->bound || !ex->owned || !ex->piece_lo ||
+        !ex->piece_len || !ex->param_off || !ex->stats || !ex->stats_host)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     for (size_t b = 0; b < plan->nbuckets; b++) {
+        const int64_t *rg = plan->buckets[b].ranges;
         ex->buffer_numel += (size_t)plan->buckets[b].size;
-        int64_t len =
-            plan->buckets[b].ranges[2 * ex->dp_rank + 1] - plan->buckets[b].ranges[2 * ex->dp_rank];
-        if (len > maxrange)
-            maxrange = len;
+        if (rg[2 * ex->dp_rank + 1] - rg[2 * ex->dp_rank] > maxrange)
+            maxrange = rg[2 * ex->dp_rank + 1] - rg[2 * ex->dp_rank];
     }
     ex->scratch = falloc(ex, maxrange);
     if (!ex->scratch)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for a %lld-element scratch buffer",
-                            (long long)maxrange);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for a %lld-element scratch buffer",
+                             (long long)maxrange);
+    return CZ_OK;
+}
+
+/* Where every parameter lies in the flat buffers, and the pieces this rank updates: each one
+ * goes to the optimizer of its kind, which allocates its state for it. */
+static int own_params(cz_executor *ex, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    int rc;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        ex->piece_len[i] = cz_exec_param_piece(plan, p, ex->dp_rank, &ex->piece_lo[i]);
+        /* The plan check found every parameter's bucket. */
+        int b = cz__bucket_index(plan, p->bucket);
+        CZ_ASSERT(b >= 0 && p->id == (int)i, err);
+        ex->param_off[i] = plan->buckets[b].offset + p->offset;
+        ex->piece_len[i] = cz__param_piece(plan, p, ex->dp_rank, &ex->piece_lo[i]);
         if (ex->piece_len[i] == 0 && p->dp_owner != ex->dp_rank)
             continue;
         ex->owned[ex->nowned++] = (int)i;
-        if (p->def.kind != CZ_KIND_ELEMENTWISE)
-            continue;
-        /* AdamW is elementwise: its moments of a piece are the piece of the whole's. */
-        ex->owned_elem[ex->nowned_elem++] = (int)i;
-        ex->adam_m[i] = falloc(ex, ex->piece_len[i]);
-        ex->adam_v[i] = falloc(ex, ex->piece_len[i]);
-        if (!ex->adam_m[i] || !ex->adam_v[i])
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for AdamW state of '%s'",
-                                p->def.name);
+        cz_optim *o = p->def.kind == CZ_KIND_MATRIX ? &ex->matrix_opt : &ex->elem_opt;
+        cz_opt_shard s = {p, ex->param_off[i] + ex->piece_lo[i], ex->piece_lo[i], ex->piece_len[i]};
+        if (o->ops->shard_add && (rc = o->ops->shard_add(o, &s, err)) != CZ_OK)
+            return rc;
     }
-    int rc = alloc_shampoo_decay(ex, err);
-    return rc ? rc : cz_exec_pipeline_init(ex, err);
+    return CZ_OK;
+}
+
+/* Local state: tables, the optimizers' state of the pieces this rank updates, the pipeline
+ * (whose groups hand the matrix optimizer its parts), then the optimizers' work. Everything a
+ * step uses is allocated here (or at bind), never in a step. */
+static int alloc_state(cz_executor *ex, cz_error *err)
+{
+    int rc;
+    if ((rc = alloc_tables(ex, err)) != CZ_OK || (rc = own_params(ex, err)) != CZ_OK ||
+        (rc = cz__exec_pipeline_init(ex, err)) != CZ_OK)
+        return rc;
+    if ((rc = ex->matrix_opt.ops->work_create(&ex->matrix_opt, err)) != CZ_OK)
+        return rc;
+    return ex->elem_opt.ops->work_create(&ex->elem_opt, err);
 }
 
 /* Memory space, stream and dtype: what the backend can take. */
@@ -180,24 +162,24 @@ static int check_space(cz_executor *ex, const cz_exec_config *cfg, const cz_plan
 {
     bool host = ex->compute.ops->caps & CZ_COMPUTE_CAP_HOST_MEMORY;
     if (cfg->memory != CZ_EXEC_MEMORY_HOST && cfg->memory != CZ_EXEC_MEMORY_DEVICE)
-        return cz_error_set(err, CZ_EINVALID, "memory = %d; expected host (0) or device (1)",
-                            (int)cfg->memory);
+        return cz__error_set(err, CZ_EINVALID, "memory = %d; expected host (0) or device (1)",
+                             (int)cfg->memory);
     if (host && cfg->memory != CZ_EXEC_MEMORY_HOST)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "compute backend '%s' works on host memory; memory = device is not "
-                            "available",
-                            ex->compute.ops->name);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "compute backend '%s' works on host memory; memory = device is not "
+                             "available",
+                             ex->compute.ops->name);
     if (host && cfg->stream)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "compute backend '%s' runs on the calling thread and takes no stream "
-                            "(pass NULL)",
-                            ex->compute.ops->name);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "compute backend '%s' runs on the calling thread and takes no stream "
+                             "(pass NULL)",
+                             ex->compute.ops->name);
     int d = cfg->dtype < 0 ? (plan ? (int)plan->dtype : CZ_DTYPE_FP32) : cfg->dtype;
     if (d != CZ_DTYPE_FP32 && d != CZ_DTYPE_BF16)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "parameter dtype %s%s: the executor takes fp32 or bf16",
-                            d >= 0 && d <= CZ_DTYPE_FP32 ? cz_dtype_name((cz_dtype)d) : "?",
-                            cfg->dtype < 0 ? " (the plan's)" : "");
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "parameter dtype %s%s: the executor takes fp32 or bf16",
+                             d >= 0 && d <= CZ_DTYPE_FP32 ? cz_dtype_name((cz_dtype)d) : "?",
+                             cfg->dtype < 0 ? " (the plan's)" : "");
     ex->dtype = (cz_dtype)d;
     return CZ_OK;
 }
@@ -217,192 +199,160 @@ static int agree(cz_executor *ex, int rc, uint64_t fp, const char *stage, cz_err
     if (rc)
         return rc;
     if (v[0] != INT64_MAX)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "rank %lld failed %s (see its message); this rank's own checks passed",
-                            (long long)v[0], stage);
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "rank %lld failed %s (see its message); this rank's own checks passed",
+                             (long long)v[0], stage);
     if (fp && v[1] != -v[2])
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "the ranks were given different plans (plan fingerprints differ); "
-                            "every rank must run the same plan file");
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "the ranks were given different plans (plan fingerprints differ); "
+                             "every rank must run the same plan file");
     return CZ_OK;
+}
+
+/* The compute backend the configuration names, with what the data plane needs of it. */
+static int open_compute(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
+{
+    cz_compute_want want = {
+        .name = cfg->backend,
+        .stream = cfg->stream,
+        .memory = cfg->memory,
+        .dtype = cfg->dtype >= 0 ? cfg->dtype : (int)ex->plan->dtype,
+        .plane = cz__comm_name(ex->comm),
+        .host_plane = cz__comm_host_driven(ex->comm),
+    };
+    return cz__compute_open_for(&ex->compute, &want, &ex->host_staged, err);
+}
+
+/* The plan's grid against the world's, and this process's place in it. */
+static int check_grid(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    ex->dp = plan->dp;
+    ex->tp = plan->tp;
+    ex->sc = plan->settings.tp == CZ_TP_SC;
+    if (ex->world.size != ex->dp * ex->tp)
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "the world communicator has %d ranks but the plan needs dp*tp = "
+                             "%d*%d = %d",
+                             ex->world.size, ex->dp, ex->tp, ex->dp * ex->tp);
+    ex->dp_rank = cfg->dp_rank >= 0 ? cfg->dp_rank : ex->world.rank / ex->tp;
+    ex->tp_rank = cfg->tp_rank >= 0 ? cfg->tp_rank : ex->world.rank % ex->tp;
+    if (ex->dp_rank >= ex->dp || ex->tp_rank >= ex->tp)
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "rank (dp %d, tp %d) is out of range for the plan's dp = %d, tp = %d",
+                             ex->dp_rank, ex->tp_rank, ex->dp, ex->tp);
+    return CZ_OK;
+}
+
+/* The checks each rank makes alone, before the ranks agree: the plan and the configuration,
+ * the compute backend, the optimizers' settings, the grid. */
+static int check_local(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    int rc;
+    if (!plan)
+        return cz__error_set(err, CZ_EINVALID, "no plan given");
+    if (cfg->version != CZ_EXEC_CONFIG_VERSION)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "cz_exec_config version %d; this library expects %d (call "
+                             "cz_exec_config_init)",
+                             cfg->version, CZ_EXEC_CONFIG_VERSION);
+    if ((rc = open_compute(ex, cfg, err)) != CZ_OK ||
+        (rc = check_space(ex, cfg, plan, err)) != CZ_OK ||
+        (rc = cz__optimizer_open(&ex->elem_opt, CZ_KIND_ELEMENTWISE, plan, &ex->compute, cfg,
+                                 err)) != CZ_OK ||
+        (rc = cz__exec_plan_check(plan, err)) != CZ_OK ||
+        (rc = cz__optimizer_open(&ex->matrix_opt, CZ_KIND_MATRIX, plan, &ex->compute, cfg, err)) !=
+            CZ_OK)
+        return rc;
+    return check_grid(ex, cfg, err);
+}
+
+/* The DP and TP planes, what the planes need for the plan, and the local state. */
+static int setup(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
+{
+    int rc;
+    ex->world.compute = &ex->compute; /* the planes wait on its events */
+    ex->world.label = "world";
+    /* DP joins equal tp_rank ordered by dp_rank, TP equal dp_rank ordered by tp_rank, unless
+     * the job handed in a communicator (comm.c). A failed (or timed-out) split goes on to the
+     * agreement after this, so that every rank returns an error: a rank that left here would
+     * keep its peers waiting in it. */
+    rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, cfg->dp_comm, ex->tp_rank,
+                           ex->dp_rank, &ex->dp_comm, err);
+    if (rc == CZ_OK)
+        rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, cfg->tp_comm, ex->dp_rank,
+                               ex->tp_rank, &ex->tp_comm, err);
+    ex->dp_comm.label = "DP";
+    ex->tp_comm.label = "TP";
+    if (rc != CZ_OK)
+        return rc;
+    if (ex->dp_comm.size != ex->dp || ex->dp_comm.rank != ex->dp_rank)
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "the DP communicator has %d ranks and this process is its rank %d; "
+                             "the plan needs dp = %d and this process is dp rank %d",
+                             ex->dp_comm.size, ex->dp_comm.rank, ex->dp, ex->dp_rank);
+    if (ex->tp_comm.size != ex->tp || ex->tp_comm.rank != ex->tp_rank)
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "the TP communicator has %d ranks and this process is its rank %d; "
+                             "the plan needs tp = %d and this process is tp rank %d",
+                             ex->tp_comm.size, ex->tp_comm.rank, ex->tp, ex->tp_rank);
+    if ((rc = cz__comm_reserve(ex->comm, &ex->dp_comm, ex->plan, err)) != CZ_OK)
+        return rc;
+    ex->schedule = &ex->plan->schedules[ex->dp_rank];
+    return alloc_state(ex, err);
 }
 
 int cz_executor_create_from_plan(cz_executor **out, const cz_plan *plan, const cz_exec_config *cfg,
                                  cz_error *err)
 {
-    return cz_executor_create_impl(out, plan, NULL, cfg, CZ_OK, err);
+    return cz__executor_create_impl(out, plan, NULL, cfg, CZ_OK, err);
 }
 
-int cz_executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *owned,
-                            const cz_exec_config *cfg_in, int pre_rc, cz_error *err)
+int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *owned,
+                             const cz_exec_config *cfg, int pre_rc, cz_error *err)
 {
-    int rc = CZ_OK;
     cz_exec_config defaults;
+    cz_error ignored;
     cz_executor *ex = NULL;
+    int rc;
     *out = NULL;
-    if (!cfg_in) {
+    if (!cfg) {
         cz_exec_config_init(&defaults);
-        cfg_in = &defaults;
+        cfg = &defaults;
     }
-    ex = cz_exec_calloc(1, sizeof *ex);
-    if (!ex) {
+    if (!(ex = cz__exec_calloc(1, sizeof *ex))) {
         cz_plan_free(owned);
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the executor");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor");
     }
     ex->plan = plan;
     ex->owned_plan = owned;
-    ex->cfg = *cfg_in;
+    ex->cfg = *cfg;
     ex->dp_rank = ex->tp_rank = -1;
     ex->grad_norm = NAN;
 
-    /* The communicator comes first: without it the ranks cannot agree on failure. */
-    const char *comm = cfg_in->comm;
-    if (!comm)
-        comm = cz_comm_mpi_available() ? "mpi" : "self";
-    if (strcmp(comm, "mpi") == 0) {
-        if (!cz_comm_mpi_available()) {
-            rc = cz_error_set(err, CZ_EINVALID,
-                              "comm backend 'mpi' needs MPI initialized before the executor is "
-                              "created (or a build with CZ_WITH_MPI=ON)");
-            goto fail;
-        }
-        cz_comm_phase("creating the executor", -1);
-        rc = cz_ctrl_mpi_open(&ex->ctrl, cfg_in->world_comm,
-                              cz_exec_mpi_timeout(cfg_in, getenv("CZ_MPI_TIMEOUT_S")), err);
-        if (!rc)
-            rc = cz_plane_mpi_open(&ex->world, cfg_in->world_comm, &ex->ctrl, err);
-    } else if (strcmp(comm, "nccl") == 0) {
-        rc = cz_exec_open_nccl(ex, cfg_in, err);
-    } else if (strcmp(comm, "self") == 0) {
-        rc = cz_ctrl_self_open(&ex->ctrl, err);
-        if (!rc)
-            rc = cz_plane_self_open(&ex->world, err);
-    } else {
-        rc = cz_error_set(err, CZ_EUNSUPPORTED,
-                          "unknown comm backend '%s' (known: mpi, nccl, self)", comm);
+    /* The communicator comes first: without it the ranks cannot agree on failure. A failure
+     * before it (pre_rc: the plan did not load) is the one to report, code and message. */
+    if ((rc = cz__comm_open(cfg, &ex->ctrl, &ex->world, &ex->comm, pre_rc ? &ignored : err)) !=
+        CZ_OK) {
+        rc = pre_rc ? pre_rc : rc;
+        goto done;
     }
-    if (rc) {
-        if (pre_rc)
-            rc = pre_rc; /* the plan's own error is the one to report */
-        goto fail;
-    }
-
-    /* Local checks; their failure is shared with every rank below. */
-    rc = pre_rc;
-    if (!rc && !plan)
-        rc = cz_error_set(err, CZ_EINVALID, "no plan given");
-    if (!rc && cfg_in->version != CZ_EXEC_CONFIG_VERSION)
-        rc = cz_error_set(err, CZ_EUNSUPPORTED,
-                          "cz_exec_config version %d; this library expects %d (call "
-                          "cz_exec_config_init)",
-                          cfg_in->version, CZ_EXEC_CONFIG_VERSION);
-    if (!rc)
-        rc = cz_exec_open_compute(ex, cfg_in, comm, err);
-    if (!rc)
-        rc = check_space(ex, cfg_in, plan, err);
-    if (!rc)
-        rc = cz_muon_hparams_from_config(&ex->muon, cfg_in, err);
-    if (!rc) {
-        cz_adamw_hparams_from_config(&ex->adamw, cfg_in);
-        rc = cz_exec_plan_check(plan, err);
-    }
-    if (!rc && (plan->settings.optimizer == CZ_OPTIM_SHAMPOO ||
-                plan->settings.optimizer == CZ_OPTIM_SOAP)) {
-        const char *missing = NULL;
-        ex->use_shampoo = plan->settings.optimizer == CZ_OPTIM_SHAMPOO;
-        ex->use_soap = !ex->use_shampoo;
-        if (!cz_compute_has_linalg(&ex->compute, &missing))
-            rc = cz_error_set(
-                err, CZ_EUNSUPPORTED,
-                "plan optimizer '%s' needs the compute backend's "
-                "linear-algebra operations, but backend '%s' has no '%s'%s",
-                cz_optimizer_name(plan->settings.optimizer), ex->compute.ops->name, missing,
-                strcmp(missing, "syevd") == 0 && ex->compute.ops->kind == CZ_BACKEND_CPU
-                    ? " (this build has no LAPACKE: install liblapacke-dev and "
-                      "rebuild)"
-                    : "");
-        if (!rc && ex->use_shampoo)
-            rc = cz_shampoo_hparams_from_config(&ex->shampoo, cfg_in,
-                                                plan->settings.precondition_frequency, err);
-        if (!rc && ex->use_soap)
-            rc = cz_soap_hparams_from_config(&ex->soap, cfg_in,
-                                             plan->settings.precondition_frequency,
-                                             plan->settings.max_precond_dim, err);
-        /* The step applies every matrix update with the matrix optimizer's rate and decay,
-         * which set_lr/set_weight_decay change: Shampoo's take Muon's place. */
-        if (!rc) {
-            ex->muon.lr = ex->use_soap ? ex->soap.lr : ex->shampoo.lr;
-            ex->muon.weight_decay = ex->use_soap ? ex->soap.weight_decay : ex->shampoo.weight_decay;
-        }
-    }
-    if (!rc) {
-        ex->dp = plan->dp;
-        ex->tp = plan->tp;
-        ex->sc = plan->settings.tp == CZ_TP_SC;
-        if (ex->world.size != ex->dp * ex->tp)
-            rc = cz_error_set(err, CZ_EMISMATCH,
-                              "the world communicator has %d ranks but the plan needs dp*tp = "
-                              "%d*%d = %d",
-                              ex->world.size, ex->dp, ex->tp, ex->dp * ex->tp);
-    }
-    if (!rc) {
-        ex->dp_rank = cfg_in->dp_rank >= 0 ? cfg_in->dp_rank : ex->world.rank / ex->tp;
-        ex->tp_rank = cfg_in->tp_rank >= 0 ? cfg_in->tp_rank : ex->world.rank % ex->tp;
-        if (ex->dp_rank >= ex->dp || ex->tp_rank >= ex->tp)
-            rc = cz_error_set(err, CZ_EMISMATCH,
-                              "rank (dp %d, tp %d) is out of range for the plan's dp = %d, tp = %d",
-                              ex->dp_rank, ex->tp_rank, ex->dp, ex->tp);
-    }
-    rc = agree(ex, rc, rc ? 0 : cz_exec_plan_fingerprint(plan), "the plan checks", err);
-    if (rc)
-        goto fail;
-
-    ex->world.compute = &ex->compute; /* the planes wait on its events */
-    ex->world.label = "world";
-    /* DP joins equal tp_rank ordered by dp_rank, TP equal dp_rank ordered by tp_rank; a
-     * communicator the job handed in is used instead (an MPI_Comm is duplicated; an ncclComm_t
-     * is borrowed: executor_backend.c). */
-    if (cfg_in->dp_comm && ex->world.ops->kind != CZ_COMM_SELF) {
-        rc = cz_exec_open_plane(ex, cfg_in->dp_comm, &ex->dp_comm, err);
-        ex->dp_comm.compute = &ex->compute;
-    } else
-        rc = ex->world.ops->split(&ex->world, ex->tp_rank, ex->dp_rank, &ex->dp_comm, err);
-    /* A failed (or timed-out) split goes on to the agreement below, so that every rank
-     * returns an error: a rank that left here would keep its peers waiting in it. */
-    if (!rc && cfg_in->tp_comm && ex->world.ops->kind != CZ_COMM_SELF) {
-        rc = cz_exec_open_plane(ex, cfg_in->tp_comm, &ex->tp_comm, err);
-        ex->tp_comm.compute = &ex->compute;
-    } else if (!rc)
-        rc = ex->world.ops->split(&ex->world, ex->dp_rank, ex->tp_rank, &ex->tp_comm, err);
-    ex->dp_comm.label = "DP";
-    ex->tp_comm.label = "TP";
-    if (!rc && (ex->dp_comm.size != ex->dp || ex->dp_comm.rank != ex->dp_rank))
-        rc = cz_error_set(err, CZ_EMISMATCH,
-                          "the DP communicator has %d ranks and this process is its rank %d; the "
-                          "plan needs dp = %d and this process is dp rank %d",
-                          ex->dp_comm.size, ex->dp_comm.rank, ex->dp, ex->dp_rank);
-    if (!rc && (ex->tp_comm.size != ex->tp || ex->tp_comm.rank != ex->tp_rank))
-        rc = cz_error_set(err, CZ_EMISMATCH,
-                          "the TP communicator has %d ranks and this process is its rank %d; the "
-                          "plan needs tp = %d and this process is tp rank %d",
-                          ex->tp_comm.size, ex->tp_comm.rank, ex->tp, ex->tp_rank);
-    if (!rc)
-        rc = cz_exec_reserve_planes(ex, err);
-    if (!rc) {
-        ex->schedule = &plan->schedules[ex->dp_rank];
-        rc = alloc_state(ex, err);
-    }
-    rc = agree(ex, rc, 0, "to set up its communicators or state", err);
-    if (rc)
-        goto fail;
+    /* Every check's failure is shared with every rank, and so is the plan's fingerprint. */
+    rc = pre_rc ? pre_rc : check_local(ex, cfg, err);
+    if ((rc = agree(ex, rc, rc ? 0 : cz__exec_plan_fingerprint(plan), "the plan checks", err)) !=
+        CZ_OK)
+        goto done;
+    rc = setup(ex, cfg, err);
+    if ((rc = agree(ex, rc, 0, "to set up its communicators or state", err)) != CZ_OK)
+        goto done;
     *out = ex;
-    return CZ_OK;
-fail:
+    ex = NULL;
+done:
     cz_executor_free(ex);
     return rc;
 }
 
-/* The fp32 staging copies (both tested: after a failed allocation one may already exist). */
 static int alloc_staging(cz_executor *ex, cz_error *err)
 {
     if (!ex->stage_params)
@@ -410,18 +360,18 @@ static int alloc_staging(cz_executor *ex, cz_error *err)
     if (!ex->stage_grads)
         ex->stage_grads = falloc(ex, (int64_t)ex->buffer_numel);
     if (!ex->stage_params || !ex->stage_grads)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for %zu-element staging buffers",
-                            ex->buffer_numel);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for %zu-element staging buffers",
+                             ex->buffer_numel);
     return CZ_OK;
 }
 
 static int check_dtype(const cz_executor *ex, const char *what, cz_dtype dtype, cz_error *err)
 {
     if (dtype != ex->dtype)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "%s: buffers of dtype %s but this executor binds %s (the plan's "
-                            "dtype, or cz_exec_config.dtype)",
-                            what, cz_dtype_name(dtype), cz_dtype_name(ex->dtype));
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "%s: buffers of dtype %s but this executor binds %s (the plan's "
+                             "dtype, or cz_exec_config.dtype)",
+                             what, cz_dtype_name(dtype), cz_dtype_name(ex->dtype));
     return CZ_OK;
 }
 
@@ -429,22 +379,22 @@ int cz_executor_bind_typed(cz_executor *ex, void *params, void *grads, size_t nu
                            cz_error *err)
 {
     if (!ex || !params || !grads)
-        return cz_error_set(err, CZ_EINVALID,
-                            "bind_buffers: executor and buffers must be non-NULL");
+        return cz__error_set(err, CZ_EINVALID,
+                             "bind_buffers: executor and buffers must be non-NULL");
     if (ex->per_param)
-        return cz_error_set(err, CZ_EINVALID,
-                            "bind_buffers: parameters were already bound one by one");
+        return cz__error_set(err, CZ_EINVALID,
+                             "bind_buffers: parameters were already bound one by one");
     if (numel != ex->buffer_numel)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "bind_buffers: buffers hold %zu elements but the plan's buckets need "
-                            "%zu (sum of bucket sizes, padding included)",
-                            numel, ex->buffer_numel);
-    int rc = check_dtype(ex, "bind_buffers", dtype, err);
-    if (!rc && (dtype != CZ_DTYPE_FP32 || ex->host_staged))
-        rc = alloc_staging(ex, err);
-    if (rc)
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "bind_buffers: buffers hold %zu elements but the plan's buckets need "
+                             "%zu (sum of bucket sizes, padding included)",
+                             numel, ex->buffer_numel);
+    int rc;
+    bool staged = dtype != CZ_DTYPE_FP32 || ex->host_staged;
+    if ((rc = check_dtype(ex, "bind_buffers", dtype, err)) != CZ_OK ||
+        (staged && (rc = alloc_staging(ex, err)) != CZ_OK))
         return rc;
-    ex->staged = dtype != CZ_DTYPE_FP32 || ex->host_staged;
+    ex->staged = staged;
     ex->master_loaded = false;
     ex->flat_params = params;
     ex->flat_grads = grads;
@@ -461,31 +411,30 @@ int cz_executor_bind_param_typed(cz_executor *ex, const char *name, void *param,
                                  int64_t rows, int64_t cols, cz_dtype dtype, cz_error *err)
 {
     if (!ex || !name || !param || !grad)
-        return cz_error_set(err, CZ_EINVALID,
-                            "bind_param: executor, name and buffers must be non-NULL");
+        return cz__error_set(err, CZ_EINVALID,
+                             "bind_param: executor, name and buffers must be non-NULL");
     if (ex->flat_params)
-        return cz_error_set(err, CZ_EINVALID, "bind_param('%s'): flat buffers are already bound",
-                            name);
+        return cz__error_set(err, CZ_EINVALID, "bind_param('%s'): flat buffers are already bound",
+                             name);
     const cz_plan *plan = ex->plan;
     size_t i = 0;
     while (i < plan->nparams && strcmp(plan->params[i].def.name, name) != 0)
         i++;
     if (i == plan->nparams)
-        return cz_error_set(err, CZ_EMISMATCH, "bind_param: the plan has no parameter named '%s'",
-                            name);
+        return cz__error_set(err, CZ_EMISMATCH, "bind_param: the plan has no parameter named '%s'",
+                             name);
     const cz_plan_param *p = &plan->params[i];
     int64_t lr = p->local_shape[0], lc = p->def.ndim == 1 ? 1 : p->local_shape[1];
     if (rows != lr || cols != lc)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "bind_param('%s'): buffer shape [%lld, %lld] but the plan's local "
-                            "shape (full [%lld, %lld], tp_dim %d, tp %d) is [%lld, %lld]",
-                            name, (long long)rows, (long long)cols, (long long)p->def.shape[0],
-                            (long long)p->def.shape[1], p->def.tp_dim, ex->tp, (long long)lr,
-                            (long long)lc);
-    int rc = check_dtype(ex, "bind_param", dtype, err);
-    if (!rc)
-        rc = alloc_staging(ex, err);
-    if (rc)
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "bind_param('%s'): buffer shape [%lld, %lld] but the plan's local "
+                             "shape (full [%lld, %lld], tp_dim %d, tp %d) is [%lld, %lld]",
+                             name, (long long)rows, (long long)cols, (long long)p->def.shape[0],
+                             (long long)p->def.shape[1], p->def.tp_dim, ex->tp, (long long)lr,
+                             (long long)lc);
+    int rc;
+    if ((rc = check_dtype(ex, "bind_param", dtype, err)) != CZ_OK ||
+        (rc = alloc_staging(ex, err)) != CZ_OK)
         return rc;
     ex->per_param = ex->staged = true;
     ex->master_loaded = false;
@@ -518,21 +467,9 @@ void cz_executor_free(cz_executor *ex)
     if (!ex)
         return;
     if (ex->compute.ops) {
-        cz_exec_pipeline_free(ex);
-        for (size_t i = 0; ex->plan && i < ex->plan->nparams; i++) {
-            if (ex->adam_m)
-                brelease(ex, ex->adam_m[i]);
-            if (ex->adam_v)
-                brelease(ex, ex->adam_v[i]);
-            if (ex->shampoo_decay)
-                brelease(ex, ex->shampoo_decay[i]);
-            if (ex->shampoo_state)
-                cz_shampoo_state_free(&ex->compute, ex->shampoo_state[i]);
-            if (ex->soap_state)
-                cz_soap_state_free(&ex->compute, ex->soap_state[i]);
-        }
-        for (int i = 0; ex->mom && i < ex->nmom; i++)
-            brelease(ex, ex->mom[i].buf);
+        cz__exec_pipeline_free(ex);
+        cz__optimizer_close(&ex->matrix_opt);
+        cz__optimizer_close(&ex->elem_opt);
         brelease(ex, ex->scratch);
         brelease(ex, ex->stats);
         brelease(ex, ex->stage_params);
@@ -542,25 +479,19 @@ void cz_executor_free(cz_executor *ex)
         if (ex->ev_params)
             ex->compute.ops->event_free(&ex->compute, ex->ev_params);
     }
-    cz_exec_free(ex->adam_m);
-    cz_exec_free(ex->adam_v);
-    cz_exec_free(ex->mom);
-    cz_exec_free(ex->shampoo_state);
-    cz_exec_free(ex->shampoo_decay);
-    cz_exec_free(ex->soap_state);
-    cz_exec_free(ex->owned);
-    cz_exec_free(ex->owned_elem);
-    cz_exec_free(ex->piece_lo);
-    cz_exec_free(ex->piece_len);
-    cz_exec_free(ex->stats_host);
-    cz_exec_free(ex->param_ptr);
-    cz_exec_free(ex->grad_ptr);
-    cz_exec_free(ex->bound);
-    cz_plane_close(&ex->tp_comm);
-    cz_plane_close(&ex->dp_comm);
-    cz_plane_close(&ex->world);
-    cz_ctrl_close(&ex->ctrl);
-    cz_compute_close(&ex->compute);
+    cz__exec_free(ex->owned);
+    cz__exec_free(ex->piece_lo);
+    cz__exec_free(ex->piece_len);
+    cz__exec_free(ex->param_off);
+    cz__exec_free(ex->stats_host);
+    cz__exec_free(ex->param_ptr);
+    cz__exec_free(ex->grad_ptr);
+    cz__exec_free(ex->bound);
+    cz__plane_close(&ex->tp_comm);
+    cz__plane_close(&ex->dp_comm);
+    cz__plane_close(&ex->world);
+    cz__ctrl_close(&ex->ctrl);
+    cz__compute_close(&ex->compute);
     cz_plan_free(ex->owned_plan);
-    cz_exec_free(ex);
+    cz__exec_free(ex);
 }

@@ -1,6 +1,8 @@
 /* cz_executor_create: reads the plan file, then creates the executor over it. Kept apart from
  * executor.c so that programs building plans in memory do not need the plan reader. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 
 #include <jansson.h>
 #include <string.h>
@@ -12,17 +14,17 @@ static int check_schema(const char *path, cz_error *err)
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
     if (!root)
-        return cz_error_set(err, je.line > 0 ? CZ_EPARSE : CZ_EIO, "%s:%d:%d: %s", path, je.line,
-                            je.column, je.text);
+        return cz__error_set(err, je.line > 0 ? CZ_EPARSE : CZ_EIO, "%s:%d:%d: %s", path, je.line,
+                             je.column, je.text);
     int rc = CZ_OK;
     const char *schema = json_string_value(json_object_get(root, "schema"));
     if (!schema)
-        rc = cz_error_set(err, CZ_EINVALID, "%s: $.schema: missing; expected \"%s\"", path,
-                          CZ_PLAN_SCHEMA);
+        rc = cz__error_set(err, CZ_EINVALID, "%s: $.schema: missing; expected \"%s\"", path,
+                           CZ_PLAN_SCHEMA);
     else if (strcmp(schema, CZ_PLAN_SCHEMA) != 0 && strcmp(schema, CZ_PLAN_SCHEMA_SPLIT) != 0)
-        rc = cz_error_set(err, CZ_EUNSUPPORTED,
-                          "%s: $.schema is \"%s\"; this executor runs \"%s\" and \"%s\" plans",
-                          path, schema, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT);
+        rc = cz__error_set(err, CZ_EUNSUPPORTED,
+                           "%s: $.schema is \"%s\"; this executor runs \"%s\" and \"%s\" plans",
+                           path, schema, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT);
     json_decref(root);
     return rc;
 }
@@ -31,7 +33,7 @@ int cz_executor_create(cz_executor **out, const char *plan_path, const cz_exec_c
                        cz_error *err)
 {
     cz_plan *plan = NULL;
-    int rc = plan_path ? CZ_OK : cz_error_set(err, CZ_EINVALID, "no plan path given");
+    int rc = plan_path ? CZ_OK : cz__error_set(err, CZ_EINVALID, "no plan path given");
     if (!rc)
         rc = check_schema(plan_path, err);
     if (!rc)
@@ -39,10 +41,10 @@ int cz_executor_create(cz_executor **out, const char *plan_path, const cz_exec_c
     /* The executor has no model to check the plan against: the content hash recorded by
      * `canzona plan` stands for it. */
     if (!rc)
-        rc = cz_plan_check_content_hash(plan, plan_path, err);
+        rc = cz__plan_check_content_hash(plan, plan_path, err);
     if (rc) {
         cz_plan_free(plan);
         plan = NULL;
     }
-    return cz_executor_create_impl(out, plan, plan, cfg, rc, err);
+    return cz__executor_create_impl(out, plan, plan, cfg, rc, err);
 }

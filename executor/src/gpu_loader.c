@@ -17,6 +17,7 @@
 /* dladdr: the file a symbol was loaded from. */
 #define _GNU_SOURCE
 #include "gpu_plugin.h"
+#include "alloc.h"
 
 #include <dlfcn.h>
 #include <glob.h>
@@ -40,7 +41,7 @@
 #define CUDA_TARGET "lib64"
 #endif
 
-int cz_gpu_built(void)
+int cz__gpu_built(void)
 {
 #ifdef CZ_GPU_PLUGIN
     return 1;
@@ -176,7 +177,7 @@ static cz_error load_err;
 static const cz_gpu_api *api;
 static dir_list dirs;
 
-const char *cz_gpu_search_dirs(void)
+const char *cz__gpu_search_dirs(void)
 {
     pthread_mutex_lock(&lock);
     if (!dirs.v)
@@ -235,13 +236,13 @@ static void dirs_text(const char *list, char *out, size_t len)
 }
 
 /* dlopen(path) with every missing dependency found in the folders and loaded first. */
-void *cz_gpu_dlopen(const char *path, const char *list, cz_error *err)
+void *cz__gpu_dlopen(const char *path, const char *list, cz_error *err)
 {
     const int flags = RTLD_NOW | RTLD_LOCAL;
     char stack[MAX_DEPTH][PATH_MAX];
     int top = 0;
     if (strlen(path) >= sizeof stack[0]) {
-        cz_error_set(err, CZ_EUNSUPPORTED, "the GPU plugin's path is too long");
+        cz__error_set(err, CZ_EUNSUPPORTED, "the GPU plugin's path is too long");
         return NULL;
     }
     memcpy(stack[0], path, strlen(path) + 1);
@@ -258,25 +259,25 @@ void *cz_gpu_dlopen(const char *path, const char *list, cz_error *err)
         const char *msg = dlerror();
         char name[256], where[640];
         if (!missing_name(msg, name, sizeof name)) {
-            cz_error_set(err, CZ_EUNSUPPORTED, "the GPU plugin could not be loaded: %s",
-                         msg ? msg : "dlopen failed");
+            cz__error_set(err, CZ_EUNSUPPORTED, "the GPU plugin could not be loaded: %s",
+                          msg ? msg : "dlopen failed");
             return NULL;
         }
         if (top + 1 >= MAX_DEPTH || !find_in_dirs(list, name, stack[top + 1], sizeof stack[0])) {
             dirs_text(list, where, sizeof where);
-            cz_error_set(err, CZ_EUNSUPPORTED,
-                         "the GPU backends need %s, which was not found: searched the system's "
-                         "library path (LD_LIBRARY_PATH, ld.so.cache) and %s. It comes with "
-                         "the CUDA 13 toolkit or the nvidia-* Python wheels (pip install "
-                         "nvidia-cublas nvidia-cusolver); CZ_NVIDIA_LIBS=DIR[:DIR] adds folders",
-                         name, where);
+            cz__error_set(err, CZ_EUNSUPPORTED,
+                          "the GPU backends need %s, which was not found: searched the system's "
+                          "library path (LD_LIBRARY_PATH, ld.so.cache) and %s. It comes with "
+                          "the CUDA 13 toolkit or the nvidia-* Python wheels (pip install "
+                          "nvidia-cublas nvidia-cusolver); CZ_NVIDIA_LIBS=DIR[:DIR] adds folders",
+                          name, where);
             return NULL;
         }
         top++;
     }
-    cz_error_set(err, CZ_EUNSUPPORTED,
-                 "the GPU plugin could not be loaded: a library found in the folders was loaded "
-                 "but did not satisfy the plugin (its file name is not its soname?)");
+    cz__error_set(err, CZ_EUNSUPPORTED,
+                  "the GPU plugin could not be loaded: a library found in the folders was loaded "
+                  "but did not satisfy the plugin (its file name is not its soname?)");
     return NULL;
 }
 
@@ -301,7 +302,7 @@ static int plugin_candidates(char out[][PATH_MAX])
         return len > 0 && len < PATH_MAX; /* asked for one file: no other is tried */
     }
     Dl_info info;
-    if (dladdr((void *)cz_gpu_load, &info) && info.dli_fname) {
+    if (dladdr((void *)cz__gpu_load, &info) && info.dli_fname) {
         char dir[PATH_MAX];
         int len = snprintf(dir, sizeof dir, "%s", info.dli_fname);
         char *slash = len > 0 && len < (int)sizeof dir ? strrchr(dir, '/') : NULL;
@@ -344,10 +345,10 @@ static void candidates_text(char cand[][PATH_MAX], int n, char *out, size_t len)
 
 static int load(cz_error *err)
 {
-    if (!cz_gpu_built())
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "this build has no GPU backends (it was configured without a CUDA "
-                            "toolkit, or with -DCZ_WITH_CUDA=OFF)");
+    if (!cz__gpu_built())
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "this build has no GPU backends (it was configured without a CUDA "
+                             "toolkit, or with -DCZ_WITH_CUDA=OFF)");
     if (!dirs.v)
         build_dirs(&dirs);
     char cand[5][PATH_MAX], tried[700];
@@ -359,36 +360,36 @@ static int load(cz_error *err)
     }
     if (found < 0) {
         candidates_text(cand, n, tried, sizeof tried);
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "the GPU plugin %s was not found (tried %s); set CZ_CUDA_PLUGIN to "
-                            "its path",
-                            PLUGIN_NAME, tried);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "the GPU plugin %s was not found (tried %s); set CZ_CUDA_PLUGIN to "
+                             "its path",
+                             PLUGIN_NAME, tried);
     }
     if (!cand[found][0])
         snprintf(cand[found], PATH_MAX, "%s", PLUGIN_NAME);
-    void *h = cz_gpu_dlopen(cand[found], dirs.v, err);
+    void *h = cz__gpu_dlopen(cand[found], dirs.v, err);
     if (!h)
         return err ? err->code : CZ_EUNSUPPORTED;
     cz_gpu_entry_fn entry;
     *(void **)&entry = dlsym(h, CZ_GPU_ENTRY);
     if (!entry)
-        return cz_error_set(err, CZ_EUNSUPPORTED, "%s is not a canzona GPU plugin (no %s)",
-                            cand[found], CZ_GPU_ENTRY);
+        return cz__error_set(err, CZ_EUNSUPPORTED, "%s is not a canzona GPU plugin (no %s)",
+                             cand[found], CZ_GPU_ENTRY);
     /* Static: the plugin keeps the pointer for the life of the process. */
     static cz_gpu_host host;
-    host = (cz_gpu_host){CZ_GPU_API_VERSION, cz_exec_malloc, cz_exec_calloc, cz_exec_free,
+    host = (cz_gpu_host){CZ_GPU_API_VERSION, cz__exec_malloc, cz__exec_calloc, cz__exec_free,
                          dirs.v ? dirs.v : "\0"};
     const char *why = NULL;
     api = entry(&host, CZ_GPU_ABI, &why);
     if (!api)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "%s comes from another build (%s; this library is %s): use the "
-                            "plugin built with this libcanzona-exec",
-                            cand[found], why ? why : "unknown", CZ_GPU_ABI);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "%s comes from another build (%s; this library is %s): use the "
+                             "plugin built with this libcanzona-exec",
+                             cand[found], why ? why : "unknown", CZ_GPU_ABI);
     return CZ_OK;
 }
 
-int cz_gpu_load(const cz_gpu_api **out, cz_error *err)
+int cz__gpu_load(const cz_gpu_api **out, cz_error *err)
 {
     pthread_mutex_lock(&lock);
     if (!loaded) {

@@ -16,7 +16,10 @@
 #ifndef CZ_GPU_PLUGIN_H
 #define CZ_GPU_PLUGIN_H
 
-#include "exec_internal.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "ns_coeffs.h"
 #include "ns_plan.h"
 
 #include <stddef.h>
@@ -34,7 +37,7 @@ typedef struct cz_cuda_options {
     /* Precision of the Newton-Schulz GEMMs. */
     cz_ns_precision ns_precision;
     /* The symmetric form of the Newton-Schulz products (ns_plan.h): CZ_NS_SYM_AUTO (0, the
-     * executor's) = where cz_ns_use_syrk says it pays; OFF/ON force it (canzona-bench ns). */
+     * executor's) = where cz__ns_use_syrk says it pays; OFF/ON force it (canzona-bench ns). */
     cz_ns_sym_mode ns_sym;
 } cz_cuda_options;
 
@@ -56,7 +59,7 @@ typedef struct cz_gpu_versions {
 /* What the executor lends the plugin. */
 typedef struct cz_gpu_host {
     int version; /* CZ_GPU_API_VERSION */
-    /* The executor's allocator (alloc.c), so that cz_exec_alloc_count covers the plugin. */
+    /* The executor's allocator (alloc.c), so that cz__exec_alloc_count covers the plugin. */
     void *(*malloc)(size_t bytes);
     void *(*calloc)(size_t n, size_t size);
     void (*free)(void *p);
@@ -135,24 +138,24 @@ typedef const cz_gpu_api *(*cz_gpu_entry_fn)(const cz_gpu_host *host, const char
         CZ_COMPUTE_OPS_VERSION) "/plane" CZ_GPU_STR(CZ_DATA_PLANE_VERSION)
 
 /* The cuda compute backend with options (compute.c, the seam's dispatch, through the loader). */
-int cz_compute_open_cuda(cz_compute *c, const cz_cuda_options *o, cz_error *err);
+int cz__compute_open_cuda(cz_compute *c, const cz_cuda_options *o, cz_error *err);
 
 /* ---- the loader (gpu_loader.c) ---- */
 /* 1 when this build has the GPU plugin (built with a CUDA toolkit); the executor then loads it
  * on demand. */
-int cz_gpu_built(void);
+int cz__gpu_built(void);
 /* Loads the plugin once per process (later calls return the same table, or the same error):
  * the NVIDIA libraries it needs are searched for and loaded first. CZ_EUNSUPPORTED, with what
  * is missing and every folder searched, when it cannot be loaded. */
-int cz_gpu_load(const cz_gpu_api **out, cz_error *err);
+int cz__gpu_load(const cz_gpu_api **out, cz_error *err);
 /* The folders the loader searches for the NVIDIA libraries, in order, for messages and the GPU
  * check ('\0'-separated, ending in an empty string; never NULL). */
-const char *cz_gpu_search_dirs(void);
+const char *cz__gpu_search_dirs(void);
 
 /* dlopen(path, RTLD_NOW | RTLD_LOCAL) with each library it needs that the system's search
  * does not find looked for in dirs ('\0'-separated, ending in an empty string) and loaded
  * first (RTLD_GLOBAL); NULL and CZ_EUNSUPPORTED naming the missing library and the folders
  * searched. The loader's way in, exposed for its tests. */
-void *cz_gpu_dlopen(const char *path, const char *dirs, cz_error *err);
+void *cz__gpu_dlopen(const char *path, const char *dirs, cz_error *err);
 
 #endif /* CZ_GPU_PLUGIN_H */

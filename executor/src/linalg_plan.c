@@ -9,8 +9,8 @@ static int fits(int64_t v)
     return v >= 0 && v <= INT_MAX;
 }
 
-int cz_la_gemm_plan(cz_la_gemm *g, int transa, int transb, int64_t m, int64_t n, int64_t k,
-                    int64_t lda, int64_t ldb, int64_t ldc)
+int cz__la_gemm_plan(cz_la_gemm *g, int transa, int transb, int64_t m, int64_t n, int64_t k,
+                     int64_t lda, int64_t ldb, int64_t ldc)
 {
     if (!fits(m) || !fits(n) || !fits(k) || !fits(lda) || !fits(ldb) || !fits(ldc))
         return -1;
@@ -31,7 +31,7 @@ int cz_la_gemm_plan(cz_la_gemm *g, int transa, int transb, int64_t m, int64_t n,
     return 0;
 }
 
-int cz_la_syevd_plan(cz_la_syevd *s, int64_t n)
+int cz__la_syevd_plan(cz_la_syevd *s, int64_t n)
 {
     if (!fits(n))
         return -1;
@@ -39,7 +39,7 @@ int cz_la_syevd_plan(cz_la_syevd *s, int64_t n)
     return 0;
 }
 
-int cz_la_qr_plan(cz_la_qr *q, int64_t n)
+int cz__la_qr_plan(cz_la_qr *q, int64_t n)
 {
     if (!fits(n))
         return -1;
@@ -52,13 +52,13 @@ int cz_la_qr_plan(cz_la_qr *q, int64_t n)
     return 0;
 }
 
-float *cz_la_base(float *work)
+float *cz__la_base(float *work)
 {
     uintptr_t a = (uintptr_t)work, m = CZ_LA_ALIGN * sizeof(float);
     return (float *)(void *)((a + m - 1) / m * m);
 }
 
-int64_t cz_la_round(int64_t n)
+int64_t cz__la_round(int64_t n)
 {
     return (n + CZ_LA_ALIGN - 1) / CZ_LA_ALIGN * CZ_LA_ALIGN;
 }
@@ -66,27 +66,27 @@ int64_t cz_la_round(int64_t n)
 /* The slack for aligning an only float-aligned start. */
 #define CZ_LA_SLACK (CZ_LA_ALIGN - 1)
 
-void cz_la_syevd_layout(cz_la_layout *l, int64_t lwork)
+void cz__la_syevd_layout(cz_la_layout *l, int64_t lwork)
 {
     *l = (cz_la_layout){.off = {0, 0, 0}, .total = CZ_LA_SLACK + lwork};
 }
 
-void cz_la_qr_layout(cz_la_layout *l, int64_t n, int64_t lwork_geqrf, int64_t lwork_orgqr)
+void cz__la_qr_layout(cz_la_layout *l, int64_t n, int64_t lwork_geqrf, int64_t lwork_orgqr)
 {
     int64_t lw = lwork_geqrf > lwork_orgqr ? lwork_geqrf : lwork_orgqr;
-    *l = (cz_la_layout){.off = {0, cz_la_round(n), 0}};
+    *l = (cz_la_layout){.off = {0, cz__la_round(n), 0}};
     l->total = CZ_LA_SLACK + l->off[1] + lw;
 }
 
-void cz_la_sort_layout(cz_la_layout *l, int64_t n, int64_t vn)
+void cz__la_sort_layout(cz_la_layout *l, int64_t n, int64_t vn)
 {
     int64_t copy = n * n > vn ? n * n : vn;
-    *l = (cz_la_layout){.off = {0, cz_la_round(2 * n), 0}};
-    l->off[2] = l->off[1] + cz_la_round(n);
+    *l = (cz_la_layout){.off = {0, cz__la_round(2 * n), 0}};
+    l->off[2] = l->off[1] + cz__la_round(n);
     l->total = CZ_LA_SLACK + l->off[2] + copy;
 }
 
-int cz_la_factored_sides(int64_t rows, int64_t cols, int64_t max_dim, int64_t out[2])
+int cz__la_factored_sides(int64_t rows, int64_t cols, int64_t max_dim, int64_t out[2])
 {
     int n = 0;
     if (rows > 0 && rows <= max_dim)

@@ -11,7 +11,8 @@
  *     canzona, and is what the live ranks were waiting for.
  * One process-wide state: MPI's progress is process-wide too, and a rank must answer whatever
  * channel a request comes on, whichever of its waits it is in. */
-#include "exec_internal.h"
+#include "alloc.h"
+#include "cz_format.h"
 
 #ifdef CZ_HAVE_MPI
 #include "mpi_watch.h"
@@ -77,13 +78,13 @@ static double grace_of(double timeout_s)
     return s < 30.0 ? s : 30.0;
 }
 
-void cz_mpi_watch_phase(const char *what, int64_t step)
+void cz__mpi_watch_phase(const char *what, int64_t step)
 {
     g.phase = what;
     g.step = step;
 }
 
-bool cz_mpi_watch_broken(void)
+bool cz__mpi_watch_broken(void)
 {
     return g.broken;
 }
@@ -123,7 +124,7 @@ static void answer_requests(const cz_mpi_chan *ch, int *from)
         }
 }
 
-int cz_mpi_chan_open(cz_mpi_chan **out, MPI_Comm world, double timeout_s, cz_error *err)
+int cz__mpi_chan_open(cz_mpi_chan **out, MPI_Comm world, double timeout_s, cz_error *err)
 {
     *out = NULL;
     for (int c = 0; c < g.nchans; c++) {
@@ -136,21 +137,21 @@ int cz_mpi_chan_open(cz_mpi_chan **out, MPI_Comm world, double timeout_s, cz_err
         }
     }
     if (g.nchans == CZ_MAX_CHANNELS)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "more than %d distinct world communicators in one process",
-                            CZ_MAX_CHANNELS);
-    cz_mpi_chan *ch = cz_exec_calloc(1, sizeof *ch);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "more than %d distinct world communicators in one process",
+                             CZ_MAX_CHANNELS);
+    cz_mpi_chan *ch = cz__exec_calloc(1, sizeof *ch);
     if (!ch)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for an MPI communicator");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for an MPI communicator");
     MPI_Request r;
     int rc = MPI_Comm_idup(world, &ch->comm, &r);
     if (rc == MPI_SUCCESS)
-        rc = cz_mpi_wait(g.nchans ? g.chans[0] : NULL, &r, 1, world, NULL, timeout_s,
-                         "duplicating the world communicator", err);
+        rc = cz__mpi_wait(g.nchans ? g.chans[0] : NULL, &r, 1, world, NULL, timeout_s,
+                          "duplicating the world communicator", err);
     else
-        rc = cz_error_set(err, CZ_EIO, "MPI_Comm_idup failed");
+        rc = cz__error_set(err, CZ_EIO, "MPI_Comm_idup failed");
     if (rc) {
-        cz_exec_free(ch);
+        cz__exec_free(ch);
         return rc;
     }
     MPI_Comm_set_errhandler(ch->comm, MPI_ERRORS_RETURN);
@@ -162,7 +163,7 @@ int cz_mpi_chan_open(cz_mpi_chan **out, MPI_Comm world, double timeout_s, cz_err
     return CZ_OK;
 }
 
-void cz_mpi_chan_close(cz_mpi_chan *ch)
+void cz__mpi_chan_close(cz_mpi_chan *ch)
 {
     if (!ch || --ch->refs > 0)
         return;
@@ -178,7 +179,7 @@ void cz_mpi_chan_close(cz_mpi_chan *ch)
         MPI_Comm_free(&ch->comm);
     if (g.asked == ch)
         g.asked = NULL;
-    cz_exec_free(ch);
+    cz__exec_free(ch);
 }
 
 /* The channel ranks of the members of comm (n = its size, out[n]). */
@@ -209,9 +210,9 @@ static void list_ranks(char *buf, size_t cap, const int *list, int n)
 static void ask(cz_mpi_chan *ch, unsigned char *answered, double grace)
 {
     int n = ch->size;
-    MPI_Request *rr = cz_exec_calloc((size_t)n, sizeof *rr);
-    diag_msg *in = cz_exec_calloc((size_t)n, sizeof *in);
-    int *idx = cz_exec_calloc((size_t)n, sizeof *idx);
+    MPI_Request *rr = cz__exec_calloc((size_t)n, sizeof *rr);
+    diag_msg *in = cz__exec_calloc((size_t)n, sizeof *in);
+    int *idx = cz__exec_calloc((size_t)n, sizeof *idx);
     answered[ch->rank] = 1;
     if (!rr || !in || !idx)
         goto out;
@@ -246,9 +247,9 @@ static void ask(cz_mpi_chan *ch, unsigned char *answered, double grace)
             MPI_Wait(&rr[k], MPI_STATUS_IGNORE);
         }
 out:
-    cz_exec_free(rr);
-    cz_exec_free(in);
-    cz_exec_free(idx);
+    cz__exec_free(rr);
+    cz__exec_free(in);
+    cz__exec_free(idx);
 }
 
 /* What this rank will tell the others from now on (fixed: requests and answers in flight
@@ -289,21 +290,21 @@ static int diagnose(cz_mpi_chan *ch, MPI_Request *r, int n, MPI_Comm comm, const
                  "stopped waiting after %.1f s in %s: another rank reported a stalled wait", waited,
                  where);
     if (!ch)
-        return cz_error_set(err, CZ_ETIMEOUT,
-                            "%s; the other ranks did not all arrive (MPI does not tell which); "
-                            "CZ_MPI_TIMEOUT_S or cz_exec_config.mpi_timeout_s sets the limit",
-                            head);
+        return cz__error_set(err, CZ_ETIMEOUT,
+                             "%s; the other ranks did not all arrive (MPI does not tell which); "
+                             "CZ_MPI_TIMEOUT_S or cz_exec_config.mpi_timeout_s sets the limit",
+                             head);
 
     /* Who this rank waits for: the peers of its unfinished transfers, else every member of
      * the collective. */
     int csize = 0;
     MPI_Comm_size(comm, &csize);
-    int *want = cz_exec_calloc((size_t)(csize + n + 1), sizeof *want);
-    int *chr = cz_exec_calloc((size_t)(csize + n + 1), sizeof *chr);
-    unsigned char *answered = cz_exec_calloc((size_t)ch->size, 1);
+    int *want = cz__exec_calloc((size_t)(csize + n + 1), sizeof *want);
+    int *chr = cz__exec_calloc((size_t)(csize + n + 1), sizeof *chr);
+    unsigned char *answered = cz__exec_calloc((size_t)ch->size, 1);
     if (!want || !chr || !answered) {
-        cz_exec_free(want), cz_exec_free(chr), cz_exec_free(answered);
-        return cz_error_set(err, CZ_ETIMEOUT, "%s (out of memory for the report)", head);
+        cz__exec_free(want), cz__exec_free(chr), cz__exec_free(answered);
+        return cz__error_set(err, CZ_ETIMEOUT, "%s (out of memory for the report)", head);
     }
     int nwant = 0;
     for (int k = 0; peers && k < n; k++) {
@@ -325,7 +326,7 @@ static int diagnose(cz_mpi_chan *ch, MPI_Request *r, int n, MPI_Comm comm, const
     double grace = grace_of(timeout_s);
     ask(ch, answered, grace);
     g.asked = ch;
-    cz_exec_free(g.answered);
+    cz__exec_free(g.answered);
     g.answered = answered;
     g.grace = grace;
 
@@ -350,35 +351,35 @@ static int diagnose(cz_mpi_chan *ch, MPI_Request *r, int n, MPI_Comm comm, const
     list_ranks(who, sizeof who, silent, nsilent);
     int rc;
     if (nsilent == 0)
-        rc = cz_error_set(err, CZ_ETIMEOUT,
-                          "%s; every rank answered within %.1f s, so none is stopped: a rank "
-                          "may be slower than the limit; CZ_MPI_TIMEOUT_S or "
-                          "cz_exec_config.mpi_timeout_s sets it",
-                          head, grace);
+        rc = cz__error_set(err, CZ_ETIMEOUT,
+                           "%s; every rank answered within %.1f s, so none is stopped: a rank "
+                           "may be slower than the limit; CZ_MPI_TIMEOUT_S or "
+                           "cz_exec_config.mpi_timeout_s sets it",
+                           head, grace);
     else
-        rc = cz_error_set(err, CZ_ETIMEOUT,
-                          "%s; waiting for rank%s %s%s, which did not answer within %.1f s "
-                          "(stopped, dead, or busy outside canzona); %d other rank%s answered "
-                          "and wait%s too. The communicators cannot be used any more; "
-                          "CZ_MPI_TIMEOUT_S or cz_exec_config.mpi_timeout_s sets the limit",
-                          head, nsilent > 1 ? "s" : "", who,
-                          direct ? "" : " (through the other ranks of this operation)", grace,
-                          nanswered, nanswered == 1 ? "" : "s", nanswered == 1 ? "s" : "");
-    cz_exec_free(want);
-    cz_exec_free(chr);
+        rc = cz__error_set(err, CZ_ETIMEOUT,
+                           "%s; waiting for rank%s %s%s, which did not answer within %.1f s "
+                           "(stopped, dead, or busy outside canzona); %d other rank%s answered "
+                           "and wait%s too. The communicators cannot be used any more; "
+                           "CZ_MPI_TIMEOUT_S or cz_exec_config.mpi_timeout_s sets the limit",
+                           head, nsilent > 1 ? "s" : "", who,
+                           direct ? "" : " (through the other ranks of this operation)", grace,
+                           nanswered, nanswered == 1 ? "" : "s", nanswered == 1 ? "s" : "");
+    cz__exec_free(want);
+    cz__exec_free(chr);
     return rc;
 }
 
-int cz_mpi_wait(cz_mpi_chan *ch, MPI_Request *r, int n, MPI_Comm comm, const int *peers,
-                double timeout_s, const char *what, cz_error *err)
+int cz__mpi_wait(cz_mpi_chan *ch, MPI_Request *r, int n, MPI_Comm comm, const int *peers,
+                 double timeout_s, const char *what, cz_error *err)
 {
     if (n <= 0)
         return CZ_OK;
     if (g.broken)
-        return cz_error_set(err, CZ_ETIMEOUT,
-                            "%s: an earlier MPI wait of this process stopped for a stalled rank "
-                            "(see its message); the communicators cannot be used any more",
-                            what);
+        return cz__error_set(err, CZ_ETIMEOUT,
+                             "%s: an earlier MPI wait of this process stopped for a stalled rank "
+                             "(see its message); the communicators cannot be used any more",
+                             what);
     int done = 0;
     int rc = MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
     double start = 0.0, t = 0.0;
@@ -402,20 +403,20 @@ int cz_mpi_wait(cz_mpi_chan *ch, MPI_Request *r, int n, MPI_Comm comm, const int
         char msg[MPI_MAX_ERROR_STRING];
         int len = 0;
         MPI_Error_string(rc, msg, &len);
-        return cz_error_set(err, CZ_EIO, "MPI %s failed: %s", what, msg);
+        return cz__error_set(err, CZ_EIO, "MPI %s failed: %s", what, msg);
     }
     return CZ_OK;
 }
 
-void cz_mpi_watch_settle(void)
+void cz__mpi_watch_settle(void)
 {
     cz_mpi_chan *ch = g.asked;
     if (!ch || !g.answered)
         return;
     int n = ch->size, left = 0;
-    MPI_Request *rr = cz_exec_calloc((size_t)n, sizeof *rr);
-    int *idx = cz_exec_calloc((size_t)n, sizeof *idx);
-    char *in = cz_exec_calloc((size_t)n, 1);
+    MPI_Request *rr = cz__exec_calloc((size_t)n, sizeof *rr);
+    int *idx = cz__exec_calloc((size_t)n, sizeof *idx);
+    char *in = cz__exec_calloc((size_t)n, 1);
     static char token;
     if (!rr || !idx || !in)
         goto out;
@@ -443,9 +444,9 @@ void cz_mpi_watch_settle(void)
             MPI_Wait(&rr[k], MPI_STATUS_IGNORE);
         }
 out:
-    cz_exec_free(rr);
-    cz_exec_free(idx);
-    cz_exec_free(in);
+    cz__exec_free(rr);
+    cz__exec_free(idx);
+    cz__exec_free(in);
 }
 
 #else /* !CZ_HAVE_MPI */

@@ -1,14 +1,21 @@
 /* Muon on whole matrices: momentum, per-block Newton-Schulz orthogonalization (same-shape
  * blocks batched), the update's scale (rms or shape), decoupled weight decay. The update depends
  * only on the whole matrix, never on how it was sharded. */
-#include "exec_internal.h"
+#include "alloc.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "muon.h"
+#include "ns_coeffs.h"
+#include "shard.h"
 #include "ns_coop.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, cz_error *err)
+int cz__muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, cz_error *err)
 {
     h->lr = cfg->lr;
     h->momentum = cfg->momentum;
@@ -19,58 +26,36 @@ int cz_muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, c
     h->ns_steps = cfg->ns_steps;
     h->scaling = cfg->muon_scaling;
     if (cfg->muon_scaling != CZ_MUON_SCALE_RMS && cfg->muon_scaling != CZ_MUON_SCALE_SHAPE)
-        return cz_error_set(err, CZ_EINVALID,
-                            "muon_scaling = %d; expected CZ_MUON_SCALE_RMS (0) or "
-                            "CZ_MUON_SCALE_SHAPE (1)",
-                            (int)cfg->muon_scaling);
+        return cz__error_set(err, CZ_EINVALID,
+                             "muon_scaling = %d; expected CZ_MUON_SCALE_RMS (0) or "
+                             "CZ_MUON_SCALE_SHAPE (1)",
+                             (int)cfg->muon_scaling);
     if (!(cfg->lr >= 0.0f) || !isfinite(cfg->lr))
-        return cz_error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
-                            (double)cfg->lr);
+        return cz__error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
+                             (double)cfg->lr);
     if (cfg->lr == 0.0f)
         h->lr = cfg->muon_scaling == CZ_MUON_SCALE_SHAPE ? CZ_MUON_LR_SHAPE : CZ_MUON_LR_RMS;
-    h->coeffs = cz_ns_coeffs_find(cfg->ns_coeffs);
+    h->coeffs = cz__ns_coeffs_find(cfg->ns_coeffs);
     if (!h->coeffs)
-        return cz_error_set(err, CZ_EINVALID,
-                            "unknown Newton-Schulz coefficient set '%s' (known: %s)",
-                            cfg->ns_coeffs, cz_ns_coeffs_names());
+        return cz__error_set(err, CZ_EINVALID,
+                             "unknown Newton-Schulz coefficient set '%s' (known: %s)",
+                             cfg->ns_coeffs, cz__ns_coeffs_names());
     if (cfg->ns_steps < 0 || cfg->ns_steps > 100)
-        return cz_error_set(err, CZ_EINVALID, "ns_steps = %d; expected 0..100", cfg->ns_steps);
+        return cz__error_set(err, CZ_EINVALID, "ns_steps = %d; expected 0..100", cfg->ns_steps);
     /* A zero eps divides a zero gradient block by zero: the update would be NaN. */
     if (!(cfg->ns_eps > 0.0f) || !isfinite(cfg->ns_eps))
-        return cz_error_set(err, CZ_EINVALID, "ns_eps = %g; expected a finite value > 0",
-                            (double)cfg->ns_eps);
+        return cz__error_set(err, CZ_EINVALID, "ns_eps = %g; expected a finite value > 0",
+                             (double)cfg->ns_eps);
     return CZ_OK;
 }
 
-float cz_muon_scale(const cz_muon_hparams *h, int64_t rows, int64_t cols)
+float cz__muon_scale(const cz_muon_hparams *h, int64_t rows, int64_t cols)
 {
     if (h->scaling == CZ_MUON_SCALE_SHAPE) {
         double ratio = (double)rows / (double)cols;
         return (float)sqrt(ratio > 1.0 ? ratio : 1.0);
     }
     return h->scale_coeff * (float)sqrt((double)(rows > cols ? rows : cols));
-}
-
-int cz_param_blocks(const cz_plan_param *p, cz_block *out, int max)
-{
-    int64_t rows = p->def.shape[0], cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
-    if (p->def.nblocks <= 0) {
-        if (max < 1)
-            return 0;
-        out[0] = (cz_block){0, 0, rows, cols};
-        return 1;
-    }
-    int n = 0;
-    int64_t off = 0;
-    for (int b = 0; b < p->def.nblocks && n < max; b++) {
-        int64_t s = p->def.block_sizes[b];
-        if (p->def.block_dim == 0)
-            out[n++] = (cz_block){off, 0, s, cols};
-        else
-            out[n++] = (cz_block){0, off, rows, s};
-        off += s;
-    }
-    return n;
 }
 
 static int blk_cmp(const void *x, const void *y)
@@ -87,8 +72,8 @@ static int blk_cmp(const void *x, const void *y)
     return a->b.c0 < b->b.c0 ? -1 : (a->b.c0 > b->b.c0);
 }
 
-int cz_muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, const int *blocks,
-                          int n, cz_error *err)
+int cz__muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, const int *blocks,
+                           int n, cz_error *err)
 {
     int cap = 0;
     *mp = (cz_muon_prep){0};
@@ -96,12 +81,12 @@ int cz_muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, 
         cap += blocks && blocks[i] >= 0     ? 1
                : params[i]->def.nblocks > 0 ? params[i]->def.nblocks
                                             : 1;
-    mp->blks = cz_exec_calloc(cap > 0 ? (size_t)cap : 1, sizeof *mp->blks);
+    mp->blks = cz__exec_calloc(cap > 0 ? (size_t)cap : 1, sizeof *mp->blks);
     if (!mp->blks)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for %d Muon blocks", cap);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for %d Muon blocks", cap);
     for (int i = 0; i < n; i++) {
         cz_block tmp[CZ_MAX_BLOCKS];
-        int k = cz_param_blocks(params[i], tmp, CZ_MAX_BLOCKS);
+        int k = cz__param_blocks(params[i], tmp, CZ_MAX_BLOCKS);
         int64_t ld = params[i]->def.ndim == 1 ? 1 : params[i]->def.shape[1];
         if (blocks && blocks[i] >= 0) {
             /* One block, stored on its own: its rows x cols at the origin. */
@@ -136,20 +121,20 @@ int cz_muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, 
     return CZ_OK;
 }
 
-int cz_muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n, cz_error *err)
+int cz__muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n, cz_error *err)
 {
-    return cz_muon_prepare_tasks(mp, params, NULL, n, err);
+    return cz__muon_prepare_tasks(mp, params, NULL, n, err);
 }
 
-void cz_muon_prep_free(cz_muon_prep *mp)
+void cz__muon_prep_free(cz_muon_prep *mp)
 {
-    cz_exec_free(mp->blks);
+    cz__exec_free(mp->blks);
     *mp = (cz_muon_prep){0};
 }
 
-int cz_muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
-                const float *const *in, float *const *out, float *batch, float *work,
-                void (*progress)(void *), void *ctx, cz_error *err)
+int cz__muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
+                 const float *const *in, float *const *out, float *batch, float *work,
+                 void (*progress)(void *), void *ctx, cz_error *err)
 {
     const cz_compute_ops *ops = c->ops;
     for (int s = 0; s < mp->nblk;) {
@@ -169,7 +154,7 @@ int cz_muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
             return rc;
         for (int k = 0; k < cnt; k++) {
             const cz_muon_blk *br = &mp->blks[s + k];
-            float scale = cz_muon_scale(h, br->b.rows, br->b.cols);
+            float scale = cz__muon_scale(h, br->b.rows, br->b.cols);
             ops->block_store(c, out[br->mat] + br->b.r0 * br->ld + br->b.c0, br->ld, batch + k * sz,
                              br->b.rows, br->b.cols, br->transposed, scale);
         }
@@ -180,7 +165,7 @@ int cz_muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
     return CZ_OK;
 }
 
-void cz_muon_coop_sizes(const cz_muon_coop *b, int64_t *x_n, int64_t *gram_n, int64_t *work_n)
+void cz__muon_coop_sizes(const cz_muon_coop *b, int64_t *x_n, int64_t *gram_n, int64_t *work_n)
 {
     *x_n = b->count * b->a * b->n;
     *gram_n = b->count * cz_ns_packed_len(b->a);
@@ -213,10 +198,10 @@ static void drain_panels(cz_plane *pl, cz_comm_req *const *reqs, int from, int p
  * The iteration ends with X_j = a X_j + b Y + c A Y (A(AX)) or with B = b A + c A A applied
  * (standard form, which needs the whole A). The planner's cost model charges this same
  * pipeline (cz__coop_time_of). */
-int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, const cz_muon_coop *b,
-                     const float *const *in, float *const *out, float *x, float *gram, float *work,
-                     double *sq, cz_event *ev, cz_comm_req *const *reqs, void (*progress)(void *),
-                     void *ctx, cz_error *err)
+int cz__muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, const cz_muon_coop *b,
+                      const float *const *in, float *const *out, float *x, float *gram, float *work,
+                      double *sq, cz_event *ev, cz_comm_req *const *reqs, void (*progress)(void *),
+                      void *ctx, cz_error *err)
 {
     const cz_compute_ops *ops = c->ops;
     int64_t a = b->a, n = b->n, sz = a * n, pn = b->prows * b->pcols;
@@ -267,34 +252,372 @@ int cz_muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, cons
             progress(ctx);
     }
     /* The scale is the whole region's: every member applies the same. */
-    float scale = cz_muon_scale(h, b->rows, b->cols);
+    float scale = cz__muon_scale(h, b->rows, b->cols);
     for (int i = 0; i < b->count; i++)
         ops->block_store(c, out[i], b->pcols, x + i * sz, b->prows, b->pcols, b->transposed, scale);
     return CZ_OK;
 }
 
-int cz_muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
-                          const cz_plan_param *const *params, const float *const *in,
-                          float *const *out, int n, cz_error *err)
+int cz__muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
+                           const cz_plan_param *const *params, const float *const *in,
+                           float *const *out, int n, cz_error *err)
 {
     cz_muon_prep mp;
     float *batch = NULL, *work = NULL;
-    int rc = cz_muon_prepare(&mp, params, n, err);
+    int rc = cz__muon_prepare(&mp, params, n, err);
     if (rc)
         return rc;
     batch = c->ops->alloc(c, (size_t)(mp.batch_n + 1) * sizeof(float));
     work = c->ops->alloc(c, (size_t)(mp.work_n + 1) * sizeof(float));
     if (!batch || !work) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for a Newton-Schulz batch of %lld floats",
-                          (long long)(mp.batch_n + mp.work_n));
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory for a Newton-Schulz batch of %lld floats",
+                           (long long)(mp.batch_n + mp.work_n));
         goto out;
     }
-    rc = cz_muon_run(c, h, &mp, in, out, batch, work, NULL, NULL, err);
+    rc = cz__muon_run(c, h, &mp, in, out, batch, work, NULL, NULL, err);
 out:
     if (batch)
         c->ops->release(c, batch);
     if (work)
         c->ops->release(c, work);
-    cz_muon_prep_free(&mp);
+    cz__muon_prep_free(&mp);
     return rc;
 }
+
+/* ---- the optimizer table ---- */
+/* A part this rank computes, with its momentum (part-sized, backend memory). */
+typedef struct muon_part {
+    cz_opt_part x;
+    float *mom;
+} muon_part;
+
+/* A batch of cooperative tasks of one shape and slot set, in the order of their first task. */
+typedef struct coop_batch {
+    cz_muon_coop shape;
+    int width, first_slot;
+    cz_plane *plane;          /* the members' sub-plane */
+    cz_comm_req *const *reqs; /* its CZ_COOP_MAX_PANELS requests */
+    cz_event *ready;          /* recorded before each all-reduce */
+    const float **ins;        /* the member's slices (gradients) and their updates */
+    float **outs;
+} coop_batch;
+
+/* Muon's layout of one micro-group (what its cz_opt_group points to): its parts in the group's
+ * order, the hosted (width 1) ones as one Newton-Schulz preparation, the cooperative ones in
+ * batches. */
+typedef struct muon_group muon_group;
+struct muon_group {
+    muon_group *next;
+    muon_part *parts;
+    int nparts;
+    const cz_plan_param **hp;
+    int *hb;
+    const float **hin;
+    float **hout;
+    int nh1;
+    cz_muon_prep prep;
+    coop_batch *coop;
+    int ncoop;
+};
+
+typedef struct muon_impl {
+    cz_muon_hparams h;
+    muon_group *groups, *last;
+    /* The largest batch, work, packed Grams (floats) and sums (doubles) any group needs. */
+    int64_t batch_n, work_n, gram_n, sq_n;
+    float *batch, *work, *gram;
+    double *sq;
+} muon_impl;
+
+static muon_impl *impl_of(const cz_optim *o)
+{
+    return o->impl;
+}
+
+const cz_muon_hparams *cz__muon_hparams_of(const cz_optim *o)
+{
+    return &impl_of(o)->h;
+}
+
+/* n floats of backend memory, one more so that n may be 0. */
+static float *falloc(cz_compute *c, int64_t n)
+{
+    return c->ops->alloc(c, (size_t)(n + 1) * sizeof(float));
+}
+
+static void brelease(cz_compute *c, void *p)
+{
+    if (p)
+        c->ops->release(c, p);
+}
+
+static int muon_create(cz_optim *o, const cz_exec_config *cfg, cz_error *err)
+{
+    muon_impl *m = cz__exec_calloc(1, sizeof *m);
+    if (!m)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
+    o->impl = m;
+    return cz__muon_hparams_from_config(&m->h, cfg, err);
+}
+
+static void group_free(cz_compute *c, muon_group *g)
+{
+    for (int i = 0; g->parts && i < g->nparts; i++)
+        brelease(c, g->parts[i].mom);
+    for (int b = 0; g->coop && b < g->ncoop; b++) {
+        cz__exec_free(g->coop[b].ins);
+        cz__exec_free(g->coop[b].outs);
+    }
+    cz__exec_free(g->coop);
+    cz__exec_free(g->parts), cz__exec_free(g->hp), cz__exec_free(g->hb);
+    cz__exec_free(g->hin), cz__exec_free(g->hout);
+    cz__muon_prep_free(&g->prep);
+    cz__exec_free(g);
+}
+
+static void muon_destroy(cz_optim *o)
+{
+    muon_impl *m = impl_of(o);
+    if (!m)
+        return;
+    for (muon_group *g = m->groups, *next; g; g = next) {
+        next = g->next;
+        group_free(o->compute, g);
+    }
+    brelease(o->compute, m->batch);
+    brelease(o->compute, m->work);
+    brelease(o->compute, m->gram);
+    brelease(o->compute, m->sq);
+    cz__exec_free(m);
+}
+
+static void muon_set_lr(cz_optim *o, float lr)
+{
+    impl_of(o)->h.lr = lr;
+}
+
+static void muon_set_weight_decay(cz_optim *o, float wd)
+{
+    impl_of(o)->h.weight_decay = wd;
+}
+
+/* The sub-plane of the members of a cooperative task of width k; -1 when there is none. */
+static int width_index(const cz_coop_planes *cp, int k)
+{
+    for (int i = 0; i < cp->n; i++)
+        if (cp->widths[i] == k)
+            return i;
+    return -1;
+}
+
+/* The batch a cooperative part joins: same width, first slot, shapes and Gram panels, in the
+ * order of their first task (the same order on every member, so the all-reduces never
+ * cross); a new one when none matches. */
+static int coop_join(const cz_opt_part *x, const cz_coop_planes *cp, muon_group *g, size_t cap,
+                     coop_batch **out, cz_error *err)
+{
+    const cz_exec_part *e = &x->x;
+    bool tall = e->region.rows > e->region.cols;
+    cz_muon_coop sh = {.rows = e->region.rows,
+                       .cols = e->region.cols,
+                       .prows = e->part.rows,
+                       .pcols = e->part.cols,
+                       .transposed = tall};
+    sh.a = tall ? e->region.cols : e->region.rows;
+    sh.n = tall ? e->part.rows : e->part.cols;
+    /* 1 .. min(CZ_COOP_MAX_PANELS, a), as the sub-plane's requests need: the reader and the
+     * structural check (cz__exec_plan_check, at create) refuse any other count. */
+    sh.panels = e->panels;
+    int first = e->slot - e->member, b = 0;
+    while (b < g->ncoop &&
+           !(g->coop[b].width == e->width && g->coop[b].first_slot == first &&
+             g->coop[b].shape.rows == sh.rows && g->coop[b].shape.cols == sh.cols &&
+             g->coop[b].shape.prows == sh.prows && g->coop[b].shape.pcols == sh.pcols &&
+             g->coop[b].shape.panels == sh.panels))
+        b++;
+    coop_batch *cb = &g->coop[b];
+    *out = cb;
+    if (b < g->ncoop)
+        return CZ_OK;
+    int w = width_index(cp, e->width);
+    g->ncoop++;
+    cb->shape = sh;
+    cb->width = e->width;
+    cb->first_slot = first;
+    cb->ins = cz__exec_calloc(cap, sizeof *cb->ins);
+    cb->outs = cz__exec_calloc(cap, sizeof *cb->outs);
+    if (!cb->ins || !cb->outs)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for cooperative batches");
+    if (w < 0)
+        return cz__error_set(err, CZ_EINTERNAL, "no sub-plane of width %d", e->width);
+    cb->plane = &cp->planes[w];
+    cb->reqs = cp->reqs[w];
+    cb->ready = cp->ready;
+    CZ_ASSERT(cb->plane->size == e->width && cb->shape.panels >= 1 &&
+                  cb->shape.panels <= CZ_COOP_MAX_PANELS,
+              err);
+    return CZ_OK;
+}
+
+/* Groups the group's cooperative parts into batches and grows the buffer sizes to theirs. */
+static int layout_coop(muon_impl *m, muon_group *g, const cz_coop_planes *cp, cz_error *err)
+{
+    size_t cap = (size_t)g->nparts + 1;
+    int rc;
+    g->coop = cz__exec_calloc(cap, sizeof *g->coop);
+    if (!g->coop)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for cooperative batches");
+    for (int i = 0; i < g->nparts; i++) {
+        coop_batch *cb;
+        if (g->parts[i].x.x.width < 2)
+            continue;
+        if ((rc = coop_join(&g->parts[i].x, cp, g, cap, &cb, err)) != CZ_OK)
+            return rc;
+        cb->ins[cb->shape.count] = g->parts[i].x.in;
+        cb->outs[cb->shape.count++] = g->parts[i].x.out;
+    }
+    for (int b = 0; b < g->ncoop; b++) {
+        int64_t xn, gn, wn;
+        cz__muon_coop_sizes(&g->coop[b].shape, &xn, &gn, &wn);
+        m->batch_n = xn > m->batch_n ? xn : m->batch_n;
+        m->gram_n = gn > m->gram_n ? gn : m->gram_n;
+        m->work_n = wn > m->work_n ? wn : m->work_n;
+        m->sq_n = g->coop[b].shape.count > m->sq_n ? g->coop[b].shape.count : m->sq_n;
+    }
+    return CZ_OK;
+}
+
+static int muon_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz_coop_planes *cp,
+                          cz_opt_group **out, cz_error *err)
+{
+    muon_impl *m = impl_of(o);
+    size_t cap = (size_t)n + 1;
+    int rc;
+    muon_group *g = cz__exec_calloc(1, sizeof *g);
+    if (!g)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+    /* Listed first, so that destroy releases whatever the rest builds. */
+    *(m->last ? &m->last->next : &m->groups) = g;
+    m->last = g;
+    *out = (cz_opt_group *)g;
+    g->parts = cz__exec_calloc(cap, sizeof *g->parts);
+    g->hp = cz__exec_calloc(cap, sizeof *g->hp);
+    g->hb = cz__exec_calloc(cap, sizeof *g->hb);
+    g->hin = cz__exec_calloc(cap, sizeof *g->hin);
+    g->hout = cz__exec_calloc(cap, sizeof *g->hout);
+    if (!g->parts || !g->hp || !g->hb || !g->hin || !g->hout)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+    for (int i = 0; i < n; i++) {
+        muon_part *k = &g->parts[g->nparts++];
+        k->x = parts[i];
+        if (!(k->mom = falloc(o->compute, k->x.x.part.rows * k->x.x.part.cols)))
+            return cz__error_set(err, CZ_ENOMEM, "out of memory for the momentum of '%s'",
+                                 k->x.p->def.name);
+        if (k->x.x.width > 1)
+            continue;
+        g->hp[g->nh1] = k->x.p;
+        g->hb[g->nh1] = k->x.x.block;
+        g->hin[g->nh1] = k->x.in;
+        g->hout[g->nh1] = k->x.out;
+        g->nh1++;
+    }
+    if ((rc = cz__muon_prepare_tasks(&g->prep, g->hp, g->hb, g->nh1, err)) != CZ_OK)
+        return rc;
+    m->batch_n = g->prep.batch_n > m->batch_n ? g->prep.batch_n : m->batch_n;
+    m->work_n = g->prep.work_n > m->work_n ? g->prep.work_n : m->work_n;
+    return layout_coop(m, g, cp, err);
+}
+
+static int muon_work_create(cz_optim *o, cz_error *err)
+{
+    muon_impl *m = impl_of(o);
+    cz_compute *c = o->compute;
+    m->batch = falloc(c, m->batch_n);
+    m->work = falloc(c, m->work_n);
+    m->gram = falloc(c, m->gram_n);
+    m->sq = c->ops->alloc(c, (size_t)(m->sq_n + 1) * sizeof(double));
+    if (!m->batch || !m->work || !m->gram || !m->sq)
+        return cz__error_set(err, CZ_ENOMEM,
+                             "out of memory for the Newton-Schulz buffers (%lld elements)",
+                             (long long)(m->batch_n + m->work_n + m->gram_n));
+    return CZ_OK;
+}
+
+static int muon_step_group(cz_optim *o, cz_opt_group *og, int64_t t, const cz_opt_progress *pr,
+                           cz_error *err)
+{
+    muon_impl *m = impl_of(o);
+    muon_group *g = (muon_group *)og;
+    cz_compute *c = o->compute;
+    int rc;
+    (void)t;
+    for (int k = 0; k < g->nparts; k++) {
+        /* The optimizer input overwrites the gradient in place. */
+        const muon_part *x = &g->parts[k];
+        c->ops->momentum(c, x->x.in, x->mom, x->x.in, x->x.x.part.rows * x->x.x.part.cols,
+                         m->h.momentum, m->h.nesterov);
+        pr->fn(pr->ctx);
+    }
+    /* Cooperative batches first, in the same order on every member: a member's peers wait for
+     * it at every all-reduce, so none of them should first spend time on its hosted work. */
+    for (int b = 0; b < g->ncoop; b++) {
+        coop_batch *cb = &g->coop[b];
+        if ((rc = cz__muon_coop_run(c, cb->plane, &m->h, &cb->shape, cb->ins, cb->outs, m->batch,
+                                    m->gram, m->work, m->sq, cb->ready, cb->reqs, pr->fn, pr->ctx,
+                                    err)) != CZ_OK)
+            return rc;
+    }
+    return cz__muon_run(c, &m->h, &g->prep, g->hin, g->hout, m->batch, m->work, pr->fn, pr->ctx,
+                        err);
+}
+
+static cz_opt_rates muon_apply_rates(const cz_optim *o, int64_t t)
+{
+    (void)t;
+    return (cz_opt_rates){impl_of(o)->h.lr, impl_of(o)->h.weight_decay};
+}
+
+static int64_t muon_state_tensors(const cz_optim *o, const cz_plan_param *p, cz_state_tensor *out,
+                                  int64_t max)
+{
+    (void)o;
+    if (max >= 1)
+        out[0] = (cz_state_tensor){.suffix = "momentum",
+                                   .place = CZ_STATE_PARTS,
+                                   .ndim = p->def.ndim,
+                                   .rows = p->def.shape[0],
+                                   .cols = p->def.ndim == 1 ? 1 : p->def.shape[1],
+                                   .values = CZ_STATE_FINITE};
+    return 1;
+}
+
+static float *muon_state_buffer(cz_optim *o, int param, int64_t k, const cz_block *part)
+{
+    if (k != 0 || !part)
+        return NULL;
+    for (const muon_group *g = impl_of(o)->groups; g; g = g->next)
+        for (int i = 0; i < g->nparts; i++) {
+            const cz_exec_part *x = &g->parts[i].x.x;
+            if (x->param == param && x->part.r0 == part->r0 && x->part.c0 == part->c0 &&
+                x->part.rows == part->rows && x->part.cols == part->cols)
+                return g->parts[i].mom;
+        }
+    return NULL;
+}
+
+const cz_optimizer_ops cz__muon_ops = {
+    .version = CZ_OPTIMIZER_OPS_VERSION,
+    .id = CZ_OPTIM_MUON,
+    .kind = CZ_KIND_MATRIX,
+    .name = "muon",
+    .create = muon_create,
+    .destroy = muon_destroy,
+    .set_lr = muon_set_lr,
+    .set_weight_decay = muon_set_weight_decay,
+    .group_add = muon_group_add,
+    .work_create = muon_work_create,
+    .step_group = muon_step_group,
+    .apply_rates = muon_apply_rates,
+    .state_tensors = muon_state_tensors,
+    .state_buffer = muon_state_buffer,
+};

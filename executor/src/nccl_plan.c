@@ -4,7 +4,8 @@
 #include <stdio.h>
 
 #include "cz_format.h"
-#include "exec_internal.h"
+#include "comm.h"
+#include "cz_format.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -19,8 +20,8 @@ static void totals(const size_t *counts, int n, size_t *sum, size_t *max)
     }
 }
 
-double cz_nccl_time(cz_nccl_form f, const size_t *counts, int n, size_t elem_bytes, double alpha_s,
-                    double bytes_per_s)
+double cz__nccl_time(cz_nccl_form f, const size_t *counts, int n, size_t elem_bytes, double alpha_s,
+                     double bytes_per_s)
 {
     size_t sum, max;
     totals(counts, n, &sum, &max);
@@ -30,11 +31,11 @@ double cz_nccl_time(cz_nccl_form f, const size_t *counts, int n, size_t elem_byt
     return (double)(n - 1) * alpha_s + (double)(n - 1) * (double)max * s;
 }
 
-cz_nccl_form cz_nccl_choose(const size_t *counts, int n, size_t elem_bytes, double alpha_s,
-                            double bytes_per_s)
+cz_nccl_form cz__nccl_choose(const size_t *counts, int n, size_t elem_bytes, double alpha_s,
+                             double bytes_per_s)
 {
-    double pad = cz_nccl_time(CZ_NCCL_PADDED, counts, n, elem_bytes, alpha_s, bytes_per_s);
-    double root = cz_nccl_time(CZ_NCCL_ROOTED, counts, n, elem_bytes, alpha_s, bytes_per_s);
+    double pad = cz__nccl_time(CZ_NCCL_PADDED, counts, n, elem_bytes, alpha_s, bytes_per_s);
+    double root = cz__nccl_time(CZ_NCCL_ROOTED, counts, n, elem_bytes, alpha_s, bytes_per_s);
     return pad < root ? CZ_NCCL_PADDED : CZ_NCCL_ROOTED;
 }
 
@@ -44,15 +45,15 @@ static cz_nccl_call call(cz_nccl_call_kind kind, int root, size_t count, cz_nccl
     return (cz_nccl_call){kind, root, count, sb, db, so, d, grouped};
 }
 
-void *cz_nccl_call_ptr(cz_nccl_buf b, size_t off, size_t elem_bytes, void *send, void *recv,
-                       void *scratch)
+void *cz__nccl_call_ptr(cz_nccl_buf b, size_t off, size_t elem_bytes, void *send, void *recv,
+                        void *scratch)
 {
     char *base = b == CZ_NCCL_BUF_SEND ? send : b == CZ_NCCL_BUF_RECV ? recv : scratch;
     return base + off * elem_bytes;
 }
 
-int cz_nccl_plan_reduce_scatter(cz_nccl_call *out, const size_t *counts, int n, int me,
-                                cz_nccl_form f, size_t *scratch_elems)
+int cz__nccl_plan_reduce_scatter(cz_nccl_call *out, const size_t *counts, int n, int me,
+                                 cz_nccl_form f, size_t *scratch_elems)
 {
     size_t sum, m, off = 0;
     int k = 0;
@@ -86,8 +87,8 @@ int cz_nccl_plan_reduce_scatter(cz_nccl_call *out, const size_t *counts, int n, 
     return k;
 }
 
-int cz_nccl_plan_all_gather(cz_nccl_call *out, const size_t *counts, int n, int me, cz_nccl_form f,
-                            size_t *scratch_elems)
+int cz__nccl_plan_all_gather(cz_nccl_call *out, const size_t *counts, int n, int me, cz_nccl_form f,
+                             size_t *scratch_elems)
 {
     size_t sum, m, off = 0, mine = 0;
     int k = 0;
@@ -122,8 +123,8 @@ int cz_nccl_plan_all_gather(cz_nccl_call *out, const size_t *counts, int n, int 
     return k;
 }
 
-double cz_nccl_step_time(const struct cz_plan *plan, cz_nccl_policy policy, size_t elem_bytes,
-                         double alpha_s, double bytes_per_s, int *npadded)
+double cz__nccl_step_time(const struct cz_plan *plan, cz_nccl_policy policy, size_t elem_bytes,
+                          double alpha_s, double bytes_per_s, int *npadded)
 {
     size_t *counts = calloc((size_t)(plan->dp > 0 ? plan->dp : 1), sizeof *counts);
     double t = 0.0;
@@ -137,17 +138,17 @@ double cz_nccl_step_time(const struct cz_plan *plan, cz_nccl_policy policy, size
         cz_nccl_form f = policy == CZ_NCCL_ALL_ROOTED ? CZ_NCCL_ROOTED
                          : policy == CZ_NCCL_ALL_PADDED
                              ? CZ_NCCL_PADDED
-                             : cz_nccl_choose(counts, plan->dp, elem_bytes, alpha_s, bytes_per_s);
+                             : cz__nccl_choose(counts, plan->dp, elem_bytes, alpha_s, bytes_per_s);
         *npadded += f == CZ_NCCL_PADDED;
         /* The reduce-scatter and the all-gather move the same segments: the model is the same. */
-        t += 2.0 * cz_nccl_time(f, counts, plan->dp, elem_bytes, alpha_s, bytes_per_s);
+        t += 2.0 * cz__nccl_time(f, counts, plan->dp, elem_bytes, alpha_s, bytes_per_s);
     }
     free(counts);
     return t;
 }
 
-size_t cz_nccl_plan_scratch(const struct cz_plan *plan, size_t elem_bytes, double alpha_s,
-                            double bytes_per_s)
+size_t cz__nccl_plan_scratch(const struct cz_plan *plan, size_t elem_bytes, double alpha_s,
+                             double bytes_per_s)
 {
     int n = plan->dp > 0 ? plan->dp : 1;
     size_t need = 0, counts[n];
@@ -159,7 +160,7 @@ size_t cz_nccl_plan_scratch(const struct cz_plan *plan, size_t elem_bytes, doubl
         totals(counts, n, &sum, &max);
         /* The same rule the plane applies per call, on the same counts. */
         if (max == 0 ||
-            cz_nccl_choose(counts, n, elem_bytes, alpha_s, bytes_per_s) != CZ_NCCL_PADDED)
+            cz__nccl_choose(counts, n, elem_bytes, alpha_s, bytes_per_s) != CZ_NCCL_PADDED)
             continue;
         /* The reduce-scatter's P m slots plus its m-element result; the all-gather's P m
          * slots fit in them. */
@@ -169,7 +170,7 @@ size_t cz_nccl_plan_scratch(const struct cz_plan *plan, size_t elem_bytes, doubl
     return need;
 }
 
-cz_nccl_wait cz_nccl_poll_until(const cz_nccl_poller *p, double timeout_s, int *npolls)
+cz_nccl_wait cz__nccl_poll_until(const cz_nccl_poller *p, double timeout_s, int *npolls)
 {
     double start = p->now(p->ctx);
     int n = 0;
@@ -190,7 +191,7 @@ cz_nccl_wait cz_nccl_poll_until(const cz_nccl_poller *p, double timeout_s, int *
     }
 }
 
-int cz_nccl_agree(struct cz_ctrl *ctrl, int local_rc, const char *what, cz_error *err)
+int cz__nccl_agree(struct cz_ctrl *ctrl, int local_rc, const char *what, cz_error *err)
 {
     int64_t v = local_rc ? (int64_t)ctrl->rank : INT64_MAX;
     cz_error tmp;
@@ -200,14 +201,14 @@ int cz_nccl_agree(struct cz_ctrl *ctrl, int local_rc, const char *what, cz_error
     if (crc)
         return crc;
     if (v != INT64_MAX)
-        return cz_error_set(err, CZ_EIO,
-                            "rank %lld failed to %s (see its message); this rank's part "
-                            "succeeded and its communicator was aborted",
-                            (long long)v, what);
+        return cz__error_set(err, CZ_EIO,
+                             "rank %lld failed to %s (see its message); this rank's part "
+                             "succeeded and its communicator was aborted",
+                             (long long)v, what);
     return CZ_OK;
 }
 
-double cz_nccl_timeout(double configured_s, const char *env)
+double cz__nccl_timeout(double configured_s, const char *env)
 {
     if (configured_s > 0.0)
         return configured_s;
@@ -216,7 +217,7 @@ double cz_nccl_timeout(double configured_s, const char *env)
     return env && end != env && x > 0.0 ? x : CZ_NCCL_DEFAULT_TIMEOUT_S;
 }
 
-cz_nccl_close_step cz_nccl_close_step_of(cz_nccl_wait drained, int aborted, int borrowed)
+cz_nccl_close_step cz__nccl_close_step_of(cz_nccl_wait drained, int aborted, int borrowed)
 {
     if (aborted)
         return CZ_NCCL_CLOSE_LEAVE;
@@ -225,7 +226,7 @@ cz_nccl_close_step cz_nccl_close_step_of(cz_nccl_wait drained, int aborted, int 
     return borrowed ? CZ_NCCL_CLOSE_LEAVE : CZ_NCCL_CLOSE_FINALIZE;
 }
 
-int cz_nccl_version_usable(int runtime, int built, char *why, size_t len)
+int cz__nccl_version_usable(int runtime, int built, char *why, size_t len)
 {
     if (runtime / 10000 == built / 10000 && runtime >= CZ_NCCL_MIN_VERSION)
         return 1;
@@ -239,7 +240,7 @@ int cz_nccl_version_usable(int runtime, int built, char *why, size_t len)
     return 0;
 }
 
-int64_t cz_nccl_self_copy(size_t sent, int has_send, size_t received, int has_recv)
+int64_t cz__nccl_self_copy(size_t sent, int has_send, size_t received, int has_recv)
 {
     if (!has_send && !has_recv)
         return 0;

@@ -38,11 +38,11 @@ typedef enum cz_nccl_form {
 
 /* The form of an uneven collective over P = n ranks of `counts` (elements of elem_bytes), for
  * latency alpha_s (seconds) and bandwidth bytes_per_s. */
-cz_nccl_form cz_nccl_choose(const size_t *counts, int n, size_t elem_bytes, double alpha_s,
-                            double bytes_per_s);
+cz_nccl_form cz__nccl_choose(const size_t *counts, int n, size_t elem_bytes, double alpha_s,
+                             double bytes_per_s);
 /* The model's times of both forms (seconds), for the docs and the tests. */
-double cz_nccl_time(cz_nccl_form f, const size_t *counts, int n, size_t elem_bytes, double alpha_s,
-                    double bytes_per_s);
+double cz__nccl_time(cz_nccl_form f, const size_t *counts, int n, size_t elem_bytes, double alpha_s,
+                     double bytes_per_s);
 
 typedef enum cz_nccl_call_kind {
     CZ_NCCL_COPY = 1,       /* device copy of count elements, src -> dst (comm stream) */
@@ -69,37 +69,37 @@ typedef struct cz_nccl_call {
 
 /* The address a call's operand names: buffer b's base + off elements of elem_bytes. What the
  * NCCL plane hands NCCL and cudaMemcpyAsync. */
-void *cz_nccl_call_ptr(cz_nccl_buf b, size_t off, size_t elem_bytes, void *send, void *recv,
-                       void *scratch);
+void *cz__nccl_call_ptr(cz_nccl_buf b, size_t off, size_t elem_bytes, void *send, void *recv,
+                        void *scratch);
 
 /* The calls of an uneven sum-reduce-scatter on rank `me`: the r-th segment of send (counts in
  * rank order) summed into recv on rank r. At most 2 n + 1 calls; returns their count. Zero
  * counts make no call. *scratch_elems is the scratch the calls need (0 when rooted). */
-int cz_nccl_plan_reduce_scatter(cz_nccl_call *out, const size_t *counts, int n, int me,
-                                cz_nccl_form f, size_t *scratch_elems);
+int cz__nccl_plan_reduce_scatter(cz_nccl_call *out, const size_t *counts, int n, int me,
+                                 cz_nccl_form f, size_t *scratch_elems);
 /* The calls of an uneven in-place all-gather on rank `me` (buffer = SEND). */
-int cz_nccl_plan_all_gather(cz_nccl_call *out, const size_t *counts, int n, int me, cz_nccl_form f,
-                            size_t *scratch_elems);
+int cz__nccl_plan_all_gather(cz_nccl_call *out, const size_t *counts, int n, int me, cz_nccl_form f,
+                             size_t *scratch_elems);
 
 /* The model's time of a step's DP collectives (every bucket's reduce-scatter and all-gather
  * over the plan's DP ranges, elem_bytes per element) when every bucket is rooted, every one
- * padded, or each as cz_nccl_choose picks; *npadded counts the buckets the rule makes padded. */
+ * padded, or each as cz__nccl_choose picks; *npadded counts the buckets the rule makes padded. */
 typedef enum cz_nccl_policy {
     CZ_NCCL_ALL_ROOTED = 0,
     CZ_NCCL_ALL_PADDED = 1,
     CZ_NCCL_BY_RULE = 2,
 } cz_nccl_policy;
 struct cz_plan;
-double cz_nccl_step_time(const struct cz_plan *plan, cz_nccl_policy policy, size_t elem_bytes,
-                         double alpha_s, double bytes_per_s, int *npadded);
+double cz__nccl_step_time(const struct cz_plan *plan, cz_nccl_policy policy, size_t elem_bytes,
+                          double alpha_s, double bytes_per_s, int *npadded);
 
 /* The most scratch (elements) any of a step's DP collectives needs: over every bucket of the
  * plan (counts = its DP ranges), the reduce-scatter's and the all-gather's scratch in the form
- * cz_nccl_choose picks with these constants (padded: P m + m and P m; rooted: 0). The scratch
+ * cz__nccl_choose picks with these constants (padded: P m + m and P m; rooted: 0). The scratch
  * does not depend on the calling rank. The nccl plane allocates this much when the executor
  * is created, so a step never allocates. */
-size_t cz_nccl_plan_scratch(const struct cz_plan *plan, size_t elem_bytes, double alpha_s,
-                            double bytes_per_s);
+size_t cz__nccl_plan_scratch(const struct cz_plan *plan, size_t elem_bytes, double alpha_s,
+                             double bytes_per_s);
 
 /* ---- communicator creation: non-blocking NCCL, polled with a time limit ----
  * Communicators are created non-blocking (ncclConfig_t.blocking = 0): ncclCommInitRankConfig
@@ -131,7 +131,7 @@ typedef struct cz_nccl_poller {
  * PENDING once timeout_s have passed since the first poll. Always polls at least once, so a
  * communicator that is already ready never times out; never pauses after the last poll.
  * *npolls (may be NULL) counts the polls. */
-cz_nccl_wait cz_nccl_poll_until(const cz_nccl_poller *p, double timeout_s, int *npolls);
+cz_nccl_wait cz__nccl_poll_until(const cz_nccl_poller *p, double timeout_s, int *npolls);
 
 /* ---- the NCCL library found at run time ----
  * The plugin loads libnccl.so.2 itself (nccl/nccl_api.c). The oldest NCCL it runs on: 2.18,
@@ -141,7 +141,7 @@ cz_nccl_wait cz_nccl_poll_until(const cz_nccl_poller *p, double timeout_s, int *
  * header of version `built` (NCCL_VERSION_CODE): the same major version, and not older than
  * CZ_NCCL_MIN_VERSION; else 0 and why (len bytes) says which versions were found. A runtime
  * older than the header but not than 2.18 is accepted: the plane calls nothing newer. */
-int cz_nccl_version_usable(int runtime, int built, char *why, size_t len);
+int cz__nccl_version_usable(int runtime, int built, char *why, size_t len);
 
 /* ---- a rank's exchange with itself ----
  * In a group of sends and receives (a micro-group's gather or scatter), the part a rank sends
@@ -151,7 +151,7 @@ int cz_nccl_version_usable(int runtime, int built, char *why, size_t len);
  * into the other on its stream. The seam allows one send and one receive per peer, so the
  * two must carry the same count: returns the elements to copy (0: no exchange with itself), or
  * -1 when only one of them was posted or the counts differ (the caller's bug). */
-int64_t cz_nccl_self_copy(size_t sent, int has_send, size_t received, int has_recv);
+int64_t cz__nccl_self_copy(size_t sent, int has_send, size_t received, int has_recv);
 
 /* ---- teardown ----
  * A plane's close first drains its communication stream, polled with the plane's time limit
@@ -163,7 +163,7 @@ typedef enum cz_nccl_close_step {
     CZ_NCCL_CLOSE_FINALIZE, /* ours, drained: ncclCommFinalize (polled), ncclCommDestroy */
     CZ_NCCL_CLOSE_ABORT,    /* not drained in time, or failed: ncclCommAbort ends its kernels */
 } cz_nccl_close_step;
-cz_nccl_close_step cz_nccl_close_step_of(cz_nccl_wait drained, int aborted, int borrowed);
+cz_nccl_close_step cz__nccl_close_step_of(cz_nccl_wait drained, int aborted, int borrowed);
 
 /* Every rank's verdict on a collective creation step (local_rc: this rank's result), agreed
  * over the control plane (one min-reduction): CZ_OK when every rank succeeded; this rank's
@@ -171,12 +171,12 @@ cz_nccl_close_step cz_nccl_close_step_of(cz_nccl_wait drained, int aborted, int 
  * Every rank calls it, whatever its own result, so that none is left waiting in a
  * communicator a peer has given up on; on any failure the caller aborts its communicator. */
 struct cz_ctrl;
-int cz_nccl_agree(struct cz_ctrl *ctrl, int local_rc, const char *what, cz_error *err);
+int cz__nccl_agree(struct cz_ctrl *ctrl, int local_rc, const char *what, cz_error *err);
 
 /* Seconds a communicator creation or a host wait on NCCL work may last before the plane aborts
  * the communicator: cz_exec_config.nccl_timeout_s when > 0, else the environment's
  * CZ_NCCL_TIMEOUT_S when > 0, else CZ_NCCL_DEFAULT_TIMEOUT_S. env may be NULL. */
 #define CZ_NCCL_DEFAULT_TIMEOUT_S 300.0
-double cz_nccl_timeout(double configured_s, const char *env);
+double cz__nccl_timeout(double configured_s, const char *env);
 
 #endif /* CZ_NCCL_PLAN_H */

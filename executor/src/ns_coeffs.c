@@ -1,5 +1,5 @@
 /* Newton-Schulz coefficient sets for Muon's orthogonalization. */
-#include "exec_internal.h"
+#include "ns_coeffs.h"
 
 #include <string.h>
 
@@ -12,7 +12,7 @@ static const cz_ns_coeffs cz_ns_table[] = {
     {"cubic", 1.5, -0.5, 0.0},
 };
 
-const cz_ns_coeffs *cz_ns_coeffs_find(const char *name)
+const cz_ns_coeffs *cz__ns_coeffs_find(const char *name)
 {
     if (!name)
         return &cz_ns_table[0];
@@ -22,7 +22,7 @@ const cz_ns_coeffs *cz_ns_coeffs_find(const char *name)
     return NULL;
 }
 
-const char *cz_ns_coeffs_names(void)
+const char *cz__ns_coeffs_names(void)
 {
     return "jordan, cubic";
 }

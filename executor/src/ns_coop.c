@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-void cz_ns_rows_pack(float *out, const float *full, int batch, int64_t a, int64_t r0, int64_t r1)
+void cz__ns_rows_pack(float *out, const float *full, int batch, int64_t a, int64_t r0, int64_t r1)
 {
     int64_t pl = cz_ns_panel_len(a, r0, r1), base = cz_coop_packed_before(a, r0);
     for (int m = 0; m < batch; m++) {
@@ -15,7 +15,7 @@ void cz_ns_rows_pack(float *out, const float *full, int batch, int64_t a, int64_
     }
 }
 
-void cz_ns_rows_unpack(float *full, const float *in, int batch, int64_t a, int64_t r0, int64_t r1)
+void cz__ns_rows_unpack(float *full, const float *in, int batch, int64_t a, int64_t r0, int64_t r1)
 {
     int64_t pl = cz_ns_panel_len(a, r0, r1), base = cz_coop_packed_before(a, r0);
     for (int m = 0; m < batch; m++) {

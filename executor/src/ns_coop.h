@@ -1,5 +1,5 @@
 /*
- * ns_coop.h — the shared rules of cooperative Newton-Schulz (cz_muon_coop_run): how the
+ * ns_coop.h — the shared rules of cooperative Newton-Schulz (cz__muon_coop_run): how the
  * symmetric a x a Gram matrix travels packed and in row panels, and which form of the
  * polynomial a member's slice uses. Plain C, shared by the CPU and CUDA backends so that both
  * make the same choice and the planner's cost model (planner/lib/cost.c, cz__cost_coop) can
@@ -48,7 +48,7 @@ static inline int cz_ns_coop_use_aax(int64_t a, int64_t n)
  * of each of `batch` row-major a x a matrices at full (back to back) packed into out
  * (cz_ns_panel_len each, back to back), and the inverse, which also mirrors each row into its
  * column below the diagonal. r0 = 0, r1 = a packs the whole triangle. */
-void cz_ns_rows_pack(float *out, const float *full, int batch, int64_t a, int64_t r0, int64_t r1);
-void cz_ns_rows_unpack(float *full, const float *in, int batch, int64_t a, int64_t r0, int64_t r1);
+void cz__ns_rows_pack(float *out, const float *full, int batch, int64_t a, int64_t r0, int64_t r1);
+void cz__ns_rows_unpack(float *full, const float *in, int batch, int64_t a, int64_t r0, int64_t r1);
 
 #endif /* CZ_NS_COOP_H */

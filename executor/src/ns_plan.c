@@ -3,18 +3,18 @@
 
 #include <stddef.h>
 
-void *cz_ns_operand_ptr(const cz_ns_operand *o, float *x, float *work, int i)
+void *cz__ns_operand_ptr(const cz_ns_operand *o, float *x, float *work, int i)
 {
     size_t el = o->bf16 ? 2 : 4;
     return (char *)(o->buf == CZ_NS_BUF_X ? x : work) + o->off + (size_t)i * (size_t)o->stride * el;
 }
 
-int64_t cz_ns_work_floats(int64_t rows, int64_t cols, int batch)
+int64_t cz__ns_work_floats(int64_t rows, int64_t cols, int batch)
 {
     return (int64_t)batch * (2 * rows * rows + rows * cols);
 }
 
-double cz_ns_iter_flops(int64_t rows, int64_t cols, double c)
+double cz__ns_iter_flops(int64_t rows, int64_t cols, double c)
 {
     double r = (double)rows, n = (double)cols;
     return 2.0 * r * r * n + (c != 0.0 ? 2.0 * r * r * r : 0.0) + 2.0 * r * r * n;
@@ -70,7 +70,8 @@ static cz_ns_op symfill(int64_t n, cz_ns_operand c, int batch)
     return (cz_ns_op){.kind = CZ_NS_SYMFILL, .n = (int)n, .c = c, .batch = batch};
 }
 
-int cz_ns_use_syrk(cz_ns_target target, int64_t rows, int64_t cols, int batch, cz_ns_precision prec)
+int cz__ns_use_syrk(cz_ns_target target, int64_t rows, int64_t cols, int batch,
+                    cz_ns_precision prec)
 {
     (void)cols;
     (void)batch;
@@ -79,8 +80,8 @@ int cz_ns_use_syrk(cz_ns_target target, int64_t rows, int64_t cols, int batch, c
     return prec == CZ_NS_FP32 && rows >= CZ_NS_SYRK_MIN_ROWS_CUDA;
 }
 
-int cz_ns_sym_resolve(cz_ns_sym_mode mode, cz_ns_target target, int64_t rows, int64_t cols,
-                      int batch, cz_ns_precision prec)
+int cz__ns_sym_resolve(cz_ns_sym_mode mode, cz_ns_target target, int64_t rows, int64_t cols,
+                       int batch, cz_ns_precision prec)
 {
     /* bf16 has no SYRK on the GPU: forcing it there falls back to the GEMMs. */
     if (target == CZ_NS_TARGET_CUDA && prec != CZ_NS_FP32)
@@ -89,11 +90,11 @@ int cz_ns_sym_resolve(cz_ns_sym_mode mode, cz_ns_target target, int64_t rows, in
         return 1;
     if (mode == CZ_NS_SYM_OFF)
         return 0;
-    return cz_ns_use_syrk(target, rows, cols, batch, prec);
+    return cz__ns_use_syrk(target, rows, cols, batch, prec);
 }
 
-int cz_ns_plan(cz_ns_op *ops, int64_t rows, int64_t cols, int batch, double a, double b, double c,
-               cz_ns_precision prec, int sym)
+int cz__ns_plan(cz_ns_op *ops, int64_t rows, int64_t cols, int batch, double a, double b, double c,
+                cz_ns_precision prec, int sym)
 {
     if (rows <= 0 || cols <= 0 || rows > cols || cols > INT32_MAX || batch < 1 ||
         (sym && prec != CZ_NS_FP32))

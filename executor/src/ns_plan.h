@@ -15,7 +15,7 @@
  *   bf16: [A: r^2 fp32, later B as bf16][B: r^2 fp32][Xh: r c bf16][Ah: r^2 bf16]
  * (bf16 needs no Y: the last GEMM reads bf16 copies and accumulates into X in place).
  *
- * Symmetric form (fp32 only; cz_ns_use_syrk decides where it pays): A = X X^T and the
+ * Symmetric form (fp32 only; cz__ns_use_syrk decides where it pays): A = X X^T and the
  * polynomial's square A A = A A^T are symmetric, so each is one SYRK that computes one
  * triangle at half a GEMM's FLOPs:
  *   A = X X^T   SYRK upper (column-major), trans T, n = rows, k = cols;
@@ -77,8 +77,8 @@ typedef struct cz_ns_op {
  * valid (rows > cols, a dimension <= 0 or above INT32_MAX, batch < 1) or sym is asked with
  * bf16. Same-shape matrices are one strided-batched GEMM when batch > 1, a plain GEMM when
  * batch = 1. sym = 1: the symmetric form above for both symmetric products. */
-int cz_ns_plan(cz_ns_op *ops, int64_t rows, int64_t cols, int batch, double a, double b, double c,
-               cz_ns_precision prec, int sym);
+int cz__ns_plan(cz_ns_op *ops, int64_t rows, int64_t cols, int batch, double a, double b, double c,
+                cz_ns_precision prec, int sym);
 
 /* Where the symmetric form pays, per backend, shape and precision (1 = SYRK + SYMFILL).
  *   CPU (OpenBLAS, fp32): rows >= CZ_NS_SYRK_MIN_ROWS_CPU. Measured (docs/PERF.md 7.1): the
@@ -98,26 +98,26 @@ typedef enum cz_ns_target {
 } cz_ns_target;
 #define CZ_NS_SYRK_MIN_ROWS_CPU 128
 #define CZ_NS_SYRK_MIN_ROWS_CUDA 4096
-int cz_ns_use_syrk(cz_ns_target target, int64_t rows, int64_t cols, int batch,
-                   cz_ns_precision prec);
+int cz__ns_use_syrk(cz_ns_target target, int64_t rows, int64_t cols, int batch,
+                    cz_ns_precision prec);
 
-/* Forcing the choice (canzona-bench ns, the tests): AUTO = cz_ns_use_syrk. */
+/* Forcing the choice (canzona-bench ns, the tests): AUTO = cz__ns_use_syrk. */
 typedef enum cz_ns_sym_mode {
     CZ_NS_SYM_AUTO = 0,
     CZ_NS_SYM_OFF = 1,
     CZ_NS_SYM_ON = 2,
 } cz_ns_sym_mode;
-int cz_ns_sym_resolve(cz_ns_sym_mode mode, cz_ns_target target, int64_t rows, int64_t cols,
-                      int batch, cz_ns_precision prec);
+int cz__ns_sym_resolve(cz_ns_sym_mode mode, cz_ns_target target, int64_t rows, int64_t cols,
+                       int batch, cz_ns_precision prec);
 
 /* The address of matrix i of operand o, given the buffers' bases: base + off + i * stride
  * elements of its type. What the CUDA backend hands cuBLAS and its kernels. */
-void *cz_ns_operand_ptr(const cz_ns_operand *o, float *x, float *work, int i);
+void *cz__ns_operand_ptr(const cz_ns_operand *o, float *x, float *work, int i);
 
 /* Floats of work the iteration needs for `batch` matrices (the seam's ns_batched size). */
-int64_t cz_ns_work_floats(int64_t rows, int64_t cols, int batch);
+int64_t cz__ns_work_floats(int64_t rows, int64_t cols, int batch);
 
 /* FLOPs of one iteration of one matrix (2 m n k per GEMM), for the micro-benchmark. */
-double cz_ns_iter_flops(int64_t rows, int64_t cols, double c);
+double cz__ns_iter_flops(int64_t rows, int64_t cols, double c);
 
 #endif /* CZ_NS_PLAN_H */

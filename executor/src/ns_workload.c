@@ -1,7 +1,9 @@
 /* The Newton-Schulz work of one GPU under a plan (see ns_workload.h). */
 #include "ns_workload.h"
 
-#include "exec_internal.h"
+#include "alloc.h"
+#include "cz_format.h"
+#include "muon.h"
 #include "ns_plan.h"
 
 #include <stdlib.h>
@@ -10,26 +12,26 @@ static int add_group(cz_ns_workload *w, const cz_plan *plan, const cz_plan_group
                      int steps, double c, cz_error *err)
 {
     size_t cap = (size_t)(g->ntasks > 0 ? g->ntasks : 1);
-    const cz_plan_param **ps = cz_exec_calloc(cap, sizeof *ps);
-    int *blocks = cz_exec_calloc(cap, sizeof *blocks);
+    const cz_plan_param **ps = cz__exec_calloc(cap, sizeof *ps);
+    int *blocks = cz__exec_calloc(cap, sizeof *blocks);
     if (!ps || !blocks) {
-        cz_exec_free(ps);
-        cz_exec_free(blocks);
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for a micro-group");
+        cz__exec_free(ps);
+        cz__exec_free(blocks);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for a micro-group");
     }
     bool sc = plan->settings.tp == CZ_TP_SC;
     int n = 0;
     /* Hosted tasks (a whole matrix or one block); a cooperative task's slices are not
-     * ns_batched work (cz_muon_coop_run) and are left out. */
+     * ns_batched work (cz__muon_coop_run) and are left out. */
     for (int t = 0; t < g->ntasks; t++)
         if ((sc || g->task_slot[t] == w->tp_rank) && cz_group_task_width(g, t) == 1) {
             blocks[n] = cz_group_task_block(g, t);
             ps[n++] = &plan->params[g->task_param[t]];
         }
     cz_muon_prep mp;
-    int rc = cz_muon_prepare_tasks(&mp, ps, blocks, n, err);
-    cz_exec_free(ps);
-    cz_exec_free(blocks);
+    int rc = cz__muon_prepare_tasks(&mp, ps, blocks, n, err);
+    cz__exec_free(ps);
+    cz__exec_free(blocks);
     if (rc)
         return rc;
     for (int s = 0; s < mp.nblk && !rc;) {
@@ -38,57 +40,57 @@ static int add_group(cz_ns_workload *w, const cz_plan *plan, const cz_plan_group
             e++;
         cz_ns_batch *nb = realloc(w->batches, (size_t)(w->nbatches + 1) * sizeof *nb);
         if (!nb) {
-            rc = cz_error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz batches");
+            rc = cz__error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz batches");
             break;
         }
         w->batches = nb;
         cz_ns_batch *b = &w->batches[w->nbatches++];
         *b = (cz_ns_batch){gi, mp.blks[s].r, mp.blks[s].c, e - s};
         w->nblocks += b->count;
-        w->flops += (double)steps * b->count * cz_ns_iter_flops(b->rows, b->cols, c);
+        w->flops += (double)steps * b->count * cz__ns_iter_flops(b->rows, b->cols, c);
         s = e;
     }
     if (mp.batch_n > w->batch_n)
         w->batch_n = mp.batch_n;
     if (mp.work_n > w->work_n)
         w->work_n = mp.work_n;
-    cz_muon_prep_free(&mp);
+    cz__muon_prep_free(&mp);
     return rc;
 }
 
-int cz_ns_workload_make(cz_ns_workload *w, const cz_plan *plan, int dp_rank, int tp_rank, int steps,
-                        double c, cz_error *err)
+int cz__ns_workload_make(cz_ns_workload *w, const cz_plan *plan, int dp_rank, int tp_rank,
+                         int steps, double c, cz_error *err)
 {
     *w = (cz_ns_workload){.dp_rank = dp_rank, .tp_rank = tp_rank};
     if (dp_rank < 0 || dp_rank >= plan->dp || tp_rank < 0 || tp_rank >= plan->tp ||
         (size_t)dp_rank >= plan->nschedules)
-        return cz_error_set(err, CZ_EINVALID,
-                            "GPU (dp %d, tp %d) is outside the plan's dp = %d, tp = %d", dp_rank,
-                            tp_rank, plan->dp, plan->tp);
+        return cz__error_set(err, CZ_EINVALID,
+                             "GPU (dp %d, tp %d) is outside the plan's dp = %d, tp = %d", dp_rank,
+                             tp_rank, plan->dp, plan->tp);
     const cz_rank_schedule *rs = &plan->schedules[dp_rank];
     int rc = CZ_OK;
     for (int g = 0; g < rs->ngroups && !rc; g++)
         rc = add_group(w, plan, &rs->groups[g], g, steps, c, err);
     if (rc)
-        cz_ns_workload_free(w);
+        cz__ns_workload_free(w);
     return rc;
 }
 
-void cz_ns_workload_free(cz_ns_workload *w)
+void cz__ns_workload_free(cz_ns_workload *w)
 {
     free(w->batches);
     w->batches = NULL;
     w->nbatches = w->nblocks = 0;
 }
 
-int cz_ns_workload_busiest(const cz_plan *plan, int steps, double c, int *dp_rank, int *tp_rank,
-                           cz_error *err)
+int cz__ns_workload_busiest(const cz_plan *plan, int steps, double c, int *dp_rank, int *tp_rank,
+                            cz_error *err)
 {
     double best = -1.0;
     for (int d = 0; d < plan->dp; d++)
         for (int t = 0; t < plan->tp; t++) {
             cz_ns_workload w;
-            int rc = cz_ns_workload_make(&w, plan, d, t, steps, c, err);
+            int rc = cz__ns_workload_make(&w, plan, d, t, steps, c, err);
             if (rc)
                 return rc;
             if (w.flops > best) {
@@ -96,7 +98,7 @@ int cz_ns_workload_busiest(const cz_plan *plan, int steps, double c, int *dp_ran
                 *dp_rank = d;
                 *tp_rank = t;
             }
-            cz_ns_workload_free(&w);
+            cz__ns_workload_free(&w);
         }
     return CZ_OK;
 }

@@ -30,11 +30,11 @@ typedef struct cz_ns_workload {
  * task's one block; cooperative tasks, which do not run through ns_batched, left out), per
  * micro-group of its DP rank's schedule, for `steps` iterations of coefficient c (0 = no A A
  * product). */
-int cz_ns_workload_make(cz_ns_workload *w, const cz_plan *plan, int dp_rank, int tp_rank, int steps,
-                        double c, cz_error *err);
-void cz_ns_workload_free(cz_ns_workload *w);
+int cz__ns_workload_make(cz_ns_workload *w, const cz_plan *plan, int dp_rank, int tp_rank,
+                         int steps, double c, cz_error *err);
+void cz__ns_workload_free(cz_ns_workload *w);
 /* The GPU with the most Newton-Schulz FLOPs (the lowest dp, then tp rank on ties). */
-int cz_ns_workload_busiest(const cz_plan *plan, int steps, double c, int *dp_rank, int *tp_rank,
-                           cz_error *err);
+int cz__ns_workload_busiest(const cz_plan *plan, int steps, double c, int *dp_rank, int *tp_rank,
+                            cz_error *err);
 
 #endif /* CZ_NS_WORKLOAD_H */

@@ -1,9 +1,10 @@
 /* The micro-group pipeline over the TP group (docs/EXECUTOR.md, "One step", item 4).
  *
  * For group g: ONE fused all-to-all sends every task's local gradient shard to the task's host
- * slot; the host reassembles each full gradient, runs Muon (its momentum is full size and lives
- * only there); ONE fused all-to-all sends every TP rank its shard of each update; every TP rank
- * applies weight decay and the update to its shard. The gather of g+1 is posted before the
+ * slot; the host reassembles each full gradient and the plan's matrix optimizer (optimizer.h)
+ * turns the group's gradients into updates (its state, e.g. Muon's momentum, is full size and
+ * lives only there); ONE fused all-to-all sends every TP rank its shard of each update; every
+ * TP rank applies weight decay and the update to its shard. The gather of g+1 is posted before the
  * compute of g and the scatter of g stays in flight during the compute of g+1 (two buffer sets).
  *
  * Under `sc` every TP rank all-gathers the shards of every task of the group and computes every
@@ -14,12 +15,12 @@
  *
  * Everything moves by parts: a part is the region of the full matrix one slot computes: a
  * whole matrix (today's task), one block of it (a block task), or one member's slice of a
- * cooperative task's region (cz_exec_task_parts). The holder of a part receives from every TP
- * rank the elements of its shard inside the part (cz_region_runs), keeps the part's momentum,
- * and returns to every TP rank the elements of its shard inside the part's update. Whole-matrix
- * parts give exactly the layouts below as before. The members of a cooperative task then
- * compute their slices together (cz_muon_coop_run), all-reducing over a sub-plane of the TP
- * plane split at create time per width (color tp_rank / k).
+ * cooperative task's region (cz__task_parts). The holder of a part receives from every TP
+ * rank the elements of its shard inside the part (cz__region_runs), hands it to the optimizer
+ * (which keeps the part's state), and returns to every TP rank the elements of its shard inside
+ * the part's update. The members of a cooperative task compute their slices together (Muon's
+ * cooperative Newton-Schulz), all-reducing over a sub-plane of the TP plane that this file
+ * splits at create time per width (color tp_rank / k) and lends the optimizer.
  *
  * Buffer layouts (elements, parts always in the group's order: tasks in flat order, a
  * cooperative task's members in slot order):
@@ -31,7 +32,8 @@
  *
  * Every layout is fixed by the plan, so everything is laid out once at create time: the
  * all-to-all counts, the copy-run index maps that pack and unpack the buffers (replayed by the
- * backend's copy_runs), the Newton-Schulz batches and the list of shard updates to apply.
+ * backend's copy_runs), the optimizer's batches (group_add) and the list of shard updates to
+ * apply.
  * A step only replays them; it allocates nothing and touches data only through the compute
  * ops.
  *
@@ -41,29 +43,27 @@
  * for g's scatter request. gather(g+1) is posted before compute(g) and scatter(g-1) completes
  * after it, so the three are in flight together. On the CPU backend the stream is the calling
  * thread (events complete when recorded) and the MPI plane resolves a wait on the host. */
-#include "exec_internal.h"
+#include "alloc.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "ns_coop.h"
+#include "optimizer.h"
+#include "shard.h"
 
 #include <string.h>
 
 /* Distinct cooperative widths of one schedule (widths divide TP: 32 is far more than any). */
 #define CZ_MAX_COOP_WIDTHS 32
 
-/* A part this rank holds: where it lives in full_g / full_u, and its momentum. */
+/* A part this rank holds: where it lives in full_g / full_u. */
 typedef struct hpart {
     cz_exec_part x;
     const cz_plan_param *p;
     int64_t off, numel;
-    float *momentum; /* part-sized, also listed in ex->mom for checkpoints */
 } hpart;
-
-/* A batch of cooperative tasks of one shape and slot set, in the order of their first task. */
-typedef struct coop_batch {
-    cz_muon_coop shape;
-    cz_plane *plane;
-    int width, first_slot;
-    const float **in; /* the member's slices (full_g) and their updates (full_u) */
-    float **out;
-} coop_batch;
 
 typedef struct pgroup {
     const cz_plan_group *g;
@@ -77,6 +77,7 @@ typedef struct pgroup {
     int64_t *gather_send_counts, *gather_send_displs, *gather_recv_counts, *gather_recv_displs;
     int64_t *scatter_send_counts, *scatter_send_displs, *scatter_recv_counts, *scatter_recv_displs;
     int64_t gather_n;      /* elements I send in the gather (per destination under sc) */
+    int64_t scatter_n;     /* elements I send in the scatter (under sc: my shard of each) */
     cz_runs *gather_pack;  /* G -> gather send */
     cz_runs *unpack_recv;  /* gather recv -> the parts' gradients in full_g */
     cz_runs *unpack_local; /* G -> the gradients of the replicated parts I hold */
@@ -84,28 +85,15 @@ typedef struct pgroup {
     cz_runs *apply;        /* (my shard, update) pairs from scatter recv (sc: scatter send) */
     hpart *hosted;         /* the parts I hold, in order */
     int nhosted;
-    /* The hosted (width 1) parts, batched by cz_muon_run. */
-    const cz_plan_param **hp;
-    int *hb;
-    const float **hin;
-    float **hout;
-    int nh1;
-    cz_muon_prep muon;
-    coop_batch *coop;
-    int ncoop;
+    cz_opt_group *og; /* the matrix optimizer's layout of the parts I hold */
 } pgroup;
 
 struct cz_pipeline {
     int ngroups;
     pgroup *groups;
-    int64_t gather_send_len, gather_recv_len, scatter_send_len, scatter_recv_len, full_n, batch_n,
-        work_n, gram_n, sq_n;
+    int64_t gather_send_len, gather_recv_len, scatter_send_len, scatter_recv_len, full_n;
     float *gather_send[2], *gather_recv[2], *scatter_send[2], *scatter_recv[2];
-    float *full_g, *full_u, *batch, *work, *gram;
-    double *sq;
-    int64_t sh_work_n; /* Shampoo: work of the largest tile; two doubles of norms */
-    float *sh_work;
-    double *sh_stats;
+    float *full_g, *full_u;
     cz_comm_req *gather_req[2], *scatter_req[2];
     /* Recorded after a gather (scatter) buffer is packed; its send waits for it. */
     cz_event *gather_packed[2], *scatter_packed[2];
@@ -114,55 +102,13 @@ struct cz_pipeline {
     int nwidths;
     int widths[CZ_MAX_COOP_WIDTHS];
     cz_plane wplanes[CZ_MAX_COOP_WIDTHS];
-    /* Per sub-plane, one request per Gram panel (cz_muon_coop_run). */
+    /* Per sub-plane, one request per Gram panel. */
     cz_comm_req *wreqs[CZ_MAX_COOP_WIDTHS][CZ_COOP_MAX_PANELS];
 };
 
 static bool replicated(const cz_plan_param *p)
 {
     return p->def.tp_dim < 0;
-}
-
-int cz_exec_task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_exec_part *out,
-                       int max)
-{
-    const cz_plan_param *p = &plan->params[g->task_param[t]];
-    int b = cz_group_task_block(g, t), k = cz_group_task_width(g, t);
-    cz_block reg;
-    cz_task_region(&p->def, b, &reg.r0, &reg.c0, &reg.rows, &reg.cols);
-    /* Sliced along the long side: rows of a tall region, columns otherwise (Muon's a x b). */
-    bool tall = reg.rows > reg.cols;
-    for (int j = 0; j < k && j < max; j++) {
-        cz_exec_part *o = &out[j];
-        *o = (cz_exec_part){.param = g->task_param[t],
-                            .block = b,
-                            .width = k,
-                            .panels = cz_group_task_panels(g, t),
-                            .member = j,
-                            .slot = g->task_slot[t] + j,
-                            .region = reg,
-                            .part = reg};
-        if (k > 1) {
-            int64_t s, n;
-            cz_coop_slice(tall ? reg.rows : reg.cols, k, j, &s, &n);
-            if (tall)
-                o->part.r0 += s, o->part.rows = n;
-            else
-                o->part.c0 += s, o->part.cols = n;
-        }
-    }
-    return k;
-}
-
-float *cz_exec_momentum_of(const cz_executor *ex, int param, const cz_block *part)
-{
-    for (int i = 0; i < ex->nmom; i++) {
-        const cz_momentum_part *m = &ex->mom[i];
-        if (m->param == param && m->part.r0 == part->r0 && m->part.c0 == part->c0 &&
-            m->part.rows == part->rows && m->part.cols == part->cols)
-            return m->buf;
-    }
-    return NULL;
 }
 
 static bool holds(const cz_executor *ex, const cz_exec_part *x)
@@ -180,12 +126,12 @@ static int64_t part_numel(const cz_exec_part *x)
 static int64_t gcount(const cz_executor *ex, const cz_exec_part *x, int r)
 {
     const cz_plan_param *p = &ex->plan->params[x->param];
-    return replicated(p) ? 0 : cz_shard_region_numel(p, ex->tp, r, &x->part);
+    return replicated(p) ? 0 : cz__shard_region_numel(p, ex->tp, r, &x->part);
 }
 
 static int64_t scount(const cz_executor *ex, const cz_exec_part *x, int r)
 {
-    return cz_shard_region_numel(&ex->plan->params[x->param], ex->tp, r, &x->part);
+    return cz__shard_region_numel(&ex->plan->params[x->param], ex->tp, r, &x->part);
 }
 
 static int list_parts(cz_executor *ex, pgroup *pg, cz_error *err)
@@ -194,27 +140,26 @@ static int list_parts(cz_executor *ex, pgroup *pg, cz_error *err)
     int n = 0;
     for (int t = 0; t < g->ntasks; t++)
         n += cz_group_task_width(g, t);
-    pg->parts = cz_exec_calloc((size_t)n + 1, sizeof *pg->parts);
+    pg->parts = cz__exec_calloc((size_t)n + 1, sizeof *pg->parts);
     if (!pg->parts)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
     for (int t = 0; t < g->ntasks; t++)
-        pg->nparts += cz_exec_task_parts(ex->plan, g, t, pg->parts + pg->nparts, n - pg->nparts);
+        pg->nparts += cz__task_parts(ex->plan, g, t, pg->parts + pg->nparts, n - pg->nparts);
     return CZ_OK;
 }
 
 static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
 {
-    int tp = ex->tp, me = ex->tp_rank;
-    int rc = list_parts(ex, pg, err);
-    if (rc)
+    int tp = ex->tp, me = ex->tp_rank, rc;
+    if ((rc = list_parts(ex, pg, err)) != CZ_OK)
         return rc;
     int64_t *arrs[8];
     for (int k = 0; k < 8; k++) {
-        arrs[k] = cz_exec_calloc((size_t)tp, sizeof(int64_t));
+        arrs[k] = cz__exec_calloc((size_t)tp, sizeof(int64_t));
         if (!arrs[k]) {
             for (int j = 0; j < k; j++)
-                cz_exec_free(arrs[j]);
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+                cz__exec_free(arrs[j]);
+            return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
         }
     }
     pg->gather_send_counts = arrs[0], pg->gather_send_displs = arrs[1];
@@ -249,11 +194,11 @@ static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
         /* iall_gather takes one count from every rank: the parts must give each rank as much
          * (whole matrices and blocks do; plan_check refuses cooperative tasks under sc). */
         if (ex->sc && pg->gather_recv_counts[r] != pg->gather_n)
-            return cz_error_set(err, CZ_EINTERNAL,
-                                "micro-group %d: under sc TP rank %d gathers %lld elements and "
-                                "rank %d %lld; the all-gather needs equal counts",
-                                pg->g->id, r, (long long)pg->gather_recv_counts[r], me,
-                                (long long)pg->gather_n);
+            return cz__error_set(err, CZ_EINTERNAL,
+                                 "micro-group %d: under sc TP rank %d gathers %lld elements and "
+                                 "rank %d %lld; the all-gather needs equal counts",
+                                 pg->g->id, r, (long long)pg->gather_recv_counts[r], me,
+                                 (long long)pg->gather_n);
         pg->gather_send_displs[r] = gs;
         gs += pg->gather_send_counts[r];
         pg->gather_recv_displs[r] = gr;
@@ -271,9 +216,9 @@ static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
     if (gr > pp->gather_recv_len)
         pp->gather_recv_len = gr;
     /* Under sc the scatter-send buffer holds my shard of each update, to apply from. */
-    int64_t scatter_send = ex->sc ? sc_send : ss;
-    if (scatter_send > pp->scatter_send_len)
-        pp->scatter_send_len = scatter_send;
+    pg->scatter_n = ex->sc ? sc_send : ss;
+    if (pg->scatter_n > pp->scatter_send_len)
+        pp->scatter_send_len = pg->scatter_n;
     if (sr > pp->scatter_recv_len)
         pp->scatter_recv_len = sr;
     if (full > pp->full_n)
@@ -286,199 +231,166 @@ static int make_runs(cz_executor *ex, cz_run_list *l, cz_runs **out, cz_error *e
 {
     *out = ex->compute.ops->runs_create(&ex->compute, l->v, l->n);
     size_t n = l->n;
-    cz_run_list_free(l);
-    return *out ? CZ_OK : cz_error_set(err, CZ_ENOMEM, "out of memory for %zu copy runs", n);
+    cz__run_list_free(l);
+    return *out ? CZ_OK : cz__error_set(err, CZ_ENOMEM, "out of memory for %zu copy runs", n);
 }
 
-/* The sub-plane of the members of a cooperative task of width k. */
-static cz_plane *width_plane(struct cz_pipeline *pp, int k)
+/* Gather send: per destination slot, my shard inside each non-replicated part it holds (under
+ * sc: inside every part, to everyone). */
+static int map_gather_send(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_error *err)
 {
-    for (int i = 0; i < pp->nwidths; i++)
-        if (pp->widths[i] == k)
-            return &pp->wplanes[i];
-    return NULL;
-}
-
-/* Groups my cooperative parts into batches: same width, first slot, shapes and Gram panels, in the
- * order of their first task (the same order on every member, so the all-reduces never cross). */
-static int layout_coop(cz_executor *ex, pgroup *pg, cz_error *err)
-{
-    struct cz_pipeline *pp = ex->pipe;
-    size_t nh = (size_t)pg->nhosted + 1;
-    pg->coop = cz_exec_calloc(nh, sizeof *pg->coop);
-    if (!pg->coop)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for cooperative batches");
-    for (int i = 0; i < pg->nhosted; i++) {
-        const cz_exec_part *x = &pg->hosted[i].x;
-        if (x->width < 2)
-            continue;
-        bool tall = x->region.rows > x->region.cols;
-        cz_muon_coop sh = {.rows = x->region.rows,
-                           .cols = x->region.cols,
-                           .prows = x->part.rows,
-                           .pcols = x->part.cols,
-                           .transposed = tall};
-        sh.a = tall ? x->region.cols : x->region.rows;
-        sh.n = tall ? x->part.rows : x->part.cols;
-        /* 1 .. min(CZ_COOP_MAX_PANELS, a), as the sub-plane's requests need: the reader and the
-         * structural check (cz_exec_plan_check, at create) refuse any other count. */
-        sh.panels = x->panels;
-        int first = x->slot - x->member, b = 0;
-        while (b < pg->ncoop &&
-               !(pg->coop[b].width == x->width && pg->coop[b].first_slot == first &&
-                 pg->coop[b].shape.rows == sh.rows && pg->coop[b].shape.cols == sh.cols &&
-                 pg->coop[b].shape.prows == sh.prows && pg->coop[b].shape.pcols == sh.pcols &&
-                 pg->coop[b].shape.panels == sh.panels))
-            b++;
-        coop_batch *cb = &pg->coop[b];
-        if (b == pg->ncoop) {
-            pg->ncoop++;
-            cb->shape = sh;
-            cb->width = x->width;
-            cb->first_slot = first;
-            cb->plane = width_plane(pp, x->width);
-            cb->in = cz_exec_calloc(nh, sizeof *cb->in);
-            cb->out = cz_exec_calloc(nh, sizeof *cb->out);
-            if (!cb->in || !cb->out)
-                return cz_error_set(err, CZ_ENOMEM, "out of memory for cooperative batches");
-            if (!cb->plane)
-                return cz_error_set(err, CZ_EINTERNAL, "no sub-plane of width %d", x->width);
-        }
-        cb->in[cb->shape.count] = pp->full_g + pg->hosted[i].off;
-        cb->out[cb->shape.count++] = pp->full_u + pg->hosted[i].off;
-    }
-    for (int b = 0; b < pg->ncoop; b++) {
-        int64_t xn, gn, wn;
-        cz_muon_coop_sizes(&pg->coop[b].shape, &xn, &gn, &wn);
-        if (xn > pp->batch_n)
-            pp->batch_n = xn;
-        if (gn > pp->gram_n)
-            pp->gram_n = gn;
-        if (wn > pp->work_n)
-            pp->work_n = wn;
-        if (pg->coop[b].shape.count > pp->sq_n)
-            pp->sq_n = pg->coop[b].shape.count;
-    }
-    return CZ_OK;
-}
-
-/* The index maps, held parts, Newton-Schulz batches and shard updates of one group. */
-static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
-{
-    const cz_plan *plan = ex->plan;
-    struct cz_pipeline *pp = ex->pipe;
-    int tp = ex->tp, me = ex->tp_rank, rc = CZ_OK;
-    size_t nh = (size_t)pg->nhosted + 1;
-    cz_run_list l = {0};
-    pg->nhosted = 0; /* counted by layout_counts; listed again below */
-    pg->hosted = cz_exec_calloc(nh, sizeof *pg->hosted);
-    pg->hp = cz_exec_calloc(nh, sizeof *pg->hp);
-    pg->hb = cz_exec_calloc(nh, sizeof *pg->hb);
-    pg->hin = cz_exec_calloc(nh, sizeof *pg->hin);
-    pg->hout = cz_exec_calloc(nh, sizeof *pg->hout);
-    if (!pg->hosted || !pg->hp || !pg->hb || !pg->hin || !pg->hout)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
-
-    /* Gather send: per destination slot, my shard inside each non-replicated part it holds
-     * (under sc: inside every part, to everyone). */
+    int tp = ex->tp, me = ex->tp_rank, rc;
     int64_t pos = 0;
-    for (int s = 0; s < (ex->sc ? 1 : tp) && !rc; s++)
-        for (int i = 0; i < pg->nparts && !rc; i++) {
+    for (int s = 0; s < (ex->sc ? 1 : tp); s++)
+        for (int i = 0; i < pg->nparts; i++) {
             const cz_exec_part *x = &pg->parts[i];
-            const cz_plan_param *p = &plan->params[x->param];
+            const cz_plan_param *p = &ex->plan->params[x->param];
             if (replicated(p) || (!ex->sc && x->slot != s))
                 continue;
-            rc = cz_region_runs(p, tp, me, &x->part, pos, cz_exec_param_offset(ex, p->id), 1, 1, &l,
-                                err);
+            if ((rc = cz__region_runs(p, tp, me, &x->part, pos, ex->param_off[p->id], 1, 1, l,
+                                      err)) != CZ_OK)
+                return rc;
             pos += gcount(ex, x, me);
         }
-    if (!rc)
-        rc = make_runs(ex, &l, &pg->gather_pack, err);
+    /* The runs fill exactly the send buffer the counts laid out. */
+    CZ_ASSERT(pos == pg->gather_n, err);
+    return make_runs(ex, l, &pg->gather_pack, err);
+}
 
-    /* Held parts and their place in full_g/full_u. */
+/* The parts I hold and their place in full_g/full_u. */
+static int list_hosted(cz_executor *ex, pgroup *pg, cz_error *err)
+{
+    size_t cap = (size_t)pg->nhosted + 1;
     int64_t fpos = 0;
+    pg->nhosted = 0; /* counted by layout_counts; listed again here */
+    if (!(pg->hosted = cz__exec_calloc(cap, sizeof *pg->hosted)))
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
     for (int i = 0; i < pg->nparts; i++) {
         const cz_exec_part *x = &pg->parts[i];
         if (!holds(ex, x))
             continue;
         hpart *h = &pg->hosted[pg->nhosted++];
         h->x = *x;
-        h->p = &plan->params[x->param];
+        h->p = &ex->plan->params[x->param];
         h->off = fpos;
         h->numel = part_numel(x);
         fpos += h->numel;
-        if (x->width == 1) {
-            pg->hp[pg->nh1] = h->p;
-            pg->hb[pg->nh1] = x->block;
-            pg->hin[pg->nh1] = pp->full_g + h->off;
-            pg->hout[pg->nh1] = pp->full_u + h->off;
-            pg->nh1++;
-        }
     }
-    /* The gradients: per source rank its shard inside each part I hold, then the replicated
-     * parts from my own copy. */
-    for (int r = 0; r < tp && !rc; r++) {
+    CZ_ASSERT((size_t)pg->nhosted < cap && fpos <= ex->pipe->full_n, err);
+    return CZ_OK;
+}
+
+/* The gradients: per source rank its shard inside each part I hold, then the replicated parts
+ * from my own copy. */
+static int map_unpack(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_error *err)
+{
+    int tp = ex->tp, me = ex->tp_rank, rc;
+    for (int r = 0; r < tp; r++) {
         int64_t rpos = pg->gather_recv_displs[r];
-        for (int k = 0; k < pg->nhosted && !rc; k++) {
+        for (int k = 0; k < pg->nhosted; k++) {
             const hpart *h = &pg->hosted[k];
             if (replicated(h->p))
                 continue;
-            rc = cz_region_runs(h->p, tp, r, &h->x.part, rpos, h->off, 0, 0, &l, err);
+            if ((rc = cz__region_runs(h->p, tp, r, &h->x.part, rpos, h->off, 0, 0, l, err)) !=
+                CZ_OK)
+                return rc;
             rpos += gcount(ex, &h->x, r);
         }
+        CZ_ASSERT(rpos == pg->gather_recv_displs[r] + pg->gather_recv_counts[r], err);
     }
-    if (!rc)
-        rc = make_runs(ex, &l, &pg->unpack_recv, err);
-    for (int k = 0; k < pg->nhosted && !rc; k++) {
+    if ((rc = make_runs(ex, l, &pg->unpack_recv, err)) != CZ_OK)
+        return rc;
+    for (int k = 0; k < pg->nhosted; k++) {
         const hpart *h = &pg->hosted[k];
-        if (replicated(h->p)) /* the message of a replicated part is the part itself */
-            rc = cz_region_runs(h->p, tp, me, &h->x.part, h->off,
-                                cz_exec_param_offset(ex, h->p->id), 1, 1, &l, err);
+        /* The message of a replicated part is the part itself. */
+        if (replicated(h->p) &&
+            (rc = cz__region_runs(h->p, tp, me, &h->x.part, h->off, ex->param_off[h->p->id], 1, 1,
+                                  l, err)) != CZ_OK)
+            return rc;
     }
-    if (!rc)
-        rc = make_runs(ex, &l, &pg->unpack_local, err);
+    return make_runs(ex, l, &pg->unpack_local, err);
+}
 
-    /* Scatter send: per destination TP rank, its shard inside the update of every part I hold
-     * (under sc only my own shard, applied from there). */
-    for (int r = 0; r < tp && !rc; r++) {
+/* Scatter send: per destination TP rank, its shard inside the update of every part I hold
+ * (under sc only my own shard, applied from there). */
+static int map_scatter_send(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_error *err)
+{
+    int tp = ex->tp, me = ex->tp_rank, rc;
+    for (int r = 0; r < tp; r++) {
         if (ex->sc && r != me)
             continue;
         int64_t spos = ex->sc ? 0 : pg->scatter_send_displs[r];
-        for (int k = 0; k < pg->nhosted && !rc; k++) {
+        for (int k = 0; k < pg->nhosted; k++) {
             const hpart *h = &pg->hosted[k];
-            rc = cz_region_runs(h->p, tp, r, &h->x.part, spos, h->off, 0, 1, &l, err);
+            if ((rc = cz__region_runs(h->p, tp, r, &h->x.part, spos, h->off, 0, 1, l, err)) !=
+                CZ_OK)
+                return rc;
             spos += scount(ex, &h->x, r);
         }
+        CZ_ASSERT(ex->sc ? spos == pg->scatter_n
+                         : spos == pg->scatter_send_displs[r] + pg->scatter_send_counts[r],
+                  err);
     }
-    if (!rc)
-        rc = make_runs(ex, &l, &pg->scatter_pack, err);
+    return make_runs(ex, l, &pg->scatter_pack, err);
+}
 
-    /* Shard updates: from the scatter's receive buffer, per source slot its parts in order
-     * (under sc from the scatter-send buffer, every part in order). */
-    for (int s = 0; s < (ex->sc ? 1 : tp) && !rc; s++) {
+/* Shard updates: from the scatter's receive buffer, per source slot its parts in order (under
+ * sc from the scatter-send buffer, every part in order). */
+static int map_apply(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_error *err)
+{
+    int tp = ex->tp, me = ex->tp_rank, rc;
+    for (int s = 0; s < (ex->sc ? 1 : tp); s++) {
         int64_t upos = ex->sc ? 0 : pg->scatter_recv_displs[s];
-        for (int i = 0; i < pg->nparts && !rc; i++) {
+        for (int i = 0; i < pg->nparts; i++) {
             const cz_exec_part *x = &pg->parts[i];
             if (!ex->sc && x->slot != s)
                 continue;
-            const cz_plan_param *p = &plan->params[x->param];
-            rc = cz_region_runs(p, tp, me, &x->part, upos, cz_exec_param_offset(ex, p->id), 1, 0,
-                                &l, err);
+            const cz_plan_param *p = &ex->plan->params[x->param];
+            if ((rc = cz__region_runs(p, tp, me, &x->part, upos, ex->param_off[p->id], 1, 0, l,
+                                      err)) != CZ_OK)
+                return rc;
             upos += scount(ex, x, me);
         }
+        CZ_ASSERT(ex->sc ? upos == pg->scatter_n
+                         : upos == pg->scatter_recv_displs[s] + pg->scatter_recv_counts[s],
+                  err);
     }
-    if (!rc)
-        rc = make_runs(ex, &l, &pg->apply, err);
-    cz_run_list_free(&l);
-    if (!rc)
-        rc = cz_muon_prepare_tasks(&pg->muon, pg->hp, pg->hb, pg->nh1, err);
-    if (!rc) {
-        if (pg->muon.batch_n > pp->batch_n)
-            pp->batch_n = pg->muon.batch_n;
-        if (pg->muon.work_n > pp->work_n)
-            pp->work_n = pg->muon.work_n;
+    return make_runs(ex, l, &pg->apply, err);
+}
+
+/* The index maps and held parts of one group. */
+static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
+{
+    cz_run_list l = {0};
+    int rc;
+    if ((rc = map_gather_send(ex, pg, &l, err)) != CZ_OK ||
+        (rc = list_hosted(ex, pg, err)) != CZ_OK || (rc = map_unpack(ex, pg, &l, err)) != CZ_OK ||
+        (rc = map_scatter_send(ex, pg, &l, err)) != CZ_OK ||
+        (rc = map_apply(ex, pg, &l, err)) != CZ_OK)
+        goto done;
+done:
+    cz__run_list_free(&l);
+    return rc;
+}
+
+/* Hands the matrix optimizer the parts I hold in group pg, with where their gradients and
+ * updates live in full_g/full_u, and the cooperative sub-planes. */
+static int add_to_optimizer(cz_executor *ex, pgroup *pg, cz_error *err)
+{
+    struct cz_pipeline *pp = ex->pipe;
+    cz_optim *o = &ex->matrix_opt;
+    cz_coop_planes cp = {pp->nwidths, pp->widths, pp->wplanes, pp->wreqs, pp->coop_ready};
+    cz_opt_part *parts = cz__exec_calloc((size_t)pg->nhosted + 1, sizeof *parts);
+    int rc;
+    if (!parts)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+    for (int k = 0; k < pg->nhosted; k++) {
+        const hpart *h = &pg->hosted[k];
+        parts[k] = (cz_opt_part){h->x, h->p, pp->full_g + h->off, pp->full_u + h->off};
     }
-    return rc ? rc : layout_coop(ex, pg, err);
+    rc = o->ops->group_add(o, parts, pg->nhosted, &cp, &pg->og, err);
+    cz__exec_free(parts);
+    return rc;
 }
 
 static float *falloc(cz_executor *ex, int64_t n)
@@ -503,8 +415,8 @@ static int open_width_planes(cz_executor *ex, cz_error *err)
             if (i < pp->nwidths)
                 continue;
             if (pp->nwidths == CZ_MAX_COOP_WIDTHS)
-                return cz_error_set(err, CZ_EUNSUPPORTED,
-                                    "the plan uses more than %d cooperative widths", pp->nwidths);
+                return cz__error_set(err, CZ_EUNSUPPORTED,
+                                     "the plan uses more than %d cooperative widths", pp->nwidths);
             int rc = ex->tp_comm.ops->split(&ex->tp_comm, ex->tp_rank / k, ex->tp_rank % k,
                                             &pp->wplanes[pp->nwidths], err);
             if (rc)
@@ -514,71 +426,38 @@ static int open_width_planes(cz_executor *ex, cz_error *err)
             wp->label = "cooperative";
             pp->widths[pp->nwidths++] = k; /* from here on, teardown closes it */
             if (wp->size != k)
-                return cz_error_set(err, CZ_EINTERNAL, "the sub-plane of width %d has %d ranks", k,
-                                    wp->size);
+                return cz__error_set(err, CZ_EINTERNAL, "the sub-plane of width %d has %d ranks", k,
+                                     wp->size);
             for (int q = 0; q < CZ_COOP_MAX_PANELS; q++)
                 if (!(pp->wreqs[i][q] = wp->ops->req_create(wp)))
-                    return cz_error_set(err, CZ_ENOMEM, "out of memory for requests");
+                    return cz__error_set(err, CZ_ENOMEM, "out of memory for requests");
         }
     return CZ_OK;
 }
 
-int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
+/* The counts and displacements of every group's exchanges, which size the buffers. */
+static int layout_groups(cz_executor *ex, cz_error *err)
 {
+    struct cz_pipeline *pp = ex->pipe;
     const cz_rank_schedule *rs = ex->schedule;
-    struct cz_pipeline *pp = cz_exec_calloc(1, sizeof *pp);
-    if (!pp)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
-    ex->pipe = pp;
-    /* The splits are collective: first, before anything a rank could fail alone. */
-    int rc = open_width_planes(ex, err);
-    if (rc)
-        return rc;
+    int rc;
     pp->ngroups = rs->ngroups;
-    pp->groups = cz_exec_calloc(rs->ngroups > 0 ? (size_t)rs->ngroups : 1, sizeof *pp->groups);
+    pp->groups = cz__exec_calloc(rs->ngroups > 0 ? (size_t)rs->ngroups : 1, sizeof *pp->groups);
     if (!pp->groups)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
-    int nmom = 0;
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
     for (int g = 0; g < rs->ngroups; g++) {
         pp->groups[g].g = &rs->groups[g];
-        rc = layout_counts(ex, &pp->groups[g], err);
-        if (rc)
+        if ((rc = layout_counts(ex, &pp->groups[g], err)) != CZ_OK)
             return rc;
-        nmom += pp->groups[g].nhosted;
     }
-    /* full_g/full_u first: the groups' Muon input and output pointers point into them. */
-    pp->full_g = falloc(ex, pp->full_n);
-    pp->full_u = falloc(ex, pp->full_n);
-    ex->mom = cz_exec_calloc((size_t)nmom + 1, sizeof *ex->mom);
-    if (!pp->full_g || !pp->full_u || !ex->mom)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the host buffers (%lld elements)",
-                            (long long)pp->full_n);
-    for (int g = 0; g < rs->ngroups; g++) {
-        pgroup *pg = &pp->groups[g];
-        rc = layout_maps(ex, pg, err);
-        if (rc)
-            return rc;
-        for (int k = 0; k < pg->nhosted; k++) {
-            hpart *h = &pg->hosted[k];
-            int id = h->x.param;
-            if (ex->use_shampoo || ex->use_soap) {
-                /* Shampoo and SOAP plans have whole-matrix tasks only (plan_check). */
-                int rc2 = ex->use_shampoo
-                              ? cz_shampoo_state_create(&ex->compute, &ex->shampoo, h->p,
-                                                        &ex->shampoo_state[id], &pp->sh_work_n, err)
-                              : cz_soap_state_create(&ex->compute, &ex->soap, h->p,
-                                                     &ex->soap_state[id], &pp->sh_work_n, err);
-                if (rc2)
-                    return rc2;
-                continue;
-            }
-            h->momentum = falloc(ex, h->numel);
-            if (!h->momentum)
-                return cz_error_set(err, CZ_ENOMEM, "out of memory for the momentum of '%s'",
-                                    h->p->def.name);
-            ex->mom[ex->nmom++] = (cz_momentum_part){id, h->x.part, h->momentum};
-        }
-    }
+    return CZ_OK;
+}
+
+/* The two sets of exchange buffers, their requests and the events their sends wait for. */
+static int alloc_exchanges(cz_executor *ex, cz_error *err)
+{
+    struct cz_pipeline *pp = ex->pipe;
+    cz_compute *c = &ex->compute;
     for (int k = 0; k < 2; k++) {
         pp->gather_send[k] = falloc(ex, pp->gather_send_len);
         pp->gather_recv[k] = falloc(ex, pp->gather_recv_len);
@@ -586,40 +465,45 @@ int cz_exec_pipeline_init(cz_executor *ex, cz_error *err)
         pp->scatter_recv[k] = falloc(ex, pp->scatter_recv_len);
         if (!pp->gather_send[k] || !pp->gather_recv[k] || !pp->scatter_send[k] ||
             !pp->scatter_recv[k])
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for the pipeline buffers");
+            return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline buffers");
         pp->gather_req[k] = ex->tp_comm.ops->req_create(&ex->tp_comm);
         pp->scatter_req[k] = ex->tp_comm.ops->req_create(&ex->tp_comm);
-        pp->gather_packed[k] = ex->compute.ops->event_create(&ex->compute);
-        pp->scatter_packed[k] = ex->compute.ops->event_create(&ex->compute);
+        pp->gather_packed[k] = c->ops->event_create(c);
+        pp->scatter_packed[k] = c->ops->event_create(c);
         if (!pp->gather_req[k] || !pp->scatter_req[k] || !pp->gather_packed[k] ||
             !pp->scatter_packed[k])
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for requests and events");
+            return cz__error_set(err, CZ_ENOMEM, "out of memory for requests and events");
     }
-    pp->coop_ready = ex->compute.ops->event_create(&ex->compute);
-    if (!pp->coop_ready)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for requests and events");
-    if (ex->use_shampoo || ex->use_soap) {
-        pp->sh_work = falloc(ex, pp->sh_work_n);
-        pp->sh_stats = ex->compute.ops->alloc(&ex->compute, 2 * sizeof(double));
-        if (!pp->sh_work || !pp->sh_stats)
-            return cz_error_set(err, CZ_ENOMEM,
-                                "out of memory for Shampoo's work buffer (%lld elements)",
-                                (long long)pp->sh_work_n);
-        /* Newton-Schulz buffers are Muon's only. */
-        pp->batch_n = pp->work_n = 0;
-    }
-    pp->batch = falloc(ex, pp->batch_n);
-    pp->work = falloc(ex, pp->work_n);
-    pp->gram = falloc(ex, pp->gram_n);
-    pp->sq = ex->compute.ops->alloc(&ex->compute, (size_t)(pp->sq_n + 1) * sizeof(double));
-    if (!pp->batch || !pp->work || !pp->gram || !pp->sq)
-        return cz_error_set(err, CZ_ENOMEM,
-                            "out of memory for the Newton-Schulz buffers (%lld elements)",
-                            (long long)(pp->batch_n + pp->work_n + pp->gram_n));
     return CZ_OK;
 }
 
-void cz_exec_pipeline_free(cz_executor *ex)
+int cz__exec_pipeline_init(cz_executor *ex, cz_error *err)
+{
+    struct cz_pipeline *pp = cz__exec_calloc(1, sizeof *pp);
+    int rc;
+    if (!pp)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
+    ex->pipe = pp;
+    /* The splits are collective: first, before anything a rank could fail alone. */
+    if ((rc = open_width_planes(ex, err)) != CZ_OK || (rc = layout_groups(ex, err)) != CZ_OK)
+        return rc;
+    /* full_g/full_u and the event before the maps: the optimizer's parts point into them. */
+    pp->full_g = falloc(ex, pp->full_n);
+    pp->full_u = falloc(ex, pp->full_n);
+    if (!pp->full_g || !pp->full_u)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the host buffers (%lld elements)",
+                             (long long)pp->full_n);
+    pp->coop_ready = ex->compute.ops->event_create(&ex->compute);
+    if (!pp->coop_ready)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for requests and events");
+    for (int g = 0; g < pp->ngroups; g++)
+        if ((rc = layout_maps(ex, &pp->groups[g], err)) != CZ_OK ||
+            (rc = add_to_optimizer(ex, &pp->groups[g], err)) != CZ_OK)
+            return rc;
+    return alloc_exchanges(ex, err);
+}
+
+void cz__exec_pipeline_free(cz_executor *ex)
 {
     struct cz_pipeline *pp = ex->pipe;
     if (!pp)
@@ -632,43 +516,23 @@ void cz_exec_pipeline_free(cz_executor *ex)
                                pg->scatter_send_counts, pg->scatter_send_displs,
                                pg->scatter_recv_counts, pg->scatter_recv_displs};
         for (int k = 0; k < 8; k++)
-            cz_exec_free(layouts[k]);
+            cz__exec_free(layouts[k]);
         cz_runs *runs[5] = {pg->gather_pack, pg->unpack_recv, pg->unpack_local, pg->scatter_pack,
                             pg->apply};
         for (int k = 0; k < 5; k++)
             if (runs[k])
                 c->ops->runs_free(c, runs[k]);
-        for (int b = 0; pg->coop && b < pg->ncoop; b++) {
-            cz_exec_free(pg->coop[b].in);
-            cz_exec_free(pg->coop[b].out);
-        }
-        cz_exec_free(pg->coop);
-        cz_exec_free(pg->parts), cz_exec_free(pg->hosted), cz_exec_free(pg->hp);
-        cz_exec_free(pg->hb), cz_exec_free(pg->hin), cz_exec_free(pg->hout);
-        cz_muon_prep_free(&pg->muon);
+        cz__exec_free(pg->parts);
+        cz__exec_free(pg->hosted);
     }
-    cz_exec_free(pp->groups);
-    float *bufs[] = {pp->gather_send[0],
-                     pp->gather_send[1],
-                     pp->gather_recv[0],
-                     pp->gather_recv[1],
-                     pp->scatter_send[0],
-                     pp->scatter_send[1],
-                     pp->scatter_recv[0],
-                     pp->scatter_recv[1],
-                     pp->full_g,
-                     pp->full_u,
-                     pp->batch,
-                     pp->work,
-                     pp->gram,
-                     pp->sh_work};
+    cz__exec_free(pp->groups);
+    float *bufs[] = {pp->gather_send[0],  pp->gather_send[1],  pp->gather_recv[0],
+                     pp->gather_recv[1],  pp->scatter_send[0], pp->scatter_send[1],
+                     pp->scatter_recv[0], pp->scatter_recv[1], pp->full_g,
+                     pp->full_u};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         if (bufs[k])
             c->ops->release(c, bufs[k]);
-    if (pp->sh_stats)
-        c->ops->release(c, pp->sh_stats);
-    if (pp->sq)
-        c->ops->release(c, pp->sq);
     for (int k = 0; k < 2; k++) {
         if (pp->gather_req[k])
             ex->tp_comm.ops->req_free(&ex->tp_comm, pp->gather_req[k]);
@@ -685,9 +549,9 @@ void cz_exec_pipeline_free(cz_executor *ex)
         for (int q = 0; q < CZ_COOP_MAX_PANELS; q++)
             if (pp->wreqs[i][q])
                 pp->wplanes[i].ops->req_free(&pp->wplanes[i], pp->wreqs[i][q]);
-        cz_plane_close(&pp->wplanes[i]);
+        cz__plane_close(&pp->wplanes[i]);
     }
-    cz_exec_free(pp);
+    cz__exec_free(pp);
     ex->pipe = NULL;
 }
 
@@ -739,60 +603,28 @@ static void progress_inflight(void *arg)
     tc->ops->progress(tc, pp->scatter_req[(pc->gi + 1) % 2]);
 }
 
-/* Applies my shard updates of group g from u (scatter recv, or scatter send under sc). */
+/* Applies my shard updates of group g from u (scatter recv, or scatter send under sc) with the
+ * rate and weight decay the matrix optimizer gives for this step. */
 static void apply_group(cz_executor *ex, const pgroup *pg, float *P, const float *u)
 {
-    /* SOAP's first step only initialises its preconditioner: no update, no weight decay.
-     * Shampoo with momentum applied its decay with that momentum before the pipeline. */
-    float wd = (ex->use_soap && ex->steps == 0) || ex->shampoo_decay ? 0.0f : ex->muon.weight_decay;
-    ex->compute.ops->apply_runs(&ex->compute, P, u, pg->apply, ex->muon.lr, wd);
+    cz_opt_rates r = ex->matrix_opt.ops->apply_rates(&ex->matrix_opt, ex->steps + 1);
+    ex->compute.ops->apply_runs(&ex->compute, P, u, pg->apply, r.lr, r.wd);
 }
 
-/* Host side of group g: reassemble, Muon, and either post the scatter or (sc) apply. */
+/* Host side of group g: reassemble, the optimizer's update, and either post the scatter or
+ * (sc) apply. */
 static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_error *err)
 {
     struct cz_pipeline *pp = ex->pipe;
     pgroup *pg = &pp->groups[gi];
     cz_compute *c = &ex->compute;
+    cz_optim *o = &ex->matrix_opt;
     progress_ctx pc = {ex, gi};
+    cz_opt_progress pr = {progress_inflight, &pc};
+    int rc;
     c->ops->copy_runs(c, pp->full_g, pp->gather_recv[gi % 2], pg->unpack_recv);
     c->ops->copy_runs(c, pp->full_g, G, pg->unpack_local);
-    int rc = CZ_OK;
-    bool linalg = ex->use_shampoo || ex->use_soap;
-    /* SOAP folds its weight decay into the update with the current rates (set_lr and
-     * set_weight_decay change them between steps). */
-    ex->soap.lr = ex->muon.lr;
-    ex->soap.weight_decay = ex->muon.weight_decay;
-    for (int k = 0; k < pg->nhosted && linalg && !rc; k++) {
-        const hpart *h = &pg->hosted[k];
-        float *hg = pp->full_g + h->off, *hu = pp->full_u + h->off;
-        if (ex->use_shampoo)
-            rc = cz_shampoo_run(c, &ex->shampoo, ex->shampoo_state[h->x.param], hg, hu,
-                                ex->steps + 1, pp->sh_work, pp->sh_stats, err);
-        else
-            rc = cz_soap_run(c, &ex->soap, ex->soap_state[h->x.param], hg, hu, ex->steps + 1,
-                             pp->sh_work, err);
-        progress_inflight(&pc);
-    }
-    for (int k = 0; k < pg->nhosted && !linalg; k++) {
-        /* The optimizer input overwrites the gradient in place. */
-        const hpart *h = &pg->hosted[k];
-        float *fg = pp->full_g + h->off;
-        c->ops->momentum(c, fg, h->momentum, fg, h->numel, ex->muon.momentum, ex->muon.nesterov);
-        progress_inflight(&pc);
-    }
-    /* Cooperative batches first, in the same order on every member: a member's peers wait for
-     * it at every all-reduce, so none of them should first spend time on its hosted work. */
-    for (int b = 0; b < pg->ncoop && !linalg && !rc; b++) {
-        coop_batch *cb = &pg->coop[b];
-        rc = cz_muon_coop_run(c, cb->plane, &ex->muon, &cb->shape, cb->in, cb->out, pp->batch,
-                              pp->gram, pp->work, pp->sq, pp->coop_ready,
-                              pp->wreqs[cb->plane - pp->wplanes], progress_inflight, &pc, err);
-    }
-    if (!rc && !linalg)
-        rc = cz_muon_run(c, &ex->muon, &pg->muon, pg->hin, pg->hout, pp->batch, pp->work,
-                         progress_inflight, &pc, err);
-    if (rc)
+    if ((rc = o->ops->step_group(o, pg->og, ex->steps + 1, &pr, err)) != CZ_OK)
         return rc;
     float *send = pp->scatter_send[gi % 2];
     c->ops->copy_runs(c, send, pp->full_u, pg->scatter_pack);
@@ -809,42 +641,36 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
 static int finish_group(cz_executor *ex, int gi, float *P, cz_error *err)
 {
     struct cz_pipeline *pp = ex->pipe;
-    int rc = ex->tp_comm.ops->wait(&ex->tp_comm, pp->scatter_req[gi % 2], err);
-    if (rc)
+    int rc;
+    if ((rc = ex->tp_comm.ops->wait(&ex->tp_comm, pp->scatter_req[gi % 2], err)) != CZ_OK)
         return rc;
     apply_group(ex, &pp->groups[gi], P, pp->scatter_recv[gi % 2]);
     return CZ_OK;
 }
 
-int cz_exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err)
+int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err)
 {
     struct cz_pipeline *pp = ex->pipe;
+    cz_optim *o = &ex->matrix_opt;
     int ng = pp->ngroups, rc = CZ_OK;
-    /* Shampoo's weight decay enters its momentum on the parameters of this step, before any
-     * update of it is applied. */
-    for (int k = 0; ex->shampoo_decay && k < ex->nowned; k++) {
-        int i = ex->owned[k];
-        if (ex->shampoo_decay[i])
-            cz_shampoo_decay_momentum(&ex->compute, &ex->shampoo, P + cz_exec_param_offset(ex, i),
-                                      ex->shampoo_decay[i], ex->plan->params[i].numel, ex->muon.lr,
-                                      ex->muon.weight_decay);
-    }
+    /* The optimizer's elementwise part of the update on my shards (Shampoo's weight decay into
+     * its momentum) comes before any part's update is applied. */
+    if (o->ops->step_shards && (rc = o->ops->step_shards(o, P, G, ex->steps + 1, err)) != CZ_OK)
+        return rc;
     if (ng == 0)
         return CZ_OK;
-    rc = post_gather(ex, 0, G, err);
-    for (int gi = 0; gi < ng && !rc; gi++) {
-        if (gi + 1 < ng)
-            rc = post_gather(ex, gi + 1, G, err);
-        if (!rc)
-            rc = ex->tp_comm.ops->wait(&ex->tp_comm, pp->gather_req[gi % 2], err);
-        if (!rc)
-            rc = compute_group(ex, gi, P, G, err);
-        if (!rc && !ex->sc && gi > 0)
-            rc = finish_group(ex, gi - 1, P, err);
-    }
-    if (!rc && !ex->sc)
+    if ((rc = post_gather(ex, 0, G, err)) != CZ_OK)
+        goto done;
+    for (int gi = 0; gi < ng; gi++)
+        if ((gi + 1 < ng && (rc = post_gather(ex, gi + 1, G, err)) != CZ_OK) ||
+            (rc = ex->tp_comm.ops->wait(&ex->tp_comm, pp->gather_req[gi % 2], err)) != CZ_OK ||
+            (rc = compute_group(ex, gi, P, G, err)) != CZ_OK ||
+            (!ex->sc && gi > 0 && (rc = finish_group(ex, gi - 1, P, err)) != CZ_OK))
+            goto done;
+    if (!ex->sc)
         rc = finish_group(ex, ng - 1, P, err);
-    if (rc) {
+done:
+    if (rc != CZ_OK) {
         /* Leave no request in flight: a later step or free must not see a stale one. */
         cz_error tmp;
         for (int k = 0; k < 2; k++) {

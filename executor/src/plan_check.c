@@ -2,7 +2,11 @@
  * executable strategies, re-checked because a plan file may come from anywhere. The structural
  * rules are validate's own (plan_structure.c); what needs the model is protected by the plan's
  * content hash, checked when the plan is read from a file (executor_open.c). */
-#include "exec_internal.h"
+#include "comm.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "optimizer.h"
+#include "shard.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -12,52 +16,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cz_exec_bucket_index(const cz_plan *plan, int id)
-{
-    if (id >= 0 && (size_t)id < plan->nbuckets && plan->buckets[id].id == id)
-        return id;
-    for (size_t i = 0; i < plan->nbuckets; i++)
-        if (plan->buckets[i].id == id)
-            return (int)i;
-    return -1;
-}
-
-/* What the executor needs beyond the structural rules: MPI's int counts and displacements. */
-static int check_mpi_limits(const cz_plan *plan, cz_error *err)
-{
-    for (size_t b = 0; b < plan->nbuckets; b++) {
-        const cz_plan_bucket *bk = &plan->buckets[b];
-        for (int r = 0; r < plan->dp; r++) {
-            int64_t s = bk->ranges[2 * r], e = bk->ranges[2 * r + 1];
-            /* The all-gather addresses ranges by their start: an MPI displacement (int). */
-            if (s > INT_MAX)
-                return cz_error_set(
-                    err, CZ_EUNSUPPORTED,
-                    "plan $.buckets[%zu].ranges[%d] starts at element %lld; MPI displacements "
-                    "are limited to %d (plan with a smaller bucket size)",
-                    b, r, (long long)s, INT_MAX);
-            if (e - s > INT_MAX)
-                return cz_error_set(
-                    err, CZ_EUNSUPPORTED,
-                    "plan $.buckets[%zu].ranges[%d] holds %lld elements; MPI counts "
-                    "are limited to %d",
-                    b, r, (long long)(e - s), INT_MAX);
-        }
-    }
-    return CZ_OK;
-}
-
 /* What the optimizers need: Muon works on 2-D matrices, and every shard must be cut cleanly. */
 static int check_params(const cz_plan *plan, cz_error *err)
 {
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
         if (p->def.kind == CZ_KIND_MATRIX && p->def.ndim != 2)
-            return cz_error_set(err, CZ_EINVALID,
-                                "plan $.params[%zu] ('%s') is a matrix-optimizer parameter but "
-                                "has %d dimensions",
-                                i, p->def.name, p->def.ndim);
-        int rc = cz_shard_check(p, plan->tp, err);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "plan $.params[%zu] ('%s') is a matrix-optimizer parameter but "
+                                 "has %d dimensions",
+                                 i, p->def.name, p->def.ndim);
+        int rc = cz__shard_check(p, plan->tp, err);
         if (rc)
             return rc;
     }
@@ -74,54 +43,49 @@ static int check_structure(const cz_plan *plan, cz_error *err)
     cz_plan_checks c = {0};
     c.out = json_array();
     if (!c.out)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory checking the plan");
-    cz_plan_check_structure(&c, plan);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory checking the plan");
+    cz__plan_check_structure(&c, plan);
     int rc = CZ_OK;
     size_t n = json_array_size(c.out);
     if (c.oom) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory checking the plan");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory checking the plan");
     } else if (n > 0) {
         const json_t *v = json_array_get(c.out, 0);
         char more[96] = "";
         if (n > 1)
             snprintf(more, sizeof more, " (and %zu more violations; canzona validate lists all)",
                      n - 1);
-        rc = cz_error_set(err, CZ_EINVALID, "plan %s: %s [%s]%s",
-                          json_string_value(json_object_get(v, "path")),
-                          json_string_value(json_object_get(v, "message")),
-                          json_string_value(json_object_get(v, "code")), more);
+        rc = cz__error_set(err, CZ_EINVALID, "plan %s: %s [%s]%s",
+                           json_string_value(json_object_get(v, "path")),
+                           json_string_value(json_object_get(v, "message")),
+                           json_string_value(json_object_get(v, "code")), more);
     }
     json_decref(c.out);
     return rc;
 }
 
-int cz_exec_plan_check(const cz_plan *plan, cz_error *err)
+int cz__exec_plan_check(const cz_plan *plan, cz_error *err)
 {
     if (plan->pp != 1)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "plan has pp = %d: pipeline-parallel plans are not executed by this "
-                            "version",
-                            plan->pp);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "plan has pp = %d: pipeline-parallel plans are not executed by this "
+                             "version",
+                             plan->pp);
     if (plan->dp < 1 || plan->tp < 1)
-        return cz_error_set(err, CZ_EINVALID, "plan topology dp = %d, tp = %d: both must be >= 1",
-                            plan->dp, plan->tp);
+        return cz__error_set(err, CZ_EINVALID, "plan topology dp = %d, tp = %d: both must be >= 1",
+                             plan->dp, plan->tp);
     if (plan->settings.dp == CZ_DP_EVEN || plan->settings.dp == CZ_DP_LAYERWISE)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "plan uses DP strategy '%s', an analysis baseline the executor does "
-                            "not run (it fragments parameters or breaks the bucket geometry); "
-                            "plan with --dp alpha or --dp anchored",
-                            cz_dp_strategy_name(plan->settings.dp));
-    if (plan->settings.optimizer == CZ_OPTIM_ADAMW)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "plan optimizer 'adamw': this version executes Muon, SOAP or Shampoo "
-                            "(matrix) + AdamW (elementwise) plans; plan with --optimizer muon, "
-                            "soap or shampoo");
-    int rc = check_structure(plan, err);
-    if (!rc)
-        rc = check_mpi_limits(plan, err);
-    if (!rc)
-        rc = check_params(plan, err);
-    return rc;
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "plan uses DP strategy '%s', an analysis baseline the executor does "
+                             "not run (it fragments parameters or breaks the bucket geometry); "
+                             "plan with --dp alpha or --dp anchored",
+                             cz_dp_strategy_name(plan->settings.dp));
+    int rc;
+    if ((rc = cz__optimizer_plan_check(plan, err)) != CZ_OK ||
+        (rc = check_structure(plan, err)) != CZ_OK ||
+        (rc = cz__comm_plan_check(plan, err)) != CZ_OK)
+        return rc;
+    return check_params(plan, err);
 }
 
 static uint64_t fnv(uint64_t h, const void *data, size_t n)
@@ -140,7 +104,7 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n)
         h = fnv(h, &fv_, sizeof fv_);                                                              \
     } while (0)
 
-uint64_t cz_exec_plan_fingerprint(const cz_plan *plan)
+uint64_t cz__exec_plan_fingerprint(const cz_plan *plan)
 {
     uint64_t h = 1469598103934665603ull;
     FNV_VAL(h, plan->dp);

@@ -5,10 +5,16 @@
  * direction X_L Ghat X_R of the filtered, bias-corrected gradient Ghat from start_step on; its
  * per-block Frobenius norm grafted from a diagonal method (AdaGrad by default); momentum or
  * Nesterov on the direction plus the decoupled weight decay, whose part of the momentum the
- * ranks holding the parameters keep (cz_shampoo_decay_momentum). Sides longer than max_dim are cut
+ * ranks holding the parameters keep (cz__shampoo_decay_momentum). Sides longer than max_dim are cut
  * into tiles, each an independent Shampoo block (Distributed Shampoo's blocking). Data is
  * touched only through the compute ops. */
-#include "exec_internal.h"
+#include "alloc.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "optimizer.h"
+#include "shampoo.h"
+#include "shard.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -24,8 +30,8 @@ struct cz_shampoo_state {
     sh_tile *tiles;
 };
 
-int cz_shampoo_hparams_from_config(cz_shampoo_hparams *h, const cz_exec_config *cfg, int freq,
-                                   cz_error *err)
+int cz__shampoo_hparams_from_config(cz_shampoo_hparams *h, const cz_exec_config *cfg, int freq,
+                                    cz_error *err)
 {
     *h = (cz_shampoo_hparams){
         .lr = cfg->lr == 0.0f ? CZ_SHAMPOO_LR : cfg->lr,
@@ -46,40 +52,40 @@ int cz_shampoo_hparams_from_config(cz_shampoo_hparams *h, const cz_exec_config *
                      : h->grafting == CZ_GRAFT_ADAM   ? 0.999f
                                                       : 0.99f;
     if (freq < 1)
-        return cz_error_set(err, CZ_EINVALID,
-                            "plan precondition_frequency = %d; Shampoo needs >= 1", freq);
+        return cz__error_set(err, CZ_EINVALID,
+                             "plan precondition_frequency = %d; Shampoo needs >= 1", freq);
     if (!(h->lr >= 0.0f) || !isfinite(h->lr))
-        return cz_error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
-                            (double)h->lr);
+        return cz__error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
+                             (double)h->lr);
     if (!(h->beta1 >= 0.0f && h->beta1 < 1.0f))
-        return cz_error_set(err, CZ_EINVALID, "shampoo_beta1 = %g; expected 0 <= beta1 < 1",
-                            (double)h->beta1);
+        return cz__error_set(err, CZ_EINVALID, "shampoo_beta1 = %g; expected 0 <= beta1 < 1",
+                             (double)h->beta1);
     if (!(h->beta2 > 0.0f && h->beta2 <= 1.0f))
-        return cz_error_set(err, CZ_EINVALID, "shampoo_beta2 = %g; expected 0 < beta2 <= 1",
-                            (double)h->beta2);
+        return cz__error_set(err, CZ_EINVALID, "shampoo_beta2 = %g; expected 0 < beta2 <= 1",
+                             (double)h->beta2);
     if (!(h->eps >= 0.0f) || !isfinite(h->eps))
-        return cz_error_set(err, CZ_EINVALID, "shampoo_eps = %g; expected a finite value >= 0",
-                            (double)h->eps);
+        return cz__error_set(err, CZ_EINVALID, "shampoo_eps = %g; expected a finite value >= 0",
+                             (double)h->eps);
     if (!(h->momentum >= 0.0f && h->momentum < 1.0f))
-        return cz_error_set(err, CZ_EINVALID, "shampoo_momentum = %g; expected 0 <= momentum < 1",
-                            (double)h->momentum);
+        return cz__error_set(err, CZ_EINVALID, "shampoo_momentum = %g; expected 0 <= momentum < 1",
+                             (double)h->momentum);
     if ((int)h->grafting < CZ_GRAFT_NONE || (int)h->grafting > CZ_GRAFT_ADAM)
-        return cz_error_set(err, CZ_EINVALID,
-                            "shampoo_grafting = %d; expected CZ_GRAFT_NONE (0), ADAGRAD (1), "
-                            "RMSPROP (2) or ADAM (3)",
-                            (int)h->grafting);
+        return cz__error_set(err, CZ_EINVALID,
+                             "shampoo_grafting = %d; expected CZ_GRAFT_NONE (0), ADAGRAD (1), "
+                             "RMSPROP (2) or ADAM (3)",
+                             (int)h->grafting);
     if (!(h->graft_beta2 > 0.0f && h->graft_beta2 <= 1.0f) || !(h->graft_eps > 0.0f))
-        return cz_error_set(err, CZ_EINVALID,
-                            "shampoo_graft_beta2 = %g, shampoo_graft_eps = %g; expected 0 < "
-                            "beta2 <= 1 and eps > 0",
-                            (double)h->graft_beta2, (double)h->graft_eps);
+        return cz__error_set(err, CZ_EINVALID,
+                             "shampoo_graft_beta2 = %g, shampoo_graft_eps = %g; expected 0 < "
+                             "beta2 <= 1 and eps > 0",
+                             (double)h->graft_beta2, (double)h->graft_eps);
     /* As Distributed Shampoo: preconditioning must not start before the first inverse roots
      * exist (they are computed at the multiples of freq). */
     if (h->start_step < freq)
-        return cz_error_set(err, CZ_EINVALID,
-                            "shampoo_start_step = %d is before the first preconditioner refresh "
-                            "(step %d = the plan's precondition_frequency); expected >= %d or -1",
-                            h->start_step, freq, freq);
+        return cz__error_set(err, CZ_EINVALID,
+                             "shampoo_start_step = %d is before the first preconditioner refresh "
+                             "(step %d = the plan's precondition_frequency); expected >= %d or -1",
+                             h->start_step, freq, freq);
     return CZ_OK;
 }
 
@@ -89,24 +95,24 @@ static float *tile_alloc(cz_compute *c, cz_shampoo_state *s, int64_t n)
     return c->ops->alloc(c, (size_t)n * sizeof(float));
 }
 
-int cz_shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz_plan_param *p,
-                            cz_shampoo_state **out, int64_t *work_n, cz_error *err)
+int cz__shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz_plan_param *p,
+                             cz_shampoo_state **out, int64_t *work_n, cz_error *err)
 {
     cz_block blocks[CZ_MAX_BLOCKS];
-    int nb = cz_param_blocks(p, blocks, CZ_MAX_BLOCKS), n = 0;
+    int nb = cz__param_blocks(p, blocks, CZ_MAX_BLOCKS), n = 0;
     int64_t d = h->max_dim;
-    cz_shampoo_state *s = cz_exec_calloc(1, sizeof *s);
+    cz_shampoo_state *s = cz__exec_calloc(1, sizeof *s);
     if (!s)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'",
-                            p->def.name);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'",
+                             p->def.name);
     *out = s;
     s->ld = p->def.ndim == 1 ? 1 : p->def.shape[1];
     for (int b = 0; b < nb; b++)
         s->ntiles += (int)(((blocks[b].rows + d - 1) / d) * ((blocks[b].cols + d - 1) / d));
-    s->tiles = cz_exec_calloc((size_t)s->ntiles, sizeof *s->tiles);
+    s->tiles = cz__exec_calloc((size_t)s->ntiles, sizeof *s->tiles);
     if (!s->tiles)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'",
-                            p->def.name);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'",
+                             p->def.name);
     for (int b = 0; b < nb; b++)
         for (int64_t i = 0; i < blocks[b].rows; i += d)
             for (int64_t j = 0; j < blocks[b].cols; j += d) {
@@ -128,12 +134,12 @@ int cz_shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz
                 if (ok && h->momentum > 0.0f)
                     ok = (t->mom = tile_alloc(c, s, r * cl)) != NULL;
                 if (!ok)
-                    return cz_error_set(err, CZ_ENOMEM,
-                                        "out of memory for the Shampoo state of '%s'", p->def.name);
+                    return cz__error_set(
+                        err, CZ_ENOMEM, "out of memory for the Shampoo state of '%s'", p->def.name);
                 /* Five tile-sized buffers, an eigenbasis, its scaled copy and the solver's
                  * work; a side's eigenvalues. */
                 cz_linalg_work lw;
-                int rc = cz_compute_linalg_work_block(c, r, cl, d, &lw, err);
+                int rc = cz__compute_linalg_work_block(c, r, cl, d, &lw, err);
                 if (rc)
                     return rc;
                 int64_t w = 5 * r * cl + 2 * side * side + side + lw.syevd;
@@ -143,7 +149,7 @@ int cz_shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz
     return CZ_OK;
 }
 
-void cz_shampoo_state_free(cz_compute *c, cz_shampoo_state *s)
+void cz__shampoo_state_free(cz_compute *c, cz_shampoo_state *s)
 {
     if (!s)
         return;
@@ -154,8 +160,8 @@ void cz_shampoo_state_free(cz_compute *c, cz_shampoo_state *s)
             if (v[i])
                 c->ops->release(c, v[i]);
     }
-    cz_exec_free(s->tiles);
-    cz_exec_free(s);
+    cz__exec_free(s->tiles);
+    cz__exec_free(s);
 }
 
 /* Checkpoint tensors of a tile, in the order of sh_tile's fields: the four n x n ones, then
@@ -170,11 +176,11 @@ static bool sh_field_kept(const cz_shampoo_hparams *h, int f)
            (f == 6 && h->momentum > 0.0f);
 }
 
-int64_t cz_shampoo_state_tensors(const cz_shampoo_hparams *h, const cz_plan_param *p,
-                                 cz_state_tensor *out, int64_t max)
+int64_t cz__shampoo_state_tensors(const cz_shampoo_hparams *h, const cz_plan_param *p,
+                                  cz_state_tensor *out, int64_t max)
 {
     cz_block blocks[CZ_MAX_BLOCKS];
-    int nb = cz_param_blocks(p, blocks, CZ_MAX_BLOCKS);
+    int nb = cz__param_blocks(p, blocks, CZ_MAX_BLOCKS);
     int64_t d = h->max_dim, n = 0;
     for (int b = 0; b < nb; b++)
         for (int64_t i = 0; i < blocks[b].rows; i += d)
@@ -197,7 +203,11 @@ int64_t cz_shampoo_state_tensors(const cz_shampoo_hparams *h, const cz_plan_para
                         t->values = f < 2    ? CZ_STATE_GRAM
                                     : f == 4 ? CZ_STATE_NONNEG
                                              : CZ_STATE_FINITE;
-                        t->momentum = f == 6;
+                        t->place = CZ_STATE_HOSTED;
+                        t->ndim = 2;
+                        /* The file holds Distributed Shampoo's momentum: the host's part
+                         * plus the weight-decay part the shards keep (state_addend). */
+                        t->plus_addend = f == 6;
                         t->r0 = blocks[b].r0 + i;
                         t->c0 = blocks[b].c0 + j;
                     }
@@ -207,7 +217,7 @@ int64_t cz_shampoo_state_tensors(const cz_shampoo_hparams *h, const cz_plan_para
     return n;
 }
 
-float *cz_shampoo_state_tensor(cz_shampoo_state *s, int64_t k)
+float *cz__shampoo_state_tensor(cz_shampoo_state *s, int64_t k)
 {
     for (int i = 0; s && i < s->ntiles; i++) {
         sh_tile *t = &s->tiles[i];
@@ -219,7 +229,7 @@ float *cz_shampoo_state_tensor(cz_shampoo_state *s, int64_t k)
     return NULL;
 }
 
-int64_t cz_shampoo_state_bytes(const cz_shampoo_state *s)
+int64_t cz__shampoo_state_bytes(const cz_shampoo_state *s)
 {
     return s ? s->bytes : 0;
 }
@@ -241,15 +251,15 @@ static int inverse_root(cz_compute *c, const cz_shampoo_hparams *h, const float 
     return CZ_OK;
 }
 
-bool cz_shampoo_refreshes(const cz_shampoo_hparams *h, int64_t t)
+bool cz__shampoo_refreshes(const cz_shampoo_hparams *h, int64_t t)
 {
     /* Not at multiples of the frequency before the start step: their roots would go unused,
      * and one start step that is not a multiple would use roots up to freq - 1 steps old. */
     return t == h->start_step || (t > h->start_step && t % h->freq == 0);
 }
 
-void cz_shampoo_decay_momentum(cz_compute *c, const cz_shampoo_hparams *h, float *p, float *b,
-                               int64_t n, float lr, float wd)
+void cz__shampoo_decay_momentum(cz_compute *c, const cz_shampoo_hparams *h, float *p, float *b,
+                                int64_t n, float lr, float wd)
 {
     const cz_compute_ops *o = c->ops;
     o->axpby(c, b, p, n, h->momentum, wd);
@@ -277,7 +287,7 @@ static int tile_step(cz_compute *c, const cz_shampoo_hparams *h, sh_tile *tl, in
         o->sq_accum(c, tl->acc, gt, n, 1.0f, 1.0f);
     else if (h->grafting != CZ_GRAFT_NONE)
         o->sq_accum(c, tl->acc, gt, n, h->graft_beta2, 1.0f - h->graft_beta2);
-    if (cz_shampoo_refreshes(h, t)) {
+    if (cz__shampoo_refreshes(h, t)) {
         float bias = h->beta2 < 1.0f && h->bias_correction
                          ? (float)(1.0 - pow((double)h->beta2, (double)t))
                          : 1.0f;
@@ -326,8 +336,8 @@ static int tile_step(cz_compute *c, const cz_shampoo_hparams *h, sh_tile *tl, in
     return CZ_OK;
 }
 
-int cz_shampoo_run(cz_compute *c, const cz_shampoo_hparams *h, cz_shampoo_state *s, const float *g,
-                   float *u, int64_t t, float *work, double *stats, cz_error *err)
+int cz__shampoo_run(cz_compute *c, const cz_shampoo_hparams *h, cz_shampoo_state *s, const float *g,
+                    float *u, int64_t t, float *work, double *stats, cz_error *err)
 {
     for (int k = 0; k < s->ntiles; k++) {
         int rc = tile_step(c, h, &s->tiles[k], s->ld, g, u, t, work, stats, err);
@@ -336,3 +346,235 @@ int cz_shampoo_run(cz_compute *c, const cz_shampoo_hparams *h, cz_shampoo_state 
     }
     return CZ_OK;
 }
+
+/* ---- the optimizer table ---- */
+/* A matrix this rank computes in a micro-group: its state, gradient and update. */
+typedef struct sh_part {
+    cz_shampoo_state *state;
+    const float *in;
+    float *out;
+} sh_part;
+
+/* Shampoo's layout of one micro-group (what its cz_opt_group points to). */
+typedef struct sh_group sh_group;
+struct sh_group {
+    sh_group *next;
+    sh_part *parts;
+    int nparts;
+};
+
+/* With momentum: the weight-decay part of the momentum of one matrix shard this rank updates
+ * (cz__shampoo_decay_momentum), numel floats at off in the flat buffers. */
+typedef struct sh_decay {
+    int64_t off, numel;
+    float *buf;
+} sh_decay;
+
+typedef struct sh_impl {
+    cz_shampoo_hparams h;
+    cz_shampoo_state **state; /* indexed by param id, where this rank holds the matrix */
+    sh_group *groups, *last;
+    sh_decay *decay; /* in parameter order */
+    int ndecay;
+    float **decay_of; /* indexed by param id: its decay part's buffer, or NULL */
+    int64_t work_n;   /* floats of work the largest tile needs */
+    float *work;
+    double *stats; /* two backend doubles: the grafting norms */
+} sh_impl;
+
+static sh_impl *impl_of(const cz_optim *o)
+{
+    return o->impl;
+}
+
+static int sh_create(cz_optim *o, const cz_exec_config *cfg, cz_error *err)
+{
+    size_t n = o->plan->nparams ? o->plan->nparams : 1;
+    int rc;
+    sh_impl *s = cz__exec_calloc(1, sizeof *s);
+    if (!s)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
+    o->impl = s;
+    s->state = cz__exec_calloc(n, sizeof *s->state);
+    s->decay = cz__exec_calloc(n, sizeof *s->decay);
+    s->decay_of = cz__exec_calloc(n, sizeof *s->decay_of);
+    if (!s->state || !s->decay || !s->decay_of)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
+    if ((rc = cz__compute_require_linalg(o->compute, o->ops->name, err)) != CZ_OK)
+        return rc;
+    return cz__shampoo_hparams_from_config(&s->h, cfg, o->plan->settings.precondition_frequency,
+                                           err);
+}
+
+static void sh_destroy(cz_optim *o)
+{
+    sh_impl *s = impl_of(o);
+    cz_compute *c = o->compute;
+    if (!s)
+        return;
+    for (size_t i = 0; s->state && i < o->plan->nparams; i++)
+        cz__shampoo_state_free(c, s->state[i]);
+    for (int i = 0; s->decay && i < s->ndecay; i++)
+        if (s->decay[i].buf)
+            c->ops->release(c, s->decay[i].buf);
+    for (sh_group *g = s->groups, *next; g; g = next) {
+        next = g->next;
+        cz__exec_free(g->parts);
+        cz__exec_free(g);
+    }
+    if (s->work)
+        c->ops->release(c, s->work);
+    if (s->stats)
+        c->ops->release(c, s->stats);
+    cz__exec_free(s->state);
+    cz__exec_free(s->decay);
+    cz__exec_free(s->decay_of);
+    cz__exec_free(s);
+}
+
+static void sh_set_lr(cz_optim *o, float lr)
+{
+    impl_of(o)->h.lr = lr;
+}
+
+static void sh_set_weight_decay(cz_optim *o, float wd)
+{
+    impl_of(o)->h.weight_decay = wd;
+}
+
+/* With momentum, every rank that applies updates to a shard of a matrix (its owning DP rank's
+ * TP ranks) keeps the weight-decay part of its momentum, the size of that shard. */
+static int sh_shard_add(cz_optim *o, const cz_opt_shard *sh, cz_error *err)
+{
+    sh_impl *s = impl_of(o);
+    cz_compute *c = o->compute;
+    if (!(s->h.momentum > 0.0f))
+        return CZ_OK;
+    /* A matrix is never cut between DP ranks: the piece is the whole shard. */
+    CZ_ASSERT(sh->lo == 0 && sh->len == sh->p->numel && s->ndecay < (int)o->plan->nparams, err);
+    sh_decay *d = &s->decay[s->ndecay++];
+    *d = (sh_decay){.off = sh->off, .numel = sh->len};
+    d->buf = c->ops->alloc(c, (size_t)(d->numel > 0 ? d->numel : 1) * sizeof(float));
+    if (!d->buf)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the Shampoo momentum of '%s'",
+                             sh->p->def.name);
+    s->decay_of[sh->p->id] = d->buf;
+    return CZ_OK;
+}
+
+static int sh_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz_coop_planes *cp,
+                        cz_opt_group **out, cz_error *err)
+{
+    sh_impl *s = impl_of(o);
+    int rc;
+    (void)cp;
+    sh_group *g = cz__exec_calloc(1, sizeof *g);
+    if (!g)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+    *(s->last ? &s->last->next : &s->groups) = g;
+    s->last = g;
+    *out = (cz_opt_group *)g;
+    g->parts = cz__exec_calloc((size_t)n + 1, sizeof *g->parts);
+    if (!g->parts)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+    for (int i = 0; i < n; i++) {
+        const cz_opt_part *x = &parts[i];
+        int id = x->p->id;
+        /* Shampoo plans have whole-matrix tasks only (the structural check), each once. */
+        CZ_ASSERT(x->x.width == 1 && x->x.part.rows == x->p->def.shape[0] &&
+                      x->x.part.cols == x->p->def.shape[1] && !s->state[id],
+                  err);
+        if ((rc = cz__shampoo_state_create(o->compute, &s->h, x->p, &s->state[id], &s->work_n,
+                                           err)) != CZ_OK)
+            return rc;
+        g->parts[g->nparts++] = (sh_part){s->state[id], x->in, x->out};
+    }
+    return CZ_OK;
+}
+
+static int sh_work_create(cz_optim *o, cz_error *err)
+{
+    sh_impl *s = impl_of(o);
+    cz_compute *c = o->compute;
+    s->work = c->ops->alloc(c, (size_t)(s->work_n + 1) * sizeof(float));
+    s->stats = c->ops->alloc(c, 2 * sizeof(double));
+    if (!s->work || !s->stats)
+        return cz__error_set(err, CZ_ENOMEM,
+                             "out of memory for Shampoo's work buffer (%lld elements)",
+                             (long long)s->work_n);
+    return CZ_OK;
+}
+
+/* Shampoo's weight decay enters its momentum on the parameters of this step, before any
+ * update of them is applied. */
+static int sh_step_shards(cz_optim *o, float *P, const float *G, int64_t t, cz_error *err)
+{
+    sh_impl *s = impl_of(o);
+    (void)G, (void)t, (void)err;
+    for (int i = 0; i < s->ndecay; i++)
+        cz__shampoo_decay_momentum(o->compute, &s->h, P + s->decay[i].off, s->decay[i].buf,
+                                   s->decay[i].numel, s->h.lr, s->h.weight_decay);
+    return CZ_OK;
+}
+
+static int sh_step_group(cz_optim *o, cz_opt_group *og, int64_t t, const cz_opt_progress *pr,
+                         cz_error *err)
+{
+    sh_impl *s = impl_of(o);
+    const sh_group *g = (const sh_group *)og;
+    for (int k = 0; k < g->nparts; k++) {
+        const sh_part *x = &g->parts[k];
+        int rc =
+            cz__shampoo_run(o->compute, &s->h, x->state, x->in, x->out, t, s->work, s->stats, err);
+        pr->fn(pr->ctx);
+        if (rc)
+            return rc;
+    }
+    return CZ_OK;
+}
+
+/* With momentum the weight decay went into the momentum (step_shards): none is applied. */
+static cz_opt_rates sh_apply_rates(const cz_optim *o, int64_t t)
+{
+    const sh_impl *s = impl_of(o);
+    (void)t;
+    return (cz_opt_rates){s->h.lr, s->h.momentum > 0.0f ? 0.0f : s->h.weight_decay};
+}
+
+static int64_t sh_tensors(const cz_optim *o, const cz_plan_param *p, cz_state_tensor *out,
+                          int64_t max)
+{
+    return cz__shampoo_state_tensors(&impl_of(o)->h, p, out, max);
+}
+
+static float *sh_buffer(cz_optim *o, int param, int64_t k, const cz_block *part)
+{
+    cz_shampoo_state *st = impl_of(o)->state[param];
+    (void)part;
+    return st ? cz__shampoo_state_tensor(st, k) : NULL;
+}
+
+static float *sh_addend(cz_optim *o, int param)
+{
+    return impl_of(o)->decay_of[param];
+}
+
+const cz_optimizer_ops cz__shampoo_ops = {
+    .version = CZ_OPTIMIZER_OPS_VERSION,
+    .id = CZ_OPTIM_SHAMPOO,
+    .kind = CZ_KIND_MATRIX,
+    .name = "shampoo",
+    .create = sh_create,
+    .destroy = sh_destroy,
+    .set_lr = sh_set_lr,
+    .set_weight_decay = sh_set_weight_decay,
+    .shard_add = sh_shard_add,
+    .group_add = sh_group_add,
+    .work_create = sh_work_create,
+    .step_shards = sh_step_shards,
+    .step_group = sh_step_group,
+    .apply_rates = sh_apply_rates,
+    .state_tensors = sh_tensors,
+    .state_buffer = sh_buffer,
+    .state_addend = sh_addend,
+};

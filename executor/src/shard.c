@@ -3,12 +3,15 @@
  * A TP split cuts the tp_dim into tp equal slices. When the parameter's blocks split the same
  * dimension (fused QKV, gate/up), Megatron cuts every block separately: the local shard is the
  * concatenation, in block order, of each block's r-th slice. */
-#include "exec_internal.h"
+#include "alloc.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "shard.h"
 
 #include <stdint.h>
 #include <string.h>
 
-int cz_shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max)
+int cz__shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max)
 {
     if (max < 1)
         return 0;
@@ -48,7 +51,7 @@ static void shard_copy(const cz_plan_param *p, int tp, int r, float *full, float
         return;
     }
     int64_t lo[CZ_MAX_BLOCKS], hi[CZ_MAX_BLOCKS];
-    int n = cz_shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS);
+    int n = cz__shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS);
     if (p->def.tp_dim == 0) {
         /* Row ranges: contiguous runs of whole rows. */
         float *s = shard;
@@ -81,17 +84,17 @@ static void shard_copy(const cz_plan_param *p, int tp, int r, float *full, float
     }
 }
 
-void cz_shard_pack(const cz_plan_param *p, int tp, int r, const float *full, float *shard)
+void cz__shard_pack(const cz_plan_param *p, int tp, int r, const float *full, float *shard)
 {
     shard_copy(p, tp, r, (float *)full, shard, 0);
 }
 
-void cz_shard_unpack(const cz_plan_param *p, int tp, int r, const float *shard, float *full)
+void cz__shard_unpack(const cz_plan_param *p, int tp, int r, const float *shard, float *full)
 {
     shard_copy(p, tp, r, full, (float *)shard, 1);
 }
 
-int cz_run_list_add(cz_run_list *l, int64_t dst, int64_t src, int64_t len, cz_error *err)
+int cz__run_list_add(cz_run_list *l, int64_t dst, int64_t src, int64_t len, cz_error *err)
 {
     if (len <= 0)
         return CZ_OK;
@@ -104,12 +107,12 @@ int cz_run_list_add(cz_run_list *l, int64_t dst, int64_t src, int64_t len, cz_er
     }
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 16;
-        cz_copy_run *v = cz_exec_malloc(cap * sizeof *v);
+        cz_copy_run *v = cz__exec_malloc(cap * sizeof *v);
         if (!v)
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for %zu copy runs", cap);
+            return cz__error_set(err, CZ_ENOMEM, "out of memory for %zu copy runs", cap);
         if (l->n)
             memcpy(v, l->v, l->n * sizeof *v);
-        cz_exec_free(l->v);
+        cz__exec_free(l->v);
         l->v = v;
         l->cap = cap;
     }
@@ -117,26 +120,26 @@ int cz_run_list_add(cz_run_list *l, int64_t dst, int64_t src, int64_t len, cz_er
     return CZ_OK;
 }
 
-void cz_run_list_free(cz_run_list *l)
+void cz__run_list_free(cz_run_list *l)
 {
-    cz_exec_free(l->v);
+    cz__exec_free(l->v);
     *l = (cz_run_list){0};
 }
 
 /* Adds one copy between full offset f and shard offset s in the direction asked. */
 static int add_dir(cz_run_list *l, int unpack, int64_t f, int64_t s, int64_t len, cz_error *err)
 {
-    return unpack ? cz_run_list_add(l, f, s, len, err) : cz_run_list_add(l, s, f, len, err);
+    return unpack ? cz__run_list_add(l, f, s, len, err) : cz__run_list_add(l, s, f, len, err);
 }
 
-int cz_shard_runs(const cz_plan_param *p, int tp, int r, int64_t full_off, int64_t shard_off,
-                  int unpack, cz_run_list *l, cz_error *err)
+int cz__shard_runs(const cz_plan_param *p, int tp, int r, int64_t full_off, int64_t shard_off,
+                   int unpack, cz_run_list *l, cz_error *err)
 {
     int64_t rows = p->def.shape[0], cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
     if (p->def.tp_dim < 0 || tp == 1)
         return add_dir(l, unpack, full_off, shard_off, rows * cols, err);
     int64_t lo[CZ_MAX_BLOCKS], hi[CZ_MAX_BLOCKS];
-    int n = cz_shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS), rc = CZ_OK;
+    int n = cz__shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS), rc = CZ_OK;
     int64_t s = shard_off;
     if (p->def.tp_dim == 0) {
         for (int k = 0; k < n && !rc; k++) {
@@ -153,37 +156,37 @@ int cz_shard_runs(const cz_plan_param *p, int tp, int r, int64_t full_off, int64
     return rc;
 }
 
-int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err)
+int cz__shard_check(const cz_plan_param *p, int tp, cz_error *err)
 {
     int64_t rows = p->def.shape[0], cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
     int64_t lr = rows, lc = cols;
     /* The plan reader accepts any positive int64 dimension; every size below is a product. */
     if (rows < 1 || cols < 1 || rows > INT64_MAX / cols)
-        return cz_error_set(err, CZ_EINVALID,
-                            "param '%s': shape [%lld, %lld] has more than %lld elements or a "
-                            "dimension < 1",
-                            p->def.name, (long long)rows, (long long)cols, (long long)INT64_MAX);
+        return cz__error_set(err, CZ_EINVALID,
+                             "param '%s': shape [%lld, %lld] has more than %lld elements or a "
+                             "dimension < 1",
+                             p->def.name, (long long)rows, (long long)cols, (long long)INT64_MAX);
     if (p->def.ndim == 1 && p->def.tp_dim == 1)
-        return cz_error_set(err, CZ_EINVALID,
-                            "param '%s' is 1-D but has tp_dim 1 (only 0 or null allowed)",
-                            p->def.name);
+        return cz__error_set(err, CZ_EINVALID,
+                             "param '%s' is 1-D but has tp_dim 1 (only 0 or null allowed)",
+                             p->def.name);
     if (p->def.tp_dim >= 0) {
         int d = p->def.tp_dim;
         int64_t full = p->def.shape[d];
         if (full % tp != 0)
-            return cz_error_set(err, CZ_EINVALID,
-                                "param '%s': shape[%d] = %lld is not divisible by tp = %d",
-                                p->def.name, d, (long long)full, tp);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "param '%s': shape[%d] = %lld is not divisible by tp = %d",
+                                 p->def.name, d, (long long)full, tp);
         if (p->def.nblocks > 0 && p->def.block_dim == d) {
             if (p->def.nblocks > CZ_MAX_BLOCKS)
-                return cz_error_set(err, CZ_EUNSUPPORTED, CZ_BLOCKS_LIMIT_FMT, p->def.name,
-                                    p->def.nblocks, CZ_MAX_BLOCKS);
+                return cz__error_set(err, CZ_EUNSUPPORTED, CZ_BLOCKS_LIMIT_FMT, p->def.name,
+                                     p->def.nblocks, CZ_MAX_BLOCKS);
             for (int b = 0; b < p->def.nblocks; b++)
                 if (p->def.block_sizes[b] % tp != 0)
-                    return cz_error_set(err, CZ_EINVALID,
-                                        "param '%s': block %d size %lld along the TP dimension "
-                                        "is not divisible by tp = %d",
-                                        p->def.name, b, (long long)p->def.block_sizes[b], tp);
+                    return cz__error_set(err, CZ_EINVALID,
+                                         "param '%s': block %d size %lld along the TP dimension "
+                                         "is not divisible by tp = %d",
+                                         p->def.name, b, (long long)p->def.block_sizes[b], tp);
         }
         if (d == 0)
             lr = rows / tp;
@@ -192,36 +195,37 @@ int cz_shard_check(const cz_plan_param *p, int tp, cz_error *err)
     }
     if (p->def.nblocks > 0) {
         if (p->def.block_dim < 0 || p->def.block_dim >= (p->def.ndim == 1 ? 1 : 2))
-            return cz_error_set(err, CZ_EINVALID, "param '%s': blocks along dim %d of a %d-D shape",
-                                p->def.name, p->def.block_dim, p->def.ndim);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "param '%s': blocks along dim %d of a %d-D shape", p->def.name,
+                                 p->def.block_dim, p->def.ndim);
         int64_t sum = 0, full = p->def.shape[p->def.block_dim];
         for (int b = 0; b < p->def.nblocks; b++) {
             /* Compared before adding: the sizes are arbitrary int64 values from the file. */
             if (p->def.block_sizes[b] < 1 || p->def.block_sizes[b] > full - sum)
-                return cz_error_set(err, CZ_EINVALID,
-                                    "param '%s': block %d size %lld does not fit in dim %d of "
-                                    "size %lld after blocks summing to %lld",
-                                    p->def.name, b, (long long)p->def.block_sizes[b],
-                                    p->def.block_dim, (long long)full, (long long)sum);
+                return cz__error_set(err, CZ_EINVALID,
+                                     "param '%s': block %d size %lld does not fit in dim %d of "
+                                     "size %lld after blocks summing to %lld",
+                                     p->def.name, b, (long long)p->def.block_sizes[b],
+                                     p->def.block_dim, (long long)full, (long long)sum);
             sum += p->def.block_sizes[b];
         }
         if (sum != full)
-            return cz_error_set(err, CZ_EINVALID,
-                                "param '%s': blocks along dim %d sum to %lld, expected %lld",
-                                p->def.name, p->def.block_dim, (long long)sum, (long long)full);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "param '%s': blocks along dim %d sum to %lld, expected %lld",
+                                 p->def.name, p->def.block_dim, (long long)sum, (long long)full);
     }
     int64_t plr = p->local_shape[0], plc = p->def.ndim == 1 ? 1 : p->local_shape[1];
     if (plr != lr || plc != lc)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "param '%s': plan local_shape [%lld, %lld] but shape [%lld, %lld] "
-                            "split over tp = %d (tp_dim %d) gives [%lld, %lld]",
-                            p->def.name, (long long)plr, (long long)plc, (long long)rows,
-                            (long long)cols, tp, p->def.tp_dim, (long long)lr, (long long)lc);
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "param '%s': plan local_shape [%lld, %lld] but shape [%lld, %lld] "
+                             "split over tp = %d (tp_dim %d) gives [%lld, %lld]",
+                             p->def.name, (long long)plr, (long long)plc, (long long)rows,
+                             (long long)cols, tp, p->def.tp_dim, (long long)lr, (long long)lc);
     if (p->numel != lr * lc)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "param '%s': plan numel %lld but local shape [%lld, %lld] holds %lld",
-                            p->def.name, (long long)p->numel, (long long)lr, (long long)lc,
-                            (long long)(lr * lc));
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "param '%s': plan numel %lld but local shape [%lld, %lld] holds %lld",
+                             p->def.name, (long long)p->numel, (long long)lr, (long long)lc,
+                             (long long)(lr * lc));
     return CZ_OK;
 }
 
@@ -243,7 +247,7 @@ static int region_walk(const cz_plan_param *p, int tp, int r, const cz_block *b,
         return rc;
     }
     int64_t lo[CZ_MAX_BLOCKS], hi[CZ_MAX_BLOCKS];
-    int n = cz_shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS);
+    int n = cz__shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS);
     if (p->def.tp_dim == 0) {
         /* Shard rows are the ranges' full rows, in range order. */
         int64_t off = 0;
@@ -279,7 +283,7 @@ static int count_run(void *ctx, int64_t fr, int64_t fc, int64_t shard_idx, int64
     return CZ_OK;
 }
 
-int64_t cz_shard_region_numel(const cz_plan_param *p, int tp, int r, const cz_block *b)
+int64_t cz__shard_region_numel(const cz_plan_param *p, int tp, int r, const cz_block *b)
 {
     int64_t n = 0;
     region_walk(p, tp, r, b, count_run, &n, NULL);
@@ -299,15 +303,92 @@ static int add_region_run(void *arg, int64_t fr, int64_t fc, int64_t shard_idx, 
     region_ctx *c = arg;
     int64_t o =
         c->other + (c->other_is_shard ? shard_idx : (fr - c->b->r0) * c->b->cols + (fc - c->b->c0));
-    int rc = c->to_msg ? cz_run_list_add(c->l, c->msg, o, len, err)
-                       : cz_run_list_add(c->l, o, c->msg, len, err);
+    int rc = c->to_msg ? cz__run_list_add(c->l, c->msg, o, len, err)
+                       : cz__run_list_add(c->l, o, c->msg, len, err);
     c->msg += len;
     return rc;
 }
 
-int cz_region_runs(const cz_plan_param *p, int tp, int r, const cz_block *b, int64_t msg_off,
-                   int64_t other_off, int other_is_shard, int to_msg, cz_run_list *l, cz_error *err)
+int cz__region_runs(const cz_plan_param *p, int tp, int r, const cz_block *b, int64_t msg_off,
+                    int64_t other_off, int other_is_shard, int to_msg, cz_run_list *l,
+                    cz_error *err)
 {
     region_ctx c = {b, l, msg_off, other_off, other_is_shard, to_msg};
     return region_walk(p, tp, r, b, add_region_run, &c, err);
+}
+
+int cz__bucket_index(const cz_plan *plan, int id)
+{
+    if (id >= 0 && (size_t)id < plan->nbuckets && plan->buckets[id].id == id)
+        return id;
+    for (size_t i = 0; i < plan->nbuckets; i++)
+        if (plan->buckets[i].id == id)
+            return (int)i;
+    return -1;
+}
+
+int64_t cz__param_piece(const cz_plan *plan, const cz_plan_param *p, int d, int64_t *lo)
+{
+    *lo = 0;
+    if (!cz_plan_param_fragmented(plan, p))
+        return p->dp_owner == d ? p->numel : 0;
+    const int64_t *rg = plan->buckets[cz__bucket_index(plan, p->bucket)].ranges;
+    int64_t s = p->offset > rg[2 * d] ? p->offset : rg[2 * d];
+    int64_t e = p->offset + p->numel < rg[2 * d + 1] ? p->offset + p->numel : rg[2 * d + 1];
+    if (e <= s)
+        return 0;
+    *lo = s - p->offset;
+    return e - s;
+}
+
+int cz__param_blocks(const cz_plan_param *p, cz_block *out, int max)
+{
+    int64_t rows = p->def.shape[0], cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
+    if (p->def.nblocks <= 0) {
+        if (max < 1)
+            return 0;
+        out[0] = (cz_block){0, 0, rows, cols};
+        return 1;
+    }
+    int n = 0;
+    int64_t off = 0;
+    for (int b = 0; b < p->def.nblocks && n < max; b++) {
+        int64_t s = p->def.block_sizes[b];
+        if (p->def.block_dim == 0)
+            out[n++] = (cz_block){off, 0, s, cols};
+        else
+            out[n++] = (cz_block){0, off, rows, s};
+        off += s;
+    }
+    return n;
+}
+
+int cz__task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_exec_part *out, int max)
+{
+    const cz_plan_param *p = &plan->params[g->task_param[t]];
+    int b = cz_group_task_block(g, t), k = cz_group_task_width(g, t);
+    cz_block reg;
+    cz_task_region(&p->def, b, &reg.r0, &reg.c0, &reg.rows, &reg.cols);
+    /* Sliced along the long side: rows of a tall region, columns otherwise (Muon's a x b). */
+    bool tall = reg.rows > reg.cols;
+    for (int j = 0; j < k && j < max; j++) {
+        cz_exec_part *o = &out[j];
+        *o = (cz_exec_part){.param = g->task_param[t],
+                            .block = b,
+                            .width = k,
+                            .panels = cz_group_task_panels(g, t),
+                            .member = j,
+                            .slot = g->task_slot[t] + j,
+                            .region = reg,
+                            .part = reg};
+        if (k > 1) {
+            int64_t s, n;
+            cz_coop_slice(tall ? reg.rows : reg.cols, k, j, &s, &n);
+            if (tall)
+                o->part.r0 += s, o->part.rows = n;
+            else
+                o->part.c0 += s, o->part.cols = n;
+        }
+    }
+    return k;
 }

@@ -9,7 +9,13 @@
  * (columns first re-sorted by diag(Q^T GG Q), descending, and v permuted the same way), and
  * m is rotated into the new bases. A side longer than max_dim has no factor: its basis is
  * the identity. Data is touched only through the compute ops. */
-#include "exec_internal.h"
+#include "alloc.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "optimizer.h"
+#include "shard.h"
+#include "soap.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -25,8 +31,8 @@ struct cz_soap_state {
     soap_blk blk[CZ_MAX_BLOCKS];
 };
 
-int cz_soap_hparams_from_config(cz_soap_hparams *h, const cz_exec_config *cfg, int freq,
-                                int max_dim, cz_error *err)
+int cz__soap_hparams_from_config(cz_soap_hparams *h, const cz_exec_config *cfg, int freq,
+                                 int max_dim, cz_error *err)
 {
     *h = (cz_soap_hparams){
         .lr = cfg->lr == 0.0f ? CZ_SOAP_LR : cfg->lr,
@@ -40,35 +46,35 @@ int cz_soap_hparams_from_config(cz_soap_hparams *h, const cz_exec_config *cfg, i
         .bias_correction = cfg->soap_bias_correction,
     };
     if (freq < 1 || max_dim < 1)
-        return cz_error_set(err, CZ_EINVALID,
-                            "plan precondition_frequency = %d, max_precond_dim = %d; SOAP needs "
-                            "both >= 1",
-                            freq, max_dim);
+        return cz__error_set(err, CZ_EINVALID,
+                             "plan precondition_frequency = %d, max_precond_dim = %d; SOAP needs "
+                             "both >= 1",
+                             freq, max_dim);
     if (!(h->lr >= 0.0f) || !isfinite(h->lr))
-        return cz_error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
-                            (double)h->lr);
+        return cz__error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
+                             (double)h->lr);
     if (!(h->beta1 >= 0.0f && h->beta1 < 1.0f) || !(h->beta2 >= 0.0f && h->beta2 < 1.0f) ||
         !(h->shampoo_beta >= 0.0f && h->shampoo_beta < 1.0f))
-        return cz_error_set(err, CZ_EINVALID,
-                            "soap_beta1 = %g, soap_beta2 = %g, soap_shampoo_beta = %g; expected "
-                            "each in [0, 1) (shampoo_beta -1 = beta2)",
-                            (double)h->beta1, (double)h->beta2, (double)h->shampoo_beta);
+        return cz__error_set(err, CZ_EINVALID,
+                             "soap_beta1 = %g, soap_beta2 = %g, soap_shampoo_beta = %g; expected "
+                             "each in [0, 1) (shampoo_beta -1 = beta2)",
+                             (double)h->beta1, (double)h->beta2, (double)h->shampoo_beta);
     if (!(h->eps > 0.0f) || !isfinite(h->eps))
-        return cz_error_set(err, CZ_EINVALID, "soap_eps = %g; expected a finite value > 0",
-                            (double)h->eps);
+        return cz__error_set(err, CZ_EINVALID, "soap_eps = %g; expected a finite value > 0",
+                             (double)h->eps);
     return CZ_OK;
 }
 
-int cz_soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_param *p,
-                         cz_soap_state **out, int64_t *work_n, cz_error *err)
+int cz__soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_param *p,
+                          cz_soap_state **out, int64_t *work_n, cz_error *err)
 {
     cz_block blocks[CZ_MAX_BLOCKS];
-    cz_soap_state *s = cz_exec_calloc(1, sizeof *s);
+    cz_soap_state *s = cz__exec_calloc(1, sizeof *s);
     if (!s)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the SOAP state of '%s'",
-                            p->def.name);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the SOAP state of '%s'",
+                             p->def.name);
     *out = s;
-    s->nblk = cz_param_blocks(p, blocks, CZ_MAX_BLOCKS);
+    s->nblk = cz__param_blocks(p, blocks, CZ_MAX_BLOCKS);
     s->ld = p->def.ndim == 1 ? 1 : p->def.shape[1];
     for (int b = 0; b < s->nblk; b++) {
         soap_blk *k = &s->blk[b];
@@ -85,12 +91,12 @@ int cz_soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_
                  (k->qr = c->ops->alloc(c, (size_t)(cl * cl) * sizeof(float))) != NULL;
         }
         if (!ok)
-            return cz_error_set(err, CZ_ENOMEM, "out of memory for the SOAP state of '%s'",
-                                p->def.name);
+            return cz__error_set(err, CZ_ENOMEM, "out of memory for the SOAP state of '%s'",
+                                 p->def.name);
         /* G, two rotation temporaries, M Q (also a rotation temporary: side^2 >= rows*cols),
          * eigenvalues and the largest solver work. */
         cz_linalg_work lw;
-        int rc = cz_compute_linalg_work_block(c, r, cl, h->max_dim, &lw, err);
+        int rc = cz__compute_linalg_work_block(c, r, cl, h->max_dim, &lw, err);
         if (rc)
             return rc;
         int64_t lin = lw.syevd > lw.qr ? lw.syevd : lw.qr;
@@ -102,7 +108,7 @@ int cz_soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan_
     return CZ_OK;
 }
 
-void cz_soap_state_free(cz_compute *c, cz_soap_state *s)
+void cz__soap_state_free(cz_compute *c, cz_soap_state *s)
 {
     if (!s)
         return;
@@ -113,7 +119,7 @@ void cz_soap_state_free(cz_compute *c, cz_soap_state *s)
             if (v[i])
                 c->ops->release(c, v[i]);
     }
-    cz_exec_free(s);
+    cz__exec_free(s);
 }
 
 /* Checkpoint tensors of a block, in the order of soap_blk's fields (a side above max_dim has
@@ -121,11 +127,11 @@ void cz_soap_state_free(cz_compute *c, cz_soap_state *s)
 static const char *const SOAP_FIELD[] = {"GG_left", "Q_left",  "GG_right",
                                          "Q_right", "exp_avg", "exp_avg_sq"};
 
-int64_t cz_soap_state_tensors(const cz_soap_hparams *h, const cz_plan_param *p,
-                              cz_state_tensor *out, int64_t max)
+int64_t cz__soap_state_tensors(const cz_soap_hparams *h, const cz_plan_param *p,
+                               cz_state_tensor *out, int64_t max)
 {
     cz_block blocks[CZ_MAX_BLOCKS];
-    int nb = cz_param_blocks(p, blocks, CZ_MAX_BLOCKS);
+    int nb = cz__param_blocks(p, blocks, CZ_MAX_BLOCKS);
     int64_t n = 0;
     for (int b = 0; b < nb; b++) {
         int64_t r = blocks[b].rows, cl = blocks[b].cols;
@@ -140,7 +146,9 @@ int64_t cz_soap_state_tensors(const cz_soap_hparams *h, const cz_plan_param *p,
                          (long long)blocks[b].c0, SOAP_FIELD[f]);
                 t->rows = f < 2 ? r : f < 4 ? cl : r;
                 t->cols = f < 2 ? r : f < 4 ? cl : cl;
-                t->momentum = false;
+                t->place = CZ_STATE_HOSTED;
+                t->ndim = 2;
+                t->plus_addend = false;
                 t->values = f == 0 || f == 2 ? CZ_STATE_GRAM
                             : f == 5         ? CZ_STATE_NONNEG
                                              : CZ_STATE_FINITE;
@@ -151,7 +159,7 @@ int64_t cz_soap_state_tensors(const cz_soap_hparams *h, const cz_plan_param *p,
     return n;
 }
 
-float *cz_soap_state_tensor(cz_soap_state *s, int64_t k)
+float *cz__soap_state_tensor(cz_soap_state *s, int64_t k)
 {
     for (int b = 0; s && b < s->nblk; b++) {
         soap_blk *x = &s->blk[b];
@@ -264,8 +272,8 @@ static int blk_step(cz_compute *c, const cz_soap_hparams *h, soap_blk *k, int64_
     return rc;
 }
 
-int cz_soap_run(cz_compute *c, const cz_soap_hparams *h, cz_soap_state *s, const float *g, float *u,
-                int64_t k, float *work, cz_error *err)
+int cz__soap_run(cz_compute *c, const cz_soap_hparams *h, cz_soap_state *s, const float *g,
+                 float *u, int64_t k, float *work, cz_error *err)
 {
     for (int b = 0; b < s->nblk; b++) {
         int rc = blk_step(c, h, &s->blk[b], s->ld, g, u, k, work, err);
@@ -274,3 +282,168 @@ int cz_soap_run(cz_compute *c, const cz_soap_hparams *h, cz_soap_state *s, const
     }
     return CZ_OK;
 }
+
+/* ---- the optimizer table ---- */
+/* A matrix this rank computes in a micro-group: its state, gradient and update. */
+typedef struct soap_part {
+    cz_soap_state *state;
+    const float *in;
+    float *out;
+} soap_part;
+
+/* SOAP's layout of one micro-group (what its cz_opt_group points to). */
+typedef struct soap_group soap_group;
+struct soap_group {
+    soap_group *next;
+    soap_part *parts;
+    int nparts;
+};
+
+typedef struct soap_impl {
+    cz_soap_hparams h;
+    cz_soap_state **state; /* indexed by param id, where this rank holds the matrix */
+    soap_group *groups, *last;
+    int64_t work_n; /* floats of work the largest block needs */
+    float *work;
+} soap_impl;
+
+static soap_impl *impl_of(const cz_optim *o)
+{
+    return o->impl;
+}
+
+static int soap_create(cz_optim *o, const cz_exec_config *cfg, cz_error *err)
+{
+    const cz_plan *plan = o->plan;
+    int rc;
+    soap_impl *s = cz__exec_calloc(1, sizeof *s);
+    if (!s)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
+    o->impl = s;
+    s->state = cz__exec_calloc(plan->nparams ? plan->nparams : 1, sizeof *s->state);
+    if (!s->state)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
+    if ((rc = cz__compute_require_linalg(o->compute, o->ops->name, err)) != CZ_OK)
+        return rc;
+    return cz__soap_hparams_from_config(&s->h, cfg, plan->settings.precondition_frequency,
+                                        plan->settings.max_precond_dim, err);
+}
+
+static void soap_destroy(cz_optim *o)
+{
+    soap_impl *s = impl_of(o);
+    if (!s)
+        return;
+    for (size_t i = 0; s->state && i < o->plan->nparams; i++)
+        cz__soap_state_free(o->compute, s->state[i]);
+    for (soap_group *g = s->groups, *next; g; g = next) {
+        next = g->next;
+        cz__exec_free(g->parts);
+        cz__exec_free(g);
+    }
+    if (s->work)
+        o->compute->ops->release(o->compute, s->work);
+    cz__exec_free(s->state);
+    cz__exec_free(s);
+}
+
+static void soap_set_lr(cz_optim *o, float lr)
+{
+    impl_of(o)->h.lr = lr;
+}
+
+static void soap_set_weight_decay(cz_optim *o, float wd)
+{
+    impl_of(o)->h.weight_decay = wd;
+}
+
+static int soap_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz_coop_planes *cp,
+                          cz_opt_group **out, cz_error *err)
+{
+    soap_impl *s = impl_of(o);
+    int rc;
+    (void)cp;
+    soap_group *g = cz__exec_calloc(1, sizeof *g);
+    if (!g)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+    *(s->last ? &s->last->next : &s->groups) = g;
+    s->last = g;
+    *out = (cz_opt_group *)g;
+    g->parts = cz__exec_calloc((size_t)n + 1, sizeof *g->parts);
+    if (!g->parts)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
+    for (int i = 0; i < n; i++) {
+        const cz_opt_part *x = &parts[i];
+        int id = x->p->id;
+        /* SOAP plans have whole-matrix tasks only (the structural check), each once. */
+        CZ_ASSERT(x->x.width == 1 && x->x.part.rows == x->p->def.shape[0] &&
+                      x->x.part.cols == x->p->def.shape[1] && !s->state[id],
+                  err);
+        if ((rc = cz__soap_state_create(o->compute, &s->h, x->p, &s->state[id], &s->work_n, err)) !=
+            CZ_OK)
+            return rc;
+        g->parts[g->nparts++] = (soap_part){s->state[id], x->in, x->out};
+    }
+    return CZ_OK;
+}
+
+static int soap_work_create(cz_optim *o, cz_error *err)
+{
+    soap_impl *s = impl_of(o);
+    s->work = o->compute->ops->alloc(o->compute, (size_t)(s->work_n + 1) * sizeof(float));
+    if (!s->work)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for SOAP's work buffer (%lld elements)",
+                             (long long)s->work_n);
+    return CZ_OK;
+}
+
+static int soap_step_group(cz_optim *o, cz_opt_group *og, int64_t t, const cz_opt_progress *pr,
+                           cz_error *err)
+{
+    soap_impl *s = impl_of(o);
+    const soap_group *g = (const soap_group *)og;
+    for (int k = 0; k < g->nparts; k++) {
+        const soap_part *x = &g->parts[k];
+        int rc = cz__soap_run(o->compute, &s->h, x->state, x->in, x->out, t, s->work, err);
+        pr->fn(pr->ctx);
+        if (rc)
+            return rc;
+    }
+    return CZ_OK;
+}
+
+/* The first step only initialises the preconditioner: no update, so no weight decay. */
+static cz_opt_rates soap_apply_rates(const cz_optim *o, int64_t t)
+{
+    return (cz_opt_rates){impl_of(o)->h.lr, t == 1 ? 0.0f : impl_of(o)->h.weight_decay};
+}
+
+static int64_t soap_tensors(const cz_optim *o, const cz_plan_param *p, cz_state_tensor *out,
+                            int64_t max)
+{
+    return cz__soap_state_tensors(&impl_of(o)->h, p, out, max);
+}
+
+static float *soap_buffer(cz_optim *o, int param, int64_t k, const cz_block *part)
+{
+    cz_soap_state *st = impl_of(o)->state[param];
+    (void)part;
+    return st ? cz__soap_state_tensor(st, k) : NULL;
+}
+
+const cz_optimizer_ops cz__soap_ops = {
+    .version = CZ_OPTIMIZER_OPS_VERSION,
+    .id = CZ_OPTIM_SOAP,
+    .kind = CZ_KIND_MATRIX,
+    .name = "soap",
+    .create = soap_create,
+    .destroy = soap_destroy,
+    .set_lr = soap_set_lr,
+    .set_weight_decay = soap_set_weight_decay,
+    .group_add = soap_group_add,
+    .work_create = soap_work_create,
+    .step_group = soap_step_group,
+    .apply_rates = soap_apply_rates,
+    .state_tensors = soap_tensors,
+    .state_buffer = soap_buffer,
+};

@@ -3,7 +3,12 @@
  * micro-group pipeline over TP, all-gather over DP. Data is touched only through the compute ops;
  * the one read-back of a step is the per-parameter sums of squares of the owned gradients, after
  * all reduce-scatters and before anything is updated. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "clock.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 
 #include <math.h>
 
@@ -56,8 +61,7 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
     cz_compute *c = &ex->compute;
     for (int k = 0; k < ex->nowned; k++) {
         int i = ex->owned[k];
-        c->ops->sumsq(c, G + cz_exec_param_offset(ex, i) + ex->piece_lo[i], ex->piece_len[i],
-                      &ex->stats[k]);
+        c->ops->sumsq(c, G + ex->param_off[i] + ex->piece_lo[i], ex->piece_len[i], &ex->stats[k]);
     }
     int rc =
         c->ops->download(c, ex->stats_host, ex->stats, (size_t)ex->nowned * sizeof(double), err);
@@ -84,17 +88,17 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
         if (rc)
             return rc;
         if (bad != INT64_MAX && plan->params[bad].dp_owner < 0)
-            return cz_error_set(err, CZ_EINVALID,
-                                "step %lld: the averaged gradient of '%s' holds NaN or Inf (found "
-                                "in the evenly sliced elementwise buffer); no parameter was "
-                                "changed",
-                                (long long)(ex->steps + 1), plan->params[bad].def.name);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "step %lld: the averaged gradient of '%s' holds NaN or Inf (found "
+                                 "in the evenly sliced elementwise buffer); no parameter was "
+                                 "changed",
+                                 (long long)(ex->steps + 1), plan->params[bad].def.name);
         if (bad != INT64_MAX)
-            return cz_error_set(err, CZ_EINVALID,
-                                "step %lld: the averaged gradient of '%s' holds NaN or Inf (found "
-                                "by DP rank %d); no parameter was changed",
-                                (long long)(ex->steps + 1), plan->params[bad].def.name,
-                                plan->params[bad].dp_owner);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "step %lld: the averaged gradient of '%s' holds NaN or Inf (found "
+                                 "by DP rank %d); no parameter was changed",
+                                 (long long)(ex->steps + 1), plan->params[bad].def.name,
+                                 plan->params[bad].dp_owner);
     }
     double sq = v[0];
     ex->grad_norm = sqrt(sq);
@@ -103,7 +107,7 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
         float f = (float)((double)max / (ex->grad_norm + 1e-6));
         for (int k = 0; k < ex->nowned; k++) {
             int i = ex->owned[k];
-            float *g = G + cz_exec_param_offset(ex, i) + ex->piece_lo[i];
+            float *g = G + ex->param_off[i] + ex->piece_lo[i];
             c->ops->scale(c, g, g, ex->piece_len[i], f);
         }
     }
@@ -116,13 +120,13 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
 static void *job_param(const cz_executor *ex, size_t i, int64_t off)
 {
     return ex->per_param ? ex->param_ptr[i]
-                         : (char *)ex->flat_params + off * cz_dtype_bytes(ex->dtype);
+                         : (char *)ex->flat_params + off * cz__dtype_bytes(ex->dtype);
 }
 
 static void *job_grad(const cz_executor *ex, size_t i, int64_t off)
 {
     return ex->per_param ? ex->grad_ptr[i]
-                         : (char *)ex->flat_grads + off * cz_dtype_bytes(ex->dtype);
+                         : (char *)ex->flat_grads + off * cz__dtype_bytes(ex->dtype);
 }
 
 static void stage_in(cz_executor *ex)
@@ -130,7 +134,7 @@ static void stage_in(cz_executor *ex)
     cz_compute *c = &ex->compute;
     bool params = ex->dtype == CZ_DTYPE_FP32 || !ex->master_loaded;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
-        int64_t off = cz_exec_param_offset(ex, (int)i), n = ex->plan->params[i].numel;
+        int64_t off = ex->param_off[i], n = ex->plan->params[i].numel;
         if (params)
             c->ops->convert(c, ex->stage_params + off, CZ_DTYPE_FP32, job_param(ex, i, off),
                             ex->dtype, n);
@@ -144,7 +148,7 @@ static void stage_out(cz_executor *ex)
 {
     cz_compute *c = &ex->compute;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
-        int64_t off = cz_exec_param_offset(ex, (int)i), n = ex->plan->params[i].numel;
+        int64_t off = ex->param_off[i], n = ex->plan->params[i].numel;
         c->ops->convert(c, job_param(ex, i, off), ex->dtype, ex->stage_params + off, CZ_DTYPE_FP32,
                         n);
     }
@@ -154,18 +158,18 @@ static int check_bound(cz_executor *ex, cz_error *err)
 {
     int rc = CZ_OK;
     if (!ex->flat_params && !ex->per_param)
-        rc = cz_error_set(err, CZ_EINVALID,
-                          "step: no buffers bound (call bind_buffers or "
-                          "bind_param first)");
+        rc = cz__error_set(err, CZ_EINVALID,
+                           "step: no buffers bound (call bind_buffers or "
+                           "bind_param first)");
     for (size_t i = 0; !rc && ex->per_param && i < ex->plan->nparams; i++)
         if (!ex->bound[i])
-            rc = cz_error_set(err, CZ_EINVALID, "step: parameter '%s' is not bound",
-                              ex->plan->params[i].def.name);
+            rc = cz__error_set(err, CZ_EINVALID, "step: parameter '%s' is not bound",
+                               ex->plan->params[i].def.name);
     if (ex->bind_agreed)
         return rc;
     /* First step: every rank confirms its binding so that a rank that failed to bind cannot
      * leave the others waiting in a collective. */
-    cz_comm_phase("first step: checking every rank's buffers", ex->steps + 1);
+    cz__comm_phase("first step: checking every rank's buffers", ex->steps + 1);
     int64_t v = rc ? ex->ctrl.rank : INT64_MAX;
     cz_error tmp;
     int crc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &v, 1, &tmp);
@@ -177,8 +181,8 @@ static int check_bound(cz_executor *ex, cz_error *err)
         return crc;
     }
     if (v != INT64_MAX)
-        return cz_error_set(err, CZ_EINVALID, "step: rank %lld has not bound its buffers",
-                            (long long)v);
+        return cz__error_set(err, CZ_EINVALID, "step: rank %lld has not bound its buffers",
+                             (long long)v);
     ex->bind_agreed = true;
     return CZ_OK;
 }
@@ -188,7 +192,7 @@ static int run_step(cz_executor *ex, cz_error *err)
 {
     int rc;
     cz_exec_timings t = {0};
-    double t0 = cz_exec_now(), t1;
+    double t0 = cz__exec_now(), t1;
     float *P = ex->flat_params, *G = ex->flat_grads;
     int64_t step = ex->steps + 1;
     if (ex->staged) {
@@ -198,47 +202,38 @@ static int run_step(cz_executor *ex, cz_error *err)
     }
     /* The reduce-scatter reads the gradients once every op before (staging) is done. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_grads);
-    cz_comm_phase("gradient reduce-scatter", step);
+    cz__comm_phase("gradient reduce-scatter", step);
     rc = reduce_scatter(ex, G, err);
-    cz_comm_phase("gradient norm and finiteness check", step);
-    if (!rc)
-        rc = grad_stats(ex, G, err);
-    if (rc)
+    cz__comm_phase("gradient norm and finiteness check", step);
+    if (rc != CZ_OK || (rc = grad_stats(ex, G, err)) != CZ_OK)
         return rc;
-    t1 = cz_exec_now();
+    t1 = cz__exec_now();
     t.reduce_scatter = t1 - t0;
 
-    cz_adamw_args aw;
-    cz_adamw_args_make(&aw, &ex->adamw, ex->steps + 1);
-    for (int k = 0; k < ex->nowned_elem; k++) {
-        int i = ex->owned_elem[k];
-        int64_t off = cz_exec_param_offset(ex, i) + ex->piece_lo[i];
-        ex->compute.ops->adamw(&ex->compute, P + off, G + off, ex->adam_m[i], ex->adam_v[i],
-                               ex->piece_len[i], &aw);
-    }
-    t0 = cz_exec_now();
+    /* The elementwise optimizer's step on the pieces this rank owns. */
+    if ((rc = ex->elem_opt.ops->step_shards(&ex->elem_opt, P, G, step, err)) != CZ_OK)
+        return rc;
+    t0 = cz__exec_now();
     t.elementwise = t0 - t1;
 
-    cz_comm_phase("micro-group pipeline of the matrix updates", step);
-    rc = cz_exec_matrix_pipeline(ex, P, G, err);
-    if (rc)
+    cz__comm_phase("micro-group pipeline of the matrix updates", step);
+    if ((rc = cz__exec_matrix_pipeline(ex, P, G, err)) != CZ_OK)
         return rc;
-    t1 = cz_exec_now();
+    t1 = cz__exec_now();
     t.matrix = t1 - t0;
 
-    /* The all-gather reads the parameters once every update (AdamW, Muon) is applied. */
+    /* The all-gather reads the parameters once every update (both optimizers') is applied. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_params);
-    cz_comm_phase("parameter all-gather", step);
-    rc = all_gather(ex, P, err);
-    if (rc)
+    cz__comm_phase("parameter all-gather", step);
+    if ((rc = all_gather(ex, P, err)) != CZ_OK)
         return rc;
     if (ex->staged)
         stage_out(ex);
-    t0 = cz_exec_now();
+    t0 = cz__exec_now();
     t.all_gather = t0 - t1;
     t.total = t.reduce_scatter + t.elementwise + t.matrix + t.all_gather;
     ex->steps++;
-    cz_comm_phase("after the step", ex->steps);
+    cz__comm_phase("after the step", ex->steps);
     t.steps = ex->steps;
     ex->last = t;
     return CZ_OK;
@@ -247,7 +242,7 @@ static int run_step(cz_executor *ex, cz_error *err)
 int cz_executor_step(cz_executor *ex, cz_error *err)
 {
     if (!ex)
-        return cz_error_set(err, CZ_EINVALID, "step: executor is NULL");
+        return cz__error_set(err, CZ_EINVALID, "step: executor is NULL");
     int rc = check_bound(ex, err);
     if (rc)
         return rc;
@@ -262,10 +257,10 @@ int cz_executor_step(cz_executor *ex, cz_error *err)
 int cz_executor_step_async(cz_executor *ex, cz_error *err)
 {
     if (!ex)
-        return cz_error_set(err, CZ_EINVALID, "step_async: executor is NULL");
+        return cz__error_set(err, CZ_EINVALID, "step_async: executor is NULL");
     if (ex->async_active)
-        return cz_error_set(err, CZ_EINVALID,
-                            "step_async: the previous step was not waited for (cz_executor_wait)");
+        return cz__error_set(err, CZ_EINVALID,
+                             "step_async: the previous step was not waited for (cz_executor_wait)");
     /* The cpu stream is the calling thread: the step runs here, its result waits for wait. */
     ex->async_rc = cz_executor_step(ex, &ex->async_err);
     ex->async_active = true;
@@ -275,9 +270,10 @@ int cz_executor_step_async(cz_executor *ex, cz_error *err)
 int cz_executor_wait(cz_executor *ex, cz_error *err)
 {
     if (!ex)
-        return cz_error_set(err, CZ_EINVALID, "wait: executor is NULL");
+        return cz__error_set(err, CZ_EINVALID, "wait: executor is NULL");
     if (!ex->async_active)
-        return cz_error_set(err, CZ_EINVALID, "wait: no step was started (cz_executor_step_async)");
+        return cz__error_set(err, CZ_EINVALID,
+                             "wait: no step was started (cz_executor_step_async)");
     ex->async_active = false;
     /* A GPU backend may still run the step's tail on its stream: wait for all of it (on the
      * CPU's stream, the calling thread, this returns at once). */

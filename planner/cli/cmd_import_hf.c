@@ -133,7 +133,7 @@ int cz_cmd_import_hf(int argc, char **argv)
     const char *inputs[] = {config}, *what[] = {"the config"};
     if (cz__file_check_output(output, inputs, what, 1, &err) ||
         cz_model_import_hf(&text, config, &opts, &err) ||
-        cz_file_write(output ? output : "-", text, strlen(text), &err)) {
+        cz__file_write(output ? output : "-", text, strlen(text), &err)) {
         fprintf(stderr, "canzona import-hf: %s\n", err.message);
         goto done;
     }

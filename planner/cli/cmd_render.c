@@ -118,7 +118,7 @@ int cz_cmd_render(int argc, char **argv)
         fprintf(stderr, "canzona render: %s: %s\n", plan_path, err.message);
         goto done;
     }
-    if (cz_file_write(output, doc, strlen(doc), &err) != CZ_OK) {
+    if (cz__file_write(output, doc, strlen(doc), &err) != CZ_OK) {
         fprintf(stderr, "canzona render: %s\n", err.message);
         goto done;
     }

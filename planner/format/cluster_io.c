@@ -29,9 +29,9 @@ static int apply_sizes(const cz_json_ctx *c, json_t *root, const cz_cluster_size
     int64_t target = gpus, model = (int64_t)tp * pp;
     const char *whence = "the cluster's gpus";
     if (model > INT_MAX)
-        return cz_error_set(c->err, CZ_EINVALID,
-                            "%s: TP size %d x PP size %d is more GPUs than supported", c->file, tp,
-                            pp);
+        return cz__error_set(c->err, CZ_EINVALID,
+                             "%s: TP size %d x PP size %d is more GPUs than supported", c->file, tp,
+                             pp);
     if (z->nodes > 0) {
         target = (int64_t)z->nodes * gpn;
         whence = "nodes x GPUs per node";
@@ -40,25 +40,25 @@ static int apply_sizes(const cz_json_ctx *c, json_t *root, const cz_cluster_size
         whence = "DP x TP x PP";
     }
     if (target > INT_MAX)
-        return cz_error_set(c->err, CZ_EINVALID,
-                            "%s: the sizes given make %" PRId64 " GPUs (%s), more than supported",
-                            c->file, target, whence);
+        return cz__error_set(c->err, CZ_EINVALID,
+                             "%s: the sizes given make %" PRId64 " GPUs (%s), more than supported",
+                             c->file, target, whence);
     if (z->dp > 0) {
         if ((int64_t)z->dp * model != target)
-            return cz_error_set(c->err, CZ_EINVALID,
-                                "%s: DP size %d x TP size %d x PP size %d = %" PRId64
-                                " GPUs, but %d nodes x %d GPUs per node = %" PRId64,
-                                c->file, z->dp, tp, pp, (int64_t)z->dp * model, z->nodes, gpn,
-                                target);
+            return cz__error_set(c->err, CZ_EINVALID,
+                                 "%s: DP size %d x TP size %d x PP size %d = %" PRId64
+                                 " GPUs, but %d nodes x %d GPUs per node = %" PRId64,
+                                 c->file, z->dp, tp, pp, (int64_t)z->dp * model, z->nodes, gpn,
+                                 target);
         dp = z->dp;
     } else {
         if (target % model)
-            return cz_error_set(c->err, CZ_EINVALID,
-                                "%s: TP size %d x PP size %d = %" PRId64
-                                " does not divide the %" PRId64
-                                " GPUs (%s), so no DP size fits; give a TP and PP size that "
-                                "divide it, or the DP size",
-                                c->file, tp, pp, model, target, whence);
+            return cz__error_set(c->err, CZ_EINVALID,
+                                 "%s: TP size %d x PP size %d = %" PRId64
+                                 " does not divide the %" PRId64
+                                 " GPUs (%s), so no DP size fits; give a TP and PP size that "
+                                 "divide it, or the DP size",
+                                 c->file, tp, pp, model, target, whence);
         dp = (int)(target / model);
     }
     if (z->bucket_size != 0) {
@@ -72,17 +72,17 @@ static int apply_sizes(const cz_json_ctx *c, json_t *root, const cz_cluster_size
                 return cz__json_fail(c, "$.buckets", "expected an object");
             b = json_object();
             if (!b || json_object_set_new(root, "buckets", b))
-                return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+                return cz__error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
         }
         if (json_object_set_new(b, "size", json_integer(size)))
-            return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+            return cz__error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
     }
     if (json_object_set_new(root, "gpus", json_integer(target)) ||
         json_object_set_new(root, "dp", json_integer(dp)) ||
         json_object_set_new(root, "tp", json_integer(tp)) ||
         json_object_set_new(root, "pp", json_integer(pp)) ||
         json_object_set_new(root, "gpus_per_node", json_integer(gpn)))
-        return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+        return cz__error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
     return CZ_OK;
 }
 
@@ -119,7 +119,7 @@ int cz__cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_
     *out = NULL;
     cl = calloc(1, sizeof *cl);
     if (!cl)
-        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
+        return cz__error_set(err, CZ_ENOMEM, "%s: out of memory", path);
     cl->bucket_align = 64;
     if ((rc = cz__json_load_file(&root, sha, path, err)) != CZ_OK)
         goto done;
@@ -179,7 +179,7 @@ int cz__cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_
     cl->source = cz__strdup(path);
     cl->device.name = cz__strdup(dev_name);
     if (!cl->name || !cl->source || !cl->device.name) {
-        rc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
+        rc = cz__error_set(err, CZ_ENOMEM, "%s: out of memory", path);
         goto done;
     }
     memcpy(cl->sha256, sha, sizeof sha);

@@ -16,9 +16,9 @@
 
 #ifdef NDEBUG
 #define CZ_ASSERT_FAIL_(err, expr)                                                                 \
-    cz_error_set((err), CZ_EINTERNAL,                                                              \
-                 "%s:%d: internal invariant '%s' does not hold (a planner bug)", __FILE__,         \
-                 __LINE__, expr)
+    cz__error_set((err), CZ_EINTERNAL,                                                             \
+                  "%s:%d: internal invariant '%s' does not hold (a planner bug)", __FILE__,        \
+                  __LINE__, expr)
 #else
 #define CZ_ASSERT_FAIL_(err, expr)                                                                 \
     ((void)(err),                                                                                  \

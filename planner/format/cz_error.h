@@ -7,7 +7,7 @@
 #include "canzona.h"
 
 /* Fills err (if not NULL) with code and a printf-style message; returns code. */
-int cz_error_set(cz_error *err, int code, const char *fmt, ...)
+int cz__error_set(cz_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Allocation helpers (error.c): abort-free; return NULL on failure. */

@@ -5,7 +5,7 @@
  * and sizes, the file and hash utilities. Everything here is in libcanzona-format (jansson
  * only); nothing here is installed: programs outside the project see canzona.h.
  *
- * It includes cz_error.h (cz_error_set, cz__strdup) and cz_assert.h (CZ_ASSERT): include this
+ * It includes cz_error.h (cz__error_set, cz__strdup) and cz_assert.h (CZ_ASSERT): include this
  * header, not those. What is only for the format's own files (the strict JSON getters, the
  * Megatron record reader, the parameter-name rule) is in format_internal.h.
  * docs/ARCHITECTURE.md has the layers.
@@ -35,7 +35,7 @@ struct json_t; /* jansson's json_t: the few functions that take one are for JSON
  * The name and parse functions in canzona.h, and these, read one table per enum
  * (format_internal.h); nothing else spells these names. */
 /* Bytes per element of a dtype. */
-int cz_dtype_bytes(cz_dtype d);
+int cz__dtype_bytes(cz_dtype d);
 /* "matrix" or "elementwise"; NULL for a value outside the enum. */
 const char *cz__kind_name(cz_param_kind v);
 
@@ -335,7 +335,7 @@ static inline double cz_coop_gram_bytes(double a)
 /* Row panels of a cooperative task's Gram. Every Newton-Schulz iteration the executor computes
  * the a x a Gram's upper triangle in `panels` row panels and all-reduces each panel while it
  * computes the next ones and, in the A(AX) form, the rows of A X that the panels already summed
- * give (cz_muon_coop_run): the all-reduce hides behind that computation instead of stalling every
+ * give (cz__muon_coop_run): the all-reduce hides behind that computation instead of stalling every
  * member. More panels hide more of it but pay one all-reduce latency each, which nothing hides
  * on a small matrix over many ranks, so no count of a alone suits every task: the planner
  * chooses it per task (cz__coop_best_panels, the least cost) and records it in the plan
@@ -431,7 +431,7 @@ int cz__plan_json_content_hash(const struct json_t *plan, char out[65], cz_error
 /* CZ_OK when the plan was read from a file whose recorded content hash matches its content;
  * otherwise an error telling the user to re-run `canzona plan`. For consumers that have no
  * model to check the plan against (the executor). */
-int cz_plan_check_content_hash(const cz_plan *plan, const char *path, cz_error *err);
+int cz__plan_check_content_hash(const cz_plan *plan, const char *path, cz_error *err);
 
 /* ---- the structural check (plan_structure.c) ---- */
 /* Where violations go: validate lists all of them; the executor refuses on the first. */
@@ -452,7 +452,7 @@ void cz__plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, 
  * DP ranges, atomic ownership, schedule membership and slot loads. Shared by `canzona
  * validate` and the executor's plan check, so that the executor refuses every plan validate
  * refuses for a structural reason. Safe on any plan the reader accepts. */
-void cz_plan_check_structure(cz_plan_checks *c, const cz_plan *plan);
+void cz__plan_check_structure(cz_plan_checks *c, const cz_plan *plan);
 /* Whether two stored costs agree to validate's relative tolerance (1e-9); NaN never does. */
 int cz__close_rel(double a, double b);
 
@@ -461,7 +461,7 @@ int cz__close_rel(double a, double b);
  * checked before reading (regular files) or while reading (pipes), so that a device such as
  * /dev/zero or a huge file fails at once with a message instead of after gigabytes.
  *
- * Writing (cz_file_write): one policy for every output of the CLI and the libraries:
+ * Writing (cz__file_write): one policy for every output of the CLI and the libraries:
  *  - "-" is standard output;
  *  - a new path or an existing regular file is replaced atomically (a temporary file in the
  *    same folder, synced, then renamed over it), keeping the existing file's permission bits;
@@ -476,10 +476,10 @@ int cz__close_rel(double a, double b);
 /* Reads the whole of path into a malloc'ed buffer with a NUL after the last byte (*len does not
  * count it). Files larger than max bytes are refused (CZ_EINVALID) before they are read; so are
  * folders and devices (CZ_EIO, "not a regular file"). */
-int cz_file_read_all(const char *path, size_t max, char **out, size_t *len, cz_error *err);
+int cz__file_read_all(const char *path, size_t max, char **out, size_t *len, cz_error *err);
 
 /* Writes len bytes to path under the policy above. Messages name path and the reason. */
-int cz_file_write(const char *path, const void *data, size_t len, cz_error *err);
+int cz__file_write(const char *path, const void *data, size_t len, cz_error *err);
 
 /* Refuses (CZ_EINVALID, naming both paths) an output that is the same file as one of the n
  * inputs: same device and inode, so a second path, a hard link or a symbolic link to an input

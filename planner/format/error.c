@@ -14,7 +14,7 @@ void cz_error_clear(cz_error *err)
     err->message[0] = '\0';
 }
 
-int cz_error_set(cz_error *err, int code, const char *fmt, ...)
+int cz__error_set(cz_error *err, int code, const char *fmt, ...)
 {
     if (!err)
         return code;

@@ -32,7 +32,7 @@ static const char *node_kind(mode_t m)
     return "not a regular file";
 }
 
-int cz_file_read_all(const char *path, size_t max, char **out, size_t *len, cz_error *err)
+int cz__file_read_all(const char *path, size_t max, char **out, size_t *len, cz_error *err)
 {
     int rc = CZ_OK;
     char *buf = NULL;
@@ -42,28 +42,28 @@ int cz_file_read_all(const char *path, size_t max, char **out, size_t *len, cz_e
     *len = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
-        return cz_error_set(err, CZ_EIO, "%s: cannot open: %s", path, strerror(errno));
+        return cz__error_set(err, CZ_EIO, "%s: cannot open: %s", path, strerror(errno));
     if (fstat(fd, &st) != 0) {
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot read: %s", path, strerror(errno));
+        rc = cz__error_set(err, CZ_EIO, "%s: cannot read: %s", path, strerror(errno));
         goto done;
     }
     /* Pipes are read (a process substitution gives one); devices such as /dev/zero would never
      * end, folders cannot be read. */
     if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
-        rc = cz_error_set(err, CZ_EIO, "%s: is %s, not a regular file; expected a JSON file", path,
-                          node_kind(st.st_mode));
+        rc = cz__error_set(err, CZ_EIO, "%s: is %s, not a regular file; expected a JSON file", path,
+                           node_kind(st.st_mode));
         goto done;
     }
     if (S_ISREG(st.st_mode) && (uintmax_t)st.st_size > (uintmax_t)max) {
-        rc = cz_error_set(err, CZ_EINVALID,
-                          "%s: is %jd bytes; files larger than %zu bytes are refused", path,
-                          (intmax_t)st.st_size, max);
+        rc = cz__error_set(err, CZ_EINVALID,
+                           "%s: is %jd bytes; files larger than %zu bytes are refused", path,
+                           (intmax_t)st.st_size, max);
         goto done;
     }
     /* A regular file's buffer holds its size, one byte to see the end and the NUL. */
     cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 2 : 65536;
     if (!(buf = malloc(cap))) {
-        rc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory while reading", path);
+        rc = cz__error_set(err, CZ_ENOMEM, "%s: out of memory while reading", path);
         goto done;
     }
     for (;;) {
@@ -72,7 +72,7 @@ int cz_file_read_all(const char *path, size_t max, char **out, size_t *len, cz_e
             size_t ncap = cap > max / 2 ? max + 2 : cap * 2;
             char *nb = realloc(buf, ncap);
             if (!nb) {
-                rc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory while reading", path);
+                rc = cz__error_set(err, CZ_ENOMEM, "%s: out of memory while reading", path);
                 goto done;
             }
             buf = nb;
@@ -82,16 +82,16 @@ int cz_file_read_all(const char *path, size_t max, char **out, size_t *len, cz_e
         if (got < 0) {
             if (errno == EINTR)
                 continue;
-            rc = cz_error_set(err, CZ_EIO, "%s: cannot read: %s", path, strerror(errno));
+            rc = cz__error_set(err, CZ_EIO, "%s: cannot read: %s", path, strerror(errno));
             goto done;
         }
         if (got == 0)
             break;
         n += (size_t)got;
         if (n > max) {
-            rc = cz_error_set(err, CZ_EINVALID,
-                              "%s: more than %zu bytes; files larger than that are refused", path,
-                              max);
+            rc = cz__error_set(err, CZ_EINVALID,
+                               "%s: more than %zu bytes; files larger than that are refused", path,
+                               max);
             goto done;
         }
     }
@@ -132,7 +132,7 @@ static int check_link_owner(const char *shown, const char *link, const struct st
     size_t n = slash ? (size_t)(slash - link) : 0;
     char *dir = malloc(n + 2);
     if (!dir)
-        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", shown);
+        return cz__error_set(err, CZ_ENOMEM, "%s: out of memory", shown);
     if (!slash)
         memcpy(dir, ".", 2);
     else if (n == 0)
@@ -145,12 +145,12 @@ static int check_link_owner(const char *shown, const char *link, const struct st
     int rc = CZ_OK;
     if (stat(dir, &ds) == 0 && (ds.st_mode & S_ISVTX) && (ds.st_mode & S_IWOTH) &&
         st->st_uid != geteuid() && st->st_uid != ds.st_uid)
-        rc = cz_error_set(err, CZ_EIO,
-                          "%s: %s is a symbolic link owned by another user (uid %u) in the "
-                          "sticky world-writable folder %s; following it is refused, as the "
-                          "kernel refuses it (fs.protected_symlinks); give the target's own "
-                          "path",
-                          shown, link, (unsigned)st->st_uid, dir);
+        rc = cz__error_set(err, CZ_EIO,
+                           "%s: %s is a symbolic link owned by another user (uid %u) in the "
+                           "sticky world-writable folder %s; following it is refused, as the "
+                           "kernel refuses it (fs.protected_symlinks); give the target's own "
+                           "path",
+                           shown, link, (unsigned)st->st_uid, dir);
     free(dir);
     return rc;
 }
@@ -164,7 +164,7 @@ static int resolve_links(const char *path, char **out, cz_error *err)
     char *cur = cz__strdup(path);
     *out = NULL;
     if (!cur)
-        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
+        return cz__error_set(err, CZ_ENOMEM, "%s: out of memory", path);
     for (int hops = 0;; hops++) {
         struct stat st;
         if (lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode)) {
@@ -172,7 +172,7 @@ static int resolve_links(const char *path, char **out, cz_error *err)
             return CZ_OK;
         }
         if (hops == CZ_MAX_SYMLINKS) {
-            rc = cz_error_set(err, CZ_EIO, "%s: too many levels of symbolic links", path);
+            rc = cz__error_set(err, CZ_EIO, "%s: too many levels of symbolic links", path);
             break;
         }
         if ((rc = check_link_owner(path, cur, &st, err)) != CZ_OK)
@@ -180,8 +180,8 @@ static int resolve_links(const char *path, char **out, cz_error *err)
         char target[PATH_MAX];
         ssize_t n = readlink(cur, target, sizeof target - 1);
         if (n < 0) {
-            rc = cz_error_set(err, CZ_EIO, "%s: cannot read the symbolic link %s: %s", path, cur,
-                              strerror(errno));
+            rc = cz__error_set(err, CZ_EIO, "%s: cannot read the symbolic link %s: %s", path, cur,
+                               strerror(errno));
             break;
         }
         target[n] = '\0';
@@ -189,7 +189,7 @@ static int resolve_links(const char *path, char **out, cz_error *err)
         size_t dir_len = target[0] == '/' || !slash ? 0 : (size_t)(slash - cur) + 1;
         char *next = malloc(dir_len + (size_t)n + 1);
         if (!next) {
-            rc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
+            rc = cz__error_set(err, CZ_ENOMEM, "%s: out of memory", path);
             break;
         }
         memcpy(next, cur, dir_len);
@@ -210,28 +210,29 @@ static int write_atomic_to(const char *shown, const char *target, mode_t mode, c
     size_t n = strlen(target) + sizeof ".tmp.XXXXXX";
     char *tmp = malloc(n);
     if (!tmp)
-        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", shown);
+        return cz__error_set(err, CZ_ENOMEM, "%s: out of memory", shown);
     snprintf(tmp, n, "%s.tmp.XXXXXX", target);
     int fd = mkstemp(tmp);
     if (fd < 0) {
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot create a temporary file next to %s: %s", shown,
-                          target, strerror(errno));
+        rc = cz__error_set(err, CZ_EIO, "%s: cannot create a temporary file next to %s: %s", shown,
+                           target, strerror(errno));
         free(tmp);
         return rc;
     }
     /* mkstemp creates the file 0600: give it the mode of the file it replaces, or the mode a
      * plain creation would. */
     if (fchmod(fd, mode) != 0 || write_fd_all(fd, data, len) != 0 || fsync(fd) != 0) {
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot write %s: %s", shown, tmp, strerror(errno));
+        rc = cz__error_set(err, CZ_EIO, "%s: cannot write %s: %s", shown, tmp, strerror(errno));
         close(fd);
         goto done;
     }
     if (close(fd) != 0) {
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot write %s: %s", shown, tmp, strerror(errno));
+        rc = cz__error_set(err, CZ_EIO, "%s: cannot write %s: %s", shown, tmp, strerror(errno));
         goto done;
     }
     if (rename(tmp, target) != 0) {
-        rc = cz_error_set(err, CZ_EIO, "%s: cannot replace %s: %s", shown, target, strerror(errno));
+        rc =
+            cz__error_set(err, CZ_EIO, "%s: cannot replace %s: %s", shown, target, strerror(errno));
         goto done;
     }
 done:
@@ -269,23 +270,24 @@ static int write_in_place(const char *shown, const char *target, const void *dat
 {
     int fd = open(target, O_WRONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
-        return cz_error_set(err, CZ_EIO, "%s: cannot open for writing: %s", shown, strerror(errno));
+        return cz__error_set(err, CZ_EIO, "%s: cannot open for writing: %s", shown,
+                             strerror(errno));
     int saved = 0;
     if (write_fd_all(fd, data, len) != 0)
         saved = errno;
     if (close(fd) != 0 && !saved)
         saved = errno;
     if (saved)
-        return cz_error_set(err, CZ_EIO, "%s: cannot write: %s", shown, strerror(saved));
+        return cz__error_set(err, CZ_EIO, "%s: cannot write: %s", shown, strerror(saved));
     return CZ_OK;
 }
 
-int cz_file_write(const char *path, const void *data, size_t len, cz_error *err)
+int cz__file_write(const char *path, const void *data, size_t len, cz_error *err)
 {
     if (!strcmp(path, "-")) {
         if (fwrite(data, 1, len, stdout) != len || fflush(stdout) != 0)
-            return cz_error_set(err, CZ_EIO, "cannot write to standard output: %s",
-                                strerror(errno));
+            return cz__error_set(err, CZ_EIO, "cannot write to standard output: %s",
+                                 strerror(errno));
         return CZ_OK;
     }
     char *target = NULL;
@@ -295,7 +297,7 @@ int cz_file_write(const char *path, const void *data, size_t len, cz_error *err)
     struct stat st;
     if (lstat(target, &st) != 0) {
         if (errno != ENOENT) {
-            rc = cz_error_set(err, CZ_EIO, "%s: cannot write: %s", path, strerror(errno));
+            rc = cz__error_set(err, CZ_EIO, "%s: cannot write: %s", path, strerror(errno));
             goto done;
         }
         mode_t mask = umask(0);
@@ -305,20 +307,20 @@ int cz_file_write(const char *path, const void *data, size_t len, cz_error *err)
         /* Renaming needs only the folder's permission; a file its owner made read-only must
          * stay as it is (root passes access(), hence the mode test). */
         if ((st.st_mode & 0222) == 0 || access(target, W_OK) != 0) {
-            rc = cz_error_set(err, CZ_EIO,
-                              "%s: is read-only; make it writable or choose another output "
-                              "path",
-                              path);
+            rc = cz__error_set(err, CZ_EIO,
+                               "%s: is read-only; make it writable or choose another output "
+                               "path",
+                               path);
             goto done;
         }
         rc = write_atomic(path, target, st.st_mode & 07777, data, len, err);
     } else if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
         rc = write_in_place(path, target, data, len, err);
     } else {
-        rc = cz_error_set(err, CZ_EIO,
-                          "%s: is %s; expected a regular file, a character device, a FIFO or "
-                          "'-' (standard output)",
-                          path, node_kind(st.st_mode));
+        rc = cz__error_set(err, CZ_EIO,
+                           "%s: is %s; expected a regular file, a character device, a FIFO or "
+                           "'-' (standard output)",
+                           path, node_kind(st.st_mode));
     }
 done:
     free(target);
@@ -335,10 +337,10 @@ int cz__file_check_output(const char *output, const char *const *inputs, const c
         if (!inputs[i] || stat(inputs[i], &in_st) != 0)
             continue;
         if (in_st.st_dev == out_st.st_dev && in_st.st_ino == out_st.st_ino)
-            return cz_error_set(err, CZ_EINVALID,
-                                "%s: the output is the same file as %s (%s); writing it would "
-                                "destroy the input; choose another output path",
-                                output, what[i], inputs[i]);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "%s: the output is the same file as %s (%s); writing it would "
+                                 "destroy the input; choose another output path",
+                                 output, what[i], inputs[i]);
     }
     return CZ_OK;
 }

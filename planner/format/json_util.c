@@ -17,7 +17,7 @@ int cz__json_canonical_sha256(const json_t *root, char out[65], cz_error *err)
 {
     char *dump = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENCODE_ANY);
     if (!dump)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory while hashing JSON");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory while hashing JSON");
     cz__sha256_hex(dump, strlen(dump), out);
     free(dump);
     return CZ_OK;
@@ -29,19 +29,20 @@ int cz__json_load_file(json_t **out, char sha256[65], const char *path, cz_error
     size_t len = 0;
     json_t *root = NULL;
     json_error_t jerr;
-    int rc = cz_file_read_all(path, CZ_JSON_MAX_FILE_BYTES, &buf, &len, err);
+    int rc = cz__file_read_all(path, CZ_JSON_MAX_FILE_BYTES, &buf, &len, err);
     if (rc != CZ_OK)
         return rc;
     root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        rc = cz_error_set(err, CZ_EPARSE, "%s:%d:%d: invalid JSON: %s", path, jerr.line,
-                          jerr.column, jerr.text);
+        rc = cz__error_set(err, CZ_EPARSE, "%s:%d:%d: invalid JSON: %s", path, jerr.line,
+                           jerr.column, jerr.text);
         goto done;
     }
     if (!json_is_object(root)) {
         char found[96];
         cz__json_describe(root, found, sizeof found);
-        rc = cz_error_set(err, CZ_EINVALID, "%s: $: expected a JSON object, found %s", path, found);
+        rc =
+            cz__error_set(err, CZ_EINVALID, "%s: $: expected a JSON object, found %s", path, found);
         goto done;
     }
     if (sha256) {
@@ -73,7 +74,7 @@ static int fail_v(const cz_json_ctx *c, int code, const char *path, const char *
 {
     char msg[768];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    return cz_error_set(c->err, code, "%s: %s: %s", c->file, path, msg);
+    return cz__error_set(c->err, code, "%s: %s: %s", c->file, path, msg);
 }
 
 int cz__json_fail(const cz_json_ctx *c, const char *path, const char *fmt, ...)
@@ -160,7 +161,7 @@ int cz__json_check_object(const cz_json_ctx *c, const json_t *v, const char *pat
         return CZ_OK;
     const char **keys = malloc(n * sizeof *keys);
     if (!keys)
-        return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+        return cz__error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
     size_t k = 0;
     const char *key;
     json_t *val;

@@ -63,19 +63,19 @@ int cz__megatron_check_heads(const char *where, const char *heads_key, int64_t h
         groups = heads;
     tp_choices(ok, sizeof ok, cz__gcd64(heads, groups));
     if (heads % tp)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: %s (%" PRId64
-                            ") must be a multiple of the tensor-parallel size (%" PRId64
-                            "): Megatron-Core gives each TP rank whole attention heads; TP sizes "
-                            "this model allows: %s",
-                            where, heads_key, heads, tp, ok);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: %s (%" PRId64
+                             ") must be a multiple of the tensor-parallel size (%" PRId64
+                             "): Megatron-Core gives each TP rank whole attention heads; TP sizes "
+                             "this model allows: %s",
+                             where, heads_key, heads, tp, ok);
     if (groups % tp)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: %s (the KV heads, %" PRId64
-                            ") must be a multiple of the tensor-parallel size (%" PRId64
-                            "): Megatron-Core gives each TP rank whole query groups; TP sizes "
-                            "this model allows: %s",
-                            where, groups_key, groups, tp, ok);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: %s (the KV heads, %" PRId64
+                             ") must be a multiple of the tensor-parallel size (%" PRId64
+                             "): Megatron-Core gives each TP rank whole query groups; TP sizes "
+                             "this model allows: %s",
+                             where, groups_key, groups, tp, ok);
     return CZ_OK;
 }
 
@@ -100,7 +100,7 @@ int cz__model_check_megatron(const cz_model *m, int tp, const char *cluster, cz_
     int64_t want = cz__megatron_padded_vocab(g->vocab_size, g->make_vocab_size_divisible_by, tp);
     if (want == g->padded_vocab_size)
         return CZ_OK;
-    return cz_error_set(
+    return cz__error_set(
         err, CZ_EMISMATCH,
         "%s: the vocabulary of %" PRId64 " is padded to %" PRId64
         " rows (a multiple of make_vocab_size_divisible_by %" PRId64 " x TP %" PRId64

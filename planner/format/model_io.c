@@ -126,7 +126,7 @@ static int parse_blocks(expander *x, const json_t *blocks, const char *path, cz_
                              CZ_MAX_BLOCKS);
     p->block_sizes = calloc(n, sizeof *p->block_sizes);
     if (!p->block_sizes)
-        return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+        return cz__error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
     p->nblocks = (int)n;
     int64_t sum = 0;
     for (size_t i = 0; i < n; i++) {
@@ -157,11 +157,11 @@ static int parse_param(expander *x, const json_t *e, const char *path, const cha
         size_t ncap = x->cap ? x->cap * 2 : 64;
         cz_param_def *np = realloc(x->params, ncap * sizeof *np);
         if (!np)
-            return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+            return cz__error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
         x->params = np;
         char **npaths = realloc(x->paths, ncap * sizeof *npaths);
         if (!npaths)
-            return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+            return cz__error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
         x->paths = npaths;
         x->cap = ncap;
     }
@@ -182,7 +182,7 @@ static int parse_param(expander *x, const json_t *e, const char *path, const cha
     p->name = malloc(plen + nlen + 1);
     x->paths[x->n - 1] = cz__strdup(cz__json_path_key(sub, path, "name"));
     if (!p->name || !x->paths[x->n - 1])
-        return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+        return cz__error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
     memcpy(p->name, prefix, plen);
     memcpy(p->name + plen, name, nlen + 1);
     /* The executor turns names into file names inside a folder: nothing may lead outside it. */
@@ -285,7 +285,7 @@ static int expand(expander *x, const json_t *arr, const char *path, const char *
             char *full = own ? malloc(strlen(prefix) + strlen(own) + 1) : NULL;
             if (!full) {
                 free(own);
-                return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+                return cz__error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
             }
             strcpy(full, prefix);
             strcat(full, own);
@@ -322,7 +322,7 @@ static int check_duplicates(expander *x)
         return CZ_OK;
     name_ref *refs = malloc(x->n * sizeof *refs);
     if (!refs)
-        return cz_error_set(x->ctx.err, CZ_ENOMEM, "%s: out of memory", x->ctx.file);
+        return cz__error_set(x->ctx.err, CZ_ENOMEM, "%s: out of memory", x->ctx.file);
     for (size_t i = 0; i < x->n; i++)
         refs[i] = (name_ref){x->params[i].name, i};
     qsort(refs, x->n, sizeof *refs, cmp_name_ref);
@@ -361,15 +361,15 @@ int cz_model_parse(cz_model **out, const char *json_text, const char *name, cz_e
 {
     json_error_t jerr;
     if (!out || !json_text)
-        return cz_error_set(err, CZ_EINVALID, "cz_model_parse: out and json_text are required");
+        return cz__error_set(err, CZ_EINVALID, "cz_model_parse: out and json_text are required");
     *out = NULL;
     if (!name)
         name = "<model text>";
     /* The same parse rules as a file's (duplicate keys refused). */
     json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return cz_error_set(err, CZ_EPARSE, "%s:%d:%d: invalid JSON: %s", name, jerr.line,
-                            jerr.column, jerr.text);
+        return cz__error_set(err, CZ_EPARSE, "%s:%d:%d: invalid JSON: %s", name, jerr.line,
+                             jerr.column, jerr.text);
     int rc = cz__model_from_json(out, root, name, NULL, err);
     json_decref(root);
     return rc;
@@ -389,7 +389,7 @@ int cz__model_from_json(cz_model **out, const json_t *root, const char *path, co
 
     *out = NULL;
     if (!json_is_object(root)) {
-        rc = cz_error_set(err, CZ_EINVALID, "%s: $: expected a JSON object", path);
+        rc = cz__error_set(err, CZ_EINVALID, "%s: $: expected a JSON object", path);
         goto done;
     }
     if ((rc = cz__json_check_schema(&x.ctx, root, CZ_MODEL_SCHEMA)) != CZ_OK ||
@@ -418,7 +418,7 @@ int cz__model_from_json(cz_model **out, const json_t *root, const char *path, co
 
     m = calloc(1, sizeof *m);
     if (!m || !(m->name = cz__strdup(name)) || !(m->source = cz__strdup(path))) {
-        rc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
+        rc = cz__error_set(err, CZ_ENOMEM, "%s: out of memory", path);
         goto done;
     }
     if (sha) {

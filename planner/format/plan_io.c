@@ -67,7 +67,7 @@ static json_t *w_fail(writer *w, int code, const char *fmt, const char *what)
     if (w->rc == CZ_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, fmt, what);
-        w->rc = cz_error_set(w->err, code, "%s: %s", w->path, msg);
+        w->rc = cz__error_set(w->err, code, "%s: %s", w->path, msg);
     }
     return NULL;
 }
@@ -368,31 +368,31 @@ int cz__plan_json_content_hash(const json_t *plan, char out[65], cz_error *err)
     /* A shallow copy shares the members: dropping the hash from it leaves plan untouched. */
     json_t *copy = json_copy((json_t *)plan);
     if (!copy)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory hashing the plan");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory hashing the plan");
     json_object_del(copy, CONTENT_KEY);
     char *text = json_dumps(copy, CONTENT_FLAGS);
     json_decref(copy);
     if (!text)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory hashing the plan");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory hashing the plan");
     cz__sha256_hex(text, strlen(text), out);
     free(text);
     return CZ_OK;
 }
 
-int cz_plan_check_content_hash(const cz_plan *plan, const char *path, cz_error *err)
+int cz__plan_check_content_hash(const cz_plan *plan, const char *path, cz_error *err)
 {
     if (plan->content_hash_ok > 0)
         return CZ_OK;
     if (plan->content_hash_ok < 0)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: plan content hash mismatch: the plan was edited after it was "
-                            "written; re-run canzona plan",
-                            path);
-    return cz_error_set(err, CZ_EINVALID,
-                        "%s: $.content_sha256: missing; the plan was written by an older "
-                        "canzona or by hand, and its content cannot be trusted without a "
-                        "model; re-run canzona plan",
-                        path);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: plan content hash mismatch: the plan was edited after it was "
+                             "written; re-run canzona plan",
+                             path);
+    return cz__error_set(err, CZ_EINVALID,
+                         "%s: $.content_sha256: missing; the plan was written by an older "
+                         "canzona or by hand, and its content cannot be trusted without a "
+                         "model; re-run canzona plan",
+                         path);
 }
 
 int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
@@ -406,7 +406,7 @@ int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
     char hash[65];
     int hrc = cz__plan_json_content_hash(root, hash, err);
     if (hrc == CZ_OK && json_object_set_new(root, CONTENT_KEY, json_string(hash)) != 0)
-        hrc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory while formatting the plan", path);
+        hrc = cz__error_set(err, CZ_ENOMEM, "%s: out of memory while formatting the plan", path);
     if (hrc != CZ_OK) {
         json_decref(root);
         return hrc;
@@ -414,17 +414,17 @@ int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
     char *text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_INDENT(1) | JSON_REAL_PRECISION(17));
     json_decref(root);
     if (!text)
-        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory while formatting the plan", path);
+        return cz__error_set(err, CZ_ENOMEM, "%s: out of memory while formatting the plan", path);
     /* Files end with a newline, as text files should. */
     size_t n = strlen(text);
     char *with_nl = realloc(text, n + 2);
     if (!with_nl) {
         free(text);
-        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory while formatting the plan", path);
+        return cz__error_set(err, CZ_ENOMEM, "%s: out of memory while formatting the plan", path);
     }
     with_nl[n] = '\n';
     with_nl[n + 1] = '\0';
-    int rc = cz_file_write(path, with_nl, n + 1, err);
+    int rc = cz__file_write(path, with_nl, n + 1, err);
     free(with_nl);
     return rc;
 }
@@ -434,7 +434,7 @@ int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
 
 static int oom(const cz_json_ctx *c)
 {
-    return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+    return cz__error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
 }
 
 static int r_strdup(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
@@ -1177,10 +1177,10 @@ static int read_schema(const cz_json_ctx *c, const json_t *root, bool *split)
         *split = true;
     else if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA) != 0 &&
              strncmp(s, "canzona.plan/", strlen("canzona.plan/")) == 0)
-        rc = cz_error_set(c->err, CZ_EUNSUPPORTED,
-                          "%s: $.schema: unsupported schema version \"%s\"; this build reads "
-                          "\"%s\" and \"%s\" (a newer canzona wrote it?)",
-                          c->file, s, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT);
+        rc = cz__error_set(c->err, CZ_EUNSUPPORTED,
+                           "%s: $.schema: unsupported schema version \"%s\"; this build reads "
+                           "\"%s\" and \"%s\" (a newer canzona wrote it?)",
+                           c->file, s, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT);
     else if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA) != 0)
         rc = cz__json_fail(c, "$.schema", "expected \"%s\" or \"%s\", found \"%s\"", CZ_PLAN_SCHEMA,
                            CZ_PLAN_SCHEMA_SPLIT, s);
@@ -1298,7 +1298,7 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
     *out = NULL;
     p = calloc(1, sizeof *p);
     if (!p)
-        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
+        return cz__error_set(err, CZ_ENOMEM, "%s: out of memory", path);
     if ((rc = cz__json_load_file(&root, NULL, path, err)) != CZ_OK ||
         (rc = read_schema(c, root, &split)) != CZ_OK)
         goto done;

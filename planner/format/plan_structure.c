@@ -700,7 +700,7 @@ done:
     free(seen.pos);
 }
 
-void cz_plan_check_structure(cz_plan_checks *c, const cz_plan *plan)
+void cz__plan_check_structure(cz_plan_checks *c, const cz_plan *plan)
 {
     check_param_ids(c, plan);
     check_param_local(c, plan);

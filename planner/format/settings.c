@@ -14,7 +14,7 @@ void cz_settings_init(cz_settings *s)
 }
 
 /* Bytes per element of the training job's parameter and gradient type. */
-int cz_dtype_bytes(cz_dtype d)
+int cz__dtype_bytes(cz_dtype d)
 {
     return d == CZ_DTYPE_FP32 ? 4 : 2;
 }

@@ -23,7 +23,7 @@ int cz__report_wrap(cz_report **out, json_t *root, int real_precision, cz_error 
     *out = NULL;
     if (!r) {
         json_decref(root);
-        return cz_error_set(err, CZ_ENOMEM, "out of memory building a report");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory building a report");
     }
     r->root = root;
     r->real_precision = real_precision;
@@ -42,15 +42,15 @@ void cz_report_free(cz_report *report)
 int cz_report_json(const cz_report *report, int indent, char **out, cz_error *err)
 {
     if (!out)
-        return cz_error_set(err, CZ_EINVALID, "cz_report_json: out is required");
+        return cz__error_set(err, CZ_EINVALID, "cz_report_json: out is required");
     *out = NULL;
     if (!report)
-        return cz_error_set(err, CZ_EINVALID, "cz_report_json: report is required");
+        return cz__error_set(err, CZ_EINVALID, "cz_report_json: report is required");
     size_t flags = JSON_PRESERVE_ORDER | (indent ? JSON_INDENT(2) : JSON_COMPACT);
     if (report->real_precision > 0)
         flags |= JSON_REAL_PRECISION(report->real_precision);
     *out = json_dumps(report->root, flags);
-    return *out ? CZ_OK : cz_error_set(err, CZ_ENOMEM, "out of memory writing a report");
+    return *out ? CZ_OK : cz__error_set(err, CZ_ENOMEM, "out of memory writing a report");
 }
 
 /* The value at a dotted path ("a.b.0.c"): object keys, or array indices in decimal. */
@@ -92,9 +92,9 @@ int cz_report_number(const cz_report *report, const char *path, double *out, cz_
     else if (json_is_boolean(v))
         *out = json_is_true(v);
     else
-        return cz_error_set(err, CZ_EINVALID,
-                            "report path '%s': %s; expected a number or a boolean",
-                            path ? path : "(null)", v ? "not a number" : "no such value");
+        return cz__error_set(err, CZ_EINVALID,
+                             "report path '%s': %s; expected a number or a boolean",
+                             path ? path : "(null)", v ? "not a number" : "no such value");
     return CZ_OK;
 }
 
@@ -108,7 +108,7 @@ int cz_plan_validate(cz_report **out, const cz_plan *plan, const cz_model *model
 {
     json_t *violations = NULL;
     if (!out)
-        return cz_error_set(err, CZ_EINVALID, "cz_plan_validate: out is required");
+        return cz__error_set(err, CZ_EINVALID, "cz_plan_validate: out is required");
     *out = NULL;
     int checks = cz__plan_validate_json(plan, model, cluster, &violations, err);
     if (checks < 0)
@@ -131,10 +131,10 @@ static int options_version_check(int have, int want, const char *type, cz_error 
 {
     if (have == want)
         return CZ_OK;
-    return cz_error_set(err, CZ_EUNSUPPORTED,
-                        "%s version %d is not supported (expected %d); initialize it with "
-                        "%s_init() or its _INIT macro",
-                        type, have, want, type);
+    return cz__error_set(err, CZ_EUNSUPPORTED,
+                         "%s version %d is not supported (expected %d); initialize it with "
+                         "%s_init() or its _INIT macro",
+                         type, have, want, type);
 }
 
 /* Adds "memory_per_gpu" to the report: the busiest GPU's model states and, with a cluster,
@@ -161,7 +161,7 @@ static int add_memory(json_t *report, const cz_plan *p, const cz_cluster *c, cz_
     }
     free(g);
     if (!o || json_object_set_new(report, "memory_per_gpu", o))
-        return cz_error_set(err, CZ_ENOMEM, "inspect: out of memory");
+        return cz__error_set(err, CZ_ENOMEM, "inspect: out of memory");
     return CZ_OK;
 }
 
@@ -171,7 +171,7 @@ int cz_plan_inspect(cz_report **out, const cz_plan *plan, const cz_inspect_optio
     cz_inspect_options o;
     json_t *root = NULL;
     if (!out || !plan)
-        return cz_error_set(err, CZ_EINVALID, "cz_plan_inspect: out and plan are required");
+        return cz__error_set(err, CZ_EINVALID, "cz_plan_inspect: out and plan are required");
     *out = NULL;
     cz_inspect_options_init(&o);
     if (opt)
@@ -182,11 +182,11 @@ int cz_plan_inspect(cz_report **out, const cz_plan *plan, const cz_inspect_optio
         return rc;
     const cz_cluster *c = o.cluster;
     if (c && (c->dp != plan->dp || c->tp != plan->tp || c->pp != plan->pp))
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "%s has DP %d x TP %d x PP %d but the plan was made for DP %d x TP "
-                            "%d x PP %d; give the cluster the plan was made for",
-                            c->source ? c->source : c->name, c->dp, c->tp, c->pp, plan->dp,
-                            plan->tp, plan->pp);
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "%s has DP %d x TP %d x PP %d but the plan was made for DP %d x TP "
+                             "%d x PP %d; give the cluster the plan was made for",
+                             c->source ? c->source : c->name, c->dp, c->tp, c->pp, plan->dp,
+                             plan->tp, plan->pp);
     if ((rc = cz__plan_inspect_json(plan, o.top_n, &root, err)) != CZ_OK ||
         (rc = add_memory(root, plan, c, err)) != CZ_OK) {
         json_decref(root);
@@ -207,7 +207,7 @@ int cz_plan_diff(cz_report **out, const cz_plan *a, const cz_plan *b, const cz_d
     cz_diff_options o;
     json_t *root = NULL;
     if (!out)
-        return cz_error_set(err, CZ_EINVALID, "cz_plan_diff: out is required");
+        return cz__error_set(err, CZ_EINVALID, "cz_plan_diff: out is required");
     *out = NULL;
     cz_diff_options_init(&o);
     if (opt)
@@ -217,8 +217,8 @@ int cz_plan_diff(cz_report **out, const cz_plan *a, const cz_plan *b, const cz_d
         CZ_OK)
         return rc;
     if (o.limit < 0)
-        return cz_error_set(err, CZ_EINVALID, "cz_plan_diff: limit %d; expected 0 (all) or more",
-                            o.limit);
+        return cz__error_set(err, CZ_EINVALID, "cz_plan_diff: limit %d; expected 0 (all) or more",
+                             o.limit);
     /* The public 0 means "all", as validate's --limit; the internal function takes -1. */
     if ((rc = cz__plan_diff_json(a, b, o.force, o.limit == 0 ? -1 : o.limit, &root, err)) != CZ_OK)
         return rc;
@@ -240,7 +240,7 @@ int cz__sim_options_check(const cz_sim_options *o, cz_error *err)
 int cz_sim_result_report(cz_report **out, const cz_sim_result *r, cz_error *err)
 {
     if (!out || !r)
-        return cz_error_set(err, CZ_EINVALID, "cz_sim_result_report: out and result are required");
+        return cz__error_set(err, CZ_EINVALID, "cz_sim_result_report: out and result are required");
     *out = NULL;
     json_t *busy = json_array();
     for (int i = 0; busy && i < r->ngpus; i++)
@@ -274,7 +274,7 @@ int cz_plan_render(char **out, const cz_plan *plan, const cz_cluster *cluster,
     cz_render_options o;
     cz_sim_result *sim = NULL;
     if (!out || !plan)
-        return cz_error_set(err, CZ_EINVALID, "cz_plan_render: out and plan are required");
+        return cz__error_set(err, CZ_EINVALID, "cz_plan_render: out and plan are required");
     *out = NULL;
     cz_render_options_init(&o);
     if (opt)
@@ -284,8 +284,8 @@ int cz_plan_render(char **out, const cz_plan *plan, const cz_cluster *cluster,
                                     err)) != CZ_OK)
         return rc;
     if (o.format != CZ_RENDER_SVG && o.format != CZ_RENDER_HTML)
-        return cz_error_set(err, CZ_EINVALID, "cz_plan_render: format %d; expected SVG or HTML",
-                            (int)o.format);
+        return cz__error_set(err, CZ_EINVALID, "cz_plan_render: format %d; expected SVG or HTML",
+                             (int)o.format);
     if ((rc = cz_plan_simulate(&sim, plan, cluster, o.sim, err)) != CZ_OK)
         return rc;
     cz_svg_options so = {.width = o.width,
@@ -303,8 +303,8 @@ int cz_model_import_hf(char **out, const char *config_path, const cz_import_hf_o
     cz_import_hf_options o;
     json_t *model = NULL;
     if (!out || !config_path)
-        return cz_error_set(err, CZ_EINVALID,
-                            "cz_model_import_hf: out and config_path are required");
+        return cz__error_set(err, CZ_EINVALID,
+                             "cz_model_import_hf: out and config_path are required");
     *out = NULL;
     cz_import_hf_options_init(&o);
     if (opt)

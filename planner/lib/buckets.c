@@ -35,11 +35,11 @@ static bool round_up(int64_t v, int64_t m, int64_t *out)
 
 static int layout_overflow(const cz_plan *plan, int stage, const cz_plan_param *p, cz_error *err)
 {
-    return cz_error_set(err, CZ_EINVALID,
-                        "the gradient buffer of pipeline stage %d exceeds 2^63 elements at "
-                        "parameter %s (%lld elements, bucket align %lld, dp %d)",
-                        stage, p->def.name ? p->def.name : "?", (long long)p->numel,
-                        (long long)plan->bucket_align, plan->dp);
+    return cz__error_set(err, CZ_EINVALID,
+                         "the gradient buffer of pipeline stage %d exceeds 2^63 elements at "
+                         "parameter %s (%lld elements, bucket align %lld, dp %d)",
+                         stage, p->def.name ? p->def.name : "?", (long long)p->numel,
+                         (long long)plan->bucket_align, plan->dp);
 }
 
 static int bucket_push(cz_plan *plan, size_t *cap, int stage, int64_t offset, int64_t size,
@@ -49,7 +49,7 @@ static int bucket_push(cz_plan *plan, size_t *cap, int stage, int64_t offset, in
         size_t ncap = *cap ? 2 * *cap : 8;
         cz_plan_bucket *nb = realloc(plan->buckets, ncap * sizeof *nb);
         if (!nb)
-            return cz_error_set(err, CZ_ENOMEM, "out of memory laying out buckets");
+            return cz__error_set(err, CZ_ENOMEM, "out of memory laying out buckets");
         plan->buckets = nb;
         *cap = ncap;
     }
@@ -61,7 +61,7 @@ static int bucket_push(cz_plan *plan, size_t *cap, int stage, int64_t offset, in
     b->elementwise = elementwise;
     b->ranges = calloc(2 * (size_t)plan->dp, sizeof *b->ranges);
     if (!b->ranges)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory laying out buckets");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory laying out buckets");
     plan->nbuckets++;
     return CZ_OK;
 }

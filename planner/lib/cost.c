@@ -115,7 +115,7 @@ static bool is_matrix_work(const cz_param_def *p, const cz_settings *s)
 static double cost_in(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
                       cz_dtype dtype, cz_cost_unit unit)
 {
-    int dbytes = cz_dtype_bytes(dtype);
+    int dbytes = cz__dtype_bytes(dtype);
     int64_t m = p->shape[0], n = p->ndim == 1 ? 1 : p->shape[1];
     if (is_matrix_work(p, s)) {
         if (p->nblocks <= 0 || !p->block_sizes || (p->block_dim != 0 && p->block_dim != 1))
@@ -218,7 +218,7 @@ cz_muon_tp_work cz__cost_muon_tp(const cz_param_def *p, const cz_settings *s, co
                                  cz_dtype dtype, cz_muon_tp_mode mode)
 {
     cz_muon_tp_work w = {0, 0, 0, 0};
-    int R = c->tp, dbytes = cz_dtype_bytes(dtype);
+    int R = c->tp, dbytes = cz__dtype_bytes(dtype);
     bool split = p->tp_dim == 0 || p->tp_dim == 1;
     if (mode == CZ_MUON_TP_DUPLICATED || !split || R <= 1 || !is_matrix_work(p, s) ||
         p->ndim != 2) {
@@ -256,7 +256,7 @@ cz_muon_tp_work cz__cost_muon_tp(const cz_param_def *p, const cz_settings *s, co
 }
 
 /* Cooperative Newton-Schulz of one m x n matrix (a block, or a matrix without blocks) over k TP
- * ranks, per rank, as the executor runs it (cz_muon_coop_run, executor/src/ns_coop.h). With
+ * ranks, per rank, as the executor runs it (cz__muon_coop_run, executor/src/ns_coop.h). With
  * a = min(m, n), b = max(m, n) and s = b / k, each rank holds an a x s slice X_j of X along the
  * long side. Every iteration it forms its partial Gram X_j X_j^T, of which only the upper
  * triangle is needed (the Gram is symmetric), in P row panels (the task's count, which the
@@ -285,7 +285,7 @@ cz_coop_time cz__coop_time_of(int64_t m, int64_t n, int k, int panels, const cz_
                               const void *ctx)
 {
     cz_coop_time r = {0, 0, 0, 0, 0, 0};
-    int dbytes = cz_dtype_bytes(dtype);
+    int dbytes = cz__dtype_bytes(dtype);
     int64_t ia = m < n ? m : n;
     double dm = (double)m, dn = (double)n, a = (double)ia, b = dm < dn ? dn : dm;
     double steps = (double)s->ns_steps, slice = b / (double)k;
@@ -437,5 +437,5 @@ double cz__cost_block(const cz_param_def *d, int block, const cz_settings *s, co
         return cz__cost_param(d, s, c, dtype);
     int64_t r0, c0, rows, cols;
     cz_task_region(d, block, &r0, &c0, &rows, &cols);
-    return matrix_cost(rows, cols, s->unit, s, c, cz_dtype_bytes(dtype));
+    return matrix_cost(rows, cols, s->unit, s, c, cz__dtype_bytes(dtype));
 }

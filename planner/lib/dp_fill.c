@@ -172,7 +172,7 @@ int cz__dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, dou
                   .dp = plan->dp,
                   .cap = tt->ntasks + 1};
     if (!tt->first)
-        return cz_error_set(err, CZ_EINTERNAL, "the slot-fill partition needs the task table");
+        return cz__error_set(err, CZ_EINTERNAL, "the slot-fill partition needs the task table");
     f.head = malloc((size_t)f.dp * sizeof *f.head);
     f.next = malloc(f.cap * sizeof *f.next);
     f.count = malloc((size_t)f.dp * sizeof *f.count);
@@ -184,7 +184,7 @@ int cz__dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, dou
     f.load = malloc((size_t)f.tp * sizeof *f.load);
     if (!f.head || !f.next || !f.count || !f.ew || !f.rload || !f.need || !f.trial || !f.mine ||
         !f.load) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the slot-fill partition");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory in the slot-fill partition");
         goto done;
     }
     /* An upper end that fits: doubled from the split lower bound (every parameter fits on an
@@ -195,9 +195,9 @@ int cz__dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, dou
         lo = hi;
         hi *= 2.0;
         if (++tries > 200) {
-            rc = cz_error_set(err, CZ_EINTERNAL,
-                              "the slot-fill partition found no feasible "
-                              "target (a cost is not finite)");
+            rc = cz__error_set(err, CZ_EINTERNAL,
+                               "the slot-fill partition found no feasible "
+                               "target (a cost is not finite)");
             goto done;
         }
     }
@@ -210,7 +210,7 @@ int cz__dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, dou
     }
     /* The cuts of the least feasible target found. */
     if (!fill_probe(&f, b, hi, cutj))
-        rc = cz_error_set(err, CZ_EINTERNAL, "the slot-fill partition lost a feasible target");
+        rc = cz__error_set(err, CZ_EINTERNAL, "the slot-fill partition lost a feasible target");
     *target = hi;
 done:
     free(f.head);

@@ -60,13 +60,13 @@ static int bucket_index_build(bucket_index *bi, const cz_plan *plan, cz_error *e
     bi->ids = malloc((plan->nparams + 1) * sizeof *bi->ids);
     bi->first = calloc(nb + 1, sizeof *bi->first);
     if (!bi->ids || !bi->first)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory indexing buckets");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory indexing buckets");
     for (size_t i = 0; i < plan->nparams; i++) {
         int b = plan->params[i].bucket;
         if (b < 0 || (size_t)b >= nb)
-            return cz_error_set(err, CZ_EINTERNAL,
-                                "parameter '%s' has no bucket (%d); lay out buckets first",
-                                plan->params[i].def.name, b);
+            return cz__error_set(err, CZ_EINTERNAL,
+                                 "parameter '%s' has no bucket (%d); lay out buckets first",
+                                 plan->params[i].def.name, b);
         bi->first[b + 1]++;
     }
     for (size_t b = 0; b < nb; b++)
@@ -75,7 +75,7 @@ static int bucket_index_build(bucket_index *bi, const cz_plan *plan, cz_error *e
      * the plan's bucket index. */
     for (int stage = 0; stage < plan->pp; stage++) {
         if (cz__stage_buckets_build(&v, plan, stage) != CZ_OK) {
-            rc = cz_error_set(err, CZ_ENOMEM, "out of memory indexing buckets");
+            rc = cz__error_set(err, CZ_ENOMEM, "out of memory indexing buckets");
             goto done;
         }
         for (int k = 0; k < v.nb; k++) {
@@ -306,7 +306,7 @@ static int fill_stage(cz_plan *plan, const bucket_index *bi, bucket_order *order
     bucket_order *layout = malloc((nb + 1) * sizeof *layout);
     double target[2];
     if (!first || !ids || !cutj || !layout) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the slot-fill partition");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory in the slot-fill partition");
         goto done;
     }
     memcpy(layout, order, nb * sizeof *layout);
@@ -353,7 +353,7 @@ static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_erro
     int *altj = malloc(((size_t)dp + 1) * sizeof *altj);
     int64_t *cuts = malloc(((size_t)dp + 1) * sizeof *cuts);
     if (!order || !load || !target || !prefix || !cutj || !altj || !cuts) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in alpha partitioning");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory in alpha partitioning");
         goto done;
     }
     double total = 0.0;
@@ -462,7 +462,7 @@ static int megatron_stage(cz_plan *plan, int stage, cz_error *err)
     int dp = plan->dp;
     megatron_order *order = malloc((plan->nparams + 1) * sizeof *order);
     if (!order)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory in layerwise partitioning");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory in layerwise partitioning");
     size_t n = 0;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
@@ -499,7 +499,7 @@ static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
         size_t nb = 0;
         int rc = owner && sizes
                      ? cz__megatron_lw_stage(plan, stage, owner, sizes, &nb, err)
-                     : cz_error_set(err, CZ_ENOMEM, "out of memory in layerwise partitioning");
+                     : cz__error_set(err, CZ_ENOMEM, "out of memory in layerwise partitioning");
         for (size_t i = 0; rc == CZ_OK && i < plan->nparams; i++)
             if (plan->params[i].stage == stage && plan->params[i].def.kind == CZ_KIND_MATRIX)
                 plan->params[i].dp_owner = owner[i];
@@ -524,7 +524,7 @@ static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
     if (!order || !load) {
         free(order);
         free(load);
-        return cz_error_set(err, CZ_ENOMEM, "out of memory in layerwise partitioning");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory in layerwise partitioning");
     }
     size_t n = 0;
     for (size_t i = 0; i < plan->nparams; i++) {
@@ -581,7 +581,7 @@ int cz__dp_partition(cz_plan *plan, cz_error *err)
     int *saved_owners = NULL;
     double *load = NULL;
     if (dp < 1)
-        return cz_error_set(err, CZ_EINVALID, "dp must be >= 1, got %d", dp);
+        return cz__error_set(err, CZ_EINVALID, "dp must be >= 1, got %d", dp);
     plan->dp_fell_back = 0;
     if ((rc = bucket_index_build(&bi, plan, err)) != CZ_OK)
         goto done;
@@ -590,7 +590,7 @@ int cz__dp_partition(cz_plan *plan, cz_error *err)
     saved_ranges = malloc((plan->nbuckets * 2 * (size_t)dp + 1) * sizeof *saved_ranges);
     saved_owners = malloc((plan->nparams + 1) * sizeof *saved_owners);
     if (!cuts || !load || !saved_ranges || !saved_owners) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in DP partitioning");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory in DP partitioning");
         goto done;
     }
     for (size_t b = 0; b < plan->nbuckets; b++) {

@@ -744,7 +744,7 @@ static int chain_moves(tpa *t, double *cur_max, double *cur_sq, int *improved, c
     int *chg = calloc((size_t)R, sizeof *chg);
     double *mks = malloc((size_t)R * sizeof *mks), *mkc = malloc((size_t)R * sizeof *mkc);
     if (!hist_b || !hist_c || !chg || !mks || !mkc) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
         goto done;
     }
     memcpy(mks, t->mk, (size_t)R * sizeof *mks);
@@ -920,10 +920,10 @@ static int tpa_loads(tpa *t, int *n, cz_error *err)
         if (p->stage != t->stage)
             continue;
         if (p->dp_owner < 0 || p->dp_owner >= R)
-            return cz_error_set(err, CZ_EINTERNAL,
-                                "tpaware needs an atomic starting partition; parameter '%s' has "
-                                "DP owner %d",
-                                p->def.name ? p->def.name : "?", p->dp_owner);
+            return cz__error_set(err, CZ_EINTERNAL,
+                                 "tpaware needs an atomic starting partition; parameter '%s' has "
+                                 "DP owner %d",
+                                 p->def.name ? p->def.name : "?", p->dp_owner);
         (*n)++;
         t->dpl[p->dp_owner] += p->cost;
         if (p->def.kind != CZ_KIND_MATRIX) {
@@ -950,7 +950,7 @@ static int tpa_cuts(tpa *t, int n, cz_error *err)
     t->nb = sb.nb;
     t->np_stage = sb.n;
     if (sbrc != CZ_OK)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
     /* Layout gives every parameter a bucket, so the index holds the whole stage. */
     CZ_ASSERT(sb.n == n, err);
     for (int bi = 0; bi < t->nb; bi++) {
@@ -968,10 +968,10 @@ static int tpa_cuts(tpa *t, int n, cz_error *err)
         for (int k = 0; k < np; k++) {
             int o = plan->params[t->order[t->first[bi] + k]].dp_owner;
             if (k < c[o] || k >= c[o + 1])
-                return cz_error_set(err, CZ_EINTERNAL,
-                                    "tpaware needs contiguous ranges; bucket %d has owners out of "
-                                    "rank order",
-                                    t->bucket[bi]);
+                return cz__error_set(err, CZ_EINTERNAL,
+                                     "tpaware needs contiguous ranges; bucket %d has owners out of "
+                                     "rank order",
+                                     t->bucket[bi]);
         }
     }
     return rc;
@@ -1015,7 +1015,7 @@ static int search_stage(cz_plan *plan, int stage, double search_deadline, double
     t.deadline = search_deadline;
     int *start_owner = malloc((plan->nparams + 1) * sizeof *start_owner);
     if (tpa_alloc(&t, plan, R) != 0 || !start_owner) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory in the tpaware DP search");
         goto done;
     }
     if ((rc = tpa_loads(&t, &n, err)) != CZ_OK || (rc = tpa_cuts(&t, n, err)) != CZ_OK)

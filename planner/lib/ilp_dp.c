@@ -278,10 +278,10 @@ static int take_result(cz_plan *plan, const stage_view *v, glp_prob *P, const cz
     }
     double z = partition_value(plan, v, owner, load);
     if (z < 0)
-        return cz_error_set(err, CZ_EINTERNAL,
-                            "stage %d: the DP ILP returned a partition that is not contiguous "
-                            "or breaks the alpha bound",
-                            stage);
+        return cz__error_set(err, CZ_EINTERNAL,
+                             "stage %d: the DP ILP returned a partition that is not contiguous "
+                             "or breaks the alpha bound",
+                             stage);
     if (greedy_z < 0 || z < greedy_z * (1 - 1e-9))
         write_partition(plan, v, owner);
     if (res->status == CZ_SOLVE_FEASIBLE)
@@ -355,7 +355,7 @@ static int solve_stage(cz_plan *plan, int stage, double time_limit_s, cz_error *
 done:
     /* The row builders and the stage walk report only their code: name the failure here. */
     if (rc == CZ_ENOMEM)
-        cz_error_set(err, rc, "out of memory building the DP ILP of stage %d", stage);
+        cz__error_set(err, rc, "out of memory building the DP ILP of stage %d", stage);
     if (P)
         glp_delete_prob(P);
     trip_free(&m.t);
@@ -388,11 +388,11 @@ int cz__dp_partition_ilp(cz_plan *plan, cz_error *err)
         return CZ_OK;
     for (size_t i = 0; i < plan->nparams; i++)
         if (plan->params[i].dp_owner < 0 || plan->params[i].dp_owner >= plan->dp)
-            return cz_error_set(err, CZ_EINTERNAL,
-                                "param %zu (%s) has DP owner %d before the DP ILP; expected "
-                                "0..%d",
-                                i, plan->params[i].def.name ? plan->params[i].def.name : "?",
-                                plan->params[i].dp_owner, plan->dp - 1);
+            return cz__error_set(err, CZ_EINTERNAL,
+                                 "param %zu (%s) has DP owner %d before the DP ILP; expected "
+                                 "0..%d",
+                                 i, plan->params[i].def.name ? plan->params[i].def.name : "?",
+                                 plan->params[i].dp_owner, plan->dp - 1);
     double t0 = cz__clock_seconds();
     for (int st = 0; st < plan->pp; st++) {
         double left = plan->settings.time_limit_s - (cz__clock_seconds() - t0);

@@ -294,10 +294,10 @@ static int take_result(cz_plan *plan, cz_rank_schedule *rs, glp_prob *P, const c
                     break;
                 }
         if (gk[t] < 0)
-            return cz_error_set(err, CZ_EINTERNAL,
-                                "stage %d, DP rank %d: the micro-group ILP left task %d "
-                                "unassigned",
-                                rs->stage, rs->dp_rank, tasks[t].id);
+            return cz__error_set(err, CZ_EINTERNAL,
+                                 "stage %d, DP rank %d: the micro-group ILP left task %d "
+                                 "unassigned",
+                                 rs->stage, rs->dp_rank, tasks[t].id);
     }
     for (int i = 0; i < G * K; i++)
         gload[i] = 0;
@@ -358,7 +358,7 @@ static int solve_rank(cz_plan *plan, cz_rank_schedule *rs, double time_limit_s, 
 done:
     /* The builders report only their code: name the failure here. */
     if (rc == CZ_ENOMEM)
-        cz_error_set(err, rc, "out of memory building the micro-group ILP");
+        cz__error_set(err, rc, "out of memory building the micro-group ILP");
     if (P)
         glp_delete_prob(P);
     free(tasks);
@@ -380,7 +380,7 @@ int cz__microgroups_ilp(cz_plan *plan, cz_error *err)
     size_t n = plan->nschedules;
     cz_costed *ord = malloc((n + 1) * sizeof *ord);
     if (!ord)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory ordering the micro-group ILP");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory ordering the micro-group ILP");
     /* The largest makespans decide tp.makespan: they get the solver's time first. */
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {

@@ -100,22 +100,22 @@ static int hf_get_int(const hf_config *c, const json_t *root, const char *key, b
     const json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) {
         if (required)
-            return cz_error_set(err, CZ_EINVALID,
-                                "%s: missing required key $.%s (an integer from %" PRId64
-                                " to %" PRId64 ")",
-                                c->path, key, min, HF_MAX_DIM);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "%s: missing required key $.%s (an integer from %" PRId64
+                                 " to %" PRId64 ")",
+                                 c->path, key, min, HF_MAX_DIM);
         *out = def;
         return 0;
     }
     if (!json_is_integer(v))
-        return cz_error_set(err, CZ_EINVALID, "%s: $.%s: expected an integer, found %s", c->path,
-                            key, hf_type_name(v));
+        return cz__error_set(err, CZ_EINVALID, "%s: $.%s: expected an integer, found %s", c->path,
+                             key, hf_type_name(v));
     json_int_t x = json_integer_value(v);
     if (x < min || x > HF_MAX_DIM)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: $.%s: expected an integer from %" PRId64 " to %" PRId64
-                            ", found %" JSON_INTEGER_FORMAT,
-                            c->path, key, min, HF_MAX_DIM, x);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: $.%s: expected an integer from %" PRId64 " to %" PRId64
+                             ", found %" JSON_INTEGER_FORMAT,
+                             c->path, key, min, HF_MAX_DIM, x);
     *out = (int64_t)x;
     return 0;
 }
@@ -129,8 +129,8 @@ static int hf_get_bool(const hf_config *c, const json_t *root, const char *key, 
         return 0;
     }
     if (!json_is_boolean(v))
-        return cz_error_set(err, CZ_EINVALID, "%s: $.%s: expected true or false, found %s", c->path,
-                            key, hf_type_name(v));
+        return cz__error_set(err, CZ_EINVALID, "%s: $.%s: expected true or false, found %s",
+                             c->path, key, hf_type_name(v));
     *out = json_is_true(v);
     return 0;
 }
@@ -141,45 +141,45 @@ static int hf_family_find(hf_config *c, const json_t *root, cz_error *err)
     const json_t *mt = json_object_get(root, "model_type");
     if (mt) {
         if (!json_is_string(mt))
-            return cz_error_set(err, CZ_EINVALID, "%s: $.model_type: expected a string, found %s",
-                                c->path, hf_type_name(mt));
+            return cz__error_set(err, CZ_EINVALID, "%s: $.model_type: expected a string, found %s",
+                                 c->path, hf_type_name(mt));
         for (size_t i = 0; i < HF_NFAMILIES; i++)
             if (!strcmp(json_string_value(mt), hf_families[i].model_type)) {
                 c->family_index = i;
                 return 0;
             }
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "%s: $.model_type is \"%s\", which import-hf does not support; "
-                            "supported: " HF_SUPPORTED,
-                            c->path, json_string_value(mt));
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "%s: $.model_type is \"%s\", which import-hf does not support; "
+                             "supported: " HF_SUPPORTED,
+                             c->path, json_string_value(mt));
     }
     const json_t *archs = json_object_get(root, "architectures");
     if (!archs)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: neither $.model_type nor $.architectures is present; one of "
-                            "them must name the architecture (supported: " HF_SUPPORTED ")",
-                            c->path);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: neither $.model_type nor $.architectures is present; one of "
+                             "them must name the architecture (supported: " HF_SUPPORTED ")",
+                             c->path);
     const json_t *a0 = json_array_get(archs, 0);
     if (!json_is_array(archs) || !json_is_string(a0))
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: $.architectures: expected an array of strings, found %s", c->path,
-                            json_is_array(archs) ? "an empty array" : hf_type_name(archs));
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: $.architectures: expected an array of strings, found %s", c->path,
+                             json_is_array(archs) ? "an empty array" : hf_type_name(archs));
     for (size_t i = 0; i < HF_NFAMILIES; i++)
         if (!strcmp(json_string_value(a0), hf_families[i].architecture)) {
             c->family_index = i;
             return 0;
         }
-    return cz_error_set(err, CZ_EUNSUPPORTED,
-                        "%s: $.architectures[0] is \"%s\", which import-hf does not support; "
-                        "supported: " HF_SUPPORTED,
-                        c->path, json_string_value(a0));
+    return cz__error_set(err, CZ_EUNSUPPORTED,
+                         "%s: $.architectures[0] is \"%s\", which import-hf does not support; "
+                         "supported: " HF_SUPPORTED,
+                         c->path, json_string_value(a0));
 }
 
 static int hf_moe_layers(hf_config *c, const json_t *root, cz_error *err)
 {
     c->moe_layer = calloc((size_t)c->layers, sizeof *c->moe_layer);
     if (!c->moe_layer)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory");
     hf_family f = hf_families[c->family_index].family;
     if (f == HF_MIXTRAL) {
         for (int64_t l = 0; l < c->layers; l++)
@@ -191,12 +191,13 @@ static int hf_moe_layers(hf_config *c, const json_t *root, cz_error *err)
      * when (l + 1) is a multiple of decoder_sparse_step. */
     bool *dense_only = calloc((size_t)c->layers, sizeof *dense_only);
     if (!dense_only)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory");
     int rc = 0;
     const json_t *mol = json_object_get(root, "mlp_only_layers");
     if (mol && !json_is_null(mol)) {
         if (!json_is_array(mol)) {
-            rc = cz_error_set(err, CZ_EINVALID,
+            rc =
+                cz__error_set(err, CZ_EINVALID,
                               "%s: $.mlp_only_layers: expected an array of layer indices, found %s",
                               c->path, hf_type_name(mol));
             goto done;
@@ -205,7 +206,8 @@ static int hf_moe_layers(hf_config *c, const json_t *root, cz_error *err)
             const json_t *v = json_array_get(mol, i);
             if (!json_is_integer(v) || json_integer_value(v) < 0 ||
                 json_integer_value(v) >= c->layers) {
-                rc = cz_error_set(err, CZ_EINVALID,
+                rc =
+                    cz__error_set(err, CZ_EINVALID,
                                   "%s: $.mlp_only_layers[%zu]: expected a layer index from 0 to "
                                   "%" PRId64 " (num_hidden_layers - 1), found %s",
                                   c->path, i, c->layers - 1,
@@ -266,20 +268,20 @@ static int hf_check_size(const hf_config *c, cz_error *err)
     int64_t nelems = hf_sat_add(hf_sat_mul(ndense, dense_e), hf_sat_mul(c->nmoe, moe_e));
     nelems = hf_sat_add(nelems, hf_sat_add(hf_sat_mul(c->tie ? 1 : 2, hf_sat_mul(c->vocab, h)), h));
     if (nparams > (int64_t)CZ_MODEL_MAX_PARAMS)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: $.num_hidden_layers (%" PRId64
-                            ") and the experts per layer (%" PRId64 ") make %s%" PRId64
-                            " parameters; a canzona model holds at most %zu",
-                            c->path, c->layers, c->experts,
-                            nparams == INT64_MAX ? "more than " : "", nparams, CZ_MODEL_MAX_PARAMS);
+        return cz__error_set(
+            err, CZ_EINVALID,
+            "%s: $.num_hidden_layers (%" PRId64 ") and the experts per layer (%" PRId64
+            ") make %s%" PRId64 " parameters; a canzona model holds at most %zu",
+            c->path, c->layers, c->experts, nparams == INT64_MAX ? "more than " : "", nparams,
+            CZ_MODEL_MAX_PARAMS);
     if (nelems > CZ_MODEL_MAX_ELEMENTS)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: the sizes (hidden %" PRId64 ", vocabulary %" PRId64 ", %" PRId64
-                            " layers, FFN %" PRId64 ", %" PRId64 " experts of FFN %" PRId64
-                            ") make %s%" PRId64 " elements; a canzona model holds at most %" PRId64
-                            " (2^50)",
-                            c->path, h, c->vocab, c->layers, c->ffn, c->experts, c->moe_ffn,
-                            nelems == INT64_MAX ? "more than " : "", nelems, CZ_MODEL_MAX_ELEMENTS);
+        return cz__error_set(
+            err, CZ_EINVALID,
+            "%s: the sizes (hidden %" PRId64 ", vocabulary %" PRId64 ", %" PRId64
+            " layers, FFN %" PRId64 ", %" PRId64 " experts of FFN %" PRId64 ") make %s%" PRId64
+            " elements; a canzona model holds at most %" PRId64 " (2^50)",
+            c->path, h, c->vocab, c->layers, c->ffn, c->experts, c->moe_ffn,
+            nelems == INT64_MAX ? "more than " : "", nelems, CZ_MODEL_MAX_ELEMENTS);
     return 0;
 }
 
@@ -301,23 +303,23 @@ static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
     /* Refused before anything per layer is allocated; hf_check_size counts the parameters
      * exactly once everything is read. */
     if (c->layers > HF_MAX_LAYERS)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: $.num_hidden_layers: expected at most %" PRId64
-                            " layers, found %" PRId64 " (a corrupt config?)",
-                            c->path, HF_MAX_LAYERS, c->layers);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: $.num_hidden_layers: expected at most %" PRId64
+                             " layers, found %" PRId64 " (a corrupt config?)",
+                             c->path, HF_MAX_LAYERS, c->layers);
     const json_t *hd = json_object_get(root, "head_dim");
     if ((!hd || json_is_null(hd)) && c->hidden % c->heads)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: $.head_dim is absent and $.hidden_size (%" PRId64
-                            ") is not a multiple of $.num_attention_heads (%" PRId64 ")",
-                            c->path, c->hidden, c->heads);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: $.head_dim is absent and $.hidden_size (%" PRId64
+                             ") is not a multiple of $.num_attention_heads (%" PRId64 ")",
+                             c->path, c->hidden, c->heads);
     if ((rc = hf_get_int(c, root, "head_dim", false, c->hidden / c->heads, 1, &c->head_dim, err)))
         return rc;
     if (c->kv_heads > c->heads || c->heads % c->kv_heads)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: $.num_key_value_heads (%" PRId64
-                            ") must divide $.num_attention_heads (%" PRId64 ")",
-                            c->path, c->kv_heads, c->heads);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: $.num_key_value_heads (%" PRId64
+                             ") must divide $.num_attention_heads (%" PRId64 ")",
+                             c->path, c->kv_heads, c->heads);
 
     /* Biases follow the Hugging Face modelling code: Qwen2 hard-codes a Q/K/V bias and no
      * output bias; Llama and Qwen3 put attention_bias on Q/K/V and on o_proj; Mistral and
@@ -601,12 +603,12 @@ static int hf_check_tp(const hf_config *c, int64_t tp, cz_error *err)
             continue;
         /* Mixtral's experts take their FFN from intermediate_size. */
         const char *key = f == HF_MIXTRAL && i == 1 ? "intermediate_size" : ffn_keys[i];
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: $.%s (%" PRId64
-                            ") must be a multiple of the tensor-parallel size (%" PRId64
-                            "): Megatron-Core splits the FFN of the column-parallel linear_fc1 "
-                            "and the row-parallel linear_fc2 evenly across TP ranks",
-                            c->path, key, sizes[i], tp);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: $.%s (%" PRId64
+                             ") must be a multiple of the tensor-parallel size (%" PRId64
+                             "): Megatron-Core splits the FFN of the column-parallel linear_fc1 "
+                             "and the row-parallel linear_fc2 evenly across TP ranks",
+                             c->path, key, sizes[i], tp);
     }
     return 0;
 }
@@ -629,24 +631,24 @@ int cz__import_hf(json_t **out_model, const char *config_path, const char *name,
 
 static int hf_nomem(cz_error *err, const char *config_path)
 {
-    return cz_error_set(err, CZ_ENOMEM, "out of memory while importing %s", config_path);
+    return cz__error_set(err, CZ_ENOMEM, "out of memory while importing %s", config_path);
 }
 
 /* The options a caller may get wrong, each refused with what is allowed. */
 static int hf_options_check(const cz_import_hf_options *o, cz_error *err)
 {
     if (o->tp_size < 1 || o->tp_size > (1 << 20))
-        return cz_error_set(err, CZ_EINVALID,
-                            "the tensor-parallel size must be from 1 to 1048576, got %d",
-                            o->tp_size);
+        return cz__error_set(err, CZ_EINVALID,
+                             "the tensor-parallel size must be from 1 to 1048576, got %d",
+                             o->tp_size);
     if (o->vocab_divisible_by < 1 || o->vocab_divisible_by > (1 << 20))
-        return cz_error_set(err, CZ_EINVALID,
-                            "make_vocab_size_divisible_by must be from 1 to 1048576, got %d",
-                            o->vocab_divisible_by);
+        return cz__error_set(err, CZ_EINVALID,
+                             "make_vocab_size_divisible_by must be from 1 to 1048576, got %d",
+                             o->vocab_divisible_by);
     if (!cz_dtype_name(o->dtype))
-        return cz_error_set(err, CZ_EINVALID, "cz__import_hf: unknown dtype %d", (int)o->dtype);
+        return cz__error_set(err, CZ_EINVALID, "cz__import_hf: unknown dtype %d", (int)o->dtype);
     if (o->name && !*o->name)
-        return cz_error_set(err, CZ_EINVALID, "the model name must not be empty");
+        return cz__error_set(err, CZ_EINVALID, "the model name must not be empty");
     return CZ_OK;
 }
 
@@ -658,16 +660,16 @@ static int hf_load(json_t **root, const char *config_path, cz_error *err)
     size_t text_len = 0;
     int rc;
     *root = NULL;
-    if ((rc = cz_file_read_all(config_path, CZ_HF_CONFIG_MAX_BYTES, &text, &text_len, err)))
+    if ((rc = cz__file_read_all(config_path, CZ_HF_CONFIG_MAX_BYTES, &text, &text_len, err)))
         return rc;
     *root = json_loadb(text, text_len, JSON_REJECT_DUPLICATES, &jerr);
     free(text);
     if (!*root)
-        return cz_error_set(err, CZ_EPARSE, "%s:%d:%d: not valid JSON: %s", config_path, jerr.line,
-                            jerr.column, jerr.text);
+        return cz__error_set(err, CZ_EPARSE, "%s:%d:%d: not valid JSON: %s", config_path, jerr.line,
+                             jerr.column, jerr.text);
     if (!json_is_object(*root))
-        return cz_error_set(err, CZ_EINVALID, "%s: $: expected a JSON object, found %s",
-                            config_path, hf_type_name(*root));
+        return cz__error_set(err, CZ_EINVALID, "%s: $: expected a JSON object, found %s",
+                             config_path, hf_type_name(*root));
     return CZ_OK;
 }
 
@@ -747,8 +749,8 @@ int cz__import_hf_opts(json_t **out_model, const char *config_path, const cz_imp
                    .split_gate_up = o && o->split_gate_up};
 
     if (!out_model || !config_path || !o)
-        return cz_error_set(err, CZ_EINVALID,
-                            "cz__import_hf: out_model, config_path and options are needed");
+        return cz__error_set(err, CZ_EINVALID,
+                             "cz__import_hf: out_model, config_path and options are needed");
     *out_model = NULL;
     if ((rc = hf_options_check(o, err)) != CZ_OK)
         return rc;
@@ -759,7 +761,8 @@ int cz__import_hf_opts(json_t **out_model, const char *config_path, const cz_imp
         goto done;
     c.padded_vocab = cz__megatron_padded_vocab(c.vocab, o->vocab_divisible_by, o->tp_size);
     if (c.padded_vocab < 1 || c.padded_vocab > HF_MAX_DIM) {
-        rc = cz_error_set(err, CZ_EINVALID,
+        rc =
+            cz__error_set(err, CZ_EINVALID,
                           "%s: $.vocab_size %" PRId64 " padded to a multiple of %d x TP %d exceeds "
                           "%" PRId64 "; use a smaller --make-vocab-size-divisible-by",
                           config_path, c.vocab, o->vocab_divisible_by, o->tp_size, HF_MAX_DIM);
@@ -874,14 +877,14 @@ static void hf_emit(cz_strbuf *b, const json_t *v, int depth)
 int cz__model_json_format(char **out, const json_t *model, cz_error *err)
 {
     if (!out || !model)
-        return cz_error_set(err, CZ_EINVALID, "cz__model_json_format: out and model are needed");
+        return cz__error_set(err, CZ_EINVALID, "cz__model_json_format: out and model are needed");
     cz_strbuf b = CZ_STRBUF_INIT;
     hf_emit(&b, model, 0);
     cz__strbuf_puts(&b, "\n");
     if (b.failed) {
         cz__strbuf_free(&b);
         *out = NULL;
-        return cz_error_set(err, CZ_ENOMEM, "out of memory while formatting a model description");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory while formatting a model description");
     }
     *out = b.data;
     return 0;

@@ -349,11 +349,11 @@ int cz__plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, c
 {
     *report_out = NULL;
     if (!plan)
-        return cz_error_set(err, CZ_EINVALID, "inspect: no plan given");
+        return cz__error_set(err, CZ_EINVALID, "inspect: no plan given");
     if (plan->dp <= 0 || plan->tp <= 0 || plan->pp <= 0)
-        return cz_error_set(err, CZ_EINVALID,
-                            "inspect: plan topology dp=%d tp=%d pp=%d is not positive", plan->dp,
-                            plan->tp, plan->pp);
+        return cz__error_set(err, CZ_EINVALID,
+                             "inspect: plan topology dp=%d tp=%d pp=%d is not positive", plan->dp,
+                             plan->tp, plan->pp);
     const cz_plan_metrics *m = &plan->metrics;
     int rc = CZ_ENOMEM; /* what every goto done below means, until the report is whole */
     int matrices = 0;
@@ -405,5 +405,5 @@ int cz__plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, c
     rc = CZ_OK;
 done:
     json_decref(rep);
-    return rc == CZ_OK ? CZ_OK : cz_error_set(err, CZ_ENOMEM, "inspect: out of memory");
+    return rc == CZ_OK ? CZ_OK : cz__error_set(err, CZ_ENOMEM, "inspect: out of memory");
 }

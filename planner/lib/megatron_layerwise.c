@@ -104,13 +104,13 @@ int cz__megatron_lw_layout(const int64_t *numel, const double *cost, size_t n, i
     int rc = CZ_OK;
     *nbuckets = 0;
     if (dp < 1)
-        return cz_error_set(err, CZ_EINVALID, "dp must be >= 1, got %d", dp);
+        return cz__error_set(err, CZ_EINVALID, "dp must be >= 1, got %d", dp);
     double *loads = calloc((size_t)dp, sizeof *loads);
     int64_t *cursor = calloc((size_t)dp, sizeof *cursor);
     int64_t *est = calloc((size_t)dp, sizeof *est);
     lw_item *items = malloc((n + 1) * sizeof *items);
     if (!loads || !cursor || !est || !items) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in Megatron's layer-wise layout");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory in Megatron's layer-wise layout");
         goto done;
     }
     int64_t divisor = cz__megatron_lw_shard_divisor(dp), chunk = 0, largest = 0;
@@ -197,7 +197,7 @@ int cz__megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *b
     double *cost = malloc(cap * sizeof *cost);
     *nbuckets = 0;
     if (!ids || !shard || !numel || !cost) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory in Megatron's layer-wise layout");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory in Megatron's layer-wise layout");
         goto done;
     }
     /* Buffers in Megatron's order does not matter here: each is laid out on its own. */

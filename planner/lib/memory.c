@@ -33,11 +33,11 @@ static double share_owned(const cz_plan *plan, const cz_plan_param *p, int r)
 int cz__plan_memory(const cz_plan *plan, cz_memory_gpu **out, cz_error *err)
 {
     if (!plan || !out)
-        return cz_error_set(err, CZ_EINVALID, "cz__plan_memory: plan and out are needed");
+        return cz__error_set(err, CZ_EINVALID, "cz__plan_memory: plan and out are needed");
     *out = NULL;
     int dp = plan->dp, tp = plan->tp, pp = plan->pp;
     if (dp < 1 || tp < 1 || pp < 1)
-        return cz_error_set(err, CZ_EINVALID, "cz__plan_memory: the plan has no topology");
+        return cz__error_set(err, CZ_EINVALID, "cz__plan_memory: the plan has no topology");
     size_t ngpus = (size_t)dp * (size_t)tp * (size_t)pp;
     cz_memory_gpu *g = calloc(ngpus, sizeof *g);
     double *buffer = calloc((size_t)pp, sizeof *buffer);
@@ -46,9 +46,9 @@ int cz__plan_memory(const cz_plan *plan, cz_memory_gpu **out, cz_error *err)
         free(g);
         free(buffer);
         free(master);
-        return cz_error_set(err, CZ_ENOMEM, "out of memory computing the memory per GPU");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory computing the memory per GPU");
     }
-    double pbytes = cz_dtype_bytes(plan->dtype);
+    double pbytes = cz__dtype_bytes(plan->dtype);
     double gbytes = plan->dtype == CZ_DTYPE_FP16 ? 2.0 : 4.0;
     double mbytes = plan->dtype == CZ_DTYPE_FP32 ? 0.0 : 4.0;
     for (size_t b = 0; b < plan->nbuckets; b++) {
@@ -94,7 +94,8 @@ int cz__plan_memory_check(const cz_plan *plan, const cz_cluster *cluster, int al
     if (warning && n)
         warning[0] = '\0';
     if (!plan || !cluster)
-        return cz_error_set(err, CZ_EINVALID, "cz__plan_memory_check: plan and cluster are needed");
+        return cz__error_set(err, CZ_EINVALID,
+                             "cz__plan_memory_check: plan and cluster are needed");
     cz_memory_gpu *g = NULL;
     int rc = cz__plan_memory(plan, &g, err);
     if (rc != CZ_OK)
@@ -116,11 +117,11 @@ int cz__plan_memory_check(const cz_plan *plan, const cz_cluster *cluster, int al
                              : "the cluster");
     free(g);
     if (frac > 1.0 && !allow)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: more than the device holds; use more GPUs (larger DP, TP or PP) "
-                            "or a device with more memory, or pass --allow-oversubscribed-memory "
-                            "to plan anyway",
-                            what);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: more than the device holds; use more GPUs (larger DP, TP or PP) "
+                             "or a device with more memory, or pass --allow-oversubscribed-memory "
+                             "to plan anyway",
+                             what);
     if (warning && n && frac > 1.0)
         snprintf(warning, n, "%s: more than the device holds (planned anyway, as asked)", what);
     else if (warning && n && frac > CZ_MEMORY_WARN_FRACTION)

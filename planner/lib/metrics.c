@@ -112,7 +112,7 @@ int cz__plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
     ew_seconds = calloc(nranks, sizeof *ew_seconds);
     if (!m->dp_load || !m->rank_makespan || !m->gpu_load || !m->memory || !seconds || !state ||
         !ew_seconds) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory computing plan metrics");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory computing plan metrics");
         goto done;
     }
     m->total_cost = 0.0;
@@ -162,7 +162,7 @@ int cz__plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
             double max = 0.0, max_s = 0.0;
             double *slot_s = calloc((size_t)(grp->nslots > 0 ? grp->nslots : 1), sizeof *slot_s);
             if (!slot_s) {
-                rc = cz_error_set(err, CZ_ENOMEM, "out of memory computing plan metrics");
+                rc = cz__error_set(err, CZ_ENOMEM, "out of memory computing plan metrics");
                 goto done;
             }
             for (int s = 0; s < grp->nslots; s++)

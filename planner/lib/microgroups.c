@@ -99,7 +99,7 @@ static int group_emit(group_sink *gs, const tp_task *tasks, int n, cz_error *err
         int ncap = gs->cap ? 2 * gs->cap : 8;
         cz_plan_group *ng = realloc(rs->groups, (size_t)ncap * sizeof *ng);
         if (!ng)
-            return cz_error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
+            return cz__error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
         rs->groups = ng;
         gs->cap = ncap;
     }
@@ -119,7 +119,7 @@ static int group_emit(group_sink *gs, const tp_task *tasks, int n, cz_error *err
     rs->ngroups++; /* counted now so that a failure below still frees the group */
     if (!g->task_param || !g->task_slot || !g->task_block || !g->task_width || !g->task_panels ||
         !g->task_cost || !g->load)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
     for (int k = 0; k < n; k++) {
         const tp_task *t = &tasks[k];
         g->task_param[k] = t->param;
@@ -634,7 +634,7 @@ static int packed_if_shorter(group_sink *gs, tp_task *tasks, int nt, const cz_ta
         return rc;
     tp_task *packed = malloc((size_t)nt * sizeof *packed);
     if (!packed)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory packing a rank's TP tasks");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory packing a rank's TP tasks");
     memcpy(packed, tasks, (size_t)nt * sizeof *packed);
     double lo = rank_bound(packed, nt, tt, nslots);
     double need = tasks[nt - 1].group > 0 ? span / CZ_GROUPS_SLACK : span * (1.0 - 1e-9);
@@ -696,7 +696,7 @@ int cz__tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_cost
         tt = NULL; /* a plan read from a file: whole matrices at their recorded costs */
     tp_task *tasks = tasks_expand(tt, params, n, &nt);
     if (!tasks)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory listing a rank's TP tasks");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory listing a rank's TP tasks");
     double C = s->capacity, total, largest;
     if (tt && nslots > 1 && s->coop == CZ_COOP_AUTO && strategy == CZ_TP_ROLLBACK)
         widths_auto(tasks, nt, tt, nslots, C, load);
@@ -737,7 +737,7 @@ int cz__tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_cost
             rc = schedule_rollback(&gs, nslots, tasks, nt, C, load, NULL, err);
         break;
     default:
-        rc = cz_error_set(err, CZ_EINVALID, "TP strategy %d is unknown", (int)strategy);
+        rc = cz__error_set(err, CZ_EINVALID, "TP strategy %d is unknown", (int)strategy);
     }
     free(tasks);
     return rc;
@@ -751,12 +751,12 @@ int cz__tp_schedule_build(cz_plan *plan, cz_error *err)
     cz__plan_schedules_free(plan);
     plan->capacity_used = 0.0;
     if (!params || !load) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
         goto done;
     }
     plan->schedules = calloc((size_t)plan->pp * (size_t)dp, sizeof *plan->schedules);
     if (!plan->schedules) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
         goto done;
     }
     plan->nschedules = (size_t)plan->pp * (size_t)dp;

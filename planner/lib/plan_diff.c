@@ -736,21 +736,22 @@ int cz__plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit,
 {
     *report_out = NULL;
     if (!a || !b)
-        return cz_error_set(err, CZ_EINVALID, "diff: two plans are required");
+        return cz__error_set(err, CZ_EINVALID, "diff: two plans are required");
     int same_model =
         !strcmp(cz__str_or_unknown(a->model_sha256), cz__str_or_unknown(b->model_sha256));
     int same_topo = a->dp == b->dp && a->tp == b->tp && a->pp == b->pp;
     if (!force && !same_model)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "the plans are for different models: A is '%s' (sha256 %s), B is '%s' "
-                            "(sha256 %s); use --force to compare parameters by name",
-                            cz__str_or_unknown(a->model_name), cz__str_or_unknown(a->model_sha256),
-                            cz__str_or_unknown(b->model_name), cz__str_or_unknown(b->model_sha256));
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "the plans are for different models: A is '%s' (sha256 %s), B is '%s' "
+                             "(sha256 %s); use --force to compare parameters by name",
+                             cz__str_or_unknown(a->model_name), cz__str_or_unknown(a->model_sha256),
+                             cz__str_or_unknown(b->model_name),
+                             cz__str_or_unknown(b->model_sha256));
     if (!force && !same_topo)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "the plans have different topologies: A is dp=%d tp=%d pp=%d, B is "
-                            "dp=%d tp=%d pp=%d; use --force to compare anyway",
-                            a->dp, a->tp, a->pp, b->dp, b->tp, b->pp);
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "the plans have different topologies: A is dp=%d tp=%d pp=%d, B is "
+                             "dp=%d tp=%d pp=%d; use --force to compare anyway",
+                             a->dp, a->tp, a->pp, b->dp, b->tp, b->pp);
     int by_id = same_model && a->nparams == b->nparams;
     int ndiff = 0;
     named *b_sorted = names_sorted(b);
@@ -769,7 +770,7 @@ int cz__plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit,
         free(b_sorted);
         places_free(&pl);
         json_decref(rep);
-        return cz_error_set(err, CZ_ENOMEM, "diff: out of memory");
+        return cz__error_set(err, CZ_ENOMEM, "diff: out of memory");
     }
     free(b_sorted);
     places_free(&pl);

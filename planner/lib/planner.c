@@ -17,117 +17,118 @@ static const char *or_unknown(const char *s)
 static int settings_check(const cz_settings *s, cz_error *err)
 {
     if (!s)
-        return cz_error_set(err, CZ_EINVALID, "no planning settings given");
+        return cz__error_set(err, CZ_EINVALID, "no planning settings given");
     if (s->version != CZ_SETTINGS_VERSION)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "settings version %d is not supported (expected %d); initialize "
-                            "settings with cz_settings_init()",
-                            s->version, CZ_SETTINGS_VERSION);
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "settings version %d is not supported (expected %d); initialize "
+                             "settings with cz_settings_init()",
+                             s->version, CZ_SETTINGS_VERSION);
     if (!cz_optimizer_name(s->optimizer))
-        return cz_error_set(err, CZ_EINVALID,
-                            "optimizer %d is unknown; use muon, soap, shampoo or adamw",
-                            (int)s->optimizer);
+        return cz__error_set(err, CZ_EINVALID,
+                             "optimizer %d is unknown; use muon, soap, shampoo or adamw",
+                             (int)s->optimizer);
     if (!cz_unit_name(s->unit))
-        return cz_error_set(err, CZ_EINVALID, "cost unit %d is unknown; use numel, flops or time",
-                            (int)s->unit);
+        return cz__error_set(err, CZ_EINVALID, "cost unit %d is unknown; use numel, flops or time",
+                             (int)s->unit);
     if (!cz_dp_strategy_name(s->dp))
-        return cz_error_set(err, CZ_EINVALID,
-                            "DP strategy %d is unknown; use even, anchored, layerwise, alpha or "
-                            "tpaware",
-                            (int)s->dp);
+        return cz__error_set(err, CZ_EINVALID,
+                             "DP strategy %d is unknown; use even, anchored, layerwise, alpha or "
+                             "tpaware",
+                             (int)s->dp);
     if (!cz_tp_strategy_name(s->tp))
-        return cz_error_set(err, CZ_EINVALID,
-                            "TP strategy %d is unknown; use sc, none, single, slot or rollback",
-                            (int)s->tp);
+        return cz__error_set(err, CZ_EINVALID,
+                             "TP strategy %d is unknown; use sc, none, single, slot or rollback",
+                             (int)s->tp);
     if (!cz_layerwise_order_name(s->layerwise_order))
-        return cz_error_set(
+        return cz__error_set(
             err, CZ_EINVALID,
             "layerwise order %d is unknown; use megatron, megatron-aug26, pingpong or lpt",
             (int)s->layerwise_order);
     if (!cz_solver_name(s->solver))
-        return cz_error_set(err, CZ_EINVALID, "solver %d is unknown; use greedy or ilp",
-                            (int)s->solver);
+        return cz__error_set(err, CZ_EINVALID, "solver %d is unknown; use greedy or ilp",
+                             (int)s->solver);
     if (!cz_layout_name(s->layout))
-        return cz_error_set(err, CZ_EINVALID, "buffer layout %d is unknown; use unified or split",
-                            (int)s->layout);
+        return cz__error_set(err, CZ_EINVALID, "buffer layout %d is unknown; use unified or split",
+                             (int)s->layout);
     /* tpaware and the exact DP solver move cut points in every bucket and need whole
      * parameters; even and layerwise are baselines of the unified buffer. */
     if (s->layout == CZ_LAYOUT_SPLIT &&
         ((s->dp != CZ_DP_ALPHA && s->dp != CZ_DP_ANCHORED) || s->solver != CZ_SOLVER_GREEDY))
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "the split buffer layout partitions its matrix buffer with the "
-                            "greedy alpha or anchored DP strategy; got dp %s with the %s solver "
-                            "(use --layout unified for it)",
-                            cz_dp_strategy_name(s->dp), cz_solver_name(s->solver));
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "the split buffer layout partitions its matrix buffer with the "
+                             "greedy alpha or anchored DP strategy; got dp %s with the %s solver "
+                             "(use --layout unified for it)",
+                             cz_dp_strategy_name(s->dp), cz_solver_name(s->solver));
     if (s->split_blocks != 0 && s->split_blocks != 1)
-        return cz_error_set(err, CZ_EINVALID, "split_blocks must be 0 or 1, got %d",
-                            s->split_blocks);
+        return cz__error_set(err, CZ_EINVALID, "split_blocks must be 0 or 1, got %d",
+                             s->split_blocks);
     if (s->coop != 0 && s->coop != CZ_COOP_AUTO && (s->coop < 2 || s->coop > CZ_COOP_MAX))
-        return cz_error_set(err, CZ_EINVALID,
-                            "coop must be 0 (off), CZ_COOP_AUTO or a width from 2 to %d, got %d",
-                            CZ_COOP_MAX, s->coop);
+        return cz__error_set(err, CZ_EINVALID,
+                             "coop must be 0 (off), CZ_COOP_AUTO or a width from 2 to %d, got %d",
+                             CZ_COOP_MAX, s->coop);
     /* The executor runs block and cooperative tasks for Muon only (SOAP's and Shampoo's state
      * is laid out per whole matrix), and only the greedy micro-group scheduler places them. */
     if ((s->split_blocks || s->coop) && s->optimizer != CZ_OPTIM_MUON)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "--split-blocks and --coop apply to Muon only; got optimizer %s",
-                            cz_optimizer_name(s->optimizer));
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "--split-blocks and --coop apply to Muon only; got optimizer %s",
+                             cz_optimizer_name(s->optimizer));
     if ((s->split_blocks || s->coop) && s->solver != CZ_SOLVER_GREEDY)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "--split-blocks and --coop need the greedy solver; the ILP micro-group "
-                            "model places whole matrices on single slots");
+        return cz__error_set(
+            err, CZ_EUNSUPPORTED,
+            "--split-blocks and --coop need the greedy solver; the ILP micro-group "
+            "model places whole matrices on single slots");
     if (s->coop && s->tp != CZ_TP_ROLLBACK)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "--coop needs --tp rollback (cooperative tasks are placed by greedy "
-                            "rollback); got --tp %s",
-                            cz_tp_strategy_name(s->tp));
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "--coop needs --tp rollback (cooperative tasks are placed by greedy "
+                             "rollback); got --tp %s",
+                             cz_tp_strategy_name(s->tp));
     if (s->coop && s->unit == CZ_UNIT_NUMEL)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "--coop needs the time or flops cost unit: weighing a split against "
-                            "its all-reduces needs a measure of communication, which element "
-                            "counts lack");
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "--coop needs the time or flops cost unit: weighing a split against "
+                             "its all-reduces needs a measure of communication, which element "
+                             "counts lack");
     if (!(s->alpha >= 0.0 && s->alpha <= 1.0))
-        return cz_error_set(err, CZ_EINVALID, "alpha must lie in [0, 1], got %g", s->alpha);
+        return cz__error_set(err, CZ_EINVALID, "alpha must lie in [0, 1], got %g", s->alpha);
     if (s->alpha_numel_loads != 0 && s->alpha_numel_loads != 1)
-        return cz_error_set(err, CZ_EINVALID, "alpha_numel_loads must be 0 or 1, got %d",
-                            s->alpha_numel_loads);
+        return cz__error_set(err, CZ_EINVALID, "alpha_numel_loads must be 0 or 1, got %d",
+                             s->alpha_numel_loads);
     if (!(s->capacity >= 0.0) || isinf(s->capacity))
-        return cz_error_set(err, CZ_EINVALID,
-                            "capacity must be a finite number >= 0 (0 = automatic), got %g",
-                            s->capacity);
+        return cz__error_set(err, CZ_EINVALID,
+                             "capacity must be a finite number >= 0 (0 = automatic), got %g",
+                             s->capacity);
     if (!(s->time_limit_s > 0.0))
-        return cz_error_set(err, CZ_EINVALID, "time limit must be > 0 seconds, got %g",
-                            s->time_limit_s);
+        return cz__error_set(err, CZ_EINVALID, "time limit must be > 0 seconds, got %g",
+                             s->time_limit_s);
     if (!(s->tpaware_time_limit_s > 0.0))
-        return cz_error_set(err, CZ_EINVALID, "tpaware time limit must be > 0 seconds, got %g",
-                            s->tpaware_time_limit_s);
+        return cz__error_set(err, CZ_EINVALID, "tpaware time limit must be > 0 seconds, got %g",
+                             s->tpaware_time_limit_s);
     if (s->ns_steps < 1)
-        return cz_error_set(err, CZ_EINVALID, "Newton-Schulz steps must be >= 1, got %d",
-                            s->ns_steps);
+        return cz__error_set(err, CZ_EINVALID, "Newton-Schulz steps must be >= 1, got %d",
+                             s->ns_steps);
     if (s->max_precond_dim < 1)
-        return cz_error_set(err, CZ_EINVALID, "max_precond_dim must be >= 1, got %d",
-                            s->max_precond_dim);
+        return cz__error_set(err, CZ_EINVALID, "max_precond_dim must be >= 1, got %d",
+                             s->max_precond_dim);
     if (s->precondition_frequency < 1)
-        return cz_error_set(err, CZ_EINVALID, "precondition_frequency must be >= 1, got %d",
-                            s->precondition_frequency);
+        return cz__error_set(err, CZ_EINVALID, "precondition_frequency must be >= 1, got %d",
+                             s->precondition_frequency);
     return CZ_OK;
 }
 
 static int cluster_check(const cz_cluster *c, cz_error *err)
 {
     if (c->dp < 1 || c->tp < 1 || c->pp < 1)
-        return cz_error_set(err, CZ_EINVALID, "%s: dp, tp and pp must be >= 1, got %d, %d, %d",
-                            or_unknown(c->source), c->dp, c->tp, c->pp);
+        return cz__error_set(err, CZ_EINVALID, "%s: dp, tp and pp must be >= 1, got %d, %d, %d",
+                             or_unknown(c->source), c->dp, c->tp, c->pp);
     if (c->bucket_size < 0 || c->bucket_align < 0)
-        return cz_error_set(
+        return cz__error_set(
             err, CZ_EINVALID, "%s: bucket size and align must be >= 0, got %lld and %lld",
             or_unknown(c->source), (long long)c->bucket_size, (long long)c->bucket_align);
     /* Seconds are the time unit and the predicted step time: both need the device's rates. */
     if (!(c->device.matmul_tflops > 0.0) || !(c->device.mem_gbps > 0.0))
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: $.device.matmul_tflops and $.device.mem_gbps must be > 0, got %g "
-                            "and %g",
-                            or_unknown(c->source), c->device.matmul_tflops, c->device.mem_gbps);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: $.device.matmul_tflops and $.device.mem_gbps must be > 0, got %g "
+                             "and %g",
+                             or_unknown(c->source), c->device.matmul_tflops, c->device.mem_gbps);
     return CZ_OK;
 }
 
@@ -152,7 +153,7 @@ static int param_copy(cz_plan_param *q, const cz_param_def *d, int id, const cz_
     q->def.block_sizes = NULL;
     q->def.name = cz__strdup(d->name ? d->name : "");
     if (!q->def.name)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory copying parameter names");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory copying parameter names");
     q->def.shape[1] = d->ndim == 1 ? 1 : d->shape[1];
     /* Under AdamW every parameter, 2-D ones too, is elementwise work. */
     q->def.kind = s->optimizer == CZ_OPTIM_ADAMW ? CZ_KIND_ELEMENTWISE : d->kind;
@@ -161,63 +162,63 @@ static int param_copy(cz_plan_param *q, const cz_param_def *d, int id, const cz_
     q->bucket = -1;
     const char *mfile = or_unknown(m->source), *cfile = or_unknown(c->source);
     if (q->def.shape[0] < 1 || q->def.shape[1] < 1)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: parameter '%s' ($.params expanded index %d) has an empty shape "
-                            "[%lld, %lld]",
-                            mfile, q->def.name, id, (long long)q->def.shape[0],
-                            (long long)q->def.shape[1]);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: parameter '%s' ($.params expanded index %d) has an empty shape "
+                             "[%lld, %lld]",
+                             mfile, q->def.name, id, (long long)q->def.shape[0],
+                             (long long)q->def.shape[1]);
     if (q->def.tp_dim < -1 || q->def.tp_dim > 1 || (q->def.tp_dim == 1 && q->def.ndim == 1))
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: parameter '%s' has tp_dim %d; expected null, 0 or (for 2-D) 1",
-                            mfile, q->def.name, q->def.tp_dim);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: parameter '%s' has tp_dim %d; expected null, 0 or (for 2-D) 1",
+                             mfile, q->def.name, q->def.tp_dim);
     q->local_shape[0] = q->def.shape[0];
     q->local_shape[1] = q->def.shape[1];
     if (q->def.tp_dim >= 0) {
         int64_t size = q->def.shape[q->def.tp_dim];
         if (size % c->tp != 0)
-            return cz_error_set(err, CZ_EINVALID,
-                                "%s: parameter '%s' splits dimension %d (size %lld) across tp = "
-                                "%d of %s, which does not divide it (Megatron-Core's column- and "
-                                "row-parallel layers and vocab-parallel embedding need an exact "
-                                "split); change tp_dim or tp",
-                                mfile, q->def.name, q->def.tp_dim, (long long)size, c->tp, cfile);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "%s: parameter '%s' splits dimension %d (size %lld) across tp = "
+                                 "%d of %s, which does not divide it (Megatron-Core's column- and "
+                                 "row-parallel layers and vocab-parallel embedding need an exact "
+                                 "split); change tp_dim or tp",
+                                 mfile, q->def.name, q->def.tp_dim, (long long)size, c->tp, cfile);
         q->local_shape[q->def.tp_dim] = size / c->tp;
     }
     if (q->def.nblocks > 0) {
         /* Models built in memory skip the loader's limit: hold them to it here. */
         if (q->def.nblocks > CZ_MAX_BLOCKS)
-            return cz_error_set(err, CZ_EUNSUPPORTED, "%s: " CZ_BLOCKS_LIMIT_FMT, mfile,
-                                q->def.name, q->def.nblocks, CZ_MAX_BLOCKS);
+            return cz__error_set(err, CZ_EUNSUPPORTED, "%s: " CZ_BLOCKS_LIMIT_FMT, mfile,
+                                 q->def.name, q->def.nblocks, CZ_MAX_BLOCKS);
         if (!d->block_sizes || (d->block_dim != 0 && d->block_dim != 1))
-            return cz_error_set(err, CZ_EINVALID,
-                                "%s: parameter '%s' has %d blocks but no valid block dim", mfile,
-                                q->def.name, q->def.nblocks);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "%s: parameter '%s' has %d blocks but no valid block dim", mfile,
+                                 q->def.name, q->def.nblocks);
         q->def.block_sizes = malloc((size_t)q->def.nblocks * sizeof *q->def.block_sizes);
         if (!q->def.block_sizes)
-            return cz_error_set(err, CZ_ENOMEM, "out of memory copying block sizes");
+            return cz__error_set(err, CZ_ENOMEM, "out of memory copying block sizes");
         memcpy(q->def.block_sizes, d->block_sizes,
                (size_t)q->def.nblocks * sizeof *q->def.block_sizes);
         int64_t sum = 0;
         for (int b = 0; b < q->def.nblocks; b++) {
             if (q->def.block_sizes[b] < 1)
-                return cz_error_set(err, CZ_EINVALID,
-                                    "%s: parameter '%s' block %d has size %lld; expected >= 1",
-                                    mfile, q->def.name, b, (long long)q->def.block_sizes[b]);
+                return cz__error_set(err, CZ_EINVALID,
+                                     "%s: parameter '%s' block %d has size %lld; expected >= 1",
+                                     mfile, q->def.name, b, (long long)q->def.block_sizes[b]);
             sum += q->def.block_sizes[b];
             if (q->def.block_dim == q->def.tp_dim && q->def.block_sizes[b] % c->tp != 0)
-                return cz_error_set(err, CZ_EINVALID,
-                                    "%s: parameter '%s' block %d (size %lld along dimension %d, "
-                                    "the TP split dimension) is not divisible by tp = %d of %s; "
-                                    "every TP rank must hold an equal part of each block",
-                                    mfile, q->def.name, b, (long long)q->def.block_sizes[b],
-                                    q->def.block_dim, c->tp, cfile);
+                return cz__error_set(err, CZ_EINVALID,
+                                     "%s: parameter '%s' block %d (size %lld along dimension %d, "
+                                     "the TP split dimension) is not divisible by tp = %d of %s; "
+                                     "every TP rank must hold an equal part of each block",
+                                     mfile, q->def.name, b, (long long)q->def.block_sizes[b],
+                                     q->def.block_dim, c->tp, cfile);
         }
         if (sum != q->def.shape[q->def.block_dim])
-            return cz_error_set(err, CZ_EINVALID,
-                                "%s: parameter '%s' blocks sum to %lld but dimension %d has size "
-                                "%lld",
-                                mfile, q->def.name, (long long)sum, q->def.block_dim,
-                                (long long)q->def.shape[q->def.block_dim]);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "%s: parameter '%s' blocks sum to %lld but dimension %d has size "
+                                 "%lld",
+                                 mfile, q->def.name, (long long)sum, q->def.block_dim,
+                                 (long long)q->def.shape[q->def.block_dim]);
     } else {
         q->def.block_dim = -1;
     }
@@ -235,19 +236,19 @@ static int stages_assign(cz_plan *plan, const cz_model *m, const cz_cluster *c, 
         return CZ_OK;
     }
     if (c->pp > m->nlayers)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s has pp = %d pipeline stages but model %s has only %d layers "
-                            "(repeat iterations); use pp <= %d",
-                            or_unknown(c->source), c->pp, or_unknown(m->source), m->nlayers,
-                            m->nlayers);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s has pp = %d pipeline stages but model %s has only %d layers "
+                             "(repeat iterations); use pp <= %d",
+                             or_unknown(c->source), c->pp, or_unknown(m->source), m->nlayers,
+                             m->nlayers);
     /* Parameters outside any layer follow the layer before them (the first stage when none). */
     int cur = 0;
     for (size_t i = 0; i < n; i++) {
         cz_plan_param *p = &plan->params[i];
         if (p->def.layer >= m->nlayers)
-            return cz_error_set(err, CZ_EINVALID,
-                                "%s: parameter '%s' comes from layer %d but the model has %d",
-                                or_unknown(m->source), p->def.name, p->def.layer, m->nlayers);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "%s: parameter '%s' comes from layer %d but the model has %d",
+                                 or_unknown(m->source), p->def.name, p->def.layer, m->nlayers);
         if (p->def.layer >= 0)
             cur = stage_of_layer(p->def.layer, m->nlayers, c->pp);
         p->stage = cur;
@@ -268,16 +269,16 @@ int cz__plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const c
     cz_plan *plan = NULL;
     *out = NULL;
     if (!m || !c)
-        return cz_error_set(err, CZ_EINVALID, "a model and a cluster are needed to plan");
+        return cz__error_set(err, CZ_EINVALID, "a model and a cluster are needed to plan");
     if ((rc = settings_check(s, err)) != CZ_OK || (rc = cluster_check(c, err)) != CZ_OK)
         return rc;
     if (s->coop > 1 && c->tp % s->coop != 0)
-        return cz_error_set(err, CZ_EINVALID,
-                            "--coop %d: the width must divide the TP size, and %s has tp %d",
-                            s->coop, or_unknown(c->source), c->tp);
+        return cz__error_set(err, CZ_EINVALID,
+                             "--coop %d: the width must divide the TP size, and %s has tp %d",
+                             s->coop, or_unknown(c->source), c->tp);
     plan = calloc(1, sizeof *plan);
     if (!plan)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory allocating a plan");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory allocating a plan");
     plan->generator = cz__strdup("canzona");
     plan->generator_version = cz__strdup(CZ_VERSION);
     plan->model_name = cz__strdup(m->name ? m->name : "");
@@ -286,7 +287,7 @@ int cz__plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const c
     plan->cluster_sha256 = cz__strdup(c->sha256);
     if (!plan->generator || !plan->generator_version || !plan->model_name || !plan->model_sha256 ||
         !plan->cluster_name || !plan->cluster_sha256) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory filling the plan header");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory filling the plan header");
         goto done;
     }
     plan->dtype = m->dtype;
@@ -303,13 +304,13 @@ int cz__plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const c
     }
     plan->bucket_align = c->bucket_align > 0 ? c->bucket_align : 64;
     if (m->nparams == 0) {
-        rc = cz_error_set(err, CZ_EINVALID, "%s: the model has no parameters",
-                          or_unknown(m->source));
+        rc = cz__error_set(err, CZ_EINVALID, "%s: the model has no parameters",
+                           or_unknown(m->source));
         goto done;
     }
     plan->params = calloc(m->nparams, sizeof *plan->params);
     if (!plan->params) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory allocating %zu parameters", m->nparams);
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory allocating %zu parameters", m->nparams);
         goto done;
     }
     plan->nparams = m->nparams;
@@ -383,7 +384,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     int rc;
     cz_plan *plan = NULL, *numel = NULL;
     if (!out)
-        return cz_error_set(err, CZ_EINVALID, "cz_plan_build: no output pointer given");
+        return cz__error_set(err, CZ_EINVALID, "cz_plan_build: no output pointer given");
     *out = NULL;
     double t0 = cz__clock_seconds();
     if ((rc = settings_check(settings, err)) != CZ_OK)

@@ -678,9 +678,9 @@ static int svg_loads(cz_strbuf *b, const cz_plan *plan, const render_facts *f, i
 {
     const cz_plan_metrics *m = &plan->metrics;
     if (!m->gpu_load)
-        return cz_error_set(err, CZ_EINVALID,
-                            "plan has no per-GPU loads (metrics.gpu_load); rebuild it with "
-                            "'canzona plan'");
+        return cz__error_set(err, CZ_EINVALID,
+                             "plan has no per-GPU loads (metrics.gpu_load); rebuild it with "
+                             "'canzona plan'");
     loads_geom g;
     loads_geom_init(&g, plan, f, width);
     char buf[64];
@@ -1103,10 +1103,10 @@ static int svg_body(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim,
         o = *opt;
     int width = o.width > 0 ? o.width : 1200;
     if (width < 400 || width > 20000)
-        return cz_error_set(err, CZ_EINVALID, "width %d: expected 400 .. 20000 pixels", width);
+        return cz__error_set(err, CZ_EINVALID, "width %d: expected 400 .. 20000 pixels", width);
     if (plan->dp < 1 || plan->tp < 1 || plan->pp < 1)
-        return cz_error_set(err, CZ_EINVALID, "plan topology dp=%d tp=%d pp=%d: expected >= 1",
-                            plan->dp, plan->tp, plan->pp);
+        return cz__error_set(err, CZ_EINVALID, "plan topology dp=%d tp=%d pp=%d: expected >= 1",
+                             plan->dp, plan->tp, plan->pp);
     /* Body first (its height is known at the end), then the header in front of it. */
     cz_strbuf body = CZ_STRBUF_INIT;
     int rc = CZ_OK;
@@ -1141,7 +1141,7 @@ static int svg_body(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim,
         cz__strbuf_put(b, body.data, body.len);
     cz__strbuf_printf(b, "</svg>\n");
     if (body.failed || b->failed)
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory rendering the plan");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory rendering the plan");
 done:
     cz__strbuf_free(&body);
     return rc;
@@ -1259,7 +1259,7 @@ int cz__plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *s
     if (opt)
         o = *opt;
     if (!order) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory rendering the plan");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory rendering the plan");
         goto done;
     }
     cz__strbuf_printf(&b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"
@@ -1279,7 +1279,7 @@ int cz__plan_render_html(char **out, const cz_plan *plan, const cz_sim_result *s
     html_tables(&b, plan, sim, &o, order);
     cz__strbuf_printf(&b, "</body>\n</html>\n");
     if (b.failed) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory rendering the plan");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory rendering the plan");
         goto done;
     }
     *out = b.data;

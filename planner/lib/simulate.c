@@ -360,13 +360,13 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
     double *send = NULL, *recv = NULL;
     char *grams_done = NULL;
     if ((rc = prog_alloc(pg, ngroups, R)))
-        return cz_error_set(err, rc, "out of memory simulating DP rank %d", d);
+        return cz__error_set(err, rc, "out of memory simulating DP rank %d", d);
     prog_elementwise(cx, pg, stage, d);
     send = calloc((size_t)R, sizeof *send);
     recv = calloc((size_t)R, sizeof *recv);
     grams_done = calloc(plan->nparams ? plan->nparams : 1, 1);
     if (!send || !recv || !grams_done) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating DP rank %d", d);
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating DP rank %d", d);
         goto done;
     }
     size_t ntasks = 0;
@@ -374,7 +374,7 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
         ntasks += rs->groups[g].ntasks > 0 ? (size_t)rs->groups[g].ntasks : 0;
     pg->tasks = malloc((ntasks ? ntasks : 1) * sizeof *pg->tasks);
     if (!pg->tasks) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating DP rank %d", d);
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating DP rank %d", d);
         goto done;
     }
     double gbps = cx->cluster ? tp_gbps(cx, stage, d) : 0.0;
@@ -388,10 +388,10 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
             int slot = grp->task_slot ? grp->task_slot[k] : 0;
             int w = cz_group_task_width(grp, k);
             if (id < 0 || (size_t)id >= plan->nparams || slot < 0 || w < 1 || slot + w > R) {
-                rc = cz_error_set(err, CZ_EINVALID,
-                                  "tp_schedule of DP rank %d, group %d, task %d: param %d on "
-                                  "slot %d (width %d) is out of range (%zu params, %d TP ranks)",
-                                  d, g, k, id, slot, w, plan->nparams, R);
+                rc = cz__error_set(err, CZ_EINVALID,
+                                   "tp_schedule of DP rank %d, group %d, task %d: param %d on "
+                                   "slot %d (width %d) is out of range (%zu params, %d TP ranks)",
+                                   d, g, k, id, slot, w, plan->nparams, R);
                 goto done;
             }
             const cz_plan_param *p = &plan->params[id];
@@ -647,44 +647,44 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
     cx->zero1_elementwise = cx->megatron_aug26;
     cx->muon_tp = opt ? opt->muon_tp : CZ_MUON_TP_DUPLICATED;
     if (!cz_muon_tp_mode_name(cx->muon_tp))
-        return cz_error_set(err, CZ_EINVALID,
-                            "Muon TP mode %d is unknown; use duplicated, blockwise or distributed",
-                            (int)cx->muon_tp);
+        return cz__error_set(err, CZ_EINVALID,
+                             "Muon TP mode %d is unknown; use duplicated, blockwise or distributed",
+                             (int)cx->muon_tp);
     if (cx->muon_tp != CZ_MUON_TP_DUPLICATED &&
         (!c || plan->settings.tp != CZ_TP_SC || plan->settings.dp == CZ_DP_EVEN ||
          plan->settings.optimizer != CZ_OPTIM_MUON))
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "Megatron's %s TP mode is modelled for Muon plans with the sc TP "
-                            "strategy, a DP strategy other than even, and a cluster (got "
-                            "optimizer %s, dp %s, tp %s%s)",
-                            cz_muon_tp_mode_name(cx->muon_tp),
-                            cz_optimizer_name(plan->settings.optimizer),
-                            cz_dp_strategy_name(plan->settings.dp),
-                            cz_tp_strategy_name(plan->settings.tp), c ? "" : ", no cluster");
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "Megatron's %s TP mode is modelled for Muon plans with the sc TP "
+                             "strategy, a DP strategy other than even, and a cluster (got "
+                             "optimizer %s, dp %s, tp %s%s)",
+                             cz_muon_tp_mode_name(cx->muon_tp),
+                             cz_optimizer_name(plan->settings.optimizer),
+                             cz_dp_strategy_name(plan->settings.dp),
+                             cz_tp_strategy_name(plan->settings.tp), c ? "" : ", no cluster");
     if (cx->R < 1 || cx->D < 1 || cx->P < 1)
-        return cz_error_set(err, CZ_EINVALID, "plan topology dp=%d tp=%d pp=%d: expected >= 1",
-                            plan->dp, plan->tp, plan->pp);
+        return cz__error_set(err, CZ_EINVALID, "plan topology dp=%d tp=%d pp=%d: expected >= 1",
+                             plan->dp, plan->tp, plan->pp);
     if (c) {
         if (c->dp != plan->dp || c->tp != plan->tp || c->pp != plan->pp)
-            return cz_error_set(err, CZ_EMISMATCH,
-                                "plan topology dp=%d tp=%d pp=%d does not match cluster '%s' "
-                                "(dp=%d tp=%d pp=%d)",
-                                plan->dp, plan->tp, plan->pp, c->name ? c->name : "?", c->dp, c->tp,
-                                c->pp);
+            return cz__error_set(err, CZ_EMISMATCH,
+                                 "plan topology dp=%d tp=%d pp=%d does not match cluster '%s' "
+                                 "(dp=%d tp=%d pp=%d)",
+                                 plan->dp, plan->tp, plan->pp, c->name ? c->name : "?", c->dp,
+                                 c->tp, c->pp);
         if (!(c->links.intra_node_gbps > 0) || !(c->links.inter_node_gbps > 0) ||
             c->gpus_per_node < 1)
-            return cz_error_set(err, CZ_EINVALID,
-                                "cluster '%s': links.intra_node_gbps, links.inter_node_gbps and "
-                                "gpus_per_node must be positive to simulate",
-                                c->name ? c->name : "?");
-        cx->elem_bytes = cz_dtype_bytes(plan->dtype);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "cluster '%s': links.intra_node_gbps, links.inter_node_gbps and "
+                                 "gpus_per_node must be positive to simulate",
+                                 c->name ? c->name : "?");
+        cx->elem_bytes = cz__dtype_bytes(plan->dtype);
         cx->lat_us = c->links.latency_us;
     }
     if (plan->settings.dp == CZ_DP_EVEN && cx->pipelined)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "the even (ZeRO-1) partition fragments matrices and has no hosts; "
-                            "it is simulated with the sc TP strategy only (got '%s')",
-                            cz_tp_strategy_name(plan->settings.tp));
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "the even (ZeRO-1) partition fragments matrices and has no hosts; "
+                             "it is simulated with the sc TP strategy only (got '%s')",
+                             cz_tp_strategy_name(plan->settings.tp));
     size_t n = plan->nparams ? plan->nparams : 1;
     cx->sec = calloc(n, sizeof *cx->sec);
     cx->bucket_index = malloc(n * sizeof *cx->bucket_index);
@@ -693,12 +693,12 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
         cx->tpw = calloc(n, sizeof *cx->tpw);
     if (!cx->sec || !cx->bucket_index || !cx->lw_buckets ||
         (cx->muon_tp != CZ_MUON_TP_DUPLICATED && !cx->tpw))
-        return cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
         if (p->id != (int)i || p->stage < 0 || p->stage >= cx->P)
-            return cz_error_set(err, CZ_EINVALID, "plan $.params[%zu]: id %d / stage %d invalid", i,
-                                p->id, p->stage);
+            return cz__error_set(err, CZ_EINVALID, "plan $.params[%zu]: id %d / stage %d invalid",
+                                 i, p->id, p->stage);
         cx->bucket_index[i] = -1;
         for (size_t b = 0; b < plan->nbuckets; b++)
             if (plan->buckets[b].id == p->bucket && plan->buckets[b].stage == p->stage) {
@@ -722,11 +722,11 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
         for (int d = 0; bk->ranges && d < cx->D; d++)
             if (bk->ranges[2 * d] < 0 || bk->ranges[2 * d + 1] < bk->ranges[2 * d] ||
                 bk->ranges[2 * d + 1] > bk->size)
-                return cz_error_set(err, CZ_EINVALID,
-                                    "plan $.buckets[%zu].ranges[%d]: [%lld, %lld) is not inside "
-                                    "[0, %lld)",
-                                    b, d, (long long)bk->ranges[2 * d],
-                                    (long long)bk->ranges[2 * d + 1], (long long)bk->size);
+                return cz__error_set(err, CZ_EINVALID,
+                                     "plan $.buckets[%zu].ranges[%d]: [%lld, %lld) is not inside "
+                                     "[0, %lld)",
+                                     b, d, (long long)bk->ranges[2 * d],
+                                     (long long)bk->ranges[2 * d + 1], (long long)bk->size);
     }
     return CZ_OK;
 }
@@ -736,7 +736,7 @@ static int build_rank(const sim_ctx *cx, sim_prog *pg, int s, int d, double *fra
     *frag = 0.0;
     if (cx->plan->settings.dp == CZ_DP_EVEN) {
         if (prog_build_even(cx, pg, s, d, frag))
-            return cz_error_set(err, CZ_ENOMEM, "out of memory simulating DP rank %d", d);
+            return cz__error_set(err, CZ_ENOMEM, "out of memory simulating DP rank %d", d);
         return CZ_OK;
     }
     return prog_build(cx, pg, s, d, err);
@@ -762,7 +762,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     busy = calloc((size_t)R, sizeof *busy);
     owned = calloc((size_t)D, sizeof *owned);
     if (!r || !finish || !busy || !owned) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
         goto done;
     }
     r->in_seconds = cluster != NULL;
@@ -770,7 +770,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     r->ngpus = P * D * R;
     r->gpu_busy = calloc((size_t)r->ngpus, sizeof *r->gpu_busy);
     if (!r->gpu_busy) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
         goto done;
     }
     r->step_s = -1.0;
@@ -822,7 +822,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     r->tl_scatter = calloc(ng, sizeof *r->tl_scatter);
     r->tl_compute = calloc(ng * (size_t)R, sizeof *r->tl_compute);
     if (!r->tl_elementwise || !r->tl_gather || !r->tl_scatter || !r->tl_compute) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
         goto done;
     }
     coop_ar = calloc((size_t)R, sizeof *coop_ar);
@@ -830,7 +830,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     coop_wait = calloc((size_t)R, sizeof *coop_wait);
     r->tl_coop = calloc(pg.coop_tasks > 0 ? (size_t)pg.coop_tasks : 1, sizeof *r->tl_coop);
     if (!coop_ar || !coop_comm || !coop_wait || !r->tl_coop) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
         goto done;
     }
     prog_run(&pg, R, cx.pipelined, finish, busy, r->tl_gather, r->tl_scatter, r->tl_compute,

@@ -53,7 +53,7 @@ int cz__task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster
     tt->cost = malloc((n + 1) * (size_t)tt->nwidths * sizeof *tt->cost);
     tt->panels = malloc((n + 1) * (size_t)tt->nwidths * sizeof *tt->panels);
     if (!tt->first || !tt->block || !tt->cost || !tt->panels)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory listing %zu TP tasks", n);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory listing %zu TP tasks", n);
     tt->ntasks = n;
     /* Every layer repeats the same few shapes, and each cooperative cost tries up to
      * CZ_COOP_MAX_PANELS pipelines (cz__coop_best_panels): those of a shape are computed once. */
@@ -224,7 +224,8 @@ int cz__task_weigh(cz_plan *plan, double factor, cz_error *err)
     free(tt->dp_weight);
     tt->dp_weight = malloc((plan->nparams + 1) * sizeof *tt->dp_weight);
     if (!tt->dp_weight)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory weighing %zu parameters", plan->nparams);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory weighing %zu parameters",
+                             plan->nparams);
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
         double w = 0.0;

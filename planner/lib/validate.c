@@ -498,16 +498,16 @@ int cz__plan_validate_json(const cz_plan *plan, const cz_model *model, const cz_
     vctx c = {0};
     *violations_out = NULL;
     if (!plan || !model || !cluster)
-        return cz_error_set(err, CZ_EINVALID, "validate: plan, model and cluster are required");
+        return cz__error_set(err, CZ_EINVALID, "validate: plan, model and cluster are required");
     c.out = json_array();
     if (!c.out)
-        return cz_error_set(err, CZ_ENOMEM, "validate: out of memory");
+        return cz__error_set(err, CZ_ENOMEM, "validate: out of memory");
 
     check_content_hash(&c, plan);
     check_inputs(&c, plan, model, cluster);
     check_param_identity(&c, plan, model);
     check_param_costs(&c, plan, model, cluster);
-    cz_plan_check_structure(&c, plan);
+    cz__plan_check_structure(&c, plan);
     check_schema(&c, plan);
     if (!c.unsafe && !c.foreign) {
         check_tasks(&c, plan, model, cluster);
@@ -520,7 +520,7 @@ int cz__plan_validate_json(const cz_plan *plan, const cz_model *model, const cz_
 
     if (c.oom) {
         json_decref(c.out);
-        return cz_error_set(err, CZ_ENOMEM, "validate: out of memory");
+        return cz__error_set(err, CZ_ENOMEM, "validate: out of memory");
     }
     *violations_out = c.out;
     return c.checks;

@@ -5,8 +5,8 @@ pointers around and offset them, but never read or write an element (no subscrip
 of a float, double or bf16 data pointer), never copy data themselves (memcpy, memmove) and never call BLAS.
 
 Data pointers are the variables, parameters and struct fields declared as a pointer to float,
-double or uint16_t (or an array of such pointers): the header's struct fields, and each file's
-own declarations. It is a source check, not a C parser: a name that a file also declares with
+double or uint16_t (or an array of such pointers): the struct fields of the executor/src headers the files
+include, and each file's own declarations. It is a source check, not a C parser: a name that a file also declares with
 another type is not checked as a plain variable (only after -> or .); the output lists what
 was checked and what was not. The one exception is stats_host: the host copy of the
 per-parameter sums of squares, read by step.c at the documented read-back point.
@@ -127,9 +127,15 @@ def main():
     src = sys.argv[1]
     exec_src = os.path.join(src, "executor", "src")
     files = sys.argv[2:] or [os.path.join(exec_src, f) for f in FILES]
-    # The header's struct fields (reached through -> and .) count for every file; a file's own
+    # The headers' struct fields (reached through -> and .) count for every file; a file's own
     # declarations only for itself.
-    header = decls(drop_parens(strip(open(os.path.join(exec_src, "exec_internal.h"), encoding="utf-8").read())))
+    # The headers the checked files include (executor/src's own): where their structs are.
+    names = set()
+    for f in files:
+        names |= set(re.findall(r'^\s*#\s*include\s*"([^"/]+\.h)"', open(f, encoding="utf-8").read(), re.M))
+    headers = "\n".join(open(os.path.join(exec_src, h), encoding="utf-8").read()
+                         for h in sorted(names) if os.path.exists(os.path.join(exec_src, h)))
+    header = decls(drop_parens(strip(headers)))
     fields = {k: v for k, v in header[0].items() if k not in header[1] and k not in ALLOWED}
     bad = 0
     for f in files:

@@ -2,7 +2,15 @@
  * restores the step count, TP-sharded state comes back whole (a checkpoint saved at tp = 2 is
  * read back by hand and loaded at tp = 1), and every damaged or foreign file is refused with
  * its name and the tensor at fault, leaving the executor's state untouched. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "muon.h"
+#include "optimizer.h"
+#include "shampoo.h"
+#include "shard.h"
+#include "soap.h"
 #include "exec_fixture.h"
 
 #include <check.h>
@@ -110,6 +118,27 @@ static void write_file(const char *path, const char *data, size_t n)
     fclose(f);
 }
 
+/* The executor's state through its optimizers' table (optimizer.h): tensor k of parameter i
+ * (a Muon momentum by its part), an AdamW moment (k 0: exp_avg, 1: exp_avg_sq), Shampoo's
+ * weight-decay part of its momentum. */
+static float *mat_buf(const cz_executor *ex, int i, int64_t k, const cz_block *part)
+{
+    cz_optim *o = (cz_optim *)&ex->matrix_opt;
+    return o->ops->state_buffer(o, i, k, part);
+}
+
+static float *adam_buf(const cz_executor *ex, int i, int k)
+{
+    cz_optim *o = (cz_optim *)&ex->elem_opt;
+    return o->ops->state_buffer(o, i, k, NULL);
+}
+
+static float *decay_buf(const cz_executor *ex, int i)
+{
+    cz_optim *o = (cz_optim *)&ex->matrix_opt;
+    return o->ops->state_addend ? o->ops->state_addend(o, i) : NULL;
+}
+
 /* Every state tensor of the executor, in one array, to compare before and after. */
 static size_t state_copy(const cz_executor *ex, float *out)
 {
@@ -118,14 +147,14 @@ static size_t state_copy(const cz_executor *ex, float *out)
         const cz_plan_param *p = &ex->plan->params[i];
         int64_t full = p->def.shape[0] * p->def.shape[1];
         cz_block whole = {0, 0, p->def.shape[0], p->def.shape[1]};
-        const float *mom = cz_exec_momentum_of(ex, (int)i, &whole);
+        const float *mom = mat_buf(ex, (int)i, 0, &whole);
         if (mom)
             for (int64_t j = 0; j < full; j++)
                 out[k++] = mom[j];
-        if (ex->adam_m[i])
+        if (adam_buf(ex, (int)i, 0))
             for (int64_t j = 0; j < p->numel; j++) {
-                out[k++] = ex->adam_m[i][j];
-                out[k++] = ex->adam_v[i][j];
+                out[k++] = adam_buf(ex, (int)i, 0)[j];
+                out[k++] = adam_buf(ex, (int)i, 1)[j];
             }
     }
     return k;
@@ -198,12 +227,12 @@ START_TEST(file_is_safetensors_with_full_tensors)
     json_t *o = json_object_get(m, "data_offsets");
     size_t b = (size_t)json_integer_value(json_array_get(o, 0));
     cz_block whole = {0, 0, 6, 4};
-    ck_assert_mem_eq(data + off + b, cz_exec_momentum_of(a.ex, 1, &whole), 24 * sizeof(float));
+    ck_assert_mem_eq(data + off + b, mat_buf(a.ex, 1, 0, &whole), 24 * sizeof(float));
     json_t *v = json_object_get(root, "norm.exp_avg_sq");
     ck_assert_int_eq(json_array_size(json_object_get(v, "shape")), 1);
     o = json_object_get(v, "data_offsets");
     b = (size_t)json_integer_value(json_array_get(o, 0));
-    ck_assert_mem_eq(data + off + b, a.ex->adam_v[3], 4 * sizeof(float));
+    ck_assert_mem_eq(data + off + b, adam_buf(a.ex, 3, 1), 4 * sizeof(float));
     ck_assert_uint_eq((size_t)json_integer_value(json_array_get(o, 1)) + off <= len, 1);
     json_decref(root);
     free(h);
@@ -344,9 +373,9 @@ static bool have_linalg(void)
 {
     cz_compute c;
     cz_error err;
-    ck_assert_int_eq(cz_compute_open(&c, "cpu", &err), 0);
-    bool has = cz_compute_has_linalg(&c, NULL);
-    cz_compute_close(&c);
+    ck_assert_int_eq(cz__compute_open(&c, "cpu", &err), 0);
+    bool has = cz__compute_has_linalg(&c, NULL);
+    cz__compute_close(&c);
     return has;
 }
 
@@ -368,8 +397,8 @@ static void shampoo_config(cz_exec_config *cfg, int max_dim)
 static size_t decay_bytes(const cz_executor *ex)
 {
     size_t n = 0;
-    for (size_t i = 0; ex->shampoo_decay && i < ex->plan->nparams; i++)
-        if (ex->shampoo_decay[i])
+    for (size_t i = 0; i < ex->plan->nparams; i++)
+        if (decay_buf(ex, (int)i))
             n += (size_t)ex->plan->params[i].numel * sizeof(float);
     return n;
 }
@@ -382,19 +411,18 @@ static size_t matrix_state_copy(const cz_executor *ex, float *out, size_t max)
     cz_state_tensor t[64];
     for (size_t i = 0; i < ex->plan->nparams; i++) {
         const cz_plan_param *p = &ex->plan->params[i];
-        if (ex->adam_m[i])
+        if (adam_buf(ex, (int)i, 0))
             for (int64_t j = 0; j < p->numel && k + 2 <= max; j++) {
-                out[k++] = ex->adam_m[i][j];
-                out[k++] = ex->adam_v[i][j];
+                out[k++] = adam_buf(ex, (int)i, 0)[j];
+                out[k++] = adam_buf(ex, (int)i, 1)[j];
             }
         if (p->def.kind != CZ_KIND_MATRIX)
             continue;
-        int64_t n = ex->use_shampoo ? cz_shampoo_state_tensors(&ex->shampoo, p, t, 64)
-                                    : cz_soap_state_tensors(&ex->soap, p, t, 64);
+        const cz_optim *o = &ex->matrix_opt;
+        int64_t n = o->ops->state_tensors(o, p, t, 64);
         ck_assert_int_le(n, 64);
         for (int64_t j = 0; j < n; j++) {
-            const float *b = ex->use_shampoo ? cz_shampoo_state_tensor(ex->shampoo_state[i], j)
-                                             : cz_soap_state_tensor(ex->soap_state[i], j);
+            const float *b = mat_buf(ex, (int)i, j, NULL);
             ck_assert_ptr_nonnull(b);
             for (int64_t e = 0; e < t[j].rows * t[j].cols && k < max; e++)
                 out[k++] = b[e];
@@ -508,19 +536,16 @@ START_TEST(shampoo_and_soap_tensor_names)
     /* qkv: blocks of 2 and 4 rows (2 tiles); proj 4 x 6 at max_dim 4: tiles at columns 0 and
      * 4. 7 tensors per tile, 4 AdamW moments, the metadata. */
     ck_assert_uint_eq(json_object_size(root), 4 * 7 + 4 + 1);
-    cz_shampoo_state *q = a.ex->shampoo_state[1], *pr = a.ex->shampoo_state[2];
-    expect_tensor(root, data, off, "qkv.shampoo.0_0.factor_left", 2, 2,
-                  cz_shampoo_state_tensor(q, 0));
+    expect_tensor(root, data, off, "qkv.shampoo.0_0.factor_left", 2, 2, mat_buf(a.ex, 1, 0, NULL));
     expect_tensor(root, data, off, "qkv.shampoo.2_0.inv_root_right", 4, 4,
-                  cz_shampoo_state_tensor(q, 7 + 3));
+                  mat_buf(a.ex, 1, 7 + 3, NULL));
     expect_tensor(root, data, off, "proj.shampoo.0_4.factor_right", 2, 2,
-                  cz_shampoo_state_tensor(pr, 7 + 1));
+                  mat_buf(a.ex, 2, 7 + 1, NULL));
     expect_tensor(root, data, off, "proj.shampoo.0_4.momentum", 4, 2,
-                  cz_shampoo_state_tensor(pr, 7 + 6));
+                  mat_buf(a.ex, 2, 7 + 6, NULL));
     expect_tensor(root, data, off, "proj.shampoo.0_0.filtered_grad", 4, 4,
-                  cz_shampoo_state_tensor(pr, 5));
-    expect_tensor(root, data, off, "proj.shampoo.0_0.grafting", 4, 4,
-                  cz_shampoo_state_tensor(pr, 4));
+                  mat_buf(a.ex, 2, 5, NULL));
+    expect_tensor(root, data, off, "proj.shampoo.0_0.grafting", 4, 4, mat_buf(a.ex, 2, 4, NULL));
     json_decref(root);
     free(h);
     free(data);
@@ -535,11 +560,10 @@ START_TEST(shampoo_and_soap_tensor_names)
     root = json_loads(h, 0, NULL);
     /* qkv's two blocks: both sides <= 4, 6 tensors each; proj: its 6 columns unrotated, 4. */
     ck_assert_uint_eq(json_object_size(root), 2 * 6 + 4 + 4 + 1);
-    cz_soap_state *sq = a.ex->soap_state[1], *sp = a.ex->soap_state[2];
-    expect_tensor(root, data, off, "qkv.soap.2_0.Q_left", 4, 4, cz_soap_state_tensor(sq, 6 + 1));
-    expect_tensor(root, data, off, "qkv.soap.0_0.GG_right", 4, 4, cz_soap_state_tensor(sq, 2));
-    expect_tensor(root, data, off, "proj.soap.0_0.Q_left", 4, 4, cz_soap_state_tensor(sp, 1));
-    expect_tensor(root, data, off, "proj.soap.0_0.exp_avg_sq", 4, 6, cz_soap_state_tensor(sp, 3));
+    expect_tensor(root, data, off, "qkv.soap.2_0.Q_left", 4, 4, mat_buf(a.ex, 1, 6 + 1, NULL));
+    expect_tensor(root, data, off, "qkv.soap.0_0.GG_right", 4, 4, mat_buf(a.ex, 1, 2, NULL));
+    expect_tensor(root, data, off, "proj.soap.0_0.Q_left", 4, 4, mat_buf(a.ex, 2, 1, NULL));
+    expect_tensor(root, data, off, "proj.soap.0_0.exp_avg_sq", 4, 6, mat_buf(a.ex, 2, 3, NULL));
     ck_assert_ptr_null(json_object_get(root, "proj.soap.0_0.Q_right"));
     json_decref(root);
     free(h);
@@ -599,7 +623,7 @@ static void saved_free(saved *s)
 /* Every state tensor of a, whatever its optimizer. */
 static size_t any_state_copy(const cz_executor *ex, float *out, size_t max)
 {
-    if (ex->use_shampoo || ex->use_soap)
+    if (ex->matrix_opt.ops->id != CZ_OPTIM_MUON)
         return matrix_state_copy(ex, out, max);
     ck_assert_uint_le(256, max);
     return state_copy(ex, out);
@@ -812,7 +836,7 @@ START_TEST(header_that_lies_refused)
 END_TEST
 
 /* Distributed Shampoo adds the weight decay to the direction before the momentum; the
- * executor keeps that part of the momentum beside the parameters (cz_shampoo_decay_momentum)
+ * executor keeps that part of the momentum beside the parameters (cz__shampoo_decay_momentum)
  * and the file holds the whole, as the reference's momentum: host part + weight-decay part.
  * A load puts the whole into the host part and restarts the other from zero, the same sum:
  * the run continues as the uninterrupted one up to rounding (the sum is formed in another
@@ -841,8 +865,8 @@ START_TEST(shampoo_momentum_with_weight_decay)
         json_t *o = json_object_get(json_object_get(sv.header, "proj.shampoo.0_4.momentum"),
                                     "data_offsets");
         const char *at = sv.file + sv.off + json_integer_value(json_array_get(o, 0));
-        const float *host = cz_shampoo_state_tensor(a.ex->shampoo_state[2], 7 + 6);
-        const float *decay = a.ex->shampoo_decay[2];
+        const float *host = mat_buf(a.ex, 2, 7 + 6, NULL);
+        const float *decay = decay_buf(a.ex, 2);
         ck_assert_ptr_nonnull(decay);
         double most = 0;
         for (int r = 0; r < 4; r++)
@@ -860,7 +884,7 @@ START_TEST(shampoo_momentum_with_weight_decay)
         c.ex->steps = 3;
         ck_assert_int_eq(cz_executor_load_state(b.ex, tmp_path("wd.safetensors"), &err), 0);
         for (int k = 0; k < 24; k++)
-            ck_assert_float_eq(b.ex->shampoo_decay[2][k], 0.0f);
+            ck_assert_float_eq(decay_buf(b.ex, 2)[k], 0.0f);
         for (int s = 3; s < 7; s++) {
             rig_step(&a, (uint64_t)s);
             rig_step(&b, (uint64_t)s);

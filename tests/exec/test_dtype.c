@@ -1,6 +1,9 @@
 /* bf16 parameters and gradients with an fp32 master copy, typed binding, memory space and
  * stream refusals, and the non-blocking step. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 #include "exec_fixture.h"
 
 #include <check.h>
@@ -25,14 +28,14 @@ static cz_exec_config self_cfg(void)
 START_TEST(bf16_rounding)
 {
     /* Round to nearest even at bf16's 8-bit significand; NaN stays NaN. */
-    ck_assert_uint_eq(cz_bf16_from_f32(1.0f), 0x3f80);
-    ck_assert_uint_eq(cz_bf16_from_f32(1.0f + 0x1p-8f), 0x3f80); /* tie -> even */
-    ck_assert_uint_eq(cz_bf16_from_f32(1.0f + 0x1p-8f + 0x1p-16f), 0x3f81);
-    ck_assert_uint_eq(cz_bf16_from_f32(1.0f + 3 * 0x1p-8f), 0x3f82); /* tie -> even (up) */
-    ck_assert_uint_eq(cz_bf16_from_f32(-2.0f), 0xc000);
-    ck_assert(isnan(cz_f32_from_bf16(cz_bf16_from_f32(NAN))));
-    ck_assert(isinf(cz_f32_from_bf16(cz_bf16_from_f32(INFINITY))));
-    ck_assert_float_eq(cz_f32_from_bf16(0x3f81), 1.0f + 0x1p-7f);
+    ck_assert_uint_eq(cz__bf16_from_f32(1.0f), 0x3f80);
+    ck_assert_uint_eq(cz__bf16_from_f32(1.0f + 0x1p-8f), 0x3f80); /* tie -> even */
+    ck_assert_uint_eq(cz__bf16_from_f32(1.0f + 0x1p-8f + 0x1p-16f), 0x3f81);
+    ck_assert_uint_eq(cz__bf16_from_f32(1.0f + 3 * 0x1p-8f), 0x3f82); /* tie -> even (up) */
+    ck_assert_uint_eq(cz__bf16_from_f32(-2.0f), 0xc000);
+    ck_assert(isnan(cz__f32_from_bf16(cz__bf16_from_f32(NAN))));
+    ck_assert(isinf(cz__f32_from_bf16(cz__bf16_from_f32(INFINITY))));
+    ck_assert_float_eq(cz__f32_from_bf16(0x3f81), 1.0f + 0x1p-7f);
 }
 END_TEST
 
@@ -55,8 +58,8 @@ START_TEST(bf16_master_copy)
     float *P = calloc(n, sizeof(float)), *G = calloc(n, sizeof(float));
     uint16_t *Pb = calloc(n, 2), *Gb = calloc(n, 2), *Pp = calloc(n, 2), *Gp = calloc(n, 2);
     for (size_t k = 0; k < n; k++) {
-        Pb[k] = Pp[k] = cz_bf16_from_f32(0.5f * fx_val(k));
-        P[k] = cz_f32_from_bf16(Pb[k]);
+        Pb[k] = Pp[k] = cz__bf16_from_f32(0.5f * fx_val(k));
+        P[k] = cz__f32_from_bf16(Pb[k]);
     }
     /* fp32 buffers are refused by a bf16 executor, and the other way round. */
     ck_assert_int_eq(cz_executor_bind_buffers(b, P, G, n, &err), CZ_EMISMATCH);
@@ -74,17 +77,17 @@ START_TEST(bf16_master_copy)
     int differs = 0;
     for (int s = 0; s < 4; s++) {
         for (size_t k = 0; k < n; k++) {
-            Gb[k] = Gp[k] = cz_bf16_from_f32(fx_val(1000003 * (uint64_t)(s + 1) + k));
-            G[k] = cz_f32_from_bf16(Gb[k]);
+            Gb[k] = Gp[k] = cz__bf16_from_f32(fx_val(1000003 * (uint64_t)(s + 1) + k));
+            G[k] = cz__f32_from_bf16(Gb[k]);
         }
         ck_assert_int_eq(cz_executor_step(a, &err), 0);
         ck_assert_int_eq(cz_executor_step(b, &err), 0);
         ck_assert_int_eq(cz_executor_step(pp, &err), 0);
         for (size_t k = 0; k < n; k++) {
-            ck_assert_uint_eq(Pb[k], cz_bf16_from_f32(P[k]));
+            ck_assert_uint_eq(Pb[k], cz__bf16_from_f32(P[k]));
             ck_assert_uint_eq(Pp[k], Pb[k]);
             /* Without the master copy (bf16 read back every step) the run would drift. */
-            differs += cz_f32_from_bf16(Pb[k]) != P[k];
+            differs += cz__f32_from_bf16(Pb[k]) != P[k];
         }
     }
     ck_assert_int_gt(differs, 0);

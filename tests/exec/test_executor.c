@@ -1,6 +1,13 @@
 /* Executor create/bind/step on hand-built plans with the one-process "self" communicator:
  * every refusal names what differs, and one step equals the optimizer math on whole tensors. */
-#include "exec_internal.h"
+#include "adamw.h"
+#include "alloc.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "muon.h"
 #include "exec_fixture.h"
 
 #include <check.h>
@@ -193,11 +200,11 @@ START_TEST(one_step_matches_math)
     /* Reference: AdamW (t = 1) on elementwise; Muon on matrices from a zero momentum buffer
      * (Nesterov is on by default: input = g + mu*g). */
     cz_compute cpu;
-    cz_compute_open(&cpu, "cpu", NULL);
+    cz__compute_open(&cpu, "cpu", NULL);
     cz_adamw_hparams ah;
-    cz_adamw_hparams_from_config(&ah, &cfg);
+    cz__adamw_hparams_from_config(&ah, &cfg);
     cz_muon_hparams mh;
-    ck_assert_int_eq(cz_muon_hparams_from_config(&mh, &cfg, NULL), 0);
+    ck_assert_int_eq(cz__muon_hparams_from_config(&mh, &cfg, NULL), 0);
     for (int i = 0; i < NP; i++) {
         const cz_plan_param *p = &pl->params[i];
         float *want = malloc((size_t)p->numel * sizeof(float));
@@ -205,7 +212,9 @@ START_TEST(one_step_matches_math)
         if (p->def.kind == CZ_KIND_ELEMENTWISE) {
             float *m = calloc((size_t)p->numel, sizeof(float));
             float *v = calloc((size_t)p->numel, sizeof(float));
-            cz_adamw_step(&ah, 1, want, G0 + p->offset, m, v, p->numel);
+            cz_adamw_args aa;
+            cz__adamw_args_make(&aa, &ah, 1);
+            cz__cpu_adamw(want, G0 + p->offset, m, v, p->numel, &aa);
             free(m);
             free(v);
         } else {
@@ -213,12 +222,12 @@ START_TEST(one_step_matches_math)
             float *buf = calloc((size_t)p->numel, sizeof(float));
             float *gin = malloc((size_t)p->numel * sizeof(float));
             ck_assert(mh.nesterov);
-            cz_muon_momentum(&mh, G0 + p->offset, buf, gin, p->numel);
+            cz__cpu_momentum(G0 + p->offset, buf, gin, p->numel, mh.momentum, mh.nesterov);
             const cz_plan_param *ps[1] = {p};
             const float *in[1] = {gin};
             float *o[1] = {u};
-            ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &mh, ps, in, o, 1, NULL), 0);
-            cz_apply_update(want, u, p->numel, mh.lr, mh.weight_decay);
+            ck_assert_int_eq(cz__muon_orthogonalize(&cpu, &mh, ps, in, o, 1, NULL), 0);
+            cz__cpu_apply_update(want, u, p->numel, mh.lr, mh.weight_decay);
             free(u);
             free(buf);
             free(gin);
@@ -329,7 +338,7 @@ START_TEST(steps_allocate_nothing)
     }
     ck_assert_int_eq(cz_executor_step(flat, &err), 0);
     ck_assert_int_eq(cz_executor_step(pp, &err), 0);
-    uint64_t before = cz_exec_alloc_count();
+    uint64_t before = cz__exec_alloc_count();
     ck_assert_uint_gt(before, 0);
     for (int s = 0; s < 3; s++) {
         fill_grads(pl, G, 20 + (uint64_t)s);
@@ -337,7 +346,7 @@ START_TEST(steps_allocate_nothing)
         ck_assert_int_eq(cz_executor_step(flat, &err), 0);
         ck_assert_int_eq(cz_executor_step(pp, &err), 0);
     }
-    ck_assert_uint_eq(cz_exec_alloc_count(), before);
+    ck_assert_uint_eq(cz__exec_alloc_count(), before);
     cz_executor_free(flat);
     cz_executor_free(pp);
     cz_plan_free(pl);

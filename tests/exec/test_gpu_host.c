@@ -3,7 +3,11 @@
  * with which message) in this build, with or without CUDA. */
 #include "elementwise.h"
 #include "exec_fixture.h"
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "comm_mpi.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 #include "launch.h"
 #include "ns_workload.h"
 #include "gpu_plugin.h"
@@ -34,7 +38,7 @@ START_TEST(per_element)
     buf = 2.0f;
     ck_assert_float_eq_tol(cz_ew_momentum(1.0f, &buf, 0.9f, 0), 2.8f, 1e-6f);
     /* Update with decoupled decay: 1 * (1 - 0.1 * 0.5) - 0.1 * 2 = 0.75. */
-    ck_assert_float_eq_tol(cz_ew_update(1.0f, 2.0f, cz_ew_keep(0.1f, 0.5f), 0.1f), 0.75f, 1e-6f);
+    ck_assert_float_eq_tol(cz_ew_update(1.0f, 2.0f, cz__ew_keep(0.1f, 0.5f), 0.1f), 0.75f, 1e-6f);
     /* AdamW, first step from zero moments: m = 0.1 g, v = 0.05 g^2, bias-corrected to g and
      * g^2, so p moves by lr * g / (|g| + eps) = lr * sign(g). */
     float m = 0, v = 0;
@@ -83,7 +87,7 @@ START_TEST(backend_selection)
     /* With device memory the GPU plugin answers: a build without it says so; with it, no device
      * (or a missing NVIDIA library) is refused naming the backend. */
     int rc = create("cuda", "self", CZ_EXEC_MEMORY_DEVICE, &err);
-    if (!cz_gpu_built()) {
+    if (!cz__gpu_built()) {
         ck_assert_int_eq(rc, CZ_EUNSUPPORTED);
         ck_assert_ptr_nonnull(strstr(err.message, "this build has no GPU backends"));
     } else if (rc) {
@@ -93,7 +97,7 @@ START_TEST(backend_selection)
     /* The cpu backend cannot take the nccl plane (device memory only). */
     rc = create("cpu", "nccl", CZ_EXEC_MEMORY_HOST, &err);
     ck_assert_int_ne(rc, 0);
-    if (cz_comm_mpi_available())
+    if (cz__comm_mpi_available())
         ck_assert_msg(strstr(err.message, "needs backend 'cuda'") ||
                           strstr(err.message, "'nccl' is not available"),
                       "%s", err.message);
@@ -120,30 +124,30 @@ START_TEST(ns_workload)
     cz_error err;
     /* TP rank 0 hosts a and c: one batch of two 4 x 8 blocks; an iteration of 4 x 8 costs
      * 2*16*8 + 2*64 + 2*16*8 = 640 FLOPs (c != 0). */
-    ck_assert_int_eq(cz_ns_workload_make(&w, pl, 0, 0, 5, 2.0, &err), 0);
+    ck_assert_int_eq(cz__ns_workload_make(&w, pl, 0, 0, 5, 2.0, &err), 0);
     ck_assert_int_eq(w.nbatches, 1);
     ck_assert_int_eq(w.batches[0].rows * 100 + w.batches[0].cols, 408);
     ck_assert_int_eq(w.batches[0].count, 2);
     ck_assert_double_eq(w.flops, 5.0 * 2 * 640);
     ck_assert_int_eq(w.batch_n, 2 * 32);
     ck_assert_int_eq(w.work_n, 2 * (2 * 16 + 32));
-    cz_ns_workload_free(&w);
+    cz__ns_workload_free(&w);
     /* TP rank 1 hosts b and d's two blocks: 4x6 (512), 4x8 (640), 6x6 (1296), shape order. */
-    ck_assert_int_eq(cz_ns_workload_make(&w, pl, 0, 1, 5, 2.0, &err), 0);
+    ck_assert_int_eq(cz__ns_workload_make(&w, pl, 0, 1, 5, 2.0, &err), 0);
     ck_assert_int_eq(w.nbatches, 3);
     ck_assert_int_eq(w.batches[0].cols, 6);
     ck_assert_int_eq(w.batches[2].rows, 6);
     ck_assert_int_eq(w.nblocks, 3);
     ck_assert_double_eq(w.flops, 5.0 * (512 + 640 + 1296));
-    cz_ns_workload_free(&w);
+    cz__ns_workload_free(&w);
     /* Without the A A product (cubic): 4 x 8 costs 512. */
-    ck_assert_int_eq(cz_ns_workload_make(&w, pl, 0, 0, 1, 0.0, &err), 0);
+    ck_assert_int_eq(cz__ns_workload_make(&w, pl, 0, 0, 1, 0.0, &err), 0);
     ck_assert_double_eq(w.flops, 2 * 512);
-    cz_ns_workload_free(&w);
+    cz__ns_workload_free(&w);
     int d = -1, t = -1;
-    ck_assert_int_eq(cz_ns_workload_busiest(pl, 5, 2.0, &d, &t, &err), 0);
+    ck_assert_int_eq(cz__ns_workload_busiest(pl, 5, 2.0, &d, &t, &err), 0);
     ck_assert_int_eq(d * 10 + t, 1);
-    ck_assert_int_eq(cz_ns_workload_make(&w, pl, 0, 2, 5, 2.0, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz__ns_workload_make(&w, pl, 0, 2, 5, 2.0, &err), CZ_EINVALID);
     cz_plan_free(pl);
 }
 END_TEST

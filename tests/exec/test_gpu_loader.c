@@ -22,7 +22,7 @@ START_TEST(missing_library_named)
 {
     cz_error err = {0};
     char dirs[] = "/nonexistent-a\0/nonexistent-b\0";
-    void *h = cz_gpu_dlopen(plugin(), dirs, &err);
+    void *h = cz__gpu_dlopen(plugin(), dirs, &err);
     ck_assert_ptr_null(h);
     ck_assert_int_eq(err.code, CZ_EUNSUPPORTED);
     ck_assert_msg(strstr(err.message, "need libcz_fake_dep.so.1, which was not found") != NULL,
@@ -41,7 +41,7 @@ START_TEST(found_in_a_folder)
     char *dirs = calloc(n + 32, 1);
     memcpy(dirs, "/nonexistent", 12); /* the first folder lacks it, the second has it */
     memcpy(dirs + 13, dir, n);
-    void *h = cz_gpu_dlopen(plugin(), dirs, &err);
+    void *h = cz__gpu_dlopen(plugin(), dirs, &err);
     ck_assert_msg(h != NULL, "%s", err.message);
     int (*fn)(void);
     *(void **)&fn = dlsym(h, "cz_fake_plugin_value");
@@ -59,7 +59,7 @@ START_TEST(not_a_library)
     ck_assert_ptr_nonnull(src);
     char path[4096];
     snprintf(path, sizeof path, "%s/README.md", src);
-    ck_assert_ptr_null(cz_gpu_dlopen(path, "\0", &err));
+    ck_assert_ptr_null(cz__gpu_dlopen(path, "\0", &err));
     ck_assert_msg(strstr(err.message, "the GPU plugin could not be loaded") != NULL, "%s",
                   err.message);
 }
@@ -73,7 +73,7 @@ START_TEST(search_folders_listed)
     char env[4200];
     snprintf(env, sizeof env, "/nonexistent:%s", dir);
     setenv("CZ_NVIDIA_LIBS", env, 1);
-    const char *list = cz_gpu_search_dirs();
+    const char *list = cz__gpu_search_dirs();
     ck_assert_str_eq(list, dir);
 }
 END_TEST

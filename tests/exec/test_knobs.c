@@ -1,11 +1,18 @@
 /* What a training loop sets and reads: Muon's two update scalings and both momentum forms on
  * hand-computed cases, the learning-rate default of each scaling, learning rates and weight
  * decays changed between steps, the global gradient norm and clipping inside the step. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "muon.h"
+#include "ns_coeffs.h"
 #include "exec_fixture.h"
 
 #include <check.h>
 #include <math.h>
+#include <string.h>
 
 static const fx_param PARAMS[] = {
     {"emb", 2, 8, 4, 0, CZ_KIND_ELEMENTWISE, 0, 0, {0}},
@@ -22,7 +29,7 @@ static cz_muon_hparams cubic(cz_muon_scaling scaling)
     h.eps = 1e-7f;
     h.scale_coeff = 0.2f;
     h.ns_steps = 60;
-    h.coeffs = cz_ns_coeffs_find("cubic");
+    h.coeffs = cz__ns_coeffs_find("cubic");
     h.scaling = scaling;
     return h;
 }
@@ -43,13 +50,13 @@ static void polar_case(int64_t rows, int64_t cols, cz_muon_scaling scaling, doub
     const float *in[1] = {g};
     float *o[1] = {out};
     cz_compute cpu;
-    ck_assert_int_eq(cz_compute_open(&cpu, "cpu", NULL), 0);
+    ck_assert_int_eq(cz__compute_open(&cpu, "cpu", NULL), 0);
     cz_muon_hparams h = cubic(scaling);
-    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &h, ps, in, o, 1, NULL), 0);
+    ck_assert_int_eq(cz__muon_orthogonalize(&cpu, &h, ps, in, o, 1, NULL), 0);
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++)
             ck_assert_double_eq_tol(out[i * cols + j], i == j ? want_scale : 0.0, 1e-5);
-    cz_compute_close(&cpu);
+    cz__compute_close(&cpu);
 }
 
 START_TEST(scalings_by_hand)
@@ -70,7 +77,7 @@ START_TEST(momentum_forms_by_hand)
      * plain: input = buf; Nesterov: input = g + 0.95*buf = 2.40125 (second element: buf = -2,
      * input -2 + 0.95*-2 = -3.9). */
     cz_compute cpu;
-    ck_assert_int_eq(cz_compute_open(&cpu, "cpu", NULL), 0);
+    ck_assert_int_eq(cz__compute_open(&cpu, "cpu", NULL), 0);
     float g[2] = {1.0f, -2.0f}, buf[2] = {0.5f, 0.0f}, in[2];
     cpu.ops->momentum(&cpu, g, buf, in, 2, 0.95f, 0);
     ck_assert_float_eq_tol(buf[0], 1.475f, 1e-6f);
@@ -85,7 +92,7 @@ START_TEST(momentum_forms_by_hand)
     float gg[2] = {1.0f, -2.0f}, buf3[2] = {0.5f, 0.0f};
     cpu.ops->momentum(&cpu, gg, buf3, gg, 2, 0.95f, 1);
     ck_assert_float_eq_tol(gg[0], 2.40125f, 1e-6f);
-    cz_compute_close(&cpu);
+    cz__compute_close(&cpu);
 }
 END_TEST
 
@@ -96,28 +103,28 @@ START_TEST(defaults_fit_the_scaling)
     ck_assert_int_eq(cfg.nesterov, 1);
     ck_assert_int_eq(cfg.muon_scaling, CZ_MUON_SCALE_RMS);
     cz_muon_hparams h;
-    ck_assert_int_eq(cz_muon_hparams_from_config(&h, &cfg, NULL), 0);
+    ck_assert_int_eq(cz__muon_hparams_from_config(&h, &cfg, NULL), 0);
     ck_assert_float_eq(h.lr, 1e-3f);
     cfg.muon_scaling = CZ_MUON_SCALE_SHAPE;
-    ck_assert_int_eq(cz_muon_hparams_from_config(&h, &cfg, NULL), 0);
+    ck_assert_int_eq(cz__muon_hparams_from_config(&h, &cfg, NULL), 0);
     ck_assert_float_eq(h.lr, 0.02f);
     cfg.lr = 0.005f;
-    ck_assert_int_eq(cz_muon_hparams_from_config(&h, &cfg, NULL), 0);
+    ck_assert_int_eq(cz__muon_hparams_from_config(&h, &cfg, NULL), 0);
     ck_assert_float_eq(h.lr, 0.005f);
     cz_error err;
     cfg.muon_scaling = (cz_muon_scaling)7;
-    ck_assert_int_eq(cz_muon_hparams_from_config(&h, &cfg, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz__muon_hparams_from_config(&h, &cfg, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "muon_scaling = 7"));
     cfg.muon_scaling = CZ_MUON_SCALE_RMS;
     cfg.lr = -1.0f;
-    ck_assert_int_eq(cz_muon_hparams_from_config(&h, &cfg, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz__muon_hparams_from_config(&h, &cfg, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "lr = -1"));
     cfg.lr = 0.0f;
     cfg.ns_eps = 0.0f;
-    ck_assert_int_eq(cz_muon_hparams_from_config(&h, &cfg, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz__muon_hparams_from_config(&h, &cfg, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "ns_eps = 0"));
     cfg.ns_eps = 1e-6f;
-    ck_assert_int_eq(cz_muon_hparams_from_config(&h, &cfg, &err), 0);
+    ck_assert_int_eq(cz__muon_hparams_from_config(&h, &cfg, &err), 0);
     ck_assert_float_eq(h.eps, 1e-6f);
 }
 END_TEST
@@ -304,23 +311,43 @@ END_TEST
 
 /* The MPI planes' time limit: the config's (version 5) over CZ_MPI_TIMEOUT_S over 1800 s; a
  * config of another version is not read past its own fields. */
+/* CZ_EXEC_CONFIG_INIT and cz_exec_config_init give the same config: the same strings and
+ * every other byte equal (padding included: both come from zero-padded objects). */
+START_TEST(config_init_macro)
+{
+    static const cz_exec_config macro = CZ_EXEC_CONFIG_INIT;
+    cz_exec_config fn, m;
+    memcpy(&m, &macro, sizeof m); /* an assignment need not copy the padding */
+    memset(&fn, 0xa5, sizeof fn);
+    cz_exec_config_init(&fn);
+    ck_assert_int_eq(m.version, CZ_EXEC_CONFIG_VERSION);
+    ck_assert_str_eq(m.backend, fn.backend);
+    ck_assert_str_eq(m.ns_coeffs, fn.ns_coeffs);
+    m.backend = fn.backend = NULL;
+    m.ns_coeffs = fn.ns_coeffs = NULL;
+    ck_assert_mem_eq(&m, &fn, sizeof m);
+    ck_assert_float_eq(fn.soap_eps, 1e-8f);
+    ck_assert_double_eq(fn.mpi_timeout_s, 0.0);
+}
+END_TEST
+
 START_TEST(mpi_timeout_resolution)
 {
     cz_exec_config cfg;
     cz_exec_config_init(&cfg);
     ck_assert_double_eq(cfg.mpi_timeout_s, 0.0);
-    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, NULL), 1800.0);
-    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, "12"), 12.0);
-    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, "0.5"), 0.5);
-    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, "soon"), 1800.0);
-    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, "5s"), 1800.0);
-    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, "-1"), 1800.0);
-    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, "inf"), 1800.0);
-    ck_assert_double_eq(cz_exec_mpi_timeout(NULL, "7"), 7.0);
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, NULL), 1800.0);
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, "12"), 12.0);
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, "0.5"), 0.5);
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, "soon"), 1800.0);
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, "5s"), 1800.0);
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, "-1"), 1800.0);
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, "inf"), 1800.0);
+    ck_assert_double_eq(cz__comm_mpi_timeout(NULL, "7"), 7.0);
     cfg.mpi_timeout_s = 3.0;
-    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, "12"), 3.0); /* the config wins */
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, "12"), 3.0); /* the config wins */
     cfg.version = 4;
-    ck_assert_double_eq(cz_exec_mpi_timeout(&cfg, "12"), 12.0);
+    ck_assert_double_eq(cz__comm_mpi_timeout(&cfg, "12"), 12.0);
 }
 END_TEST
 
@@ -335,6 +362,7 @@ int main(void)
     tcase_add_test(tc, rates_set_between_steps);
     tcase_add_test(tc, grad_norm_and_clip);
     tcase_add_test(tc, mpi_timeout_resolution);
+    tcase_add_test(tc, config_init_macro);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -4,7 +4,9 @@
  * backend passes, and compared with the cpu backend's op on random cases; so a wrong transpose,
  * dimension, leading dimension, triangle or eigenvector layout fails here without a GPU. */
 #include "elementwise.h"
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "cz_format.h"
 #include "linalg_plan.h"
 
 #include <cblas.h>
@@ -59,7 +61,7 @@ START_TEST(gemm_hand_worked)
      * (3 x 2) = B^T A, i.e. its A is B read column-major (3 x 4 with ld 6, op T) and its B is A
      * read column-major (2 x 4 with ld 5, already A^T: op N). */
     cz_la_gemm g;
-    ck_assert_int_eq(cz_la_gemm_plan(&g, 1, 0, 2, 3, 4, 5, 6, 7), 0);
+    ck_assert_int_eq(cz__la_gemm_plan(&g, 1, 0, 2, 3, 4, 5, 6, 7), 0);
     ck_assert_int_eq(g.swap_ab, 1);
     ck_assert_int_eq(g.ta, 0);
     ck_assert_int_eq(g.tb, 1);
@@ -70,14 +72,14 @@ START_TEST(gemm_hand_worked)
     ck_assert_int_eq(g.ldb, 5);
     ck_assert_int_eq(g.ldc, 7);
     /* Beyond cuBLAS's int: refused rather than truncated. */
-    ck_assert_int_eq(cz_la_gemm_plan(&g, 0, 0, (int64_t)1 << 31, 1, 1, 1, 1, 1), -1);
+    ck_assert_int_eq(cz__la_gemm_plan(&g, 0, 0, (int64_t)1 << 31, 1, 1, 1, 1, 1), -1);
 }
 END_TEST
 
 START_TEST(gemm_random_against_cpu)
 {
     cz_compute c;
-    ck_assert_int_eq(cz_compute_open(&c, "cpu", NULL), 0);
+    ck_assert_int_eq(cz__compute_open(&c, "cpu", NULL), 0);
     for (int trial = 0; trial < 200; trial++) {
         int ta = trial & 1, tb = (trial >> 1) & 1;
         int64_t m = irand(1, 9), n = irand(1, 9), k = irand(1, 9);
@@ -97,7 +99,7 @@ START_TEST(gemm_random_against_cpu)
             c1[i] = c2[i] = urand();
         c.ops->gemm(&c, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c1, ldc);
         cz_la_gemm g;
-        ck_assert_int_eq(cz_la_gemm_plan(&g, ta, tb, m, n, k, lda, ldb, ldc), 0);
+        ck_assert_int_eq(cz__la_gemm_plan(&g, ta, tb, m, n, k, lda, ldb, ldc), 0);
         cblas_sgemm(CblasColMajor, g.ta ? CblasTrans : CblasNoTrans,
                     g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, alpha, g.swap_ab ? b : a,
                     g.lda, g.swap_ab ? a : b, g.ldb, beta, c2, g.ldc);
@@ -106,7 +108,7 @@ START_TEST(gemm_random_against_cpu)
                       (long long)n, (long long)k);
         free(a), free(b), free(c1), free(c2);
     }
-    cz_compute_close(&c);
+    cz__compute_close(&c);
 }
 END_TEST
 
@@ -114,9 +116,9 @@ END_TEST
 START_TEST(syevd_random_against_cpu)
 {
     cz_compute c;
-    ck_assert_int_eq(cz_compute_open(&c, "cpu", NULL), 0);
+    ck_assert_int_eq(cz__compute_open(&c, "cpu", NULL), 0);
     if (!c.ops->syevd) {
-        cz_compute_close(&c);
+        cz__compute_close(&c);
         return;
     }
     for (int trial = 0; trial < 60; trial++) {
@@ -132,13 +134,13 @@ START_TEST(syevd_random_against_cpu)
         memcpy(a1, m0, sizeof(float) * (size_t)(n * n));
         memcpy(a2, m0, sizeof(float) * (size_t)(n * n));
         cz_linalg_work lw;
-        ck_assert_int_eq(cz_compute_linalg_work(&c, n, n * n, &lw, NULL), 0);
+        ck_assert_int_eq(cz__compute_linalg_work(&c, n, n * n, &lw, NULL), 0);
         float *work = malloc(sizeof(float) * (size_t)lw.syevd);
         cz_error err;
         ck_assert_int_eq(c.ops->syevd(&c, a1, w1, n, work, &err), 0);
 
         cz_la_syevd p;
-        ck_assert_int_eq(cz_la_syevd_plan(&p, n), 0);
+        ck_assert_int_eq(cz__la_syevd_plan(&p, n), 0);
         ck_assert_int_eq(
             LAPACKE_ssyevd(LAPACK_COL_MAJOR, 'V', p.upper ? 'U' : 'L', p.n, a2, p.lda, w2), 0);
         if (p.transpose_out)
@@ -160,16 +162,16 @@ START_TEST(syevd_random_against_cpu)
             }
         free(m0), free(a1), free(a2), free(w1), free(w2), free(work);
     }
-    cz_compute_close(&c);
+    cz__compute_close(&c);
 }
 END_TEST
 
 START_TEST(qr_random_against_cpu)
 {
     cz_compute c;
-    ck_assert_int_eq(cz_compute_open(&c, "cpu", NULL), 0);
+    ck_assert_int_eq(cz__compute_open(&c, "cpu", NULL), 0);
     if (!c.ops->qr) {
-        cz_compute_close(&c);
+        cz__compute_close(&c);
         return;
     }
     for (int trial = 0; trial < 60; trial++) {
@@ -183,13 +185,13 @@ START_TEST(qr_random_against_cpu)
         memcpy(a1, m0, sizeof(float) * (size_t)(n * n));
         memcpy(a2, m0, sizeof(float) * (size_t)(n * n));
         cz_linalg_work lw;
-        ck_assert_int_eq(cz_compute_linalg_work(&c, n, n * n, &lw, NULL), 0);
+        ck_assert_int_eq(cz__compute_linalg_work(&c, n, n * n, &lw, NULL), 0);
         float *work = malloc(sizeof(float) * (size_t)lw.qr);
         cz_error err;
         ck_assert_int_eq(c.ops->qr(&c, a1, n, work, &err), 0);
 
         cz_la_qr p;
-        ck_assert_int_eq(cz_la_qr_plan(&p, n), 0);
+        ck_assert_int_eq(cz__la_qr_plan(&p, n), 0);
         if (p.transpose_in)
             transpose(a2, n);
         ck_assert_int_eq(LAPACKE_sgeqrf(LAPACK_COL_MAJOR, p.m, p.n, a2, p.lda, tau), 0);
@@ -207,7 +209,7 @@ START_TEST(qr_random_against_cpu)
             }
         free(m0), free(a1), free(a2), free(tau), free(work);
     }
-    cz_compute_close(&c);
+    cz__compute_close(&c);
 }
 END_TEST
 #endif
@@ -218,7 +220,7 @@ static void check_layout(const cz_la_layout *l, const int64_t *len, int nreg)
 {
     float *buf = malloc(sizeof(float) * (size_t)(l->total + 2 * CZ_LA_ALIGN));
     for (int shift = 0; shift < CZ_LA_ALIGN; shift++) {
-        float *work = buf + shift, *base = cz_la_base(work);
+        float *work = buf + shift, *base = cz__la_base(work);
         ck_assert_int_ge(base - work, 0);
         ck_assert_int_lt(base - work, CZ_LA_ALIGN);
         for (int r = 0; r < nreg; r++) {
@@ -237,13 +239,13 @@ START_TEST(layouts)
         int64_t n = irand(1, 300), vn = irand(1, 100000), lw1 = irand(0, 5000),
                 lw2 = irand(0, 5000);
         cz_la_layout l;
-        cz_la_syevd_layout(&l, lw1);
+        cz__la_syevd_layout(&l, lw1);
         int64_t s[1] = {lw1};
         check_layout(&l, s, 1);
-        cz_la_qr_layout(&l, n, lw1, lw2);
+        cz__la_qr_layout(&l, n, lw1, lw2);
         int64_t q[2] = {n, lw1 > lw2 ? lw1 : lw2};
         check_layout(&l, q, 2);
-        cz_la_sort_layout(&l, n, vn);
+        cz__la_sort_layout(&l, n, vn);
         int64_t o[3] = {2 * n, n, n * n > vn ? n * n : vn};
         check_layout(&l, o, 3);
     }

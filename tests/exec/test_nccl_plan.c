@@ -3,7 +3,9 @@
  * P ranks (sum for reduce, copy for broadcast) against the uneven collectives' definitions. */
 #include "nccl_plan.h"
 
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "cz_format.h"
 
 #include "canzona.h"
 #include "cz_format.h"
@@ -19,20 +21,20 @@ START_TEST(rule_hand_worked)
     /* alpha = 10 us, 100 GB/s, fp32 (s beta = 4e-11 s per element): padded wins when
      * (P-1) m - N < alpha / (s beta) = 250000 elements. */
     size_t even[4] = {1000000, 1000000, 1000000, 1000000};
-    ck_assert_int_eq(cz_nccl_choose(even, 4, 4, 10e-6, 100e9), CZ_NCCL_PADDED);
+    ck_assert_int_eq(cz__nccl_choose(even, 4, 4, 10e-6, 100e9), CZ_NCCL_PADDED);
     /* (4-1) * 1.3M - 3.9M = 0 < 250000: padded. */
     size_t mild[4] = {1300000, 1000000, 800000, 800000};
-    ck_assert_int_eq(cz_nccl_choose(mild, 4, 4, 10e-6, 100e9), CZ_NCCL_PADDED);
+    ck_assert_int_eq(cz__nccl_choose(mild, 4, 4, 10e-6, 100e9), CZ_NCCL_PADDED);
     /* (4-1) * 3M - 3.3M = 5.7M elements of padding: rooted. */
     size_t skew[4] = {3000000, 100000, 100000, 100000};
-    ck_assert_int_eq(cz_nccl_choose(skew, 4, 4, 10e-6, 100e9), CZ_NCCL_ROOTED);
+    ck_assert_int_eq(cz__nccl_choose(skew, 4, 4, 10e-6, 100e9), CZ_NCCL_ROOTED);
     /* The same skew on a tiny bucket is latency-bound: 3*300 - 330 = 570 < 250000: padded. */
     size_t tiny[4] = {300, 10, 10, 10};
-    ck_assert_int_eq(cz_nccl_choose(tiny, 4, 4, 10e-6, 100e9), CZ_NCCL_PADDED);
+    ck_assert_int_eq(cz__nccl_choose(tiny, 4, 4, 10e-6, 100e9), CZ_NCCL_PADDED);
     /* The model's times themselves: rooted 4 alpha + N s beta. */
-    double t = cz_nccl_time(CZ_NCCL_ROOTED, skew, 4, 4, 10e-6, 100e9);
+    double t = cz__nccl_time(CZ_NCCL_ROOTED, skew, 4, 4, 10e-6, 100e9);
     ck_assert_double_eq_tol(t, 4 * 10e-6 + 3.3e6 * 4 / 100e9, 1e-12);
-    t = cz_nccl_time(CZ_NCCL_PADDED, skew, 4, 4, 10e-6, 100e9);
+    t = cz__nccl_time(CZ_NCCL_PADDED, skew, 4, 4, 10e-6, 100e9);
     ck_assert_double_eq_tol(t, 3 * 10e-6 + 3 * 3e6 * 4 / 100e9, 1e-12);
 }
 END_TEST
@@ -42,7 +44,7 @@ START_TEST(lists_hand_worked)
     size_t counts[3] = {2, 0, 3}, scratch = 99;
     cz_nccl_call c[8];
     /* Rooted reduce-scatter: one grouped ncclReduce per non-empty segment, offsets 0 and 2. */
-    int n = cz_nccl_plan_reduce_scatter(c, counts, 3, 1, CZ_NCCL_ROOTED, &scratch);
+    int n = cz__nccl_plan_reduce_scatter(c, counts, 3, 1, CZ_NCCL_ROOTED, &scratch);
     ck_assert_int_eq(n, 2);
     ck_assert_int_eq(scratch, 0);
     ck_assert_int_eq(c[0].kind, CZ_NCCL_REDUCE);
@@ -53,7 +55,7 @@ START_TEST(lists_hand_worked)
     ck_assert_int_eq(c[1].count, 3);
     ck_assert(c[0].grouped && c[1].grouped);
     /* Padded on rank 2: m = 3, slots at 0, 3, 6, result at 9; scratch 12. */
-    n = cz_nccl_plan_reduce_scatter(c, counts, 3, 2, CZ_NCCL_PADDED, &scratch);
+    n = cz__nccl_plan_reduce_scatter(c, counts, 3, 2, CZ_NCCL_PADDED, &scratch);
     ck_assert_int_eq(scratch, 12);
     ck_assert_int_eq(n, 4);
     ck_assert_int_eq(c[1].kind, CZ_NCCL_COPY);
@@ -65,15 +67,15 @@ START_TEST(lists_hand_worked)
     ck_assert_int_eq(c[3].dst_buf, CZ_NCCL_BUF_RECV);
     ck_assert_int_eq(c[3].count, 3);
     /* Rank 1 receives nothing: no copy out. */
-    n = cz_nccl_plan_reduce_scatter(c, counts, 3, 1, CZ_NCCL_PADDED, &scratch);
+    n = cz__nccl_plan_reduce_scatter(c, counts, 3, 1, CZ_NCCL_PADDED, &scratch);
     ck_assert_int_eq(n, 3);
     /* Rooted all-gather: in-place broadcasts. */
-    n = cz_nccl_plan_all_gather(c, counts, 3, 0, CZ_NCCL_ROOTED, &scratch);
+    n = cz__nccl_plan_all_gather(c, counts, 3, 0, CZ_NCCL_ROOTED, &scratch);
     ck_assert_int_eq(n, 2);
     ck_assert_int_eq(c[1].kind, CZ_NCCL_BROADCAST);
     ck_assert_int_eq(c[1].src_off, c[1].dst_off);
     /* Padded all-gather on rank 0: copy in, in-place gather from slot 0, copy out rank 2. */
-    n = cz_nccl_plan_all_gather(c, counts, 3, 0, CZ_NCCL_PADDED, &scratch);
+    n = cz__nccl_plan_all_gather(c, counts, 3, 0, CZ_NCCL_PADDED, &scratch);
     ck_assert_int_eq(scratch, 9);
     ck_assert_int_eq(n, 3);
     ck_assert_int_eq(c[1].kind, CZ_NCCL_ALL_GATHER);
@@ -88,11 +90,11 @@ END_TEST
 enum { P = 4, MAXE = 64 };
 static float bufs[P][3][MAXE * P + MAXE];
 
-/* Through the plane's own address rule (cz_nccl_call_ptr). */
+/* Through the plane's own address rule (cz__nccl_call_ptr). */
 static float *at(int rank, cz_nccl_buf b, size_t off)
 {
-    return cz_nccl_call_ptr(b, off, sizeof(float), bufs[rank][CZ_NCCL_BUF_SEND],
-                            bufs[rank][CZ_NCCL_BUF_RECV], bufs[rank][CZ_NCCL_BUF_SCRATCH]);
+    return cz__nccl_call_ptr(b, off, sizeof(float), bufs[rank][CZ_NCCL_BUF_SEND],
+                             bufs[rank][CZ_NCCL_BUF_RECV], bufs[rank][CZ_NCCL_BUF_SCRATCH]);
 }
 
 /* Runs every rank's local copies up to its next collective; returns false at the end. */
@@ -179,7 +181,7 @@ START_TEST(lists_simulated)
                 for (size_t j = 0; j < total; j++)
                     *at(r, CZ_NCCL_BUF_SEND, j) = (float)(r + 100 * (int)j);
                 lens[r] =
-                    cz_nccl_plan_reduce_scatter(lists[r], cn, P, r, (cz_nccl_form)form, &scratch);
+                    cz__nccl_plan_reduce_scatter(lists[r], cn, P, r, (cz_nccl_form)form, &scratch);
                 ck_assert(scratch <= (size_t)MAXE * P + MAXE);
             }
             simulate(lists, lens);
@@ -197,7 +199,8 @@ START_TEST(lists_simulated)
                 for (size_t j = 0; j < cn[r]; j++)
                     *at(r, CZ_NCCL_BUF_SEND, off + j) = (float)(r + 1 + (int)j);
                 off += cn[r];
-                lens[r] = cz_nccl_plan_all_gather(lists[r], cn, P, r, (cz_nccl_form)form, &scratch);
+                lens[r] =
+                    cz__nccl_plan_all_gather(lists[r], cn, P, r, (cz_nccl_form)form, &scratch);
             }
             simulate(lists, lens);
             for (int q = 0; q < P; q++) {
@@ -222,18 +225,18 @@ START_TEST(step_time_hand_worked)
     cz_plan_bucket bk[2] = {{.ranges = r0}, {.ranges = r1}};
     cz_plan pl = {.dp = 2, .nbuckets = 2, .buckets = bk};
     int np = -1;
-    ck_assert_double_eq(cz_nccl_step_time(&pl, CZ_NCCL_ALL_ROOTED, 1, 1.0, 1.0, &np), 24.0);
+    ck_assert_double_eq(cz__nccl_step_time(&pl, CZ_NCCL_ALL_ROOTED, 1, 1.0, 1.0, &np), 24.0);
     ck_assert_int_eq(np, 0);
-    ck_assert_double_eq(cz_nccl_step_time(&pl, CZ_NCCL_ALL_PADDED, 1, 1.0, 1.0, &np), 14.0);
+    ck_assert_double_eq(cz__nccl_step_time(&pl, CZ_NCCL_ALL_PADDED, 1, 1.0, 1.0, &np), 14.0);
     ck_assert_int_eq(np, 2);
-    ck_assert_double_eq(cz_nccl_step_time(&pl, CZ_NCCL_BY_RULE, 1, 1.0, 1.0, &np), 14.0);
+    ck_assert_double_eq(cz__nccl_step_time(&pl, CZ_NCCL_BY_RULE, 1, 1.0, 1.0, &np), 14.0);
     ck_assert_int_eq(np, 2);
     /* Cheap latency, one rank with everything: {10, 0}: rooted 2*0.001 + 10, padded
      * 0.001 + 10; {9, 1}: rooted 0.002 + 10, padded 0.001 + 9: the rule takes each minimum. */
     int64_t r2[4] = {0, 10, 10, 10}, r3[4] = {0, 9, 9, 10};
     cz_plan_bucket bk2[2] = {{.ranges = r2}, {.ranges = r3}};
     pl.buckets = bk2;
-    double t = cz_nccl_step_time(&pl, CZ_NCCL_BY_RULE, 1, 0.001, 1.0, &np);
+    double t = cz__nccl_step_time(&pl, CZ_NCCL_BY_RULE, 1, 0.001, 1.0, &np);
     ck_assert_double_eq_tol(t, 2 * (10.001 + 9.001), 1e-9);
 }
 END_TEST
@@ -249,19 +252,19 @@ START_TEST(scratch_hand_worked)
     int64_t r2[6] = {0, 4, 4, 8, 8, 12}, r3[6] = {0, 0, 0, 0, 0, 0};
     cz_plan_bucket bk[4] = {{.ranges = r0}, {.ranges = r1}, {.ranges = r2}, {.ranges = r3}};
     cz_plan pl = {.dp = 3, .nbuckets = 4, .buckets = bk};
-    ck_assert_uint_eq(cz_nccl_plan_scratch(&pl, 4, 1.0, 1.0), 16);
+    ck_assert_uint_eq(cz__nccl_plan_scratch(&pl, 4, 1.0, 1.0), 16);
     /* A huge latency makes every non-empty bucket padded: bucket 1 then needs 3*5 + 5 = 20. */
-    ck_assert_uint_eq(cz_nccl_plan_scratch(&pl, 4, 1e9, 1.0), 20);
+    ck_assert_uint_eq(cz__nccl_plan_scratch(&pl, 4, 1e9, 1.0), 20);
     /* Free latency and a skewed plan only: nothing padded, no scratch. */
     cz_plan_bucket skewed[2] = {bk[1], bk[3]};
     pl.nbuckets = 2;
     pl.buckets = skewed;
-    ck_assert_uint_eq(cz_nccl_plan_scratch(&pl, 4, 1e-12, 1.0), 0);
+    ck_assert_uint_eq(cz__nccl_plan_scratch(&pl, 4, 1e-12, 1.0), 0);
     /* DP 1: one slot of m plus the result, 2 m, when padded (always: P alpha > 0 alpha). */
     int64_t r4[2] = {0, 7};
     cz_plan_bucket one = {.ranges = r4};
     cz_plan p1 = {.dp = 1, .nbuckets = 1, .buckets = &one};
-    ck_assert_uint_eq(cz_nccl_plan_scratch(&p1, 4, 10e-6, 100e9), 14);
+    ck_assert_uint_eq(cz__nccl_plan_scratch(&p1, 4, 10e-6, 100e9), 14);
 }
 END_TEST
 
@@ -275,11 +278,11 @@ static size_t scratch_of_lists(const cz_plan *pl, size_t es, double alpha, doubl
     for (size_t b = 0; b < pl->nbuckets; b++) {
         for (int r = 0; r < n; r++)
             counts[r] = (size_t)(pl->buckets[b].ranges[2 * r + 1] - pl->buckets[b].ranges[2 * r]);
-        cz_nccl_form f = cz_nccl_choose(counts, n, es, alpha, bw);
+        cz_nccl_form f = cz__nccl_choose(counts, n, es, alpha, bw);
         for (int me = 0; me < n; me++) {
             size_t s1 = 0, s2 = 0;
-            cz_nccl_plan_reduce_scatter(calls, counts, n, me, f, &s1);
-            cz_nccl_plan_all_gather(calls, counts, n, me, f, &s2);
+            cz__nccl_plan_reduce_scatter(calls, counts, n, me, f, &s1);
+            cz__nccl_plan_all_gather(calls, counts, n, me, f, &s2);
             need = s1 > need ? s1 : need;
             need = s2 > need ? s2 : need;
         }
@@ -316,7 +319,7 @@ START_TEST(scratch_bundled_plans)
         const double alphas[3] = {CZ_NCCL_DEFAULT_ALPHA_S, 1e3, 1e-15};
         for (int a = 0; a < 3; a++) {
             size_t want = scratch_of_lists(pl, 4, alphas[a], CZ_NCCL_DEFAULT_BYTES_PER_S);
-            size_t got = cz_nccl_plan_scratch(pl, 4, alphas[a], CZ_NCCL_DEFAULT_BYTES_PER_S);
+            size_t got = cz__nccl_plan_scratch(pl, 4, alphas[a], CZ_NCCL_DEFAULT_BYTES_PER_S);
             ck_assert_msg(got == want, "%s on %s, alpha %g: reserved %zu, lists need %zu",
                           cases[i][0], cases[i][1], alphas[a], got, want);
             /* All padded: a real reservation (the largest bucket's P m + m). */
@@ -363,7 +366,7 @@ static cz_nccl_wait run_script(const cz_nccl_state *script, int n, double timeou
 {
     fake_comm f = {script, n, 0, 0, 100.0, 1.0}; /* the clock starts anywhere */
     cz_nccl_poller p = {fake_poll, fake_now, fake_pause, &f};
-    cz_nccl_wait w = cz_nccl_poll_until(&p, timeout, npolls);
+    cz_nccl_wait w = cz__nccl_poll_until(&p, timeout, npolls);
     *pauses = f.pauses;
     return w;
 }
@@ -416,15 +419,15 @@ START_TEST(close_hand_worked)
     cz_nccl_state never[] = {P}, drains[] = {P, R}, fails[] = {P, F};
     cz_nccl_wait dead = run_script(never, 1, 300.0, &np, &pa);
     ck_assert_int_eq(dead, CZ_NCCL_WAIT_TIMEOUT);
-    ck_assert_int_eq(cz_nccl_close_step_of(dead, 0, 0), CZ_NCCL_CLOSE_ABORT);
-    ck_assert_int_eq(cz_nccl_close_step_of(dead, 0, 1), CZ_NCCL_CLOSE_ABORT);
+    ck_assert_int_eq(cz__nccl_close_step_of(dead, 0, 0), CZ_NCCL_CLOSE_ABORT);
+    ck_assert_int_eq(cz__nccl_close_step_of(dead, 0, 1), CZ_NCCL_CLOSE_ABORT);
     cz_nccl_wait ok = run_script(drains, 2, 300.0, &np, &pa);
-    ck_assert_int_eq(cz_nccl_close_step_of(ok, 0, 0), CZ_NCCL_CLOSE_FINALIZE);
-    ck_assert_int_eq(cz_nccl_close_step_of(ok, 0, 1), CZ_NCCL_CLOSE_LEAVE);
+    ck_assert_int_eq(cz__nccl_close_step_of(ok, 0, 0), CZ_NCCL_CLOSE_FINALIZE);
+    ck_assert_int_eq(cz__nccl_close_step_of(ok, 0, 1), CZ_NCCL_CLOSE_LEAVE);
     cz_nccl_wait failed = run_script(fails, 2, 300.0, &np, &pa);
-    ck_assert_int_eq(cz_nccl_close_step_of(failed, 0, 0), CZ_NCCL_CLOSE_ABORT);
-    ck_assert_int_eq(cz_nccl_close_step_of(dead, 1, 0), CZ_NCCL_CLOSE_LEAVE);
-    ck_assert_int_eq(cz_nccl_close_step_of(ok, 1, 0), CZ_NCCL_CLOSE_LEAVE);
+    ck_assert_int_eq(cz__nccl_close_step_of(failed, 0, 0), CZ_NCCL_CLOSE_ABORT);
+    ck_assert_int_eq(cz__nccl_close_step_of(dead, 1, 0), CZ_NCCL_CLOSE_LEAVE);
+    ck_assert_int_eq(cz__nccl_close_step_of(ok, 1, 0), CZ_NCCL_CLOSE_LEAVE);
 }
 END_TEST
 
@@ -432,11 +435,11 @@ END_TEST
  * count; nothing posted is no copy; one half alone, or two counts, is the caller's bug. */
 START_TEST(self_copy_rule)
 {
-    ck_assert_int_eq(cz_nccl_self_copy(0, 0, 0, 0), 0);
-    ck_assert_int_eq(cz_nccl_self_copy(96, 1, 96, 1), 96);
-    ck_assert_int_eq(cz_nccl_self_copy(96, 1, 0, 0), -1);
-    ck_assert_int_eq(cz_nccl_self_copy(0, 0, 96, 1), -1);
-    ck_assert_int_eq(cz_nccl_self_copy(96, 1, 95, 1), -1);
+    ck_assert_int_eq(cz__nccl_self_copy(0, 0, 0, 0), 0);
+    ck_assert_int_eq(cz__nccl_self_copy(96, 1, 96, 1), 96);
+    ck_assert_int_eq(cz__nccl_self_copy(96, 1, 0, 0), -1);
+    ck_assert_int_eq(cz__nccl_self_copy(0, 0, 96, 1), -1);
+    ck_assert_int_eq(cz__nccl_self_copy(96, 1, 95, 1), -1);
 }
 END_TEST
 
@@ -444,12 +447,12 @@ END_TEST
 START_TEST(version_check)
 {
     char why[256] = "";
-    ck_assert(cz_nccl_version_usable(22809, 22809, why, sizeof why));
-    ck_assert(cz_nccl_version_usable(22904, 22809, why, sizeof why));  /* newer */
-    ck_assert(cz_nccl_version_usable(21800, 22809, why, sizeof why));  /* older, has the API */
-    ck_assert(!cz_nccl_version_usable(21703, 22809, why, sizeof why)); /* no ncclCommSplit */
+    ck_assert(cz__nccl_version_usable(22809, 22809, why, sizeof why));
+    ck_assert(cz__nccl_version_usable(22904, 22809, why, sizeof why));  /* newer */
+    ck_assert(cz__nccl_version_usable(21800, 22809, why, sizeof why));  /* older, has the API */
+    ck_assert(!cz__nccl_version_usable(21703, 22809, why, sizeof why)); /* no ncclCommSplit */
     ck_assert_msg(strstr(why, "NCCL 2.17.3 was found") && strstr(why, "2.28.9"), "%s", why);
-    ck_assert(!cz_nccl_version_usable(30001, 22809, why, sizeof why)); /* another major */
+    ck_assert(!cz__nccl_version_usable(30001, 22809, why, sizeof why)); /* another major */
     ck_assert_msg(strstr(why, "NCCL 3.0.1 was found"), "%s", why);
 }
 END_TEST
@@ -467,7 +470,7 @@ static int fake_min(cz_ctrl *c, int64_t *v, int n, cz_error *err)
     f->calls++;
     f->seen = v[0];
     if (f->fail)
-        return cz_error_set(err, CZ_EIO, "control plane down");
+        return cz__error_set(err, CZ_EIO, "control plane down");
     for (int i = 0; i < n; i++)
         v[i] = v[i] < f->peers ? v[i] : f->peers;
     return CZ_OK;
@@ -482,37 +485,37 @@ START_TEST(agree_hand_worked)
     cz_ctrl c = {.ops = &fake_ctrl_ops, .impl = &f, .size = 4, .rank = 3};
     cz_error err = {0};
     /* Everyone succeeded. */
-    ck_assert_int_eq(cz_nccl_agree(&c, CZ_OK, "create it", &err), CZ_OK);
+    ck_assert_int_eq(cz__nccl_agree(&c, CZ_OK, "create it", &err), CZ_OK);
     ck_assert_int_eq(f.calls, 1);
     ck_assert(f.seen == INT64_MAX);
     /* Rank 1 failed: this rank, fine itself, learns it and returns an error naming it. */
     f.peers = 1;
-    ck_assert_int_eq(cz_nccl_agree(&c, CZ_OK, "create it", &err), CZ_EIO);
+    ck_assert_int_eq(cz__nccl_agree(&c, CZ_OK, "create it", &err), CZ_EIO);
     ck_assert_ptr_nonnull(strstr(err.message, "rank 1 failed to create it"));
     /* This rank timed out: it still takes part (contributing its rank) and keeps its own
      * error and message. */
-    cz_error_set(&err, CZ_ETIMEOUT, "own timeout");
-    ck_assert_int_eq(cz_nccl_agree(&c, CZ_ETIMEOUT, "create it", &err), CZ_ETIMEOUT);
+    cz__error_set(&err, CZ_ETIMEOUT, "own timeout");
+    ck_assert_int_eq(cz__nccl_agree(&c, CZ_ETIMEOUT, "create it", &err), CZ_ETIMEOUT);
     ck_assert_int_eq(f.calls, 3);
     ck_assert(f.seen == 3);
     ck_assert_str_eq(err.message, "own timeout");
     /* The control plane itself failing is an error too. */
     f.peers = INT64_MAX;
     f.fail = 1;
-    ck_assert_int_eq(cz_nccl_agree(&c, CZ_OK, "create it", &err), CZ_EIO);
+    ck_assert_int_eq(cz__nccl_agree(&c, CZ_OK, "create it", &err), CZ_EIO);
     ck_assert_ptr_nonnull(strstr(err.message, "control plane down"));
 }
 END_TEST
 
 START_TEST(timeout_knob)
 {
-    ck_assert_double_eq(cz_nccl_timeout(5.0, NULL), 5.0);
-    ck_assert_double_eq(cz_nccl_timeout(2.0, "12"), 2.0); /* the config wins */
-    ck_assert_double_eq(cz_nccl_timeout(0.0, "12"), 12.0);
-    ck_assert_double_eq(cz_nccl_timeout(0.0, "0.5"), 0.5);
-    ck_assert_double_eq(cz_nccl_timeout(0.0, "soon"), CZ_NCCL_DEFAULT_TIMEOUT_S);
-    ck_assert_double_eq(cz_nccl_timeout(0.0, "-1"), CZ_NCCL_DEFAULT_TIMEOUT_S);
-    ck_assert_double_eq(cz_nccl_timeout(-3.0, NULL), CZ_NCCL_DEFAULT_TIMEOUT_S);
+    ck_assert_double_eq(cz__nccl_timeout(5.0, NULL), 5.0);
+    ck_assert_double_eq(cz__nccl_timeout(2.0, "12"), 2.0); /* the config wins */
+    ck_assert_double_eq(cz__nccl_timeout(0.0, "12"), 12.0);
+    ck_assert_double_eq(cz__nccl_timeout(0.0, "0.5"), 0.5);
+    ck_assert_double_eq(cz__nccl_timeout(0.0, "soon"), CZ_NCCL_DEFAULT_TIMEOUT_S);
+    ck_assert_double_eq(cz__nccl_timeout(0.0, "-1"), CZ_NCCL_DEFAULT_TIMEOUT_S);
+    ck_assert_double_eq(cz__nccl_timeout(-3.0, NULL), CZ_NCCL_DEFAULT_TIMEOUT_S);
     ck_assert_double_eq(CZ_NCCL_DEFAULT_TIMEOUT_S, 300.0);
 }
 END_TEST

@@ -7,7 +7,10 @@
  *
  * Under AddressSanitizer the sanitizer owns malloc, so the interposer is left out and the test
  * is skipped (exit 77; ctest label nosan in that build); the same without glibc. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 #include "exec_fixture.h"
 
 #include <check.h>
@@ -105,7 +108,7 @@ static void fill_grads(void *G, cz_dtype t, size_t n, int s)
     for (size_t k = 0; k < n; k++) {
         float v = 3.0f * fx_val(1000003 * (uint64_t)(s + 1) + k);
         if (t == CZ_DTYPE_BF16)
-            ((uint16_t *)G)[k] = cz_bf16_from_f32(v);
+            ((uint16_t *)G)[k] = cz__bf16_from_f32(v);
         else
             ((float *)G)[k] = v;
     }
@@ -135,14 +138,14 @@ START_TEST(steps_allocate_nothing_interposed)
     ck_assert_uint_gt(atomic_load(&g_allocs), NEX);
     for (int e = 0; e < NEX; e++) {
         n = cz_executor_buffer_numel(ex[e]);
-        size_t es = cz_dtype_bytes(dt[e]);
+        size_t es = cz__dtype_bytes(dt[e]);
         P[e] = calloc(n, es);
         G[e] = calloc(n, es);
         ck_assert(P[e] && G[e]);
         for (size_t k = 0; k < n; k++) {
             float v = 0.5f * fx_val(k);
             if (dt[e] == CZ_DTYPE_BF16)
-                ((uint16_t *)P[e])[k] = cz_bf16_from_f32(v);
+                ((uint16_t *)P[e])[k] = cz__bf16_from_f32(v);
             else
                 ((float *)P[e])[k] = v;
         }

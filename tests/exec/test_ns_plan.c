@@ -4,7 +4,11 @@
  * and with bf16 inputs, the decision where the symmetric form pays, and the CPU backend's own
  * symmetric form against its general one. */
 #include "elementwise.h"
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "ns_coeffs.h"
 #include "ns_plan.h"
 
 #include <cblas.h>
@@ -15,15 +19,15 @@
 #include <string.h>
 
 /* Replays a plan the way compute_cuda.c hands it to cuBLAS (the same operand addresses,
- * cz_ns_operand_ptr), with OpenBLAS column-major GEMMs;
+ * cz__ns_operand_ptr), with OpenBLAS column-major GEMMs;
  * bf16 operands are widened to fp32 first (exact), so the products are what a bf16 GEMM with
  * fp32 accumulation computes up to summation order. */
 static const float *widen(const cz_ns_operand *o, float *x, float *work, int i, int64_t len,
                           float *tmp)
 {
     if (!o->bf16)
-        return cz_ns_operand_ptr(o, x, work, i);
-    const uint16_t *h = cz_ns_operand_ptr(o, x, work, i);
+        return cz__ns_operand_ptr(o, x, work, i);
+    const uint16_t *h = cz__ns_operand_ptr(o, x, work, i);
     for (int64_t j = 0; j < len; j++)
         tmp[j] = cz_ew_f32_from_bf16(h[j]);
     return tmp;
@@ -37,8 +41,8 @@ static void replay(const cz_ns_op *ops, int nops, float *x, float *work, float *
             if (op->kind == CZ_NS_SYRK) {
                 /* cuBLAS leaves the lower triangle alone; NaN there makes a missing SYMFILL
                  * show in the result. */
-                const float *A = cz_ns_operand_ptr(&op->a, x, work, i);
-                float *C = cz_ns_operand_ptr(&op->c, x, work, i);
+                const float *A = cz__ns_operand_ptr(&op->a, x, work, i);
+                float *C = cz__ns_operand_ptr(&op->c, x, work, i);
                 ck_assert(!op->a.bf16 && !op->c.bf16);
                 for (int jj = 0; jj < op->n; jj++)
                     for (int ii = jj + 1; ii < op->n; ii++)
@@ -48,7 +52,7 @@ static void replay(const cz_ns_op *ops, int nops, float *x, float *work, float *
                 continue;
             }
             if (op->kind == CZ_NS_SYMFILL) {
-                float *C = cz_ns_operand_ptr(&op->c, x, work, i);
+                float *C = cz__ns_operand_ptr(&op->c, x, work, i);
                 for (int jj = 0; jj < op->n; jj++)
                     for (int ii = jj + 1; ii < op->n; ii++)
                         C[ii + (int64_t)jj * op->n] = C[jj + (int64_t)ii * op->n];
@@ -60,19 +64,19 @@ static void replay(const cz_ns_op *ops, int nops, float *x, float *work, float *
                 const float *A = widen(&op->a, x, work, i, alen, ta);
                 const float *B = widen(&op->b, x, work, i, blen, tb);
                 ck_assert(!op->c.bf16);
-                float *C = cz_ns_operand_ptr(&op->c, x, work, i);
+                float *C = cz__ns_operand_ptr(&op->c, x, work, i);
                 cblas_sgemm(CblasColMajor, op->transa ? CblasTrans : CblasNoTrans,
                             op->transb ? CblasTrans : CblasNoTrans, op->m, op->n, op->k, op->alpha,
                             A, op->a.ld, B, op->b.ld, op->beta, C, op->c.ld);
             } else {
                 ck_assert(!op->a.bf16);
-                const float *a = cz_ns_operand_ptr(&op->a, x, work, i);
+                const float *a = cz__ns_operand_ptr(&op->a, x, work, i);
                 if (op->kind == CZ_NS_TO_BF16) {
-                    uint16_t *c = cz_ns_operand_ptr(&op->c, x, work, i);
+                    uint16_t *c = cz__ns_operand_ptr(&op->c, x, work, i);
                     for (int64_t j = 0; j < op->len; j++)
                         c[j] = cz_ew_bf16_from_f32(a[j]);
                 } else {
-                    float *c = cz_ns_operand_ptr(&op->c, x, work, i);
+                    float *c = cz__ns_operand_ptr(&op->c, x, work, i);
                     for (int64_t j = 0; j < op->len; j++)
                         c[j] = op->alpha * a[j] + (op->beta != 0.0f ? op->beta * c[j] : 0.0f);
                 }
@@ -85,7 +89,7 @@ START_TEST(hand_worked_fp32)
 {
     /* Four 2 x 3 matrices, jordan coefficients: r = 2, c = 3, w = 2*4 + 6 = 14 floats. */
     cz_ns_op ops[CZ_NS_MAX_OPS];
-    int n = cz_ns_plan(ops, 2, 3, 4, 3.4445, -4.7750, 2.0315, CZ_NS_FP32, 0);
+    int n = cz__ns_plan(ops, 2, 3, 4, 3.4445, -4.7750, 2.0315, CZ_NS_FP32, 0);
     ck_assert_int_eq(n, 5);
     /* A = X X^T: Xcm is 3 x 2 (ld 3), so C(2x2) = Xcm^T Xcm, k = 3. */
     ck_assert_int_eq(ops[0].kind, CZ_NS_GEMM);
@@ -124,7 +128,7 @@ START_TEST(hand_worked_fp32)
     ck_assert(ops[4].alpha == 1.0f && ops[4].beta == 3.4445f);
     ck_assert_int_eq(ops[4].c.buf, CZ_NS_BUF_X);
     /* One matrix: plain GEMMs; the cubic set (c = 0) has no A A product. */
-    n = cz_ns_plan(ops, 2, 3, 1, 1.5, -0.5, 0.0, CZ_NS_FP32, 0);
+    n = cz__ns_plan(ops, 2, 3, 1, 1.5, -0.5, 0.0, CZ_NS_FP32, 0);
     ck_assert_int_eq(n, 4);
     ck_assert_int_eq(ops[0].batched, 0);
     ck_assert_int_eq(ops[1].kind, CZ_NS_AXPBY);
@@ -132,10 +136,10 @@ START_TEST(hand_worked_fp32)
     ck_assert_int_eq(ops[2].kind, CZ_NS_GEMM);
     ck_assert_int_eq(ops[2].m, 3);
     /* Invalid shapes are refused. */
-    ck_assert_int_eq(cz_ns_plan(ops, 3, 2, 1, 1, 1, 1, CZ_NS_FP32, 0), -1);
-    ck_assert_int_eq(cz_ns_plan(ops, 2, 3, 0, 1, 1, 1, CZ_NS_FP32, 0), -1);
-    ck_assert_int_eq(cz_ns_work_floats(2, 3, 4), 56);
-    ck_assert(cz_ns_iter_flops(2, 3, 1.0) == 2 * 4 * 3 + 2 * 8 + 2 * 4 * 3);
+    ck_assert_int_eq(cz__ns_plan(ops, 3, 2, 1, 1, 1, 1, CZ_NS_FP32, 0), -1);
+    ck_assert_int_eq(cz__ns_plan(ops, 2, 3, 0, 1, 1, 1, CZ_NS_FP32, 0), -1);
+    ck_assert_int_eq(cz__ns_work_floats(2, 3, 4), 56);
+    ck_assert(cz__ns_iter_flops(2, 3, 1.0) == 2 * 4 * 3 + 2 * 8 + 2 * 4 * 3);
 }
 END_TEST
 
@@ -144,7 +148,7 @@ START_TEST(hand_worked_bf16)
     /* r = 2, c = 3: A at byte 0, B at 16, Xh at 32 (6 bf16 = 12 bytes), Ah at 44; the last
      * GEMM accumulates into X itself (beta = a). Everything stays inside w = 14 floats. */
     cz_ns_op ops[CZ_NS_MAX_OPS];
-    int n = cz_ns_plan(ops, 2, 3, 4, 3.4445, -4.7750, 2.0315, CZ_NS_BF16, 0);
+    int n = cz__ns_plan(ops, 2, 3, 4, 3.4445, -4.7750, 2.0315, CZ_NS_BF16, 0);
     ck_assert_int_eq(n, 7);
     ck_assert_int_eq(ops[0].kind, CZ_NS_TO_BF16);
     ck_assert_int_eq(ops[0].c.off, 32);
@@ -169,8 +173,8 @@ END_TEST
 static void compare(int64_t r, int64_t c, int batch, const char *coeffs, cz_ns_precision prec,
                     int sym, double tol)
 {
-    const cz_ns_coeffs *k = cz_ns_coeffs_find(coeffs);
-    int64_t nx = (int64_t)batch * r * c, nw = cz_ns_work_floats(r, c, batch);
+    const cz_ns_coeffs *k = cz__ns_coeffs_find(coeffs);
+    int64_t nx = (int64_t)batch * r * c, nw = cz__ns_work_floats(r, c, batch);
     float *x0 = malloc((size_t)nx * sizeof(float)), *x1 = malloc((size_t)nx * sizeof(float));
     float *x2 = malloc((size_t)nx * sizeof(float)), *w = calloc((size_t)nw, sizeof(float));
     float *ta = malloc((size_t)(r * c + r * r) * sizeof(float));
@@ -190,11 +194,11 @@ static void compare(int64_t r, int64_t c, int batch, const char *coeffs, cz_ns_p
     memcpy(x1, x0, (size_t)nx * sizeof(float));
     memcpy(x2, x0, (size_t)nx * sizeof(float));
     cz_compute cpu;
-    ck_assert_int_eq(cz_compute_open(&cpu, "cpu", NULL), 0);
+    ck_assert_int_eq(cz__compute_open(&cpu, "cpu", NULL), 0);
     /* The reference is the CPU backend's general (GEMM) form, whatever the plan's. */
-    ck_assert_int_eq(cz_cpu_ns(x1, batch, r, c, k, 5, w, 0, NULL), 0);
+    ck_assert_int_eq(cz__cpu_ns(x1, batch, r, c, k, 5, w, 0, NULL), 0);
     cz_ns_op ops[CZ_NS_MAX_OPS];
-    int n = cz_ns_plan(ops, r, c, batch, k->a, k->b, k->c, prec, sym);
+    int n = cz__ns_plan(ops, r, c, batch, k->a, k->b, k->c, prec, sym);
     ck_assert_int_gt(n, 0);
     memset(w, 0, (size_t)nw * sizeof(float));
     for (int s = 0; s < 5; s++)
@@ -211,7 +215,7 @@ static void compare(int64_t r, int64_t c, int batch, const char *coeffs, cz_ns_p
         printf("%lldx%lld batch %d %s prec %d sym %d: rel. error %g\n", (long long)r, (long long)c,
                batch, coeffs, (int)prec, sym, rel);
     free(x0), free(x1), free(x2), free(w), free(ta), free(tb);
-    cz_compute_close(&cpu);
+    cz__compute_close(&cpu);
 }
 
 START_TEST(replay_matches_cpu)
@@ -237,7 +241,7 @@ START_TEST(hand_worked_symmetric)
     /* 2 x 3, batch 4, jordan, fp32: X stride 6 (ld 3); work stride w = 2*4 + 6 = 14 floats,
      * A at byte 0, B at 16 (ld 2). */
     cz_ns_op ops[CZ_NS_MAX_OPS];
-    int n = cz_ns_plan(ops, 2, 3, 4, 3.4445, -4.7750, 2.0315, CZ_NS_FP32, 1);
+    int n = cz__ns_plan(ops, 2, 3, 4, 3.4445, -4.7750, 2.0315, CZ_NS_FP32, 1);
     ck_assert_int_eq(n, 7);
     /* A = X X^T: SYRK, trans T (column-major X^T is 3 x 2), n = 2, k = 3, one call per matrix. */
     ck_assert_int_eq(ops[0].kind, CZ_NS_SYRK);
@@ -280,36 +284,36 @@ START_TEST(hand_worked_symmetric)
     ck_assert_int_eq(ops[6].kind, CZ_NS_AXPBY);
     ck_assert_float_eq(ops[6].beta, 3.4445f);
     /* Cubic: no square, B = b A from the filled A. */
-    n = cz_ns_plan(ops, 2, 3, 1, 1.5, -0.5, 0.0, CZ_NS_FP32, 1);
+    n = cz__ns_plan(ops, 2, 3, 1, 1.5, -0.5, 0.0, CZ_NS_FP32, 1);
     ck_assert_int_eq(n, 5);
     ck_assert_int_eq(ops[2].kind, CZ_NS_AXPBY);
     ck_assert_float_eq(ops[2].alpha, -0.5f);
     ck_assert_int_eq(ops[3].kind, CZ_NS_GEMM);
     /* No bf16 SYRK: refused. */
-    ck_assert_int_eq(cz_ns_plan(ops, 2, 3, 1, 1, 1, 1, CZ_NS_BF16, 1), -1);
+    ck_assert_int_eq(cz__ns_plan(ops, 2, 3, 1, 1, 1, 1, CZ_NS_BF16, 1), -1);
 }
 END_TEST
 
 START_TEST(symmetric_decision)
 {
     /* CPU: from 128 rows on, any batch. */
-    ck_assert_int_eq(cz_ns_use_syrk(CZ_NS_TARGET_CPU, 127, 4096, 1, CZ_NS_FP32), 0);
-    ck_assert_int_eq(cz_ns_use_syrk(CZ_NS_TARGET_CPU, 128, 128, 1, CZ_NS_FP32), 1);
-    ck_assert_int_eq(cz_ns_use_syrk(CZ_NS_TARGET_CPU, 512, 1536, 8, CZ_NS_FP32), 1);
+    ck_assert_int_eq(cz__ns_use_syrk(CZ_NS_TARGET_CPU, 127, 4096, 1, CZ_NS_FP32), 0);
+    ck_assert_int_eq(cz__ns_use_syrk(CZ_NS_TARGET_CPU, 128, 128, 1, CZ_NS_FP32), 1);
+    ck_assert_int_eq(cz__ns_use_syrk(CZ_NS_TARGET_CPU, 512, 1536, 8, CZ_NS_FP32), 1);
     /* CUDA: never in bf16 (no cuBLAS bf16 SYRK); fp32 from 4096 rows on (measured on an
      * H200: 1024 x 4096 slower symmetric, 4096 x 4096 faster). */
-    ck_assert_int_eq(cz_ns_use_syrk(CZ_NS_TARGET_CUDA, 4096, 12288, 1, CZ_NS_BF16), 0);
-    ck_assert_int_eq(cz_ns_use_syrk(CZ_NS_TARGET_CUDA, 1024, 4096, 20, CZ_NS_FP32), 0);
-    ck_assert_int_eq(cz_ns_use_syrk(CZ_NS_TARGET_CUDA, 4095, 4096, 1, CZ_NS_FP32), 0);
-    ck_assert_int_eq(cz_ns_use_syrk(CZ_NS_TARGET_CUDA, 4096, 4096, 4, CZ_NS_FP32), 1);
+    ck_assert_int_eq(cz__ns_use_syrk(CZ_NS_TARGET_CUDA, 4096, 12288, 1, CZ_NS_BF16), 0);
+    ck_assert_int_eq(cz__ns_use_syrk(CZ_NS_TARGET_CUDA, 1024, 4096, 20, CZ_NS_FP32), 0);
+    ck_assert_int_eq(cz__ns_use_syrk(CZ_NS_TARGET_CUDA, 4095, 4096, 1, CZ_NS_FP32), 0);
+    ck_assert_int_eq(cz__ns_use_syrk(CZ_NS_TARGET_CUDA, 4096, 4096, 4, CZ_NS_FP32), 1);
     /* Forcing: ON and OFF win, except that bf16 on CUDA has no symmetric form to force. */
-    ck_assert_int_eq(cz_ns_sym_resolve(CZ_NS_SYM_ON, CZ_NS_TARGET_CPU, 4, 8, 1, CZ_NS_FP32), 1);
-    ck_assert_int_eq(cz_ns_sym_resolve(CZ_NS_SYM_OFF, CZ_NS_TARGET_CPU, 512, 512, 1, CZ_NS_FP32),
+    ck_assert_int_eq(cz__ns_sym_resolve(CZ_NS_SYM_ON, CZ_NS_TARGET_CPU, 4, 8, 1, CZ_NS_FP32), 1);
+    ck_assert_int_eq(cz__ns_sym_resolve(CZ_NS_SYM_OFF, CZ_NS_TARGET_CPU, 512, 512, 1, CZ_NS_FP32),
                      0);
-    ck_assert_int_eq(cz_ns_sym_resolve(CZ_NS_SYM_AUTO, CZ_NS_TARGET_CPU, 512, 512, 1, CZ_NS_FP32),
+    ck_assert_int_eq(cz__ns_sym_resolve(CZ_NS_SYM_AUTO, CZ_NS_TARGET_CPU, 512, 512, 1, CZ_NS_FP32),
                      1);
-    ck_assert_int_eq(cz_ns_sym_resolve(CZ_NS_SYM_ON, CZ_NS_TARGET_CUDA, 64, 64, 1, CZ_NS_FP32), 1);
-    ck_assert_int_eq(cz_ns_sym_resolve(CZ_NS_SYM_ON, CZ_NS_TARGET_CUDA, 4096, 4096, 1, CZ_NS_BF16),
+    ck_assert_int_eq(cz__ns_sym_resolve(CZ_NS_SYM_ON, CZ_NS_TARGET_CUDA, 64, 64, 1, CZ_NS_FP32), 1);
+    ck_assert_int_eq(cz__ns_sym_resolve(CZ_NS_SYM_ON, CZ_NS_TARGET_CUDA, 4096, 4096, 1, CZ_NS_BF16),
                      0);
 }
 END_TEST
@@ -318,8 +322,8 @@ END_TEST
  * ns_batched routed by the decision: bit-for-bit one form or the other. */
 static void cpu_forms(int64_t r, int64_t c, int batch, const char *coeffs, int want_sym)
 {
-    const cz_ns_coeffs *k = cz_ns_coeffs_find(coeffs);
-    int64_t nx = (int64_t)batch * r * c, nw = cz_ns_work_floats(r, c, batch);
+    const cz_ns_coeffs *k = cz__ns_coeffs_find(coeffs);
+    int64_t nx = (int64_t)batch * r * c, nw = cz__ns_work_floats(r, c, batch);
     float *x0 = malloc((size_t)nx * sizeof(float)), *xg = malloc((size_t)nx * sizeof(float));
     float *xs = malloc((size_t)nx * sizeof(float)), *xa = malloc((size_t)nx * sizeof(float));
     float *w = calloc((size_t)nw, sizeof(float));
@@ -330,12 +334,12 @@ static void cpu_forms(int64_t r, int64_t c, int batch, const char *coeffs, int w
     memcpy(xg, x0, (size_t)nx * sizeof(float));
     memcpy(xs, x0, (size_t)nx * sizeof(float));
     memcpy(xa, x0, (size_t)nx * sizeof(float));
-    ck_assert_int_eq(cz_cpu_ns(xg, batch, r, c, k, 5, w, 0, NULL), 0);
-    ck_assert_int_eq(cz_cpu_ns(xs, batch, r, c, k, 5, w, 1, NULL), 0);
+    ck_assert_int_eq(cz__cpu_ns(xg, batch, r, c, k, 5, w, 0, NULL), 0);
+    ck_assert_int_eq(cz__cpu_ns(xs, batch, r, c, k, 5, w, 1, NULL), 0);
     cz_compute cpu;
-    ck_assert_int_eq(cz_compute_open(&cpu, "cpu", NULL), 0);
+    ck_assert_int_eq(cz__compute_open(&cpu, "cpu", NULL), 0);
     ck_assert_int_eq(cpu.ops->ns_batched(&cpu, xa, batch, r, c, k, 5, w, NULL), 0);
-    cz_compute_close(&cpu);
+    cz__compute_close(&cpu);
     double num = 0, den = 0;
     for (int64_t i = 0; i < nx; i++) {
         num += ((double)xs[i] - xg[i]) * ((double)xs[i] - xg[i]);

@@ -1,5 +1,7 @@
 /* cz_executor_create from a file: refusals before and while reading the plan. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 
 #include <check.h>
 #include <stdio.h>

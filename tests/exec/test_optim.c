@@ -1,6 +1,12 @@
 /* Optimizer math: Newton-Schulz on hand-checked inputs, Muon blocks and transposes, AdamW and
  * momentum against hand arithmetic. */
-#include "exec_internal.h"
+#include "adamw.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "muon.h"
+#include "ns_coeffs.h"
 #include "exec_fixture.h"
 #include "ns_coop.h"
 
@@ -11,7 +17,7 @@ static cz_compute cpu;
 
 static void setup(void)
 {
-    ck_assert_int_eq(cz_compute_open(&cpu, "cpu", NULL), 0);
+    ck_assert_int_eq(cz__compute_open(&cpu, "cpu", NULL), 0);
 }
 
 static cz_muon_hparams hp(const char *coeffs, int steps)
@@ -22,7 +28,7 @@ static cz_muon_hparams hp(const char *coeffs, int steps)
     h.eps = 1e-7f;
     h.scale_coeff = 0.2f;
     h.ns_steps = steps;
-    h.coeffs = cz_ns_coeffs_find(coeffs);
+    h.coeffs = cz__ns_coeffs_find(coeffs);
     return h;
 }
 
@@ -38,7 +44,7 @@ START_TEST(ns_diag_one_step)
     const cz_plan_param *ps[1] = {&p};
     const float *in[1] = {x};
     float *o[1] = {out};
-    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &h, ps, in, o, 1, NULL), 0);
+    ck_assert_int_eq(cz__muon_orthogonalize(&cpu, &h, ps, in, o, 1, NULL), 0);
     ck_assert_double_eq_tol(out[0], 1.1932694447530552, 2e-6);
     ck_assert_double_eq_tol(out[3], 0.9764819450078069, 2e-6);
     ck_assert_double_eq_tol(out[1], 0.0, 1e-7);
@@ -78,11 +84,11 @@ START_TEST(ns_orthogonalizes)
     float *o[1] = {out};
     double scale = 0.2 * sqrt((double)C);
     cz_muon_hparams cubic = hp("cubic", 40);
-    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &cubic, ps, in, o, 1, NULL), 0);
+    ck_assert_int_eq(cz__muon_orthogonalize(&cpu, &cubic, ps, in, o, 1, NULL), 0);
     ck_assert_double_lt(gram_dev(out, R, C, scale), 1e-4);
     /* The quintic trades exactness for speed: singular values end in about [0.7, 1.2]. */
     cz_muon_hparams quintic = hp("jordan", 5);
-    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &quintic, ps, in, o, 1, NULL), 0);
+    ck_assert_int_eq(cz__muon_orthogonalize(&cpu, &quintic, ps, in, o, 1, NULL), 0);
     ck_assert_double_lt(gram_dev(out, R, C, scale), 0.5);
 }
 END_TEST
@@ -103,7 +109,7 @@ START_TEST(ns_tall_and_blocks)
     const float *in[1] = {g};
     float *o[1] = {out};
     cz_muon_hparams h = hp("cubic", 60);
-    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &h, ps, in, o, 1, NULL), 0);
+    ck_assert_int_eq(cz__muon_orthogonalize(&cpu, &h, ps, in, o, 1, NULL), 0);
     /* Block 0 is diag(3, 4): its polar factor is the identity, scaled by 0.2*sqrt(2). */
     double s0 = 0.2 * sqrt(2.0);
     ck_assert_double_eq_tol(out[0], s0, 1e-5);
@@ -135,10 +141,10 @@ START_TEST(ns_batched_equals_single)
     const cz_plan_param *ps[2] = {&p, &p};
     const float *in[2] = {g1, g2};
     float *o[2] = {a1, a2};
-    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &h, ps, in, o, 2, NULL), 0);
+    ck_assert_int_eq(cz__muon_orthogonalize(&cpu, &h, ps, in, o, 2, NULL), 0);
     float *o1[1] = {b1}, *o2[1] = {b2};
-    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &h, ps, in, o1, 1, NULL), 0);
-    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &h, ps, in + 1, o2, 1, NULL), 0);
+    ck_assert_int_eq(cz__muon_orthogonalize(&cpu, &h, ps, in, o1, 1, NULL), 0);
+    ck_assert_int_eq(cz__muon_orthogonalize(&cpu, &h, ps, in + 1, o2, 1, NULL), 0);
     for (int i = 0; i < N; i++) {
         ck_assert_float_eq(a1[i], b1[i]);
         ck_assert_float_eq(a2[i], b2[i]);
@@ -146,7 +152,7 @@ START_TEST(ns_batched_equals_single)
 }
 END_TEST
 
-/* Cooperative Newton-Schulz as the k members compute it (cz_muon_coop_run's order of
+/* Cooperative Newton-Schulz as the k members compute it (cz__muon_coop_run's order of
  * operations), the all-reduces done here by hand: the sums of the members' sums of squares,
  * and per iteration of their packed Gram rows panel by panel, each member unpacking a panel
  * and, in the A(AX) form, computing those rows of A X before the next panel is summed. k uneven
@@ -172,7 +178,7 @@ static int coop_case_panels(int64_t rows, int64_t cols, int k, int panels)
     const cz_plan_param *ps[1] = {&p};
     const float *in[1] = {g};
     float *o[1] = {want};
-    ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &h, ps, in, o, 1, NULL), 0);
+    ck_assert_int_eq(cz__muon_orthogonalize(&cpu, &h, ps, in, o, 1, NULL), 0);
 
     bool tall = rows > cols;
     int64_t a = tall ? cols : rows, len = tall ? rows : cols;
@@ -227,7 +233,7 @@ static int coop_case_panels(int64_t rows, int64_t cols, int k, int panels)
             cpu.ops->ns_poly_end(&cpu, x[j], full[j], y[j], bm[j], 1, a, tall ? pr[j] : pc[j],
                                  h.coeffs);
     }
-    float scale = cz_muon_scale(&h, rows, cols);
+    float scale = cz__muon_scale(&h, rows, cols);
     for (int j = 0; j < k; j++) {
         float *dst = got + (tall ? st[j] * cols : st[j]);
         cpu.ops->block_store(&cpu, dst, cols, x[j], pr[j], pc[j], tall, scale);
@@ -301,13 +307,13 @@ START_TEST(coop_pack_round_trip)
                 int64_t r0 = cz_coop_panel_row(a, panels, q),
                         r1 = cz_coop_panel_row(a, panels, q + 1);
                 ck_assert_int_le(r0, r1); /* past (a + 1) / 2 panels some are empty */
-                cz_ns_rows_pack(packed + 2 * cz_coop_packed_before(a, r0), full, 2, a, r0, r1);
+                cz__ns_rows_pack(packed + 2 * cz_coop_packed_before(a, r0), full, 2, a, r0, r1);
                 /* Matrix m's rows r0 .. r1-1, each from (i, i) to (i, a - 1). */
                 for (int m = 0; m < 2; m++)
                     for (int64_t i = r0; i < r1; i++)
                         for (int64_t j = i; j < a; j++)
                             ck_assert_float_eq(packed[e++], (float)(100 * m + 10 * i + j));
-                cz_ns_rows_unpack(back, packed + 2 * cz_coop_packed_before(a, r0), 2, a, r0, r1);
+                cz__ns_rows_unpack(back, packed + 2 * cz_coop_packed_before(a, r0), 2, a, r0, r1);
                 ck_assert_int_eq(e, 2 * cz_coop_packed_before(a, r1));
             }
             ck_assert_int_eq(e, 2 * pl);
@@ -362,13 +368,16 @@ START_TEST(adamw_hand)
         .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     float p = 1.0f, m = 0.0f, v = 0.0f, g = 0.5f;
     /* m = 0.05, v = 0.0125, m^ = 0.5, v^ = 0.25: p = 1*(1 - 0.01) - 0.1*0.5/0.5 = 0.89. */
-    cz_adamw_step(&h, 1, &p, &g, &m, &v, 1);
+    cz_adamw_args a;
+    cz__adamw_args_make(&a, &h, 1);
+    cz__cpu_adamw(&p, &g, &m, &v, 1, &a);
     ck_assert_double_eq_tol(m, 0.05, 1e-7);
     ck_assert_double_eq_tol(v, 0.0125, 1e-7);
     ck_assert_double_eq_tol(p, 0.89, 1e-6);
     /* m = 0.02, v = 0.015, m^ = 0.02/0.19, v^ = 0.015/0.0975. */
     g = -0.25f;
-    cz_adamw_step(&h, 2, &p, &g, &m, &v, 1);
+    cz__adamw_args_make(&a, &h, 2);
+    cz__cpu_adamw(&p, &g, &m, &v, 1, &a);
     ck_assert_double_eq_tol(m, 0.02, 1e-7);
     ck_assert_double_eq_tol(v, 0.015, 1e-7);
     ck_assert_double_eq_tol(p, 0.8542630578558273, 1e-6);
@@ -379,31 +388,31 @@ START_TEST(momentum_and_update)
 {
     cz_muon_hparams h = hp("jordan", 5);
     float g[2] = {1.0f, -2.0f}, buf[2] = {0.5f, 0.0f}, in[2];
-    cz_muon_momentum(&h, g, buf, in, 2);
+    cz__cpu_momentum(g, buf, in, 2, h.momentum, h.nesterov);
     ck_assert_float_eq_tol(buf[0], 1.475f, 1e-6f); /* 0.95*0.5 + 1 */
     ck_assert_float_eq_tol(in[0], 1.475f, 1e-6f);
     h.nesterov = 1;
-    cz_muon_momentum(&h, g, buf, in, 2);
+    cz__cpu_momentum(g, buf, in, 2, h.momentum, h.nesterov);
     /* buf = 0.95*1.475 + 1 = 2.40125; in = 1 + 0.95*2.40125 = 3.2811875 */
     ck_assert_float_eq_tol(buf[0], 2.40125f, 1e-5f);
     ck_assert_float_eq_tol(in[0], 3.2811875f, 1e-5f);
     float p[1] = {2.0f}, u[1] = {0.5f};
-    cz_apply_update(p, u, 1, 0.1f, 0.5f); /* 2*(1 - 0.05) - 0.05 */
+    cz__cpu_apply_update(p, u, 1, 0.1f, 0.5f); /* 2*(1 - 0.05) - 0.05 */
     ck_assert_float_eq_tol(p[0], 1.85f, 1e-6f);
 }
 END_TEST
 
 START_TEST(coeff_names)
 {
-    ck_assert_ptr_nonnull(cz_ns_coeffs_find("jordan"));
-    ck_assert_double_eq(cz_ns_coeffs_find("cubic")->a, 1.5);
-    ck_assert_ptr_null(cz_ns_coeffs_find("nope"));
+    ck_assert_ptr_nonnull(cz__ns_coeffs_find("jordan"));
+    ck_assert_double_eq(cz__ns_coeffs_find("cubic")->a, 1.5);
+    ck_assert_ptr_null(cz__ns_coeffs_find("nope"));
     cz_exec_config cfg;
     cz_exec_config_init(&cfg);
     cfg.ns_coeffs = "nope";
     cz_muon_hparams h;
     cz_error err;
-    ck_assert_int_eq(cz_muon_hparams_from_config(&h, &cfg, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz__muon_hparams_from_config(&h, &cfg, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "known: jordan, cubic"));
 }
 END_TEST

@@ -4,7 +4,9 @@
  * only the model can tell (a matrix turned elementwise, blocks reordered or dropped, tp_dim
  * changed) passes the structural check and is refused by the content hash. Also: validate and
  * the executor on int64 values whose sums and products overflow (run under UBSan in CI). */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 
 #include <check.h>
 #include <jansson.h>

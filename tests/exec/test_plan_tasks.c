@@ -2,10 +2,13 @@
  * `canzona plan --split-blocks --coop 2` builds it passes; edits that make a task inconsistent
  * (a width that does not divide the slots, a misaligned first slot, a block out of range, a
  * cooperative whole multi-block matrix, a block twice or missing, a block task under another
- * optimizer) are refused by cz_exec_plan_check, and by cz_executor_create before anything is
+ * optimizer) are refused by cz__exec_plan_check, and by cz_executor_create before anything is
  * allocated, with a message naming the task. The cooperative parts of a task are its region
  * sliced along the long side. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "shard.h"
 #include "ns_workload.h"
 
 #include <check.h>
@@ -61,12 +64,12 @@ static void find_task(int width, int block_min, cz_plan_group **g, int *t)
     ck_abort_msg("no task of width %d and block >= %d in the plan", width, block_min);
 }
 
-/* cz_exec_plan_check refuses with code rc and a message holding want (and, through
+/* cz__exec_plan_check refuses with code rc and a message holding want (and, through
  * cz_executor_create_from_plan, so does the executor). */
 static void refused(int rc, const char *want)
 {
     cz_error err;
-    int got = cz_exec_plan_check(plan, &err);
+    int got = cz__exec_plan_check(plan, &err);
     ck_assert_msg(got == rc, "expected code %d, got %d (%s)", rc, got, got ? err.message : "");
     ck_assert_msg(strstr(err.message, want), "'%s' not in: %s", want, err.message);
     cz_exec_config cfg;
@@ -82,13 +85,13 @@ START_TEST(built_plan_passes)
 {
     build(1, 2, CZ_OPTIM_MUON);
     cz_error err;
-    ck_assert_msg(cz_exec_plan_check(plan, &err) == 0, "%s", err.message);
+    ck_assert_msg(cz__exec_plan_check(plan, &err) == 0, "%s", err.message);
     cz_plan_group *g;
     int t;
     find_task(2, 0, &g, &t);
     /* Its two parts: the block's region sliced along its long side, each on its own slot. */
     cz_exec_part parts[4];
-    ck_assert_int_eq(cz_exec_task_parts(plan, g, t, parts, 4), 2);
+    ck_assert_int_eq(cz__task_parts(plan, g, t, parts, 4), 2);
     const cz_exec_part *a = &parts[0], *b = &parts[1];
     ck_assert_int_eq(a->slot, g->task_slot[t]);
     ck_assert_int_eq(b->slot, g->task_slot[t] + 1);
@@ -187,10 +190,10 @@ static void workload_totals(int *blocks, double *flops)
     for (int t = 0; t < plan->tp; t++) {
         cz_ns_workload w;
         cz_error err;
-        ck_assert_msg(cz_ns_workload_make(&w, plan, 0, t, 5, 2.0, &err) == 0, "%s", err.message);
+        ck_assert_msg(cz__ns_workload_make(&w, plan, 0, t, 5, 2.0, &err) == 0, "%s", err.message);
         *blocks += w.nblocks;
         *flops += w.flops;
-        cz_ns_workload_free(&w);
+        cz__ns_workload_free(&w);
     }
 }
 

@@ -1,7 +1,13 @@
 /* The executor on a plan made by the planner and read back from a file (dp = tp = 1, the
  * "self" communicator): real bucket layout with padding, every parameter bound by name, two
  * steps equal to the optimizer math on whole tensors. */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "adamw.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "muon.h"
 #include "exec_fixture.h"
 
 #include <check.h>
@@ -70,23 +76,26 @@ START_TEST(planned_steps)
                       "%s", err.message);
     }
     cz_compute cpu;
-    cz_compute_open(&cpu, "cpu", NULL);
+    cz__compute_open(&cpu, "cpu", NULL);
     for (int step = 1; step <= 2; step++) {
         for (size_t i = 0; i < np; i++) {
             const cz_plan_param *q = &plan->params[i];
             for (int64_t k = 0; k < q->numel; k++)
                 g[i][k] = fx_val((uint64_t)step << 40 | (i * 1000003 + (uint64_t)k));
             if (q->def.kind == CZ_KIND_ELEMENTWISE) {
-                cz_adamw_step(&ex->adamw, step, want[i], g[i], s1[i], s2[i], q->numel);
+                cz_adamw_args aa;
+                cz__adamw_args_make(&aa, cz__adamw_hparams_of(&ex->elem_opt), step);
+                cz__cpu_adamw(want[i], g[i], s1[i], s2[i], q->numel, &aa);
             } else {
                 float *in = malloc((size_t)q->numel * sizeof(float));
                 float *u = malloc((size_t)q->numel * sizeof(float));
-                cz_muon_momentum(&ex->muon, g[i], s1[i], in, q->numel);
+                const cz_muon_hparams *mh = cz__muon_hparams_of(&ex->matrix_opt);
+                cz__cpu_momentum(g[i], s1[i], in, q->numel, mh->momentum, mh->nesterov);
                 const cz_plan_param *ps[1] = {q};
                 const float *ins[1] = {in};
                 float *outs[1] = {u};
-                ck_assert_int_eq(cz_muon_orthogonalize(&cpu, &ex->muon, ps, ins, outs, 1, NULL), 0);
-                cz_apply_update(want[i], u, q->numel, ex->muon.lr, ex->muon.weight_decay);
+                ck_assert_int_eq(cz__muon_orthogonalize(&cpu, mh, ps, ins, outs, 1, NULL), 0);
+                cz__cpu_apply_update(want[i], u, q->numel, mh->lr, mh->weight_decay);
                 free(in);
                 free(u);
             }

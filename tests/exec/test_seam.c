@@ -1,6 +1,10 @@
 /* The backend seam on its own: the compute table's version, kind and capabilities, its events,
  * and the one-process data plane (grouped send/receive, split, segments). */
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "comm_self.h"
+#include "compute.h"
+#include "cz_format.h"
 
 #include <check.h>
 #include <math.h>
@@ -9,7 +13,7 @@
 START_TEST(compute_table)
 {
     cz_compute c;
-    ck_assert_int_eq(cz_compute_open(&c, "cpu", NULL), 0);
+    ck_assert_int_eq(cz__compute_open(&c, "cpu", NULL), 0);
     ck_assert_int_eq(c.ops->version, CZ_COMPUTE_OPS_VERSION);
     ck_assert_int_eq(c.ops->kind, CZ_BACKEND_CPU);
     ck_assert(c.ops->caps & CZ_COMPUTE_CAP_HOST_MEMORY);
@@ -35,16 +39,16 @@ START_TEST(compute_table)
     c.ops->sumsq(&c, x, 3, s);
     ck_assert(!(*s < INFINITY));
     c.ops->release(&c, s);
-    cz_compute_close(&c);
+    cz__compute_close(&c);
 }
 END_TEST
 
 START_TEST(self_plane)
 {
     cz_compute c;
-    ck_assert_int_eq(cz_compute_open(&c, "cpu", NULL), 0);
+    ck_assert_int_eq(cz__compute_open(&c, "cpu", NULL), 0);
     cz_plane w, sub;
-    ck_assert_int_eq(cz_plane_self_open(&w, NULL), 0);
+    ck_assert_int_eq(cz__plane_self_open(&w, NULL), 0);
     w.compute = &c;
     ck_assert_int_eq(w.ops->version, CZ_DATA_PLANE_VERSION);
     ck_assert_int_eq(w.ops->kind, CZ_COMM_SELF);
@@ -74,9 +78,9 @@ START_TEST(self_plane)
     ck_assert_float_eq(b[3], 4.0f);
     sub.ops->req_free(&sub, q);
     c.ops->event_free(&c, e);
-    cz_plane_close(&sub);
-    cz_plane_close(&w);
-    cz_compute_close(&c);
+    cz__plane_close(&sub);
+    cz__plane_close(&w);
+    cz__compute_close(&c);
 }
 END_TEST
 

@@ -10,7 +10,11 @@
  * above SOAP's max_precond_dim (only its rows are rotated), a two-block matrix, and, under
  * Shampoo with 32-wide tiles, a 16 x 40 matrix cut into 16 x 32 and 16 x 8 tiles. */
 #include "exec_fixture.h"
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 #include "linalg_plan.h"
 
 #include <check.h>
@@ -37,27 +41,27 @@ static int check_n(int64_t n, cz_error *err)
         return CZ_OK;
     if (!unsized_calls++)
         first_unsized = n;
-    return cz_error_set(err, CZ_EINTERNAL,
-                        "solver called for n = %lld, which linalg_work never sized", (long long)n);
+    return cz__error_set(err, CZ_EINTERNAL,
+                         "solver called for n = %lld, which linalg_work never sized", (long long)n);
 }
 
 static int t_linalg_work(cz_compute *c, int64_t n, int64_t vn, cz_linalg_work *out, cz_error *err)
 {
     if (!was_sized(n) && nsized < MAXN)
         sized[nsized++] = n;
-    return cz_compute_cpu_ops.linalg_work(c, n, vn, out, err);
+    return cz__compute_cpu_ops.linalg_work(c, n, vn, out, err);
 }
 
 static int t_syevd(cz_compute *c, float *a, float *w, int64_t n, float *work, cz_error *err)
 {
     int rc = check_n(n, err);
-    return rc ? rc : cz_compute_cpu_ops.syevd(c, a, w, n, work, err);
+    return rc ? rc : cz__compute_cpu_ops.syevd(c, a, w, n, work, err);
 }
 
 static int t_qr(cz_compute *c, float *a, int64_t n, float *work, cz_error *err)
 {
     int rc = check_n(n, err);
-    return rc ? rc : cz_compute_cpu_ops.qr(c, a, n, work, err);
+    return rc ? rc : cz__compute_cpu_ops.qr(c, a, n, work, err);
 }
 
 static void t_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,
@@ -65,20 +69,20 @@ static void t_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v
 {
     cz_error e;
     if (!check_n(n, &e))
-        cz_compute_cpu_ops.basis_sort(c, q, mq, n, v, rows, cols, side, work);
+        cz__compute_cpu_ops.basis_sort(c, q, mq, n, v, rows, cols, side, work);
 }
 
 static cz_compute_ops exact;
 
 static void setup(void)
 {
-    exact = cz_compute_cpu_ops;
+    exact = cz__compute_cpu_ops;
     exact.name = "cpu-exact-sizes";
     exact.linalg_work = t_linalg_work;
     exact.syevd = t_syevd;
     exact.qr = t_qr;
     exact.basis_sort = t_basis_sort;
-    ck_assert_int_eq(cz_compute_register(&exact), 0);
+    ck_assert_int_eq(cz__compute_register(&exact), 0);
     nsized = unsized_calls = solver_calls = 0;
 }
 
@@ -148,14 +152,14 @@ END_TEST
 START_TEST(factored_sides_rule)
 {
     int64_t s[2];
-    ck_assert_int_eq(cz_la_factored_sides(16, 40, 32, s), 1);
+    ck_assert_int_eq(cz__la_factored_sides(16, 40, 32, s), 1);
     ck_assert_int_eq(s[0], 16);
-    ck_assert_int_eq(cz_la_factored_sides(40, 16, 32, s), 1);
+    ck_assert_int_eq(cz__la_factored_sides(40, 16, 32, s), 1);
     ck_assert_int_eq(s[0], 16);
-    ck_assert_int_eq(cz_la_factored_sides(16, 8, 32, s), 2);
+    ck_assert_int_eq(cz__la_factored_sides(16, 8, 32, s), 2);
     ck_assert(s[0] == 16 && s[1] == 8);
-    ck_assert_int_eq(cz_la_factored_sides(12, 12, 32, s), 1); /* one size, asked once */
-    ck_assert_int_eq(cz_la_factored_sides(64, 40, 32, s), 0);
+    ck_assert_int_eq(cz__la_factored_sides(12, 12, 32, s), 1); /* one size, asked once */
+    ck_assert_int_eq(cz__la_factored_sides(64, 40, 32, s), 0);
 }
 END_TEST
 
@@ -164,7 +168,7 @@ int main(void)
     Suite *s = suite_create("solver_sizes");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, factored_sides_rule);
-    if (cz_compute_cpu_ops.syevd) { /* LAPACKE: SOAP and Shampoo run on the cpu backend */
+    if (cz__compute_cpu_ops.syevd) { /* LAPACKE: SOAP and Shampoo run on the cpu backend */
         tcase_add_test(tc, soap_sizes_every_side);
         tcase_add_test(tc, shampoo_sizes_every_tile_side);
     }

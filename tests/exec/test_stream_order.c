@@ -21,7 +21,13 @@
  * bound buffers must come after step_begin (compute ops by position, data-plane ops by their
  * wait) and before step_end (data-plane ops joined by then). */
 #include "exec_fixture.h"
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "comm.h"
+#include "compute.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "ns_coeffs.h"
 
 #include <check.h>
 #include <stdint.h>
@@ -151,8 +157,8 @@ static void t_convert(cz_compute *c, void *dst, cz_dtype dt, const void *src, cz
                       int64_t n)
 {
     rec *o = cop("convert");
-    add(o, dst, (size_t)n * (size_t)cz_dtype_bytes(dt), 1);
-    add(o, src, (size_t)n * (size_t)cz_dtype_bytes(st), 0);
+    add(o, dst, (size_t)n * (size_t)cz__dtype_bytes(dt), 1);
+    add(o, src, (size_t)n * (size_t)cz__dtype_bytes(st), 0);
     cpu->convert(c, dst, dt, src, st, n);
 }
 
@@ -262,7 +268,7 @@ static int t_reduce_scatter(cz_plane *p, const void *send, void *recv, const siz
 {
     (void)after; /* subsumed: a blocking-form op waits for every compute op issued */
     rec *o = mop("reduce_scatter", nc);
-    size_t es = (size_t)cz_dtype_bytes(t);
+    size_t es = (size_t)cz__dtype_bytes(t);
     add(o, send, sum(counts, p->size) * es, 0);
     add(o, recv, counts[p->rank] * es, 1);
     mfence = nm;
@@ -274,7 +280,7 @@ static int t_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtype t
 {
     (void)after;
     rec *o = mop("all_gather", nc);
-    add(o, buf, sum(counts, p->size) * (size_t)cz_dtype_bytes(t), 1);
+    add(o, buf, sum(counts, p->size) * (size_t)cz__dtype_bytes(t), 1);
     mfence = nm;
     return self->all_gather(p, buf, counts, t, NULL, err);
 }
@@ -283,7 +289,7 @@ static int t_iall_gather(cz_plane *p, const void *send, size_t count, void *recv
                          cz_event *after, cz_comm_req *req, cz_error *err)
 {
     rec *o = mop("iall_gather", after_pos(after));
-    size_t es = (size_t)cz_dtype_bytes(t);
+    size_t es = (size_t)cz__dtype_bytes(t);
     add(o, send, count * es, 0);
     add(o, recv, (size_t)p->size * count * es, 1);
     *slot((const void **)rkeys, rpos, &nrk, req) = nm;
@@ -300,13 +306,13 @@ static int t_group_start(cz_plane *p, cz_comm_req *req, cz_event *after, cz_erro
 static void t_send(cz_plane *p, cz_comm_req *req, const void *buf, size_t count, cz_dtype t,
                    int peer)
 {
-    add(open_grp, buf, count * (size_t)cz_dtype_bytes(t), 0);
+    add(open_grp, buf, count * (size_t)cz__dtype_bytes(t), 0);
     self->send(p, req, buf, count, t, peer);
 }
 
 static void t_recv(cz_plane *p, cz_comm_req *req, void *buf, size_t count, cz_dtype t, int peer)
 {
-    add(open_grp, buf, count * (size_t)cz_dtype_bytes(t), 1);
+    add(open_grp, buf, count * (size_t)cz__dtype_bytes(t), 1);
     self->recv(p, req, buf, count, t, peer);
 }
 
@@ -461,7 +467,7 @@ static int run_steps(cz_dtype dt)
     cz_executor *ex = NULL;
     cz_error err;
     ck_assert_msg(cz_executor_create_from_plan(&ex, pl, &cfg, &err) == 0, "%s", err.message);
-    size_t n = cz_executor_buffer_numel(ex), es = (size_t)cz_dtype_bytes(dt);
+    size_t n = cz_executor_buffer_numel(ex), es = (size_t)cz__dtype_bytes(dt);
     void *P = calloc(n, es), *G = calloc(n, es);
     ck_assert_int_eq(cz_executor_bind_typed(ex, P, G, n, dt, &err), 0);
     /* The wrappers go in after create: the index maps were made by the cpu backend. */
@@ -485,7 +491,7 @@ static int run_steps(cz_dtype dt)
         for (size_t i = 0; i < n; i++) {
             float g = 0.01f * fx_val(977u * (uint64_t)s + i);
             if (dt == CZ_DTYPE_BF16)
-                ((uint16_t *)G)[i] = cz_bf16_from_f32(g);
+                ((uint16_t *)G)[i] = cz__bf16_from_f32(g);
             else
                 ((float *)G)[i] = g;
         }
@@ -525,7 +531,7 @@ static int t_reduce_scatter_after_only(cz_plane *p, const void *send, void *recv
                                        cz_error *err)
 {
     rec *o = mop("reduce_scatter", after_pos(after));
-    size_t es = (size_t)cz_dtype_bytes(t);
+    size_t es = (size_t)cz__dtype_bytes(t);
     add(o, send, sum(counts, p->size) * es, 0);
     add(o, recv, counts[p->rank] * es, 1);
     mfence = nm;

@@ -17,7 +17,12 @@
  *                             backend's general form: relative error <= 1e-4.
  */
 #include "exec_fixture.h"
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "compute_cpu.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "ns_coeffs.h"
 #include "gpu_util.h"
 #include "ns_plan.h"
 
@@ -59,7 +64,7 @@ static void grads_of_step(int s, float *G, void *hg, size_t n, cz_dtype dt)
     for (size_t i = 0; i < n; i++) {
         G[i] = 0.01f * fx_val(1000003u * (uint64_t)s + i);
         if (dt == CZ_DTYPE_BF16)
-            ((uint16_t *)hg)[i] = cz_bf16_from_f32(G[i]);
+            ((uint16_t *)hg)[i] = cz__bf16_from_f32(G[i]);
         else
             ((float *)hg)[i] = G[i];
     }
@@ -103,7 +108,7 @@ static int run(const cz_plan *pl, const run_opts *o, float *P, size_t n)
         rc = fail("the job's device buffers", &err);
     for (size_t i = 0; !rc && i < n; i++) {
         if (o->dtype == CZ_DTYPE_BF16)
-            ((uint16_t *)hp)[i] = cz_bf16_from_f32(P[i]);
+            ((uint16_t *)hp)[i] = cz__bf16_from_f32(P[i]);
         else
             ((float *)hp)[i] = P[i];
     }
@@ -123,7 +128,8 @@ static int run(const cz_plan *pl, const run_opts *o, float *P, size_t n)
     if (!rc && cuda && gpu->copy(hp, j.params, n * es, &err))
         rc = fail("download", &err);
     for (size_t i = 0; !rc && i < n; i++)
-        P[i] = o->dtype == CZ_DTYPE_BF16 ? cz_f32_from_bf16(((uint16_t *)hp)[i]) : ((float *)hp)[i];
+        P[i] =
+            o->dtype == CZ_DTYPE_BF16 ? cz__f32_from_bf16(((uint16_t *)hp)[i]) : ((float *)hp)[i];
     cz_executor_free(ex);
     if (cuda) {
         gpu_job_free(&j);
@@ -185,7 +191,7 @@ static int compare(const char *comm)
         og.backend = "cuda";
         og.comm = comm;
         for (size_t i = 0; i < n; i++)
-            S[i] = Pc[i] = Pg[i] = d ? cz_f32_from_bf16(cz_bf16_from_f32(P0[i])) : P0[i];
+            S[i] = Pc[i] = Pg[i] = d ? cz__f32_from_bf16(cz__bf16_from_f32(P0[i])) : P0[i];
         rc = run(pl, &oc, Pc, n);
         if (!rc)
             rc = run(pl, &og, Pg, n);
@@ -246,16 +252,16 @@ static int order(const char *comm)
 
 /* One shape: batch matrices of r x c, 5 iterations, on the cuda backend (managed memory, so the
  * host fills and reads it after an event sync) with the symmetric form forced, against
- * cz_cpu_ns's general form. */
+ * cz__cpu_ns's general form. */
 static int ns_sym_case(int64_t r, int64_t c, int batch, const char *coeffs)
 {
-    const cz_ns_coeffs *k = cz_ns_coeffs_find(coeffs);
+    const cz_ns_coeffs *k = cz__ns_coeffs_find(coeffs);
     cz_cuda_options o = {.managed = 1, .ns_precision = CZ_NS_FP32, .ns_sym = CZ_NS_SYM_ON};
     cz_compute g;
     cz_error err;
-    if (cz_compute_open_cuda(&g, &o, &err))
+    if (cz__compute_open_cuda(&g, &o, &err))
         return fail("opening the cuda backend", &err);
-    size_t nx = (size_t)(batch * r * c), nw = (size_t)cz_ns_work_floats(r, c, batch);
+    size_t nx = (size_t)(batch * r * c), nw = (size_t)cz__ns_work_floats(r, c, batch);
     float *xg = g.ops->alloc(&g, nx * sizeof(float)), *wg = g.ops->alloc(&g, nw * sizeof(float));
     float *xc = malloc(nx * sizeof(float)), *wc = malloc(nw * sizeof(float));
     cz_event *ev = g.ops->event_create(&g);
@@ -269,8 +275,8 @@ static int ns_sym_case(int64_t r, int64_t c, int batch, const char *coeffs)
         if (g.ops->event_sync(&g, ev, &err))
             rc = fail("waiting for the cuda backend", &err);
     }
-    if (!rc && cz_cpu_ns(xc, batch, r, c, k, 5, wc, 0, &err))
-        rc = fail("cz_cpu_ns", &err);
+    if (!rc && cz__cpu_ns(xc, batch, r, c, k, 5, wc, 0, &err))
+        rc = fail("cz__cpu_ns", &err);
     if (!rc) {
         double num = 0, den = 0;
         for (size_t i = 0; i < nx; i++) {
@@ -291,7 +297,7 @@ static int ns_sym_case(int64_t r, int64_t c, int batch, const char *coeffs)
         g.ops->release(&g, wg);
     free(xc);
     free(wc);
-    cz_compute_close(&g);
+    cz__compute_close(&g);
     return rc;
 }
 

@@ -20,7 +20,10 @@
  * 6.3e-6 at 1e-2 (Shampoo 5.7e-6); so 1e-2 leaves the 1e-4 limit a margin of 16 for device
  * rounding. */
 #include "exec_fixture.h"
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "executor_impl.h"
 #include "gpu_util.h"
 
 #include <math.h>
@@ -163,9 +166,9 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "harness";
     cz_compute probe;
-    if (cz_compute_open(&probe, "cpu", NULL) == 0) {
-        bool ok = cz_compute_has_linalg(&probe, NULL);
-        cz_compute_close(&probe);
+    if (cz__compute_open(&probe, "cpu", NULL) == 0) {
+        bool ok = cz__compute_has_linalg(&probe, NULL);
+        cz__compute_close(&probe);
         if (!ok) {
             printf("SKIPPED: the cpu backend of this build has no LAPACKE (the reference side)\n");
             return SKIP;

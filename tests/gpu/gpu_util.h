@@ -3,6 +3,7 @@
 #ifndef CZ_GPU_UTIL_H
 #define CZ_GPU_UTIL_H
 
+#include "comm_mpi.h"
 #include "gpu_plugin.h"
 
 #include <stdio.h>
@@ -21,7 +22,7 @@ static inline const cz_gpu_api *gpu_or_skip(void)
     const cz_gpu_api *gpu = NULL;
     cz_error err;
     char why[512];
-    if (cz_gpu_load(&gpu, &err)) {
+    if (cz__gpu_load(&gpu, &err)) {
         printf("SKIPPED: %s\n", err.message);
         return NULL;
     }
@@ -67,7 +68,7 @@ static inline int gpu_with_comm(int argc, char **argv, const cz_gpu_api *gpu,
     (void)argc;
 #endif
     char why[512];
-    if (strcmp(argv[2], "nccl") == 0 && !cz_comm_mpi_available()) {
+    if (strcmp(argv[2], "nccl") == 0 && !cz__comm_mpi_available()) {
         printf("SKIPPED: comm nccl needs MPI, and this build has none\n");
         rc = SKIP;
     } else if (strcmp(argv[2], "nccl") == 0 && !gpu->nccl_available(why, sizeof why)) {

@@ -69,7 +69,7 @@ static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *di
     tile tiles[256];
     int nt = 0, rc = 1;
     cz_block blocks[CZ_MAX_BLOCKS];
-    int nb = cz_param_blocks(p, blocks, CZ_MAX_BLOCKS);
+    int nb = cz__param_blocks(p, blocks, CZ_MAX_BLOCKS);
     for (int b = 0; b < nb; b++)
         for (int64_t i = 0; i < blocks[b].rows; i += max_dim)
             for (int64_t j = 0; j < blocks[b].cols; j += max_dim) {

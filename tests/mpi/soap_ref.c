@@ -115,7 +115,7 @@ static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *di
     double *w = malloc((size_t)mn * sizeof *w), *g = malloc((size_t)mn * sizeof *g);
     cz_block blocks[CZ_MAX_BLOCKS];
     blk bl[CZ_MAX_BLOCKS];
-    int nb = cz_param_blocks(p, blocks, CZ_MAX_BLOCKS);
+    int nb = cz__param_blocks(p, blocks, CZ_MAX_BLOCKS);
     for (int b = 0; b < nb; b++) {
         blk *k = &bl[b];
         int64_t r = blocks[b].rows, c = blocks[b].cols;

@@ -187,9 +187,9 @@ END_TEST
 
 START_TEST(dtype_bytes)
 {
-    ck_assert_int_eq(cz_dtype_bytes(CZ_DTYPE_BF16), 2);
-    ck_assert_int_eq(cz_dtype_bytes(CZ_DTYPE_FP16), 2);
-    ck_assert_int_eq(cz_dtype_bytes(CZ_DTYPE_FP32), 4);
+    ck_assert_int_eq(cz__dtype_bytes(CZ_DTYPE_BF16), 2);
+    ck_assert_int_eq(cz__dtype_bytes(CZ_DTYPE_FP16), 2);
+    ck_assert_int_eq(cz__dtype_bytes(CZ_DTYPE_FP32), 4);
 }
 END_TEST
 

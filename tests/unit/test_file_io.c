@@ -47,7 +47,7 @@ static char *get(const char *path)
     char *buf = NULL;
     size_t len = 0;
     cz_error err;
-    ck_assert_int_eq(cz_file_read_all(path, 1 << 20, &buf, &len, &err), CZ_OK);
+    ck_assert_int_eq(cz__file_read_all(path, 1 << 20, &buf, &len, &err), CZ_OK);
     ck_assert_uint_eq(strlen(buf), len);
     return buf;
 }
@@ -60,13 +60,13 @@ START_TEST(regular_file_over_cap_refused_before_reading)
     char *buf = (char *)1;
     size_t len = 7;
     cz_error err;
-    ck_assert_int_eq(cz_file_read_all(p, 10, &buf, &len, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz__file_read_all(p, 10, &buf, &len, &err), CZ_EINVALID);
     ck_assert_msg(strstr(err.message, "is 16 bytes; files larger than 10 bytes are refused"), "%s",
                   err.message);
     ck_assert_ptr_null(buf);
     ck_assert_uint_eq(len, 0);
     /* At the cap exactly it is read, NUL-terminated. */
-    ck_assert_int_eq(cz_file_read_all(p, 16, &buf, &len, &err), CZ_OK);
+    ck_assert_int_eq(cz__file_read_all(p, 16, &buf, &len, &err), CZ_OK);
     ck_assert_uint_eq(len, 16);
     ck_assert_str_eq(buf, "0123456789abcdef");
     free(buf);
@@ -89,11 +89,11 @@ START_TEST(pipe_read_up_to_cap)
         size_t len = 0;
         cz_error err;
         if (round == 0) {
-            ck_assert_int_eq(cz_file_read_all(path, 10, &buf, &len, &err), CZ_EINVALID);
+            ck_assert_int_eq(cz__file_read_all(path, 10, &buf, &len, &err), CZ_EINVALID);
             ck_assert_msg(strstr(err.message, "more than 10 bytes"), "%s", err.message);
             ck_assert_ptr_null(buf);
         } else {
-            ck_assert_int_eq(cz_file_read_all(path, 100, &buf, &len, &err), CZ_OK);
+            ck_assert_int_eq(cz__file_read_all(path, 100, &buf, &len, &err), CZ_OK);
             ck_assert_uint_eq(len, 100);
             ck_assert_str_eq(buf, text);
             free(buf);
@@ -108,10 +108,10 @@ START_TEST(devices_and_folders_refused_as_input)
     char *buf = NULL;
     size_t len = 0;
     cz_error err;
-    ck_assert_int_eq(cz_file_read_all("/dev/zero", 1 << 30, &buf, &len, &err), CZ_EIO);
+    ck_assert_int_eq(cz__file_read_all("/dev/zero", 1 << 30, &buf, &len, &err), CZ_EIO);
     ck_assert_msg(strstr(err.message, "/dev/zero: is a character device, not a regular file"), "%s",
                   err.message);
-    ck_assert_int_eq(cz_file_read_all(dir, 1 << 30, &buf, &len, &err), CZ_EIO);
+    ck_assert_int_eq(cz__file_read_all(dir, 1 << 30, &buf, &len, &err), CZ_EIO);
     ck_assert_msg(strstr(err.message, "is a folder"), "%s", err.message);
     ck_assert_ptr_null(buf);
 }
@@ -126,7 +126,7 @@ START_TEST(regular_file_replaced_whole_mode_kept)
     struct stat before, after;
     ck_assert_int_eq(stat(p, &before), 0);
     cz_error err;
-    ck_assert_int_eq(cz_file_write(p, "new", 3, &err), CZ_OK);
+    ck_assert_int_eq(cz__file_write(p, "new", 3, &err), CZ_OK);
     ck_assert_int_eq(stat(p, &after), 0);
     char *text = get(p);
     ck_assert_str_eq(text, "new");
@@ -147,7 +147,7 @@ START_TEST(symlink_followed_into_another_folder)
     in_dir(link, sizeof link, "link.json");
     ck_assert_int_eq(symlink("sub/target.json", link), 0);
     cz_error err;
-    ck_assert_int_eq(cz_file_write(link, "new", 3, &err), CZ_OK);
+    ck_assert_int_eq(cz__file_write(link, "new", 3, &err), CZ_OK);
     struct stat st;
     ck_assert_int_eq(lstat(link, &st), 0);
     ck_assert(S_ISLNK(st.st_mode));
@@ -160,7 +160,7 @@ START_TEST(symlink_followed_into_another_folder)
     in_dir(b, sizeof b, "b");
     ck_assert_int_eq(symlink("b", a), 0);
     ck_assert_int_eq(symlink("a", b), 0);
-    ck_assert_int_eq(cz_file_write(a, "x", 1, &err), CZ_EIO);
+    ck_assert_int_eq(cz__file_write(a, "x", 1, &err), CZ_EIO);
     ck_assert_msg(strstr(err.message, "too many levels of symbolic links"), "%s", err.message);
 }
 END_TEST
@@ -183,7 +183,7 @@ START_TEST(fifo_written_in_place)
     }
     close(fds[1]);
     cz_error err;
-    ck_assert_int_eq(cz_file_write(p, "through", 7, &err), CZ_OK);
+    ck_assert_int_eq(cz__file_write(p, "through", 7, &err), CZ_OK);
     int status = 0;
     ck_assert_int_eq(waitpid(child, &status, 0), child);
     ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -204,12 +204,12 @@ START_TEST(read_only_and_folder_refused)
     put(p, "keep");
     ck_assert_int_eq(chmod(p, 0444), 0);
     cz_error err;
-    ck_assert_int_eq(cz_file_write(p, "new", 3, &err), CZ_EIO);
+    ck_assert_int_eq(cz__file_write(p, "new", 3, &err), CZ_EIO);
     ck_assert_msg(strstr(err.message, "is read-only"), "%s", err.message);
     char *text = get(p);
     ck_assert_str_eq(text, "keep");
     free(text);
-    ck_assert_int_eq(cz_file_write(dir, "new", 3, &err), CZ_EIO);
+    ck_assert_int_eq(cz__file_write(dir, "new", 3, &err), CZ_EIO);
     ck_assert_msg(strstr(err.message, "is a folder"), "%s", err.message);
     /* Only ro.json is there: no temporary file was left behind. */
     char cmd[160];

@@ -399,7 +399,7 @@ START_TEST(split_buffer_order)
     expect_on(p, "bucket.buffer", path);
     cz_plan_checks c = {0};
     c.out = json_array();
-    cz_plan_check_structure(&c, p);
+    cz__plan_check_structure(&c, p);
     char *text = json_dumps(c.out, JSON_COMPACT);
     ck_assert_msg(json_array_size(c.out) == 1 &&
                       strstr(text, "follows a matrix-buffer bucket of stage 0"),

@@ -2,7 +2,18 @@
 #ifndef CZ_BENCH_H
 #define CZ_BENCH_H
 
-#include "exec_internal.h"
+#include "canzona_exec.h"
+#include "cz_format.h"
+#include "adamw.h"
+#include "alloc.h"
+#include "clock.h"
+#include "comm.h"
+#include "compute.h"
+#include "compute_cpu.h"
+#include "executor_impl.h"
+#include "muon.h"
+#include "ns_coeffs.h"
+#include "shard.h"
 
 #include <jansson.h>
 #include <stdint.h>

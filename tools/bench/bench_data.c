@@ -25,7 +25,7 @@ void cz_bench_fill_shard(const cz_plan_param *p, int tp, int r, uint64_t seed, i
 {
     int64_t cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
     int64_t lo[CZ_MAX_BLOCKS], hi[CZ_MAX_BLOCKS];
-    int n = cz_shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS);
+    int n = cz__shard_ranges(p, tp, r, lo, hi, CZ_MAX_BLOCKS);
     /* Local row/column -> full row/column along the TP dimension; the local extent follows
      * from the ranges (tp may be 1 to generate a whole tensor). */
     int64_t extent = 0;

@@ -13,7 +13,7 @@ int bench_gpu_select(cz_error *err)
 {
     MPI_Comm node;
     int local = 0, count = 0;
-    int rc = cz_gpu_load(&gpu, err);
+    int rc = cz__gpu_load(&gpu, err);
     if (rc)
         return rc;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
@@ -21,7 +21,7 @@ int bench_gpu_select(cz_error *err)
     MPI_Comm_free(&node);
     rc = gpu->device_count(&count, err);
     if (!rc && count < 1)
-        rc = cz_error_set(err, CZ_EUNSUPPORTED, "--backend cuda: no CUDA device");
+        rc = cz__error_set(err, CZ_EUNSUPPORTED, "--backend cuda: no CUDA device");
     return rc ? rc : gpu->set_device(local % count, err);
 }
 

@@ -80,14 +80,14 @@ static void stalled(const cz_error *err)
     signal(SIGTERM, SIG_DFL); /* the report says it all; MPI_Abort's SIGTERM needs no line */
     fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err->message);
     fflush(stderr);
-    cz_mpi_watch_settle();
+    cz__mpi_watch_settle();
     MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
 /* After a call of the executor that failed: a stall there ends the job the same way. */
 static void stop_if_stalled(int rc, const cz_error *err)
 {
-    if (rc && cz_mpi_watch_broken())
+    if (rc && cz__mpi_watch_broken())
         stalled(err);
 }
 
@@ -95,7 +95,7 @@ static void stop_if_stalled(int rc, const cz_error *err)
 static void bench_wait(MPI_Request *r, MPI_Comm comm, const char *what)
 {
     cz_error err;
-    if (cz_mpi_wait(g_chan, r, 1, comm, NULL, g_timeout, what, &err))
+    if (cz__mpi_wait(g_chan, r, 1, comm, NULL, g_timeout, what, &err))
         stalled(&err);
 }
 
@@ -636,27 +636,27 @@ static int check_param(const cz_plan_param *p, const cz_param_def *d, size_t i, 
 {
     if (strcmp(p->def.name, d->name) != 0 || p->def.ndim != d->ndim ||
         p->def.shape[0] != d->shape[0] || p->def.shape[1] != d->shape[1])
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "plan param %zu is '%s' [%lld, %lld] but the model has '%s' "
-                            "[%lld, %lld]",
-                            i, p->def.name, (long long)p->def.shape[0], (long long)p->def.shape[1],
-                            d->name, (long long)d->shape[0], (long long)d->shape[1]);
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "plan param %zu is '%s' [%lld, %lld] but the model has '%s' "
+                             "[%lld, %lld]",
+                             i, p->def.name, (long long)p->def.shape[0], (long long)p->def.shape[1],
+                             d->name, (long long)d->shape[0], (long long)d->shape[1]);
     if (p->def.tp_dim != d->tp_dim)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "$.params[%zu].tp_dim: '%s' has tp_dim %d in the plan but %d in the "
-                            "model",
-                            i, d->name, p->def.tp_dim, d->tp_dim);
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "$.params[%zu].tp_dim: '%s' has tp_dim %d in the plan but %d in the "
+                             "model",
+                             i, d->name, p->def.tp_dim, d->tp_dim);
     if (p->def.kind != d->kind)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "$.params[%zu].optimizer: '%s' is %s in the plan but %s in the model",
-                            i, d->name, cz__kind_name(p->def.kind), cz__kind_name(d->kind));
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "$.params[%zu].optimizer: '%s' is %s in the plan but %s in the model",
+                             i, d->name, cz__kind_name(p->def.kind), cz__kind_name(d->kind));
     bool same =
         p->def.nblocks == d->nblocks && (d->nblocks == 0 || p->def.block_dim == d->block_dim);
     for (int b = 0; same && b < d->nblocks; b++)
         same = p->def.block_sizes && d->block_sizes && p->def.block_sizes[b] == d->block_sizes[b];
     if (!same) {
         char pb[160], mb[160];
-        return cz_error_set(
+        return cz__error_set(
             err, CZ_EMISMATCH,
             "$.params[%zu].blocks: '%s' has blocks %s in the plan but %s in the model", i, d->name,
             blocks_text(pb, sizeof pb, p->def.nblocks, p->def.block_dim, p->def.block_sizes),
@@ -672,21 +672,21 @@ static int check_param(const cz_plan_param *p, const cz_param_def *d, size_t i, 
 static int check_model(const cz_plan *plan, const cz_model *model, cz_error *err)
 {
     if (plan->nparams != model->nparams)
-        return cz_error_set(err, CZ_EMISMATCH, "plan has %zu params, model '%s' has %zu",
-                            plan->nparams, model->name, model->nparams);
+        return cz__error_set(err, CZ_EMISMATCH, "plan has %zu params, model '%s' has %zu",
+                             plan->nparams, model->name, model->nparams);
     for (size_t i = 0; i < plan->nparams; i++) {
         int rc = check_param(&plan->params[i], &model->params[i], i, err);
         if (rc)
             return rc;
     }
     if (plan->dtype != model->dtype)
-        return cz_error_set(err, CZ_EMISMATCH, "the plan's dtype is %s but the model's is %s",
-                            cz_dtype_name(plan->dtype), cz_dtype_name(model->dtype));
+        return cz__error_set(err, CZ_EMISMATCH, "the plan's dtype is %s but the model's is %s",
+                             cz_dtype_name(plan->dtype), cz_dtype_name(model->dtype));
     if (plan->model_sha256 && strcmp(plan->model_sha256, model->sha256) != 0)
-        return cz_error_set(err, CZ_EMISMATCH,
-                            "the plan was made for a model with sha256 %.12s..., %s has %.12s...",
-                            plan->model_sha256, model->source ? model->source : "--model",
-                            model->sha256);
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "the plan was made for a model with sha256 %.12s..., %s has %.12s...",
+                             plan->model_sha256, model->source ? model->source : "--model",
+                             model->sha256);
     return CZ_OK;
 }
 
@@ -697,7 +697,7 @@ static int64_t full_numel(const cz_plan_param *p)
 
 static int64_t param_offset(const cz_plan *plan, const cz_plan_param *p)
 {
-    return plan->buckets[cz_exec_bucket_index(plan, p->bucket)].offset + p->offset;
+    return plan->buckets[cz__bucket_index(plan, p->bucket)].offset + p->offset;
 }
 
 /* Initial full tensor of a parameter: from --init-dir or generated. */
@@ -714,7 +714,7 @@ static int initial_full(const bench_opts *o, const cz_plan_param *p, float **out
     }
     *out = malloc((size_t)full_numel(p) * sizeof(float));
     if (!*out)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->def.name);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->def.name);
     cz_bench_fill_shard(p, 1, 0, o->seed, 0, 0, 0, CZ_BENCH_PARAM_SCALE, *out);
     return CZ_OK;
 }
@@ -733,7 +733,7 @@ static int fill_params(const bench_opts *o, const cz_plan *plan, int tp_rank, fl
         int rc = initial_full(o, p, &full, err);
         if (rc)
             return rc;
-        cz_shard_pack(p, plan->tp, tp_rank, full, dst);
+        cz__shard_pack(p, plan->tp, tp_rank, full, dst);
         free(full);
     }
     return CZ_OK;
@@ -745,7 +745,7 @@ static int make_dirs(const char *dir, cz_error *err)
     char path[4096];
     size_t n = strlen(dir);
     if (n == 0 || n >= sizeof path)
-        return cz_error_set(err, CZ_EINVALID, "directory name '%s' is empty or too long", dir);
+        return cz__error_set(err, CZ_EINVALID, "directory name '%s' is empty or too long", dir);
     memcpy(path, dir, n + 1);
     for (size_t i = 1; i <= n; i++) {
         if (path[i] != '/' && path[i] != '\0')
@@ -754,10 +754,10 @@ static int make_dirs(const char *dir, cz_error *err)
         path[i] = '\0';
         struct stat st;
         if (mkdir(path, 0777) != 0 && errno != EEXIST)
-            return cz_error_set(err, CZ_EIO, "%s: cannot create directory: %s", path,
-                                strerror(errno));
+            return cz__error_set(err, CZ_EIO, "%s: cannot create directory: %s", path,
+                                 strerror(errno));
         if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-            return cz_error_set(err, CZ_EIO, "%s: exists and is not a directory", path);
+            return cz__error_set(err, CZ_EIO, "%s: exists and is not a directory", path);
         path[i] = c;
     }
     return CZ_OK;
@@ -771,7 +771,7 @@ static int grad_path(const char *dir, int64_t step, int dp, const char *name, ch
     char sub[4200];
     int n = snprintf(sub, sizeof sub, "%s/step%lld/dp%d", dir, (long long)step, dp);
     if (n < 0 || (size_t)n >= sizeof sub)
-        return cz_error_set(err, CZ_EINVALID, "gradient folder name '%s' is too long", dir);
+        return cz__error_set(err, CZ_EINVALID, "gradient folder name '%s' is too long", dir);
     return cz_npy_param_path(sub, name, out, err);
 }
 
@@ -806,7 +806,7 @@ static int dump_grads(const bench_opts *o, const cz_plan *plan, int total, cz_er
     float *buf = malloc((size_t)maxn * sizeof(float));
     char dir[4200];
     if (!buf)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory");
     for (int s = 0; s < total && !rc; s++)
         for (int d = 0; d < plan->dp && !rc; d++) {
             snprintf(dir, sizeof dir, "%s/step%d/dp%d", o->dump_grads, s, d);
@@ -841,9 +841,9 @@ static int fill_grads(const bench_opts *o, const cz_plan *plan, int dp_rank, int
         }
         float *full = malloc((size_t)full_numel(p) * sizeof(float));
         rc = full ? full_grad(o, p, step, dp_rank, full, err)
-                  : cz_error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->def.name);
+                  : cz__error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->def.name);
         if (!rc)
-            cz_shard_pack(p, plan->tp, tp_rank, full, dst);
+            cz__shard_pack(p, plan->tp, tp_rank, full, dst);
         free(full);
     }
     return rc;
@@ -865,7 +865,7 @@ static int gather_full(const cz_plan *plan, MPI_Comm row, int dp_rank, const flo
         if (rank == 0) {
             full[i] = malloc((size_t)full_numel(p) * sizeof(float));
             if (!all || !full[i])
-                rc = cz_error_set(err, CZ_ENOMEM, "out of memory gathering '%s'", p->def.name);
+                rc = cz__error_set(err, CZ_ENOMEM, "out of memory gathering '%s'", p->def.name);
         }
         MPI_Request r;
         MPI_Igather(P + param_offset(plan, p), (int)p->numel, MPI_FLOAT, all, (int)p->numel,
@@ -876,7 +876,7 @@ static int gather_full(const cz_plan *plan, MPI_Comm row, int dp_rank, const flo
                 memcpy(full[i], all, (size_t)p->numel * sizeof(float));
             else
                 for (int r = 0; r < tp; r++)
-                    cz_shard_unpack(p, tp, r, all + (size_t)r * (size_t)p->numel, full[i]);
+                    cz__shard_unpack(p, tp, r, all + (size_t)r * (size_t)p->numel, full[i]);
         }
         free(all);
     }
@@ -918,21 +918,21 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
         if (full_numel(&plan->params[i]) > maxn)
             maxn = full_numel(&plan->params[i]);
     float *g = malloc((size_t)maxn * sizeof(float)), *tmp = malloc((size_t)maxn * sizeof(float));
-    rc = cz_compute_open(&cpu, "cpu", err);
+    rc = cz__compute_open(&cpu, "cpu", err);
     /* The reference here is Muon's; a Shampoo run is checked against the independent
      * reference of tests/mpi (shampoo_ref) on its --dump-dir output. */
     if (!rc && plan->settings.optimizer != CZ_OPTIM_MUON)
-        rc = cz_error_set(err, CZ_EUNSUPPORTED,
-                          "--verify recomputes Muon plans only; this plan's optimizer is '%s' "
-                          "(compare --dump-dir output with an independent reference instead)",
-                          cz_optimizer_name(plan->settings.optimizer));
+        rc = cz__error_set(err, CZ_EUNSUPPORTED,
+                           "--verify recomputes Muon plans only; this plan's optimizer is '%s' "
+                           "(compare --dump-dir output with an independent reference instead)",
+                           cz_optimizer_name(plan->settings.optimizer));
     if (!rc)
-        rc = cz_muon_hparams_from_config(&mh, cfg, err);
+        rc = cz__muon_hparams_from_config(&mh, cfg, err);
     if (!rc && (!norms || !g || !tmp))
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory verifying");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory verifying");
     if (rc)
         goto out;
-    cz_adamw_hparams_from_config(&ah, cfg);
+    cz__adamw_hparams_from_config(&ah, cfg);
     printf("verify: %d steps on whole tensors, tolerance %g (max|a-b| / max|b|)\n", total_steps,
            o->tolerance);
     /* First pass: every step's global gradient norm (summed per parameter in double). */
@@ -962,7 +962,7 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
         if (!rc)
             rc = initial_full(o, p, &w0, err);
         if (!rc && (!s1 || !s2))
-            rc = cz_error_set(err, CZ_ENOMEM, "out of memory verifying '%s'", p->def.name);
+            rc = cz__error_set(err, CZ_ENOMEM, "out of memory verifying '%s'", p->def.name);
         for (int64_t s = 0; s < total_steps && !rc; s++) {
             rc = avg_grad(o, plan, p, s, g, tmp, err);
             if (rc)
@@ -974,14 +974,16 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
                     g[k] = g[k] * f;
             }
             if (p->def.kind == CZ_KIND_ELEMENTWISE) {
-                cz_adamw_step(&ah, s + 1, w, g, s1, s2, n);
+                cz_adamw_args aa;
+                cz__adamw_args_make(&aa, &ah, s + 1);
+                cz__cpu_adamw(w, g, s1, s2, n, &aa);
             } else {
-                cz_muon_momentum(&mh, g, s1, g, n);
+                cz__cpu_momentum(g, s1, g, n, mh.momentum, mh.nesterov);
                 const cz_plan_param *ps[1] = {p};
                 const float *in[1] = {g};
                 float *outp[1] = {tmp};
-                rc = cz_muon_orthogonalize(&cpu, &mh, ps, in, outp, 1, err);
-                cz_apply_update(w, tmp, n, mh.lr, mh.weight_decay);
+                rc = cz__muon_orthogonalize(&cpu, &mh, ps, in, outp, 1, err);
+                cz__cpu_apply_update(w, tmp, n, mh.lr, mh.weight_decay);
             }
         }
         if (!rc) {
@@ -1016,14 +1018,14 @@ static int reference_compare(const bench_opts *o, const cz_plan *plan, const cz_
         free(w), free(w0), free(s1), free(s2);
     }
     if (!rc && failures)
-        rc = cz_error_set(err, CZ_EMISMATCH,
-                          "%d value(s) differ from the reference by more "
-                          "than %g",
-                          failures, o->tolerance);
+        rc = cz__error_set(err, CZ_EMISMATCH,
+                           "%d value(s) differ from the reference by more "
+                           "than %g",
+                           failures, o->tolerance);
     if (!rc)
         printf("verify: OK (largest update rel.err %.3e)\n", *worst_update);
 out:
-    cz_compute_close(&cpu);
+    cz__compute_close(&cpu);
     free(norms), free(g), free(tmp);
     return rc;
 }
@@ -1044,17 +1046,17 @@ static int check_replicas(const float *P, size_t n, int tp_rank, int dp_rank, cz
     bench_allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, col, "canzona-bench's replica check");
     MPI_Comm_free(&col);
     if (lo != hi)
-        return cz_error_set(err, CZ_EINTERNAL,
-                            "the DP replicas of TP rank %d hold different parameters after the "
-                            "all-gather",
-                            tp_rank);
+        return cz__error_set(err, CZ_EINTERNAL,
+                             "the DP replicas of TP rank %d hold different parameters after the "
+                             "all-gather",
+                             tp_rank);
     return CZ_OK;
 }
 
 static void to_bf16(uint16_t *dst, const float *src, size_t n)
 {
     for (size_t k = 0; k < n; k++)
-        dst[k] = cz_bf16_from_f32(src[k]);
+        dst[k] = cz__bf16_from_f32(src[k]);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -1132,9 +1134,9 @@ int main(int argc, char **argv)
     if (g_term_len >= sizeof g_term_msg)
         g_term_len = sizeof g_term_msg - 1;
     signal(SIGTERM, on_term);
-    g_timeout = cz_exec_mpi_timeout(NULL, getenv("CZ_MPI_TIMEOUT_S"));
-    cz_mpi_watch_phase("canzona-bench, starting", -1);
-    if (cz_mpi_chan_open(&g_chan, MPI_COMM_WORLD, g_timeout, &err))
+    g_timeout = cz__comm_mpi_timeout(NULL, getenv("CZ_MPI_TIMEOUT_S"));
+    cz__mpi_watch_phase("canzona-bench, starting", -1);
+    if (cz__mpi_chan_open(&g_chan, MPI_COMM_WORLD, g_timeout, &err))
         stalled(&err);
     char opt_msg[sizeof err.message] = "";
     int prc = parse(argc, argv, &o, opt_msg, sizeof opt_msg);
@@ -1231,7 +1233,7 @@ int main(int argc, char **argv)
         if (!Pb || !Gb)
             P = NULL;
     }
-    rc = (P && G) ? CZ_OK : cz_error_set(&err, CZ_ENOMEM, "out of memory for %zu elements", n);
+    rc = (P && G) ? CZ_OK : cz__error_set(&err, CZ_ENOMEM, "out of memory for %zu elements", n);
     if (!rc)
         rc = fill_params(&o, plan, tp_rank, P, &err);
     /* With --backend cuda the bound buffers are device copies of P/Pb and G/Gb. */
@@ -1271,11 +1273,11 @@ int main(int argc, char **argv)
     uint64_t allocs_after_first = 0, dev_after_first = 0;
     for (int s = 0; s < total; s++) {
         if (s == 1) {
-            allocs_after_first = cz_exec_alloc_count();
+            allocs_after_first = cz__exec_alloc_count();
             dev_after_first = bench_gpu_alloc_count();
         }
         g_step_now = s + 1;
-        cz_mpi_watch_phase("canzona-bench, reading the step's gradients", s + 1);
+        cz__mpi_watch_phase("canzona-bench, reading the step's gradients", s + 1);
         rc = fill_grads(&o, plan, dp_rank, tp_rank, s, G, &err);
         if (any_failed(rc, &err, "reading the gradients"))
             goto done;
@@ -1293,7 +1295,7 @@ int main(int argc, char **argv)
         if (cuda && any_failed(bench_gpu_copy(gpu.grads, hostG, bytes, 1, &err), &err,
                                "uploading the gradients"))
             goto done;
-        cz_mpi_watch_phase("canzona-bench, before the step", s + 1);
+        cz__mpi_watch_phase("canzona-bench, before the step", s + 1);
         bench_barrier(MPI_COMM_WORLD, "canzona-bench's barrier before a step");
         rc = cz_executor_step(ex, &err);
         stop_if_stalled(rc, &err);
@@ -1308,7 +1310,7 @@ int main(int argc, char **argv)
         cz_executor_timings(ex, &t);
         double v[5] = {t.reduce_scatter, t.elementwise, t.matrix, t.all_gather, t.total}, mx[5];
         /* A step lasts as long as its slowest rank. */
-        cz_mpi_watch_phase("canzona-bench, timing the step", s + 1);
+        cz__mpi_watch_phase("canzona-bench, timing the step", s + 1);
         bench_allreduce(v, mx, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD,
                         "canzona-bench's step timings");
         for (int k = 0; k < 5; k++)
@@ -1319,10 +1321,10 @@ int main(int argc, char **argv)
         goto done;
     if (bf16)
         for (size_t k = 0; k < n; k++)
-            P[k] = cz_f32_from_bf16(Pb[k]);
+            P[k] = cz__f32_from_bf16(Pb[k]);
     /* Steps after the first must allocate nothing (every executor allocation is counted). */
-    uint64_t step_allocs = total > 1 ? cz_exec_alloc_count() - allocs_after_first : 0, max_allocs;
-    cz_mpi_watch_phase("canzona-bench, after the steps", -1);
+    uint64_t step_allocs = total > 1 ? cz__exec_alloc_count() - allocs_after_first : 0, max_allocs;
+    cz__mpi_watch_phase("canzona-bench, after the steps", -1);
     bench_allreduce(&step_allocs, &max_allocs, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD,
                     "canzona-bench's allocation count");
     /* And no device allocation (cudaMalloc and kin, counted by the GPU plugin). */
@@ -1371,7 +1373,7 @@ int main(int argc, char **argv)
         bench_split(MPI_COMM_WORLD, dp_rank, tp_rank, &row, "canzona-bench's parameter gather");
         full = calloc(plan->nparams ? plan->nparams : 1, sizeof *full);
         rc = full ? gather_full(plan, row, dp_rank, P, full, &err)
-                  : cz_error_set(&err, CZ_ENOMEM, "out of memory");
+                  : cz__error_set(&err, CZ_ENOMEM, "out of memory");
         if (!rc && g_rank == 0 && o.dump_dir) {
             rc = make_dirs(o.dump_dir, &err);
             for (size_t i = 0; i < plan->nparams && !rc; i++) {
@@ -1414,7 +1416,7 @@ done:
     free(G);
     free(Pb);
     free(Gb);
-    cz_mpi_chan_close(g_chan);
+    cz__mpi_chan_close(g_chan);
     MPI_Finalize();
     return status;
 }

@@ -75,7 +75,7 @@ static int gemm_entry(const cz_gpu_api *g, const cal_opts *o, int64_t m, int64_t
                           (json_int_t)n, "k", (json_int_t)k, "batch", batch, "dtype",
                           bf16 ? "bf16" : "fp32", "seconds", s, "tflops", tf);
     if (!e || json_array_append_new(arr, e))
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the calibration");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the calibration");
     return CZ_OK;
 }
 
@@ -108,19 +108,19 @@ static int gemm_grid(const cz_gpu_api *g, const cal_opts *o, json_t *arr, cz_err
 static int ns_seconds(cz_compute *c, float *x, float *work, cz_event *ev, int64_t rows,
                       int64_t cols, int steps, int reps, double *sec, cz_error *err)
 {
-    const cz_ns_coeffs *k = cz_ns_coeffs_find("jordan");
+    const cz_ns_coeffs *k = cz__ns_coeffs_find("jordan");
     double v[64];
     int rc = c->ops->ns_batched(c, x, 1, rows, cols, k, steps, work, err);
     for (int r = 0; r < reps && !rc; r++) {
         c->ops->event_record(c, ev);
         rc = c->ops->event_sync(c, ev, err);
-        double t0 = cz_exec_now();
+        double t0 = cz__exec_now();
         for (int i = 0; i < 20 && !rc; i++)
             rc = c->ops->ns_batched(c, x, 1, rows, cols, k, steps, work, err);
         c->ops->event_record(c, ev);
         if (!rc)
             rc = c->ops->event_sync(c, ev, err);
-        v[r] = (cz_exec_now() - t0) / 20;
+        v[r] = (cz__exec_now() - t0) / 20;
     }
     if (rc)
         return rc;
@@ -141,15 +141,15 @@ static int ns_overhead(const cal_opts *o, int bf16, double *per_iter, cz_error *
 {
     cz_cuda_options co = {.ns_precision = bf16 ? CZ_NS_BF16 : CZ_NS_FP32};
     cz_compute c;
-    int rc = cz_compute_open_cuda(&c, &co, err);
+    int rc = cz__compute_open_cuda(&c, &co, err);
     if (rc)
         return rc;
     float *x = c.ops->alloc(&c, 64 * 64 * sizeof(float));
-    float *work = c.ops->alloc(&c, (size_t)cz_ns_work_floats(64, 64, 1) * sizeof(float));
+    float *work = c.ops->alloc(&c, (size_t)cz__ns_work_floats(64, 64, 1) * sizeof(float));
     cz_event *ev = c.ops->event_create(&c);
     double t5 = 0, t25 = 0;
     if (!x || !work || !ev)
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz calibration");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz calibration");
     if (!rc)
         rc = ns_seconds(&c, x, work, ev, 64, 64, 5, o->reps, &t5, err);
     if (!rc)
@@ -162,7 +162,7 @@ static int ns_overhead(const cal_opts *o, int bf16, double *per_iter, cz_error *
         c.ops->release(&c, x);
     if (work)
         c.ops->release(&c, work);
-    cz_compute_close(&c);
+    cz__compute_close(&c);
     return rc;
 }
 
@@ -184,7 +184,7 @@ static int copies(const cz_gpu_api *g, const cal_opts *o, json_t *arr, cz_error 
                 json_pack("{s:s, s:b, s:I, s:f, s:f}", "direction", h2d ? "h2d" : "d2h", "pinned",
                           pinned, "bytes", (json_int_t)bytes, "seconds", s, "gb_per_s", gbps);
             if (!e || json_array_append_new(arr, e))
-                rc = cz_error_set(err, CZ_ENOMEM, "out of memory for the calibration");
+                rc = cz__error_set(err, CZ_ENOMEM, "out of memory for the calibration");
         }
     return rc;
 }
@@ -208,9 +208,9 @@ static int calibrate(const cal_opts *o, cz_error *err)
     const cz_gpu_api *g;
     cz_gpu_versions v;
     char why[512];
-    int rc = cz_gpu_load(&g, err);
+    int rc = cz__gpu_load(&g, err);
     if (!rc && !g->device_present(why, sizeof why))
-        rc = cz_error_set(err, CZ_EUNSUPPORTED, "no CUDA device (%s)", why);
+        rc = cz__error_set(err, CZ_EUNSUPPORTED, "no CUDA device (%s)", why);
     if (!rc)
         rc = g->versions(&v, err);
     if (rc)
@@ -220,7 +220,7 @@ static int calibrate(const cal_opts *o, cz_error *err)
     json_t *root = json_object(), *gemm = json_array(), *copy = json_array();
     double launch = 0, ns32 = 0, ns16 = 0;
     if (!root || !gemm || !copy)
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for the calibration");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory for the calibration");
     if (!rc)
         rc = gemm_grid(g, o, gemm, err);
     if (!rc)

@@ -23,8 +23,8 @@ int cz_bench_coll_main(int argc, char **argv)
     if (!rc)
         rc = cz_cluster_load(&cl, argv[4], &err);
     if (!rc && (cl->dp != plan->dp || cl->tp != plan->tp))
-        rc = cz_error_set(&err, CZ_EMISMATCH, "%s: dp %d, tp %d but the plan has dp %d, tp %d",
-                          argv[4], cl->dp, cl->tp, plan->dp, plan->tp);
+        rc = cz__error_set(&err, CZ_EMISMATCH, "%s: dp %d, tp %d but the plan has dp %d, tp %d",
+                           argv[4], cl->dp, cl->tp, plan->dp, plan->tp);
     if (rc) {
         fprintf(stderr, "canzona-bench coll: %s\n", err.message);
         cz_plan_free(plan);
@@ -37,7 +37,7 @@ int cz_bench_coll_main(int argc, char **argv)
     int np[3];
     double t[3];
     for (int p = 0; p < 3; p++)
-        t[p] = cz_nccl_step_time(plan, (cz_nccl_policy)p, sizeof(float), alpha, bps, &np[p]);
+        t[p] = cz__nccl_step_time(plan, (cz_nccl_policy)p, sizeof(float), alpha, bps, &np[p]);
     printf("canzona-bench coll: %s on %s (DP %d over %s links: %.1f us, %.0f GB/s), %zu buckets\n",
            plan->model_name ? plan->model_name : argv[2], cl->name, plan->dp,
            inter ? "inter-node" : "intra-node", cl->links.latency_us, bps * 1e-9, plan->nbuckets);

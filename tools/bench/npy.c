@@ -35,8 +35,8 @@ int cz_npy_write(const char *path, const float *data, int ndim, int64_t rows, in
      * truncated one, and the message says which file and why. */
     unsigned char *f = malloc(head + pad + bytes);
     if (!f)
-        return cz_error_set(err, CZ_ENOMEM, "%s: out of memory for %zu bytes", path,
-                            head + pad + bytes);
+        return cz__error_set(err, CZ_ENOMEM, "%s: out of memory for %zu bytes", path,
+                             head + pad + bytes);
     static const unsigned char magic[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
     memcpy(f, magic, sizeof magic);
     f[8] = (unsigned char)(hlen & 0xff);
@@ -45,7 +45,7 @@ int cz_npy_write(const char *path, const float *data, int ndim, int64_t rows, in
     memset(f + 10 + n, ' ', pad);
     f[10 + (size_t)n + pad] = '\n';
     memcpy(f + head + pad, data, bytes);
-    int rc = cz_file_write(path, f, head + pad + bytes, err);
+    int rc = cz__file_write(path, f, head + pad + bytes, err);
     free(f);
     return rc;
 }
@@ -56,14 +56,14 @@ int cz_npy_param_path(const char *dir, const char *name, char **out, cz_error *e
     /* ".npy" is appended, so "." and ".." would name files "..npy" and "...npy"; refused all
      * the same: they are no parameter names. */
     if (!name[0] || !strcmp(name, ".") || !strcmp(name, "..") || strchr(name, '/'))
-        return cz_error_set(err, CZ_EINVALID,
-                            "parameter name '%s' cannot be a file name inside %s: it is empty, "
-                            "'.', '..' or holds '/' (rename the parameter in the model)",
-                            name, dir);
+        return cz__error_set(err, CZ_EINVALID,
+                             "parameter name '%s' cannot be a file name inside %s: it is empty, "
+                             "'.', '..' or holds '/' (rename the parameter in the model)",
+                             name, dir);
     size_t n = strlen(dir) + strlen(name) + 6;
     *out = malloc(n);
     if (!*out)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory");
     snprintf(*out, n, "%s/%s.npy", dir, name);
     return CZ_OK;
 }
@@ -179,30 +179,30 @@ static int parse_header(const char *path, const char *text, size_t n, int ndim, 
     int have_descr = 0, have_order = 0, have_shape = 0, fortran = 0, nd = -1;
     int64_t dims[8];
     if (!eat(&c, '{'))
-        return cz_error_set(err, CZ_EPARSE, "%s: header is not a Python dict literal", path);
+        return cz__error_set(err, CZ_EPARSE, "%s: header is not a Python dict literal", path);
     while (!eat(&c, '}')) {
         if (!read_str(&c, key, sizeof key) || !eat(&c, ':'))
-            return cz_error_set(err, CZ_EPARSE,
-                                "%s: header dict: expected a quoted key and ':' at byte %zu", path,
-                                c.i);
+            return cz__error_set(err, CZ_EPARSE,
+                                 "%s: header dict: expected a quoted key and ':' at byte %zu", path,
+                                 c.i);
         if (!strcmp(key, "descr") && !have_descr) {
             have_descr = 1;
             if (!read_str(&c, descr, sizeof descr))
-                return cz_error_set(err, CZ_EPARSE, "%s: header 'descr': expected a string", path);
+                return cz__error_set(err, CZ_EPARSE, "%s: header 'descr': expected a string", path);
         } else if (!strcmp(key, "fortran_order") && !have_order) {
             have_order = 1;
             if (!read_word(&c, word, sizeof word) ||
                 (strcmp(word, "True") != 0 && strcmp(word, "False") != 0))
-                return cz_error_set(err, CZ_EPARSE,
-                                    "%s: header 'fortran_order': expected True or False", path);
+                return cz__error_set(err, CZ_EPARSE,
+                                     "%s: header 'fortran_order': expected True or False", path);
             fortran = !strcmp(word, "True");
         } else if (!strcmp(key, "shape") && !have_shape) {
             have_shape = 1;
             if ((nd = read_shape(&c, dims, 8)) < 0)
-                return cz_error_set(err, CZ_EPARSE,
-                                    "%s: header 'shape': expected a tuple of integers", path);
+                return cz__error_set(err, CZ_EPARSE,
+                                     "%s: header 'shape': expected a tuple of integers", path);
         } else {
-            return cz_error_set(
+            return cz__error_set(
                 err, CZ_EPARSE,
                 "%s: header has key '%s' %s; expected exactly 'descr', "
                 "'fortran_order' and 'shape'",
@@ -214,29 +214,29 @@ static int parse_header(const char *path, const char *text, size_t n, int ndim, 
         if (!eat(&c, ',')) {
             if (eat(&c, '}'))
                 break;
-            return cz_error_set(err, CZ_EPARSE, "%s: header dict: expected ',' or '}' at byte %zu",
-                                path, c.i);
+            return cz__error_set(err, CZ_EPARSE, "%s: header dict: expected ',' or '}' at byte %zu",
+                                 path, c.i);
         }
     }
     skip_ws(&c);
     if (c.i != n)
-        return cz_error_set(err, CZ_EPARSE,
-                            "%s: header has bytes after the dict (at byte %zu); expected only "
-                            "spaces and a newline",
-                            path, c.i);
+        return cz__error_set(err, CZ_EPARSE,
+                             "%s: header has bytes after the dict (at byte %zu); expected only "
+                             "spaces and a newline",
+                             path, c.i);
     if (!have_descr || !have_order || !have_shape)
-        return cz_error_set(err, CZ_EPARSE, "%s: header lacks '%s'", path,
-                            !have_descr   ? "descr"
-                            : !have_order ? "fortran_order"
-                                          : "shape");
+        return cz__error_set(err, CZ_EPARSE, "%s: header lacks '%s'", path,
+                             !have_descr   ? "descr"
+                             : !have_order ? "fortran_order"
+                                           : "shape");
     if (strcmp(descr, "<f4") != 0)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: dtype '%s'; expected '<f4' (little-endian float32)", path, descr);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: dtype '%s'; expected '<f4' (little-endian float32)", path, descr);
     if (fortran)
-        return cz_error_set(err, CZ_EINVALID,
-                            "%s: fortran_order is True; expected False (C order; save with "
-                            "numpy.ascontiguousarray)",
-                            path);
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: fortran_order is True; expected False (C order; save with "
+                             "numpy.ascontiguousarray)",
+                             path);
     int64_t want[2] = {rows, cols};
     int ok = nd == ndim && nd <= 8;
     for (int i = 0; ok && i < nd; i++)
@@ -248,8 +248,8 @@ static int parse_header(const char *path, const char *text, size_t n, int ndim, 
         else
             snprintf(found, sizeof found, "with %d dimensions", nd);
         shape_text(expected, sizeof expected, want, ndim);
-        return cz_error_set(err, CZ_EMISMATCH, "%s: header shape %s; expected %s", path, found,
-                            expected);
+        return cz__error_set(err, CZ_EMISMATCH, "%s: header shape %s; expected %s", path, found,
+                             expected);
     }
     return CZ_OK;
 }
@@ -264,43 +264,43 @@ int cz_npy_read(const char *path, int ndim, int64_t rows, int64_t cols, float **
     if (ndim < 1 || ndim > 2 || rows < 0 || cols < 0 ||
         __builtin_mul_overflow(rows, ndim == 1 ? 1 : cols, &count64) ||
         (uint64_t)count64 > SIZE_MAX / sizeof(float))
-        return cz_error_set(err, CZ_EINVALID, "%s: cannot read a %d-D array of %lld x %lld", path,
-                            ndim, (long long)rows, (long long)cols);
+        return cz__error_set(err, CZ_EINVALID, "%s: cannot read a %d-D array of %lld x %lld", path,
+                             ndim, (long long)rows, (long long)cols);
     size_t count = (size_t)count64;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return cz_error_set(err, CZ_EIO, "%s: cannot open: %s", path, strerror(errno));
+        return cz__error_set(err, CZ_EIO, "%s: cannot open: %s", path, strerror(errno));
     unsigned char head[12];
     if (fread(head, 1, 10, f) != 10 || memcmp(head, "\x93NUMPY", 6) != 0) {
-        rc = cz_error_set(err, CZ_EPARSE, "%s: not a .npy file (bad magic)", path);
+        rc = cz__error_set(err, CZ_EPARSE, "%s: not a .npy file (bad magic)", path);
         goto done;
     }
     if (head[6] < 1 || head[6] > 3 || head[7] != 0) {
-        rc = cz_error_set(err, CZ_EUNSUPPORTED,
-                          "%s: .npy format version %d.%d; expected 1.0, 2.0 "
-                          "or 3.0",
-                          path, head[6], head[7]);
+        rc = cz__error_set(err, CZ_EUNSUPPORTED,
+                           "%s: .npy format version %d.%d; expected 1.0, 2.0 "
+                           "or 3.0",
+                           path, head[6], head[7]);
         goto done;
     }
     size_t hlen = (size_t)head[8] | ((size_t)head[9] << 8);
     if (head[6] >= 2) {
         if (fread(head + 10, 1, 2, f) != 2) {
-            rc = cz_error_set(err, CZ_EPARSE, "%s: truncated header", path);
+            rc = cz__error_set(err, CZ_EPARSE, "%s: truncated header", path);
             goto done;
         }
         hlen |= ((size_t)head[10] << 16) | ((size_t)head[11] << 24);
     }
     if (hlen > 1 << 20) {
-        rc = cz_error_set(err, CZ_EPARSE, "%s: header of %zu bytes is too long", path, hlen);
+        rc = cz__error_set(err, CZ_EPARSE, "%s: header of %zu bytes is too long", path, hlen);
         goto done;
     }
     hdr = malloc(hlen + 1);
     if (!hdr) {
-        rc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
+        rc = cz__error_set(err, CZ_ENOMEM, "%s: out of memory", path);
         goto done;
     }
     if (fread(hdr, 1, hlen, f) != hlen) {
-        rc = cz_error_set(err, CZ_EPARSE, "%s: truncated header", path);
+        rc = cz__error_set(err, CZ_EPARSE, "%s: truncated header", path);
         goto done;
     }
     rc = parse_header(path, hdr, hlen, ndim, rows, cols, err);
@@ -308,29 +308,29 @@ int cz_npy_read(const char *path, int ndim, int64_t rows, int64_t cols, float **
         goto done;
     data = malloc((count ? count : 1) * sizeof(float));
     if (!data) {
-        rc = cz_error_set(err, CZ_ENOMEM, "%s: out of memory for %zu values", path, count);
+        rc = cz__error_set(err, CZ_ENOMEM, "%s: out of memory for %zu values", path, count);
         goto done;
     }
     size_t got = fread(data, sizeof(float), count, f);
     if (got != count) {
-        rc = cz_error_set(err, CZ_EPARSE,
-                          "%s: truncated data: expected %zu float32 values, found %zu", path, count,
-                          got);
+        rc = cz__error_set(err, CZ_EPARSE,
+                           "%s: truncated data: expected %zu float32 values, found %zu", path,
+                           count, got);
         goto done;
     }
     if (fgetc(f) != EOF) {
-        rc = cz_error_set(err, CZ_EPARSE,
-                          "%s: trailing bytes after the %zu float32 values the header declares",
-                          path, count);
+        rc = cz__error_set(err, CZ_EPARSE,
+                           "%s: trailing bytes after the %zu float32 values the header declares",
+                           path, count);
         goto done;
     }
     for (size_t i = 0; i < count; i++)
         if (!isfinite(data[i])) {
             size_t c = ndim == 1 ? 1 : (size_t)cols;
-            rc = cz_error_set(err, CZ_EINVALID,
-                              "%s: element %zu (row %zu, column %zu) is %s; initial values must "
-                              "be finite",
-                              path, i, i / c, i % c, isnan(data[i]) ? "NaN" : "infinite");
+            rc = cz__error_set(err, CZ_EINVALID,
+                               "%s: element %zu (row %zu, column %zu) is %s; initial values must "
+                               "be finite",
+                               path, i, i / c, i % c, isnan(data[i]) ? "NaN" : "infinite");
             goto done;
         }
     *out = data;

@@ -161,14 +161,14 @@ static int time_cpu(const cz_ns_workload *w, const cz_ns_coeffs *k, const ns_opt
     double *v = malloc((size_t)o->reps * sizeof(double));
     int rc = CZ_OK, nsym = 0;
     if (!x || !x0 || !work || !t || !v) {
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz buffers");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz buffers");
         goto out;
     }
     int64_t cmax = 1;
     for (int b = 0; b < w->nbatches; b++) {
         cmax = w->batches[b].cols > cmax ? w->batches[b].cols : cmax;
-        nsym += cz_ns_use_syrk(CZ_NS_TARGET_CPU, w->batches[b].rows, w->batches[b].cols,
-                               w->batches[b].count, CZ_NS_FP32);
+        nsym += cz__ns_use_syrk(CZ_NS_TARGET_CPU, w->batches[b].rows, w->batches[b].cols,
+                                w->batches[b].count, CZ_NS_FP32);
     }
     float scale = (float)(0.5 / sqrt((double)cmax));
     for (size_t i = 0; i < nx; i++)
@@ -179,9 +179,9 @@ static int time_cpu(const cz_ns_workload *w, const cz_ns_coeffs *k, const ns_opt
             for (int b = 0; b < w->nbatches && !rc; b++) {
                 const cz_ns_batch *nb = &w->batches[b];
                 memcpy(x, x0, (size_t)(nb->count * nb->rows * nb->cols) * sizeof(float));
-                double t0 = cz_exec_now();
-                rc = cz_cpu_ns(x, nb->count, nb->rows, nb->cols, k, o->steps, work, sym, err);
-                t[((size_t)r * 2 + (size_t)sym) * nb_ + (size_t)b] = cz_exec_now() - t0;
+                double t0 = cz__exec_now();
+                rc = cz__cpu_ns(x, nb->count, nb->rows, nb->cols, k, o->steps, work, sym, err);
+                t[((size_t)r * 2 + (size_t)sym) * nb_ + (size_t)b] = cz__exec_now() - t0;
             }
     if (!rc) {
         /* Per batch, then the whole workload (sum over batches per repetition). */
@@ -203,7 +203,7 @@ static int time_cpu(const cz_ns_workload *w, const cz_ns_coeffs *k, const ns_opt
                    "%s)\n",
                    (long long)nb->rows, (long long)nb->cols, nb->count, 1e3 * med[0], 1e3 * med[1],
                    med[0] / med[1],
-                   cz_ns_use_syrk(CZ_NS_TARGET_CPU, nb->rows, nb->cols, nb->count, CZ_NS_FP32)
+                   cz__ns_use_syrk(CZ_NS_TARGET_CPU, nb->rows, nb->cols, nb->count, CZ_NS_FP32)
                        ? "symmetric"
                        : "general");
         }
@@ -282,12 +282,12 @@ static int time_mode(gpu_ctx *g, const cz_ns_workload *w, const cz_ns_coeffs *k,
     int rc = run_mode(g, w, k, o->steps, mode, err);
     if (!rc)
         rc = drain(g, err);
-    double t0 = cz_exec_now();
+    double t0 = cz__exec_now();
     for (int r = 0; r < o->reps && !rc; r++)
         rc = run_mode(g, w, k, o->steps, mode, err);
     if (!rc)
         rc = drain(g, err);
-    *sec = (cz_exec_now() - t0) / o->reps;
+    *sec = (cz__exec_now() - t0) / o->reps;
     return rc;
 }
 
@@ -296,21 +296,21 @@ static int time_mode(gpu_ctx *g, const cz_ns_workload *w, const cz_ns_coeffs *k,
 static int time_shape(gpu_ctx *g, const cz_ns_batch *nb, int count, const cz_ns_coeffs *k,
                       const ns_opts *o, ns_mode mode, double *sec, cz_error *err)
 {
-    double v[64], t0 = cz_exec_now();
+    double v[64], t0 = cz__exec_now();
     int reps = o->reps < 64 ? o->reps : 64, inner = 1;
     int rc = run_shape(g, nb, count, k, o->steps, mode, err);
     if (!rc)
         rc = drain(g, err);
-    double first = cz_exec_now() - t0;
+    double first = cz__exec_now() - t0;
     if (first < 1e-3)
         inner = (int)(1e-3 / (first > 1e-6 ? first : 1e-6)) + 1;
     for (int r = 0; r < reps && !rc; r++) {
-        t0 = cz_exec_now();
+        t0 = cz__exec_now();
         for (int i = 0; i < inner && !rc; i++)
             rc = run_shape(g, nb, count, k, o->steps, mode, err);
         if (!rc)
             rc = drain(g, err);
-        v[r] = (cz_exec_now() - t0) / inner;
+        v[r] = (cz__exec_now() - t0) / inner;
     }
     if (!rc)
         *sec = median(v, reps);
@@ -323,7 +323,7 @@ static int fill_input(gpu_ctx *g, size_t nx, int64_t cmax, cz_error *err)
 {
     float *host = malloc(nx * sizeof(float));
     if (!host)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz input");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz input");
     float scale = (float)(0.5 / sqrt((double)cmax));
     for (size_t i = 0; i < nx; i++)
         host[i] = cz_bench_value(1, 0, 0, 0, 0, (int64_t)i) * scale;
@@ -337,10 +337,10 @@ static int gpu_buffers(gpu_ctx *g, size_t nx, size_t nwork, int64_t cmax, cz_err
     g->x = g->c.ops->alloc(&g->c, nx * sizeof(float));
     g->work = g->c.ops->alloc(&g->c, (nwork ? nwork : 1) * sizeof(float));
     if (!g->x || !g->work)
-        return cz_error_set(err, CZ_ENOMEM,
-                            "out of device memory for the Newton-Schulz buffers (%zu + %zu "
-                            "floats)",
-                            nx, nwork);
+        return cz__error_set(err, CZ_ENOMEM,
+                             "out of device memory for the Newton-Schulz buffers (%zu + %zu "
+                             "floats)",
+                             nx, nwork);
     return fill_input(g, nx, cmax, err);
 }
 
@@ -397,13 +397,13 @@ static int distinct_shapes(const cz_ns_workload *w, cz_ns_batch *out)
 static int time_one_shape(gpu_ctx *g, const cz_ns_batch *s, const cz_ns_coeffs *k, const ns_opts *o,
                           double peak, json_t *arr, cz_error *err)
 {
-    double per = o->steps * cz_ns_iter_flops(s->rows, s->cols, k->c);
+    double per = o->steps * cz__ns_iter_flops(s->rows, s->cols, k->c);
     int b = (int)(o->max_gflop * 1e9 / per);
     b = b < 1 ? 1 : b > s->count ? s->count : b;
     cz_ns_batch one = *s;
     one.count = b;
     int rc = gpu_buffers(g, (size_t)(b * s->rows * s->cols),
-                         (size_t)cz_ns_work_floats(s->rows, s->cols, b), s->cols, err);
+                         (size_t)cz__ns_work_floats(s->rows, s->cols, b), s->cols, err);
     double tb = 0, ts = 0;
     if (!rc)
         rc = time_shape(g, &one, b, k, o, BATCHED, &tb, err);
@@ -425,7 +425,7 @@ static int time_one_shape(gpu_ctx *g, const cz_ns_batch *s, const cz_ns_coeffs *
     if (e && b > 1)
         json_object_set_new(e, "one_at_a_time_s", json_real(ts));
     if (!e || json_array_append_new(arr, e))
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the JSON report");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the JSON report");
     return CZ_OK;
 }
 
@@ -443,7 +443,7 @@ static int time_per_shape(gpu_ctx *g, const cz_ns_workload *w, const cz_ns_coeff
     cz_ns_batch *shapes = calloc((size_t)(w->nbatches > 0 ? w->nbatches : 1), sizeof *shapes);
     json_t *root = json_object(), *arr = json_array();
     if (!shapes || !root || !arr)
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for the shapes");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory for the shapes");
     int n = rc ? 0 : distinct_shapes(w, shapes);
     for (int i = 0; i < n && !rc; i++)
         rc = time_one_shape(g, &shapes[i], k, o, peak, arr, err);
@@ -468,18 +468,18 @@ static int time_on_gpu(const cz_ns_workload *w, const cz_ns_coeffs *k, const ns_
     gpu_ctx g = {0};
     cz_cuda_options co = {.ns_precision = o->dtype == CZ_DTYPE_BF16 ? CZ_NS_BF16 : CZ_NS_FP32,
                           .ns_sym = o->sym};
-    int rc = cz_gpu_load(&g.gpu, err);
+    int rc = cz__gpu_load(&g.gpu, err);
     if (!rc)
-        rc = cz_compute_open_cuda(&g.c, &co, err);
+        rc = cz__compute_open_cuda(&g.c, &co, err);
     if (rc)
         return rc;
     if (!(g.ev = g.c.ops->event_create(&g.c)))
-        rc = cz_error_set(err, CZ_ENOMEM, "out of memory for an event");
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory for an event");
     if (!rc)
         rc = o->per_shape ? time_per_shape(&g, w, k, o, err) : time_workload(&g, w, k, o, err);
     if (g.ev)
         g.c.ops->event_free(&g.c, g.ev);
-    cz_compute_close(&g.c);
+    cz__compute_close(&g.c);
     return rc;
 }
 
@@ -494,19 +494,19 @@ int cz_bench_ns_main(int argc, char **argv)
     cz_error err;
     cz_plan *plan = NULL;
     cz_ns_workload w = {0};
-    const cz_ns_coeffs *k = cz_ns_coeffs_find(o.coeffs);
+    const cz_ns_coeffs *k = cz__ns_coeffs_find(o.coeffs);
     int rc = k ? CZ_OK
-               : cz_error_set(&err, CZ_EINVALID, "--ns-coeffs '%s': expected %s", o.coeffs,
-                              cz_ns_coeffs_names());
+               : cz__error_set(&err, CZ_EINVALID, "--ns-coeffs '%s': expected %s", o.coeffs,
+                               cz__ns_coeffs_names());
     if (!rc)
         rc = cz_plan_read(&plan, o.plan, &err);
     int dp = 0, tp = 0;
     if (!rc && strcmp(o.gpu, "busiest") == 0)
-        rc = cz_ns_workload_busiest(plan, o.steps, k->c, &dp, &tp, &err);
+        rc = cz__ns_workload_busiest(plan, o.steps, k->c, &dp, &tp, &err);
     else if (!rc && sscanf(o.gpu, "%d,%d", &dp, &tp) != 2)
-        rc = cz_error_set(&err, CZ_EINVALID, "--gpu '%s': expected busiest or DP,TP", o.gpu);
+        rc = cz__error_set(&err, CZ_EINVALID, "--gpu '%s': expected busiest or DP,TP", o.gpu);
     if (!rc)
-        rc = cz_ns_workload_make(&w, plan, dp, tp, o.steps, k->c, &err);
+        rc = cz__ns_workload_make(&w, plan, dp, tp, o.steps, k->c, &err);
     if (!rc) {
         int groups = w.nbatches ? w.batches[w.nbatches - 1].group + 1 : 0;
         printf("canzona-bench ns: %s, GPU (dp %d, tp %d) of dp=%d tp=%d: %d blocks in %d "
@@ -524,7 +524,7 @@ int cz_bench_ns_main(int argc, char **argv)
     }
     if (rc)
         fprintf(stderr, "canzona-bench ns: %s\n", err.message);
-    cz_ns_workload_free(&w);
+    cz__ns_workload_free(&w);
     cz_plan_free(plan);
     return rc ? 1 : 0;
 }

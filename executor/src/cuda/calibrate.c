@@ -3,6 +3,7 @@
  * Every time is the median of `reps` calls timed one by one with CUDA events on a stream of
  * its own, after one warm-up call. Nothing here runs inside a step. */
 #include "compute_cuda.h"
+#include "clock.h"
 
 #include "check.h"
 #include "kernels.h"
@@ -74,19 +75,20 @@ static int fill(void *dst, size_t n, int bf16, cudaStream_t s, cz_error *err)
 {
     float *host = malloc(n * sizeof(float)), *tmp = NULL;
     if (!host)
-        return cz_error_set(err, CZ_ENOMEM, "out of host memory for a calibration operand");
+        return cz__error_set(err, CZ_ENOMEM, "out of host memory for a calibration operand");
     uint64_t x = 0x9E3779B97F4A7C15ull;
     for (size_t i = 0; i < n; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         host[i] = (float)((double)(x >> 11) * 0x1p-52 - 1.0);
     }
-    int rc = bf16 ? CZ_CU(err, cz_cuda_malloc((void **)&tmp, n * sizeof(float), CZ_CUDA_MEM_DEVICE))
-                  : CZ_OK;
+    int rc = bf16
+                 ? CZ_CU(err, cz__cuda_malloc((void **)&tmp, n * sizeof(float), CZ_CUDA_MEM_DEVICE))
+                 : CZ_OK;
     float *f32 = bf16 ? tmp : dst;
     if (!rc)
         rc = CZ_CU(err, cudaMemcpy(f32, host, n * sizeof(float), cudaMemcpyHostToDevice));
     if (!rc && bf16)
-        rc = CZ_CU(err, cz_k_f32_to_bf16(s, dst, f32, (int64_t)n));
+        rc = CZ_CU(err, cz__k_f32_to_bf16(s, dst, f32, (int64_t)n));
     if (!rc)
         rc = CZ_CU(err, cudaStreamSynchronize(s));
     if (tmp)
@@ -108,14 +110,14 @@ static int gemm_once(cublasHandle_t h, int64_t m, int64_t n, int64_t k, int batc
                                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-int cz_cuda_time_gemm(int64_t m, int64_t n, int64_t k, int batch, int bf16, int reps, double *sec,
-                      cz_error *err)
+int cz__cuda_time_gemm(int64_t m, int64_t n, int64_t k, int batch, int bf16, int reps, double *sec,
+                       cz_error *err)
 {
     if (m <= 0 || n <= 0 || k <= 0 || batch <= 0 || m > 65536 || n > 65536 || k > 65536)
-        return cz_error_set(err, CZ_EINVALID,
-                            "time_gemm: %lld x %lld x %lld (batch %d) is out "
-                            "of the measured range",
-                            (long long)m, (long long)n, (long long)k, batch);
+        return cz__error_set(err, CZ_EINVALID,
+                             "time_gemm: %lld x %lld x %lld (batch %d) is out "
+                             "of the measured range",
+                             (long long)m, (long long)n, (long long)k, batch);
     size_t es = bf16 ? 2 : 4, na = (size_t)(m * k) * (size_t)batch;
     size_t nb = (size_t)(k * n) * (size_t)batch, nc = (size_t)(m * n) * (size_t)batch;
     void *a = NULL, *b = NULL;
@@ -124,11 +126,11 @@ int cz_cuda_time_gemm(int64_t m, int64_t n, int64_t k, int batch, int bf16, int 
     timer t;
     int rc = timer_open(&t, reps, err);
     if (!rc)
-        rc = CZ_CU(err, cz_cuda_malloc(&a, na * es, CZ_CUDA_MEM_DEVICE));
+        rc = CZ_CU(err, cz__cuda_malloc(&a, na * es, CZ_CUDA_MEM_DEVICE));
     if (!rc)
-        rc = CZ_CU(err, cz_cuda_malloc(&b, nb * es, CZ_CUDA_MEM_DEVICE));
+        rc = CZ_CU(err, cz__cuda_malloc(&b, nb * es, CZ_CUDA_MEM_DEVICE));
     if (!rc)
-        rc = CZ_CU(err, cz_cuda_malloc((void **)&c, nc * sizeof(float), CZ_CUDA_MEM_DEVICE));
+        rc = CZ_CU(err, cz__cuda_malloc((void **)&c, nc * sizeof(float), CZ_CUDA_MEM_DEVICE));
     if (!rc)
         rc = fill(a, na, bf16, t.stream, err);
     if (!rc)
@@ -163,20 +165,20 @@ int cz_cuda_time_gemm(int64_t m, int64_t n, int64_t k, int batch, int bf16, int 
 
 /* Launches of a one-element kernel back to back: the launch's own cost, which every small op
  * of a step pays (the median over reps of the time of 100 launches, divided by 100). */
-int cz_cuda_time_launch(int reps, double *sec, cz_error *err)
+int cz__cuda_time_launch(int reps, double *sec, cz_error *err)
 {
     enum { PER = 100 };
     float *x = NULL;
     timer t;
     int rc = timer_open(&t, reps, err);
     if (!rc)
-        rc = CZ_CU(err, cz_cuda_malloc((void **)&x, sizeof(float), CZ_CUDA_MEM_DEVICE));
+        rc = CZ_CU(err, cz__cuda_malloc((void **)&x, sizeof(float), CZ_CUDA_MEM_DEVICE));
     for (int i = 0; !rc && i < PER; i++)
-        rc = CZ_CU(err, cz_k_scale(t.stream, x, x, 1, 1.0f));
+        rc = CZ_CU(err, cz__k_scale(t.stream, x, x, 1, 1.0f));
     for (int r = 0; !rc && r < t.n; r++) {
         rc = CZ_CU(err, cudaEventRecord(t.ev[r], t.stream));
         for (int i = 0; !rc && i < PER; i++)
-            rc = CZ_CU(err, cz_k_scale(t.stream, x, x, 1, 1.0f));
+            rc = CZ_CU(err, cz__k_scale(t.stream, x, x, 1, 1.0f));
     }
     if (!rc)
         rc = CZ_CU(err, cudaEventRecord(t.ev[t.n], t.stream));
@@ -200,9 +202,9 @@ static int time_pageable(void *dst, const void *src, size_t bytes, enum cudaMemc
     int n = reps < 1 ? 1 : reps > MAX_REPS ? MAX_REPS : reps;
     int rc = CZ_CU(err, cudaMemcpy(dst, src, bytes, kind));
     for (int i = 0; !rc && i < n; i++) {
-        double t0 = cz_exec_now();
+        double t0 = cz__exec_now();
         rc = CZ_CU(err, cudaMemcpy(dst, src, bytes, kind));
-        v[i] = cz_exec_now() - t0;
+        v[i] = cz__exec_now() - t0;
     }
     if (rc)
         return rc;
@@ -231,15 +233,16 @@ static int time_pinned(void *dst, const void *src, size_t bytes, enum cudaMemcpy
     return rc;
 }
 
-int cz_cuda_time_copy(size_t bytes, int to_device, int pinned, int reps, double *sec, cz_error *err)
+int cz__cuda_time_copy(size_t bytes, int to_device, int pinned, int reps, double *sec,
+                       cz_error *err)
 {
     void *dev = NULL, *host = NULL;
     bytes = bytes ? bytes : 1;
-    int rc = CZ_CU(err, cz_cuda_malloc(&dev, bytes, CZ_CUDA_MEM_DEVICE));
+    int rc = CZ_CU(err, cz__cuda_malloc(&dev, bytes, CZ_CUDA_MEM_DEVICE));
     if (!rc && pinned)
-        rc = CZ_CU(err, cz_cuda_malloc(&host, bytes, CZ_CUDA_MEM_MAPPED));
+        rc = CZ_CU(err, cz__cuda_malloc(&host, bytes, CZ_CUDA_MEM_MAPPED));
     else if (!rc && !(host = malloc(bytes)))
-        rc = cz_error_set(err, CZ_ENOMEM, "out of host memory for a copy of %zu bytes", bytes);
+        rc = cz__error_set(err, CZ_ENOMEM, "out of host memory for a copy of %zu bytes", bytes);
     if (!rc)
         memset(host, 1, bytes); /* the pages exist before the copies are timed */
     enum cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;

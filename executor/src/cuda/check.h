@@ -34,16 +34,18 @@ static inline CZ_MUST_USE int cz_cu_rc(int rc)
 #ifndef __CUDACC__
 #include "canzona.h"
 
-CZ_MUST_USE int cz_cuda_status(int rc, const char *call, const char *file, int line, cz_error *err);
-CZ_MUST_USE int cz_cublas_status(int rc, const char *call, const char *file, int line,
-                                 cz_error *err);
-CZ_MUST_USE int cz_nccl_status(int rc, const char *call, const char *file, int line, cz_error *err);
-CZ_MUST_USE int cz_cusolver_status(int rc, const char *call, const char *file, int line,
-                                   cz_error *err);
-#define CZ_CU(err, call) cz_cuda_status((int)(call), #call, __FILE__, __LINE__, (err))
-#define CZ_BLAS(err, call) cz_cublas_status((int)(call), #call, __FILE__, __LINE__, (err))
-#define CZ_NCCL(err, call) cz_nccl_status((int)(call), #call, __FILE__, __LINE__, (err))
-#define CZ_SOLVER(err, call) cz_cusolver_status((int)(call), #call, __FILE__, __LINE__, (err))
+CZ_MUST_USE int cz__cuda_status(int rc, const char *call, const char *file, int line,
+                                cz_error *err);
+CZ_MUST_USE int cz__cublas_status(int rc, const char *call, const char *file, int line,
+                                  cz_error *err);
+CZ_MUST_USE int cz__nccl_status(int rc, const char *call, const char *file, int line,
+                                cz_error *err);
+CZ_MUST_USE int cz__cusolver_status(int rc, const char *call, const char *file, int line,
+                                    cz_error *err);
+#define CZ_CU(err, call) cz__cuda_status((int)(call), #call, __FILE__, __LINE__, (err))
+#define CZ_BLAS(err, call) cz__cublas_status((int)(call), #call, __FILE__, __LINE__, (err))
+#define CZ_NCCL(err, call) cz__nccl_status((int)(call), #call, __FILE__, __LINE__, (err))
+#define CZ_SOLVER(err, call) cz__cusolver_status((int)(call), #call, __FILE__, __LINE__, (err))
 #endif
 
 #endif /* CZ_CUDA_CHECK_H */

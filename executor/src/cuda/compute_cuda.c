@@ -13,6 +13,9 @@
  * All device memory is allocated in alloc, runs_create and at open (the cuBLAS workspace and a
  * one-double scratch for block norms), i.e. at create/bind time; a step allocates nothing. */
 #include "compute_cuda.h"
+#include "cuda_impl.h"
+#include "alloc.h"
+#include "clock.h"
 
 #include "check.h"
 #include "kernels.h"
@@ -31,137 +34,10 @@
 
 _Static_assert(sizeof(cz_copy_run) == 3 * sizeof(int64_t), "runs are passed as int64 triples");
 
-struct cz_event {
-    cudaEvent_t ev;
-    int recorded;
-};
-
-struct cz_runs {
-    int64_t *dev; /* (dst, src, len) triples */
-    int64_t n;
-};
-
-typedef struct cuda_impl {
-    int device;
-    cudaStream_t stream;
-    int own_stream;
-    cublasHandle_t blas;
-    void *blas_ws;
-    double *norm_sq;  /* block_load's sum of squares */
-    cudaEvent_t done; /* download's completion */
-    cudaEvent_t job;  /* step_begin, step_end: the job's default streams against ours */
-    int managed;
-    cz_ns_precision prec;
-    cz_cuda_linalg *la; /* cuSOLVER and the solver-failure flag (compute_cuda_linalg.c) */
-    cz_ns_sym_mode sym; /* the symmetric form: by cz_ns_use_syrk, or forced (canzona-bench) */
-    int sticky;         /* first failure of an op without a status */
-    cz_error sticky_err;
-    struct {
-        cz_cuda_watch_fn fn;
-        void *ctx;
-    } watch[CZ_CUDA_MAX_WATCHERS];
-} cuda_impl;
-
-int cz_cuda_status(int rc, const char *call, const char *file, int line, cz_error *err)
-{
-    if (rc == (int)cudaSuccess)
-        return CZ_OK;
-    return cz_error_set(err, CZ_EIO, "%s:%d: %s failed: %s (%s)", file, line, call,
-                        cudaGetErrorString((cudaError_t)rc), cudaGetErrorName((cudaError_t)rc));
-}
-
-int cz_cublas_status(int rc, const char *call, const char *file, int line, cz_error *err)
-{
-    if (rc == (int)CUBLAS_STATUS_SUCCESS)
-        return CZ_OK;
-    return cz_error_set(err, CZ_EIO, "%s:%d: %s failed: %s", file, line, call,
-                        cublasGetStatusString((cublasStatus_t)rc));
-}
-
-static cuda_impl *impl_of(cz_compute *c)
-{
-    return c->impl;
-}
-
-/* Keeps the first failure of an op that cannot return it. */
-static void note(cz_compute *c, int rc, const cz_error *e)
+int cz__cuda_host_wait(cz_compute *c, void *event, cz_error *err)
 {
     cuda_impl *h = impl_of(c);
-    if (rc && !h->sticky) {
-        h->sticky = rc;
-        h->sticky_err = *e;
-    }
-}
-
-void cz_cuda_note(cz_compute *c, int rc, const cz_error *e)
-{
-    note(c, rc, e);
-}
-
-void *cz_cuda_blas(cz_compute *c)
-{
-    return impl_of(c)->blas;
-}
-
-cz_cuda_linalg *cz_cuda_linalg_of(cz_compute *c)
-{
-    return impl_of(c)->la;
-}
-
-void cz_cuda_note_launch(cz_compute *c, int krc, const char *what)
-{
-    cz_error e;
-    if (krc)
-        note(c,
-             cz_error_set(&e, CZ_EIO, "CUDA kernel %s failed to launch: %s", what,
-                          cz_k_error_string(krc)),
-             &e);
-}
-
-int cz_cuda_take_error(cz_compute *c, cz_error *err)
-{
-    cuda_impl *h = impl_of(c);
-    int rc = h->sticky;
-    if (rc && err)
-        *err = h->sticky_err;
-    h->sticky = 0;
-    return rc;
-}
-
-void *cz_cuda_stream(cz_compute *c)
-{
-    return impl_of(c)->stream;
-}
-
-void *cz_cuda_event(cz_event *e)
-{
-    return e->ev;
-}
-
-int cz_cuda_watch(cz_compute *c, cz_cuda_watch_fn fn, void *ctx)
-{
-    cuda_impl *h = impl_of(c);
-    for (int i = 0; i < CZ_CUDA_MAX_WATCHERS; i++)
-        if (!h->watch[i].fn) {
-            h->watch[i].fn = fn;
-            h->watch[i].ctx = ctx;
-            return CZ_OK;
-        }
-    return CZ_EINVALID;
-}
-
-void cz_cuda_unwatch(cz_compute *c, void *ctx)
-{
-    cuda_impl *h = impl_of(c);
-    for (int i = 0; i < CZ_CUDA_MAX_WATCHERS; i++)
-        if (h->watch[i].ctx == ctx)
-            h->watch[i].fn = NULL, h->watch[i].ctx = NULL;
-}
-
-int cz_cuda_host_wait(cz_compute *c, void *event, cz_error *err)
-{
-    cuda_impl *h = impl_of(c);
-    double t0 = cz_exec_now();
+    double t0 = cz__exec_now();
     for (;;) {
         int q = CZ_CU_RC(cudaEventQuery((cudaEvent_t)event));
         if (q == (int)cudaSuccess)
@@ -170,18 +46,18 @@ int cz_cuda_host_wait(cz_compute *c, void *event, cz_error *err)
             return CZ_CU(err, q);
         for (int i = 0; i < CZ_CUDA_MAX_WATCHERS; i++)
             if (h->watch[i].fn) {
-                int rc = h->watch[i].fn(h->watch[i].ctx, cz_exec_now() - t0, err);
+                int rc = h->watch[i].fn(h->watch[i].ctx, cz__exec_now() - t0, err);
                 if (rc)
                     return rc;
             }
         sched_yield();
     }
     /* The stream has passed the event: a solver failure flagged before it is visible now. */
-    int rc = cz_cuda_take_error(c, err);
-    return rc ? rc : cz_cuda_linalg_take_error(h->la, err);
+    int rc = cz__cuda_take_error(c, err);
+    return rc ? rc : cz__cuda_linalg_take_error(h->la, err);
 }
 
-int cz_cuda_device_present(char *why, size_t len)
+int cz__cuda_device_present(char *why, size_t len)
 {
     int n = 0, driver = 0;
     int rc = CZ_CU_RC(cudaGetDeviceCount(&n));
@@ -205,8 +81,8 @@ static void *cuda_alloc(cz_compute *c, size_t bytes)
     cz_error e;
     if (bytes == 0)
         bytes = 1;
-    int rc =
-        CZ_CU(&e, cz_cuda_malloc(&p, bytes, h->managed ? CZ_CUDA_MEM_MANAGED : CZ_CUDA_MEM_DEVICE));
+    int rc = CZ_CU(
+        &e, cz__cuda_malloc(&p, bytes, h->managed ? CZ_CUDA_MEM_MANAGED : CZ_CUDA_MEM_DEVICE));
     if (rc)
         return NULL; /* the caller reports out of memory */
     /* Zero-filled, and ready before alloc returns (create/bind time, so waiting is fine). */
@@ -214,9 +90,9 @@ static void *cuda_alloc(cz_compute *c, size_t bytes)
     if (!rc)
         rc = CZ_CU(&e, cudaStreamSynchronize(h->stream));
     if (rc) {
-        note(c, rc, &e);
+        cz__cuda_note(c, rc, &e);
         rc = CZ_CU(&e, cudaFree(p));
-        note(c, rc, &e);
+        cz__cuda_note(c, rc, &e);
         return NULL;
     }
     return p;
@@ -225,19 +101,19 @@ static void *cuda_alloc(cz_compute *c, size_t bytes)
 static void cuda_release(cz_compute *c, void *p)
 {
     cz_error e;
-    note(c, CZ_CU(&e, cudaFree(p)), &e);
+    cz__cuda_note(c, CZ_CU(&e, cudaFree(p)), &e);
 }
 
 static cz_event *cuda_event_create(cz_compute *c)
 {
-    cz_event *ev = cz_exec_calloc(1, sizeof *ev);
+    cz_event *ev = cz__exec_calloc(1, sizeof *ev);
     cz_error e;
     if (!ev)
         return NULL;
     int rc = CZ_CU(&e, cudaEventCreateWithFlags(&ev->ev, cudaEventDisableTiming));
     if (rc) {
-        note(c, rc, &e);
-        cz_exec_free(ev);
+        cz__cuda_note(c, rc, &e);
+        cz__exec_free(ev);
         return NULL;
     }
     return ev;
@@ -248,14 +124,14 @@ static void cuda_event_free(cz_compute *c, cz_event *ev)
     cz_error e;
     if (!ev)
         return;
-    note(c, CZ_CU(&e, cudaEventDestroy(ev->ev)), &e);
-    cz_exec_free(ev);
+    cz__cuda_note(c, CZ_CU(&e, cudaEventDestroy(ev->ev)), &e);
+    cz__exec_free(ev);
 }
 
 static void cuda_event_record(cz_compute *c, cz_event *ev)
 {
     cz_error e;
-    note(c, CZ_CU(&e, cudaEventRecord(ev->ev, impl_of(c)->stream)), &e);
+    cz__cuda_note(c, CZ_CU(&e, cudaEventRecord(ev->ev, impl_of(c)->stream)), &e);
     ev->recorded = 1;
 }
 
@@ -264,20 +140,20 @@ static int wait_issued(cz_compute *c, cz_error *err)
 {
     cuda_impl *h = impl_of(c);
     int rc = CZ_CU(err, cudaEventRecord(h->done, h->stream));
-    return rc ? rc : cz_cuda_host_wait(c, h->done, err);
+    return rc ? rc : cz__cuda_host_wait(c, h->done, err);
 }
 
 static int cuda_event_sync(cz_compute *c, cz_event *ev, cz_error *err)
 {
     if (!ev->recorded)
-        return cz_error_set(err, CZ_EINTERNAL, "waiting on a compute event never recorded");
+        return cz__error_set(err, CZ_EINTERNAL, "waiting on a compute event never recorded");
     /* Host-staged (a host-driven plane syncs before touching managed buffers): wait for every
      * op issued so far, not only those before the event. The plane is about to write buffers
      * that ops issued after the event may still read (the reduce-scatter scratch that the
      * previous bucket's scale reads), which an in-order CPU stream never has in flight. */
     if (impl_of(c)->managed)
         return wait_issued(c, err);
-    return cz_cuda_host_wait(c, ev->ev, err);
+    return cz__cuda_host_wait(c, ev->ev, err);
 }
 
 static int cuda_download(cz_compute *c, void *host, const void *src, size_t bytes, cz_error *err)
@@ -285,7 +161,7 @@ static int cuda_download(cz_compute *c, void *host, const void *src, size_t byte
     cuda_impl *h = impl_of(c);
     /* Wait (polling the watchers) before the copy: a copy to pageable host memory blocks the
      * host inside the CUDA call, where a hung collective could not be noticed. */
-    int rc = cz_cuda_take_error(c, err);
+    int rc = cz__cuda_take_error(c, err);
     if (!rc)
         rc = wait_issued(c, err);
     if (!rc)
@@ -296,7 +172,7 @@ static int cuda_download(cz_compute *c, void *host, const void *src, size_t byte
 /* download's inverse, for checkpoints (outside a step). */
 static int cuda_upload(cz_compute *c, void *dst, const void *host, size_t bytes, cz_error *err)
 {
-    int rc = cz_cuda_take_error(c, err);
+    int rc = cz__cuda_take_error(c, err);
     if (!rc)
         rc = wait_issued(c, err);
     if (!rc)
@@ -307,13 +183,13 @@ static int cuda_upload(cz_compute *c, void *dst, const void *host, size_t bytes,
 
 static cz_runs *cuda_runs_create(cz_compute *c, const cz_copy_run *runs, size_t n)
 {
-    cz_runs *r = cz_exec_calloc(1, sizeof *r);
+    cz_runs *r = cz__exec_calloc(1, sizeof *r);
     cz_error e;
     if (!r)
         return NULL;
     r->n = (int64_t)n;
     size_t bytes = (n ? n : 1) * sizeof *runs;
-    int rc = CZ_CU(&e, cz_cuda_malloc((void **)&r->dev, bytes, CZ_CUDA_MEM_DEVICE));
+    int rc = CZ_CU(&e, cz__cuda_malloc((void **)&r->dev, bytes, CZ_CUDA_MEM_DEVICE));
     /* On the backend's stream: a non-blocking stream does not wait for cudaMemcpy's (legacy)
      * one, and the step's kernels read the map there. From pageable memory the copy has
      * taken the host buffer when the call returns, so the caller may free it. */
@@ -321,10 +197,10 @@ static cz_runs *cuda_runs_create(cz_compute *c, const cz_copy_run *runs, size_t 
         rc = CZ_CU(&e, cudaMemcpyAsync(r->dev, runs, n * sizeof *runs, cudaMemcpyHostToDevice,
                                        impl_of(c)->stream));
     if (rc) {
-        note(c, rc, &e);
+        cz__cuda_note(c, rc, &e);
         if (r->dev)
-            note(c, CZ_CU(&e, cudaFree(r->dev)), &e);
-        cz_exec_free(r);
+            cz__cuda_note(c, CZ_CU(&e, cudaFree(r->dev)), &e);
+        cz__exec_free(r);
         return NULL;
     }
     return r;
@@ -335,13 +211,14 @@ static void cuda_runs_free(cz_compute *c, cz_runs *r)
     cz_error e;
     if (!r)
         return;
-    note(c, CZ_CU(&e, cudaFree(r->dev)), &e);
-    cz_exec_free(r);
+    cz__cuda_note(c, CZ_CU(&e, cudaFree(r->dev)), &e);
+    cz__exec_free(r);
 }
 
 static void cuda_copy_runs(cz_compute *c, float *dst, const float *src, const cz_runs *r)
 {
-    cz_cuda_note_launch(c, cz_k_copy_runs(impl_of(c)->stream, dst, src, r->dev, r->n), "copy_runs");
+    cz__cuda_note_launch(c, cz__k_copy_runs(impl_of(c)->stream, dst, src, r->dev, r->n),
+                         "copy_runs");
 }
 
 static void cuda_convert(cz_compute *c, void *dst, cz_dtype dt, const void *src, cz_dtype st,
@@ -351,81 +228,83 @@ static void cuda_convert(cz_compute *c, void *dst, cz_dtype dt, const void *src,
     cz_error e;
     if (dt == st) {
         /* Default: the job's device memory or the backend's managed memory (UVA tells). */
-        size_t bytes = (size_t)n * (size_t)cz_dtype_bytes(dt);
-        note(c, CZ_CU(&e, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, h->stream)), &e);
+        size_t bytes = (size_t)n * (size_t)cz__dtype_bytes(dt);
+        cz__cuda_note(c, CZ_CU(&e, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, h->stream)),
+                      &e);
     } else if (dt == CZ_DTYPE_BF16) {
-        cz_cuda_note_launch(c, cz_k_f32_to_bf16(h->stream, dst, src, n), "f32_to_bf16");
+        cz__cuda_note_launch(c, cz__k_f32_to_bf16(h->stream, dst, src, n), "f32_to_bf16");
     } else {
-        cz_cuda_note_launch(c, cz_k_bf16_to_f32(h->stream, dst, src, n), "bf16_to_f32");
+        cz__cuda_note_launch(c, cz__k_bf16_to_f32(h->stream, dst, src, n), "bf16_to_f32");
     }
 }
 
 static void cuda_scale(cz_compute *c, float *dst, const float *src, int64_t n, float alpha)
 {
-    cz_cuda_note_launch(c, cz_k_scale(impl_of(c)->stream, dst, src, n, alpha), "scale");
+    cz__cuda_note_launch(c, cz__k_scale(impl_of(c)->stream, dst, src, n, alpha), "scale");
 }
 
 static void cuda_sumsq(cz_compute *c, const float *x, int64_t n, double *out)
 {
-    cz_cuda_note_launch(c, cz_k_sumsq(impl_of(c)->stream, x, n, out), "sumsq");
+    cz__cuda_note_launch(c, cz__k_sumsq(impl_of(c)->stream, x, n, out), "sumsq");
 }
 
 static void cuda_momentum(cz_compute *c, const float *g, float *buf, float *in, int64_t n, float mu,
                           int nesterov)
 {
-    cz_cuda_note_launch(c, cz_k_momentum(impl_of(c)->stream, g, buf, in, n, mu, nesterov),
-                        "momentum");
+    cz__cuda_note_launch(c, cz__k_momentum(impl_of(c)->stream, g, buf, in, n, mu, nesterov),
+                         "momentum");
 }
 
 static void cuda_block_load(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
                             int64_t cols, int transpose, float eps)
 {
     cuda_impl *h = impl_of(c);
-    cz_cuda_note_launch(
-        c, cz_k_block_load(h->stream, dst, src, ld, rows, cols, transpose, eps, h->norm_sq),
+    cz__cuda_note_launch(
+        c, cz__k_block_load(h->stream, dst, src, ld, rows, cols, transpose, eps, h->norm_sq),
         "block_load");
 }
 
 static void cuda_block_store(cz_compute *c, float *dst, int64_t ld, const float *src, int64_t rows,
                              int64_t cols, int transpose, float scale)
 {
-    cz_cuda_note_launch(
-        c, cz_k_block_store(impl_of(c)->stream, dst, ld, src, rows, cols, transpose, scale),
+    cz__cuda_note_launch(
+        c, cz__k_block_store(impl_of(c)->stream, dst, ld, src, rows, cols, transpose, scale),
         "block_store");
 }
 
 static void cuda_apply_update(cz_compute *c, float *p, const float *u, int64_t n, float lr,
                               float wd)
 {
-    cz_cuda_note_launch(c, cz_k_apply_update(impl_of(c)->stream, p, u, n, lr, wd), "apply_update");
+    cz__cuda_note_launch(c, cz__k_apply_update(impl_of(c)->stream, p, u, n, lr, wd),
+                         "apply_update");
 }
 
 static void cuda_adamw(cz_compute *c, float *p, const float *g, float *m, float *v, int64_t n,
                        const cz_adamw_args *a)
 {
-    cz_cuda_note_launch(c,
-                        cz_k_adamw(impl_of(c)->stream, p, g, m, v, n, a->beta1, a->beta2, a->bias1,
-                                   a->bias2, a->lr, a->eps, a->weight_decay),
-                        "adamw");
+    cz__cuda_note_launch(c,
+                         cz__k_adamw(impl_of(c)->stream, p, g, m, v, n, a->beta1, a->beta2,
+                                     a->bias1, a->bias2, a->lr, a->eps, a->weight_decay),
+                         "adamw");
 }
 
 static void cuda_block_load_sq(cz_compute *c, float *dst, const float *src, int64_t ld,
                                int64_t rows, int64_t cols, int transpose, float eps,
                                const double *sq)
 {
-    cz_cuda_note_launch(
-        c, cz_k_block_load_sq(impl_of(c)->stream, dst, src, ld, rows, cols, transpose, eps, sq),
+    cz__cuda_note_launch(
+        c, cz__k_block_load_sq(impl_of(c)->stream, dst, src, ld, rows, cols, transpose, eps, sq),
         "block_load_sq");
 }
 
 static void cuda_apply_runs(cz_compute *c, float *p, const float *u, const cz_runs *r, float lr,
                             float wd)
 {
-    cz_cuda_note_launch(c, cz_k_apply_runs(impl_of(c)->stream, p, u, r->dev, r->n, lr, wd),
-                        "apply_runs");
+    cz__cuda_note_launch(c, cz__k_apply_runs(impl_of(c)->stream, p, u, r->dev, r->n, lr, wd),
+                         "apply_runs");
 }
 
-/* Cooperative Newton-Schulz in row panels (exec_internal.h's version-5 ops, ns_coop.h).
+/* Cooperative Newton-Schulz in row panels (compute.h's version-5 ops, ns_coop.h).
  * Matrices are `batch` back to back: X and Y rows x cols (stride xs = rows cols), A and B rows x
  * rows (stride rows^2), all row-major. cuBLAS is column-major, where a row-major m x n matrix
  * with row stride ld is its n x m transpose with the same ld; so row-major C = A B is issued as
@@ -444,7 +323,7 @@ static void cuda_ns_gram_rows(cz_compute *c, const float *x, int batch, int64_t 
         return;
     if (cols == 0) { /* a member with an empty slice adds nothing to the sum */
         size_t n = (size_t)batch * (size_t)cz_ns_panel_len(rows, r0, r1);
-        note(c, CZ_CU(&e, cudaMemsetAsync(out, 0, n * sizeof(float), h->stream)), &e);
+        cz__cuda_note(c, CZ_CU(&e, cudaMemsetAsync(out, 0, n * sizeof(float), h->stream)), &e);
         return;
     }
     /* G = X[r0:r1] X[r0:rows]^T, row-major ph x pw at full + r0 rows + r0 (ld rows). Column-major:
@@ -452,21 +331,21 @@ static void cuda_ns_gram_rows(cz_compute *c, const float *x, int batch, int64_t 
      * X[r0:r1]^T (cols x ph, ld cols), both at x + r0 cols: gemm(T, N, m = pw, n = ph, k = cols,
      * x + r0 cols, ld cols, x + r0 cols, ld cols, full + r0 rows + r0, ld rows). */
     const float *xr = x + r0 * cols;
-    note(c,
-         CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)pw, (int)ph,
-                                               (int)cols, &one, xr, (int)cols, rows * cols, xr,
-                                               (int)cols, rows * cols, &zero, full + r0 * rows + r0,
-                                               (int)rows, rows * rows, batch)),
-         &e);
-    cz_cuda_note_launch(c, cz_k_ns_pack_rows(h->stream, out, full, rows, r0, r1, batch),
-                        "ns_pack_rows");
+    cz__cuda_note(c,
+                  CZ_BLAS(&e, cublasSgemmStridedBatched(
+                                  h->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)pw, (int)ph, (int)cols,
+                                  &one, xr, (int)cols, rows * cols, xr, (int)cols, rows * cols,
+                                  &zero, full + r0 * rows + r0, (int)rows, rows * rows, batch)),
+                  &e);
+    cz__cuda_note_launch(c, cz__k_ns_pack_rows(h->stream, out, full, rows, r0, r1, batch),
+                         "ns_pack_rows");
 }
 
 static void cuda_ns_unpack_rows(cz_compute *c, float *full, const float *in, int batch,
                                 int64_t rows, int64_t r0, int64_t r1)
 {
-    cz_cuda_note_launch(c, cz_k_ns_unpack_rows(impl_of(c)->stream, full, in, rows, r0, r1, batch),
-                        "ns_unpack_rows");
+    cz__cuda_note_launch(c, cz__k_ns_unpack_rows(impl_of(c)->stream, full, in, rows, r0, r1, batch),
+                         "ns_unpack_rows");
 }
 
 static void cuda_ns_poly_rows(cz_compute *c, const float *x, const float *full, float *y, int batch,
@@ -481,12 +360,12 @@ static void cuda_ns_poly_rows(cz_compute *c, const float *x, const float *full, 
     /* Y[r0:r1] (ph x cols) = A[r0:r1] (ph x rows, ld rows) X. Column-major: Y[r0:r1]^T (cols x
      * ph, ld cols) = X^T (cols x rows, ld cols) A[r0:r1]^T (rows x ph, ld rows): gemm(N, N,
      * m = cols, n = ph, k = rows, x, ld cols, full + r0 rows, ld rows, y + r0 cols, ld cols). */
-    note(c,
-         CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
-                                               (int)ph, (int)rows, &one, x, (int)cols, xs,
-                                               full + r0 * rows, (int)rows, rows * rows, &zero,
-                                               y + r0 * cols, (int)cols, xs, batch)),
-         &e);
+    cz__cuda_note(c,
+                  CZ_BLAS(&e, cublasSgemmStridedBatched(
+                                  h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols, (int)ph, (int)rows,
+                                  &one, x, (int)cols, xs, full + r0 * rows, (int)rows, rows * rows,
+                                  &zero, y + r0 * cols, (int)cols, xs, batch)),
+                  &e);
 }
 
 /* The elementwise steps run over the whole batch as one vector: x, y, full and bm are each
@@ -502,53 +381,54 @@ static void cuda_ns_poly_end(cz_compute *c, float *x, const float *full, float *
         return;
     if (cz_ns_coop_use_aax(rows, cols)) {
         /* y holds Y = A X: X = a X + b Y; X += c A Y. */
-        cz_cuda_note_launch(
-            c, cz_k_axpby_batched(h->stream, x, 0, y, 0, xn, 1, (float)k->b, (float)k->a),
+        cz__cuda_note_launch(
+            c, cz__k_axpby_batched(h->stream, x, 0, y, 0, xn, 1, (float)k->b, (float)k->a),
             "axpby_batched");
         /* Column-major: X^T (cols x rows, ld cols) += c Y^T (cols x rows, ld cols) A^T (rows x
          * rows, ld rows): gemm(N, N, m = cols, n = rows, k = rows, c, y, ld cols, full, ld rows,
          * 1, x, ld cols). */
         if (kc != 0.0f)
-            note(c,
-                 CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
-                                                       (int)rows, (int)rows, &kc, y, (int)cols, xs,
-                                                       full, (int)rows, as, &one, x, (int)cols, xs,
-                                                       batch)),
-                 &e);
+            cz__cuda_note(c,
+                          CZ_BLAS(&e, cublasSgemmStridedBatched(
+                                          h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols, (int)rows,
+                                          (int)rows, &kc, y, (int)cols, xs, full, (int)rows, as,
+                                          &one, x, (int)cols, xs, batch)),
+                          &e);
         return;
     }
     /* B = b A; B += c A A; Y = a X; Y += B X; X = Y. */
-    cz_cuda_note_launch(
-        c, cz_k_axpby_batched(h->stream, bm, 0, full, 0, as * batch, 1, (float)k->b, 0.0f),
+    cz__cuda_note_launch(
+        c, cz__k_axpby_batched(h->stream, bm, 0, full, 0, as * batch, 1, (float)k->b, 0.0f),
         "axpby_batched");
     /* Column-major: B^T (rows x rows, ld rows) += c A^T A^T: gemm(N, N, m = n = k = rows, c, full,
      * ld rows, full, ld rows, 1, bm, ld rows). */
     if (kc != 0.0f)
-        note(c,
-             CZ_BLAS(&e,
-                     cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)rows,
-                                               (int)rows, (int)rows, &kc, full, (int)rows, as, full,
-                                               (int)rows, as, &one, bm, (int)rows, as, batch)),
-             &e);
-    cz_cuda_note_launch(c, cz_k_axpby_batched(h->stream, y, 0, x, 0, xn, 1, (float)k->a, 0.0f),
-                        "axpby_batched");
+        cz__cuda_note(c,
+                      CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N,
+                                                            (int)rows, (int)rows, (int)rows, &kc,
+                                                            full, (int)rows, as, full, (int)rows,
+                                                            as, &one, bm, (int)rows, as, batch)),
+                      &e);
+    cz__cuda_note_launch(c, cz__k_axpby_batched(h->stream, y, 0, x, 0, xn, 1, (float)k->a, 0.0f),
+                         "axpby_batched");
     /* Column-major: Y^T (cols x rows, ld cols) += X^T (cols x rows, ld cols) B^T (rows x rows,
      * ld rows): gemm(N, N, m = cols, n = rows, k = rows, 1, x, ld cols, bm, ld rows, 1, y,
      * ld cols). */
-    note(c,
-         CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
-                                               (int)rows, (int)rows, &one, x, (int)cols, xs, bm,
-                                               (int)rows, as, &one, y, (int)cols, xs, batch)),
-         &e);
-    note(c,
-         CZ_CU(&e, cudaMemcpyAsync(x, y, (size_t)xn * sizeof(float), cudaMemcpyDeviceToDevice,
-                                   h->stream)),
-         &e);
+    cz__cuda_note(
+        c,
+        CZ_BLAS(&e, cublasSgemmStridedBatched(h->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)cols,
+                                              (int)rows, (int)rows, &one, x, (int)cols, xs, bm,
+                                              (int)rows, as, &one, y, (int)cols, xs, batch)),
+        &e);
+    cz__cuda_note(c,
+                  CZ_CU(&e, cudaMemcpyAsync(x, y, (size_t)xn * sizeof(float),
+                                            cudaMemcpyDeviceToDevice, h->stream)),
+                  &e);
 }
 
 static void *operand(const cz_ns_operand *o, float *x, float *work, int i)
 {
-    return cz_ns_operand_ptr(o, x, work, i);
+    return cz__ns_operand_ptr(o, x, work, i);
 }
 
 static cudaDataType_t dtype_of(const cz_ns_operand *o)
@@ -584,14 +464,15 @@ static int run_op(cz_compute *c, const cz_ns_op *op, float *x, float *work, cz_e
         }
         return CZ_OK;
     case CZ_NS_AXPBY:
-        cz_cuda_note_launch(c,
-                            cz_k_axpby_batched(h->stream, operand(&op->c, x, work, 0), op->c.stride,
-                                               operand(&op->a, x, work, 0), op->a.stride, op->len,
-                                               op->batch, op->alpha, op->beta),
-                            "axpby_batched");
+        cz__cuda_note_launch(c,
+                             cz__k_axpby_batched(h->stream, operand(&op->c, x, work, 0),
+                                                 op->c.stride, operand(&op->a, x, work, 0),
+                                                 op->a.stride, op->len, op->batch, op->alpha,
+                                                 op->beta),
+                             "axpby_batched");
         return CZ_OK;
     case CZ_NS_SYRK:
-        /* No batched SYRK in cuBLAS: one call per matrix (cz_ns_use_syrk picks this form only
+        /* No batched SYRK in cuBLAS: one call per matrix (cz__ns_use_syrk picks this form only
          * where one matrix fills the device). */
         for (int i = 0; i < op->batch; i++) {
             int rc = CZ_BLAS(err, cublasSsyrk(h->blas, CUBLAS_FILL_MODE_UPPER, ta, op->n, op->k,
@@ -602,21 +483,21 @@ static int run_op(cz_compute *c, const cz_ns_op *op, float *x, float *work, cz_e
         }
         return CZ_OK;
     case CZ_NS_SYMFILL:
-        cz_cuda_note_launch(c,
-                            cz_k_symfill_batched(h->stream, operand(&op->c, x, work, 0),
-                                                 op->c.stride, op->n, op->batch),
-                            "symfill_batched");
+        cz__cuda_note_launch(c,
+                             cz__k_symfill_batched(h->stream, operand(&op->c, x, work, 0),
+                                                   op->c.stride, op->n, op->batch),
+                             "symfill_batched");
         return CZ_OK;
     case CZ_NS_TO_BF16:
-        cz_cuda_note_launch(c,
-                            cz_k_to_bf16_batched(h->stream, operand(&op->c, x, work, 0),
-                                                 op->c.stride, operand(&op->a, x, work, 0),
-                                                 op->a.stride, op->len, op->batch),
-                            "to_bf16_batched");
+        cz__cuda_note_launch(c,
+                             cz__k_to_bf16_batched(h->stream, operand(&op->c, x, work, 0),
+                                                   op->c.stride, operand(&op->a, x, work, 0),
+                                                   op->a.stride, op->len, op->batch),
+                             "to_bf16_batched");
         return CZ_OK;
     }
-    return cz_error_set(err, CZ_EINTERNAL, "Newton-Schulz plan op of unknown kind %d",
-                        (int)op->kind);
+    return cz__error_set(err, CZ_EINTERNAL, "Newton-Schulz plan op of unknown kind %d",
+                         (int)op->kind);
 }
 
 static int ns_run(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
@@ -624,24 +505,24 @@ static int ns_run(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols
 {
     cuda_impl *h = impl_of(c);
     cz_ns_op ops[CZ_NS_MAX_OPS];
-    int rc = cz_cuda_take_error(c, err);
+    int rc = cz__cuda_take_error(c, err);
     for (int b0 = 0; !rc && b0 < batch; b0 += CZ_NS_MAX_BATCH) {
         int nb = batch - b0 < CZ_NS_MAX_BATCH ? batch - b0 : CZ_NS_MAX_BATCH;
-        int sym = cz_ns_sym_resolve(h->sym, CZ_NS_TARGET_CUDA, rows, cols, nb, h->prec);
-        int n = cz_ns_plan(ops, rows, cols, nb, k->a, k->b, k->c, h->prec, sym);
+        int sym = cz__ns_sym_resolve(h->sym, CZ_NS_TARGET_CUDA, rows, cols, nb, h->prec);
+        int n = cz__ns_plan(ops, rows, cols, nb, k->a, k->b, k->c, h->prec, sym);
         if (n < 0)
-            return cz_error_set(err, CZ_EINTERNAL,
-                                "Newton-Schulz called on %d matrices of %lld x %lld (needs 0 < "
-                                "rows <= cols <= %d)",
-                                nb, (long long)rows, (long long)cols, INT32_MAX);
+            return cz__error_set(err, CZ_EINTERNAL,
+                                 "Newton-Schulz called on %d matrices of %lld x %lld (needs 0 < "
+                                 "rows <= cols <= %d)",
+                                 nb, (long long)rows, (long long)cols, INT32_MAX);
         float *xb = x + (size_t)b0 * (size_t)(rows * cols);
-        float *wb = work + (size_t)cz_ns_work_floats(rows, cols, b0);
+        float *wb = work + (size_t)cz__ns_work_floats(rows, cols, b0);
         for (int s = 0; !rc && s < steps; s++)
             for (int q = 0; !rc && q < n; q++)
                 if (!gemms_only || ops[q].kind == CZ_NS_GEMM || ops[q].kind == CZ_NS_SYRK)
                     rc = run_op(c, &ops[q], xb, wb, err);
     }
-    return rc ? rc : cz_cuda_take_error(c, err);
+    return rc ? rc : cz__cuda_take_error(c, err);
 }
 
 static int cuda_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
@@ -650,8 +531,8 @@ static int cuda_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int
     return ns_run(c, x, batch, rows, cols, k, steps, work, 0, err);
 }
 
-int cz_cuda_ns_gemms(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
-                     const cz_ns_coeffs *k, int steps, float *work, cz_error *err)
+int cz__cuda_ns_gemms(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
+                      const cz_ns_coeffs *k, int steps, float *work, cz_error *err)
 {
     return ns_run(c, x, batch, rows, cols, k, steps, work, 1, err);
 }
@@ -675,7 +556,7 @@ static void order_job(cz_compute *c, int end)
         int rc = CZ_CU(&e, cudaEventRecord(h->job, from));
         if (!rc)
             rc = CZ_CU(&e, cudaStreamWaitEvent(to, h->job, 0));
-        note(c, rc, &e);
+        cz__cuda_note(c, rc, &e);
     }
 }
 
@@ -713,17 +594,17 @@ static const cz_compute_ops cz_compute_cuda_ops = {
     .block_store = cuda_block_store,
     .apply_update = cuda_apply_update,
     .adamw = cuda_adamw,
-    .gemm = cz_cuda_gemm,
-    .tile_copy = cz_cuda_tile_copy,
-    .syevd = cz_cuda_syevd,
-    .eig_root_scale = cz_cuda_eig_root_scale,
-    .axpby = cz_cuda_axpby,
-    .sq_accum = cz_cuda_sq_accum,
-    .graft_div = cz_cuda_graft_div,
-    .scale_ratio = cz_cuda_scale_ratio,
-    .qr = cz_cuda_qr,
-    .basis_sort = cz_cuda_basis_sort,
-    .linalg_work = cz_cuda_linalg_work,
+    .gemm = cz__cuda_gemm,
+    .tile_copy = cz__cuda_tile_copy,
+    .syevd = cz__cuda_syevd,
+    .eig_root_scale = cz__cuda_eig_root_scale,
+    .axpby = cz__cuda_axpby,
+    .sq_accum = cz__cuda_sq_accum,
+    .graft_div = cz__cuda_graft_div,
+    .scale_ratio = cz__cuda_scale_ratio,
+    .qr = cz__cuda_qr,
+    .basis_sort = cz__cuda_basis_sort,
+    .linalg_work = cz__cuda_linalg_work,
     .upload = cuda_upload,
     .block_load_sq = cuda_block_load_sq,
     .ns_gram_rows = cuda_ns_gram_rows,
@@ -731,7 +612,7 @@ static const cz_compute_ops cz_compute_cuda_ops = {
     .ns_poly_rows = cuda_ns_poly_rows,
     .ns_poly_end = cuda_ns_poly_end,
     .apply_runs = cuda_apply_runs,
-    .close = cz_compute_cuda_close,
+    .close = cz__compute_cuda_close,
     .step_begin = cuda_step_begin,
     .step_end = cuda_step_end,
 };
@@ -742,7 +623,7 @@ static void teardown(int rc)
     (void)rc;
 }
 
-void cz_compute_cuda_close(cz_compute *c)
+void cz__compute_cuda_close(cz_compute *c)
 {
     cuda_impl *h = c->impl;
     cz_error e;
@@ -750,7 +631,7 @@ void cz_compute_cuda_close(cz_compute *c)
         return;
     if (h->stream)
         teardown(CZ_CU(&e, cudaStreamSynchronize(h->stream)));
-    cz_cuda_linalg_close(h->la);
+    cz__cuda_linalg_close(h->la);
     if (h->blas)
         teardown(CZ_BLAS(&e, cublasDestroy(h->blas)));
     if (h->blas_ws)
@@ -763,11 +644,11 @@ void cz_compute_cuda_close(cz_compute *c)
         teardown(CZ_CU(&e, cudaEventDestroy(h->job)));
     if (h->own_stream && h->stream)
         teardown(CZ_CU(&e, cudaStreamDestroy(h->stream)));
-    cz_exec_free(h);
+    cz__exec_free(h);
     c->impl = NULL;
 }
 
-int cz_compute_cuda_open(cz_compute *c, const cz_cuda_options *o, cz_error *err)
+int cz__compute_cuda_open(cz_compute *c, const cz_cuda_options *o, cz_error *err)
 {
     cz_cuda_options defaults = {0};
     char why[256];
@@ -775,12 +656,12 @@ int cz_compute_cuda_open(cz_compute *c, const cz_cuda_options *o, cz_error *err)
         o = &defaults;
     c->ops = NULL;
     c->impl = NULL;
-    if (!cz_cuda_device_present(why, sizeof why))
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "compute backend 'cuda': no usable CUDA device (%s)", why);
-    cuda_impl *h = cz_exec_calloc(1, sizeof *h);
+    if (!cz__cuda_device_present(why, sizeof why))
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "compute backend 'cuda': no usable CUDA device (%s)", why);
+    cuda_impl *h = cz__exec_calloc(1, sizeof *h);
     if (!h)
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for the cuda backend");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the cuda backend");
     c->impl = h;
     h->managed = o->managed;
     h->prec = o->ns_precision;
@@ -792,10 +673,10 @@ int cz_compute_cuda_open(cz_compute *c, const cz_cuda_options *o, cz_error *err)
         rc = CZ_CU(err, cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess,
                                                h->device));
         if (!rc && !concurrent)
-            rc = cz_error_set(err, CZ_EUNSUPPORTED,
-                              "compute backend 'cuda' with a host-driven data plane (mpi, self) "
-                              "needs a device with concurrent managed access (Linux, Pascal or "
-                              "newer); use comm 'nccl'");
+            rc = cz__error_set(err, CZ_EUNSUPPORTED,
+                               "compute backend 'cuda' with a host-driven data plane (mpi, self) "
+                               "needs a device with concurrent managed access (Linux, Pascal or "
+                               "newer); use comm 'nccl'");
     }
     if (!rc && o->stream)
         h->stream = (cudaStream_t)o->stream;
@@ -808,19 +689,19 @@ int cz_compute_cuda_open(cz_compute *c, const cz_cuda_options *o, cz_error *err)
     if (!rc)
         rc = CZ_BLAS(err, cublasSetStream(h->blas, h->stream));
     if (!rc)
-        rc = CZ_CU(err, cz_cuda_malloc(&h->blas_ws, CZ_CUBLAS_WORKSPACE, CZ_CUDA_MEM_DEVICE));
+        rc = CZ_CU(err, cz__cuda_malloc(&h->blas_ws, CZ_CUBLAS_WORKSPACE, CZ_CUDA_MEM_DEVICE));
     if (!rc)
         rc = CZ_BLAS(err, cublasSetWorkspace(h->blas, h->blas_ws, CZ_CUBLAS_WORKSPACE));
     if (!rc)
-        rc = CZ_CU(err, cz_cuda_malloc((void **)&h->norm_sq, sizeof(double), CZ_CUDA_MEM_DEVICE));
+        rc = CZ_CU(err, cz__cuda_malloc((void **)&h->norm_sq, sizeof(double), CZ_CUDA_MEM_DEVICE));
     if (!rc)
         rc = CZ_CU(err, cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
     if (!rc)
         rc = CZ_CU(err, cudaEventCreateWithFlags(&h->job, cudaEventDisableTiming));
     if (!rc)
-        rc = cz_cuda_linalg_open(c, h->stream, &h->la, err);
+        rc = cz__cuda_linalg_open(c, h->stream, &h->la, err);
     if (rc) {
-        cz_compute_cuda_close(c);
+        cz__compute_cuda_close(c);
         return rc;
     }
     c->ops = &cz_compute_cuda_ops;

@@ -236,7 +236,7 @@ dim3 panel_grid(int64_t len, int batch)
 
 extern "C" {
 
-int cz_k_copy_runs(void *stream, float *dst, const float *src, const int64_t *runs, int64_t nruns)
+int cz__k_copy_runs(void *stream, float *dst, const float *src, const int64_t *runs, int64_t nruns)
 {
     if (nruns <= 0)
         return 0;
@@ -245,7 +245,7 @@ int cz_k_copy_runs(void *stream, float *dst, const float *src, const int64_t *ru
     return launched();
 }
 
-int cz_k_f32_to_bf16(void *stream, uint16_t *dst, const float *src, int64_t n)
+int cz__k_f32_to_bf16(void *stream, uint16_t *dst, const float *src, int64_t n)
 {
     if (n <= 0)
         return 0;
@@ -253,7 +253,7 @@ int cz_k_f32_to_bf16(void *stream, uint16_t *dst, const float *src, int64_t n)
     return launched();
 }
 
-int cz_k_bf16_to_f32(void *stream, float *dst, const uint16_t *src, int64_t n)
+int cz__k_bf16_to_f32(void *stream, float *dst, const uint16_t *src, int64_t n)
 {
     if (n <= 0)
         return 0;
@@ -261,7 +261,7 @@ int cz_k_bf16_to_f32(void *stream, float *dst, const uint16_t *src, int64_t n)
     return launched();
 }
 
-int cz_k_scale(void *stream, float *dst, const float *src, int64_t n, float alpha)
+int cz__k_scale(void *stream, float *dst, const float *src, int64_t n, float alpha)
 {
     if (n <= 0)
         return 0;
@@ -282,13 +282,13 @@ static int block_sumsq(void *stream, const float *x, int64_t ld, int64_t rows, i
     return launched();
 }
 
-int cz_k_sumsq(void *stream, const float *x, int64_t n, double *out)
+int cz__k_sumsq(void *stream, const float *x, int64_t n, double *out)
 {
     return block_sumsq(stream, x, n > 0 ? n : 1, 1, n, out);
 }
 
-int cz_k_momentum(void *stream, const float *g, float *buf, float *in, int64_t n, float mu,
-                  int nesterov)
+int cz__k_momentum(void *stream, const float *g, float *buf, float *in, int64_t n, float mu,
+                   int nesterov)
 {
     if (n <= 0)
         return 0;
@@ -297,17 +297,17 @@ int cz_k_momentum(void *stream, const float *g, float *buf, float *in, int64_t n
     return launched();
 }
 
-int cz_k_block_load(void *stream, float *dst, const float *src, int64_t ld, int64_t rows,
-                    int64_t cols, int transpose, float eps, double *sq)
+int cz__k_block_load(void *stream, float *dst, const float *src, int64_t ld, int64_t rows,
+                     int64_t cols, int transpose, float eps, double *sq)
 {
     int rc = block_sumsq(stream, src, ld, rows, cols, sq);
     if (rc)
         return rc;
-    return cz_k_block_load_sq(stream, dst, src, ld, rows, cols, transpose, eps, sq);
+    return cz__k_block_load_sq(stream, dst, src, ld, rows, cols, transpose, eps, sq);
 }
 
-int cz_k_block_store(void *stream, float *dst, int64_t ld, const float *src, int64_t rows,
-                     int64_t cols, int transpose, float scale)
+int cz__k_block_store(void *stream, float *dst, int64_t ld, const float *src, int64_t rows,
+                      int64_t cols, int transpose, float scale)
 {
     if (rows * cols <= 0)
         return 0;
@@ -316,28 +316,28 @@ int cz_k_block_store(void *stream, float *dst, int64_t ld, const float *src, int
     return launched();
 }
 
-int cz_k_apply_update(void *stream, float *p, const float *u, int64_t n, float lr, float wd)
+int cz__k_apply_update(void *stream, float *p, const float *u, int64_t n, float lr, float wd)
 {
     if (n <= 0)
         return 0;
     apply_update_kernel<<<blocks(n), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
-        p, u, n, cz_ew_keep(lr, wd), lr);
+        p, u, n, cz__ew_keep(lr, wd), lr);
     return launched();
 }
 
-int cz_k_apply_runs(void *stream, float *p, const float *u, const int64_t *runs, int64_t nruns,
-                    float lr, float wd)
+int cz__k_apply_runs(void *stream, float *p, const float *u, const int64_t *runs, int64_t nruns,
+                     float lr, float wd)
 {
     if (nruns <= 0)
         return 0;
     int grid = nruns > CZ_CUDA_MAX_BLOCKS ? CZ_CUDA_MAX_BLOCKS : (int)nruns;
     apply_runs_kernel<<<grid, CZ_CUDA_THREADS, 0, as_stream(stream)>>>(p, u, runs, nruns,
-                                                                       cz_ew_keep(lr, wd), lr);
+                                                                       cz__ew_keep(lr, wd), lr);
     return launched();
 }
 
-int cz_k_block_load_sq(void *stream, float *dst, const float *src, int64_t ld, int64_t rows,
-                       int64_t cols, int transpose, float eps, const double *sq)
+int cz__k_block_load_sq(void *stream, float *dst, const float *src, int64_t ld, int64_t rows,
+                        int64_t cols, int transpose, float eps, const double *sq)
 {
     if (rows * cols <= 0)
         return 0;
@@ -346,18 +346,18 @@ int cz_k_block_load_sq(void *stream, float *dst, const float *src, int64_t ld, i
     return launched();
 }
 
-int cz_k_adamw(void *stream, float *p, const float *g, float *m, float *v, int64_t n, float b1,
-               float b2, float c1, float c2, float lr, float eps, float wd)
+int cz__k_adamw(void *stream, float *p, const float *g, float *m, float *v, int64_t n, float b1,
+                float b2, float c1, float c2, float lr, float eps, float wd)
 {
     if (n <= 0)
         return 0;
     adamw_kernel<<<blocks(n), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
-        p, g, m, v, n, b1, b2, c1, c2, lr, eps, cz_ew_keep(lr, wd));
+        p, g, m, v, n, b1, b2, c1, c2, lr, eps, cz__ew_keep(lr, wd));
     return launched();
 }
 
-int cz_k_axpby_batched(void *stream, float *c, int64_t c_stride, const float *a, int64_t a_stride,
-                       int64_t len, int batch, float alpha, float beta)
+int cz__k_axpby_batched(void *stream, float *c, int64_t c_stride, const float *a, int64_t a_stride,
+                        int64_t len, int batch, float alpha, float beta)
 {
     if (len <= 0 || batch <= 0)
         return 0;
@@ -368,7 +368,7 @@ int cz_k_axpby_batched(void *stream, float *c, int64_t c_stride, const float *a,
     return launched();
 }
 
-int cz_k_symfill_batched(void *stream, float *c, int64_t c_stride, int64_t n, int batch)
+int cz__k_symfill_batched(void *stream, float *c, int64_t c_stride, int64_t n, int batch)
 {
     if (n <= 1 || batch <= 0)
         return 0;
@@ -379,8 +379,8 @@ int cz_k_symfill_batched(void *stream, float *c, int64_t c_stride, int64_t n, in
     return launched();
 }
 
-int cz_k_ns_pack_rows(void *stream, float *out, const float *full, int64_t a, int64_t r0,
-                      int64_t r1, int batch)
+int cz__k_ns_pack_rows(void *stream, float *out, const float *full, int64_t a, int64_t r0,
+                       int64_t r1, int batch)
 {
     if (panel_rows_bad(a, r0, r1))
         return (int)cudaErrorInvalidValue;
@@ -391,8 +391,8 @@ int cz_k_ns_pack_rows(void *stream, float *out, const float *full, int64_t a, in
     return launched();
 }
 
-int cz_k_ns_unpack_rows(void *stream, float *full, const float *in, int64_t a, int64_t r0,
-                        int64_t r1, int batch)
+int cz__k_ns_unpack_rows(void *stream, float *full, const float *in, int64_t a, int64_t r0,
+                         int64_t r1, int batch)
 {
     if (panel_rows_bad(a, r0, r1))
         return (int)cudaErrorInvalidValue;
@@ -404,8 +404,8 @@ int cz_k_ns_unpack_rows(void *stream, float *full, const float *in, int64_t a, i
     return launched();
 }
 
-int cz_k_to_bf16_batched(void *stream, uint16_t *c, int64_t c_stride, const float *a,
-                         int64_t a_stride, int64_t len, int batch)
+int cz__k_to_bf16_batched(void *stream, uint16_t *c, int64_t c_stride, const float *a,
+                          int64_t a_stride, int64_t len, int batch)
 {
     if (len <= 0 || batch <= 0)
         return 0;
@@ -416,7 +416,7 @@ int cz_k_to_bf16_batched(void *stream, uint16_t *c, int64_t c_stride, const floa
     return launched();
 }
 
-const char *cz_k_error_string(int rc)
+const char *cz__k_error_string(int rc)
 {
     return cudaGetErrorString(static_cast<cudaError_t>(rc));
 }

@@ -118,7 +118,7 @@ __global__ void solver_info_kernel(const int *info, int *flag, int code, int n)
 
 extern "C" {
 
-int cz_k_transpose_sq(void *stream, float *a, int64_t n)
+int cz__k_transpose_sq(void *stream, float *a, int64_t n)
 {
     if (n <= 1)
         return 0;
@@ -126,7 +126,7 @@ int cz_k_transpose_sq(void *stream, float *a, int64_t n)
     return launched();
 }
 
-int cz_k_axpby(void *stream, float *y, const float *x, int64_t n, float a, float b)
+int cz__k_axpby(void *stream, float *y, const float *x, int64_t n, float a, float b)
 {
     if (n <= 0)
         return 0;
@@ -134,7 +134,7 @@ int cz_k_axpby(void *stream, float *y, const float *x, int64_t n, float a, float
     return launched();
 }
 
-int cz_k_sq_accum(void *stream, float *acc, const float *x, int64_t n, float a, float b)
+int cz__k_sq_accum(void *stream, float *acc, const float *x, int64_t n, float a, float b)
 {
     if (n <= 0)
         return 0;
@@ -142,8 +142,8 @@ int cz_k_sq_accum(void *stream, float *acc, const float *x, int64_t n, float a, 
     return launched();
 }
 
-int cz_k_graft_div(void *stream, float *dst, const float *x, const float *acc, int64_t n,
-                   float inv_bias, float eps)
+int cz__k_graft_div(void *stream, float *dst, const float *x, const float *acc, int64_t n,
+                    float inv_bias, float eps)
 {
     if (n <= 0)
         return 0;
@@ -152,7 +152,7 @@ int cz_k_graft_div(void *stream, float *dst, const float *x, const float *acc, i
     return launched();
 }
 
-int cz_k_scale_ratio(void *stream, float *x, int64_t n, const double *num, const double *den)
+int cz__k_scale_ratio(void *stream, float *x, int64_t n, const double *num, const double *den)
 {
     if (n <= 0)
         return 0;
@@ -160,8 +160,8 @@ int cz_k_scale_ratio(void *stream, float *x, int64_t n, const double *num, const
     return launched();
 }
 
-int cz_k_eig_root_scale(void *stream, float *dst, const float *q, const float *w, int64_t n,
-                        float root, float eps)
+int cz__k_eig_root_scale(void *stream, float *dst, const float *q, const float *w, int64_t n,
+                         float root, float eps)
 {
     if (n <= 0)
         return 0;
@@ -170,8 +170,8 @@ int cz_k_eig_root_scale(void *stream, float *dst, const float *q, const float *w
     return launched();
 }
 
-int cz_k_sort_order(void *stream, const float *q, const float *mq, int64_t n, double *est,
-                    int *perm)
+int cz__k_sort_order(void *stream, const float *q, const float *mq, int64_t n, double *est,
+                     int *perm)
 {
     if (n <= 0)
         return 0;
@@ -183,8 +183,8 @@ int cz_k_sort_order(void *stream, const float *q, const float *mq, int64_t n, do
     return launched();
 }
 
-int cz_k_permute(void *stream, float *dst, const float *src, int64_t rows, int64_t cols,
-                 const int *perm, int side)
+int cz__k_permute(void *stream, float *dst, const float *src, int64_t rows, int64_t cols,
+                  const int *perm, int side)
 {
     if (rows <= 0 || cols <= 0)
         return 0;
@@ -193,7 +193,7 @@ int cz_k_permute(void *stream, float *dst, const float *src, int64_t rows, int64
     return launched();
 }
 
-int cz_k_solver_info(void *stream, const int *info, int *flag, int code, int n)
+int cz__k_solver_info(void *stream, const int *info, int *flag, int code, int n)
 {
     solver_info_kernel<<<1, 1, 0, as_stream(stream)>>>(info, flag, code, n);
     return launched();

@@ -15,53 +15,11 @@
 #include <cuda_runtime_api.h>
 #include <cusolverDn.h>
 #include <dlfcn.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 static const cz_gpu_host *host;
-static _Atomic uint64_t device_allocs;
-
-/* The executor's allocator: cz_exec_alloc_count then counts the plugin's host tables too. */
-void *cz_exec_malloc(size_t bytes)
-{
-    return host->malloc(bytes);
-}
-
-void *cz_exec_calloc(size_t n, size_t size)
-{
-    return host->calloc(n, size);
-}
-
-void cz_exec_free(void *p)
-{
-    host->free(p);
-}
-
-int cz_cuda_malloc(void **p, size_t bytes, cz_cuda_memory kind)
-{
-    int rc;
-    switch (kind) {
-    case CZ_CUDA_MEM_MANAGED:
-        rc = CZ_CU_RC(cudaMallocManaged(p, bytes, cudaMemAttachGlobal));
-        break;
-    case CZ_CUDA_MEM_MAPPED:
-        rc = CZ_CU_RC(cudaHostAlloc(p, bytes, cudaHostAllocMapped));
-        break;
-    default:
-        rc = CZ_CU_RC(cudaMalloc(p, bytes));
-        break;
-    }
-    if (rc == (int)cudaSuccess)
-        atomic_fetch_add_explicit(&device_allocs, 1, memory_order_relaxed);
-    return rc;
-}
-
-static uint64_t alloc_count(void)
-{
-    return atomic_load_explicit(&device_allocs, memory_order_relaxed);
-}
 
 static int device_count(int *count, cz_error *err)
 {
@@ -77,7 +35,7 @@ static int set_device(int device, cz_error *err)
 static int mem_alloc(void **p, size_t bytes, cz_error *err)
 {
     *p = NULL;
-    return CZ_CU(err, cz_cuda_malloc(p, bytes ? bytes : 1, CZ_CUDA_MEM_DEVICE));
+    return CZ_CU(err, cz__cuda_malloc(p, bytes ? bytes : 1, CZ_CUDA_MEM_DEVICE));
 }
 
 static void mem_free(void *p)
@@ -159,7 +117,7 @@ static int blas_versions(cz_gpu_versions *v, cz_error *err)
 static int nccl_available(char *why, size_t len)
 {
 #ifdef CZ_HAVE_NCCL
-    return cz_nccl_load(host->search_dirs, why, len, NULL, NULL, 0);
+    return cz__nccl_load(host->search_dirs, why, len, NULL, NULL, 0);
 #else
     snprintf(why, len, "the plugin was built without NCCL's header (nccl.h)");
     return 0;
@@ -176,8 +134,8 @@ static int versions(cz_gpu_versions *v, cz_error *err)
         rc = blas_versions(v, err);
 #ifdef CZ_HAVE_NCCL
     v->nccl_built = NCCL_VERSION_CODE;
-    cz_nccl_load(host->search_dirs, v->nccl_why, sizeof v->nccl_why, &v->nccl, v->nccl_path,
-                 sizeof v->nccl_path);
+    cz__nccl_load(host->search_dirs, v->nccl_why, sizeof v->nccl_why, &v->nccl, v->nccl_path,
+                  sizeof v->nccl_path);
 #else
     nccl_available(v->nccl_why, sizeof v->nccl_why);
 #endif
@@ -199,29 +157,29 @@ static int versions(cz_gpu_versions *v, cz_error *err)
 static int need_nccl(cz_error *err)
 {
     char why[512];
-    if (cz_nccl_load(host->search_dirs, why, sizeof why, NULL, NULL, 0))
+    if (cz__nccl_load(host->search_dirs, why, sizeof why, NULL, NULL, 0))
         return CZ_OK;
-    return cz_error_set(err, CZ_EUNSUPPORTED, "comm backend 'nccl': %s", why);
+    return cz__error_set(err, CZ_EUNSUPPORTED, "comm backend 'nccl': %s", why);
 }
 
 static int plane_open(cz_plane *p, cz_ctrl *ctrl, double timeout_s, cz_error *err)
 {
     /* Every rank learns whether every other one has NCCL before any NCCL collective. */
-    int rc = cz_nccl_agree(ctrl, need_nccl(err), "load NCCL", err);
-    return rc ? rc : cz_plane_nccl_open(p, ctrl, timeout_s, err);
+    int rc = cz__nccl_agree(ctrl, need_nccl(err), "load NCCL", err);
+    return rc ? rc : cz__plane_nccl_open(p, ctrl, timeout_s, err);
 }
 
 static int plane_wrap(cz_plane *p, const void *handle, double timeout_s, cz_error *err)
 {
     int rc = need_nccl(err);
-    return rc ? rc : cz_plane_nccl_wrap(p, handle, timeout_s, err);
+    return rc ? rc : cz__plane_nccl_wrap(p, handle, timeout_s, err);
 }
 #else
 static int no_nccl(cz_error *err)
 {
-    return cz_error_set(err, CZ_EUNSUPPORTED,
-                        "comm backend 'nccl' is not available: the GPU plugin was built without "
-                        "NCCL's header (nccl.h)");
+    return cz__error_set(err, CZ_EUNSUPPORTED,
+                         "comm backend 'nccl' is not available: the GPU plugin was built without "
+                         "NCCL's header (nccl.h)");
 }
 
 static int plane_open(cz_plane *p, cz_ctrl *ctrl, double timeout_s, cz_error *err)
@@ -236,7 +194,7 @@ static int plane_wrap(cz_plane *p, const void *handle, double timeout_s, cz_erro
     return no_nccl(err);
 }
 
-static int cz_plane_nccl_reserve(cz_plane *p, const cz_plan *plan, cz_error *err)
+static int cz__plane_nccl_reserve(cz_plane *p, const cz_plan *plan, cz_error *err)
 {
     (void)p, (void)plan;
     return no_nccl(err);
@@ -245,7 +203,7 @@ static int cz_plane_nccl_reserve(cz_plane *p, const cz_plan *plan, cz_error *err
 
 static const cz_gpu_api api = {
     .version = CZ_GPU_API_VERSION,
-    .device_present = cz_cuda_device_present,
+    .device_present = cz__cuda_device_present,
     .versions = versions,
     .device_count = device_count,
     .set_device = set_device,
@@ -253,18 +211,18 @@ static const cz_gpu_api api = {
     .mem_free = mem_free,
     .copy = copy,
     .synchronize = synchronize,
-    .alloc_count = alloc_count,
+    .alloc_count = cz__cuda_alloc_count,
     .mem_free_bytes = mem_free_bytes,
     .job_write = job_write,
-    .time_gemm = cz_cuda_time_gemm,
-    .time_launch = cz_cuda_time_launch,
-    .time_copy = cz_cuda_time_copy,
-    .compute_open = cz_compute_cuda_open,
-    .ns_gemms = cz_cuda_ns_gemms,
+    .time_gemm = cz__cuda_time_gemm,
+    .time_launch = cz__cuda_time_launch,
+    .time_copy = cz__cuda_time_copy,
+    .compute_open = cz__compute_cuda_open,
+    .ns_gemms = cz__cuda_ns_gemms,
     .nccl_available = nccl_available,
     .plane_nccl_open = plane_open,
     .plane_nccl_wrap = plane_wrap,
-    .plane_nccl_reserve = cz_plane_nccl_reserve,
+    .plane_nccl_reserve = cz__plane_nccl_reserve,
 };
 
 __attribute__((visibility("default"))) const cz_gpu_api *
@@ -276,5 +234,6 @@ cz_gpu_plugin_entry(const cz_gpu_host *h, const char *abi, const char **why)
         return NULL;
     }
     host = h;
+    cz__cuda_memory_init(h);
     return &api;
 }

@@ -14,6 +14,8 @@
  * wait, so a rank whose peer died returns an error instead of hanging; its peers' own waits
  * then fail the same way. An aborted plane refuses every later operation. */
 #include "comm_nccl.h"
+#include "alloc.h"
+#include "clock.h"
 
 #include "compute_cuda.h"
 #include "nccl_plan.h"
@@ -43,7 +45,7 @@ struct cz_comm_req {
     cudaEvent_t ev;
     int active, fail;
     cz_error fail_err;
-    /* The group's exchange with this rank itself (cz_nccl_self_copy), copied at group_end. */
+    /* The group's exchange with this rank itself (cz__nccl_self_copy), copied at group_end. */
     const void *self_send;
     void *self_recv;
     size_t self_sent, self_received;
@@ -51,12 +53,12 @@ struct cz_comm_req {
     cz_dtype self_type;
 };
 
-int cz_nccl_status(int rc, const char *call, const char *file, int line, cz_error *err)
+int cz__nccl_status(int rc, const char *call, const char *file, int line, cz_error *err)
 {
     if (rc == (int)ncclSuccess)
         return CZ_OK;
-    return cz_error_set(err, CZ_EIO, "%s:%d: %s failed: %s", file, line, call,
-                        ncclGetErrorString((ncclResult_t)rc));
+    return cz__error_set(err, CZ_EIO, "%s:%d: %s failed: %s", file, line, call,
+                         ncclGetErrorString((ncclResult_t)rc));
 }
 
 /* For statuses checked where no caller is left to report them to (teardown, a second error
@@ -77,7 +79,7 @@ static ncclDataType_t nccl_type(cz_dtype t)
 }
 
 /* ---- non-blocking communicators ----
- * The executor's communicators are created non-blocking (cz_plane_nccl_open, split), so that
+ * The executor's communicators are created non-blocking (cz__plane_nccl_open, split), so that
  * a creation a peer never joins times out instead of hanging. On such a communicator any call
  * may return ncclInProgress (ncclGroupEnd, a collective outside a group): its work is then
  * being enqueued in the background, and the communicator's state is polled until it settles
@@ -106,7 +108,7 @@ static cz_nccl_state poll_comm(void *ctx)
 static double poll_now(void *ctx)
 {
     (void)ctx;
-    return cz_exec_now();
+    return cz__exec_now();
 }
 
 static void poll_pause(void *ctx)
@@ -122,22 +124,22 @@ static CZ_MUST_USE int settle(ncclComm_t comm, double timeout_s, int rc, const c
                               const char *file, int line, cz_error *err)
 {
     if (rc != (int)ncclInProgress)
-        return cz_nccl_status(rc, call, file, line, err);
+        return cz__nccl_status(rc, call, file, line, err);
     comm_poll c = {comm, (int)ncclSuccess};
     cz_nccl_poller p = {poll_comm, poll_now, poll_pause, &c};
-    switch (cz_nccl_poll_until(&p, timeout_s, NULL)) {
+    switch (cz__nccl_poll_until(&p, timeout_s, NULL)) {
     case CZ_NCCL_WAIT_OK:
         return CZ_OK;
     case CZ_NCCL_WAIT_FAILED:
-        return cz_nccl_status(c.failed, call, file, line, err);
+        return cz__nccl_status(c.failed, call, file, line, err);
     case CZ_NCCL_WAIT_TIMEOUT:
         break;
     }
-    return cz_error_set(err, CZ_ETIMEOUT,
-                        "%s:%d: %s still in progress after %.0f s (a peer rank failed, stopped or "
-                        "never started?); communicator aborted (cz_exec_config.nccl_timeout_s or "
-                        "CZ_NCCL_TIMEOUT_S sets the limit)",
-                        file, line, call, timeout_s);
+    return cz__error_set(err, CZ_ETIMEOUT,
+                         "%s:%d: %s still in progress after %.0f s (a peer rank failed, stopped or "
+                         "never started?); communicator aborted (cz_exec_config.nccl_timeout_s or "
+                         "CZ_NCCL_TIMEOUT_S sets the limit)",
+                         file, line, call, timeout_s);
 }
 
 static double env_or(const char *name, double def, double unit)
@@ -178,16 +180,16 @@ static int watch(void *ctx, double waited_s, cz_error *err)
     ncclResult_t st = ncclSuccess;
     cz_error tmp;
     if (h->aborted)
-        return cz_error_set(err, CZ_EIO, "NCCL communicator was aborted after an earlier error");
+        return cz__error_set(err, CZ_EIO, "NCCL communicator was aborted after an earlier error");
     int rc = CZ_NCCL(err, ncclCommGetAsyncError(h->comm, &st));
     if (!rc && st != ncclSuccess && st != ncclInProgress)
         rc = CZ_NCCL(err, st);
     if (!rc && waited_s > h->timeout_s)
-        rc = cz_error_set(err, CZ_EIO,
-                          "NCCL operation not complete after %.0f s (a peer rank failed or "
-                          "stopped?); communicator aborted (cz_exec_config.nccl_timeout_s or "
-                          "CZ_NCCL_TIMEOUT_S sets the limit)",
-                          waited_s);
+        rc = cz__error_set(err, CZ_EIO,
+                           "NCCL operation not complete after %.0f s (a peer rank failed or "
+                           "stopped?); communicator aborted (cz_exec_config.nccl_timeout_s or "
+                           "CZ_NCCL_TIMEOUT_S sets the limit)",
+                           waited_s);
     if (rc)
         ignore(abort_comm(h, &tmp));
     return rc;
@@ -198,23 +200,23 @@ static int ensure_ready(cz_plane *p, cz_error *err)
 {
     nccl_plane *h = impl_of(p);
     if (h->aborted)
-        return cz_error_set(err, CZ_EIO, "NCCL communicator was aborted after an earlier error");
+        return cz__error_set(err, CZ_EIO, "NCCL communicator was aborted after an earlier error");
     if (!p->compute || p->compute->ops->kind != CZ_BACKEND_CUDA)
-        return cz_error_set(err, CZ_EUNSUPPORTED,
-                            "comm backend 'nccl' needs the 'cuda' compute backend");
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "comm backend 'nccl' needs the 'cuda' compute backend");
     if (h->watched != p->compute) {
-        if (cz_cuda_watch(p->compute, watch, h))
-            return cz_error_set(err, CZ_EINTERNAL, "no free watcher slot for the NCCL plane");
+        if (cz__cuda_watch(p->compute, watch, h))
+            return cz__error_set(err, CZ_EINTERNAL, "no free watcher slot for the NCCL plane");
         h->watched = p->compute;
     }
-    return cz_cuda_take_error(p->compute, err);
+    return cz__cuda_take_error(p->compute, err);
 }
 
 static int wait_after(cz_plane *p, cz_event *after, cz_error *err)
 {
     int rc = ensure_ready(p, err);
     if (!rc && after)
-        rc = CZ_CU(err, cudaStreamWaitEvent(impl_of(p)->stream, cz_cuda_event(after), 0));
+        rc = CZ_CU(err, cudaStreamWaitEvent(impl_of(p)->stream, cz__cuda_event(after), 0));
     return rc;
 }
 
@@ -224,34 +226,34 @@ static int join_compute(cz_plane *p, cz_error *err)
     nccl_plane *h = impl_of(p);
     int rc = CZ_CU(err, cudaEventRecord(h->done, h->stream));
     if (!rc)
-        rc = CZ_CU(err, cudaStreamWaitEvent(cz_cuda_stream(p->compute), h->done, 0));
+        rc = CZ_CU(err, cudaStreamWaitEvent(cz__cuda_stream(p->compute), h->done, 0));
     return rc;
 }
 
 /* The padded forms' scratch is allocated once, when the executor is created
- * (cz_plane_nccl_reserve, sized by cz_nccl_plan_scratch for the plan); a step never allocates.
+ * (cz__plane_nccl_reserve, sized by cz__nccl_plan_scratch for the plan); a step never allocates.
  * A collective needing more than was reserved means the plan-wide computation and the plane
  * disagree: a bug, reported rather than papered over with a cudaMalloc inside the step. */
 static int check_scratch(const nccl_plane *h, size_t bytes, cz_error *err)
 {
     if (bytes <= h->scratch_bytes)
         return CZ_OK;
-    return cz_error_set(err, CZ_EINTERNAL,
-                        "NCCL plane: a padded collective needs %zu bytes of scratch but %zu were "
-                        "reserved at create (cz_nccl_plan_scratch disagrees with the step)",
-                        bytes, h->scratch_bytes);
+    return cz__error_set(err, CZ_EINTERNAL,
+                         "NCCL plane: a padded collective needs %zu bytes of scratch but %zu were "
+                         "reserved at create (cz__nccl_plan_scratch disagrees with the step)",
+                         bytes, h->scratch_bytes);
 }
 
 static int replay(cz_plane *p, const cz_nccl_call *calls, int n, void *send, void *recv, cz_dtype t,
                   cz_error *err)
 {
     nccl_plane *h = impl_of(p);
-    size_t es = (size_t)cz_dtype_bytes(t);
+    size_t es = (size_t)cz__dtype_bytes(t);
     int rc = CZ_OK, grouped = 0;
     for (int i = 0; i < n && !rc; i++) {
         const cz_nccl_call *c = &calls[i];
-        void *src = cz_nccl_call_ptr(c->src_buf, c->src_off, es, send, recv, h->scratch);
-        void *dst = cz_nccl_call_ptr(c->dst_buf, c->dst_off, es, send, recv, h->scratch);
+        void *src = cz__nccl_call_ptr(c->src_buf, c->src_off, es, send, recv, h->scratch);
+        void *dst = cz__nccl_call_ptr(c->dst_buf, c->dst_off, es, send, recv, h->scratch);
         if (c->grouped && !grouped) {
             rc = CZ_NCCL_ON(h, err, ncclGroupStart());
             grouped = !rc;
@@ -309,16 +311,16 @@ static int uneven(cz_plane *p, int gather, const void *send, void *recv, const s
      * host-driven plane: its output (the reduce-scatter scratch) may still be read by ops
      * issued after `after` (the previous bucket's scale). */
     if (!rc)
-        rc = CZ_CU(err, cudaEventRecord(h->issued, cz_cuda_stream(p->compute)));
+        rc = CZ_CU(err, cudaEventRecord(h->issued, cz__cuda_stream(p->compute)));
     if (!rc)
         rc = CZ_CU(err, cudaStreamWaitEvent(h->stream, h->issued, 0));
     if (rc)
         return rc;
     cz_nccl_form f =
-        cz_nccl_choose(counts, p->size, (size_t)cz_dtype_bytes(t), h->alpha_s, h->bytes_per_s);
-    int n = gather ? cz_nccl_plan_all_gather(calls, counts, p->size, p->rank, f, &scratch)
-                   : cz_nccl_plan_reduce_scatter(calls, counts, p->size, p->rank, f, &scratch);
-    rc = check_scratch(h, scratch * (size_t)cz_dtype_bytes(t), err);
+        cz__nccl_choose(counts, p->size, (size_t)cz__dtype_bytes(t), h->alpha_s, h->bytes_per_s);
+    int n = gather ? cz__nccl_plan_all_gather(calls, counts, p->size, p->rank, f, &scratch)
+                   : cz__nccl_plan_reduce_scatter(calls, counts, p->size, p->rank, f, &scratch);
+    rc = check_scratch(h, scratch * (size_t)cz__dtype_bytes(t), err);
     if (!rc)
         rc = replay(p, calls, n, (void *)send, recv, t, err);
     return rc ? rc : join_compute(p, err);
@@ -360,7 +362,7 @@ static int post_allreduce(cz_plane *p, void *buf, size_t count, ncclDataType_t t
     nccl_plane *h = impl_of(p);
     int rc = wait_after(p, after, err);
     if (!rc)
-        rc = CZ_CU(err, cudaEventRecord(h->issued, cz_cuda_stream(p->compute)));
+        rc = CZ_CU(err, cudaEventRecord(h->issued, cz__cuda_stream(p->compute)));
     if (!rc)
         rc = CZ_CU(err, cudaStreamWaitEvent(h->stream, h->issued, 0));
     if (!rc)
@@ -448,17 +450,17 @@ static int nccl_group_end(cz_plane *p, cz_comm_req *req, cz_error *err)
             *err = req->fail_err;
         return req->fail;
     }
-    int64_t self = cz_nccl_self_copy(req->self_sent, req->has_self_send, req->self_received,
-                                     req->has_self_recv);
+    int64_t self = cz__nccl_self_copy(req->self_sent, req->has_self_send, req->self_received,
+                                      req->has_self_recv);
     if (!rc && self < 0)
-        rc = cz_error_set(err, CZ_EINTERNAL,
-                          "a group's exchange with its own rank is unpaired (a send of %zu and a "
-                          "receive of %zu elements)",
-                          req->has_self_send ? req->self_sent : 0,
-                          req->has_self_recv ? req->self_received : 0);
+        rc = cz__error_set(err, CZ_EINTERNAL,
+                           "a group's exchange with its own rank is unpaired (a send of %zu and a "
+                           "receive of %zu elements)",
+                           req->has_self_send ? req->self_sent : 0,
+                           req->has_self_recv ? req->self_received : 0);
     if (!rc && self > 0)
         rc = CZ_CU(err, cudaMemcpyAsync(req->self_recv, req->self_send,
-                                        (size_t)self * (size_t)cz_dtype_bytes(req->self_type),
+                                        (size_t)self * (size_t)cz__dtype_bytes(req->self_type),
                                         cudaMemcpyDeviceToDevice, h->stream));
     if (!rc)
         rc = CZ_CU(err, cudaEventRecord(req->ev, h->stream));
@@ -471,7 +473,7 @@ static int nccl_wait(cz_plane *p, cz_comm_req *req, cz_error *err)
     if (!req || !req->active)
         return CZ_OK;
     req->active = 0;
-    return CZ_CU(err, cudaStreamWaitEvent(cz_cuda_stream(p->compute), req->ev, 0));
+    return CZ_CU(err, cudaStreamWaitEvent(cz__cuda_stream(p->compute), req->ev, 0));
 }
 
 static void nccl_progress(cz_plane *p, cz_comm_req *req)
@@ -483,13 +485,13 @@ static void nccl_progress(cz_plane *p, cz_comm_req *req)
 
 static cz_comm_req *nccl_req_create(cz_plane *p)
 {
-    cz_comm_req *q = cz_exec_calloc(1, sizeof *q);
+    cz_comm_req *q = cz__exec_calloc(1, sizeof *q);
     cz_error e;
     (void)p;
     if (!q)
         return NULL;
     if (CZ_CU(&e, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming))) {
-        cz_exec_free(q);
+        cz__exec_free(q);
         return NULL;
     }
     return q;
@@ -502,7 +504,7 @@ static void nccl_req_free(cz_plane *p, cz_comm_req *req)
     if (!req)
         return;
     ignore(CZ_CU(&e, cudaEventDestroy(req->ev)));
-    cz_exec_free(req);
+    cz__exec_free(req);
 }
 
 static const cz_plane_ops cz_plane_nccl_ops;
@@ -511,12 +513,12 @@ static const cz_plane_ops cz_plane_nccl_ops;
  * model constants. */
 static int wrap(cz_plane *p, ncclComm_t comm, int borrowed, double timeout_s, cz_error *err)
 {
-    nccl_plane *h = cz_exec_calloc(1, sizeof *h);
+    nccl_plane *h = cz__exec_calloc(1, sizeof *h);
     if (!h) {
         cz_error tmp;
         if (!borrowed)
             ignore(CZ_NCCL(&tmp, ncclCommDestroy(comm)));
-        return cz_error_set(err, CZ_ENOMEM, "out of memory for an NCCL plane");
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for an NCCL plane");
     }
     h->comm = comm;
     h->borrowed = borrowed;
@@ -554,7 +556,7 @@ static int nccl_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *
     /* Written by NCCL's thread before the parent's state settled: read it anew. */
     sub = *(ncclComm_t volatile *)&sub;
     if (!rc && !sub)
-        rc = cz_error_set(err, CZ_EIO, "ncclCommSplit completed without a new communicator");
+        rc = cz__error_set(err, CZ_EIO, "ncclCommSplit completed without a new communicator");
     if (!rc)
         rc = settle(sub, h->timeout_s, (int)ncclInProgress, "ncclCommSplit (the new communicator)",
                     __FILE__, __LINE__, err);
@@ -588,7 +590,7 @@ static cz_nccl_wait drain(nccl_plane *h)
     if (CZ_CU(&e, cudaEventRecord(h->done, h->stream)))
         return CZ_NCCL_WAIT_FAILED;
     cz_nccl_poller p = {poll_drained, poll_now, poll_pause, h};
-    return cz_nccl_poll_until(&p, h->timeout_s, NULL);
+    return cz__nccl_poll_until(&p, h->timeout_s, NULL);
 }
 
 static void nccl_close(cz_plane *p)
@@ -598,10 +600,10 @@ static void nccl_close(cz_plane *p)
     if (!h)
         return;
     if (h->watched)
-        cz_cuda_unwatch(h->watched, h);
+        cz__cuda_unwatch(h->watched, h);
     cz_nccl_wait drained =
         h->stream && h->done && h->comm && !h->aborted ? drain(h) : CZ_NCCL_WAIT_OK;
-    switch (cz_nccl_close_step_of(drained, h->aborted, h->borrowed || !h->comm)) {
+    switch (cz__nccl_close_step_of(drained, h->aborted, h->borrowed || !h->comm)) {
     case CZ_NCCL_CLOSE_ABORT:
         ignore(abort_comm(h, &e));
         break;
@@ -630,7 +632,7 @@ static void nccl_close(cz_plane *p)
         ignore(CZ_CU(&e, cudaEventDestroy(h->issued)));
     if (h->stream)
         ignore(CZ_CU(&e, cudaStreamDestroy(h->stream)));
-    cz_exec_free(h);
+    cz__exec_free(h);
     p->impl = NULL;
 }
 
@@ -655,7 +657,7 @@ static const cz_plane_ops cz_plane_nccl_ops = {
     .iallreduce_sum = nccl_iallreduce_sum,
 };
 
-int cz_plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, double timeout_s, cz_error *err)
+int cz__plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, double timeout_s, cz_error *err)
 {
     ncclUniqueId id;
     /* The id's 128 bytes travel as 16 int64 through the control plane's min-reduction (every
@@ -677,7 +679,7 @@ int cz_plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, double timeout_s, cz_error *e
     if (rc || crc)
         return rc ? rc : crc;
     if (v[W] == 0)
-        return cz_error_set(err, CZ_EIO, "rank 0 could not create the NCCL unique id");
+        return cz__error_set(err, CZ_EIO, "rank 0 could not create the NCCL unique id");
     memcpy(id.internal, v, sizeof id.internal);
     /* Non-blocking creation, polled with a time limit: a rank whose peer never arrives (or
      * failed) gets an error instead of waiting forever inside ncclCommInitRank. */
@@ -687,7 +689,7 @@ int cz_plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, double timeout_s, cz_error *e
     int raw = CZ_NCCL_RC(ncclCommInitRankConfig(&comm, ctrl->size, id, ctrl->rank, &config));
     rc = settle(comm, timeout_s, raw, "ncclCommInitRankConfig", __FILE__, __LINE__, err);
     /* Every rank learns whether every other one got its communicator; all abort otherwise. */
-    rc = cz_nccl_agree(ctrl, rc, "create the NCCL communicator", err);
+    rc = cz__nccl_agree(ctrl, rc, "create the NCCL communicator", err);
     if (rc) {
         if (comm)
             ignore(CZ_NCCL(&tmp, ncclCommAbort(comm)));
@@ -696,20 +698,20 @@ int cz_plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, double timeout_s, cz_error *e
     return wrap(p, comm, 0, timeout_s, err);
 }
 
-int cz_plane_nccl_wrap(cz_plane *p, const void *handle, double timeout_s, cz_error *err)
+int cz__plane_nccl_wrap(cz_plane *p, const void *handle, double timeout_s, cz_error *err)
 {
     *p = (cz_plane){0};
     if (!handle)
-        return cz_error_set(err, CZ_EINVALID, "NCCL communicator handle is NULL");
+        return cz__error_set(err, CZ_EINVALID, "NCCL communicator handle is NULL");
     return wrap(p, *(const ncclComm_t *)handle, 1, timeout_s, err);
 }
 
-int cz_plane_nccl_reserve(cz_plane *p, const cz_plan *plan, cz_error *err)
+int cz__plane_nccl_reserve(cz_plane *p, const cz_plan *plan, cz_error *err)
 {
     nccl_plane *h = impl_of(p);
     /* The step's DP collectives are fp32 (step.c), whatever the parameters' dtype. */
-    size_t es = (size_t)cz_dtype_bytes(CZ_DTYPE_FP32);
-    size_t bytes = cz_nccl_plan_scratch(plan, es, h->alpha_s, h->bytes_per_s) * es;
+    size_t es = (size_t)cz__dtype_bytes(CZ_DTYPE_FP32);
+    size_t bytes = cz__nccl_plan_scratch(plan, es, h->alpha_s, h->bytes_per_s) * es;
     if (bytes <= h->scratch_bytes)
         return CZ_OK;
     int rc = CZ_OK;
@@ -718,7 +720,7 @@ int cz_plane_nccl_reserve(cz_plane *p, const cz_plan *plan, cz_error *err)
     h->scratch = NULL;
     h->scratch_bytes = 0;
     if (!rc)
-        rc = CZ_CU(err, cz_cuda_malloc(&h->scratch, bytes, CZ_CUDA_MEM_DEVICE));
+        rc = CZ_CU(err, cz__cuda_malloc(&h->scratch, bytes, CZ_CUDA_MEM_DEVICE));
     if (!rc)
         h->scratch_bytes = bytes;
     return rc;

@@ -102,12 +102,12 @@ static void load(const char *dirs)
     }
     found_version = v;
     char why[400];
-    ok = cz_nccl_version_usable(v, NCCL_VERSION_CODE, why, sizeof why);
+    ok = cz__nccl_version_usable(v, NCCL_VERSION_CODE, why, sizeof why);
     if (!ok)
         snprintf(found_why, sizeof found_why, "%s: %s", found_path, why);
 }
 
-int cz_nccl_load(const char *dirs, char *why, size_t len, int *version, char *path, size_t plen)
+int cz__nccl_load(const char *dirs, char *why, size_t len, int *version, char *path, size_t plen)
 {
     pthread_mutex_lock(&lock);
     if (!tried) {

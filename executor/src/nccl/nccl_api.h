@@ -60,7 +60,7 @@ extern cz_nccl_fns cz_nccl_fn;
  * (what is missing, where the plugin looked, or a version it cannot use). *version is
  * ncclGetVersion's, path the file loaded (either may be NULL). Later calls return the first
  * call's answer. */
-int cz_nccl_load(const char *dirs, char *why, size_t len, int *version, char *path, size_t plen);
+int cz__nccl_load(const char *dirs, char *why, size_t len, int *version, char *path, size_t plen);
 
 #define ncclGetVersion cz_nccl_fn.GetVersion
 #define ncclGetErrorString cz_nccl_fn.GetErrorString

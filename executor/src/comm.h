@@ -1,0 +1,163 @@
+/*
+ * comm.h — the communication seam: the control plane (cz_ctrl_ops: host scalars the ranks
+ * agree on) and the data plane (cz_plane_ops: the step's collectives on backend memory),
+ * implemented by "self" (comm_self.c), "mpi" (comm_mpi.c) and "nccl" (the GPU plugin,
+ * comm_nccl.h), and its dispatch (comm.c), which opens a backend's planes by name.
+ */
+#ifndef CZ_COMM_H
+#define CZ_COMM_H
+
+#include "canzona_exec.h"
+#include "compute.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Element types of the data plane are canzona.h's cz_dtype (cz__dtype_bytes gives sizes). */
+
+typedef enum cz_comm_kind {
+    CZ_COMM_SELF = 1, /* one process: every collective is a copy */
+    CZ_COMM_MPI = 2,
+    CZ_COMM_NCCL = 3, /* device memory, NCCL (comm_nccl.h) */
+} cz_comm_kind;
+
+/* The control plane: host scalars the ranks must agree on (plan fingerprints, failure
+ * agreement, the step's NaN/Inf verdict), over MPI or whatever bootstraps the job. Blocking;
+ * never carries parameter data. */
+typedef struct cz_ctrl cz_ctrl;
+typedef struct cz_ctrl_ops {
+    cz_comm_kind kind;
+    const char *name; /* for messages only */
+    /* In-place element-wise min over all ranks of n int64 values. */
+    int (*allreduce_min_i64)(cz_ctrl *c, int64_t *v, int n, cz_error *err);
+    /* In-place element-wise sum over all ranks of n doubles (host scalars read back from the
+     * backend, e.g. the gradient norm's partial sums). */
+    int (*allreduce_sum_f64)(cz_ctrl *c, double *v, int n, cz_error *err);
+    void (*close)(cz_ctrl *c);
+} cz_ctrl_ops;
+
+struct cz_ctrl {
+    const cz_ctrl_ops *ops;
+    void *impl;
+    int size, rank;
+};
+
+/* The data plane: the collectives of the step on backend memory, with size_t counts and a
+ * dtype. No v-collectives: uneven reduce-scatter and all-gather take one count per rank over
+ * rank-ordered contiguous segments, and the micro-group all-to-all is a group of sends and
+ * receives (NCCL's ncclGroupStart/Send/Recv/GroupEnd shape); a backend may map them onto
+ * v-collectives inside (MPI does for the reduce-scatter and the all-gather). Versioned like
+ * the compute ops. Version 2 appended allreduce_sum (the cooperative Newton-Schulz sums),
+ * version 3 iallreduce_sum (its Gram panels). */
+#define CZ_DATA_PLANE_VERSION 3
+typedef struct cz_plane cz_plane;
+/* A non-blocking operation's completion, created once (req_create) and reused every step. */
+typedef struct cz_comm_req cz_comm_req;
+typedef struct cz_plane_ops {
+    int version; /* CZ_DATA_PLANE_VERSION */
+    cz_comm_kind kind;
+    const char *name; /* for messages only */
+    /* Every operation that reads backend memory first waits for `after` (a compute event
+     * recorded after the ops that wrote it; NULL = nothing to wait for). */
+    /* Sum-reduce-scatter: rank r receives counts[r] elements, the r-th segment of the
+     * rank-ordered concatenation at send. recv must not alias send. */
+    int (*reduce_scatter)(cz_plane *p, const void *send, void *recv, const size_t *counts,
+                          cz_dtype t, cz_event *after, cz_error *err);
+    /* In-place all-gather: rank r contributes the r-th segment (counts[r] elements) of the
+     * rank-ordered concatenation at buf. */
+    int (*all_gather)(cz_plane *p, void *buf, const size_t *counts, cz_dtype t, cz_event *after,
+                      cz_error *err);
+    /* Non-blocking all-gather of `count` elements per rank into recv (size * count),
+     * completed through req. */
+    int (*iall_gather)(cz_plane *p, const void *send, size_t count, void *recv, cz_dtype t,
+                       cz_event *after, cz_comm_req *req, cz_error *err);
+    /* A group of point-to-point transfers posted together and completed through one req:
+     * group_start, then send/recv per peer (count 0 is skipped; at most one send and one
+     * receive per peer), then group_end posts them. Every rank's sends must match its peers'
+     * receives. */
+    int (*group_start)(cz_plane *p, cz_comm_req *req, cz_event *after, cz_error *err);
+    void (*send)(cz_plane *p, cz_comm_req *req, const void *buf, size_t count, cz_dtype t,
+                 int peer);
+    void (*recv)(cz_plane *p, cz_comm_req *req, void *buf, size_t count, cz_dtype t, int peer);
+    int (*group_end)(cz_plane *p, cz_comm_req *req, cz_error *err);
+    /* Makes the caller's compute stream wait until req's operation is complete, leaving req
+     * idle (an idle req returns at once). On the CPU backend's stream (the calling thread)
+     * that is a host wait; a GPU plane makes the stream wait on the operation's event. */
+    int (*wait)(cz_plane *p, cz_comm_req *req, cz_error *err);
+    /* Lets an operation in flight progress (MPI progresses only inside MPI calls); never
+     * blocks. req may be NULL. */
+    void (*progress)(cz_plane *p, cz_comm_req *req);
+    /* Request handles (allocated at create time, never during a step). */
+    cz_comm_req *(*req_create)(cz_plane *p);
+    void (*req_free)(cz_plane *p, cz_comm_req *req);
+    /* A new plane of the ranks with equal color, ordered by key (collective over p). */
+    int (*split)(cz_plane *p, int color, int key, cz_plane *out, cz_error *err);
+    void (*close)(cz_plane *p);
+    /* ---- version 2 ---- */
+    /* In-place sum over the plane's ranks of count elements at buf (backend memory): fp32, or
+     * doubles when f64. Blocking form (as reduce_scatter): it reads buf after `after` and
+     * after every compute op issued before it, and compute ops issued after it see the sum. */
+    int (*allreduce_sum)(cz_plane *p, void *buf, size_t count, int f64, cz_event *after,
+                         cz_error *err);
+    /* ---- version 3 ---- */
+    /* Non-blocking in-place fp32 sum over the plane's ranks of count elements at buf, read
+     * after `after`, completed through req (wait): a cooperative Gram panel, all-reduced while
+     * the members compute the next. Several may be in flight on one plane; they complete in
+     * the order they were posted. */
+    int (*iallreduce_sum)(cz_plane *p, float *buf, size_t count, cz_event *after, cz_comm_req *req,
+                          cz_error *err);
+} cz_plane_ops;
+
+struct cz_plane {
+    const cz_plane_ops *ops;
+    void *impl;
+    int size, rank;
+    cz_compute *compute; /* whose events `after` refers to (set at create, kept by split) */
+    const char *label;   /* "world", "DP", "TP", "cooperative": names the plane in reports */
+};
+
+/* For a host-driven plane (MPI, self): waits on the host for `after` before a buffer is read. */
+static inline int cz_plane_wait_after(cz_plane *p, cz_event *after, cz_error *err)
+{
+    return after ? p->compute->ops->event_sync(p->compute, after, err) : CZ_OK;
+}
+
+/* ---- the dispatch (comm.c) ---- */
+/* A comm backend by name ("self", "mpi", "nccl"): what opens its planes and what it needs. */
+typedef struct cz_comm_backend cz_comm_backend;
+
+/* Opens the control plane and the world data plane of the backend cfg->comm names (NULL:
+ * "mpi" when this build has MPI and MPI is initialized, else "self"); *out is the backend,
+ * for the calls below. Collective over the world for mpi and nccl. */
+int cz__comm_open(const cz_exec_config *cfg, cz_ctrl *ctrl, cz_plane *world,
+                  const cz_comm_backend **out, cz_error *err);
+/* The backend's name, as cz_exec_config.comm spells it. */
+const char *cz__comm_name(const cz_comm_backend *b);
+/* True when the backend's planes read and write backend memory from the host (mpi, self):
+ * a compute backend on device memory then stages the job's buffers (compute.h). */
+bool cz__comm_host_driven(const cz_comm_backend *b);
+/* The plane of the world's ranks with equal color, ordered by key: over the communicator the
+ * job handed in (handle not NULL, a backend that takes one: a pointer to an MPI_Comm,
+ * duplicated, or to an ncclComm_t, borrowed), else split from the world (collective). Its
+ * events are the world's compute backend's. */
+int cz__comm_subplane(const cz_comm_backend *b, const cz_exec_config *cfg, const cz_ctrl *ctrl,
+                      cz_plane *world, const void *handle, int color, int key, cz_plane *out,
+                      cz_error *err);
+/* Allocates what the DP plane needs for the plan's steps, at create (the nccl plane's
+ * padded-collective scratch), so that a step allocates nothing. */
+int cz__comm_reserve(const cz_comm_backend *b, cz_plane *dp, const cz_plan *plan, cz_error *err);
+/* What every data plane needs of a plan: MPI's int counts and displacements (the limits of
+ * the narrowest plane, so that a plan runs on any). */
+int cz__comm_plan_check(const cz_plan *plan, cz_error *err);
+/* What this process is doing, named in the report of a stalled MPI wait (what: a string
+ * literal; step: the optimizer step, -1 for none). Nothing without MPI. */
+void cz__comm_phase(const char *what, int64_t step);
+/* The MPI planes' time limit: cz_exec_config.mpi_timeout_s when > 0 (a config of this
+ * version), else the environment's CZ_MPI_TIMEOUT_S when it is a number > 0, else 1800 s. */
+double cz__comm_mpi_timeout(const cz_exec_config *cfg, const char *env);
+/* Close any plane or control plane (NULL ops: nothing), leaving it zeroed. */
+void cz__ctrl_close(cz_ctrl *c);
+void cz__plane_close(cz_plane *p);
+
+#endif /* CZ_COMM_H */

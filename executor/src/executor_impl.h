@@ -1,0 +1,93 @@
+/*
+ * executor_impl.h — the executor object and what only the executor's core files share:
+ * creation, the plan checks, the pipeline's entry points. It names no backend and no
+ * optimizer: those are behind the seams (compute.h, comm.h, optimizer.h).
+ */
+#ifndef CZ_EXECUTOR_IMPL_H
+#define CZ_EXECUTOR_IMPL_H
+
+#include "canzona_exec.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "optimizer.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cz_executor {
+    const cz_plan *plan;
+    cz_plan *owned_plan; /* non-NULL when created from a file */
+    cz_exec_config cfg;
+    cz_compute compute;
+    const cz_comm_backend *comm;      /* the comm backend the planes are of (comm.c) */
+    cz_ctrl ctrl;                     /* control plane over the world */
+    cz_plane world, dp_comm, tp_comm; /* data planes; dp and tp are split from world */
+    int dp, tp, dp_rank, tp_rank;
+    bool sc; /* synchronous compute: every TP rank updates every matrix */
+    size_t buffer_numel;
+    const cz_rank_schedule *schedule; /* my DP rank's */
+
+    /* Bound buffers (of dtype): per param pointers to its local shard, or the flat ones. */
+    cz_dtype dtype;
+    void **param_ptr, **grad_ptr;
+    bool *bound;
+    void *flat_params, *flat_grads; /* NULL when bound per parameter */
+    float *scratch;                 /* backend: max bucket range, for the reduce-scatter */
+
+    /* Owned parameters, every kind (ids ascending). A split-layout plan's elementwise
+     * parameter is owned in part: the piece of it in my DP range. */
+    int *owned;
+    int nowned;
+    int64_t *piece_lo, *piece_len; /* indexed by param id: the owned piece, relative to the
+                                      parameter's start (0 and numel for a whole one) */
+    /* Indexed by param id: where its local shard starts in the flat buffers (its bucket's
+     * offset plus its own), every parameter's, computed once at create. */
+    int64_t *param_off;
+    double *stats;      /* backend: per owned parameter, sum of squares of its gradient */
+    double *stats_host; /* host copy, read back once per step */
+    /* Compute events the DP collectives wait for: gradients staged, parameters updated. */
+    cz_event *ev_grads, *ev_params;
+    /* The optimizers (optimizer.h): the plan's matrix optimizer, and the elementwise one.
+     * Each owns its state, backend memory allocated at create time. */
+    cz_optim matrix_opt, elem_opt;
+
+    /* Per-parameter binding: staging copies of the flat layout. */
+    /* Staging (per-parameter binding or a dtype other than fp32): the step runs on fp32 flat
+     * copies. With bf16, stage_params is the fp32 master copy, loaded at the first step. */
+    bool per_param, staged, master_loaded;
+    /* The cuda backend under a host-driven plane: buffers are managed memory and the step
+     * always stages the job's buffers through them (cz__compute_open_for). */
+    bool host_staged;
+    float *stage_params, *stage_grads; /* backend memory, allocated at bind */
+    int async_rc;                      /* result of the step started by step_async */
+    cz_error async_err;                /* and its message */
+    bool async_active;                 /* a step was started and not yet waited for */
+    bool bind_agreed;                  /* all ranks confirmed their binding at the first step */
+
+    struct cz_pipeline *pipe; /* micro-group layouts and communication buffers */
+
+    int64_t steps;
+    cz_exec_timings last;
+    double grad_norm; /* of the last step, before clipping */
+};
+
+/* Creates an executor over plan; takes ownership of `owned` (may be NULL, else == plan),
+ * which is freed on failure too. A non-zero pre_rc is a failure that happened before (err
+ * already describes it, e.g. the plan file did not load): the ranks still meet to agree. */
+int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *owned,
+                             const cz_exec_config *cfg, int pre_rc, cz_error *err);
+/* Plan checks the executor needs (pp, strategies, ranges bounding ownership, schedules). */
+int cz__exec_plan_check(const cz_plan *plan, cz_error *err);
+/* Fingerprint of the parts of a plan the ranks must agree on. */
+uint64_t cz__exec_plan_fingerprint(const cz_plan *plan);
+/* Precomputes the micro-group layouts of my DP rank's schedule, allocates the pipeline's
+ * buffers, and hands the matrix optimizer the parts this rank holds, group by group
+ * (group_add) (pipeline.c). */
+int cz__exec_pipeline_init(cz_executor *ex, cz_error *err);
+void cz__exec_pipeline_free(cz_executor *ex);
+/* Runs the micro-group pipeline of the owned matrix parameters on flat buffers P, G. */
+int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err);
+
+#endif /* CZ_EXECUTOR_IMPL_H */

@@ -1,0 +1,58 @@
+/* The optimizer seam's dispatch: which implementation updates the parameters of a plan. The
+ * plan names its matrix optimizer (settings.optimizer: Muon, SOAP or Shampoo); its elementwise
+ * parameters take AdamW, the one elementwise optimizer a plan can have. Adding an optimizer is
+ * a file with its table and one line below. */
+#include "adamw.h"
+#include "cz_format.h"
+#include "muon.h"
+#include "optimizer.h"
+#include "shampoo.h"
+#include "soap.h"
+
+static const cz_optimizer_ops *const registry[] = {
+    &cz__muon_ops,
+    &cz__soap_ops,
+    &cz__shampoo_ops,
+    &cz__adamw_ops,
+};
+enum { NREGISTRY = sizeof registry / sizeof registry[0] };
+
+/* The implementation of optimizer id for parameters of kind; NULL when there is none. */
+static const cz_optimizer_ops *find(cz_optimizer id, cz_param_kind kind)
+{
+    for (int i = 0; i < NREGISTRY; i++)
+        if (registry[i]->kind == kind && (kind == CZ_KIND_ELEMENTWISE || registry[i]->id == id))
+            return registry[i];
+    return NULL;
+}
+
+int cz__optimizer_plan_check(const cz_plan *plan, cz_error *err)
+{
+    const char *name = cz_optimizer_name(plan->settings.optimizer);
+    if (!find(plan->settings.optimizer, CZ_KIND_MATRIX))
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "plan optimizer '%s': this version executes Muon, SOAP or Shampoo "
+                             "(matrix) + AdamW (elementwise) plans; plan with --optimizer muon, "
+                             "soap or shampoo",
+                             name ? name : "?");
+    return CZ_OK;
+}
+
+int cz__optimizer_open(cz_optim *o, cz_param_kind kind, const cz_plan *plan, cz_compute *c,
+                       const cz_exec_config *cfg, cz_error *err)
+{
+    const cz_optimizer_ops *ops = find(plan->settings.optimizer, kind);
+    *o = (cz_optim){.compute = c, .plan = plan};
+    /* The plan check refused a plan without a matrix optimizer before this. */
+    CZ_ASSERT(ops != NULL, err);
+    CZ_ASSERT(ops->version == CZ_OPTIMIZER_OPS_VERSION, err);
+    o->ops = ops;
+    return ops->create(o, cfg, err);
+}
+
+void cz__optimizer_close(cz_optim *o)
+{
+    if (o->ops)
+        o->ops->destroy(o);
+    *o = (cz_optim){0};
+}
