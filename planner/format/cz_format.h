@@ -256,6 +256,13 @@ static inline int cz_plan_param_fragmented(const cz_plan *plan, const cz_plan_pa
            (plan->settings.layout == CZ_LAYOUT_SPLIT && p->def.kind == CZ_KIND_ELEMENTWISE);
 }
 
+/* How many DP ranks partition bucket k (the length of its ranges, in [start, end) pairs). */
+static inline int cz_plan_bucket_nranks(const cz_plan *plan, const cz_plan_bucket *k)
+{
+    (void)k;
+    return plan->dp;
+}
+
 /* A task's block, width and per-slot cost; a group built without the split-task arrays (by a
  * caller that predates them) holds whole matrices hosted at their parameter's cost. */
 static inline int cz_group_task_block(const cz_plan_group *g, int t)

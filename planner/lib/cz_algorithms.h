@@ -155,6 +155,18 @@ int cz__tp_schedule_build(cz_plan *plan, cz_error *err);
 int cz__tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_costed *params, int n,
                           const cz_settings *s, int tp, double *load, double *capacity,
                           cz_error *err);
+/* The DP ranks that hold a part of a parameter (rank_index.c): its owner, or for a fragmented
+ * parameter the ranks whose ranges of its bucket it may intersect, found by binary search where
+ * the bucket's ranges are in order. */
+typedef struct cz_rank_window {
+    const cz_plan *plan;
+    unsigned char *ordered; /* per bucket: ranges contiguous from 0 and rank-ordered */
+} cz_rank_window;
+int cz__rank_window_init(cz_rank_window *w, const cz_plan *plan, cz_error *err);
+void cz__rank_window_free(cz_rank_window *w);
+/* Ranks [*lo, *hi) of p's bucket that may hold a part of p (every rank of a bucket whose ranges
+ * are out of order; none when p has no bucket): a superset of those whose range intersects it. */
+void cz__rank_window_of(const cz_rank_window *w, const cz_plan_param *p, int *lo, int *hi);
 /* Computes plan->metrics from the plan's params, buckets and schedules. */
 int cz__plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err);
 

@@ -42,7 +42,8 @@ int cz__plan_memory(const cz_plan *plan, cz_memory_gpu **out, cz_error *err)
     cz_memory_gpu *g = calloc(ngpus, sizeof *g);
     double *buffer = calloc((size_t)pp, sizeof *buffer);
     double *master = calloc((size_t)pp * (size_t)dp, sizeof *master);
-    if (!g || !buffer || !master) {
+    cz_rank_window win = {0};
+    if (!g || !buffer || !master || cz__rank_window_init(&win, plan, err) != CZ_OK) {
         free(g);
         free(buffer);
         free(master);
@@ -60,9 +61,15 @@ int cz__plan_memory(const cz_plan *plan, cz_memory_gpu **out, cz_error *err)
         const cz_plan_param *p = &plan->params[i];
         if (p->stage < 0 || p->stage >= pp)
             continue;
-        for (int r = 0; r < dp; r++)
+        int lo = p->dp_owner, hi = p->dp_owner + 1;
+        if (cz_plan_param_fragmented(plan, p))
+            cz__rank_window_of(&win, p, &lo, &hi);
+        if (lo < 0 || hi > dp)
+            continue;
+        for (int r = lo; r < hi; r++)
             master[(size_t)p->stage * dp + r] += share_owned(plan, p, r) * (double)p->numel;
     }
+    cz__rank_window_free(&win);
     for (size_t k = 0; k < ngpus; k++) {
         size_t rank = k / (size_t)tp, stage = rank / (size_t)dp;
         g[k].params = buffer[stage] * pbytes;

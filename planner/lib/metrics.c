@@ -37,13 +37,18 @@ static double ratio_max_mean(const double *v, size_t n)
 
 /* Fraction of parameter p's local shard that lies in DP rank r's range: 1 or 0 for an owned
  * parameter, the overlap share for a fragmented one (even baseline, split layout). */
+/* Megatron's current layer-wise rule leaves the non-Muon parameters to ZeRO-1: every rank
+ * updates and stores an even slice of them. */
+static bool even_share(const cz_plan *plan, const cz_plan_param *p)
+{
+    return plan->settings.dp == CZ_DP_LAYERWISE &&
+           plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON_AUG26 &&
+           p->def.kind != CZ_KIND_MATRIX;
+}
+
 static double share_of(const cz_plan *plan, const cz_plan_param *p, int r)
 {
-    /* Megatron's current layer-wise rule leaves the non-Muon parameters to ZeRO-1: every rank
-     * updates and stores an even slice of them. */
-    if (plan->settings.dp == CZ_DP_LAYERWISE &&
-        plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON_AUG26 &&
-        p->def.kind != CZ_KIND_MATRIX)
+    if (even_share(plan, p))
         return 1.0 / plan->dp;
     if (!cz_plan_param_fragmented(plan, p))
         return p->dp_owner == r ? 1.0 : 0.0;
@@ -102,7 +107,10 @@ int cz__plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
     size_t nranks = (size_t)dp * (size_t)pp, ngpus = nranks * (size_t)tp;
     cz_plan_metrics *m = &plan->metrics;
     double *seconds = NULL, *state = NULL, *ew_seconds = NULL;
+    cz_rank_window win = {0};
     cz__plan_metrics_free(m);
+    if ((rc = cz__rank_window_init(&win, plan, err)) != CZ_OK)
+        return rc;
     m->dp_load = calloc(nranks, sizeof *m->dp_load);
     m->rank_makespan = calloc(nranks, sizeof *m->rank_makespan);
     m->gpu_load = calloc(ngpus, sizeof *m->gpu_load);
@@ -131,7 +139,16 @@ int cz__plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
             m->max_task_cost = task;
         if (p->stage < 0 || p->stage >= pp)
             continue;
-        for (int r = 0; r < dp; r++) {
+        /* Only the ranks that hold a part of p: its owner, or those its fragments lie in
+         * (every rank for the even slices of Megatron's current layer-wise rule). */
+        int lo = 0, hi = dp;
+        if (!even_share(plan, p) && !cz_plan_param_fragmented(plan, p))
+            lo = p->dp_owner, hi = p->dp_owner + 1;
+        else if (!even_share(plan, p))
+            cz__rank_window_of(&win, p, &lo, &hi);
+        if (lo < 0 || hi > dp)
+            continue;
+        for (int r = lo; r < hi; r++) {
             double share = share_of(plan, p, r);
             if (share <= 0.0)
                 continue;
@@ -230,6 +247,7 @@ int cz__plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
     if ((rc = split_bound(plan, c, &m->split_lower_bound, err)) != CZ_OK)
         goto done;
 done:
+    cz__rank_window_free(&win);
     free(seconds);
     free(state);
     free(ew_seconds);

@@ -743,9 +743,71 @@ int cz__tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_cost
     return rc;
 }
 
+/* The matrix parameters each (stage, DP rank) schedules, in id order: ids[first[k] ..
+ * first[k + 1]) for rank schedule k. Built once (rank_index.c finds the ranks of each
+ * parameter) rather than by asking every rank about every parameter. */
+static int rank_params_index(const cz_plan *plan, int **first_out, int **ids_out, cz_error *err)
+{
+    int rc = CZ_OK, dp = plan->dp;
+    size_t nranks = (size_t)plan->pp * (size_t)dp, total = 0;
+    bool even = plan->settings.dp == CZ_DP_EVEN;
+    int *first = calloc(nranks + 2, sizeof *first), *ids = NULL, *fill = NULL;
+    cz_rank_window win = {0};
+    if (!first || (rc = cz__rank_window_init(&win, plan, err)) != CZ_OK) {
+        rc = rc != CZ_OK ? rc : cz_error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
+        goto done;
+    }
+    /* Two passes over the same walk: count, then place. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < plan->nparams; i++) {
+            const cz_plan_param *p = &plan->params[i];
+            if (p->def.kind != CZ_KIND_MATRIX || p->stage < 0 || p->stage >= plan->pp)
+                continue;
+            size_t base = (size_t)p->stage * dp;
+            int lo = p->dp_owner, hi = p->dp_owner + 1;
+            if (even)
+                cz__rank_window_of(&win, p, &lo, &hi);
+            else if (p->dp_owner < 0 || p->dp_owner >= dp)
+                continue;
+            for (int r = lo; r < hi; r++) {
+                if (even && !touches(plan, p, r))
+                    continue;
+                if (pass == 0)
+                    first[base + r + 2]++;
+                else
+                    ids[fill[base + r]++] = p->id;
+            }
+        }
+        if (pass == 1)
+            break;
+        for (size_t k = 0; k < nranks; k++)
+            first[k + 2] += first[k + 1];
+        total = (size_t)first[nranks + 1];
+        ids = malloc((total + 1) * sizeof *ids);
+        fill = malloc((nranks + 1) * sizeof *fill);
+        if (!ids || !fill) {
+            rc = cz_error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
+            goto done;
+        }
+        for (size_t k = 0; k < nranks; k++)
+            fill[k] = first[k + 1];
+    }
+    memmove(first, first + 1, (nranks + 1) * sizeof *first);
+    *first_out = first;
+    *ids_out = ids;
+    first = ids = NULL;
+done:
+    cz__rank_window_free(&win);
+    free(first);
+    free(ids);
+    free(fill);
+    return rc;
+}
+
 int cz__tp_schedule_build(cz_plan *plan, cz_error *err)
 {
     int rc = CZ_OK, dp = plan->dp, tp = plan->tp;
+    int *first = NULL, *ids = NULL;
     cz_costed *params = malloc((plan->nparams + 1) * sizeof *params);
     double *load = calloc((size_t)(tp > 0 ? tp : 1), sizeof *load);
     cz__plan_schedules_free(plan);
@@ -754,6 +816,8 @@ int cz__tp_schedule_build(cz_plan *plan, cz_error *err)
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
         goto done;
     }
+    if ((rc = rank_params_index(plan, &first, &ids, err)) != CZ_OK)
+        goto done;
     plan->schedules = calloc((size_t)plan->pp * (size_t)dp, sizeof *plan->schedules);
     if (!plan->schedules) {
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
@@ -762,20 +826,14 @@ int cz__tp_schedule_build(cz_plan *plan, cz_error *err)
     plan->nschedules = (size_t)plan->pp * (size_t)dp;
     for (int stage = 0; stage < plan->pp; stage++) {
         for (int r = 0; r < dp; r++) {
-            cz_rank_schedule *rs = &plan->schedules[(size_t)stage * dp + r];
+            size_t k = (size_t)stage * dp + r;
+            cz_rank_schedule *rs = &plan->schedules[k];
             rs->stage = stage;
             rs->dp_rank = r;
             int n = 0;
-            for (size_t i = 0; i < plan->nparams; i++) {
-                const cz_plan_param *p = &plan->params[i];
-                if (p->stage != stage || p->def.kind != CZ_KIND_MATRIX)
-                    continue;
-                bool mine =
-                    plan->settings.dp == CZ_DP_EVEN ? touches(plan, p, r) : p->dp_owner == r;
-                if (!mine)
-                    continue;
-                params[n].id = p->id;
-                params[n].cost = p->cost;
+            for (int j = first[k]; j < first[k + 1]; j++) {
+                params[n].id = ids[j];
+                params[n].cost = plan->params[ids[j]].cost;
                 n++;
             }
             double C;
@@ -790,5 +848,7 @@ int cz__tp_schedule_build(cz_plan *plan, cz_error *err)
 done:
     free(params);
     free(load);
+    free(first);
+    free(ids);
     return rc;
 }
