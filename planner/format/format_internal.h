@@ -26,7 +26,9 @@ extern const char *const cz__layout_names[];
 extern const char *const cz__muon_tp_mode_names[];
 extern const char *const cz__kind_names[];         /* cz_param_kind: "matrix", "elementwise" */
 extern const char *const cz__solve_status_names[]; /* CZ_SOLVE_* */
-/* A split-layout bucket's buffer (cz_plan_bucket.elementwise, 0 or 1) as a plan spells it. */
+/* A bucket's buffer as a plan spells it: a split-layout bucket's (cz_plan_bucket.elementwise, 0
+ * or 1), then "expert" (index CZ_BUFFER_EXPERT) for an expert buffer's bucket. */
+#define CZ_BUFFER_EXPERT 2
 extern const char *const cz__bucket_buffer_names[];
 /* settings.alpha_numel_loads, 0 or 1, as a plan spells it. */
 extern const char *const cz__alpha_loads_names[];

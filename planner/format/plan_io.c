@@ -315,9 +315,9 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
                       const cz_plan *p, cz_plan_param *q)
 {
-    static const char *const keys[] = {"id",        "name",   "shape", "local_shape", "tp_dim",
-                                       "optimizer", "blocks", "layer", "stage",       "bucket",
-                                       "offset",    "numel",  "cost",  "dp_owner",    NULL};
+    static const char *const keys[] = {
+        "id",    "name",   "shape",  "local_shape", "tp_dim", "optimizer", "blocks",  "layer",
+        "stage", "bucket", "offset", "numel",       "cost",   "dp_owner",  "ep_rank", NULL};
     static const char *const bkeys[] = {"dim", "sizes", NULL};
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const json_t *blocks = NULL, *sizes, *tp;
@@ -414,7 +414,24 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
         return rc;
     if ((rc = cz__json_get_double(c, e, path, "cost", true, 0, false, &q->cost)) != CZ_OK)
         return rc;
-    if ((rc = cz__json_get_int(c, e, path, "dp_owner", true, -1, p->dp - 1, &q->dp_owner)) != CZ_OK)
+    /* An expert parameter of a plan with expert groups names its EP rank, and is owned within
+     * the expert-DP group. */
+    const json_t *ep = json_object_get(e, "ep_rank");
+    if (ep && !cz_plan_has_experts(p)) {
+        rc = cz__json_fail(c, cz__json_path_key(sub, path, "ep_rank"),
+                           "an EP rank is given only in a plan with expert groups (schema \"%s\" "
+                           "with $.topology.ep)",
+                           CZ_PLAN_SCHEMA_EXPERT);
+        return rc;
+    }
+    if (ep) {
+        q->expert = 1;
+        if ((rc = cz__json_get_int(c, e, path, "ep_rank", true, 0, p->ep - 1, &q->ep_rank)) !=
+            CZ_OK)
+            return rc;
+    }
+    if ((rc = cz__json_get_int(c, e, path, "dp_owner", true, -1, (q->expert ? p->edp : p->dp) - 1,
+                               &q->dp_owner)) != CZ_OK)
         return rc;
     return rc;
 }
@@ -422,7 +439,8 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
 static int read_bucket(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
                        const cz_plan *p, cz_plan_bucket *b)
 {
-    static const char *const keys[] = {"id", "stage", "offset", "size", "ranges", "buffer", NULL};
+    static const char *const keys[] = {"id",     "stage",  "offset",  "size",
+                                       "ranges", "buffer", "ep_rank", NULL};
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const json_t *ranges;
     int rc;
@@ -441,33 +459,53 @@ static int read_bucket(const cz_json_ctx *c, const json_t *e, const char *path, 
         return rc;
     if ((rc = cz__json_get_int64(c, e, path, "size", true, 0, INT64_MAX, &b->size)) != CZ_OK)
         return rc;
-    /* The split layout names every bucket's buffer; a unified plan names none. */
+    /* The split layout names every bucket's buffer; a unified plan names only its expert
+     * buffers' ("expert", with the bucket's EP rank: a plan with expert groups). */
     int buf = 0;
     bool split = p->settings.layout == CZ_LAYOUT_SPLIT;
-    if (!split && json_object_get(e, "buffer")) {
-        rc = cz__json_fail(c, cz__json_path_key(sub, path, "buffer"),
-                           "a bucket's buffer is given only in a plan whose $.settings.layout is "
-                           "\"split\"");
-        return rc;
-    }
+    const json_t *given = json_object_get(e, "buffer");
     if ((rc = cz__json_get_enum(c, e, path, "buffer", split, cz__bucket_buffer_names, &buf)) !=
         CZ_OK)
         return rc;
-    b->elementwise = buf;
+    if (given && buf == CZ_BUFFER_EXPERT && !cz_plan_has_experts(p)) {
+        rc = cz__json_fail(c, cz__json_path_key(sub, path, "buffer"),
+                           "an expert buffer's bucket is given only in a plan with expert groups "
+                           "(schema \"%s\" with $.topology.ep)",
+                           CZ_PLAN_SCHEMA_EXPERT);
+        return rc;
+    }
+    if (given && !split && buf != CZ_BUFFER_EXPERT) {
+        rc = cz__json_fail(c, cz__json_path_key(sub, path, "buffer"),
+                           "a bucket's buffer is given only in a plan whose $.settings.layout is "
+                           "\"split\", or as \"expert\" in a plan with expert groups");
+        return rc;
+    }
+    b->elementwise = buf == 1;
+    b->expert = buf == CZ_BUFFER_EXPERT;
+    if (b->expert &&
+        (rc = cz__json_get_int(c, e, path, "ep_rank", true, 0, p->ep - 1, &b->ep_rank)) != CZ_OK)
+        return rc;
+    if (!b->expert && json_object_get(e, "ep_rank")) {
+        rc = cz__json_fail(c, cz__json_path_key(sub, path, "ep_rank"),
+                           "an EP rank is given only on an expert buffer's bucket (\"buffer\": "
+                           "\"expert\")");
+        return rc;
+    }
+    int nranks = cz_plan_bucket_nranks(p, b);
     if ((rc = cz__json_get_array(c, e, path, "ranges", true, 0, &ranges)) != CZ_OK)
         return rc;
     cz__json_path_key(sub, path, "ranges");
-    if (json_array_size(ranges) != (size_t)p->dp) {
-        rc = cz__json_fail(c, sub, "expected %d [start, end] pairs (one per DP rank), found %zu",
-                           p->dp, json_array_size(ranges));
+    if (json_array_size(ranges) != (size_t)nranks) {
+        rc = cz__json_fail(c, sub, "expected %d [start, end] pairs (one per %s rank), found %zu",
+                           nranks, b->expert ? "expert-DP" : "DP", json_array_size(ranges));
         return rc;
     }
-    b->ranges = calloc(2 * (size_t)p->dp, sizeof *b->ranges);
+    b->ranges = calloc(2 * (size_t)nranks, sizeof *b->ranges);
     if (!b->ranges) {
         rc = oom(c);
         return rc;
     }
-    for (int r = 0; r < p->dp; r++) {
+    for (int r = 0; r < nranks; r++) {
         const json_t *pair = json_array_get(ranges, (size_t)r);
         int64_t *se = &b->ranges[2 * r];
         cz__json_path_index(el, sub, (size_t)r);
@@ -677,40 +715,76 @@ done:
     return rc;
 }
 
-static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p, bool split)
+/* $.tp_schedule: one entry per (stage, DP rank) over the TP slots; with expert (a plan with
+ * expert groups) $.expert_schedule: one per expert rank (stage, expert-DP rank, EP rank in the
+ * order of cz_plan_expert_rank) over the ETP slots. */
+static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p, bool split,
+                          bool expert)
 {
     static const char *const keys[] = {"stage", "dp_rank", "groups", NULL};
+    static const char *const ekeys[] = {"stage", "ep_rank", "edp_rank", "groups", NULL};
     char el[CZ_JSON_PATH_MAX], sub[CZ_JSON_PATH_MAX], gp[CZ_JSON_PATH_MAX];
+    const char *key = expert ? "expert_schedule" : "tp_schedule";
+    const char *P = expert ? "$.expert_schedule" : "$.tp_schedule";
     const json_t *arr;
-    size_t want = (size_t)p->pp * (size_t)p->dp;
-    int nslots = (p->settings.tp == CZ_TP_SC || p->tp == 1) ? 1 : p->tp;
+    size_t per_stage = expert ? (size_t)cz_plan_expert_ranks(p) : (size_t)p->dp;
+    size_t want = (size_t)p->pp * per_stage;
+    int group = expert ? p->etp : p->tp;
+    int nslots = (p->settings.tp == CZ_TP_SC || group == 1) ? 1 : group;
     int rc;
-    if ((rc = cz__json_get_array(c, root, "$", "tp_schedule", true, 0, &arr)) != CZ_OK)
-        return rc;
+    if (!expert || cz_plan_has_experts(p)) {
+        if ((rc = cz__json_get_array(c, root, "$", key, true, 0, &arr)) != CZ_OK)
+            return rc;
+    } else if (json_object_get(root, key)) {
+        return cz__json_fail(c, P,
+                             "expert schedules are given only in a plan with expert groups "
+                             "(schema \"%s\" with $.topology.ep)",
+                             CZ_PLAN_SCHEMA_EXPERT);
+    } else {
+        return CZ_OK;
+    }
     if (json_array_size(arr) != want) {
-        rc = cz__json_fail(c, "$.tp_schedule", "expected %zu entries (pp*dp = %d*%d), found %zu",
-                           want, p->pp, p->dp, json_array_size(arr));
+        if (expert)
+            rc = cz__json_fail(c, P, "expected %zu entries (pp*ep*edp = %d*%d*%d), found %zu", want,
+                               p->pp, p->ep, p->edp, json_array_size(arr));
+        else
+            rc = cz__json_fail(c, P, "expected %zu entries (pp*dp = %d*%d), found %zu", want, p->pp,
+                               p->dp, json_array_size(arr));
         return rc;
     }
-    p->schedules = calloc(want, sizeof *p->schedules);
-    if (!p->schedules) {
+    cz_rank_schedule *all = calloc(want ? want : 1, sizeof *all);
+    if (!all) {
         rc = oom(c);
         return rc;
     }
-    p->nschedules = want;
+    if (expert) {
+        p->expert_schedules = all;
+        p->nexpert_schedules = want;
+    } else {
+        p->schedules = all;
+        p->nschedules = want;
+    }
     for (size_t i = 0; i < want; i++) {
         const json_t *e = json_array_get(arr, i), *groups;
-        cz_rank_schedule *rs = &p->schedules[i];
-        cz__json_path_index(el, "$.tp_schedule", i);
-        if ((rc = cz__json_check_object(c, e, el, keys)) != CZ_OK)
+        cz_rank_schedule *rs = &all[i];
+        cz__json_path_index(el, P, i);
+        if ((rc = cz__json_check_object(c, e, el, expert ? ekeys : keys)) != CZ_OK)
             return rc;
-        int want_stage = (int)(i / (size_t)p->dp), want_rank = (int)(i % (size_t)p->dp);
+        int want_stage = (int)(i / per_stage), want_rank = (int)(i % per_stage);
         if ((rc = cz__json_get_int(c, e, el, "stage", true, want_stage, want_stage, &rs->stage)) !=
             CZ_OK)
             return rc;
-        if ((rc = cz__json_get_int(c, e, el, "dp_rank", true, want_rank, want_rank,
-                                   &rs->dp_rank)) != CZ_OK)
+        if (expert) {
+            int want_d = want_rank / p->ep, want_e = want_rank % p->ep;
+            if ((rc = cz__json_get_int(c, e, el, "ep_rank", true, want_e, want_e, &rs->ep_rank)) !=
+                    CZ_OK ||
+                (rc = cz__json_get_int(c, e, el, "edp_rank", true, want_d, want_d, &rs->dp_rank)) !=
+                    CZ_OK)
+                return rc;
+        } else if ((rc = cz__json_get_int(c, e, el, "dp_rank", true, want_rank, want_rank,
+                                          &rs->dp_rank)) != CZ_OK) {
             return rc;
+        }
         if ((rc = cz__json_get_array(c, e, el, "groups", true, 0, &groups)) != CZ_OK)
             return rc;
         cz__json_path_key(sub, el, "groups");
@@ -735,10 +809,38 @@ static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p, 
     return rc;
 }
 
+/* $.metrics.expert: required in a plan with expert groups, refused elsewhere. */
+static int read_expert_metrics(const cz_json_ctx *c, const json_t *metrics, cz_plan *p)
+{
+    static const char *const keys[] = {"load", "imbalance", "rank_makespan", NULL};
+    const char *P = "$.metrics.expert";
+    size_t xr = (size_t)p->pp * (size_t)cz_plan_expert_ranks(p);
+    const json_t *o = NULL;
+    int rc;
+    bool want = cz_plan_has_experts(p);
+    if ((rc = cz__json_get_object(c, metrics, "$.metrics", "expert", want, keys, &o)) != CZ_OK)
+        return rc;
+    if (!o)
+        return CZ_OK;
+    if (!want)
+        return cz__json_fail(c, P,
+                             "expert metrics are given only in a plan with expert groups (schema "
+                             "\"%s\" with $.topology.ep)",
+                             CZ_PLAN_SCHEMA_EXPERT);
+    if ((rc = r_reals(c, o, P, "load", xr, "pp*ep*edp", &p->metrics.expert_load)) != CZ_OK ||
+        (rc = cz__json_get_double(c, o, P, "imbalance", true, 0, false,
+                                  &p->metrics.expert_imbalance)) != CZ_OK ||
+        (rc = r_reals(c, o, P, "rank_makespan", xr, "pp*ep*edp",
+                      &p->metrics.expert_rank_makespan)) != CZ_OK)
+        return rc;
+    return CZ_OK;
+}
+
 static int read_metrics(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 {
     static const char *const keys[] = {"dp",
                                        "tp",
+                                       "expert",
                                        "lower_bound",
                                        "average_load",
                                        "split_lower_bound",
@@ -774,6 +876,8 @@ static int read_metrics(const cz_json_ctx *c, const json_t *root, cz_plan *p)
         CZ_OK)
         return rc;
     if ((rc = r_reals(c, tp, "$.metrics.tp", "gpu_load", gpus, "pp*dp*tp", &m->gpu_load)) != CZ_OK)
+        return rc;
+    if ((rc = read_expert_metrics(c, o, p)) != CZ_OK)
         return rc;
     if ((rc = cz__json_get_double(c, o, "$.metrics", "lower_bound", true, 0, false,
                                   &m->lower_bound)) != CZ_OK)
@@ -820,22 +924,26 @@ static int read_content_hash(const cz_json_ctx *c, const json_t *root, cz_plan *
     return CZ_OK;
 }
 
-/* Version 1 (whole hosted tasks only) or 2 (block and cooperative tasks too): *split set for 2. */
-static int read_schema(const cz_json_ctx *c, const json_t *root, bool *split)
+/* Version 1 (whole hosted tasks only), 2 (block and cooperative tasks too) or 3 (expert groups,
+ * and block and cooperative tasks): *version set. */
+static int read_schema(const cz_json_ctx *c, const json_t *root, int *version)
 {
     const char *s = NULL;
     int rc = cz__json_get_string(c, root, "$", "schema", true, &s);
-    if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA_SPLIT) == 0)
-        *split = true;
-    else if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA) != 0 &&
-             strncmp(s, "canzona.plan/", strlen("canzona.plan/")) == 0)
+    if (rc != CZ_OK)
+        return rc;
+    *version = !strcmp(s, CZ_PLAN_SCHEMA)          ? 1
+               : !strcmp(s, CZ_PLAN_SCHEMA_SPLIT)  ? 2
+               : !strcmp(s, CZ_PLAN_SCHEMA_EXPERT) ? 3
+                                                   : 0;
+    if (*version == 0 && strncmp(s, "canzona.plan/", strlen("canzona.plan/")) == 0)
         rc = cz_error_set(c->err, CZ_EUNSUPPORTED,
                           "%s: $.schema: unsupported schema version \"%s\"; this build reads "
-                          "\"%s\" and \"%s\" (a newer canzona wrote it?)",
-                          c->file, s, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT);
-    else if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA) != 0)
-        rc = cz__json_fail(c, "$.schema", "expected \"%s\" or \"%s\", found \"%s\"", CZ_PLAN_SCHEMA,
-                           CZ_PLAN_SCHEMA_SPLIT, s);
+                          "\"%s\", \"%s\" and \"%s\" (a newer canzona wrote it?)",
+                          c->file, s, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT, CZ_PLAN_SCHEMA_EXPERT);
+    else if (*version == 0)
+        rc = cz__json_fail(c, "$.schema", "expected \"%s\", \"%s\" or \"%s\", found \"%s\"",
+                           CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT, CZ_PLAN_SCHEMA_EXPERT, s);
     return rc;
 }
 
@@ -865,10 +973,46 @@ static int read_origin(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     return CZ_OK;
 }
 
+/* $.topology's expert grid: ep, etp and edp, all three in a canzona.plan/3 file (which has
+ * expert groups), none in any other; ETP x EP x expert-DP covers the stage's TP x DP ranks. */
+static int read_expert_grid(const cz_json_ctx *c, const json_t *topo, cz_plan *p)
+{
+    const char *T = "$.topology";
+    int rc;
+    bool want = p->schema_version == 3;
+    for (int i = 0; i < 3; i++) {
+        const char *key = i == 0 ? "ep" : i == 1 ? "etp" : "edp";
+        if (!want && json_object_get(topo, key)) {
+            char sub[CZ_JSON_PATH_MAX];
+            return cz__json_fail(c, cz__json_path_key(sub, T, key),
+                                 "expert groups need schema \"%s\"; this plan says \"%s\"",
+                                 CZ_PLAN_SCHEMA_EXPERT,
+                                 p->schema_version == 2 ? CZ_PLAN_SCHEMA_SPLIT : CZ_PLAN_SCHEMA);
+        }
+    }
+    if (!want)
+        return CZ_OK;
+    if ((rc = cz__json_get_int(c, topo, T, "ep", true, 1, CZ_PLAN_MAX_GPUS, &p->ep)) != CZ_OK ||
+        (rc = cz__json_get_int(c, topo, T, "etp", true, 1, CZ_PLAN_MAX_GPUS, &p->etp)) != CZ_OK ||
+        (rc = cz__json_get_int(c, topo, T, "edp", true, 1, CZ_PLAN_MAX_GPUS, &p->edp)) != CZ_OK)
+        return rc;
+    if ((int64_t)p->ep * p->etp * p->edp != (int64_t)p->tp * p->dp) {
+        rc = cz__json_fail(c, T,
+                           "etp*ep*edp = %d*%d*%d does not cover the %d*%d ranks of tp*dp: "
+                           "Megatron-Core's expert grid covers the same ranks of a stage as TP x "
+                           "DP",
+                           p->etp, p->ep, p->edp, p->tp, p->dp);
+        p->ep = p->etp = p->edp = 0;
+        return rc;
+    }
+    return CZ_OK;
+}
+
 /* $.topology, $.dtype and $.buckets_config: the sizes everything after is checked against. */
 static int read_shape(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 {
-    static const char *const topo_keys[] = {"dp", "tp", "pp", "gpus_per_node", NULL};
+    static const char *const topo_keys[] = {"dp", "tp",  "pp",  "gpus_per_node",
+                                            "ep", "etp", "edp", NULL};
     static const char *const bc_keys[] = {"size", "align", NULL};
     static const char *const dtypes[] = {"bf16", "fp16", "fp32", NULL};
     const char *T = "$.topology";
@@ -884,6 +1028,8 @@ static int read_shape(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     if ((int64_t)p->dp * p->tp * p->pp > CZ_PLAN_MAX_GPUS)
         return cz__json_fail(c, T, "dp*tp*pp = %d*%d*%d exceeds %d GPUs", p->dp, p->tp, p->pp,
                              CZ_PLAN_MAX_GPUS);
+    if ((rc = read_expert_grid(c, topo, p)) != CZ_OK)
+        return rc;
     if ((rc = cz__json_get_enum(c, root, "$", "dtype", true, dtypes, &dtype)) != CZ_OK)
         return rc;
     p->dtype = (cz_dtype)dtype;
@@ -938,13 +1084,14 @@ static int read_layout(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
 {
     static const char *const top_keys[] = {
-        "schema",  "generator",      "inputs",    "settings", "topology",
-        "dtype",   "buckets_config", "params",    "buckets",  "tp_schedule",
-        "metrics", "solver_result",  CONTENT_KEY, NULL};
+        "schema",          "generator",      "inputs",        "settings",  "topology",
+        "dtype",           "buckets_config", "params",        "buckets",   "tp_schedule",
+        "expert_schedule", "metrics",        "solver_result", CONTENT_KEY, NULL};
     cz_json_ctx cc = {path, err}, *c = &cc;
     json_t *root = NULL;
     cz_plan *p = NULL;
     int rc;
+    int version = 0;
     bool split = false;
 
     *out = NULL;
@@ -952,9 +1099,10 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
     if (!p)
         return cz_error_set(err, CZ_ENOMEM, "%s: out of memory", path);
     if ((rc = cz__json_load_file(&root, NULL, path, err)) != CZ_OK ||
-        (rc = read_schema(c, root, &split)) != CZ_OK)
+        (rc = read_schema(c, root, &version)) != CZ_OK)
         goto done;
-    p->schema_version = split ? 2 : 1;
+    p->schema_version = version;
+    split = version >= 2; /* task objects: versions 2 and 3 */
     /* In the order later parts depend on: the sizes before the buckets, the buckets before the
      * parameters, all of them before the schedules and metrics. */
     if ((rc = cz__json_check_object(c, root, "$", top_keys)) != CZ_OK ||
@@ -962,7 +1110,8 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
         (rc = read_settings(c, root, p)) != CZ_OK ||
         (rc = read_solver_result(c, root, p)) != CZ_OK || (rc = read_shape(c, root, p)) != CZ_OK ||
         (rc = read_layout(c, root, p)) != CZ_OK ||
-        (rc = read_schedules(c, root, p, split)) != CZ_OK ||
+        (rc = read_schedules(c, root, p, split, false)) != CZ_OK ||
+        (rc = read_schedules(c, root, p, split, true)) != CZ_OK ||
         (rc = read_metrics(c, root, p)) != CZ_OK)
         goto done;
     *out = p;

@@ -14,8 +14,11 @@
  * {"param", "block" (absent: the whole matrix), "width" (absent: 1), "panels" (a cooperative
  * task's Gram row panels, written whenever width > 1; absent: 1, how plans written before the
  * key ran), "cost"}, listed in every slot of a cooperative task. Version 2 of the schema
- * (CZ_PLAN_SCHEMA_SPLIT) is written only for plans that have block or cooperative tasks, so
- * that every other plan stays byte for byte what earlier versions wrote. */
+ * (CZ_PLAN_SCHEMA_SPLIT) is written only for plans that have block or cooperative tasks, and
+ * version 3 (CZ_PLAN_SCHEMA_EXPERT) only for plans with expert groups, each of whose additions
+ * is written only there (topology ep/etp/edp, a parameter's and a bucket's ep_rank, the expert
+ * buffer's buckets, "expert_schedule", metrics.expert): every other plan stays byte for byte
+ * what earlier versions wrote. */
 #include "json_stream.h"
 
 #include <math.h>
@@ -168,11 +171,15 @@ static void write_param(writer *w, const cz_plan_param *q)
     cz__jw_int(&w->js, "numel", q->numel);
     w_real(w, "cost", q->cost, "a parameter cost");
     cz__jw_int(&w->js, "dp_owner", q->dp_owner);
+    if (q->expert)
+        cz__jw_int(&w->js, "ep_rank", q->ep_rank);
     cz__jw_end(&w->js);
 }
 
 static void write_bucket(writer *w, const cz_plan_bucket *b, int dp, cz_layout layout)
 {
+    /* An expert buffer's bucket names its buffer and EP rank; its ranges are one per expert-DP
+     * rank (the caller's dp). */
     cz__jw_begin_object(&w->js, NULL);
     cz__jw_int(&w->js, "id", b->id);
     cz__jw_int(&w->js, "stage", b->stage);
@@ -184,8 +191,12 @@ static void write_bucket(writer *w, const cz_plan_bucket *b, int dp, cz_layout l
     for (int r = 0; b->ranges && r < dp; r++)
         w_ints(w, NULL, &b->ranges[2 * r], 2);
     cz__jw_end(&w->js);
-    if (layout != CZ_LAYOUT_UNIFIED)
+    if (b->expert) {
+        cz__jw_string(&w->js, "buffer", cz__bucket_buffer_names[CZ_BUFFER_EXPERT]);
+        cz__jw_int(&w->js, "ep_rank", b->ep_rank);
+    } else if (layout != CZ_LAYOUT_UNIFIED) {
         cz__jw_string(&w->js, "buffer", cz__bucket_buffer_names[b->elementwise != 0]);
+    }
     cz__jw_end(&w->js);
 }
 
@@ -240,14 +251,23 @@ static void write_group(writer *w, const cz_plan_group *g)
     cz__jw_end(&w->js);
 }
 
-static void write_schedules(writer *w, const cz_plan *p)
+/* The DP ranks' schedules ("tp_schedule"), or the expert ranks' ("expert_schedule", each
+ * naming its EP and expert-DP rank). */
+static void write_schedules(writer *w, const cz_plan *p, int expert)
 {
-    cz__jw_begin_array(&w->js, "tp_schedule");
-    for (size_t i = 0; i < p->nschedules && w->js.rc == CZ_OK; i++) {
-        const cz_rank_schedule *rs = &p->schedules[i];
+    size_t n = expert ? p->nexpert_schedules : p->nschedules;
+    const cz_rank_schedule *all = expert ? p->expert_schedules : p->schedules;
+    cz__jw_begin_array(&w->js, expert ? "expert_schedule" : "tp_schedule");
+    for (size_t i = 0; i < n && w->js.rc == CZ_OK; i++) {
+        const cz_rank_schedule *rs = &all[i];
         cz__jw_begin_object(&w->js, NULL);
         cz__jw_int(&w->js, "stage", rs->stage);
-        cz__jw_int(&w->js, "dp_rank", rs->dp_rank);
+        if (expert) {
+            cz__jw_int(&w->js, "ep_rank", rs->ep_rank);
+            cz__jw_int(&w->js, "edp_rank", rs->dp_rank);
+        } else {
+            cz__jw_int(&w->js, "dp_rank", rs->dp_rank);
+        }
         cz__jw_begin_array(&w->js, "groups");
         for (int g = 0; g < rs->ngroups && w->js.rc == CZ_OK; g++)
             write_group(w, &rs->groups[g]);
@@ -272,6 +292,14 @@ static void write_metrics(writer *w, const cz_plan *p, bool split)
     w_reals(w, "rank_makespan", m->rank_makespan, ranks, "metrics.tp.rank_makespan");
     w_reals(w, "gpu_load", m->gpu_load, gpus, "metrics.tp.gpu_load");
     cz__jw_end(&w->js);
+    if (cz_plan_has_experts(p)) {
+        size_t xr = (size_t)p->pp * (size_t)cz_plan_expert_ranks(p);
+        cz__jw_begin_object(&w->js, "expert");
+        w_reals(w, "load", m->expert_load, xr, "metrics.expert.load");
+        w_real(w, "imbalance", m->expert_imbalance, "metrics.expert.imbalance");
+        w_reals(w, "rank_makespan", m->expert_rank_makespan, xr, "metrics.expert.rank_makespan");
+        cz__jw_end(&w->js);
+    }
     w_real(w, "lower_bound", m->lower_bound, "metrics.lower_bound");
     /* The bounds of the split freedom only in version 2, so that version 1 files stay as they
      * were (a reader of one derives them: docs/FORMATS.md, "metrics"). */
@@ -288,14 +316,18 @@ static void write_metrics(writer *w, const cz_plan *p, bool split)
 
 static void write_plan(writer *w, const cz_plan *p, char hash[65])
 {
-    bool split = cz__plan_has_split_tasks(p);
-    if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->nschedules != (size_t)p->pp * (size_t)p->dp) {
+    bool split = cz__plan_has_split_tasks(p), experts = cz_plan_has_experts(p);
+    if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->nschedules != (size_t)p->pp * (size_t)p->dp ||
+        p->nexpert_schedules != (size_t)p->pp * (size_t)cz_plan_expert_ranks(p)) {
         w_fail(w, CZ_EINTERNAL, "%s does not match its topology (a planner bug)",
                "the plan's schedule count");
         return;
     }
     cz__jw_begin_object(&w->js, NULL);
-    cz__jw_string(&w->js, "schema", split ? CZ_PLAN_SCHEMA_SPLIT : CZ_PLAN_SCHEMA);
+    cz__jw_string(&w->js, "schema",
+                  experts ? CZ_PLAN_SCHEMA_EXPERT
+                  : split ? CZ_PLAN_SCHEMA_SPLIT
+                          : CZ_PLAN_SCHEMA);
     cz__jw_begin_object(&w->js, "generator");
     cz__jw_string(&w->js, "name", p->generator ? p->generator : "canzona");
     cz__jw_string(&w->js, "version", p->generator_version ? p->generator_version : CZ_VERSION);
@@ -318,6 +350,11 @@ static void write_plan(writer *w, const cz_plan *p, char hash[65])
     cz__jw_int(&w->js, "tp", p->tp);
     cz__jw_int(&w->js, "pp", p->pp);
     cz__jw_int(&w->js, "gpus_per_node", p->gpus_per_node);
+    if (experts) {
+        cz__jw_int(&w->js, "ep", p->ep);
+        cz__jw_int(&w->js, "etp", p->etp);
+        cz__jw_int(&w->js, "edp", p->edp);
+    }
     cz__jw_end(&w->js);
     w_str(w, "dtype", cz_dtype_name(p->dtype), "the dtype");
     cz__jw_begin_object(&w->js, "buckets_config");
@@ -330,9 +367,12 @@ static void write_plan(writer *w, const cz_plan *p, char hash[65])
     cz__jw_end(&w->js);
     cz__jw_begin_array(&w->js, "buckets");
     for (size_t i = 0; i < p->nbuckets && w->js.rc == CZ_OK; i++)
-        write_bucket(w, &p->buckets[i], p->dp, p->settings.layout);
+        write_bucket(w, &p->buckets[i], cz_plan_bucket_nranks(p, &p->buckets[i]),
+                     p->settings.layout);
     cz__jw_end(&w->js);
-    write_schedules(w, p);
+    write_schedules(w, p, 0);
+    if (experts)
+        write_schedules(w, p, 1);
     write_metrics(w, p, split);
     /* The hash covers everything above; consumers without the model (the executor) recompute
      * it on load to refuse a plan edited since. */

@@ -102,6 +102,11 @@ int cz__megatron_is_expert(const char *name);
  * ZeRO-1 buckets of the other parameters; room for nparams + 1). */
 int cz__megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bucket_sizes,
                           size_t *nbuckets, cz_error *err);
+/* The same for one domain of a plan with expert groups: ep_rank < 0 the stage's dense buffer
+ * (what cz__megatron_lw_stage lays out), ep_rank >= 0 the expert buffer of that EP rank over its
+ * expert-DP group. */
+int cz__megatron_lw_domain(const cz_plan *plan, int stage, int ep_rank, int *owner,
+                           int64_t *bucket_sizes, size_t *nbuckets, cz_error *err);
 
 /* ---- plan construction (planner.c, buckets.c, dp_partition.c, microgroups.c, metrics.c) ---- */
 /* Allocates an empty plan and fills params (shapes, local shapes, cost, stage) from the model. */
