@@ -174,6 +174,9 @@ void cz__rank_window_free(cz_rank_window *w);
 void cz__rank_window_of(const cz_rank_window *w, const cz_plan_param *p, int *lo, int *hi);
 /* Computes plan->metrics from the plan's params, buckets and schedules. */
 int cz__plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err);
+/* The part of each GPU's load (metrics.tp.gpu_load) that its expert rank's work makes, into out
+ * (pp * dp * tp values, the per-GPU order): all zero without expert groups. */
+int cz__plan_expert_gpu_load(const cz_plan *plan, double *out, cz_error *err);
 
 /* ---- memory.c ---- */
 /* Model-state bytes on one GPU under a plan (see memory.c for what each part counts). */

@@ -117,6 +117,8 @@ typedef struct side {
     double *load;     /* m->dp_load or m->expert_load */
     double *makespan; /* m->rank_makespan or m->expert_rank_makespan */
     double *rank_s;   /* per rank: seconds of its elementwise work, then of its groups too */
+    double *gpu_load; /* per GPU (the plan's order): m->gpu_load, or a caller's */
+    double *memory;   /* per GPU: m->memory, or a caller's */
 } side;
 
 static size_t side_gpu(const cz_plan *plan, const side *sd, size_t rank, int t)
@@ -130,7 +132,6 @@ static size_t side_gpu(const cz_plan *plan, const side *sd, size_t rank, int t)
 static void param_shares(const cz_plan *plan, const side *sd, const cz_plan_param *p, double sec,
                          double state, const cz_rank_window *win)
 {
-    cz_plan_metrics *m = (cz_plan_metrics *)&plan->metrics;
     int n = sd->expert ? plan->edp : plan->dp, tp = sd->slots;
     /* Only the ranks that hold a part of p: its owner, or those its fragments lie in (every
      * rank for the even slices of Megatron's current layer-wise rule). */
@@ -156,8 +157,8 @@ static void param_shares(const cz_plan *plan, const side *sd, const cz_plan_para
         sd->rank_s[rank] += share * sec / tp;
         for (int t = 0; t < tp; t++) {
             size_t g = side_gpu(plan, sd, rank, t);
-            m->gpu_load[g] += share * p->cost / tp;
-            m->memory[g] += share * state;
+            sd->gpu_load[g] += share * p->cost / tp;
+            sd->memory[g] += share * state;
         }
     }
 }
@@ -167,7 +168,6 @@ static void param_shares(const cz_plan *plan, const side *sd, const cz_plan_para
 static int schedule_metrics(const cz_plan *plan, const side *sd, const cz_rank_schedule *rs,
                             size_t rank, const double *seconds, const double *state, cz_error *err)
 {
-    cz_plan_metrics *m = (cz_plan_metrics *)&plan->metrics;
     int tp = sd->slots;
     for (int g = 0; g < rs->ngroups; g++) {
         const cz_plan_group *grp = &rs->groups[g];
@@ -205,8 +205,8 @@ static int schedule_metrics(const cz_plan *plan, const side *sd, const cz_rank_s
                 if (!all && (t < s || t >= s + w))
                     continue;
                 size_t gpu = side_gpu(plan, sd, rank, t);
-                m->gpu_load[gpu] += cost;
-                m->memory[gpu] += state[id] * frac;
+                sd->gpu_load[gpu] += cost;
+                sd->memory[gpu] += state[id] * frac;
             }
         }
         for (int s = 0; s < grp->nslots; s++)
@@ -264,13 +264,15 @@ int cz__plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
         rc = cz_error_set(err, CZ_ENOMEM, "out of memory computing plan metrics");
         goto done;
     }
-    side dense = {0, (size_t)dp, tp, m->dp_load, m->rank_makespan, dense_s};
+    side dense = {0, (size_t)dp, tp, m->dp_load, m->rank_makespan, dense_s, m->gpu_load, m->memory};
     side ex = {1,
                (size_t)cz_plan_expert_ranks(plan),
                plan->etp,
                m->expert_load,
                m->expert_rank_makespan,
-               expert_s};
+               expert_s,
+               m->gpu_load,
+               m->memory};
     m->total_cost = 0.0;
     m->max_task_cost = 0.0;
     for (size_t i = 0; i < plan->nparams; i++) {
@@ -348,5 +350,49 @@ done:
     free(expert_s);
     if (rc != CZ_OK)
         cz__plan_metrics_free(m);
+    return rc;
+}
+
+int cz__plan_expert_gpu_load(const cz_plan *plan, double *out, cz_error *err)
+{
+    int rc = CZ_OK;
+    size_t ngpus = (size_t)plan->pp * (size_t)plan->dp * (size_t)plan->tp;
+    size_t nx = (size_t)plan->pp * (size_t)cz_plan_expert_ranks(plan);
+    for (size_t g = 0; g < ngpus; g++)
+        out[g] = 0.0;
+    if (!nx)
+        return CZ_OK;
+    /* The expert side of cz__plan_metrics_compute into scratch arrays: only out is kept. */
+    double *load = calloc(nx, sizeof *load), *ms = calloc(nx, sizeof *ms);
+    double *secs = calloc(nx, sizeof *secs), *memory = calloc(ngpus, sizeof *memory);
+    double *zero = calloc(plan->nparams + 1, sizeof *zero);
+    cz_rank_window win = {0};
+    if (!load || !ms || !secs || !memory || !zero ||
+        (rc = cz__rank_window_init(&win, plan, err)) != CZ_OK) {
+        rc = rc != CZ_OK ? rc : cz_error_set(err, CZ_ENOMEM, "out of memory");
+        goto done;
+    }
+    side ex = {1, (size_t)cz_plan_expert_ranks(plan), plan->etp, load, ms, secs, out, memory};
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        if (p->expert && p->stage >= 0 && p->stage < plan->pp && p->ep_rank >= 0 &&
+            p->ep_rank < plan->ep)
+            param_shares(plan, &ex, p, 0.0, 0.0, &win);
+    }
+    for (size_t k = 0; k < plan->nexpert_schedules && rc == CZ_OK; k++) {
+        const cz_rank_schedule *rs = &plan->expert_schedules[k];
+        if (rs->stage >= 0 && rs->stage < plan->pp && rs->dp_rank >= 0 && rs->dp_rank < plan->edp &&
+            rs->ep_rank >= 0 && rs->ep_rank < plan->ep)
+            rc = schedule_metrics(plan, &ex, rs,
+                                  cz_plan_expert_rank(plan, rs->stage, rs->ep_rank, rs->dp_rank),
+                                  zero, zero, err);
+    }
+done:
+    cz__rank_window_free(&win);
+    free(load);
+    free(ms);
+    free(secs);
+    free(memory);
+    free(zero);
     return rc;
 }
