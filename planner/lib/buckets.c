@@ -90,8 +90,8 @@ static int bucket_push(cz_plan *plan, size_t *cap, int stage, int64_t offset, in
 /* Lays out the parameters of one stage that the filter takes into buckets from *start on, in
  * reverse registration order, each padded to a multiple of the size of the group that
  * partitions it (DP, or expert-DP for an expert buffer). */
-static int layout_pass(cz_plan *plan, size_t *cap, int stage, const pass_filter *f, int64_t *start,
-                       cz_error *err)
+static int layout_pass(cz_plan *plan, size_t *cap, int stage, const pass_filter *f,
+                       const cz_domain_index *ix, int64_t *start, cz_error *err)
 {
     int rc = CZ_OK;
     int64_t nranks = f->expert ? plan->edp : plan->dp;
@@ -100,8 +100,11 @@ static int layout_pass(cz_plan *plan, size_t *cap, int stage, const pass_filter 
     int64_t used = 0; /* elements used in the open bucket */
     int open = 0;
     const cz_plan_param *last = NULL;
-    for (size_t k = plan->nparams; k-- > 0;) {
-        cz_plan_param *p = &plan->params[k];
+    /* The buffer's own parameters only (the index keeps them in registration order). */
+    int d = cz__domain_index_of(ix, stage, f->expert, f->ep_rank);
+    int lo = d >= 0 ? ix->pfirst[d] : 0, hi = d >= 0 ? ix->pfirst[d + 1] : 0;
+    for (int j = hi; j-- > lo;) {
+        cz_plan_param *p = &plan->params[ix->params[j]];
         if (p->stage != stage || !pass_takes(f, p))
             continue;
         int64_t off, padded;
@@ -141,6 +144,9 @@ int cz__buckets_layout(cz_plan *plan, cz_error *err)
     free(plan->buckets);
     plan->buckets = NULL;
     plan->nbuckets = 0;
+    cz_domain_index ix;
+    if ((rc = cz__domain_index_build(&ix, plan, err)) != CZ_OK)
+        return rc;
     for (int stage = 0; stage < plan->pp; stage++) {
         int64_t start = 0; /* the next bucket's start in the stage's buffer */
         if (plan->settings.layout == CZ_LAYOUT_SPLIT) {
@@ -148,13 +154,13 @@ int cz__buckets_layout(cz_plan *plan, cz_error *err)
              * matrix-optimizer buffer; each is bucketed on its own, so a bucket never mixes the
              * two. Here the two follow each other in the stage's buffer. */
             pass_filter ew = {CZ_KIND_ELEMENTWISE, 1, 0, 0}, mx = {CZ_KIND_MATRIX, 0, 0, 0};
-            if ((rc = layout_pass(plan, &cap, stage, &ew, &start, err)) != CZ_OK ||
-                (rc = layout_pass(plan, &cap, stage, &mx, &start, err)) != CZ_OK)
-                return rc;
+            if ((rc = layout_pass(plan, &cap, stage, &ew, &ix, &start, err)) != CZ_OK ||
+                (rc = layout_pass(plan, &cap, stage, &mx, &ix, &start, err)) != CZ_OK)
+                goto done;
         } else {
             pass_filter all = {-1, 0, 0, 0};
-            if ((rc = layout_pass(plan, &cap, stage, &all, &start, err)) != CZ_OK)
-                return rc;
+            if ((rc = layout_pass(plan, &cap, stage, &all, &ix, &start, err)) != CZ_OK)
+                goto done;
         }
         /* Megatron-Core's DDP gives the expert-parallel parameters a buffer of their own (its
          * BufferKey has is_expert_parallel), bucketed with the same bucket size and reduced over
@@ -162,17 +168,19 @@ int cz__buckets_layout(cz_plan *plan, cz_error *err)
         for (int e = 0; cz_plan_has_experts(plan) && e < plan->ep; e++) {
             pass_filter ex = {-1, 0, 1, e};
             int64_t estart = 0;
-            if ((rc = layout_pass(plan, &cap, stage, &ex, &estart, err)) != CZ_OK)
-                return rc;
+            if ((rc = layout_pass(plan, &cap, stage, &ex, &ix, &estart, err)) != CZ_OK)
+                goto done;
         }
     }
     /* What every partitioner relies on: each parameter lies inside a bucket of its own stage. */
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        CZ_ASSERT(p->bucket >= 0 && (size_t)p->bucket < plan->nbuckets, err);
+        CZ_ASSERT_GOTO(p->bucket >= 0 && (size_t)p->bucket < plan->nbuckets, err, rc, done);
         const cz_plan_bucket *b = &plan->buckets[p->bucket];
-        CZ_ASSERT(b->stage == p->stage && b->size >= 0, err);
-        CZ_ASSERT(p->offset >= 0 && p->offset <= b->size - p->numel, err);
+        CZ_ASSERT_GOTO(b->stage == p->stage && b->size >= 0, err, rc, done);
+        CZ_ASSERT_GOTO(p->offset >= 0 && p->offset <= b->size - p->numel, err, rc, done);
     }
-    return CZ_OK;
+done:
+    cz__domain_index_free(&ix);
+    return rc;
 }

@@ -172,6 +172,19 @@ void cz__rank_window_free(cz_rank_window *w);
 /* Ranks [*lo, *hi) of p's bucket that may hold a part of p (every rank of a bucket whose ranges
  * are out of order; none when p has no bucket): a superset of those whose range intersects it. */
 void cz__rank_window_of(const cz_rank_window *w, const cz_plan_param *p, int *lo, int *hi);
+/* The parameters and buckets of each buffer a partition deals (rank_index.c), so that work per
+ * buffer does not walk the whole plan: domain d = stage * per_stage + (0: the dense buffer;
+ * 1 + e: EP rank e's expert buffer); its parameter ids (ascending) are params[pfirst[d] ..
+ * pfirst[d + 1]), its bucket ids buckets[bfirst[d] .. bfirst[d + 1]). */
+typedef struct cz_domain_index {
+    int n, per_stage;
+    int *pfirst, *params;
+    int *bfirst, *buckets;
+} cz_domain_index;
+int cz__domain_index_build(cz_domain_index *ix, const cz_plan *plan, cz_error *err);
+void cz__domain_index_free(cz_domain_index *ix);
+/* Domain of (stage, dense or expert EP rank), -1 when there is none. */
+int cz__domain_index_of(const cz_domain_index *ix, int stage, int expert, int ep_rank);
 /* Computes plan->metrics from the plan's params, buckets and schedules. */
 int cz__plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err);
 /* The part of each GPU's load (metrics.tp.gpu_load) that its expert rank's work makes, into out

@@ -101,8 +101,24 @@ typedef struct dp_domain {
     int stage;
     int expert; /* 0: the dense buffer; 1: the experts of EP rank ep_rank */
     int ep_rank;
-    int n; /* ranks: dp or edp */
+    int n;                     /* ranks: dp or edp */
+    const cz_domain_index *ix; /* the plan's buffers */
+    int d;                     /* this domain in ix */
 } dp_domain;
+
+/* The domain's parameter (or bucket) ids, ascending: ix->params (ix->buckets) from first to
+ * last (excluded). */
+static void domain_params(const dp_domain *dm, int *first, int *last)
+{
+    *first = dm->ix->pfirst[dm->d];
+    *last = dm->ix->pfirst[dm->d + 1];
+}
+
+static void domain_buckets(const dp_domain *dm, int *first, int *last)
+{
+    *first = dm->ix->bfirst[dm->d];
+    *last = dm->ix->bfirst[dm->d + 1];
+}
 
 static bool bucket_in(const cz_plan_bucket *b, const dp_domain *d)
 {
@@ -197,10 +213,12 @@ static double weight_of(const cz_plan *plan, const cz_plan_param *p)
  * variant, of the loads alpha balanced: plan->tasks.dp_weight). */
 static double domain_imbalance(const cz_plan *plan, const dp_domain *dm, double *load)
 {
-    int dp = dm->n;
+    int dp = dm->n, lo, hi;
     for (int r = 0; r < dp; r++)
         load[r] = 0.0;
-    for (size_t i = 0; i < plan->nparams; i++) {
+    domain_params(dm, &lo, &hi);
+    for (int j = lo; j < hi; j++) {
+        int i = dm->ix->params[j];
         const cz_plan_param *p = &plan->params[i];
         if (param_in(p, dm) && p->dp_owner >= 0 && p->dp_owner < dp)
             load[p->dp_owner] += plan->tasks.dp_weight ? plan->tasks.dp_weight[i] : p->cost;
@@ -382,7 +400,10 @@ static int alpha_domain(cz_plan *plan, const bucket_index *bi, const dp_domain *
         goto done;
     }
     double total = 0.0;
-    for (size_t b = 0; b < plan->nbuckets; b++) {
+    int blo, bhi;
+    domain_buckets(dm, &blo, &bhi);
+    for (int bj = blo; bj < bhi; bj++) {
+        int b = dm->ix->buckets[bj];
         /* The split layout's elementwise buffer stays evenly sliced: it adds the same load to
          * every rank, so balancing the matrix buffer alone balances the sum. */
         if (!bucket_in(&plan->buckets[b], dm) || plan->buckets[b].elementwise)
@@ -492,7 +513,10 @@ static int megatron_stage(cz_plan *plan, const dp_domain *dm, cz_error *err)
     if (!order)
         return cz_error_set(err, CZ_ENOMEM, "out of memory in layerwise partitioning");
     size_t n = 0;
-    for (size_t i = 0; i < plan->nparams; i++) {
+    int lo, hi;
+    domain_params(dm, &lo, &hi);
+    for (int j = lo; j < hi; j++) {
+        int i = dm->ix->params[j];
         const cz_plan_param *p = &plan->params[i];
         if (!param_in(p, dm))
             continue;
@@ -536,10 +560,12 @@ static int layerwise_domain(cz_plan *plan, const dp_domain *dm, cz_error *err)
         free(sizes);
         return rc;
     }
+    int lo, hi;
+    domain_params(dm, &lo, &hi);
     if (plan->settings.layerwise_order == CZ_LAYERWISE_PINGPONG) {
         int k = 0;
-        for (size_t i = 0; i < plan->nparams; i++) {
-            cz_plan_param *p = &plan->params[i];
+        for (int j = lo; j < hi; j++) {
+            cz_plan_param *p = &plan->params[dm->ix->params[j]];
             if (!param_in(p, dm))
                 continue;
             int pos = k % (2 * dp);
@@ -556,10 +582,11 @@ static int layerwise_domain(cz_plan *plan, const dp_domain *dm, cz_error *err)
         return cz_error_set(err, CZ_ENOMEM, "out of memory in layerwise partitioning");
     }
     size_t n = 0;
-    for (size_t i = 0; i < plan->nparams; i++) {
+    for (int j = lo; j < hi; j++) {
+        int i = dm->ix->params[j];
         if (!param_in(&plan->params[i], dm))
             continue;
-        order[n].id = (int)i;
+        order[n].id = i;
         order[n].cost = plan->params[i].cost;
         n++;
     }
@@ -582,7 +609,10 @@ static void domain_snapshot(cz_plan *plan, const dp_domain *dm, int64_t *ranges,
                             int restore)
 {
     size_t k = 0;
-    for (size_t b = 0; b < plan->nbuckets; b++) {
+    int lo, hi;
+    domain_buckets(dm, &lo, &hi);
+    for (int bj = lo; bj < hi; bj++) {
+        int b = dm->ix->buckets[bj];
         if (!bucket_in(&plan->buckets[b], dm))
             continue;
         for (int r = 0; r < 2 * dm->n; r++, k++) {
@@ -592,7 +622,9 @@ static void domain_snapshot(cz_plan *plan, const dp_domain *dm, int64_t *ranges,
                 ranges[k] = plan->buckets[b].ranges[r];
         }
     }
-    for (size_t i = 0; i < plan->nparams; i++) {
+    domain_params(dm, &lo, &hi);
+    for (int j = lo; j < hi; j++) {
+        int i = dm->ix->params[j];
         if (!param_in(&plan->params[i], dm))
             continue;
         if (restore)
@@ -634,13 +666,15 @@ int cz__dp_partition(cz_plan *plan, cz_error *err)
     int most = plan->edp > dp ? plan->edp : dp; /* the largest group a domain has */
     cz_dp_strategy strategy = plan->settings.dp;
     bucket_index bi = {NULL, NULL};
+    cz_domain_index ix = {0};
     int64_t *cuts = NULL, *saved_ranges = NULL;
     int *saved_owners = NULL;
     double *load = NULL;
     if (dp < 1)
         return cz_error_set(err, CZ_EINVALID, "dp must be >= 1, got %d", dp);
     plan->dp_fell_back = 0;
-    if ((rc = bucket_index_build(&bi, plan, err)) != CZ_OK)
+    if ((rc = bucket_index_build(&bi, plan, err)) != CZ_OK ||
+        (rc = cz__domain_index_build(&ix, plan, err)) != CZ_OK)
         goto done;
     cuts = malloc(((size_t)most + 1) * sizeof *cuts);
     load = calloc((size_t)most, sizeof *load);
@@ -667,12 +701,12 @@ int cz__dp_partition(cz_plan *plan, cz_error *err)
     if (strategy == CZ_DP_EVEN)
         goto done;
     for (int stage = 0; stage < plan->pp; stage++) {
-        dp_domain dense = {stage, 0, 0, dp};
+        dp_domain dense = {stage, 0, 0, dp, &ix, cz__domain_index_of(&ix, stage, 0, 0)};
         if ((rc = partition_domain(plan, &bi, &dense, load, saved_ranges, saved_owners, err)) !=
             CZ_OK)
             goto done;
         for (int e = 0; cz_plan_has_experts(plan) && e < plan->ep; e++) {
-            dp_domain ex = {stage, 1, e, plan->edp};
+            dp_domain ex = {stage, 1, e, plan->edp, &ix, cz__domain_index_of(&ix, stage, 1, e)};
             if ((rc = partition_domain(plan, &bi, &ex, load, saved_ranges, saved_owners, err)) !=
                 CZ_OK)
                 goto done;
@@ -680,6 +714,7 @@ int cz__dp_partition(cz_plan *plan, cz_error *err)
     }
 done:
     bucket_index_free(&bi);
+    cz__domain_index_free(&ix);
     free(cuts);
     free(load);
     free(saved_ranges);
