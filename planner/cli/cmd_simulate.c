@@ -102,6 +102,11 @@ static json_t *row_json_coop(const sim_row *r, const sim_row *base)
         json_decref(o);
         return NULL;
     }
+    /* Expert groups: the critical GPU's expert part of local_s. */
+    if (o && s->experts && json_object_set_new(o, "expert_s", json_real(s->expert_s))) {
+        json_decref(o);
+        return NULL;
+    }
     return o;
 }
 

@@ -77,10 +77,13 @@ static int apply_sizes(const cz_json_ctx *c, json_t *root, const cz_cluster_size
         if (json_object_set_new(b, "size", json_integer(size)))
             return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
     }
-    /* The expert sizes are written only when given, so that a file without them keeps
-     * Megatron-Core's defaults (EP 1, ETP = TP) and its hash. */
-    if ((z->ep > 0 && json_object_set_new(root, "ep", json_integer(z->ep))) ||
-        (z->etp > 0 && json_object_set_new(root, "etp", json_integer(z->etp))))
+    /* The expert sizes are written only when given and not what the file already means: a
+     * file without them keeps Megatron-Core's defaults (EP 1, ETP = TP) and its hash when the
+     * command line asks for just those. */
+    bool ep_set = json_object_get(root, "ep") || (z->ep > 0 && z->ep != 1);
+    bool etp_set = json_object_get(root, "etp") || (z->etp > 0 && z->etp != tp);
+    if ((z->ep > 0 && ep_set && json_object_set_new(root, "ep", json_integer(z->ep))) ||
+        (z->etp > 0 && etp_set && json_object_set_new(root, "etp", json_integer(z->etp))))
         return cz_error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
     if (json_object_set_new(root, "gpus", json_integer(target)) ||
         json_object_set_new(root, "dp", json_integer(dp)) ||
