@@ -157,12 +157,12 @@ cz_plan *fz_plan_validated(const cz_model *model, const cz_cluster *cluster, con
 }
 
 /* Must match the inputs fuzz/run.sh plans the seed plans from. */
-static const char *const fixture_models[] = {"tests/data/model_tiny.json",
-                                             "plans/models/test-small.json"};
+static const char *const fixture_models[] = {
+    "tests/data/model_tiny.json", "plans/models/test-small.json", "plans/models/test-moe.json"};
 static const char *const fixture_clusters[] = {
-    "tests/data/cluster_tiny.json", "plans/clusters/cpu-4-dp1-tp4.json",
-    "plans/clusters/cpu-4-dp2-tp2.json", "plans/clusters/cpu-4-dp4-tp1.json",
-    "plans/clusters/h100-8-dp8-tp1.json"};
+    "tests/data/cluster_tiny.json",       "plans/clusters/cpu-4-dp1-tp4.json",
+    "plans/clusters/cpu-4-dp2-tp2.json",  "plans/clusters/cpu-4-dp4-tp1.json",
+    "plans/clusters/h100-8-dp8-tp1.json", "plans/clusters/cpu-4-dp4-ep2.json"};
 #define FZ_NMODELS (sizeof fixture_models / sizeof fixture_models[0])
 #define FZ_NCLUSTERS (sizeof fixture_clusters / sizeof fixture_clusters[0])
 static cz_model *models[FZ_NMODELS];
@@ -192,9 +192,12 @@ void fz_fixtures_find(const cz_plan *plan, const cz_model **model, const cz_clus
 
 const cz_cluster *fz_fixture_cluster_like(const cz_plan *plan)
 {
+    /* A plan with expert groups needs a cluster of the same expert grid to be simulated. */
     for (size_t i = 0; i < FZ_NCLUSTERS; i++)
         if (clusters[i]->dp == plan->dp && clusters[i]->tp == plan->tp &&
-            clusters[i]->pp == plan->pp)
+            clusters[i]->pp == plan->pp &&
+            (!cz_plan_has_experts(plan) ||
+             (cz_cluster_ep(clusters[i]) == plan->ep && cz_cluster_etp(clusters[i]) == plan->etp)))
             return clusters[i];
     return NULL;
 }

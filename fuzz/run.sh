@@ -107,6 +107,21 @@ for m in tests/data/model_tiny.json plans/models/test-small.json; do
     plan_seed "$h" "$m" plans/clusters/cpu-4-dp2-tp2.json --split-blocks --coop 2 --layout split
   done
 done
+# canzona.plan/3: expert groups (EP 2 of the small MoE, with ETP 1 on TP 2, with cooperative
+# tasks, under the split layout, the baselines), for the analysis commands (plan); the executor
+# refuses them by their schema (plan_exec gets one, to keep that refusal covered).
+m=plans/models/test-moe.json
+plan_seed plan "$m" plans/clusters/cpu-4-dp4-ep2.json
+plan_seed plan "$m" plans/clusters/cpu-4-dp4-ep2.json --dp layerwise --layerwise-order megatron-aug26
+plan_seed plan "$m" plans/clusters/cpu-4-dp4-ep2.json --dp even --tp sc
+plan_seed plan "$m" plans/clusters/cpu-4-dp4-ep2.json --layout split --dp anchored
+plan_seed plan "$m" plans/clusters/cpu-4-dp2-tp2.json --etp-size 1 --ep-size 2
+plan_seed plan "$m" plans/clusters/cpu-4-dp2-tp2.json --ep-size 2 --coop auto
+plan_seed plan_exec "$m" plans/clusters/cpu-4-dp4-ep2.json
+if ! grep -lq '"schema": "canzona.plan/3"' "$work/corpus/plan"/*.json; then
+  echo "fuzz/run.sh: no plan seed has expert groups" >&2
+  exit 1
+fi
 # The seeds must reach what they are for: each plan harness gets version 2 plans with
 # cooperative tasks and split-layout plans (plan_exec's once had neither kind of version 2
 # plan, so the fuzzer started far from the executor's task checks).

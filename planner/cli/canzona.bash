@@ -8,7 +8,8 @@ _canzona_options() { # <command>: the options 'canzona <command> --help' lists
     local settings="--optimizer --unit --dp --alpha --alpha-loads --layerwise-order --tp
         --capacity --solver --time-limit --tpaware-time-limit --seed --ns-steps
         --max-precond-dim --precondition-frequency --layout --split-blocks --coop"
-    local sizes="--tp-size --pp-size --dp-size --nodes --gpus-per-node --bucket-size"
+    local sizes="--tp-size --pp-size --dp-size --nodes --gpus-per-node --bucket-size --ep-size
+        --etp-size"
     case $1 in
     plan)
         echo "-m --model -c --cluster -o --output --allow-oversubscribed-memory --json -q
@@ -17,8 +18,8 @@ _canzona_options() { # <command>: the options 'canzona <command> --help' lists
     diff) echo "--json -f --force -l --limit -h --help" ;;
     validate) echo "-m --model -c --cluster --json -l --limit -h --help $sizes" ;;
     import-hf)
-        echo "-o --output --name --dtype --tp-size --make-vocab-size-divisible-by --split-qkv
-            --split-gate-up -h --help" ;;
+        echo "-o --output --name --dtype --tp-size --ep-size --make-vocab-size-divisible-by
+            --split-qkv --split-gate-up -h --help" ;;
     simulate)
         echo "-m --model -c --cluster -p --plan --uneven --muon-tp --json -h --help $settings
             $sizes" ;;
@@ -70,6 +71,7 @@ _canzona() {
     --coop) words="off auto 2 4 8" ;;
     --alpha | --capacity | --time-limit | --tpaware-time-limit | --seed | --ns-steps | \
         --max-precond-dim | --precondition-frequency | --tp-size | --pp-size | --dp-size | \
+        --ep-size | --etp-size | \
         --nodes | --gpus-per-node | --repeats | -w | --width | -n | --top | -l | --limit | \
         --name | --make-vocab-size-divisible-by)
         return 0 ;; # a number or a name: nothing to offer

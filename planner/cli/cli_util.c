@@ -258,18 +258,22 @@ int cz_cli_sizes_apply(const char *cmd, int opt, const char *value, cz_cluster_s
                  {CZ_OPT_TP_SIZE, "tp-size"},
                  {CZ_OPT_PP_SIZE, "pp-size"},
                  {CZ_OPT_NODES, "nodes"},
-                 {CZ_OPT_GPUS_PER_NODE, "gpus-per-node"}};
+                 {CZ_OPT_GPUS_PER_NODE, "gpus-per-node"},
+                 {CZ_OPT_EP_SIZE, "ep-size"},
+                 {CZ_OPT_ETP_SIZE, "etp-size"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (names[i].opt != opt)
             continue;
         int v = 0;
         if (cz_cli_parse_int(cmd, names[i].name, value, 1, 1 << 20, &v))
             return 2;
-        int *field = opt == CZ_OPT_DP_SIZE   ? &z->dp
-                     : opt == CZ_OPT_TP_SIZE ? &z->tp
-                     : opt == CZ_OPT_PP_SIZE ? &z->pp
-                     : opt == CZ_OPT_NODES   ? &z->nodes
-                                             : &z->gpus_per_node;
+        int *field = opt == CZ_OPT_DP_SIZE    ? &z->dp
+                     : opt == CZ_OPT_TP_SIZE  ? &z->tp
+                     : opt == CZ_OPT_PP_SIZE  ? &z->pp
+                     : opt == CZ_OPT_NODES    ? &z->nodes
+                     : opt == CZ_OPT_EP_SIZE  ? &z->ep
+                     : opt == CZ_OPT_ETP_SIZE ? &z->etp
+                                              : &z->gpus_per_node;
         *field = v;
         return 0;
     }
@@ -438,6 +442,11 @@ void cz_cli_sizes_help(FILE *f)
             "                        Megatron-LM derives it\n"
             "  --nodes N             number of nodes: GPUs = N x GPUs per node\n"
             "  --gpus-per-node N     GPUs per node (also which traffic crosses nodes)\n"
+            "  --ep-size N           expert model-parallel size (MoE models; default 1): EP N\n"
+            "                        divides every MoE layer's experts, and expert parameters\n"
+            "                        get a buffer of their own over the expert-DP group\n"
+            "  --etp-size N          expert tensor-parallel size (default: the TP size);\n"
+            "                        ETP x EP must divide TP x DP\n"
             "  --bucket-size B       gradient bucket size in elements, or a preset: paper\n"
             "                        (4e8, the paper's scripts) or megatron (Megatron's\n"
             "                        default max(4e7, 1e6 x DP), also when the file sets one)\n");

@@ -37,6 +37,8 @@ enum {
     CZ_OPT_NODES,
     CZ_OPT_GPUS_PER_NODE,
     CZ_OPT_BUCKET_SIZE,
+    CZ_OPT_EP_SIZE,
+    CZ_OPT_ETP_SIZE,
     CZ_OPT_LAST_SETTING
 };
 
@@ -49,13 +51,15 @@ enum {
     {"pp-size", required_argument, NULL, CZ_OPT_PP_SIZE},             \
     {"nodes", required_argument, NULL, CZ_OPT_NODES},                 \
     {"gpus-per-node", required_argument, NULL, CZ_OPT_GPUS_PER_NODE}, \
-    {"bucket-size", required_argument, NULL, CZ_OPT_BUCKET_SIZE}
+    {"bucket-size", required_argument, NULL, CZ_OPT_BUCKET_SIZE},     \
+    {"ep-size", required_argument, NULL, CZ_OPT_EP_SIZE},             \
+    {"etp-size", required_argument, NULL, CZ_OPT_ETP_SIZE}
 /* clang-format on */
 
 /* getopt_long entries for the options above, terminated by a zero entry; cz_cli_parse appends
  * them to a command's own table when its spec has settings. */
 extern const struct option cz_cli_settings_options[];
-#define CZ_CLI_SETTINGS_OPTION_COUNT 24
+#define CZ_CLI_SETTINGS_OPTION_COUNT 26
 
 /* One subcommand's command line, for cz_cli_parse. */
 typedef struct cz_cli_spec {

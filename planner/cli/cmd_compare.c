@@ -316,8 +316,13 @@ done:
 static void print_table(const cmp_row *rows, int n, const cz_model *m, const cz_cluster *c,
                         int repeats)
 {
-    printf("model %s, cluster %s (DP %d x TP %d x PP %d)\n\n", m->name, c->name, c->dp, c->tp,
-           c->pp);
+    /* The expert grid, when the cluster gives one (the plans' experts follow it). */
+    if (cz_cluster_ep(c) > 1 || cz_cluster_etp(c) != c->tp)
+        printf("model %s, cluster %s (DP %d x TP %d x PP %d; EP %d x ETP %d)\n\n", m->name, c->name,
+               c->dp, c->tp, c->pp, cz_cluster_ep(c), cz_cluster_etp(c));
+    else
+        printf("model %s, cluster %s (DP %d x TP %d x PP %d)\n\n", m->name, c->name, c->dp, c->tp,
+               c->pp);
     printf("%-32s %8s %8s %11s %11s %11s %6s\n", "strategy", "DP-imb", "mk/LB", "step ms", "opt ms",
            "plan ms", "builds");
     for (int i = 0; i < n; i++) {

@@ -11,14 +11,16 @@ static void import_hf_usage(FILE *f)
 {
     fprintf(f,
             "usage: canzona import-hf CONFIG.json [-o MODEL.json] [--name NAME]\n"
-            "                         [--dtype bf16|fp16|fp32] [--tp-size N]\n"
+            "                         [--dtype bf16|fp16|fp32] [--tp-size N] [--ep-size N]\n"
             "                         [--make-vocab-size-divisible-by N]\n"
             "                         [--split-qkv yes|no] [--split-gate-up yes|no]\n\n"
             "Reads a Hugging Face config.json and writes the canzona.model/1 description of the\n"
             "same model with Megatron-Core parameter names: fused Q/K/V and gate/up matrices\n"
-            "(declared as blocks), TE-fused layer norms, experts as whole matrices.\n"
-            "Supported model_type: llama, mistral, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral\n"
-            "(or the matching architectures[0] when model_type is absent).\n\n"
+            "(declared as blocks), TE-fused layer norms, experts as whole matrices of\n"
+            "mlp.experts.local_experts.<e>.\n"
+            "Supported model_type: llama, mistral, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral,\n"
+            "deepseek_v3 and kimi_k2 (multi-head latent attention, shared experts, leading dense\n"
+            "layers), or the matching architectures[0] when model_type is absent.\n\n"
             "options:\n"
             "  -o, --output FILE  write the description to FILE (a regular file atomically: a\n"
             "                     temporary file in the same folder, then rename; FILE is left\n"
@@ -32,6 +34,8 @@ static void import_hf_usage(FILE *f)
             "  --tp-size N        the job's tensor-parallel size (default 1): the vocabulary is\n"
             "                     padded for it, and head counts and FFN sizes Megatron-Core\n"
             "                     cannot split across N ranks are refused\n"
+            "  --ep-size N        the job's expert model-parallel size (default 1): a number of\n"
+            "                     routed experts that N does not divide is refused\n"
             "  --make-vocab-size-divisible-by N\n"
             "                     Megatron-LM's option of that name (default 128): the\n"
             "                     vocabulary is padded to a multiple of N x TP; 1 leaves only\n"
@@ -59,7 +63,7 @@ int cz_cmd_import_hf(int argc, char **argv)
             return 0;
         }
         if (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--name") ||
-            !strcmp(a, "--dtype") || !strcmp(a, "--tp-size") ||
+            !strcmp(a, "--dtype") || !strcmp(a, "--tp-size") || !strcmp(a, "--ep-size") ||
             !strcmp(a, "--make-vocab-size-divisible-by") || !strcmp(a, "--split-qkv") ||
             !strcmp(a, "--split-gate-up")) {
             if (i + 1 >= argc) {
@@ -76,7 +80,8 @@ int cz_cmd_import_hf(int argc, char **argv)
                 }
                 *(!strcmp(a, "--split-qkv") ? &opts.split_qkv : &opts.split_gate_up) =
                     !strcmp(v, "yes");
-            } else if (!strcmp(a, "--tp-size") || !strcmp(a, "--make-vocab-size-divisible-by")) {
+            } else if (!strcmp(a, "--tp-size") || !strcmp(a, "--ep-size") ||
+                       !strcmp(a, "--make-vocab-size-divisible-by")) {
                 char *end;
                 errno = 0;
                 long n = strtol(v, &end, 10);
@@ -89,6 +94,8 @@ int cz_cmd_import_hf(int argc, char **argv)
                 }
                 if (!strcmp(a, "--tp-size"))
                     opts.tp_size = (int)n;
+                else if (!strcmp(a, "--ep-size"))
+                    opts.ep_size = (int)n;
                 else
                     opts.vocab_divisible_by = (int)n;
             } else if (!strcmp(a, "--dtype")) {

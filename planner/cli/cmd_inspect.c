@@ -27,7 +27,10 @@ static void inspect_help(FILE *f)
             "master copy, optimizer state) and, with --cluster, the headroom left on the device.\n"
             "A plan with block or cooperative tasks (canzona.plan/2) also gets their counts and\n"
             "list: name[block], width, a cooperative task's Gram panels, the TP slots each\n"
-            "spans and its cost per slot.\n"
+            "spans and its cost per slot. A plan with expert groups (canzona.plan/3) also gets\n"
+            "a table per expert rank (EP rank and expert-DP rank: owned expert cost, share of\n"
+            "the mean, owned experts, ETP makespan, micro-groups) and the GPU whose DP and\n"
+            "expert ranks together set the makespan.\n"
             "\n"
             "options:\n"
             "  -c, --cluster FILE  the cluster (same DP, TP and PP as the plan) whose\n"
@@ -56,6 +59,46 @@ static const char *task_label(char *buf, size_t n, json_t *o)
     else
         snprintf(buf, n, "%s", cz_cli_jstr(o, "name"));
     return buf;
+}
+
+/* A plan with expert groups: the expert ranks' table, the busiest ones and the GPU that sets the
+ * makespan with its DP rank's and its expert rank's micro-groups. */
+static void print_experts(json_t *r, int pp, cz_cost_unit u)
+{
+    json_t *ex = json_object_get(r, "experts"), *o;
+    if (!json_is_object(ex))
+        return;
+    char a[64], b[64], lab[48];
+    size_t i;
+    printf("\nexpert groups: EP %d x ETP %d x expert-DP %d per stage, expert load max/mean %.4f\n",
+           cz_cli_jint(ex, "ep"), cz_cli_jint(ex, "etp"), cz_cli_jint(ex, "edp"),
+           cz_cli_jnum(ex, "imbalance"));
+    printf("%-14s %13s %6s %6s %13s %6s\n", pp > 1 ? "stage/EP/eDP" : "EP/expert-DP",
+           "expert load", "/mean", "params", "ETP makespan", "groups");
+    json_array_foreach(json_object_get(ex, "ranks"), i, o)
+    {
+        if (pp > 1)
+            snprintf(lab, sizeof lab, "%d/%d/%d", cz_cli_jint(o, "stage"),
+                     cz_cli_jint(o, "ep_rank"), cz_cli_jint(o, "edp_rank"));
+        else
+            snprintf(lab, sizeof lab, "%d/%d", cz_cli_jint(o, "ep_rank"),
+                     cz_cli_jint(o, "edp_rank"));
+        printf("%-14s %13s %6.3f %6d %13s %6d\n", lab,
+               cz_cli_format_cost(a, sizeof a, cz_cli_jnum(o, "load"), u),
+               cz_cli_jnum(o, "share_of_mean"), cz_cli_jint(o, "params"),
+               cz_cli_format_cost(b, sizeof b, cz_cli_jnum(o, "makespan"), u),
+               cz_cli_jint(o, "groups"));
+    }
+    json_t *g = json_object_get(ex, "busiest_gpu");
+    if (json_is_object(g))
+        printf("busiest GPU %d (stage %d, DP rank %d, TP rank %d; EP rank %d, expert-DP rank %d, "
+               "ETP rank %d): %s = dense %s + experts %s\n",
+               cz_cli_jint(g, "gpu"), cz_cli_jint(g, "stage"), cz_cli_jint(g, "dp_rank"),
+               cz_cli_jint(g, "tp_rank"), cz_cli_jint(g, "ep_rank"), cz_cli_jint(g, "edp_rank"),
+               cz_cli_jint(g, "etp_rank"),
+               cz_cli_format_cost(a, sizeof a, cz_cli_jnum(g, "makespan"), u),
+               cz_cli_format_cost(b, sizeof b, cz_cli_jnum(g, "dense_makespan"), u),
+               cz_cli_format_cost(lab, sizeof lab, cz_cli_jnum(g, "expert_makespan"), u));
 }
 
 static void print_text(const cz_plan *p, json_t *r, int all)
@@ -156,6 +199,8 @@ static void print_text(const cz_plan *p, json_t *r, int all)
         else
             printf("  (--cluster FILE compares it with the device's memory)\n");
     }
+
+    print_experts(r, pp, u);
 
     json_t *busiest = json_object_get(r, "busiest");
     printf("\nbusiest ranks (by TP makespan)\n");

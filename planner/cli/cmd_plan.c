@@ -77,6 +77,31 @@ static void count_params(const cz_plan *p, size_t *matrices, double *elements)
     }
 }
 
+/* The expert ranks' table: each EP rank's expert-DP ranks, their owned expert cost, their ETP
+ * group's makespan and micro-groups. */
+static void print_expert_ranks(const cz_plan *p, FILE *out)
+{
+    const cz_plan_metrics *mt = &p->metrics;
+    size_t nx = (size_t)p->pp * (size_t)cz_plan_expert_ranks(p);
+    double mean = vmean(mt->expert_load, nx);
+    char a[64], b[64];
+    fprintf(out, "\n%-14s %14s %7s %14s %7s\n", p->pp > 1 ? "stage/EP/eDP" : "EP/expert-DP",
+            "expert load", "/mean", "ETP makespan", "groups");
+    for (size_t x = 0; x < nx; x++) {
+        const cz_rank_schedule *rs = &p->expert_schedules[x];
+        char rank[48];
+        if (p->pp > 1)
+            snprintf(rank, sizeof rank, "%d/%d/%d", rs->stage, rs->ep_rank, rs->dp_rank);
+        else
+            snprintf(rank, sizeof rank, "%d/%d", rs->ep_rank, rs->dp_rank);
+        fprintf(out, "%-14s %14s %7.3f %14s %7d\n", rank,
+                cz_cli_format_cost(a, sizeof a, mt->expert_load[x], p->settings.unit),
+                mean > 0 ? mt->expert_load[x] / mean : 1.0,
+                cz_cli_format_cost(b, sizeof b, mt->expert_rank_makespan[x], p->settings.unit),
+                rs->ngroups);
+    }
+}
+
 static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster *c,
                           const char *output, FILE *out)
 {
@@ -93,6 +118,11 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
             m->name, p->nparams, matrices, p->nparams - matrices, elements / 1e9);
     fprintf(out, "cluster  %s (%d GPUs = DP %d x TP %d x PP %d, %d per node)\n", c->name, c->gpus,
             p->dp, p->tp, p->pp, p->gpus_per_node);
+    if (cz_plan_has_experts(p))
+        fprintf(out,
+                "experts  EP %d x ETP %d x expert-DP %d per stage: the routed experts in a buffer "
+                "of their own per EP rank\n",
+                p->ep, p->etp, p->edp);
     fprintf(out, "settings optimizer %s, unit %s, dp %s", cz_optimizer_name(s->optimizer),
             cz_unit_name(u), cz_dp_strategy_name(s->dp));
     if (s->dp == CZ_DP_ALPHA || s->dp == CZ_DP_TPAWARE)
@@ -103,6 +133,12 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
             cz_cli_format_cost(a, sizeof a, p->capacity_used, u), cz_solver_name(s->solver));
     fprintf(out, "buckets  %zu (size %lld elements, align %lld)", p->nbuckets,
             (long long)p->bucket_size, (long long)p->bucket_align);
+    if (cz_plan_has_experts(p)) {
+        size_t ex = 0;
+        for (size_t b = 0; b < p->nbuckets; b++)
+            ex += p->buckets[b].expert != 0;
+        fprintf(out, "; %zu in the expert buffers", ex);
+    }
     if (s->layout == CZ_LAYOUT_SPLIT) {
         size_t ew = 0;
         for (size_t b = 0; b < p->nbuckets; b++)
@@ -140,10 +176,19 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
             cz_cli_format_bytes(d, sizeof d, vmax(mt->memory + r * (size_t)p->tp, (size_t)p->tp)));
     }
 
+    if (cz_plan_has_experts(p))
+        print_expert_ranks(p, out);
+
     double per_gpu = mt->total_cost / (double)ngpus;
     fprintf(out, "\nDP imbalance (max/mean load)   %.4f\n", mt->dp_imbalance);
-    fprintf(out, "TP makespan (busiest DP rank)  %s\n",
-            cz_cli_format_cost(a, sizeof a, mt->tp_makespan, u));
+    if (cz_plan_has_experts(p)) {
+        fprintf(out, "expert imbalance (max/mean)    %.4f\n", mt->expert_imbalance);
+        fprintf(out, "makespan (busiest GPU: DP + expert rank) %s\n",
+                cz_cli_format_cost(a, sizeof a, mt->tp_makespan, u));
+    } else {
+        fprintf(out, "TP makespan (busiest DP rank)  %s\n",
+                cz_cli_format_cost(a, sizeof a, mt->tp_makespan, u));
+    }
     fprintf(out, "average load (total/GPUs)      %s\n",
             cz_cli_format_cost(a, sizeof a, mt->average_load, u));
     fprintf(out, "lower bound                    %s (%s)\n",
@@ -256,6 +301,19 @@ static int print_json_summary(const cz_plan *p, const cz_cluster *c, const char 
         "tp_gap", p->solver_gap_tp);
     json_t *settings = o ? json_object_get(o, "settings") : NULL;
     json_t *mem = o ? memory_json(p, c) : NULL;
+    if (o && cz_plan_has_experts(p)) {
+        size_t nx = (size_t)p->pp * (size_t)cz_plan_expert_ranks(p);
+        json_t *ex = json_pack("{s:i, s:i, s:i, s:o, s:f, s:o}", "ep", p->ep, "etp", p->etp, "edp",
+                               p->edp, "load", array_of(mt->expert_load, nx), "imbalance",
+                               mt->expert_imbalance, "rank_makespan",
+                               array_of(mt->expert_rank_makespan, nx));
+        if (!ex || json_object_set_new(o, "expert", ex)) {
+            json_decref(o);
+            json_decref(mem);
+            fprintf(stderr, "canzona plan: out of memory\n");
+            return 1;
+        }
+    }
     if (!o || !mem || json_object_set_new(o, "memory_per_gpu", mem) || !settings ||
         json_object_set_new(settings, "layout", json_string(cz_layout_name(p->settings.layout))) ||
         json_object_set_new(o, "average_load", json_real(mt->average_load)) ||

@@ -102,6 +102,11 @@ static json_t *row_json_coop(const sim_row *r, const sim_row *base)
         json_decref(o);
         return NULL;
     }
+    /* Expert groups: the critical GPU's expert part of local_s. */
+    if (o && s->experts && json_object_set_new(o, "expert_s", json_real(s->expert_s))) {
+        json_decref(o);
+        return NULL;
+    }
     return o;
 }
 
@@ -157,6 +162,19 @@ static int print_rows(const sim_row *rows, int n, const char *model, const char 
                rows[i].label, s->coop_tasks, s->coop_tasks == 1 ? "" : "s", s->critical_stage,
                s->critical_dp, s->critical_tp, s->coop_allreduce_s * 1e3, s->coop_wait_s * 1e3);
     }
+    /* Expert groups: every row's update holds the expert ranks' micro-groups after the DP
+     * ranks' on each GPU, and grad and param the expert buffers' collectives. */
+    for (int i = 0; i < n; i++)
+        if (rows[i].sim->experts) {
+            printf("\nexpert groups: each GPU runs its expert rank's micro-groups after its DP "
+                   "rank's (update: the critical GPU's expert part");
+            for (int j = i; j < n; j++)
+                printf("%s %s %.3f", j == i ? ":" : ",", rows[j].label,
+                       rows[j].sim->expert_s * 1e3);
+            printf(" ms); grad and param include the expert buffers' collectives over the "
+                   "expert-DP groups\n");
+            break;
+        }
     for (int i = 0; i < n; i++)
         if (rows[i].layout == CZ_LAYOUT_SPLIT) {
             printf("\nsplit buffer layout (matrix parameters in a buffer of their own, elementwise "

@@ -77,6 +77,14 @@ static int apply_sizes(const cz_json_ctx *c, json_t *root, const cz_cluster_size
         if (json_object_set_new(b, "size", json_integer(size)))
             return cz__error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
     }
+    /* The expert sizes are written only when given and not what the file already means: a
+     * file without them keeps Megatron-Core's defaults (EP 1, ETP = TP) and its hash when the
+     * command line asks for just those. */
+    bool ep_set = json_object_get(root, "ep") || (z->ep > 0 && z->ep != 1);
+    bool etp_set = json_object_get(root, "etp") || (z->etp > 0 && z->etp != tp);
+    if ((z->ep > 0 && ep_set && json_object_set_new(root, "ep", json_integer(z->ep))) ||
+        (z->etp > 0 && etp_set && json_object_set_new(root, "etp", json_integer(z->etp))))
+        return cz__error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
     if (json_object_set_new(root, "gpus", json_integer(target)) ||
         json_object_set_new(root, "dp", json_integer(dp)) ||
         json_object_set_new(root, "tp", json_integer(tp)) ||
@@ -89,7 +97,7 @@ static int apply_sizes(const cz_json_ctx *c, json_t *root, const cz_cluster_size
 static bool sizes_given(const cz_cluster_sizes *z)
 {
     return z && (z->dp > 0 || z->tp > 0 || z->pp > 0 || z->nodes > 0 || z->gpus_per_node > 0 ||
-                 z->bucket_size != 0);
+                 z->bucket_size != 0 || z->ep > 0 || z->etp > 0);
 }
 
 int cz_cluster_load(cz_cluster **out, const char *path, cz_error *err)
@@ -100,9 +108,9 @@ int cz_cluster_load(cz_cluster **out, const char *path, cz_error *err)
 int cz__cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_sizes *sizes,
                            cz_error *err)
 {
-    static const char *const top_keys[] = {"schema", "name",  "description", "gpus",
-                                           "dp",     "tp",    "pp",          "gpus_per_node",
-                                           "device", "links", "buckets",     NULL};
+    static const char *const top_keys[] = {
+        "schema", "name", "description",   "gpus",   "dp",    "tp",      "pp",
+        "ep",     "etp",  "gpus_per_node", "device", "links", "buckets", NULL};
     static const char *const device_keys[] = {"name", "matmul_tflops", "mem_gbps", "memory_gib",
                                               NULL};
     static const char *const link_keys[] = {"intra_node_gbps", "inter_node_gbps", "latency_us",
@@ -137,6 +145,13 @@ int cz__cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_
         (rc = cz__json_get_int(&c, root, "$", "pp", true, 1, INT_MAX, &cl->pp)) != CZ_OK ||
         (rc = cz__json_get_int(&c, root, "$", "gpus_per_node", true, 1, INT_MAX,
                                &cl->gpus_per_node)) != CZ_OK)
+        goto done;
+    /* Absent: Megatron-Core's defaults, expert_model_parallel_size 1 and
+     * expert_tensor_parallel_size = tensor_model_parallel_size. */
+    cl->ep = 1;
+    cl->etp = cl->tp;
+    if ((rc = cz__json_get_int(&c, root, "$", "ep", false, 1, INT_MAX, &cl->ep)) != CZ_OK ||
+        (rc = cz__json_get_int(&c, root, "$", "etp", false, 1, INT_MAX, &cl->etp)) != CZ_OK)
         goto done;
     if ((rc = cz__json_get_object(&c, root, "$", "device", true, device_keys, &device)) != CZ_OK ||
         (rc = cz__json_get_string(&c, device, "$.device", "name", true, &dev_name)) != CZ_OK ||
@@ -175,6 +190,9 @@ int cz__cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_
                               cl->dp, cl->tp, cl->pp, dp_tp * cl->pp, cl->gpus);
         goto done;
     }
+    if ((rc = cz__megatron_check_expert_grid(path, cl->tp, cl->dp, cl->pp, cl->ep, cl->etp, err)) !=
+        CZ_OK)
+        goto done;
     cl->name = cz__strdup(name);
     cl->source = cz__strdup(path);
     cl->device.name = cz__strdup(dev_name);

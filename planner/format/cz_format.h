@@ -101,6 +101,9 @@ struct cz_cluster {
     char *source;
     char sha256[65];
     int gpus, dp, tp, pp, gpus_per_node;
+    int ep, etp; /* expert model- and expert tensor-parallel sizes ("ep", "etp"; absent: 1 and
+                    tp, Megatron-Core's defaults). 0 in a cluster built in memory by a caller
+                    that predates them reads as those defaults (cz_cluster_ep, cz_cluster_etp) */
     cz_device device;
     cz_links links;
     int64_t bucket_size;  /* 0 = Megatron default max(4e7, 1e6*dp) */
@@ -122,7 +125,14 @@ typedef struct cz_plan_param {
     double cost;            /* total work for this parameter across its TP group, cost unit */
     int dp_owner;           /* -1 under the even strategy, and for the elementwise parameters
                                of a split-layout plan (cut between DP ranks:
-                               cz_plan_param_fragmented) */
+                               cz_plan_param_fragmented); for an expert parameter, its owner in
+                               the expert-data-parallel group (0 .. edp - 1) */
+    /* Expert parallelism (a plan with expert groups, cz_plan_has_experts): 1 for a routed
+     * expert's parameter, which lives in the expert buffer of EP rank ep_rank, is split over
+     * ETP (local_shape) and owned within the expert-DP group; 0 (and ep_rank 0) for every
+     * other parameter, and for all of them in a plan without expert groups. */
+    int expert;
+    int ep_rank;
 } cz_plan_param;
 
 typedef struct cz_plan_bucket {
@@ -134,6 +144,10 @@ typedef struct cz_plan_bucket {
     int elementwise; /* split layout: 1 for a bucket of the evenly sliced elementwise buffer
                         (ranges = even slices; its parameters have dp_owner -1), 0 for one of
                         the matrix buffer; always 0 in the unified layout */
+    int expert;      /* 1: a bucket of the expert buffer of EP rank ep_rank (ranges: one per
+                        expert-DP rank; offset within that buffer); 0 (and ep_rank 0): the
+                        stage's dense buffer */
+    int ep_rank;
 } cz_plan_bucket;
 
 /* One micro-group: tasks, each a matrix parameter or one block of it, hosted by one slot (TP
@@ -156,11 +170,14 @@ typedef struct cz_plan_group {
     double *load;      /* nslots values: summed task cost per slot */
 } cz_plan_group;
 
+/* The micro-groups of one DP rank's TP group (plan->schedules), or of one expert rank's ETP
+ * group (plan->expert_schedules: dp_rank is the expert-DP rank, ep_rank the EP rank). */
 typedef struct cz_rank_schedule {
     int stage;
     int dp_rank;
     int ngroups;
     cz_plan_group *groups;
+    int ep_rank;
 } cz_rank_schedule;
 
 typedef struct cz_plan_metrics {
@@ -182,6 +199,15 @@ typedef struct cz_plan_metrics {
                                  cz__task_lower_bound); equals lower_bound without that freedom */
     double *memory;           /* pp*dp*tp: optimizer-state bytes per GPU */
     double predicted_step_s;  /* compute makespan converted to seconds on the cluster's device */
+    /* A plan with expert groups: per expert rank (stage-major, cz_plan_expert_rank) the summed
+     * cost of the expert parameters it owns and its ETP group's makespan (the sum over its
+     * micro-groups of the largest slot load, plus its elementwise share of one ETP rank);
+     * expert_imbalance is max/mean of expert_load over a stage's expert ranks (the worst
+     * stage). A GPU runs its DP rank's schedule and then its expert rank's: tp_makespan is the
+     * largest sum of the two over GPUs. NULL / 0 without expert groups. */
+    double *expert_load;
+    double *expert_rank_makespan;
+    double expert_imbalance;
 } cz_plan_metrics;
 
 /* The TP tasks of a plan's matrix parameters and their cost under each width, built from the
@@ -245,15 +271,67 @@ struct cz_plan {
     cz_rank_schedule *schedules;
     cz_plan_metrics metrics;
     cz_task_table tasks;
+    /* Expert groups (Megatron-Core's expert parallelism, docs/PLANNER.md): EP, ETP and the
+     * expert-DP size edp = tp * dp / (etp * ep) when the plan gives routed experts buffers of
+     * their own (EP > 1 or ETP != TP, and the model has experts); all 0 otherwise. The expert
+     * schedules are one per expert rank, pp * ep * edp in the order of cz_plan_expert_rank. */
+    int ep, etp, edp;
+    size_t nexpert_schedules;
+    cz_rank_schedule *expert_schedules;
 };
+
+/* Whether the plan has expert groups (buffers of their own for the routed experts). */
+static inline int cz_plan_has_experts(const cz_plan *plan)
+{
+    return plan->ep > 0 && plan->etp > 0 && plan->edp > 0;
+}
+
+/* Expert ranks per stage (ep * edp), 0 without expert groups. */
+static inline int cz_plan_expert_ranks(const cz_plan *plan)
+{
+    return cz_plan_has_experts(plan) ? plan->ep * plan->edp : 0;
+}
+
+/* The index of expert rank (stage, EP rank e, expert-DP rank d) in per-expert-rank arrays:
+ * stage-major, then d, then e, so that expert rank x of a stage holds the stage's GPUs
+ * x * etp .. x * etp + etp - 1 (Megatron-Core's rank order: ETP fastest, then EP, then
+ * expert-DP), as DP rank r holds GPUs r * tp .. r * tp + tp - 1. */
+static inline size_t cz_plan_expert_rank(const cz_plan *plan, int stage, int e, int d)
+{
+    return ((size_t)stage * (size_t)plan->edp + (size_t)d) * (size_t)plan->ep + (size_t)e;
+}
+
+/* The expert rank (an index as above) and ETP rank of GPU g (in the per-GPU order). */
+static inline size_t cz_plan_gpu_expert_rank(const cz_plan *plan, size_t g, int *etp_rank)
+{
+    size_t per_stage = (size_t)plan->dp * (size_t)plan->tp, stage = g / per_stage;
+    size_t local = g % per_stage;
+    if (etp_rank)
+        *etp_rank = (int)(local % (size_t)plan->etp);
+    return stage * (size_t)plan->ep * (size_t)plan->edp + local / (size_t)plan->etp;
+}
+
+/* The size of the tensor-parallel group that splits parameter p: ETP for an expert of a plan
+ * with expert groups, TP otherwise. */
+static inline int cz_plan_param_tp(const cz_plan *plan, const cz_plan_param *p)
+{
+    return p->expert && plan->etp > 0 ? plan->etp : plan->tp;
+}
 
 /* Whether parameter p is updated in pieces, each DP rank the part of it in its range (ZeRO-1),
  * instead of whole by one owner: every parameter under the even strategy, and the elementwise
  * parameters of a split-layout plan (they live in the evenly sliced buffer). */
 static inline int cz_plan_param_fragmented(const cz_plan *plan, const cz_plan_param *p)
 {
-    return plan->settings.dp == CZ_DP_EVEN ||
-           (plan->settings.layout == CZ_LAYOUT_SPLIT && p->def.kind == CZ_KIND_ELEMENTWISE);
+    return plan->settings.dp == CZ_DP_EVEN || (plan->settings.layout == CZ_LAYOUT_SPLIT &&
+                                               p->def.kind == CZ_KIND_ELEMENTWISE && !p->expert);
+}
+
+/* How many DP ranks partition bucket k (the length of its ranges, in [start, end) pairs): the
+ * DP size, or the expert-DP size for a bucket of an expert buffer. */
+static inline int cz_plan_bucket_nranks(const cz_plan *plan, const cz_plan_bucket *k)
+{
+    return k->expert ? plan->edp : plan->dp;
 }
 
 /* A task's block, width and per-slot cost; a group built without the split-task arrays (by a
@@ -279,7 +357,8 @@ bool cz__plan_has_split_tasks(const cz_plan *plan);
  * the whole). Each accepts a partially built object. */
 /* Frees the metrics arrays only. */
 void cz__plan_metrics_free(cz_plan_metrics *m);
-/* Frees the schedules only (sets nschedules to 0). */
+/* Frees the schedules only, the expert schedules too (sets nschedules and nexpert_schedules
+ * to 0). */
 void cz__plan_schedules_free(cz_plan *plan);
 /* Frees a rank schedule's groups (rs itself is the caller's). */
 void cz__rank_schedule_free_groups(cz_rank_schedule *rs);
@@ -405,9 +484,63 @@ int cz__megatron_check_heads(const char *where, const char *heads_key, int64_t h
  * file in messages (NULL: none). CZ_OK when the model records nothing. */
 int cz__model_check_megatron(const cz_model *m, int tp, const char *cluster, cz_error *err);
 
+/* ---- Megatron-Core's expert parallelism (megatron_experts.c) ---- */
+static inline int cz_cluster_ep(const cz_cluster *c)
+{
+    return c->ep > 0 ? c->ep : 1;
+}
+static inline int cz_cluster_etp(const cz_cluster *c)
+{
+    return c->etp > 0 ? c->etp : c->tp;
+}
+/* Whether parameter `name` is one of a MoE layer's routed experts (shared experts are not):
+ * 1 with *layer_len the length of the name's prefix that identifies its layer (through
+ * "mlp.experts.") and *index its expert number (-1 when the name gives none), else 0. */
+int cz__expert_of_name(const char *name, size_t *layer_len, long *index);
+/* The name of item i of a caller's list. */
+typedef const char *(*cz_name_at)(const void *ctx, size_t i);
+/* Per parameter of a list of n names: experts[i] the number of experts of its MoE layer and
+ * index[i] its expert number, or 0 and -1 for a dense parameter. A layer's experts are the
+ * parameters whose names share the layer prefix; their numbers must cover 0 .. E - 1
+ * (CZ_EINVALID naming where, the layer and the missing number). */
+int cz__experts_scan(size_t n, cz_name_at name_at, const void *ctx, int *experts, int *index,
+                     const char *where, cz_error *err);
+int cz__model_experts(const cz_model *m, int *experts, int *index, cz_error *err);
+/* Megatron-Core's rule on the expert grid: ETP x EP x PP divides the world (TP x DP x PP), so
+ * that within a stage ETP x EP x expert-DP covers the ranks of TP x DP. where names the input. */
+int cz__megatron_check_expert_grid(const char *where, int tp, int dp, int pp, int ep, int etp,
+                                   cz_error *err);
+/* The cluster's expert grid, and the model against it: the number of experts of every MoE layer
+ * a multiple of EP, EP > 1 only for a model with experts, no expert bias with ETP > 1. */
+int cz__model_check_experts(const cz_model *m, const cz_cluster *c, cz_error *err);
+/* A rank layout: the dense grid TP x DP x PP and the expert grid ETP x EP x expert-DP x PP over
+ * the same world, each axis varying faster than the next (Megatron-Core's order
+ * "tp-cp-ep-dp-pp", context parallelism 1). */
+typedef struct cz_grid {
+    int tp, dp, pp, ep, etp;
+} cz_grid;
+static inline int cz_grid_edp(const cz_grid *g)
+{
+    int64_t e = (int64_t)g->etp * g->ep;
+    return e > 0 && ((int64_t)g->tp * g->dp) % e == 0 ? (int)((int64_t)g->tp * g->dp / e) : 0;
+}
+typedef enum cz_group_kind {
+    CZ_GROUP_TP = 0,
+    CZ_GROUP_DP = 1,
+    CZ_GROUP_PP = 2,
+    CZ_GROUP_ETP = 3, /* expert tensor-parallel */
+    CZ_GROUP_EP = 4,  /* expert model-parallel */
+    CZ_GROUP_EDP = 5  /* expert data-parallel: the ranks an expert buffer is reduced over */
+} cz_group_kind;
+/* The global ranks of the group of `kind` that holds `rank`, in group order, into out (room for
+ * the group's size): what Megatron-Core's RankGenerator.get_ranks gives. Returns the size, 0 for
+ * a rank outside the world or a grid whose ETP x EP does not divide TP x DP. */
+int cz__megatron_group(const cz_grid *g, cz_group_kind kind, int rank, int *out);
+
 /* ---- cluster_io.c ---- */
 /* Sizes from the command line that override a cluster file's; 0 keeps the file's value. */
 typedef struct cz_cluster_sizes {
+    int ep, etp;         /* expert model- and expert tensor-parallel sizes */
     int dp, tp, pp;      /* DP, when 0, becomes GPUs / (TP x PP) as in Megatron-LM */
     int nodes;           /* GPUs = nodes x gpus_per_node */
     int gpus_per_node;   /* also decides which traffic crosses nodes */
@@ -442,6 +575,12 @@ typedef struct cz_plan_checks {
     int unsafe;  /* a structural violation makes index-based recomputation unsafe to run */
     int foreign; /* parameters differ from the model's (validate only) */
     char path[256];
+    /* 1: the caller checks, or runs, plans with expert groups (validate). 0 — a zeroed struct,
+     * as every caller that predates them has (the executor today) — makes a plan with expert
+     * groups a violation of its own (topology.expert_groups), the first one reported, so that
+     * such a caller refuses the plan with a message instead of reading its expert buffers'
+     * ranges as if they had one pair per DP rank. */
+    int expert_groups;
 } cz_plan_checks;
 void cz__plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -26,6 +26,15 @@ extern const char *const cz__layout_names[];
 extern const char *const cz__muon_tp_mode_names[];
 extern const char *const cz__kind_names[];         /* cz_param_kind: "matrix", "elementwise" */
 extern const char *const cz__solve_status_names[]; /* CZ_SOLVE_* */
+/* A bucket's buffer as a plan spells it: a split-layout bucket's (cz_plan_bucket.elementwise, 0
+ * or 1), then "expert" (index CZ_BUFFER_EXPERT) for an expert buffer's bucket. */
+#define CZ_BUFFER_EXPERT 2
+extern const char *const cz__bucket_buffer_names[];
+/* settings.alpha_numel_loads, 0 or 1, as a plan spells it. */
+extern const char *const cz__alpha_loads_names[];
+
+/* The top-level member of a plan file that holds its content hash (docs/FORMATS.md section 5). */
+#define CZ_CONTENT_KEY "content_sha256"
 
 /* Reads the optional "megatron" record of a model description (root) into m->megatron and
  * checks it against itself and against m's parameters (megatron_rules.c; model_io.c calls it). */
@@ -38,5 +47,15 @@ const char *cz__param_name_problem(const char *name);
 
 /* SHA-256 of data as 64 lowercase hexadecimal digits and a NUL (sha256.c). */
 void cz__sha256_hex(const void *data, size_t len, char out[65]);
+/* The same fed piece by piece: init, any number of updates, final (which writes the digits). */
+typedef struct cz_sha256 {
+    uint32_t h[8];
+    uint64_t len;          /* bytes fed so far */
+    unsigned char buf[64]; /* a block not yet complete */
+    size_t nbuf;
+} cz_sha256;
+void cz__sha256_init(cz_sha256 *s);
+void cz__sha256_update(cz_sha256 *s, const void *data, size_t len);
+void cz__sha256_final(cz_sha256 *s, char out[65]);
 
 #endif /* CZ_FORMAT_INTERNAL_H */

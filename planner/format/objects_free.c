@@ -36,7 +36,10 @@ void cz__plan_metrics_free(cz_plan_metrics *m)
     free(m->gpu_load);
     free(m->rank_makespan);
     free(m->memory);
+    free(m->expert_load);
+    free(m->expert_rank_makespan);
     m->dp_load = m->gpu_load = m->rank_makespan = m->memory = NULL;
+    m->expert_load = m->expert_rank_makespan = NULL;
 }
 
 void cz__task_table_free(cz_task_table *tt)
@@ -67,13 +70,18 @@ void cz__rank_schedule_free_groups(cz_rank_schedule *rs)
 
 void cz__plan_schedules_free(cz_plan *plan)
 {
-    if (!plan || !plan->schedules)
+    if (!plan)
         return;
-    for (size_t i = 0; i < plan->nschedules; i++)
+    for (size_t i = 0; plan->schedules && i < plan->nschedules; i++)
         cz__rank_schedule_free_groups(&plan->schedules[i]);
     free(plan->schedules);
     plan->schedules = NULL;
     plan->nschedules = 0;
+    for (size_t i = 0; plan->expert_schedules && i < plan->nexpert_schedules; i++)
+        cz__rank_schedule_free_groups(&plan->expert_schedules[i]);
+    free(plan->expert_schedules);
+    plan->expert_schedules = NULL;
+    plan->nexpert_schedules = 0;
 }
 
 void cz_plan_free(cz_plan *plan)

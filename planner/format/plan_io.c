@@ -1,22 +1,12 @@
-/* Writing and reading plan files (canzona.plan/1).
+/* Reading plan files (canzona.plan/1 and /2), and the content hash of a parsed plan; the
+ * writer is plan_write.c.
  *
- * The writer builds every object in a fixed key order and dumps with JSON_PRESERVE_ORDER, so
- * identical plans give byte-identical files; reals use 17 significant digits so they read back
- * exactly. plan_seconds is not written (it would break determinism).
- *
- * Micro-group tasks: a cz_plan_group keeps its tasks flat (in execution order); the file lists
- * them per slot ("slots"[k] = the tasks slot k takes part in, in execution order): a whole
- * matrix hosted by the slot as its parameter id, a block or cooperative task as an object
- * {"param", "block" (absent: the whole matrix), "width" (absent: 1), "panels" (a cooperative
- * task's Gram row panels, written whenever width > 1; absent: 1, how plans written before the
- * key ran), "cost"}, listed in every slot of a cooperative task. Reading rebuilds the flat arrays
- * slot by slot: all of slot 0's tasks first, then slot 1's that are not already there (a
+ * Micro-group tasks are listed per slot in the file (plan_write.c). Reading rebuilds the flat
+ * arrays slot by slot: all of slot 0's tasks first, then slot 1's that are not already there (a
  * cooperative task enters at its first slot), and so on. The order within a slot survives a round
  * trip; the interleaving across slots does not, and nothing depends on it: a flat order built this
  * way keeps every slot's own order, and the reader checks that the slots of cooperative tasks list
- * them in one order. Version 2 of the schema (CZ_PLAN_SCHEMA_SPLIT) is written only for plans that
- * have block or cooperative tasks, so that every other plan stays byte for byte what earlier
- * versions wrote.
+ * them in one order.
  *
  * The reader checks types, unknown keys, the schema version and the structure later code indexes
  * by (ids equal to indices, array lengths, ids in range). Semantic invariants (coverage,
@@ -53,314 +43,9 @@ bool cz__plan_has_split_tasks(const cz_plan *plan)
     return false;
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* writing                                                                                     */
-
-typedef struct writer {
-    cz_error *err;
-    const char *path;
-    int rc; /* first failure; later additions are skipped */
-} writer;
-
-static json_t *w_fail(writer *w, int code, const char *fmt, const char *what)
-{
-    if (w->rc == CZ_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, fmt, what);
-        w->rc = cz__error_set(w->err, code, "%s: %s", w->path, msg);
-    }
-    return NULL;
-}
-
-/* Adds value (stolen) under key; records an out-of-memory failure when value is NULL. */
-static void w_set(writer *w, json_t *obj, const char *key, json_t *value)
-{
-    if (!value) {
-        w_fail(w, CZ_ENOMEM, "out of memory while building \"%s\"", key);
-        return;
-    }
-    if (!obj || json_object_set_new(obj, key, value) != 0)
-        w_fail(w, CZ_ENOMEM, "out of memory while building \"%s\"", key);
-}
-
-static void w_push(writer *w, json_t *arr, json_t *value)
-{
-    if (!value || !arr || json_array_append_new(arr, value) != 0)
-        w_fail(w, CZ_ENOMEM, "out of memory while building %s", "an array");
-}
-
-static json_t *w_real(writer *w, double x, const char *what)
-{
-    if (!isfinite(x))
-        return w_fail(w, CZ_EINTERNAL, "%s is not a finite number (a planner bug)", what);
-    return json_real(x);
-}
-
-static json_t *w_reals(writer *w, const double *xs, size_t n, const char *what)
-{
-    json_t *arr = json_array();
-    if (n && !xs)
-        return w_fail(w, CZ_EINTERNAL, "%s was not computed (a planner bug)", what);
-    for (size_t i = 0; i < n; i++)
-        w_push(w, arr, w_real(w, xs[i], what));
-    return arr;
-}
-
-static json_t *w_shape(writer *w, const int64_t *shape, int ndim)
-{
-    json_t *arr = json_array();
-    for (int i = 0; i < ndim; i++)
-        w_push(w, arr, json_integer(shape[i]));
-    return arr;
-}
-
-static json_t *w_str(writer *w, const char *s, const char *what)
-{
-    if (!s)
-        return w_fail(w, CZ_EINTERNAL, "%s is not set (a planner bug)", what);
-    return json_string(s);
-}
-
-/* A split-layout bucket's buffer (cz_plan_bucket.elementwise, 0 or 1) as the plan spells it. */
-static const char *const bucket_buffer_names[] = {"matrix", "elementwise", NULL};
-
-/* settings.alpha_numel_loads, 0 or 1, as the plan file spells it. */
-static const char *const alpha_loads_names[] = {"cost", "numel", NULL};
-
-static json_t *w_status(writer *w, int status)
-{
-    if (status < CZ_SOLVE_NONE || status > CZ_SOLVE_FAILED)
-        return w_fail(w, CZ_EINTERNAL, "%s is unknown (a planner bug)", "a solver status");
-    return json_string(cz__solve_status_names[status]);
-}
-
-/* Only plans made with the ILP solver carry this object; the solve time is left out so that a
- * plan whose solves finished is as reproducible as a greedy one. */
-static json_t *build_solver_result(writer *w, const cz_plan *p)
-{
-    json_t *o = json_object();
-    w_set(w, o, "status", w_status(w, p->solver_status));
-    w_set(w, o, "gap", w_real(w, p->solver_gap, "solver_result.gap"));
-    w_set(w, o, "status_dp", w_status(w, p->solver_status_dp));
-    w_set(w, o, "gap_dp", w_real(w, p->solver_gap_dp, "solver_result.gap_dp"));
-    w_set(w, o, "status_tp", w_status(w, p->solver_status_tp));
-    w_set(w, o, "gap_tp", w_real(w, p->solver_gap_tp, "solver_result.gap_tp"));
-    w_set(w, o, "note", json_string(p->solver_note));
-    return o;
-}
-
-static json_t *build_settings(writer *w, const cz_plan *p)
-{
-    const cz_settings *s = &p->settings;
-    json_t *o = json_object();
-    if (s->seed > (uint64_t)INT64_MAX)
-        return w_fail(w, CZ_EINVALID, "%s: the seed does not fit a JSON integer (max 2^63-1)",
-                      "settings");
-    w_set(w, o, "optimizer", w_str(w, cz_optimizer_name(s->optimizer), "settings.optimizer"));
-    w_set(w, o, "unit", w_str(w, cz_unit_name(s->unit), "settings.unit"));
-    w_set(w, o, "dp_strategy", w_str(w, cz_dp_strategy_name(s->dp), "settings.dp_strategy"));
-    w_set(w, o, "alpha", w_real(w, s->alpha, "settings.alpha"));
-    w_set(w, o, "alpha_loads", json_string(alpha_loads_names[s->alpha_numel_loads != 0]));
-    w_set(w, o, "layerwise_order",
-          w_str(w, cz_layerwise_order_name(s->layerwise_order), "settings.layerwise_order"));
-    w_set(w, o, "tp_strategy", w_str(w, cz_tp_strategy_name(s->tp), "settings.tp_strategy"));
-    w_set(w, o, "capacity", w_real(w, s->capacity, "settings.capacity"));
-    w_set(w, o, "capacity_used", w_real(w, p->capacity_used, "capacity_used"));
-    w_set(w, o, "solver", w_str(w, cz_solver_name(s->solver), "settings.solver"));
-    w_set(w, o, "time_limit_s", w_real(w, s->time_limit_s, "settings.time_limit_s"));
-    w_set(w, o, "seed", json_integer((json_int_t)s->seed));
-    w_set(w, o, "ns_steps", json_integer(s->ns_steps));
-    w_set(w, o, "max_precond_dim", json_integer(s->max_precond_dim));
-    w_set(w, o, "precondition_frequency", json_integer(s->precondition_frequency));
-    w_set(w, o, "dp_fell_back", json_boolean(p->dp_fell_back));
-    w_set(w, o, "dp_numel_cuts", json_boolean(p->dp_numel_cuts));
-    /* Only split-layout plans name their layout, so unified plans stay byte for byte what
-     * earlier versions wrote, and an earlier reader refuses a split plan by its unknown key
-     * instead of running it as a unified one. */
-    if (s->layout != CZ_LAYOUT_UNIFIED)
-        w_set(w, o, "layout", w_str(w, cz_layout_name(s->layout), "settings.layout"));
-    /* Likewise only when set: a plan made with them is a version 2 plan where they had effect. */
-    if (s->split_blocks)
-        w_set(w, o, "split_blocks", json_true());
-    if (s->coop) {
-        char buf[16];
-        w_set(w, o, "coop", json_string(cz_coop_name(s->coop, buf)));
-    }
-    return o;
-}
-
-static json_t *build_param(writer *w, const cz_plan_param *q)
-{
-    json_t *o = json_object();
-    w_set(w, o, "id", json_integer(q->id));
-    w_set(w, o, "name", w_str(w, q->def.name, "a parameter name"));
-    w_set(w, o, "shape", w_shape(w, q->def.shape, q->def.ndim));
-    w_set(w, o, "local_shape", w_shape(w, q->local_shape, q->def.ndim));
-    w_set(w, o, "tp_dim", q->def.tp_dim < 0 ? json_null() : json_integer(q->def.tp_dim));
-    w_set(w, o, "optimizer", json_string(cz__kind_name(q->def.kind)));
-    if (q->def.nblocks > 0) {
-        json_t *b = json_object();
-        w_set(w, b, "dim", json_integer(q->def.block_dim));
-        w_set(w, b, "sizes", w_shape(w, q->def.block_sizes, q->def.nblocks));
-        w_set(w, o, "blocks", b);
-    }
-    w_set(w, o, "layer", json_integer(q->def.layer));
-    w_set(w, o, "stage", json_integer(q->stage));
-    w_set(w, o, "bucket", json_integer(q->bucket));
-    w_set(w, o, "offset", json_integer(q->offset));
-    w_set(w, o, "numel", json_integer(q->numel));
-    w_set(w, o, "cost", w_real(w, q->cost, "a parameter cost"));
-    w_set(w, o, "dp_owner", json_integer(q->dp_owner));
-    return o;
-}
-
-static json_t *build_bucket(writer *w, const cz_plan_bucket *b, int dp, cz_layout layout)
-{
-    json_t *o = json_object();
-    json_t *ranges = json_array();
-    w_set(w, o, "id", json_integer(b->id));
-    w_set(w, o, "stage", json_integer(b->stage));
-    w_set(w, o, "offset", json_integer(b->offset));
-    w_set(w, o, "size", json_integer(b->size));
-    if (!b->ranges)
-        w_fail(w, CZ_EINTERNAL, "%s has no ranges (a planner bug)", "a bucket");
-    for (int r = 0; b->ranges && r < dp; r++)
-        w_push(w, ranges, w_shape(w, &b->ranges[2 * r], 2));
-    w_set(w, o, "ranges", ranges);
-    if (layout != CZ_LAYOUT_UNIFIED)
-        w_set(w, o, "buffer", json_string(bucket_buffer_names[b->elementwise != 0]));
-    return o;
-}
-
-static json_t *build_group(writer *w, const cz_plan_group *g)
-{
-    json_t *o = json_object();
-    json_t *slots = json_array();
-    w_set(w, o, "id", json_integer(g->id));
-    for (int t = 0; t < g->ntasks; t++)
-        if (g->task_slot[t] < 0 || cz_group_task_width(g, t) < 1 ||
-            g->task_slot[t] + cz_group_task_width(g, t) > g->nslots)
-            w_fail(w, CZ_EINTERNAL, "%s has a task outside its slots (a planner bug)",
-                   "a micro-group");
-    for (int k = 0; k < g->nslots; k++) {
-        json_t *ids = json_array();
-        for (int t = 0; t < g->ntasks; t++) {
-            int width = cz_group_task_width(g, t), block = cz_group_task_block(g, t);
-            if (k < g->task_slot[t] || k >= g->task_slot[t] + width)
-                continue;
-            if (width == 1 && block < 0) {
-                w_push(w, ids, json_integer(g->task_param[t]));
-                continue;
-            }
-            json_t *task = json_object();
-            w_set(w, task, "param", json_integer(g->task_param[t]));
-            if (block >= 0)
-                w_set(w, task, "block", json_integer(block));
-            if (width > 1) {
-                w_set(w, task, "width", json_integer(width));
-                w_set(w, task, "panels", json_integer(cz_group_task_panels(g, t)));
-            }
-            w_set(w, task, "cost",
-                  w_real(w, g->task_cost ? g->task_cost[t] : NAN, "a task's cost"));
-            w_push(w, ids, task);
-        }
-        w_push(w, slots, ids);
-    }
-    w_set(w, o, "slots", slots);
-    w_set(w, o, "load", w_reals(w, g->load, (size_t)g->nslots, "a micro-group load"));
-    return o;
-}
-
-static json_t *build_metrics(writer *w, const cz_plan *p)
-{
-    const cz_plan_metrics *m = &p->metrics;
-    size_t ranks = (size_t)p->pp * (size_t)p->dp, gpus = ranks * (size_t)p->tp;
-    json_t *o = json_object(), *dp = json_object(), *tp = json_object();
-    w_set(w, dp, "load", w_reals(w, m->dp_load, ranks, "metrics.dp.load"));
-    w_set(w, dp, "imbalance", w_real(w, m->dp_imbalance, "metrics.dp.imbalance"));
-    w_set(w, o, "dp", dp);
-    w_set(w, tp, "makespan", w_real(w, m->tp_makespan, "metrics.tp.makespan"));
-    w_set(w, tp, "imbalance", w_real(w, m->tp_imbalance, "metrics.tp.imbalance"));
-    w_set(w, tp, "rank_makespan", w_reals(w, m->rank_makespan, ranks, "metrics.tp.rank_makespan"));
-    w_set(w, tp, "gpu_load", w_reals(w, m->gpu_load, gpus, "metrics.tp.gpu_load"));
-    w_set(w, o, "tp", tp);
-    w_set(w, o, "lower_bound", w_real(w, m->lower_bound, "metrics.lower_bound"));
-    /* The bounds of the split freedom only in version 2, so that version 1 files stay as they
-     * were (a reader of one derives them: docs/FORMATS.md, "metrics"). */
-    if (cz__plan_has_split_tasks(p)) {
-        w_set(w, o, "average_load", w_real(w, m->average_load, "metrics.average_load"));
-        w_set(w, o, "split_lower_bound",
-              w_real(w, m->split_lower_bound, "metrics.split_lower_bound"));
-    }
-    w_set(w, o, "total_cost", w_real(w, m->total_cost, "metrics.total_cost"));
-    w_set(w, o, "max_task_cost", w_real(w, m->max_task_cost, "metrics.max_task_cost"));
-    w_set(w, o, "memory", w_reals(w, m->memory, gpus, "metrics.memory"));
-    w_set(w, o, "predicted_step_s", w_real(w, m->predicted_step_s, "metrics.predicted_step_s"));
-    return o;
-}
-
-static json_t *build_plan(writer *w, const cz_plan *p)
-{
-    json_t *root = json_object();
-    json_t *gen = json_object(), *inputs = json_object(), *model = json_object(),
-           *cluster = json_object(), *topo = json_object(), *bcfg = json_object();
-    json_t *params = json_array(), *buckets = json_array(), *sched = json_array();
-
-    if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->nschedules != (size_t)p->pp * (size_t)p->dp)
-        w_fail(w, CZ_EINTERNAL, "%s does not match its topology (a planner bug)",
-               "the plan's schedule count");
-    w_set(w, root, "schema",
-          json_string(cz__plan_has_split_tasks(p) ? CZ_PLAN_SCHEMA_SPLIT : CZ_PLAN_SCHEMA));
-    w_set(w, gen, "name", json_string(p->generator ? p->generator : "canzona"));
-    w_set(w, gen, "version", json_string(p->generator_version ? p->generator_version : CZ_VERSION));
-    w_set(w, root, "generator", gen);
-    w_set(w, model, "name", w_str(w, p->model_name, "the model name"));
-    w_set(w, model, "sha256", w_str(w, p->model_sha256, "the model hash"));
-    w_set(w, cluster, "name", w_str(w, p->cluster_name, "the cluster name"));
-    w_set(w, cluster, "sha256", w_str(w, p->cluster_sha256, "the cluster hash"));
-    w_set(w, inputs, "model", model);
-    w_set(w, inputs, "cluster", cluster);
-    w_set(w, root, "inputs", inputs);
-    w_set(w, root, "settings", build_settings(w, p));
-    if (p->settings.solver == CZ_SOLVER_ILP)
-        w_set(w, root, "solver_result", build_solver_result(w, p));
-    w_set(w, topo, "dp", json_integer(p->dp));
-    w_set(w, topo, "tp", json_integer(p->tp));
-    w_set(w, topo, "pp", json_integer(p->pp));
-    w_set(w, topo, "gpus_per_node", json_integer(p->gpus_per_node));
-    w_set(w, root, "topology", topo);
-    w_set(w, root, "dtype", w_str(w, cz_dtype_name(p->dtype), "the dtype"));
-    w_set(w, bcfg, "size", json_integer(p->bucket_size));
-    w_set(w, bcfg, "align", json_integer(p->bucket_align));
-    w_set(w, root, "buckets_config", bcfg);
-    for (size_t i = 0; i < p->nparams && w->rc == CZ_OK; i++)
-        w_push(w, params, build_param(w, &p->params[i]));
-    w_set(w, root, "params", params);
-    for (size_t i = 0; i < p->nbuckets && w->rc == CZ_OK; i++)
-        w_push(w, buckets, build_bucket(w, &p->buckets[i], p->dp, p->settings.layout));
-    w_set(w, root, "buckets", buckets);
-    for (size_t i = 0; i < p->nschedules && w->rc == CZ_OK; i++) {
-        const cz_rank_schedule *rs = &p->schedules[i];
-        json_t *o = json_object(), *groups = json_array();
-        w_set(w, o, "stage", json_integer(rs->stage));
-        w_set(w, o, "dp_rank", json_integer(rs->dp_rank));
-        for (int g = 0; g < rs->ngroups && w->rc == CZ_OK; g++)
-            w_push(w, groups, build_group(w, &rs->groups[g]));
-        w_set(w, o, "groups", groups);
-        w_push(w, sched, o);
-    }
-    w_set(w, root, "tp_schedule", sched);
-    if (w->rc == CZ_OK)
-        w_set(w, root, "metrics", build_metrics(w, p));
-    if (w->rc != CZ_OK) {
-        json_decref(root);
-        return NULL;
-    }
-    return root;
-}
-
-/* The key of the content hash, and how the hashed text is formatted (docs/FORMATS.md). */
-#define CONTENT_KEY "content_sha256"
+/* How the hashed text is formatted (docs/FORMATS.md; plan_write.c produces the same text as it
+ * writes a plan). */
+#define CONTENT_KEY CZ_CONTENT_KEY
 #define CONTENT_FLAGS (JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17))
 
 int cz__plan_json_content_hash(const json_t *plan, char out[65], cz_error *err)
@@ -393,40 +78,6 @@ int cz__plan_check_content_hash(const cz_plan *plan, const char *path, cz_error 
                          "canzona or by hand, and its content cannot be trusted without a "
                          "model; re-run canzona plan",
                          path);
-}
-
-int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
-{
-    writer w = {err, path, CZ_OK};
-    json_t *root = build_plan(&w, plan);
-    if (!root)
-        return w.rc;
-    /* The hash covers everything above; consumers without the model (the executor) recompute
-     * it on load to refuse a plan edited since. */
-    char hash[65];
-    int hrc = cz__plan_json_content_hash(root, hash, err);
-    if (hrc == CZ_OK && json_object_set_new(root, CONTENT_KEY, json_string(hash)) != 0)
-        hrc = cz__error_set(err, CZ_ENOMEM, "%s: out of memory while formatting the plan", path);
-    if (hrc != CZ_OK) {
-        json_decref(root);
-        return hrc;
-    }
-    char *text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_INDENT(1) | JSON_REAL_PRECISION(17));
-    json_decref(root);
-    if (!text)
-        return cz__error_set(err, CZ_ENOMEM, "%s: out of memory while formatting the plan", path);
-    /* Files end with a newline, as text files should. */
-    size_t n = strlen(text);
-    char *with_nl = realloc(text, n + 2);
-    if (!with_nl) {
-        free(text);
-        return cz__error_set(err, CZ_ENOMEM, "%s: out of memory while formatting the plan", path);
-    }
-    with_nl[n] = '\n';
-    with_nl[n + 1] = '\0';
-    int rc = cz__file_write(path, with_nl, n + 1, err);
-    free(with_nl);
-    return rc;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -600,7 +251,7 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
                            "expected a number in [0, 1], found %.17g", s->alpha);
         return rc;
     }
-    if ((rc = cz__json_get_enum(c, o, P, "alpha_loads", true, alpha_loads_names, &v)) != CZ_OK)
+    if ((rc = cz__json_get_enum(c, o, P, "alpha_loads", true, cz__alpha_loads_names, &v)) != CZ_OK)
         return rc;
     s->alpha_numel_loads = v;
     if ((rc = cz__json_get_enum(c, o, P, "layerwise_order", true, cz__layerwise_order_names, &v)) !=
@@ -664,9 +315,9 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
                       const cz_plan *p, cz_plan_param *q)
 {
-    static const char *const keys[] = {"id",        "name",   "shape", "local_shape", "tp_dim",
-                                       "optimizer", "blocks", "layer", "stage",       "bucket",
-                                       "offset",    "numel",  "cost",  "dp_owner",    NULL};
+    static const char *const keys[] = {
+        "id",    "name",   "shape",  "local_shape", "tp_dim", "optimizer", "blocks",  "layer",
+        "stage", "bucket", "offset", "numel",       "cost",   "dp_owner",  "ep_rank", NULL};
     static const char *const bkeys[] = {"dim", "sizes", NULL};
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const json_t *blocks = NULL, *sizes, *tp;
@@ -763,7 +414,24 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
         return rc;
     if ((rc = cz__json_get_double(c, e, path, "cost", true, 0, false, &q->cost)) != CZ_OK)
         return rc;
-    if ((rc = cz__json_get_int(c, e, path, "dp_owner", true, -1, p->dp - 1, &q->dp_owner)) != CZ_OK)
+    /* An expert parameter of a plan with expert groups names its EP rank, and is owned within
+     * the expert-DP group. */
+    const json_t *ep = json_object_get(e, "ep_rank");
+    if (ep && !cz_plan_has_experts(p)) {
+        rc = cz__json_fail(c, cz__json_path_key(sub, path, "ep_rank"),
+                           "an EP rank is given only in a plan with expert groups (schema \"%s\" "
+                           "with $.topology.ep)",
+                           CZ_PLAN_SCHEMA_EXPERT);
+        return rc;
+    }
+    if (ep) {
+        q->expert = 1;
+        if ((rc = cz__json_get_int(c, e, path, "ep_rank", true, 0, p->ep - 1, &q->ep_rank)) !=
+            CZ_OK)
+            return rc;
+    }
+    if ((rc = cz__json_get_int(c, e, path, "dp_owner", true, -1, (q->expert ? p->edp : p->dp) - 1,
+                               &q->dp_owner)) != CZ_OK)
         return rc;
     return rc;
 }
@@ -771,7 +439,8 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
 static int read_bucket(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
                        const cz_plan *p, cz_plan_bucket *b)
 {
-    static const char *const keys[] = {"id", "stage", "offset", "size", "ranges", "buffer", NULL};
+    static const char *const keys[] = {"id",     "stage",  "offset",  "size",
+                                       "ranges", "buffer", "ep_rank", NULL};
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const json_t *ranges;
     int rc;
@@ -790,32 +459,53 @@ static int read_bucket(const cz_json_ctx *c, const json_t *e, const char *path, 
         return rc;
     if ((rc = cz__json_get_int64(c, e, path, "size", true, 0, INT64_MAX, &b->size)) != CZ_OK)
         return rc;
-    /* The split layout names every bucket's buffer; a unified plan names none. */
+    /* The split layout names every bucket's buffer; a unified plan names only its expert
+     * buffers' ("expert", with the bucket's EP rank: a plan with expert groups). */
     int buf = 0;
     bool split = p->settings.layout == CZ_LAYOUT_SPLIT;
-    if (!split && json_object_get(e, "buffer")) {
+    const json_t *given = json_object_get(e, "buffer");
+    if ((rc = cz__json_get_enum(c, e, path, "buffer", split, cz__bucket_buffer_names, &buf)) !=
+        CZ_OK)
+        return rc;
+    if (given && buf == CZ_BUFFER_EXPERT && !cz_plan_has_experts(p)) {
         rc = cz__json_fail(c, cz__json_path_key(sub, path, "buffer"),
-                           "a bucket's buffer is given only in a plan whose $.settings.layout is "
-                           "\"split\"");
+                           "an expert buffer's bucket is given only in a plan with expert groups "
+                           "(schema \"%s\" with $.topology.ep)",
+                           CZ_PLAN_SCHEMA_EXPERT);
         return rc;
     }
-    if ((rc = cz__json_get_enum(c, e, path, "buffer", split, bucket_buffer_names, &buf)) != CZ_OK)
+    if (given && !split && buf != CZ_BUFFER_EXPERT) {
+        rc = cz__json_fail(c, cz__json_path_key(sub, path, "buffer"),
+                           "a bucket's buffer is given only in a plan whose $.settings.layout is "
+                           "\"split\", or as \"expert\" in a plan with expert groups");
         return rc;
-    b->elementwise = buf;
+    }
+    b->elementwise = buf == 1;
+    b->expert = buf == CZ_BUFFER_EXPERT;
+    if (b->expert &&
+        (rc = cz__json_get_int(c, e, path, "ep_rank", true, 0, p->ep - 1, &b->ep_rank)) != CZ_OK)
+        return rc;
+    if (!b->expert && json_object_get(e, "ep_rank")) {
+        rc = cz__json_fail(c, cz__json_path_key(sub, path, "ep_rank"),
+                           "an EP rank is given only on an expert buffer's bucket (\"buffer\": "
+                           "\"expert\")");
+        return rc;
+    }
+    int nranks = cz_plan_bucket_nranks(p, b);
     if ((rc = cz__json_get_array(c, e, path, "ranges", true, 0, &ranges)) != CZ_OK)
         return rc;
     cz__json_path_key(sub, path, "ranges");
-    if (json_array_size(ranges) != (size_t)p->dp) {
-        rc = cz__json_fail(c, sub, "expected %d [start, end] pairs (one per DP rank), found %zu",
-                           p->dp, json_array_size(ranges));
+    if (json_array_size(ranges) != (size_t)nranks) {
+        rc = cz__json_fail(c, sub, "expected %d [start, end] pairs (one per %s rank), found %zu",
+                           nranks, b->expert ? "expert-DP" : "DP", json_array_size(ranges));
         return rc;
     }
-    b->ranges = calloc(2 * (size_t)p->dp, sizeof *b->ranges);
+    b->ranges = calloc(2 * (size_t)nranks, sizeof *b->ranges);
     if (!b->ranges) {
         rc = oom(c);
         return rc;
     }
-    for (int r = 0; r < p->dp; r++) {
+    for (int r = 0; r < nranks; r++) {
         const json_t *pair = json_array_get(ranges, (size_t)r);
         int64_t *se = &b->ranges[2 * r];
         cz__json_path_index(el, sub, (size_t)r);
@@ -1025,40 +715,76 @@ done:
     return rc;
 }
 
-static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p, bool split)
+/* $.tp_schedule: one entry per (stage, DP rank) over the TP slots; with expert (a plan with
+ * expert groups) $.expert_schedule: one per expert rank (stage, expert-DP rank, EP rank in the
+ * order of cz_plan_expert_rank) over the ETP slots. */
+static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p, bool split,
+                          bool expert)
 {
     static const char *const keys[] = {"stage", "dp_rank", "groups", NULL};
+    static const char *const ekeys[] = {"stage", "ep_rank", "edp_rank", "groups", NULL};
     char el[CZ_JSON_PATH_MAX], sub[CZ_JSON_PATH_MAX], gp[CZ_JSON_PATH_MAX];
+    const char *key = expert ? "expert_schedule" : "tp_schedule";
+    const char *P = expert ? "$.expert_schedule" : "$.tp_schedule";
     const json_t *arr;
-    size_t want = (size_t)p->pp * (size_t)p->dp;
-    int nslots = (p->settings.tp == CZ_TP_SC || p->tp == 1) ? 1 : p->tp;
+    size_t per_stage = expert ? (size_t)cz_plan_expert_ranks(p) : (size_t)p->dp;
+    size_t want = (size_t)p->pp * per_stage;
+    int group = expert ? p->etp : p->tp;
+    int nslots = (p->settings.tp == CZ_TP_SC || group == 1) ? 1 : group;
     int rc;
-    if ((rc = cz__json_get_array(c, root, "$", "tp_schedule", true, 0, &arr)) != CZ_OK)
-        return rc;
+    if (!expert || cz_plan_has_experts(p)) {
+        if ((rc = cz__json_get_array(c, root, "$", key, true, 0, &arr)) != CZ_OK)
+            return rc;
+    } else if (json_object_get(root, key)) {
+        return cz__json_fail(c, P,
+                             "expert schedules are given only in a plan with expert groups "
+                             "(schema \"%s\" with $.topology.ep)",
+                             CZ_PLAN_SCHEMA_EXPERT);
+    } else {
+        return CZ_OK;
+    }
     if (json_array_size(arr) != want) {
-        rc = cz__json_fail(c, "$.tp_schedule", "expected %zu entries (pp*dp = %d*%d), found %zu",
-                           want, p->pp, p->dp, json_array_size(arr));
+        if (expert)
+            rc = cz__json_fail(c, P, "expected %zu entries (pp*ep*edp = %d*%d*%d), found %zu", want,
+                               p->pp, p->ep, p->edp, json_array_size(arr));
+        else
+            rc = cz__json_fail(c, P, "expected %zu entries (pp*dp = %d*%d), found %zu", want, p->pp,
+                               p->dp, json_array_size(arr));
         return rc;
     }
-    p->schedules = calloc(want, sizeof *p->schedules);
-    if (!p->schedules) {
+    cz_rank_schedule *all = calloc(want ? want : 1, sizeof *all);
+    if (!all) {
         rc = oom(c);
         return rc;
     }
-    p->nschedules = want;
+    if (expert) {
+        p->expert_schedules = all;
+        p->nexpert_schedules = want;
+    } else {
+        p->schedules = all;
+        p->nschedules = want;
+    }
     for (size_t i = 0; i < want; i++) {
         const json_t *e = json_array_get(arr, i), *groups;
-        cz_rank_schedule *rs = &p->schedules[i];
-        cz__json_path_index(el, "$.tp_schedule", i);
-        if ((rc = cz__json_check_object(c, e, el, keys)) != CZ_OK)
+        cz_rank_schedule *rs = &all[i];
+        cz__json_path_index(el, P, i);
+        if ((rc = cz__json_check_object(c, e, el, expert ? ekeys : keys)) != CZ_OK)
             return rc;
-        int want_stage = (int)(i / (size_t)p->dp), want_rank = (int)(i % (size_t)p->dp);
+        int want_stage = (int)(i / per_stage), want_rank = (int)(i % per_stage);
         if ((rc = cz__json_get_int(c, e, el, "stage", true, want_stage, want_stage, &rs->stage)) !=
             CZ_OK)
             return rc;
-        if ((rc = cz__json_get_int(c, e, el, "dp_rank", true, want_rank, want_rank,
-                                   &rs->dp_rank)) != CZ_OK)
+        if (expert) {
+            int want_d = want_rank / p->ep, want_e = want_rank % p->ep;
+            if ((rc = cz__json_get_int(c, e, el, "ep_rank", true, want_e, want_e, &rs->ep_rank)) !=
+                    CZ_OK ||
+                (rc = cz__json_get_int(c, e, el, "edp_rank", true, want_d, want_d, &rs->dp_rank)) !=
+                    CZ_OK)
+                return rc;
+        } else if ((rc = cz__json_get_int(c, e, el, "dp_rank", true, want_rank, want_rank,
+                                          &rs->dp_rank)) != CZ_OK) {
             return rc;
+        }
         if ((rc = cz__json_get_array(c, e, el, "groups", true, 0, &groups)) != CZ_OK)
             return rc;
         cz__json_path_key(sub, el, "groups");
@@ -1083,10 +809,38 @@ static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p, 
     return rc;
 }
 
+/* $.metrics.expert: required in a plan with expert groups, refused elsewhere. */
+static int read_expert_metrics(const cz_json_ctx *c, const json_t *metrics, cz_plan *p)
+{
+    static const char *const keys[] = {"load", "imbalance", "rank_makespan", NULL};
+    const char *P = "$.metrics.expert";
+    size_t xr = (size_t)p->pp * (size_t)cz_plan_expert_ranks(p);
+    const json_t *o = NULL;
+    int rc;
+    bool want = cz_plan_has_experts(p);
+    if ((rc = cz__json_get_object(c, metrics, "$.metrics", "expert", want, keys, &o)) != CZ_OK)
+        return rc;
+    if (!o)
+        return CZ_OK;
+    if (!want)
+        return cz__json_fail(c, P,
+                             "expert metrics are given only in a plan with expert groups (schema "
+                             "\"%s\" with $.topology.ep)",
+                             CZ_PLAN_SCHEMA_EXPERT);
+    if ((rc = r_reals(c, o, P, "load", xr, "pp*ep*edp", &p->metrics.expert_load)) != CZ_OK ||
+        (rc = cz__json_get_double(c, o, P, "imbalance", true, 0, false,
+                                  &p->metrics.expert_imbalance)) != CZ_OK ||
+        (rc = r_reals(c, o, P, "rank_makespan", xr, "pp*ep*edp",
+                      &p->metrics.expert_rank_makespan)) != CZ_OK)
+        return rc;
+    return CZ_OK;
+}
+
 static int read_metrics(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 {
     static const char *const keys[] = {"dp",
                                        "tp",
+                                       "expert",
                                        "lower_bound",
                                        "average_load",
                                        "split_lower_bound",
@@ -1122,6 +876,8 @@ static int read_metrics(const cz_json_ctx *c, const json_t *root, cz_plan *p)
         CZ_OK)
         return rc;
     if ((rc = r_reals(c, tp, "$.metrics.tp", "gpu_load", gpus, "pp*dp*tp", &m->gpu_load)) != CZ_OK)
+        return rc;
+    if ((rc = read_expert_metrics(c, o, p)) != CZ_OK)
         return rc;
     if ((rc = cz__json_get_double(c, o, "$.metrics", "lower_bound", true, 0, false,
                                   &m->lower_bound)) != CZ_OK)
@@ -1168,22 +924,26 @@ static int read_content_hash(const cz_json_ctx *c, const json_t *root, cz_plan *
     return CZ_OK;
 }
 
-/* Version 1 (whole hosted tasks only) or 2 (block and cooperative tasks too): *split set for 2. */
-static int read_schema(const cz_json_ctx *c, const json_t *root, bool *split)
+/* Version 1 (whole hosted tasks only), 2 (block and cooperative tasks too) or 3 (expert groups,
+ * and block and cooperative tasks): *version set. */
+static int read_schema(const cz_json_ctx *c, const json_t *root, int *version)
 {
     const char *s = NULL;
     int rc = cz__json_get_string(c, root, "$", "schema", true, &s);
-    if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA_SPLIT) == 0)
-        *split = true;
-    else if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA) != 0 &&
-             strncmp(s, "canzona.plan/", strlen("canzona.plan/")) == 0)
+    if (rc != CZ_OK)
+        return rc;
+    *version = !strcmp(s, CZ_PLAN_SCHEMA)          ? 1
+               : !strcmp(s, CZ_PLAN_SCHEMA_SPLIT)  ? 2
+               : !strcmp(s, CZ_PLAN_SCHEMA_EXPERT) ? 3
+                                                   : 0;
+    if (*version == 0 && strncmp(s, "canzona.plan/", strlen("canzona.plan/")) == 0)
         rc = cz__error_set(c->err, CZ_EUNSUPPORTED,
                            "%s: $.schema: unsupported schema version \"%s\"; this build reads "
-                           "\"%s\" and \"%s\" (a newer canzona wrote it?)",
-                           c->file, s, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT);
-    else if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA) != 0)
-        rc = cz__json_fail(c, "$.schema", "expected \"%s\" or \"%s\", found \"%s\"", CZ_PLAN_SCHEMA,
-                           CZ_PLAN_SCHEMA_SPLIT, s);
+                           "\"%s\", \"%s\" and \"%s\" (a newer canzona wrote it?)",
+                           c->file, s, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT, CZ_PLAN_SCHEMA_EXPERT);
+    else if (*version == 0)
+        rc = cz__json_fail(c, "$.schema", "expected \"%s\", \"%s\" or \"%s\", found \"%s\"",
+                           CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT, CZ_PLAN_SCHEMA_EXPERT, s);
     return rc;
 }
 
@@ -1213,10 +973,46 @@ static int read_origin(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     return CZ_OK;
 }
 
+/* $.topology's expert grid: ep, etp and edp, all three in a canzona.plan/3 file (which has
+ * expert groups), none in any other; ETP x EP x expert-DP covers the stage's TP x DP ranks. */
+static int read_expert_grid(const cz_json_ctx *c, const json_t *topo, cz_plan *p)
+{
+    const char *T = "$.topology";
+    int rc;
+    bool want = p->schema_version == 3;
+    for (int i = 0; i < 3; i++) {
+        const char *key = i == 0 ? "ep" : i == 1 ? "etp" : "edp";
+        if (!want && json_object_get(topo, key)) {
+            char sub[CZ_JSON_PATH_MAX];
+            return cz__json_fail(c, cz__json_path_key(sub, T, key),
+                                 "expert groups need schema \"%s\"; this plan says \"%s\"",
+                                 CZ_PLAN_SCHEMA_EXPERT,
+                                 p->schema_version == 2 ? CZ_PLAN_SCHEMA_SPLIT : CZ_PLAN_SCHEMA);
+        }
+    }
+    if (!want)
+        return CZ_OK;
+    if ((rc = cz__json_get_int(c, topo, T, "ep", true, 1, CZ_PLAN_MAX_GPUS, &p->ep)) != CZ_OK ||
+        (rc = cz__json_get_int(c, topo, T, "etp", true, 1, CZ_PLAN_MAX_GPUS, &p->etp)) != CZ_OK ||
+        (rc = cz__json_get_int(c, topo, T, "edp", true, 1, CZ_PLAN_MAX_GPUS, &p->edp)) != CZ_OK)
+        return rc;
+    if ((int64_t)p->ep * p->etp * p->edp != (int64_t)p->tp * p->dp) {
+        rc = cz__json_fail(c, T,
+                           "etp*ep*edp = %d*%d*%d does not cover the %d*%d ranks of tp*dp: "
+                           "Megatron-Core's expert grid covers the same ranks of a stage as TP x "
+                           "DP",
+                           p->etp, p->ep, p->edp, p->tp, p->dp);
+        p->ep = p->etp = p->edp = 0;
+        return rc;
+    }
+    return CZ_OK;
+}
+
 /* $.topology, $.dtype and $.buckets_config: the sizes everything after is checked against. */
 static int read_shape(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 {
-    static const char *const topo_keys[] = {"dp", "tp", "pp", "gpus_per_node", NULL};
+    static const char *const topo_keys[] = {"dp", "tp",  "pp",  "gpus_per_node",
+                                            "ep", "etp", "edp", NULL};
     static const char *const bc_keys[] = {"size", "align", NULL};
     static const char *const dtypes[] = {"bf16", "fp16", "fp32", NULL};
     const char *T = "$.topology";
@@ -1232,6 +1028,8 @@ static int read_shape(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     if ((int64_t)p->dp * p->tp * p->pp > CZ_PLAN_MAX_GPUS)
         return cz__json_fail(c, T, "dp*tp*pp = %d*%d*%d exceeds %d GPUs", p->dp, p->tp, p->pp,
                              CZ_PLAN_MAX_GPUS);
+    if ((rc = read_expert_grid(c, topo, p)) != CZ_OK)
+        return rc;
     if ((rc = cz__json_get_enum(c, root, "$", "dtype", true, dtypes, &dtype)) != CZ_OK)
         return rc;
     p->dtype = (cz_dtype)dtype;
@@ -1286,13 +1084,14 @@ static int read_layout(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
 {
     static const char *const top_keys[] = {
-        "schema",  "generator",      "inputs",    "settings", "topology",
-        "dtype",   "buckets_config", "params",    "buckets",  "tp_schedule",
-        "metrics", "solver_result",  CONTENT_KEY, NULL};
+        "schema",          "generator",      "inputs",        "settings",  "topology",
+        "dtype",           "buckets_config", "params",        "buckets",   "tp_schedule",
+        "expert_schedule", "metrics",        "solver_result", CONTENT_KEY, NULL};
     cz_json_ctx cc = {path, err}, *c = &cc;
     json_t *root = NULL;
     cz_plan *p = NULL;
     int rc;
+    int version = 0;
     bool split = false;
 
     *out = NULL;
@@ -1300,9 +1099,10 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
     if (!p)
         return cz__error_set(err, CZ_ENOMEM, "%s: out of memory", path);
     if ((rc = cz__json_load_file(&root, NULL, path, err)) != CZ_OK ||
-        (rc = read_schema(c, root, &split)) != CZ_OK)
+        (rc = read_schema(c, root, &version)) != CZ_OK)
         goto done;
-    p->schema_version = split ? 2 : 1;
+    p->schema_version = version;
+    split = version >= 2; /* task objects: versions 2 and 3 */
     /* In the order later parts depend on: the sizes before the buckets, the buckets before the
      * parameters, all of them before the schedules and metrics. */
     if ((rc = cz__json_check_object(c, root, "$", top_keys)) != CZ_OK ||
@@ -1310,7 +1110,8 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
         (rc = read_settings(c, root, p)) != CZ_OK ||
         (rc = read_solver_result(c, root, p)) != CZ_OK || (rc = read_shape(c, root, p)) != CZ_OK ||
         (rc = read_layout(c, root, p)) != CZ_OK ||
-        (rc = read_schedules(c, root, p, split)) != CZ_OK ||
+        (rc = read_schedules(c, root, p, split, false)) != CZ_OK ||
+        (rc = read_schedules(c, root, p, split, true)) != CZ_OK ||
         (rc = read_metrics(c, root, p)) != CZ_OK)
         goto done;
     *out = p;

@@ -74,6 +74,107 @@ static int64_t param_end(const cz_plan_param *q)
     return sat_add(q->offset, q->numel);
 }
 
+/* ---- expert groups ---------------------------------------------------------------------- */
+
+static const char *param_name_at(const void *ctx, size_t i)
+{
+    return ((const cz_plan *)ctx)->params[i].def.name;
+}
+
+/* A plan with expert groups: the consumer must know them (c->expert_groups), the expert grid must
+ * cover the stage's ranks as Megatron-Core's does, and every routed expert must sit in the
+ * expert buffer of the EP rank Megatron-Core gives it (expert e of a layer's E on EP rank
+ * e / (E / ep)), every other parameter in the dense buffer. 0 when the rest may be checked. */
+static int check_expert_groups(vctx *c, const cz_plan *p)
+{
+    bool on = p->ep != 0 || p->etp != 0 || p->edp != 0;
+    at(c, "$.topology");
+    c->checks++;
+    if (!on) {
+        for (size_t i = 0; i < p->nparams; i++)
+            if (p->params[i].expert) {
+                at(c, "$.params[%zu].ep_rank", i);
+                viol(c, "param.ep_rank",
+                     "'%s' is an expert of EP rank %d, but the plan has no expert groups "
+                     "($.topology has no ep)",
+                     p->params[i].def.name, p->params[i].ep_rank);
+                c->unsafe = 1;
+                return -1;
+            }
+        return 0;
+    }
+    if (!c->expert_groups) {
+        at(c, "$.topology.ep");
+        viol(c, "topology.expert_groups",
+             "the plan has expert groups (EP %d, ETP %d, expert-DP %d: the routed experts in "
+             "buffers of their own, partitioned over the expert-data-parallel group), which this "
+             "consumer does not run; re-plan with --ep-size 1 and --etp-size equal to the TP size "
+             "(%d) to keep the experts in the dense buffer",
+             p->ep, p->etp, p->edp, p->tp);
+        c->unsafe = 1;
+        return -1;
+    }
+    if (p->ep < 1 || p->etp < 1 || p->edp < 1 ||
+        (int64_t)p->ep * p->etp * p->edp != (int64_t)p->tp * p->dp) {
+        viol(c, "topology.expert_groups",
+             "ETP %d x EP %d x expert-DP %d does not cover the %d x %d ranks of TP x DP: "
+             "Megatron-Core lays the expert grid over the same ranks of a stage as the dense one",
+             p->etp, p->ep, p->edp, p->tp, p->dp);
+        c->unsafe = 1;
+        return -1;
+    }
+    size_t n = p->nparams ? p->nparams : 1;
+    int *experts = malloc(n * sizeof *experts), *index = malloc(n * sizeof *index);
+    cz_error e;
+    int rc = 0;
+    if (!experts || !index) {
+        c->oom = 1;
+        rc = -1;
+        goto done;
+    }
+    at(c, "$.params");
+    c->checks++;
+    if (cz__experts_scan(p->nparams, param_name_at, p, experts, index, "the plan", &e) != CZ_OK) {
+        viol(c, "param.ep_rank", "%s", e.message);
+        goto done;
+    }
+    for (size_t i = 0; i < p->nparams; i++) {
+        const cz_plan_param *q = &p->params[i];
+        at(c, "$.params[%zu].ep_rank", i);
+        c->checks++;
+        if (!experts[i] && q->expert) {
+            viol(c, "param.ep_rank",
+                 "'%s' has an EP rank but is not a routed expert (Megatron-Core names "
+                 "...mlp.experts.local_experts.<e>.*); it belongs to the dense buffer",
+                 q->def.name);
+            c->unsafe = 1;
+        } else if (experts[i] && !q->expert) {
+            viol(c, "param.ep_rank",
+                 "'%s' is expert %d of %d but has no EP rank: in a plan with expert groups every "
+                 "routed expert is in the expert buffer of its EP rank",
+                 q->def.name, index[i], experts[i]);
+            c->unsafe = 1;
+        } else if (experts[i] && experts[i] % p->ep != 0) {
+            viol(c, "param.ep_rank",
+                 "'%s': its layer has %d experts, which EP %d does not divide (Megatron-Core: "
+                 "num_moe_experts %% ep_size == 0)",
+                 q->def.name, experts[i], p->ep);
+            c->unsafe = 1;
+        } else if (experts[i] && q->ep_rank != index[i] / (experts[i] / p->ep)) {
+            viol(c, "param.ep_rank",
+                 "'%s' is expert %d of %d, which Megatron-Core places on EP rank %d of %d "
+                 "(experts %d per rank); the plan says EP rank %d",
+                 q->def.name, index[i], experts[i], index[i] / (experts[i] / p->ep), p->ep,
+                 experts[i] / p->ep, q->ep_rank);
+            c->unsafe = 1;
+        }
+    }
+done:
+    free(experts);
+    free(index);
+    return rc;
+}
+
 /* ---- parameters ------------------------------------------------------------------------- */
 
 /* Ids equal indices, and stages exist: the layout walk below visits parameters stage by stage,
@@ -145,16 +246,18 @@ static void check_param_local(vctx *c, const cz_plan *p)
     for (size_t i = 0; i < p->nparams; i++) {
         const cz_plan_param *q = &p->params[i];
         int64_t want[2] = {q->def.shape[0], q->def.shape[1]};
+        int tp = cz_plan_param_tp(p, q); /* an expert is split over ETP */
+        const char *group = q->expert ? "etp" : "tp";
         at(c, "$.params[%zu].local_shape", i);
         c->checks++;
         if (q->def.tp_dim == 0 || q->def.tp_dim == 1) {
-            if (p->tp <= 0 || want[q->def.tp_dim] % p->tp != 0) {
+            if (tp <= 0 || want[q->def.tp_dim] % tp != 0) {
                 viol(c, "param.local_shape",
-                     "'%s': dimension %d of size %lld is not divisible by tp = %d", q->def.name,
-                     q->def.tp_dim, (long long)want[q->def.tp_dim], p->tp);
+                     "'%s': dimension %d of size %lld is not divisible by %s = %d", q->def.name,
+                     q->def.tp_dim, (long long)want[q->def.tp_dim], group, tp);
                 continue;
             }
-            want[q->def.tp_dim] /= p->tp;
+            want[q->def.tp_dim] /= tp;
         } else if (q->def.tp_dim != -1) {
             viol(c, "param.tp_dim", "'%s': tp_dim %d is not -1, 0 or 1", q->def.name,
                  q->def.tp_dim);
@@ -162,9 +265,9 @@ static void check_param_local(vctx *c, const cz_plan *p)
         }
         if (q->local_shape[0] != want[0] || q->local_shape[1] != want[1])
             viol(c, "param.local_shape",
-                 "'%s': local shape is %lldx%lld, expected %lldx%lld (shape / tp along tp_dim %d)",
+                 "'%s': local shape is %lldx%lld, expected %lldx%lld (shape / %s along tp_dim %d)",
                  q->def.name, (long long)q->local_shape[0], (long long)q->local_shape[1],
-                 (long long)want[0], (long long)want[1], q->def.tp_dim);
+                 (long long)want[0], (long long)want[1], group, q->def.tp_dim);
         at(c, "$.params[%zu].numel", i);
         c->checks++;
         int64_t local;
@@ -183,6 +286,13 @@ static void check_param_local(vctx *c, const cz_plan *p)
 
 /* ---- bucket layout ---------------------------------------------------------------------- */
 
+/* Which buffer of its stage a bucket is in, in the order of the stage's buffers: the dense one
+ * (0), then the expert buffer of each EP rank (1 + its EP rank). */
+static long buffer_key(const cz_plan_bucket *k)
+{
+    return k->expert ? 1 + (long)k->ep_rank : 0;
+}
+
 /* Rules checked directly, without the planner's layout code. */
 static void check_layout_rules(vctx *c, const cz_plan *p)
 {
@@ -192,29 +302,46 @@ static void check_layout_rules(vctx *c, const cz_plan *p)
         c->checks++;
         if (k->id != (int)b)
             viol(c, "bucket.id", "bucket id is %d, expected its index %zu", k->id, b);
+        int nr = cz_plan_bucket_nranks(p, k);
         at(c, "$.buckets[%zu].size", b);
         c->checks++;
-        if (k->size < 0 || (p->dp > 0 && k->size % p->dp != 0))
-            viol(c, "bucket.size", "size %lld is not a non-negative multiple of dp = %d",
-                 (long long)k->size, p->dp);
+        if (k->size < 0 || (nr > 0 && k->size % nr != 0))
+            viol(c, "bucket.size", "size %lld is not a non-negative multiple of %s = %d",
+                 (long long)k->size, k->expert ? "edp" : "dp", nr);
+        at(c, "$.buckets[%zu].ep_rank", b);
+        c->checks++;
+        if (k->expert && (!cz_plan_has_experts(p) || k->ep_rank < 0 || k->ep_rank >= p->ep)) {
+            viol(c, "bucket.buffer", "an expert buffer's bucket of EP rank %d in a plan with %s",
+                 k->ep_rank, cz_plan_has_experts(p) ? "fewer EP ranks" : "no expert groups");
+            c->unsafe = 1;
+            continue;
+        }
         at(c, "$.buckets[%zu].stage", b);
         c->checks++;
         if (k->stage < 0 || k->stage >= (p->pp > 0 ? p->pp : 1)) {
             viol(c, "bucket.stage", "stage %d is outside [0, %d)", k->stage, p->pp);
             c->unsafe = 1;
         }
-        /* Buckets of one stage follow each other in the stage's buffer. */
+        /* Buckets of one stage's buffer follow each other in it: the dense buffer, then each
+         * EP rank's expert buffer, each from offset 0. */
+        const cz_plan_bucket *prev = b > 0 ? &p->buckets[b - 1] : NULL;
+        int same = prev && prev->stage == k->stage;
         int64_t want_off = 0;
-        if (b > 0 && p->buckets[b - 1].stage == k->stage)
-            want_off = sat_add(p->buckets[b - 1].offset, p->buckets[b - 1].size);
+        if (same && buffer_key(prev) == buffer_key(k))
+            want_off = sat_add(prev->offset, prev->size);
         at(c, "$.buckets[%zu].offset", b);
         c->checks++;
-        if (b > 0 && p->buckets[b - 1].stage > k->stage)
+        if (prev && prev->stage > k->stage)
             viol(c, "bucket.order", "bucket of stage %d follows one of stage %d", k->stage,
-                 p->buckets[b - 1].stage);
+                 prev->stage);
+        else if (same && buffer_key(prev) > buffer_key(k))
+            viol(c, "bucket.order",
+                 "a bucket of the %s buffer follows one of the expert buffer of EP rank %d (a "
+                 "stage's dense buffer comes first, then its expert buffers by EP rank)",
+                 k->expert ? "expert" : "dense", prev->ep_rank);
         else if (k->offset != want_off)
             viol(c, "bucket.offset",
-                 "offset is %lld, expected %lld (buckets of a stage are contiguous)",
+                 "offset is %lld, expected %lld (buckets of a stage's buffer are contiguous)",
                  (long long)k->offset, (long long)want_off);
     }
 
@@ -225,7 +352,11 @@ static void check_layout_rules(vctx *c, const cz_plan *p)
         const cz_plan_bucket *k = &p->buckets[b];
         at(c, "$.buckets[%zu].buffer", b);
         c->checks++;
-        if (k->elementwise && !split)
+        if (k->elementwise && k->expert)
+            viol(c, "bucket.buffer",
+                 "a bucket of an expert buffer marked elementwise (experts "
+                 "stay whole in their buffer, in every layout)");
+        else if (k->elementwise && !split)
             viol(c, "bucket.buffer", "an elementwise-buffer bucket in a plan whose layout is %s",
                  cz_layout_name(p->settings.layout) ? cz_layout_name(p->settings.layout) : "?");
         else if (k->elementwise && b > 0 && p->buckets[b - 1].stage == k->stage &&
@@ -237,16 +368,21 @@ static void check_layout_rules(vctx *c, const cz_plan *p)
     }
 
     /* Walk each stage's parameters in fill order (reverse id), each buffer on its own: positions
-     * must increase, start aligned, and not overlap. */
-    int pp = p->pp > 0 ? p->pp : 1;
-    for (int pass = 0; pass < (split ? 2 : 1) * pp; pass++) {
-        int s = pass % pp, want_kind = split ? pass / pp : -1;
+     * must increase, start aligned, and not overlap. The dense passes first (one, or one per
+     * kind in the split layout), then one per EP rank's expert buffer. */
+    int pp = p->pp > 0 ? p->pp : 1, dense = split ? 2 : 1;
+    int ep = cz_plan_has_experts(p) ? p->ep : 0;
+    for (int pass = 0; pass < (dense + ep) * pp; pass++) {
+        int s = pass % pp, which = pass / pp;
+        int want_kind = which < dense && split ? which : -1, want_ep = which - dense;
         long prev_b = -1;
         int64_t prev_end = 0;
         size_t prev_i = 0;
         for (size_t j = p->nparams; j-- > 0;) {
             const cz_plan_param *q = &p->params[j];
             if (q->stage != s || (want_kind >= 0 && (int)q->def.kind != want_kind))
+                continue;
+            if (want_ep >= 0 ? !q->expert || q->ep_rank != want_ep : q->expert)
                 continue;
             at(c, "$.params[%zu].bucket", j);
             c->checks++;
@@ -263,9 +399,23 @@ static void check_layout_rules(vctx *c, const cz_plan *p)
                 c->unsafe = 1;
                 continue;
             }
+            if (k->expert != q->expert || (q->expert && k->ep_rank != q->ep_rank)) {
+                if (q->expert)
+                    viol(c, "param.bucket",
+                         "'%s' (an expert of EP rank %d) is in bucket %d, which is not of that "
+                         "EP rank's expert buffer",
+                         q->def.name, q->ep_rank, q->bucket);
+                else
+                    viol(c, "param.bucket",
+                         "'%s' (a dense parameter) is in bucket %d of the expert buffer of EP "
+                         "rank %d",
+                         q->def.name, q->bucket, k->ep_rank);
+                c->unsafe = 1;
+                continue;
+            }
             /* The executor runs AdamW on the pieces of the elementwise buffer and the matrix
              * pipeline on whole owned matrices: a parameter in the other buffer breaks both. */
-            if (split && k->elementwise != (q->def.kind == CZ_KIND_ELEMENTWISE)) {
+            if (split && !q->expert && k->elementwise != (q->def.kind == CZ_KIND_ELEMENTWISE)) {
                 viol(c, "param.bucket", "'%s' (%s) is in bucket %d of the %s buffer", q->def.name,
                      cz__kind_name(q->def.kind) ? cz__kind_name(q->def.kind) : "?", q->bucket,
                      k->elementwise ? "elementwise" : "matrix");
@@ -309,26 +459,28 @@ static void check_ranges(vctx *c, const cz_plan *p)
 {
     for (size_t b = 0; b < p->nbuckets; b++) {
         const cz_plan_bucket *k = &p->buckets[b];
+        int nr = cz_plan_bucket_nranks(p, k);
+        const char *who = k->expert ? "expert-DP rank" : "DP rank";
         at(c, "$.buckets[%zu].ranges", b);
         c->checks++;
         if (!k->ranges) {
-            viol(c, "bucket.ranges", "bucket has no ranges, expected %d", p->dp);
+            viol(c, "bucket.ranges", "bucket has no ranges, expected %d", nr);
             c->unsafe = 1;
             continue;
         }
-        for (int r = 0; r < p->dp; r++) {
+        for (int r = 0; r < nr; r++) {
             int64_t s = k->ranges[2 * r], e = k->ranges[2 * r + 1];
             int64_t want = r == 0 ? 0 : k->ranges[2 * r - 1];
             at(c, "$.buckets[%zu].ranges[%d]", b, r);
             c->checks += 2;
             if (s != want)
-                viol(c, "bucket.ranges", "range of DP rank %d starts at %lld, expected %lld (%s)",
+                viol(c, "bucket.ranges", "range of %s %d starts at %lld, expected %lld (%s)", who,
                      r, (long long)s, (long long)want,
                      r == 0 ? "ranges cover the bucket from 0" : "ranges are contiguous");
             if (e < s)
-                viol(c, "bucket.ranges", "range of DP rank %d is [%lld, %lld): end before start", r,
+                viol(c, "bucket.ranges", "range of %s %d is [%lld, %lld): end before start", who, r,
                      (long long)s, (long long)e);
-            if (r == p->dp - 1 && e != k->size)
+            if (r == nr - 1 && e != k->size)
                 viol(c, "bucket.ranges", "last range ends at %lld but the bucket's size is %lld",
                      (long long)e, (long long)k->size);
             /* ZeRO-1's slices: every rank the same share of the elementwise buffer. */
@@ -347,7 +499,7 @@ static void check_ranges(vctx *c, const cz_plan *p)
 /* The DP rank whose range of bucket k holds position x, or -1. */
 static int range_rank(const cz_plan *p, const cz_plan_bucket *k, int64_t x)
 {
-    for (int r = 0; r < p->dp; r++)
+    for (int r = 0; r < cz_plan_bucket_nranks(p, k); r++)
         if (x >= k->ranges[2 * r] && x < k->ranges[2 * r + 1])
             return r;
     return -1;
@@ -365,10 +517,13 @@ static int param_intersects(const cz_plan *p, const cz_plan_param *q, int r)
     return q->offset < k->ranges[2 * r + 1] && param_end(q) > k->ranges[2 * r] && q->numel > 0;
 }
 
+/* In a bucket with ranges, inside it, and the bucket of its own kind (an expert's ranges are one
+ * per expert-DP rank, a dense parameter's one per DP rank). */
 static int param_placed(const cz_plan *p, const cz_plan_param *q)
 {
     return q->bucket >= 0 && (size_t)q->bucket < p->nbuckets && p->buckets[q->bucket].ranges &&
-           q->offset >= 0 && param_end(q) <= p->buckets[q->bucket].size;
+           p->buckets[q->bucket].expert == q->expert && q->offset >= 0 &&
+           param_end(q) <= p->buckets[q->bucket].size;
 }
 
 static void check_ownership(vctx *c, const cz_plan *p)
@@ -390,9 +545,10 @@ static void check_ownership(vctx *c, const cz_plan *p)
             }
             continue;
         }
-        if (q->dp_owner < -1 || q->dp_owner >= p->dp || (q->dp_owner == -1 && !even)) {
+        int nr = q->expert ? p->edp : p->dp; /* an expert's owner is an expert-DP rank */
+        if (q->dp_owner < -1 || q->dp_owner >= nr || (q->dp_owner == -1 && !even)) {
             viol(c, "param.dp_owner", "'%s': dp_owner %d is outside [0, %d)%s", q->def.name,
-                 q->dp_owner, p->dp,
+                 q->dp_owner, nr,
                  even ? " and not -1"
                       : " (-1 only under the even strategy and for the split layout's "
                         "elementwise parameters)");
@@ -432,14 +588,35 @@ static void check_ownership(vctx *c, const cz_plan *p)
 
 /* ---- TP schedules ------------------------------------------------------------------------ */
 
-/* Whether DP rank r of stage s must schedule parameter q. */
-static int expected_on(const cz_plan *p, const cz_plan_param *q, int s, int r)
+/* Where a task is being checked: rank schedule k (stage s, DP rank r — for an expert schedule
+ * (expert 1) its expert-DP rank, e its EP rank), group g, task t; root names the schedule array
+ * in paths. */
+typedef struct task_at {
+    size_t k;
+    int s, r, g, t, nslots;
+    int expert, e;
+    const char *root;
+} task_at;
+
+/* Whether the rank of w must schedule parameter q. */
+static int expected_on(const cz_plan *p, const cz_plan_param *q, const task_at *w)
 {
-    if (q->def.kind != CZ_KIND_MATRIX || q->stage != s)
+    if (q->def.kind != CZ_KIND_MATRIX || q->stage != w->s || q->expert != w->expert ||
+        (w->expert && q->ep_rank != w->e))
         return 0;
     if (p->settings.dp == CZ_DP_EVEN)
-        return param_placed(p, q) && param_intersects(p, q, r);
-    return q->dp_owner == r;
+        return param_placed(p, q) && param_intersects(p, q, w->r);
+    return q->dp_owner == w->r;
+}
+
+/* "DP rank 3" or "the expert rank of EP rank 1, expert-DP rank 0", for messages. */
+static const char *rank_text(char *buf, size_t n, const task_at *w)
+{
+    if (w->expert)
+        snprintf(buf, n, "the expert rank of EP rank %d, expert-DP rank %d", w->e, w->r);
+    else
+        snprintf(buf, n, "DP rank %d", w->r);
+    return buf;
 }
 
 /* Scratch of the schedule check: per parameter where it was first scheduled in the rank being
@@ -451,12 +628,6 @@ typedef struct sched_seen {
     double *load;
     int *pos;
 } sched_seen;
-
-/* Where a task is being checked: rank schedule k (stage s, DP rank r), group g, task t. */
-typedef struct task_at {
-    size_t k;
-    int s, r, g, t, nslots;
-} task_at;
 
 /* A cooperative task's shape: a 2-D matrix whose long side gives every member a slice, and a
  * Gram panel count the executor can run. 0 when the task may be used further. */
@@ -552,7 +723,7 @@ static void check_task(vctx *c, const cz_plan *p, const cz_plan_group *gr, const
     double cost = gr->task_cost ? gr->task_cost[t] : NAN;
     c->checks++;
     if (slot < 0 || slot >= w->nslots || width < 1 || w->nslots % width != 0 || slot % width != 0) {
-        at(c, "$.tp_schedule[%zu].groups[%d].slots", w->k, w->g);
+        at(c, "$.%s[%zu].groups[%d].slots", w->root, w->k, w->g);
         viol(c, "schedule.slots",
              "task %d is on slot %d with width %d of %d slots (a cooperative task "
              "spans an aligned set of slots, its width dividing their number)",
@@ -560,7 +731,7 @@ static void check_task(vctx *c, const cz_plan *p, const cz_plan_group *gr, const
         c->unsafe = 1;
         return;
     }
-    at(c, "$.tp_schedule[%zu].groups[%d].slots[%d][%d]", w->k, w->g, slot, seen->pos[slot]);
+    at(c, "$.%s[%zu].groups[%d].slots[%d][%d]", w->root, w->k, w->g, slot, seen->pos[slot]);
     for (int x = slot; x < slot + width; x++)
         seen->pos[x]++;
     if (pid < 0 || (size_t)pid >= p->nparams) {
@@ -581,34 +752,38 @@ static void check_task(vctx *c, const cz_plan *p, const cz_plan_group *gr, const
     if (seen->g[pid] >= 0 && (seen->b[pid] & bit)) {
         viol(c, "schedule.duplicate",
              "'%s' (id %d)%s is scheduled again; first in "
-             "$.tp_schedule[%zu].groups[%d].slots[%d][%d]",
-             q->def.name, pid, block >= 0 ? " (a block of it)" : "", w->k, seen->g[pid],
+             "$.%s[%zu].groups[%d].slots[%d][%d]",
+             q->def.name, pid, block >= 0 ? " (a block of it)" : "", w->root, w->k, seen->g[pid],
              seen->s[pid], seen->t[pid]);
         return;
     }
     if (seen->g[pid] < 0)
         seen->g[pid] = w->g, seen->s[pid] = slot, seen->t[pid] = seen->pos[slot] - 1;
     seen->b[pid] |= bit;
-    if (!expected_on(p, q, w->s, w->r))
+    if (!expected_on(p, q, w)) {
+        char who[96];
         viol(c, "schedule.foreign",
-             "'%s' (id %d, stage %d, dp_owner %d) does not belong to stage %d DP rank "
-             "%d",
-             q->def.name, pid, q->stage, q->dp_owner, w->s, w->r);
+             "'%s' (id %d, stage %d, dp_owner %d%s) does not belong to stage %d %s", q->def.name,
+             pid, q->stage, q->dp_owner, q->expert ? ", an expert" : "", w->s,
+             rank_text(who, sizeof who, w));
+    }
 }
 
 /* One micro-group: its id and slot count, each task, and each slot's recorded load. */
 static void check_group(vctx *c, const cz_plan *p, const cz_plan_group *gr, task_at w,
                         sched_seen *seen)
 {
-    at(c, "$.tp_schedule[%zu].groups[%d].id", w.k, w.g);
+    at(c, "$.%s[%zu].groups[%d].id", w.root, w.k, w.g);
     c->checks++;
     if (gr->id != w.g)
         viol(c, "schedule.group", "group id is %d, expected its index %d", gr->id, w.g);
-    at(c, "$.tp_schedule[%zu].groups[%d].slots", w.k, w.g);
+    at(c, "$.%s[%zu].groups[%d].slots", w.root, w.k, w.g);
     c->checks++;
     if (gr->nslots != w.nslots) {
         viol(c, "schedule.slots", "group has %d slots, expected %d (%s)", gr->nslots, w.nslots,
-             w.nslots == 1 ? "one slot under sc or tp = 1" : "one per TP rank");
+             w.nslots == 1
+                 ? (w.expert ? "one slot under sc or etp = 1" : "one slot under sc or tp = 1")
+                 : (w.expert ? "one per ETP rank" : "one per TP rank"));
         c->unsafe = 1;
         return;
     }
@@ -617,7 +792,7 @@ static void check_group(vctx *c, const cz_plan *p, const cz_plan_group *gr, task
     for (w.t = 0; w.t < gr->ntasks; w.t++)
         check_task(c, p, gr, &w, seen);
     for (int x = 0; x < w.nslots; x++) {
-        at(c, "$.tp_schedule[%zu].groups[%d].load[%d]", w.k, w.g, x);
+        at(c, "$.%s[%zu].groups[%d].load[%d]", w.root, w.k, w.g, x);
         c->checks++;
         if (!gr->load || !close_rel(gr->load[x], seen->load[x]))
             viol(c, "schedule.load", "slot load is %.17g but its tasks' costs sum to %.17g",
@@ -628,35 +803,43 @@ static void check_group(vctx *c, const cz_plan *p, const cz_plan_group *gr, task
 /* Every matrix the rank owns is in its schedule, whole or every block of it. */
 static void check_rank_coverage(vctx *c, const cz_plan *p, const task_at *w, const sched_seen *seen)
 {
-    at(c, "$.tp_schedule[%zu]", w->k);
+    char who[96];
+    at(c, "$.%s[%zu]", w->root, w->k);
+    rank_text(who, sizeof who, w);
     for (size_t i = 0; i < p->nparams; i++) {
         const cz_plan_param *q = &p->params[i];
-        if (!expected_on(p, q, w->s, w->r))
+        if (!expected_on(p, q, w))
             continue;
         c->checks++;
         int nb = q->def.nblocks > 0 && q->def.nblocks <= 64 ? q->def.nblocks : 0;
         uint64_t all = nb == 64 ? ~(uint64_t)0 : ((uint64_t)1 << nb) - 1;
         if (seen->g[i] < 0)
             viol(c, "schedule.missing",
-                 "matrix parameter '%s' ($.params[%zu]) of DP rank %d is in no micro-group of "
-                 "its schedule",
-                 q->def.name, i, w->r);
+                 "matrix parameter '%s' ($.params[%zu]) of %s is in no micro-group of its "
+                 "schedule",
+                 q->def.name, i, who);
         else if (seen->b[i] != ~(uint64_t)0 && (seen->b[i] & all) != all)
             viol(c, "schedule.missing",
-                 "matrix parameter '%s' ($.params[%zu]) of DP rank %d is scheduled block by "
-                 "block, but not all of its %d blocks are",
-                 q->def.name, i, w->r, nb);
+                 "matrix parameter '%s' ($.params[%zu]) of %s is scheduled block by block, but "
+                 "not all of its %d blocks are",
+                 q->def.name, i, who, nb);
     }
 }
 
-/* The TP schedules: one per (stage, DP rank) in stage-major order, then each rank's groups and
- * its coverage. */
-static void check_schedules(vctx *c, const cz_plan *p)
+/* The schedules: one per (stage, DP rank) in stage-major order over the TP slots, or (expert 1)
+ * one per expert rank in the order of cz_plan_expert_rank over the ETP slots; then each rank's
+ * groups and its coverage. */
+static void check_schedules(vctx *c, const cz_plan *p, int expert)
 {
     int pp = p->pp > 0 ? p->pp : 1;
-    size_t want_n = (size_t)pp * (size_t)(p->dp > 0 ? p->dp : 0);
-    int nslots = (p->tp == 1 || p->settings.tp == CZ_TP_SC) ? 1 : p->tp;
+    size_t per_stage = expert ? (size_t)cz_plan_expert_ranks(p) : (size_t)(p->dp > 0 ? p->dp : 0);
+    size_t want_n = (size_t)pp * per_stage;
+    int group = expert ? p->etp : p->tp;
+    int nslots = (group == 1 || p->settings.tp == CZ_TP_SC) ? 1 : group;
     size_t np = p->nparams ? p->nparams : 1, ns = (size_t)(nslots > 0 ? nslots : 1);
+    size_t n = expert ? p->nexpert_schedules : p->nschedules;
+    const cz_rank_schedule *all = expert ? p->expert_schedules : p->schedules;
+    const char *root = expert ? "expert_schedule" : "tp_schedule";
     sched_seen seen = {malloc(np * sizeof *seen.g),    malloc(np * sizeof *seen.t),
                        malloc(np * sizeof *seen.s),    malloc(np * sizeof *seen.b),
                        malloc(ns * sizeof *seen.load), malloc(ns * sizeof *seen.pos)};
@@ -664,25 +847,42 @@ static void check_schedules(vctx *c, const cz_plan *p)
         c->oom = 1;
         goto done;
     }
-    at(c, "$.tp_schedule");
+    at(c, "$.%s", root);
     c->checks++;
-    if (p->nschedules != want_n) {
-        viol(c, "schedule.count",
-             "plan has %zu rank schedules, expected one per (stage, DP rank): %zu", p->nschedules,
-             want_n);
+    if (n != want_n) {
+        if (expert)
+            viol(c, "schedule.count",
+                 "plan has %zu expert rank schedules, expected one per (stage, EP rank, "
+                 "expert-DP rank): %zu",
+                 n, want_n);
+        else
+            viol(c, "schedule.count",
+                 "plan has %zu rank schedules, expected one per (stage, DP rank): %zu", n, want_n);
         c->unsafe = 1;
     }
-    for (size_t k = 0; k < p->nschedules && k < want_n; k++) {
-        const cz_rank_schedule *rs = &p->schedules[k];
-        task_at w = {
-            .k = k, .s = (int)(k / (size_t)p->dp), .r = (int)(k % (size_t)p->dp), .nslots = nslots};
-        at(c, "$.tp_schedule[%zu].dp_rank", k);
+    for (size_t k = 0; k < n && k < want_n; k++) {
+        const cz_rank_schedule *rs = &all[k];
+        size_t x = k % per_stage;
+        task_at w = {.k = k,
+                     .s = (int)(k / per_stage),
+                     .r = expert ? (int)(x / (size_t)p->ep) : (int)x,
+                     .nslots = nslots,
+                     .expert = expert,
+                     .e = expert ? (int)(x % (size_t)p->ep) : 0,
+                     .root = root};
+        at(c, "$.%s[%zu].%s", root, k, expert ? "edp_rank" : "dp_rank");
         c->checks++;
-        if (rs->stage != w.s || rs->dp_rank != w.r) {
-            viol(c, "schedule.rank",
-                 "schedule is for stage %d DP rank %d, expected stage %d DP rank %d (stage-major "
-                 "order)",
-                 rs->stage, rs->dp_rank, w.s, w.r);
+        if (rs->stage != w.s || rs->dp_rank != w.r || (expert && rs->ep_rank != w.e)) {
+            if (expert)
+                viol(c, "schedule.rank",
+                     "schedule is for stage %d EP rank %d expert-DP rank %d, expected stage %d "
+                     "EP rank %d expert-DP rank %d (stage-major, EP rank fastest)",
+                     rs->stage, rs->ep_rank, rs->dp_rank, w.s, w.e, w.r);
+            else
+                viol(c, "schedule.rank",
+                     "schedule is for stage %d DP rank %d, expected stage %d DP rank %d "
+                     "(stage-major order)",
+                     rs->stage, rs->dp_rank, w.s, w.r);
             c->unsafe = 1;
         }
         for (size_t i = 0; i < p->nparams; i++)
@@ -702,11 +902,16 @@ done:
 
 void cz__plan_check_structure(cz_plan_checks *c, const cz_plan *plan)
 {
+    /* First, so that a consumer that does not know expert groups reports that and stops. */
+    if (check_expert_groups(c, plan) != 0)
+        return;
     check_param_ids(c, plan);
     check_param_local(c, plan);
     check_param_blocks(c, plan);
     check_layout_rules(c, plan);
     check_ranges(c, plan);
     check_ownership(c, plan);
-    check_schedules(c, plan);
+    check_schedules(c, plan, 0);
+    if (cz_plan_has_experts(plan))
+        check_schedules(c, plan, 1);
 }

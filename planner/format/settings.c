@@ -33,6 +33,8 @@ const char *const cz__solver_names[] = {"greedy", "ilp", NULL};
 const char *const cz__layout_names[] = {"unified", "split", NULL};
 const char *const cz__muon_tp_mode_names[] = {"duplicated", "blockwise", "distributed", NULL};
 const char *const cz__kind_names[] = {"matrix", "elementwise", NULL};
+const char *const cz__bucket_buffer_names[] = {"matrix", "elementwise", "expert", NULL};
+const char *const cz__alpha_loads_names[] = {"cost", "numel", NULL};
 const char *const cz__solve_status_names[] = {"none",    "optimal", "feasible",
                                               "timeout", "failed",  NULL};
 

@@ -1,6 +1,7 @@
 /* SHA-256 (FIPS 180-4), used to fingerprint the model and cluster files a plan was made from.
  * Written here rather than linked from a crypto library to keep the planner's dependencies to
- * jansson and GLPK; speed is irrelevant (inputs are a few kilobytes). */
+ * jansson and GLPK. The model and cluster files are a few kilobytes; a plan's content hash runs
+ * over tens of megabytes at scale, fed piece by piece as the writer produces it (plan_write.c). */
 #include "format_internal.h"
 
 #include <string.h>
@@ -58,37 +59,66 @@ static void compress(uint32_t h[8], const unsigned char block[64])
     h[7] += hh;
 }
 
-void cz__sha256_hex(const void *data, size_t len, char out[65])
+void cz__sha256_init(cz_sha256 *s)
 {
-    uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                     0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(s->h, h0, sizeof h0);
+    s->len = 0;
+    s->nbuf = 0;
+}
+
+void cz__sha256_update(cz_sha256 *s, const void *data, size_t len)
+{
     const unsigned char *p = data;
-    size_t left = len;
-    while (left >= 64) {
-        compress(h, p);
-        p += 64;
-        left -= 64;
+    s->len += len;
+    if (s->nbuf) {
+        size_t take = 64 - s->nbuf < len ? 64 - s->nbuf : len;
+        memcpy(s->buf + s->nbuf, p, take);
+        s->nbuf += take;
+        p += take;
+        len -= take;
+        if (s->nbuf < 64)
+            return;
+        compress(s->h, s->buf);
+        s->nbuf = 0;
     }
+    for (; len >= 64; p += 64, len -= 64)
+        compress(s->h, p);
+    memcpy(s->buf, p, len);
+    s->nbuf = len;
+}
+
+void cz__sha256_final(cz_sha256 *s, char out[65])
+{
     /* Final block(s): the tail, a 1 bit, zeros, and the message length in bits (big endian). */
     unsigned char tail[128];
+    size_t left = s->nbuf;
     memset(tail, 0, sizeof tail);
-    if (left)
-        memcpy(tail, p, left);
+    memcpy(tail, s->buf, left);
     tail[left] = 0x80;
     size_t tail_len = (left + 1 + 8 <= 64) ? 64 : 128;
-    uint64_t bits = (uint64_t)len * 8u;
+    uint64_t bits = (uint64_t)s->len * 8u;
     for (int i = 0; i < 8; i++)
         tail[tail_len - 1 - i] = (unsigned char)(bits >> (8 * i));
-    compress(h, tail);
+    compress(s->h, tail);
     if (tail_len == 128)
-        compress(h, tail + 64);
+        compress(s->h, tail + 64);
 
     static const char hex[] = "0123456789abcdef";
     for (int i = 0; i < 8; i++)
         for (int j = 0; j < 4; j++) {
-            unsigned char byte = (unsigned char)(h[i] >> (24 - 8 * j));
+            unsigned char byte = (unsigned char)(s->h[i] >> (24 - 8 * j));
             out[8 * i + 2 * j] = hex[byte >> 4];
             out[8 * i + 2 * j + 1] = hex[byte & 15];
         }
     out[64] = '\0';
+}
+
+void cz__sha256_hex(const void *data, size_t len, char out[65])
+{
+    cz_sha256 s;
+    cz__sha256_init(&s);
+    cz__sha256_update(&s, data, len);
+    cz__sha256_final(&s, out);
 }

@@ -32,9 +32,14 @@ extern "C" {
 #define CZ_CLUSTER_SCHEMA "canzona.cluster/1"
 /* Plans whose tasks are all whole matrices hosted by one TP rank are written as version 1, as
  * before; a plan with a block or cooperative task (--split-blocks, --coop) as version 2, which
- * earlier builds refuse by its schema. This build reads both. */
+ * earlier builds refuse by its schema. This build reads all three versions. */
 #define CZ_PLAN_SCHEMA "canzona.plan/1"
 #define CZ_PLAN_SCHEMA_SPLIT "canzona.plan/2"
+/* A plan with expert groups (Megatron-Core's expert parallelism: the routed experts in buffers
+ * of their own, partitioned over the expert-data-parallel group and scheduled over the expert
+ * tensor-parallel ranks) is written as version 3, which may also hold block and cooperative
+ * tasks; builds that read only versions 1 and 2 refuse it by its schema. */
+#define CZ_PLAN_SCHEMA_EXPERT "canzona.plan/3"
 /* Most blocks (fused parts) one parameter may declare: the model loader, the planner, validate
  * and the executor all hold parameters to it. */
 #define CZ_MAX_BLOCKS 64
@@ -230,7 +235,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
  * a read-only file is refused; "-" is standard output. */
 int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err);
 
-/* Reads and validates a plan file (canzona.plan/1). */
+/* Reads and validates a plan file (canzona.plan/1, /2 or /3). */
 int cz_plan_read(cz_plan **out, const char *path, cz_error *err);
 void cz_plan_free(cz_plan *plan);
 
@@ -383,16 +388,20 @@ typedef struct cz_import_hf_options {
     int split_qkv;          /* 1 (default, Megatron's): QKV declared as blocks Q, K, V */
     int split_gate_up;      /* 1 (default): linear_fc1 declared as blocks gate, up; Megatron
                                orthogonalizes the fused matrix whole (0) */
+    int ep_size;            /* the job's expert model-parallel size; default 1: a config whose
+                               routed experts it does not divide is refused (version 2) */
 } cz_import_hf_options;
-#define CZ_IMPORT_HF_OPTIONS_VERSION 1
+#define CZ_IMPORT_HF_OPTIONS_VERSION 2
 /* clang-format off */
-#define CZ_IMPORT_HF_OPTIONS_INIT {CZ_IMPORT_HF_OPTIONS_VERSION, NULL, CZ_DTYPE_BF16, 1, 128, 1, 1}
+#define CZ_IMPORT_HF_OPTIONS_INIT {CZ_IMPORT_HF_OPTIONS_VERSION, NULL, CZ_DTYPE_BF16, 1, 128, 1, 1, 1}
 /* clang-format on */
 void cz_import_hf_options_init(cz_import_hf_options *o);
 /* Writes the canzona.model/1 description of a Hugging Face config.json (Megatron-Core
  * parameter names; docs/FORMATS.md) as the text `canzona import-hf` prints; *out is released
  * with cz_free. Supported model_type values: llama, mistral, qwen2, qwen3, qwen2_moe,
- * qwen3_moe, mixtral. Errors name the file and the key: CZ_EIO, CZ_EPARSE, CZ_EINVALID,
+ * qwen3_moe, mixtral, deepseek_v3 and kimi_k2 (DeepSeek-V3's architecture: multi-head latent
+ * attention, shared experts, leading dense layers). Errors name the file and the key: CZ_EIO,
+ * CZ_EPARSE, CZ_EINVALID,
  * CZ_EUNSUPPORTED. opt may be NULL (defaults). */
 int cz_model_import_hf(char **out, const char *config_path, const cz_import_hf_options *opt,
                        cz_error *err);

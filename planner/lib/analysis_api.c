@@ -259,6 +259,11 @@ int cz_sim_result_report(cz_report **out, const cz_sim_result *r, cz_error *err)
                         "exposed_comm_s", r->exposed_comm_s, "critical", "stage", r->critical_stage,
                         "dp_rank", r->critical_dp, "tp_rank", r->critical_tp, "gpu_busy", busy)
             : NULL;
+    /* Only for a plan with expert groups, so that other reports keep their keys. */
+    if (root && r->experts && json_object_set_new(root, "expert_s", json_real(r->expert_s))) {
+        json_decref(root);
+        root = NULL;
+    }
     return cz__report_wrap(out, root, 10, err);
 }
 

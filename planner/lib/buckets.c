@@ -6,7 +6,10 @@
  * padded at its end to a multiple of dp so that an even reduce-scatter is possible.
  *
  * In the split layout (the paper's reference code) each stage has two buffers, bucketed
- * separately: the elementwise parameters' first, then the matrix parameters'.
+ * separately: the elementwise parameters' first, then the matrix parameters'. With expert
+ * groups (Megatron-Core's expert parallelism) the routed experts of each EP rank have a buffer of
+ * their own, after the dense one, padded to multiples of the expert-DP size: the expert
+ * parameters of a split-layout plan stay whole in it (the reference code has no experts).
  *
  * Alignment is relative to the bucket's start: offsets in the plan are bucket-relative, so a
  * bucket is self-contained (its start in the stage buffer is a multiple of dp, not of align).
@@ -42,8 +45,24 @@ static int layout_overflow(const cz_plan *plan, int stage, const cz_plan_param *
                          (long long)plan->bucket_align, plan->dp);
 }
 
+/* Which parameters a layout pass takes, and how it marks its buckets: the dense buffer's (of
+ * one kind in the split layout), or the expert buffer of one EP rank. */
+typedef struct pass_filter {
+    int kind;        /* -1: every kind */
+    int elementwise; /* the buckets' mark */
+    int expert;      /* 0: dense parameters; 1: the experts of EP rank ep_rank */
+    int ep_rank;
+} pass_filter;
+
+static bool pass_takes(const pass_filter *f, const cz_plan_param *p)
+{
+    if (p->expert != f->expert || (f->expert && p->ep_rank != f->ep_rank))
+        return false;
+    return f->kind < 0 || (int)p->def.kind == f->kind;
+}
+
 static int bucket_push(cz_plan *plan, size_t *cap, int stage, int64_t offset, int64_t size,
-                       int elementwise, cz_error *err)
+                       const pass_filter *f, cz_error *err)
 {
     if (plan->nbuckets == *cap) {
         size_t ncap = *cap ? 2 * *cap : 8;
@@ -58,28 +77,35 @@ static int bucket_push(cz_plan *plan, size_t *cap, int stage, int64_t offset, in
     b->stage = stage;
     b->offset = offset;
     b->size = size;
-    b->elementwise = elementwise;
-    b->ranges = calloc(2 * (size_t)plan->dp, sizeof *b->ranges);
+    b->elementwise = f->elementwise;
+    b->expert = f->expert;
+    b->ep_rank = f->expert ? f->ep_rank : 0;
+    b->ranges = calloc(2 * (size_t)cz_plan_bucket_nranks(plan, b), sizeof *b->ranges);
     if (!b->ranges)
         return cz__error_set(err, CZ_ENOMEM, "out of memory laying out buckets");
     plan->nbuckets++;
     return CZ_OK;
 }
 
-/* Lays out the parameters of one stage whose kind passes `want` (-1: every parameter) into
- * buckets from *start on, in reverse registration order; `elementwise` marks the buckets. */
-static int layout_pass(cz_plan *plan, size_t *cap, int stage, int want, int elementwise,
-                       int64_t *start, cz_error *err)
+/* Lays out the parameters of one stage that the filter takes into buckets from *start on, in
+ * reverse registration order, each padded to a multiple of the size of the group that
+ * partitions it (DP, or expert-DP for an expert buffer). */
+static int layout_pass(cz_plan *plan, size_t *cap, int stage, const pass_filter *f,
+                       const cz_domain_index *ix, int64_t *start, cz_error *err)
 {
     int rc = CZ_OK;
+    int64_t nranks = f->expert ? plan->edp : plan->dp;
     int64_t size = plan->bucket_size > 0 ? plan->bucket_size : 1;
     int64_t align = plan->bucket_align > 0 ? plan->bucket_align : 1;
     int64_t used = 0; /* elements used in the open bucket */
     int open = 0;
     const cz_plan_param *last = NULL;
-    for (size_t k = plan->nparams; k-- > 0;) {
-        cz_plan_param *p = &plan->params[k];
-        if (p->stage != stage || (want >= 0 && (int)p->def.kind != want))
+    /* The buffer's own parameters only (the index keeps them in registration order). */
+    int d = cz__domain_index_of(ix, stage, f->expert, f->ep_rank);
+    int lo = d >= 0 ? ix->pfirst[d] : 0, hi = d >= 0 ? ix->pfirst[d + 1] : 0;
+    for (int j = hi; j-- > lo;) {
+        cz_plan_param *p = &plan->params[ix->params[j]];
+        if (p->stage != stage || !pass_takes(f, p))
             continue;
         int64_t off, padded;
         last = p;
@@ -89,9 +115,9 @@ static int layout_pass(cz_plan *plan, size_t *cap, int stage, int want, int elem
         p->bucket = (int)plan->nbuckets;
         open = 1;
         if (used >= size) {
-            if (!round_up(used, plan->dp, &padded) || *start > INT64_MAX - padded)
+            if (!round_up(used, nranks, &padded) || *start > INT64_MAX - padded)
                 return layout_overflow(plan, stage, p, err);
-            if ((rc = bucket_push(plan, cap, stage, *start, padded, elementwise, err)) != CZ_OK)
+            if ((rc = bucket_push(plan, cap, stage, *start, padded, f, err)) != CZ_OK)
                 return rc;
             *start += padded;
             used = 0;
@@ -100,9 +126,9 @@ static int layout_pass(cz_plan *plan, size_t *cap, int stage, int want, int elem
     }
     if (open) {
         int64_t padded;
-        if (!round_up(used, plan->dp, &padded) || *start > INT64_MAX - padded)
+        if (!round_up(used, nranks, &padded) || *start > INT64_MAX - padded)
             return layout_overflow(plan, stage, last, err);
-        if ((rc = bucket_push(plan, cap, stage, *start, padded, elementwise, err)) != CZ_OK)
+        if ((rc = bucket_push(plan, cap, stage, *start, padded, f, err)) != CZ_OK)
             return rc;
         *start += padded;
     }
@@ -118,27 +144,43 @@ int cz__buckets_layout(cz_plan *plan, cz_error *err)
     free(plan->buckets);
     plan->buckets = NULL;
     plan->nbuckets = 0;
+    cz_domain_index ix;
+    if ((rc = cz__domain_index_build(&ix, plan, err)) != CZ_OK)
+        return rc;
     for (int stage = 0; stage < plan->pp; stage++) {
         int64_t start = 0; /* the next bucket's start in the stage's buffer */
         if (plan->settings.layout == CZ_LAYOUT_SPLIT) {
             /* The reference code's DDP allocates the ordinary (dense) buffer first, then the
              * matrix-optimizer buffer; each is bucketed on its own, so a bucket never mixes the
              * two. Here the two follow each other in the stage's buffer. */
-            if ((rc = layout_pass(plan, &cap, stage, CZ_KIND_ELEMENTWISE, 1, &start, err)) !=
-                    CZ_OK ||
-                (rc = layout_pass(plan, &cap, stage, CZ_KIND_MATRIX, 0, &start, err)) != CZ_OK)
-                return rc;
-        } else if ((rc = layout_pass(plan, &cap, stage, -1, 0, &start, err)) != CZ_OK) {
-            return rc;
+            pass_filter ew = {CZ_KIND_ELEMENTWISE, 1, 0, 0}, mx = {CZ_KIND_MATRIX, 0, 0, 0};
+            if ((rc = layout_pass(plan, &cap, stage, &ew, &ix, &start, err)) != CZ_OK ||
+                (rc = layout_pass(plan, &cap, stage, &mx, &ix, &start, err)) != CZ_OK)
+                goto done;
+        } else {
+            pass_filter all = {-1, 0, 0, 0};
+            if ((rc = layout_pass(plan, &cap, stage, &all, &ix, &start, err)) != CZ_OK)
+                goto done;
+        }
+        /* Megatron-Core's DDP gives the expert-parallel parameters a buffer of their own (its
+         * BufferKey has is_expert_parallel), bucketed with the same bucket size and reduced over
+         * the expert-data-parallel group; each EP rank holds the buffer of its own experts. */
+        for (int e = 0; cz_plan_has_experts(plan) && e < plan->ep; e++) {
+            pass_filter ex = {-1, 0, 1, e};
+            int64_t estart = 0;
+            if ((rc = layout_pass(plan, &cap, stage, &ex, &ix, &estart, err)) != CZ_OK)
+                goto done;
         }
     }
     /* What every partitioner relies on: each parameter lies inside a bucket of its own stage. */
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        CZ_ASSERT(p->bucket >= 0 && (size_t)p->bucket < plan->nbuckets, err);
+        CZ_ASSERT_GOTO(p->bucket >= 0 && (size_t)p->bucket < plan->nbuckets, err, rc, done);
         const cz_plan_bucket *b = &plan->buckets[p->bucket];
-        CZ_ASSERT(b->stage == p->stage && b->size >= 0, err);
-        CZ_ASSERT(p->offset >= 0 && p->offset <= b->size - p->numel, err);
+        CZ_ASSERT_GOTO(b->stage == p->stage && b->size >= 0, err, rc, done);
+        CZ_ASSERT_GOTO(p->offset >= 0 && p->offset <= b->size - p->numel, err, rc, done);
     }
-    return CZ_OK;
+done:
+    cz__domain_index_free(&ix);
+    return rc;
 }

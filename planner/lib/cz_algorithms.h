@@ -102,6 +102,11 @@ int cz__megatron_is_expert(const char *name);
  * ZeRO-1 buckets of the other parameters; room for nparams + 1). */
 int cz__megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bucket_sizes,
                           size_t *nbuckets, cz_error *err);
+/* The same for one domain of a plan with expert groups: ep_rank < 0 the stage's dense buffer
+ * (what cz__megatron_lw_stage lays out), ep_rank >= 0 the expert buffer of that EP rank over its
+ * expert-DP group. */
+int cz__megatron_lw_domain(const cz_plan *plan, int stage, int ep_rank, int *owner,
+                           int64_t *bucket_sizes, size_t *nbuckets, cz_error *err);
 
 /* ---- plan construction (planner.c, buckets.c, dp_partition.c, microgroups.c, metrics.c) ---- */
 /* Allocates an empty plan and fills params (shapes, local shapes, cost, stage) from the model. */
@@ -155,8 +160,36 @@ int cz__tp_schedule_build(cz_plan *plan, cz_error *err);
 int cz__tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_costed *params, int n,
                           const cz_settings *s, int tp, double *load, double *capacity,
                           cz_error *err);
+/* The DP ranks that hold a part of a parameter (rank_index.c): its owner, or for a fragmented
+ * parameter the ranks whose ranges of its bucket it may intersect, found by binary search where
+ * the bucket's ranges are in order. */
+typedef struct cz_rank_window {
+    const cz_plan *plan;
+    unsigned char *ordered; /* per bucket: ranges contiguous from 0 and rank-ordered */
+} cz_rank_window;
+int cz__rank_window_init(cz_rank_window *w, const cz_plan *plan, cz_error *err);
+void cz__rank_window_free(cz_rank_window *w);
+/* Ranks [*lo, *hi) of p's bucket that may hold a part of p (every rank of a bucket whose ranges
+ * are out of order; none when p has no bucket): a superset of those whose range intersects it. */
+void cz__rank_window_of(const cz_rank_window *w, const cz_plan_param *p, int *lo, int *hi);
+/* The parameters and buckets of each buffer a partition deals (rank_index.c), so that work per
+ * buffer does not walk the whole plan: domain d = stage * per_stage + (0: the dense buffer;
+ * 1 + e: EP rank e's expert buffer); its parameter ids (ascending) are params[pfirst[d] ..
+ * pfirst[d + 1]), its bucket ids buckets[bfirst[d] .. bfirst[d + 1]). */
+typedef struct cz_domain_index {
+    int n, per_stage;
+    int *pfirst, *params;
+    int *bfirst, *buckets;
+} cz_domain_index;
+int cz__domain_index_build(cz_domain_index *ix, const cz_plan *plan, cz_error *err);
+void cz__domain_index_free(cz_domain_index *ix);
+/* Domain of (stage, dense or expert EP rank), -1 when there is none. */
+int cz__domain_index_of(const cz_domain_index *ix, int stage, int expert, int ep_rank);
 /* Computes plan->metrics from the plan's params, buckets and schedules. */
 int cz__plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err);
+/* The part of each GPU's load (metrics.tp.gpu_load) that its expert rank's work makes, into out
+ * (pp * dp * tp values, the per-GPU order): all zero without expert groups. */
+int cz__plan_expert_gpu_load(const cz_plan *plan, double *out, cz_error *err);
 
 /* ---- memory.c ---- */
 /* Model-state bytes on one GPU under a plan (see memory.c for what each part counts). */

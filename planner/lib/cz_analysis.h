@@ -67,6 +67,11 @@ struct cz_sim_result {
     int coop_tasks;
     double coop_allreduce_s, coop_wait_s;
     int critical_stage, critical_dp, critical_tp; /* the GPU whose work finishes last */
+    /* A plan with expert groups (experts 1): the part of local_s the critical GPU spends in its
+     * expert rank's micro-groups, after the last GPU of its ETP group finished the dense part;
+     * grad_sync_s and param_sync_s include the expert buffers' collectives. */
+    int experts;
+    double expert_s;
     int ngpus;
     double *gpu_busy; /* per GPU compute busy time, [(stage*dp + d)*tp + t] */
     /* Timeline of the critical DP rank (times relative to the end of gradient sync, plus the

@@ -32,6 +32,10 @@
  * In the split layout the buckets of the elementwise buffer keep the even slices under every
  * strategy and their parameters are fragmented (dp_owner = -1); the strategy partitions the
  * matrix buffer's buckets.
+ *
+ * A plan with expert groups has, per stage, the dense buffer dealt over the DP ranks and one
+ * expert buffer per EP rank dealt over that rank's expert-DP group (dp_domain): the same
+ * strategy, alpha's fallback to anchored decided per domain.
  */
 #include "cz_algorithms.h"
 
@@ -91,13 +95,50 @@ done:
     return rc;
 }
 
-/* Sets the bucket's ranges from cuts[0..dp] and the owner of each of its parameters (the range
- * that holds its start). */
+/* What one partition deals: a stage's dense buffer over the DP ranks, or (a plan with expert
+ * groups) the expert buffer of one EP rank over the expert-DP ranks. */
+typedef struct dp_domain {
+    int stage;
+    int expert; /* 0: the dense buffer; 1: the experts of EP rank ep_rank */
+    int ep_rank;
+    int n;                     /* ranks: dp or edp */
+    const cz_domain_index *ix; /* the plan's buffers */
+    int d;                     /* this domain in ix */
+} dp_domain;
+
+/* The domain's parameter (or bucket) ids, ascending: ix->params (ix->buckets) from first to
+ * last (excluded). */
+static void domain_params(const dp_domain *dm, int *first, int *last)
+{
+    *first = dm->ix->pfirst[dm->d];
+    *last = dm->ix->pfirst[dm->d + 1];
+}
+
+static void domain_buckets(const dp_domain *dm, int *first, int *last)
+{
+    *first = dm->ix->bfirst[dm->d];
+    *last = dm->ix->bfirst[dm->d + 1];
+}
+
+static bool bucket_in(const cz_plan_bucket *b, const dp_domain *d)
+{
+    return b->stage == d->stage && b->expert == d->expert &&
+           (!d->expert || b->ep_rank == d->ep_rank);
+}
+
+static bool param_in(const cz_plan_param *p, const dp_domain *d)
+{
+    return p->stage == d->stage && p->expert == d->expert &&
+           (!d->expert || p->ep_rank == d->ep_rank);
+}
+
+/* Sets the bucket's ranges from cuts[0..n] and the owner of each of its parameters (the range
+ * that holds its start); n is the size of the group that partitions the bucket. */
 static int cuts_apply(cz_plan *plan, const bucket_index *bi, int b, const int64_t *cuts,
                       cz_error *err)
 {
     cz_plan_bucket *bk = &plan->buckets[b];
-    int dp = plan->dp;
+    int dp = cz_plan_bucket_nranks(plan, bk);
     /* Every strategy's cuts cover the bucket in order; the executor and the validator take
      * ranges that do not as a broken plan. */
     CZ_ASSERT(cuts[0] == 0 && cuts[dp] == bk->size, err);
@@ -127,7 +168,7 @@ static void even_cuts(int64_t size, int dp, int64_t *cuts)
 static int anchored_bucket(cz_plan *plan, const bucket_index *bi, int b, int64_t *cuts,
                            cz_error *err)
 {
-    int dp = plan->dp;
+    int dp = cz_plan_bucket_nranks(plan, &plan->buckets[b]);
     int64_t size = plan->buckets[b].size, slice = size / dp;
     for (int r = 0; r <= dp; r++)
         cuts[r] = size;
@@ -168,16 +209,18 @@ static double weight_of(const cz_plan *plan, const cz_plan_param *p)
     return plan->tasks.dp_weight ? plan->tasks.dp_weight[p->id] : p->cost;
 }
 
-/* Worst max/mean of per-rank owned cost over this stage's ranks (under the effective-load
+/* Worst max/mean of per-rank owned cost over the domain's ranks (under the effective-load
  * variant, of the loads alpha balanced: plan->tasks.dp_weight). */
-static double stage_imbalance(const cz_plan *plan, int stage, double *load)
+static double domain_imbalance(const cz_plan *plan, const dp_domain *dm, double *load)
 {
-    int dp = plan->dp;
+    int dp = dm->n, lo, hi;
     for (int r = 0; r < dp; r++)
         load[r] = 0.0;
-    for (size_t i = 0; i < plan->nparams; i++) {
+    domain_params(dm, &lo, &hi);
+    for (int j = lo; j < hi; j++) {
+        int i = dm->ix->params[j];
         const cz_plan_param *p = &plan->params[i];
-        if (p->stage == stage && p->dp_owner >= 0 && p->dp_owner < dp)
+        if (param_in(p, dm) && p->dp_owner >= 0 && p->dp_owner < dp)
             load[p->dp_owner] += plan->tasks.dp_weight ? plan->tasks.dp_weight[i] : p->cost;
     }
     double max = 0.0, sum = 0.0;
@@ -279,7 +322,7 @@ static void cuts_of(const cz_plan *plan, const bucket_index *bi, int b, const in
                     int64_t *cuts)
 {
     int base = bi->first[b], np = bi->first[b + 1] - base;
-    for (int r = 0; r <= plan->dp; r++)
+    for (int r = 0; r <= cz_plan_bucket_nranks(plan, &plan->buckets[b]); r++)
         cuts[r] =
             cutj[r] < np ? plan->params[bi->ids[base + cutj[r]]].offset : plan->buckets[b].size;
     cuts[0] = 0;
@@ -338,11 +381,11 @@ done:
     return rc;
 }
 
-/* Alpha-balanced partitioning of one stage's buckets. Scratch: load (dp), target (dp),
- * prefix (nparams + 1), cutj (dp + 1), cuts (dp + 1). */
-static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_error *err)
+/* Alpha-balanced partitioning of one domain's buckets. Scratch: load (n), target (n),
+ * prefix (nparams + 1), cutj (n + 1), cuts (n + 1). */
+static int alpha_domain(cz_plan *plan, const bucket_index *bi, const dp_domain *dm, cz_error *err)
 {
-    int rc = CZ_OK, dp = plan->dp;
+    int rc = CZ_OK, dp = dm->n;
     double alpha = plan->settings.alpha;
     size_t nb = 0;
     bucket_order *order = malloc((plan->nbuckets + 1) * sizeof *order);
@@ -357,10 +400,13 @@ static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_erro
         goto done;
     }
     double total = 0.0;
-    for (size_t b = 0; b < plan->nbuckets; b++) {
+    int blo, bhi;
+    domain_buckets(dm, &blo, &bhi);
+    for (int bj = blo; bj < bhi; bj++) {
+        int b = dm->ix->buckets[bj];
         /* The split layout's elementwise buffer stays evenly sliced: it adds the same load to
          * every rank, so balancing the matrix buffer alone balances the sum. */
-        if (plan->buckets[b].stage != stage || plan->buckets[b].elementwise)
+        if (!bucket_in(&plan->buckets[b], dm) || plan->buckets[b].elementwise)
             continue;
         order[nb].id = (int)b;
         order[nb].size = plan->buckets[b].size;
@@ -369,7 +415,9 @@ static int alpha_stage(cz_plan *plan, const bucket_index *bi, int stage, cz_erro
             total += weight_of(plan, &plan->params[bi->ids[k]]);
     }
     qsort(order, nb, sizeof *order, bucket_order_cmp);
-    if (plan->tasks.dp_fill) {
+    /* The slot-fill variant packs the TP slots of DP ranks: the expert buffers keep alpha's
+     * cuts (it is judged by the makespan it gives, planner.c). */
+    if (plan->tasks.dp_fill && !dm->expert) {
         rc = fill_stage(plan, bi, order, nb, cuts, err);
         goto done;
     }
@@ -455,18 +503,22 @@ static int megatron_order_cmp(const void *a, const void *b)
  * layer_wise_optimizer.py as first released; kept there as the ping-pong fallback): all parameters
  * of all optimizer groups, in group order, sorted stably by their TP-local element count
  * ascending and dealt to DP ranks 0, 1, ..., R-1, R-1, ..., 0, 0, 1, ...; expert parameters are
- * dealt the same way with a counter of their own over the expert-data-parallel group, which is
- * the DP group here (no expert parallelism is modelled). */
-static int megatron_stage(cz_plan *plan, int stage, cz_error *err)
+ * dealt the same way with a counter of their own over the expert-data-parallel group: the DP
+ * group when they share the dense buffer (EP 1, ETP = TP), else the expert-DP group of their EP
+ * rank, whose buffer is a domain of its own. */
+static int megatron_stage(cz_plan *plan, const dp_domain *dm, cz_error *err)
 {
-    int dp = plan->dp;
+    int dp = dm->n;
     megatron_order *order = malloc((plan->nparams + 1) * sizeof *order);
     if (!order)
         return cz__error_set(err, CZ_ENOMEM, "out of memory in layerwise partitioning");
     size_t n = 0;
-    for (size_t i = 0; i < plan->nparams; i++) {
+    int lo, hi;
+    domain_params(dm, &lo, &hi);
+    for (int j = lo; j < hi; j++) {
+        int i = dm->ix->params[j];
         const cz_plan_param *p = &plan->params[i];
-        if (p->stage != stage)
+        if (!param_in(p, dm))
             continue;
         int group = p->def.kind == CZ_KIND_MATRIX ? 0 : p->def.ndim == 2 ? 1 : 2;
         order[n].id = (int)i;
@@ -486,11 +538,11 @@ static int megatron_stage(cz_plan *plan, int stage, cz_error *err)
     return CZ_OK;
 }
 
-static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
+static int layerwise_domain(cz_plan *plan, const dp_domain *dm, cz_error *err)
 {
-    int dp = plan->dp;
+    int dp = dm->n;
     if (plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON)
-        return megatron_stage(plan, stage, err);
+        return megatron_stage(plan, dm, err);
     if (plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON_AUG26) {
         /* Muon parameters get Megatron's owners; the others keep the owner of their first
          * element under the even slices (they are updated under ZeRO-1, fragmented). */
@@ -498,20 +550,23 @@ static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
         int64_t *sizes = malloc((plan->nparams + 1) * sizeof *sizes);
         size_t nb = 0;
         int rc = owner && sizes
-                     ? cz__megatron_lw_stage(plan, stage, owner, sizes, &nb, err)
+                     ? cz__megatron_lw_domain(plan, dm->stage, dm->expert ? dm->ep_rank : -1, owner,
+                                              sizes, &nb, err)
                      : cz__error_set(err, CZ_ENOMEM, "out of memory in layerwise partitioning");
         for (size_t i = 0; rc == CZ_OK && i < plan->nparams; i++)
-            if (plan->params[i].stage == stage && plan->params[i].def.kind == CZ_KIND_MATRIX)
+            if (param_in(&plan->params[i], dm) && plan->params[i].def.kind == CZ_KIND_MATRIX)
                 plan->params[i].dp_owner = owner[i];
         free(owner);
         free(sizes);
         return rc;
     }
+    int lo, hi;
+    domain_params(dm, &lo, &hi);
     if (plan->settings.layerwise_order == CZ_LAYERWISE_PINGPONG) {
         int k = 0;
-        for (size_t i = 0; i < plan->nparams; i++) {
-            cz_plan_param *p = &plan->params[i];
-            if (p->stage != stage)
+        for (int j = lo; j < hi; j++) {
+            cz_plan_param *p = &plan->params[dm->ix->params[j]];
+            if (!param_in(p, dm))
                 continue;
             int pos = k % (2 * dp);
             p->dp_owner = pos < dp ? pos : 2 * dp - 1 - pos;
@@ -527,10 +582,11 @@ static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
         return cz__error_set(err, CZ_ENOMEM, "out of memory in layerwise partitioning");
     }
     size_t n = 0;
-    for (size_t i = 0; i < plan->nparams; i++) {
-        if (plan->params[i].stage != stage)
+    for (int j = lo; j < hi; j++) {
+        int i = dm->ix->params[j];
+        if (!param_in(&plan->params[i], dm))
             continue;
-        order[n].id = (int)i;
+        order[n].id = i;
         order[n].cost = plan->params[i].cost;
         n++;
     }
@@ -548,22 +604,28 @@ static int layerwise_stage(cz_plan *plan, int stage, cz_error *err)
     return CZ_OK;
 }
 
-/* Saves or restores the ranges and owners of one stage (for alpha's fallback). */
-static void stage_snapshot(cz_plan *plan, int stage, int64_t *ranges, int *owners, int restore)
+/* Saves or restores the ranges and owners of one domain (for alpha's fallback). */
+static void domain_snapshot(cz_plan *plan, const dp_domain *dm, int64_t *ranges, int *owners,
+                            int restore)
 {
     size_t k = 0;
-    for (size_t b = 0; b < plan->nbuckets; b++) {
-        if (plan->buckets[b].stage != stage)
+    int lo, hi;
+    domain_buckets(dm, &lo, &hi);
+    for (int bj = lo; bj < hi; bj++) {
+        int b = dm->ix->buckets[bj];
+        if (!bucket_in(&plan->buckets[b], dm))
             continue;
-        for (int r = 0; r < 2 * plan->dp; r++, k++) {
+        for (int r = 0; r < 2 * dm->n; r++, k++) {
             if (restore)
                 plan->buckets[b].ranges[r] = ranges[k];
             else
                 ranges[k] = plan->buckets[b].ranges[r];
         }
     }
-    for (size_t i = 0; i < plan->nparams; i++) {
-        if (plan->params[i].stage != stage)
+    domain_params(dm, &lo, &hi);
+    for (int j = lo; j < hi; j++) {
+        int i = dm->ix->params[j];
+        if (!param_in(&plan->params[i], dm))
             continue;
         if (restore)
             plan->params[i].dp_owner = owners[i];
@@ -572,22 +634,51 @@ static void stage_snapshot(cz_plan *plan, int stage, int64_t *ranges, int *owner
     }
 }
 
+/* One domain under the plan's strategy (the even slices are in place already). */
+static int partition_domain(cz_plan *plan, const bucket_index *bi, const dp_domain *dm,
+                            double *load, int64_t *saved_ranges, int *saved_owners, cz_error *err)
+{
+    int rc = CZ_OK;
+    cz_dp_strategy strategy = plan->settings.dp;
+    if (strategy == CZ_DP_LAYERWISE)
+        return layerwise_domain(plan, dm, err);
+    if (strategy != CZ_DP_ALPHA && strategy != CZ_DP_TPAWARE)
+        return CZ_OK;
+    /* tpaware's starting point is alpha's partition; cz_plan_build runs its search. */
+    double anchored = domain_imbalance(plan, dm, load);
+    domain_snapshot(plan, dm, saved_ranges, saved_owners, 0);
+    if ((rc = alpha_domain(plan, bi, dm, err)) != CZ_OK)
+        return rc;
+    double alpha = domain_imbalance(plan, dm, load);
+    /* A relative slack so that rounding noise on equal results keeps alpha's. The slot-fill
+     * variant balances makespans, not summed loads: the planner judges it by the makespan it
+     * gives (planner.c). */
+    if (!(plan->tasks.dp_fill && !dm->expert) && alpha > anchored * (1.0 + 1e-12)) {
+        domain_snapshot(plan, dm, saved_ranges, saved_owners, 1);
+        plan->dp_fell_back = 1;
+    }
+    return CZ_OK;
+}
+
 int cz__dp_partition(cz_plan *plan, cz_error *err)
 {
     int rc = CZ_OK, dp = plan->dp;
+    int most = plan->edp > dp ? plan->edp : dp; /* the largest group a domain has */
     cz_dp_strategy strategy = plan->settings.dp;
     bucket_index bi = {NULL, NULL};
+    cz_domain_index ix = {0};
     int64_t *cuts = NULL, *saved_ranges = NULL;
     int *saved_owners = NULL;
     double *load = NULL;
     if (dp < 1)
         return cz__error_set(err, CZ_EINVALID, "dp must be >= 1, got %d", dp);
     plan->dp_fell_back = 0;
-    if ((rc = bucket_index_build(&bi, plan, err)) != CZ_OK)
+    if ((rc = bucket_index_build(&bi, plan, err)) != CZ_OK ||
+        (rc = cz__domain_index_build(&ix, plan, err)) != CZ_OK)
         goto done;
-    cuts = malloc(((size_t)dp + 1) * sizeof *cuts);
-    load = calloc((size_t)dp, sizeof *load);
-    saved_ranges = malloc((plan->nbuckets * 2 * (size_t)dp + 1) * sizeof *saved_ranges);
+    cuts = malloc(((size_t)most + 1) * sizeof *cuts);
+    load = calloc((size_t)most, sizeof *load);
+    saved_ranges = malloc((plan->nbuckets * 2 * (size_t)most + 1) * sizeof *saved_ranges);
     saved_owners = malloc((plan->nparams + 1) * sizeof *saved_owners);
     if (!cuts || !load || !saved_ranges || !saved_owners) {
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory in DP partitioning");
@@ -595,7 +686,7 @@ int cz__dp_partition(cz_plan *plan, cz_error *err)
     }
     for (size_t b = 0; b < plan->nbuckets; b++) {
         if (strategy == CZ_DP_EVEN || strategy == CZ_DP_LAYERWISE || plan->buckets[b].elementwise) {
-            even_cuts(plan->buckets[b].size, dp, cuts);
+            even_cuts(plan->buckets[b].size, cz_plan_bucket_nranks(plan, &plan->buckets[b]), cuts);
             rc = cuts_apply(plan, &bi, (int)b, cuts, err);
         } else {
             rc = anchored_bucket(plan, &bi, (int)b, cuts, err);
@@ -610,27 +701,20 @@ int cz__dp_partition(cz_plan *plan, cz_error *err)
     if (strategy == CZ_DP_EVEN)
         goto done;
     for (int stage = 0; stage < plan->pp; stage++) {
-        if (strategy == CZ_DP_LAYERWISE) {
-            if ((rc = layerwise_stage(plan, stage, err)) != CZ_OK)
+        dp_domain dense = {stage, 0, 0, dp, &ix, cz__domain_index_of(&ix, stage, 0, 0)};
+        if ((rc = partition_domain(plan, &bi, &dense, load, saved_ranges, saved_owners, err)) !=
+            CZ_OK)
+            goto done;
+        for (int e = 0; cz_plan_has_experts(plan) && e < plan->ep; e++) {
+            dp_domain ex = {stage, 1, e, plan->edp, &ix, cz__domain_index_of(&ix, stage, 1, e)};
+            if ((rc = partition_domain(plan, &bi, &ex, load, saved_ranges, saved_owners, err)) !=
+                CZ_OK)
                 goto done;
-        } else if (strategy == CZ_DP_ALPHA || strategy == CZ_DP_TPAWARE) {
-            /* tpaware's starting point is alpha's partition; cz_plan_build runs its search. */
-            double anchored = stage_imbalance(plan, stage, load);
-            stage_snapshot(plan, stage, saved_ranges, saved_owners, 0);
-            if ((rc = alpha_stage(plan, &bi, stage, err)) != CZ_OK)
-                goto done;
-            double alpha = stage_imbalance(plan, stage, load);
-            /* A relative slack so that rounding noise on equal results keeps alpha's. The
-             * slot-fill variant balances makespans, not summed loads: the planner judges it
-             * by the makespan it gives (planner.c). */
-            if (!plan->tasks.dp_fill && alpha > anchored * (1.0 + 1e-12)) {
-                stage_snapshot(plan, stage, saved_ranges, saved_owners, 1);
-                plan->dp_fell_back = 1;
-            }
         }
     }
 done:
     bucket_index_free(&bi);
+    cz__domain_index_free(&ix);
     free(cuts);
     free(load);
     free(saved_ranges);

@@ -6,7 +6,21 @@
  * (`linear_qkv.layer_norm_weight`, `linear_fc1.layer_norm_weight`), Q/K/V fused into one
  * column-parallel matrix and gate/up fused into `linear_fc1`, each fusion declared as
  * blocks so that matrix optimizers treat the parts as independent matrices. MoE experts are
- * whole matrices (no expert parallelism). */
+ * whole matrices named as Megatron-Core's SequentialMLP names them
+ * (mlp.experts.local_experts.<e>.*), by which the planner finds them and their EP ranks.
+ *
+ * DeepSeek-V3 (and Kimi K2, the same architecture) use multi-head latent attention, as
+ * Megatron-Core's MLASelfAttention with the Transformer Engine layer spec and qk_layernorm
+ * registers it (megatron/core/transformer/multi_latent_attention.py, models/gpt/
+ * gpt_layer_specs.py): input_layernorm, then linear_q_down_proj (a duplicated TELinear, so
+ * replicated over TP), linear_q_up_proj with the q LoRA norm fused (column-parallel),
+ * linear_kv_down_proj (duplicated), linear_kv_up_proj with the KV LoRA norm fused
+ * (column-parallel), linear_proj (row-parallel); without a q LoRA rank one column-parallel
+ * linear_q_proj. The first first_k_dense_replace layers are dense; the others MoE with
+ * n_shared_experts shared experts as one MLP of n_shared_experts x moe_intermediate_size. The
+ * router's expert bias (aux-loss-free balancing) is a buffer in Megatron-Core, not a
+ * parameter, and the multi-token-prediction layers (num_nextn_predict_layers) are not part of
+ * Hugging Face's model: neither is imported. */
 #include "cz_json_build.h"
 #include "cz_strbuf.h"
 #include "cz_types.h"
@@ -36,7 +50,8 @@ typedef enum hf_family {
     HF_QWEN3,
     HF_QWEN2_MOE,
     HF_QWEN3_MOE,
-    HF_MIXTRAL
+    HF_MIXTRAL,
+    HF_DEEPSEEK_V3
 } hf_family;
 
 static const struct {
@@ -51,12 +66,15 @@ static const struct {
     {"qwen2_moe", "Qwen2MoeForCausalLM", HF_QWEN2_MOE},
     {"qwen3_moe", "Qwen3MoeForCausalLM", HF_QWEN3_MOE},
     {"mixtral", "MixtralForCausalLM", HF_MIXTRAL},
+    {"deepseek_v3", "DeepseekV3ForCausalLM", HF_DEEPSEEK_V3},
+    {"kimi_k2", "DeepseekV3ForCausalLM", HF_DEEPSEEK_V3},
 };
 #define HF_NFAMILIES (sizeof hf_families / sizeof hf_families[0])
 #define HF_SUPPORTED                                                                               \
     "llama (LlamaForCausalLM), mistral (MistralForCausalLM), qwen2 (Qwen2ForCausalLM), qwen3 "     \
     "(Qwen3ForCausalLM), qwen2_moe (Qwen2MoeForCausalLM), qwen3_moe (Qwen3MoeForCausalLM), "       \
-    "mixtral (MixtralForCausalLM)"
+    "mixtral (MixtralForCausalLM), deepseek_v3 (DeepseekV3ForCausalLM), kimi_k2 "                  \
+    "(DeepseekV3ForCausalLM)"
 
 typedef struct hf_config {
     const char *path;
@@ -66,8 +84,14 @@ typedef struct hf_config {
     bool split_qkv, split_gate_up; /* declare the fusions as blocks (see the options) */
     bool tie, qkv_bias, proj_bias, mlp_bias, qk_norm;
     int64_t experts, moe_ffn, shared_ffn, sparse_step;
-    bool *moe_layer; /* per layer */
-    int64_t nmoe;    /* number of MoE layers */
+    bool shared_gate; /* Qwen2-MoE's sigmoid gate on the shared expert */
+    bool *moe_layer;  /* per layer */
+    int64_t nmoe;     /* number of MoE layers */
+    /* Multi-head latent attention (DeepSeek-V3): LoRA ranks (q_lora 0: no q LoRA) and head
+     * dimensions of the no-position and rotary parts of Q and K and of V. */
+    bool mla;
+    int64_t q_lora, kv_lora, qk_nope, qk_rope, v_head;
+    int64_t first_dense, moe_freq; /* DeepSeek's MoE layer rule */
 } hf_config;
 
 static const char *hf_type_name(const json_t *v)
@@ -187,6 +211,16 @@ static int hf_moe_layers(hf_config *c, const json_t *root, cz_error *err)
         c->nmoe = c->layers;
         return 0;
     }
+    if (f == HF_DEEPSEEK_V3) {
+        /* Hugging Face's DeepseekV3DecoderLayer: MoE when layer_idx >= first_k_dense_replace
+         * and layer_idx % moe_layer_freq == 0. */
+        c->nmoe = 0;
+        for (int64_t l = 0; l < c->layers; l++) {
+            c->moe_layer[l] = c->experts > 0 && l >= c->first_dense && l % c->moe_freq == 0;
+            c->nmoe += c->moe_layer[l];
+        }
+        return 0;
+    }
     /* Qwen MoE: the Hugging Face rule, layer l is sparse unless listed in mlp_only_layers and
      * when (l + 1) is a multiple of decoder_sparse_step. */
     bool *dense_only = calloc((size_t)c->layers, sizeof *dense_only);
@@ -242,26 +276,49 @@ static int64_t hf_sat_mul(int64_t a, int64_t b)
 /* Parameters and elements of the model hf_layer and cz__import_hf would write, counted before
  * anything is built: a config with millions of layers or experts is refused here instead of
  * exhausting memory, and only models the loader accepts are written. Mirrors hf_layer. */
-static int hf_check_size(const hf_config *c, cz_error *err)
+/* The attention block's parameters and elements, as hf_layer writes it (both forms). */
+static void hf_attention_size(const hf_config *c, int64_t *n, int64_t *e)
 {
     const int64_t h = c->hidden, d = c->head_dim;
+    if (c->mla) {
+        const int64_t qh = hf_sat_mul(c->heads, hf_sat_add(c->qk_nope, c->qk_rope));
+        const int64_t kvh = hf_sat_mul(c->heads, hf_sat_add(c->qk_nope, c->v_head));
+        *n = c->q_lora > 0 ? 8 : 5;
+        *e = hf_sat_add(h, hf_sat_mul(hf_sat_add(c->kv_lora, c->qk_rope), h));
+        *e = hf_sat_add(*e, hf_sat_add(c->kv_lora, hf_sat_mul(kvh, c->kv_lora)));
+        *e = hf_sat_add(*e, hf_sat_mul(h, hf_sat_mul(c->heads, c->v_head)));
+        if (c->q_lora > 0)
+            *e = hf_sat_add(*e, hf_sat_add(hf_sat_mul(c->q_lora, h),
+                                           hf_sat_add(c->q_lora, hf_sat_mul(qh, c->q_lora))));
+        else
+            *e = hf_sat_add(*e, hf_sat_mul(qh, h));
+        return;
+    }
     const int64_t q = hf_sat_mul(c->heads, d), kv = hf_sat_mul(c->kv_heads, d);
     const int64_t qkv = hf_sat_add(q, hf_sat_mul(2, kv));
-    int64_t common_n = 3 + c->qkv_bias + 2 * c->qk_norm + c->proj_bias;
-    int64_t common_e = hf_sat_add(h, hf_sat_mul(qkv, h));
-    common_e = hf_sat_add(common_e, hf_sat_mul(h, q));
-    common_e = hf_sat_add(common_e, (c->qkv_bias ? qkv : 0) + (c->qk_norm ? 2 * d : 0) +
-                                        (c->proj_bias ? h : 0));
+    *n = 3 + c->qkv_bias + 2 * c->qk_norm + c->proj_bias;
+    *e = hf_sat_add(h, hf_sat_mul(qkv, h));
+    *e = hf_sat_add(*e, hf_sat_mul(h, q));
+    *e =
+        hf_sat_add(*e, (c->qkv_bias ? qkv : 0) + (c->qk_norm ? 2 * d : 0) + (c->proj_bias ? h : 0));
+}
+
+static int hf_check_size(const hf_config *c, cz_error *err)
+{
+    const int64_t h = c->hidden;
+    int64_t common_n, common_e;
+    hf_attention_size(c, &common_n, &common_e);
     int64_t dense_n = common_n + 3 + 2 * c->mlp_bias;
     int64_t dense_e = hf_sat_add(common_e, hf_sat_mul(3, hf_sat_mul(c->ffn, h)));
     dense_e = hf_sat_add(dense_e, h + (c->mlp_bias ? 2 * c->ffn + h : 0));
-    int64_t moe_n =
-        hf_sat_add(common_n + 2 + (c->shared_ffn > 0 ? 3 : 0), hf_sat_mul(2, c->experts));
+    int64_t moe_n = hf_sat_add(common_n + 2 + (c->shared_ffn > 0 ? 2 + c->shared_gate : 0),
+                               hf_sat_mul(2, c->experts));
     int64_t expert_e = hf_sat_mul(3, hf_sat_mul(c->moe_ffn, h));
     int64_t moe_e = hf_sat_add(common_e, h + hf_sat_mul(c->experts, h));
     moe_e = hf_sat_add(moe_e, hf_sat_mul(c->experts, expert_e));
     if (c->shared_ffn > 0)
-        moe_e = hf_sat_add(moe_e, hf_sat_add(hf_sat_mul(3, hf_sat_mul(c->shared_ffn, h)), h));
+        moe_e = hf_sat_add(
+            moe_e, hf_sat_add(hf_sat_mul(3, hf_sat_mul(c->shared_ffn, h)), c->shared_gate ? h : 0));
     int64_t ndense = c->layers - c->nmoe;
     int64_t nparams = hf_sat_add(hf_sat_mul(ndense, dense_n), hf_sat_mul(c->nmoe, moe_n));
     nparams = hf_sat_add(nparams, c->tie ? 2 : 3);
@@ -285,13 +342,28 @@ static int hf_check_size(const hf_config *c, cz_error *err)
     return 0;
 }
 
+/* MLA's sizes: q_lora_rank (null or absent: no q LoRA, as DeepSeek-V2-Lite), kv_lora_rank,
+ * qk_nope_head_dim, qk_rope_head_dim, v_head_dim. */
+static int hf_mla_read(hf_config *c, const json_t *root, cz_error *err)
+{
+    int rc;
+    if ((rc = hf_get_int(c, root, "q_lora_rank", false, 0, 1, &c->q_lora, err)) ||
+        (rc = hf_get_int(c, root, "kv_lora_rank", true, 0, 1, &c->kv_lora, err)) ||
+        (rc = hf_get_int(c, root, "qk_nope_head_dim", true, 0, 1, &c->qk_nope, err)) ||
+        (rc = hf_get_int(c, root, "qk_rope_head_dim", true, 0, 1, &c->qk_rope, err)) ||
+        (rc = hf_get_int(c, root, "v_head_dim", true, 0, 1, &c->v_head, err)))
+        return rc;
+    return CZ_OK;
+}
+
 static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
 {
     int rc;
     if ((rc = hf_family_find(c, root, err)))
         return rc;
     hf_family f = hf_families[c->family_index].family;
-    bool moe = f == HF_QWEN2_MOE || f == HF_QWEN3_MOE || f == HF_MIXTRAL;
+    bool moe = f == HF_QWEN2_MOE || f == HF_QWEN3_MOE || f == HF_MIXTRAL || f == HF_DEEPSEEK_V3;
+    c->mla = f == HF_DEEPSEEK_V3;
 
     if ((rc = hf_get_int(c, root, "hidden_size", true, 0, 1, &c->hidden, err)) ||
         (rc = hf_get_int(c, root, "num_hidden_layers", true, 0, 1, &c->layers, err)) ||
@@ -307,13 +379,20 @@ static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
                              "%s: $.num_hidden_layers: expected at most %" PRId64
                              " layers, found %" PRId64 " (a corrupt config?)",
                              c->path, HF_MAX_LAYERS, c->layers);
+    if (c->mla && (rc = hf_mla_read(c, root, err)))
+        return rc;
     const json_t *hd = json_object_get(root, "head_dim");
-    if ((!hd || json_is_null(hd)) && c->hidden % c->heads)
+    if (c->mla) /* MLA's head sizes are qk_nope + qk_rope and v_head_dim: no head_dim */
+        hd = NULL;
+    if (!c->mla && (!hd || json_is_null(hd)) && c->hidden % c->heads)
         return cz__error_set(err, CZ_EINVALID,
                              "%s: $.head_dim is absent and $.hidden_size (%" PRId64
                              ") is not a multiple of $.num_attention_heads (%" PRId64 ")",
                              c->path, c->hidden, c->heads);
-    if ((rc = hf_get_int(c, root, "head_dim", false, c->hidden / c->heads, 1, &c->head_dim, err)))
+    if (c->mla)
+        c->head_dim = c->qk_nope + c->qk_rope;
+    else if ((rc = hf_get_int(c, root, "head_dim", false, c->hidden / c->heads, 1, &c->head_dim,
+                              err)))
         return rc;
     if (c->kv_heads > c->heads || c->heads % c->kv_heads)
         return cz__error_set(err, CZ_EINVALID,
@@ -329,6 +408,16 @@ static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
     case HF_QWEN2:
     case HF_QWEN2_MOE:
         c->qkv_bias = true;
+        break;
+    case HF_DEEPSEEK_V3:
+        /* MLA's projections have no bias; a config asking for one is not this model. */
+        if ((rc = hf_get_bool(c, root, "attention_bias", false, &attention_bias, err)))
+            return rc;
+        if (attention_bias)
+            return cz__error_set(err, CZ_EUNSUPPORTED,
+                                 "%s: $.attention_bias is true; Megatron-Core's multi-latent "
+                                 "attention has no projection biases",
+                                 c->path);
         break;
     case HF_LLAMA:
     case HF_QWEN3:
@@ -350,6 +439,25 @@ static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
         if ((rc = hf_get_int(c, root, "num_local_experts", true, 0, 1, &c->experts, err)) ||
             (rc = hf_get_int(c, root, "intermediate_size", true, 0, 1, &c->moe_ffn, err)))
             return rc;
+    } else if (f == HF_DEEPSEEK_V3) {
+        int64_t shared = 0;
+        if ((rc = hf_get_int(c, root, "n_routed_experts", false, 0, 0, &c->experts, err)) ||
+            (rc =
+                 hf_get_int(c, root, "first_k_dense_replace", false, 0, 0, &c->first_dense, err)) ||
+            (rc = hf_get_int(c, root, "moe_layer_freq", false, 1, 1, &c->moe_freq, err)) ||
+            (rc = hf_get_int(c, root, "n_shared_experts", false, 0, 0, &shared, err)))
+            return rc;
+        if (c->experts > 0 &&
+            (rc = hf_get_int(c, root, "moe_intermediate_size", true, 0, 1, &c->moe_ffn, err)))
+            return rc;
+        /* Megatron-Core's shared experts are one MLP of all of them together
+         * (moe_shared_expert_intermediate_size = n_shared_experts x moe_intermediate_size). */
+        c->shared_ffn = hf_sat_mul(shared, c->moe_ffn);
+        if (c->shared_ffn > HF_MAX_DIM)
+            return cz__error_set(err, CZ_EINVALID,
+                                 "%s: $.n_shared_experts (%" PRId64 ") x $.moe_intermediate_size "
+                                 "(%" PRId64 ") exceeds %" PRId64,
+                                 c->path, shared, c->moe_ffn, HF_MAX_DIM);
     } else if (moe) {
         if ((rc = hf_get_int(c, root, "num_experts", true, 0, 0, &c->experts, err)) ||
             (rc = hf_get_int(c, root, "decoder_sparse_step", false, 1, 1, &c->sparse_step, err)))
@@ -360,6 +468,7 @@ static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
         if (f == HF_QWEN2_MOE && (rc = hf_get_int(c, root, "shared_expert_intermediate_size", false,
                                                   0, 0, &c->shared_ffn, err)))
             return rc;
+        c->shared_gate = f == HF_QWEN2_MOE;
     }
     if (moe) {
         if ((rc = hf_moe_layers(c, root, err)))
@@ -443,6 +552,39 @@ static void hf_swiglu(json_t *arr, const char *prefix, int64_t hidden, int64_t f
     hf_add(arr, hf_param(name, hidden, ffn, 1, true, ok), ok);
 }
 
+/* Megatron-Core's MLASelfAttention (TE spec, qk_layernorm), in forward order. */
+static void hf_mla(json_t *a, const hf_config *c, bool *ok)
+{
+    const int64_t h = c->hidden, qh = c->heads * (c->qk_nope + c->qk_rope);
+    hf_add(a, hf_param("input_layernorm.weight", h, -1, -1, false, ok), ok);
+    if (c->q_lora > 0) {
+        hf_add(a, hf_param("self_attention.linear_q_down_proj.weight", c->q_lora, h, -1, true, ok),
+               ok);
+        hf_add(a,
+               hf_param("self_attention.linear_q_up_proj.layer_norm_weight", c->q_lora, -1, -1,
+                        false, ok),
+               ok);
+        hf_add(a, hf_param("self_attention.linear_q_up_proj.weight", qh, c->q_lora, 0, true, ok),
+               ok);
+    } else {
+        hf_add(a, hf_param("self_attention.linear_q_proj.weight", qh, h, 0, true, ok), ok);
+    }
+    hf_add(a,
+           hf_param("self_attention.linear_kv_down_proj.weight", c->kv_lora + c->qk_rope, h, -1,
+                    true, ok),
+           ok);
+    hf_add(a,
+           hf_param("self_attention.linear_kv_up_proj.layer_norm_weight", c->kv_lora, -1, -1, false,
+                    ok),
+           ok);
+    hf_add(a,
+           hf_param("self_attention.linear_kv_up_proj.weight", c->heads * (c->qk_nope + c->v_head),
+                    c->kv_lora, 0, true, ok),
+           ok);
+    hf_add(a, hf_param("self_attention.linear_proj.weight", h, c->heads * c->v_head, 1, true, ok),
+           ok);
+}
+
 static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
 {
     const int64_t h = c->hidden, d = c->head_dim;
@@ -451,6 +593,10 @@ static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
     if (!a)
         *ok = false;
 
+    if (c->mla) {
+        hf_mla(a, c, ok);
+        goto mlp;
+    }
     hf_add(a, hf_param("self_attention.linear_qkv.layer_norm_weight", h, -1, -1, false, ok), ok);
     json_t *qkv = hf_param("self_attention.linear_qkv.weight", q + 2 * kv, h, 0, true, ok);
     if (c->split_qkv)
@@ -466,6 +612,7 @@ static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
     if (c->proj_bias)
         hf_add(a, hf_param("self_attention.linear_proj.bias", h, -1, -1, false, ok), ok);
 
+mlp:
     if (!moe) {
         hf_add(a, hf_param("mlp.linear_fc1.layer_norm_weight", h, -1, -1, false, ok), ok);
         json_t *fc1 = hf_param("mlp.linear_fc1.weight", 2 * c->ffn, h, 0, true, ok);
@@ -489,7 +636,8 @@ static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
     if (c->shared_ffn > 0) {
         hf_swiglu(a, "mlp.shared_experts.", h, c->shared_ffn, c->split_gate_up, ok);
         /* Qwen2-MoE's shared_expert_gate, Linear(hidden, 1): Megatron's gate_weight. */
-        hf_add(a, hf_param("mlp.shared_experts.gate_weight", 1, h, -1, false, ok), ok);
+        if (c->shared_gate)
+            hf_add(a, hf_param("mlp.shared_experts.gate_weight", 1, h, -1, false, ok), ok);
     }
     return a;
 }
@@ -569,24 +717,67 @@ static char *hf_description(const hf_config *c)
             snprintf(moe + n, sizeof moe - (size_t)n, " plus a shared expert with FFN %" PRId64,
                      c->shared_ffn);
     }
-    if (c->nmoe < c->layers)
+    if (c->nmoe < c->layers && c->nmoe > 0)
+        snprintf(ffn, sizeof ffn, ", %" PRId64 " dense layers of FFN %" PRId64, c->layers - c->nmoe,
+                 c->ffn);
+    else if (c->nmoe < c->layers)
         snprintf(ffn, sizeof ffn, ", FFN %" PRId64, c->ffn);
     char pad[64] = "";
     if (c->padded_vocab != c->vocab)
         snprintf(pad, sizeof pad, " (padded to %" PRId64 ")", c->padded_vocab);
-    char buf[1024];
+    char buf[1024], heads[256];
+    if (c->mla) {
+        char ql[64] = "no q LoRA";
+        if (c->q_lora > 0)
+            snprintf(ql, sizeof ql, "q LoRA rank %" PRId64, c->q_lora);
+        snprintf(heads, sizeof heads,
+                 "%" PRId64 " attention heads of multi-head latent attention (%s, KV LoRA rank "
+                 "%" PRId64 ", Q/K heads of %" PRId64 " + %" PRId64 " rotary, V heads of %" PRId64
+                 ")",
+                 c->heads, ql, c->kv_lora, c->qk_nope, c->qk_rope, c->v_head);
+    } else {
+        snprintf(heads, sizeof heads,
+                 "%" PRId64 " attention heads and %" PRId64 " KV heads of dimension %" PRId64,
+                 c->heads, c->kv_heads, c->head_dim);
+    }
     snprintf(buf, sizeof buf,
              "%s imported from %s by canzona import-hf: %" PRId64 " layers, hidden %" PRId64
-             ", %" PRId64 " attention heads and %" PRId64 " KV heads of dimension %" PRId64
-             "%s%s, vocabulary %" PRId64 "%s%s%s.",
+             ", %s%s%s, vocabulary %" PRId64 "%s%s%s.",
              hf_families[c->family_index].architecture, hf_basename(c->path), c->layers, c->hidden,
-             c->heads, c->kv_heads, c->head_dim, ffn, moe, c->vocab, pad,
-             c->qkv_bias ? ", Q/K/V bias" : "", c->tie ? ", tied input and output embeddings" : "");
+             heads, ffn, moe, c->vocab, pad, c->qkv_bias ? ", Q/K/V bias" : "",
+             c->tie ? ", tied input and output embeddings" : "");
     return cz__strdup(buf);
 }
 
 /* Megatron-Core splits these sizes across the TP ranks (heads and query groups whole, the
  * column-parallel fc1 and row-parallel fc2 by rows and columns of the FFN). */
+/* Megatron-Core gives every EP rank the same number of whole experts (moe_layer.py:
+ * num_moe_experts % ep_size == 0). */
+static int hf_check_ep(const hf_config *c, int64_t ep, cz_error *err)
+{
+    if (ep <= 1)
+        return 0;
+    hf_family f = hf_families[c->family_index].family;
+    const char *key = f == HF_MIXTRAL       ? "num_local_experts"
+                      : f == HF_DEEPSEEK_V3 ? "n_routed_experts"
+                                            : "num_experts";
+    if (c->nmoe == 0)
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: expert model-parallel size %" PRId64
+                             " given, but the model has no MoE layer: expert parallelism needs "
+                             "experts (Megatron-LM: \"num_experts must be non None to use expert "
+                             "model parallelism\")",
+                             c->path, ep);
+    if (c->experts % ep)
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: $.%s (%" PRId64
+                             ") must be a multiple of the expert model-parallel size (%" PRId64
+                             "): Megatron-Core gives every EP rank the same number of whole "
+                             "experts (moe_layer.py: num_moe_experts %% ep_size == 0)",
+                             c->path, key, c->experts, ep);
+    return 0;
+}
+
 static int hf_check_tp(const hf_config *c, int64_t tp, cz_error *err)
 {
     int rc = cz__megatron_check_heads(c->path, "$.num_attention_heads", c->heads,
@@ -601,8 +792,11 @@ static int hf_check_tp(const hf_config *c, int64_t tp, cz_error *err)
     for (int i = 0; i < 3; i++) {
         if (sizes[i] <= 0 || sizes[i] % tp == 0)
             continue;
-        /* Mixtral's experts take their FFN from intermediate_size. */
-        const char *key = f == HF_MIXTRAL && i == 1 ? "intermediate_size" : ffn_keys[i];
+        /* Mixtral's experts take their FFN from intermediate_size; DeepSeek's shared experts
+         * are n_shared_experts of moe_intermediate_size. */
+        const char *key = f == HF_MIXTRAL && i == 1       ? "intermediate_size"
+                          : f == HF_DEEPSEEK_V3 && i == 2 ? "moe_intermediate_size"
+                                                          : ffn_keys[i];
         return cz__error_set(err, CZ_EINVALID,
                              "%s: $.%s (%" PRId64
                              ") must be a multiple of the tensor-parallel size (%" PRId64
@@ -641,6 +835,10 @@ static int hf_options_check(const cz_import_hf_options *o, cz_error *err)
         return cz__error_set(err, CZ_EINVALID,
                              "the tensor-parallel size must be from 1 to 1048576, got %d",
                              o->tp_size);
+    if (o->ep_size < 1 || o->ep_size > (1 << 20))
+        return cz__error_set(err, CZ_EINVALID,
+                             "the expert model-parallel size must be from 1 to 1048576, got %d",
+                             o->ep_size);
     if (o->vocab_divisible_by < 1 || o->vocab_divisible_by > (1 << 20))
         return cz__error_set(err, CZ_EINVALID,
                              "make_vocab_size_divisible_by must be from 1 to 1048576, got %d",
@@ -757,7 +955,8 @@ int cz__import_hf_opts(json_t **out_model, const char *config_path, const cz_imp
     const char *name = o->name;
     if ((rc = hf_load(&root, config_path, err)) != CZ_OK ||
         (rc = hf_config_read(&c, root, err)) != CZ_OK ||
-        (rc = hf_check_tp(&c, o->tp_size, err)) != CZ_OK)
+        (rc = hf_check_tp(&c, o->tp_size, err)) != CZ_OK ||
+        (rc = hf_check_ep(&c, o->ep_size, err)) != CZ_OK)
         goto done;
     c.padded_vocab = cz__megatron_padded_vocab(c.vocab, o->vocab_divisible_by, o->tp_size);
     if (c.padded_vocab < 1 || c.padded_vocab > HF_MAX_DIM) {

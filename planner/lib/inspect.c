@@ -58,7 +58,7 @@ static cz_costed *rank_params(const cz_plan *p, int s, int r, size_t *n_out)
         return NULL;
     if (p->settings.dp != CZ_DP_EVEN) {
         for (size_t i = 0; i < p->nparams; i++)
-            if (p->params[i].stage == s && p->params[i].dp_owner == r)
+            if (p->params[i].stage == s && p->params[i].dp_owner == r && !p->params[i].expert)
                 v[n++] = (cz_costed){(int)i, p->params[i].cost};
     } else if ((size_t)(s * p->dp + r) < p->nschedules) {
         const cz_rank_schedule *rs = &p->schedules[s * p->dp + r];
@@ -106,7 +106,8 @@ static int add_ranks(json_t *rep, const cz_plan *p)
             size_t k = (size_t)(s * p->dp + r);
             int owned = 0, matrices = 0;
             for (size_t i = 0; i < p->nparams; i++)
-                if (p->params[i].stage == s && p->params[i].dp_owner == r) {
+                if (p->params[i].stage == s && p->params[i].dp_owner == r &&
+                    !p->params[i].expert) {
                     owned++;
                     matrices += p->params[i].def.kind == CZ_KIND_MATRIX;
                 }
@@ -210,6 +211,86 @@ static int add_busiest(json_t *rep, const cz_plan *p, int top_n)
         }
         free(v);
     }
+    free(order);
+    return rc;
+}
+
+/* A plan with expert groups: the grid, and per expert rank (an EP rank's expert-DP rank) its
+ * owned expert cost, owned experts, ETP makespan and micro-groups, the busiest first as in
+ * "busiest", and the GPU whose DP and expert ranks together make the makespan. */
+static int add_experts(json_t *rep, const cz_plan *p, int top_n)
+{
+    if (!cz_plan_has_experts(p))
+        return 0;
+    const cz_plan_metrics *m = &p->metrics;
+    size_t per = (size_t)cz_plan_expert_ranks(p), nx = (size_t)p->pp * per;
+    size_t ngpus = (size_t)p->pp * (size_t)p->dp * (size_t)p->tp;
+    json_t *ex = json_pack("{s:i, s:i, s:i, s:f}", "ep", p->ep, "etp", p->etp, "edp", p->edp,
+                           "imbalance", m->expert_imbalance);
+    json_t *ranks = json_array(), *busiest = json_array();
+    if (cz__json_put(rep, "experts", ex) || cz__json_put(ex, "ranks", ranks) ||
+        cz__json_put(ex, "busiest", busiest))
+        return -1;
+    int *owned = calloc(nx + 1, sizeof *owned);
+    cz_costed *order = malloc((nx + 1) * sizeof *order);
+    int rc = -1;
+    if (!owned || !order)
+        goto done;
+    for (size_t i = 0; i < p->nparams; i++) {
+        const cz_plan_param *q = &p->params[i];
+        if (q->expert && q->stage >= 0 && q->stage < p->pp && q->ep_rank >= 0 &&
+            q->ep_rank < p->ep && q->dp_owner >= 0 && q->dp_owner < p->edp)
+            owned[cz_plan_expert_rank(p, q->stage, q->ep_rank, q->dp_owner)]++;
+    }
+    for (size_t x = 0; x < nx; x++) {
+        double mean = 0.0;
+        size_t base = x / per * per;
+        for (size_t y = base; y < base + per; y++)
+            mean += at_or_zero(m->expert_load, y);
+        mean /= (double)per;
+        const cz_rank_schedule *rs = x < p->nexpert_schedules ? &p->expert_schedules[x] : NULL;
+        double load = at_or_zero(m->expert_load, x);
+        order[x] = (cz_costed){(int)x, at_or_zero(m->expert_rank_makespan, x)};
+        if (cz__json_push(ranks, json_pack("{s:i, s:i, s:i, s:f, s:f, s:i, s:f, s:i}", "stage",
+                                           (int)(x / per), "ep_rank", (int)(x % per % p->ep),
+                                           "edp_rank", (int)(x % per / p->ep), "load", load,
+                                           "share_of_mean", mean > 0 ? load / mean : 0.0,
+                                           "params", owned[x], "makespan", order[x].cost, "groups",
+                                           rs ? rs->ngroups : 0)))
+            goto done;
+    }
+    cz__costed_sort(order, nx);
+    for (size_t j = 0; j < nx && (int)j < top_n; j++) {
+        size_t x = (size_t)order[j].id;
+        if (cz__json_push(busiest, json_pack("{s:i, s:i, s:i, s:f, s:f}", "stage", (int)(x / per),
+                                             "ep_rank", (int)(x % per % p->ep), "edp_rank",
+                                             (int)(x % per / p->ep), "makespan", order[j].cost,
+                                             "load", at_or_zero(m->expert_load, x))))
+            goto done;
+    }
+    /* The GPU that sets the makespan: its DP rank's groups, then its expert rank's. */
+    size_t best = 0;
+    double most = -1.0;
+    for (size_t g = 0; g < ngpus; g++) {
+        size_t r = g / (size_t)p->tp, x = cz_plan_gpu_expert_rank(p, g, NULL);
+        double v = at_or_zero(m->rank_makespan, r) + at_or_zero(m->expert_rank_makespan, x);
+        if (v > most)
+            most = v, best = g;
+    }
+    int etp_rank = 0;
+    size_t bx = cz_plan_gpu_expert_rank(p, best, &etp_rank), br = best / (size_t)p->tp;
+    if (cz__json_put(ex, "busiest_gpu",
+                     json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f}", "gpu",
+                               (int)best, "stage", (int)(br / (size_t)p->dp), "dp_rank",
+                               (int)(br % (size_t)p->dp), "tp_rank", (int)(best % (size_t)p->tp),
+                               "ep_rank", (int)(bx % per % p->ep), "edp_rank",
+                               (int)(bx % per / p->ep), "etp_rank", etp_rank, "dense_makespan",
+                               at_or_zero(m->rank_makespan, br), "expert_makespan",
+                               at_or_zero(m->expert_rank_makespan, bx), "makespan", most)))
+        goto done;
+    rc = 0;
+done:
+    free(owned);
     free(order);
     return rc;
 }
@@ -395,7 +476,8 @@ int cz__plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, c
         goto done;
     }
     if (cz__json_put(rep, "summary", sum) || add_ranks(rep, plan) ||
-        add_busiest(rep, plan, top_n > 0 ? top_n : 0) || add_dominating(rep, plan))
+        add_busiest(rep, plan, top_n > 0 ? top_n : 0) || add_dominating(rep, plan) ||
+        add_experts(rep, plan, top_n > 0 ? top_n : 0))
         goto done;
     /* Block and cooperative tasks, after everything else, only for a plan that has them. */
     if (add_tasks(rep, plan))

@@ -4,7 +4,9 @@
  * August 2026 (NVIDIA/Megatron-LM pull requests 4509, 5415 and 6379):
  *
  *  - Only Muon's parameters are in the layer-wise buffer; every other parameter sits in an
- *    ordinary ZeRO-1 buffer, sliced evenly. Expert parameters form a buffer of their own.
+ *    ordinary ZeRO-1 buffer, sliced evenly. Expert parameters form a buffer of their own (over
+ *    the DP group when they share the dense gradient buffer, else one per EP rank over its
+ *    expert-DP group).
  *  - The buffer is walked in backprop order and cut into buckets. bucket_size is a soft minimum:
  *    once the bucket holds at least max(bucket_size, trunc(dp * largest * 0.9)) elements it
  *    closes before the next parameter unless that parameter still fits, by an estimate that
@@ -174,15 +176,22 @@ int cz__megatron_is_expert(const char *name)
     return name && strstr(name, "mlp.experts.") != NULL;
 }
 
-/* The parameters of one stage's buffer (Muon or not, expert or not) in backprop order. */
-static size_t stage_buffer(const cz_plan *plan, int stage, int muon, int expert, int *ids)
+/* The parameters of one stage's buffer (Muon or not, expert or not) in backprop order: with
+ * ep_rank < 0 the stage's dense buffer, whose experts (when they share it: EP 1, ETP = TP) form
+ * Megatron's expert buffer of the DP group; with ep_rank >= 0 the expert buffer of that EP rank,
+ * dealt over its expert-DP group. */
+static size_t stage_buffer(const cz_plan *plan, int stage, int ep_rank, int muon, int expert,
+                           int *ids)
 {
     size_t n = 0;
     for (size_t k = plan->nparams; k-- > 0;) {
         const cz_plan_param *p = &plan->params[k];
-        if (p->stage == stage && (p->def.kind == CZ_KIND_MATRIX) == muon &&
-            cz__megatron_is_expert(p->def.name) == expert)
-            ids[n++] = (int)k;
+        if (p->stage != stage || (p->def.kind == CZ_KIND_MATRIX) != muon)
+            continue;
+        if (ep_rank < 0 ? p->expert || cz__megatron_is_expert(p->def.name) != expert
+                        : !p->expert || p->ep_rank != ep_rank || !expert)
+            continue;
+        ids[n++] = (int)k;
     }
     return n;
 }
@@ -190,7 +199,14 @@ static size_t stage_buffer(const cz_plan *plan, int stage, int muon, int expert,
 int cz__megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *bucket_sizes,
                           size_t *nbuckets, cz_error *err)
 {
+    return cz__megatron_lw_domain(plan, stage, -1, owner, bucket_sizes, nbuckets, err);
+}
+
+int cz__megatron_lw_domain(const cz_plan *plan, int stage, int ep_rank, int *owner,
+                           int64_t *bucket_sizes, size_t *nbuckets, cz_error *err)
+{
     int rc = CZ_OK;
+    int ranks = ep_rank >= 0 ? plan->edp : plan->dp;
     size_t cap = plan->nparams + 1;
     int *ids = malloc(cap * sizeof *ids), *shard = malloc(cap * sizeof *shard);
     int64_t *numel = malloc(cap * sizeof *numel);
@@ -203,7 +219,7 @@ int cz__megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *b
     /* Buffers in Megatron's order does not matter here: each is laid out on its own. */
     for (int buf = 0; buf < 4; buf++) {
         int muon = buf < 2, expert = buf % 2;
-        size_t n = stage_buffer(plan, stage, muon, expert, ids), nb = 0;
+        size_t n = stage_buffer(plan, stage, ep_rank, muon, expert, ids), nb = 0;
         if (n == 0)
             continue;
         for (size_t k = 0; k < n; k++) {
@@ -213,15 +229,15 @@ int cz__megatron_lw_stage(const cz_plan *plan, int stage, int *owner, int64_t *b
                                        : (double)p->numel;
         }
         if (muon) {
-            rc = cz__megatron_lw_layout(numel, cost, n, plan->dp, plan->bucket_size, shard,
+            rc = cz__megatron_lw_layout(numel, cost, n, ranks, plan->bucket_size, shard,
                                         bucket_sizes + *nbuckets, &nb, err);
             if (rc != CZ_OK)
                 goto done;
             for (size_t k = 0; owner && k < n; k++)
                 owner[ids[k]] = shard[k];
         } else {
-            cz__megatron_zero1_buckets(numel, n, plan->dp, plan->bucket_size,
-                                       bucket_sizes + *nbuckets, &nb);
+            cz__megatron_zero1_buckets(numel, n, ranks, plan->bucket_size, bucket_sizes + *nbuckets,
+                                       &nb);
         }
         *nbuckets += nb;
     }

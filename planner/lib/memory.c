@@ -9,7 +9,8 @@
  * parameters are fp32 already), and the optimizer state that the plan's metrics count
  * (metrics.memory: matrix-optimizer state on each matrix's host, AdamW moments of owned
  * shards). Activations, workspaces and communication buffers come on top and are not known
- * to the planner; the warning threshold leaves room for them. */
+ * to the planner; the warning threshold leaves room for them. With expert groups a GPU also holds
+ * the expert buffer of its EP rank and owns the part of it its expert-DP rank updates. */
 #include "cz_algorithms.h"
 
 #include <stdlib.h>
@@ -35,46 +36,80 @@ int cz__plan_memory(const cz_plan *plan, cz_memory_gpu **out, cz_error *err)
     if (!plan || !out)
         return cz__error_set(err, CZ_EINVALID, "cz__plan_memory: plan and out are needed");
     *out = NULL;
-    int dp = plan->dp, tp = plan->tp, pp = plan->pp;
+    int dp = plan->dp, tp = plan->tp, pp = plan->pp, rc = CZ_OK;
     if (dp < 1 || tp < 1 || pp < 1)
         return cz__error_set(err, CZ_EINVALID, "cz__plan_memory: the plan has no topology");
     size_t ngpus = (size_t)dp * (size_t)tp * (size_t)pp;
+    /* With expert groups a GPU holds its stage's dense buffer and its EP rank's expert buffer,
+     * and owns elements of both: its DP rank's and its expert rank's. */
+    size_t ep = cz_plan_has_experts(plan) ? (size_t)plan->ep : 0;
+    size_t nx = (size_t)pp * (size_t)cz_plan_expert_ranks(plan);
     cz_memory_gpu *g = calloc(ngpus, sizeof *g);
     double *buffer = calloc((size_t)pp, sizeof *buffer);
+    double *ebuffer = calloc((size_t)pp * ep + 1, sizeof *ebuffer);
     double *master = calloc((size_t)pp * (size_t)dp, sizeof *master);
-    if (!g || !buffer || !master) {
-        free(g);
-        free(buffer);
-        free(master);
-        return cz__error_set(err, CZ_ENOMEM, "out of memory computing the memory per GPU");
+    double *emaster = calloc(nx + 1, sizeof *emaster);
+    cz_rank_window win = {0};
+    if (!g || !buffer || !ebuffer || !master || !emaster ||
+        cz__rank_window_init(&win, plan, err) != CZ_OK) {
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory computing the memory per GPU");
+        goto done;
     }
     double pbytes = cz__dtype_bytes(plan->dtype);
     double gbytes = plan->dtype == CZ_DTYPE_FP16 ? 2.0 : 4.0;
     double mbytes = plan->dtype == CZ_DTYPE_FP32 ? 0.0 : 4.0;
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
-        if (bk->stage >= 0 && bk->stage < pp)
+        if (bk->stage < 0 || bk->stage >= pp)
+            continue;
+        if (!bk->expert)
             buffer[bk->stage] += (double)bk->size;
+        else if (bk->ep_rank >= 0 && (size_t)bk->ep_rank < ep)
+            ebuffer[(size_t)bk->stage * ep + (size_t)bk->ep_rank] += (double)bk->size;
     }
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        if (p->stage < 0 || p->stage >= pp)
+        if (p->stage < 0 || p->stage >= pp ||
+            (p->expert && (p->ep_rank < 0 || !ep || (size_t)p->ep_rank >= ep)))
             continue;
-        for (int r = 0; r < dp; r++)
-            master[(size_t)p->stage * dp + r] += share_owned(plan, p, r) * (double)p->numel;
+        int n = p->expert ? plan->edp : dp;
+        int lo = p->dp_owner, hi = p->dp_owner + 1;
+        if (cz_plan_param_fragmented(plan, p))
+            cz__rank_window_of(&win, p, &lo, &hi);
+        if (lo < 0 || hi > n)
+            continue;
+        for (int r = lo; r < hi; r++) {
+            double owned = share_owned(plan, p, r) * (double)p->numel;
+            if (p->expert)
+                emaster[cz_plan_expert_rank(plan, p->stage, p->ep_rank, r)] += owned;
+            else
+                master[(size_t)p->stage * dp + r] += owned;
+        }
     }
     for (size_t k = 0; k < ngpus; k++) {
         size_t rank = k / (size_t)tp, stage = rank / (size_t)dp;
-        g[k].params = buffer[stage] * pbytes;
-        g[k].grads = buffer[stage] * gbytes;
-        g[k].master = master[rank] * mbytes;
+        double buf = buffer[stage], own = master[rank];
+        if (ep) {
+            size_t x = cz_plan_gpu_expert_rank(plan, k, NULL);
+            buf += ebuffer[stage * ep + x % ep];
+            own += emaster[x];
+        }
+        g[k].params = buf * pbytes;
+        g[k].grads = buf * gbytes;
+        g[k].master = own * mbytes;
         g[k].state = plan->metrics.memory ? plan->metrics.memory[k] : 0.0;
         g[k].total = g[k].params + g[k].grads + g[k].master + g[k].state;
     }
-    free(buffer);
-    free(master);
     *out = g;
-    return CZ_OK;
+    g = NULL;
+done:
+    cz__rank_window_free(&win);
+    free(g);
+    free(buffer);
+    free(ebuffer);
+    free(master);
+    free(emaster);
+    return rc;
 }
 
 size_t cz__memory_worst(const cz_memory_gpu *g, size_t n)

@@ -27,6 +27,10 @@
  * Under the even baseline a rank updates every matrix its range touches (each touching rank
  * gathers and updates it redundantly); under every other strategy exactly the matrices it owns.
  *
+ * A plan with expert groups schedules its experts the same way per expert rank (an EP rank's
+ * expert-DP rank), over the ETP ranks that split them: the same-shape experts of a rank are
+ * tasks of equal cost, which rollback batches into micro-groups across the ETP slots.
+ *
  * Block and cooperative tasks (plan->tasks, tp_tasks.c): under --split-blocks a blocked matrix
  * enters as one task per block. A task of width k > 1 runs on an aligned set of k slots (slots
  * j k .. j k + k - 1) and adds its per-slot cost to each; rollback's LPT step puts it on the set
@@ -743,50 +747,138 @@ int cz__tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_cost
     return rc;
 }
 
+/* The matrix parameters each rank schedules, in id order: ids[first[k] .. first[k + 1]) for
+ * rank schedule k, of the DP ranks (expert 0) or of the expert ranks (expert 1, in the order of
+ * cz_plan_expert_rank). Built once (rank_index.c finds the ranks of each parameter) rather than
+ * by asking every rank about every parameter. */
+static int rank_params_index(const cz_plan *plan, int expert, int **first_out, int **ids_out,
+                             cz_error *err)
+{
+    int rc = CZ_OK, dp = expert ? plan->edp : plan->dp;
+    size_t per_stage = expert ? (size_t)cz_plan_expert_ranks(plan) : (size_t)dp;
+    size_t nranks = (size_t)plan->pp * per_stage, total = 0;
+    bool even = plan->settings.dp == CZ_DP_EVEN;
+    int *first = calloc(nranks + 2, sizeof *first), *ids = NULL, *fill = NULL;
+    cz_rank_window win = {0};
+    if (!first || (rc = cz__rank_window_init(&win, plan, err)) != CZ_OK) {
+        rc =
+            rc != CZ_OK ? rc : cz__error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
+        goto done;
+    }
+    /* Two passes over the same walk: count, then place. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < plan->nparams; i++) {
+            const cz_plan_param *p = &plan->params[i];
+            if (p->def.kind != CZ_KIND_MATRIX || p->stage < 0 || p->stage >= plan->pp ||
+                p->expert != expert || (expert && (p->ep_rank < 0 || p->ep_rank >= plan->ep)))
+                continue;
+            int lo = p->dp_owner, hi = p->dp_owner + 1;
+            if (even)
+                cz__rank_window_of(&win, p, &lo, &hi);
+            else if (p->dp_owner < 0 || p->dp_owner >= dp)
+                continue;
+            for (int r = lo; r < hi; r++) {
+                if (even && !touches(plan, p, r))
+                    continue;
+                size_t k = expert ? cz_plan_expert_rank(plan, p->stage, p->ep_rank, r)
+                                  : (size_t)p->stage * (size_t)dp + (size_t)r;
+                if (pass == 0)
+                    first[k + 2]++;
+                else
+                    ids[fill[k]++] = p->id;
+            }
+        }
+        if (pass == 1)
+            break;
+        for (size_t k = 0; k < nranks; k++)
+            first[k + 2] += first[k + 1];
+        total = (size_t)first[nranks + 1];
+        ids = malloc((total + 1) * sizeof *ids);
+        fill = malloc((nranks + 1) * sizeof *fill);
+        if (!ids || !fill) {
+            rc = cz__error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
+            goto done;
+        }
+        for (size_t k = 0; k < nranks; k++)
+            fill[k] = first[k + 1];
+    }
+    memmove(first, first + 1, (nranks + 1) * sizeof *first);
+    *first_out = first;
+    *ids_out = ids;
+    first = ids = NULL;
+done:
+    cz__rank_window_free(&win);
+    free(first);
+    free(ids);
+    free(fill);
+    return rc;
+}
+
+/* The schedules of one kind of rank (DP ranks over TP slots, or expert ranks over ETP slots). */
+static int schedules_build(cz_plan *plan, int expert, cz_costed *params, double *load,
+                           cz_error *err)
+{
+    int rc, *first = NULL, *ids = NULL;
+    size_t n_per_stage = expert ? (size_t)cz_plan_expert_ranks(plan) : (size_t)plan->dp;
+    size_t count = (size_t)plan->pp * n_per_stage;
+    int slots = expert ? plan->etp : plan->tp;
+    cz_rank_schedule *rs_all = NULL;
+    if ((rc = rank_params_index(plan, expert, &first, &ids, err)) != CZ_OK)
+        goto done;
+    rs_all = calloc(count ? count : 1, sizeof *rs_all);
+    if (!rs_all) {
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
+        goto done;
+    }
+    if (expert) {
+        plan->expert_schedules = rs_all;
+        plan->nexpert_schedules = count;
+    } else {
+        plan->schedules = rs_all;
+        plan->nschedules = count;
+    }
+    for (size_t k = 0; k < count; k++) {
+        cz_rank_schedule *rs = &rs_all[k];
+        size_t x = k % n_per_stage;
+        rs->stage = (int)(k / n_per_stage);
+        rs->dp_rank = expert ? (int)(x / (size_t)plan->ep) : (int)x;
+        rs->ep_rank = expert ? (int)(x % (size_t)plan->ep) : 0;
+        int n = 0;
+        for (int j = first[k]; j < first[k + 1]; j++) {
+            params[n].id = ids[j];
+            params[n].cost = plan->params[ids[j]].cost;
+            n++;
+        }
+        double C;
+        if ((rc = cz__tp_schedule_tasks(rs, &plan->tasks, params, n, &plan->settings, slots, load,
+                                        &C, err)) != CZ_OK)
+            goto done;
+        if (C > plan->capacity_used)
+            plan->capacity_used = C;
+    }
+done:
+    free(first);
+    free(ids);
+    return rc;
+}
+
 int cz__tp_schedule_build(cz_plan *plan, cz_error *err)
 {
-    int rc = CZ_OK, dp = plan->dp, tp = plan->tp;
+    int rc = CZ_OK, most = plan->etp > plan->tp ? plan->etp : plan->tp;
     cz_costed *params = malloc((plan->nparams + 1) * sizeof *params);
-    double *load = calloc((size_t)(tp > 0 ? tp : 1), sizeof *load);
+    double *load = calloc((size_t)(most > 0 ? most : 1), sizeof *load);
     cz__plan_schedules_free(plan);
     plan->capacity_used = 0.0;
     if (!params || !load) {
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
         goto done;
     }
-    plan->schedules = calloc((size_t)plan->pp * (size_t)dp, sizeof *plan->schedules);
-    if (!plan->schedules) {
-        rc = cz__error_set(err, CZ_ENOMEM, "out of memory building micro-groups");
+    if ((rc = schedules_build(plan, 0, params, load, err)) != CZ_OK)
         goto done;
-    }
-    plan->nschedules = (size_t)plan->pp * (size_t)dp;
-    for (int stage = 0; stage < plan->pp; stage++) {
-        for (int r = 0; r < dp; r++) {
-            cz_rank_schedule *rs = &plan->schedules[(size_t)stage * dp + r];
-            rs->stage = stage;
-            rs->dp_rank = r;
-            int n = 0;
-            for (size_t i = 0; i < plan->nparams; i++) {
-                const cz_plan_param *p = &plan->params[i];
-                if (p->stage != stage || p->def.kind != CZ_KIND_MATRIX)
-                    continue;
-                bool mine =
-                    plan->settings.dp == CZ_DP_EVEN ? touches(plan, p, r) : p->dp_owner == r;
-                if (!mine)
-                    continue;
-                params[n].id = p->id;
-                params[n].cost = p->cost;
-                n++;
-            }
-            double C;
-            rc = cz__tp_schedule_tasks(rs, &plan->tasks, params, n, &plan->settings, tp, load, &C,
-                                       err);
-            if (rc != CZ_OK)
-                goto done;
-            if (C > plan->capacity_used)
-                plan->capacity_used = C;
-        }
-    }
+    /* The expert ranks' ETP groups schedule the experts they own, as the DP ranks' TP groups
+     * schedule the dense matrices. */
+    if (cz_plan_has_experts(plan) && (rc = schedules_build(plan, 1, params, load, err)) != CZ_OK)
+        goto done;
 done:
     free(params);
     free(load);

@@ -15,11 +15,27 @@
 
 static json_t *side_json(const cz_plan *p)
 {
-    return json_pack(
+    json_t *o = json_pack(
         "{s:s, s:s, s:s, s:s, s:{s:i, s:i, s:i}}", "model", cz__str_or_unknown(p->model_name),
         "model_sha256", cz__str_or_unknown(p->model_sha256), "cluster",
         cz__str_or_unknown(p->cluster_name), "cluster_sha256",
         cz__str_or_unknown(p->cluster_sha256), "topology", "dp", p->dp, "tp", p->tp, "pp", p->pp);
+    /* The expert grid only for a plan that has one, so that other reports stay as they were. */
+    json_t *t = o ? json_object_get(o, "topology") : NULL;
+    if (t && cz_plan_has_experts(p) &&
+        (cz__json_put(t, "ep", json_integer(p->ep)) ||
+         cz__json_put(t, "etp", json_integer(p->etp)) ||
+         cz__json_put(t, "edp", json_integer(p->edp)))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Whether the two plans have the same expert grid (none in both counts as the same). */
+static int same_experts(const cz_plan *a, const cz_plan *b)
+{
+    return a->ep == b->ep && a->etp == b->etp && a->edp == b->edp;
 }
 
 /* The settings as a flat object, so that the two plans' values compare key by key. */
@@ -123,11 +139,14 @@ static int add_metrics(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndi
         {"makespan_over_lower_bound", ratio(a), ratio(b)},
         {"total_cost", a->metrics.total_cost, b->metrics.total_cost},
         {"predicted_step_s", a->metrics.predicted_step_s, b->metrics.predicted_step_s},
+        {"expert_imbalance", a->metrics.expert_imbalance, b->metrics.expert_imbalance},
     };
     json_t *list = json_array();
     if (cz__json_put(rep, "metrics", list))
         return -1;
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    /* The expert ranks' balance only where a plan has expert groups (the last entry). */
+    size_t nf = sizeof f / sizeof f[0] - !(cz_plan_has_experts(a) || cz_plan_has_experts(b));
+    for (size_t i = 0; i < nf; i++) {
         double d = f[i].vb - f[i].va;
         if (differs(f[i].va, f[i].vb))
             (*ndiff)++;
@@ -144,6 +163,38 @@ static int add_metrics(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndi
 static double arr(const double *v, size_t i)
 {
     return v ? v[i] : 0.0;
+}
+
+/* Per expert rank: owned expert cost and ETP makespan in A and B (plans with the same expert
+ * grid; a report of plans without expert groups has no "expert_ranks"). */
+static int add_expert_ranks(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)
+{
+    if (!cz_plan_has_experts(a) && !cz_plan_has_experts(b))
+        return 0;
+    if (!same_experts(a, b) || a->pp != b->pp)
+        return cz__json_put(rep, "expert_ranks", json_null());
+    json_t *list = json_array();
+    if (cz__json_put(rep, "expert_ranks", list))
+        return -1;
+    size_t per = (size_t)cz_plan_expert_ranks(a), nx = (size_t)a->pp * per;
+    for (size_t x = 0; x < nx; x++) {
+        double la = arr(a->metrics.expert_load, x), lb = arr(b->metrics.expert_load, x);
+        double ma = arr(a->metrics.expert_rank_makespan, x);
+        double mb = arr(b->metrics.expert_rank_makespan, x);
+        if (differs(la, lb) || differs(ma, mb))
+            (*ndiff)++;
+        json_t *o =
+            json_pack("{s:i, s:i, s:i}", "stage", (int)(x / per), "ep_rank",
+                      (int)(x % per % (size_t)a->ep), "edp_rank", (int)(x % per / (size_t)a->ep));
+        if (!o || cz__json_push(list, o) || cz__json_put(o, "load_a", cz__json_num(la)) ||
+            cz__json_put(o, "load_b", cz__json_num(lb)) ||
+            cz__json_put(o, "load_delta", cz__json_num(lb - la)) ||
+            cz__json_put(o, "makespan_a", cz__json_num(ma)) ||
+            cz__json_put(o, "makespan_b", cz__json_num(mb)) ||
+            cz__json_put(o, "makespan_delta", cz__json_num(mb - ma)))
+            return -1;
+    }
+    return 0;
 }
 
 static int add_ranks(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)
@@ -176,14 +227,16 @@ static int add_ranks(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff
 static int add_buckets(json_t *rep, const cz_plan *a, const cz_plan *b, int *ndiff)
 {
     int changed = 0;
-    if (a->nbuckets != b->nbuckets || a->dp != b->dp) {
+    if (a->nbuckets != b->nbuckets || a->dp != b->dp || !same_experts(a, b)) {
         changed = (int)(a->nbuckets > b->nbuckets ? a->nbuckets : b->nbuckets);
     } else {
         for (size_t i = 0; i < a->nbuckets; i++) {
             const cz_plan_bucket *x = &a->buckets[i], *y = &b->buckets[i];
+            int nr = cz_plan_bucket_nranks(a, x);
             int same = x->stage == y->stage && x->offset == y->offset && x->size == y->size &&
-                       x->ranges && y->ranges &&
-                       !memcmp(x->ranges, y->ranges, 2 * (size_t)a->dp * sizeof *x->ranges);
+                       x->expert == y->expert && x->ep_rank == y->ep_rank && x->ranges &&
+                       y->ranges &&
+                       !memcmp(x->ranges, y->ranges, 2 * (size_t)nr * sizeof *x->ranges);
             changed += !same;
         }
     }
@@ -203,15 +256,20 @@ static int locate(const cz_plan *p, int **grp, int **slot)
         return -1;
     for (size_t i = 0; i < p->nparams; i++)
         (*grp)[i] = (*slot)[i] = -1;
-    for (size_t k = 0; k < p->nschedules; k++)
-        for (int g = 0; g < p->schedules[k].ngroups; g++) {
-            const cz_plan_group *gr = &p->schedules[k].groups[g];
-            for (int t = 0; t < gr->ntasks; t++) {
-                int id = gr->task_param[t];
-                if (id >= 0 && (size_t)id < p->nparams && (*grp)[id] < 0)
-                    (*grp)[id] = g, (*slot)[id] = gr->task_slot[t];
+    /* The DP ranks' schedules, then the expert ranks': each parameter is in one of them. */
+    for (int side = 0; side < 2; side++) {
+        size_t n = side ? p->nexpert_schedules : p->nschedules;
+        const cz_rank_schedule *all = side ? p->expert_schedules : p->schedules;
+        for (size_t k = 0; k < n; k++)
+            for (int g = 0; g < all[k].ngroups; g++) {
+                const cz_plan_group *gr = &all[k].groups[g];
+                for (int t = 0; t < gr->ntasks; t++) {
+                    int id = gr->task_param[t];
+                    if (id >= 0 && (size_t)id < p->nparams && (*grp)[id] < 0)
+                        (*grp)[id] = g, (*slot)[id] = gr->task_slot[t];
+                }
             }
-        }
+    }
     return 0;
 }
 
@@ -542,7 +600,7 @@ static void rank_parts(const cz_plan *p, size_t k, double *c, rank_why *w)
     for (size_t i = 0; i < p->nparams; i++) {
         const cz_plan_param *x = &p->params[i];
         c[i] = 0.0;
-        if (x->def.kind != CZ_KIND_MATRIX && x->stage == stage && x->dp_owner == d) {
+        if (x->def.kind != CZ_KIND_MATRIX && x->stage == stage && x->dp_owner == d && !x->expert) {
             c[i] = x->cost / p->tp;
             w->elementwise += c[i];
         }
@@ -739,7 +797,7 @@ int cz__plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit,
         return cz__error_set(err, CZ_EINVALID, "diff: two plans are required");
     int same_model =
         !strcmp(cz__str_or_unknown(a->model_sha256), cz__str_or_unknown(b->model_sha256));
-    int same_topo = a->dp == b->dp && a->tp == b->tp && a->pp == b->pp;
+    int same_topo = a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && same_experts(a, b);
     if (!force && !same_model)
         return cz__error_set(err, CZ_EMISMATCH,
                              "the plans are for different models: A is '%s' (sha256 %s), B is '%s' "
@@ -749,9 +807,11 @@ int cz__plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit,
                              cz__str_or_unknown(b->model_sha256));
     if (!force && !same_topo)
         return cz__error_set(err, CZ_EMISMATCH,
-                             "the plans have different topologies: A is dp=%d tp=%d pp=%d, B is "
-                             "dp=%d tp=%d pp=%d; use --force to compare anyway",
-                             a->dp, a->tp, a->pp, b->dp, b->tp, b->pp);
+                             "the plans have different topologies: A is dp=%d tp=%d pp=%d ep=%d "
+                             "etp=%d, B is dp=%d tp=%d pp=%d ep=%d etp=%d (ep and etp 0: no expert "
+                             "groups); use --force to compare anyway",
+                             a->dp, a->tp, a->pp, a->ep, a->etp, b->dp, b->tp, b->pp, b->ep,
+                             b->etp);
     int by_id = same_model && a->nparams == b->nparams;
     int ndiff = 0;
     named *b_sorted = names_sorted(b);
@@ -762,7 +822,7 @@ int cz__plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit,
         cz__json_put(rep, "matched_by", json_string(by_id ? "id" : "name")) ||
         add_inputs(rep, a, b, &ndiff) || add_settings(rep, a, b, &ndiff) ||
         add_metrics(rep, a, b, &ndiff) || add_ranks(rep, a, b, &ndiff) ||
-        add_buckets(rep, a, b, &ndiff) ||
+        add_expert_ranks(rep, a, b, &ndiff) || add_buckets(rep, a, b, &ndiff) ||
         add_params(rep, a, b, b_sorted, &pl, by_id, limit, &ndiff) ||
         add_makespan(rep, a, b, b_sorted, &pl, by_id, limit) ||
         add_tasks(rep, a, b, b_sorted, by_id, limit, &ndiff) ||

@@ -143,9 +143,14 @@ static int stage_of_layer(int layer, int nlayers, int pp)
     return extra + (layer - big) / base;
 }
 
+/* Copies model parameter d into the plan. tp is the size of the group that splits it (TP, or
+ * ETP for an expert of a plan with expert groups) and c the cluster its cost is computed on (the
+ * cluster, or a copy whose TP size is that ETP: a replicated parameter's elementwise work is
+ * repeated on every rank of its own group). */
 static int param_copy(cz_plan_param *q, const cz_param_def *d, int id, const cz_model *m,
-                      const cz_cluster *c, const cz_settings *s, cz_error *err)
+                      const cz_cluster *c, int tp, const cz_settings *s, cz_error *err)
 {
+    const char *group = tp == c->tp ? "tp" : "etp";
     q->id = id;
     /* The model's parameter, with the plan's own copies of the name and block sizes (these
      * below), a 1-D shape's second side set to 1, and the kind the optimizer gives it. */
@@ -175,14 +180,15 @@ static int param_copy(cz_plan_param *q, const cz_param_def *d, int id, const cz_
     q->local_shape[1] = q->def.shape[1];
     if (q->def.tp_dim >= 0) {
         int64_t size = q->def.shape[q->def.tp_dim];
-        if (size % c->tp != 0)
+        if (size % tp != 0)
             return cz__error_set(err, CZ_EINVALID,
-                                 "%s: parameter '%s' splits dimension %d (size %lld) across tp = "
+                                 "%s: parameter '%s' splits dimension %d (size %lld) across %s = "
                                  "%d of %s, which does not divide it (Megatron-Core's column- and "
                                  "row-parallel layers and vocab-parallel embedding need an exact "
-                                 "split); change tp_dim or tp",
-                                 mfile, q->def.name, q->def.tp_dim, (long long)size, c->tp, cfile);
-        q->local_shape[q->def.tp_dim] = size / c->tp;
+                                 "split); change tp_dim or %s",
+                                 mfile, q->def.name, q->def.tp_dim, (long long)size, group, tp,
+                                 cfile, group);
+        q->local_shape[q->def.tp_dim] = size / tp;
     }
     if (q->def.nblocks > 0) {
         /* Models built in memory skip the loader's limit: hold them to it here. */
@@ -205,13 +211,13 @@ static int param_copy(cz_plan_param *q, const cz_param_def *d, int id, const cz_
                                      "%s: parameter '%s' block %d has size %lld; expected >= 1",
                                      mfile, q->def.name, b, (long long)q->def.block_sizes[b]);
             sum += q->def.block_sizes[b];
-            if (q->def.block_dim == q->def.tp_dim && q->def.block_sizes[b] % c->tp != 0)
+            if (q->def.block_dim == q->def.tp_dim && q->def.block_sizes[b] % tp != 0)
                 return cz__error_set(err, CZ_EINVALID,
                                      "%s: parameter '%s' block %d (size %lld along dimension %d, "
-                                     "the TP split dimension) is not divisible by tp = %d of %s; "
+                                     "the TP split dimension) is not divisible by %s = %d of %s; "
                                      "every TP rank must hold an equal part of each block",
                                      mfile, q->def.name, b, (long long)q->def.block_sizes[b],
-                                     q->def.block_dim, c->tp, cfile);
+                                     q->def.block_dim, group, tp, cfile);
         }
         if (sum != q->def.shape[q->def.block_dim])
             return cz__error_set(err, CZ_EINVALID,
@@ -260,6 +266,50 @@ static int stages_assign(cz_plan *plan, const cz_model *m, const cz_cluster *c, 
         plan->params[i].stage = c->pp - 1;
     }
     return CZ_OK;
+}
+
+/* Megatron-Core's expert topology (megatron_experts.c): the routed experts get buffers of their
+ * own, reduced over the expert-data-parallel group, when EP > 1 or ETP != TP; then expert e of a
+ * layer's E lives on EP rank e / (E / EP). With EP 1 and ETP = TP they are dense parameters, and
+ * the plan is what it was before expert parallelism existed. Marks plan->params[i].expert and
+ * ep_rank and sets plan->ep, etp and edp. */
+static int experts_assign(cz_plan *plan, const cz_model *m, const cz_cluster *c, cz_error *err)
+{
+    int ep = cz_cluster_ep(c), etp = cz_cluster_etp(c), rc = CZ_OK;
+    if (ep == 1 && etp == c->tp)
+        return CZ_OK;
+    int *experts = malloc((m->nparams + 1) * sizeof *experts);
+    int *index = malloc((m->nparams + 1) * sizeof *index);
+    if (!experts || !index) {
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory counting experts");
+        goto done;
+    }
+    if ((rc = cz__model_experts(m, experts, index, err)) != CZ_OK)
+        goto done;
+    int any = 0;
+    for (size_t i = 0; i < m->nparams; i++) {
+        if (!experts[i])
+            continue;
+        if (experts[i] % ep != 0) {
+            rc = cz__error_set(err, CZ_EINVALID,
+                               "%s: '%s' is one of %d experts, which EP %d does not divide",
+                               or_unknown(m->source), m->params[i].name, experts[i], ep);
+            goto done;
+        }
+        plan->params[i].expert = 1;
+        plan->params[i].ep_rank = index[i] / (experts[i] / ep);
+        any = 1;
+    }
+    if (any) {
+        plan->ep = ep;
+        plan->etp = etp;
+        plan->edp = cz_grid_edp(&(cz_grid){c->tp, c->dp, c->pp, ep, etp});
+        CZ_ASSERT_GOTO(plan->edp > 0, err, rc, done);
+    }
+done:
+    free(experts);
+    free(index);
+    return rc;
 }
 
 int cz__plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const cz_settings *s,
@@ -314,9 +364,30 @@ int cz__plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const c
         goto done;
     }
     plan->nparams = m->nparams;
-    for (size_t i = 0; i < m->nparams; i++)
-        if ((rc = param_copy(&plan->params[i], &m->params[i], (int)i, m, c, s, err)) != CZ_OK)
+    if ((rc = experts_assign(plan, m, c, err)) != CZ_OK)
+        goto done;
+    /* tpaware's moves and the exact DP model walk the dense buffer's DP ranges; the expert
+     * buffers' expert-DP ranges are not in them yet. */
+    if (cz_plan_has_experts(plan) && (s->dp == CZ_DP_TPAWARE || s->solver == CZ_SOLVER_ILP)) {
+        rc = cz__error_set(err, CZ_EUNSUPPORTED,
+                           "%s with expert groups (EP %d, ETP %d: the experts in buffers of their "
+                           "own) is not supported; use --dp alpha (or anchored, even, layerwise) "
+                           "with the greedy solver",
+                           s->dp == CZ_DP_TPAWARE ? "--dp tpaware" : "--solver ilp", plan->ep,
+                           plan->etp);
+        goto done;
+    }
+    cz_cluster ec = *c; /* the experts' costs: their replicated work is repeated over ETP */
+    ec.tp = plan->etp > 0 ? plan->etp : c->tp;
+    for (size_t i = 0; i < m->nparams; i++) {
+        cz_plan_param *q = &plan->params[i];
+        int expert = q->expert, ep_rank = q->ep_rank;
+        if ((rc = param_copy(q, &m->params[i], (int)i, m, expert ? &ec : c, expert ? ec.tp : c->tp,
+                             s, err)) != CZ_OK)
             goto done;
+        q->expert = expert;
+        q->ep_rank = ep_rank;
+    }
     if ((rc = stages_assign(plan, m, c, err)) != CZ_OK)
         goto done;
     rc = cz__task_table_build(plan, c, err);
@@ -390,8 +461,16 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     if ((rc = settings_check(settings, err)) != CZ_OK)
         return rc;
     if (model && cluster &&
-        (rc = cz__model_check_megatron(model, cluster->tp, cluster->source, err)) != CZ_OK)
+        ((rc = cz__model_check_megatron(model, cluster->tp, cluster->source, err)) != CZ_OK ||
+         (rc = cz__model_check_experts(model, cluster, err)) != CZ_OK))
         return rc;
+    /* The search runs on the plan alpha made (its settings say alpha): refused up front. */
+    if (settings->dp == CZ_DP_TPAWARE && model && cluster) {
+        cz_plan *probe = NULL;
+        if ((rc = cz__plan_init(&probe, model, cluster, settings, err)) != CZ_OK)
+            return rc;
+        cz_plan_free(probe);
+    }
     /* tpaware refines alpha's result: it starts from the alpha plan chosen below (cost or
      * element loads), so that it is never worse than alpha. */
     cz_settings eff = *settings;

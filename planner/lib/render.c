@@ -133,6 +133,8 @@ static const char *const compute_fill[2] = {"#59a14f", "#a6d99a"};
 #define COOP_FILL "#76b7b2"
 #define COOP_STROKE "#1f5f5b"
 #define COOP_AR_FILL "#e15759"
+/* The expert ranks' part of a GPU's load, under the dense part of its bar. */
+#define EXPERT_FILL "#f28e2b"
 
 /* What the picture states about the plan, computed once. */
 typedef struct render_facts {
@@ -144,6 +146,8 @@ typedef struct render_facts {
     int ties;            /* DP ranks of the critical stage computing within 0.5 % of the max */
     double tl_lb;        /* lower bound in the timeline's unit (0 when unknown) */
     int tl_lb_estimated; /* 1 when tl_lb was converted from another cost unit */
+    double *expert;      /* a plan with expert groups: each GPU's expert part of its load (drawn
+                            as the lower segment of its bar); NULL otherwise */
 } render_facts;
 
 static void facts_compute(render_facts *f, const cz_plan *plan, const cz_sim_result *sim,
@@ -300,10 +304,14 @@ static int svg_title(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim
     double ratio = bound_of(m) > 0 ? m->tp_makespan / bound_of(m) : 0.0;
     char buf[64], b2[64], name[96], text[1024] = "";
     cz_cost_unit u = plan->settings.unit;
-    cat(text, sizeof text, "%.200s on %.200s (DP %d x TP %d x PP %d = %d GPUs)",
+    cat(text, sizeof text, "%.200s on %.200s (DP %d x TP %d x PP %d = %d GPUs",
         plan->model_name ? plan->model_name : "model",
         o->cluster_name ? o->cluster_name : (plan->cluster_name ? plan->cluster_name : "cluster"),
         plan->dp, plan->tp, plan->pp, f->ngpus);
+    if (cz_plan_has_experts(plan))
+        cat(text, sizeof text, "; experts over EP %d x ETP %d x expert-DP %d", plan->ep, plan->etp,
+            plan->edp);
+    cat(text, sizeof text, ")");
     int y = text_wrapped(b, 24, 16, 1, NULL, text, width) + 2;
     text[0] = '\0';
     cat(text, sizeof text, "%s, unit %s, dp %s", cz_optimizer_name(plan->settings.optimizer),
@@ -315,6 +323,8 @@ static int svg_title(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim
     cat(text, sizeof text,
         ", tp %s; DP imbalance %.3f, TP imbalance %.3f, makespan / lower bound %.3f",
         cz_tp_strategy_name(plan->settings.tp), m->dp_imbalance, m->tp_imbalance, ratio);
+    if (cz_plan_has_experts(plan))
+        cat(text, sizeof text, ", expert imbalance %.3f", m->expert_imbalance);
     if (sim && o->sim_in_seconds)
         cat(text, sizeof text, "; simulated step %.3f ms", sim->step_s * 1e3);
     y = text_wrapped(b, y, 12, 0, NULL, text, width);
@@ -540,6 +550,10 @@ static int loads_header(cz_strbuf *b, const cz_plan *plan, const render_facts *f
         legend_item(b, &lx, &ly, lmax, rank_fill[0], NULL, 0, "GPU (DP ranks alternate shades)");
     }
     legend_item(b, &lx, &ly, lmax, BUSIEST_FILL, NULL, 0, "busiest GPU");
+    if (f->expert)
+        legend_item(b, &lx, &ly, lmax, EXPERT_FILL, NULL, 0,
+                    g->aggregate ? "expert work (mean of the column)"
+                                 : "its expert rank's work (EP x ETP groups)");
     snprintf(b2, sizeof b2, "lower bound %s", fmt_value(buf, sizeof buf, bound_of(m), u));
     legend_item(b, &lx, &ly, lmax, NULL, LB_STROKE, 1, b2);
     snprintf(b2, sizeof b2, "mean %s", fmt_value(buf, sizeof buf, f->mean, u));
@@ -579,6 +593,14 @@ static void loads_gpu_bars(cz_strbuf *b, const cz_plan *plan, const render_facts
                           g->y0 - loads_y(g, v),
                           gi == f->busiest ? BUSIEST_FILL : rank_fill[d0 % 2], s, d0, t,
                           fmt_value(buf, sizeof buf, v, g->u));
+        if (f->expert && f->expert[gi] > 0)
+            cz__strbuf_printf(b,
+                              "<rect class=\"expert\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
+                              "height=\"%.2f\" fill=\"%s\"><title>stage %d, DP %d, TP %d: "
+                              "expert rank's work %s</title></rect>\n",
+                              x, loads_y(g, f->expert[gi]), fmax(bw - (bw > 4 ? 0.5 : 0.0), 0.5),
+                              g->y0 - loads_y(g, f->expert[gi]), EXPERT_FILL, s, d0, t,
+                              fmt_value(buf, sizeof buf, f->expert[gi], g->u));
         if (gi == f->busiest) {
             *mark_x = x + bw / 2;
             *mark_y = loads_y(g, v);
@@ -594,13 +616,14 @@ static void loads_column(cz_strbuf *b, const cz_plan *plan, const render_facts *
 {
     char buf[64], b2[64];
     int D = g->D, R = g->R, d0 = c * g->k, d1 = d0 + g->k < D ? d0 + g->k : D;
-    double lo = INFINITY, hi = 0.0, sum = 0.0;
+    double lo = INFINITY, hi = 0.0, sum = 0.0, esum = 0.0;
     int has_busiest = 0;
     for (int gi = (s * D + d0) * R; gi < (s * D + d1) * R; gi++) {
         double v = plan->metrics.gpu_load[gi];
         lo = fmin(lo, v);
         hi = fmax(hi, v);
         sum += v;
+        esum += f->expert ? f->expert[gi] : 0.0;
         has_busiest |= gi == f->busiest;
     }
     double mean = sum / ((d1 - d0) * R), x = sx + c * g->col_w, w = g->col_w - g->gap;
@@ -619,6 +642,14 @@ static void loads_column(cz_strbuf *b, const cz_plan *plan, const render_facts *
                       has_busiest ? BUSIEST_FILL : AGG_MAX_FILL, x, loads_y(g, mean), w,
                       g->y0 - loads_y(g, mean), AGG_MEAN_FILL, x, loads_y(g, lo), x + w,
                       loads_y(g, lo));
+    double emean = esum / ((d1 - d0) * R);
+    if (emean > 0)
+        cz__strbuf_printf(b,
+                          "<rect class=\"expert\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
+                          "height=\"%.2f\" fill=\"%s\"><title>mean expert work %s</title>"
+                          "</rect>\n",
+                          x + w / 4, loads_y(g, emean), w / 2, g->y0 - loads_y(g, emean),
+                          EXPERT_FILL, fmt_value(buf, sizeof buf, emean, g->u));
     if (has_busiest) {
         *mark_x = x + w / 2;
         *mark_y = loads_y(g, hi);
@@ -1112,6 +1143,15 @@ static int svg_body(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim,
     int rc = CZ_OK;
     render_facts f;
     facts_compute(&f, plan, sim, &o);
+    if (cz_plan_has_experts(plan) && plan->metrics.gpu_load) {
+        f.expert = malloc((size_t)f.ngpus * sizeof *f.expert);
+        if (!f.expert) {
+            rc = cz__error_set(err, CZ_ENOMEM, "out of memory rendering the plan");
+            goto done;
+        }
+        if ((rc = cz__plan_expert_gpu_load(plan, f.expert, err)) != CZ_OK)
+            goto done;
+    }
     int height = svg_title(&body, plan, sim, &o, &f, width);
     if ((rc = svg_loads(&body, plan, &f, width, height - 4, &height, err)))
         goto done;
@@ -1143,6 +1183,7 @@ static int svg_body(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim,
     if (body.failed || b->failed)
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory rendering the plan");
 done:
+    free(f.expert);
     cz__strbuf_free(&body);
     return rc;
 }
@@ -1224,6 +1265,27 @@ static void html_tables(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *
             fmt_value(buf, sizeof buf, m->rank_makespan ? m->rank_makespan[r] : 0, u));
         cz__strbuf_printf(b, "<td>%d</td><td>%s</td><td>%.3f GiB</td></tr>\n", groups,
                           fmt_value(buf, sizeof buf, busiest, u), mem / 1073741824.0);
+    }
+    if (cz_plan_has_experts(plan)) {
+        cz__strbuf_printf(b,
+                          "</table>\n<h2>Expert ranks (EP %d x ETP %d x expert-DP %d per stage, "
+                          "expert imbalance %.4f)</h2>\n<table>\n<tr><th>stage</th><th>EP "
+                          "rank</th><th>expert-DP rank</th><th>expert load</th><th>ETP "
+                          "makespan</th><th>groups</th></tr>\n",
+                          plan->ep, plan->etp, plan->edp, m->expert_imbalance);
+        for (size_t x = 0; x < plan->nexpert_schedules; x++) {
+            const cz_rank_schedule *rs = &plan->expert_schedules[x];
+            cz__strbuf_printf(b, "<tr><td>%d</td><td>%d</td><td>%d</td>", rs->stage, rs->ep_rank,
+                              rs->dp_rank);
+            cz__strbuf_printf(
+                b, "<td>%s</td>",
+                fmt_value(buf, sizeof buf, m->expert_load ? m->expert_load[x] : 0, u));
+            cz__strbuf_printf(b, "<td>%s</td><td>%d</td></tr>\n",
+                              fmt_value(buf, sizeof buf,
+                                        m->expert_rank_makespan ? m->expert_rank_makespan[x] : 0,
+                                        u),
+                              rs->ngroups);
+        }
     }
     cz__strbuf_printf(
         b, "</table>\n<h2>Costliest parameters</h2>\n<table>\n<tr><th>#</th><th>name</th>"

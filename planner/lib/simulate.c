@@ -114,6 +114,10 @@ typedef struct sim_ctx {
     int64_t *lw_buckets;   /* scratch for the layout's bucket sizes (nparams + 1) */
     cz_muon_tp_mode muon_tp;
     cz_muon_tp_work *tpw; /* per param under blockwise / distributed: its Gram all-reduces */
+    /* A plan with expert groups simulates its expert ranks with a copy of the context whose
+     * "DP ranks" are the expert ranks (D = ep * edp, in cz_plan_expert_rank's order) and whose
+     * TP groups are the ETP groups (R = etp); expert is 1 in that copy, 0 in the dense one. */
+    int expert;
 } sim_ctx;
 
 static void prog_free(sim_prog *pg)
@@ -163,6 +167,22 @@ static double dp_gbps(const sim_ctx *cx, int stage)
     return c->links.intra_node_gbps;
 }
 
+/* Whether parameter p belongs to the ranks cx simulates (dense or expert), and the rank of its
+ * bucket's partition that rank *d of cx is (the expert-DP rank of an expert rank; false for an
+ * expert of another EP rank). */
+static bool in_side(const sim_ctx *cx, const cz_plan_param *p, int *d)
+{
+    if (p->expert != cx->expert)
+        return false;
+    if (!cx->expert)
+        return true;
+    int ep = cx->plan->ep;
+    if (p->ep_rank != *d % ep)
+        return false;
+    *d /= ep;
+    return true;
+}
+
 static const cz_plan_bucket *param_bucket(const sim_ctx *cx, const cz_plan_param *p)
 {
     int bi = cx->bucket_index[p->id];
@@ -173,7 +193,7 @@ static const cz_plan_bucket *param_bucket(const sim_ctx *cx, const cz_plan_param
 static int64_t param_overlap(const sim_ctx *cx, const cz_plan_param *p, int d)
 {
     const cz_plan_bucket *b = param_bucket(cx, p);
-    if (!b || !b->ranges)
+    if (!b || !b->ranges || !in_side(cx, p, &d))
         return 0;
     int64_t lo = b->ranges[2 * d], hi = b->ranges[2 * d + 1];
     int64_t s = p->offset > lo ? p->offset : lo, end;
@@ -184,8 +204,13 @@ static int64_t param_overlap(const sim_ctx *cx, const cz_plan_param *p, int d)
     return e > s ? e - s : 0;
 }
 
-static const cz_rank_schedule *find_schedule(const cz_plan *plan, int stage, int d)
+static const cz_rank_schedule *find_schedule(const sim_ctx *cx, int stage, int d)
 {
+    const cz_plan *plan = cx->plan;
+    if (cx->expert) /* expert rank d of the stage, cz_plan_expert_rank's order */
+        return (size_t)stage * (size_t)cx->D + (size_t)d < plan->nexpert_schedules
+                   ? &plan->expert_schedules[(size_t)stage * (size_t)cx->D + (size_t)d]
+                   : NULL;
     size_t i = (size_t)stage * (size_t)plan->dp + (size_t)d;
     if (i < plan->nschedules && plan->schedules[i].stage == stage &&
         plan->schedules[i].dp_rank == d)
@@ -220,15 +245,17 @@ static void prog_elementwise(const sim_ctx *cx, sim_prog *pg, int stage, int d)
     double e = 0.0;
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        if (p->def.kind != CZ_KIND_ELEMENTWISE || p->stage != stage)
+        int own = d;
+        if (p->def.kind != CZ_KIND_ELEMENTWISE || p->stage != stage || !in_side(cx, p, &own))
             continue;
         double share = cx->sec[i] / cx->R;
         if (cx->zero1_elementwise) {
-            e += share / cx->D; /* an even slice of the ZeRO-1 buffer, padding aside */
+            /* an even slice of the ZeRO-1 buffer, padding aside */
+            e += share / (cx->expert ? plan->edp : cx->D);
         } else if (cz_plan_param_fragmented(plan, p)) {
             if (p->numel > 0)
                 e += share * (double)param_overlap(cx, p, d) / (double)p->numel;
-        } else if (p->dp_owner == d) {
+        } else if (p->dp_owner == own) {
             e += share;
         }
     }
@@ -260,7 +287,7 @@ static int prog_build_even(const sim_ctx *cx, sim_prog *pg, int stage, int d, do
         if (mine < p->numel) {
             int sharing = 0;
             for (int r = 0; r < cx->D; r++)
-                sharing += param_overlap(cx, p, r) > 0;
+                sharing += param_overlap(cx, p, r) > 0; /* 0 for ranks of another side */
             if (sharing > max_sharing)
                 max_sharing = sharing;
             missing += (double)(p->numel - mine) * cx->elem_bytes;
@@ -354,7 +381,7 @@ static task_work task_work_of(const sim_ctx *cx, const cz_plan_group *grp, int k
 static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_error *err)
 {
     const cz_plan *plan = cx->plan;
-    const cz_rank_schedule *rs = find_schedule(plan, stage, d);
+    const cz_rank_schedule *rs = find_schedule(cx, stage, d);
     int ngroups = rs ? rs->ngroups : 0;
     int R = cx->R, rc = CZ_OK;
     double *send = NULL, *recv = NULL;
@@ -602,7 +629,7 @@ static int dp_sync_seconds(const sim_ctx *cx, int stage, double *grad_s, double 
     int layerwise = plan->settings.dp == CZ_DP_LAYERWISE;
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
-        if (bk->stage != stage)
+        if (bk->stage != stage || bk->expert) /* expert buffers: expert_sync_seconds */
             continue;
         if (layerwise) {
             /* Whole parameters per rank break the equal-slice geometry: gradients are
@@ -671,6 +698,13 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
                                  "(dp=%d tp=%d pp=%d)",
                                  plan->dp, plan->tp, plan->pp, c->name ? c->name : "?", c->dp,
                                  c->tp, c->pp);
+        if (cz_plan_has_experts(plan) &&
+            (plan->ep != cz_cluster_ep(c) || plan->etp != cz_cluster_etp(c)))
+            return cz__error_set(err, CZ_EMISMATCH,
+                                 "plan expert groups ep=%d etp=%d do not match cluster '%s' (ep=%d "
+                                 "etp=%d)",
+                                 plan->ep, plan->etp, c->name ? c->name : "?", cz_cluster_ep(c),
+                                 cz_cluster_etp(c));
         if (!(c->links.intra_node_gbps > 0) || !(c->links.inter_node_gbps > 0) ||
             c->gpus_per_node < 1)
             return cz__error_set(err, CZ_EINVALID,
@@ -708,18 +742,21 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
         if (!c) {
             cx->sec[i] = p->cost;
         } else {
+            /* An expert is split over its ETP group (cz_plan_param_tp). */
+            cz_cluster pc = *c;
+            pc.tp = cz_plan_param_tp(plan, p);
             if (cx->tpw) {
                 cx->tpw[i] =
-                    cz__cost_muon_tp(&p->def, &plan->settings, c, plan->dtype, cx->muon_tp);
+                    cz__cost_muon_tp(&p->def, &plan->settings, &pc, plan->dtype, cx->muon_tp);
                 cx->sec[i] = cx->tpw[i].seconds;
             } else {
-                cx->sec[i] = cz__cost_param_seconds(&p->def, &plan->settings, c, plan->dtype);
+                cx->sec[i] = cz__cost_param_seconds(&p->def, &plan->settings, &pc, plan->dtype);
             }
         }
     }
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
-        for (int d = 0; bk->ranges && d < cx->D; d++)
+        for (int d = 0; bk->ranges && d < cz_plan_bucket_nranks(plan, bk); d++)
             if (bk->ranges[2 * d] < 0 || bk->ranges[2 * d + 1] < bk->ranges[2 * d] ||
                 bk->ranges[2 * d + 1] > bk->size)
                 return cz__error_set(err, CZ_EINVALID,
@@ -730,6 +767,12 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
     }
     return CZ_OK;
 }
+
+static int build_rank(const sim_ctx *cx, sim_prog *pg, int s, int d, double *frag, cz_error *err);
+static int expert_stage(const sim_ctx *dense, cz_sim_result *r, int s, const double *gpu_finish,
+                        double *finish, double *busy, int64_t *owned, double *grad_s,
+                        double *param_s, double *frag_max, double *local, int *crit_d, int *crit_t,
+                        double *expert_part, cz_error *err);
 
 static int build_rank(const sim_ctx *cx, sim_prog *pg, int s, int d, double *frag, cz_error *err)
 {
@@ -749,6 +792,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     sim_prog pg = {0};
     cz_sim_result *r = NULL;
     double *finish = NULL, *busy = NULL, *coop_ar = NULL, *coop_comm = NULL, *coop_wait = NULL;
+    double *gpu_finish = NULL; /* with expert groups: each GPU of a stage, its dense part */
     int64_t *owned = NULL;
     int rc;
     *out = NULL;
@@ -757,11 +801,13 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     if ((rc = ctx_init(&cx, plan, cluster, opt, err)))
         goto done;
     int R = cx.R, D = cx.D, P = cx.P;
+    int most = plan->edp > D ? plan->edp : D, experts = cz_plan_has_experts(plan);
     r = calloc(1, sizeof *r);
-    finish = calloc((size_t)R, sizeof *finish);
-    busy = calloc((size_t)R, sizeof *busy);
-    owned = calloc((size_t)D, sizeof *owned);
-    if (!r || !finish || !busy || !owned) {
+    finish = calloc((size_t)(experts && plan->etp > R ? plan->etp : R), sizeof *finish);
+    busy = calloc((size_t)(experts && plan->etp > R ? plan->etp : R), sizeof *busy);
+    owned = calloc((size_t)most, sizeof *owned);
+    gpu_finish = calloc((size_t)D * (size_t)R, sizeof *gpu_finish);
+    if (!r || !finish || !busy || !owned || !gpu_finish) {
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
         goto done;
     }
@@ -775,7 +821,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     }
     r->step_s = -1.0;
     for (int s = 0; s < P; s++) {
-        double grad_s, param_s, frag_max = 0.0, local = 0.0;
+        double grad_s, param_s, frag_max = 0.0, local = 0.0, expert_part = 0.0;
         int crit_d = 0, crit_t = 0;
         if ((rc = dp_sync_seconds(&cx, s, &grad_s, &param_s, owned, err)))
             goto done;
@@ -789,6 +835,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
             for (int t = 0; t < R; t++) {
                 r->gpu_busy[(s * D + d) * R + t] = busy[t];
                 r->compute_s = fmax(r->compute_s, busy[t]);
+                gpu_finish[d * R + t] = finish[t];
                 if (finish[t] > local) {
                     local = finish[t];
                     crit_d = d;
@@ -796,6 +843,10 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
                 }
             }
         }
+        if (experts &&
+            (rc = expert_stage(&cx, r, s, gpu_finish, finish, busy, owned, &grad_s, &param_s,
+                               &frag_max, &local, &crit_d, &crit_t, &expert_part, err)) != CZ_OK)
+            goto done;
         double step = grad_s + frag_max + local + param_s;
         if (step > r->step_s) {
             r->step_s = step;
@@ -807,6 +858,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
             r->critical_stage = s;
             r->critical_dp = crit_d;
             r->critical_tp = crit_t;
+            r->expert_s = expert_part;
         }
     }
     /* Timeline of the critical DP rank, rebuilt (cheap) rather than kept for every rank. */
@@ -853,6 +905,7 @@ done:
     cz_sim_result_free(r);
     free(finish);
     free(busy);
+    free(gpu_finish);
     free(coop_ar);
     free(coop_comm);
     free(coop_wait);
@@ -862,4 +915,123 @@ done:
     free(cx.lw_buckets);
     free(cx.tpw);
     return rc;
+}
+
+/* ---- expert groups ---------------------------------------------------------------------------
+ * A plan with expert groups: after its DP rank's micro-groups a GPU runs its expert rank's,
+ * whose first collectives wait for every GPU of the ETP group, so an expert rank starts when the
+ * last of its GPUs finishes its dense part. The expert buffers are reduced and gathered over the
+ * expert-DP groups, all EP ranks at once (their groups are disjoint): each adds its slowest EP
+ * rank's collectives to the stage's. */
+
+/* The links of stage s's expert-DP group of EP rank e: inter-node when any of its ETP lanes
+ * spans nodes (rank order: ETP fastest, then EP, then expert-DP). */
+static double expert_dp_gbps(const sim_ctx *cx, int stage, int e)
+{
+    const cz_cluster *c = cx->cluster;
+    const cz_plan *plan = cx->plan;
+    int per_stage = plan->dp * plan->tp;
+    for (int t = 0; t < plan->etp; t++)
+        if (cz__sim_group_spans_nodes(stage * per_stage + e * plan->etp + t, plan->etp * plan->ep,
+                                      plan->edp, c->gpus_per_node))
+            return c->links.inter_node_gbps;
+    return c->links.intra_node_gbps;
+}
+
+/* The gradient and parameter synchronization of EP rank e's expert buffer on stage s, as
+ * dp_sync_seconds does a dense buffer's. */
+static int expert_sync(const sim_ctx *cx, int stage, int e, double *grad_s, double *param_s,
+                       int64_t *owned, cz_error *err)
+{
+    const cz_plan *plan = cx->plan;
+    int G = plan->edp;
+    *grad_s = *param_s = 0.0;
+    if (!cx->cluster || G <= 1)
+        return CZ_OK;
+    double gbps = expert_dp_gbps(cx, stage, e);
+    if (cx->megatron_aug26) {
+        size_t nb = 0;
+        int rc = cz__megatron_lw_domain(plan, stage, e, NULL, cx->lw_buckets, &nb, err);
+        for (size_t b = 0; rc == CZ_OK && b < nb; b++) {
+            double t = cz__sim_collective_seconds(CZ_COLL_REDUCE_SCATTER, G,
+                                                  (double)(cx->lw_buckets[b] / G) * cx->elem_bytes,
+                                                  gbps, cx->lat_us);
+            *grad_s += t;
+            *param_s += t;
+        }
+        return rc;
+    }
+    for (size_t b = 0; b < plan->nbuckets; b++) {
+        const cz_plan_bucket *bk = &plan->buckets[b];
+        if (bk->stage != stage || !bk->expert || bk->ep_rank != e || !bk->ranges)
+            continue;
+        if (plan->settings.dp == CZ_DP_LAYERWISE) {
+            memset(owned, 0, sizeof *owned * (size_t)G);
+            for (size_t i = 0; i < plan->nparams; i++) {
+                const cz_plan_param *p = &plan->params[i];
+                if (cx->bucket_index[i] == (int)b && p->dp_owner >= 0 && p->dp_owner < G &&
+                    __builtin_add_overflow(owned[p->dp_owner], p->numel, &owned[p->dp_owner]))
+                    owned[p->dp_owner] = INT64_MAX;
+            }
+            *grad_s += cz__sim_collective_seconds(
+                CZ_COLL_ALL_REDUCE, G, (double)bk->size * cx->elem_bytes, gbps, cx->lat_us);
+            *param_s +=
+                cz__sim_uneven_seconds(owned, G, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
+            continue;
+        }
+        for (int d = 0; d < G; d++)
+            owned[d] = bk->ranges[2 * d + 1] - bk->ranges[2 * d];
+        double t = cz__sim_uneven_seconds(owned, G, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
+        *grad_s += t;
+        *param_s += t;
+    }
+    return CZ_OK;
+}
+
+static int expert_stage(const sim_ctx *dense, cz_sim_result *r, int s, const double *gpu_finish,
+                        double *finish, double *busy, int64_t *owned, double *grad_s,
+                        double *param_s, double *frag_max, double *local, int *crit_d, int *crit_t,
+                        double *expert_part, cz_error *err)
+{
+    const cz_plan *plan = dense->plan;
+    sim_ctx cx = *dense;
+    cx.expert = 1;
+    cx.R = plan->etp;
+    cx.D = plan->ep * plan->edp;
+    sim_prog pg = {0};
+    int rc = CZ_OK, per_stage = plan->dp * plan->tp;
+    double grad = 0.0, param = 0.0;
+    for (int e = 0; e < plan->ep; e++) {
+        double g, p;
+        if ((rc = expert_sync(&cx, s, e, &g, &p, owned, err)) != CZ_OK)
+            return rc;
+        grad = fmax(grad, g);
+        param = fmax(param, p);
+    }
+    *grad_s += grad;
+    *param_s += param;
+    for (int x = 0; x < cx.D; x++) {
+        double frag, start = 0.0;
+        if ((rc = build_rank(&cx, &pg, s, x, &frag, err)) != CZ_OK)
+            return rc;
+        prog_run(&pg, cx.R, cx.pipelined, finish, busy, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+        prog_free(&pg);
+        *frag_max = fmax(*frag_max, frag);
+        for (int t = 0; t < cx.R; t++)
+            start = fmax(start, gpu_finish[x * cx.R + t]);
+        for (int t = 0; t < cx.R; t++) {
+            int local_gpu = x * cx.R + t; /* the stage's GPU: dense rank local_gpu / tp */
+            double *b = &r->gpu_busy[s * per_stage + local_gpu];
+            *b += busy[t];
+            r->compute_s = fmax(r->compute_s, *b);
+            if (start + finish[t] > *local) {
+                *local = start + finish[t];
+                *crit_d = local_gpu / plan->tp;
+                *crit_t = local_gpu % plan->tp;
+                *expert_part = finish[t];
+            }
+        }
+    }
+    r->experts = 1;
+    return CZ_OK;
 }

@@ -17,15 +17,17 @@
 #include <string.h>
 
 /* Widths a task may take under the settings: 1, then (cooperative) the divisors of tp from 2
- * up, or only the forced one. */
-static int widths_of(const cz_settings *s, int tp, int *w)
+ * up, or only the forced one. With expert groups the divisors of etp too: an expert's task may
+ * take a width that divides its ETP group (the others cost INFINITY for it, and a dense task's
+ * widths must divide TP). */
+static int widths_of(const cz_settings *s, int tp, int etp, int *w)
 {
-    int n = 0;
+    int n = 0, most = etp > tp ? etp : tp;
     w[n++] = 1;
-    if (s->coop == 0 || tp <= 1 || s->tp != CZ_TP_ROLLBACK || s->optimizer != CZ_OPTIM_MUON)
+    if (s->coop == 0 || most <= 1 || s->tp != CZ_TP_ROLLBACK || s->optimizer != CZ_OPTIM_MUON)
         return n;
-    for (int k = 2; k <= tp && n < CZ_MAX_WIDTHS; k++)
-        if (tp % k == 0 && (s->coop == CZ_COOP_AUTO || s->coop == k))
+    for (int k = 2; k <= most && n < CZ_MAX_WIDTHS; k++)
+        if ((tp % k == 0 || (etp > 0 && etp % k == 0)) && (s->coop == CZ_COOP_AUTO || s->coop == k))
             w[n++] = k;
     return n;
 }
@@ -38,7 +40,10 @@ int cz__task_table_build(cz_plan *plan, const cz_cluster *c, cz_error *err)
 int cz__task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster *c, cz_error *err)
 {
     const cz_settings *s = &plan->settings;
-    tt->nwidths = widths_of(s, plan->tp, tt->widths);
+    tt->nwidths = widths_of(s, plan->tp, plan->etp, tt->widths);
+    /* An expert's cooperative members are ETP ranks: their all-reduces run on ETP's links. */
+    cz_cluster ec = *c;
+    ec.tp = plan->etp > 0 ? plan->etp : c->tp;
     /* Cooperative widths imply block tasks: a cooperative task is one Newton-Schulz run, and
      * the matrices that set the makespan at scale are blocked (gate/up, Q/K/V). */
     bool split = s->split_blocks || (tt->nwidths > 1 && s->coop != 0);
@@ -59,7 +64,7 @@ int cz__task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster
      * CZ_COOP_MAX_PANELS pipelines (cz__coop_best_panels): those of a shape are computed once. */
     struct {
         int64_t rows, cols;
-        int k, panels;
+        int k, group, panels;
         double cost;
     } seen[64];
     int nseen = 0;
@@ -82,23 +87,26 @@ int cz__task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster
             cw[0] = block < 0 ? p->cost : cz__cost_block(d, block, s, c, plan->dtype);
             int64_t r0, c0, rows, cols;
             cz_task_region(d, block, &r0, &c0, &rows, &cols);
+            int group = cz_plan_param_tp(plan, p);
+            const cz_cluster *cc = p->expert ? &ec : c;
             for (int w = 1; w < tt->nwidths; w++) {
                 int k = tt->widths[w];
                 pw[w] = 1, cw[w] = INFINITY;
-                if (!cz_task_coop_fits(d, block, k))
+                if (group % k != 0 || !cz_task_coop_fits(d, block, k))
                     continue;
                 int x = 0;
-                while (x < nseen &&
-                       !(seen[x].rows == rows && seen[x].cols == cols && seen[x].k == k))
+                while (x < nseen && !(seen[x].rows == rows && seen[x].cols == cols &&
+                                      seen[x].k == k && seen[x].group == group))
                     x++;
                 if (x < nseen) {
                     pw[w] = seen[x].panels, cw[w] = seen[x].cost;
                     continue;
                 }
-                pw[w] = cz__coop_best_panels(rows, cols, k, s, c, plan->dtype);
-                cw[w] = cz__cost_coop_panels(rows, cols, k, pw[w], s, c, plan->dtype);
+                pw[w] = cz__coop_best_panels(rows, cols, k, s, cc, plan->dtype);
+                cw[w] = cz__cost_coop_panels(rows, cols, k, pw[w], s, cc, plan->dtype);
                 if (nseen < (int)(sizeof seen / sizeof *seen)) {
                     seen[nseen].rows = rows, seen[nseen].cols = cols, seen[nseen].k = k;
+                    seen[nseen].group = group;
                     seen[nseen].panels = pw[w], seen[nseen].cost = cw[w];
                     nseen++;
                 }
@@ -168,7 +176,9 @@ double cz__task_lower_bound(const cz_plan *plan, const cz_task_table *tt)
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
         if (p->def.kind != CZ_KIND_MATRIX) {
-            double a = plan->settings.layout == CZ_LAYOUT_SPLIT ? 0.0 : p->cost / plan->tp;
+            double a = plan->settings.layout == CZ_LAYOUT_SPLIT && !p->expert
+                           ? 0.0
+                           : p->cost / cz_plan_param_tp(plan, p);
             lo = a > lo ? a : lo;
         } else if (!table) {
             lo = p->cost > lo ? p->cost : lo;

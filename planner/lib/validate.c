@@ -51,6 +51,50 @@ static void check_str(vctx *c, const char *what, const char *found, const char *
              expected ? expected : "(none)");
 }
 
+/* The expert grid the plan was made for against the cluster's, and whether the model's experts
+ * should have buffers of their own under it (EP > 1 or ETP != TP: Megatron-Core's rule), so that
+ * a plan made for another EP or ETP is reported as such. */
+static void check_expert_topology(vctx *c, const cz_plan *p, const cz_model *m,
+                                  const cz_cluster *cl)
+{
+    int ep = cz_cluster_ep(cl), etp = cz_cluster_etp(cl);
+    size_t n = m->nparams ? m->nparams : 1;
+    int *experts = malloc(n * sizeof *experts), *index = malloc(n * sizeof *index), any = 0;
+    cz_error e;
+    if (!experts || !index) {
+        c->oom = 1;
+        goto done;
+    }
+    if (cz__model_experts(m, experts, index, &e) == CZ_OK)
+        for (size_t i = 0; i < m->nparams; i++)
+            any |= experts[i] > 0;
+    bool want = any && (ep > 1 || etp != cl->tp);
+    at(c, "$.topology.ep");
+    c->checks++;
+    if (want && !cz_plan_has_experts(p)) {
+        viol(c, "topology",
+             "the cluster has EP %d and ETP %d (TP %d), under which Megatron-Core gives the "
+             "model's experts buffers of their own, but the plan has no expert groups (it was "
+             "made for EP 1 and ETP = TP); re-run canzona plan with these sizes",
+             ep, etp, cl->tp);
+        c->unsafe = 1;
+    } else if (!want && cz_plan_has_experts(p)) {
+        viol(c, "topology",
+             "the plan has expert groups (EP %d, ETP %d) but the cluster has EP %d and ETP %d "
+             "(TP %d)%s; re-run canzona plan with the cluster's sizes",
+             p->ep, p->etp, ep, etp, cl->tp, any ? "" : " and the model no experts");
+        c->unsafe = 1;
+    } else if (want && (p->ep != ep || p->etp != etp)) {
+        viol(c, "topology",
+             "the plan was made for EP %d and ETP %d but the cluster has EP %d and ETP %d", p->ep,
+             p->etp, ep, etp);
+        c->unsafe = 1;
+    }
+done:
+    free(experts);
+    free(index);
+}
+
 static void check_inputs(vctx *c, const cz_plan *p, const cz_model *m, const cz_cluster *cl)
 {
     at(c, "$.inputs.model.name");
@@ -80,6 +124,7 @@ static void check_inputs(vctx *c, const cz_plan *p, const cz_model *m, const cz_
             c->unsafe = 1;
         }
     }
+    check_expert_topology(c, p, m, cl);
 }
 
 /* ---- parameters ------------------------------------------------------------------------- */
@@ -168,7 +213,10 @@ static void check_param_costs(vctx *c, const cz_plan *p, const cz_model *m, cons
     for (size_t i = 0; i < n; i++) {
         if (!same_def(&p->params[i], &m->params[i]))
             continue; /* already reported; another parameter's cost is no useful comparison */
-        double want = cz__cost_param(&m->params[i], &p->settings, cl, m->dtype);
+        /* An expert's replicated work is repeated over its ETP group (planner.c). */
+        cz_cluster ec = *cl;
+        ec.tp = cz_plan_param_tp(p, &p->params[i]);
+        double want = cz__cost_param(&m->params[i], &p->settings, &ec, m->dtype);
         at(c, "$.params[%zu].cost", i);
         c->checks++;
         if (!close_rel(p->params[i].cost, want))
@@ -219,6 +267,11 @@ static void check_layout_reference(vctx *c, const cz_plan *p, const cz_model *m,
                  "offset %lld size %lld",
                  x->stage, (long long)x->offset, (long long)x->size, y->stage, (long long)y->offset,
                  (long long)y->size);
+        else if (x->expert != y->expert || x->ep_rank != y->ep_rank)
+            viol(c, "bucket.layout",
+                 "bucket is in the %s buffer%s but the layout rules give the %s buffer%s",
+                 x->expert ? "expert" : "dense", x->expert ? " of an EP rank" : "",
+                 y->expert ? "expert" : "dense", y->expert ? " of an EP rank" : "");
         else if (x->elementwise != y->elementwise)
             viol(c, "bucket.layout", "bucket is in the %s buffer but the layout rules give the %s",
                  x->elementwise ? "elementwise" : "matrix",
@@ -315,76 +368,87 @@ static void check_tasks(vctx *c, const cz_plan *p, const cz_model *m, const cz_c
      * choose from (tp_tasks.c): a cooperative task is one matrix. */
     bool split = s->split_blocks || (s->coop != 0 && p->tp > 1 && s->tp == CZ_TP_ROLLBACK &&
                                      s->optimizer == CZ_OPTIM_MUON);
-    int nslots = (p->tp == 1 || s->tp == CZ_TP_SC) ? 1 : p->tp;
-    int *pos = calloc((size_t)nslots, sizeof *pos);
+    int most = p->etp > p->tp ? p->etp : p->tp;
+    int *pos = calloc((size_t)(most > 0 ? most : 1), sizeof *pos);
     if (!pos) {
         c->oom = 1;
         return;
     }
-    for (size_t k = 0; k < p->nschedules; k++) {
-        const cz_rank_schedule *rs = &p->schedules[k];
-        for (int g = 0; g < rs->ngroups; g++) {
-            const cz_plan_group *gr = &rs->groups[g];
-            memset(pos, 0, (size_t)nslots * sizeof *pos);
-            for (int t = 0; t < gr->ntasks; t++) {
-                int pid = gr->task_param[t], slot = gr->task_slot[t];
-                int width = cz_group_task_width(gr, t), block = cz_group_task_block(gr, t);
-                if (pid < 0 || (size_t)pid >= m->nparams || slot < 0 || width < 1 ||
-                    slot + width > nslots)
-                    continue; /* reported by the structural checks */
-                at(c, "$.tp_schedule[%zu].groups[%d].slots[%d][%d]", k, g, slot, pos[slot]);
-                for (int x = slot; x < slot + width; x++)
-                    pos[x]++;
-                const cz_param_def *d = &m->params[pid];
-                if (d->kind != CZ_KIND_MATRIX)
-                    continue;
-                c->checks += 3;
-                if (block >= 0 && !split)
-                    tally(&no_split, c);
-                if (block < 0 && d->nblocks > 0 && split)
-                    tally(&whole_split, c);
-                if (width > 1 && s->coop == 0)
-                    tally(&no_coop, c);
-                if (width > 1 && (s->tp != CZ_TP_ROLLBACK || s->unit == CZ_UNIT_NUMEL))
-                    tally(&coop_policy, c);
-                if (s->coop > 1) {
-                    double ck = table_cost(ref, pid, block, s->coop);
-                    int can = isnan(ck) ? coop_possible(d, block, s->coop, p->tp) : isfinite(ck);
-                    if (width != (can ? s->coop : 1))
-                        tally(&not_forced, c);
-                }
-                if (!gr->task_cost)
-                    continue;
-                double want = p->params[pid].cost;
-                const char *model = "the parameter's recorded cost";
-                double tc = width > 1 ? NAN : table_cost(ref, pid, block, width);
-                int panels = cz_group_task_panels(gr, t);
-                char coop_model[96];
-                if (block >= 0 && isfinite(tc)) {
-                    want = tc;
-                    model = "the cost model (cz__cost_block)";
-                } else if (width > 1) {
-                    int64_t r0, c0, rows, cols;
-                    cz_task_region(d, block, &r0, &c0, &rows, &cols);
-                    want = cz__cost_coop_panels(rows, cols, width, panels, s, cl, m->dtype);
-                    snprintf(coop_model, sizeof coop_model,
-                             "the cooperative cost model at its %d Gram panel%s "
-                             "(cz__cost_coop_panels)",
-                             panels, panels == 1 ? "" : "s");
-                    model = coop_model;
-                } else if (block >= 0) {
-                    want = cz__cost_block(d, block, s, cl, m->dtype);
-                    model = "the cost model (cz__cost_block)";
-                }
-                c->checks++;
-                if (!close_rel(gr->task_cost[t], want)) {
-                    char path[sizeof c->path];
-                    memcpy(path, c->path, sizeof path);
-                    at(c, "%s.cost", path);
-                    viol(c, "schedule.task_cost",
-                         "'%s' (id %d, block %d, width %d): cost is %.17g but %s gives %.17g (%s)",
-                         d->name, pid, block, width, gr->task_cost[t], model, want,
-                         cz_unit_name(s->unit));
+    /* The DP ranks' schedules over TP, then (expert groups) the expert ranks' over ETP. */
+    for (int side = 0; side < (cz_plan_has_experts(p) ? 2 : 1); side++) {
+        int group = side ? p->etp : p->tp;
+        int nslots = (group == 1 || s->tp == CZ_TP_SC) ? 1 : group;
+        size_t nsched = side ? p->nexpert_schedules : p->nschedules;
+        const char *root = side ? "expert_schedule" : "tp_schedule";
+        for (size_t k = 0; k < nsched; k++) {
+            const cz_rank_schedule *rs = side ? &p->expert_schedules[k] : &p->schedules[k];
+            for (int g = 0; g < rs->ngroups; g++) {
+                const cz_plan_group *gr = &rs->groups[g];
+                memset(pos, 0, (size_t)nslots * sizeof *pos);
+                for (int t = 0; t < gr->ntasks; t++) {
+                    int pid = gr->task_param[t], slot = gr->task_slot[t];
+                    int width = cz_group_task_width(gr, t), block = cz_group_task_block(gr, t);
+                    if (pid < 0 || (size_t)pid >= m->nparams || slot < 0 || width < 1 ||
+                        slot + width > nslots)
+                        continue; /* reported by the structural checks */
+                    at(c, "$.%s[%zu].groups[%d].slots[%d][%d]", root, k, g, slot, pos[slot]);
+                    for (int x = slot; x < slot + width; x++)
+                        pos[x]++;
+                    const cz_param_def *d = &m->params[pid];
+                    if (d->kind != CZ_KIND_MATRIX)
+                        continue;
+                    c->checks += 3;
+                    if (block >= 0 && !split)
+                        tally(&no_split, c);
+                    if (block < 0 && d->nblocks > 0 && split)
+                        tally(&whole_split, c);
+                    if (width > 1 && s->coop == 0)
+                        tally(&no_coop, c);
+                    if (width > 1 && (s->tp != CZ_TP_ROLLBACK || s->unit == CZ_UNIT_NUMEL))
+                        tally(&coop_policy, c);
+                    if (s->coop > 1) {
+                        double ck = table_cost(ref, pid, block, s->coop);
+                        int can =
+                            isnan(ck) ? coop_possible(d, block, s->coop, group) : isfinite(ck);
+                        if (width != (can ? s->coop : 1))
+                            tally(&not_forced, c);
+                    }
+                    if (!gr->task_cost)
+                        continue;
+                    double want = p->params[pid].cost;
+                    const char *model = "the parameter's recorded cost";
+                    double tc = width > 1 ? NAN : table_cost(ref, pid, block, width);
+                    int panels = cz_group_task_panels(gr, t);
+                    char coop_model[96];
+                    if (block >= 0 && isfinite(tc)) {
+                        want = tc;
+                        model = "the cost model (cz__cost_block)";
+                    } else if (width > 1) {
+                        int64_t r0, c0, rows, cols;
+                        cz_task_region(d, block, &r0, &c0, &rows, &cols);
+                        cz_cluster gc = *cl; /* an expert's members are ETP ranks */
+                        gc.tp = group;
+                        want = cz__cost_coop_panels(rows, cols, width, panels, s, &gc, m->dtype);
+                        snprintf(coop_model, sizeof coop_model,
+                                 "the cooperative cost model at its %d Gram panel%s "
+                                 "(cz__cost_coop_panels)",
+                                 panels, panels == 1 ? "" : "s");
+                        model = coop_model;
+                    } else if (block >= 0) {
+                        want = cz__cost_block(d, block, s, cl, m->dtype);
+                        model = "the cost model (cz__cost_block)";
+                    }
+                    c->checks++;
+                    if (!close_rel(gr->task_cost[t], want)) {
+                        char path[sizeof c->path];
+                        memcpy(path, c->path, sizeof path);
+                        at(c, "%s.cost", path);
+                        viol(c, "schedule.task_cost",
+                             "'%s' (id %d, block %d, width %d): cost is %.17g but %s gives %.17g "
+                             "(%s)",
+                             d->name, pid, block, width, gr->task_cost[t], model, want,
+                             cz_unit_name(s->unit));
+                    }
                 }
             }
         }
@@ -418,7 +482,15 @@ static void check_schema(vctx *c, const cz_plan *p)
     bool split = cz__plan_has_split_tasks(p);
     at(c, "$.schema");
     c->checks++;
-    if (p->schema_version == 2 && !split)
+    /* Version 3 is the plans with expert groups, whatever their tasks (the reader refuses
+     * expert keys in the other versions). */
+    if (p->schema_version == 3 && !cz_plan_has_experts(p))
+        viol(c, "plan.schema",
+             "the schema is \"%s\" but the plan has no expert groups: such a plan is \"%s\"",
+             CZ_PLAN_SCHEMA_EXPERT, split ? CZ_PLAN_SCHEMA_SPLIT : CZ_PLAN_SCHEMA);
+    else if (p->schema_version == 3)
+        return;
+    else if (p->schema_version == 2 && !split)
         viol(c, "plan.schema",
              "the schema is \"%s\" but the plan has no block or cooperative task: such a plan "
              "is \"%s\" (canzona plan writes version 2 only when it needs it)",
@@ -487,6 +559,13 @@ static void check_metrics(vctx *c, const cz_plan *p, const cz_cluster *cl)
         cmp_scalar(c, "$.metrics.split_lower_bound", f->split_lower_bound, w->split_lower_bound);
     }
     cmp_array(c, "$.metrics.memory", f->memory, w->memory, ng);
+    if (cz_plan_has_experts(p)) {
+        size_t nx = (size_t)p->pp * (size_t)cz_plan_expert_ranks(p);
+        cmp_array(c, "$.metrics.expert.load", f->expert_load, w->expert_load, nx);
+        cmp_scalar(c, "$.metrics.expert.imbalance", f->expert_imbalance, w->expert_imbalance);
+        cmp_array(c, "$.metrics.expert.rank_makespan", f->expert_rank_makespan,
+                  w->expert_rank_makespan, nx);
+    }
     cmp_scalar(c, "$.metrics.predicted_step_s", f->predicted_step_s, w->predicted_step_s);
 done:
     cz__plan_metrics_free(&tmp.metrics);
@@ -496,6 +575,7 @@ int cz__plan_validate_json(const cz_plan *plan, const cz_model *model, const cz_
                            json_t **violations_out, cz_error *err)
 {
     vctx c = {0};
+    c.expert_groups = 1; /* validate checks plans with expert groups */
     *violations_out = NULL;
     if (!plan || !model || !cluster)
         return cz__error_set(err, CZ_EINVALID, "validate: plan, model and cluster are required");

@@ -29,6 +29,30 @@ for m in qwen3-0.6b qwen3-1.7b qwen3-4b qwen3-8b qwen3-14b qwen3-32b qwen3-30b-a
     check "$m -o equals the bundled file" cmp -s "$want" "$tmp/$m.json"
 done
 
+# The bundled MoE models (DeepSeek-V3: multi-head latent attention, shared experts, leading dense
+# layers; test-moe, the small MoE of the executor's tests, in fp32).
+for m in qwen3-235b-a22b deepseek-v3 test-moe; do
+    cfg="$CZ_SOURCE_DIR/plans/hf/$m.config.json"
+    want="$CZ_SOURCE_DIR/plans/models/$m.json"
+    dtype=bf16
+    [ "$m" = test-moe ] && dtype=fp32
+    check "$m -o equals the bundled file" \
+        "$CZ" import-hf "$cfg" --make-vocab-size-divisible-by 1 --dtype $dtype -o "$tmp/$m.json"
+    check "$m equals the bundled file" cmp -s "$want" "$tmp/$m.json"
+done
+
+# --ep-size: the routed experts must divide by it (Megatron-Core: num_moe_experts % ep_size).
+if "$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/deepseek-v3.config.json" --ep-size 3 -o "$tmp/ep3.json" \
+    2> "$tmp/ep3.err"; then
+    echo "FAIL: --ep-size 3 accepted for 256 experts" >&2
+    fail=1
+fi
+check "--ep-size 3 refusal names the key and the rule" \
+    grep -q 'n_routed_experts (256) must be a multiple of the expert model-parallel size (3)' \
+    "$tmp/ep3.err"
+check "--ep-size 64 accepted" \
+    "$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/deepseek-v3.config.json" --ep-size 64 -o "$tmp/ep64.json"
+
 # Options: --name, --dtype, '-o -'.
 "$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/qwen3-8b.config.json" --name my-model --dtype fp32 -o - \
     > "$tmp/opts.json"

@@ -498,16 +498,16 @@ static cz_plan *make_plan(void)
 
     p->nbuckets = 2;
     p->buckets = calloc(2, sizeof *p->buckets);
-    p->buckets[0] = (cz_plan_bucket){0, 0, 0, 192, i64s(4, (int64_t[]){0, 64, 64, 192}), 0};
-    p->buckets[1] = (cz_plan_bucket){1, 0, 192, 144, i64s(4, (int64_t[]){0, 128, 128, 144}), 0};
+    p->buckets[0] = (cz_plan_bucket){0, 0, 0, 192, i64s(4, (int64_t[]){0, 64, 64, 192}), 0, 0, 0};
+    p->buckets[1] = (cz_plan_bucket){1, 0, 192, 144, i64s(4, (int64_t[]){0, 128, 128, 144}), 0, 0, 0};
 
     p->nschedules = 2;
     p->schedules = calloc(2, sizeof *p->schedules);
-    p->schedules[0] = (cz_rank_schedule){0, 0, 2, calloc(2, sizeof(cz_plan_group))};
+    p->schedules[0] = (cz_rank_schedule){0, 0, 2, calloc(2, sizeof(cz_plan_group)), 0};
     set_group(&p->schedules[0].groups[0], 0, 2, 1, (int[]){1}, (int[]){0},
               (double[]){1234.5678901234567, 0});
     set_group(&p->schedules[0].groups[1], 1, 2, 1, (int[]){4}, (int[]){1}, (double[]){0, 7e20});
-    p->schedules[1] = (cz_rank_schedule){0, 1, 1, calloc(1, sizeof(cz_plan_group))};
+    p->schedules[1] = (cz_rank_schedule){0, 1, 1, calloc(1, sizeof(cz_plan_group)), 0};
     set_group(&p->schedules[1].groups[0], 0, 2, 1, (int[]){3}, (int[]){0},
               (double[]){2.0 / 3.0, 0});
 
@@ -986,7 +986,7 @@ typedef struct plan_case {
 } plan_case;
 
 static const plan_case plan_cases[] = {
-    {"schema", CZ_EUNSUPPORTED, "$.schema: unsupported schema version \"canzona.plan/3\""},
+    {"schema", CZ_EUNSUPPORTED, "$.schema: unsupported schema version \"canzona.plan/4\""},
     {"unknown_top", CZ_EINVALID, "$: unknown key \"extra\""},
     {"unknown_param_key", CZ_EINVALID, "$.params[2]: unknown key \"color\""},
     {"slot_id", CZ_EINVALID,
@@ -1027,7 +1027,7 @@ static void mutate(json_t *root, const char *what)
     json_t *metrics = json_object_get(root, "metrics");
     json_t *g01 = json_array_get(json_object_get(json_array_get(sched, 0), "groups"), 1);
     if (!strcmp(what, "schema"))
-        json_object_set_new(root, "schema", json_string("canzona.plan/3"));
+        json_object_set_new(root, "schema", json_string("canzona.plan/4"));
     else if (!strcmp(what, "unknown_top"))
         json_object_set_new(root, "extra", json_integer(1));
     else if (!strcmp(what, "unknown_param_key"))

@@ -316,6 +316,163 @@ START_TEST(test_qwen3_moe_experts)
 }
 END_TEST
 
+/* The other bundled MoE models: exactly the importer's output of their configs, with totals
+ * counted by hand. Qwen3-235B-A22B (plans/hf/qwen3-235b-a22b.config.json, the public config of
+ * Qwen/Qwen3-235B-A22B): per layer linear_qkv (64 x 128 + 2 x 4 x 128) x 4096 = 37 748 736,
+ * linear_proj 4096 x 8192 = 33 554 432, QK-norms 2 x 128, two layer norms of 4096, a router
+ * 128 x 4096 = 524 288 and 128 experts of 3 x 1536 x 4096 = 2 415 919 104; 94 layers, the untied
+ * embedding and output layer 151936 x 4096 each and the final norm: 235 093 634 560 (published
+ * 235B). test-moe (plans/hf/test-moe.config.json, the small MoE of the executor's tests): hidden
+ * 128, 2 layers of 4 heads and 2 KV heads of 32 (linear_qkv 256 x 128, linear_proj 128 x 128),
+ * 8 experts of 3 x 64 x 128, vocabulary 512: 625 408. */
+static const struct {
+    const char *name;
+    long long total;
+} moe_bundled[] = {{"qwen3-235b-a22b", 235093634560LL}, {"test-moe", 625408LL}};
+
+START_TEST(test_moe_bundled)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "plans/hf/%s.config.json", moe_bundled[_i].name);
+    cz_error ierr;
+    char *path = src_path(rel);
+    cz_import_hf_options o;
+    cz_import_hf_options_init(&o);
+    o.vocab_divisible_by = 1;
+    o.dtype = !strcmp(moe_bundled[_i].name, "test-moe") ? CZ_DTYPE_FP32 : CZ_DTYPE_BF16;
+    json_t *imported = NULL;
+    ck_assert_msg(cz__import_hf_opts(&imported, path, &o, &ierr) == 0, "%s", ierr.message);
+    free(path);
+    snprintf(rel, sizeof rel, "plans/models/%s.json", moe_bundled[_i].name);
+    path = src_path(rel);
+    char *text = NULL, *file = read_text(path);
+    cz_error err;
+    ck_assert_int_eq(cz__model_json_format(&text, imported, &err), 0);
+    ck_assert_str_eq(text, file);
+    ck_assert_int_eq(walk_model(imported, NULL).elements, moe_bundled[_i].total);
+    free(file);
+    free(text);
+    free(path);
+    json_decref(imported);
+}
+END_TEST
+
+/* DeepSeek-V3 from its public config (plans/hf/deepseek-v3.config.json). Counted by hand from
+ * Hugging Face's DeepseekV3 modules: per layer the attention is input_layernorm 7168 + q_a_proj
+ * 1536 x 7168 (11 010 048) + q_a_layernorm 1536 + q_b_proj 128 x (128 + 64) x 1536
+ * (37 748 736) + kv_a_proj_with_mqa (512 + 64) x 7168 (4 128 768) + kv_a_layernorm 512 +
+ * kv_b_proj 128 x (128 + 128) x 512 (16 777 216) + o_proj 7168 x 128 x 128 (117 440 512) =
+ * 187 114 496, and post_attention_layernorm 7168; layers 0-2 (first_k_dense_replace 3) a dense
+ * MLP of 3 x 7168 x 18432 = 396 361 728; layers 3-60 a router 256 x 7168 (1 835 008), 256
+ * experts of 3 x 2048 x 7168 (11 274 289 152) and one shared expert of 3 x 2048 x 7168
+ * (44 040 192) = 11 320 164 352; the untied embedding and lm_head 129280 x 7168 each
+ * (926 679 040) and the final norm 7168: in all 671 026 404 352 (published: 671B without the
+ * multi-token-prediction module). Parameters: 2 + 1 + 3 x 11 + 58 x (8 + 1 + 1 + 512 + 2)
+ * = 30 428. */
+START_TEST(test_deepseek_v3)
+{
+    cz_error ierr;
+    json_t *m = import_with("plans/hf/deepseek-v3.config.json", 1, 1, &ierr);
+    ck_assert_msg(m != NULL, "%s", ierr.message);
+    walk w = walk_model(m, NULL);
+    ck_assert_int_eq(w.elements, 671026404352LL);
+    ck_assert_int_eq(w.nparams, 30428);
+    /* The bundled file is the importer's output. */
+    char *path = src_path("plans/models/deepseek-v3.json");
+    char *text = NULL, *file = read_text(path);
+    cz_error err;
+    ck_assert_int_eq(cz__model_json_format(&text, m, &err), 0);
+    ck_assert_str_eq(text, file);
+    free(file);
+    free(text);
+    free(path);
+    /* MLA as Megatron-Core's MLASelfAttention registers it: the down projections duplicated
+     * (replicated over TP), the up projections column-parallel with the LoRA norms fused. */
+    const json_t *qd = find(m, "decoder.layers.0.self_attention.linear_q_down_proj.weight");
+    assert_shape(qd, 1536, 7168);
+    assert_tp(qd, -1, "matrix");
+    assert_shape(find(m, "decoder.layers.0.self_attention.linear_q_up_proj.layer_norm_weight"),
+                 1536, -1);
+    const json_t *qu = find(m, "decoder.layers.60.self_attention.linear_q_up_proj.weight");
+    assert_shape(qu, 128 * 192, 1536);
+    assert_tp(qu, 0, "matrix");
+    const json_t *kvd = find(m, "decoder.layers.3.self_attention.linear_kv_down_proj.weight");
+    assert_shape(kvd, 512 + 64, 7168);
+    assert_tp(kvd, -1, "matrix");
+    const json_t *kvu = find(m, "decoder.layers.3.self_attention.linear_kv_up_proj.weight");
+    assert_shape(kvu, 128 * 256, 512);
+    assert_tp(kvu, 0, "matrix");
+    assert_tp(find(m, "decoder.layers.3.self_attention.linear_kv_up_proj.layer_norm_weight"), -1,
+              "elementwise");
+    const json_t *proj = find(m, "decoder.layers.3.self_attention.linear_proj.weight");
+    assert_shape(proj, 7168, 128 * 128);
+    assert_tp(proj, 1, "matrix");
+    assert_absent(m, "decoder.layers.0.self_attention.linear_qkv.weight");
+    assert_absent(m, "decoder.layers.0.self_attention.linear_q_proj.weight");
+    /* Three leading dense layers, then MoE layers with a router, 256 routed experts and the
+     * shared expert; the router's expert bias is a buffer, not a parameter. */
+    assert_shape(find(m, "decoder.layers.2.mlp.linear_fc1.weight"), 2 * 18432, 7168);
+    assert_absent(m, "decoder.layers.3.mlp.linear_fc1.weight");
+    assert_absent(m, "decoder.layers.2.mlp.router.weight");
+    assert_shape(find(m, "decoder.layers.3.mlp.router.weight"), 256, 7168);
+    assert_absent(m, "decoder.layers.3.mlp.router.expert_bias");
+    const json_t *e = find(m, "decoder.layers.60.mlp.experts.local_experts.255.linear_fc1.weight");
+    assert_shape(e, 2 * 2048, 7168);
+    assert_blocks(e, 2048, 2048, -1);
+    assert_absent(m, "decoder.layers.60.mlp.experts.local_experts.256.linear_fc1.weight");
+    assert_shape(find(m, "decoder.layers.60.mlp.shared_experts.linear_fc2.weight"), 7168, 2048);
+    assert_absent(m, "decoder.layers.60.mlp.shared_experts.gate_weight");
+    assert_shape(find(m, "decoder.layers.60.pre_mlp_layernorm.weight"), 7168, -1);
+    assert_shape(find(m, "decoder.layers.0.input_layernorm.weight"), 7168, -1);
+    assert_absent(m, "decoder.layers.61.input_layernorm.weight"); /* no MTP layer */
+    json_decref(m);
+}
+END_TEST
+
+/* The expert model-parallel size the job will use is checked against the experts (EP 3 does
+ * not divide 256), and a dense model has none to split; Kimi K2's model_type is DeepSeek-V3's
+ * architecture, and a config without a q LoRA rank gets one column-parallel linear_q_proj. */
+START_TEST(test_deepseek_ep_and_variants)
+{
+    char *path = src_path("plans/hf/deepseek-v3.config.json");
+    cz_import_hf_options o;
+    cz_import_hf_options_init(&o);
+    cz_error err;
+    json_t *m = NULL;
+    o.ep_size = 3;
+    ck_assert_int_eq(cz__import_hf_opts(&m, path, &o, &err), CZ_EINVALID);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(strstr(err.message, "n_routed_experts (256)") &&
+                      strstr(err.message, "expert model-parallel size (3)"),
+                  "%s", err.message);
+    o.ep_size = 64;
+    ck_assert_int_eq(cz__import_hf_opts(&m, path, &o, &err), 0);
+    json_decref(m);
+    free(path);
+    path = src_path("plans/hf/qwen3-8b.config.json");
+    o.ep_size = 2;
+    m = NULL;
+    ck_assert_int_eq(cz__import_hf_opts(&m, path, &o, &err), CZ_EINVALID);
+    ck_assert_msg(strstr(err.message, "no MoE layer"), "%s", err.message);
+    free(path);
+
+    m = import_ok("tests/data/hf/kimi-tiny.config.json", NULL, CZ_DTYPE_BF16);
+    ck_assert_str_eq(json_string_value(json_object_get(m, "name")), "kimi-tiny");
+    assert_shape(find(m, "decoder.layers.0.mlp.linear_fc1.weight"), 2 * 96, 64);
+    assert_shape(find(m, "decoder.layers.1.mlp.experts.local_experts.5.linear_fc2.weight"), 64, 16);
+    /* two shared experts of 16 make one MLP of 32 */
+    assert_shape(find(m, "decoder.layers.2.mlp.shared_experts.linear_fc1.weight"), 2 * 32, 64);
+    /* no q LoRA: one column-parallel projection of 4 heads x (8 + 4) rows */
+    const json_t *q = find(m, "decoder.layers.2.self_attention.linear_q_proj.weight");
+    assert_shape(q, 4 * 12, 64);
+    assert_tp(q, 0, "matrix");
+    assert_absent(m, "decoder.layers.2.self_attention.linear_q_down_proj.weight");
+    assert_shape(find(m, "decoder.layers.2.self_attention.linear_kv_up_proj.weight"), 4 * (8 + 8),
+                 16);
+    json_decref(m);
+}
+END_TEST
+
 /* ---- hand-written small configs ---- */
 
 START_TEST(test_mixtral)
@@ -653,6 +810,9 @@ static Suite *import_hf_suite(void)
     tcase_add_loop_test(t, test_bundled_equal, 0, (int)(sizeof qwen3 / sizeof qwen3[0]));
     tcase_add_test(t, test_qwen3_32b_shapes);
     tcase_add_test(t, test_llama31_70b_bundled);
+    tcase_add_loop_test(t, test_moe_bundled, 0, (int)(sizeof moe_bundled / sizeof moe_bundled[0]));
+    tcase_add_test(t, test_deepseek_v3);
+    tcase_add_test(t, test_deepseek_ep_and_variants);
     tcase_add_test(t, test_qwen3_tied_has_no_output_layer);
     tcase_add_test(t, test_qwen3_moe_experts);
     suite_add_tcase(s, t);
