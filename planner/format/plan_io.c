@@ -320,6 +320,15 @@ static json_t *build_plan(writer *w, const cz_plan *p)
     w_set(w, cluster, "sha256", w_str(w, p->cluster_sha256, "the cluster hash"));
     w_set(w, inputs, "model", model);
     w_set(w, inputs, "cluster", cluster);
+    if (p->calibration_sha256) {
+        /* Only when one was given: every other plan stays byte for byte what it was. */
+        json_t *cal = json_object();
+        w_set(w, cal, "device", w_str(w, p->calibration_device, "the calibration's device"));
+        w_set(w, cal, "measured_at",
+              w_str(w, p->calibration_measured_at, "the calibration's measurement time"));
+        w_set(w, cal, "sha256", w_str(w, p->calibration_sha256, "the calibration hash"));
+        w_set(w, inputs, "calibration", cal);
+    }
     w_set(w, root, "inputs", inputs);
     w_set(w, root, "settings", build_settings(w, p));
     if (p->settings.solver == CZ_SOLVER_ILP)
@@ -1191,8 +1200,9 @@ static int read_schema(const cz_json_ctx *c, const json_t *root, bool *split)
 static int read_origin(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 {
     static const char *const gen_keys[] = {"name", "version", NULL};
-    static const char *const in_keys[] = {"model", "cluster", NULL};
+    static const char *const in_keys[] = {"model", "cluster", "calibration", NULL};
     static const char *const ref_keys[] = {"name", "sha256", NULL};
+    static const char *const cal_keys[] = {"device", "measured_at", "sha256", NULL};
     const json_t *gen, *inputs, *ref;
     int rc;
     if ((rc = cz__json_get_object(c, root, "$", "generator", true, gen_keys, &gen)) != CZ_OK ||
@@ -1209,6 +1219,16 @@ static int read_origin(const cz_json_ctx *c, const json_t *root, cz_plan *p)
             CZ_OK ||
         (rc = r_strdup(c, ref, "$.inputs.cluster", "name", &p->cluster_name)) != CZ_OK ||
         (rc = r_sha(c, ref, "$.inputs.cluster", &p->cluster_sha256)) != CZ_OK)
+        return rc;
+    /* The calibration the costs were made with (docs/FORMATS.md section 5), when there was one. */
+    ref = NULL;
+    if ((rc = cz__json_get_object(c, inputs, "$.inputs", "calibration", false, cal_keys, &ref)) !=
+            CZ_OK ||
+        (ref && ((rc = r_strdup(c, ref, "$.inputs.calibration", "device",
+                                &p->calibration_device)) != CZ_OK ||
+                 (rc = r_strdup(c, ref, "$.inputs.calibration", "measured_at",
+                                &p->calibration_measured_at)) != CZ_OK ||
+                 (rc = r_sha(c, ref, "$.inputs.calibration", &p->calibration_sha256)) != CZ_OK)))
         return rc;
     return CZ_OK;
 }
