@@ -68,6 +68,11 @@ static void print_text(const cz_plan *p, json_t *r, int all)
     json_t *o;
 
     printf("plan      model %s, cluster %s\n", cz_cli_jstr(r, "model"), cz_cli_jstr(r, "cluster"));
+    json_t *cal = json_object_get(r, "calibration");
+    if (cal)
+        printf("costs     calibrated on %s, measured %s (calibration %.12s...)\n",
+               cz_cli_jstr(cal, "device"), cz_cli_jstr(cal, "measured_at"),
+               cz_cli_jstr(cal, "sha256"));
     printf("topology  %d GPUs = DP %d x TP %d x PP %d, %d per node\n", p->dp * p->tp * p->pp, p->dp,
            p->tp, p->pp, p->gpus_per_node);
     printf("settings  optimizer %s, unit %s, dp %s", cz_cli_jstr(s, "optimizer"),

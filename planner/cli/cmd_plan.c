@@ -39,6 +39,7 @@ static void plan_help(FILE *f)
         "      --json            print the summary as JSON instead of text\n"
         "  -q, --quiet           print nothing but errors\n"
         "  -h, --help            this help\n");
+    cz_cli_device_help(f, 0);
     cz_cli_settings_help(f, 0);
 }
 
@@ -277,7 +278,7 @@ static int print_json_summary(const cz_plan *p, const cz_cluster *c, const char 
 }
 
 typedef struct plan_args {
-    const char *model_path, *cluster_path, *output;
+    const char *model_path, *cluster_path, *output, *calibration;
     int json, quiet, allow_memory;
 } plan_args;
 
@@ -303,6 +304,9 @@ static int plan_option(void *state, int opt, const char *value)
     case 'M':
         a->allow_memory = 1;
         return 0;
+    case CZ_OPT_CALIBRATION:
+        a->calibration = value;
+        return 0;
     }
     return 1;
 }
@@ -317,6 +321,7 @@ int cz_cmd_plan(int argc, char **argv)
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"allow-oversubscribed-memory", no_argument, NULL, 'M'},
+        CZ_CLI_CALIBRATION_OPTION,
         {NULL, 0, NULL, 0},
     };
     plan_args a = {0};
@@ -346,12 +351,14 @@ int cz_cmd_plan(int argc, char **argv)
     cz_error_clear(&err);
     if (cz_cli_require_inputs("plan", argc, argv, optind, model_path, cluster_path))
         return 2;
-    const char *inputs[] = {model_path, cluster_path}, *what[] = {"the model", "the cluster"};
-    if (cz__file_check_output(output, inputs, what, 2, &err) != CZ_OK) {
+    const char *inputs[] = {model_path, cluster_path, a.calibration},
+               *what[] = {"the model", "the cluster", "the calibration"};
+    if (cz__file_check_output(output, inputs, what, a.calibration ? 3 : 2, &err) != CZ_OK) {
         fprintf(stderr, "canzona plan: %s\n", err.message);
         goto done;
     }
-    if (cz_cli_load_inputs("plan", model_path, cluster_path, &sizes, &model, &cluster))
+    if (cz_cli_load_inputs("plan", model_path, cluster_path, &sizes, a.calibration, &model,
+                           &cluster))
         goto done;
     int progress_shown = 0;
     if (!quiet && settings.solver == CZ_SOLVER_ILP) {

@@ -21,6 +21,13 @@
 #define CAL_MAX_BYTES 1.125899906842624e15
 /* The writer prints doubles with 17 digits; a relative difference above this is an edit. */
 #define CAL_CONSISTENT 1e-6
+/* Physical bounds, so that every cost made from a calibration stays a finite number: no
+ * measured call of a step takes an hour, no fixed cost a second, no GPU computes more than an
+ * exaFLOP/s nor moves more than a PB/s. */
+#define CAL_MAX_SECONDS 3600.0
+#define CAL_MAX_FIXED_S 1.0
+#define CAL_MAX_TFLOPS 1e6
+#define CAL_MAX_GBPS 1e6
 
 static const char *const dtype_names[] = {"bf16", "fp32", NULL}; /* cz_gemm_prec order */
 static const char *const op_names[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
@@ -42,6 +49,18 @@ void cz__calibration_free(cz_calibration *cal)
     free(cal->gemm);
     free(cal->coll);
     free(cal);
+}
+
+/* A number of obj at path.key in (0, max] (or [0, max] when zero is allowed). */
+static int bounded(const cz_json_ctx *c, const json_t *obj, const char *path, const char *key,
+                   bool zero_ok, double max, double *out)
+{
+    char sub[CZ_JSON_PATH_MAX];
+    int rc = cz__json_get_double(c, obj, path, key, true, 0, !zero_ok, out);
+    if (rc == CZ_OK && *out > max)
+        return cz__json_fail(c, cz__json_path_key(sub, path, key),
+                             "%.17g is more than %g: not a measurement of one GPU", *out, max);
+    return rc;
 }
 
 static int consistent(const cz_json_ctx *c, const char *path, const char *key, double recorded,
@@ -126,8 +145,8 @@ static int read_gemm(const cz_json_ctx *c, const json_t *v, const char *path, cz
         (rc = cz__json_get_int64(c, v, path, "k", true, 1, CAL_MAX_DIM, &g->k)) != CZ_OK ||
         (rc = cz__json_get_int(c, v, path, "batch", true, 1, 1 << 20, &g->batch)) != CZ_OK ||
         (rc = cz__json_get_enum(c, v, path, "dtype", true, dtype_names, &prec)) != CZ_OK ||
-        (rc = cz__json_get_double(c, v, path, "seconds", true, 0, true, &g->seconds)) != CZ_OK ||
-        (rc = cz__json_get_double(c, v, path, "tflops", true, 0, true, &tflops)) != CZ_OK)
+        (rc = bounded(c, v, path, "seconds", false, CAL_MAX_SECONDS, &g->seconds)) != CZ_OK ||
+        (rc = bounded(c, v, path, "tflops", false, CAL_MAX_TFLOPS, &tflops)) != CZ_OK)
         return rc;
     g->prec = (cz_gemm_prec)prec;
     double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k * g->batch;
@@ -146,8 +165,8 @@ static int read_copy(const cz_json_ctx *c, const json_t *v, const char *path)
         (rc = cz__json_get_enum(c, v, path, "direction", true, direction_names, &dir)) != CZ_OK ||
         (rc = cz__json_get_bool(c, v, path, "pinned", true, &pinned)) != CZ_OK ||
         (rc = cz__json_get_int64(c, v, path, "bytes", true, 1, INT64_MAX, &bytes)) != CZ_OK ||
-        (rc = cz__json_get_double(c, v, path, "seconds", true, 0, true, &seconds)) != CZ_OK ||
-        (rc = cz__json_get_double(c, v, path, "gb_per_s", true, 0, true, &gbps)) != CZ_OK)
+        (rc = bounded(c, v, path, "seconds", false, CAL_MAX_SECONDS, &seconds)) != CZ_OK ||
+        (rc = bounded(c, v, path, "gb_per_s", false, CAL_MAX_GBPS, &gbps)) != CZ_OK)
         return rc;
     return consistent(c, path, "gb_per_s", gbps, (double)bytes / seconds * 1e-9, "bytes / seconds");
 }
@@ -164,7 +183,7 @@ static int read_coll(const cz_json_ctx *c, const json_t *v, const char *path, cz
         (rc = cz__json_get_bool(c, v, path, "inter_node", true, &inter)) != CZ_OK ||
         (rc = cz__json_get_int64(c, v, path, "bytes", true, 1, (int64_t)CAL_MAX_BYTES, &bytes)) !=
             CZ_OK ||
-        (rc = cz__json_get_double(c, v, path, "seconds", true, 0, true, &k->seconds)) != CZ_OK)
+        (rc = bounded(c, v, path, "seconds", false, CAL_MAX_SECONDS, &k->seconds)) != CZ_OK)
         return rc;
     k->op = (cz_cal_op)op;
     k->inter_node = inter;
@@ -242,14 +261,14 @@ static int read_measurements(const cz_json_ctx *c, const json_t *root, cz_calibr
                             &cal->gemm[i])) != CZ_OK)
             return rc;
     cal->ngemm = n;
-    if ((rc = cz__json_get_double(c, root, "$", "launch_overhead_s", true, 0, false,
-                                  &cal->launch_s)) != CZ_OK ||
+    if ((rc = bounded(c, root, "$", "launch_overhead_s", true, CAL_MAX_FIXED_S, &cal->launch_s)) !=
+            CZ_OK ||
         (rc = cz__json_get_object(c, root, "$", "ns_iteration_overhead_s", true, ns_keys, &ns)) !=
             CZ_OK ||
-        (rc = cz__json_get_double(c, ns, "$.ns_iteration_overhead_s", "bf16", true, 0, false,
-                                  &cal->ns_iteration_s[CZ_GEMM_BF16])) != CZ_OK ||
-        (rc = cz__json_get_double(c, ns, "$.ns_iteration_overhead_s", "fp32", true, 0, false,
-                                  &cal->ns_iteration_s[CZ_GEMM_FP32])) != CZ_OK ||
+        (rc = bounded(c, ns, "$.ns_iteration_overhead_s", "bf16", true, CAL_MAX_FIXED_S,
+                      &cal->ns_iteration_s[CZ_GEMM_BF16])) != CZ_OK ||
+        (rc = bounded(c, ns, "$.ns_iteration_overhead_s", "fp32", true, CAL_MAX_FIXED_S,
+                      &cal->ns_iteration_s[CZ_GEMM_FP32])) != CZ_OK ||
         (rc = cz__json_get_array(c, root, "$", "copy", true, 0, &arr)) != CZ_OK)
         return rc;
     if (json_array_size(arr) > CAL_MAX_ENTRIES)

@@ -102,7 +102,7 @@ static double muon_device_seconds(int64_t m, int64_t n, const cz_settings *s, co
     double mn = (double)m * (double)n;
     return cz__dm_ns_seconds(c, m, n, 1, s->ns_steps, cz__dm_ns_prec(dtype)) +
            share * 2.0 * cz__dm_kernel_seconds(c, 0.0) +
-           cz__dm_kernel_seconds(c, mn * (8.0 + 3.0 * dbytes));
+           cz__dm_bytes_seconds(c, mn * (8.0 + 3.0 * dbytes));
 }
 
 static double matrix_cost(int64_t m, int64_t n, cz_cost_unit unit, const cz_settings *s,
@@ -347,7 +347,7 @@ static cz_coop_time coop_device(int64_t ia, double a, double slice, double mn, i
     /* sum of squares, scaled load, store, momentum and update around the iterations */
     double around = cz__dm_kernel_seconds(c, 4.0 * mine) + cz__dm_kernel_seconds(c, 8.0 * mine) +
                     cz__dm_kernel_seconds(c, 8.0 * mine) + 2.0 * cz__dm_kernel_seconds(c, 0.0) +
-                    cz__dm_kernel_seconds(c, mine * (8.0 + 3.0 * dbytes));
+                    cz__dm_bytes_seconds(c, mine * (8.0 + 3.0 * dbytes));
     double norm = allreduce(8.0, ctx);
     r.flops = steps * flops;
     r.ew_flops = 10.0 * mine;

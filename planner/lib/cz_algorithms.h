@@ -22,6 +22,8 @@ double cz__dm_gemm_seconds(const cz_cluster *c, double m, double n, double k, in
 /* One fp32 SYRK per matrix (cuBLAS has no batched SYRK): the n x n upper triangle of A A^T with
  * A n x k, n^2 k FLOPs (half a GEMM's), `batch` calls. */
 double cz__dm_syrk_seconds(const cz_cluster *c, double n, double k, int batch, int accumulate);
+/* Memory traffic alone: bytes / memory bandwidth (the kernels' launches counted apart). */
+double cz__dm_bytes_seconds(const cz_cluster *c, double bytes);
 /* One elementwise kernel moving `bytes`: a launch plus bytes / memory bandwidth. */
 double cz__dm_kernel_seconds(const cz_cluster *c, double bytes);
 /* The executor's Newton-Schulz precision for a job's dtype (executor_backend.c: bf16 for bf16
@@ -62,8 +64,8 @@ double cz__dm_collective_seconds(const cz_cluster *c, cz_cal_op op, int n, int i
 double cz__dm_call_seconds(const cz_cluster *c);
 /* The executor's host work of one optimizer step beyond its phases (step.c, grad_stats): one
  * sum-of-squares kernel per owned shard, the copy of their results to the host (one launch and
- * the wait for it), and one small all-reduce of the control plane over the world (its ring
- * latency: 2 (world - 1) messages). 0 without the device model. */
+ * the wait for it), and one 16-byte all-reduce of the control plane over the world (a tree's
+ * latency: 2 log2(world) messages). 0 without the device model. */
 double cz__dm_step_host_seconds(const cz_cluster *c, int owned_shards, int world,
                                 double latency_us);
 /* Makes the cluster's device model the calibration's (takes ownership of cal, also on failure):

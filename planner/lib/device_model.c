@@ -73,6 +73,11 @@ double cz__dm_syrk_seconds(const cz_cluster *c, double n, double k, int batch, i
            (c->device.costs.gemm_call_s[CZ_GEMM_FP32] + roofline(c, flops, bytes, CZ_GEMM_FP32));
 }
 
+double cz__dm_bytes_seconds(const cz_cluster *c, double bytes)
+{
+    return flat_bytes(bytes, c);
+}
+
 double cz__dm_kernel_seconds(const cz_cluster *c, double bytes)
 {
     return (dm_on(c) ? c->device.costs.launch_s : 0.0) + flat_bytes(bytes, c);
@@ -235,8 +240,10 @@ double cz__dm_step_host_seconds(const cz_cluster *c, int owned_shards, int world
     if (!dm_on(c))
         return 0.0;
     double t = (owned_shards + 1) * c->device.costs.launch_s;
+    /* 16 bytes: a latency-bound all-reduce, which MPI and NCCL run as a tree or by recursive
+     * doubling: 2 log2(world) messages, not a ring's 2 (world - 1). */
     if (world > 1)
-        t += 2.0 * (world - 1) * latency_us * 1e-6;
+        t += 2.0 * ceil(log2((double)world)) * latency_us * 1e-6;
     return t;
 }
 
@@ -276,6 +283,12 @@ int cz__calibration_fit_gemm(const cz_calibration *cal, cz_gemm_prec prec, doubl
                             cal->source, name);
     *tflops = 1.0 / s * 1e-12;
     *intercept_s = c0;
+    /* Within what a GPU can do, so that every cost made with it is a finite number. */
+    if (!(*tflops >= 1e-6 && *tflops <= 1e6))
+        return cz_error_set(err, CZ_EINVALID,
+                            "%s: $.gemm: the %s GEMMs fit a rate of %g TFLOP/s, outside 1e-6 .. "
+                            "1e6; re-measure",
+                            cal->source, name, *tflops);
     return CZ_OK;
 }
 
