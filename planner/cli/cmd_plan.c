@@ -277,6 +277,19 @@ static int print_json_summary(const cz_plan *p, const cz_cluster *c, const char 
     return 0;
 }
 
+/* Whether any micro-group holds a cooperative task (width > 1). */
+static int has_coop(const cz_plan *plan)
+{
+    for (size_t r = 0; r < plan->nschedules; r++)
+        for (int g = 0; g < plan->schedules[r].ngroups; g++) {
+            const cz_plan_group *grp = &plan->schedules[r].groups[g];
+            for (int k = 0; k < grp->ntasks; k++)
+                if (cz_group_task_width(grp, k) > 1)
+                    return 1;
+        }
+    return 0;
+}
+
 typedef struct plan_args {
     const char *model_path, *cluster_path, *output, *calibration;
     int json, quiet, allow_memory;
@@ -374,6 +387,15 @@ int cz_cmd_plan(int argc, char **argv)
     }
     if (plan->solver_note[0] && !quiet)
         fprintf(stderr, "canzona plan: warning: %s\n", plan->solver_note);
+    if (!quiet && !cluster->device.costs.on && plan->dtype != CZ_DTYPE_FP32 && has_coop(plan))
+        /* The flat model costs every GEMM at one rate; the executor's cooperative path runs
+         * fp32 GEMMs (16x slower than bf16 on an H200) and an NCCL call per Gram panel. */
+        fprintf(stderr,
+                "canzona plan: warning: cooperative widths chosen by the flat model, which "
+                "charges neither the fp32 GEMMs of the executor's cooperative Newton-Schulz "
+                "nor its per-panel calls; with device.kind in %s or --calibration they are "
+                "costed as they run (docs/PERF.md section 11)\n",
+                cluster_path);
     if (cz__plan_memory_check(plan, cluster, allow_memory, memory_note, sizeof memory_note, &err)) {
         fprintf(stderr, "canzona plan: %s\n", err.message);
         goto done;

@@ -39,10 +39,14 @@ typedef struct cz_ns_kernels {
     int gemm_calls, syrk_calls, ew_kernels, sym;
 } cz_ns_kernels;
 cz_ns_kernels cz__dm_ns_kernels(int64_t rows, int64_t cols, int batch, cz_gemm_prec prec);
-/* Seconds of the executor's Muon on `batch` same-shape m x n matrices hosted by one GPU (one
- * ns_batched call): `steps` iterations as cz__dm_ns_kernels says, plus each matrix's kernels
- * around them (its norm, scaled load and store: cz_muon_run). Without the device model: the
- * flat model's ns_steps (4 a^2 b + 2 a^3) FLOPs per matrix at the matmul rate. */
+/* Seconds of `steps` Newton-Schulz iterations of `batch` same-shape m x n matrices as the
+ * executor runs them (one ns_batched call, what canzona-bench ns times), op by op as
+ * cz__dm_ns_kernels counts them. Without the device model: the flat model's
+ * steps (4 a^2 b + 2 a^3) FLOPs per matrix at the matmul rate. */
+double cz__dm_ns_iterations_seconds(const cz_cluster *c, int64_t m, int64_t n, int batch, int steps,
+                                    cz_gemm_prec prec);
+/* The same plus each matrix's kernels around the iterations (its norm, scaled load and store:
+ * cz_muon_run): the executor's Muon on the batch but for momentum and update. */
 double cz__dm_ns_seconds(const cz_cluster *c, int64_t m, int64_t n, int batch, int steps,
                          cz_gemm_prec prec);
 /* The same as Megatron-LM runs it (emerging_optimizers' newton_schulz under PyTorch eager, bf16

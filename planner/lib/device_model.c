@@ -141,16 +141,26 @@ static double ns_iteration(const cz_cluster *c, double a, double b, int batch, c
            cz__dm_kernel_seconds(c, B * a * b * 12.0);
 }
 
-double cz__dm_ns_seconds(const cz_cluster *c, int64_t m, int64_t n, int batch, int steps,
-                         cz_gemm_prec prec)
+double cz__dm_ns_iterations_seconds(const cz_cluster *c, int64_t m, int64_t n, int batch, int steps,
+                                    cz_gemm_prec prec)
 {
     double a = (double)(m < n ? m : n), b = (double)(m < n ? n : m);
     if (!dm_on(c))
         return flat_flops(batch * (double)steps * (4.0 * a * a * b + 2.0 * a * a * a), c);
+    return steps * ns_iteration(c, a, b, batch, prec);
+}
+
+double cz__dm_ns_seconds(const cz_cluster *c, int64_t m, int64_t n, int batch, int steps,
+                         cz_gemm_prec prec)
+{
+    double a = (double)(m < n ? m : n), b = (double)(m < n ? n : m);
+    double t = cz__dm_ns_iterations_seconds(c, m, n, batch, steps, prec);
+    if (!dm_on(c))
+        return t;
     /* Around the iterations, per matrix (cz_muon_run): block_load's memset, sum of squares and
      * scaled load (reads the block twice, writes it once) and block_store (reads and writes). */
     double around = 3.0 * cz__dm_kernel_seconds(c, 0.0) + cz__dm_kernel_seconds(c, a * b * 20.0);
-    return steps * ns_iteration(c, a, b, batch, prec) + batch * around;
+    return t + batch * around;
 }
 
 double cz__dm_torch_op_seconds(const cz_cluster *c, double bytes)

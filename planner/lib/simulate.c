@@ -772,20 +772,11 @@ static int dp_sync_seconds(const sim_ctx *cx, int stage, dp_sync *y, int64_t *ow
     return CZ_OK;
 }
 
-static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
-                    const cz_sim_options *opt, cz_error *err)
+/* The options' Megatron modes and what they apply to: the mode, the GTP shards, the batch size
+ * and the overlaps; refused where they mean nothing (docs/SIMULATOR.md). */
+static int ctx_modes(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
+                     const cz_sim_options *opt, cz_error *err)
 {
-    memset(cx, 0, sizeof *cx);
-    cx->uneven = opt ? opt->uneven : CZ_SIM_UNEVEN_ROOTED;
-    cx->plan = plan;
-    cx->cluster = c;
-    cx->R = plan->tp;
-    cx->D = plan->dp;
-    cx->P = plan->pp;
-    cx->pipelined = plan->settings.tp != CZ_TP_SC;
-    cx->megatron_aug26 = plan->settings.dp == CZ_DP_LAYERWISE &&
-                         plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON_AUG26;
-    cx->zero1_elementwise = cx->megatron_aug26;
     cx->muon_tp = opt ? opt->muon_tp : CZ_MUON_TP_DUPLICATED;
     cx->gtp = opt ? opt->gtp : 1;
     cx->ns_batch = opt ? opt->muon_ns_batch_size : 1;
@@ -821,6 +812,26 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
     cx->megatron = c && plan->settings.tp == CZ_TP_SC && plan->settings.dp != CZ_DP_EVEN &&
                    plan->settings.optimizer == CZ_OPTIM_MUON &&
                    (cx->dm || cx->muon_tp == CZ_MUON_TP_LAYER_SHARDED || cx->gtp > 1);
+    return CZ_OK;
+}
+
+static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
+                    const cz_sim_options *opt, cz_error *err)
+{
+    int rc;
+    memset(cx, 0, sizeof *cx);
+    cx->uneven = opt ? opt->uneven : CZ_SIM_UNEVEN_ROOTED;
+    cx->plan = plan;
+    cx->cluster = c;
+    cx->R = plan->tp;
+    cx->D = plan->dp;
+    cx->P = plan->pp;
+    cx->pipelined = plan->settings.tp != CZ_TP_SC;
+    cx->megatron_aug26 = plan->settings.dp == CZ_DP_LAYERWISE &&
+                         plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON_AUG26;
+    cx->zero1_elementwise = cx->megatron_aug26;
+    if ((rc = ctx_modes(cx, plan, c, opt, err)) != CZ_OK)
+        return rc;
     if (cx->R < 1 || cx->D < 1 || cx->P < 1)
         return cz_error_set(err, CZ_EINVALID, "plan topology dp=%d tp=%d pp=%d: expected >= 1",
                             plan->dp, plan->tp, plan->pp);

@@ -283,6 +283,40 @@ START_TEST(h200_calibration)
 }
 END_TEST
 
+/* The H200's Newton-Schulz timings by shape (docs/PERF.md section 7, canzona-bench ns
+ * --per-shape: the executor's ns_batched, five iterations) against the device model of the
+ * bundled calibration, which never saw them: the ratios docs/SIMULATOR.md prints ("Against our
+ * own H200 measurements"), to two digits. */
+START_TEST(h200_ns_by_shape)
+{
+    static const struct {
+        int64_t rows, cols;
+        int batch;
+        double fp32_ms, fp32_ratio, bf16_ms, bf16_ratio;
+    } t[] = {{4096, 12288, 1, 75.6, 0.91, 7.95, 0.88}, {1024, 4096, 20, 49.5, 0.80, 5.67, 0.69},
+             {4096, 4096, 1, 31.4, 0.88, 3.86, 0.87},  {5120, 25600, 1, 235.2, 0.90, 21.90, 0.92},
+             {1024, 5120, 16, 47.0, 0.82, 5.29, 0.70}, {5120, 8192, 1, 87.6, 0.88, 8.87, 0.92}};
+    char path[1024];
+    cz_error err;
+    cz_cluster *c = czt_cluster_new(1, 1, 1);
+    ck_assert_int_eq(cz_cluster_calibrate(c, h200_path(path, sizeof path), &err), CZ_OK);
+    c->device.mem_gbps = 4010.0; /* the H200's 4.8 TB/s at the bundled files' 0.836 */
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+        double f =
+            cz__dm_ns_iterations_seconds(c, t[i].rows, t[i].cols, t[i].batch, 5, CZ_GEMM_FP32) *
+            1e3 / t[i].fp32_ms;
+        double b =
+            cz__dm_ns_iterations_seconds(c, t[i].rows, t[i].cols, t[i].batch, 5, CZ_GEMM_BF16) *
+            1e3 / t[i].bf16_ms;
+        ck_assert_msg(fabs(f - t[i].fp32_ratio) < 0.0051, "fp32 %lld x %lld: %.3f",
+                      (long long)t[i].rows, (long long)t[i].cols, f);
+        ck_assert_msg(fabs(b - t[i].bf16_ratio) < 0.0051, "bf16 %lld x %lld: %.3f",
+                      (long long)t[i].rows, (long long)t[i].cols, b);
+    }
+    cz_cluster_free(c);
+}
+END_TEST
+
 /* ---- the plan's costs when one number of the calibration changes ---- */
 
 static char tmpdir[256];
@@ -450,6 +484,7 @@ int main(void)
     tcase_add_test(t, collectives_measured);
     tcase_add_test(t, fit_by_hand);
     tcase_add_test(t, h200_calibration);
+    tcase_add_test(t, h200_ns_by_shape);
     tcase_add_test(t, one_rate_changes_costs_as_predicted);
     tcase_add_test(t, megatron_work_by_hand);
     suite_add_tcase(s, t);
