@@ -5,8 +5,8 @@
 #   fuzz/run.sh [SECONDS_PER_HARNESS] [HARNESS...]
 #
 # SECONDS_PER_HARNESS defaults to 25 (what tools/test.sh runs); a longer campaign is e.g.
-# `fuzz/run.sh 600`. HARNESS names (model cluster plan plan_exec import_hf npy safetensors) pick
-# a subset.
+# `fuzz/run.sh 600`. HARNESS names (model cluster plan plan_exec import_hf npy safetensors
+# calibration) pick a subset.
 # Everything is written to a mktemp -d folder, never into the tree. Prints the executions per
 # harness; exits non-zero when any harness finds a crash, a leak, undefined behaviour, a
 # time-out or a broken property. The folder is then kept and the reproducer's path printed
@@ -22,7 +22,7 @@ case "$secs" in
   exit 2
   ;;
 esac
-all=(model cluster plan plan_exec import_hf npy safetensors)
+all=(model cluster plan plan_exec import_hf npy safetensors calibration)
 harnesses=("$@")
 [ ${#harnesses[@]} -gt 0 ] || harnesses=("${all[@]}")
 for h in "${harnesses[@]}"; do
@@ -67,6 +67,7 @@ seed() { # seed HARNESS FILE...: copy bundled inputs into the harness's working 
 seed model tests/data/*.json tests/data/bad/model_*.json plans/models/*.json
 seed cluster tests/data/cluster_tiny.json tests/data/bad/cluster_*.json plans/clusters/*.json
 seed import_hf tests/data/hf/*.json plans/hf/*.json
+seed calibration plans/calibration/*.json tests/data/calibration_*.json
 
 # Plans are not bundled: plan the fixture models on the fixture clusters (the same files
 # fuzz_util.c loads to validate against), with the executable strategies for plan_exec and

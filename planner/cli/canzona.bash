@@ -10,22 +10,24 @@ _canzona_options() { # <command>: the options 'canzona <command> --help' lists
         --max-precond-dim --precondition-frequency --layout --split-blocks --coop"
     local sizes="--tp-size --pp-size --dp-size --nodes --gpus-per-node --bucket-size --ep-size
         --etp-size"
+    local sim="--overlap-param-gather --overlap-grad-reduce --muon-ns-batch-size"
     case $1 in
     plan)
         echo "-m --model -c --cluster -o --output --allow-oversubscribed-memory --json -q
-            --quiet -h --help $settings $sizes" ;;
+            --quiet -h --help --calibration $settings $sizes" ;;
     inspect) echo "-c --cluster --json -n --top -a --all -h --help" ;;
     diff) echo "--json -f --force -l --limit -h --help" ;;
-    validate) echo "-m --model -c --cluster --json -l --limit -h --help $sizes" ;;
+    validate) echo "-m --model -c --cluster --calibration --json -l --limit -h --help $sizes" ;;
     import-hf)
         echo "-o --output --name --dtype --tp-size --ep-size --make-vocab-size-divisible-by
             --split-qkv --split-gate-up -h --help" ;;
     simulate)
-        echo "-m --model -c --cluster -p --plan --uneven --muon-tp --json -h --help $settings
-            $sizes" ;;
-    render) echo "-o --output --html -w --width -c --cluster -h --help" ;;
+        echo "-m --model -c --cluster -p --plan --uneven --muon-tp --gtp-size --calibration
+            $sim --json -h --help $settings $sizes" ;;
+    render) echo "-o --output --html -w --width -c --cluster --calibration -h --help" ;;
     compare)
-        echo "-m --model -c --cluster --repeats --progress --json -h --help $settings $sizes" ;;
+        echo "-m --model -c --cluster --repeats --progress --calibration $sim --json -h --help
+            $settings $sizes" ;;
     esac
 }
 
@@ -51,7 +53,7 @@ _canzona() {
     fi
     # The value of the option before the cursor.
     case $prev in
-    -m | --model | -c | --cluster | -o | --output | -p | --plan)
+    -m | --model | -c | --cluster | -o | --output | -p | --plan | --calibration)
         compopt -o filenames 2>/dev/null
         COMPREPLY=($(compgen -f -- "$cur"))
         return 0 ;;
@@ -65,7 +67,7 @@ _canzona() {
     --dtype) words="bf16 fp16 fp32" ;;
     --split-qkv | --split-gate-up) words="yes no" ;;
     --uneven) words="rooted padded" ;;
-    --muon-tp) words="duplicated blockwise distributed" ;;
+    --muon-tp) words="duplicated blockwise distributed layer_sharded" ;;
     --bucket-size) words="paper megatron" ;;
     --layout) words="unified split" ;;
     --coop) words="off auto 2 4 8" ;;
@@ -73,7 +75,7 @@ _canzona() {
         --max-precond-dim | --precondition-frequency | --tp-size | --pp-size | --dp-size | \
         --ep-size | --etp-size | \
         --nodes | --gpus-per-node | --repeats | -w | --width | -n | --top | -l | --limit | \
-        --name | --make-vocab-size-divisible-by)
+        --name | --make-vocab-size-divisible-by | --gtp-size | --muon-ns-batch-size)
         return 0 ;; # a number or a name: nothing to offer
     esac
     if [[ -n $words ]]; then

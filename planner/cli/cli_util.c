@@ -537,16 +537,19 @@ int cz_cli_require_inputs(const char *cmd, int argc, char **argv, int optind_now
 }
 
 int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *cluster_path,
-                       const cz_cluster_sizes *sizes, cz_model **model, cz_cluster **cluster)
+                       const cz_cluster_sizes *sizes, const char *calibration, cz_model **model,
+                       cz_cluster **cluster)
 {
     cz_error err;
     cz_error_clear(&err);
     *model = NULL;
     *cluster = NULL;
     int rc;
-    if ((rc = cz_model_load(model, model_path, &err)) != CZ_OK)
+    if ((rc = cz_model_load(model, model_path, &err)) != CZ_OK ||
+        (rc = cz__cluster_load_sized(cluster, cluster_path, sizes, &err)) != CZ_OK)
         goto done;
-    rc = cz__cluster_load_sized(cluster, cluster_path, sizes, &err);
+    if (calibration)
+        rc = cz_cluster_calibrate(*cluster, calibration, &err);
 done:
     if (rc == CZ_OK)
         return 0;
@@ -562,4 +565,52 @@ void cz_cli_row_layout(cz_settings *s)
 {
     if ((s->dp != CZ_DP_ALPHA && s->dp != CZ_DP_ANCHORED) || s->solver != CZ_SOLVER_GREEDY)
         s->layout = CZ_LAYOUT_UNIFIED;
+}
+
+int cz_cli_sim_apply(const char *cmd, int opt, const char *value, cz_sim_options *o)
+{
+    switch (opt) {
+    case CZ_OPT_OVERLAP_PARAM_GATHER:
+        o->overlap_param_gather = 1;
+        return 0;
+    case CZ_OPT_OVERLAP_GRAD_REDUCE:
+        o->overlap_grad_reduce = 1;
+        return 0;
+    case CZ_OPT_MUON_NS_BATCH_SIZE:
+        return cz_cli_parse_int(cmd, "muon-ns-batch-size", value, 1, 65536, &o->muon_ns_batch_size);
+    }
+    return 1;
+}
+
+void cz_cli_device_help(FILE *f, int sim)
+{
+    fprintf(f, "device model (docs/SIMULATOR.md, \"The device model\"):\n"
+               "      --calibration FILE  the GPU's measurements (canzona.calibration/1 or /2,\n"
+               "                        as canzona-bench calibrate writes them): GEMM rates,\n"
+               "                        launch and Newton-Schulz costs, collectives; costs and\n"
+               "                        simulation use them, and a plan records the file's hash\n");
+    if (!sim)
+        return;
+    fprintf(f, "      --overlap-param-gather\n"
+               "                        Megatron's overlap of the parameter all-gather with the\n"
+               "                        next forward pass: only the bucket the forward pass needs\n"
+               "                        first is exposed\n"
+               "      --overlap-grad-reduce\n"
+               "                        Megatron's overlap of the gradient reduce-scatter with\n"
+               "                        the backward pass: only the last bucket filled is exposed\n"
+               "      --muon-ns-batch-size N\n"
+               "                        layer-sharded Muon: same-shape matrices per batched\n"
+               "                        Newton-Schulz on a home (Megatron's option; default 1)\n");
+}
+
+int cz_cli_calibrate(const char *cmd, cz_cluster *cluster, const char *path)
+{
+    cz_error err;
+    cz_error_clear(&err);
+    if (!path)
+        return 0;
+    if (cz_cluster_calibrate(cluster, path, &err) == CZ_OK)
+        return 0;
+    fprintf(stderr, "canzona %s: %s\n", cmd, err.message);
+    return 1;
 }

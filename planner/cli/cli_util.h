@@ -42,6 +42,31 @@ enum {
     CZ_OPT_LAST_SETTING
 };
 
+/* Options of the device model and the simulation, for the commands that take them (their own
+ * long options: values from 3000 on, clear of the settings' and the commands' own). */
+enum {
+    CZ_OPT_CALIBRATION = 3000,
+    CZ_OPT_OVERLAP_PARAM_GATHER,
+    CZ_OPT_OVERLAP_GRAD_REDUCE,
+    CZ_OPT_MUON_NS_BATCH_SIZE,
+    CZ_OPT_GTP_SIZE
+};
+/* clang-format off */
+#define CZ_CLI_CALIBRATION_OPTION {"calibration", required_argument, NULL, CZ_OPT_CALIBRATION}
+/* --overlap-param-gather, --overlap-grad-reduce and --muon-ns-batch-size (simulate, compare). */
+#define CZ_CLI_SIM_OPTIONS                                                         \
+    {"overlap-param-gather", no_argument, NULL, CZ_OPT_OVERLAP_PARAM_GATHER},      \
+    {"overlap-grad-reduce", no_argument, NULL, CZ_OPT_OVERLAP_GRAD_REDUCE},        \
+    {"muon-ns-batch-size", required_argument, NULL, CZ_OPT_MUON_NS_BATCH_SIZE}
+/* clang-format on */
+/* Applies one of CZ_CLI_SIM_OPTIONS to *o: 0, 2 after a usage error, 1 when opt is not one. */
+int cz_cli_sim_apply(const char *cmd, int opt, const char *value, cz_sim_options *o);
+/* Help lines of --calibration and, when sim, of CZ_CLI_SIM_OPTIONS. */
+void cz_cli_device_help(FILE *f, int sim);
+/* Makes cluster's device model the calibration file's (cz_cluster_calibrate); NULL path: nothing.
+ * Prints "canzona <cmd>: <message>" on failure. Returns 0 or 1. */
+int cz_cli_calibrate(const char *cmd, cz_cluster *cluster, const char *path);
+
 /* getopt_long entries of the options that override the cluster file's sizes (and the bucket
  * size), for commands that take them without the other planning settings. */
 /* clang-format off */
@@ -135,11 +160,12 @@ const char *cz_cli_format_gib(char *buf, size_t n, double gib);
 int cz_cli_require_inputs(const char *cmd, int argc, char **argv, int optind_now,
                           const char *model_path, const char *cluster_path);
 
-/* Loads model and cluster (with the sizes given on the command line, which may be NULL),
- * printing any error as "canzona <cmd>: <message>". Returns 0 or 1. */
+/* Loads model and cluster (with the sizes given on the command line, which may be NULL, and
+ * the calibration file, which may be NULL), printing any error as "canzona <cmd>: <message>".
+ * Returns 0 or 1. */
 int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *cluster_path,
-                       const struct cz_cluster_sizes *sizes, cz_model **model,
-                       cz_cluster **cluster);
+                       const struct cz_cluster_sizes *sizes, const char *calibration,
+                       cz_model **model, cz_cluster **cluster);
 
 /* The table commands (simulate, compare) build one plan per row: --layout split applies to
  * the rows it can take (greedy alpha and anchored); the other rows keep the unified buffer. */

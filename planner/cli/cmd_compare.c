@@ -32,8 +32,9 @@ static void compare_help(FILE *f)
             "\n"
             "Plans the model on the cluster with every strategy combination and prints one row\n"
             "each: even+sc, layerwise+sc with Megatron's first and current (aug26) rules in\n"
-            "each of Megatron's Muon TP modes (duplicated, blockwise*, distributed; * = NOT the\n"
-            "same update: each TP shard orthogonalized alone), anchored x {sc, none, single,\n"
+            "each of Megatron's Muon TP modes (duplicated, blockwise*, distributed,\n"
+            "layer_sharded; * = NOT the same update: each TP shard orthogonalized alone),\n"
+            "anchored x {sc, none, single,\n"
             "slot, rollback},\n"
             "alpha (cost loads) x the same, alpha (element loads, as the reference code) x the\n"
             "same, tpaware+rollback, and alpha+rollback with the ILP solver. Rows whose\n"
@@ -56,6 +57,7 @@ static void compare_help(FILE *f)
             "                        default when standard error is a terminal)\n"
             "      --json            print JSON instead of a table\n"
             "  -h, --help            this help\n");
+    cz_cli_device_help(f, 1);
     cz_cli_settings_help(f, COMPARE_TIME_LIMIT_S);
 }
 
@@ -90,9 +92,9 @@ static int rows_init(cmp_row *rows)
      * which orthogonalizes each TP shard alone: a different update. */
     static const cz_layerwise_order orders[2] = {CZ_LAYERWISE_MEGATRON,
                                                  CZ_LAYERWISE_MEGATRON_AUG26};
-    static const char *const mode_tag[3] = {"", "(blockwise*)", "(distributed)"};
+    static const char *const mode_tag[4] = {"", "(blockwise*)", "(distributed)", "(layer_sharded)"};
     for (int o = 0; o < 2; o++)
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 4; k++) {
             cmp_row *r = &rows[n++];
             *r = (cmp_row){.dp = CZ_DP_LAYERWISE,
                            .tp = CZ_TP_SC,
@@ -120,7 +122,7 @@ static int rows_init(cmp_row *rows)
 
 /* Builds and simulates one row. Returns 0 (row filled or skipped with a note) or 1. */
 static int row_run(cmp_row *r, const cz_model *model, const cz_cluster *cluster,
-                   const cz_settings *base, int repeats)
+                   const cz_settings *base, const cz_sim_options *simbase, int repeats)
 {
     cz_settings s = *base;
     s.dp = r->dp;
@@ -130,7 +132,7 @@ static int row_run(cmp_row *r, const cz_model *model, const cz_cluster *cluster,
     if (r->dp == CZ_DP_LAYERWISE)
         s.layerwise_order = r->order;
     cz_cli_row_layout(&s);
-    cz_sim_options simopt = CZ_SIM_OPTIONS_INIT;
+    cz_sim_options simopt = *simbase;
     simopt.muon_tp = r->muon_tp;
     if (r->muon_tp != CZ_MUON_TP_DUPLICATED && s.optimizer != CZ_OPTIM_MUON) {
         r->skipped = 1;
@@ -323,13 +325,13 @@ static void print_table(const cmp_row *rows, int n, const cz_model *m, const cz_
     else
         printf("model %s, cluster %s (DP %d x TP %d x PP %d)\n\n", m->name, c->name, c->dp, c->tp,
                c->pp);
-    printf("%-32s %8s %8s %11s %11s %11s %6s\n", "strategy", "DP-imb", "mk/LB", "step ms", "opt ms",
+    printf("%-35s %8s %8s %11s %11s %11s %6s\n", "strategy", "DP-imb", "mk/LB", "step ms", "opt ms",
            "plan ms", "builds");
     for (int i = 0; i < n; i++) {
         const cmp_row *r = &rows[i];
         if (r->skipped)
             continue;
-        printf("%-32s %8.4f %8.4f %11.3f %11.3f %11.3f %6d\n", r->label, r->dp_imbalance,
+        printf("%-35s %8.4f %8.4f %11.3f %11.3f %11.3f %6d\n", r->label, r->dp_imbalance,
                r->mk_over_lb, r->step_s * 1e3, r->optimizer_s * 1e3, r->plan_s * 1e3, r->builds);
     }
     printf("\nplanning time: median of %d build%s (1 for the ILP row and for builds over 1 s); "
@@ -344,8 +346,9 @@ static void print_table(const cmp_row *rows, int n, const cz_model *m, const cz_
 }
 
 typedef struct compare_args {
-    const char *model_path, *cluster_path;
+    const char *model_path, *cluster_path, *calibration;
     int json, repeats, progress;
+    cz_sim_options simopt;
 } compare_args;
 
 static int compare_option(void *state, int opt, const char *value)
@@ -366,8 +369,11 @@ static int compare_option(void *state, int opt, const char *value)
     case OPT_PROGRESS:
         a->progress = 2; /* forced: one line per row, also when not a terminal */
         return 0;
+    case CZ_OPT_CALIBRATION:
+        a->calibration = value;
+        return 0;
     }
-    return 1;
+    return cz_cli_sim_apply("compare", opt, value, &a->simopt);
 }
 
 int cz_cmd_compare(int argc, char **argv)
@@ -379,9 +385,12 @@ int cz_cmd_compare(int argc, char **argv)
         {"repeats", required_argument, NULL, OPT_REPEATS},
         {"progress", no_argument, NULL, OPT_PROGRESS},
         {"help", no_argument, NULL, 'h'},
+        CZ_CLI_CALIBRATION_OPTION,
+        CZ_CLI_SIM_OPTIONS,
         {NULL, 0, NULL, 0},
     };
-    compare_args a = {.repeats = 3, .progress = isatty(STDERR_FILENO)};
+    compare_args a = {
+        .repeats = 3, .progress = isatty(STDERR_FILENO), .simopt = CZ_SIM_OPTIONS_INIT};
     cz_settings settings;
     cz_settings_init(&settings);
     cz_cluster_sizes sizes = {0};
@@ -406,7 +415,8 @@ int cz_cmd_compare(int argc, char **argv)
     cmp_row rows[32];
     if (cz_cli_require_inputs("compare", argc, argv, optind, model_path, cluster_path))
         return 2;
-    if (cz_cli_load_inputs("compare", model_path, cluster_path, &sizes, &model, &cluster))
+    if (cz_cli_load_inputs("compare", model_path, cluster_path, &sizes, a.calibration, &model,
+                           &cluster))
         goto done;
     int n = rows_init(rows);
     for (int i = 0; i < n; i++) {
@@ -418,7 +428,7 @@ int cz_cmd_compare(int argc, char **argv)
             fprintf(stderr, progress == 2 ? "%s\n" : "\r%-78s", line);
             fflush(stderr);
         }
-        if (row_run(&rows[i], model, cluster, &settings, repeats))
+        if (row_run(&rows[i], model, cluster, &settings, &a.simopt, repeats))
             goto done;
     }
     if (progress == 1)

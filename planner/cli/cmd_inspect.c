@@ -73,8 +73,8 @@ static void print_experts(json_t *r, int pp, cz_cost_unit u)
     printf("\nexpert groups: EP %d x ETP %d x expert-DP %d per stage, expert load max/mean %.4f\n",
            cz_cli_jint(ex, "ep"), cz_cli_jint(ex, "etp"), cz_cli_jint(ex, "edp"),
            cz_cli_jnum(ex, "imbalance"));
-    printf("%-14s %13s %6s %6s %13s %6s\n", pp > 1 ? "stage/EP/eDP" : "EP/expert-DP",
-           "expert load", "/mean", "params", "ETP makespan", "groups");
+    printf("%-14s %13s %6s %6s %13s %6s\n", pp > 1 ? "stage/EP/eDP" : "EP/expert-DP", "expert load",
+           "/mean", "params", "ETP makespan", "groups");
     json_array_foreach(json_object_get(ex, "ranks"), i, o)
     {
         if (pp > 1)
@@ -111,6 +111,11 @@ static void print_text(const cz_plan *p, json_t *r, int all)
     json_t *o;
 
     printf("plan      model %s, cluster %s\n", cz_cli_jstr(r, "model"), cz_cli_jstr(r, "cluster"));
+    json_t *cal = json_object_get(r, "calibration");
+    if (cal)
+        printf("costs     calibrated on %s, measured %s (calibration %.12s...)\n",
+               cz_cli_jstr(cal, "device"), cz_cli_jstr(cal, "measured_at"),
+               cz_cli_jstr(cal, "sha256"));
     printf("topology  %d GPUs = DP %d x TP %d x PP %d, %d per node\n", p->dp * p->tp * p->pp, p->dp,
            p->tp, p->pp, p->gpus_per_node);
     printf("settings  optimizer %s, unit %s, dp %s", cz_cli_jstr(s, "optimizer"),

@@ -39,6 +39,7 @@ static void plan_help(FILE *f)
         "      --json            print the summary as JSON instead of text\n"
         "  -q, --quiet           print nothing but errors\n"
         "  -h, --help            this help\n");
+    cz_cli_device_help(f, 0);
     cz_cli_settings_help(f, 0);
 }
 
@@ -303,10 +304,10 @@ static int print_json_summary(const cz_plan *p, const cz_cluster *c, const char 
     json_t *mem = o ? memory_json(p, c) : NULL;
     if (o && cz_plan_has_experts(p)) {
         size_t nx = (size_t)p->pp * (size_t)cz_plan_expert_ranks(p);
-        json_t *ex = json_pack("{s:i, s:i, s:i, s:o, s:f, s:o}", "ep", p->ep, "etp", p->etp, "edp",
-                               p->edp, "load", array_of(mt->expert_load, nx), "imbalance",
-                               mt->expert_imbalance, "rank_makespan",
-                               array_of(mt->expert_rank_makespan, nx));
+        json_t *ex =
+            json_pack("{s:i, s:i, s:i, s:o, s:f, s:o}", "ep", p->ep, "etp", p->etp, "edp", p->edp,
+                      "load", array_of(mt->expert_load, nx), "imbalance", mt->expert_imbalance,
+                      "rank_makespan", array_of(mt->expert_rank_makespan, nx));
         if (!ex || json_object_set_new(o, "expert", ex)) {
             json_decref(o);
             json_decref(mem);
@@ -334,8 +335,21 @@ static int print_json_summary(const cz_plan *p, const cz_cluster *c, const char 
     return 0;
 }
 
+/* Whether any micro-group holds a cooperative task (width > 1). */
+static int has_coop(const cz_plan *plan)
+{
+    for (size_t r = 0; r < plan->nschedules; r++)
+        for (int g = 0; g < plan->schedules[r].ngroups; g++) {
+            const cz_plan_group *grp = &plan->schedules[r].groups[g];
+            for (int k = 0; k < grp->ntasks; k++)
+                if (cz_group_task_width(grp, k) > 1)
+                    return 1;
+        }
+    return 0;
+}
+
 typedef struct plan_args {
-    const char *model_path, *cluster_path, *output;
+    const char *model_path, *cluster_path, *output, *calibration;
     int json, quiet, allow_memory;
 } plan_args;
 
@@ -361,6 +375,9 @@ static int plan_option(void *state, int opt, const char *value)
     case 'M':
         a->allow_memory = 1;
         return 0;
+    case CZ_OPT_CALIBRATION:
+        a->calibration = value;
+        return 0;
     }
     return 1;
 }
@@ -375,6 +392,7 @@ int cz_cmd_plan(int argc, char **argv)
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"allow-oversubscribed-memory", no_argument, NULL, 'M'},
+        CZ_CLI_CALIBRATION_OPTION,
         {NULL, 0, NULL, 0},
     };
     plan_args a = {0};
@@ -404,12 +422,14 @@ int cz_cmd_plan(int argc, char **argv)
     cz_error_clear(&err);
     if (cz_cli_require_inputs("plan", argc, argv, optind, model_path, cluster_path))
         return 2;
-    const char *inputs[] = {model_path, cluster_path}, *what[] = {"the model", "the cluster"};
-    if (cz__file_check_output(output, inputs, what, 2, &err) != CZ_OK) {
+    const char *inputs[] = {model_path, cluster_path, a.calibration},
+               *what[] = {"the model", "the cluster", "the calibration"};
+    if (cz__file_check_output(output, inputs, what, a.calibration ? 3 : 2, &err) != CZ_OK) {
         fprintf(stderr, "canzona plan: %s\n", err.message);
         goto done;
     }
-    if (cz_cli_load_inputs("plan", model_path, cluster_path, &sizes, &model, &cluster))
+    if (cz_cli_load_inputs("plan", model_path, cluster_path, &sizes, a.calibration, &model,
+                           &cluster))
         goto done;
     int progress_shown = 0;
     if (!quiet && settings.solver == CZ_SOLVER_ILP) {
@@ -425,6 +445,15 @@ int cz_cmd_plan(int argc, char **argv)
     }
     if (plan->solver_note[0] && !quiet)
         fprintf(stderr, "canzona plan: warning: %s\n", plan->solver_note);
+    if (!quiet && !cluster->device.costs.on && plan->dtype != CZ_DTYPE_FP32 && has_coop(plan))
+        /* The flat model costs every GEMM at one rate; the executor's cooperative path runs
+         * fp32 GEMMs (16x slower than bf16 on an H200) and an NCCL call per Gram panel. */
+        fprintf(stderr,
+                "canzona plan: warning: cooperative widths chosen by the flat model, which "
+                "charges neither the fp32 GEMMs of the executor's cooperative Newton-Schulz "
+                "nor its per-panel calls; with device.kind in %s or --calibration they are "
+                "costed as they run (docs/PERF.md section 11)\n",
+                cluster_path);
     if (cz__plan_memory_check(plan, cluster, allow_memory, memory_note, sizeof memory_note, &err)) {
         fprintf(stderr, "canzona plan: %s\n", err.message);
         goto done;

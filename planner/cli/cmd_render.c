@@ -36,11 +36,14 @@ static void render_help(FILE *f)
             "  -w, --width W         drawing width in pixels, 400 .. 20000 (default 1200)\n"
             "  -c, --cluster FILE    cluster (canzona.cluster/1) for simulated times; must have\n"
             "                        the plan's DP x TP x PP\n"
+            "      --calibration FILE\n"
+            "                        with --cluster: the GPU's measurements the simulated times\n"
+            "                        use (canzona.calibration/1 or /2)\n"
             "  -h, --help            this help\n");
 }
 
 typedef struct render_args {
-    const char *output, *cluster_path;
+    const char *output, *cluster_path, *calibration;
     int html, width;
 } render_args;
 
@@ -59,6 +62,9 @@ static int render_option(void *state, int opt, const char *value)
     case 'c':
         a->cluster_path = value;
         return 0;
+    case CZ_OPT_CALIBRATION:
+        a->calibration = value;
+        return 0;
     }
     return 1;
 }
@@ -66,9 +72,13 @@ static int render_option(void *state, int opt, const char *value)
 int cz_cmd_render(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"output", required_argument, NULL, 'o'}, {"html", no_argument, NULL, 'H'},
-        {"width", required_argument, NULL, 'w'},  {"cluster", required_argument, NULL, 'c'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"output", required_argument, NULL, 'o'},
+        {"html", no_argument, NULL, 'H'},
+        {"width", required_argument, NULL, 'w'},
+        {"cluster", required_argument, NULL, 'c'},
+        {"help", no_argument, NULL, 'h'},
+        CZ_CLI_CALIBRATION_OPTION,
+        {NULL, 0, NULL, 0},
     };
     render_args a = {.width = 1200};
     /* Its own operand check: its message predates the shared one. */
@@ -101,8 +111,14 @@ int cz_cmd_render(int argc, char **argv)
         fprintf(stderr, "canzona render: -o OUT is required (see 'canzona render --help')\n");
         return 2;
     }
-    const char *inputs[] = {plan_path, cluster_path}, *what[] = {"the plan", "the cluster"};
-    if (cz__file_check_output(output, inputs, what, 2, &err) != CZ_OK ||
+    if (a.calibration && !cluster_path) {
+        fprintf(stderr, "canzona render: --calibration needs --cluster (the calibration is the "
+                        "cluster's device's)\n");
+        return 2;
+    }
+    const char *inputs[] = {plan_path, cluster_path, a.calibration},
+               *what[] = {"the plan", "the cluster", "the calibration"};
+    if (cz__file_check_output(output, inputs, what, a.calibration ? 3 : 2, &err) != CZ_OK ||
         cz_plan_read(&plan, plan_path, &err) != CZ_OK) {
         fprintf(stderr, "canzona render: %s\n", err.message);
         goto done;
@@ -111,6 +127,8 @@ int cz_cmd_render(int argc, char **argv)
         fprintf(stderr, "canzona render: %s\n", err.message);
         goto done;
     }
+    if (cluster && cz_cli_calibrate("render", cluster, a.calibration))
+        goto done;
     cz_render_options_init(&ro);
     ro.width = width;
     ro.format = html ? CZ_RENDER_HTML : CZ_RENDER_SVG;

@@ -23,7 +23,8 @@ static void simulate_help(FILE *f)
         "                and updates every matrix, no overlap: Megatron's duplicated mode)\n"
         "  lw-jan26-*    Megatron's first layer-wise rule (--layerwise-order megatron;\n"
         "                gradients all-reduced) + TP sc, in each of Megatron's Muon TP modes:\n"
-        "                dup (duplicated), blk* (blockwise), dist (distributed)\n"
+        "                dup (duplicated), blk* (blockwise), dist (distributed), lsh\n"
+        "                (layer_sharded, pull request 6683)\n"
         "  lw-aug26-*    Megatron's current layer-wise rule (megatron-aug26; its own buckets,\n"
         "                reduce-scattered) + TP sc, in the same three TP modes\n"
         "  async         asynchronous compute without load balancing: anchored + none\n"
@@ -46,10 +47,15 @@ static void simulate_help(FILE *f)
         "                        rooted ring reduce/broadcast per owner, grouped) or padded\n"
         "                        (ring reduce-scatter/all-gather, slices padded to the largest)\n"
         "      --muon-tp MODE    for a single sc configuration or --plan: Megatron's Muon TP\n"
-        "                        mode, duplicated (default), blockwise or distributed\n"
+        "                        mode, duplicated (default), blockwise, distributed or\n"
+        "                        layer_sharded\n"
+        "      --gtp-size G      with --muon-tp: the TP group is Megatron's GTP x TP domain,\n"
+        "                        G of its ranks sharding dim 0 (Megatron's gtp_remat; the\n"
+        "                        TP size is then TP x G); default 1\n"
         "      --json            print JSON instead of a table\n"
         "  -h, --help            this help\n"
         "Giving --dp or --tp simulates that single configuration instead of the table.\n");
+    cz_cli_device_help(f, 1);
     cz_cli_settings_help(f, 0);
 }
 
@@ -90,7 +96,8 @@ static json_t *row_json(const sim_row *r, const sim_row *base)
 }
 
 /* Cooperative tasks' exposed all-reduces and waits, in a row's JSON only when it has such
- * tasks, so that the rows of every other plan are what they were. */
+ * tasks, the step's host work only under the device model and the whole DP collectives only
+ * under an overlap, so that the rows of every other plan are what they were. */
 static json_t *row_json_coop(const sim_row *r, const sim_row *base)
 {
     json_t *o = row_json(r, base);
@@ -104,6 +111,16 @@ static json_t *row_json_coop(const sim_row *r, const sim_row *base)
     }
     /* Expert groups: the critical GPU's expert part of local_s. */
     if (o && s->experts && json_object_set_new(o, "expert_s", json_real(s->expert_s))) {
+        json_decref(o);
+        return NULL;
+    }
+    if (o && s->device_model && json_object_set_new(o, "host_s", json_real(s->host_s))) {
+        json_decref(o);
+        return NULL;
+    }
+    if (o && (s->overlap_grad_reduce || s->overlap_param_gather) &&
+        (json_object_set_new(o, "grad_sync_total_s", json_real(s->grad_sync_total_s)) ||
+         json_object_set_new(o, "param_sync_total_s", json_real(s->param_sync_total_s)))) {
         json_decref(o);
         return NULL;
     }
@@ -134,7 +151,7 @@ static int print_rows(const sim_row *rows, int n, const char *model, const char 
     }
     printf("model %s, cluster %s; times in ms for one optimizer step, speed-ups vs %s\n\n", model,
            cluster, base->label);
-    printf("%-13s %-24s %6s %6s %8s %8s %8s %8s %8s %8s %6s %6s %6s\n", "strategy", "dp+tp+mode",
+    printf("%-13s %-27s %6s %6s %8s %8s %8s %8s %8s %8s %6s %6s %6s\n", "strategy", "dp+tp+mode",
            "DP-imb", "mk/LB", "grad", "update", "param", "opt", "step", "comm", "upd x", "opt x",
            "step x");
     for (int i = 0; i < n; i++) {
@@ -144,7 +161,7 @@ static int print_rows(const sim_row *rows, int n, const char *model, const char 
         snprintf(combo, sizeof combo, "%s+%s%s%s", cz_dp_strategy_name(r->dp),
                  cz_tp_strategy_name(r->tp), r->tp == CZ_TP_SC ? "+" : "",
                  r->tp == CZ_TP_SC ? cz_muon_tp_mode_name(r->muon_tp) : "");
-        printf("%-13s %-24s %6.3f %6.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %6.2f %6.2f %6.2f\n",
+        printf("%-13s %-27s %6.3f %6.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %6.2f %6.2f %6.2f\n",
                r->label, combo, r->dp_imbalance, r->mk_over_lb, s->grad_sync_s * 1e3,
                (s->frag_gather_s + s->local_s) * 1e3, s->param_sync_s * 1e3, s->optimizer_s * 1e3,
                s->step_s * 1e3, s->comm_s * 1e3,
@@ -185,6 +202,17 @@ static int print_rows(const sim_row *rows, int n, const char *model, const char 
             printf("\n");
             break;
         }
+    const cz_sim_result *s0 = rows[0].sim;
+    if (s0->device_model)
+        printf("\ndevice model on (launches, cuBLAS, NCCL and PyTorch calls charged; same-shape "
+               "matrices batched); the step includes %.3f ms of host work\n",
+               s0->host_s * 1e3);
+    if (s0->overlap_grad_reduce || s0->overlap_param_gather)
+        printf("\noverlapped with the backward / next forward pass (hidden, not in the table): "
+               "%s%s%s\n",
+               s0->overlap_grad_reduce ? "gradient reduce-scatter but the last bucket" : "",
+               s0->overlap_grad_reduce && s0->overlap_param_gather ? "; " : "",
+               s0->overlap_param_gather ? "parameter all-gather but the first-needed bucket" : "");
     for (int i = 0; i < n; i++)
         if (rows[i].muon_tp == CZ_MUON_TP_BLOCKWISE) {
             printf("\n* blockwise orthogonalizes each TP shard on its own: cheaper, and not the "
@@ -222,17 +250,20 @@ static const struct {
     {"lw-jan26-dup", CZ_DP_LAYERWISE, CZ_TP_SC, CZ_LAYERWISE_MEGATRON, CZ_MUON_TP_DUPLICATED},
     {"lw-jan26-blk*", CZ_DP_LAYERWISE, CZ_TP_SC, CZ_LAYERWISE_MEGATRON, CZ_MUON_TP_BLOCKWISE},
     {"lw-jan26-dist", CZ_DP_LAYERWISE, CZ_TP_SC, CZ_LAYERWISE_MEGATRON, CZ_MUON_TP_DISTRIBUTED},
+    {"lw-jan26-lsh", CZ_DP_LAYERWISE, CZ_TP_SC, CZ_LAYERWISE_MEGATRON, CZ_MUON_TP_LAYER_SHARDED},
     {"lw-aug26-dup", CZ_DP_LAYERWISE, CZ_TP_SC, CZ_LAYERWISE_MEGATRON_AUG26, CZ_MUON_TP_DUPLICATED},
     {"lw-aug26-blk*", CZ_DP_LAYERWISE, CZ_TP_SC, CZ_LAYERWISE_MEGATRON_AUG26, CZ_MUON_TP_BLOCKWISE},
     {"lw-aug26-dist", CZ_DP_LAYERWISE, CZ_TP_SC, CZ_LAYERWISE_MEGATRON_AUG26,
      CZ_MUON_TP_DISTRIBUTED},
+    {"lw-aug26-lsh", CZ_DP_LAYERWISE, CZ_TP_SC, CZ_LAYERWISE_MEGATRON_AUG26,
+     CZ_MUON_TP_LAYER_SHARDED},
     {"async", CZ_DP_ANCHORED, CZ_TP_NONE, CZ_LAYERWISE_MEGATRON, CZ_MUON_TP_DUPLICATED},
     {"canzona", CZ_DP_ALPHA, CZ_TP_ROLLBACK, CZ_LAYERWISE_MEGATRON, CZ_MUON_TP_DUPLICATED},
 };
 enum { NCONFIGS = sizeof configs / sizeof configs[0] };
 
 typedef struct simulate_args {
-    const char *model_path, *cluster_path, *plan_path;
+    const char *model_path, *cluster_path, *plan_path, *calibration;
     int json;
     int single; /* --dp or --tp given: one row of that strategy instead of the table */
     int muon_tp_given;
@@ -268,8 +299,8 @@ static int simulate_option(void *state, int opt, const char *value)
     case 't':
         if (cz_muon_tp_mode_parse(value, &a->simopt.muon_tp) != CZ_OK) {
             fprintf(stderr,
-                    "canzona simulate: --muon-tp '%s': expected duplicated, blockwise or "
-                    "distributed\n",
+                    "canzona simulate: --muon-tp '%s': expected duplicated, blockwise, "
+                    "distributed or layer_sharded\n",
                     value);
             return 2;
         }
@@ -279,17 +310,29 @@ static int simulate_option(void *state, int opt, const char *value)
     case CZ_OPT_TP:
         a->single = 1;
         return 1; /* noted; the settings take the value */
+    case CZ_OPT_CALIBRATION:
+        a->calibration = value;
+        return 0;
+    case CZ_OPT_GTP_SIZE:
+        return cz_cli_parse_int("simulate", "gtp-size", value, 1, 65536, &a->simopt.gtp);
     }
-    return 1;
+    return cz_cli_sim_apply("simulate", opt, value, &a->simopt);
 }
 
 int cz_cmd_simulate(int argc, char **argv)
 {
     static const struct option own[] = {
-        {"model", required_argument, NULL, 'm'},   {"cluster", required_argument, NULL, 'c'},
-        {"plan", required_argument, NULL, 'p'},    {"json", no_argument, NULL, 'j'},
-        {"uneven", required_argument, NULL, 'u'},  {"help", no_argument, NULL, 'h'},
-        {"muon-tp", required_argument, NULL, 't'}, {NULL, 0, NULL, 0},
+        {"model", required_argument, NULL, 'm'},
+        {"cluster", required_argument, NULL, 'c'},
+        {"plan", required_argument, NULL, 'p'},
+        {"json", no_argument, NULL, 'j'},
+        {"uneven", required_argument, NULL, 'u'},
+        {"help", no_argument, NULL, 'h'},
+        {"muon-tp", required_argument, NULL, 't'},
+        CZ_CLI_CALIBRATION_OPTION,
+        CZ_CLI_SIM_OPTIONS,
+        {"gtp-size", required_argument, NULL, CZ_OPT_GTP_SIZE},
+        {NULL, 0, NULL, 0},
     };
     simulate_args a = {.simopt = CZ_SIM_OPTIONS_INIT};
     cz_settings settings;
@@ -330,10 +373,13 @@ int cz_cmd_simulate(int argc, char **argv)
         return 2;
     }
     if (model_path) {
-        if (cz_cli_load_inputs("simulate", model_path, cluster_path, &sizes, &model, &cluster))
+        if (cz_cli_load_inputs("simulate", model_path, cluster_path, &sizes, a.calibration, &model,
+                               &cluster))
             goto done;
     } else if (cz__cluster_load_sized(&cluster, cluster_path, &sizes, &err) != CZ_OK) {
         fprintf(stderr, "canzona simulate: %s\n", err.message);
+        goto done;
+    } else if (cz_cli_calibrate("simulate", cluster, a.calibration)) {
         goto done;
     }
 
@@ -362,6 +408,12 @@ int cz_cmd_simulate(int argc, char **argv)
         if (muon_tp_given && !single) {
             fprintf(stderr, "canzona simulate: --muon-tp applies to one configuration (--dp and "
                             "--tp sc) or to --plan; the table already shows every mode\n");
+            goto done;
+        }
+        if (simopt.gtp > 1 && !single) {
+            fprintf(stderr, "canzona simulate: --gtp-size describes Megatron's domain for one sc "
+                            "configuration (--dp and --tp sc, with --muon-tp) or --plan; the "
+                            "table's other rows have no GTP\n");
             goto done;
         }
         int n = single ? 1 : NCONFIGS;

@@ -31,18 +31,22 @@ static void validate_help(FILE *f)
             "options:\n"
             "  -m, --model FILE     the model description the plan was made for\n"
             "  -c, --cluster FILE   the cluster shape the plan was made for\n"
+            "      --calibration FILE\n"
+            "                       the calibration the plan was made with (its costs are the\n"
+            "                       calibration's; the plan records its hash)\n"
             "      --json           print {\"valid\", \"checks\", \"violations\": [{code, path,\n"
             "                       message}]} instead of text\n"
             "  -l, --limit N        print at most N violations as text (default 50, 0 = all);\n"
             "                       the count and --json always cover all. Without --limit, a\n"
-            "                       plan made for another model or cluster prints only the\n"
-            "                       input mismatches ($.inputs), which every other violation\n"
-            "                       follows from\n"
+            "                       plan made for another model, cluster or calibration prints\n"
+            "                       only the input mismatches ($.inputs), which every other\n"
+            "                       violation follows from\n"
             "  -h, --help           this help\n");
     cz_cli_sizes_help(f);
 }
 
-/* A violation of the inputs rule: the plan names another model or cluster than the one given. */
+/* A violation of the inputs rule: the plan names another model, cluster or calibration than the
+ * one given. */
 static int is_input_mismatch(json_t *v)
 {
     const char *code = json_string_value(json_object_get(v, "code"));
@@ -75,9 +79,10 @@ static int print_report(const cz_report *report, int as_json, int limit)
             printf("%s: %s [%s]\n", json_string_value(json_object_get(v, "path")),
                    json_string_value(json_object_get(v, "message")),
                    json_string_value(json_object_get(v, "code")));
-        printf("plan INVALID: made for another model or cluster than the one given (%zu "
-               "violation%s in %d checks; --limit 0 or --json lists all)\n",
-               n, n == 1 ? "" : "s", checks);
+        printf(
+            "plan INVALID: made for another model, cluster or calibration than the one given (%zu "
+            "violation%s in %d checks; --limit 0 or --json lists all)\n",
+            n, n == 1 ? "" : "s", checks);
         return 1;
     }
     if (limit < 0)
@@ -97,7 +102,7 @@ static int print_report(const cz_report *report, int as_json, int limit)
 }
 
 typedef struct validate_args {
-    const char *model_path, *cluster_path;
+    const char *model_path, *cluster_path, *calibration;
     int as_json;
     int limit; /* -1: not given */
 } validate_args;
@@ -117,6 +122,9 @@ static int validate_option(void *state, int opt, const char *value)
         return 0;
     case 'l':
         return cz_cli_parse_int("validate", "limit", value, 0, 100000000, &a->limit);
+    case CZ_OPT_CALIBRATION:
+        a->calibration = value;
+        return 0;
     }
     return 1;
 }
@@ -124,9 +132,13 @@ static int validate_option(void *state, int opt, const char *value)
 int cz_cmd_validate(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"model", required_argument, NULL, 'm'}, {"cluster", required_argument, NULL, 'c'},
-        {"json", no_argument, NULL, 'j'},        {"limit", required_argument, NULL, 'l'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+        {"model", required_argument, NULL, 'm'},
+        {"cluster", required_argument, NULL, 'c'},
+        {"json", no_argument, NULL, 'j'},
+        {"limit", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        CZ_CLI_CALIBRATION_OPTION,
+        {NULL, 0, NULL, 0},
     };
     validate_args a = {.limit = -1};
     cz_cluster_sizes sizes = {0};
@@ -159,7 +171,8 @@ int cz_cmd_validate(int argc, char **argv)
         fprintf(stderr, "canzona validate: %s\n", err.message);
         goto done;
     }
-    if (cz_cli_load_inputs("validate", model_path, cluster_path, &sizes, &model, &cluster))
+    if (cz_cli_load_inputs("validate", model_path, cluster_path, &sizes, a.calibration, &model,
+                           &cluster))
         goto done;
     if (cz_plan_validate(&report, plan, model, cluster, &err) != CZ_OK) {
         fprintf(stderr, "canzona validate: %s\n", err.message);

@@ -111,8 +111,9 @@ int cz__cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_
     static const char *const top_keys[] = {
         "schema", "name", "description",   "gpus",   "dp",    "tp",      "pp",
         "ep",     "etp",  "gpus_per_node", "device", "links", "buckets", NULL};
-    static const char *const device_keys[] = {"name", "matmul_tflops", "mem_gbps", "memory_gib",
-                                              NULL};
+    static const char *const device_keys[] = {"name",       "matmul_tflops", "mem_gbps",
+                                              "memory_gib", "kind",          NULL};
+    static const char *const kinds[] = {"H100", "H200", "B200", "GB300", NULL};
     static const char *const link_keys[] = {"intra_node_gbps", "inter_node_gbps", "latency_us",
                                             NULL};
     static const char *const bucket_keys[] = {"size", "align", NULL};
@@ -162,6 +163,12 @@ int cz__cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_
         (rc = cz__json_get_double(&c, device, "$.device", "memory_gib", true, 0, true,
                                   &cl->device.memory_gib)) != CZ_OK)
         goto done;
+    /* The device model's kind (docs/FORMATS.md section 2.2): absent keeps the flat model. */
+    int kind = -1;
+    if ((rc = cz__json_get_enum(&c, device, "$.device", "kind", false, kinds, &kind)) != CZ_OK)
+        goto done;
+    cl->device.kind = kind < 0 ? CZ_DEVICE_KIND_NONE : (cz_device_kind)(kind + 1);
+    cz__device_kind_costs(cl->device.kind, cl->device.matmul_tflops, &cl->device.costs);
     if ((rc = cz__json_get_object(&c, root, "$", "links", true, link_keys, &links)) != CZ_OK ||
         (rc = cz__json_get_double(&c, links, "$.links", "intra_node_gbps", true, 0, true,
                                   &cl->links.intra_node_gbps)) != CZ_OK ||

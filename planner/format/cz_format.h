@@ -83,12 +83,107 @@ struct cz_model {
     cz_megatron_info megatron;
 };
 
+/* The device model (docs/SIMULATOR.md, "The device model"): the kinds a cluster file may name in
+ * "device.kind" (docs/FORMATS.md section 2.2), whose per-call costs the cost model then charges.
+ * NONE, a file without the key: the flat model of effective rates only, as before. */
+typedef enum cz_device_kind {
+    CZ_DEVICE_KIND_NONE = 0,
+    CZ_DEVICE_KIND_H100 = 1,
+    CZ_DEVICE_KIND_H200 = 2,
+    CZ_DEVICE_KIND_B200 = 3,
+    CZ_DEVICE_KIND_GB300 = 4
+} cz_device_kind;
+/* "H100", "H200", "B200", "GB300"; NULL for NONE or a value outside the enum. */
+const char *cz__device_kind_name(cz_device_kind k);
+
+/* GEMM input precisions the device model tells apart: bf16 inputs with fp32 accumulation (the
+ * executor's bf16 Newton-Schulz, Megatron's "medium" matmul precision), and fp32 without TF32
+ * (the executor's fp32 Newton-Schulz and every cooperative task's GEMMs). */
+typedef enum cz_gemm_prec { CZ_GEMM_BF16 = 0, CZ_GEMM_FP32 = 1 } cz_gemm_prec;
+
+/* What the device model charges besides FLOPs and bytes. on == 0 (no device.kind, no
+ * calibration): nothing, and the flat model's formulas are evaluated as before, so that plans of
+ * such clusters stay byte for byte what they were. Every number's source: docs/SIMULATOR.md. */
+typedef struct cz_device_costs {
+    int on;
+    double gemm_tflops[2]; /* large-GEMM rate by cz_gemm_prec, TFLOP/s */
+    double gemm_call_s[2]; /* fixed cost of one cuBLAS call in a stream of dependent ops */
+    double launch_s;       /* one elementwise kernel, launched back to back */
+    double nccl_call_s;    /* fixed cost of one NCCL call (its kernel's launch) */
+    double torch_op_s;     /* one PyTorch eager op (Megatron-LM's optimizers) */
+} cz_device_costs;
+
 typedef struct cz_device {
     char *name;
     double matmul_tflops; /* effective dense bf16 rate, TFLOP/s */
     double mem_gbps;      /* effective memory bandwidth, GB/s */
     double memory_gib;
+    cz_device_kind kind;   /* "device.kind"; NONE when absent */
+    cz_device_costs costs; /* the kind's defaults, or a calibration's (cz_cluster_calibrate) */
 } cz_device;
+
+/* Fills *out with the device model of kind k on a device whose effective bf16 rate is
+ * matmul_tflops (device_kinds.c; every figure's source is in docs/SIMULATOR.md). NONE: off. */
+void cz__device_kind_costs(cz_device_kind k, double matmul_tflops, cz_device_costs *out);
+/* One iteration of the executor's Newton-Schulz in its general form, as cz__ns_plan issues it
+ * (executor/src/ns_plan.c; tests/unit/test_device_model.c checks these against it): three
+ * GEMMs, and four elementwise kernels in bf16 (three conversions and B = A), two in fp32. */
+#define CZ_NS_GEMMS_PER_ITERATION 3
+#define CZ_NS_EW_KERNELS_BF16 4
+#define CZ_NS_EW_KERNELS_FP32 2
+/* The fixed costs of *out from a measured launch and Newton-Schulz iteration (bf16, fp32): the
+ * GEMM calls are what the iteration leaves after its elementwise launches; an NCCL call is one
+ * launch; a PyTorch op at least one op of the bf16 iteration. The rates are left alone. */
+void cz__device_costs_from_ns(double launch_s, double ns_bf16_s, double ns_fp32_s,
+                              cz_device_costs *out);
+
+/* ---- calibration files (calibration_io.c; docs/FORMATS.md section 8) ---- */
+#define CZ_CALIBRATION_SCHEMA "canzona.calibration/1"
+#define CZ_CALIBRATION_SCHEMA_2 "canzona.calibration/2"
+/* A collective a calibration measured (version 2): op, group size, whether it crossed nodes. */
+typedef enum cz_cal_op {
+    CZ_CAL_ALL_REDUCE = 0,
+    CZ_CAL_ALL_GATHER = 1,
+    CZ_CAL_REDUCE_SCATTER = 2,
+    CZ_CAL_ALL_TO_ALL = 3
+} cz_cal_op;
+typedef struct cz_cal_gemm {
+    int64_t m, n, k;
+    int batch;
+    cz_gemm_prec prec;
+    double seconds;
+} cz_cal_gemm;
+typedef struct cz_cal_coll {
+    cz_cal_op op;
+    int ranks;
+    int inter_node; /* 1: the group spanned nodes */
+    double bytes;   /* each rank's buffer: the all-reduce's whole, the gather's or scatter's
+                       slice, the all-to-all's largest per-rank send */
+    double seconds;
+} cz_cal_coll;
+/* What one calibration file holds, read strictly (cz__calibration_load). */
+typedef struct cz_calibration {
+    int version;       /* 1 or 2 */
+    char *source;      /* path it was read from */
+    char sha256[65];   /* of its canonical JSON content, as the other inputs' hashes */
+    char *device_name; /* "NVIDIA H200" */
+    char *measured_at; /* UTC, ISO 8601 */
+    size_t ngemm;
+    cz_cal_gemm *gemm;
+    double launch_s;          /* launch_overhead_s */
+    double ns_iteration_s[2]; /* ns_iteration_overhead_s by cz_gemm_prec (bf16, fp32) */
+    size_t ncoll;
+    cz_cal_coll *coll; /* version 2 only: ordered by (op, inter_node, ranks, bytes) */
+} cz_calibration;
+/* Reads and checks a calibration file: every key, type, range and the consistency of each
+ * GEMM's tflops with its seconds; errors name the file, the JSON path and what was expected. */
+int cz__calibration_load(cz_calibration **out, const char *path, cz_error *err);
+/* The same from JSON text (name is used in messages). */
+int cz__calibration_parse(cz_calibration **out, const char *text, size_t len, const char *name,
+                          cz_error *err);
+void cz__calibration_free(cz_calibration *cal);
+/* "all_reduce", "all_gather", "reduce_scatter", "all_to_all"; NULL outside the enum. */
+const char *cz__cal_op_name(cz_cal_op op);
 
 typedef struct cz_links {
     double intra_node_gbps; /* per-GPU bandwidth inside a node, GB/s */
@@ -108,6 +203,9 @@ struct cz_cluster {
     cz_links links;
     int64_t bucket_size;  /* 0 = Megatron default max(4e7, 1e6*dp) */
     int64_t bucket_align; /* default 64 */
+    /* The calibration whose measurements device.costs holds (cz_cluster_calibrate), owned;
+     * NULL when none was given. Plans record its identity (cz_plan.calibration_*). */
+    cz_calibration *calibration;
 };
 
 typedef struct cz_plan_param {
@@ -241,6 +339,10 @@ struct cz_plan {
     char *generator_version; /* CZ_VERSION */
     char *model_name, *model_sha256;
     char *cluster_name, *cluster_sha256;
+    /* The calibration the plan's costs were made with ($.inputs.calibration, written only when
+     * one was given, so that other plans stay byte for byte what they were): its device name,
+     * when it was measured and its content hash; all NULL without one. */
+    char *calibration_device, *calibration_measured_at, *calibration_sha256;
     /* $.content_sha256 as read from a file ("" when the file had none, or the plan was built
      * in memory), and whether the file's content matched it: 1 yes, -1 no, 0 not checked. */
     char content_sha256[65];

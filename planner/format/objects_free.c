@@ -25,6 +25,7 @@ void cz_cluster_free(cz_cluster *cluster)
     free(cluster->name);
     free(cluster->source);
     free(cluster->device.name);
+    cz__calibration_free(cluster->calibration);
     free(cluster);
 }
 
@@ -105,5 +106,8 @@ void cz_plan_free(cz_plan *plan)
     free(plan->model_sha256);
     free(plan->cluster_name);
     free(plan->cluster_sha256);
+    free(plan->calibration_device);
+    free(plan->calibration_measured_at);
+    free(plan->calibration_sha256);
     free(plan);
 }

@@ -951,8 +951,9 @@ static int read_schema(const cz_json_ctx *c, const json_t *root, int *version)
 static int read_origin(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 {
     static const char *const gen_keys[] = {"name", "version", NULL};
-    static const char *const in_keys[] = {"model", "cluster", NULL};
+    static const char *const in_keys[] = {"model", "cluster", "calibration", NULL};
     static const char *const ref_keys[] = {"name", "sha256", NULL};
+    static const char *const cal_keys[] = {"device", "measured_at", "sha256", NULL};
     const json_t *gen, *inputs, *ref;
     int rc;
     if ((rc = cz__json_get_object(c, root, "$", "generator", true, gen_keys, &gen)) != CZ_OK ||
@@ -969,6 +970,16 @@ static int read_origin(const cz_json_ctx *c, const json_t *root, cz_plan *p)
             CZ_OK ||
         (rc = r_strdup(c, ref, "$.inputs.cluster", "name", &p->cluster_name)) != CZ_OK ||
         (rc = r_sha(c, ref, "$.inputs.cluster", &p->cluster_sha256)) != CZ_OK)
+        return rc;
+    /* The calibration the costs were made with (docs/FORMATS.md section 5), when there was one. */
+    ref = NULL;
+    if ((rc = cz__json_get_object(c, inputs, "$.inputs", "calibration", false, cal_keys, &ref)) !=
+            CZ_OK ||
+        (ref && ((rc = r_strdup(c, ref, "$.inputs.calibration", "device",
+                                &p->calibration_device)) != CZ_OK ||
+                 (rc = r_strdup(c, ref, "$.inputs.calibration", "measured_at",
+                                &p->calibration_measured_at)) != CZ_OK ||
+                 (rc = r_sha(c, ref, "$.inputs.calibration", &p->calibration_sha256)) != CZ_OK)))
         return rc;
     return CZ_OK;
 }

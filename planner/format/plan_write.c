@@ -341,6 +341,14 @@ static void write_plan(writer *w, const cz_plan *p, char hash[65])
     w_str(w, "name", p->cluster_name, "the cluster name");
     w_str(w, "sha256", p->cluster_sha256, "the cluster hash");
     cz__jw_end(&w->js);
+    if (p->calibration_sha256) {
+        /* Only when one was given: every other plan stays byte for byte what it was. */
+        cz__jw_begin_object(&w->js, "calibration");
+        w_str(w, "device", p->calibration_device, "the calibration's device");
+        w_str(w, "measured_at", p->calibration_measured_at, "the calibration's measurement time");
+        w_str(w, "sha256", p->calibration_sha256, "the calibration hash");
+        cz__jw_end(&w->js);
+    }
     cz__jw_end(&w->js);
     write_settings(w, p);
     if (p->settings.solver == CZ_SOLVER_ILP)

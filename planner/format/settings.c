@@ -31,7 +31,8 @@ const char *const cz__layerwise_order_names[] = {"pingpong", "lpt", "megatron", 
                                                  NULL};
 const char *const cz__solver_names[] = {"greedy", "ilp", NULL};
 const char *const cz__layout_names[] = {"unified", "split", NULL};
-const char *const cz__muon_tp_mode_names[] = {"duplicated", "blockwise", "distributed", NULL};
+const char *const cz__muon_tp_mode_names[] = {"duplicated", "blockwise", "distributed",
+                                              "layer_sharded", NULL};
 const char *const cz__kind_names[] = {"matrix", "elementwise", NULL};
 const char *const cz__bucket_buffer_names[] = {"matrix", "elementwise", "expert", NULL};
 const char *const cz__alpha_loads_names[] = {"cost", "numel", NULL};

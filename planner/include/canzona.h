@@ -225,6 +225,13 @@ void cz_model_free(cz_model *model);
 int cz_cluster_load(cz_cluster **out, const char *path, cz_error *err);
 void cz_cluster_free(cz_cluster *cluster);
 
+/* Makes the cluster's device model the one a calibration file measured (canzona.calibration/1
+ * or /2; docs/FORMATS.md section 8): the GEMM rates fitted to its GEMM table, its launch and
+ * Newton-Schulz iteration costs and, from version 2, its collectives (docs/SIMULATOR.md, "The
+ * device model"). Plans built on the cluster afterwards record the calibration's device, time
+ * of measurement and hash. Errors name the file, the JSON path and what was expected. */
+int cz_cluster_calibrate(cz_cluster *cluster, const char *calibration_path, cz_error *err);
+
 /* Builds a plan for the model on the cluster. Deterministic for identical inputs. */
 int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
                   const cz_settings *settings, cz_error *err);
@@ -314,11 +321,14 @@ int cz_plan_diff(cz_report **out, const cz_plan *a, const cz_plan *b, const cz_d
 
 /* How a TP group runs Muon's Newton-Schulz on a TP-split matrix (Megatron-LM's tp_mode). */
 typedef enum cz_muon_tp_mode {
-    CZ_MUON_TP_DUPLICATED = 0, /* all-gather the shards, whole-matrix NS on every TP rank */
-    CZ_MUON_TP_BLOCKWISE = 1,  /* NS on each TP-local shard alone: no communication, and a
-                                  different update (each shard orthogonalized separately) */
-    CZ_MUON_TP_DISTRIBUTED = 2 /* NS on the shards, each iteration all-reducing the partial Gram
-                                  matrix of the unsplit dimension over TP */
+    CZ_MUON_TP_DUPLICATED = 0,   /* all-gather the shards, whole-matrix NS on every TP rank */
+    CZ_MUON_TP_BLOCKWISE = 1,    /* NS on each TP-local shard alone: no communication, and a
+                                    different update (each shard orthogonalized separately) */
+    CZ_MUON_TP_DISTRIBUTED = 2,  /* NS on the shards, each iteration all-reducing the partial Gram
+                                    matrix of the unsplit dimension over TP */
+    CZ_MUON_TP_LAYER_SHARDED = 3 /* Megatron-LM pull request 6683: each matrix gathered whole to
+                                    one home rank of the TP group by one all-to-all, its NS
+                                    there, scattered back; same-shape matrices batched */
 } cz_muon_tp_mode;
 const char *cz_muon_tp_mode_name(cz_muon_tp_mode v);
 int cz_muon_tp_mode_parse(const char *name, cz_muon_tp_mode *out);
@@ -334,10 +344,22 @@ typedef struct cz_sim_options {
     int version;             /* CZ_SIM_OPTIONS_VERSION */
     cz_sim_uneven uneven;    /* default ROOTED */
     cz_muon_tp_mode muon_tp; /* under the sc TP strategy with Muon; default DUPLICATED */
+    /* Version 2. */
+    int overlap_param_gather; /* 1: Megatron's --overlap-param-gather: each bucket's parameter
+                                 all-gather runs under the next forward pass, which needs the
+                                 first layers' bucket first: only that one is exposed; default 0 */
+    int overlap_grad_reduce;  /* 1: Megatron's --overlap-grad-reduce: each bucket's gradient
+                                 reduce-scatter runs under the backward pass as soon as the bucket
+                                 is full: only the last one filled is exposed; default 0 */
+    int muon_ns_batch_size;   /* layer_sharded: same-shape matrices per batched Newton-Schulz on
+                                 a home (Megatron's --muon-ns-batch-size); default 1 */
+    int gtp;                  /* Megatron's GTP weight shards (gtp_remat) within the plan's TP
+                                 group, which is then Megatron's GTP x TP domain; default 1 */
 } cz_sim_options;
-#define CZ_SIM_OPTIONS_VERSION 1
+#define CZ_SIM_OPTIONS_VERSION 2
 /* clang-format off */
-#define CZ_SIM_OPTIONS_INIT {CZ_SIM_OPTIONS_VERSION, CZ_SIM_UNEVEN_ROOTED, CZ_MUON_TP_DUPLICATED}
+#define CZ_SIM_OPTIONS_INIT {CZ_SIM_OPTIONS_VERSION, CZ_SIM_UNEVEN_ROOTED, CZ_MUON_TP_DUPLICATED, \
+                             0, 0, 1, 1}
 /* clang-format on */
 void cz_sim_options_init(cz_sim_options *o);
 

@@ -233,8 +233,24 @@ void cz_sim_options_init(cz_sim_options *o)
 
 int cz__sim_options_check(const cz_sim_options *o, cz_error *err)
 {
-    return o ? options_version_check(o->version, CZ_SIM_OPTIONS_VERSION, "cz_sim_options", err)
-             : CZ_OK;
+    int rc;
+    if (!o)
+        return CZ_OK;
+    if ((rc = options_version_check(o->version, CZ_SIM_OPTIONS_VERSION, "cz_sim_options", err)) !=
+        CZ_OK)
+        return rc;
+    if (o->muon_ns_batch_size < 1 || o->gtp < 1)
+        return cz__error_set(err, CZ_EINVALID,
+                             "cz_sim_options: muon_ns_batch_size %d and gtp %d; both must be at "
+                             "least 1",
+                             o->muon_ns_batch_size, o->gtp);
+    if ((o->overlap_param_gather != 0 && o->overlap_param_gather != 1) ||
+        (o->overlap_grad_reduce != 0 && o->overlap_grad_reduce != 1))
+        return cz__error_set(err, CZ_EINVALID,
+                             "cz_sim_options: overlap_param_gather %d and overlap_grad_reduce %d; "
+                             "each is 0 or 1",
+                             o->overlap_param_gather, o->overlap_grad_reduce);
+    return CZ_OK;
 }
 
 int cz_sim_result_report(cz_report **out, const cz_sim_result *r, cz_error *err)

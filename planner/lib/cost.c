@@ -92,9 +92,24 @@ static double rate_seconds(double flops, double bytes, const cz_cluster *c)
     return t;
 }
 
-static double matrix_cost(int64_t m, int64_t n, cz_cost_unit unit, const cz_settings *s,
-                          const cz_cluster *c, int dbytes)
+/* Muon on one m x n matrix under the device model, in seconds: the executor's Newton-Schulz
+ * with its kernels (cz__dm_ns_seconds) and the parameter's momentum and update kernels, of which
+ * a block of a fused matrix carries its share (share = 1 / blocks) so that the blocks of a
+ * matrix sum to its cost. */
+static double muon_device_seconds(int64_t m, int64_t n, const cz_settings *s, const cz_cluster *c,
+                                  int dbytes, cz_dtype dtype, double share)
 {
+    double mn = (double)m * (double)n;
+    return cz__dm_ns_seconds(c, m, n, 1, s->ns_steps, cz__dm_ns_prec(dtype)) +
+           share * 2.0 * cz__dm_kernel_seconds(c, 0.0) +
+           cz__dm_bytes_seconds(c, mn * (8.0 + 3.0 * dbytes));
+}
+
+static double matrix_cost(int64_t m, int64_t n, cz_cost_unit unit, const cz_settings *s,
+                          const cz_cluster *c, int dbytes, cz_dtype dtype, double share)
+{
+    if (unit == CZ_UNIT_TIME && c->device.costs.on && s->optimizer == CZ_OPTIM_MUON)
+        return muon_device_seconds(m, n, s, c, dbytes, dtype, share);
     matrix_work w = matrix_work_of(m, n, s, dbytes);
     switch (unit) {
     case CZ_UNIT_NUMEL:
@@ -119,12 +134,12 @@ static double cost_in(const cz_param_def *p, const cz_settings *s, const cz_clus
     int64_t m = p->shape[0], n = p->ndim == 1 ? 1 : p->shape[1];
     if (is_matrix_work(p, s)) {
         if (p->nblocks <= 0 || !p->block_sizes || (p->block_dim != 0 && p->block_dim != 1))
-            return matrix_cost(m, n, unit, s, c, dbytes);
+            return matrix_cost(m, n, unit, s, c, dbytes, dtype, 1.0);
         double total = 0.0;
         for (int i = 0; i < p->nblocks; i++) {
             int64_t bm = p->block_dim == 0 ? p->block_sizes[i] : m;
             int64_t bn = p->block_dim == 1 ? p->block_sizes[i] : n;
-            total += matrix_cost(bm, bn, unit, s, c, dbytes);
+            total += matrix_cost(bm, bn, unit, s, c, dbytes, dtype, 1.0 / p->nblocks);
         }
         return total;
     }
@@ -139,7 +154,9 @@ static double cost_in(const cz_param_def *p, const cz_settings *s, const cz_clus
         return 12.0 * numel;
     case CZ_UNIT_TIME:
     default:
-        return rate_seconds(0.0, numel * (16.0 + 3.0 * dbytes), c);
+        /* Under the device model each TP rank's shard is one fused AdamW kernel. */
+        return (c->device.costs.on ? c->tp * cz__dm_kernel_seconds(c, 0.0) : 0.0) +
+               rate_seconds(0.0, numel * (16.0 + 3.0 * dbytes), c);
     }
 }
 
@@ -280,6 +297,67 @@ cz_muon_tp_work cz__cost_muon_tp(const cz_param_def *p, const cz_settings *s, co
  * follows the last Gram panel and the polynomial needs every panel); A(AX) can hide everything
  * behind the rows of Y of the earlier panels. The Frobenius norm costs one scalar all-reduce
  * per step, not overlapped. The elementwise work (momentum, scaling) is the slice's. */
+/* The same pipeline under the device model: every GEMM a call of the executor's cooperative
+ * path (fp32 cublasSgemmStridedBatched whatever the job's dtype: compute_cuda.c's
+ * cuda_ns_gram_rows, cuda_ns_poly_rows, cuda_ns_poly_end) at the fp32 rate, and the kernels
+ * around them launched: per panel a pack after its Gram rows and an unpack after its wait, the
+ * polynomial's elementwise passes, the norm's sum of squares, the scaled load and the store
+ * (cz__muon_coop_run), the parameter's momentum and update. The all-reduces carry their NCCL
+ * call through `allreduce`. */
+static cz_coop_time coop_device(int64_t ia, double a, double slice, double mn, int k, int panels,
+                                const int64_t *row, const cz_settings *s, const cz_cluster *c,
+                                int dbytes, cz_coop_allreduce_fn allreduce, const void *ctx)
+{
+    cz_coop_time r = {0, 0, 0, 0, 0, 0};
+    double tc = 0.0, tm = 0.0, pure = 0.0, flops = 0.0, comm = 0.0, done[CZ_COOP_MAX_PANELS];
+    for (int p = 0; p < panels; p++) {
+        double h = (double)(row[p + 1] - row[p]), w = a - (double)row[p];
+        double packed =
+            (double)(cz_coop_packed_before(ia, row[p + 1]) - cz_coop_packed_before(ia, row[p]));
+        double t = cz__dm_gemm_seconds(c, w, h, slice, 1, CZ_GEMM_FP32, 0) +
+                   cz__dm_kernel_seconds(c, 4.0 * (h * w + packed));
+        double ar = allreduce(4.0 * packed, ctx);
+        flops += 2.0 * h * w * slice, pure += t, tc += t, comm += ar;
+        tm = (tc > tm ? tc : tm) + ar;
+        done[p] = tm;
+    }
+    int aax = slice < a;
+    for (int p = 0; p < panels; p++) {
+        double h = (double)(row[p + 1] - row[p]), w = a - (double)row[p];
+        double packed =
+            (double)(cz_coop_packed_before(ia, row[p + 1]) - cz_coop_packed_before(ia, row[p]));
+        double t = cz__dm_kernel_seconds(c, 4.0 * (packed + 2.0 * h * w));
+        if (aax) {
+            t += cz__dm_gemm_seconds(c, slice, h, a, 1, CZ_GEMM_FP32, 0);
+            flops += 2.0 * h * a * slice;
+        }
+        pure += t;
+        tc = (tc > done[p] ? tc : done[p]) + t;
+    }
+    double t = aax ? cz__dm_kernel_seconds(c, 12.0 * a * slice) +
+                         cz__dm_gemm_seconds(c, slice, a, a, 1, CZ_GEMM_FP32, 1)
+                   : cz__dm_kernel_seconds(c, 8.0 * a * a) +
+                         cz__dm_gemm_seconds(c, a, a, a, 1, CZ_GEMM_FP32, 1) +
+                         cz__dm_kernel_seconds(c, 8.0 * a * slice) +
+                         cz__dm_gemm_seconds(c, slice, a, a, 1, CZ_GEMM_FP32, 1) +
+                         cz__dm_kernel_seconds(c, 8.0 * a * slice);
+    flops += aax ? 2.0 * a * a * slice : 2.0 * a * a * a + 2.0 * a * a * slice;
+    pure += t, tc += t;
+    double steps = (double)s->ns_steps, mine = mn / (double)k;
+    /* sum of squares, scaled load, store, momentum and update around the iterations */
+    double around = cz__dm_kernel_seconds(c, 4.0 * mine) + cz__dm_kernel_seconds(c, 8.0 * mine) +
+                    cz__dm_kernel_seconds(c, 8.0 * mine) + 2.0 * cz__dm_kernel_seconds(c, 0.0) +
+                    cz__dm_bytes_seconds(c, mine * (8.0 + 3.0 * dbytes));
+    double norm = allreduce(8.0, ctx);
+    r.flops = steps * flops;
+    r.ew_flops = 10.0 * mine;
+    r.compute = steps * pure + around;
+    r.exposed = steps * (tc - pure) + norm;
+    r.total = r.compute + r.exposed;
+    r.comm = steps * comm + norm;
+    return r;
+}
+
 cz_coop_time cz__coop_time_of(int64_t m, int64_t n, int k, int panels, const cz_settings *s,
                               const cz_cluster *c, cz_dtype dtype, cz_coop_allreduce_fn allreduce,
                               const void *ctx)
@@ -300,6 +378,8 @@ cz_coop_time cz__coop_time_of(int64_t m, int64_t n, int k, int panels, const cz_
     int64_t row[CZ_COOP_MAX_PANELS + 1];
     for (int p = 0; p <= panels; p++)
         row[p] = cz_coop_panel_row(ia, panels, p);
+    if (c->device.costs.on)
+        return coop_device(ia, a, slice, dm * dn, k, panels, row, s, c, dbytes, allreduce, ctx);
     /* One iteration: tc the compute clock, tm the channel's, done[p] when panel p is summed;
      * pure the compute clock without waits. */
     double tc = 0.0, tm = 0.0, pure = 0.0, flops = 0.0, comm = 0.0, done[CZ_COOP_MAX_PANELS];
@@ -416,17 +496,32 @@ double cz__cost_coop(int64_t m, int64_t n, int k, const cz_settings *s, const cz
     return cost;
 }
 
+typedef struct {
+    int k;
+    double gbps, latency_us;
+} ring_ab_ctx;
+
+static double ring_ab(double bytes, const void *ctx)
+{
+    const ring_ab_ctx *x = ctx;
+    double steps = 2.0 * (x->k - 1);
+    double t = steps * x->latency_us * 1e-6;
+    if (x->gbps > 0.0)
+        t += steps / x->k * bytes / (x->gbps * 1e9);
+    return t;
+}
+
 double cz__cost_allreduce_seconds(double bytes, int k, const cz_cluster *c)
 {
     if (k <= 1)
         return 0.0;
     bool intra = c->gpus_per_node <= 0 || c->tp <= c->gpus_per_node;
-    double gbps = intra ? c->links.intra_node_gbps : c->links.inter_node_gbps;
-    double steps = 2.0 * (k - 1);
-    double t = steps * c->links.latency_us * 1e-6;
-    if (gbps > 0.0)
-        t += steps / k * bytes / (gbps * 1e9);
-    return t;
+    ring_ab_ctx x = {k, intra ? c->links.intra_node_gbps : c->links.inter_node_gbps,
+                     c->links.latency_us};
+    if (!c->device.costs.on)
+        return ring_ab(bytes, &x);
+    /* The device model adds the NCCL call (or takes the calibration's measurement). */
+    return cz__dm_collective_seconds(c, CZ_CAL_ALL_REDUCE, k, !intra, bytes, ring_ab, &x);
 }
 
 /* A hosted task: block `block` of d (-1: the whole matrix, every block) on one slot. */
@@ -437,5 +532,6 @@ double cz__cost_block(const cz_param_def *d, int block, const cz_settings *s, co
         return cz__cost_param(d, s, c, dtype);
     int64_t r0, c0, rows, cols;
     cz_task_region(d, block, &r0, &c0, &rows, &cols);
-    return matrix_cost(rows, cols, s->unit, s, c, cz__dtype_bytes(dtype));
+    return matrix_cost(rows, cols, s->unit, s, c, cz__dtype_bytes(dtype), dtype,
+                       d->nblocks > 0 ? 1.0 / d->nblocks : 1.0);
 }

@@ -9,6 +9,79 @@
 #include "cz_format.h"
 #include "cz_order.h"
 
+/* ---- the device model's cost terms (device_model.c; docs/SIMULATOR.md, "The device model") ----
+ * One function per term, shared by the planner's cost model and the simulator. With the device
+ * model off (c->device.costs.on == 0: no device.kind, no calibration) each term is the flat
+ * model's expression exactly: FLOPs over device.matmul_tflops, bytes over device.mem_gbps, no
+ * fixed cost. */
+/* One GEMM call C (m x n) = A (m x k) B (k x n) on `batch` matrices (one strided-batched call),
+ * inputs of precision prec (outputs fp32), accumulating into C when accumulate: the call's fixed
+ * cost plus the larger of FLOPs / rate and bytes moved / memory bandwidth (a roofline). */
+double cz__dm_gemm_seconds(const cz_cluster *c, double m, double n, double k, int batch,
+                           cz_gemm_prec prec, int accumulate);
+/* One fp32 SYRK per matrix (cuBLAS has no batched SYRK): the n x n upper triangle of A A^T with
+ * A n x k, n^2 k FLOPs (half a GEMM's), `batch` calls. */
+double cz__dm_syrk_seconds(const cz_cluster *c, double n, double k, int batch, int accumulate);
+/* Memory traffic alone: bytes / memory bandwidth (the kernels' launches counted apart). */
+double cz__dm_bytes_seconds(const cz_cluster *c, double bytes);
+/* One elementwise kernel moving `bytes`: a launch plus bytes / memory bandwidth. */
+double cz__dm_kernel_seconds(const cz_cluster *c, double bytes);
+/* The executor's Newton-Schulz precision for a job's dtype (executor_backend.c: bf16 for bf16
+ * and fp16 jobs, fp32 for fp32 jobs). */
+cz_gemm_prec cz__dm_ns_prec(cz_dtype dtype);
+/* Whether the executor takes the symmetric form (SYRK) for rows x cols matrices: fp32 from
+ * 4096 rows (cz__ns_use_syrk, executor/src/ns_plan.h, CZ_NS_SYRK_MIN_ROWS_CUDA); never bf16. */
+int cz__dm_use_syrk(int64_t rows, cz_gemm_prec prec);
+/* What one Newton-Schulz iteration of `batch` same-shape matrices launches in the executor
+ * (cz__ns_plan): GEMM calls (one strided-batched call each), SYRK calls (one per matrix) and
+ * elementwise kernels (one batched launch each). */
+typedef struct cz_ns_kernels {
+    int gemm_calls, syrk_calls, ew_kernels, sym;
+} cz_ns_kernels;
+cz_ns_kernels cz__dm_ns_kernels(int64_t rows, int64_t cols, int batch, cz_gemm_prec prec);
+/* Seconds of `steps` Newton-Schulz iterations of `batch` same-shape m x n matrices as the
+ * executor runs them (one ns_batched call, what canzona-bench ns times), op by op as
+ * cz__dm_ns_kernels counts them. Without the device model: the flat model's
+ * steps (4 a^2 b + 2 a^3) FLOPs per matrix at the matmul rate. */
+double cz__dm_ns_iterations_seconds(const cz_cluster *c, int64_t m, int64_t n, int batch, int steps,
+                                    cz_gemm_prec prec);
+/* The same plus each matrix's kernels around the iterations (its norm, scaled load and store:
+ * cz__muon_run): the executor's Muon on the batch but for momentum and update. */
+double cz__dm_ns_seconds(const cz_cluster *c, int64_t m, int64_t n, int batch, int steps,
+                         cz_gemm_prec prec);
+/* The same as Megatron-LM runs it (emerging_optimizers' newton_schulz under PyTorch eager, bf16
+ * "medium" precision): each op a PyTorch op; `batch` > 1 is the batched (3-D) form. */
+double cz__dm_torch_ns_seconds(const cz_cluster *c, int64_t m, int64_t n, int batch, int steps);
+/* One PyTorch matmul op (addmm, baddbmm, @) in bf16, bf16 output: an op plus the roofline. */
+double cz__dm_torch_gemm_seconds(const cz_cluster *c, double m, double n, double k, int batch,
+                                 int accumulate);
+/* One PyTorch eager elementwise op moving `bytes` (0 fixed cost without the device model). */
+double cz__dm_torch_op_seconds(const cz_cluster *c, double bytes);
+/* A collective of `bytes` (the conventions of cz__sim_collective_seconds) among n ranks, inside
+ * a node or across nodes: the calibration's measurement of that op, size of group and scope
+ * where it has one (interpolated in bytes, or the alpha-beta curve moved through the nearest
+ * measured point), else alpha_beta(bytes) plus the fixed cost of one NCCL call. */
+typedef double (*cz_alpha_beta_fn)(double bytes, const void *ctx);
+double cz__dm_collective_seconds(const cz_cluster *c, cz_cal_op op, int n, int inter_node,
+                                 double bytes, cz_alpha_beta_fn alpha_beta, const void *ctx);
+/* The fixed cost of one NCCL call (0 without the device model). */
+double cz__dm_call_seconds(const cz_cluster *c);
+/* The executor's host work of one optimizer step beyond its phases (step.c, grad_stats): one
+ * sum-of-squares kernel per owned shard, the copy of their results to the host (one launch and
+ * the wait for it), and one 16-byte all-reduce of the control plane over the world (a tree's
+ * latency: 2 log2(world) messages). 0 without the device model. */
+double cz__dm_step_host_seconds(const cz_cluster *c, int owned_shards, int world,
+                                double latency_us);
+/* Makes the cluster's device model the calibration's (takes ownership of cal, also on failure):
+ * the bf16 and fp32 GEMM rates fitted to its GEMM table (seconds against FLOPs with a free
+ * intercept, least relative error), its launch, its Newton-Schulz iteration's GEMM calls and its
+ * collectives. CZ_EINVALID naming the file when a precision has fewer than two GEMM sizes. */
+int cz__cluster_apply_calibration(cz_cluster *c, cz_calibration *cal, cz_error *err);
+/* The least-squares fit of t = intercept + FLOPs / rate over the calibration's GEMMs of one
+ * precision (what cz__cluster_apply_calibration uses); CZ_EINVALID when it cannot be fitted. */
+int cz__calibration_fit_gemm(const cz_calibration *cal, cz_gemm_prec prec, double *tflops,
+                             double *intercept_s, cz_error *err);
+
 /* ---- cost model (cost.c) ---- */
 /* Total optimizer work for one parameter across its TP group, in the settings' unit:
  * a matrix parameter is updated once, whole (sum over its blocks); an elementwise one is
@@ -79,6 +152,37 @@ typedef struct cz_muon_tp_work {
  * all-reduce; replicated matrices (tp_dim < 0) and tp 1 are the same in every mode. */
 cz_muon_tp_work cz__cost_muon_tp(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
                                  cz_dtype dtype, cz_muon_tp_mode mode);
+
+/* ---- Megatron-LM's Muon on sharded matrices, as its code runs it (megatron_muon.c) ---- */
+/* Which group of the domain (the plan's TP group: GTP x TP ranks, TP innermost) a collective
+ * runs over. */
+typedef enum cz_mg_group { CZ_MG_DOMAIN = 0, CZ_MG_TP = 1, CZ_MG_GTP = 2 } cz_mg_group;
+typedef struct cz_mg_coll {
+    cz_cal_op op;
+    cz_mg_group group;
+    int n;        /* ranks */
+    double bytes; /* cz__sim_collective_seconds's convention */
+    int count;
+} cz_mg_coll;
+#define CZ_MG_MAX_COLL 6
+/* One matrix parameter under one of Megatron's modes on one rank of its domain. */
+typedef struct cz_megatron_work {
+    double compute_s; /* duplicated, distributed, blockwise: this rank's ops for the matrix */
+    int ncoll;        /* and its collectives, each on the matrix's path (one stream) */
+    cz_mg_coll coll[CZ_MG_MAX_COLL];
+    int routed;         /* sharded over the domain (layer-sharded exchanges it to a home) */
+    double lpt_cost;    /* layer-sharded homes' balance: max(M, N) min(M, N)^2 */
+    double shard_bytes; /* one rank's fp32 momentum of it */
+    double local_elems; /* one rank's elements of it */
+    double param_ops_s; /* the step's ops on the local shard (weight decay, momentum, update) */
+} cz_megatron_work;
+/* Fills *w for parameter p (a matrix) under mode with gtp of the plan's TP ranks sharding dim 0
+ * (Megatron's gtp_remat; 1: plain TP). CZ_EINVALID when gtp does not divide the TP size. */
+int cz__megatron_muon_work(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
+                           cz_muon_tp_mode mode, int gtp, cz_megatron_work *w, cz_error *err);
+/* Megatron's layer-sharded homes (_assign_ns_homes): n matrices by cost, largest first (ties in
+ * order), each to the first least-loaded of `bins` homes; bin_cost gets the loads. CZ_ENOMEM. */
+int cz__megatron_ns_homes(const double *cost, int n, int bins, int *home, double *bin_cost);
 
 /* ---- Megatron-LM's current layer-wise rule (megatron_layerwise.c) ---- */
 /* Newton-Schulz cost Megatron balances by: max(m, n) * min(m, n)^2. */

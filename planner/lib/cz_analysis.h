@@ -48,13 +48,20 @@ typedef struct cz_sim_coop {
 /* Result of simulating one optimizer step of a plan (cz_plan_simulate). All durations are in
  * seconds, or in the plan's cost unit when no cluster was given (communication is then 0). */
 struct cz_sim_result {
-    int in_seconds;        /* 1: simulated on a cluster; 0: in the plan's cost unit */
-    int pipelined;         /* 1: asynchronous micro-group pipeline; 0: synchronous compute */
-    double grad_sync_s;    /* gradient reduce-scatter (all-reduce under layerwise), all buckets */
+    int in_seconds;   /* 1: simulated on a cluster; 0: in the plan's cost unit */
+    int pipelined;    /* 1: asynchronous micro-group pipeline; 0: synchronous compute */
+    int device_model; /* 1: the cluster's device model (fixed costs, batching) was on */
+    int overlap_param_gather, overlap_grad_reduce; /* cz_sim_options' overlaps */
+    double grad_sync_total_s, param_sync_total_s;  /* every bucket's, hidden or not */
+    double host_s;         /* the step's host work (cz__dm_step_host_seconds); 0 without the
+                              device model */
+    double grad_sync_s;    /* gradient reduce-scatter (all-reduce under layerwise), all buckets
+                              (with overlap_grad_reduce: the exposed last one) */
     double frag_gather_s;  /* even (ZeRO-1) only: gathering fragmented matrices over DP */
     double local_s;        /* elementwise + matrix updates incl. TP collectives, slowest GPU */
-    double param_sync_s;   /* parameter all-gather over DP, all buckets */
-    double optimizer_s;    /* optimizer-step latency: frag_gather + local + param_sync */
+    double param_sync_s;   /* parameter all-gather over DP, all buckets (with
+                              overlap_param_gather: the exposed first-needed one) */
+    double optimizer_s;    /* optimizer-step latency: frag_gather + host + local + param_sync */
     double step_s;         /* grad_sync + optimizer_s, worst pipeline stage */
     double compute_s;      /* busiest GPU's compute-stream busy time */
     double tp_comm_s;      /* TP collective time of the critical DP rank */

@@ -453,6 +453,14 @@ int cz__plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, c
         "cluster_sha256", cz__str_or_unknown(plan->cluster_sha256), "unit",
         unit_symbol(plan->settings.unit), "topology", "dp", plan->dp, "tp", plan->tp, "pp",
         plan->pp, "gpus", gpus, "gpus_per_node", plan->gpus_per_node);
+    /* Only for a plan made with one, so that other reports are what they were. */
+    if (rep && plan->calibration_sha256 &&
+        cz__json_put(rep, "calibration",
+                     json_pack("{s:s, s:s, s:s}", "device",
+                               cz__str_or_unknown(plan->calibration_device), "measured_at",
+                               cz__str_or_unknown(plan->calibration_measured_at), "sha256",
+                               plan->calibration_sha256)))
+        goto done;
     if (!rep || cz__json_put(rep, "settings", settings_json(plan)))
         goto done;
     json_t *sum = json_pack(

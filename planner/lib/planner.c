@@ -340,6 +340,17 @@ int cz__plan_init(cz_plan **out, const cz_model *m, const cz_cluster *c, const c
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory filling the plan header");
         goto done;
     }
+    if (c->calibration) {
+        const cz_calibration *cal = c->calibration;
+        plan->calibration_device = cz__strdup(cal->device_name ? cal->device_name : "");
+        plan->calibration_measured_at = cz__strdup(cal->measured_at ? cal->measured_at : "");
+        plan->calibration_sha256 = cz__strdup(cal->sha256);
+        if (!plan->calibration_device || !plan->calibration_measured_at ||
+            !plan->calibration_sha256) {
+            rc = cz__error_set(err, CZ_ENOMEM, "out of memory filling the plan header");
+            goto done;
+        }
+    }
     plan->dtype = m->dtype;
     plan->settings = *s;
     plan->dp = c->dp;

@@ -118,6 +118,10 @@ typedef struct sim_ctx {
      * "DP ranks" are the expert ranks (D = ep * edp, in cz_plan_expert_rank's order) and whose
      * TP groups are the ETP groups (R = etp); expert is 1 in that copy, 0 in the dense one. */
     int expert;
+    int dm;            /* the cluster's device model is on: fixed costs, batching */
+    int megatron;      /* sc plan under one of Megatron's modes as Megatron runs it */
+    int gtp, ns_batch; /* Megatron's GTP shards of the TP group; layer-sharded batch size */
+    int overlap_param, overlap_grad;
 } sim_ctx;
 
 static void prog_free(sim_prog *pg)
@@ -183,6 +187,63 @@ static bool in_side(const sim_ctx *cx, const cz_plan_param *p, int *d)
     return true;
 }
 
+static int tp_inter(const sim_ctx *cx, int stage, int d)
+{
+    return cz__sim_group_spans_nodes((stage * cx->D + d) * cx->R, 1, cx->R,
+                                     cx->cluster->gpus_per_node);
+}
+
+static int dp_inter(const sim_ctx *cx, int stage)
+{
+    return dp_gbps(cx, stage) == cx->cluster->links.inter_node_gbps &&
+           cx->cluster->links.inter_node_gbps != cx->cluster->links.intra_node_gbps;
+}
+
+/* A collective as the device model times it: the calibration's measurement or alpha-beta plus
+ * one NCCL call (cz__dm_collective_seconds); without the device model the alpha-beta formula
+ * alone, as always. */
+typedef struct ab_ctx {
+    cz_coll_kind kind;
+    int n;
+    double gbps, lat_us;
+} ab_ctx;
+
+static double ab_seconds(double bytes, const void *ctx)
+{
+    const ab_ctx *x = ctx;
+    return cz__sim_collective_seconds(x->kind, x->n, bytes, x->gbps, x->lat_us);
+}
+
+static double coll_seconds(const sim_ctx *cx, cz_coll_kind kind, int n, double bytes, double gbps,
+                           int inter)
+{
+    ab_ctx x = {kind, n, gbps, cx->lat_us};
+    if (!cx->dm)
+        return ab_seconds(bytes, &x);
+    if (kind == CZ_COLL_ROOTED_GROUP) { /* one grouped call; no calibration of its own */
+        double t = ab_seconds(bytes, &x);
+        return t > 0 ? t + cz__dm_call_seconds(cx->cluster) : t;
+    }
+    static const cz_cal_op ops[] = {CZ_CAL_REDUCE_SCATTER, CZ_CAL_ALL_GATHER, CZ_CAL_ALL_REDUCE,
+                                    CZ_CAL_ALL_TO_ALL};
+    return cz__dm_collective_seconds(cx->cluster, ops[kind], n, inter, bytes, ab_seconds, &x);
+}
+
+/* An uneven DP collective (cz__sim_uneven_seconds) with the device model's call. */
+static double uneven_seconds(const sim_ctx *cx, const int64_t *len, double gbps, int inter)
+{
+    if (!cx->dm)
+        return cz__sim_uneven_seconds(len, cx->D, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
+    if (cx->uneven == CZ_SIM_UNEVEN_PADDED) {
+        double most = 0;
+        for (int d = 0; d < cx->D; d++)
+            most = (double)len[d] > most ? (double)len[d] : most;
+        return coll_seconds(cx, CZ_COLL_REDUCE_SCATTER, cx->D, most * cx->elem_bytes, gbps, inter);
+    }
+    double t = cz__sim_uneven_seconds(len, cx->D, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
+    return t > 0 ? t + cz__dm_call_seconds(cx->cluster) : t;
+}
+
 static const cz_plan_bucket *param_bucket(const sim_ctx *cx, const cz_plan_param *p)
 {
     int bi = cx->bucket_index[p->id];
@@ -233,8 +294,8 @@ static double sc_gather_seconds(const sim_ctx *cx, int stage, int d, double shar
 {
     if (!cx->cluster)
         return 0.0;
-    return cz__sim_collective_seconds(CZ_COLL_ALL_GATHER, cx->R, shard_sum, tp_gbps(cx, stage, d),
-                                      cx->lat_us);
+    return coll_seconds(cx, CZ_COLL_ALL_GATHER, cx->R, shard_sum, tp_gbps(cx, stage, d),
+                        tp_inter(cx, stage, d));
 }
 
 /* Fills the elementwise work of DP rank d: owned local shards, or for fragmented parameters
@@ -297,8 +358,8 @@ static int prog_build_even(const sim_ctx *cx, sim_prog *pg, int stage, int d, do
         pg->compute[t] = work;
     pg->gather[0] = sc_gather_seconds(cx, stage, d, shard_sum);
     pg->comm_s = pg->gather[0];
-    *frag_s = cx->cluster ? cz__sim_collective_seconds(CZ_COLL_ALL_TO_ALL, max_sharing, missing,
-                                                       dp_gbps(cx, stage), cx->lat_us)
+    *frag_s = cx->cluster ? coll_seconds(cx, CZ_COLL_ALL_TO_ALL, max_sharing, missing,
+                                         dp_gbps(cx, stage), dp_inter(cx, stage))
                           : 0.0;
     return CZ_OK;
 }
@@ -324,14 +385,15 @@ static double task_share(const cz_param_def *d, int block)
 
 /* The simulator's all-reduce among a cooperative task's w members. */
 typedef struct sim_ar {
-    int w;
-    double gbps, lat_us;
+    const sim_ctx *cx;
+    int w, inter;
+    double gbps;
 } sim_ar;
 
 static double sim_allreduce(double bytes, const void *ctx)
 {
     const sim_ar *x = ctx;
-    return cz__sim_collective_seconds(CZ_COLL_ALL_REDUCE, x->w, bytes, x->gbps, x->lat_us);
+    return coll_seconds(x->cx, CZ_COLL_ALL_REDUCE, x->w, bytes, x->gbps, x->inter);
 }
 
 static task_work task_work_of(const sim_ctx *cx, const cz_plan_group *grp, int k, int stage, int d)
@@ -365,17 +427,77 @@ static task_work task_work_of(const sim_ctx *cx, const cz_plan_group *grp, int k
      * exposed, with the norm's all-reduce per step, is charged as the task's all-reduce time. */
     const cz_cluster *c = cx->cluster;
     int first = (stage * cx->D + d) * cx->R + slot;
-    sim_ar ar = {w,
-                 cz__sim_group_spans_nodes(first, 1, w, c->gpus_per_node)
-                     ? c->links.inter_node_gbps
-                     : c->links.intra_node_gbps,
-                 cx->lat_us};
+    int spans = cz__sim_group_spans_nodes(first, 1, w, c->gpus_per_node);
+    sim_ar ar = {cx, w, spans, spans ? c->links.inter_node_gbps : c->links.intra_node_gbps};
     cz_coop_time ct = cz__coop_time_of(rows, cols, w, cz_group_task_panels(grp, k), &st, c,
                                        plan->dtype, sim_allreduce, &ar);
     tw.compute = ct.compute;
     tw.allreduce = ct.exposed;
     tw.comm = ct.comm;
     return tw;
+}
+
+/* The Newton-Schulz matrices of task k of grp: its block, or every block of its matrix, or the
+ * whole matrix; *n of them into rows[], cols[] (room for CZ_MAX_BLOCKS). */
+static int task_matrices(const cz_plan *plan, const cz_plan_group *grp, int k, int64_t *rows,
+                         int64_t *cols)
+{
+    const cz_param_def *d = &plan->params[grp->task_param[k]].def;
+    int block = cz_group_task_block(grp, k), n = 0;
+    int all = block < 0 && d->nblocks > 0 && d->block_sizes;
+    for (int b = all ? 0 : block; b < (all ? d->nblocks : block + 1) && n < CZ_MAX_BLOCKS; b++) {
+        int64_t r0, c0;
+        cz_task_region(d, b, &r0, &c0, &rows[n], &cols[n]);
+        n++;
+    }
+    return n;
+}
+
+/* The executor batches the Newton-Schulz of the same-shape matrices a slot hosts in one
+ * micro-group (cz__muon_prepare_tasks, one ns_batched call per shape): each iteration's launches
+ * and calls are paid once per shape, not once per matrix. The tasks' costs count each matrix
+ * alone; here each slot's hosted tasks are scaled to the batched time, their share of it in
+ * proportion to their cost. */
+static void batch_group(const sim_ctx *cx, const cz_plan_group *grp, sim_task *tasks, int n)
+{
+    const cz_plan *plan = cx->plan;
+    const cz_cluster *c = cx->cluster;
+    int steps = plan->settings.ns_steps;
+    cz_gemm_prec prec = cz__dm_ns_prec(plan->dtype);
+    int64_t rows[CZ_MAX_BLOCKS], cols[CZ_MAX_BLOCKS];
+    for (int slot = 0; slot < cx->R; slot++) {
+        double alone = 0.0, change = 0.0; /* the batches' time less the matrices' alone */
+        int shapes = 0;
+        int64_t sa[64], sb[64];
+        int cnt[64];
+        for (int i = 0; i < n; i++) {
+            if (tasks[i].slot != slot || tasks[i].width != 1)
+                continue;
+            alone += tasks[i].compute;
+            int nm = task_matrices(plan, grp, tasks[i].index, rows, cols);
+            for (int j = 0; j < nm; j++) {
+                int64_t a = rows[j] < cols[j] ? rows[j] : cols[j];
+                int64_t b = rows[j] < cols[j] ? cols[j] : rows[j], q = 0;
+                while (q < shapes && (sa[q] != a || sb[q] != b))
+                    q++;
+                if (q == shapes) {
+                    if (shapes == 64) /* more shapes than any model has: the rest alone */
+                        continue;
+                    sa[q] = a, sb[q] = b, cnt[q] = 0, shapes++;
+                }
+                cnt[q]++;
+            }
+        }
+        for (int q = 0; q < shapes; q++)
+            change += cz__dm_ns_seconds(c, sa[q], sb[q], cnt[q], steps, prec) -
+                      cnt[q] * cz__dm_ns_seconds(c, sa[q], sb[q], 1, steps, prec);
+        if (!(alone > 0.0) || change >= 0.0)
+            continue;
+        double f = (alone + change) / alone;
+        for (int i = 0; i < n; i++)
+            if (tasks[i].slot == slot && tasks[i].width == 1)
+                tasks[i].compute *= f;
+    }
 }
 
 static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_error *err)
@@ -405,6 +527,7 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
         goto done;
     }
     double gbps = cx->cluster ? tp_gbps(cx, stage, d) : 0.0;
+    int inter = cx->cluster ? tp_inter(cx, stage, d) : 0;
     for (int g = 0; g < ngroups; g++) {
         const cz_plan_group *grp = &rs->groups[g];
         double *comp = &pg->compute[(size_t)g * (size_t)R];
@@ -455,6 +578,8 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
                 }
         }
         pg->first[g + 1] = pg->ntasks;
+        if (cx->pipelined && cx->dm && plan->settings.optimizer == CZ_OPTIM_MUON)
+            batch_group(cx, grp, &pg->tasks[pg->first[g]], pg->ntasks - pg->first[g]);
         if (!cx->pipelined) {
             for (int t = 0; t < R; t++)
                 comp[t] = work;
@@ -470,8 +595,7 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
             send[t] = recv[t] = 0.0;
         }
         pg->gather[g] =
-            cx->cluster ? cz__sim_collective_seconds(CZ_COLL_ALL_TO_ALL, R, worst, gbps, cx->lat_us)
-                        : 0.0;
+            cx->cluster ? coll_seconds(cx, CZ_COLL_ALL_TO_ALL, R, worst, gbps, inter) : 0.0;
         /* Scatter: the reverse. A replicated matrix is whole on its host (no gather), which
          * sends the whole update (a member: its slice) to every other rank. */
         for (int k = 0; k < grp->ntasks; k++) {
@@ -493,8 +617,7 @@ static int prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_erro
             send[t] = recv[t] = 0.0;
         }
         pg->scatter[g] =
-            cx->cluster ? cz__sim_collective_seconds(CZ_COLL_ALL_TO_ALL, R, worst, gbps, cx->lat_us)
-                        : 0.0;
+            cx->cluster ? coll_seconds(cx, CZ_COLL_ALL_TO_ALL, R, worst, gbps, inter) : 0.0;
         pg->comm_s += pg->gather[g] + pg->scatter[g];
     }
 done:
@@ -546,8 +669,17 @@ static void prog_run(const sim_prog *pg, int R, int pipelined, double *finish, d
             }
             if (tl_gather)
                 tl_gather[g] = (cz_sim_span){gs, ge};
+            /* A scatter (layer sharding's return all-to-all) waits for every rank's compute. */
+            double ss = ge, se = ge;
+            if (pg->scatter[g] > 0) {
+                for (int t = 0; t < R; t++)
+                    ss = fmax(ss, finish[t]);
+                se = ss + pg->scatter[g];
+                for (int t = 0; t < R; t++)
+                    finish[t] = se;
+            }
             if (tl_scatter)
-                tl_scatter[g] = (cz_sim_span){ge, ge};
+                tl_scatter[g] = (cz_sim_span){ss, se};
         }
         return;
     }
@@ -600,15 +732,28 @@ static void prog_run(const sim_prog *pg, int R, int pipelined, double *finish, d
         finish[t] = fmax(finish[t], comm);
 }
 
-/* Gradient and parameter synchronization over DP for one stage's buckets. */
-static int dp_sync_seconds(const sim_ctx *cx, int stage, double *grad_s, double *param_s,
-                           int64_t *owned, cz_error *err)
+/* Gradient and parameter synchronization over DP for one stage's buckets: the sums, and the
+ * last bucket's of each (the last the backward pass fills, holding the first layers, which the
+ * forward pass needs first: what Megatron's overlaps leave exposed). */
+typedef struct dp_sync {
+    double grad_s, param_s;           /* every bucket, one after the other */
+    double last_grad_s, last_param_s; /* the stage's last bucket */
+} dp_sync;
+
+static void sync_add(dp_sync *y, double grad, double param)
+{
+    y->grad_s += grad, y->param_s += param;
+    y->last_grad_s = grad, y->last_param_s = param;
+}
+
+static int dp_sync_seconds(const sim_ctx *cx, int stage, dp_sync *y, int64_t *owned, cz_error *err)
 {
     const cz_plan *plan = cx->plan;
-    *grad_s = *param_s = 0.0;
+    memset(y, 0, sizeof *y);
     if (!cx->cluster || cx->D <= 1)
         return CZ_OK;
     double gbps = dp_gbps(cx, stage);
+    int inter = dp_inter(cx, stage);
     if (cx->megatron_aug26) {
         /* Megatron lays out its own buckets (shard-aligned for the matrices, ZeRO-1 for the
          * rest), each an even reduce-scatter of its gradients and all-gather of its
@@ -618,11 +763,9 @@ static int dp_sync_seconds(const sim_ctx *cx, int stage, double *grad_s, double 
         if (rc != CZ_OK)
             return rc;
         for (size_t b = 0; b < nb; b++) {
-            double t = cz__sim_collective_seconds(
-                CZ_COLL_REDUCE_SCATTER, cx->D, (double)(cx->lw_buckets[b] / cx->D) * cx->elem_bytes,
-                gbps, cx->lat_us);
-            *grad_s += t;
-            *param_s += t;
+            double slice = (double)(cx->lw_buckets[b] / cx->D) * cx->elem_bytes;
+            sync_add(y, coll_seconds(cx, CZ_COLL_REDUCE_SCATTER, cx->D, slice, gbps, inter),
+                     coll_seconds(cx, CZ_COLL_ALL_GATHER, cx->D, slice, gbps, inter));
         }
         return CZ_OK;
     }
@@ -642,41 +785,43 @@ static int dp_sync_seconds(const sim_ctx *cx, int stage, double *grad_s, double 
                     if (__builtin_add_overflow(owned[p->dp_owner], p->numel, &owned[p->dp_owner]))
                         owned[p->dp_owner] = INT64_MAX;
             }
-            *grad_s += cz__sim_collective_seconds(
-                CZ_COLL_ALL_REDUCE, cx->D, (double)bk->size * cx->elem_bytes, gbps, cx->lat_us);
-            *param_s +=
-                cz__sim_uneven_seconds(owned, cx->D, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
+            sync_add(y,
+                     coll_seconds(cx, CZ_COLL_ALL_REDUCE, cx->D, (double)bk->size * cx->elem_bytes,
+                                  gbps, inter),
+                     uneven_seconds(cx, owned, gbps, inter));
             continue;
         }
         for (int d = 0; d < cx->D; d++)
             owned[d] = bk->ranges ? bk->ranges[2 * d + 1] - bk->ranges[2 * d] : 0;
-        double t =
-            cz__sim_uneven_seconds(owned, cx->D, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
-        *grad_s += t;
-        *param_s += t;
+        double t = uneven_seconds(cx, owned, gbps, inter);
+        sync_add(y, t, t);
     }
     return CZ_OK;
 }
 
-static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
-                    const cz_sim_options *opt, cz_error *err)
+/* The options' Megatron modes and what they apply to: the mode, the GTP shards, the batch size
+ * and the overlaps; refused where they mean nothing (docs/SIMULATOR.md). */
+static int ctx_modes(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
+                     const cz_sim_options *opt, cz_error *err)
 {
-    memset(cx, 0, sizeof *cx);
-    cx->uneven = opt ? opt->uneven : CZ_SIM_UNEVEN_ROOTED;
-    cx->plan = plan;
-    cx->cluster = c;
-    cx->R = plan->tp;
-    cx->D = plan->dp;
-    cx->P = plan->pp;
-    cx->pipelined = plan->settings.tp != CZ_TP_SC;
-    cx->megatron_aug26 = plan->settings.dp == CZ_DP_LAYERWISE &&
-                         plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON_AUG26;
-    cx->zero1_elementwise = cx->megatron_aug26;
     cx->muon_tp = opt ? opt->muon_tp : CZ_MUON_TP_DUPLICATED;
+    cx->gtp = opt ? opt->gtp : 1;
+    cx->ns_batch = opt ? opt->muon_ns_batch_size : 1;
+    cx->overlap_param = opt ? opt->overlap_param_gather : 0;
+    cx->overlap_grad = opt ? opt->overlap_grad_reduce : 0;
+    cx->dm = c && c->device.costs.on;
     if (!cz_muon_tp_mode_name(cx->muon_tp))
         return cz__error_set(err, CZ_EINVALID,
-                             "Muon TP mode %d is unknown; use duplicated, blockwise or distributed",
+                             "Muon TP mode %d is unknown; use duplicated, blockwise, distributed "
+                             "or layer_sharded",
                              (int)cx->muon_tp);
+    if (cx->gtp > 1 && (plan->settings.tp != CZ_TP_SC || plan->tp % cx->gtp != 0))
+        return cz__error_set(
+            err, CZ_EUNSUPPORTED,
+            "a GTP size of %d describes Megatron's GTP x TP domain for its Muon TP "
+            "modes: it needs the sc TP strategy and must divide the TP size (got "
+            "tp %s, TP size %d)",
+            cx->gtp, cz_tp_strategy_name(plan->settings.tp), plan->tp);
     if (cx->muon_tp != CZ_MUON_TP_DUPLICATED &&
         (!c || plan->settings.tp != CZ_TP_SC || plan->settings.dp == CZ_DP_EVEN ||
          plan->settings.optimizer != CZ_OPTIM_MUON))
@@ -688,6 +833,33 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
                              cz_optimizer_name(plan->settings.optimizer),
                              cz_dp_strategy_name(plan->settings.dp),
                              cz_tp_strategy_name(plan->settings.tp), c ? "" : ", no cluster");
+    /* Megatron's modes as Megatron runs them: per matrix in PyTorch, under the device model,
+     * and always for layer sharding and GTP, which the flat model never had (docs/SIMULATOR.md,
+     * "Megatron's TP modes for Muon"). The flat duplicated, blockwise and distributed rows keep
+     * their earlier model. */
+    cx->megatron = c && plan->settings.tp == CZ_TP_SC && plan->settings.dp != CZ_DP_EVEN &&
+                   plan->settings.optimizer == CZ_OPTIM_MUON &&
+                   (cx->dm || cx->muon_tp == CZ_MUON_TP_LAYER_SHARDED || cx->gtp > 1);
+    return CZ_OK;
+}
+
+static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
+                    const cz_sim_options *opt, cz_error *err)
+{
+    int rc;
+    memset(cx, 0, sizeof *cx);
+    cx->uneven = opt ? opt->uneven : CZ_SIM_UNEVEN_ROOTED;
+    cx->plan = plan;
+    cx->cluster = c;
+    cx->R = plan->tp;
+    cx->D = plan->dp;
+    cx->P = plan->pp;
+    cx->pipelined = plan->settings.tp != CZ_TP_SC;
+    cx->megatron_aug26 = plan->settings.dp == CZ_DP_LAYERWISE &&
+                         plan->settings.layerwise_order == CZ_LAYERWISE_MEGATRON_AUG26;
+    cx->zero1_elementwise = cx->megatron_aug26;
+    if ((rc = ctx_modes(cx, plan, c, opt, err)) != CZ_OK)
+        return rc;
     if (cx->R < 1 || cx->D < 1 || cx->P < 1)
         return cz__error_set(err, CZ_EINVALID, "plan topology dp=%d tp=%d pp=%d: expected >= 1",
                              plan->dp, plan->tp, plan->pp);
@@ -723,10 +895,10 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
     cx->sec = calloc(n, sizeof *cx->sec);
     cx->bucket_index = malloc(n * sizeof *cx->bucket_index);
     cx->lw_buckets = malloc((n + 1) * sizeof *cx->lw_buckets);
-    if (cx->muon_tp != CZ_MUON_TP_DUPLICATED)
+    int legacy_tp = cx->muon_tp != CZ_MUON_TP_DUPLICATED && !cx->megatron;
+    if (legacy_tp)
         cx->tpw = calloc(n, sizeof *cx->tpw);
-    if (!cx->sec || !cx->bucket_index || !cx->lw_buckets ||
-        (cx->muon_tp != CZ_MUON_TP_DUPLICATED && !cx->tpw))
+    if (!cx->sec || !cx->bucket_index || !cx->lw_buckets || (legacy_tp && !cx->tpw))
         return cz__error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
@@ -774,6 +946,176 @@ static int expert_stage(const sim_ctx *dense, cz_sim_result *r, int s, const dou
                         double *param_s, double *frag_max, double *local, int *crit_d, int *crit_t,
                         double *expert_part, cz_error *err);
 
+/* ---- Megatron's modes as Megatron runs them (megatron_muon.c) ---- */
+
+/* A collective of Megatron's on one group of DP rank d's domain (TP innermost, then GTP). */
+static double mg_coll_seconds(const sim_ctx *cx, int stage, int d, const cz_mg_coll *k)
+{
+    static const cz_coll_kind kinds[] = {CZ_COLL_ALL_REDUCE, CZ_COLL_ALL_GATHER,
+                                         CZ_COLL_REDUCE_SCATTER, CZ_COLL_ALL_TO_ALL};
+    const cz_cluster *c = cx->cluster;
+    int first = (stage * cx->D + d) * cx->R, tf = cx->R / cx->gtp;
+    int spans = k->group == CZ_MG_TP ? cz__sim_group_spans_nodes(first, 1, tf, c->gpus_per_node)
+                : k->group == CZ_MG_GTP
+                    ? cz__sim_group_spans_nodes(first, tf, cx->gtp, c->gpus_per_node)
+                    : tp_inter(cx, stage, d);
+    double gbps = spans ? c->links.inter_node_gbps : c->links.intra_node_gbps;
+    return k->count * coll_seconds(cx, kinds[k->op], k->n, k->bytes, gbps, spans);
+}
+
+/* Megatron's layer-sharded Newton-Schulz (_run_ns) of matrices ids[0 .. n) on one rank:
+ * same-shape matrices, in the order they come, in batches of at most ns_batch. */
+static double batched_torch_ns(const sim_ctx *cx, const int *ids, int n, int *done)
+{
+    const cz_plan *plan = cx->plan;
+    double t = 0.0;
+    memset(done, 0, (size_t)n * sizeof *done);
+    for (int i = 0; i < n; i++) {
+        if (done[i])
+            continue;
+        const cz_param_def *a = &plan->params[ids[i]].def;
+        int count = 0;
+        for (int j = i; j < n; j++) {
+            const cz_param_def *b = &plan->params[ids[j]].def;
+            if (!done[j] && b->shape[0] == a->shape[0] && b->shape[1] == a->shape[1])
+                done[j] = 1, count++;
+        }
+        int64_t cols = a->ndim == 1 ? 1 : a->shape[1];
+        for (int left = count; left > 0; left -= cx->ns_batch) {
+            int batch = left < cx->ns_batch ? left : cx->ns_batch;
+            t += cz__dm_torch_ns_seconds(cx->cluster, a->shape[0], cols, batch,
+                                         plan->settings.ns_steps);
+        }
+    }
+    return t;
+}
+
+/* Layer sharding (LayerShardedMuon.step, fused path): the routed matrices' shards go to their
+ * homes in one all-to-all, the homes run their batches, one all-to-all scatters the results;
+ * matrices sharded by nothing are computed by every rank, batched the same way. */
+static int lsh_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, const int *ids, int n,
+                     const cz_megatron_work *w)
+{
+    const cz_cluster *c = cx->cluster;
+    int R = cx->R, nr = 0, nl = 0, rc = CZ_ENOMEM;
+    int *routed = malloc((size_t)(n + 1) * sizeof *routed);
+    int *local = malloc((size_t)(n + 1) * sizeof *local), *home = malloc((n + 1) * sizeof *home);
+    int *scratch = malloc((size_t)(n + 1) * sizeof *scratch);
+    int *mine = malloc((size_t)(n + 1) * sizeof *mine);
+    double *cost = malloc((size_t)(n + 1) * sizeof *cost), *bin = calloc((size_t)R, sizeof *bin);
+    double *send = calloc((size_t)R, sizeof *send), *recv = calloc((size_t)R, sizeof *recv);
+    if (!routed || !local || !home || !scratch || !mine || !cost || !bin || !send || !recv)
+        goto done;
+    double base = 0.0;
+    for (int i = 0; i < n; i++) {
+        base += w[i].param_ops_s;
+        if (w[i].routed) {
+            cost[nr] = w[i].lpt_cost;
+            routed[nr++] = i;
+        } else {
+            local[nl++] = ids[i];
+        }
+    }
+    if ((rc = cz__megatron_ns_homes(cost, nr, R, home, bin)) != CZ_OK)
+        goto done;
+    base += batched_torch_ns(cx, local, nl, scratch);
+    for (int r = 0; r < nr; r++) {
+        double sb = w[routed[r]].shard_bytes;
+        for (int t = 0; t < R; t++)
+            if (t != home[r])
+                send[t] += sb;
+        recv[home[r]] += (R - 1) * sb;
+    }
+    double worst = 0.0;
+    for (int t = 0; t < R; t++) {
+        worst = fmax(worst, fmax(send[t], recv[t]));
+        /* Packing around the exchanges (layer_sharded_a2a.py, fused): one cat per peer and one
+         * of all both ways, a matrix's assembly from its shards on its home and the narrowing
+         * of its result per peer, the update shard taken out on every rank. */
+        int nm = 0;
+        double full = 0.0;
+        for (int r = 0; r < nr; r++)
+            if (home[r] == t) {
+                mine[nm++] = ids[routed[r]];
+                full += R * w[routed[r]].shard_bytes;
+            }
+        double ops = 2.0 * (R + 1) * cz__dm_torch_op_seconds(c, 0.0) +
+                     cz__dm_torch_op_seconds(c, 4.0 * send[t]) +
+                     nm * (R * cz__dm_torch_op_seconds(c, 0.0)) +
+                     cz__dm_torch_op_seconds(c, 4.0 * full) + nr * cz__dm_torch_op_seconds(c, 0.0);
+        pg->compute[t] = base + ops + batched_torch_ns(cx, mine, nm, scratch);
+    }
+    double gbps = tp_gbps(cx, stage, d);
+    int inter = tp_inter(cx, stage, d);
+    pg->gather[0] = coll_seconds(cx, CZ_COLL_ALL_TO_ALL, R, worst, gbps, inter);
+    pg->scatter[0] = pg->gather[0];
+    pg->comm_s = pg->gather[0] + pg->scatter[0];
+    rc = CZ_OK;
+done:
+    free(routed);
+    free(local);
+    free(home);
+    free(scratch);
+    free(mine);
+    free(cost);
+    free(bin);
+    free(send);
+    free(recv);
+    return rc;
+}
+
+/* DP rank d's Muon step under one of Megatron's modes, one group: duplicated, distributed and
+ * blockwise run TensorParallelMuon's per-parameter loop on one stream (every collective on the
+ * matrix's path, nothing overlapped), layer sharding its exchanges and homes. */
+static int prog_build_megatron(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_error *err)
+{
+    const cz_plan *plan = cx->plan;
+    int rc, n = 0;
+    int *ids = NULL;
+    cz_megatron_work *w = NULL;
+    if ((rc = prog_alloc(pg, 1, cx->R)))
+        return cz__error_set(err, rc, "out of memory simulating DP rank %d", d);
+    prog_elementwise(cx, pg, stage, d);
+    ids = malloc((plan->nparams + 1) * sizeof *ids);
+    w = malloc((plan->nparams + 1) * sizeof *w);
+    if (!ids || !w) {
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating DP rank %d", d);
+        goto done;
+    }
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        int own = d; /* under expert groups: this side's matrices, by their expert-DP rank */
+        if (p->stage != stage || p->def.kind != CZ_KIND_MATRIX || !in_side(cx, p, &own) ||
+            p->dp_owner != own)
+            continue;
+        if ((rc = cz__megatron_muon_work(&p->def, &plan->settings, cx->cluster, cx->muon_tp,
+                                         cx->gtp, &w[n], err)) != CZ_OK)
+            goto done;
+        ids[n++] = (int)i;
+    }
+    if (cx->muon_tp == CZ_MUON_TP_LAYER_SHARDED) {
+        if ((rc = lsh_build(cx, pg, stage, d, ids, n, w)) != CZ_OK)
+            rc = cz__error_set(err, rc, "out of memory simulating DP rank %d", d);
+        goto done;
+    }
+    double comm = 0.0, compute = 0.0;
+    for (int i = 0; i < n; i++) {
+        compute += w[i].compute_s + w[i].param_ops_s;
+        for (int k = 0; k < w[i].ncoll; k++)
+            comm += mg_coll_seconds(cx, stage, d, &w[i].coll[k]);
+    }
+    for (int t = 0; t < cx->R; t++)
+        pg->compute[t] = compute;
+    pg->gather[0] = comm;
+    pg->comm_s = comm;
+done:
+    free(ids);
+    free(w);
+    if (rc)
+        prog_free(pg);
+    return rc;
+}
+
 static int build_rank(const sim_ctx *cx, sim_prog *pg, int s, int d, double *frag, cz_error *err)
 {
     *frag = 0.0;
@@ -782,7 +1124,34 @@ static int build_rank(const sim_ctx *cx, sim_prog *pg, int s, int d, double *fra
             return cz__error_set(err, CZ_ENOMEM, "out of memory simulating DP rank %d", d);
         return CZ_OK;
     }
+    if (cx->megatron)
+        return prog_build_megatron(cx, pg, s, d, err);
     return prog_build(cx, pg, s, d, err);
+}
+
+/* The most shards any GPU of the stage owns (for the step's host work, cz__dm_step_host_seconds):
+ * its DP rank's whole parameters and, of fragmented ones, every piece. */
+static int owned_shards(const sim_ctx *cx, int stage, int64_t *count)
+{
+    const cz_plan *plan = cx->plan;
+    int64_t all = 0, most = 0;
+    memset(count, 0, (size_t)cx->D * sizeof *count);
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        if (p->stage != stage)
+            continue;
+        /* A GPU holds one EP rank's experts; EP ranks hold as many each (Megatron's rule), so
+         * EP rank 0's stand for every GPU's. */
+        if (p->expert && p->ep_rank != 0)
+            continue;
+        if (cz_plan_param_fragmented(plan, p))
+            all++;
+        else if (p->dp_owner >= 0 && p->dp_owner < cx->D)
+            count[p->dp_owner]++;
+    }
+    for (int d = 0; d < cx->D; d++)
+        most = count[d] > most ? count[d] : most;
+    return (int)(all + most);
 }
 
 int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster *cluster,
@@ -813,6 +1182,9 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     }
     r->in_seconds = cluster != NULL;
     r->pipelined = cx.pipelined;
+    r->device_model = cx.dm;
+    r->overlap_param_gather = cx.overlap_param;
+    r->overlap_grad_reduce = cx.overlap_grad;
     r->ngpus = P * D * R;
     r->gpu_busy = calloc((size_t)r->ngpus, sizeof *r->gpu_busy);
     if (!r->gpu_busy) {
@@ -821,10 +1193,19 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     }
     r->step_s = -1.0;
     for (int s = 0; s < P; s++) {
-        double grad_s, param_s, frag_max = 0.0, local = 0.0, expert_part = 0.0;
+        double frag_max = 0.0, local = 0.0, expert_part = 0.0;
         int crit_d = 0, crit_t = 0;
-        if ((rc = dp_sync_seconds(&cx, s, &grad_s, &param_s, owned, err)))
+        dp_sync y;
+        if ((rc = dp_sync_seconds(&cx, s, &y, owned, err)))
             goto done;
+        /* Megatron's overlaps hide all but one bucket's collective behind the backward and the
+         * next forward pass (which the simulator does not model; they are assumed long enough to
+         * hide the rest). */
+        double grad_s = cx.overlap_grad ? y.last_grad_s : y.grad_s;
+        double param_s = cx.overlap_param ? y.last_param_s : y.param_s;
+        double host = cluster ? cz__dm_step_host_seconds(cluster, owned_shards(&cx, s, owned),
+                                                         P * D * R, cx.lat_us)
+                              : 0.0;
         for (int d = 0; d < D; d++) {
             double frag;
             if ((rc = build_rank(&cx, &pg, s, d, &frag, err)))
@@ -843,18 +1224,29 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
                 }
             }
         }
-        if (experts &&
-            (rc = expert_stage(&cx, r, s, gpu_finish, finish, busy, owned, &grad_s, &param_s,
-                               &frag_max, &local, &crit_d, &crit_t, &expert_part, err)) != CZ_OK)
-            goto done;
-        double step = grad_s + frag_max + local + param_s;
+        if (experts) {
+            /* The expert buffers' collectives are charged whole, overlaps or not (conservative:
+             * docs/SIMULATOR.md, "Expert groups"). */
+            double eg = 0.0, ep = 0.0;
+            if ((rc = expert_stage(&cx, r, s, gpu_finish, finish, busy, owned, &eg, &ep, &frag_max,
+                                   &local, &crit_d, &crit_t, &expert_part, err)) != CZ_OK)
+                goto done;
+            grad_s += eg;
+            param_s += ep;
+            y.grad_s += eg;
+            y.param_s += ep;
+        }
+        double step = grad_s + frag_max + host + local + param_s;
         if (step > r->step_s) {
             r->step_s = step;
             r->grad_sync_s = grad_s;
             r->frag_gather_s = frag_max;
+            r->host_s = host;
             r->local_s = local;
             r->param_sync_s = param_s;
-            r->optimizer_s = frag_max + local + param_s;
+            r->grad_sync_total_s = y.grad_s;
+            r->param_sync_total_s = y.param_s;
+            r->optimizer_s = frag_max + host + local + param_s;
             r->critical_stage = s;
             r->critical_dp = crit_d;
             r->critical_tp = crit_t;
@@ -895,7 +1287,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     r->coop_wait_s = coop_wait[r->critical_tp];
     /* Collective time counts the cooperative all-reduces whole, hidden or not (comm_s). */
     r->tp_comm_s = pg.comm_s + coop_comm[r->critical_tp];
-    r->comm_s = r->grad_sync_s + r->frag_gather_s + r->tp_comm_s + r->param_sync_s;
+    r->comm_s = r->grad_sync_total_s + r->frag_gather_s + r->tp_comm_s + r->param_sync_total_s;
     double crit_busy = r->gpu_busy[(s * D + d) * R + r->critical_tp];
     r->exposed_comm_s = fmax(0.0, r->step_s - crit_busy);
     *out = r;

@@ -105,6 +105,18 @@ static void check_inputs(vctx *c, const cz_plan *p, const cz_model *m, const cz_
     check_str(c, "cluster name", p->cluster_name, cl->name);
     at(c, "$.inputs.cluster.sha256");
     check_str(c, "cluster SHA-256", p->cluster_sha256, cl->sha256);
+    /* The costs are the calibration's: checking them needs the same one (or none for both). */
+    at(c, "$.inputs.calibration.sha256");
+    c->checks++;
+    const char *given = cl->calibration ? cl->calibration->sha256 : NULL;
+    if (!p->calibration_sha256 != !given || (given && strcmp(p->calibration_sha256, given) != 0))
+        viol(c, "inputs",
+             "the plan's costs were made with %s%s%s but %s%s%s was given; give the same "
+             "--calibration as canzona plan had",
+             p->calibration_sha256 ? "the calibration of SHA-256 '" : "no calibration",
+             p->calibration_sha256 ? p->calibration_sha256 : "", p->calibration_sha256 ? "'" : "",
+             given ? "the calibration '" : "none", given ? cl->calibration->source : "",
+             given ? "'" : "");
     at(c, "$.dtype");
     c->checks++;
     if (p->dtype != m->dtype)

@@ -69,7 +69,7 @@ value "--dp names" "alpha anchored even layerwise tpaware " plan --dp ""
 value "--tp names starting with s" "sc single slot " simulate --tp s
 value "--layerwise-order names" "lpt megatron megatron-aug26 pingpong " compare --layerwise-order ""
 value "--dtype names" "bf16 fp16 fp32 " import-hf cfg.json --dtype ""
-value "--muon-tp names" "blockwise distributed duplicated " simulate --muon-tp ""
+value "--muon-tp names" "blockwise distributed duplicated layer_sharded " simulate --muon-tp ""
 value "a number: nothing" "" plan --alpha ""
 # Every name offered is one the CLI accepts: an unknown one is refused with a message that
 # names the option, a known one is not.

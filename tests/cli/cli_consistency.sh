@@ -86,7 +86,7 @@ expect "plan c" 0 "$CZ" plan -m "$model" -c "$cluster" -o "$work/c.json" -q --dp
 expect "validate against another model" 1 "$CZ" validate "$work/a.json" -m "$other" -c "$cluster"
 lines=$(wc -l <"$work/out")
 has "wrong model: the hash" '$.inputs.model.sha256'
-has "wrong model: what happened" "plan INVALID: made for another model or cluster than the one given"
+has "wrong model: what happened" "plan INVALID: made for another model, cluster or calibration than the one given"
 hasnt "wrong model: no consequences listed" "[param.shape]"
 [ "$lines" -le 4 ] && pass "wrong model: $lines lines" || fail "wrong model: $lines lines, expected <= 4"
 expect "validate --limit 0 lists all" 1 "$CZ" validate "$work/a.json" -m "$other" -c "$cluster" --limit 0

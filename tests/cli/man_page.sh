@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # docs/canzona.1 describes every subcommand 'canzona --help' lists and every option each
 # 'canzona <command> --help' lists (in the command's section, or in PLANNING SETTINGS / CLUSTER
-# SIZES when the section refers to them), and groff formats it without a warning.
+# SIZES / DEVICE MODEL when the section refers to them), and groff formats it without a warning.
 set -euo pipefail
 : "${CZ:?CZ must point to the canzona binary}"
 src=${CZ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -38,7 +38,7 @@ block = section('.SS "canzona %s ' % cmd)
 if not block:
     print("(no section .SS \"canzona %s ...\")" % cmd)
     sys.exit(0)
-for shared in ("PLANNING SETTINGS", "CLUSTER SIZES"):
+for shared in ("PLANNING SETTINGS", "CLUSTER SIZES", "DEVICE MODEL"):
     if shared in block:
         block += "\n" + section(".SH " + shared)
 for opt in open(sys.argv[3]).read().split():

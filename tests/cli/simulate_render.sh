@@ -21,8 +21,8 @@ if ! "$CZ" simulate --model "$model" --cluster "$cluster" >"$work/sim.txt" 2>"$w
     fail "simulate exited non-zero: $(cat "$work/err")"
 fi
 cat "$work/sim.txt"
-rows="sync-compute lw-jan26-dup lw-jan26-blk* lw-jan26-dist lw-aug26-dup lw-aug26-blk*
-      lw-aug26-dist async canzona"
+rows="sync-compute lw-jan26-dup lw-jan26-blk* lw-jan26-dist lw-jan26-lsh lw-aug26-dup
+      lw-aug26-blk* lw-aug26-dist lw-aug26-lsh async canzona"
 for row in $rows; do
     [ "$(grep -cF "$row " "$work/sim.txt")" = 1 ] || fail "simulate: no single '$row' row"
 done
@@ -75,14 +75,14 @@ awk -v a="$cz_step" -v b="$base_step" 'BEGIN { exit !(a > 0 && a < b) }' ||
 
 # --json carries the same rows, and the speed-ups are baseline / row.
 if "$CZ" simulate --model "$model" --cluster "$cluster" --json >"$work/sim.json"; then
-    [ "$(grep -c '"name": ' "$work/sim.json")" = 9 ] || fail "simulate --json: expected 9 rows"
+    [ "$(grep -c '"name": ' "$work/sim.json")" = 11 ] || fail "simulate --json: expected 11 rows"
     [ "$(grep -c '"same_update": false' "$work/sim.json")" = 2 ] ||
         fail "simulate --json: the two blockwise rows are not marked as a different update"
     grep -q '"baseline": "sync-compute"' "$work/sim.json" || fail "simulate --json: baseline"
     # Every row carries its step speed-up (it was once left out by the row's format string).
-    [ "$(grep -c '"step_speedup": ' "$work/sim.json")" = 9 ] ||
+    [ "$(grep -c '"step_speedup": ' "$work/sim.json")" = 11 ] ||
         fail "simulate --json: expected a step_speedup in every row"
-    [ "$(grep -c '"layout": "unified"' "$work/sim.json")" = 9 ] ||
+    [ "$(grep -c '"layout": "unified"' "$work/sim.json")" = 11 ] ||
         fail "simulate --json: expected every row in the unified layout"
 else
     fail "simulate --json exited non-zero"
@@ -163,9 +163,9 @@ if ! "$CZ" compare --model "$model" --cluster "$cluster" --repeats 3 --time-limi
     fail "compare exited non-zero: $(cat "$work/err")"
 fi
 cat "$work/cmp.txt"
-nrows=$(grep -c '^canzona compare: \[[0-9]*/24\] ' "$work/err")
-[ "$nrows" = 24 ] || fail "compare --progress: $nrows of 24 progress lines: $(head -3 "$work/err")"
-grep -q '^canzona compare: \[24/24\] alpha+rollback(ilp) (ILP' "$work/err" ||
+nrows=$(grep -c '^canzona compare: \[[0-9]*/26\] ' "$work/err")
+[ "$nrows" = 26 ] || fail "compare --progress: $nrows of 26 progress lines: $(head -3 "$work/err")"
+grep -q '^canzona compare: \[26/26\] alpha+rollback(ilp) (ILP' "$work/err" ||
     fail "compare --progress: the ILP row is not announced as a solve"
 # Columns: strategy DP-imb mk/LB step opt plan builds.
 awk '$1 == "alpha+rollback(ilp)" && $7 != 1 { bad = 1 }
@@ -209,7 +209,8 @@ else
     fail "compare on the small model exited non-zero: $(cat "$work/err")"
 fi
 for row in even+sc layerwise+sc 'layerwise+sc(blockwise*)' 'layerwise+sc(distributed)' \
-    'layerwise(aug26)+sc' 'layerwise(aug26)+sc(blockwise*)' 'layerwise(aug26)+sc(distributed)'; do
+    'layerwise+sc(layer_sharded)' 'layerwise(aug26)+sc' 'layerwise(aug26)+sc(blockwise*)' \
+    'layerwise(aug26)+sc(distributed)' 'layerwise(aug26)+sc(layer_sharded)'; do
     grep -qF -- "$row " "$work/cmp.txt" || fail "compare: no '$row' row"
 done
 grep -q "not the same update" "$work/cmp.txt" || fail "compare: no note on the blockwise rows"

@@ -420,6 +420,53 @@ START_TEST(test_dp_sync_bandwidth)
 }
 END_TEST
 
+/* Megatron's overlaps: DP 2 x TP 1, two buckets of one matrix each (1 M elements, bf16) whose
+ * largest slices are 1 M (bucket 0: rank 0 holds it all) and 786432 elements (bucket 1). Two
+ * ranks' uneven collective takes the latency plus the largest slice over the link. Without the
+ * options both buckets are charged; --overlap-grad-reduce leaves exposed only the bucket the
+ * backward pass fills last (the stage's last, bucket 1), --overlap-param-gather only the one the
+ * forward pass needs first (the same), and the totals still count both. */
+START_TEST(test_dp_overlaps)
+{
+    cz_cluster *c = make_cluster(2, 1, 1, 100.0, 25.0, 10.0);
+    cz_plan *p = make_plan(2, 1, 2, 1024, 1024, CZ_TP_ROLLBACK);
+    p->buckets = realloc(p->buckets, 2 * sizeof *p->buckets);
+    ck_assert_ptr_nonnull(p->buckets);
+    memset(&p->buckets[1], 0, sizeof p->buckets[1]);
+    p->nbuckets = 2;
+    p->buckets[0].size = 1048576;
+    p->buckets[0].ranges[1] = p->buckets[0].ranges[2] = p->buckets[0].ranges[3] = 1048576;
+    p->buckets[1].id = 1;
+    p->buckets[1].size = 1048576;
+    p->buckets[1].ranges = calloc(4, sizeof(int64_t));
+    ck_assert_ptr_nonnull(p->buckets[1].ranges);
+    p->buckets[1].ranges[1] = p->buckets[1].ranges[2] = 262144;
+    p->buckets[1].ranges[3] = 1048576;
+    p->params[1].bucket = 1;
+    p->params[1].offset = 0;
+    p->params[1].dp_owner = 1;
+    add_group(p, 0, 1, 1, (int[]){0}, (int[]){0});
+    add_group(p, 1, 1, 1, (int[]){1}, (int[]){0});
+    double b0 = 10e-6 + 1048576.0 * 2.0 / 25e9, b1 = 10e-6 + 786432.0 * 2.0 / 25e9;
+    for (int ov = 0; ov < 2; ov++) {
+        cz_sim_options o = CZ_SIM_OPTIONS_INIT;
+        o.overlap_grad_reduce = o.overlap_param_gather = ov;
+        cz_sim_result *r = NULL;
+        cz_error err;
+        int rc = cz_plan_simulate(&r, p, c, &o, &err);
+        ck_assert_msg(rc == 0, "%s", err.message);
+        ck_assert_double_eq_tol(r->grad_sync_s, ov ? b1 : b0 + b1, 1e-12);
+        ck_assert_double_eq_tol(r->param_sync_s, ov ? b1 : b0 + b1, 1e-12);
+        ck_assert_double_eq_tol(r->grad_sync_total_s, b0 + b1, 1e-12);
+        ck_assert_double_eq_tol(r->param_sync_total_s, b0 + b1, 1e-12);
+        ck_assert_double_eq_tol(r->step_s, r->grad_sync_s + r->local_s + r->param_sync_s, 1e-12);
+        cz_sim_result_free(r);
+    }
+    cz_plan_free(p);
+    cz_cluster_free(c);
+}
+END_TEST
+
 /* Layerwise: gradients are all-reduced (2x the reduce-scatter traffic), owned parameters
  * gathered. */
 START_TEST(test_layerwise_allreduce)
@@ -496,6 +543,7 @@ int main(void)
     tcase_add_test(tc, test_pipeline_overlap);
     tcase_add_test(tc, test_sc_vs_pipelined);
     tcase_add_test(tc, test_dp_sync_bandwidth);
+    tcase_add_test(tc, test_dp_overlaps);
     tcase_add_test(tc, test_layerwise_allreduce);
     tcase_add_test(tc, test_cost_proportional);
     tcase_add_test(tc, test_bad_inputs);
