@@ -378,10 +378,10 @@ static int fetch(cz_executor *ex, ck_bufs *b, const float *state, int64_t n, int
     size_t bytes = (size_t)n * sizeof(float);
     if (src == 0)
         return ex->world.rank == 0 ? c->ops->download(c, host, state, bytes, err) : CZ_OK;
-    int rc = transfer(ex, b->req, state, b->dev, n, src, 0, err);
-    if (!rc && ex->world.rank == 0)
-        rc = c->ops->download(c, host, b->dev, bytes, err);
-    return rc;
+    int rc;
+    if ((rc = transfer(ex, b->req, state, b->dev, n, src, 0, err)) != CZ_OK || ex->world.rank != 0)
+        return rc;
+    return c->ops->download(c, host, b->dev, bytes, err);
 }
 
 /* Brings a PARTS tensor of matrix parameter e->param into dst (rank 0's host copy of the full
@@ -612,6 +612,15 @@ static int save_tensors(cz_executor *ex, ck_save *s, cz_error *err)
     return CZ_OK;
 }
 
+/* This rank's part of a save: its transfers of every tensor, and on rank 0 the file. */
+static int save_write(cz_executor *ex, ck_save *s, const char *path, cz_error *err)
+{
+    int rc;
+    if ((rc = save_tensors(ex, s, err)) != CZ_OK || ex->world.rank != 0)
+        return rc;
+    return cz__file_write(path, s->file, s->total, err);
+}
+
 int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
 {
     ck_save s = {0};
@@ -623,11 +632,9 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
     if ((rc = agree(ex, rc, "prepare the checkpoint", err)) != CZ_OK ||
         (rc = save_holders(ex, &s, err)) != CZ_OK)
         goto done;
-    /* A failure on the way is shared below, so that no rank is left in a transfer. */
-    rc = save_tensors(ex, &s, err);
-    if (rc == CZ_OK && ex->world.rank == 0)
-        rc = cz__file_write(path, s.file, s.total, err);
-    rc = agree(ex, rc, "save the optimizer-state checkpoint", err);
+    /* A failure on the way is shared here, so that no rank is left in a transfer: every rank
+     * enters the agreement, whatever its own outcome. */
+    rc = agree(ex, save_write(ex, &s, path, err), "save the optimizer-state checkpoint", err);
 done:
     bufs_close(ex, &s.b);
     free(s.e);
@@ -833,29 +840,32 @@ static int check_tiling(const cz_plan *plan, const ck_entry *e, size_t ne, const
     int rc = CZ_OK;
     size_t at = 0;
     char key[1024], prev[1024] = "";
-    for (size_t i = 0; i < ne && !rc; i++) {
+    for (size_t i = 0; i < ne; i++) {
         const ck_entry *x = &e[v[i].entry];
         entry_key(plan, x, key, sizeof key);
-        if (v[i].begin != at)
+        if (v[i].begin != at) {
             rc = cz__error_set(err, CZ_EINVALID,
                                "%s: '%s': data_offsets begin at byte %zu of the data, but %s%s%s "
                                "ends at %zu; safetensors tensors lie back to back from byte 0, "
                                "without gaps or overlaps",
                                path, key, v[i].begin, i ? "the tensor before it, '" : "",
                                i ? prev : "the header", i ? "'," : "", at);
+            goto done;
+        }
         at = v[i].begin + (size_t)x->n * sizeof(float);
         memcpy(prev, key, sizeof prev);
     }
-    if (!rc && at > data_len)
+    if (at > data_len)
         rc = cz__error_set(err, CZ_EINVALID,
                            "%s: the tensors' data_offsets end at byte %zu of the data but the file "
                            "holds %zu bytes of data (truncated)",
                            path, at, data_len);
-    if (!rc && at < data_len)
+    else if (at < data_len)
         rc = cz__error_set(err, CZ_EINVALID,
                            "%s: %zu bytes follow the last tensor's data; a safetensors file ends "
                            "with its last tensor",
                            path, data_len - at);
+done:
     free(v);
     return rc;
 }
@@ -916,17 +926,23 @@ static int parse_checkpoint(const cz_plan *plan, const ck_entry *e, size_t ne, c
                              path, root ? "another JSON value" : jerr.text);
     }
     size_t base = 8 + (size_t)hlen;
-    int rc = parse_metadata(root, path, steps, err);
-    for (size_t i = 0; i < ne && !rc; i++)
-        rc = parse_tensor(plan, &e[i], root, path, &offs[i], err);
-    if (!rc && json_object_size(root) != ne + 1)
-        rc = find_foreign(plan, e, ne, root, path, err);
-    if (!rc)
-        rc = check_tiling(plan, e, ne, offs, len - base, path, err);
-    for (size_t i = 0; i < ne && !rc; i++) {
+    int rc;
+    if ((rc = parse_metadata(root, path, steps, err)) != CZ_OK)
+        goto done;
+    for (size_t i = 0; i < ne; i++)
+        if ((rc = parse_tensor(plan, &e[i], root, path, &offs[i], err)) != CZ_OK)
+            goto done;
+    if (json_object_size(root) != ne + 1 &&
+        (rc = find_foreign(plan, e, ne, root, path, err)) != CZ_OK)
+        goto done;
+    if ((rc = check_tiling(plan, e, ne, offs, len - base, path, err)) != CZ_OK)
+        goto done;
+    for (size_t i = 0; i < ne; i++) {
         offs[i] += base;
-        rc = check_values(plan, &e[i], data + offs[i], path, err);
+        if ((rc = check_values(plan, &e[i], data + offs[i], path, err)) != CZ_OK)
+            goto done;
     }
+done:
     json_decref(root);
     return rc;
 }
