@@ -1172,19 +1172,21 @@ static int read_content_hash(const cz_json_ctx *c, const json_t *root, cz_plan *
 static int read_schema(const cz_json_ctx *c, const json_t *root, bool *split)
 {
     const char *s = NULL;
-    int rc = cz__json_get_string(c, root, "$", "schema", true, &s);
-    if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA_SPLIT) == 0)
+    int rc;
+    if ((rc = cz__json_get_string(c, root, "$", "schema", true, &s)) != CZ_OK)
+        return rc;
+    if (strcmp(s, CZ_PLAN_SCHEMA_SPLIT) == 0)
         *split = true;
-    else if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA) != 0 &&
+    else if (strcmp(s, CZ_PLAN_SCHEMA) != 0 &&
              strncmp(s, "canzona.plan/", strlen("canzona.plan/")) == 0)
-        rc = cz__error_set(c->err, CZ_EUNSUPPORTED,
-                           "%s: $.schema: unsupported schema version \"%s\"; this build reads "
-                           "\"%s\" and \"%s\" (a newer canzona wrote it?)",
-                           c->file, s, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT);
-    else if (rc == CZ_OK && strcmp(s, CZ_PLAN_SCHEMA) != 0)
-        rc = cz__json_fail(c, "$.schema", "expected \"%s\" or \"%s\", found \"%s\"", CZ_PLAN_SCHEMA,
-                           CZ_PLAN_SCHEMA_SPLIT, s);
-    return rc;
+        return cz__error_set(c->err, CZ_EUNSUPPORTED,
+                             "%s: $.schema: unsupported schema version \"%s\"; this build reads "
+                             "\"%s\" and \"%s\" (a newer canzona wrote it?)",
+                             c->file, s, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT);
+    else if (strcmp(s, CZ_PLAN_SCHEMA) != 0)
+        return cz__json_fail(c, "$.schema", "expected \"%s\" or \"%s\", found \"%s\"",
+                             CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT, s);
+    return CZ_OK;
 }
 
 /* $.generator and $.inputs: who wrote the plan, and for which model and cluster. */
