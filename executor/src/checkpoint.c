@@ -220,8 +220,9 @@ static int transfer(cz_executor *ex, cz_comm_req *req, const float *send, float 
         o->send(&ex->world, req, send, (size_t)n, CZ_DTYPE_FP32, dst);
     else
         o->recv(&ex->world, req, recv, (size_t)n, CZ_DTYPE_FP32, src);
-    rc = o->group_end(&ex->world, req, err);
-    return rc ? rc : o->wait(&ex->world, req, err);
+    if ((rc = o->group_end(&ex->world, req, err)) != CZ_OK)
+        return rc;
+    return o->wait(&ex->world, req, err);
 }
 
 /* World rank of every (dp_rank, tp_rank) place: the job may hand in communicators whose world
@@ -672,22 +673,25 @@ static int find_foreign(const cz_plan *plan, const ck_entry *e, size_t ne, json_
         return cz__error_set(err, CZ_ENOMEM, "load_state: out of memory");
     int rc = CZ_OK;
     char key[1024];
-    for (size_t i = 0; i < ne && !rc; i++) {
+    for (size_t i = 0; i < ne; i++) {
         entry_key(plan, &e[i], key, sizeof key);
-        if (json_object_set_new(known, key, json_true()))
+        if (json_object_set_new(known, key, json_true())) {
             rc = cz__error_set(err, CZ_ENOMEM, "load_state: out of memory");
+            goto done;
+        }
     }
     const char *k;
     json_t *v;
     json_object_foreach(root, k, v)
     {
-        if (rc)
-            break;
-        if (strcmp(k, "__metadata__") != 0 && !json_object_get(known, k))
+        if (strcmp(k, "__metadata__") != 0 && !json_object_get(known, k)) {
             rc = cz__error_set(err, CZ_EMISMATCH,
                                "%s: tensor '%s' is not part of this plan's optimizer state", path,
                                k);
+            goto done;
+        }
     }
+done:
     json_decref(known);
     return rc;
 }
@@ -1103,6 +1107,18 @@ static int load_tensor(cz_executor *ex, ck_load *l, size_t i, cz_error *err)
     return CZ_OK;
 }
 
+/* This rank's part of a load: the addends cleared, then every tensor into its state. */
+static int load_tensors(cz_executor *ex, ck_load *l, cz_error *err)
+{
+    int rc;
+    if ((rc = clear_addends(ex, &l->b, err)) != CZ_OK)
+        return rc;
+    for (size_t i = 0; i < l->ne; i++)
+        if ((rc = load_tensor(ex, l, i, err)) != CZ_OK)
+            return rc;
+    return CZ_OK;
+}
+
 int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
 {
     ck_load l = {.steps = INT64_MAX};
@@ -1116,11 +1132,10 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
         (rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &l.steps, 1, err)) != CZ_OK ||
         (rc = grid_build(ex, l.grid, err)) != CZ_OK)
         goto done;
-    /* A failure on the way is shared below, so that no rank is left in a transfer. */
-    rc = clear_addends(ex, &l.b, err);
-    for (size_t i = 0; i < l.ne && rc == CZ_OK; i++)
-        rc = load_tensor(ex, &l, i, err);
-    if ((rc = agree(ex, rc, "load the optimizer-state checkpoint", err)) == CZ_OK)
+    /* A failure on the way is shared here, so that no rank is left in a transfer: every rank
+     * enters the agreement, whatever its own outcome. */
+    if ((rc = agree(ex, load_tensors(ex, &l, err), "load the optimizer-state checkpoint", err)) ==
+        CZ_OK)
         ex->steps = l.steps;
 done:
     bufs_close(ex, &l.b);
