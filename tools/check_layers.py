@@ -46,6 +46,13 @@ the including file's own folder first; angle-bracket includes are system headers
            apart, so its files resolve a name to the plugin's own definition first. Limits: a
            call made inside a static inline function of a header, or hidden in a macro defined
            in a header, is not seen (the executor's headers have none that call another file).
+  errors   One error idiom in planner/ and executor/src/ (docs/ARCHITECTURE.md, "Errors"): no
+           `if (!rc) rc = call(...)` / `if (rc == CZ_OK && ...) rc = call(...)` ladder, which
+           carries a failure down every later line instead of leaving at once
+           (`if ((rc = call(...)) != CZ_OK) goto done;` or `return rc;`). What the rule sees: an
+           `if` whose condition is `!rc` or `rc == CZ_OK` (alone or first of an `&&`) and whose
+           statement (or a block's first statement) assigns rc from a call. Keeping the first
+           of two failures (`rc = rc != CZ_OK ? rc : erc;`) is no call and is not flagged.
 
 Usage: check_layers.py [ROOT]      (default: the source tree this script is in)
        check_layers.py --self-test (proves each rule catches a planted violation and passes a
@@ -512,11 +519,32 @@ def check_calls(root, files):
     return bad
 
 
+# ---- rule errors: no `if (!rc) rc = ...` ladders ----
+ERRORS_SCOPE = ("planner/", "executor/src/")
+LADDER = re.compile(r"\bif\s*\(\s*(?:!\s*rc|rc\s*==\s*CZ_OK)\s*(?:&&[^{};]*?)?\)\s*\{?\s*"
+                    r"rc\s*=\s*[A-Za-z_]\w*(?:\s*(?:->|\.)\s*\w+)*\s*\(")
+
+
+def check_errors(root, files):
+    bad = []
+    for f in files:
+        if not f.startswith(ERRORS_SCOPE):
+            continue
+        with open(os.path.join(root, f), errors="replace") as fh:
+            code = strip_comments_and_strings(fh.read())
+        for m in LADDER.finditer(code):
+            bad.append("errors: %s:%d: an `if (!rc) rc = ...` ladder; pass the failure on at "
+                       "once: `if ((rc = call(...)) != CZ_OK) goto done;` (or `return rc;` when "
+                       "the function holds nothing)" % (f, code.count("\n", 0, m.start()) + 1))
+    return bad
+
+
 def check(root):
     files = source_files(root)
     index = header_index(files)
     return check_layers(root, files, index) + check_cycles(root, files, index) + \
-        check_names(root, files) + check_seams(root, files) + check_calls(root, files)
+        check_names(root, files) + check_seams(root, files) + check_calls(root, files) + \
+        check_errors(root, files)
 
 
 # ---- self-test ------------------------------------------------------------------------------
@@ -576,6 +604,12 @@ CLEAN = {
                                "int cz__exec_create(void)\n{\n    return cz__pipeline_init();\n}\n"
                                "int cz__exec_param_offset(void)\n{\n    return 0;\n}\n",
     "executor/src/pipeline.c": "int cz__pipeline_init(void)\n{\n    return 0;\n}\n",
+    # The error idiom, and the first of two failures kept: not ladders.
+    "planner/lib/strbuf.c": "static int f(void)\n{\n    int rc, erc = 0;\n"
+                            "    if ((rc = a()) != CZ_OK || (rc = b()) != CZ_OK)\n"
+                            "        goto done;\n    rc = rc != CZ_OK ? rc : erc;\n"
+                            "    /* if (!rc) rc = c(); in a comment */\n"
+                            "    if (rc == CZ_OK)\n        *out = v;\ndone:\n    return rc;\n}\n",
     "tools/bench/npy.c": '#include "cz_format.h"\n#include "canzona.h"\n',
     "tests/unit/test_cost.c": '#include "cz_types.h"\n#include "format_internal.h"\n',
     "build/junk.c": '#include "cz_types.h"\n',
@@ -604,6 +638,14 @@ PLANTED = {  # rule -> (file, content) that breaks only that rule
               ("executor/src/step.c", "static float f(const cz_exec_config *c)\n{\n"
                                       "    return c->soap_beta1;\n}\n"),
               ("executor/src/muon.c", "static int f(void)\n{\n    return CZ_BACKEND_CUDA;\n}\n")],
+    "errors": [("planner/lib/cost.c", "static int f(void)\n{\n    int rc = a();\n    if (!rc)\n"
+                                      "        rc = b(1, 2);\n    return rc;\n}\n"),
+               ("executor/src/pipeline.c", "int cz__pipeline_init(void)\n{\n    int rc = a();\n"
+                                           "    if (rc == CZ_OK && ex->rank == 0)\n"
+                                           "        rc = c->ops->download(c);\n    return rc;\n}\n"),
+               ("planner/format/plan_io.c", "static int f(void)\n{\n    int rc = a();\n"
+                                            "    if (!rc && n) {\n        rc = g(n);\n    }\n"
+                                            "    return rc;\n}\n")],
     "calls": [("executor/src/pipeline.c", "int cz__pipeline_init(void)\n{\n"
                                           "    return cz__exec_param_offset();\n}\n"),
               ("executor/src/cuda/kernels.cu", 'extern "C" {\nint cz__k_sum(void)\n{\n'

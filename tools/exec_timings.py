@@ -17,6 +17,12 @@ modes:
                    writes (markers once each, table headers and columns, row labels, figures that
                    agree with each other, the recorded command); exit 1 with the reasons if not
   --from-json FILE render from a measurement saved with --save-json instead of measuring
+  --compare-to DIR measure another build (DIR/canzona, DIR/executor/canzona-bench: the base of a
+                   change) and this one alternately, --rounds times (base first in each round),
+                   and save both series with --save-json; prints the comparison
+  --comparison FILE
+                   with --write (or the default print): add the comparison saved by --compare-to
+                   to section 3, after its tables (the table stays this build's own measurement)
 
 example (from the repository root, after the build):
   python3 tools/exec_timings.py --runs 5 --steps 5 --write
@@ -200,9 +206,50 @@ def body(m):
     return lines
 
 
-def render(m, block):
+COMPARE_HEADER = "| model | TP strategy | base | this build | this / base | per round |"
+COMPARE_SEP = "|---|---|---:|---:|---:|---|"
+
+
+def compare_command(c):
+    ours = (f" --canzona {c['ours_dir']}/canzona --bench {c['ours_dir']}/executor/canzona-bench"
+            if c.get("ours_dir") else "")
+    return (f"python3 {TOOL} --compare-to {c['base_dir']}{ours} --rounds {len(c['rounds'])} "
+            f"--runs {c['runs']} --steps {c['steps']} --base-label '{c['base_label']}' "
+            f"--save-json {c['json_name']}")
+
+
+def comparison(c):
+    """The lines of a saved comparison (--compare-to): medians of each side's run totals over
+    every round, and the ratio of each round's medians."""
+    lines = [fill(
+        f"Against {c['base_label']}: the same measurement on both builds, alternating round by "
+        f"round ({len(c['rounds'])} rounds; a round is {c['runs']} bench runs per strategy on the "
+        f"base, then {c['runs']} on this build; {c['steps']} steps a run), on {c['date']}. "
+        "Medians of the run totals over all rounds (seconds per step), their ratio, and the "
+        "ratio of the two builds' medians in each round:"), "", COMPARE_HEADER, COMPARE_SEP]
+    for model, _ in CASES:
+        for tp in (BASELINE, OURS):
+            side = {k: [[r["total"] for r in rnd[k]["cases"][model]["per_run"][tp]]
+                        for rnd in c["rounds"]] for k in ("base", "ours")}
+            base = statistics.median(x for rnd in side["base"] for x in rnd)
+            ours = statistics.median(x for rnd in side["ours"] for x in rnd)
+            rounds = [statistics.median(o) / statistics.median(b)
+                      for b, o in zip(side["base"], side["ours"])]
+            lines.append(f"| {model} | {tp} | {base:.4f} | {ours:.4f} | {ours / base:.3f} | "
+                         + " ".join(f"{x:.3f}" for x in rounds) + " |")
+    lines += ["", fill(c["reading"]), "", "Commands (from the repository root):", "", "```",
+              compare_command(c), f"python3 {TOOL} --from-json OURS.json --comparison "
+              f"{c['json_name']} --write", "```", "", fill(
+                  "(OURS.json: this build's measurement of the last round, "
+                  "rounds[-1].ours of the saved comparison.)")]
+    return lines
+
+
+def render(m, block, cmp=None):
     lines = body(m)
     if block == "perf-section-3":
+        if cmp:
+            lines += [""] + comparison(cmp)
         lines = [PERF_HEADING, ""] + lines + [
             "", "The executor, its phases and its other measurements: "
             "[docs/EXECUTOR.md](EXECUTOR.md#performance)."]
@@ -276,7 +323,7 @@ def table_rows(lines, header, sep, name):
 def check_body(lines):
     """Problems in the lines of one block (markers excluded)."""
     problems = []
-    cmds = [l for l in lines if l.startswith(f"python3 {TOOL} ")]
+    cmds = [l for l in lines if l.startswith(f"python3 {TOOL} --runs ")]
     if len(cmds) != 1:
         return [f"the command line 'python3 {TOOL} ...' found {len(cmds)} times, expected once"]
     m = re.fullmatch(re.escape(f"python3 {TOOL} --runs ") + r"(\d+) --steps (\d+) --write",
@@ -372,6 +419,13 @@ def main():
     ap.add_argument("--from-json", metavar="FILE", help="render this saved measurement "
                     "instead of measuring")
     ap.add_argument("--save-json", metavar="FILE", help="also save the measurement here")
+    ap.add_argument("--compare-to", metavar="DIR", help="a base build to measure alternately "
+                    "with this one (see above)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of --compare-to (default 3)")
+    ap.add_argument("--base-label", default="the base build", help="how the comparison names "
+                    "the base (e.g. 'main at 241ef30')")
+    ap.add_argument("--reading", default="", help="the comparison's reading, in words")
+    ap.add_argument("--comparison", metavar="FILE", help="a comparison saved by --compare-to")
     ap.add_argument("--perf", default=os.path.join(ROOT, "docs", "PERF.md"),
                     help="PERF.md to write or check (default: the repository's)")
     ap.add_argument("--executor", default=os.path.join(ROOT, "docs", "EXECUTOR.md"),
@@ -393,6 +447,31 @@ def main():
 
     if a.runs < 1 or a.steps < 1:
         sys.exit("--runs and --steps must be at least 1")
+    if a.compare_to:
+        if not a.save_json:
+            sys.exit("--compare-to needs --save-json FILE (where the comparison goes)")
+        base = (os.path.join(a.compare_to, "canzona"),
+                os.path.join(a.compare_to, "executor", "canzona-bench"))
+        ours_dir = os.path.dirname(os.path.abspath(a.canzona))
+        c = {"base_dir": a.compare_to, "base_label": a.base_label, "runs": a.runs,
+             "ours_dir": None if ours_dir == os.path.join(ROOT, "build") else ours_dir,
+             "steps": a.steps, "date": time.strftime("%Y-%m-%d", time.gmtime()),
+             "json_name": os.path.basename(a.save_json), "reading": a.reading, "rounds": []}
+        for r in range(a.rounds):
+            print(f"round {r + 1}/{a.rounds}: base", file=sys.stderr, flush=True)
+            rb = measure(a.runs, a.steps, *base)
+            print(f"round {r + 1}/{a.rounds}: this build", file=sys.stderr, flush=True)
+            c["rounds"].append({"base": rb, "ours": measure(a.runs, a.steps, a.canzona, a.bench)})
+        with open(a.save_json, "w") as f:
+            json.dump(c, f, indent=1)
+        print("\n".join(comparison(c)))
+        return 0
+    cmp = None
+    if a.comparison:
+        with open(a.comparison) as f:
+            cmp = json.load(f)
+        if a.reading:
+            cmp["reading"] = a.reading
     if a.from_json:
         with open(a.from_json) as f:
             m = json.load(f)
@@ -402,7 +481,7 @@ def main():
         with open(a.save_json, "w") as f:
             json.dump(m, f, indent=1)
     for block, _, _ in BLOCKS:
-        text = render(m, block)
+        text = render(m, block, cmp)
         if a.write:
             write_block(paths[block], block, text)
         else:

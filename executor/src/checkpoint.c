@@ -220,8 +220,9 @@ static int transfer(cz_executor *ex, cz_comm_req *req, const float *send, float 
         o->send(&ex->world, req, send, (size_t)n, CZ_DTYPE_FP32, dst);
     else
         o->recv(&ex->world, req, recv, (size_t)n, CZ_DTYPE_FP32, src);
-    rc = o->group_end(&ex->world, req, err);
-    return rc ? rc : o->wait(&ex->world, req, err);
+    if ((rc = o->group_end(&ex->world, req, err)) != CZ_OK)
+        return rc;
+    return o->wait(&ex->world, req, err);
 }
 
 /* World rank of every (dp_rank, tp_rank) place: the job may hand in communicators whose world
@@ -378,10 +379,10 @@ static int fetch(cz_executor *ex, ck_bufs *b, const float *state, int64_t n, int
     size_t bytes = (size_t)n * sizeof(float);
     if (src == 0)
         return ex->world.rank == 0 ? c->ops->download(c, host, state, bytes, err) : CZ_OK;
-    int rc = transfer(ex, b->req, state, b->dev, n, src, 0, err);
-    if (!rc && ex->world.rank == 0)
-        rc = c->ops->download(c, host, b->dev, bytes, err);
-    return rc;
+    int rc;
+    if ((rc = transfer(ex, b->req, state, b->dev, n, src, 0, err)) != CZ_OK || ex->world.rank != 0)
+        return rc;
+    return c->ops->download(c, host, b->dev, bytes, err);
 }
 
 /* Brings a PARTS tensor of matrix parameter e->param into dst (rank 0's host copy of the full
@@ -612,6 +613,15 @@ static int save_tensors(cz_executor *ex, ck_save *s, cz_error *err)
     return CZ_OK;
 }
 
+/* This rank's part of a save: its transfers of every tensor, and on rank 0 the file. */
+static int save_write(cz_executor *ex, ck_save *s, const char *path, cz_error *err)
+{
+    int rc;
+    if ((rc = save_tensors(ex, s, err)) != CZ_OK || ex->world.rank != 0)
+        return rc;
+    return cz__file_write(path, s->file, s->total, err);
+}
+
 int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
 {
     ck_save s = {0};
@@ -623,11 +633,9 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
     if ((rc = agree(ex, rc, "prepare the checkpoint", err)) != CZ_OK ||
         (rc = save_holders(ex, &s, err)) != CZ_OK)
         goto done;
-    /* A failure on the way is shared below, so that no rank is left in a transfer. */
-    rc = save_tensors(ex, &s, err);
-    if (rc == CZ_OK && ex->world.rank == 0)
-        rc = cz__file_write(path, s.file, s.total, err);
-    rc = agree(ex, rc, "save the optimizer-state checkpoint", err);
+    /* A failure on the way is shared here, so that no rank is left in a transfer: every rank
+     * enters the agreement, whatever its own outcome. */
+    rc = agree(ex, save_write(ex, &s, path, err), "save the optimizer-state checkpoint", err);
 done:
     bufs_close(ex, &s.b);
     free(s.e);
@@ -665,22 +673,25 @@ static int find_foreign(const cz_plan *plan, const ck_entry *e, size_t ne, json_
         return cz__error_set(err, CZ_ENOMEM, "load_state: out of memory");
     int rc = CZ_OK;
     char key[1024];
-    for (size_t i = 0; i < ne && !rc; i++) {
+    for (size_t i = 0; i < ne; i++) {
         entry_key(plan, &e[i], key, sizeof key);
-        if (json_object_set_new(known, key, json_true()))
+        if (json_object_set_new(known, key, json_true())) {
             rc = cz__error_set(err, CZ_ENOMEM, "load_state: out of memory");
+            goto done;
+        }
     }
     const char *k;
     json_t *v;
     json_object_foreach(root, k, v)
     {
-        if (rc)
-            break;
-        if (strcmp(k, "__metadata__") != 0 && !json_object_get(known, k))
+        if (strcmp(k, "__metadata__") != 0 && !json_object_get(known, k)) {
             rc = cz__error_set(err, CZ_EMISMATCH,
                                "%s: tensor '%s' is not part of this plan's optimizer state", path,
                                k);
+            goto done;
+        }
     }
+done:
     json_decref(known);
     return rc;
 }
@@ -833,29 +844,32 @@ static int check_tiling(const cz_plan *plan, const ck_entry *e, size_t ne, const
     int rc = CZ_OK;
     size_t at = 0;
     char key[1024], prev[1024] = "";
-    for (size_t i = 0; i < ne && !rc; i++) {
+    for (size_t i = 0; i < ne; i++) {
         const ck_entry *x = &e[v[i].entry];
         entry_key(plan, x, key, sizeof key);
-        if (v[i].begin != at)
+        if (v[i].begin != at) {
             rc = cz__error_set(err, CZ_EINVALID,
                                "%s: '%s': data_offsets begin at byte %zu of the data, but %s%s%s "
                                "ends at %zu; safetensors tensors lie back to back from byte 0, "
                                "without gaps or overlaps",
                                path, key, v[i].begin, i ? "the tensor before it, '" : "",
                                i ? prev : "the header", i ? "'," : "", at);
+            goto done;
+        }
         at = v[i].begin + (size_t)x->n * sizeof(float);
         memcpy(prev, key, sizeof prev);
     }
-    if (!rc && at > data_len)
+    if (at > data_len)
         rc = cz__error_set(err, CZ_EINVALID,
                            "%s: the tensors' data_offsets end at byte %zu of the data but the file "
                            "holds %zu bytes of data (truncated)",
                            path, at, data_len);
-    if (!rc && at < data_len)
+    else if (at < data_len)
         rc = cz__error_set(err, CZ_EINVALID,
                            "%s: %zu bytes follow the last tensor's data; a safetensors file ends "
                            "with its last tensor",
                            path, data_len - at);
+done:
     free(v);
     return rc;
 }
@@ -916,17 +930,23 @@ static int parse_checkpoint(const cz_plan *plan, const ck_entry *e, size_t ne, c
                              path, root ? "another JSON value" : jerr.text);
     }
     size_t base = 8 + (size_t)hlen;
-    int rc = parse_metadata(root, path, steps, err);
-    for (size_t i = 0; i < ne && !rc; i++)
-        rc = parse_tensor(plan, &e[i], root, path, &offs[i], err);
-    if (!rc && json_object_size(root) != ne + 1)
-        rc = find_foreign(plan, e, ne, root, path, err);
-    if (!rc)
-        rc = check_tiling(plan, e, ne, offs, len - base, path, err);
-    for (size_t i = 0; i < ne && !rc; i++) {
+    int rc;
+    if ((rc = parse_metadata(root, path, steps, err)) != CZ_OK)
+        goto done;
+    for (size_t i = 0; i < ne; i++)
+        if ((rc = parse_tensor(plan, &e[i], root, path, &offs[i], err)) != CZ_OK)
+            goto done;
+    if (json_object_size(root) != ne + 1 &&
+        (rc = find_foreign(plan, e, ne, root, path, err)) != CZ_OK)
+        goto done;
+    if ((rc = check_tiling(plan, e, ne, offs, len - base, path, err)) != CZ_OK)
+        goto done;
+    for (size_t i = 0; i < ne; i++) {
         offs[i] += base;
-        rc = check_values(plan, &e[i], data + offs[i], path, err);
+        if ((rc = check_values(plan, &e[i], data + offs[i], path, err)) != CZ_OK)
+            goto done;
     }
+done:
     json_decref(root);
     return rc;
 }
@@ -1087,6 +1107,18 @@ static int load_tensor(cz_executor *ex, ck_load *l, size_t i, cz_error *err)
     return CZ_OK;
 }
 
+/* This rank's part of a load: the addends cleared, then every tensor into its state. */
+static int load_tensors(cz_executor *ex, ck_load *l, cz_error *err)
+{
+    int rc;
+    if ((rc = clear_addends(ex, &l->b, err)) != CZ_OK)
+        return rc;
+    for (size_t i = 0; i < l->ne; i++)
+        if ((rc = load_tensor(ex, l, i, err)) != CZ_OK)
+            return rc;
+    return CZ_OK;
+}
+
 int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
 {
     ck_load l = {.steps = INT64_MAX};
@@ -1100,11 +1132,10 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
         (rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &l.steps, 1, err)) != CZ_OK ||
         (rc = grid_build(ex, l.grid, err)) != CZ_OK)
         goto done;
-    /* A failure on the way is shared below, so that no rank is left in a transfer. */
-    rc = clear_addends(ex, &l.b, err);
-    for (size_t i = 0; i < l.ne && rc == CZ_OK; i++)
-        rc = load_tensor(ex, &l, i, err);
-    if ((rc = agree(ex, rc, "load the optimizer-state checkpoint", err)) == CZ_OK)
+    /* A failure on the way is shared here, so that no rank is left in a transfer: every rank
+     * enters the agreement, whatever its own outcome. */
+    if ((rc = agree(ex, load_tensors(ex, &l, err), "load the optimizer-state checkpoint", err)) ==
+        CZ_OK)
         ex->steps = l.steps;
 done:
     bufs_close(ex, &l.b);

@@ -165,10 +165,9 @@ static int mpi_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtype
     int ic[p->size], id[p->size];
     size_t off = 0;
     for (int r = 0; r < p->size; r++) {
-        int rc = count_fits(counts[r], "all-gather", err);
-        if (!rc)
-            rc = count_fits(off, "all-gather displacement", err);
-        if (rc)
+        int rc;
+        if ((rc = count_fits(counts[r], "all-gather", err)) != CZ_OK ||
+            (rc = count_fits(off, "all-gather displacement", err)) != CZ_OK)
             return rc;
         ic[r] = (int)counts[r];
         id[r] = (int)off;
@@ -184,10 +183,9 @@ static int mpi_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtype
 static int mpi_iall_gather(cz_plane *p, const void *send, size_t count, void *recv, cz_dtype t,
                            cz_event *after, cz_comm_req *req, cz_error *err)
 {
-    int rc = cz_plane_wait_after(p, after, err);
-    if (!rc)
-        rc = count_fits(count, "all-gather", err);
-    if (rc)
+    int rc;
+    if ((rc = cz_plane_wait_after(p, after, err)) != CZ_OK ||
+        (rc = count_fits(count, "all-gather", err)) != CZ_OK)
         return rc;
     req->n = 1;
     req->peer[0] = -1;
@@ -203,10 +201,9 @@ static int mpi_iall_gather(cz_plane *p, const void *send, size_t count, void *re
 static int mpi_allreduce_sum(cz_plane *p, void *buf, size_t count, int f64, cz_event *after,
                              cz_error *err)
 {
-    int rc = cz_plane_wait_after(p, after, err);
-    if (!rc)
-        rc = count_fits(count, "all-reduce", err);
-    if (rc)
+    int rc;
+    if ((rc = cz_plane_wait_after(p, after, err)) != CZ_OK ||
+        (rc = count_fits(count, "all-reduce", err)) != CZ_OK)
         return rc;
     MPI_Request q;
     char name[64];
@@ -218,10 +215,9 @@ static int mpi_allreduce_sum(cz_plane *p, void *buf, size_t count, int f64, cz_e
 static int mpi_iallreduce_sum(cz_plane *p, float *buf, size_t count, cz_event *after,
                               cz_comm_req *req, cz_error *err)
 {
-    int rc = cz_plane_wait_after(p, after, err);
-    if (!rc)
-        rc = count_fits(count, "all-reduce", err);
-    if (rc)
+    int rc;
+    if ((rc = cz_plane_wait_after(p, after, err)) != CZ_OK ||
+        (rc = count_fits(count, "all-reduce", err)) != CZ_OK)
         return rc;
     req->n = 1;
     req->peer[0] = -1;
@@ -422,19 +418,18 @@ int cz__ctrl_mpi_open(cz_ctrl *c, const void *handle, double timeout_s, cz_error
 {
     MPI_Comm src = handle ? *(const MPI_Comm *)handle : MPI_COMM_WORLD, dup;
     cz_mpi_chan *chan = NULL;
-    int rc = cz__mpi_chan_open(&chan, src, timeout_s, err);
-    if (!rc)
-        rc = dup_handle(handle, chan, timeout_s, &dup, err);
-    if (!rc) {
-        c->ops = &cz_ctrl_mpi_ops;
-        rc = wrap(&c->impl, &c->size, &c->rank, dup, NULL, chan, timeout_s, err);
-    }
-    if (rc) {
-        cz__mpi_chan_close(chan);
-        return rc;
-    }
+    int rc;
+    if ((rc = cz__mpi_chan_open(&chan, src, timeout_s, err)) != CZ_OK ||
+        (rc = dup_handle(handle, chan, timeout_s, &dup, err)) != CZ_OK)
+        goto done;
+    c->ops = &cz_ctrl_mpi_ops;
+    if ((rc = wrap(&c->impl, &c->size, &c->rank, dup, NULL, chan, timeout_s, err)) != CZ_OK)
+        goto done;
     ((mpi_plane *)c->impl)->owns_chan = true;
-    return CZ_OK;
+    chan = NULL; /* the plane owns it now */
+done:
+    cz__mpi_chan_close(chan);
+    return rc;
 }
 
 int cz__plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_error *err)

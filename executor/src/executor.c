@@ -268,6 +268,17 @@ static int check_local(cz_executor *ex, const cz_exec_config *cfg, cz_error *err
     return check_grid(ex, cfg, err);
 }
 
+/* The DP plane, then the TP plane. */
+static int open_subplanes(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
+{
+    int rc;
+    if ((rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, cfg->dp_comm, ex->tp_rank,
+                                ex->dp_rank, &ex->dp_comm, err)) != CZ_OK)
+        return rc;
+    return cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, cfg->tp_comm, ex->dp_rank,
+                             ex->tp_rank, &ex->tp_comm, err);
+}
+
 /* The DP and TP planes, what the planes need for the plan, and the local state. */
 static int setup(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
 {
@@ -278,11 +289,7 @@ static int setup(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
      * the job handed in a communicator (comm.c). A failed (or timed-out) split goes on to the
      * agreement after this, so that every rank returns an error: a rank that left here would
      * keep its peers waiting in it. */
-    rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, cfg->dp_comm, ex->tp_rank,
-                           ex->dp_rank, &ex->dp_comm, err);
-    if (rc == CZ_OK)
-        rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, cfg->tp_comm, ex->dp_rank,
-                               ex->tp_rank, &ex->tp_comm, err);
+    rc = open_subplanes(ex, cfg, err);
     ex->dp_comm.label = "DP";
     ex->tp_comm.label = "TP";
     if (rc != CZ_OK)

@@ -33,18 +33,24 @@ int cz_executor_create(cz_executor **out, const char *plan_path, const cz_exec_c
                        cz_error *err)
 {
     cz_plan *plan = NULL;
-    int rc = plan_path ? CZ_OK : cz__error_set(err, CZ_EINVALID, "no plan path given");
-    if (!rc)
-        rc = check_schema(plan_path, err);
-    if (!rc)
-        rc = cz_plan_read(&plan, plan_path, err);
+    int rc;
+    if (!plan_path) {
+        rc = cz__error_set(err, CZ_EINVALID, "no plan path given");
+        goto done;
+    }
+    if ((rc = check_schema(plan_path, err)) != CZ_OK ||
+        (rc = cz_plan_read(&plan, plan_path, err)) != CZ_OK)
+        goto done;
     /* The executor has no model to check the plan against: the content hash recorded by
      * `canzona plan` stands for it. */
-    if (!rc)
-        rc = cz__plan_check_content_hash(plan, plan_path, err);
-    if (rc) {
+    rc = cz__plan_check_content_hash(plan, plan_path, err);
+done:
+    if (rc != CZ_OK) {
         cz_plan_free(plan);
         plan = NULL;
     }
+    /* A rank whose plan did not load goes on into create all the same, with its code: create
+     * is collective, and the ranks agree there on whether every one of them succeeded, so a
+     * rank that returned here would leave the others waiting in that agreement. */
     return cz__executor_create_impl(out, plan, plan, cfg, rc, err);
 }

@@ -291,10 +291,9 @@ static int tile_step(cz_compute *c, const cz_shampoo_hparams *h, sh_tile *tl, in
         float bias = h->beta2 < 1.0f && h->bias_correction
                          ? (float)(1.0 - pow((double)h->beta2, (double)t))
                          : 1.0f;
-        int rc = inverse_root(c, h, tl->L, tl->XL, r, bias, q, sq, w, sw, err);
-        if (!rc)
-            rc = inverse_root(c, h, tl->R, tl->XR, cl, bias, q, sq, w, sw, err);
-        if (rc)
+        int rc;
+        if ((rc = inverse_root(c, h, tl->L, tl->XL, r, bias, q, sq, w, sw, err)) != CZ_OK ||
+            (rc = inverse_root(c, h, tl->R, tl->XR, cl, bias, q, sq, w, sw, err)) != CZ_OK)
             return rc;
     }
     /* The filtered gradient: an EMA with dampening, bias-corrected. */

@@ -206,10 +206,42 @@ static int basis(cz_compute *c, float *gg, float *q, int64_t n, float *v, int64_
     }
     o->gemm(c, 0, 0, n, n, n, 1.0f, gg, n, q, n, 0.0f, mq, n);
     o->basis_sort(c, q, mq, n, v, rows, cols, side, lin);
-    rc = o->qr(c, mq, n, lin, err);
-    if (!rc)
-        o->tile_copy(c, q, n, mq, n, n, n);
-    return rc;
+    if ((rc = o->qr(c, mq, n, lin, err)) != CZ_OK)
+        return rc;
+    o->tile_copy(c, q, n, mq, n, n, n);
+    return CZ_OK;
+}
+
+/* The first call's initialisation: GG = (1 - sb) G G^T (a lerp from zero) of each side,
+ * fresh eigenbases. */
+static int blk_init(cz_compute *c, soap_blk *k, const float *gt, float wg, float *mq, float *w,
+                    float *lin, cz_error *err)
+{
+    const cz_compute_ops *o = c->ops;
+    int64_t r = k->rows, cl = k->cols;
+    int rc;
+    if (k->gl) {
+        o->gemm(c, 0, 1, r, r, cl, wg, gt, cl, gt, cl, 0.0f, k->gl, r);
+        if ((rc = basis(c, k->gl, k->ql, r, NULL, r, cl, 0, 1, mq, w, lin, err)) != CZ_OK)
+            return rc;
+    }
+    if (k->gr) {
+        o->gemm(c, 1, 0, cl, cl, r, wg, gt, cl, gt, cl, 0.0f, k->gr, cl);
+        return basis(c, k->gr, k->qr, cl, NULL, r, cl, 1, 1, mq, w, lin, err);
+    }
+    return CZ_OK;
+}
+
+/* Every freq-th update: the eigenbases of each side refreshed from the new factors. */
+static int blk_refresh(cz_compute *c, soap_blk *k, float *mq, float *w, float *lin, cz_error *err)
+{
+    int64_t r = k->rows, cl = k->cols;
+    int rc;
+    if (k->gl && (rc = basis(c, k->gl, k->ql, r, k->v, r, cl, 0, 0, mq, w, lin, err)) != CZ_OK)
+        return rc;
+    if (k->gr)
+        return basis(c, k->gr, k->qr, cl, k->v, r, cl, 1, 0, mq, w, lin, err);
+    return CZ_OK;
 }
 
 static int blk_step(cz_compute *c, const cz_soap_hparams *h, soap_blk *k, int64_t ld,
@@ -225,16 +257,9 @@ static int blk_step(cz_compute *c, const cz_soap_hparams *h, soap_blk *k, int64_
 
     o->tile_copy(c, gt, cl, g + k->r0 * ld + k->c0, ld, r, cl);
     if (call == 1) {
-        /* Initialisation only: GG = (1 - sb) G G^T (a lerp from zero), fresh eigenbases. */
-        if (k->gl) {
-            o->gemm(c, 0, 1, r, r, cl, wg, gt, cl, gt, cl, 0.0f, k->gl, r);
-            rc = basis(c, k->gl, k->ql, r, NULL, r, cl, 0, 1, mq, w, lin, err);
-        }
-        if (!rc && k->gr) {
-            o->gemm(c, 1, 0, cl, cl, r, wg, gt, cl, gt, cl, 0.0f, k->gr, cl);
-            rc = basis(c, k->gr, k->qr, cl, NULL, r, cl, 1, 1, mq, w, lin, err);
-        }
-        /* No update on the first call: u = 0 for the block. */
+        rc = blk_init(c, k, gt, wg, mq, w, lin, err);
+        /* No update on the first call: u = 0 for the block (written whatever the bases'
+         * outcome, which is returned after). */
         o->scale(c, t1, gt, n, 0.0f);
         o->tile_copy(c, ublk, ld, t1, cl, r, cl);
         return rc;
@@ -262,12 +287,9 @@ static int blk_step(cz_compute *c, const cz_soap_hparams *h, soap_blk *k, int64_
         o->gemm(c, 0, 1, r, r, cl, wg, gt, cl, gt, cl, h->shampoo_beta, k->gl, r);
     if (k->gr)
         o->gemm(c, 1, 0, cl, cl, r, wg, gt, cl, gt, cl, h->shampoo_beta, k->gr, cl);
-    if (t % h->freq == 0) {
-        if (k->gl)
-            rc = basis(c, k->gl, k->ql, r, k->v, r, cl, 0, 0, mq, w, lin, err);
-        if (!rc && k->gr)
-            rc = basis(c, k->gr, k->qr, cl, k->v, r, cl, 1, 0, mq, w, lin, err);
-    }
+    if (t % h->freq == 0)
+        rc = blk_refresh(c, k, mq, w, lin, err);
+    /* m goes into the bases whatever the refresh's outcome, which is returned after. */
     rotate(c, k, k->m, t2, t1, 0);
     return rc;
 }

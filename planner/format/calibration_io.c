@@ -342,9 +342,11 @@ int cz__calibration_load(cz_calibration **out, const char *path, cz_error *err)
     json_t *root = NULL;
     char sha[65];
     *out = NULL;
-    int rc = cz__json_load_file(&root, sha, path, err);
-    if (rc == CZ_OK)
-        rc = from_json(out, root, path, sha, err);
+    int rc;
+    if ((rc = cz__json_load_file(&root, sha, path, err)) != CZ_OK)
+        goto done;
+    rc = from_json(out, root, path, sha, err);
+done:
     json_decref(root);
     return rc;
 }

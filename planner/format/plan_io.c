@@ -929,22 +929,23 @@ static int read_content_hash(const cz_json_ctx *c, const json_t *root, cz_plan *
 static int read_schema(const cz_json_ctx *c, const json_t *root, int *version)
 {
     const char *s = NULL;
-    int rc = cz__json_get_string(c, root, "$", "schema", true, &s);
-    if (rc != CZ_OK)
+    int rc;
+    if ((rc = cz__json_get_string(c, root, "$", "schema", true, &s)) != CZ_OK)
         return rc;
     *version = !strcmp(s, CZ_PLAN_SCHEMA)          ? 1
                : !strcmp(s, CZ_PLAN_SCHEMA_SPLIT)  ? 2
                : !strcmp(s, CZ_PLAN_SCHEMA_EXPERT) ? 3
                                                    : 0;
     if (*version == 0 && strncmp(s, "canzona.plan/", strlen("canzona.plan/")) == 0)
-        rc = cz__error_set(c->err, CZ_EUNSUPPORTED,
-                           "%s: $.schema: unsupported schema version \"%s\"; this build reads "
-                           "\"%s\", \"%s\" and \"%s\" (a newer canzona wrote it?)",
-                           c->file, s, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT, CZ_PLAN_SCHEMA_EXPERT);
-    else if (*version == 0)
-        rc = cz__json_fail(c, "$.schema", "expected \"%s\", \"%s\" or \"%s\", found \"%s\"",
-                           CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT, CZ_PLAN_SCHEMA_EXPERT, s);
-    return rc;
+        return cz__error_set(c->err, CZ_EUNSUPPORTED,
+                             "%s: $.schema: unsupported schema version \"%s\"; this build reads "
+                             "\"%s\", \"%s\" and \"%s\" (a newer canzona wrote it?)",
+                             c->file, s, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT,
+                             CZ_PLAN_SCHEMA_EXPERT);
+    if (*version == 0)
+        return cz__json_fail(c, "$.schema", "expected \"%s\", \"%s\" or \"%s\", found \"%s\"",
+                             CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT, CZ_PLAN_SCHEMA_EXPERT, s);
+    return CZ_OK;
 }
 
 /* $.generator and $.inputs: who wrote the plan, and for which model and cluster. */

@@ -397,16 +397,19 @@ int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
     /* Files end with a newline, as text files should. */
     cz__jw_newline(&w.js);
     char *text = NULL;
-    int rc = w.rc;
-    if (rc == CZ_OK && w.js.rc != CZ_OK)
-        rc = cz__error_set(err, w.js.rc == CZ_ENOMEM ? CZ_ENOMEM : w.js.rc,
-                           "%s: %s while formatting the plan", path, w.js.why);
-    if (rc == CZ_OK) {
-        text = cz__jw_take(&w.js, &n);
-        rc = text ? cz__file_write(path, text, n, err)
-                  : cz__error_set(err, CZ_ENOMEM, "%s: out of memory while formatting the plan",
-                                  path);
+    int rc;
+    if ((rc = w.rc) != CZ_OK)
+        goto done;
+    if (w.js.rc != CZ_OK) {
+        rc = cz__error_set(err, w.js.rc, "%s: %s while formatting the plan", path, w.js.why);
+        goto done;
     }
+    if (!(text = cz__jw_take(&w.js, &n))) {
+        rc = cz__error_set(err, CZ_ENOMEM, "%s: out of memory while formatting the plan", path);
+        goto done;
+    }
+    rc = cz__file_write(path, text, n, err);
+done:
     free(text);
     cz__jw_free(&w.js);
     return rc;

@@ -170,30 +170,29 @@ static int schedule_chunks(group_sink *gs, tp_task *tasks, int n, cz_error *err)
 
 static int schedule_sc(group_sink *gs, tp_task *tasks, int n, double C, cz_error *err)
 {
-    int rc = CZ_OK, start = 0;
+    int rc, start = 0;
     double sum = 0.0;
     for (int k = 0; k < n; k++)
         tasks[k].slot = 0;
-    for (int k = 0; k < n && rc == CZ_OK; k++) {
+    for (int k = 0; k < n; k++) {
         if (k > start && sum + tasks[k].cost > C * CZ_CAP_SLACK) {
-            rc = group_emit(gs, tasks + start, k - start, err);
+            if ((rc = group_emit(gs, tasks + start, k - start, err)) != CZ_OK)
+                return rc;
             start = k;
             sum = 0.0;
         }
         sum += tasks[k].cost;
     }
-    if (rc == CZ_OK && n > start)
-        rc = group_emit(gs, tasks + start, n - start, err);
-    return rc;
+    return n > start ? group_emit(gs, tasks + start, n - start, err) : CZ_OK;
 }
 
 static int schedule_slot(group_sink *gs, tp_task *tasks, int n, double C, double *load,
                          cz_error *err)
 {
-    int rc = CZ_OK, start = 0;
+    int rc, start = 0;
     for (int s = 0; s < gs->nslots; s++)
         load[s] = 0.0;
-    for (int k = 0; k < n && rc == CZ_OK; k++) {
+    for (int k = 0; k < n; k++) {
         double unused;
         int s = least_loaded_set(load, gs->nslots, 1, &unused);
         tasks[k].slot = s;
@@ -203,15 +202,14 @@ static int schedule_slot(group_sink *gs, tp_task *tasks, int n, double C, double
             if (load[t] > max)
                 max = load[t];
         if (max >= C / CZ_CAP_SLACK) {
-            rc = group_emit(gs, tasks + start, k + 1 - start, err);
+            if ((rc = group_emit(gs, tasks + start, k + 1 - start, err)) != CZ_OK)
+                return rc;
             start = k + 1;
             for (int t = 0; t < gs->nslots; t++)
                 load[t] = 0.0;
         }
     }
-    if (rc == CZ_OK && n > start)
-        rc = group_emit(gs, tasks + start, n - start, err);
-    return rc;
+    return n > start ? group_emit(gs, tasks + start, n - start, err) : CZ_OK;
 }
 
 /* Greedy rollback over tasks sorted by descending per-slot cost into groups of nslots slots.
@@ -232,7 +230,7 @@ static int schedule_rollback(group_sink *gs, int nslots, tp_task *tasks, int n, 
         load[s] = 0.0;
     /* Tasks arrive in descending cost order, so the LPT assignment of the group grown by one
      * task is the previous assignment plus the new task on the least-loaded slot (set). */
-    for (int k = 0; k < n && rc == CZ_OK; k++) {
+    for (int k = 0; k < n; k++) {
         int w = tasks[k].width;
         double busiest;
         int s = least_loaded_set(load, nslots, w, &busiest);
@@ -242,8 +240,8 @@ static int schedule_rollback(group_sink *gs, int nslots, tp_task *tasks, int n, 
         double mean = (sum + add) / nslots;
         if (k > start && (mean > C * CZ_CAP_SLACK || span > C * CZ_CAP_SLACK)) {
             /* Roll back task k: emit the group as it stood before it, start anew with it. */
-            if (gs)
-                rc = group_emit(gs, tasks + start, k - start, err);
+            if (gs && (rc = group_emit(gs, tasks + start, k - start, err)) != CZ_OK)
+                goto done;
             total += makespan;
             start = k;
             group++;
@@ -260,8 +258,9 @@ static int schedule_rollback(group_sink *gs, int nslots, tp_task *tasks, int n, 
         sum += add;
         makespan = span;
     }
-    if (rc == CZ_OK && n > start && gs)
+    if (n > start && gs)
         rc = group_emit(gs, tasks + start, n - start, err);
+done:
     if (makespan_out)
         *makespan_out = total + makespan;
     return rc;
@@ -737,7 +736,9 @@ int cz__tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_cost
         bool packed = false;
         if (tt && nslots > 1 && s->coop == CZ_COOP_AUTO && tt->nwidths > 1)
             rc = packed_if_shorter(&gs, tasks, nt, tt, nslots, C, load, capacity, &packed, err);
-        if (rc == CZ_OK && !packed)
+        if (rc != CZ_OK)
+            break;
+        if (!packed)
             rc = schedule_rollback(&gs, nslots, tasks, nt, C, load, NULL, err);
         break;
     default:

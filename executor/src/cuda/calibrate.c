@@ -30,10 +30,13 @@ static void teardown(int rc)
 static int timer_open(timer *t, int reps, cz_error *err)
 {
     *t = (timer){.n = reps < 1 ? 1 : reps > MAX_REPS ? MAX_REPS : reps};
-    int rc = CZ_CU(err, cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking));
-    for (int i = 0; !rc && i <= t->n; i++)
-        rc = CZ_CU(err, cudaEventCreate(&t->ev[i]));
-    return rc;
+    int rc;
+    if ((rc = CZ_CU(err, cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking))) != CZ_OK)
+        return rc;
+    for (int i = 0; i <= t->n; i++)
+        if ((rc = CZ_CU(err, cudaEventCreate(&t->ev[i]))) != CZ_OK)
+            return rc; /* the caller's timer_close destroys what was created */
+    return CZ_OK;
 }
 
 static void timer_close(timer *t)
@@ -56,14 +59,15 @@ static int cmp_double(const void *a, const void *b)
 static int timer_median(timer *t, double *sec, cz_error *err)
 {
     double v[MAX_REPS];
-    int rc = CZ_CU(err, cudaEventSynchronize(t->ev[t->n]));
-    for (int i = 0; !rc && i < t->n; i++) {
+    int rc;
+    if ((rc = CZ_CU(err, cudaEventSynchronize(t->ev[t->n]))) != CZ_OK)
+        return rc;
+    for (int i = 0; i < t->n; i++) {
         float ms = 0;
-        rc = CZ_CU(err, cudaEventElapsedTime(&ms, t->ev[i], t->ev[i + 1]));
+        if ((rc = CZ_CU(err, cudaEventElapsedTime(&ms, t->ev[i], t->ev[i + 1]))) != CZ_OK)
+            return rc;
         v[i] = 1e-3 * (double)ms;
     }
-    if (rc)
-        return rc;
     qsort(v, (size_t)t->n, sizeof v[0], cmp_double);
     *sec = t->n % 2 ? v[t->n / 2] : 0.5 * (v[t->n / 2 - 1] + v[t->n / 2]);
     return CZ_OK;
@@ -81,16 +85,18 @@ static int fill(void *dst, size_t n, int bf16, cudaStream_t s, cz_error *err)
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         host[i] = (float)((double)(x >> 11) * 0x1p-52 - 1.0);
     }
-    int rc = bf16
-                 ? CZ_CU(err, cz__cuda_malloc((void **)&tmp, n * sizeof(float), CZ_CUDA_MEM_DEVICE))
-                 : CZ_OK;
+    int rc;
+    if (bf16 && (rc = CZ_CU(err, cz__cuda_malloc((void **)&tmp, n * sizeof(float),
+                                                 CZ_CUDA_MEM_DEVICE))) != CZ_OK)
+        goto done;
     float *f32 = bf16 ? tmp : dst;
-    if (!rc)
-        rc = CZ_CU(err, cudaMemcpy(f32, host, n * sizeof(float), cudaMemcpyHostToDevice));
-    if (!rc && bf16)
-        rc = CZ_CU(err, cz__k_f32_to_bf16(s, dst, f32, (int64_t)n));
-    if (!rc)
-        rc = CZ_CU(err, cudaStreamSynchronize(s));
+    if ((rc = CZ_CU(err, cudaMemcpy(f32, host, n * sizeof(float), cudaMemcpyHostToDevice))) !=
+        CZ_OK)
+        goto done;
+    if (bf16 && (rc = CZ_CU(err, cz__k_f32_to_bf16(s, dst, f32, (int64_t)n))) != CZ_OK)
+        goto done;
+    rc = CZ_CU(err, cudaStreamSynchronize(s));
+done:
     if (tmp)
         teardown(CZ_CU(err, cudaFree(tmp)));
     free(host);
@@ -124,32 +130,27 @@ int cz__cuda_time_gemm(int64_t m, int64_t n, int64_t k, int batch, int bf16, int
     float *c = NULL;
     cublasHandle_t h = NULL;
     timer t;
-    int rc = timer_open(&t, reps, err);
-    if (!rc)
-        rc = CZ_CU(err, cz__cuda_malloc(&a, na * es, CZ_CUDA_MEM_DEVICE));
-    if (!rc)
-        rc = CZ_CU(err, cz__cuda_malloc(&b, nb * es, CZ_CUDA_MEM_DEVICE));
-    if (!rc)
-        rc = CZ_CU(err, cz__cuda_malloc((void **)&c, nc * sizeof(float), CZ_CUDA_MEM_DEVICE));
-    if (!rc)
-        rc = fill(a, na, bf16, t.stream, err);
-    if (!rc)
-        rc = fill(b, nb, bf16, t.stream, err);
-    if (!rc)
-        rc = CZ_BLAS(err, cublasCreate(&h));
-    if (!rc)
-        rc = CZ_BLAS(err, cublasSetStream(h, t.stream));
-    if (!rc)
-        rc = gemm_once(h, m, n, k, batch, bf16, a, b, c, err);
-    for (int i = 0; !rc && i < t.n; i++) {
-        rc = CZ_CU(err, cudaEventRecord(t.ev[i], t.stream));
-        if (!rc)
-            rc = gemm_once(h, m, n, k, batch, bf16, a, b, c, err);
-    }
-    if (!rc)
-        rc = CZ_CU(err, cudaEventRecord(t.ev[t.n], t.stream));
-    if (!rc)
-        rc = timer_median(&t, sec, err);
+    int rc;
+    if ((rc = timer_open(&t, reps, err)) != CZ_OK ||
+        (rc = CZ_CU(err, cz__cuda_malloc(&a, na * es, CZ_CUDA_MEM_DEVICE))) != CZ_OK ||
+        (rc = CZ_CU(err, cz__cuda_malloc(&b, nb * es, CZ_CUDA_MEM_DEVICE))) != CZ_OK ||
+        (rc = CZ_CU(err, cz__cuda_malloc((void **)&c, nc * sizeof(float), CZ_CUDA_MEM_DEVICE))) !=
+            CZ_OK)
+        goto done;
+    if ((rc = fill(a, na, bf16, t.stream, err)) != CZ_OK ||
+        (rc = fill(b, nb, bf16, t.stream, err)) != CZ_OK ||
+        (rc = CZ_BLAS(err, cublasCreate(&h))) != CZ_OK ||
+        (rc = CZ_BLAS(err, cublasSetStream(h, t.stream))) != CZ_OK ||
+        (rc = gemm_once(h, m, n, k, batch, bf16, a, b, c, err)) != CZ_OK)
+        goto done;
+    for (int i = 0; i < t.n; i++)
+        if ((rc = CZ_CU(err, cudaEventRecord(t.ev[i], t.stream))) != CZ_OK ||
+            (rc = gemm_once(h, m, n, k, batch, bf16, a, b, c, err)) != CZ_OK)
+            goto done;
+    if ((rc = CZ_CU(err, cudaEventRecord(t.ev[t.n], t.stream))) != CZ_OK)
+        goto done;
+    rc = timer_median(&t, sec, err);
+done:;
     cz_error e;
     if (h)
         teardown(CZ_BLAS(&e, cublasDestroy(h)));
@@ -170,22 +171,25 @@ int cz__cuda_time_launch(int reps, double *sec, cz_error *err)
     enum { PER = 100 };
     float *x = NULL;
     timer t;
-    int rc = timer_open(&t, reps, err);
-    if (!rc)
-        rc = CZ_CU(err, cz__cuda_malloc((void **)&x, sizeof(float), CZ_CUDA_MEM_DEVICE));
-    for (int i = 0; !rc && i < PER; i++)
-        rc = CZ_CU(err, cz__k_scale(t.stream, x, x, 1, 1.0f));
-    for (int r = 0; !rc && r < t.n; r++) {
-        rc = CZ_CU(err, cudaEventRecord(t.ev[r], t.stream));
-        for (int i = 0; !rc && i < PER; i++)
-            rc = CZ_CU(err, cz__k_scale(t.stream, x, x, 1, 1.0f));
+    int rc;
+    if ((rc = timer_open(&t, reps, err)) != CZ_OK ||
+        (rc = CZ_CU(err, cz__cuda_malloc((void **)&x, sizeof(float), CZ_CUDA_MEM_DEVICE))) != CZ_OK)
+        goto done;
+    for (int i = 0; i < PER; i++)
+        if ((rc = CZ_CU(err, cz__k_scale(t.stream, x, x, 1, 1.0f))) != CZ_OK)
+            goto done;
+    for (int r = 0; r < t.n; r++) {
+        if ((rc = CZ_CU(err, cudaEventRecord(t.ev[r], t.stream))) != CZ_OK)
+            goto done;
+        for (int i = 0; i < PER; i++)
+            if ((rc = CZ_CU(err, cz__k_scale(t.stream, x, x, 1, 1.0f))) != CZ_OK)
+                goto done;
     }
-    if (!rc)
-        rc = CZ_CU(err, cudaEventRecord(t.ev[t.n], t.stream));
-    if (!rc)
-        rc = timer_median(&t, sec, err);
-    if (!rc)
-        *sec /= PER;
+    if ((rc = CZ_CU(err, cudaEventRecord(t.ev[t.n], t.stream))) != CZ_OK ||
+        (rc = timer_median(&t, sec, err)) != CZ_OK)
+        goto done;
+    *sec /= PER;
+done:;
     cz_error e;
     if (x)
         teardown(CZ_CU(&e, cudaFree(x)));
@@ -200,14 +204,15 @@ static int time_pageable(void *dst, const void *src, size_t bytes, enum cudaMemc
 {
     double v[MAX_REPS];
     int n = reps < 1 ? 1 : reps > MAX_REPS ? MAX_REPS : reps;
-    int rc = CZ_CU(err, cudaMemcpy(dst, src, bytes, kind));
-    for (int i = 0; !rc && i < n; i++) {
+    int rc;
+    if ((rc = CZ_CU(err, cudaMemcpy(dst, src, bytes, kind))) != CZ_OK)
+        return rc;
+    for (int i = 0; i < n; i++) {
         double t0 = cz__exec_now();
-        rc = CZ_CU(err, cudaMemcpy(dst, src, bytes, kind));
+        if ((rc = CZ_CU(err, cudaMemcpy(dst, src, bytes, kind))) != CZ_OK)
+            return rc;
         v[i] = cz__exec_now() - t0;
     }
-    if (rc)
-        return rc;
     qsort(v, (size_t)n, sizeof v[0], cmp_double);
     *sec = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
     return CZ_OK;
@@ -217,18 +222,18 @@ static int time_pinned(void *dst, const void *src, size_t bytes, enum cudaMemcpy
                        double *sec, cz_error *err)
 {
     timer t;
-    int rc = timer_open(&t, reps, err);
-    if (!rc)
-        rc = CZ_CU(err, cudaMemcpyAsync(dst, src, bytes, kind, t.stream));
-    for (int i = 0; !rc && i < t.n; i++) {
-        rc = CZ_CU(err, cudaEventRecord(t.ev[i], t.stream));
-        if (!rc)
-            rc = CZ_CU(err, cudaMemcpyAsync(dst, src, bytes, kind, t.stream));
-    }
-    if (!rc)
-        rc = CZ_CU(err, cudaEventRecord(t.ev[t.n], t.stream));
-    if (!rc)
-        rc = timer_median(&t, sec, err);
+    int rc;
+    if ((rc = timer_open(&t, reps, err)) != CZ_OK ||
+        (rc = CZ_CU(err, cudaMemcpyAsync(dst, src, bytes, kind, t.stream))) != CZ_OK)
+        goto done;
+    for (int i = 0; i < t.n; i++)
+        if ((rc = CZ_CU(err, cudaEventRecord(t.ev[i], t.stream))) != CZ_OK ||
+            (rc = CZ_CU(err, cudaMemcpyAsync(dst, src, bytes, kind, t.stream))) != CZ_OK)
+            goto done;
+    if ((rc = CZ_CU(err, cudaEventRecord(t.ev[t.n], t.stream))) != CZ_OK)
+        goto done;
+    rc = timer_median(&t, sec, err);
+done:
     timer_close(&t);
     return rc;
 }
@@ -238,17 +243,21 @@ int cz__cuda_time_copy(size_t bytes, int to_device, int pinned, int reps, double
 {
     void *dev = NULL, *host = NULL;
     bytes = bytes ? bytes : 1;
-    int rc = CZ_CU(err, cz__cuda_malloc(&dev, bytes, CZ_CUDA_MEM_DEVICE));
-    if (!rc && pinned)
-        rc = CZ_CU(err, cz__cuda_malloc(&host, bytes, CZ_CUDA_MEM_MAPPED));
-    else if (!rc && !(host = malloc(bytes)))
+    int rc;
+    if ((rc = CZ_CU(err, cz__cuda_malloc(&dev, bytes, CZ_CUDA_MEM_DEVICE))) != CZ_OK)
+        goto done;
+    if (pinned) {
+        if ((rc = CZ_CU(err, cz__cuda_malloc(&host, bytes, CZ_CUDA_MEM_MAPPED))) != CZ_OK)
+            goto done;
+    } else if (!(host = malloc(bytes))) {
         rc = cz__error_set(err, CZ_ENOMEM, "out of host memory for a copy of %zu bytes", bytes);
-    if (!rc)
-        memset(host, 1, bytes); /* the pages exist before the copies are timed */
+        goto done;
+    }
+    memset(host, 1, bytes); /* the pages exist before the copies are timed */
     enum cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
     void *dst = to_device ? dev : host, *src = to_device ? host : dev;
-    if (!rc)
-        rc = (pinned ? time_pinned : time_pageable)(dst, src, bytes, kind, reps, sec, err);
+    rc = (pinned ? time_pinned : time_pageable)(dst, src, bytes, kind, reps, sec, err);
+done:;
     cz_error e;
     if (dev)
         teardown(CZ_CU(&e, cudaFree(dev)));

@@ -53,8 +53,10 @@ int cz__cuda_host_wait(cz_compute *c, void *event, cz_error *err)
         sched_yield();
     }
     /* The stream has passed the event: a solver failure flagged before it is visible now. */
-    int rc = cz__cuda_take_error(c, err);
-    return rc ? rc : cz__cuda_linalg_take_error(h->la, err);
+    int rc;
+    if ((rc = cz__cuda_take_error(c, err)) != CZ_OK)
+        return rc;
+    return cz__cuda_linalg_take_error(h->la, err);
 }
 
 int cz__cuda_device_present(char *why, size_t len)
@@ -86,10 +88,8 @@ static void *cuda_alloc(cz_compute *c, size_t bytes)
     if (rc)
         return NULL; /* the caller reports out of memory */
     /* Zero-filled, and ready before alloc returns (create/bind time, so waiting is fine). */
-    rc = CZ_CU(&e, cudaMemsetAsync(p, 0, bytes, h->stream));
-    if (!rc)
-        rc = CZ_CU(&e, cudaStreamSynchronize(h->stream));
-    if (rc) {
+    if ((rc = CZ_CU(&e, cudaMemsetAsync(p, 0, bytes, h->stream))) != CZ_OK ||
+        (rc = CZ_CU(&e, cudaStreamSynchronize(h->stream))) != CZ_OK) {
         cz__cuda_note(c, rc, &e);
         rc = CZ_CU(&e, cudaFree(p));
         cz__cuda_note(c, rc, &e);
@@ -139,8 +139,10 @@ static void cuda_event_record(cz_compute *c, cz_event *ev)
 static int wait_issued(cz_compute *c, cz_error *err)
 {
     cuda_impl *h = impl_of(c);
-    int rc = CZ_CU(err, cudaEventRecord(h->done, h->stream));
-    return rc ? rc : cz__cuda_host_wait(c, h->done, err);
+    int rc;
+    if ((rc = CZ_CU(err, cudaEventRecord(h->done, h->stream))) != CZ_OK)
+        return rc;
+    return cz__cuda_host_wait(c, h->done, err);
 }
 
 static int cuda_event_sync(cz_compute *c, cz_event *ev, cz_error *err)
@@ -161,24 +163,23 @@ static int cuda_download(cz_compute *c, void *host, const void *src, size_t byte
     cuda_impl *h = impl_of(c);
     /* Wait (polling the watchers) before the copy: a copy to pageable host memory blocks the
      * host inside the CUDA call, where a hung collective could not be noticed. */
-    int rc = cz__cuda_take_error(c, err);
-    if (!rc)
-        rc = wait_issued(c, err);
-    if (!rc)
-        rc = CZ_CU(err, cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, h->stream));
-    return rc ? rc : wait_issued(c, err);
+    int rc;
+    if ((rc = cz__cuda_take_error(c, err)) != CZ_OK || (rc = wait_issued(c, err)) != CZ_OK ||
+        (rc = CZ_CU(err, cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, h->stream))) !=
+            CZ_OK)
+        return rc;
+    return wait_issued(c, err);
 }
 
 /* download's inverse, for checkpoints (outside a step). */
 static int cuda_upload(cz_compute *c, void *dst, const void *host, size_t bytes, cz_error *err)
 {
-    int rc = cz__cuda_take_error(c, err);
-    if (!rc)
-        rc = wait_issued(c, err);
-    if (!rc)
-        rc = CZ_CU(err,
-                   cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, impl_of(c)->stream));
-    return rc ? rc : wait_issued(c, err);
+    int rc;
+    if ((rc = cz__cuda_take_error(c, err)) != CZ_OK || (rc = wait_issued(c, err)) != CZ_OK ||
+        (rc = CZ_CU(err, cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice,
+                                         impl_of(c)->stream))) != CZ_OK)
+        return rc;
+    return wait_issued(c, err);
 }
 
 static cz_runs *cuda_runs_create(cz_compute *c, const cz_copy_run *runs, size_t n)
@@ -189,14 +190,14 @@ static cz_runs *cuda_runs_create(cz_compute *c, const cz_copy_run *runs, size_t 
         return NULL;
     r->n = (int64_t)n;
     size_t bytes = (n ? n : 1) * sizeof *runs;
-    int rc = CZ_CU(&e, cz__cuda_malloc((void **)&r->dev, bytes, CZ_CUDA_MEM_DEVICE));
+    int rc;
     /* On the backend's stream: a non-blocking stream does not wait for cudaMemcpy's (legacy)
      * one, and the step's kernels read the map there. From pageable memory the copy has
      * taken the host buffer when the call returns, so the caller may free it. */
-    if (!rc && n)
-        rc = CZ_CU(&e, cudaMemcpyAsync(r->dev, runs, n * sizeof *runs, cudaMemcpyHostToDevice,
-                                       impl_of(c)->stream));
-    if (rc) {
+    if ((rc = CZ_CU(&e, cz__cuda_malloc((void **)&r->dev, bytes, CZ_CUDA_MEM_DEVICE))) != CZ_OK ||
+        (n &&
+         (rc = CZ_CU(&e, cudaMemcpyAsync(r->dev, runs, n * sizeof *runs, cudaMemcpyHostToDevice,
+                                         impl_of(c)->stream))) != CZ_OK)) {
         cz__cuda_note(c, rc, &e);
         if (r->dev)
             cz__cuda_note(c, CZ_CU(&e, cudaFree(r->dev)), &e);
@@ -505,8 +506,10 @@ static int ns_run(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols
 {
     cuda_impl *h = impl_of(c);
     cz_ns_op ops[CZ_NS_MAX_OPS];
-    int rc = cz__cuda_take_error(c, err);
-    for (int b0 = 0; !rc && b0 < batch; b0 += CZ_NS_MAX_BATCH) {
+    int rc;
+    if ((rc = cz__cuda_take_error(c, err)) != CZ_OK)
+        return rc;
+    for (int b0 = 0; b0 < batch; b0 += CZ_NS_MAX_BATCH) {
         int nb = batch - b0 < CZ_NS_MAX_BATCH ? batch - b0 : CZ_NS_MAX_BATCH;
         int sym = cz__ns_sym_resolve(h->sym, CZ_NS_TARGET_CUDA, rows, cols, nb, h->prec);
         int n = cz__ns_plan(ops, rows, cols, nb, k->a, k->b, k->c, h->prec, sym);
@@ -517,12 +520,13 @@ static int ns_run(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols
                                  nb, (long long)rows, (long long)cols, INT32_MAX);
         float *xb = x + (size_t)b0 * (size_t)(rows * cols);
         float *wb = work + (size_t)cz__ns_work_floats(rows, cols, b0);
-        for (int s = 0; !rc && s < steps; s++)
-            for (int q = 0; !rc && q < n; q++)
-                if (!gemms_only || ops[q].kind == CZ_NS_GEMM || ops[q].kind == CZ_NS_SYRK)
-                    rc = run_op(c, &ops[q], xb, wb, err);
+        for (int s = 0; s < steps; s++)
+            for (int q = 0; q < n; q++)
+                if ((!gemms_only || ops[q].kind == CZ_NS_GEMM || ops[q].kind == CZ_NS_SYRK) &&
+                    (rc = run_op(c, &ops[q], xb, wb, err)) != CZ_OK)
+                    return rc;
     }
-    return rc ? rc : cz__cuda_take_error(c, err);
+    return cz__cuda_take_error(c, err);
 }
 
 static int cuda_ns_batched(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
@@ -553,10 +557,12 @@ static void order_job(cz_compute *c, int end)
     const cudaStream_t job[2] = {cudaStreamLegacy, cudaStreamPerThread};
     for (int i = 0; i < 2; i++) {
         cudaStream_t from = end ? h->stream : job[i], to = end ? job[i] : h->stream;
-        int rc = CZ_CU(&e, cudaEventRecord(h->job, from));
-        if (!rc)
-            rc = CZ_CU(&e, cudaStreamWaitEvent(to, h->job, 0));
-        cz__cuda_note(c, rc, &e);
+        int rc;
+        /* A failure becomes the backend's sticky failure, which the step reports; the other
+         * default stream is still ordered (this runs at a step's ends and returns nothing). */
+        if ((rc = CZ_CU(&e, cudaEventRecord(h->job, from))) != CZ_OK ||
+            (rc = CZ_CU(&e, cudaStreamWaitEvent(to, h->job, 0))) != CZ_OK)
+            cz__cuda_note(c, rc, &e);
     }
 }
 
@@ -666,44 +672,46 @@ int cz__compute_cuda_open(cz_compute *c, const cz_cuda_options *o, cz_error *err
     h->managed = o->managed;
     h->prec = o->ns_precision;
     h->sym = o->ns_sym;
-    int rc = CZ_CU(err, cudaGetDevice(&h->device));
-    if (!rc && h->managed) {
+    int rc;
+    if ((rc = CZ_CU(err, cudaGetDevice(&h->device))) != CZ_OK)
+        goto done;
+    if (h->managed) {
         /* The host-staged planes touch managed buffers from the host while kernels run. */
         int concurrent = 0;
-        rc = CZ_CU(err, cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess,
-                                               h->device));
-        if (!rc && !concurrent)
+        if ((rc = CZ_CU(err, cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess,
+                                                    h->device))) != CZ_OK)
+            goto done;
+        if (!concurrent) {
             rc = cz__error_set(err, CZ_EUNSUPPORTED,
                                "compute backend 'cuda' with a host-driven data plane (mpi, self) "
                                "needs a device with concurrent managed access (Linux, Pascal or "
                                "newer); use comm 'nccl'");
+            goto done;
+        }
     }
-    if (!rc && o->stream)
+    if (o->stream) {
         h->stream = (cudaStream_t)o->stream;
-    else if (!rc) {
-        rc = CZ_CU(err, cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
-        h->own_stream = !rc;
+    } else {
+        if ((rc = CZ_CU(err, cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking))) !=
+            CZ_OK)
+            goto done;
+        h->own_stream = 1;
     }
-    if (!rc)
-        rc = CZ_BLAS(err, cublasCreate(&h->blas));
-    if (!rc)
-        rc = CZ_BLAS(err, cublasSetStream(h->blas, h->stream));
-    if (!rc)
-        rc = CZ_CU(err, cz__cuda_malloc(&h->blas_ws, CZ_CUBLAS_WORKSPACE, CZ_CUDA_MEM_DEVICE));
-    if (!rc)
-        rc = CZ_BLAS(err, cublasSetWorkspace(h->blas, h->blas_ws, CZ_CUBLAS_WORKSPACE));
-    if (!rc)
-        rc = CZ_CU(err, cz__cuda_malloc((void **)&h->norm_sq, sizeof(double), CZ_CUDA_MEM_DEVICE));
-    if (!rc)
-        rc = CZ_CU(err, cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
-    if (!rc)
-        rc = CZ_CU(err, cudaEventCreateWithFlags(&h->job, cudaEventDisableTiming));
-    if (!rc)
-        rc = cz__cuda_linalg_open(c, h->stream, &h->la, err);
-    if (rc) {
-        cz__compute_cuda_close(c);
-        return rc;
-    }
+    if ((rc = CZ_BLAS(err, cublasCreate(&h->blas))) != CZ_OK ||
+        (rc = CZ_BLAS(err, cublasSetStream(h->blas, h->stream))) != CZ_OK ||
+        (rc = CZ_CU(err, cz__cuda_malloc(&h->blas_ws, CZ_CUBLAS_WORKSPACE, CZ_CUDA_MEM_DEVICE))) !=
+            CZ_OK ||
+        (rc = CZ_BLAS(err, cublasSetWorkspace(h->blas, h->blas_ws, CZ_CUBLAS_WORKSPACE))) != CZ_OK)
+        goto done;
+    if ((rc = CZ_CU(err, cz__cuda_malloc((void **)&h->norm_sq, sizeof(double),
+                                         CZ_CUDA_MEM_DEVICE))) != CZ_OK ||
+        (rc = CZ_CU(err, cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming))) != CZ_OK ||
+        (rc = CZ_CU(err, cudaEventCreateWithFlags(&h->job, cudaEventDisableTiming))) != CZ_OK ||
+        (rc = cz__cuda_linalg_open(c, h->stream, &h->la, err)) != CZ_OK)
+        goto done;
     c->ops = &cz_compute_cuda_ops;
-    return CZ_OK;
+done:
+    if (rc != CZ_OK)
+        cz__compute_cuda_close(c);
+    return rc;
 }

@@ -97,19 +97,18 @@ int cz__cuda_linalg_open(cz_compute *c, void *stream, cz_cuda_linalg **out, cz_e
     if (!la)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the cuda backend's solver");
     int *flag = NULL;
-    int rc = CZ_SOLVER(err, cusolverDnCreate(&la->solver));
-    if (!rc)
-        rc = CZ_SOLVER(err, cusolverDnSetStream(la->solver, (cudaStream_t)stream));
-    if (!rc)
-        rc = CZ_CU(err, cz__cuda_malloc((void **)&la->info, sizeof(int), CZ_CUDA_MEM_DEVICE));
-    if (!rc)
-        rc = CZ_CU(err, cz__cuda_malloc((void **)&flag, 3 * sizeof(int), CZ_CUDA_MEM_MAPPED));
-    if (!rc) {
-        memset(flag, 0, 3 * sizeof(int));
-        la->flag = flag;
-        rc = CZ_CU(err, cudaHostGetDevicePointer((void **)&la->flag_dev, flag, 0));
-    }
-    return rc;
+    int rc;
+    /* On a failure *out holds what was made: the backend's close releases it. */
+    if ((rc = CZ_SOLVER(err, cusolverDnCreate(&la->solver))) != CZ_OK ||
+        (rc = CZ_SOLVER(err, cusolverDnSetStream(la->solver, (cudaStream_t)stream))) != CZ_OK ||
+        (rc = CZ_CU(err, cz__cuda_malloc((void **)&la->info, sizeof(int), CZ_CUDA_MEM_DEVICE))) !=
+            CZ_OK ||
+        (rc = CZ_CU(err, cz__cuda_malloc((void **)&flag, 3 * sizeof(int), CZ_CUDA_MEM_MAPPED))) !=
+            CZ_OK)
+        return rc;
+    memset(flag, 0, 3 * sizeof(int));
+    la->flag = flag;
+    return CZ_CU(err, cudaHostGetDevicePointer((void **)&la->flag_dev, flag, 0));
 }
 
 /* Teardown: the statuses are checked, but there is no caller left to report them to. */
@@ -171,21 +170,22 @@ static int query(cz_cuda_linalg *la, int64_t n, la_size *out, cz_error *err)
     float *a = NULL, *w = NULL;
     size_t nn = (size_t)(n > 0 ? n * n : 1);
     *out = (la_size){.n = n};
-    int rc = CZ_CU(err, cz__cuda_malloc((void **)&a, nn * sizeof(float), CZ_CUDA_MEM_DEVICE));
-    if (!rc)
-        rc = CZ_CU(err, cz__cuda_malloc((void **)&w, (size_t)(n > 0 ? n : 1) * sizeof(float),
-                                        CZ_CUDA_MEM_DEVICE));
-    if (!rc)
-        rc = CZ_SOLVER(err, cusolverDnSsyevd_bufferSize(la->solver, CUSOLVER_EIG_MODE_VECTOR,
-                                                        sp.upper ? CUBLAS_FILL_MODE_UPPER
-                                                                 : CUBLAS_FILL_MODE_LOWER,
-                                                        sp.n, a, sp.lda, w, &out->syevd));
-    if (!rc)
-        rc = CZ_SOLVER(err,
-                       cusolverDnSgeqrf_bufferSize(la->solver, qp.m, qp.n, a, qp.lda, &out->geqrf));
-    if (!rc)
-        rc = CZ_SOLVER(err, cusolverDnSorgqr_bufferSize(la->solver, qp.m, qp.n, qp.k, a, qp.lda, w,
-                                                        &out->orgqr));
+    int rc;
+    if ((rc = CZ_CU(err, cz__cuda_malloc((void **)&a, nn * sizeof(float), CZ_CUDA_MEM_DEVICE))) !=
+            CZ_OK ||
+        (rc = CZ_CU(err, cz__cuda_malloc((void **)&w, (size_t)(n > 0 ? n : 1) * sizeof(float),
+                                         CZ_CUDA_MEM_DEVICE))) != CZ_OK)
+        goto done;
+    if ((rc = CZ_SOLVER(err, cusolverDnSsyevd_bufferSize(
+                                 la->solver, CUSOLVER_EIG_MODE_VECTOR,
+                                 sp.upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER, sp.n,
+                                 a, sp.lda, w, &out->syevd))) != CZ_OK ||
+        (rc = CZ_SOLVER(err, cusolverDnSgeqrf_bufferSize(la->solver, qp.m, qp.n, a, qp.lda,
+                                                         &out->geqrf))) != CZ_OK)
+        goto done;
+    rc = CZ_SOLVER(
+        err, cusolverDnSorgqr_bufferSize(la->solver, qp.m, qp.n, qp.k, a, qp.lda, w, &out->orgqr));
+done:;
     cz_error e;
     if (a)
         teardown(CZ_CU(&e, cudaFree(a)));
@@ -272,8 +272,10 @@ void cz__cuda_tile_copy(cz_compute *c, float *dst, int64_t ldd, const float *src
  * that has already become visible. */
 static int pending(cz_compute *c, cz_error *err)
 {
-    int rc = cz__cuda_take_error(c, err);
-    return rc ? rc : cz__cuda_linalg_take_error(cz__cuda_linalg_of(c), err);
+    int rc;
+    if ((rc = cz__cuda_take_error(c, err)) != CZ_OK)
+        return rc;
+    return cz__cuda_linalg_take_error(cz__cuda_linalg_of(c), err);
 }
 
 int cz__cuda_syevd(cz_compute *c, float *a, float *w, int64_t n, float *work, cz_error *err)
@@ -286,19 +288,18 @@ int cz__cuda_syevd(cz_compute *c, float *a, float *w, int64_t n, float *work, cz
     cz_la_layout l;
     cz__la_syevd_layout(&l, s->syevd);
     float *ws = cz__la_base(work) + l.off[0];
-    int rc = pending(c, err);
-    if (!rc)
-        rc = CZ_SOLVER(err,
-                       cusolverDnSsyevd(la->solver, CUSOLVER_EIG_MODE_VECTOR,
-                                        p.upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
-                                        p.n, a, p.lda, w, ws, s->syevd, la->info));
-    if (!rc)
-        cz__cuda_note_launch(c,
-                             cz__k_solver_info(stream_of(c), la->info, la->flag_dev, LA_SYEVD, p.n),
-                             "solver_info");
-    if (!rc && p.transpose_out)
+    int rc;
+    if ((rc = pending(c, err)) != CZ_OK ||
+        (rc = CZ_SOLVER(err,
+                        cusolverDnSsyevd(la->solver, CUSOLVER_EIG_MODE_VECTOR,
+                                         p.upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER,
+                                         p.n, a, p.lda, w, ws, s->syevd, la->info))) != CZ_OK)
+        return rc;
+    cz__cuda_note_launch(c, cz__k_solver_info(stream_of(c), la->info, la->flag_dev, LA_SYEVD, p.n),
+                         "solver_info");
+    if (p.transpose_out)
         cz__cuda_note_launch(c, cz__k_transpose_sq(stream_of(c), a, n), "transpose_sq");
-    return rc ? rc : cz__cuda_take_error(c, err);
+    return cz__cuda_take_error(c, err);
 }
 
 int cz__cuda_qr(cz_compute *c, float *a, int64_t n, float *work, cz_error *err)
@@ -311,26 +312,24 @@ int cz__cuda_qr(cz_compute *c, float *a, int64_t n, float *work, cz_error *err)
     cz_la_layout l;
     cz__la_qr_layout(&l, n, s->geqrf, s->orgqr);
     float *base = cz__la_base(work), *tau = base + l.off[0], *ws = base + l.off[1];
-    int rc = pending(c, err);
-    if (!rc && p.transpose_in)
+    int rc;
+    if ((rc = pending(c, err)) != CZ_OK)
+        return rc;
+    if (p.transpose_in)
         cz__cuda_note_launch(c, cz__k_transpose_sq(stream_of(c), a, n), "transpose_sq");
-    if (!rc)
-        rc = CZ_SOLVER(
-            err, cusolverDnSgeqrf(la->solver, p.m, p.n, a, p.lda, tau, ws, s->geqrf, la->info));
-    if (!rc)
-        cz__cuda_note_launch(c,
-                             cz__k_solver_info(stream_of(c), la->info, la->flag_dev, LA_GEQRF, p.n),
-                             "solver_info");
-    if (!rc)
-        rc = CZ_SOLVER(err, cusolverDnSorgqr(la->solver, p.m, p.n, p.k, a, p.lda, tau, ws, s->orgqr,
-                                             la->info));
-    if (!rc)
-        cz__cuda_note_launch(c,
-                             cz__k_solver_info(stream_of(c), la->info, la->flag_dev, LA_ORGQR, p.n),
-                             "solver_info");
-    if (!rc && p.transpose_out)
+    if ((rc = CZ_SOLVER(err, cusolverDnSgeqrf(la->solver, p.m, p.n, a, p.lda, tau, ws, s->geqrf,
+                                              la->info))) != CZ_OK)
+        return rc;
+    cz__cuda_note_launch(c, cz__k_solver_info(stream_of(c), la->info, la->flag_dev, LA_GEQRF, p.n),
+                         "solver_info");
+    if ((rc = CZ_SOLVER(err, cusolverDnSorgqr(la->solver, p.m, p.n, p.k, a, p.lda, tau, ws,
+                                              s->orgqr, la->info))) != CZ_OK)
+        return rc;
+    cz__cuda_note_launch(c, cz__k_solver_info(stream_of(c), la->info, la->flag_dev, LA_ORGQR, p.n),
+                         "solver_info");
+    if (p.transpose_out)
         cz__cuda_note_launch(c, cz__k_transpose_sq(stream_of(c), a, n), "transpose_sq");
-    return rc ? rc : cz__cuda_take_error(c, err);
+    return cz__cuda_take_error(c, err);
 }
 
 void cz__cuda_eig_root_scale(cz_compute *c, float *dst, const float *q, const float *w, int64_t n,
@@ -370,10 +369,11 @@ static void permute(cz_compute *c, float *x, int64_t rows, int64_t cols, const i
     size_t bytes = (size_t)(rows * cols) * sizeof(float);
     int rc =
         CZ_CU(&e, cudaMemcpyAsync(tmp, x, bytes, cudaMemcpyDefault, (cudaStream_t)stream_of(c)));
-    cz__cuda_note(c, rc, &e);
-    if (!rc)
-        cz__cuda_note_launch(c, cz__k_permute(stream_of(c), x, tmp, rows, cols, perm, side),
-                             "permute");
+    if (rc != CZ_OK) {
+        cz__cuda_note(c, rc, &e); /* the sticky failure the step reports */
+        return;
+    }
+    cz__cuda_note_launch(c, cz__k_permute(stream_of(c), x, tmp, rows, cols, perm, side), "permute");
 }
 
 void cz__cuda_basis_sort(cz_compute *c, float *q, float *mq, int64_t n, float *v, int64_t rows,

@@ -54,8 +54,10 @@ static int synchronize(cz_error *err)
 static int copy(void *dst, const void *src, size_t bytes, cz_error *err)
 {
     /* A step may end with its tail in flight on the executor's stream. */
-    int rc = synchronize(err);
-    return rc ? rc : CZ_CU(err, cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+    int rc;
+    if ((rc = synchronize(err)) != CZ_OK)
+        return rc;
+    return CZ_CU(err, cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
 }
 
 static int mem_free_bytes(size_t *out, cz_error *err)
@@ -79,11 +81,10 @@ static int job_write(void *dst, const void *src, size_t bytes, double hold_s, cz
     static double held;
     int rc = synchronize(err);
     held = hold_s;
-    if (!rc)
-        rc = CZ_CU(err, cudaLaunchHostFunc(cudaStreamLegacy, hold, &held));
-    return rc ? rc
-              : CZ_CU(err,
-                      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cudaStreamLegacy));
+    if (rc != CZ_OK ||
+        (rc = CZ_CU(err, cudaLaunchHostFunc(cudaStreamLegacy, hold, &held))) != CZ_OK)
+        return rc;
+    return CZ_CU(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cudaStreamLegacy));
 }
 
 /* The file a library function was loaded from. */
@@ -102,16 +103,19 @@ static int blas_versions(cz_gpu_versions *v, cz_error *err)
 {
     int p[3] = {0};
     const libraryPropertyType k[3] = {MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL};
-    int rc = CZ_OK;
-    for (int i = 0; !rc && i < 3; i++)
-        rc = CZ_BLAS(err, cublasGetProperty(k[i], &p[i]));
-    v->cublas = library_version(p[0], p[1], p[2]);
-    for (int i = 0; !rc && i < 3; i++)
-        rc = CZ_SOLVER(err, cusolverGetProperty(k[i], &p[i]));
-    v->cusolver = library_version(p[0], p[1], p[2]);
+    int rc;
+    /* The files first: they are known even when a library does not answer. */
     path_of((const void *)cublasGetProperty, v->cublas_path, sizeof v->cublas_path);
     path_of((const void *)cusolverGetProperty, v->cusolver_path, sizeof v->cusolver_path);
-    return rc;
+    for (int i = 0; i < 3; i++)
+        if ((rc = CZ_BLAS(err, cublasGetProperty(k[i], &p[i]))) != CZ_OK)
+            return rc;
+    v->cublas = library_version(p[0], p[1], p[2]);
+    for (int i = 0; i < 3; i++)
+        if ((rc = CZ_SOLVER(err, cusolverGetProperty(k[i], &p[i]))) != CZ_OK)
+            return rc;
+    v->cusolver = library_version(p[0], p[1], p[2]);
+    return CZ_OK;
 }
 
 static int nccl_available(char *why, size_t len)
@@ -124,14 +128,19 @@ static int nccl_available(char *why, size_t len)
 #endif
 }
 
-static int versions(cz_gpu_versions *v, cz_error *err)
+/* The CUDA driver's and runtime's versions, cuBLAS's and cuSOLVER's. */
+static int runtime_versions(cz_gpu_versions *v, cz_error *err)
 {
-    *v = (cz_gpu_versions){.runtime_built = CUDART_VERSION};
-    int rc = CZ_CU(err, cudaDriverGetVersion(&v->driver));
-    if (!rc)
-        rc = CZ_CU(err, cudaRuntimeGetVersion(&v->runtime));
-    if (!rc)
-        rc = blas_versions(v, err);
+    int rc;
+    if ((rc = CZ_CU(err, cudaDriverGetVersion(&v->driver))) != CZ_OK ||
+        (rc = CZ_CU(err, cudaRuntimeGetVersion(&v->runtime))) != CZ_OK)
+        return rc;
+    return blas_versions(v, err);
+}
+
+/* NCCL's version and file, or why there is none. */
+static void nccl_versions(cz_gpu_versions *v)
+{
 #ifdef CZ_HAVE_NCCL
     v->nccl_built = NCCL_VERSION_CODE;
     cz__nccl_load(host->search_dirs, v->nccl_why, sizeof v->nccl_why, &v->nccl, v->nccl_path,
@@ -139,17 +148,37 @@ static int versions(cz_gpu_versions *v, cz_error *err)
 #else
     nccl_available(v->nccl_why, sizeof v->nccl_why);
 #endif
-    if (!rc && CZ_CU_RC(cudaGetDeviceCount(&v->device_count)) != (int)cudaSuccess)
+}
+
+/* How many devices, and the first one's name and size. */
+static int device_versions(cz_gpu_versions *v, cz_error *err)
+{
+    if (CZ_CU_RC(cudaGetDeviceCount(&v->device_count)) != (int)cudaSuccess)
         v->device_count = 0;
+    if (v->device_count <= 0)
+        return CZ_OK;
     struct cudaDeviceProp prop;
-    if (!rc && v->device_count > 0 && !(rc = CZ_CU(err, cudaGetDeviceProperties(&prop, 0)))) {
-        snprintf(v->device, sizeof v->device, "%s", prop.name);
-        v->cc_major = prop.major;
-        v->cc_minor = prop.minor;
-        v->sm_count = prop.multiProcessorCount;
-        v->memory_bytes = prop.totalGlobalMem;
-    }
-    return rc;
+    int rc;
+    if ((rc = CZ_CU(err, cudaGetDeviceProperties(&prop, 0))) != CZ_OK)
+        return rc;
+    snprintf(v->device, sizeof v->device, "%s", prop.name);
+    v->cc_major = prop.major;
+    v->cc_minor = prop.minor;
+    v->sm_count = prop.multiProcessorCount;
+    v->memory_bytes = prop.totalGlobalMem;
+    return CZ_OK;
+}
+
+static int versions(cz_gpu_versions *v, cz_error *err)
+{
+    *v = (cz_gpu_versions){.runtime_built = CUDART_VERSION};
+    int rc = runtime_versions(v, err);
+    /* NCCL is looked up whether or not the CUDA runtime answered (its loading does not depend
+     * on it), before the device is asked, as it always was. */
+    nccl_versions(v);
+    if (rc != CZ_OK)
+        return rc;
+    return device_versions(v, err);
 }
 
 #ifdef CZ_HAVE_NCCL
@@ -165,14 +194,18 @@ static int need_nccl(cz_error *err)
 static int plane_open(cz_plane *p, cz_ctrl *ctrl, double timeout_s, cz_error *err)
 {
     /* Every rank learns whether every other one has NCCL before any NCCL collective. */
-    int rc = cz__nccl_agree(ctrl, need_nccl(err), "load NCCL", err);
-    return rc ? rc : cz__plane_nccl_open(p, ctrl, timeout_s, err);
+    int rc;
+    if ((rc = cz__nccl_agree(ctrl, need_nccl(err), "load NCCL", err)) != CZ_OK)
+        return rc;
+    return cz__plane_nccl_open(p, ctrl, timeout_s, err);
 }
 
 static int plane_wrap(cz_plane *p, const void *handle, double timeout_s, cz_error *err)
 {
-    int rc = need_nccl(err);
-    return rc ? rc : cz__plane_nccl_wrap(p, handle, timeout_s, err);
+    int rc;
+    if ((rc = need_nccl(err)) != CZ_OK)
+        return rc;
+    return cz__plane_nccl_wrap(p, handle, timeout_s, err);
 }
 #else
 static int no_nccl(cz_error *err)

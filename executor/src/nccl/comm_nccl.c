@@ -181,16 +181,21 @@ static int watch(void *ctx, double waited_s, cz_error *err)
     cz_error tmp;
     if (h->aborted)
         return cz__error_set(err, CZ_EIO, "NCCL communicator was aborted after an earlier error");
-    int rc = CZ_NCCL(err, ncclCommGetAsyncError(h->comm, &st));
-    if (!rc && st != ncclSuccess && st != ncclInProgress)
+    int rc;
+    if ((rc = CZ_NCCL(err, ncclCommGetAsyncError(h->comm, &st))) != CZ_OK)
+        goto done;
+    if (st != ncclSuccess && st != ncclInProgress) {
         rc = CZ_NCCL(err, st);
-    if (!rc && waited_s > h->timeout_s)
+        goto done;
+    }
+    if (waited_s > h->timeout_s)
         rc = cz__error_set(err, CZ_EIO,
                            "NCCL operation not complete after %.0f s (a peer rank failed or "
                            "stopped?); communicator aborted (cz_exec_config.nccl_timeout_s or "
                            "CZ_NCCL_TIMEOUT_S sets the limit)",
                            waited_s);
-    if (rc)
+done:
+    if (rc != CZ_OK)
         ignore(abort_comm(h, &tmp));
     return rc;
 }
@@ -214,20 +219,20 @@ static int ensure_ready(cz_plane *p, cz_error *err)
 
 static int wait_after(cz_plane *p, cz_event *after, cz_error *err)
 {
-    int rc = ensure_ready(p, err);
-    if (!rc && after)
-        rc = CZ_CU(err, cudaStreamWaitEvent(impl_of(p)->stream, cz__cuda_event(after), 0));
-    return rc;
+    int rc;
+    if ((rc = ensure_ready(p, err)) != CZ_OK || !after)
+        return rc;
+    return CZ_CU(err, cudaStreamWaitEvent(impl_of(p)->stream, cz__cuda_event(after), 0));
 }
 
 /* The compute stream waits for everything issued so far on the communication stream. */
 static int join_compute(cz_plane *p, cz_error *err)
 {
     nccl_plane *h = impl_of(p);
-    int rc = CZ_CU(err, cudaEventRecord(h->done, h->stream));
-    if (!rc)
-        rc = CZ_CU(err, cudaStreamWaitEvent(cz__cuda_stream(p->compute), h->done, 0));
-    return rc;
+    int rc;
+    if ((rc = CZ_CU(err, cudaEventRecord(h->done, h->stream))) != CZ_OK)
+        return rc;
+    return CZ_CU(err, cudaStreamWaitEvent(cz__cuda_stream(p->compute), h->done, 0));
 }
 
 /* The padded forms' scratch is allocated once, when the executor is created
@@ -250,16 +255,15 @@ static int replay(cz_plane *p, const cz_nccl_call *calls, int n, void *send, voi
     nccl_plane *h = impl_of(p);
     size_t es = (size_t)cz__dtype_bytes(t);
     int rc = CZ_OK, grouped = 0;
-    for (int i = 0; i < n && !rc; i++) {
+    for (int i = 0; i < n; i++) {
         const cz_nccl_call *c = &calls[i];
         void *src = cz__nccl_call_ptr(c->src_buf, c->src_off, es, send, recv, h->scratch);
         void *dst = cz__nccl_call_ptr(c->dst_buf, c->dst_off, es, send, recv, h->scratch);
         if (c->grouped && !grouped) {
-            rc = CZ_NCCL_ON(h, err, ncclGroupStart());
-            grouped = !rc;
+            if ((rc = CZ_NCCL_ON(h, err, ncclGroupStart())) != CZ_OK)
+                goto done;
+            grouped = 1;
         }
-        if (rc)
-            break;
         switch (c->kind) {
         case CZ_NCCL_COPY:
             rc = CZ_CU(
@@ -285,14 +289,20 @@ static int replay(cz_plane *p, const cz_nccl_call *calls, int n, void *send, voi
                             ncclAllGather(src, dst, c->count, nccl_type(t), h->comm, h->stream));
             break;
         }
+        /* A group ends where its last call is, even after a failed call in it (every
+         * ncclGroupStart is closed); the first failure is the one reported. */
         if (grouped && (i + 1 == n || !calls[i + 1].grouped)) {
             cz_error tmp;
-            int erc = CZ_NCCL_ON(h, rc ? &tmp : err, ncclGroupEnd());
+            int erc = CZ_NCCL_ON(h, rc != CZ_OK ? &tmp : err, ncclGroupEnd());
             grouped = 0;
-            if (!rc)
-                rc = erc;
+            rc = rc != CZ_OK ? rc : erc;
         }
+        if (rc != CZ_OK)
+            goto done;
     }
+done:
+    /* A failure inside a group leaves it open: it is closed here, its status not the one to
+     * report. */
     if (grouped) {
         cz_error tmp;
         ignore(CZ_NCCL_ON(h, &tmp, ncclGroupEnd()));
@@ -306,24 +316,22 @@ static int uneven(cz_plane *p, int gather, const void *send, void *recv, const s
     nccl_plane *h = impl_of(p);
     cz_nccl_call calls[2 * p->size + 1];
     size_t scratch = 0;
-    int rc = wait_after(p, after, err);
+    int rc;
     /* A blocking-form collective also comes after every compute op issued so far, as on a
      * host-driven plane: its output (the reduce-scatter scratch) may still be read by ops
      * issued after `after` (the previous bucket's scale). */
-    if (!rc)
-        rc = CZ_CU(err, cudaEventRecord(h->issued, cz__cuda_stream(p->compute)));
-    if (!rc)
-        rc = CZ_CU(err, cudaStreamWaitEvent(h->stream, h->issued, 0));
-    if (rc)
+    if ((rc = wait_after(p, after, err)) != CZ_OK ||
+        (rc = CZ_CU(err, cudaEventRecord(h->issued, cz__cuda_stream(p->compute)))) != CZ_OK ||
+        (rc = CZ_CU(err, cudaStreamWaitEvent(h->stream, h->issued, 0))) != CZ_OK)
         return rc;
     cz_nccl_form f =
         cz__nccl_choose(counts, p->size, (size_t)cz__dtype_bytes(t), h->alpha_s, h->bytes_per_s);
     int n = gather ? cz__nccl_plan_all_gather(calls, counts, p->size, p->rank, f, &scratch)
                    : cz__nccl_plan_reduce_scatter(calls, counts, p->size, p->rank, f, &scratch);
-    rc = check_scratch(h, scratch * (size_t)cz__dtype_bytes(t), err);
-    if (!rc)
-        rc = replay(p, calls, n, (void *)send, recv, t, err);
-    return rc ? rc : join_compute(p, err);
+    if ((rc = check_scratch(h, scratch * (size_t)cz__dtype_bytes(t), err)) != CZ_OK ||
+        (rc = replay(p, calls, n, (void *)send, recv, t, err)) != CZ_OK)
+        return rc;
+    return join_compute(p, err);
 }
 
 static int nccl_reduce_scatter(cz_plane *p, const void *send, void *recv, const size_t *counts,
@@ -342,12 +350,14 @@ static int nccl_iall_gather(cz_plane *p, const void *send, size_t count, void *r
                             cz_event *after, cz_comm_req *req, cz_error *err)
 {
     nccl_plane *h = impl_of(p);
-    int rc = wait_after(p, after, err);
-    if (!rc)
-        rc = CZ_NCCL_ON(h, err, ncclAllGather(send, recv, count, nccl_type(t), h->comm, h->stream));
-    if (!rc)
-        rc = CZ_CU(err, cudaEventRecord(req->ev, h->stream));
-    req->active = !rc;
+    int rc;
+    if ((rc = wait_after(p, after, err)) != CZ_OK ||
+        (rc = CZ_NCCL_ON(
+             h, err, ncclAllGather(send, recv, count, nccl_type(t), h->comm, h->stream))) != CZ_OK)
+        goto done;
+    rc = CZ_CU(err, cudaEventRecord(req->ev, h->stream));
+done:
+    req->active = rc == CZ_OK;
     return rc;
 }
 
@@ -360,22 +370,22 @@ static int post_allreduce(cz_plane *p, void *buf, size_t count, ncclDataType_t t
                           cz_error *err)
 {
     nccl_plane *h = impl_of(p);
-    int rc = wait_after(p, after, err);
-    if (!rc)
-        rc = CZ_CU(err, cudaEventRecord(h->issued, cz__cuda_stream(p->compute)));
-    if (!rc)
-        rc = CZ_CU(err, cudaStreamWaitEvent(h->stream, h->issued, 0));
-    if (!rc)
-        rc = CZ_NCCL_ON(h, err, ncclAllReduce(buf, buf, count, t, ncclSum, h->comm, h->stream));
-    return rc;
+    int rc;
+    if ((rc = wait_after(p, after, err)) != CZ_OK ||
+        (rc = CZ_CU(err, cudaEventRecord(h->issued, cz__cuda_stream(p->compute)))) != CZ_OK ||
+        (rc = CZ_CU(err, cudaStreamWaitEvent(h->stream, h->issued, 0))) != CZ_OK)
+        return rc;
+    return CZ_NCCL_ON(h, err, ncclAllReduce(buf, buf, count, t, ncclSum, h->comm, h->stream));
 }
 
 /* The cooperative Newton-Schulz sums of squares: blocking form, as uneven() orders it. */
 static int nccl_allreduce_sum(cz_plane *p, void *buf, size_t count, int f64, cz_event *after,
                               cz_error *err)
 {
-    int rc = post_allreduce(p, buf, count, f64 ? ncclFloat64 : ncclFloat32, after, err);
-    return rc ? rc : join_compute(p, err);
+    int rc;
+    if ((rc = post_allreduce(p, buf, count, f64 ? ncclFloat64 : ncclFloat32, after, err)) != CZ_OK)
+        return rc;
+    return join_compute(p, err);
 }
 
 /* A cooperative Gram panel, completed as iall_gather (an event on the communication stream
@@ -384,10 +394,12 @@ static int nccl_allreduce_sum(cz_plane *p, void *buf, size_t count, int f64, cz_
 static int nccl_iallreduce_sum(cz_plane *p, float *buf, size_t count, cz_event *after,
                                cz_comm_req *req, cz_error *err)
 {
-    int rc = post_allreduce(p, buf, count, ncclFloat32, after, err);
-    if (!rc)
-        rc = CZ_CU(err, cudaEventRecord(req->ev, impl_of(p)->stream));
-    req->active = !rc;
+    int rc;
+    if ((rc = post_allreduce(p, buf, count, ncclFloat32, after, err)) != CZ_OK)
+        goto done;
+    rc = CZ_CU(err, cudaEventRecord(req->ev, impl_of(p)->stream));
+done:
+    req->active = rc == CZ_OK;
     return rc;
 }
 
@@ -396,11 +408,10 @@ static int nccl_group_start(cz_plane *p, cz_comm_req *req, cz_event *after, cz_e
     req->fail = 0;
     req->active = 0;
     req->has_self_send = req->has_self_recv = 0;
-    int rc = wait_after(p, after, err);
-    if (!rc)
-        rc = CZ_NCCL_ON(impl_of(p), err, ncclGroupStart());
+    int rc;
     /* send/recv record their failure in req; group_end reports it. */
-    if (rc) {
+    if ((rc = wait_after(p, after, err)) != CZ_OK ||
+        (rc = CZ_NCCL_ON(impl_of(p), err, ncclGroupStart())) != CZ_OK) {
         req->fail = rc;
         req->fail_err = err ? *err : (cz_error){0};
     }
@@ -452,19 +463,24 @@ static int nccl_group_end(cz_plane *p, cz_comm_req *req, cz_error *err)
     }
     int64_t self = cz__nccl_self_copy(req->self_sent, req->has_self_send, req->self_received,
                                       req->has_self_recv);
-    if (!rc && self < 0)
+    if (rc != CZ_OK)
+        goto done;
+    if (self < 0) {
         rc = cz__error_set(err, CZ_EINTERNAL,
                            "a group's exchange with its own rank is unpaired (a send of %zu and a "
                            "receive of %zu elements)",
                            req->has_self_send ? req->self_sent : 0,
                            req->has_self_recv ? req->self_received : 0);
-    if (!rc && self > 0)
-        rc = CZ_CU(err, cudaMemcpyAsync(req->self_recv, req->self_send,
-                                        (size_t)self * (size_t)cz__dtype_bytes(req->self_type),
-                                        cudaMemcpyDeviceToDevice, h->stream));
-    if (!rc)
-        rc = CZ_CU(err, cudaEventRecord(req->ev, h->stream));
-    req->active = !rc;
+        goto done;
+    }
+    if (self > 0 &&
+        (rc = CZ_CU(err, cudaMemcpyAsync(req->self_recv, req->self_send,
+                                         (size_t)self * (size_t)cz__dtype_bytes(req->self_type),
+                                         cudaMemcpyDeviceToDevice, h->stream))) != CZ_OK)
+        goto done;
+    rc = CZ_CU(err, cudaEventRecord(req->ev, h->stream));
+done:
+    req->active = rc == CZ_OK;
     return rc;
 }
 
@@ -527,16 +543,14 @@ static int wrap(cz_plane *p, ncclComm_t comm, int borrowed, double timeout_s, cz
     h->timeout_s = timeout_s;
     p->ops = &cz_plane_nccl_ops;
     p->impl = h;
-    int rc = CZ_CU(err, cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking));
-    if (!rc)
-        rc = CZ_CU(err, cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
-    if (!rc)
-        rc = CZ_CU(err, cudaEventCreateWithFlags(&h->issued, cudaEventDisableTiming));
-    if (!rc)
-        rc = CZ_NCCL(err, ncclCommCount(comm, &p->size));
-    if (!rc)
-        rc = CZ_NCCL(err, ncclCommUserRank(comm, &p->rank));
-    return rc;
+    int rc;
+    /* On a failure p holds the plane as far as it was made: the caller's close releases it. */
+    if ((rc = CZ_CU(err, cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking))) != CZ_OK ||
+        (rc = CZ_CU(err, cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming))) != CZ_OK ||
+        (rc = CZ_CU(err, cudaEventCreateWithFlags(&h->issued, cudaEventDisableTiming))) != CZ_OK ||
+        (rc = CZ_NCCL(err, ncclCommCount(comm, &p->size))) != CZ_OK)
+        return rc;
+    return CZ_NCCL(err, ncclCommUserRank(comm, &p->rank));
 }
 
 static int nccl_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *err)
@@ -555,19 +569,24 @@ static int nccl_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *
     int rc = settle(h->comm, h->timeout_s, pending, "ncclCommSplit", __FILE__, __LINE__, err);
     /* Written by NCCL's thread before the parent's state settled: read it anew. */
     sub = *(ncclComm_t volatile *)&sub;
-    if (!rc && !sub)
+    if (rc != CZ_OK)
+        goto done;
+    if (!sub) {
         rc = cz__error_set(err, CZ_EIO, "ncclCommSplit completed without a new communicator");
-    if (!rc)
-        rc = settle(sub, h->timeout_s, (int)ncclInProgress, "ncclCommSplit (the new communicator)",
-                    __FILE__, __LINE__, err);
-    if (rc) {
-        cz_error tmp;
-        if (sub)
-            ignore(CZ_NCCL(&tmp, ncclCommAbort(sub)));
-        return rc;
+        goto done;
     }
+    if ((rc = settle(sub, h->timeout_s, (int)ncclInProgress, "ncclCommSplit (the new communicator)",
+                     __FILE__, __LINE__, err)) != CZ_OK)
+        goto done;
     *out = (cz_plane){.compute = p->compute};
-    return wrap(out, sub, 0, h->timeout_s, err);
+    rc = wrap(out, sub, 0, h->timeout_s, err);
+    sub = NULL; /* out's now, even when wrap fails (it destroys it or out's close does) */
+done:
+    if (sub) {
+        cz_error tmp;
+        ignore(CZ_NCCL(&tmp, ncclCommAbort(sub)));
+    }
+    return rc;
 }
 
 /* The close's drain: the communication stream's last event, and the communicator's own
@@ -669,15 +688,19 @@ int cz__plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, double timeout_s, cz_error *
     for (int i = 0; i <= W; i++)
         v[i] = INT64_MAX;
     if (ctrl->rank == 0) {
-        rc = CZ_NCCL(err, ncclGetUniqueId(&id));
-        if (!rc)
+        if ((rc = CZ_NCCL(err, ncclGetUniqueId(&id))) == CZ_OK)
             memcpy(v, id.internal, sizeof id.internal);
         v[W] = rc ? 0 : 1;
     }
+    /* Every rank enters the reduction, rank 0 too when it could not make the id: the others
+     * wait in it, and learn from v[W] that there is none. Rank 0's own failure is the one it
+     * reports. */
     cz_error tmp;
     int crc = ctrl->ops->allreduce_min_i64(ctrl, v, W + 1, rc ? &tmp : err);
-    if (rc || crc)
-        return rc ? rc : crc;
+    if (rc != CZ_OK)
+        return rc;
+    if (crc != CZ_OK)
+        return crc;
     if (v[W] == 0)
         return cz__error_set(err, CZ_EIO, "rank 0 could not create the NCCL unique id");
     memcpy(id.internal, v, sizeof id.internal);
@@ -717,11 +740,12 @@ int cz__plane_nccl_reserve(cz_plane *p, const cz_plan *plan, cz_error *err)
     int rc = CZ_OK;
     if (h->scratch)
         rc = CZ_CU(err, cudaFree(h->scratch));
+    /* The old scratch is gone even when its free failed: nothing may use it again. */
     h->scratch = NULL;
     h->scratch_bytes = 0;
-    if (!rc)
-        rc = CZ_CU(err, cz__cuda_malloc(&h->scratch, bytes, CZ_CUDA_MEM_DEVICE));
-    if (!rc)
-        h->scratch_bytes = bytes;
-    return rc;
+    if (rc != CZ_OK ||
+        (rc = CZ_CU(err, cz__cuda_malloc(&h->scratch, bytes, CZ_CUDA_MEM_DEVICE))) != CZ_OK)
+        return rc;
+    h->scratch_bytes = bytes;
+    return CZ_OK;
 }
