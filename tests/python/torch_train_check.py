@@ -13,6 +13,14 @@ env:// rendezvous; no mpirun, no mpi4py) and holds it to what issue-level claims
       tensor), and so do the losses of steps 20..39 (relative 1e-4),
       while the same continuation without the optimizer state differs by more than 1e-3.
 
+  torch_train_check.py cuda
+      the example at one GPU (--device cuda: the cuda backend, NCCL bootstrapped over the
+      callbacks, the step on torch's current stream) against the same run on the CPU: every
+      step's loss within a relative 1e-3 (fp32 through cuBLAS and the CPU's BLAS differ in
+      summation order, which Muon's Newton-Schulz amplifies over the steps; the executor's
+      own CUDA-vs-CPU bound is 1e-4 of one update). Skipped (77) without a CUDA GPU. Run by
+      tools/gpu_check.sh (part correctness) when a GPU is at hand.
+
 The checkpoint is the optimizer's state_dict() (torch.save) beside the full parameters.
 Exit 77 (skipped) without torch or NumPy. Env: CZ_SOURCE_DIR, CANZONA_EXEC_LIB, CANZONA_LIB,
 CZ_TIME_SCALE. Everything is written to a temporary folder.
@@ -36,7 +44,7 @@ def skip(why):
 
 try:
     import numpy as np
-    import torch  # noqa: F401
+    import torch
 except ImportError as e:
     skip(f"{e.name} is missing (install python3-torch, python3-numpy)")
 
@@ -149,6 +157,18 @@ def check_reshard(tmp):
     return failed
 
 
+def check_cuda(tmp):
+    if not torch.cuda.is_available():
+        print("SKIPPED: no CUDA GPU for torch (torch.cuda.is_available() is False)")
+        sys.exit(77)
+    cpu = train(tmp, 1, 1, "cpu1", "--steps", str(STEPS))["loss"]
+    gpu = train(tmp, 1, 1, "cuda1", "--steps", str(STEPS), "--device", "cuda")["loss"]
+    rel = max(abs(a - b) / abs(b) for a, b in zip(gpu, cpu))
+    print(f"one GPU vs the CPU, 50 steps: max relative loss difference {rel:.2e} (bound 1e-3); "
+          f"loss {gpu[0]:.4f} -> {gpu[-1]:.4f}")
+    return not rel <= 1e-3
+
+
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     with tempfile.TemporaryDirectory(prefix="torch-train-check-") as tmp:
@@ -160,8 +180,10 @@ def main():
             failed = check_loss(tmp, shapes, extra)
         elif mode == "reshard":
             failed = check_reshard(tmp)
+        elif mode == "cuda":
+            failed = check_cuda(tmp)
         else:
-            sys.exit("usage: torch_train_check.py loss DPxTP... [-- ARGS] | reshard")
+            sys.exit("usage: torch_train_check.py loss DPxTP... [-- ARGS] | reshard | cuda")
     print("FAIL" if failed else "ok")
     return 1 if failed else 0
 
