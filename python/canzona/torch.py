@@ -135,6 +135,9 @@ class Optimizer(torch.optim.Optimizer):
       "shape"; AdamW 3e-4); 0 is 0. A parameter group without "lr" takes lr when all its
       parameters are matrices, adamw_lr when none is; a group that mixes them needs its own.
     max_grad_norm: clip the global norm of the averaged gradient (0: off; clip_grad_norm_).
+    nccl_comms: CUDA only, the job's own (dp, tp) ncclComm_t handles (integers) for the data
+      plane, borrowed (in the grid's rank order); None: the executor makes its own from a
+      unique id sent over the control plane.
     executor_options: further cz_exec_config fields (canzona.Executor's, e.g. ns_coeffs).
     """
 
@@ -143,7 +146,7 @@ class Optimizer(torch.optim.Optimizer):
                  lr=_DEFAULT, weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=5,
                  muon_scaling="rms", adamw_lr=_DEFAULT, adamw_betas=(0.9, 0.95),
                  adamw_eps=1e-8, adamw_weight_decay=_DEFAULT, max_grad_norm=0.0,
-                 **executor_options):
+                 nccl_comms=None, **executor_options):
         if not dist.is_available() or not dist.is_initialized():
             raise Error(_lib.CZ_EINVALID,
                         "canzona.torch.Optimizer needs torch.distributed initialized "
@@ -187,6 +190,12 @@ class Optimizer(torch.optim.Optimizer):
         # Every check that can fail comes before anything is changed, and the ranks agree on
         # the outcome, so that every rank raises (none is left waiting in a collective).
         msg = self._check_local(named_groups, device, tp, dp, me, dp_ranks, tp_ranks)
+        if msg is None and nccl_comms is not None and (device.type != "cuda" or
+                                                       len(nccl_comms) != 2):
+            msg = ("nccl_comms takes the job's (dp, tp) ncclComm_t handles, for CUDA "
+                   f"parameters only (these are on {device})")
+        self._nccl = None if nccl_comms is None else [ctypes.c_void_p(int(c))
+                                                       for c in nccl_comms]
         text = None
         if msg is None and plan is None:
             try:
@@ -337,6 +346,9 @@ class Optimizer(torch.optim.Optimizer):
             cfg.stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
         cfg.dp_rank, cfg.tp_rank = self.dp_rank, self.tp_rank
         cfg.callbacks = ctypes.pointer(self._comm.cb)
+        if self._nccl is not None:  # pointers to the job's handles, which outlive create
+            cfg.dp_comm = ctypes.addressof(self._nccl[0])
+            cfg.tp_comm = ctypes.addressof(self._nccl[1])
         cfg.muon_scaling = 0 if muon_scaling == "rms" else 1
         for key, v in floats.items():
             setattr(cfg, key, v)

@@ -148,6 +148,12 @@ def main():
         # try: the meta device stands for one it cannot take).
         meta = torch.nn.Linear(4, 4, device="meta")
         refused("meta tensors", lambda: ct.Optimizer(meta, tp_group=tpg), "on meta")
+        m = Net(1)
+        before = snapshot(m)
+        refused("NCCL communicators for CPU tensors",
+                lambda: ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, nccl_comms=(1, 2)),
+                "nccl_comms", "CUDA parameters only")
+        unchanged(m, before, "nccl_comms")
 
         # step() with no gradients, and a parameter re-assigned after construction.
         m = Net(1)
