@@ -249,6 +249,22 @@ def main():
         assert not torch.equal(m.norm.weight.detach(), results[0]["norm.weight"])
         opt.close()
 
+        # Clipping the torch way: clip_grad_norm_ before step() clips inside it; grad_norm is
+        # the norm before clipping, the same with and without.
+        runs = []
+        for clip in (0.0, 1e-3):
+            m = Net(1)
+            opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, lr=0.02, adamw_lr=0.01)
+            loss_of(m, 1).backward()
+            opt.clip_grad_norm_(clip)
+            opt.step()
+            runs.append((float(opt.grad_norm), {n: p.detach().clone()
+                                                for n, p in m.named_parameters()}))
+            opt.close()
+        assert runs[0][0] == runs[1][0] and runs[0][0] > 1e-3, (runs[0][0], runs[1][0])
+        assert not torch.equal(runs[0][1]["norm.bias"], runs[1][1]["norm.bias"]), \
+            "clip_grad_norm_ changed nothing"
+
         # Megatron's attributes instead of declarations: the plan splits what they mark.
         m = Net(1)
         for name, p in m.named_parameters():
