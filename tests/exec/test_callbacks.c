@@ -265,6 +265,7 @@ static void rates_of(const cz_plan *plan, size_t i, float *lr, float *wd)
 typedef struct run_opts {
     int dp, tp, has_groups, steps, per_param, bad_rank; /* bad_rank: sets other rates (-1) */
     float lr, wd, adamw_lr, adamw_wd; /* lr > 0: set_lr and set_weight_decay with these */
+    int bad_groups;                   /* the callbacks claim DP groups of every rank and no TP */
 } run_opts;
 
 /* Runs the model on one rank; writes its parameter shards (plan order, concatenated) to out. */
@@ -284,6 +285,10 @@ static int run_rank(const run_opts *o, int rank, const cz_plan *plan, float *out
                             .broadcast = cb_broadcast,
                             .exchange = cb_exchange,
                             .last_error = cb_last_error};
+    if (o->bad_groups) {
+        cb.dp_size = ctx.world, cb.dp_rank = rank;
+        cb.tp_size = 1, cb.tp_rank = 0;
+    }
     cz_exec_config cfg = CZ_EXEC_CONFIG_INIT;
     if (ctx.world == 1)
         cfg.comm = "self";
@@ -552,6 +557,22 @@ START_TEST(rates_that_differ_are_refused_everywhere)
 }
 END_TEST
 
+START_TEST(groups_that_disagree_with_the_plan)
+{
+    /* The job's groups are DP4 x TP1 but the plan DP2 x TP2: every rank refuses at create. */
+    run_opts o = {.dp = 2, .tp = 2, .has_groups = 1, .steps = 1, .bad_rank = -1, .bad_groups = 1};
+    float *got = shared(sizeof(float));
+    result *res = shared(sizeof *res);
+    run_ranks(&o, got, 0, res);
+    for (int r = 0; r < 4; r++) {
+        ck_assert_int_eq(res->rc[r], CZ_EMISMATCH);
+        ck_assert_msg(strstr(res->msg[r], "the plan needs dp = 2"), "%s", res->msg[r]);
+    }
+    munmap(got, sizeof(float));
+    munmap(res, sizeof *res);
+}
+END_TEST
+
 START_TEST(a_failed_callback_is_reported)
 {
     /* A failing transport: the message names the callback and carries the transport's text. */
@@ -647,6 +668,7 @@ int main(void)
     tcase_add_test(tc, rates_per_parameter);
     tcase_add_test(tc, rates_are_each_parameters_own);
     tcase_add_test(tc, rates_that_differ_are_refused_everywhere);
+    tcase_add_test(tc, groups_that_disagree_with_the_plan);
     tcase_add_test(tc, a_failed_callback_is_reported);
     tcase_add_test(tc, lr_zero_is_zero);
     suite_add_tcase(s, tc);
