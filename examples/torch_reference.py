@@ -6,7 +6,8 @@ the formulas of docs/EXECUTOR.md "Optimizers" — no canzona, no MPI.
     python3 examples/torch_reference.py --steps 50 --log-json ref.json
 
 Takes torch_train.py's model and optimizer options (--layers, --hidden, --lr, --adamw-lr, ...;
---dp/--tp are ignored: the global batch is the same for every shape). Its per-step losses are
+--tp, --device and --micro-batches are ignored: the global batch is the same for every shape),
+and its --schedule through the same torch.optim.lr_scheduler. Its per-step losses are
 what tests/python/torch_train_check.py holds the distributed runs to.
 """
 import json
@@ -123,17 +124,23 @@ def main(argv=None):
     opt = MuonAdamW(model.named_parameters(), specs, lr=cfg.lr, weight_decay=cfg.weight_decay,
                     muon_scaling=cfg.muon_scaling, adamw_lr=cfg.adamw_lr,
                     adamw_weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm)
+    # The same torch.optim.lr_scheduler as the distributed run, over two groups that carry the
+    # Muon and the AdamW rate (this optimizer is not a torch one: it reads them every step).
+    rates = torch.optim.SGD([{"params": [torch.zeros(1)], "lr": cfg.lr},
+                             {"params": [torch.zeros(1)], "lr": cfg.adamw_lr}], lr=cfg.lr)
+    sched = torch_train.scheduler(cfg, rates, 0)
     data = torch_train.tokens(cfg.seed)
     losses, norms = [], []
     t0 = time.time()
     for step in range(cfg.steps):
-        f = torch_train.lr_factor(cfg, step)
-        opt.set_lr(cfg.lr * f, cfg.adamw_lr * f)
+        opt.set_lr(rates.param_groups[0]["lr"], rates.param_groups[1]["lr"])
         x, y = torch_train.global_batch(data, step, cfg.batch, cfg.seq, cfg.seed)
         model.zero_grad(set_to_none=False)
         loss = model(x, y)
         loss.backward()
         opt.step()
+        rates.step()
+        sched.step()
         losses.append(loss.item())
         norms.append(opt.grad_norm)
         print(f"step {step:4d}  loss {losses[-1]:.6f}  grad_norm {norms[-1]:.4f}", flush=True)

@@ -1,25 +1,29 @@
 #!/usr/bin/env python3
-"""Trains a small GPT-style model with PyTorch and canzona doing the whole optimizer step.
+"""Trains a small GPT-style model with PyTorch and canzona doing the whole optimizer step, as an
+ordinary torchrun script: the only canzona lines build the optimizer.
 
-    mpirun -np 4 python3 examples/torch_train.py --dp 2 --tp 2
-    mpirun -np 4 python3 examples/torch_train.py --dp 4 --tp 1
-    python3 examples/torch_train.py                     # one process (DP1·TP1)
+    torchrun --nproc-per-node 4 examples/torch_train.py --tp 2     # DP2·TP2
+    torchrun --nproc-per-node 4 examples/torch_train.py            # DP4·TP1
+    torchrun --nproc-per-node 1 examples/torch_train.py --device cuda
+    python3 examples/torch_train.py                                # one process
 
 The model (token and position embeddings, pre-norm blocks of causal self-attention with a fused
 QKV projection and a SwiGLU MLP with a fused gate/up projection, a final norm and an output
 layer) is tensor-parallel the way Megatron-LM splits it: QKV and gate/up column-parallel, the
 attention output and the MLP down projection row-parallel, the embedding vocab-parallel and the
-output layer column-parallel with its logits gathered. The model's own collectives run over
-torch.distributed (gloo) TP groups; canzona runs over MPI (mpi4py) beside it. The job does no
-data-parallel gradient reduction of its own: every DP rank backpropagates its share of the
-global batch into the flat gradient buffer and canzona's step reduce-scatters (averages) the
-gradients, runs AdamW and Muon as the plan distributes them, and all-gathers the parameters.
+output layer column-parallel with its logits gathered; its collectives run over the job's
+torch.distributed TP groups. The job does no data-parallel gradient reduction of its own: every
+DP rank backpropagates its share of the global batch, and canzona.torch.Optimizer's step
+reduce-scatters (averages) the gradients over the job's DP groups, runs AdamW and Muon as its
+plan distributes them, and all-gathers the parameters. Learning rates follow a
+torch.optim.lr_scheduler.
 
 The corpus is generated (a seeded sentence grammar), the initial weights come from one seeded
 generator for the full, unsharded tensors, so every DP/TP shape trains the same model on the
 same data; examples/torch_reference.py trains it in one process with plain PyTorch.
-Needs python3-torch, python3-numpy, python3-mpi4py, the canzona package (PYTHONPATH=python),
-CANZONA_EXEC_LIB and CANZONA_CLI (docs/PYTHON.md).
+Needs python3-torch, the canzona package (PYTHONPATH=python) and CANZONA_EXEC_LIB
+(docs/PYTHON.md). Debian's torchrun for torch 1.13 on Python 3.11 crashes at start-up; there,
+tests/python/torch_launch.py starts the same env:// rendezvous.
 """
 import argparse
 import json
@@ -28,7 +32,6 @@ import os
 import random
 import socket
 import sys
-import tempfile
 import time
 
 VOCAB = "\n .,?abcdefghijklmnopqrstuvwxyz"
@@ -305,13 +308,15 @@ def load_shards(model, cfg, full, tp, tp_rank):
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(
         description="Train a small GPT-style model with Megatron-style tensor parallelism "
-                    "(torch.distributed, gloo) and canzona's optimizer step (Muon for the "
-                    "matrices, AdamW for the rest) over MPI. Start it with mpirun -np DP*TP.",
-        epilog="Example: mpirun -np 4 python3 examples/torch_train.py --dp 2 --tp 2 "
-               "(needs PYTHONPATH=python, CANZONA_EXEC_LIB and CANZONA_CLI; docs/PYTHON.md).")
-    ap.add_argument("--dp", type=int, default=None,
-                    help="data-parallel size (default: processes / tp)")
-    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
+                    "(torch.distributed) and canzona's optimizer step (Muon for the matrices, "
+                    "AdamW for the rest). Start it with torchrun --nproc-per-node DP*TP.",
+        epilog="Example: torchrun --nproc-per-node 4 examples/torch_train.py --tp 2 "
+               "(needs PYTHONPATH=python and CANZONA_EXEC_LIB; docs/PYTHON.md).")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1; "
+                                                      "DP is the processes / tp)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where the model and canzona's buffers live (default cpu: gloo; "
+                         "cuda: NCCL, one GPU per process)")
     ap.add_argument("--steps", type=int, default=50, help="optimizer steps to run (default 50)")
     ap.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
     ap.add_argument("--hidden", type=int, default=256, help="hidden size (default 256)")
@@ -320,14 +325,22 @@ def parse_args(argv=None):
     ap.add_argument("--seq", type=int, default=32, help="sequence length (default 32)")
     ap.add_argument("--batch", type=int, default=8,
                     help="global batch in sequences, split over DP (default 8)")
+    ap.add_argument("--micro-batches", type=int, default=1,
+                    help="gradient accumulation: backward passes per step (default 1)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the corpus and the weights")
     ap.add_argument("--lr", type=float, default=0.01, help="Muon learning rate (default 0.01)")
     ap.add_argument("--adamw-lr", type=float, default=2e-3,
                     help="AdamW learning rate (default 2e-3)")
     ap.add_argument("--weight-decay", type=float, default=0.01,
                     help="decoupled weight decay of Muon and AdamW (default 0.01)")
+    ap.add_argument("--schedule", choices=("warmup-cosine", "cosine", "constant"),
+                    default="warmup-cosine",
+                    help="learning-rate schedule, a torch.optim.lr_scheduler: warmup-cosine "
+                         "(LambdaLR: --warmup steps of linear warm-up, then a cosine decay to "
+                         "10 %% at --decay-steps), cosine (CosineAnnealingLR over --steps down "
+                         "to 10 %%), constant (default warmup-cosine)")
     ap.add_argument("--warmup", type=int, default=5,
-                    help="steps of linear learning-rate warm-up, set with set_lr (default 5)")
+                    help="steps of linear learning-rate warm-up (default 5)")
     ap.add_argument("--decay-steps", type=int, default=50,
                     help="the step at which the cosine decay after the warm-up reaches 10 %% "
                          "of the learning rates (default 50; at most --warmup: no decay)")
@@ -335,10 +348,12 @@ def parse_args(argv=None):
                     help="Muon update scale (default rms: 0.2*sqrt(max(rows, cols)))")
     ap.add_argument("--max-grad-norm", type=float, default=0.0,
                     help="clip the global gradient norm to this (default 0: off)")
+    ap.add_argument("--set-to-none", action="store_true",
+                    help="zero the gradients with zero_grad(set_to_none=True)")
     ap.add_argument("--save", metavar="DIR",
                     help="after the last step write a checkpoint to DIR/step-N (N: steps "
-                         "taken): params.safetensors (the full parameters and N) and "
-                         "optim.safetensors (canzona's optimizer state)")
+                         "taken): params.safetensors (the full parameters and N) and optim.pt "
+                         "(the optimizer's state_dict(), loadable under any DP/TP shape)")
     ap.add_argument("--save-every", type=int, default=0, metavar="K",
                     help="with --save: also write DIR/step-N after every K steps")
     ap.add_argument("--load", metavar="DIR",
@@ -347,6 +362,7 @@ def parse_args(argv=None):
     ap.add_argument("--params-only", action="store_true",
                     help="with --load: take the parameters and step but not the optimizer "
                          "state (shows what the state is worth)")
+    ap.add_argument("--save-plan", metavar="FILE", help="write canzona's plan to FILE")
     ap.add_argument("--log-json", metavar="FILE",
                     help="write the per-step losses and gradient norms as JSON (rank 0)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
@@ -354,8 +370,8 @@ def parse_args(argv=None):
 
 
 def lr_factor(cfg, step):
-    """The schedule both learning rates follow: linear warm-up over --warmup steps, then a
-    cosine decay to 10 % at step --decay-steps (and 10 % after it). A function of the step
+    """The warmup-cosine schedule's factor (LambdaLR): linear warm-up over --warmup steps, then
+    a cosine decay to 10 % at step --decay-steps (and 10 % after it). A function of the step
     alone, so a resumed run continues it."""
     if step < cfg.warmup:
         return (step + 1) / cfg.warmup
@@ -365,24 +381,38 @@ def lr_factor(cfg, step):
     return 0.1 + 0.45 * (1.0 + math.cos(math.pi * x))
 
 
+def scheduler(cfg, optimizer, step0):
+    """The torch.optim.lr_scheduler of --schedule over optimizer's groups, at step step0."""
+    import torch
+
+    sched = torch.optim.lr_scheduler
+    if cfg.schedule == "warmup-cosine":
+        return sched.LambdaLR(optimizer, lambda s: lr_factor(cfg, s + step0))
+    if cfg.schedule == "cosine":
+        for g in optimizer.param_groups:
+            g.setdefault("initial_lr", g["lr"])
+        return sched.CosineAnnealingLR(optimizer, T_max=cfg.steps + step0, last_epoch=step0 - 1,
+                                       eta_min=0.0)
+    return sched.LambdaLR(optimizer, lambda s: 1.0)
+
+
 def check_shape(cfg, world):
     """A message for a job shape that cannot run, or None."""
-    if cfg.tp < 1 or (cfg.dp is not None and cfg.dp < 1):
-        return "--dp and --tp must be at least 1"
-    if cfg.dp is None and world % cfg.tp:
-        return f"--tp {cfg.tp} does not divide the {world} processes of this job"
-    dp = cfg.dp if cfg.dp is not None else world // cfg.tp
-    if dp * cfg.tp != world:
-        return (f"--dp {dp} --tp {cfg.tp} needs dp*tp = {dp * cfg.tp} processes "
-                f"(mpirun -np {dp * cfg.tp}); this job has {world}")
+    if cfg.tp < 1:
+        return "--tp must be at least 1"
+    if world % cfg.tp:
+        return (f"--tp {cfg.tp} does not divide the {world} processes of this job (torchrun "
+                "--nproc-per-node DP*TP)")
+    dp = world // cfg.tp
     for what, n in (("--heads", cfg.heads), ("--hidden", cfg.hidden), ("--ffn", cfg.ffn),
                     ("the vocabulary (64)", VOCAB_SIZE)):
         if n % cfg.tp:
             return f"{what} = {n} is not divisible by --tp {cfg.tp}"
     if cfg.hidden % cfg.heads:
         return f"--hidden {cfg.hidden} is not divisible by --heads {cfg.heads}"
-    if cfg.batch % dp:
-        return f"--batch {cfg.batch} is not divisible by DP {dp}"
+    if cfg.batch % (dp * cfg.micro_batches):
+        return (f"--batch {cfg.batch} is not divisible by DP {dp} x --micro-batches "
+                f"{cfg.micro_batches}")
     if cfg.params_only and not cfg.load:
         return "--params-only needs --load"
     if cfg.save_every and not cfg.save:
@@ -390,214 +420,151 @@ def check_shape(cfg, world):
     return None
 
 
-def cluster(dp, tp):
-    """A cluster description of this job's shape (the planner needs rates; these are modest
-    CPU figures, they only steer how work is balanced)."""
-    return {"schema": "canzona.cluster/1", "name": f"torch-train-dp{dp}-tp{tp}",
-            "gpus": dp * tp, "dp": dp, "tp": tp, "pp": 1, "gpus_per_node": dp * tp,
-            "device": {"name": "cpu", "matmul_tflops": 0.5, "mem_gbps": 40.0, "memory_gib": 16.0},
-            "links": {"intra_node_gbps": 10.0, "inter_node_gbps": 10.0, "latency_us": 2.0}}
-
-
-def init_gloo(comm, rank, world):
-    """torch.distributed (gloo) beside MPI: rank and size from MPI, the rendezvous address
-    chosen by rank 0 and broadcast over MPI (MASTER_ADDR / MASTER_PORT win when set)."""
+def init_distributed(device):
+    """torch.distributed from torchrun's env:// rendezvous; a lone `python3 torch_train.py`
+    gets a one-process world of its own."""
     import torch.distributed as dist
 
-    addr = port = None
-    if rank == 0:
-        hosts = set(comm.gather(socket.gethostname(), root=0))
-        addr = os.environ.get("MASTER_ADDR") or (
-            "127.0.0.1" if len(hosts) == 1 else socket.gethostbyname(socket.gethostname()))
-        port = os.environ.get("MASTER_PORT")
-        if not port:
-            s = socket.socket()
-            s.bind(("", 0))
-            port = str(s.getsockname()[1])
-            s.close()
-    else:
-        comm.gather(socket.gethostname(), root=0)
-    addr, port = comm.bcast((addr, port), root=0)
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = addr, port
-    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+    if "RANK" not in os.environ:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(s.getsockname()[1]),
+                          RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        s.close()
+    dist.init_process_group("nccl" if device == "cuda" else "gloo")
 
 
-def save_checkpoint(cfg, comm, rank, tp, ex, model, steps):
-    """DIR/step-N: canzona's optimizer state (collective, rank 0 writes) and the full
-    parameters, put together on rank 0 from the TP shards of DP rank 0."""
+def save_checkpoint(cfg, tp, opt, model, steps):
+    """DIR/step-N: the optimizer's state_dict() (every rank takes part; rank 0 writes optim.pt)
+    and the full parameters, put together on rank 0 from the TP shards of DP rank 0."""
+    import torch
+    import torch.distributed as dist
     import canzona
 
+    state = opt.state_dict()
+    rank = dist.get_rank()
     out = os.path.join(cfg.save, f"step-{steps}")
+    local = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, local)
     if rank == 0:
         os.makedirs(out, exist_ok=True)
-    ex.save_state(os.path.join(out, "optim.safetensors") if rank == 0 else None)
-    local = {n: p.detach().clone() for n, p in model.named_parameters()}
-    everyone = comm.gather(local, root=0) if comm else [local]
-    if rank == 0:
+        torch.save(state, os.path.join(out, "optim.pt"))
         specs = param_specs(cfg)
         full = {n: unshard([everyone[t][n] for t in range(tp)], specs[n][1], specs[n][2])
                 for n in specs}
         canzona.safetensors.save(os.path.join(out, "params.safetensors"),
                                  {n: t.numpy() for n, t in full.items()}, {"step": str(steps)})
         print(f"saved {out}", flush=True)
+    dist.barrier()
+
+
+def load_checkpoint(cfg):
+    """(full parameters, step) from --load, or a message."""
+    import torch
+    import canzona
+
+    path = os.path.join(cfg.load, "params.safetensors")
+    try:
+        tensors, meta = canzona.safetensors.load(path)
+        missing = sorted(set(param_specs(cfg)) - set(tensors))
+        if missing:
+            raise ValueError(f"no tensor {missing[0]!r} (another model?)")
+        return {k: torch.from_numpy(a) for k, a in tensors.items()}, int(meta["step"])
+    except (OSError, ValueError, KeyError) as e:
+        return f"cannot resume from {path}: {e}"
 
 
 def main(argv=None):
     cfg = parse_args(argv)
     try:
-        from mpi4py import MPI
-        comm = MPI.COMM_WORLD
+        import torch
+        import torch.distributed as dist
     except ImportError:
-        MPI = comm = None
-    rank, world = (comm.Get_rank(), comm.Get_size()) if comm else (0, 1)
+        print(f"torch_train.py: error: PyTorch is not installed for {sys.executable} (Debian: "
+              "python3-torch, for /usr/bin/python3)", file=sys.stderr)
+        return 2
+    init_distributed(cfg.device)
+    rank, world = dist.get_rank(), dist.get_world_size()
     msg = check_shape(cfg, world)
-    if msg is None and comm is None and ((cfg.dp or 1) * cfg.tp) > 1:
-        msg = "more than one process needs mpi4py (python3-mpi4py) and mpirun"
-    if msg is None:
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            msg = (f"PyTorch is not installed for {sys.executable} (Debian: python3-torch, "
-                   "for /usr/bin/python3)")
     if msg:
         if rank == 0:
             print(f"torch_train.py: error: {msg}", file=sys.stderr)
         return 2
     dp, tp = world // cfg.tp, cfg.tp
-    dp_rank, tp_rank = rank // tp, rank % tp  # TP innermost, as Megatron and canzona lay ranks out
-
-    import torch
-    import canzona
-
+    dp_rank, tp_rank = rank // tp, rank % tp  # TP innermost, as Megatron lays ranks out
     torch.set_num_threads(cfg.threads)
+    device = torch.device("cpu")
+    if cfg.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
     group = None
-    if tp > 1:
-        import torch.distributed as dist
-
-        init_gloo(comm, rank, world)
-        for d in range(dp):  # every rank creates every group, in the same order
-            g = dist.new_group([d * tp + t for t in range(tp)])
-            if d == dp_rank:
-                group = g
+    for d in range(dp):  # every rank creates every TP group, in the same order
+        g = dist.new_group([d * tp + t for t in range(tp)])
+        if d == dp_rank:
+            group = g
 
     model = build_model(cfg, tp, tp_rank, group)
     step0 = 0
     if cfg.load:
-        full = None
-        if rank == 0:
-            path = os.path.join(cfg.load, "params.safetensors")
-            try:
-                tensors, meta = canzona.safetensors.load(path)
-                missing = sorted(set(param_specs(cfg)) - set(tensors))
-                if missing:
-                    raise ValueError(f"no tensor {missing[0]!r} (another model?)")
-                full = ({k: torch.from_numpy(a) for k, a in tensors.items()}, int(meta["step"]))
-            except (OSError, ValueError, KeyError) as e:
-                full = f"cannot resume from {path}: {e}"
-        full = comm.bcast(full, root=0) if comm else full
-        if isinstance(full, str):
+        box = [load_checkpoint(cfg) if rank == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        if isinstance(box[0], str):
             if rank == 0:
-                print(f"torch_train.py: error: {full}", file=sys.stderr)
+                print(f"torch_train.py: error: {box[0]}", file=sys.stderr)
             return 2
-        full, step0 = full
+        full, step0 = box[0]
     else:
         full = init_params(cfg)
     load_shards(model, cfg, full, tp, tp_rank)
     del full
+    model.to(device)
 
-    with tempfile.TemporaryDirectory(prefix="torch-train-") as tmp:
-        plan_path = os.path.join(tmp, "plan.json")
-        text = None
-        if rank == 0:
-            desc = canzona.model_description(model.named_parameters(), name="torch-train-gpt",
-                                             dtype="fp32", tp_dims=TP_DIMS,
-                                             blocks=blocks_decl(cfg), optimizers=OPTIMIZERS,
-                                             tp_size=tp)
-            try:
-                canzona.plan(desc, cluster(dp, tp), plan_path)
-                with open(plan_path) as f:
-                    text = f.read()
-            except canzona.Error as e:
-                text = e
-        text = comm.bcast(text, root=0) if comm else text
-        if isinstance(text, Exception):
-            if rank == 0:
-                print(f"torch_train.py: error: planning failed: {text}", file=sys.stderr)
-            return 1
-        with open(plan_path, "w") as f:
-            f.write(text)
-        plan = json.loads(text)
+    import canzona.torch
 
-        opts = dict(lr=cfg.lr, momentum=0.95, nesterov=1, weight_decay=cfg.weight_decay,
-                    ns_steps=5, muon_scaling=cfg.muon_scaling, adamw_lr=cfg.adamw_lr,
-                    adamw_beta1=0.9, adamw_beta2=0.95, adamw_eps=1e-8,
-                    adamw_weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm)
-        if comm:
-            ex = canzona.Executor(plan_path, comm="mpi", world_comm=comm, dtype="fp32", **opts)
-        else:
-            ex = canzona.Executor(plan_path, comm="self", dtype="fp32", **opts)
-    if (ex.dp_rank, ex.tp_rank) != (dp_rank, tp_rank):
-        raise SystemExit(f"rank {rank}: canzona placed it at DP {ex.dp_rank} TP {ex.tp_rank}")
+    opt = canzona.torch.Optimizer(
+        model, tp_group=group, tp_dims=TP_DIMS, blocks=blocks_decl(cfg), optimizers=OPTIMIZERS,
+        lr=cfg.lr, weight_decay=cfg.weight_decay, adamw_lr=cfg.adamw_lr,
+        muon_scaling=cfg.muon_scaling, max_grad_norm=cfg.max_grad_norm, save_plan=cfg.save_plan)
 
-    # The model's parameters and gradients become views into canzona's flat local buffers:
-    # backward writes the gradients where the executor reads them and the step updates the
-    # parameters the module computes with, nothing is copied.
-    flat_p = torch.zeros(ex.numel, dtype=torch.float32)
-    flat_g = torch.zeros(ex.numel, dtype=torch.float32)
-    where = {p["name"]: (plan["buckets"][p["bucket"]]["offset"] + p["offset"], p)
-             for p in plan["params"]}
-    views = {}
-    with torch.no_grad():
-        for name, prm in model.named_parameters():
-            off, pp = where.pop(name)
-            if list(prm.shape) != pp["local_shape"]:
-                raise SystemExit(f"{name}: local shape {list(prm.shape)}, the plan says "
-                                 f"{pp['local_shape']}")
-            n = prm.numel()
-            pv = flat_p[off:off + n].view(prm.shape)
-            pv.copy_(prm)
-            prm.data = pv
-            prm.grad = flat_g[off:off + n].view(prm.shape)
-            views[name] = prm.grad
-    if where:
-        raise SystemExit(f"the plan has parameters the module lacks: {sorted(where)}")
-    ex.bind(flat_p, flat_g)
     if cfg.load and not cfg.params_only:
-        ex.load_state(os.path.join(cfg.load, "optim.safetensors") if rank == 0 else None)
+        opt.load_state_dict(torch.load(os.path.join(cfg.load, "optim.pt")))
+    sched = scheduler(cfg, opt, step0)
 
     data = tokens(cfg.seed)
     rows = cfg.batch // dp
+    micro = rows // cfg.micro_batches
     losses, norms = [], []
     t0 = time.time()
     if rank == 0:
-        print(f"torch_train: DP{dp}·TP{tp}, {sum(p.numel() for p in model.parameters())} "
-              f"parameters per rank, {len(plan['params'])} in the plan, steps {step0}.."
-              f"{step0 + cfg.steps - 1}", flush=True)
+        print(f"torch_train: DP{dp}·TP{tp} on {device}, "
+              f"{sum(p.numel() for p in model.parameters())} parameters per rank, steps "
+              f"{step0}..{step0 + cfg.steps - 1}", flush=True)
     for step in range(step0, step0 + cfg.steps):
-        f = lr_factor(cfg, step)
-        ex.set_lr(cfg.lr * f, cfg.adamw_lr * f)
         x, y = global_batch(data, step, cfg.batch, cfg.seq, cfg.seed)
         x, y = x[dp_rank * rows:(dp_rank + 1) * rows], y[dp_rank * rows:(dp_rank + 1) * rows]
-        flat_g.zero_()
-        loss = model(x, y)
-        loss.backward()
-        for name, prm in model.named_parameters():
-            if prm.grad.data_ptr() != views[name].data_ptr():  # autograd made a new tensor
-                views[name].copy_(prm.grad)
-                prm.grad = views[name]
-        ex.step()
+        opt.zero_grad(set_to_none=cfg.set_to_none)
+        total = torch.zeros((), dtype=torch.float64)
+        for m in range(cfg.micro_batches):
+            xs, ys = x[m * micro:(m + 1) * micro], y[m * micro:(m + 1) * micro]
+            loss = model(xs.to(device), ys.to(device)) / cfg.micro_batches
+            loss.backward()
+            total += loss.detach().double().cpu()
+        opt.step()
+        sched.step()
         # Every TP rank holds its DP rank's loss: the mean over the world is the mean over DP.
-        mean = comm.allreduce(loss.item()) / world if comm else loss.item()
-        losses.append(mean)
-        norms.append(ex.grad_norm())
+        mean = total.to(device)
+        dist.all_reduce(mean)
+        losses.append(mean.item() / world)
+        norms.append(float(opt.grad_norm))
         if rank == 0:
-            print(f"step {step:4d}  loss {mean:.6f}  grad_norm {norms[-1]:.4f}", flush=True)
+            print(f"step {step:4d}  loss {losses[-1]:.6f}  grad_norm {norms[-1]:.4f}", flush=True)
         if cfg.save and cfg.save_every and (step + 1 - step0) % cfg.save_every == 0:
-            save_checkpoint(cfg, comm, rank, tp, ex, model, step + 1)
+            save_checkpoint(cfg, tp, opt, model, step + 1)
     secs = time.time() - t0
 
     if cfg.save and not (cfg.save_every and cfg.steps % cfg.save_every == 0):
-        save_checkpoint(cfg, comm, rank, tp, ex, model, step0 + cfg.steps)
+        save_checkpoint(cfg, tp, opt, model, step0 + cfg.steps)
     if rank == 0:
         print(f"done: {cfg.steps} steps in {secs:.1f} s, loss {losses[0]:.4f} -> "
               f"{losses[-1]:.4f}", flush=True)
@@ -605,11 +572,8 @@ def main(argv=None):
             with open(cfg.log_json, "w") as f:
                 json.dump({"dp": dp, "tp": tp, "first_step": step0, "loss": losses,
                            "grad_norm": norms}, f)
-    ex.close()
-    if tp > 1:
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
+    opt.close()
+    dist.destroy_process_group()
     return 0
 
 

@@ -128,6 +128,14 @@ else
       run "soap_shampoo$sfx" 180 '(soap|shampoo)|= [0-9.e+-]+ \(' "${launch[@]}" "$CZ_GPU_LINALG" compare $comm
     done
     run ns_symmetric 180 '= [0-9.e+-]+' "$CZ_GPU_EXEC" ns-sym
+    # canzona.torch at one GPU against the CPU (examples/torch_train.py --device cuda), where
+    # the source tree's Python check and a python3 with CUDA torch are at hand (CZ_TORCH_CHECK
+    # names the check, CANZONA_EXEC_LIB the library; no torch with CUDA shows as skipped).
+    tcheck=${CZ_TORCH_CHECK:-$root/tests/python/torch_train_check.py}
+    if [ -f "$tcheck" ]; then
+      run torch_cuda 600 'max relative loss difference [0-9.e+-]+' env \
+        CZ_SOURCE_DIR="$(cd "$(dirname "$tcheck")/../.." && pwd)" python3 "$tcheck" cuda
+    fi
     model=$CZ_PLANS/models/test-small.json cl=$CZ_PLANS/clusters/cpu-4-dp2-tp2.json
     if "$CZ" plan -q --model "$model" --cluster "$cl" -o "$work/small.json" &&
       "$CZ" plan -q --model "$model" --cluster "$cl" --split-blocks --coop 2 -o "$work/coop.json"; then

@@ -45,7 +45,84 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define CZ_EXEC_CONFIG_VERSION 5
+/* Version 6: lr = 0 means a rate of 0 (CZ_EXEC_LR_DEFAULT is the default), and the caller's
+ * communication (callbacks). A config of version 5, whose lr = 0 meant the default, is refused. */
+#define CZ_EXEC_CONFIG_VERSION 6
+
+/* cz_exec_config.lr's default: the matrix optimizer's own default rate (a negative value no
+ * rate can take). */
+#define CZ_EXEC_LR_DEFAULT (-1.0f)
+
+/* ---- the caller's communication (comm "callbacks") ----
+ *
+ * A job that owns its process groups (torch.distributed, a launcher of its own) hands the
+ * executor a few host collectives as callbacks instead of MPI communicators. The control plane
+ * (the plan fingerprints, the agreement on every failure, the gradient norm's and the NaN
+ * check's sums, the NCCL unique id under comm "nccl") is built on all_reduce over the world
+ * group; with comm "callbacks" the data plane is too:
+ *   - the uneven reduce-scatter of a bucket's gradients: one all_reduce (sum) of the bucket
+ *     on the DP group, of which each rank keeps its range (twice the traffic of a true
+ *     reduce-scatter; the host libraries this backend is for, gloo among them, have no uneven
+ *     reduce-scatter);
+ *   - the uneven all-gather of the updated parameters: one broadcast per DP rank of its range;
+ *   - the micro-group gathers and scatters: one exchange (a batch of sends and receives, each
+ *     rank's matching its peers') per micro-group and direction on the TP group;
+ *   - the cooperative Newton-Schulz sums: all_reduce on sub-groups of the TP group that the
+ *     executor forms itself (their sums travel through exchange on the TP group).
+ * Every callback is blocking: it returns once its buffers may be read or reused. Every rank of
+ * a group calls a group's callbacks in the same order (as NCCL requires of its calls). Each
+ * returns 0 on success and anything else on failure; the executor then reports CZ_EIO naming
+ * the operation, with last_error's text when given, and every rank returns an error (a failure
+ * in a collective the other ranks are in must end in the caller's library, e.g. its timeout:
+ * the executor cannot unblock a callback). Buffers are host memory (the cpu backend's); ranks
+ * are ranks of the group named. */
+#define CZ_COMM_CALLBACKS_VERSION 1
+
+/* Element types and reductions of the callbacks. */
+typedef enum cz_comm_dtype {
+    CZ_COMM_FP32 = 0,
+    CZ_COMM_BF16 = 1,
+    CZ_COMM_FP64 = 2,
+    CZ_COMM_INT64 = 3,
+} cz_comm_dtype;
+typedef enum cz_comm_op { CZ_COMM_SUM = 0, CZ_COMM_MIN = 1 } cz_comm_op;
+/* The groups a callback runs on: the world (every rank, ranks as world_rank), and the job's DP
+ * and TP groups when has_groups is 1 (ranks as dp_rank and tp_rank). */
+typedef enum cz_comm_group { CZ_COMM_WORLD = 0, CZ_COMM_DP = 1, CZ_COMM_TP = 2 } cz_comm_group;
+
+/* One transfer of an exchange: count elements of dtype at buf sent to (send = 1) or received
+ * from (send = 0) the group's rank peer. */
+typedef struct cz_comm_transfer {
+    void *buf;
+    size_t count;
+    cz_comm_dtype dtype;
+    int peer;
+    int send;
+} cz_comm_transfer;
+
+typedef struct cz_comm_callbacks {
+    int version; /* CZ_COMM_CALLBACKS_VERSION */
+    void *user;  /* passed to every callback */
+    int world_size, world_rank;
+    /* 1: the callbacks also run on CZ_COMM_DP and CZ_COMM_TP, the job's groups (each rank's DP
+     * group joins the ranks of its tp_rank, ordered by dp_rank; TP the ranks of its dp_rank);
+     * 0: the executor forms DP and TP over the world's exchange and all_reduce. */
+    int has_groups;
+    /* has_groups: this rank's groups' sizes and its ranks in them (create compares them with
+     * the plan's dp and tp and with its grid position). */
+    int dp_size, dp_rank, tp_size, tp_rank;
+    /* In-place element-wise reduction of count elements over the group's ranks. */
+    int (*all_reduce)(void *user, cz_comm_group group, void *buf, size_t count, cz_comm_dtype dtype,
+                      cz_comm_op op);
+    /* count elements from the group's rank root to every rank's buf. */
+    int (*broadcast)(void *user, cz_comm_group group, void *buf, size_t count, cz_comm_dtype dtype,
+                     int root);
+    /* n transfers posted together and completed before it returns (at most one send to and
+     * one receive from each peer; none to itself). */
+    int (*exchange)(void *user, cz_comm_group group, const cz_comm_transfer *t, int n);
+    /* Optional (NULL): the text of the last failure, for the executor's message. */
+    const char *(*last_error)(void *user);
+} cz_comm_callbacks;
 
 /* How Muon scales the orthogonalized update of an m x n block (rows x cols as stored). */
 typedef enum cz_muon_scaling {
@@ -80,9 +157,11 @@ typedef struct cz_exec_config {
      * CUDA (device memory, cuBLAS; needs memory = CZ_EXEC_MEMORY_DEVICE and the CUDA device
      * selected before create; see docs/EXECUTOR.md, GPU path). Default "cpu". */
     const char *backend;
-    /* Communication backend: "mpi", "self" (one process, dp = tp = 1), or "nccl" (with the
-     * cuda backend and MPI initialized; a build with NCCL). NULL (default) picks "mpi" when the
-     * library was built with MPI and MPI is initialized, else "self". */
+    /* Communication backend: "mpi", "self" (one process, dp = tp = 1), "callbacks" (the
+     * caller's: cz_comm_callbacks, field callbacks), or "nccl" (with the cuda backend, and MPI
+     * initialized or callbacks given: its control plane; a build with NCCL). NULL (default)
+     * picks "callbacks" when callbacks is set, else "mpi" when the library was built with MPI
+     * and MPI is initialized, else "self". */
     const char *comm;
 
     /* This process's place in the grid; -1 (default) derives both from the rank in the world
@@ -100,9 +179,12 @@ typedef struct cz_exec_config {
 
     /* The matrix optimizer: lr and weight_decay are the plan's matrix optimizer's (Muon's,
      * SOAP's or Shampoo's); the other fields of this group are Muon's. */
-    float lr;              /* 0 (default) = the optimizer's default: for Muon the scaling's,
-                              1e-3 for rms (an AdamW learning rate, as Moonlight), 0.02 for
-                              shape (as Keller Jordan's Muon); SOAP 3e-3; Shampoo 0.01 */
+    float lr;              /* CZ_EXEC_LR_DEFAULT (default) = the optimizer's default: for
+                              Muon the scaling's, 1e-3 for rms (an AdamW learning rate, as
+                              Moonlight), 0.02 for shape (as Keller Jordan's Muon); SOAP 3e-3;
+                              Shampoo 0.01. 0 is a rate of 0 (a warm-up's first step); other
+                              negative values are refused. (Before version 6, 0 meant the
+                              default.) */
     float momentum;        /* mu, default 0.95 */
     int nesterov;          /* 1 (default, as every public Muon) = input g + mu*buf; 0 = buf */
     float weight_decay;    /* decoupled, default 0.01 */
@@ -189,6 +271,13 @@ typedef struct cz_exec_config {
      * for the stopped rank). 0 (default) = the environment's CZ_MPI_TIMEOUT_S when set, else
      * 1800. */
     double mpi_timeout_s;
+
+    /* Added in version 6. The caller's host collectives (above), read during create and kept
+     * (with their user pointer) until cz_executor_free: the whole communication with comm
+     * "callbacks", the control plane under comm "nccl" (instead of MPI). With comm
+     * "callbacks", world_comm must be NULL and dp_comm/tp_comm too (has_groups says whether
+     * the callbacks run on the job's DP and TP groups). NULL (default): none. */
+    const cz_comm_callbacks *callbacks;
 } cz_exec_config;
 
 /* The defaults above as an initializer: cz_exec_config c = CZ_EXEC_CONFIG_INIT; (the values
@@ -196,12 +285,12 @@ typedef struct cz_exec_config {
 /* clang-format off */
 #define CZ_EXEC_CONFIG_INIT                                                                     \
     {CZ_EXEC_CONFIG_VERSION, "cpu", NULL, -1, -1, NULL, NULL, NULL,                             \
-     /* Muon */ 0.0f, 0.95f, 1, 0.01f, 5, "jordan", 1e-7f, 0.2f,                                \
+     /* Muon */ CZ_EXEC_LR_DEFAULT, 0.95f, 1, 0.01f, 5, "jordan", 1e-7f, 0.2f,                                \
      /* AdamW */ 3e-4f, 0.9f, 0.95f, 1e-8f, 0.01f,                                              \
      1, CZ_MUON_SCALE_RMS, 0.0f, CZ_EXEC_MEMORY_HOST, -1, NULL,                                 \
      /* Shampoo */ 0.9f, 1.0f, 1e-12f, 0.0f, 0, -1, 0, 1, CZ_GRAFT_ADAGRAD, -1.0f, 1e-10f,      \
      /* SOAP */ 0.95f, 0.95f, -1.0f, 1e-8f, 1,                                                  \
-     0.0, 0.0}
+     0.0, 0.0, NULL}
 /* clang-format on */
 
 /* Fills *cfg with the defaults above (CZ_EXEC_CONFIG_INIT's values). */
@@ -286,11 +375,34 @@ double cz_executor_grad_norm(const cz_executor *ex);
 
 /* Learning rates and weight decays for the following steps (schedules): muon_lr and muon_wd
  * are the plan's matrix optimizer's (Muon's, SOAP's or Shampoo's: the one the plan names),
- * adamw_lr and adamw_wd AdamW's; each optimizer keeps its own. Not collective, but every rank
- * must set the same values before the same step. Refuses (CZ_EINVALID) negative or non-finite
- * values. */
+ * adamw_lr and adamw_wd AdamW's; each optimizer keeps its own, and sets it for every one of
+ * its parameters (replacing cz_executor_set_param_rates's). Not collective, but every rank
+ * must set the same values before the same step (the step compares them). Refuses
+ * (CZ_EINVALID) negative or non-finite values. */
 int cz_executor_set_lr(cz_executor *ex, float muon_lr, float adamw_lr, cz_error *err);
 int cz_executor_set_weight_decay(cz_executor *ex, float muon_wd, float adamw_wd, cz_error *err);
+
+/* Per-parameter learning rates and weight decays for the following steps (torch's parameter
+ * groups): lr[i] and wd[i] are those of the plan's parameter i (plan order: the model's, as
+ * cz_executor_param_name lists them; n must be cz_executor_param_count). They replace what the
+ * executor had for those parameters, cz_exec_config's and set_lr/set_weight_decay's (which in
+ * turn set every parameter of their optimizer). Muon and AdamW take a rate and a decay per
+ * parameter; SOAP and Shampoo one of each for all their parameters (CZ_EUNSUPPORTED naming the
+ * first that differs). Refuses (CZ_EINVALID, naming the parameter) negative or non-finite
+ * values; nothing is changed then. Not collective, but every rank must set the same values
+ * before the same step: the step compares them across ranks (with the gradient norm's
+ * reduction, no extra collective) and returns CZ_EMISMATCH on every rank, no parameter
+ * changed, when they differ. The arrays are copied. */
+int cz_executor_set_param_rates(cz_executor *ex, const float *lr, const float *wd, size_t n,
+                                cz_error *err);
+/* The number of the plan's parameters, and the name of parameter i (NULL when out of range;
+ * owned by the executor). */
+size_t cz_executor_param_count(const cz_executor *ex);
+const char *cz_executor_param_name(const cz_executor *ex, size_t i);
+/* Gradient clipping for the following steps: max_grad_norm as cz_exec_config's (0 = none).
+ * CZ_EINVALID for a negative or non-finite value. Every rank the same (compared as the rates
+ * are). */
+int cz_executor_set_max_grad_norm(cz_executor *ex, float max_grad_norm, cz_error *err);
 
 /* Optimizer-state checkpoints: every parameter's optimizer state as full, unsharded fp32
  * tensors in one safetensors file, with the step count (the bias corrections') in the

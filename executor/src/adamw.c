@@ -98,6 +98,11 @@ static void adamw_set_weight_decay(cz_optim *o, float wd)
     impl_of(o)->h.weight_decay = wd;
 }
 
+static cz_opt_rates adamw_rates(const cz_optim *o)
+{
+    return (cz_opt_rates){impl_of(o)->h.lr, impl_of(o)->h.weight_decay};
+}
+
 static int adamw_shard_add(cz_optim *o, const cz_opt_shard *s, cz_error *err)
 {
     adamw_impl *a = impl_of(o);
@@ -130,6 +135,10 @@ static int adamw_step_shards(cz_optim *o, float *P, const float *G, int64_t t, c
     cz__adamw_args_make(&args, &a->h, t);
     for (int i = 0; i < a->npieces; i++) {
         const adamw_piece *k = &a->pieces[i];
+        if (o->param_rates) { /* its parameter group's */
+            args.lr = o->param_rates[k->s.p->id].lr;
+            args.weight_decay = o->param_rates[k->s.p->id].wd;
+        }
         c->ops->adamw(c, P + k->s.off, G + k->s.off, k->m, k->v, k->s.len, &args);
     }
     return CZ_OK;
@@ -173,4 +182,6 @@ const cz_optimizer_ops cz__adamw_ops = {
     .step_shards = adamw_step_shards,
     .state_tensors = adamw_state_tensors,
     .state_buffer = adamw_state_buffer,
+    .rates = adamw_rates,
+    .per_param_rates = true,
 };

@@ -1,9 +1,11 @@
 /* The communication seam's dispatch: which control plane and world data plane a comm backend
  * name opens, the planes over the communicators a job hands in, what a backend needs at create,
  * and the closes every plane shares. The backends themselves: comm_self.c ("self"),
- * comm_mpi.c ("mpi") and the GPU plugin's nccl/ ("nccl", loaded through gpu_plugin.h), each
- * one line of the table below, as SQLite's os.c stands apart from os_unix.c. */
+ * comm_mpi.c ("mpi"), comm_callbacks.c ("callbacks", the caller's host collectives) and the
+ * GPU plugin's nccl/ ("nccl", loaded through gpu_plugin.h), each one line of the table below,
+ * as SQLite's os.c stands apart from os_unix.c. */
 #include "comm.h"
+#include "comm_callbacks.h"
 #include "comm_mpi.h"
 #include "comm_self.h"
 #include "cz_format.h"
@@ -22,9 +24,11 @@ struct cz_comm_backend {
     bool host_driven;
     /* Opens the control plane and the world data plane. */
     int (*open)(const cz_exec_config *cfg, cz_ctrl *ctrl, cz_plane *world, cz_error *err);
-    /* A data plane over a communicator the job handed in; NULL: the backend takes none. */
-    int (*wrap)(const cz_exec_config *cfg, const cz_ctrl *ctrl, const void *handle, cz_plane *out,
-                cz_error *err);
+    /* The DP or TP plane over the job's own group (which: CZ_COMM_DP/TP; handle the
+     * communicator cfg->dp_comm/tp_comm points to). Leaves out->ops NULL when the job gave
+     * none, for a split of the world. NULL: the backend takes none. */
+    int (*wrap)(const cz_exec_config *cfg, const cz_ctrl *ctrl, cz_comm_group which,
+                const void *handle, cz_plane *out, cz_error *err);
     /* What the DP plane needs allocated at create; NULL: nothing. */
     int (*reserve)(cz_plane *dp, const cz_plan *plan, cz_error *err);
 };
@@ -45,11 +49,51 @@ static int mpi_open(const cz_exec_config *cfg, cz_ctrl *ctrl, cz_plane *world, c
     return cz__plane_mpi_open(world, cfg->world_comm, ctrl, err);
 }
 
-static int mpi_wrap(const cz_exec_config *cfg, const cz_ctrl *ctrl, const void *handle,
-                    cz_plane *out, cz_error *err)
+static int mpi_wrap(const cz_exec_config *cfg, const cz_ctrl *ctrl, cz_comm_group which,
+                    const void *handle, cz_plane *out, cz_error *err)
 {
-    (void)cfg;
-    return cz__plane_mpi_open(out, handle, ctrl, err);
+    (void)cfg, (void)which;
+    return handle ? cz__plane_mpi_open(out, handle, ctrl, err) : CZ_OK;
+}
+
+/* ---- callbacks (the caller's host collectives) ---- */
+/* The config's callbacks; NULL for a config of another version, which is not read past its own
+ * fields (its message comes later). */
+static const cz_comm_callbacks *callbacks_of(const cz_exec_config *cfg)
+{
+    return cfg->version == CZ_EXEC_CONFIG_VERSION ? cfg->callbacks : NULL;
+}
+
+static int callbacks_open(const cz_exec_config *cfg, cz_ctrl *ctrl, cz_plane *world, cz_error *err)
+{
+    const cz_comm_callbacks *cb = callbacks_of(cfg);
+    int rc;
+    if (cfg->world_comm || cfg->dp_comm || cfg->tp_comm)
+        return cz__error_set(err, CZ_EINVALID,
+                             "comm backend 'callbacks' takes no communicators (world_comm, "
+                             "dp_comm, tp_comm): the callbacks name their groups");
+    if ((rc = cz__ctrl_callbacks_open(ctrl, cb, err)) != CZ_OK)
+        return rc;
+    return cz__plane_callbacks_open(world, cb, CZ_COMM_WORLD, cb->world_size, cb->world_rank, err);
+}
+
+/* The job's DP and TP groups when the callbacks have them, with the sizes and ranks the
+ * caller gives (create compares them with the plan's). */
+static int callbacks_wrap(const cz_exec_config *cfg, const cz_ctrl *ctrl, cz_comm_group which,
+                          const void *handle, cz_plane *out, cz_error *err)
+{
+    const cz_comm_callbacks *cb = callbacks_of(cfg);
+    (void)ctrl, (void)handle;
+    if (!cb->has_groups)
+        return CZ_OK;
+    if (which == CZ_COMM_DP)
+        return cz__plane_callbacks_open(out, cb, which, cb->dp_size, cb->dp_rank, err);
+    return cz__plane_callbacks_open(out, cb, which, cb->tp_size, cb->tp_rank, err);
+}
+
+static int callbacks_reserve(cz_plane *dp, const cz_plan *plan, cz_error *err)
+{
+    return cz__plane_callbacks_reserve(dp, plan, err);
 }
 
 /* ---- nccl (the GPU plugin) ---- */
@@ -61,21 +105,28 @@ static double nccl_timeout(const cz_exec_config *cfg)
     return cz__nccl_timeout(s, getenv("CZ_NCCL_TIMEOUT_S"));
 }
 
-/* The control plane is MPI's (the bootstrap, the agreement); the world data plane a new NCCL
- * communicator of its ranks. */
+/* The control plane is the caller's callbacks when given, else MPI's (the bootstrap, the
+ * agreement); the world data plane a new NCCL communicator of its ranks, whose unique id
+ * travels over the control plane. */
 static int nccl_open(const cz_exec_config *cfg, cz_ctrl *ctrl, cz_plane *world, cz_error *err)
 {
+    const cz_comm_callbacks *cb = callbacks_of(cfg);
     const cz_gpu_api *gpu = NULL;
     cz_error e;
     int rc;
-    if (!cz__comm_mpi_available())
+    if (cb)
+        rc = cz__ctrl_callbacks_open(ctrl, cb, err);
+    else if (!cz__comm_mpi_available())
         return cz__error_set(err, CZ_EINVALID,
-                             "comm backend 'nccl' bootstraps over MPI: initialize MPI before "
-                             "creating the executor");
-    cz__comm_phase("creating the executor", -1);
-    if ((rc = cz__ctrl_mpi_open(ctrl, cfg->world_comm,
-                                cz__comm_mpi_timeout(cfg, getenv("CZ_MPI_TIMEOUT_S")), err)) !=
-        CZ_OK)
+                             "comm backend 'nccl' bootstraps over MPI or the caller's callbacks "
+                             "(cz_exec_config.callbacks): initialize MPI or give the callbacks "
+                             "before creating the executor");
+    else {
+        cz__comm_phase("creating the executor", -1);
+        rc = cz__ctrl_mpi_open(ctrl, cfg->world_comm,
+                               cz__comm_mpi_timeout(cfg, getenv("CZ_MPI_TIMEOUT_S")), err);
+    }
+    if (rc != CZ_OK)
         return rc;
     /* Every rank learns whether every other one has the plugin before any NCCL call. */
     if ((rc = cz__gpu_load(&gpu, &e)) != CZ_OK)
@@ -85,11 +136,13 @@ static int nccl_open(const cz_exec_config *cfg, cz_ctrl *ctrl, cz_plane *world, 
     return gpu->plane_nccl_open(world, ctrl, nccl_timeout(cfg), err);
 }
 
-static int nccl_wrap(const cz_exec_config *cfg, const cz_ctrl *ctrl, const void *handle,
-                     cz_plane *out, cz_error *err)
+static int nccl_wrap(const cz_exec_config *cfg, const cz_ctrl *ctrl, cz_comm_group which,
+                     const void *handle, cz_plane *out, cz_error *err)
 {
     const cz_gpu_api *gpu;
-    (void)ctrl;
+    (void)ctrl, (void)which;
+    if (!handle)
+        return CZ_OK;
     if (cz__gpu_load(&gpu, err) != CZ_OK)
         return err ? err->code : CZ_EUNSUPPORTED;
     return gpu->plane_nccl_wrap(out, handle, nccl_timeout(cfg), err);
@@ -118,6 +171,7 @@ static int self_open(const cz_exec_config *cfg, cz_ctrl *ctrl, cz_plane *world, 
 static const cz_comm_backend backends[] = {
     {"mpi", true, mpi_open, mpi_wrap, NULL},
     {"nccl", false, nccl_open, nccl_wrap, nccl_reserve},
+    {"callbacks", true, callbacks_open, callbacks_wrap, callbacks_reserve},
     {"self", true, self_open, NULL, NULL},
 };
 enum { NBACKENDS = sizeof backends / sizeof backends[0] };
@@ -125,7 +179,10 @@ enum { NBACKENDS = sizeof backends / sizeof backends[0] };
 int cz__comm_open(const cz_exec_config *cfg, cz_ctrl *ctrl, cz_plane *world,
                   const cz_comm_backend **out, cz_error *err)
 {
-    const char *name = cfg->comm ? cfg->comm : cz__comm_mpi_available() ? "mpi" : "self";
+    const char *name = cfg->comm                  ? cfg->comm
+                       : callbacks_of(cfg)        ? "callbacks"
+                       : cz__comm_mpi_available() ? "mpi"
+                                                  : "self";
     char known[64] = "";
     *out = NULL;
     for (int i = 0; i < NBACKENDS; i++) {
@@ -151,14 +208,17 @@ bool cz__comm_host_driven(const cz_comm_backend *b)
 }
 
 int cz__comm_subplane(const cz_comm_backend *b, const cz_exec_config *cfg, const cz_ctrl *ctrl,
-                      cz_plane *world, const void *handle, int color, int key, cz_plane *out,
+                      cz_plane *world, cz_comm_group which, int color, int key, cz_plane *out,
                       cz_error *err)
 {
-    if (!handle || !b->wrap)
-        return world->ops->split(world, color, key, out, err); /* keeps the world's compute */
-    int rc = b->wrap(cfg, ctrl, handle, out, err);
-    out->compute = world->compute;
-    return rc;
+    const void *handle = which == CZ_COMM_DP ? cfg->dp_comm : cfg->tp_comm;
+    int rc;
+    *out = (cz_plane){0};
+    if (b->wrap && ((rc = b->wrap(cfg, ctrl, which, handle, out, err)) != CZ_OK || out->ops)) {
+        out->compute = world->compute;
+        return rc;
+    }
+    return world->ops->split(world, color, key, out, err); /* keeps the world's compute */
 }
 
 int cz__comm_reserve(const cz_comm_backend *b, cz_plane *dp, const cz_plan *plan, cz_error *err)

@@ -1,8 +1,9 @@
 /*
  * comm.h — the communication seam: the control plane (cz_ctrl_ops: host scalars the ranks
  * agree on) and the data plane (cz_plane_ops: the step's collectives on backend memory),
- * implemented by "self" (comm_self.c), "mpi" (comm_mpi.c) and "nccl" (the GPU plugin,
- * comm_nccl.h), and its dispatch (comm.c), which opens a backend's planes by name.
+ * implemented by "self" (comm_self.c), "mpi" (comm_mpi.c), "callbacks" (comm_callbacks.c:
+ * the caller's host collectives) and "nccl" (the GPU plugin, comm_nccl.h), and its dispatch
+ * (comm.c), which opens a backend's planes by name.
  */
 #ifndef CZ_COMM_H
 #define CZ_COMM_H
@@ -19,7 +20,8 @@
 typedef enum cz_comm_kind {
     CZ_COMM_SELF = 1, /* one process: every collective is a copy */
     CZ_COMM_MPI = 2,
-    CZ_COMM_NCCL = 3, /* device memory, NCCL (comm_nccl.h) */
+    CZ_COMM_NCCL = 3,      /* device memory, NCCL (comm_nccl.h) */
+    CZ_COMM_CALLBACKS = 4, /* the caller's host collectives (comm_callbacks.h) */
 } cz_comm_kind;
 
 /* The control plane: host scalars the ranks must agree on (plan fingerprints, failure
@@ -128,8 +130,9 @@ static inline int cz_plane_wait_after(cz_plane *p, cz_event *after, cz_error *er
 typedef struct cz_comm_backend cz_comm_backend;
 
 /* Opens the control plane and the world data plane of the backend cfg->comm names (NULL:
- * "mpi" when this build has MPI and MPI is initialized, else "self"); *out is the backend,
- * for the calls below. Collective over the world for mpi and nccl. */
+ * "callbacks" when cfg->callbacks is set, else "mpi" when this build has MPI and MPI is
+ * initialized, else "self"); *out is the backend, for the calls below. Collective over the
+ * world for mpi, callbacks and nccl. */
 int cz__comm_open(const cz_exec_config *cfg, cz_ctrl *ctrl, cz_plane *world,
                   const cz_comm_backend **out, cz_error *err);
 /* The backend's name, as cz_exec_config.comm spells it. */
@@ -137,12 +140,13 @@ const char *cz__comm_name(const cz_comm_backend *b);
 /* True when the backend's planes read and write backend memory from the host (mpi, self):
  * a compute backend on device memory then stages the job's buffers (compute.h). */
 bool cz__comm_host_driven(const cz_comm_backend *b);
-/* The plane of the world's ranks with equal color, ordered by key: over the communicator the
- * job handed in (handle not NULL, a backend that takes one: a pointer to an MPI_Comm,
- * duplicated, or to an ncclComm_t, borrowed), else split from the world (collective). Its
+/* The DP or TP plane (which: CZ_COMM_DP or CZ_COMM_TP), the world's ranks with equal color
+ * ordered by key: over the job's own group when it handed one in (cfg->dp_comm/tp_comm, a
+ * pointer to an MPI_Comm, duplicated, or to an ncclComm_t, borrowed; with callbacks that have
+ * groups, the callbacks' CZ_COMM_DP/CZ_COMM_TP), else split from the world (collective). Its
  * events are the world's compute backend's. */
 int cz__comm_subplane(const cz_comm_backend *b, const cz_exec_config *cfg, const cz_ctrl *ctrl,
-                      cz_plane *world, const void *handle, int color, int key, cz_plane *out,
+                      cz_plane *world, cz_comm_group which, int color, int key, cz_plane *out,
                       cz_error *err);
 /* Allocates what the DP plane needs for the plan's steps, at create (the nccl plane's
  * padded-collective scratch), so that a step allocates nothing. */

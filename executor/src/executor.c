@@ -34,42 +34,6 @@ double cz_executor_grad_norm(const cz_executor *ex)
     return ex ? ex->grad_norm : NAN;
 }
 
-static int check_rate(const char *what, float v, cz_error *err)
-{
-    if (!(v >= 0.0f) || !isfinite(v))
-        return cz__error_set(err, CZ_EINVALID, "%s = %g; expected a finite value >= 0", what,
-                             (double)v);
-    return CZ_OK;
-}
-
-/* The matrix optimizer's rate (Muon's, SOAP's or Shampoo's: the one the plan names) and
- * AdamW's; each optimizer keeps its own. The messages use the header's parameter names. */
-int cz_executor_set_lr(cz_executor *ex, float matrix_lr, float adamw_lr, cz_error *err)
-{
-    int rc;
-    if (!ex)
-        return cz__error_set(err, CZ_EINVALID, "set_lr: executor is NULL");
-    if ((rc = check_rate("set_lr: muon_lr", matrix_lr, err)) != CZ_OK ||
-        (rc = check_rate("set_lr: adamw_lr", adamw_lr, err)) != CZ_OK)
-        return rc;
-    ex->matrix_opt.ops->set_lr(&ex->matrix_opt, matrix_lr);
-    ex->elem_opt.ops->set_lr(&ex->elem_opt, adamw_lr);
-    return CZ_OK;
-}
-
-int cz_executor_set_weight_decay(cz_executor *ex, float matrix_wd, float adamw_wd, cz_error *err)
-{
-    int rc;
-    if (!ex)
-        return cz__error_set(err, CZ_EINVALID, "set_weight_decay: executor is NULL");
-    if ((rc = check_rate("set_weight_decay: muon_wd", matrix_wd, err)) != CZ_OK ||
-        (rc = check_rate("set_weight_decay: adamw_wd", adamw_wd, err)) != CZ_OK)
-        return rc;
-    ex->matrix_opt.ops->set_weight_decay(&ex->matrix_opt, matrix_wd);
-    ex->elem_opt.ops->set_weight_decay(&ex->elem_opt, adamw_wd);
-    return CZ_OK;
-}
-
 void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out)
 {
     if (!ex || !out)
@@ -148,8 +112,8 @@ static int own_params(cz_executor *ex, cz_error *err)
 static int alloc_state(cz_executor *ex, cz_error *err)
 {
     int rc;
-    if ((rc = alloc_tables(ex, err)) != CZ_OK || (rc = own_params(ex, err)) != CZ_OK ||
-        (rc = cz__exec_pipeline_init(ex, err)) != CZ_OK)
+    if ((rc = alloc_tables(ex, err)) != CZ_OK || (rc = cz__exec_rates_init(ex, err)) != CZ_OK ||
+        (rc = own_params(ex, err)) != CZ_OK || (rc = cz__exec_pipeline_init(ex, err)) != CZ_OK)
         return rc;
     if ((rc = ex->matrix_opt.ops->work_create(&ex->matrix_opt, err)) != CZ_OK)
         return rc;
@@ -255,7 +219,8 @@ static int check_local(cz_executor *ex, const cz_exec_config *cfg, cz_error *err
     if (cfg->version != CZ_EXEC_CONFIG_VERSION)
         return cz__error_set(err, CZ_EUNSUPPORTED,
                              "cz_exec_config version %d; this library expects %d (call "
-                             "cz_exec_config_init)",
+                             "cz_exec_config_init; since version 6 lr = 0 is a rate of 0 and "
+                             "CZ_EXEC_LR_DEFAULT the default)",
                              cfg->version, CZ_EXEC_CONFIG_VERSION);
     if ((rc = open_compute(ex, cfg, err)) != CZ_OK ||
         (rc = check_space(ex, cfg, plan, err)) != CZ_OK ||
@@ -272,10 +237,10 @@ static int check_local(cz_executor *ex, const cz_exec_config *cfg, cz_error *err
 static int open_subplanes(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
 {
     int rc;
-    if ((rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, cfg->dp_comm, ex->tp_rank,
+    if ((rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, CZ_COMM_DP, ex->tp_rank,
                                 ex->dp_rank, &ex->dp_comm, err)) != CZ_OK)
         return rc;
-    return cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, cfg->tp_comm, ex->dp_rank,
+    return cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, CZ_COMM_TP, ex->dp_rank,
                              ex->tp_rank, &ex->tp_comm, err);
 }
 
@@ -490,6 +455,7 @@ void cz_executor_free(cz_executor *ex)
     cz__exec_free(ex->piece_lo);
     cz__exec_free(ex->piece_len);
     cz__exec_free(ex->param_off);
+    cz__exec_free(ex->rates);
     cz__exec_free(ex->stats_host);
     cz__exec_free(ex->param_ptr);
     cz__exec_free(ex->grad_ptr);

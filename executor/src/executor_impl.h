@@ -52,6 +52,11 @@ struct cz_executor {
     /* The optimizers (optimizer.h): the plan's matrix optimizer, and the elementwise one.
      * Each owns its state, backend memory allocated at create time. */
     cz_optim matrix_opt, elem_opt;
+    /* Indexed by param id: each parameter's rate and decoupled weight decay (rates.c), which
+     * optimizers with per-parameter rates read (cz_optim.param_rates). */
+    cz_opt_rates *rates;
+    bool matrix_rates_uniform; /* every matrix parameter's are the matrix optimizer's own */
+    bool rates_changed;        /* since the ranks last compared them (create, the setters) */
 
     /* Per-parameter binding: staging copies of the flat layout. */
     /* Staging (per-parameter binding or a dtype other than fp32): the step runs on fp32 flat
@@ -87,6 +92,12 @@ uint64_t cz__exec_plan_fingerprint(const cz_plan *plan);
  * (group_add) (pipeline.c). */
 int cz__exec_pipeline_init(cz_executor *ex, cz_error *err);
 void cz__exec_pipeline_free(cz_executor *ex);
+/* The per-parameter rates from the optimizers' own, at create, after the optimizers (rates.c). */
+int cz__exec_rates_init(cz_executor *ex, cz_error *err);
+/* The step's comparison of the rates and the clipping threshold across ranks, when any rank
+ * changed them (changed: the number of ranks that did, summed with the gradient norm): every
+ * rank returns CZ_EMISMATCH when they differ (rates.c). */
+int cz__exec_rates_agree(cz_executor *ex, double changed, cz_error *err);
 /* Runs the micro-group pipeline of the owned matrix parameters on flat buffers P, G. */
 int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err);
 

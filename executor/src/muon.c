@@ -30,11 +30,14 @@ int cz__muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, 
                              "muon_scaling = %d; expected CZ_MUON_SCALE_RMS (0) or "
                              "CZ_MUON_SCALE_SHAPE (1)",
                              (int)cfg->muon_scaling);
-    if (!(cfg->lr >= 0.0f) || !isfinite(cfg->lr))
-        return cz__error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
-                             (double)cfg->lr);
-    if (cfg->lr == 0.0f)
+    /* The default is a value no rate takes, so that 0 is a rate (a warm-up's first step). */
+    if (cfg->lr == CZ_EXEC_LR_DEFAULT)
         h->lr = cfg->muon_scaling == CZ_MUON_SCALE_SHAPE ? CZ_MUON_LR_SHAPE : CZ_MUON_LR_RMS;
+    else if (!(cfg->lr >= 0.0f) || !isfinite(cfg->lr))
+        return cz__error_set(err, CZ_EINVALID,
+                             "lr = %g; expected a finite value >= 0 (0 is a rate of 0; leave "
+                             "lr at CZ_EXEC_LR_DEFAULT for the optimizer's default)",
+                             (double)cfg->lr);
     h->coeffs = cz__ns_coeffs_find(cfg->ns_coeffs);
     if (!h->coeffs)
         return cz__error_set(err, CZ_EINVALID,
@@ -571,6 +574,11 @@ static int muon_step_group(cz_optim *o, cz_opt_group *og, int64_t t, const cz_op
                         err);
 }
 
+static cz_opt_rates muon_rates(const cz_optim *o)
+{
+    return (cz_opt_rates){impl_of(o)->h.lr, impl_of(o)->h.weight_decay};
+}
+
 static cz_opt_rates muon_apply_rates(const cz_optim *o, int64_t t)
 {
     (void)t;
@@ -620,4 +628,6 @@ const cz_optimizer_ops cz__muon_ops = {
     .apply_rates = muon_apply_rates,
     .state_tensors = muon_state_tensors,
     .state_buffer = muon_state_buffer,
+    .rates = muon_rates,
+    .per_param_rates = true,
 };

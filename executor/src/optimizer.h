@@ -25,7 +25,7 @@
 /* Versioned like the compute ops: an implementation fills a cz_optimizer_ops of this version
  * and the registry refuses another (the tables are built with the library; the check catches
  * a table left behind when the layout changes). */
-#define CZ_OPTIMIZER_OPS_VERSION 1
+#define CZ_OPTIMIZER_OPS_VERSION 2
 
 /* An optimizer of an executor (an instance of a table; canzona.h's cz_optimizer is the plan's
  * name for one). */
@@ -165,6 +165,15 @@ typedef struct cz_optimizer_ops {
     /* This rank's addend of a plus_addend tensor of `param` (its shard's numel floats, backend
      * memory); NULL: none. */
     float *(*state_addend)(cz_optim *o, int param);
+
+    /* ---- version 2: rates per parameter (torch's parameter groups) ---- */
+    /* Its rate and decoupled weight decay as set (create, set_lr, set_weight_decay). */
+    cz_opt_rates (*rates)(const cz_optim *o);
+    /* True: it takes a rate and a decay per parameter from cz_optim.param_rates (its pieces'
+     * in step_shards; the pipeline applies its part updates with each part's parameter's);
+     * false: one of each for all its parameters (its update depends on them beyond the final
+     * p (1 - lr wd) - lr u: SOAP's and Shampoo's). */
+    bool per_param_rates;
 } cz_optimizer_ops;
 
 /* Its table, its own state, and what it works with. */
@@ -173,6 +182,10 @@ struct cz_optim {
     void *impl;
     cz_compute *compute;
     const cz_plan *plan;
+    /* Indexed by param id: each parameter's rate and decay (the executor's table, kept equal
+     * to the optimizer's own where uniform); set only for an optimizer with per_param_rates,
+     * else NULL. */
+    const cz_opt_rates *param_rates;
 };
 
 /* ---- the dispatch (optimizer.c) ---- */

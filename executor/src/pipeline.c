@@ -83,6 +83,8 @@ typedef struct pgroup {
     cz_runs *unpack_local; /* G -> the gradients of the replicated parts I hold */
     cz_runs *scatter_pack; /* the parts' updates -> scatter send (sc: my shard of each) */
     cz_runs *apply;        /* (my shard, update) pairs from scatter recv (sc: scatter send) */
+    cz_runs **apply_part;  /* the same per part (NULL: none of my shard), applied one by one
+                              when the parts' parameters have rates of their own */
     hpart *hosted;         /* the parts I hold, in order */
     int nhosted;
     cz_opt_group *og; /* the matrix optimizer's layout of the parts I hold */
@@ -339,6 +341,9 @@ static int map_scatter_send(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_erro
 static int map_apply(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_error *err)
 {
     int tp = ex->tp, me = ex->tp_rank, rc;
+    pg->apply_part = cz__exec_calloc((size_t)(pg->nparts > 0 ? pg->nparts : 1), sizeof(cz_runs *));
+    if (!pg->apply_part)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
     for (int s = 0; s < (ex->sc ? 1 : tp); s++) {
         int64_t upos = ex->sc ? 0 : pg->scatter_recv_displs[s];
         for (int i = 0; i < pg->nparts; i++) {
@@ -346,10 +351,22 @@ static int map_apply(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_error *err)
             if (!ex->sc && x->slot != s)
                 continue;
             const cz_plan_param *p = &ex->plan->params[x->param];
-            if ((rc = cz__region_runs(p, tp, me, &x->part, upos, ex->param_off[p->id], 1, 0, l,
+            cz_run_list lp = {0};
+            if ((rc = cz__region_runs(p, tp, me, &x->part, upos, ex->param_off[p->id], 1, 0, &lp,
                                       err)) != CZ_OK)
+                goto fail;
+            for (size_t k = 0; k < lp.n; k++)
+                if ((rc = cz__run_list_add(l, lp.v[k].dst, lp.v[k].src, lp.v[k].len, err)) != CZ_OK)
+                    goto fail;
+            if (lp.n == 0) {
+                cz__run_list_free(&lp);
+            } else if ((rc = make_runs(ex, &lp, &pg->apply_part[i], err)) != CZ_OK)
                 return rc;
             upos += scount(ex, x, me);
+            continue;
+        fail:
+            cz__run_list_free(&lp);
+            return rc;
         }
         CZ_ASSERT(ex->sc ? upos == pg->scatter_n
                          : upos == pg->scatter_recv_displs[s] + pg->scatter_recv_counts[s],
@@ -522,6 +539,10 @@ void cz__exec_pipeline_free(cz_executor *ex)
         for (int k = 0; k < 5; k++)
             if (runs[k])
                 c->ops->runs_free(c, runs[k]);
+        for (int i = 0; pg->apply_part && i < pg->nparts; i++)
+            if (pg->apply_part[i])
+                c->ops->runs_free(c, pg->apply_part[i]);
+        cz__exec_free(pg->apply_part);
         cz__exec_free(pg->parts);
         cz__exec_free(pg->hosted);
     }
@@ -604,11 +625,21 @@ static void progress_inflight(void *arg)
 }
 
 /* Applies my shard updates of group g from u (scatter recv, or scatter send under sc) with the
- * rate and weight decay the matrix optimizer gives for this step. */
+ * rate and weight decay the matrix optimizer gives for this step, or part by part with each
+ * part's parameter's when they differ (parameter groups). */
 static void apply_group(cz_executor *ex, const pgroup *pg, float *P, const float *u)
 {
-    cz_opt_rates r = ex->matrix_opt.ops->apply_rates(&ex->matrix_opt, ex->steps + 1);
-    ex->compute.ops->apply_runs(&ex->compute, P, u, pg->apply, r.lr, r.wd);
+    const cz_optim *o = &ex->matrix_opt;
+    if (!o->param_rates || ex->matrix_rates_uniform) {
+        cz_opt_rates r = o->ops->apply_rates(o, ex->steps + 1);
+        ex->compute.ops->apply_runs(&ex->compute, P, u, pg->apply, r.lr, r.wd);
+        return;
+    }
+    for (int i = 0; i < pg->nparts; i++)
+        if (pg->apply_part[i]) {
+            cz_opt_rates r = o->param_rates[pg->parts[i].param];
+            ex->compute.ops->apply_runs(&ex->compute, P, u, pg->apply_part[i], r.lr, r.wd);
+        }
 }
 
 /* Host side of group g: reassemble, the optimizer's update, and either post the scatter or

@@ -34,7 +34,7 @@ int cz__shampoo_hparams_from_config(cz_shampoo_hparams *h, const cz_exec_config 
                                     cz_error *err)
 {
     *h = (cz_shampoo_hparams){
-        .lr = cfg->lr == 0.0f ? CZ_SHAMPOO_LR : cfg->lr,
+        .lr = cfg->lr == CZ_EXEC_LR_DEFAULT ? CZ_SHAMPOO_LR : cfg->lr,
         .weight_decay = cfg->weight_decay,
         .beta1 = cfg->shampoo_beta1,
         .beta2 = cfg->shampoo_beta2,
@@ -55,7 +55,9 @@ int cz__shampoo_hparams_from_config(cz_shampoo_hparams *h, const cz_exec_config 
         return cz__error_set(err, CZ_EINVALID,
                              "plan precondition_frequency = %d; Shampoo needs >= 1", freq);
     if (!(h->lr >= 0.0f) || !isfinite(h->lr))
-        return cz__error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
+        return cz__error_set(err, CZ_EINVALID,
+                             "lr = %g; expected a finite value >= 0 (0 is a rate of 0; leave "
+                             "lr at CZ_EXEC_LR_DEFAULT for the optimizer's default)",
                              (double)h->lr);
     if (!(h->beta1 >= 0.0f && h->beta1 < 1.0f))
         return cz__error_set(err, CZ_EINVALID, "shampoo_beta1 = %g; expected 0 <= beta1 < 1",
@@ -533,6 +535,11 @@ static int sh_step_group(cz_optim *o, cz_opt_group *og, int64_t t, const cz_opt_
 }
 
 /* With momentum the weight decay went into the momentum (step_shards): none is applied. */
+static cz_opt_rates sh_rates(const cz_optim *o)
+{
+    return (cz_opt_rates){impl_of(o)->h.lr, impl_of(o)->h.weight_decay};
+}
+
 static cz_opt_rates sh_apply_rates(const cz_optim *o, int64_t t)
 {
     const sh_impl *s = impl_of(o);
@@ -576,4 +583,6 @@ const cz_optimizer_ops cz__shampoo_ops = {
     .state_tensors = sh_tensors,
     .state_buffer = sh_buffer,
     .state_addend = sh_addend,
+    .rates = sh_rates,
+    .per_param_rates = false,
 };

@@ -35,7 +35,7 @@ int cz__soap_hparams_from_config(cz_soap_hparams *h, const cz_exec_config *cfg, 
                                  int max_dim, cz_error *err)
 {
     *h = (cz_soap_hparams){
-        .lr = cfg->lr == 0.0f ? CZ_SOAP_LR : cfg->lr,
+        .lr = cfg->lr == CZ_EXEC_LR_DEFAULT ? CZ_SOAP_LR : cfg->lr,
         .weight_decay = cfg->weight_decay,
         .beta1 = cfg->soap_beta1,
         .beta2 = cfg->soap_beta2,
@@ -51,7 +51,9 @@ int cz__soap_hparams_from_config(cz_soap_hparams *h, const cz_exec_config *cfg, 
                              "both >= 1",
                              freq, max_dim);
     if (!(h->lr >= 0.0f) || !isfinite(h->lr))
-        return cz__error_set(err, CZ_EINVALID, "lr = %g; expected >= 0 (0 = the default)",
+        return cz__error_set(err, CZ_EINVALID,
+                             "lr = %g; expected a finite value >= 0 (0 is a rate of 0; leave "
+                             "lr at CZ_EXEC_LR_DEFAULT for the optimizer's default)",
                              (double)h->lr);
     if (!(h->beta1 >= 0.0f && h->beta1 < 1.0f) || !(h->beta2 >= 0.0f && h->beta2 < 1.0f) ||
         !(h->shampoo_beta >= 0.0f && h->shampoo_beta < 1.0f))
@@ -435,6 +437,11 @@ static int soap_step_group(cz_optim *o, cz_opt_group *og, int64_t t, const cz_op
 }
 
 /* The first step only initialises the preconditioner: no update, so no weight decay. */
+static cz_opt_rates soap_rates(const cz_optim *o)
+{
+    return (cz_opt_rates){impl_of(o)->h.lr, impl_of(o)->h.weight_decay};
+}
+
 static cz_opt_rates soap_apply_rates(const cz_optim *o, int64_t t)
 {
     return (cz_opt_rates){impl_of(o)->h.lr, t == 1 ? 0.0f : impl_of(o)->h.weight_decay};
@@ -468,4 +475,6 @@ const cz_optimizer_ops cz__soap_ops = {
     .apply_rates = soap_apply_rates,
     .state_tensors = soap_tensors,
     .state_buffer = soap_buffer,
+    .rates = soap_rates,
+    .per_param_rates = false,
 };

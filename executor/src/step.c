@@ -67,17 +67,19 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
         c->ops->download(c, ex->stats_host, ex->stats, (size_t)ex->nowned * sizeof(double), err);
     if (rc)
         return rc;
-    /* One control-plane reduction per step in the normal case: the norm's sum of squares and
-     * the number of non-finite owned shards (every TP rank's, replicated ones included). Only
-     * when that number is not zero does a second one find the lowest such parameter. */
-    double v[2] = {0.0, 0.0};
+    /* One control-plane reduction per step in the normal case: the norm's sum of squares, the
+     * number of non-finite owned shards (every TP rank's, replicated ones included) and the
+     * number of ranks that changed their rates since the last comparison. Only when the
+     * second is not zero does a second reduction find the lowest such parameter, and only when
+     * the third is not zero does one compare the rates (rates.c), before any update. */
+    double v[3] = {0.0, 0.0, ex->rates_changed ? 1.0 : 0.0};
     for (int k = 0; k < ex->nowned; k++) {
         if (plan->params[ex->owned[k]].def.tp_dim >= 0 || ex->tp_rank == 0)
             v[0] += ex->stats_host[k];
         v[1] += !isfinite(ex->stats_host[k]);
     }
-    rc = ex->ctrl.ops->allreduce_sum_f64(&ex->ctrl, v, 2, err);
-    if (rc)
+    rc = ex->ctrl.ops->allreduce_sum_f64(&ex->ctrl, v, 3, err);
+    if (rc || (rc = cz__exec_rates_agree(ex, v[2], err)) != CZ_OK)
         return rc;
     if (ex->cfg.check_finite && v[1] > 0.0) {
         int64_t bad = INT64_MAX;

@@ -100,6 +100,9 @@ static bool sizes_given(const cz_cluster_sizes *z)
                  z->bucket_size != 0 || z->ep > 0 || z->etp > 0);
 }
 
+static int cluster_from_json(cz_cluster **out, json_t *root, const char *sha_in, const char *path,
+                             const cz_cluster_sizes *sizes, cz_error *err);
+
 int cz_cluster_load(cz_cluster **out, const char *path, cz_error *err)
 {
     return cz__cluster_load_sized(out, path, NULL, err);
@@ -107,6 +110,46 @@ int cz_cluster_load(cz_cluster **out, const char *path, cz_error *err)
 
 int cz__cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_sizes *sizes,
                            cz_error *err)
+{
+    json_t *root = NULL;
+    char sha[65];
+    int rc;
+    *out = NULL;
+    if ((rc = cz__json_load_file(&root, sha, path, err)) != CZ_OK)
+        goto done;
+    rc = cluster_from_json(out, root, sha, path, sizes, err);
+done:
+    json_decref(root);
+    return rc;
+}
+
+int cz_cluster_parse(cz_cluster **out, const char *json_text, const char *name, cz_error *err)
+{
+    json_error_t jerr;
+    char sha[65];
+    int rc;
+    if (!out || !json_text)
+        return cz__error_set(err, CZ_EINVALID, "cz_cluster_parse: out and json_text are required");
+    *out = NULL;
+    if (!name)
+        name = "<cluster text>";
+    /* The same parse rules as a file's (duplicate keys refused), and the same hash: the
+     * canonical content's, which a plan records whatever the text's layout. */
+    json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return cz__error_set(err, CZ_EPARSE, "%s:%d:%d: invalid JSON: %s", name, jerr.line,
+                             jerr.column, jerr.text);
+    if ((rc = cz__json_canonical_sha256(root, sha, err)) != CZ_OK)
+        goto done;
+    rc = cluster_from_json(out, root, sha, name, NULL, err);
+done:
+    json_decref(root);
+    return rc;
+}
+
+/* A cluster from its JSON (a file's or a text's) and the hash of its content. */
+static int cluster_from_json(cz_cluster **out, json_t *root, const char *sha_in, const char *path,
+                             const cz_cluster_sizes *sizes, cz_error *err)
 {
     static const char *const top_keys[] = {
         "schema", "name", "description",   "gpus",   "dp",    "tp",      "pp",
@@ -118,7 +161,6 @@ int cz__cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_
                                             NULL};
     static const char *const bucket_keys[] = {"size", "align", NULL};
     cz_json_ctx c = {path, err};
-    json_t *root = NULL;
     cz_cluster *cl = NULL;
     const json_t *device, *links, *buckets = NULL;
     const char *name = NULL, *desc = NULL, *dev_name = NULL;
@@ -126,12 +168,11 @@ int cz__cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_
     int rc;
 
     *out = NULL;
+    memcpy(sha, sha_in, sizeof sha);
     cl = calloc(1, sizeof *cl);
     if (!cl)
         return cz__error_set(err, CZ_ENOMEM, "%s: out of memory", path);
     cl->bucket_align = 64;
-    if ((rc = cz__json_load_file(&root, sha, path, err)) != CZ_OK)
-        goto done;
     if (sizes_given(sizes) && ((rc = cz__json_check_schema(&c, root, CZ_CLUSTER_SCHEMA)) != CZ_OK ||
                                (rc = apply_sizes(&c, root, sizes)) != CZ_OK ||
                                (rc = cz__json_canonical_sha256(root, sha, err)) != CZ_OK))
@@ -212,6 +253,5 @@ int cz__cluster_load_sized(cz_cluster **out, const char *path, const cz_cluster_
     cl = NULL;
 done:
     cz_cluster_free(cl);
-    json_decref(root);
     return rc;
 }

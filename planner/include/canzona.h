@@ -430,6 +430,11 @@ int cz_model_import_hf(char **out, const char *config_path, const cz_import_hf_o
 /* Loads a model description from JSON text (such as cz_model_import_hf's) as cz_model_load
  * loads a file; name is used in messages in place of a file name. */
 int cz_model_parse(cz_model **out, const char *json_text, const char *name, cz_error *err);
+/* Loads a cluster shape from JSON text as cz_cluster_load loads a file (the same checks, and
+ * the same hash of the canonical content in a plan's inputs); name is used in messages in
+ * place of a file name (NULL: "<cluster text>"). With cz_model_parse and cz_plan_build a
+ * program plans without files (the Python package's canzona.torch does). */
+int cz_cluster_parse(cz_cluster **out, const char *json_text, const char *name, cz_error *err);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

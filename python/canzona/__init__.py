@@ -1,5 +1,12 @@
 """canzona: the Canzona optimizer-step executor from Python (ctypes over libcanzona-exec).
 
+In a PyTorch job (torchrun), canzona.torch.Optimizer is the whole of it:
+
+    import canzona.torch
+    opt = canzona.torch.Optimizer(model, tp_group=tp_group, lr=0.01, adamw_lr=2e-3)
+
+Below it, the executor over flat buffers (any framework; MPI or one process):
+
     import canzona
     canzona.plan(canzona.model_description(model.named_parameters(), tp_dims={...}),
                  "cluster.json", "plan.json")

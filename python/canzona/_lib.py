@@ -7,7 +7,13 @@ import os
 CZ_OK, CZ_EIO, CZ_EPARSE, CZ_EINVALID, CZ_ENOMEM = 0, -1, -2, -3, -4
 CZ_EMISMATCH, CZ_EUNSUPPORTED, CZ_EINTERNAL, CZ_ETIMEOUT = -5, -6, -7, -8
 DTYPE_BF16, DTYPE_FP16, DTYPE_FP32 = 0, 1, 2
-CZ_EXEC_CONFIG_VERSION = 5
+CZ_EXEC_CONFIG_VERSION = 6
+CZ_EXEC_LR_DEFAULT = -1.0  # cz_exec_config.lr's default: the optimizer's own
+CZ_COMM_CALLBACKS_VERSION = 1
+# cz_comm_dtype, cz_comm_op, cz_comm_group
+COMM_FP32, COMM_BF16, COMM_FP64, COMM_INT64 = 0, 1, 2, 3
+COMM_SUM, COMM_MIN = 0, 1
+COMM_WORLD, COMM_DP, COMM_TP = 0, 1, 2
 
 
 class Error(Exception):
@@ -20,6 +26,45 @@ class Error(Exception):
 
 class CzError(ctypes.Structure):
     _fields_ = [("code", ctypes.c_int), ("message", ctypes.c_char * 1024)]
+
+
+class CommTransfer(ctypes.Structure):
+    """cz_comm_transfer."""
+
+    _fields_ = [("buf", ctypes.c_void_p), ("count", ctypes.c_size_t), ("dtype", ctypes.c_int),
+                ("peer", ctypes.c_int), ("send", ctypes.c_int)]
+
+
+# The callbacks' C types (cz_comm_callbacks): ctypes turns a Python exception inside one into
+# a printed traceback and a return of 0, so the wrappers (comm.py) catch everything and return
+# -1 themselves.
+ALL_REDUCE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                 ctypes.c_size_t, ctypes.c_int, ctypes.c_int)
+BROADCAST_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                ctypes.c_size_t, ctypes.c_int, ctypes.c_int)
+EXCHANGE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                               ctypes.POINTER(CommTransfer), ctypes.c_int)
+LAST_ERROR_FN = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p)
+
+
+class CommCallbacks(ctypes.Structure):
+    """cz_comm_callbacks."""
+
+    _fields_ = [
+        ("version", ctypes.c_int),
+        ("user", ctypes.c_void_p),
+        ("world_size", ctypes.c_int),
+        ("world_rank", ctypes.c_int),
+        ("has_groups", ctypes.c_int),
+        ("dp_size", ctypes.c_int),
+        ("dp_rank", ctypes.c_int),
+        ("tp_size", ctypes.c_int),
+        ("tp_rank", ctypes.c_int),
+        ("all_reduce", ALL_REDUCE_FN),
+        ("broadcast", BROADCAST_FN),
+        ("exchange", EXCHANGE_FN),
+        ("last_error", LAST_ERROR_FN),
+    ]
 
 
 class ExecConfig(ctypes.Structure):
@@ -74,6 +119,8 @@ class ExecConfig(ctypes.Structure):
         ("nccl_timeout_s", ctypes.c_double),
         # version 5
         ("mpi_timeout_s", ctypes.c_double),
+        # version 6
+        ("callbacks", ctypes.POINTER(CommCallbacks)),
     ]
 
 
@@ -131,6 +178,11 @@ def lib():
         "cz_executor_tp_rank": (i, [vp]),
         "cz_executor_save_state": (i, [vp, ctypes.c_char_p, e]),
         "cz_executor_load_state": (i, [vp, ctypes.c_char_p, e]),
+        "cz_executor_set_param_rates": (i, [vp, ctypes.POINTER(ctypes.c_float),
+                                            ctypes.POINTER(ctypes.c_float), ctypes.c_size_t, e]),
+        "cz_executor_param_count": (ctypes.c_size_t, [vp]),
+        "cz_executor_param_name": (ctypes.c_char_p, [vp, ctypes.c_size_t]),
+        "cz_executor_set_max_grad_norm": (i, [vp, ctypes.c_float, e]),
     }
     for name, (res, args) in sig.items():
         f = getattr(L, name)

@@ -1,5 +1,7 @@
-"""Plans from Python: a model description (canzona.model/1) from named parameters, and the
-planner CLI run on it."""
+"""Plans from Python: a model description (canzona.model/1) from named parameters, and a plan
+of it, from the planner CLI (plan) or in this process through libcanzona (plan_text)."""
+import ctypes
+import ctypes.util
 import fnmatch
 import json
 import os
@@ -86,3 +88,104 @@ def plan(model, cluster, output, *, dp=None, tp=None, cli=None, extra_args=()):
         if r.returncode != 0:
             raise Error(CZ_EINVALID, (r.stderr or r.stdout).strip())
     return output
+
+
+# ---- planning in this process, through libcanzona (no CLI) ----
+
+class _Settings(ctypes.Structure):
+    """cz_settings (canzona.h), field for field (version CZ_SETTINGS_VERSION 1)."""
+
+    _fields_ = [
+        ("version", ctypes.c_int), ("optimizer", ctypes.c_int), ("unit", ctypes.c_int),
+        ("dp", ctypes.c_int), ("alpha", ctypes.c_double), ("alpha_numel_loads", ctypes.c_int),
+        ("layerwise_order", ctypes.c_int), ("tp", ctypes.c_int), ("capacity", ctypes.c_double),
+        ("solver", ctypes.c_int), ("time_limit_s", ctypes.c_double),
+        ("seed", ctypes.c_uint64), ("ns_steps", ctypes.c_int),
+        ("max_precond_dim", ctypes.c_int), ("precondition_frequency", ctypes.c_int),
+        ("tpaware_time_limit_s", ctypes.c_double), ("progress", ctypes.c_void_p),
+        ("progress_payload", ctypes.c_void_p), ("layout", ctypes.c_int),
+        ("split_blocks", ctypes.c_int), ("coop", ctypes.c_int),
+    ]
+
+
+_planner = None
+
+
+def _planner_lib():
+    """libcanzona (the planner library): CANZONA_LIB, else beside libcanzona-exec (a build tree
+    or an installed prefix), else the linker's search path."""
+    global _planner
+    if _planner is not None:
+        return _planner
+    from ._lib import _find
+
+    path = os.environ.get("CANZONA_LIB")
+    if not path:
+        try:
+            exec_dir = os.path.dirname(os.path.abspath(_find()))
+        except OSError:
+            exec_dir = ""
+        for cand in (os.path.join(exec_dir, "libcanzona.so"),
+                     os.path.join(os.path.dirname(exec_dir), "libcanzona.so")):
+            if exec_dir and os.path.exists(cand):
+                path = cand
+                break
+    if not path:
+        path = ctypes.util.find_library("canzona")
+    if not path:
+        raise Error(CZ_EIO, "libcanzona.so (the planner library) was not found: set CANZONA_LIB "
+                            "to its path (e.g. build/libcanzona.so) or install it")
+    from ._lib import CzError
+
+    L = ctypes.CDLL(path)
+    vp, i, e = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(CzError)
+    for name, res, args in (
+            ("cz_settings_init", None, [ctypes.POINTER(_Settings)]),
+            ("cz_model_parse", i, [ctypes.POINTER(vp), ctypes.c_char_p, ctypes.c_char_p, e]),
+            ("cz_cluster_parse", i, [ctypes.POINTER(vp), ctypes.c_char_p, ctypes.c_char_p, e]),
+            ("cz_plan_build", i, [ctypes.POINTER(vp), vp, vp, ctypes.POINTER(_Settings), e]),
+            ("cz_plan_write", i, [vp, ctypes.c_char_p, e]),
+            ("cz_model_free", None, [vp]), ("cz_cluster_free", None, [vp]),
+            ("cz_plan_free", None, [vp]),
+            ("cz_dp_strategy_parse", i, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
+            ("cz_tp_strategy_parse", i, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)])):
+        f = getattr(L, name)
+        f.restype, f.argtypes = res, args
+    _planner = L
+    return L
+
+
+def plan_text(model, cluster, *, dp=None, tp=None):
+    """The plan (its JSON text) of model on cluster (dicts, as model_description and the
+    cluster format give them), built in this process by libcanzona with the planner's default
+    settings; dp and tp name the strategies (default alpha and rollback). Raises Error with
+    the planner's message."""
+    from ._lib import CzError, check
+
+    L = _planner_lib()
+    err = CzError()
+    m, c, p = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    s = _Settings()
+    L.cz_settings_init(ctypes.byref(s))
+    for what, name, parse in (("dp", dp, L.cz_dp_strategy_parse),
+                              ("tp", tp, L.cz_tp_strategy_parse)):
+        if name is not None:
+            v = ctypes.c_int()
+            if parse(name.encode(), ctypes.byref(v)) != 0:
+                raise Error(CZ_EINVALID, f"unknown {what} strategy {name!r}")
+            setattr(s, what, v.value)
+    try:
+        check(L.cz_model_parse(ctypes.byref(m), json.dumps(model).encode(), b"<model>",
+                               ctypes.byref(err)), err)
+        check(L.cz_cluster_parse(ctypes.byref(c), json.dumps(cluster).encode(), b"<cluster>",
+                                 ctypes.byref(err)), err)
+        check(L.cz_plan_build(ctypes.byref(p), m, c, ctypes.byref(s), ctypes.byref(err)), err)
+        with tempfile.TemporaryDirectory(prefix="canzona-plan-") as tmp:
+            path = os.path.join(tmp, "plan.json")
+            check(L.cz_plan_write(p, os.fsencode(path), ctypes.byref(err)), err)
+            with open(path) as f:
+                return f.read()
+    finally:
+        L.cz_plan_free(p)
+        L.cz_cluster_free(c)
+        L.cz_model_free(m)

@@ -116,10 +116,17 @@ START_TEST(defaults_fit_the_scaling)
     ck_assert_int_eq(cz__muon_hparams_from_config(&h, &cfg, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "muon_scaling = 7"));
     cfg.muon_scaling = CZ_MUON_SCALE_RMS;
-    cfg.lr = -1.0f;
-    ck_assert_int_eq(cz__muon_hparams_from_config(&h, &cfg, &err), CZ_EINVALID);
-    ck_assert_ptr_nonnull(strstr(err.message, "lr = -1"));
+    /* Since config version 6, 0 is a rate of 0 and only the default's value means the default;
+     * other negative rates are refused. */
     cfg.lr = 0.0f;
+    ck_assert_int_eq(cz__muon_hparams_from_config(&h, &cfg, NULL), 0);
+    ck_assert_float_eq(h.lr, 0.0f);
+    cfg.lr = -2.0f;
+    ck_assert_int_eq(cz__muon_hparams_from_config(&h, &cfg, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "lr = -2"));
+    cfg.lr = CZ_EXEC_LR_DEFAULT;
+    ck_assert_int_eq(cz__muon_hparams_from_config(&h, &cfg, NULL), 0);
+    ck_assert_float_eq(h.lr, 1e-3f);
     cfg.ns_eps = 0.0f;
     ck_assert_int_eq(cz__muon_hparams_from_config(&h, &cfg, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "ns_eps = 0"));

@@ -89,7 +89,8 @@ static int run(const cz_plan *pl, const run_opts *o, float *P, size_t n)
     cfg.backend = o->backend;
     cfg.comm = o->comm;
     cfg.dtype = o->dtype;
-    cfg.lr = o->lr;
+    if (o->lr > 0) /* else the default */
+        cfg.lr = o->lr;
     if (o->adamw_lr > 0)
         cfg.adamw_lr = o->adamw_lr;
     bool cuda = strcmp(o->backend, "cuda") == 0;

@@ -55,5 +55,6 @@ int main(void)
     FIELD(soap_bias_correction);
     FIELD(nccl_timeout_s);
     FIELD(mpi_timeout_s);
+    FIELD(callbacks);
     return 0;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a Python test of the canzona package with a python3 that has the modules it needs (the
 # first on PATH that imports them all: CZ_PY_MODULES, default numpy); exit 77 (skipped) when
-# none has. Usage: run.sh [mpirun -np N] SCRIPT
+# none has. Usage: run.sh [mpirun -np N | torch_launch N] SCRIPT [ARGS]
 # Env: as the script needs (CANZONA_EXEC_LIB, CANZONA_CLI, CZ_SOURCE_DIR, ...).
 set -euo pipefail
 mods=${CZ_PY_MODULES:-numpy}
@@ -20,5 +20,13 @@ if [ "$1" = mpirun ]; then
   n=$3
   shift 3
   exec timeout $((120 * ${CZ_TIME_SCALE:-1})) mpirun --oversubscribe -np "$n" "$py" "$@"
+fi
+if [ "$1" = torch_launch ]; then
+  # As torchrun would start it (tests/python/torch_launch.py), within a time limit.
+  export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+  n=$2
+  shift 2
+  exec timeout $((240 * ${CZ_TIME_SCALE:-1})) "$py" "$CZ_SOURCE_DIR/tests/python/torch_launch.py" \
+    --nproc-per-node "$n" "$@"
 fi
 exec "$py" "$@"

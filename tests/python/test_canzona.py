@@ -238,6 +238,17 @@ class Planning(unittest.TestCase):
             bad = dict(m, params=[dict(m["params"][0], shape=[99, 16])])
             with self.assertRaisesRegex(canzona.Error, "tp"):
                 canzona.plan(bad, cluster, os.path.join(tmp, "bad.json"))
+            # Planned in this process through libcanzona: the CLI's plan, byte for byte (the
+            # inputs' hashes are of their canonical content, file or text), and the planner's
+            # own messages.
+            with open(out) as f:
+                self.assertEqual(canzona.planning.plan_text(m, cluster), f.read())
+            with self.assertRaisesRegex(canzona.Error, "tp"):
+                canzona.planning.plan_text(bad, cluster)
+            with self.assertRaisesRegex(canzona.Error, "<cluster>"):
+                canzona.planning.plan_text(m, dict(cluster, gpus=3))
+            with self.assertRaisesRegex(canzona.Error, "unknown dp strategy"):
+                canzona.planning.plan_text(m, cluster, dp="nope")
 
 
 class Layout(unittest.TestCase):

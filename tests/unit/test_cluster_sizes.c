@@ -161,6 +161,40 @@ START_TEST(test_bucket_presets)
 }
 END_TEST
 
+START_TEST(test_parse_text)
+{
+    /* cz_cluster_parse: the same cluster and hash as the file of the same content, whatever
+     * the text's layout; its errors name the given name. */
+    const char *path = cluster_file("a.json", 256, 32, 8, 1, 8);
+    cz_cluster *a = NULL, *b = NULL;
+    cz_error err;
+    ck_assert_int_eq(cz_cluster_load(&a, path, &err), CZ_OK);
+    char text[1024];
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    for (char *c = text; *c; c++) /* another layout, the same content */
+        if (*c == ' ')
+            *c = '\n';
+    ck_assert_msg(cz_cluster_parse(&b, text, "job", &err) == CZ_OK, "%s", err.message);
+    ck_assert_int_eq(b->dp, 32);
+    ck_assert_int_eq(b->tp, 8);
+    ck_assert_str_eq(a->sha256, b->sha256);
+    cz_cluster_free(a);
+    cz_cluster_free(b);
+    ck_assert_int_eq(cz_cluster_parse(&b, "{\"schema\": \"canzona.cluster/1\"", "job", &err),
+                     CZ_EPARSE);
+    ck_assert_ptr_nonnull(strstr(err.message, "job:1:"));
+    ck_assert_int_eq(
+        cz_cluster_parse(&b, "{\"schema\": \"canzona.cluster/1\", \"name\": 1}", NULL, &err),
+        CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "<cluster text>"));
+    ck_assert_ptr_null(b);
+}
+END_TEST
+
 static Suite *sizes_suite(void)
 {
     Suite *s = suite_create("cluster_sizes");
@@ -168,6 +202,7 @@ static Suite *sizes_suite(void)
     tcase_add_checked_fixture(t, make_tmpdir, remove_tmpdir);
     tcase_add_test(t, test_derived_dp);
     tcase_add_test(t, test_hash_of_the_result);
+    tcase_add_test(t, test_parse_text);
     tcase_add_test(t, test_contradictions);
     tcase_add_test(t, test_bucket_presets);
     suite_add_tcase(s, t);

@@ -1,0 +1,230 @@
+/* Learning rates and weight decays: the optimizers' own (set_lr, set_weight_decay), one per
+ * parameter (set_param_rates: torch's parameter groups), the clipping threshold, and the
+ * step's check that every rank set the same. The table ex->rates holds every parameter's
+ * values whatever way they were set, so that the check and the optimizers that take rates
+ * per parameter read one place; an optimizer that takes one rate for all its parameters keeps
+ * it in its own settings, which the table mirrors. */
+#include "alloc.h"
+#include "canzona_exec.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "optimizer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <string.h>
+
+static int check_rate(const char *what, float v, cz_error *err)
+{
+    if (!(v >= 0.0f) || !isfinite(v))
+        return cz__error_set(err, CZ_EINVALID, "%s = %g; expected a finite value >= 0", what,
+                             (double)v);
+    return CZ_OK;
+}
+
+static cz_optim *optim_of(cz_executor *ex, cz_param_kind kind)
+{
+    return kind == CZ_KIND_MATRIX ? &ex->matrix_opt : &ex->elem_opt;
+}
+
+/* Whether every matrix parameter's rates are the matrix optimizer's own: the pipeline then
+ * applies a micro-group's updates in one call instead of one per part. */
+static void note_uniform(cz_executor *ex)
+{
+    cz_opt_rates r = ex->matrix_opt.ops->rates(&ex->matrix_opt);
+    ex->matrix_rates_uniform = true;
+    for (size_t i = 0; i < ex->plan->nparams; i++)
+        if (ex->plan->params[i].def.kind == CZ_KIND_MATRIX &&
+            (ex->rates[i].lr != r.lr || ex->rates[i].wd != r.wd))
+            ex->matrix_rates_uniform = false;
+    ex->rates_changed = true;
+}
+
+/* Every parameter of kind to its optimizer's own values. */
+static void fill_kind(cz_executor *ex, cz_param_kind kind)
+{
+    cz_optim *o = optim_of(ex, kind);
+    cz_opt_rates r = o->ops->rates(o);
+    for (size_t i = 0; i < ex->plan->nparams; i++)
+        if (ex->plan->params[i].def.kind == kind)
+            ex->rates[i] = r;
+}
+
+int cz__exec_rates_init(cz_executor *ex, cz_error *err)
+{
+    size_t n = ex->plan->nparams ? ex->plan->nparams : 1;
+    ex->rates = cz__exec_calloc(n, sizeof *ex->rates);
+    if (!ex->rates)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
+    fill_kind(ex, CZ_KIND_MATRIX);
+    fill_kind(ex, CZ_KIND_ELEMENTWISE);
+    for (int k = 0; k < 2; k++) {
+        cz_optim *o = k ? &ex->elem_opt : &ex->matrix_opt;
+        o->param_rates = o->ops->per_param_rates ? ex->rates : NULL;
+    }
+    note_uniform(ex);
+    return CZ_OK;
+}
+
+int cz_executor_set_lr(cz_executor *ex, float matrix_lr, float adamw_lr, cz_error *err)
+{
+    int rc;
+    if (!ex)
+        return cz__error_set(err, CZ_EINVALID, "set_lr: executor is NULL");
+    if ((rc = check_rate("set_lr: muon_lr", matrix_lr, err)) != CZ_OK ||
+        (rc = check_rate("set_lr: adamw_lr", adamw_lr, err)) != CZ_OK)
+        return rc;
+    ex->matrix_opt.ops->set_lr(&ex->matrix_opt, matrix_lr);
+    ex->elem_opt.ops->set_lr(&ex->elem_opt, adamw_lr);
+    for (size_t i = 0; i < ex->plan->nparams; i++)
+        ex->rates[i].lr = ex->plan->params[i].def.kind == CZ_KIND_MATRIX ? matrix_lr : adamw_lr;
+    note_uniform(ex);
+    return CZ_OK;
+}
+
+int cz_executor_set_weight_decay(cz_executor *ex, float matrix_wd, float adamw_wd, cz_error *err)
+{
+    int rc;
+    if (!ex)
+        return cz__error_set(err, CZ_EINVALID, "set_weight_decay: executor is NULL");
+    if ((rc = check_rate("set_weight_decay: muon_wd", matrix_wd, err)) != CZ_OK ||
+        (rc = check_rate("set_weight_decay: adamw_wd", adamw_wd, err)) != CZ_OK)
+        return rc;
+    ex->matrix_opt.ops->set_weight_decay(&ex->matrix_opt, matrix_wd);
+    ex->elem_opt.ops->set_weight_decay(&ex->elem_opt, adamw_wd);
+    for (size_t i = 0; i < ex->plan->nparams; i++)
+        ex->rates[i].wd = ex->plan->params[i].def.kind == CZ_KIND_MATRIX ? matrix_wd : adamw_wd;
+    note_uniform(ex);
+    return CZ_OK;
+}
+
+/* The values of an optimizer that takes one rate for all its parameters must be one: the
+ * first of its parameters and the first that differs, for the message. */
+static int check_one_rate(const cz_executor *ex, cz_param_kind kind, const float *lr,
+                          const float *wd, cz_error *err)
+{
+    const cz_optim *o = kind == CZ_KIND_MATRIX ? &ex->matrix_opt : &ex->elem_opt;
+    const cz_plan *plan = ex->plan;
+    size_t first = plan->nparams;
+    if (o->ops->per_param_rates)
+        return CZ_OK;
+    for (size_t i = 0; i < plan->nparams; i++) {
+        if (plan->params[i].def.kind != kind)
+            continue;
+        if (first == plan->nparams) {
+            first = i;
+            continue;
+        }
+        if (lr[i] != lr[first] || wd[i] != wd[first])
+            return cz__error_set(err, CZ_EUNSUPPORTED,
+                                 "set_param_rates: %s takes one learning rate and weight decay "
+                                 "for all its parameters, but '%s' has lr %g, weight decay %g "
+                                 "and '%s' lr %g, weight decay %g (put them in one group)",
+                                 o->ops->name, plan->params[first].def.name, (double)lr[first],
+                                 (double)wd[first], plan->params[i].def.name, (double)lr[i],
+                                 (double)wd[i]);
+    }
+    return CZ_OK;
+}
+
+int cz_executor_set_param_rates(cz_executor *ex, const float *lr, const float *wd, size_t n,
+                                cz_error *err)
+{
+    int rc;
+    if (!ex || !lr || !wd)
+        return cz__error_set(err, CZ_EINVALID, "set_param_rates: executor, lr and wd are needed");
+    const cz_plan *plan = ex->plan;
+    if (n != plan->nparams)
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "set_param_rates: %zu values; the plan has %zu parameters "
+                             "(cz_executor_param_count)",
+                             n, plan->nparams);
+    for (size_t i = 0; i < n; i++) {
+        char what[160];
+        snprintf(what, sizeof what, "set_param_rates: the learning rate of '%s'",
+                 plan->params[i].def.name);
+        if ((rc = check_rate(what, lr[i], err)) != CZ_OK)
+            return rc;
+        snprintf(what, sizeof what, "set_param_rates: the weight decay of '%s'",
+                 plan->params[i].def.name);
+        if ((rc = check_rate(what, wd[i], err)) != CZ_OK)
+            return rc;
+    }
+    if ((rc = check_one_rate(ex, CZ_KIND_MATRIX, lr, wd, err)) != CZ_OK ||
+        (rc = check_one_rate(ex, CZ_KIND_ELEMENTWISE, lr, wd, err)) != CZ_OK)
+        return rc;
+    /* An optimizer's own values follow its first parameter's: those of the one-rate
+     * optimizers, and the uniform fast path of the others when their parameters agree. */
+    bool seen[2] = {false, false};
+    for (size_t i = 0; i < n; i++) {
+        cz_param_kind k = plan->params[i].def.kind;
+        ex->rates[i] = (cz_opt_rates){lr[i], wd[i]};
+        if (!seen[k]) {
+            cz_optim *o = optim_of(ex, k);
+            o->ops->set_lr(o, lr[i]);
+            o->ops->set_weight_decay(o, wd[i]);
+            seen[k] = true;
+        }
+    }
+    note_uniform(ex);
+    return CZ_OK;
+}
+
+size_t cz_executor_param_count(const cz_executor *ex)
+{
+    return ex ? ex->plan->nparams : 0;
+}
+
+const char *cz_executor_param_name(const cz_executor *ex, size_t i)
+{
+    return ex && i < ex->plan->nparams ? ex->plan->params[i].def.name : NULL;
+}
+
+int cz_executor_set_max_grad_norm(cz_executor *ex, float max_grad_norm, cz_error *err)
+{
+    int rc;
+    if (!ex)
+        return cz__error_set(err, CZ_EINVALID, "set_max_grad_norm: executor is NULL");
+    if ((rc = check_rate("set_max_grad_norm: max_grad_norm", max_grad_norm, err)) != CZ_OK)
+        return rc;
+    ex->cfg.max_grad_norm = max_grad_norm;
+    ex->rates_changed = true;
+    return CZ_OK;
+}
+
+static uint64_t fnv(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ULL;
+    return h;
+}
+
+int cz__exec_rates_agree(cz_executor *ex, double changed, cz_error *err)
+{
+    if (!(changed > 0.0))
+        return CZ_OK;
+    /* The same hash on every rank exactly when every rank holds the same values (up to a
+     * collision): its minimum and its negated minimum (the maximum) then agree. */
+    uint64_t h = 14695981039346656037ULL;
+    h = fnv(h, ex->rates, ex->plan->nparams * sizeof *ex->rates);
+    h = fnv(h, &ex->cfg.max_grad_norm, sizeof ex->cfg.max_grad_norm);
+    for (int k = 0; k < 2; k++) {
+        cz_optim *o = k ? &ex->elem_opt : &ex->matrix_opt;
+        cz_opt_rates r = o->ops->rates(o);
+        h = fnv(h, &r, sizeof r);
+    }
+    int64_t v[2] = {(int64_t)(h >> 2), -(int64_t)(h >> 2)};
+    int rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, v, 2, err);
+    if (rc)
+        return rc;
+    ex->rates_changed = false;
+    if (v[0] != -v[1])
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "step %lld: the ranks set different learning rates, weight decays or "
+                             "clipping thresholds (every rank must set the same before the same "
+                             "step); no parameter was changed",
+                             (long long)(ex->steps + 1));
+    return CZ_OK;
+}

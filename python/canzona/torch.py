@@ -1,0 +1,633 @@
+"""canzona as a torch.optim.Optimizer: the whole distributed optimizer step (gradient
+reduce-scatter over DP, AdamW, Muon on whole matrices through the plan's micro-groups over TP,
+parameter all-gather) for a job started by torchrun, over the job's own process groups.
+
+    import canzona.torch
+    opt = canzona.torch.Optimizer(model, tp_group=tp_group, tp_dims={"*.qkv.weight": 0},
+                                  lr=0.01, adamw_lr=2e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, 50)
+    for x, y in data:
+        loss_fn(model(x), y).backward()   # no DP all-reduce: step() reduce-scatters
+        opt.step(); sched.step(); opt.zero_grad()
+
+See docs/PYTHON.md. Works on torch 1.13 (CPU, gloo) and 2.x (CPU, or CUDA with NCCL).
+"""
+import ctypes
+import hashlib
+import json
+import math
+import os
+import tempfile
+import weakref
+
+import torch
+import torch.distributed as dist
+
+from . import _lib, safetensors
+from ._lib import Error, check
+from ._torch_comm import TorchComm, global_ranks
+from .planning import model_description, plan_text
+
+_DEFAULT = object()  # "argument left out": the optimizer's default, never a value
+
+# The hyper-parameters the executor's configuration takes from the constructor, with their
+# range checks (the executor checks again; these messages name the Python argument).
+_UNIT = ("momentum", "adamw_beta1", "adamw_beta2")
+
+
+def _cluster(dp, tp):
+    """A cluster description of the job's shape. The planner balances by its rates; these
+    modest figures only steer the balance (pass cluster= for a real machine's)."""
+    return {"schema": "canzona.cluster/1", "name": f"torch-dp{dp}-tp{tp}", "gpus": dp * tp,
+            "dp": dp, "tp": tp, "pp": 1, "gpus_per_node": dp * tp,
+            "device": {"name": "torch", "matmul_tflops": 1.0, "mem_gbps": 50.0,
+                       "memory_gib": 16.0},
+            "links": {"intra_node_gbps": 10.0, "inter_node_gbps": 10.0, "latency_us": 5.0}}
+
+
+def _named_groups(params):
+    """(groups of (name, parameter) pairs with their options, the module or None) from a module,
+    an iterable of (name, parameter) pairs, or parameter groups (dicts) whose "params" are
+    such pairs (or a module)."""
+    module = None
+    if isinstance(params, torch.nn.Module):
+        module = params
+        params = list(params.named_parameters())
+    params = list(params)
+    if not params:
+        raise ValueError("Optimizer got no parameters")
+    if isinstance(params[0], dict):
+        groups = []
+        for k, g in enumerate(params):
+            g = dict(g)
+            named = g.pop("params")
+            if isinstance(named, torch.nn.Module):
+                named = list(named.named_parameters())
+            named = list(named)
+            if not all(isinstance(x, tuple) and len(x) == 2 for x in named):
+                raise TypeError(f"param group {k}: canzona plans by name; give "
+                                "(name, parameter) pairs, e.g. model.named_parameters()")
+            groups.append((named, g))
+        return groups, module
+    if not all(isinstance(x, tuple) and len(x) == 2 for x in params):
+        raise TypeError("canzona plans by name: give the module, its named_parameters(), or "
+                        "parameter groups of (name, parameter) pairs")
+    return [(params, {})], module
+
+
+def _world_groups(dp_group, tp_group, mesh, backend):
+    """(dp_group, tp_group, dp ranks, tp ranks) of this rank: the mesh's "dp"/"tp" dimensions,
+    the groups given, or groups made from the world as torchrun started it (TP innermost,
+    the tp group's size from tp_group or 1), of backend (None: the default group's)."""
+    if mesh is not None:
+        names = tuple(getattr(mesh, "mesh_dim_names", None) or ())
+        if dp_group is None and "dp" in names:
+            dp_group = mesh.get_group("dp")
+        if tp_group is None and "tp" in names:
+            tp_group = mesh.get_group("tp")
+    world, me = dist.get_world_size(), dist.get_rank()
+    tp_ranks = global_ranks(tp_group) if tp_group is not None else None
+    dp_ranks = global_ranks(dp_group) if dp_group is not None else None
+    tp = len(tp_ranks) if tp_ranks else (world // len(dp_ranks) if dp_ranks else 1)
+    if world % tp:
+        raise Error(_lib.CZ_EMISMATCH, f"the TP group has {tp} ranks, which does not divide the "
+                                       f"world's {world}")
+    dp = world // tp
+    # Groups the job did not give are made here; new_group is collective over the world, so
+    # every rank makes every group in the same order.
+    if tp_group is None:
+        for d in range(dp):
+            ranks = [d * tp + t for t in range(tp)]
+            g = dist.new_group(ranks, backend=backend)
+            if me in ranks:
+                tp_group, tp_ranks = g, ranks
+    if dp_group is None:
+        for t in range(tp):
+            ranks = [d * tp + t for d in range(dp)]
+            g = dist.new_group(ranks, backend=backend)
+            if me in ranks:
+                dp_group, dp_ranks = g, ranks
+    return dp_group, tp_group, dp_ranks, tp_ranks
+
+
+class Optimizer(torch.optim.Optimizer):
+    """canzona's optimizer step as a torch.optim.Optimizer.
+
+    Optimizer(params, *, dp_group=None, tp_group=None, mesh=None, plan=None, save_plan=None,
+              tp_dims=None, blocks=None, optimizers=None, cluster=None, lr=<default>,
+              weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=5,
+              muon_scaling="rms", adamw_lr=<default>, adamw_betas=(0.9, 0.95),
+              adamw_eps=1e-8, adamw_weight_decay=<weight_decay>, max_grad_norm=0.0,
+              **executor_options)
+
+    params: the module, its named_parameters(), or parameter groups (dicts) whose "params"
+      are (name, parameter) pairs; each group may set "lr" and "weight_decay". Every
+      parameter of the plan must be given exactly once. Parameters hold this rank's TP shard.
+    dp_group, tp_group, mesh: the job's DP and TP process groups, or a DeviceMesh with "dp" and
+      "tp" dimensions; by default the world as torchrun started it, TP innermost (world rank =
+      dp_rank * tp + tp_rank), with tp = the tp_group's size (1 without one).
+    plan: a plan file (canzona plan) to run; None: planned here, through libcanzona, from the
+      parameters (save_plan: a path to write that plan to, for canzona inspect).
+    tp_dims, blocks, optimizers: declarations as canzona.model_description takes them; a
+      parameter with Megatron's attributes (tensor_model_parallel, partition_dim) needs none.
+    lr, weight_decay: of the matrix (Muon) parameters; adamw_lr, adamw_weight_decay of the
+      others. Left out: the optimizer's default (Muon: 1e-3 under "rms" scaling, 0.02 under
+      "shape"; AdamW 3e-4); 0 is 0. A parameter group without "lr" takes lr when all its
+      parameters are matrices, adamw_lr when none is; a group that mixes them needs its own.
+    max_grad_norm: clip the global norm of the averaged gradient (0: off; clip_grad_norm_).
+    nccl_comms: CUDA only, the job's own (dp, tp) ncclComm_t handles (integers) for the data
+      plane, borrowed (in the grid's rank order); None: the executor makes its own from a
+      unique id sent over the control plane.
+    executor_options: further cz_exec_config fields (canzona.Executor's, e.g. ns_coeffs).
+    """
+
+    def __init__(self, params, *, dp_group=None, tp_group=None, mesh=None, plan=None,
+                 save_plan=None, tp_dims=None, blocks=None, optimizers=None, cluster=None,
+                 lr=_DEFAULT, weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=5,
+                 muon_scaling="rms", adamw_lr=_DEFAULT, adamw_betas=(0.9, 0.95),
+                 adamw_eps=1e-8, adamw_weight_decay=_DEFAULT, max_grad_norm=0.0,
+                 nccl_comms=None, **executor_options):
+        if not dist.is_available() or not dist.is_initialized():
+            raise Error(_lib.CZ_EINVALID,
+                        "canzona.torch.Optimizer needs torch.distributed initialized "
+                        "(dist.init_process_group; torchrun sets its env:// rendezvous up), also "
+                        "for one process")
+        named_groups, module = _named_groups(params)
+        self._module = weakref.ref(module) if module is not None else None
+        hp = dict(momentum=momentum, adamw_beta1=adamw_betas[0], adamw_beta2=adamw_betas[1])
+        for key in _UNIT:
+            v = hp[key]
+            if not (isinstance(v, (int, float)) and 0.0 <= v < 1.0):
+                raise ValueError(f"{key} = {v!r}; expected 0 <= {key} < 1")
+        for key, v in (("weight_decay", weight_decay), ("max_grad_norm", max_grad_norm),
+                       ("lr", None if lr is _DEFAULT else lr),
+                       ("adamw_lr", None if adamw_lr is _DEFAULT else adamw_lr),
+                       ("adamw_weight_decay",
+                        None if adamw_weight_decay is _DEFAULT else adamw_weight_decay)):
+            if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{key} = {v!r}; expected a finite value >= 0")
+        if not (isinstance(adamw_eps, (int, float)) and adamw_eps > 0):
+            raise ValueError(f"adamw_eps = {adamw_eps!r}; expected > 0")
+        if muon_scaling not in ("rms", "shape"):
+            raise ValueError(f"muon_scaling {muon_scaling!r}: expected 'rms' or 'shape'")
+        muon_lr = (1e-3 if muon_scaling == "rms" else 0.02) if lr is _DEFAULT else float(lr)
+        elem_lr = 3e-4 if adamw_lr is _DEFAULT else float(adamw_lr)
+        elem_wd = weight_decay if adamw_weight_decay is _DEFAULT else adamw_weight_decay
+
+        device = named_groups[0][0][0][1].device
+        # The callbacks move host memory: on CPU the data plane's groups, and always the
+        # control plane's world, must be gloo's (a CUDA job's default group is NCCL's).
+        host = None if dist.get_backend() == "gloo" else "gloo"
+        dp_group, tp_group, dp_ranks, tp_ranks = _world_groups(
+            dp_group, tp_group, mesh, host if device.type == "cpu" else None)
+        ctrl_group = dist.new_group(backend="gloo") if host else None
+        dp, tp = len(dp_ranks), len(tp_ranks)
+        me = dist.get_rank()
+        self.dp_rank, self.tp_rank = dp_ranks.index(me), tp_ranks.index(me)
+        self.dp_group, self.tp_group = dp_group, tp_group
+
+        names = [n for g, _ in named_groups for n, _ in g]
+        # Every check that can fail comes before anything is changed, and the ranks agree on
+        # the outcome, so that every rank raises (none is left waiting in a collective).
+        msg = self._check_local(named_groups, device, tp, dp, me, dp_ranks, tp_ranks)
+        if msg is None and nccl_comms is not None and (device.type != "cuda" or
+                                                       len(nccl_comms) != 2):
+            msg = ("nccl_comms takes the job's (dp, tp) ncclComm_t handles, for CUDA "
+                   f"parameters only (these are on {device})")
+        self._nccl = None if nccl_comms is None else [ctypes.c_void_p(int(c))
+                                                       for c in nccl_comms]
+        text = None
+        if msg is None and plan is None:
+            try:
+                desc = self._describe(named_groups, tp_dims, blocks, optimizers, tp)
+                text = plan_text(desc, cluster or _cluster(dp, tp)) if me == 0 else None
+            except Exception as e:  # noqa: BLE001 - every rank must learn it, not only this one
+                msg = str(e) if isinstance(e, Error) else f"{type(e).__name__}: {e}"
+        self._agree(msg)
+        with tempfile.TemporaryDirectory(prefix="canzona-torch-") as tmp:
+            if plan is None:
+                box = [text]
+                dist.broadcast_object_list(box, src=0)
+                plan = os.path.join(tmp, "plan.json")
+                with open(plan, "w") as f:
+                    f.write(box[0])
+                if save_plan is not None and me == 0:
+                    with open(save_plan, "w") as f:
+                        f.write(box[0])
+            self._agree(self._check_topology(plan, dp, tp))
+            self._comm = TorchComm(dp_group, tp_group, dp_ranks, tp_ranks, ctrl_group)
+            self._ex = self._create(plan, device, dict(
+                lr=muon_lr, weight_decay=float(weight_decay), momentum=float(momentum),
+                nesterov=int(bool(nesterov)), ns_steps=int(ns_steps), adamw_lr=elem_lr,
+                adamw_beta1=float(adamw_betas[0]), adamw_beta2=float(adamw_betas[1]),
+                adamw_eps=float(adamw_eps), adamw_weight_decay=float(elem_wd),
+                max_grad_norm=float(max_grad_norm)), muon_scaling, executor_options)
+            self._read_layout(plan)
+        L = self._L = _lib.lib()
+        n = L.cz_executor_param_count(self._ex)
+        self._names = [L.cz_executor_param_name(self._ex, i).decode() for i in range(n)]
+        self._index = {name: i for i, name in enumerate(self._names)}
+        msg = self._check_names(names)
+        if msg is None:
+            msg = self._check_shapes(named_groups)
+        try:
+            self._agree(msg)
+        except Error:
+            self.close()
+            raise
+
+        # The groups torch sees: every group with its rate and decay resolved now, so that
+        # schedulers find numbers (their initial_lr).
+        torch_groups = []
+        if len(named_groups) == 1 and not named_groups[0][1]:
+            # No groups given: a Muon group and an AdamW group, each with its own rate and
+            # decay (the constructor's lr/weight_decay and adamw_lr/adamw_weight_decay).
+            named = named_groups[0][0]
+            named_groups = [(m, o) for m, o in (
+                ([x for x in named if self._kind[x[0]] == "matrix"],
+                 {"lr": muon_lr, "weight_decay": weight_decay}),
+                ([x for x in named if self._kind[x[0]] != "matrix"],
+                 {"lr": elem_lr, "weight_decay": elem_wd})) if m]
+        for k, (named, opts) in enumerate(named_groups):
+            kinds = {self._kind[n] for n, _ in named}
+            g = {"params": [p for _, p in named], "names": [n for n, _ in named]}
+            if "lr" in opts:
+                g["lr"] = opts["lr"]
+            elif kinds == {"matrix"}:
+                g["lr"] = muon_lr
+            elif kinds == {"elementwise"}:
+                g["lr"] = elem_lr
+            elif lr is not _DEFAULT:
+                g["lr"] = float(lr)
+            else:
+                self.close()
+                raise ValueError(f"param group {k} mixes matrix (Muon) and elementwise (AdamW) "
+                                 "parameters: give it an lr (or split it)")
+            if "weight_decay" in opts:
+                g["weight_decay"] = opts["weight_decay"]
+            else:
+                g["weight_decay"] = weight_decay if kinds == {"matrix"} else elem_wd
+            g.update({k2: v for k2, v in opts.items() if k2 not in ("lr", "weight_decay")})
+            torch_groups.append(g)
+        self._built = False
+        super().__init__(torch_groups, dict(lr=muon_lr, weight_decay=weight_decay))
+        self._built = True
+
+        self._bind(named_groups, device)
+        self._rates = None
+        self._max_grad_norm = self._set_norm = float(max_grad_norm)
+        self.grad_norm = None
+
+    # ---- construction ----
+    @staticmethod
+    def _check_local(named_groups, device, tp, dp, me, dp_ranks, tp_ranks):
+        if me != dp_ranks.index(me) * tp + tp_ranks.index(me):
+            return ("the DP and TP groups must lay ranks out TP innermost (world rank = dp_rank "
+                    f"* tp + tp_rank, as Megatron and torchrun's mesh do); rank {me} is DP rank "
+                    f"{dp_ranks.index(me)}, TP rank {tp_ranks.index(me)} of tp = {tp}")
+        seen = {}
+        for named, _ in named_groups:
+            for name, p in named:
+                if name in seen:
+                    return f"parameter {name!r} is given twice"
+                seen[name] = p
+                if p.device != device:
+                    return (f"parameter {name!r} is on {p.device}, {next(iter(seen))!r} on "
+                            f"{device}: canzona's buffers live on one device")
+                if p.dtype not in (torch.float32, torch.bfloat16):
+                    return f"parameter {name!r} is {p.dtype}; canzona takes float32 or bfloat16"
+        if device.type not in ("cpu", "cuda"):
+            return (f"the parameters are on {device}; canzona runs on cpu tensors, or cuda "
+                    "tensors with a build that has the cuda backend")
+        return None
+
+    def close(self):
+        """Frees the executor (every rank; the parameters stay views of the flat buffers, which
+        live as long as they do)."""
+        ex, self._ex = getattr(self, "_ex", None), None
+        if ex is not None:
+            _lib.lib().cz_executor_free(ex)
+
+    def __del__(self):
+        self.close()
+
+    def _agree(self, msg):
+        """Every rank raises when any rank failed, with the first failing rank's message."""
+        msgs = [None] * dist.get_world_size()
+        dist.all_gather_object(msgs, msg)
+        for r, m in enumerate(msgs):
+            if m is not None:
+                raise Error(_lib.CZ_EINVALID, m if m == msg else f"rank {r}: {m}")
+
+    @staticmethod
+    def _describe(named_groups, tp_dims, blocks, optimizers, tp):
+        """The model description: the declarations, or Megatron's attributes on the
+        parameters (tensor_model_parallel, partition_dim)."""
+        named = [x for g, _ in named_groups for x in g]
+        dims = dict(tp_dims or {})
+        for name, p in named:
+            if getattr(p, "tensor_model_parallel", False) and name not in dims:
+                dims[name] = int(getattr(p, "partition_dim", 0))
+        dtype = "bf16" if named[0][1].dtype == torch.bfloat16 else "fp32"
+        return model_description(named, name="torch-model", dtype=dtype, tp_dims=dims,
+                                 blocks=blocks, optimizers=optimizers, tp_size=tp)
+
+    def _create(self, plan, device, floats, muon_scaling, options):
+        L = _lib.lib()
+        cfg = _lib.ExecConfig()
+        L.cz_exec_config_init(ctypes.byref(cfg))
+        cuda = device.type == "cuda"
+        cfg.backend = b"cuda" if cuda else b"cpu"
+        cfg.comm = b"nccl" if cuda else b"callbacks"
+        cfg.memory = 1 if cuda else 0
+        if cuda:
+            # The step runs on torch's current stream of the parameters' device: ordered after
+            # the backward pass's kernels and before the next forward's, with no synchronize.
+            cfg.stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+        cfg.dp_rank, cfg.tp_rank = self.dp_rank, self.tp_rank
+        cfg.callbacks = ctypes.pointer(self._comm.cb)
+        if self._nccl is not None:  # pointers to the job's handles, which outlive create
+            cfg.dp_comm = ctypes.addressof(self._nccl[0])
+            cfg.tp_comm = ctypes.addressof(self._nccl[1])
+        cfg.muon_scaling = 0 if muon_scaling == "rms" else 1
+        for key, v in floats.items():
+            setattr(cfg, key, v)
+        from .executor import _FLOAT_OPTIONS, _INT_OPTIONS
+
+        for key, v in options.items():
+            if key in _FLOAT_OPTIONS:
+                setattr(cfg, key, float(v))
+            elif key in _INT_OPTIONS:
+                setattr(cfg, key, int(v))
+            elif key == "ns_coeffs":
+                cfg.ns_coeffs = v.encode()
+            else:
+                raise TypeError(f"unknown option {key!r}")
+        err = _lib.CzError()
+        ex = ctypes.c_void_p()
+        rc = L.cz_executor_create(ctypes.byref(ex), os.fsencode(plan), ctypes.byref(cfg),
+                                  ctypes.byref(err))
+        if rc != _lib.CZ_OK and self._comm.error is not None:
+            raise Error(rc, err.message.decode(errors="replace")) from self._comm.error
+        check(rc, err)
+        return ex
+
+    @staticmethod
+    def _check_topology(plan, dp, tp):
+        """A plan made for another job shape, named before the executor is asked."""
+        try:
+            with open(plan) as f:
+                topo = json.load(f)["topology"]
+        except (OSError, ValueError, KeyError) as e:
+            return f"cannot read the plan {plan}: {e}"
+        if (topo.get("dp"), topo.get("tp")) != (dp, tp):
+            return (f"the plan is for DP{topo.get('dp')}·TP{topo.get('tp')}, but this job's "
+                    f"groups are DP{dp}·TP{tp} (the world's {dp * tp} ranks, TP groups of {tp}): "
+                    "plan for this shape, or pass the groups it was made for")
+        return None
+
+    def _read_layout(self, plan):
+        """Each parameter's kind, and where its local shard starts in the flat buffers (its
+        bucket's offset plus its own) with its local shape, from the plan the executor runs."""
+        with open(plan) as f:
+            doc = json.load(f)
+        buckets = {b["id"]: b["offset"] for b in doc["buckets"]}
+        self._kind = {p["name"]: p["optimizer"] for p in doc["params"]}
+        self._where = {p["name"]: (buckets[p["bucket"]] + p["offset"], list(p["local_shape"]))
+                       for p in doc["params"]}
+
+    def _check_names(self, names):
+        unknown = [n for n in names if n not in self._index]
+        if unknown:
+            return (f"parameter {unknown[0]!r} is not in the plan ({len(unknown)} unknown; a "
+                    "plan for another model?)")
+        missing = sorted(set(self._index) - set(names))
+        if missing:
+            return (f"the plan's parameter {missing[0]!r} was not given ({len(missing)} "
+                    "missing; a plan for another model?)")
+        return None
+
+    def _check_shapes(self, named_groups):
+        for named, _ in named_groups:
+            for name, p in named:
+                shape = self._where[name][1]
+                if list(p.shape) != shape:
+                    return (f"parameter {name!r} has shape {list(p.shape)}; the plan's local "
+                            f"shape is {shape} (a plan for another shape or TP size?)")
+        return None
+
+    def _bind(self, named_groups, device):
+        """Flat parameter and gradient buffers in the plan's layout on the parameters' device;
+        each parameter's storage and .grad become views into them (values preserved)."""
+        n = self._L.cz_executor_buffer_numel(self._ex)
+        dtype = named_groups[0][0][0][1].dtype
+        self._flat_p = torch.zeros(n, dtype=dtype, device=device)
+        self._flat_g = torch.zeros(n, dtype=dtype, device=device)
+        self._params, self._gviews, self._pview_ptr = {}, {}, {}
+        with torch.no_grad():
+            for named, _ in named_groups:
+                for name, p in named:
+                    off, shape = self._where[name]
+                    k = p.numel()
+                    pv = self._flat_p[off:off + k].view(p.shape)
+                    pv.copy_(p)
+                    p.data = pv
+                    p.grad = self._flat_g[off:off + k].view(p.shape)
+                    self._params[name] = p
+                    self._pview_ptr[name] = pv.data_ptr()
+                    self._gviews[name] = p.grad
+        dt = _lib.DTYPE_FP32 if dtype == torch.float32 else _lib.DTYPE_BF16
+        err = _lib.CzError()
+        check(self._L.cz_executor_bind_typed(self._ex, ctypes.c_void_p(self._flat_p.data_ptr()),
+                                             ctypes.c_void_p(self._flat_g.data_ptr()),
+                                             ctypes.c_size_t(n), dt, ctypes.byref(err)), err)
+
+    # ---- steps ----
+    def _local_checks(self):
+        """Before a step, on this rank: a parameter the module re-assigned or whose storage
+        was replaced (a message), gradients re-attached to the flat buffer (a gradient torch
+        made anew, after zero_grad(set_to_none=True) or a re-assigned .grad, copied in; none at
+        all: zero), the rates of the parameter groups. Returns (message or None, whether any
+        parameter had a gradient, the rates)."""
+        module = self._module() if self._module is not None else None
+        if module is not None:
+            now = dict(module.named_parameters())
+            for name, p in self._params.items():
+                if now.get(name) is not p:
+                    return (f"parameter {name!r} was re-assigned after the optimizer was built "
+                            "(the module holds another tensor now): build the optimizer after "
+                            "the model is final", False, None)
+        for name, p in self._params.items():
+            if p.data_ptr() != self._pview_ptr[name] or p.shape != self._gviews[name].shape:
+                return (f"parameter {name!r}'s storage was replaced after the optimizer was "
+                        "built (p.data = ...): canzona's step would not reach it", False, None)
+        lr = (ctypes.c_float * len(self._names))()
+        wd = (ctypes.c_float * len(self._names))()
+        for k, g in enumerate(self.param_groups):
+            for key in ("lr", "weight_decay"):
+                v = g[key]
+                if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                    return (f"param group {k}: {key} = {v!r}; expected a finite value >= 0",
+                            False, None)
+            for name in g["names"]:
+                lr[self._index[name]] = g["lr"]
+                wd[self._index[name]] = g["weight_decay"]
+        if not (math.isfinite(self._max_grad_norm) and self._max_grad_norm >= 0):
+            return f"max_grad_norm = {self._max_grad_norm!r}; expected >= 0", False, None
+        any_grad = False
+        with torch.no_grad():
+            for name, p in self._params.items():
+                view = self._gviews[name]
+                if p.grad is None:
+                    view.zero_()
+                    p.grad = view
+                    continue
+                any_grad = True
+                if p.grad.data_ptr() != view.data_ptr():
+                    view.copy_(p.grad)
+                    p.grad = view
+        return None, any_grad, (lr, wd)
+
+    def _flags(self, failed, any_grad, rates):
+        """Whether any rank failed its checks, whether any rank has gradients, and whether the
+        ranks' rates and clipping agree (the maximum of a hash and of its negation): one small
+        all-reduce over the world per step, before anything is consumed. (The executor
+        compares them again, for C callers.)"""
+        h = 0
+        if rates is not None:
+            d = hashlib.blake2b(bytes(rates[0]) + bytes(rates[1]) +
+                                repr(self._max_grad_norm).encode(), digest_size=7)
+            h = int.from_bytes(d.digest(), "little")
+        dev = self._flat_g.device if dist.get_backend() == "nccl" else torch.device("cpu")
+        t = torch.tensor([int(failed), int(any_grad), h, -h], dtype=torch.int64, device=dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        v = t.tolist()
+        return bool(v[0]), bool(v[1]), failed or v[2] == -v[3] or bool(v[0])
+
+    def step(self, closure=None):
+        """One optimizer step on every rank (collective): the gradients' reduce-scatter over
+        DP, the updates, the parameters' all-gather. Refuses, on every rank and before any
+        change, a step without gradients, a parameter re-assigned or re-stored after
+        construction, and rates out of range; the executor refuses rates that differ across
+        ranks and NaN/Inf gradients. Returns the closure's loss."""
+        if self._ex is None:
+            raise Error(_lib.CZ_EINVALID, "the optimizer was closed")
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        msg, any_grad, rates = self._local_checks()
+        failed, anyone, same = self._flags(msg is not None, any_grad, rates)
+        if failed:
+            self._agree(msg)
+        if not same:
+            raise Error(_lib.CZ_EMISMATCH, "the ranks' param groups hold different learning "
+                                           "rates, weight decays or clipping thresholds (every "
+                                           "rank must set the same before the same step); "
+                                           "nothing was changed")
+        if not anyone:
+            raise Error(_lib.CZ_EINVALID, "step() with no gradients on any rank: call "
+                                          "backward() first (nothing was changed)")
+        err = _lib.CzError()
+        lr, wd = rates
+        key = (bytes(lr), bytes(wd))
+        if key != self._rates:
+            check(self._L.cz_executor_set_param_rates(self._ex, lr, wd, len(self._names),
+                                                       ctypes.byref(err)), err)
+            self._rates = key
+        if self._max_grad_norm != self._set_norm:
+            check(self._L.cz_executor_set_max_grad_norm(self._ex, self._max_grad_norm,
+                                                         ctypes.byref(err)), err)
+            self._set_norm = self._max_grad_norm
+        rc = self._L.cz_executor_step(self._ex, ctypes.byref(err))
+        if rc != _lib.CZ_OK and self._comm.error is not None:
+            raise Error(rc, err.message.decode(errors="replace")) from self._comm.error
+        check(rc, err)
+        self.grad_norm = torch.tensor(self._L.cz_executor_grad_norm(self._ex),
+                                      dtype=torch.float64)
+        return loss
+
+    def zero_grad(self, set_to_none=None):
+        """Both of torch's forms (the default is the installed torch's): set_to_none drops
+        every .grad (the next backward makes new ones, which step() copies into the flat
+        buffer); otherwise the flat gradient buffer is zeroed and every .grad is its view
+        again."""
+        if set_to_none is None:
+            set_to_none = int(torch.__version__.split(".")[0]) >= 2
+        if set_to_none:
+            for p in self._params.values():
+                p.grad = None
+            return
+        self._flat_g.zero_()
+        for name, p in self._params.items():
+            p.grad = self._gviews[name]
+
+    def clip_grad_norm_(self, max_norm):
+        """Clips the global L2 norm of the averaged gradient to max_norm in the following steps
+        (0: off), as torch.nn.utils.clip_grad_norm_ would on the full gradient: the norm exists
+        only after the step's reduce-scatter, so the clipping happens inside step(), and the
+        norm before clipping is self.grad_norm after it."""
+        self._max_grad_norm = float(max_norm)
+
+    def add_param_group(self, param_group):
+        if getattr(self, "_built", True):
+            raise Error(_lib.CZ_EUNSUPPORTED, "canzona's plan is fixed at construction: give "
+                                              "every parameter group to the constructor")
+        super().add_param_group(param_group)
+
+    # ---- state ----
+    def state_dict(self):
+        """The optimizer state in torch's form, on every rank (collective): {"state": {param
+        name: {"momentum" | "exp_avg" | "exp_avg_sq" ...: full, unsharded CPU tensor}},
+        "param_groups": [{..., "params": [param names]}], "step": steps taken}. Keyed by name,
+        not by position, so that it loads under any DP/TP shape of the same model."""
+        rank = dist.get_rank()
+        box = [None]
+        with tempfile.TemporaryDirectory(prefix="canzona-state-") as tmp:
+            path = os.path.join(tmp, "state.safetensors") if rank == 0 else None
+            err = _lib.CzError()
+            check(self._L.cz_executor_save_state(self._ex, None if path is None else
+                                                 os.fsencode(path), ctypes.byref(err)), err)
+            if rank == 0:
+                tensors, meta = safetensors.load(path)
+                box = [(tensors, int(meta["step"]))]
+        dist.broadcast_object_list(box, src=0)
+        tensors, step = box[0]
+        state = {}
+        by_length = sorted(self._names, key=len, reverse=True)
+        for key, arr in tensors.items():
+            name = next(n for n in by_length if key.startswith(n + "."))
+            state.setdefault(name, {})[key[len(name) + 1:]] = torch.from_numpy(arr.copy())
+        groups = []
+        for g in self.param_groups:
+            groups.append({k: (list(g["names"]) if k == "params" else v)
+                           for k, v in g.items() if k != "names"})
+        return {"state": state, "param_groups": groups, "step": step}
+
+    def load_state_dict(self, state_dict):
+        """Loads what state_dict() returned, saved under any DP/TP shape of this model
+        (collective; every rank passes it, rank 0's is read): the optimizer state through the
+        executor's checkpoint, and the groups' hyper-parameters."""
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups) or any(
+                list(a["params"]) != list(b["names"]) for a, b in zip(groups, self.param_groups)):
+            msg = ("the state's parameter groups hold other parameters than this optimizer's "
+                   "(another model, or groups made differently)")
+        else:
+            msg = None
+        self._agree(msg)
+        rank = dist.get_rank()
+        with tempfile.TemporaryDirectory(prefix="canzona-state-") as tmp:
+            path = None
+            if rank == 0:
+                path = os.path.join(tmp, "state.safetensors")
+                flat = {f"{name}.{field}": t.detach().cpu().float().numpy()
+                        for name, fields in state_dict["state"].items()
+                        for field, t in fields.items()}
+                safetensors.save(path, flat, {"format": "canzona.optim/1",
+                                              "step": str(int(state_dict["step"]))})
+            err = _lib.CzError()
+            check(self._L.cz_executor_load_state(self._ex, None if path is None else
+                                                 os.fsencode(path), ctypes.byref(err)), err)
+        for g, saved in zip(self.param_groups, groups):
+            g.update({k: v for k, v in saved.items() if k != "params"})

@@ -1,0 +1,292 @@
+"""canzona.torch.Optimizer's refusals and torch conventions, on every rank of a DP2·TP2 job started
+as torchrun starts one (run it under tests/python/torch_launch.py --nproc-per-node 4): every
+refusal is raised on every rank with the parameters, their storage and their gradients as they
+were; rates per group, lr = 0, gradients torch made anew, state_dict on every rank, Megatron's
+attributes, and zero_grad's two forms.
+
+Env: CANZONA_EXEC_LIB, CANZONA_LIB, PYTHONPATH with python/. Writes only into its own temporary
+folder.
+"""
+import os
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+
+import canzona
+import canzona.torch as ct
+
+H, TP = 16, 2
+
+
+class Net(torch.nn.Module):
+    """A column-parallel fc1 (rows split), a row-parallel fc2 (columns split), a replicated norm:
+    the shards of one TP rank (the forward's collectives do not matter to the optimizer)."""
+
+    def __init__(self, seed, extra=False):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.fc1 = torch.nn.Linear(8, H // TP)
+        self.norm = torch.nn.LayerNorm(H // TP)
+        self.fc2 = torch.nn.Linear(H // TP, 4, bias=False)
+        if extra:
+            self.extra = torch.nn.Linear(4, 4, bias=False)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+
+    def forward(self, x):
+        y = self.fc2(torch.relu(self.norm(self.fc1(x))))
+        return self.extra(y) if hasattr(self, "extra") else y
+
+
+TP_DIMS = {"fc1.weight": 0, "fc1.bias": 0, "fc2.weight": 1}
+
+
+def loss_of(model, seed):
+    g = torch.Generator().manual_seed(seed * 101 + dist.get_rank())
+    x = torch.randn(6, 8, generator=g)
+    return (model(x) ** 2).mean()
+
+
+def snapshot(model):
+    return {n: (p.detach().clone(), p.data_ptr(), None if p.grad is None else p.grad.clone())
+            for n, p in model.named_parameters()}
+
+
+def unchanged(model, before, what):
+    for n, p in model.named_parameters():
+        v, ptr, g = before[n]
+        assert torch.equal(p.detach(), v), f"{what}: {n} changed"
+        assert p.data_ptr() == ptr, f"{what}: {n}'s storage moved"
+        if g is not None:
+            assert torch.equal(p.grad, g), f"{what}: {n}'s gradient changed"
+
+
+def refused(what, fn, *needles):
+    """fn raises on this rank, with every needle in its message."""
+    try:
+        fn()
+    except (canzona.Error, ValueError) as e:
+        for n in needles:
+            assert n in str(e), f"{what}: {n!r} not in {e}"
+        return e
+    raise AssertionError(f"{what}: accepted")
+
+
+def tp_group():
+    r, groups = dist.get_rank(), []
+    for d in range(dist.get_world_size() // TP):
+        groups.append(dist.new_group([d * TP + t for t in range(TP)]))
+    return groups[r // TP]
+
+
+def main():
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    tpg = tp_group()
+    rank = dist.get_rank()
+    with tempfile.TemporaryDirectory(prefix="cz-torch-optim-") as tmp:
+        plan = os.path.join(tmp, "plan.json")
+        box = [plan]
+        dist.broadcast_object_list(box, src=0)  # rank 0's folder: one file for every rank
+        plan = box[0]
+        shared = os.path.dirname(plan)
+
+        # Hyper-parameters out of range: refused before anything is planned or changed.
+        m = Net(1)
+        before = snapshot(m)
+        refused("momentum 1.5", lambda: ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS,
+                                                     momentum=1.5), "momentum = 1.5")
+        refused("negative lr", lambda: ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, lr=-0.1),
+                "lr = -0.1")
+        unchanged(m, before, "out-of-range hyper-parameters")
+
+        # A plan saved for inspection, then a model with a parameter the plan does not know.
+        good = ct.Optimizer(Net(1), tp_group=tpg, tp_dims=TP_DIMS, save_plan=plan)
+        good.close()
+        dist.barrier()
+        assert os.path.exists(plan)
+        m = Net(1, extra=True)
+        before = snapshot(m)
+        refused("unknown parameter",
+                lambda: ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, plan=plan),
+                "'extra.weight' is not in the plan")
+        unchanged(m, before, "unknown parameter")
+
+        # A plan for another shape (DP4·TP1 on this DP2·TP2 job) and groups that disagree with
+        # the plan (no TP group: DP4·TP1 for a DP2·TP2 plan).
+        other = os.path.join(shared, "plan41.json")
+        if rank == 0:
+            desc = canzona.model_description(Net(1).named_parameters(), tp_dims=TP_DIMS,
+                                             tp_size=1)
+            with open(other, "w") as f:
+                f.write(canzona.planning.plan_text(desc, ct._cluster(4, 1)))
+        dist.barrier()
+        m = Net(1)
+        before = snapshot(m)
+        refused("another shape's plan", lambda: ct.Optimizer(m, tp_group=tpg, plan=other),
+                "the plan is for DP4·TP1", "groups are DP2·TP2")
+        refused("groups that disagree", lambda: ct.Optimizer(m, plan=plan),
+                "the plan is for DP2·TP2", "groups are DP4·TP1")
+        unchanged(m, before, "another shape")
+        # A plan for another model (other shapes under the same names).
+        big = os.path.join(shared, "plan_big.json")
+        if rank == 0:
+            named = [(n, torch.empty(p.shape[0] * 2, *p.shape[1:]))
+                     for n, p in Net(1).named_parameters()]
+            desc = canzona.model_description(named, tp_dims=TP_DIMS, tp_size=TP)
+            with open(big, "w") as f:
+                f.write(canzona.planning.plan_text(desc, ct._cluster(2, 2)))
+        dist.barrier()
+        refused("another model's plan", lambda: ct.Optimizer(m, tp_group=tpg, plan=big),
+                "the plan's local shape")
+        unchanged(m, before, "another model")
+
+        # Tensors on a device canzona does not run on (a CPU-only torch has no CUDA tensor to
+        # try: the meta device stands for one it cannot take).
+        meta = torch.nn.Linear(4, 4, device="meta")
+        refused("meta tensors", lambda: ct.Optimizer(meta, tp_group=tpg), "on meta")
+        m = Net(1)
+        before = snapshot(m)
+        refused("NCCL communicators for CPU tensors",
+                lambda: ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, nccl_comms=(1, 2)),
+                "nccl_comms", "CUDA parameters only")
+        unchanged(m, before, "nccl_comms")
+
+        # step() with no gradients, and a parameter re-assigned after construction.
+        m = Net(1)
+        opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, lr=0.02, adamw_lr=0.01)
+        opt.zero_grad(set_to_none=True)
+        before = snapshot(m)
+        refused("no gradients", opt.step, "no gradients")
+        unchanged(m, before, "no gradients")
+        loss_of(m, 1).backward()
+        keep = m.fc2.weight
+        m.fc2.weight = torch.nn.Parameter(keep.detach().clone())
+        before = snapshot(m)
+        refused("re-assigned parameter", opt.step, "'fc2.weight' was re-assigned")
+        unchanged(m, before, "re-assigned parameter")
+        m.fc2.weight = keep
+        with torch.no_grad():
+            keep.data = keep.data.clone()
+        refused("re-stored parameter", opt.step, "'fc2.weight'", "storage was replaced")
+        opt.close()
+
+        # Rates that differ across ranks: refused on every rank by the executor, nothing changed.
+        m = Net(1)
+        opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, lr=0.02, adamw_lr=0.01)
+        loss_of(m, 1).backward()
+        if rank == 3:
+            opt.param_groups[0]["lr"] = 0.03
+        before = snapshot(m)
+        refused("rates differ across ranks", opt.step, "different learning rates")
+        unchanged(m, before, "rates differ")
+        opt.close()
+
+        # lr = 0 is 0: nothing moves (weight decay is multiplied by the rate).
+        m = Net(1)
+        opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, lr=0.0, adamw_lr=0.0)
+        assert [g["lr"] for g in opt.param_groups] == [0.0, 0.0], opt.param_groups
+        before = snapshot(m)
+        loss_of(m, 1).backward()
+        opt.step()
+        for n, p in m.named_parameters():
+            assert torch.equal(p.detach(), before[n][0]), f"lr = 0 moved {n}"
+        opt.close()
+
+        # Groups: Muon and AdamW groups, no decay for the norm and biases, and a gradient torch
+        # made anew (set_to_none, a re-assigned .grad) equal to one accumulated in place.
+        results = []
+        for how in ("in place", "set_to_none", "assigned"):
+            m = Net(1)
+            named = dict(m.named_parameters())
+            groups = [{"params": [("fc1.weight", named["fc1.weight"]),
+                                  ("fc2.weight", named["fc2.weight"])], "lr": 0.02},
+                      {"params": [(n, named[n]) for n in ("fc1.bias", "norm.weight",
+                                                          "norm.bias")],
+                       "lr": 0.01, "weight_decay": 0.0}]
+            opt = ct.Optimizer(groups, tp_group=tpg, tp_dims=TP_DIMS)
+            for step in range(3):
+                opt.zero_grad(set_to_none=(how == "set_to_none"))
+                for micro in range(2):
+                    loss_of(m, step * 2 + micro).backward()
+                if how == "assigned":
+                    for p in m.parameters():
+                        p.grad = p.grad.clone()
+                opt.step()
+            results.append({n: p.detach().clone() for n, p in m.named_parameters()})
+            if how == "in place":
+                state = opt.state_dict()
+                assert state["step"] == 3
+                assert set(state["state"]) == set(named), sorted(state["state"])
+                assert all(isinstance(t, torch.Tensor) for f in state["state"].values()
+                           for t in f.values())
+                assert list(state["state"]["fc1.weight"]) == ["momentum"]
+                # Full, unsharded tensors: fc1.weight's rows are the TP ranks' together.
+                assert list(state["state"]["fc1.weight"]["momentum"].shape) == [H, 8]
+                assert state["param_groups"][1]["weight_decay"] == 0.0
+                everyone = [None] * dist.get_world_size()
+                dist.all_gather_object(everyone, {n: {f: t.sum().item() for f, t in v.items()}
+                                                  for n, v in state["state"].items()})
+                assert all(e == everyone[0] for e in everyone), "state differs between ranks"
+                opt.load_state_dict(state)
+            opt.close()
+        for n in results[0]:
+            for other_result, how in ((results[1], "set_to_none"), (results[2], "assigned")):
+                assert torch.allclose(results[0][n], other_result[n], rtol=0, atol=1e-6), \
+                    f"{how}: {n} differs from in-place accumulation"
+        # Rates per group matter: the same run with one rate for all differs on fc2.weight.
+        m = Net(1)
+        opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, lr=0.01, adamw_lr=0.01)
+        for step in range(3):
+            opt.zero_grad()
+            for micro in range(2):
+                loss_of(m, step * 2 + micro).backward()
+            opt.step()
+        assert not torch.allclose(m.fc2.weight.detach(), results[0]["fc2.weight"])
+        assert not torch.equal(m.norm.weight.detach(), results[0]["norm.weight"])
+        opt.close()
+
+        # Clipping the torch way: clip_grad_norm_ before step() clips inside it; grad_norm is
+        # the norm before clipping, the same with and without.
+        runs = []
+        for clip in (0.0, 1e-3):
+            m = Net(1)
+            opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, lr=0.02, adamw_lr=0.01)
+            loss_of(m, 1).backward()
+            opt.clip_grad_norm_(clip)
+            opt.step()
+            runs.append((float(opt.grad_norm), {n: p.detach().clone()
+                                                for n, p in m.named_parameters()}))
+            opt.close()
+        assert runs[0][0] == runs[1][0] and runs[0][0] > 1e-3, (runs[0][0], runs[1][0])
+        assert not torch.equal(runs[0][1]["norm.bias"], runs[1][1]["norm.bias"]), \
+            "clip_grad_norm_ changed nothing"
+
+        # Megatron's attributes instead of declarations: the plan splits what they mark.
+        m = Net(1)
+        for name, p in m.named_parameters():
+            if name in TP_DIMS:
+                p.tensor_model_parallel, p.partition_dim = True, TP_DIMS[name]
+        mplan = os.path.join(shared, "megatron.json")
+        ct.Optimizer(m, tp_group=tpg, save_plan=mplan).close()
+        dist.barrier()
+        if rank == 0:
+            import json
+
+            with open(mplan) as f:
+                dims = {p["name"]: p["tp_dim"] for p in json.load(f)["params"]}
+            assert dims == {"fc1.weight": 0, "fc1.bias": 0, "norm.weight": None,
+                            "norm.bias": None, "fc2.weight": 1}, dims
+        dist.barrier()
+    if rank == 0:
+        print("ok: refusals on every rank with nothing changed; groups, lr = 0, set_to_none, "
+              "assigned .grad, state_dict, Megatron attributes")
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
