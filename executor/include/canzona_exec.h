@@ -224,11 +224,15 @@ typedef struct cz_executor cz_executor;
  * backend is "mpi" or "nccl": every rank must call it, and all return an error if any rank
  * fails. Runs plan schemas canzona.plan/1 and canzona.plan/2 (CZ_PLAN_SCHEMA,
  * CZ_PLAN_SCHEMA_SPLIT: the split buffer layout) and checks the plan's content hash. Refuses
- * (CZ_EUNSUPPORTED) other schema versions, pipeline-parallel plans, the `even` and `layerwise`
- * DP baselines, AdamW-only plans (--optimizer adamw), SOAP and Shampoo plans on a compute
- * backend without their linear algebra, and (CZ_EMISMATCH) ranks out of range, communicator
- * sizes that differ from the plan's dp/tp, and ranks given different plans. On success *out
- * owns the plan and all optimizer state; free with cz_executor_free. */
+ * (CZ_EUNSUPPORTED) other schema versions, the `even` and `layerwise` DP baselines, AdamW-only
+ * plans (--optimizer adamw), SOAP and Shampoo plans on a compute backend without their linear
+ * algebra, (CZ_EINVALID) plans with expert groups (EP > 1 or ETP != TP; not executed by this
+ * version), and (CZ_EMISMATCH) a world that is not dp*tp*pp ranks, ranks out of range,
+ * communicator sizes that differ from the plan's dp/tp, and ranks given different plans.
+ * Pipeline-parallel plans (pp > 1) run with world rank = (stage * dp + dp_rank) * tp + tp_rank
+ * (Megatron-Core's order): each rank binds, steps and keeps the optimizer state of its own
+ * stage's buffer only (cz_executor_pp_rank, cz_executor_buffer_numel). On success *out owns the
+ * plan and all optimizer state; free with cz_executor_free. */
 int cz_executor_create(cz_executor **out, const char *plan_path, const cz_exec_config *cfg,
                        cz_error *err);
 
@@ -237,7 +241,8 @@ int cz_executor_create(cz_executor **out, const char *plan_path, const cz_exec_c
 int cz_executor_create_from_plan(cz_executor **out, const cz_plan *plan, const cz_exec_config *cfg,
                                  cz_error *err);
 
-/* Number of elements of the flat local buffer the plan expects (sum of its bucket sizes). */
+/* Number of elements of the flat local buffer the plan expects: the sum of the sizes of this
+ * rank's stage's buckets (all of them when pp = 1). */
 size_t cz_executor_buffer_numel(const cz_executor *ex);
 
 /* Typed binding: as the two calls below, for buffers of the executor's dtype
@@ -260,9 +265,10 @@ int cz_executor_bind_buffers(cz_executor *ex, float *params, float *grads, size_
                              cz_error *err);
 
 /* Binds one parameter by name: param and grad point to its local shard, rows x cols
- * row-major (a 1-D parameter passes cols = 1). Refuses an unknown name or a shape that
- * differs from the plan's local shape. The flat buffers of cz_executor_bind_buffers must not
- * be bound as well; every parameter must be bound before the first step. */
+ * row-major (a 1-D parameter passes cols = 1). Refuses an unknown name, a parameter of another
+ * pipeline stage, or a shape that differs from the plan's local shape. The flat buffers of
+ * cz_executor_bind_buffers must not be bound as well; every parameter of this rank's stage must
+ * be bound before the first step. */
 int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, float *grad,
                            int64_t rows, int64_t cols, cz_error *err);
 
@@ -314,9 +320,11 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err);
 /* Copies the timings of the last step into *out. */
 void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out);
 
-/* This process's DP and TP rank (after create). */
+/* This process's DP and TP rank within its stage, and its pipeline stage (after create; -1 for
+ * NULL). */
 int cz_executor_dp_rank(const cz_executor *ex);
 int cz_executor_tp_rank(const cz_executor *ex);
+int cz_executor_pp_rank(const cz_executor *ex);
 
 /* Releases the executor, its state and its duplicated communicators. Accepts NULL. Not
  * collective in this version, but call it on every rank. */

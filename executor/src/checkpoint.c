@@ -148,7 +148,9 @@ static int task_parts(const cz_executor *ex, int i, cz_exec_part **out, int *cou
 {
     const cz_plan *plan = ex->plan;
     const cz_plan_param *p = &plan->params[i];
-    const cz_rank_schedule *rs = &plan->schedules[p->dp_owner];
+    /* Schedules are stage-major: one per (stage, DP rank). */
+    const cz_rank_schedule *rs =
+        &plan->schedules[(size_t)p->stage * (size_t)plan->dp + (size_t)p->dp_owner];
     int n = 0, cap = 0;
     for (int g = 0; g < rs->ngroups; g++)
         for (int t = 0; t < rs->groups[g].ntasks; t++)
@@ -166,11 +168,17 @@ static int task_parts(const cz_executor *ex, int i, cz_exec_part **out, int *cou
     return CZ_OK;
 }
 
-/* True when this rank holds part x of a matrix owned by DP rank d (under sc every TP rank
- * holds every part; slot 0 names them). */
-static bool holds_part(const cz_executor *ex, int d, const cz_exec_part *x)
+/* True when this rank holds part x of a matrix of stage `stage` owned by DP rank d (under sc
+ * every TP rank holds every part; slot 0 names them). */
+static bool holds_part(const cz_executor *ex, int stage, int d, const cz_exec_part *x)
 {
-    return ex->dp_rank == d && (ex->sc || ex->tp_rank == x->slot);
+    return ex->stage == stage && ex->dp_rank == d && (ex->sc || ex->tp_rank == x->slot);
+}
+
+/* The index in the grid (grid_build) of the place (stage, DP rank d, TP rank t). */
+static size_t place(const cz_executor *ex, int stage, int d, int t)
+{
+    return ((size_t)stage * (size_t)ex->dp + (size_t)d) * (size_t)ex->tp + (size_t)t;
 }
 
 /* Copies the rectangle r of a full row-major matrix with ld columns between the matrix and a
@@ -224,14 +232,14 @@ static int transfer(cz_executor *ex, cz_comm_req *req, const float *send, float 
     return rc ? rc : o->wait(&ex->world, req, err);
 }
 
-/* World rank of every (dp_rank, tp_rank) place: the job may hand in communicators whose world
- * order is not dp_rank * tp + tp_rank. grid has dp * tp entries. */
+/* World rank of every (stage, dp_rank, tp_rank) place: the job may hand in communicators whose
+ * order within a stage is not dp_rank * tp + tp_rank. grid has pp * dp * tp entries (place). */
 static int grid_build(cz_executor *ex, int64_t *grid, cz_error *err)
 {
-    int n = ex->dp * ex->tp;
+    int n = ex->pp * ex->dp * ex->tp;
     for (int i = 0; i < n; i++)
         grid[i] = INT64_MAX;
-    grid[ex->dp_rank * ex->tp + ex->tp_rank] = ex->world.rank;
+    grid[place(ex, ex->stage, ex->dp_rank, ex->tp_rank)] = ex->world.rank;
     return ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, grid, n, err);
 }
 
@@ -395,7 +403,7 @@ static int save_parts(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int6
     if ((rc = task_parts(ex, e->param, &v, &n, err)) != CZ_OK)
         goto done;
     for (int k = 0; k < n; k++) {
-        int src = (int)grid[p->dp_owner * ex->tp + (ex->sc ? 0 : v[k].slot)];
+        int src = (int)grid[place(ex, p->stage, p->dp_owner, ex->sc ? 0 : v[k].slot)];
         const float *buf = ex->world.rank == src ? part_buffer(e, &v[k].part) : NULL;
         if ((rc = fetch(ex, b, buf, v[k].part.rows * v[k].part.cols, src, b->part, err)) != CZ_OK)
             goto done;
@@ -417,7 +425,7 @@ static int add_addend(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int6
     bool root = ex->world.rank == 0;
     int rc;
     for (int t = 0; t < ex->tp && b->addend_of != e->param; t++) {
-        int src = (int)grid[p->dp_owner * ex->tp + t];
+        int src = (int)grid[place(ex, p->stage, p->dp_owner, t)];
         if ((rc = fetch(ex, b, ex->world.rank == src ? addend_of(e->opt, e->param) : NULL, p->numel,
                         src, root ? b->shard : NULL, err)) != CZ_OK)
             return rc;
@@ -449,7 +457,8 @@ static int check_entry(const cz_executor *ex, const ck_entry *e, cz_error *err)
     int64_t lo;
     int n = 0, rc;
     if (e->place == CZ_STATE_SHARDED) {
-        if (cz__param_piece(ex->plan, p, ex->dp_rank, &lo) > 0 && !entry_buffer(e))
+        if (p->stage == ex->stage && cz__param_piece(ex->plan, p, ex->dp_rank, &lo) > 0 &&
+            !entry_buffer(e))
             return cz__error_set(err, CZ_EINTERNAL,
                                  "checkpoint: rank %d has no buffer for '%s.%s' it should keep",
                                  ex->world.rank, p->def.name, e->suffix);
@@ -458,7 +467,7 @@ static int check_entry(const cz_executor *ex, const ck_entry *e, cz_error *err)
     if ((rc = task_parts(ex, e->param, &v, &n, err)) != CZ_OK)
         goto done;
     for (int k = 0; k < n; k++) {
-        if (!holds_part(ex, p->dp_owner, &v[k]))
+        if (!holds_part(ex, p->stage, p->dp_owner, &v[k]))
             continue;
         if (e->place == CZ_STATE_PARTS ? !part_buffer(e, &v[k].part) : !entry_buffer(e)) {
             rc = cz__error_set(err, CZ_EINTERNAL,
@@ -515,7 +524,7 @@ static int save_prepare(cz_executor *ex, const char *path, ck_save *s, cz_error 
     if ((rc = entries_open(ex, &s->e, &s->ne, &s->b, err)) != CZ_OK)
         return rc;
     s->holder = calloc(plan->nparams ? plan->nparams : 1, sizeof *s->holder);
-    s->grid = calloc((size_t)(ex->dp * ex->tp), sizeof *s->grid);
+    s->grid = calloc((size_t)ex->pp * (size_t)ex->dp * (size_t)ex->tp, sizeof *s->grid);
     if (!s->holder || !s->grid)
         return cz__error_set(err, CZ_ENOMEM, "save_state: out of memory");
     if (root) {
@@ -562,7 +571,7 @@ static int save_sharded(cz_executor *ex, ck_save *s, const ck_entry *e, float *d
     for (int t = 0; t < ex->tp; t++) {
         for (int d = 0; d < ex->dp; d++) {
             int64_t lo, len = cz__param_piece(ex->plan, p, d, &lo);
-            int src = (int)s->grid[d * ex->tp + t];
+            int src = (int)s->grid[place(ex, p->stage, d, t)];
             if (len > 0 && (rc = fetch(ex, &s->b, ex->world.rank == src ? entry_buffer(e) : NULL,
                                        len, src, root ? s->b.shard + lo : NULL, err)) != CZ_OK)
                 return rc;
@@ -943,7 +952,8 @@ static int store_parts(cz_executor *ex, ck_bufs *b, const ck_entry *e, const flo
     if ((rc = task_parts(ex, e->param, &v, &n, err)) != CZ_OK)
         goto done;
     for (int k = 0; k < n; k++) {
-        float *buf = holds_part(ex, p->dp_owner, &v[k]) ? part_buffer(e, &v[k].part) : NULL;
+        float *buf =
+            holds_part(ex, p->stage, p->dp_owner, &v[k]) ? part_buffer(e, &v[k].part) : NULL;
         if (!buf)
             continue;
         rect_copy(b->part, full, e->shape[1], &v[k].part, 0);
@@ -1035,7 +1045,7 @@ static int load_prepare(cz_executor *ex, const char *path, ck_load *l, cz_error 
         (rc = entries_open(ex, &l->e, &l->ne, &l->b, err)) != CZ_OK)
         return rc;
     l->offs = calloc(l->ne ? l->ne : 1, sizeof *l->offs);
-    l->grid = calloc((size_t)(ex->dp * ex->tp), sizeof *l->grid);
+    l->grid = calloc((size_t)ex->pp * (size_t)ex->dp * (size_t)ex->tp, sizeof *l->grid);
     if (!l->offs || !l->grid)
         return cz__error_set(err, CZ_ENOMEM, "load_state: out of memory");
     if (ex->world.rank != 0)
@@ -1063,7 +1073,7 @@ static int load_tensor(cz_executor *ex, ck_load *l, size_t i, cz_error *err)
     for (int d = 0; d < ex->dp; d++) {
         int64_t lo, len = cz__param_piece(ex->plan, p, d, &lo);
         for (int t = 0; t < ex->tp && len > 0; t++) {
-            int dst = (int)l->grid[d * ex->tp + t];
+            int dst = (int)l->grid[place(ex, p->stage, d, t)];
             if (dst == 0) {
                 if (root && (rc = store(ex, &l->b, e, l->b.host, lo, len, err)) != CZ_OK)
                     return rc;

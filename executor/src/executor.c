@@ -29,6 +29,11 @@ int cz_executor_tp_rank(const cz_executor *ex)
     return ex ? ex->tp_rank : -1;
 }
 
+int cz_executor_pp_rank(const cz_executor *ex)
+{
+    return ex ? ex->stage : -1;
+}
+
 double cz_executor_grad_norm(const cz_executor *ex)
 {
     return ex ? ex->grad_norm : NAN;
@@ -107,6 +112,8 @@ static int alloc_tables(cz_executor *ex, cz_error *err)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const int64_t *rg = plan->buckets[b].ranges;
+        if (plan->buckets[b].stage != ex->stage)
+            continue; /* another stage's buffer: its ranks bind it */
         ex->buffer_numel += (size_t)plan->buckets[b].size;
         if (rg[2 * ex->dp_rank + 1] - rg[2 * ex->dp_rank] > maxrange)
             maxrange = rg[2 * ex->dp_rank + 1] - rg[2 * ex->dp_rank];
@@ -130,6 +137,8 @@ static int own_params(cz_executor *ex, cz_error *err)
         int b = cz__bucket_index(plan, p->bucket);
         CZ_ASSERT(b >= 0 && p->id == (int)i, err);
         ex->param_off[i] = plan->buckets[b].offset + p->offset;
+        if (p->stage != ex->stage)
+            continue; /* updated by the ranks of its own stage */
         ex->piece_len[i] = cz__param_piece(plan, p, ex->dp_rank, &ex->piece_lo[i]);
         if (ex->piece_len[i] == 0 && p->dp_owner != ex->dp_rank)
             continue;
@@ -223,19 +232,25 @@ static int open_compute(cz_executor *ex, const cz_exec_config *cfg, cz_error *er
     return cz__compute_open_for(&ex->compute, &want, &ex->host_staged, err);
 }
 
-/* The plan's grid against the world's, and this process's place in it. */
+/* The plan's grid against the world's, and this process's place in it: world rank =
+ * (stage * dp + dp_rank) * tp + tp_rank, Megatron-Core's order (TP fastest, PP slowest). */
 static int check_grid(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
     ex->dp = plan->dp;
     ex->tp = plan->tp;
+    ex->pp = plan->pp;
     ex->sc = plan->settings.tp == CZ_TP_SC;
-    if (ex->world.size != ex->dp * ex->tp)
+    int per_stage = ex->dp * ex->tp;
+    if (ex->world.size != per_stage * ex->pp)
         return cz__error_set(err, CZ_EMISMATCH,
-                             "the world communicator has %d ranks but the plan needs dp*tp = "
-                             "%d*%d = %d",
-                             ex->world.size, ex->dp, ex->tp, ex->dp * ex->tp);
-    ex->dp_rank = cfg->dp_rank >= 0 ? cfg->dp_rank : ex->world.rank / ex->tp;
+                             "the world communicator has %d ranks but the plan needs dp*tp*pp = "
+                             "%d*%d*%d = %d",
+                             ex->world.size, ex->dp, ex->tp, ex->pp, per_stage * ex->pp);
+    /* The stage always comes from the world rank: a job hands in dp_rank and tp_rank within
+     * its stage, and its world communicator orders the stages (PP outermost). */
+    ex->stage = ex->world.rank / per_stage;
+    ex->dp_rank = cfg->dp_rank >= 0 ? cfg->dp_rank : ex->world.rank % per_stage / ex->tp;
     ex->tp_rank = cfg->tp_rank >= 0 ? cfg->tp_rank : ex->world.rank % ex->tp;
     if (ex->dp_rank >= ex->dp || ex->tp_rank >= ex->tp)
         return cz__error_set(err, CZ_EMISMATCH,
@@ -274,15 +289,16 @@ static int setup(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
     int rc;
     ex->world.compute = &ex->compute; /* the planes wait on its events */
     ex->world.label = "world";
-    /* DP joins equal tp_rank ordered by dp_rank, TP equal dp_rank ordered by tp_rank, unless
-     * the job handed in a communicator (comm.c). A failed (or timed-out) split goes on to the
+    /* Within a stage, DP joins equal tp_rank ordered by dp_rank, TP equal dp_rank ordered by
+     * tp_rank, unless the job handed in a communicator (comm.c); the stages never share a
+     * plane (the colors below differ per stage). A failed (or timed-out) split goes on to the
      * agreement after this, so that every rank returns an error: a rank that left here would
      * keep its peers waiting in it. */
-    rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, cfg->dp_comm, ex->tp_rank,
-                           ex->dp_rank, &ex->dp_comm, err);
+    rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, cfg->dp_comm,
+                           ex->stage * ex->tp + ex->tp_rank, ex->dp_rank, &ex->dp_comm, err);
     if (rc == CZ_OK)
-        rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, cfg->tp_comm, ex->dp_rank,
-                               ex->tp_rank, &ex->tp_comm, err);
+        rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, cfg->tp_comm,
+                               ex->stage * ex->dp + ex->dp_rank, ex->tp_rank, &ex->tp_comm, err);
     ex->dp_comm.label = "DP";
     ex->tp_comm.label = "TP";
     if (rc != CZ_OK)
@@ -299,7 +315,9 @@ static int setup(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
                              ex->tp_comm.size, ex->tp_comm.rank, ex->tp, ex->tp_rank);
     if ((rc = cz__comm_reserve(ex->comm, &ex->dp_comm, ex->plan, err)) != CZ_OK)
         return rc;
-    ex->schedule = &ex->plan->schedules[ex->dp_rank];
+    /* Schedules are stage-major, one per (stage, DP rank) (the plan check counted them). */
+    ex->schedule = &ex->plan->schedules[(size_t)ex->stage * (size_t)ex->dp + (size_t)ex->dp_rank];
+    CZ_ASSERT(ex->schedule->stage == ex->stage && ex->schedule->dp_rank == ex->dp_rank, err);
     return alloc_state(ex, err);
 }
 
@@ -424,6 +442,12 @@ int cz_executor_bind_param_typed(cz_executor *ex, const char *name, void *param,
         return cz__error_set(err, CZ_EMISMATCH, "bind_param: the plan has no parameter named '%s'",
                              name);
     const cz_plan_param *p = &plan->params[i];
+    if (p->stage != ex->stage)
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "bind_param('%s'): the parameter is in pipeline stage %d but this "
+                             "rank runs stage %d (world rank / (dp * tp)); bind only your stage's "
+                             "parameters",
+                             name, p->stage, ex->stage);
     int64_t lr = p->local_shape[0], lc = p->def.ndim == 1 ? 1 : p->local_shape[1];
     if (rows != lr || cols != lc)
         return cz__error_set(err, CZ_EMISMATCH,

@@ -25,6 +25,10 @@ struct cz_executor {
     cz_ctrl ctrl;                     /* control plane over the world */
     cz_plane world, dp_comm, tp_comm; /* data planes; dp and tp are split from world */
     int dp, tp, dp_rank, tp_rank;
+    /* Pipeline parallelism: the plan's pp and this process's stage (world rank / (dp * tp),
+     * Megatron-Core's order with PP outermost). A rank binds, steps and keeps optimizer state
+     * for its stage's buckets and parameters only. */
+    int pp, stage;
     bool sc; /* synchronous compute: every TP rank updates every matrix */
     size_t buffer_numel;
     const cz_rank_schedule *schedule; /* my DP rank's */

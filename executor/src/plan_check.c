@@ -66,14 +66,10 @@ static int check_structure(const cz_plan *plan, cz_error *err)
 
 int cz__exec_plan_check(const cz_plan *plan, cz_error *err)
 {
-    if (plan->pp != 1)
-        return cz__error_set(err, CZ_EUNSUPPORTED,
-                             "plan has pp = %d: pipeline-parallel plans are not executed by this "
-                             "version",
-                             plan->pp);
-    if (plan->dp < 1 || plan->tp < 1)
-        return cz__error_set(err, CZ_EINVALID, "plan topology dp = %d, tp = %d: both must be >= 1",
-                             plan->dp, plan->tp);
+    if (plan->dp < 1 || plan->tp < 1 || plan->pp < 1)
+        return cz__error_set(err, CZ_EINVALID,
+                             "plan topology dp = %d, tp = %d, pp = %d: each must be >= 1", plan->dp,
+                             plan->tp, plan->pp);
     if (plan->settings.dp == CZ_DP_EVEN || plan->settings.dp == CZ_DP_LAYERWISE)
         return cz__error_set(err, CZ_EUNSUPPORTED,
                              "plan uses DP strategy '%s', an analysis baseline the executor does "
@@ -130,12 +126,14 @@ uint64_t cz__exec_plan_fingerprint(const cz_plan *plan)
         FNV_VAL(h, p->offset);
         FNV_VAL(h, p->numel);
         FNV_VAL(h, p->dp_owner);
+        FNV_VAL(h, p->stage);
     }
     FNV_VAL(h, plan->nbuckets);
     for (size_t b = 0; b < plan->nbuckets; b++) {
         FNV_VAL(h, plan->buckets[b].offset);
         FNV_VAL(h, plan->buckets[b].size);
         FNV_VAL(h, plan->buckets[b].elementwise);
+        FNV_VAL(h, plan->buckets[b].stage);
         for (int r = 0; r < 2 * plan->dp; r++)
             FNV_VAL(h, plan->buckets[b].ranges[r]);
     }

@@ -19,6 +19,8 @@ static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
     float inv = 1.0f / (float)ex->dp;
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
+        if (bk->stage != ex->stage)
+            continue;
         for (int r = 0; r < ex->dp; r++)
             counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
         /* The ranges are contiguous and rank-ordered (plan check): one segment per rank. */
@@ -39,6 +41,8 @@ static int all_gather(cz_executor *ex, float *P, cz_error *err)
     size_t counts[ex->dp];
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
+        if (bk->stage != ex->stage)
+            continue;
         for (int r = 0; r < ex->dp; r++)
             counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
         int rc = ex->dp_comm.ops->all_gather(&ex->dp_comm, P + bk->offset + bk->ranges[0], counts,
@@ -135,6 +139,8 @@ static void stage_in(cz_executor *ex)
     bool params = ex->dtype == CZ_DTYPE_FP32 || !ex->master_loaded;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
         int64_t off = ex->param_off[i], n = ex->plan->params[i].numel;
+        if (ex->plan->params[i].stage != ex->stage)
+            continue;
         if (params)
             c->ops->convert(c, ex->stage_params + off, CZ_DTYPE_FP32, job_param(ex, i, off),
                             ex->dtype, n);
@@ -149,6 +155,8 @@ static void stage_out(cz_executor *ex)
     cz_compute *c = &ex->compute;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
         int64_t off = ex->param_off[i], n = ex->plan->params[i].numel;
+        if (ex->plan->params[i].stage != ex->stage)
+            continue;
         c->ops->convert(c, job_param(ex, i, off), ex->dtype, ex->stage_params + off, CZ_DTYPE_FP32,
                         n);
     }
@@ -162,7 +170,7 @@ static int check_bound(cz_executor *ex, cz_error *err)
                            "step: no buffers bound (call bind_buffers or "
                            "bind_param first)");
     for (size_t i = 0; !rc && ex->per_param && i < ex->plan->nparams; i++)
-        if (!ex->bound[i])
+        if (ex->plan->params[i].stage == ex->stage && !ex->bound[i])
             rc = cz__error_set(err, CZ_EINVALID, "step: parameter '%s' is not bound",
                                ex->plan->params[i].def.name);
     if (ex->bind_agreed)

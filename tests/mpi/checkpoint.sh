@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Optimizer-state checkpoints on 4 MPI ranks, resharded. Usage:
-# checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back]
+# checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|pp|pp-back]
 #  muon (default): 20 steps of test-small at DP2·TP2, save the state, load it at DP4·TP1 and
 #    run 20 more steps; the final parameters must equal an uninterrupted 40-step run.
 #  shampoo: 7 steps at DP2·TP2 (refresh every 5 steps, sides above 128 tiled, momentum and
@@ -15,6 +15,10 @@
 #    its blocks' slices), 10 more steps.
 #  tasks-back: 10 steps under --split-blocks --coop 2 at DP2·TP2 (the momentum saved part by
 #    part), load under whole matrices at DP4·TP1, 10 more steps.
+#  pp: 10 steps at PP2·DP2·TP1 (each stage's ranks keep their stage's state only; the save
+#    gathers both stages'), load at PP1·DP4·TP1, 10 more steps.
+#  pp-back: 10 steps at PP1·DP2·TP2, load at PP2·DP1·TP2 (each stage takes its own
+#    parameters' tensors from the file), 10 more steps.
 # Equal means max|a-b|/max|b| <= 1e-5 per parameter. The gradients are the same on every DP
 # replica (so their average does not depend on the DP size) and come from files, so both runs
 # see the same gradients. Also: the same continuation without the loaded state differs (the
@@ -62,7 +66,11 @@ soap)
   popt=(--optimizer soap --precondition-frequency 5 --max-precond-dim 100)
   second=cpu-4-dp4-tp1; n1=8; n2=8; bopt=() ;;
 split) popt=(--layout split); second=cpu-4-dp4-tp1; n1=20; n2=20; bopt=() ;;
-*) echo "usage: checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back]"; exit 2 ;;
+pp) popt=(--pp-size 2 --dp-size 2 --tp-size 1); popt2=(--dp-size 4); second=cpu-4-dp4-tp1
+  n1=10; n2=10; bopt=() ;;
+pp-back) popt=(); popt2=(--pp-size 2 --dp-size 1 --tp-size 2); second=cpu-4-dp2-tp2; n1=10
+  n2=10; bopt=() ;;
+*) echo "usage: checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|pp|pp-back]"; exit 2 ;;
 esac
 [ ${#popt2[@]} -gt 0 ] || popt2=("${popt[@]}")
 n=$((n1 + n2))
@@ -141,7 +149,7 @@ for n in names:
 print("%d parameters, worst relative difference %.3g (%s)" % (len(names), worst, where))
 sys.exit(0 if worst <= tol else 1)
 PY
-echo "$mode: resumed at $second after $n1 steps at DP2·TP2 vs $n uninterrupted steps at DP2·TP2:"
+echo "$mode: resumed at $second ${popt2[*]} after $n1 steps at cpu-4-dp2-tp2 ${popt[*]} vs $n uninterrupted steps:"
 python3 "$tmp/compare.py" "$tmp/resumed" "$tmp/ref" 1e-5
 echo "the same continuation without the saved state (must differ):"
 if python3 "$tmp/compare.py" "$tmp/fresh" "$tmp/ref" 1e-5; then
@@ -165,6 +173,8 @@ want = {
     "split": ["exp_avg", "exp_avg_sq", "momentum"],
     "tasks": ["exp_avg", "exp_avg_sq", "momentum"],
     "tasks-back": ["exp_avg", "exp_avg_sq", "momentum"],
+    "pp": ["exp_avg", "exp_avg_sq", "momentum"],
+    "pp-back": ["exp_avg", "exp_avg_sq", "momentum"],
     "shampoo": ["exp_avg", "exp_avg_sq", "factor_left", "factor_right", "filtered_grad",
                 "grafting", "inv_root_left", "inv_root_right", "momentum"],
     "soap": ["GG_left", "Q_left", "exp_avg", "exp_avg_sq"],
@@ -183,7 +193,8 @@ print("checkpoint: %d tensors, step %s" % (len(h), steps))
 PY
 
 # The refusals below do not depend on the layout or the tasks: checked with plain plans only.
-if [ "$mode" = split ] || [ "$mode" = tasks ] || [ "$mode" = tasks-back ]; then
+if [ "$mode" = split ] || [ "$mode" = tasks ] || [ "$mode" = tasks-back ] || [ "$mode" = pp ] ||
+  [ "$mode" = pp-back ]; then
   echo "ok"
   exit 0
 fi

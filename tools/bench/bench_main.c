@@ -719,11 +719,14 @@ static int initial_full(const bench_opts *o, const cz_plan_param *p, float **out
     return CZ_OK;
 }
 
-static int fill_params(const bench_opts *o, const cz_plan *plan, int tp_rank, float *P,
+/* This rank's parameter shards: those of its pipeline stage (the buffer holds no other). */
+static int fill_params(const bench_opts *o, const cz_plan *plan, int stage, int tp_rank, float *P,
                        cz_error *err)
 {
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
+        if (p->stage != stage)
+            continue;
         float *dst = P + param_offset(plan, p);
         if (!o->init_dir) {
             cz_bench_fill_shard(p, plan->tp, tp_rank, o->seed, 0, 0, 0, CZ_BENCH_PARAM_SCALE, dst);
@@ -828,12 +831,14 @@ static int dump_grads(const bench_opts *o, const cz_plan *plan, int total, cz_er
 
 /* This rank's gradient shards of one step: generated shard by shard, or cut from the full
  * tensors of --grad-dir (the same values when the files hold the generated ones). */
-static int fill_grads(const bench_opts *o, const cz_plan *plan, int dp_rank, int tp_rank,
+static int fill_grads(const bench_opts *o, const cz_plan *plan, int stage, int dp_rank, int tp_rank,
                       int64_t step, float *G, cz_error *err)
 {
     int rc = CZ_OK;
     for (size_t i = 0; i < plan->nparams && !rc; i++) {
         const cz_plan_param *p = &plan->params[i];
+        if (p->stage != stage)
+            continue;
         float *dst = G + param_offset(plan, p);
         if (!o->grad_dir) {
             cz_bench_fill_shard(p, plan->tp, tp_rank, o->seed, 1, step, dp_rank, 1.0f, dst);
@@ -849,36 +854,67 @@ static int fill_grads(const bench_opts *o, const cz_plan *plan, int dp_rank, int
     return rc;
 }
 
-/* Gathers every parameter's full tensor to world rank 0 from the TP ranks of DP rank 0
- * (after the all-gather every DP replica holds all parameters). full[i] is set on rank 0. */
-static int gather_full(const cz_plan *plan, MPI_Comm row, int dp_rank, const float *P, float **full,
-                       cz_error *err)
+/* One parameter's full tensor into full (malloc'ed by the caller; NULL when it could not be)
+ * on rank 0 of row, the TP ranks of one DP rank of its stage. Every rank of row takes part,
+ * whatever failed before, so that none is left in the gather. */
+static int gather_param(const cz_plan *plan, MPI_Comm row, int rank, const cz_plan_param *p,
+                        const float *P, float *full, cz_error *err)
 {
-    if (dp_rank != 0)
-        return CZ_OK;
-    int tp = plan->tp, rank;
+    int tp = plan->tp, rc = CZ_OK;
+    float *all = rank == 0 ? malloc((size_t)(p->numel * tp) * sizeof(float)) : NULL;
+    if (rank == 0 && (!all || !full))
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory gathering '%s'", p->def.name);
+    MPI_Request r;
+    MPI_Igather(P + param_offset(plan, p), (int)p->numel, MPI_FLOAT, all, (int)p->numel, MPI_FLOAT,
+                0, row, &r);
+    bench_wait(&r, row, "canzona-bench's gather of the parameters");
+    if (rank == 0 && !rc) {
+        if (p->def.tp_dim < 0)
+            memcpy(full, all, (size_t)p->numel * sizeof(float));
+        else
+            for (int k = 0; k < tp; k++)
+                cz__shard_unpack(p, tp, k, all + (size_t)k * (size_t)p->numel, full);
+    }
+    free(all);
+    return rc;
+}
+
+/* A full tensor of a later pipeline stage from that stage's first rank (which gathered it) to
+ * world rank 0; n floats. Both ends hold a buffer of n floats (gather_full checks). */
+static void stage_to_root(const cz_plan *plan, int stage, float *buf, int64_t n)
+{
+    int src = stage * plan->dp * plan->tp;
+    if (stage == 0 || (g_rank != 0 && g_rank != src))
+        return;
+    MPI_Request r;
+    if (g_rank == 0)
+        MPI_Irecv(buf, (int)n, MPI_FLOAT, src, 7, MPI_COMM_WORLD, &r);
+    else
+        MPI_Isend(buf, (int)n, MPI_FLOAT, 0, 7, MPI_COMM_WORLD, &r);
+    bench_wait(&r, MPI_COMM_WORLD, "canzona-bench's transfer of a later stage's parameters");
+}
+
+/* Gathers every parameter's full tensor to world rank 0: each stage's from the TP ranks of its
+ * DP rank 0 (after the all-gather every DP replica holds all of its stage's parameters), then
+ * a later stage's from that stage's first rank. full[i] is set on rank 0. An allocation failure
+ * is fatal here (the transfers have no way to skip a tensor): the bench stops. */
+static int gather_full(const cz_plan *plan, MPI_Comm row, int stage, int dp_rank, const float *P,
+                       float **full, cz_error *err)
+{
+    int rank, rc = CZ_OK;
     MPI_Comm_rank(row, &rank);
-    int rc = CZ_OK;
-    for (size_t i = 0; i < plan->nparams && !rc; i++) {
+    for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        float *all = rank == 0 ? malloc((size_t)(p->numel * tp) * sizeof(float)) : NULL;
-        if (rank == 0) {
-            full[i] = malloc((size_t)full_numel(p) * sizeof(float));
-            if (!all || !full[i])
-                rc = cz__error_set(err, CZ_ENOMEM, "out of memory gathering '%s'", p->def.name);
+        bool mine = p->stage == stage && dp_rank == 0;
+        if ((g_rank == 0 || (mine && rank == 0)) &&
+            !(full[i] = malloc((size_t)full_numel(p) * sizeof(float)))) {
+            fprintf(stderr, "canzona-bench: rank %d: out of memory gathering '%s'\n", g_rank,
+                    p->def.name);
+            MPI_Abort(MPI_COMM_WORLD, 1);
         }
-        MPI_Request r;
-        MPI_Igather(P + param_offset(plan, p), (int)p->numel, MPI_FLOAT, all, (int)p->numel,
-                    MPI_FLOAT, 0, row, &r);
-        bench_wait(&r, row, "canzona-bench's gather of the parameters");
-        if (rank == 0 && !rc) {
-            if (p->def.tp_dim < 0)
-                memcpy(full[i], all, (size_t)p->numel * sizeof(float));
-            else
-                for (int r = 0; r < tp; r++)
-                    cz__shard_unpack(p, tp, r, all + (size_t)r * (size_t)p->numel, full[i]);
-        }
-        free(all);
+        int prc = mine ? gather_param(plan, row, rank, p, P, full[i], err) : CZ_OK;
+        rc = rc ? rc : prc;
+        stage_to_root(plan, p->stage, full[i], full_numel(p));
     }
     return rc;
 }
@@ -1032,7 +1068,8 @@ out:
 
 /* After the parameter all-gather every DP replica must hold bit-identical parameters. Compares
  * a hash of this rank's whole local buffer with the other replicas of its TP rank. */
-static int check_replicas(const float *P, size_t n, int tp_rank, int dp_rank, cz_error *err)
+static int check_replicas(const float *P, size_t n, int stage, int tp, int tp_rank, int dp_rank,
+                          cz_error *err)
 {
     uint64_t h = 1469598103934665603ull, lo = 0, hi = 0;
     const unsigned char *bytes = (const unsigned char *)P;
@@ -1041,15 +1078,17 @@ static int check_replicas(const float *P, size_t n, int tp_rank, int dp_rank, cz
         h *= 1099511628211ull;
     }
     MPI_Comm col;
-    bench_split(MPI_COMM_WORLD, tp_rank, dp_rank, &col, "canzona-bench's replica check");
+    /* The replicas of one TP rank of one pipeline stage. */
+    bench_split(MPI_COMM_WORLD, stage * tp + tp_rank, dp_rank, &col,
+                "canzona-bench's replica check");
     bench_allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, col, "canzona-bench's replica check");
     bench_allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, col, "canzona-bench's replica check");
     MPI_Comm_free(&col);
     if (lo != hi)
         return cz__error_set(err, CZ_EINTERNAL,
-                             "the DP replicas of TP rank %d hold different parameters after the "
-                             "all-gather",
-                             tp_rank);
+                             "the DP replicas of TP rank %d of stage %d hold different parameters "
+                             "after the all-gather",
+                             tp_rank, stage);
     return CZ_OK;
 }
 
@@ -1188,14 +1227,17 @@ int main(int argc, char **argv)
     cfg.soap_shampoo_beta = o.shampoo.soap_shampoo_beta;
     cfg.soap_eps = o.shampoo.soap_eps;
     if (o.own_comms || o.bad_dp_comm) {
-        /* As a job would: the grid is read from the plan's topology, TP innermost. */
+        /* As a job would: the grid is read from the plan's topology, TP innermost, PP
+         * outermost (g_rank / tp is then stage * dp + dp_rank). */
         cz_plan *tmp = NULL;
-        int tp = 1;
-        if (cz_plan_read(&tmp, o.plan, &err) == 0)
+        int tp = 1, dp = 1;
+        if (cz_plan_read(&tmp, o.plan, &err) == 0) {
             tp = tmp->tp;
+            dp = tmp->dp;
+        }
         cz_plan_free(tmp);
-        bench_split(MPI_COMM_WORLD, g_rank % tp, g_rank / tp, &own_dp,
-                    "canzona-bench's DP communicator");
+        bench_split(MPI_COMM_WORLD, g_rank / (dp * tp) * tp + g_rank % tp, g_rank % (dp * tp) / tp,
+                    &own_dp, "canzona-bench's DP communicator");
         bench_split(MPI_COMM_WORLD, g_rank / tp, g_rank % tp, &own_tp,
                     "canzona-bench's TP communicator");
         cfg.dp_comm = o.bad_dp_comm ? (const void *)&world_comm : (const void *)&own_dp;
@@ -1222,6 +1264,7 @@ int main(int argc, char **argv)
         goto done;
 
     int dp_rank = cz_executor_dp_rank(ex), tp_rank = cz_executor_tp_rank(ex);
+    int stage = cz_executor_pp_rank(ex);
     size_t n = cz_executor_buffer_numel(ex);
     /* The job's view is fp32 (P, G); with bf16 the bound buffers are bf16 copies of them. */
     bool bf16 = cz_executor_dtype(ex) == CZ_DTYPE_BF16;
@@ -1235,7 +1278,7 @@ int main(int argc, char **argv)
     }
     rc = (P && G) ? CZ_OK : cz__error_set(&err, CZ_ENOMEM, "out of memory for %zu elements", n);
     if (!rc)
-        rc = fill_params(&o, plan, tp_rank, P, &err);
+        rc = fill_params(&o, plan, stage, tp_rank, P, &err);
     /* With --backend cuda the bound buffers are device copies of P/Pb and G/Gb. */
     size_t bytes = n * (bf16 ? sizeof(uint16_t) : sizeof(float));
     void *hostP = bf16 ? (void *)Pb : (void *)P, *hostG = bf16 ? (void *)Gb : (void *)G;
@@ -1278,15 +1321,18 @@ int main(int argc, char **argv)
         }
         g_step_now = s + 1;
         cz__mpi_watch_phase("canzona-bench, reading the step's gradients", s + 1);
-        rc = fill_grads(&o, plan, dp_rank, tp_rank, s, G, &err);
+        rc = fill_grads(&o, plan, stage, dp_rank, tp_rank, s, G, &err);
         if (any_failed(rc, &err, "reading the gradients"))
             goto done;
         if (o.inject_nan && s == 0 && g_rank == 0) {
             size_t i = 0;
             while (i < plan->nparams && strcmp(plan->params[i].def.name, o.inject_nan) != 0)
                 i++;
-            if (i < plan->nparams)
+            if (i < plan->nparams && plan->params[i].stage == stage)
                 G[param_offset(plan, &plan->params[i])] = NAN;
+            else if (i < plan->nparams)
+                fprintf(stderr, "canzona-bench: --inject-nan: '%s' is not in rank 0's stage\n",
+                        o.inject_nan);
             else
                 fprintf(stderr, "canzona-bench: --inject-nan: no parameter '%s'\n", o.inject_nan);
         }
@@ -1342,9 +1388,12 @@ int main(int argc, char **argv)
         med[k] = median(tmp, o.steps);
         free(tmp);
     }
+    char pp_text[32] = "";
+    if (plan->pp > 1)
+        snprintf(pp_text, sizeof pp_text, " pp=%d", plan->pp);
     if (g_rank == 0) {
-        printf("canzona-bench: %s on dp=%d tp=%d (dp %s, tp %s), %d steps after %d warm-up\n",
-               plan->model_name ? plan->model_name : "?", plan->dp, plan->tp,
+        printf("canzona-bench: %s on dp=%d tp=%d%s (dp %s, tp %s), %d steps after %d warm-up\n",
+               plan->model_name ? plan->model_name : "?", plan->dp, plan->tp, pp_text,
                cz_dp_strategy_name(plan->settings.dp), cz_tp_strategy_name(plan->settings.tp),
                o.steps, o.warmup);
         printf("median seconds per step (slowest rank): reduce-scatter %.6f  elementwise %.6f  "
@@ -1363,16 +1412,17 @@ int main(int argc, char **argv)
     if (o.verify) {
         if (o.corrupt_replica && dp_rank == 1 && n > 0)
             P[n - 1] += 1.0f; /* (testing) what a broken all-gather would leave behind */
-        rc = check_replicas(P, n, tp_rank, dp_rank, &err);
+        rc = check_replicas(P, n, stage, plan->tp, tp_rank, dp_rank, &err);
         if (any_failed(rc, &err, "verifying"))
             goto done;
         if (g_rank == 0)
             printf("verify: every DP replica holds identical parameters\n");
     }
     if (o.dump_dir || o.verify) {
-        bench_split(MPI_COMM_WORLD, dp_rank, tp_rank, &row, "canzona-bench's parameter gather");
+        bench_split(MPI_COMM_WORLD, stage * plan->dp + dp_rank, tp_rank, &row,
+                    "canzona-bench's parameter gather");
         full = calloc(plan->nparams ? plan->nparams : 1, sizeof *full);
-        rc = full ? gather_full(plan, row, dp_rank, P, full, &err)
+        rc = full ? gather_full(plan, row, stage, dp_rank, P, full, &err)
                   : cz__error_set(&err, CZ_ENOMEM, "out of memory");
         if (!rc && g_rank == 0 && o.dump_dir) {
             rc = make_dirs(o.dump_dir, &err);
