@@ -170,7 +170,8 @@ int cz__comm_plan_check(const cz_plan *plan, cz_error *err)
 {
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
-        for (int r = 0; r < plan->dp; r++) {
+        /* One range per DP rank, or per expert-DP rank for an expert bucket. */
+        for (int r = 0; r < cz_plan_bucket_nranks(plan, bk); r++) {
             int64_t s = bk->ranges[2 * r], e = bk->ranges[2 * r + 1];
             /* The all-gather addresses ranges by their start: an MPI displacement (int). */
             if (s > INT_MAX)

@@ -524,8 +524,13 @@ static int pipeline_open(cz_executor *ex, const cz_rank_schedule *rs, cz_plane *
 
 int cz__exec_pipeline_init(cz_executor *ex, cz_error *err)
 {
-    return pipeline_open(ex, ex->schedule, &ex->tp_comm, ex->tp, ex->tp_rank, ex->sc, &ex->pipe,
-                         err);
+    int rc =
+        pipeline_open(ex, ex->schedule, &ex->tp_comm, ex->tp, ex->tp_rank, ex->sc, &ex->pipe, err);
+    /* An expert rank's micro-groups run over its ETP plane, after the DP rank's. */
+    if (rc == CZ_OK && ex->experts)
+        rc = pipeline_open(ex, ex->expert_schedule, &ex->etp_comm, ex->etp, ex->etp_rank, ex->sc,
+                           &ex->epipe, err);
+    return rc;
 }
 
 static void pipeline_close(struct cz_pipeline *pp)
@@ -581,7 +586,8 @@ static void pipeline_close(struct cz_pipeline *pp)
 void cz__exec_pipeline_free(cz_executor *ex)
 {
     pipeline_close(ex->pipe);
-    ex->pipe = NULL;
+    pipeline_close(ex->epipe);
+    ex->pipe = ex->epipe = NULL;
 }
 
 /* Posts one all-to-all as a group of sends and receives, completed through req. */
@@ -713,5 +719,7 @@ int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error
      * its momentum) comes before any part's update is applied. */
     if (o->ops->step_shards && (rc = o->ops->step_shards(o, P, G, ex->steps + 1, err)) != CZ_OK)
         return rc;
-    return pipeline_run(ex->pipe, P, G, err);
+    if ((rc = pipeline_run(ex->pipe, P, G, err)) != CZ_OK)
+        return rc;
+    return ex->epipe ? pipeline_run(ex->epipe, P, G, err) : CZ_OK;
 }
