@@ -311,13 +311,21 @@ typedef struct cz_executor cz_executor;
 
 /* Creates an executor from a plan file. Collective over the world communicator when the comm
  * backend is "mpi" or "nccl": every rank must call it, and all return an error if any rank
- * fails. Runs plan schemas canzona.plan/1 and canzona.plan/2 (CZ_PLAN_SCHEMA,
- * CZ_PLAN_SCHEMA_SPLIT: the split buffer layout) and checks the plan's content hash. Refuses
- * (CZ_EUNSUPPORTED) other schema versions, pipeline-parallel plans, the `even` and `layerwise`
- * DP baselines, AdamW-only plans (--optimizer adamw), SOAP and Shampoo plans on a compute
- * backend without their linear algebra, and (CZ_EMISMATCH) ranks out of range, communicator
- * sizes that differ from the plan's dp/tp, and ranks given different plans. On success *out
- * owns the plan and all optimizer state; free with cz_executor_free. */
+ * fails. Runs plan schemas canzona.plan/1, /2 and /3 (CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT: the
+ * split buffer layout, CZ_PLAN_SCHEMA_EXPERT: expert groups) and checks the plan's content
+ * hash. Refuses (CZ_EUNSUPPORTED) other schema versions, the `even` and `layerwise` DP
+ * baselines, AdamW-only plans (--optimizer adamw), SOAP and Shampoo plans on a compute backend
+ * without their linear algebra, (CZ_EINVALID) plans that break a structural rule, Megatron-Core's
+ * expert rules included (experts divisible by EP, ETP x EP x expert-DP covering the stage's
+ * TP x DP, each expert on the EP rank Megatron-Core gives it), and (CZ_EMISMATCH) a world that
+ * is not dp*tp*pp ranks, ranks out of range, communicator sizes that differ from the plan's
+ * dp/tp, and ranks given different plans. World rank = (stage * dp + dp_rank) * tp + tp_rank
+ * (Megatron-Core's order): with pp > 1 each rank binds, steps and keeps the optimizer state of
+ * its own stage's buffer only (cz_executor_pp_rank, cz_executor_buffer_numel); with expert
+ * groups that buffer is the stage's dense buckets followed by the rank's EP rank's expert
+ * buckets, its experts reduced over the expert-DP group and computed over ETP (the expert grid:
+ * stage-local rank = (edp_rank * ep + ep_rank) * etp + etp_rank). On success *out owns the plan
+ * and all optimizer state; free with cz_executor_free. */
 int cz_executor_create(cz_executor **out, const char *plan_path, const cz_exec_config *cfg,
                        cz_error *err);
 
@@ -326,7 +334,9 @@ int cz_executor_create(cz_executor **out, const char *plan_path, const cz_exec_c
 int cz_executor_create_from_plan(cz_executor **out, const cz_plan *plan, const cz_exec_config *cfg,
                                  cz_error *err);
 
-/* Number of elements of the flat local buffer the plan expects (sum of its bucket sizes). */
+/* Number of elements of the flat local buffer the plan expects: the sum of the sizes of this
+ * rank's stage's dense buckets (all of them when pp = 1) and, with expert groups, of its EP
+ * rank's expert buckets, which follow them. */
 size_t cz_executor_buffer_numel(const cz_executor *ex);
 
 /* Typed binding: as the two calls below, for buffers of the executor's dtype
@@ -349,9 +359,10 @@ int cz_executor_bind_buffers(cz_executor *ex, float *params, float *grads, size_
                              cz_error *err);
 
 /* Binds one parameter by name: param and grad point to its local shard, rows x cols
- * row-major (a 1-D parameter passes cols = 1). Refuses an unknown name or a shape that
- * differs from the plan's local shape. The flat buffers of cz_executor_bind_buffers must not
- * be bound as well; every parameter must be bound before the first step. */
+ * row-major (a 1-D parameter passes cols = 1). Refuses an unknown name, a parameter of another
+ * pipeline stage, a routed expert of another EP rank, or a shape that differs from the plan's
+ * local shape. The flat buffers of cz_executor_bind_buffers must not be bound as well; every
+ * parameter this rank holds must be bound before the first step. */
 int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, float *grad,
                            int64_t rows, int64_t cols, cz_error *err);
 
@@ -426,9 +437,11 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err);
 /* Copies the timings of the last step into *out. */
 void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out);
 
-/* This process's DP and TP rank (after create). */
+/* This process's DP and TP rank within its stage, and its pipeline stage (after create; -1 for
+ * NULL). */
 int cz_executor_dp_rank(const cz_executor *ex);
 int cz_executor_tp_rank(const cz_executor *ex);
+int cz_executor_pp_rank(const cz_executor *ex);
 
 /* Releases the executor, its state and its duplicated communicators. Accepts NULL. Not
  * collective in this version, but call it on every rank. */

@@ -142,13 +142,23 @@ static float *addend_of(cz_optim *o, int param)
     return o->ops->state_addend ? o->ops->state_addend(o, param) : NULL;
 }
 
+/* The schedule of p's owner: its DP rank's, or for a routed expert its expert rank's. */
+static const cz_rank_schedule *owner_schedule(const cz_plan *plan, const cz_plan_param *p)
+{
+    if (cz_plan_has_experts(plan) && p->expert)
+        return &plan->expert_schedules[cz_plan_expert_rank(plan, p->stage, p->ep_rank,
+                                                           p->dp_owner)];
+    /* Schedules are stage-major: one per (stage, DP rank). */
+    return &plan->schedules[(size_t)p->stage * (size_t)plan->dp + (size_t)p->dp_owner];
+}
+
 /* The parts of matrix parameter i's tasks, from the plan alone (its owning DP rank's schedule),
  * so that every rank lists the same: *out (malloc'ed) and their count. */
 static int task_parts(const cz_executor *ex, int i, cz_exec_part **out, int *count, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
     const cz_plan_param *p = &plan->params[i];
-    const cz_rank_schedule *rs = &plan->schedules[p->dp_owner];
+    const cz_rank_schedule *rs = owner_schedule(plan, p);
     int n = 0, cap = 0;
     for (int g = 0; g < rs->ngroups; g++)
         for (int t = 0; t < rs->groups[g].ntasks; t++)
@@ -166,11 +176,52 @@ static int task_parts(const cz_executor *ex, int i, cz_exec_part **out, int *cou
     return CZ_OK;
 }
 
-/* True when this rank holds part x of a matrix owned by DP rank d (under sc every TP rank
- * holds every part; slot 0 names them). */
-static bool holds_part(const cz_executor *ex, int d, const cz_exec_part *x)
+/* A parameter's places: a dense one is owned by DP rank d of its stage and split over the TP
+ * ranks t; a routed expert of a plan with expert groups by expert-DP rank d of its EP rank's
+ * group and split over its ETP ranks t. The grid (grid_build) is indexed by the stage's local
+ * rank, dp_rank * tp + tp_rank = (edp_rank * ep + ep_rank) * etp + etp_rank (Megatron-Core's
+ * order), so both kinds of place index it. */
+static bool expert_of(const cz_executor *ex, const cz_plan_param *p)
 {
-    return ex->dp_rank == d && (ex->sc || ex->tp_rank == x->slot);
+    return ex->experts && p->expert;
+}
+
+static int owners_of(const cz_executor *ex, const cz_plan_param *p) /* DP or expert-DP size */
+{
+    return expert_of(ex, p) ? ex->edp : ex->dp;
+}
+
+static int split_of(const cz_executor *ex, const cz_plan_param *p) /* TP or ETP size */
+{
+    return expert_of(ex, p) ? ex->etp : ex->tp;
+}
+
+/* The grid index of p's place (owner rank d, split rank t). */
+static size_t place(const cz_executor *ex, const cz_plan_param *p, int d, int t)
+{
+    size_t stage = (size_t)p->stage * (size_t)ex->dp * (size_t)ex->tp;
+    if (expert_of(ex, p))
+        return stage + ((size_t)d * (size_t)ex->ep + (size_t)p->ep_rank) * (size_t)ex->etp +
+               (size_t)t;
+    return stage + (size_t)d * (size_t)ex->tp + (size_t)t;
+}
+
+/* This rank's owner and split rank for p (-1 when it is not of p's stage and EP rank). */
+static int my_owner(const cz_executor *ex, const cz_plan_param *p)
+{
+    return !cz__exec_holds(ex, p) ? -1 : expert_of(ex, p) ? ex->edp_rank : ex->dp_rank;
+}
+
+static int my_split(const cz_executor *ex, const cz_plan_param *p)
+{
+    return expert_of(ex, p) ? ex->etp_rank : ex->tp_rank;
+}
+
+/* True when this rank holds part x of matrix p (under sc every TP rank holds every part; slot
+ * 0 names them). */
+static bool holds_part(const cz_executor *ex, const cz_plan_param *p, const cz_exec_part *x)
+{
+    return my_owner(ex, p) == p->dp_owner && (ex->sc || my_split(ex, p) == x->slot);
 }
 
 /* Copies the rectangle r of a full row-major matrix with ld columns between the matrix and a
@@ -225,14 +276,15 @@ static int transfer(cz_executor *ex, cz_comm_req *req, const float *send, float 
     return o->wait(&ex->world, req, err);
 }
 
-/* World rank of every (dp_rank, tp_rank) place: the job may hand in communicators whose world
- * order is not dp_rank * tp + tp_rank. grid has dp * tp entries. */
+/* World rank of every (stage, dp_rank, tp_rank) place: the job may hand in communicators whose
+ * order within a stage is not dp_rank * tp + tp_rank. grid has pp * dp * tp entries (place). */
 static int grid_build(cz_executor *ex, int64_t *grid, cz_error *err)
 {
-    int n = ex->dp * ex->tp;
+    int n = ex->pp * ex->dp * ex->tp;
     for (int i = 0; i < n; i++)
         grid[i] = INT64_MAX;
-    grid[ex->dp_rank * ex->tp + ex->tp_rank] = ex->world.rank;
+    grid[(size_t)ex->stage * (size_t)ex->dp * (size_t)ex->tp +
+         (size_t)ex->dp_rank * (size_t)ex->tp + (size_t)ex->tp_rank] = ex->world.rank;
     return ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, grid, n, err);
 }
 
@@ -396,7 +448,7 @@ static int save_parts(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int6
     if ((rc = task_parts(ex, e->param, &v, &n, err)) != CZ_OK)
         goto done;
     for (int k = 0; k < n; k++) {
-        int src = (int)grid[p->dp_owner * ex->tp + (ex->sc ? 0 : v[k].slot)];
+        int src = (int)grid[place(ex, p, p->dp_owner, ex->sc ? 0 : v[k].slot)];
         const float *buf = ex->world.rank == src ? part_buffer(e, &v[k].part) : NULL;
         if ((rc = fetch(ex, b, buf, v[k].part.rows * v[k].part.cols, src, b->part, err)) != CZ_OK)
             goto done;
@@ -417,13 +469,13 @@ static int add_addend(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int6
     const cz_plan_param *p = &ex->plan->params[e->param];
     bool root = ex->world.rank == 0;
     int rc;
-    for (int t = 0; t < ex->tp && b->addend_of != e->param; t++) {
-        int src = (int)grid[p->dp_owner * ex->tp + t];
+    for (int t = 0; t < split_of(ex, p) && b->addend_of != e->param; t++) {
+        int src = (int)grid[place(ex, p, p->dp_owner, t)];
         if ((rc = fetch(ex, b, ex->world.rank == src ? addend_of(e->opt, e->param) : NULL, p->numel,
                         src, root ? b->shard : NULL, err)) != CZ_OK)
             return rc;
         if (root)
-            cz__shard_unpack(p, ex->tp, t, b->shard, b->addend);
+            cz__shard_unpack(p, split_of(ex, p), t, b->shard, b->addend);
     }
     b->addend_of = e->param;
     int64_t ld = p->def.shape[1];
@@ -450,7 +502,8 @@ static int check_entry(const cz_executor *ex, const ck_entry *e, cz_error *err)
     int64_t lo;
     int n = 0, rc;
     if (e->place == CZ_STATE_SHARDED) {
-        if (cz__param_piece(ex->plan, p, ex->dp_rank, &lo) > 0 && !entry_buffer(e))
+        if (my_owner(ex, p) >= 0 && cz__param_piece(ex->plan, p, my_owner(ex, p), &lo) > 0 &&
+            !entry_buffer(e))
             return cz__error_set(err, CZ_EINTERNAL,
                                  "checkpoint: rank %d has no buffer for '%s.%s' it should keep",
                                  ex->world.rank, p->def.name, e->suffix);
@@ -459,7 +512,7 @@ static int check_entry(const cz_executor *ex, const ck_entry *e, cz_error *err)
     if ((rc = task_parts(ex, e->param, &v, &n, err)) != CZ_OK)
         goto done;
     for (int k = 0; k < n; k++) {
-        if (!holds_part(ex, p->dp_owner, &v[k]))
+        if (!holds_part(ex, p, &v[k]))
             continue;
         if (e->place == CZ_STATE_PARTS ? !part_buffer(e, &v[k].part) : !entry_buffer(e)) {
             rc = cz__error_set(err, CZ_EINTERNAL,
@@ -516,7 +569,7 @@ static int save_prepare(cz_executor *ex, const char *path, ck_save *s, cz_error 
     if ((rc = entries_open(ex, &s->e, &s->ne, &s->b, err)) != CZ_OK)
         return rc;
     s->holder = calloc(plan->nparams ? plan->nparams : 1, sizeof *s->holder);
-    s->grid = calloc((size_t)(ex->dp * ex->tp), sizeof *s->grid);
+    s->grid = calloc((size_t)ex->pp * (size_t)ex->dp * (size_t)ex->tp, sizeof *s->grid);
     if (!s->holder || !s->grid)
         return cz__error_set(err, CZ_ENOMEM, "save_state: out of memory");
     if (root) {
@@ -560,16 +613,16 @@ static int save_sharded(cz_executor *ex, ck_save *s, const ck_entry *e, float *d
     const cz_plan_param *p = &ex->plan->params[e->param];
     bool root = ex->world.rank == 0;
     int rc;
-    for (int t = 0; t < ex->tp; t++) {
-        for (int d = 0; d < ex->dp; d++) {
+    for (int t = 0; t < split_of(ex, p); t++) {
+        for (int d = 0; d < owners_of(ex, p); d++) {
             int64_t lo, len = cz__param_piece(ex->plan, p, d, &lo);
-            int src = (int)s->grid[d * ex->tp + t];
+            int src = (int)s->grid[place(ex, p, d, t)];
             if (len > 0 && (rc = fetch(ex, &s->b, ex->world.rank == src ? entry_buffer(e) : NULL,
                                        len, src, root ? s->b.shard + lo : NULL, err)) != CZ_OK)
                 return rc;
         }
         if (root)
-            cz__shard_unpack(p, ex->tp, t, s->b.shard, dst);
+            cz__shard_unpack(p, split_of(ex, p), t, s->b.shard, dst);
     }
     return CZ_OK;
 }
@@ -963,7 +1016,7 @@ static int store_parts(cz_executor *ex, ck_bufs *b, const ck_entry *e, const flo
     if ((rc = task_parts(ex, e->param, &v, &n, err)) != CZ_OK)
         goto done;
     for (int k = 0; k < n; k++) {
-        float *buf = holds_part(ex, p->dp_owner, &v[k]) ? part_buffer(e, &v[k].part) : NULL;
+        float *buf = holds_part(ex, p, &v[k]) ? part_buffer(e, &v[k].part) : NULL;
         if (!buf)
             continue;
         rect_copy(b->part, full, e->shape[1], &v[k].part, 0);
@@ -993,7 +1046,7 @@ static int store(cz_executor *ex, ck_bufs *b, const ck_entry *e, const float *fu
     if (e->place == CZ_STATE_HOSTED)
         return c->ops->upload(c, buf, full, (size_t)e->n * sizeof *full, err);
     const cz_plan_param *p = &ex->plan->params[e->param];
-    cz__shard_pack(p, ex->tp, ex->tp_rank, full, b->shard);
+    cz__shard_pack(p, split_of(ex, p), my_split(ex, p), full, b->shard);
     return c->ops->upload(c, buf, b->shard + lo, (size_t)len * sizeof *full, err);
 }
 
@@ -1055,7 +1108,7 @@ static int load_prepare(cz_executor *ex, const char *path, ck_load *l, cz_error 
         (rc = entries_open(ex, &l->e, &l->ne, &l->b, err)) != CZ_OK)
         return rc;
     l->offs = calloc(l->ne ? l->ne : 1, sizeof *l->offs);
-    l->grid = calloc((size_t)(ex->dp * ex->tp), sizeof *l->grid);
+    l->grid = calloc((size_t)ex->pp * (size_t)ex->dp * (size_t)ex->tp, sizeof *l->grid);
     if (!l->offs || !l->grid)
         return cz__error_set(err, CZ_ENOMEM, "load_state: out of memory");
     if (ex->world.rank != 0)
@@ -1080,10 +1133,10 @@ static int load_tensor(cz_executor *ex, ck_load *l, size_t i, cz_error *err)
     int rc;
     if (root) /* the file's data need not be aligned for floats: copy it out */
         memcpy(l->b.host, l->data + l->offs[i], bytes);
-    for (int d = 0; d < ex->dp; d++) {
+    for (int d = 0; d < owners_of(ex, p); d++) {
         int64_t lo, len = cz__param_piece(ex->plan, p, d, &lo);
-        for (int t = 0; t < ex->tp && len > 0; t++) {
-            int dst = (int)l->grid[d * ex->tp + t];
+        for (int t = 0; t < split_of(ex, p) && len > 0; t++) {
+            int dst = (int)l->grid[place(ex, p, d, t)];
             if (dst == 0) {
                 if (root && (rc = store(ex, &l->b, e, l->b.host, lo, len, err)) != CZ_OK)
                     return rc;

@@ -211,10 +211,14 @@ int cz__comm_subplane(const cz_comm_backend *b, const cz_exec_config *cfg, const
                       cz_plane *world, cz_comm_group which, int color, int key, cz_plane *out,
                       cz_error *err)
 {
-    const void *handle = which == CZ_COMM_DP ? cfg->dp_comm : cfg->tp_comm;
+    /* CZ_COMM_WORLD: a plane no job hands in (the expert planes), always split. */
+    const void *handle = which == CZ_COMM_DP   ? cfg->dp_comm
+                         : which == CZ_COMM_TP ? cfg->tp_comm
+                                               : NULL;
     int rc;
     *out = (cz_plane){0};
-    if (b->wrap && ((rc = b->wrap(cfg, ctrl, which, handle, out, err)) != CZ_OK || out->ops)) {
+    if (which != CZ_COMM_WORLD && b->wrap &&
+        ((rc = b->wrap(cfg, ctrl, which, handle, out, err)) != CZ_OK || out->ops)) {
         out->compute = world->compute;
         return rc;
     }
@@ -230,7 +234,8 @@ int cz__comm_plan_check(const cz_plan *plan, cz_error *err)
 {
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
-        for (int r = 0; r < plan->dp; r++) {
+        /* One range per DP rank, or per expert-DP rank for an expert bucket. */
+        for (int r = 0; r < cz_plan_bucket_nranks(plan, bk); r++) {
             int64_t s = bk->ranges[2 * r], e = bk->ranges[2 * r + 1];
             /* The all-gather addresses ranges by their start: an MPI displacement (int). */
             if (s > INT_MAX)

@@ -144,7 +144,8 @@ bool cz__comm_host_driven(const cz_comm_backend *b);
  * ordered by key: over the job's own group when it handed one in (cfg->dp_comm/tp_comm, a
  * pointer to an MPI_Comm, duplicated, or to an ncclComm_t, borrowed; with callbacks that have
  * groups, the callbacks' CZ_COMM_DP/CZ_COMM_TP), else split from the world (collective). Its
- * events are the world's compute backend's. */
+ * events are the world's compute backend's. which = CZ_COMM_WORLD: always split from the world
+ * (a plane the job has no group for: the expert-DP and ETP planes). */
 int cz__comm_subplane(const cz_comm_backend *b, const cz_exec_config *cfg, const cz_ctrl *ctrl,
                       cz_plane *world, cz_comm_group which, int color, int key, cz_plane *out,
                       cz_error *err);

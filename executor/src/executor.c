@@ -29,6 +29,11 @@ int cz_executor_tp_rank(const cz_executor *ex)
     return ex ? ex->tp_rank : -1;
 }
 
+int cz_executor_pp_rank(const cz_executor *ex)
+{
+    return ex ? ex->stage : -1;
+}
+
 double cz_executor_grad_norm(const cz_executor *ex)
 {
     return ex ? ex->grad_norm : NAN;
@@ -69,11 +74,21 @@ static int alloc_tables(cz_executor *ex, cz_error *err)
     if (!ex->param_ptr || !ex->grad_ptr || !ex->bound || !ex->owned || !ex->piece_lo ||
         !ex->piece_len || !ex->param_off || !ex->stats || !ex->stats_host)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
-    for (size_t b = 0; b < plan->nbuckets; b++) {
-        const int64_t *rg = plan->buckets[b].ranges;
-        ex->buffer_numel += (size_t)plan->buckets[b].size;
-        if (rg[2 * ex->dp_rank + 1] - rg[2 * ex->dp_rank] > maxrange)
-            maxrange = rg[2 * ex->dp_rank + 1] - rg[2 * ex->dp_rank];
+    /* The stage's dense buckets first; the expert buckets of this rank's EP rank after them
+     * (their offsets are within the expert buffer, which starts at expert_base). Another stage's
+     * or EP rank's buckets are bound by its ranks. */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            ex->expert_base = (int64_t)ex->buffer_numel;
+        for (size_t b = 0; b < plan->nbuckets; b++) {
+            const cz_plan_bucket *bk = &plan->buckets[b];
+            if (!cz__exec_holds_bucket(ex, bk) || bk->expert != pass)
+                continue;
+            int d = bk->expert ? ex->edp_rank : ex->dp_rank;
+            ex->buffer_numel += (size_t)bk->size;
+            if (bk->ranges[2 * d + 1] - bk->ranges[2 * d] > maxrange)
+                maxrange = bk->ranges[2 * d + 1] - bk->ranges[2 * d];
+        }
     }
     ex->scratch = falloc(ex, maxrange);
     if (!ex->scratch)
@@ -93,9 +108,14 @@ static int own_params(cz_executor *ex, cz_error *err)
         /* The plan check found every parameter's bucket. */
         int b = cz__bucket_index(plan, p->bucket);
         CZ_ASSERT(b >= 0 && p->id == (int)i, err);
-        ex->param_off[i] = plan->buckets[b].offset + p->offset;
-        ex->piece_len[i] = cz__param_piece(plan, p, ex->dp_rank, &ex->piece_lo[i]);
-        if (ex->piece_len[i] == 0 && p->dp_owner != ex->dp_rank)
+        if (!cz__exec_holds(ex, p))
+            continue; /* updated by the ranks of its own stage (and EP rank) */
+        /* A routed expert is owned within its expert-DP group, by expert-DP rank dp_owner. */
+        bool expert = ex->experts && p->expert;
+        int d = expert ? ex->edp_rank : ex->dp_rank;
+        ex->param_off[i] = (expert ? ex->expert_base : 0) + plan->buckets[b].offset + p->offset;
+        ex->piece_len[i] = cz__param_piece(plan, p, d, &ex->piece_lo[i]);
+        if (ex->piece_len[i] == 0 && p->dp_owner != d)
             continue;
         ex->owned[ex->nowned++] = (int)i;
         cz_optim *o = p->def.kind == CZ_KIND_MATRIX ? &ex->matrix_opt : &ex->elem_opt;
@@ -187,24 +207,43 @@ static int open_compute(cz_executor *ex, const cz_exec_config *cfg, cz_error *er
     return cz__compute_open_for(&ex->compute, &want, &ex->host_staged, err);
 }
 
-/* The plan's grid against the world's, and this process's place in it. */
+/* The plan's grid against the world's, and this process's place in it: world rank =
+ * (stage * dp + dp_rank) * tp + tp_rank, Megatron-Core's order (TP fastest, PP slowest). */
 static int check_grid(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
     ex->dp = plan->dp;
     ex->tp = plan->tp;
+    ex->pp = plan->pp;
     ex->sc = plan->settings.tp == CZ_TP_SC;
-    if (ex->world.size != ex->dp * ex->tp)
+    int per_stage = ex->dp * ex->tp;
+    if (ex->world.size != per_stage * ex->pp)
         return cz__error_set(err, CZ_EMISMATCH,
-                             "the world communicator has %d ranks but the plan needs dp*tp = "
-                             "%d*%d = %d",
-                             ex->world.size, ex->dp, ex->tp, ex->dp * ex->tp);
-    ex->dp_rank = cfg->dp_rank >= 0 ? cfg->dp_rank : ex->world.rank / ex->tp;
+                             "the world communicator has %d ranks but the plan needs dp*tp*pp = "
+                             "%d*%d*%d = %d",
+                             ex->world.size, ex->dp, ex->tp, ex->pp, per_stage * ex->pp);
+    /* The stage always comes from the world rank: a job hands in dp_rank and tp_rank within
+     * its stage, and its world communicator orders the stages (PP outermost). */
+    ex->stage = ex->world.rank / per_stage;
+    ex->dp_rank = cfg->dp_rank >= 0 ? cfg->dp_rank : ex->world.rank % per_stage / ex->tp;
     ex->tp_rank = cfg->tp_rank >= 0 ? cfg->tp_rank : ex->world.rank % ex->tp;
     if (ex->dp_rank >= ex->dp || ex->tp_rank >= ex->tp)
         return cz__error_set(err, CZ_EMISMATCH,
                              "rank (dp %d, tp %d) is out of range for the plan's dp = %d, tp = %d",
                              ex->dp_rank, ex->tp_rank, ex->dp, ex->tp);
+    if (cz_plan_has_experts(plan)) {
+        /* Megatron-Core's expert grid over the same ranks of the stage (order tp-cp-ep-dp-pp:
+         * ETP fastest, then EP, then expert-DP; the structural check found ETP x EP x eDP =
+         * TP x DP). */
+        int local = ex->dp_rank * ex->tp + ex->tp_rank;
+        ex->experts = true;
+        ex->ep = plan->ep;
+        ex->etp = plan->etp;
+        ex->edp = plan->edp;
+        ex->etp_rank = local % ex->etp;
+        ex->ep_rank = local / ex->etp % ex->ep;
+        ex->edp_rank = local / (ex->etp * ex->ep);
+    }
     return CZ_OK;
 }
 
@@ -233,15 +272,56 @@ static int check_local(cz_executor *ex, const cz_exec_config *cfg, cz_error *err
     return check_grid(ex, cfg, err);
 }
 
-/* The DP plane, then the TP plane. */
+/* The DP plane, then the TP plane, of this rank's stage (the stages never share one: the colors
+ * differ per stage). */
 static int open_subplanes(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
 {
     int rc;
-    if ((rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, CZ_COMM_DP, ex->tp_rank,
-                                ex->dp_rank, &ex->dp_comm, err)) != CZ_OK)
+    if ((rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, CZ_COMM_DP,
+                                ex->stage * ex->tp + ex->tp_rank, ex->dp_rank, &ex->dp_comm,
+                                err)) != CZ_OK)
         return rc;
-    return cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, CZ_COMM_TP, ex->dp_rank,
-                             ex->tp_rank, &ex->tp_comm, err);
+    return cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, CZ_COMM_TP,
+                             ex->stage * ex->dp + ex->dp_rank, ex->tp_rank, &ex->tp_comm, err);
+}
+
+/* The expert-DP plane (the ranks of one stage with equal EP and ETP rank, ordered by expert-DP
+ * rank: what an expert buffer is reduced over), then the ETP plane (equal expert-DP and EP rank,
+ * ordered by ETP rank: what an expert rank's micro-groups run over), split from the world
+ * (collective: no job hands these in). */
+static int open_expert_planes(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
+{
+    int rc;
+    if ((rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, CZ_COMM_WORLD,
+                                (ex->stage * ex->ep + ex->ep_rank) * ex->etp + ex->etp_rank,
+                                ex->edp_rank, &ex->edp_comm, err)) != CZ_OK)
+        return rc;
+    return cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, CZ_COMM_WORLD,
+                             (ex->stage * ex->edp + ex->edp_rank) * ex->ep + ex->ep_rank,
+                             ex->etp_rank, &ex->etp_comm, err);
+}
+
+/* The expert planes and this rank's expert schedule. */
+static int setup_experts(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    int rc = open_expert_planes(ex, cfg, err);
+    ex->edp_comm.label = "expert-DP";
+    ex->etp_comm.label = "ETP";
+    if (rc != CZ_OK)
+        return rc;
+    CZ_ASSERT(ex->edp_comm.size == ex->edp && ex->edp_comm.rank == ex->edp_rank &&
+                  ex->etp_comm.size == ex->etp && ex->etp_comm.rank == ex->etp_rank,
+              err);
+    size_t x = cz_plan_expert_rank(plan, ex->stage, ex->ep_rank, ex->edp_rank);
+    CZ_ASSERT(x < plan->nexpert_schedules, err);
+    ex->expert_schedule = &plan->expert_schedules[x];
+    CZ_ASSERT(ex->expert_schedule->stage == ex->stage &&
+                  ex->expert_schedule->ep_rank == ex->ep_rank &&
+                  ex->expert_schedule->dp_rank == ex->edp_rank,
+              err);
+    /* The expert-DP plane's padded-collective scratch (nccl), sized from every bucket. */
+    return cz__comm_reserve(ex->comm, &ex->edp_comm, plan, err);
 }
 
 /* The DP and TP planes, what the planes need for the plan, and the local state. */
@@ -250,8 +330,9 @@ static int setup(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
     int rc;
     ex->world.compute = &ex->compute; /* the planes wait on its events */
     ex->world.label = "world";
-    /* DP joins equal tp_rank ordered by dp_rank, TP equal dp_rank ordered by tp_rank, unless
-     * the job handed in a communicator (comm.c). A failed (or timed-out) split goes on to the
+    /* Within a stage, DP joins equal tp_rank ordered by dp_rank, TP equal dp_rank ordered by
+     * tp_rank, unless the job handed in a communicator (comm.c); the stages never share a
+     * plane (the colors below differ per stage). A failed (or timed-out) split goes on to the
      * agreement after this, so that every rank returns an error: a rank that left here would
      * keep its peers waiting in it. */
     rc = open_subplanes(ex, cfg, err);
@@ -269,9 +350,13 @@ static int setup(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
                              "the TP communicator has %d ranks and this process is its rank %d; "
                              "the plan needs tp = %d and this process is tp rank %d",
                              ex->tp_comm.size, ex->tp_comm.rank, ex->tp, ex->tp_rank);
+    if (ex->experts && (rc = setup_experts(ex, cfg, err)) != CZ_OK)
+        return rc;
     if ((rc = cz__comm_reserve(ex->comm, &ex->dp_comm, ex->plan, err)) != CZ_OK)
         return rc;
-    ex->schedule = &ex->plan->schedules[ex->dp_rank];
+    /* Schedules are stage-major, one per (stage, DP rank) (the plan check counted them). */
+    ex->schedule = &ex->plan->schedules[(size_t)ex->stage * (size_t)ex->dp + (size_t)ex->dp_rank];
+    CZ_ASSERT(ex->schedule->stage == ex->stage && ex->schedule->dp_rank == ex->dp_rank, err);
     return alloc_state(ex, err);
 }
 
@@ -396,6 +481,18 @@ int cz_executor_bind_param_typed(cz_executor *ex, const char *name, void *param,
         return cz__error_set(err, CZ_EMISMATCH, "bind_param: the plan has no parameter named '%s'",
                              name);
     const cz_plan_param *p = &plan->params[i];
+    if (p->stage == ex->stage && !cz__exec_holds(ex, p))
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "bind_param('%s'): the routed expert is on EP rank %d but this rank "
+                             "is EP rank %d of the plan's expert grid; bind only your EP rank's "
+                             "experts",
+                             name, p->ep_rank, ex->ep_rank);
+    if (p->stage != ex->stage)
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "bind_param('%s'): the parameter is in pipeline stage %d but this "
+                             "rank runs stage %d (world rank / (dp * tp)); bind only your stage's "
+                             "parameters",
+                             name, p->stage, ex->stage);
     int64_t lr = p->local_shape[0], lc = p->def.ndim == 1 ? 1 : p->local_shape[1];
     if (rows != lr || cols != lc)
         return cz__error_set(err, CZ_EMISMATCH,
@@ -460,6 +557,8 @@ void cz_executor_free(cz_executor *ex)
     cz__exec_free(ex->param_ptr);
     cz__exec_free(ex->grad_ptr);
     cz__exec_free(ex->bound);
+    cz__plane_close(&ex->etp_comm);
+    cz__plane_close(&ex->edp_comm);
     cz__plane_close(&ex->tp_comm);
     cz__plane_close(&ex->dp_comm);
     cz__plane_close(&ex->world);

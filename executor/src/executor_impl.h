@@ -25,6 +25,21 @@ struct cz_executor {
     cz_ctrl ctrl;                     /* control plane over the world */
     cz_plane world, dp_comm, tp_comm; /* data planes; dp and tp are split from world */
     int dp, tp, dp_rank, tp_rank;
+    /* Pipeline parallelism: the plan's pp and this process's stage (world rank / (dp * tp),
+     * Megatron-Core's order with PP outermost). A rank binds, steps and keeps optimizer state
+     * for its stage's buckets and parameters only. */
+    int pp, stage;
+    /* Expert groups (cz_plan_has_experts; docs/EXECUTOR.md): this rank's place in
+     * Megatron-Core's expert grid of its stage (local rank = dp_rank * tp + tp_rank = (edp_rank
+     * * ep + ep_rank) * etp + etp_rank), the expert-DP and ETP planes, its expert rank's
+     * schedule and pipeline. Its buffer is the stage's dense buckets, then its EP rank's expert
+     * buckets from expert_base on. All 0 / NULL without expert groups. */
+    bool experts;
+    int ep, etp, edp, ep_rank, etp_rank, edp_rank;
+    cz_plane edp_comm, etp_comm;
+    const cz_rank_schedule *expert_schedule;
+    struct cz_pipeline *epipe;
+    int64_t expert_base;
     bool sc; /* synchronous compute: every TP rank updates every matrix */
     size_t buffer_numel;
     const cz_rank_schedule *schedule; /* my DP rank's */
@@ -77,6 +92,20 @@ struct cz_executor {
     cz_exec_timings last;
     double grad_norm; /* of the last step, before clipping */
 };
+
+/* Whether this rank holds parameter p: of its stage, and for a routed expert of a plan with
+ * expert groups, of its EP rank. */
+static inline bool cz__exec_holds(const struct cz_executor *ex, const cz_plan_param *p)
+{
+    return p->stage == ex->stage && (!ex->experts || !p->expert || p->ep_rank == ex->ep_rank);
+}
+
+/* Whether bucket b is in this rank's buffer (its stage's dense buckets, its EP rank's expert
+ * ones). */
+static inline bool cz__exec_holds_bucket(const struct cz_executor *ex, const cz_plan_bucket *b)
+{
+    return b->stage == ex->stage && (!b->expert || b->ep_rank == ex->ep_rank);
+}
 
 /* Creates an executor over plan; takes ownership of `owned` (may be NULL, else == plan),
  * which is freed on failure too. A non-zero pre_rc is a failure that happened before (err

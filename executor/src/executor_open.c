@@ -21,10 +21,13 @@ static int check_schema(const char *path, cz_error *err)
     if (!schema)
         rc = cz__error_set(err, CZ_EINVALID, "%s: $.schema: missing; expected \"%s\"", path,
                            CZ_PLAN_SCHEMA);
-    else if (strcmp(schema, CZ_PLAN_SCHEMA) != 0 && strcmp(schema, CZ_PLAN_SCHEMA_SPLIT) != 0)
+    else if (strcmp(schema, CZ_PLAN_SCHEMA) != 0 && strcmp(schema, CZ_PLAN_SCHEMA_SPLIT) != 0 &&
+             strcmp(schema, CZ_PLAN_SCHEMA_EXPERT) != 0)
         rc = cz__error_set(err, CZ_EUNSUPPORTED,
-                           "%s: $.schema is \"%s\"; this executor runs \"%s\" and \"%s\" plans",
-                           path, schema, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT);
+                           "%s: $.schema is \"%s\"; this executor runs \"%s\", \"%s\" and "
+                           "\"%s\" plans",
+                           path, schema, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT,
+                           CZ_PLAN_SCHEMA_EXPERT);
     json_decref(root);
     return rc;
 }

@@ -126,22 +126,25 @@ int cz__nccl_plan_all_gather(cz_nccl_call *out, const size_t *counts, int n, int
 double cz__nccl_step_time(const struct cz_plan *plan, cz_nccl_policy policy, size_t elem_bytes,
                           double alpha_s, double bytes_per_s, int *npadded)
 {
-    size_t *counts = calloc((size_t)(plan->dp > 0 ? plan->dp : 1), sizeof *counts);
+    int most = plan->dp > plan->edp ? plan->dp : plan->edp;
+    size_t *counts = calloc((size_t)(most > 0 ? most : 1), sizeof *counts);
     double t = 0.0;
     *npadded = 0;
     if (!counts)
         return NAN;
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
-        for (int r = 0; r < plan->dp; r++)
+        /* One range per DP rank, or per expert-DP rank for an expert bucket. */
+        int n = cz_plan_bucket_nranks(plan, bk);
+        for (int r = 0; r < n; r++)
             counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
         cz_nccl_form f = policy == CZ_NCCL_ALL_ROOTED ? CZ_NCCL_ROOTED
                          : policy == CZ_NCCL_ALL_PADDED
                              ? CZ_NCCL_PADDED
-                             : cz__nccl_choose(counts, plan->dp, elem_bytes, alpha_s, bytes_per_s);
+                             : cz__nccl_choose(counts, n, elem_bytes, alpha_s, bytes_per_s);
         *npadded += f == CZ_NCCL_PADDED;
         /* The reduce-scatter and the all-gather move the same segments: the model is the same. */
-        t += 2.0 * cz__nccl_time(f, counts, plan->dp, elem_bytes, alpha_s, bytes_per_s);
+        t += 2.0 * cz__nccl_time(f, counts, n, elem_bytes, alpha_s, bytes_per_s);
     }
     free(counts);
     return t;
@@ -150,10 +153,13 @@ double cz__nccl_step_time(const struct cz_plan *plan, cz_nccl_policy policy, siz
 size_t cz__nccl_plan_scratch(const struct cz_plan *plan, size_t elem_bytes, double alpha_s,
                              double bytes_per_s)
 {
-    int n = plan->dp > 0 ? plan->dp : 1;
-    size_t need = 0, counts[n];
+    int most = plan->dp > plan->edp ? plan->dp : plan->edp;
+    size_t need = 0, counts[most > 0 ? most : 1];
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
+        /* One range per DP rank, or per expert-DP rank for an expert bucket: the expert-DP
+         * plane's scratch comes from the same bound (the DP plane's reserve sizes both). */
+        int n = cz_plan_bucket_nranks(plan, bk);
         size_t sum, max;
         for (int r = 0; r < n; r++)
             counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);

@@ -90,7 +90,15 @@ typedef struct pgroup {
     cz_opt_group *og; /* the matrix optimizer's layout of the parts I hold */
 } pgroup;
 
+/* One pipeline: the micro-groups of one schedule over the plane of the group that splits its
+ * parameters (today the DP rank's schedule over the TP plane). Everything below reads the
+ * group's size, this rank's place in it and the plane from here, never from the executor. */
 struct cz_pipeline {
+    cz_executor *ex;
+    const cz_rank_schedule *rs;
+    cz_plane *plane; /* the TP plane */
+    int tp, tp_rank; /* its size and this rank's place */
+    bool sc;         /* every rank computes every task (synchronous compute) */
     int ngroups;
     pgroup *groups;
     int64_t gather_send_len, gather_recv_len, scatter_send_len, scatter_recv_len, full_n;
@@ -113,9 +121,9 @@ static bool replicated(const cz_plan_param *p)
     return p->def.tp_dim < 0;
 }
 
-static bool holds(const cz_executor *ex, const cz_exec_part *x)
+static bool holds(struct cz_pipeline *pp, const cz_exec_part *x)
 {
-    return ex->sc || x->slot == ex->tp_rank;
+    return pp->sc || x->slot == pp->tp_rank;
 }
 
 static int64_t part_numel(const cz_exec_part *x)
@@ -125,19 +133,22 @@ static int64_t part_numel(const cz_exec_part *x)
 
 /* Elements of TP rank r's shard in part x: gathered (replicated parts gather nothing) and
  * scattered. */
-static int64_t gcount(const cz_executor *ex, const cz_exec_part *x, int r)
+static int64_t gcount(struct cz_pipeline *pp, const cz_exec_part *x, int r)
 {
+    cz_executor *ex = pp->ex;
     const cz_plan_param *p = &ex->plan->params[x->param];
-    return replicated(p) ? 0 : cz__shard_region_numel(p, ex->tp, r, &x->part);
+    return replicated(p) ? 0 : cz__shard_region_numel(p, pp->tp, r, &x->part);
 }
 
-static int64_t scount(const cz_executor *ex, const cz_exec_part *x, int r)
+static int64_t scount(struct cz_pipeline *pp, const cz_exec_part *x, int r)
 {
-    return cz__shard_region_numel(&ex->plan->params[x->param], ex->tp, r, &x->part);
+    cz_executor *ex = pp->ex;
+    return cz__shard_region_numel(&ex->plan->params[x->param], pp->tp, r, &x->part);
 }
 
-static int list_parts(cz_executor *ex, pgroup *pg, cz_error *err)
+static int list_parts(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
 {
+    cz_executor *ex = pp->ex;
     const cz_plan_group *g = pg->g;
     int n = 0;
     for (int t = 0; t < g->ntasks; t++)
@@ -150,10 +161,10 @@ static int list_parts(cz_executor *ex, pgroup *pg, cz_error *err)
     return CZ_OK;
 }
 
-static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
+static int layout_counts(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
 {
-    int tp = ex->tp, me = ex->tp_rank, rc;
-    if ((rc = list_parts(ex, pg, err)) != CZ_OK)
+    int tp = pp->tp, me = pp->tp_rank, rc;
+    if ((rc = list_parts(pp, pg, err)) != CZ_OK)
         return rc;
     int64_t *arrs[8];
     for (int k = 0; k < 8; k++) {
@@ -171,22 +182,22 @@ static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
     int64_t full = 0, sc_send = 0;
     for (int i = 0; i < pg->nparts; i++) {
         const cz_exec_part *x = &pg->parts[i];
-        if (ex->sc) {
+        if (pp->sc) {
             /* Every rank all-gathers its shard inside every part and applies its own. */
-            pg->gather_n += gcount(ex, x, me);
-            sc_send += scount(ex, x, me);
+            pg->gather_n += gcount(pp, x, me);
+            sc_send += scount(pp, x, me);
             for (int r = 0; r < tp; r++)
-                pg->gather_recv_counts[r] += gcount(ex, x, r);
+                pg->gather_recv_counts[r] += gcount(pp, x, r);
         } else {
-            pg->gather_send_counts[x->slot] += gcount(ex, x, me);
-            pg->scatter_recv_counts[x->slot] += scount(ex, x, me);
+            pg->gather_send_counts[x->slot] += gcount(pp, x, me);
+            pg->scatter_recv_counts[x->slot] += scount(pp, x, me);
             if (x->slot == me)
                 for (int r = 0; r < tp; r++) {
-                    pg->gather_recv_counts[r] += gcount(ex, x, r);
-                    pg->scatter_send_counts[r] += scount(ex, x, r);
+                    pg->gather_recv_counts[r] += gcount(pp, x, r);
+                    pg->scatter_send_counts[r] += scount(pp, x, r);
                 }
         }
-        if (holds(ex, x)) {
+        if (holds(pp, x)) {
             pg->nhosted++;
             full += part_numel(x);
         }
@@ -195,7 +206,7 @@ static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
     for (int r = 0; r < tp; r++) {
         /* iall_gather takes one count from every rank: the parts must give each rank as much
          * (whole matrices and blocks do; plan_check refuses cooperative tasks under sc). */
-        if (ex->sc && pg->gather_recv_counts[r] != pg->gather_n)
+        if (pp->sc && pg->gather_recv_counts[r] != pg->gather_n)
             return cz__error_set(err, CZ_EINTERNAL,
                                  "micro-group %d: under sc TP rank %d gathers %lld elements and "
                                  "rank %d %lld; the all-gather needs equal counts",
@@ -210,15 +221,14 @@ static int layout_counts(cz_executor *ex, pgroup *pg, cz_error *err)
         pg->scatter_recv_displs[r] = sr;
         sr += pg->scatter_recv_counts[r];
     }
-    struct cz_pipeline *pp = ex->pipe;
-    if (!ex->sc)
+    if (!pp->sc)
         pg->gather_n = gs;
     if (pg->gather_n > pp->gather_send_len)
         pp->gather_send_len = pg->gather_n;
     if (gr > pp->gather_recv_len)
         pp->gather_recv_len = gr;
     /* Under sc the scatter-send buffer holds my shard of each update, to apply from. */
-    pg->scatter_n = ex->sc ? sc_send : ss;
+    pg->scatter_n = pp->sc ? sc_send : ss;
     if (pg->scatter_n > pp->scatter_send_len)
         pp->scatter_send_len = pg->scatter_n;
     if (sr > pp->scatter_recv_len)
@@ -239,20 +249,21 @@ static int make_runs(cz_executor *ex, cz_run_list *l, cz_runs **out, cz_error *e
 
 /* Gather send: per destination slot, my shard inside each non-replicated part it holds (under
  * sc: inside every part, to everyone). */
-static int map_gather_send(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_error *err)
+static int map_gather_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_error *err)
 {
-    int tp = ex->tp, me = ex->tp_rank, rc;
+    cz_executor *ex = pp->ex;
+    int tp = pp->tp, me = pp->tp_rank, rc;
     int64_t pos = 0;
-    for (int s = 0; s < (ex->sc ? 1 : tp); s++)
+    for (int s = 0; s < (pp->sc ? 1 : tp); s++)
         for (int i = 0; i < pg->nparts; i++) {
             const cz_exec_part *x = &pg->parts[i];
             const cz_plan_param *p = &ex->plan->params[x->param];
-            if (replicated(p) || (!ex->sc && x->slot != s))
+            if (replicated(p) || (!pp->sc && x->slot != s))
                 continue;
             if ((rc = cz__region_runs(p, tp, me, &x->part, pos, ex->param_off[p->id], 1, 1, l,
                                       err)) != CZ_OK)
                 return rc;
-            pos += gcount(ex, x, me);
+            pos += gcount(pp, x, me);
         }
     /* The runs fill exactly the send buffer the counts laid out. */
     CZ_ASSERT(pos == pg->gather_n, err);
@@ -260,8 +271,9 @@ static int map_gather_send(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_error
 }
 
 /* The parts I hold and their place in full_g/full_u. */
-static int list_hosted(cz_executor *ex, pgroup *pg, cz_error *err)
+static int list_hosted(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
 {
+    cz_executor *ex = pp->ex;
     size_t cap = (size_t)pg->nhosted + 1;
     int64_t fpos = 0;
     pg->nhosted = 0; /* counted by layout_counts; listed again here */
@@ -269,7 +281,7 @@ static int list_hosted(cz_executor *ex, pgroup *pg, cz_error *err)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
     for (int i = 0; i < pg->nparts; i++) {
         const cz_exec_part *x = &pg->parts[i];
-        if (!holds(ex, x))
+        if (!holds(pp, x))
             continue;
         hpart *h = &pg->hosted[pg->nhosted++];
         h->x = *x;
@@ -278,15 +290,16 @@ static int list_hosted(cz_executor *ex, pgroup *pg, cz_error *err)
         h->numel = part_numel(x);
         fpos += h->numel;
     }
-    CZ_ASSERT((size_t)pg->nhosted < cap && fpos <= ex->pipe->full_n, err);
+    CZ_ASSERT((size_t)pg->nhosted < cap && fpos <= pp->full_n, err);
     return CZ_OK;
 }
 
 /* The gradients: per source rank its shard inside each part I hold, then the replicated parts
  * from my own copy. */
-static int map_unpack(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_error *err)
+static int map_unpack(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_error *err)
 {
-    int tp = ex->tp, me = ex->tp_rank, rc;
+    cz_executor *ex = pp->ex;
+    int tp = pp->tp, me = pp->tp_rank, rc;
     for (int r = 0; r < tp; r++) {
         int64_t rpos = pg->gather_recv_displs[r];
         for (int k = 0; k < pg->nhosted; k++) {
@@ -296,7 +309,7 @@ static int map_unpack(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_error *err
             if ((rc = cz__region_runs(h->p, tp, r, &h->x.part, rpos, h->off, 0, 0, l, err)) !=
                 CZ_OK)
                 return rc;
-            rpos += gcount(ex, &h->x, r);
+            rpos += gcount(pp, &h->x, r);
         }
         CZ_ASSERT(rpos == pg->gather_recv_displs[r] + pg->gather_recv_counts[r], err);
     }
@@ -315,21 +328,22 @@ static int map_unpack(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_error *err
 
 /* Scatter send: per destination TP rank, its shard inside the update of every part I hold
  * (under sc only my own shard, applied from there). */
-static int map_scatter_send(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_error *err)
+static int map_scatter_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_error *err)
 {
-    int tp = ex->tp, me = ex->tp_rank, rc;
+    cz_executor *ex = pp->ex;
+    int tp = pp->tp, me = pp->tp_rank, rc;
     for (int r = 0; r < tp; r++) {
-        if (ex->sc && r != me)
+        if (pp->sc && r != me)
             continue;
-        int64_t spos = ex->sc ? 0 : pg->scatter_send_displs[r];
+        int64_t spos = pp->sc ? 0 : pg->scatter_send_displs[r];
         for (int k = 0; k < pg->nhosted; k++) {
             const hpart *h = &pg->hosted[k];
             if ((rc = cz__region_runs(h->p, tp, r, &h->x.part, spos, h->off, 0, 1, l, err)) !=
                 CZ_OK)
                 return rc;
-            spos += scount(ex, &h->x, r);
+            spos += scount(pp, &h->x, r);
         }
-        CZ_ASSERT(ex->sc ? spos == pg->scatter_n
+        CZ_ASSERT(pp->sc ? spos == pg->scatter_n
                          : spos == pg->scatter_send_displs[r] + pg->scatter_send_counts[r],
                   err);
     }
@@ -338,17 +352,18 @@ static int map_scatter_send(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_erro
 
 /* Shard updates: from the scatter's receive buffer, per source slot its parts in order (under
  * sc from the scatter-send buffer, every part in order). */
-static int map_apply(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_error *err)
+static int map_apply(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_error *err)
 {
-    int tp = ex->tp, me = ex->tp_rank, rc;
+    cz_executor *ex = pp->ex;
+    int tp = pp->tp, me = pp->tp_rank, rc;
     pg->apply_part = cz__exec_calloc((size_t)(pg->nparts > 0 ? pg->nparts : 1), sizeof(cz_runs *));
     if (!pg->apply_part)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
-    for (int s = 0; s < (ex->sc ? 1 : tp); s++) {
-        int64_t upos = ex->sc ? 0 : pg->scatter_recv_displs[s];
+    for (int s = 0; s < (pp->sc ? 1 : tp); s++) {
+        int64_t upos = pp->sc ? 0 : pg->scatter_recv_displs[s];
         for (int i = 0; i < pg->nparts; i++) {
             const cz_exec_part *x = &pg->parts[i];
-            if (!ex->sc && x->slot != s)
+            if (!pp->sc && x->slot != s)
                 continue;
             const cz_plan_param *p = &ex->plan->params[x->param];
             cz_run_list lp = {0};
@@ -362,13 +377,13 @@ static int map_apply(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_error *err)
                 cz__run_list_free(&lp);
             } else if ((rc = make_runs(ex, &lp, &pg->apply_part[i], err)) != CZ_OK)
                 return rc;
-            upos += scount(ex, x, me);
+            upos += scount(pp, x, me);
             continue;
         fail:
             cz__run_list_free(&lp);
             return rc;
         }
-        CZ_ASSERT(ex->sc ? upos == pg->scatter_n
+        CZ_ASSERT(pp->sc ? upos == pg->scatter_n
                          : upos == pg->scatter_recv_displs[s] + pg->scatter_recv_counts[s],
                   err);
     }
@@ -376,14 +391,14 @@ static int map_apply(cz_executor *ex, pgroup *pg, cz_run_list *l, cz_error *err)
 }
 
 /* The index maps and held parts of one group. */
-static int layout_maps(cz_executor *ex, pgroup *pg, cz_error *err)
+static int layout_maps(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
 {
     cz_run_list l = {0};
     int rc;
-    if ((rc = map_gather_send(ex, pg, &l, err)) != CZ_OK ||
-        (rc = list_hosted(ex, pg, err)) != CZ_OK || (rc = map_unpack(ex, pg, &l, err)) != CZ_OK ||
-        (rc = map_scatter_send(ex, pg, &l, err)) != CZ_OK ||
-        (rc = map_apply(ex, pg, &l, err)) != CZ_OK)
+    if ((rc = map_gather_send(pp, pg, &l, err)) != CZ_OK ||
+        (rc = list_hosted(pp, pg, err)) != CZ_OK || (rc = map_unpack(pp, pg, &l, err)) != CZ_OK ||
+        (rc = map_scatter_send(pp, pg, &l, err)) != CZ_OK ||
+        (rc = map_apply(pp, pg, &l, err)) != CZ_OK)
         goto done;
 done:
     cz__run_list_free(&l);
@@ -392,9 +407,9 @@ done:
 
 /* Hands the matrix optimizer the parts I hold in group pg, with where their gradients and
  * updates live in full_g/full_u, and the cooperative sub-planes. */
-static int add_to_optimizer(cz_executor *ex, pgroup *pg, cz_error *err)
+static int add_to_optimizer(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
 {
-    struct cz_pipeline *pp = ex->pipe;
+    cz_executor *ex = pp->ex;
     cz_optim *o = &ex->matrix_opt;
     cz_coop_planes cp = {pp->nwidths, pp->widths, pp->wplanes, pp->wreqs, pp->coop_ready};
     cz_opt_part *parts = cz__exec_calloc((size_t)pg->nhosted + 1, sizeof *parts);
@@ -418,10 +433,10 @@ static float *falloc(cz_executor *ex, int64_t n)
 /* One sub-plane per cooperative width of my DP rank's schedule: the TP plane split into the
  * aligned k-slot sets (color tp_rank / k). Every TP rank of the group has the same schedule,
  * so every one makes the same splits in the same order. */
-static int open_width_planes(cz_executor *ex, cz_error *err)
+static int open_width_planes(struct cz_pipeline *pp, cz_error *err)
 {
-    struct cz_pipeline *pp = ex->pipe;
-    const cz_rank_schedule *rs = ex->schedule;
+    cz_executor *ex = pp->ex;
+    const cz_rank_schedule *rs = pp->rs;
     for (int g = 0; g < rs->ngroups; g++)
         for (int t = 0; t < rs->groups[g].ntasks; t++) {
             int k = cz_group_task_width(&rs->groups[g], t), i = 0;
@@ -434,8 +449,8 @@ static int open_width_planes(cz_executor *ex, cz_error *err)
             if (pp->nwidths == CZ_MAX_COOP_WIDTHS)
                 return cz__error_set(err, CZ_EUNSUPPORTED,
                                      "the plan uses more than %d cooperative widths", pp->nwidths);
-            int rc = ex->tp_comm.ops->split(&ex->tp_comm, ex->tp_rank / k, ex->tp_rank % k,
-                                            &pp->wplanes[pp->nwidths], err);
+            int rc = pp->plane->ops->split(pp->plane, pp->tp_rank / k, pp->tp_rank % k,
+                                           &pp->wplanes[pp->nwidths], err);
             if (rc)
                 return rc;
             cz_plane *wp = &pp->wplanes[pp->nwidths];
@@ -453,10 +468,9 @@ static int open_width_planes(cz_executor *ex, cz_error *err)
 }
 
 /* The counts and displacements of every group's exchanges, which size the buffers. */
-static int layout_groups(cz_executor *ex, cz_error *err)
+static int layout_groups(struct cz_pipeline *pp, cz_error *err)
 {
-    struct cz_pipeline *pp = ex->pipe;
-    const cz_rank_schedule *rs = ex->schedule;
+    const cz_rank_schedule *rs = pp->rs;
     int rc;
     pp->ngroups = rs->ngroups;
     pp->groups = cz__exec_calloc(rs->ngroups > 0 ? (size_t)rs->ngroups : 1, sizeof *pp->groups);
@@ -464,16 +478,16 @@ static int layout_groups(cz_executor *ex, cz_error *err)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
     for (int g = 0; g < rs->ngroups; g++) {
         pp->groups[g].g = &rs->groups[g];
-        if ((rc = layout_counts(ex, &pp->groups[g], err)) != CZ_OK)
+        if ((rc = layout_counts(pp, &pp->groups[g], err)) != CZ_OK)
             return rc;
     }
     return CZ_OK;
 }
 
 /* The two sets of exchange buffers, their requests and the events their sends wait for. */
-static int alloc_exchanges(cz_executor *ex, cz_error *err)
+static int alloc_exchanges(struct cz_pipeline *pp, cz_error *err)
 {
-    struct cz_pipeline *pp = ex->pipe;
+    cz_executor *ex = pp->ex;
     cz_compute *c = &ex->compute;
     for (int k = 0; k < 2; k++) {
         pp->gather_send[k] = falloc(ex, pp->gather_send_len);
@@ -483,8 +497,8 @@ static int alloc_exchanges(cz_executor *ex, cz_error *err)
         if (!pp->gather_send[k] || !pp->gather_recv[k] || !pp->scatter_send[k] ||
             !pp->scatter_recv[k])
             return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline buffers");
-        pp->gather_req[k] = ex->tp_comm.ops->req_create(&ex->tp_comm);
-        pp->scatter_req[k] = ex->tp_comm.ops->req_create(&ex->tp_comm);
+        pp->gather_req[k] = pp->plane->ops->req_create(pp->plane);
+        pp->scatter_req[k] = pp->plane->ops->req_create(pp->plane);
         pp->gather_packed[k] = c->ops->event_create(c);
         pp->scatter_packed[k] = c->ops->event_create(c);
         if (!pp->gather_req[k] || !pp->scatter_req[k] || !pp->gather_packed[k] ||
@@ -494,15 +508,20 @@ static int alloc_exchanges(cz_executor *ex, cz_error *err)
     return CZ_OK;
 }
 
-int cz__exec_pipeline_init(cz_executor *ex, cz_error *err)
+/* A pipeline of schedule rs over plane (tp ranks, this one tp_rank); *out is set before
+ * anything can fail, so that the caller's teardown frees what was made. */
+static int pipeline_open(cz_executor *ex, const cz_rank_schedule *rs, cz_plane *plane, int tp,
+                         int tp_rank, bool sc, struct cz_pipeline **out, cz_error *err)
 {
     struct cz_pipeline *pp = cz__exec_calloc(1, sizeof *pp);
     int rc;
     if (!pp)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
-    ex->pipe = pp;
+    *out = pp;
+    *pp = (struct cz_pipeline){
+        .ex = ex, .rs = rs, .plane = plane, .tp = tp, .tp_rank = tp_rank, .sc = sc};
     /* The splits are collective: first, before anything a rank could fail alone. */
-    if ((rc = open_width_planes(ex, err)) != CZ_OK || (rc = layout_groups(ex, err)) != CZ_OK)
+    if ((rc = open_width_planes(pp, err)) != CZ_OK || (rc = layout_groups(pp, err)) != CZ_OK)
         return rc;
     /* full_g/full_u and the event before the maps: the optimizer's parts point into them. */
     pp->full_g = falloc(ex, pp->full_n);
@@ -514,18 +533,30 @@ int cz__exec_pipeline_init(cz_executor *ex, cz_error *err)
     if (!pp->coop_ready)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for requests and events");
     for (int g = 0; g < pp->ngroups; g++)
-        if ((rc = layout_maps(ex, &pp->groups[g], err)) != CZ_OK ||
-            (rc = add_to_optimizer(ex, &pp->groups[g], err)) != CZ_OK)
+        if ((rc = layout_maps(pp, &pp->groups[g], err)) != CZ_OK ||
+            (rc = add_to_optimizer(pp, &pp->groups[g], err)) != CZ_OK)
             return rc;
-    return alloc_exchanges(ex, err);
+    return alloc_exchanges(pp, err);
 }
 
-void cz__exec_pipeline_free(cz_executor *ex)
+int cz__exec_pipeline_init(cz_executor *ex, cz_error *err)
 {
-    struct cz_pipeline *pp = ex->pipe;
+    int rc;
+    if ((rc = pipeline_open(ex, ex->schedule, &ex->tp_comm, ex->tp, ex->tp_rank, ex->sc, &ex->pipe,
+                            err)) != CZ_OK)
+        return rc;
+    /* An expert rank's micro-groups run over its ETP plane, after the DP rank's. */
+    if (!ex->experts)
+        return CZ_OK;
+    return pipeline_open(ex, ex->expert_schedule, &ex->etp_comm, ex->etp, ex->etp_rank, ex->sc,
+                         &ex->epipe, err);
+}
+
+static void pipeline_close(struct cz_pipeline *pp)
+{
     if (!pp)
         return;
-    cz_compute *c = &ex->compute;
+    cz_compute *c = &pp->ex->compute;
     for (int g = 0; pp->groups && g < pp->ngroups; g++) {
         pgroup *pg = &pp->groups[g];
         int64_t *layouts[8] = {pg->gather_send_counts,  pg->gather_send_displs,
@@ -556,9 +587,9 @@ void cz__exec_pipeline_free(cz_executor *ex)
             c->ops->release(c, bufs[k]);
     for (int k = 0; k < 2; k++) {
         if (pp->gather_req[k])
-            ex->tp_comm.ops->req_free(&ex->tp_comm, pp->gather_req[k]);
+            pp->plane->ops->req_free(pp->plane, pp->gather_req[k]);
         if (pp->scatter_req[k])
-            ex->tp_comm.ops->req_free(&ex->tp_comm, pp->scatter_req[k]);
+            pp->plane->ops->req_free(pp->plane, pp->scatter_req[k]);
         if (pp->gather_packed[k])
             c->ops->event_free(c, pp->gather_packed[k]);
         if (pp->scatter_packed[k])
@@ -573,7 +604,13 @@ void cz__exec_pipeline_free(cz_executor *ex)
         cz__plane_close(&pp->wplanes[i]);
     }
     cz__exec_free(pp);
-    ex->pipe = NULL;
+}
+
+void cz__exec_pipeline_free(cz_executor *ex)
+{
+    pipeline_close(ex->pipe);
+    pipeline_close(ex->epipe);
+    ex->pipe = ex->epipe = NULL;
 }
 
 /* Posts one all-to-all as a group of sends and receives, completed through req. */
@@ -592,34 +629,34 @@ static int post_exchange(cz_plane *pl, cz_comm_req *req, cz_event *after, const 
 }
 
 /* Packs my gradient shards of group g and posts its gather. */
-static int post_gather(cz_executor *ex, int gi, const float *G, cz_error *err)
+static int post_gather(struct cz_pipeline *pp, int gi, const float *G, cz_error *err)
 {
-    struct cz_pipeline *pp = ex->pipe;
+    cz_executor *ex = pp->ex;
     pgroup *pg = &pp->groups[gi];
     float *send = pp->gather_send[gi % 2];
     cz_event *packed = pp->gather_packed[gi % 2];
     ex->compute.ops->copy_runs(&ex->compute, send, G, pg->gather_pack);
     ex->compute.ops->event_record(&ex->compute, packed);
-    if (ex->sc)
-        return ex->tp_comm.ops->iall_gather(&ex->tp_comm, send, (size_t)pg->gather_n,
-                                            pp->gather_recv[gi % 2], CZ_DTYPE_FP32, packed,
-                                            pp->gather_req[gi % 2], err);
-    return post_exchange(&ex->tp_comm, pp->gather_req[gi % 2], packed, send, pg->gather_send_counts,
+    if (pp->sc)
+        return pp->plane->ops->iall_gather(pp->plane, send, (size_t)pg->gather_n,
+                                           pp->gather_recv[gi % 2], CZ_DTYPE_FP32, packed,
+                                           pp->gather_req[gi % 2], err);
+    return post_exchange(pp->plane, pp->gather_req[gi % 2], packed, send, pg->gather_send_counts,
                          pg->gather_send_displs, pp->gather_recv[gi % 2], pg->gather_recv_counts,
                          pg->gather_recv_displs, err);
 }
 
 /* Keeps the next group's gather and the previous group's scatter moving while computing. */
 typedef struct progress_ctx {
-    cz_executor *ex;
+    struct cz_pipeline *pp;
     int gi;
 } progress_ctx;
 
 static void progress_inflight(void *arg)
 {
     progress_ctx *pc = arg;
-    struct cz_pipeline *pp = pc->ex->pipe;
-    cz_plane *tc = &pc->ex->tp_comm;
+    struct cz_pipeline *pp = pc->pp;
+    cz_plane *tc = pp->plane;
     tc->ops->progress(tc, pp->gather_req[(pc->gi + 1) % 2]);
     tc->ops->progress(tc, pp->scatter_req[(pc->gi + 1) % 2]);
 }
@@ -627,8 +664,9 @@ static void progress_inflight(void *arg)
 /* Applies my shard updates of group g from u (scatter recv, or scatter send under sc) with the
  * rate and weight decay the matrix optimizer gives for this step, or part by part with each
  * part's parameter's when they differ (parameter groups). */
-static void apply_group(cz_executor *ex, const pgroup *pg, float *P, const float *u)
+static void apply_group(struct cz_pipeline *pp, const pgroup *pg, float *P, const float *u)
 {
+    cz_executor *ex = pp->ex;
     const cz_optim *o = &ex->matrix_opt;
     if (!o->param_rates || ex->matrix_rates_uniform) {
         cz_opt_rates r = o->ops->apply_rates(o, ex->steps + 1);
@@ -644,13 +682,13 @@ static void apply_group(cz_executor *ex, const pgroup *pg, float *P, const float
 
 /* Host side of group g: reassemble, the optimizer's update, and either post the scatter or
  * (sc) apply. */
-static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_error *err)
+static int compute_group(struct cz_pipeline *pp, int gi, float *P, const float *G, cz_error *err)
 {
-    struct cz_pipeline *pp = ex->pipe;
+    cz_executor *ex = pp->ex;
     pgroup *pg = &pp->groups[gi];
     cz_compute *c = &ex->compute;
     cz_optim *o = &ex->matrix_opt;
-    progress_ctx pc = {ex, gi};
+    progress_ctx pc = {pp, gi};
     cz_opt_progress pr = {progress_inflight, &pc};
     int rc;
     c->ops->copy_runs(c, pp->full_g, pp->gather_recv[gi % 2], pg->unpack_recv);
@@ -659,55 +697,62 @@ static int compute_group(cz_executor *ex, int gi, float *P, const float *G, cz_e
         return rc;
     float *send = pp->scatter_send[gi % 2];
     c->ops->copy_runs(c, send, pp->full_u, pg->scatter_pack);
-    if (ex->sc) {
-        apply_group(ex, pg, P, send);
+    if (pp->sc) {
+        apply_group(pp, pg, P, send);
         return CZ_OK;
     }
     c->ops->event_record(c, pp->scatter_packed[gi % 2]);
-    return post_exchange(&ex->tp_comm, pp->scatter_req[gi % 2], pp->scatter_packed[gi % 2], send,
+    return post_exchange(pp->plane, pp->scatter_req[gi % 2], pp->scatter_packed[gi % 2], send,
                          pg->scatter_send_counts, pg->scatter_send_displs, pp->scatter_recv[gi % 2],
                          pg->scatter_recv_counts, pg->scatter_recv_displs, err);
 }
 /* Waits for the scatter of group g and applies my update shards. */
-static int finish_group(cz_executor *ex, int gi, float *P, cz_error *err)
+static int finish_group(struct cz_pipeline *pp, int gi, float *P, cz_error *err)
 {
-    struct cz_pipeline *pp = ex->pipe;
     int rc;
-    if ((rc = ex->tp_comm.ops->wait(&ex->tp_comm, pp->scatter_req[gi % 2], err)) != CZ_OK)
+    if ((rc = pp->plane->ops->wait(pp->plane, pp->scatter_req[gi % 2], err)) != CZ_OK)
         return rc;
-    apply_group(ex, &pp->groups[gi], P, pp->scatter_recv[gi % 2]);
+    apply_group(pp, &pp->groups[gi], P, pp->scatter_recv[gi % 2]);
     return CZ_OK;
 }
 
-int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err)
+/* The groups of one pipeline, overlapped as the header says. */
+static int pipeline_run(struct cz_pipeline *pp, float *P, const float *G, cz_error *err)
 {
-    struct cz_pipeline *pp = ex->pipe;
-    cz_optim *o = &ex->matrix_opt;
     int ng = pp->ngroups, rc = CZ_OK;
-    /* The optimizer's elementwise part of the update on my shards (Shampoo's weight decay into
-     * its momentum) comes before any part's update is applied. */
-    if (o->ops->step_shards && (rc = o->ops->step_shards(o, P, G, ex->steps + 1, err)) != CZ_OK)
-        return rc;
     if (ng == 0)
         return CZ_OK;
-    if ((rc = post_gather(ex, 0, G, err)) != CZ_OK)
+    if ((rc = post_gather(pp, 0, G, err)) != CZ_OK)
         goto done;
     for (int gi = 0; gi < ng; gi++)
-        if ((gi + 1 < ng && (rc = post_gather(ex, gi + 1, G, err)) != CZ_OK) ||
-            (rc = ex->tp_comm.ops->wait(&ex->tp_comm, pp->gather_req[gi % 2], err)) != CZ_OK ||
-            (rc = compute_group(ex, gi, P, G, err)) != CZ_OK ||
-            (!ex->sc && gi > 0 && (rc = finish_group(ex, gi - 1, P, err)) != CZ_OK))
+        if ((gi + 1 < ng && (rc = post_gather(pp, gi + 1, G, err)) != CZ_OK) ||
+            (rc = pp->plane->ops->wait(pp->plane, pp->gather_req[gi % 2], err)) != CZ_OK ||
+            (rc = compute_group(pp, gi, P, G, err)) != CZ_OK ||
+            (!pp->sc && gi > 0 && (rc = finish_group(pp, gi - 1, P, err)) != CZ_OK))
             goto done;
-    if (!ex->sc)
-        rc = finish_group(ex, ng - 1, P, err);
+    if (!pp->sc)
+        rc = finish_group(pp, ng - 1, P, err);
 done:
     if (rc != CZ_OK) {
         /* Leave no request in flight: a later step or free must not see a stale one. */
         cz_error tmp;
         for (int k = 0; k < 2; k++) {
-            ex->tp_comm.ops->wait(&ex->tp_comm, pp->gather_req[k], &tmp);
-            ex->tp_comm.ops->wait(&ex->tp_comm, pp->scatter_req[k], &tmp);
+            pp->plane->ops->wait(pp->plane, pp->gather_req[k], &tmp);
+            pp->plane->ops->wait(pp->plane, pp->scatter_req[k], &tmp);
         }
     }
     return rc;
+}
+
+int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err)
+{
+    cz_optim *o = &ex->matrix_opt;
+    int rc;
+    /* The optimizer's elementwise part of the update on my shards (Shampoo's weight decay into
+     * its momentum) comes before any part's update is applied. */
+    if (o->ops->step_shards && (rc = o->ops->step_shards(o, P, G, ex->steps + 1, err)) != CZ_OK)
+        return rc;
+    if ((rc = pipeline_run(ex->pipe, P, G, err)) != CZ_OK)
+        return rc;
+    return ex->epipe ? pipeline_run(ex->epipe, P, G, err) : CZ_OK;
 }

@@ -26,7 +26,7 @@ static int check_params(const cz_plan *plan, cz_error *err)
                                  "plan $.params[%zu] ('%s') is a matrix-optimizer parameter but "
                                  "has %d dimensions",
                                  i, p->def.name, p->def.ndim);
-        int rc = cz__shard_check(p, plan->tp, err);
+        int rc = cz__shard_check(p, cz_plan_param_tp(plan, p), err);
         if (rc)
             return rc;
     }
@@ -41,6 +41,7 @@ static int check_params(const cz_plan *plan, cz_error *err)
 static int check_structure(const cz_plan *plan, cz_error *err)
 {
     cz_plan_checks c = {0};
+    c.expert_groups = 1; /* the executor runs them (and the check keeps their rules) */
     c.out = json_array();
     if (!c.out)
         return cz__error_set(err, CZ_ENOMEM, "out of memory checking the plan");
@@ -66,14 +67,10 @@ static int check_structure(const cz_plan *plan, cz_error *err)
 
 int cz__exec_plan_check(const cz_plan *plan, cz_error *err)
 {
-    if (plan->pp != 1)
-        return cz__error_set(err, CZ_EUNSUPPORTED,
-                             "plan has pp = %d: pipeline-parallel plans are not executed by this "
-                             "version",
-                             plan->pp);
-    if (plan->dp < 1 || plan->tp < 1)
-        return cz__error_set(err, CZ_EINVALID, "plan topology dp = %d, tp = %d: both must be >= 1",
-                             plan->dp, plan->tp);
+    if (plan->dp < 1 || plan->tp < 1 || plan->pp < 1)
+        return cz__error_set(err, CZ_EINVALID,
+                             "plan topology dp = %d, tp = %d, pp = %d: each must be >= 1", plan->dp,
+                             plan->tp, plan->pp);
     if (plan->settings.dp == CZ_DP_EVEN || plan->settings.dp == CZ_DP_LAYERWISE)
         return cz__error_set(err, CZ_EUNSUPPORTED,
                              "plan uses DP strategy '%s', an analysis baseline the executor does "
@@ -104,12 +101,22 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n)
         h = fnv(h, &fv_, sizeof fv_);                                                              \
     } while (0)
 
+/* Schedule k of the DP ranks' then the expert ranks'. */
+static const cz_rank_schedule *sched_at(const cz_plan *plan, size_t k)
+{
+    return k < plan->nschedules ? &plan->schedules[k]
+                                : &plan->expert_schedules[k - plan->nschedules];
+}
+
 uint64_t cz__exec_plan_fingerprint(const cz_plan *plan)
 {
     uint64_t h = 1469598103934665603ull;
     FNV_VAL(h, plan->dp);
     FNV_VAL(h, plan->tp);
     FNV_VAL(h, plan->pp);
+    FNV_VAL(h, plan->ep);
+    FNV_VAL(h, plan->etp);
+    FNV_VAL(h, plan->edp);
     FNV_VAL(h, plan->settings.tp);
     FNV_VAL(h, plan->settings.layout);
     FNV_VAL(h, plan->nparams);
@@ -130,18 +137,26 @@ uint64_t cz__exec_plan_fingerprint(const cz_plan *plan)
         FNV_VAL(h, p->offset);
         FNV_VAL(h, p->numel);
         FNV_VAL(h, p->dp_owner);
+        FNV_VAL(h, p->stage);
+        FNV_VAL(h, p->expert);
+        FNV_VAL(h, p->ep_rank);
     }
     FNV_VAL(h, plan->nbuckets);
     for (size_t b = 0; b < plan->nbuckets; b++) {
         FNV_VAL(h, plan->buckets[b].offset);
         FNV_VAL(h, plan->buckets[b].size);
         FNV_VAL(h, plan->buckets[b].elementwise);
-        for (int r = 0; r < 2 * plan->dp; r++)
+        FNV_VAL(h, plan->buckets[b].stage);
+        FNV_VAL(h, plan->buckets[b].expert);
+        FNV_VAL(h, plan->buckets[b].ep_rank);
+        for (int r = 0; r < 2 * cz_plan_bucket_nranks(plan, &plan->buckets[b]); r++)
             FNV_VAL(h, plan->buckets[b].ranges[r]);
     }
-    for (size_t k = 0; k < plan->nschedules; k++)
-        for (int g = 0; g < plan->schedules[k].ngroups; g++) {
-            const cz_plan_group *gr = &plan->schedules[k].groups[g];
+    /* Every DP rank's schedule, then every expert rank's. */
+    size_t nall = plan->nschedules + plan->nexpert_schedules;
+    for (size_t k = 0; k < nall; k++)
+        for (int g = 0; g < sched_at(plan, k)->ngroups; g++) {
+            const cz_plan_group *gr = &sched_at(plan, k)->groups[g];
             FNV_VAL(h, gr->ntasks);
             for (int t = 0; t < gr->ntasks; t++) {
                 FNV_VAL(h, gr->task_param[t]);

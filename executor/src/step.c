@@ -12,23 +12,47 @@
 
 #include <math.h>
 
+/* The plane a bucket is reduced and gathered over, its size and this rank's place in it, and
+ * where the bucket starts in the flat buffers: the DP plane for the dense buffer; for an
+ * expert bucket, the expert-DP plane and the expert buffer. */
+typedef struct bucket_plane {
+    cz_plane *plane;
+    int n, me;
+    int64_t base;
+} bucket_plane;
+
+static bucket_plane plane_of(cz_executor *ex, const cz_plan_bucket *bk)
+{
+    if (ex->experts && bk->expert)
+        return (bucket_plane){&ex->edp_comm, ex->edp, ex->edp_rank, ex->expert_base + bk->offset};
+    return (bucket_plane){&ex->dp_comm, ex->dp, ex->dp_rank, bk->offset};
+}
+
 static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
-    size_t counts[ex->dp];
+    int most = ex->dp > ex->edp ? ex->dp : ex->edp;
+    size_t counts[most];
+    /* Averaged over DP. An expert buffer is summed over its expert-DP group and scaled by 1/DP
+     * too, as Megatron-Core's DDP does (expert_gradient_scaling_factor = 1 / DP size without
+     * average_in_collective): each EP rank's expert gradient already gathers the tokens of the
+     * DP replicas of its EP group. */
     float inv = 1.0f / (float)ex->dp;
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
-        for (int r = 0; r < ex->dp; r++)
+        if (!cz__exec_holds_bucket(ex, bk))
+            continue;
+        bucket_plane bp = plane_of(ex, bk);
+        for (int r = 0; r < bp.n; r++)
             counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
         /* The ranges are contiguous and rank-ordered (plan check): one segment per rank. */
-        float *base = G + bk->offset + bk->ranges[0];
-        int rc = ex->dp_comm.ops->reduce_scatter(&ex->dp_comm, base, ex->scratch, counts,
-                                                 CZ_DTYPE_FP32, ex->ev_grads, err);
+        float *base = G + bp.base + bk->ranges[0];
+        int rc = bp.plane->ops->reduce_scatter(bp.plane, base, ex->scratch, counts, CZ_DTYPE_FP32,
+                                               ex->ev_grads, err);
         if (rc)
             return rc;
-        float *mine = G + bk->offset + bk->ranges[2 * ex->dp_rank];
-        ex->compute.ops->scale(&ex->compute, mine, ex->scratch, (int64_t)counts[ex->dp_rank], inv);
+        float *mine = G + bp.base + bk->ranges[2 * bp.me];
+        ex->compute.ops->scale(&ex->compute, mine, ex->scratch, (int64_t)counts[bp.me], inv);
     }
     return CZ_OK;
 }
@@ -36,13 +60,17 @@ static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
 static int all_gather(cz_executor *ex, float *P, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
-    size_t counts[ex->dp];
+    int most = ex->dp > ex->edp ? ex->dp : ex->edp;
+    size_t counts[most];
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
-        for (int r = 0; r < ex->dp; r++)
+        if (!cz__exec_holds_bucket(ex, bk))
+            continue;
+        bucket_plane bp = plane_of(ex, bk);
+        for (int r = 0; r < bp.n; r++)
             counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
-        int rc = ex->dp_comm.ops->all_gather(&ex->dp_comm, P + bk->offset + bk->ranges[0], counts,
-                                             CZ_DTYPE_FP32, ex->ev_params, err);
+        int rc = bp.plane->ops->all_gather(bp.plane, P + bp.base + bk->ranges[0], counts,
+                                           CZ_DTYPE_FP32, ex->ev_params, err);
         if (rc)
             return rc;
     }
@@ -74,7 +102,10 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
      * the third is not zero does one compare the rates (rates.c), before any update. */
     double v[3] = {0.0, 0.0, ex->rates_changed ? 1.0 : 0.0};
     for (int k = 0; k < ex->nowned; k++) {
-        if (plan->params[ex->owned[k]].def.tp_dim >= 0 || ex->tp_rank == 0)
+        const cz_plan_param *p = &plan->params[ex->owned[k]];
+        /* A tensor replicated over its TP (ETP for an expert) group counts once. */
+        int r = ex->experts && p->expert ? ex->etp_rank : ex->tp_rank;
+        if (p->def.tp_dim >= 0 || r == 0)
             v[0] += ex->stats_host[k];
         v[1] += !isfinite(ex->stats_host[k]);
     }
@@ -137,6 +168,8 @@ static void stage_in(cz_executor *ex)
     bool params = ex->dtype == CZ_DTYPE_FP32 || !ex->master_loaded;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
         int64_t off = ex->param_off[i], n = ex->plan->params[i].numel;
+        if (!cz__exec_holds(ex, &ex->plan->params[i]))
+            continue;
         if (params)
             c->ops->convert(c, ex->stage_params + off, CZ_DTYPE_FP32, job_param(ex, i, off),
                             ex->dtype, n);
@@ -151,6 +184,8 @@ static void stage_out(cz_executor *ex)
     cz_compute *c = &ex->compute;
     for (size_t i = 0; i < ex->plan->nparams; i++) {
         int64_t off = ex->param_off[i], n = ex->plan->params[i].numel;
+        if (!cz__exec_holds(ex, &ex->plan->params[i]))
+            continue;
         c->ops->convert(c, job_param(ex, i, off), ex->dtype, ex->stage_params + off, CZ_DTYPE_FP32,
                         n);
     }
@@ -164,7 +199,7 @@ static int check_bound(cz_executor *ex, cz_error *err)
                            "step: no buffers bound (call bind_buffers or "
                            "bind_param first)");
     for (size_t i = 0; !rc && ex->per_param && i < ex->plan->nparams; i++)
-        if (!ex->bound[i])
+        if (cz__exec_holds(ex, &ex->plan->params[i]) && !ex->bound[i])
             rc = cz__error_set(err, CZ_EINVALID, "step: parameter '%s' is not bound",
                                ex->plan->params[i].def.name);
     if (ex->bind_agreed)

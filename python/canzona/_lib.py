@@ -176,6 +176,7 @@ def lib():
         "cz_executor_timings": (None, [vp, ctypes.POINTER(Timings)]),
         "cz_executor_dp_rank": (i, [vp]),
         "cz_executor_tp_rank": (i, [vp]),
+        "cz_executor_pp_rank": (i, [vp]),
         "cz_executor_save_state": (i, [vp, ctypes.c_char_p, e]),
         "cz_executor_load_state": (i, [vp, ctypes.c_char_p, e]),
         "cz_executor_set_param_rates": (i, [vp, ctypes.POINTER(ctypes.c_float),

@@ -210,6 +210,11 @@ class Executor:
     def tp_rank(self):
         return self._L.cz_executor_tp_rank(self._handle())
 
+    @property
+    def pp_rank(self):
+        """This rank's pipeline stage: it binds and steps that stage's buffer only."""
+        return self._L.cz_executor_pp_rank(self._handle())
+
     # ---- optimizer state ----
     def save_state(self, path):
         """Saves the optimizer state to a safetensors file (collective; rank 0 writes path)."""

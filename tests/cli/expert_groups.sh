@@ -112,13 +112,14 @@ refused "simulate a plan for another EP" "do not match cluster" \
 "$CZ" plan -q -m "$M" -c "$C" --ep-size 4 -o "$tmp/ep4.json"
 refused "diff plans of other EPs" "different topologies" "$CZ" diff "$tmp/ep2.json" "$tmp/ep4.json"
 
-# The executor does not run expert groups yet: canzona-bench refuses the plan, naming why.
+# The executor runs expert groups (tests/mpi/experts.sh); on one process canzona-bench refuses
+# the 4-rank plan, naming the world it needs.
 bench=${CZ_BUILD_DIR:-}/executor/canzona-bench
 if [ -n "${CZ_BUILD_DIR:-}" ] && [ -x "$bench" ]; then
   "$bench" --plan "$tmp/ep2.json" --model "$M" --steps 1 --comm self >"$tmp/b.out" 2>&1
   rc=$?
-  check "canzona-bench refuses a plan with expert groups" test $rc -ne 0
-  check "... naming the plan's schema" grep -q 'canzona.plan/3' "$tmp/b.out"
+  check "canzona-bench refuses a 4-rank plan with expert groups on one process" test $rc -ne 0
+  check "... naming the world it needs" grep -q 'the plan needs dp\*tp\*pp' "$tmp/b.out"
 else
   echo "skip canzona-bench refusal (no executor build)"
 fi

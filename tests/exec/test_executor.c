@@ -46,8 +46,12 @@ START_TEST(refusals)
 {
     cz_exec_config cfg = self_cfg();
     cz_plan *pl = fx_plan(PARAMS, NP, 1);
+    /* A pipeline-parallel plan needs a schedule per (stage, DP rank), as validate checks,
+     * before the executor indexes them (the pipeline itself runs under mpi: bench.sh pp). */
     pl->pp = 2;
-    expect_refusal(pl, &cfg, CZ_EUNSUPPORTED, "pipeline-parallel plans are not executed");
+    expect_refusal(pl, &cfg, CZ_EINVALID, "expected one per (stage, DP rank): 2");
+    pl->pp = 0;
+    expect_refusal(pl, &cfg, CZ_EINVALID, "pp = 0: each must be >= 1");
     pl->pp = 1;
     pl->settings.dp = CZ_DP_EVEN;
     expect_refusal(pl, &cfg, CZ_EUNSUPPORTED, "'even'");
@@ -127,7 +131,7 @@ START_TEST(refusals)
     /* A tp = 2 plan needs two ranks; the self communicator has one. */
     cfg = self_cfg();
     pl = fx_plan(PARAMS, NP, 2);
-    expect_refusal(pl, &cfg, CZ_EMISMATCH, "has 1 ranks but the plan needs dp*tp = 1*2 = 2");
+    expect_refusal(pl, &cfg, CZ_EMISMATCH, "has 1 ranks but the plan needs dp*tp*pp = 1*2*1 = 2");
     cz_plan_free(pl);
 }
 END_TEST

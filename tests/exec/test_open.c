@@ -34,11 +34,15 @@ static int create(cz_error *err)
 START_TEST(schema_version)
 {
     cz_error err;
-    write_file("{\"schema\": \"canzona.plan/3\", \"params\": []}");
+    write_file("{\"schema\": \"canzona.plan/4\", \"params\": []}");
     ck_assert_int_eq(create(&err), CZ_EUNSUPPORTED);
-    ck_assert_ptr_nonnull(strstr(err.message, "$.schema is \"canzona.plan/3\""));
-    ck_assert_ptr_nonnull(
-        strstr(err.message, "runs \"canzona.plan/1\" and \"canzona.plan/2\" plans"));
+    ck_assert_ptr_nonnull(strstr(err.message, "$.schema is \"canzona.plan/4\""));
+    ck_assert_ptr_nonnull(strstr(
+        err.message, "runs \"canzona.plan/1\", \"canzona.plan/2\" and \"canzona.plan/3\" plans"));
+    /* Version 3 (expert groups) gets past the schema check to the reader. */
+    write_file("{\"schema\": \"canzona.plan/3\", \"params\": []}");
+    ck_assert_int_ne(create(&err), CZ_OK);
+    ck_assert_ptr_null(strstr(err.message, "$.schema is"));
     /* Version 2 (block and cooperative tasks) gets past the schema check to the reader. */
     write_file("{\"schema\": \"canzona.plan/2\", \"params\": []}");
     ck_assert_int_ne(create(&err), CZ_OK);

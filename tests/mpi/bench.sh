@@ -6,6 +6,8 @@
 # soap-sides CLUSTER TP | nolapacke
 # | average (exec_average.c, $CZ_AVERAGE, on 2 and 4 ranks)
 # | tasks CLUSTER DP TP BLOCKS WIDTH [PLAN OPTION...] (block and cooperative tasks)
+# | pp PP DP TP [fp32|bf16] (pipeline-parallel plans on PP*DP*TP = 4 ranks)
+# | experts (the small MoE at EP 1 against the reference; expert groups: experts.sh)
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -77,6 +79,45 @@ PY
       tee "$tmp/out"
     grep -q "verify: OK" "$tmp/out"
   fi
+  ;;
+pp)
+  # A pipeline-parallel plan: each rank binds and steps its stage's buffer only; the bench
+  # gathers every stage's parameters on rank 0 and compares them with the single-process
+  # reference on whole tensors (which knows nothing of stages).
+  sizes=(--pp-size "$2" --dp-size "$3" --tp-size "$4")
+  cl=$src/plans/clusters/cpu-4-dp2-tp2.json
+  "$CZ" plan -q --model "$model" --cluster "$cl" "${sizes[@]}" -o "$tmp/plan.json"
+  "$CZ" validate "$tmp/plan.json" --model "$model" --cluster "$cl" "${sizes[@]}" >/dev/null
+  command -v python3 >/dev/null || { echo "python3 not found"; exit 77; }
+  python3 - "$tmp/plan.json" "$2" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+pp = int(sys.argv[2])
+stages = sorted({q["stage"] for q in p["params"]})
+print("plan: pp %d, parameters in stages %s" % (p["topology"]["pp"], stages))
+assert p["topology"]["pp"] == pp and stages == list(range(pp)), "expected every stage used"
+PY
+  extra=()
+  [ "${5:-fp32}" = bf16 ] && extra=(--dtype bf16 --tolerance 3e-2 --update-tolerance 0.25)
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --steps 3 --verify \
+    "${extra[@]}" | tee "$tmp/out"
+  grep -q "verify: OK" "$tmp/out"
+  grep -q "pp=$2" "$tmp/out"
+  grep -q "executor allocations in steps 2..4 (most on one rank): 0$" "$tmp/out"
+  # A world of the wrong size is refused on every rank, naming dp*tp*pp.
+  mpi_fails -np 2 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --steps 1
+  [ "$(grep -c 'the plan needs dp\*tp\*pp' "$tmp/out")" -eq 2 ]
+  ;;
+experts)
+  # The small MoE (test-moe: 2 layers of 8 experts). Planned at EP 1 its experts are dense
+  # matrices owned over DP: the distributed step equals the single-process one. (With expert
+  # groups: tests/mpi/experts.sh.)
+  moe=$src/plans/models/test-moe.json
+  cl=$src/plans/clusters/cpu-4-dp4-ep2.json
+  "$CZ" plan -q --model "$moe" --cluster "$cl" --ep-size 1 -o "$tmp/ep1.json"
+  ! grep -q '"expert_schedule"' "$tmp/ep1.json"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/ep1.json" --model "$moe" --steps 3 --verify | tee "$tmp/out"
+  grep -q "verify: OK" "$tmp/out"
   ;;
 tasks)
   # Block and cooperative tasks (canzona plan --split-blocks, --coop K) against the
@@ -334,7 +375,7 @@ replicas)
   plan cpu-4-dp2-tp2 alpha rollback "$tmp/a.json"
   mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 1 --verify \
     --corrupt-replica
-  grep -q "DP replicas of TP rank [01] hold different parameters" "$tmp/out" ||
+  grep -q "DP replicas of TP rank [01] of stage 0 hold different parameters" "$tmp/out" ||
     { echo "expected the replica mismatch to be reported"; exit 1; }
   ;;
 owncomms)

@@ -700,6 +700,55 @@ static int64_t param_offset(const cz_plan *plan, const cz_plan_param *p)
     return plan->buckets[cz__bucket_index(plan, p->bucket)].offset + p->offset;
 }
 
+/* This rank's place: its stage, DP and TP rank, and with expert groups its place in the
+ * expert grid (local rank = dp_rank * tp + tp_rank = (edp_rank * ep + ep_rank) * etp +
+ * etp_rank, Megatron-Core's order) and where its EP rank's expert buffer starts in its buffer
+ * (after the stage's dense buckets). */
+typedef struct bench_place {
+    int stage, dp_rank, tp_rank;
+    bool experts;
+    int ep_rank, etp_rank, edp_rank;
+    int64_t expert_base;
+} bench_place;
+
+static bench_place place_make(const cz_plan *plan, int stage, int dp_rank, int tp_rank)
+{
+    bench_place w = {.stage = stage, .dp_rank = dp_rank, .tp_rank = tp_rank};
+    if (cz_plan_has_experts(plan)) {
+        int local = dp_rank * plan->tp + tp_rank;
+        w.experts = true;
+        w.etp_rank = local % plan->etp;
+        w.ep_rank = local / plan->etp % plan->ep;
+        w.edp_rank = local / (plan->etp * plan->ep);
+    }
+    for (size_t b = 0; b < plan->nbuckets; b++)
+        if (plan->buckets[b].stage == stage && !plan->buckets[b].expert)
+            w.expert_base += plan->buckets[b].size;
+    return w;
+}
+
+static bool is_expert(const cz_plan *plan, const cz_plan_param *p)
+{
+    return cz_plan_has_experts(plan) && p->expert;
+}
+
+/* Whether this rank holds p (its stage's, and its EP rank's expert). */
+static bool holds(const bench_place *w, const cz_plan_param *p)
+{
+    return p->stage == w->stage && (!w->experts || !p->expert || p->ep_rank == w->ep_rank);
+}
+
+/* This rank's place in the group that splits p: TP, or ETP for a routed expert. */
+static int split_rank(const bench_place *w, const cz_plan *plan, const cz_plan_param *p)
+{
+    return is_expert(plan, p) ? w->etp_rank : w->tp_rank;
+}
+
+static int64_t param_offset_at(const cz_plan *plan, const bench_place *w, const cz_plan_param *p)
+{
+    return (is_expert(plan, p) ? w->expert_base : 0) + param_offset(plan, p);
+}
+
 /* Initial full tensor of a parameter: from --init-dir or generated. */
 static int initial_full(const bench_opts *o, const cz_plan_param *p, float **out, cz_error *err)
 {
@@ -719,21 +768,26 @@ static int initial_full(const bench_opts *o, const cz_plan_param *p, float **out
     return CZ_OK;
 }
 
-static int fill_params(const bench_opts *o, const cz_plan *plan, int tp_rank, float *P,
+/* This rank's parameter shards: those of its pipeline stage and EP rank (its buffer holds no
+ * other). */
+static int fill_params(const bench_opts *o, const cz_plan *plan, const bench_place *w, float *P,
                        cz_error *err)
 {
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        float *dst = P + param_offset(plan, p);
+        if (!holds(w, p))
+            continue;
+        float *dst = P + param_offset_at(plan, w, p);
+        int n = cz_plan_param_tp(plan, p), r = split_rank(w, plan, p);
         if (!o->init_dir) {
-            cz_bench_fill_shard(p, plan->tp, tp_rank, o->seed, 0, 0, 0, CZ_BENCH_PARAM_SCALE, dst);
+            cz_bench_fill_shard(p, n, r, o->seed, 0, 0, 0, CZ_BENCH_PARAM_SCALE, dst);
             continue;
         }
         float *full = NULL;
         int rc = initial_full(o, p, &full, err);
         if (rc)
             return rc;
-        cz__shard_pack(p, plan->tp, tp_rank, full, dst);
+        cz__shard_pack(p, n, r, full, dst);
         free(full);
     }
     return CZ_OK;
@@ -828,57 +882,98 @@ static int dump_grads(const bench_opts *o, const cz_plan *plan, int total, cz_er
 
 /* This rank's gradient shards of one step: generated shard by shard, or cut from the full
  * tensors of --grad-dir (the same values when the files hold the generated ones). */
-static int fill_grads(const bench_opts *o, const cz_plan *plan, int dp_rank, int tp_rank,
-                      int64_t step, float *G, cz_error *err)
+static int fill_grads(const bench_opts *o, const cz_plan *plan, const bench_place *w, int64_t step,
+                      float *G, cz_error *err)
 {
     int rc = CZ_OK;
     for (size_t i = 0; i < plan->nparams && !rc; i++) {
         const cz_plan_param *p = &plan->params[i];
-        float *dst = G + param_offset(plan, p);
+        if (!holds(w, p))
+            continue;
+        float *dst = G + param_offset_at(plan, w, p);
+        int n = cz_plan_param_tp(plan, p), r = split_rank(w, plan, p);
+        /* A routed expert's replicas are its expert-DP group's ranks. */
+        int replica = is_expert(plan, p) ? w->edp_rank : w->dp_rank;
         if (!o->grad_dir) {
-            cz_bench_fill_shard(p, plan->tp, tp_rank, o->seed, 1, step, dp_rank, 1.0f, dst);
+            cz_bench_fill_shard(p, n, r, o->seed, 1, step, replica, 1.0f, dst);
             continue;
         }
         float *full = malloc((size_t)full_numel(p) * sizeof(float));
-        rc = full ? full_grad(o, p, step, dp_rank, full, err)
+        rc = full ? full_grad(o, p, step, replica, full, err)
                   : cz__error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->def.name);
         if (!rc)
-            cz__shard_pack(p, plan->tp, tp_rank, full, dst);
+            cz__shard_pack(p, n, r, full, dst);
         free(full);
     }
     return rc;
 }
 
-/* Gathers every parameter's full tensor to world rank 0 from the TP ranks of DP rank 0
- * (after the all-gather every DP replica holds all parameters). full[i] is set on rank 0. */
-static int gather_full(const cz_plan *plan, MPI_Comm row, int dp_rank, const float *P, float **full,
-                       cz_error *err)
+/* One parameter's full tensor into full (malloc'ed by the caller; NULL when it could not be)
+ * on rank 0 of row, the TP ranks of one DP rank of its stage. Every rank of row takes part,
+ * whatever failed before, so that none is left in the gather. */
+static int gather_param(const cz_plan *plan, const bench_place *w, MPI_Comm row, int rank,
+                        const cz_plan_param *p, const float *P, float *full, cz_error *err)
 {
-    if (dp_rank != 0)
-        return CZ_OK;
-    int tp = plan->tp, rank;
+    int tp = cz_plan_param_tp(plan, p), rc = CZ_OK;
+    float *all = rank == 0 ? malloc((size_t)(p->numel * tp) * sizeof(float)) : NULL;
+    if (rank == 0 && (!all || !full))
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory gathering '%s'", p->def.name);
+    MPI_Request r;
+    MPI_Igather(P + param_offset_at(plan, w, p), (int)p->numel, MPI_FLOAT, all, (int)p->numel,
+                MPI_FLOAT, 0, row, &r);
+    bench_wait(&r, row, "canzona-bench's gather of the parameters");
+    if (rank == 0 && !rc) {
+        if (p->def.tp_dim < 0)
+            memcpy(full, all, (size_t)p->numel * sizeof(float));
+        else
+            for (int k = 0; k < tp; k++)
+                cz__shard_unpack(p, tp, k, all + (size_t)k * (size_t)p->numel, full);
+    }
+    free(all);
+    return rc;
+}
+
+/* A full tensor from world rank src (the first rank of the row that gathered it) to world
+ * rank 0; n floats. Both ends hold a buffer of n floats (gather_full checks). */
+static void stage_to_root(int src, float *buf, int64_t n)
+{
+    if (src == 0 || (g_rank != 0 && g_rank != src))
+        return;
+    MPI_Request r;
+    if (g_rank == 0)
+        MPI_Irecv(buf, (int)n, MPI_FLOAT, src, 7, MPI_COMM_WORLD, &r);
+    else
+        MPI_Isend(buf, (int)n, MPI_FLOAT, 0, 7, MPI_COMM_WORLD, &r);
+    bench_wait(&r, MPI_COMM_WORLD, "canzona-bench's transfer of a later stage's parameters");
+}
+
+/* Gathers every parameter's full tensor to world rank 0: each stage's from the TP ranks of its
+ * DP rank 0 (after the all-gather every DP replica holds all of its stage's parameters), then
+ * a later stage's from that stage's first rank. full[i] is set on rank 0. An allocation failure
+ * is fatal here (the transfers have no way to skip a tensor): the bench stops. */
+static int gather_full(const cz_plan *plan, const bench_place *w, MPI_Comm row, MPI_Comm erow,
+                       const float *P, float **full, cz_error *err)
+{
+    int rank, erank, rc = CZ_OK, per_stage = plan->dp * plan->tp;
     MPI_Comm_rank(row, &rank);
-    int rc = CZ_OK;
-    for (size_t i = 0; i < plan->nparams && !rc; i++) {
+    MPI_Comm_rank(erow, &erank);
+    for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        float *all = rank == 0 ? malloc((size_t)(p->numel * tp) * sizeof(float)) : NULL;
-        if (rank == 0) {
-            full[i] = malloc((size_t)full_numel(p) * sizeof(float));
-            if (!all || !full[i])
-                rc = cz__error_set(err, CZ_ENOMEM, "out of memory gathering '%s'", p->def.name);
+        bool expert = is_expert(plan, p);
+        bool mine = holds(w, p) && (expert ? w->edp_rank == 0 : w->dp_rank == 0);
+        int me = expert ? erank : rank;
+        /* The row's first rank in the world: local rank 0 of the stage, or the first of EP
+         * rank e at expert-DP rank 0 (Megatron-Core's order). */
+        int src = p->stage * per_stage + (expert ? p->ep_rank * plan->etp : 0);
+        if ((g_rank == 0 || (mine && me == 0)) &&
+            !(full[i] = malloc((size_t)full_numel(p) * sizeof(float)))) {
+            fprintf(stderr, "canzona-bench: rank %d: out of memory gathering '%s'\n", g_rank,
+                    p->def.name);
+            MPI_Abort(MPI_COMM_WORLD, 1);
         }
-        MPI_Request r;
-        MPI_Igather(P + param_offset(plan, p), (int)p->numel, MPI_FLOAT, all, (int)p->numel,
-                    MPI_FLOAT, 0, row, &r);
-        bench_wait(&r, row, "canzona-bench's gather of the parameters");
-        if (rank == 0 && !rc) {
-            if (p->def.tp_dim < 0)
-                memcpy(full[i], all, (size_t)p->numel * sizeof(float));
-            else
-                for (int r = 0; r < tp; r++)
-                    cz__shard_unpack(p, tp, r, all + (size_t)r * (size_t)p->numel, full[i]);
-        }
-        free(all);
+        int prc = mine ? gather_param(plan, w, expert ? erow : row, me, p, P, full[i], err) : CZ_OK;
+        rc = rc ? rc : prc;
+        stage_to_root(src, full[i], full_numel(p));
     }
     return rc;
 }
@@ -888,8 +983,11 @@ static int avg_grad(const bench_opts *o, const cz_plan *plan, const cz_plan_para
                     float *g, float *tmp, cz_error *err)
 {
     int64_t n = full_numel(p);
+    /* A routed expert's gradient is summed over its expert-DP replicas and scaled by 1/DP, as
+     * Megatron-Core's DDP scales expert gradients (and the executor reduces them). */
     float inv = 1.0f / (float)plan->dp;
-    for (int d = 0; d < plan->dp; d++) {
+    int replicas = is_expert(plan, p) ? plan->edp : plan->dp;
+    for (int d = 0; d < replicas; d++) {
         int rc = full_grad(o, p, s, d, tmp, err);
         if (rc)
             return rc;
@@ -1032,24 +1130,51 @@ out:
 
 /* After the parameter all-gather every DP replica must hold bit-identical parameters. Compares
  * a hash of this rank's whole local buffer with the other replicas of its TP rank. */
-static int check_replicas(const float *P, size_t n, int tp_rank, int dp_rank, cz_error *err)
+static uint64_t fnv_bytes(const float *P, size_t n)
 {
-    uint64_t h = 1469598103934665603ull, lo = 0, hi = 0;
+    uint64_t h = 1469598103934665603ull;
     const unsigned char *bytes = (const unsigned char *)P;
     for (size_t i = 0; i < n * sizeof(float); i++) {
         h ^= bytes[i];
         h *= 1099511628211ull;
     }
-    MPI_Comm col;
-    bench_split(MPI_COMM_WORLD, tp_rank, dp_rank, &col, "canzona-bench's replica check");
+    return h;
+}
+
+/* Whether the ranks of col all hash to h. */
+static bool same_hash(uint64_t h, MPI_Comm col)
+{
+    uint64_t lo = 0, hi = 0;
     bench_allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, col, "canzona-bench's replica check");
     bench_allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, col, "canzona-bench's replica check");
     MPI_Comm_free(&col);
-    if (lo != hi)
+    return lo == hi;
+}
+
+/* The dense buffer's replicas are one stage's DP ranks of one TP rank; an expert buffer's, the
+ * expert-DP ranks of one stage, EP rank and ETP rank. */
+static int check_replicas(const cz_plan *plan, const bench_place *w, const float *P, size_t n,
+                          cz_error *err)
+{
+    size_t dense = w->experts ? (size_t)w->expert_base : n;
+    MPI_Comm col, ecol;
+    bench_split(MPI_COMM_WORLD, w->stage * plan->tp + w->tp_rank, w->dp_rank, &col,
+                "canzona-bench's replica check");
+    bench_split(MPI_COMM_WORLD,
+                w->experts ? (w->stage * plan->ep + w->ep_rank) * plan->etp + w->etp_rank : g_rank,
+                w->edp_rank, &ecol, "canzona-bench's replica check");
+    bool dense_ok = same_hash(fnv_bytes(P, dense), col);
+    bool expert_ok = same_hash(fnv_bytes(P + dense, n - dense), ecol);
+    if (!dense_ok)
         return cz__error_set(err, CZ_EINTERNAL,
-                             "the DP replicas of TP rank %d hold different parameters after the "
-                             "all-gather",
-                             tp_rank);
+                             "the DP replicas of TP rank %d of stage %d hold different parameters "
+                             "after the all-gather",
+                             w->tp_rank, w->stage);
+    if (!expert_ok)
+        return cz__error_set(err, CZ_EINTERNAL,
+                             "the expert-DP replicas of EP rank %d, ETP rank %d of stage %d hold "
+                             "different expert parameters after the all-gather",
+                             w->ep_rank, w->etp_rank, w->stage);
     return CZ_OK;
 }
 
@@ -1123,7 +1248,7 @@ int main(int argc, char **argv)
     bench_gpu gpu = {0};
     double *norms = NULL;
     double *per[5] = {0};
-    MPI_Comm row = MPI_COMM_NULL;
+    MPI_Comm row = MPI_COMM_NULL, erow = MPI_COMM_NULL;
     MPI_Comm own_dp = MPI_COMM_NULL, own_tp = MPI_COMM_NULL, world_comm = MPI_COMM_WORLD;
 
     MPI_Init(&argc, &argv);
@@ -1188,14 +1313,17 @@ int main(int argc, char **argv)
     cfg.soap_shampoo_beta = o.shampoo.soap_shampoo_beta;
     cfg.soap_eps = o.shampoo.soap_eps;
     if (o.own_comms || o.bad_dp_comm) {
-        /* As a job would: the grid is read from the plan's topology, TP innermost. */
+        /* As a job would: the grid is read from the plan's topology, TP innermost, PP
+         * outermost (g_rank / tp is then stage * dp + dp_rank). */
         cz_plan *tmp = NULL;
-        int tp = 1;
-        if (cz_plan_read(&tmp, o.plan, &err) == 0)
+        int tp = 1, dp = 1;
+        if (cz_plan_read(&tmp, o.plan, &err) == 0) {
             tp = tmp->tp;
+            dp = tmp->dp;
+        }
         cz_plan_free(tmp);
-        bench_split(MPI_COMM_WORLD, g_rank % tp, g_rank / tp, &own_dp,
-                    "canzona-bench's DP communicator");
+        bench_split(MPI_COMM_WORLD, g_rank / (dp * tp) * tp + g_rank % tp, g_rank % (dp * tp) / tp,
+                    &own_dp, "canzona-bench's DP communicator");
         bench_split(MPI_COMM_WORLD, g_rank / tp, g_rank % tp, &own_tp,
                     "canzona-bench's TP communicator");
         cfg.dp_comm = o.bad_dp_comm ? (const void *)&world_comm : (const void *)&own_dp;
@@ -1222,6 +1350,8 @@ int main(int argc, char **argv)
         goto done;
 
     int dp_rank = cz_executor_dp_rank(ex), tp_rank = cz_executor_tp_rank(ex);
+    int stage = cz_executor_pp_rank(ex);
+    bench_place place = place_make(plan, stage, dp_rank, tp_rank);
     size_t n = cz_executor_buffer_numel(ex);
     /* The job's view is fp32 (P, G); with bf16 the bound buffers are bf16 copies of them. */
     bool bf16 = cz_executor_dtype(ex) == CZ_DTYPE_BF16;
@@ -1235,7 +1365,7 @@ int main(int argc, char **argv)
     }
     rc = (P && G) ? CZ_OK : cz__error_set(&err, CZ_ENOMEM, "out of memory for %zu elements", n);
     if (!rc)
-        rc = fill_params(&o, plan, tp_rank, P, &err);
+        rc = fill_params(&o, plan, &place, P, &err);
     /* With --backend cuda the bound buffers are device copies of P/Pb and G/Gb. */
     size_t bytes = n * (bf16 ? sizeof(uint16_t) : sizeof(float));
     void *hostP = bf16 ? (void *)Pb : (void *)P, *hostG = bf16 ? (void *)Gb : (void *)G;
@@ -1278,15 +1408,18 @@ int main(int argc, char **argv)
         }
         g_step_now = s + 1;
         cz__mpi_watch_phase("canzona-bench, reading the step's gradients", s + 1);
-        rc = fill_grads(&o, plan, dp_rank, tp_rank, s, G, &err);
+        rc = fill_grads(&o, plan, &place, s, G, &err);
         if (any_failed(rc, &err, "reading the gradients"))
             goto done;
         if (o.inject_nan && s == 0 && g_rank == 0) {
             size_t i = 0;
             while (i < plan->nparams && strcmp(plan->params[i].def.name, o.inject_nan) != 0)
                 i++;
-            if (i < plan->nparams)
-                G[param_offset(plan, &plan->params[i])] = NAN;
+            if (i < plan->nparams && holds(&place, &plan->params[i]))
+                G[param_offset_at(plan, &place, &plan->params[i])] = NAN;
+            else if (i < plan->nparams)
+                fprintf(stderr, "canzona-bench: --inject-nan: '%s' is not in rank 0's stage\n",
+                        o.inject_nan);
             else
                 fprintf(stderr, "canzona-bench: --inject-nan: no parameter '%s'\n", o.inject_nan);
         }
@@ -1342,9 +1475,12 @@ int main(int argc, char **argv)
         med[k] = median(tmp, o.steps);
         free(tmp);
     }
+    char pp_text[32] = "";
+    if (plan->pp > 1)
+        snprintf(pp_text, sizeof pp_text, " pp=%d", plan->pp);
     if (g_rank == 0) {
-        printf("canzona-bench: %s on dp=%d tp=%d (dp %s, tp %s), %d steps after %d warm-up\n",
-               plan->model_name ? plan->model_name : "?", plan->dp, plan->tp,
+        printf("canzona-bench: %s on dp=%d tp=%d%s (dp %s, tp %s), %d steps after %d warm-up\n",
+               plan->model_name ? plan->model_name : "?", plan->dp, plan->tp, pp_text,
                cz_dp_strategy_name(plan->settings.dp), cz_tp_strategy_name(plan->settings.tp),
                o.steps, o.warmup);
         printf("median seconds per step (slowest rank): reduce-scatter %.6f  elementwise %.6f  "
@@ -1363,16 +1499,24 @@ int main(int argc, char **argv)
     if (o.verify) {
         if (o.corrupt_replica && dp_rank == 1 && n > 0)
             P[n - 1] += 1.0f; /* (testing) what a broken all-gather would leave behind */
-        rc = check_replicas(P, n, tp_rank, dp_rank, &err);
+        rc = check_replicas(plan, &place, P, n, &err);
         if (any_failed(rc, &err, "verifying"))
             goto done;
         if (g_rank == 0)
             printf("verify: every DP replica holds identical parameters\n");
     }
     if (o.dump_dir || o.verify) {
-        bench_split(MPI_COMM_WORLD, dp_rank, tp_rank, &row, "canzona-bench's parameter gather");
+        bench_split(MPI_COMM_WORLD, stage * plan->dp + dp_rank, tp_rank, &row,
+                    "canzona-bench's parameter gather");
+        /* The ETP ranks of one expert rank (stage, expert-DP rank, EP rank); without expert
+         * groups each rank alone (unused). */
+        bench_split(MPI_COMM_WORLD,
+                    place.experts ? (stage * plan->edp + place.edp_rank) * plan->ep + place.ep_rank
+                                  : g_rank,
+                    place.experts ? place.etp_rank : 0, &erow,
+                    "canzona-bench's expert parameter gather");
         full = calloc(plan->nparams ? plan->nparams : 1, sizeof *full);
-        rc = full ? gather_full(plan, row, dp_rank, P, full, &err)
+        rc = full ? gather_full(plan, &place, row, erow, P, full, &err)
                   : cz__error_set(&err, CZ_ENOMEM, "out of memory");
         if (!rc && g_rank == 0 && o.dump_dir) {
             rc = make_dirs(o.dump_dir, &err);
@@ -1404,6 +1548,8 @@ done:
         free(per[k]);
     if (row != MPI_COMM_NULL)
         MPI_Comm_free(&row);
+    if (erow != MPI_COMM_NULL)
+        MPI_Comm_free(&erow);
     if (own_dp != MPI_COMM_NULL)
         MPI_Comm_free(&own_dp);
     if (own_tp != MPI_COMM_NULL)
