@@ -254,7 +254,7 @@ static const cz_plan_bucket *param_bucket(const sim_ctx *cx, const cz_plan_param
 static int64_t param_overlap(const sim_ctx *cx, const cz_plan_param *p, int d)
 {
     const cz_plan_bucket *b = param_bucket(cx, p);
-    if (!b || !b->ranges || !in_side(cx, p, &d))
+    if (!b || !b->ranges || !in_side(cx, p, &d) || d < 0 || d >= cz_plan_bucket_nranks(cx->plan, b))
         return 0;
     int64_t lo = b->ranges[2 * d], hi = b->ranges[2 * d + 1];
     int64_t s = p->offset > lo ? p->offset : lo, end;
@@ -906,11 +906,16 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
             return cz__error_set(err, CZ_EINVALID, "plan $.params[%zu]: id %d / stage %d invalid",
                                  i, p->id, p->stage);
         cx->bucket_index[i] = -1;
-        for (size_t b = 0; b < plan->nbuckets; b++)
-            if (plan->buckets[b].id == p->bucket && plan->buckets[b].stage == p->stage) {
+        /* Its bucket is of its own buffer: an expert's of its EP rank's, whose ranges are per
+         * expert-DP rank (a bucket of the other kind would be read with the wrong rank count). */
+        for (size_t b = 0; b < plan->nbuckets; b++) {
+            const cz_plan_bucket *bk = &plan->buckets[b];
+            if (bk->id == p->bucket && bk->stage == p->stage && bk->expert == p->expert &&
+                (!p->expert || bk->ep_rank == p->ep_rank)) {
                 cx->bucket_index[i] = (int)b;
                 break;
             }
+        }
         if (!c) {
             cx->sec[i] = p->cost;
         } else {

@@ -219,5 +219,14 @@ rc=$?
 [ "$rc" = 0 ] && xmllint --noout "$work/overflow.svg" 2>>"$work/overflow.log" ||
     fail "render of a plan with an infinite load: rc $rc, $(head -c 300 "$work/overflow.log")"
 
+# A DP-4 plan whose dense parameter names the id of an expert bucket (its ranges are per
+# expert-DP rank, 2; found by fuzz/fuzz_plan): the simulator read past them. A parameter's bucket
+# is now only one of its own buffer, so the plan renders as one whose parameter has no bucket.
+timeout 20 "$CZ" render "$CZ_SOURCE_DIR/tests/data/plan_dense_param_in_expert_bucket.json" \
+    -o "$work/mixed.svg" >"$work/mixed.log" 2>&1
+rc=$?
+[ "$rc" = 0 ] && xmllint --noout "$work/mixed.svg" 2>>"$work/mixed.log" ||
+    fail "render of a plan with a dense parameter in an expert bucket: rc $rc, $(head -c 300 "$work/mixed.log")"
+
 [ "$fails" = 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "ok"

@@ -8,9 +8,11 @@
 
 #include "cz_types.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static inline cz_model *czt_model_new(const char *name, cz_dtype dtype, int nlayers)
 {
@@ -138,6 +140,34 @@ static inline cz_model *czt_model_random(uint64_t *rng)
     czt_model_add(m, "final_norm", h, 0, -1, CZ_KIND_ELEMENTWISE, -1);
     czt_model_add(m, "output", 4 * czt_rand_int(rng, 4, 64), h, 0, CZ_KIND_ELEMENTWISE, -1);
     return m;
+}
+
+/* A fresh folder $TMPDIR/<prefix>_XXXXXX (/tmp without TMPDIR) written into dir; NULL when it
+ * cannot be made. Tests write only inside it. */
+static inline char *czt_tmpdir_make(char *dir, size_t size, const char *prefix)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(dir, size, "%s/%s_XXXXXX", base && *base ? base : "/tmp", prefix);
+    return mkdtemp(dir);
+}
+
+/* Removes the folder czt_tmpdir_make made, its files and its empty subfolders. */
+static inline void czt_tmpdir_remove(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char p[512];
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (remove(p) != 0)
+            rmdir(p);
+    }
+    closedir(d);
+    rmdir(dir);
 }
 
 #endif /* CZ_TEST_UTIL_H */

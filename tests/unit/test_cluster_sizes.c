@@ -1,6 +1,7 @@
 /* Tests of cz__cluster_load_sized: sizes from the command line override a cluster file's, DP is
  * derived as Megatron-LM derives it, contradictions are refused naming the numbers, and the
  * content hash is that of a file holding the resulting sizes. */
+#include "cz_test_util.h"
 #include "cz_types.h"
 
 #include <check.h>
@@ -14,26 +15,12 @@ static char tmpdir[256];
 
 static void make_tmpdir(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/cz_sizes_XXXXXX", base && *base ? base : "/tmp");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    ck_assert_ptr_nonnull(czt_tmpdir_make(tmpdir, sizeof tmpdir, "cz_sizes"));
 }
 
 static void remove_tmpdir(void)
 {
-    DIR *d = opendir(tmpdir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-        remove(p);
-    }
-    closedir(d);
-    rmdir(tmpdir);
+    czt_tmpdir_remove(tmpdir);
 }
 
 static const char *cluster_file(const char *name, int gpus, int dp, int tp, int pp, int gpn)

@@ -120,10 +120,11 @@ START_TEST(ns_kernels_match_executor)
         for (size_t b = 0; b < sizeof batches / sizeof *batches; b++)
             for (int p = 0; p < 2; p++) {
                 cz_ns_precision prec = p ? CZ_NS_FP32 : CZ_NS_BF16;
-                int sym = cz__ns_use_syrk(CZ_NS_TARGET_CUDA, rows[r], 3 * rows[r], batches[b], prec);
+                int sym =
+                    cz__ns_use_syrk(CZ_NS_TARGET_CUDA, rows[r], 3 * rows[r], batches[b], prec);
                 cz_ns_op ops[CZ_NS_MAX_OPS];
                 int n = cz__ns_plan(ops, rows[r], 3 * rows[r], batches[b], 3.4445, -4.775, 2.0315,
-                                   prec, sym);
+                                    prec, sym);
                 ck_assert_int_gt(n, 0);
                 int gemm = 0, syrk = 0, ew = 0;
                 for (int i = 0; i < n; i++) {
@@ -323,25 +324,12 @@ static char tmpdir[256];
 
 static void make_tmpdir(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/cz_devmodel_XXXXXX", base && *base ? base : "/tmp");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    ck_assert_ptr_nonnull(czt_tmpdir_make(tmpdir, sizeof tmpdir, "cz_devmodel"));
 }
 
 static void remove_tmpdir(void)
 {
-    DIR *d = opendir(tmpdir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-            remove(p);
-        }
-    closedir(d);
-    rmdir(tmpdir);
+    czt_tmpdir_remove(tmpdir);
 }
 
 /* The bundled calibration with launch_overhead_s and the bf16 iteration raised by the given

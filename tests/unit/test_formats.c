@@ -1,4 +1,5 @@
 /* Model, cluster and plan formats: loading, error messages, plan write/read round trips. */
+#include "cz_test_util.h"
 #include "json_util.h"
 
 #include <check.h>
@@ -14,27 +15,12 @@ static char tmpdir[256];
 
 static void make_tmpdir(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/cz_formats_XXXXXX", base && *base ? base : "/tmp");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    ck_assert_ptr_nonnull(czt_tmpdir_make(tmpdir, sizeof tmpdir, "cz_formats"));
 }
 
 static void remove_tmpdir(void)
 {
-    DIR *d = opendir(tmpdir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-        if (remove(p) != 0)
-            rmdir(p);
-    }
-    closedir(d);
-    rmdir(tmpdir);
+    czt_tmpdir_remove(tmpdir);
 }
 
 static const char *data_path(char *buf, size_t n, const char *rel)
@@ -499,7 +485,8 @@ static cz_plan *make_plan(void)
     p->nbuckets = 2;
     p->buckets = calloc(2, sizeof *p->buckets);
     p->buckets[0] = (cz_plan_bucket){0, 0, 0, 192, i64s(4, (int64_t[]){0, 64, 64, 192}), 0, 0, 0};
-    p->buckets[1] = (cz_plan_bucket){1, 0, 192, 144, i64s(4, (int64_t[]){0, 128, 128, 144}), 0, 0, 0};
+    p->buckets[1] =
+        (cz_plan_bucket){1, 0, 192, 144, i64s(4, (int64_t[]){0, 128, 128, 144}), 0, 0, 0};
 
     p->nschedules = 2;
     p->schedules = calloc(2, sizeof *p->schedules);

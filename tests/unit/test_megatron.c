@@ -15,26 +15,12 @@ static char tmpdir[256];
 
 static void make_tmpdir(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/cz_megatron_XXXXXX", base && *base ? base : "/tmp");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    ck_assert_ptr_nonnull(czt_tmpdir_make(tmpdir, sizeof tmpdir, "cz_megatron"));
 }
 
 static void remove_tmpdir(void)
 {
-    DIR *d = opendir(tmpdir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-        remove(p);
-    }
-    closedir(d);
-    rmdir(tmpdir);
+    czt_tmpdir_remove(tmpdir);
 }
 
 /* A two-layer model whose embedding has `rows` rows, with the given "megatron" record (a JSON
