@@ -255,7 +255,7 @@ def build_model(cfg, tp, tp_rank, group):
             q, k, val = self.attn.qkv(copy_to(self.ln1(x))).split(hl, dim=-1)
             q, k, val = (z.view(b, t, heads_l, d).transpose(1, 2) for z in (q, k, val))
             att = (q @ k.transpose(-2, -1)) / math.sqrt(d)
-            mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
             att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
             y = (att @ val).transpose(1, 2).reshape(b, t, hl)
             x = x + reduce_from(self.attn.proj(y))
