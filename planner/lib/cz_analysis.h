@@ -120,12 +120,13 @@ typedef struct cz_iter_group {
 } cz_iter_group;
 
 /* One DP rank: its micro-groups in the plan's order, its elementwise updates in each bucket
- * (nbuckets values) and, per bucket, its last group with an input there (-1: none). */
+ * (nbuckets values) and which buckets each group has inputs in (touches[g * nbuckets + k],
+ * 0 or 1; a bucket's all-gather waits for the scatters of every group with an input there). */
 typedef struct cz_iter_rank {
     int ngroups;
     const cz_iter_group *groups;
     const double *elem_s;
-    const int *last_group;
+    const unsigned char *touches;
 } cz_iter_rank;
 
 /* One pipeline stage's iteration: nbuckets buckets in backward order (bucket 0 is the first
@@ -152,6 +153,8 @@ typedef struct cz_iter_timeline {
 /* The overlapped iteration (docs/SIMULATOR.md, "The iteration"): one DP channel shared by the
  * stage's reduce-scatters and all-gathers, and per DP rank one compute stream (backward,
  * optimizer and next forward in the order they become ready, none pre-empted) and one TP link.
+ * A rank runs its micro-groups in the order their inputs become ready (by bucket; the plan's
+ * order among groups of the same bucket), each after the previous one as in the step.
  * CZ_EINVALID for a model without ranks or micro-batches, CZ_ENOMEM. */
 int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *err);
 

@@ -150,6 +150,11 @@ done:
     return rc;
 }
 
+static int clamp_bucket(int b, int nb)
+{
+    return b < 0 ? 0 : (b >= nb ? nb - 1 : b);
+}
+
 int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *err)
 {
     int nb = m->nbuckets, D = m->nranks, M = m->micro_batches, rc = CZ_OK;
@@ -168,7 +173,7 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
         return CZ_OK;
     it_graph g = {0};
     int *bwd = NULL, *fwd_first = NULL, *fwd_last = NULL, *rs = NULL, *ag = NULL;
-    int *elem = NULL, *gather = NULL, *comp = NULL, *scat = NULL, *chunk = NULL;
+    int *elem = NULL, *gather = NULL, *comp = NULL, *scat = NULL, *chunk = NULL, *order = NULL;
     int G = 0;
     for (int d = 0; d < D; d++)
         G = m->ranks[d].ngroups > G ? m->ranks[d].ngroups : G;
@@ -182,7 +187,9 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
     gather = malloc(g1 * (size_t)D * sizeof *gather);
     comp = malloc(g1 * (size_t)D * sizeof *comp);
     scat = malloc(g1 * (size_t)D * sizeof *scat);
-    if (!bwd || !fwd_first || !fwd_last || !rs || !ag || !elem || !gather || !comp || !scat)
+    order = malloc(g1 * (size_t)D * sizeof *order);
+    if (!bwd || !fwd_first || !fwd_last || !rs || !ag || !elem || !gather || !comp || !scat ||
+        !order)
         goto oom;
     /* The last micro-batch's backward, chunk by chunk in backward order, on every rank: the
      * micro-batches before it run undisturbed (their gradients are not final). */
@@ -206,10 +213,12 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
     for (int d = 0; d < D; d++)
         bwd[d] = chunk[(size_t)d * nb + nb - 1];
     /* Per rank: each bucket's elementwise updates after its reduce-scatter; the micro-groups in
-     * the plan's order, a group's gather once its inputs' buckets are reduced (and, under
+     * the order their inputs become ready (order[]: by bucket, stable), each one's gather once
+     * its inputs' buckets are reduced and the previous group's gather is done (and, under
      * synchronous compute, the previous group computed; pipelined, with one group in flight:
      * after the scatter two groups back), its compute after the gather and the previous
-     * group's compute, its scatter after its compute. */
+     * group's compute, its scatter after its compute. Slots j below are positions in that
+     * order. */
     for (int d = 0; d < D; d++) {
         const cz_iter_rank *rk = &m->ranks[d];
         int cres = 1 + 2 * d, tres = 2 + 2 * d;
@@ -218,10 +227,16 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
             if (e < 0 || it_dep(&g, e, rs[k]))
                 goto oom;
         }
-        for (int j = 0; j < rk->ngroups; j++) {
-            const cz_iter_group *gr = &rk->groups[j];
+        /* A counting sort by bucket keeps the plan's order within a bucket. */
+        int j = 0;
+        for (int k = 0; k < nb; k++)
+            for (int q = 0; q < rk->ngroups; q++)
+                if (clamp_bucket(rk->groups[q].bucket, nb) == k)
+                    order[(size_t)d * g1 + (size_t)j++] = q;
+        for (j = 0; j < rk->ngroups; j++) {
+            const cz_iter_group *gr = &rk->groups[order[(size_t)d * g1 + (size_t)j]];
             size_t at = (size_t)d * g1 + (size_t)j;
-            int b = gr->bucket < 0 ? 0 : (gr->bucket >= nb ? nb - 1 : gr->bucket);
+            int b = clamp_bucket(gr->bucket, nb);
             int x = gather[at] = it_add(&g, tres, gr->gather_s, 0.0);
             if (x < 0 || it_dep(&g, x, rs[b]) || it_dep(&g, x, j ? gather[at - 1] : -1) ||
                 it_dep(&g, x, !m->pipelined && j ? comp[at - 1] : -1) ||
@@ -240,11 +255,15 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
         if ((ag[k] = it_add(&g, 0, m->ag_s[k], 0.0)) < 0 || it_dep(&g, ag[k], rs[k]))
             goto oom;
         for (int d = 0; d < D; d++) {
-            int lg = m->ranks[d].last_group ? m->ranks[d].last_group[k] : -1;
-            if (lg >= m->ranks[d].ngroups)
-                lg = -1;
-            if (it_dep(&g, ag[k], elem[(size_t)d * nb + k]) ||
-                it_dep(&g, ag[k], lg >= 0 ? scat[(size_t)d * g1 + (size_t)lg] : -1))
+            const cz_iter_rank *rk = &m->ranks[d];
+            if (it_dep(&g, ag[k], elem[(size_t)d * nb + k]))
+                goto oom;
+            /* Scatters end in the order the groups run: the last one with an input here. */
+            int lj = -1;
+            for (int j = 0; rk->touches && j < rk->ngroups; j++)
+                if (rk->touches[(size_t)order[(size_t)d * g1 + (size_t)j] * (size_t)nb + k])
+                    lj = j;
+            if (it_dep(&g, ag[k], lj >= 0 ? scat[(size_t)d * g1 + (size_t)lj] : -1))
                 goto oom;
         }
     }
@@ -293,6 +312,7 @@ done:
     free(comp);
     free(scat);
     free(chunk);
+    free(order);
     return rc;
 }
 

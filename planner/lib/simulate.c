@@ -1465,10 +1465,11 @@ static const char *iter_overlap_refusal(const sim_ctx *cx)
 }
 
 /* Fills one DP rank of stage s for cz__iter_overlap from its program: per micro-group the
- * slowest slot's compute and the last bucket (local index, map) of its inputs, per bucket its
- * elementwise updates and last group. */
+ * slowest slot's compute, the last bucket (local index, map) of its inputs and the buckets it
+ * has inputs in (*touches, ngroups x nb), per bucket its elementwise updates. */
 static int iter_rank(const sim_ctx *cx, int s, int d, const int *map, int nb, cz_iter_rank *rk,
-                     cz_iter_group **groups, double *elem, int *last, cz_error *err)
+                     cz_iter_group **groups, unsigned char **touches, double *elem,
+                     cz_error *err)
 {
     const cz_plan *plan = cx->plan;
     sim_prog pg = {0};
@@ -1477,13 +1478,15 @@ static int iter_rank(const sim_ctx *cx, int s, int d, const int *map, int nb, cz
     if ((rc = build_rank(cx, &pg, s, d, &frag, err)) != CZ_OK)
         return rc;
     const cz_rank_schedule *sch = find_schedule(cx, s, d);
-    *groups = calloc(pg.ngroups > 0 ? (size_t)pg.ngroups : 1, sizeof **groups);
-    if (!*groups) {
+    size_t ng = pg.ngroups > 0 ? (size_t)pg.ngroups : 1;
+    *groups = calloc(ng, sizeof **groups);
+    *touches = calloc(ng * (size_t)(nb > 0 ? nb : 1), 1);
+    if (!*groups || !*touches) {
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the iteration");
         goto done;
     }
     for (int k = 0; k < nb; k++)
-        elem[k] = 0.0, last[k] = -1;
+        elem[k] = 0.0;
     for (int g = 0; g < pg.ngroups; g++) {
         cz_iter_group *ig = &(*groups)[g];
         double *slot = pg.scratch;
@@ -1504,7 +1507,7 @@ static int iter_rank(const sim_ctx *cx, int s, int d, const int *map, int nb, cz
             if (b < 0)
                 continue;
             ig->bucket = b > ig->bucket ? b : ig->bucket;
-            last[b] = g;
+            (*touches)[(size_t)g * (size_t)nb + (size_t)b] = 1;
         }
     }
     /* The rank's elementwise updates, bucket by bucket (prog_elementwise's shares). */
@@ -1521,7 +1524,7 @@ static int iter_rank(const sim_ctx *cx, int s, int d, const int *map, int nb, cz
             elem[b] += share;
         }
     }
-    *rk = (cz_iter_rank){pg.ngroups, *groups, elem, last};
+    *rk = (cz_iter_rank){pg.ngroups, *groups, elem, *touches};
 done:
     prog_free(&pg);
     return rc;
@@ -1562,10 +1565,10 @@ static int sim_iteration(const sim_ctx *cx, cz_sim_result *r, const cz_sim_optio
     int *map = malloc(nbk * sizeof *map);
     double *v = calloc(4 * nbk, sizeof *v); /* per bucket: forward, backward, RS, AG */
     double *elem = calloc((size_t)D * nbk, sizeof *elem);
-    int *last = calloc((size_t)D * nbk, sizeof *last);
     cz_iter_rank *ranks = calloc((size_t)D, sizeof *ranks);
     cz_iter_group **groups = calloc((size_t)D, sizeof *groups);
-    if (!map || !v || !elem || !last || !ranks || !groups) {
+    unsigned char **touches = calloc((size_t)D, sizeof *touches);
+    if (!map || !v || !elem || !ranks || !groups || !touches) {
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the iteration");
         goto done;
     }
@@ -1602,8 +1605,8 @@ static int sim_iteration(const sim_ctx *cx, cz_sim_result *r, const cz_sim_optio
         if ((rc = dp_sync_seconds(cx, s, &y, owned, rs, ag, err)) != CZ_OK)
             goto done;
         for (int d = 0; d < D; d++)
-            if ((rc = iter_rank(cx, s, d, map, nb, &ranks[d], &groups[d], elem + (size_t)d * nbk,
-                                last + (size_t)d * nbk, err)) != CZ_OK)
+            if ((rc = iter_rank(cx, s, d, map, nb, &ranks[d], &groups[d], &touches[d],
+                                elem + (size_t)d * nbk, err)) != CZ_OK)
                 goto done;
         cz_iter_model m = {nb, o->micro_batches, cx->pipelined, D, fwd, bwd, rs, ag, ranks};
         cz_iter_timeline tl;
@@ -1611,7 +1614,9 @@ static int sim_iteration(const sim_ctx *cx, cz_sim_result *r, const cz_sim_optio
             goto done;
         for (int d = 0; d < D; d++) {
             free(groups[d]);
+            free(touches[d]);
             groups[d] = NULL;
+            touches[d] = NULL;
         }
         if (tl.iter_s > worst_iter) {
             worst_iter = tl.iter_s;
@@ -1623,11 +1628,13 @@ static int sim_iteration(const sim_ctx *cx, cz_sim_result *r, const cz_sim_optio
     /* Without overlap: the passes, then the whole step (the worst stage's of each). */
     r->iter_s = r->fwd_s + r->bwd_s + r->step_s;
 done:
-    for (int d = 0; groups && d < D; d++)
+    for (int d = 0; groups && touches && d < D; d++) {
         free(groups[d]);
+        free(touches[d]);
+    }
     free(groups);
+    free(touches);
     free(ranks);
-    free(last);
     free(elem);
     free(v);
     free(map);

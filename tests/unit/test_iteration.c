@@ -43,7 +43,7 @@ START_TEST(test_forward_flops)
 END_TEST
 
 /* One DP rank, one micro-batch, three buckets (bucket 0 = the last layers, the first the
- * backward completes), pipelined. Per bucket: forward 1, backward 2, reduce-scatter 1,
+ * backward completes), pipelined; groups listed in the order their inputs become ready. Per bucket: forward 1, backward 2, reduce-scatter 1,
  * all-gather 1. Elementwise 0.5 in bucket 0; group 0 needs bucket 0, group 1 bucket 2 (gather
  * 0.5, compute 1, scatter 0.5 each); bucket 1 has no group and no elementwise work.
  *   backward B0 [3, 5] (after the forward, 3), B1 [5, 7]; RS0 [5, 6]; G0 [6, 6.5]; RS1 [7, 8];
@@ -57,9 +57,9 @@ START_TEST(test_overlap_three_buckets)
 {
     double fwd[3] = {1, 1, 1}, bwd[3] = {2, 2, 2}, rs[3] = {1, 1, 1}, ag[3] = {1, 1, 1};
     double elem[3] = {0.5, 0, 0};
-    int last[3] = {0, -1, 1};
+    unsigned char touches[6] = {1, 0, 0, 0, 0, 1}; /* group 0: bucket 0; group 1: bucket 2 */
     cz_iter_group groups[2] = {{0, 0.5, 1, 0.5}, {2, 0.5, 1, 0.5}};
-    cz_iter_rank rank = {2, groups, elem, last};
+    cz_iter_rank rank = {2, groups, elem, touches};
     cz_iter_model m = {3, 1, 1, 1, fwd, bwd, rs, ag, &rank};
     cz_iter_timeline tl;
     cz_error err;
@@ -70,6 +70,19 @@ START_TEST(test_overlap_three_buckets)
     ck_assert_double_eq_tol(tl.bwd_delay_s, 1.5, 1e-12);
     ck_assert_double_eq_tol(tl.first_wait_s, 4.0, 1e-12);
     ck_assert_double_eq_tol(tl.iter_s, 14.5, 1e-12);
+    /* The plan listing the groups the other way round changes nothing: a rank runs its groups
+     * in the order their inputs become ready, not in the plan's (run in the plan's order,
+     * group 0 here would hold the other back until the end of backward). */
+    cz_iter_group swapped[2] = {groups[1], groups[0]};
+    unsigned char swapped_touches[6] = {0, 0, 1, 1, 0, 0};
+    rank.groups = swapped;
+    rank.touches = swapped_touches;
+    rc = cz__iter_overlap(&m, &tl, &err);
+    ck_assert_msg(rc == CZ_OK, "%s", err.message);
+    ck_assert_double_eq_tol(tl.bwd_delay_s, 1.5, 1e-12);
+    ck_assert_double_eq_tol(tl.iter_s, 14.5, 1e-12);
+    rank.groups = groups;
+    rank.touches = touches;
     /* Faster collectives shorten only what waits on them: with free ones, group 1 starts
      * at the end of backward: C1 [10.5, 11.5], F2 from 11.5, the iteration 11.5 + 3 - 3. */
     double zero[3] = {0, 0, 0};
@@ -93,9 +106,9 @@ START_TEST(test_overlap_two_ranks)
 {
     double fwd[2] = {1, 1}, bwd[2] = {2, 2}, rs[2] = {1, 1}, ag[2] = {1, 1};
     double elem0[2] = {0, 0}, elem1[2] = {1, 0};
-    int last0[2] = {0, 0}, last1[2] = {-1, -1};
+    unsigned char touches[2] = {1, 1};
     cz_iter_group g = {1, 1, 2, 0};
-    cz_iter_rank ranks[2] = {{1, &g, elem0, last0}, {0, NULL, elem1, last1}};
+    cz_iter_rank ranks[2] = {{1, &g, elem0, touches}, {0, NULL, elem1, NULL}};
     cz_iter_model m = {2, 2, 0, 2, fwd, bwd, rs, ag, ranks};
     cz_iter_timeline tl;
     cz_error err;
