@@ -137,6 +137,9 @@ typedef struct cz_iter_model {
     int nbuckets, micro_batches, pipelined, nranks;
     const double *fwd_s, *bwd_s, *rs_s, *ag_s;
     const cz_iter_rank *ranks; /* nranks */
+    int passes_first; /* 1: a ready forward or backward chunk goes before optimizer work (the
+                         optimizer's streams at low priority; simulate's choice); 0: the compute
+                         stream runs everything in the order it becomes ready */
 } cz_iter_model;
 
 /* What cz__iter_overlap finds (seconds from the iteration's start). */
@@ -152,7 +155,7 @@ typedef struct cz_iter_timeline {
 
 /* The overlapped iteration (docs/SIMULATOR.md, "The iteration"): one DP channel shared by the
  * stage's reduce-scatters and all-gathers, and per DP rank one compute stream (backward,
- * optimizer and next forward in the order they become ready, none pre-empted) and one TP link.
+ * optimizer and next forward, none pre-empted: see passes_first) and one TP link.
  * A rank runs its micro-groups in the order their inputs become ready (by bucket; the plan's
  * order among groups of the same bucket), each after the previous one as in the step.
  * CZ_EINVALID for a model without ranks or micro-batches, CZ_ENOMEM. */

@@ -40,6 +40,7 @@ typedef struct it_item {
     int res;              /* 0: the DP channel; 1 + 2 d: rank d's compute; 2 + 2 d: its TP link */
     int left;             /* dependencies not yet scheduled */
     int done;
+    int pass;             /* a forward or backward chunk (they go first under passes_first) */
     double dur, ready;    /* ready: the latest end of its dependencies (or its release) */
     double start, end;
 } it_item;
@@ -61,7 +62,7 @@ static int it_add(it_graph *g, int res, double dur, double release)
         g->it = p;
         g->cap = cap;
     }
-    g->it[g->n] = (it_item){res, 0, 0, dur > 0 ? dur : 0.0, release, 0.0, 0.0};
+    g->it[g->n] = (it_item){res, 0, 0, 0, dur > 0 ? dur : 0.0, release, 0.0, 0.0};
     return g->n++;
 }
 
@@ -89,11 +90,12 @@ static int it_dep(it_graph *g, int to, int from)
 }
 
 /* Non-preemptive list scheduling: repeatedly the item that can start earliest (its
- * dependencies done, its resource free), ties to the one ready first, then to the one added
- * first (the backward chunks are added first: they win ties). On each resource that is
- * first-come first-served by ready time: after a backward chunk, the optimizer work that became
- * ready while it ran goes before the next chunk. */
-static int it_run(it_graph *g, int nres, cz_error *err)
+ * dependencies done, its resource free), ties (with passes_first) to a pass's chunk, then to the
+ * one ready first, then to the one added first (the backward chunks are added first). On each
+ * resource that is first-come first-served by ready time; with passes_first a compute stream
+ * runs a ready forward or backward chunk before any optimizer work, which then fills the time
+ * the passes leave (after backward, and while the next forward waits for an all-gather). */
+static int it_run(it_graph *g, int nres, int passes_first, cz_error *err)
 {
     int rc = CZ_OK;
     int *first = calloc((size_t)g->n + 1, sizeof *first);
@@ -114,13 +116,16 @@ static int it_run(it_graph *g, int nres, cz_error *err)
     for (int round = 0; round < g->n; round++) {
         int best = -1;
         double bs = 0.0, br = 0.0;
+        int bp = 0;
         for (int i = 0; i < g->n; i++) {
             const it_item *x = &g->it[i];
             if (x->done || x->left > 0)
                 continue;
             double s = fmax(x->ready, free_at[x->res]);
-            if (best < 0 || s < bs || (s == bs && x->ready < br)) {
+            int p = passes_first && x->pass;
+            if (best < 0 || s < bs || (s == bs && (p > bp || (p == bp && x->ready < br)))) {
                 best = i;
+                bp = p;
                 bs = s;
                 br = x->ready;
             }
@@ -201,6 +206,7 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
             int c = chunk[(size_t)d * nb + k] = it_add(&g, 1 + 2 * d, m->bwd_s[k], t0);
             if (c < 0 || it_dep(&g, c, k ? chunk[(size_t)d * nb + k - 1] : -1))
                 goto oom;
+            g.it[c].pass = 1;
         }
     /* Each bucket's reduce-scatter once every rank's backward has passed it. */
     for (int k = 0; k < nb; k++) {
@@ -275,13 +281,14 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
             int f = it_add(&g, 1 + 2 * d, m->fwd_s[k], 0.0);
             if (f < 0 || it_dep(&g, f, prev) || it_dep(&g, f, ag[k]))
                 goto oom;
+            g.it[f].pass = 1;
             if (k == nb - 1)
                 fwd_first[d] = f;
             prev = f;
         }
         fwd_last[d] = prev;
     }
-    if ((rc = it_run(&g, 1 + 2 * D, err)) != CZ_OK)
+    if ((rc = it_run(&g, 1 + 2 * D, m->passes_first, err)) != CZ_OK)
         goto done;
     double bwd_end = 0.0, wait = 0.0, end = 0.0;
     for (int d = 0; d < D; d++) {

@@ -1608,7 +1608,8 @@ static int sim_iteration(const sim_ctx *cx, cz_sim_result *r, const cz_sim_optio
             if ((rc = iter_rank(cx, s, d, map, nb, &ranks[d], &groups[d], &touches[d],
                                 elem + (size_t)d * nbk, err)) != CZ_OK)
                 goto done;
-        cz_iter_model m = {nb, o->micro_batches, cx->pipelined, D, fwd, bwd, rs, ag, ranks};
+        /* The passes first: the executor's optimizer streams at low priority. */
+        cz_iter_model m = {nb, o->micro_batches, cx->pipelined, D, fwd, bwd, rs, ag, ranks, 1};
         cz_iter_timeline tl;
         if ((rc = cz__iter_overlap(&m, &tl, err)) != CZ_OK)
             goto done;

@@ -43,8 +43,8 @@ START_TEST(test_forward_flops)
 END_TEST
 
 /* One DP rank, one micro-batch, three buckets (bucket 0 = the last layers, the first the
- * backward completes), pipelined; groups listed in the order their inputs become ready. Per bucket: forward 1, backward 2, reduce-scatter 1,
- * all-gather 1. Elementwise 0.5 in bucket 0; group 0 needs bucket 0, group 1 bucket 2 (gather
+ * backward completes), pipelined, groups listed in the order their inputs become ready. Per
+ * bucket: forward 1, backward 2, reduce-scatter 1, all-gather 1. Elementwise 0.5 in bucket 0; group 0 needs bucket 0, group 1 bucket 2 (gather
  * 0.5, compute 1, scatter 0.5 each); bucket 1 has no group and no elementwise work.
  *   backward B0 [3, 5] (after the forward, 3), B1 [5, 7]; RS0 [5, 6]; G0 [6, 6.5]; RS1 [7, 8];
  *   at 7 the compute stream runs what became ready during B1 first: elementwise 0 [7, 7.5],
@@ -52,7 +52,12 @@ END_TEST
  *   RS2 [10.5, 11.5], AG1 [11.5, 12.5] (behind it on the DP channel); G1 [11.5, 12],
  *   C1 [12, 13], S1 [13, 13.5], AG2 [13.5, 14.5]; the next forward starts with bucket 2:
  *   F2 [14.5, 15.5], F1 [15.5, 16.5], F0 [16.5, 17.5]. The iteration: 17.5 - 3 = 14.5 against
- *   9 of passes; the first forward chunk waits 14.5 - 10.5 = 4 after backward. */
+ *   9 of passes; the first forward chunk waits 14.5 - 10.5 = 4 after backward.
+ * That is the compute stream first come, first served (passes_first 0). With the passes first
+ * (simulate's rule) backward runs undisturbed, B2 [7, 9], RS2 [9, 10]; then elementwise 0
+ * [9, 9.5], C0 [9.5, 10.5], G1 [10, 10.5], C1 [10.5, 11.5], S0 [10.5, 11], S1 [11.5, 12];
+ * AG1 (ready at 10.5: no group) [10.5, 11.5] goes before AG0 [11.5, 12.5], AG2 [12.5, 13.5];
+ * F2 [13.5, 14.5] .. F0 [15.5, 16.5]: the iteration 13.5, the first chunk waiting 4.5. */
 START_TEST(test_overlap_three_buckets)
 {
     double fwd[3] = {1, 1, 1}, bwd[3] = {2, 2, 2}, rs[3] = {1, 1, 1}, ag[3] = {1, 1, 1};
@@ -60,7 +65,7 @@ START_TEST(test_overlap_three_buckets)
     unsigned char touches[6] = {1, 0, 0, 0, 0, 1}; /* group 0: bucket 0; group 1: bucket 2 */
     cz_iter_group groups[2] = {{0, 0.5, 1, 0.5}, {2, 0.5, 1, 0.5}};
     cz_iter_rank rank = {2, groups, elem, touches};
-    cz_iter_model m = {3, 1, 1, 1, fwd, bwd, rs, ag, &rank};
+    cz_iter_model m = {3, 1, 1, 1, fwd, bwd, rs, ag, &rank, 0};
     cz_iter_timeline tl;
     cz_error err;
     int rc = cz__iter_overlap(&m, &tl, &err);
@@ -83,6 +88,14 @@ START_TEST(test_overlap_three_buckets)
     ck_assert_double_eq_tol(tl.iter_s, 14.5, 1e-12);
     rank.groups = groups;
     rank.touches = touches;
+    m.passes_first = 1;
+    rc = cz__iter_overlap(&m, &tl, &err);
+    ck_assert_msg(rc == CZ_OK, "%s", err.message);
+    ck_assert_double_eq_tol(tl.bwd_end_s, 9.0, 1e-12);
+    ck_assert_double_eq_tol(tl.bwd_delay_s, 0.0, 1e-12);
+    ck_assert_double_eq_tol(tl.first_wait_s, 4.5, 1e-12);
+    ck_assert_double_eq_tol(tl.iter_s, 13.5, 1e-12);
+    m.passes_first = 0;
     /* Faster collectives shorten only what waits on them: with free ones, group 1 starts
      * at the end of backward: C1 [10.5, 11.5], F2 from 11.5, the iteration 11.5 + 3 - 3. */
     double zero[3] = {0, 0, 0};
@@ -92,6 +105,13 @@ START_TEST(test_overlap_three_buckets)
     ck_assert_msg(rc == CZ_OK, "%s", err.message);
     ck_assert_double_eq_tol(tl.iter_s, 11.5, 1e-12);
     ck_assert_double_eq_tol(tl.first_wait_s, 1.0, 1e-12);
+    /* The passes first: the same 11.5 (the optimizer's 2.5 after B2 [7, 9] instead of between
+     * B1 and B2), the first chunk waiting 11.5 - 9. */
+    m.passes_first = 1;
+    rc = cz__iter_overlap(&m, &tl, &err);
+    ck_assert_msg(rc == CZ_OK, "%s", err.message);
+    ck_assert_double_eq_tol(tl.iter_s, 11.5, 1e-12);
+    ck_assert_double_eq_tol(tl.first_wait_s, 2.5, 1e-12);
 }
 END_TEST
 
@@ -109,7 +129,7 @@ START_TEST(test_overlap_two_ranks)
     unsigned char touches[2] = {1, 1};
     cz_iter_group g = {1, 1, 2, 0};
     cz_iter_rank ranks[2] = {{1, &g, elem0, touches}, {0, NULL, elem1, NULL}};
-    cz_iter_model m = {2, 2, 0, 2, fwd, bwd, rs, ag, ranks};
+    cz_iter_model m = {2, 2, 0, 2, fwd, bwd, rs, ag, ranks, 1};
     cz_iter_timeline tl;
     cz_error err;
     int rc = cz__iter_overlap(&m, &tl, &err);
