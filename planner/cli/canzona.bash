@@ -11,7 +11,7 @@ _canzona_options() { # <command>: the options 'canzona <command> --help' lists
     local sizes="--tp-size --pp-size --dp-size --nodes --gpus-per-node --bucket-size --ep-size
         --etp-size"
     local sim="--overlap-param-gather --overlap-grad-reduce --muon-ns-batch-size --iteration
-        --seq-len --micro-batch-size --micro-batches --pass-efficiency"
+        --seq-len --micro-batch-size --micro-batches --pass-efficiency --gather-order"
     case $1 in
     plan)
         echo "-m --model -c --cluster -o --output --allow-oversubscribed-memory --json -q
@@ -72,6 +72,7 @@ _canzona() {
     --bucket-size) words="paper megatron" ;;
     --layout) words="unified split" ;;
     --coop) words="off auto 2 4 8" ;;
+    --gather-order) words="forward ready" ;;
     --alpha | --capacity | --time-limit | --tpaware-time-limit | --seed | --ns-steps | \
         --max-precond-dim | --precondition-frequency | --tp-size | --pp-size | --dp-size | \
         --ep-size | --etp-size | \

@@ -600,6 +600,15 @@ int cz_cli_sim_apply(const char *cmd, int opt, const char *value, cz_sim_options
             return 2;
         }
         return 0;
+    case CZ_OPT_GATHER_ORDER:
+        o->iteration = 1;
+        if (!strcmp(value, "forward") || !strcmp(value, "ready")) {
+            o->gather_forward_order = value[0] == 'f';
+            return 0;
+        }
+        fprintf(stderr, "canzona %s: --gather-order '%s': expected forward or ready\n", cmd,
+                value);
+        return 2;
     }
     return 1;
 }
@@ -640,7 +649,12 @@ void cz_cli_device_help(FILE *f, int sim)
                "      --pass-efficiency E\n"
                "                        the passes' rate as a fraction of the bf16 GEMM rate\n"
                "                        (the calibration's or device kind's, else the cluster's\n"
-               "                        matmul_tflops), in (0, 1]; default 0.6\n");
+               "                        matmul_tflops), in (0, 1]; default 0.6\n"
+               "      --gather-order ORDER\n"
+               "                        with overlap, the order of the parameter all-gathers on\n"
+               "                        the DP link: forward (default; after the ready reduce-\n"
+               "                        scatters, the one the next forward needs first) or\n"
+               "                        ready (every collective as it becomes ready)\n");
 }
 
 int cz_cli_calibrate(const char *cmd, cz_cluster *cluster, const char *path)

@@ -54,7 +54,8 @@ enum {
     CZ_OPT_SEQ_LEN,
     CZ_OPT_MICRO_BATCH_SIZE,
     CZ_OPT_MICRO_BATCHES,
-    CZ_OPT_PASS_EFFICIENCY
+    CZ_OPT_PASS_EFFICIENCY,
+    CZ_OPT_GATHER_ORDER
 };
 /* clang-format off */
 #define CZ_CLI_CALIBRATION_OPTION {"calibration", required_argument, NULL, CZ_OPT_CALIBRATION}
@@ -67,7 +68,8 @@ enum {
     {"seq-len", required_argument, NULL, CZ_OPT_SEQ_LEN},                          \
     {"micro-batch-size", required_argument, NULL, CZ_OPT_MICRO_BATCH_SIZE},        \
     {"micro-batches", required_argument, NULL, CZ_OPT_MICRO_BATCHES},              \
-    {"pass-efficiency", required_argument, NULL, CZ_OPT_PASS_EFFICIENCY}
+    {"pass-efficiency", required_argument, NULL, CZ_OPT_PASS_EFFICIENCY},          \
+    {"gather-order", required_argument, NULL, CZ_OPT_GATHER_ORDER}
 /* clang-format on */
 /* Applies one of CZ_CLI_SIM_OPTIONS to *o: 0, 2 after a usage error, 1 when opt is not one.
  * --iteration and each of the iteration's workload options turn the iteration on. */

@@ -145,7 +145,7 @@ static void print_iteration(const sim_row *rows, int n)
            s0->micro_batches, s0->micro_batches == 1 ? "" : "es", s0->micro_batch_size,
            s0->seq_len, s0->pass_tflops, s0->pass_efficiency);
     printf("%-13s %9s %9s %9s %9s %9s %9s %9s %9s %7s\n", "strategy", "forward", "backward",
-           "step", "iter", "ovl-step", "ovl-iter", "bwd-delay", "1st-wait", "ovl x");
+           "step", "iter", "ovl-step", "ovl-iter", "dp-bound", "1st-wait", "ovl x");
     for (int i = 0; i < n; i++) {
         const cz_sim_result *s = rows[i].sim;
         double passes = s->fwd_s + s->bwd_s;
@@ -153,14 +153,17 @@ static void print_iteration(const sim_row *rows, int n)
                (s->iter_s - passes) * 1e3, s->iter_s * 1e3);
         if (s->iter_overlap)
             printf(" %9.3f %9.3f %9.3f %9.3f %7.3f\n", (s->iter_overlap_s - passes) * 1e3,
-                   s->iter_overlap_s * 1e3, s->bwd_delay_s * 1e3, s->first_wait_s * 1e3,
+                   s->iter_overlap_s * 1e3, s->dp_bound_s * 1e3, s->first_wait_s * 1e3,
                    s->iter_overlap_s > 0 ? s->iter_s / s->iter_overlap_s : 1.0);
         else
             printf(" %9s %9s %9s %9s %7s\n", "-", "-", "-", "-", "-");
     }
-    printf("step = the iteration's time beyond the passes; bwd-delay = optimizer compute run "
-           "between backward chunks; 1st-wait = from the end of backward to the next forward's "
-           "first chunk (the first layers' bucket: reduced last, needed first)\n");
+    printf("step = the iteration's time beyond the passes; dp-bound = the least ovl-step any "
+           "order allows: the DP link's reduce-scatters and all-gathers beyond the last backward "
+           "and the next forward (but their last-layer chunks); 1st-wait = from the end of "
+           "backward to the next forward's first chunk (the first layers' bucket: reduced last, "
+           "needed first); all-gathers in %s order\n",
+           s0->gather_forward_order ? "forward" : "ready");
     for (int i = 0; i < n; i++)
         if (!rows[i].sim->iter_overlap)
             printf("%s: overlap not modelled: %s\n", rows[i].label, rows[i].sim->iter_note);

@@ -363,11 +363,14 @@ typedef struct cz_sim_options {
     int micro_batches;       /* micro-batches per iteration (gradient accumulation); default 8 */
     double pass_efficiency;  /* the forward and backward passes' rate as a fraction of the
                                 device's bf16 GEMM rate (0 < e <= 1); default 0.6 */
+    int gather_forward_order; /* with overlap, 1 (default): the DP channel runs ready
+                                 reduce-scatters first, then ready all-gathers in the order the
+                                 next forward needs them; 0: all in the order they become ready */
 } cz_sim_options;
 #define CZ_SIM_OPTIONS_VERSION 3
 /* clang-format off */
 #define CZ_SIM_OPTIONS_INIT {CZ_SIM_OPTIONS_VERSION, CZ_SIM_UNEVEN_ROOTED, CZ_MUON_TP_DUPLICATED, \
-                             0, 0, 1, 1, 0, 4096, 1, 8, 0.6}
+                             0, 0, 1, 1, 0, 4096, 1, 8, 0.6, 1}
 /* clang-format on */
 void cz_sim_options_init(cz_sim_options *o);
 

@@ -87,7 +87,8 @@ struct cz_sim_result {
     int seq_len, micro_batch_size, micro_batches;
     double pass_efficiency, pass_tflops; /* the passes' rate in TFLOP/s */
     double fwd_s, bwd_s, iter_s;
-    double iter_overlap_s, bwd_delay_s, first_wait_s;
+    int gather_forward_order;
+    double iter_overlap_s, bwd_delay_s, first_wait_s, dp_bound_s;
     char iter_note[160];
     int ngpus;
     double *gpu_busy; /* per GPU compute busy time, [(stage*dp + d)*tp + t] */
@@ -140,6 +141,9 @@ typedef struct cz_iter_model {
     int passes_first; /* 1: a ready forward or backward chunk goes before optimizer work (the
                          optimizer's streams at low priority; simulate's choice); 0: the compute
                          stream runs everything in the order it becomes ready */
+    int ag_forward_order; /* 1: the DP channel runs ready reduce-scatters first, then ready
+                             all-gathers in the order the next forward needs them (the first
+                             layers' first); 0: everything in the order it becomes ready */
 } cz_iter_model;
 
 /* What cz__iter_overlap finds (seconds from the iteration's start). */
@@ -151,6 +155,9 @@ typedef struct cz_iter_timeline {
                             worst rank: the first layers' bucket, reduced last, needed first */
     double iter_s;       /* the end of the next iteration's first forward micro-batch minus
                             that micro-batch's own forward: the iteration with overlap */
+    double dp_bound_s;   /* a lower bound of iter_s - passes_s in any order: the DP channel's
+                            collectives beyond the last backward and next forward but bucket
+                            0's (the window they can run in) */
 } cz_iter_timeline;
 
 /* The overlapped iteration (docs/SIMULATOR.md, "The iteration"): one DP channel shared by the

@@ -40,7 +40,7 @@ typedef struct it_item {
     int res;              /* 0: the DP channel; 1 + 2 d: rank d's compute; 2 + 2 d: its TP link */
     int left;             /* dependencies not yet scheduled */
     int done;
-    int pass;             /* a forward or backward chunk (they go first under passes_first) */
+    int prio;             /* at equal start on one resource the higher goes first */
     double dur, ready;    /* ready: the latest end of its dependencies (or its release) */
     double start, end;
 } it_item;
@@ -90,12 +90,12 @@ static int it_dep(it_graph *g, int to, int from)
 }
 
 /* Non-preemptive list scheduling: repeatedly the item that can start earliest (its
- * dependencies done, its resource free), ties (with passes_first) to a pass's chunk, then to the
- * one ready first, then to the one added first (the backward chunks are added first). On each
- * resource that is first-come first-served by ready time; with passes_first a compute stream
- * runs a ready forward or backward chunk before any optimizer work, which then fills the time
- * the passes leave (after backward, and while the next forward waits for an all-gather). */
-static int it_run(it_graph *g, int nres, int passes_first, cz_error *err)
+ * dependencies done, its resource free), ties to an item of no duration (it may make others
+ * ready at that same time, which must compete before the resource is committed), then to the
+ * higher priority, then to the one ready first, then to the one added first (the backward
+ * chunks are added first). Among items of one priority a resource is first come, first
+ * served. */
+static int it_run(it_graph *g, int nres, cz_error *err)
 {
     int rc = CZ_OK;
     int *first = calloc((size_t)g->n + 1, sizeof *first);
@@ -116,16 +116,18 @@ static int it_run(it_graph *g, int nres, int passes_first, cz_error *err)
     for (int round = 0; round < g->n; round++) {
         int best = -1;
         double bs = 0.0, br = 0.0;
-        int bp = 0;
+        int bp = 0, bz = 0;
         for (int i = 0; i < g->n; i++) {
             const it_item *x = &g->it[i];
             if (x->done || x->left > 0)
                 continue;
             double s = fmax(x->ready, free_at[x->res]);
-            int p = passes_first && x->pass;
-            if (best < 0 || s < bs || (s == bs && (p > bp || (p == bp && x->ready < br)))) {
+            int p = x->prio, z = x->dur == 0.0;
+            if (best < 0 || s < bs ||
+                (s == bs && (z > bz || (z == bz && (p > bp || (p == bp && x->ready < br)))))) {
                 best = i;
                 bp = p;
+                bz = z;
                 bs = s;
                 br = x->ready;
             }
@@ -199,6 +201,9 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
     /* The last micro-batch's backward, chunk by chunk in backward order, on every rank: the
      * micro-batches before it run undisturbed (their gradients are not final). */
     double t0 = M * F + (M - 1) * B;
+    /* With passes_first a compute stream runs a ready forward or backward chunk before any
+     * optimizer work, which fills the time the passes leave. */
+    int pass_prio = m->passes_first ? 1 : 0;
     if (!(chunk = malloc((size_t)nb * (size_t)D * sizeof *chunk)))
         goto oom;
     for (int d = 0; d < D; d++)
@@ -206,12 +211,13 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
             int c = chunk[(size_t)d * nb + k] = it_add(&g, 1 + 2 * d, m->bwd_s[k], t0);
             if (c < 0 || it_dep(&g, c, k ? chunk[(size_t)d * nb + k - 1] : -1))
                 goto oom;
-            g.it[c].pass = 1;
+            g.it[c].prio = pass_prio;
         }
     /* Each bucket's reduce-scatter once every rank's backward has passed it. */
     for (int k = 0; k < nb; k++) {
         if ((rs[k] = it_add(&g, 0, m->rs_s[k], 0.0)) < 0)
             goto oom;
+        g.it[rs[k]].prio = m->ag_forward_order ? nb + 1 : 0;
         for (int d = 0; d < D; d++)
             if (it_dep(&g, rs[k], chunk[(size_t)d * nb + k]))
                 goto oom;
@@ -260,6 +266,7 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
     for (int k = 0; k < nb; k++) {
         if ((ag[k] = it_add(&g, 0, m->ag_s[k], 0.0)) < 0 || it_dep(&g, ag[k], rs[k]))
             goto oom;
+        g.it[ag[k]].prio = m->ag_forward_order ? k + 1 : 0;
         for (int d = 0; d < D; d++) {
             const cz_iter_rank *rk = &m->ranks[d];
             if (it_dep(&g, ag[k], elem[(size_t)d * nb + k]))
@@ -281,14 +288,14 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
             int f = it_add(&g, 1 + 2 * d, m->fwd_s[k], 0.0);
             if (f < 0 || it_dep(&g, f, prev) || it_dep(&g, f, ag[k]))
                 goto oom;
-            g.it[f].pass = 1;
+            g.it[f].prio = pass_prio;
             if (k == nb - 1)
                 fwd_first[d] = f;
             prev = f;
         }
         fwd_last[d] = prev;
     }
-    if ((rc = it_run(&g, 1 + 2 * D, m->passes_first, err)) != CZ_OK)
+    if ((rc = it_run(&g, 1 + 2 * D, err)) != CZ_OK)
         goto done;
     double bwd_end = 0.0, wait = 0.0, end = 0.0;
     for (int d = 0; d < D; d++) {
@@ -298,6 +305,13 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
     }
     out->bwd_end_s = bwd_end;
     out->bwd_delay_s = fmax(0.0, bwd_end - out->passes_s);
+    /* The DP channel works between the end of the first backward chunk and the start of the
+     * last forward chunk (bucket 0's all-gather comes before it): whatever order it runs in,
+     * the step stays exposed by at least its excess over that window. */
+    double dp = 0.0;
+    for (int k = 0; k < nb; k++)
+        dp += m->rs_s[k] + m->ag_s[k];
+    out->dp_bound_s = fmax(0.0, dp - (B - m->bwd_s[0]) - (F - m->fwd_s[0]));
     out->first_wait_s = wait;
     /* The iteration ends where the next one would start if its first forward micro-batch,
      * which ends at `end`, had not waited for anything. */
@@ -335,9 +349,12 @@ json_t *cz__sim_iteration_json(const cz_sim_result *r)
     if (!o)
         return NULL;
     json_t *more = r->iter_overlap
-                       ? json_pack("{s:f, s:f, s:f, s:f, s:f}", "overlap_iteration_s",
+                       ? json_pack("{s:s, s:f, s:f, s:f, s:f, s:f, s:f}", "gather_order",
+                                   r->gather_forward_order ? "forward" : "ready",
+                                   "overlap_iteration_s",
                                    r->iter_overlap_s, "overlap_exposed_step_s",
-                                   r->iter_overlap_s - passes, "overlap_backward_delay_s",
+                                   r->iter_overlap_s - passes, "overlap_dp_bound_s", r->dp_bound_s,
+                                   "overlap_backward_delay_s",
                                    r->bwd_delay_s, "overlap_first_bucket_wait_s", r->first_wait_s,
                                    "overlap_speedup",
                                    r->iter_overlap_s > 0 ? r->iter_s / r->iter_overlap_s : 1.0)

@@ -44,6 +44,9 @@ for it, row in ((ia, a), (ib, b)):
     assert it["overlap"] is True, it
     assert passes - 1e-12 <= it["overlap_iteration_s"] <= it["iteration_s"] + 1e-12, it
     close(it["overlap_speedup"], it["iteration_s"] / it["overlap_iteration_s"], "speed-up")
+    # No order beats the DP link's bound.
+    assert it["overlap_dp_bound_s"] <= it["overlap_exposed_step_s"] + 1e-12, it
+    assert it["gather_order"] == "forward", it
 assert (ia["seq_len"], ia["micro_batch_size"], ia["micro_batches"]) == (4096, 1, 8), ia
 assert (ib["seq_len"], ib["micro_batch_size"], ib["micro_batches"]) == (2048, 2, 1), ib
 close(ia["pass_tflops"], 0.6 * 600.0, "the default rate: 0.6 x the cluster's 600 TFLOP/s")
@@ -51,6 +54,17 @@ close(ib["pass_tflops"], 0.5 * 600.0, "--pass-efficiency 0.5")
 # Same tokens per micro-batch: the matmuls are the same, attention (s^2 per sequence) halves;
 # 8 micro-batches against 1, at 0.6 against 0.5 of the rate: more than 8 x 0.5 / 0.6.
 assert ia["forward_s"] > 8 * ib["forward_s"] * 0.5 / 0.6, (ia["forward_s"], ib["forward_s"])
+PY
+
+# The all-gathers in the order they become ready: never better than in forward order here.
+"$CZ" simulate "${one[@]}" --gather-order ready --json >"$work/ready.json" ||
+    fail "simulate --gather-order ready exited non-zero"
+python3 - "$work/it8.json" "$work/ready.json" <<'PY' || fail "simulate --gather-order ready"
+import json, sys
+f = json.load(open(sys.argv[1]))["rows"][0]["iteration"]
+r = json.load(open(sys.argv[2]))["rows"][0]["iteration"]
+assert r["gather_order"] == "ready", r
+assert r["overlap_iteration_s"] >= f["overlap_iteration_s"] - 1e-12, (r, f)
 PY
 
 # ---- compare: the two iteration columns --------------------------------------------------------
@@ -67,7 +81,8 @@ awk '$1 == "alpha(cost)+rollback" { exit !($(NF) + 0 >= 1) }' "$work/cmp.txt" ||
 
 # ---- bad values: a message naming the option, exit status 2 -----------------------------------
 for bad in "--seq-len 0" "--seq-len x" "--micro-batches 0" "--micro-batch-size -1" \
-    "--pass-efficiency 0" "--pass-efficiency 1.5" "--pass-efficiency nan"; do
+    "--pass-efficiency 0" "--pass-efficiency 1.5" "--pass-efficiency nan" \
+    "--gather-order sideways"; do
     opt=${bad%% *}
     # shellcheck disable=SC2086 # the option and its value are two words
     "$CZ" simulate "${one[@]}" $bad >/dev/null 2>"$work/err"

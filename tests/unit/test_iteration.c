@@ -54,10 +54,10 @@ END_TEST
  *   F2 [14.5, 15.5], F1 [15.5, 16.5], F0 [16.5, 17.5]. The iteration: 17.5 - 3 = 14.5 against
  *   9 of passes; the first forward chunk waits 14.5 - 10.5 = 4 after backward.
  * That is the compute stream first come, first served (passes_first 0). With the passes first
- * (simulate's rule) backward runs undisturbed, B2 [7, 9], RS2 [9, 10]; then elementwise 0
- * [9, 9.5], C0 [9.5, 10.5], G1 [10, 10.5], C1 [10.5, 11.5], S0 [10.5, 11], S1 [11.5, 12];
- * AG1 (ready at 10.5: no group) [10.5, 11.5] goes before AG0 [11.5, 12.5], AG2 [12.5, 13.5];
- * F2 [13.5, 14.5] .. F0 [15.5, 16.5]: the iteration 13.5, the first chunk waiting 4.5. */
+ * (simulate's rule) backward runs undisturbed, B2 [7, 9], RS2 [9, 10]; bucket 1 (no work) is
+ * updated at 9, so AG1 [10, 11] follows RS2; elementwise 0 [9, 9.5], C0 [9.5, 10.5], G1
+ * [10, 10.5], C1 [10.5, 11.5], S0 [10.5, 11], S1 [11.5, 12]; AG0 [11, 12], AG2 [12, 13];
+ * F2 [13, 14] .. F0 [15, 16]: the iteration 13, the first chunk waiting 4. */
 START_TEST(test_overlap_three_buckets)
 {
     double fwd[3] = {1, 1, 1}, bwd[3] = {2, 2, 2}, rs[3] = {1, 1, 1}, ag[3] = {1, 1, 1};
@@ -65,7 +65,7 @@ START_TEST(test_overlap_three_buckets)
     unsigned char touches[6] = {1, 0, 0, 0, 0, 1}; /* group 0: bucket 0; group 1: bucket 2 */
     cz_iter_group groups[2] = {{0, 0.5, 1, 0.5}, {2, 0.5, 1, 0.5}};
     cz_iter_rank rank = {2, groups, elem, touches};
-    cz_iter_model m = {3, 1, 1, 1, fwd, bwd, rs, ag, &rank, 0};
+    cz_iter_model m = {3, 1, 1, 1, fwd, bwd, rs, ag, &rank, 0, 0};
     cz_iter_timeline tl;
     cz_error err;
     int rc = cz__iter_overlap(&m, &tl, &err);
@@ -93,8 +93,8 @@ START_TEST(test_overlap_three_buckets)
     ck_assert_msg(rc == CZ_OK, "%s", err.message);
     ck_assert_double_eq_tol(tl.bwd_end_s, 9.0, 1e-12);
     ck_assert_double_eq_tol(tl.bwd_delay_s, 0.0, 1e-12);
-    ck_assert_double_eq_tol(tl.first_wait_s, 4.5, 1e-12);
-    ck_assert_double_eq_tol(tl.iter_s, 13.5, 1e-12);
+    ck_assert_double_eq_tol(tl.first_wait_s, 4.0, 1e-12);
+    ck_assert_double_eq_tol(tl.iter_s, 13.0, 1e-12);
     m.passes_first = 0;
     /* Faster collectives shorten only what waits on them: with free ones, group 1 starts
      * at the end of backward: C1 [10.5, 11.5], F2 from 11.5, the iteration 11.5 + 3 - 3. */
@@ -129,7 +129,7 @@ START_TEST(test_overlap_two_ranks)
     unsigned char touches[2] = {1, 1};
     cz_iter_group g = {1, 1, 2, 0};
     cz_iter_rank ranks[2] = {{1, &g, elem0, touches}, {0, NULL, elem1, NULL}};
-    cz_iter_model m = {2, 2, 0, 2, fwd, bwd, rs, ag, ranks, 1};
+    cz_iter_model m = {2, 2, 0, 2, fwd, bwd, rs, ag, ranks, 1, 0};
     cz_iter_timeline tl;
     cz_error err;
     int rc = cz__iter_overlap(&m, &tl, &err);
@@ -146,6 +146,35 @@ START_TEST(test_overlap_two_ranks)
 }
 END_TEST
 
+/* The order of the all-gathers: one rank, two buckets, no micro-groups, forward 1 and backward
+ * 1 per bucket, reduce-scatters 1, all-gathers 2. B0 [2, 3], B1 [3, 4], RS0 [3, 4], RS1
+ * [4, 5]; both all-gathers are ready at 5 (AG0 since 4).
+ *   ready order: AG0 [5, 7], AG1 [7, 9]; F1 [9, 10], F0 [10, 11]: the iteration 9, 5 exposed;
+ *   forward order: AG1 [5, 7] (the first layers', needed first), AG0 [7, 9] under F1 [7, 8];
+ *   F0 [9, 10]: the iteration 8, 4 exposed: the DP bound, 6 of collectives less the window
+ *   B1 + F1 = 2. */
+START_TEST(test_gather_order)
+{
+    double fwd[2] = {1, 1}, bwd[2] = {1, 1}, rs[2] = {1, 1}, ag[2] = {2, 2}, elem[2] = {0, 0};
+    cz_iter_rank rank = {0, NULL, elem, NULL};
+    cz_iter_model m = {2, 1, 1, 1, fwd, bwd, rs, ag, &rank, 1, 0};
+    cz_iter_timeline tl;
+    cz_error err;
+    int rc = cz__iter_overlap(&m, &tl, &err);
+    ck_assert_msg(rc == CZ_OK, "%s", err.message);
+    ck_assert_double_eq_tol(tl.passes_s, 4.0, 1e-12);
+    ck_assert_double_eq_tol(tl.iter_s, 9.0, 1e-12);
+    ck_assert_double_eq_tol(tl.first_wait_s, 5.0, 1e-12);
+    ck_assert_double_eq_tol(tl.dp_bound_s, 4.0, 1e-12);
+    m.ag_forward_order = 1;
+    rc = cz__iter_overlap(&m, &tl, &err);
+    ck_assert_msg(rc == CZ_OK, "%s", err.message);
+    ck_assert_double_eq_tol(tl.iter_s, 8.0, 1e-12);
+    ck_assert_double_eq_tol(tl.first_wait_s, 3.0, 1e-12);
+    ck_assert_double_eq_tol(tl.iter_s - tl.passes_s, tl.dp_bound_s, 1e-12);
+}
+END_TEST
+
 static Suite *iteration_suite(void)
 {
     Suite *s = suite_create("iteration");
@@ -153,6 +182,7 @@ static Suite *iteration_suite(void)
     tcase_add_test(tc, test_forward_flops);
     tcase_add_test(tc, test_overlap_three_buckets);
     tcase_add_test(tc, test_overlap_two_ranks);
+    tcase_add_test(tc, test_gather_order);
     suite_add_tcase(s, tc);
     return s;
 }
