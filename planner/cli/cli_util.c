@@ -606,8 +606,7 @@ int cz_cli_sim_apply(const char *cmd, int opt, const char *value, cz_sim_options
             o->gather_forward_order = value[0] == 'f';
             return 0;
         }
-        fprintf(stderr, "canzona %s: --gather-order '%s': expected forward or ready\n", cmd,
-                value);
+        fprintf(stderr, "canzona %s: --gather-order '%s': expected forward or ready\n", cmd, value);
         return 2;
     }
     return 1;

@@ -37,6 +37,10 @@ static void simulate_help(FILE *f)
         "= update + param, from synchronized gradients to gathered parameters; step = grad +\n"
         "opt; comm = all collective time of the critical GPU, hidden or not. Speed-ups (x)\n"
         "are the baseline's time over the row's, for update, opt and step.\n"
+        "With --iteration (or its workload options below), a second table gives the training\n"
+        "iteration: forward and backward of every micro-batch, the step after them (iter)\n"
+        "and overlapped bucket by bucket with the last backward and the next forward\n"
+        "(ovl-iter); docs/SIMULATOR.md, \"The iteration\".\n"
         "\n"
         "options:\n"
         "  -m, --model FILE      model description (canzona.model/1)\n"
@@ -142,10 +146,10 @@ static void print_iteration(const sim_row *rows, int n)
     printf("\niteration: %d micro-batch%s of %d x %d tokens per DP rank, forward and backward at "
            "%.1f TFLOP/s (%.2f x the bf16 GEMM rate); ms; with overlap, each bucket is reduced, "
            "updated and gathered as soon as the last backward has passed it\n\n",
-           s0->micro_batches, s0->micro_batches == 1 ? "" : "es", s0->micro_batch_size,
-           s0->seq_len, s0->pass_tflops, s0->pass_efficiency);
-    printf("%-13s %9s %9s %9s %9s %9s %9s %9s %9s %7s\n", "strategy", "forward", "backward",
-           "step", "iter", "ovl-step", "ovl-iter", "dp-bound", "1st-wait", "ovl x");
+           s0->micro_batches, s0->micro_batches == 1 ? "" : "es", s0->micro_batch_size, s0->seq_len,
+           s0->pass_tflops, s0->pass_efficiency);
+    printf("%-13s %9s %9s %9s %9s %9s %9s %9s %9s %7s\n", "strategy", "forward", "backward", "step",
+           "iter", "ovl-step", "ovl-iter", "dp-bound", "1st-wait", "ovl x");
     for (int i = 0; i < n; i++) {
         const cz_sim_result *s = rows[i].sim;
         double passes = s->fwd_s + s->bwd_s;

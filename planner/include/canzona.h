@@ -357,12 +357,12 @@ typedef struct cz_sim_options {
                                  group, which is then Megatron's GTP x TP domain; default 1 */
     /* Version 3: the training iteration around the step (docs/SIMULATOR.md, "The iteration"),
      * with and without the step overlapped with the backward and the next forward pass. */
-    int iteration;           /* 1: simulate the iteration too (needs a cluster); default 0 */
-    int seq_len;             /* tokens per sequence; default 4096 */
-    int micro_batch_size;    /* sequences per micro-batch; default 1 */
-    int micro_batches;       /* micro-batches per iteration (gradient accumulation); default 8 */
-    double pass_efficiency;  /* the forward and backward passes' rate as a fraction of the
-                                device's bf16 GEMM rate (0 < e <= 1); default 0.6 */
+    int iteration;            /* 1: simulate the iteration too (needs a cluster); default 0 */
+    int seq_len;              /* tokens per sequence; default 4096 */
+    int micro_batch_size;     /* sequences per micro-batch; default 1 */
+    int micro_batches;        /* micro-batches per iteration (gradient accumulation); default 8 */
+    double pass_efficiency;   /* the forward and backward passes' rate as a fraction of the
+                                 device's bf16 GEMM rate (0 < e <= 1); default 0.6 */
     int gather_forward_order; /* with overlap, 1 (default): the DP channel runs ready
                                  reduce-scatters first, then ready all-gathers in the order the
                                  next forward needs them; 0: all in the order they become ready */

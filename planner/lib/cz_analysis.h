@@ -138,9 +138,9 @@ typedef struct cz_iter_model {
     int nbuckets, micro_batches, pipelined, nranks;
     const double *fwd_s, *bwd_s, *rs_s, *ag_s;
     const cz_iter_rank *ranks; /* nranks */
-    int passes_first; /* 1: a ready forward or backward chunk goes before optimizer work (the
-                         optimizer's streams at low priority; simulate's choice); 0: the compute
-                         stream runs everything in the order it becomes ready */
+    int passes_first;     /* 1: a ready forward or backward chunk goes before optimizer work (the
+                             optimizer's streams at low priority; simulate's choice); 0: the compute
+                             stream runs everything in the order it becomes ready */
     int ag_forward_order; /* 1: the DP channel runs ready reduce-scatters first, then ready
                              all-gathers in the order the next forward needs them (the first
                              layers' first); 0: everything in the order it becomes ready */

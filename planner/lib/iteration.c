@@ -37,11 +37,11 @@ double cz__iter_forward_flops(const cz_param_def *d, int64_t local_numel, int tp
  * compute stream and a TP link ---------------------------------------------------------------- */
 
 typedef struct it_item {
-    int res;              /* 0: the DP channel; 1 + 2 d: rank d's compute; 2 + 2 d: its TP link */
-    int left;             /* dependencies not yet scheduled */
+    int res;  /* 0: the DP channel; 1 + 2 d: rank d's compute; 2 + 2 d: its TP link */
+    int left; /* dependencies not yet scheduled */
     int done;
-    int prio;             /* at equal start on one resource the higher goes first */
-    double dur, ready;    /* ready: the latest end of its dependencies (or its release) */
+    int prio;          /* at equal start on one resource the higher goes first */
+    double dur, ready; /* ready: the latest end of its dependencies (or its release) */
     double start, end;
 } it_item;
 
@@ -340,25 +340,24 @@ done:
 json_t *cz__sim_iteration_json(const cz_sim_result *r)
 {
     double passes = r->fwd_s + r->bwd_s;
-    json_t *o = json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:b}", "seq_len",
-                          r->seq_len, "micro_batch_size", r->micro_batch_size, "micro_batches",
-                          r->micro_batches, "pass_efficiency", r->pass_efficiency, "pass_tflops",
-                          r->pass_tflops, "forward_s", r->fwd_s, "backward_s", r->bwd_s,
-                          "iteration_s", r->iter_s, "exposed_step_s", r->iter_s - passes,
-                          "overlap", r->iter_overlap);
+    json_t *o =
+        json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:b}", "seq_len", r->seq_len,
+                  "micro_batch_size", r->micro_batch_size, "micro_batches", r->micro_batches,
+                  "pass_efficiency", r->pass_efficiency, "pass_tflops", r->pass_tflops, "forward_s",
+                  r->fwd_s, "backward_s", r->bwd_s, "iteration_s", r->iter_s, "exposed_step_s",
+                  r->iter_s - passes, "overlap", r->iter_overlap);
     if (!o)
         return NULL;
-    json_t *more = r->iter_overlap
-                       ? json_pack("{s:s, s:f, s:f, s:f, s:f, s:f, s:f}", "gather_order",
-                                   r->gather_forward_order ? "forward" : "ready",
-                                   "overlap_iteration_s",
-                                   r->iter_overlap_s, "overlap_exposed_step_s",
-                                   r->iter_overlap_s - passes, "overlap_dp_bound_s", r->dp_bound_s,
-                                   "overlap_backward_delay_s",
-                                   r->bwd_delay_s, "overlap_first_bucket_wait_s", r->first_wait_s,
-                                   "overlap_speedup",
-                                   r->iter_overlap_s > 0 ? r->iter_s / r->iter_overlap_s : 1.0)
-                       : json_pack("{s:s}", "overlap_note", r->iter_note);
+    json_t *more =
+        r->iter_overlap
+            ? json_pack("{s:s, s:f, s:f, s:f, s:f, s:f, s:f}", "gather_order",
+                        r->gather_forward_order ? "forward" : "ready", "overlap_iteration_s",
+                        r->iter_overlap_s, "overlap_exposed_step_s", r->iter_overlap_s - passes,
+                        "overlap_dp_bound_s", r->dp_bound_s, "overlap_backward_delay_s",
+                        r->bwd_delay_s, "overlap_first_bucket_wait_s", r->first_wait_s,
+                        "overlap_speedup",
+                        r->iter_overlap_s > 0 ? r->iter_s / r->iter_overlap_s : 1.0)
+            : json_pack("{s:s}", "overlap_note", r->iter_note);
     if (!more || json_object_update(o, more)) {
         json_decref(more);
         json_decref(o);

@@ -749,8 +749,8 @@ static void sync_add(dp_sync *y, double grad, double param)
 
 /* grad_b and param_b (NULL, or one value per dense bucket of the stage in the plan's order,
  * zeroed by the caller) receive each bucket's collectives, outside Megatron's own layout. */
-static int dp_sync_seconds(const sim_ctx *cx, int stage, dp_sync *y, int64_t *owned,
-                           double *grad_b, double *param_b, cz_error *err)
+static int dp_sync_seconds(const sim_ctx *cx, int stage, dp_sync *y, int64_t *owned, double *grad_b,
+                           double *param_b, cz_error *err)
 {
     const cz_plan *plan = cx->plan;
     memset(y, 0, sizeof *y);
@@ -1468,8 +1468,7 @@ static const char *iter_overlap_refusal(const sim_ctx *cx)
  * slowest slot's compute, the last bucket (local index, map) of its inputs and the buckets it
  * has inputs in (*touches, ngroups x nb), per bucket its elementwise updates. */
 static int iter_rank(const sim_ctx *cx, int s, int d, const int *map, int nb, cz_iter_rank *rk,
-                     cz_iter_group **groups, unsigned char **touches, double *elem,
-                     cz_error *err)
+                     cz_iter_group **groups, unsigned char **touches, double *elem, cz_error *err)
 {
     const cz_plan *plan = cx->plan;
     sim_prog pg = {0};
@@ -1585,9 +1584,9 @@ static int sim_iteration(const sim_ctx *cx, cz_sim_result *r, const cz_sim_optio
             int bi = cx->bucket_index[i], b = bi >= 0 ? map[bi] : -1;
             if (p->stage != s || b < 0)
                 continue;
-            double f = cz__iter_forward_flops(&p->def, p->numel, cx->R, o->seq_len,
-                                              o->micro_batch_size) /
-                       (r->pass_tflops * 1e12);
+            double f =
+                cz__iter_forward_flops(&p->def, p->numel, cx->R, o->seq_len, o->micro_batch_size) /
+                (r->pass_tflops * 1e12);
             fwd[b] += f;
             bwd[b] += 2.0 * f; /* the input and the weight gradients: two matmuls per one */
         }
@@ -1610,8 +1609,8 @@ static int sim_iteration(const sim_ctx *cx, cz_sim_result *r, const cz_sim_optio
                                 elem + (size_t)d * nbk, err)) != CZ_OK)
                 goto done;
         /* The passes first: the executor's optimizer streams at low priority. */
-        cz_iter_model m = {nb, o->micro_batches, cx->pipelined, D, fwd, bwd, rs, ag, ranks, 1,
-                           o->gather_forward_order};
+        cz_iter_model m = {nb, o->micro_batches,       cx->pipelined, D, fwd, bwd, rs, ag, ranks,
+                           1,  o->gather_forward_order};
         cz_iter_timeline tl;
         if ((rc = cz__iter_overlap(&m, &tl, err)) != CZ_OK)
             goto done;

@@ -28,7 +28,8 @@ grep -q '"iteration"' "$work/plain.json" && fail "simulate --json without --iter
     fail "simulate --iteration --json exited non-zero"
 # --micro-batches alone turns the iteration on.
 "$CZ" simulate "${one[@]}" --micro-batches 1 --seq-len 2048 --micro-batch-size 2 \
-    --pass-efficiency 0.5 --json >"$work/it1.json" || fail "simulate --micro-batches 1 exited non-zero"
+    --pass-efficiency 0.5 --json >"$work/it1.json" ||
+    fail "simulate --micro-batches 1 exited non-zero"
 python3 - "$work/it8.json" "$work/it1.json" <<'PY' || fail "simulate --iteration: the figures"
 import json, sys
 a = json.load(open(sys.argv[1]))["rows"][0]
@@ -88,12 +89,14 @@ for bad in "--seq-len 0" "--seq-len x" "--micro-batches 0" "--micro-batch-size -
     "$CZ" simulate "${one[@]}" $bad >/dev/null 2>"$work/err"
     st=$?
     [ "$st" = 2 ] || fail "simulate $bad: exit status $st, expected 2"
-    grep -q -- "$opt" "$work/err" || fail "simulate $bad: the message does not name $opt: $(cat "$work/err")"
+    grep -q -- "$opt" "$work/err" ||
+        fail "simulate $bad: the message does not name $opt: $(cat "$work/err")"
 done
 # A model with expert groups: refused, saying why.
 "$CZ" simulate --model "$CZ_SOURCE_DIR/plans/models/qwen3-30b-a3b.json" \
     --cluster "$CZ_SOURCE_DIR/plans/clusters/h100-64-tp4-ep8.json" --dp alpha --tp rollback \
-    --iteration >/dev/null 2>"$work/err" && fail "simulate --iteration accepted a model with experts"
+    --iteration >/dev/null 2>"$work/err" &&
+    fail "simulate --iteration accepted a model with experts"
 grep -q "dense models" "$work/err" || fail "simulate --iteration on experts: $(cat "$work/err")"
 
 [ "$fails" = 0 ] || { echo "$fails failure(s)"; exit 1; }

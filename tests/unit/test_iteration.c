@@ -44,12 +44,12 @@ END_TEST
 
 /* One DP rank, one micro-batch, three buckets (bucket 0 = the last layers, the first the
  * backward completes), pipelined, groups listed in the order their inputs become ready. Per
- * bucket: forward 1, backward 2, reduce-scatter 1, all-gather 1. Elementwise 0.5 in bucket 0; group 0 needs bucket 0, group 1 bucket 2 (gather
- * 0.5, compute 1, scatter 0.5 each); bucket 1 has no group and no elementwise work.
- *   backward B0 [3, 5] (after the forward, 3), B1 [5, 7]; RS0 [5, 6]; G0 [6, 6.5]; RS1 [7, 8];
- *   at 7 the compute stream runs what became ready during B1 first: elementwise 0 [7, 7.5],
- *   C0 [7.5, 8.5], then B2 [8.5, 10.5] (backward delayed by 1.5); S0 [8.5, 9]; AG0 [9, 10];
- *   RS2 [10.5, 11.5], AG1 [11.5, 12.5] (behind it on the DP channel); G1 [11.5, 12],
+ * bucket: forward 1, backward 2, reduce-scatter 1, all-gather 1. Elementwise 0.5 in bucket 0; group
+ * 0 needs bucket 0, group 1 bucket 2 (gather 0.5, compute 1, scatter 0.5 each); bucket 1 has no
+ * group and no elementwise work. backward B0 [3, 5] (after the forward, 3), B1 [5, 7]; RS0 [5, 6];
+ * G0 [6, 6.5]; RS1 [7, 8]; at 7 the compute stream runs what became ready during B1 first:
+ * elementwise 0 [7, 7.5], C0 [7.5, 8.5], then B2 [8.5, 10.5] (backward delayed by 1.5); S0 [8.5,
+ * 9]; AG0 [9, 10]; RS2 [10.5, 11.5], AG1 [11.5, 12.5] (behind it on the DP channel); G1 [11.5, 12],
  *   C1 [12, 13], S1 [13, 13.5], AG2 [13.5, 14.5]; the next forward starts with bucket 2:
  *   F2 [14.5, 15.5], F1 [15.5, 16.5], F0 [16.5, 17.5]. The iteration: 17.5 - 3 = 14.5 against
  *   9 of passes; the first forward chunk waits 14.5 - 10.5 = 4 after backward.
