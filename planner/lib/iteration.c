@@ -37,9 +37,8 @@ double cz__iter_forward_flops(const cz_param_def *d, int64_t local_numel, int tp
  * compute stream and a TP link ---------------------------------------------------------------- */
 
 typedef struct it_item {
-    int res;  /* 0: the DP channel; 1 + 2 d: rank d's compute; 2 + 2 d: its TP link */
-    int left; /* dependencies not yet scheduled */
-    int done;
+    int res;           /* 0: the DP channel; 1 + 2 d: rank d's compute; 2 + 2 d: its TP link */
+    int left;          /* dependencies not yet scheduled */
     int prio;          /* at equal start on one resource the higher goes first */
     double dur, ready; /* ready: the latest end of its dependencies (or its release) */
     double start, end;
@@ -62,7 +61,7 @@ static int it_add(it_graph *g, int res, double dur, double release)
         g->it = p;
         g->cap = cap;
     }
-    g->it[g->n] = (it_item){res, 0, 0, 0, dur > 0 ? dur : 0.0, release, 0.0, 0.0};
+    g->it[g->n] = (it_item){res, 0, 0, dur > 0 ? dur : 0.0, release, 0.0, 0.0};
     return g->n++;
 }
 
@@ -89,6 +88,23 @@ static int it_dep(it_graph *g, int to, int from)
     return 0;
 }
 
+/* Whether item i, which can start at s, goes before item b (-1: none yet), which can start at
+ * bs: the order of it_run. */
+static int it_before(const it_graph *g, int i, double s, int b, double bs)
+{
+    if (b < 0 || s != bs)
+        return b < 0 || s < bs;
+    const it_item *x = &g->it[i], *y = &g->it[b];
+    int zx = x->dur == 0.0, zy = y->dur == 0.0;
+    if (zx != zy)
+        return zx > zy;
+    if (x->prio != y->prio)
+        return x->prio > y->prio;
+    if (x->ready != y->ready)
+        return x->ready < y->ready;
+    return i < b;
+}
+
 /* Non-preemptive list scheduling: repeatedly the item that can start earliest (its
  * dependencies done, its resource free), ties to an item of no duration (it may make others
  * ready at that same time, which must compete before the resource is committed), then to the
@@ -101,8 +117,9 @@ static int it_run(it_graph *g, int nres, cz_error *err)
     int *first = calloc((size_t)g->n + 1, sizeof *first);
     int *next = malloc((g->nedges ? (size_t)g->nedges : 1) * sizeof *next);
     int *fill = calloc((size_t)g->n + 1, sizeof *fill);
+    int *elig = malloc(((size_t)g->n + 1) * sizeof *elig); /* items whose dependencies are done */
     double *free_at = calloc((size_t)nres, sizeof *free_at);
-    if (!first || !next || !fill || !free_at) {
+    if (!first || !next || !fill || !elig || !free_at) {
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the iteration");
         goto done;
     }
@@ -113,23 +130,20 @@ static int it_run(it_graph *g, int nres, cz_error *err)
         first[i + 1] += first[i];
     for (int k = 0; k < g->nedges; k++)
         next[first[g->from[k]] + fill[g->from[k]]++] = g->to[k];
+    int nelig = 0;
+    for (int i = 0; i < g->n; i++)
+        if (g->it[i].left == 0)
+            elig[nelig++] = i;
     for (int round = 0; round < g->n; round++) {
-        int best = -1;
-        double bs = 0.0, br = 0.0;
-        int bp = 0, bz = 0;
-        for (int i = 0; i < g->n; i++) {
-            const it_item *x = &g->it[i];
-            if (x->done || x->left > 0)
-                continue;
+        int best = -1, at = -1;
+        double bs = 0.0;
+        for (int e = 0; e < nelig; e++) {
+            const it_item *x = &g->it[elig[e]];
             double s = fmax(x->ready, free_at[x->res]);
-            int p = x->prio, z = x->dur == 0.0;
-            if (best < 0 || s < bs ||
-                (s == bs && (z > bz || (z == bz && (p > bp || (p == bp && x->ready < br)))))) {
-                best = i;
-                bp = p;
-                bz = z;
+            if (it_before(g, elig[e], s, best, bs)) {
+                at = e;
+                best = elig[e];
                 bs = s;
-                br = x->ready;
             }
         }
         if (best < 0) { /* every item left waits on another: the graph has a cycle */
@@ -138,21 +152,23 @@ static int it_run(it_graph *g, int nres, cz_error *err)
                                g->n - round, g->n);
             goto done;
         }
+        elig[at] = elig[--nelig];
         it_item *x = &g->it[best];
-        x->done = 1;
         x->start = bs;
         x->end = bs + x->dur;
         free_at[x->res] = x->end;
         for (int k = first[best]; k < first[best + 1]; k++) {
             it_item *y = &g->it[next[k]];
-            y->left--;
             y->ready = fmax(y->ready, x->end);
+            if (--y->left == 0)
+                elig[nelig++] = next[k];
         }
     }
 done:
     free(first);
     free(next);
     free(fill);
+    free(elig);
     free(free_at);
     return rc;
 }
