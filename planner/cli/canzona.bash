@@ -10,7 +10,8 @@ _canzona_options() { # <command>: the options 'canzona <command> --help' lists
         --max-precond-dim --precondition-frequency --layout --split-blocks --coop"
     local sizes="--tp-size --pp-size --dp-size --nodes --gpus-per-node --bucket-size --ep-size
         --etp-size"
-    local sim="--overlap-param-gather --overlap-grad-reduce --muon-ns-batch-size"
+    local sim="--overlap-param-gather --overlap-grad-reduce --muon-ns-batch-size --iteration
+        --seq-len --micro-batch-size --micro-batches --pass-efficiency --gather-order"
     case $1 in
     plan)
         echo "-m --model -c --cluster -o --output --allow-oversubscribed-memory --json -q
@@ -71,11 +72,13 @@ _canzona() {
     --bucket-size) words="paper megatron" ;;
     --layout) words="unified split" ;;
     --coop) words="off auto 2 4 8" ;;
+    --gather-order) words="forward ready" ;;
     --alpha | --capacity | --time-limit | --tpaware-time-limit | --seed | --ns-steps | \
         --max-precond-dim | --precondition-frequency | --tp-size | --pp-size | --dp-size | \
         --ep-size | --etp-size | \
         --nodes | --gpus-per-node | --repeats | -w | --width | -n | --top | -l | --limit | \
-        --name | --make-vocab-size-divisible-by | --gtp-size | --muon-ns-batch-size)
+        --name | --make-vocab-size-divisible-by | --gtp-size | --muon-ns-batch-size | \
+        --seq-len | --micro-batch-size | --micro-batches | --pass-efficiency)
         return 0 ;; # a number or a name: nothing to offer
     esac
     if [[ -n $words ]]; then

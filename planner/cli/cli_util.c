@@ -578,6 +578,36 @@ int cz_cli_sim_apply(const char *cmd, int opt, const char *value, cz_sim_options
         return 0;
     case CZ_OPT_MUON_NS_BATCH_SIZE:
         return cz_cli_parse_int(cmd, "muon-ns-batch-size", value, 1, 65536, &o->muon_ns_batch_size);
+    case CZ_OPT_ITERATION:
+        o->iteration = 1;
+        return 0;
+    case CZ_OPT_SEQ_LEN:
+        o->iteration = 1;
+        return cz_cli_parse_int(cmd, "seq-len", value, 1, 10485760, &o->seq_len);
+    case CZ_OPT_MICRO_BATCH_SIZE:
+        o->iteration = 1;
+        return cz_cli_parse_int(cmd, "micro-batch-size", value, 1, 65536, &o->micro_batch_size);
+    case CZ_OPT_MICRO_BATCHES:
+        o->iteration = 1;
+        return cz_cli_parse_int(cmd, "micro-batches", value, 1, 65536, &o->micro_batches);
+    case CZ_OPT_PASS_EFFICIENCY:
+        o->iteration = 1;
+        if (parse_double(value, 0.0, 1.0, &o->pass_efficiency) || !(o->pass_efficiency > 0.0)) {
+            fprintf(stderr,
+                    "canzona %s: --pass-efficiency '%s': expected a fraction of the GEMM rate "
+                    "in (0, 1], e.g. 0.6\n",
+                    cmd, value);
+            return 2;
+        }
+        return 0;
+    case CZ_OPT_GATHER_ORDER:
+        o->iteration = 1;
+        if (!strcmp(value, "forward") || !strcmp(value, "ready")) {
+            o->gather_forward_order = value[0] == 'f';
+            return 0;
+        }
+        fprintf(stderr, "canzona %s: --gather-order '%s': expected forward or ready\n", cmd, value);
+        return 2;
     }
     return 1;
 }
@@ -600,7 +630,30 @@ void cz_cli_device_help(FILE *f, int sim)
                "                        the backward pass: only the last bucket filled is exposed\n"
                "      --muon-ns-batch-size N\n"
                "                        layer-sharded Muon: same-shape matrices per batched\n"
-               "                        Newton-Schulz on a home (Megatron's option; default 1)\n");
+               "                        Newton-Schulz on a home (Megatron's option; default 1)\n"
+               "the iteration (docs/SIMULATOR.md, \"The iteration\"; any of these turns it on):\n"
+               "      --iteration       also estimate the training iteration: forward and\n"
+               "                        backward from each matrix's FLOPs (2 x elements x tokens\n"
+               "                        forward, backward twice that, causal attention for\n"
+               "                        linear_qkv), with the step after the passes and with\n"
+               "                        the step overlapped: each bucket reduced, updated and\n"
+               "                        gathered as soon as the last backward has passed it,\n"
+               "                        the next forward waiting per bucket (dense models)\n"
+               "      --seq-len N       tokens per sequence (default 4096)\n"
+               "      --micro-batch-size N\n"
+               "                        sequences per micro-batch (default 1)\n"
+               "      --micro-batches N micro-batches per iteration, gradient accumulation\n"
+               "                        (default 8; only the last one's backward can hide the\n"
+               "                        step)\n"
+               "      --pass-efficiency E\n"
+               "                        the passes' rate as a fraction of the bf16 GEMM rate\n"
+               "                        (the calibration's or device kind's, else the cluster's\n"
+               "                        matmul_tflops), in (0, 1]; default 0.6\n"
+               "      --gather-order ORDER\n"
+               "                        with overlap, the order of the parameter all-gathers on\n"
+               "                        the DP link: forward (default; after the ready reduce-\n"
+               "                        scatters, the one the next forward needs first) or\n"
+               "                        ready (every collective as it becomes ready)\n");
 }
 
 int cz_cli_calibrate(const char *cmd, cz_cluster *cluster, const char *path)

@@ -49,7 +49,13 @@ enum {
     CZ_OPT_OVERLAP_PARAM_GATHER,
     CZ_OPT_OVERLAP_GRAD_REDUCE,
     CZ_OPT_MUON_NS_BATCH_SIZE,
-    CZ_OPT_GTP_SIZE
+    CZ_OPT_GTP_SIZE,
+    CZ_OPT_ITERATION,
+    CZ_OPT_SEQ_LEN,
+    CZ_OPT_MICRO_BATCH_SIZE,
+    CZ_OPT_MICRO_BATCHES,
+    CZ_OPT_PASS_EFFICIENCY,
+    CZ_OPT_GATHER_ORDER
 };
 /* clang-format off */
 #define CZ_CLI_CALIBRATION_OPTION {"calibration", required_argument, NULL, CZ_OPT_CALIBRATION}
@@ -57,9 +63,16 @@ enum {
 #define CZ_CLI_SIM_OPTIONS                                                         \
     {"overlap-param-gather", no_argument, NULL, CZ_OPT_OVERLAP_PARAM_GATHER},      \
     {"overlap-grad-reduce", no_argument, NULL, CZ_OPT_OVERLAP_GRAD_REDUCE},        \
-    {"muon-ns-batch-size", required_argument, NULL, CZ_OPT_MUON_NS_BATCH_SIZE}
+    {"muon-ns-batch-size", required_argument, NULL, CZ_OPT_MUON_NS_BATCH_SIZE},    \
+    {"iteration", no_argument, NULL, CZ_OPT_ITERATION},                            \
+    {"seq-len", required_argument, NULL, CZ_OPT_SEQ_LEN},                          \
+    {"micro-batch-size", required_argument, NULL, CZ_OPT_MICRO_BATCH_SIZE},        \
+    {"micro-batches", required_argument, NULL, CZ_OPT_MICRO_BATCHES},              \
+    {"pass-efficiency", required_argument, NULL, CZ_OPT_PASS_EFFICIENCY},          \
+    {"gather-order", required_argument, NULL, CZ_OPT_GATHER_ORDER}
 /* clang-format on */
-/* Applies one of CZ_CLI_SIM_OPTIONS to *o: 0, 2 after a usage error, 1 when opt is not one. */
+/* Applies one of CZ_CLI_SIM_OPTIONS to *o: 0, 2 after a usage error, 1 when opt is not one.
+ * --iteration and each of the iteration's workload options turn the iteration on. */
 int cz_cli_sim_apply(const char *cmd, int opt, const char *value, cz_sim_options *o);
 /* Help lines of --calibration and, when sim, of CZ_CLI_SIM_OPTIONS. */
 void cz_cli_device_help(FILE *f, int sim);

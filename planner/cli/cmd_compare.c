@@ -46,6 +46,9 @@ static void compare_help(FILE *f)
             "recommendation: the row with the fastest simulated step, how much faster it is\n"
             "than the next best row and than the even+sc (ZeRO-1) baseline; blockwise Muon\n"
             "rows are never recommended (they compute a different update).\n"
+            "With --iteration (or its workload options), the columns iter ms, ovl-iter ms and\n"
+            "ovl x: the training iteration with the step after the passes and overlapped\n"
+            "bucket by bucket (docs/SIMULATOR.md, \"The iteration\"; '-' where not modelled).\n"
             "--dp, --tp, --alpha-loads and --solver are set per row; the other planning settings\n"
             "apply to every row.\n"
             "\n"
@@ -73,6 +76,9 @@ typedef struct cmp_row {
     char note[1024];
     double dp_imbalance, mk_over_lb, step_s, optimizer_s, plan_s;
     int builds; /* builds the planning time is the median of */
+    /* With the iteration: the simulation's scalars (its arrays are not kept: NULL), which
+     * cz__sim_iteration_json reads. */
+    cz_sim_result iter;
 } cmp_row;
 
 static int cmp_double(const void *a, const void *b)
@@ -179,6 +185,10 @@ static int row_run(cmp_row *r, const cz_model *model, const cz_cluster *cluster,
     }
     r->step_s = sim->step_s;
     r->optimizer_s = sim->optimizer_s;
+    r->iter = *sim;
+    r->iter.gpu_busy = r->iter.tl_elementwise = NULL;
+    r->iter.tl_gather = r->iter.tl_scatter = r->iter.tl_compute = NULL;
+    r->iter.tl_coop = NULL;
     rc = 0;
 done:
     cz_sim_result_free(sim);
@@ -292,6 +302,13 @@ static int print_json(const cmp_row *rows, int n, const cz_model *m, const cz_cl
                             "dp_imbalance", r->dp_imbalance, "makespan_over_lower_bound",
                             r->mk_over_lb, "step_s", r->step_s, "optimizer_s", r->optimizer_s,
                             "plan_seconds", r->plan_s, "builds", r->builds);
+        if (o && !r->skipped && r->iter.iteration) {
+            json_t *it = cz__sim_iteration_json(&r->iter);
+            if (!it || json_object_set_new(o, "iteration", it)) {
+                json_decref(o);
+                o = NULL;
+            }
+        }
         if (json_array_append_new(r->skipped ? skipped : arr, o))
             goto done;
     }
@@ -325,18 +342,37 @@ static void print_table(const cmp_row *rows, int n, const cz_model *m, const cz_
     else
         printf("model %s, cluster %s (DP %d x TP %d x PP %d)\n\n", m->name, c->name, c->dp, c->tp,
                c->pp);
-    printf("%-35s %8s %8s %11s %11s %11s %6s\n", "strategy", "DP-imb", "mk/LB", "step ms", "opt ms",
+    int iter = 0;
+    for (int i = 0; i < n; i++)
+        iter |= !rows[i].skipped && rows[i].iter.iteration;
+    printf("%-35s %8s %8s %11s %11s %11s %6s", "strategy", "DP-imb", "mk/LB", "step ms", "opt ms",
            "plan ms", "builds");
+    if (iter)
+        printf(" %11s %11s %6s", "iter ms", "ovl-iter ms", "ovl x");
+    printf("\n");
     for (int i = 0; i < n; i++) {
         const cmp_row *r = &rows[i];
         if (r->skipped)
             continue;
-        printf("%-35s %8.4f %8.4f %11.3f %11.3f %11.3f %6d\n", r->label, r->dp_imbalance,
+        printf("%-35s %8.4f %8.4f %11.3f %11.3f %11.3f %6d", r->label, r->dp_imbalance,
                r->mk_over_lb, r->step_s * 1e3, r->optimizer_s * 1e3, r->plan_s * 1e3, r->builds);
+        if (iter && r->iter.iter_overlap)
+            printf(" %11.3f %11.3f %6.3f", r->iter.iter_s * 1e3, r->iter.iter_overlap_s * 1e3,
+                   r->iter.iter_overlap_s > 0 ? r->iter.iter_s / r->iter.iter_overlap_s : 1.0);
+        else if (iter)
+            printf(" %11.3f %11s %6s", r->iter.iter_s * 1e3, "-", "-");
+        printf("\n");
     }
     printf("\nplanning time: median of %d build%s (1 for the ILP row and for builds over 1 s); "
            "step/opt: simulated (docs/SIMULATOR.md)\n",
            repeats, repeats == 1 ? "" : "s");
+    if (iter)
+        printf("iter: the training iteration (%d micro-batch%s of %d x %d tokens, passes at %.1f "
+               "TFLOP/s) with the step after the passes; ovl-iter: with the step overlapped "
+               "bucket by bucket ('-': not modelled for the row, canzona simulate --iteration "
+               "says why); the recommendation stays by step\n",
+               rows[0].iter.micro_batches, rows[0].iter.micro_batches == 1 ? "" : "es",
+               rows[0].iter.micro_batch_size, rows[0].iter.seq_len, rows[0].iter.pass_tflops);
     printf("* blockwise orthogonalizes each TP shard on its own: cheaper, and not the same update "
            "as the other rows\n");
     for (int i = 0; i < n; i++)

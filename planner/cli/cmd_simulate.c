@@ -37,6 +37,10 @@ static void simulate_help(FILE *f)
         "= update + param, from synchronized gradients to gathered parameters; step = grad +\n"
         "opt; comm = all collective time of the critical GPU, hidden or not. Speed-ups (x)\n"
         "are the baseline's time over the row's, for update, opt and step.\n"
+        "With --iteration (or its workload options below), a second table gives the training\n"
+        "iteration: forward and backward of every micro-batch, the step after them (iter)\n"
+        "and overlapped bucket by bucket with the last backward and the next forward\n"
+        "(ovl-iter); docs/SIMULATOR.md, \"The iteration\".\n"
         "\n"
         "options:\n"
         "  -m, --model FILE      model description (canzona.model/1)\n"
@@ -124,7 +128,49 @@ static json_t *row_json_coop(const sim_row *r, const sim_row *base)
         json_decref(o);
         return NULL;
     }
+    if (o && s->iteration) {
+        json_t *it = cz__sim_iteration_json(s);
+        if (!it || json_object_set_new(o, "iteration", it)) {
+            json_decref(o);
+            return NULL;
+        }
+    }
     return o;
+}
+
+/* The iteration's table (--iteration and its workload options): the passes, the iteration
+ * with the step after them and with the step overlapped, per row. */
+static void print_iteration(const sim_row *rows, int n)
+{
+    const cz_sim_result *s0 = rows[0].sim;
+    printf("\niteration: %d micro-batch%s of %d x %d tokens per DP rank, forward and backward at "
+           "%.1f TFLOP/s (%.2f x the bf16 GEMM rate); ms; with overlap, each bucket is reduced, "
+           "updated and gathered as soon as the last backward has passed it\n\n",
+           s0->micro_batches, s0->micro_batches == 1 ? "" : "es", s0->micro_batch_size, s0->seq_len,
+           s0->pass_tflops, s0->pass_efficiency);
+    printf("%-13s %9s %9s %9s %9s %9s %9s %9s %9s %7s\n", "strategy", "forward", "backward", "step",
+           "iter", "ovl-step", "ovl-iter", "dp-bound", "1st-wait", "ovl x");
+    for (int i = 0; i < n; i++) {
+        const cz_sim_result *s = rows[i].sim;
+        double passes = s->fwd_s + s->bwd_s;
+        printf("%-13s %9.3f %9.3f %9.3f %9.3f", rows[i].label, s->fwd_s * 1e3, s->bwd_s * 1e3,
+               (s->iter_s - passes) * 1e3, s->iter_s * 1e3);
+        if (s->iter_overlap)
+            printf(" %9.3f %9.3f %9.3f %9.3f %7.3f\n", (s->iter_overlap_s - passes) * 1e3,
+                   s->iter_overlap_s * 1e3, s->dp_bound_s * 1e3, s->first_wait_s * 1e3,
+                   s->iter_overlap_s > 0 ? s->iter_s / s->iter_overlap_s : 1.0);
+        else
+            printf(" %9s %9s %9s %9s %7s\n", "-", "-", "-", "-", "-");
+    }
+    printf("step = the iteration's time beyond the passes; dp-bound = the least ovl-step any "
+           "order allows: the DP link's reduce-scatters and all-gathers beyond the last backward "
+           "and the next forward (but their last-layer chunks); 1st-wait = from the end of "
+           "backward to the next forward's first chunk (the first layers' bucket: reduced last, "
+           "needed first); all-gathers in %s order\n",
+           s0->gather_forward_order ? "forward" : "ready");
+    for (int i = 0; i < n; i++)
+        if (!rows[i].sim->iter_overlap)
+            printf("%s: overlap not modelled: %s\n", rows[i].label, rows[i].sim->iter_note);
 }
 
 static int print_rows(const sim_row *rows, int n, const char *model, const char *cluster, int json)
@@ -219,6 +265,8 @@ static int print_rows(const sim_row *rows, int n, const char *model, const char 
                    "same update as the other rows.\n");
             break;
         }
+    if (s0->iteration)
+        print_iteration(rows, n);
     return 0;
 }
 

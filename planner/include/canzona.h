@@ -355,11 +355,22 @@ typedef struct cz_sim_options {
                                  a home (Megatron's --muon-ns-batch-size); default 1 */
     int gtp;                  /* Megatron's GTP weight shards (gtp_remat) within the plan's TP
                                  group, which is then Megatron's GTP x TP domain; default 1 */
+    /* Version 3: the training iteration around the step (docs/SIMULATOR.md, "The iteration"),
+     * with and without the step overlapped with the backward and the next forward pass. */
+    int iteration;            /* 1: simulate the iteration too (needs a cluster); default 0 */
+    int seq_len;              /* tokens per sequence; default 4096 */
+    int micro_batch_size;     /* sequences per micro-batch; default 1 */
+    int micro_batches;        /* micro-batches per iteration (gradient accumulation); default 8 */
+    double pass_efficiency;   /* the forward and backward passes' rate as a fraction of the
+                                 device's bf16 GEMM rate (0 < e <= 1); default 0.6 */
+    int gather_forward_order; /* with overlap, 1 (default): the DP channel runs ready
+                                 reduce-scatters first, then ready all-gathers in the order the
+                                 next forward needs them; 0: all in the order they become ready */
 } cz_sim_options;
-#define CZ_SIM_OPTIONS_VERSION 2
+#define CZ_SIM_OPTIONS_VERSION 3
 /* clang-format off */
 #define CZ_SIM_OPTIONS_INIT {CZ_SIM_OPTIONS_VERSION, CZ_SIM_UNEVEN_ROOTED, CZ_MUON_TP_DUPLICATED, \
-                             0, 0, 1, 1}
+                             0, 0, 1, 1, 0, 4096, 1, 8, 0.6, 1}
 /* clang-format on */
 void cz_sim_options_init(cz_sim_options *o);
 
@@ -374,7 +385,8 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
 /* The step's phases as a report: "step_s", "grad_sync_s", "frag_gather_s", "local_s",
  * "param_sync_s", "optimizer_s", "compute_s", "tp_comm_s", "comm_s", "exposed_comm_s",
  * "critical" {"stage", "dp_rank", "tp_rank"}, "in_seconds" (false: in the plan's cost unit)
- * and "gpu_busy" (per GPU, [(stage * dp + dp_rank) * tp + tp_rank]). */
+ * and "gpu_busy" (per GPU, [(stage * dp + dp_rank) * tp + tp_rank]); simulated with
+ * cz_sim_options.iteration, "iteration" with the keys of docs/SIMULATOR.md, "The iteration". */
 int cz_sim_result_report(cz_report **out, const cz_sim_result *result, cz_error *err);
 void cz_sim_result_free(cz_sim_result *result);
 

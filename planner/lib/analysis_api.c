@@ -250,6 +250,24 @@ int cz__sim_options_check(const cz_sim_options *o, cz_error *err)
                              "cz_sim_options: overlap_param_gather %d and overlap_grad_reduce %d; "
                              "each is 0 or 1",
                              o->overlap_param_gather, o->overlap_grad_reduce);
+    if ((o->iteration != 0 && o->iteration != 1) ||
+        (o->gather_forward_order != 0 && o->gather_forward_order != 1))
+        return cz__error_set(err, CZ_EINVALID,
+                             "cz_sim_options: iteration %d and gather_forward_order %d; each is 0 "
+                             "or 1",
+                             o->iteration, o->gather_forward_order);
+    /* Bounded so that tokens x tokens x width stays far inside a double's exact range. */
+    if (o->seq_len < 1 || o->seq_len > 10485760 || o->micro_batch_size < 1 ||
+        o->micro_batch_size > 65536 || o->micro_batches < 1 || o->micro_batches > 65536)
+        return cz__error_set(err, CZ_EINVALID,
+                             "cz_sim_options: seq_len %d, micro_batch_size %d, micro_batches %d; "
+                             "expected 1 .. 10485760, 1 .. 65536 and 1 .. 65536",
+                             o->seq_len, o->micro_batch_size, o->micro_batches);
+    if (!(o->pass_efficiency > 0.0 && o->pass_efficiency <= 1.0))
+        return cz__error_set(err, CZ_EINVALID,
+                             "cz_sim_options: pass_efficiency %g; expected a fraction of the GEMM "
+                             "rate in (0, 1]",
+                             o->pass_efficiency);
     return CZ_OK;
 }
 
@@ -279,6 +297,13 @@ int cz_sim_result_report(cz_report **out, const cz_sim_result *r, cz_error *err)
     if (root && r->experts && json_object_set_new(root, "expert_s", json_real(r->expert_s))) {
         json_decref(root);
         root = NULL;
+    }
+    if (root && r->iteration) {
+        json_t *it = cz__sim_iteration_json(r);
+        if (!it || json_object_set_new(root, "iteration", it)) {
+            json_decref(root);
+            root = NULL;
+        }
     }
     return cz__report_wrap(out, root, 10, err);
 }

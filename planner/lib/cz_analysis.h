@@ -79,6 +79,17 @@ struct cz_sim_result {
      * grad_sync_s and param_sync_s include the expert buffers' collectives. */
     int experts;
     double expert_s;
+    /* The iteration (cz_sim_options.iteration; docs/SIMULATOR.md, "The iteration"): the worst
+     * stage's forward and backward passes of all micro-batches, the iteration without overlap
+     * (the passes, then step_s) and, where overlap is modelled (iter_overlap 1; else
+     * iter_note says why not), with it: cz_iter_timeline's figures. */
+    int iteration, iter_overlap;
+    int seq_len, micro_batch_size, micro_batches;
+    double pass_efficiency, pass_tflops; /* the passes' rate in TFLOP/s */
+    double fwd_s, bwd_s, iter_s;
+    int gather_forward_order;
+    double iter_overlap_s, bwd_delay_s, first_wait_s, dp_bound_s;
+    char iter_note[160];
     int ngpus;
     double *gpu_busy; /* per GPU compute busy time, [(stage*dp + d)*tp + t] */
     /* Timeline of the critical DP rank (times relative to the end of gradient sync, plus the
@@ -91,6 +102,76 @@ struct cz_sim_result {
     int tl_ncoop;            /* the critical DP rank's cooperative tasks (pipelined plans) */
     cz_sim_coop *tl_coop;
 };
+
+/* ---- iteration.c: the training iteration around the step (docs/SIMULATOR.md, "The
+ * iteration") ---- */
+/* Forward FLOPs one GPU spends on parameter d (local_numel elements of it on the GPU, TP size
+ * tp) for one micro-batch of micro_batch_size sequences of seq_len tokens: 2 x elements x
+ * tokens for a matrix (0 for 1-D parameters and embeddings), plus attention's causal score and
+ * value products for Megatron's fused linear_qkv. Backward is twice this. */
+double cz__iter_forward_flops(const cz_param_def *d, int64_t local_numel, int tp, double seq_len,
+                              double micro_batch_size);
+
+/* One micro-group of a DP rank as the overlapped iteration runs it: its TP gather, the
+ * slowest TP rank's compute (the TP group moves in step), its scatter, and the last bucket (in
+ * backward order) that holds one of its inputs. */
+typedef struct cz_iter_group {
+    int bucket;
+    double gather_s, compute_s, scatter_s;
+} cz_iter_group;
+
+/* One DP rank: its micro-groups in the plan's order, its elementwise updates in each bucket
+ * (nbuckets values) and which buckets each group has inputs in (touches[g * nbuckets + k],
+ * 0 or 1; a bucket's all-gather waits for the scatters of every group with an input there). */
+typedef struct cz_iter_rank {
+    int ngroups;
+    const cz_iter_group *groups;
+    const double *elem_s;
+    const unsigned char *touches;
+} cz_iter_rank;
+
+/* One pipeline stage's iteration: nbuckets buckets in backward order (bucket 0 is the first
+ * the backward pass completes), per bucket one micro-batch's forward and backward compute on a
+ * GPU and the DP reduce-scatter and all-gather; micro_batches per iteration; pipelined 0 under
+ * synchronous compute (a group's gather waits for the previous group's compute). */
+typedef struct cz_iter_model {
+    int nbuckets, micro_batches, pipelined, nranks;
+    const double *fwd_s, *bwd_s, *rs_s, *ag_s;
+    const cz_iter_rank *ranks; /* nranks */
+    int passes_first;     /* 1: a ready forward or backward chunk goes before optimizer work (the
+                             optimizer's streams at low priority; simulate's choice); 0: the compute
+                             stream runs everything in the order it becomes ready */
+    int ag_forward_order; /* 1: the DP channel runs ready reduce-scatters first, then ready
+                             all-gathers in the order the next forward needs them (the first
+                             layers' first); 0: everything in the order it becomes ready */
+} cz_iter_model;
+
+/* What cz__iter_overlap finds (seconds from the iteration's start). */
+typedef struct cz_iter_timeline {
+    double passes_s;     /* micro_batches x (forward + backward): the passes alone */
+    double bwd_end_s;    /* the last backward chunk's end on the latest rank */
+    double bwd_delay_s;  /* bwd_end_s - passes_s: optimizer compute run between backward chunks */
+    double first_wait_s; /* from a rank's backward end to its next forward's first chunk, the
+                            worst rank: the first layers' bucket, reduced last, needed first */
+    double iter_s;       /* the end of the next iteration's first forward micro-batch minus
+                            that micro-batch's own forward: the iteration with overlap */
+    double dp_bound_s;   /* a lower bound of iter_s - passes_s in any order: the DP channel's
+                            collectives beyond the last backward and next forward but bucket
+                            0's (the window they can run in) */
+} cz_iter_timeline;
+
+/* The overlapped iteration (docs/SIMULATOR.md, "The iteration"): one DP channel shared by the
+ * stage's reduce-scatters and all-gathers, and per DP rank one compute stream (backward,
+ * optimizer and next forward, none pre-empted: see passes_first) and one TP link.
+ * A rank runs its micro-groups in the order their inputs become ready (by bucket; the plan's
+ * order among groups of the same bucket), each after the previous one as in the step.
+ * CZ_EINVALID for a model without ranks or micro-batches, CZ_ENOMEM. */
+int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *err);
+
+/* The iteration's figures of a result simulated with cz_sim_options.iteration, as the JSON
+ * object "iteration" of the report and of `simulate --json` (docs/SIMULATOR.md, "The
+ * iteration"); a new reference, NULL when out of memory. */
+struct json_t *cz__sim_iteration_json(const cz_sim_result *r);
 
 /* cz_plan_simulate and cz_sim_result_free are declared in canzona.h. */
 /* CZ_OK for NULL or options of this build's version, else CZ_EUNSUPPORTED (analysis_api.c). */

@@ -6,6 +6,7 @@
 #include "cz_analysis.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -746,7 +747,10 @@ static void sync_add(dp_sync *y, double grad, double param)
     y->last_grad_s = grad, y->last_param_s = param;
 }
 
-static int dp_sync_seconds(const sim_ctx *cx, int stage, dp_sync *y, int64_t *owned, cz_error *err)
+/* grad_b and param_b (NULL, or one value per dense bucket of the stage in the plan's order,
+ * zeroed by the caller) receive each bucket's collectives, outside Megatron's own layout. */
+static int dp_sync_seconds(const sim_ctx *cx, int stage, dp_sync *y, int64_t *owned, double *grad_b,
+                           double *param_b, cz_error *err)
 {
     const cz_plan *plan = cx->plan;
     memset(y, 0, sizeof *y);
@@ -769,11 +773,12 @@ static int dp_sync_seconds(const sim_ctx *cx, int stage, dp_sync *y, int64_t *ow
         }
         return CZ_OK;
     }
-    int layerwise = plan->settings.dp == CZ_DP_LAYERWISE;
+    int layerwise = plan->settings.dp == CZ_DP_LAYERWISE, k = -1;
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
         if (bk->stage != stage || bk->expert) /* expert buffers: expert_sync_seconds */
             continue;
+        k++;
         if (layerwise) {
             /* Whole parameters per rank break the equal-slice geometry: gradients are
              * all-reduced, and each rank's owned parameters are gathered (all-gatherv). */
@@ -785,16 +790,20 @@ static int dp_sync_seconds(const sim_ctx *cx, int stage, dp_sync *y, int64_t *ow
                     if (__builtin_add_overflow(owned[p->dp_owner], p->numel, &owned[p->dp_owner]))
                         owned[p->dp_owner] = INT64_MAX;
             }
-            sync_add(y,
-                     coll_seconds(cx, CZ_COLL_ALL_REDUCE, cx->D, (double)bk->size * cx->elem_bytes,
-                                  gbps, inter),
-                     uneven_seconds(cx, owned, gbps, inter));
+            double ar = coll_seconds(cx, CZ_COLL_ALL_REDUCE, cx->D,
+                                     (double)bk->size * cx->elem_bytes, gbps, inter),
+                   ag = uneven_seconds(cx, owned, gbps, inter);
+            sync_add(y, ar, ag);
+            if (grad_b)
+                grad_b[k] = ar, param_b[k] = ag;
             continue;
         }
         for (int d = 0; d < cx->D; d++)
             owned[d] = bk->ranges ? bk->ranges[2 * d + 1] - bk->ranges[2 * d] : 0;
         double t = uneven_seconds(cx, owned, gbps, inter);
         sync_add(y, t, t);
+        if (grad_b)
+            grad_b[k] = t, param_b[k] = t;
     }
     return CZ_OK;
 }
@@ -1159,6 +1168,9 @@ static int owned_shards(const sim_ctx *cx, int stage, int64_t *count)
     return (int)(all + most);
 }
 
+static int sim_iteration(const sim_ctx *cx, cz_sim_result *r, const cz_sim_options *o,
+                         int64_t *owned, cz_error *err);
+
 int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster *cluster,
                      const cz_sim_options *opt, cz_error *err)
 {
@@ -1201,7 +1213,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
         double frag_max = 0.0, local = 0.0, expert_part = 0.0;
         int crit_d = 0, crit_t = 0;
         dp_sync y;
-        if ((rc = dp_sync_seconds(&cx, s, &y, owned, err)))
+        if ((rc = dp_sync_seconds(&cx, s, &y, owned, NULL, NULL, err)))
             goto done;
         /* Megatron's overlaps hide all but one bucket's collective behind the backward and the
          * next forward pass (which the simulator does not model; they are assumed long enough to
@@ -1295,6 +1307,8 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     r->comm_s = r->grad_sync_total_s + r->frag_gather_s + r->tp_comm_s + r->param_sync_total_s;
     double crit_busy = r->gpu_busy[(s * D + d) * R + r->critical_tp];
     r->exposed_comm_s = fmax(0.0, r->step_s - crit_busy);
+    if (opt && opt->iteration && (rc = sim_iteration(&cx, r, opt, owned, err)) != CZ_OK)
+        goto done;
     *out = r;
     r = NULL;
 done:
@@ -1431,4 +1445,201 @@ static int expert_stage(const sim_ctx *dense, cz_sim_result *r, int s, const dou
     }
     r->experts = 1;
     return CZ_OK;
+}
+
+/* ---- the iteration (docs/SIMULATOR.md, "The iteration") --------------------------------------
+ * The forward and backward passes from each parameter's FLOPs, and the iteration without the
+ * step overlapped (the passes, then step_s) and, for the plans canzona's executor runs bucket by
+ * bucket, with it (cz__iter_overlap). */
+
+/* Why the overlapped step is not modelled for this plan, or NULL when it is. */
+static const char *iter_overlap_refusal(const sim_ctx *cx)
+{
+    if (cx->plan->settings.dp == CZ_DP_EVEN)
+        return "the even (ZeRO-1) partition gathers matrix fragments over DP first";
+    if (cx->megatron_aug26)
+        return "Megatron's aug26 layer-wise layout synchronizes buckets of its own";
+    if (cx->megatron || cx->tpw)
+        return "Megatron's Muon TP modes run after the whole backward pass";
+    return NULL;
+}
+
+/* Fills one DP rank of stage s for cz__iter_overlap from its program: per micro-group the
+ * slowest slot's compute, the last bucket (local index, map) of its inputs and the buckets it
+ * has inputs in (*touches, ngroups x nb), per bucket its elementwise updates. */
+static int iter_rank(const sim_ctx *cx, int s, int d, const int *map, int nb, cz_iter_rank *rk,
+                     cz_iter_group **groups, unsigned char **touches, double *elem, cz_error *err)
+{
+    const cz_plan *plan = cx->plan;
+    sim_prog pg = {0};
+    double frag;
+    int rc, R = cx->R;
+    if ((rc = build_rank(cx, &pg, s, d, &frag, err)) != CZ_OK)
+        return rc;
+    const cz_rank_schedule *sch = find_schedule(cx, s, d);
+    size_t ng = pg.ngroups > 0 ? (size_t)pg.ngroups : 1;
+    *groups = calloc(ng, sizeof **groups);
+    *touches = calloc(ng * (size_t)(nb > 0 ? nb : 1), 1);
+    if (!*groups || !*touches) {
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the iteration");
+        goto done;
+    }
+    for (int k = 0; k < nb; k++)
+        elem[k] = 0.0;
+    for (int g = 0; g < pg.ngroups; g++) {
+        cz_iter_group *ig = &(*groups)[g];
+        double *slot = pg.scratch;
+        for (int t = 0; t < R; t++)
+            slot[t] = cx->pipelined ? 0.0 : pg.compute[(size_t)g * R + t];
+        for (int i = cx->pipelined ? pg.first[g] : 0; cx->pipelined && i < pg.first[g + 1]; i++)
+            for (int x = pg.tasks[i].slot; x < pg.tasks[i].slot + pg.tasks[i].width; x++)
+                slot[x] += pg.tasks[i].compute + pg.tasks[i].allreduce;
+        ig->gather_s = pg.gather[g];
+        ig->scatter_s = pg.scatter[g];
+        for (int t = 0; t < R; t++)
+            ig->compute_s = fmax(ig->compute_s, slot[t]);
+        ig->bucket = 0;
+        const cz_plan_group *grp = &sch->groups[g];
+        for (int k = 0; k < grp->ntasks; k++) {
+            int bi = cx->bucket_index[grp->task_param[k]];
+            int b = bi >= 0 ? map[bi] : -1;
+            if (b < 0)
+                continue;
+            ig->bucket = b > ig->bucket ? b : ig->bucket;
+            (*touches)[(size_t)g * (size_t)nb + (size_t)b] = 1;
+        }
+    }
+    /* The rank's elementwise updates, bucket by bucket (prog_elementwise's shares). */
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        int bi = cx->bucket_index[i], b = bi >= 0 ? map[bi] : -1;
+        if (p->def.kind != CZ_KIND_ELEMENTWISE || p->stage != s || p->expert || b < 0)
+            continue;
+        double share = cx->sec[i] / R;
+        if (cz_plan_param_fragmented(plan, p)) {
+            if (p->numel > 0)
+                elem[b] += share * (double)param_overlap(cx, p, d) / (double)p->numel;
+        } else if (p->dp_owner == d) {
+            elem[b] += share;
+        }
+    }
+    *rk = (cz_iter_rank){pg.ngroups, *groups, elem, *touches};
+done:
+    prog_free(&pg);
+    return rc;
+}
+
+static int sim_iteration(const sim_ctx *cx, cz_sim_result *r, const cz_sim_options *o,
+                         int64_t *owned, cz_error *err)
+{
+    const cz_plan *plan = cx->plan;
+    const cz_cluster *c = cx->cluster;
+    int D = cx->D, rc = CZ_OK;
+    if (!c)
+        return cz__error_set(err, CZ_EINVALID,
+                             "the iteration needs a cluster: its GEMM rate times the forward and "
+                             "backward passes");
+    if (cz_plan_has_experts(plan))
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "the iteration's compute model sends every token through every "
+                             "matrix: it is for dense models, and this plan has expert groups");
+    double tflops = cx->dm && c->device.costs.gemm_tflops[CZ_GEMM_BF16] > 0.0
+                        ? c->device.costs.gemm_tflops[CZ_GEMM_BF16]
+                        : c->device.matmul_tflops;
+    r->iteration = 1;
+    r->seq_len = o->seq_len;
+    r->micro_batch_size = o->micro_batch_size;
+    r->micro_batches = o->micro_batches;
+    r->pass_efficiency = o->pass_efficiency;
+    r->gather_forward_order = o->gather_forward_order;
+    r->pass_tflops = tflops * o->pass_efficiency;
+    if (!(r->pass_tflops > 0.0))
+        return cz__error_set(err, CZ_EINVALID,
+                             "cluster '%s': device.matmul_tflops must be positive to time the "
+                             "forward and backward passes",
+                             c->name ? c->name : "?");
+    const char *refusal = iter_overlap_refusal(cx);
+    r->iter_overlap = refusal == NULL;
+    snprintf(r->iter_note, sizeof r->iter_note, "%s", refusal ? refusal : "");
+    size_t nbk = plan->nbuckets ? plan->nbuckets : 1;
+    int *map = malloc(nbk * sizeof *map);
+    double *v = calloc(4 * nbk, sizeof *v); /* per bucket: forward, backward, RS, AG */
+    double *elem = calloc((size_t)D * nbk, sizeof *elem);
+    cz_iter_rank *ranks = calloc((size_t)D, sizeof *ranks);
+    cz_iter_group **groups = calloc((size_t)D, sizeof *groups);
+    unsigned char **touches = calloc((size_t)D, sizeof *touches);
+    if (!map || !v || !elem || !ranks || !groups || !touches) {
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the iteration");
+        goto done;
+    }
+    double worst_passes = -1.0, worst_iter = -1.0;
+    for (int s = 0; s < cx->P; s++) {
+        int nb = 0;
+        for (size_t b = 0; b < plan->nbuckets; b++)
+            map[b] = plan->buckets[b].stage == s && !plan->buckets[b].expert ? nb++ : -1;
+        double *fwd = v, *bwd = v + nbk, *rs = v + 2 * nbk, *ag = v + 3 * nbk;
+        memset(v, 0, 4 * nbk * sizeof *v);
+        for (size_t i = 0; i < plan->nparams; i++) {
+            const cz_plan_param *p = &plan->params[i];
+            int bi = cx->bucket_index[i], b = bi >= 0 ? map[bi] : -1;
+            if (p->stage != s || b < 0)
+                continue;
+            double f =
+                cz__iter_forward_flops(&p->def, p->numel, cx->R, o->seq_len, o->micro_batch_size) /
+                (r->pass_tflops * 1e12);
+            fwd[b] += f;
+            bwd[b] += 2.0 * f; /* the input and the weight gradients: two matmuls per one */
+        }
+        double F = 0.0, B = 0.0;
+        for (int b = 0; b < nb; b++)
+            F += fwd[b], B += bwd[b];
+        double passes = o->micro_batches * (F + B);
+        if (passes > worst_passes) {
+            worst_passes = passes;
+            r->fwd_s = o->micro_batches * F;
+            r->bwd_s = o->micro_batches * B;
+        }
+        if (!r->iter_overlap)
+            continue;
+        dp_sync y;
+        if ((rc = dp_sync_seconds(cx, s, &y, owned, rs, ag, err)) != CZ_OK)
+            goto done;
+        for (int d = 0; d < D; d++)
+            if ((rc = iter_rank(cx, s, d, map, nb, &ranks[d], &groups[d], &touches[d],
+                                elem + (size_t)d * nbk, err)) != CZ_OK)
+                goto done;
+        /* The passes first: the executor's optimizer streams at low priority. */
+        cz_iter_model m = {nb, o->micro_batches,       cx->pipelined, D, fwd, bwd, rs, ag, ranks,
+                           1,  o->gather_forward_order};
+        cz_iter_timeline tl;
+        if ((rc = cz__iter_overlap(&m, &tl, err)) != CZ_OK)
+            goto done;
+        for (int d = 0; d < D; d++) {
+            free(groups[d]);
+            free(touches[d]);
+            groups[d] = NULL;
+            touches[d] = NULL;
+        }
+        if (tl.iter_s > worst_iter) {
+            worst_iter = tl.iter_s;
+            r->iter_overlap_s = tl.iter_s;
+            r->bwd_delay_s = tl.bwd_delay_s;
+            r->first_wait_s = tl.first_wait_s;
+            r->dp_bound_s = tl.dp_bound_s;
+        }
+    }
+    /* Without overlap: the passes, then the whole step (the worst stage's of each). */
+    r->iter_s = r->fwd_s + r->bwd_s + r->step_s;
+done:
+    for (int d = 0; groups && touches && d < D; d++) {
+        free(groups[d]);
+        free(touches[d]);
+    }
+    free(groups);
+    free(touches);
+    free(ranks);
+    free(elem);
+    free(v);
+    free(map);
+    return rc;
 }

@@ -467,6 +467,83 @@ START_TEST(test_dp_overlaps)
 }
 END_TEST
 
+/* The iteration on a plan: three 1024 x 1024 matrices (TP 2, DP 2, each in a bucket of its
+ * own, owned by DP rank 0), 2 micro-batches of 2 x 128 tokens at half of 100 TFLOP/s. A matrix's
+ * forward is 2 x 524288 x 256 FLOPs = 5.36 us; without overlap the iteration is the passes
+ * (2 x 3 x 3 x 5.36 us) plus the step; with it, no longer, and no shorter than the passes. */
+START_TEST(test_iteration)
+{
+    cz_cluster *c = make_cluster(2, 2, 8, 100.0, 25.0, 10.0);
+    cz_plan *p = make_plan(2, 2, 3, 1024, 1024, CZ_TP_ROLLBACK);
+    p->buckets = realloc(p->buckets, 3 * sizeof *p->buckets);
+    ck_assert_ptr_nonnull(p->buckets);
+    int64_t local = 512 * 1024;
+    for (int b = 0; b < 3; b++) {
+        cz_plan_bucket *bk = &p->buckets[b];
+        if (b > 0) {
+            memset(bk, 0, sizeof *bk);
+            bk->ranges = calloc(4, sizeof(int64_t));
+            ck_assert_ptr_nonnull(bk->ranges);
+        }
+        bk->id = b;
+        bk->size = local;
+        bk->ranges[0] = 0;
+        bk->ranges[1] = bk->ranges[2] = bk->ranges[3] = local;
+        p->params[b].bucket = b;
+        p->params[b].offset = 0;
+    }
+    p->nbuckets = 3;
+    /* Group 0 needs the first two buckets the backward completes, group 1 the last. */
+    add_group(p, 0, 2, 2, (int[]){0, 1}, (int[]){0, 1});
+    add_group(p, 0, 2, 1, (int[]){2}, (int[]){0});
+    cz_sim_options o = CZ_SIM_OPTIONS_INIT;
+    o.iteration = 1;
+    o.seq_len = 128;
+    o.micro_batch_size = 2;
+    o.micro_batches = 2;
+    o.pass_efficiency = 0.5;
+    cz_sim_result *r = NULL;
+    cz_error err;
+    int rc = cz_plan_simulate(&r, p, c, &o, &err);
+    ck_assert_msg(rc == 0, "%s", err.message);
+    double f = 2.0 * local * 256 / 50e12;
+    ck_assert_int_eq(r->iteration, 1);
+    ck_assert_int_eq(r->iter_overlap, 1);
+    ck_assert_double_eq_tol(r->pass_tflops, 50.0, 1e-12);
+    ck_assert_double_eq_tol(r->fwd_s, 2 * 3 * f, 1e-15);
+    ck_assert_double_eq_tol(r->bwd_s, 2 * 3 * 2 * f, 1e-15);
+    ck_assert_double_eq_tol(r->iter_s, r->fwd_s + r->bwd_s + r->step_s, 1e-15);
+    ck_assert(r->iter_overlap_s <= r->iter_s + 1e-15);
+    ck_assert(r->iter_overlap_s >= r->fwd_s + r->bwd_s - 1e-15);
+    /* The last group's inputs are the last bucket: after its reduce-scatter (the last of three
+     * on the DP channel) it gathers, computes and scatters, then the all-gather of that bucket
+     * comes before the next forward's first chunk, which therefore waits at least those. */
+    double rs = 10e-6 + (double)local * 2.0 / 25e9;
+    ck_assert(r->first_wait_s >= rs + task_seconds(p, 2, c) + rs - 1e-12);
+    cz_report *rep = NULL;
+    rc = cz_sim_result_report(&rep, r, &err);
+    ck_assert_msg(rc == 0, "%s", err.message);
+    double v = 0;
+    ck_assert_int_eq(cz_report_number(rep, "iteration.overlap_iteration_s", &v, &err), 0);
+    ck_assert_double_eq_tol(v, r->iter_overlap_s, 1e-15);
+    cz_report_free(rep);
+    cz_sim_result_free(r);
+    /* Bad options and no cluster are refused with a message. */
+    o.pass_efficiency = 1.5;
+    ck_assert_int_eq(cz_plan_simulate(&r, p, c, &o, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "pass_efficiency"));
+    o.pass_efficiency = 0.5;
+    o.seq_len = 0;
+    ck_assert_int_eq(cz_plan_simulate(&r, p, c, &o, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "seq_len"));
+    o.seq_len = 128;
+    ck_assert_int_eq(cz_plan_simulate(&r, p, NULL, &o, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "needs a cluster"));
+    cz_plan_free(p);
+    cz_cluster_free(c);
+}
+END_TEST
+
 /* Layerwise: gradients are all-reduced (2x the reduce-scatter traffic), owned parameters
  * gathered. */
 START_TEST(test_layerwise_allreduce)
@@ -549,6 +626,7 @@ int main(void)
     tcase_add_test(tc, test_bad_inputs);
     tcase_add_test(tc, test_coop_allreduce_and_wait);
     tcase_add_test(tc, test_block_gather_volume);
+    tcase_add_test(tc, test_iteration);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
