@@ -379,6 +379,52 @@ int cz_executor_wait(cz_executor *ex, cz_error *err);
  * is changed then), CZ_EINVALID when buffers are not bound. */
 int cz_executor_step(cz_executor *ex, cz_error *err);
 
+/* The bucket-wise step: cz_executor_step cut where the job's passes can run beside it, so that
+ * each bucket's gradient reduce-scatter travels under the rest of the backward pass and each
+ * bucket's parameter all-gather under the next forward, bucket by bucket (docs/EXECUTOR.md,
+ * "The bucket-wise step"). Its results are cz_executor_step's bit for bit: the same
+ * collectives, the same 1/DP averaging, the same statistics, clipping and updates.
+ *
+ *   for each bucket b, in any order, once its gradients are final (the last micro-batch's
+ *   backward has passed every parameter of b):  cz_executor_bucket_ready(ex, b)
+ *   cz_executor_step_finish(ex)          after the backward pass
+ *   cz_executor_bucket_wait(ex, b)       before the next forward first reads a parameter of b
+ *
+ * bucket_ready stages bucket b's gradients (bf16 or per-parameter binding: that bucket's
+ * parameters only; the job must not change them afterwards in this step) and posts its
+ * reduce-scatter without waiting for it. Reduce-scatters are posted in bucket order, the one
+ * order every rank follows: a bucket declared before a lower-numbered one of this rank waits
+ * for it (the plan numbers buckets in backward order, bucket 0 holding the last layers, so a
+ * backward pass declares them in that order). Every bucket this rank holds
+ * (cz_executor_bucket_held) must be declared exactly once per step: a second declaration, an
+ * index out of range or a bucket of another stage is refused (CZ_EINVALID, nothing posted).
+ * step_finish (collective) first agrees across ranks that every rank declared every bucket:
+ * when one did not, every rank returns CZ_EINVALID naming the lowest missing bucket and rank,
+ * with no parameter changed and nothing left in flight (no hang); else it waits for the
+ * reduce-scatters, runs the norm, the NaN/Inf check, clipping and both optimizers exactly as
+ * cz_executor_step, posts every bucket's all-gather (the first layers' bucket first) and
+ * returns without waiting for them. bucket_wait completes bucket b's all-gather and writes its
+ * parameters to the job's buffers (bf16 or per-parameter binding); a bucket with nothing
+ * outstanding returns at once. Whatever is still outstanding is completed by the next step's
+ * first call (bucket_ready, step_finish or cz_executor_step), save_state, load_state and
+ * cz_executor_free. cz_executor_step, save_state and load_state between a bucket_ready and its
+ * step_finish are refused. On the cpu backend under comm "mpi" the collectives progress
+ * inside the executor's calls (each bucket_ready gives the ones in flight a turn); under
+ * "nccl" they run on the plane's stream; under "self" and "callbacks" each completes when it
+ * is posted (no overlap, the same results). The timings (cz_executor_timings) are those of
+ * step_finish. The tables are allocated at the first bucket_ready (about this rank's share of
+ * the buffer, 1/DP of it, in backend memory), never again. */
+size_t cz_executor_bucket_count(const cz_executor *ex);
+/* 1 when bucket b is in this rank's buffer (its pipeline stage's, and for an expert bucket its
+ * EP rank's): the buckets it must declare each step. */
+int cz_executor_bucket_held(const cz_executor *ex, size_t bucket);
+/* The bucket of the plan's parameter i (plan order, as cz_executor_param_name); -1 when out of
+ * range. A job counts its parameters' final gradients per bucket with it. */
+int64_t cz_executor_param_bucket(const cz_executor *ex, size_t i);
+int cz_executor_bucket_ready(cz_executor *ex, size_t bucket, cz_error *err);
+int cz_executor_step_finish(cz_executor *ex, cz_error *err);
+int cz_executor_bucket_wait(cz_executor *ex, size_t bucket, cz_error *err);
+
 /* Global L2 norm of the averaged gradient of the last step, before clipping: every rank
  * sums the squares of the shards it owns (a tensor replicated over TP counted once) and the
  * sums are all-reduced. The same value on every rank; NaN before the first step. */

@@ -51,8 +51,9 @@ struct cz_ctrl {
  * receives (NCCL's ncclGroupStart/Send/Recv/GroupEnd shape); a backend may map them onto
  * v-collectives inside (MPI does for the reduce-scatter and the all-gather). Versioned like
  * the compute ops. Version 2 appended allreduce_sum (the cooperative Newton-Schulz sums),
- * version 3 iallreduce_sum (its Gram panels). */
-#define CZ_DATA_PLANE_VERSION 3
+ * version 3 iallreduce_sum (its Gram panels), version 4 ireduce_scatter and iall_gatherv (the
+ * bucket-wise step, step.c). */
+#define CZ_DATA_PLANE_VERSION 4
 typedef struct cz_plane cz_plane;
 /* A non-blocking operation's completion, created once (req_create) and reused every step. */
 typedef struct cz_comm_req cz_comm_req;
@@ -109,6 +110,17 @@ typedef struct cz_plane_ops {
      * the order they were posted. */
     int (*iallreduce_sum)(cz_plane *p, float *buf, size_t count, cz_event *after, cz_comm_req *req,
                           cz_error *err);
+    /* ---- version 4 ---- */
+    /* Non-blocking forms of reduce_scatter and all_gather, completed through req (wait): the
+     * bucket-wise step posts one per bucket and lets the job's backward (forward) run while
+     * they travel. Same arguments, same result bit for bit as the blocking forms (the same
+     * collective, only waited for later). Several may be in flight on one plane; every rank
+     * posts them in the same order. A plane whose collectives cannot run in the background
+     * (self, callbacks) completes them at post time, leaving req idle. */
+    int (*ireduce_scatter)(cz_plane *p, const void *send, void *recv, const size_t *counts,
+                           cz_dtype t, cz_event *after, cz_comm_req *req, cz_error *err);
+    int (*iall_gatherv)(cz_plane *p, void *buf, const size_t *counts, cz_dtype t, cz_event *after,
+                        cz_comm_req *req, cz_error *err);
 } cz_plane_ops;
 
 struct cz_plane {

@@ -264,6 +264,22 @@ static int cb_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtype 
     return CZ_OK;
 }
 
+/* The bucket-wise step's forms: the callbacks are blocking, so each collective runs at post time
+ * and req stays idle: this plane overlaps nothing yet (the step's results are the same). */
+static int cb_ireduce_scatter(cz_plane *p, const void *send, void *recv, const size_t *counts,
+                              cz_dtype t, cz_event *after, cz_comm_req *req, cz_error *err)
+{
+    (void)req;
+    return cb_reduce_scatter(p, send, recv, counts, t, after, err);
+}
+
+static int cb_iall_gatherv(cz_plane *p, void *buf, const size_t *counts, cz_dtype t,
+                           cz_event *after, cz_comm_req *req, cz_error *err)
+{
+    (void)req;
+    return cb_all_gather(p, buf, counts, t, after, err);
+}
+
 static int cb_iall_gather(cz_plane *p, const void *send, size_t count, void *recv, cz_dtype t,
                           cz_event *after, cz_comm_req *req, cz_error *err)
 {
@@ -468,6 +484,8 @@ static const cz_plane_ops cz_plane_callbacks_ops = {
     .close = cb_close,
     .allreduce_sum = cb_allreduce_sum,
     .iallreduce_sum = cb_iallreduce_sum,
+    .ireduce_scatter = cb_ireduce_scatter,
+    .iall_gatherv = cb_iall_gatherv,
 };
 
 /* Takes members (NULL: the group itself) whatever happens. */

@@ -135,49 +135,68 @@ static const cz_ctrl_ops cz_ctrl_mpi_ops = {
 
 /* ---- data plane ---- */
 
-static int mpi_reduce_scatter(cz_plane *p, const void *send, void *recv, const size_t *counts,
-                              cz_dtype t, cz_event *after, cz_error *err)
+/* Posts the uneven reduce-scatter (gather 0: send into recv) or the in-place uneven all-gather
+ * (gather 1: at recv) as MPI_Ireduce_scatter / MPI_Iallgatherv into *q, after `after`. */
+static int post_uneven(cz_plane *p, int gather, const void *send, void *recv, const size_t *counts,
+                       cz_dtype t, cz_event *after, MPI_Request *q, cz_error *err)
 {
-    int wrc = cz_plane_wait_after(p, after, err);
-    if (wrc)
-        return wrc;
-    if (t != CZ_DTYPE_FP32)
+    int rc = cz_plane_wait_after(p, after, err);
+    if (rc)
+        return rc;
+    if (!gather && t != CZ_DTYPE_FP32)
         return cz__error_set(err, CZ_EUNSUPPORTED, "MPI reduce-scatter: only fp32 sums");
-    int ic[p->size];
-    for (int r = 0; r < p->size; r++) {
-        int rc = count_fits(counts[r], "reduce-scatter", err);
-        if (rc)
-            return rc;
-        ic[r] = (int)counts[r];
-    }
-    MPI_Request q;
-    char name[64];
-    int rc = MPI_Ireduce_scatter(send, recv, ic, MPI_FLOAT, MPI_SUM, comm_of(p->impl), &q);
-    return posted(p->impl, rc, &q, op_name(p, "reduce-scatter", name, sizeof name), err);
-}
-
-static int mpi_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtype t, cz_event *after,
-                          cz_error *err)
-{
-    int wrc = cz_plane_wait_after(p, after, err);
-    if (wrc)
-        return wrc;
+    const char *what = gather ? "all-gather" : "reduce-scatter";
     int ic[p->size], id[p->size];
     size_t off = 0;
     for (int r = 0; r < p->size; r++) {
-        int rc;
-        if ((rc = count_fits(counts[r], "all-gather", err)) != CZ_OK ||
+        if ((rc = count_fits(counts[r], what, err)) != CZ_OK ||
             (rc = count_fits(off, "all-gather displacement", err)) != CZ_OK)
             return rc;
         ic[r] = (int)counts[r];
         id[r] = (int)off;
         off += counts[r];
     }
+    rc = gather ? MPI_Iallgatherv(MPI_IN_PLACE, 0, mpi_type(t), recv, ic, id, mpi_type(t),
+                                  comm_of(p->impl), q)
+                : MPI_Ireduce_scatter(send, recv, ic, MPI_FLOAT, MPI_SUM, comm_of(p->impl), q);
+    return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, what);
+}
+
+static int mpi_reduce_scatter(cz_plane *p, const void *send, void *recv, const size_t *counts,
+                              cz_dtype t, cz_event *after, cz_error *err)
+{
     MPI_Request q;
     char name[64];
-    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, mpi_type(t), buf, ic, id, mpi_type(t),
-                             comm_of(p->impl), &q);
-    return posted(p->impl, rc, &q, op_name(p, "all-gather", name, sizeof name), err);
+    int rc = post_uneven(p, 0, send, recv, counts, t, after, &q, err);
+    return rc ? rc : bounded(p->impl, &q, op_name(p, "reduce-scatter", name, sizeof name), err);
+}
+
+static int mpi_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtype t, cz_event *after,
+                          cz_error *err)
+{
+    MPI_Request q;
+    char name[64];
+    int rc = post_uneven(p, 1, NULL, buf, counts, t, after, &q, err);
+    return rc ? rc : bounded(p->impl, &q, op_name(p, "all-gather", name, sizeof name), err);
+}
+
+/* The bucket-wise step's forms: posted as above, waited for by mpi_wait (bounded there). */
+static int mpi_ireduce_scatter(cz_plane *p, const void *send, void *recv, const size_t *counts,
+                               cz_dtype t, cz_event *after, cz_comm_req *req, cz_error *err)
+{
+    req->peer[0] = -1;
+    int rc = post_uneven(p, 0, send, recv, counts, t, after, &req->r[0], err);
+    req->n = rc == CZ_OK;
+    return rc;
+}
+
+static int mpi_iall_gatherv(cz_plane *p, void *buf, const size_t *counts, cz_dtype t,
+                            cz_event *after, cz_comm_req *req, cz_error *err)
+{
+    req->peer[0] = -1;
+    int rc = post_uneven(p, 1, NULL, buf, counts, t, after, &req->r[0], err);
+    req->n = rc == CZ_OK;
+    return rc;
 }
 
 static int mpi_iall_gather(cz_plane *p, const void *send, size_t count, void *recv, cz_dtype t,
@@ -392,6 +411,8 @@ static const cz_plane_ops cz_plane_mpi_ops = {
     .close = mpi_close,
     .allreduce_sum = mpi_allreduce_sum,
     .iallreduce_sum = mpi_iallreduce_sum,
+    .ireduce_scatter = mpi_ireduce_scatter,
+    .iall_gatherv = mpi_iall_gatherv,
 };
 
 bool cz__comm_mpi_available(void)

@@ -67,6 +67,21 @@ static int self_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtyp
     return cz_plane_wait_after(p, after, err);
 }
 
+/* One rank: the bucket-wise step's forms complete at post time (a copy, or nothing). */
+static int self_ireduce_scatter(cz_plane *p, const void *send, void *recv, const size_t *counts,
+                                cz_dtype t, cz_event *after, cz_comm_req *req, cz_error *err)
+{
+    (void)req;
+    return self_reduce_scatter(p, send, recv, counts, t, after, err);
+}
+
+static int self_iall_gatherv(cz_plane *p, void *buf, const size_t *counts, cz_dtype t,
+                             cz_event *after, cz_comm_req *req, cz_error *err)
+{
+    (void)req;
+    return self_all_gather(p, buf, counts, t, after, err);
+}
+
 static int self_iall_gather(cz_plane *p, const void *send, size_t count, void *recv, cz_dtype t,
                             cz_event *after, cz_comm_req *req, cz_error *err)
 {
@@ -189,6 +204,8 @@ static const cz_plane_ops cz_plane_self_ops = {
     .close = self_close,
     .allreduce_sum = self_allreduce_sum,
     .iallreduce_sum = self_iallreduce_sum,
+    .ireduce_scatter = self_ireduce_scatter,
+    .iall_gatherv = self_iall_gatherv,
 };
 
 int cz__ctrl_self_open(cz_ctrl *c, cz_error *err)

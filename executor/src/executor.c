@@ -536,6 +536,18 @@ void cz_executor_free(cz_executor *ex)
     if (!ex)
         return;
     if (ex->compute.ops) {
+        /* First: a request still in flight (a bucket's collective never waited for) completes
+         * in req_free (MPI waits for it, bounded; the other planes have nothing pending) before
+         * the buffers it reads and writes are released. */
+        for (size_t b = 0; ex->ovl_rs && ex->ovl_ag && b < ex->plan->nbuckets; b++) {
+            const cz_plan_bucket *bk = &ex->plan->buckets[b];
+            cz_plane *pl = ex->experts && bk->expert ? &ex->edp_comm : &ex->dp_comm;
+            if (pl->ops && ex->ovl_rs[b])
+                pl->ops->req_free(pl, ex->ovl_rs[b]);
+            if (pl->ops && ex->ovl_ag[b])
+                pl->ops->req_free(pl, ex->ovl_ag[b]);
+        }
+        brelease(ex, ex->ovl_recv);
         cz__exec_pipeline_free(ex);
         cz__optimizer_close(&ex->matrix_opt);
         cz__optimizer_close(&ex->elem_opt);
@@ -557,6 +569,12 @@ void cz_executor_free(cz_executor *ex)
     cz__exec_free(ex->param_ptr);
     cz__exec_free(ex->grad_ptr);
     cz__exec_free(ex->bound);
+    cz__exec_free(ex->ovl_state);
+    cz__exec_free(ex->ovl_rs);
+    cz__exec_free(ex->ovl_ag);
+    cz__exec_free(ex->ovl_recv_off);
+    cz__exec_free(ex->ovl_pidx);
+    cz__exec_free(ex->ovl_pstart);
     cz__plane_close(&ex->etp_comm);
     cz__plane_close(&ex->edp_comm);
     cz__plane_close(&ex->tp_comm);

@@ -88,6 +88,22 @@ struct cz_executor {
 
     struct cz_pipeline *pipe; /* micro-group layouts and communication buffers */
 
+    /* The bucket-wise step (cz_executor_bucket_ready, step_finish, bucket_wait; step.c),
+     * allocated at its first use (ovl_ready): per bucket of the plan, its state in the step
+     * (CZ_OVL_*), its reduce-scatter's and all-gather's requests (on its bucket's plane), and
+     * where its reduce-scatter lands in ovl_recv (backend memory: this rank's range of every
+     * bucket it holds). ovl_pidx lists the parameter ids bucket by bucket (ovl_pstart[b] ..
+     * ovl_pstart[b + 1]), for staging one bucket. Reduce-scatters are posted in bucket order
+     * (ovl_next: the next to post), the one order every rank follows. */
+    bool ovl_ready, ovl_active, ovl_gathering;
+    int *ovl_state;
+    cz_comm_req **ovl_rs, **ovl_ag;
+    float *ovl_recv;
+    int64_t *ovl_recv_off;
+    int *ovl_pidx, *ovl_pstart;
+    size_t ovl_next;
+    double ovl_t0; /* when the step's first bucket was declared, for the timings */
+
     int64_t steps;
     cz_exec_timings last;
     double grad_norm; /* of the last step, before clipping */
@@ -127,6 +143,10 @@ int cz__exec_rates_init(cz_executor *ex, cz_error *err);
  * changed them (changed: the number of ranks that did, summed with the gradient norm): every
  * rank returns CZ_EMISMATCH when they differ (rates.c). */
 int cz__exec_rates_agree(cz_executor *ex, double changed, cz_error *err);
+/* Completes the bucket-wise step's outstanding all-gathers (their stage-out included) before
+ * `what` (a message's name of the caller) touches the state; CZ_EINVALID while a bucket-wise
+ * step is between its first bucket_ready and step_finish (step.c). */
+int cz__exec_overlap_settle(cz_executor *ex, const char *what, cz_error *err);
 /* Runs the micro-group pipeline of the owned matrix parameters on flat buffers P, G. */
 int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err);
 

@@ -8,6 +8,7 @@
 # | tasks CLUSTER DP TP BLOCKS WIDTH [PLAN OPTION...] (block and cooperative tasks)
 # | pp PP DP TP [fp32|bf16] (pipeline-parallel plans on PP*DP*TP = 4 ranks)
 # | experts (the small MoE at EP 1 against the reference; expert groups: experts.sh)
+# | overlap CLUSTER (the bucket-wise step against the plain one, bit for bit; its errors)
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -384,6 +385,56 @@ owncomms)
   mpi -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 2 --own-comms --verify \
     | tee "$tmp/out"
   grep -q "verify: OK" "$tmp/out"
+  ;;
+overlap)
+  # The bucket-wise step (--overlap: buckets declared in backward order, waited for in forward
+  # order) gives the plain step's parameters bit for bit: with clipping active, one bucket
+  # declared last, bf16. Small buckets, so that the plan has several.
+  c=$2
+  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$c.json" --dp alpha \
+    --tp rollback --bucket-size 100000 -o "$tmp/p.json"
+  nb=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["buckets"]))' "$tmp/p.json")
+  [ "$nb" -ge 4 ] || { echo "expected several buckets, got $nb"; exit 1; }
+  run() { # out-dir options...
+    local d=$1
+    shift
+    mpi -np 4 "$CZ_BENCH" --plan "$tmp/p.json" --model "$model" --steps 3 --warmup 1 \
+      --max-grad-norm 0.05 --dump-dir "$tmp/$d" "$@" | tee "$tmp/$d.out"
+  }
+  same() { # dir-a dir-b
+    local n=0 f
+    for f in "$tmp/$1"/*.npy; do
+      cmp "$f" "$tmp/$2/$(basename "$f")" || { echo "differs: $1 $2 $(basename "$f")"; exit 1; }
+      n=$((n + 1))
+    done
+    [ "$n" -eq 20 ] || { echo "expected 20 parameters, compared $n"; exit 1; }
+  }
+  run plain --verify
+  grep -q "verify: OK" "$tmp/plain.out"
+  # Clipping is active: the gradient norm is above --max-grad-norm.
+  python3 - "$tmp/plain.out" <<'PY'
+import re, sys
+norms = [float(m) for m in re.findall(r"gradient norm of step \S+\s+executor (\S+)", open(sys.argv[1]).read())]
+assert norms and min(norms) > 0.05, norms
+PY
+  run ovl --overlap --verify
+  grep -q "verify: OK" "$tmp/ovl.out"
+  same plain ovl
+  run delayed --overlap --delay-bucket 1
+  same plain delayed
+  run plain16 --dtype bf16
+  run ovl16 --overlap --delay-bucket $((nb - 1)) --dtype bf16
+  same plain16 ovl16
+  # A bucket declared twice is refused on the rank that did it (every rank here).
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/p.json" --model "$model" --steps 1 --warmup 0 \
+    --overlap --repeat-bucket 2
+  [ "$(grep -c "bucket 2 was already declared ready in step 1" "$tmp/out")" -eq 4 ] ||
+    { echo "expected the second declaration refused on every rank"; exit 1; }
+  # A bucket never declared on one rank: every rank fails at step_finish, naming it, no hang.
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/p.json" --model "$model" --steps 1 --warmup 0 \
+    --overlap --skip-bucket 3
+  [ "$(grep -c "bucket 3 was not declared ready .* on rank 3" "$tmp/out")" -eq 4 ] ||
+    { echo "expected the missing bucket reported on every rank"; exit 1; }
   ;;
 nan)
   # A NaN in one replica's gradient (fp32 or bf16): every rank returns an error naming the

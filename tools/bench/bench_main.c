@@ -27,6 +27,9 @@ typedef struct bench_opts {
     const char *backend, *comm; /* --backend cpu|cuda, --comm mpi|nccl */
     int steps, warmup, verify, nesterov, ns_steps, own_comms, bad_dp_comm, corrupt_replica;
     int dtype; /* -1 = the executor's (the plan's) */
+    /* --overlap: the bucket-wise step; --delay-bucket, --skip-bucket, --repeat-bucket: one
+     * bucket declared last, never (on the last rank), or twice (-1: none) */
+    int overlap, delay_bucket, skip_bucket, repeat_bucket;
     cz_muon_scaling scaling;
     uint64_t seed;
     cz_exec_config shampoo; /* only its shampoo_* and soap_* fields: --shampoo-*, --soap-* */
@@ -124,84 +127,91 @@ static void bench_split(MPI_Comm comm, int color, int key, MPI_Comm *out, const 
 static void usage(FILE *f)
 {
     fprintf(
-        f, "usage: mpirun -np DP*TP canzona-bench --plan PLAN --model MODEL [options]\n"
-           "Runs the plan's optimizer step with libcanzona-exec and times it.\n"
-           "  --plan FILE        plan written by `canzona plan` (required)\n"
-           "  --model FILE       the model the plan was made for (required; checked by hash)\n"
-           "  --steps N          timed optimizer steps (default 5)\n"
-           "  --warmup N         untimed steps before them (default 1)\n"
-           "  --seed S           seed of the generated parameters and gradients (default 1)\n"
-           "  --init-dir DIR     initial parameters from DIR/<param name>.npy (full fp32 tensors)\n"
-           "  --dump-dir DIR     write the updated full parameters as DIR/<param name>.npy\n"
-           "                     (DIR and its parents are created when missing)\n"
-           "  --grad-dir DIR     gradients from DIR/step<S>/dp<D>/<param name>.npy (full fp32\n"
-           "                     tensors; S counts every step from 0, warm-up included; D is\n"
-           "                     the DP replica) instead of generated ones\n"
-           "  --dump-grads DIR   write the generated gradients in --grad-dir's layout first\n"
-           "  --load-state FILE  load the optimizer state (safetensors, saved under any plan of\n"
-           "                     the model) before the first step; not with --verify\n"
-           "  --save-state FILE  save the optimizer state after the last step\n"
-           "  --json FILE        write the per-phase timings (median over steps) as JSON\n"
-           "  --verify           check that every DP replica holds the same parameters, then\n"
-           "                     recompute all steps on rank 0 on whole tensors and compare\n"
-           "  --tolerance T      largest allowed max|a-b|/max|b| per parameter (default 1e-5)\n"
-           "  --update-tolerance T  also bound each parameter's update error\n"
-           "                     ||(a-w0)-(b-w0)|| / ||b-w0|| (L2 over the tensor; w0 the initial\n"
-           "                     fp32 values; default: not checked, only printed)\n"
-           "  --dtype D          dtype of the bound parameters and gradients: fp32 or bf16\n"
-           "                     (default: the plan's)\n"
-           "  --lr X             Muon learning rate (default: 1e-3 with --scaling rms, 0.02 with\n"
-           "                     shape)\n"
-           "  --scaling S        Muon update scale: rms (0.2*sqrt(max(m,n)), default) or shape\n"
-           "                     (sqrt(max(1,m/n)))\n"
-           "  --scale-coeff X    coefficient of the rms scaling (default 0.2)\n"
-           "  --momentum X       Muon momentum (default 0.95)\n"
-           "  --nesterov         Nesterov momentum for Muon (the default)\n"
-           "  --no-nesterov      plain momentum for Muon\n"
-           "  --ns-steps N       Newton-Schulz iterations (default 5)\n"
-           "  --ns-coeffs NAME   Newton-Schulz coefficients: jordan (default) or cubic\n"
-           "  --ns-eps X         added to the Frobenius norm before Newton-Schulz (default 1e-7)\n"
-           "  --weight-decay X   decoupled weight decay of Muon, and of AdamW unless\n"
-           "                     --adamw-weight-decay is given (default 0.01)\n"
-           "  --adamw-lr X       AdamW learning rate (default 3e-4)\n"
-           "  --adamw-beta1 X    (default 0.9)\n"
-           "  --adamw-beta2 X    (default 0.95)\n"
-           "  --adamw-eps X      (default 1e-8)\n"
-           "  --adamw-weight-decay X  AdamW's own decoupled weight decay\n"
-           "  --max-grad-norm X  clip the global gradient norm to X (default 0: no clipping)\n"
-           "  --backend B        compute backend: cpu (default) or cuda (device buffers; one GPU\n"
-           "                     per node-local rank, modulo the GPUs present)\n"
-           "  --comm C           data plane: mpi (default; with cuda, host-staged) or nccl\n"
-           "Shampoo (plans made with --optimizer shampoo; --lr default 0.01, --weight-decay as\n"
-           "above; refresh interval = the plan's precondition_frequency):\n"
-           "  --shampoo-beta1 X        filtered-gradient EMA (default 0.9; 0 = none)\n"
-           "  --shampoo-beta2 X        factor EMA (default 1.0: a running sum)\n"
-           "  --shampoo-eps X          added after the eigenvalue shift (default 1e-12)\n"
-           "  --shampoo-momentum X     (default 0)\n"
-           "  --shampoo-nesterov N     1 = Nesterov momentum (default 0)\n"
-           "  --shampoo-start-step N   first preconditioned step (default: the plan's\n"
-           "                           precondition_frequency)\n"
-           "  --shampoo-max-dim N      block sides longer than N (default 1024)\n"
-           "  --shampoo-grafting M     none, adagrad (default), rmsprop or adam\n"
-           "  --shampoo-graft-beta2 X  rmsprop/adam grafting (default 0.99 / 0.999)\n"
-           "  --shampoo-graft-eps X    (default 1e-10)\n"
-           "SOAP (plans made with --optimizer soap; --lr default 3e-3, --weight-decay as above;\n"
-           "refresh interval and max_precond_dim are the plan's):\n"
-           "  --soap-beta1 X           Adam's first moment (default 0.95)\n"
-           "  --soap-beta2 X           Adam's second moment (default 0.95)\n"
-           "  --soap-shampoo-beta X    factor EMA (default: --soap-beta2)\n"
-           "  --soap-eps X             (default 1e-8)\n"
-           "  --own-comms        split the DP and TP communicators here and hand them in, as a\n"
-           "                     job with its own communicators would\n"
-           "  --inject-nan NAME  (testing) put a NaN into NAME's gradient on rank 0\n"
-           "  --bad-dp-comm      (testing) hand in a DP communicator of the wrong size\n"
-           "  --corrupt-replica  (testing) change one parameter on DP rank 1 before --verify\n"
-           "  --help             this text\n"
-           "Environment: CZ_MPI_TIMEOUT_S=S bounds every MPI wait (default 1800 s): after it\n"
-           "each live rank names the rank it waited for and the job ends (MPI_Abort).\n"
-           "Single-process modes (no mpirun): canzona-bench ns --help (Newton-Schulz on one\n"
-           "GPU), canzona-bench coll --help (the DP collectives' model), canzona-bench calibrate\n"
-           "--help (the GPU's rates for the cost model).\n");
+        f,
+        "usage: mpirun -np DP*TP canzona-bench --plan PLAN --model MODEL [options]\n"
+        "Runs the plan's optimizer step with libcanzona-exec and times it.\n"
+        "  --plan FILE        plan written by `canzona plan` (required)\n"
+        "  --model FILE       the model the plan was made for (required; checked by hash)\n"
+        "  --steps N          timed optimizer steps (default 5)\n"
+        "  --warmup N         untimed steps before them (default 1)\n"
+        "  --seed S           seed of the generated parameters and gradients (default 1)\n"
+        "  --init-dir DIR     initial parameters from DIR/<param name>.npy (full fp32 tensors)\n"
+        "  --dump-dir DIR     write the updated full parameters as DIR/<param name>.npy\n"
+        "                     (DIR and its parents are created when missing)\n"
+        "  --grad-dir DIR     gradients from DIR/step<S>/dp<D>/<param name>.npy (full fp32\n"
+        "                     tensors; S counts every step from 0, warm-up included; D is\n"
+        "                     the DP replica) instead of generated ones\n"
+        "  --dump-grads DIR   write the generated gradients in --grad-dir's layout first\n"
+        "  --load-state FILE  load the optimizer state (safetensors, saved under any plan of\n"
+        "                     the model) before the first step; not with --verify\n"
+        "  --save-state FILE  save the optimizer state after the last step\n"
+        "  --json FILE        write the per-phase timings (median over steps) as JSON\n"
+        "  --verify           check that every DP replica holds the same parameters, then\n"
+        "                     recompute all steps on rank 0 on whole tensors and compare\n"
+        "  --tolerance T      largest allowed max|a-b|/max|b| per parameter (default 1e-5)\n"
+        "  --update-tolerance T  also bound each parameter's update error\n"
+        "                     ||(a-w0)-(b-w0)|| / ||b-w0|| (L2 over the tensor; w0 the initial\n"
+        "                     fp32 values; default: not checked, only printed)\n"
+        "  --dtype D          dtype of the bound parameters and gradients: fp32 or bf16\n"
+        "                     (default: the plan's)\n"
+        "  --lr X             Muon learning rate (default: 1e-3 with --scaling rms, 0.02 with\n"
+        "                     shape)\n"
+        "  --scaling S        Muon update scale: rms (0.2*sqrt(max(m,n)), default) or shape\n"
+        "                     (sqrt(max(1,m/n)))\n"
+        "  --scale-coeff X    coefficient of the rms scaling (default 0.2)\n"
+        "  --momentum X       Muon momentum (default 0.95)\n"
+        "  --nesterov         Nesterov momentum for Muon (the default)\n"
+        "  --no-nesterov      plain momentum for Muon\n"
+        "  --ns-steps N       Newton-Schulz iterations (default 5)\n"
+        "  --ns-coeffs NAME   Newton-Schulz coefficients: jordan (default) or cubic\n"
+        "  --ns-eps X         added to the Frobenius norm before Newton-Schulz (default 1e-7)\n"
+        "  --weight-decay X   decoupled weight decay of Muon, and of AdamW unless\n"
+        "                     --adamw-weight-decay is given (default 0.01)\n"
+        "  --adamw-lr X       AdamW learning rate (default 3e-4)\n"
+        "  --adamw-beta1 X    (default 0.9)\n"
+        "  --adamw-beta2 X    (default 0.95)\n"
+        "  --adamw-eps X      (default 1e-8)\n"
+        "  --adamw-weight-decay X  AdamW's own decoupled weight decay\n"
+        "  --max-grad-norm X  clip the global gradient norm to X (default 0: no clipping)\n"
+        "  --overlap          the bucket-wise step (cz_executor_bucket_ready per bucket in\n"
+        "                     backward order, step_finish, bucket_wait per bucket in forward\n"
+        "                     order before the next step); its results are the plain step's\n"
+        "  --delay-bucket B   with --overlap, declare bucket B ready last\n"
+        "  --skip-bucket B    (testing) with --overlap, never declare bucket B on the last rank\n"
+        "  --repeat-bucket B  (testing) with --overlap, declare bucket B twice\n"
+        "  --backend B        compute backend: cpu (default) or cuda (device buffers; one GPU\n"
+        "                     per node-local rank, modulo the GPUs present)\n"
+        "  --comm C           data plane: mpi (default; with cuda, host-staged) or nccl\n"
+        "Shampoo (plans made with --optimizer shampoo; --lr default 0.01, --weight-decay as\n"
+        "above; refresh interval = the plan's precondition_frequency):\n"
+        "  --shampoo-beta1 X        filtered-gradient EMA (default 0.9; 0 = none)\n"
+        "  --shampoo-beta2 X        factor EMA (default 1.0: a running sum)\n"
+        "  --shampoo-eps X          added after the eigenvalue shift (default 1e-12)\n"
+        "  --shampoo-momentum X     (default 0)\n"
+        "  --shampoo-nesterov N     1 = Nesterov momentum (default 0)\n"
+        "  --shampoo-start-step N   first preconditioned step (default: the plan's\n"
+        "                           precondition_frequency)\n"
+        "  --shampoo-max-dim N      block sides longer than N (default 1024)\n"
+        "  --shampoo-grafting M     none, adagrad (default), rmsprop or adam\n"
+        "  --shampoo-graft-beta2 X  rmsprop/adam grafting (default 0.99 / 0.999)\n"
+        "  --shampoo-graft-eps X    (default 1e-10)\n"
+        "SOAP (plans made with --optimizer soap; --lr default 3e-3, --weight-decay as above;\n"
+        "refresh interval and max_precond_dim are the plan's):\n"
+        "  --soap-beta1 X           Adam's first moment (default 0.95)\n"
+        "  --soap-beta2 X           Adam's second moment (default 0.95)\n"
+        "  --soap-shampoo-beta X    factor EMA (default: --soap-beta2)\n"
+        "  --soap-eps X             (default 1e-8)\n"
+        "  --own-comms        split the DP and TP communicators here and hand them in, as a\n"
+        "                     job with its own communicators would\n"
+        "  --inject-nan NAME  (testing) put a NaN into NAME's gradient on rank 0\n"
+        "  --bad-dp-comm      (testing) hand in a DP communicator of the wrong size\n"
+        "  --corrupt-replica  (testing) change one parameter on DP rank 1 before --verify\n"
+        "  --help             this text\n"
+        "Environment: CZ_MPI_TIMEOUT_S=S bounds every MPI wait (default 1800 s): after it\n"
+        "each live rank names the rank it waited for and the job ends (MPI_Abort).\n"
+        "Single-process modes (no mpirun): canzona-bench ns --help (Newton-Schulz on one\n"
+        "GPU), canzona-bench coll --help (the DP collectives' model), canzona-bench calibrate\n"
+        "--help (the GPU's rates for the cost model).\n");
 }
 
 /* Returns 0, 1 for --help, or 2 with the reason in msg. Prints nothing: main agrees on the
@@ -260,6 +270,10 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
                                           {"soap-beta2", required_argument, 0, 1012},
                                           {"soap-shampoo-beta", required_argument, 0, 1013},
                                           {"soap-eps", required_argument, 0, 1014},
+                                          {"overlap", no_argument, 0, 1015},
+                                          {"delay-bucket", required_argument, 0, 1016},
+                                          {"skip-bucket", required_argument, 0, 1017},
+                                          {"repeat-bucket", required_argument, 0, 1018},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
@@ -290,6 +304,7 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
     o->max_grad_norm = d.max_grad_norm;
     o->dtype = d.dtype;
     o->ns_eps = d.ns_eps;
+    o->delay_bucket = o->skip_bucket = o->repeat_bucket = -1;
     int c;
     char *end;
     opterr = 0;
@@ -477,6 +492,18 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
         case 1014:
             o->shampoo.soap_eps = strtof(optarg, &end);
             break;
+        case 1015:
+            o->overlap = 1;
+            break;
+        case 1016:
+            o->delay_bucket = (int)strtol(optarg, &end, 10);
+            break;
+        case 1017:
+            o->skip_bucket = (int)strtol(optarg, &end, 10);
+            break;
+        case 1018:
+            o->repeat_bucket = (int)strtol(optarg, &end, 10);
+            break;
         case 'h':
             return 1;
         default:
@@ -556,11 +583,13 @@ static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
     if (n < 0 || (size_t)n >= cap)
         return;
     snprintf(buf + n, cap - (size_t)n,
-             " shampoo=%.9g,%.9g,%.9g,%.9g,%d,%d,%d,%d,%.9g,%.9g soap=%.9g,%.9g,%.9g,%.9g",
+             " shampoo=%.9g,%.9g,%.9g,%.9g,%d,%d,%d,%d,%.9g,%.9g soap=%.9g,%.9g,%.9g,%.9g "
+             "overlap=%d,%d,%d,%d",
              h->shampoo_beta1, h->shampoo_beta2, h->shampoo_eps, h->shampoo_momentum,
              h->shampoo_nesterov, h->shampoo_start_step, h->shampoo_max_dim,
              (int)h->shampoo_grafting, h->shampoo_graft_beta2, h->shampoo_graft_eps, h->soap_beta1,
-             h->soap_beta2, h->soap_shampoo_beta, h->soap_eps);
+             h->soap_beta2, h->soap_shampoo_beta, h->soap_eps, o->overlap, o->delay_bucket,
+             o->skip_bucket, o->repeat_bucket);
 }
 
 /* Option errors are agreed across ranks like every later failure, before any other
@@ -1228,6 +1257,37 @@ static int write_json(const bench_opts *o, const cz_plan *plan, const double med
     return rc;
 }
 
+/* One step the way a job overlapping it with its passes drives it: each bucket declared ready
+ * as a backward pass would finish it (bucket 0, the last layers, first; --delay-bucket's last),
+ * the step finished, and each bucket's parameters waited for in the order a forward pass would
+ * read them (the first layers' bucket, the highest index, first). */
+static int overlap_step(const bench_opts *o, cz_executor *ex, cz_error *err)
+{
+    size_t nb = cz_executor_bucket_count(ex);
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    bool last_rank = g_rank == world - 1;
+    int rc;
+    for (size_t b = 0; b < nb; b++) {
+        if (!cz_executor_bucket_held(ex, b) || (int)b == o->delay_bucket ||
+            ((int)b == o->skip_bucket && last_rank))
+            continue;
+        if ((rc = cz_executor_bucket_ready(ex, b, err)) != CZ_OK)
+            return rc;
+        if ((int)b == o->repeat_bucket && (rc = cz_executor_bucket_ready(ex, b, err)) != CZ_OK)
+            return rc;
+    }
+    if (o->delay_bucket >= 0 && cz_executor_bucket_held(ex, (size_t)o->delay_bucket) &&
+        (rc = cz_executor_bucket_ready(ex, (size_t)o->delay_bucket, err)) != CZ_OK)
+        return rc;
+    if ((rc = cz_executor_step_finish(ex, err)) != CZ_OK)
+        return rc;
+    for (size_t b = nb; b-- > 0;)
+        if (cz_executor_bucket_held(ex, b) && (rc = cz_executor_bucket_wait(ex, b, err)) != CZ_OK)
+            return rc;
+    return CZ_OK;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "ns") == 0)
@@ -1430,7 +1490,7 @@ int main(int argc, char **argv)
             goto done;
         cz__mpi_watch_phase("canzona-bench, before the step", s + 1);
         bench_barrier(MPI_COMM_WORLD, "canzona-bench's barrier before a step");
-        rc = cz_executor_step(ex, &err);
+        rc = o.overlap ? overlap_step(&o, ex, &err) : cz_executor_step(ex, &err);
         stop_if_stalled(rc, &err);
         if (rc) {
             fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err.message);

@@ -310,16 +310,16 @@ done:
     return rc;
 }
 
-static int uneven(cz_plane *p, int gather, const void *send, void *recv, const size_t *counts,
-                  cz_dtype t, cz_event *after, cz_error *err)
+/* Posts an uneven collective on the communication stream after `after` and after every compute
+ * op issued so far (its output, a reduce-scatter's scratch, may still be read by ops issued
+ * after `after`: the previous bucket's scale). */
+static int post_uneven(cz_plane *p, int gather, const void *send, void *recv, const size_t *counts,
+                       cz_dtype t, cz_event *after, cz_error *err)
 {
     nccl_plane *h = impl_of(p);
     cz_nccl_call calls[2 * p->size + 1];
     size_t scratch = 0;
     int rc;
-    /* A blocking-form collective also comes after every compute op issued so far, as on a
-     * host-driven plane: its output (the reduce-scatter scratch) may still be read by ops
-     * issued after `after` (the previous bucket's scale). */
     if ((rc = wait_after(p, after, err)) != CZ_OK ||
         (rc = CZ_CU(err, cudaEventRecord(h->issued, cz__cuda_stream(p->compute)))) != CZ_OK ||
         (rc = CZ_CU(err, cudaStreamWaitEvent(h->stream, h->issued, 0))) != CZ_OK)
@@ -328,10 +328,17 @@ static int uneven(cz_plane *p, int gather, const void *send, void *recv, const s
         cz__nccl_choose(counts, p->size, (size_t)cz__dtype_bytes(t), h->alpha_s, h->bytes_per_s);
     int n = gather ? cz__nccl_plan_all_gather(calls, counts, p->size, p->rank, f, &scratch)
                    : cz__nccl_plan_reduce_scatter(calls, counts, p->size, p->rank, f, &scratch);
-    if ((rc = check_scratch(h, scratch * (size_t)cz__dtype_bytes(t), err)) != CZ_OK ||
-        (rc = replay(p, calls, n, (void *)send, recv, t, err)) != CZ_OK)
+    if ((rc = check_scratch(h, scratch * (size_t)cz__dtype_bytes(t), err)) != CZ_OK)
         return rc;
-    return join_compute(p, err);
+    return replay(p, calls, n, (void *)send, recv, t, err);
+}
+
+/* A blocking-form collective: posted, then joined to the compute stream. */
+static int uneven(cz_plane *p, int gather, const void *send, void *recv, const size_t *counts,
+                  cz_dtype t, cz_event *after, cz_error *err)
+{
+    int rc = post_uneven(p, gather, send, recv, counts, t, after, err);
+    return rc ? rc : join_compute(p, err);
 }
 
 static int nccl_reduce_scatter(cz_plane *p, const void *send, void *recv, const size_t *counts,
@@ -344,6 +351,33 @@ static int nccl_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtyp
                            cz_event *after, cz_error *err)
 {
     return uneven(p, 1, buf, NULL, counts, t, after, err);
+}
+
+/* The bucket-wise step's forms: the same calls, stream-ordered and so already asynchronous; the
+ * compute stream waits for req's event in wait(), not at once. The padded forms' scratch is
+ * shared, but every collective of the plane runs on its one stream, one after another. */
+static int nccl_ireduce_scatter(cz_plane *p, const void *send, void *recv, const size_t *counts,
+                                cz_dtype t, cz_event *after, cz_comm_req *req, cz_error *err)
+{
+    int rc = post_uneven(p, 0, send, recv, counts, t, after, err);
+    if (rc != CZ_OK)
+        goto done;
+    rc = CZ_CU(err, cudaEventRecord(req->ev, impl_of(p)->stream));
+done:
+    req->active = rc == CZ_OK;
+    return rc;
+}
+
+static int nccl_iall_gatherv(cz_plane *p, void *buf, const size_t *counts, cz_dtype t,
+                             cz_event *after, cz_comm_req *req, cz_error *err)
+{
+    int rc = post_uneven(p, 1, buf, NULL, counts, t, after, err);
+    if (rc != CZ_OK)
+        goto done;
+    rc = CZ_CU(err, cudaEventRecord(req->ev, impl_of(p)->stream));
+done:
+    req->active = rc == CZ_OK;
+    return rc;
 }
 
 static int nccl_iall_gather(cz_plane *p, const void *send, size_t count, void *recv, cz_dtype t,
@@ -674,6 +708,8 @@ static const cz_plane_ops cz_plane_nccl_ops = {
     .close = nccl_close,
     .allreduce_sum = nccl_allreduce_sum,
     .iallreduce_sum = nccl_iallreduce_sum,
+    .ireduce_scatter = nccl_ireduce_scatter,
+    .iall_gatherv = nccl_iall_gatherv,
 };
 
 int cz__plane_nccl_open(cz_plane *p, cz_ctrl *ctrl, double timeout_s, cz_error *err)
