@@ -424,6 +424,12 @@ int64_t cz_executor_param_bucket(const cz_executor *ex, size_t i);
 int cz_executor_bucket_ready(cz_executor *ex, size_t bucket, cz_error *err);
 int cz_executor_step_finish(cz_executor *ex, cz_error *err);
 int cz_executor_bucket_wait(cz_executor *ex, size_t bucket, cz_error *err);
+/* Abandons the open bucket-wise step (collective over the DP planes: every rank calls it, e.g.
+ * when the job found a fault of its own after some buckets were declared): completes the
+ * reduce-scatters posted and those not yet posted (their data unused), updates nothing and
+ * counts no step; the gradients bound are unspecified after it. Without an open step: CZ_OK,
+ * nothing done. */
+int cz_executor_step_cancel(cz_executor *ex, cz_error *err);
 
 /* Global L2 norm of the averaged gradient of the last step, before clipping: every rank
  * sums the squares of the shards it owns (a tensor replicated over TP counted once) and the

@@ -619,6 +619,17 @@ int cz_executor_bucket_ready(cz_executor *ex, size_t bucket, cz_error *err)
     return rc;
 }
 
+/* Ends a bucket-wise step with nothing updated: every rank posts the reduce-scatters it has not
+ * (in the same order, their data unused) and waits for all of them, so that no collective is
+ * left half-matched. */
+static int ovl_drain(cz_executor *ex, cz_error *err)
+{
+    int rc = ovl_post(ex, true, err);
+    cz_error tmp;
+    int wrc = ovl_wait_reduced(ex, false, rc != CZ_OK ? &tmp : err);
+    return rc != CZ_OK ? rc : wrc;
+}
+
 /* step_finish between the backend's step_begin and step_end. */
 static int ovl_finish(cz_executor *ex, cz_error *err)
 {
@@ -640,14 +651,8 @@ static int ovl_finish(cz_executor *ex, cz_error *err)
     if (rc)
         return rc;
     if (v[0] != INT64_MAX) {
-        cz_error tmp;
-        int prc = ovl_post(ex, true, &tmp);
-        int wrc = ovl_wait_reduced(ex, false, prc ? NULL : &tmp);
-        if (prc || wrc) {
-            if (err)
-                *err = tmp;
-            return prc ? prc : wrc;
-        }
+        if ((rc = ovl_drain(ex, err)) != CZ_OK)
+            return rc;
         return cz__error_set(err, CZ_EINVALID,
                              "step %lld: bucket %lld was not declared ready "
                              "(cz_executor_bucket_ready) before cz_executor_step_finish on rank "
@@ -707,6 +712,20 @@ int cz_executor_step_finish(cz_executor *ex, cz_error *err)
         return rc;
     ex->compute.ops->step_begin(&ex->compute);
     rc = ovl_finish(ex, err);
+    ex->compute.ops->step_end(&ex->compute);
+    ex->ovl_active = false;
+    return rc;
+}
+
+int cz_executor_step_cancel(cz_executor *ex, cz_error *err)
+{
+    if (!ex)
+        return cz__error_set(err, CZ_EINVALID, "step_cancel: executor is NULL");
+    if (!ex->ovl_active)
+        return CZ_OK;
+    ex->compute.ops->step_begin(&ex->compute);
+    cz__comm_phase("bucket-wise step: cancelled, completing its reduce-scatters", ex->steps + 1);
+    int rc = ovl_drain(ex, err);
     ex->compute.ops->step_end(&ex->compute);
     ex->ovl_active = false;
     return rc;

@@ -215,6 +215,13 @@ START_TEST(refusals)
     /* A finish with no bucket declared at all: every bucket missing, bucket 0 named. */
     ck_assert_int_eq(cz_executor_step_finish(ex, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "step 1: bucket 0 was not declared ready"));
+    /* A step cancelled after two buckets: nothing changed, and cancel without a step is a
+     * no-op. */
+    ck_assert_int_eq(cz_executor_bucket_ready(ex, 3, &err), 0);
+    ck_assert_int_eq(cz_executor_bucket_ready(ex, 1, &err), 0);
+    ck_assert_int_eq(cz_executor_step_cancel(ex, &err), 0);
+    ck_assert_int_eq(cz_executor_step_cancel(ex, &err), 0);
+    ck_assert(memcmp(P, P0, n * sizeof(float)) == 0);
     /* Then whole steps run, as the plain executor's (the failed ones counted no step). */
     for (int s = 0; s < 2; s++) {
         fill_grads(G, n, s);
