@@ -26,6 +26,7 @@ Needs python3-torch, the canzona package (PYTHONPATH=python) and CANZONA_EXEC_LI
 tests/python/torch_launch.py starts the same env:// rendezvous.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -348,6 +349,16 @@ def parse_args(argv=None):
                     help="Muon update scale (default rms: 0.2*sqrt(max(rows, cols)))")
     ap.add_argument("--max-grad-norm", type=float, default=0.0,
                     help="clip the global gradient norm to this (default 0: off)")
+    ap.add_argument("--overlap", action="store_true",
+                    help="overlap canzona's step with the passes (canzona.torch.Optimizer("
+                         "overlap=True)): each bucket's gradient reduce-scatter starts during "
+                         "the last micro-batch's backward, each bucket's parameter all-gather is "
+                         "waited for by the next forward; the micro-batches before the last run "
+                         "under opt.no_sync(). Same results as without it")
+    ap.add_argument("--bucket-size", type=int, default=None, metavar="N",
+                    help="gradient bucket size in elements of canzona's plan (default: the "
+                         "planner's, one bucket for this small model; with --overlap, smaller "
+                         "buckets start reducing earlier)")
     ap.add_argument("--set-to-none", action="store_true",
                     help="zero the gradients with zero_grad(set_to_none=True)")
     ap.add_argument("--save", metavar="DIR",
@@ -525,7 +536,8 @@ def main(argv=None):
     opt = canzona.torch.Optimizer(
         model, tp_group=group, tp_dims=TP_DIMS, blocks=blocks_decl(cfg), optimizers=OPTIMIZERS,
         lr=cfg.lr, weight_decay=cfg.weight_decay, adamw_lr=cfg.adamw_lr,
-        muon_scaling=cfg.muon_scaling, max_grad_norm=cfg.max_grad_norm, save_plan=cfg.save_plan)
+        muon_scaling=cfg.muon_scaling, max_grad_norm=cfg.max_grad_norm, save_plan=cfg.save_plan,
+        overlap=cfg.overlap, bucket_size=cfg.bucket_size)
 
     if cfg.load and not cfg.params_only:
         opt.load_state_dict(torch.load(os.path.join(cfg.load, "optim.pt")))
@@ -547,8 +559,11 @@ def main(argv=None):
         total = torch.zeros((), dtype=torch.float64)
         for m in range(cfg.micro_batches):
             xs, ys = x[m * micro:(m + 1) * micro], y[m * micro:(m + 1) * micro]
-            loss = model(xs.to(device), ys.to(device)) / cfg.micro_batches
-            loss.backward()
+            # With --overlap, only the last micro-batch's backward starts the reduce-scatters.
+            last = m == cfg.micro_batches - 1
+            with contextlib.nullcontext() if last else opt.no_sync():
+                loss = model(xs.to(device), ys.to(device)) / cfg.micro_batches
+                loss.backward()
             total += loss.detach().double().cpu()
         opt.step()
         sched.step()

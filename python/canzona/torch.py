@@ -12,6 +12,7 @@ parameter all-gather) for a job started by torchrun, over the job's own process 
 
 See docs/PYTHON.md. Works on torch 1.13 (CPU, gloo) and 2.x (CPU, or CUDA with NCCL).
 """
+import contextlib
 import ctypes
 import hashlib
 import json
@@ -118,7 +119,7 @@ class Optimizer(torch.optim.Optimizer):
               weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=5,
               muon_scaling="rms", adamw_lr=<default>, adamw_betas=(0.9, 0.95),
               adamw_eps=1e-8, adamw_weight_decay=<weight_decay>, max_grad_norm=0.0,
-              **executor_options)
+              overlap=False, bucket_size=None, **executor_options)
 
     params: the module, its named_parameters(), or parameter groups (dicts) whose "params"
       are (name, parameter) pairs; each group may set "lr" and "weight_decay". Every
@@ -138,6 +139,15 @@ class Optimizer(torch.optim.Optimizer):
     nccl_comms: CUDA only, the job's own (dp, tp) ncclComm_t handles (integers) for the data
       plane, borrowed (in the grid's rank order); None: the executor makes its own from a
       unique id sent over the control plane.
+    overlap: the bucket-wise step (docs/PYTHON.md, "Overlap"): each bucket's gradient
+      reduce-scatter starts in the backward pass as soon as its last gradient is accumulated
+      (gradient hooks), step() finishes the step, and each bucket's parameter all-gather is
+      waited for by a forward pre-hook of the modules holding its parameters. Accumulating
+      micro-batches run inside `with opt.no_sync():` (all but the last), as with DDP. The
+      results are the plain step's bit for bit.
+    bucket_size: gradient bucket size in elements of the plan made here (None: the planner's
+      default, Megatron's max(4e7, 1e6 * DP); cluster's "buckets" otherwise). With overlap,
+      smaller buckets start their reduce-scatter earlier in the backward pass.
     executor_options: further cz_exec_config fields (canzona.Executor's, e.g. ns_coeffs).
     """
 
@@ -146,7 +156,7 @@ class Optimizer(torch.optim.Optimizer):
                  lr=_DEFAULT, weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=5,
                  muon_scaling="rms", adamw_lr=_DEFAULT, adamw_betas=(0.9, 0.95),
                  adamw_eps=1e-8, adamw_weight_decay=_DEFAULT, max_grad_norm=0.0,
-                 nccl_comms=None, **executor_options):
+                 nccl_comms=None, overlap=False, bucket_size=None, **executor_options):
         if not dist.is_available() or not dist.is_initialized():
             raise Error(_lib.CZ_EINVALID,
                         "canzona.torch.Optimizer needs torch.distributed initialized "
@@ -200,7 +210,10 @@ class Optimizer(torch.optim.Optimizer):
         if msg is None and plan is None:
             try:
                 desc = self._describe(named_groups, tp_dims, blocks, optimizers, tp)
-                text = plan_text(desc, cluster or _cluster(dp, tp)) if me == 0 else None
+                cl = dict(cluster or _cluster(dp, tp))
+                if bucket_size is not None:
+                    cl["buckets"] = {"size": int(bucket_size)}
+                text = plan_text(desc, cl) if me == 0 else None
             except Exception as e:  # noqa: BLE001 - every rank must learn it, not only this one
                 msg = str(e) if isinstance(e, Error) else f"{type(e).__name__}: {e}"
         self._agree(msg)
@@ -277,6 +290,10 @@ class Optimizer(torch.optim.Optimizer):
         self._rates = None
         self._max_grad_norm = self._set_norm = float(max_grad_norm)
         self.grad_norm = None
+        self._overlap = bool(overlap)
+        self._hooks = []
+        if self._overlap:
+            self._setup_overlap()
 
     # ---- construction ----
     @staticmethod
@@ -303,7 +320,13 @@ class Optimizer(torch.optim.Optimizer):
 
     def close(self):
         """Frees the executor (every rank; the parameters stay views of the flat buffers, which
-        live as long as they do)."""
+        live as long as they do). With overlap, the outstanding all-gathers complete first and
+        the hooks are removed."""
+        if getattr(self, "_ex", None) is not None and getattr(self, "_overlap", False):
+            self.wait_params()
+        for h in getattr(self, "_hooks", ()):
+            h.remove()
+        self._hooks = []
         ex, self._ex = getattr(self, "_ex", None), None
         if ex is not None:
             _lib.lib().cz_executor_free(ex)
@@ -442,6 +465,163 @@ class Optimizer(torch.optim.Optimizer):
                                              ctypes.c_void_p(self._flat_g.data_ptr()),
                                              ctypes.c_size_t(n), dt, ctypes.byref(err)), err)
 
+    # ---- the bucket-wise step (overlap=True) ----
+    def _setup_overlap(self):
+        """The gradient hooks (per parameter: counted per bucket) and the forward pre-hooks (per
+        module holding parameters directly, and the root module's for those whose module's
+        forward never runs, e.g. a weight read as module.weight)."""
+        L = self._L
+        self._bucket_of = {n: int(L.cz_executor_param_bucket(self._ex, self._index[n]))
+                           for n in self._params}
+        self._expected = {}
+        for b in self._bucket_of.values():
+            self._expected[b] = self._expected.get(b, 0) + 1
+        self._held = [b for b in range(L.cz_executor_bucket_count(self._ex))
+                      if L.cz_executor_bucket_held(self._ex, b)]
+        self._counts = {}
+        self._declared = set()
+        self._pending = set()  # buckets whose all-gather is outstanding
+        self._sync = True
+        self._ovl_error = None
+        self._grad_acc = []  # torch < 2.1: the AccumulateGrad nodes, kept alive
+        for name, p in self._params.items():
+            hook = self._grad_hook(name)
+            if hasattr(p, "register_post_accumulate_grad_hook"):
+                self._hooks.append(p.register_post_accumulate_grad_hook(lambda _p, h=hook: h()))
+            else:
+                # torch 1.13 .. 2.0: the parameter's AccumulateGrad node, whose hooks run after
+                # the gradient is accumulated (what Megatron-LM's DDP hooks).
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._grad_acc.append(acc)
+                self._hooks.append(acc.register_hook(lambda *_a, h=hook: h()))
+        module = self._module() if self._module is not None else None
+        self._uncalled = None
+        self._module_buckets = {}
+        if module is None:
+            return
+        owner = {}
+        for mname, mod in module.named_modules():
+            bs = sorted({self._bucket_of[f"{mname}.{n}" if mname else n]
+                         for n, _ in mod.named_parameters(recurse=False)
+                         if (f"{mname}.{n}" if mname else n) in self._bucket_of}, reverse=True)
+            if bs:
+                owner[id(mod)] = mod
+                self._module_buckets[id(mod)] = bs
+                self._hooks.append(mod.register_forward_pre_hook(
+                    lambda m, _inp: self._module_pre_hook(m)))
+        if id(module) not in self._module_buckets:
+            self._hooks.append(module.register_forward_pre_hook(
+                lambda m, _inp: self._module_pre_hook(m)))
+        self._root = id(module)
+        self._called = set()
+
+    def _grad_hook(self, name):
+        p, view, b = self._params[name], self._gviews[name], self._bucket_of[name]
+
+        def hook():
+            if not self._sync:
+                return
+            with torch.no_grad():
+                if p.grad is not None and p.grad.data_ptr() != view.data_ptr():
+                    # A gradient torch made anew (zero_grad(set_to_none=True)): into the
+                    # flat buffer before its bucket is read.
+                    view.copy_(p.grad)
+                    p.grad = view
+            n = self._counts.get(b, 0) + 1
+            self._counts[b] = n
+            if b in self._declared:
+                if self._ovl_error is None:
+                    self._ovl_error = (
+                        f"parameter {name!r} received a gradient after its bucket {b} was "
+                        "declared ready (its reduce-scatter already started): run the "
+                        "accumulation micro-batches but the last inside `with opt.no_sync():`")
+                return
+            if n == self._expected[b]:
+                self._bucket_ready(b)
+
+        return hook
+
+    def _bucket_ready(self, b):
+        err = _lib.CzError()
+        rc = self._L.cz_executor_bucket_ready(self._ex, b, ctypes.byref(err))
+        self._declared.add(b)
+        if rc != _lib.CZ_OK and self._ovl_error is None:
+            self._ovl_error = err.message.decode(errors="replace")
+
+    def _module_pre_hook(self, mod):
+        key = id(mod)
+        if key == self._root:
+            if self._uncalled is None:
+                self._called = set()  # this forward records which modules run
+            elif self._pending:
+                for b in sorted(self._uncalled, reverse=True):
+                    self._wait_bucket(b)
+        self._called.add(key)
+        if self._pending:
+            for b in self._module_buckets.get(key, ()):
+                self._wait_bucket(b)
+
+    def _wait_bucket(self, b):
+        if b not in self._pending:
+            return
+        self._pending.discard(b)
+        err = _lib.CzError()
+        check(self._L.cz_executor_bucket_wait(self._ex, b, ctypes.byref(err)), err)
+
+    def wait_params(self):
+        """Completes every parameter all-gather still outstanding after an overlapped step
+        (the forward pre-hooks complete each bucket's before its module runs): call it before
+        reading parameters outside a forward pass (evaluation through other code, saving the
+        model). A no-op without overlap."""
+        if not self._overlap or self._ex is None:
+            return
+        for b in sorted(self._pending, reverse=True):
+            self._wait_bucket(b)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes inside accumulate their gradients without starting any bucket's
+        reduce-scatter (as DDP's no_sync): every micro-batch but the last of a step. Without
+        overlap it changes nothing (the step reduces once anyway)."""
+        old, self._sync = getattr(self, "_sync", True), False
+        try:
+            yield
+        finally:
+            self._sync = old
+
+    def _declare_rest(self):
+        """The buckets no hook declared (parameters without a gradient, or a step without hooks
+        firing), declared before the ranks compare their checks, so that a failure here is
+        agreed with the others."""
+        if self._uncalled is None and self._module is not None and self._called:
+            # The forward before the first step ran with nothing outstanding: the modules
+            # holding parameters that it did not call are read directly (module.weight).
+            self._uncalled = sorted({b for k, bs in self._module_buckets.items()
+                                     if k not in self._called for b in bs}, reverse=True)
+        for b in self._held:
+            if b not in self._declared:
+                self._bucket_ready(b)
+
+    def _step_overlapped(self, err):
+        """step_finish; its all-gathers outstanding until the forward pre-hooks (or, without a
+        module, at once)."""
+        rc = self._L.cz_executor_step_finish(self._ex, ctypes.byref(err))
+        if rc == _lib.CZ_OK:
+            self._pending = set(self._held)
+            if self._module is None:
+                self.wait_params()  # no module, no forward pre-hooks: every bucket now
+        return rc
+
+    def _end_overlapped(self):
+        self._counts, self._declared, self._ovl_error = {}, set(), None
+
+    def _cancel(self):
+        """Every rank ends an open overlapped step with nothing updated (collective)."""
+        if self._overlap:
+            err = _lib.CzError()
+            self._L.cz_executor_step_cancel(self._ex, ctypes.byref(err))
+            self._end_overlapped()
+
     # ---- steps ----
     def _local_checks(self):
         """Before a step, on this rank: a parameter the module re-assigned or whose storage
@@ -517,7 +697,12 @@ class Optimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         msg, any_grad, rates = self._local_checks()
+        if self._overlap and msg is None:
+            self._declare_rest()
+            msg = self._ovl_error
         failed, anyone, same = self._flags(msg is not None, any_grad, rates)
+        if failed or not same or not anyone:
+            self._cancel()
         if failed:
             self._agree(msg)
         if not same:
@@ -539,7 +724,13 @@ class Optimizer(torch.optim.Optimizer):
             check(self._L.cz_executor_set_max_grad_norm(self._ex, self._max_grad_norm,
                                                          ctypes.byref(err)), err)
             self._set_norm = self._max_grad_norm
-        rc = self._L.cz_executor_step(self._ex, ctypes.byref(err))
+        if self._overlap:
+            try:
+                rc = self._step_overlapped(err)
+            finally:
+                self._end_overlapped()
+        else:
+            rc = self._L.cz_executor_step(self._ex, ctypes.byref(err))
         if rc != _lib.CZ_OK and self._comm.error is not None:
             raise Error(rc, err.message.decode(errors="replace")) from self._comm.error
         check(rc, err)
@@ -583,6 +774,7 @@ class Optimizer(torch.optim.Optimizer):
         not by position, so that it loads under any DP/TP shape of the same model."""
         rank = dist.get_rank()
         box = [None]
+        self.wait_params()
         with tempfile.TemporaryDirectory(prefix="canzona-state-") as tmp:
             path = os.path.join(tmp, "state.safetensors") if rank == 0 else None
             err = _lib.CzError()
@@ -617,6 +809,7 @@ class Optimizer(torch.optim.Optimizer):
             msg = None
         self._agree(msg)
         rank = dist.get_rank()
+        self.wait_params()
         with tempfile.TemporaryDirectory(prefix="canzona-state-") as tmp:
             path = None
             if rank == 0:

@@ -1,0 +1,156 @@
+"""canzona.torch.Optimizer(overlap=True) against overlap=False, bit for bit, on every rank of a
+torchrun-style job (tests/python/torch_launch.py): the GPT of examples/torch_train.py, 4
+micro-batches (all but the last under opt.no_sync()), clipping active, zero_grad with and
+without set_to_none, fp32 and bf16, several gradient buckets. Every micro-batch's loss, every
+step's gradient norm and, at the end, every parameter must be equal (torch.equal). Then the
+refusal of a gradient accumulated into a bucket already declared (no no_sync), on every rank,
+with nothing changed, after which the steps continue equal.
+
+    torch_launch.py --nproc-per-node 4 torch_overlap_check.py TP
+"""
+import contextlib
+import importlib.util
+import os
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+
+SRC = os.environ["CZ_SOURCE_DIR"]
+sys.path.insert(0, os.path.join(SRC, "python"))
+import canzona  # noqa: E402
+import canzona.torch  # noqa: E402
+
+spec = importlib.util.spec_from_file_location(
+    "torch_train", os.path.join(SRC, "examples", "torch_train.py"))
+tt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tt)
+
+MICRO = 4
+STEPS = 4
+CLIP = 0.05
+
+
+def fail(msg):
+    print(f"rank {dist.get_rank()}: FAIL: {msg}", flush=True)
+    sys.exit(1)
+
+
+def run(tp, dtype, plan_dir):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dp = world // tp
+    dp_rank, tp_rank = rank // tp, rank % tp
+    cfg = tt.parse_args(["--tp", str(tp), "--micro-batches", str(MICRO), "--hidden", "64",
+                         "--ffn", "128", "--heads", "4", "--seq", "16", "--batch", "16"])
+    group = None
+    for d in range(dp):
+        g = dist.new_group([d * tp + t for t in range(tp)])
+        if d == dp_rank:
+            group = g
+    full = tt.init_params(cfg)
+    models, opts = [], []
+    plan = os.path.join(plan_dir, f"plan-{tp}-{dtype}.json")
+    for overlap in (False, True):
+        m = tt.build_model(cfg, tp, tp_rank, group)
+        tt.load_shards(m, cfg, full, tp, tp_rank)
+        m.to(dtype)
+        # The same plan for both: the first optimizer writes it, the second runs it.
+        kw = dict(save_plan=plan if rank == 0 else None) if not overlap else dict(plan=plan)
+        opts.append(canzona.torch.Optimizer(
+            m, tp_group=group, tp_dims=tt.TP_DIMS, blocks=tt.blocks_decl(cfg),
+            optimizers=tt.OPTIMIZERS, lr=0.02, adamw_lr=2e-3, max_grad_norm=CLIP,
+            bucket_size=8192, overlap=overlap, **kw))
+        models.append(m)
+    nb = canzona._lib.lib().cz_executor_bucket_count(opts[1]._ex)
+    if nb < 4:
+        fail(f"the plan has {nb} buckets; the check wants several")
+    data = tt.tokens(cfg.seed)
+    rows = cfg.batch // dp
+    micro = rows // MICRO
+
+    def step(k, s, sync_all=False):
+        x, y = tt.global_batch(data, s, cfg.batch, cfg.seq, cfg.seed)
+        x, y = x[dp_rank * rows:(dp_rank + 1) * rows], y[dp_rank * rows:(dp_rank + 1) * rows]
+        opt, model = opts[k], models[k]
+        opt.zero_grad(set_to_none=bool(s % 2))
+        losses = []
+        for mb in range(MICRO):
+            last = mb == MICRO - 1
+            ctx = opt.no_sync() if k == 1 and not last and not sync_all else contextlib.nullcontext()
+            with ctx:
+                loss = model(x[mb * micro:(mb + 1) * micro], y[mb * micro:(mb + 1) * micro])
+                (loss / MICRO).backward()
+            losses.append(loss.detach().float().item())
+            if k == 1 and mb == 0 and opt._pending:
+                fail(f"the forward left buckets {sorted(opt._pending)} not waited for")
+        if k == 1 and not sync_all and opt._declared != set(opt._held):
+            # The hooks, not step(), must have started every bucket's reduce-scatter.
+            fail(f"after backward only buckets {sorted(opt._declared)} were declared ready")
+        opt.step()
+        if k == 1 and opt._pending != set(opt._held):
+            fail("step() left no all-gather for the forward pre-hooks")
+        return losses, float(opts[k].grad_norm)
+
+    for s in range(STEPS):
+        (la, na), (lb, nb_) = step(0, s), step(1, s)
+        if la != lb:
+            fail(f"{dtype} step {s}: micro-batch losses differ: {la} vs {lb}")
+        if na != nb_:
+            fail(f"{dtype} step {s}: gradient norms differ: {na!r} vs {nb_!r}")
+        if not na > CLIP:
+            fail(f"{dtype} step {s}: gradient norm {na} not above {CLIP}: clipping inactive")
+    opts[1].wait_params()
+    before = {n: p.detach().clone() for n, p in models[1].named_parameters()}
+    for (n, a), (_, b) in zip(models[0].named_parameters(), models[1].named_parameters()):
+        if not torch.equal(a, b):
+            fail(f"{dtype}: parameter {n} differs after {STEPS} steps: max |a-b| "
+                 f"{(a.float() - b.float()).abs().max().item()}")
+    # Accumulation without no_sync: the second micro-batch's gradients reach buckets already
+    # declared: refused on every rank, nothing changed.
+    try:
+        step(1, STEPS, sync_all=True)
+        fail("an accumulation without no_sync() was not refused")
+    except canzona.Error as e:
+        if "no_sync" not in str(e):
+            fail(f"unexpected message: {e}")
+    for n, p in models[1].named_parameters():
+        if not torch.equal(p, before[n]):
+            fail(f"{dtype}: the refused step changed {n}")
+    for s in range(STEPS, STEPS + 2):
+        (la, na), (lb, nb_) = step(0, s), step(1, s)
+        if la != lb or na != nb_:
+            fail(f"{dtype} step {s} after the refusal: losses or norms differ")
+    opts[1].wait_params()
+    for (n, a), (_, b) in zip(models[0].named_parameters(), models[1].named_parameters()):
+        if not torch.equal(a, b):
+            fail(f"{dtype}: parameter {n} differs after the refusal")
+    for o in opts:
+        o.close()
+    if rank == 0:
+        print(f"DP{dp}·TP{tp} {dtype}: {nb} buckets, {STEPS + 2} steps of {MICRO} micro-batches "
+              f"with clipping: overlap on = off bit for bit (losses, norms, parameters); "
+              f"the accumulation without no_sync() refused", flush=True)
+
+
+def main():
+    tp = int(sys.argv[1])
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    box = [tempfile.mkdtemp(prefix="canzona-overlap-") if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    try:
+        # bf16 at TP 1 only: gloo (torch 1.13) has no bf16 all-reduce for the TP layers.
+        for dtype in (torch.float32,) + ((torch.bfloat16,) if tp == 1 else ()):
+            run(tp, dtype, box[0])
+    finally:
+        dist.barrier()
+        if dist.get_rank() == 0:
+            for f in os.listdir(box[0]):
+                os.remove(os.path.join(box[0], f))
+            os.rmdir(box[0])
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
