@@ -425,6 +425,16 @@ PY
   run plain16 --dtype bf16
   run ovl16 --overlap --delay-bucket $((nb - 1)) --dtype bf16
   same plain16 ovl16
+  # Pipeline stages: each rank declares its stage's buckets only (DP2·PP2 on any cluster).
+  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$c.json" --pp-size 2 \
+    --dp-size 2 --tp-size 1 --bucket-size 50000 -o "$tmp/pp.json"
+  for m in plain ovl; do
+    o=()
+    [ $m = ovl ] && o=(--overlap --delay-bucket 0)
+    mpi -np 4 "$CZ_BENCH" --plan "$tmp/pp.json" --model "$model" --steps 2 --warmup 0 \
+      --max-grad-norm 0.05 --dump-dir "$tmp/pp-$m" "${o[@]}" >/dev/null
+  done
+  same pp-plain pp-ovl
   # A bucket declared twice is refused on the rank that did it (every rank here).
   mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/p.json" --model "$model" --steps 1 --warmup 0 \
     --overlap --repeat-bucket 2

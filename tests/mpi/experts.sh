@@ -3,6 +3,8 @@
 # 4 MPI ranks against the single-process step. Usage:
 #   experts.sh verify NAME [fp32|bf16] [PLAN SIZE OPTION...]   (the grid from the options)
 #   experts.sh invalid (layouts that break Megatron-Core's rules: refused on every rank)
+#   experts.sh overlap PLAN SIZE OPTION... (the bucket-wise step against the plain one, bit for
+#   bit: expert buckets reduced and gathered over the expert-DP plane)
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -86,6 +88,24 @@ PY
   [ "$(grep -c 'which Megatron-Core places on EP rank 0 of 2' "$tmp/out")" -eq 4 ]
   echo "ok"
   ;;
+overlap)
+  "$CZ" plan -q -m "$model" -c "$cluster" "${@:2}" --bucket-size 20000 -o "$tmp/plan.json"
+  run() { # out-dir options...
+    local d=$1
+    shift
+    mpi -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --steps 3 --warmup 0 \
+      --max-grad-norm 0.05 --dump-dir "$tmp/$d" "$@" | tee "$tmp/$d.out"
+  }
+  run plain
+  run ovl --overlap --delay-bucket 1 --verify
+  grep -q "verify: OK" "$tmp/ovl.out"
+  n=0
+  for f in "$tmp"/plain/*.npy; do
+    cmp "$f" "$tmp/ovl/$(basename "$f")" || { echo "differs: $(basename "$f")"; exit 1; }
+    n=$((n + 1))
+  done
+  [ "$n" -gt 40 ] || { echo "expected every parameter, compared $n"; exit 1; }
+  ;;
 *)
-  echo "usage: experts.sh verify NAME [fp32|bf16] [PLAN OPTION...] | invalid"; exit 2 ;;
+  echo "usage: experts.sh verify NAME [fp32|bf16] [PLAN OPTION...] | invalid | overlap PLAN OPTION..."; exit 2 ;;
 esac
