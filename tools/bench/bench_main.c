@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct bench_opts {
@@ -30,6 +31,7 @@ typedef struct bench_opts {
     /* --overlap: the bucket-wise step; --delay-bucket, --skip-bucket, --repeat-bucket: one
      * bucket declared last, never (on the last rank), or twice (-1: none) */
     int overlap, delay_bucket, skip_bucket, repeat_bucket;
+    double compute_ms; /* --compute-ms: simulated backward compute per held bucket */
     cz_muon_scaling scaling;
     uint64_t seed;
     cz_exec_config shampoo; /* only its shampoo_* and soap_* fields: --shampoo-*, --soap-* */
@@ -211,7 +213,11 @@ static void usage(FILE *f)
           "                     the next step; the results are the plain step's bit for bit\n"
           "  --delay-bucket B   with --overlap, declare bucket B ready last\n"
           "  --skip-bucket B    (testing) with --overlap, never declare B on the last rank\n"
-          "  --repeat-bucket B  (testing) with --overlap, declare bucket B twice\n",
+          "  --repeat-bucket B  (testing) with --overlap, declare bucket B twice\n"
+          "  --compute-ms X     simulate X ms of backward compute per bucket this rank holds\n"
+          "                     (a sleep, no MPI call): with --overlap before each\n"
+          "                     bucket_ready, without it all before the step; prints the\n"
+          "                     exposed step, the iteration's wall time less that compute\n",
           f);
 }
 
@@ -275,6 +281,7 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
                                           {"delay-bucket", required_argument, 0, 1016},
                                           {"skip-bucket", required_argument, 0, 1017},
                                           {"repeat-bucket", required_argument, 0, 1018},
+                                          {"compute-ms", required_argument, 0, 1019},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
@@ -505,6 +512,9 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
         case 1018:
             o->repeat_bucket = (int)strtol(optarg, &end, 10);
             break;
+        case 1019:
+            o->compute_ms = strtod(optarg, &end);
+            break;
         case 'h':
             return 1;
         default:
@@ -585,12 +595,12 @@ static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
         return;
     snprintf(buf + n, cap - (size_t)n,
              " shampoo=%.9g,%.9g,%.9g,%.9g,%d,%d,%d,%d,%.9g,%.9g soap=%.9g,%.9g,%.9g,%.9g "
-             "overlap=%d,%d,%d,%d",
+             "overlap=%d,%d,%d,%d,%.17g",
              h->shampoo_beta1, h->shampoo_beta2, h->shampoo_eps, h->shampoo_momentum,
              h->shampoo_nesterov, h->shampoo_start_step, h->shampoo_max_dim,
              (int)h->shampoo_grafting, h->shampoo_graft_beta2, h->shampoo_graft_eps, h->soap_beta1,
              h->soap_beta2, h->soap_shampoo_beta, h->soap_eps, o->overlap, o->delay_bucket,
-             o->skip_bucket, o->repeat_bucket);
+             o->skip_bucket, o->repeat_bucket, o->compute_ms);
 }
 
 /* Option errors are agreed across ranks like every later failure, before any other
@@ -1258,6 +1268,23 @@ static int write_json(const bench_opts *o, const cz_plan *plan, const double med
     return rc;
 }
 
+/* ms milliseconds standing for backward compute: a sleep, the host idle as under a GPU's
+ * backward pass, and no MPI call inside, as a backward pass makes none on the executor's
+ * communicators. */
+static double g_slept; /* seconds slept by sleep_ms in this step, measured */
+
+static void sleep_ms(double ms)
+{
+    if (ms <= 0)
+        return;
+    double t0 = MPI_Wtime();
+    struct timespec ts = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    /* What it really took (a sleep overshoots): the exposed step subtracts this. */
+    g_slept += MPI_Wtime() - t0;
+}
+
 /* One step the way a job overlapping it with its passes drives it: each bucket declared ready
  * as a backward pass would finish it (bucket 0, the last layers, first; --delay-bucket's last),
  * the step finished, and each bucket's parameters waited for in the order a forward pass would
@@ -1273,14 +1300,17 @@ static int overlap_step(const bench_opts *o, cz_executor *ex, cz_error *err)
         if (!cz_executor_bucket_held(ex, b) || (int)b == o->delay_bucket ||
             ((int)b == o->skip_bucket && last_rank))
             continue;
+        sleep_ms(o->compute_ms);
         if ((rc = cz_executor_bucket_ready(ex, b, err)) != CZ_OK)
             return rc;
         if ((int)b == o->repeat_bucket && (rc = cz_executor_bucket_ready(ex, b, err)) != CZ_OK)
             return rc;
     }
-    if (o->delay_bucket >= 0 && cz_executor_bucket_held(ex, (size_t)o->delay_bucket) &&
-        (rc = cz_executor_bucket_ready(ex, (size_t)o->delay_bucket, err)) != CZ_OK)
-        return rc;
+    if (o->delay_bucket >= 0 && cz_executor_bucket_held(ex, (size_t)o->delay_bucket)) {
+        sleep_ms(o->compute_ms);
+        if ((rc = cz_executor_bucket_ready(ex, (size_t)o->delay_bucket, err)) != CZ_OK)
+            return rc;
+    }
     if ((rc = cz_executor_step_finish(ex, err)) != CZ_OK)
         return rc;
     for (size_t b = nb; b-- > 0;)
@@ -1309,6 +1339,7 @@ int main(int argc, char **argv)
     bench_gpu gpu = {0};
     double *norms = NULL;
     double *per[5] = {0};
+    double *exposed_s = NULL; /* per timed step: the iteration's wall less --compute-ms */
     MPI_Comm row = MPI_COMM_NULL, erow = MPI_COMM_NULL;
     MPI_Comm own_dp = MPI_COMM_NULL, own_tp = MPI_COMM_NULL, world_comm = MPI_COMM_WORLD;
 
@@ -1454,9 +1485,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "canzona-bench: rank %d: out of memory\n", g_rank);
         goto done;
     }
+    exposed_s = calloc((size_t)o.steps, sizeof(double));
     for (int k = 0; k < 5; k++) {
         per[k] = calloc((size_t)o.steps, sizeof(double));
-        if (!per[k]) {
+        if (!per[k] || !exposed_s) {
             fprintf(stderr, "canzona-bench: rank %d: out of memory\n", g_rank);
             goto done;
         }
@@ -1491,7 +1523,15 @@ int main(int argc, char **argv)
             goto done;
         cz__mpi_watch_phase("canzona-bench, before the step", s + 1);
         bench_barrier(MPI_COMM_WORLD, "canzona-bench's barrier before a step");
+        size_t held = 0;
+        for (size_t b = 0; b < cz_executor_bucket_count(ex); b++)
+            held += (size_t)cz_executor_bucket_held(ex, b);
+        double it0 = MPI_Wtime();
+        g_slept = 0.0;
+        if (!o.overlap)
+            sleep_ms(o.compute_ms * (double)held);
         rc = o.overlap ? overlap_step(&o, ex, &err) : cz_executor_step(ex, &err);
+        double exposed = MPI_Wtime() - it0 - g_slept;
         stop_if_stalled(rc, &err);
         if (rc) {
             fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err.message);
@@ -1502,13 +1542,15 @@ int main(int argc, char **argv)
             continue;
         cz_exec_timings t;
         cz_executor_timings(ex, &t);
-        double v[5] = {t.reduce_scatter, t.elementwise, t.matrix, t.all_gather, t.total}, mx[5];
+        double v[6] = {t.reduce_scatter, t.elementwise, t.matrix, t.all_gather, t.total, exposed},
+               mx[6];
         /* A step lasts as long as its slowest rank. */
         cz__mpi_watch_phase("canzona-bench, timing the step", s + 1);
-        bench_allreduce(v, mx, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD,
+        bench_allreduce(v, mx, 6, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD,
                         "canzona-bench's step timings");
         for (int k = 0; k < 5; k++)
             per[k][s - o.warmup] = mx[k];
+        exposed_s[s - o.warmup] = mx[5];
     }
     rc = cuda ? bench_gpu_copy(hostP, gpu.params, bytes, 0, &err) : CZ_OK;
     if (any_failed(rc, &err, "downloading the parameters"))
@@ -1547,6 +1589,10 @@ int main(int argc, char **argv)
         printf("median seconds per step (slowest rank): reduce-scatter %.6f  elementwise %.6f  "
                "matrix %.6f  all-gather %.6f  total %.6f\n",
                med[0], med[1], med[2], med[3], med[4]);
+        if (o.overlap || o.compute_ms > 0)
+            printf("exposed step (the iteration's wall time less the time slept for --compute-ms "
+                   "%g per bucket; slowest rank): median %.6f s\n",
+                   o.compute_ms, median(exposed_s, o.steps));
         printf("executor allocations in steps 2..%d (most on one rank): %llu\n", total,
                (unsigned long long)max_allocs);
         if (cuda)
@@ -1607,6 +1653,7 @@ done:
     free(norms);
     for (int k = 0; k < 5; k++)
         free(per[k]);
+    free(exposed_s);
     if (row != MPI_COMM_NULL)
         MPI_Comm_free(&row);
     if (erow != MPI_COMM_NULL)
