@@ -141,7 +141,8 @@ static void usage(FILE *f)
            "  --load-state FILE  load the optimizer state (safetensors, saved under any plan of\n"
            "                     the model) before the first step; not with --verify\n"
            "  --save-state FILE  save the optimizer state after the last step\n"
-           "  --json FILE        write the per-phase timings (median over steps) as JSON\n"
+           "  --json FILE        write the per-phase timings and the wall time (medians over\n"
+           "                     steps, and every step's) as JSON\n"
            "  --verify           check that every DP replica holds the same parameters, then\n"
            "                     recompute all steps on rank 0 on whole tensors and compare\n"
            "  --tolerance T      largest allowed max|a-b|/max|b| per parameter (default 1e-5)\n"
@@ -1196,11 +1197,15 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static int write_json(const bench_opts *o, const cz_plan *plan, const double med[5],
-                      double *const per[5], int n, cz_error *err)
+/* The step's phases as the executor's host clock saw them (cz_exec_timings), their sum, and
+ * the step's wall time until its last work on the device is done (see the loop). */
+enum { NPHASES = 6 };
+
+static int write_json(const bench_opts *o, const cz_plan *plan, const double med[NPHASES],
+                      double *const per[NPHASES], int n, cz_error *err)
 {
-    static const char *names[5] = {"reduce_scatter", "elementwise", "matrix", "all_gather",
-                                   "total"};
+    static const char *names[NPHASES] = {"reduce_scatter", "elementwise", "matrix",
+                                         "all_gather",     "total",       "wall"};
     json_t *root = json_object(), *m = json_object(), *steps = json_object();
     json_object_set_new(root, "schema", json_string("canzona.bench/1"));
     json_object_set_new(root, "plan", json_string(o->plan));
@@ -1213,7 +1218,7 @@ static int write_json(const bench_opts *o, const cz_plan *plan, const double med
     json_object_set_new(root, "comm", json_string(o->comm));
     json_object_set_new(root, "steps", json_integer(n));
     json_object_set_new(root, "warmup", json_integer(o->warmup));
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < NPHASES; k++) {
         json_object_set_new(m, names[k], json_real(med[k]));
         json_t *a = json_array();
         for (int s = 0; s < n; s++)
@@ -1247,7 +1252,7 @@ int main(int argc, char **argv)
     uint16_t *Pb = NULL, *Gb = NULL;
     bench_gpu gpu = {0};
     double *norms = NULL;
-    double *per[5] = {0};
+    double *per[NPHASES] = {0};
     MPI_Comm row = MPI_COMM_NULL, erow = MPI_COMM_NULL;
     MPI_Comm own_dp = MPI_COMM_NULL, own_tp = MPI_COMM_NULL, world_comm = MPI_COMM_WORLD;
 
@@ -1393,7 +1398,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "canzona-bench: rank %d: out of memory\n", g_rank);
         goto done;
     }
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < NPHASES; k++) {
         per[k] = calloc((size_t)o.steps, sizeof(double));
         if (!per[k]) {
             fprintf(stderr, "canzona-bench: rank %d: out of memory\n", g_rank);
@@ -1430,7 +1435,13 @@ int main(int argc, char **argv)
             goto done;
         cz__mpi_watch_phase("canzona-bench, before the step", s + 1);
         bench_barrier(MPI_COMM_WORLD, "canzona-bench's barrier before a step");
+        /* The executor's timings are host times: on a GPU its step returns with work still
+         * queued on the device, so the wall time waits for the device before the clock stops. */
+        double w0 = MPI_Wtime();
         rc = cz_executor_step(ex, &err);
+        if (!rc && cuda)
+            rc = bench_gpu_sync(&err);
+        double wall = MPI_Wtime() - w0;
         stop_if_stalled(rc, &err);
         if (rc) {
             fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err.message);
@@ -1441,12 +1452,14 @@ int main(int argc, char **argv)
             continue;
         cz_exec_timings t;
         cz_executor_timings(ex, &t);
-        double v[5] = {t.reduce_scatter, t.elementwise, t.matrix, t.all_gather, t.total}, mx[5];
+        double v[NPHASES] = {t.reduce_scatter, t.elementwise, t.matrix,
+                             t.all_gather,     t.total,       wall},
+               mx[NPHASES];
         /* A step lasts as long as its slowest rank. */
         cz__mpi_watch_phase("canzona-bench, timing the step", s + 1);
-        bench_allreduce(v, mx, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD,
+        bench_allreduce(v, mx, NPHASES, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD,
                         "canzona-bench's step timings");
-        for (int k = 0; k < 5; k++)
+        for (int k = 0; k < NPHASES; k++)
             per[k][s - o.warmup] = mx[k];
     }
     rc = cuda ? bench_gpu_copy(hostP, gpu.params, bytes, 0, &err) : CZ_OK;
@@ -1468,8 +1481,8 @@ int main(int argc, char **argv)
     rc = o.save_state ? cz_executor_save_state(ex, o.save_state, &err) : CZ_OK;
     if (any_failed(rc, &err, "saving the optimizer state"))
         goto done;
-    double med[5];
-    for (int k = 0; k < 5; k++) {
+    double med[NPHASES];
+    for (int k = 0; k < NPHASES; k++) {
         double *tmp = malloc((size_t)o.steps * sizeof(double));
         memcpy(tmp, per[k], (size_t)o.steps * sizeof(double));
         med[k] = median(tmp, o.steps);
@@ -1486,6 +1499,9 @@ int main(int argc, char **argv)
         printf("median seconds per step (slowest rank): reduce-scatter %.6f  elementwise %.6f  "
                "matrix %.6f  all-gather %.6f  total %.6f\n",
                med[0], med[1], med[2], med[3], med[4]);
+        printf("median step wall time (slowest rank; from the call until the device is done): "
+               "%.6f\n",
+               med[5]);
         printf("executor allocations in steps 2..%d (most on one rank): %llu\n", total,
                (unsigned long long)max_allocs);
         if (cuda)
@@ -1544,7 +1560,7 @@ done:
             free(full[i]);
     free(full);
     free(norms);
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < NPHASES; k++)
         free(per[k]);
     if (row != MPI_COMM_NULL)
         MPI_Comm_free(&row);
