@@ -486,7 +486,9 @@ int cz_executor_set_max_grad_norm(cz_executor *ex, float max_grad_norm, cz_error
 int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err);
 int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err);
 
-/* Copies the timings of the last step into *out. */
+/* Copies the timings of the last step into *out: host times. On a GPU backend the step returns
+ * with work still queued on the device; a job that wants the device's time synchronizes
+ * (cudaStreamSynchronize on its stream) and times that itself. */
 void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out);
 
 /* This process's DP and TP rank within its stage, and its pipeline stage (after create; -1 for

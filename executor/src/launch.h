@@ -24,4 +24,25 @@ static inline int cz_launch_blocks(int64_t n, int threads, int max_blocks)
     return b > max_blocks ? max_blocks : (int)b;
 }
 
+/* The grid's y limit, and the most blocks a launch over a run list gets in all. */
+#define CZ_CUDA_MAX_GRID_Y 65535
+#define CZ_CUDA_MAX_RUN_BLOCKS 65536
+
+/* The grid of a kernel over a list of nruns copy runs, the longest max_len elements
+ * (copy_runs, apply_runs): y walks the runs, x the elements of a run. One block per run left
+ * a run as long as a whole matrix (every run at TP 1) to a single multiprocessor: measured on
+ * an H200, 1.39 s of a 1.44 s Qwen3-0.6B step (docs/PERF.md section 7). x covers the longest
+ * run, capped so that x * y stays within CZ_CUDA_MAX_RUN_BLOCKS; both loops are grid-stride. */
+static inline void cz_launch_runs_grid(int64_t nruns, int64_t max_len, int threads, int *gx,
+                                       int *gy)
+{
+    int64_t y = nruns < 1 ? 1 : nruns > CZ_CUDA_MAX_GRID_Y ? CZ_CUDA_MAX_GRID_Y : nruns;
+    int64_t cap = CZ_CUDA_MAX_RUN_BLOCKS / y;
+    int64_t x = max_len <= 0 ? 1 : (max_len + threads - 1) / threads;
+    if (cap < 1)
+        cap = 1;
+    *gx = (int)(x > cap ? cap : x);
+    *gy = (int)y;
+}
+
 #endif /* CZ_LAUNCH_H */

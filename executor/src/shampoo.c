@@ -15,6 +15,7 @@
 #include "optimizer.h"
 #include "shampoo.h"
 #include "shard.h"
+#include "whole_groups.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -349,21 +350,6 @@ int cz__shampoo_run(cz_compute *c, const cz_shampoo_hparams *h, cz_shampoo_state
 }
 
 /* ---- the optimizer table ---- */
-/* A matrix this rank computes in a micro-group: its state, gradient and update. */
-typedef struct sh_part {
-    cz_shampoo_state *state;
-    const float *in;
-    float *out;
-} sh_part;
-
-/* Shampoo's layout of one micro-group (what its cz_opt_group points to). */
-typedef struct sh_group sh_group;
-struct sh_group {
-    sh_group *next;
-    sh_part *parts;
-    int nparts;
-};
-
 /* With momentum: the weight-decay part of the momentum of one matrix shard this rank updates
  * (cz__shampoo_decay_momentum), numel floats at off in the flat buffers. */
 typedef struct sh_decay {
@@ -374,7 +360,7 @@ typedef struct sh_decay {
 typedef struct sh_impl {
     cz_shampoo_hparams h;
     cz_shampoo_state **state; /* indexed by param id, where this rank holds the matrix */
-    sh_group *groups, *last;
+    cz_whole_groups groups;
     sh_decay *decay; /* in parameter order */
     int ndecay;
     float **decay_of; /* indexed by param id: its decay part's buffer, or NULL */
@@ -418,11 +404,7 @@ static void sh_destroy(cz_optim *o)
     for (int i = 0; s->decay && i < s->ndecay; i++)
         if (s->decay[i].buf)
             c->ops->release(c, s->decay[i].buf);
-    for (sh_group *g = s->groups, *next; g; g = next) {
-        next = g->next;
-        cz__exec_free(g->parts);
-        cz__exec_free(g);
-    }
+    cz__whole_groups_free(&s->groups);
     if (s->work)
         c->ops->release(c, s->work);
     if (s->stats)
@@ -463,34 +445,20 @@ static int sh_shard_add(cz_optim *o, const cz_opt_shard *sh, cz_error *err)
     return CZ_OK;
 }
 
+static int sh_part_state(cz_optim *o, const cz_plan_param *p, void **state, cz_error *err)
+{
+    sh_impl *s = impl_of(o);
+    CZ_ASSERT(!s->state[p->id], err); /* each matrix is in one group, once */
+    int rc = cz__shampoo_state_create(o->compute, &s->h, p, &s->state[p->id], &s->work_n, err);
+    *state = s->state[p->id];
+    return rc;
+}
+
 static int sh_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz_coop_planes *cp,
                         cz_opt_group **out, cz_error *err)
 {
-    sh_impl *s = impl_of(o);
-    int rc;
     (void)cp;
-    sh_group *g = cz__exec_calloc(1, sizeof *g);
-    if (!g)
-        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
-    *(s->last ? &s->last->next : &s->groups) = g;
-    s->last = g;
-    *out = (cz_opt_group *)g;
-    g->parts = cz__exec_calloc((size_t)n + 1, sizeof *g->parts);
-    if (!g->parts)
-        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
-    for (int i = 0; i < n; i++) {
-        const cz_opt_part *x = &parts[i];
-        int id = x->p->id;
-        /* Shampoo plans have whole-matrix tasks only (the structural check), each once. */
-        CZ_ASSERT(x->x.width == 1 && x->x.part.rows == x->p->def.shape[0] &&
-                      x->x.part.cols == x->p->def.shape[1] && !s->state[id],
-                  err);
-        if ((rc = cz__shampoo_state_create(o->compute, &s->h, x->p, &s->state[id], &s->work_n,
-                                           err)) != CZ_OK)
-            return rc;
-        g->parts[g->nparts++] = (sh_part){s->state[id], x->in, x->out};
-    }
-    return CZ_OK;
+    return cz__whole_group_add(&impl_of(o)->groups, o, parts, n, sh_part_state, out, err);
 }
 
 static int sh_work_create(cz_optim *o, cz_error *err)
@@ -522,9 +490,9 @@ static int sh_step_group(cz_optim *o, cz_opt_group *og, int64_t t, const cz_opt_
                          cz_error *err)
 {
     sh_impl *s = impl_of(o);
-    const sh_group *g = (const sh_group *)og;
+    const cz_whole_group *g = (const cz_whole_group *)og;
     for (int k = 0; k < g->nparts; k++) {
-        const sh_part *x = &g->parts[k];
+        const cz_whole_part *x = &g->parts[k];
         int rc =
             cz__shampoo_run(o->compute, &s->h, x->state, x->in, x->out, t, s->work, s->stats, err);
         pr->fn(pr->ctx);

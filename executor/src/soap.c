@@ -16,6 +16,7 @@
 #include "optimizer.h"
 #include "shard.h"
 #include "soap.h"
+#include "whole_groups.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -308,25 +309,10 @@ int cz__soap_run(cz_compute *c, const cz_soap_hparams *h, cz_soap_state *s, cons
 }
 
 /* ---- the optimizer table ---- */
-/* A matrix this rank computes in a micro-group: its state, gradient and update. */
-typedef struct soap_part {
-    cz_soap_state *state;
-    const float *in;
-    float *out;
-} soap_part;
-
-/* SOAP's layout of one micro-group (what its cz_opt_group points to). */
-typedef struct soap_group soap_group;
-struct soap_group {
-    soap_group *next;
-    soap_part *parts;
-    int nparts;
-};
-
 typedef struct soap_impl {
     cz_soap_hparams h;
     cz_soap_state **state; /* indexed by param id, where this rank holds the matrix */
-    soap_group *groups, *last;
+    cz_whole_groups groups;
     int64_t work_n; /* floats of work the largest block needs */
     float *work;
 } soap_impl;
@@ -360,11 +346,7 @@ static void soap_destroy(cz_optim *o)
         return;
     for (size_t i = 0; s->state && i < o->plan->nparams; i++)
         cz__soap_state_free(o->compute, s->state[i]);
-    for (soap_group *g = s->groups, *next; g; g = next) {
-        next = g->next;
-        cz__exec_free(g->parts);
-        cz__exec_free(g);
-    }
+    cz__whole_groups_free(&s->groups);
     if (s->work)
         o->compute->ops->release(o->compute, s->work);
     cz__exec_free(s->state);
@@ -381,34 +363,20 @@ static void soap_set_weight_decay(cz_optim *o, float wd)
     impl_of(o)->h.weight_decay = wd;
 }
 
+static int soap_part_state(cz_optim *o, const cz_plan_param *p, void **state, cz_error *err)
+{
+    soap_impl *s = impl_of(o);
+    CZ_ASSERT(!s->state[p->id], err); /* each matrix is in one group, once */
+    int rc = cz__soap_state_create(o->compute, &s->h, p, &s->state[p->id], &s->work_n, err);
+    *state = s->state[p->id];
+    return rc;
+}
+
 static int soap_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz_coop_planes *cp,
                           cz_opt_group **out, cz_error *err)
 {
-    soap_impl *s = impl_of(o);
-    int rc;
     (void)cp;
-    soap_group *g = cz__exec_calloc(1, sizeof *g);
-    if (!g)
-        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
-    *(s->last ? &s->last->next : &s->groups) = g;
-    s->last = g;
-    *out = (cz_opt_group *)g;
-    g->parts = cz__exec_calloc((size_t)n + 1, sizeof *g->parts);
-    if (!g->parts)
-        return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
-    for (int i = 0; i < n; i++) {
-        const cz_opt_part *x = &parts[i];
-        int id = x->p->id;
-        /* SOAP plans have whole-matrix tasks only (the structural check), each once. */
-        CZ_ASSERT(x->x.width == 1 && x->x.part.rows == x->p->def.shape[0] &&
-                      x->x.part.cols == x->p->def.shape[1] && !s->state[id],
-                  err);
-        if ((rc = cz__soap_state_create(o->compute, &s->h, x->p, &s->state[id], &s->work_n, err)) !=
-            CZ_OK)
-            return rc;
-        g->parts[g->nparts++] = (soap_part){s->state[id], x->in, x->out};
-    }
-    return CZ_OK;
+    return cz__whole_group_add(&impl_of(o)->groups, o, parts, n, soap_part_state, out, err);
 }
 
 static int soap_work_create(cz_optim *o, cz_error *err)
@@ -425,9 +393,9 @@ static int soap_step_group(cz_optim *o, cz_opt_group *og, int64_t t, const cz_op
                            cz_error *err)
 {
     soap_impl *s = impl_of(o);
-    const soap_group *g = (const soap_group *)og;
+    const cz_whole_group *g = (const cz_whole_group *)og;
     for (int k = 0; k < g->nparts; k++) {
-        const soap_part *x = &g->parts[k];
+        const cz_whole_part *x = &g->parts[k];
         int rc = cz__soap_run(o->compute, &s->h, x->state, x->in, x->out, t, s->work, err);
         pr->fn(pr->ctx);
         if (rc)

@@ -29,6 +29,32 @@ START_TEST(launch_blocks)
 }
 END_TEST
 
+START_TEST(launch_runs_grid)
+{
+    int x, y;
+    /* One run as long as a whole matrix (TP 1): spread over blocks, not one block. */
+    cz_launch_runs_grid(1, 4096 * 4096, 256, &x, &y);
+    ck_assert_int_eq(y, 1);
+    ck_assert_int_eq(x, 65536);
+    cz_launch_runs_grid(3, (int64_t)151936 * 1024, 256, &x, &y);
+    ck_assert_int_eq(y, 3);
+    ck_assert_int_eq(x, 65536 / 3);
+    /* Many short runs (row shards): a block or a few per run. */
+    cz_launch_runs_grid(10000, 1000, 256, &x, &y);
+    ck_assert_int_eq(y, 10000);
+    ck_assert_int_eq(x, 4);
+    cz_launch_runs_grid(10000, 100000, 256, &x, &y);
+    ck_assert_int_eq(x, 6); /* capped: 6 x 10000 <= 65536 */
+    /* More runs than the grid's y: y capped, x at least 1; the kernels' loops cover the rest. */
+    cz_launch_runs_grid(1000000, 1, 256, &x, &y);
+    ck_assert_int_eq(y, 65535);
+    ck_assert_int_eq(x, 1);
+    cz_launch_runs_grid(0, 0, 256, &x, &y);
+    ck_assert_int_eq(y, 1);
+    ck_assert_int_eq(x, 1);
+}
+END_TEST
+
 START_TEST(per_element)
 {
     /* Momentum: buf = 0.9 * 2 + 1 = 2.8; Nesterov input g + mu * buf = 1 + 2.52 = 3.52. */
@@ -157,6 +183,7 @@ int main(void)
     Suite *s = suite_create("gpu_host");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, launch_blocks);
+    tcase_add_test(tc, launch_runs_grid);
     tcase_add_test(tc, per_element);
     tcase_add_test(tc, backend_selection);
     tcase_add_test(tc, ns_workload);

@@ -38,6 +38,11 @@ int bench_gpu_copy(void *dst, const void *src, size_t bytes, int to_device, cz_e
     return gpu->copy(dst, src, bytes, err);
 }
 
+int bench_gpu_sync(cz_error *err)
+{
+    return gpu->synchronize(err);
+}
+
 void bench_gpu_free(bench_gpu *g)
 {
     if (gpu) {

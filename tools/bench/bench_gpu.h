@@ -20,6 +20,8 @@ int bench_gpu_select(cz_error *err);
 int bench_gpu_alloc(bench_gpu *g, size_t bytes, cz_error *err);
 /* Host -> device (to_device) or device -> host of one of g's buffers. */
 int bench_gpu_copy(void *dst, const void *src, size_t bytes, int to_device, cz_error *err);
+/* Waits until the device has done everything queued on it (a step's tail included). */
+int bench_gpu_sync(cz_error *err);
 void bench_gpu_free(bench_gpu *g);
 /* Device allocations the GPU backends have made so far (0 before bench_gpu_select). */
 uint64_t bench_gpu_alloc_count(void);

@@ -189,6 +189,9 @@ static cz_runs *cuda_runs_create(cz_compute *c, const cz_copy_run *runs, size_t 
     if (!r)
         return NULL;
     r->n = (int64_t)n;
+    for (size_t i = 0; i < n; i++)
+        if (runs[i].len > r->max_len)
+            r->max_len = runs[i].len;
     size_t bytes = (n ? n : 1) * sizeof *runs;
     int rc;
     /* On the backend's stream: a non-blocking stream does not wait for cudaMemcpy's (legacy)
@@ -218,7 +221,7 @@ static void cuda_runs_free(cz_compute *c, cz_runs *r)
 
 static void cuda_copy_runs(cz_compute *c, float *dst, const float *src, const cz_runs *r)
 {
-    cz__cuda_note_launch(c, cz__k_copy_runs(impl_of(c)->stream, dst, src, r->dev, r->n),
+    cz__cuda_note_launch(c, cz__k_copy_runs(impl_of(c)->stream, dst, src, r->dev, r->n, r->max_len),
                          "copy_runs");
 }
 
@@ -301,8 +304,9 @@ static void cuda_block_load_sq(cz_compute *c, float *dst, const float *src, int6
 static void cuda_apply_runs(cz_compute *c, float *p, const float *u, const cz_runs *r, float lr,
                             float wd)
 {
-    cz__cuda_note_launch(c, cz__k_apply_runs(impl_of(c)->stream, p, u, r->dev, r->n, lr, wd),
-                         "apply_runs");
+    cz__cuda_note_launch(
+        c, cz__k_apply_runs(impl_of(c)->stream, p, u, r->dev, r->n, r->max_len, lr, wd),
+        "apply_runs");
 }
 
 /* Cooperative Newton-Schulz in row panels (compute.h's version-5 ops, ns_coop.h).

@@ -19,6 +19,7 @@ struct cz_event {
 struct cz_runs {
     int64_t *dev; /* (dst, src, len) triples */
     int64_t n;
+    int64_t max_len; /* the longest run: the kernels' grid */
 };
 
 typedef struct cuda_impl {

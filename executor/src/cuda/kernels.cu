@@ -16,11 +16,13 @@ namespace
 {
 
 // One block per run; the block's threads stride through the run.
+// Kernels over run lists: grid y walks the runs, grid x a run's elements
+// (cz_launch_runs_grid).
 __global__ void copy_runs_kernel(float *dst, const float *src, const int64_t *runs, int64_t nruns)
 {
-    for (int64_t r = blockIdx.x; r < nruns; r += gridDim.x) {
+    for (int64_t r = blockIdx.y; r < nruns; r += gridDim.y) {
         int64_t d = runs[3 * r], s = runs[3 * r + 1], len = runs[3 * r + 2];
-        for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+        for (int64_t j = first_index(); j < len; j += grid_stride())
             dst[d + j] = src[s + j];
     }
 }
@@ -110,9 +112,9 @@ __global__ void apply_update_kernel(float *p, const float *u, int64_t n, float k
 __global__ void apply_runs_kernel(float *p, const float *u, const int64_t *runs, int64_t nruns,
                                   float keep, float lr)
 {
-    for (int64_t r = blockIdx.x; r < nruns; r += gridDim.x) {
+    for (int64_t r = blockIdx.y; r < nruns; r += gridDim.y) {
         int64_t d = runs[3 * r], s = runs[3 * r + 1], len = runs[3 * r + 2];
-        for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+        for (int64_t j = first_index(); j < len; j += grid_stride())
             p[d + j] = cz_ew_update(p[d + j], u[s + j], keep, lr);
     }
 }
@@ -155,7 +157,7 @@ __device__ __forceinline__ int64_t packed_before(int64_t a, int64_t i)
 }
 
 /* Panel kernels loop over the batch in grid.y, so that any batch fits the grid's y limit. */
-constexpr int max_grid_y = 65535;
+constexpr int max_grid_y = CZ_CUDA_MAX_GRID_Y;
 
 /* One thread per element of the panel's h x w rectangle of full (rows r0 .. r1-1, columns
  * r0 .. a-1): the (i, j) with j >= i go to their packed place, the few left of the diagonal
@@ -227,6 +229,13 @@ int panel_rows_bad(int64_t a, int64_t r0, int64_t r1)
     return r0 < 0 || r1 < r0 || r1 > a;
 }
 
+dim3 runs_grid(int64_t nruns, int64_t max_len)
+{
+    int x, y;
+    cz_launch_runs_grid(nruns, max_len, CZ_CUDA_THREADS, &x, &y);
+    return dim3((unsigned)x, (unsigned)y, 1);
+}
+
 dim3 panel_grid(int64_t len, int batch)
 {
     return dim3((unsigned)blocks(len), (unsigned)(batch < max_grid_y ? batch : max_grid_y), 1);
@@ -236,12 +245,13 @@ dim3 panel_grid(int64_t len, int batch)
 
 extern "C" {
 
-int cz__k_copy_runs(void *stream, float *dst, const float *src, const int64_t *runs, int64_t nruns)
+int cz__k_copy_runs(void *stream, float *dst, const float *src, const int64_t *runs, int64_t nruns,
+                    int64_t max_len)
 {
     if (nruns <= 0)
         return 0;
-    int grid = nruns > CZ_CUDA_MAX_BLOCKS ? CZ_CUDA_MAX_BLOCKS : (int)nruns;
-    copy_runs_kernel<<<grid, CZ_CUDA_THREADS, 0, as_stream(stream)>>>(dst, src, runs, nruns);
+    copy_runs_kernel<<<runs_grid(nruns, max_len), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
+        dst, src, runs, nruns);
     return launched();
 }
 
@@ -326,13 +336,12 @@ int cz__k_apply_update(void *stream, float *p, const float *u, int64_t n, float 
 }
 
 int cz__k_apply_runs(void *stream, float *p, const float *u, const int64_t *runs, int64_t nruns,
-                     float lr, float wd)
+                     int64_t max_len, float lr, float wd)
 {
     if (nruns <= 0)
         return 0;
-    int grid = nruns > CZ_CUDA_MAX_BLOCKS ? CZ_CUDA_MAX_BLOCKS : (int)nruns;
-    apply_runs_kernel<<<grid, CZ_CUDA_THREADS, 0, as_stream(stream)>>>(p, u, runs, nruns,
-                                                                       cz__ew_keep(lr, wd), lr);
+    apply_runs_kernel<<<runs_grid(nruns, max_len), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
+        p, u, runs, nruns, cz__ew_keep(lr, wd), lr);
     return launched();
 }
 

@@ -14,8 +14,10 @@
 extern "C" {
 #endif
 
-/* runs: nruns (dst, src, len) triples in device memory (cz_copy_run's layout). */
-int cz__k_copy_runs(void *stream, float *dst, const float *src, const int64_t *runs, int64_t nruns);
+/* runs: nruns (dst, src, len) triples in device memory (cz_copy_run's layout), the longest
+ * max_len elements (the launch's grid, cz_launch_runs_grid). */
+int cz__k_copy_runs(void *stream, float *dst, const float *src, const int64_t *runs, int64_t nruns,
+                    int64_t max_len);
 int cz__k_f32_to_bf16(void *stream, uint16_t *dst, const float *src, int64_t n);
 int cz__k_bf16_to_f32(void *stream, float *dst, const uint16_t *src, int64_t n);
 int cz__k_scale(void *stream, float *dst, const float *src, int64_t n, float alpha);
@@ -32,7 +34,7 @@ int cz__k_block_store(void *stream, float *dst, int64_t ld, const float *src, in
 int cz__k_apply_update(void *stream, float *p, const float *u, int64_t n, float lr, float wd);
 /* apply_update over nruns (dst in p, src in u, len) triples in device memory. */
 int cz__k_apply_runs(void *stream, float *p, const float *u, const int64_t *runs, int64_t nruns,
-                     float lr, float wd);
+                     int64_t max_len, float lr, float wd);
 /* block_load with the sum of squares given (*sq, device memory): no reduction of its own. */
 int cz__k_block_load_sq(void *stream, float *dst, const float *src, int64_t ld, int64_t rows,
                         int64_t cols, int transpose, float eps, const double *sq);
