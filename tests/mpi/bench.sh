@@ -259,8 +259,12 @@ options)
   expect_all "the ranks were given different options.*backend=cuda comm=nccl" \
     "the ranks were given different options.*backend=cpu comm=mpi"
   mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 1 --soap-eps 1e-6
-  expect_all "the ranks were given different options.*soap=[^ ]*,9.99999[0-9]*e-07)" \
-    "the ranks were given different options.*soap=[^ ]*,[0-9.e+-]*)"
+  expect_all "the ranks were given different options.*soap=[^ ]*,9.99999[0-9]*e-07[ )]" \
+    "the ranks were given different options.*soap=[^ ]*,[0-9.e+-]*[ )]"
+  # So is the bucket-wise step: a rank declaring buckets among ranks stepping whole would wait.
+  mpi_fails -np 3 "${run[@]}" --steps 1 : -np 1 "${run[@]}" --steps 1 --overlap
+  expect_all "the ranks were given different options.*overlap=1" \
+    "the ranks were given different options.*overlap=0"
   # Paths only rank 0 uses must agree too: a rank given another one was silently ignored.
   mpi_fails -np 3 "${run[@]}" --steps 1 --save-state "$tmp/s0" : -np 1 "${run[@]}" --steps 1 \
     --save-state "$tmp/s3"
