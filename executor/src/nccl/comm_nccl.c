@@ -356,11 +356,13 @@ static int nccl_all_gather(cz_plane *p, void *buf, const size_t *counts, cz_dtyp
 /* The bucket-wise step's forms: the same calls, stream-ordered and so already asynchronous; the
  * compute stream waits for req's event in wait(), not at once. The padded forms' scratch is
  * shared, but every collective of the plane runs on its one stream, one after another. */
-static int nccl_ireduce_scatter(cz_plane *p, const void *send, void *recv, const size_t *counts,
-                                cz_dtype t, cz_event *after, cz_comm_req *req, cz_error *err)
+/* Posts an uneven collective (post_uneven) and records req's event after it. */
+static int post_uneven_req(cz_plane *p, int gather, const void *send, void *recv,
+                           const size_t *counts, cz_dtype t, cz_event *after, cz_comm_req *req,
+                           cz_error *err)
 {
-    int rc = post_uneven(p, 0, send, recv, counts, t, after, err);
-    if (rc != CZ_OK)
+    int rc;
+    if ((rc = post_uneven(p, gather, send, recv, counts, t, after, err)) != CZ_OK)
         goto done;
     rc = CZ_CU(err, cudaEventRecord(req->ev, impl_of(p)->stream));
 done:
@@ -368,16 +370,16 @@ done:
     return rc;
 }
 
+static int nccl_ireduce_scatter(cz_plane *p, const void *send, void *recv, const size_t *counts,
+                                cz_dtype t, cz_event *after, cz_comm_req *req, cz_error *err)
+{
+    return post_uneven_req(p, 0, send, recv, counts, t, after, req, err);
+}
+
 static int nccl_iall_gatherv(cz_plane *p, void *buf, const size_t *counts, cz_dtype t,
                              cz_event *after, cz_comm_req *req, cz_error *err)
 {
-    int rc = post_uneven(p, 1, buf, NULL, counts, t, after, err);
-    if (rc != CZ_OK)
-        goto done;
-    rc = CZ_CU(err, cudaEventRecord(req->ev, impl_of(p)->stream));
-done:
-    req->active = rc == CZ_OK;
-    return rc;
+    return post_uneven_req(p, 1, buf, NULL, counts, t, after, req, err);
 }
 
 static int nccl_iall_gather(cz_plane *p, const void *send, size_t count, void *recv, cz_dtype t,
