@@ -1,0 +1,404 @@
+/* The bucket-wise step (docs/EXECUTOR.md, "The bucket-wise step"): cz_executor_bucket_ready
+ * stages one bucket and posts its reduce-scatter; step_finish waits for them all, runs the
+ * plain step's update sequence (cz__step_update_all), and posts the all-gathers, which
+ * bucket_wait completes one by one. The same collectives and ops on the same data as the plain
+ * step (each reduce-scatter into a range of its own instead of the shared scratch), hence the
+ * same bits. With early updates on, bucket_ready also runs each micro-group whose buckets are
+ * all posted (docs/EXECUTOR.md, "Early updates"). */
+#include "alloc.h"
+#include "canzona_exec.h"
+#include "clock.h"
+#include "comm.h"
+#include "compute.h"
+#include "cz_format.h"
+#include "executor_impl.h"
+#include "step_impl.h"
+
+enum { CZ_OVL_IDLE = 0, CZ_OVL_DECLARED = 1, CZ_OVL_REDUCING = 2, CZ_OVL_GATHERING = 3 };
+
+static int ovl_nomem(cz_error *err)
+{
+    return cz__error_set(err, CZ_ENOMEM, "bucket-wise step: out of memory for its tables");
+}
+
+/* The tables, requests and reduce-scatter ranges of the bucket-wise step, at its first use only
+ * (a job that never calls it pays nothing): a later step allocates nothing. */
+static int ovl_setup(cz_executor *ex, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    size_t nb = plan->nbuckets, np = plan->nparams;
+    int *cur = NULL;
+    int rc = CZ_OK;
+    if (ex->ovl_ready)
+        return CZ_OK;
+    ex->ovl_state = cz__exec_calloc(nb + 1, sizeof *ex->ovl_state);
+    ex->ovl_rs = cz__exec_calloc(nb + 1, sizeof *ex->ovl_rs);
+    ex->ovl_ag = cz__exec_calloc(nb + 1, sizeof *ex->ovl_ag);
+    ex->ovl_recv_off = cz__exec_calloc(nb + 1, sizeof *ex->ovl_recv_off);
+    ex->ovl_pstart = cz__exec_calloc(nb + 1, sizeof *ex->ovl_pstart);
+    ex->ovl_pidx = cz__exec_calloc(np + 1, sizeof *ex->ovl_pidx);
+    cur = cz__exec_calloc(nb + 1, sizeof *cur);
+    if (!ex->ovl_state || !ex->ovl_rs || !ex->ovl_ag || !ex->ovl_recv_off || !ex->ovl_pstart ||
+        !ex->ovl_pidx || !cur) {
+        rc = ovl_nomem(err);
+        goto done;
+    }
+    int64_t total = 0;
+    for (size_t b = 0; b < nb; b++) {
+        const cz_plan_bucket *bk = &plan->buckets[b];
+        if (!cz__exec_holds_bucket(ex, bk))
+            continue;
+        cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
+        ex->ovl_recv_off[b] = total;
+        total += bk->ranges[2 * bp.me + 1] - bk->ranges[2 * bp.me];
+        ex->ovl_rs[b] = bp.plane->ops->req_create(bp.plane);
+        ex->ovl_ag[b] = bp.plane->ops->req_create(bp.plane);
+        if (!ex->ovl_rs[b] || !ex->ovl_ag[b]) {
+            rc = ovl_nomem(err);
+            goto done;
+        }
+    }
+    ex->ovl_recv =
+        ex->compute.ops->alloc(&ex->compute, (size_t)(total > 0 ? total : 1) * sizeof(float));
+    if (!ex->ovl_recv) {
+        rc = cz__error_set(err, CZ_ENOMEM,
+                           "bucket-wise step: out of memory for its %lld-element reduce-scatter "
+                           "ranges",
+                           (long long)total);
+        goto done;
+    }
+    /* The held parameters bucket by bucket, ids ascending within one (a counting sort). */
+    for (size_t i = 0; i < np; i++)
+        if (cz__exec_holds(ex, &plan->params[i]))
+            ex->ovl_pstart[plan->params[i].bucket + 1]++;
+    for (size_t b = 0; b < nb; b++) {
+        ex->ovl_pstart[b + 1] += ex->ovl_pstart[b];
+        cur[b] = ex->ovl_pstart[b];
+    }
+    for (size_t i = 0; i < np; i++)
+        if (cz__exec_holds(ex, &plan->params[i]))
+            ex->ovl_pidx[cur[plan->params[i].bucket]++] = (int)i;
+    ex->ovl_ready = true;
+done:
+    /* A failed setup is retried by the next call: cz_executor_free releases what it left. */
+    cz__exec_free(cur);
+    return rc;
+}
+
+/* Completes bucket b's all-gather and, staged, writes its parameters back to the job's. */
+static int ovl_gather_done(cz_executor *ex, size_t b, cz_error *err)
+{
+    cz_bucket_plane bp = cz__step_bucket_plane(ex, &ex->plan->buckets[b]);
+    int rc = bp.plane->ops->wait(bp.plane, ex->ovl_ag[b], err);
+    ex->ovl_state[b] = CZ_OVL_IDLE;
+    if (rc == CZ_OK && ex->staged)
+        for (int k = ex->ovl_pstart[b]; k < ex->ovl_pstart[b + 1]; k++)
+            cz__step_stage_out_param(ex, (size_t)ex->ovl_pidx[k]);
+    ex->ovl_gathering = false;
+    for (size_t k = 0; k < ex->plan->nbuckets; k++)
+        if (ex->ovl_state[k] == CZ_OVL_GATHERING)
+            ex->ovl_gathering = true;
+    return rc;
+}
+
+/* Completes every all-gather still outstanding (the next step's first call, save and load). */
+static int ovl_settle(cz_executor *ex, const char *what, cz_error *err)
+{
+    if (ex->ovl_active)
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: a bucket-wise step is in progress (buckets were declared ready): "
+                             "finish it with cz_executor_step_finish first",
+                             what);
+    if (!ex->ovl_gathering)
+        return CZ_OK;
+    int rc = CZ_OK;
+    ex->compute.ops->step_begin(&ex->compute);
+    /* In the order they were posted (forward order); after a failure the others still complete,
+     * the first failure reported. */
+    for (size_t b = ex->plan->nbuckets; b-- > 0;) {
+        cz_error tmp;
+        if (ex->ovl_state[b] != CZ_OVL_GATHERING)
+            continue;
+        int brc = ovl_gather_done(ex, b, rc != CZ_OK ? &tmp : err);
+        rc = rc != CZ_OK ? rc : brc;
+    }
+    ex->compute.ops->step_end(&ex->compute);
+    return rc;
+}
+
+int cz__exec_overlap_settle(cz_executor *ex, const char *what, cz_error *err)
+{
+    return ovl_settle(ex, what, err);
+}
+
+/* Posts, in bucket order, every declared bucket whose predecessors are all posted (every one
+ * with `all`, the missing ones too): the order is the plan's on every rank, whatever order the
+ * job declares them in, as MPI and NCCL match collectives by their order on a communicator. */
+static int ovl_post(cz_executor *ex, bool all, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    float *G = ex->staged ? ex->stage_grads : ex->flat_grads;
+    int most = ex->dp > ex->edp ? ex->dp : ex->edp;
+    size_t counts[most];
+    bool recorded = false;
+    for (; ex->ovl_next < plan->nbuckets; ex->ovl_next++) {
+        size_t b = ex->ovl_next;
+        const cz_plan_bucket *bk = &plan->buckets[b];
+        if (!cz__exec_holds_bucket(ex, bk))
+            continue;
+        if (ex->ovl_state[b] != CZ_OVL_DECLARED && !all)
+            break;
+        /* The reduce-scatter reads the gradients once their staging is done. */
+        if (!recorded)
+            ex->compute.ops->event_record(&ex->compute, ex->ev_grads);
+        recorded = true;
+        cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
+        cz__step_bucket_counts(bk, &bp, counts);
+        int rc = bp.plane->ops->ireduce_scatter(bp.plane, G + bp.base + bk->ranges[0],
+                                                ex->ovl_recv + ex->ovl_recv_off[b], counts,
+                                                CZ_DTYPE_FP32, ex->ev_grads, ex->ovl_rs[b], err);
+        if (rc)
+            return rc;
+        ex->ovl_state[b] = CZ_OVL_REDUCING;
+    }
+    /* MPI progresses a collective only inside MPI calls: the ones in flight get a turn. */
+    for (size_t b = 0; b < ex->ovl_next; b++)
+        if (ex->ovl_state[b] == CZ_OVL_REDUCING) {
+            cz_bucket_plane bp = cz__step_bucket_plane(ex, &plan->buckets[b]);
+            bp.plane->ops->progress(bp.plane, ex->ovl_rs[b]);
+        }
+    return CZ_OK;
+}
+
+/* Waits for every reduce-scatter posted, in posting order; with `scale`, each bucket's range is
+ * then averaged into the gradients as reduce_scatter does. All are waited for even after a
+ * failure (the first reported), so that nothing stays in flight. */
+static int ovl_wait_reduced(cz_executor *ex, bool scale, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    float *G = ex->staged ? ex->stage_grads : ex->flat_grads;
+    float inv = 1.0f / (float)ex->dp; /* reduce_scatter's factor, for the same bits */
+    int rc = CZ_OK;
+    for (size_t b = 0; b < plan->nbuckets; b++) {
+        const cz_plan_bucket *bk = &plan->buckets[b];
+        cz_error tmp;
+        if (ex->ovl_state[b] != CZ_OVL_REDUCING)
+            continue;
+        cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
+        int brc = bp.plane->ops->wait(bp.plane, ex->ovl_rs[b], rc != CZ_OK ? &tmp : err);
+        ex->ovl_state[b] = CZ_OVL_IDLE;
+        rc = rc != CZ_OK ? rc : brc;
+        if (rc != CZ_OK || !scale)
+            continue;
+        int64_t lo = bk->ranges[2 * bp.me], n = bk->ranges[2 * bp.me + 1] - lo;
+        ex->compute.ops->scale(&ex->compute, G + bp.base + lo, ex->ovl_recv + ex->ovl_recv_off[b],
+                               n, inv);
+    }
+    return rc;
+}
+
+/* The first call of a bucket-wise step: what is left of the last one completed, the binding
+ * checked (agreed across ranks at the first step, as cz_executor_step does), the tables set up. */
+static int ovl_begin(cz_executor *ex, const char *what, cz_error *err)
+{
+    int rc;
+    if ((rc = ovl_settle(ex, what, err)) != CZ_OK || (rc = cz__step_check_bound(ex, err)) != CZ_OK ||
+        (rc = ovl_setup(ex, err)) != CZ_OK)
+        return rc;
+    for (size_t b = 0; b < ex->plan->nbuckets; b++)
+        ex->ovl_state[b] = CZ_OVL_IDLE;
+    ex->ovl_next = 0;
+    ex->ovl_active = true;
+    ex->ovl_t0 = cz__exec_now();
+    return CZ_OK;
+}
+
+/* A bucket index the job handed in: one of the plan's, in this rank's buffer. */
+static int ovl_check_bucket(const cz_executor *ex, const char *what, size_t b, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    if (b >= plan->nbuckets)
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: bucket %zu does not exist (the plan has %zu buckets; "
+                             "cz_executor_bucket_count)",
+                             what, b, plan->nbuckets);
+    if (!cz__exec_holds_bucket(ex, &plan->buckets[b]))
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: bucket %zu is not in this rank's buffer (it is of pipeline "
+                             "stage %d%s; cz_executor_bucket_held)",
+                             what, b, plan->buckets[b].stage,
+                             plan->buckets[b].expert ? ", another EP rank's experts" : "");
+    if (ex->async_active)
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: the step started by cz_executor_step_async was not waited for",
+                             what);
+    return CZ_OK;
+}
+
+size_t cz_executor_bucket_count(const cz_executor *ex)
+{
+    return ex ? ex->plan->nbuckets : 0;
+}
+
+int cz_executor_bucket_held(const cz_executor *ex, size_t bucket)
+{
+    return ex && bucket < ex->plan->nbuckets &&
+           cz__exec_holds_bucket(ex, &ex->plan->buckets[bucket]);
+}
+
+int64_t cz_executor_param_bucket(const cz_executor *ex, size_t i)
+{
+    return ex && i < ex->plan->nparams ? ex->plan->params[i].bucket : -1;
+}
+
+int cz_executor_bucket_ready(cz_executor *ex, size_t bucket, cz_error *err)
+{
+    if (!ex)
+        return cz__error_set(err, CZ_EINVALID, "bucket_ready: executor is NULL");
+    int rc = ovl_check_bucket(ex, "bucket_ready", bucket, err);
+    if (rc != CZ_OK || (!ex->ovl_active && (rc = ovl_begin(ex, "bucket_ready", err)) != CZ_OK))
+        return rc;
+    if (ex->ovl_state[bucket] != CZ_OVL_IDLE)
+        return cz__error_set(err, CZ_EINVALID,
+                             "bucket_ready: bucket %zu was already declared ready in step %lld "
+                             "(each bucket once per step, then cz_executor_step_finish)",
+                             bucket, (long long)(ex->steps + 1));
+    /* Ordered after the job's writes to the bucket (its backward), as a step is. */
+    ex->compute.ops->step_begin(&ex->compute);
+    if (ex->staged) {
+        bool params = ex->dtype == CZ_DTYPE_FP32 || !ex->master_loaded;
+        for (int k = ex->ovl_pstart[bucket]; k < ex->ovl_pstart[bucket + 1]; k++)
+            cz__step_stage_in_param(ex, (size_t)ex->ovl_pidx[k], params);
+    }
+    ex->ovl_state[bucket] = CZ_OVL_DECLARED;
+    cz__comm_phase("bucket-wise step: gradient reduce-scatters posted", ex->steps + 1);
+    rc = ovl_post(ex, false, err);
+    ex->compute.ops->step_end(&ex->compute);
+    return rc;
+}
+
+/* Ends a bucket-wise step with nothing updated: every rank posts the reduce-scatters it has not
+ * (in the same order, their data unused) and waits for all of them, so that no collective is
+ * left half-matched. */
+static int ovl_drain(cz_executor *ex, cz_error *err)
+{
+    int rc = ovl_post(ex, true, err);
+    cz_error tmp;
+    int wrc = ovl_wait_reduced(ex, false, rc != CZ_OK ? &tmp : err);
+    return rc != CZ_OK ? rc : wrc;
+}
+
+/* step_finish between the backend's step_begin and step_end. */
+static int ovl_finish(cz_executor *ex, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    int64_t step = ex->steps + 1;
+    cz_exec_timings t = {0};
+    double t0 = cz__exec_now(), t1;
+    /* Every bucket declared on every rank? Agreed before any wait, so that a rank missing one
+     * cannot leave the others waiting for a reduce-scatter it never posted: then every rank
+     * posts the ones it has not (their data unused), waits for all, and updates nothing. */
+    int64_t v[2] = {INT64_MAX, INT64_MAX};
+    for (size_t b = 0; b < plan->nbuckets && v[0] == INT64_MAX; b++)
+        if (cz__exec_holds_bucket(ex, &plan->buckets[b]) && ex->ovl_state[b] == CZ_OVL_IDLE) {
+            v[0] = (int64_t)b;
+            v[1] = ex->ctrl.rank;
+        }
+    cz__comm_phase("bucket-wise step: checking that every rank declared every bucket", step);
+    int rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, v, 2, err);
+    if (rc)
+        return rc;
+    if (v[0] != INT64_MAX) {
+        if ((rc = ovl_drain(ex, err)) != CZ_OK)
+            return rc;
+        return cz__error_set(err, CZ_EINVALID,
+                             "step %lld: bucket %lld was not declared ready "
+                             "(cz_executor_bucket_ready) before cz_executor_step_finish on rank "
+                             "%lld (the lowest such bucket and rank); no parameter was changed",
+                             (long long)step, (long long)v[0], (long long)v[1]);
+    }
+    /* Every bucket staged: the bf16 master copy is loaded. */
+    ex->master_loaded = true;
+    float *P = ex->staged ? ex->stage_params : ex->flat_params;
+    float *G = ex->staged ? ex->stage_grads : ex->flat_grads;
+    cz__comm_phase("bucket-wise step: waiting for the gradient reduce-scatters", step);
+    if ((rc = ovl_wait_reduced(ex, true, err)) != CZ_OK ||
+        (rc = cz__step_update_all(ex, P, G, t0, &t, err)) != CZ_OK)
+        return rc;
+    t1 = cz__exec_now();
+
+    /* The all-gathers read the parameters once every update is applied; posted in forward
+     * order (the first layers' bucket, the highest index, first: the next forward's first
+     * need), each completed by bucket_wait or the next step. */
+    ex->compute.ops->event_record(&ex->compute, ex->ev_params);
+    cz__comm_phase("bucket-wise step: parameter all-gathers posted", step);
+    int most = ex->dp > ex->edp ? ex->dp : ex->edp;
+    size_t counts[most];
+    for (size_t b = plan->nbuckets; b-- > 0;) {
+        const cz_plan_bucket *bk = &plan->buckets[b];
+        if (!cz__exec_holds_bucket(ex, bk))
+            continue;
+        cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
+        cz__step_bucket_counts(bk, &bp, counts);
+        if ((rc = bp.plane->ops->iall_gatherv(bp.plane, P + bp.base + bk->ranges[0], counts,
+                                              CZ_DTYPE_FP32, ex->ev_params, ex->ovl_ag[b], err)) !=
+            CZ_OK)
+            return rc;
+        ex->ovl_state[b] = CZ_OVL_GATHERING;
+        ex->ovl_gathering = true;
+    }
+    t.all_gather = cz__exec_now() - t1;
+    t.total = t.reduce_scatter + t.elementwise + t.matrix + t.all_gather;
+    ex->steps++;
+    cz__comm_phase("after the step", ex->steps);
+    t.steps = ex->steps;
+    ex->last = t;
+    return CZ_OK;
+}
+
+int cz_executor_step_finish(cz_executor *ex, cz_error *err)
+{
+    if (!ex)
+        return cz__error_set(err, CZ_EINVALID, "step_finish: executor is NULL");
+    if (ex->async_active)
+        return cz__error_set(err, CZ_EINVALID,
+                             "step_finish: the step started by cz_executor_step_async was not "
+                             "waited for");
+    int rc;
+    /* A rank that declared no bucket still joins the agreement (every bucket of it missing). */
+    if (!ex->ovl_active && (rc = ovl_begin(ex, "step_finish", err)) != CZ_OK)
+        return rc;
+    ex->compute.ops->step_begin(&ex->compute);
+    rc = ovl_finish(ex, err);
+    ex->compute.ops->step_end(&ex->compute);
+    ex->ovl_active = false;
+    return rc;
+}
+
+int cz_executor_step_cancel(cz_executor *ex, cz_error *err)
+{
+    if (!ex)
+        return cz__error_set(err, CZ_EINVALID, "step_cancel: executor is NULL");
+    if (!ex->ovl_active)
+        return CZ_OK;
+    ex->compute.ops->step_begin(&ex->compute);
+    cz__comm_phase("bucket-wise step: cancelled, completing its reduce-scatters", ex->steps + 1);
+    int rc = ovl_drain(ex, err);
+    ex->compute.ops->step_end(&ex->compute);
+    ex->ovl_active = false;
+    return rc;
+}
+
+int cz_executor_bucket_wait(cz_executor *ex, size_t bucket, cz_error *err)
+{
+    if (!ex)
+        return cz__error_set(err, CZ_EINVALID, "bucket_wait: executor is NULL");
+    int rc = ovl_check_bucket(ex, "bucket_wait", bucket, err);
+    /* Nothing outstanding for it: its parameters are already the job's to read. */
+    if (rc != CZ_OK || !ex->ovl_ready || ex->ovl_state[bucket] != CZ_OVL_GATHERING)
+        return rc;
+    ex->compute.ops->step_begin(&ex->compute);
+    rc = ovl_gather_done(ex, bucket, err);
+    ex->compute.ops->step_end(&ex->compute);
+    return rc;
+}

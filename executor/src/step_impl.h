@@ -1,0 +1,42 @@
+/*
+ * step_impl.h — what the plain step (step.c) and the bucket-wise step (bucket_step.c) share:
+ * a bucket's plane and counts, staging one parameter in and out, the first step's binding
+ * check, and the sequence from the gradient statistics to every parameter updated.
+ */
+#ifndef CZ_STEP_IMPL_H
+#define CZ_STEP_IMPL_H
+
+#include "executor_impl.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The plane a bucket is reduced and gathered over, its size and this rank's place in it, and
+ * where the bucket starts in the flat buffers: the DP plane for the dense buffer; for an
+ * expert bucket, the expert-DP plane and the expert buffer. */
+typedef struct cz_bucket_plane {
+    cz_plane *plane;
+    int n, me;
+    int64_t base;
+} cz_bucket_plane;
+
+cz_bucket_plane cz__step_bucket_plane(cz_executor *ex, const cz_plan_bucket *bk);
+/* A bucket's per-rank counts on its plane (counts: bp->n entries). */
+void cz__step_bucket_counts(const cz_plan_bucket *bk, const cz_bucket_plane *bp, size_t *counts);
+
+/* Parameter i's staging into the fp32 flat copies (its gradient, and its parameter when
+ * `params`) and out of them (its parameter). */
+void cz__step_stage_in_param(cz_executor *ex, size_t i, bool params);
+void cz__step_stage_out_param(cz_executor *ex, size_t i);
+
+/* Every held parameter bound; at the first step agreed across ranks (collective then). */
+int cz__step_check_bound(cz_executor *ex, cz_error *err);
+
+/* What follows the reduce-scatters, up to every parameter updated: the statistics (norm,
+ * finiteness, clipping), the elementwise optimizer, the matrix pipeline; *t gets the phases'
+ * times, the reduce-scatter's counted from t0. */
+int cz__step_update_all(cz_executor *ex, float *P, float *G, double t0, cz_exec_timings *t,
+                        cz_error *err);
+
+#endif /* CZ_STEP_IMPL_H */
