@@ -412,8 +412,8 @@ int cz_executor_step(cz_executor *ex, cz_error *err);
  * inside the executor's calls (each bucket_ready gives the ones in flight a turn); under
  * "nccl" they run on the plane's stream; under "self" and "callbacks" each completes when it
  * is posted (no overlap, the same results). The timings (cz_executor_timings) are those of
- * step_finish. The tables are allocated at the first bucket_ready (about this rank's share of
- * the buffer, 1/DP of it, in backend memory), never again. */
+ * step_finish, plus early updates' in `matrix`. The tables are allocated at the first bucket_ready
+ * (about this rank's share of the buffer, 1/DP of it, in backend memory), never again. */
 size_t cz_executor_bucket_count(const cz_executor *ex);
 /* 1 when bucket b is in this rank's buffer (its pipeline stage's, and for an expert bucket its
  * EP rank's): the buckets it must declare each step. */
@@ -430,6 +430,24 @@ int cz_executor_bucket_wait(cz_executor *ex, size_t bucket, cz_error *err);
  * counts no step; the gradients bound are unspecified after it. Without an open step: CZ_OK,
  * nothing done. */
 int cz_executor_step_cancel(cz_executor *ex, cz_error *err);
+
+/* Early updates in the bucket-wise step (docs/EXECUTOR.md, "Early updates"), off by default.
+ * On, bucket_ready also runs every micro-group whose buckets are all posted: it waits for their
+ * reduce-scatters and runs the group's gathers, matrix optimizer, scatters and updates there
+ * (on the cpu backend in the calling thread; on a GPU on the executor's stream, without the
+ * job's streams waiting for them), in the order of the groups' highest bucket; step_finish
+ * runs the rest. The parameters are those of the plain step bit for bit. Only a step that
+ * cannot be refused or rescaled after its first update can start early, so it needs
+ * check_finite = 0 and max_grad_norm = 0 (CZ_EINVALID otherwise, and set_max_grad_norm > 0
+ * is refused while they are on), and Muon or SOAP (CZ_EUNSUPPORTED for Shampoo). The ranks of
+ * a TP group must declare their buckets in the same order (their TP exchanges run at the
+ * same call), and every rank must declare every bucket: a rank missing one leaves its DP
+ * peers waiting for its reduce-scatter (the MPI watchdog, CZ_MPI_TIMEOUT_S, reports it).
+ * Collective: every rank calls it with the same value (CZ_EMISMATCH on every rank
+ * otherwise), outside a step. */
+int cz_executor_set_early_updates(cz_executor *ex, int on, cz_error *err);
+/* The micro-groups this rank updated early in its open or last bucket-wise step. */
+int cz_executor_early_groups(const cz_executor *ex);
 
 /* Global L2 norm of the averaged gradient of the last step, before clipping: every rank
  * sums the squares of the shards it owns (a tensor replicated over TP counted once) and the

@@ -12,9 +12,20 @@
 #include "compute.h"
 #include "cz_format.h"
 #include "executor_impl.h"
-#include "step_impl.h"
+#include "step_phases.h"
 
-enum { CZ_OVL_IDLE = 0, CZ_OVL_DECLARED = 1, CZ_OVL_REDUCING = 2, CZ_OVL_GATHERING = 3 };
+#include <stdint.h>
+
+/* A bucket's state in the step: not declared (or gathered), declared but not posted (a lower
+ * one is not declared yet), reduce-scatter posted, reduce-scatter waited for (its range
+ * averaged into the gradients), all-gather posted. */
+enum {
+    CZ_OVL_IDLE = 0,
+    CZ_OVL_DECLARED = 1,
+    CZ_OVL_REDUCING = 2,
+    CZ_OVL_REDUCED = 3,
+    CZ_OVL_GATHERING = 4
+};
 
 static int ovl_nomem(cz_error *err)
 {
@@ -170,23 +181,23 @@ static int ovl_post(cz_executor *ex, bool all, cz_error *err)
     return CZ_OK;
 }
 
-/* Waits for every reduce-scatter posted, in posting order; with `scale`, each bucket's range is
- * then averaged into the gradients as reduce_scatter does. All are waited for even after a
- * failure (the first reported), so that nothing stays in flight. */
-static int ovl_wait_reduced(cz_executor *ex, bool scale, cz_error *err)
+/* Waits for every reduce-scatter posted of the buckets up to `upto`, in posting order; with
+ * `scale`, each bucket's range is then averaged into the gradients as reduce_scatter does. All
+ * are waited for even after a failure (the first reported), so that nothing stays in flight. */
+static int ovl_wait_reduced(cz_executor *ex, bool scale, size_t upto, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
     float *G = ex->staged ? ex->stage_grads : ex->flat_grads;
     float inv = 1.0f / (float)ex->dp; /* reduce_scatter's factor, for the same bits */
     int rc = CZ_OK;
-    for (size_t b = 0; b < plan->nbuckets; b++) {
+    for (size_t b = 0; b < plan->nbuckets && b <= upto; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
         cz_error tmp;
         if (ex->ovl_state[b] != CZ_OVL_REDUCING)
             continue;
         cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
         int brc = bp.plane->ops->wait(bp.plane, ex->ovl_rs[b], rc != CZ_OK ? &tmp : err);
-        ex->ovl_state[b] = CZ_OVL_IDLE;
+        ex->ovl_state[b] = CZ_OVL_REDUCED;
         rc = rc != CZ_OK ? rc : brc;
         if (rc != CZ_OK || !scale)
             continue;
@@ -202,12 +213,15 @@ static int ovl_wait_reduced(cz_executor *ex, bool scale, cz_error *err)
 static int ovl_begin(cz_executor *ex, const char *what, cz_error *err)
 {
     int rc;
-    if ((rc = ovl_settle(ex, what, err)) != CZ_OK || (rc = cz__step_check_bound(ex, err)) != CZ_OK ||
-        (rc = ovl_setup(ex, err)) != CZ_OK)
+    if ((rc = ovl_settle(ex, what, err)) != CZ_OK ||
+        (rc = cz__step_check_bound(ex, err)) != CZ_OK || (rc = ovl_setup(ex, err)) != CZ_OK)
         return rc;
     for (size_t b = 0; b < ex->plan->nbuckets; b++)
         ex->ovl_state[b] = CZ_OVL_IDLE;
     ex->ovl_next = 0;
+    ex->ovl_early = 0;
+    ex->ovl_early_s = 0.0;
+    cz__exec_early_reset(ex);
     ex->ovl_active = true;
     ex->ovl_t0 = cz__exec_now();
     return CZ_OK;
@@ -251,6 +265,24 @@ int64_t cz_executor_param_bucket(const cz_executor *ex, size_t i)
     return ex && i < ex->plan->nparams ? ex->plan->params[i].bucket : -1;
 }
 
+/* Early updates: every micro-group not yet run whose buckets are all posted, in readiness
+ * order, each once the reduce-scatters of its buckets are waited for. Which groups run in a
+ * call depends only on the buckets declared so far, so ranks that declare them in the same
+ * order run them at the same point, in the same order (their TP exchanges match). */
+static int ovl_run_early(cz_executor *ex, cz_error *err)
+{
+    float *P = ex->staged ? ex->stage_params : ex->flat_params;
+    float *G = ex->staged ? ex->stage_grads : ex->flat_grads;
+    double t0 = cz__exec_now();
+    int rc = CZ_OK;
+    cz__comm_phase("bucket-wise step: early micro-group updates", ex->steps + 1);
+    for (int64_t k; rc == CZ_OK && (k = cz__exec_early_next(ex)) < (int64_t)ex->ovl_next;)
+        if ((rc = ovl_wait_reduced(ex, true, (size_t)k, err)) == CZ_OK)
+            rc = cz__exec_early_run(ex, P, G, k, &ex->ovl_early, err);
+    ex->ovl_early_s += cz__exec_now() - t0;
+    return rc;
+}
+
 int cz_executor_bucket_ready(cz_executor *ex, size_t bucket, cz_error *err)
 {
     if (!ex)
@@ -273,8 +305,13 @@ int cz_executor_bucket_ready(cz_executor *ex, size_t bucket, cz_error *err)
     ex->ovl_state[bucket] = CZ_OVL_DECLARED;
     cz__comm_phase("bucket-wise step: gradient reduce-scatters posted", ex->steps + 1);
     rc = ovl_post(ex, false, err);
+    /* The job's later work waits for the staging and the posts only: early updates run beside
+     * its backward pass (on a GPU stream of the executor's, ordered after the job's work so
+     * far by step_begin). */
     ex->compute.ops->step_end(&ex->compute);
-    return rc;
+    if (rc != CZ_OK || !ex->early)
+        return rc;
+    return ovl_run_early(ex, err);
 }
 
 /* Ends a bucket-wise step with nothing updated: every rank posts the reduce-scatters it has not
@@ -284,7 +321,7 @@ static int ovl_drain(cz_executor *ex, cz_error *err)
 {
     int rc = ovl_post(ex, true, err);
     cz_error tmp;
-    int wrc = ovl_wait_reduced(ex, false, rc != CZ_OK ? &tmp : err);
+    int wrc = ovl_wait_reduced(ex, false, SIZE_MAX, rc != CZ_OK ? &tmp : err);
     return rc != CZ_OK ? rc : wrc;
 }
 
@@ -314,15 +351,16 @@ static int ovl_finish(cz_executor *ex, cz_error *err)
         return cz__error_set(err, CZ_EINVALID,
                              "step %lld: bucket %lld was not declared ready "
                              "(cz_executor_bucket_ready) before cz_executor_step_finish on rank "
-                             "%lld (the lowest such bucket and rank); no parameter was changed",
-                             (long long)step, (long long)v[0], (long long)v[1]);
+                             "%lld (the lowest such bucket and rank); %s",
+                             (long long)step, (long long)v[0], (long long)v[1],
+                             cz__exec_unchanged(ex));
     }
     /* Every bucket staged: the bf16 master copy is loaded. */
     ex->master_loaded = true;
     float *P = ex->staged ? ex->stage_params : ex->flat_params;
     float *G = ex->staged ? ex->stage_grads : ex->flat_grads;
     cz__comm_phase("bucket-wise step: waiting for the gradient reduce-scatters", step);
-    if ((rc = ovl_wait_reduced(ex, true, err)) != CZ_OK ||
+    if ((rc = ovl_wait_reduced(ex, true, SIZE_MAX, err)) != CZ_OK ||
         (rc = cz__step_update_all(ex, P, G, t0, &t, err)) != CZ_OK)
         return rc;
     t1 = cz__exec_now();
@@ -348,6 +386,7 @@ static int ovl_finish(cz_executor *ex, cz_error *err)
         ex->ovl_gathering = true;
     }
     t.all_gather = cz__exec_now() - t1;
+    t.matrix += ex->ovl_early_s; /* the early updates' share, spent in bucket_ready */
     t.total = t.reduce_scatter + t.elementwise + t.matrix + t.all_gather;
     ex->steps++;
     cz__comm_phase("after the step", ex->steps);
@@ -386,7 +425,13 @@ int cz_executor_step_cancel(cz_executor *ex, cz_error *err)
     int rc = ovl_drain(ex, err);
     ex->compute.ops->step_end(&ex->compute);
     ex->ovl_active = false;
-    return rc;
+    if (rc != CZ_OK || ex->ovl_early == 0)
+        return rc;
+    return cz__error_set(err, CZ_EINVALID,
+                         "step_cancel: step %lld was cancelled after early updates had "
+                         "updated %d micro-groups of this rank; their parameters and optimizer "
+                         "state moved one step, the others' did not (restore a checkpoint)",
+                         (long long)(ex->steps + 1), ex->ovl_early);
 }
 
 int cz_executor_bucket_wait(cz_executor *ex, size_t bucket, cz_error *err)
@@ -401,4 +446,62 @@ int cz_executor_bucket_wait(cz_executor *ex, size_t bucket, cz_error *err)
     rc = ovl_gather_done(ex, bucket, err);
     ex->compute.ops->step_end(&ex->compute);
     return rc;
+}
+
+int cz_executor_early_groups(const cz_executor *ex)
+{
+    return ex ? ex->ovl_early : 0;
+}
+
+/* Why early updates cannot be on for this executor now (CZ_OK: they can). */
+static int early_refusal(const cz_executor *ex, cz_error *err)
+{
+    if (ex->ovl_active || ex->async_active)
+        return cz__error_set(err, CZ_EINVALID,
+                             "set_early_updates: a step is in progress (finish it first)");
+    if (ex->cfg.check_finite)
+        return cz__error_set(err, CZ_EINVALID,
+                             "set_early_updates: the NaN/Inf check is on (check_finite = 1): it "
+                             "refuses a step before any update, which early updates cannot "
+                             "promise; create the executor with check_finite = 0 for them");
+    if (ex->cfg.max_grad_norm > 0.0f)
+        return cz__error_set(err, CZ_EINVALID,
+                             "set_early_updates: clipping is on (max_grad_norm = %g): it scales "
+                             "every gradient by the global norm, known only once every bucket "
+                             "is reduced; set max_grad_norm to 0 for early updates",
+                             (double)ex->cfg.max_grad_norm);
+    if (ex->matrix_opt.ops->step_shards)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "set_early_updates: the %s optimizer updates every owned shard "
+                             "before any micro-group (its weight decay into the momentum); early "
+                             "updates are Muon's and SOAP's",
+                             ex->matrix_opt.ops->name);
+    return CZ_OK;
+}
+
+int cz_executor_set_early_updates(cz_executor *ex, int on, cz_error *err)
+{
+    if (!ex)
+        return cz__error_set(err, CZ_EINVALID, "set_early_updates: executor is NULL");
+    int rc = on ? early_refusal(ex, err) : CZ_OK;
+    if (!on && ex->ovl_active)
+        rc = cz__error_set(err, CZ_EINVALID,
+                           "set_early_updates: a bucket-wise step is in progress (finish it "
+                           "first)");
+    /* Collective: the ranks of a TP group must run the same micro-groups at the same point. */
+    int64_t v[3] = {on != 0, -(int64_t)(on != 0), rc != CZ_OK ? ex->ctrl.rank : INT64_MAX};
+    cz_error tmp;
+    int crc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, v, 3, rc != CZ_OK ? &tmp : err);
+    if (rc != CZ_OK || crc != CZ_OK)
+        return rc != CZ_OK ? rc : crc;
+    if (v[2] != INT64_MAX)
+        return cz__error_set(err, CZ_EINVALID,
+                             "set_early_updates: rank %lld refused it (its message says why)",
+                             (long long)v[2]);
+    if (v[0] != -v[1])
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "set_early_updates: the ranks passed different values (every rank "
+                             "must pass the same)");
+    ex->early = on != 0;
+    return CZ_OK;
 }

@@ -103,6 +103,12 @@ struct cz_executor {
     int *ovl_pidx, *ovl_pstart;
     size_t ovl_next;
     double ovl_t0; /* when the step's first bucket was declared, for the timings */
+    /* Early updates (cz_executor_set_early_updates): bucket_ready runs each micro-group whose
+     * buckets are all posted; ovl_early counts this step's, ovl_early_s their time. */
+    bool early;
+    int ovl_early;
+    double ovl_early_s;
+    char ovl_note[96]; /* cz__exec_unchanged's text */
 
     int64_t steps;
     cz_exec_timings last;
@@ -147,7 +153,20 @@ int cz__exec_rates_agree(cz_executor *ex, double changed, cz_error *err);
  * `what` (a message's name of the caller) touches the state; CZ_EINVALID while a bucket-wise
  * step is between its first bucket_ready and step_finish (step.c). */
 int cz__exec_overlap_settle(cz_executor *ex, const char *what, cz_error *err);
-/* Runs the micro-group pipeline of the owned matrix parameters on flat buffers P, G. */
+/* Runs the micro-group pipeline of the owned matrix parameters on flat buffers P, G: in the
+ * plan's order, or during a bucket-wise step with early updates, the groups they left in
+ * readiness order. */
 int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err);
+/* Early updates (pipeline.c): the groups of both pipelines in readiness order (each group's
+ * highest bucket index, ascending). _next: the highest bucket the next group not yet run needs
+ * (INT64_MAX: none left); _run: runs the groups not yet run whose buckets are all at most upto,
+ * adding their number to *ran; _reset: none run (a new step). */
+int64_t cz__exec_early_next(const cz_executor *ex);
+int cz__exec_early_run(cz_executor *ex, float *P, const float *G, int64_t upto, int *ran,
+                       cz_error *err);
+void cz__exec_early_reset(cz_executor *ex);
+/* The end of a message refusing a step: "no parameter was changed", or during a bucket-wise
+ * step after early updates, which were (bucket_step.c). */
+const char *cz__exec_unchanged(cz_executor *ex);
 
 #endif /* CZ_EXECUTOR_IMPL_H */

@@ -88,6 +88,10 @@ typedef struct pgroup {
     hpart *hosted;         /* the parts I hold, in order */
     int nhosted;
     cz_opt_group *og; /* the matrix optimizer's layout of the parts I hold */
+    /* The highest bucket index among the group's parameters, every part's (so the same on
+     * every rank of the plane): the group's inputs are all reduced once the buckets up to it
+     * are. */
+    int64_t ready;
 } pgroup;
 
 /* One pipeline: the micro-groups of one schedule over the plane of the group that splits its
@@ -101,6 +105,10 @@ struct cz_pipeline {
     bool sc;         /* every rank computes every task (synchronous compute) */
     int ngroups;
     pgroup *groups;
+    /* The groups by readiness (ready ascending, then id): the order of early updates, the same
+     * on every rank of the plane. `done`: how many of them this step's early updates ran. */
+    int *order;
+    int done;
     int64_t gather_send_len, gather_recv_len, scatter_send_len, scatter_recv_len, full_n;
     float *gather_send[2], *gather_recv[2], *scatter_send[2], *scatter_recv[2];
     float *full_g, *full_u;
@@ -467,6 +475,28 @@ static int open_width_planes(struct cz_pipeline *pp, cz_error *err)
     return CZ_OK;
 }
 
+/* Each group's readiness and the groups in readiness order (a stable insertion sort: groups
+ * are few). */
+static int order_by_readiness(struct cz_pipeline *pp, cz_error *err)
+{
+    const cz_plan *plan = pp->ex->plan;
+    pp->order = cz__exec_calloc(pp->ngroups > 0 ? (size_t)pp->ngroups : 1, sizeof *pp->order);
+    if (!pp->order)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
+    for (int g = 0; g < pp->ngroups; g++) {
+        pgroup *pg = &pp->groups[g];
+        pg->ready = -1;
+        for (int k = 0; k < pg->nparts; k++)
+            if (plan->params[pg->parts[k].param].bucket > pg->ready)
+                pg->ready = plan->params[pg->parts[k].param].bucket;
+        int at = g;
+        for (; at > 0 && pp->groups[pp->order[at - 1]].ready > pg->ready; at--)
+            pp->order[at] = pp->order[at - 1];
+        pp->order[at] = g;
+    }
+    return CZ_OK;
+}
+
 /* The counts and displacements of every group's exchanges, which size the buffers. */
 static int layout_groups(struct cz_pipeline *pp, cz_error *err)
 {
@@ -481,7 +511,7 @@ static int layout_groups(struct cz_pipeline *pp, cz_error *err)
         if ((rc = layout_counts(pp, &pp->groups[g], err)) != CZ_OK)
             return rc;
     }
-    return CZ_OK;
+    return order_by_readiness(pp, err);
 }
 
 /* The two sets of exchange buffers, their requests and the events their sends wait for. */
@@ -578,6 +608,7 @@ static void pipeline_close(struct cz_pipeline *pp)
         cz__exec_free(pg->hosted);
     }
     cz__exec_free(pp->groups);
+    cz__exec_free(pp->order);
     float *bufs[] = {pp->gather_send[0],  pp->gather_send[1],  pp->gather_recv[0],
                      pp->gather_recv[1],  pp->scatter_send[0], pp->scatter_send[1],
                      pp->scatter_recv[0], pp->scatter_recv[1], pp->full_g,
@@ -628,28 +659,29 @@ static int post_exchange(cz_plane *pl, cz_comm_req *req, cz_event *after, const 
     return pl->ops->group_end(pl, req, err);
 }
 
-/* Packs my gradient shards of group g and posts its gather. */
-static int post_gather(struct cz_pipeline *pp, int gi, const float *G, cz_error *err)
+/* Packs my gradient shards of group gi into buffer set k and posts its gather. */
+static int post_gather(struct cz_pipeline *pp, int gi, int k, const float *G, cz_error *err)
 {
     cz_executor *ex = pp->ex;
     pgroup *pg = &pp->groups[gi];
-    float *send = pp->gather_send[gi % 2];
-    cz_event *packed = pp->gather_packed[gi % 2];
+    float *send = pp->gather_send[k];
+    cz_event *packed = pp->gather_packed[k];
     ex->compute.ops->copy_runs(&ex->compute, send, G, pg->gather_pack);
     ex->compute.ops->event_record(&ex->compute, packed);
     if (pp->sc)
         return pp->plane->ops->iall_gather(pp->plane, send, (size_t)pg->gather_n,
-                                           pp->gather_recv[gi % 2], CZ_DTYPE_FP32, packed,
-                                           pp->gather_req[gi % 2], err);
-    return post_exchange(pp->plane, pp->gather_req[gi % 2], packed, send, pg->gather_send_counts,
-                         pg->gather_send_displs, pp->gather_recv[gi % 2], pg->gather_recv_counts,
+                                           pp->gather_recv[k], CZ_DTYPE_FP32, packed,
+                                           pp->gather_req[k], err);
+    return post_exchange(pp->plane, pp->gather_req[k], packed, send, pg->gather_send_counts,
+                         pg->gather_send_displs, pp->gather_recv[k], pg->gather_recv_counts,
                          pg->gather_recv_displs, err);
 }
 
-/* Keeps the next group's gather and the previous group's scatter moving while computing. */
+/* Keeps the next group's gather and the previous group's scatter (both in the other buffer set
+ * than the group computing, k) moving while computing. */
 typedef struct progress_ctx {
     struct cz_pipeline *pp;
-    int gi;
+    int k;
 } progress_ctx;
 
 static void progress_inflight(void *arg)
@@ -657,8 +689,8 @@ static void progress_inflight(void *arg)
     progress_ctx *pc = arg;
     struct cz_pipeline *pp = pc->pp;
     cz_plane *tc = pp->plane;
-    tc->ops->progress(tc, pp->gather_req[(pc->gi + 1) % 2]);
-    tc->ops->progress(tc, pp->scatter_req[(pc->gi + 1) % 2]);
+    tc->ops->progress(tc, pp->gather_req[1 - pc->k]);
+    tc->ops->progress(tc, pp->scatter_req[1 - pc->k]);
 }
 
 /* Applies my shard updates of group g from u (scatter recv, or scatter send under sc) with the
@@ -680,58 +712,70 @@ static void apply_group(struct cz_pipeline *pp, const pgroup *pg, float *P, cons
         }
 }
 
-/* Host side of group g: reassemble, the optimizer's update, and either post the scatter or
- * (sc) apply. */
-static int compute_group(struct cz_pipeline *pp, int gi, float *P, const float *G, cz_error *err)
+/* Host side of group gi (its gather in buffer set k): reassemble, the optimizer's update, and
+ * either post the scatter or (sc) apply. */
+static int compute_group(struct cz_pipeline *pp, int gi, int k, float *P, const float *G,
+                         cz_error *err)
 {
     cz_executor *ex = pp->ex;
     pgroup *pg = &pp->groups[gi];
     cz_compute *c = &ex->compute;
     cz_optim *o = &ex->matrix_opt;
-    progress_ctx pc = {pp, gi};
+    progress_ctx pc = {pp, k};
     cz_opt_progress pr = {progress_inflight, &pc};
     int rc;
-    c->ops->copy_runs(c, pp->full_g, pp->gather_recv[gi % 2], pg->unpack_recv);
+    c->ops->copy_runs(c, pp->full_g, pp->gather_recv[k], pg->unpack_recv);
     c->ops->copy_runs(c, pp->full_g, G, pg->unpack_local);
     if ((rc = o->ops->step_group(o, pg->og, ex->steps + 1, &pr, err)) != CZ_OK)
         return rc;
-    float *send = pp->scatter_send[gi % 2];
+    float *send = pp->scatter_send[k];
     c->ops->copy_runs(c, send, pp->full_u, pg->scatter_pack);
     if (pp->sc) {
         apply_group(pp, pg, P, send);
         return CZ_OK;
     }
-    c->ops->event_record(c, pp->scatter_packed[gi % 2]);
-    return post_exchange(pp->plane, pp->scatter_req[gi % 2], pp->scatter_packed[gi % 2], send,
-                         pg->scatter_send_counts, pg->scatter_send_displs, pp->scatter_recv[gi % 2],
+    c->ops->event_record(c, pp->scatter_packed[k]);
+    return post_exchange(pp->plane, pp->scatter_req[k], pp->scatter_packed[k], send,
+                         pg->scatter_send_counts, pg->scatter_send_displs, pp->scatter_recv[k],
                          pg->scatter_recv_counts, pg->scatter_recv_displs, err);
 }
-/* Waits for the scatter of group g and applies my update shards. */
-static int finish_group(struct cz_pipeline *pp, int gi, float *P, cz_error *err)
+
+/* Waits for the scatter of group gi (buffer set k) and applies my update shards. */
+static int finish_group(struct cz_pipeline *pp, int gi, int k, float *P, cz_error *err)
 {
     int rc;
-    if ((rc = pp->plane->ops->wait(pp->plane, pp->scatter_req[gi % 2], err)) != CZ_OK)
+    if ((rc = pp->plane->ops->wait(pp->plane, pp->scatter_req[k], err)) != CZ_OK)
         return rc;
-    apply_group(pp, &pp->groups[gi], P, pp->scatter_recv[gi % 2]);
+    apply_group(pp, &pp->groups[gi], P, pp->scatter_recv[k]);
     return CZ_OK;
 }
 
-/* The groups of one pipeline, overlapped as the header says. */
-static int pipeline_run(struct cz_pipeline *pp, float *P, const float *G, cz_error *err)
+static int group_at(const int *ids, int j)
 {
-    int ng = pp->ngroups, rc = CZ_OK;
-    if (ng == 0)
+    return ids ? ids[j] : j;
+}
+
+/* Runs n groups, group ids[j] the j-th (ids NULL: groups 0 .. n-1), overlapped as the header
+ * says, group j in buffer set j % 2; every request is complete on return. The groups are
+ * independent (each its own parameters and state), so any order gives the same bits. */
+static int pipeline_run(struct cz_pipeline *pp, float *P, const float *G, const int *ids, int n,
+                        cz_error *err)
+{
+    int rc = CZ_OK;
+    if (n == 0)
         return CZ_OK;
-    if ((rc = post_gather(pp, 0, G, err)) != CZ_OK)
+    if ((rc = post_gather(pp, group_at(ids, 0), 0, G, err)) != CZ_OK)
         goto done;
-    for (int gi = 0; gi < ng; gi++)
-        if ((gi + 1 < ng && (rc = post_gather(pp, gi + 1, G, err)) != CZ_OK) ||
-            (rc = pp->plane->ops->wait(pp->plane, pp->gather_req[gi % 2], err)) != CZ_OK ||
-            (rc = compute_group(pp, gi, P, G, err)) != CZ_OK ||
-            (!pp->sc && gi > 0 && (rc = finish_group(pp, gi - 1, P, err)) != CZ_OK))
+    for (int j = 0; j < n; j++)
+        if ((j + 1 < n &&
+             (rc = post_gather(pp, group_at(ids, j + 1), (j + 1) % 2, G, err)) != CZ_OK) ||
+            (rc = pp->plane->ops->wait(pp->plane, pp->gather_req[j % 2], err)) != CZ_OK ||
+            (rc = compute_group(pp, group_at(ids, j), j % 2, P, G, err)) != CZ_OK ||
+            (!pp->sc && j > 0 &&
+             (rc = finish_group(pp, group_at(ids, j - 1), (j - 1) % 2, P, err)) != CZ_OK))
             goto done;
     if (!pp->sc)
-        rc = finish_group(pp, ng - 1, P, err);
+        rc = finish_group(pp, group_at(ids, n - 1), (n - 1) % 2, P, err);
 done:
     if (rc != CZ_OK) {
         /* Leave no request in flight: a later step or free must not see a stale one. */
@@ -744,6 +788,15 @@ done:
     return rc;
 }
 
+/* The groups of pp not yet run by this step's early updates, in readiness order; the next step
+ * starts from the first again. */
+static int pipeline_run_rest(struct cz_pipeline *pp, float *P, const float *G, cz_error *err)
+{
+    int from = pp->done;
+    pp->done = 0;
+    return pipeline_run(pp, P, G, pp->order + from, pp->ngroups - from, err);
+}
+
 int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err)
 {
     cz_optim *o = &ex->matrix_opt;
@@ -752,7 +805,55 @@ int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error
      * its momentum) comes before any part's update is applied. */
     if (o->ops->step_shards && (rc = o->ops->step_shards(o, P, G, ex->steps + 1, err)) != CZ_OK)
         return rc;
-    if ((rc = pipeline_run(ex->pipe, P, G, err)) != CZ_OK)
+    /* A bucket-wise step with early updates: what they left, in their order. */
+    if (ex->ovl_active && ex->early) {
+        if ((rc = pipeline_run_rest(ex->pipe, P, G, err)) != CZ_OK)
+            return rc;
+        return ex->epipe ? pipeline_run_rest(ex->epipe, P, G, err) : CZ_OK;
+    }
+    if ((rc = pipeline_run(ex->pipe, P, G, NULL, ex->pipe->ngroups, err)) != CZ_OK)
         return rc;
-    return ex->epipe ? pipeline_run(ex->epipe, P, G, err) : CZ_OK;
+    return ex->epipe ? pipeline_run(ex->epipe, P, G, NULL, ex->epipe->ngroups, err) : CZ_OK;
+}
+
+/* Early updates (bucket_step.c) ---------------------------------------------------------- */
+
+static int64_t next_ready(const struct cz_pipeline *pp)
+{
+    return pp && pp->done < pp->ngroups ? pp->groups[pp->order[pp->done]].ready : INT64_MAX;
+}
+
+int64_t cz__exec_early_next(const cz_executor *ex)
+{
+    int64_t a = next_ready(ex->pipe), b = next_ready(ex->epipe);
+    return a < b ? a : b;
+}
+
+/* The groups of pp, from the next not run, whose buckets are all at most `upto`. */
+static int run_ready(struct cz_pipeline *pp, float *P, const float *G, int64_t upto, int *ran,
+                     cz_error *err)
+{
+    int n = 0;
+    while (pp->done + n < pp->ngroups && pp->groups[pp->order[pp->done + n]].ready <= upto)
+        n++;
+    int rc = pipeline_run(pp, P, G, pp->order + pp->done, n, err);
+    pp->done += n;
+    *ran += n;
+    return rc;
+}
+
+int cz__exec_early_run(cz_executor *ex, float *P, const float *G, int64_t upto, int *ran,
+                       cz_error *err)
+{
+    int rc = run_ready(ex->pipe, P, G, upto, ran, err);
+    if (rc != CZ_OK || !ex->epipe)
+        return rc;
+    return run_ready(ex->epipe, P, G, upto, ran, err);
+}
+
+void cz__exec_early_reset(cz_executor *ex)
+{
+    ex->pipe->done = 0;
+    if (ex->epipe)
+        ex->epipe->done = 0;
 }

@@ -11,8 +11,8 @@
 #include "optimizer.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 static int check_rate(const char *what, float v, cz_error *err)
@@ -188,6 +188,11 @@ int cz_executor_set_max_grad_norm(cz_executor *ex, float max_grad_norm, cz_error
         return cz__error_set(err, CZ_EINVALID, "set_max_grad_norm: executor is NULL");
     if ((rc = check_rate("set_max_grad_norm: max_grad_norm", max_grad_norm, err)) != CZ_OK)
         return rc;
+    if (ex->early && max_grad_norm > 0.0f)
+        return cz__error_set(err, CZ_EINVALID,
+                             "set_max_grad_norm: early updates are on "
+                             "(cz_executor_set_early_updates), and clipping needs the global "
+                             "norm before any update; turn them off first");
     ex->cfg.max_grad_norm = max_grad_norm;
     ex->rates_changed = true;
     return CZ_OK;
@@ -224,7 +229,17 @@ int cz__exec_rates_agree(cz_executor *ex, double changed, cz_error *err)
         return cz__error_set(err, CZ_EMISMATCH,
                              "step %lld: the ranks set different learning rates, weight decays or "
                              "clipping thresholds (every rank must set the same before the same "
-                             "step); no parameter was changed",
-                             (long long)(ex->steps + 1));
+                             "step); %s",
+                             (long long)(ex->steps + 1), cz__exec_unchanged(ex));
     return CZ_OK;
+}
+
+const char *cz__exec_unchanged(cz_executor *ex)
+{
+    if (!ex->ovl_active || ex->ovl_early == 0)
+        return "no parameter was changed";
+    snprintf(ex->ovl_note, sizeof ex->ovl_note,
+             "only the micro-groups early updates had run were changed (%d on this rank)",
+             ex->ovl_early);
+    return ex->ovl_note;
 }

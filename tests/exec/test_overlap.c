@@ -1,6 +1,7 @@
 /* The bucket-wise step (cz_executor_bucket_ready, step_finish, bucket_wait) on one process:
  * its bookkeeping, its results against cz_executor_step bit for bit (fp32, bf16, per-parameter
- * binding, clipping, any declaration order), and its refusals. */
+ * binding, clipping, any declaration order), its refusals, and early updates (the micro-groups
+ * run inside bucket_ready, in readiness order, the same bits). */
 #include "canzona_exec.h"
 #include "compute_cpu.h"
 #include "cz_format.h"
@@ -51,6 +52,33 @@ static cz_plan *bucketed_plan(void)
         p->bucket = b;
         p->offset = 0;
     }
+    return pl;
+}
+
+/* The bucketed plan with one micro-group per matrix, in plan order qkv (bucket 2) then proj
+ * (bucket 1): readiness order is the other one. */
+static cz_plan *two_group_plan(void)
+{
+    cz_plan *pl = bucketed_plan();
+    if (!pl)
+        return NULL;
+    cz_rank_schedule *rs = &pl->schedules[0];
+    cz_plan_group *old = &rs->groups[0], *gs = calloc(2, sizeof *gs);
+    ck_assert_int_eq(old->ntasks, 2);
+    for (int g = 0; g < 2; g++) {
+        gs[g].id = g;
+        gs[g].nslots = 1;
+        gs[g].ntasks = 1;
+        gs[g].task_param = calloc(1, sizeof(int));
+        gs[g].task_slot = calloc(1, sizeof(int));
+        gs[g].load = calloc(1, sizeof(double));
+        gs[g].task_param[0] = old->task_param[g];
+    }
+    free(old->task_param), free(old->task_slot), free(old->task_block), free(old->task_width);
+    free(old->task_panels), free(old->task_cost), free(old->load);
+    free(rs->groups);
+    rs->groups = gs;
+    rs->ngroups = 2;
     return pl;
 }
 
@@ -264,6 +292,138 @@ START_TEST(refusals)
 }
 END_TEST
 
+/* Early updates: each group runs inside the bucket_ready that posts its last bucket (readiness
+ * order: proj, then qkv), whatever order the buckets are declared in; the parameters equal the
+ * plain step's bit for bit, flat fp32, bf16 and per parameter. */
+START_TEST(early_updates_same_bits)
+{
+    static const int orders[3][NP] = {{0, 1, 2, 3}, {3, 1, 0, 2}, {2, 3, 1, 0}};
+    /* After each declaration of orders[s]: the groups run so far. */
+    static const int early[3][NP] = {{0, 1, 2, 2}, {0, 0, 1, 2}, {0, 0, 0, 2}};
+    cz_plan *pl = two_group_plan();
+    cz_exec_config c32 = self_cfg(), c16 = self_cfg();
+    c32.check_finite = c16.check_finite = 0;
+    c16.dtype = CZ_DTYPE_BF16;
+    enum { PLAIN, EARLY, PLAIN16, EARLY16, NEX };
+    cz_executor *ex[NEX] = {0};
+    cz_error err;
+    for (int e = 0; e < NEX; e++) {
+        ck_assert_int_eq(cz_executor_create_from_plan(&ex[e], pl, e >= PLAIN16 ? &c16 : &c32, &err),
+                         0);
+        if (e % 2)
+            ck_assert_msg(cz_executor_set_early_updates(ex[e], 1, &err) == 0, "%s", err.message);
+    }
+    size_t n = cz_executor_buffer_numel(ex[PLAIN]);
+    float *P[NEX], *G[NEX];
+    for (int e = 0; e < NEX; e++) {
+        P[e] = calloc(n, sizeof(float));
+        G[e] = calloc(n, sizeof(float));
+        for (size_t k = 0; k < n; k++) {
+            uint16_t v = cz__bf16_from_f32(0.5f * fx_val(k));
+            if (e >= PLAIN16)
+                ((uint16_t *)P[e])[k] = v;
+            else
+                P[e][k] = cz__f32_from_bf16(v);
+        }
+        ck_assert_int_eq(cz_executor_bind_typed(ex[e], P[e], G[e], n,
+                                                e >= PLAIN16 ? CZ_DTYPE_BF16 : CZ_DTYPE_FP32, &err),
+                         0);
+    }
+    for (int s = 0; s < 3; s++) {
+        for (int e = 0; e < NEX; e++) {
+            fill_grads(G[e], n, s);
+            if (e >= PLAIN16)
+                for (size_t k = 0; k < n; k++)
+                    ((uint16_t *)G[e])[k] = cz__bf16_from_f32(G[e][k]);
+        }
+        for (int e = 0; e < NEX; e += 2) {
+            ck_assert_msg(cz_executor_step(ex[e], &err) == 0, "%s", err.message);
+            for (int k = 0; k < NP; k++) {
+                ck_assert_msg(cz_executor_bucket_ready(ex[e + 1], (size_t)orders[s][k], &err) == 0,
+                              "%s", err.message);
+                ck_assert_int_eq(cz_executor_early_groups(ex[e + 1]), early[s][k]);
+            }
+            ck_assert_msg(cz_executor_step_finish(ex[e + 1], &err) == 0, "%s", err.message);
+            for (int b = NP; b-- > 0;)
+                ck_assert_int_eq(cz_executor_bucket_wait(ex[e + 1], (size_t)b, &err), 0);
+            ck_assert_msg(memcmp(P[e], P[e + 1], n * sizeof(float)) == 0,
+                          "executor %d: parameters differ after step %d", e + 1, s + 1);
+            ck_assert(cz_executor_grad_norm(ex[e]) == cz_executor_grad_norm(ex[e + 1]));
+            ck_assert_int_eq(cz_executor_early_groups(ex[e]), 0);
+        }
+    }
+    /* Off again: every group runs at step_finish, the same bits still. */
+    ck_assert_int_eq(cz_executor_set_early_updates(ex[EARLY], 0, &err), 0);
+    fill_grads(G[PLAIN], n, 3);
+    fill_grads(G[EARLY], n, 3);
+    ck_assert_int_eq(cz_executor_step(ex[PLAIN], &err), 0);
+    ck_assert_int_eq(ovl_step(ex[EARLY], orders[0], &err), 0);
+    ck_assert_int_eq(cz_executor_early_groups(ex[EARLY]), 0);
+    ck_assert(memcmp(P[PLAIN], P[EARLY], n * sizeof(float)) == 0);
+    for (int e = 0; e < NEX; e++) {
+        cz_executor_free(ex[e]);
+        free(P[e]), free(G[e]);
+    }
+    cz_plan_free(pl);
+}
+END_TEST
+
+/* What early updates refuse: the NaN/Inf check, clipping (at the switch and after it), a
+ * switch inside a step; and what a refused step says once they ran: the missing bucket, a
+ * cancel, both naming what changed. */
+START_TEST(early_updates_refusals)
+{
+    cz_plan *pl = two_group_plan();
+    cz_exec_config cfg = self_cfg();
+    cz_executor *ex = NULL;
+    cz_error err;
+    ck_assert_int_eq(cz_executor_create_from_plan(&ex, pl, &cfg, &err), 0);
+    ck_assert_int_eq(cz_executor_set_early_updates(NULL, 1, &err), CZ_EINVALID);
+    ck_assert_int_eq(cz_executor_set_early_updates(ex, 1, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "the NaN/Inf check is on (check_finite = 1)"));
+    cz_executor_free(ex);
+    cfg.check_finite = 0;
+    cfg.max_grad_norm = 1.0f;
+    ck_assert_int_eq(cz_executor_create_from_plan(&ex, pl, &cfg, &err), 0);
+    ck_assert_int_eq(cz_executor_set_early_updates(ex, 1, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "clipping is on (max_grad_norm = 1)"));
+    ck_assert_int_eq(cz_executor_set_max_grad_norm(ex, 0.0f, &err), 0);
+    ck_assert_int_eq(cz_executor_set_early_updates(ex, 1, &err), 0);
+    ck_assert_int_eq(cz_executor_set_max_grad_norm(ex, 1.0f, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "early updates are on"));
+    size_t n = cz_executor_buffer_numel(ex);
+    float *P = calloc(n, sizeof(float)), *G = calloc(n, sizeof(float));
+    float *P0 = calloc(n, sizeof(float));
+    for (size_t k = 0; k < n; k++)
+        P[k] = P0[k] = 0.5f * fx_val(k);
+    ck_assert_int_eq(cz_executor_bind_buffers(ex, P, G, n, &err), 0);
+    fill_grads(G, n, 0);
+    /* Buckets 0 and 1 declared: proj's group ran, inside the step no switch. */
+    ck_assert_int_eq(cz_executor_bucket_ready(ex, 0, &err), 0);
+    ck_assert_int_eq(cz_executor_bucket_ready(ex, 1, &err), 0);
+    ck_assert_int_eq(cz_executor_early_groups(ex), 1);
+    ck_assert_int_eq(cz_executor_set_early_updates(ex, 0, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "a bucket-wise step is in progress"));
+    ck_assert_int_eq(cz_executor_step_finish(ex, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "bucket 2 was not declared ready"));
+    ck_assert_ptr_nonnull(strstr(err.message, "only the micro-groups early updates had run were "
+                                              "changed (1 on this rank)"));
+    ck_assert(memcmp(P, P0, n * sizeof(float)) != 0);
+    /* A cancel after an early group says what moved. */
+    memcpy(P0, P, n * sizeof(float));
+    ck_assert_int_eq(cz_executor_bucket_ready(ex, 0, &err), 0);
+    ck_assert_int_eq(cz_executor_bucket_ready(ex, 1, &err), 0);
+    ck_assert_int_eq(cz_executor_step_cancel(ex, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "after early updates had updated 1 micro-groups"));
+    /* Without any early group run, a cancel changes nothing and says nothing. */
+    ck_assert_int_eq(cz_executor_bucket_ready(ex, 3, &err), 0);
+    ck_assert_int_eq(cz_executor_step_cancel(ex, &err), 0);
+    cz_executor_free(ex);
+    cz_plan_free(pl);
+    free(P), free(G), free(P0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("exec_overlap");
@@ -271,6 +431,8 @@ int main(void)
     tcase_add_test(tc, bookkeeping);
     tcase_add_test(tc, same_bits_as_the_step);
     tcase_add_test(tc, refusals);
+    tcase_add_test(tc, early_updates_same_bits);
+    tcase_add_test(tc, early_updates_refusals);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

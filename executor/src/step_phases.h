@@ -1,10 +1,10 @@
 /*
- * step_impl.h — what the plain step (step.c) and the bucket-wise step (bucket_step.c) share:
+ * step_phases.h — what the plain step (step.c) and the bucket-wise step (bucket_step.c) share:
  * a bucket's plane and counts, staging one parameter in and out, the first step's binding
  * check, and the sequence from the gradient statistics to every parameter updated.
  */
-#ifndef CZ_STEP_IMPL_H
-#define CZ_STEP_IMPL_H
+#ifndef CZ_STEP_PHASES_H
+#define CZ_STEP_PHASES_H
 
 #include "executor_impl.h"
 
@@ -39,4 +39,4 @@ int cz__step_check_bound(cz_executor *ex, cz_error *err);
 int cz__step_update_all(cz_executor *ex, float *P, float *G, double t0, cz_exec_timings *t,
                         cz_error *err);
 
-#endif /* CZ_STEP_IMPL_H */
+#endif /* CZ_STEP_PHASES_H */
