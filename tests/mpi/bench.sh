@@ -8,7 +8,8 @@
 # | tasks CLUSTER DP TP BLOCKS WIDTH [PLAN OPTION...] (block and cooperative tasks)
 # | pp PP DP TP [fp32|bf16] (pipeline-parallel plans on PP*DP*TP = 4 ranks)
 # | experts (the small MoE at EP 1 against the reference; expert groups: experts.sh)
-# | overlap CLUSTER (the bucket-wise step against the plain one, bit for bit; its errors)
+# | overlap CLUSTER (the bucket-wise step against the plain one, bit for bit, with and without
+# |   early updates; its errors)
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -439,6 +440,22 @@ PY
       --max-grad-norm 0.05 --dump-dir "$tmp/pp-$m" "${o[@]}" >/dev/null
   done
   same pp-plain pp-ovl
+  # Early updates (no clipping, no NaN check): the micro-groups run inside bucket_ready, the
+  # plain step's bits still; with one bucket declared last in bf16. With clipping: refused on
+  # every rank.
+  run eplain --max-grad-norm 0
+  run early --max-grad-norm 0 --overlap --early-updates --verify
+  grep -q "verify: OK" "$tmp/early.out"
+  n=$(sed -n 's/^micro-groups updated early in the last step .*summed): //p' "$tmp/early.out")
+  [ "${n:-0}" -gt 0 ] || { echo "expected micro-groups updated early, got '${n:-}'"; exit 1; }
+  same eplain early
+  run eplain16 --max-grad-norm 0 --dtype bf16
+  run early16 --max-grad-norm 0 --overlap --early-updates --delay-bucket 1 --dtype bf16
+  same eplain16 early16
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/p.json" --model "$model" --steps 1 --warmup 0 \
+    --overlap --early-updates --max-grad-norm 0.05
+  [ "$(grep -c "set_early_updates: clipping is on (max_grad_norm = 0.05" "$tmp/out")" -eq 4 ] ||
+    { echo "expected early updates with clipping refused on every rank"; exit 1; }
   # A bucket declared twice is refused on the rank that did it (every rank here).
   mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/p.json" --model "$model" --steps 1 --warmup 0 \
     --overlap --repeat-bucket 2

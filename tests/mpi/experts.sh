@@ -4,7 +4,8 @@
 #   experts.sh verify NAME [fp32|bf16] [PLAN SIZE OPTION...]   (the grid from the options)
 #   experts.sh invalid (layouts that break Megatron-Core's rules: refused on every rank)
 #   experts.sh overlap PLAN SIZE OPTION... (the bucket-wise step against the plain one, bit for
-#   bit: expert buckets reduced and gathered over the expert-DP plane)
+#   bit, with and without early updates: expert buckets reduced and gathered over the expert-DP
+#   plane, expert micro-groups over the ETP plane)
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -96,15 +97,23 @@ overlap)
     mpi -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --steps 3 --warmup 0 \
       --max-grad-norm 0.05 --dump-dir "$tmp/$d" "$@" | tee "$tmp/$d.out"
   }
+  same() { # dir-a dir-b
+    local n=0 f
+    for f in "$tmp/$1"/*.npy; do
+      cmp "$f" "$tmp/$2/$(basename "$f")" || { echo "differs: $1 $2 $(basename "$f")"; exit 1; }
+      n=$((n + 1))
+    done
+    [ "$n" -gt 40 ] || { echo "expected every parameter, compared $n"; exit 1; }
+  }
   run plain
   run ovl --overlap --delay-bucket 1 --verify
   grep -q "verify: OK" "$tmp/ovl.out"
-  n=0
-  for f in "$tmp"/plain/*.npy; do
-    cmp "$f" "$tmp/ovl/$(basename "$f")" || { echo "differs: $(basename "$f")"; exit 1; }
-    n=$((n + 1))
-  done
-  [ "$n" -gt 40 ] || { echo "expected every parameter, compared $n"; exit 1; }
+  same plain ovl
+  # Early updates: the expert pipeline's micro-groups too, in readiness order.
+  run eplain --max-grad-norm 0
+  run early --max-grad-norm 0 --overlap --early-updates --delay-bucket 1
+  grep -q "micro-groups updated early in the last step .*summed): [1-9]" "$tmp/early.out"
+  same eplain early
   ;;
 *)
   echo "usage: experts.sh verify NAME [fp32|bf16] [PLAN OPTION...] | invalid | overlap PLAN OPTION..."; exit 2 ;;

@@ -31,6 +31,7 @@ typedef struct bench_opts {
     /* --overlap: the bucket-wise step; --delay-bucket, --skip-bucket, --repeat-bucket: one
      * bucket declared last, never (on the last rank), or twice (-1: none) */
     int overlap, delay_bucket, skip_bucket, repeat_bucket;
+    int early; /* --early-updates: cz_executor_set_early_updates (with --overlap) */
     double compute_ms; /* --compute-ms: simulated backward compute per held bucket */
     cz_muon_scaling scaling;
     uint64_t seed;
@@ -215,6 +216,9 @@ static void usage(FILE *f)
           "  --delay-bucket B   with --overlap, declare bucket B ready last\n"
           "  --skip-bucket B    (testing) with --overlap, never declare B on the last rank\n"
           "  --repeat-bucket B  (testing) with --overlap, declare bucket B twice\n"
+          "  --early-updates    with --overlap, run each micro-group inside the bucket_ready\n"
+          "                     that posts its last bucket (cz_executor_set_early_updates;\n"
+          "                     turns the NaN/Inf check off, refused with --max-grad-norm)\n"
           "  --compute-ms X     simulate X ms of backward compute per bucket this rank holds\n"
           "                     (a sleep, no MPI call): with --overlap before each\n"
           "                     bucket_ready, without it all before the step; prints the\n"
@@ -283,6 +287,7 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
                                           {"skip-bucket", required_argument, 0, 1017},
                                           {"repeat-bucket", required_argument, 0, 1018},
                                           {"compute-ms", required_argument, 0, 1019},
+                                          {"early-updates", no_argument, 0, 1020},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
@@ -516,6 +521,9 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
         case 1019:
             o->compute_ms = strtod(optarg, &end);
             break;
+        case 1020:
+            o->early = 1;
+            break;
         case 'h':
             return 1;
         default:
@@ -532,6 +540,10 @@ static int parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
         snprintf(msg, cap,
                  "--own-comms and --bad-dp-comm hand in MPI communicators: only with "
                  "--comm mpi");
+        return 2;
+    }
+    if (o->early && !o->overlap) {
+        snprintf(msg, cap, "--early-updates runs inside the bucket-wise step: add --overlap");
         return 2;
     }
     if (optind < argc || !o->plan || !o->model || o->steps < 1 || o->warmup < 0) {
@@ -596,12 +608,12 @@ static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
         return;
     snprintf(buf + n, cap - (size_t)n,
              " shampoo=%.9g,%.9g,%.9g,%.9g,%d,%d,%d,%d,%.9g,%.9g soap=%.9g,%.9g,%.9g,%.9g "
-             "overlap=%d,%d,%d,%d,%.17g",
+             "overlap=%d,%d,%d,%d,%.17g,%d",
              h->shampoo_beta1, h->shampoo_beta2, h->shampoo_eps, h->shampoo_momentum,
              h->shampoo_nesterov, h->shampoo_start_step, h->shampoo_max_dim,
              (int)h->shampoo_grafting, h->shampoo_graft_beta2, h->shampoo_graft_eps, h->soap_beta1,
              h->soap_beta2, h->soap_shampoo_beta, h->soap_eps, o->overlap, o->delay_bucket,
-             o->skip_bucket, o->repeat_bucket, o->compute_ms);
+             o->skip_bucket, o->repeat_bucket, o->compute_ms, o->early);
 }
 
 /* Option errors are agreed across ranks like every later failure, before any other
@@ -1392,6 +1404,7 @@ int main(int argc, char **argv)
     cfg.adamw_beta2 = (float)o.beta2;
     cfg.adamw_eps = (float)o.adamw_eps;
     cfg.max_grad_norm = (float)o.max_grad_norm;
+    cfg.check_finite = !o.early; /* early updates cannot refuse a step after its first update */
     cfg.dtype = o.dtype;
     cfg.ns_eps = (float)o.ns_eps;
     cfg.shampoo_beta1 = o.shampoo.shampoo_beta1;
@@ -1433,6 +1446,8 @@ int main(int argc, char **argv)
         goto done;
     int rc = cz_executor_create(&ex, o.plan, &cfg, &err);
     stop_if_stalled(rc, &err);
+    if (rc == CZ_OK && o.early)
+        rc = cz_executor_set_early_updates(ex, 1, &err);
     if (rc) {
         fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err.message);
         goto done;
@@ -1576,6 +1591,9 @@ int main(int argc, char **argv)
     uint64_t dev_allocs = total > 1 ? bench_gpu_alloc_count() - dev_after_first : 0, max_dev;
     bench_allreduce(&dev_allocs, &max_dev, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD,
                     "canzona-bench's device allocation count");
+    uint64_t early = (uint64_t)cz_executor_early_groups(ex), all_early;
+    bench_allreduce(&early, &all_early, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD,
+                    "canzona-bench's early micro-group count");
     /* After the count: a checkpoint allocates, a step must not. */
     rc = o.save_state ? cz_executor_save_state(ex, o.save_state, &err) : CZ_OK;
     if (any_failed(rc, &err, "saving the optimizer state"))
@@ -1606,6 +1624,10 @@ int main(int argc, char **argv)
                    "bucket_ready to the last bucket_wait less the sleeps for --compute-ms %g per "
                    "bucket; slowest rank): median %.6f s\n",
                    o.compute_ms, med[5]);
+        if (o.early)
+            printf("micro-groups updated early in the last step (before step_finish; every "
+                   "rank's, summed): %llu\n",
+                   (unsigned long long)all_early);
         printf("executor allocations in steps 2..%d (most on one rank): %llu\n", total,
                (unsigned long long)max_allocs);
         if (cuda)
