@@ -355,6 +355,10 @@ def parse_args(argv=None):
                          "the last micro-batch's backward, each bucket's parameter all-gather is "
                          "waited for by the next forward; the micro-batches before the last run "
                          "under opt.no_sync(). Same results as without it")
+    ap.add_argument("--early-updates", action="store_true",
+                    help="with --overlap, run each micro-group's update in the backward pass, "
+                         "as soon as its buckets are reduced (early_updates=True; needs "
+                         "--max-grad-norm 0, turns the NaN/Inf check off). Same results")
     ap.add_argument("--bucket-size", type=int, default=None, metavar="N",
                     help="gradient bucket size in elements of canzona's plan (default: the "
                          "planner's, one bucket for this small model; with --overlap, smaller "
@@ -537,7 +541,7 @@ def main(argv=None):
         model, tp_group=group, tp_dims=TP_DIMS, blocks=blocks_decl(cfg), optimizers=OPTIMIZERS,
         lr=cfg.lr, weight_decay=cfg.weight_decay, adamw_lr=cfg.adamw_lr,
         muon_scaling=cfg.muon_scaling, max_grad_norm=cfg.max_grad_norm, save_plan=cfg.save_plan,
-        overlap=cfg.overlap, bucket_size=cfg.bucket_size)
+        overlap=cfg.overlap, early_updates=cfg.early_updates, bucket_size=cfg.bucket_size)
 
     if cfg.load and not cfg.params_only:
         opt.load_state_dict(torch.load(os.path.join(cfg.load, "optim.pt")))

@@ -191,6 +191,8 @@ def lib():
         "cz_executor_step_finish": (i, [vp, e]),
         "cz_executor_bucket_wait": (i, [vp, ctypes.c_size_t, e]),
         "cz_executor_step_cancel": (i, [vp, e]),
+        "cz_executor_set_early_updates": (i, [vp, i, e]),
+        "cz_executor_early_groups": (i, [vp]),
     }
     for name, (res, args) in sig.items():
         f = getattr(L, name)

@@ -119,7 +119,7 @@ class Optimizer(torch.optim.Optimizer):
               weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=5,
               muon_scaling="rms", adamw_lr=<default>, adamw_betas=(0.9, 0.95),
               adamw_eps=1e-8, adamw_weight_decay=<weight_decay>, max_grad_norm=0.0,
-              overlap=False, bucket_size=None, **executor_options)
+              overlap=False, early_updates=False, bucket_size=None, **executor_options)
 
     params: the module, its named_parameters(), or parameter groups (dicts) whose "params"
       are (name, parameter) pairs; each group may set "lr" and "weight_decay". Every
@@ -145,6 +145,12 @@ class Optimizer(torch.optim.Optimizer):
       waited for by a forward pre-hook of the modules holding its parameters. Accumulating
       micro-batches run inside `with opt.no_sync():` (all but the last), as with DDP. The
       results are the plain step's bit for bit.
+    early_updates: with overlap, each micro-group's update runs in the backward pass, inside
+      the gradient hook that declares its last bucket (docs/PYTHON.md, "Early updates"),
+      instead of in step(); the same bits. It needs max_grad_norm = 0 and turns the NaN/Inf
+      check off (check_finite = 0): both need every bucket before any update. The param
+      groups' rates are read at the step's first bucket (set them before backward).
+      early_groups: how many this rank ran so in its last step.
     bucket_size: gradient bucket size in elements of the plan made here (None: the planner's
       default, Megatron's max(4e7, 1e6 * DP); cluster's "buckets" otherwise). With overlap,
       smaller buckets start their reduce-scatter earlier in the backward pass.
@@ -156,12 +162,19 @@ class Optimizer(torch.optim.Optimizer):
                  lr=_DEFAULT, weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=5,
                  muon_scaling="rms", adamw_lr=_DEFAULT, adamw_betas=(0.9, 0.95),
                  adamw_eps=1e-8, adamw_weight_decay=_DEFAULT, max_grad_norm=0.0,
-                 nccl_comms=None, overlap=False, bucket_size=None, **executor_options):
+                 nccl_comms=None, overlap=False, early_updates=False, bucket_size=None,
+                 **executor_options):
         if not dist.is_available() or not dist.is_initialized():
             raise Error(_lib.CZ_EINVALID,
                         "canzona.torch.Optimizer needs torch.distributed initialized "
                         "(dist.init_process_group; torchrun sets its env:// rendezvous up), also "
                         "for one process")
+        if early_updates and not overlap:
+            raise ValueError("early_updates=True runs inside the bucket-wise step: pass "
+                             "overlap=True too")
+        if early_updates:
+            # A step whose micro-groups start in backward cannot be refused afterwards.
+            executor_options.setdefault("check_finite", 0)
         named_groups, module = _named_groups(params)
         self._module = weakref.ref(module) if module is not None else None
         hp = dict(momentum=momentum, adamw_beta1=adamw_betas[0], adamw_beta2=adamw_betas[1])
@@ -291,9 +304,19 @@ class Optimizer(torch.optim.Optimizer):
         self._max_grad_norm = self._set_norm = float(max_grad_norm)
         self.grad_norm = None
         self._overlap = bool(overlap)
+        self._early = bool(early_updates)
         self._hooks = []
         if self._overlap:
             self._setup_overlap()
+        if self._early:
+            err = _lib.CzError()
+            check(self._L.cz_executor_set_early_updates(self._ex, 1, ctypes.byref(err)), err)
+
+    @property
+    def early_groups(self):
+        """The micro-groups this rank updated in the backward pass of its last step (early
+        updates; 0 without them)."""
+        return int(self._L.cz_executor_early_groups(self._ex)) if self._ex is not None else 0
 
     # ---- construction ----
     @staticmethod
@@ -334,13 +357,14 @@ class Optimizer(torch.optim.Optimizer):
     def __del__(self):
         self.close()
 
-    def _agree(self, msg):
-        """Every rank raises when any rank failed, with the first failing rank's message."""
+    def _agree(self, msg, note=""):
+        """Every rank raises when any rank failed, with the first failing rank's message (and
+        this rank's note)."""
         msgs = [None] * dist.get_world_size()
         dist.all_gather_object(msgs, msg)
         for r, m in enumerate(msgs):
             if m is not None:
-                raise Error(_lib.CZ_EINVALID, m if m == msg else f"rank {r}: {m}")
+                raise Error(_lib.CZ_EINVALID, (m if m == msg else f"rank {r}: {m}") + note)
 
     @staticmethod
     def _describe(named_groups, tp_dims, blocks, optimizers, tp):
@@ -543,6 +567,16 @@ class Optimizer(torch.optim.Optimizer):
 
     def _bucket_ready(self, b):
         err = _lib.CzError()
+        if self._early and not self._declared and self._ovl_error is None:
+            # Early updates apply the rates during backward: the param groups' as they are
+            # now, before the step's first micro-group runs (step() sets the same again).
+            msg, rates = self._group_rates()
+            self._ovl_error = msg
+            if msg is None:
+                try:
+                    self._push_rates(rates)
+                except Error as e:
+                    self._ovl_error = str(e)
         rc = self._L.cz_executor_bucket_ready(self._ex, b, ctypes.byref(err))
         self._declared.add(b)
         if rc != _lib.CZ_OK and self._ovl_error is None:
@@ -616,11 +650,15 @@ class Optimizer(torch.optim.Optimizer):
         self._counts, self._declared, self._ovl_error = {}, set(), None
 
     def _cancel(self):
-        """Every rank ends an open overlapped step with nothing updated (collective)."""
+        """Every rank ends an open overlapped step with nothing more updated (collective).
+        Returns what early updates had already changed (a message), or None."""
         if self._overlap:
             err = _lib.CzError()
-            self._L.cz_executor_step_cancel(self._ex, ctypes.byref(err))
+            rc = self._L.cz_executor_step_cancel(self._ex, ctypes.byref(err))
             self._end_overlapped()
+            if rc != _lib.CZ_OK:
+                return err.message.decode(errors="replace")
+        return None
 
     # ---- steps ----
     def _local_checks(self):
@@ -641,19 +679,9 @@ class Optimizer(torch.optim.Optimizer):
             if p.data_ptr() != self._pview_ptr[name] or p.shape != self._gviews[name].shape:
                 return (f"parameter {name!r}'s storage was replaced after the optimizer was "
                         "built (p.data = ...): canzona's step would not reach it", False, None)
-        lr = (ctypes.c_float * len(self._names))()
-        wd = (ctypes.c_float * len(self._names))()
-        for k, g in enumerate(self.param_groups):
-            for key in ("lr", "weight_decay"):
-                v = g[key]
-                if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                    return (f"param group {k}: {key} = {v!r}; expected a finite value >= 0",
-                            False, None)
-            for name in g["names"]:
-                lr[self._index[name]] = g["lr"]
-                wd[self._index[name]] = g["weight_decay"]
-        if not (math.isfinite(self._max_grad_norm) and self._max_grad_norm >= 0):
-            return f"max_grad_norm = {self._max_grad_norm!r}; expected >= 0", False, None
+        msg, rates = self._group_rates()
+        if msg is not None:
+            return msg, False, None
         any_grad = False
         with torch.no_grad():
             for name, p in self._params.items():
@@ -666,7 +694,37 @@ class Optimizer(torch.optim.Optimizer):
                 if p.grad.data_ptr() != view.data_ptr():
                     view.copy_(p.grad)
                     p.grad = view
-        return None, any_grad, (lr, wd)
+        return None, any_grad, rates
+
+    def _group_rates(self):
+        """The param groups' rates, per parameter: (message or None, (lr, wd))."""
+        lr = (ctypes.c_float * len(self._names))()
+        wd = (ctypes.c_float * len(self._names))()
+        for k, g in enumerate(self.param_groups):
+            for key in ("lr", "weight_decay"):
+                v = g[key]
+                if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                    return f"param group {k}: {key} = {v!r}; expected a finite value >= 0", None
+            for name in g["names"]:
+                lr[self._index[name]] = g["lr"]
+                wd[self._index[name]] = g["weight_decay"]
+        if not (math.isfinite(self._max_grad_norm) and self._max_grad_norm >= 0):
+            return f"max_grad_norm = {self._max_grad_norm!r}; expected >= 0", None
+        return None, (lr, wd)
+
+    def _push_rates(self, rates):
+        """The rates and clipping threshold into the executor, when they changed."""
+        err = _lib.CzError()
+        lr, wd = rates
+        key = (bytes(lr), bytes(wd))
+        if key != self._rates:
+            check(self._L.cz_executor_set_param_rates(self._ex, lr, wd, len(self._names),
+                                                       ctypes.byref(err)), err)
+            self._rates = key
+        if self._max_grad_norm != self._set_norm:
+            check(self._L.cz_executor_set_max_grad_norm(self._ex, self._max_grad_norm,
+                                                         ctypes.byref(err)), err)
+            self._set_norm = self._max_grad_norm
 
     def _flags(self, failed, any_grad, rates):
         """Whether any rank failed its checks, whether any rank has gradients, and whether the
@@ -698,32 +756,27 @@ class Optimizer(torch.optim.Optimizer):
                 loss = closure()
         msg, any_grad, rates = self._local_checks()
         if self._overlap and msg is None:
-            self._declare_rest()
+            # With early updates the buckets no hook declared wait for the agreement below:
+            # declaring them would update their micro-groups before it.
+            if not self._early:
+                self._declare_rest()
             msg = self._ovl_error
         failed, anyone, same = self._flags(msg is not None, any_grad, rates)
-        if failed or not same or not anyone:
-            self._cancel()
+        moved = self._cancel() if failed or not same or not anyone else None
         if failed:
-            self._agree(msg)
+            self._agree(msg, f" ({moved})" if moved else "")
         if not same:
             raise Error(_lib.CZ_EMISMATCH, "the ranks' param groups hold different learning "
                                            "rates, weight decays or clipping thresholds (every "
                                            "rank must set the same before the same step); "
-                                           "nothing was changed")
+                                           + (moved or "nothing was changed"))
         if not anyone:
             raise Error(_lib.CZ_EINVALID, "step() with no gradients on any rank: call "
-                                          "backward() first (nothing was changed)")
+                                          f"backward() first ({moved or 'nothing was changed'})")
+        if self._early:
+            self._declare_rest()
         err = _lib.CzError()
-        lr, wd = rates
-        key = (bytes(lr), bytes(wd))
-        if key != self._rates:
-            check(self._L.cz_executor_set_param_rates(self._ex, lr, wd, len(self._names),
-                                                       ctypes.byref(err)), err)
-            self._rates = key
-        if self._max_grad_norm != self._set_norm:
-            check(self._L.cz_executor_set_max_grad_norm(self._ex, self._max_grad_norm,
-                                                         ctypes.byref(err)), err)
-            self._set_norm = self._max_grad_norm
+        self._push_rates(rates)
         if self._overlap:
             try:
                 rc = self._step_overlapped(err)

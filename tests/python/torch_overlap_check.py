@@ -4,7 +4,12 @@ micro-batches (all but the last under opt.no_sync()), clipping active, zero_grad
 without set_to_none, fp32 and bf16, several gradient buckets. Every micro-batch's loss, every
 step's gradient norm and, at the end, every parameter must be equal (torch.equal). Then the
 refusal of a gradient accumulated into a bucket already declared (no no_sync), on every rank,
-with nothing changed, after which the steps continue equal.
+with nothing changed, after which the steps continue equal. The learning rate changes every
+step (as a scheduler would, between steps).
+
+Then early updates (overlap=True, early_updates=True, no clipping) against overlap=False without
+clipping: the same, each step with micro-groups updated in the backward pass; the refusal then
+names the micro-groups early updates had changed.
 
     torch_launch.py --nproc-per-node 4 torch_overlap_check.py TP
 """
@@ -37,7 +42,7 @@ def fail(msg):
     sys.exit(1)
 
 
-def run(tp, dtype, plan_dir):
+def run(tp, dtype, plan_dir, early=False):
     rank, world = dist.get_rank(), dist.get_world_size()
     dp = world // tp
     dp_rank, tp_rank = rank // tp, rank % tp
@@ -50,7 +55,8 @@ def run(tp, dtype, plan_dir):
             group = g
     full = tt.init_params(cfg)
     models, opts = [], []
-    plan = os.path.join(plan_dir, f"plan-{tp}-{dtype}.json")
+    plan = os.path.join(plan_dir, f"plan-{tp}-{dtype}-{early}.json")
+    clip = 0.0 if early else CLIP
     for overlap in (False, True):
         m = tt.build_model(cfg, tp, tp_rank, group)
         tt.load_shards(m, cfg, full, tp, tp_rank)
@@ -59,8 +65,8 @@ def run(tp, dtype, plan_dir):
         kw = dict(save_plan=plan if rank == 0 else None) if not overlap else dict(plan=plan)
         opts.append(canzona.torch.Optimizer(
             m, tp_group=group, tp_dims=tt.TP_DIMS, blocks=tt.blocks_decl(cfg),
-            optimizers=tt.OPTIMIZERS, lr=0.02, adamw_lr=2e-3, max_grad_norm=CLIP,
-            bucket_size=8192, overlap=overlap, **kw))
+            optimizers=tt.OPTIMIZERS, lr=0.02, adamw_lr=2e-3, max_grad_norm=clip,
+            bucket_size=8192, overlap=overlap, early_updates=overlap and early, **kw))
         models.append(m)
     nb = canzona._lib.lib().cz_executor_bucket_count(opts[1]._ex)
     if nb < 4:
@@ -74,6 +80,8 @@ def run(tp, dtype, plan_dir):
         x, y = x[dp_rank * rows:(dp_rank + 1) * rows], y[dp_rank * rows:(dp_rank + 1) * rows]
         opt, model = opts[k], models[k]
         opt.zero_grad(set_to_none=bool(s % 2))
+        for g in opt.param_groups:  # a scheduler's change, before backward
+            g["lr"] = (0.02 if g["lr"] > 0.01 else 2e-3) * (1.0 - 0.05 * s)
         losses = []
         for mb in range(MICRO):
             last = mb == MICRO - 1
@@ -90,6 +98,8 @@ def run(tp, dtype, plan_dir):
         opt.step()
         if k == 1 and opt._pending != set(opt._held):
             fail("step() left no all-gather for the forward pre-hooks")
+        if k == 1 and not sync_all and (opt.early_groups > 0) != early:
+            fail(f"step {s}: {opt.early_groups} micro-groups updated early (early={early})")
         return losses, float(opts[k].grad_norm)
 
     for s in range(STEPS):
@@ -98,7 +108,7 @@ def run(tp, dtype, plan_dir):
             fail(f"{dtype} step {s}: micro-batch losses differ: {la} vs {lb}")
         if na != nb_:
             fail(f"{dtype} step {s}: gradient norms differ: {na!r} vs {nb_!r}")
-        if not na > CLIP:
+        if not early and not na > CLIP:
             fail(f"{dtype} step {s}: gradient norm {na} not above {CLIP}: clipping inactive")
     opts[1].wait_params()
     before = {n: p.detach().clone() for n, p in models[1].named_parameters()}
@@ -114,6 +124,18 @@ def run(tp, dtype, plan_dir):
     except canzona.Error as e:
         if "no_sync" not in str(e):
             fail(f"unexpected message: {e}")
+        if early and "early updates had updated" not in str(e):
+            fail(f"the refusal does not name what early updates changed: {e}")
+    if early:
+        # The early micro-groups moved one step: this pair's runs part here.
+        for o in opts:
+            o.close()
+        if rank == 0:
+            print(f"DP{dp}·TP{tp} {dtype}: {nb} buckets, {STEPS} steps of {MICRO} micro-batches "
+                  f"with early updates: overlap on = off bit for bit (losses, norms, "
+                  f"parameters); the accumulation without no_sync() refused, naming what "
+                  f"moved", flush=True)
+        return
     for n, p in models[1].named_parameters():
         if not torch.equal(p, before[n]):
             fail(f"{dtype}: the refused step changed {n}")
@@ -143,6 +165,7 @@ def main():
         # bf16 at TP 1 only: gloo (torch 1.13) has no bf16 all-reduce for the TP layers.
         for dtype in (torch.float32,) + ((torch.bfloat16,) if tp == 1 else ()):
             run(tp, dtype, box[0])
+        run(tp, torch.float32, box[0], early=True)
     finally:
         dist.barrier()
         if dist.get_rank() == 0:
