@@ -126,7 +126,8 @@ static int adamw_work_create(cz_optim *o, cz_error *err)
     return CZ_OK; /* the backend's adamw op needs none */
 }
 
-static int adamw_step_shards(cz_optim *o, float *P, const float *G, int64_t t, cz_error *err)
+static int adamw_step_shards(cz_optim *o, float *P, const float *G, int64_t t, int64_t lo,
+                             int64_t hi, cz_error *err)
 {
     adamw_impl *a = impl_of(o);
     cz_compute *c = o->compute;
@@ -135,6 +136,8 @@ static int adamw_step_shards(cz_optim *o, float *P, const float *G, int64_t t, c
     cz__adamw_args_make(&args, &a->h, t);
     for (int i = 0; i < a->npieces; i++) {
         const adamw_piece *k = &a->pieces[i];
+        if (k->s.off < lo || k->s.off >= hi)
+            continue;
         if (o->param_rates) { /* its parameter group's */
             args.lr = o->param_rates[k->s.p->id].lr;
             args.weight_decay = o->param_rates[k->s.p->id].wd;

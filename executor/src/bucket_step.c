@@ -32,6 +32,46 @@ static int ovl_nomem(cz_error *err)
     return cz__error_set(err, CZ_ENOMEM, "bucket-wise step: out of memory for its tables");
 }
 
+static void gather_keys_of(cz_executor *ex, const cz_rank_schedule *rs, size_t n)
+{
+    const cz_plan *plan = ex->plan;
+    for (size_t s = 0; s < n; s++)
+        for (int g = 0; g < rs[s].ngroups; g++) {
+            const cz_plan_group *gr = &rs[s].groups[g];
+            int64_t ready = -1;
+            for (int t = 0; t < gr->ntasks; t++)
+                if (plan->params[gr->task_param[t]].bucket > ready)
+                    ready = plan->params[gr->task_param[t]].bucket;
+            for (int t = 0; t < gr->ntasks; t++) {
+                int64_t *key = &ex->ovl_ag_key[plan->params[gr->task_param[t]].bucket];
+                *key = ready > *key ? ready : *key;
+            }
+        }
+}
+
+/* Early updates' all-gather keys and order (executor_impl.h), from the plan alone, so that every
+ * rank finds the same: every schedule's groups count, a superset of the bucket's plane's. */
+static void gather_keys(cz_executor *ex)
+{
+    const cz_plan *plan = ex->plan;
+    size_t nb = plan->nbuckets;
+    for (size_t b = 0; b < nb; b++)
+        ex->ovl_ag_key[b] = (int64_t)b;
+    gather_keys_of(ex, plan->schedules, plan->nschedules);
+    gather_keys_of(ex, plan->expert_schedules, plan->nexpert_schedules);
+    /* The held buckets by key, ties in forward order (the highest index first): an insertion
+     * sort, run once. */
+    ex->ovl_nag = 0;
+    for (size_t b = nb; b-- > 0;) {
+        if (!cz__exec_holds_bucket(ex, &plan->buckets[b]))
+            continue;
+        size_t at = ex->ovl_nag++;
+        for (; at > 0 && ex->ovl_ag_key[ex->ovl_ag_list[at - 1]] > ex->ovl_ag_key[b]; at--)
+            ex->ovl_ag_list[at] = ex->ovl_ag_list[at - 1];
+        ex->ovl_ag_list[at] = (int)b;
+    }
+}
+
 /* The tables, requests and reduce-scatter ranges of the bucket-wise step, at its first use only
  * (a job that never calls it pays nothing): a later step allocates nothing. */
 static int ovl_setup(cz_executor *ex, cz_error *err)
@@ -48,9 +88,12 @@ static int ovl_setup(cz_executor *ex, cz_error *err)
     ex->ovl_recv_off = cz__exec_calloc(nb + 1, sizeof *ex->ovl_recv_off);
     ex->ovl_pstart = cz__exec_calloc(nb + 1, sizeof *ex->ovl_pstart);
     ex->ovl_pidx = cz__exec_calloc(np + 1, sizeof *ex->ovl_pidx);
+    ex->ovl_ag_key = cz__exec_calloc(nb + 1, sizeof *ex->ovl_ag_key);
+    ex->ovl_ag_list = cz__exec_calloc(nb + 1, sizeof *ex->ovl_ag_list);
+    ex->ovl_elem_done = cz__exec_calloc(nb + 1, sizeof *ex->ovl_elem_done);
     cur = cz__exec_calloc(nb + 1, sizeof *cur);
     if (!ex->ovl_state || !ex->ovl_rs || !ex->ovl_ag || !ex->ovl_recv_off || !ex->ovl_pstart ||
-        !ex->ovl_pidx || !cur) {
+        !ex->ovl_pidx || !ex->ovl_ag_key || !ex->ovl_ag_list || !ex->ovl_elem_done || !cur) {
         rc = ovl_nomem(err);
         goto done;
     }
@@ -89,6 +132,7 @@ static int ovl_setup(cz_executor *ex, cz_error *err)
     for (size_t i = 0; i < np; i++)
         if (cz__exec_holds(ex, &plan->params[i]))
             ex->ovl_pidx[cur[plan->params[i].bucket]++] = (int)i;
+    gather_keys(ex);
     ex->ovl_ready = true;
 done:
     /* A failed setup is retried by the next call: cz_executor_free releases what it left. */
@@ -221,6 +265,9 @@ static int ovl_begin(cz_executor *ex, const char *what, cz_error *err)
     ex->ovl_next = 0;
     ex->ovl_early = 0;
     ex->ovl_early_s = 0.0;
+    ex->ovl_ag_next = 0;
+    for (size_t b = 0; b < ex->plan->nbuckets; b++)
+        ex->ovl_elem_done[b] = false;
     cz__exec_early_reset(ex);
     ex->ovl_active = true;
     ex->ovl_t0 = cz__exec_now();
@@ -265,6 +312,33 @@ int64_t cz_executor_param_bucket(const cz_executor *ex, size_t i)
     return ex && i < ex->plan->nparams ? ex->plan->params[i].bucket : -1;
 }
 
+/* Posts bucket b's parameter all-gather (ev_params recorded after its updates). */
+static int ovl_post_gather(cz_executor *ex, size_t b, float *P, cz_error *err)
+{
+    const cz_plan_bucket *bk = &ex->plan->buckets[b];
+    int most = ex->dp > ex->edp ? ex->dp : ex->edp;
+    size_t counts[most];
+    cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
+    cz__step_bucket_counts(bk, &bp, counts);
+    int rc = bp.plane->ops->iall_gatherv(bp.plane, P + bp.base + bk->ranges[0], counts,
+                                         CZ_DTYPE_FP32, ex->ev_params, ex->ovl_ag[b], err);
+    if (rc != CZ_OK)
+        return rc;
+    ex->ovl_state[b] = CZ_OVL_GATHERING;
+    ex->ovl_gathering = true;
+    return CZ_OK;
+}
+
+/* With early updates, the all-gathers not posted yet, in ovl_ag_list's order (the one order of
+ * every rank); none without them. */
+static int ovl_post_rest(cz_executor *ex, float *P, cz_error *err)
+{
+    int rc = CZ_OK;
+    for (; ex->early && rc == CZ_OK && ex->ovl_ag_next < ex->ovl_nag; ex->ovl_ag_next++)
+        rc = ovl_post_gather(ex, (size_t)ex->ovl_ag_list[ex->ovl_ag_next], P, err);
+    return rc;
+}
+
 /* Early updates: every micro-group not yet run whose buckets are all posted, in readiness
  * order, each once the reduce-scatters of its buckets are waited for. Which groups run in a
  * call depends only on the buckets declared so far, so ranks that declare them in the same
@@ -279,6 +353,19 @@ static int ovl_run_early(cz_executor *ex, cz_error *err)
     for (int64_t k; rc == CZ_OK && (k = cz__exec_early_next(ex)) < (int64_t)ex->ovl_next;)
         if ((rc = ovl_wait_reduced(ex, true, (size_t)k, err)) == CZ_OK)
             rc = cz__exec_early_run(ex, P, G, k, &ex->ovl_early, err);
+    /* Then the all-gathers of the buckets every rank has updated by now (the rule of
+     * ovl_ag_key), each after its elementwise updates. */
+    while (rc == CZ_OK && ex->ovl_ag_next < ex->ovl_nag) {
+        size_t b = (size_t)ex->ovl_ag_list[ex->ovl_ag_next];
+        if (ex->ovl_ag_key[b] >= (int64_t)ex->ovl_next)
+            break;
+        if ((rc = ovl_wait_reduced(ex, true, b, err)) != CZ_OK ||
+            (rc = cz__step_elementwise_bucket(ex, P, G, b, err)) != CZ_OK)
+            break;
+        ex->compute.ops->event_record(&ex->compute, ex->ev_params);
+        rc = ovl_post_gather(ex, b, P, err);
+        ex->ovl_ag_next++;
+    }
     ex->ovl_early_s += cz__exec_now() - t0;
     return rc;
 }
@@ -322,7 +409,13 @@ static int ovl_drain(cz_executor *ex, cz_error *err)
     int rc = ovl_post(ex, true, err);
     cz_error tmp;
     int wrc = ovl_wait_reduced(ex, false, SIZE_MAX, rc != CZ_OK ? &tmp : err);
-    return rc != CZ_OK ? rc : wrc;
+    if (rc != CZ_OK || wrc != CZ_OK)
+        return rc != CZ_OK ? rc : wrc;
+    /* Early updates may have posted some all-gathers, not as many on every rank: every rank
+     * posts the rest in the one order (the next call completes them), so that none is left
+     * half-matched. Each sends its own ranges: what the early updates changed, or nothing. */
+    ex->compute.ops->event_record(&ex->compute, ex->ev_params);
+    return ovl_post_rest(ex, ex->staged ? ex->stage_params : ex->flat_params, err);
 }
 
 /* step_finish between the backend's step_begin and step_end. */
@@ -367,24 +460,16 @@ static int ovl_finish(cz_executor *ex, cz_error *err)
 
     /* The all-gathers read the parameters once every update is applied; posted in forward
      * order (the first layers' bucket, the highest index, first: the next forward's first
-     * need), each completed by bucket_wait or the next step. */
+     * need), each completed by bucket_wait or the next step; with early updates, those they
+     * did not post, in their order. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_params);
     cz__comm_phase("bucket-wise step: parameter all-gathers posted", step);
-    int most = ex->dp > ex->edp ? ex->dp : ex->edp;
-    size_t counts[most];
-    for (size_t b = plan->nbuckets; b-- > 0;) {
-        const cz_plan_bucket *bk = &plan->buckets[b];
-        if (!cz__exec_holds_bucket(ex, bk))
-            continue;
-        cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
-        cz__step_bucket_counts(bk, &bp, counts);
-        if ((rc = bp.plane->ops->iall_gatherv(bp.plane, P + bp.base + bk->ranges[0], counts,
-                                              CZ_DTYPE_FP32, ex->ev_params, ex->ovl_ag[b], err)) !=
-            CZ_OK)
+    if (ex->early && (rc = ovl_post_rest(ex, P, err)) != CZ_OK)
+        return rc;
+    for (size_t b = plan->nbuckets; !ex->early && b-- > 0;)
+        if (cz__exec_holds_bucket(ex, &plan->buckets[b]) &&
+            (rc = ovl_post_gather(ex, b, P, err)) != CZ_OK)
             return rc;
-        ex->ovl_state[b] = CZ_OVL_GATHERING;
-        ex->ovl_gathering = true;
-    }
     t.all_gather = cz__exec_now() - t1;
     t.matrix += ex->ovl_early_s; /* the early updates' share, spent in bucket_ready */
     t.total = t.reduce_scatter + t.elementwise + t.matrix + t.all_gather;

@@ -575,6 +575,9 @@ void cz_executor_free(cz_executor *ex)
     cz__exec_free(ex->ovl_recv_off);
     cz__exec_free(ex->ovl_pidx);
     cz__exec_free(ex->ovl_pstart);
+    cz__exec_free(ex->ovl_ag_key);
+    cz__exec_free(ex->ovl_ag_list);
+    cz__exec_free(ex->ovl_elem_done);
     cz__plane_close(&ex->etp_comm);
     cz__plane_close(&ex->edp_comm);
     cz__plane_close(&ex->tp_comm);

@@ -108,6 +108,15 @@ struct cz_executor {
     bool early;
     int ovl_early;
     double ovl_early_s;
+    /* And the all-gathers they post: bucket b's once every bucket up to ovl_ag_key[b] is
+     * posted (then every rank of its plane has updated its part of b: the highest bucket of
+     * any micro-group, of any rank, with a parameter in b), in the order of ovl_ag_list (the
+     * held buckets by key, then forward order), the same on every rank; ovl_ag_next: how many
+     * of them are posted; ovl_elem_done[b]: b's elementwise updates done. */
+    int64_t *ovl_ag_key;
+    int *ovl_ag_list;
+    size_t ovl_nag, ovl_ag_next;
+    bool *ovl_elem_done;
     char ovl_note[96]; /* cz__exec_unchanged's text */
 
     int64_t steps;

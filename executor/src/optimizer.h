@@ -142,10 +142,12 @@ typedef struct cz_optimizer_ops {
     int (*work_create)(cz_optim *o, cz_error *err);
 
     /* ---- the step; t is the step's number, from 1 ---- */
-    /* Its update of its pieces in the flat buffers P and G (backend memory), or the part of
-     * a matrix update that is elementwise on them and comes before any part's update is
-     * applied (Shampoo's weight decay in its momentum). NULL: none. */
-    int (*step_shards)(cz_optim *o, float *P, const float *G, int64_t t, cz_error *err);
+    /* Its update of its pieces in the flat buffers P and G (backend memory) that start in
+     * [lo, hi) (one bucket's range of this rank; 0, INT64_MAX: all), or the part of a matrix
+     * update that is elementwise on them and comes before any part's update is applied
+     * (Shampoo's weight decay in its momentum). NULL: none. */
+    int (*step_shards)(cz_optim *o, float *P, const float *G, int64_t t, int64_t lo, int64_t hi,
+                       cz_error *err);
     /* Writes the update of every part of a micro-group from its gradient: the host's batch. */
     int (*step_group)(cz_optim *o, cz_opt_group *g, int64_t t, const cz_opt_progress *pr,
                       cz_error *err);

@@ -803,7 +803,8 @@ int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error
     int rc;
     /* The optimizer's elementwise part of the update on my shards (Shampoo's weight decay into
      * its momentum) comes before any part's update is applied. */
-    if (o->ops->step_shards && (rc = o->ops->step_shards(o, P, G, ex->steps + 1, err)) != CZ_OK)
+    if (o->ops->step_shards &&
+        (rc = o->ops->step_shards(o, P, G, ex->steps + 1, 0, INT64_MAX, err)) != CZ_OK)
         return rc;
     /* A bucket-wise step with early updates: what they left, in their order. */
     if (ex->ovl_active && ex->early) {

@@ -476,13 +476,15 @@ static int sh_work_create(cz_optim *o, cz_error *err)
 
 /* Shampoo's weight decay enters its momentum on the parameters of this step, before any
  * update of them is applied. */
-static int sh_step_shards(cz_optim *o, float *P, const float *G, int64_t t, cz_error *err)
+static int sh_step_shards(cz_optim *o, float *P, const float *G, int64_t t, int64_t lo, int64_t hi,
+                          cz_error *err)
 {
     sh_impl *s = impl_of(o);
     (void)G, (void)t, (void)err;
     for (int i = 0; i < s->ndecay; i++)
-        cz__shampoo_decay_momentum(o->compute, &s->h, P + s->decay[i].off, s->decay[i].buf,
-                                   s->decay[i].numel, s->h.lr, s->h.weight_decay);
+        if (s->decay[i].off >= lo && s->decay[i].off < hi)
+            cz__shampoo_decay_momentum(o->compute, &s->h, P + s->decay[i].off, s->decay[i].buf,
+                                       s->decay[i].numel, s->h.lr, s->h.weight_decay);
     return CZ_OK;
 }
 

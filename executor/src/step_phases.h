@@ -33,6 +33,10 @@ void cz__step_stage_out_param(cz_executor *ex, size_t i);
 /* Every held parameter bound; at the first step agreed across ranks (collective then). */
 int cz__step_check_bound(cz_executor *ex, cz_error *err);
 
+/* The elementwise optimizer's step on this rank's pieces in bucket b's range, once per
+ * bucket-wise step (early updates: ex->ovl_elem_done). */
+int cz__step_elementwise_bucket(cz_executor *ex, float *P, const float *G, size_t b, cz_error *err);
+
 /* What follows the reduce-scatters, up to every parameter updated: the statistics (norm,
  * finiteness, clipping), the elementwise optimizer, the matrix pipeline; *t gets the phases'
  * times, the reduce-scatter's counted from t0. */

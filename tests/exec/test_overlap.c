@@ -293,13 +293,17 @@ START_TEST(refusals)
 END_TEST
 
 /* Early updates: each group runs inside the bucket_ready that posts its last bucket (readiness
- * order: proj, then qkv), whatever order the buckets are declared in; the parameters equal the
- * plain step's bit for bit, flat fp32, bf16 and per parameter. */
+ * order: proj, then qkv), and each bucket's all-gather is posted once every group with a
+ * parameter in it has run, whatever order the buckets are declared in; the parameters equal
+ * the plain step's bit for bit, flat fp32 and bf16. */
 START_TEST(early_updates_same_bits)
 {
     static const int orders[3][NP] = {{0, 1, 2, 3}, {3, 1, 0, 2}, {2, 3, 1, 0}};
     /* After each declaration of orders[s]: the groups run so far. */
     static const int early[3][NP] = {{0, 1, 2, 2}, {0, 0, 1, 2}, {0, 0, 0, 2}};
+    /* And the all-gathers posted (bucket b's once the buckets up to the highest of any group
+     * with a parameter in b are: here b's own). */
+    static const size_t gathers[3][NP] = {{1, 2, 3, 4}, {0, 0, 2, 4}, {0, 0, 0, 4}};
     cz_plan *pl = two_group_plan();
     cz_exec_config c32 = self_cfg(), c16 = self_cfg();
     c32.check_finite = c16.check_finite = 0;
@@ -342,6 +346,7 @@ START_TEST(early_updates_same_bits)
                 ck_assert_msg(cz_executor_bucket_ready(ex[e + 1], (size_t)orders[s][k], &err) == 0,
                               "%s", err.message);
                 ck_assert_int_eq(cz_executor_early_groups(ex[e + 1]), early[s][k]);
+                ck_assert_uint_eq(ex[e + 1]->ovl_ag_next, gathers[s][k]);
             }
             ck_assert_msg(cz_executor_step_finish(ex[e + 1], &err) == 0, "%s", err.message);
             for (int b = NP; b-- > 0;)
