@@ -608,6 +608,10 @@ int cz_cli_sim_apply(const char *cmd, int opt, const char *value, cz_sim_options
         }
         fprintf(stderr, "canzona %s: --gather-order '%s': expected forward or ready\n", cmd, value);
         return 2;
+    case CZ_OPT_DEFERRED_UPDATES:
+        o->iteration = 1;
+        o->deferred_updates = 1;
+        return 0;
     }
     return 1;
 }
@@ -653,7 +657,14 @@ void cz_cli_device_help(FILE *f, int sim)
                "                        with overlap, the order of the parameter all-gathers on\n"
                "                        the DP link: forward (default; after the ready reduce-\n"
                "                        scatters, the one the next forward needs first) or\n"
-               "                        ready (every collective as it becomes ready)\n");
+               "                        ready (every collective as it becomes ready)\n"
+               "      --deferred-updates\n"
+               "                        with overlap, every update waits for every bucket's\n"
+               "                        reduce-scatter and every all-gather for every update:\n"
+               "                        the executor's bucket-wise step without early updates\n"
+               "                        (clipping or the NaN/Inf check on); default: early\n"
+               "                        updates, each micro-group as soon as its buckets are\n"
+               "                        reduced\n");
 }
 
 int cz_cli_calibrate(const char *cmd, cz_cluster *cluster, const char *path)

@@ -166,8 +166,10 @@ static void print_iteration(const sim_row *rows, int n)
            "order allows: the DP link's reduce-scatters and all-gathers beyond the last backward "
            "and the next forward (but their last-layer chunks); 1st-wait = from the end of "
            "backward to the next forward's first chunk (the first layers' bucket: reduced last, "
-           "needed first); all-gathers in %s order\n",
-           s0->gather_forward_order ? "forward" : "ready");
+           "needed first); all-gathers in %s order; %s\n",
+           s0->gather_forward_order ? "forward" : "ready",
+           s0->deferred_updates ? "updates deferred to the end of backward (--deferred-updates)"
+                                : "early updates (each micro-group once its buckets are reduced)");
     for (int i = 0; i < n; i++)
         if (!rows[i].sim->iter_overlap)
             printf("%s: overlap not modelled: %s\n", rows[i].label, rows[i].sim->iter_note);

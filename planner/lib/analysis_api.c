@@ -251,11 +251,12 @@ int cz__sim_options_check(const cz_sim_options *o, cz_error *err)
                              "each is 0 or 1",
                              o->overlap_param_gather, o->overlap_grad_reduce);
     if ((o->iteration != 0 && o->iteration != 1) ||
-        (o->gather_forward_order != 0 && o->gather_forward_order != 1))
+        (o->gather_forward_order != 0 && o->gather_forward_order != 1) ||
+        (o->deferred_updates != 0 && o->deferred_updates != 1))
         return cz__error_set(err, CZ_EINVALID,
-                             "cz_sim_options: iteration %d and gather_forward_order %d; each is 0 "
-                             "or 1",
-                             o->iteration, o->gather_forward_order);
+                             "cz_sim_options: iteration %d, gather_forward_order %d and "
+                             "deferred_updates %d; each is 0 or 1",
+                             o->iteration, o->gather_forward_order, o->deferred_updates);
     /* Bounded so that tokens x tokens x width stays far inside a double's exact range. */
     if (o->seq_len < 1 || o->seq_len > 10485760 || o->micro_batch_size < 1 ||
         o->micro_batch_size > 65536 || o->micro_batches < 1 || o->micro_batches > 65536)

@@ -87,7 +87,7 @@ struct cz_sim_result {
     int seq_len, micro_batch_size, micro_batches;
     double pass_efficiency, pass_tflops; /* the passes' rate in TFLOP/s */
     double fwd_s, bwd_s, iter_s;
-    int gather_forward_order;
+    int gather_forward_order, deferred_updates;
     double iter_overlap_s, bwd_delay_s, first_wait_s, dp_bound_s;
     char iter_note[160];
     int ngpus;
@@ -144,6 +144,9 @@ typedef struct cz_iter_model {
     int ag_forward_order; /* 1: the DP channel runs ready reduce-scatters first, then ready
                              all-gathers in the order the next forward needs them (the first
                              layers' first); 0: everything in the order it becomes ready */
+    int deferred;         /* 1: every update waits for every reduce-scatter, every all-gather
+                             for every rank's updates, the micro-groups in the plan's order (the
+                             executor's bucket-wise step without early updates); 0: early */
 } cz_iter_model;
 
 /* What cz__iter_overlap finds (seconds from the iteration's start). */

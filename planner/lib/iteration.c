@@ -37,7 +37,8 @@ double cz__iter_forward_flops(const cz_param_def *d, int64_t local_numel, int tp
  * compute stream and a TP link ---------------------------------------------------------------- */
 
 typedef struct it_item {
-    int res;           /* 0: the DP channel; 1 + 2 d: rank d's compute; 2 + 2 d: its TP link */
+    int res;           /* 0: the DP channel; 1 + 2 d: rank d's compute; 2 + 2 d: its TP link;
+                          1 + 2 D: none (the joins of deferred updates, of no duration) */
     int left;          /* dependencies not yet scheduled */
     int prio;          /* at equal start on one resource the higher goes first */
     double dur, ready; /* ready: the latest end of its dependencies (or its release) */
@@ -240,6 +241,15 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
     }
     for (int d = 0; d < D; d++)
         bwd[d] = chunk[(size_t)d * nb + nb - 1];
+    /* Deferred updates: every update waits for this join of every reduce-scatter. */
+    int none = 1 + 2 * D, reduced = -1;
+    if (m->deferred) {
+        if ((reduced = it_add(&g, none, 0.0, 0.0)) < 0)
+            goto oom;
+        for (int k = 0; k < nb; k++)
+            if (it_dep(&g, reduced, rs[k]))
+                goto oom;
+    }
     /* Per rank: each bucket's elementwise updates after its reduce-scatter; the micro-groups in
      * the order their inputs become ready (order[]: by bucket, stable), each one's gather once
      * its inputs' buckets are reduced and the previous group's gather is done (and, under
@@ -252,21 +262,23 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
         int cres = 1 + 2 * d, tres = 2 + 2 * d;
         for (int k = 0; k < nb; k++) {
             int e = elem[(size_t)d * nb + k] = it_add(&g, cres, rk->elem_s[k], 0.0);
-            if (e < 0 || it_dep(&g, e, rs[k]))
+            if (e < 0 || it_dep(&g, e, m->deferred ? reduced : rs[k]))
                 goto oom;
         }
-        /* A counting sort by bucket keeps the plan's order within a bucket. */
+        /* A counting sort by bucket keeps the plan's order within a bucket; deferred, the
+         * plan's order. */
         int j = 0;
         for (int k = 0; k < nb; k++)
             for (int q = 0; q < rk->ngroups; q++)
-                if (clamp_bucket(rk->groups[q].bucket, nb) == k)
+                if (m->deferred ? k == 0 : clamp_bucket(rk->groups[q].bucket, nb) == k)
                     order[(size_t)d * g1 + (size_t)j++] = q;
         for (j = 0; j < rk->ngroups; j++) {
             const cz_iter_group *gr = &rk->groups[order[(size_t)d * g1 + (size_t)j]];
             size_t at = (size_t)d * g1 + (size_t)j;
             int b = clamp_bucket(gr->bucket, nb);
             int x = gather[at] = it_add(&g, tres, gr->gather_s, 0.0);
-            if (x < 0 || it_dep(&g, x, rs[b]) || it_dep(&g, x, j ? gather[at - 1] : -1) ||
+            if (x < 0 || it_dep(&g, x, m->deferred ? reduced : rs[b]) ||
+                it_dep(&g, x, j ? gather[at - 1] : -1) ||
                 it_dep(&g, x, !m->pipelined && j ? comp[at - 1] : -1) ||
                 it_dep(&g, x, m->pipelined && j >= 2 ? scat[at - 2] : -1))
                 goto oom;
@@ -278,9 +290,24 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
                 goto oom;
         }
     }
+    /* Deferred: every all-gather waits for this join of every rank's updates. */
+    int updated = -1;
+    if (m->deferred) {
+        if ((updated = it_add(&g, none, 0.0, 0.0)) < 0)
+            goto oom;
+        for (int d = 0; d < D; d++) {
+            for (int k = 0; k < nb; k++)
+                if (it_dep(&g, updated, elem[(size_t)d * nb + k]))
+                    goto oom;
+            for (int j = 0; j < m->ranks[d].ngroups; j++)
+                if (it_dep(&g, updated, scat[(size_t)d * g1 + (size_t)j]))
+                    goto oom;
+        }
+    }
     /* Each bucket's parameter all-gather once every rank has updated its part of it. */
     for (int k = 0; k < nb; k++) {
-        if ((ag[k] = it_add(&g, 0, m->ag_s[k], 0.0)) < 0 || it_dep(&g, ag[k], rs[k]))
+        if ((ag[k] = it_add(&g, 0, m->ag_s[k], 0.0)) < 0 || it_dep(&g, ag[k], rs[k]) ||
+            it_dep(&g, ag[k], updated))
             goto oom;
         g.it[ag[k]].prio = m->ag_forward_order ? k + 1 : 0;
         for (int d = 0; d < D; d++) {
@@ -311,7 +338,7 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
         }
         fwd_last[d] = prev;
     }
-    if ((rc = it_run(&g, 1 + 2 * D, err)) != CZ_OK)
+    if ((rc = it_run(&g, 2 + 2 * D, err)) != CZ_OK)
         goto done;
     double bwd_end = 0.0, wait = 0.0, end = 0.0;
     for (int d = 0; d < D; d++) {
@@ -366,8 +393,9 @@ json_t *cz__sim_iteration_json(const cz_sim_result *r)
         return NULL;
     json_t *more =
         r->iter_overlap
-            ? json_pack("{s:s, s:f, s:f, s:f, s:f, s:f, s:f}", "gather_order",
-                        r->gather_forward_order ? "forward" : "ready", "overlap_iteration_s",
+            ? json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f}", "gather_order",
+                        r->gather_forward_order ? "forward" : "ready", "updates",
+                        r->deferred_updates ? "deferred" : "early", "overlap_iteration_s",
                         r->iter_overlap_s, "overlap_exposed_step_s", r->iter_overlap_s - passes,
                         "overlap_dp_bound_s", r->dp_bound_s, "overlap_backward_delay_s",
                         r->bwd_delay_s, "overlap_first_bucket_wait_s", r->first_wait_s,

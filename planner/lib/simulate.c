@@ -1552,6 +1552,7 @@ static int sim_iteration(const sim_ctx *cx, cz_sim_result *r, const cz_sim_optio
     r->micro_batches = o->micro_batches;
     r->pass_efficiency = o->pass_efficiency;
     r->gather_forward_order = o->gather_forward_order;
+    r->deferred_updates = o->deferred_updates;
     r->pass_tflops = tflops * o->pass_efficiency;
     if (!(r->pass_tflops > 0.0))
         return cz__error_set(err, CZ_EINVALID,
@@ -1609,8 +1610,9 @@ static int sim_iteration(const sim_ctx *cx, cz_sim_result *r, const cz_sim_optio
                                 elem + (size_t)d * nbk, err)) != CZ_OK)
                 goto done;
         /* The passes first: the executor's optimizer streams at low priority. */
-        cz_iter_model m = {nb, o->micro_batches,       cx->pipelined, D, fwd, bwd, rs, ag, ranks,
-                           1,  o->gather_forward_order};
+        cz_iter_model m = {
+            nb, o->micro_batches,        cx->pipelined,      D, fwd, bwd, rs, ag, ranks,
+            1,  o->gather_forward_order, o->deferred_updates};
         cz_iter_timeline tl;
         if ((rc = cz__iter_overlap(&m, &tl, err)) != CZ_OK)
             goto done;

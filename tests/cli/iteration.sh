@@ -68,6 +68,21 @@ assert r["gather_order"] == "ready", r
 assert r["overlap_iteration_s"] >= f["overlap_iteration_s"] - 1e-12, (r, f)
 PY
 
+# Deferred updates (the executor without early updates): never better than early ones, and
+# said so in the table and the JSON; --deferred-updates alone turns the iteration on.
+"$CZ" simulate "${one[@]}" --deferred-updates --json >"$work/deferred.json" ||
+    fail "simulate --deferred-updates exited non-zero"
+python3 - "$work/it8.json" "$work/deferred.json" <<'PY' || fail "simulate --deferred-updates"
+import json, sys
+e = json.load(open(sys.argv[1]))["rows"][0]["iteration"]
+d = json.load(open(sys.argv[2]))["rows"][0]["iteration"]
+assert e["updates"] == "early" and d["updates"] == "deferred", (e, d)
+assert d["overlap_iteration_s"] >= e["overlap_iteration_s"] - 1e-12, (d, e)
+assert d["overlap_dp_bound_s"] <= d["overlap_exposed_step_s"] + 1e-12, d
+PY
+"$CZ" simulate "${one[@]}" --deferred-updates | grep -q "updates deferred to the end of backward" ||
+    fail "simulate --deferred-updates: the table does not say so"
+
 # ---- compare: the two iteration columns --------------------------------------------------------
 "$CZ" compare --model "$CZ_SOURCE_DIR/plans/models/test-small.json" \
     --cluster "$CZ_SOURCE_DIR/plans/clusters/cpu-4-dp2-tp2.json" --repeats 1 --iteration \

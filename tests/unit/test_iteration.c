@@ -65,7 +65,7 @@ START_TEST(test_overlap_three_buckets)
     unsigned char touches[6] = {1, 0, 0, 0, 0, 1}; /* group 0: bucket 0; group 1: bucket 2 */
     cz_iter_group groups[2] = {{0, 0.5, 1, 0.5}, {2, 0.5, 1, 0.5}};
     cz_iter_rank rank = {2, groups, elem, touches};
-    cz_iter_model m = {3, 1, 1, 1, fwd, bwd, rs, ag, &rank, 0, 0};
+    cz_iter_model m = {3, 1, 1, 1, fwd, bwd, rs, ag, &rank, 0, 0, 0};
     cz_iter_timeline tl;
     cz_error err;
     int rc = cz__iter_overlap(&m, &tl, &err);
@@ -129,7 +129,7 @@ START_TEST(test_overlap_two_ranks)
     unsigned char touches[2] = {1, 1};
     cz_iter_group g = {1, 1, 2, 0};
     cz_iter_rank ranks[2] = {{1, &g, elem0, touches}, {0, NULL, elem1, NULL}};
-    cz_iter_model m = {2, 2, 0, 2, fwd, bwd, rs, ag, ranks, 1, 0};
+    cz_iter_model m = {2, 2, 0, 2, fwd, bwd, rs, ag, ranks, 1, 0, 0};
     cz_iter_timeline tl;
     cz_error err;
     int rc = cz__iter_overlap(&m, &tl, &err);
@@ -157,7 +157,7 @@ START_TEST(test_gather_order)
 {
     double fwd[2] = {1, 1}, bwd[2] = {1, 1}, rs[2] = {1, 1}, ag[2] = {2, 2}, elem[2] = {0, 0};
     cz_iter_rank rank = {0, NULL, elem, NULL};
-    cz_iter_model m = {2, 1, 1, 1, fwd, bwd, rs, ag, &rank, 1, 0};
+    cz_iter_model m = {2, 1, 1, 1, fwd, bwd, rs, ag, &rank, 1, 0, 0};
     cz_iter_timeline tl;
     cz_error err;
     int rc = cz__iter_overlap(&m, &tl, &err);
@@ -175,6 +175,45 @@ START_TEST(test_gather_order)
 }
 END_TEST
 
+/* Deferred updates (the executor's bucket-wise step without early updates) on the three-bucket
+ * model of test_overlap_three_buckets, the passes first: B0 [3, 5], B1 [5, 7], B2 [7, 9]; RS0
+ * [5, 6], RS1 [7, 8], RS2 [9, 10]; every update waits for the last one, 10: elementwise 0
+ * [10, 10.5], G0 [10, 10.5] (the plan's order: group 0 first), G1 [10.5, 11], C0 [10.5, 11.5],
+ * S0 [11.5, 12], C1 [11.5, 12.5], S1 [12.5, 13]; every all-gather waits for the last update,
+ * 13: in ready order AG0 [13, 14], AG1 [14, 15], AG2 [15, 16]; F2 [16, 17] .. F0 [18, 19]: the
+ * iteration 16 (early: 13), the first chunk waiting 16 - 9 = 7. In forward order AG2 [13, 14],
+ * AG1 [14, 15], AG0 [15, 16]: F2 [14, 15], F1 [15, 16], F0 [16, 17], the iteration 14, the
+ * wait 5. */
+START_TEST(test_deferred_updates)
+{
+    double fwd[3] = {1, 1, 1}, bwd[3] = {2, 2, 2}, rs[3] = {1, 1, 1}, ag[3] = {1, 1, 1};
+    double elem[3] = {0.5, 0, 0};
+    unsigned char touches[6] = {1, 0, 0, 0, 0, 1};
+    cz_iter_group groups[2] = {{0, 0.5, 1, 0.5}, {2, 0.5, 1, 0.5}};
+    cz_iter_rank rank = {2, groups, elem, touches};
+    cz_iter_model m = {3, 1, 1, 1, fwd, bwd, rs, ag, &rank, 1, 0, 1};
+    cz_iter_timeline tl;
+    cz_error err;
+    int rc = cz__iter_overlap(&m, &tl, &err);
+    ck_assert_msg(rc == CZ_OK, "%s", err.message);
+    ck_assert_double_eq_tol(tl.passes_s, 9.0, 1e-12);
+    ck_assert_double_eq_tol(tl.bwd_end_s, 9.0, 1e-12);
+    ck_assert_double_eq_tol(tl.iter_s, 16.0, 1e-12);
+    ck_assert_double_eq_tol(tl.first_wait_s, 7.0, 1e-12);
+    m.ag_forward_order = 1;
+    rc = cz__iter_overlap(&m, &tl, &err);
+    ck_assert_msg(rc == CZ_OK, "%s", err.message);
+    ck_assert_double_eq_tol(tl.iter_s, 14.0, 1e-12);
+    ck_assert_double_eq_tol(tl.first_wait_s, 5.0, 1e-12);
+    /* The same model with early updates: test_overlap_three_buckets' 13. */
+    m.ag_forward_order = 0;
+    m.deferred = 0;
+    rc = cz__iter_overlap(&m, &tl, &err);
+    ck_assert_msg(rc == CZ_OK, "%s", err.message);
+    ck_assert_double_eq_tol(tl.iter_s, 13.0, 1e-12);
+}
+END_TEST
+
 static Suite *iteration_suite(void)
 {
     Suite *s = suite_create("iteration");
@@ -183,6 +222,7 @@ static Suite *iteration_suite(void)
     tcase_add_test(tc, test_overlap_three_buckets);
     tcase_add_test(tc, test_overlap_two_ranks);
     tcase_add_test(tc, test_gather_order);
+    tcase_add_test(tc, test_deferred_updates);
     suite_add_tcase(s, tc);
     return s;
 }
