@@ -31,7 +31,7 @@ typedef struct bench_opts {
     /* --overlap: the bucket-wise step; --delay-bucket, --skip-bucket, --repeat-bucket: one
      * bucket declared last, never (on the last rank), or twice (-1: none) */
     int overlap, delay_bucket, skip_bucket, repeat_bucket;
-    int early; /* --early-updates: cz_executor_set_early_updates (with --overlap) */
+    int early;         /* --early-updates: cz_executor_set_early_updates (with --overlap) */
     double compute_ms; /* --compute-ms: simulated backward compute per held bucket */
     cz_muon_scaling scaling;
     uint64_t seed;
