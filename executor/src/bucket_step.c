@@ -472,11 +472,7 @@ static int ovl_finish(cz_executor *ex, cz_error *err)
             return rc;
     t.all_gather = cz__exec_now() - t1;
     t.matrix += ex->ovl_early_s; /* the early updates' share, spent in bucket_ready */
-    t.total = t.reduce_scatter + t.elementwise + t.matrix + t.all_gather;
-    ex->steps++;
-    cz__comm_phase("after the step", ex->steps);
-    t.steps = ex->steps;
-    ex->last = t;
+    cz__step_count(ex, &t);
     return CZ_OK;
 }
 

@@ -105,11 +105,7 @@ static int run_step(cz_executor *ex, cz_error *err)
         stage_out(ex);
     t0 = cz__exec_now();
     t.all_gather = t0 - t1;
-    t.total = t.reduce_scatter + t.elementwise + t.matrix + t.all_gather;
-    ex->steps++;
-    cz__comm_phase("after the step", ex->steps);
-    t.steps = ex->steps;
-    ex->last = t;
+    cz__step_count(ex, &t);
     return CZ_OK;
 }
 

@@ -163,6 +163,15 @@ static int grad_stats(cz_executor *ex, float *G, cz_error *err)
     return CZ_OK;
 }
 
+void cz__step_count(cz_executor *ex, cz_exec_timings *t)
+{
+    t->total = t->reduce_scatter + t->elementwise + t->matrix + t->all_gather;
+    ex->steps++;
+    cz__comm_phase("after the step", ex->steps);
+    t->steps = ex->steps;
+    ex->last = *t;
+}
+
 int cz__step_elementwise_bucket(cz_executor *ex, float *P, const float *G, size_t b, cz_error *err)
 {
     const cz_plan_bucket *bk = &ex->plan->buckets[b];

@@ -33,6 +33,9 @@ void cz__step_stage_out_param(cz_executor *ex, size_t i);
 /* Every held parameter bound; at the first step agreed across ranks (collective then). */
 int cz__step_check_bound(cz_executor *ex, cz_error *err);
 
+/* A step done: counted, its timings (phases in *t, the total added) the last step's. */
+void cz__step_count(cz_executor *ex, cz_exec_timings *t);
+
 /* The elementwise optimizer's step on this rank's pieces in bucket b's range, once per
  * bucket-wise step (early updates: ex->ovl_elem_done). */
 int cz__step_elementwise_bucket(cz_executor *ex, float *P, const float *G, size_t b, cz_error *err);
