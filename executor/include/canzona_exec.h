@@ -405,7 +405,7 @@ int cz_executor_step(cz_executor *ex, cz_error *err);
  * cz_executor_step, posts every bucket's all-gather (the first layers' bucket first) and
  * returns without waiting for them. bucket_wait completes bucket b's all-gather and writes its
  * parameters to the job's buffers (bf16 or per-parameter binding); a bucket with nothing
- * outstanding returns at once. Whatever is still outstanding is completed by the next step's
+ * outstanding, or a call between a bucket_ready and its step_finish, returns at once. Whatever is still outstanding is completed by the next step's
  * first call (bucket_ready, step_finish or cz_executor_step), save_state, load_state and
  * cz_executor_free. cz_executor_step, save_state and load_state between a bucket_ready and its
  * step_finish are refused. On the cpu backend under comm "mpi" the collectives progress

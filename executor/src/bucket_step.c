@@ -168,8 +168,9 @@ static int ovl_settle(cz_executor *ex, const char *what, cz_error *err)
         return CZ_OK;
     int rc = CZ_OK;
     ex->compute.ops->step_begin(&ex->compute);
-    /* In the order they were posted (forward order); after a failure the others still complete,
-     * the first failure reported. */
+    /* In forward order (the order step_finish posts them; early updates post them in another,
+     * which the waits need not follow); after a failure the others still complete, the first
+     * failure reported. */
     for (size_t b = ex->plan->nbuckets; b-- > 0;) {
         cz_error tmp;
         if (ex->ovl_state[b] != CZ_OVL_GATHERING)
@@ -520,8 +521,11 @@ int cz_executor_bucket_wait(cz_executor *ex, size_t bucket, cz_error *err)
     if (!ex)
         return cz__error_set(err, CZ_EINVALID, "bucket_wait: executor is NULL");
     int rc = ovl_check_bucket(ex, "bucket_wait", bucket, err);
-    /* Nothing outstanding for it: its parameters are already the job's to read. */
-    if (rc != CZ_OK || !ex->ovl_ready || ex->ovl_state[bucket] != CZ_OVL_GATHERING)
+    /* Nothing outstanding for it: its parameters are already the job's to read. Inside an open
+     * step (early updates post all-gathers there) they are the step's to complete: a wait here
+     * would mark the bucket undeclared. */
+    if (rc != CZ_OK || !ex->ovl_ready || ex->ovl_active ||
+        ex->ovl_state[bucket] != CZ_OVL_GATHERING)
         return rc;
     ex->compute.ops->step_begin(&ex->compute);
     rc = ovl_gather_done(ex, bucket, err);
