@@ -405,15 +405,16 @@ int cz_executor_step(cz_executor *ex, cz_error *err);
  * cz_executor_step, posts every bucket's all-gather (the first layers' bucket first) and
  * returns without waiting for them. bucket_wait completes bucket b's all-gather and writes its
  * parameters to the job's buffers (bf16 or per-parameter binding); a bucket with nothing
- * outstanding, or a call between a bucket_ready and its step_finish, returns at once. Whatever is still outstanding is completed by the next step's
- * first call (bucket_ready, step_finish or cz_executor_step), save_state, load_state and
- * cz_executor_free. cz_executor_step, save_state and load_state between a bucket_ready and its
- * step_finish are refused. On the cpu backend under comm "mpi" the collectives progress
- * inside the executor's calls (each bucket_ready gives the ones in flight a turn); under
- * "nccl" they run on the plane's stream; under "self" and "callbacks" each completes when it
- * is posted (no overlap, the same results). The timings (cz_executor_timings) are those of
- * step_finish, plus early updates' in `matrix`. The tables are allocated at the first bucket_ready
- * (about this rank's share of the buffer, 1/DP of it, in backend memory), never again. */
+ * outstanding, or a call between a bucket_ready and its step_finish, returns at once. Whatever is
+ * still outstanding is completed by the next step's first call (bucket_ready, step_finish or
+ * cz_executor_step), save_state, load_state and cz_executor_free. cz_executor_step, save_state and
+ * load_state between a bucket_ready and its step_finish are refused. On the cpu backend under comm
+ * "mpi" the collectives progress inside the executor's calls (each bucket_ready gives the ones in
+ * flight a turn); under "nccl" they run on the plane's stream; under "self" and "callbacks" each
+ * completes when it is posted (no overlap, the same results). The timings (cz_executor_timings) are
+ * those of step_finish, plus early updates' in `matrix`. The tables are allocated at the first
+ * bucket_ready (about this rank's share of the buffer, 1/DP of it, in backend memory), never again.
+ */
 size_t cz_executor_bucket_count(const cz_executor *ex);
 /* 1 when bucket b is in this rank's buffer (its pipeline stage's, and for an expert bucket its
  * EP rank's): the buckets it must declare each step. */
