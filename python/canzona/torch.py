@@ -150,7 +150,7 @@ class Optimizer(torch.optim.Optimizer):
       instead of in step(); the same bits. It needs max_grad_norm = 0 and turns the NaN/Inf
       check off (check_finite = 0): both need every bucket before any update. The param
       groups' rates are read at the step's first bucket (set them before backward).
-      early_groups: how many this rank ran so in its last step.
+      opt.early_groups: the micro-groups this rank updated that way in its last step.
     bucket_size: gradient bucket size in elements of the plan made here (None: the planner's
       default, Megatron's max(4e7, 1e6 * DP); cluster's "buckets" otherwise). With overlap,
       smaller buckets start their reduce-scatter earlier in the backward pass.
