@@ -15,6 +15,9 @@
 #               at TP 1 and TP 8, fp32 and bf16, against cuBLAS's GEMM rate at 8192^3
 #   p5          the executor's step on one GPU (Qwen3-0.6B, DP1 TP1): time beyond its
 #               Newton-Schulz compute, and no device allocation after the first step
+#   overlap     the step's exposed time on one GPU (Qwen3-0.6B, DP1 TP1, 20M-element buckets,
+#               a 10 ms host sleep per bucket standing in for backward): the plain step, the
+#               bucket-wise step (--overlap) and early updates (--overlap --early-updates)
 #   calibrate   the GPU's rates for the cost model (canzona.calibration/1)
 # Every log, the JSON results (results.json) and the calibration file go to DIR (default: a new
 # canzona-gpu-check.XXXXXX folder here). Without a usable GPU every GPU part is reported
@@ -45,7 +48,7 @@ if [ -f "$root/libexec/canzona/mpi-env.sh" ]; then
 fi
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-4}
 
-out="" quick=0 only="" all_parts="info correctness sanitizer p4 p5 calibrate"
+out="" quick=0 only="" all_parts="info correctness sanitizer p4 p5 overlap calibrate"
 while [ $# -gt 0 ]; do
   case "$1" in
   --out) out=${2:?--out needs a folder}; shift 2 ;;
@@ -213,6 +216,30 @@ else
       done
     else
       row p5 FAIL "canzona plan of qwen3-0.6b failed" 0
+    fi
+  fi
+
+  # ---- overlap: the exposed step, plain, bucket-wise and with early updates (issue 29) ----
+  if wanted overlap; then
+    m=$CZ_PLANS/models/qwen3-0.6b.json
+    if "$CZ" plan -q --model "$m" --cluster "$CZ_PLANS/clusters/h100-8-dp8-tp1.json" \
+      --dp-size 1 --tp-size 1 --bucket-size 20000000 -o "$work/ovl.json"; then
+      for mode in plain overlap early; do
+        o=()
+        [ $mode = overlap ] && o=(--overlap)
+        [ $mode = early ] && o=(--overlap --early-updates)
+        run "overlap_$mode" 300 'median [0-9.]+ s' \
+          "$CZ_MPIRUN" -np 1 "$CZ_BENCH" --plan "$work/ovl.json" --model "$m" --backend cuda \
+          --comm nccl --dtype bf16 --steps 5 --compute-ms 10 "${o[@]}" --json "$out/overlap-$mode.json"
+      done
+      ms() { sed -n 's/^exposed step.*: median \([0-9.]*\) s$/\1/p' "$out/overlap_$1.log" 2>/dev/null; }
+      ea=$(ms plain) eb=$(ms overlap) ec=$(ms early)
+      ng=$(sed -n 's/^micro-groups updated early.*summed): \([0-9]*\)$/\1/p' "$out/overlap_early.log" 2>/dev/null)
+      if [ -n "$ea" ] && [ -n "$eb" ] && [ -n "$ec" ]; then
+        row overlap_exposed ok "$(awk -v a="$ea" -v b="$eb" -v c="$ec" -v n="$ng" 'BEGIN { printf "exposed ms: plain %.1f ovl %.1f early %.1f (%s early)", 1e3*a, 1e3*b, 1e3*c, n }')" 0
+      fi
+    else
+      row overlap FAIL "canzona plan of qwen3-0.6b failed" 0
     fi
   fi
 
