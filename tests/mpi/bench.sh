@@ -452,6 +452,17 @@ PY
   run eplain16 --max-grad-norm 0 --dtype bf16
   run early16 --max-grad-norm 0 --overlap --early-updates --delay-bucket 1 --dtype bf16
   same eplain16 early16
+  # The split layout: the elementwise parameters in a buffer of their own, evenly sliced
+  # (each bucket's AdamW pieces found by their range).
+  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$c.json" --layout split \
+    --bucket-size 100000 -o "$tmp/split.json"
+  for m in plain early; do
+    o=()
+    [ $m = early ] && o=(--overlap --early-updates)
+    mpi -np 4 "$CZ_BENCH" --plan "$tmp/split.json" --model "$model" --steps 2 --warmup 0 \
+      --dump-dir "$tmp/split-$m" "${o[@]}" >/dev/null
+  done
+  same split-plain split-early
   mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/p.json" --model "$model" --steps 1 --warmup 0 \
     --overlap --early-updates --max-grad-norm 0.05
   [ "$(grep -c "set_early_updates: clipping is on (max_grad_norm = 0.05" "$tmp/out")" -eq 4 ] ||
