@@ -11,7 +11,8 @@ _canzona_options() { # <command>: the options 'canzona <command> --help' lists
     local sizes="--tp-size --pp-size --dp-size --nodes --gpus-per-node --bucket-size --ep-size
         --etp-size"
     local sim="--overlap-param-gather --overlap-grad-reduce --muon-ns-batch-size --iteration
-        --seq-len --micro-batch-size --micro-batches --pass-efficiency --gather-order"
+        --seq-len --micro-batch-size --micro-batches --pass-efficiency --gather-order
+        --deferred-updates"
     case $1 in
     plan)
         echo "-m --model -c --cluster -o --output --allow-oversubscribed-memory --json -q
