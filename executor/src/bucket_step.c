@@ -506,14 +506,12 @@ int cz_executor_step_cancel(cz_executor *ex, cz_error *err)
     cz__comm_phase("bucket-wise step: cancelled, completing its reduce-scatters", ex->steps + 1);
     int rc = ovl_drain(ex, err);
     ex->compute.ops->step_end(&ex->compute);
+    const char *note = cz__exec_unchanged(ex);
     ex->ovl_active = false;
-    if (rc != CZ_OK || ex->ovl_early == 0)
+    if (rc != CZ_OK || note != ex->ovl_note) /* nothing changed */
         return rc;
-    return cz__error_set(err, CZ_EINVALID,
-                         "step_cancel: step %lld was cancelled after early updates had "
-                         "updated %d micro-groups of this rank; their parameters and optimizer "
-                         "state moved one step, the others' did not (restore a checkpoint)",
-                         (long long)(ex->steps + 1), ex->ovl_early);
+    return cz__error_set(err, CZ_EINVALID, "step_cancel: step %lld was cancelled, but %s",
+                         (long long)(ex->steps + 1), note);
 }
 
 int cz_executor_bucket_wait(cz_executor *ex, size_t bucket, cz_error *err)

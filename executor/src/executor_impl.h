@@ -117,7 +117,7 @@ struct cz_executor {
     int *ovl_ag_list;
     size_t ovl_nag, ovl_ag_next;
     bool *ovl_elem_done;
-    char ovl_note[96]; /* cz__exec_unchanged's text */
+    char ovl_note[192]; /* cz__exec_unchanged's text */
 
     int64_t steps;
     cz_exec_timings last;
@@ -174,8 +174,8 @@ int64_t cz__exec_early_next(const cz_executor *ex);
 int cz__exec_early_run(cz_executor *ex, float *P, const float *G, int64_t upto, int *ran,
                        cz_error *err);
 void cz__exec_early_reset(cz_executor *ex);
-/* The end of a message refusing a step: "no parameter was changed", or during a bucket-wise
- * step after early updates, which were (bucket_step.c). */
+/* The end of a message refusing a step: "no parameter was changed" (a string constant), or
+ * during a bucket-wise step after early updates, what they changed (in ex->ovl_note) (rates.c). */
 const char *cz__exec_unchanged(cz_executor *ex);
 
 #endif /* CZ_EXECUTOR_IMPL_H */

@@ -236,10 +236,15 @@ int cz__exec_rates_agree(cz_executor *ex, double changed, cz_error *err)
 
 const char *cz__exec_unchanged(cz_executor *ex)
 {
-    if (!ex->ovl_active || ex->ovl_early == 0)
+    int buckets = 0;
+    for (size_t b = 0; ex->ovl_active && ex->ovl_elem_done && b < ex->plan->nbuckets; b++)
+        buckets += ex->ovl_elem_done[b];
+    if (!ex->ovl_active || (ex->ovl_early == 0 && buckets == 0))
         return "no parameter was changed";
     snprintf(ex->ovl_note, sizeof ex->ovl_note,
-             "only the micro-groups early updates had run were changed (%d on this rank)",
-             ex->ovl_early);
+             "early updates had changed %d micro-groups and the elementwise parameters of %d "
+             "buckets of this rank (their parameters and optimizer state moved one step: "
+             "restore a checkpoint)",
+             ex->ovl_early, buckets);
     return ex->ovl_note;
 }

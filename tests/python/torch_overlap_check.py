@@ -124,7 +124,7 @@ def run(tp, dtype, plan_dir, early=False):
     except canzona.Error as e:
         if "no_sync" not in str(e):
             fail(f"unexpected message: {e}")
-        if early and "early updates had updated" not in str(e):
+        if early and "early updates had changed" not in str(e):
             fail(f"the refusal does not name what early updates changed: {e}")
     if early:
         # The early micro-groups moved one step: this pair's runs part here.
