@@ -38,10 +38,7 @@ static void gather_keys_of(cz_executor *ex, const cz_rank_schedule *rs, size_t n
     for (size_t s = 0; s < n; s++)
         for (int g = 0; g < rs[s].ngroups; g++) {
             const cz_plan_group *gr = &rs[s].groups[g];
-            int64_t ready = -1;
-            for (int t = 0; t < gr->ntasks; t++)
-                if (plan->params[gr->task_param[t]].bucket > ready)
-                    ready = plan->params[gr->task_param[t]].bucket;
+            int64_t ready = cz__exec_group_ready(plan, gr);
             for (int t = 0; t < gr->ntasks; t++) {
                 int64_t *key = &ex->ovl_ag_key[plan->params[gr->task_param[t]].bucket];
                 *key = ready > *key ? ready : *key;

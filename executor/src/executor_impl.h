@@ -166,6 +166,15 @@ int cz__exec_overlap_settle(cz_executor *ex, const char *what, cz_error *err);
  * plan's order, or during a bucket-wise step with early updates, the groups they left in
  * readiness order. */
 int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err);
+/* Whether this is a bucket-wise step with early updates (between its first bucket_ready and
+ * the end of its step_finish). */
+static inline bool cz__exec_early_step(const struct cz_executor *ex)
+{
+    return ex->ovl_active && ex->early;
+}
+/* A micro-group's readiness: the highest bucket index among its tasks' parameters (its inputs
+ * are all reduced once the buckets up to it are); -1 for a group without tasks (pipeline.c). */
+int64_t cz__exec_group_ready(const cz_plan *plan, const cz_plan_group *g);
 /* Early updates (pipeline.c): the groups of both pipelines in readiness order (each group's
  * highest bucket index, ascending). _next: the highest bucket the next group not yet run needs
  * (INT64_MAX: none left); _run: runs the groups not yet run whose buckets are all at most upto,

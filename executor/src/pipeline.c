@@ -88,9 +88,7 @@ typedef struct pgroup {
     hpart *hosted;         /* the parts I hold, in order */
     int nhosted;
     cz_opt_group *og; /* the matrix optimizer's layout of the parts I hold */
-    /* The highest bucket index among the group's parameters, every part's (so the same on
-     * every rank of the plane): the group's inputs are all reduced once the buckets up to it
-     * are. */
+    /* cz__exec_group_ready: the same on every rank of the plane. */
     int64_t ready;
 } pgroup;
 
@@ -475,6 +473,15 @@ static int open_width_planes(struct cz_pipeline *pp, cz_error *err)
     return CZ_OK;
 }
 
+int64_t cz__exec_group_ready(const cz_plan *plan, const cz_plan_group *g)
+{
+    int64_t ready = -1;
+    for (int t = 0; t < g->ntasks; t++)
+        if (plan->params[g->task_param[t]].bucket > ready)
+            ready = plan->params[g->task_param[t]].bucket;
+    return ready;
+}
+
 /* Each group's readiness and the groups in readiness order (a stable insertion sort: groups
  * are few). */
 static int order_by_readiness(struct cz_pipeline *pp, cz_error *err)
@@ -485,10 +492,7 @@ static int order_by_readiness(struct cz_pipeline *pp, cz_error *err)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
     for (int g = 0; g < pp->ngroups; g++) {
         pgroup *pg = &pp->groups[g];
-        pg->ready = -1;
-        for (int k = 0; k < pg->nparts; k++)
-            if (plan->params[pg->parts[k].param].bucket > pg->ready)
-                pg->ready = plan->params[pg->parts[k].param].bucket;
+        pg->ready = cz__exec_group_ready(plan, pg->g);
         int at = g;
         for (; at > 0 && pp->groups[pp->order[at - 1]].ready > pg->ready; at--)
             pp->order[at] = pp->order[at - 1];
@@ -807,7 +811,7 @@ int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error
         (rc = o->ops->step_shards(o, P, G, ex->steps + 1, 0, INT64_MAX, err)) != CZ_OK)
         return rc;
     /* A bucket-wise step with early updates: what they left, in their order. */
-    if (ex->ovl_active && ex->early) {
+    if (cz__exec_early_step(ex)) {
         if ((rc = pipeline_run_rest(ex->pipe, P, G, err)) != CZ_OK)
             return rc;
         return ex->epipe ? pipeline_run_rest(ex->epipe, P, G, err) : CZ_OK;

@@ -183,6 +183,19 @@ int cz__step_elementwise_bucket(cz_executor *ex, float *P, const float *G, size_
     return ex->elem_opt.ops->step_shards(&ex->elem_opt, P, G, ex->steps + 1, lo, hi, err);
 }
 
+/* The elementwise optimizer's step on the pieces this rank owns; with early updates, on those of
+ * the buckets they have not updated. */
+static int elementwise(cz_executor *ex, float *P, const float *G, cz_error *err)
+{
+    if (!cz__exec_early_step(ex))
+        return ex->elem_opt.ops->step_shards(&ex->elem_opt, P, G, ex->steps + 1, 0, INT64_MAX, err);
+    int rc = CZ_OK;
+    for (size_t b = 0; rc == CZ_OK && b < ex->plan->nbuckets; b++)
+        if (cz__exec_holds_bucket(ex, &ex->plan->buckets[b]))
+            rc = cz__step_elementwise_bucket(ex, P, G, b, err);
+    return rc;
+}
+
 /* What follows the reduce-scatters in a step, up to every parameter updated: the statistics
  * (norm, finiteness, clipping), the elementwise optimizer, the matrix pipeline; the one sequence
  * of cz_executor_step and cz_executor_step_finish. *t gets the phases' times, the reduce-scatter's
@@ -198,14 +211,7 @@ int cz__step_update_all(cz_executor *ex, float *P, float *G, double t0, cz_exec_
     double t1 = cz__exec_now();
     t->reduce_scatter = t1 - t0;
 
-    /* The elementwise optimizer's step on the pieces this rank owns (with early updates, those
-     * of the buckets they have not updated). */
-    for (size_t b = 0; ex->ovl_active && ex->early && b < ex->plan->nbuckets && rc == CZ_OK; b++)
-        if (cz__exec_holds_bucket(ex, &ex->plan->buckets[b]))
-            rc = cz__step_elementwise_bucket(ex, P, G, b, err);
-    if (rc != CZ_OK || (!(ex->ovl_active && ex->early) &&
-                        (rc = ex->elem_opt.ops->step_shards(&ex->elem_opt, P, G, step, 0, INT64_MAX,
-                                                            err)) != CZ_OK))
+    if ((rc = elementwise(ex, P, G, err)) != CZ_OK)
         return rc;
     t0 = cz__exec_now();
     t->elementwise = t0 - t1;
