@@ -21,9 +21,8 @@ torch.optim.lr_scheduler.
 The corpus is generated (a seeded sentence grammar), the initial weights come from one seeded
 generator for the full, unsharded tensors, so every DP/TP shape trains the same model on the
 same data; examples/torch_reference.py trains it in one process with plain PyTorch.
-Needs python3-torch, the canzona package (PYTHONPATH=python) and CANZONA_EXEC_LIB
-(docs/PYTHON.md). Debian's torchrun for torch 1.13 on Python 3.11 crashes at start-up; there,
-tests/python/torch_launch.py starts the same env:// rendezvous.
+Needs torch 2.5 or newer (tools/setup.sh's .venv has 2.13), the canzona package
+(PYTHONPATH=python) and CANZONA_EXEC_LIB (docs/PYTHON.md); started by torchrun.
 """
 import argparse
 import contextlib
@@ -496,8 +495,8 @@ def main(argv=None):
         import torch
         import torch.distributed as dist
     except ImportError:
-        print(f"torch_train.py: error: PyTorch is not installed for {sys.executable} (Debian: "
-              "python3-torch, for /usr/bin/python3)", file=sys.stderr)
+        print(f"torch_train.py: error: PyTorch is not installed for {sys.executable} (run "
+              "tools/setup.sh and use .venv/bin/python, or pip install torch)", file=sys.stderr)
         return 2
     init_distributed(cfg.device)
     rank, world = dist.get_rank(), dist.get_world_size()

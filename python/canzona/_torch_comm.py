@@ -12,17 +12,12 @@ from . import _lib
 
 
 def global_ranks(group):
-    """The world ranks of a process group, in group-rank order (torch 1.13 and 2.x)."""
+    """The world ranks of a process group, in group-rank order."""
     import torch.distributed as dist
 
     if group is None or group is dist.group.WORLD:
         return list(range(dist.get_world_size()))
-    if hasattr(dist, "get_process_group_ranks"):
-        return list(dist.get_process_group_ranks(group))
-    from torch.distributed import distributed_c10d as c10d
-
-    ranks = c10d._pg_group_ranks[group]  # {global rank: group rank}
-    return [g for g, _ in sorted(ranks.items(), key=lambda kv: kv[1])]
+    return list(dist.get_process_group_ranks(group))
 
 
 def _dtypes():

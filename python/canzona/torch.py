@@ -10,7 +10,7 @@ parameter all-gather) for a job started by torchrun, over the job's own process 
         loss_fn(model(x), y).backward()   # no DP all-reduce: step() reduce-scatters
         opt.step(); sched.step(); opt.zero_grad()
 
-See docs/PYTHON.md. Works on torch 1.13 (CPU, gloo) and 2.x (CPU, or CUDA with NCCL).
+See docs/PYTHON.md. Needs torch 2.5 or newer (CPU with gloo, or CUDA with NCCL); tested on 2.13.
 """
 import contextlib
 import ctypes
@@ -23,6 +23,12 @@ import weakref
 
 import torch
 import torch.distributed as dist
+
+_MIN_TORCH = (2, 5)
+if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < _MIN_TORCH:
+    raise ImportError(f"canzona.torch needs torch {_MIN_TORCH[0]}.{_MIN_TORCH[1]} or newer "
+                      f"(post-accumulate-grad hooks, torch.distributed.tensor); this is "
+                      f"{torch.__version__}")
 
 from . import _lib, safetensors
 from ._lib import Error, check
@@ -507,17 +513,9 @@ class Optimizer(torch.optim.Optimizer):
         self._pending = set()  # buckets whose all-gather is outstanding
         self._sync = True
         self._ovl_error = None
-        self._grad_acc = []  # torch < 2.1: the AccumulateGrad nodes, kept alive
         for name, p in self._params.items():
             hook = self._grad_hook(name)
-            if hasattr(p, "register_post_accumulate_grad_hook"):
-                self._hooks.append(p.register_post_accumulate_grad_hook(lambda _p, h=hook: h()))
-            else:
-                # torch 1.13 .. 2.0: the parameter's AccumulateGrad node, whose hooks run after
-                # the gradient is accumulated (what Megatron-LM's DDP hooks).
-                acc = p.expand_as(p).grad_fn.next_functions[0][0]
-                self._grad_acc.append(acc)
-                self._hooks.append(acc.register_hook(lambda *_a, h=hook: h()))
+            self._hooks.append(p.register_post_accumulate_grad_hook(lambda _p, h=hook: h()))
         module = self._module() if self._module is not None else None
         self._uncalled = None
         self._module_buckets = {}
@@ -797,7 +795,7 @@ class Optimizer(torch.optim.Optimizer):
         buffer); otherwise the flat gradient buffer is zeroed and every .grad is its view
         again."""
         if set_to_none is None:
-            set_to_none = int(torch.__version__.split(".")[0]) >= 2
+            set_to_none = True  # torch.optim.Optimizer.zero_grad's default since 2.0
         if set_to_none:
             for p in self._params.values():
                 p.grad = None

@@ -1,5 +1,5 @@
 """canzona.torch.Optimizer's refusals and torch conventions, on every rank of a DP2·TP2 job started
-as torchrun starts one (run it under tests/python/torch_launch.py --nproc-per-node 4): every
+started by torchrun (tests/python/run.sh torchrun 4 torch_optim_check.py): every
 refusal is raised on every rank with the parameters, their storage and their gradients as they
 were; rates per group, lr = 0, gradients torch made anew, state_dict on every rank, Megatron's
 attributes, and zero_grad's two forms.

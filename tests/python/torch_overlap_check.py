@@ -1,5 +1,5 @@
 """canzona.torch.Optimizer(overlap=True) against overlap=False, bit for bit, on every rank of a
-torchrun-style job (tests/python/torch_launch.py): the GPT of examples/torch_train.py, 4
+job started by torchrun: the GPT of examples/torch_train.py, 4
 micro-batches (all but the last under opt.no_sync()), clipping active, zero_grad with and
 without set_to_none, fp32 and bf16, several gradient buckets. Every micro-batch's loss, every
 step's gradient norm and, at the end, every parameter must be equal (torch.equal). Then the
@@ -11,7 +11,7 @@ Then early updates (overlap=True, early_updates=True, no clipping) against overl
 clipping: the same, each step with micro-groups updated in the backward pass; the refusal then
 names the micro-groups early updates had changed.
 
-    torch_launch.py --nproc-per-node 4 torch_overlap_check.py TP
+    python -m torch.distributed.run --standalone --nproc-per-node 4 torch_overlap_check.py TP
 """
 import contextlib
 import importlib.util
