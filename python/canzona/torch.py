@@ -30,7 +30,8 @@ if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < _MIN_
                       f"(post-accumulate-grad hooks, torch.distributed.tensor); this is "
                       f"{torch.__version__}")
 
-from . import _lib, safetensors
+from . import _dtensor, _lib, safetensors
+from ._dtensor import local as _local
 from ._lib import Error, check
 from ._torch_comm import TorchComm, global_ranks
 from .planning import model_description, plan_text
@@ -207,6 +208,10 @@ class Optimizer(torch.optim.Optimizer):
         # The callbacks move host memory: on CPU the data plane's groups, and always the
         # control plane's world, must be gloo's (a CUDA job's default group is NCCL's).
         host = None if dist.get_backend() == "gloo" else "gloo"
+        all_named = [x for g, _ in named_groups for x in g]
+        if tp_group is None and mesh is None:
+            # DTensor parameters carry their TP mesh: its group is the job's TP group.
+            tp_group = _dtensor.tp_mesh_group(all_named)
         dp_group, tp_group, dp_ranks, tp_ranks = _world_groups(
             dp_group, tp_group, mesh, host if device.type == "cpu" else None)
         ctrl_group = dist.new_group(backend="gloo") if host else None
@@ -219,6 +224,11 @@ class Optimizer(torch.optim.Optimizer):
         # Every check that can fail comes before anything is changed, and the ranks agree on
         # the outcome, so that every rank raises (none is left waiting in a collective).
         msg = self._check_local(named_groups, device, tp, dp, me, dp_ranks, tp_ranks)
+        self._dt_dims = {}
+        if msg is None:
+            msg, self._dt_dims = _dtensor.check(all_named, tp, tp_ranks, tp_dims)
+        if msg is None:
+            msg = _dtensor.blocks_along_shard(all_named, blocks, self._dt_dims)
         if msg is None and nccl_comms is not None and (device.type != "cuda" or
                                                        len(nccl_comms) != 2):
             msg = ("nccl_comms takes the job's (dp, tp) ncclComm_t handles, for CUDA "
@@ -228,7 +238,8 @@ class Optimizer(torch.optim.Optimizer):
         text = None
         if msg is None and plan is None:
             try:
-                desc = self._describe(named_groups, tp_dims, blocks, optimizers, tp)
+                desc = self._describe(named_groups, tp_dims, blocks, optimizers, tp,
+                                      self._dt_dims)
                 cl = dict(cluster or _cluster(dp, tp))
                 if bucket_size is not None:
                     cl["buckets"] = {"size": int(bucket_size)}
@@ -373,11 +384,13 @@ class Optimizer(torch.optim.Optimizer):
                 raise Error(_lib.CZ_EINVALID, (m if m == msg else f"rank {r}: {m}") + note)
 
     @staticmethod
-    def _describe(named_groups, tp_dims, blocks, optimizers, tp):
-        """The model description: the declarations, or Megatron's attributes on the
-        parameters (tensor_model_parallel, partition_dim)."""
-        named = [x for g, _ in named_groups for x in g]
-        dims = dict(tp_dims or {})
+    def _describe(named_groups, tp_dims, blocks, optimizers, tp, dt_dims):
+        """The model description: the DTensor parameters' placements (dt_dims, by exact name,
+        ahead of any pattern), the declarations, or Megatron's attributes on the parameters
+        (tensor_model_parallel, partition_dim). Shapes are the local tensors'."""
+        named = [(n, _local(p)) for g, _ in named_groups for n, p in g]
+        dims = dict(dt_dims)
+        dims.update({k: v for k, v in (tp_dims or {}).items() if k not in dims})
         for name, p in named:
             if getattr(p, "tensor_model_parallel", False) and name not in dims:
                 dims[name] = int(getattr(p, "partition_dim", 0))
@@ -464,9 +477,10 @@ class Optimizer(torch.optim.Optimizer):
         for named, _ in named_groups:
             for name, p in named:
                 shape = self._where[name][1]
-                if list(p.shape) != shape:
-                    return (f"parameter {name!r} has shape {list(p.shape)}; the plan's local "
-                            f"shape is {shape} (a plan for another shape or TP size?)")
+                if _dtensor.local_shape(p) != shape:
+                    return (f"parameter {name!r} has local shape {_dtensor.local_shape(p)}; the "
+                            f"plan's local shape is {shape} (a plan for another shape or TP "
+                            "size?)")
         return None
 
     def _bind(self, named_groups, device):
@@ -481,14 +495,16 @@ class Optimizer(torch.optim.Optimizer):
             for named, _ in named_groups:
                 for name, p in named:
                     off, shape = self._where[name]
-                    k = p.numel()
-                    pv = self._flat_p[off:off + k].view(p.shape)
-                    pv.copy_(p)
-                    p.data = pv
-                    p.grad = self._flat_g[off:off + k].view(p.shape)
+                    lt = _local(p)
+                    k = lt.numel()
+                    pv = self._flat_p[off:off + k].view(lt.shape)
+                    pv.copy_(lt)
+                    _dtensor.rebind(p, pv)
+                    gv = self._flat_g[off:off + k].view(lt.shape)
+                    p.grad = _dtensor.wrap_grad(p, gv)
                     self._params[name] = p
                     self._pview_ptr[name] = pv.data_ptr()
-                    self._gviews[name] = p.grad
+                    self._gviews[name] = gv
         dt = _lib.DTYPE_FP32 if dtype == torch.float32 else _lib.DTYPE_BF16
         err = _lib.CzError()
         check(self._L.cz_executor_bind_typed(self._ex, ctypes.c_void_p(self._flat_p.data_ptr()),
@@ -544,11 +560,13 @@ class Optimizer(torch.optim.Optimizer):
             if not self._sync:
                 return
             with torch.no_grad():
-                if p.grad is not None and p.grad.data_ptr() != view.data_ptr():
+                if p.grad is not None and _local(p.grad).data_ptr() != view.data_ptr():
                     # A gradient torch made anew (zero_grad(set_to_none=True)): into the
                     # flat buffer before its bucket is read.
-                    view.copy_(p.grad)
-                    p.grad = view
+                    if self._ovl_error is None:
+                        self._ovl_error = self._grad_placement(name, p)
+                    view.copy_(_local(p.grad))
+                    p.grad = _dtensor.wrap_grad(p, view)
             n = self._counts.get(b, 0) + 1
             self._counts[b] = n
             if b in self._declared:
@@ -674,7 +692,8 @@ class Optimizer(torch.optim.Optimizer):
                             "(the module holds another tensor now): build the optimizer after "
                             "the model is final", False, None)
         for name, p in self._params.items():
-            if p.data_ptr() != self._pview_ptr[name] or p.shape != self._gviews[name].shape:
+            if (_local(p).data_ptr() != self._pview_ptr[name] or
+                    _local(p).shape != self._gviews[name].shape):
                 return (f"parameter {name!r}'s storage was replaced after the optimizer was "
                         "built (p.data = ...): canzona's step would not reach it", False, None)
         msg, rates = self._group_rates()
@@ -686,13 +705,30 @@ class Optimizer(torch.optim.Optimizer):
                 view = self._gviews[name]
                 if p.grad is None:
                     view.zero_()
-                    p.grad = view
+                    p.grad = _dtensor.wrap_grad(p, view)
                     continue
                 any_grad = True
-                if p.grad.data_ptr() != view.data_ptr():
-                    view.copy_(p.grad)
-                    p.grad = view
+                if _local(p.grad).data_ptr() != view.data_ptr():
+                    msg = self._grad_placement(name, p)
+                    if msg is not None:
+                        return msg, False, None
+                    view.copy_(_local(p.grad))
+                    p.grad = _dtensor.wrap_grad(p, view)
         return None, any_grad, rates
+
+    @staticmethod
+    def _grad_placement(name, p):
+        """A message when a DTensor parameter's gradient is not laid out as the parameter (a
+        Partial() gradient is not reduced over TP yet: its local tensor is no shard of it)."""
+        g = p.grad
+        if _dtensor.is_dtensor(p) and (not _dtensor.is_dtensor(g) or
+                                       tuple(g.placements) != tuple(p.placements) or
+                                       g.shape != p.shape):
+            got = tuple(g.placements) if _dtensor.is_dtensor(g) else "a plain tensor"
+            return (f"the gradient of parameter {name!r} has placements {got}, the parameter "
+                    f"{tuple(p.placements)}: canzona reads the gradient's local tensor as the "
+                    "parameter's shard")
+        return None
 
     def _group_rates(self):
         """The param groups' rates, per parameter: (message or None, (lr, wd))."""
@@ -802,7 +838,7 @@ class Optimizer(torch.optim.Optimizer):
             return
         self._flat_g.zero_()
         for name, p in self._params.items():
-            p.grad = self._gviews[name]
+            p.grad = _dtensor.wrap_grad(p, self._gviews[name])
 
     def clip_grad_norm_(self, max_norm):
         """Clips the global L2 norm of the averaged gradient to max_norm in the following steps
