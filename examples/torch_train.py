@@ -366,8 +366,9 @@ def parse_args(argv=None):
                     help="zero the gradients with zero_grad(set_to_none=True)")
     ap.add_argument("--save", metavar="DIR",
                     help="after the last step write a checkpoint to DIR/step-N (N: steps "
-                         "taken): params.safetensors (the full parameters and N) and optim.pt "
-                         "(the optimizer's state_dict(), loadable under any DP/TP shape)")
+                         "taken): params.safetensors (the full parameters and N) and optim/ "
+                         "(the optimizer's state_dict() through torch.distributed.checkpoint, "
+                         "loadable under any DP/TP shape)")
     ap.add_argument("--save-every", type=int, default=0, metavar="K",
                     help="with --save: also write DIR/step-N after every K steps")
     ap.add_argument("--load", metavar="DIR",
@@ -449,21 +450,21 @@ def init_distributed(device):
 
 
 def save_checkpoint(cfg, tp, opt, model, steps):
-    """DIR/step-N: the optimizer's state_dict() (every rank takes part; rank 0 writes optim.pt)
-    and the full parameters, put together on rank 0 from the TP shards of DP rank 0."""
-    import torch
+    """DIR/step-N: the optimizer's state_dict() through torch.distributed.checkpoint (DIR/step-N/
+    optim, every rank takes part) and the full parameters, put together on rank 0 from the TP
+    shards of DP rank 0."""
     import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
     import canzona
 
-    state = opt.state_dict()
     rank = dist.get_rank()
     out = os.path.join(cfg.save, f"step-{steps}")
+    dcp.save({"optim": opt.state_dict()}, checkpoint_id=os.path.join(out, "optim"))
     local = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, local)
     if rank == 0:
         os.makedirs(out, exist_ok=True)
-        torch.save(state, os.path.join(out, "optim.pt"))
         specs = param_specs(cfg)
         full = {n: unshard([everyone[t][n] for t in range(tp)], specs[n][1], specs[n][2])
                 for n in specs}
@@ -542,9 +543,16 @@ def main(argv=None):
         muon_scaling=cfg.muon_scaling, max_grad_norm=cfg.max_grad_norm, save_plan=cfg.save_plan,
         overlap=cfg.overlap, early_updates=cfg.early_updates, bucket_size=cfg.bucket_size)
 
-    if cfg.load and not cfg.params_only:
-        opt.load_state_dict(torch.load(os.path.join(cfg.load, "optim.pt")))
     sched = scheduler(cfg, opt, step0)
+    if cfg.load and not cfg.params_only:
+        # The torch way: this optimizer's state_dict() as the template dcp.load fills. dcp.load
+        # reads only the template's keys, so the scheduler comes first: its "initial_lr" in
+        # the param groups is then loaded too (else LambdaLR's base would be the saved rate).
+        import torch.distributed.checkpoint as dcp
+
+        state = {"optim": opt.state_dict()}
+        dcp.load(state, checkpoint_id=os.path.join(cfg.load, "optim"))
+        opt.load_state_dict(state["optim"])
 
     data = tokens(cfg.seed)
     rows = cfg.batch // dp

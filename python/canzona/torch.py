@@ -118,6 +118,18 @@ def _world_groups(dp_group, tp_group, mesh, backend):
     return dp_group, tp_group, dp_ranks, tp_ranks
 
 
+def _state_checksum(state, step):
+    """sha256 over the state's tensors (name, field, shape, float32 bytes) and the step, in a
+    fixed order: what state_dict() records and load_state_dict() checks."""
+    h = hashlib.sha256(str(int(step)).encode())
+    for name in sorted(state):
+        for field in sorted(state[name]):
+            t = state[name][field].detach().to("cpu", torch.float32).contiguous()
+            h.update(f"\0{name}.{field}{list(t.shape)}".encode())
+            h.update(t.numpy().tobytes())
+    return "sha256:" + h.hexdigest()
+
+
 class Optimizer(torch.optim.Optimizer):
     """canzona's optimizer step as a torch.optim.Optimizer.
 
@@ -881,7 +893,8 @@ class Optimizer(torch.optim.Optimizer):
         for g in self.param_groups:
             groups.append({k: (list(g["names"]) if k == "params" else v)
                            for k, v in g.items() if k != "names"})
-        return {"state": state, "param_groups": groups, "step": step}
+        return {"state": state, "param_groups": groups, "step": step,
+                "checksum": _state_checksum(state, step)}
 
     def load_state_dict(self, state_dict):
         """Loads what state_dict() returned, saved under any DP/TP shape of this model
@@ -892,6 +905,13 @@ class Optimizer(torch.optim.Optimizer):
                 list(a["params"]) != list(b["names"]) for a, b in zip(groups, self.param_groups)):
             msg = ("the state's parameter groups hold other parameters than this optimizer's "
                    "(another model, or groups made differently)")
+        elif "checksum" in state_dict and dist.get_rank() == 0 and (
+                _state_checksum(state_dict["state"], state_dict["step"]) !=
+                state_dict["checksum"]):
+            # What state_dict() wrote no longer hashes to its checksum: a corrupted or edited
+            # checkpoint (torch.save and DCP files carry no checksum of their own).
+            msg = ("the optimizer state does not match its checksum (a corrupted or edited "
+                   "checkpoint); nothing was loaded")
         else:
             msg = None
         self._agree(msg)

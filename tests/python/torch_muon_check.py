@@ -87,10 +87,10 @@ class Net(nn.Module):
     """A small decoder: separate q, k, v, o and MLP matrices (torch.optim.Muon orthogonalizes
     whole parameters, so nothing is fused), embedding, norms and head replicated over TP."""
 
-    def __init__(self, tp=1, tp_group=None):
+    def __init__(self, tp=1, tp_group=None, layers=LAYERS):
         super().__init__()
         self.embed = nn.Embedding(V, H)
-        self.layers = nn.ModuleList(Block(tp) for _ in range(LAYERS))
+        self.layers = nn.ModuleList(Block(tp) for _ in range(layers))
         self.ln_f = nn.LayerNorm(H)
         self.head = nn.Linear(H, V, bias=False)
         self._tp = tp_functions(tp_group, tp)[:2] if tp_group is not None else (_id, _id)
@@ -106,9 +106,9 @@ def _id(x):
     return x
 
 
-def full_init():
+def full_init(layers=LAYERS):
     g = torch.Generator().manual_seed(1234)
-    ref = Net()
+    ref = Net(layers=layers)
     with torch.no_grad():
         for n, p in ref.named_parameters():
             if p.ndim == 2:
@@ -190,13 +190,13 @@ def shard(full, name, tp, r):
     return full.clone() if d is None or tp == 1 else torch.chunk(full, tp, dim=d)[r].clone()
 
 
-def build(kind, init, dp, tp, mesh):
+def build(kind, init, dp, tp, mesh, layers=LAYERS):
     """This rank's model at DP·TP: Megatron-style plain shards, or DTensors from
     parallelize_module."""
     tp_group = mesh.get_group("tp")
     r = mesh.get_local_rank("tp")
     if kind == "plain":
-        model = Net(tp, tp_group)
+        model = Net(tp, tp_group, layers)
         with torch.no_grad():
             for n, p in model.named_parameters():
                 p.copy_(shard(init[n], n, tp, r))
@@ -204,12 +204,12 @@ def build(kind, init, dp, tp, mesh):
     from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                    parallelize_module)
 
-    model = Net()
+    model = Net(layers=layers)
     with torch.no_grad():
         for n, p in model.named_parameters():
             p.copy_(init[n])
     plan = {}
-    for i in range(LAYERS):
+    for i in range(layers):
         plan.update({f"layers.{i}.wq": ColwiseParallel(), f"layers.{i}.wk": ColwiseParallel(),
                      f"layers.{i}.wv": ColwiseParallel(), f"layers.{i}.wo": RowwiseParallel(),
                      f"layers.{i}.w1": ColwiseParallel(), f"layers.{i}.w2": RowwiseParallel()})
@@ -233,21 +233,24 @@ def full_params(model, kind, tp, mesh):
     return out
 
 
-def train(kind, init, dp, tp, scaling):
-    from torch.distributed.device_mesh import init_device_mesh
-
-    mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
-    model = build(kind, init, dp, tp, mesh)
+def optimizer(model, kind, mesh, scaling="rms"):
+    """canzona with the arguments that equal torch.optim.Muon(adjust_lr_fn=TORCH_FN[scaling])
+    + AdamW as reference() builds them."""
     kw = {} if kind == "dtensor" else {"tp_dims": TP_DIMS}
-    opt = ct.Optimizer(model, mesh=mesh, lr=LR, weight_decay=WD, momentum=0.95, nesterov=True,
-                       ns_steps=5, muon_scaling=scaling, adamw_lr=ADAMW_LR,
-                       adamw_betas=(0.9, 0.95), adamw_eps=1e-8, adamw_weight_decay=WD,
-                       optimizers={"embed.weight": "elementwise", "head.weight": "elementwise"},
-                       **kw)
+    return ct.Optimizer(model, mesh=mesh, lr=LR, weight_decay=WD, momentum=0.95, nesterov=True,
+                        ns_steps=5, muon_scaling=scaling, adamw_lr=ADAMW_LR,
+                        adamw_betas=(0.9, 0.95), adamw_eps=1e-8, adamw_weight_decay=WD,
+                        optimizers={"embed.weight": "elementwise", "head.weight": "elementwise"},
+                        **kw)
+
+
+def run_steps(model, opt, mesh, steps):
+    """Training steps (global batches of steps[0], steps[1], ...); the mean losses over DP."""
+    dp = mesh.size(0)
     d = mesh.get_local_rank("dp")
     rows = B // dp
     losses = []
-    for step in range(STEPS):
+    for step in steps:
         x, y = batch(step)
         loss = model(x[d * rows:(d + 1) * rows], y[d * rows:(d + 1) * rows])
         loss.backward()
@@ -256,6 +259,16 @@ def train(kind, init, dp, tp, scaling):
         t = loss.detach().clone()
         dist.all_reduce(t, group=mesh.get_group("dp"))
         losses.append(t.item() / dp)
+    return losses
+
+
+def train(kind, init, dp, tp, scaling):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+    model = build(kind, init, dp, tp, mesh)
+    opt = optimizer(model, kind, mesh, scaling)
+    losses = run_steps(model, opt, mesh, range(STEPS))
     params = full_params(model, kind, tp, mesh)
     opt.close()
     return losses, params
