@@ -5,7 +5,8 @@
 #    LAPACKE, clang and libFuzzer) and Debian's python3 with venv.
 #  * One Python environment for every Python test and example: .venv at the repository's root
 #    (CZ_VENV overrides the path), made from Debian's python3 and holding exactly
-#    tools/python-requirements.txt (torch 2.13 CPU, NumPy, mpi4py over Debian's Open MPI). It
+#    tools/python-requirements.txt (torch 2.13 CPU, NumPy, mpi4py over Debian's Open MPI,
+#    Megatron-Core). It
 #    is made anew when the requirements change; CMake finds it there (CZ_PYTHON).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,7 +28,7 @@ venv=${CZ_VENV:-$root/.venv}
 req=$root/tools/python-requirements.txt
 stamp=$venv/.canzona-requirements
 if [ -x "$venv/bin/python" ] && cmp -s "$req" "$stamp" &&
-   "$venv/bin/python" -c "import torch, numpy, mpi4py" 2>/dev/null; then
+   "$venv/bin/python" -c "import torch, numpy, mpi4py, megatron.core" 2>/dev/null; then
   exit 0
 fi
 echo "== Python environment $venv (tools/python-requirements.txt) =="
@@ -41,6 +42,7 @@ if ! "$venv/bin/python" -m pip install --quiet --no-deps --require-virtualenv -r
   exit 1
 fi
 "$venv/bin/python" -m pip check
-"$venv/bin/python" -c "import torch, numpy, mpi4py; print('torch', torch.__version__, \
-'numpy', numpy.__version__, 'mpi4py', mpi4py.__version__)"
+"$venv/bin/python" -W ignore -c "import torch, numpy, mpi4py, megatron.core as m; print('torch', \
+torch.__version__, 'numpy', numpy.__version__, 'mpi4py', mpi4py.__version__, 'megatron-core', \
+m.__version__)"
 cp "$req" "$stamp"
