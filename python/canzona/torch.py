@@ -142,14 +142,21 @@ class Optimizer(torch.optim.Optimizer):
 
     params: the module, its named_parameters(), or parameter groups (dicts) whose "params"
       are (name, parameter) pairs; each group may set "lr" and "weight_decay". Every
-      parameter of the plan must be given exactly once. Parameters hold this rank's TP shard.
+      parameter of the plan must be given exactly once. Parameters hold this rank's TP shard:
+      plain tensors (Megatron-style shards), or DTensors that torch's parallelize_module made
+      over the mesh's "tp" dimension, whose placements give the TP dimension (Shard(0),
+      Shard(1), Replicate(); anything else is refused by name, docs/PYTHON.md).
     dp_group, tp_group, mesh: the job's DP and TP process groups, or a DeviceMesh with "dp" and
-      "tp" dimensions; by default the world as torchrun started it, TP innermost (world rank =
-      dp_rank * tp + tp_rank), with tp = the tp_group's size (1 without one).
+      "tp" dimensions; by default the TP group of the DTensor parameters' mesh, else the world
+      as torchrun started it, TP innermost (world rank = dp_rank * tp + tp_rank), with tp = the
+      tp_group's size (1 without one).
     plan: a plan file (canzona plan) to run; None: planned here, through libcanzona, from the
       parameters (save_plan: a path to write that plan to, for canzona inspect).
     tp_dims, blocks, optimizers: declarations as canzona.model_description takes them; a
-      parameter with Megatron's attributes (tensor_model_parallel, partition_dim) needs none.
+      parameter with Megatron's attributes (tensor_model_parallel, partition_dim) or a DTensor
+      parameter needs none. With the same rates, Muon equals torch.optim.Muon with
+      adjust_lr_fn="match_rms_adamw" (muon_scaling="rms") or "original" ("shape"), and AdamW
+      torch.optim.AdamW (docs/PYTHON.md lists the arguments).
     lr, weight_decay: of the matrix (Muon) parameters; adamw_lr, adamw_weight_decay of the
       others. Left out: the optimizer's default (Muon: 1e-3 under "rms" scaling, 0.02 under
       "shape"; AdamW 3e-4); 0 is 0. A parameter group without "lr" takes lr when all its
