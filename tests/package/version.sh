@@ -62,12 +62,14 @@ then
   echo "FAIL: python/pyproject.toml must take its version from canzona.__version__ (dynamic)"
   fail=1
 fi
-# And the package, loaded, asks its library the same (with a python3 that has NumPy, which
-# importing the package needs; tests/python/run.sh picks it the same way).
-for py in $(type -ap python3); do
-  "$py" -c 'import numpy' 2> /dev/null || continue
+# And the package, loaded, asks its library the same, with the tests' Python (CZ_PYTHON, the
+# environment tools/setup.sh makes; importing the package needs NumPy).
+py=${CZ_PYTHON:-}
+if [ -z "$py" ] || ! "$py" -c 'import numpy' 2> /dev/null; then
+  echo "FAIL: no Python with NumPy for the package (CZ_PYTHON='$py'; run tools/setup.sh)"
+  fail=1
+else
   check "canzona.library_version() ($py)" "$(CANZONA_EXEC_LIB=$exec_lib PYTHONPATH=$src/python \
     PYTHONDONTWRITEBYTECODE=1 "$py" -c 'import canzona; print(canzona.library_version())')"
-  break
-done
+fi
 [ "$fail" -eq 0 ]
