@@ -28,6 +28,8 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from canzona.testing import train_torch  # noqa: E402
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_muon_check as tm  # noqa: E402  (fp32 Newton-Schulz, the rates, the comparison)
 
@@ -122,21 +124,10 @@ def reference(full):
             p.copy_(full[n])
     mats = [p for n, p in model.named_parameters() if p.ndim == 2 and n not in OPTIMIZERS]
     rest = [p for n, p in model.named_parameters() if not (p.ndim == 2 and n not in OPTIMIZERS)]
-    muon = torch.optim.Muon(mats, lr=tm.LR, weight_decay=tm.WD, adjust_lr_fn="match_rms_adamw")
-    adamw = torch.optim.AdamW(rest, lr=tm.ADAMW_LR, betas=(0.9, 0.95), eps=1e-8,
-                              weight_decay=tm.WD)
-    losses = []
-    with tm.newton_schulz_fp32():
-        for step in range(STEPS):
-            x, y = batch(step)
-            loss = model(x, y)
-            loss.backward()
-            muon.step()
-            adamw.step()
-            muon.zero_grad()
-            adamw.zero_grad()
-            losses.append(loss.item())
-    return losses, {n: p.detach().clone() for n, p in model.named_parameters()}
+    return train_torch(model, mats, rest, (batch(step) for step in range(STEPS)),
+                       muon=dict(lr=tm.LR, weight_decay=tm.WD, adjust_lr_fn="match_rms_adamw"),
+                       adamw=dict(lr=tm.ADAMW_LR, betas=(0.9, 0.95), eps=1e-8,
+                                  weight_decay=tm.WD))
 
 
 def optimizer(model, **kw):

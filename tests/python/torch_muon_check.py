@@ -35,7 +35,6 @@ Bounds, per step's loss (relative) and per final parameter (||a - b||_F / ||b||_
 
 Env: CANZONA_EXEC_LIB, CANZONA_LIB, PYTHONPATH with python/ and CZ_SOURCE_DIR. Writes nothing.
 """
-import contextlib
 import math
 import os
 import sys
@@ -46,6 +45,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import canzona.torch as ct
+from canzona.testing import train_torch
 
 sys.path.insert(0, os.path.join(os.environ["CZ_SOURCE_DIR"], "examples"))
 from torch_train import tp_functions  # noqa: E402  (Megatron-style TP collectives)
@@ -132,32 +132,6 @@ def tp_dim_of(name):
     return next((d for pat, d in TP_DIMS.items() if fnmatch.fnmatchcase(name, pat)), None)
 
 
-@contextlib.contextmanager
-def newton_schulz_fp32():
-    """torch.optim.Muon with the same Newton-Schulz iteration in float32 instead of bfloat16."""
-    import torch.optim._muon as m
-
-    shipped = m._zeropower_via_newtonschulz
-
-    def fp32(grad, ns_coefficients, ns_steps, eps):
-        a, b, c = ns_coefficients
-        x = grad.float()
-        tall = x.size(-2) > x.size(-1)
-        if tall:
-            x = x.T
-        x = x / x.norm().clamp(min=eps)
-        for _ in range(ns_steps):
-            A = x @ x.T
-            x = a * x + (b * A + c * A @ A) @ x
-        return x.T if tall else x
-
-    m._zeropower_via_newtonschulz = fp32
-    try:
-        yield
-    finally:
-        m._zeropower_via_newtonschulz = shipped
-
-
 def reference(init, scaling, fp32=False, nesterov=True):
     """One process, the whole batch: torch.optim.Muon on the matrices, AdamW on the rest.
     Returns (losses, final parameters)."""
@@ -168,21 +142,11 @@ def reference(init, scaling, fp32=False, nesterov=True):
     mats = [p for p in model.parameters() if p.ndim == 2 and p is not model.embed.weight
             and p is not model.head.weight]
     rest = [p for p in model.parameters() if all(p is not q for q in mats)]
-    muon = torch.optim.Muon(mats, lr=LR, weight_decay=WD, momentum=0.95, nesterov=nesterov,
-                            ns_steps=5, eps=1e-7, adjust_lr_fn=TORCH_FN[scaling])
-    adamw = torch.optim.AdamW(rest, lr=ADAMW_LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=WD)
-    losses = []
-    with newton_schulz_fp32() if fp32 else contextlib.nullcontext():
-        for step in range(STEPS):
-            x, y = batch(step)
-            loss = model(x, y)
-            loss.backward()
-            muon.step()
-            adamw.step()
-            muon.zero_grad()
-            adamw.zero_grad()
-            losses.append(loss.item())
-    return losses, {n: p.detach().clone() for n, p in model.named_parameters()}
+    return train_torch(model, mats, rest, (batch(step) for step in range(STEPS)),
+                       muon=dict(lr=LR, weight_decay=WD, momentum=0.95, nesterov=nesterov,
+                                 ns_steps=5, eps=1e-7, adjust_lr_fn=TORCH_FN[scaling]),
+                       adamw=dict(lr=ADAMW_LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=WD),
+                       fp32=fp32)
 
 
 def shard(full, name, tp, r):

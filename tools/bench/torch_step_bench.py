@@ -35,6 +35,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from canzona.testing import torch_muon_fp32
+
 
 class Stack(nn.Module):
     def __init__(self, layers, hidden):
@@ -66,32 +68,6 @@ def batch(cfg, step, rank, world):
     return torch.randn(cfg.batch // world, cfg.hidden, generator=g)
 
 
-@contextlib.contextmanager
-def newton_schulz_fp32():
-    """torch.optim.Muon's iteration in float32 (the shipped one casts to bfloat16)."""
-    import torch.optim._muon as m
-
-    shipped = m._zeropower_via_newtonschulz
-
-    def fp32(grad, ns_coefficients, ns_steps, eps):
-        a, b, c = ns_coefficients
-        x = grad.float()
-        tall = x.size(-2) > x.size(-1)
-        if tall:
-            x = x.T
-        x = x / x.norm().clamp(min=eps)
-        for _ in range(ns_steps):
-            A = x @ x.T
-            x = a * x + (b * A + c * A @ A) @ x
-        return x.T if tall else x
-
-    m._zeropower_via_newtonschulz = fp32
-    try:
-        yield
-    finally:
-        m._zeropower_via_newtonschulz = shipped
-
-
 def timed(fn):
     dist.barrier()
     t0 = time.perf_counter()
@@ -100,44 +76,10 @@ def timed(fn):
     return time.perf_counter() - t0, out
 
 
-def run_baseline(cfg, fp32):
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
+def time_iterations(cfg, model, step):
+    """cfg.warmup + cfg.steps iterations of forward, backward and step() (the optimizers' step
+    and zero_grad): the timed ones' iteration and step times and the last mean loss."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = DDP(make_model(cfg))
-    mats = [p for p in model.parameters() if p.ndim == 2]
-    rest = [p for p in model.parameters() if p.ndim != 2]
-    muon = torch.optim.Muon(mats, lr=1e-3, weight_decay=0.01, adjust_lr_fn="match_rms_adamw")
-    adamw = torch.optim.AdamW(rest, lr=3e-4, betas=(0.9, 0.95), weight_decay=0.01)
-    iters, steps, loss = [], [], None
-    with newton_schulz_fp32() if fp32 else contextlib.nullcontext():
-        for s in range(cfg.warmup + cfg.steps):
-            x = batch(cfg, s, rank, world)
-
-            def it():
-                loss = model(x)
-                loss.backward()
-                t, _ = timed(lambda: (muon.step(), adamw.step()))
-                muon.zero_grad()
-                adamw.zero_grad()
-                t_loss = loss.detach().clone()
-                dist.all_reduce(t_loss)
-                return t_loss.item() / world, t
-
-            t, (loss, st) = timed(it)
-            if s >= cfg.warmup:
-                iters.append(t)
-                steps.append(st)
-    return iters, steps, loss
-
-
-def run_canzona(cfg):
-    import canzona.torch
-
-    rank, world = dist.get_rank(), dist.get_world_size()
-    model = make_model(cfg)
-    opt = canzona.torch.Optimizer(model, lr=1e-3, weight_decay=0.01, muon_scaling="rms",
-                                  adamw_lr=3e-4, adamw_betas=(0.9, 0.95))
     iters, steps, loss = [], [], None
     for s in range(cfg.warmup + cfg.steps):
         x = batch(cfg, s, rank, world)
@@ -145,18 +87,52 @@ def run_canzona(cfg):
         def it():
             loss = model(x)
             loss.backward()
-            t, _ = timed(opt.step)
-            opt.zero_grad()
-            t_loss = loss.detach().clone()
-            dist.all_reduce(t_loss)
-            return t_loss.item() / world, t
+            t, _ = timed(step)
+            mean = loss.detach().clone()
+            dist.all_reduce(mean)
+            return mean.item() / world, t
 
         t, (loss, st) = timed(it)
         if s >= cfg.warmup:
             iters.append(t)
             steps.append(st)
-    opt.close()
     return iters, steps, loss
+
+
+def run_baseline(cfg, fp32):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(make_model(cfg))
+    mats = [p for p in model.parameters() if p.ndim == 2]
+    rest = [p for p in model.parameters() if p.ndim != 2]
+    muon = torch.optim.Muon(mats, lr=1e-3, weight_decay=0.01, adjust_lr_fn="match_rms_adamw")
+    adamw = torch.optim.AdamW(rest, lr=3e-4, betas=(0.9, 0.95), weight_decay=0.01)
+
+    def step():
+        muon.step()
+        adamw.step()
+        muon.zero_grad()
+        adamw.zero_grad()
+
+    with torch_muon_fp32() if fp32 else contextlib.nullcontext():
+        return time_iterations(cfg, model, step)
+
+
+def run_canzona(cfg):
+    import canzona.torch
+
+    model = make_model(cfg)
+    opt = canzona.torch.Optimizer(model, lr=1e-3, weight_decay=0.01, muon_scaling="rms",
+                                  adamw_lr=3e-4, adamw_betas=(0.9, 0.95))
+
+    def step():
+        opt.step()
+        opt.zero_grad()
+
+    try:
+        return time_iterations(cfg, model, step)
+    finally:
+        opt.close()
 
 
 def main():
