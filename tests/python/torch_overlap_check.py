@@ -162,8 +162,7 @@ def main():
     box = [tempfile.mkdtemp(prefix="canzona-overlap-") if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(box, src=0)
     try:
-        # bf16 at TP 1 only: gloo (torch 1.13) has no bf16 all-reduce for the TP layers.
-        for dtype in (torch.float32,) + ((torch.bfloat16,) if tp == 1 else ()):
+        for dtype in (torch.float32, torch.bfloat16):
             run(tp, dtype, box[0])
         run(tp, torch.float32, box[0], early=True)
     finally:
