@@ -429,6 +429,15 @@ static inline int cz_plan_param_fragmented(const cz_plan *plan, const cz_plan_pa
                                                p->def.kind == CZ_KIND_ELEMENTWISE && !p->expert);
 }
 
+/* Where parameter p's elements end in its bucket, offset + numel saturated at INT64_MAX: the
+ * reader takes each up to INT64_MAX (validate reports a numel that disagrees with the local
+ * shape), so the consumers of a plan as read compare ends without overflowing. */
+static inline int64_t cz_plan_param_end(const cz_plan_param *p)
+{
+    int64_t end;
+    return __builtin_add_overflow(p->offset, p->numel, &end) ? INT64_MAX : end;
+}
+
 /* How many DP ranks partition bucket k (the length of its ranges, in [start, end) pairs): the
  * DP size, or the expert-DP size for a bucket of an expert buffer. */
 static inline int cz_plan_bucket_nranks(const cz_plan *plan, const cz_plan_bucket *k)

@@ -26,7 +26,7 @@ static double share_owned(const cz_plan *plan, const cz_plan_param *p, int r)
     if (!rg)
         return 0.0;
     int64_t lo = p->offset > rg[2 * r] ? p->offset : rg[2 * r];
-    int64_t end = p->offset + p->numel;
+    int64_t end = cz_plan_param_end(p);
     int64_t hi = end < rg[2 * r + 1] ? end : rg[2 * r + 1];
     return hi > lo ? (double)(hi - lo) / (double)p->numel : 0.0;
 }

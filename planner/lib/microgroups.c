@@ -658,7 +658,7 @@ static bool touches(const cz_plan *plan, const cz_plan_param *p, int r)
         return false;
     const int64_t *rg = plan->buckets[p->bucket].ranges;
     int64_t lo = rg[2 * r], hi = rg[2 * r + 1];
-    return p->offset < hi && p->offset + p->numel > lo;
+    return p->offset < hi && cz_plan_param_end(p) > lo;
 }
 
 /* The tasks of the given parameters: one per entry of the task table (whole matrices or
