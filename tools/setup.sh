@@ -6,8 +6,8 @@
 #  * One Python environment for every Python test and example: .venv at the repository's root
 #    (CZ_VENV overrides the path), made from Debian's python3 and holding exactly
 #    tools/python-requirements.txt (torch 2.13 CPU, NumPy, mpi4py over Debian's Open MPI,
-#    Megatron-Core). It
-#    is made anew when the requirements change; CMake finds it there (CZ_PYTHON).
+#    Megatron-Core). It is made anew when the requirements change; CMake finds it there
+#    (CZ_PYTHON).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 pkgs=(build-essential cmake pkg-config libjansson-dev libglpk-dev check libsubunit-dev

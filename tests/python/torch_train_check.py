@@ -21,9 +21,9 @@
       own CUDA-vs-CPU bound is 1e-4 of one update). Skipped (77) without a CUDA GPU. Run by
       tools/gpu_check.sh (part correctness) when a GPU is at hand.
 
-The checkpoint is the optimizer's state_dict() (torch.save) beside the full parameters.
-Env: CZ_SOURCE_DIR, CANZONA_EXEC_LIB, CANZONA_LIB,
-CZ_TIME_SCALE. Everything is written to a temporary folder.
+The checkpoint is the optimizer's state_dict() through torch.distributed.checkpoint beside the
+full parameters. Env: CZ_SOURCE_DIR, CANZONA_EXEC_LIB, CANZONA_LIB, CZ_TIME_SCALE. Everything is
+written to a temporary folder.
 """
 import json
 import os
