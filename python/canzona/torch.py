@@ -41,6 +41,9 @@ _DEFAULT = object()  # "argument left out": the optimizer's default, never a val
 # The hyper-parameters the executor's configuration takes from the constructor, with their
 # range checks (the executor checks again; these messages name the Python argument).
 _UNIT = ("momentum", "adamw_beta1", "adamw_beta2")
+# Parameter-group keys of torch's optimizers that canzona takes only for all groups.
+_ONE_FOR_ALL = frozenset(("momentum", "nesterov", "betas", "eps", "ns_steps", "ns_coefficients",
+                          "adjust_lr_fn", "amsgrad", "maximize", "dampening"))
 
 
 def _cluster(dp, tp):
@@ -203,6 +206,19 @@ class Optimizer(torch.optim.Optimizer):
             executor_options.setdefault("check_finite", 0)
         named_groups, module = _named_groups(params)
         self._module = weakref.ref(module) if module is not None else None
+        if not (isinstance(adamw_betas, (tuple, list)) and len(adamw_betas) == 2):
+            raise ValueError(f"adamw_betas = {adamw_betas!r}; expected a pair (beta1, beta2)")
+        if nesterov not in (True, False, 0, 1):
+            raise ValueError(f"nesterov = {nesterov!r}; expected True or False")
+        for k, (_, opts) in enumerate(named_groups):
+            # torch's optimizers take these per group; canzona takes them once, for all groups:
+            # a group that sets one would be silently ignored.
+            per_group = sorted(set(opts) & _ONE_FOR_ALL)
+            if per_group:
+                raise ValueError(f"param group {k} sets {per_group[0]!r}: canzona takes "
+                                 "momentum, nesterov, betas, eps and the Newton-Schulz settings "
+                                 "once for all groups (the constructor's arguments); a group "
+                                 "sets only lr and weight_decay")
         hp = dict(momentum=momentum, adamw_beta1=adamw_betas[0], adamw_beta2=adamw_betas[1])
         for key in _UNIT:
             v = hp[key]

@@ -101,6 +101,19 @@ def main():
                                                      momentum=1.5), "momentum = 1.5")
         refused("negative lr", lambda: ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, lr=-0.1),
                 "lr = -0.1")
+        # Settings canzona takes once for all groups, and malformed ones (issue 39, item 8).
+        named = dict(m.named_parameters())
+        refused("betas in a group", lambda: ct.Optimizer(
+            [{"params": list(named.items()), "lr": 0.01, "betas": (0.9, 0.99)}], tp_group=tpg,
+            tp_dims=TP_DIMS), "param group 0 sets 'betas'", "once for all groups")
+        refused("momentum in a group", lambda: ct.Optimizer(
+            [{"params": list(named.items()), "lr": 0.01, "momentum": 0.9}], tp_group=tpg,
+            tp_dims=TP_DIMS), "param group 0 sets 'momentum'")
+        refused("nesterov='yes'", lambda: ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS,
+                                                     nesterov="yes"), "nesterov = 'yes'")
+        refused("three betas", lambda: ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS,
+                                                  adamw_betas=(0.9, 0.95, 0.99)),
+                "adamw_betas = (0.9, 0.95, 0.99); expected a pair")
         unchanged(m, before, "out-of-range hyper-parameters")
 
         # A plan saved for inspection, then a model with a parameter the plan does not know.
