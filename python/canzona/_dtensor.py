@@ -6,7 +6,7 @@ What canzona runs is the local tensor: its TP dimension comes from the placement
 the TP mesh dimension: tp_dim d; Replicate(): replicated), its storage becomes a view of the flat
 parameter buffer, and its gradient is the DTensor gradient's local tensor. Placements canzona
 cannot run are refused by name (the caller agrees the message across ranks)."""
-import fnmatch
+from .planning import _match
 
 try:  # torch >= 2.5; canzona.torch refuses older versions at import
     from torch.distributed.tensor import DTensor, Replicate, Shard
@@ -132,12 +132,10 @@ def check(named, tp, tp_ranks, tp_dims):
         elif mesh != first[1]:
             return (f"{where} is on another mesh than {first[0]!r} ({_mesh_text(first[1])}): "
                     "canzona takes every DTensor parameter on one mesh"), dims
-        for pattern, d in (tp_dims or {}).items():
-            if fnmatch.fnmatchcase(name, pattern):
-                if d != tp_dim:
-                    return (f"{where}: tp_dims[{pattern!r}] = {d} contradicts its placement "
-                            "(leave DTensor parameters out of tp_dims)"), dims
-                break
+        found, d = _match(tp_dims, name)
+        if found and d != tp_dim:
+            return (f"{where}: tp_dims says {d}, which contradicts its placement (leave "
+                    "DTensor parameters out of tp_dims)"), dims
         dims[name] = tp_dim
     return None, dims
 
@@ -149,13 +147,11 @@ def blocks_along_shard(named, blocks, dims):
     for name, p in named:
         if not is_dtensor(p) or dims.get(name) is None:
             continue
-        for pattern, (dim, _sizes) in (blocks or {}).items():
-            if fnmatch.fnmatchcase(name, pattern):
-                if int(dim) == dims[name]:
-                    return (f"parameter {name!r}: blocks along dimension {dim}, which its "
-                            f"placement Shard({dim}) cuts contiguously, not block by block; "
-                            "declare the blocks as separate parameters (as torchtitan's "
-                            "wq, wk, wv) or shard along the other dimension")
-                break
+        found, blk = _match(blocks, name)
+        if found and int(blk[0]) == dims[name]:
+            return (f"parameter {name!r}: blocks along dimension {blk[0]}, which its placement "
+                    f"Shard({blk[0]}) cuts contiguously, not block by block; declare the blocks "
+                    "as separate parameters (as torchtitan's wq, wk, wv) or shard along the "
+                    "other dimension")
     return None
 

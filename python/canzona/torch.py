@@ -594,14 +594,12 @@ class Optimizer(torch.optim.Optimizer):
         def hook():
             if not self._sync:
                 return
-            with torch.no_grad():
-                if p.grad is not None and _local(p.grad).data_ptr() != view.data_ptr():
-                    # A gradient torch made anew (zero_grad(set_to_none=True)): into the
-                    # flat buffer before its bucket is read.
-                    if self._ovl_error is None:
-                        self._ovl_error = self._grad_placement(name, p)
-                    view.copy_(_local(p.grad))
-                    p.grad = _dtensor.wrap_grad(p, view)
+            if p.grad is not None:
+                # A gradient torch made anew (zero_grad(set_to_none=True)) goes into the flat
+                # buffer before its bucket is read.
+                msg = self._adopt_grad(name, p, view)
+                if msg is not None and self._ovl_error is None:
+                    self._ovl_error = msg
             n = self._counts.get(b, 0) + 1
             self._counts[b] = n
             if b in self._declared:
@@ -743,19 +741,21 @@ class Optimizer(torch.optim.Optimizer):
                     p.grad = _dtensor.wrap_grad(p, view)
                     continue
                 any_grad = True
-                if _local(p.grad).data_ptr() != view.data_ptr():
-                    msg = self._grad_placement(name, p)
-                    if msg is not None:
-                        return msg, False, None
-                    view.copy_(_local(p.grad))
-                    p.grad = _dtensor.wrap_grad(p, view)
+                msg = self._adopt_grad(name, p, view)
+                if msg is not None:
+                    return msg, False, None
         return None, any_grad, rates
 
     @staticmethod
-    def _grad_placement(name, p):
-        """A message when a DTensor parameter's gradient is not laid out as the parameter (a
-        Partial() gradient is not reduced over TP yet: its local tensor is no shard of it)."""
+    def _adopt_grad(name, p, view):
+        """Makes p.grad a view of the flat gradient buffer again: a gradient torch made anew
+        (zero_grad(set_to_none=True), a re-assigned .grad) is copied into view. Returns a
+        message instead, nothing copied, when a DTensor parameter's gradient is not laid out as
+        the parameter (a Partial() gradient is not reduced over TP yet: its local tensor is no
+        shard of it)."""
         g = p.grad
+        if _local(g).data_ptr() == view.data_ptr():
+            return None
         if _dtensor.is_dtensor(p) and (not _dtensor.is_dtensor(g) or
                                        tuple(g.placements) != tuple(p.placements) or
                                        g.shape != p.shape):
@@ -763,6 +763,9 @@ class Optimizer(torch.optim.Optimizer):
             return (f"the gradient of parameter {name!r} has placements {got}, the parameter "
                     f"{tuple(p.placements)}: canzona reads the gradient's local tensor as the "
                     "parameter's shard")
+        with torch.no_grad():
+            view.copy_(_local(g))
+        p.grad = _dtensor.wrap_grad(p, view)
         return None
 
     def _group_rates(self):

@@ -144,7 +144,7 @@ def check_layers(failed):
     from megatron.core import parallel_state as ps
 
     tp, tr = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
-    dp, dr = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
+    dp = ps.get_data_parallel_world_size()
     full = full_weights()
     model = MegatronNet(megatron_config())
     with torch.no_grad():
@@ -154,17 +154,7 @@ def check_layers(failed):
             else:
                 p.copy_(full[n])
     opt = optimizer(model)
-    rows = B // dp
-    losses = []
-    for step in range(STEPS):
-        x, y = batch(step)
-        loss = model(x[dr * rows:(dr + 1) * rows], y[dr * rows:(dr + 1) * rows])
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        t = loss.detach().clone()
-        dist.all_reduce(t, group=ps.get_data_parallel_group())
-        losses.append(t.item() / dp)
+    losses = tm.run_steps(model, opt, ps.get_data_parallel_group(), range(STEPS), batch)
     got = {}
     for n, p in model.named_parameters():
         if getattr(p, "tensor_model_parallel", False):

@@ -28,6 +28,8 @@ import tempfile
 import torch
 import torch.distributed as dist
 
+from canzona._dtensor import local
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_muon_check as tm  # noqa: E402  (the model, its data and canzona's arguments)
 
@@ -70,15 +72,15 @@ def phase_save(d):
     mesh = mesh_of(2, 2)
     model = tm.build("dtensor", tm.full_init(), 2, 2, mesh)
     opt = tm.optimizer(model, "dtensor", mesh)
-    tm.run_steps(model, opt, mesh, range(FIRST))
+    tm.run_steps(model, opt, mesh.get_group("dp"), range(FIRST))
     save_checkpoint(os.path.join(d, "ckpt"), model, opt)
-    tm.run_steps(model, opt, mesh, range(FIRST, FIRST + MORE))
+    tm.run_steps(model, opt, mesh.get_group("dp"), range(FIRST, FIRST + MORE))
     full = tm.full_params(model, "dtensor", 2, mesh)
     opt.close()
     # Another model: three layers instead of two.
     other = tm.build("dtensor", tm.full_init(layers=3), 2, 2, mesh, layers=3)
     oopt = tm.optimizer(other, "dtensor", mesh)
-    tm.run_steps(other, oopt, mesh, range(2))
+    tm.run_steps(other, oopt, mesh.get_group("dp"), range(2))
     save_checkpoint(os.path.join(d, "other"), other, oopt)
     oopt.close()
     if dist.get_rank() == 0:
@@ -91,7 +93,7 @@ def phase_load(d, dp, tp, params_only):
     model = tm.build(kind, tm.full_init(), dp, tp, mesh)
     opt = tm.optimizer(model, kind, mesh)
     load_checkpoint(os.path.join(d, "ckpt"), model, opt, params_only)
-    tm.run_steps(model, opt, mesh, range(FIRST, FIRST + MORE))
+    tm.run_steps(model, opt, mesh.get_group("dp"), range(FIRST, FIRST + MORE))
     full = tm.full_params(model, kind, tp, mesh)
     opt.close()
     if dist.get_rank() == 0:
@@ -105,7 +107,7 @@ def phase_refuse(d):
     mesh = mesh_of(2, 2)
     model = tm.build("dtensor", tm.full_init(), 2, 2, mesh)
     opt = tm.optimizer(model, "dtensor", mesh)
-    tm.run_steps(model, opt, mesh, range(2))
+    tm.run_steps(model, opt, mesh.get_group("dp"), range(2))
     rank = dist.get_rank()
     bad = {"other": os.path.join(d, "other")}
     if rank == 0:
@@ -132,8 +134,7 @@ def phase_refuse(d):
     failed = []
     for what, path in bad.items():
         before = opt.state_dict()["checksum"]
-        params = {n: p.detach().to_local().clone() if hasattr(p, "to_local") else
-                  p.detach().clone() for n, p in model.named_parameters()}
+        params = {n: local(p).detach().clone() for n, p in model.named_parameters()}
         try:
             # The optimizer's state is refused before the model's is touched: load it first.
             import torch.distributed.checkpoint as dcp
@@ -149,8 +150,7 @@ def phase_refuse(d):
         if opt.state_dict()["checksum"] != before:
             failed.append(f"{what}: the optimizer state changed")
         for n, p in model.named_parameters():
-            now = p.detach().to_local() if hasattr(p, "to_local") else p.detach()
-            if not torch.equal(now, params[n]):
+            if not torch.equal(local(p).detach(), params[n]):
                 failed.append(f"{what}: {n} changed")
     opt.close()
     for f in failed:

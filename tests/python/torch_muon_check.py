@@ -208,20 +208,21 @@ def optimizer(model, kind, mesh, scaling="rms"):
                         **kw)
 
 
-def run_steps(model, opt, mesh, steps):
-    """Training steps (global batches of steps[0], steps[1], ...); the mean losses over DP."""
-    dp = mesh.size(0)
-    d = mesh.get_local_rank("dp")
-    rows = B // dp
+def run_steps(model, opt, dp_group, steps, batch_of=None):
+    """Training steps on the global batches batch_of(step) (default: batch), this DP rank
+    taking its rows; returns the losses, each the mean over DP."""
+    batch_of = batch_of or batch
+    dp, d = dist.get_world_size(dp_group), dist.get_rank(dp_group)
     losses = []
     for step in steps:
-        x, y = batch(step)
+        x, y = batch_of(step)
+        rows = x.shape[0] // dp
         loss = model(x[d * rows:(d + 1) * rows], y[d * rows:(d + 1) * rows])
         loss.backward()
         opt.step()
         opt.zero_grad()
         t = loss.detach().clone()
-        dist.all_reduce(t, group=mesh.get_group("dp"))
+        dist.all_reduce(t, group=dp_group)
         losses.append(t.item() / dp)
     return losses
 
@@ -232,7 +233,7 @@ def train(kind, init, dp, tp, scaling):
     mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
     model = build(kind, init, dp, tp, mesh)
     opt = optimizer(model, kind, mesh, scaling)
-    losses = run_steps(model, opt, mesh, range(STEPS))
+    losses = run_steps(model, opt, mesh.get_group("dp"), range(STEPS))
     params = full_params(model, kind, tp, mesh)
     opt.close()
     return losses, params
