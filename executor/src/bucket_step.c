@@ -6,6 +6,7 @@
  * same bits. With early updates on, bucket_ready also runs each micro-group whose buckets are
  * all posted (docs/EXECUTOR.md, "Early updates"). */
 #include "alloc.h"
+#include "bucket_step.h"
 #include "canzona_exec.h"
 #include "clock.h"
 #include "comm.h"
@@ -15,6 +16,7 @@
 #include "step_phases.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 /* A bucket's state in the step: not declared (or gathered), declared but not posted (a lower
  * one is not declared yet), reduce-scatter posted, reduce-scatter waited for (its range
@@ -26,6 +28,52 @@ enum {
     CZ_OVL_REDUCED = 3,
     CZ_OVL_GATHERING = 4
 };
+
+/* The step's state, allocated at its first use (cz_executor_bucket_ready, step_finish,
+ * set_early_updates; a job that never calls them pays nothing), its tables at the first step
+ * (`tables`): per bucket of the plan, its state in the step (CZ_OVL_*), its reduce-scatter's
+ * and all-gather's requests (on its bucket's plane), and where its reduce-scatter lands in
+ * `recv` (backend memory: this rank's range of every bucket it holds). pidx lists the held
+ * parameter ids bucket by bucket (pstart[b] .. pstart[b + 1]), for staging one bucket.
+ * Reduce-scatters are posted in bucket order (next: the next to post), the one order every
+ * rank follows. */
+struct cz_bucket_step {
+    bool tables, active, gathering;
+    int *state;
+    cz_comm_req **rs, **ag;
+    float *recv;
+    int64_t *recv_off;
+    int *pidx, *pstart;
+    size_t next;
+    double t0; /* when the step's first bucket was declared, for the timings */
+    /* Early updates (cz_executor_set_early_updates): bucket_ready runs each micro-group whose
+     * buckets are all posted; nearly counts this step's, early_s their time. */
+    bool early;
+    int nearly;
+    double early_s;
+    /* And the all-gathers they post: bucket b's once every bucket up to ag_key[b] is posted
+     * (then every rank of its plane has updated its part of b: the highest bucket of any
+     * micro-group, of any rank, with a parameter in b), in the order of ag_list (the held
+     * buckets by key, then forward order), the same on every rank; ag_next: how many of them
+     * are posted; elem_done[b]: b's elementwise updates done. */
+    int64_t *ag_key;
+    int *ag_list;
+    size_t nag, ag_next;
+    bool *elem_done;
+    char note[192]; /* unchanged()'s text */
+};
+
+static int ovl_settle(cz_executor *ex, const char *what, cz_error *err);
+
+/* ex->bws, made at the first call that needs it. */
+static cz_bucket_step *bws_of(cz_executor *ex, cz_error *err)
+{
+    if (!ex->bws && (ex->bws = cz__exec_calloc(1, sizeof *ex->bws)) != NULL)
+        ex->bws_settle = ovl_settle;
+    if (!ex->bws)
+        cz__error_set(err, CZ_ENOMEM, "bucket-wise step: out of memory for its state");
+    return ex->bws;
+}
 
 static int ovl_nomem(cz_error *err)
 {
@@ -40,7 +88,7 @@ static void gather_keys_of(cz_executor *ex, const cz_rank_schedule *rs, size_t n
             const cz_plan_group *gr = &rs[s].groups[g];
             int64_t ready = cz__exec_group_ready(plan, gr);
             for (int t = 0; t < gr->ntasks; t++) {
-                int64_t *key = &ex->ovl_ag_key[plan->params[gr->task_param[t]].bucket];
+                int64_t *key = &ex->bws->ag_key[plan->params[gr->task_param[t]].bucket];
                 *key = ready > *key ? ready : *key;
             }
         }
@@ -50,22 +98,23 @@ static void gather_keys_of(cz_executor *ex, const cz_rank_schedule *rs, size_t n
  * rank finds the same: every schedule's groups count, a superset of the bucket's plane's. */
 static void gather_keys(cz_executor *ex)
 {
+    cz_bucket_step *bs = ex->bws;
     const cz_plan *plan = ex->plan;
     size_t nb = plan->nbuckets;
     for (size_t b = 0; b < nb; b++)
-        ex->ovl_ag_key[b] = (int64_t)b;
+        bs->ag_key[b] = (int64_t)b;
     gather_keys_of(ex, plan->schedules, plan->nschedules);
     gather_keys_of(ex, plan->expert_schedules, plan->nexpert_schedules);
     /* The held buckets by key, ties in forward order (the highest index first): an insertion
      * sort, run once. */
-    ex->ovl_nag = 0;
+    bs->nag = 0;
     for (size_t b = nb; b-- > 0;) {
         if (!cz__exec_holds_bucket(ex, &plan->buckets[b]))
             continue;
-        size_t at = ex->ovl_nag++;
-        for (; at > 0 && ex->ovl_ag_key[ex->ovl_ag_list[at - 1]] > ex->ovl_ag_key[b]; at--)
-            ex->ovl_ag_list[at] = ex->ovl_ag_list[at - 1];
-        ex->ovl_ag_list[at] = (int)b;
+        size_t at = bs->nag++;
+        for (; at > 0 && bs->ag_key[bs->ag_list[at - 1]] > bs->ag_key[b]; at--)
+            bs->ag_list[at] = bs->ag_list[at - 1];
+        bs->ag_list[at] = (int)b;
     }
 }
 
@@ -75,22 +124,25 @@ static int ovl_setup(cz_executor *ex, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
     size_t nb = plan->nbuckets, np = plan->nparams;
+    cz_bucket_step *bs = bws_of(ex, err);
     int *cur = NULL;
     int rc = CZ_OK;
-    if (ex->ovl_ready)
+    if (!bs)
+        return CZ_ENOMEM;
+    if (bs->tables)
         return CZ_OK;
-    ex->ovl_state = cz__exec_calloc(nb + 1, sizeof *ex->ovl_state);
-    ex->ovl_rs = cz__exec_calloc(nb + 1, sizeof *ex->ovl_rs);
-    ex->ovl_ag = cz__exec_calloc(nb + 1, sizeof *ex->ovl_ag);
-    ex->ovl_recv_off = cz__exec_calloc(nb + 1, sizeof *ex->ovl_recv_off);
-    ex->ovl_pstart = cz__exec_calloc(nb + 1, sizeof *ex->ovl_pstart);
-    ex->ovl_pidx = cz__exec_calloc(np + 1, sizeof *ex->ovl_pidx);
-    ex->ovl_ag_key = cz__exec_calloc(nb + 1, sizeof *ex->ovl_ag_key);
-    ex->ovl_ag_list = cz__exec_calloc(nb + 1, sizeof *ex->ovl_ag_list);
-    ex->ovl_elem_done = cz__exec_calloc(nb + 1, sizeof *ex->ovl_elem_done);
+    bs->state = cz__exec_calloc(nb + 1, sizeof *bs->state);
+    bs->rs = cz__exec_calloc(nb + 1, sizeof *bs->rs);
+    bs->ag = cz__exec_calloc(nb + 1, sizeof *bs->ag);
+    bs->recv_off = cz__exec_calloc(nb + 1, sizeof *bs->recv_off);
+    bs->pstart = cz__exec_calloc(nb + 1, sizeof *bs->pstart);
+    bs->pidx = cz__exec_calloc(np + 1, sizeof *bs->pidx);
+    bs->ag_key = cz__exec_calloc(nb + 1, sizeof *bs->ag_key);
+    bs->ag_list = cz__exec_calloc(nb + 1, sizeof *bs->ag_list);
+    bs->elem_done = cz__exec_calloc(nb + 1, sizeof *bs->elem_done);
     cur = cz__exec_calloc(nb + 1, sizeof *cur);
-    if (!ex->ovl_state || !ex->ovl_rs || !ex->ovl_ag || !ex->ovl_recv_off || !ex->ovl_pstart ||
-        !ex->ovl_pidx || !ex->ovl_ag_key || !ex->ovl_ag_list || !ex->ovl_elem_done || !cur) {
+    if (!bs->state || !bs->rs || !bs->ag || !bs->recv_off || !bs->pstart ||
+        !bs->pidx || !bs->ag_key || !bs->ag_list || !bs->elem_done || !cur) {
         rc = ovl_nomem(err);
         goto done;
     }
@@ -100,18 +152,18 @@ static int ovl_setup(cz_executor *ex, cz_error *err)
         if (!cz__exec_holds_bucket(ex, bk))
             continue;
         cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
-        ex->ovl_recv_off[b] = total;
+        bs->recv_off[b] = total;
         total += bk->ranges[2 * bp.me + 1] - bk->ranges[2 * bp.me];
-        ex->ovl_rs[b] = bp.plane->ops->req_create(bp.plane);
-        ex->ovl_ag[b] = bp.plane->ops->req_create(bp.plane);
-        if (!ex->ovl_rs[b] || !ex->ovl_ag[b]) {
+        bs->rs[b] = bp.plane->ops->req_create(bp.plane);
+        bs->ag[b] = bp.plane->ops->req_create(bp.plane);
+        if (!bs->rs[b] || !bs->ag[b]) {
             rc = ovl_nomem(err);
             goto done;
         }
     }
-    ex->ovl_recv =
+    bs->recv =
         ex->compute.ops->alloc(&ex->compute, (size_t)(total > 0 ? total : 1) * sizeof(float));
-    if (!ex->ovl_recv) {
+    if (!bs->recv) {
         rc = cz__error_set(err, CZ_ENOMEM,
                            "bucket-wise step: out of memory for its %lld-element reduce-scatter "
                            "ranges",
@@ -121,16 +173,16 @@ static int ovl_setup(cz_executor *ex, cz_error *err)
     /* The held parameters bucket by bucket, ids ascending within one (a counting sort). */
     for (size_t i = 0; i < np; i++)
         if (cz__exec_holds(ex, &plan->params[i]))
-            ex->ovl_pstart[plan->params[i].bucket + 1]++;
+            bs->pstart[plan->params[i].bucket + 1]++;
     for (size_t b = 0; b < nb; b++) {
-        ex->ovl_pstart[b + 1] += ex->ovl_pstart[b];
-        cur[b] = ex->ovl_pstart[b];
+        bs->pstart[b + 1] += bs->pstart[b];
+        cur[b] = bs->pstart[b];
     }
     for (size_t i = 0; i < np; i++)
         if (cz__exec_holds(ex, &plan->params[i]))
-            ex->ovl_pidx[cur[plan->params[i].bucket]++] = (int)i;
+            bs->pidx[cur[plan->params[i].bucket]++] = (int)i;
     gather_keys(ex);
-    ex->ovl_ready = true;
+    bs->tables = true;
 done:
     /* A failed setup is retried by the next call: cz_executor_free releases what it left. */
     cz__exec_free(cur);
@@ -140,28 +192,32 @@ done:
 /* Completes bucket b's all-gather and, staged, writes its parameters back to the job's. */
 static int ovl_gather_done(cz_executor *ex, size_t b, cz_error *err)
 {
+    cz_bucket_step *bs = ex->bws;
     cz_bucket_plane bp = cz__step_bucket_plane(ex, &ex->plan->buckets[b]);
-    int rc = bp.plane->ops->wait(bp.plane, ex->ovl_ag[b], err);
-    ex->ovl_state[b] = CZ_OVL_IDLE;
+    int rc = bp.plane->ops->wait(bp.plane, bs->ag[b], err);
+    bs->state[b] = CZ_OVL_IDLE;
     if (rc == CZ_OK && ex->staged)
-        for (int k = ex->ovl_pstart[b]; k < ex->ovl_pstart[b + 1]; k++)
-            cz__step_stage_out_param(ex, (size_t)ex->ovl_pidx[k]);
-    ex->ovl_gathering = false;
+        for (int k = bs->pstart[b]; k < bs->pstart[b + 1]; k++)
+            cz__step_stage_out_param(ex, (size_t)bs->pidx[k]);
+    bs->gathering = false;
     for (size_t k = 0; k < ex->plan->nbuckets; k++)
-        if (ex->ovl_state[k] == CZ_OVL_GATHERING)
-            ex->ovl_gathering = true;
+        if (bs->state[k] == CZ_OVL_GATHERING)
+            bs->gathering = true;
     return rc;
 }
 
 /* Completes every all-gather still outstanding (the next step's first call, save and load). */
 static int ovl_settle(cz_executor *ex, const char *what, cz_error *err)
 {
-    if (ex->ovl_active)
+    cz_bucket_step *bs = ex->bws;
+    if (!bs)
+        return CZ_OK;
+    if (bs->active)
         return cz__error_set(err, CZ_EINVALID,
                              "%s: a bucket-wise step is in progress (buckets were declared ready): "
                              "finish it with cz_executor_step_finish first",
                              what);
-    if (!ex->ovl_gathering)
+    if (!bs->gathering)
         return CZ_OK;
     int rc = CZ_OK;
     ex->compute.ops->step_begin(&ex->compute);
@@ -170,7 +226,7 @@ static int ovl_settle(cz_executor *ex, const char *what, cz_error *err)
      * failure reported. */
     for (size_t b = ex->plan->nbuckets; b-- > 0;) {
         cz_error tmp;
-        if (ex->ovl_state[b] != CZ_OVL_GATHERING)
+        if (bs->state[b] != CZ_OVL_GATHERING)
             continue;
         int brc = ovl_gather_done(ex, b, rc != CZ_OK ? &tmp : err);
         rc = rc != CZ_OK ? rc : brc;
@@ -179,27 +235,23 @@ static int ovl_settle(cz_executor *ex, const char *what, cz_error *err)
     return rc;
 }
 
-int cz__exec_overlap_settle(cz_executor *ex, const char *what, cz_error *err)
-{
-    return ovl_settle(ex, what, err);
-}
-
 /* Posts, in bucket order, every declared bucket whose predecessors are all posted (every one
  * with `all`, the missing ones too): the order is the plan's on every rank, whatever order the
  * job declares them in, as MPI and NCCL match collectives by their order on a communicator. */
 static int ovl_post(cz_executor *ex, bool all, cz_error *err)
 {
+    cz_bucket_step *bs = ex->bws;
     const cz_plan *plan = ex->plan;
     float *G = ex->staged ? ex->stage_grads : ex->flat_grads;
     int most = ex->dp > ex->edp ? ex->dp : ex->edp;
     size_t counts[most];
     bool recorded = false;
-    for (; ex->ovl_next < plan->nbuckets; ex->ovl_next++) {
-        size_t b = ex->ovl_next;
+    for (; bs->next < plan->nbuckets; bs->next++) {
+        size_t b = bs->next;
         const cz_plan_bucket *bk = &plan->buckets[b];
         if (!cz__exec_holds_bucket(ex, bk))
             continue;
-        if (ex->ovl_state[b] != CZ_OVL_DECLARED && !all)
+        if (bs->state[b] != CZ_OVL_DECLARED && !all)
             break;
         /* The reduce-scatter reads the gradients once their staging is done. */
         if (!recorded)
@@ -208,17 +260,17 @@ static int ovl_post(cz_executor *ex, bool all, cz_error *err)
         cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
         cz__step_bucket_counts(bk, &bp, counts);
         int rc = bp.plane->ops->ireduce_scatter(bp.plane, G + bp.base + bk->ranges[0],
-                                                ex->ovl_recv + ex->ovl_recv_off[b], counts,
-                                                CZ_DTYPE_FP32, ex->ev_grads, ex->ovl_rs[b], err);
+                                                bs->recv + bs->recv_off[b], counts,
+                                                CZ_DTYPE_FP32, ex->ev_grads, bs->rs[b], err);
         if (rc)
             return rc;
-        ex->ovl_state[b] = CZ_OVL_REDUCING;
+        bs->state[b] = CZ_OVL_REDUCING;
     }
     /* MPI progresses a collective only inside MPI calls: the ones in flight get a turn. */
-    for (size_t b = 0; b < ex->ovl_next; b++)
-        if (ex->ovl_state[b] == CZ_OVL_REDUCING) {
+    for (size_t b = 0; b < bs->next; b++)
+        if (bs->state[b] == CZ_OVL_REDUCING) {
             cz_bucket_plane bp = cz__step_bucket_plane(ex, &plan->buckets[b]);
-            bp.plane->ops->progress(bp.plane, ex->ovl_rs[b]);
+            bp.plane->ops->progress(bp.plane, bs->rs[b]);
         }
     return CZ_OK;
 }
@@ -228,6 +280,7 @@ static int ovl_post(cz_executor *ex, bool all, cz_error *err)
  * are waited for even after a failure (the first reported), so that nothing stays in flight. */
 static int ovl_wait_reduced(cz_executor *ex, bool scale, size_t upto, cz_error *err)
 {
+    cz_bucket_step *bs = ex->bws;
     const cz_plan *plan = ex->plan;
     float *G = ex->staged ? ex->stage_grads : ex->flat_grads;
     float inv = 1.0f / (float)ex->dp; /* reduce_scatter's factor, for the same bits */
@@ -235,16 +288,16 @@ static int ovl_wait_reduced(cz_executor *ex, bool scale, size_t upto, cz_error *
     for (size_t b = 0; b < plan->nbuckets && b <= upto; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
         cz_error tmp;
-        if (ex->ovl_state[b] != CZ_OVL_REDUCING)
+        if (bs->state[b] != CZ_OVL_REDUCING)
             continue;
         cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
-        int brc = bp.plane->ops->wait(bp.plane, ex->ovl_rs[b], rc != CZ_OK ? &tmp : err);
-        ex->ovl_state[b] = CZ_OVL_REDUCED;
+        int brc = bp.plane->ops->wait(bp.plane, bs->rs[b], rc != CZ_OK ? &tmp : err);
+        bs->state[b] = CZ_OVL_REDUCED;
         rc = rc != CZ_OK ? rc : brc;
         if (rc != CZ_OK || !scale)
             continue;
         int64_t lo = bk->ranges[2 * bp.me], n = bk->ranges[2 * bp.me + 1] - lo;
-        ex->compute.ops->scale(&ex->compute, G + bp.base + lo, ex->ovl_recv + ex->ovl_recv_off[b],
+        ex->compute.ops->scale(&ex->compute, G + bp.base + lo, bs->recv + bs->recv_off[b],
                                n, inv);
     }
     return rc;
@@ -255,20 +308,23 @@ static int ovl_wait_reduced(cz_executor *ex, bool scale, size_t upto, cz_error *
 static int ovl_begin(cz_executor *ex, const char *what, cz_error *err)
 {
     int rc;
+    if (!bws_of(ex, err))
+        return CZ_ENOMEM;
     if ((rc = ovl_settle(ex, what, err)) != CZ_OK ||
         (rc = cz__step_check_bound(ex, err)) != CZ_OK || (rc = ovl_setup(ex, err)) != CZ_OK)
         return rc;
+    cz_bucket_step *bs = ex->bws;
     for (size_t b = 0; b < ex->plan->nbuckets; b++)
-        ex->ovl_state[b] = CZ_OVL_IDLE;
-    ex->ovl_next = 0;
-    ex->ovl_early = 0;
-    ex->ovl_early_s = 0.0;
-    ex->ovl_ag_next = 0;
+        bs->state[b] = CZ_OVL_IDLE;
+    bs->next = 0;
+    bs->nearly = 0;
+    bs->early_s = 0.0;
+    bs->ag_next = 0;
     for (size_t b = 0; b < ex->plan->nbuckets; b++)
-        ex->ovl_elem_done[b] = false;
+        bs->elem_done[b] = false;
     cz__exec_early_reset(ex);
-    ex->ovl_active = true;
-    ex->ovl_t0 = cz__exec_now();
+    bs->active = true;
+    bs->t0 = cz__exec_now();
     return CZ_OK;
 }
 
@@ -294,6 +350,24 @@ static int ovl_check_bucket(const cz_executor *ex, const char *what, size_t b, c
     return CZ_OK;
 }
 
+/* The end of a message refusing a step: "no parameter was changed" (a string constant), or
+ * during a bucket-wise step after early updates, what they changed (in bs->note). */
+static const char *unchanged(cz_executor *ex)
+{
+    cz_bucket_step *bs = ex->bws;
+    int buckets = 0;
+    for (size_t b = 0; bs->active && b < ex->plan->nbuckets; b++)
+        buckets += bs->elem_done[b];
+    if (!bs->active || (bs->nearly == 0 && buckets == 0))
+        return "no parameter was changed";
+    snprintf(bs->note, sizeof bs->note,
+             "early updates had changed %d micro-groups and the elementwise parameters of %d "
+             "buckets of this rank (their parameters and optimizer state moved one step: "
+             "restore a checkpoint)",
+             bs->nearly, buckets);
+    return bs->note;
+}
+
 size_t cz_executor_bucket_count(const cz_executor *ex)
 {
     return ex ? ex->plan->nbuckets : 0;
@@ -313,17 +387,18 @@ int64_t cz_executor_param_bucket(const cz_executor *ex, size_t i)
 /* Posts bucket b's parameter all-gather (ev_params recorded after its updates). */
 static int ovl_post_gather(cz_executor *ex, size_t b, float *P, cz_error *err)
 {
+    cz_bucket_step *bs = ex->bws;
     const cz_plan_bucket *bk = &ex->plan->buckets[b];
     int most = ex->dp > ex->edp ? ex->dp : ex->edp;
     size_t counts[most];
     cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
     cz__step_bucket_counts(bk, &bp, counts);
     int rc = bp.plane->ops->iall_gatherv(bp.plane, P + bp.base + bk->ranges[0], counts,
-                                         CZ_DTYPE_FP32, ex->ev_params, ex->ovl_ag[b], err);
+                                         CZ_DTYPE_FP32, ex->ev_params, bs->ag[b], err);
     if (rc != CZ_OK)
         return rc;
-    ex->ovl_state[b] = CZ_OVL_GATHERING;
-    ex->ovl_gathering = true;
+    bs->state[b] = CZ_OVL_GATHERING;
+    bs->gathering = true;
     return CZ_OK;
 }
 
@@ -331,9 +406,10 @@ static int ovl_post_gather(cz_executor *ex, size_t b, float *P, cz_error *err)
  * every rank); none without them. */
 static int ovl_post_rest(cz_executor *ex, float *P, cz_error *err)
 {
+    cz_bucket_step *bs = ex->bws;
     int rc = CZ_OK;
-    for (; ex->early && rc == CZ_OK && ex->ovl_ag_next < ex->ovl_nag; ex->ovl_ag_next++)
-        rc = ovl_post_gather(ex, (size_t)ex->ovl_ag_list[ex->ovl_ag_next], P, err);
+    for (; bs->early && rc == CZ_OK && bs->ag_next < bs->nag; bs->ag_next++)
+        rc = ovl_post_gather(ex, (size_t)bs->ag_list[bs->ag_next], P, err);
     return rc;
 }
 
@@ -343,28 +419,29 @@ static int ovl_post_rest(cz_executor *ex, float *P, cz_error *err)
  * order run them at the same point, in the same order (their TP exchanges match). */
 static int ovl_run_early(cz_executor *ex, cz_error *err)
 {
+    cz_bucket_step *bs = ex->bws;
     float *P = ex->staged ? ex->stage_params : ex->flat_params;
     float *G = ex->staged ? ex->stage_grads : ex->flat_grads;
     double t0 = cz__exec_now();
     int rc = CZ_OK;
     cz__comm_phase("bucket-wise step: early micro-group updates", ex->steps + 1);
-    for (int64_t k; rc == CZ_OK && (k = cz__exec_early_next(ex)) < (int64_t)ex->ovl_next;)
+    for (int64_t k; rc == CZ_OK && (k = cz__exec_early_next(ex)) < (int64_t)bs->next;)
         if ((rc = ovl_wait_reduced(ex, true, (size_t)k, err)) == CZ_OK)
-            rc = cz__exec_early_run(ex, P, G, k, &ex->ovl_early, err);
+            rc = cz__exec_early_run(ex, P, G, k, &bs->nearly, err);
     /* Then the all-gathers of the buckets every rank has updated by now (the rule of
      * ovl_ag_key), each after its elementwise updates. */
-    while (rc == CZ_OK && ex->ovl_ag_next < ex->ovl_nag) {
-        size_t b = (size_t)ex->ovl_ag_list[ex->ovl_ag_next];
-        if (ex->ovl_ag_key[b] >= (int64_t)ex->ovl_next)
+    while (rc == CZ_OK && bs->ag_next < bs->nag) {
+        size_t b = (size_t)bs->ag_list[bs->ag_next];
+        if (bs->ag_key[b] >= (int64_t)bs->next)
             break;
         if ((rc = ovl_wait_reduced(ex, true, b, err)) != CZ_OK ||
-            (rc = cz__step_elementwise_bucket(ex, P, G, b, err)) != CZ_OK)
+            (rc = cz__step_elementwise_bucket(ex, P, G, b, bs->elem_done, err)) != CZ_OK)
             break;
         ex->compute.ops->event_record(&ex->compute, ex->ev_params);
         rc = ovl_post_gather(ex, b, P, err);
-        ex->ovl_ag_next++;
+        bs->ag_next++;
     }
-    ex->ovl_early_s += cz__exec_now() - t0;
+    bs->early_s += cz__exec_now() - t0;
     return rc;
 }
 
@@ -373,9 +450,11 @@ int cz_executor_bucket_ready(cz_executor *ex, size_t bucket, cz_error *err)
     if (!ex)
         return cz__error_set(err, CZ_EINVALID, "bucket_ready: executor is NULL");
     int rc = ovl_check_bucket(ex, "bucket_ready", bucket, err);
-    if (rc != CZ_OK || (!ex->ovl_active && (rc = ovl_begin(ex, "bucket_ready", err)) != CZ_OK))
+    if (rc != CZ_OK || ((!ex->bws || !ex->bws->active) &&
+                        (rc = ovl_begin(ex, "bucket_ready", err)) != CZ_OK))
         return rc;
-    if (ex->ovl_state[bucket] != CZ_OVL_IDLE)
+    cz_bucket_step *bs = ex->bws;
+    if (bs->state[bucket] != CZ_OVL_IDLE)
         return cz__error_set(err, CZ_EINVALID,
                              "bucket_ready: bucket %zu was already declared ready in step %lld "
                              "(each bucket once per step, then cz_executor_step_finish)",
@@ -384,17 +463,17 @@ int cz_executor_bucket_ready(cz_executor *ex, size_t bucket, cz_error *err)
     ex->compute.ops->step_begin(&ex->compute);
     if (ex->staged) {
         bool params = ex->dtype == CZ_DTYPE_FP32 || !ex->master_loaded;
-        for (int k = ex->ovl_pstart[bucket]; k < ex->ovl_pstart[bucket + 1]; k++)
-            cz__step_stage_in_param(ex, (size_t)ex->ovl_pidx[k], params);
+        for (int k = bs->pstart[bucket]; k < bs->pstart[bucket + 1]; k++)
+            cz__step_stage_in_param(ex, (size_t)bs->pidx[k], params);
     }
-    ex->ovl_state[bucket] = CZ_OVL_DECLARED;
+    bs->state[bucket] = CZ_OVL_DECLARED;
     cz__comm_phase("bucket-wise step: gradient reduce-scatters posted", ex->steps + 1);
     rc = ovl_post(ex, false, err);
     /* The job's later work waits for the staging and the posts only: early updates run beside
      * its backward pass (on a GPU stream of the executor's, ordered after the job's work so
      * far by step_begin). */
     ex->compute.ops->step_end(&ex->compute);
-    if (rc != CZ_OK || !ex->early)
+    if (rc != CZ_OK || !bs->early)
         return rc;
     return ovl_run_early(ex, err);
 }
@@ -419,6 +498,7 @@ static int ovl_drain(cz_executor *ex, cz_error *err)
 /* step_finish between the backend's step_begin and step_end. */
 static int ovl_finish(cz_executor *ex, cz_error *err)
 {
+    cz_bucket_step *bs = ex->bws;
     const cz_plan *plan = ex->plan;
     int64_t step = ex->steps + 1;
     cz_exec_timings t = {0};
@@ -428,7 +508,7 @@ static int ovl_finish(cz_executor *ex, cz_error *err)
      * posts the ones it has not (their data unused), waits for all, and updates nothing. */
     int64_t v[2] = {INT64_MAX, INT64_MAX};
     for (size_t b = 0; b < plan->nbuckets && v[0] == INT64_MAX; b++)
-        if (cz__exec_holds_bucket(ex, &plan->buckets[b]) && ex->ovl_state[b] == CZ_OVL_IDLE) {
+        if (cz__exec_holds_bucket(ex, &plan->buckets[b]) && bs->state[b] == CZ_OVL_IDLE) {
             v[0] = (int64_t)b;
             v[1] = ex->ctrl.rank;
         }
@@ -443,16 +523,18 @@ static int ovl_finish(cz_executor *ex, cz_error *err)
                              "step %lld: bucket %lld was not declared ready "
                              "(cz_executor_bucket_ready) before cz_executor_step_finish on rank "
                              "%lld (the lowest such bucket and rank); %s",
-                             (long long)step, (long long)v[0], (long long)v[1],
-                             cz__exec_unchanged(ex));
+                             (long long)step, (long long)v[0], (long long)v[1], unchanged(ex));
     }
     /* Every bucket staged: the bf16 master copy is loaded. */
     ex->master_loaded = true;
     float *P = ex->staged ? ex->stage_params : ex->flat_params;
     float *G = ex->staged ? ex->stage_grads : ex->flat_grads;
     cz__comm_phase("bucket-wise step: waiting for the gradient reduce-scatters", step);
+    /* After early updates, the sequence runs what they left and its refusals say what they
+     * changed (every early group has run by now). */
+    cz_step_early early = {bs->elem_done, unchanged(ex)};
     if ((rc = ovl_wait_reduced(ex, true, SIZE_MAX, err)) != CZ_OK ||
-        (rc = cz__step_update_all(ex, P, G, t0, &t, err)) != CZ_OK)
+        (rc = cz__step_update_all(ex, P, G, bs->early ? &early : NULL, t0, &t, err)) != CZ_OK)
         return rc;
     t1 = cz__exec_now();
 
@@ -462,14 +544,14 @@ static int ovl_finish(cz_executor *ex, cz_error *err)
      * did not post, in their order. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_params);
     cz__comm_phase("bucket-wise step: parameter all-gathers posted", step);
-    if (ex->early && (rc = ovl_post_rest(ex, P, err)) != CZ_OK)
+    if (bs->early && (rc = ovl_post_rest(ex, P, err)) != CZ_OK)
         return rc;
-    for (size_t b = plan->nbuckets; !ex->early && b-- > 0;)
+    for (size_t b = plan->nbuckets; !bs->early && b-- > 0;)
         if (cz__exec_holds_bucket(ex, &plan->buckets[b]) &&
             (rc = ovl_post_gather(ex, b, P, err)) != CZ_OK)
             return rc;
     t.all_gather = cz__exec_now() - t1;
-    t.matrix += ex->ovl_early_s; /* the early updates' share, spent in bucket_ready */
+    t.matrix += bs->early_s; /* the early updates' share, spent in bucket_ready */
     cz__step_count(ex, &t);
     return CZ_OK;
 }
@@ -484,12 +566,13 @@ int cz_executor_step_finish(cz_executor *ex, cz_error *err)
                              "waited for");
     int rc;
     /* A rank that declared no bucket still joins the agreement (every bucket of it missing). */
-    if (!ex->ovl_active && (rc = ovl_begin(ex, "step_finish", err)) != CZ_OK)
+    if ((!ex->bws || !ex->bws->active) && (rc = ovl_begin(ex, "step_finish", err)) != CZ_OK)
         return rc;
+    cz_bucket_step *bs = ex->bws;
     ex->compute.ops->step_begin(&ex->compute);
     rc = ovl_finish(ex, err);
     ex->compute.ops->step_end(&ex->compute);
-    ex->ovl_active = false;
+    bs->active = false;
     return rc;
 }
 
@@ -497,15 +580,16 @@ int cz_executor_step_cancel(cz_executor *ex, cz_error *err)
 {
     if (!ex)
         return cz__error_set(err, CZ_EINVALID, "step_cancel: executor is NULL");
-    if (!ex->ovl_active)
+    cz_bucket_step *bs = ex->bws;
+    if (!bs || !bs->active)
         return CZ_OK;
     ex->compute.ops->step_begin(&ex->compute);
     cz__comm_phase("bucket-wise step: cancelled, completing its reduce-scatters", ex->steps + 1);
     int rc = ovl_drain(ex, err);
     ex->compute.ops->step_end(&ex->compute);
-    const char *note = cz__exec_unchanged(ex);
-    ex->ovl_active = false;
-    if (rc != CZ_OK || note != ex->ovl_note) /* nothing changed */
+    const char *note = unchanged(ex);
+    bs->active = false;
+    if (rc != CZ_OK || note != bs->note) /* nothing changed */
         return rc;
     return cz__error_set(err, CZ_EINVALID, "step_cancel: step %lld was cancelled, but %s",
                          (long long)(ex->steps + 1), note);
@@ -519,8 +603,8 @@ int cz_executor_bucket_wait(cz_executor *ex, size_t bucket, cz_error *err)
     /* Nothing outstanding for it: its parameters are already the job's to read. Inside an open
      * step (early updates post all-gathers there) they are the step's to complete: a wait here
      * would mark the bucket undeclared. */
-    if (rc != CZ_OK || !ex->ovl_ready || ex->ovl_active ||
-        ex->ovl_state[bucket] != CZ_OVL_GATHERING)
+    const cz_bucket_step *bs = ex->bws;
+    if (rc != CZ_OK || !bs || !bs->tables || bs->active || bs->state[bucket] != CZ_OVL_GATHERING)
         return rc;
     ex->compute.ops->step_begin(&ex->compute);
     rc = ovl_gather_done(ex, bucket, err);
@@ -530,13 +614,23 @@ int cz_executor_bucket_wait(cz_executor *ex, size_t bucket, cz_error *err)
 
 int cz_executor_early_groups(const cz_executor *ex)
 {
-    return ex ? ex->ovl_early : 0;
+    return ex && ex->bws ? ex->bws->nearly : 0;
+}
+
+bool cz__bucket_step_early(const cz_executor *ex)
+{
+    return ex->bws && ex->bws->early;
+}
+
+size_t cz__bucket_step_gathers_posted(const cz_executor *ex)
+{
+    return ex->bws ? ex->bws->ag_next : 0;
 }
 
 /* Why early updates cannot be on for this executor now (CZ_OK: they can). */
 static int early_refusal(const cz_executor *ex, cz_error *err)
 {
-    if (ex->ovl_active || ex->async_active)
+    if ((ex->bws && ex->bws->active) || ex->async_active)
         return cz__error_set(err, CZ_EINVALID,
                              "set_early_updates: a step is in progress (finish it first)");
     if (ex->cfg.check_finite)
@@ -564,10 +658,12 @@ int cz_executor_set_early_updates(cz_executor *ex, int on, cz_error *err)
     if (!ex)
         return cz__error_set(err, CZ_EINVALID, "set_early_updates: executor is NULL");
     int rc = on ? early_refusal(ex, err) : CZ_OK;
-    if (!on && ex->ovl_active)
+    if (!on && ex->bws && ex->bws->active)
         rc = cz__error_set(err, CZ_EINVALID,
                            "set_early_updates: a bucket-wise step is in progress (finish it "
                            "first)");
+    if (rc == CZ_OK && on && !bws_of(ex, err))
+        rc = CZ_ENOMEM;
     /* Collective: the ranks of a TP group must run the same micro-groups at the same point. */
     int64_t v[3] = {on != 0, -(int64_t)(on != 0), rc != CZ_OK ? ex->ctrl.rank : INT64_MAX};
     cz_error tmp;
@@ -582,6 +678,45 @@ int cz_executor_set_early_updates(cz_executor *ex, int on, cz_error *err)
         return cz__error_set(err, CZ_EMISMATCH,
                              "set_early_updates: the ranks passed different values (every rank "
                              "must pass the same)");
-    ex->early = on != 0;
+    if (ex->bws)
+        ex->bws->early = on != 0;
     return CZ_OK;
+}
+
+/* Releases backend memory (NULL allowed). */
+static void brelease(cz_executor *ex, void *p)
+{
+    if (p)
+        ex->compute.ops->release(&ex->compute, p);
+}
+
+void cz__bucket_step_free(cz_executor *ex)
+{
+    cz_bucket_step *bs = ex->bws;
+    if (!bs)
+        return;
+    /* First: a request still in flight (a bucket's collective never waited for) completes in
+     * req_free (MPI waits for it, bounded; the other planes have nothing pending) before the
+     * buffers it reads and writes are released. */
+    for (size_t b = 0; bs->rs && bs->ag && b < ex->plan->nbuckets; b++) {
+        cz_plane *pl = cz__step_bucket_plane(ex, &ex->plan->buckets[b]).plane;
+        if (pl->ops && bs->rs[b])
+            pl->ops->req_free(pl, bs->rs[b]);
+        if (pl->ops && bs->ag[b])
+            pl->ops->req_free(pl, bs->ag[b]);
+    }
+    if (ex->compute.ops)
+        brelease(ex, bs->recv);
+    cz__exec_free(bs->state);
+    cz__exec_free(bs->rs);
+    cz__exec_free(bs->ag);
+    cz__exec_free(bs->recv_off);
+    cz__exec_free(bs->pidx);
+    cz__exec_free(bs->pstart);
+    cz__exec_free(bs->ag_key);
+    cz__exec_free(bs->ag_list);
+    cz__exec_free(bs->elem_done);
+    cz__exec_free(bs);
+    ex->bws = NULL;
+    ex->bws_settle = NULL;
 }

@@ -682,7 +682,7 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
     if (!ex)
         return cz__error_set(err, CZ_EINVALID, "save_state: executor is NULL");
     cz__comm_phase("saving the optimizer state", ex->steps);
-    if ((rc = cz__exec_overlap_settle(ex, "save_state", err)) != CZ_OK)
+    if (ex->bws_settle && (rc = ex->bws_settle(ex, "save_state", err)) != CZ_OK)
         return rc;
     rc = save_prepare(ex, path, &s, err);
     if ((rc = agree(ex, rc, "prepare the checkpoint", err)) != CZ_OK ||
@@ -1181,7 +1181,7 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
     if (!ex)
         return cz__error_set(err, CZ_EINVALID, "load_state: executor is NULL");
     cz__comm_phase("loading the optimizer state", ex->steps);
-    if ((rc = cz__exec_overlap_settle(ex, "load_state", err)) != CZ_OK)
+    if (ex->bws_settle && (rc = ex->bws_settle(ex, "load_state", err)) != CZ_OK)
         return rc;
     rc = load_prepare(ex, path, &l, err);
     /* Rank 0's step count to everyone (the others hold INT64_MAX). */

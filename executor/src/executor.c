@@ -2,6 +2,7 @@
  * The backends and optimizers are opened through their seams' dispatch (comm.c, compute.c,
  * optimizer.c): nothing here knows one by name. */
 #include "alloc.h"
+#include "bucket_step.h"
 #include "canzona_exec.h"
 #include "comm.h"
 #include "compute.h"
@@ -67,12 +68,15 @@ static int alloc_tables(cz_executor *ex, cz_error *err)
     ex->param_off = cz__exec_calloc(n, sizeof *ex->param_off);
     ex->stats = c->ops->alloc(c, n * sizeof *ex->stats);
     ex->stats_host = cz__exec_calloc(n, sizeof *ex->stats_host);
+    ex->held.params = cz__exec_calloc(n, sizeof *ex->held.params);
+    ex->held.buckets = cz__exec_calloc(plan->nbuckets + 1, sizeof *ex->held.buckets);
     ex->ev_grads = c->ops->event_create(c);
     ex->ev_params = c->ops->event_create(c);
     if (!ex->ev_grads || !ex->ev_params)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for compute events");
     if (!ex->param_ptr || !ex->grad_ptr || !ex->bound || !ex->owned || !ex->piece_lo ||
-        !ex->piece_len || !ex->param_off || !ex->stats || !ex->stats_host)
+        !ex->piece_len || !ex->param_off || !ex->stats || !ex->stats_host || !ex->held.params ||
+        !ex->held.buckets)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     /* The stage's dense buckets first; the expert buckets of this rank's EP rank after them
      * (their offsets are within the expert buffer, which starts at expert_base). Another stage's
@@ -90,6 +94,12 @@ static int alloc_tables(cz_executor *ex, cz_error *err)
                 maxrange = bk->ranges[2 * d + 1] - bk->ranges[2 * d];
         }
     }
+    for (size_t b = 0; b < plan->nbuckets; b++)
+        if (cz__exec_holds_bucket(ex, &plan->buckets[b]))
+            ex->held.buckets[ex->held.nbuckets++] = (int)b;
+    for (size_t i = 0; i < plan->nparams; i++)
+        if (cz__exec_holds(ex, &plan->params[i]))
+            ex->held.params[ex->held.nparams++] = (int)i;
     ex->scratch = falloc(ex, maxrange);
     if (!ex->scratch)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for a %lld-element scratch buffer",
@@ -537,17 +547,8 @@ void cz_executor_free(cz_executor *ex)
         return;
     if (ex->compute.ops) {
         /* First: a request still in flight (a bucket's collective never waited for) completes
-         * in req_free (MPI waits for it, bounded; the other planes have nothing pending) before
-         * the buffers it reads and writes are released. */
-        for (size_t b = 0; ex->ovl_rs && ex->ovl_ag && b < ex->plan->nbuckets; b++) {
-            const cz_plan_bucket *bk = &ex->plan->buckets[b];
-            cz_plane *pl = ex->experts && bk->expert ? &ex->edp_comm : &ex->dp_comm;
-            if (pl->ops && ex->ovl_rs[b])
-                pl->ops->req_free(pl, ex->ovl_rs[b]);
-            if (pl->ops && ex->ovl_ag[b])
-                pl->ops->req_free(pl, ex->ovl_ag[b]);
-        }
-        brelease(ex, ex->ovl_recv);
+         * before the buffers it reads and writes are released (bucket_step.h). */
+        cz__bucket_step_free(ex);
         cz__exec_pipeline_free(ex);
         cz__optimizer_close(&ex->matrix_opt);
         cz__optimizer_close(&ex->elem_opt);
@@ -569,15 +570,8 @@ void cz_executor_free(cz_executor *ex)
     cz__exec_free(ex->param_ptr);
     cz__exec_free(ex->grad_ptr);
     cz__exec_free(ex->bound);
-    cz__exec_free(ex->ovl_state);
-    cz__exec_free(ex->ovl_rs);
-    cz__exec_free(ex->ovl_ag);
-    cz__exec_free(ex->ovl_recv_off);
-    cz__exec_free(ex->ovl_pidx);
-    cz__exec_free(ex->ovl_pstart);
-    cz__exec_free(ex->ovl_ag_key);
-    cz__exec_free(ex->ovl_ag_list);
-    cz__exec_free(ex->ovl_elem_done);
+    cz__exec_free(ex->held.params);
+    cz__exec_free(ex->held.buckets);
     cz__plane_close(&ex->etp_comm);
     cz__plane_close(&ex->edp_comm);
     cz__plane_close(&ex->tp_comm);

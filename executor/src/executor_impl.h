@@ -16,6 +16,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* This rank's share of the plan's buckets and parameters (cz__exec_holds_bucket, cz__exec_holds),
+ * listed once at create. */
+typedef struct cz_exec_held {
+    int *buckets, *params;
+    int nbuckets, nparams;
+} cz_exec_held;
+
 struct cz_executor {
     const cz_plan *plan;
     cz_plan *owned_plan; /* non-NULL when created from a file */
@@ -88,36 +95,16 @@ struct cz_executor {
 
     struct cz_pipeline *pipe; /* micro-group layouts and communication buffers */
 
-    /* The bucket-wise step (cz_executor_bucket_ready, step_finish, bucket_wait; step.c),
-     * allocated at its first use (ovl_ready): per bucket of the plan, its state in the step
-     * (CZ_OVL_*), its reduce-scatter's and all-gather's requests (on its bucket's plane), and
-     * where its reduce-scatter lands in ovl_recv (backend memory: this rank's range of every
-     * bucket it holds). ovl_pidx lists the parameter ids bucket by bucket (ovl_pstart[b] ..
-     * ovl_pstart[b + 1]), for staging one bucket. Reduce-scatters are posted in bucket order
-     * (ovl_next: the next to post), the one order every rank follows. */
-    bool ovl_ready, ovl_active, ovl_gathering;
-    int *ovl_state;
-    cz_comm_req **ovl_rs, **ovl_ag;
-    float *ovl_recv;
-    int64_t *ovl_recv_off;
-    int *ovl_pidx, *ovl_pstart;
-    size_t ovl_next;
-    double ovl_t0; /* when the step's first bucket was declared, for the timings */
-    /* Early updates (cz_executor_set_early_updates): bucket_ready runs each micro-group whose
-     * buckets are all posted; ovl_early counts this step's, ovl_early_s their time. */
-    bool early;
-    int ovl_early;
-    double ovl_early_s;
-    /* And the all-gathers they post: bucket b's once every bucket up to ovl_ag_key[b] is
-     * posted (then every rank of its plane has updated its part of b: the highest bucket of
-     * any micro-group, of any rank, with a parameter in b), in the order of ovl_ag_list (the
-     * held buckets by key, then forward order), the same on every rank; ovl_ag_next: how many
-     * of them are posted; ovl_elem_done[b]: b's elementwise updates done. */
-    int64_t *ovl_ag_key;
-    int *ovl_ag_list;
-    size_t ovl_nag, ovl_ag_next;
-    bool *ovl_elem_done;
-    char ovl_note[192]; /* cz__exec_unchanged's text */
+    /* This rank's buckets (the stage's dense ones, its EP rank's expert ones) and parameters,
+     * indices ascending: what a step stages, reduces and gathers. */
+    cz_exec_held held;
+
+    /* The bucket-wise step (bucket_step.c), made at its first use (NULL before). bws_settle,
+     * set with it, completes what such a step left in flight (its parameter all-gathers)
+     * before the plain step, a checkpoint or a setter touches the state, and refuses while one
+     * is open: a pointer, so that the plain step does not depend on the bucket-wise one. */
+    struct cz_bucket_step *bws;
+    int (*bws_settle)(cz_executor *ex, const char *what, cz_error *err);
 
     int64_t steps;
     cz_exec_timings last;
@@ -154,24 +141,10 @@ int cz__exec_pipeline_init(cz_executor *ex, cz_error *err);
 void cz__exec_pipeline_free(cz_executor *ex);
 /* The per-parameter rates from the optimizers' own, at create, after the optimizers (rates.c). */
 int cz__exec_rates_init(cz_executor *ex, cz_error *err);
-/* The step's comparison of the rates and the clipping threshold across ranks, when any rank
- * changed them (changed: the number of ranks that did, summed with the gradient norm): every
- * rank returns CZ_EMISMATCH when they differ (rates.c). */
-int cz__exec_rates_agree(cz_executor *ex, double changed, cz_error *err);
-/* Completes the bucket-wise step's outstanding all-gathers (their stage-out included) before
- * `what` (a message's name of the caller) touches the state; CZ_EINVALID while a bucket-wise
- * step is between its first bucket_ready and step_finish (step.c). */
-int cz__exec_overlap_settle(cz_executor *ex, const char *what, cz_error *err);
 /* Runs the micro-group pipeline of the owned matrix parameters on flat buffers P, G: in the
- * plan's order, or during a bucket-wise step with early updates, the groups they left in
- * readiness order. */
-int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err);
-/* Whether this is a bucket-wise step with early updates (between its first bucket_ready and
- * the end of its step_finish). */
-static inline bool cz__exec_early_step(const struct cz_executor *ex)
-{
-    return ex->ovl_active && ex->early;
-}
+ * plan's order, or with `rest` (a bucket-wise step after early updates), the groups they left
+ * in readiness order. */
+int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, bool rest, cz_error *err);
 /* A micro-group's readiness: the highest bucket index among its tasks' parameters (its inputs
  * are all reduced once the buckets up to it are); -1 for a group without tasks (pipeline.c). */
 int64_t cz__exec_group_ready(const cz_plan *plan, const cz_plan_group *g);
@@ -183,8 +156,5 @@ int64_t cz__exec_early_next(const cz_executor *ex);
 int cz__exec_early_run(cz_executor *ex, float *P, const float *G, int64_t upto, int *ran,
                        cz_error *err);
 void cz__exec_early_reset(cz_executor *ex);
-/* The end of a message refusing a step: "no parameter was changed" (a string constant), or
- * during a bucket-wise step after early updates, what they changed (in ex->ovl_note) (rates.c). */
-const char *cz__exec_unchanged(cz_executor *ex);
 
 #endif /* CZ_EXECUTOR_IMPL_H */

@@ -801,7 +801,7 @@ static int pipeline_run_rest(struct cz_pipeline *pp, float *P, const float *G, c
     return pipeline_run(pp, P, G, pp->order + from, pp->ngroups - from, err);
 }
 
-int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error *err)
+int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, bool rest, cz_error *err)
 {
     cz_optim *o = &ex->matrix_opt;
     int rc;
@@ -811,7 +811,7 @@ int cz__exec_matrix_pipeline(cz_executor *ex, float *P, const float *G, cz_error
         (rc = o->ops->step_shards(o, P, G, ex->steps + 1, 0, INT64_MAX, err)) != CZ_OK)
         return rc;
     /* A bucket-wise step with early updates: what they left, in their order. */
-    if (cz__exec_early_step(ex)) {
+    if (rest) {
         if ((rc = pipeline_run_rest(ex->pipe, P, G, err)) != CZ_OK)
             return rc;
         return ex->epipe ? pipeline_run_rest(ex->epipe, P, G, err) : CZ_OK;

@@ -5,6 +5,7 @@
  * per parameter read one place; an optimizer that takes one rate for all its parameters keeps
  * it in its own settings, which the table mirrors. */
 #include "alloc.h"
+#include "bucket_step.h"
 #include "canzona_exec.h"
 #include "cz_format.h"
 #include "executor_impl.h"
@@ -188,7 +189,7 @@ int cz_executor_set_max_grad_norm(cz_executor *ex, float max_grad_norm, cz_error
         return cz__error_set(err, CZ_EINVALID, "set_max_grad_norm: executor is NULL");
     if ((rc = check_rate("set_max_grad_norm: max_grad_norm", max_grad_norm, err)) != CZ_OK)
         return rc;
-    if (ex->early && max_grad_norm > 0.0f)
+    if (cz__bucket_step_early(ex) && max_grad_norm > 0.0f)
         return cz__error_set(err, CZ_EINVALID,
                              "set_max_grad_norm: early updates are on "
                              "(cz_executor_set_early_updates), and clipping needs the global "
@@ -196,55 +197,4 @@ int cz_executor_set_max_grad_norm(cz_executor *ex, float max_grad_norm, cz_error
     ex->cfg.max_grad_norm = max_grad_norm;
     ex->rates_changed = true;
     return CZ_OK;
-}
-
-static uint64_t fnv(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *b = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ULL;
-    return h;
-}
-
-int cz__exec_rates_agree(cz_executor *ex, double changed, cz_error *err)
-{
-    if (!(changed > 0.0))
-        return CZ_OK;
-    /* The same hash on every rank exactly when every rank holds the same values (up to a
-     * collision): its minimum and its negated minimum (the maximum) then agree. */
-    uint64_t h = 14695981039346656037ULL;
-    h = fnv(h, ex->rates, ex->plan->nparams * sizeof *ex->rates);
-    h = fnv(h, &ex->cfg.max_grad_norm, sizeof ex->cfg.max_grad_norm);
-    for (int k = 0; k < 2; k++) {
-        cz_optim *o = k ? &ex->elem_opt : &ex->matrix_opt;
-        cz_opt_rates r = o->ops->rates(o);
-        h = fnv(h, &r, sizeof r);
-    }
-    int64_t v[2] = {(int64_t)(h >> 2), -(int64_t)(h >> 2)};
-    int rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, v, 2, err);
-    if (rc)
-        return rc;
-    ex->rates_changed = false;
-    if (v[0] != -v[1])
-        return cz__error_set(err, CZ_EMISMATCH,
-                             "step %lld: the ranks set different learning rates, weight decays or "
-                             "clipping thresholds (every rank must set the same before the same "
-                             "step); %s",
-                             (long long)(ex->steps + 1), cz__exec_unchanged(ex));
-    return CZ_OK;
-}
-
-const char *cz__exec_unchanged(cz_executor *ex)
-{
-    int buckets = 0;
-    for (size_t b = 0; ex->ovl_active && ex->ovl_elem_done && b < ex->plan->nbuckets; b++)
-        buckets += ex->ovl_elem_done[b];
-    if (!ex->ovl_active || (ex->ovl_early == 0 && buckets == 0))
-        return "no parameter was changed";
-    snprintf(ex->ovl_note, sizeof ex->ovl_note,
-             "early updates had changed %d micro-groups and the elementwise parameters of %d "
-             "buckets of this rank (their parameters and optimizer state moved one step: "
-             "restore a checkpoint)",
-             ex->ovl_early, buckets);
-    return ex->ovl_note;
 }

@@ -1,9 +1,12 @@
-/* One optimizer step (cz_executor_step, and its async form): reduce-scatter over DP, the
- * phases of step_phases.c (finiteness check, AdamW on owned elementwise shards or their pieces
- * in this rank's slice of a split layout's elementwise buffer, the matrix micro-group pipeline
- * over TP), all-gather over DP. Data is touched only through the compute ops; the one
- * read-back of a step is the per-parameter sums of squares of the owned gradients, after all
- * reduce-scatters and before anything is updated. */
+/* One optimizer step (cz_executor_step, and its async form) and the phases it is made of,
+ * which the bucket-wise step (bucket_step.c) shares through step_phases.h: reduce-scatter over
+ * DP, the gradient statistics (norm, finiteness check, clipping), the elementwise optimizer
+ * (AdamW on owned elementwise shards or their pieces in this rank's slice of a split layout's
+ * elementwise buffer), the matrix micro-group pipeline over TP (pipeline.c), all-gather over DP.
+ * Data is touched only through the compute ops; the one read-back of a step is the
+ * per-parameter sums of squares of the owned gradients, after all reduce-scatters and before
+ * anything is updated. The plain step depends on nothing of the bucket-wise one: the work a
+ * bucket-wise step leaves in flight is completed through ex->bws_settle. */
 #include "canzona_exec.h"
 #include "alloc.h"
 #include "clock.h"
@@ -12,6 +15,258 @@
 #include "cz_format.h"
 #include "executor_impl.h"
 #include "step_phases.h"
+
+#include <math.h>
+
+cz_bucket_plane cz__step_bucket_plane(cz_executor *ex, const cz_plan_bucket *bk)
+{
+    if (ex->experts && bk->expert)
+        return (cz_bucket_plane){&ex->edp_comm, ex->edp, ex->edp_rank,
+                                 ex->expert_base + bk->offset};
+    return (cz_bucket_plane){&ex->dp_comm, ex->dp, ex->dp_rank, bk->offset};
+}
+
+/* A bucket's per-rank counts on its plane (its ranges: contiguous and rank-ordered, plan check). */
+void cz__step_bucket_counts(const cz_plan_bucket *bk, const cz_bucket_plane *bp, size_t *counts)
+{
+    for (int r = 0; r < bp->n; r++)
+        counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
+}
+
+/* Staging: the job's buffers (per parameter, or flat of another dtype) into the fp32 flat
+ * copies and back. Gradients come in every step; parameters at every step for fp32, and only
+ * at the first for bf16 (stage_params is then the fp32 master copy). */
+static void *job_param(const cz_executor *ex, size_t i, int64_t off)
+{
+    return ex->per_param ? ex->param_ptr[i]
+                         : (char *)ex->flat_params + off * cz__dtype_bytes(ex->dtype);
+}
+
+static void *job_grad(const cz_executor *ex, size_t i, int64_t off)
+{
+    return ex->per_param ? ex->grad_ptr[i]
+                         : (char *)ex->flat_grads + off * cz__dtype_bytes(ex->dtype);
+}
+
+/* One parameter's staging in (its gradient, and its parameter when `params`) and out. */
+void cz__step_stage_in_param(cz_executor *ex, size_t i, bool params)
+{
+    cz_compute *c = &ex->compute;
+    int64_t off = ex->param_off[i], n = ex->plan->params[i].numel;
+    if (params)
+        c->ops->convert(c, ex->stage_params + off, CZ_DTYPE_FP32, job_param(ex, i, off), ex->dtype,
+                        n);
+    c->ops->convert(c, ex->stage_grads + off, CZ_DTYPE_FP32, job_grad(ex, i, off), ex->dtype, n);
+}
+
+void cz__step_stage_out_param(cz_executor *ex, size_t i)
+{
+    cz_compute *c = &ex->compute;
+    int64_t off = ex->param_off[i], n = ex->plan->params[i].numel;
+    c->ops->convert(c, job_param(ex, i, off), ex->dtype, ex->stage_params + off, CZ_DTYPE_FP32, n);
+}
+
+int cz__step_check_bound(cz_executor *ex, cz_error *err)
+{
+    int rc = CZ_OK;
+    if (!ex->flat_params && !ex->per_param)
+        rc = cz__error_set(err, CZ_EINVALID,
+                           "step: no buffers bound (call bind_buffers or "
+                           "bind_param first)");
+    for (int k = 0; !rc && ex->per_param && k < ex->held.nparams; k++)
+        if (!ex->bound[ex->held.params[k]])
+            rc = cz__error_set(err, CZ_EINVALID, "step: parameter '%s' is not bound",
+                               ex->plan->params[ex->held.params[k]].def.name);
+    if (ex->bind_agreed)
+        return rc;
+    /* First step: every rank confirms its binding so that a rank that failed to bind cannot
+     * leave the others waiting in a collective. */
+    cz__comm_phase("first step: checking every rank's buffers", ex->steps + 1);
+    int64_t v = rc ? ex->ctrl.rank : INT64_MAX;
+    cz_error tmp;
+    int crc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &v, 1, &tmp);
+    if (rc)
+        return rc;
+    if (crc) {
+        if (err)
+            *err = tmp;
+        return crc;
+    }
+    if (v != INT64_MAX)
+        return cz__error_set(err, CZ_EINVALID, "step: rank %lld has not bound its buffers",
+                             (long long)v);
+    ex->bind_agreed = true;
+    return CZ_OK;
+}
+
+static uint64_t fnv(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* The step's comparison of the rates and the clipping threshold across ranks, when any rank
+ * changed them (changed: the number of ranks that did, summed with the gradient norm): every
+ * rank returns CZ_EMISMATCH when they differ, its message ending with `unchanged`. */
+static int rates_agree(cz_executor *ex, double changed, const char *unchanged, cz_error *err)
+{
+    if (!(changed > 0.0))
+        return CZ_OK;
+    /* The same hash on every rank exactly when every rank holds the same values (up to a
+     * collision): its minimum and its negated minimum (the maximum) then agree. */
+    uint64_t h = 14695981039346656037ULL;
+    h = fnv(h, ex->rates, ex->plan->nparams * sizeof *ex->rates);
+    h = fnv(h, &ex->cfg.max_grad_norm, sizeof ex->cfg.max_grad_norm);
+    for (int k = 0; k < 2; k++) {
+        cz_optim *o = k ? &ex->elem_opt : &ex->matrix_opt;
+        cz_opt_rates r = o->ops->rates(o);
+        h = fnv(h, &r, sizeof r);
+    }
+    int64_t v[2] = {(int64_t)(h >> 2), -(int64_t)(h >> 2)};
+    int rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, v, 2, err);
+    if (rc)
+        return rc;
+    ex->rates_changed = false;
+    if (v[0] != -v[1])
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "step %lld: the ranks set different learning rates, weight decays or "
+                             "clipping thresholds (every rank must set the same before the same "
+                             "step); %s",
+                             (long long)(ex->steps + 1), unchanged);
+    return CZ_OK;
+}
+
+/* The owned gradients' statistics, read back once per step (after all reduce-scatters,
+ * before any update): the backend sums the squares of every owned shard into ex->stats. A sum
+ * is non-finite exactly when its shard holds NaN/Inf, so the same pass is the finiteness
+ * check (all ranks agree on the lowest such parameter id) and gives the global gradient norm
+ * (the sums all-reduced; a tensor replicated over TP counted by TP rank 0 only). With
+ * max_grad_norm set, a norm above it scales every owned gradient shard before the updates. */
+static int grad_stats(cz_executor *ex, float *G, const char *unchanged, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    cz_compute *c = &ex->compute;
+    for (int k = 0; k < ex->nowned; k++) {
+        int i = ex->owned[k];
+        c->ops->sumsq(c, G + ex->param_off[i] + ex->piece_lo[i], ex->piece_len[i], &ex->stats[k]);
+    }
+    int rc =
+        c->ops->download(c, ex->stats_host, ex->stats, (size_t)ex->nowned * sizeof(double), err);
+    if (rc)
+        return rc;
+    /* One control-plane reduction per step in the normal case: the norm's sum of squares, the
+     * number of non-finite owned shards (every TP rank's, replicated ones included) and the
+     * number of ranks that changed their rates since the last comparison. Only when the
+     * second is not zero does a second reduction find the lowest such parameter, and only when
+     * the third is not zero does one compare the rates (rates.c), before any update. */
+    double v[3] = {0.0, 0.0, ex->rates_changed ? 1.0 : 0.0};
+    for (int k = 0; k < ex->nowned; k++) {
+        const cz_plan_param *p = &plan->params[ex->owned[k]];
+        /* A tensor replicated over its TP (ETP for an expert) group counts once. */
+        int r = ex->experts && p->expert ? ex->etp_rank : ex->tp_rank;
+        if (p->def.tp_dim >= 0 || r == 0)
+            v[0] += ex->stats_host[k];
+        v[1] += !isfinite(ex->stats_host[k]);
+    }
+    rc = ex->ctrl.ops->allreduce_sum_f64(&ex->ctrl, v, 3, err);
+    if (rc || (rc = rates_agree(ex, v[2], unchanged, err)) != CZ_OK)
+        return rc;
+    if (ex->cfg.check_finite && v[1] > 0.0) {
+        int64_t bad = INT64_MAX;
+        for (int k = 0; k < ex->nowned && bad == INT64_MAX; k++)
+            if (!isfinite(ex->stats_host[k]))
+                bad = ex->owned[k];
+        rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &bad, 1, err);
+        if (rc)
+            return rc;
+        if (bad != INT64_MAX && plan->params[bad].dp_owner < 0)
+            return cz__error_set(err, CZ_EINVALID,
+                                 "step %lld: the averaged gradient of '%s' holds NaN or Inf (found "
+                                 "in the evenly sliced elementwise buffer); no parameter was "
+                                 "changed",
+                                 (long long)(ex->steps + 1), plan->params[bad].def.name);
+        if (bad != INT64_MAX)
+            return cz__error_set(err, CZ_EINVALID,
+                                 "step %lld: the averaged gradient of '%s' holds NaN or Inf (found "
+                                 "by DP rank %d); no parameter was changed",
+                                 (long long)(ex->steps + 1), plan->params[bad].def.name,
+                                 plan->params[bad].dp_owner);
+    }
+    double sq = v[0];
+    ex->grad_norm = sqrt(sq);
+    float max = ex->cfg.max_grad_norm;
+    if (max > 0.0f && ex->grad_norm > (double)max) {
+        float f = (float)((double)max / (ex->grad_norm + 1e-6));
+        for (int k = 0; k < ex->nowned; k++) {
+            int i = ex->owned[k];
+            float *g = G + ex->param_off[i] + ex->piece_lo[i];
+            c->ops->scale(c, g, g, ex->piece_len[i], f);
+        }
+    }
+    return CZ_OK;
+}
+
+void cz__step_count(cz_executor *ex, cz_exec_timings *t)
+{
+    t->total = t->reduce_scatter + t->elementwise + t->matrix + t->all_gather;
+    ex->steps++;
+    cz__comm_phase("after the step", ex->steps);
+    t->steps = ex->steps;
+    ex->last = *t;
+}
+
+int cz__step_elementwise_bucket(cz_executor *ex, float *P, const float *G, size_t b, bool *done,
+                                cz_error *err)
+{
+    const cz_plan_bucket *bk = &ex->plan->buckets[b];
+    if (done[b])
+        return CZ_OK;
+    done[b] = true;
+    cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
+    int64_t lo = bp.base + bk->ranges[2 * bp.me], hi = bp.base + bk->ranges[2 * bp.me + 1];
+    return ex->elem_opt.ops->step_shards(&ex->elem_opt, P, G, ex->steps + 1, lo, hi, err);
+}
+
+/* The elementwise optimizer's step on the pieces this rank owns; after early updates, on those
+ * of the buckets they have not updated (elem_done). */
+static int elementwise(cz_executor *ex, float *P, const float *G, bool *elem_done, cz_error *err)
+{
+    if (!elem_done)
+        return ex->elem_opt.ops->step_shards(&ex->elem_opt, P, G, ex->steps + 1, 0, INT64_MAX, err);
+    int rc = CZ_OK;
+    for (int k = 0; rc == CZ_OK && k < ex->held.nbuckets; k++)
+        rc = cz__step_elementwise_bucket(ex, P, G, (size_t)ex->held.buckets[k], elem_done, err);
+    return rc;
+}
+
+/* What follows the reduce-scatters in a step, up to every parameter updated: the statistics
+ * (norm, finiteness, clipping), the elementwise optimizer, the matrix pipeline; the one sequence
+ * of cz_executor_step and cz_executor_step_finish. *t gets the phases' times, the reduce-scatter's
+ * counted from t0. */
+int cz__step_update_all(cz_executor *ex, float *P, float *G, const cz_step_early *early,
+                        double t0, cz_exec_timings *t, cz_error *err)
+{
+    int64_t step = ex->steps + 1;
+    cz__comm_phase("gradient norm and finiteness check", step);
+    int rc = grad_stats(ex, G, early ? early->unchanged : "no parameter was changed", err);
+    if (rc)
+        return rc;
+    double t1 = cz__exec_now();
+    t->reduce_scatter = t1 - t0;
+
+    if ((rc = elementwise(ex, P, G, early ? early->elem_done : NULL, err)) != CZ_OK)
+        return rc;
+    t0 = cz__exec_now();
+    t->elementwise = t0 - t1;
+
+    cz__comm_phase("micro-group pipeline of the matrix updates", step);
+    if ((rc = cz__exec_matrix_pipeline(ex, P, G, early != NULL, err)) != CZ_OK)
+        return rc;
+    t->matrix = cz__exec_now() - t0;
+    return CZ_OK;
+}
 
 static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
 {
@@ -23,10 +278,8 @@ static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
      * average_in_collective): each EP rank's expert gradient already gathers the tokens of the
      * DP replicas of its EP group. */
     float inv = 1.0f / (float)ex->dp;
-    for (size_t b = 0; b < plan->nbuckets; b++) {
-        const cz_plan_bucket *bk = &plan->buckets[b];
-        if (!cz__exec_holds_bucket(ex, bk))
-            continue;
+    for (int k = 0; k < ex->held.nbuckets; k++) {
+        const cz_plan_bucket *bk = &plan->buckets[ex->held.buckets[k]];
         cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
         cz__step_bucket_counts(bk, &bp, counts);
         float *base = G + bp.base + bk->ranges[0];
@@ -45,10 +298,8 @@ static int all_gather(cz_executor *ex, float *P, cz_error *err)
     const cz_plan *plan = ex->plan;
     int most = ex->dp > ex->edp ? ex->dp : ex->edp;
     size_t counts[most];
-    for (size_t b = 0; b < plan->nbuckets; b++) {
-        const cz_plan_bucket *bk = &plan->buckets[b];
-        if (!cz__exec_holds_bucket(ex, bk))
-            continue;
+    for (int k = 0; k < ex->held.nbuckets; k++) {
+        const cz_plan_bucket *bk = &plan->buckets[ex->held.buckets[k]];
         cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
         cz__step_bucket_counts(bk, &bp, counts);
         int rc = bp.plane->ops->all_gather(bp.plane, P + bp.base + bk->ranges[0], counts,
@@ -62,17 +313,15 @@ static int all_gather(cz_executor *ex, float *P, cz_error *err)
 static void stage_in(cz_executor *ex)
 {
     bool params = ex->dtype == CZ_DTYPE_FP32 || !ex->master_loaded;
-    for (size_t i = 0; i < ex->plan->nparams; i++)
-        if (cz__exec_holds(ex, &ex->plan->params[i]))
-            cz__step_stage_in_param(ex, i, params);
+    for (int k = 0; k < ex->held.nparams; k++)
+        cz__step_stage_in_param(ex, (size_t)ex->held.params[k], params);
     ex->master_loaded = true;
 }
 
 static void stage_out(cz_executor *ex)
 {
-    for (size_t i = 0; i < ex->plan->nparams; i++)
-        if (cz__exec_holds(ex, &ex->plan->params[i]))
-            cz__step_stage_out_param(ex, i);
+    for (int k = 0; k < ex->held.nparams; k++)
+        cz__step_stage_out_param(ex, (size_t)ex->held.params[k]);
 }
 
 /* The step between the backend's step_begin and step_end. */
@@ -92,7 +341,7 @@ static int run_step(cz_executor *ex, cz_error *err)
     ex->compute.ops->event_record(&ex->compute, ex->ev_grads);
     cz__comm_phase("gradient reduce-scatter", step);
     rc = reduce_scatter(ex, G, err);
-    if (rc != CZ_OK || (rc = cz__step_update_all(ex, P, G, t0, &t, err)) != CZ_OK)
+    if (rc != CZ_OK || (rc = cz__step_update_all(ex, P, G, NULL, t0, &t, err)) != CZ_OK)
         return rc;
     t1 = cz__exec_now();
 
@@ -114,7 +363,8 @@ int cz_executor_step(cz_executor *ex, cz_error *err)
     if (!ex)
         return cz__error_set(err, CZ_EINVALID, "step: executor is NULL");
     int rc;
-    if ((rc = cz__exec_overlap_settle(ex, "step", err)) != CZ_OK ||
+    /* What a bucket-wise step left in flight completes first (its all-gathers). */
+    if ((ex->bws_settle && (rc = ex->bws_settle(ex, "step", err)) != CZ_OK) ||
         (rc = cz__step_check_bound(ex, err)) != CZ_OK)
         return rc;
     /* Ordered after the job's writes to the bound buffers, and the job's next work after the

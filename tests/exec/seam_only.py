@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The step logic touches parameter, gradient and optimizer-state data only through the backend
-seam: step.c, step_phases.c, bucket_step.c, pipeline.c, muon.c, adamw.c, shampoo.c and soap.c
+seam: step.c, bucket_step.c, pipeline.c, muon.c, adamw.c, shampoo.c and soap.c
 (executor/src) may pass data pointers around and offset them, but never read or write an element
 (no subscript or dereference of a float, double or bf16 data pointer), never copy data themselves
 (memcpy, memmove) and never call BLAS.
@@ -10,7 +10,7 @@ double or uint16_t (or an array of such pointers): the struct fields of the exec
 include, and each file's own declarations. It is a source check, not a C parser: a name that a file also declares with
 another type is not checked as a plain variable (only after -> or .); the output lists what
 was checked and what was not. The one exception is stats_host: the host copy of the
-per-parameter sums of squares, read by step_phases.c at the documented read-back point.
+per-parameter sums of squares, read by step.c at the documented read-back point.
 
 Usage: seam_only.py SOURCE_DIR [FILE...]  (FILEs default to those files; exit 1 listing
 every violation)."""
@@ -19,8 +19,7 @@ import re
 import sys
 
 ALLOWED = {"stats_host"}
-FILES = ("step.c", "step_phases.c", "bucket_step.c", "pipeline.c", "muon.c", "adamw.c", "shampoo.c",
-         "soap.c")
+FILES = ("step.c", "bucket_step.c", "pipeline.c", "muon.c", "adamw.c", "shampoo.c", "soap.c")
 DATA_TYPES = r"(?:float|double|uint16_t)"
 
 
