@@ -115,7 +115,7 @@ static uint64_t state_print(const cz_executor *ex)
                 continue;
             }
             const float *b = o->ops->state_buffer(o, (int)i, k, NULL);
-            size_t len = t[k].place == CZ_STATE_SHARDED ? (size_t)ex->piece_len[i]
+            size_t len = t[k].place == CZ_STATE_SHARDED ? (size_t)ex->own.piece_len[i]
                                                         : (size_t)(t[k].rows * t[k].cols);
             if (b)
                 h = fnv(h, b, len * sizeof(float));

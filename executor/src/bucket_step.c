@@ -6,6 +6,7 @@
  * same bits. With early updates on, bucket_ready also runs each micro-group whose buckets are
  * all posted (docs/EXECUTOR.md, "Early updates"). */
 #include "alloc.h"
+#include "binding.h"
 #include "bucket_step.h"
 #include "canzona_exec.h"
 #include "clock.h"
@@ -196,9 +197,9 @@ static int ovl_gather_done(cz_executor *ex, size_t b, cz_error *err)
     cz_bucket_plane bp = cz__step_bucket_plane(ex, &ex->plan->buckets[b]);
     int rc = bp.plane->ops->wait(bp.plane, bs->ag[b], err);
     bs->state[b] = CZ_OVL_IDLE;
-    if (rc == CZ_OK && ex->staged)
+    if (rc == CZ_OK && ex->bind.staged)
         for (int k = bs->pstart[b]; k < bs->pstart[b + 1]; k++)
-            cz__step_stage_out_param(ex, (size_t)bs->pidx[k]);
+            cz__binding_stage_out_param(ex, (size_t)bs->pidx[k]);
     bs->gathering = false;
     for (size_t k = 0; k < ex->plan->nbuckets; k++)
         if (bs->state[k] == CZ_OVL_GATHERING)
@@ -242,8 +243,8 @@ static int ovl_post(cz_executor *ex, bool all, cz_error *err)
 {
     cz_bucket_step *bs = ex->bws;
     const cz_plan *plan = ex->plan;
-    float *G = ex->staged ? ex->stage_grads : ex->flat_grads;
-    int most = ex->dp > ex->edp ? ex->dp : ex->edp;
+    float *G = cz__binding_grads(&ex->bind);
+    int most = ex->grid.dp > ex->grid.edp ? ex->grid.dp : ex->grid.edp;
     size_t counts[most];
     bool recorded = false;
     for (; bs->next < plan->nbuckets; bs->next++) {
@@ -282,8 +283,8 @@ static int ovl_wait_reduced(cz_executor *ex, bool scale, size_t upto, cz_error *
 {
     cz_bucket_step *bs = ex->bws;
     const cz_plan *plan = ex->plan;
-    float *G = ex->staged ? ex->stage_grads : ex->flat_grads;
-    float inv = 1.0f / (float)ex->dp; /* reduce_scatter's factor, for the same bits */
+    float *G = cz__binding_grads(&ex->bind);
+    float inv = 1.0f / (float)ex->grid.dp; /* reduce_scatter's factor, for the same bits */
     int rc = CZ_OK;
     for (size_t b = 0; b < plan->nbuckets && b <= upto; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
@@ -311,7 +312,7 @@ static int ovl_begin(cz_executor *ex, const char *what, cz_error *err)
     if (!bws_of(ex, err))
         return CZ_ENOMEM;
     if ((rc = ovl_settle(ex, what, err)) != CZ_OK ||
-        (rc = cz__step_check_bound(ex, err)) != CZ_OK || (rc = ovl_setup(ex, err)) != CZ_OK)
+        (rc = cz__binding_check(ex, err)) != CZ_OK || (rc = ovl_setup(ex, err)) != CZ_OK)
         return rc;
     cz_bucket_step *bs = ex->bws;
     for (size_t b = 0; b < ex->plan->nbuckets; b++)
@@ -343,7 +344,7 @@ static int ovl_check_bucket(const cz_executor *ex, const char *what, size_t b, c
                              "stage %d%s; cz_executor_bucket_held)",
                              what, b, plan->buckets[b].stage,
                              plan->buckets[b].expert ? ", another EP rank's experts" : "");
-    if (ex->async_active)
+    if (ex->async.active)
         return cz__error_set(err, CZ_EINVALID,
                              "%s: the step started by cz_executor_step_async was not waited for",
                              what);
@@ -389,7 +390,7 @@ static int ovl_post_gather(cz_executor *ex, size_t b, float *P, cz_error *err)
 {
     cz_bucket_step *bs = ex->bws;
     const cz_plan_bucket *bk = &ex->plan->buckets[b];
-    int most = ex->dp > ex->edp ? ex->dp : ex->edp;
+    int most = ex->grid.dp > ex->grid.edp ? ex->grid.dp : ex->grid.edp;
     size_t counts[most];
     cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
     cz__step_bucket_counts(bk, &bp, counts);
@@ -420,8 +421,8 @@ static int ovl_post_rest(cz_executor *ex, float *P, cz_error *err)
 static int ovl_run_early(cz_executor *ex, cz_error *err)
 {
     cz_bucket_step *bs = ex->bws;
-    float *P = ex->staged ? ex->stage_params : ex->flat_params;
-    float *G = ex->staged ? ex->stage_grads : ex->flat_grads;
+    float *P = cz__binding_params(&ex->bind);
+    float *G = cz__binding_grads(&ex->bind);
     double t0 = cz__exec_now();
     int rc = CZ_OK;
     cz__comm_phase("bucket-wise step: early micro-group updates", ex->steps + 1);
@@ -461,10 +462,10 @@ int cz_executor_bucket_ready(cz_executor *ex, size_t bucket, cz_error *err)
                              bucket, (long long)(ex->steps + 1));
     /* Ordered after the job's writes to the bucket (its backward), as a step is. */
     ex->compute.ops->step_begin(&ex->compute);
-    if (ex->staged) {
-        bool params = ex->dtype == CZ_DTYPE_FP32 || !ex->master_loaded;
+    if (ex->bind.staged) {
+        bool params = ex->bind.dtype == CZ_DTYPE_FP32 || !ex->bind.master_loaded;
         for (int k = bs->pstart[bucket]; k < bs->pstart[bucket + 1]; k++)
-            cz__step_stage_in_param(ex, (size_t)bs->pidx[k], params);
+            cz__binding_stage_in_param(ex, (size_t)bs->pidx[k], params);
     }
     bs->state[bucket] = CZ_OVL_DECLARED;
     cz__comm_phase("bucket-wise step: gradient reduce-scatters posted", ex->steps + 1);
@@ -492,7 +493,7 @@ static int ovl_drain(cz_executor *ex, cz_error *err)
      * posts the rest in the one order (the next call completes them), so that none is left
      * half-matched. Each sends its own ranges: what the early updates changed, or nothing. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_params);
-    return ovl_post_rest(ex, ex->staged ? ex->stage_params : ex->flat_params, err);
+    return ovl_post_rest(ex, cz__binding_params(&ex->bind), err);
 }
 
 /* step_finish between the backend's step_begin and step_end. */
@@ -526,9 +527,9 @@ static int ovl_finish(cz_executor *ex, cz_error *err)
                              (long long)step, (long long)v[0], (long long)v[1], unchanged(ex));
     }
     /* Every bucket staged: the bf16 master copy is loaded. */
-    ex->master_loaded = true;
-    float *P = ex->staged ? ex->stage_params : ex->flat_params;
-    float *G = ex->staged ? ex->stage_grads : ex->flat_grads;
+    ex->bind.master_loaded = true;
+    float *P = cz__binding_params(&ex->bind);
+    float *G = cz__binding_grads(&ex->bind);
     cz__comm_phase("bucket-wise step: waiting for the gradient reduce-scatters", step);
     /* After early updates, the sequence runs what they left and its refusals say what they
      * changed (every early group has run by now). */
@@ -560,7 +561,7 @@ int cz_executor_step_finish(cz_executor *ex, cz_error *err)
 {
     if (!ex)
         return cz__error_set(err, CZ_EINVALID, "step_finish: executor is NULL");
-    if (ex->async_active)
+    if (ex->async.active)
         return cz__error_set(err, CZ_EINVALID,
                              "step_finish: the step started by cz_executor_step_async was not "
                              "waited for");
@@ -630,7 +631,7 @@ size_t cz__bucket_step_gathers_posted(const cz_executor *ex)
 /* Why early updates cannot be on for this executor now (CZ_OK: they can). */
 static int early_refusal(const cz_executor *ex, cz_error *err)
 {
-    if ((ex->bws && ex->bws->active) || ex->async_active)
+    if ((ex->bws && ex->bws->active) || ex->async.active)
         return cz__error_set(err, CZ_EINVALID,
                              "set_early_updates: a step is in progress (finish it first)");
     if (ex->cfg.check_finite)

@@ -183,45 +183,45 @@ static int task_parts(const cz_executor *ex, int i, cz_exec_part **out, int *cou
  * order), so both kinds of place index it. */
 static bool expert_of(const cz_executor *ex, const cz_plan_param *p)
 {
-    return ex->experts && p->expert;
+    return ex->grid.experts && p->expert;
 }
 
 static int owners_of(const cz_executor *ex, const cz_plan_param *p) /* DP or expert-DP size */
 {
-    return expert_of(ex, p) ? ex->edp : ex->dp;
+    return expert_of(ex, p) ? ex->grid.edp : ex->grid.dp;
 }
 
 static int split_of(const cz_executor *ex, const cz_plan_param *p) /* TP or ETP size */
 {
-    return expert_of(ex, p) ? ex->etp : ex->tp;
+    return expert_of(ex, p) ? ex->grid.etp : ex->grid.tp;
 }
 
 /* The grid index of p's place (owner rank d, split rank t). */
 static size_t place(const cz_executor *ex, const cz_plan_param *p, int d, int t)
 {
-    size_t stage = (size_t)p->stage * (size_t)ex->dp * (size_t)ex->tp;
+    size_t stage = (size_t)p->stage * (size_t)ex->grid.dp * (size_t)ex->grid.tp;
     if (expert_of(ex, p))
-        return stage + ((size_t)d * (size_t)ex->ep + (size_t)p->ep_rank) * (size_t)ex->etp +
+        return stage + ((size_t)d * (size_t)ex->grid.ep + (size_t)p->ep_rank) * (size_t)ex->grid.etp +
                (size_t)t;
-    return stage + (size_t)d * (size_t)ex->tp + (size_t)t;
+    return stage + (size_t)d * (size_t)ex->grid.tp + (size_t)t;
 }
 
 /* This rank's owner and split rank for p (-1 when it is not of p's stage and EP rank). */
 static int my_owner(const cz_executor *ex, const cz_plan_param *p)
 {
-    return !cz__exec_holds(ex, p) ? -1 : expert_of(ex, p) ? ex->edp_rank : ex->dp_rank;
+    return !cz__exec_holds(ex, p) ? -1 : expert_of(ex, p) ? ex->grid.edp_rank : ex->grid.dp_rank;
 }
 
 static int my_split(const cz_executor *ex, const cz_plan_param *p)
 {
-    return expert_of(ex, p) ? ex->etp_rank : ex->tp_rank;
+    return expert_of(ex, p) ? ex->grid.etp_rank : ex->grid.tp_rank;
 }
 
 /* True when this rank holds part x of matrix p (under sc every TP rank holds every part; slot
  * 0 names them). */
 static bool holds_part(const cz_executor *ex, const cz_plan_param *p, const cz_exec_part *x)
 {
-    return my_owner(ex, p) == p->dp_owner && (ex->sc || my_split(ex, p) == x->slot);
+    return my_owner(ex, p) == p->dp_owner && (ex->grid.sc || my_split(ex, p) == x->slot);
 }
 
 /* Copies the rectangle r of a full row-major matrix with ld columns between the matrix and a
@@ -260,31 +260,31 @@ static int agree(cz_executor *ex, int rc, const char *what, cz_error *err)
 static int transfer(cz_executor *ex, cz_comm_req *req, const float *send, float *recv, int64_t n,
                     int src, int dst, cz_error *err)
 {
-    int me = ex->world.rank;
+    int me = ex->planes.world.rank;
     if (me != src && me != dst)
         return CZ_OK;
-    const cz_plane_ops *o = ex->world.ops;
-    int rc = o->group_start(&ex->world, req, NULL, err);
+    const cz_plane_ops *o = ex->planes.world.ops;
+    int rc = o->group_start(&ex->planes.world, req, NULL, err);
     if (rc)
         return rc;
     if (me == src)
-        o->send(&ex->world, req, send, (size_t)n, CZ_DTYPE_FP32, dst);
+        o->send(&ex->planes.world, req, send, (size_t)n, CZ_DTYPE_FP32, dst);
     else
-        o->recv(&ex->world, req, recv, (size_t)n, CZ_DTYPE_FP32, src);
-    if ((rc = o->group_end(&ex->world, req, err)) != CZ_OK)
+        o->recv(&ex->planes.world, req, recv, (size_t)n, CZ_DTYPE_FP32, src);
+    if ((rc = o->group_end(&ex->planes.world, req, err)) != CZ_OK)
         return rc;
-    return o->wait(&ex->world, req, err);
+    return o->wait(&ex->planes.world, req, err);
 }
 
 /* World rank of every (stage, dp_rank, tp_rank) place: the job may hand in communicators whose
  * order within a stage is not dp_rank * tp + tp_rank. grid has pp * dp * tp entries (place). */
 static int grid_build(cz_executor *ex, int64_t *grid, cz_error *err)
 {
-    int n = ex->pp * ex->dp * ex->tp;
+    int n = ex->grid.pp * ex->grid.dp * ex->grid.tp;
     for (int i = 0; i < n; i++)
         grid[i] = INT64_MAX;
-    grid[(size_t)ex->stage * (size_t)ex->dp * (size_t)ex->tp +
-         (size_t)ex->dp_rank * (size_t)ex->tp + (size_t)ex->tp_rank] = ex->world.rank;
+    grid[(size_t)ex->grid.stage * (size_t)ex->grid.dp * (size_t)ex->grid.tp +
+         (size_t)ex->grid.dp_rank * (size_t)ex->grid.tp + (size_t)ex->grid.tp_rank] = ex->planes.world.rank;
     return ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, grid, n, err);
 }
 
@@ -292,7 +292,7 @@ static int grid_build(cz_executor *ex, int64_t *grid, cz_error *err)
  * through the host. */
 static int check_usable(cz_executor *ex, const char *what, cz_error *err)
 {
-    if (ex->async_active)
+    if (ex->async.active)
         return cz__error_set(err, CZ_EINVALID,
                              "%s: a step started with cz_executor_step_async was not waited for",
                              what);
@@ -347,7 +347,7 @@ static int bufs_open(cz_executor *ex, ck_bufs *b, int64_t full, int64_t local, i
     b->host = malloc((size_t)full * sizeof(float));
     b->shard = malloc((size_t)local * sizeof(float));
     b->part = malloc((size_t)full * sizeof(float));
-    b->req = ex->world.ops->req_create(&ex->world);
+    b->req = ex->planes.world.ops->req_create(&ex->planes.world);
     if (addend)
         b->addend = malloc((size_t)addend * sizeof(float));
     if (!b->dev || !b->host || !b->shard || !b->part || !b->req || (addend && !b->addend))
@@ -362,7 +362,7 @@ static void bufs_close(cz_executor *ex, ck_bufs *b)
     if (b->dev)
         ex->compute.ops->release(&ex->compute, b->dev);
     if (b->req)
-        ex->world.ops->req_free(&ex->world, b->req);
+        ex->planes.world.ops->req_free(&ex->planes.world, b->req);
     free(b->host);
     free(b->shard);
     free(b->part);
@@ -430,9 +430,9 @@ static int fetch(cz_executor *ex, ck_bufs *b, const float *state, int64_t n, int
     cz_compute *c = &ex->compute;
     size_t bytes = (size_t)n * sizeof(float);
     if (src == 0)
-        return ex->world.rank == 0 ? c->ops->download(c, host, state, bytes, err) : CZ_OK;
+        return ex->planes.world.rank == 0 ? c->ops->download(c, host, state, bytes, err) : CZ_OK;
     int rc;
-    if ((rc = transfer(ex, b->req, state, b->dev, n, src, 0, err)) != CZ_OK || ex->world.rank != 0)
+    if ((rc = transfer(ex, b->req, state, b->dev, n, src, 0, err)) != CZ_OK || ex->planes.world.rank != 0)
         return rc;
     return c->ops->download(c, host, b->dev, bytes, err);
 }
@@ -448,11 +448,11 @@ static int save_parts(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int6
     if ((rc = task_parts(ex, e->param, &v, &n, err)) != CZ_OK)
         goto done;
     for (int k = 0; k < n; k++) {
-        int src = (int)grid[place(ex, p, p->dp_owner, ex->sc ? 0 : v[k].slot)];
-        const float *buf = ex->world.rank == src ? part_buffer(e, &v[k].part) : NULL;
+        int src = (int)grid[place(ex, p, p->dp_owner, ex->grid.sc ? 0 : v[k].slot)];
+        const float *buf = ex->planes.world.rank == src ? part_buffer(e, &v[k].part) : NULL;
         if ((rc = fetch(ex, b, buf, v[k].part.rows * v[k].part.cols, src, b->part, err)) != CZ_OK)
             goto done;
-        if (ex->world.rank == 0)
+        if (ex->planes.world.rank == 0)
             rect_copy(dst, b->part, e->shape[1], &v[k].part, 1);
     }
 done:
@@ -467,11 +467,11 @@ static int add_addend(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int6
                       float *dst, cz_error *err)
 {
     const cz_plan_param *p = &ex->plan->params[e->param];
-    bool root = ex->world.rank == 0;
+    bool root = ex->planes.world.rank == 0;
     int rc;
     for (int t = 0; t < split_of(ex, p) && b->addend_of != e->param; t++) {
         int src = (int)grid[place(ex, p, p->dp_owner, t)];
-        if ((rc = fetch(ex, b, ex->world.rank == src ? addend_of(e->opt, e->param) : NULL, p->numel,
+        if ((rc = fetch(ex, b, ex->planes.world.rank == src ? addend_of(e->opt, e->param) : NULL, p->numel,
                         src, root ? b->shard : NULL, err)) != CZ_OK)
             return rc;
         if (root)
@@ -506,7 +506,7 @@ static int check_entry(const cz_executor *ex, const ck_entry *e, cz_error *err)
             !entry_buffer(e))
             return cz__error_set(err, CZ_EINTERNAL,
                                  "checkpoint: rank %d has no buffer for '%s.%s' it should keep",
-                                 ex->world.rank, p->def.name, e->suffix);
+                                 ex->planes.world.rank, p->def.name, e->suffix);
         return CZ_OK;
     }
     if ((rc = task_parts(ex, e->param, &v, &n, err)) != CZ_OK)
@@ -518,7 +518,7 @@ static int check_entry(const cz_executor *ex, const ck_entry *e, cz_error *err)
             rc = cz__error_set(err, CZ_EINTERNAL,
                                "checkpoint: rank %d has no buffer for '%s.%s' (the part at "
                                "(%lld, %lld)) it should keep",
-                               ex->world.rank, p->def.name, e->suffix, (long long)v[k].part.r0,
+                               ex->planes.world.rank, p->def.name, e->suffix, (long long)v[k].part.r0,
                                (long long)v[k].part.c0);
             goto done;
         }
@@ -560,7 +560,7 @@ typedef struct ck_save {
 static int save_prepare(cz_executor *ex, const char *path, ck_save *s, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
-    bool root = ex->world.rank == 0;
+    bool root = ex->planes.world.rank == 0;
     int rc;
     if ((rc = check_usable(ex, "save_state", err)) != CZ_OK)
         return rc;
@@ -569,7 +569,7 @@ static int save_prepare(cz_executor *ex, const char *path, ck_save *s, cz_error 
     if ((rc = entries_open(ex, &s->e, &s->ne, &s->b, err)) != CZ_OK)
         return rc;
     s->holder = calloc(plan->nparams ? plan->nparams : 1, sizeof *s->holder);
-    s->grid = calloc((size_t)ex->pp * (size_t)ex->dp * (size_t)ex->tp, sizeof *s->grid);
+    s->grid = calloc((size_t)ex->grid.pp * (size_t)ex->grid.dp * (size_t)ex->grid.tp, sizeof *s->grid);
     if (!s->holder || !s->grid)
         return cz__error_set(err, CZ_ENOMEM, "save_state: out of memory");
     if (root) {
@@ -598,7 +598,7 @@ static int save_holders(cz_executor *ex, ck_save *s, cz_error *err)
         s->holder[i] = INT64_MAX;
     for (size_t i = 0; i < s->ne; i++)
         if (s->e[i].place == CZ_STATE_HOSTED && entry_buffer(&s->e[i]))
-            s->holder[s->e[i].param] = ex->world.rank;
+            s->holder[s->e[i].param] = ex->planes.world.rank;
     if ((rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, s->holder, (int)ex->plan->nparams, err)) !=
         CZ_OK)
         return rc;
@@ -611,13 +611,13 @@ static int save_holders(cz_executor *ex, ck_save *s, cz_error *err)
 static int save_sharded(cz_executor *ex, ck_save *s, const ck_entry *e, float *dst, cz_error *err)
 {
     const cz_plan_param *p = &ex->plan->params[e->param];
-    bool root = ex->world.rank == 0;
+    bool root = ex->planes.world.rank == 0;
     int rc;
     for (int t = 0; t < split_of(ex, p); t++) {
         for (int d = 0; d < owners_of(ex, p); d++) {
             int64_t lo, len = cz__param_piece(ex->plan, p, d, &lo);
             int src = (int)s->grid[place(ex, p, d, t)];
-            if (len > 0 && (rc = fetch(ex, &s->b, ex->world.rank == src ? entry_buffer(e) : NULL,
+            if (len > 0 && (rc = fetch(ex, &s->b, ex->planes.world.rank == src ? entry_buffer(e) : NULL,
                                        len, src, root ? s->b.shard + lo : NULL, err)) != CZ_OK)
                 return rc;
         }
@@ -635,7 +635,7 @@ static int save_hosted(cz_executor *ex, ck_save *s, const ck_entry *e, float *ds
         return cz__error_set(err, CZ_EINTERNAL,
                              "save_state: no rank holds the optimizer state of '%s'",
                              ex->plan->params[e->param].def.name);
-    if ((rc = fetch(ex, &s->b, ex->world.rank == src ? entry_buffer(e) : NULL, e->n, src, dst,
+    if ((rc = fetch(ex, &s->b, ex->planes.world.rank == src ? entry_buffer(e) : NULL, e->n, src, dst,
                     err)) != CZ_OK)
         return rc;
     return e->plus_addend ? add_addend(ex, &s->b, e, s->grid, dst, err) : CZ_OK;
@@ -644,7 +644,7 @@ static int save_hosted(cz_executor *ex, ck_save *s, const ck_entry *e, float *ds
 /* Every tensor into rank 0's file, after its header. */
 static int save_tensors(cz_executor *ex, ck_save *s, cz_error *err)
 {
-    bool root = ex->world.rank == 0;
+    bool root = ex->planes.world.rank == 0;
     size_t off = 8 + s->hlen;
     int rc;
     if (root) {
@@ -670,7 +670,7 @@ static int save_tensors(cz_executor *ex, ck_save *s, cz_error *err)
 static int save_write(cz_executor *ex, ck_save *s, const char *path, cz_error *err)
 {
     int rc;
-    if ((rc = save_tensors(ex, s, err)) != CZ_OK || ex->world.rank != 0)
+    if ((rc = save_tensors(ex, s, err)) != CZ_OK || ex->planes.world.rank != 0)
         return rc;
     return cz__file_write(path, s->file, s->total, err);
 }
@@ -1110,10 +1110,10 @@ static int load_prepare(cz_executor *ex, const char *path, ck_load *l, cz_error 
         (rc = entries_open(ex, &l->e, &l->ne, &l->b, err)) != CZ_OK)
         return rc;
     l->offs = calloc(l->ne ? l->ne : 1, sizeof *l->offs);
-    l->grid = calloc((size_t)ex->pp * (size_t)ex->dp * (size_t)ex->tp, sizeof *l->grid);
+    l->grid = calloc((size_t)ex->grid.pp * (size_t)ex->grid.dp * (size_t)ex->grid.tp, sizeof *l->grid);
     if (!l->offs || !l->grid)
         return cz__error_set(err, CZ_ENOMEM, "load_state: out of memory");
-    if (ex->world.rank != 0)
+    if (ex->planes.world.rank != 0)
         return CZ_OK;
     if (!path || !*path)
         return cz__error_set(err, CZ_EINVALID, "load_state: no checkpoint path given");
@@ -1131,7 +1131,7 @@ static int load_tensor(cz_executor *ex, ck_load *l, size_t i, cz_error *err)
     const ck_entry *e = &l->e[i];
     const cz_plan_param *p = &ex->plan->params[e->param];
     size_t bytes = (size_t)e->n * sizeof(float);
-    bool root = ex->world.rank == 0, staged = false; /* rank 0's bounce buffer holds it */
+    bool root = ex->planes.world.rank == 0, staged = false; /* rank 0's bounce buffer holds it */
     int rc;
     if (root) /* the file's data need not be aligned for floats: copy it out */
         memcpy(l->b.host, l->data + l->offs[i], bytes);
@@ -1152,7 +1152,7 @@ static int load_tensor(cz_executor *ex, ck_load *l, size_t i, cz_error *err)
             }
             if ((rc = transfer(ex, l->b.req, l->b.dev, l->b.dev, e->n, 0, dst, err)) != CZ_OK)
                 return rc;
-            if (ex->world.rank == dst &&
+            if (ex->planes.world.rank == dst &&
                 ((rc = ex->compute.ops->download(&ex->compute, l->b.host, l->b.dev, bytes, err)) !=
                      CZ_OK ||
                  (rc = store(ex, &l->b, e, l->b.host, lo, len, err)) != CZ_OK))

@@ -2,6 +2,7 @@
  * The backends and optimizers are opened through their seams' dispatch (comm.c, compute.c,
  * optimizer.c): nothing here knows one by name. */
 #include "alloc.h"
+#include "binding.h"
 #include "bucket_step.h"
 #include "canzona_exec.h"
 #include "comm.h"
@@ -22,17 +23,17 @@ size_t cz_executor_buffer_numel(const cz_executor *ex)
 
 int cz_executor_dp_rank(const cz_executor *ex)
 {
-    return ex ? ex->dp_rank : -1;
+    return ex ? ex->grid.dp_rank : -1;
 }
 
 int cz_executor_tp_rank(const cz_executor *ex)
 {
-    return ex ? ex->tp_rank : -1;
+    return ex ? ex->grid.tp_rank : -1;
 }
 
 int cz_executor_pp_rank(const cz_executor *ex)
 {
-    return ex ? ex->stage : -1;
+    return ex ? ex->grid.stage : -1;
 }
 
 double cz_executor_grad_norm(const cz_executor *ex)
@@ -59,36 +60,32 @@ static int alloc_tables(cz_executor *ex, cz_error *err)
     cz_compute *c = &ex->compute;
     size_t n = plan->nparams ? plan->nparams : 1;
     int64_t maxrange = 1;
-    ex->param_ptr = cz__exec_calloc(n, sizeof *ex->param_ptr);
-    ex->grad_ptr = cz__exec_calloc(n, sizeof *ex->grad_ptr);
-    ex->bound = cz__exec_calloc(n, sizeof *ex->bound);
-    ex->owned = cz__exec_calloc(n, sizeof *ex->owned);
-    ex->piece_lo = cz__exec_calloc(n, sizeof *ex->piece_lo);
-    ex->piece_len = cz__exec_calloc(n, sizeof *ex->piece_len);
-    ex->param_off = cz__exec_calloc(n, sizeof *ex->param_off);
-    ex->stats = c->ops->alloc(c, n * sizeof *ex->stats);
-    ex->stats_host = cz__exec_calloc(n, sizeof *ex->stats_host);
+    ex->own.ids = cz__exec_calloc(n, sizeof *ex->own.ids);
+    ex->own.piece_lo = cz__exec_calloc(n, sizeof *ex->own.piece_lo);
+    ex->own.piece_len = cz__exec_calloc(n, sizeof *ex->own.piece_len);
+    ex->held.param_off = cz__exec_calloc(n, sizeof *ex->held.param_off);
+    ex->own.stats = c->ops->alloc(c, n * sizeof *ex->own.stats);
+    ex->own.stats_host = cz__exec_calloc(n, sizeof *ex->own.stats_host);
     ex->held.params = cz__exec_calloc(n, sizeof *ex->held.params);
     ex->held.buckets = cz__exec_calloc(plan->nbuckets + 1, sizeof *ex->held.buckets);
     ex->ev_grads = c->ops->event_create(c);
     ex->ev_params = c->ops->event_create(c);
     if (!ex->ev_grads || !ex->ev_params)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for compute events");
-    if (!ex->param_ptr || !ex->grad_ptr || !ex->bound || !ex->owned || !ex->piece_lo ||
-        !ex->piece_len || !ex->param_off || !ex->stats || !ex->stats_host || !ex->held.params ||
-        !ex->held.buckets)
+    if (!ex->own.ids || !ex->own.piece_lo || !ex->own.piece_len || !ex->held.param_off ||
+        !ex->own.stats || !ex->own.stats_host || !ex->held.params || !ex->held.buckets)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     /* The stage's dense buckets first; the expert buckets of this rank's EP rank after them
      * (their offsets are within the expert buffer, which starts at expert_base). Another stage's
      * or EP rank's buckets are bound by its ranks. */
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1)
-            ex->expert_base = (int64_t)ex->buffer_numel;
+            ex->grid.expert_base = (int64_t)ex->buffer_numel;
         for (size_t b = 0; b < plan->nbuckets; b++) {
             const cz_plan_bucket *bk = &plan->buckets[b];
             if (!cz__exec_holds_bucket(ex, bk) || bk->expert != pass)
                 continue;
-            int d = bk->expert ? ex->edp_rank : ex->dp_rank;
+            int d = bk->expert ? ex->grid.edp_rank : ex->grid.dp_rank;
             ex->buffer_numel += (size_t)bk->size;
             if (bk->ranges[2 * d + 1] - bk->ranges[2 * d] > maxrange)
                 maxrange = bk->ranges[2 * d + 1] - bk->ranges[2 * d];
@@ -121,15 +118,15 @@ static int own_params(cz_executor *ex, cz_error *err)
         if (!cz__exec_holds(ex, p))
             continue; /* updated by the ranks of its own stage (and EP rank) */
         /* A routed expert is owned within its expert-DP group, by expert-DP rank dp_owner. */
-        bool expert = ex->experts && p->expert;
-        int d = expert ? ex->edp_rank : ex->dp_rank;
-        ex->param_off[i] = (expert ? ex->expert_base : 0) + plan->buckets[b].offset + p->offset;
-        ex->piece_len[i] = cz__param_piece(plan, p, d, &ex->piece_lo[i]);
-        if (ex->piece_len[i] == 0 && p->dp_owner != d)
+        bool expert = ex->grid.experts && p->expert;
+        int d = expert ? ex->grid.edp_rank : ex->grid.dp_rank;
+        ex->held.param_off[i] = (expert ? ex->grid.expert_base : 0) + plan->buckets[b].offset + p->offset;
+        ex->own.piece_len[i] = cz__param_piece(plan, p, d, &ex->own.piece_lo[i]);
+        if (ex->own.piece_len[i] == 0 && p->dp_owner != d)
             continue;
-        ex->owned[ex->nowned++] = (int)i;
+        ex->own.ids[ex->own.n++] = (int)i;
         cz_optim *o = p->def.kind == CZ_KIND_MATRIX ? &ex->matrix_opt : &ex->elem_opt;
-        cz_opt_shard s = {p, ex->param_off[i] + ex->piece_lo[i], ex->piece_lo[i], ex->piece_len[i]};
+        cz_opt_shard s = {p, ex->held.param_off[i] + ex->own.piece_lo[i], ex->own.piece_lo[i], ex->own.piece_len[i]};
         if (o->ops->shard_add && (rc = o->ops->shard_add(o, &s, err)) != CZ_OK)
             return rc;
     }
@@ -142,7 +139,8 @@ static int own_params(cz_executor *ex, cz_error *err)
 static int alloc_state(cz_executor *ex, cz_error *err)
 {
     int rc;
-    if ((rc = alloc_tables(ex, err)) != CZ_OK || (rc = cz__exec_rates_init(ex, err)) != CZ_OK ||
+    if ((rc = alloc_tables(ex, err)) != CZ_OK || (rc = cz__binding_init(ex, err)) != CZ_OK ||
+        (rc = cz__exec_rates_init(ex, err)) != CZ_OK ||
         (rc = own_params(ex, err)) != CZ_OK || (rc = cz__exec_pipeline_init(ex, err)) != CZ_OK)
         return rc;
     if ((rc = ex->matrix_opt.ops->work_create(&ex->matrix_opt, err)) != CZ_OK)
@@ -174,7 +172,7 @@ static int check_space(cz_executor *ex, const cz_exec_config *cfg, const cz_plan
                              "parameter dtype %s%s: the executor takes fp32 or bf16",
                              d >= 0 && d <= CZ_DTYPE_FP32 ? cz_dtype_name((cz_dtype)d) : "?",
                              cfg->dtype < 0 ? " (the plan's)" : "");
-    ex->dtype = (cz_dtype)d;
+    ex->bind.dtype = (cz_dtype)d;
     return CZ_OK;
 }
 
@@ -214,7 +212,7 @@ static int open_compute(cz_executor *ex, const cz_exec_config *cfg, cz_error *er
         .plane = cz__comm_name(ex->comm),
         .host_plane = cz__comm_host_driven(ex->comm),
     };
-    return cz__compute_open_for(&ex->compute, &want, &ex->host_staged, err);
+    return cz__compute_open_for(&ex->compute, &want, &ex->bind.host_staged, err);
 }
 
 /* The plan's grid against the world's, and this process's place in it: world rank =
@@ -222,37 +220,37 @@ static int open_compute(cz_executor *ex, const cz_exec_config *cfg, cz_error *er
 static int check_grid(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
-    ex->dp = plan->dp;
-    ex->tp = plan->tp;
-    ex->pp = plan->pp;
-    ex->sc = plan->settings.tp == CZ_TP_SC;
-    int per_stage = ex->dp * ex->tp;
-    if (ex->world.size != per_stage * ex->pp)
+    ex->grid.dp = plan->dp;
+    ex->grid.tp = plan->tp;
+    ex->grid.pp = plan->pp;
+    ex->grid.sc = plan->settings.tp == CZ_TP_SC;
+    int per_stage = ex->grid.dp * ex->grid.tp;
+    if (ex->planes.world.size != per_stage * ex->grid.pp)
         return cz__error_set(err, CZ_EMISMATCH,
                              "the world communicator has %d ranks but the plan needs dp*tp*pp = "
                              "%d*%d*%d = %d",
-                             ex->world.size, ex->dp, ex->tp, ex->pp, per_stage * ex->pp);
+                             ex->planes.world.size, ex->grid.dp, ex->grid.tp, ex->grid.pp, per_stage * ex->grid.pp);
     /* The stage always comes from the world rank: a job hands in dp_rank and tp_rank within
      * its stage, and its world communicator orders the stages (PP outermost). */
-    ex->stage = ex->world.rank / per_stage;
-    ex->dp_rank = cfg->dp_rank >= 0 ? cfg->dp_rank : ex->world.rank % per_stage / ex->tp;
-    ex->tp_rank = cfg->tp_rank >= 0 ? cfg->tp_rank : ex->world.rank % ex->tp;
-    if (ex->dp_rank >= ex->dp || ex->tp_rank >= ex->tp)
+    ex->grid.stage = ex->planes.world.rank / per_stage;
+    ex->grid.dp_rank = cfg->dp_rank >= 0 ? cfg->dp_rank : ex->planes.world.rank % per_stage / ex->grid.tp;
+    ex->grid.tp_rank = cfg->tp_rank >= 0 ? cfg->tp_rank : ex->planes.world.rank % ex->grid.tp;
+    if (ex->grid.dp_rank >= ex->grid.dp || ex->grid.tp_rank >= ex->grid.tp)
         return cz__error_set(err, CZ_EMISMATCH,
                              "rank (dp %d, tp %d) is out of range for the plan's dp = %d, tp = %d",
-                             ex->dp_rank, ex->tp_rank, ex->dp, ex->tp);
+                             ex->grid.dp_rank, ex->grid.tp_rank, ex->grid.dp, ex->grid.tp);
     if (cz_plan_has_experts(plan)) {
         /* Megatron-Core's expert grid over the same ranks of the stage (order tp-cp-ep-dp-pp:
          * ETP fastest, then EP, then expert-DP; the structural check found ETP x EP x eDP =
          * TP x DP). */
-        int local = ex->dp_rank * ex->tp + ex->tp_rank;
-        ex->experts = true;
-        ex->ep = plan->ep;
-        ex->etp = plan->etp;
-        ex->edp = plan->edp;
-        ex->etp_rank = local % ex->etp;
-        ex->ep_rank = local / ex->etp % ex->ep;
-        ex->edp_rank = local / (ex->etp * ex->ep);
+        int local = ex->grid.dp_rank * ex->grid.tp + ex->grid.tp_rank;
+        ex->grid.experts = true;
+        ex->grid.ep = plan->ep;
+        ex->grid.etp = plan->etp;
+        ex->grid.edp = plan->edp;
+        ex->grid.etp_rank = local % ex->grid.etp;
+        ex->grid.ep_rank = local / ex->grid.etp % ex->grid.ep;
+        ex->grid.edp_rank = local / (ex->grid.etp * ex->grid.ep);
     }
     return CZ_OK;
 }
@@ -287,12 +285,12 @@ static int check_local(cz_executor *ex, const cz_exec_config *cfg, cz_error *err
 static int open_subplanes(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
 {
     int rc;
-    if ((rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, CZ_COMM_DP,
-                                ex->stage * ex->tp + ex->tp_rank, ex->dp_rank, &ex->dp_comm,
+    if ((rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->planes.world, CZ_COMM_DP,
+                                ex->grid.stage * ex->grid.tp + ex->grid.tp_rank, ex->grid.dp_rank, &ex->planes.dp,
                                 err)) != CZ_OK)
         return rc;
-    return cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, CZ_COMM_TP,
-                             ex->stage * ex->dp + ex->dp_rank, ex->tp_rank, &ex->tp_comm, err);
+    return cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->planes.world, CZ_COMM_TP,
+                             ex->grid.stage * ex->grid.dp + ex->grid.dp_rank, ex->grid.tp_rank, &ex->planes.tp, err);
 }
 
 /* The expert-DP plane (the ranks of one stage with equal EP and ETP rank, ordered by expert-DP
@@ -302,13 +300,13 @@ static int open_subplanes(cz_executor *ex, const cz_exec_config *cfg, cz_error *
 static int open_expert_planes(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
 {
     int rc;
-    if ((rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, CZ_COMM_WORLD,
-                                (ex->stage * ex->ep + ex->ep_rank) * ex->etp + ex->etp_rank,
-                                ex->edp_rank, &ex->edp_comm, err)) != CZ_OK)
+    if ((rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->planes.world, CZ_COMM_WORLD,
+                                (ex->grid.stage * ex->grid.ep + ex->grid.ep_rank) * ex->grid.etp + ex->grid.etp_rank,
+                                ex->grid.edp_rank, &ex->planes.edp, err)) != CZ_OK)
         return rc;
-    return cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->world, CZ_COMM_WORLD,
-                             (ex->stage * ex->edp + ex->edp_rank) * ex->ep + ex->ep_rank,
-                             ex->etp_rank, &ex->etp_comm, err);
+    return cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->planes.world, CZ_COMM_WORLD,
+                             (ex->grid.stage * ex->grid.edp + ex->grid.edp_rank) * ex->grid.ep + ex->grid.ep_rank,
+                             ex->grid.etp_rank, &ex->planes.etp, err);
 }
 
 /* The expert planes and this rank's expert schedule. */
@@ -316,57 +314,57 @@ static int setup_experts(cz_executor *ex, const cz_exec_config *cfg, cz_error *e
 {
     const cz_plan *plan = ex->plan;
     int rc = open_expert_planes(ex, cfg, err);
-    ex->edp_comm.label = "expert-DP";
-    ex->etp_comm.label = "ETP";
+    ex->planes.edp.label = "expert-DP";
+    ex->planes.etp.label = "ETP";
     if (rc != CZ_OK)
         return rc;
-    CZ_ASSERT(ex->edp_comm.size == ex->edp && ex->edp_comm.rank == ex->edp_rank &&
-                  ex->etp_comm.size == ex->etp && ex->etp_comm.rank == ex->etp_rank,
+    CZ_ASSERT(ex->planes.edp.size == ex->grid.edp && ex->planes.edp.rank == ex->grid.edp_rank &&
+                  ex->planes.etp.size == ex->grid.etp && ex->planes.etp.rank == ex->grid.etp_rank,
               err);
-    size_t x = cz_plan_expert_rank(plan, ex->stage, ex->ep_rank, ex->edp_rank);
+    size_t x = cz_plan_expert_rank(plan, ex->grid.stage, ex->grid.ep_rank, ex->grid.edp_rank);
     CZ_ASSERT(x < plan->nexpert_schedules, err);
     ex->expert_schedule = &plan->expert_schedules[x];
-    CZ_ASSERT(ex->expert_schedule->stage == ex->stage &&
-                  ex->expert_schedule->ep_rank == ex->ep_rank &&
-                  ex->expert_schedule->dp_rank == ex->edp_rank,
+    CZ_ASSERT(ex->expert_schedule->stage == ex->grid.stage &&
+                  ex->expert_schedule->ep_rank == ex->grid.ep_rank &&
+                  ex->expert_schedule->dp_rank == ex->grid.edp_rank,
               err);
     /* The expert-DP plane's padded-collective scratch (nccl), sized from every bucket. */
-    return cz__comm_reserve(ex->comm, &ex->edp_comm, plan, err);
+    return cz__comm_reserve(ex->comm, &ex->planes.edp, plan, err);
 }
 
 /* The DP and TP planes, what the planes need for the plan, and the local state. */
 static int setup(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
 {
     int rc;
-    ex->world.compute = &ex->compute; /* the planes wait on its events */
-    ex->world.label = "world";
+    ex->planes.world.compute = &ex->compute; /* the planes wait on its events */
+    ex->planes.world.label = "world";
     /* Within a stage, DP joins equal tp_rank ordered by dp_rank, TP equal dp_rank ordered by
      * tp_rank, unless the job handed in a communicator (comm.c); the stages never share a
      * plane (the colors below differ per stage). A failed (or timed-out) split goes on to the
      * agreement after this, so that every rank returns an error: a rank that left here would
      * keep its peers waiting in it. */
     rc = open_subplanes(ex, cfg, err);
-    ex->dp_comm.label = "DP";
-    ex->tp_comm.label = "TP";
+    ex->planes.dp.label = "DP";
+    ex->planes.tp.label = "TP";
     if (rc != CZ_OK)
         return rc;
-    if (ex->dp_comm.size != ex->dp || ex->dp_comm.rank != ex->dp_rank)
+    if (ex->planes.dp.size != ex->grid.dp || ex->planes.dp.rank != ex->grid.dp_rank)
         return cz__error_set(err, CZ_EMISMATCH,
                              "the DP communicator has %d ranks and this process is its rank %d; "
                              "the plan needs dp = %d and this process is dp rank %d",
-                             ex->dp_comm.size, ex->dp_comm.rank, ex->dp, ex->dp_rank);
-    if (ex->tp_comm.size != ex->tp || ex->tp_comm.rank != ex->tp_rank)
+                             ex->planes.dp.size, ex->planes.dp.rank, ex->grid.dp, ex->grid.dp_rank);
+    if (ex->planes.tp.size != ex->grid.tp || ex->planes.tp.rank != ex->grid.tp_rank)
         return cz__error_set(err, CZ_EMISMATCH,
                              "the TP communicator has %d ranks and this process is its rank %d; "
                              "the plan needs tp = %d and this process is tp rank %d",
-                             ex->tp_comm.size, ex->tp_comm.rank, ex->tp, ex->tp_rank);
-    if (ex->experts && (rc = setup_experts(ex, cfg, err)) != CZ_OK)
+                             ex->planes.tp.size, ex->planes.tp.rank, ex->grid.tp, ex->grid.tp_rank);
+    if (ex->grid.experts && (rc = setup_experts(ex, cfg, err)) != CZ_OK)
         return rc;
-    if ((rc = cz__comm_reserve(ex->comm, &ex->dp_comm, ex->plan, err)) != CZ_OK)
+    if ((rc = cz__comm_reserve(ex->comm, &ex->planes.dp, ex->plan, err)) != CZ_OK)
         return rc;
     /* Schedules are stage-major, one per (stage, DP rank) (the plan check counted them). */
-    ex->schedule = &ex->plan->schedules[(size_t)ex->stage * (size_t)ex->dp + (size_t)ex->dp_rank];
-    CZ_ASSERT(ex->schedule->stage == ex->stage && ex->schedule->dp_rank == ex->dp_rank, err);
+    ex->schedule = &ex->plan->schedules[(size_t)ex->grid.stage * (size_t)ex->grid.dp + (size_t)ex->grid.dp_rank];
+    CZ_ASSERT(ex->schedule->stage == ex->grid.stage && ex->schedule->dp_rank == ex->grid.dp_rank, err);
     return alloc_state(ex, err);
 }
 
@@ -395,12 +393,12 @@ int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *ow
     ex->plan = plan;
     ex->owned_plan = owned;
     ex->cfg = *cfg;
-    ex->dp_rank = ex->tp_rank = -1;
+    ex->grid.dp_rank = ex->grid.tp_rank = -1;
     ex->grad_norm = NAN;
 
     /* The communicator comes first: without it the ranks cannot agree on failure. A failure
      * before it (pre_rc: the plan did not load) is the one to report, code and message. */
-    if ((rc = cz__comm_open(cfg, &ex->ctrl, &ex->world, &ex->comm, pre_rc ? &ignored : err)) !=
+    if ((rc = cz__comm_open(cfg, &ex->ctrl, &ex->planes.world, &ex->comm, pre_rc ? &ignored : err)) !=
         CZ_OK) {
         rc = pre_rc ? pre_rc : rc;
         goto done;
@@ -418,120 +416,6 @@ int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *ow
 done:
     cz_executor_free(ex);
     return rc;
-}
-
-static int alloc_staging(cz_executor *ex, cz_error *err)
-{
-    if (!ex->stage_params)
-        ex->stage_params = falloc(ex, (int64_t)ex->buffer_numel);
-    if (!ex->stage_grads)
-        ex->stage_grads = falloc(ex, (int64_t)ex->buffer_numel);
-    if (!ex->stage_params || !ex->stage_grads)
-        return cz__error_set(err, CZ_ENOMEM, "out of memory for %zu-element staging buffers",
-                             ex->buffer_numel);
-    return CZ_OK;
-}
-
-static int check_dtype(const cz_executor *ex, const char *what, cz_dtype dtype, cz_error *err)
-{
-    if (dtype != ex->dtype)
-        return cz__error_set(err, CZ_EMISMATCH,
-                             "%s: buffers of dtype %s but this executor binds %s (the plan's "
-                             "dtype, or cz_exec_config.dtype)",
-                             what, cz_dtype_name(dtype), cz_dtype_name(ex->dtype));
-    return CZ_OK;
-}
-
-int cz_executor_bind_typed(cz_executor *ex, void *params, void *grads, size_t numel, cz_dtype dtype,
-                           cz_error *err)
-{
-    if (!ex || !params || !grads)
-        return cz__error_set(err, CZ_EINVALID,
-                             "bind_buffers: executor and buffers must be non-NULL");
-    if (ex->per_param)
-        return cz__error_set(err, CZ_EINVALID,
-                             "bind_buffers: parameters were already bound one by one");
-    if (numel != ex->buffer_numel)
-        return cz__error_set(err, CZ_EMISMATCH,
-                             "bind_buffers: buffers hold %zu elements but the plan's buckets need "
-                             "%zu (sum of bucket sizes, padding included)",
-                             numel, ex->buffer_numel);
-    int rc;
-    bool staged = dtype != CZ_DTYPE_FP32 || ex->host_staged;
-    if ((rc = check_dtype(ex, "bind_buffers", dtype, err)) != CZ_OK ||
-        (staged && (rc = alloc_staging(ex, err)) != CZ_OK))
-        return rc;
-    ex->staged = staged;
-    ex->master_loaded = false;
-    ex->flat_params = params;
-    ex->flat_grads = grads;
-    return CZ_OK;
-}
-
-int cz_executor_bind_buffers(cz_executor *ex, float *params, float *grads, size_t numel,
-                             cz_error *err)
-{
-    return cz_executor_bind_typed(ex, params, grads, numel, CZ_DTYPE_FP32, err);
-}
-
-int cz_executor_bind_param_typed(cz_executor *ex, const char *name, void *param, void *grad,
-                                 int64_t rows, int64_t cols, cz_dtype dtype, cz_error *err)
-{
-    if (!ex || !name || !param || !grad)
-        return cz__error_set(err, CZ_EINVALID,
-                             "bind_param: executor, name and buffers must be non-NULL");
-    if (ex->flat_params)
-        return cz__error_set(err, CZ_EINVALID, "bind_param('%s'): flat buffers are already bound",
-                             name);
-    const cz_plan *plan = ex->plan;
-    size_t i = 0;
-    while (i < plan->nparams && strcmp(plan->params[i].def.name, name) != 0)
-        i++;
-    if (i == plan->nparams)
-        return cz__error_set(err, CZ_EMISMATCH, "bind_param: the plan has no parameter named '%s'",
-                             name);
-    const cz_plan_param *p = &plan->params[i];
-    if (p->stage == ex->stage && !cz__exec_holds(ex, p))
-        return cz__error_set(err, CZ_EMISMATCH,
-                             "bind_param('%s'): the routed expert is on EP rank %d but this rank "
-                             "is EP rank %d of the plan's expert grid; bind only your EP rank's "
-                             "experts",
-                             name, p->ep_rank, ex->ep_rank);
-    if (p->stage != ex->stage)
-        return cz__error_set(err, CZ_EMISMATCH,
-                             "bind_param('%s'): the parameter is in pipeline stage %d but this "
-                             "rank runs stage %d (world rank / (dp * tp)); bind only your stage's "
-                             "parameters",
-                             name, p->stage, ex->stage);
-    int64_t lr = p->local_shape[0], lc = p->def.ndim == 1 ? 1 : p->local_shape[1];
-    if (rows != lr || cols != lc)
-        return cz__error_set(err, CZ_EMISMATCH,
-                             "bind_param('%s'): buffer shape [%lld, %lld] but the plan's local "
-                             "shape (full [%lld, %lld], tp_dim %d, tp %d) is [%lld, %lld]",
-                             name, (long long)rows, (long long)cols, (long long)p->def.shape[0],
-                             (long long)p->def.shape[1], p->def.tp_dim, ex->tp, (long long)lr,
-                             (long long)lc);
-    int rc;
-    if ((rc = check_dtype(ex, "bind_param", dtype, err)) != CZ_OK ||
-        (rc = alloc_staging(ex, err)) != CZ_OK)
-        return rc;
-    ex->per_param = ex->staged = true;
-    ex->master_loaded = false;
-    ex->param_ptr[i] = param;
-    ex->grad_ptr[i] = grad;
-    ex->bound[i] = true;
-    return CZ_OK;
-}
-
-int cz_executor_bind_param(cz_executor *ex, const char *name, float *param, float *grad,
-                           int64_t rows, int64_t cols, cz_error *err)
-{
-    return cz_executor_bind_param_typed(ex, name, param, grad, rows, cols, CZ_DTYPE_FP32, err);
-}
-
-cz_dtype cz_executor_dtype(const cz_executor *ex)
-{
-    return ex ? ex->dtype : CZ_DTYPE_FP32;
 }
 
 /* Releases backend memory (NULL allowed). */
@@ -553,30 +437,26 @@ void cz_executor_free(cz_executor *ex)
         cz__optimizer_close(&ex->matrix_opt);
         cz__optimizer_close(&ex->elem_opt);
         brelease(ex, ex->scratch);
-        brelease(ex, ex->stats);
-        brelease(ex, ex->stage_params);
-        brelease(ex, ex->stage_grads);
+        brelease(ex, ex->own.stats);
         if (ex->ev_grads)
             ex->compute.ops->event_free(&ex->compute, ex->ev_grads);
         if (ex->ev_params)
             ex->compute.ops->event_free(&ex->compute, ex->ev_params);
     }
-    cz__exec_free(ex->owned);
-    cz__exec_free(ex->piece_lo);
-    cz__exec_free(ex->piece_len);
-    cz__exec_free(ex->param_off);
-    cz__exec_free(ex->rates);
-    cz__exec_free(ex->stats_host);
-    cz__exec_free(ex->param_ptr);
-    cz__exec_free(ex->grad_ptr);
-    cz__exec_free(ex->bound);
+    cz__exec_free(ex->own.ids);
+    cz__exec_free(ex->own.piece_lo);
+    cz__exec_free(ex->own.piece_len);
+    cz__exec_free(ex->held.param_off);
+    cz__exec_free(ex->rates.param);
+    cz__exec_free(ex->own.stats_host);
+    cz__binding_free(ex);
     cz__exec_free(ex->held.params);
     cz__exec_free(ex->held.buckets);
-    cz__plane_close(&ex->etp_comm);
-    cz__plane_close(&ex->edp_comm);
-    cz__plane_close(&ex->tp_comm);
-    cz__plane_close(&ex->dp_comm);
-    cz__plane_close(&ex->world);
+    cz__plane_close(&ex->planes.etp);
+    cz__plane_close(&ex->planes.edp);
+    cz__plane_close(&ex->planes.tp);
+    cz__plane_close(&ex->planes.dp);
+    cz__plane_close(&ex->planes.world);
     cz__ctrl_close(&ex->ctrl);
     cz__compute_close(&ex->compute);
     cz_plan_free(ex->owned_plan);

@@ -16,96 +16,117 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Where this rank stands in the plan's grid, fixed at create. Pipeline parallelism: the plan's
+ * pp and this process's stage (world rank / (dp * tp), Megatron-Core's order with PP
+ * outermost); a rank binds, steps and keeps optimizer state for its stage's buckets and
+ * parameters only. Expert groups (cz_plan_has_experts; docs/EXECUTOR.md): this rank's place in
+ * Megatron-Core's expert grid of its stage (local rank = dp_rank * tp + tp_rank = (edp_rank *
+ * ep + ep_rank) * etp + etp_rank); its buffer is the stage's dense buckets, then its EP rank's
+ * expert buckets from expert_base on. All 0 without expert groups. */
+typedef struct cz_exec_grid {
+    int dp, tp, dp_rank, tp_rank;
+    int pp, stage;
+    bool experts;
+    int ep, etp, edp, ep_rank, etp_rank, edp_rank;
+    int64_t expert_base;
+    bool sc; /* synchronous compute: every TP rank updates every matrix */
+} cz_exec_grid;
+
+/* The data planes, split from world at create: DP and TP, and with expert groups the
+ * expert-DP and ETP planes (closed: ops NULL). */
+typedef struct cz_exec_planes {
+    cz_plane world, dp, tp, edp, etp;
+} cz_exec_planes;
+
 /* This rank's share of the plan's buckets and parameters (cz__exec_holds_bucket, cz__exec_holds),
- * listed once at create. */
+ * listed once at create, indices ascending, and where each parameter's local shard starts in
+ * the flat buffers (its bucket's offset plus its own; indexed by param id). */
 typedef struct cz_exec_held {
     int *buckets, *params;
     int nbuckets, nparams;
+    int64_t *param_off;
 } cz_exec_held;
 
+/* The parameters this rank updates, every kind (ids ascending). A split-layout plan's
+ * elementwise parameter is owned in part: the piece of it in my DP range (piece_lo, piece_len:
+ * indexed by param id, relative to the parameter's start; 0 and numel for a whole one).
+ * stats: backend memory, per owned parameter the sum of squares of its gradient; stats_host its
+ * host copy, read back once per step. */
+typedef struct cz_exec_owned {
+    int *ids;
+    int n;
+    int64_t *piece_lo, *piece_len;
+    double *stats, *stats_host;
+} cz_exec_owned;
+
+/* The job's buffers (binding.c): per parameter pointers to its local shard, or flat ones, of
+ * dtype. Staging (per-parameter binding, a dtype other than fp32, or the cuda backend under a
+ * host-driven plane: host_staged, cz__compute_open_for) runs the step on fp32 flat copies
+ * (backend memory, allocated at bind); with bf16, stage_params is the fp32 master copy, loaded
+ * at the first step. agreed: every rank confirmed its binding at the first step. */
+typedef struct cz_exec_binding {
+    cz_dtype dtype;
+    size_t elem_bytes; /* of dtype */
+    void **param_ptr, **grad_ptr;
+    bool *bound;
+    void *flat_params, *flat_grads; /* NULL when bound per parameter */
+    bool per_param, staged, master_loaded, host_staged, agreed;
+    float *stage_params, *stage_grads;
+} cz_exec_binding;
+
+/* Each parameter's rate and decoupled weight decay (indexed by param id; rates.c), which
+ * optimizers with per-parameter rates read (cz_optim.param_rates); matrix_uniform: every matrix
+ * parameter's are the matrix optimizer's own; changed: since the ranks last compared them
+ * (create, the setters). */
+typedef struct cz_exec_rates {
+    cz_opt_rates *param;
+    bool matrix_uniform, changed;
+} cz_exec_rates;
+
+/* The step started by step_async: its result and message, for wait; active until waited for. */
+typedef struct cz_exec_async {
+    int rc;
+    cz_error err;
+    bool active;
+} cz_exec_async;
+
+/* The executor: what it was made of (plan, config), its backends, where this rank stands, the
+ * parts it holds and updates, the job's buffers, its optimizers and pipelines, the bucket-wise
+ * step (its own object), and the last step's figures. Each sub-object is created at create
+ * (executor.c) or bind (binding.c) and freed with the executor; only the bucket-wise step's is
+ * made at its first use, by bucket_step.c. */
 struct cz_executor {
     const cz_plan *plan;
     cz_plan *owned_plan; /* non-NULL when created from a file */
     cz_exec_config cfg;
     cz_compute compute;
-    const cz_comm_backend *comm;      /* the comm backend the planes are of (comm.c) */
-    cz_ctrl ctrl;                     /* control plane over the world */
-    cz_plane world, dp_comm, tp_comm; /* data planes; dp and tp are split from world */
-    int dp, tp, dp_rank, tp_rank;
-    /* Pipeline parallelism: the plan's pp and this process's stage (world rank / (dp * tp),
-     * Megatron-Core's order with PP outermost). A rank binds, steps and keeps optimizer state
-     * for its stage's buckets and parameters only. */
-    int pp, stage;
-    /* Expert groups (cz_plan_has_experts; docs/EXECUTOR.md): this rank's place in
-     * Megatron-Core's expert grid of its stage (local rank = dp_rank * tp + tp_rank = (edp_rank
-     * * ep + ep_rank) * etp + etp_rank), the expert-DP and ETP planes, its expert rank's
-     * schedule and pipeline. Its buffer is the stage's dense buckets, then its EP rank's expert
-     * buckets from expert_base on. All 0 / NULL without expert groups. */
-    bool experts;
-    int ep, etp, edp, ep_rank, etp_rank, edp_rank;
-    cz_plane edp_comm, etp_comm;
-    const cz_rank_schedule *expert_schedule;
-    struct cz_pipeline *epipe;
-    int64_t expert_base;
-    bool sc; /* synchronous compute: every TP rank updates every matrix */
+    const cz_comm_backend *comm; /* the comm backend the planes are of (comm.c) */
+    cz_ctrl ctrl;                /* control plane over the world */
+    cz_exec_planes planes;
+    cz_exec_grid grid;
+    const cz_rank_schedule *schedule;        /* my DP rank's */
+    const cz_rank_schedule *expert_schedule; /* my expert rank's (NULL: no expert groups) */
     size_t buffer_numel;
-    const cz_rank_schedule *schedule; /* my DP rank's */
-
-    /* Bound buffers (of dtype): per param pointers to its local shard, or the flat ones. */
-    cz_dtype dtype;
-    void **param_ptr, **grad_ptr;
-    bool *bound;
-    void *flat_params, *flat_grads; /* NULL when bound per parameter */
-    float *scratch;                 /* backend: max bucket range, for the reduce-scatter */
-
-    /* Owned parameters, every kind (ids ascending). A split-layout plan's elementwise
-     * parameter is owned in part: the piece of it in my DP range. */
-    int *owned;
-    int nowned;
-    int64_t *piece_lo, *piece_len; /* indexed by param id: the owned piece, relative to the
-                                      parameter's start (0 and numel for a whole one) */
-    /* Indexed by param id: where its local shard starts in the flat buffers (its bucket's
-     * offset plus its own), every parameter's, computed once at create. */
-    int64_t *param_off;
-    double *stats;      /* backend: per owned parameter, sum of squares of its gradient */
-    double *stats_host; /* host copy, read back once per step */
+    cz_exec_held held;
+    cz_exec_owned own;
+    cz_exec_binding bind;
+    float *scratch; /* backend: max bucket range, for the reduce-scatter */
     /* Compute events the DP collectives wait for: gradients staged, parameters updated. */
     cz_event *ev_grads, *ev_params;
     /* The optimizers (optimizer.h): the plan's matrix optimizer, and the elementwise one.
      * Each owns its state, backend memory allocated at create time. */
     cz_optim matrix_opt, elem_opt;
-    /* Indexed by param id: each parameter's rate and decoupled weight decay (rates.c), which
-     * optimizers with per-parameter rates read (cz_optim.param_rates). */
-    cz_opt_rates *rates;
-    bool matrix_rates_uniform; /* every matrix parameter's are the matrix optimizer's own */
-    bool rates_changed;        /* since the ranks last compared them (create, the setters) */
-
-    /* Per-parameter binding: staging copies of the flat layout. */
-    /* Staging (per-parameter binding or a dtype other than fp32): the step runs on fp32 flat
-     * copies. With bf16, stage_params is the fp32 master copy, loaded at the first step. */
-    bool per_param, staged, master_loaded;
-    /* The cuda backend under a host-driven plane: buffers are managed memory and the step
-     * always stages the job's buffers through them (cz__compute_open_for). */
-    bool host_staged;
-    float *stage_params, *stage_grads; /* backend memory, allocated at bind */
-    int async_rc;                      /* result of the step started by step_async */
-    cz_error async_err;                /* and its message */
-    bool async_active;                 /* a step was started and not yet waited for */
-    bool bind_agreed;                  /* all ranks confirmed their binding at the first step */
-
-    struct cz_pipeline *pipe; /* micro-group layouts and communication buffers */
-
-    /* This rank's buckets (the stage's dense ones, its EP rank's expert ones) and parameters,
-     * indices ascending: what a step stages, reduces and gathers. */
-    cz_exec_held held;
-
+    cz_exec_rates rates;
+    /* The micro-group pipelines (pipeline.c): my DP rank's schedule over TP, and my expert
+     * rank's over ETP (NULL without expert groups). */
+    struct cz_pipeline *pipe, *epipe;
+    cz_exec_async async;
     /* The bucket-wise step (bucket_step.c), made at its first use (NULL before). bws_settle,
      * set with it, completes what such a step left in flight (its parameter all-gathers)
      * before the plain step, a checkpoint or a setter touches the state, and refuses while one
      * is open: a pointer, so that the plain step does not depend on the bucket-wise one. */
     struct cz_bucket_step *bws;
     int (*bws_settle)(cz_executor *ex, const char *what, cz_error *err);
-
     int64_t steps;
     cz_exec_timings last;
     double grad_norm; /* of the last step, before clipping */
@@ -115,14 +136,15 @@ struct cz_executor {
  * expert groups, of its EP rank. */
 static inline bool cz__exec_holds(const struct cz_executor *ex, const cz_plan_param *p)
 {
-    return p->stage == ex->stage && (!ex->experts || !p->expert || p->ep_rank == ex->ep_rank);
+    return p->stage == ex->grid.stage &&
+           (!ex->grid.experts || !p->expert || p->ep_rank == ex->grid.ep_rank);
 }
 
 /* Whether bucket b is in this rank's buffer (its stage's dense buckets, its EP rank's expert
  * ones). */
 static inline bool cz__exec_holds_bucket(const struct cz_executor *ex, const cz_plan_bucket *b)
 {
-    return b->stage == ex->stage && (!b->expert || b->ep_rank == ex->ep_rank);
+    return b->stage == ex->grid.stage && (!b->expert || b->ep_rank == ex->grid.ep_rank);
 }
 
 /* Creates an executor over plan; takes ownership of `owned` (may be NULL, else == plan),

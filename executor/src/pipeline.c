@@ -266,7 +266,7 @@ static int map_gather_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, c
             const cz_plan_param *p = &ex->plan->params[x->param];
             if (replicated(p) || (!pp->sc && x->slot != s))
                 continue;
-            if ((rc = cz__region_runs(p, tp, me, &x->part, pos, ex->param_off[p->id], 1, 1, l,
+            if ((rc = cz__region_runs(p, tp, me, &x->part, pos, ex->held.param_off[p->id], 1, 1, l,
                                       err)) != CZ_OK)
                 return rc;
             pos += gcount(pp, x, me);
@@ -325,7 +325,7 @@ static int map_unpack(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_err
         const hpart *h = &pg->hosted[k];
         /* The message of a replicated part is the part itself. */
         if (replicated(h->p) &&
-            (rc = cz__region_runs(h->p, tp, me, &h->x.part, h->off, ex->param_off[h->p->id], 1, 1,
+            (rc = cz__region_runs(h->p, tp, me, &h->x.part, h->off, ex->held.param_off[h->p->id], 1, 1,
                                   l, err)) != CZ_OK)
             return rc;
     }
@@ -373,7 +373,7 @@ static int map_apply(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_erro
                 continue;
             const cz_plan_param *p = &ex->plan->params[x->param];
             cz_run_list lp = {0};
-            if ((rc = cz__region_runs(p, tp, me, &x->part, upos, ex->param_off[p->id], 1, 0, &lp,
+            if ((rc = cz__region_runs(p, tp, me, &x->part, upos, ex->held.param_off[p->id], 1, 0, &lp,
                                       err)) != CZ_OK)
                 goto fail;
             for (size_t k = 0; k < lp.n; k++)
@@ -576,13 +576,13 @@ static int pipeline_open(cz_executor *ex, const cz_rank_schedule *rs, cz_plane *
 int cz__exec_pipeline_init(cz_executor *ex, cz_error *err)
 {
     int rc;
-    if ((rc = pipeline_open(ex, ex->schedule, &ex->tp_comm, ex->tp, ex->tp_rank, ex->sc, &ex->pipe,
+    if ((rc = pipeline_open(ex, ex->schedule, &ex->planes.tp, ex->grid.tp, ex->grid.tp_rank, ex->grid.sc, &ex->pipe,
                             err)) != CZ_OK)
         return rc;
     /* An expert rank's micro-groups run over its ETP plane, after the DP rank's. */
-    if (!ex->experts)
+    if (!ex->grid.experts)
         return CZ_OK;
-    return pipeline_open(ex, ex->expert_schedule, &ex->etp_comm, ex->etp, ex->etp_rank, ex->sc,
+    return pipeline_open(ex, ex->expert_schedule, &ex->planes.etp, ex->grid.etp, ex->grid.etp_rank, ex->grid.sc,
                          &ex->epipe, err);
 }
 
@@ -704,7 +704,7 @@ static void apply_group(struct cz_pipeline *pp, const pgroup *pg, float *P, cons
 {
     cz_executor *ex = pp->ex;
     const cz_optim *o = &ex->matrix_opt;
-    if (!o->param_rates || ex->matrix_rates_uniform) {
+    if (!o->param_rates || ex->rates.matrix_uniform) {
         cz_opt_rates r = o->ops->apply_rates(o, ex->steps + 1);
         ex->compute.ops->apply_runs(&ex->compute, P, u, pg->apply, r.lr, r.wd);
         return;

@@ -1,6 +1,6 @@
 /* Learning rates and weight decays: the optimizers' own (set_lr, set_weight_decay), one per
  * parameter (set_param_rates: torch's parameter groups), the clipping threshold, and the
- * step's check that every rank set the same. The table ex->rates holds every parameter's
+ * step's check that every rank set the same. The table ex->rates.param holds every parameter's
  * values whatever way they were set, so that the check and the optimizers that take rates
  * per parameter read one place; an optimizer that takes one rate for all its parameters keeps
  * it in its own settings, which the table mirrors. */
@@ -34,12 +34,12 @@ static cz_optim *optim_of(cz_executor *ex, cz_param_kind kind)
 static void note_uniform(cz_executor *ex)
 {
     cz_opt_rates r = ex->matrix_opt.ops->rates(&ex->matrix_opt);
-    ex->matrix_rates_uniform = true;
+    ex->rates.matrix_uniform = true;
     for (size_t i = 0; i < ex->plan->nparams; i++)
         if (ex->plan->params[i].def.kind == CZ_KIND_MATRIX &&
-            (ex->rates[i].lr != r.lr || ex->rates[i].wd != r.wd))
-            ex->matrix_rates_uniform = false;
-    ex->rates_changed = true;
+            (ex->rates.param[i].lr != r.lr || ex->rates.param[i].wd != r.wd))
+            ex->rates.matrix_uniform = false;
+    ex->rates.changed = true;
 }
 
 /* Every parameter of kind to its optimizer's own values. */
@@ -49,20 +49,20 @@ static void fill_kind(cz_executor *ex, cz_param_kind kind)
     cz_opt_rates r = o->ops->rates(o);
     for (size_t i = 0; i < ex->plan->nparams; i++)
         if (ex->plan->params[i].def.kind == kind)
-            ex->rates[i] = r;
+            ex->rates.param[i] = r;
 }
 
 int cz__exec_rates_init(cz_executor *ex, cz_error *err)
 {
     size_t n = ex->plan->nparams ? ex->plan->nparams : 1;
-    ex->rates = cz__exec_calloc(n, sizeof *ex->rates);
-    if (!ex->rates)
+    ex->rates.param = cz__exec_calloc(n, sizeof *ex->rates.param);
+    if (!ex->rates.param)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     fill_kind(ex, CZ_KIND_MATRIX);
     fill_kind(ex, CZ_KIND_ELEMENTWISE);
     for (int k = 0; k < 2; k++) {
         cz_optim *o = k ? &ex->elem_opt : &ex->matrix_opt;
-        o->param_rates = o->ops->per_param_rates ? ex->rates : NULL;
+        o->param_rates = o->ops->per_param_rates ? ex->rates.param : NULL;
     }
     note_uniform(ex);
     return CZ_OK;
@@ -79,7 +79,7 @@ int cz_executor_set_lr(cz_executor *ex, float matrix_lr, float adamw_lr, cz_erro
     ex->matrix_opt.ops->set_lr(&ex->matrix_opt, matrix_lr);
     ex->elem_opt.ops->set_lr(&ex->elem_opt, adamw_lr);
     for (size_t i = 0; i < ex->plan->nparams; i++)
-        ex->rates[i].lr = ex->plan->params[i].def.kind == CZ_KIND_MATRIX ? matrix_lr : adamw_lr;
+        ex->rates.param[i].lr = ex->plan->params[i].def.kind == CZ_KIND_MATRIX ? matrix_lr : adamw_lr;
     note_uniform(ex);
     return CZ_OK;
 }
@@ -95,7 +95,7 @@ int cz_executor_set_weight_decay(cz_executor *ex, float matrix_wd, float adamw_w
     ex->matrix_opt.ops->set_weight_decay(&ex->matrix_opt, matrix_wd);
     ex->elem_opt.ops->set_weight_decay(&ex->elem_opt, adamw_wd);
     for (size_t i = 0; i < ex->plan->nparams; i++)
-        ex->rates[i].wd = ex->plan->params[i].def.kind == CZ_KIND_MATRIX ? matrix_wd : adamw_wd;
+        ex->rates.param[i].wd = ex->plan->params[i].def.kind == CZ_KIND_MATRIX ? matrix_wd : adamw_wd;
     note_uniform(ex);
     return CZ_OK;
 }
@@ -160,7 +160,7 @@ int cz_executor_set_param_rates(cz_executor *ex, const float *lr, const float *w
     bool seen[2] = {false, false};
     for (size_t i = 0; i < n; i++) {
         cz_param_kind k = plan->params[i].def.kind;
-        ex->rates[i] = (cz_opt_rates){lr[i], wd[i]};
+        ex->rates.param[i] = (cz_opt_rates){lr[i], wd[i]};
         if (!seen[k]) {
             cz_optim *o = optim_of(ex, k);
             o->ops->set_lr(o, lr[i]);
@@ -195,6 +195,6 @@ int cz_executor_set_max_grad_norm(cz_executor *ex, float max_grad_norm, cz_error
                              "(cz_executor_set_early_updates), and clipping needs the global "
                              "norm before any update; turn them off first");
     ex->cfg.max_grad_norm = max_grad_norm;
-    ex->rates_changed = true;
+    ex->rates.changed = true;
     return CZ_OK;
 }

@@ -9,6 +9,7 @@
  * bucket-wise step leaves in flight is completed through ex->bws_settle. */
 #include "canzona_exec.h"
 #include "alloc.h"
+#include "binding.h"
 #include "clock.h"
 #include "comm.h"
 #include "compute.h"
@@ -20,10 +21,10 @@
 
 cz_bucket_plane cz__step_bucket_plane(cz_executor *ex, const cz_plan_bucket *bk)
 {
-    if (ex->experts && bk->expert)
-        return (cz_bucket_plane){&ex->edp_comm, ex->edp, ex->edp_rank,
-                                 ex->expert_base + bk->offset};
-    return (cz_bucket_plane){&ex->dp_comm, ex->dp, ex->dp_rank, bk->offset};
+    if (ex->grid.experts && bk->expert)
+        return (cz_bucket_plane){&ex->planes.edp, ex->grid.edp, ex->grid.edp_rank,
+                                 ex->grid.expert_base + bk->offset};
+    return (cz_bucket_plane){&ex->planes.dp, ex->grid.dp, ex->grid.dp_rank, bk->offset};
 }
 
 /* A bucket's per-rank counts on its plane (its ranges: contiguous and rank-ordered, plan check). */
@@ -31,72 +32,6 @@ void cz__step_bucket_counts(const cz_plan_bucket *bk, const cz_bucket_plane *bp,
 {
     for (int r = 0; r < bp->n; r++)
         counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
-}
-
-/* Staging: the job's buffers (per parameter, or flat of another dtype) into the fp32 flat
- * copies and back. Gradients come in every step; parameters at every step for fp32, and only
- * at the first for bf16 (stage_params is then the fp32 master copy). */
-static void *job_param(const cz_executor *ex, size_t i, int64_t off)
-{
-    return ex->per_param ? ex->param_ptr[i]
-                         : (char *)ex->flat_params + off * cz__dtype_bytes(ex->dtype);
-}
-
-static void *job_grad(const cz_executor *ex, size_t i, int64_t off)
-{
-    return ex->per_param ? ex->grad_ptr[i]
-                         : (char *)ex->flat_grads + off * cz__dtype_bytes(ex->dtype);
-}
-
-/* One parameter's staging in (its gradient, and its parameter when `params`) and out. */
-void cz__step_stage_in_param(cz_executor *ex, size_t i, bool params)
-{
-    cz_compute *c = &ex->compute;
-    int64_t off = ex->param_off[i], n = ex->plan->params[i].numel;
-    if (params)
-        c->ops->convert(c, ex->stage_params + off, CZ_DTYPE_FP32, job_param(ex, i, off), ex->dtype,
-                        n);
-    c->ops->convert(c, ex->stage_grads + off, CZ_DTYPE_FP32, job_grad(ex, i, off), ex->dtype, n);
-}
-
-void cz__step_stage_out_param(cz_executor *ex, size_t i)
-{
-    cz_compute *c = &ex->compute;
-    int64_t off = ex->param_off[i], n = ex->plan->params[i].numel;
-    c->ops->convert(c, job_param(ex, i, off), ex->dtype, ex->stage_params + off, CZ_DTYPE_FP32, n);
-}
-
-int cz__step_check_bound(cz_executor *ex, cz_error *err)
-{
-    int rc = CZ_OK;
-    if (!ex->flat_params && !ex->per_param)
-        rc = cz__error_set(err, CZ_EINVALID,
-                           "step: no buffers bound (call bind_buffers or "
-                           "bind_param first)");
-    for (int k = 0; !rc && ex->per_param && k < ex->held.nparams; k++)
-        if (!ex->bound[ex->held.params[k]])
-            rc = cz__error_set(err, CZ_EINVALID, "step: parameter '%s' is not bound",
-                               ex->plan->params[ex->held.params[k]].def.name);
-    if (ex->bind_agreed)
-        return rc;
-    /* First step: every rank confirms its binding so that a rank that failed to bind cannot
-     * leave the others waiting in a collective. */
-    cz__comm_phase("first step: checking every rank's buffers", ex->steps + 1);
-    int64_t v = rc ? ex->ctrl.rank : INT64_MAX;
-    cz_error tmp;
-    int crc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &v, 1, &tmp);
-    if (rc)
-        return rc;
-    if (crc) {
-        if (err)
-            *err = tmp;
-        return crc;
-    }
-    if (v != INT64_MAX)
-        return cz__error_set(err, CZ_EINVALID, "step: rank %lld has not bound its buffers",
-                             (long long)v);
-    ex->bind_agreed = true;
-    return CZ_OK;
 }
 
 static uint64_t fnv(uint64_t h, const void *data, size_t n)
@@ -117,7 +52,7 @@ static int rates_agree(cz_executor *ex, double changed, const char *unchanged, c
     /* The same hash on every rank exactly when every rank holds the same values (up to a
      * collision): its minimum and its negated minimum (the maximum) then agree. */
     uint64_t h = 14695981039346656037ULL;
-    h = fnv(h, ex->rates, ex->plan->nparams * sizeof *ex->rates);
+    h = fnv(h, ex->rates.param, ex->plan->nparams * sizeof *ex->rates.param);
     h = fnv(h, &ex->cfg.max_grad_norm, sizeof ex->cfg.max_grad_norm);
     for (int k = 0; k < 2; k++) {
         cz_optim *o = k ? &ex->elem_opt : &ex->matrix_opt;
@@ -128,7 +63,7 @@ static int rates_agree(cz_executor *ex, double changed, const char *unchanged, c
     int rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, v, 2, err);
     if (rc)
         return rc;
-    ex->rates_changed = false;
+    ex->rates.changed = false;
     if (v[0] != -v[1])
         return cz__error_set(err, CZ_EMISMATCH,
                              "step %lld: the ranks set different learning rates, weight decays or "
@@ -139,7 +74,7 @@ static int rates_agree(cz_executor *ex, double changed, const char *unchanged, c
 }
 
 /* The owned gradients' statistics, read back once per step (after all reduce-scatters,
- * before any update): the backend sums the squares of every owned shard into ex->stats. A sum
+ * before any update): the backend sums the squares of every owned shard into ex->own.stats. A sum
  * is non-finite exactly when its shard holds NaN/Inf, so the same pass is the finiteness
  * check (all ranks agree on the lowest such parameter id) and gives the global gradient norm
  * (the sums all-reduced; a tensor replicated over TP counted by TP rank 0 only). With
@@ -148,12 +83,12 @@ static int grad_stats(cz_executor *ex, float *G, const char *unchanged, cz_error
 {
     const cz_plan *plan = ex->plan;
     cz_compute *c = &ex->compute;
-    for (int k = 0; k < ex->nowned; k++) {
-        int i = ex->owned[k];
-        c->ops->sumsq(c, G + ex->param_off[i] + ex->piece_lo[i], ex->piece_len[i], &ex->stats[k]);
+    for (int k = 0; k < ex->own.n; k++) {
+        int i = ex->own.ids[k];
+        c->ops->sumsq(c, G + ex->held.param_off[i] + ex->own.piece_lo[i], ex->own.piece_len[i], &ex->own.stats[k]);
     }
     int rc =
-        c->ops->download(c, ex->stats_host, ex->stats, (size_t)ex->nowned * sizeof(double), err);
+        c->ops->download(c, ex->own.stats_host, ex->own.stats, (size_t)ex->own.n * sizeof(double), err);
     if (rc)
         return rc;
     /* One control-plane reduction per step in the normal case: the norm's sum of squares, the
@@ -161,23 +96,23 @@ static int grad_stats(cz_executor *ex, float *G, const char *unchanged, cz_error
      * number of ranks that changed their rates since the last comparison. Only when the
      * second is not zero does a second reduction find the lowest such parameter, and only when
      * the third is not zero does one compare the rates (rates.c), before any update. */
-    double v[3] = {0.0, 0.0, ex->rates_changed ? 1.0 : 0.0};
-    for (int k = 0; k < ex->nowned; k++) {
-        const cz_plan_param *p = &plan->params[ex->owned[k]];
+    double v[3] = {0.0, 0.0, ex->rates.changed ? 1.0 : 0.0};
+    for (int k = 0; k < ex->own.n; k++) {
+        const cz_plan_param *p = &plan->params[ex->own.ids[k]];
         /* A tensor replicated over its TP (ETP for an expert) group counts once. */
-        int r = ex->experts && p->expert ? ex->etp_rank : ex->tp_rank;
+        int r = ex->grid.experts && p->expert ? ex->grid.etp_rank : ex->grid.tp_rank;
         if (p->def.tp_dim >= 0 || r == 0)
-            v[0] += ex->stats_host[k];
-        v[1] += !isfinite(ex->stats_host[k]);
+            v[0] += ex->own.stats_host[k];
+        v[1] += !isfinite(ex->own.stats_host[k]);
     }
     rc = ex->ctrl.ops->allreduce_sum_f64(&ex->ctrl, v, 3, err);
     if (rc || (rc = rates_agree(ex, v[2], unchanged, err)) != CZ_OK)
         return rc;
     if (ex->cfg.check_finite && v[1] > 0.0) {
         int64_t bad = INT64_MAX;
-        for (int k = 0; k < ex->nowned && bad == INT64_MAX; k++)
-            if (!isfinite(ex->stats_host[k]))
-                bad = ex->owned[k];
+        for (int k = 0; k < ex->own.n && bad == INT64_MAX; k++)
+            if (!isfinite(ex->own.stats_host[k]))
+                bad = ex->own.ids[k];
         rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &bad, 1, err);
         if (rc)
             return rc;
@@ -199,10 +134,10 @@ static int grad_stats(cz_executor *ex, float *G, const char *unchanged, cz_error
     float max = ex->cfg.max_grad_norm;
     if (max > 0.0f && ex->grad_norm > (double)max) {
         float f = (float)((double)max / (ex->grad_norm + 1e-6));
-        for (int k = 0; k < ex->nowned; k++) {
-            int i = ex->owned[k];
-            float *g = G + ex->param_off[i] + ex->piece_lo[i];
-            c->ops->scale(c, g, g, ex->piece_len[i], f);
+        for (int k = 0; k < ex->own.n; k++) {
+            int i = ex->own.ids[k];
+            float *g = G + ex->held.param_off[i] + ex->own.piece_lo[i];
+            c->ops->scale(c, g, g, ex->own.piece_len[i], f);
         }
     }
     return CZ_OK;
@@ -271,13 +206,13 @@ int cz__step_update_all(cz_executor *ex, float *P, float *G, const cz_step_early
 static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
-    int most = ex->dp > ex->edp ? ex->dp : ex->edp;
+    int most = ex->grid.dp > ex->grid.edp ? ex->grid.dp : ex->grid.edp;
     size_t counts[most];
     /* Averaged over DP. An expert buffer is summed over its expert-DP group and scaled by 1/DP
      * too, as Megatron-Core's DDP does (expert_gradient_scaling_factor = 1 / DP size without
      * average_in_collective): each EP rank's expert gradient already gathers the tokens of the
      * DP replicas of its EP group. */
-    float inv = 1.0f / (float)ex->dp;
+    float inv = 1.0f / (float)ex->grid.dp;
     for (int k = 0; k < ex->held.nbuckets; k++) {
         const cz_plan_bucket *bk = &plan->buckets[ex->held.buckets[k]];
         cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
@@ -296,7 +231,7 @@ static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
 static int all_gather(cz_executor *ex, float *P, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
-    int most = ex->dp > ex->edp ? ex->dp : ex->edp;
+    int most = ex->grid.dp > ex->grid.edp ? ex->grid.dp : ex->grid.edp;
     size_t counts[most];
     for (int k = 0; k < ex->held.nbuckets; k++) {
         const cz_plan_bucket *bk = &plan->buckets[ex->held.buckets[k]];
@@ -310,32 +245,18 @@ static int all_gather(cz_executor *ex, float *P, cz_error *err)
     return CZ_OK;
 }
 
-static void stage_in(cz_executor *ex)
-{
-    bool params = ex->dtype == CZ_DTYPE_FP32 || !ex->master_loaded;
-    for (int k = 0; k < ex->held.nparams; k++)
-        cz__step_stage_in_param(ex, (size_t)ex->held.params[k], params);
-    ex->master_loaded = true;
-}
-
-static void stage_out(cz_executor *ex)
-{
-    for (int k = 0; k < ex->held.nparams; k++)
-        cz__step_stage_out_param(ex, (size_t)ex->held.params[k]);
-}
-
 /* The step between the backend's step_begin and step_end. */
 static int run_step(cz_executor *ex, cz_error *err)
 {
     int rc;
     cz_exec_timings t = {0};
     double t0 = cz__exec_now(), t1;
-    float *P = ex->flat_params, *G = ex->flat_grads;
+    float *P = ex->bind.flat_params, *G = ex->bind.flat_grads;
     int64_t step = ex->steps + 1;
-    if (ex->staged) {
-        stage_in(ex);
-        P = ex->stage_params;
-        G = ex->stage_grads;
+    if (ex->bind.staged) {
+        cz__binding_stage_in(ex);
+        P = ex->bind.stage_params;
+        G = ex->bind.stage_grads;
     }
     /* The reduce-scatter reads the gradients once every op before (staging) is done. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_grads);
@@ -350,8 +271,8 @@ static int run_step(cz_executor *ex, cz_error *err)
     cz__comm_phase("parameter all-gather", step);
     if ((rc = all_gather(ex, P, err)) != CZ_OK)
         return rc;
-    if (ex->staged)
-        stage_out(ex);
+    if (ex->bind.staged)
+        cz__binding_stage_out(ex);
     t0 = cz__exec_now();
     t.all_gather = t0 - t1;
     cz__step_count(ex, &t);
@@ -365,7 +286,7 @@ int cz_executor_step(cz_executor *ex, cz_error *err)
     int rc;
     /* What a bucket-wise step left in flight completes first (its all-gathers). */
     if ((ex->bws_settle && (rc = ex->bws_settle(ex, "step", err)) != CZ_OK) ||
-        (rc = cz__step_check_bound(ex, err)) != CZ_OK)
+        (rc = cz__binding_check(ex, err)) != CZ_OK)
         return rc;
     /* Ordered after the job's writes to the bound buffers, and the job's next work after the
      * step, on whatever path the step leaves by. */
@@ -379,12 +300,12 @@ int cz_executor_step_async(cz_executor *ex, cz_error *err)
 {
     if (!ex)
         return cz__error_set(err, CZ_EINVALID, "step_async: executor is NULL");
-    if (ex->async_active)
+    if (ex->async.active)
         return cz__error_set(err, CZ_EINVALID,
                              "step_async: the previous step was not waited for (cz_executor_wait)");
     /* The cpu stream is the calling thread: the step runs here, its result waits for wait. */
-    ex->async_rc = cz_executor_step(ex, &ex->async_err);
-    ex->async_active = true;
+    ex->async.rc = cz_executor_step(ex, &ex->async.err);
+    ex->async.active = true;
     return CZ_OK;
 }
 
@@ -392,17 +313,17 @@ int cz_executor_wait(cz_executor *ex, cz_error *err)
 {
     if (!ex)
         return cz__error_set(err, CZ_EINVALID, "wait: executor is NULL");
-    if (!ex->async_active)
+    if (!ex->async.active)
         return cz__error_set(err, CZ_EINVALID,
                              "wait: no step was started (cz_executor_step_async)");
-    ex->async_active = false;
+    ex->async.active = false;
     /* A GPU backend may still run the step's tail on its stream: wait for all of it (on the
      * CPU's stream, the calling thread, this returns at once). */
-    if (!ex->async_rc) {
+    if (!ex->async.rc) {
         ex->compute.ops->event_record(&ex->compute, ex->ev_params);
-        ex->async_rc = ex->compute.ops->event_sync(&ex->compute, ex->ev_params, &ex->async_err);
+        ex->async.rc = ex->compute.ops->event_sync(&ex->compute, ex->ev_params, &ex->async.err);
     }
-    if (ex->async_rc && err)
-        *err = ex->async_err;
-    return ex->async_rc;
+    if (ex->async.rc && err)
+        *err = ex->async.err;
+    return ex->async.rc;
 }

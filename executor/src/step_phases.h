@@ -1,7 +1,7 @@
 /*
  * step_phases.h — the phases of a step (step.c) that the bucket-wise step (bucket_step.c)
- * builds on: a bucket's plane and counts, staging one parameter in and out, the first step's
- * binding check, and the sequence from the gradient statistics to every parameter updated.
+ * builds on: a bucket's plane and counts, the count of a step done, and the sequence from the
+ * gradient statistics to every parameter updated (staging and the binding check: binding.h).
  * step.c depends on nothing of the bucket-wise step; what early updates already did reaches
  * the sequence as a cz_step_early.
  */
@@ -26,14 +26,6 @@ typedef struct cz_bucket_plane {
 cz_bucket_plane cz__step_bucket_plane(cz_executor *ex, const cz_plan_bucket *bk);
 /* A bucket's per-rank counts on its plane (counts: bp->n entries). */
 void cz__step_bucket_counts(const cz_plan_bucket *bk, const cz_bucket_plane *bp, size_t *counts);
-
-/* Parameter i's staging into the fp32 flat copies (its gradient, and its parameter when
- * `params`) and out of them (its parameter). */
-void cz__step_stage_in_param(cz_executor *ex, size_t i, bool params);
-void cz__step_stage_out_param(cz_executor *ex, size_t i);
-
-/* Every held parameter bound; at the first step agreed across ranks (collective then). */
-int cz__step_check_bound(cz_executor *ex, cz_error *err);
 
 /* A step done: counted, its timings (phases in *t, the total added) the last step's. */
 void cz__step_count(cz_executor *ex, cz_exec_timings *t);

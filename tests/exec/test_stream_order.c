@@ -472,7 +472,7 @@ static int run_steps(cz_dtype dt)
     ck_assert_int_eq(cz_executor_bind_typed(ex, P, G, n, dt, &err), 0);
     /* The wrappers go in after create: the index maps were made by the cpu backend. */
     cpu = ex->compute.ops;
-    self = ex->tp_comm.ops;
+    self = ex->planes.tp.ops;
     tc = *cpu;
     tc.event_record = t_event_record, tc.download = t_download, tc.copy_runs = t_copy_runs;
     tc.convert = t_convert, tc.scale = t_scale, tc.sumsq = t_sumsq, tc.momentum = t_momentum;
@@ -484,7 +484,7 @@ static int run_steps(cz_dtype dt)
     tp.iall_gather = t_iall_gather, tp.group_start = t_group_start, tp.send = t_send;
     tp.recv = t_recv, tp.group_end = t_group_end, tp.wait = t_wait;
     ex->compute.ops = &tc;
-    ex->dp_comm.ops = ex->tp_comm.ops = &tp;
+    ex->planes.dp.ops = ex->planes.tp.ops = &tp;
     nc = nm = mfence = host_c = nek = nrk = 0;
     int job = 0;
     for (int s = 0; s < 3; s++) {
@@ -500,7 +500,7 @@ static int run_steps(cz_dtype dt)
         job += job_order_violations(c0, nc, m0, nm, P, G, n * es);
     }
     ex->compute.ops = cpu;
-    ex->dp_comm.ops = ex->tp_comm.ops = self;
+    ex->planes.dp.ops = ex->planes.tp.ops = self;
     int r = races() + job;
     /* The log is real: both streams were used, and the pipeline's groups all ran. */
     ck_assert_int_gt(nm, 3 * 3);
@@ -552,18 +552,18 @@ START_TEST(checker_finds_the_scratch_race)
     float *P = calloc(n, 4), *G = calloc(n, 4);
     ck_assert_int_eq(cz_executor_bind_buffers(ex, P, G, n, &err), 0);
     cpu = ex->compute.ops;
-    self = ex->tp_comm.ops;
+    self = ex->planes.tp.ops;
     tc = *cpu;
     tc.event_record = t_event_record, tc.download = t_download, tc.scale = t_scale;
     tc.sumsq = t_sumsq;
     tp = *self;
     tp.reduce_scatter = t_reduce_scatter_after_only;
     ex->compute.ops = &tc;
-    ex->dp_comm.ops = &tp;
+    ex->planes.dp.ops = &tp;
     nc = nm = mfence = host_c = nek = nrk = 0;
     ck_assert_int_eq(cz_executor_step(ex, &err), 0);
     ex->compute.ops = cpu;
-    ex->dp_comm.ops = self;
+    ex->planes.dp.ops = self;
     ck_assert_int_gt(races(), 0);
     cz_executor_free(ex);
     cz_plan_free(pl);
