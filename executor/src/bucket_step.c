@@ -142,8 +142,8 @@ static int ovl_setup(cz_executor *ex, cz_error *err)
     bs->ag_list = cz__exec_calloc(nb + 1, sizeof *bs->ag_list);
     bs->elem_done = cz__exec_calloc(nb + 1, sizeof *bs->elem_done);
     cur = cz__exec_calloc(nb + 1, sizeof *cur);
-    if (!bs->state || !bs->rs || !bs->ag || !bs->recv_off || !bs->pstart ||
-        !bs->pidx || !bs->ag_key || !bs->ag_list || !bs->elem_done || !cur) {
+    if (!bs->state || !bs->rs || !bs->ag || !bs->recv_off || !bs->pstart || !bs->pidx ||
+        !bs->ag_key || !bs->ag_list || !bs->elem_done || !cur) {
         rc = ovl_nomem(err);
         goto done;
     }
@@ -261,8 +261,8 @@ static int ovl_post(cz_executor *ex, bool all, cz_error *err)
         cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
         cz__step_bucket_counts(bk, &bp, counts);
         int rc = bp.plane->ops->ireduce_scatter(bp.plane, G + bp.base + bk->ranges[0],
-                                                bs->recv + bs->recv_off[b], counts,
-                                                CZ_DTYPE_FP32, ex->ev_grads, bs->rs[b], err);
+                                                bs->recv + bs->recv_off[b], counts, CZ_DTYPE_FP32,
+                                                ex->ev_grads, bs->rs[b], err);
         if (rc)
             return rc;
         bs->state[b] = CZ_OVL_REDUCING;
@@ -298,8 +298,7 @@ static int ovl_wait_reduced(cz_executor *ex, bool scale, size_t upto, cz_error *
         if (rc != CZ_OK || !scale)
             continue;
         int64_t lo = bk->ranges[2 * bp.me], n = bk->ranges[2 * bp.me + 1] - lo;
-        ex->compute.ops->scale(&ex->compute, G + bp.base + lo, bs->recv + bs->recv_off[b],
-                               n, inv);
+        ex->compute.ops->scale(&ex->compute, G + bp.base + lo, bs->recv + bs->recv_off[b], n, inv);
     }
     return rc;
 }
@@ -311,8 +310,8 @@ static int ovl_begin(cz_executor *ex, const char *what, cz_error *err)
     int rc;
     if (!bws_of(ex, err))
         return CZ_ENOMEM;
-    if ((rc = ovl_settle(ex, what, err)) != CZ_OK ||
-        (rc = cz__binding_check(ex, err)) != CZ_OK || (rc = ovl_setup(ex, err)) != CZ_OK)
+    if ((rc = ovl_settle(ex, what, err)) != CZ_OK || (rc = cz__binding_check(ex, err)) != CZ_OK ||
+        (rc = ovl_setup(ex, err)) != CZ_OK)
         return rc;
     cz_bucket_step *bs = ex->bws;
     for (size_t b = 0; b < ex->plan->nbuckets; b++)
@@ -451,8 +450,8 @@ int cz_executor_bucket_ready(cz_executor *ex, size_t bucket, cz_error *err)
     if (!ex)
         return cz__error_set(err, CZ_EINVALID, "bucket_ready: executor is NULL");
     int rc = ovl_check_bucket(ex, "bucket_ready", bucket, err);
-    if (rc != CZ_OK || ((!ex->bws || !ex->bws->active) &&
-                        (rc = ovl_begin(ex, "bucket_ready", err)) != CZ_OK))
+    if (rc != CZ_OK ||
+        ((!ex->bws || !ex->bws->active) && (rc = ovl_begin(ex, "bucket_ready", err)) != CZ_OK))
         return rc;
     cz_bucket_step *bs = ex->bws;
     if (bs->state[bucket] != CZ_OVL_IDLE)

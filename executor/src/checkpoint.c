@@ -201,7 +201,8 @@ static size_t place(const cz_executor *ex, const cz_plan_param *p, int d, int t)
 {
     size_t stage = (size_t)p->stage * (size_t)ex->grid.dp * (size_t)ex->grid.tp;
     if (expert_of(ex, p))
-        return stage + ((size_t)d * (size_t)ex->grid.ep + (size_t)p->ep_rank) * (size_t)ex->grid.etp +
+        return stage +
+               ((size_t)d * (size_t)ex->grid.ep + (size_t)p->ep_rank) * (size_t)ex->grid.etp +
                (size_t)t;
     return stage + (size_t)d * (size_t)ex->grid.tp + (size_t)t;
 }
@@ -284,7 +285,8 @@ static int grid_build(cz_executor *ex, int64_t *grid, cz_error *err)
     for (int i = 0; i < n; i++)
         grid[i] = INT64_MAX;
     grid[(size_t)ex->grid.stage * (size_t)ex->grid.dp * (size_t)ex->grid.tp +
-         (size_t)ex->grid.dp_rank * (size_t)ex->grid.tp + (size_t)ex->grid.tp_rank] = ex->planes.world.rank;
+         (size_t)ex->grid.dp_rank * (size_t)ex->grid.tp + (size_t)ex->grid.tp_rank] =
+        ex->planes.world.rank;
     return ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, grid, n, err);
 }
 
@@ -432,7 +434,8 @@ static int fetch(cz_executor *ex, ck_bufs *b, const float *state, int64_t n, int
     if (src == 0)
         return ex->planes.world.rank == 0 ? c->ops->download(c, host, state, bytes, err) : CZ_OK;
     int rc;
-    if ((rc = transfer(ex, b->req, state, b->dev, n, src, 0, err)) != CZ_OK || ex->planes.world.rank != 0)
+    if ((rc = transfer(ex, b->req, state, b->dev, n, src, 0, err)) != CZ_OK ||
+        ex->planes.world.rank != 0)
         return rc;
     return c->ops->download(c, host, b->dev, bytes, err);
 }
@@ -471,8 +474,8 @@ static int add_addend(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int6
     int rc;
     for (int t = 0; t < split_of(ex, p) && b->addend_of != e->param; t++) {
         int src = (int)grid[place(ex, p, p->dp_owner, t)];
-        if ((rc = fetch(ex, b, ex->planes.world.rank == src ? addend_of(e->opt, e->param) : NULL, p->numel,
-                        src, root ? b->shard : NULL, err)) != CZ_OK)
+        if ((rc = fetch(ex, b, ex->planes.world.rank == src ? addend_of(e->opt, e->param) : NULL,
+                        p->numel, src, root ? b->shard : NULL, err)) != CZ_OK)
             return rc;
         if (root)
             cz__shard_unpack(p, split_of(ex, p), t, b->shard, b->addend);
@@ -518,8 +521,8 @@ static int check_entry(const cz_executor *ex, const ck_entry *e, cz_error *err)
             rc = cz__error_set(err, CZ_EINTERNAL,
                                "checkpoint: rank %d has no buffer for '%s.%s' (the part at "
                                "(%lld, %lld)) it should keep",
-                               ex->planes.world.rank, p->def.name, e->suffix, (long long)v[k].part.r0,
-                               (long long)v[k].part.c0);
+                               ex->planes.world.rank, p->def.name, e->suffix,
+                               (long long)v[k].part.r0, (long long)v[k].part.c0);
             goto done;
         }
     }
@@ -569,7 +572,8 @@ static int save_prepare(cz_executor *ex, const char *path, ck_save *s, cz_error 
     if ((rc = entries_open(ex, &s->e, &s->ne, &s->b, err)) != CZ_OK)
         return rc;
     s->holder = calloc(plan->nparams ? plan->nparams : 1, sizeof *s->holder);
-    s->grid = calloc((size_t)ex->grid.pp * (size_t)ex->grid.dp * (size_t)ex->grid.tp, sizeof *s->grid);
+    s->grid =
+        calloc((size_t)ex->grid.pp * (size_t)ex->grid.dp * (size_t)ex->grid.tp, sizeof *s->grid);
     if (!s->holder || !s->grid)
         return cz__error_set(err, CZ_ENOMEM, "save_state: out of memory");
     if (root) {
@@ -617,8 +621,9 @@ static int save_sharded(cz_executor *ex, ck_save *s, const ck_entry *e, float *d
         for (int d = 0; d < owners_of(ex, p); d++) {
             int64_t lo, len = cz__param_piece(ex->plan, p, d, &lo);
             int src = (int)s->grid[place(ex, p, d, t)];
-            if (len > 0 && (rc = fetch(ex, &s->b, ex->planes.world.rank == src ? entry_buffer(e) : NULL,
-                                       len, src, root ? s->b.shard + lo : NULL, err)) != CZ_OK)
+            if (len > 0 &&
+                (rc = fetch(ex, &s->b, ex->planes.world.rank == src ? entry_buffer(e) : NULL, len,
+                            src, root ? s->b.shard + lo : NULL, err)) != CZ_OK)
                 return rc;
         }
         if (root)
@@ -635,8 +640,8 @@ static int save_hosted(cz_executor *ex, ck_save *s, const ck_entry *e, float *ds
         return cz__error_set(err, CZ_EINTERNAL,
                              "save_state: no rank holds the optimizer state of '%s'",
                              ex->plan->params[e->param].def.name);
-    if ((rc = fetch(ex, &s->b, ex->planes.world.rank == src ? entry_buffer(e) : NULL, e->n, src, dst,
-                    err)) != CZ_OK)
+    if ((rc = fetch(ex, &s->b, ex->planes.world.rank == src ? entry_buffer(e) : NULL, e->n, src,
+                    dst, err)) != CZ_OK)
         return rc;
     return e->plus_addend ? add_addend(ex, &s->b, e, s->grid, dst, err) : CZ_OK;
 }
@@ -1110,7 +1115,8 @@ static int load_prepare(cz_executor *ex, const char *path, ck_load *l, cz_error 
         (rc = entries_open(ex, &l->e, &l->ne, &l->b, err)) != CZ_OK)
         return rc;
     l->offs = calloc(l->ne ? l->ne : 1, sizeof *l->offs);
-    l->grid = calloc((size_t)ex->grid.pp * (size_t)ex->grid.dp * (size_t)ex->grid.tp, sizeof *l->grid);
+    l->grid =
+        calloc((size_t)ex->grid.pp * (size_t)ex->grid.dp * (size_t)ex->grid.tp, sizeof *l->grid);
     if (!l->offs || !l->grid)
         return cz__error_set(err, CZ_ENOMEM, "load_state: out of memory");
     if (ex->planes.world.rank != 0)

@@ -120,13 +120,15 @@ static int own_params(cz_executor *ex, cz_error *err)
         /* A routed expert is owned within its expert-DP group, by expert-DP rank dp_owner. */
         bool expert = ex->grid.experts && p->expert;
         int d = expert ? ex->grid.edp_rank : ex->grid.dp_rank;
-        ex->held.param_off[i] = (expert ? ex->grid.expert_base : 0) + plan->buckets[b].offset + p->offset;
+        ex->held.param_off[i] =
+            (expert ? ex->grid.expert_base : 0) + plan->buckets[b].offset + p->offset;
         ex->own.piece_len[i] = cz__param_piece(plan, p, d, &ex->own.piece_lo[i]);
         if (ex->own.piece_len[i] == 0 && p->dp_owner != d)
             continue;
         ex->own.ids[ex->own.n++] = (int)i;
         cz_optim *o = p->def.kind == CZ_KIND_MATRIX ? &ex->matrix_opt : &ex->elem_opt;
-        cz_opt_shard s = {p, ex->held.param_off[i] + ex->own.piece_lo[i], ex->own.piece_lo[i], ex->own.piece_len[i]};
+        cz_opt_shard s = {p, ex->held.param_off[i] + ex->own.piece_lo[i], ex->own.piece_lo[i],
+                          ex->own.piece_len[i]};
         if (o->ops->shard_add && (rc = o->ops->shard_add(o, &s, err)) != CZ_OK)
             return rc;
     }
@@ -140,8 +142,8 @@ static int alloc_state(cz_executor *ex, cz_error *err)
 {
     int rc;
     if ((rc = alloc_tables(ex, err)) != CZ_OK || (rc = cz__binding_init(ex, err)) != CZ_OK ||
-        (rc = cz__exec_rates_init(ex, err)) != CZ_OK ||
-        (rc = own_params(ex, err)) != CZ_OK || (rc = cz__exec_pipeline_init(ex, err)) != CZ_OK)
+        (rc = cz__exec_rates_init(ex, err)) != CZ_OK || (rc = own_params(ex, err)) != CZ_OK ||
+        (rc = cz__exec_pipeline_init(ex, err)) != CZ_OK)
         return rc;
     if ((rc = ex->matrix_opt.ops->work_create(&ex->matrix_opt, err)) != CZ_OK)
         return rc;
@@ -229,11 +231,13 @@ static int check_grid(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
         return cz__error_set(err, CZ_EMISMATCH,
                              "the world communicator has %d ranks but the plan needs dp*tp*pp = "
                              "%d*%d*%d = %d",
-                             ex->planes.world.size, ex->grid.dp, ex->grid.tp, ex->grid.pp, per_stage * ex->grid.pp);
+                             ex->planes.world.size, ex->grid.dp, ex->grid.tp, ex->grid.pp,
+                             per_stage * ex->grid.pp);
     /* The stage always comes from the world rank: a job hands in dp_rank and tp_rank within
      * its stage, and its world communicator orders the stages (PP outermost). */
     ex->grid.stage = ex->planes.world.rank / per_stage;
-    ex->grid.dp_rank = cfg->dp_rank >= 0 ? cfg->dp_rank : ex->planes.world.rank % per_stage / ex->grid.tp;
+    ex->grid.dp_rank =
+        cfg->dp_rank >= 0 ? cfg->dp_rank : ex->planes.world.rank % per_stage / ex->grid.tp;
     ex->grid.tp_rank = cfg->tp_rank >= 0 ? cfg->tp_rank : ex->planes.world.rank % ex->grid.tp;
     if (ex->grid.dp_rank >= ex->grid.dp || ex->grid.tp_rank >= ex->grid.tp)
         return cz__error_set(err, CZ_EMISMATCH,
@@ -286,11 +290,12 @@ static int open_subplanes(cz_executor *ex, const cz_exec_config *cfg, cz_error *
 {
     int rc;
     if ((rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->planes.world, CZ_COMM_DP,
-                                ex->grid.stage * ex->grid.tp + ex->grid.tp_rank, ex->grid.dp_rank, &ex->planes.dp,
-                                err)) != CZ_OK)
+                                ex->grid.stage * ex->grid.tp + ex->grid.tp_rank, ex->grid.dp_rank,
+                                &ex->planes.dp, err)) != CZ_OK)
         return rc;
     return cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->planes.world, CZ_COMM_TP,
-                             ex->grid.stage * ex->grid.dp + ex->grid.dp_rank, ex->grid.tp_rank, &ex->planes.tp, err);
+                             ex->grid.stage * ex->grid.dp + ex->grid.dp_rank, ex->grid.tp_rank,
+                             &ex->planes.tp, err);
 }
 
 /* The expert-DP plane (the ranks of one stage with equal EP and ETP rank, ordered by expert-DP
@@ -301,11 +306,13 @@ static int open_expert_planes(cz_executor *ex, const cz_exec_config *cfg, cz_err
 {
     int rc;
     if ((rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->planes.world, CZ_COMM_WORLD,
-                                (ex->grid.stage * ex->grid.ep + ex->grid.ep_rank) * ex->grid.etp + ex->grid.etp_rank,
+                                (ex->grid.stage * ex->grid.ep + ex->grid.ep_rank) * ex->grid.etp +
+                                    ex->grid.etp_rank,
                                 ex->grid.edp_rank, &ex->planes.edp, err)) != CZ_OK)
         return rc;
     return cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->planes.world, CZ_COMM_WORLD,
-                             (ex->grid.stage * ex->grid.edp + ex->grid.edp_rank) * ex->grid.ep + ex->grid.ep_rank,
+                             (ex->grid.stage * ex->grid.edp + ex->grid.edp_rank) * ex->grid.ep +
+                                 ex->grid.ep_rank,
                              ex->grid.etp_rank, &ex->planes.etp, err);
 }
 
@@ -363,8 +370,11 @@ static int setup(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
     if ((rc = cz__comm_reserve(ex->comm, &ex->planes.dp, ex->plan, err)) != CZ_OK)
         return rc;
     /* Schedules are stage-major, one per (stage, DP rank) (the plan check counted them). */
-    ex->schedule = &ex->plan->schedules[(size_t)ex->grid.stage * (size_t)ex->grid.dp + (size_t)ex->grid.dp_rank];
-    CZ_ASSERT(ex->schedule->stage == ex->grid.stage && ex->schedule->dp_rank == ex->grid.dp_rank, err);
+    ex->schedule =
+        &ex->plan
+             ->schedules[(size_t)ex->grid.stage * (size_t)ex->grid.dp + (size_t)ex->grid.dp_rank];
+    CZ_ASSERT(ex->schedule->stage == ex->grid.stage && ex->schedule->dp_rank == ex->grid.dp_rank,
+              err);
     return alloc_state(ex, err);
 }
 
@@ -398,8 +408,8 @@ int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *ow
 
     /* The communicator comes first: without it the ranks cannot agree on failure. A failure
      * before it (pre_rc: the plan did not load) is the one to report, code and message. */
-    if ((rc = cz__comm_open(cfg, &ex->ctrl, &ex->planes.world, &ex->comm, pre_rc ? &ignored : err)) !=
-        CZ_OK) {
+    if ((rc = cz__comm_open(cfg, &ex->ctrl, &ex->planes.world, &ex->comm,
+                            pre_rc ? &ignored : err)) != CZ_OK) {
         rc = pre_rc ? pre_rc : rc;
         goto done;
     }

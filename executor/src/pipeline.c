@@ -325,8 +325,8 @@ static int map_unpack(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_err
         const hpart *h = &pg->hosted[k];
         /* The message of a replicated part is the part itself. */
         if (replicated(h->p) &&
-            (rc = cz__region_runs(h->p, tp, me, &h->x.part, h->off, ex->held.param_off[h->p->id], 1, 1,
-                                  l, err)) != CZ_OK)
+            (rc = cz__region_runs(h->p, tp, me, &h->x.part, h->off, ex->held.param_off[h->p->id], 1,
+                                  1, l, err)) != CZ_OK)
             return rc;
     }
     return make_runs(ex, l, &pg->unpack_local, err);
@@ -373,8 +373,8 @@ static int map_apply(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_erro
                 continue;
             const cz_plan_param *p = &ex->plan->params[x->param];
             cz_run_list lp = {0};
-            if ((rc = cz__region_runs(p, tp, me, &x->part, upos, ex->held.param_off[p->id], 1, 0, &lp,
-                                      err)) != CZ_OK)
+            if ((rc = cz__region_runs(p, tp, me, &x->part, upos, ex->held.param_off[p->id], 1, 0,
+                                      &lp, err)) != CZ_OK)
                 goto fail;
             for (size_t k = 0; k < lp.n; k++)
                 if ((rc = cz__run_list_add(l, lp.v[k].dst, lp.v[k].src, lp.v[k].len, err)) != CZ_OK)
@@ -576,14 +576,14 @@ static int pipeline_open(cz_executor *ex, const cz_rank_schedule *rs, cz_plane *
 int cz__exec_pipeline_init(cz_executor *ex, cz_error *err)
 {
     int rc;
-    if ((rc = pipeline_open(ex, ex->schedule, &ex->planes.tp, ex->grid.tp, ex->grid.tp_rank, ex->grid.sc, &ex->pipe,
-                            err)) != CZ_OK)
+    if ((rc = pipeline_open(ex, ex->schedule, &ex->planes.tp, ex->grid.tp, ex->grid.tp_rank,
+                            ex->grid.sc, &ex->pipe, err)) != CZ_OK)
         return rc;
     /* An expert rank's micro-groups run over its ETP plane, after the DP rank's. */
     if (!ex->grid.experts)
         return CZ_OK;
-    return pipeline_open(ex, ex->expert_schedule, &ex->planes.etp, ex->grid.etp, ex->grid.etp_rank, ex->grid.sc,
-                         &ex->epipe, err);
+    return pipeline_open(ex, ex->expert_schedule, &ex->planes.etp, ex->grid.etp, ex->grid.etp_rank,
+                         ex->grid.sc, &ex->epipe, err);
 }
 
 static void pipeline_close(struct cz_pipeline *pp)

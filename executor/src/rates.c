@@ -79,7 +79,8 @@ int cz_executor_set_lr(cz_executor *ex, float matrix_lr, float adamw_lr, cz_erro
     ex->matrix_opt.ops->set_lr(&ex->matrix_opt, matrix_lr);
     ex->elem_opt.ops->set_lr(&ex->elem_opt, adamw_lr);
     for (size_t i = 0; i < ex->plan->nparams; i++)
-        ex->rates.param[i].lr = ex->plan->params[i].def.kind == CZ_KIND_MATRIX ? matrix_lr : adamw_lr;
+        ex->rates.param[i].lr =
+            ex->plan->params[i].def.kind == CZ_KIND_MATRIX ? matrix_lr : adamw_lr;
     note_uniform(ex);
     return CZ_OK;
 }
@@ -95,7 +96,8 @@ int cz_executor_set_weight_decay(cz_executor *ex, float matrix_wd, float adamw_w
     ex->matrix_opt.ops->set_weight_decay(&ex->matrix_opt, matrix_wd);
     ex->elem_opt.ops->set_weight_decay(&ex->elem_opt, adamw_wd);
     for (size_t i = 0; i < ex->plan->nparams; i++)
-        ex->rates.param[i].wd = ex->plan->params[i].def.kind == CZ_KIND_MATRIX ? matrix_wd : adamw_wd;
+        ex->rates.param[i].wd =
+            ex->plan->params[i].def.kind == CZ_KIND_MATRIX ? matrix_wd : adamw_wd;
     note_uniform(ex);
     return CZ_OK;
 }

@@ -85,10 +85,11 @@ static int grad_stats(cz_executor *ex, float *G, const char *unchanged, cz_error
     cz_compute *c = &ex->compute;
     for (int k = 0; k < ex->own.n; k++) {
         int i = ex->own.ids[k];
-        c->ops->sumsq(c, G + ex->held.param_off[i] + ex->own.piece_lo[i], ex->own.piece_len[i], &ex->own.stats[k]);
+        c->ops->sumsq(c, G + ex->held.param_off[i] + ex->own.piece_lo[i], ex->own.piece_len[i],
+                      &ex->own.stats[k]);
     }
-    int rc =
-        c->ops->download(c, ex->own.stats_host, ex->own.stats, (size_t)ex->own.n * sizeof(double), err);
+    int rc = c->ops->download(c, ex->own.stats_host, ex->own.stats,
+                              (size_t)ex->own.n * sizeof(double), err);
     if (rc)
         return rc;
     /* One control-plane reduction per step in the normal case: the norm's sum of squares, the
@@ -180,8 +181,8 @@ static int elementwise(cz_executor *ex, float *P, const float *G, bool *elem_don
  * (norm, finiteness, clipping), the elementwise optimizer, the matrix pipeline; the one sequence
  * of cz_executor_step and cz_executor_step_finish. *t gets the phases' times, the reduce-scatter's
  * counted from t0. */
-int cz__step_update_all(cz_executor *ex, float *P, float *G, const cz_step_early *early,
-                        double t0, cz_exec_timings *t, cz_error *err)
+int cz__step_update_all(cz_executor *ex, float *P, float *G, const cz_step_early *early, double t0,
+                        cz_exec_timings *t, cz_error *err)
 {
     int64_t step = ex->steps + 1;
     cz__comm_phase("gradient norm and finiteness check", step);

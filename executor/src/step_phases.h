@@ -48,7 +48,7 @@ typedef struct cz_step_early {
  * finiteness, clipping), the elementwise optimizer, the matrix pipeline; after early updates
  * (early non-NULL) only what they left. *t gets the phases' times, the reduce-scatter's
  * counted from t0. */
-int cz__step_update_all(cz_executor *ex, float *P, float *G, const cz_step_early *early,
-                        double t0, cz_exec_timings *t, cz_error *err);
+int cz__step_update_all(cz_executor *ex, float *P, float *G, const cz_step_early *early, double t0,
+                        cz_exec_timings *t, cz_error *err);
 
 #endif /* CZ_STEP_PHASES_H */
