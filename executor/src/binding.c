@@ -222,7 +222,7 @@ int cz__binding_check(cz_executor *ex, cz_error *err)
         return rc;
     /* First step: every rank confirms its binding so that a rank that failed to bind cannot
      * leave the others waiting in a collective. */
-    cz__comm_phase("first step: checking every rank's buffers", ex->steps + 1);
+    ex->phase = (cz_phase){"first step: checking every rank's buffers", ex->steps + 1};
     int64_t v = rc ? ex->ctrl.rank : INT64_MAX;
     cz_error tmp;
     int crc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &v, 1, &tmp);

@@ -424,7 +424,7 @@ static int ovl_run_early(cz_executor *ex, cz_error *err)
     float *G = cz__binding_grads(&ex->bind);
     double t0 = cz__exec_now();
     int rc = CZ_OK;
-    cz__comm_phase("bucket-wise step: early micro-group updates", ex->steps + 1);
+    ex->phase = (cz_phase){"bucket-wise step: early micro-group updates", ex->steps + 1};
     for (int64_t k; rc == CZ_OK && (k = cz__exec_early_next(ex)) < (int64_t)bs->next;)
         if ((rc = ovl_wait_reduced(ex, true, (size_t)k, err)) == CZ_OK)
             rc = cz__exec_early_run(ex, P, G, k, &bs->nearly, err);
@@ -467,7 +467,7 @@ int cz_executor_bucket_ready(cz_executor *ex, size_t bucket, cz_error *err)
             cz__binding_stage_in_param(ex, (size_t)bs->pidx[k], params);
     }
     bs->state[bucket] = CZ_OVL_DECLARED;
-    cz__comm_phase("bucket-wise step: gradient reduce-scatters posted", ex->steps + 1);
+    ex->phase = (cz_phase){"bucket-wise step: gradient reduce-scatters posted", ex->steps + 1};
     rc = ovl_post(ex, false, err);
     /* The job's later work waits for the staging and the posts only: early updates run beside
      * its backward pass (on a GPU stream of the executor's, ordered after the job's work so
@@ -512,7 +512,8 @@ static int ovl_finish(cz_executor *ex, cz_error *err)
             v[0] = (int64_t)b;
             v[1] = ex->ctrl.rank;
         }
-    cz__comm_phase("bucket-wise step: checking that every rank declared every bucket", step);
+    ex->phase =
+        (cz_phase){"bucket-wise step: checking that every rank declared every bucket", step};
     int rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, v, 2, err);
     if (rc)
         return rc;
@@ -529,7 +530,7 @@ static int ovl_finish(cz_executor *ex, cz_error *err)
     ex->bind.master_loaded = true;
     float *P = cz__binding_params(&ex->bind);
     float *G = cz__binding_grads(&ex->bind);
-    cz__comm_phase("bucket-wise step: waiting for the gradient reduce-scatters", step);
+    ex->phase = (cz_phase){"bucket-wise step: waiting for the gradient reduce-scatters", step};
     /* After early updates, the sequence runs what they left and its refusals say what they
      * changed (every early group has run by now). */
     cz_step_early early = {bs->elem_done, unchanged(ex)};
@@ -543,7 +544,7 @@ static int ovl_finish(cz_executor *ex, cz_error *err)
      * need), each completed by bucket_wait or the next step; with early updates, those they
      * did not post, in their order. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_params);
-    cz__comm_phase("bucket-wise step: parameter all-gathers posted", step);
+    ex->phase = (cz_phase){"bucket-wise step: parameter all-gathers posted", step};
     if (bs->early && (rc = ovl_post_rest(ex, P, err)) != CZ_OK)
         return rc;
     for (size_t b = plan->nbuckets; !bs->early && b-- > 0;)
@@ -584,7 +585,8 @@ int cz_executor_step_cancel(cz_executor *ex, cz_error *err)
     if (!bs || !bs->active)
         return CZ_OK;
     ex->compute.ops->step_begin(&ex->compute);
-    cz__comm_phase("bucket-wise step: cancelled, completing its reduce-scatters", ex->steps + 1);
+    ex->phase =
+        (cz_phase){"bucket-wise step: cancelled, completing its reduce-scatters", ex->steps + 1};
     int rc = ovl_drain(ex, err);
     ex->compute.ops->step_end(&ex->compute);
     const char *note = unchanged(ex);

@@ -686,7 +686,7 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
     int rc;
     if (!ex)
         return cz__error_set(err, CZ_EINVALID, "save_state: executor is NULL");
-    cz__comm_phase("saving the optimizer state", ex->steps);
+    ex->phase = (cz_phase){"saving the optimizer state", ex->steps};
     if (ex->bws_settle && (rc = ex->bws_settle(ex, "save_state", err)) != CZ_OK)
         return rc;
     rc = save_prepare(ex, path, &s, err);
@@ -1186,7 +1186,7 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
     int rc;
     if (!ex)
         return cz__error_set(err, CZ_EINVALID, "load_state: executor is NULL");
-    cz__comm_phase("loading the optimizer state", ex->steps);
+    ex->phase = (cz_phase){"loading the optimizer state", ex->steps};
     if (ex->bws_settle && (rc = ex->bws_settle(ex, "load_state", err)) != CZ_OK)
         return rc;
     rc = load_prepare(ex, path, &l, err);

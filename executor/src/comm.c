@@ -41,7 +41,6 @@ static int mpi_open(const cz_exec_config *cfg, cz_ctrl *ctrl, cz_plane *world, c
         return cz__error_set(err, CZ_EINVALID,
                              "comm backend 'mpi' needs MPI initialized before the executor is "
                              "created (or a build with CZ_WITH_MPI=ON)");
-    cz__comm_phase("creating the executor", -1);
     if ((rc = cz__ctrl_mpi_open(ctrl, cfg->world_comm,
                                 cz__comm_mpi_timeout(cfg, getenv("CZ_MPI_TIMEOUT_S")), err)) !=
         CZ_OK)
@@ -122,7 +121,6 @@ static int nccl_open(const cz_exec_config *cfg, cz_ctrl *ctrl, cz_plane *world, 
                              "(cz_exec_config.callbacks): initialize MPI or give the callbacks "
                              "before creating the executor");
     else {
-        cz__comm_phase("creating the executor", -1);
         rc = cz__ctrl_mpi_open(ctrl, cfg->world_comm,
                                cz__comm_mpi_timeout(cfg, getenv("CZ_MPI_TIMEOUT_S")), err);
     }
@@ -252,11 +250,6 @@ int cz__comm_plan_check(const cz_plan *plan, cz_error *err)
         }
     }
     return CZ_OK;
-}
-
-void cz__comm_phase(const char *what, int64_t step)
-{
-    cz__comm_mpi_phase(what, step);
 }
 
 double cz__comm_mpi_timeout(const cz_exec_config *cfg, const char *env)

@@ -28,6 +28,17 @@ typedef enum cz_comm_kind {
  * agreement, the step's NaN/Inf verdict), over MPI or whatever bootstraps the job. Blocking;
  * never carries parameter data. */
 typedef struct cz_ctrl cz_ctrl;
+
+/* What this rank is doing, named in the report of a stalled wait: `what` a string literal,
+ * `step` the optimizer step (-1: none). The executor owns one (cz_executor.phase), set as a
+ * step moves from phase to phase, and hands the control plane a pointer to it before it opens
+ * (cz_ctrl.phase); the planes opened from the control plane, and their splits, keep the same
+ * pointer. Like the rest of an executor, written and read by the one thread that drives it. */
+typedef struct cz_phase {
+    const char *what;
+    int64_t step;
+} cz_phase;
+
 typedef struct cz_ctrl_ops {
     cz_comm_kind kind;
     const char *name; /* for messages only */
@@ -43,6 +54,7 @@ struct cz_ctrl {
     const cz_ctrl_ops *ops;
     void *impl;
     int size, rank;
+    const cz_phase *phase; /* set before cz__comm_open (NULL: none to report) */
 };
 
 /* The data plane: the collectives of the step on backend memory, with size_t counts and a
@@ -167,9 +179,6 @@ int cz__comm_reserve(const cz_comm_backend *b, cz_plane *dp, const cz_plan *plan
 /* What every data plane needs of a plan: MPI's int counts and displacements (the limits of
  * the narrowest plane, so that a plan runs on any). */
 int cz__comm_plan_check(const cz_plan *plan, cz_error *err);
-/* What this process is doing, named in the report of a stalled MPI wait (what: a string
- * literal; step: the optimizer step, -1 for none). Nothing without MPI. */
-void cz__comm_phase(const char *what, int64_t step);
 /* The MPI planes' time limit: cz_exec_config.mpi_timeout_s when > 0 (a config of this
  * version), else the environment's CZ_MPI_TIMEOUT_S when it is a number > 0, else 1800 s. */
 double cz__comm_mpi_timeout(const cz_exec_config *cfg, const char *env);

@@ -28,6 +28,7 @@ typedef struct mpi_plane {
     cz_mpi_chan *chan; /* the control plane's diagnosis channel: owned there, borrowed here */
     bool owns_chan;
     double timeout_s;
+    const cz_phase *phase; /* the executor's, for the report of a stalled wait */
 } mpi_plane;
 
 /* Up to one send and one receive per peer, plus room for a collective. peer[k] is the plane
@@ -69,7 +70,7 @@ static int count_fits(size_t n, const char *what, cz_error *err)
 /* Waits for one collective posted on the plane, within the limit. */
 static int bounded(mpi_plane *h, MPI_Request *r, const char *op, cz_error *err)
 {
-    return cz__mpi_wait(h->chan, r, 1, h->comm, NULL, h->timeout_s, op, err);
+    return cz__mpi_wait(h->chan, r, 1, h->comm, NULL, h->timeout_s, h->phase, op, err);
 }
 
 /* A collective posted and waited for: rc is what posting it returned. */
@@ -294,7 +295,7 @@ static int mpi_wait(cz_plane *p, cz_comm_req *req, cz_error *err)
     mpi_plane *h = p->impl;
     char name[64];
     int rc = cz__mpi_wait(
-        h->chan, req->r, req->n, h->comm, req->peer, h->timeout_s,
+        h->chan, req->r, req->n, h->comm, req->peer, h->timeout_s, h->phase,
         op_name(p, "transfers (send/receive group or collective)", name, sizeof name), err);
     req->n = 0;
     return rc;
@@ -348,7 +349,7 @@ static void mpi_req_free(cz_plane *p, cz_comm_req *req)
 /* A plane (or the control plane) over dup, reporting stalls over chan with the limit of
  * `like` (NULL: chan and timeout_s as given). */
 static int wrap(void **impl, int *size, int *rank, MPI_Comm dup, const mpi_plane *like,
-                cz_mpi_chan *chan, double timeout_s, cz_error *err)
+                cz_mpi_chan *chan, double timeout_s, const cz_phase *phase, cz_error *err)
 {
     mpi_plane *h = cz__exec_calloc(1, sizeof *h);
     if (!h) {
@@ -359,6 +360,7 @@ static int wrap(void **impl, int *size, int *rank, MPI_Comm dup, const mpi_plane
     h->comm = dup;
     h->chan = like ? like->chan : chan;
     h->timeout_s = like ? like->timeout_s : timeout_s;
+    h->phase = like ? like->phase : phase;
     *impl = h;
     MPI_Comm_size(dup, size);
     MPI_Comm_rank(dup, rank);
@@ -384,7 +386,7 @@ static int mpi_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *e
         return mpi_fail(err, rc, "Comm_split");
     out->ops = &cz_plane_mpi_ops;
     out->compute = p->compute;
-    return wrap(&out->impl, &out->size, &out->rank, dup, h, NULL, 0.0, err);
+    return wrap(&out->impl, &out->size, &out->rank, dup, h, NULL, 0.0, NULL, err);
 }
 
 static void mpi_close(cz_plane *p)
@@ -424,15 +426,16 @@ bool cz__comm_mpi_available(void)
 }
 
 /* Duplicates the communicator at handle (NULL: MPI_COMM_WORLD), within the limit. */
-static int dup_handle(const void *handle, cz_mpi_chan *chan, double timeout_s, MPI_Comm *dup,
-                      cz_error *err)
+static int dup_handle(const void *handle, cz_mpi_chan *chan, double timeout_s,
+                      const cz_phase *phase, MPI_Comm *dup, cz_error *err)
 {
     MPI_Comm src = handle ? *(const MPI_Comm *)handle : MPI_COMM_WORLD;
     MPI_Request r;
     int rc = MPI_Comm_idup(src, dup, &r);
     if (rc != MPI_SUCCESS)
         return mpi_fail(err, rc, "Comm_idup");
-    return cz__mpi_wait(chan, &r, 1, src, NULL, timeout_s, "duplicating a communicator", err);
+    return cz__mpi_wait(chan, &r, 1, src, NULL, timeout_s, phase, "duplicating a communicator",
+                        err);
 }
 
 int cz__ctrl_mpi_open(cz_ctrl *c, const void *handle, double timeout_s, cz_error *err)
@@ -440,11 +443,12 @@ int cz__ctrl_mpi_open(cz_ctrl *c, const void *handle, double timeout_s, cz_error
     MPI_Comm src = handle ? *(const MPI_Comm *)handle : MPI_COMM_WORLD, dup;
     cz_mpi_chan *chan = NULL;
     int rc;
-    if ((rc = cz__mpi_chan_open(&chan, src, timeout_s, err)) != CZ_OK ||
-        (rc = dup_handle(handle, chan, timeout_s, &dup, err)) != CZ_OK)
+    if ((rc = cz__mpi_chan_open(&chan, src, timeout_s, c->phase, err)) != CZ_OK ||
+        (rc = dup_handle(handle, chan, timeout_s, c->phase, &dup, err)) != CZ_OK)
         goto done;
     c->ops = &cz_ctrl_mpi_ops;
-    if ((rc = wrap(&c->impl, &c->size, &c->rank, dup, NULL, chan, timeout_s, err)) != CZ_OK)
+    if ((rc = wrap(&c->impl, &c->size, &c->rank, dup, NULL, chan, timeout_s, c->phase, err)) !=
+        CZ_OK)
         goto done;
     ((mpi_plane *)c->impl)->owns_chan = true;
     chan = NULL; /* the plane owns it now */
@@ -458,16 +462,12 @@ int cz__plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_
     const mpi_plane *like = ctrl && ctrl->ops && ctrl->ops->kind == CZ_COMM_MPI ? ctrl->impl : NULL;
     double timeout_s = like ? like->timeout_s : CZ_MPI_DEFAULT_TIMEOUT_S;
     MPI_Comm dup;
-    int rc = dup_handle(handle, like ? like->chan : NULL, timeout_s, &dup, err);
+    int rc = dup_handle(handle, like ? like->chan : NULL, timeout_s, like ? like->phase : NULL,
+                        &dup, err);
     if (rc)
         return rc;
     p->ops = &cz_plane_mpi_ops;
-    return wrap(&p->impl, &p->size, &p->rank, dup, like, NULL, timeout_s, err);
-}
-
-void cz__comm_mpi_phase(const char *what, int64_t step)
-{
-    cz__mpi_watch_phase(what, step);
+    return wrap(&p->impl, &p->size, &p->rank, dup, like, NULL, timeout_s, NULL, err);
 }
 
 #else /* !CZ_HAVE_MPI */
@@ -493,12 +493,6 @@ int cz__plane_mpi_open(cz_plane *p, const void *handle, const cz_ctrl *ctrl, cz_
     (void)ctrl;
     return cz__error_set(err, CZ_EUNSUPPORTED,
                          "comm backend 'mpi' is not available: built with CZ_WITH_MPI=OFF");
-}
-
-void cz__comm_mpi_phase(const char *what, int64_t step)
-{
-    (void)what;
-    (void)step;
 }
 
 #endif

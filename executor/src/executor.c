@@ -405,6 +405,9 @@ int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *ow
     ex->cfg = *cfg;
     ex->grid.dp_rank = ex->grid.tp_rank = -1;
     ex->grad_norm = NAN;
+    /* Every wait of the planes names what this executor is doing in its report of a stall. */
+    ex->phase = (cz_phase){"creating the executor", -1};
+    ex->ctrl.phase = &ex->phase;
 
     /* The communicator comes first: without it the ranks cannot agree on failure. A failure
      * before it (pre_rc: the plan did not load) is the one to report, code and message. */

@@ -102,6 +102,7 @@ struct cz_executor {
     cz_compute compute;
     const cz_comm_backend *comm; /* the comm backend the planes are of (comm.c) */
     cz_ctrl ctrl;                /* control plane over the world */
+    cz_phase phase;              /* what this rank is doing, for the planes' reports (comm.h) */
     cz_exec_planes planes;
     cz_exec_grid grid;
     const cz_rank_schedule *schedule;        /* my DP rank's */

@@ -9,8 +9,12 @@
  *   - a rank in the diagnosis answers every request it receives, and collects answers until
  *     all came or the grace ran out; whoever did not answer is stopped, dead, or busy outside
  *     canzona, and is what the live ranks were waiting for.
- * One process-wide state: MPI's progress is process-wide too, and a rank must answer whatever
- * channel a request comes on, whichever of its waits it is in. */
+ * One process-wide state (the channels and whether a wait has stopped): MPI's progress is
+ * process-wide too, and a rank must answer whatever channel a request comes on, whichever of
+ * its waits it is in. What the rank is doing is not part of it: each wait is handed the phase
+ * of the executor (or of canzona-bench) it serves. Not thread-safe: the executor's threading
+ * rule (canzona_exec.h, one thread drives an executor) extends to every executor of the
+ * process, as MPI's progress does under MPI_THREAD_FUNNELED. */
 #include "alloc.h"
 #include "cz_format.h"
 
@@ -43,14 +47,12 @@ typedef struct diag_msg {
 static struct {
     cz_mpi_chan *chans[CZ_MAX_CHANNELS];
     int nchans;
-    const char *phase;
-    int64_t step;
     bool broken;
     diag_msg me;             /* sent by every request and answer; fixed once broken */
     cz_mpi_chan *asked;      /* the channel of this rank's diagnosis, for settle */
     unsigned char *answered; /* per rank of it: 1 when that rank answered */
     double grace;
-} g = {.step = -1};
+} g;
 
 static double now(void)
 {
@@ -76,12 +78,6 @@ static double grace_of(double timeout_s)
 {
     double s = timeout_s / 2;
     return s < 30.0 ? s : 30.0;
-}
-
-void cz__mpi_watch_phase(const char *what, int64_t step)
-{
-    g.phase = what;
-    g.step = step;
 }
 
 bool cz__mpi_watch_broken(void)
@@ -124,7 +120,8 @@ static void answer_requests(const cz_mpi_chan *ch, int *from)
         }
 }
 
-int cz__mpi_chan_open(cz_mpi_chan **out, MPI_Comm world, double timeout_s, cz_error *err)
+int cz__mpi_chan_open(cz_mpi_chan **out, MPI_Comm world, double timeout_s, const cz_phase *phase,
+                      cz_error *err)
 {
     *out = NULL;
     for (int c = 0; c < g.nchans; c++) {
@@ -146,7 +143,7 @@ int cz__mpi_chan_open(cz_mpi_chan **out, MPI_Comm world, double timeout_s, cz_er
     MPI_Request r;
     int rc = MPI_Comm_idup(world, &ch->comm, &r);
     if (rc == MPI_SUCCESS)
-        rc = cz__mpi_wait(g.nchans ? g.chans[0] : NULL, &r, 1, world, NULL, timeout_s,
+        rc = cz__mpi_wait(g.nchans ? g.chans[0] : NULL, &r, 1, world, NULL, timeout_s, phase,
                           "duplicating the world communicator", err);
     else
         rc = cz__error_set(err, CZ_EIO, "MPI_Comm_idup failed");
@@ -254,28 +251,29 @@ out:
 
 /* What this rank will tell the others from now on (fixed: requests and answers in flight
  * send this buffer). */
-static void fill_me(const char *what)
+static void fill_me(const cz_phase *phase, const char *what)
 {
     if (g.broken)
         return;
-    snprintf(g.me.phase, sizeof g.me.phase, "%s", g.phase ? g.phase : "outside a step");
+    snprintf(g.me.phase, sizeof g.me.phase, "%s",
+             phase && phase->what ? phase->what : "outside a step");
     snprintf(g.me.what, sizeof g.me.what, "%s", what);
-    g.me.step = g.step;
+    g.me.step = phase && phase->what ? phase->step : -1;
     g.broken = true;
 }
 
 /* The report of a wait that stopped after `waited` seconds: for the lapse of the limit, or
  * (noticed) for another rank's request, rank `from` of ch when known. */
 static int diagnose(cz_mpi_chan *ch, MPI_Request *r, int n, MPI_Comm comm, const int *peers,
-                    double waited, double timeout_s, bool noticed, int from, const char *what,
-                    cz_error *err)
+                    double waited, double timeout_s, bool noticed, int from, const cz_phase *phase,
+                    const char *what, cz_error *err)
 {
     if (!ch && g.nchans)
         ch = g.chans[0];
-    fill_me(what);
+    fill_me(phase, what);
     char where[192];
-    if (g.step >= 0)
-        snprintf(where, sizeof where, "step %lld (%s), %s", (long long)g.step, g.me.phase, what);
+    if (g.me.step >= 0)
+        snprintf(where, sizeof where, "step %lld (%s), %s", (long long)g.me.step, g.me.phase, what);
     else
         snprintf(where, sizeof where, "%s, %s", g.me.phase, what);
     char head[320];
@@ -371,7 +369,7 @@ static int diagnose(cz_mpi_chan *ch, MPI_Request *r, int n, MPI_Comm comm, const
 }
 
 int cz__mpi_wait(cz_mpi_chan *ch, MPI_Request *r, int n, MPI_Comm comm, const int *peers,
-                 double timeout_s, const char *what, cz_error *err)
+                 double timeout_s, const cz_phase *phase, const char *what, cz_error *err)
 {
     if (n <= 0)
         return CZ_OK;
@@ -388,13 +386,15 @@ int cz__mpi_wait(cz_mpi_chan *ch, MPI_Request *r, int n, MPI_Comm comm, const in
         if (first)
             start = t;
         if (t - start >= timeout_s)
-            return diagnose(ch, r, n, comm, peers, t - start, timeout_s, false, -1, what, err);
+            return diagnose(ch, r, n, comm, peers, t - start, timeout_s, false, -1, phase, what,
+                            err);
         if (request_waiting()) {
             int from = -1;
             cz_mpi_chan *on = ch ? ch : g.nchans ? g.chans[0] : NULL;
-            fill_me(what);
+            fill_me(phase, what);
             answer_requests(on, &from);
-            return diagnose(on, r, n, comm, peers, t - start, timeout_s, true, from, what, err);
+            return diagnose(on, r, n, comm, peers, t - start, timeout_s, true, from, phase, what,
+                            err);
         }
         pause_for(t - start);
         rc = MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);

@@ -19,6 +19,7 @@
 #define CZ_MPI_WATCH_H
 
 #include "canzona.h"
+#include "comm.h"
 
 #include <mpi.h>
 #include <stdbool.h>
@@ -33,22 +34,21 @@
  * executor's), reference-counted. */
 typedef struct cz_mpi_chan cz_mpi_chan;
 
-/* Opens (collective over world, bounded by timeout_s) or shares the channel of world. */
-int cz__mpi_chan_open(cz_mpi_chan **out, MPI_Comm world, double timeout_s, cz_error *err);
+/* Opens (collective over world, bounded by timeout_s; phase: as cz__mpi_wait's) or shares the
+ * channel of world. */
+int cz__mpi_chan_open(cz_mpi_chan **out, MPI_Comm world, double timeout_s, const cz_phase *phase,
+                      cz_error *err);
 /* Drops a reference; the last one frees the channel's communicator. NULL is allowed. */
 void cz__mpi_chan_close(cz_mpi_chan *ch);
-
-/* What this process is doing, for the report: `what` must outlive the phase (a string
- * literal), step is the optimizer step (-1: none). */
-void cz__mpi_watch_phase(const char *what, int64_t step);
 
 /* Waits for n requests posted on comm until all complete (CZ_OK), MPI fails (CZ_EIO), or no
  * request completes for timeout_s seconds, or another rank reports a stall: then the ranks are
  * asked over ch (NULL: none yet, the report cannot name ranks) and CZ_ETIMEOUT is returned with
  * the report. peers[k] is the rank in comm that request k waits for, -1 for a collective (all
- * of comm); peers NULL = all collective. what names the operation ("DP reduce-scatter"). */
+ * of comm); peers NULL = all collective. phase is what the caller is doing, read when the
+ * report is made (NULL: "outside a step"); what names the operation ("DP reduce-scatter"). */
 int cz__mpi_wait(cz_mpi_chan *ch, MPI_Request *r, int n, MPI_Comm comm, const int *peers,
-                 double timeout_s, const char *what, cz_error *err);
+                 double timeout_s, const cz_phase *phase, const char *what, cz_error *err);
 
 /* True once a wait has timed out or stopped for another rank's report in this process. */
 bool cz__mpi_watch_broken(void);

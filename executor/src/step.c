@@ -148,7 +148,7 @@ void cz__step_count(cz_executor *ex, cz_exec_timings *t)
 {
     t->total = t->reduce_scatter + t->elementwise + t->matrix + t->all_gather;
     ex->steps++;
-    cz__comm_phase("after the step", ex->steps);
+    ex->phase = (cz_phase){"after the step", ex->steps};
     t->steps = ex->steps;
     ex->last = *t;
 }
@@ -185,7 +185,7 @@ int cz__step_update_all(cz_executor *ex, float *P, float *G, const cz_step_early
                         cz_exec_timings *t, cz_error *err)
 {
     int64_t step = ex->steps + 1;
-    cz__comm_phase("gradient norm and finiteness check", step);
+    ex->phase = (cz_phase){"gradient norm and finiteness check", step};
     int rc = grad_stats(ex, G, early ? early->unchanged : "no parameter was changed", err);
     if (rc)
         return rc;
@@ -197,7 +197,7 @@ int cz__step_update_all(cz_executor *ex, float *P, float *G, const cz_step_early
     t0 = cz__exec_now();
     t->elementwise = t0 - t1;
 
-    cz__comm_phase("micro-group pipeline of the matrix updates", step);
+    ex->phase = (cz_phase){"micro-group pipeline of the matrix updates", step};
     if ((rc = cz__exec_matrix_pipeline(ex, P, G, early != NULL, err)) != CZ_OK)
         return rc;
     t->matrix = cz__exec_now() - t0;
@@ -261,7 +261,7 @@ static int run_step(cz_executor *ex, cz_error *err)
     }
     /* The reduce-scatter reads the gradients once every op before (staging) is done. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_grads);
-    cz__comm_phase("gradient reduce-scatter", step);
+    ex->phase = (cz_phase){"gradient reduce-scatter", step};
     rc = reduce_scatter(ex, G, err);
     if (rc != CZ_OK || (rc = cz__step_update_all(ex, P, G, NULL, t0, &t, err)) != CZ_OK)
         return rc;
@@ -269,7 +269,7 @@ static int run_step(cz_executor *ex, cz_error *err)
 
     /* The all-gather reads the parameters once every update (both optimizers') is applied. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_params);
-    cz__comm_phase("parameter all-gather", step);
+    ex->phase = (cz_phase){"parameter all-gather", step};
     if ((rc = all_gather(ex, P, err)) != CZ_OK)
         return rc;
     if (ex->bind.staged)

@@ -45,6 +45,9 @@ static int g_rank;
  * the same report channel: the executor's world is MPI_COMM_WORLD, so they share it. */
 static cz_mpi_chan *g_chan;
 static double g_timeout;
+/* What the bench is doing, named by the report of one of its own waits that stalls (the
+ * executor's waits name the executor's phase). */
+static cz_phase g_phase;
 
 /* A rank that dies (killed, crashed) ends the job through mpirun, which terminates the other
  * ranks: each says so, with the step it was in, before it goes (mpirun's own message names
@@ -101,7 +104,7 @@ static void stop_if_stalled(int rc, const cz_error *err)
 static void bench_wait(MPI_Request *r, MPI_Comm comm, const char *what)
 {
     cz_error err;
-    if (cz__mpi_wait(g_chan, r, 1, comm, NULL, g_timeout, what, &err))
+    if (cz__mpi_wait(g_chan, r, 1, comm, NULL, g_timeout, &g_phase, what, &err))
         stalled(&err);
 }
 
@@ -1368,8 +1371,8 @@ int main(int argc, char **argv)
         g_term_len = sizeof g_term_msg - 1;
     signal(SIGTERM, on_term);
     g_timeout = cz__comm_mpi_timeout(NULL, getenv("CZ_MPI_TIMEOUT_S"));
-    cz__mpi_watch_phase("canzona-bench, starting", -1);
-    if (cz__mpi_chan_open(&g_chan, MPI_COMM_WORLD, g_timeout, &err))
+    g_phase = (cz_phase){"canzona-bench, starting", -1};
+    if (cz__mpi_chan_open(&g_chan, MPI_COMM_WORLD, g_timeout, &g_phase, &err))
         stalled(&err);
     char opt_msg[sizeof err.message] = "";
     int prc = parse(argc, argv, &o, opt_msg, sizeof opt_msg);
@@ -1518,7 +1521,7 @@ int main(int argc, char **argv)
             dev_after_first = bench_gpu_alloc_count();
         }
         g_step_now = s + 1;
-        cz__mpi_watch_phase("canzona-bench, reading the step's gradients", s + 1);
+        g_phase = (cz_phase){"canzona-bench, reading the step's gradients", s + 1};
         rc = fill_grads(&o, plan, &place, s, G, &err);
         if (any_failed(rc, &err, "reading the gradients"))
             goto done;
@@ -1539,7 +1542,7 @@ int main(int argc, char **argv)
         if (cuda && any_failed(bench_gpu_copy(gpu.grads, hostG, bytes, 1, &err), &err,
                                "uploading the gradients"))
             goto done;
-        cz__mpi_watch_phase("canzona-bench, before the step", s + 1);
+        g_phase = (cz_phase){"canzona-bench, before the step", s + 1};
         bench_barrier(MPI_COMM_WORLD, "canzona-bench's barrier before a step");
         size_t held = 0;
         for (size_t b = 0; b < cz_executor_bucket_count(ex); b++)
@@ -1570,7 +1573,7 @@ int main(int argc, char **argv)
                              t.all_gather,     t.total,       wall},
                mx[NPHASES];
         /* A step lasts as long as its slowest rank. */
-        cz__mpi_watch_phase("canzona-bench, timing the step", s + 1);
+        g_phase = (cz_phase){"canzona-bench, timing the step", s + 1};
         bench_allreduce(v, mx, NPHASES, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD,
                         "canzona-bench's step timings");
         for (int k = 0; k < NPHASES; k++)
@@ -1584,7 +1587,7 @@ int main(int argc, char **argv)
             P[k] = cz__f32_from_bf16(Pb[k]);
     /* Steps after the first must allocate nothing (every executor allocation is counted). */
     uint64_t step_allocs = total > 1 ? cz__exec_alloc_count() - allocs_after_first : 0, max_allocs;
-    cz__mpi_watch_phase("canzona-bench, after the steps", -1);
+    g_phase = (cz_phase){"canzona-bench, after the steps", -1};
     bench_allreduce(&step_allocs, &max_allocs, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD,
                     "canzona-bench's allocation count");
     /* And no device allocation (cudaMalloc and kin, counted by the GPU plugin). */
