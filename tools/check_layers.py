@@ -39,13 +39,16 @@ the including file's own folder first; angle-bracket includes are system headers
            names none. A name that a shared header also declares (the opaque cz_event a
            backend completes) is the seam's, and the compute ops named after the math they do
            (the adamw op, cz_adamw_args) are the compute seam's, not AdamW's.
-  calls    No cycle between the executor's .c files through their calls: a file depends on
-           another when it uses a function or global the other defines without static. Calls
-           through a seam's table (ops->f) are not edges: the table is how a seam calls back
-           without depending on its implementations. The GPU plugin (cuda/, nccl/) is linked
-           apart, so its files resolve a name to the plugin's own definition first. Limits: a
-           call made inside a static inline function of a header, or hidden in a macro defined
-           in a header, is not seen (the executor's headers have none that call another file).
+  calls    No cycle between the .c files of planner/ and executor/ through their calls: a file
+           depends on another when it uses a function or global the other defines without
+           static, resolved within the link units it reaches (CALL_UNITS): planner/format
+           alone; planner/lib, then the format; planner/cli, then planner/lib, then the
+           format; the executor, then the format; the GPU plugin (cuda/, nccl/, linked apart),
+           then the executor, then the format. A name a file defines static itself is its own.
+           Calls through a seam's table (ops->f) are not edges: the table is how a seam calls
+           back without depending on its implementations. Limits: a call made inside a static
+           inline function of a header, or hidden in a macro defined in a header, is not seen
+           (no header of these folders has one that calls another file).
   errors   One error idiom in planner/ and executor/src/ (docs/ARCHITECTURE.md, "Errors"): no
            `if (!rc) rc = call(...)` / `if (rc == CZ_OK && ...) rc = call(...)` ladder, which
            carries a failure down every later line instead of leaving at once
@@ -54,9 +57,18 @@ the including file's own folder first; angle-bracket includes are system headers
            statement (or a block's first statement) assigns rc from a call. Keeping the first
            of two failures (`rc = rc != CZ_OK ? rc : erc;`) is no call and is not flagged.
 
+  length   No function in planner/lib/, planner/format/ or executor/src/ (its .c and .cu
+           files, the GPU plugin's included) is over 150 lines (docs/ARCHITECTURE.md,
+           "Function length"), counted from the line of its body's opening brace to the line
+           of its closing brace, both included. A function is a brace at file scope (extern "C"
+           and namespace braces are not scopes) that follows a closing parenthesis.
+
 Usage: check_layers.py [ROOT]      (default: the source tree this script is in)
        check_layers.py --self-test (proves each rule catches a planted violation and passes a
                                     clean tree)
+       check_layers.py --longest N [FOLDER]
+                                   (prints the N longest functions of rule length's scope, or
+                                    of FOLDER, as the rows of docs/ARCHITECTURE.md's table)
 Prints each violation as RULE: FILE:LINE: what, and exits 1 when there is one.
 """
 import os
@@ -73,8 +85,17 @@ CYCLE_SCOPE = ("planner/format/", "planner/lib/", "planner/include/", "executor/
 INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 
 
+_STRIPPED = {}  # text -> its stripped form: every rule strips the same files
+
+
 def strip_comments_and_strings(text):
     """Blanks comments and string literals, keeping line breaks so line numbers stay right."""
+    if text not in _STRIPPED:
+        _STRIPPED[text] = _strip(text)
+    return _STRIPPED[text]
+
+
+def _strip(text):
     out, i, n = [], 0, len(text)
     while i < n:
         if text.startswith("//", i):
@@ -469,32 +490,50 @@ def check_seams(root, files):
     return bad
 
 
-# ---- rule calls: no cycle between the executor's .c files through their calls ----
+# ---- rule calls: no cycle between the .c files of planner/ or executor/ through their calls ----
+# Each link unit and the units it links, in the order a name resolves: a file's own unit first.
+# The executor links the format too, but the format calls nothing back, so it adds no edge.
+CALL_UNITS = (  # (unit, its folders, the units it reaches)
+    ("format", ("planner/format/",), ("format",)),
+    ("lib", ("planner/lib/",), ("lib", "format")),
+    ("cli", ("planner/cli/",), ("cli", "lib", "format")),
+    ("plugin", (EXEC + "cuda/", EXEC + "nccl/"), ("plugin", "exec", "format")),
+    ("exec", (EXEC,), ("exec", "format")),
+)
+
+
+def call_unit(f):
+    for unit, folders, reach in CALL_UNITS:
+        if f.startswith(folders):
+            return unit, reach
+    return None, ()
+
+
 def check_calls(root, files):
     """A file calls (or refers to) another when it uses a function or global that the other
-    defines without static. Calls through the seams' tables (ops->f) are not edges: a table is
-    how a seam calls back without depending on its implementations. The GPU plugin (cuda/,
-    nccl/) is linked apart: its files resolve a name to the plugin's definition first."""
-    plugin = (EXEC + "cuda/", EXEC + "nccl/")
-    units = [f for f in files if f.startswith(EXEC) and f.endswith((".c", ".cu"))]
-    defs, code = {}, {}
+    defines without static, in a unit it links. Calls through the seams' tables (ops->f) are
+    not edges: a table is how a seam calls back without depending on its implementations. A
+    name a file defines static itself is its own."""
+    units = [f for f in files if f.endswith((".c", ".cu")) and call_unit(f)[0]]
+    defs, code, own_static = {}, {}, {}
     for f in units:
         with open(os.path.join(root, f), errors="replace") as fh:
             text = fh.read()
         code[f] = strip_comments_and_strings(text)
         for _, name in toplevel_definitions(text):
             defs.setdefault(name, []).append(f)
+        own_static[f] = {name for name, _, _, static in function_bodies(text) if static}
     graph = {}
     for f in units:
+        _, reach = call_unit(f)
         used = set(IDENT.findall(code[f])) & set(defs)
-        for name in sorted(used):
+        for name in sorted(used - own_static[f]):
             if f in defs[name]:
                 continue
-            cands = defs[name]
-            if f.startswith(plugin):
-                cands = [d for d in cands if d.startswith(plugin)] or cands
-            else:
-                cands = [d for d in cands if not d.startswith(plugin)]
+            for unit in reach:  # the first unit in reach that defines it
+                cands = [d for d in defs[name] if call_unit(d)[0] == unit]
+                if cands:
+                    break
             if len(cands) == 1:
                 graph.setdefault(f, {}).setdefault(cands[0], name)
     bad, state, stack = [], {}, []
@@ -517,6 +556,74 @@ def check_calls(root, files):
         if state.get(f) is None:
             visit(f)
     return bad
+
+
+# ---- rule length: no function over LENGTH_LIMIT lines in the libraries ----
+LENGTH_LIMIT = 150
+LENGTH_SCOPE = ("planner/lib/", "planner/format/", EXEC)
+
+
+def blank_preprocessor(code):
+    """Preprocessor lines (with their continuations) blanked, line breaks kept."""
+    return re.sub(r"(?m)^[ \t]*#(?:[^\n]*\\\n)*[^\n]*",
+                  lambda m: "\n" * m.group(0).count("\n"), code)
+
+
+def function_bodies(text):
+    """(name, line of the opening brace, line of the closing brace, static) of every function
+    defined at file scope: a brace at file scope that follows a closing parenthesis, the
+    function's name the identifier before the matching open one. The braces of a CUDA file's
+    extern "C" { } and namespace { } enclose file-scope definitions."""
+    code = blank_preprocessor(strip_comments_and_strings(text))
+    out, depth, opened, current = [], 0, [], None
+    for i, c in enumerate(code):
+        if c == "{":
+            before = code[max(0, i - 400):i].rstrip()
+            linkage = depth == 0 and bool(
+                re.search(r'(?:\bextern\s*"\s*"|\bnamespace(?:\s+\w+)?)$', before))
+            opened.append(linkage)
+            if linkage:
+                continue
+            before = code[:i].rstrip() if depth == 0 else ""
+            if before.endswith(")"):
+                j, d = len(before) - 1, 0
+                while j >= 0:
+                    d += before[j] == ")"
+                    d -= before[j] == "("
+                    if d == 0:
+                        break
+                    j -= 1
+                m = re.search(r"([A-Za-z_]\w*)\s*$", before[:j])
+                if m:
+                    decl = before[max(before.rfind(";", 0, j), before.rfind("}", 0, j)) + 1:j]
+                    current = (m.group(1), code.count("\n", 0, i) + 1, "static" in decl.split())
+            depth += 1
+        elif c == "}":
+            if opened and opened.pop():
+                continue
+            depth -= 1
+            if depth == 0 and current:
+                out.append((current[0], current[1], code.count("\n", 0, i) + 1, current[2]))
+                current = None
+    return out
+
+
+def function_lengths(root, files):
+    """(lines, name, file) of every function in LENGTH_SCOPE, the longest first; lines counts
+    from the line of the opening brace to the line of the closing one, both included."""
+    out = []
+    for f in files:
+        if f.startswith(LENGTH_SCOPE) and f.endswith((".c", ".cu")):
+            with open(os.path.join(root, f), errors="replace") as fh:
+                for name, first, last, _ in function_bodies(fh.read()):
+                    out.append((last - first + 1, name, f, first))
+    return sorted(out, key=lambda t: (-t[0], t[2], t[1]))
+
+
+def check_length(root, files):
+    return ["length: %s:%d: %s is %d lines (over %d, docs/ARCHITECTURE.md \"Function length\"); "
+            "split it by phase into static helpers" % (f, line, name, n, LENGTH_LIMIT)
+            for n, name, f, line in function_lengths(root, files) if n > LENGTH_LIMIT]
 
 
 # ---- rule errors: no `if (!rc) rc = ...` ladders ----
@@ -544,7 +651,7 @@ def check(root):
     index = header_index(files)
     return check_layers(root, files, index) + check_cycles(root, files, index) + \
         check_names(root, files) + check_seams(root, files) + check_calls(root, files) + \
-        check_errors(root, files)
+        check_errors(root, files) + check_length(root, files)
 
 
 # ---- self-test ------------------------------------------------------------------------------
@@ -610,6 +717,16 @@ CLEAN = {
                             "        goto done;\n    rc = rc != CZ_OK ? rc : erc;\n"
                             "    /* if (!rc) rc = c(); in a comment */\n"
                             "    if (rc == CZ_OK)\n        *out = v;\ndone:\n    return rc;\n}\n",
+    # The planner's files call each other one way, the CLI into the library; a name a file
+    # defines static itself is its own (cost_model.c's sim_run is no call of simulate.c).
+    "planner/lib/simulate.c": "int cz__sim_run(void)\n{\n    return cz__cost_of();\n}\n",
+    "planner/lib/cost_model.c": "static int cz__sim_run(void)\n{\n    return 1;\n}\n"
+                                "int cz__cost_of(void)\n{\n    return cz__sim_run();\n}\n",
+    "planner/cli/cmd_sim.c": "int cz_cmd_sim(void)\n{\n    return cz__sim_run();\n}\n",
+    # A function of exactly the limit, brace to brace, and a CUDA kernel inside a namespace.
+    "planner/lib/metrics.c": "static int f(int x)\n{\n" + "    x++;\n" * 147 + "    return x;\n}\n",
+    "executor/src/cuda/small.cu": "namespace\n{\n__global__ void k(float *x)\n{\n    *x = 0;\n}\n"
+                                  "} // namespace\n",
     "tools/bench/npy.c": '#include "cz_format.h"\n#include "canzona.h"\n',
     "tests/unit/test_cost.c": '#include "cz_types.h"\n#include "format_internal.h"\n',
     "build/junk.c": '#include "cz_types.h"\n',
@@ -650,7 +767,14 @@ PLANTED = {  # rule -> (file, content) that breaks only that rule
                                           "    return cz__exec_param_offset();\n}\n"),
               ("executor/src/cuda/kernels.cu", 'extern "C" {\nint cz__k_sum(void)\n{\n'
                                                "    return cz__k_norm();\n}\n"
-                                               '} // extern "C"\n')],
+                                               '} // extern "C"\n'),
+              ("planner/lib/cost_model.c", "int cz__cost_of(void)\n{\n    return cz__sim_run();\n}\n")],
+    "length": [("planner/lib/metrics.c", "static int f(int x)\n{\n" + "    x++;\n" * 148 +
+                "    return x;\n}\n"),
+               ("executor/src/cuda/small.cu", "namespace\n{\n__global__ void k(float *x)\n{\n" +
+                "    x[0] = 0;\n" * 150 + "}\n} // namespace\n"),
+               ("planner/format/plan_io.c", 'extern "C" {\nint cz_plan_read(void)\n{\n' +
+                "    return 0;\n" * 150 + "}\n}\n")],
 }
 
 
@@ -686,10 +810,26 @@ def self_test():
     return 0 if ok else 1
 
 
+def longest(root, count, under):
+    """Prints the count longest functions of rule length's scope (under a folder when given),
+    as the rows of docs/ARCHITECTURE.md's table."""
+    rows = [r for r in function_lengths(root, source_files(root)) if r[2].startswith(under)]
+    for n, name, f, line in rows[:count]:
+        print("| %d | `%s` | %s |" % (n, name, f))
+    return 0
+
+
 def main(argv):
     if argv[1:] == ["--self-test"]:
         return self_test()
-    root = argv[1] if len(argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(argv[0])))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(argv[0])))
+    if argv[1:2] == ["--longest"] and len(argv) in (3, 4) and argv[2].isdigit():
+        return longest(here, int(argv[2]), argv[3] if len(argv) == 4 else "")
+    if len(argv) > 2 or (len(argv) == 2 and argv[1].startswith("-")):
+        print("Usage: " + __doc__.split("Usage: ")[1].split("Prints each")[0].rstrip(),
+              file=sys.stderr)
+        return 2
+    root = argv[1] if len(argv) > 1 else here
     found = check(root)
     for v in found:
         print(v)
