@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fails when the source tree breaks the layering of docs/ARCHITECTURE.md.
+"""Fails when the source tree breaks the layering of docs/ARCHITECTURE.md or its docs name
+what does not exist.
 
 Rules (each file's quoted #include lines; a name is resolved to the project header of that name,
 the including file's own folder first; angle-bracket includes are system headers):
@@ -62,6 +63,28 @@ the including file's own folder first; angle-bracket includes are system headers
            "Function length"), counted from the line of its body's opening brace to the line
            of its closing brace, both included. A function is a brace at file scope (extern "C"
            and namespace braces are not scopes) that follows a closing parenthesis.
+  docs     README.md and docs/*.md name only files and cz_ symbols of the tree. A path is
+           (1) an inline code span or a link target (outside fenced code blocks) that is one
+           token of path characters and either has a '/' and starts at a top-level folder of
+           the tree (`executor/src/step.c`, `docs/PERF.md`, `planner/`), or has a '/', starts
+           at a folder name of the tree and ends in a source or doc extension (.c .h .cu .cuh
+           .py .sh .cmake .md .in .toml: `cuda/plugin.c`, `lib/metrics.c`), or is a bare file
+           name with such an extension (`executor.c`); (2) in prose and code blocks, a word
+           that starts at a top-level folder of the tree and a '/' (tools/package.sh). A path
+           exists when it names a file or folder from the root or from the doc's folder, or
+           (not starting at a top-level folder) the end of a path of the tree (a bare name: a
+           file of that name anywhere); a generated file counts when its template NAME.in
+           exists, a glob (`tests/unit/test_*.c`, `cpu-4-dp{2-tp2,4-tp1}.json`) when it
+           matches something, a bare header when the tree includes it as <NAME> (a system
+           header). Not paths: a token with a space, '$', '<' or '://', one starting with '-',
+           '.', '/' or '~', a line number's `:N` is dropped, and another project's file named
+           by its project's path (`megatron/core/optimizer/optimizer_config.py`: the first
+           folder is none of ours). A symbol is every cz_\w+ word of the doc's text (code
+           blocks included) but a pattern (a word ending in '_', or followed by '<' or '*':
+           cz_<noun>_<verb>, cz_cmd_*); it must be an identifier of the tree's code and build
+           files (C outside comments, string literals kept; Python, shell, CMake, JSON
+           anywhere). This rule lives here rather than in a script of its own because it
+           walks the same tree, strips C the same way and shares the self-test's harness.
 
 Usage: check_layers.py [ROOT]      (default: the source tree this script is in)
        check_layers.py --self-test (proves each rule catches a planted violation and passes a
@@ -576,7 +599,8 @@ def function_bodies(text):
     extern "C" { } and namespace { } enclose file-scope definitions."""
     code = blank_preprocessor(strip_comments_and_strings(text))
     out, depth, opened, current = [], 0, [], None
-    for i, c in enumerate(code):
+    for brace in re.finditer(r"[{}]", code):
+        i, c = brace.start(), brace.group(0)
         if c == "{":
             before = code[max(0, i - 400):i].rstrip()
             linkage = depth == 0 and bool(
@@ -646,12 +670,193 @@ def check_errors(root, files):
     return bad
 
 
+# ---- rule docs: README.md and docs/*.md name only files and cz_ symbols that exist ----
+DOC_SOURCE_EXT = (".c", ".h", ".cu", ".cuh", ".py", ".sh", ".cmake", ".md", ".in", ".toml")
+SYMBOL_FILES = (".c", ".h", ".cu", ".cuh", ".py", ".sh", ".bash", ".cmake", ".in", ".toml",
+                ".json", ".map", "CMakeLists.txt")
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+FENCE = re.compile(r"(?ms)^[ \t]*```.*?^[ \t]*```[^\n]*$")
+SYMBOL = re.compile(r"\bcz_\w*")
+
+
+def doc_files(root):
+    docs = ["README.md"] if os.path.exists(os.path.join(root, "README.md")) else []
+    d = os.path.join(root, "docs")
+    if os.path.isdir(d):
+        docs += sorted("docs/" + f for f in os.listdir(d) if f.endswith(".md"))
+    return docs
+
+
+def tree_entries(root):
+    """Every file and folder of the tree ('/'-separated; folders end with '/'), leaving out
+    build trees and hidden folders, as source_files does."""
+    out = set()
+    for d, dirs, files in os.walk(root):
+        rel = os.path.relpath(d, root).replace(os.sep, "/")
+        dirs[:] = sorted(x for x in dirs if not x.startswith(".") and
+                         not (rel == "." and x.startswith("build")))
+        if rel != ".":
+            out.add(rel + "/")
+        for f in files:
+            out.add(f if rel == "." else rel + "/" + f)
+    return out
+
+
+def comments_blanked(text):
+    """A C file with its comments blanked and its string literals kept (a name in a string is
+    a name the code uses: a dlsym'd entry, a ctypes binding's)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("\n" * text.count("\n", i, j))
+            i = j
+        elif text[i] in "\"'":
+            q, j = text[i], i + 1
+            while j < n and text[j] != q and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def tree_identifiers(root, entries):
+    """Every identifier of the tree's code and build files (docs apart): C outside comments,
+    the others (Python, shell, CMake, JSON, linker maps) anywhere."""
+    idents = set()
+    for f in entries:
+        if f.endswith("/") or f.startswith("docs/") or not f.endswith(SYMBOL_FILES):
+            continue
+        with open(os.path.join(root, f), errors="replace") as fh:
+            text = fh.read()
+        if f.endswith(SOURCE_EXT):
+            text = comments_blanked(text)
+        idents |= set(IDENT.findall(text))
+    return idents
+
+
+def brace_expand(t):
+    m = re.search(r"\{([^{}]*)\}", t)
+    if not m:
+        return [t]
+    return [x for alt in m.group(1).split(",") for x in brace_expand(t[:m.start()] + alt +
+                                                                    t[m.end():])]
+
+
+def path_exists(entries, t, docdir):
+    """Whether path t names something of the tree: from the root, from the doc's folder, or,
+    not starting at a top-level entry, as the end of a path of the tree (`cuda/plugin.c`, a
+    bare `plan_io.c`). A generated file counts when its template (NAME.in) exists; a glob
+    (`tests/unit/test_*.c`, `cpu-4-dp{2-tp2,4-tp1}.json`) must match something."""
+    import fnmatch
+    for alt in brace_expand(t):
+        alt = alt.rstrip("/") if alt.endswith("/") else alt
+        want = (alt + "/", alt, alt + ".in")
+        joined = os.path.normpath(os.path.join(docdir, alt)).replace(os.sep, "/")
+        if any(w in entries for w in want) or any(w in entries for w in (joined, joined + "/")):
+            continue
+        top = alt.split("/")[0] + ("/" if "/" in alt else "")
+        anchored = top in entries or alt.split("/")[0] in entries
+        if any(c in alt for c in "*?["):
+            pats = want if anchored else tuple("*/" + w for w in want) + want
+            if any(fnmatch.fnmatchcase(e.rstrip("/"), pt.rstrip("/")) for e in entries
+                   for pt in pats):
+                continue
+            return False
+        if anchored:
+            return False
+        if not any(e.endswith("/" + w) for e in entries for w in want):
+            return False
+    return True
+
+
+def doc_paths(text, tops, folders):
+    """(offset, path) of each path a doc names, by the rules of the docstring."""
+    out = []
+    body = FENCE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+    spans = [(m.start(1), m.group(1)) for m in CODE_SPAN.finditer(body)]
+    spans += [(m.start(1), m.group(1)) for m in LINK.finditer(body)]
+    for pos, t in spans:
+        t = re.sub(r":\d+(?:-\d+)?$", "", t.strip())
+        if "://" in t or "$" in t or "<" in t or t.startswith(("-", ".", "/", "~")):
+            continue
+        if not re.fullmatch(r"[\w.+*?{},-]+(?:/[\w.+*?{},-]+)*/?", t):
+            continue
+        first = t.split("/")[0]
+        if "/" in t.rstrip("/"):
+            # From the root; or by a folder of the tree (`cuda/kernels.cu`) when it names a
+            # source file; another project's path starts with none of ours (`megatron/...`).
+            if first in tops or (first in folders and t.endswith(DOC_SOURCE_EXT)):
+                out.append((pos, t))
+        elif t.endswith("/"):
+            if first in tops:
+                out.append((pos, t))
+        elif t.endswith(DOC_SOURCE_EXT) and "," not in t:
+            out.append((pos, t))
+    # Paths in prose and in code blocks: from a top-level folder of the tree only.
+    if tops:
+        prose = re.compile(r"(?<![\w/.~$-])(?:%s)/[\w.+*/-]*(?:\{[^}\s]*\}[\w.+*/-]*)*" %
+                           "|".join(re.escape(x) for x in sorted(tops)))
+        spans_at = {p for p, _ in spans}
+        for m in prose.finditer(text):
+            t = m.group(0).rstrip(".-")
+            if m.start() in spans_at or text[m.end():m.end() + 1] in "$<":
+                continue
+            out.append((m.start(), t))
+    return out
+
+
+def check_docs(root, files):
+    entries = tree_entries(root)
+    tops = {e.rstrip("/") for e in entries if "/" not in e.rstrip("/") and e.endswith("/")
+            and not e.startswith(("build", "."))}
+    folders = {x for e in entries if e.endswith("/") for x in e.rstrip("/").split("/")}
+    system = set()
+    for f in files:
+        with open(os.path.join(root, f), errors="replace") as fh:
+            system |= set(SYSTEM_INCLUDE.findall(fh.read()))
+    idents = None
+    bad = []
+    for doc in doc_files(root):
+        with open(os.path.join(root, doc), errors="replace") as fh:
+            text = fh.read()
+        docdir = os.path.dirname(doc)
+        seen = set()
+        for pos, t in sorted(doc_paths(text, tops, folders)):
+            if t in seen or t in system or path_exists(entries, t, docdir):
+                continue
+            seen.add(t)
+            bad.append("docs: %s:%d: names %s, which is not in the tree; name what exists, or "
+                       "another project's file by its project's path" % (
+                           doc, text.count("\n", 0, pos) + 1, t))
+        for m in SYMBOL.finditer(text):
+            w, nxt = m.group(0), text[m.end():m.end() + 1]
+            if w.endswith("_") or nxt in ("<", "*") or w in seen:  # a pattern: cz_<noun>, cz_cli_*
+                continue
+            if idents is None:
+                idents = tree_identifiers(root, entries)
+            if w not in idents:
+                seen.add(w)
+                bad.append("docs: %s:%d: names %s, which no source file of the tree does" % (
+                    doc, text.count("\n", 0, m.start()) + 1, w))
+    return bad
+
+
 def check(root):
     files = source_files(root)
     index = header_index(files)
     return check_layers(root, files, index) + check_cycles(root, files, index) + \
         check_names(root, files) + check_seams(root, files) + check_calls(root, files) + \
-        check_errors(root, files) + check_length(root, files)
+        check_errors(root, files) + check_length(root, files) + \
+        check_docs(root, files)
 
 
 # ---- self-test ------------------------------------------------------------------------------
@@ -727,6 +932,20 @@ CLEAN = {
     "planner/lib/metrics.c": "static int f(int x)\n{\n" + "    x++;\n" * 147 + "    return x;\n}\n",
     "executor/src/cuda/small.cu": "namespace\n{\n__global__ void k(float *x)\n{\n    *x = 0;\n}\n"
                                   "} // namespace\n",
+    # The docs name files from the root, from their folder, by a folder of the tree, bare,
+    # generated (canzona_version.h from its .in), as globs, and cz_ symbols; patterns, system
+    # headers, other projects' paths and build trees are not names of the tree.
+    "planner/include/canzona_version.h.in": "#define CZ_VERSION \"@V@\"\n",
+    "tools/check.sh": "#!/bin/sh\ncz_tool_run() { :; }\n",
+    "README.md": "See `docs/GUIDE.md`, [the guide](docs/GUIDE.md#top), `tools/check.sh:2`, `planner/`,\n"
+                 "`cuda/kernels.cu`, `plan_io.c`, `canzona_version.h`, `cz_plan_read()` and\n"
+                 "`cz_tool_run`; tests are `tests/unit/test_*.c` and `executor/src/{step,muon}.c`.\n"
+                 "Names: `cz_<noun>_<verb>`, `cz_cmd_*`, `cz__`; `<mpi.h>` is `mpi.h`; Megatron's\n"
+                 "`megatron/core/optimizer/optimizer_config.py`; `build/canzona`, `./x.json`,\n"
+                 "`plan.json`, `a/b` and https://example.org/planner/gone.c name nothing here.\n"
+                 "```\n$ tools/check.sh planner/lib/cost.c\n```\n",
+    "docs/GUIDE.md": "Back to [the README](../README.md); `GUIDE.md`; the format is\n"
+                     "planner/format/plan_io.c, its header `cz_format.h`.\n",
     "tools/bench/npy.c": '#include "cz_format.h"\n#include "canzona.h"\n',
     "tests/unit/test_cost.c": '#include "cz_types.h"\n#include "format_internal.h"\n',
     "build/junk.c": '#include "cz_types.h"\n',
@@ -769,6 +988,15 @@ PLANTED = {  # rule -> (file, content) that breaks only that rule
                                                "    return cz__k_norm();\n}\n"
                                                '} // extern "C"\n'),
               ("planner/lib/cost_model.c", "int cz__cost_of(void)\n{\n    return cz__sim_run();\n}\n")],
+    "docs": [("docs/GUIDE.md", "The backend is `executor_backend.c`.\n"),
+             ("docs/GUIDE.md", "It is in `executor/src/gone.c`.\n"),
+             ("README.md", "Run [the check](tools/gone.sh).\n"),
+             ("docs/GUIDE.md", "See `lib/gone.c`.\n"),
+             ("docs/GUIDE.md", "It is in planner/lib/gone.c.\n"),
+             ("docs/GUIDE.md", "```\n$ tools/gone.sh\n```\n"),
+             ("docs/GUIDE.md", "Every test is `tests/exec/test_*.c`.\n"),
+             ("docs/GUIDE.md", "Call `cz_plan_gone()` first.\n"),
+             ("docs/GUIDE.md", "The entry is cz__gone_internal, in prose.\n")],
     "length": [("planner/lib/metrics.c", "static int f(int x)\n{\n" + "    x++;\n" * 148 +
                 "    return x;\n}\n"),
                ("executor/src/cuda/small.cu", "namespace\n{\n__global__ void k(float *x)\n{\n" +
@@ -834,8 +1062,8 @@ def main(argv):
     for v in found:
         print(v)
     if found:
-        print("check_layers: %d violation(s); the rules are in docs/ARCHITECTURE.md, "
-              "\"Layers\"" % len(found))
+        print("check_layers: %d violation(s); the rules are in this script's docstring and "
+              "docs/ARCHITECTURE.md" % len(found))
         return 1
     print("check_layers: ok")
     return 0
