@@ -57,6 +57,8 @@ the including file's own folder first; angle-bracket includes are system headers
            `if` whose condition is `!rc` or `rc == CZ_OK` (alone or first of an `&&`) and whose
            statement (or a block's first statement) assigns rc from a call. Keeping the first
            of two failures (`rc = rc != CZ_OK ? rc : erc;`) is no call and is not flagged.
+           And no goto (nor CZ_ASSERT_GOTO) to a label but `done` in their .c and .cu files,
+           but the executor's older ones (OLD_LABELS).
 
   length   No function in planner/lib/, planner/format/ or executor/src/ (its .c and .cu
            files, the GPU plugin's included) is over 150 lines (docs/ARCHITECTURE.md,
@@ -656,13 +658,27 @@ LADDER = re.compile(r"\bif\s*\(\s*(?:!\s*rc|rc\s*==\s*CZ_OK)\s*(?:&&[^{};]*?)?\)
                     r"rc\s*=\s*[A-Za-z_]\w*(?:\s*(?:->|\.)\s*\w+)*\s*\(")
 
 
+GOTO = re.compile(r"\bgoto\s+([A-Za-z_]\w*)\s*;|\bCZ_ASSERT_GOTO\s*\([^;]*,\s*([A-Za-z_]\w*)\s*\)")
+# The labels but done that the executor still has, each a function's one exit (the executor's
+# restructuring renames them); a new one, or one in the planner, fails.
+OLD_LABELS = {("executor/src/muon.c", "out"), ("executor/src/checkpoint.c", "out"),
+              ("executor/src/mpi_watch.c", "out"), ("executor/src/pipeline.c", "fail")}
+
+
 def check_errors(root, files):
     bad = []
     for f in files:
-        if not f.startswith(ERRORS_SCOPE):
+        if not f.startswith(ERRORS_SCOPE) or not f.endswith((".c", ".cu")):
             continue
         with open(os.path.join(root, f), errors="replace") as fh:
             code = strip_comments_and_strings(fh.read())
+        for m in GOTO.finditer(code):
+            label = m.group(1) or m.group(2)
+            if label != "done" and (f, label) not in OLD_LABELS:
+                bad.append("errors: %s:%d: goto %s; the one exit label is done (docs/"
+                           "ARCHITECTURE.md, \"Errors\"): jump to it, or give the code between "
+                           "a function or an if of its own" % (
+                               f, code.count("\n", 0, m.start()) + 1, label))
         for m in LADDER.finditer(code):
             bad.append("errors: %s:%d: an `if (!rc) rc = ...` ladder; pass the failure on at "
                        "once: `if ((rc = call(...)) != CZ_OK) goto done;` (or `return rc;` when "
@@ -981,7 +997,12 @@ PLANTED = {  # rule -> (file, content) that breaks only that rule
                                            "        rc = c->ops->download(c);\n    return rc;\n}\n"),
                ("planner/format/plan_io.c", "static int f(void)\n{\n    int rc = a();\n"
                                             "    if (!rc && n) {\n        rc = g(n);\n    }\n"
-                                            "    return rc;\n}\n")],
+                                            "    return rc;\n}\n"),
+               ("planner/lib/cost.c", "static int f(void)\n{\n    if (a())\n        goto oom;\n"
+                                      "    return 0;\noom:\n    return -1;\n}\n"),
+               ("executor/src/step.c", "static int f(cz_error *err)\n{\n    int rc = 0;\n"
+                                       "    CZ_ASSERT_GOTO(n > 0, err, rc, out);\nout:\n"
+                                       "    return rc;\n}\n")],
     "calls": [("executor/src/pipeline.c", "int cz__pipeline_init(void)\n{\n"
                                           "    return cz__exec_param_offset();\n}\n"),
               ("executor/src/cuda/kernels.cu", 'extern "C" {\nint cz__k_sum(void)\n{\n'
