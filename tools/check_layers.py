@@ -953,9 +953,10 @@ CLEAN = {
     # headers, other projects' paths and build trees are not names of the tree.
     "planner/include/canzona_version.h.in": "#define CZ_VERSION \"@V@\"\n",
     "tools/check.sh": "#!/bin/sh\ncz_tool_run() { :; }\n",
-    "README.md": "See `docs/GUIDE.md`, [the guide](docs/GUIDE.md#top), `tools/check.sh:2`, `planner/`,\n"
-                 "`cuda/kernels.cu`, `plan_io.c`, `canzona_version.h`, `cz_plan_read()` and\n"
-                 "`cz_tool_run`; tests are `tests/unit/test_*.c` and `executor/src/{step,muon}.c`.\n"
+    "README.md": "See `docs/GUIDE.md`, [the guide](docs/GUIDE.md#top), `tools/check.sh:2`,\n"
+                 "`planner/`, `cuda/kernels.cu`, `plan_io.c`, `canzona_version.h`,\n"
+                 "`cz_plan_read()` and `cz_tool_run`; tests are `tests/unit/test_*.c` and\n"
+                 "`executor/src/{step,muon}.c`.\n"
                  "Names: `cz_<noun>_<verb>`, `cz_cmd_*`, `cz__`; `<mpi.h>` is `mpi.h`; Megatron's\n"
                  "`megatron/core/optimizer/optimizer_config.py`; `build/canzona`, `./x.json`,\n"
                  "`plan.json`, `a/b` and https://example.org/planner/gone.c name nothing here.\n"
@@ -1008,7 +1009,8 @@ PLANTED = {  # rule -> (file, content) that breaks only that rule
               ("executor/src/cuda/kernels.cu", 'extern "C" {\nint cz__k_sum(void)\n{\n'
                                                "    return cz__k_norm();\n}\n"
                                                '} // extern "C"\n'),
-              ("planner/lib/cost_model.c", "int cz__cost_of(void)\n{\n    return cz__sim_run();\n}\n")],
+              ("planner/lib/cost_model.c",
+               "int cz__cost_of(void)\n{\n    return cz__sim_run();\n}\n")],
     "docs": [("docs/GUIDE.md", "The backend is `executor_backend.c`.\n"),
              ("docs/GUIDE.md", "It is in `executor/src/gone.c`.\n"),
              ("README.md", "Run [the check](tools/gone.sh).\n"),
