@@ -97,6 +97,7 @@ Usage: check_layers.py [ROOT]      (default: the source tree this script is in)
                                     of FOLDER, as the rows of docs/ARCHITECTURE.md's table)
 Prints each violation as RULE: FILE:LINE: what, and exits 1 when there is one.
 """
+import fnmatch
 import os
 import re
 import shutil
@@ -785,7 +786,6 @@ def path_exists(entries, t, docdir):
     not starting at a top-level entry, as the end of a path of the tree (`cuda/plugin.c`, a
     bare `plan_io.c`). A generated file counts when its template (NAME.in) exists; a glob
     (`tests/unit/test_*.c`, `cpu-4-dp{2-tp2,4-tp1}.json`) must match something."""
-    import fnmatch
     for alt in brace_expand(t):
         alt = alt.rstrip("/") if alt.endswith("/") else alt
         want = (alt + "/", alt, alt + ".in")
