@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fails when the source tree breaks the layering of docs/ARCHITECTURE.md.
+"""Fails when the source tree breaks the layering of docs/ARCHITECTURE.md or its docs name
+what does not exist.
 
 Rules (each file's quoted #include lines; a name is resolved to the project header of that name,
 the including file's own folder first; angle-bracket includes are system headers):
@@ -39,13 +40,16 @@ the including file's own folder first; angle-bracket includes are system headers
            names none. A name that a shared header also declares (the opaque cz_event a
            backend completes) is the seam's, and the compute ops named after the math they do
            (the adamw op, cz_adamw_args) are the compute seam's, not AdamW's.
-  calls    No cycle between the executor's .c files through their calls: a file depends on
-           another when it uses a function or global the other defines without static. Calls
-           through a seam's table (ops->f) are not edges: the table is how a seam calls back
-           without depending on its implementations. The GPU plugin (cuda/, nccl/) is linked
-           apart, so its files resolve a name to the plugin's own definition first. Limits: a
-           call made inside a static inline function of a header, or hidden in a macro defined
-           in a header, is not seen (the executor's headers have none that call another file).
+  calls    No cycle between the .c files of planner/ and executor/ through their calls: a file
+           depends on another when it uses a function or global the other defines without
+           static, resolved within the link units it reaches (CALL_UNITS): planner/format
+           alone; planner/lib, then the format; planner/cli, then planner/lib, then the
+           format; the executor, then the format; the GPU plugin (cuda/, nccl/, linked apart),
+           then the executor, then the format. A name a file defines static itself is its own.
+           Calls through a seam's table (ops->f) are not edges: the table is how a seam calls
+           back without depending on its implementations. Limits: a call made inside a static
+           inline function of a header, or hidden in a macro defined in a header, is not seen
+           (no header of these folders has one that calls another file).
   errors   One error idiom in planner/ and executor/src/ (docs/ARCHITECTURE.md, "Errors"): no
            `if (!rc) rc = call(...)` / `if (rc == CZ_OK && ...) rc = call(...)` ladder, which
            carries a failure down every later line instead of leaving at once
@@ -53,12 +57,47 @@ the including file's own folder first; angle-bracket includes are system headers
            `if` whose condition is `!rc` or `rc == CZ_OK` (alone or first of an `&&`) and whose
            statement (or a block's first statement) assigns rc from a call. Keeping the first
            of two failures (`rc = rc != CZ_OK ? rc : erc;`) is no call and is not flagged.
+           And no goto (nor CZ_ASSERT_GOTO) to a label but `done` in their .c and .cu files,
+           but the executor's older ones (OLD_LABELS).
+
+  length   No function in planner/lib/, planner/format/ or executor/src/ (its .c and .cu
+           files, the GPU plugin's included) is over 150 lines (docs/ARCHITECTURE.md,
+           "Function length"), counted from the line of its body's opening brace to the line
+           of its closing brace, both included. A function is a brace at file scope (extern "C"
+           and namespace braces are not scopes) that follows a closing parenthesis. And no
+           header of executor/src/ is over 300 lines (newlines counted).
+  docs     README.md and docs/*.md name only files and cz_ symbols of the tree. A path is
+           (1) an inline code span or a link target (outside fenced code blocks) that is one
+           token of path characters and either has a '/' and starts at a top-level folder of
+           the tree (`executor/src/step.c`, `docs/PERF.md`, `planner/`), or has a '/', starts
+           at a folder name of the tree and ends in a source or doc extension (.c .h .cu .cuh
+           .py .sh .cmake .md .in .toml: `cuda/plugin.c`, `lib/metrics.c`), or is a bare file
+           name with such an extension (`executor.c`); (2) in prose and code blocks, a word
+           that starts at a top-level folder of the tree and a '/' (tools/package.sh). A path
+           exists when it names a file or folder from the root or from the doc's folder, or
+           (not starting at a top-level folder) the end of a path of the tree (a bare name: a
+           file of that name anywhere); a generated file counts when its template NAME.in
+           exists, a glob (`tests/unit/test_*.c`, `cpu-4-dp{2-tp2,4-tp1}.json`) when it
+           matches something, a bare header when the tree includes it as <NAME> (a system
+           header). Not paths: a token with a space, '$', '<' or '://', one starting with '-',
+           '.', '/' or '~', a line number's `:N` is dropped, and another project's file named
+           by its project's path (`megatron/core/optimizer/optimizer_config.py`: the first
+           folder is none of ours). A symbol is every cz_\w+ word of the doc's text (code
+           blocks included) but a pattern (a word ending in '_', or followed by '<' or '*':
+           cz_<noun>_<verb>, cz_cmd_*); it must be an identifier of the tree's code and build
+           files (C outside comments, string literals kept; Python, shell, CMake, JSON
+           anywhere). This rule lives here rather than in a script of its own because it
+           walks the same tree, strips C the same way and shares the self-test's harness.
 
 Usage: check_layers.py [ROOT]      (default: the source tree this script is in)
        check_layers.py --self-test (proves each rule catches a planted violation and passes a
                                     clean tree)
+       check_layers.py --longest N [FOLDER]
+                                   (prints the N longest functions of rule length's scope, or
+                                    of FOLDER, as the rows of docs/ARCHITECTURE.md's table)
 Prints each violation as RULE: FILE:LINE: what, and exits 1 when there is one.
 """
+import fnmatch
 import os
 import re
 import shutil
@@ -73,8 +112,17 @@ CYCLE_SCOPE = ("planner/format/", "planner/lib/", "planner/include/", "executor/
 INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 
 
+_STRIPPED = {}  # text -> its stripped form: every rule strips the same files
+
+
 def strip_comments_and_strings(text):
     """Blanks comments and string literals, keeping line breaks so line numbers stay right."""
+    if text not in _STRIPPED:
+        _STRIPPED[text] = _strip(text)
+    return _STRIPPED[text]
+
+
+def _strip(text):
     out, i, n = [], 0, len(text)
     while i < n:
         if text.startswith("//", i):
@@ -469,32 +517,50 @@ def check_seams(root, files):
     return bad
 
 
-# ---- rule calls: no cycle between the executor's .c files through their calls ----
+# ---- rule calls: no cycle between the .c files of planner/ or executor/ through their calls ----
+# Each link unit and the units it links, in the order a name resolves: a file's own unit first.
+# The executor links the format too, but the format calls nothing back, so it adds no edge.
+CALL_UNITS = (  # (unit, its folders, the units it reaches)
+    ("format", ("planner/format/",), ("format",)),
+    ("lib", ("planner/lib/",), ("lib", "format")),
+    ("cli", ("planner/cli/",), ("cli", "lib", "format")),
+    ("plugin", (EXEC + "cuda/", EXEC + "nccl/"), ("plugin", "exec", "format")),
+    ("exec", (EXEC,), ("exec", "format")),
+)
+
+
+def call_unit(f):
+    for unit, folders, reach in CALL_UNITS:
+        if f.startswith(folders):
+            return unit, reach
+    return None, ()
+
+
 def check_calls(root, files):
     """A file calls (or refers to) another when it uses a function or global that the other
-    defines without static. Calls through the seams' tables (ops->f) are not edges: a table is
-    how a seam calls back without depending on its implementations. The GPU plugin (cuda/,
-    nccl/) is linked apart: its files resolve a name to the plugin's definition first."""
-    plugin = (EXEC + "cuda/", EXEC + "nccl/")
-    units = [f for f in files if f.startswith(EXEC) and f.endswith((".c", ".cu"))]
-    defs, code = {}, {}
+    defines without static, in a unit it links. Calls through the seams' tables (ops->f) are
+    not edges: a table is how a seam calls back without depending on its implementations. A
+    name a file defines static itself is its own."""
+    units = [f for f in files if f.endswith((".c", ".cu")) and call_unit(f)[0]]
+    defs, code, own_static = {}, {}, {}
     for f in units:
         with open(os.path.join(root, f), errors="replace") as fh:
             text = fh.read()
         code[f] = strip_comments_and_strings(text)
         for _, name in toplevel_definitions(text):
             defs.setdefault(name, []).append(f)
+        own_static[f] = {name for name, _, _, static in function_bodies(text) if static}
     graph = {}
     for f in units:
+        _, reach = call_unit(f)
         used = set(IDENT.findall(code[f])) & set(defs)
-        for name in sorted(used):
+        for name in sorted(used - own_static[f]):
             if f in defs[name]:
                 continue
-            cands = defs[name]
-            if f.startswith(plugin):
-                cands = [d for d in cands if d.startswith(plugin)] or cands
-            else:
-                cands = [d for d in cands if not d.startswith(plugin)]
+            for unit in reach:  # the first unit in reach that defines it
+                cands = [d for d in defs[name] if call_unit(d)[0] == unit]
+                if cands:
+                    break
             if len(cands) == 1:
                 graph.setdefault(f, {}).setdefault(cands[0], name)
     bad, state, stack = [], {}, []
@@ -519,23 +585,297 @@ def check_calls(root, files):
     return bad
 
 
+# ---- rule length: no function over LENGTH_LIMIT lines in the libraries ----
+LENGTH_LIMIT = 150
+LENGTH_SCOPE = ("planner/lib/", "planner/format/", EXEC)
+
+
+def blank_preprocessor(code):
+    """Preprocessor lines (with their continuations) blanked, line breaks kept."""
+    return re.sub(r"(?m)^[ \t]*#(?:[^\n]*\\\n)*[^\n]*",
+                  lambda m: "\n" * m.group(0).count("\n"), code)
+
+
+def function_bodies(text):
+    """(name, line of the opening brace, line of the closing brace, static) of every function
+    defined at file scope: a brace at file scope that follows a closing parenthesis, the
+    function's name the identifier before the matching open one. The braces of a CUDA file's
+    extern "C" { } and namespace { } enclose file-scope definitions."""
+    code = blank_preprocessor(strip_comments_and_strings(text))
+    out, depth, opened, current = [], 0, [], None
+    for brace in re.finditer(r"[{}]", code):
+        i, c = brace.start(), brace.group(0)
+        if c == "{":
+            before = code[max(0, i - 400):i].rstrip()
+            linkage = depth == 0 and bool(
+                re.search(r'(?:\bextern\s*"\s*"|\bnamespace(?:\s+\w+)?)$', before))
+            opened.append(linkage)
+            if linkage:
+                continue
+            before = code[:i].rstrip() if depth == 0 else ""
+            if before.endswith(")"):
+                j, d = len(before) - 1, 0
+                while j >= 0:
+                    d += before[j] == ")"
+                    d -= before[j] == "("
+                    if d == 0:
+                        break
+                    j -= 1
+                m = re.search(r"([A-Za-z_]\w*)\s*$", before[:j])
+                if m:
+                    decl = before[max(before.rfind(";", 0, j), before.rfind("}", 0, j)) + 1:j]
+                    current = (m.group(1), code.count("\n", 0, i) + 1, "static" in decl.split())
+            depth += 1
+        elif c == "}":
+            if opened and opened.pop():
+                continue
+            depth -= 1
+            if depth == 0 and current:
+                out.append((current[0], current[1], code.count("\n", 0, i) + 1, current[2]))
+                current = None
+    return out
+
+
+def function_lengths(root, files):
+    """(lines, name, file) of every function in LENGTH_SCOPE, the longest first; lines counts
+    from the line of the opening brace to the line of the closing one, both included."""
+    out = []
+    for f in files:
+        if f.startswith(LENGTH_SCOPE) and f.endswith((".c", ".cu")):
+            with open(os.path.join(root, f), errors="replace") as fh:
+                for name, first, last, _ in function_bodies(fh.read()):
+                    out.append((last - first + 1, name, f, first))
+    return sorted(out, key=lambda t: (-t[0], t[2], t[1]))
+
+
+HEADER_LIMIT = 300  # lines of a header of executor/src/ (its GPU plugin's included)
+
+
+def check_length(root, files):
+    bad = ["length: %s:%d: %s is %d lines (over %d, docs/ARCHITECTURE.md \"Function length\"); "
+           "split it by phase into static helpers" % (f, line, name, n, LENGTH_LIMIT)
+           for n, name, f, line in function_lengths(root, files) if n > LENGTH_LIMIT]
+    for f in files:
+        if f.startswith(EXEC) and f.endswith(HEADER_EXT):
+            with open(os.path.join(root, f), errors="replace") as fh:
+                n = fh.read().count("\n")
+            if n > HEADER_LIMIT:
+                bad.append("length: %s: %d lines (a header of executor/src/ is at most %d, "
+                           "docs/ARCHITECTURE.md \"Function length\"); split it by what its "
+                           "parts declare" % (f, n, HEADER_LIMIT))
+    return bad
+
+
 # ---- rule errors: no `if (!rc) rc = ...` ladders ----
 ERRORS_SCOPE = ("planner/", "executor/src/")
 LADDER = re.compile(r"\bif\s*\(\s*(?:!\s*rc|rc\s*==\s*CZ_OK)\s*(?:&&[^{};]*?)?\)\s*\{?\s*"
                     r"rc\s*=\s*[A-Za-z_]\w*(?:\s*(?:->|\.)\s*\w+)*\s*\(")
 
 
+GOTO = re.compile(r"\bgoto\s+([A-Za-z_]\w*)\s*;|\bCZ_ASSERT_GOTO\s*\([^;]*,\s*([A-Za-z_]\w*)\s*\)")
+# The labels but done that the executor still has, each a function's one exit (the executor's
+# restructuring renames them); a new one, or one in the planner, fails.
+OLD_LABELS = {("executor/src/muon.c", "out"), ("executor/src/checkpoint.c", "out"),
+              ("executor/src/mpi_watch.c", "out"), ("executor/src/pipeline.c", "fail")}
+
+
 def check_errors(root, files):
     bad = []
     for f in files:
-        if not f.startswith(ERRORS_SCOPE):
+        if not f.startswith(ERRORS_SCOPE) or not f.endswith((".c", ".cu")):
             continue
         with open(os.path.join(root, f), errors="replace") as fh:
             code = strip_comments_and_strings(fh.read())
+        for m in GOTO.finditer(code):
+            label = m.group(1) or m.group(2)
+            if label != "done" and (f, label) not in OLD_LABELS:
+                bad.append("errors: %s:%d: goto %s; the one exit label is done (docs/"
+                           "ARCHITECTURE.md, \"Errors\"): jump to it, or give the code between "
+                           "a function or an if of its own" % (
+                               f, code.count("\n", 0, m.start()) + 1, label))
         for m in LADDER.finditer(code):
             bad.append("errors: %s:%d: an `if (!rc) rc = ...` ladder; pass the failure on at "
                        "once: `if ((rc = call(...)) != CZ_OK) goto done;` (or `return rc;` when "
                        "the function holds nothing)" % (f, code.count("\n", 0, m.start()) + 1))
+    return bad
+
+
+# ---- rule docs: README.md and docs/*.md name only files and cz_ symbols that exist ----
+DOC_SOURCE_EXT = (".c", ".h", ".cu", ".cuh", ".py", ".sh", ".cmake", ".md", ".in", ".toml")
+SYMBOL_FILES = (".c", ".h", ".cu", ".cuh", ".py", ".sh", ".bash", ".cmake", ".in", ".toml",
+                ".json", ".map", "CMakeLists.txt")
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+FENCE = re.compile(r"(?ms)^[ \t]*```.*?^[ \t]*```[^\n]*$")
+SYMBOL = re.compile(r"\bcz_\w*")
+
+
+def doc_files(root):
+    docs = ["README.md"] if os.path.exists(os.path.join(root, "README.md")) else []
+    d = os.path.join(root, "docs")
+    if os.path.isdir(d):
+        docs += sorted("docs/" + f for f in os.listdir(d) if f.endswith(".md"))
+    return docs
+
+
+def tree_entries(root):
+    """Every file and folder of the tree ('/'-separated; folders end with '/'), leaving out
+    build trees and hidden folders, as source_files does."""
+    out = set()
+    for d, dirs, files in os.walk(root):
+        rel = os.path.relpath(d, root).replace(os.sep, "/")
+        dirs[:] = sorted(x for x in dirs if not x.startswith(".") and
+                         not (rel == "." and x.startswith("build")))
+        if rel != ".":
+            out.add(rel + "/")
+        for f in files:
+            out.add(f if rel == "." else rel + "/" + f)
+    return out
+
+
+def comments_blanked(text):
+    """A C file with its comments blanked and its string literals kept (a name in a string is
+    a name the code uses: a dlsym'd entry, a ctypes binding's)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("\n" * text.count("\n", i, j))
+            i = j
+        elif text[i] in "\"'":
+            q, j = text[i], i + 1
+            while j < n and text[j] != q and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def tree_identifiers(root, entries):
+    """Every identifier of the tree's code and build files (docs apart): C outside comments,
+    the others (Python, shell, CMake, JSON, linker maps) anywhere."""
+    idents = set()
+    for f in entries:
+        if f.endswith("/") or f.startswith("docs/") or not f.endswith(SYMBOL_FILES):
+            continue
+        with open(os.path.join(root, f), errors="replace") as fh:
+            text = fh.read()
+        if f.endswith(SOURCE_EXT):
+            text = comments_blanked(text)
+        idents |= set(IDENT.findall(text))
+    return idents
+
+
+def brace_expand(t):
+    m = re.search(r"\{([^{}]*)\}", t)
+    if not m:
+        return [t]
+    return [x for alt in m.group(1).split(",") for x in brace_expand(t[:m.start()] + alt +
+                                                                    t[m.end():])]
+
+
+def path_exists(entries, t, docdir):
+    """Whether path t names something of the tree: from the root, from the doc's folder, or,
+    not starting at a top-level entry, as the end of a path of the tree (`cuda/plugin.c`, a
+    bare `plan_io.c`). A generated file counts when its template (NAME.in) exists; a glob
+    (`tests/unit/test_*.c`, `cpu-4-dp{2-tp2,4-tp1}.json`) must match something."""
+    for alt in brace_expand(t):
+        alt = alt.rstrip("/") if alt.endswith("/") else alt
+        want = (alt + "/", alt, alt + ".in")
+        joined = os.path.normpath(os.path.join(docdir, alt)).replace(os.sep, "/")
+        if any(w in entries for w in want) or any(w in entries for w in (joined, joined + "/")):
+            continue
+        top = alt.split("/")[0] + ("/" if "/" in alt else "")
+        anchored = top in entries or alt.split("/")[0] in entries
+        if any(c in alt for c in "*?["):
+            pats = want if anchored else tuple("*/" + w for w in want) + want
+            if any(fnmatch.fnmatchcase(e.rstrip("/"), pt.rstrip("/")) for e in entries
+                   for pt in pats):
+                continue
+            return False
+        if anchored:
+            return False
+        if not any(e.endswith("/" + w) for e in entries for w in want):
+            return False
+    return True
+
+
+def doc_paths(text, tops, folders):
+    """(offset, path) of each path a doc names, by the rules of the docstring."""
+    out = []
+    body = FENCE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+    spans = [(m.start(1), m.group(1)) for m in CODE_SPAN.finditer(body)]
+    spans += [(m.start(1), m.group(1)) for m in LINK.finditer(body)]
+    for pos, t in spans:
+        t = re.sub(r":\d+(?:-\d+)?$", "", t.strip())
+        if "://" in t or "$" in t or "<" in t or t.startswith(("-", ".", "/", "~")):
+            continue
+        if not re.fullmatch(r"[\w.+*?{},-]+(?:/[\w.+*?{},-]+)*/?", t):
+            continue
+        first = t.split("/")[0]
+        if "/" in t.rstrip("/"):
+            # From the root; or by a folder of the tree (`cuda/kernels.cu`) when it names a
+            # source file; another project's path starts with none of ours (`megatron/...`).
+            if first in tops or (first in folders and t.endswith(DOC_SOURCE_EXT)):
+                out.append((pos, t))
+        elif t.endswith("/"):
+            if first in tops:
+                out.append((pos, t))
+        elif t.endswith(DOC_SOURCE_EXT) and "," not in t:
+            out.append((pos, t))
+    # Paths in prose and in code blocks: from a top-level folder of the tree only.
+    if tops:
+        prose = re.compile(r"(?<![\w/.~$-])(?:%s)/[\w.+*/-]*(?:\{[^}\s]*\}[\w.+*/-]*)*" %
+                           "|".join(re.escape(x) for x in sorted(tops)))
+        spans_at = {p for p, _ in spans}
+        for m in prose.finditer(text):
+            t = m.group(0).rstrip(".-")
+            if m.start() in spans_at or text[m.end():m.end() + 1] in "$<":
+                continue
+            out.append((m.start(), t))
+    return out
+
+
+def check_docs(root, files):
+    entries = tree_entries(root)
+    tops = {e.rstrip("/") for e in entries if "/" not in e.rstrip("/") and e.endswith("/")
+            and not e.startswith(("build", "."))}
+    folders = {x for e in entries if e.endswith("/") for x in e.rstrip("/").split("/")}
+    system = set()
+    for f in files:
+        with open(os.path.join(root, f), errors="replace") as fh:
+            system |= set(SYSTEM_INCLUDE.findall(fh.read()))
+    idents = None
+    bad = []
+    for doc in doc_files(root):
+        with open(os.path.join(root, doc), errors="replace") as fh:
+            text = fh.read()
+        docdir = os.path.dirname(doc)
+        seen = set()
+        for pos, t in sorted(doc_paths(text, tops, folders)):
+            if t in seen or t in system or path_exists(entries, t, docdir):
+                continue
+            seen.add(t)
+            bad.append("docs: %s:%d: names %s, which is not in the tree; name what exists, or "
+                       "another project's file by its project's path" % (
+                           doc, text.count("\n", 0, pos) + 1, t))
+        for m in SYMBOL.finditer(text):
+            w, nxt = m.group(0), text[m.end():m.end() + 1]
+            if w.endswith("_") or nxt in ("<", "*") or w in seen:  # a pattern: cz_<noun>, cz_cli_*
+                continue
+            if idents is None:
+                idents = tree_identifiers(root, entries)
+            if w not in idents:
+                seen.add(w)
+                bad.append("docs: %s:%d: names %s, which no source file of the tree does" % (
+                    doc, text.count("\n", 0, m.start()) + 1, w))
     return bad
 
 
@@ -544,7 +884,8 @@ def check(root):
     index = header_index(files)
     return check_layers(root, files, index) + check_cycles(root, files, index) + \
         check_names(root, files) + check_seams(root, files) + check_calls(root, files) + \
-        check_errors(root, files)
+        check_errors(root, files) + check_length(root, files) + \
+        check_docs(root, files)
 
 
 # ---- self-test ------------------------------------------------------------------------------
@@ -564,7 +905,8 @@ CLEAN = {
     "planner/lib/cost.c": '#include "cz_types.h"\n',
     "planner/cli/main.c": '#include "cz_types.h"\n',
     "executor/src/executor_impl.h": '#include "cz_format.h"\n#include "ns_plan.h"\n',
-    "executor/src/ns_plan.h": "/* #include \"executor_impl.h\" (a comment closes no cycle) */\n",
+    "executor/src/ns_plan.h": "/* #include \"executor_impl.h\" (a comment closes no cycle) */\n" +
+                              "\n" * 299,
     "executor/src/step.c": '#include "executor_impl.h"\n#include <stdio.h>\n'
                            "int cz_executor_step(void)\n{\n    return 0;\n}\n"
                            "int cz__exec_step_run(void)\n{\n    return 1;\n}\n",
@@ -610,6 +952,31 @@ CLEAN = {
                             "        goto done;\n    rc = rc != CZ_OK ? rc : erc;\n"
                             "    /* if (!rc) rc = c(); in a comment */\n"
                             "    if (rc == CZ_OK)\n        *out = v;\ndone:\n    return rc;\n}\n",
+    # The planner's files call each other one way, the CLI into the library; a name a file
+    # defines static itself is its own (cost_model.c's sim_run is no call of simulate.c).
+    "planner/lib/simulate.c": "int cz__sim_run(void)\n{\n    return cz__cost_of();\n}\n",
+    "planner/lib/cost_model.c": "static int cz__sim_run(void)\n{\n    return 1;\n}\n"
+                                "int cz__cost_of(void)\n{\n    return cz__sim_run();\n}\n",
+    "planner/cli/cmd_sim.c": "int cz_cmd_sim(void)\n{\n    return cz__sim_run();\n}\n",
+    # A function of exactly the limit, brace to brace, and a CUDA kernel inside a namespace.
+    "planner/lib/metrics.c": "static int f(int x)\n{\n" + "    x++;\n" * 147 + "    return x;\n}\n",
+    "executor/src/cuda/small.cu": "namespace\n{\n__global__ void k(float *x)\n{\n    *x = 0;\n}\n"
+                                  "} // namespace\n",
+    # The docs name files from the root, from their folder, by a folder of the tree, bare,
+    # generated (canzona_version.h from its .in), as globs, and cz_ symbols; patterns, system
+    # headers, other projects' paths and build trees are not names of the tree.
+    "planner/include/canzona_version.h.in": "#define CZ_VERSION \"@V@\"\n",
+    "tools/check.sh": "#!/bin/sh\ncz_tool_run() { :; }\n",
+    "README.md": "See `docs/GUIDE.md`, [the guide](docs/GUIDE.md#top), `tools/check.sh:2`,\n"
+                 "`planner/`, `cuda/kernels.cu`, `plan_io.c`, `canzona_version.h`,\n"
+                 "`cz_plan_read()` and `cz_tool_run`; tests are `tests/unit/test_*.c` and\n"
+                 "`executor/src/{step,muon}.c`.\n"
+                 "Names: `cz_<noun>_<verb>`, `cz_cmd_*`, `cz__`; `<mpi.h>` is `mpi.h`; Megatron's\n"
+                 "`megatron/core/optimizer/optimizer_config.py`; `build/canzona`, `./x.json`,\n"
+                 "`plan.json`, `a/b` and https://example.org/planner/gone.c name nothing here.\n"
+                 "```\n$ tools/check.sh planner/lib/cost.c\n```\n",
+    "docs/GUIDE.md": "Back to [the README](../README.md); `GUIDE.md`; the format is\n"
+                     "planner/format/plan_io.c, its header `cz_format.h`.\n",
     "tools/bench/npy.c": '#include "cz_format.h"\n#include "canzona.h"\n',
     "tests/unit/test_cost.c": '#include "cz_types.h"\n#include "format_internal.h"\n',
     "build/junk.c": '#include "cz_types.h"\n',
@@ -645,12 +1012,35 @@ PLANTED = {  # rule -> (file, content) that breaks only that rule
                                            "        rc = c->ops->download(c);\n    return rc;\n}\n"),
                ("planner/format/plan_io.c", "static int f(void)\n{\n    int rc = a();\n"
                                             "    if (!rc && n) {\n        rc = g(n);\n    }\n"
-                                            "    return rc;\n}\n")],
+                                            "    return rc;\n}\n"),
+               ("planner/lib/cost.c", "static int f(void)\n{\n    if (a())\n        goto oom;\n"
+                                      "    return 0;\noom:\n    return -1;\n}\n"),
+               ("executor/src/step.c", "static int f(cz_error *err)\n{\n    int rc = 0;\n"
+                                       "    CZ_ASSERT_GOTO(n > 0, err, rc, out);\nout:\n"
+                                       "    return rc;\n}\n")],
     "calls": [("executor/src/pipeline.c", "int cz__pipeline_init(void)\n{\n"
                                           "    return cz__exec_param_offset();\n}\n"),
               ("executor/src/cuda/kernels.cu", 'extern "C" {\nint cz__k_sum(void)\n{\n'
                                                "    return cz__k_norm();\n}\n"
-                                               '} // extern "C"\n')],
+                                               '} // extern "C"\n'),
+              ("planner/lib/cost_model.c",
+               "int cz__cost_of(void)\n{\n    return cz__sim_run();\n}\n")],
+    "docs": [("docs/GUIDE.md", "The backend is `executor_backend.c`.\n"),
+             ("docs/GUIDE.md", "It is in `executor/src/gone.c`.\n"),
+             ("README.md", "Run [the check](tools/gone.sh).\n"),
+             ("docs/GUIDE.md", "See `lib/gone.c`.\n"),
+             ("docs/GUIDE.md", "It is in planner/lib/gone.c.\n"),
+             ("docs/GUIDE.md", "```\n$ tools/gone.sh\n```\n"),
+             ("docs/GUIDE.md", "Every test is `tests/exec/test_*.c`.\n"),
+             ("docs/GUIDE.md", "Call `cz_plan_gone()` first.\n"),
+             ("docs/GUIDE.md", "The entry is cz__gone_internal, in prose.\n")],
+    "length": [("planner/lib/metrics.c", "static int f(int x)\n{\n" + "    x++;\n" * 148 +
+                "    return x;\n}\n"),
+               ("executor/src/cuda/small.cu", "namespace\n{\n__global__ void k(float *x)\n{\n" +
+                "    x[0] = 0;\n" * 150 + "}\n} // namespace\n"),
+               ("planner/format/plan_io.c", 'extern "C" {\nint cz_plan_read(void)\n{\n' +
+                "    return 0;\n" * 150 + "}\n}\n"),
+               ("executor/src/ns_plan.h", "/* a header of 301 lines */\n" * 301)],
 }
 
 
@@ -686,16 +1076,32 @@ def self_test():
     return 0 if ok else 1
 
 
+def longest(root, count, under):
+    """Prints the count longest functions of rule length's scope (under a folder when given),
+    as the rows of docs/ARCHITECTURE.md's table."""
+    rows = [r for r in function_lengths(root, source_files(root)) if r[2].startswith(under)]
+    for n, name, f, line in rows[:count]:
+        print("| %d | `%s` | %s |" % (n, name, f))
+    return 0
+
+
 def main(argv):
     if argv[1:] == ["--self-test"]:
         return self_test()
-    root = argv[1] if len(argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(argv[0])))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(argv[0])))
+    if argv[1:2] == ["--longest"] and len(argv) in (3, 4) and argv[2].isdigit():
+        return longest(here, int(argv[2]), argv[3] if len(argv) == 4 else "")
+    if len(argv) > 2 or (len(argv) == 2 and argv[1].startswith("-")):
+        print("Usage: " + __doc__.split("Usage: ")[1].split("Prints each")[0].rstrip(),
+              file=sys.stderr)
+        return 2
+    root = argv[1] if len(argv) > 1 else here
     found = check(root)
     for v in found:
         print(v)
     if found:
-        print("check_layers: %d violation(s); the rules are in docs/ARCHITECTURE.md, "
-              "\"Layers\"" % len(found))
+        print("check_layers: %d violation(s); the rules are in this script's docstring and "
+              "docs/ARCHITECTURE.md" % len(found))
         return 1
     print("check_layers: ok")
     return 0

@@ -293,8 +293,8 @@ static long buffer_key(const cz_plan_bucket *k)
     return k->expert ? 1 + (long)k->ep_rank : 0;
 }
 
-/* Rules checked directly, without the planner's layout code. */
-static void check_layout_rules(vctx *c, const cz_plan *p)
+/* Each bucket's id, size, buffer, stage, order and offset. */
+static void check_bucket_rules(vctx *c, const cz_plan *p)
 {
     for (size_t b = 0; b < p->nbuckets; b++) {
         const cz_plan_bucket *k = &p->buckets[b];
@@ -344,9 +344,12 @@ static void check_layout_rules(vctx *c, const cz_plan *p)
                  "offset is %lld, expected %lld (buckets of a stage's buffer are contiguous)",
                  (long long)k->offset, (long long)want_off);
     }
+}
 
-    /* The split layout: per stage the elementwise buffer's buckets, then the matrix buffer's;
-     * a unified plan has no elementwise buckets. */
+/* The split layout: per stage the elementwise buffer's buckets, then the matrix buffer's; a
+ * unified plan has no elementwise buckets. */
+static void check_split_buffers(vctx *c, const cz_plan *p)
+{
     int split = p->settings.layout == CZ_LAYOUT_SPLIT;
     for (size_t b = 0; b < p->nbuckets; b++) {
         const cz_plan_bucket *k = &p->buckets[b];
@@ -366,10 +369,14 @@ static void check_layout_rules(vctx *c, const cz_plan *p)
                  "split layout puts a stage's elementwise buffer first)",
                  k->stage);
     }
+}
 
-    /* Walk each stage's parameters in fill order (reverse id), each buffer on its own: positions
-     * must increase, start aligned, and not overlap. The dense passes first (one, or one per
-     * kind in the split layout), then one per EP rank's expert buffer. */
+/* Walk each stage's parameters in fill order (reverse id), each buffer on its own: positions
+ * must increase, start aligned, and not overlap. The dense passes first (one, or one per kind
+ * in the split layout), then one per EP rank's expert buffer. */
+static void check_param_placement(vctx *c, const cz_plan *p)
+{
+    int split = p->settings.layout == CZ_LAYOUT_SPLIT;
     int pp = p->pp > 0 ? p->pp : 1, dense = split ? 2 : 1;
     int ep = cz_plan_has_experts(p) ? p->ep : 0;
     for (int pass = 0; pass < (dense + ep) * pp; pass++) {
@@ -451,6 +458,14 @@ static void check_layout_rules(vctx *c, const cz_plan *p)
             prev_i = j;
         }
     }
+}
+
+/* Rules checked directly, without the planner's layout code. */
+static void check_layout_rules(vctx *c, const cz_plan *p)
+{
+    check_bucket_rules(c, p);
+    check_split_buffers(c, p);
+    check_param_placement(c, p);
 }
 
 /* ---- DP ranges and ownership -------------------------------------------------------------- */

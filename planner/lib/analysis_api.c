@@ -231,47 +231,6 @@ void cz_sim_options_init(cz_sim_options *o)
     memcpy(o, &defaults, sizeof *o);
 }
 
-int cz__sim_options_check(const cz_sim_options *o, cz_error *err)
-{
-    int rc;
-    if (!o)
-        return CZ_OK;
-    if ((rc = options_version_check(o->version, CZ_SIM_OPTIONS_VERSION, "cz_sim_options", err)) !=
-        CZ_OK)
-        return rc;
-    if (o->muon_ns_batch_size < 1 || o->gtp < 1)
-        return cz__error_set(err, CZ_EINVALID,
-                             "cz_sim_options: muon_ns_batch_size %d and gtp %d; both must be at "
-                             "least 1",
-                             o->muon_ns_batch_size, o->gtp);
-    if ((o->overlap_param_gather != 0 && o->overlap_param_gather != 1) ||
-        (o->overlap_grad_reduce != 0 && o->overlap_grad_reduce != 1))
-        return cz__error_set(err, CZ_EINVALID,
-                             "cz_sim_options: overlap_param_gather %d and overlap_grad_reduce %d; "
-                             "each is 0 or 1",
-                             o->overlap_param_gather, o->overlap_grad_reduce);
-    if ((o->iteration != 0 && o->iteration != 1) ||
-        (o->gather_forward_order != 0 && o->gather_forward_order != 1) ||
-        (o->deferred_updates != 0 && o->deferred_updates != 1))
-        return cz__error_set(err, CZ_EINVALID,
-                             "cz_sim_options: iteration %d, gather_forward_order %d and "
-                             "deferred_updates %d; each is 0 or 1",
-                             o->iteration, o->gather_forward_order, o->deferred_updates);
-    /* Bounded so that tokens x tokens x width stays far inside a double's exact range. */
-    if (o->seq_len < 1 || o->seq_len > 10485760 || o->micro_batch_size < 1 ||
-        o->micro_batch_size > 65536 || o->micro_batches < 1 || o->micro_batches > 65536)
-        return cz__error_set(err, CZ_EINVALID,
-                             "cz_sim_options: seq_len %d, micro_batch_size %d, micro_batches %d; "
-                             "expected 1 .. 10485760, 1 .. 65536 and 1 .. 65536",
-                             o->seq_len, o->micro_batch_size, o->micro_batches);
-    if (!(o->pass_efficiency > 0.0 && o->pass_efficiency <= 1.0))
-        return cz__error_set(err, CZ_EINVALID,
-                             "cz_sim_options: pass_efficiency %g; expected a fraction of the GEMM "
-                             "rate in (0, 1]",
-                             o->pass_efficiency);
-    return CZ_OK;
-}
-
 int cz_sim_result_report(cz_report **out, const cz_sim_result *r, cz_error *err)
 {
     if (!out || !r)

@@ -177,8 +177,6 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
 struct json_t *cz__sim_iteration_json(const cz_sim_result *r);
 
 /* cz_plan_simulate and cz_sim_result_free are declared in canzona.h. */
-/* CZ_OK for NULL or options of this build's version, else CZ_EUNSUPPORTED (analysis_api.c). */
-int cz__sim_options_check(const cz_sim_options *o, cz_error *err);
 
 /* Options of cz__plan_render_svg. */
 typedef struct cz_svg_options {

@@ -381,6 +381,44 @@ done:
     return rc;
 }
 
+/* One bucket's cuts by alpha: each rank's target share of the bucket's weight S (prefix[np]) is
+ * (1 - alpha) of an even share plus alpha of its deficit's share (how far its load is below
+ * the mean T), each cut the parameter boundary nearest the running target. Scratch: target
+ * (dp). */
+static void alpha_cuts(const double *load, int dp, double T, double alpha, const double *prefix,
+                       int np, double *target, int *cutj)
+{
+    double S = prefix[np], sumdef = 0.0;
+    for (int r = 0; r < dp; r++) {
+        double d = T - load[r];
+        sumdef += d > 0.0 ? d : 0.0;
+    }
+    for (int r = 0; r < dp; r++) {
+        double even = S / dp, d = T - load[r];
+        double greedy = sumdef > 0.0 ? (d > 0.0 ? d : 0.0) / sumdef * S : even;
+        target[r] = (1.0 - alpha) * even + alpha * greedy;
+    }
+    double pos = 0.0;
+    cutj[0] = 0;
+    cutj[dp] = np;
+    for (int r = 1; r < dp; r++) {
+        pos += target[r - 1];
+        int best = cutj[r - 1];
+        double bestd = fabs(prefix[best] - pos);
+        /* Ties go to the earlier boundary; past pos distances only grow. */
+        for (int j = best + 1; j <= np; j++) {
+            double d = fabs(prefix[j] - pos);
+            if (d < bestd) {
+                best = j;
+                bestd = d;
+            } else if (prefix[j] > pos) {
+                break;
+            }
+        }
+        cutj[r] = best;
+    }
+}
+
 /* Alpha-balanced partitioning of one domain's buckets. Scratch: load (n), target (n),
  * prefix (nparams + 1), cutj (n + 1), cuts (n + 1). */
 static int alpha_domain(cz_plan *plan, const bucket_index *bi, const dp_domain *dm, cz_error *err)
@@ -428,40 +466,10 @@ static int alpha_domain(cz_plan *plan, const bucket_index *bi, const dp_domain *
         prefix[0] = 0.0;
         for (int j = 0; j < np; j++)
             prefix[j + 1] = prefix[j] + weight_of(plan, &plan->params[bi->ids[base + j]]);
-        double S = prefix[np], sumdef = 0.0;
-        if (plan->tasks.dp_weight) {
+        if (plan->tasks.dp_weight)
             minmax_cuts(load, dp, prefix, np, cutj, altj, plan->tasks.dp_water);
-            goto apply;
-        }
-        for (int r = 0; r < dp; r++) {
-            double d = T - load[r];
-            sumdef += d > 0.0 ? d : 0.0;
-        }
-        for (int r = 0; r < dp; r++) {
-            double even = S / dp, d = T - load[r];
-            double greedy = sumdef > 0.0 ? (d > 0.0 ? d : 0.0) / sumdef * S : even;
-            target[r] = (1.0 - alpha) * even + alpha * greedy;
-        }
-        double pos = 0.0;
-        cutj[0] = 0;
-        cutj[dp] = np;
-        for (int r = 1; r < dp; r++) {
-            pos += target[r - 1];
-            int best = cutj[r - 1];
-            double bestd = fabs(prefix[best] - pos);
-            /* Ties go to the earlier boundary; past pos distances only grow. */
-            for (int j = best + 1; j <= np; j++) {
-                double d = fabs(prefix[j] - pos);
-                if (d < bestd) {
-                    best = j;
-                    bestd = d;
-                } else if (prefix[j] > pos) {
-                    break;
-                }
-            }
-            cutj[r] = best;
-        }
-    apply:
+        else
+            alpha_cuts(load, dp, T, alpha, prefix, np, target, cutj);
         cuts_of(plan, bi, b, cutj, cuts);
         if ((rc = cuts_apply(plan, bi, b, cuts, err)) != CZ_OK)
             goto done;

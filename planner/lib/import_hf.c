@@ -585,18 +585,11 @@ static void hf_mla(json_t *a, const hf_config *c, bool *ok)
            ok);
 }
 
-static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
+/* A layer's attention of grouped-query heads (linear_qkv, its norms and biases, linear_proj). */
+static void hf_attention(json_t *a, const hf_config *c, bool *ok)
 {
     const int64_t h = c->hidden, d = c->head_dim;
     const int64_t q = c->heads * d, kv = c->kv_heads * d;
-    json_t *a = json_array();
-    if (!a)
-        *ok = false;
-
-    if (c->mla) {
-        hf_mla(a, c, ok);
-        goto mlp;
-    }
     hf_add(a, hf_param("self_attention.linear_qkv.layer_norm_weight", h, -1, -1, false, ok), ok);
     json_t *qkv = hf_param("self_attention.linear_qkv.weight", q + 2 * kv, h, 0, true, ok);
     if (c->split_qkv)
@@ -611,8 +604,19 @@ static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
     hf_add(a, hf_param("self_attention.linear_proj.weight", h, q, 1, true, ok), ok);
     if (c->proj_bias)
         hf_add(a, hf_param("self_attention.linear_proj.bias", h, -1, -1, false, ok), ok);
+}
 
-mlp:
+static json_t *hf_layer(const hf_config *c, bool moe, bool *ok)
+{
+    const int64_t h = c->hidden;
+    json_t *a = json_array();
+    if (!a)
+        *ok = false;
+
+    if (c->mla)
+        hf_mla(a, c, ok);
+    else
+        hf_attention(a, c, ok);
     if (!moe) {
         hf_add(a, hf_param("mlp.linear_fc1.layer_norm_weight", h, -1, -1, false, ok), ok);
         json_t *fc1 = hf_param("mlp.linear_fc1.weight", 2 * c->ffn, h, 0, true, ok);

@@ -179,6 +179,201 @@ static int clamp_bucket(int b, int nb)
     return b < 0 ? 0 : (b >= nb ? nb - 1 : b);
 }
 
+/* The event graph of one iteration (cz__iter_overlap) and the items it reads back, built
+ * phase by phase; every builder below returns 0, or -1 when out of memory. Resources: 0 the
+ * DP channel, 1 + 2d rank d's compute stream, 2 + 2d its TP stream, 1 + 2D the joins. */
+typedef struct it_build {
+    it_graph g;
+    int nb, D, g1;   /* buckets, DP ranks, the most micro-groups of a rank (at least 1) */
+    int pass_prio;   /* a pass chunk's priority: 1 with passes_first */
+    int reduced;     /* deferred: the join of every reduce-scatter; -1 otherwise */
+    int updated;     /* deferred: the join of every rank's updates; -1 otherwise */
+    int *bwd;        /* each rank's last backward chunk */
+    int *fwd_first, *fwd_last; /* each rank's first and last forward chunk */
+    int *rs, *ag;    /* each bucket's reduce-scatter and all-gather */
+    int *chunk;      /* [d * nb + k]: rank d's backward chunk of bucket k */
+    int *elem;       /* [d * nb + k]: rank d's elementwise updates of bucket k */
+    int *gather, *comp, *scat, *order; /* [d * g1 + j]: slot j of rank d's micro-groups */
+} it_build;
+
+static void it_build_free(it_build *b)
+{
+    free(b->g.it);
+    free(b->g.from);
+    free(b->g.to);
+    free(b->bwd);
+    free(b->fwd_first);
+    free(b->fwd_last);
+    free(b->rs);
+    free(b->ag);
+    free(b->elem);
+    free(b->gather);
+    free(b->comp);
+    free(b->scat);
+    free(b->chunk);
+    free(b->order);
+}
+
+static int it_build_alloc(it_build *b)
+{
+    size_t nb = (size_t)b->nb, D = (size_t)b->D, g1 = (size_t)b->g1;
+    b->bwd = malloc(D * sizeof *b->bwd);
+    b->fwd_first = malloc(D * sizeof *b->fwd_first);
+    b->fwd_last = malloc(D * sizeof *b->fwd_last);
+    b->rs = malloc(nb * sizeof *b->rs);
+    b->ag = malloc(nb * sizeof *b->ag);
+    b->elem = malloc(nb * D * sizeof *b->elem);
+    b->gather = malloc(g1 * D * sizeof *b->gather);
+    b->comp = malloc(g1 * D * sizeof *b->comp);
+    b->scat = malloc(g1 * D * sizeof *b->scat);
+    b->order = malloc(g1 * D * sizeof *b->order);
+    b->chunk = malloc(nb * D * sizeof *b->chunk);
+    return b->bwd && b->fwd_first && b->fwd_last && b->rs && b->ag && b->elem && b->gather &&
+                   b->comp && b->scat && b->order && b->chunk
+               ? 0
+               : -1;
+}
+
+/* The last micro-batch's backward, chunk by chunk in backward order, on every rank (released
+ * at t0: the micro-batches before it run undisturbed, their gradients are not final); each
+ * bucket's reduce-scatter once every rank's backward has passed it; deferred, their join. */
+static int it_backward(it_build *b, const cz_iter_model *m, double t0)
+{
+    int nb = b->nb, D = b->D;
+    it_graph *g = &b->g;
+    for (int d = 0; d < D; d++)
+        for (int k = 0; k < nb; k++) {
+            int c = b->chunk[(size_t)d * nb + k] = it_add(g, 1 + 2 * d, m->bwd_s[k], t0);
+            if (c < 0 || it_dep(g, c, k ? b->chunk[(size_t)d * nb + k - 1] : -1))
+                return -1;
+            g->it[c].prio = b->pass_prio;
+        }
+    for (int k = 0; k < nb; k++) {
+        if ((b->rs[k] = it_add(g, 0, m->rs_s[k], 0.0)) < 0)
+            return -1;
+        g->it[b->rs[k]].prio = m->ag_forward_order ? nb + 1 : 0;
+        for (int d = 0; d < D; d++)
+            if (it_dep(g, b->rs[k], b->chunk[(size_t)d * nb + k]))
+                return -1;
+    }
+    for (int d = 0; d < D; d++)
+        b->bwd[d] = b->chunk[(size_t)d * nb + nb - 1];
+    /* Deferred updates: every update waits for this join of every reduce-scatter. */
+    if (m->deferred) {
+        if ((b->reduced = it_add(g, 1 + 2 * D, 0.0, 0.0)) < 0)
+            return -1;
+        for (int k = 0; k < nb; k++)
+            if (it_dep(g, b->reduced, b->rs[k]))
+                return -1;
+    }
+    return 0;
+}
+
+/* Rank d's updates: each bucket's elementwise updates after its reduce-scatter; the
+ * micro-groups in the order their inputs become ready (order[]: by bucket, stable), each one's
+ * gather once its inputs' buckets are reduced and the previous group's gather is done (and,
+ * under synchronous compute, the previous group computed; pipelined, with one group in flight:
+ * after the scatter two groups back), its compute after the gather and the previous group's
+ * compute, its scatter after its compute. Slots j below are positions in that order. */
+static int it_rank_updates(it_build *b, const cz_iter_model *m, int d)
+{
+    const cz_iter_rank *rk = &m->ranks[d];
+    int nb = b->nb, cres = 1 + 2 * d, tres = 2 + 2 * d;
+    size_t g1 = (size_t)b->g1;
+    it_graph *g = &b->g;
+    for (int k = 0; k < nb; k++) {
+        int e = b->elem[(size_t)d * nb + k] = it_add(g, cres, rk->elem_s[k], 0.0);
+        if (e < 0 || it_dep(g, e, m->deferred ? b->reduced : b->rs[k]))
+            return -1;
+    }
+    /* A counting sort by bucket keeps the plan's order within a bucket; deferred, the plan's
+     * order. */
+    int j = 0;
+    for (int k = 0; k < nb; k++)
+        for (int q = 0; q < rk->ngroups; q++)
+            if (m->deferred ? k == 0 : clamp_bucket(rk->groups[q].bucket, nb) == k)
+                b->order[(size_t)d * g1 + (size_t)j++] = q;
+    for (j = 0; j < rk->ngroups; j++) {
+        const cz_iter_group *gr = &rk->groups[b->order[(size_t)d * g1 + (size_t)j]];
+        size_t at = (size_t)d * g1 + (size_t)j;
+        int bk = clamp_bucket(gr->bucket, nb);
+        int x = b->gather[at] = it_add(g, tres, gr->gather_s, 0.0);
+        if (x < 0 || it_dep(g, x, m->deferred ? b->reduced : b->rs[bk]) ||
+            it_dep(g, x, j ? b->gather[at - 1] : -1) ||
+            it_dep(g, x, !m->pipelined && j ? b->comp[at - 1] : -1) ||
+            it_dep(g, x, m->pipelined && j >= 2 ? b->scat[at - 2] : -1))
+            return -1;
+        int c = b->comp[at] = it_add(g, cres, gr->compute_s, 0.0);
+        if (c < 0 || it_dep(g, c, x) || it_dep(g, c, j ? b->comp[at - 1] : -1))
+            return -1;
+        int s = b->scat[at] = it_add(g, tres, gr->scatter_s, 0.0);
+        if (s < 0 || it_dep(g, s, c))
+            return -1;
+    }
+    return 0;
+}
+
+/* Deferred, the join of every rank's updates; each bucket's parameter all-gather once every
+ * rank has updated its part of it (and, deferred, after that join). */
+static int it_gathers(it_build *b, const cz_iter_model *m)
+{
+    int nb = b->nb, D = b->D;
+    size_t g1 = (size_t)b->g1;
+    it_graph *g = &b->g;
+    if (m->deferred) {
+        if ((b->updated = it_add(g, 1 + 2 * D, 0.0, 0.0)) < 0)
+            return -1;
+        for (int d = 0; d < D; d++) {
+            for (int k = 0; k < nb; k++)
+                if (it_dep(g, b->updated, b->elem[(size_t)d * nb + k]))
+                    return -1;
+            for (int j = 0; j < m->ranks[d].ngroups; j++)
+                if (it_dep(g, b->updated, b->scat[(size_t)d * g1 + (size_t)j]))
+                    return -1;
+        }
+    }
+    for (int k = 0; k < nb; k++) {
+        if ((b->ag[k] = it_add(g, 0, m->ag_s[k], 0.0)) < 0 || it_dep(g, b->ag[k], b->rs[k]) ||
+            it_dep(g, b->ag[k], b->updated))
+            return -1;
+        g->it[b->ag[k]].prio = m->ag_forward_order ? k + 1 : 0;
+        for (int d = 0; d < D; d++) {
+            const cz_iter_rank *rk = &m->ranks[d];
+            if (it_dep(g, b->ag[k], b->elem[(size_t)d * nb + k]))
+                return -1;
+            /* Scatters end in the order the groups run: the last one with an input here. */
+            int lj = -1;
+            for (int j = 0; rk->touches && j < rk->ngroups; j++)
+                if (rk->touches[(size_t)b->order[(size_t)d * g1 + (size_t)j] * (size_t)nb + k])
+                    lj = j;
+            if (it_dep(g, b->ag[k], lj >= 0 ? b->scat[(size_t)d * g1 + (size_t)lj] : -1))
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* The next iteration's first forward micro-batch, in forward order (the last bucket first),
+ * each chunk after its bucket's all-gather. */
+static int it_forward(it_build *b, const cz_iter_model *m)
+{
+    it_graph *g = &b->g;
+    for (int d = 0; d < b->D; d++) {
+        int prev = b->bwd[d];
+        for (int k = b->nb - 1; k >= 0; k--) {
+            int f = it_add(g, 1 + 2 * d, m->fwd_s[k], 0.0);
+            if (f < 0 || it_dep(g, f, prev) || it_dep(g, f, b->ag[k]))
+                return -1;
+            g->it[f].prio = b->pass_prio;
+            if (k == b->nb - 1)
+                b->fwd_first[d] = f;
+            prev = f;
+        }
+        b->fwd_last[d] = prev;
+    }
+    return 0;
+}
+
 int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *err)
 {
     int nb = m->nbuckets, D = m->nranks, M = m->micro_batches, rc = CZ_OK;
@@ -195,156 +390,27 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
     out->iter_s = out->passes_s;
     if (nb == 0)
         return CZ_OK;
-    it_graph g = {0};
-    int *bwd = NULL, *fwd_first = NULL, *fwd_last = NULL, *rs = NULL, *ag = NULL;
-    int *elem = NULL, *gather = NULL, *comp = NULL, *scat = NULL, *chunk = NULL, *order = NULL;
-    int G = 0;
-    for (int d = 0; d < D; d++)
-        G = m->ranks[d].ngroups > G ? m->ranks[d].ngroups : G;
-    size_t g1 = G > 0 ? (size_t)G : 1;
-    bwd = malloc((size_t)D * sizeof *bwd); /* each rank's last backward chunk */
-    fwd_first = malloc((size_t)D * sizeof *fwd_first);
-    fwd_last = malloc((size_t)D * sizeof *fwd_last);
-    rs = malloc((size_t)nb * sizeof *rs);
-    ag = malloc((size_t)nb * sizeof *ag);
-    elem = malloc((size_t)nb * (size_t)D * sizeof *elem);
-    gather = malloc(g1 * (size_t)D * sizeof *gather);
-    comp = malloc(g1 * (size_t)D * sizeof *comp);
-    scat = malloc(g1 * (size_t)D * sizeof *scat);
-    order = malloc(g1 * (size_t)D * sizeof *order);
-    if (!bwd || !fwd_first || !fwd_last || !rs || !ag || !elem || !gather || !comp || !scat ||
-        !order)
-        goto oom;
-    /* The last micro-batch's backward, chunk by chunk in backward order, on every rank: the
-     * micro-batches before it run undisturbed (their gradients are not final). */
-    double t0 = M * F + (M - 1) * B;
     /* With passes_first a compute stream runs a ready forward or backward chunk before any
      * optimizer work, which fills the time the passes leave. */
-    int pass_prio = m->passes_first ? 1 : 0;
-    if (!(chunk = malloc((size_t)nb * (size_t)D * sizeof *chunk)))
-        goto oom;
+    it_build b = {.nb = nb, .D = D, .g1 = 1, .pass_prio = m->passes_first ? 1 : 0,
+                  .reduced = -1, .updated = -1};
     for (int d = 0; d < D; d++)
-        for (int k = 0; k < nb; k++) {
-            int c = chunk[(size_t)d * nb + k] = it_add(&g, 1 + 2 * d, m->bwd_s[k], t0);
-            if (c < 0 || it_dep(&g, c, k ? chunk[(size_t)d * nb + k - 1] : -1))
-                goto oom;
-            g.it[c].prio = pass_prio;
-        }
-    /* Each bucket's reduce-scatter once every rank's backward has passed it. */
-    for (int k = 0; k < nb; k++) {
-        if ((rs[k] = it_add(&g, 0, m->rs_s[k], 0.0)) < 0)
-            goto oom;
-        g.it[rs[k]].prio = m->ag_forward_order ? nb + 1 : 0;
-        for (int d = 0; d < D; d++)
-            if (it_dep(&g, rs[k], chunk[(size_t)d * nb + k]))
-                goto oom;
-    }
-    for (int d = 0; d < D; d++)
-        bwd[d] = chunk[(size_t)d * nb + nb - 1];
-    /* Deferred updates: every update waits for this join of every reduce-scatter. */
-    int none = 1 + 2 * D, reduced = -1;
-    if (m->deferred) {
-        if ((reduced = it_add(&g, none, 0.0, 0.0)) < 0)
-            goto oom;
-        for (int k = 0; k < nb; k++)
-            if (it_dep(&g, reduced, rs[k]))
-                goto oom;
-    }
-    /* Per rank: each bucket's elementwise updates after its reduce-scatter; the micro-groups in
-     * the order their inputs become ready (order[]: by bucket, stable), each one's gather once
-     * its inputs' buckets are reduced and the previous group's gather is done (and, under
-     * synchronous compute, the previous group computed; pipelined, with one group in flight:
-     * after the scatter two groups back), its compute after the gather and the previous
-     * group's compute, its scatter after its compute. Slots j below are positions in that
-     * order. */
-    for (int d = 0; d < D; d++) {
-        const cz_iter_rank *rk = &m->ranks[d];
-        int cres = 1 + 2 * d, tres = 2 + 2 * d;
-        for (int k = 0; k < nb; k++) {
-            int e = elem[(size_t)d * nb + k] = it_add(&g, cres, rk->elem_s[k], 0.0);
-            if (e < 0 || it_dep(&g, e, m->deferred ? reduced : rs[k]))
-                goto oom;
-        }
-        /* A counting sort by bucket keeps the plan's order within a bucket; deferred, the
-         * plan's order. */
-        int j = 0;
-        for (int k = 0; k < nb; k++)
-            for (int q = 0; q < rk->ngroups; q++)
-                if (m->deferred ? k == 0 : clamp_bucket(rk->groups[q].bucket, nb) == k)
-                    order[(size_t)d * g1 + (size_t)j++] = q;
-        for (j = 0; j < rk->ngroups; j++) {
-            const cz_iter_group *gr = &rk->groups[order[(size_t)d * g1 + (size_t)j]];
-            size_t at = (size_t)d * g1 + (size_t)j;
-            int b = clamp_bucket(gr->bucket, nb);
-            int x = gather[at] = it_add(&g, tres, gr->gather_s, 0.0);
-            if (x < 0 || it_dep(&g, x, m->deferred ? reduced : rs[b]) ||
-                it_dep(&g, x, j ? gather[at - 1] : -1) ||
-                it_dep(&g, x, !m->pipelined && j ? comp[at - 1] : -1) ||
-                it_dep(&g, x, m->pipelined && j >= 2 ? scat[at - 2] : -1))
-                goto oom;
-            int c = comp[at] = it_add(&g, cres, gr->compute_s, 0.0);
-            if (c < 0 || it_dep(&g, c, x) || it_dep(&g, c, j ? comp[at - 1] : -1))
-                goto oom;
-            int s = scat[at] = it_add(&g, tres, gr->scatter_s, 0.0);
-            if (s < 0 || it_dep(&g, s, c))
-                goto oom;
-        }
-    }
-    /* Deferred: every all-gather waits for this join of every rank's updates. */
-    int updated = -1;
-    if (m->deferred) {
-        if ((updated = it_add(&g, none, 0.0, 0.0)) < 0)
-            goto oom;
-        for (int d = 0; d < D; d++) {
-            for (int k = 0; k < nb; k++)
-                if (it_dep(&g, updated, elem[(size_t)d * nb + k]))
-                    goto oom;
-            for (int j = 0; j < m->ranks[d].ngroups; j++)
-                if (it_dep(&g, updated, scat[(size_t)d * g1 + (size_t)j]))
-                    goto oom;
-        }
-    }
-    /* Each bucket's parameter all-gather once every rank has updated its part of it. */
-    for (int k = 0; k < nb; k++) {
-        if ((ag[k] = it_add(&g, 0, m->ag_s[k], 0.0)) < 0 || it_dep(&g, ag[k], rs[k]) ||
-            it_dep(&g, ag[k], updated))
-            goto oom;
-        g.it[ag[k]].prio = m->ag_forward_order ? k + 1 : 0;
-        for (int d = 0; d < D; d++) {
-            const cz_iter_rank *rk = &m->ranks[d];
-            if (it_dep(&g, ag[k], elem[(size_t)d * nb + k]))
-                goto oom;
-            /* Scatters end in the order the groups run: the last one with an input here. */
-            int lj = -1;
-            for (int j = 0; rk->touches && j < rk->ngroups; j++)
-                if (rk->touches[(size_t)order[(size_t)d * g1 + (size_t)j] * (size_t)nb + k])
-                    lj = j;
-            if (it_dep(&g, ag[k], lj >= 0 ? scat[(size_t)d * g1 + (size_t)lj] : -1))
-                goto oom;
-        }
-    }
-    /* The next iteration's first forward micro-batch, in forward order (the last bucket first),
-     * each chunk after its bucket's all-gather. */
-    for (int d = 0; d < D; d++) {
-        int prev = bwd[d];
-        for (int k = nb - 1; k >= 0; k--) {
-            int f = it_add(&g, 1 + 2 * d, m->fwd_s[k], 0.0);
-            if (f < 0 || it_dep(&g, f, prev) || it_dep(&g, f, ag[k]))
-                goto oom;
-            g.it[f].prio = pass_prio;
-            if (k == nb - 1)
-                fwd_first[d] = f;
-            prev = f;
-        }
-        fwd_last[d] = prev;
-    }
-    if ((rc = it_run(&g, 2 + 2 * D, err)) != CZ_OK)
+        b.g1 = m->ranks[d].ngroups > b.g1 ? m->ranks[d].ngroups : b.g1;
+    int oom = it_build_alloc(&b) || it_backward(&b, m, M * F + (M - 1) * B);
+    for (int d = 0; d < D && !oom; d++)
+        oom = it_rank_updates(&b, m, d);
+    if (oom || it_gathers(&b, m) || it_forward(&b, m)) {
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the iteration");
         goto done;
+    }
+    if ((rc = it_run(&b.g, 2 + 2 * D, err)) != CZ_OK)
+        goto done;
+    const it_item *it = b.g.it;
     double bwd_end = 0.0, wait = 0.0, end = 0.0;
     for (int d = 0; d < D; d++) {
-        bwd_end = fmax(bwd_end, g.it[bwd[d]].end);
-        wait = fmax(wait, g.it[fwd_first[d]].start - g.it[bwd[d]].end);
-        end = fmax(end, g.it[fwd_last[d]].end);
+        bwd_end = fmax(bwd_end, it[b.bwd[d]].end);
+        wait = fmax(wait, it[b.fwd_first[d]].start - it[b.bwd[d]].end);
+        end = fmax(end, it[b.fwd_last[d]].end);
     }
     out->bwd_end_s = bwd_end;
     out->bwd_delay_s = fmax(0.0, bwd_end - out->passes_s);
@@ -359,24 +425,8 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
     /* The iteration ends where the next one would start if its first forward micro-batch,
      * which ends at `end`, had not waited for anything. */
     out->iter_s = end - F;
-    goto done;
-oom:
-    rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the iteration");
 done:
-    free(g.it);
-    free(g.from);
-    free(g.to);
-    free(bwd);
-    free(fwd_first);
-    free(fwd_last);
-    free(rs);
-    free(ag);
-    free(elem);
-    free(gather);
-    free(comp);
-    free(scat);
-    free(chunk);
-    free(order);
+    it_build_free(&b);
     return rc;
 }
 

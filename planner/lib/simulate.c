@@ -1171,18 +1171,181 @@ static int owned_shards(const sim_ctx *cx, int stage, int64_t *count)
 static int sim_iteration(const sim_ctx *cx, cz_sim_result *r, const cz_sim_options *o,
                          int64_t *owned, cz_error *err);
 
+/* CZ_OK for NULL or valid options of this build's version; CZ_EUNSUPPORTED for another
+ * version, CZ_EINVALID for a value out of its range. Here, not in analysis_api.c, so that the
+ * simulator calls nothing of the file that calls it. */
+static int sim_options_check(const cz_sim_options *o, cz_error *err)
+{
+    if (!o)
+        return CZ_OK;
+    /* The message analysis_api.c gives every options struct of another version. */
+    if (o->version != CZ_SIM_OPTIONS_VERSION)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "cz_sim_options version %d is not supported (expected %d); "
+                             "initialize it with cz_sim_options_init() or its _INIT macro",
+                             o->version, CZ_SIM_OPTIONS_VERSION);
+    if (o->muon_ns_batch_size < 1 || o->gtp < 1)
+        return cz__error_set(err, CZ_EINVALID,
+                             "cz_sim_options: muon_ns_batch_size %d and gtp %d; both must be at "
+                             "least 1",
+                             o->muon_ns_batch_size, o->gtp);
+    if ((o->overlap_param_gather != 0 && o->overlap_param_gather != 1) ||
+        (o->overlap_grad_reduce != 0 && o->overlap_grad_reduce != 1))
+        return cz__error_set(err, CZ_EINVALID,
+                             "cz_sim_options: overlap_param_gather %d and overlap_grad_reduce %d; "
+                             "each is 0 or 1",
+                             o->overlap_param_gather, o->overlap_grad_reduce);
+    if ((o->iteration != 0 && o->iteration != 1) ||
+        (o->gather_forward_order != 0 && o->gather_forward_order != 1) ||
+        (o->deferred_updates != 0 && o->deferred_updates != 1))
+        return cz__error_set(err, CZ_EINVALID,
+                             "cz_sim_options: iteration %d, gather_forward_order %d and "
+                             "deferred_updates %d; each is 0 or 1",
+                             o->iteration, o->gather_forward_order, o->deferred_updates);
+    /* Bounded so that tokens x tokens x width stays far inside a double's exact range. */
+    if (o->seq_len < 1 || o->seq_len > 10485760 || o->micro_batch_size < 1 ||
+        o->micro_batch_size > 65536 || o->micro_batches < 1 || o->micro_batches > 65536)
+        return cz__error_set(err, CZ_EINVALID,
+                             "cz_sim_options: seq_len %d, micro_batch_size %d, micro_batches %d; "
+                             "expected 1 .. 10485760, 1 .. 65536 and 1 .. 65536",
+                             o->seq_len, o->micro_batch_size, o->micro_batches);
+    if (!(o->pass_efficiency > 0.0 && o->pass_efficiency <= 1.0))
+        return cz__error_set(err, CZ_EINVALID,
+                             "cz_sim_options: pass_efficiency %g; expected a fraction of the GEMM "
+                             "rate in (0, 1]",
+                             o->pass_efficiency);
+    return CZ_OK;
+}
+
+/* Stage s of cz_plan_simulate: every DP rank's program run, the stage's DP collectives, host
+ * work and expert groups; the stage's step replaces r's figures when it is the longest yet.
+ * finish and busy hold a TP (or ETP) group's GPUs, gpu_finish the stage's D x R GPUs, owned a
+ * DP (or EDP) rank's shard counts. */
+static int sim_stage(const sim_ctx *cx, sim_prog *pg, const cz_cluster *cluster, int s,
+                     cz_sim_result *r, double *finish, double *busy, double *gpu_finish,
+                     int64_t *owned, cz_error *err)
+{
+    int R = cx->R, D = cx->D, P = cx->P, rc;
+    double frag_max = 0.0, local = 0.0, expert_part = 0.0;
+    int crit_d = 0, crit_t = 0;
+    dp_sync y;
+    if ((rc = dp_sync_seconds(cx, s, &y, owned, NULL, NULL, err)))
+        return rc;
+    /* Megatron's overlaps hide all but one bucket's collective behind the backward and the
+     * next forward pass (which the simulator does not model; they are assumed long enough to
+     * hide the rest). */
+    double grad_s = cx->overlap_grad ? y.last_grad_s : y.grad_s;
+    double param_s = cx->overlap_param ? y.last_param_s : y.param_s;
+    double host = cluster ? cz__dm_step_host_seconds(cluster, owned_shards(cx, s, owned),
+                                                     P * D * R, cx->lat_us)
+                          : 0.0;
+    for (int d = 0; d < D; d++) {
+        double frag;
+        if ((rc = build_rank(cx, pg, s, d, &frag, err)))
+            return rc;
+        prog_run(pg, R, cx->pipelined, finish, busy, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+        prog_free(pg);
+        frag_max = fmax(frag_max, frag);
+        for (int t = 0; t < R; t++) {
+            r->gpu_busy[(s * D + d) * R + t] = busy[t];
+            r->compute_s = fmax(r->compute_s, busy[t]);
+            gpu_finish[d * R + t] = finish[t];
+            if (finish[t] > local) {
+                local = finish[t];
+                crit_d = d;
+                crit_t = t;
+            }
+        }
+    }
+    if (cz_plan_has_experts(cx->plan)) {
+        /* The expert buffers' collectives are charged whole, overlaps or not (conservative:
+         * docs/SIMULATOR.md, "Expert groups"). */
+        double eg = 0.0, ep = 0.0;
+        if ((rc = expert_stage(cx, r, s, gpu_finish, finish, busy, owned, &eg, &ep, &frag_max,
+                               &local, &crit_d, &crit_t, &expert_part, err)) != CZ_OK)
+            return rc;
+        grad_s += eg;
+        param_s += ep;
+        y.grad_s += eg;
+        y.param_s += ep;
+    }
+    double step = grad_s + frag_max + host + local + param_s;
+    if (step > r->step_s) {
+        r->step_s = step;
+        r->grad_sync_s = grad_s;
+        r->frag_gather_s = frag_max;
+        r->host_s = host;
+        r->local_s = local;
+        r->param_sync_s = param_s;
+        r->grad_sync_total_s = y.grad_s;
+        r->param_sync_total_s = y.param_s;
+        r->optimizer_s = frag_max + host + local + param_s;
+        r->critical_stage = s;
+        r->critical_dp = crit_d;
+        r->critical_tp = crit_t;
+        r->expert_s = expert_part;
+    }
+    return CZ_OK;
+}
+
+/* The timeline of the critical DP rank, rebuilt (cheap) rather than kept for every rank, and
+ * the figures of r read off it: cooperative tasks, TP collectives, exposed communication. */
+static int sim_timeline(const sim_ctx *cx, sim_prog *pg, cz_sim_result *r, double *finish,
+                        double *busy, cz_error *err)
+{
+    int R = cx->R, D = cx->D, s = r->critical_stage, d = r->critical_dp, rc;
+    double *coop_ar = NULL, *coop_comm = NULL, *coop_wait = NULL;
+    double frag;
+    if ((rc = build_rank(cx, pg, s, d, &frag, err)))
+        return rc;
+    r->tl_tp = R;
+    r->tl_groups = pg->ngroups;
+    size_t ng = pg->ngroups > 0 ? (size_t)pg->ngroups : 1;
+    r->tl_elementwise = calloc((size_t)R, sizeof *r->tl_elementwise);
+    r->tl_gather = calloc(ng, sizeof *r->tl_gather);
+    r->tl_scatter = calloc(ng, sizeof *r->tl_scatter);
+    r->tl_compute = calloc(ng * (size_t)R, sizeof *r->tl_compute);
+    coop_ar = calloc((size_t)R, sizeof *coop_ar);
+    coop_comm = calloc((size_t)R, sizeof *coop_comm);
+    coop_wait = calloc((size_t)R, sizeof *coop_wait);
+    r->tl_coop = calloc(pg->coop_tasks > 0 ? (size_t)pg->coop_tasks : 1, sizeof *r->tl_coop);
+    if (!r->tl_elementwise || !r->tl_gather || !r->tl_scatter || !r->tl_compute || !coop_ar ||
+        !coop_comm || !coop_wait || !r->tl_coop) {
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
+        goto done;
+    }
+    prog_run(pg, R, cx->pipelined, finish, busy, r->tl_gather, r->tl_scatter, r->tl_compute,
+             coop_ar, coop_comm, coop_wait, r->tl_coop);
+    r->tl_ncoop = cx->pipelined ? pg->coop_tasks : 0;
+    for (int t = 0; t < R; t++)
+        r->tl_elementwise[t] = pg->elem[t];
+    r->coop_tasks = pg->coop_tasks;
+    r->coop_allreduce_s = coop_ar[r->critical_tp];
+    r->coop_wait_s = coop_wait[r->critical_tp];
+    /* Collective time counts the cooperative all-reduces whole, hidden or not (comm_s). */
+    r->tp_comm_s = pg->comm_s + coop_comm[r->critical_tp];
+    r->comm_s = r->grad_sync_total_s + r->frag_gather_s + r->tp_comm_s + r->param_sync_total_s;
+    double crit_busy = r->gpu_busy[(s * D + d) * R + r->critical_tp];
+    r->exposed_comm_s = fmax(0.0, r->step_s - crit_busy);
+done:
+    free(coop_ar);
+    free(coop_comm);
+    free(coop_wait);
+    return rc;
+}
+
 int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster *cluster,
                      const cz_sim_options *opt, cz_error *err)
 {
     sim_ctx cx;
     sim_prog pg = {0};
     cz_sim_result *r = NULL;
-    double *finish = NULL, *busy = NULL, *coop_ar = NULL, *coop_comm = NULL, *coop_wait = NULL;
+    double *finish = NULL, *busy = NULL;
     double *gpu_finish = NULL; /* with expert groups: each GPU of a stage, its dense part */
     int64_t *owned = NULL;
     int rc;
     *out = NULL;
-    if ((rc = cz__sim_options_check(opt, err)) != CZ_OK)
+    if ((rc = sim_options_check(opt, err)) != CZ_OK)
         return rc;
     if ((rc = ctx_init(&cx, plan, cluster, opt, err)))
         goto done;
@@ -1209,104 +1372,11 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
         goto done;
     }
     r->step_s = -1.0;
-    for (int s = 0; s < P; s++) {
-        double frag_max = 0.0, local = 0.0, expert_part = 0.0;
-        int crit_d = 0, crit_t = 0;
-        dp_sync y;
-        if ((rc = dp_sync_seconds(&cx, s, &y, owned, NULL, NULL, err)))
+    for (int s = 0; s < P; s++)
+        if ((rc = sim_stage(&cx, &pg, cluster, s, r, finish, busy, gpu_finish, owned, err)))
             goto done;
-        /* Megatron's overlaps hide all but one bucket's collective behind the backward and the
-         * next forward pass (which the simulator does not model; they are assumed long enough to
-         * hide the rest). */
-        double grad_s = cx.overlap_grad ? y.last_grad_s : y.grad_s;
-        double param_s = cx.overlap_param ? y.last_param_s : y.param_s;
-        double host = cluster ? cz__dm_step_host_seconds(cluster, owned_shards(&cx, s, owned),
-                                                         P * D * R, cx.lat_us)
-                              : 0.0;
-        for (int d = 0; d < D; d++) {
-            double frag;
-            if ((rc = build_rank(&cx, &pg, s, d, &frag, err)))
-                goto done;
-            prog_run(&pg, R, cx.pipelined, finish, busy, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
-            prog_free(&pg);
-            frag_max = fmax(frag_max, frag);
-            for (int t = 0; t < R; t++) {
-                r->gpu_busy[(s * D + d) * R + t] = busy[t];
-                r->compute_s = fmax(r->compute_s, busy[t]);
-                gpu_finish[d * R + t] = finish[t];
-                if (finish[t] > local) {
-                    local = finish[t];
-                    crit_d = d;
-                    crit_t = t;
-                }
-            }
-        }
-        if (experts) {
-            /* The expert buffers' collectives are charged whole, overlaps or not (conservative:
-             * docs/SIMULATOR.md, "Expert groups"). */
-            double eg = 0.0, ep = 0.0;
-            if ((rc = expert_stage(&cx, r, s, gpu_finish, finish, busy, owned, &eg, &ep, &frag_max,
-                                   &local, &crit_d, &crit_t, &expert_part, err)) != CZ_OK)
-                goto done;
-            grad_s += eg;
-            param_s += ep;
-            y.grad_s += eg;
-            y.param_s += ep;
-        }
-        double step = grad_s + frag_max + host + local + param_s;
-        if (step > r->step_s) {
-            r->step_s = step;
-            r->grad_sync_s = grad_s;
-            r->frag_gather_s = frag_max;
-            r->host_s = host;
-            r->local_s = local;
-            r->param_sync_s = param_s;
-            r->grad_sync_total_s = y.grad_s;
-            r->param_sync_total_s = y.param_s;
-            r->optimizer_s = frag_max + host + local + param_s;
-            r->critical_stage = s;
-            r->critical_dp = crit_d;
-            r->critical_tp = crit_t;
-            r->expert_s = expert_part;
-        }
-    }
-    /* Timeline of the critical DP rank, rebuilt (cheap) rather than kept for every rank. */
-    double frag;
-    int s = r->critical_stage, d = r->critical_dp;
-    if ((rc = build_rank(&cx, &pg, s, d, &frag, err)))
+    if ((rc = sim_timeline(&cx, &pg, r, finish, busy, err)) != CZ_OK)
         goto done;
-    r->tl_tp = R;
-    r->tl_groups = pg.ngroups;
-    size_t ng = pg.ngroups > 0 ? (size_t)pg.ngroups : 1;
-    r->tl_elementwise = calloc((size_t)R, sizeof *r->tl_elementwise);
-    r->tl_gather = calloc(ng, sizeof *r->tl_gather);
-    r->tl_scatter = calloc(ng, sizeof *r->tl_scatter);
-    r->tl_compute = calloc(ng * (size_t)R, sizeof *r->tl_compute);
-    if (!r->tl_elementwise || !r->tl_gather || !r->tl_scatter || !r->tl_compute) {
-        rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
-        goto done;
-    }
-    coop_ar = calloc((size_t)R, sizeof *coop_ar);
-    coop_comm = calloc((size_t)R, sizeof *coop_comm);
-    coop_wait = calloc((size_t)R, sizeof *coop_wait);
-    r->tl_coop = calloc(pg.coop_tasks > 0 ? (size_t)pg.coop_tasks : 1, sizeof *r->tl_coop);
-    if (!coop_ar || !coop_comm || !coop_wait || !r->tl_coop) {
-        rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the plan");
-        goto done;
-    }
-    prog_run(&pg, R, cx.pipelined, finish, busy, r->tl_gather, r->tl_scatter, r->tl_compute,
-             coop_ar, coop_comm, coop_wait, r->tl_coop);
-    r->tl_ncoop = cx.pipelined ? pg.coop_tasks : 0;
-    for (int t = 0; t < R; t++)
-        r->tl_elementwise[t] = pg.elem[t];
-    r->coop_tasks = pg.coop_tasks;
-    r->coop_allreduce_s = coop_ar[r->critical_tp];
-    r->coop_wait_s = coop_wait[r->critical_tp];
-    /* Collective time counts the cooperative all-reduces whole, hidden or not (comm_s). */
-    r->tp_comm_s = pg.comm_s + coop_comm[r->critical_tp];
-    r->comm_s = r->grad_sync_total_s + r->frag_gather_s + r->tp_comm_s + r->param_sync_total_s;
-    double crit_busy = r->gpu_busy[(s * D + d) * R + r->critical_tp];
-    r->exposed_comm_s = fmax(0.0, r->step_s - crit_busy);
     if (opt && opt->iteration && (rc = sim_iteration(&cx, r, opt, owned, err)) != CZ_OK)
         goto done;
     *out = r;
@@ -1317,9 +1387,6 @@ done:
     free(finish);
     free(busy);
     free(gpu_finish);
-    free(coop_ar);
-    free(coop_comm);
-    free(coop_wait);
     free(owned);
     free(cx.sec);
     free(cx.bucket_index);
