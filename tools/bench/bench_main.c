@@ -668,81 +668,6 @@ static int any_failed(int rc, const cz_error *err, const char *what)
     return any;
 }
 
-/* The blocks of a parameter as text, for messages. */
-static const char *blocks_text(char *buf, size_t cap, int n, int dim, const int64_t *sizes)
-{
-    if (n <= 0 || !sizes) {
-        snprintf(buf, cap, "none");
-        return buf;
-    }
-    size_t len = (size_t)snprintf(buf, cap, "dim %d [", dim);
-    for (int b = 0; b < n && len < cap; b++)
-        len += (size_t)snprintf(buf + len, cap - len, "%s%lld", b ? ", " : "", (long long)sizes[b]);
-    if (len < cap)
-        snprintf(buf + len, cap - len, "]");
-    return buf;
-}
-
-/* Whether parameter i of the plan is the model's: what a plan edited after it was written
- * (content hash recomputed) could change and still pass the executor's structural checks. */
-static int check_param(const cz_plan_param *p, const cz_param_def *d, size_t i, cz_error *err)
-{
-    if (strcmp(p->def.name, d->name) != 0 || p->def.ndim != d->ndim ||
-        p->def.shape[0] != d->shape[0] || p->def.shape[1] != d->shape[1])
-        return cz__error_set(err, CZ_EMISMATCH,
-                             "plan param %zu is '%s' [%lld, %lld] but the model has '%s' "
-                             "[%lld, %lld]",
-                             i, p->def.name, (long long)p->def.shape[0], (long long)p->def.shape[1],
-                             d->name, (long long)d->shape[0], (long long)d->shape[1]);
-    if (p->def.tp_dim != d->tp_dim)
-        return cz__error_set(err, CZ_EMISMATCH,
-                             "$.params[%zu].tp_dim: '%s' has tp_dim %d in the plan but %d in the "
-                             "model",
-                             i, d->name, p->def.tp_dim, d->tp_dim);
-    if (p->def.kind != d->kind)
-        return cz__error_set(err, CZ_EMISMATCH,
-                             "$.params[%zu].optimizer: '%s' is %s in the plan but %s in the model",
-                             i, d->name, cz__kind_name(p->def.kind), cz__kind_name(d->kind));
-    bool same =
-        p->def.nblocks == d->nblocks && (d->nblocks == 0 || p->def.block_dim == d->block_dim);
-    for (int b = 0; same && b < d->nblocks; b++)
-        same = p->def.block_sizes && d->block_sizes && p->def.block_sizes[b] == d->block_sizes[b];
-    if (!same) {
-        char pb[160], mb[160];
-        return cz__error_set(
-            err, CZ_EMISMATCH,
-            "$.params[%zu].blocks: '%s' has blocks %s in the plan but %s in the model", i, d->name,
-            blocks_text(pb, sizeof pb, p->def.nblocks, p->def.block_dim, p->def.block_sizes),
-            blocks_text(mb, sizeof mb, d->nblocks, d->block_dim, d->block_sizes));
-    }
-    return CZ_OK;
-}
-
-/* The plan must come from this model: every parameter the model's (names, shapes, TP
- * dimension, optimizer, blocks), the same dtype, and the model's SHA-256 where the plan records
- * it. The executor sees only the plan; a plan edited with its content hash recomputed would
- * otherwise run, and --verify, which reads the same plan, would not notice. */
-static int check_model(const cz_plan *plan, const cz_model *model, cz_error *err)
-{
-    if (plan->nparams != model->nparams)
-        return cz__error_set(err, CZ_EMISMATCH, "plan has %zu params, model '%s' has %zu",
-                             plan->nparams, model->name, model->nparams);
-    for (size_t i = 0; i < plan->nparams; i++) {
-        int rc = check_param(&plan->params[i], &model->params[i], i, err);
-        if (rc)
-            return rc;
-    }
-    if (plan->dtype != model->dtype)
-        return cz__error_set(err, CZ_EMISMATCH, "the plan's dtype is %s but the model's is %s",
-                             cz_dtype_name(plan->dtype), cz_dtype_name(model->dtype));
-    if (plan->model_sha256 && strcmp(plan->model_sha256, model->sha256) != 0)
-        return cz__error_set(err, CZ_EMISMATCH,
-                             "the plan was made for a model with sha256 %.12s..., %s has %.12s...",
-                             plan->model_sha256, model->source ? model->source : "--model",
-                             model->sha256);
-    return CZ_OK;
-}
-
 static int64_t full_numel(const cz_plan_param *p)
 {
     return p->def.shape[0] * (p->def.ndim == 1 ? 1 : p->def.shape[1]);
@@ -1452,11 +1377,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "canzona-bench: rank %d: %s\n", g_rank, err.message);
         goto done;
     }
+    /* The plan must come from this model. The executor sees only the plan; a plan edited with
+     * its content hash recomputed would otherwise run, and --verify, which reads the same plan,
+     * would not notice. */
     rc = cz_plan_read(&plan, o.plan, &err);
     if (!rc)
         rc = cz_model_load(&model, o.model, &err);
     if (!rc)
-        rc = check_model(plan, model, &err);
+        rc = cz__plan_check_model(plan, model, &err);
     if (any_failed(rc, &err, "loading the plan and model"))
         goto done;
 
