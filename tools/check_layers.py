@@ -57,8 +57,7 @@ the including file's own folder first; angle-bracket includes are system headers
            `if` whose condition is `!rc` or `rc == CZ_OK` (alone or first of an `&&`) and whose
            statement (or a block's first statement) assigns rc from a call. Keeping the first
            of two failures (`rc = rc != CZ_OK ? rc : erc;`) is no call and is not flagged.
-           And no goto (nor CZ_ASSERT_GOTO) to a label but `done` in their .c and .cu files,
-           but the executor's older ones (OLD_LABELS).
+           And no goto (nor CZ_ASSERT_GOTO) to a label but `done` in their .c and .cu files.
 
   length   No function in planner/lib/, planner/format/ or executor/src/ (its .c and .cu
            files, the GPU plugin's included) is over 150 lines (docs/ARCHITECTURE.md,
@@ -673,12 +672,6 @@ LADDER = re.compile(r"\bif\s*\(\s*(?:!\s*rc|rc\s*==\s*CZ_OK)\s*(?:&&[^{};]*?)?\)
 
 
 GOTO = re.compile(r"\bgoto\s+([A-Za-z_]\w*)\s*;|\bCZ_ASSERT_GOTO\s*\([^;]*,\s*([A-Za-z_]\w*)\s*\)")
-# The labels but done that the executor still has, each a function's one exit (the executor's
-# restructuring renames them); a new one, or one in the planner, fails.
-OLD_LABELS = {("executor/src/muon.c", "out"), ("executor/src/checkpoint.c", "out"),
-              ("executor/src/mpi_watch.c", "out"), ("executor/src/pipeline.c", "fail")}
-
-
 def check_errors(root, files):
     bad = []
     for f in files:
@@ -688,7 +681,7 @@ def check_errors(root, files):
             code = strip_comments_and_strings(fh.read())
         for m in GOTO.finditer(code):
             label = m.group(1) or m.group(2)
-            if label != "done" and (f, label) not in OLD_LABELS:
+            if label != "done":
                 bad.append("errors: %s:%d: goto %s; the one exit label is done (docs/"
                            "ARCHITECTURE.md, \"Errors\"): jump to it, or give the code between "
                            "a function or an if of its own" % (

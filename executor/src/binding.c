@@ -95,10 +95,10 @@ int cz_executor_bind_typed(cz_executor *ex, void *params, void *grads, size_t nu
     return CZ_OK;
 }
 
-int cz_executor_bind_buffers(cz_executor *ex, float *params, float *grads, size_t numel,
+int cz_executor_bind_buffers(cz_executor *ex, float *param_buf, float *grad_buf, size_t numel,
                              cz_error *err)
 {
-    return cz_executor_bind_typed(ex, params, grads, numel, CZ_DTYPE_FP32, err);
+    return cz_executor_bind_typed(ex, param_buf, grad_buf, numel, CZ_DTYPE_FP32, err);
 }
 
 int cz_executor_bind_param_typed(cz_executor *ex, const char *name, void *param, void *grad,

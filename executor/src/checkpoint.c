@@ -382,7 +382,7 @@ static int header_build(const cz_plan *plan, const ck_entry *e, size_t ne, int64
     char *text = NULL;
     json_t *root = json_object();
     if (!root)
-        goto out;
+        goto done;
     size_t off = 0;
     for (size_t i = 0; i < ne; i++) {
         size_t bytes = (size_t)e[i].n * sizeof(float);
@@ -394,28 +394,28 @@ static int header_build(const cz_plan *plan, const ck_entry *e, size_t ne, int64
         char key[1024];
         snprintf(key, sizeof key, "%s.%s", plan->params[e[i].param].def.name, e[i].suffix);
         if (!t || json_object_set_new(root, key, t))
-            goto out;
+            goto done;
         off += bytes;
     }
     char step[32];
     snprintf(step, sizeof step, "%lld", (long long)steps);
     if (json_object_set_new(root, "__metadata__",
                             json_pack("{s:s,s:s}", "format", CZ_OPTIM_FORMAT, "step", step)))
-        goto out;
+        goto done;
     text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
     if (!text)
-        goto out;
+        goto done;
     size_t n = strlen(text), padded = (n + 7) / 8 * 8;
     char *h = malloc(padded);
     if (!h)
-        goto out;
+        goto done;
     memcpy(h, text, n);
     memset(h + n, ' ', padded - n);
     *out = h;
     *len = padded;
     *data_bytes = off;
     rc = CZ_OK;
-out:
+done:
     free(text);
     json_decref(root);
     if (rc)

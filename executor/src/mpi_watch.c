@@ -212,7 +212,7 @@ static void ask(cz_mpi_chan *ch, unsigned char *answered, double grace)
     int *idx = cz__exec_calloc((size_t)n, sizeof *idx);
     answered[ch->rank] = 1;
     if (!rr || !in || !idx)
-        goto out;
+        goto done;
     for (int k = 0; k < n; k++) {
         rr[k] = MPI_REQUEST_NULL;
         if (k == ch->rank)
@@ -243,7 +243,7 @@ static void ask(cz_mpi_chan *ch, unsigned char *answered, double grace)
             MPI_Cancel(&rr[k]);
             MPI_Wait(&rr[k], MPI_STATUS_IGNORE);
         }
-out:
+done:
     cz__exec_free(rr);
     cz__exec_free(in);
     cz__exec_free(idx);
@@ -419,7 +419,7 @@ void cz__mpi_watch_settle(void)
     char *in = cz__exec_calloc((size_t)n, 1);
     static char token;
     if (!rr || !idx || !in)
-        goto out;
+        goto done;
     for (int k = 0; k < n; k++) {
         rr[k] = MPI_REQUEST_NULL;
         if (k == ch->rank || !g.answered[k])
@@ -443,7 +443,7 @@ void cz__mpi_watch_settle(void)
             MPI_Cancel(&rr[k]);
             MPI_Wait(&rr[k], MPI_STATUS_IGNORE);
         }
-out:
+done:
     cz__exec_free(rr);
     cz__exec_free(idx);
     cz__exec_free(in);

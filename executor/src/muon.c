@@ -275,10 +275,10 @@ int cz__muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
     if (!batch || !work) {
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory for a Newton-Schulz batch of %lld floats",
                            (long long)(mp.batch_n + mp.work_n));
-        goto out;
+        goto done;
     }
     rc = cz__muon_run(c, h, &mp, in, out, batch, work, NULL, NULL, err);
-out:
+done:
     if (batch)
         c->ops->release(c, batch);
     if (work)

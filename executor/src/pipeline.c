@@ -358,9 +358,31 @@ static int map_scatter_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, 
 
 /* Shard updates: from the scatter's receive buffer, per source slot its parts in order (under
  * sc from the scatter-send buffer, every part in order). */
-static int map_apply(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_error *err)
+/* map_apply's part i (x) of the group: its runs of (my shard, update) pairs from upos on, added
+ * to the group's list l and kept alone in apply_part[i]. */
+static int map_apply_part(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, int i, int64_t upos,
+                          cz_error *err)
 {
     cz_executor *ex = pp->ex;
+    const cz_exec_part *x = &pg->parts[i];
+    const cz_plan_param *p = &ex->plan->params[x->param];
+    cz_run_list lp = {0};
+    int rc;
+    if ((rc = cz__region_runs(p, pp->tp, pp->tp_rank, &x->part, upos, ex->held.param_off[p->id], 1,
+                              0, &lp, err)) != CZ_OK)
+        goto done;
+    for (size_t k = 0; k < lp.n; k++)
+        if ((rc = cz__run_list_add(l, lp.v[k].dst, lp.v[k].src, lp.v[k].len, err)) != CZ_OK)
+            goto done;
+    if (lp.n > 0)
+        return make_runs(ex, &lp, &pg->apply_part[i], err); /* takes lp */
+done:
+    cz__run_list_free(&lp);
+    return rc;
+}
+
+static int map_apply(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_error *err)
+{
     int tp = pp->tp, me = pp->tp_rank, rc;
     pg->apply_part = cz__exec_calloc((size_t)(pg->nparts > 0 ? pg->nparts : 1), sizeof(cz_runs *));
     if (!pg->apply_part)
@@ -371,29 +393,15 @@ static int map_apply(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_erro
             const cz_exec_part *x = &pg->parts[i];
             if (!pp->sc && x->slot != s)
                 continue;
-            const cz_plan_param *p = &ex->plan->params[x->param];
-            cz_run_list lp = {0};
-            if ((rc = cz__region_runs(p, tp, me, &x->part, upos, ex->held.param_off[p->id], 1, 0,
-                                      &lp, err)) != CZ_OK)
-                goto fail;
-            for (size_t k = 0; k < lp.n; k++)
-                if ((rc = cz__run_list_add(l, lp.v[k].dst, lp.v[k].src, lp.v[k].len, err)) != CZ_OK)
-                    goto fail;
-            if (lp.n == 0) {
-                cz__run_list_free(&lp);
-            } else if ((rc = make_runs(ex, &lp, &pg->apply_part[i], err)) != CZ_OK)
+            if ((rc = map_apply_part(pp, pg, l, i, upos, err)) != CZ_OK)
                 return rc;
             upos += scount(pp, x, me);
-            continue;
-        fail:
-            cz__run_list_free(&lp);
-            return rc;
         }
         CZ_ASSERT(pp->sc ? upos == pg->scatter_n
                          : upos == pg->scatter_recv_displs[s] + pg->scatter_recv_counts[s],
                   err);
     }
-    return make_runs(ex, l, &pg->apply, err);
+    return make_runs(pp->ex, l, &pg->apply, err);
 }
 
 /* The index maps and held parts of one group. */

@@ -706,6 +706,28 @@ void cz__plan_check_structure(cz_plan_checks *c, const cz_plan *plan);
 /* Whether two stored costs agree to validate's relative tolerance (1e-9); NaN never does. */
 int cz__close_rel(double a, double b);
 
+/* ---- the plan against its model (plan_model_check.c) ----
+ * What the structural check cannot see: whether the plan's parameters are the model's. Shared
+ * by `canzona validate` (every difference, its own codes) and canzona-bench (the first). */
+enum {
+    CZ_PARAM_DIFF_NAME = 1u << 0,
+    CZ_PARAM_DIFF_SHAPE = 1u << 1, /* ndim or either side of the full shape */
+    CZ_PARAM_DIFF_TP_DIM = 1u << 2,
+    CZ_PARAM_DIFF_KIND = 1u << 3,   /* the optimizer: matrix or elementwise */
+    CZ_PARAM_DIFF_BLOCKS = 1u << 4, /* their number, dimension or sizes */
+};
+/* The CZ_PARAM_DIFF_* bits in which plan parameter q differs from model parameter d; 0 when it
+ * is d (a missing name differs from every name). */
+unsigned cz__plan_param_diff(const cz_plan_param *q, const cz_param_def *d);
+/* A parameter's blocks for a message, in buf (cap bytes, truncated to fit): "none", or
+ * "dim D [s0, s1, ...]". Returns buf. */
+const char *cz__blocks_text(char *buf, size_t cap, int nblocks, int dim, const int64_t *sizes);
+/* CZ_OK when the plan is the model's: the same parameters in the same order (name, shape, TP
+ * dimension, optimizer, blocks), the same dtype, and the model's SHA-256 where the plan records
+ * it; else CZ_EMISMATCH naming the first difference (with its JSON path for a parameter's
+ * field). For a consumer that runs the plan and refuses a foreign one at once. */
+int cz__plan_check_model(const cz_plan *plan, const cz_model *model, cz_error *err);
+
 /* ---- files (file_io.c) ----
  * Reading: only regular files and pipes (FIFOs, `<(cmd)`) are read, with a size cap that is
  * checked before reading (regular files) or while reading (pipes), so that a device such as

@@ -184,15 +184,15 @@ static int clamp_bucket(int b, int nb)
  * DP channel, 1 + 2d rank d's compute stream, 2 + 2d its TP stream, 1 + 2D the joins. */
 typedef struct it_build {
     it_graph g;
-    int nb, D, g1;   /* buckets, DP ranks, the most micro-groups of a rank (at least 1) */
-    int pass_prio;   /* a pass chunk's priority: 1 with passes_first */
-    int reduced;     /* deferred: the join of every reduce-scatter; -1 otherwise */
-    int updated;     /* deferred: the join of every rank's updates; -1 otherwise */
-    int *bwd;        /* each rank's last backward chunk */
+    int nb, D, g1;             /* buckets, DP ranks, the most micro-groups of a rank (at least 1) */
+    int pass_prio;             /* a pass chunk's priority: 1 with passes_first */
+    int reduced;               /* deferred: the join of every reduce-scatter; -1 otherwise */
+    int updated;               /* deferred: the join of every rank's updates; -1 otherwise */
+    int *bwd;                  /* each rank's last backward chunk */
     int *fwd_first, *fwd_last; /* each rank's first and last forward chunk */
-    int *rs, *ag;    /* each bucket's reduce-scatter and all-gather */
-    int *chunk;      /* [d * nb + k]: rank d's backward chunk of bucket k */
-    int *elem;       /* [d * nb + k]: rank d's elementwise updates of bucket k */
+    int *rs, *ag;              /* each bucket's reduce-scatter and all-gather */
+    int *chunk;                /* [d * nb + k]: rank d's backward chunk of bucket k */
+    int *elem;                 /* [d * nb + k]: rank d's elementwise updates of bucket k */
     int *gather, *comp, *scat, *order; /* [d * g1 + j]: slot j of rank d's micro-groups */
 } it_build;
 
@@ -392,8 +392,12 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
         return CZ_OK;
     /* With passes_first a compute stream runs a ready forward or backward chunk before any
      * optimizer work, which fills the time the passes leave. */
-    it_build b = {.nb = nb, .D = D, .g1 = 1, .pass_prio = m->passes_first ? 1 : 0,
-                  .reduced = -1, .updated = -1};
+    it_build b = {.nb = nb,
+                  .D = D,
+                  .g1 = 1,
+                  .pass_prio = m->passes_first ? 1 : 0,
+                  .reduced = -1,
+                  .updated = -1};
     for (int d = 0; d < D; d++)
         b.g1 = m->ranks[d].ngroups > b.g1 ? m->ranks[d].ngroups : b.g1;
     int oom = it_build_alloc(&b) || it_backward(&b, m, M * F + (M - 1) * B);

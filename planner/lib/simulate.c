@@ -1236,8 +1236,8 @@ static int sim_stage(const sim_ctx *cx, sim_prog *pg, const cz_cluster *cluster,
      * hide the rest). */
     double grad_s = cx->overlap_grad ? y.last_grad_s : y.grad_s;
     double param_s = cx->overlap_param ? y.last_param_s : y.param_s;
-    double host = cluster ? cz__dm_step_host_seconds(cluster, owned_shards(cx, s, owned),
-                                                     P * D * R, cx->lat_us)
+    double host = cluster ? cz__dm_step_host_seconds(cluster, owned_shards(cx, s, owned), P * D * R,
+                                                     cx->lat_us)
                           : 0.0;
     for (int d = 0; d < D; d++) {
         double frag;

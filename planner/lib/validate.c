@@ -141,38 +141,6 @@ static void check_inputs(vctx *c, const cz_plan *p, const cz_model *m, const cz_
 
 /* ---- parameters ------------------------------------------------------------------------- */
 
-static int same_blocks(const cz_plan_param *q, const cz_param_def *d)
-{
-    if (q->def.nblocks != d->nblocks || (d->nblocks > 0 && q->def.block_dim != d->block_dim))
-        return 0;
-    for (int b = 0; b < d->nblocks; b++)
-        if (!q->def.block_sizes || !d->block_sizes || q->def.block_sizes[b] != d->block_sizes[b])
-            return 0;
-    return 1;
-}
-
-/* Whether the plan's parameter is the model's parameter (so that its cost is comparable). */
-static int same_def(const cz_plan_param *q, const cz_param_def *d)
-{
-    return q->def.name && d->name && !strcmp(q->def.name, d->name) && q->def.ndim == d->ndim &&
-           q->def.shape[0] == d->shape[0] && q->def.shape[1] == d->shape[1] &&
-           q->def.tp_dim == d->tp_dim && q->def.kind == d->kind && same_blocks(q, d);
-}
-
-static const char *blocks_text(char *buf, size_t n, int nblocks, int dim, const int64_t *sizes)
-{
-    if (nblocks <= 0 || !sizes) {
-        snprintf(buf, n, "none");
-        return buf;
-    }
-    size_t len = (size_t)snprintf(buf, n, "dim %d [", dim);
-    for (int b = 0; b < nblocks && len < n; b++)
-        len += (size_t)snprintf(buf + len, n - len, "%s%lld", b ? ", " : "", (long long)sizes[b]);
-    if (len < n)
-        snprintf(buf + len, n - len, "]");
-    return buf;
-}
-
 static void check_param_identity(vctx *c, const cz_plan *p, const cz_model *m)
 {
     size_t n = p->nparams < m->nparams ? p->nparams : m->nparams;
@@ -186,35 +154,37 @@ static void check_param_identity(vctx *c, const cz_plan *p, const cz_model *m)
     for (size_t i = 0; i < n; i++) {
         const cz_plan_param *q = &p->params[i];
         const cz_param_def *d = &m->params[i];
+        /* The format's comparison (shared with canzona-bench); the messages are validate's. */
+        unsigned diff = cz__plan_param_diff(q, d);
         at(c, "$.params[%zu].name", i);
         check_str(c, "parameter name", q->def.name, d->name);
         at(c, "$.params[%zu].shape", i);
         c->checks++;
-        if (q->def.ndim != d->ndim || q->def.shape[0] != d->shape[0] ||
-            q->def.shape[1] != d->shape[1])
+        if (diff & CZ_PARAM_DIFF_SHAPE)
             viol(c, "param.shape",
                  "'%s' has shape %lldx%lld (%dD) but the model has %lldx%lld (%dD)", d->name,
                  (long long)q->def.shape[0], (long long)q->def.shape[1], q->def.ndim,
                  (long long)d->shape[0], (long long)d->shape[1], d->ndim);
         at(c, "$.params[%zu].tp_dim", i);
         c->checks++;
-        if (q->def.tp_dim != d->tp_dim)
+        if (diff & CZ_PARAM_DIFF_TP_DIM)
             viol(c, "param.tp_dim", "'%s' has tp_dim %d but the model has %d", d->name,
                  q->def.tp_dim, d->tp_dim);
         at(c, "$.params[%zu].optimizer", i);
         c->checks++;
-        if (q->def.kind != d->kind)
+        if (diff & CZ_PARAM_DIFF_KIND)
             viol(c, "param.optimizer", "'%s' is %s but the model says %s", d->name,
                  cz__kind_name(q->def.kind), cz__kind_name(d->kind));
         at(c, "$.params[%zu].blocks", i);
         c->checks++;
-        if (!same_blocks(q, d)) {
+        if (diff & CZ_PARAM_DIFF_BLOCKS) {
             char qb[160], db[160];
             viol(c, "param.blocks", "'%s' has blocks %s but the model has %s", d->name,
-                 blocks_text(qb, sizeof qb, q->def.nblocks, q->def.block_dim, q->def.block_sizes),
-                 blocks_text(db, sizeof db, d->nblocks, d->block_dim, d->block_sizes));
+                 cz__blocks_text(qb, sizeof qb, q->def.nblocks, q->def.block_dim,
+                                 q->def.block_sizes),
+                 cz__blocks_text(db, sizeof db, d->nblocks, d->block_dim, d->block_sizes));
         }
-        if (!same_def(q, d))
+        if (diff)
             c->foreign = 1;
     }
 }
@@ -223,7 +193,7 @@ static void check_param_costs(vctx *c, const cz_plan *p, const cz_model *m, cons
 {
     size_t n = p->nparams < m->nparams ? p->nparams : m->nparams;
     for (size_t i = 0; i < n; i++) {
-        if (!same_def(&p->params[i], &m->params[i]))
+        if (cz__plan_param_diff(&p->params[i], &m->params[i]))
             continue; /* already reported; another parameter's cost is no useful comparison */
         /* An expert's replicated work is repeated over its ETP group (planner.c). */
         cz_cluster ec = *cl;

@@ -33,6 +33,7 @@ if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < _MIN_
 from . import _dtensor, _lib, safetensors
 from ._dtensor import local as _local
 from ._lib import Error, check
+from ._overlap import BucketOverlap
 from ._torch_comm import TorchComm, global_ranks
 from .planning import model_description, plan_text
 
@@ -355,11 +356,13 @@ class Optimizer(torch.optim.Optimizer):
         self._rates = None
         self._max_grad_norm = self._set_norm = float(max_grad_norm)
         self.grad_norm = None
-        self._overlap = bool(overlap)
         self._early = bool(early_updates)
-        self._hooks = []
-        if self._overlap:
-            self._setup_overlap()
+        self._buckets = None
+        if overlap:
+            module = self._module() if self._module is not None else None
+            self._buckets = BucketOverlap(
+                self._L, self._ex, self._index, self._params, self._gviews, module,
+                self._adopt_grad, self._push_group_rates if self._early else None)
         if self._early:
             err = _lib.CzError()
             check(self._L.cz_executor_set_early_updates(self._ex, 1, ctypes.byref(err)), err)
@@ -397,11 +400,9 @@ class Optimizer(torch.optim.Optimizer):
         """Frees the executor (every rank; the parameters stay views of the flat buffers, which
         live as long as they do). With overlap, the outstanding all-gathers complete first and
         the hooks are removed."""
-        if getattr(self, "_ex", None) is not None and getattr(self, "_overlap", False):
-            self.wait_params()
-        for h in getattr(self, "_hooks", ()):
-            h.remove()
-        self._hooks = []
+        buckets, self._buckets = getattr(self, "_buckets", None), None
+        if buckets is not None:
+            buckets.close()
         ex, self._ex = getattr(self, "_ex", None), None
         if ex is not None:
             _lib.lib().cz_executor_free(ex)
@@ -546,168 +547,39 @@ class Optimizer(torch.optim.Optimizer):
                                              ctypes.c_void_p(self._flat_g.data_ptr()),
                                              ctypes.c_size_t(n), dt, ctypes.byref(err)), err)
 
-    # ---- the bucket-wise step (overlap=True) ----
-    def _setup_overlap(self):
-        """The gradient hooks (per parameter: counted per bucket) and the forward pre-hooks (per
-        module holding parameters directly, and the root module's for those whose module's
-        forward never runs, e.g. a weight read as module.weight)."""
-        L = self._L
-        self._bucket_of = {n: int(L.cz_executor_param_bucket(self._ex, self._index[n]))
-                           for n in self._params}
-        self._expected = {}
-        for b in self._bucket_of.values():
-            self._expected[b] = self._expected.get(b, 0) + 1
-        self._held = [b for b in range(L.cz_executor_bucket_count(self._ex))
-                      if L.cz_executor_bucket_held(self._ex, b)]
-        self._counts = {}
-        self._declared = set()
-        self._pending = set()  # buckets whose all-gather is outstanding
-        self._sync = True
-        self._ovl_error = None
-        for name, p in self._params.items():
-            hook = self._grad_hook(name)
-            self._hooks.append(p.register_post_accumulate_grad_hook(lambda _p, h=hook: h()))
-        module = self._module() if self._module is not None else None
-        self._uncalled = None
-        self._module_buckets = {}
-        if module is None:
-            return
-        owner = {}
-        for mname, mod in module.named_modules():
-            bs = sorted({self._bucket_of[f"{mname}.{n}" if mname else n]
-                         for n, _ in mod.named_parameters(recurse=False)
-                         if (f"{mname}.{n}" if mname else n) in self._bucket_of}, reverse=True)
-            if bs:
-                owner[id(mod)] = mod
-                self._module_buckets[id(mod)] = bs
-                self._hooks.append(mod.register_forward_pre_hook(
-                    lambda m, _inp: self._module_pre_hook(m)))
-        if id(module) not in self._module_buckets:
-            self._hooks.append(module.register_forward_pre_hook(
-                lambda m, _inp: self._module_pre_hook(m)))
-        self._root = id(module)
-        self._called = set()
-
-    def _grad_hook(self, name):
-        p, view, b = self._params[name], self._gviews[name], self._bucket_of[name]
-
-        def hook():
-            if not self._sync:
-                return
-            if p.grad is not None:
-                # A gradient torch made anew (zero_grad(set_to_none=True)) goes into the flat
-                # buffer before its bucket is read.
-                msg = self._adopt_grad(name, p, view)
-                if msg is not None and self._ovl_error is None:
-                    self._ovl_error = msg
-            n = self._counts.get(b, 0) + 1
-            self._counts[b] = n
-            if b in self._declared:
-                if self._ovl_error is None:
-                    self._ovl_error = (
-                        f"parameter {name!r} received a gradient after its bucket {b} was "
-                        "declared ready (its reduce-scatter already started): run the "
-                        "accumulation micro-batches but the last inside `with opt.no_sync():`")
-                return
-            if n == self._expected[b]:
-                self._bucket_ready(b)
-
-        return hook
-
-    def _bucket_ready(self, b):
-        err = _lib.CzError()
-        if self._early and not self._declared and self._ovl_error is None:
-            # Early updates apply the rates during backward: the param groups' as they are
-            # now, before the step's first micro-group runs (step() sets the same again).
-            msg, rates = self._group_rates()
-            self._ovl_error = msg
-            if msg is None:
-                try:
-                    self._push_rates(rates)
-                except Error as e:
-                    self._ovl_error = str(e)
-        rc = self._L.cz_executor_bucket_ready(self._ex, b, ctypes.byref(err))
-        self._declared.add(b)
-        if rc != _lib.CZ_OK and self._ovl_error is None:
-            self._ovl_error = err.message.decode(errors="replace")
-
-    def _module_pre_hook(self, mod):
-        key = id(mod)
-        if key == self._root:
-            if self._uncalled is None:
-                self._called = set()  # this forward records which modules run
-            elif self._pending:
-                for b in sorted(self._uncalled, reverse=True):
-                    self._wait_bucket(b)
-        self._called.add(key)
-        if self._pending:
-            for b in self._module_buckets.get(key, ()):
-                self._wait_bucket(b)
-
-    def _wait_bucket(self, b):
-        if b not in self._pending:
-            return
-        self._pending.discard(b)
-        err = _lib.CzError()
-        check(self._L.cz_executor_bucket_wait(self._ex, b, ctypes.byref(err)), err)
+    # ---- the bucket-wise step (overlap=True): its hooks and state are _overlap.py's ----
+    def _push_group_rates(self):
+        """With early updates, at the step's first bucket: the param groups' rates into the
+        executor before any micro-group runs. Returns a message instead, on a failure."""
+        msg, rates = self._group_rates()
+        if msg is None:
+            try:
+                self._push_rates(rates)
+            except Error as e:
+                msg = str(e)
+        return msg
 
     def wait_params(self):
         """Completes every parameter all-gather still outstanding after an overlapped step
         (the forward pre-hooks complete each bucket's before its module runs): call it before
         reading parameters outside a forward pass (evaluation through other code, saving the
         model). A no-op without overlap."""
-        if not self._overlap or self._ex is None:
+        if getattr(self, "_buckets", None) is None or self._ex is None:
             return
-        for b in sorted(self._pending, reverse=True):
-            self._wait_bucket(b)
+        self._buckets.wait_params()
 
-    @contextlib.contextmanager
     def no_sync(self):
         """Backward passes inside accumulate their gradients without starting any bucket's
         reduce-scatter (as DDP's no_sync): every micro-batch but the last of a step. Without
         overlap it changes nothing (the step reduces once anyway)."""
-        old, self._sync = getattr(self, "_sync", True), False
-        try:
-            yield
-        finally:
-            self._sync = old
-
-    def _declare_rest(self):
-        """The buckets no hook declared (parameters without a gradient, or a step without hooks
-        firing), declared before the ranks compare their checks, so that a failure here is
-        agreed with the others."""
-        if self._uncalled is None and self._module is not None and self._called:
-            # The forward before the first step ran with nothing outstanding: the modules
-            # holding parameters that it did not call are read directly (module.weight).
-            self._uncalled = sorted({b for k, bs in self._module_buckets.items()
-                                     if k not in self._called for b in bs}, reverse=True)
-        for b in self._held:
-            if b not in self._declared:
-                self._bucket_ready(b)
-
-    def _step_overlapped(self, err):
-        """step_finish; its all-gathers outstanding until the forward pre-hooks (or, without a
-        module, at once)."""
-        rc = self._L.cz_executor_step_finish(self._ex, ctypes.byref(err))
-        if rc == _lib.CZ_OK:
-            self._pending = set(self._held)
-            if self._module is None:
-                self.wait_params()  # no module, no forward pre-hooks: every bucket now
-        return rc
-
-    def _end_overlapped(self):
-        self._counts, self._declared, self._ovl_error = {}, set(), None
+        if getattr(self, "_buckets", None) is None:
+            return contextlib.nullcontext()
+        return self._buckets.no_sync()
 
     def _cancel(self):
         """Every rank ends an open overlapped step with nothing more updated (collective).
         Returns what early updates had already changed (a message), or None."""
-        if self._overlap:
-            err = _lib.CzError()
-            rc = self._L.cz_executor_step_cancel(self._ex, ctypes.byref(err))
-            self._end_overlapped()
-            if rc != _lib.CZ_OK:
-                return err.message.decode(errors="replace")
-        return None
+        return self._buckets.cancel() if self._buckets is not None else None
 
     # ---- steps ----
     def _local_checks(self):
@@ -827,12 +699,12 @@ class Optimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         msg, any_grad, rates = self._local_checks()
-        if self._overlap and msg is None:
+        if self._buckets is not None and msg is None:
             # With early updates the buckets no hook declared wait for the agreement below:
             # declaring them would update their micro-groups before it.
             if not self._early:
-                self._declare_rest()
-            msg = self._ovl_error
+                self._buckets.declare_rest()
+            msg = self._buckets.error
         failed, anyone, same = self._flags(msg is not None, any_grad, rates)
         moved = self._cancel() if failed or not same or not anyone else None
         if failed:
@@ -846,14 +718,14 @@ class Optimizer(torch.optim.Optimizer):
             raise Error(_lib.CZ_EINVALID, "step() with no gradients on any rank: call "
                                           f"backward() first ({moved or 'nothing was changed'})")
         if self._early:
-            self._declare_rest()
+            self._buckets.declare_rest()
         err = _lib.CzError()
         self._push_rates(rates)
-        if self._overlap:
+        if self._buckets is not None:
             try:
-                rc = self._step_overlapped(err)
+                rc = self._buckets.step_finish(err)
             finally:
-                self._end_overlapped()
+                self._buckets.end_step()
         else:
             rc = self._L.cz_executor_step(self._ex, ctypes.byref(err))
         if rc != _lib.CZ_OK and self._comm.error is not None:

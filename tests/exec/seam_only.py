@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The step logic touches parameter, gradient and optimizer-state data only through the backend
-seam: step.c, bucket_step.c, pipeline.c, muon.c, adamw.c, shampoo.c and soap.c
+seam: step.c, binding.c, bucket_step.c, pipeline.c, muon.c, adamw.c, shampoo.c and soap.c
 (executor/src) may pass data pointers around and offset them, but never read or write an element
 (no subscript or dereference of a float, double or bf16 data pointer), never copy data themselves
 (memcpy, memmove) and never call BLAS.
@@ -19,7 +19,8 @@ import re
 import sys
 
 ALLOWED = {"stats_host"}
-FILES = ("step.c", "bucket_step.c", "pipeline.c", "muon.c", "adamw.c", "shampoo.c", "soap.c")
+FILES = ("step.c", "binding.c", "bucket_step.c", "pipeline.c", "muon.c", "adamw.c", "shampoo.c",
+         "soap.c")
 DATA_TYPES = r"(?:float|double|uint16_t)"
 
 

@@ -90,13 +90,13 @@ def run(tp, dtype, plan_dir, early=False):
                 loss = model(x[mb * micro:(mb + 1) * micro], y[mb * micro:(mb + 1) * micro])
                 (loss / MICRO).backward()
             losses.append(loss.detach().float().item())
-            if k == 1 and mb == 0 and opt._pending:
-                fail(f"the forward left buckets {sorted(opt._pending)} not waited for")
-        if k == 1 and not sync_all and opt._declared != set(opt._held):
+            if k == 1 and mb == 0 and opt._buckets.pending:
+                fail(f"the forward left buckets {sorted(opt._buckets.pending)} not waited for")
+        if k == 1 and not sync_all and opt._buckets.declared != set(opt._buckets.held):
             # The hooks, not step(), must have started every bucket's reduce-scatter.
-            fail(f"after backward only buckets {sorted(opt._declared)} were declared ready")
+            fail(f"after backward only buckets {sorted(opt._buckets.declared)} were declared ready")
         opt.step()
-        if k == 1 and opt._pending != set(opt._held):
+        if k == 1 and opt._buckets.pending != set(opt._buckets.held):
             fail("step() left no all-gather for the forward pre-hooks")
         if k == 1 and not sync_all and (opt.early_groups > 0) != early:
             fail(f"step {s}: {opt.early_groups} micro-groups updated early (early={early})")
