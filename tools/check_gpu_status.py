@@ -4,7 +4,7 @@ backends.
 
 Every call of a function named cuda*, cublas*, cusolver* or nccl* must be the argument of a
 checking macro (CZ_CU, CZ_BLAS, CZ_SOLVER, CZ_NCCL, CZ_CU_RC, CZ_NCCL_RC;
-executor/src/cuda/check.h; CZ_NCCL_ON, comm_nccl.c's settled form), whose functions are
+executor/src/compute/cuda/check.h; CZ_NCCL_ON, comm_nccl.c's settled form), whose functions are
 warn_unused_result so that dropping the checked status is a compile error. The exceptions are
 the calls that return no status (error strings, the last-error query inside CZ_CU_RC).
 
@@ -89,7 +89,7 @@ def unchecked(path):
 
 def default_files(root):
     files = []
-    for sub in ("executor/src/cuda", "executor/src/nccl"):
+    for sub in ("executor/src/compute/cuda", "executor/src/comm/nccl"):
         d = os.path.join(root, sub)
         if os.path.isdir(d):
             files += sorted(os.path.join(d, f) for f in os.listdir(d)

@@ -40,6 +40,12 @@ the including file's own folder first; angle-bracket includes are system headers
            names none. A name that a shared header also declares (the opaque cz_event a
            backend completes) is the seam's, and the compute ops named after the math they do
            (the adamw op, cz_adamw_args) are the compute seam's, not AdamW's.
+           And the seams are folders: every file of executor/src/ lies in core/, optim/,
+           comm/, compute/ or util/; an implementation's files, and every file the tables let
+           name it, lie in its seam's folder (SEAM_FOLDER: optimizers in optim/, planes in
+           comm/, compute backends in compute/), but for the bridge of the two GPU seams (the
+           plugin's loader and entry, and the nccl plane on the cuda backend's stream); core/
+           and util/ name none.
   calls    No cycle between the .c files of planner/ and executor/ through their calls: a file
            depends on another when it uses a function or global the other defines without
            static, resolved within the link units it reaches (CALL_UNITS): planner/format
@@ -68,7 +74,7 @@ the including file's own folder first; angle-bracket includes are system headers
   docs     README.md and docs/*.md name only files and cz_ symbols of the tree. A path is
            (1) an inline code span or a link target (outside fenced code blocks) that is one
            token of path characters and either has a '/' and starts at a top-level folder of
-           the tree (`executor/src/step.c`, `docs/PERF.md`, `planner/`), or has a '/', starts
+           the tree (`executor/src/core/step.c`, `docs/PERF.md`, `planner/`), or has a '/', starts
            at a folder name of the tree and ends in a source or doc extension (.c .h .cu .cuh
            .py .sh .cmake .md .in .toml: `cuda/plugin.c`, `lib/metrics.c`), or is a bare file
            name with such an extension (`executor.c`); (2) in prose and code blocks, a word
@@ -343,40 +349,49 @@ EXEC = "executor/src/"
 # after the math it does (the adamw op, cz_adamw_args) names no optimizer.
 IMPLEMENTATIONS = {
     # name: (its headers under executor/src, its other identifiers, its system headers)
-    "muon": (("muon.h", "ns_workload.h"),
+    "muon": (("optim/muon.h", "optim/ns_workload.h"),
              ("CZ_OPTIM_MUON", "cz_muon_scaling", "CZ_MUON_SCALE_RMS", "CZ_MUON_SCALE_SHAPE"), ()),
-    "adamw": (("adamw.h",), ("CZ_OPTIM_ADAMW",), ()),
-    "soap": (("soap.h",), ("CZ_OPTIM_SOAP",), ()),
-    "shampoo": (("shampoo.h",),
+    "adamw": (("optim/adamw.h",), ("CZ_OPTIM_ADAMW",), ()),
+    "soap": (("optim/soap.h",), ("CZ_OPTIM_SOAP",), ()),
+    "shampoo": (("optim/shampoo.h",),
                 ("CZ_OPTIM_SHAMPOO", "cz_shampoo_grafting", "CZ_GRAFT_NONE", "CZ_GRAFT_ADAGRAD",
                  "CZ_GRAFT_RMSPROP", "CZ_GRAFT_ADAM"), ()),
-    "cpu": (("compute_cpu.h",), ("CZ_BACKEND_CPU",), ("cblas.h", "lapacke.h")),
-    "cuda": (("compute_cuda.h", "cuda/"), ("CZ_BACKEND_CUDA",),
+    "cpu": (("compute/compute_cpu.h",), ("CZ_BACKEND_CPU",), ("cblas.h", "lapacke.h")),
+    "cuda": (("compute/compute_cuda.h", "compute/cuda/"), ("CZ_BACKEND_CUDA",),
              ("cuda.h", "cuda_runtime.h", "cuda_runtime_api.h", "cublas_v2.h", "cusolverDn.h")),
-    "self": (("comm_self.h",), ("CZ_COMM_SELF",), ()),
-    "mpi": (("comm_mpi.h", "mpi_watch.h"), ("CZ_COMM_MPI",), ("mpi.h",)),
-    "nccl": (("comm_nccl.h", "nccl_plan.h", "nccl/"), ("CZ_COMM_NCCL",), ("nccl.h",)),
+    "self": (("comm/comm_self.h",), ("CZ_COMM_SELF",), ()),
+    "mpi": (("comm/comm_mpi.h", "comm/mpi_watch.h"), ("CZ_COMM_MPI",), ("mpi.h",)),
+    "nccl": (("comm/comm_nccl.h", "comm/nccl_plan.h", "comm/nccl/"), ("CZ_COMM_NCCL",), ("nccl.h",)),
 }
 # Backends are picked by name (cz_exec_config.backend, .comm): a literal of their name is how a
 # file dispatches to one. Optimizers are picked by the plan's constant (CZ_OPTIM_*), and a
 # compute op may be named after an optimizer's math (the cuda backend's "adamw" kernel).
 BACKENDS = ("cpu", "cuda", "self", "mpi", "nccl")
 SEAM_DISPATCH = {  # a seam's dispatch names every implementation of its seam
-    "compute.c": {"cpu", "cuda"}, "compute.h": {"cpu", "cuda"},
-    "comm.c": {"self", "mpi", "nccl"}, "comm.h": {"self", "mpi", "nccl"},
-    "optimizer.c": {"muon", "adamw", "soap", "shampoo"},
+    "compute/compute.c": {"cpu", "cuda"}, "compute/compute.h": {"cpu", "cuda"},
+    "comm/comm.c": {"self", "mpi", "nccl"}, "comm/comm.h": {"self", "mpi", "nccl"},
+    "optim/optimizer.c": {"muon", "adamw", "soap", "shampoo"},
     # the way the dispatch reaches the GPU plugin, and the plugin's entry
-    "gpu_loader.c": {"cuda", "nccl"}, "gpu_plugin.h": {"cuda", "nccl"},
-    "cuda/plugin.c": {"cuda", "nccl"},
+    "compute/gpu_loader.c": {"cuda", "nccl"}, "compute/gpu_plugin.h": {"cuda", "nccl"},
+    "compute/cuda/plugin.c": {"cuda", "nccl"},
 }
 IMPLEMENTED_BY = {  # the other files of an implementation (a folder covers what is in it)
-    "muon.c": {"muon"}, "ns_workload.c": {"muon"}, "adamw.c": {"adamw"}, "soap.c": {"soap"},
-    "shampoo.c": {"shampoo"}, "compute_cpu.c": {"cpu"}, "compute_cpu_linalg.c": {"cpu"},
-    "cuda/": {"cuda"}, "comm_self.c": {"self"}, "comm_mpi.c": {"mpi"}, "mpi_watch.c": {"mpi"},
-    "nccl_plan.c": {"nccl"},
+    "optim/muon.c": {"muon"}, "optim/ns_workload.c": {"muon"}, "optim/adamw.c": {"adamw"},
+    "optim/soap.c": {"soap"}, "optim/shampoo.c": {"shampoo"}, "compute/compute_cpu.c": {"cpu"},
+    "compute/compute_cpu_linalg.c": {"cpu"}, "compute/cuda/": {"cuda"},
+    "comm/comm_self.c": {"self"}, "comm/comm_mpi.c": {"mpi"}, "comm/mpi_watch.c": {"mpi"},
+    "comm/nccl_plan.c": {"nccl"},
     # the nccl plane runs on the cuda backend's stream and events (compute_cuda.h)
-    "nccl/": {"nccl", "cuda"},
+    "comm/nccl/": {"nccl", "cuda"},
 }
+# The folder of each implementation's seam, where its files lie; the folders of executor/src.
+SEAM_FOLDER = {"muon": "optim/", "adamw": "optim/", "soap": "optim/", "shampoo": "optim/",
+               "cpu": "compute/", "cuda": "compute/", "self": "comm/", "mpi": "comm/",
+               "nccl": "comm/"}
+EXEC_FOLDERS = ("core/", "optim/", "comm/", "compute/", "util/")
+# The files that join the two GPU seams (compute's cuda, comm's nccl: one plugin).
+GPU_BRIDGE = ("compute/gpu_loader.c", "compute/gpu_plugin.h", "compute/cuda/plugin.c",
+              "comm/nccl/")
 SYSTEM_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*<([^>]+)>', re.M)
 IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
 
@@ -477,10 +492,30 @@ def config_fields(root):
     return {name: {f for f in fields if f.startswith(name + "_")} for name in IMPLEMENTATIONS}
 
 
+def check_folders(files):
+    """The seams as folders (rule seams): where each executor file lies, against the tables."""
+    bad = []
+    for f in files:
+        rel = f[len(EXEC):] if f.startswith(EXEC) else None
+        if rel is None:
+            continue
+        if not rel.startswith(EXEC_FOLDERS):
+            bad.append("seams: %s: an executor file outside the seams' folders; put it in one of "
+                       "%s (docs/ARCHITECTURE.md, \"The executor's folders\")" % (
+                           f, ", ".join(EXEC + d for d in EXEC_FOLDERS)))
+            continue
+        bridge = any(rel == b or (b.endswith("/") and rel.startswith(b)) for b in GPU_BRIDGE)
+        for name in sorted(implemented(rel)):
+            if not rel.startswith(SEAM_FOLDER[name]) and not bridge:
+                bad.append("seams: %s: implements or dispatches %s, whose seam's folder is %s%s" %
+                           (f, name, EXEC, SEAM_FOLDER[name]))
+    return bad
+
+
 def check_seams(root, files):
     names = implementation_names(root, files)
     cfg = config_fields(root)
-    bad = []
+    bad = check_folders(files)
     for f in files:
         if not f.startswith(EXEC):
             continue
@@ -523,7 +558,7 @@ CALL_UNITS = (  # (unit, its folders, the units it reaches)
     ("format", ("planner/format/",), ("format",)),
     ("lib", ("planner/lib/",), ("lib", "format")),
     ("cli", ("planner/cli/",), ("cli", "lib", "format")),
-    ("plugin", (EXEC + "cuda/", EXEC + "nccl/"), ("plugin", "exec", "format")),
+    ("plugin", (EXEC + "compute/cuda/", EXEC + "comm/nccl/"), ("plugin", "exec", "format")),
     ("exec", (EXEC,), ("exec", "format")),
 )
 
@@ -897,48 +932,48 @@ CLEAN = {
     "planner/lib/cz_algorithms.h": '#include "cz_format.h"\n',
     "planner/lib/cost.c": '#include "cz_types.h"\n',
     "planner/cli/main.c": '#include "cz_types.h"\n',
-    "executor/src/executor_impl.h": '#include "cz_format.h"\n#include "ns_plan.h"\n',
-    "executor/src/ns_plan.h": "/* #include \"executor_impl.h\" (a comment closes no cycle) */\n" +
+    "executor/src/core/executor_impl.h": '#include "cz_format.h"\n#include "ns_plan.h"\n',
+    "executor/src/compute/ns_plan.h": "/* #include \"executor_impl.h\" (a comment closes no cycle) */\n" +
                               "\n" * 299,
-    "executor/src/step.c": '#include "executor_impl.h"\n#include <stdio.h>\n'
+    "executor/src/core/step.c": '#include "executor_impl.h"\n#include <stdio.h>\n'
                            "int cz_executor_step(void)\n{\n    return 0;\n}\n"
                            "int cz__exec_step_run(void)\n{\n    return 1;\n}\n",
-    "executor/src/cuda/kernels.cu": 'extern "C" {\nint cz__k_scale(void)\n{\n    return 0;\n}\n'
+    "executor/src/compute/cuda/kernels.cu": 'extern "C" {\nint cz__k_scale(void)\n{\n    return 0;\n}\n'
                                     "int cz__k_sum(void)\n{\n    return 0;\n}\n"
                                     '} // extern "C"\n',
-    "executor/src/cuda/norm.c": "int cz__k_norm(void)\n{\n    return cz__k_sum();\n}\n",
+    "executor/src/compute/cuda/norm.c": "int cz__k_norm(void)\n{\n    return cz__k_sum();\n}\n",
     "executor/include/canzona_exec.h": '#include "canzona.h"\nint cz_executor_step(void);\n'
                                        "typedef struct cz_exec_config {\n    float adamw_lr;\n"
                                        "    double mpi_timeout_s;\n    int muon_scaling;\n"
                                        "    float soap_beta1, soap_eps;\n} cz_exec_config;\n",
     # The seams: each implementation names itself, a dispatch every one of its seam, the core
     # none; the executor's own files call each other one way.
-    "executor/src/compute.h": "typedef struct cz_event cz_event;\nenum { CZ_BACKEND_CPU = 1, "
+    "executor/src/compute/compute.h": "typedef struct cz_event cz_event;\nenum { CZ_BACKEND_CPU = 1, "
                               "CZ_BACKEND_CUDA = 2 };\n",
-    "executor/src/compute.c": '#include "compute_cpu.h"\n#include "gpu_plugin.h"\n'
+    "executor/src/compute/compute.c": '#include "compute_cpu.h"\n#include "gpu_plugin.h"\n'
                               "static int open_cuda(const char *n)\n{\n"
                               '    return strcmp(n, "cuda") == 0 && cz__cpu_ns() == CZ_BACKEND_CPU;'
                               "\n}\n",
-    "executor/src/compute_cpu.h": '#include "compute.h"\nint cz__cpu_ns(void);\n',
-    "executor/src/compute_cpu.c": '#include "compute_cpu.h"\n#include <cblas.h>\n'
+    "executor/src/compute/compute_cpu.h": '#include "compute.h"\nint cz__cpu_ns(void);\n',
+    "executor/src/compute/compute_cpu.c": '#include "compute_cpu.h"\n#include <cblas.h>\n'
                                   "struct cz_event {\n    int recorded;\n};\n"
                                   'static const char *name = "cpu";\n',
-    "executor/src/cuda/cuda_impl.h": "struct cz_event {\n    void *ev;\n};\n",
-    "executor/src/comm_mpi.c": "#include <mpi.h>\n"
+    "executor/src/compute/cuda/cuda_impl.h": "struct cz_event {\n    void *ev;\n};\n",
+    "executor/src/comm/comm_mpi.c": "#include <mpi.h>\n"
                                "static double t(const cz_exec_config *c)\n{\n"
                                "    return c->mpi_timeout_s;\n}\n",
-    "executor/src/muon.h": '#include "optimizer.h"\nint cz__muon_run(void);\n'
+    "executor/src/optim/muon.h": '#include "optimizer.h"\nint cz__muon_run(void);\n'
                            "extern const cz_optimizer_ops cz__muon_ops;\n",
-    "executor/src/muon.c": '#include "muon.h"\nstatic int step(const cz_exec_config *c)\n{\n'
+    "executor/src/optim/muon.c": '#include "muon.h"\nstatic int step(const cz_exec_config *c)\n{\n'
                            "    return cz__muon_run() + c->muon_scaling;\n}\n",
-    "executor/src/adamw.c": "static float lr(const cz_exec_config *c)\n{\n    return c->adamw_lr;"
+    "executor/src/optim/adamw.c": "static float lr(const cz_exec_config *c)\n{\n    return c->adamw_lr;"
                             "\n}\n",
-    "executor/src/optimizer.c": '#include "muon.h"\nstatic const cz_optimizer_ops *r = '
+    "executor/src/optim/optimizer.c": '#include "muon.h"\nstatic const cz_optimizer_ops *r = '
                                 "&cz__muon_ops;\nstatic int muon = CZ_OPTIM_MUON;\n",
-    "executor/src/executor.c": '#include "optimizer.h"\n'
+    "executor/src/core/executor.c": '#include "optimizer.h"\n'
                                "int cz__exec_create(void)\n{\n    return cz__pipeline_init();\n}\n"
                                "int cz__exec_param_offset(void)\n{\n    return 0;\n}\n",
-    "executor/src/pipeline.c": "int cz__pipeline_init(void)\n{\n    return 0;\n}\n",
+    "executor/src/core/pipeline.c": "int cz__pipeline_init(void)\n{\n    return 0;\n}\n",
     # The error idiom, and the first of two failures kept: not ladders.
     "planner/lib/strbuf.c": "static int f(void)\n{\n    int rc, erc = 0;\n"
                             "    if ((rc = a()) != CZ_OK || (rc = b()) != CZ_OK)\n"
@@ -953,7 +988,7 @@ CLEAN = {
     "planner/cli/cmd_sim.c": "int cz_cmd_sim(void)\n{\n    return cz__sim_run();\n}\n",
     # A function of exactly the limit, brace to brace, and a CUDA kernel inside a namespace.
     "planner/lib/metrics.c": "static int f(int x)\n{\n" + "    x++;\n" * 147 + "    return x;\n}\n",
-    "executor/src/cuda/small.cu": "namespace\n{\n__global__ void k(float *x)\n{\n    *x = 0;\n}\n"
+    "executor/src/compute/cuda/small.cu": "namespace\n{\n__global__ void k(float *x)\n{\n    *x = 0;\n}\n"
                                   "} // namespace\n",
     # The docs name files from the root, from their folder, by a folder of the tree, bare,
     # generated (canzona_version.h from its .in), as globs, and cz_ symbols; patterns, system
@@ -963,7 +998,7 @@ CLEAN = {
     "README.md": "See `docs/GUIDE.md`, [the guide](docs/GUIDE.md#top), `tools/check.sh:2`,\n"
                  "`planner/`, `cuda/kernels.cu`, `plan_io.c`, `canzona_version.h`,\n"
                  "`cz_plan_read()` and `cz_tool_run`; tests are `tests/unit/test_*.c` and\n"
-                 "`executor/src/{step,muon}.c`.\n"
+                 "`executor/src/{core/step,optim/muon}.c`.\n"
                  "Names: `cz_<noun>_<verb>`, `cz_cmd_*`, `cz__`; `<mpi.h>` is `mpi.h`; Megatron's\n"
                  "`megatron/core/optimizer/optimizer_config.py`; `build/canzona`, `./x.json`,\n"
                  "`plan.json`, `a/b` and https://example.org/planner/gone.c name nothing here.\n"
@@ -976,31 +1011,32 @@ CLEAN = {
 }
 PLANTED = {  # rule -> (file, content) that breaks only that rule
     "layers": [("tools/bench/bad.c", '#include "cz_types.h"\n'),
-               ("executor/src/bad.c", '#include "format_internal.h"\n'),
+               ("executor/src/core/bad.c", '#include "format_internal.h"\n'),
                ("planner/format/bad.c", '#include "cz_algorithms.h"\n'),
                ("planner/lib/bad.c", '#include "cz_error.h"\n')],
-    "cycles": [("executor/src/ns_plan.h", '#include "executor_impl.h"\n'),
+    "cycles": [("executor/src/compute/ns_plan.h", '#include "executor_impl.h"\n'),
                ("planner/lib/cz_algorithms.h", '#include "cz_types.h"\n')],
     "names": [("planner/format/bad.c", '#include "cz_format.h"\nint cz_helper(int a,\n'
                                        "              int b)\n{\n    return a + b;\n}\n"),
               ("planner/format/bad.c", "const char *const cz_table[] = {0};\n"),
               ("planner/lib/bad.c", "double cz_cost_of(void)\n{\n    return 1.0;\n}\n"),
-              ("executor/src/bad.c", "int cz_exec_helper(void)\n{\n    return 0;\n}\n"),
-              ("executor/src/cuda/bad.cu", 'extern "C" {\nint cz_k_bad(void)\n{\n    return 0;\n}\n'
+              ("executor/src/core/bad.c", "int cz_exec_helper(void)\n{\n    return 0;\n}\n"),
+              ("executor/src/compute/cuda/bad.cu", 'extern "C" {\nint cz_k_bad(void)\n{\n    return 0;\n}\n'
                                            '} // extern "C"\n')],
-    "seams": [("executor/src/step.c", "static int f(void)\n{\n    return cz__muon_run();\n}\n"),
-              ("executor/src/pipeline.c", 'int cz__pipeline_init(void)\n{\n    return strcmp(b, '
+    "seams": [("executor/src/core/step.c", "static int f(void)\n{\n    return cz__muon_run();\n}\n"),
+              ("executor/src/stray.c", "static int f(void)\n{\n    return 0;\n}\n"),
+              ("executor/src/core/pipeline.c", 'int cz__pipeline_init(void)\n{\n    return strcmp(b, '
                                           '"cuda");\n}\n'),
-              ("executor/src/step.c", "static int f(int o)\n{\n    return o == CZ_OPTIM_MUON;\n}\n"),
-              ("executor/src/step.c", '#include "compute_cpu.h"\n'),
-              ("executor/src/step.c", "#include <mpi.h>\n"),
-              ("executor/src/adamw.c", "static int f(void)\n{\n    return cz__muon_run();\n}\n"),
-              ("executor/src/step.c", "static float f(const cz_exec_config *c)\n{\n"
+              ("executor/src/core/step.c", "static int f(int o)\n{\n    return o == CZ_OPTIM_MUON;\n}\n"),
+              ("executor/src/core/step.c", '#include "compute_cpu.h"\n'),
+              ("executor/src/core/step.c", "#include <mpi.h>\n"),
+              ("executor/src/optim/adamw.c", "static int f(void)\n{\n    return cz__muon_run();\n}\n"),
+              ("executor/src/core/step.c", "static float f(const cz_exec_config *c)\n{\n"
                                       "    return c->soap_beta1;\n}\n"),
-              ("executor/src/muon.c", "static int f(void)\n{\n    return CZ_BACKEND_CUDA;\n}\n")],
+              ("executor/src/optim/muon.c", "static int f(void)\n{\n    return CZ_BACKEND_CUDA;\n}\n")],
     "errors": [("planner/lib/cost.c", "static int f(void)\n{\n    int rc = a();\n    if (!rc)\n"
                                       "        rc = b(1, 2);\n    return rc;\n}\n"),
-               ("executor/src/pipeline.c", "int cz__pipeline_init(void)\n{\n    int rc = a();\n"
+               ("executor/src/core/pipeline.c", "int cz__pipeline_init(void)\n{\n    int rc = a();\n"
                                            "    if (rc == CZ_OK && ex->rank == 0)\n"
                                            "        rc = c->ops->download(c);\n    return rc;\n}\n"),
                ("planner/format/plan_io.c", "static int f(void)\n{\n    int rc = a();\n"
@@ -1008,12 +1044,12 @@ PLANTED = {  # rule -> (file, content) that breaks only that rule
                                             "    return rc;\n}\n"),
                ("planner/lib/cost.c", "static int f(void)\n{\n    if (a())\n        goto oom;\n"
                                       "    return 0;\noom:\n    return -1;\n}\n"),
-               ("executor/src/step.c", "static int f(cz_error *err)\n{\n    int rc = 0;\n"
+               ("executor/src/core/step.c", "static int f(cz_error *err)\n{\n    int rc = 0;\n"
                                        "    CZ_ASSERT_GOTO(n > 0, err, rc, out);\nout:\n"
                                        "    return rc;\n}\n")],
-    "calls": [("executor/src/pipeline.c", "int cz__pipeline_init(void)\n{\n"
+    "calls": [("executor/src/core/pipeline.c", "int cz__pipeline_init(void)\n{\n"
                                           "    return cz__exec_param_offset();\n}\n"),
-              ("executor/src/cuda/kernels.cu", 'extern "C" {\nint cz__k_sum(void)\n{\n'
+              ("executor/src/compute/cuda/kernels.cu", 'extern "C" {\nint cz__k_sum(void)\n{\n'
                                                "    return cz__k_norm();\n}\n"
                                                '} // extern "C"\n'),
               ("planner/lib/cost_model.c",
@@ -1029,11 +1065,11 @@ PLANTED = {  # rule -> (file, content) that breaks only that rule
              ("docs/GUIDE.md", "The entry is cz__gone_internal, in prose.\n")],
     "length": [("planner/lib/metrics.c", "static int f(int x)\n{\n" + "    x++;\n" * 148 +
                 "    return x;\n}\n"),
-               ("executor/src/cuda/small.cu", "namespace\n{\n__global__ void k(float *x)\n{\n" +
+               ("executor/src/compute/cuda/small.cu", "namespace\n{\n__global__ void k(float *x)\n{\n" +
                 "    x[0] = 0;\n" * 150 + "}\n} // namespace\n"),
                ("planner/format/plan_io.c", 'extern "C" {\nint cz_plan_read(void)\n{\n' +
                 "    return 0;\n" * 150 + "}\n}\n"),
-               ("executor/src/ns_plan.h", "/* a header of 301 lines */\n" * 301)],
+               ("executor/src/compute/ns_plan.h", "/* a header of 301 lines */\n" * 301)],
 }
 
 

@@ -126,7 +126,7 @@ typedef struct cz_device {
  * matmul_tflops (device_kinds.c; every figure's source is in docs/SIMULATOR.md). NONE: off. */
 void cz__device_kind_costs(cz_device_kind k, double matmul_tflops, cz_device_costs *out);
 /* One iteration of the executor's Newton-Schulz in its general form, as cz__ns_plan issues it
- * (executor/src/ns_plan.c; tests/unit/test_device_model.c checks these against it): three
+ * (executor/src/compute/ns_plan.c; tests/unit/test_device_model.c checks these against it): three
  * GEMMs, and four elementwise kernels in bf16 (three conversions and B = A), two in fp32. */
 #define CZ_NS_GEMMS_PER_ITERATION 3
 #define CZ_NS_EW_KERNELS_BF16 4
@@ -516,7 +516,7 @@ static inline void cz_coop_slice(int64_t len, int k, int j, int64_t *start, int6
 
 /* Bytes one cooperative Newton-Schulz iteration all-reduces among its members for a short side
  * of a: the upper triangle of the a x a fp32 Gram, a (a + 1) / 2 values (the executor's packed
- * layout, executor/src/ns_coop.h). The cost model and the simulator both charge it. */
+ * layout, executor/src/optim/ns_coop.h). The cost model and the simulator both charge it. */
 static inline double cz_coop_gram_bytes(double a)
 {
     return 2.0 * a * (a + 1.0);

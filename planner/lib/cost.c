@@ -273,7 +273,7 @@ cz_muon_tp_work cz__cost_muon_tp(const cz_param_def *p, const cz_settings *s, co
 }
 
 /* Cooperative Newton-Schulz of one m x n matrix (a block, or a matrix without blocks) over k TP
- * ranks, per rank, as the executor runs it (cz__muon_coop_run, executor/src/ns_coop.h). With
+ * ranks, per rank, as the executor runs it (cz__muon_coop_run, executor/src/optim/ns_coop.h). With
  * a = min(m, n), b = max(m, n) and s = b / k, each rank holds an a x s slice X_j of X along the
  * long side. Every iteration it forms its partial Gram X_j X_j^T, of which only the upper
  * triangle is needed (the Gram is symmetric), in P row panels (the task's count, which the

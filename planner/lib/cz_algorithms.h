@@ -27,11 +27,11 @@ double cz__dm_bytes_seconds(const cz_cluster *c, double bytes);
 /* One elementwise kernel moving `bytes`: a launch plus bytes / memory bandwidth. */
 double cz__dm_kernel_seconds(const cz_cluster *c, double bytes);
 /* The executor's Newton-Schulz precision for a job's dtype (cz__compute_open_for in
- * executor/src/compute.c: bf16 for bf16 parameters, fp32 for fp32; an fp16 job, which the
+ * executor/src/compute/compute.c: bf16 for bf16 parameters, fp32 for fp32; an fp16 job, which the
  * executor does not take, is modelled as bf16). */
 cz_gemm_prec cz__dm_ns_prec(cz_dtype dtype);
 /* Whether the executor takes the symmetric form (SYRK) for rows x cols matrices: fp32 from
- * 4096 rows (cz__ns_use_syrk, executor/src/ns_plan.h, CZ_NS_SYRK_MIN_ROWS_CUDA); never bf16. */
+ * 4096 rows (cz__ns_use_syrk, executor/src/compute/ns_plan.h, CZ_NS_SYRK_MIN_ROWS_CUDA); never bf16. */
 int cz__dm_use_syrk(int64_t rows, cz_gemm_prec prec);
 /* What one Newton-Schulz iteration of `batch` same-shape matrices launches in the executor
  * (cz__ns_plan): GEMM calls (one strided-batched call each), SYRK calls (one per matrix) and

@@ -128,15 +128,20 @@ def drop_parens(code):
 def main():
     src = sys.argv[1]
     exec_src = os.path.join(src, "executor", "src")
-    files = sys.argv[2:] or [os.path.join(exec_src, f) for f in FILES]
+    # The executor's files by name, in whichever of its folders (core/, optim/, ...) they lie.
+    where = {f: os.path.join(d, f) for d, _, fs in os.walk(exec_src) for f in fs}
+    missing = [f for f in FILES if f not in where]
+    if missing and not sys.argv[2:]:
+        print("seam_only: not in executor/src: " + " ".join(missing))
+        return 1
+    files = sys.argv[2:] or [where[f] for f in FILES]
     # The headers' struct fields (reached through -> and .) count for every file; a file's own
     # declarations only for itself.
     # The headers the checked files include (executor/src's own): where their structs are.
     names = set()
     for f in files:
         names |= set(re.findall(r'^\s*#\s*include\s*"([^"/]+\.h)"', open(f, encoding="utf-8").read(), re.M))
-    headers = "\n".join(open(os.path.join(exec_src, h), encoding="utf-8").read()
-                         for h in sorted(names) if os.path.exists(os.path.join(exec_src, h)))
+    headers = "\n".join(open(where[h], encoding="utf-8").read() for h in sorted(names) if h in where)
     header = decls(drop_parens(strip(headers)))
     fields = {k: v for k, v in header[0].items() if k not in header[1] and k not in ALLOWED}
     bad = 0

@@ -145,7 +145,7 @@ print("plan %s: %d block tasks, widths %s" % (p["schema"], nb, widths))
 assert nb >= blocks, "expected at least %d block tasks" % blocks
 assert width == 1 and widths == [1] or width in widths, "expected width %d" % width
 # A cooperative member applies the polynomial as A (A X_j) when its slice of the long side is
-# narrower than the short side a, else in the standard form (executor/src/ns_coop.h): every
+# narrower than the short side a, else in the standard form (executor/src/optim/ns_coop.h): every
 # cooperative plan here must exercise both.
 forms = set()
 for t in tasks:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU backends live in the plugin alone (executor/src/gpu_plugin.h): nothing a job links —
+# The GPU backends live in the plugin alone (executor/src/compute/gpu_plugin.h): nothing a job links —
 # libcanzona-exec.so, a program linked with the static library (the consumer), canzona-bench —
 # needs an NVIDIA library, so one CUDA runtime is in a process whatever the job links; and the
 # plugin carries that runtime statically, links cuBLAS and cuSOLVER, loads NCCL at run time, and
