@@ -92,11 +92,24 @@ typedef struct pgroup {
     int64_t ready;
 } pgroup;
 
+/* What a pipeline works with, lent by the executor at create: the plan, the compute backend,
+ * the matrix optimizer, where each parameter's local shard starts in the flat buffers, the
+ * per-parameter rates, and the step count (the step a run belongs to is *steps + 1). The
+ * pipeline reads nothing else of the executor. */
+typedef struct cz_pipeline_ctx {
+    const cz_plan *plan;
+    cz_compute *compute;
+    cz_optim *opt;
+    const int64_t *param_off;
+    const cz_exec_rates *rates;
+    const int64_t *steps;
+} cz_pipeline_ctx;
+
 /* One pipeline: the micro-groups of one schedule over the plane of the group that splits its
  * parameters (today the DP rank's schedule over the TP plane). Everything below reads the
  * group's size, this rank's place in it and the plane from here, never from the executor. */
 struct cz_pipeline {
-    cz_executor *ex;
+    cz_pipeline_ctx cx;
     const cz_rank_schedule *rs;
     cz_plane *plane; /* the TP plane */
     int tp, tp_rank; /* its size and this rank's place */
@@ -141,20 +154,20 @@ static int64_t part_numel(const cz_exec_part *x)
  * scattered. */
 static int64_t gcount(struct cz_pipeline *pp, const cz_exec_part *x, int r)
 {
-    cz_executor *ex = pp->ex;
-    const cz_plan_param *p = &ex->plan->params[x->param];
+    const cz_pipeline_ctx *cx = &pp->cx;
+    const cz_plan_param *p = &cx->plan->params[x->param];
     return replicated(p) ? 0 : cz__shard_region_numel(p, pp->tp, r, &x->part);
 }
 
 static int64_t scount(struct cz_pipeline *pp, const cz_exec_part *x, int r)
 {
-    cz_executor *ex = pp->ex;
-    return cz__shard_region_numel(&ex->plan->params[x->param], pp->tp, r, &x->part);
+    const cz_pipeline_ctx *cx = &pp->cx;
+    return cz__shard_region_numel(&cx->plan->params[x->param], pp->tp, r, &x->part);
 }
 
 static int list_parts(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
 {
-    cz_executor *ex = pp->ex;
+    const cz_pipeline_ctx *cx = &pp->cx;
     const cz_plan_group *g = pg->g;
     int n = 0;
     for (int t = 0; t < g->ntasks; t++)
@@ -163,7 +176,7 @@ static int list_parts(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
     if (!pg->parts)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
     for (int t = 0; t < g->ntasks; t++)
-        pg->nparts += cz__task_parts(ex->plan, g, t, pg->parts + pg->nparts, n - pg->nparts);
+        pg->nparts += cz__task_parts(cx->plan, g, t, pg->parts + pg->nparts, n - pg->nparts);
     return CZ_OK;
 }
 
@@ -245,9 +258,9 @@ static int layout_counts(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
 }
 
 /* Turns a host run list into the backend's form and releases the list. */
-static int make_runs(cz_executor *ex, cz_run_list *l, cz_runs **out, cz_error *err)
+static int make_runs(const cz_pipeline_ctx *cx, cz_run_list *l, cz_runs **out, cz_error *err)
 {
-    *out = ex->compute.ops->runs_create(&ex->compute, l->v, l->n);
+    *out = cx->compute->ops->runs_create(cx->compute, l->v, l->n);
     size_t n = l->n;
     cz__run_list_free(l);
     return *out ? CZ_OK : cz__error_set(err, CZ_ENOMEM, "out of memory for %zu copy runs", n);
@@ -257,29 +270,29 @@ static int make_runs(cz_executor *ex, cz_run_list *l, cz_runs **out, cz_error *e
  * sc: inside every part, to everyone). */
 static int map_gather_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_error *err)
 {
-    cz_executor *ex = pp->ex;
+    const cz_pipeline_ctx *cx = &pp->cx;
     int tp = pp->tp, me = pp->tp_rank, rc;
     int64_t pos = 0;
     for (int s = 0; s < (pp->sc ? 1 : tp); s++)
         for (int i = 0; i < pg->nparts; i++) {
             const cz_exec_part *x = &pg->parts[i];
-            const cz_plan_param *p = &ex->plan->params[x->param];
+            const cz_plan_param *p = &cx->plan->params[x->param];
             if (replicated(p) || (!pp->sc && x->slot != s))
                 continue;
-            if ((rc = cz__region_runs(p, tp, me, &x->part, pos, ex->held.param_off[p->id], 1, 1, l,
+            if ((rc = cz__region_runs(p, tp, me, &x->part, pos, cx->param_off[p->id], 1, 1, l,
                                       err)) != CZ_OK)
                 return rc;
             pos += gcount(pp, x, me);
         }
     /* The runs fill exactly the send buffer the counts laid out. */
     CZ_ASSERT(pos == pg->gather_n, err);
-    return make_runs(ex, l, &pg->gather_pack, err);
+    return make_runs(cx, l, &pg->gather_pack, err);
 }
 
 /* The parts I hold and their place in full_g/full_u. */
 static int list_hosted(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
 {
-    cz_executor *ex = pp->ex;
+    const cz_pipeline_ctx *cx = &pp->cx;
     size_t cap = (size_t)pg->nhosted + 1;
     int64_t fpos = 0;
     pg->nhosted = 0; /* counted by layout_counts; listed again here */
@@ -291,7 +304,7 @@ static int list_hosted(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
             continue;
         hpart *h = &pg->hosted[pg->nhosted++];
         h->x = *x;
-        h->p = &ex->plan->params[x->param];
+        h->p = &cx->plan->params[x->param];
         h->off = fpos;
         h->numel = part_numel(x);
         fpos += h->numel;
@@ -304,7 +317,7 @@ static int list_hosted(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
  * from my own copy. */
 static int map_unpack(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_error *err)
 {
-    cz_executor *ex = pp->ex;
+    const cz_pipeline_ctx *cx = &pp->cx;
     int tp = pp->tp, me = pp->tp_rank, rc;
     for (int r = 0; r < tp; r++) {
         int64_t rpos = pg->gather_recv_displs[r];
@@ -319,24 +332,24 @@ static int map_unpack(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_err
         }
         CZ_ASSERT(rpos == pg->gather_recv_displs[r] + pg->gather_recv_counts[r], err);
     }
-    if ((rc = make_runs(ex, l, &pg->unpack_recv, err)) != CZ_OK)
+    if ((rc = make_runs(cx, l, &pg->unpack_recv, err)) != CZ_OK)
         return rc;
     for (int k = 0; k < pg->nhosted; k++) {
         const hpart *h = &pg->hosted[k];
         /* The message of a replicated part is the part itself. */
         if (replicated(h->p) &&
-            (rc = cz__region_runs(h->p, tp, me, &h->x.part, h->off, ex->held.param_off[h->p->id], 1,
-                                  1, l, err)) != CZ_OK)
+            (rc = cz__region_runs(h->p, tp, me, &h->x.part, h->off, cx->param_off[h->p->id], 1, 1,
+                                  l, err)) != CZ_OK)
             return rc;
     }
-    return make_runs(ex, l, &pg->unpack_local, err);
+    return make_runs(cx, l, &pg->unpack_local, err);
 }
 
 /* Scatter send: per destination TP rank, its shard inside the update of every part I hold
  * (under sc only my own shard, applied from there). */
 static int map_scatter_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_error *err)
 {
-    cz_executor *ex = pp->ex;
+    const cz_pipeline_ctx *cx = &pp->cx;
     int tp = pp->tp, me = pp->tp_rank, rc;
     for (int r = 0; r < tp; r++) {
         if (pp->sc && r != me)
@@ -353,7 +366,7 @@ static int map_scatter_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, 
                          : spos == pg->scatter_send_displs[r] + pg->scatter_send_counts[r],
                   err);
     }
-    return make_runs(ex, l, &pg->scatter_pack, err);
+    return make_runs(cx, l, &pg->scatter_pack, err);
 }
 
 /* Shard updates: from the scatter's receive buffer, per source slot its parts in order (under
@@ -363,19 +376,19 @@ static int map_scatter_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, 
 static int map_apply_part(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, int i, int64_t upos,
                           cz_error *err)
 {
-    cz_executor *ex = pp->ex;
+    const cz_pipeline_ctx *cx = &pp->cx;
     const cz_exec_part *x = &pg->parts[i];
-    const cz_plan_param *p = &ex->plan->params[x->param];
+    const cz_plan_param *p = &cx->plan->params[x->param];
     cz_run_list lp = {0};
     int rc;
-    if ((rc = cz__region_runs(p, pp->tp, pp->tp_rank, &x->part, upos, ex->held.param_off[p->id], 1,
-                              0, &lp, err)) != CZ_OK)
+    if ((rc = cz__region_runs(p, pp->tp, pp->tp_rank, &x->part, upos, cx->param_off[p->id], 1, 0,
+                              &lp, err)) != CZ_OK)
         goto done;
     for (size_t k = 0; k < lp.n; k++)
         if ((rc = cz__run_list_add(l, lp.v[k].dst, lp.v[k].src, lp.v[k].len, err)) != CZ_OK)
             goto done;
     if (lp.n > 0)
-        return make_runs(ex, &lp, &pg->apply_part[i], err); /* takes lp */
+        return make_runs(cx, &lp, &pg->apply_part[i], err); /* takes lp */
 done:
     cz__run_list_free(&lp);
     return rc;
@@ -401,7 +414,7 @@ static int map_apply(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_erro
                          : upos == pg->scatter_recv_displs[s] + pg->scatter_recv_counts[s],
                   err);
     }
-    return make_runs(pp->ex, l, &pg->apply, err);
+    return make_runs(&pp->cx, l, &pg->apply, err);
 }
 
 /* The index maps and held parts of one group. */
@@ -423,8 +436,8 @@ done:
  * updates live in full_g/full_u, and the cooperative sub-planes. */
 static int add_to_optimizer(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
 {
-    cz_executor *ex = pp->ex;
-    cz_optim *o = &ex->matrix_opt;
+    const cz_pipeline_ctx *cx = &pp->cx;
+    cz_optim *o = cx->opt;
     cz_coop_planes cp = {pp->nwidths, pp->widths, pp->wplanes, pp->wreqs, pp->coop_ready};
     cz_opt_part *parts = cz__exec_calloc((size_t)pg->nhosted + 1, sizeof *parts);
     int rc;
@@ -439,9 +452,9 @@ static int add_to_optimizer(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
     return rc;
 }
 
-static float *falloc(cz_executor *ex, int64_t n)
+static float *falloc(const cz_pipeline_ctx *cx, int64_t n)
 {
-    return ex->compute.ops->alloc(&ex->compute, (size_t)(n + 1) * sizeof(float));
+    return cx->compute->ops->alloc(cx->compute, (size_t)(n + 1) * sizeof(float));
 }
 
 /* One sub-plane per cooperative width of my DP rank's schedule: the TP plane split into the
@@ -449,7 +462,7 @@ static float *falloc(cz_executor *ex, int64_t n)
  * so every one makes the same splits in the same order. */
 static int open_width_planes(struct cz_pipeline *pp, cz_error *err)
 {
-    cz_executor *ex = pp->ex;
+    const cz_pipeline_ctx *cx = &pp->cx;
     const cz_rank_schedule *rs = pp->rs;
     for (int g = 0; g < rs->ngroups; g++)
         for (int t = 0; t < rs->groups[g].ntasks; t++) {
@@ -468,7 +481,7 @@ static int open_width_planes(struct cz_pipeline *pp, cz_error *err)
             if (rc)
                 return rc;
             cz_plane *wp = &pp->wplanes[pp->nwidths];
-            wp->compute = &ex->compute;
+            wp->compute = cx->compute;
             wp->label = "cooperative";
             pp->widths[pp->nwidths++] = k; /* from here on, teardown closes it */
             if (wp->size != k)
@@ -494,7 +507,7 @@ int64_t cz__exec_group_ready(const cz_plan *plan, const cz_plan_group *g)
  * are few). */
 static int order_by_readiness(struct cz_pipeline *pp, cz_error *err)
 {
-    const cz_plan *plan = pp->ex->plan;
+    const cz_plan *plan = pp->cx.plan;
     pp->order = cz__exec_calloc(pp->ngroups > 0 ? (size_t)pp->ngroups : 1, sizeof *pp->order);
     if (!pp->order)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
@@ -529,13 +542,13 @@ static int layout_groups(struct cz_pipeline *pp, cz_error *err)
 /* The two sets of exchange buffers, their requests and the events their sends wait for. */
 static int alloc_exchanges(struct cz_pipeline *pp, cz_error *err)
 {
-    cz_executor *ex = pp->ex;
-    cz_compute *c = &ex->compute;
+    const cz_pipeline_ctx *cx = &pp->cx;
+    cz_compute *c = cx->compute;
     for (int k = 0; k < 2; k++) {
-        pp->gather_send[k] = falloc(ex, pp->gather_send_len);
-        pp->gather_recv[k] = falloc(ex, pp->gather_recv_len);
-        pp->scatter_send[k] = falloc(ex, pp->scatter_send_len);
-        pp->scatter_recv[k] = falloc(ex, pp->scatter_recv_len);
+        pp->gather_send[k] = falloc(cx, pp->gather_send_len);
+        pp->gather_recv[k] = falloc(cx, pp->gather_recv_len);
+        pp->scatter_send[k] = falloc(cx, pp->scatter_send_len);
+        pp->scatter_recv[k] = falloc(cx, pp->scatter_recv_len);
         if (!pp->gather_send[k] || !pp->gather_recv[k] || !pp->scatter_send[k] ||
             !pp->scatter_recv[k])
             return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline buffers");
@@ -561,17 +574,22 @@ static int pipeline_open(cz_executor *ex, const cz_rank_schedule *rs, cz_plane *
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
     *out = pp;
     *pp = (struct cz_pipeline){
-        .ex = ex, .rs = rs, .plane = plane, .tp = tp, .tp_rank = tp_rank, .sc = sc};
+        .cx = {ex->plan, &ex->compute, &ex->matrix_opt, ex->held.param_off, &ex->rates, &ex->steps},
+        .rs = rs,
+        .plane = plane,
+        .tp = tp,
+        .tp_rank = tp_rank,
+        .sc = sc};
     /* The splits are collective: first, before anything a rank could fail alone. */
     if ((rc = open_width_planes(pp, err)) != CZ_OK || (rc = layout_groups(pp, err)) != CZ_OK)
         return rc;
     /* full_g/full_u and the event before the maps: the optimizer's parts point into them. */
-    pp->full_g = falloc(ex, pp->full_n);
-    pp->full_u = falloc(ex, pp->full_n);
+    pp->full_g = falloc(&pp->cx, pp->full_n);
+    pp->full_u = falloc(&pp->cx, pp->full_n);
     if (!pp->full_g || !pp->full_u)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the host buffers (%lld elements)",
                              (long long)pp->full_n);
-    pp->coop_ready = ex->compute.ops->event_create(&ex->compute);
+    pp->coop_ready = pp->cx.compute->ops->event_create(pp->cx.compute);
     if (!pp->coop_ready)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for requests and events");
     for (int g = 0; g < pp->ngroups; g++)
@@ -598,7 +616,7 @@ static void pipeline_close(struct cz_pipeline *pp)
 {
     if (!pp)
         return;
-    cz_compute *c = &pp->ex->compute;
+    cz_compute *c = pp->cx.compute;
     for (int g = 0; pp->groups && g < pp->ngroups; g++) {
         pgroup *pg = &pp->groups[g];
         int64_t *layouts[8] = {pg->gather_send_counts,  pg->gather_send_displs,
@@ -674,12 +692,12 @@ static int post_exchange(cz_plane *pl, cz_comm_req *req, cz_event *after, const 
 /* Packs my gradient shards of group gi into buffer set k and posts its gather. */
 static int post_gather(struct cz_pipeline *pp, int gi, int k, const float *G, cz_error *err)
 {
-    cz_executor *ex = pp->ex;
+    const cz_pipeline_ctx *cx = &pp->cx;
     pgroup *pg = &pp->groups[gi];
     float *send = pp->gather_send[k];
     cz_event *packed = pp->gather_packed[k];
-    ex->compute.ops->copy_runs(&ex->compute, send, G, pg->gather_pack);
-    ex->compute.ops->event_record(&ex->compute, packed);
+    cx->compute->ops->copy_runs(cx->compute, send, G, pg->gather_pack);
+    cx->compute->ops->event_record(cx->compute, packed);
     if (pp->sc)
         return pp->plane->ops->iall_gather(pp->plane, send, (size_t)pg->gather_n,
                                            pp->gather_recv[k], CZ_DTYPE_FP32, packed,
@@ -710,17 +728,17 @@ static void progress_inflight(void *arg)
  * part's parameter's when they differ (parameter groups). */
 static void apply_group(struct cz_pipeline *pp, const pgroup *pg, float *P, const float *u)
 {
-    cz_executor *ex = pp->ex;
-    const cz_optim *o = &ex->matrix_opt;
-    if (!o->param_rates || ex->rates.matrix_uniform) {
-        cz_opt_rates r = o->ops->apply_rates(o, ex->steps + 1);
-        ex->compute.ops->apply_runs(&ex->compute, P, u, pg->apply, r.lr, r.wd);
+    const cz_pipeline_ctx *cx = &pp->cx;
+    const cz_optim *o = cx->opt;
+    if (!o->param_rates || cx->rates->matrix_uniform) {
+        cz_opt_rates r = o->ops->apply_rates(o, *cx->steps + 1);
+        cx->compute->ops->apply_runs(cx->compute, P, u, pg->apply, r.lr, r.wd);
         return;
     }
     for (int i = 0; i < pg->nparts; i++)
         if (pg->apply_part[i]) {
             cz_opt_rates r = o->param_rates[pg->parts[i].param];
-            ex->compute.ops->apply_runs(&ex->compute, P, u, pg->apply_part[i], r.lr, r.wd);
+            cx->compute->ops->apply_runs(cx->compute, P, u, pg->apply_part[i], r.lr, r.wd);
         }
 }
 
@@ -729,16 +747,16 @@ static void apply_group(struct cz_pipeline *pp, const pgroup *pg, float *P, cons
 static int compute_group(struct cz_pipeline *pp, int gi, int k, float *P, const float *G,
                          cz_error *err)
 {
-    cz_executor *ex = pp->ex;
+    const cz_pipeline_ctx *cx = &pp->cx;
     pgroup *pg = &pp->groups[gi];
-    cz_compute *c = &ex->compute;
-    cz_optim *o = &ex->matrix_opt;
+    cz_compute *c = cx->compute;
+    cz_optim *o = cx->opt;
     progress_ctx pc = {pp, k};
     cz_opt_progress pr = {progress_inflight, &pc};
     int rc;
     c->ops->copy_runs(c, pp->full_g, pp->gather_recv[k], pg->unpack_recv);
     c->ops->copy_runs(c, pp->full_g, G, pg->unpack_local);
-    if ((rc = o->ops->step_group(o, pg->og, ex->steps + 1, &pr, err)) != CZ_OK)
+    if ((rc = o->ops->step_group(o, pg->og, *cx->steps + 1, &pr, err)) != CZ_OK)
         return rc;
     float *send = pp->scatter_send[k];
     c->ops->copy_runs(c, send, pp->full_u, pg->scatter_pack);
