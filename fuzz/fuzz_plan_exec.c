@@ -20,7 +20,7 @@
  */
 #include "canzona_exec.h"
 #include "cz_format.h"
-#include "executor_impl.h"
+#include "cz_exec_testing.h"
 #include "fuzz_util.h"
 
 #include <inttypes.h>

@@ -24,9 +24,7 @@
  */
 #include "canzona_exec.h"
 #include "cz_format.h"
-#include "executor_impl.h"
-#include "optimizer.h"
-#include "shard.h"
+#include "cz_exec_testing.h"
 #include "fuzz_util.h"
 
 #include <jansson.h>

@@ -16,6 +16,10 @@ the including file's own folder first; angle-bracket includes are system headers
                               cz_error.h, cz_assert.h, which cz_format.h includes itself).
            Exempt: tests/unit/ and fuzz/, the planner's white-box tests, which test the
            planner library's and the format's internal functions by design.
+           And outside executor/, no header of executor/src/ (the executor's insides): what
+           tests or times them from outside (tests/, fuzz/, tools/bench/) includes the one
+           test-only header executor/testing/cz_exec_testing.h (or its _mpi form), and
+           nothing else outside executor/ includes that.
   cycles   The header include graph of planner/format/, planner/lib/ and executor/ (with the
            public headers in planner/include/ and executor/include/) has no cycle: no header
            includes itself, directly or through others. .c files include headers but are never
@@ -223,8 +227,29 @@ def allowed(src, header):
     return name in PUBLIC_HEADERS
 
 
-def check_layers(root, files, index):
+TESTING_USERS = ("tests/", "fuzz/", "tools/bench/")
+
+
+def check_executor_insides(root, files, index):
+    """Rule layers, the executor's part: its insides stay inside executor/."""
     bad = []
+    for f in files:
+        if f.startswith("executor/"):
+            continue
+        for no, name in includes(root, f):
+            h = resolve(index, f, name) or ""
+            if h.startswith("executor/src/"):
+                bad.append("layers: %s:%d: includes %s (%s), an executor-internal header; "
+                           "outside executor/ include canzona_exec.h, or from a test, fuzzer "
+                           "or canzona-bench the test-only cz_exec_testing.h" % (f, no, name, h))
+            elif h.startswith("executor/testing/") and not f.startswith(TESTING_USERS):
+                bad.append("layers: %s:%d: includes %s, which is for tests, fuzzers and "
+                           "canzona-bench only; include canzona_exec.h" % (f, no, name))
+    return bad
+
+
+def check_layers(root, files, index):
+    bad = check_executor_insides(root, files, index)
     for f in files:
         if f.startswith(EXEMPT):
             continue
@@ -933,6 +958,8 @@ CLEAN = {
     "planner/lib/cost.c": '#include "cz_types.h"\n',
     "planner/cli/main.c": '#include "cz_types.h"\n',
     "executor/src/core/executor_impl.h": '#include "cz_format.h"\n#include "ns_plan.h"\n',
+    "executor/testing/cz_exec_testing.h": '#include "executor_impl.h"\n',
+    "tests/mpi/check_step.c": '#include "cz_exec_testing.h"\n#include "canzona_exec.h"\n',
     "executor/src/compute/ns_plan.h": "/* #include \"executor_impl.h\" (a comment closes no cycle) */\n" +
                               "\n" * 299,
     "executor/src/core/step.c": '#include "executor_impl.h"\n#include <stdio.h>\n'
@@ -1011,6 +1038,8 @@ CLEAN = {
 }
 PLANTED = {  # rule -> (file, content) that breaks only that rule
     "layers": [("tools/bench/bad.c", '#include "cz_types.h"\n'),
+               ("tests/exec/bad.c", '#include "executor_impl.h"\n'),
+               ("examples/bad.c", '#include "cz_exec_testing.h"\n'),
                ("executor/src/core/bad.c", '#include "format_internal.h"\n'),
                ("planner/format/bad.c", '#include "cz_algorithms.h"\n'),
                ("planner/lib/bad.c", '#include "cz_error.h"\n')],

@@ -6,8 +6,7 @@
  * CZ_EMISMATCH with nothing changed; lr = 0 must be a rate of 0. */
 #include "canzona_exec.h"
 #include "cz_format.h"
-#include "executor_impl.h"
-#include "shard.h"
+#include "cz_exec_testing.h"
 
 #include <check.h>
 #include <math.h>

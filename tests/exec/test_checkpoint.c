@@ -3,14 +3,8 @@
  * read back by hand and loaded at tp = 1), and every damaged or foreign file is refused with
  * its name and the tensor at fault, leaving the executor's state untouched. */
 #include "canzona_exec.h"
-#include "compute.h"
+#include "cz_exec_testing.h"
 #include "cz_format.h"
-#include "executor_impl.h"
-#include "muon.h"
-#include "optimizer.h"
-#include "shampoo.h"
-#include "shard.h"
-#include "soap.h"
 #include "exec_fixture.h"
 
 #include <check.h>

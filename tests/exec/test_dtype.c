@@ -1,9 +1,8 @@
 /* bf16 parameters and gradients with an fp32 master copy, typed binding, memory space and
  * stream refusals, and the non-blocking step. */
 #include "canzona_exec.h"
-#include "compute_cpu.h"
+#include "cz_exec_testing.h"
 #include "cz_format.h"
-#include "executor_impl.h"
 #include "exec_fixture.h"
 
 #include <check.h>

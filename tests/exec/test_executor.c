@@ -1,13 +1,8 @@
 /* Executor create/bind/step on hand-built plans with the one-process "self" communicator:
  * every refusal names what differs, and one step equals the optimizer math on whole tensors. */
-#include "adamw.h"
-#include "alloc.h"
+#include "cz_exec_testing.h"
 #include "canzona_exec.h"
-#include "compute.h"
-#include "compute_cpu.h"
 #include "cz_format.h"
-#include "executor_impl.h"
-#include "muon.h"
 #include "exec_fixture.h"
 
 #include <check.h>

@@ -1,16 +1,10 @@
 /* Host-side logic of the GPU backends that needs no device: kernel grid sizes, the per-element
  * functions the kernels share with the CPU loops, and the backend selection (what is refused,
  * with which message) in this build, with or without CUDA. */
-#include "elementwise.h"
+#include "cz_exec_testing.h"
 #include "exec_fixture.h"
 #include "canzona_exec.h"
-#include "comm.h"
-#include "comm_mpi.h"
 #include "cz_format.h"
-#include "executor_impl.h"
-#include "launch.h"
-#include "ns_workload.h"
-#include "gpu_plugin.h"
 
 #include <check.h>
 #include <math.h>

@@ -4,7 +4,7 @@
  * real one: it needs libcz_fake_dep.so.1, built into a folder of its own (CZ_FAKE_DEP_DIR) and
  * not on the plugin's run path. Each test runs in its own process (Check forks), so a library
  * loaded by one is not there for the next. */
-#include "gpu_plugin.h"
+#include "cz_exec_testing.h"
 
 #include <check.h>
 #include <dlfcn.h>

@@ -2,12 +2,8 @@
  * hand-computed cases, the learning-rate default of each scaling, learning rates and weight
  * decays changed between steps, the global gradient norm and clipping inside the step. */
 #include "canzona_exec.h"
-#include "comm.h"
-#include "compute.h"
+#include "cz_exec_testing.h"
 #include "cz_format.h"
-#include "executor_impl.h"
-#include "muon.h"
-#include "ns_coeffs.h"
 #include "exec_fixture.h"
 
 #include <check.h>

@@ -2,10 +2,8 @@
  * the optional-op check, and the refusals of SOAP's and Shampoo's settings. The ops that
  * need LAPACKE (syevd, qr) are checked when the build has them. */
 #include "canzona_exec.h"
-#include "compute.h"
+#include "cz_exec_testing.h"
 #include "cz_format.h"
-#include "shampoo.h"
-#include "soap.h"
 
 #include <check.h>
 #include <math.h>

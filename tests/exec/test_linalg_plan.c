@@ -3,11 +3,9 @@
  * here through the CPU's column-major cblas and LAPACKE, with exactly the parameters the CUDA
  * backend passes, and compared with the cpu backend's op on random cases; so a wrong transpose,
  * dimension, leading dimension, triangle or eigenvector layout fails here without a GPU. */
-#include "elementwise.h"
+#include "cz_exec_testing.h"
 #include "canzona_exec.h"
-#include "compute.h"
 #include "cz_format.h"
-#include "linalg_plan.h"
 
 #include <cblas.h>
 #include <check.h>

@@ -1,10 +1,9 @@
 /* The NCCL data plane's decisions (nccl_plan.c) on the CPU: the rooted-vs-padded rule on
  * hand-worked counts, the call lists of both forms, and a simulation of the call lists over
  * P ranks (sum for reduce, copy for broadcast) against the uneven collectives' definitions. */
-#include "nccl_plan.h"
+#include "cz_exec_testing.h"
 
 #include "canzona_exec.h"
-#include "comm.h"
 #include "cz_format.h"
 
 #include "canzona.h"

@@ -8,9 +8,8 @@
  * Under AddressSanitizer the sanitizer owns malloc, so the interposer is left out and the test
  * is skipped (exit 77; ctest label nosan in that build); the same without glibc. */
 #include "canzona_exec.h"
-#include "compute_cpu.h"
+#include "cz_exec_testing.h"
 #include "cz_format.h"
-#include "executor_impl.h"
 #include "exec_fixture.h"
 
 #include <check.h>

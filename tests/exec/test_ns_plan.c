@@ -3,13 +3,9 @@
  * reference GEMMs and SYRKs (OpenBLAS) against the CPU backend's row-major iteration, in fp32
  * and with bf16 inputs, the decision where the symmetric form pays, and the CPU backend's own
  * symmetric form against its general one. */
-#include "elementwise.h"
+#include "cz_exec_testing.h"
 #include "canzona_exec.h"
-#include "compute.h"
-#include "compute_cpu.h"
 #include "cz_format.h"
-#include "ns_coeffs.h"
-#include "ns_plan.h"
 
 #include <cblas.h>
 #include <check.h>

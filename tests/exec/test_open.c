@@ -1,7 +1,7 @@
 /* cz_executor_create from a file: refusals before and while reading the plan. */
 #include "canzona_exec.h"
 #include "cz_format.h"
-#include "executor_impl.h"
+#include "cz_exec_testing.h"
 
 #include <check.h>
 #include <stdio.h>

@@ -1,14 +1,9 @@
 /* Optimizer math: Newton-Schulz on hand-checked inputs, Muon blocks and transposes, AdamW and
  * momentum against hand arithmetic. */
-#include "adamw.h"
+#include "cz_exec_testing.h"
 #include "canzona_exec.h"
-#include "compute.h"
-#include "compute_cpu.h"
 #include "cz_format.h"
-#include "muon.h"
-#include "ns_coeffs.h"
 #include "exec_fixture.h"
-#include "ns_coop.h"
 
 #include <check.h>
 #include <math.h>

@@ -2,12 +2,10 @@
  * its bookkeeping, its results against cz_executor_step bit for bit (fp32, bf16, per-parameter
  * binding, clipping, any declaration order), its refusals, and early updates (the micro-groups
  * run inside bucket_ready, in readiness order, the same bits). */
-#include "bucket_step.h"
+#include "cz_exec_testing.h"
 #include "canzona_exec.h"
-#include "compute_cpu.h"
 #include "cz_format.h"
 #include "exec_fixture.h"
-#include "executor_impl.h"
 
 #include <check.h>
 #include <math.h>

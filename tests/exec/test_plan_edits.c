@@ -6,7 +6,7 @@
  * the executor on int64 values whose sums and products overflow (run under UBSan in CI). */
 #include "canzona_exec.h"
 #include "cz_format.h"
-#include "executor_impl.h"
+#include "cz_exec_testing.h"
 
 #include <check.h>
 #include <jansson.h>

@@ -7,9 +7,7 @@
  * sliced along the long side. */
 #include "canzona_exec.h"
 #include "cz_format.h"
-#include "executor_impl.h"
-#include "shard.h"
-#include "ns_workload.h"
+#include "cz_exec_testing.h"
 
 #include <check.h>
 #include <stdio.h>

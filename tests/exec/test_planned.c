@@ -2,12 +2,8 @@
  * "self" communicator): real bucket layout with padding, every parameter bound by name, two
  * steps equal to the optimizer math on whole tensors. */
 #include "canzona_exec.h"
-#include "compute.h"
-#include "adamw.h"
-#include "compute_cpu.h"
+#include "cz_exec_testing.h"
 #include "cz_format.h"
-#include "executor_impl.h"
-#include "muon.h"
 #include "exec_fixture.h"
 
 #include <check.h>

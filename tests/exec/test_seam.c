@@ -1,9 +1,7 @@
 /* The backend seam on its own: the compute table's version, kind and capabilities, its events,
  * and the one-process data plane (grouped send/receive, split, segments). */
 #include "canzona_exec.h"
-#include "comm.h"
-#include "comm_self.h"
-#include "compute.h"
+#include "cz_exec_testing.h"
 #include "cz_format.h"
 
 #include <check.h>

@@ -1,8 +1,7 @@
 /* Shard layout: hand-checked packs for row, column and blocked splits; round trips. */
 #include "canzona_exec.h"
-#include "compute.h"
+#include "cz_exec_testing.h"
 #include "cz_format.h"
-#include "shard.h"
 #include "exec_fixture.h"
 
 #include <check.h>

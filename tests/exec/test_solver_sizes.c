@@ -11,11 +11,8 @@
  * Shampoo with 32-wide tiles, a 16 x 40 matrix cut into 16 x 32 and 16 x 8 tiles. */
 #include "exec_fixture.h"
 #include "canzona_exec.h"
-#include "compute.h"
-#include "compute_cpu.h"
+#include "cz_exec_testing.h"
 #include "cz_format.h"
-#include "executor_impl.h"
-#include "linalg_plan.h"
 
 #include <check.h>
 #include <stdio.h>

@@ -22,12 +22,8 @@
  * wait) and before step_end (data-plane ops joined by then). */
 #include "exec_fixture.h"
 #include "canzona_exec.h"
-#include "comm.h"
-#include "compute.h"
-#include "compute_cpu.h"
+#include "cz_exec_testing.h"
 #include "cz_format.h"
-#include "executor_impl.h"
-#include "ns_coeffs.h"
 
 #include <check.h>
 #include <stdint.h>

@@ -18,13 +18,9 @@
  */
 #include "exec_fixture.h"
 #include "canzona_exec.h"
-#include "compute.h"
-#include "compute_cpu.h"
+#include "cz_exec_testing.h"
 #include "cz_format.h"
-#include "executor_impl.h"
-#include "ns_coeffs.h"
 #include "gpu_util.h"
-#include "ns_plan.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -21,9 +21,8 @@
  * rounding. */
 #include "exec_fixture.h"
 #include "canzona_exec.h"
-#include "compute.h"
+#include "cz_exec_testing.h"
 #include "cz_format.h"
-#include "executor_impl.h"
 #include "gpu_util.h"
 
 #include <math.h>

@@ -3,8 +3,7 @@
 #ifndef CZ_GPU_UTIL_H
 #define CZ_GPU_UTIL_H
 
-#include "comm_mpi.h"
-#include "gpu_plugin.h"
+#include "cz_exec_testing.h"
 
 #include <stdio.h>
 #include <string.h>

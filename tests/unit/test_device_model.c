@@ -5,7 +5,7 @@
  * The test device: bf16 GEMMs at 1 TFLOP/s, fp32 at 0.5, memory at 1000 GB/s (1e12 B/s), a cuBLAS
  * call 2 us (bf16) or 3 us (fp32), a launch 1 us, an NCCL call 4 us, a PyTorch op 5 us. */
 #include "cz_test_util.h"
-#include "ns_plan.h"
+#include "cz_exec_testing.h"
 
 #include <check.h>
 #include <dirent.h>

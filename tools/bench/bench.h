@@ -4,16 +4,7 @@
 
 #include "canzona_exec.h"
 #include "cz_format.h"
-#include "adamw.h"
-#include "alloc.h"
-#include "clock.h"
-#include "comm.h"
-#include "compute.h"
-#include "compute_cpu.h"
-#include "executor_impl.h"
-#include "muon.h"
-#include "ns_coeffs.h"
-#include "shard.h"
+#include "cz_exec_testing.h"
 
 #include <jansson.h>
 #include <stdint.h>

@@ -3,7 +3,7 @@
  * missing on a machine without a device or without the libraries. */
 #include "bench_gpu.h"
 
-#include "gpu_plugin.h"
+#include "cz_exec_testing.h"
 
 #include <mpi.h>
 

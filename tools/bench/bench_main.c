@@ -7,7 +7,7 @@
  * stops every rank) and reports; bench_run.h lists the files of the other concepts. */
 #include "bench_run.h"
 #include "bench_gpu.h"
-#include "mpi_watch.h"
+#include "cz_exec_testing_mpi.h"
 #include "ns_bench.h"
 
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* canzona-bench's own collectives, bounded like the executor's (mpi_watch.h), and how a rank
  * that stalls or is terminated ends the job with a line that names it. */
 #include "bench_run.h"
-#include "mpi_watch.h"
+#include "cz_exec_testing_mpi.h"
 
 #include <signal.h>
 #include <stdio.h>

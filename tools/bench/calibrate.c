@@ -3,7 +3,7 @@
  * the cost of one kernel launch, the fixed cost of a Newton-Schulz iteration, and host-device
  * copy rates. One process, one GPU, no MPI. */
 #include "bench.h"
-#include "gpu_plugin.h"
+#include "cz_exec_testing.h"
 #include "ns_bench.h"
 
 #include <getopt.h>

@@ -4,7 +4,7 @@
  * links: inter-node when the DP group spans nodes (dp * tp > gpus_per_node), else intra-node.
  * A prediction for the NCCL plane; needs no device. */
 #include "bench.h"
-#include "nccl_plan.h"
+#include "cz_exec_testing.h"
 #include "ns_bench.h"
 
 #include <stdio.h>

@@ -8,9 +8,7 @@
 #include "bench.h"
 #include "bench_gpu.h"
 #include "ns_bench.h"
-#include "ns_plan.h"
-#include "ns_workload.h"
-#include "gpu_plugin.h"
+#include "cz_exec_testing.h"
 
 #include <getopt.h>
 #include <jansson.h>
