@@ -26,25 +26,28 @@ pass() { total=$((total + 1)); echo "ok   $*"; }
 fail() { total=$((total + 1)); fails=$((fails + 1)); echo "FAIL $*"; }
 
 # expect NAME EXIT PATTERN COMMAND...: the exit status and a stderr line matching PATTERN, within
-# 5 seconds (timeout's 124 is never the expected status). An empty PATTERN wants no message.
-# With max_ms set, the command's CPU time (user + system, children included) must stay under it:
-# CPU time, not wall time, so that a loaded machine does not fail the test, while reading a
-# gigabyte of /dev/zero costs over a second of system time anywhere.
-TIMEFORMAT='%U %S'
+# 5 seconds (scaled by CZ_TIME_SCALE; timeout's 124 is never the expected status). An empty
+# PATTERN wants no message. With max_read set, the bytes the command read (the kernel's count
+# of what its read calls returned, read_bytes.py) must stay under it: a refusal before reading
+# reads only what starting the program reads (its libraries, the other inputs: some KiB),
+# while reading /dev/zero or a huge file up to the size limit reads a gigabyte. With max_rss
+# set (KiB), its peak resident memory must: a description refused before it is expanded
+# holds some MiB, its expansion hundreds. Counts, not times, so that a loaded machine cannot
+# fail the test.
 expect() {
   local name=$1 want=$2 pattern=$3
   shift 3
-  { time {
-    timeout 5 "$@" >"$work/stdout" 2>"$work/stderr"
-    echo $? >"$work/rc"
-  }; } 2>"$work/time"
-  local got ms
-  got=$(cat "$work/rc")
-  ms=$(awk '{ printf "%d", ($1 + $2) * 1000 }' "$work/time")
+  local got read rss
+  got=0
+  python3 "$(dirname "$0")/read_bytes.py" "$work/read" $((5 * ${CZ_TIME_SCALE:-1})) "$@" \
+    >"$work/stdout" 2>"$work/stderr" || got=$?
+  read -r read rss <"$work/read"
   if [ "$got" -ne "$want" ]; then
-    fail "$name: exit $got (expected $want) after $ms ms of CPU: $(head -c 400 "$work/stderr")"
-  elif [ -n "${max_ms:-}" ] && [ "$ms" -gt "$max_ms" ]; then
-    fail "$name: took $ms ms of CPU; expected a refusal before reading (under $max_ms ms)"
+    fail "$name: exit $got (expected $want) after reading $read bytes: $(head -c 400 "$work/stderr")"
+  elif [ -n "${max_read:-}" ] && [ "$read" -gt "$max_read" ]; then
+    fail "$name: read $read bytes; expected a refusal before reading (under $max_read bytes)"
+  elif [ -n "${max_rss:-}" ] && [ "$rss" -gt "$max_rss" ]; then
+    fail "$name: held $rss KiB at its peak; expected a refusal before expanding (under $max_rss KiB)"
   elif [ -z "$pattern" ] && [ -s "$work/stderr" ]; then
     fail "$name: expected no message: $(head -c 400 "$work/stderr")"
   elif [ -n "$pattern" ] && ! grep -Eq -- "$pattern" "$work/stderr"; then
@@ -54,8 +57,8 @@ expect() {
   fi
 }
 
-# ---- devices and oversized files: refused before reading, so at once -----------------------
-max_ms=150
+# ---- devices and oversized files: refused before reading ----------------------------------
+max_read=$((4 << 20))
 dev='/dev/zero: is a character device, not a regular file'
 expect "plan --model /dev/zero" 1 "$dev" "$CZ" plan -m /dev/zero -c "$C"
 expect "plan --cluster /dev/zero" 1 "$dev" "$CZ" plan -m "$M" -c /dev/zero
@@ -71,7 +74,7 @@ if truncate -s 3G "$work/huge.json" 2>/dev/null; then
     "$CZ" plan -m "$work/huge.json" -c "$C"
   expect "import-hf 3 GiB file" 1 "huge.json: is 3221225472 bytes" "$CZ" import-hf "$work/huge.json"
 fi
-max_ms=
+max_read=
 # A pipe (process substitution) is still read.
 expect "plan --model <(pipe)" 0 "" "$CZ" plan -q -m <(cat "$M") -c "$C"
 
@@ -165,7 +168,7 @@ hf() { # file layers experts hidden ffn vocab sparse_step
 EOF
   echo "$work/$1.config.json"
 }
-max_ms=150
+max_rss=$((128 << 10))
 # Sixteen million alternating dense and MoE layers: one repeat block per layer, about 20 GB
 # before the bound; now refused at once. 152,064 layers (found by the fuzzer) would expand to
 # about 1.8 million parameters, seconds of work for a corrupt config: refused too.
@@ -186,7 +189,7 @@ expect "import-hf 2^50 elements exceeded" 1 \
   'elements.config.json: the sizes .* elements; a canzona model holds at most 1125899906842624' \
   "$CZ" import-hf "$(hf elements 4 8 16777216 16777216 300 2)" -o "$work/out.json"
 [ -e "$work/out.json" ] && fail "import-hf: an output was written for a refused config"
-max_ms=
+max_rss=
 # Within the bounds, what is written loads and plans.
 expect "import-hf within the bounds" 0 "" \
   "$CZ" import-hf "$(hf fine 4 8 64 128 300 2)" -o "$work/fine.json"
