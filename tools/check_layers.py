@@ -131,7 +131,7 @@ def strip_comments_and_strings(text):
     return _STRIPPED[text]
 
 
-def _strip(text):
+def _strip(text, keep_strings=False):
     out, i, n = [], 0, len(text)
     while i < n:
         if text.startswith("//", i):
@@ -148,7 +148,7 @@ def _strip(text):
             q, j = text[i], i + 1
             while j < n and text[j] != q and text[j] != "\n":
                 j += 2 if text[j] == "\\" else 1
-            out.append(q + " " * (j - i - 1) + q)
+            out.append(text[i:j + 1] if keep_strings else q + " " * (j - i - 1) + q)
             i = j + 1
         else:
             out.append(text[i])
@@ -789,26 +789,7 @@ def tree_entries(root):
 def comments_blanked(text):
     """A C file with its comments blanked and its string literals kept (a name in a string is
     a name the code uses: a dlsym'd entry, a ctypes binding's)."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append("\n" * text.count("\n", i, j))
-            i = j
-        elif text[i] in "\"'":
-            q, j = text[i], i + 1
-            while j < n and text[j] != q and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
-            i = j + 1
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
+    return _strip(text, keep_strings=True)
 
 
 def tree_identifiers(root, entries):
