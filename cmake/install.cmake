@@ -7,6 +7,7 @@ include(CMakePackageConfigHelpers)
 
 set(CZ_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/canzona)
 install(FILES ${PROJECT_SOURCE_DIR}/planner/include/canzona.h
+              ${PROJECT_SOURCE_DIR}/planner/include/canzona_format.h
               ${CZ_GENERATED_INCLUDE_DIR}/canzona_version.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 foreach(tgt canzona_cli canzona_bench)

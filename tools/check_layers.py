@@ -10,10 +10,14 @@ the including file's own folder first; angle-bracket includes are system headers
                               nothing else of the planner);
              planner/lib/     canzona.h, cz_format.h and planner/lib's own headers;
              planner/cli/     canzona.h, cz_format.h, planner/lib's and planner/cli's headers;
-             anywhere else    canzona.h and cz_format.h only (the executor, tools, tests,
-                              examples): never a planner/lib or planner/cli header, nor a
-                              header private to the format (format_internal.h, json_util.h,
-                              cz_error.h, cz_assert.h, which cz_format.h includes itself).
+             anywhere else    canzona.h, canzona_format.h and cz_format.h only (the
+                              executor, tools, tests, examples): never a planner/lib or
+                              planner/cli header, nor a header private to the format
+                              (format_internal.h, json_util.h, cz_error.h, cz_assert.h, which
+                              cz_format.h includes itself).
+           The executor and the format include the plan format's public header
+           canzona_format.h, never the planner's canzona.h: canzona_exec.h shows a job exactly
+           what libcanzona-exec exports.
            Exempt: tests/unit/ and fuzz/, the planner's white-box tests, which test the
            planner library's and the format's internal functions by design.
            And outside executor/, no header of executor/src/ (the executor's insides): what
@@ -113,7 +117,8 @@ import shutil
 import sys
 import tempfile
 
-PUBLIC_HEADERS = {"canzona.h", "cz_format.h"}  # what a file outside planner/ may include
+# What a file outside planner/ may include of the planner's headers.
+PUBLIC_HEADERS = {"canzona.h", "canzona_format.h", "cz_format.h"}
 EXEMPT = ("tests/unit/", "fuzz/")
 SOURCE_EXT = (".c", ".h", ".cu", ".cuh")
 HEADER_EXT = (".h", ".cuh")
@@ -213,6 +218,8 @@ def layer_of(path):
 
 def allowed(src, header):
     """Whether file src may include project header header under the layers rule."""
+    if os.path.basename(header) == "canzona.h" and src.startswith(PLANNER_FREE):
+        return False
     hl = layer_of(header)
     if hl is None or hl == "planner/include/":  # not the planner's, or the public header
         return True
@@ -248,6 +255,11 @@ def check_executor_insides(root, files, index):
     return bad
 
 
+# What builds on the plan format's public header only, never the planner's canzona.h: the
+# executor (its library exports the format's functions and its own) and the format itself.
+PLANNER_FREE = ("executor/", "planner/format/")
+
+
 def check_layers(root, files, index):
     bad = check_executor_insides(root, files, index)
     for f in files:
@@ -259,7 +271,9 @@ def check_layers(root, files, index):
                 bad.append("layers: %s:%d: includes %s (%s); %s" % (
                     f, no, name, h, "the format builds on nothing else of the planner"
                     if layer_of(f) == "planner/format/" else
-                    "outside planner/ include only canzona.h or cz_format.h"
+                    "the executor sees the plan format's canzona_format.h, not the planner's "
+                    "canzona.h" if f.startswith("executor/") and os.path.basename(h) == "canzona.h"
+                    else "outside planner/ include only canzona.h, canzona_format.h or cz_format.h"
                     if layer_of(f) is None else "include cz_format.h, not the format's insides"))
     return bad
 
@@ -341,7 +355,8 @@ def toplevel_definitions(text):
 
 
 def check_names(root, files):
-    planner = public_names(root, "planner/include/canzona.h")
+    planner = public_names(root, "planner/include/canzona.h") | \
+        public_names(root, "planner/include/canzona_format.h")
     executor = planner | public_names(root, "executor/include/canzona_exec.h")
     bad = []
     for f in files:
@@ -924,9 +939,10 @@ def check(root):
 
 # ---- self-test ------------------------------------------------------------------------------
 CLEAN = {
-    "planner/include/canzona.h": "int cz_plan_read(void);\n",
-    "planner/format/cz_format.h": '#include "canzona.h"\n#include "cz_error.h"\n',
-    "planner/format/cz_error.h": '#include "canzona.h"\nint cz__strdup(void);\n',
+    "planner/include/canzona_format.h": "int cz_plan_read(void);\n",
+    "planner/include/canzona.h": '#include "canzona_format.h"\nint cz_plan_build(void);\n',
+    "planner/format/cz_format.h": '#include "canzona_format.h"\n#include "cz_error.h"\n',
+    "planner/format/cz_error.h": '#include "canzona_format.h"\nint cz__strdup(void);\n',
     "planner/format/format_internal.h": '#include "cz_format.h"\n',
     "planner/format/plan_io.c": '#include "format_internal.h"\n'
                                 "int cz_plan_read(void)\n{\n    return 0;\n}\n"
@@ -950,7 +966,7 @@ CLEAN = {
                                     "int cz__k_sum(void)\n{\n    return 0;\n}\n"
                                     '} // extern "C"\n',
     "executor/src/compute/cuda/norm.c": "int cz__k_norm(void)\n{\n    return cz__k_sum();\n}\n",
-    "executor/include/canzona_exec.h": '#include "canzona.h"\nint cz_executor_step(void);\n'
+    "executor/include/canzona_exec.h": '#include "canzona_format.h"\nint cz_executor_step(void);\n'
                                        "typedef struct cz_exec_config {\n    float adamw_lr;\n"
                                        "    double mpi_timeout_s;\n    int muon_scaling;\n"
                                        "    float soap_beta1, soap_eps;\n} cz_exec_config;\n",
@@ -1019,6 +1035,7 @@ CLEAN = {
 }
 PLANTED = {  # rule -> (file, content) that breaks only that rule
     "layers": [("tools/bench/bad.c", '#include "cz_types.h"\n'),
+               ("executor/src/core/bad.c", '#include "canzona.h"\n'),
                ("tests/exec/bad.c", '#include "executor_impl.h"\n'),
                ("examples/bad.c", '#include "cz_exec_testing.h"\n'),
                ("executor/src/core/bad.c", '#include "format_internal.h"\n'),

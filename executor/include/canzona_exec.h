@@ -15,22 +15,25 @@
  * Process grid: world rank = dp_rank * tp + tp_rank (TP innermost, as Megatron lays it out).
  *
  * Errors: every function returning int returns 0 (CZ_OK) or a negative CZ_E* code from
- * canzona.h and fills the cz_error passed in (NULL allowed) with a message a user can act on.
- * Collective functions (create, step) agree on failure across all ranks: when one rank fails,
+ * canzona_format.h and fills the cz_error passed in (NULL allowed) with a message a user can act
+ * on. Collective functions (create, step) agree on failure across all ranks: when one rank fails,
  * every rank returns an error, so no rank is left waiting in a collective.
  *
  * Ownership: the executor returned by cz_executor_create belongs to the caller and is released
  * with cz_executor_free. Bound buffers stay owned by the caller and must outlive the executor
  * (or the next bind). Strings in cz_exec_config are only read during create.
  *
- * Version: this library shares canzona.h's: cz_version() (which libcanzona-exec exports too)
- * reports the version it was built as, CZ_VERSION_MAJOR/MINOR/PATCH the one a program was
- * compiled against; libcanzona and libcanzona-exec of one build report the same.
+ * Version: this library shares the planner's: cz_version() (canzona_format.h, which both
+ * libraries export) reports the version it was built as, CZ_VERSION_MAJOR/MINOR/PATCH the one a
+ * program was compiled against; libcanzona and libcanzona-exec of one build report the same.
+ *
+ * This header includes canzona_format.h (the plan files, errors, settings: what both libraries
+ * export), not the planner's canzona.h: a job sees exactly what libcanzona-exec exports.
  */
 #ifndef CANZONA_EXEC_H
 #define CANZONA_EXEC_H
 
-#include "canzona.h"
+#include "canzona_format.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -4,7 +4,7 @@
 #ifndef CZ_ERROR_H
 #define CZ_ERROR_H
 
-#include "canzona.h"
+#include "canzona_format.h"
 
 /* Fills err (if not NULL) with code and a printf-style message; returns code. */
 int cz__error_set(cz_error *err, int code, const char *fmt, ...)

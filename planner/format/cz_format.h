@@ -21,7 +21,7 @@
 #ifndef CZ_FORMAT_H
 #define CZ_FORMAT_H
 
-#include "canzona.h"
+#include "canzona_format.h"
 #include "cz_assert.h"
 #include "cz_error.h"
 

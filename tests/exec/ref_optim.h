@@ -6,6 +6,7 @@
 #ifndef CZ_REF_OPTIM_H
 #define CZ_REF_OPTIM_H
 
+#include "canzona.h" /* cz_plan_build: the test plans in-process */
 #include "canzona_exec.h"
 
 #include <math.h>

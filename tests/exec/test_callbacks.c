@@ -4,6 +4,7 @@
  * groups, must give the parameters of one process (comm "self") on the same model; rates per
  * parameter must be those parameters' rates; ranks that set different rates must all get
  * CZ_EMISMATCH with nothing changed; lr = 0 must be a rate of 0. */
+#include "canzona.h" /* cz_plan_build: the test plans in-process */
 #include "canzona_exec.h"
 #include "cz_format.h"
 #include "cz_exec_testing.h"

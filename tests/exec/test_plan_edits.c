@@ -4,6 +4,7 @@
  * only the model can tell (a matrix turned elementwise, blocks reordered or dropped, tp_dim
  * changed) passes the structural check and is refused by the content hash. Also: validate and
  * the executor on int64 values whose sums and products overflow (run under UBSan in CI). */
+#include "canzona.h" /* cz_plan_build: the test plans in-process */
 #include "canzona_exec.h"
 #include "cz_format.h"
 #include "cz_exec_testing.h"

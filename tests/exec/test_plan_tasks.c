@@ -5,6 +5,7 @@
  * optimizer) are refused by cz__exec_plan_check, and by cz_executor_create before anything is
  * allocated, with a message naming the task. The cooperative parts of a task are its region
  * sliced along the long side. */
+#include "canzona.h" /* cz_plan_build: the test plans in-process */
 #include "canzona_exec.h"
 #include "cz_format.h"
 #include "cz_exec_testing.h"

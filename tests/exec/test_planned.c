@@ -1,6 +1,7 @@
 /* The executor on a plan made by the planner and read back from a file (dp = tp = 1, the
  * "self" communicator): real bucket layout with padding, every parameter bound by name, two
  * steps equal to the optimizer math on whole tensors. */
+#include "canzona.h" /* cz_plan_build: the test plans in-process */
 #include "canzona_exec.h"
 #include "cz_exec_testing.h"
 #include "cz_format.h"

@@ -14,7 +14,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 prefix=$tmp/prefix
 cmake --install "$build" --prefix "$prefix" > "$tmp/install.log"
-for f in bin/canzona include/canzona.h include/canzona_exec.h share/man/man1/canzona.1 \
+for f in bin/canzona include/canzona.h include/canzona_format.h include/canzona_exec.h share/man/man1/canzona.1 \
   share/bash-completion/completions/canzona; do
   [ -e "$prefix/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
 done

@@ -2,7 +2,7 @@
 #ifndef CZ_BENCH_NPY_H
 #define CZ_BENCH_NPY_H
 
-#include "canzona.h"
+#include "canzona_format.h"
 
 #include <stdint.h>
 

@@ -18,7 +18,7 @@
 #ifndef CZ_MPI_WATCH_H
 #define CZ_MPI_WATCH_H
 
-#include "canzona.h"
+#include "canzona_format.h"
 #include "comm.h"
 
 #include <mpi.h>

@@ -22,7 +22,7 @@
 #ifndef CZ_NCCL_PLAN_H
 #define CZ_NCCL_PLAN_H
 
-#include "canzona.h"
+#include "canzona_format.h"
 
 #include <stddef.h>
 

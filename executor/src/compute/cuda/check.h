@@ -32,7 +32,7 @@ static inline CZ_MUST_USE int cz_cu_rc(int rc)
 #define CZ_NCCL_RC(call) cz_cu_rc((int)(call))
 
 #ifndef __CUDACC__
-#include "canzona.h"
+#include "canzona_format.h"
 
 CZ_MUST_USE int cz__cuda_status(int rc, const char *call, const char *file, int line,
                                 cz_error *err);
