@@ -165,7 +165,8 @@ class Optimizer(torch.optim.Optimizer):
       others. Left out: the optimizer's default (Muon: 1e-3 under "rms" scaling, 0.02 under
       "shape"; AdamW 3e-4); 0 is 0. A parameter group without "lr" takes lr when all its
       parameters are matrices, adamw_lr when none is; a group that mixes them needs its own.
-    max_grad_norm: clip the global norm of the averaged gradient (0: off; clip_grad_norm_).
+    max_grad_norm: clip the global norm of the averaged gradient (0: off; clip_grad_norm_,
+      whose returned 0-d tensor the next step() fills with the norm).
     nccl_comms: CUDA only, the job's own (dp, tp) ncclComm_t handles (integers) for the data
       plane, borrowed (in the grid's rank order); None: the executor makes its own from a
       unique id sent over the control plane.
@@ -202,6 +203,12 @@ class Optimizer(torch.optim.Optimizer):
         if early_updates and not overlap:
             raise ValueError("early_updates=True runs inside the bucket-wise step: pass "
                              "overlap=True too")
+        if early_updates and not (isinstance(max_grad_norm, (int, float)) and
+                                  max_grad_norm == 0):
+            raise ValueError(f"early_updates=True with max_grad_norm = {max_grad_norm!r}: "
+                             "clipping needs the global norm of every bucket before any update, "
+                             "early updates run before it is known; pass max_grad_norm=0 or "
+                             "early_updates=False")
         if early_updates:
             # A step whose micro-groups start in backward cannot be refused afterwards.
             executor_options.setdefault("check_finite", 0)
@@ -356,6 +363,7 @@ class Optimizer(torch.optim.Optimizer):
         self._rates = None
         self._max_grad_norm = self._set_norm = float(max_grad_norm)
         self.grad_norm = None
+        self._pending_norms = []  # what clip_grad_norm_ returned, filled by the next step
         self._early = bool(early_updates)
         self._buckets = None
         if overlap:
@@ -733,6 +741,9 @@ class Optimizer(torch.optim.Optimizer):
         check(rc, err)
         self.grad_norm = torch.tensor(self._L.cz_executor_grad_norm(self._ex),
                                       dtype=torch.float64)
+        pending, self._pending_norms = self._pending_norms, []
+        for t in pending:
+            t.fill_(self.grad_norm)
         return loss
 
     def zero_grad(self, set_to_none=None):
@@ -753,9 +764,25 @@ class Optimizer(torch.optim.Optimizer):
     def clip_grad_norm_(self, max_norm):
         """Clips the global L2 norm of the averaged gradient to max_norm in the following steps
         (0: off), as torch.nn.utils.clip_grad_norm_ would on the full gradient: the norm exists
-        only after the step's reduce-scatter, so the clipping happens inside step(), and the
-        norm before clipping is self.grad_norm after it."""
+        only after the step's reduce-scatter, so the clipping happens inside step().
+
+        Returns the total norm as torch's does, a 0-d float64 CPU tensor, but filled in by the
+        next step(): NaN until then, afterwards the global norm before clipping (the value of
+        self.grad_norm after that step, equal on every rank). Read it after step(). Refused
+        with early_updates (but 0, off): their updates run before the norm is known."""
+        if not (isinstance(max_norm, (int, float)) and math.isfinite(max_norm) and
+                max_norm >= 0):
+            raise ValueError(f"clip_grad_norm_(max_norm = {max_norm!r}): expected a finite "
+                             "value >= 0 (0: no clipping)")
+        if self._early and max_norm != 0:
+            raise ValueError(f"clip_grad_norm_({max_norm!r}) with early_updates=True: "
+                             "clipping needs the global norm of every bucket before any update, "
+                             "and early updates run in the backward pass before it is known; "
+                             "build the optimizer with early_updates=False to clip")
         self._max_grad_norm = float(max_norm)
+        norm = torch.full((), math.nan, dtype=torch.float64)
+        self._pending_norms.append(norm)
+        return norm
 
     def add_param_group(self, param_group):
         if getattr(self, "_built", True):

@@ -278,6 +278,39 @@ def main():
         assert not torch.equal(runs[0][1]["norm.bias"], runs[1][1]["norm.bias"]), \
             "clip_grad_norm_ changed nothing"
 
+        # clip_grad_norm_ returns the global norm as a 0-d tensor: NaN until the step that
+        # computes it, then the norm before clipping, opt.grad_norm's value (issue 39, item 10).
+        m = Net(1)
+        opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, lr=0.02, adamw_lr=0.01)
+        for step in range(2):
+            opt.zero_grad()
+            loss_of(m, step).backward()
+            norm = opt.clip_grad_norm_(1e-3)
+            assert isinstance(norm, torch.Tensor) and norm.dim() == 0, norm
+            assert torch.isnan(norm), f"clip_grad_norm_'s norm known before the step: {norm}"
+            opt.step()
+            assert norm.item() == float(opt.grad_norm) and norm.item() > 1e-3, \
+                (norm, opt.grad_norm)
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, norm.item())
+        assert all(e == everyone[0] for e in everyone), f"the norm differs across ranks: {everyone}"
+        opt.close()
+        # early_updates with clipping: refused at the clip_grad_norm_ call and at construction,
+        # before any parameter changes (no backward with early updates has run yet).
+        m = Net(1)
+        before = snapshot(m)
+        refused("early_updates with max_grad_norm", lambda: ct.Optimizer(
+            m, tp_group=tpg, tp_dims=TP_DIMS, overlap=True, early_updates=True,
+            max_grad_norm=1.0), "early_updates", "max_grad_norm")
+        unchanged(m, before, "early_updates with max_grad_norm")
+        opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, overlap=True, early_updates=True)
+        before = snapshot(m)
+        refused("clip_grad_norm_ with early_updates", lambda: opt.clip_grad_norm_(1.0),
+                "clip_grad_norm_", "early_updates")
+        assert opt.clip_grad_norm_(0.0) is not None  # 0 (off) is what early updates run with
+        unchanged(m, before, "clip_grad_norm_ with early_updates")
+        opt.close()
+
         # Megatron's attributes instead of declarations: the plan splits what they mark.
         m = Net(1)
         for name, p in m.named_parameters():
