@@ -87,6 +87,30 @@ def _named_groups(params):
     return [(params, {})], module
 
 
+# The modules whose matrices go to AdamW by default: the input embeddings and the output head
+# (Megatron-LM's, torchtitan's and Keller Jordan's Muon practice), found by the name of the
+# module holding the parameter (the name's last part but one): a name containing "embed"
+# (embed, embed_tokens, tok_embeddings, word_embeddings), or one of these.
+_HEAD_NAMES = frozenset(("lm_head", "output", "output_layer", "head", "wte", "wpe"))
+
+
+def _default_elementwise(named, module):
+    """The names of the parameters AdamW takes by default although they are matrices: those of
+    an nn.Embedding or nn.EmbeddingBag module of module (a Linear tied to one shares its
+    weight), and those whose holding module's name contains "embed" or is in _HEAD_NAMES."""
+    embedded = set()
+    if module is not None:
+        for mod in module.modules():
+            if isinstance(mod, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
+                embedded.update(id(p) for p in mod.parameters(recurse=False))
+    out = []
+    for name, p in named:
+        holder = name.rsplit(".", 2)[-2].lower() if "." in name else ""
+        if id(p) in embedded or "embed" in holder or holder in _HEAD_NAMES:
+            out.append(name)
+    return out
+
+
 def _world_groups(dp_group, tp_group, mesh, backend):
     """(dp_group, tp_group, dp ranks, tp ranks) of this rank: the mesh's "dp"/"tp" dimensions,
     the groups given, or groups made from the world as torchrun started it (TP innermost,
@@ -282,7 +306,7 @@ class Optimizer(torch.optim.Optimizer):
         if msg is None and plan is None:
             try:
                 desc = self._describe(named_groups, tp_dims, blocks, optimizers, tp,
-                                      self._dt_dims)
+                                      self._dt_dims, module)
                 cl = dict(cluster or _cluster(dp, tp))
                 if bucket_size is not None:
                     cl["buckets"] = {"size": int(bucket_size)}
@@ -428,10 +452,12 @@ class Optimizer(torch.optim.Optimizer):
                 raise Error(_lib.CZ_EINVALID, (m if m == msg else f"rank {r}: {m}") + note)
 
     @staticmethod
-    def _describe(named_groups, tp_dims, blocks, optimizers, tp, dt_dims):
+    def _describe(named_groups, tp_dims, blocks, optimizers, tp, dt_dims, module):
         """The model description: the DTensor parameters' placements (dt_dims, by exact name,
         ahead of any pattern), the declarations, or Megatron's attributes on the parameters
-        (tensor_model_parallel, partition_dim). Shapes are the local tensors'."""
+        (tensor_model_parallel, partition_dim). Shapes are the local tensors'. The optimizer of
+        each parameter: the declarations (optimizers), else AdamW for the embeddings and the
+        output head (_default_elementwise) and the 1-D parameters, Muon for other matrices."""
         named = [(n, _local(p)) for g, _ in named_groups for n, p in g]
         dims = dict(dt_dims)
         dims.update({k: v for k, v in (tp_dims or {}).items() if k not in dims})
@@ -439,8 +465,13 @@ class Optimizer(torch.optim.Optimizer):
             if getattr(p, "tensor_model_parallel", False) and name not in dims:
                 dims[name] = int(getattr(p, "partition_dim", 0))
         dtype = "bf16" if named[0][1].dtype == torch.bfloat16 else "fp32"
+        # The declarations first (the first match wins), then the embeddings and the output
+        # head by default to AdamW.
+        opts = dict(optimizers or {})
+        for name in _default_elementwise([x for g, _ in named_groups for x in g], module):
+            opts.setdefault(name, "elementwise")
         return model_description(named, name="torch-model", dtype=dtype, tp_dims=dims,
-                                 blocks=blocks, optimizers=optimizers, tp_size=tp)
+                                 blocks=blocks, optimizers=opts, tp_size=tp)
 
     def _create(self, plan, device, floats, muon_scaling, options):
         L = _lib.lib()

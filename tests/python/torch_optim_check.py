@@ -42,6 +42,36 @@ class Net(torch.nn.Module):
 
 
 TP_DIMS = {"fc1.weight": 0, "fc1.bias": 0, "fc2.weight": 1}
+V = 32
+
+
+class LM(torch.nn.Module):
+    """A token embedding, a hidden matrix, a norm and an output head named as Hugging Face
+    names it (lm_head), as torchtitan does (output), or tied to the embedding (tied)."""
+
+    def __init__(self, style):
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        self.embed = torch.nn.Embedding(V, 8)
+        self.body = torch.nn.Linear(8, 8)
+        self.norm = torch.nn.LayerNorm(8)
+        head = torch.nn.Linear(8, V, bias=False)
+        if style == "tied":
+            head.weight = self.embed.weight
+        setattr(self, "output" if style == "output" else "lm_head", head)
+        self.head_name = "output" if style == "output" else "lm_head"
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+
+    def forward(self, idx):
+        return getattr(self, self.head_name)(self.norm(torch.relu(self.body(self.embed(idx)))))
+
+
+def loss_lm(model, seed):
+    g = torch.Generator().manual_seed(seed * 101 + dist.get_rank())
+    idx = torch.randint(0, V, (6,), generator=g)
+    return torch.nn.functional.cross_entropy(model(idx), idx)
 
 
 def loss_of(model, seed):
@@ -309,6 +339,37 @@ def main():
                 "clip_grad_norm_", "early_updates")
         assert opt.clip_grad_norm_(0.0) is not None  # 0 (off) is what early updates run with
         unchanged(m, before, "clip_grad_norm_ with early_updates")
+        opt.close()
+
+        # Default assignment (issue 39, item 6): nn.Embedding weights, the output head and
+        # 1-D parameters to AdamW, other matrices to Muon; optimizers= still overrides it.
+        def kinds(o):
+            sd = o.state_dict()
+            return {n: ("muon" if "momentum" in f else "adamw") for n, f in sd["state"].items()}
+
+        for style in ("lm_head", "output", "tied", "named"):
+            lm = LM(style)
+            given = list(lm.named_parameters()) if style == "named" else lm
+            opt = ct.Optimizer(given, tp_group=tpg, lr=0.02, adamw_lr=0.01)
+            loss_lm(lm, 1).backward()
+            opt.step()
+            got = kinds(opt)
+            head = {"lm_head": "lm_head.weight", "output": "output.weight", "tied": None,
+                    "named": "lm_head.weight"}[style]
+            want = {n: "adamw" for n, _ in lm.named_parameters()}
+            want["body.weight"] = "muon"
+            assert got == want, f"{style}: {got}"
+            muon = [g for g in opt.param_groups if g["lr"] == 0.02]
+            assert [g["names"] for g in muon] == [["body.weight"]], (style, opt.param_groups)
+            if head is not None:
+                assert head in got, (style, got)
+            opt.close()
+        lm = LM("lm_head")
+        opt = ct.Optimizer(lm, tp_group=tpg, optimizers={"embed.weight": "matrix"})
+        loss_lm(lm, 1).backward()
+        opt.step()
+        got = kinds(opt)
+        assert got["embed.weight"] == "muon" and got["lm_head.weight"] == "adamw", got
         opt.close()
 
         # Megatron's attributes instead of declarations: the plan splits what they mark.
