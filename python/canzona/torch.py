@@ -170,7 +170,11 @@ class Optimizer(torch.optim.Optimizer):
 
     params: the module, its named_parameters(), or parameter groups (dicts) whose "params"
       are (name, parameter) pairs; each group may set "lr" and "weight_decay". Every
-      parameter of the plan must be given exactly once. Parameters hold this rank's TP shard:
+      parameter of the plan must be given exactly once. Frozen parameters (requires_grad=False)
+      are left out and never touched; one frozen later gets rate and decay 0 while frozen.
+      By default AdamW takes the 1-D parameters, those of nn.Embedding modules and those whose
+      module's name has "embed" in it or is lm_head, output, output_layer, head, wte or wpe
+      (the embeddings and the output head), Muon the other matrices; optimizers= overrides. Parameters hold this rank's TP shard:
       plain tensors (Megatron-style shards), or DTensors that torch's parallelize_module made
       over the mesh's "tp" dimension, whose placements give the TP dimension (Shard(0),
       Shard(1), Replicate(); anything else is refused by name, docs/PYTHON.md).
@@ -238,6 +242,14 @@ class Optimizer(torch.optim.Optimizer):
             executor_options.setdefault("check_finite", 0)
         named_groups, module = _named_groups(params)
         self._module = weakref.ref(module) if module is not None else None
+        # Frozen parameters (requires_grad=False) are left out: not planned, not bound, never
+        # touched (torch's optimizers skip parameters without a gradient). The groups keep
+        # their places, a group of frozen parameters only being empty.
+        self._frozen = {n for g, _ in named_groups for n, p in g if not p.requires_grad}
+        named_groups = [([x for x in g if x[1].requires_grad], o) for g, o in named_groups]
+        if not any(g for g, _ in named_groups):
+            raise ValueError("every parameter given is frozen (requires_grad=False): there is "
+                             "nothing to optimize")
         if not (isinstance(adamw_betas, (tuple, list)) and len(adamw_betas) == 2):
             raise ValueError(f"adamw_betas = {adamw_betas!r}; expected a pair (beta1, beta2)")
         if nesterov not in (True, False, 0, 1):
@@ -271,7 +283,7 @@ class Optimizer(torch.optim.Optimizer):
         elem_lr = 3e-4 if adamw_lr is _DEFAULT else float(adamw_lr)
         elem_wd = weight_decay if adamw_weight_decay is _DEFAULT else adamw_weight_decay
 
-        device = named_groups[0][0][0][1].device
+        device = next(p for g, _ in named_groups for _, p in g).device
         # The callbacks move host memory: on CPU the data plane's groups, and always the
         # control plane's world, must be gloo's (a CUDA job's default group is NCCL's).
         host = None if dist.get_backend() == "gloo" else "gloo"
@@ -363,7 +375,7 @@ class Optimizer(torch.optim.Optimizer):
             g = {"params": [p for _, p in named], "names": [n for n, _ in named]}
             if "lr" in opts:
                 g["lr"] = opts["lr"]
-            elif kinds == {"matrix"}:
+            elif kinds <= {"matrix"}:  # an empty group (frozen parameters only) too
                 g["lr"] = muon_lr
             elif kinds == {"elementwise"}:
                 g["lr"] = elem_lr
@@ -376,7 +388,7 @@ class Optimizer(torch.optim.Optimizer):
             if "weight_decay" in opts:
                 g["weight_decay"] = opts["weight_decay"]
             else:
-                g["weight_decay"] = weight_decay if kinds == {"matrix"} else elem_wd
+                g["weight_decay"] = weight_decay if kinds <= {"matrix"} else elem_wd
             g.update({k2: v for k2, v in opts.items() if k2 not in ("lr", "weight_decay")})
             torch_groups.append(g)
         self._built = False
@@ -543,6 +555,10 @@ class Optimizer(torch.optim.Optimizer):
             return (f"parameter {unknown[0]!r} is not in the plan ({len(unknown)} unknown; a "
                     "plan for another model?)")
         missing = sorted(set(self._index) - set(names))
+        if missing and missing[0] in self._frozen:
+            return (f"the plan's parameter {missing[0]!r} is frozen (requires_grad=False): "
+                    "canzona leaves frozen parameters out; plan the model without it (plan=None "
+                    "plans the trainable parameters)")
         if missing:
             return (f"the plan's parameter {missing[0]!r} was not given ({len(missing)} "
                     "missing; a plan for another model?)")
@@ -562,7 +578,7 @@ class Optimizer(torch.optim.Optimizer):
         """Flat parameter and gradient buffers in the plan's layout on the parameters' device;
         each parameter's storage and .grad become views into them (values preserved)."""
         n = self._L.cz_executor_buffer_numel(self._ex)
-        dtype = named_groups[0][0][0][1].dtype
+        dtype = next(p for g, _ in named_groups for _, p in g).dtype
         self._flat_p = torch.zeros(n, dtype=dtype, device=device)
         self._flat_g = torch.zeros(n, dtype=dtype, device=device)
         self._params, self._gviews, self._pview_ptr = {}, {}, {}
@@ -680,7 +696,9 @@ class Optimizer(torch.optim.Optimizer):
         return None
 
     def _group_rates(self):
-        """The param groups' rates, per parameter: (message or None, (lr, wd))."""
+        """The param groups' rates, per parameter: (message or None, (lr, wd)). A parameter
+        frozen after construction (requires_grad=False now) gets rate and decay 0, so that the
+        step leaves its values bit for bit (its optimizer state still decays)."""
         lr = (ctypes.c_float * len(self._names))()
         wd = (ctypes.c_float * len(self._names))()
         for k, g in enumerate(self.param_groups):
@@ -689,8 +707,9 @@ class Optimizer(torch.optim.Optimizer):
                 if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                     return f"param group {k}: {key} = {v!r}; expected a finite value >= 0", None
             for name in g["names"]:
-                lr[self._index[name]] = g["lr"]
-                wd[self._index[name]] = g["weight_decay"]
+                live = self._params[name].requires_grad
+                lr[self._index[name]] = g["lr"] if live else 0.0
+                wd[self._index[name]] = g["weight_decay"] if live else 0.0
         if not (math.isfinite(self._max_grad_norm) and self._max_grad_norm >= 0):
             return f"max_grad_norm = {self._max_grad_norm!r}; expected >= 0", None
         return None, (lr, wd)

@@ -372,6 +372,42 @@ def main():
         assert got["embed.weight"] == "muon" and got["lm_head.weight"] == "adamw", got
         opt.close()
 
+        # A frozen parameter (requires_grad=False) kept in the module is never touched: its
+        # values bit for bit after 3 steps, the others as without it (issue 39, item 7); one
+        # frozen after construction is not touched either.
+        results = []
+        for with_frozen in (True, False):
+            m = Net(1, extra=True)
+            m.extra.weight.requires_grad_(False)
+            frozen = m.extra.weight.detach().clone()
+            ptr = m.extra.weight.data_ptr()
+            given = m if with_frozen else [(n, p) for n, p in m.named_parameters()
+                                           if not n.startswith("extra.")]
+            opt = ct.Optimizer(given, tp_group=tpg, tp_dims=TP_DIMS, lr=0.02, adamw_lr=0.01,
+                               weight_decay=0.1)
+            for step in range(3):
+                opt.zero_grad()
+                loss_of(m, step).backward()
+                opt.step()
+            assert torch.equal(m.extra.weight.detach(), frozen), "the frozen weight changed"
+            assert m.extra.weight.data_ptr() == ptr, "the frozen weight's storage moved"
+            assert m.extra.weight.grad is None, "the frozen weight got a gradient"
+            results.append({n: p.detach().clone() for n, p in m.named_parameters()})
+            if with_frozen:
+                # Frozen after construction: the executor holds it, at rate and decay 0.
+                m.fc2.weight.requires_grad_(False)
+                fc2 = m.fc2.weight.detach().clone()
+                for step in range(2):
+                    opt.zero_grad()
+                    loss_of(m, step).backward()
+                    opt.step()
+                assert torch.equal(m.fc2.weight.detach(), fc2), "fc2 frozen later changed"
+                assert not torch.equal(m.fc1.weight.detach(), results[0]["fc1.weight"])
+            opt.close()
+        for n in results[0]:
+            assert torch.allclose(results[0][n], results[1][n], rtol=0, atol=1e-6), \
+                f"{n}: differs with a frozen parameter in the module"
+
         # Megatron's attributes instead of declarations: the plan splits what they mark.
         m = Net(1)
         for name, p in m.named_parameters():
