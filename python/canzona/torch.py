@@ -817,19 +817,22 @@ class Optimizer(torch.optim.Optimizer):
         only after the step's reduce-scatter, so the clipping happens inside step().
 
         Returns the total norm as torch's does, a 0-d float64 CPU tensor, but filled in by the
-        next step(): NaN until then, afterwards the global norm before clipping (the value of
+        next step() that runs (a refused one fills nothing): NaN until then, afterwards the global norm before clipping (the value of
         self.grad_norm after that step, equal on every rank). Read it after step(). Refused
         with early_updates (but 0, off): their updates run before the norm is known."""
-        if not (isinstance(max_norm, (int, float)) and math.isfinite(max_norm) and
-                max_norm >= 0):
+        try:
+            value = float(max_norm)  # a number, or a one-element tensor as torch takes
+        except (TypeError, ValueError, RuntimeError):
+            value = math.nan
+        if not (math.isfinite(value) and value >= 0):
             raise ValueError(f"clip_grad_norm_(max_norm = {max_norm!r}): expected a finite "
                              "value >= 0 (0: no clipping)")
-        if self._early and max_norm != 0:
+        if self._early and value != 0:
             raise ValueError(f"clip_grad_norm_({max_norm!r}) with early_updates=True: "
                              "clipping needs the global norm of every bucket before any update, "
                              "and early updates run in the backward pass before it is known; "
                              "build the optimizer with early_updates=False to clip")
-        self._max_grad_norm = float(max_norm)
+        self._max_grad_norm = value
         norm = torch.full((), math.nan, dtype=torch.float64)
         self._pending_norms.append(norm)
         return norm

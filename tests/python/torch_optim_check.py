@@ -315,12 +315,13 @@ def main():
         for step in range(2):
             opt.zero_grad()
             loss_of(m, step).backward()
-            norm = opt.clip_grad_norm_(1e-3)
+            norm = opt.clip_grad_norm_(1e-3 if step == 0 else torch.tensor(1e-3))
             assert isinstance(norm, torch.Tensor) and norm.dim() == 0, norm
             assert torch.isnan(norm), f"clip_grad_norm_'s norm known before the step: {norm}"
             opt.step()
             assert norm.item() == float(opt.grad_norm) and norm.item() > 1e-3, \
                 (norm, opt.grad_norm)
+        refused("negative max_norm", lambda: opt.clip_grad_norm_(-1.0), "max_norm = -1.0")
         everyone = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, norm.item())
         assert all(e == everyone[0] for e in everyone), f"the norm differs across ranks: {everyone}"
