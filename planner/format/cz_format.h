@@ -463,6 +463,13 @@ static inline int cz_group_task_panels(const cz_plan_group *g, int t)
 
 /* Whether the plan has any block or cooperative task (schema canzona.plan/2; plan_io.c). */
 bool cz__plan_has_split_tasks(const cz_plan *plan);
+/* The schema the plan's content needs (plan_io.c): "canzona.plan/3" with expert groups,
+ * "canzona.plan/2" with a block or cooperative task, "canzona.plan/1" otherwise. */
+const char *cz__plan_schema_needed(const cz_plan *plan);
+/* CZ_OK when a plan read from path says the schema its content needs (one built in memory
+ * always); otherwise an error naming the file, $.schema, what it says and what was expected.
+ * canzona validate reports the same as its plan.schema rule; the executor refuses it. */
+int cz__plan_check_schema(const cz_plan *plan, const char *path, cz_error *err);
 
 /* Release functions for the parts of a plan (objects_free.c; cz_plan_free in canzona.h frees
  * the whole). Each accepts a partially built object. */

@@ -43,6 +43,37 @@ bool cz__plan_has_split_tasks(const cz_plan *plan)
     return false;
 }
 
+/* The schema a plan's content needs: "canzona.plan/3" with expert groups, "canzona.plan/2" with a
+ * block or cooperative task, "canzona.plan/1" otherwise (what plan_write.c writes). */
+const char *cz__plan_schema_needed(const cz_plan *plan)
+{
+    return cz_plan_has_experts(plan)        ? CZ_PLAN_SCHEMA_EXPERT
+           : cz__plan_has_split_tasks(plan) ? CZ_PLAN_SCHEMA_SPLIT
+                                            : CZ_PLAN_SCHEMA;
+}
+
+int cz__plan_check_schema(const cz_plan *plan, const char *path, cz_error *err)
+{
+    if (plan->schema_version == 0)
+        return CZ_OK; /* built in memory */
+    const char *said = plan->schema_version == 3   ? CZ_PLAN_SCHEMA_EXPERT
+                       : plan->schema_version == 2 ? CZ_PLAN_SCHEMA_SPLIT
+                                                   : CZ_PLAN_SCHEMA;
+    const char *need = cz__plan_schema_needed(plan);
+    if (strcmp(said, need) == 0)
+        return CZ_OK;
+    return cz__error_set(err, CZ_EINVALID,
+                         "%s: $.schema: the plan says \"%s\" but its content is a \"%s\" plan "
+                         "(%s); expected \"%s\": the file was relabelled or edited, re-run canzona "
+                         "plan",
+                         path, said, need,
+                         cz_plan_has_experts(plan)        ? "it has expert groups"
+                         : cz__plan_has_split_tasks(plan) ? "it has block or cooperative tasks"
+                                                          : "no expert groups, no block or "
+                                                            "cooperative task",
+                         need);
+}
+
 /* How the hashed text is formatted (docs/FORMATS.md; plan_write.c produces the same text as it
  * writes a plan). */
 #define CONTENT_KEY CZ_CONTENT_KEY

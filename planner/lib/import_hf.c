@@ -159,6 +159,22 @@ static int hf_get_bool(const hf_config *c, const json_t *root, const char *key, 
     return 0;
 }
 
+/* The experts each token is routed to (num_experts_per_tok, which every MoE family names so):
+ * at most the routed experts the config has (experts_key), or the config is not of a model that
+ * runs. It shapes no parameter, so it is only checked. */
+static int hf_check_topk(const hf_config *c, const json_t *root, const char *experts_key,
+                         cz_error *err)
+{
+    int64_t topk = 0;
+    int rc = hf_get_int(c, root, "num_experts_per_tok", false, 0, 1, &topk, err);
+    if (rc || c->experts == 0 || topk <= c->experts)
+        return rc;
+    return cz__error_set(err, CZ_EINVALID,
+                         "%s: $.num_experts_per_tok (%" PRId64 ") exceeds $.%s (%" PRId64
+                         "): a token cannot be routed to more experts than the layer has",
+                         c->path, topk, experts_key, c->experts);
+}
+
 /* Finds the family from model_type, or from architectures[0] when model_type is absent. */
 static int hf_family_find(hf_config *c, const json_t *root, cz_error *err)
 {
@@ -435,12 +451,15 @@ static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
     c->qk_norm = f == HF_QWEN3 || f == HF_QWEN3_MOE;
 
     c->sparse_step = 1;
+    const char *experts_key = NULL; /* the family's key of the routed experts' count */
     if (f == HF_MIXTRAL) {
+        experts_key = "num_local_experts";
         if ((rc = hf_get_int(c, root, "num_local_experts", true, 0, 1, &c->experts, err)) ||
             (rc = hf_get_int(c, root, "intermediate_size", true, 0, 1, &c->moe_ffn, err)))
             return rc;
     } else if (f == HF_DEEPSEEK_V3) {
         int64_t shared = 0;
+        experts_key = "n_routed_experts";
         if ((rc = hf_get_int(c, root, "n_routed_experts", false, 0, 0, &c->experts, err)) ||
             (rc =
                  hf_get_int(c, root, "first_k_dense_replace", false, 0, 0, &c->first_dense, err)) ||
@@ -459,6 +478,7 @@ static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
                                  "(%" PRId64 ") exceeds %" PRId64,
                                  c->path, shared, c->moe_ffn, HF_MAX_DIM);
     } else if (moe) {
+        experts_key = "num_experts";
         if ((rc = hf_get_int(c, root, "num_experts", true, 0, 0, &c->experts, err)) ||
             (rc = hf_get_int(c, root, "decoder_sparse_step", false, 1, 1, &c->sparse_step, err)))
             return rc;
@@ -470,6 +490,8 @@ static int hf_config_read(hf_config *c, const json_t *root, cz_error *err)
             return rc;
         c->shared_gate = f == HF_QWEN2_MOE;
     }
+    if (moe && (rc = hf_check_topk(c, root, experts_key, err)))
+        return rc;
     if (moe) {
         if ((rc = hf_moe_layers(c, root, err)))
             return rc;

@@ -87,6 +87,30 @@ def _named_groups(params):
     return [(params, {})], module
 
 
+# The modules whose matrices go to AdamW by default: the input embeddings and the output head
+# (Megatron-LM's, torchtitan's and Keller Jordan's Muon practice), found by the name of the
+# module holding the parameter (the name's last part but one): a name containing "embed"
+# (embed, embed_tokens, tok_embeddings, word_embeddings), or one of these.
+_HEAD_NAMES = frozenset(("lm_head", "output", "output_layer", "head", "wte", "wpe"))
+
+
+def _default_elementwise(named, module):
+    """The names of the parameters AdamW takes by default although they are matrices: those of
+    an nn.Embedding or nn.EmbeddingBag module of module (a Linear tied to one shares its
+    weight), and those whose holding module's name contains "embed" or is in _HEAD_NAMES."""
+    embedded = set()
+    if module is not None:
+        for mod in module.modules():
+            if isinstance(mod, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
+                embedded.update(id(p) for p in mod.parameters(recurse=False))
+    out = []
+    for name, p in named:
+        holder = name.rsplit(".", 2)[-2].lower() if "." in name else ""
+        if id(p) in embedded or "embed" in holder or holder in _HEAD_NAMES:
+            out.append(name)
+    return out
+
+
 def _world_groups(dp_group, tp_group, mesh, backend):
     """(dp_group, tp_group, dp ranks, tp ranks) of this rank: the mesh's "dp"/"tp" dimensions,
     the groups given, or groups made from the world as torchrun started it (TP innermost,
@@ -146,7 +170,11 @@ class Optimizer(torch.optim.Optimizer):
 
     params: the module, its named_parameters(), or parameter groups (dicts) whose "params"
       are (name, parameter) pairs; each group may set "lr" and "weight_decay". Every
-      parameter of the plan must be given exactly once. Parameters hold this rank's TP shard:
+      parameter of the plan must be given exactly once. Frozen parameters (requires_grad=False)
+      are left out and never touched; one frozen later gets rate and decay 0 while frozen.
+      By default AdamW takes the 1-D parameters, those of nn.Embedding modules and those whose
+      module's name has "embed" in it or is lm_head, output, output_layer, head, wte or wpe
+      (the embeddings and the output head), Muon the other matrices; optimizers= overrides. Parameters hold this rank's TP shard:
       plain tensors (Megatron-style shards), or DTensors that torch's parallelize_module made
       over the mesh's "tp" dimension, whose placements give the TP dimension (Shard(0),
       Shard(1), Replicate(); anything else is refused by name, docs/PYTHON.md).
@@ -165,7 +193,8 @@ class Optimizer(torch.optim.Optimizer):
       others. Left out: the optimizer's default (Muon: 1e-3 under "rms" scaling, 0.02 under
       "shape"; AdamW 3e-4); 0 is 0. A parameter group without "lr" takes lr when all its
       parameters are matrices, adamw_lr when none is; a group that mixes them needs its own.
-    max_grad_norm: clip the global norm of the averaged gradient (0: off; clip_grad_norm_).
+    max_grad_norm: clip the global norm of the averaged gradient (0: off; clip_grad_norm_,
+      whose returned 0-d tensor the next step() fills with the norm).
     nccl_comms: CUDA only, the job's own (dp, tp) ncclComm_t handles (integers) for the data
       plane, borrowed (in the grid's rank order); None: the executor makes its own from a
       unique id sent over the control plane.
@@ -202,11 +231,25 @@ class Optimizer(torch.optim.Optimizer):
         if early_updates and not overlap:
             raise ValueError("early_updates=True runs inside the bucket-wise step: pass "
                              "overlap=True too")
+        if early_updates and not (isinstance(max_grad_norm, (int, float)) and
+                                  max_grad_norm == 0):
+            raise ValueError(f"early_updates=True with max_grad_norm = {max_grad_norm!r}: "
+                             "clipping needs the global norm of every bucket before any update, "
+                             "early updates run before it is known; pass max_grad_norm=0 or "
+                             "early_updates=False")
         if early_updates:
             # A step whose micro-groups start in backward cannot be refused afterwards.
             executor_options.setdefault("check_finite", 0)
         named_groups, module = _named_groups(params)
         self._module = weakref.ref(module) if module is not None else None
+        # Frozen parameters (requires_grad=False) are left out: not planned, not bound, never
+        # touched (torch's optimizers skip parameters without a gradient). The groups keep
+        # their places, a group of frozen parameters only being empty.
+        self._frozen = {n for g, _ in named_groups for n, p in g if not p.requires_grad}
+        named_groups = [([x for x in g if x[1].requires_grad], o) for g, o in named_groups]
+        if not any(g for g, _ in named_groups):
+            raise ValueError("every parameter given is frozen (requires_grad=False): there is "
+                             "nothing to optimize")
         if not (isinstance(adamw_betas, (tuple, list)) and len(adamw_betas) == 2):
             raise ValueError(f"adamw_betas = {adamw_betas!r}; expected a pair (beta1, beta2)")
         if nesterov not in (True, False, 0, 1):
@@ -240,7 +283,7 @@ class Optimizer(torch.optim.Optimizer):
         elem_lr = 3e-4 if adamw_lr is _DEFAULT else float(adamw_lr)
         elem_wd = weight_decay if adamw_weight_decay is _DEFAULT else adamw_weight_decay
 
-        device = named_groups[0][0][0][1].device
+        device = next(p for g, _ in named_groups for _, p in g).device
         # The callbacks move host memory: on CPU the data plane's groups, and always the
         # control plane's world, must be gloo's (a CUDA job's default group is NCCL's).
         host = None if dist.get_backend() == "gloo" else "gloo"
@@ -275,7 +318,7 @@ class Optimizer(torch.optim.Optimizer):
         if msg is None and plan is None:
             try:
                 desc = self._describe(named_groups, tp_dims, blocks, optimizers, tp,
-                                      self._dt_dims)
+                                      self._dt_dims, module)
                 cl = dict(cluster or _cluster(dp, tp))
                 if bucket_size is not None:
                     cl["buckets"] = {"size": int(bucket_size)}
@@ -332,7 +375,7 @@ class Optimizer(torch.optim.Optimizer):
             g = {"params": [p for _, p in named], "names": [n for n, _ in named]}
             if "lr" in opts:
                 g["lr"] = opts["lr"]
-            elif kinds == {"matrix"}:
+            elif kinds <= {"matrix"}:  # an empty group (frozen parameters only) too
                 g["lr"] = muon_lr
             elif kinds == {"elementwise"}:
                 g["lr"] = elem_lr
@@ -345,7 +388,7 @@ class Optimizer(torch.optim.Optimizer):
             if "weight_decay" in opts:
                 g["weight_decay"] = opts["weight_decay"]
             else:
-                g["weight_decay"] = weight_decay if kinds == {"matrix"} else elem_wd
+                g["weight_decay"] = weight_decay if kinds <= {"matrix"} else elem_wd
             g.update({k2: v for k2, v in opts.items() if k2 not in ("lr", "weight_decay")})
             torch_groups.append(g)
         self._built = False
@@ -356,6 +399,7 @@ class Optimizer(torch.optim.Optimizer):
         self._rates = None
         self._max_grad_norm = self._set_norm = float(max_grad_norm)
         self.grad_norm = None
+        self._pending_norms = []  # what clip_grad_norm_ returned, filled by the next step
         self._early = bool(early_updates)
         self._buckets = None
         if overlap:
@@ -420,10 +464,12 @@ class Optimizer(torch.optim.Optimizer):
                 raise Error(_lib.CZ_EINVALID, (m if m == msg else f"rank {r}: {m}") + note)
 
     @staticmethod
-    def _describe(named_groups, tp_dims, blocks, optimizers, tp, dt_dims):
+    def _describe(named_groups, tp_dims, blocks, optimizers, tp, dt_dims, module):
         """The model description: the DTensor parameters' placements (dt_dims, by exact name,
         ahead of any pattern), the declarations, or Megatron's attributes on the parameters
-        (tensor_model_parallel, partition_dim). Shapes are the local tensors'."""
+        (tensor_model_parallel, partition_dim). Shapes are the local tensors'. The optimizer of
+        each parameter: the declarations (optimizers), else AdamW for the embeddings and the
+        output head (_default_elementwise) and the 1-D parameters, Muon for other matrices."""
         named = [(n, _local(p)) for g, _ in named_groups for n, p in g]
         dims = dict(dt_dims)
         dims.update({k: v for k, v in (tp_dims or {}).items() if k not in dims})
@@ -431,8 +477,13 @@ class Optimizer(torch.optim.Optimizer):
             if getattr(p, "tensor_model_parallel", False) and name not in dims:
                 dims[name] = int(getattr(p, "partition_dim", 0))
         dtype = "bf16" if named[0][1].dtype == torch.bfloat16 else "fp32"
+        # The declarations first (the first match wins), then the embeddings and the output
+        # head by default to AdamW.
+        opts = dict(optimizers or {})
+        for name in _default_elementwise([x for g, _ in named_groups for x in g], module):
+            opts.setdefault(name, "elementwise")
         return model_description(named, name="torch-model", dtype=dtype, tp_dims=dims,
-                                 blocks=blocks, optimizers=optimizers, tp_size=tp)
+                                 blocks=blocks, optimizers=opts, tp_size=tp)
 
     def _create(self, plan, device, floats, muon_scaling, options):
         L = _lib.lib()
@@ -504,6 +555,10 @@ class Optimizer(torch.optim.Optimizer):
             return (f"parameter {unknown[0]!r} is not in the plan ({len(unknown)} unknown; a "
                     "plan for another model?)")
         missing = sorted(set(self._index) - set(names))
+        if missing and missing[0] in self._frozen:
+            return (f"the plan's parameter {missing[0]!r} is frozen (requires_grad=False): "
+                    "canzona leaves frozen parameters out; plan the model without it (plan=None "
+                    "plans the trainable parameters)")
         if missing:
             return (f"the plan's parameter {missing[0]!r} was not given ({len(missing)} "
                     "missing; a plan for another model?)")
@@ -523,7 +578,7 @@ class Optimizer(torch.optim.Optimizer):
         """Flat parameter and gradient buffers in the plan's layout on the parameters' device;
         each parameter's storage and .grad become views into them (values preserved)."""
         n = self._L.cz_executor_buffer_numel(self._ex)
-        dtype = named_groups[0][0][0][1].dtype
+        dtype = next(p for g, _ in named_groups for _, p in g).dtype
         self._flat_p = torch.zeros(n, dtype=dtype, device=device)
         self._flat_g = torch.zeros(n, dtype=dtype, device=device)
         self._params, self._gviews, self._pview_ptr = {}, {}, {}
@@ -641,7 +696,9 @@ class Optimizer(torch.optim.Optimizer):
         return None
 
     def _group_rates(self):
-        """The param groups' rates, per parameter: (message or None, (lr, wd))."""
+        """The param groups' rates, per parameter: (message or None, (lr, wd)). A parameter
+        frozen after construction (requires_grad=False now) gets rate and decay 0, so that the
+        step leaves its values bit for bit (its optimizer state still decays)."""
         lr = (ctypes.c_float * len(self._names))()
         wd = (ctypes.c_float * len(self._names))()
         for k, g in enumerate(self.param_groups):
@@ -650,8 +707,9 @@ class Optimizer(torch.optim.Optimizer):
                 if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                     return f"param group {k}: {key} = {v!r}; expected a finite value >= 0", None
             for name in g["names"]:
-                lr[self._index[name]] = g["lr"]
-                wd[self._index[name]] = g["weight_decay"]
+                live = self._params[name].requires_grad
+                lr[self._index[name]] = g["lr"] if live else 0.0
+                wd[self._index[name]] = g["weight_decay"] if live else 0.0
         if not (math.isfinite(self._max_grad_norm) and self._max_grad_norm >= 0):
             return f"max_grad_norm = {self._max_grad_norm!r}; expected >= 0", None
         return None, (lr, wd)
@@ -733,6 +791,9 @@ class Optimizer(torch.optim.Optimizer):
         check(rc, err)
         self.grad_norm = torch.tensor(self._L.cz_executor_grad_norm(self._ex),
                                       dtype=torch.float64)
+        pending, self._pending_norms = self._pending_norms, []
+        for t in pending:
+            t.fill_(self.grad_norm)
         return loss
 
     def zero_grad(self, set_to_none=None):
@@ -753,9 +814,28 @@ class Optimizer(torch.optim.Optimizer):
     def clip_grad_norm_(self, max_norm):
         """Clips the global L2 norm of the averaged gradient to max_norm in the following steps
         (0: off), as torch.nn.utils.clip_grad_norm_ would on the full gradient: the norm exists
-        only after the step's reduce-scatter, so the clipping happens inside step(), and the
-        norm before clipping is self.grad_norm after it."""
-        self._max_grad_norm = float(max_norm)
+        only after the step's reduce-scatter, so the clipping happens inside step().
+
+        Returns the total norm as torch's does, a 0-d float64 CPU tensor, but filled in by the
+        next step() that runs (a refused one fills nothing): NaN until then, afterwards the global norm before clipping (the value of
+        self.grad_norm after that step, equal on every rank). Read it after step(). Refused
+        with early_updates (but 0, off): their updates run before the norm is known."""
+        try:
+            value = float(max_norm)  # a number, or a one-element tensor as torch takes
+        except (TypeError, ValueError, RuntimeError):
+            value = math.nan
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"clip_grad_norm_(max_norm = {max_norm!r}): expected a finite "
+                             "value >= 0 (0: no clipping)")
+        if self._early and value != 0:
+            raise ValueError(f"clip_grad_norm_({max_norm!r}) with early_updates=True: "
+                             "clipping needs the global norm of every bucket before any update, "
+                             "and early updates run in the backward pass before it is known; "
+                             "build the optimizer with early_updates=False to clip")
+        self._max_grad_norm = value
+        norm = torch.full((), math.nan, dtype=torch.float64)
+        self._pending_norms.append(norm)
+        return norm
 
     def add_param_group(self, param_group):
         if getattr(self, "_built", True):

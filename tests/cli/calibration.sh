@@ -67,6 +67,23 @@ PY
 "$CZ" simulate -m "$model" -c "$cluster" --calibration "$work/edited.json" 2>"$work/err" >/dev/null &&
   fail "simulate accepted an edited calibration"
 grep -q 'edited.json: $.gemm\[3\]: tflops is' "$work/err" || fail "edited calibration: $(cat "$work/err")"
+# A measured collective over 0 ranks (or 1: no collective at all) is refused by plan and
+# simulate, naming the file and the JSON path.
+for ranks in 0 1; do
+  python3 - "$src/tests/data/calibration_v2_example.json" "$work/ranks$ranks.json" "$ranks" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["collectives"][1]["ranks"] = int(sys.argv[3])
+json.dump(c, open(sys.argv[2], "w"))
+PY
+  for cmd in plan simulate; do
+    out=()
+    [ $cmd = plan ] && out=(-q -o "$work/ranks.plan.json")
+    "$CZ" $cmd -m "$model" -c "$cluster" --calibration "$work/ranks$ranks.json" "${out[@]}" \
+      2>"$work/err" >/dev/null && fail "$cmd accepted collectives[1].ranks = $ranks"
+    grep -q "ranks$ranks.json: \$.collectives\[1\].ranks: expected an integer in \[2, " "$work/err" ||
+      fail "$cmd, collectives[1].ranks = $ranks: $(cat "$work/err")"
+  done
+done
 cp "$cal" "$work/out.json"
 "$CZ" plan -q -m "$model" -c "$cluster" --calibration "$work/out.json" -o "$work/out.json" \
   2>"$work/err" && fail "plan wrote over its calibration"

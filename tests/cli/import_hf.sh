@@ -128,6 +128,33 @@ check "--split-gate-up no: Q/K/V blocks kept" grep -q '"sizes": \[4096, 1024, 10
 "$CZ" import-hf "$CZ_SOURCE_DIR/plans/hf/qwen3-8b.config.json" --split-qkv maybe > "$tmp/out.txt" 2>&1
 check "--split-qkv maybe exits 2" test $? -eq 2
 
+# An MoE config routing each token to more experts than it has (num_experts_per_tok 16 of
+# num_experts 8) is refused naming both keys, the -o target untouched; one routing to all is not.
+for family in qwen3_moe mixtral deepseek_v3; do
+    case $family in
+    qwen3_moe) src=test-moe key=num_experts ;;
+    mixtral) src=test-moe key=num_local_experts ;;
+    deepseek_v3) src=deepseek-v3 key=n_routed_experts ;;
+    esac
+    sed -e 's/"num_experts_per_tok": *[0-9]*/"num_experts_per_tok": 16/' \
+        "$CZ_SOURCE_DIR/plans/hf/$src.config.json" > "$tmp/topk.json"
+    if [ $family = mixtral ]; then
+        sed -i -e 's/"model_type": *"[a-z0-9_]*"/"model_type": "mixtral"/' \
+            -e 's/"num_experts":/"num_local_experts":/' \
+            -e 's/"moe_intermediate_size":/"intermediate_size_moe_unused":/' "$tmp/topk.json"
+    fi
+    [ $family = deepseek_v3 ] && sed -i -e 's/"n_routed_experts": *[0-9]*/"n_routed_experts": 8/' "$tmp/topk.json"
+    echo "previous content" > "$tmp/topk.out"
+    "$CZ" import-hf "$tmp/topk.json" -o "$tmp/topk.out" 2> "$tmp/topk.err"
+    check "$family: num_experts_per_tok 16 of 8 experts exits 1" test $? -eq 1
+    check "$family: the refusal names both keys" \
+        grep -q "\$.num_experts_per_tok (16) exceeds \$.$key (8)" "$tmp/topk.err"
+    check "$family: target untouched" grep -qx "previous content" "$tmp/topk.out"
+done
+sed -e 's/"num_experts_per_tok": *[0-9]*/"num_experts_per_tok": 8/' \
+    "$CZ_SOURCE_DIR/plans/hf/test-moe.config.json" > "$tmp/topk8.json"
+check "num_experts_per_tok equal to the experts accepted" "$CZ" import-hf "$tmp/topk8.json" -o "$tmp/topk8.out"
+
 for opt in --output --name --dtype --tp-size --make-vocab-size-divisible-by --split-qkv \
     --split-gate-up --help; do
     check "--help mentions $opt" grep -q -- "$opt" "$tmp/help.txt"

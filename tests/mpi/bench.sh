@@ -223,6 +223,14 @@ mismatch)
     'del p["params"][7]["blocks"]'
   edited tp_dim "tp_dim: 'decoder.layers.0.self_attention.linear_proj.weight' has tp_dim 0 in the plan but 1" \
     'q = p["params"][5]; q["tp_dim"] = 0; q["local_shape"] = [128, 256]'
+  # A version 1 plan relabelled canzona.plan/2 (its hash recomputed), which canzona validate
+  # refuses by its plan.schema rule: the executor refuses it on every rank, naming the file,
+  # the JSON path and the schema expected.
+  grep -q '"schema": "canzona.plan/1"' "$tmp/a.json" || { echo "a.json is not version 1"; exit 1; }
+  python3 "$src/tests/mpi/plan_edit.py" "$tmp/a.json" "$tmp/relabel.json" <<<'p["schema"] = "canzona.plan/2"'
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/relabel.json" --model "$model" --steps 1
+  n=$(grep -c "canzona-bench: rank [0-3]: .*relabel.json: \$.schema: the plan says \"canzona.plan/2\" .*expected \"canzona.plan/1\"" "$tmp/out" || true)
+  [ "$n" -eq 4 ] || { echo "relabelled plan: expected 4 ranks to refuse it naming \$.schema, got $n"; cat "$tmp/out"; exit 1; }
   # A handed-in DP communicator of the wrong size is refused on every rank.
   mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/a.json" --model "$model" --steps 1 --bad-dp-comm
   n=$(grep -c "rank [0-3]: the DP communicator has 4 ranks .* the plan needs dp = 2" "$tmp/out" || true)

@@ -42,6 +42,36 @@ class Net(torch.nn.Module):
 
 
 TP_DIMS = {"fc1.weight": 0, "fc1.bias": 0, "fc2.weight": 1}
+V = 32
+
+
+class LM(torch.nn.Module):
+    """A token embedding, a hidden matrix, a norm and an output head named as Hugging Face
+    names it (lm_head), as torchtitan does (output), or tied to the embedding (tied)."""
+
+    def __init__(self, style):
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        self.embed = torch.nn.Embedding(V, 8)
+        self.body = torch.nn.Linear(8, 8)
+        self.norm = torch.nn.LayerNorm(8)
+        head = torch.nn.Linear(8, V, bias=False)
+        if style == "tied":
+            head.weight = self.embed.weight
+        setattr(self, "output" if style == "output" else "lm_head", head)
+        self.head_name = "output" if style == "output" else "lm_head"
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+
+    def forward(self, idx):
+        return getattr(self, self.head_name)(self.norm(torch.relu(self.body(self.embed(idx)))))
+
+
+def loss_lm(model, seed):
+    g = torch.Generator().manual_seed(seed * 101 + dist.get_rank())
+    idx = torch.randint(0, V, (6,), generator=g)
+    return torch.nn.functional.cross_entropy(model(idx), idx)
 
 
 def loss_of(model, seed):
@@ -277,6 +307,107 @@ def main():
         assert runs[0][0] == runs[1][0] and runs[0][0] > 1e-3, (runs[0][0], runs[1][0])
         assert not torch.equal(runs[0][1]["norm.bias"], runs[1][1]["norm.bias"]), \
             "clip_grad_norm_ changed nothing"
+
+        # clip_grad_norm_ returns the global norm as a 0-d tensor: NaN until the step that
+        # computes it, then the norm before clipping, opt.grad_norm's value (issue 39, item 10).
+        m = Net(1)
+        opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, lr=0.02, adamw_lr=0.01)
+        for step in range(2):
+            opt.zero_grad()
+            loss_of(m, step).backward()
+            norm = opt.clip_grad_norm_(1e-3 if step == 0 else torch.tensor(1e-3))
+            assert isinstance(norm, torch.Tensor) and norm.dim() == 0, norm
+            assert torch.isnan(norm), f"clip_grad_norm_'s norm known before the step: {norm}"
+            opt.step()
+            assert norm.item() == float(opt.grad_norm) and norm.item() > 1e-3, \
+                (norm, opt.grad_norm)
+        refused("negative max_norm", lambda: opt.clip_grad_norm_(-1.0), "max_norm = -1.0")
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, norm.item())
+        assert all(e == everyone[0] for e in everyone), f"the norm differs across ranks: {everyone}"
+        opt.close()
+        # early_updates with clipping: refused at the clip_grad_norm_ call and at construction,
+        # before any parameter changes (no backward with early updates has run yet).
+        m = Net(1)
+        before = snapshot(m)
+        refused("early_updates with max_grad_norm", lambda: ct.Optimizer(
+            m, tp_group=tpg, tp_dims=TP_DIMS, overlap=True, early_updates=True,
+            max_grad_norm=1.0), "early_updates", "max_grad_norm")
+        unchanged(m, before, "early_updates with max_grad_norm")
+        opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, overlap=True, early_updates=True)
+        before = snapshot(m)
+        refused("clip_grad_norm_ with early_updates", lambda: opt.clip_grad_norm_(1.0),
+                "clip_grad_norm_", "early_updates")
+        assert opt.clip_grad_norm_(0.0) is not None  # 0 (off) is what early updates run with
+        unchanged(m, before, "clip_grad_norm_ with early_updates")
+        opt.close()
+
+        # Default assignment (issue 39, item 6): nn.Embedding weights, the output head and
+        # 1-D parameters to AdamW, other matrices to Muon; optimizers= still overrides it.
+        def kinds(o):
+            sd = o.state_dict()
+            return {n: ("muon" if "momentum" in f else "adamw") for n, f in sd["state"].items()}
+
+        for style in ("lm_head", "output", "tied", "named"):
+            lm = LM(style)
+            given = list(lm.named_parameters()) if style == "named" else lm
+            opt = ct.Optimizer(given, tp_group=tpg, lr=0.02, adamw_lr=0.01)
+            loss_lm(lm, 1).backward()
+            opt.step()
+            got = kinds(opt)
+            head = {"lm_head": "lm_head.weight", "output": "output.weight", "tied": None,
+                    "named": "lm_head.weight"}[style]
+            want = {n: "adamw" for n, _ in lm.named_parameters()}
+            want["body.weight"] = "muon"
+            assert got == want, f"{style}: {got}"
+            muon = [g for g in opt.param_groups if g["lr"] == 0.02]
+            assert [g["names"] for g in muon] == [["body.weight"]], (style, opt.param_groups)
+            if head is not None:
+                assert head in got, (style, got)
+            opt.close()
+        lm = LM("lm_head")
+        opt = ct.Optimizer(lm, tp_group=tpg, optimizers={"embed.weight": "matrix"})
+        loss_lm(lm, 1).backward()
+        opt.step()
+        got = kinds(opt)
+        assert got["embed.weight"] == "muon" and got["lm_head.weight"] == "adamw", got
+        opt.close()
+
+        # A frozen parameter (requires_grad=False) kept in the module is never touched: its
+        # values bit for bit after 3 steps, the others as without it (issue 39, item 7); one
+        # frozen after construction is not touched either.
+        results = []
+        for with_frozen in (True, False):
+            m = Net(1, extra=True)
+            m.extra.weight.requires_grad_(False)
+            frozen = m.extra.weight.detach().clone()
+            ptr = m.extra.weight.data_ptr()
+            given = m if with_frozen else [(n, p) for n, p in m.named_parameters()
+                                           if not n.startswith("extra.")]
+            opt = ct.Optimizer(given, tp_group=tpg, tp_dims=TP_DIMS, lr=0.02, adamw_lr=0.01,
+                               weight_decay=0.1)
+            for step in range(3):
+                opt.zero_grad()
+                loss_of(m, step).backward()
+                opt.step()
+            assert torch.equal(m.extra.weight.detach(), frozen), "the frozen weight changed"
+            assert m.extra.weight.data_ptr() == ptr, "the frozen weight's storage moved"
+            assert m.extra.weight.grad is None, "the frozen weight got a gradient"
+            results.append({n: p.detach().clone() for n, p in m.named_parameters()})
+            if with_frozen:
+                # Frozen after construction: the executor holds it, at rate and decay 0.
+                m.fc2.weight.requires_grad_(False)
+                fc2 = m.fc2.weight.detach().clone()
+                for step in range(2):
+                    opt.zero_grad()
+                    loss_of(m, step).backward()
+                    opt.step()
+                assert torch.equal(m.fc2.weight.detach(), fc2), "fc2 frozen later changed"
+                assert not torch.equal(m.fc1.weight.detach(), results[0]["fc1.weight"])
+            opt.close()
+        for n in results[0]:
+            assert torch.allclose(results[0][n], results[1][n], rtol=0, atol=1e-6), \
+                f"{n}: differs with a frozen parameter in the module"
 
         # Megatron's attributes instead of declarations: the plan splits what they mark.
         m = Net(1)

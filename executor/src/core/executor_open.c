@@ -46,7 +46,11 @@ int cz_executor_create(cz_executor **out, const char *plan_path, const cz_exec_c
         goto done;
     /* The executor has no model to check the plan against: the content hash recorded by
      * `canzona plan` stands for it. */
-    rc = cz__plan_check_content_hash(plan, plan_path, err);
+    if ((rc = cz__plan_check_content_hash(plan, plan_path, err)) != CZ_OK)
+        goto done;
+    /* A plan whose schema is not the one its content needs (a version 1 plan relabelled
+     * version 2, its hash recomputed) is refused as canzona validate refuses it. */
+    rc = cz__plan_check_schema(plan, plan_path, err);
 done:
     if (rc != CZ_OK) {
         cz_plan_free(plan);
