@@ -23,6 +23,18 @@
  * with cz_executor_free. Bound buffers stay owned by the caller and must outlive the executor
  * (or the next bind). Strings in cz_exec_config are only read during create.
  *
+ * Threads: one executor is driven by one thread at a time (any thread, one call after another:
+ * the calls on one executor are not synchronized, and cz_executor_step_async/wait must not be
+ * split across threads that run at once). The caller's callbacks (comm "callbacks") are called
+ * on the thread that called into the executor. Distinct executors in one process hold no state
+ * in common but the process-wide pieces below, so with comm "self" or "callbacks" they may be
+ * driven by different threads at the same time (the GPU and NCCL libraries are loaded once,
+ * under a lock). With comm "mpi", and "nccl" over its MPI control plane, every MPI wait goes
+ * through the MPI watchdog, whose registry of channels and whose "a stall was diagnosed" state
+ * are process-wide and not thread-safe, as MPI's progress is process-wide: every such executor
+ * of a process must be driven from one thread at a time (MPI_THREAD_FUNNELED or SERIALIZED
+ * use), and a stall reported by one leaves the others' MPI communicators unusable too.
+ *
  * Version: this library shares canzona.h's: cz_version() (which libcanzona-exec exports too)
  * reports the version it was built as, CZ_VERSION_MAJOR/MINOR/PATCH the one a program was
  * compiled against; libcanzona and libcanzona-exec of one build report the same.

@@ -23,6 +23,11 @@ class Error(Exception):
         super().__init__(message)
         self.code = code
 
+    @property
+    def code_name(self):
+        """The code's name ("CZ_EINVALID", ...), cz_error_code_name's."""
+        return error_code_name(self.code)
+
 
 class CzError(ctypes.Structure):
     _fields_ = [("code", ctypes.c_int), ("message", ctypes.c_char * 1024)]
@@ -161,6 +166,7 @@ def lib():
     vp, i, e = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(CzError)
     sig = {
         "cz_exec_config_init": (None, [ctypes.POINTER(ExecConfig)]),
+        "cz_error_code_name": (ctypes.c_char_p, [i]),
         "cz_executor_create": (i, [ctypes.POINTER(vp), ctypes.c_char_p,
                                    ctypes.POINTER(ExecConfig), e]),
         "cz_executor_free": (None, [vp]),
@@ -199,6 +205,11 @@ def lib():
         f.restype, f.argtypes = res, args
     _lib = L
     return L
+
+
+def error_code_name(code):
+    """cz_error_code_name: "CZ_OK", "CZ_EINVALID", ...; "CZ_E?" for an unknown code."""
+    return lib().cz_error_code_name(int(code)).decode()
 
 
 def check(rc, err):

@@ -3,7 +3,8 @@
 #   * every dynamic symbol a library defines is a function declared in its public headers,
 #   * every function declared in canzona.h is exported by libcanzona.so, every function declared
 #     in canzona_exec.h by libcanzona-exec.so, and the executor exports the plan-file functions
-#     a job needs next to it (cz_plan_read, cz_plan_free, cz_error_clear, cz_version),
+#     a job needs next to it (cz_plan_read, cz_plan_free, cz_error_clear, cz_error_code_name,
+#     cz_version),
 #   * libcanzona-exec.so does not depend on GLPK (it carries only the plan-format code).
 # Usage: check_exports.sh <cc> <libcanzona.so> <libcanzona-exec.so> <source dir> <generated
 #        include dir (canzona_version.h)>
@@ -44,7 +45,7 @@ comm -23 "$tmp/exec.so.txt" "$tmp/all.h.txt" > "$tmp/d3"
 report "libcanzona-exec.so exports symbols that canzona.h and canzona_exec.h do not declare" "$tmp/d3"
 comm -13 "$tmp/exec.so.txt" "$tmp/exec.h.txt" > "$tmp/d4"
 report "functions declared in canzona_exec.h that libcanzona-exec.so does not export" "$tmp/d4"
-printf '%s\n' cz_error_clear cz_plan_free cz_plan_read cz_version |
+printf '%s\n' cz_error_clear cz_error_code_name cz_plan_free cz_plan_read cz_version |
   comm -13 "$tmp/exec.so.txt" - > "$tmp/d5"
 report "plan-file functions a job needs that libcanzona-exec.so does not export" "$tmp/d5"
 
