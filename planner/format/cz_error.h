@@ -13,8 +13,10 @@ int cz__error_set(cz_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Versioned options structs (options.c). The check: CZ_OK for a version from 1 to current,
- * else CZ_EUNSUPPORTED naming both (type is the struct's name, e.g. "cz_sim_options"). */
-int cz__options_version_check(int version, int current, const char *type, cz_error *err);
+ * else CZ_EUNSUPPORTED naming both (type is the struct's name, e.g. "cz_sim_options"; how the
+ * way to initialize it, NULL = "<type>_init() or its _INIT macro"). */
+int cz__options_version_check(int version, int current, const char *type, const char *how,
+                              cz_error *err);
 /* Reads the caller's struct src of any version from 1 to current into dst, which holds this
  * build's defaults: the first ends[v - 1] bytes of src (CZ__OPTIONS_END of version v's last
  * field), then dst's version is set to current. Nothing is copied on failure. */

@@ -20,7 +20,7 @@ static int settings_check(const cz_settings *s, cz_error *err)
         return cz__error_set(err, CZ_EINVALID, "no planning settings given");
     /* cz_settings has had only version 1 (every field was added under it), so every struct
      * accepted has this build's layout: nothing to convert. */
-    int rc = cz__options_version_check(s->version, CZ_SETTINGS_VERSION, "cz_settings", err);
+    int rc = cz__options_version_check(s->version, CZ_SETTINGS_VERSION, "cz_settings", NULL, err);
     if (rc != CZ_OK)
         return rc;
     if (!cz_optimizer_name(s->optimizer))

@@ -1348,8 +1348,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     int rc;
     *out = NULL;
     /* The caller's options of any version, read once: nothing below reads the caller's struct. */
-    cz_sim_options o;
-    cz_sim_options_init(&o);
+    cz_sim_options o = CZ_SIM_OPTIONS_INIT; /* the macro: analysis_api.c calls this file */
     if (opt && (rc = cz__options_read(&o, opt, sim_ends, CZ_SIM_OPTIONS_VERSION, "cz_sim_options",
                                       err)) != CZ_OK)
         return rc;

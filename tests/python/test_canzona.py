@@ -257,7 +257,15 @@ class Layout(unittest.TestCase):
                              check=True).stdout.split("\n")
         c = dict(line.split() for line in out if line)
         self.assertEqual(int(c.pop("sizeof")), ctypes.sizeof(_lib.ExecConfig))
-        mirror = {name: getattr(_lib.ExecConfig, name).offset for name, _ in _lib.ExecConfig._fields_}
+        mirror = {}
+        for name, ctype in _lib.ExecConfig._fields_:
+            offset = getattr(_lib.ExecConfig, name).offset
+            if isinstance(ctype, type) and issubclass(ctype, ctypes.Structure):
+                # An optimizer's struct: its fields as "muon.momentum", offsets in the config.
+                for sub, _ in ctype._fields_:
+                    mirror[name + "." + sub] = offset + getattr(ctype, sub).offset
+            else:
+                mirror[name] = offset
         self.assertEqual({k: int(v) for k, v in c.items()}, mirror)
 
 
