@@ -40,9 +40,10 @@ the including file's own folder first; angle-bracket includes are system headers
            seam (SEAM_DISPATCH: compute.c, comm.c, optimizer.c, the GPU plugin's loader and
            entry), and config.c, the one reading of the caller's config (every version
            converted once, at create), every optimizer's settings and every timeout; the core
-           (executor.c, step.c, pipeline.c, checkpoint.c, ...) names none. A name that a shared header also declares (the opaque cz_event a
-           backend completes) is the seam's, and the compute ops named after the math they do
-           (the adamw op, cz_adamw_args) are the compute seam's, not AdamW's.
+           (executor.c, step.c, pipeline.c, checkpoint.c, ...) names none. A name that a shared
+           header also declares (the opaque cz_event a backend completes) is the seam's, and
+           the compute ops named after the math they do (the adamw op, cz_adamw_args) are the
+           compute seam's, not AdamW's.
   calls    No cycle between the .c files of planner/ and executor/ through their calls: a file
            depends on another when it uses a function or global the other defines without
            static, resolved within the link units it reaches (CALL_UNITS): planner/format

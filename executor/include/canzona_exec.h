@@ -355,10 +355,11 @@ typedef struct cz_executor cz_executor;
  * backend is "mpi" or "nccl": every rank must call it, and all return an error if any rank
  * fails. Runs plan schemas canzona.plan/1, /2 and /3 (CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT: the
  * split buffer layout, CZ_PLAN_SCHEMA_EXPERT: expert groups) and checks the plan's content
- * hash. Refuses (CZ_EUNSUPPORTED) other schema versions, the `even` and `layerwise` DP
- * baselines, AdamW-only plans (--optimizer adamw), SOAP and Shampoo plans on a compute backend
- * without their linear algebra, (CZ_EINVALID) plans that break a structural rule, Megatron-Core's
- * expert rules included (experts divisible by EP, ETP x EP x expert-DP covering the stage's
+ * hash. Reads cfg (NULL: the defaults) once, of any version from 1 to CZ_EXEC_CONFIG_VERSION
+ * (see there), and never again. Refuses (CZ_EUNSUPPORTED) a config version outside that range,
+ * other schema versions, the `even` and `layerwise` DP baselines, AdamW-only plans
+ * (--optimizer adamw), SOAP and Shampoo plans on a compute backend without their linear algebra,
+ * (CZ_EINVALID) plans that break a structural rule, Megatron-Core's expert rules included (experts divisible by EP, ETP x EP x expert-DP covering the stage's
  * TP x DP, each expert on the EP rank Megatron-Core gives it), and (CZ_EMISMATCH) a world that
  * is not dp*tp*pp ranks, ranks out of range, communicator sizes that differ from the plan's
  * dp/tp, and ranks given different plans. World rank = (stage * dp + dp_rank) * tp + tp_rank
