@@ -146,9 +146,9 @@ static void open_exec(fz_exec *x, const cz_model *model, const cz_cluster *clust
     cz_exec_config cfg;
     cz_exec_config_init(&cfg);
     cfg.comm = "self";
-    cfg.shampoo_max_dim = 4;
-    cfg.shampoo_momentum = 0.5f;
-    cfg.shampoo_grafting = CZ_GRAFT_ADAM;
+    cfg.shampoo.max_dim = 4;
+    cfg.shampoo.momentum = 0.5f;
+    cfg.shampoo.grafting = CZ_GRAFT_ADAM;
     cfg.weight_decay = 0.05f;
     if (cz_executor_create_from_plan(&x->ex, x->plan, &cfg, &err) != CZ_OK)
         fz_fail("%s: the fixture executor does not open: %s", x->name, err.message);

@@ -38,22 +38,26 @@ the including file's own folder first; angle-bracket includes are system headers
            the identifiers its own headers declare (IMPLEMENTATIONS below: muon.h, comm_mpi.h,
            cuda/, ...), by its constants and public configuration types (CZ_OPTIM_SOAP,
            CZ_BACKEND_CUDA, CZ_COMM_NCCL, cz_shampoo_grafting), by the cz_exec_config fields
-           named after it (cfg->soap_beta1, cfg->nccl_timeout_s), by including one of its
+           of it (its settings' struct, cfg->soap.beta1, whose type cz_soap_config and
+           macros CZ_SOAP_CONFIG_* name it too; a field named after it, cfg->nccl_timeout_s),
+           by including one of its
            headers or its library's system headers (<mpi.h>, <cublas_v2.h>, <cblas.h>), and,
            for a backend, by a string literal that is exactly its name ("cuda": how a
            configuration picks one). Comments and messages' prose are not names. Its own files
            may name it (IMPLEMENTED_BY), and a seam's dispatch every implementation of that
            seam (SEAM_DISPATCH: compute.c, comm.c, optimizer.c, the GPU plugin's loader and
-           entry); the core (executor.c, step.c, pipeline.c, checkpoint.c, config.c, ...)
-           names none. A name that a shared header also declares (the opaque cz_event a
-           backend completes) is the seam's, and the compute ops named after the math they do
-           (the adamw op, cz_adamw_args) are the compute seam's, not AdamW's.
+           entry), and config.c, the one reading of the caller's config (every version
+           converted once, at create), every optimizer's settings and every timeout; the core
+           (executor.c, step.c, pipeline.c, checkpoint.c, ...) names none. A name that a shared
+           header also declares (the opaque cz_event a backend completes) is the seam's, and
+           the compute ops named after the math they do (the adamw op, cz_adamw_args) are the
+           compute seam's, not AdamW's.
            And the seams are folders: every file of executor/src/ lies in core/, optim/,
            comm/, compute/ or util/; an implementation's files, and every file the tables let
            name it, lie in its seam's folder (SEAM_FOLDER: optimizers in optim/, planes in
            comm/, compute backends in compute/), but for the bridge of the two GPU seams (the
-           plugin's loader and entry, and the nccl plane on the cuda backend's stream); core/
-           and util/ name none.
+           plugin's loader and entry, and the nccl plane on the cuda backend's stream) and the
+           config's one reader (core/config.c); core/ and util/ name none but that one.
   calls    No cycle between the .c files of planner/ and executor/ through their calls: a file
            depends on another when it uses a function or global the other defines without
            static, resolved within the link units it reaches (CALL_UNITS): planner/format
@@ -421,6 +425,9 @@ IMPLEMENTED_BY = {  # the other files of an implementation (a folder covers what
     "compute/compute_cpu_linalg.c": {"cpu"}, "compute/cuda/": {"cuda"},
     "comm/comm_self.c": {"self"}, "comm/comm_mpi.c": {"mpi"}, "comm/mpi_watch.c": {"mpi"},
     "comm/nccl_plan.c": {"nccl"},
+    # the one reading of the caller's config (every version converted once, at create) names
+    # every optimizer's settings and every timeout there
+    "core/config.c": {"muon", "adamw", "soap", "shampoo", "mpi", "nccl"},
     # the nccl plane runs on the cuda backend's stream and events (compute_cuda.h)
     "comm/nccl/": {"nccl", "cuda"},
 }
@@ -432,6 +439,8 @@ EXEC_FOLDERS = ("core/", "optim/", "comm/", "compute/", "util/")
 # The files that join the two GPU seams (compute's cuda, comm's nccl: one plugin).
 GPU_BRIDGE = ("compute/gpu_loader.c", "compute/gpu_plugin.h", "compute/cuda/plugin.c",
               "comm/nccl/")
+# The one file outside optim/ and comm/ that names their implementations: the config's reader.
+CONFIG_READER = "core/config.c"
 SYSTEM_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*<([^>]+)>', re.M)
 IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
 
@@ -520,16 +529,32 @@ def string_literals(text):
 
 
 def config_fields(root):
-    """name -> the fields of cz_exec_config named after it (cfg->soap_beta1 is SOAP's)."""
+    """name -> (the fields of cz_exec_config named after it, the identifiers of its settings'
+    struct). A field is the implementation's when it is its struct of settings (cfg->soap, of
+    type cz_soap_config: cfg->soap.beta1 is SOAP's) or its name starts with the implementation's
+    (cfg->mpi_timeout_s is MPI's); the struct's type, CZ_SOAP_CONFIG_INIT and
+    CZ_SOAP_CONFIG_VERSION name it too."""
     path = os.path.join(root, "executor/include/canzona_exec.h")
-    fields = set()
+    fields, typed = set(), {}
     if os.path.exists(path):
         with open(path) as fh:
             code = strip_comments_and_strings(fh.read())
         m = re.search(r"typedef\s+struct\s+cz_exec_config\s*{(.*?)}\s*cz_exec_config\s*;", code, re.S)
         for decl in (m.group(1).split(";") if m else []):
-            fields |= set(re.findall(r"([A-Za-z_]\w*)\s*(?:,|$)", decl.strip()))
-    return {name: {f for f in fields if f.startswith(name + "_")} for name in IMPLEMENTATIONS}
+            decl = decl.strip()
+            fields |= set(re.findall(r"([A-Za-z_]\w*)\s*(?:,|$)", decl))
+            t = re.match(r"cz_([a-z0-9]+)_config\s+([A-Za-z_]\w*)$", decl)
+            if t:
+                typed.setdefault(t.group(1), set()).add(t.group(2))
+    out = {}
+    for name in IMPLEMENTATIONS:
+        own = {f for f in fields if f.startswith(name + "_")} | typed.get(name, set())
+        idents = set()
+        if name in typed:
+            idents = {"cz_%s_config" % name, "CZ_%s_CONFIG_INIT" % name.upper(),
+                      "CZ_%s_CONFIG_VERSION" % name.upper()}
+        out[name] = (own, idents)
+    return out
 
 
 def check_folders(files):
@@ -544,7 +569,8 @@ def check_folders(files):
                        "%s (docs/ARCHITECTURE.md, \"The executor's folders\")" % (
                            f, ", ".join(EXEC + d for d in EXEC_FOLDERS)))
             continue
-        bridge = any(rel == b or (b.endswith("/") and rel.startswith(b)) for b in GPU_BRIDGE)
+        bridge = any(rel == b or (b.endswith("/") and rel.startswith(b)) for b in GPU_BRIDGE) or \
+            rel == CONFIG_READER
         for name in sorted(implemented(rel)):
             if not rel.startswith(SEAM_FOLDER[name]) and not bridge:
                 bad.append("seams: %s: implements or dispatches %s, whose seam's folder is %s%s" %
@@ -571,9 +597,14 @@ def check_seams(root, files):
             for no, line in enumerate(lines, 1):
                 for m in IDENT.finditer(line):
                     word = m.group(0)
-                    # A configuration field named after the implementation (cfg->soap_beta1).
-                    member = word in cfg[name] and re.search(r"(?:->|\.)\s*$", line[:m.start()])
-                    if word in idents or member:
+                    # A configuration field of the implementation (cfg->soap.beta1,
+                    # cfg->mpi_timeout_s), or its settings' struct type (cz_soap_config).
+                    # (Not a designated initializer's .adamw = nor a call ops->adamw(: a
+                    # compute op may be named after an optimizer's math.)
+                    member = (word in cfg[name][0]
+                              and re.search(r"(?:\w|\)|\])\s*(?:->|\.)\s*$", line[:m.start()])
+                              and not re.match(r"\s*\(", line[m.end():]))
+                    if word in idents or word in cfg[name][1] or member:
                         found.append((no, word))
             for no, inc in includes(root, f):
                 if os.path.basename(inc) in quoted:
@@ -967,9 +998,14 @@ CLEAN = {
                                     '} // extern "C"\n',
     "executor/src/compute/cuda/norm.c": "int cz__k_norm(void)\n{\n    return cz__k_sum();\n}\n",
     "executor/include/canzona_exec.h": '#include "canzona_format.h"\nint cz_executor_step(void);\n'
-                                       "typedef struct cz_exec_config {\n    float adamw_lr;\n"
-                                       "    double mpi_timeout_s;\n    int muon_scaling;\n"
-                                       "    float soap_beta1, soap_eps;\n} cz_exec_config;\n",
+                                       "typedef struct cz_soap_config {\n    int version;\n"
+                                       "    float beta1, eps;\n} cz_soap_config;\n"
+                                       "typedef struct cz_shampoo_config {\n    int version;\n"
+                                       "    int max_dim;\n} cz_shampoo_config;\n"
+                                       "typedef struct cz_exec_config {\n    float lr;\n"
+                                       "    double mpi_timeout_s, nccl_timeout_s;\n"
+                                       "    cz_soap_config soap;\n    cz_shampoo_config shampoo;\n"
+                                       "} cz_exec_config;\n",
     # The seams: each implementation names itself, a dispatch every one of its seam, the core
     # none; the executor's own files call each other one way.
     "executor/src/compute/compute.h": "typedef struct cz_event cz_event;\nenum { CZ_BACKEND_CPU = 1, "
@@ -1059,7 +1095,11 @@ PLANTED = {  # rule -> (file, content) that breaks only that rule
               ("executor/src/core/step.c", "#include <mpi.h>\n"),
               ("executor/src/optim/adamw.c", "static int f(void)\n{\n    return cz__muon_run();\n}\n"),
               ("executor/src/core/step.c", "static float f(const cz_exec_config *c)\n{\n"
-                                      "    return c->soap_beta1;\n}\n"),
+                                      "    return c->soap.beta1;\n}\n"),
+              ("executor/src/core/pipeline.c", "static int f(const cz_shampoo_config *s)\n{\n"
+                                          "    return s->max_dim;\n}\n"),
+              ("executor/src/core/step.c", "static double f(const cz_exec_config *c)\n{\n"
+                                      "    return c->nccl_timeout_s;\n}\n"),
               ("executor/src/optim/muon.c", "static int f(void)\n{\n    return CZ_BACKEND_CUDA;\n}\n")],
     "errors": [("planner/lib/cost.c", "static int f(void)\n{\n    int rc = a();\n    if (!rc)\n"
                                       "        rc = b(1, 2);\n    return rc;\n}\n"),

@@ -23,6 +23,18 @@
  * with cz_executor_free. Bound buffers stay owned by the caller and must outlive the executor
  * (or the next bind). Strings in cz_exec_config are only read during create.
  *
+ * Threads: one executor is driven by one thread at a time (any thread, one call after another:
+ * the calls on one executor are not synchronized, and cz_executor_step_async/wait must not be
+ * split across threads that run at once). The caller's callbacks (comm "callbacks") are called
+ * on the thread that called into the executor. Distinct executors in one process hold no state
+ * in common but the process-wide pieces below, so with comm "self" or "callbacks" they may be
+ * driven by different threads at the same time (the GPU and NCCL libraries are loaded once,
+ * under a lock). With comm "mpi", and "nccl" over its MPI control plane, every MPI wait goes
+ * through the MPI watchdog, whose registry of channels and whose "a stall was diagnosed" state
+ * are process-wide and not thread-safe, as MPI's progress is process-wide: every such executor
+ * of a process must be driven from one thread at a time (MPI_THREAD_FUNNELED or SERIALIZED
+ * use), and a stall reported by one leaves the others' MPI communicators unusable too.
+ *
  * Version: this library shares the planner's: cz_version() (canzona_format.h, which both
  * libraries export) reports the version it was built as, CZ_VERSION_MAJOR/MINOR/PATCH the one a
  * program was compiled against; libcanzona and libcanzona-exec of one build report the same.
@@ -48,9 +60,13 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-/* Version 6: lr = 0 means a rate of 0 (CZ_EXEC_LR_DEFAULT is the default), and the caller's
- * communication (callbacks). A config of version 5, whose lr = 0 meant the default, is refused. */
-#define CZ_EXEC_CONFIG_VERSION 6
+/* Version 7: each optimizer's settings in a struct of its own (muon, adamw, soap, shampoo, each
+ * with its version); version 6: lr = 0 means a rate of 0 (CZ_EXEC_LR_DEFAULT is the default),
+ * and the caller's communication (callbacks). Every version from 1 up is accepted: versions 1 to
+ * 6 (one flat struct, whose fields each version appended, docs/EXECUTOR.md lists them) are read
+ * in their own layout and converted, the fields a version lacks taking their defaults, and a
+ * version 1 to 5 config's lr = 0 meaning the default as it did then. */
+#define CZ_EXEC_CONFIG_VERSION 7
 
 /* cz_exec_config.lr's default: the matrix optimizer's own default rate (a negative value no
  * rate can take). */
@@ -151,8 +167,77 @@ typedef enum cz_shampoo_grafting {
     CZ_GRAFT_ADAM = 3,
 } cz_shampoo_grafting;
 
-/* Executor configuration. Initialize with cz_exec_config_init() and then change fields, so
- * that fields added in later versions keep their defaults. */
+/* Muon's settings (cz_exec_config.muon). */
+typedef struct cz_muon_config {
+    int version;             /* CZ_MUON_CONFIG_VERSION */
+    float momentum;          /* mu, default 0.95 */
+    int nesterov;            /* 1 (default, as every public Muon) = input g + mu*buf; 0 = buf */
+    int ns_steps;            /* Newton-Schulz iterations, default 5 */
+    const char *ns_coeffs;   /* "jordan" (default: 3.4445, -4.7750, 2.0315) or "cubic" */
+    float ns_eps;            /* added to the Frobenius norm, default 1e-7 */
+    float scale_coeff;       /* rms scaling: scale_coeff*sqrt(max(m, n)), default 0.2 */
+    cz_muon_scaling scaling; /* default CZ_MUON_SCALE_RMS */
+} cz_muon_config;
+#define CZ_MUON_CONFIG_VERSION 1
+#define CZ_MUON_CONFIG_INIT                                                                        \
+    {CZ_MUON_CONFIG_VERSION, 0.95f, 1, 5, "jordan", 1e-7f, 0.2f, CZ_MUON_SCALE_RMS}
+
+/* AdamW's settings, the elementwise parameters' (cz_exec_config.adamw). */
+typedef struct cz_adamw_config {
+    int version;        /* CZ_ADAMW_CONFIG_VERSION */
+    float lr;           /* default 3e-4 */
+    float beta1;        /* default 0.9 */
+    float beta2;        /* default 0.95 */
+    float eps;          /* default 1e-8 */
+    float weight_decay; /* decoupled, default 0.01 */
+} cz_adamw_config;
+#define CZ_ADAMW_CONFIG_VERSION 1
+#define CZ_ADAMW_CONFIG_INIT {CZ_ADAMW_CONFIG_VERSION, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.01f}
+
+/* SOAP's settings (plans made with --optimizer soap; cz_exec_config.soap), the reference's
+ * (Vyas et al., nikhilvyas/SOAP) semantics and defaults. cz_exec_config's lr (the default
+ * 3e-3) and weight_decay are SOAP's; precondition_frequency and max_precond_dim are the
+ * plan's. */
+typedef struct cz_soap_config {
+    int version;         /* CZ_SOAP_CONFIG_VERSION */
+    float beta1;         /* Adam's first moment, default 0.95 */
+    float beta2;         /* Adam's second moment, default 0.95 */
+    float shampoo_beta;  /* Gram factor EMA; -1 (default) = beta2 */
+    float eps;           /* default 1e-8 */
+    int bias_correction; /* default 1 */
+} cz_soap_config;
+#define CZ_SOAP_CONFIG_VERSION 1
+#define CZ_SOAP_CONFIG_INIT {CZ_SOAP_CONFIG_VERSION, 0.95f, 0.95f, -1.0f, 1e-8f, 1}
+
+/* Shampoo's settings (plans made with --optimizer shampoo; cz_exec_config.shampoo), Distributed
+ * Shampoo's semantics and defaults (docs/EXECUTOR.md, "Shampoo"). cz_exec_config's lr (the
+ * default 0.01) and weight_decay (decoupled) are Shampoo's; the refresh interval is the plan's
+ * precondition_frequency. */
+typedef struct cz_shampoo_config {
+    int version;                  /* CZ_SHAMPOO_CONFIG_VERSION */
+    float beta1;                  /* filtered-gradient EMA, default 0.9 (0 = none) */
+    float beta2;                  /* factor EMA, default 1.0 (a sum: AdaGrad-like) */
+    float eps;                    /* added after the eigenvalue shift, default 1e-12 */
+    float momentum;               /* default 0 */
+    int nesterov;                 /* default 0 */
+    int start_step;               /* first preconditioned step, whose inverse roots are computed
+                                     then (and at every multiple of the frequency after it); -1
+                                     (default) = the plan's precondition_frequency */
+    int max_dim;                  /* blocks sides longer than this; 0 (default) = 1024 */
+    int bias_correction;          /* of the filtered gradient and the factors, default 1 */
+    cz_shampoo_grafting grafting; /* default CZ_GRAFT_ADAGRAD */
+    float graft_beta2;            /* RMSprop/Adam grafting; -1 (default) = 0.99 / 0.999 */
+    float graft_eps;              /* default 1e-10 */
+} cz_shampoo_config;
+#define CZ_SHAMPOO_CONFIG_VERSION 1
+#define CZ_SHAMPOO_CONFIG_INIT                                                                     \
+    {CZ_SHAMPOO_CONFIG_VERSION, 0.9f,  1.0f,  1e-12f, 0.0f, 0, -1, 0, 1,                           \
+     CZ_GRAFT_ADAGRAD,          -1.0f, 1e-10f}
+
+/* Executor configuration. Initialize with cz_exec_config_init() (or CZ_EXEC_CONFIG_INIT) and
+ * then change fields, so that fields added in later versions keep their defaults. Each
+ * optimizer's struct inside carries its own version, which the executor checks as it checks
+ * this one's (1 up to the library's own; the outer version fixes the layout). */
 typedef struct cz_exec_config {
     int version; /* CZ_EXEC_CONFIG_VERSION */
 
@@ -177,37 +262,22 @@ typedef struct cz_exec_config {
      * when given, their rank order must be the dp_rank/tp_rank order. With comm "nccl",
      * dp_comm/tp_comm point to the job's ncclComm_t instead (borrowed, never destroyed, but
      * aborted when the executor detects an NCCL failure), and world_comm stays an MPI_Comm
-     * (the control plane, and the bootstrap of the world NCCL communicator). */
+     * (the control plane, and the bootstrap of the world NCCL communicator). (Every version
+     * starts with the fields up to here, in this order.) */
     const void *world_comm, *dp_comm, *tp_comm;
 
-    /* The matrix optimizer: lr and weight_decay are the plan's matrix optimizer's (Muon's,
-     * SOAP's or Shampoo's); the other fields of this group are Muon's. */
-    float lr;              /* CZ_EXEC_LR_DEFAULT (default) = the optimizer's default: for
-                              Muon the scaling's, 1e-3 for rms (an AdamW learning rate, as
-                              Moonlight), 0.02 for shape (as Keller Jordan's Muon); SOAP 3e-3;
-                              Shampoo 0.01. 0 is a rate of 0 (a warm-up's first step); other
-                              negative values are refused. (Before version 6, 0 meant the
-                              default.) */
-    float momentum;        /* mu, default 0.95 */
-    int nesterov;          /* 1 (default, as every public Muon) = input g + mu*buf; 0 = buf */
-    float weight_decay;    /* decoupled, default 0.01 */
-    int ns_steps;          /* Newton-Schulz iterations, default 5 */
-    const char *ns_coeffs; /* "jordan" (default: 3.4445, -4.7750, 2.0315) or "cubic" */
-    float ns_eps;          /* added to the Frobenius norm, default 1e-7 */
-    float scale_coeff;     /* rms scaling: scale_coeff*sqrt(max(m, n)), default 0.2 */
-
-    /* AdamW (elementwise parameters). */
-    float adamw_lr;           /* default 3e-4 */
-    float adamw_beta1;        /* default 0.9 */
-    float adamw_beta2;        /* default 0.95 */
-    float adamw_eps;          /* default 1e-8 */
-    float adamw_weight_decay; /* decoupled, default 0.01 */
+    /* The plan's matrix optimizer's (Muon's, SOAP's or Shampoo's) learning rate and weight
+     * decay, which cz_executor_set_lr and set_weight_decay change: one pair for whichever the
+     * plan names, so they stay here rather than in the optimizers' structs. */
+    float lr;           /* CZ_EXEC_LR_DEFAULT (default) = the optimizer's default: for Muon the
+                           scaling's, 1e-3 for rms (an AdamW learning rate, as Moonlight), 0.02
+                           for shape (as Keller Jordan's Muon); SOAP 3e-3; Shampoo 0.01. 0 is a
+                           rate of 0 (a warm-up's first step); other negative values are
+                           refused. (Before version 6, 0 meant the default.) */
+    float weight_decay; /* decoupled, default 0.01 */
 
     /* 1 (default) = check the owned gradient shards for NaN/Inf after the reduce-scatter. */
     int check_finite;
-
-    /* Added in version 2. */
-    cz_muon_scaling muon_scaling; /* default CZ_MUON_SCALE_RMS */
     /* > 0: when the global gradient norm exceeds it, every gradient is scaled by
      * max_grad_norm / (norm + 1e-6) before the updates (as torch's clip_grad_norm_).
      * 0 (default) = no clipping. */
@@ -232,55 +302,31 @@ typedef struct cz_exec_config {
      * The host may read the bound buffers only after cz_executor_wait (or a synchronize). */
     void *stream;
 
-    /* Added in version 3: Shampoo (plans made with --optimizer shampoo), Distributed Shampoo's
-     * semantics and defaults (docs/EXECUTOR.md, "Shampoo"). lr and weight_decay above are
-     * Shampoo's too (lr 0 = Shampoo's default 0.01; weight decay is decoupled); the
-     * refresh interval is the plan's precondition_frequency. */
-    float shampoo_beta1;                  /* filtered-gradient EMA, default 0.9 (0 = none) */
-    float shampoo_beta2;                  /* factor EMA, default 1.0 (a sum: AdaGrad-like) */
-    float shampoo_eps;                    /* added after the eigenvalue shift, default 1e-12 */
-    float shampoo_momentum;               /* default 0 */
-    int shampoo_nesterov;                 /* default 0 */
-    int shampoo_start_step;               /* first preconditioned step, whose inverse roots are
-                                             computed then (and at every multiple of the
-                                             frequency after it); -1 (default) = the plan's
-                                             precondition_frequency */
-    int shampoo_max_dim;                  /* blocks sides longer than this; 0 (default) = 1024 */
-    int shampoo_bias_correction;          /* of the filtered gradient and the factors, default 1 */
-    cz_shampoo_grafting shampoo_grafting; /* default CZ_GRAFT_ADAGRAD */
-    float shampoo_graft_beta2;            /* RMSprop/Adam grafting; -1 (default) = 0.99 / 0.999 */
-    float shampoo_graft_eps;              /* default 1e-10 */
-    /* Also version 3: SOAP (plans made with --optimizer soap), the reference's (Vyas et al.,
-     * nikhilvyas/SOAP) semantics and defaults. lr (0 = 3e-3) and weight_decay above are
-     * SOAP's; precondition_frequency and max_precond_dim are the plan's. */
-    float soap_beta1;         /* Adam's first moment, default 0.95 */
-    float soap_beta2;         /* Adam's second moment, default 0.95 */
-    float soap_shampoo_beta;  /* Gram factor EMA; -1 (default) = soap_beta2 */
-    float soap_eps;           /* default 1e-8 */
-    int soap_bias_correction; /* default 1 */
-
-    /* Added in version 4. comm "nccl": seconds that creating an NCCL communicator (the world
-     * one over MPI, the DP/TP splits), or one host wait on NCCL work, may last before the
-     * executor aborts the communicator and returns an error on every rank instead of hanging
-     * (a peer that died or never arrived). 0 (default) = the environment's CZ_NCCL_TIMEOUT_S
-     * when set, else 300. */
+    /* comm "nccl": seconds that creating an NCCL communicator (the world one over MPI, the
+     * DP/TP splits), or one host wait on NCCL work, may last before the executor aborts the
+     * communicator and returns an error on every rank instead of hanging (a peer that died or
+     * never arrived). 0 (default) = the environment's CZ_NCCL_TIMEOUT_S when set, else 300. */
     double nccl_timeout_s;
-
-    /* Added in version 5. comm "mpi" (and the MPI control plane under "nccl"): seconds that
-     * one wait of an MPI collective or transfer may go without completing. Then every live
-     * rank asks the others which are still there, returns CZ_ETIMEOUT with a message naming
-     * the step, the operation and the rank(s) it waited for, and the communicators cannot be
-     * used any more (free the executor and end the job with MPI_Abort: MPI_Finalize would wait
-     * for the stopped rank). 0 (default) = the environment's CZ_MPI_TIMEOUT_S when set, else
-     * 1800. */
+    /* comm "mpi" (and the MPI control plane under "nccl"): seconds that one wait of an MPI
+     * collective or transfer may go without completing. Then every live rank asks the others
+     * which are still there, returns CZ_ETIMEOUT with a message naming the step, the operation
+     * and the rank(s) it waited for, and the communicators cannot be used any more (free the
+     * executor and end the job with MPI_Abort: MPI_Finalize would wait for the stopped rank).
+     * 0 (default) = the environment's CZ_MPI_TIMEOUT_S when set, else 1800. */
     double mpi_timeout_s;
-
-    /* Added in version 6. The caller's host collectives (above), read during create and kept
-     * (with their user pointer) until cz_executor_free: the whole communication with comm
-     * "callbacks", the control plane under comm "nccl" (instead of MPI). With comm
-     * "callbacks", world_comm must be NULL and dp_comm/tp_comm too (has_groups says whether
-     * the callbacks run on the job's DP and TP groups). NULL (default): none. */
+    /* The caller's host collectives (above), read during create and kept (with their user
+     * pointer) until cz_executor_free: the whole communication with comm "callbacks", the
+     * control plane under comm "nccl" (instead of MPI). With comm "callbacks", world_comm must
+     * be NULL and dp_comm/tp_comm too (has_groups says whether the callbacks run on the job's
+     * DP and TP groups). NULL (default): none. */
     const cz_comm_callbacks *callbacks;
+
+    /* Each optimizer's own settings (read for the optimizer the plan names, and AdamW's for
+     * the elementwise parameters). */
+    cz_muon_config muon;
+    cz_adamw_config adamw;
+    cz_soap_config soap;
+    cz_shampoo_config shampoo;
 } cz_exec_config;
 
 /* The defaults above as an initializer: cz_exec_config c = CZ_EXEC_CONFIG_INIT; (the values
@@ -288,12 +334,8 @@ typedef struct cz_exec_config {
 /* clang-format off */
 #define CZ_EXEC_CONFIG_INIT                                                                     \
     {CZ_EXEC_CONFIG_VERSION, "cpu", NULL, -1, -1, NULL, NULL, NULL,                             \
-     /* Muon */ CZ_EXEC_LR_DEFAULT, 0.95f, 1, 0.01f, 5, "jordan", 1e-7f, 0.2f,                                \
-     /* AdamW */ 3e-4f, 0.9f, 0.95f, 1e-8f, 0.01f,                                              \
-     1, CZ_MUON_SCALE_RMS, 0.0f, CZ_EXEC_MEMORY_HOST, -1, NULL,                                 \
-     /* Shampoo */ 0.9f, 1.0f, 1e-12f, 0.0f, 0, -1, 0, 1, CZ_GRAFT_ADAGRAD, -1.0f, 1e-10f,      \
-     /* SOAP */ 0.95f, 0.95f, -1.0f, 1e-8f, 1,                                                  \
-     0.0, 0.0, NULL}
+     CZ_EXEC_LR_DEFAULT, 0.01f, 1, 0.0f, CZ_EXEC_MEMORY_HOST, -1, NULL, 0.0, 0.0, NULL,         \
+     CZ_MUON_CONFIG_INIT, CZ_ADAMW_CONFIG_INIT, CZ_SOAP_CONFIG_INIT, CZ_SHAMPOO_CONFIG_INIT}
 /* clang-format on */
 
 /* Fills *cfg with the defaults above (CZ_EXEC_CONFIG_INIT's values). */
@@ -316,19 +358,20 @@ typedef struct cz_executor cz_executor;
  * backend is "mpi" or "nccl": every rank must call it, and all return an error if any rank
  * fails. Runs plan schemas canzona.plan/1, /2 and /3 (CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT: the
  * split buffer layout, CZ_PLAN_SCHEMA_EXPERT: expert groups) and checks the plan's content
- * hash. Refuses (CZ_EUNSUPPORTED) other schema versions, the `even` and `layerwise` DP
- * baselines, AdamW-only plans (--optimizer adamw), SOAP and Shampoo plans on a compute backend
- * without their linear algebra, (CZ_EINVALID) plans that break a structural rule, Megatron-Core's
- * expert rules included (experts divisible by EP, ETP x EP x expert-DP covering the stage's
- * TP x DP, each expert on the EP rank Megatron-Core gives it), and (CZ_EMISMATCH) a world that
- * is not dp*tp*pp ranks, ranks out of range, communicator sizes that differ from the plan's
- * dp/tp, and ranks given different plans. World rank = (stage * dp + dp_rank) * tp + tp_rank
- * (Megatron-Core's order): with pp > 1 each rank binds, steps and keeps the optimizer state of
- * its own stage's buffer only (cz_executor_pp_rank, cz_executor_buffer_numel); with expert
- * groups that buffer is the stage's dense buckets followed by the rank's EP rank's expert
- * buckets, its experts reduced over the expert-DP group and computed over ETP (the expert grid:
- * stage-local rank = (edp_rank * ep + ep_rank) * etp + etp_rank). On success *out owns the plan
- * and all optimizer state; free with cz_executor_free. */
+ * hash. Reads cfg (NULL: the defaults) once, of any version from 1 to CZ_EXEC_CONFIG_VERSION
+ * (see there), and never again. Refuses (CZ_EUNSUPPORTED) a config version outside that range,
+ * other schema versions, the `even` and `layerwise` DP baselines, AdamW-only plans
+ * (--optimizer adamw), SOAP and Shampoo plans on a compute backend without their linear algebra,
+ * (CZ_EINVALID) plans that break a structural rule, Megatron-Core's expert rules included (experts
+ * divisible by EP, ETP x EP x expert-DP covering the stage's TP x DP, each expert on the EP rank
+ * Megatron-Core gives it), and (CZ_EMISMATCH) a world that is not dp*tp*pp ranks, ranks out of
+ * range, communicator sizes that differ from the plan's dp/tp, and ranks given different plans.
+ * World rank = (stage * dp + dp_rank) * tp + tp_rank (Megatron-Core's order): with pp > 1 each rank
+ * binds, steps and keeps the optimizer state of its own stage's buffer only (cz_executor_pp_rank,
+ * cz_executor_buffer_numel); with expert groups that buffer is the stage's dense buckets followed
+ * by the rank's EP rank's expert buckets, its experts reduced over the expert-DP group and computed
+ * over ETP (the expert grid: stage-local rank = (edp_rank * ep + ep_rank) * etp + etp_rank). On
+ * success *out owns the plan and all optimizer state; free with cz_executor_free. */
 int cz_executor_create(cz_executor **out, const char *plan_path, const cz_exec_config *cfg,
                        cz_error *err);
 

@@ -34,5 +34,6 @@
 #include "ns_workload.h"
 #include "executor_impl.h"
 #include "bucket_step.h"
+#include "config.h"
 
 #endif /* CZ_EXEC_TESTING_H */

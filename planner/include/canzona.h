@@ -12,7 +12,19 @@
  *
  * The plan format's part (versions, errors, settings, the model, cluster and plan files), which
  * libcanzona-exec exports too, is canzona_format.h, included here; this header adds the
- * planner's own functions: planning, calibration and the analyses.
+ * planner's own functions: planning, calibration and the analyses. *
+ * Threads: the library keeps no mutable global state, so its functions may run on several
+ * threads at once over distinct objects; an object passed as const (a model, cluster or plan
+ * being planned, validated, inspected or simulated) may be read by several threads at once,
+ * and one changed or freed must not be in use by another thread. A build's progress callback
+ * runs on the thread that called cz_plan_build. The ILP solver (--solver ilp) calls GLPK,
+ * which keeps its environment per thread when GLPK was built with thread-local storage (the
+ * Debian package the project builds with is); the CPU time limits are the calling thread's.
+ *
+ * Options structs (cz_settings, cz_inspect_options, ...) start with their version: a library
+ * accepts every version from 1 to its own, reading the fields an older version has and taking
+ * the defaults for the fields added after it, and refuses (CZ_EUNSUPPORTED, naming both
+ * versions) a version above its own or below 1 (a struct left zeroed).
  */
 #ifndef CANZONA_H
 #define CANZONA_H
@@ -75,8 +87,9 @@ int cz_plan_validate(cz_report **out, const cz_plan *plan, const cz_model *model
 
 /* Every options struct below, like cz_settings, starts with its version: initialize it with its
  * *_init function or its *_INIT macro, then change fields, so that fields added later keep
- * their defaults. A function given a struct of another version (or one left zeroed) refuses it
- * with CZ_EUNSUPPORTED. */
+ * their defaults. A function given a struct of an older version reads the fields that version
+ * has and takes the defaults for the rest; one of a version above this library's (or one left
+ * zeroed) it refuses with CZ_EUNSUPPORTED. */
 
 /* Options of cz_plan_inspect. */
 typedef struct cz_inspect_options {

@@ -9,6 +9,9 @@
  * holds a message a user can act on (file, JSON path, what was expected). Every object returned
  * through an out-parameter belongs to the caller and is released with the matching *_free
  * function (which accepts NULL).
+ *
+ * Threads: as canzona.h's (no mutable global state; distinct objects on distinct threads at
+ * once). Options structs (cz_settings) accept every version from 1 to the library's own.
  */
 #ifndef CANZONA_FORMAT_H
 #define CANZONA_FORMAT_H
@@ -61,6 +64,11 @@ enum {
     CZ_EINTERNAL = -7,    /* an invariant of our own broke: a bug, please report it */
     CZ_ETIMEOUT = -8      /* a solver hit its time limit */
 };
+
+/* The name of an error code ("CZ_OK", "CZ_EINVALID", ...), for logs and bindings; "CZ_E?" for a
+ * code that is none of the above (a static string in either case, never NULL). Both libraries
+ * export it. */
+const char *cz_error_code_name(int code);
 
 /* An error report. Functions fill it on failure; a NULL pointer is allowed and ignored. */
 typedef struct cz_error {

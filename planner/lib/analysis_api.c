@@ -127,15 +127,18 @@ void cz_inspect_options_init(cz_inspect_options *o)
 }
 
 /* A caller's options struct of another version than this build's (or one left zeroed). */
-static int options_version_check(int have, int want, const char *type, cz_error *err)
-{
-    if (have == want)
-        return CZ_OK;
-    return cz__error_set(err, CZ_EUNSUPPORTED,
-                         "%s version %d is not supported (expected %d); initialize it with "
-                         "%s_init() or its _INIT macro",
-                         type, have, want, type);
-}
+/* Where each version of the options structs below ends (cz__options_read): every one is still
+ * at its version 1 but cz_import_hf_options, whose version 2 added ep_size. */
+static const size_t inspect_ends[] = {sizeof(cz_inspect_options)};
+static const size_t diff_ends[] = {sizeof(cz_diff_options)};
+static const size_t render_ends[] = {sizeof(cz_render_options)};
+static const size_t import_hf_ends[] = {CZ__OPTIONS_END(cz_import_hf_options, split_gate_up),
+                                        sizeof(cz_import_hf_options)};
+_Static_assert(sizeof inspect_ends / sizeof *inspect_ends == CZ_INSPECT_OPTIONS_VERSION &&
+                   sizeof diff_ends / sizeof *diff_ends == CZ_DIFF_OPTIONS_VERSION &&
+                   sizeof render_ends / sizeof *render_ends == CZ_RENDER_OPTIONS_VERSION &&
+                   sizeof import_hf_ends / sizeof *import_hf_ends == CZ_IMPORT_HF_OPTIONS_VERSION,
+               "a new options version needs its end here");
 
 /* Adds "memory_per_gpu" to the report: the busiest GPU's model states and, with a cluster,
  * the headroom on its device. */
@@ -174,11 +177,9 @@ int cz_plan_inspect(cz_report **out, const cz_plan *plan, const cz_inspect_optio
         return cz__error_set(err, CZ_EINVALID, "cz_plan_inspect: out and plan are required");
     *out = NULL;
     cz_inspect_options_init(&o);
-    if (opt)
-        o = *opt;
     int rc;
-    if ((rc = options_version_check(o.version, CZ_INSPECT_OPTIONS_VERSION, "cz_inspect_options",
-                                    err)) != CZ_OK)
+    if (opt && (rc = cz__options_read(&o, opt, inspect_ends, CZ_INSPECT_OPTIONS_VERSION,
+                                      "cz_inspect_options", err)) != CZ_OK)
         return rc;
     const cz_cluster *c = o.cluster;
     if (c && (c->dp != plan->dp || c->tp != plan->tp || c->pp != plan->pp))
@@ -210,11 +211,9 @@ int cz_plan_diff(cz_report **out, const cz_plan *a, const cz_plan *b, const cz_d
         return cz__error_set(err, CZ_EINVALID, "cz_plan_diff: out is required");
     *out = NULL;
     cz_diff_options_init(&o);
-    if (opt)
-        o = *opt;
     int rc;
-    if ((rc = options_version_check(o.version, CZ_DIFF_OPTIONS_VERSION, "cz_diff_options", err)) !=
-        CZ_OK)
+    if (opt && (rc = cz__options_read(&o, opt, diff_ends, CZ_DIFF_OPTIONS_VERSION,
+                                      "cz_diff_options", err)) != CZ_OK)
         return rc;
     if (o.limit < 0)
         return cz__error_set(err, CZ_EINVALID, "cz_plan_diff: limit %d; expected 0 (all) or more",
@@ -283,11 +282,9 @@ int cz_plan_render(char **out, const cz_plan *plan, const cz_cluster *cluster,
         return cz__error_set(err, CZ_EINVALID, "cz_plan_render: out and plan are required");
     *out = NULL;
     cz_render_options_init(&o);
-    if (opt)
-        o = *opt;
     int rc;
-    if ((rc = options_version_check(o.version, CZ_RENDER_OPTIONS_VERSION, "cz_render_options",
-                                    err)) != CZ_OK)
+    if (opt && (rc = cz__options_read(&o, opt, render_ends, CZ_RENDER_OPTIONS_VERSION,
+                                      "cz_render_options", err)) != CZ_OK)
         return rc;
     if (o.format != CZ_RENDER_SVG && o.format != CZ_RENDER_HTML)
         return cz__error_set(err, CZ_EINVALID, "cz_plan_render: format %d; expected SVG or HTML",
@@ -313,11 +310,9 @@ int cz_model_import_hf(char **out, const char *config_path, const cz_import_hf_o
                              "cz_model_import_hf: out and config_path are required");
     *out = NULL;
     cz_import_hf_options_init(&o);
-    if (opt)
-        o = *opt;
     int rc;
-    if ((rc = options_version_check(o.version, CZ_IMPORT_HF_OPTIONS_VERSION, "cz_import_hf_options",
-                                    err)) != CZ_OK)
+    if (opt && (rc = cz__options_read(&o, opt, import_hf_ends, CZ_IMPORT_HF_OPTIONS_VERSION,
+                                      "cz_import_hf_options", err)) != CZ_OK)
         return rc;
     if ((rc = cz__import_hf_opts(&model, config_path, &o, err)) != CZ_OK)
         goto done;

@@ -18,11 +18,11 @@ static int settings_check(const cz_settings *s, cz_error *err)
 {
     if (!s)
         return cz__error_set(err, CZ_EINVALID, "no planning settings given");
-    if (s->version != CZ_SETTINGS_VERSION)
-        return cz__error_set(err, CZ_EUNSUPPORTED,
-                             "settings version %d is not supported (expected %d); initialize "
-                             "settings with cz_settings_init()",
-                             s->version, CZ_SETTINGS_VERSION);
+    /* cz_settings has had only version 1 (every field was added under it), so every struct
+     * accepted has this build's layout: nothing to convert. */
+    int rc = cz__options_version_check(s->version, CZ_SETTINGS_VERSION, "cz_settings", NULL, err);
+    if (rc != CZ_OK)
+        return rc;
     if (!cz_optimizer_name(s->optimizer))
         return cz__error_set(err, CZ_EINVALID,
                              "optimizer %d is unknown; use muon, soap, shampoo or adamw",

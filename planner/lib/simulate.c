@@ -1171,19 +1171,21 @@ static int owned_shards(const sim_ctx *cx, int stage, int64_t *count)
 static int sim_iteration(const sim_ctx *cx, cz_sim_result *r, const cz_sim_options *o,
                          int64_t *owned, cz_error *err);
 
-/* CZ_OK for NULL or valid options of this build's version; CZ_EUNSUPPORTED for another
- * version, CZ_EINVALID for a value out of its range. Here, not in analysis_api.c, so that the
+/* CZ_OK for NULL or valid options (of this build's version: cz_plan_simulate read the caller's
+ * first); CZ_EINVALID for a value out of its range. Here, not in analysis_api.c, so that the
  * simulator calls nothing of the file that calls it. */
+/* Where each version of cz_sim_options ends (cz__options_read): version 2 added the overlap
+ * and Megatron fields, 3 the iteration, 4 deferred_updates. */
+static const size_t sim_ends[] = {
+    CZ__OPTIONS_END(cz_sim_options, muon_tp), CZ__OPTIONS_END(cz_sim_options, gtp),
+    CZ__OPTIONS_END(cz_sim_options, gather_forward_order), sizeof(cz_sim_options)};
+_Static_assert(sizeof sim_ends / sizeof *sim_ends == CZ_SIM_OPTIONS_VERSION,
+               "a new cz_sim_options version needs its end here");
+
 static int sim_options_check(const cz_sim_options *o, cz_error *err)
 {
     if (!o)
         return CZ_OK;
-    /* The message analysis_api.c gives every options struct of another version. */
-    if (o->version != CZ_SIM_OPTIONS_VERSION)
-        return cz__error_set(err, CZ_EUNSUPPORTED,
-                             "cz_sim_options version %d is not supported (expected %d); "
-                             "initialize it with cz_sim_options_init() or its _INIT macro",
-                             o->version, CZ_SIM_OPTIONS_VERSION);
     if (o->muon_ns_batch_size < 1 || o->gtp < 1)
         return cz__error_set(err, CZ_EINVALID,
                              "cz_sim_options: muon_ns_batch_size %d and gtp %d; both must be at "
@@ -1345,6 +1347,12 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     int64_t *owned = NULL;
     int rc;
     *out = NULL;
+    /* The caller's options of any version, read once: nothing below reads the caller's struct. */
+    cz_sim_options o = CZ_SIM_OPTIONS_INIT; /* the macro: analysis_api.c calls this file */
+    if (opt && (rc = cz__options_read(&o, opt, sim_ends, CZ_SIM_OPTIONS_VERSION, "cz_sim_options",
+                                      err)) != CZ_OK)
+        return rc;
+    opt = opt ? &o : NULL;
     if ((rc = sim_options_check(opt, err)) != CZ_OK)
         return rc;
     if ((rc = ctx_init(&cx, plan, cluster, opt, err)))

@@ -7,7 +7,7 @@ import os
 CZ_OK, CZ_EIO, CZ_EPARSE, CZ_EINVALID, CZ_ENOMEM = 0, -1, -2, -3, -4
 CZ_EMISMATCH, CZ_EUNSUPPORTED, CZ_EINTERNAL, CZ_ETIMEOUT = -5, -6, -7, -8
 DTYPE_BF16, DTYPE_FP16, DTYPE_FP32 = 0, 1, 2
-CZ_EXEC_CONFIG_VERSION = 6
+CZ_EXEC_CONFIG_VERSION = 7
 CZ_EXEC_LR_DEFAULT = -1.0  # cz_exec_config.lr's default: the optimizer's own
 CZ_COMM_CALLBACKS_VERSION = 1
 # cz_comm_dtype, cz_comm_op, cz_comm_group
@@ -22,6 +22,11 @@ class Error(Exception):
     def __init__(self, code, message):
         super().__init__(message)
         self.code = code
+
+    @property
+    def code_name(self):
+        """The code's name ("CZ_EINVALID", ...), cz_error_code_name's."""
+        return error_code_name(self.code)
 
 
 class CzError(ctypes.Structure):
@@ -67,61 +72,68 @@ class CommCallbacks(ctypes.Structure):
     ]
 
 
+f, i = ctypes.c_float, ctypes.c_int
+
+
+class MuonConfig(ctypes.Structure):
+    """cz_muon_config (cz_exec_config.muon)."""
+
+    _fields_ = [("version", i), ("momentum", f), ("nesterov", i), ("ns_steps", i),
+                ("ns_coeffs", ctypes.c_char_p), ("ns_eps", f), ("scale_coeff", f), ("scaling", i)]
+
+
+class AdamWConfig(ctypes.Structure):
+    """cz_adamw_config (cz_exec_config.adamw)."""
+
+    _fields_ = [("version", i), ("lr", f), ("beta1", f), ("beta2", f), ("eps", f),
+                ("weight_decay", f)]
+
+
+class SoapConfig(ctypes.Structure):
+    """cz_soap_config (cz_exec_config.soap)."""
+
+    _fields_ = [("version", i), ("beta1", f), ("beta2", f), ("shampoo_beta", f), ("eps", f),
+                ("bias_correction", i)]
+
+
+class ShampooConfig(ctypes.Structure):
+    """cz_shampoo_config (cz_exec_config.shampoo)."""
+
+    _fields_ = [("version", i), ("beta1", f), ("beta2", f), ("eps", f), ("momentum", f),
+                ("nesterov", i), ("start_step", i), ("max_dim", i), ("bias_correction", i),
+                ("grafting", i), ("graft_beta2", f), ("graft_eps", f)]
+
+
 class ExecConfig(ctypes.Structure):
-    """cz_exec_config, field for field (checked against the C layout by the tests)."""
+    """cz_exec_config of version 7, field for field (checked against the C layout by the tests)."""
 
     _fields_ = [
-        ("version", ctypes.c_int),
+        ("version", i),
         ("backend", ctypes.c_char_p),
         ("comm", ctypes.c_char_p),
-        ("dp_rank", ctypes.c_int),
-        ("tp_rank", ctypes.c_int),
+        ("dp_rank", i),
+        ("tp_rank", i),
         ("world_comm", ctypes.c_void_p),
         ("dp_comm", ctypes.c_void_p),
         ("tp_comm", ctypes.c_void_p),
-        ("lr", ctypes.c_float),
-        ("momentum", ctypes.c_float),
-        ("nesterov", ctypes.c_int),
-        ("weight_decay", ctypes.c_float),
-        ("ns_steps", ctypes.c_int),
-        ("ns_coeffs", ctypes.c_char_p),
-        ("ns_eps", ctypes.c_float),
-        ("scale_coeff", ctypes.c_float),
-        ("adamw_lr", ctypes.c_float),
-        ("adamw_beta1", ctypes.c_float),
-        ("adamw_beta2", ctypes.c_float),
-        ("adamw_eps", ctypes.c_float),
-        ("adamw_weight_decay", ctypes.c_float),
-        ("check_finite", ctypes.c_int),
-        ("muon_scaling", ctypes.c_int),
-        ("max_grad_norm", ctypes.c_float),
-        ("memory", ctypes.c_int),
-        ("dtype", ctypes.c_int),
+        ("lr", f),
+        ("weight_decay", f),
+        ("check_finite", i),
+        ("max_grad_norm", f),
+        ("memory", i),
+        ("dtype", i),
         ("stream", ctypes.c_void_p),
-        # version 3: Shampoo and SOAP
-        ("shampoo_beta1", ctypes.c_float),
-        ("shampoo_beta2", ctypes.c_float),
-        ("shampoo_eps", ctypes.c_float),
-        ("shampoo_momentum", ctypes.c_float),
-        ("shampoo_nesterov", ctypes.c_int),
-        ("shampoo_start_step", ctypes.c_int),
-        ("shampoo_max_dim", ctypes.c_int),
-        ("shampoo_bias_correction", ctypes.c_int),
-        ("shampoo_grafting", ctypes.c_int),
-        ("shampoo_graft_beta2", ctypes.c_float),
-        ("shampoo_graft_eps", ctypes.c_float),
-        ("soap_beta1", ctypes.c_float),
-        ("soap_beta2", ctypes.c_float),
-        ("soap_shampoo_beta", ctypes.c_float),
-        ("soap_eps", ctypes.c_float),
-        ("soap_bias_correction", ctypes.c_int),
-        # version 4
         ("nccl_timeout_s", ctypes.c_double),
-        # version 5
         ("mpi_timeout_s", ctypes.c_double),
-        # version 6
         ("callbacks", ctypes.POINTER(CommCallbacks)),
+        ("muon", MuonConfig),
+        ("adamw", AdamWConfig),
+        ("soap", SoapConfig),
+        ("shampoo", ShampooConfig),
     ]
+
+
+del f, i
 
 
 class Timings(ctypes.Structure):
@@ -161,6 +173,7 @@ def lib():
     vp, i, e = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(CzError)
     sig = {
         "cz_exec_config_init": (None, [ctypes.POINTER(ExecConfig)]),
+        "cz_error_code_name": (ctypes.c_char_p, [i]),
         "cz_executor_create": (i, [ctypes.POINTER(vp), ctypes.c_char_p,
                                    ctypes.POINTER(ExecConfig), e]),
         "cz_executor_free": (None, [vp]),
@@ -199,6 +212,11 @@ def lib():
         f.restype, f.argtypes = res, args
     _lib = L
     return L
+
+
+def error_code_name(code):
+    """cz_error_code_name: "CZ_OK", "CZ_EINVALID", ...; "CZ_E?" for an unknown code."""
+    return lib().cz_error_code_name(int(code)).decode()
 
 
 def check(rc, err):

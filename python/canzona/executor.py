@@ -17,6 +17,27 @@ _FLOAT_OPTIONS = ("lr", "momentum", "weight_decay", "ns_eps", "scale_coeff", "ad
 _INT_OPTIONS = ("ns_steps", "nesterov", "check_finite", "shampoo_nesterov", "shampoo_start_step",
                 "shampoo_max_dim", "shampoo_bias_correction", "soap_bias_correction")
 _GRAFTINGS = {"none": 0, "adagrad": 1, "rmsprop": 2, "adam": 3}  # cz_shampoo_grafting
+# The options keep their flat names (as version 6's fields and torch's keywords); since config
+# version 7 Muon's, AdamW's, SOAP's and Shampoo's live in the config's struct of each.
+_MUON_FIELDS = {"momentum", "nesterov", "ns_steps", "ns_coeffs", "ns_eps", "scale_coeff"}
+
+
+def _field(cfg, key):
+    """(struct, field) of cz_exec_config that option key sets: muon_scaling is cfg.muon.scaling,
+    adamw_lr cfg.adamw.lr, soap_shampoo_beta cfg.soap.shampoo_beta, lr cfg.lr."""
+    part, name = cfg, key
+    if key in _MUON_FIELDS:
+        part = cfg.muon
+    elif key == "muon_scaling":
+        part, name = cfg.muon, "scaling"
+    else:
+        for sub in ("adamw", "soap", "shampoo"):
+            if key.startswith(sub + "_"):
+                part, name = getattr(cfg, sub), key[len(sub) + 1:]
+    # ctypes takes an attribute that is no field without a word: refuse it here.
+    if name not in dict(part._fields_) or isinstance(getattr(part, name), ctypes.Structure):
+        raise TypeError(f"unknown executor option {key!r}")
+    return part, name
 
 
 def _buffer(x, what):
@@ -60,8 +81,9 @@ class Executor:
     (cz_executor_buffer_numel elements each, see numel), bound now when given, else with
     bind(). comm: "mpi", "self" or None (MPI when MPI is initialized, as mpi4py does on
     import). world_comm: an mpi4py communicator to run over (default MPI_COMM_WORLD).
-    dtype: "fp32" or "bf16" (default: the plan's). options: the fields of cz_exec_config
-    (lr, momentum, nesterov, weight_decay, ns_steps, ns_coeffs, ns_eps, scale_coeff,
+    dtype: "fp32" or "bf16" (default: the plan's). options: the fields of cz_exec_config by
+    their flat names (cfg.muon.momentum is momentum, cfg.adamw.lr adamw_lr, cfg.soap.beta1
+    soap_beta1; lr, momentum, nesterov, weight_decay, ns_steps, ns_coeffs, ns_eps, scale_coeff,
     muon_scaling ("rms" or "shape"), adamw_lr, adamw_beta1, adamw_beta2, adamw_eps,
     adamw_weight_decay, max_grad_norm, check_finite; for Shampoo and SOAP plans the
     shampoo_* and soap_* fields, shampoo_grafting by name: "none", "adagrad", "rmsprop" or
@@ -89,21 +111,22 @@ class Executor:
                 raise ValueError(f"dtype {dtype!r}: expected one of {sorted(_DTYPES)}")
             cfg.dtype = _DTYPES[dtype]
         for key, value in options.items():
+            part, name = _field(cfg, key)
             if key in _FLOAT_OPTIONS:
-                setattr(cfg, key, float(value))
+                setattr(part, name, float(value))
             elif key in _INT_OPTIONS:
-                setattr(cfg, key, int(value))
+                setattr(part, name, int(value))
             elif key == "ns_coeffs":
-                cfg.ns_coeffs = value.encode()
+                part.ns_coeffs = value.encode()
             elif key == "muon_scaling":
                 if value not in _SCALINGS:
                     raise ValueError(f"muon_scaling {value!r}: expected 'rms' or 'shape'")
-                cfg.muon_scaling = _SCALINGS[value]
+                part.scaling = _SCALINGS[value]
             elif key == "shampoo_grafting":
                 if value not in _GRAFTINGS:
                     raise ValueError(f"shampoo_grafting {value!r}: expected one of "
                                      f"{sorted(_GRAFTINGS)}")
-                cfg.shampoo_grafting = _GRAFTINGS[value]
+                part.grafting = _GRAFTINGS[value]
             else:
                 raise TypeError(f"unknown executor option {key!r}")
         err = _lib.CzError()

@@ -502,18 +502,20 @@ class Optimizer(torch.optim.Optimizer):
         if self._nccl is not None:  # pointers to the job's handles, which outlive create
             cfg.dp_comm = ctypes.addressof(self._nccl[0])
             cfg.tp_comm = ctypes.addressof(self._nccl[1])
-        cfg.muon_scaling = 0 if muon_scaling == "rms" else 1
-        for key, v in floats.items():
-            setattr(cfg, key, v)
-        from .executor import _FLOAT_OPTIONS, _INT_OPTIONS
+        cfg.muon.scaling = 0 if muon_scaling == "rms" else 1
+        from .executor import _FLOAT_OPTIONS, _INT_OPTIONS, _field
 
+        # Flat option names (adamw_lr) to the config's fields (cfg.adamw.lr): ctypes would take
+        # an unknown attribute silently, so every name goes through _field.
+        for key, v in floats.items():
+            setattr(*_field(cfg, key), v)
         for key, v in options.items():
             if key in _FLOAT_OPTIONS:
-                setattr(cfg, key, float(v))
+                setattr(*_field(cfg, key), float(v))
             elif key in _INT_OPTIONS:
-                setattr(cfg, key, int(v))
+                setattr(*_field(cfg, key), int(v))
             elif key == "ns_coeffs":
-                cfg.ns_coeffs = v.encode()
+                cfg.muon.ns_coeffs = v.encode()
             else:
                 raise TypeError(f"unknown option {key!r}")
         err = _lib.CzError()

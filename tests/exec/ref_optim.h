@@ -208,16 +208,16 @@ static inline void ref_step(const ref_hp *h, const ref_param *p, ref_state *st, 
 static inline void ref_hp_from(const cz_exec_config *cfg, ref_hp *h)
 {
     memset(h, 0, sizeof *h);
-    h->shape_scaling = cfg->muon_scaling == CZ_MUON_SCALE_SHAPE;
+    h->shape_scaling = cfg->muon.scaling == CZ_MUON_SCALE_SHAPE;
     /* lr 0 is the documented default of the scaling (canzona_exec.h). */
     h->lr = cfg->lr > 0 ? cfg->lr : h->shape_scaling ? 0.02 : 1e-3;
-    h->mu = cfg->momentum;
+    h->mu = cfg->muon.momentum;
     h->wd = cfg->weight_decay;
-    h->ns_eps = cfg->ns_eps;
-    h->scale = cfg->scale_coeff;
-    h->nesterov = cfg->nesterov;
-    h->ns_steps = cfg->ns_steps;
-    if (cfg->ns_coeffs && !strcmp(cfg->ns_coeffs, "cubic")) {
+    h->ns_eps = cfg->muon.ns_eps;
+    h->scale = cfg->muon.scale_coeff;
+    h->nesterov = cfg->muon.nesterov;
+    h->ns_steps = cfg->muon.ns_steps;
+    if (cfg->muon.ns_coeffs && !strcmp(cfg->muon.ns_coeffs, "cubic")) {
         h->a = 1.5;
         h->b = -0.5;
         h->c = 0;
@@ -226,11 +226,11 @@ static inline void ref_hp_from(const cz_exec_config *cfg, ref_hp *h)
         h->b = -4.7750;
         h->c = 2.0315;
     }
-    h->alr = cfg->adamw_lr;
-    h->b1 = cfg->adamw_beta1;
-    h->b2 = cfg->adamw_beta2;
-    h->aeps = cfg->adamw_eps;
-    h->awd = cfg->adamw_weight_decay;
+    h->alr = cfg->adamw.lr;
+    h->b1 = cfg->adamw.beta1;
+    h->b2 = cfg->adamw.beta2;
+    h->aeps = cfg->adamw.eps;
+    h->awd = cfg->adamw.weight_decay;
 }
 
 #endif /* CZ_REF_OPTIM_H */

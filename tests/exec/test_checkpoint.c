@@ -380,9 +380,9 @@ static bool have_linalg(void)
 static void shampoo_config(cz_exec_config *cfg, int max_dim)
 {
     cz_exec_config_init(cfg);
-    cfg->shampoo_max_dim = max_dim;
-    cfg->shampoo_momentum = 0.5f;
-    cfg->shampoo_grafting = CZ_GRAFT_ADAM;
+    cfg->shampoo.max_dim = max_dim;
+    cfg->shampoo.momentum = 0.5f;
+    cfg->shampoo.grafting = CZ_GRAFT_ADAM;
     cfg->weight_decay = 0.0f;
 }
 
@@ -732,7 +732,7 @@ START_TEST(non_finite_or_impossible_state_refused)
      * factor's off-diagonal elements may be negative. SOAP: its second moment. */
     cz_exec_config cfg;
     shampoo_config(&cfg, 4);
-    cfg.shampoo_grafting = CZ_GRAFT_ADAGRAD;
+    cfg.shampoo.grafting = CZ_GRAFT_ADAGRAD;
     rig_open_with(&a, PARAMS, NP, CZ_OPTIM_SHAMPOO, &cfg);
     for (int t = 0; t < 3; t++)
         rig_step(&a, (uint64_t)t);
@@ -843,7 +843,7 @@ START_TEST(shampoo_momentum_with_weight_decay)
         cz_exec_config cfg;
         shampoo_config(&cfg, 4);
         cfg.weight_decay = 0.05f;
-        cfg.shampoo_nesterov = nesterov;
+        cfg.shampoo.nesterov = nesterov;
         rig a, b, c;
         rig_open_with(&a, PARAMS, NP, CZ_OPTIM_SHAMPOO, &cfg);
         for (int s = 0; s < 3; s++)
@@ -1017,7 +1017,7 @@ START_TEST(shampoo_and_soap_foreign_files_refused)
     cz_exec_config full, plain, wide;
     shampoo_config(&full, 4);
     cz_exec_config_init(&plain);
-    plain.shampoo_max_dim = 4;
+    plain.shampoo.max_dim = 4;
     shampoo_config(&wide, 8);
     refused_across(CZ_OPTIM_SHAMPOO, &full, CZ_OPTIM_MUON, NULL, CZ_EMISMATCH,
                    "no tensor 'qkv.momentum'");

@@ -119,7 +119,7 @@ START_TEST(refusals)
     cfg.backend = "cuda";
     expect_refusal(pl, &cfg, CZ_EUNSUPPORTED, "compute backend 'cuda'");
     cfg = self_cfg();
-    cfg.ns_coeffs = "quartic";
+    cfg.muon.ns_coeffs = "quartic";
     expect_refusal(pl, &cfg, CZ_EINVALID, "'quartic'");
     cz_plan_free(pl);
 
@@ -250,7 +250,7 @@ END_TEST
 START_TEST(per_param_binding_equals_flat)
 {
     cz_exec_config cfg = self_cfg();
-    cfg.nesterov = 1;
+    cfg.muon.nesterov = 1;
     cz_plan *pl = fx_plan(PARAMS, NP, 1);
     cz_executor *a = NULL, *b = NULL;
     cz_error err;

@@ -166,27 +166,27 @@ START_TEST(settings_refused)
     ck_assert_int_eq(sh.start_step, 10);
     ck_assert_int_eq(sh.max_dim, 1024);
     ck_assert_int_eq(sh.grafting, CZ_GRAFT_ADAGRAD);
-    cfg.shampoo_start_step = 5;
+    cfg.shampoo.start_step = 5;
     ck_assert_int_eq(cz__shampoo_hparams_from_config(&sh, &cfg, 10, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "before the first preconditioner refresh"));
     cz_exec_config_init(&cfg);
-    cfg.shampoo_beta2 = 0.0f;
+    cfg.shampoo.beta2 = 0.0f;
     ck_assert_int_eq(cz__shampoo_hparams_from_config(&sh, &cfg, 10, &err), CZ_EINVALID);
     cz_exec_config_init(&cfg);
-    cfg.shampoo_grafting = (cz_shampoo_grafting)7;
+    cfg.shampoo.grafting = (cz_shampoo_grafting)7;
     ck_assert_int_eq(cz__shampoo_hparams_from_config(&sh, &cfg, 10, &err), CZ_EINVALID);
     cz_exec_config_init(&cfg);
-    cfg.shampoo_grafting = CZ_GRAFT_ADAM;
+    cfg.shampoo.grafting = CZ_GRAFT_ADAM;
     ck_assert_int_eq(cz__shampoo_hparams_from_config(&sh, &cfg, 10, &err), 0);
     ck_assert_float_eq(sh.graft_beta2, 0.999f);
     cz_exec_config_init(&cfg);
     ck_assert_int_eq(cz__soap_hparams_from_config(&so, &cfg, 10, 10000, &err), 0);
     ck_assert_float_eq(so.lr, CZ_SOAP_LR);
     ck_assert_float_eq(so.shampoo_beta, 0.95f);
-    cfg.soap_eps = 0.0f;
+    cfg.soap.eps = 0.0f;
     ck_assert_int_eq(cz__soap_hparams_from_config(&so, &cfg, 10, 10000, &err), CZ_EINVALID);
     cz_exec_config_init(&cfg);
-    cfg.soap_beta1 = 1.0f;
+    cfg.soap.beta1 = 1.0f;
     ck_assert_int_eq(cz__soap_hparams_from_config(&so, &cfg, 10, 10000, &err), CZ_EINVALID);
 }
 END_TEST

@@ -404,7 +404,7 @@ START_TEST(coeff_names)
     ck_assert_ptr_null(cz__ns_coeffs_find("nope"));
     cz_exec_config cfg;
     cz_exec_config_init(&cfg);
-    cfg.ns_coeffs = "nope";
+    cfg.muon.ns_coeffs = "nope";
     cz_muon_hparams h;
     cz_error err;
     ck_assert_int_eq(cz__muon_hparams_from_config(&h, &cfg, &err), CZ_EINVALID);

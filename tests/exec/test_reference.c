@@ -119,10 +119,10 @@ START_TEST(matches_reference)
         cz_exec_config cfg;
         cz_exec_config_init(&cfg);
         if (variant) {
-            cfg.nesterov = 0;
-            cfg.muon_scaling = CZ_MUON_SCALE_SHAPE;
-            cfg.ns_coeffs = "cubic";
-            cfg.ns_steps = 8;
+            cfg.muon.nesterov = 0;
+            cfg.muon.scaling = CZ_MUON_SCALE_SHAPE;
+            cfg.muon.ns_coeffs = "cubic";
+            cfg.muon.ns_steps = 8;
         }
         fixture f;
         fx_open(&f, &cfg);
@@ -156,7 +156,7 @@ START_TEST(zero_gradients_decay_only)
     }
     for (int i = 0; i < REF_NPARAMS; i++) {
         double keep = REF_PARAMS[i].matrix ? 1.0 - hp.lr * hp.wd
-                                           : 1.0 - (double)cfg.adamw_lr * cfg.adamw_weight_decay;
+                                           : 1.0 - (double)cfg.adamw.lr * cfg.adamw.weight_decay;
         for (int k = 0; k < numel(i); k++) {
             double p0 = (float)(0.5 * ref_val(1000003u * (uint64_t)i + (uint64_t)k));
             ck_assert_msg(isfinite(f.P[i][k]), "%s[%d] = %g after zero gradients",

@@ -107,7 +107,7 @@ static void run(cz_optimizer opt)
     cz_exec_config_init(&cfg);
     cfg.backend = "cpu-exact-sizes";
     cfg.comm = "self";
-    cfg.shampoo_max_dim = 32;
+    cfg.shampoo.max_dim = 32;
     cz_executor *ex = NULL;
     cz_error err;
     ck_assert_msg(cz_executor_create_from_plan(&ex, pl, &cfg, &err) == 0, "%s", err.message);

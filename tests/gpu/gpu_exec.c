@@ -88,7 +88,7 @@ static int run(const cz_plan *pl, const run_opts *o, float *P, size_t n)
     if (o->lr > 0) /* else the default */
         cfg.lr = o->lr;
     if (o->adamw_lr > 0)
-        cfg.adamw_lr = o->adamw_lr;
+        cfg.adamw.lr = o->adamw_lr;
     bool cuda = strcmp(o->backend, "cuda") == 0;
     cfg.memory = cuda ? CZ_EXEC_MEMORY_DEVICE : CZ_EXEC_MEMORY_HOST;
     cz_executor *ex = NULL;

@@ -76,8 +76,8 @@ static int run(const cz_plan *pl, const char *backend, const char *comm, float *
     cz_exec_config_init(&cfg);
     cfg.backend = backend;
     cfg.comm = comm;
-    cfg.soap_eps = 1e-2f;
-    cfg.shampoo_max_dim = 32;
+    cfg.soap.eps = 1e-2f;
+    cfg.shampoo.max_dim = 32;
     bool cuda = strcmp(backend, "cuda") == 0;
     cfg.memory = cuda ? CZ_EXEC_MEMORY_DEVICE : CZ_EXEC_MEMORY_HOST;
     cz_executor *ex = NULL;

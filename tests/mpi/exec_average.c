@@ -41,9 +41,9 @@ int main(int argc, char **argv)
     cz_exec_config cfg;
     cz_exec_config_init(&cfg);
     cfg.comm = "mpi";
-    cfg.ns_eps = 1.0f;
-    cfg.adamw_eps = 1.0f;
-    cfg.adamw_lr = 0.01f;
+    cfg.muon.ns_eps = 1.0f;
+    cfg.adamw.eps = 1.0f;
+    cfg.adamw.lr = 0.01f;
     if (cz_executor_create_from_plan(&ex, plan, &cfg, &err) != CZ_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, err.message);
         fails = 1;

@@ -1,5 +1,6 @@
-/* Prints the size of cz_exec_config and the offset of every field, one "name offset" per line,
- * for the Python package's test to compare with its ctypes mirror of the struct. */
+/* Prints the size of cz_exec_config and the offset of every field, one "name offset" per line
+ * (an optimizer's struct's fields as "muon.momentum", their offsets in cz_exec_config), for the
+ * Python package's test to compare with its ctypes mirror of the struct. */
 #include <canzona_exec.h>
 
 #include <stddef.h>
@@ -19,42 +20,46 @@ int main(void)
     FIELD(dp_comm);
     FIELD(tp_comm);
     FIELD(lr);
-    FIELD(momentum);
-    FIELD(nesterov);
     FIELD(weight_decay);
-    FIELD(ns_steps);
-    FIELD(ns_coeffs);
-    FIELD(ns_eps);
-    FIELD(scale_coeff);
-    FIELD(adamw_lr);
-    FIELD(adamw_beta1);
-    FIELD(adamw_beta2);
-    FIELD(adamw_eps);
-    FIELD(adamw_weight_decay);
     FIELD(check_finite);
-    FIELD(muon_scaling);
     FIELD(max_grad_norm);
     FIELD(memory);
     FIELD(dtype);
     FIELD(stream);
-    FIELD(shampoo_beta1);
-    FIELD(shampoo_beta2);
-    FIELD(shampoo_eps);
-    FIELD(shampoo_momentum);
-    FIELD(shampoo_nesterov);
-    FIELD(shampoo_start_step);
-    FIELD(shampoo_max_dim);
-    FIELD(shampoo_bias_correction);
-    FIELD(shampoo_grafting);
-    FIELD(shampoo_graft_beta2);
-    FIELD(shampoo_graft_eps);
-    FIELD(soap_beta1);
-    FIELD(soap_beta2);
-    FIELD(soap_shampoo_beta);
-    FIELD(soap_eps);
-    FIELD(soap_bias_correction);
     FIELD(nccl_timeout_s);
     FIELD(mpi_timeout_s);
     FIELD(callbacks);
+    FIELD(muon.version);
+    FIELD(muon.momentum);
+    FIELD(muon.nesterov);
+    FIELD(muon.ns_steps);
+    FIELD(muon.ns_coeffs);
+    FIELD(muon.ns_eps);
+    FIELD(muon.scale_coeff);
+    FIELD(muon.scaling);
+    FIELD(adamw.version);
+    FIELD(adamw.lr);
+    FIELD(adamw.beta1);
+    FIELD(adamw.beta2);
+    FIELD(adamw.eps);
+    FIELD(adamw.weight_decay);
+    FIELD(soap.version);
+    FIELD(soap.beta1);
+    FIELD(soap.beta2);
+    FIELD(soap.shampoo_beta);
+    FIELD(soap.eps);
+    FIELD(soap.bias_correction);
+    FIELD(shampoo.version);
+    FIELD(shampoo.beta1);
+    FIELD(shampoo.beta2);
+    FIELD(shampoo.eps);
+    FIELD(shampoo.momentum);
+    FIELD(shampoo.nesterov);
+    FIELD(shampoo.start_step);
+    FIELD(shampoo.max_dim);
+    FIELD(shampoo.bias_correction);
+    FIELD(shampoo.grafting);
+    FIELD(shampoo.graft_beta2);
+    FIELD(shampoo.graft_eps);
     return 0;
 }

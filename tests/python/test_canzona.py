@@ -97,8 +97,16 @@ class Buffers(Base):
         self.assertIn("missing.json", str(cm.exception))
         with self.assertRaisesRegex(TypeError, "unknown executor option 'lr_muon'"):
             canzona.Executor(self.plan, comm="self", lr_muon=0.1)
-        with self.assertRaisesRegex(canzona.Error, "ns_eps"):
-            canzona.Executor(self.plan, comm="self", ns_eps=0.0)
+        with self.assertRaisesRegex(canzona.Error, "ns_eps") as cm:
+            canzona.Executor(self.plan, comm="self", ns_eps=0.0)  # cfg.muon.ns_eps
+        self.assertEqual(cm.exception.code_name, "CZ_EINVALID")
+        self.assertEqual(_lib.error_code_name(_lib.CZ_ETIMEOUT), "CZ_ETIMEOUT")
+        self.assertEqual(_lib.error_code_name(7), "CZ_E?")
+        # A name that is no field of the config or of an optimizer's struct (ctypes would
+        # take it silently) is refused.
+        for name in ("soap_nonsense", "adamw", "muon", "shampoo_version_x"):
+            with self.assertRaisesRegex(TypeError, "unknown executor option"):
+                canzona.Executor(self.plan, comm="self", **{name: 1})
 
 
 class Options(Base):
@@ -257,7 +265,15 @@ class Layout(unittest.TestCase):
                              check=True).stdout.split("\n")
         c = dict(line.split() for line in out if line)
         self.assertEqual(int(c.pop("sizeof")), ctypes.sizeof(_lib.ExecConfig))
-        mirror = {name: getattr(_lib.ExecConfig, name).offset for name, _ in _lib.ExecConfig._fields_}
+        mirror = {}
+        for name, ctype in _lib.ExecConfig._fields_:
+            offset = getattr(_lib.ExecConfig, name).offset
+            if isinstance(ctype, type) and issubclass(ctype, ctypes.Structure):
+                # An optimizer's struct: its fields as "muon.momentum", offsets in the config.
+                for sub, _ in ctype._fields_:
+                    mirror[name + "." + sub] = offset + getattr(ctype, sub).offset
+            else:
+                mirror[name] = offset
         self.assertEqual({k: int(v) for k, v in c.items()}, mirror)
 
 

@@ -186,21 +186,21 @@ static void opts_defaults(bench_opts *o)
     cz_exec_config_init(&d);
     cz_exec_config_init(&o->shampoo);
     o->lr = d.lr;
-    o->adamw_lr = d.adamw_lr;
+    o->adamw_lr = d.adamw.lr;
     o->wd = d.weight_decay;
     o->adamw_wd = -1.0; /* = --weight-decay */
-    o->ns_coeffs = d.ns_coeffs;
-    o->nesterov = d.nesterov;
-    o->momentum = d.momentum;
-    o->ns_steps = d.ns_steps;
-    o->scaling = d.muon_scaling;
-    o->scale_coeff = d.scale_coeff;
-    o->beta1 = d.adamw_beta1;
-    o->beta2 = d.adamw_beta2;
-    o->adamw_eps = d.adamw_eps;
+    o->ns_coeffs = d.muon.ns_coeffs;
+    o->nesterov = d.muon.nesterov;
+    o->momentum = d.muon.momentum;
+    o->ns_steps = d.muon.ns_steps;
+    o->scaling = d.muon.scaling;
+    o->scale_coeff = d.muon.scale_coeff;
+    o->beta1 = d.adamw.beta1;
+    o->beta2 = d.adamw.beta2;
+    o->adamw_eps = d.adamw.eps;
     o->max_grad_norm = d.max_grad_norm;
     o->dtype = d.dtype;
-    o->ns_eps = d.ns_eps;
+    o->ns_eps = d.muon.ns_eps;
     o->delay_bucket = o->skip_bucket = o->repeat_bucket = -1;
 }
 
@@ -375,25 +375,25 @@ static int precond_option(bench_opts *o, int c, char *arg, char **end, char *msg
 {
     switch (c) {
     case 1001:
-        o->shampoo.shampoo_beta1 = strtof(arg, end);
+        o->shampoo.shampoo.beta1 = strtof(arg, end);
         return 0;
     case 1002:
-        o->shampoo.shampoo_beta2 = strtof(arg, end);
+        o->shampoo.shampoo.beta2 = strtof(arg, end);
         return 0;
     case 1003:
-        o->shampoo.shampoo_eps = strtof(arg, end);
+        o->shampoo.shampoo.eps = strtof(arg, end);
         return 0;
     case 1004:
-        o->shampoo.shampoo_momentum = strtof(arg, end);
+        o->shampoo.shampoo.momentum = strtof(arg, end);
         return 0;
     case 1005:
-        o->shampoo.shampoo_nesterov = (int)strtol(arg, end, 10);
+        o->shampoo.shampoo.nesterov = (int)strtol(arg, end, 10);
         return 0;
     case 1006:
-        o->shampoo.shampoo_start_step = (int)strtol(arg, end, 10);
+        o->shampoo.shampoo.start_step = (int)strtol(arg, end, 10);
         return 0;
     case 1007:
-        o->shampoo.shampoo_max_dim = (int)strtol(arg, end, 10);
+        o->shampoo.shampoo.max_dim = (int)strtol(arg, end, 10);
         return 0;
     case 1008: {
         static const char *const names[] = {"none", "adagrad", "rmsprop", "adam"};
@@ -405,26 +405,26 @@ static int precond_option(bench_opts *o, int c, char *arg, char **end, char *msg
                      arg);
             return 2;
         }
-        o->shampoo.shampoo_grafting = (cz_shampoo_grafting)k;
+        o->shampoo.shampoo.grafting = (cz_shampoo_grafting)k;
         return 0;
     }
     case 1009:
-        o->shampoo.shampoo_graft_beta2 = strtof(arg, end);
+        o->shampoo.shampoo.graft_beta2 = strtof(arg, end);
         return 0;
     case 1010:
-        o->shampoo.shampoo_graft_eps = strtof(arg, end);
+        o->shampoo.shampoo.graft_eps = strtof(arg, end);
         return 0;
     case 1011:
-        o->shampoo.soap_beta1 = strtof(arg, end);
+        o->shampoo.soap.beta1 = strtof(arg, end);
         return 0;
     case 1012:
-        o->shampoo.soap_beta2 = strtof(arg, end);
+        o->shampoo.soap.beta2 = strtof(arg, end);
         return 0;
     case 1013:
-        o->shampoo.soap_shampoo_beta = strtof(arg, end);
+        o->shampoo.soap.shampoo_beta = strtof(arg, end);
         return 0;
     case 1014:
-        o->shampoo.soap_eps = strtof(arg, end);
+        o->shampoo.soap.eps = strtof(arg, end);
         return 0;
     default:
         return -1;
@@ -540,10 +540,10 @@ static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
     snprintf(buf + n, cap - (size_t)n,
              " shampoo=%.9g,%.9g,%.9g,%.9g,%d,%d,%d,%d,%.9g,%.9g soap=%.9g,%.9g,%.9g,%.9g "
              "overlap=%d,%d,%d,%d,%.17g,%d",
-             h->shampoo_beta1, h->shampoo_beta2, h->shampoo_eps, h->shampoo_momentum,
-             h->shampoo_nesterov, h->shampoo_start_step, h->shampoo_max_dim,
-             (int)h->shampoo_grafting, h->shampoo_graft_beta2, h->shampoo_graft_eps, h->soap_beta1,
-             h->soap_beta2, h->soap_shampoo_beta, h->soap_eps, o->overlap, o->delay_bucket,
+             h->shampoo.beta1, h->shampoo.beta2, h->shampoo.eps, h->shampoo.momentum,
+             h->shampoo.nesterov, h->shampoo.start_step, h->shampoo.max_dim,
+             (int)h->shampoo.grafting, h->shampoo.graft_beta2, h->shampoo.graft_eps, h->soap.beta1,
+             h->soap.beta2, h->soap.shampoo_beta, h->soap.eps, o->overlap, o->delay_bucket,
              o->skip_bucket, o->repeat_bucket, o->compute_ms, o->early);
 }
 
@@ -592,34 +592,34 @@ void cz_bench_config(const bench_opts *o, cz_exec_config *cfg)
     bool cuda = strcmp(o->backend, "cuda") == 0;
     cfg->memory = cuda ? CZ_EXEC_MEMORY_DEVICE : CZ_EXEC_MEMORY_HOST;
     cfg->lr = (float)o->lr;
-    cfg->adamw_lr = (float)o->adamw_lr;
+    cfg->adamw.lr = (float)o->adamw_lr;
     cfg->weight_decay = (float)o->wd;
-    cfg->adamw_weight_decay = (float)(o->adamw_wd >= 0 ? o->adamw_wd : o->wd);
-    cfg->nesterov = o->nesterov;
-    cfg->momentum = (float)o->momentum;
-    cfg->ns_steps = o->ns_steps;
-    cfg->ns_coeffs = o->ns_coeffs;
-    cfg->muon_scaling = o->scaling;
-    cfg->scale_coeff = (float)o->scale_coeff;
-    cfg->adamw_beta1 = (float)o->beta1;
-    cfg->adamw_beta2 = (float)o->beta2;
-    cfg->adamw_eps = (float)o->adamw_eps;
+    cfg->adamw.weight_decay = (float)(o->adamw_wd >= 0 ? o->adamw_wd : o->wd);
+    cfg->muon.nesterov = o->nesterov;
+    cfg->muon.momentum = (float)o->momentum;
+    cfg->muon.ns_steps = o->ns_steps;
+    cfg->muon.ns_coeffs = o->ns_coeffs;
+    cfg->muon.scaling = o->scaling;
+    cfg->muon.scale_coeff = (float)o->scale_coeff;
+    cfg->adamw.beta1 = (float)o->beta1;
+    cfg->adamw.beta2 = (float)o->beta2;
+    cfg->adamw.eps = (float)o->adamw_eps;
     cfg->max_grad_norm = (float)o->max_grad_norm;
     cfg->check_finite = !o->early; /* early updates cannot refuse a step after its first update */
     cfg->dtype = o->dtype;
-    cfg->ns_eps = (float)o->ns_eps;
-    cfg->shampoo_beta1 = o->shampoo.shampoo_beta1;
-    cfg->shampoo_beta2 = o->shampoo.shampoo_beta2;
-    cfg->shampoo_eps = o->shampoo.shampoo_eps;
-    cfg->shampoo_momentum = o->shampoo.shampoo_momentum;
-    cfg->shampoo_nesterov = o->shampoo.shampoo_nesterov;
-    cfg->shampoo_start_step = o->shampoo.shampoo_start_step;
-    cfg->shampoo_max_dim = o->shampoo.shampoo_max_dim;
-    cfg->shampoo_grafting = o->shampoo.shampoo_grafting;
-    cfg->shampoo_graft_beta2 = o->shampoo.shampoo_graft_beta2;
-    cfg->shampoo_graft_eps = o->shampoo.shampoo_graft_eps;
-    cfg->soap_beta1 = o->shampoo.soap_beta1;
-    cfg->soap_beta2 = o->shampoo.soap_beta2;
-    cfg->soap_shampoo_beta = o->shampoo.soap_shampoo_beta;
-    cfg->soap_eps = o->shampoo.soap_eps;
+    cfg->muon.ns_eps = (float)o->ns_eps;
+    cfg->shampoo.beta1 = o->shampoo.shampoo.beta1;
+    cfg->shampoo.beta2 = o->shampoo.shampoo.beta2;
+    cfg->shampoo.eps = o->shampoo.shampoo.eps;
+    cfg->shampoo.momentum = o->shampoo.shampoo.momentum;
+    cfg->shampoo.nesterov = o->shampoo.shampoo.nesterov;
+    cfg->shampoo.start_step = o->shampoo.shampoo.start_step;
+    cfg->shampoo.max_dim = o->shampoo.shampoo.max_dim;
+    cfg->shampoo.grafting = o->shampoo.shampoo.grafting;
+    cfg->shampoo.graft_beta2 = o->shampoo.shampoo.graft_beta2;
+    cfg->shampoo.graft_eps = o->shampoo.shampoo.graft_eps;
+    cfg->soap.beta1 = o->shampoo.soap.beta1;
+    cfg->soap.beta2 = o->shampoo.soap.beta2;
+    cfg->soap.shampoo_beta = o->shampoo.soap.shampoo_beta;
+    cfg->soap.eps = o->shampoo.soap.eps;
 }

@@ -56,11 +56,11 @@ static int mpi_wrap(const cz_exec_config *cfg, const cz_ctrl *ctrl, cz_comm_grou
 }
 
 /* ---- callbacks (the caller's host collectives) ---- */
-/* The config's callbacks; NULL for a config of another version, which is not read past its own
- * fields (its message comes later). */
+/* The config's callbacks (the config create read: of this version, whatever the caller's was;
+ * a refused one has the default, none). */
 static const cz_comm_callbacks *callbacks_of(const cz_exec_config *cfg)
 {
-    return cfg->version == CZ_EXEC_CONFIG_VERSION ? cfg->callbacks : NULL;
+    return cfg->callbacks;
 }
 
 static int callbacks_open(const cz_exec_config *cfg, cz_ctrl *ctrl, cz_plane *world, cz_error *err)
@@ -96,12 +96,10 @@ static int callbacks_reserve(cz_plane *dp, const cz_plan *plan, cz_error *err)
 }
 
 /* ---- nccl (the GPU plugin) ---- */
-/* The NCCL planes' time limit. The world plane opens before the config's version is checked:
- * a config of another version is not read past its own fields (its message comes later). */
+/* The NCCL planes' time limit (of the config create read, as every field here). */
 static double nccl_timeout(const cz_exec_config *cfg)
 {
-    double s = cfg->version == CZ_EXEC_CONFIG_VERSION ? cfg->nccl_timeout_s : 0.0;
-    return cz__nccl_timeout(s, getenv("CZ_NCCL_TIMEOUT_S"));
+    return cz__nccl_timeout(cfg->nccl_timeout_s, getenv("CZ_NCCL_TIMEOUT_S"));
 }
 
 /* The control plane is the caller's callbacks when given, else MPI's (the bootstrap, the
@@ -254,9 +252,9 @@ int cz__comm_plan_check(const cz_plan *plan, cz_error *err)
 
 double cz__comm_mpi_timeout(const cz_exec_config *cfg, const char *env)
 {
-    /* The communicators open before the config's version is checked: a config of another
-     * version is not read past its own fields (its message comes later). */
-    double s = cfg && cfg->version == CZ_EXEC_CONFIG_VERSION ? cfg->mpi_timeout_s : 0.0;
+    /* cfg is the config create read (cz__exec_config_read), of this version whatever the
+     * caller's was: its mpi_timeout_s is the caller's or the default, 0. */
+    double s = cfg ? cfg->mpi_timeout_s : 0.0;
     if (s > 0.0 && isfinite(s))
         return s;
     char *end = NULL;

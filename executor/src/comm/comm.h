@@ -179,8 +179,9 @@ int cz__comm_reserve(const cz_comm_backend *b, cz_plane *dp, const cz_plan *plan
 /* What every data plane needs of a plan: MPI's int counts and displacements (the limits of
  * the narrowest plane, so that a plan runs on any). */
 int cz__comm_plan_check(const cz_plan *plan, cz_error *err);
-/* The MPI planes' time limit: cz_exec_config.mpi_timeout_s when > 0 (a config of this
- * version), else the environment's CZ_MPI_TIMEOUT_S when it is a number > 0, else 1800 s. */
+/* The MPI planes' time limit: cz_exec_config.mpi_timeout_s when > 0 (cfg of this version, as
+ * create reads every config; NULL allowed), else the environment's CZ_MPI_TIMEOUT_S when it is a
+ * number > 0, else 1800 s. */
 double cz__comm_mpi_timeout(const cz_exec_config *cfg, const char *env);
 /* Close any plane or control plane (NULL ops: nothing), leaving it zeroed. */
 void cz__ctrl_close(cz_ctrl *c);

@@ -509,10 +509,12 @@ int cz__callbacks_check(const cz_comm_callbacks *cb, cz_error *err)
         return cz__error_set(err, CZ_EINVALID,
                              "comm backend 'callbacks' needs cz_exec_config.callbacks (the "
                              "caller's all_reduce, broadcast and exchange)");
-    if (cb->version != CZ_COMM_CALLBACKS_VERSION)
-        return cz__error_set(err, CZ_EUNSUPPORTED,
-                             "cz_comm_callbacks version %d; this library expects %d", cb->version,
-                             CZ_COMM_CALLBACKS_VERSION);
+    /* Every version from 1 to this library's (only 1 so far: a later one that appends fields
+     * must copy an older caller's struct over the defaults, as config.c does). */
+    int rc = cz__options_version_check(cb->version, CZ_COMM_CALLBACKS_VERSION, "cz_comm_callbacks",
+                                       "version = CZ_COMM_CALLBACKS_VERSION", err);
+    if (rc != CZ_OK)
+        return rc;
     if (!cb->all_reduce || !cb->broadcast || !cb->exchange)
         return cz__error_set(
             err, CZ_EINVALID,

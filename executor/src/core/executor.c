@@ -6,6 +6,7 @@
 #include "bucket_step.h"
 #include "canzona_exec.h"
 #include "comm.h"
+#include "config.h"
 #include "compute.h"
 #include "cz_format.h"
 #include "executor_impl.h"
@@ -267,12 +268,6 @@ static int check_local(cz_executor *ex, const cz_exec_config *cfg, cz_error *err
     int rc;
     if (!plan)
         return cz__error_set(err, CZ_EINVALID, "no plan given");
-    if (cfg->version != CZ_EXEC_CONFIG_VERSION)
-        return cz__error_set(err, CZ_EUNSUPPORTED,
-                             "cz_exec_config version %d; this library expects %d (call "
-                             "cz_exec_config_init; since version 6 lr = 0 is a rate of 0 and "
-                             "CZ_EXEC_LR_DEFAULT the default)",
-                             cfg->version, CZ_EXEC_CONFIG_VERSION);
     if ((rc = open_compute(ex, cfg, err)) != CZ_OK ||
         (rc = check_space(ex, cfg, plan, err)) != CZ_OK ||
         (rc = cz__optimizer_open(&ex->elem_opt, CZ_KIND_ELEMENTWISE, plan, &ex->compute, cfg,
@@ -387,22 +382,23 @@ int cz_executor_create_from_plan(cz_executor **out, const cz_plan *plan, const c
 int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *owned,
                              const cz_exec_config *cfg, int pre_rc, cz_error *err)
 {
-    cz_exec_config defaults;
     cz_error ignored;
     cz_executor *ex = NULL;
     int rc;
     *out = NULL;
-    if (!cfg) {
-        cz_exec_config_init(&defaults);
-        cfg = &defaults;
-    }
     if (!(ex = cz__exec_calloc(1, sizeof *ex))) {
         cz_plan_free(owned);
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor");
     }
     ex->plan = plan;
     ex->owned_plan = owned;
-    ex->cfg = *cfg;
+    /* The caller's config of any version, read once into this version's layout: everything
+     * after this reads ex->cfg, never the caller's struct. A version refused is reported as a
+     * failed check, after the communicator opens (with the fields every version has), so that
+     * every rank returns the error. */
+    int vrc = cz__exec_config_read(&ex->cfg, cfg, pre_rc ? &ignored : err);
+    pre_rc = pre_rc ? pre_rc : vrc;
+    cfg = &ex->cfg;
     ex->grid.dp_rank = ex->grid.tp_rank = -1;
     ex->grad_norm = NAN;
     /* Every wait of the planes names what this executor is doing in its report of a stall. */

@@ -98,7 +98,7 @@ typedef struct cz_exec_async {
 struct cz_executor {
     const cz_plan *plan;
     cz_plan *owned_plan; /* non-NULL when created from a file */
-    cz_exec_config cfg;
+    cz_exec_config cfg;  /* the caller's, of any version, read once at create (config.c) */
     cz_compute compute;
     const cz_comm_backend *comm; /* the comm backend the planes are of (comm.c) */
     cz_ctrl ctrl;                /* control plane over the world */

@@ -14,11 +14,11 @@
 
 void cz__adamw_hparams_from_config(cz_adamw_hparams *h, const cz_exec_config *cfg)
 {
-    h->lr = cfg->adamw_lr;
-    h->beta1 = cfg->adamw_beta1;
-    h->beta2 = cfg->adamw_beta2;
-    h->eps = cfg->adamw_eps;
-    h->weight_decay = cfg->adamw_weight_decay;
+    h->lr = cfg->adamw.lr;
+    h->beta1 = cfg->adamw.beta1;
+    h->beta2 = cfg->adamw.beta2;
+    h->eps = cfg->adamw.eps;
+    h->weight_decay = cfg->adamw.weight_decay;
 }
 
 void cz__adamw_args_make(cz_adamw_args *a, const cz_adamw_hparams *h, int64_t t)

@@ -18,37 +18,38 @@
 int cz__muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, cz_error *err)
 {
     h->lr = cfg->lr;
-    h->momentum = cfg->momentum;
+    h->momentum = cfg->muon.momentum;
     h->weight_decay = cfg->weight_decay;
-    h->eps = cfg->ns_eps;
-    h->scale_coeff = cfg->scale_coeff;
-    h->nesterov = cfg->nesterov;
-    h->ns_steps = cfg->ns_steps;
-    h->scaling = cfg->muon_scaling;
-    if (cfg->muon_scaling != CZ_MUON_SCALE_RMS && cfg->muon_scaling != CZ_MUON_SCALE_SHAPE)
+    h->eps = cfg->muon.ns_eps;
+    h->scale_coeff = cfg->muon.scale_coeff;
+    h->nesterov = cfg->muon.nesterov;
+    h->ns_steps = cfg->muon.ns_steps;
+    h->scaling = cfg->muon.scaling;
+    if (cfg->muon.scaling != CZ_MUON_SCALE_RMS && cfg->muon.scaling != CZ_MUON_SCALE_SHAPE)
         return cz__error_set(err, CZ_EINVALID,
                              "muon_scaling = %d; expected CZ_MUON_SCALE_RMS (0) or "
                              "CZ_MUON_SCALE_SHAPE (1)",
-                             (int)cfg->muon_scaling);
+                             (int)cfg->muon.scaling);
     /* The default is a value no rate takes, so that 0 is a rate (a warm-up's first step). */
     if (cfg->lr == CZ_EXEC_LR_DEFAULT)
-        h->lr = cfg->muon_scaling == CZ_MUON_SCALE_SHAPE ? CZ_MUON_LR_SHAPE : CZ_MUON_LR_RMS;
+        h->lr = cfg->muon.scaling == CZ_MUON_SCALE_SHAPE ? CZ_MUON_LR_SHAPE : CZ_MUON_LR_RMS;
     else if (!(cfg->lr >= 0.0f) || !isfinite(cfg->lr))
         return cz__error_set(err, CZ_EINVALID,
                              "lr = %g; expected a finite value >= 0 (0 is a rate of 0; leave "
                              "lr at CZ_EXEC_LR_DEFAULT for the optimizer's default)",
                              (double)cfg->lr);
-    h->coeffs = cz__ns_coeffs_find(cfg->ns_coeffs);
+    h->coeffs = cz__ns_coeffs_find(cfg->muon.ns_coeffs);
     if (!h->coeffs)
         return cz__error_set(err, CZ_EINVALID,
                              "unknown Newton-Schulz coefficient set '%s' (known: %s)",
-                             cfg->ns_coeffs, cz__ns_coeffs_names());
-    if (cfg->ns_steps < 0 || cfg->ns_steps > 100)
-        return cz__error_set(err, CZ_EINVALID, "ns_steps = %d; expected 0..100", cfg->ns_steps);
+                             cfg->muon.ns_coeffs, cz__ns_coeffs_names());
+    if (cfg->muon.ns_steps < 0 || cfg->muon.ns_steps > 100)
+        return cz__error_set(err, CZ_EINVALID, "ns_steps = %d; expected 0..100",
+                             cfg->muon.ns_steps);
     /* A zero eps divides a zero gradient block by zero: the update would be NaN. */
-    if (!(cfg->ns_eps > 0.0f) || !isfinite(cfg->ns_eps))
+    if (!(cfg->muon.ns_eps > 0.0f) || !isfinite(cfg->muon.ns_eps))
         return cz__error_set(err, CZ_EINVALID, "ns_eps = %g; expected a finite value > 0",
-                             (double)cfg->ns_eps);
+                             (double)cfg->muon.ns_eps);
     return CZ_OK;
 }
 

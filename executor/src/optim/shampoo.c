@@ -37,19 +37,19 @@ int cz__shampoo_hparams_from_config(cz_shampoo_hparams *h, const cz_exec_config 
     *h = (cz_shampoo_hparams){
         .lr = cfg->lr == CZ_EXEC_LR_DEFAULT ? CZ_SHAMPOO_LR : cfg->lr,
         .weight_decay = cfg->weight_decay,
-        .beta1 = cfg->shampoo_beta1,
-        .beta2 = cfg->shampoo_beta2,
-        .eps = cfg->shampoo_eps,
-        .momentum = cfg->shampoo_momentum,
-        .graft_eps = cfg->shampoo_graft_eps,
-        .nesterov = cfg->shampoo_nesterov,
+        .beta1 = cfg->shampoo.beta1,
+        .beta2 = cfg->shampoo.beta2,
+        .eps = cfg->shampoo.eps,
+        .momentum = cfg->shampoo.momentum,
+        .graft_eps = cfg->shampoo.graft_eps,
+        .nesterov = cfg->shampoo.nesterov,
         .freq = freq,
-        .start_step = cfg->shampoo_start_step < 0 ? freq : cfg->shampoo_start_step,
-        .max_dim = cfg->shampoo_max_dim > 0 ? cfg->shampoo_max_dim : 1024,
-        .bias_correction = cfg->shampoo_bias_correction,
-        .grafting = cfg->shampoo_grafting,
+        .start_step = cfg->shampoo.start_step < 0 ? freq : cfg->shampoo.start_step,
+        .max_dim = cfg->shampoo.max_dim > 0 ? cfg->shampoo.max_dim : 1024,
+        .bias_correction = cfg->shampoo.bias_correction,
+        .grafting = cfg->shampoo.grafting,
     };
-    h->graft_beta2 = cfg->shampoo_graft_beta2 >= 0.0f ? cfg->shampoo_graft_beta2
+    h->graft_beta2 = cfg->shampoo.graft_beta2 >= 0.0f ? cfg->shampoo.graft_beta2
                      : h->grafting == CZ_GRAFT_ADAM   ? 0.999f
                                                       : 0.99f;
     if (freq < 1)

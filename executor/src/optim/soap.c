@@ -38,13 +38,13 @@ int cz__soap_hparams_from_config(cz_soap_hparams *h, const cz_exec_config *cfg, 
     *h = (cz_soap_hparams){
         .lr = cfg->lr == CZ_EXEC_LR_DEFAULT ? CZ_SOAP_LR : cfg->lr,
         .weight_decay = cfg->weight_decay,
-        .beta1 = cfg->soap_beta1,
-        .beta2 = cfg->soap_beta2,
-        .shampoo_beta = cfg->soap_shampoo_beta < 0.0f ? cfg->soap_beta2 : cfg->soap_shampoo_beta,
-        .eps = cfg->soap_eps,
+        .beta1 = cfg->soap.beta1,
+        .beta2 = cfg->soap.beta2,
+        .shampoo_beta = cfg->soap.shampoo_beta < 0.0f ? cfg->soap.beta2 : cfg->soap.shampoo_beta,
+        .eps = cfg->soap.eps,
         .freq = freq,
         .max_dim = max_dim,
-        .bias_correction = cfg->soap_bias_correction,
+        .bias_correction = cfg->soap.bias_correction,
     };
     if (freq < 1 || max_dim < 1)
         return cz__error_set(err, CZ_EINVALID,
