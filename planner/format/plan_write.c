@@ -324,10 +324,7 @@ static void write_plan(writer *w, const cz_plan *p, char hash[65])
         return;
     }
     cz__jw_begin_object(&w->js, NULL);
-    cz__jw_string(&w->js, "schema",
-                  experts ? CZ_PLAN_SCHEMA_EXPERT
-                  : split ? CZ_PLAN_SCHEMA_SPLIT
-                          : CZ_PLAN_SCHEMA);
+    cz__jw_string(&w->js, "schema", cz__plan_schema_needed(p));
     cz__jw_begin_object(&w->js, "generator");
     cz__jw_string(&w->js, "name", p->generator ? p->generator : "canzona");
     cz__jw_string(&w->js, "version", p->generator_version ? p->generator_version : CZ_VERSION);

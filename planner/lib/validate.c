@@ -456,31 +456,30 @@ static void check_tasks(vctx *c, const cz_plan *p, const cz_model *m, const cz_c
     tally_report(c, &not_forced, "settings.coop", "$.settings.coop", what);
 }
 
-/* A canzona.plan/2 file has a block or cooperative task; any other plan is canzona.plan/1. */
+/* The schema the plan's content needs is the format's rule (cz__plan_schema_needed: what the
+ * writer writes and the executor demands): version 3 for expert groups, whatever their tasks, 2
+ * for a block or cooperative task, else 1. Each message says which part of it broke (the
+ * reader refuses expert keys in versions 1 and 2). */
 static void check_schema(vctx *c, const cz_plan *p)
 {
     if (p->schema_version == 0)
         return; /* built in memory */
-    bool split = cz__plan_has_split_tasks(p);
+    const char *need = cz__plan_schema_needed(p);
     at(c, "$.schema");
     c->checks++;
-    /* Version 3 is the plans with expert groups, whatever their tasks (the reader refuses
-     * expert keys in the other versions). */
-    if (p->schema_version == 3 && !cz_plan_has_experts(p))
+    if (p->schema_version == 3 && strcmp(need, CZ_PLAN_SCHEMA_EXPERT) != 0)
         viol(c, "plan.schema",
              "the schema is \"%s\" but the plan has no expert groups: such a plan is \"%s\"",
-             CZ_PLAN_SCHEMA_EXPERT, split ? CZ_PLAN_SCHEMA_SPLIT : CZ_PLAN_SCHEMA);
-    else if (p->schema_version == 3)
-        return;
-    else if (p->schema_version == 2 && !split)
+             CZ_PLAN_SCHEMA_EXPERT, need);
+    else if (p->schema_version == 2 && strcmp(need, CZ_PLAN_SCHEMA_SPLIT) != 0)
         viol(c, "plan.schema",
              "the schema is \"%s\" but the plan has no block or cooperative task: such a plan "
              "is \"%s\" (canzona plan writes version 2 only when it needs it)",
-             CZ_PLAN_SCHEMA_SPLIT, CZ_PLAN_SCHEMA);
-    else if (p->schema_version == 1 && split)
+             CZ_PLAN_SCHEMA_SPLIT, need);
+    else if (p->schema_version == 1 && strcmp(need, CZ_PLAN_SCHEMA) != 0)
         viol(c, "plan.schema",
              "the schema is \"%s\" but the plan has block or cooperative tasks, which need \"%s\"",
-             CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT);
+             CZ_PLAN_SCHEMA, need);
 }
 
 /* ---- metrics ---------------------------------------------------------------------------- */
