@@ -5,10 +5,22 @@ backend "cuda" only the control plane comes here, the data plane is NCCL).
 Every callback is blocking and runs on the calling thread (the executor's step). A Python
 exception inside one must not cross ctypes (it would be printed and 0 returned): it is kept,
 the callback returns -1, and the executor's error carries its text through last_error.
+
+A tensor handed to gloo is also held by gloo's worker thread, which lets go of it only after
+the collective has returned here (measured: 1 ms later on an idle machine, unbounded on a
+loaded one). If Python dropped it first, the worker thread frees the tensor's Python object and
+takes the GIL for that; at interpreter exit that thread is killed while unwinding and the
+process aborts ("terminate called without an active exception"). So each tensor stays held
+here until only Python holds it, and close() and exit wait for that (TorchComm.drain).
 """
+import atexit
 import ctypes
+import time
+import weakref
 
 from . import _lib
+
+_LIVE = weakref.WeakSet()  # every TorchComm not yet drained, for the exit hook
 
 
 def global_ranks(group):
@@ -55,6 +67,8 @@ class TorchComm:
                       _lib.COMM_DP: list(dp_ranks), _lib.COMM_TP: list(tp_ranks)}
         self.error = None
         self._error_bytes = b""
+        self._held = []  # tensors gloo's worker may still hold (module docstring)
+        _LIVE.add(self)
         me = dist.get_rank()
         self.cb = _lib.CommCallbacks(
             version=_lib.CZ_COMM_CALLBACKS_VERSION, user=None,
@@ -80,26 +94,62 @@ class TorchComm:
     def _last_error(self, user):
         return self._error_bytes
 
+    def _hold(self, tensors):
+        """Keeps tensors passed to a collective until gloo's worker has let go of them; drops
+        those it has let go of already."""
+        self._held = [t for t in self._held if _still_shared(t)]
+        self._held.extend(tensors)
+
+    def drain(self, timeout=10.0):
+        """Waits (at most timeout seconds) until gloo's workers hold none of the tensors handed
+        to them, then lets go of them here: the last reference to each is Python's, on this
+        thread. Every collective has returned by then, so this waits for the workers' clean-up
+        only, normally a millisecond."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._held = [t for t in self._held if _still_shared(t)]
+            if not self._held or time.monotonic() > deadline:
+                return  # past the deadline what is still shared stays held: a leak, not a crash
+            time.sleep(0.001)
+
     def _all_reduce(self, user, group, ptr, count, dtype, op):
         t = _host_tensor(ptr, count, dtype)
         red = self.dist.ReduceOp.MIN if op == _lib.COMM_MIN else self.dist.ReduceOp.SUM
         self.dist.all_reduce(t, op=red, group=self.groups[group])
+        self._hold((t,))
 
     def _broadcast(self, user, group, ptr, count, dtype, root):
         t = _host_tensor(ptr, count, dtype)
         self.dist.broadcast(t, src=self.ranks[group][root], group=self.groups[group])
+        self._hold((t,))
 
     def _exchange(self, user, group, transfers, n):
         # Receives posted before sends: at most one of each per peer, completed together.
-        works = []
+        works, tensors = [], []
         order = sorted(range(n), key=lambda k: transfers[k].send)
         for k in order:
             x = transfers[k]
             t = _host_tensor(x.buf, x.count, x.dtype)
             peer = self.ranks[group][x.peer]
+            tensors.append(t)
             if x.send:
                 works.append(self.dist.isend(t, dst=peer, group=self.groups[group]))
             else:
                 works.append(self.dist.irecv(t, src=peer, group=self.groups[group]))
         for w in works:
             w.wait()
+        self._hold(tensors)
+
+
+def _still_shared(t):
+    """Whether anything besides Python holds tensor t (gloo's worker, its work object)."""
+    count = getattr(t, "_use_count", None)
+    return count is not None and count() > 1
+
+
+@atexit.register
+def _drain_at_exit():
+    # atexit runs before the interpreter stops other threads taking the GIL: the last point
+    # where gloo's workers can still let go safely.
+    for comm in list(_LIVE):
+        comm.drain()

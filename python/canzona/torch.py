@@ -450,6 +450,9 @@ class Optimizer(torch.optim.Optimizer):
         ex, self._ex = getattr(self, "_ex", None), None
         if ex is not None:
             _lib.lib().cz_executor_free(ex)
+        comm = getattr(self, "_comm", None)
+        if comm is not None:
+            comm.drain()  # gloo's workers let go of the step's tensors before the job exits
 
     def __del__(self):
         self.close()
