@@ -678,3 +678,23 @@ int cz_cli_calibrate(const char *cmd, cz_cluster *cluster, const char *path)
     fprintf(stderr, "canzona %s: %s\n", cmd, err.message);
     return 1;
 }
+
+const char *cz_cli_bound_terms(char *buf, size_t n, double base, const double terms[4],
+                               cz_cost_unit unit)
+{
+    static const char *const names[4] = {"stage load/GPUs", "EP group's experts/GPUs",
+                                         "two tasks on one GPU", "largest dense task + EP group"};
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < 4 && used < n; k++) {
+        if (!(terms[k] > base * (1.0 + 1e-12)))
+            continue;
+        char v[64];
+        int w = snprintf(buf + used, n - used, ", %s %s", names[k],
+                         cz_cli_format_cost(v, sizeof v, terms[k], unit));
+        if (w < 0)
+            break;
+        used += (size_t)w < n - used ? (size_t)w : n - used - 1;
+    }
+    return buf;
+}

@@ -163,6 +163,12 @@ const char *cz_cli_jstr(json_t *o, const char *key);
 /* Formats a cost in the unit with a readable scale ("12.3 ms", "4.56 TFLOP", "1.23 G elem");
  * an exact zero prints without decimals ("0 s", "0 FLOP", "0 elem"). */
 const char *cz_cli_format_cost(char *buf, size_t n, double value, cz_cost_unit unit);
+/* The atomic lower bound's structural terms (docs/PLANNER.md, "The lower bound") that exceed
+ * base = max(total/GPUs, largest task), as ", NAME VALUE" for each, in buf ("" when none
+ * does): the text `plan` and `inspect` append to "max(total/GPUs .., largest task ..". terms:
+ * stage load, EP group, two tasks on one GPU, largest dense task with an EP group. */
+const char *cz_cli_bound_terms(char *buf, size_t n, double base, const double terms[4],
+                               cz_cost_unit unit);
 /* Formats bytes as GiB/MiB. */
 const char *cz_cli_format_bytes(char *buf, size_t n, double bytes);
 /* A GiB figure without its unit ("12.34", or "1.234e+15" when huge). All three formatters fit

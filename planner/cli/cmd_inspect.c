@@ -19,7 +19,8 @@ static void inspect_help(FILE *f)
             "mean, owned parameters and matrices, TP makespan, micro-groups, min..max load and\n"
             "optimizer-state memory over its TP ranks); imbalance figures (DP and GPU max/mean,\n"
             "makespan, average load, lower bound, atomic lower bound max(total/GPUs, largest\n"
-            "task), the makespan over each); the N\n"
+            "task, and the stage, EP-group and shared-GPU terms where one is larger), the\n"
+            "makespan over each); the N\n"
             "busiest ranks with their largest parameters and each one's share of the rank's\n"
             "load; micro-group statistics per DP rank; and the matrices heavier than an\n"
             "average GPU's load, which no partition can split. Costs are in the plan's unit.\n"
@@ -176,11 +177,16 @@ static void print_text(const cz_plan *p, json_t *r, int all)
            cz_cli_format_cost(a, sizeof a, avg, u));
     printf("  lower bound               %s (%s)\n", cz_cli_format_cost(a, sizeof a, slb, u),
            slb < lb ? "with the block and cooperative tasks allowed" : "= the atomic lower bound");
-    printf("  atomic lower bound        %s = max(total/GPUs %s, largest task %s)\n",
-           cz_cli_format_cost(a, sizeof a, lb, u),
-           cz_cli_format_cost(b, sizeof b, cz_cli_jnum(sum, "total_cost") / (p->dp * p->tp * p->pp),
-                              u),
-           cz_cli_format_cost(c, sizeof c, cz_cli_jnum(sum, "max_task_cost"), u));
+    double per_gpu = cz_cli_jnum(sum, "total_cost") / (p->dp * p->tp * p->pp);
+    json_t *lbt = json_object_get(sum, "lower_bound_terms");
+    double largest = cz_cli_jnum(lbt, "largest_task");
+    double terms4[4] = {cz_cli_jnum(lbt, "stage_load"), cz_cli_jnum(lbt, "expert_group"),
+                        cz_cli_jnum(lbt, "shared_gpu"), cz_cli_jnum(lbt, "dense_with_group")};
+    char terms[256];
+    cz_cli_bound_terms(terms, sizeof terms, per_gpu > largest ? per_gpu : largest, terms4, u);
+    printf("  atomic lower bound        %s = max(total/GPUs %s, largest task %s%s)\n",
+           cz_cli_format_cost(a, sizeof a, lb, u), cz_cli_format_cost(b, sizeof b, per_gpu, u),
+           cz_cli_format_cost(c, sizeof c, cz_cli_jnum(sum, "max_task_cost"), u), terms);
     printf("  makespan / average load   %.4f\n", avg > 0 ? mk / avg : 0.0);
     printf("  makespan / lower bound    %.4f\n", slb > 0 ? mk / slb : 0.0);
     printf("  makespan / atomic lower bound %.4f\n", cz_cli_jnum(sum, "makespan_over_lower_bound"));

@@ -20,7 +20,8 @@ static void plan_help(FILE *f)
         "for the model on the cluster, writes the plan and prints per-rank loads, imbalance,\n"
         "TP makespan against the average load (total cost / GPUs), the lower bound (under\n"
         "--split-blocks and --coop, the bound of the freedom they allow) and the atomic\n"
-        "lower bound max(total cost / GPUs, largest task), and optimizer-state memory, with\n"
+        "lower bound max(total cost / GPUs, largest task, and the stage, EP-group and\n"
+        "shared-GPU terms where one is larger), and optimizer-state memory, with\n"
         "a note naming --coop auto when, with whole matrices, the largest task is more than\n"
         "1.3x the average load. A regular output file is written atomically (temporary file,\n"
         "then rename); a device or FIFO is written in place; a symbolic link is followed; an\n"
@@ -196,10 +197,18 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
             cz_cli_format_cost(a, sizeof a, mt->split_lower_bound, u),
             mt->split_lower_bound < mt->lower_bound ? "with the block and cooperative tasks allowed"
                                                     : "= the atomic lower bound");
-    fprintf(out, "atomic lower bound             %s = max(total/GPUs %s, largest task %s)\n",
+    cz_lower_bound lb = {0};
+    cz_error lb_err = {0};
+    char terms[256] = "";
+    if (cz__plan_lower_bound(p, &lb, &lb_err) == CZ_OK) {
+        double t[4] = {lb.stage_load, lb.expert_group, lb.shared_gpu, lb.dense_with_group};
+        cz_cli_bound_terms(terms, sizeof terms,
+                           per_gpu > lb.largest_task ? per_gpu : lb.largest_task, t, u);
+    }
+    fprintf(out, "atomic lower bound             %s = max(total/GPUs %s, largest task %s%s)\n",
             cz_cli_format_cost(a, sizeof a, mt->lower_bound, u),
             cz_cli_format_cost(b, sizeof b, per_gpu, u),
-            cz_cli_format_cost(d, sizeof d, mt->max_task_cost, u));
+            cz_cli_format_cost(d, sizeof d, mt->max_task_cost, u), terms);
     fprintf(out, "makespan / average load        %.4f\n",
             mt->average_load > 0 ? mt->tp_makespan / mt->average_load : 1.0);
     fprintf(out, "makespan / lower bound         %.4f\n",

@@ -288,9 +288,11 @@ typedef struct cz_plan_metrics {
     double tp_imbalance;      /* max/mean of gpu_load */
     double total_cost;        /* sum of all parameter costs */
     double max_task_cost;     /* largest single task (matrix cost, or elementwise cost / tp) */
-    double lower_bound;       /* the atomic lower bound: max(total_cost / (dp*tp*pp),
-                                 max_task_cost), a bound on plans that keep matrices whole and
-                                 hosted (the plan file's "lower_bound", in every version) */
+    double lower_bound;       /* the atomic lower bound (planner/lib/lower_bound.c): the
+                                 largest of the largest task, each stage's load over its GPUs,
+                                 each EP group's over its GPUs and two pigeonhole terms; a bound
+                                 on plans that keep matrices whole and hosted (the plan file's
+                                 "lower_bound", in every version) */
     double average_load;      /* total_cost / (dp*tp*pp) */
     double split_lower_bound; /* the bound under the plan's task freedom (block tasks, the
                                  cooperative widths its settings allow; tp_tasks.c,

@@ -31,7 +31,8 @@ double cz__dm_kernel_seconds(const cz_cluster *c, double bytes);
  * executor does not take, is modelled as bf16). */
 cz_gemm_prec cz__dm_ns_prec(cz_dtype dtype);
 /* Whether the executor takes the symmetric form (SYRK) for rows x cols matrices: fp32 from
- * 4096 rows (cz__ns_use_syrk, executor/src/compute/ns_plan.h, CZ_NS_SYRK_MIN_ROWS_CUDA); never bf16. */
+ * 4096 rows (cz__ns_use_syrk, executor/src/compute/ns_plan.h, CZ_NS_SYRK_MIN_ROWS_CUDA); never
+ * bf16. */
 int cz__dm_use_syrk(int64_t rows, cz_gemm_prec prec);
 /* What one Newton-Schulz iteration of `batch` same-shape matrices launches in the executor
  * (cz__ns_plan): GEMM calls (one strided-batched call each), SYRK calls (one per matrix) and
@@ -290,6 +291,21 @@ int cz__domain_index_build(cz_domain_index *ix, const cz_plan *plan, cz_error *e
 void cz__domain_index_free(cz_domain_index *ix);
 /* Domain of (stage, dense or expert EP rank), -1 when there is none. */
 int cz__domain_index_of(const cz_domain_index *ix, int stage, int expert, int ep_rank);
+/* ---- lower_bound.c ---- */
+/* The atomic lower bound and its terms (each proved in docs/PLANNER.md, "The lower bound"). */
+typedef struct cz_lower_bound {
+    double value;            /* the largest term: metrics.lower_bound */
+    double largest_task;     /* the largest whole task */
+    double stage_load;       /* max over stages: the stage's cost / its GPUs */
+    double expert_group;     /* max over (stage, EP rank): its experts' cost / its GPUs */
+    double shared_gpu;       /* max over stages and EP groups of G GPUs: the G-th plus the
+                                (G + 1)-th largest task (two of the G + 1 largest share a GPU) */
+    double dense_with_group; /* max over stages: min over EP groups of (the stage's largest
+                                dense task + the group's experts) / the group's GPUs */
+} cz_lower_bound;
+int cz__plan_lower_bound(const cz_plan *plan, cz_lower_bound *out, cz_error *err);
+
+/* ---- metrics.c ---- */
 /* Computes plan->metrics from the plan's params, buckets and schedules. */
 int cz__plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err);
 /* The part of each GPU's load (metrics.tp.gpu_load) that its expert rank's work makes, into out

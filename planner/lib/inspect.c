@@ -106,8 +106,7 @@ static int add_ranks(json_t *rep, const cz_plan *p)
             size_t k = (size_t)(s * p->dp + r);
             int owned = 0, matrices = 0;
             for (size_t i = 0; i < p->nparams; i++)
-                if (p->params[i].stage == s && p->params[i].dp_owner == r &&
-                    !p->params[i].expert) {
+                if (p->params[i].stage == s && p->params[i].dp_owner == r && !p->params[i].expert) {
                     owned++;
                     matrices += p->params[i].def.kind == CZ_KIND_MATRIX;
                 }
@@ -251,12 +250,12 @@ static int add_experts(json_t *rep, const cz_plan *p, int top_n)
         const cz_rank_schedule *rs = x < p->nexpert_schedules ? &p->expert_schedules[x] : NULL;
         double load = at_or_zero(m->expert_load, x);
         order[x] = (cz_costed){(int)x, at_or_zero(m->expert_rank_makespan, x)};
-        if (cz__json_push(ranks, json_pack("{s:i, s:i, s:i, s:f, s:f, s:i, s:f, s:i}", "stage",
-                                           (int)(x / per), "ep_rank", (int)(x % per % p->ep),
-                                           "edp_rank", (int)(x % per / p->ep), "load", load,
-                                           "share_of_mean", mean > 0 ? load / mean : 0.0,
-                                           "params", owned[x], "makespan", order[x].cost, "groups",
-                                           rs ? rs->ngroups : 0)))
+        if (cz__json_push(ranks,
+                          json_pack("{s:i, s:i, s:i, s:f, s:f, s:i, s:f, s:i}", "stage",
+                                    (int)(x / per), "ep_rank", (int)(x % per % p->ep), "edp_rank",
+                                    (int)(x % per / p->ep), "load", load, "share_of_mean",
+                                    mean > 0 ? load / mean : 0.0, "params", owned[x], "makespan",
+                                    order[x].cost, "groups", rs ? rs->ngroups : 0)))
             goto done;
     }
     cz__costed_sort(order, nx);
@@ -480,6 +479,20 @@ int cz__plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, c
         cz__json_put(
             sum, "makespan_over_split_lower_bound",
             json_real(m->split_lower_bound > 0 ? m->tp_makespan / m->split_lower_bound : 0.0))) {
+        json_decref(sum);
+        goto done;
+    }
+    /* The lower bound's terms (lower_bound.c), so that a reader sees which one binds. */
+    cz_lower_bound lb;
+    if (cz__plan_lower_bound(plan, &lb, err) != CZ_OK) {
+        json_decref(sum);
+        goto done;
+    }
+    if (cz__json_put(sum, "lower_bound_terms",
+                     json_pack("{s:f, s:f, s:f, s:f, s:f}", "largest_task", lb.largest_task,
+                               "stage_load", lb.stage_load, "expert_group", lb.expert_group,
+                               "shared_gpu", lb.shared_gpu, "dense_with_group",
+                               lb.dense_with_group))) {
         json_decref(sum);
         goto done;
     }

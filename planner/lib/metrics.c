@@ -8,16 +8,15 @@
  * parameters are charged the same way. Under every other strategy a DP rank is charged what it
  * owns. Elementwise work and state are spread evenly over the TP ranks.
  *
- * lower_bound = max(total / GPUs, largest task), the atomic lower bound, bounds every plan that
- * keeps parameters whole and hosted; the split layout's fragmented elementwise parameters are
- * not tasks. average_load = total / GPUs. split_lower_bound bounds every plan with the tasks and
+ * lower_bound, the atomic lower bound (lower_bound.c), bounds every plan that keeps parameters
+ * whole and hosted; the split layout's fragmented elementwise parameters are not tasks. average_load = total / GPUs. split_lower_bound bounds every plan with the tasks and
  * widths the settings allow (cz__task_lower_bound, tp_tasks.c): from the plan's task table, or
  * one rebuilt from the cluster for a plan read from a file; without a cluster, the atomic bound
  * when the settings allow no split and a weaker bound when they do: the average load, with
  * each matrix at 3/4 of its cost under cooperative widths. average_load itself is no bound once
  * tasks may be cooperative: a cooperative task's Gram panels skip work its hosted cost counts.
  * The even baseline splits elementwise parameters across DP ranks, so its makespan can fall
- * below the largest elementwise task; only total / GPUs bounds it.
+ * below the largest elementwise task: they are no tasks of the bound there either.
  *
  * A plan with expert groups accumulates the experts over the expert ranks (expert_load,
  * expert_rank_makespan) and their ETP slots, on the same per-GPU arrays: a GPU runs its DP
@@ -336,9 +335,10 @@ int cz__plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
             m->expert_imbalance = r;
     }
     m->tp_imbalance = ratio_max_mean(m->gpu_load, ngpus);
-    m->lower_bound = m->total_cost / (double)(ngpus > 0 ? ngpus : 1);
-    if (m->max_task_cost > m->lower_bound)
-        m->lower_bound = m->max_task_cost;
+    cz_lower_bound lb;
+    if ((rc = cz__plan_lower_bound(plan, &lb, err)) != CZ_OK)
+        goto done;
+    m->lower_bound = lb.value;
     m->average_load = m->total_cost / (double)(ngpus > 0 ? ngpus : 1);
     if ((rc = split_bound(plan, c, &m->split_lower_bound, err)) != CZ_OK)
         goto done;

@@ -154,8 +154,9 @@ static void check_bounds(const cz_plan *plan, const char *ctx)
 {
     const cz_plan_metrics *m = &plan->metrics;
     double gpus = (double)plan->dp * plan->tp * plan->pp;
-    /* Even fragments elementwise parameters: only total / GPUs bounds it (see metrics.c). */
-    double lb = plan->settings.dp == CZ_DP_EVEN ? m->total_cost / gpus : m->lower_bound;
+    /* Every term of the bound holds for every strategy, the even baseline too (its cut
+     * elementwise parameters are no tasks there: lower_bound.c). */
+    double lb = m->lower_bound;
     ck_assert_msg(lb <= m->tp_makespan * (1.0 + 1e-9), "%s: lower bound %g > makespan %g", ctx, lb,
                   m->tp_makespan);
     ck_assert_msg(m->lower_bound >= m->total_cost / gpus * (1.0 - 1e-12), "%s: lower bound", ctx);
