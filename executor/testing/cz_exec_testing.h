@@ -22,6 +22,7 @@
 #include "gpu_plugin.h"
 #include "comm.h"
 #include "comm_self.h"
+#include "comm_callbacks.h"
 #include "comm_mpi.h"
 #include "nccl_plan.h"
 #include "optimizer.h"

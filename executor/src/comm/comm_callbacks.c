@@ -11,7 +11,9 @@
  * asking the job for new groups: torch.distributed creates groups only collectively over the
  * whole world, while the executor splits its TP plane into cooperative sub-planes that differ
  * between DP ranks. A subset's reductions travel through the group's exchange: its first
- * member gathers, reduces and sends the result back. */
+ * member gathers, reduces and sends the result back, a chunk of the elements at a time so that
+ * what it holds of the others' values stays under CB_GATHER_BYTES whatever the subset's size
+ * (an expert-DP plane of 512 members would otherwise hold 511 copies of the largest bucket). */
 #include "comm_callbacks.h"
 
 #include "alloc.h"
@@ -22,12 +24,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The most a subset's first member holds of the other members' values at a time. */
+#define CB_GATHER_BYTES ((size_t)64 << 20)
+
 typedef struct cb_plane {
     const cz_comm_callbacks *cb;
     cz_comm_group group;
     int *members; /* plane rank -> rank in group; NULL: the group itself */
     /* Grown on demand, reserved at create for the DP plane: the reduce-scatter's copy of the
-     * gradients, and a subset's reduction inputs (size - 1 buffers, on its first member). */
+     * gradients, and a subset's reduction inputs (size - 1 chunks, on its first member, at
+     * most CB_GATHER_BYTES). */
     char *rs, *gather;
     size_t rs_len, gather_len;
 } cb_plane;
@@ -119,19 +125,20 @@ static int exchange(cb_plane *h, cz_comm_transfer *t, int n, cz_error *err)
     return rc ? cb_fail(h->cb, h->group, rc, "exchange", err) : CZ_OK;
 }
 
-/* In-place reduction over the plane: the group's all_reduce, or for a subset its first member
- * gathering the others' values, reducing them and sending the result back. */
-static int plane_reduce(cz_plane *p, void *buf, size_t count, cz_comm_dtype t, cz_comm_op op,
-                        cz_error *err)
+/* Elements per chunk of a subset's reduction: size - 1 chunks of them fit CB_GATHER_BYTES. */
+static size_t chunk_elems(size_t es, int size)
+{
+    size_t n = CB_GATHER_BYTES / (es * (size_t)(size > 1 ? size - 1 : 1));
+    return n > 0 ? n : 1;
+}
+
+/* One chunk of a subset's reduction: the first member gathers the others' values, reduces
+ * them and sends the result back. */
+static int subset_reduce(cz_plane *p, void *buf, size_t count, cz_comm_dtype t, cz_comm_op op,
+                         cz_error *err)
 {
     cb_plane *h = p->impl;
     int rc;
-    if (count == 0 || p->size == 1)
-        return CZ_OK;
-    if (!h->members) {
-        rc = h->cb->all_reduce(h->cb->user, h->group, buf, count, t, op);
-        return rc ? cb_fail(h->cb, h->group, rc, "all_reduce", err) : CZ_OK;
-    }
     size_t bytes = count * comm_bytes(t);
     if (p->rank != 0) {
         cz_comm_transfer x[2] = {{buf, count, t, h->members[0], 1},
@@ -155,6 +162,30 @@ static int plane_reduce(cz_plane *p, void *buf, size_t count, cz_comm_dtype t, c
     for (int r = 1; r < p->size; r++)
         x[r - 1] = (cz_comm_transfer){buf, count, t, h->members[r], 1};
     return exchange(h, x, p->size - 1, err);
+}
+
+/* In-place reduction over the plane: the group's all_reduce, or for a subset subset_reduce
+ * chunk by chunk. */
+static int plane_reduce(cz_plane *p, void *buf, size_t count, cz_comm_dtype t, cz_comm_op op,
+                        cz_error *err)
+{
+    cb_plane *h = p->impl;
+    int rc;
+    if (count == 0 || p->size == 1)
+        return CZ_OK;
+    if (!h->members) {
+        rc = h->cb->all_reduce(h->cb->user, h->group, buf, count, t, op);
+        return rc ? cb_fail(h->cb, h->group, rc, "all_reduce", err) : CZ_OK;
+    }
+    /* Every member cuts the elements into the same chunks (from count, dtype and size alone),
+     * so that the exchanges match one for one. */
+    size_t es = comm_bytes(t), chunk = chunk_elems(es, p->size);
+    for (size_t at = 0; at < count; at += chunk) {
+        size_t n = count - at < chunk ? count - at : chunk;
+        if ((rc = subset_reduce(p, (char *)buf + at * es, n, t, op, err)) != CZ_OK)
+            return rc;
+    }
+    return CZ_OK;
 }
 
 static int plane_bcast(cz_plane *p, void *buf, size_t count, cz_comm_dtype t, int root,
@@ -554,7 +585,16 @@ int cz__plane_callbacks_reserve(cz_plane *p, const cz_plan *plan, cz_error *err)
     int rc;
     if ((rc = grow(&h->rs, &h->rs_len, most * sizeof(float), err)) != CZ_OK)
         return rc;
-    if (h->members && p->rank == 0)
-        return grow(&h->gather, &h->gather_len, most * sizeof(float) * (size_t)(p->size - 1), err);
+    if (h->members && p->rank == 0) {
+        size_t chunk = chunk_elems(sizeof(float), p->size);
+        size_t n = most < chunk ? most : chunk;
+        return grow(&h->gather, &h->gather_len, n * sizeof(float) * (size_t)(p->size - 1), err);
+    }
     return CZ_OK;
+}
+
+size_t cz__plane_callbacks_scratch(const cz_plane *p)
+{
+    const cb_plane *h = p->impl;
+    return h ? h->rs_len + h->gather_len : 0;
 }

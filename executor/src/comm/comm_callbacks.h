@@ -17,7 +17,11 @@ int cz__ctrl_callbacks_open(cz_ctrl *c, const cz_comm_callbacks *cb, cz_error *e
  * that has them: size and rank are then the group's, which the callbacks cannot tell). */
 int cz__plane_callbacks_open(cz_plane *p, const cz_comm_callbacks *cb, cz_comm_group group,
                              int size, int rank, cz_error *err);
-/* Reserves the DP plane's reduce-scatter buffer for the plan's largest bucket, at create. */
+/* Reserves the DP plane's reduce-scatter buffer for the plan's largest bucket, at create, and
+ * on a subset's first member what its reductions gather: at most 64 MiB however many members
+ * the subset has (comm_callbacks.c, CB_GATHER_BYTES). */
 int cz__plane_callbacks_reserve(cz_plane *p, const cz_plan *plan, cz_error *err);
+/* The scratch bytes plane p holds now (the reduce-scatter copy and the gathered chunks). */
+size_t cz__plane_callbacks_scratch(const cz_plane *p);
 
 #endif /* CZ_COMM_CALLBACKS_H */
