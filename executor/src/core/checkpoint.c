@@ -605,6 +605,10 @@ int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err)
     ex->phase = (cz_phase){"saving the optimizer state", ex->steps};
     if (ex->bws_settle && (rc = ex->bws_settle(ex, "save_state", err)) != CZ_OK)
         return rc;
+    /* A state that matches no step would be written with a step count none of its tensors
+     * has: refused on every rank. */
+    if ((rc = cz__exec_poison_agree(ex, "save_state", err)) != CZ_OK)
+        return rc;
     rc = save_prepare(ex, path, &s, err);
     if ((rc = agree(ex, rc, "prepare the checkpoint", err)) != CZ_OK ||
         (rc = save_holders(ex, &s, err)) != CZ_OK)
@@ -793,8 +797,13 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err)
     /* A failure on the way is shared here, so that no rank is left in a transfer: every rank
      * enters the agreement, whatever its own outcome. */
     if ((rc = agree(ex, load_tensors(ex, &l, err), "load the optimizer-state checkpoint", err)) ==
-        CZ_OK)
+        CZ_OK) {
         ex->steps = l.steps;
+        ex->poison.on = false; /* the whole state is the file's now */
+    } else {
+        /* Some tensors may be the file's, others not. */
+        cz__exec_poison(ex, "load_state failed while distributing %s", path ? path : "the file");
+    }
 done:
     bufs_close(ex, &l.b);
     free(l.e);
