@@ -128,7 +128,7 @@ static int rates_agree(cz_executor *ex, double changed, const cz_step_early *ear
                          "clipping thresholds (every rank must set the same before the same "
                          "step); %s%s",
                          step, unchanged,
-                         v[2] != INT64_MAX && !early->moved
+                         v[2] != INT64_MAX && !(early && early->moved)
                              ? " here, but early updates had changed another rank's: restore a "
                                "checkpoint"
                              : "");
