@@ -648,8 +648,8 @@ int cz_executor_step_cancel(cz_executor *ex, cz_error *err)
     cz_error tmp;
     ex->phase = (cz_phase){"bucket-wise step: cancelled, agreeing on what moved", ex->steps + 1};
     int crc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &v, 1, rc != CZ_OK ? &tmp : err);
-    if (crc != CZ_OK && moved)
-        v = ex->ctrl.rank;
+    if (crc != CZ_OK) /* what the others hold is unknown: this rank's own */
+        v = moved ? ex->ctrl.rank : INT64_MAX;
     ovl_poison_if_moved(ex, v, "cancelled");
     if (rc != CZ_OK || crc != CZ_OK)
         return rc != CZ_OK ? rc : crc;
