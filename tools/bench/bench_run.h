@@ -123,7 +123,8 @@ int cz_bench_full_grad(const bench_opts *o, const cz_plan_param *p, int64_t step
  * weight (its ranks among those) / TP. Summed over expert-DP and scaled by 1/DP as the
  * executor reduces expert buckets, that is the mean over the DP replicas under every expert
  * grid, the dense parameters' average: runs at EP 1, 2 and 4 are one computation (before, each
- * expert-DP rank held one replica's gradient, and the average was 1/EP of it). */
+ * expert-DP rank held one replica's gradient, and the average was expert-DP/DP of it: 1/EP
+ * when ETP = TP). */
 int cz_bench_rank_grad(const bench_opts *o, const cz_plan *plan, const cz_plan_param *p,
                        int64_t step, int replica, float *out, float *tmp, cz_error *err);
 /* The DP replicas cz_bench_rank_grad sums for p at `replica`: the count, from *first on, and
