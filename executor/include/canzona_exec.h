@@ -422,7 +422,13 @@ int cz_executor_wait(cz_executor *ex, cz_error *err);
 
 /* Runs one optimizer step. Collective over the world communicator. Returns CZ_EINVALID
  * naming the parameter when an owned gradient holds NaN or Inf (on every rank; no parameter
- * is changed then), CZ_EINVALID when buffers are not bound. */
+ * is changed then), CZ_EINVALID when buffers are not bound. A step that fails after its first
+ * update leaves a state that matches no step; so does a bucket-wise step cancelled or refused
+ * after early updates moved some rank's state (cz_executor_step_cancel). Then this executor is
+ * poisoned: cz_executor_step (on every rank, before any update), the bucket-wise step and
+ * cz_executor_save_state return CZ_EINVALID "... the optimizer state matches no step (why);
+ * restore a checkpoint (cz_executor_load_state) first", until a cz_executor_load_state
+ * succeeds. */
 int cz_executor_step(cz_executor *ex, cz_error *err);
 
 /* The bucket-wise step: cz_executor_step cut where the job's passes can run beside it, so that
@@ -471,11 +477,14 @@ int64_t cz_executor_param_bucket(const cz_executor *ex, size_t i);
 int cz_executor_bucket_ready(cz_executor *ex, size_t bucket, cz_error *err);
 int cz_executor_step_finish(cz_executor *ex, cz_error *err);
 int cz_executor_bucket_wait(cz_executor *ex, size_t bucket, cz_error *err);
-/* Abandons the open bucket-wise step (collective over the DP planes: every rank calls it, e.g.
- * when the job found a fault of its own after some buckets were declared): completes the
- * reduce-scatters posted and those not yet posted (their data unused), updates nothing and
- * counts no step; the gradients bound are unspecified after it. Without an open step: CZ_OK,
- * nothing done. */
+/* Abandons the open bucket-wise step (collective over the world: every rank calls it, with an
+ * open step or not, e.g. when the job found a fault of its own after some buckets were
+ * declared): completes the reduce-scatters posted and those not yet posted (their data unused),
+ * updates nothing more and counts no step; the gradients bound are unspecified after it. When
+ * early updates had already moved some rank's parameters and optimizer state, every rank
+ * returns CZ_EINVALID saying which ("... restore a checkpoint") and the executor is poisoned
+ * (cz_executor_step): save_state and the steps are refused until a load_state. Else, and
+ * without an open step on any rank: CZ_OK. */
 int cz_executor_step_cancel(cz_executor *ex, cz_error *err);
 
 /* Early updates in the bucket-wise step (docs/EXECUTOR.md, "Early updates"), off by default.
@@ -547,7 +556,11 @@ int cz_executor_set_max_grad_norm(cz_executor *ex, float max_grad_norm, cz_error
  * (device memory for a GPU backend): it moves through the backend's download and upload and
  * the data plane, with rank 0 holding the whole file in host memory. Not between
  * cz_executor_step_async and cz_executor_wait. The parameters themselves are the job's to
- * save. CZ_EUNSUPPORTED with a compute backend that cannot upload to its memory. */
+ * save. CZ_EUNSUPPORTED with a compute backend that cannot upload to its memory. Save refuses
+ * (CZ_EINVALID, every rank, nothing written) a poisoned executor, whose state matches no step
+ * (cz_executor_step): its file would carry a step count none of its tensors has. A load that
+ * succeeds clears that condition; one that fails while distributing the tensors (some of them
+ * then the file's) sets it. */
 int cz_executor_save_state(cz_executor *ex, const char *path, cz_error *err);
 int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err);
 

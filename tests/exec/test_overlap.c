@@ -402,6 +402,26 @@ START_TEST(early_updates_same_bits)
 }
 END_TEST
 
+/* What an executor whose state moved in a step that did not complete refuses: save_state
+ * (which would write a step count that matches none of its tensors: `path` is not created),
+ * the plain step and the bucket-wise one, each saying to restore a checkpoint. */
+static void expect_poisoned(cz_executor *ex, const char *path)
+{
+    cz_error err;
+    ck_assert_int_eq(cz_executor_save_state(ex, path, &err), CZ_EINVALID);
+    ck_assert_msg(strstr(err.message, "save_state: the optimizer state matches no step") &&
+                      strstr(err.message, "restore a checkpoint (cz_executor_load_state)"),
+                  "%s", err.message);
+    ck_assert_int_eq(access(path, F_OK), -1);
+    ck_assert_int_eq(cz_executor_step(ex, &err), CZ_EINVALID);
+    ck_assert_msg(strstr(err.message, "step: the optimizer state matches no step"), "%s",
+                  err.message);
+    ck_assert_int_eq(cz_executor_bucket_ready(ex, 0, &err), CZ_EINVALID);
+    ck_assert_msg(strstr(err.message, "bucket_ready: the optimizer state matches no step"), "%s",
+                  err.message);
+    ck_assert_int_eq(cz_executor_step_cancel(ex, &err), 0); /* nothing open */
+}
+
 /* What early updates refuse: the NaN/Inf check, clipping (at the switch and after it), a
  * switch inside a step; and what a refused step says once they ran: the missing bucket, a
  * cancel, both naming what changed. */
@@ -431,6 +451,12 @@ START_TEST(early_updates_refusals)
     for (size_t k = 0; k < n; k++)
         P[k] = P0[k] = 0.5f * fx_val(k);
     ck_assert_int_eq(cz_executor_bind_buffers(ex, P, G, n, &err), 0);
+    /* The state before any step, to restore below. */
+    char dir[] = "/tmp/cz_poison_XXXXXX", start[64], later[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(start, sizeof start, "%s/start.safetensors", dir);
+    snprintf(later, sizeof later, "%s/later.safetensors", dir);
+    ck_assert_int_eq(cz_executor_save_state(ex, start, &err), 0);
     fill_grads(G, n, 0);
     /* Buckets 0 and 1 declared: proj's group ran, inside the step no switch. */
     ck_assert_int_eq(cz_executor_bucket_ready(ex, 0, &err), 0);
@@ -446,16 +472,31 @@ START_TEST(early_updates_refusals)
     ck_assert_ptr_nonnull(strstr(err.message, "early updates had changed 1 micro-groups and the "
                                               "elementwise parameters of 2 buckets of this rank"));
     ck_assert(memcmp(P, P0, n * sizeof(float)) != 0);
-    /* A cancel after an early group says what moved. */
-    memcpy(P0, P, n * sizeof(float));
+    /* The state now matches no step: a save, a step and a bucket-wise step are refused, saying
+     * so, until a checkpoint is loaded (issue 39). */
+    expect_poisoned(ex, later);
+    ck_assert_msg(cz_executor_load_state(ex, start, &err) == 0, "%s", err.message);
+    memcpy(P, P0, n * sizeof(float)); /* the job restores its own parameters */
+    /* A cancel after an early group says what moved, and poisons the state as well. */
     ck_assert_int_eq(cz_executor_bucket_ready(ex, 0, &err), 0);
     ck_assert_int_eq(cz_executor_bucket_ready(ex, 1, &err), 0);
     ck_assert_int_eq(cz_executor_step_cancel(ex, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "step 1 was cancelled, but early updates had changed "
                                               "1 micro-groups"));
-    /* Without any early group run, a cancel changes nothing and says nothing. */
+    expect_poisoned(ex, later);
+    ck_assert_msg(cz_executor_load_state(ex, start, &err) == 0, "%s", err.message);
+    memcpy(P, P0, n * sizeof(float));
+    /* Without any early group run, a cancel changes nothing and says nothing, and the state
+     * stays usable: saved, then a whole step. */
     ck_assert_int_eq(cz_executor_bucket_ready(ex, 3, &err), 0);
     ck_assert_int_eq(cz_executor_step_cancel(ex, &err), 0);
+    ck_assert_msg(cz_executor_save_state(ex, later, &err) == 0, "%s", err.message);
+    ck_assert(same_file(start, later));
+    ck_assert_int_eq(ovl_step(ex, (const int[]){0, 1, 2, 3}, &err), 0);
+    ck_assert(memcmp(P, P0, n * sizeof(float)) != 0);
+    unlink(start);
+    unlink(later);
+    rmdir(dir);
     cz_executor_free(ex);
     cz_plan_free(pl);
     free(P), free(G), free(P0);

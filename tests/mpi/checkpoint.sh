@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Optimizer-state checkpoints on 4 MPI ranks, resharded. Usage:
-# checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|pp|pp-back|ep|ep-back]
+# checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|pp|pp-back]
 #  muon (default): 20 steps of test-small at DP2·TP2, save the state, load it at DP4·TP1 and
 #    run 20 more steps; the final parameters must equal an uninterrupted 40-step run.
 #  shampoo: 7 steps at DP2·TP2 (refresh every 5 steps, sides above 128 tiled, momentum and
@@ -19,11 +19,7 @@
 #    gathers both stages'), load at PP1·DP4·TP1, 10 more steps.
 #  pp-back: 10 steps at PP1·DP2·TP2, load at PP2·DP1·TP2 (each stage takes its own
 #    parameters' tensors from the file), 10 more steps.
-#  ep: the small MoE (test-moe) for 10 steps at PP2 with, per stage, TP2 and the routed
-#    experts over EP2 x ETP1 x expert-DP1; load at PP1·DP4 with EP1 (experts in the dense
-#    buffer, owned over DP), 10 more steps. ep-back: the other way. (Expert gradients are summed
-#    over expert-DP and scaled by 1/DP, so with every replica's gradient the same the two grids
-#    see the same averaged gradient only when expert-DP = DP, as in both of these.)
+#  (Across expert grids: checkpoint_ep.sh.)
 # Equal means max|a-b|/max|b| <= 1e-5 per parameter. The gradients are the same on every DP
 # replica (so their average does not depend on the DP size) and come from files, so both runs
 # see the same gradients. Also: the same continuation without the loaded state differs (the
@@ -40,7 +36,6 @@ command -v python3 >/dev/null || { echo "python3 not found"; exit 77; }
 src=${CZ_SOURCE_DIR:?}
 model=$src/plans/models/test-small.json
 first=cpu-4-dp2-tp2
-case "${1:-muon}" in ep | ep-back) model=$src/plans/models/test-moe.json; first=cpu-4-dp4-ep2 ;; esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 layout=${1:-unified}
@@ -77,12 +72,7 @@ pp) popt=(--pp-size 2 --dp-size 2 --tp-size 1); popt2=(--dp-size 4); second=cpu-
   n1=10; n2=10; bopt=() ;;
 pp-back) popt=(); popt2=(--pp-size 2 --dp-size 1 --tp-size 2); second=cpu-4-dp2-tp2; n1=10
   n2=10; bopt=() ;;
-ep) popt=(--pp-size 2 --tp-size 2 --dp-size 1 --ep-size 2 --etp-size 1)
-  popt2=(--dp-size 4 --ep-size 1); second=cpu-4-dp4-ep2; n1=10; n2=10; bopt=() ;;
-ep-back) popt=(--dp-size 4 --ep-size 1)
-  popt2=(--pp-size 2 --tp-size 2 --dp-size 1 --ep-size 2 --etp-size 1); second=cpu-4-dp4-ep2
-  n1=10; n2=10; bopt=() ;;
-*) echo "usage: checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|pp|pp-back|ep|ep-back]"; exit 2 ;;
+*) echo "usage: checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|pp|pp-back]"; exit 2 ;;
 esac
 [ ${#popt2[@]} -gt 0 ] || popt2=("${popt[@]}")
 n=$((n1 + n2))
@@ -187,8 +177,6 @@ want = {
     "tasks-back": ["exp_avg", "exp_avg_sq", "momentum"],
     "pp": ["exp_avg", "exp_avg_sq", "momentum"],
     "pp-back": ["exp_avg", "exp_avg_sq", "momentum"],
-    "ep": ["exp_avg", "exp_avg_sq", "momentum"],
-    "ep-back": ["exp_avg", "exp_avg_sq", "momentum"],
     "shampoo": ["exp_avg", "exp_avg_sq", "factor_left", "factor_right", "filtered_grad",
                 "grafting", "inv_root_left", "inv_root_right", "momentum"],
     "soap": ["GG_left", "Q_left", "exp_avg", "exp_avg_sq"],
@@ -208,7 +196,7 @@ PY
 
 # The refusals below do not depend on the layout or the tasks: checked with plain plans only.
 if [ "$mode" = split ] || [ "$mode" = tasks ] || [ "$mode" = tasks-back ] || [ "$mode" = pp ] ||
-  [ "$mode" = pp-back ] || [ "$mode" = ep ] || [ "$mode" = ep-back ]; then
+  [ "$mode" = pp-back ]; then
   echo "ok"
   exit 0
 fi

@@ -9,7 +9,8 @@ step (as a scheduler would, between steps).
 
 Then early updates (overlap=True, early_updates=True, no clipping) against overlap=False without
 clipping: the same, each step with micro-groups updated in the backward pass; the refusal then
-names the micro-groups early updates had changed.
+names the micro-groups early updates had changed, and the state, which matches no step, is
+refused by state_dict() on every rank until load_state_dict() restores one.
 
     python -m torch.distributed.run --standalone --nproc-per-node 4 torch_overlap_check.py TP
 """
@@ -116,6 +117,8 @@ def run(tp, dtype, plan_dir, early=False):
         if not torch.equal(a, b):
             fail(f"{dtype}: parameter {n} differs after {STEPS} steps: max |a-b| "
                  f"{(a.float() - b.float()).abs().max().item()}")
+    # The state after those steps, to restore after the refusal below moves it (early).
+    saved = opts[1].state_dict() if early else None
     # Accumulation without no_sync: the second micro-batch's gradients reach buckets already
     # declared: refused on every rank, nothing changed.
     try:
@@ -127,7 +130,18 @@ def run(tp, dtype, plan_dir, early=False):
         if early and "early updates had changed" not in str(e):
             fail(f"the refusal does not name what early updates changed: {e}")
     if early:
-        # The early micro-groups moved one step: this pair's runs part here.
+        # The early micro-groups moved one step: the state matches no step, so saving it is
+        # refused on every rank until a checkpoint is loaded (issue 39).
+        try:
+            opts[1].state_dict()
+            fail("state_dict() after early updates of a cancelled step was not refused")
+        except canzona.Error as e:
+            if "matches no step" not in str(e) or "restore a checkpoint" not in str(e):
+                fail(f"unexpected message: {e}")
+        opts[1].load_state_dict(saved)
+        if opts[1].state_dict()["step"] != saved["step"]:
+            fail("the state loaded after the refusal is not the saved one")
+        # This pair's runs part here (the parameters moved too: the job's to restore).
         for o in opts:
             o.close()
         if rank == 0:

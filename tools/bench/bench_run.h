@@ -114,6 +114,23 @@ int cz_bench_fill_grads(const bench_opts *o, const cz_plan *plan, const bench_pl
 /* The full gradient of p that DP replica dp sees at step into out: --grad-dir's or generated. */
 int cz_bench_full_grad(const bench_opts *o, const cz_plan_param *p, int64_t step, int dp,
                        float *out, cz_error *err);
+/* The full gradient of p that a rank of DP rank `replica` (for a routed expert, of expert-DP
+ * rank `replica`) holds at step into out (tmp: scratch of the same size). A dense parameter's
+ * is its DP replica's (cz_bench_full_grad). A routed expert's is what a Megatron-Core job's
+ * token dispatcher gives it: the tokens of the EP x ETP ranks of its expert-DP rank (local
+ * ranks replica*EP*ETP up to (replica+1)*EP*ETP - 1 of the stage), each rank holding 1/TP of
+ * its DP replica's tokens (sequence parallelism): so DP replica d's gradient counts with
+ * weight (its ranks among those) / TP. Summed over expert-DP and scaled by 1/DP as the
+ * executor reduces expert buckets, that is the mean over the DP replicas under every expert
+ * grid, the dense parameters' average: runs at EP 1, 2 and 4 are one computation (before, each
+ * expert-DP rank held one replica's gradient, and the average was expert-DP/DP of it: 1/EP
+ * when ETP = TP). */
+int cz_bench_rank_grad(const bench_opts *o, const cz_plan *plan, const cz_plan_param *p,
+                       int64_t step, int replica, float *out, float *tmp, cz_error *err);
+/* The DP replicas cz_bench_rank_grad sums for p at `replica`: the count, from *first on, and
+ * each one's weight. */
+int cz_bench_grad_sources(const cz_plan *plan, const cz_plan_param *p, int replica, int *first);
+float cz_bench_grad_weight(const cz_plan *plan, const cz_plan_param *p, int replica, int dp);
 /* Writes the generated gradients of every step and replica in --grad-dir's layout (rank 0). */
 int cz_bench_dump_grads(const bench_opts *o, const cz_plan *plan, int total, cz_error *err);
 /* Writes every parameter's full tensor (full[i]) as --dump-dir/<name>.npy (rank 0). */

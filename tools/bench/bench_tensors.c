@@ -157,6 +157,46 @@ int cz_bench_full_grad(const bench_opts *o, const cz_plan_param *p, int64_t step
     return rc;
 }
 
+int cz_bench_grad_sources(const cz_plan *plan, const cz_plan_param *p, int replica, int *first)
+{
+    if (!cz_bench_is_expert(plan, p)) {
+        *first = replica;
+        return 1;
+    }
+    int lo = replica * plan->ep * plan->etp, hi = lo + plan->ep * plan->etp;
+    *first = lo / plan->tp;
+    return (hi - 1) / plan->tp - *first + 1;
+}
+
+float cz_bench_grad_weight(const cz_plan *plan, const cz_plan_param *p, int replica, int dp)
+{
+    if (!cz_bench_is_expert(plan, p))
+        return 1.0f;
+    int lo = replica * plan->ep * plan->etp, hi = lo + plan->ep * plan->etp;
+    int a = dp * plan->tp > lo ? dp * plan->tp : lo,
+        b = (dp + 1) * plan->tp < hi ? (dp + 1) * plan->tp : hi;
+    return (float)(b - a) / (float)plan->tp;
+}
+
+int cz_bench_rank_grad(const bench_opts *o, const cz_plan *plan, const cz_plan_param *p,
+                       int64_t step, int replica, float *out, float *tmp, cz_error *err)
+{
+    int first, n = cz_bench_grad_sources(plan, p, replica, &first);
+    int64_t numel = cz_bench_full_numel(p);
+    for (int k = 0; k < n; k++) {
+        float w = cz_bench_grad_weight(plan, p, replica, first + k);
+        int rc = cz_bench_full_grad(o, p, step, first + k, k ? tmp : out, err);
+        if (rc)
+            return rc;
+        /* A weight of 1 and a single source leave the file's values as they are. */
+        for (int64_t x = 0; w != 1.0f && x < numel; x++)
+            (k ? tmp : out)[x] *= w;
+        for (int64_t x = 0; k && x < numel; x++)
+            out[x] += tmp[x];
+    }
+    return CZ_OK;
+}
+
 /* Writes the generated gradients of every step and replica in --grad-dir's layout (rank 0). */
 int cz_bench_dump_grads(const bench_opts *o, const cz_plan *plan, int total, cz_error *err)
 {
@@ -200,18 +240,22 @@ int cz_bench_fill_grads(const bench_opts *o, const cz_plan *plan, const bench_pl
             continue;
         float *dst = G + cz_bench_param_offset_at(plan, w, p);
         int n = cz_plan_param_tp(plan, p), r = split_rank(w, plan, p);
-        /* A routed expert's replicas are its expert-DP group's ranks. */
-        int replica = cz_bench_is_expert(plan, p) ? w->edp_rank : w->dp_rank;
-        if (!o->grad_dir) {
-            cz_bench_fill_shard(p, n, r, o->seed, 1, step, replica, 1.0f, dst);
+        /* A routed expert's replicas are its expert-DP group's ranks, each holding what its
+         * EP group's replicas route to it (cz_bench_rank_grad). */
+        int replica = cz_bench_is_expert(plan, p) ? w->edp_rank : w->dp_rank, first;
+        if (!o->grad_dir && cz_bench_grad_sources(plan, p, replica, &first) == 1 &&
+            cz_bench_grad_weight(plan, p, replica, first) == 1.0f) {
+            cz_bench_fill_shard(p, n, r, o->seed, 1, step, first, 1.0f, dst);
             continue;
         }
-        float *full = malloc((size_t)cz_bench_full_numel(p) * sizeof(float));
-        rc = full ? cz_bench_full_grad(o, p, step, replica, full, err)
-                  : cz__error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->def.name);
+        size_t bytes = (size_t)cz_bench_full_numel(p) * sizeof(float);
+        float *full = malloc(bytes), *tmp = malloc(bytes);
+        rc = full && tmp ? cz_bench_rank_grad(o, plan, p, step, replica, full, tmp, err)
+                         : cz__error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->def.name);
         if (!rc)
             cz__shard_pack(p, n, r, full, dst);
         free(full);
+        free(tmp);
     }
     return rc;
 }

@@ -79,17 +79,19 @@ int cz_bench_gather_full(const cz_plan *plan, const bench_place *w, MPI_Comm row
     return rc;
 }
 
-/* The averaged gradient of p at step s (whole tensor) into g; tmp is scratch of the same size. */
+/* The averaged gradient of p at step s (whole tensor) into g; tmp and tmp2 are scratch of the
+ * same size. */
 static int avg_grad(const bench_opts *o, const cz_plan *plan, const cz_plan_param *p, int64_t s,
-                    float *g, float *tmp, cz_error *err)
+                    float *g, float *tmp, float *tmp2, cz_error *err)
 {
     int64_t n = cz_bench_full_numel(p);
-    /* A routed expert's gradient is summed over its expert-DP replicas and scaled by 1/DP, as
-     * Megatron-Core's DDP scales expert gradients (and the executor reduces them). */
+    /* A routed expert's gradient is summed over its expert-DP replicas (each rank's: what its
+     * EP group routes to it, cz_bench_rank_grad) and scaled by 1/DP, as Megatron-Core's DDP
+     * scales expert gradients (and the executor reduces them). */
     float inv = 1.0f / (float)plan->dp;
     int replicas = cz_bench_is_expert(plan, p) ? plan->edp : plan->dp;
     for (int d = 0; d < replicas; d++) {
-        int rc = cz_bench_full_grad(o, p, s, d, tmp, err);
+        int rc = cz_bench_rank_grad(o, plan, p, s, d, tmp, tmp2, err);
         if (rc)
             return rc;
         for (int64_t k = 0; k < n; k++)
@@ -101,7 +103,7 @@ static int avg_grad(const bench_opts *o, const cz_plan *plan, const cz_plan_para
 }
 
 /* What the reference's passes share: the inputs, the CPU backend, the optimizers' settings,
- * every step's global gradient norm, two scratch tensors of the largest parameter's size, and
+ * every step's global gradient norm, three scratch tensors of the largest parameter's size, and
  * the failures counted so far. */
 typedef struct reference {
     const bench_opts *o;
@@ -112,7 +114,7 @@ typedef struct reference {
     cz_muon_hparams mh;
     cz_adamw_hparams ah;
     double *norms;
-    float *g, *tmp;
+    float *g, *tmp, *tmp2;
     int failures;
 } reference;
 
@@ -125,7 +127,7 @@ static int reference_norms(reference *r, const double *ex_norms, cz_error *err)
         double sq = 0.0;
         for (size_t i = 0; i < r->plan->nparams && !rc; i++) {
             const cz_plan_param *p = &r->plan->params[i];
-            rc = avg_grad(r->o, r->plan, p, s, r->g, r->tmp, err);
+            rc = avg_grad(r->o, r->plan, p, s, r->g, r->tmp, r->tmp2, err);
             double ps = 0.0;
             for (int64_t k = 0; !rc && k < cz_bench_full_numel(p); k++)
                 ps += (double)r->g[k] * r->g[k];
@@ -150,7 +152,7 @@ static int reference_steps(reference *r, const cz_plan_param *p, float *w, float
     int64_t n = cz_bench_full_numel(p);
     float *g = r->g, *tmp = r->tmp;
     for (int64_t s = 0; s < r->total_steps && !rc; s++) {
-        rc = avg_grad(r->o, r->plan, p, s, g, tmp, err);
+        rc = avg_grad(r->o, r->plan, p, s, g, tmp, r->tmp2, err);
         if (rc)
             break;
         float max = r->cfg->max_grad_norm;
@@ -225,6 +227,7 @@ int cz_bench_reference_compare(const bench_opts *o, const cz_plan *plan, const c
             maxn = cz_bench_full_numel(&plan->params[i]);
     r.g = malloc((size_t)maxn * sizeof(float));
     r.tmp = malloc((size_t)maxn * sizeof(float));
+    r.tmp2 = malloc((size_t)maxn * sizeof(float));
     rc = cz__compute_open(&r.cpu, "cpu", err);
     /* The reference here is Muon's; a Shampoo run is checked against the independent
      * reference of tests/mpi (shampoo_ref) on its --dump-dir output. */
@@ -235,7 +238,7 @@ int cz_bench_reference_compare(const bench_opts *o, const cz_plan *plan, const c
                            cz_optimizer_name(plan->settings.optimizer));
     if (!rc)
         rc = cz__muon_hparams_from_config(&r.mh, cfg, err);
-    if (!rc && (!r.norms || !r.g || !r.tmp))
+    if (!rc && (!r.norms || !r.g || !r.tmp || !r.tmp2))
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory verifying");
     if (rc)
         goto done;
@@ -269,7 +272,7 @@ int cz_bench_reference_compare(const bench_opts *o, const cz_plan *plan, const c
         printf("verify: OK (largest update rel.err %.3e)\n", *worst_update);
 done:
     cz__compute_close(&r.cpu);
-    free(r.norms), free(r.g), free(r.tmp);
+    free(r.norms), free(r.g), free(r.tmp), free(r.tmp2);
     return rc;
 }
 

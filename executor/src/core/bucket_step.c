@@ -310,7 +310,11 @@ static int ovl_begin(cz_executor *ex, const char *what, cz_error *err)
     int rc;
     if (!bws_of(ex, err))
         return CZ_ENOMEM;
-    if ((rc = ovl_settle(ex, what, err)) != CZ_OK || (rc = cz__binding_check(ex, err)) != CZ_OK ||
+    /* A poisoned state is refused before anything is posted: every rank refuses alike when
+     * it was poisoned by an agreement (a cancel, a refusal), and early updates from such a
+     * state would move it further from any step. */
+    if ((rc = cz__exec_poison_refuse(ex, what, err)) != CZ_OK ||
+        (rc = ovl_settle(ex, what, err)) != CZ_OK || (rc = cz__binding_check(ex, err)) != CZ_OK ||
         (rc = ovl_setup(ex, err)) != CZ_OK)
         return rc;
     cz_bucket_step *bs = ex->bws;
@@ -366,6 +370,24 @@ static const char *unchanged(cz_executor *ex)
              "restore a checkpoint)",
              bs->nearly, buckets);
     return bs->note;
+}
+
+/* Whether early updates of the open step moved anything on this rank. */
+static bool ovl_moved(cz_executor *ex)
+{
+    return unchanged(ex) == ex->bws->note;
+}
+
+/* A refused or cancelled bucket-wise step, once the ranks agreed on mover (the lowest rank
+ * whose early updates had moved its state; INT64_MAX: none): with one, every rank's state
+ * matches no step. */
+static void ovl_poison_if_moved(cz_executor *ex, int64_t mover, const char *how)
+{
+    if (mover != INT64_MAX)
+        cz__exec_poison(ex,
+                        "step %lld was %s after early updates had moved rank %lld's parameters "
+                        "and optimizer state",
+                        (long long)(ex->steps + 1), how, (long long)mover);
 }
 
 size_t cz_executor_bucket_count(const cz_executor *ex)
@@ -475,7 +497,11 @@ int cz_executor_bucket_ready(cz_executor *ex, size_t bucket, cz_error *err)
     ex->compute.ops->step_end(&ex->compute);
     if (rc != CZ_OK || !bs->early)
         return rc;
-    return ovl_run_early(ex, err);
+    /* A failure among early updates may leave a micro-group half applied. */
+    if ((rc = ovl_run_early(ex, err)) != CZ_OK)
+        cz__exec_poison(ex, "step %lld failed during its early updates",
+                        (long long)(ex->steps + 1));
+    return rc;
 }
 
 /* Ends a bucket-wise step with nothing updated: every rank posts the reduce-scatters it has not
@@ -495,6 +521,20 @@ static int ovl_drain(cz_executor *ex, cz_error *err)
     return ovl_post_rest(ex, cz__binding_params(&ex->bind), err);
 }
 
+/* step_finish's all-gathers: with early updates those they did not post, in their order; else
+ * every bucket's in forward order. */
+static int ovl_post_gathers(cz_executor *ex, float *P, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    if (ex->bws->early)
+        return ovl_post_rest(ex, P, err);
+    int rc = CZ_OK;
+    for (size_t b = plan->nbuckets; rc == CZ_OK && b-- > 0;)
+        if (cz__exec_holds_bucket(ex, &plan->buckets[b]))
+            rc = ovl_post_gather(ex, b, P, err);
+    return rc;
+}
+
 /* step_finish between the backend's step_begin and step_end. */
 static int ovl_finish(cz_executor *ex, cz_error *err)
 {
@@ -506,7 +546,9 @@ static int ovl_finish(cz_executor *ex, cz_error *err)
     /* Every bucket declared on every rank? Agreed before any wait, so that a rank missing one
      * cannot leave the others waiting for a reduce-scatter it never posted: then every rank
      * posts the ones it has not (their data unused), waits for all, and updates nothing. */
-    int64_t v[2] = {INT64_MAX, INT64_MAX};
+    /* With it, the lowest rank whose early updates moved its state, for a refusal. */
+    bool moved = ovl_moved(ex);
+    int64_t v[3] = {INT64_MAX, INT64_MAX, moved ? ex->ctrl.rank : INT64_MAX};
     for (size_t b = 0; b < plan->nbuckets && v[0] == INT64_MAX; b++)
         if (cz__exec_holds_bucket(ex, &plan->buckets[b]) && bs->state[b] == CZ_OVL_IDLE) {
             v[0] = (int64_t)b;
@@ -514,17 +556,22 @@ static int ovl_finish(cz_executor *ex, cz_error *err)
         }
     ex->phase =
         (cz_phase){"bucket-wise step: checking that every rank declared every bucket", step};
-    int rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, v, 2, err);
+    int rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, v, 3, err);
     if (rc)
         return rc;
     if (v[0] != INT64_MAX) {
+        ovl_poison_if_moved(ex, v[2], "refused");
         if ((rc = ovl_drain(ex, err)) != CZ_OK)
             return rc;
         return cz__error_set(err, CZ_EINVALID,
                              "step %lld: bucket %lld was not declared ready "
                              "(cz_executor_bucket_ready) before cz_executor_step_finish on rank "
-                             "%lld (the lowest such bucket and rank); %s",
-                             (long long)step, (long long)v[0], (long long)v[1], unchanged(ex));
+                             "%lld (the lowest such bucket and rank); %s%s",
+                             (long long)step, (long long)v[0], (long long)v[1], unchanged(ex),
+                             v[2] != INT64_MAX && !moved
+                                 ? " here, but early updates had changed another rank's: restore "
+                                   "a checkpoint"
+                                 : "");
     }
     /* Every bucket staged: the bf16 master copy is loaded. */
     ex->bind.master_loaded = true;
@@ -533,10 +580,13 @@ static int ovl_finish(cz_executor *ex, cz_error *err)
     ex->phase = (cz_phase){"bucket-wise step: waiting for the gradient reduce-scatters", step};
     /* After early updates, the sequence runs what they left and its refusals say what they
      * changed (every early group has run by now). */
-    cz_step_early early = {bs->elem_done, unchanged(ex)};
+    cz_step_early early = {bs->elem_done, unchanged(ex), moved};
     if ((rc = ovl_wait_reduced(ex, true, SIZE_MAX, err)) != CZ_OK ||
-        (rc = cz__step_update_all(ex, P, G, bs->early ? &early : NULL, t0, &t, err)) != CZ_OK)
+        (rc = cz__step_update_all(ex, P, G, bs->early ? &early : NULL, t0, &t, err)) != CZ_OK) {
+        if (moved)
+            cz__exec_poison(ex, "step %lld failed after its early updates", (long long)step);
         return rc;
+    }
     t1 = cz__exec_now();
 
     /* The all-gathers read the parameters once every update is applied; posted in forward
@@ -545,12 +595,11 @@ static int ovl_finish(cz_executor *ex, cz_error *err)
      * did not post, in their order. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_params);
     ex->phase = (cz_phase){"bucket-wise step: parameter all-gathers posted", step};
-    if (bs->early && (rc = ovl_post_rest(ex, P, err)) != CZ_OK)
+    if ((rc = ovl_post_gathers(ex, P, err)) != CZ_OK) {
+        cz__exec_poison(ex, "step %lld failed in its parameter all-gathers, after its updates",
+                        (long long)step);
         return rc;
-    for (size_t b = plan->nbuckets; !bs->early && b-- > 0;)
-        if (cz__exec_holds_bucket(ex, &plan->buckets[b]) &&
-            (rc = ovl_post_gather(ex, b, P, err)) != CZ_OK)
-            return rc;
+    }
     t.all_gather = cz__exec_now() - t1;
     t.matrix += bs->early_s; /* the early updates' share, spent in bucket_ready */
     cz__step_count(ex, &t);
@@ -582,19 +631,38 @@ int cz_executor_step_cancel(cz_executor *ex, cz_error *err)
     if (!ex)
         return cz__error_set(err, CZ_EINVALID, "step_cancel: executor is NULL");
     cz_bucket_step *bs = ex->bws;
-    if (!bs || !bs->active)
-        return CZ_OK;
-    ex->compute.ops->step_begin(&ex->compute);
-    ex->phase =
-        (cz_phase){"bucket-wise step: cancelled, completing its reduce-scatters", ex->steps + 1};
-    int rc = ovl_drain(ex, err);
-    ex->compute.ops->step_end(&ex->compute);
-    const char *note = unchanged(ex);
-    bs->active = false;
-    if (rc != CZ_OK || note != bs->note) /* nothing changed */
-        return rc;
-    return cz__error_set(err, CZ_EINVALID, "step_cancel: step %lld was cancelled, but %s",
-                         (long long)(ex->steps + 1), note);
+    int rc = CZ_OK;
+    bool moved = false;
+    if (bs && bs->active) {
+        ex->compute.ops->step_begin(&ex->compute);
+        ex->phase = (cz_phase){"bucket-wise step: cancelled, completing its reduce-scatters",
+                               ex->steps + 1};
+        rc = ovl_drain(ex, err);
+        ex->compute.ops->step_end(&ex->compute);
+        moved = ovl_moved(ex);
+        bs->active = false;
+    }
+    /* Every rank, with an open step or not, learns the lowest rank whose early updates moved
+     * its state: then no rank's state is that of a step, and every rank says so. */
+    int64_t v = moved ? ex->ctrl.rank : INT64_MAX;
+    cz_error tmp;
+    ex->phase = (cz_phase){"bucket-wise step: cancelled, agreeing on what moved", ex->steps + 1};
+    int crc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &v, 1, rc != CZ_OK ? &tmp : err);
+    if (crc != CZ_OK) /* what the others hold is unknown: this rank's own */
+        v = moved ? ex->ctrl.rank : INT64_MAX;
+    ovl_poison_if_moved(ex, v, "cancelled");
+    if (rc != CZ_OK || crc != CZ_OK)
+        return rc != CZ_OK ? rc : crc;
+    if (moved)
+        return cz__error_set(err, CZ_EINVALID, "step_cancel: step %lld was cancelled, but %s",
+                             (long long)(ex->steps + 1), bs->note);
+    if (v != INT64_MAX)
+        return cz__error_set(err, CZ_EINVALID,
+                             "step_cancel: step %lld was cancelled, but early updates had changed "
+                             "the parameters and optimizer state of rank %lld (its message says "
+                             "which): restore a checkpoint",
+                             (long long)(ex->steps + 1), (long long)v);
+    return CZ_OK;
 }
 
 int cz_executor_bucket_wait(cz_executor *ex, size_t bucket, cz_error *err)

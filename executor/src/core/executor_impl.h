@@ -90,6 +90,15 @@ typedef struct cz_exec_async {
     bool active;
 } cz_exec_async;
 
+/* Whether this rank's optimizer state matches no step: a step that moved it did not complete
+ * (a cancel or a refusal after early updates had run on some rank, a failure after the first
+ * update, a load that failed while distributing the file). why: what happened, for the
+ * refusals of save_state and of every step until a load_state clears it (step.c). */
+typedef struct cz_exec_poison {
+    bool on;
+    char why[256];
+} cz_exec_poison;
+
 /* The executor: what it was made of (plan, config), its backends, where this rank stands, the
  * parts it holds and updates, the job's buffers, its optimizers and pipelines, the bucket-wise
  * step (its own object), and the last step's figures. Each sub-object is created at create
@@ -129,6 +138,7 @@ struct cz_executor {
     struct cz_bucket_step *bws;
     int (*bws_settle)(cz_executor *ex, const char *what, cz_error *err);
     int64_t steps;
+    cz_exec_poison poison;
     cz_exec_timings last;
     double grad_norm; /* of the last step, before clipping */
 };
@@ -179,5 +189,13 @@ int64_t cz__exec_early_next(const cz_executor *ex);
 int cz__exec_early_run(cz_executor *ex, float *P, const float *G, int64_t upto, int *ran,
                        cz_error *err);
 void cz__exec_early_reset(cz_executor *ex);
+/* The poisoned state (cz_exec_poison; step.c). _poison: this rank's state matches no step
+ * since `why` (printf format; the first reason is kept). _poison_refuse: CZ_EINVALID saying so
+ * when it does, for `what` (this rank alone: where every rank is poisoned alike).
+ * _poison_agree: the same, collective over the control plane, so that every rank refuses when
+ * any rank's state matches no step. */
+void cz__exec_poison(cz_executor *ex, const char *why, ...) __attribute__((format(printf, 2, 3)));
+int cz__exec_poison_refuse(const cz_executor *ex, const char *what, cz_error *err);
+int cz__exec_poison_agree(cz_executor *ex, const char *what, cz_error *err);
 
 #endif /* CZ_EXECUTOR_IMPL_H */

@@ -18,6 +18,53 @@
 #include "step_phases.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+void cz__exec_poison(cz_executor *ex, const char *why, ...)
+{
+    if (ex->poison.on)
+        return; /* the first reason is the one to tell */
+    va_list ap;
+    va_start(ap, why);
+    vsnprintf(ex->poison.why, sizeof ex->poison.why, why, ap);
+    va_end(ap);
+    ex->poison.on = true;
+}
+
+/* The refusal of a poisoned rank (mover: the lowest poisoned rank, when this one is not). */
+static int poison_error(const cz_executor *ex, const char *what, int64_t mover, cz_error *err)
+{
+    if (ex->poison.on)
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: the optimizer state matches no step (%s); restore a checkpoint "
+                             "(cz_executor_load_state) first",
+                             what, ex->poison.why);
+    if (mover < 0)
+        return cz__error_set(err, CZ_EINVALID,
+                             "%s: the optimizer state matches no step (that of another rank: its "
+                             "message says why); restore a checkpoint (cz_executor_load_state) "
+                             "first",
+                             what);
+    return cz__error_set(err, CZ_EINVALID,
+                         "%s: the optimizer state matches no step (that of rank %lld: its message "
+                         "says why); restore a checkpoint (cz_executor_load_state) first",
+                         what, (long long)mover);
+}
+
+int cz__exec_poison_refuse(const cz_executor *ex, const char *what, cz_error *err)
+{
+    return ex->poison.on ? poison_error(ex, what, ex->ctrl.rank, err) : CZ_OK;
+}
+
+int cz__exec_poison_agree(cz_executor *ex, const char *what, cz_error *err)
+{
+    int64_t v = ex->poison.on ? ex->ctrl.rank : INT64_MAX;
+    int rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &v, 1, err);
+    if (rc)
+        return rc;
+    return v == INT64_MAX ? CZ_OK : poison_error(ex, what, v, err);
+}
 
 cz_bucket_plane cz__step_bucket_plane(cz_executor *ex, const cz_plan_bucket *bk)
 {
@@ -44,9 +91,12 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n)
 
 /* The step's comparison of the rates and the clipping threshold across ranks, when any rank
  * changed them (changed: the number of ranks that did, summed with the gradient norm): every
- * rank returns CZ_EMISMATCH when they differ, its message ending with `unchanged`. */
-static int rates_agree(cz_executor *ex, double changed, const char *unchanged, cz_error *err)
+ * rank returns CZ_EMISMATCH when they differ, its message ending with what early updates had
+ * changed (early non-NULL). Early updates that moved any rank's state before the refusal leave
+ * every rank's matching no step: the same reduction finds the lowest such rank. */
+static int rates_agree(cz_executor *ex, double changed, const cz_step_early *early, cz_error *err)
 {
+    const char *unchanged = early ? early->unchanged : "no parameter was changed";
     if (!(changed > 0.0))
         return CZ_OK;
     /* The same hash on every rank exactly when every rank holds the same values (up to a
@@ -59,18 +109,29 @@ static int rates_agree(cz_executor *ex, double changed, const char *unchanged, c
         cz_opt_rates r = o->ops->rates(o);
         h = fnv(h, &r, sizeof r);
     }
-    int64_t v[2] = {(int64_t)(h >> 2), -(int64_t)(h >> 2)};
-    int rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, v, 2, err);
+    int64_t v[3] = {(int64_t)(h >> 2), -(int64_t)(h >> 2),
+                    early && early->moved ? ex->ctrl.rank : INT64_MAX};
+    int rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, v, 3, err);
     if (rc)
         return rc;
     ex->rates.changed = false;
-    if (v[0] != -v[1])
-        return cz__error_set(err, CZ_EMISMATCH,
-                             "step %lld: the ranks set different learning rates, weight decays or "
-                             "clipping thresholds (every rank must set the same before the same "
-                             "step); %s",
-                             (long long)(ex->steps + 1), unchanged);
-    return CZ_OK;
+    if (v[0] == -v[1])
+        return CZ_OK;
+    long long step = (long long)(ex->steps + 1);
+    if (v[2] != INT64_MAX)
+        cz__exec_poison(ex,
+                        "step %lld was refused after early updates had moved rank %lld's "
+                        "parameters and optimizer state",
+                        step, (long long)v[2]);
+    return cz__error_set(err, CZ_EMISMATCH,
+                         "step %lld: the ranks set different learning rates, weight decays or "
+                         "clipping thresholds (every rank must set the same before the same "
+                         "step); %s%s",
+                         step, unchanged,
+                         v[2] != INT64_MAX && !(early && early->moved)
+                             ? " here, but early updates had changed another rank's: restore a "
+                               "checkpoint"
+                             : "");
 }
 
 /* The owned gradients' statistics, read back once per step (after all reduce-scatters,
@@ -79,7 +140,7 @@ static int rates_agree(cz_executor *ex, double changed, const char *unchanged, c
  * check (all ranks agree on the lowest such parameter id) and gives the global gradient norm
  * (the sums all-reduced; a tensor replicated over TP counted by TP rank 0 only). With
  * max_grad_norm set, a norm above it scales every owned gradient shard before the updates. */
-static int grad_stats(cz_executor *ex, float *G, const char *unchanged, cz_error *err)
+static int grad_stats(cz_executor *ex, float *G, const cz_step_early *early, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
     cz_compute *c = &ex->compute;
@@ -93,11 +154,13 @@ static int grad_stats(cz_executor *ex, float *G, const char *unchanged, cz_error
     if (rc)
         return rc;
     /* One control-plane reduction per step in the normal case: the norm's sum of squares, the
-     * number of non-finite owned shards (every TP rank's, replicated ones included) and the
-     * number of ranks that changed their rates since the last comparison. Only when the
-     * second is not zero does a second reduction find the lowest such parameter, and only when
-     * the third is not zero does one compare the rates (rates.c), before any update. */
-    double v[3] = {0.0, 0.0, ex->rates.changed ? 1.0 : 0.0};
+     * number of non-finite owned shards (every TP rank's, replicated ones included), the
+     * number of ranks that changed their rates since the last comparison and the number whose
+     * state matches no step (cz_exec_poison: refused here, before any update, so that a rank
+     * poisoned alone does not leave the others in a collective). Only when the second is not
+     * zero does a second reduction find the lowest such parameter, and only when the third is
+     * not zero does one compare the rates (rates.c), before any update. */
+    double v[4] = {0.0, 0.0, ex->rates.changed ? 1.0 : 0.0, ex->poison.on ? 1.0 : 0.0};
     for (int k = 0; k < ex->own.n; k++) {
         const cz_plan_param *p = &plan->params[ex->own.ids[k]];
         /* A tensor replicated over its TP (ETP for an expert) group counts once. */
@@ -106,8 +169,12 @@ static int grad_stats(cz_executor *ex, float *G, const char *unchanged, cz_error
             v[0] += ex->own.stats_host[k];
         v[1] += !isfinite(ex->own.stats_host[k]);
     }
-    rc = ex->ctrl.ops->allreduce_sum_f64(&ex->ctrl, v, 3, err);
-    if (rc || (rc = rates_agree(ex, v[2], unchanged, err)) != CZ_OK)
+    rc = ex->ctrl.ops->allreduce_sum_f64(&ex->ctrl, v, 4, err);
+    if (rc)
+        return rc;
+    if (v[3] > 0.0)
+        return poison_error(ex, "step", -1, err);
+    if ((rc = rates_agree(ex, v[2], early, err)) != CZ_OK)
         return rc;
     if (ex->cfg.check_finite && v[1] > 0.0) {
         int64_t bad = INT64_MAX;
@@ -177,6 +244,24 @@ static int elementwise(cz_executor *ex, float *P, const float *G, bool *elem_don
     return rc;
 }
 
+/* The updates of a step once its statistics passed: the elementwise optimizer, the matrix
+ * pipeline (their times into *t, from t1). */
+static int updates(cz_executor *ex, float *P, const float *G, const cz_step_early *early, double t1,
+                   cz_exec_timings *t, cz_error *err)
+{
+    int rc = elementwise(ex, P, G, early ? early->elem_done : NULL, err);
+    if (rc)
+        return rc;
+    double t0 = cz__exec_now();
+    t->elementwise = t0 - t1;
+
+    ex->phase = (cz_phase){"micro-group pipeline of the matrix updates", ex->steps + 1};
+    if ((rc = cz__exec_matrix_pipeline(ex, P, G, early != NULL, err)) != CZ_OK)
+        return rc;
+    t->matrix = cz__exec_now() - t0;
+    return CZ_OK;
+}
+
 /* What follows the reduce-scatters in a step, up to every parameter updated: the statistics
  * (norm, finiteness, clipping), the elementwise optimizer, the matrix pipeline; the one sequence
  * of cz_executor_step and cz_executor_step_finish. *t gets the phases' times, the reduce-scatter's
@@ -186,22 +271,15 @@ int cz__step_update_all(cz_executor *ex, float *P, float *G, const cz_step_early
 {
     int64_t step = ex->steps + 1;
     ex->phase = (cz_phase){"gradient norm and finiteness check", step};
-    int rc = grad_stats(ex, G, early ? early->unchanged : "no parameter was changed", err);
+    int rc = grad_stats(ex, G, early, err);
     if (rc)
         return rc;
     double t1 = cz__exec_now();
     t->reduce_scatter = t1 - t0;
-
-    if ((rc = elementwise(ex, P, G, early ? early->elem_done : NULL, err)) != CZ_OK)
-        return rc;
-    t0 = cz__exec_now();
-    t->elementwise = t0 - t1;
-
-    ex->phase = (cz_phase){"micro-group pipeline of the matrix updates", step};
-    if ((rc = cz__exec_matrix_pipeline(ex, P, G, early != NULL, err)) != CZ_OK)
-        return rc;
-    t->matrix = cz__exec_now() - t0;
-    return CZ_OK;
+    /* From here on a failure leaves some parameters and state moved, others not. */
+    if ((rc = updates(ex, P, G, early, t1, t, err)) != CZ_OK)
+        cz__exec_poison(ex, "step %lld failed after its first update", (long long)step);
+    return rc;
 }
 
 static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
@@ -270,8 +348,11 @@ static int run_step(cz_executor *ex, cz_error *err)
     /* The all-gather reads the parameters once every update (both optimizers') is applied. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_params);
     ex->phase = (cz_phase){"parameter all-gather", step};
-    if ((rc = all_gather(ex, P, err)) != CZ_OK)
+    if ((rc = all_gather(ex, P, err)) != CZ_OK) {
+        cz__exec_poison(ex, "step %lld failed in its parameter all-gather, after its updates",
+                        (long long)step);
         return rc;
+    }
     if (ex->bind.staged)
         cz__binding_stage_out(ex);
     t0 = cz__exec_now();

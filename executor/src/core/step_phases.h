@@ -37,11 +37,12 @@ int cz__step_elementwise_bucket(cz_executor *ex, float *P, const float *G, size_
 
 /* What the early updates of a bucket-wise step did before its update sequence: the buckets
  * whose elementwise updates ran (elem_done, set as the sequence runs the others), the
- * micro-groups they ran (the pipeline's own count, pipeline.c), and the end of a refusal's
- * message that says so. */
+ * micro-groups they ran (the pipeline's own count, pipeline.c), the end of a refusal's
+ * message that says so, and whether they moved anything on this rank. */
 typedef struct cz_step_early {
     bool *elem_done;
     const char *unchanged;
+    bool moved;
 } cz_step_early;
 
 /* What follows the reduce-scatters, up to every parameter updated: the statistics (norm,
