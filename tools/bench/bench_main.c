@@ -156,6 +156,7 @@ typedef struct bench_run {
     double *norms; /* every step's gradient norm, as the executor computed it */
     double *per[NPHASES];
     uint64_t max_allocs, max_dev, all_early;
+    bool stalled; /* a step stopped for a stall and the run ends itself (--end-after-stall) */
     /* cfg.dp_comm and cfg.tp_comm point here: they live as long as the executor */
     MPI_Comm row, erow, own_dp, own_tp, world_comm;
 } bench_run;
@@ -326,9 +327,16 @@ static int run_step(bench_run *r, int s)
         rc = bench_gpu_sync(&r->err);
     double wall = MPI_Wtime() - w0 - g_slept;
     if (rc && o->end_after_stall && cz__mpi_watch_broken()) {
-        /* The job ends itself: main frees the executor, then MPI_Finalize. */
+        /* The job ends itself as one that handles errors would: the failed step cancelled
+         * (step_cancel, as after any fault of a bucket-wise step), then main frees the executor
+         * and calls MPI_Finalize. */
         fprintf(stderr, "canzona-bench: rank %d: %s\n", cz_bench_rank, r->err.message);
+        cz_error tmp;
+        if (o->overlap && cz_executor_step_cancel(r->ex, &tmp) != CZ_OK)
+            fprintf(stderr, "canzona-bench: rank %d: step_cancel: %s\n", cz_bench_rank,
+                    tmp.message);
         cz__mpi_watch_settle();
+        r->stalled = true;
         return 1;
     }
     cz_bench_stop_if_stalled(rc, &r->err);
@@ -532,7 +540,22 @@ int main(int argc, char **argv)
     } else if (!run_create(r) && !run_buffers(r) && !run_steps(r) && !run_outputs(r)) {
         status = 0;
     }
+    bool stalled = r->stalled;
     run_free(r);
+    /* A job that goes on after the failure makes MPI calls of its own, in which MPI progresses
+     * whatever is still posted: a second of them, so that an operation left in flight into
+     * freed memory shows here (under the sanitizers) rather than by chance in MPI_Finalize. */
+    for (double t0 = MPI_Wtime(); stalled && MPI_Wtime() - t0 < 1.0;) {
+        int flag = 0;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
     cz_bench_ranks_close();
+    if (stalled) /* what --end-after-stall's test looks for: freed and finalized, no crash */
+        fprintf(stderr,
+                "canzona-bench: rank %d: ended after the stall: executor freed, MPI "
+                "finalized\n",
+                cz_bench_rank);
     return status;
 }
