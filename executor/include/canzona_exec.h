@@ -495,10 +495,15 @@ int cz_executor_step_cancel(cz_executor *ex, cz_error *err);
  * runs the rest. The parameters are those of the plain step bit for bit. Only a step that
  * cannot be refused or rescaled after its first update can start early, so it needs
  * check_finite = 0 and max_grad_norm = 0 (CZ_EINVALID otherwise, and set_max_grad_norm > 0
- * is refused while they are on), and Muon or SOAP (CZ_EUNSUPPORTED for Shampoo). The ranks of
- * a TP group must declare their buckets in the same order (their TP exchanges run at the
- * same call), and every rank must declare every bucket: a rank missing one leaves its DP
- * peers waiting for its reduce-scatter (the MPI watchdog, CZ_MPI_TIMEOUT_S, reports it).
+ * is refused while they are on), and Muon or SOAP (CZ_EUNSUPPORTED for Shampoo). Any rank may
+ * declare its buckets in any order: the collectives, micro-groups and all-gathers run in one
+ * sequence fixed by the plan (each bucket's reduce-scatter, then what falls due after it),
+ * the same on every rank, and the results are the same bits. A bucket_ready may then wait
+ * inside for its DP and TP peers to reach the same point of that sequence, so a job whose
+ * backward runs collectives of its own between declarations (TP all-reduces) must declare
+ * in the same order on the ranks of a TP group, as a backward pass does. Every rank must
+ * declare every bucket: a rank missing one leaves its DP peers waiting for its
+ * reduce-scatter (the MPI watchdog, CZ_MPI_TIMEOUT_S, reports it).
  * Collective: every rank calls it with the same value (CZ_EMISMATCH on every rank
  * otherwise), outside a step. */
 int cz_executor_set_early_updates(cz_executor *ex, int on, cz_error *err);

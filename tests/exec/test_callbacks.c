@@ -3,7 +3,9 @@
  * The executor over them at DP2 x TP2 and DP4 x TP1, with and without the job's own DP/TP
  * groups, must give the parameters of one process (comm "self") on the same model; rates per
  * parameter must be those parameters' rates; ranks that set different rates must all get
- * CZ_EMISMATCH with nothing changed; lr = 0 must be a rate of 0. */
+ * CZ_EMISMATCH with nothing changed (so must ranks that set different clipping thresholds);
+ * the planes split from the world (subsets of the callbacks' group) must sum every member's
+ * values; lr = 0 must be a rate of 0. */
 #include "canzona.h" /* cz_plan_build: the test plans in-process */
 #include "canzona_exec.h"
 #include "cz_format.h"
@@ -249,12 +251,14 @@ static void fill_shard(const cz_plan_param *p, int tp, int r, int step, float *o
         }
 }
 
-/* Rates of parameter i in the tests with rates per parameter: three groups. */
-static void rates_of(const cz_plan *plan, size_t i, float *lr, float *wd)
+/* Rates of parameter i in the tests with rates per parameter: three groups. With same_lr, the
+ * matrix groups share one learning rate and differ in weight decay only (the matrix updates'
+ * uniform fast path must then still apply each group's). */
+static void rates_of(const cz_plan *plan, size_t i, int same_lr, float *lr, float *wd)
 {
     const cz_plan_param *p = &plan->params[i];
     if (p->def.kind == CZ_KIND_MATRIX) {
-        *lr = strstr(p->def.name, "fc2") ? 0.02f : 0.01f;
+        *lr = strstr(p->def.name, "fc2") && !same_lr ? 0.02f : 0.01f;
         *wd = strstr(p->def.name, "fc2") ? 0.0f : 0.1f;
     } else {
         *lr = p->def.ndim == 1 ? 0.004f : 0.002f;
@@ -264,6 +268,8 @@ static void rates_of(const cz_plan *plan, size_t i, float *lr, float *wd)
 
 typedef struct run_opts {
     int dp, tp, has_groups, steps, per_param, bad_rank; /* bad_rank: sets other rates (-1) */
+    int same_lr;  /* per_param: rates_of's groups of one matrix learning rate */
+    int bad_clip; /* bad_rank sets a clipping threshold instead, the others none */
     float lr, wd, adamw_lr, adamw_wd; /* lr > 0: set_lr and set_weight_decay with these */
     int bad_groups;                   /* the callbacks claim DP groups of every rank and no TP */
 } run_opts;
@@ -311,13 +317,15 @@ static int run_rank(const run_opts *o, int rank, const cz_plan *plan, float *out
     if (!rc && o->per_param) {
         float *lr = malloc(np * sizeof *lr), *wd = malloc(np * sizeof *wd);
         for (size_t i = 0; i < np; i++)
-            rates_of(plan, i, &lr[i], &wd[i]);
-        if (rank == o->bad_rank)
+            rates_of(plan, i, o->same_lr, &lr[i], &wd[i]);
+        if (rank == o->bad_rank && !o->bad_clip)
             lr[0] *= 2.0f;
         rc = cz_executor_set_param_rates(ex, lr, wd, np, &err);
         free(lr);
         free(wd);
     }
+    if (!rc && o->bad_clip && rank == o->bad_rank)
+        rc = cz_executor_set_max_grad_norm(ex, 1.0f, &err);
     if (!rc && o->lr > 0.0f && (rc = cz_executor_set_lr(ex, o->lr, o->adamw_lr, &err)) == 0)
         rc = cz_executor_set_weight_decay(ex, o->wd, o->adamw_wd, &err);
     for (int s = 1; !rc && s <= o->steps; s++) {
@@ -470,22 +478,25 @@ END_TEST
 START_TEST(rates_are_each_parameters_own)
 {
     /* One process, three groups of rates, against runs with one rate for all: a parameter of a
-     * group ends as it does in the run whose rate is its group's (its update depends on its own
-     * gradients and rates only). */
+     * group ends as it does in the run whose rates are its group's (its update depends on its
+     * own gradients and rates only). _i = 1: the matrix groups share their learning rate and
+     * differ in weight decay only, which the matrix updates' uniform fast path (one rate and
+     * weight decay for a whole micro-group) must not take for one. */
+    int same = _i;
     cz_plan *plan = make_plan(1, 1);
     size_t n = 0;
     for (size_t i = 0; i < plan->nparams; i++)
         n += (size_t)plan->params[i].numel;
     float *groups = shared(n * sizeof(float)), *one = shared(n * sizeof(float));
     result *res = shared(sizeof *res);
-    run_opts o = {.dp = 1, .tp = 1, .steps = 2, .per_param = 1, .bad_rank = -1};
+    run_opts o = {.dp = 1, .tp = 1, .steps = 2, .per_param = 1, .bad_rank = -1, .same_lr = same};
     run_ranks(&o, groups, n, res);
     ck_assert_msg(res->rc[0] == 0, "%s", res->msg[0]);
     run_opts u[2] = {{.dp = 1,
                       .tp = 1,
                       .steps = 2,
                       .bad_rank = -1,
-                      .lr = 0.02f,
+                      .lr = same ? 0.01f : 0.02f,
                       .wd = 0.0f,
                       .adamw_lr = 0.004f,
                       .adamw_wd = 0.0f},
@@ -504,9 +515,10 @@ START_TEST(rates_are_each_parameters_own)
         size_t at = 0;
         for (size_t i = 0; i < plan->nparams; i++) {
             float lr, wd;
-            rates_of(plan, i, &lr, &wd);
-            bool mine =
-                plan->params[i].def.kind == CZ_KIND_MATRIX ? lr == u[k].lr : lr == u[k].adamw_lr;
+            rates_of(plan, i, same, &lr, &wd);
+            bool mine = plan->params[i].def.kind == CZ_KIND_MATRIX
+                            ? lr == u[k].lr && wd == u[k].wd
+                            : lr == u[k].adamw_lr && wd == u[k].adamw_wd;
             if (mine) {
                 ck_assert_msg(memcmp(groups + at, one + at,
                                      (size_t)plan->params[i].numel * sizeof(float)) == 0,
@@ -530,7 +542,14 @@ END_TEST
 
 START_TEST(rates_that_differ_are_refused_everywhere)
 {
-    run_opts o = {.dp = 2, .tp = 2, .has_groups = 1, .steps = 1, .per_param = 1, .bad_rank = 3};
+    /* Rank 3 sets another learning rate (_i = 0) or, alone, a clipping threshold (_i = 1). */
+    run_opts o = {.dp = 2,
+                  .tp = 2,
+                  .has_groups = 1,
+                  .steps = 1,
+                  .per_param = !_i,
+                  .bad_rank = 3,
+                  .bad_clip = _i};
     cz_plan *dist = make_plan(2, 2);
     size_t per_rank = 0;
     for (size_t i = 0; i < dist->nparams; i++)
@@ -540,7 +559,9 @@ START_TEST(rates_that_differ_are_refused_everywhere)
     run_ranks(&o, got, per_rank, res);
     for (int r = 0; r < 4; r++) {
         ck_assert_int_eq(res->rc[r], CZ_EMISMATCH);
-        ck_assert_msg(strstr(res->msg[r], "different learning rates"), "%s", res->msg[r]);
+        ck_assert_msg(strstr(res->msg[r], "different learning rates, weight decays or clipping "
+                                          "thresholds"),
+                      "%s", res->msg[r]);
         /* Nothing changed: every shard still holds its initial values. */
         size_t at = 0;
         float *init = malloc(per_rank * sizeof(float));
@@ -614,6 +635,110 @@ START_TEST(a_failed_callback_is_reported)
 }
 END_TEST
 
+/* The planes split from the callbacks' world (the cooperative Newton-Schulz sums' sub-planes
+ * are such subsets) on rank `rank` of 4: a subset of 3 in reverse key order, pairs of ranks
+ * apart, and a subset of the subset; out[0..2]: the 3-subset's fp32 sums, out[3..4]: the pairs'
+ * fp64 sums, out[5..6]: the inner subset's fp32 sums. Each rank's values are powers of two of
+ * its own, so that any member's values missing or counted twice shows. */
+static int subset_rank(int rank, double *out, char *msg)
+{
+    rank_ctx ctx = {.world = 4, .rank = rank, .dp = 4, .tp = 1};
+    cz_comm_callbacks cb = {.version = CZ_COMM_CALLBACKS_VERSION,
+                            .user = &ctx,
+                            .world_size = 4,
+                            .world_rank = rank,
+                            .all_reduce = cb_all_reduce,
+                            .broadcast = cb_broadcast,
+                            .exchange = cb_exchange,
+                            .last_error = cb_last_error};
+    cz_exec_config cfg = CZ_EXEC_CONFIG_INIT;
+    cfg.callbacks = &cb;
+    cz_ctrl ctrl = {0};
+    cz_plane world = {0}, three = {0}, pair = {0}, inner = {0};
+    const cz_comm_backend *be = NULL;
+    cz_error err = {0};
+    float f[3], g[2];
+    double d[2];
+    for (int j = 0; j < 3; j++)
+        f[j] = ldexpf(1.0f, rank + 4 * j);
+    for (int j = 0; j < 2; j++) {
+        d[j] = ldexp(1.0, rank + 4 * j);
+        g[j] = ldexpf(1.0f, rank + 4 * j);
+    }
+    int rc = cz__comm_open(&cfg, &ctrl, &world, &be, &err);
+    if (!rc)
+        rc = world.ops->split(&world, rank < 3 ? 0 : 1, -rank, &three, &err);
+    if (!rc)
+        rc = three.ops->allreduce_sum(&three, f, 3, 0, NULL, &err);
+    if (!rc)
+        rc = world.ops->split(&world, rank % 2, rank, &pair, &err);
+    if (!rc)
+        rc = pair.ops->allreduce_sum(&pair, d, 2, 1, NULL, &err);
+    if (!rc)
+        rc = three.ops->split(&three, three.rank % 2, three.rank, &inner, &err);
+    if (!rc)
+        rc = inner.ops->allreduce_sum(&inner, g, 2, 0, NULL, &err);
+    for (int j = 0; j < 3; j++)
+        out[j] = f[j];
+    for (int j = 0; j < 2; j++) {
+        out[3 + j] = d[j];
+        out[5 + j] = g[j];
+    }
+    if (rc)
+        snprintf(msg, 1024, "%s", err.message);
+    cz__plane_close(&inner);
+    cz__plane_close(&pair);
+    cz__plane_close(&three);
+    cz__plane_close(&world);
+    cz__ctrl_close(&ctrl);
+    return rc;
+}
+
+START_TEST(subset_planes_sum_every_member)
+{
+    double *out = shared(4 * 8 * sizeof(double));
+    result *res = shared(sizeof *res);
+    memset(boxes, 0, sizeof(mailbox) * MAXR * MAXR);
+    pid_t pid[4];
+    for (int r = 0; r < 4; r++) {
+        pid[r] = fork();
+        ck_assert_int_ge(pid[r], 0);
+        if (pid[r] == 0) {
+            const char *scale = getenv("CZ_TIME_SCALE");
+            alarm((unsigned)(60 * (scale ? atoi(scale) : 1)));
+            res->rc[r] = subset_rank(r, out + 8 * r, res->msg[r]);
+            _exit(0);
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        int st = 0;
+        ck_assert_int_eq(waitpid(pid[r], &st, 0), pid[r]);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d ended abnormally (%d)", r,
+                      st);
+        ck_assert_msg(res->rc[r] == 0, "rank %d: %s", r, res->msg[r]);
+    }
+    /* The members' sums of 2^(rank + 4j): {0, 1, 2} and {3} alone; {0, 2} and {1, 3}; inside
+     * {2, 1, 0} (plane ranks 0, 1, 2), plane ranks 0 and 2 (world 2 and 0), and world 1. */
+    static const int three[4] = {7, 7, 7, 8}, pairs[4] = {5, 10, 5, 10}, inner[4] = {5, 2, 5, 8};
+    for (int r = 0; r < 4; r++) {
+        for (int j = 0; j < 3; j++)
+            ck_assert_msg(out[8 * r + j] == ldexp(three[r], 4 * j),
+                          "rank %d: the 3-member subset's sum %d is %g, not %g", r, j,
+                          out[8 * r + j], ldexp(three[r], 4 * j));
+        for (int j = 0; j < 2; j++) {
+            ck_assert_msg(out[8 * r + 3 + j] == ldexp(pairs[r], 4 * j),
+                          "rank %d: the pair's sum %d is %g, not %g", r, j, out[8 * r + 3 + j],
+                          ldexp(pairs[r], 4 * j));
+            ck_assert_msg(out[8 * r + 5 + j] == ldexp(inner[r], 4 * j),
+                          "rank %d: the inner subset's sum %d is %g, not %g", r, j,
+                          out[8 * r + 5 + j], ldexp(inner[r], 4 * j));
+        }
+    }
+    munmap(out, 4 * 8 * sizeof(double));
+    munmap(res, sizeof *res);
+}
+END_TEST
+
 START_TEST(lr_zero_is_zero)
 {
     /* Since config version 6: lr = 0 and adamw.lr = 0 leave every parameter as it was. */
@@ -668,8 +793,9 @@ int main(void)
     tcase_add_loop_test(tc, dp2_tp2_equals_one_process, 0, 2);
     tcase_add_loop_test(tc, dp4_tp1_equals_one_process, 0, 2);
     tcase_add_test(tc, rates_per_parameter);
-    tcase_add_test(tc, rates_are_each_parameters_own);
-    tcase_add_test(tc, rates_that_differ_are_refused_everywhere);
+    tcase_add_loop_test(tc, rates_are_each_parameters_own, 0, 2);
+    tcase_add_loop_test(tc, rates_that_differ_are_refused_everywhere, 0, 2);
+    tcase_add_test(tc, subset_planes_sum_every_member);
     tcase_add_test(tc, groups_that_disagree_with_the_plan);
     tcase_add_test(tc, a_failed_callback_is_reported);
     tcase_add_test(tc, lr_zero_is_zero);

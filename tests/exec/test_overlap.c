@@ -257,6 +257,13 @@ START_TEST(refusals)
     ck_assert_ptr_nonnull(strstr(err.message, "step 1: bucket 1 was not declared ready"));
     ck_assert_ptr_nonnull(strstr(err.message, "no parameter was changed"));
     ck_assert(memcmp(P, P0, n * sizeof(float)) == 0);
+    /* The highest-numbered bucket never declared (the last one a check of the buckets up to
+     * the count could miss): refused the same way. */
+    for (int b = 0; b < NP - 1; b++)
+        ck_assert_int_eq(cz_executor_bucket_ready(ex, (size_t)b, &err), 0);
+    ck_assert_int_eq(cz_executor_step_finish(ex, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "step 1: bucket 3 was not declared ready"));
+    ck_assert(memcmp(P, P0, n * sizeof(float)) == 0);
     /* A finish with no bucket declared at all: every bucket missing, bucket 0 named. */
     ck_assert_int_eq(cz_executor_step_finish(ex, &err), CZ_EINVALID);
     ck_assert_ptr_nonnull(strstr(err.message, "step 1: bucket 0 was not declared ready"));
@@ -422,6 +429,55 @@ static void expect_poisoned(cz_executor *ex, const char *path)
     ck_assert_int_eq(cz_executor_step_cancel(ex, &err), 0); /* nothing open */
 }
 
+/* Early updates' elementwise update of a bucket covers the whole of this rank's range: a
+ * bucket whose range ends with a one-element AdamW parameter ("gain", filled last), updated
+ * inside bucket_ready, equals the plain step bit for bit, its last element included. */
+START_TEST(early_updates_whole_bucket)
+{
+    static const fx_param ps[] = {
+        {"gain", 1, 1, 1, -1, CZ_KIND_ELEMENTWISE, 0, 0, {0}},
+        {"w", 2, 4, 4, 0, CZ_KIND_MATRIX, 0, 0, {0}},
+    };
+    cz_plan *pl = fx_plan(ps, 2, 1);
+    ck_assert_int_eq(pl->params[0].offset, 16); /* the bucket's last element */
+    ck_assert_int_eq(pl->buckets[0].size, 17);
+    cz_exec_config cfg = self_cfg();
+    cfg.check_finite = 0;
+    cz_executor *plain = NULL, *early = NULL;
+    cz_error err;
+    ck_assert_int_eq(cz_executor_create_from_plan(&plain, pl, &cfg, &err), 0);
+    ck_assert_int_eq(cz_executor_create_from_plan(&early, pl, &cfg, &err), 0);
+    ck_assert_msg(cz_executor_set_early_updates(early, 1, &err) == 0, "%s", err.message);
+    size_t n = cz_executor_buffer_numel(plain);
+    ck_assert_uint_eq(n, 17);
+    float P[2][17], G[2][17], P0[17];
+    for (size_t k = 0; k < n; k++)
+        P[0][k] = P[1][k] = P0[k] = 0.5f * fx_val(k);
+    ck_assert_int_eq(cz_executor_bind_buffers(plain, P[0], G[0], n, &err), 0);
+    ck_assert_int_eq(cz_executor_bind_buffers(early, P[1], G[1], n, &err), 0);
+    for (int s = 0; s < 2; s++) {
+        fill_grads(G[0], n, s);
+        fill_grads(G[1], n, s);
+        ck_assert_int_eq(cz_executor_step(plain, &err), 0);
+        ck_assert_msg(cz_executor_bucket_ready(early, 0, &err) == 0, "%s", err.message);
+        /* Everything ran inside bucket_ready: the group, the elementwise pieces, the
+         * all-gather. */
+        ck_assert_int_eq(cz_executor_early_groups(early), 1);
+        ck_assert_uint_eq(cz__bucket_step_gathers_posted(early), 1);
+        ck_assert_msg(cz_executor_step_finish(early, &err) == 0, "%s", err.message);
+        ck_assert_int_eq(cz_executor_bucket_wait(early, 0, &err), 0);
+        ck_assert_msg(P[0][16] != P0[16], "the plain step left 'gain' unchanged");
+        ck_assert_msg(memcmp(P[0], P[1], sizeof P[0]) == 0,
+                      "step %d: the early step's bucket differs from the plain step's (last "
+                      "element %a against %a)",
+                      s + 1, (double)P[1][16], (double)P[0][16]);
+    }
+    cz_executor_free(plain);
+    cz_executor_free(early);
+    cz_plan_free(pl);
+}
+END_TEST
+
 /* What early updates refuse: the NaN/Inf check, clipping (at the switch and after it), a
  * switch inside a step; and what a refused step says once they ran: the missing bucket, a
  * cancel, both naming what changed. */
@@ -512,6 +568,7 @@ int main(void)
     tcase_add_test(tc, refusals);
     tcase_add_test(tc, early_updates_same_bits);
     tcase_add_test(tc, early_updates_refusals);
+    tcase_add_test(tc, early_updates_whole_bucket);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

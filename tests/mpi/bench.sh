@@ -10,6 +10,8 @@
 # | experts (the small MoE at EP 1 against the reference; expert groups: experts.sh)
 # | overlap CLUSTER (the bucket-wise step against the plain one, bit for bit, with and without
 # |   early updates; its errors)
+# | early-orders (early updates with ranks declaring their buckets in different orders, at
+# |   DP4*TP1 and DP2*TP2; a stalled step's clean end)
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -485,6 +487,57 @@ PY
     --overlap --skip-bucket 3
   [ "$(grep -c "bucket 3 was not declared ready .* on rank 3" "$tmp/out")" -eq 4 ] ||
     { echo "expected the missing bucket reported on every rank"; exit 1; }
+  ;;
+early-orders)
+  # Early updates whatever order the ranks declare their buckets in (issue 39): every rank
+  # reversed, one rank reversed, one rank rotated, with no TP group (DP4*TP1) and with one
+  # (DP2*TP2; rank 1 then declares in another order than its TP peer, rank 0): the plain
+  # step's parameters bit for bit. A rank that posted several buckets at once (it declared a
+  # higher one first) once posted the all-gathers due among them after them all, where the
+  # other ranks had posted reduce-scatters: Open MPI matched them, MPI_ERR_TRUNCATE.
+  for c in cpu-4-dp4-tp1 cpu-4-dp2-tp2; do
+    "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$c.json" --dp alpha --tp slot \
+      --capacity 0.001 --bucket-size 100000 -o "$tmp/$c.json"
+    nb=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["buckets"]))' "$tmp/$c.json")
+    [ "$nb" -ge 4 ] || { echo "$c: expected several buckets, got $nb"; exit 1; }
+    mpi -np 4 "$CZ_BENCH" --plan "$tmp/$c.json" --model "$model" --steps 2 --warmup 0 \
+      --dump-dir "$tmp/$c-plain" >/dev/null
+    for o in "reverse" "reverse --order-rank 1" "rotate --order-rank 1"; do
+      d=$tmp/$c-${o// /_}
+      # shellcheck disable=SC2086 # the order and its rank are two options
+      mpi -np 4 "$CZ_BENCH" --plan "$tmp/$c.json" --model "$model" --steps 2 --warmup 0 \
+        --overlap --early-updates --bucket-order $o --dump-dir "$d" >"$d.out" 2>&1 ||
+        { cat "$d.out"; echo "$c, --bucket-order $o: failed"; exit 1; }
+      n=$(sed -n 's/^micro-groups updated early in the last step .*summed): //p' "$d.out")
+      [ "${n:-0}" -gt 0 ] || { echo "$c, $o: expected micro-groups updated early, got '${n:-}'"; exit 1; }
+      k=0
+      for f in "$tmp/$c-plain"/*.npy; do
+        cmp "$f" "$d/$(basename "$f")" || { echo "$c, --bucket-order $o: $(basename "$f") differs"; exit 1; }
+        k=$((k + 1))
+      done
+      [ "$k" -eq 20 ] || { echo "expected 20 parameters, compared $k"; exit 1; }
+      echo "$c, --bucket-order $o: the plain step's bits ($n micro-groups early)"
+    done
+  done
+  # Rank 0 declares nothing in step 2: every rank reports the stall, then ends itself (the step
+  # cancelled, the executor freed, MPI_Finalize) without a crash. The cancel once posted the
+  # missing reduce-scatters, which completed inside MPI_Finalize into the freed ranges (the
+  # sanitizer build reported a heap-use-after-free there; here bucket 0 is DP rank 0's alone).
+  rc=0
+  CZ_MPI_TIMEOUT_S=2 timeout $((60 * scale)) mpirun --oversubscribe \
+    --mca orte_abort_on_non_zero_status 0 -x CZ_MPI_TIMEOUT_S -np 4 "$CZ_BENCH" \
+    --plan "$tmp/cpu-4-dp2-tp2.json" --model "$model" --steps 3 --warmup 0 --overlap \
+    --early-updates --declare-nothing 2 --end-after-stall >"$tmp/out" 2>&1 || rc=$?
+  cat "$tmp/out"
+  [ "$rc" -ne 124 ] || { echo "the stalled run did not end"; exit 1; }
+  for r in 0 1 2 3; do
+    grep -Eq "^canzona-bench: rank $r: (no MPI progress for|stopped waiting after) [0-9.]+ s in step 2 " "$tmp/out" ||
+      { echo "rank $r did not report the stall in step 2"; exit 1; }
+    grep -q "^canzona-bench: rank $r: ended after the stall: executor freed, MPI finalized" "$tmp/out" ||
+      { echo "rank $r did not end cleanly after the stall"; exit 1; }
+  done
+  ! grep -Eq "AddressSanitizer|Segmentation|signal [0-9]" "$tmp/out" ||
+    { echo "a rank crashed after the stall"; exit 1; }
   ;;
 nan)
   # A NaN in one replica's gradient (fp32 or bf16): every rank returns an error naming the

@@ -114,6 +114,9 @@ overlap)
   run early --max-grad-norm 0 --overlap --early-updates --delay-bucket 1
   grep -q "micro-groups updated early in the last step .*summed): [1-9]" "$tmp/early.out"
   same eplain early
+  # And with one rank declaring its buckets highest first (issue 39): the same bits.
+  run erev --max-grad-norm 0 --overlap --early-updates --bucket-order reverse --order-rank 1
+  same eplain erev
   ;;
 *)
   echo "usage: experts.sh verify NAME [fp32|bf16] [PLAN OPTION...] | invalid | overlap PLAN OPTION..."; exit 2 ;;

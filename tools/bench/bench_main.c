@@ -89,18 +89,30 @@ static void sleep_ms(double ms)
     g_slept += MPI_Wtime() - t0;
 }
 
+/* The k-th of the n buckets this rank declares (k < n), in --bucket-order's order: backward
+ * (bucket 0 first, as a backward pass finishes them), reverse, or rotated (from the middle
+ * one on, then from bucket 0), each on --order-rank only (every rank by default). */
+static size_t declared_at(const bench_opts *o, size_t k, size_t n)
+{
+    if (o->order_rank >= 0 && o->order_rank != cz_bench_rank)
+        return k;
+    return o->bucket_order == 1 ? n - 1 - k : o->bucket_order == 2 ? (k + n / 2) % n : k;
+}
+
 /* One step the way a job overlapping it with its passes drives it: each bucket declared ready
- * as a backward pass would finish it (bucket 0, the last layers, first; --delay-bucket's last),
- * the step finished, and each bucket's parameters waited for in the order a forward pass would
- * read them (the first layers' bucket, the highest index, first). */
-static int overlap_step(const bench_opts *o, cz_executor *ex, cz_error *err)
+ * as a backward pass would finish it (bucket 0, the last layers, first; --delay-bucket's last;
+ * --bucket-order's order), the step finished, and each bucket's parameters waited for in the
+ * order a forward pass would read them (the first layers' bucket, the highest index, first). */
+static int overlap_step(const bench_opts *o, cz_executor *ex, int step, cz_error *err)
 {
     size_t nb = cz_executor_bucket_count(ex);
     int world = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     bool last_rank = cz_bench_rank == world - 1;
+    bool none = o->declare_nothing == step && cz_bench_rank == 0;
     int rc;
-    for (size_t b = 0; b < nb; b++) {
+    for (size_t k = 0; k < nb && !none; k++) {
+        size_t b = declared_at(o, k, nb);
         if (!cz_executor_bucket_held(ex, b) || (int)b == o->delay_bucket ||
             ((int)b == o->skip_bucket && last_rank))
             continue;
@@ -110,7 +122,7 @@ static int overlap_step(const bench_opts *o, cz_executor *ex, cz_error *err)
         if ((int)b == o->repeat_bucket && (rc = cz_executor_bucket_ready(ex, b, err)) != CZ_OK)
             return rc;
     }
-    if (o->delay_bucket >= 0 && cz_executor_bucket_held(ex, (size_t)o->delay_bucket)) {
+    if (!none && o->delay_bucket >= 0 && cz_executor_bucket_held(ex, (size_t)o->delay_bucket)) {
         sleep_ms(o->compute_ms);
         if ((rc = cz_executor_bucket_ready(ex, (size_t)o->delay_bucket, err)) != CZ_OK)
             return rc;
@@ -144,6 +156,7 @@ typedef struct bench_run {
     double *norms; /* every step's gradient norm, as the executor computed it */
     double *per[NPHASES];
     uint64_t max_allocs, max_dev, all_early;
+    bool stalled; /* a step stopped for a stall and the run ends itself (--end-after-stall) */
     /* cfg.dp_comm and cfg.tp_comm point here: they live as long as the executor */
     MPI_Comm row, erow, own_dp, own_tp, world_comm;
 } bench_run;
@@ -309,10 +322,23 @@ static int run_step(bench_run *r, int s)
      * --overlap it is the iteration's wall time less the sleeps standing for backward compute
      * inside overlap_step: the exposed step. */
     double w0 = MPI_Wtime();
-    rc = o->overlap ? overlap_step(o, r->ex, &r->err) : cz_executor_step(r->ex, &r->err);
+    rc = o->overlap ? overlap_step(o, r->ex, s + 1, &r->err) : cz_executor_step(r->ex, &r->err);
     if (!rc && r->cuda)
         rc = bench_gpu_sync(&r->err);
     double wall = MPI_Wtime() - w0 - g_slept;
+    if (rc && o->end_after_stall && cz__mpi_watch_broken()) {
+        /* The job ends itself as one that handles errors would: the failed step cancelled
+         * (step_cancel, as after any fault of a bucket-wise step), then main frees the executor
+         * and calls MPI_Finalize. */
+        fprintf(stderr, "canzona-bench: rank %d: %s\n", cz_bench_rank, r->err.message);
+        cz_error tmp;
+        if (o->overlap && cz_executor_step_cancel(r->ex, &tmp) != CZ_OK)
+            fprintf(stderr, "canzona-bench: rank %d: step_cancel: %s\n", cz_bench_rank,
+                    tmp.message);
+        cz__mpi_watch_settle();
+        r->stalled = true;
+        return 1;
+    }
     cz_bench_stop_if_stalled(rc, &r->err);
     if (rc) {
         fprintf(stderr, "canzona-bench: rank %d: %s\n", cz_bench_rank, r->err.message);
@@ -514,7 +540,22 @@ int main(int argc, char **argv)
     } else if (!run_create(r) && !run_buffers(r) && !run_steps(r) && !run_outputs(r)) {
         status = 0;
     }
+    bool stalled = r->stalled;
     run_free(r);
+    /* A job that goes on after the failure makes MPI calls of its own, in which MPI progresses
+     * whatever is still posted: a second of them, so that an operation left in flight into
+     * freed memory shows here (under the sanitizers) rather than by chance in MPI_Finalize. */
+    for (double t0 = MPI_Wtime(); stalled && MPI_Wtime() - t0 < 1.0;) {
+        int flag = 0;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
     cz_bench_ranks_close();
+    if (stalled) /* what --end-after-stall's test looks for: freed and finalized, no crash */
+        fprintf(stderr,
+                "canzona-bench: rank %d: ended after the stall: executor freed, MPI "
+                "finalized\n",
+                cz_bench_rank);
     return status;
 }

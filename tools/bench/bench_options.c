@@ -99,6 +99,15 @@ void cz_bench_usage(FILE *f)
           "  --delay-bucket B   with --overlap, declare bucket B ready last\n"
           "  --skip-bucket B    (testing) with --overlap, never declare B on the last rank\n"
           "  --repeat-bucket B  (testing) with --overlap, declare bucket B twice\n"
+          "  --bucket-order O   (testing) with --overlap, declare the buckets in order O:\n"
+          "                     backward (the default: bucket 0 first), reverse (the highest\n"
+          "                     first) or rotate (from the middle one on, then from bucket 0)\n"
+          "  --order-rank R     (testing) --bucket-order on rank R only (default: every rank)\n"
+          "  --declare-nothing S  (testing) with --overlap, rank 0 declares no bucket in step\n"
+          "                     S (1-based, warm-up counted) and goes to step_finish at once\n"
+          "  --end-after-stall  (testing) after a reported stall, cancel the step, free the\n"
+          "                     executor and call MPI_Finalize (as a job that ends itself\n"
+          "                     would), not MPI_Abort\n"
           "  --early-updates    with --overlap, run each micro-group inside the bucket_ready\n"
           "                     that posts its last bucket (cz_executor_set_early_updates;\n"
           "                     turns the NaN/Inf check off, refused with --max-grad-norm)\n"
@@ -167,6 +176,10 @@ static const struct option longs[] = {{"plan", required_argument, 0, 'p'},
                                       {"repeat-bucket", required_argument, 0, 1018},
                                       {"compute-ms", required_argument, 0, 1019},
                                       {"early-updates", no_argument, 0, 1020},
+                                      {"bucket-order", required_argument, 0, 1021},
+                                      {"order-rank", required_argument, 0, 1022},
+                                      {"declare-nothing", required_argument, 0, 1023},
+                                      {"end-after-stall", no_argument, 0, 1024},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
 
@@ -202,6 +215,7 @@ static void opts_defaults(bench_opts *o)
     o->dtype = d.dtype;
     o->ns_eps = d.muon.ns_eps;
     o->delay_bucket = o->skip_bucket = o->repeat_bucket = -1;
+    o->order_rank = -1;
 }
 
 /* The options by what they set, one function each. Each returns 0 when c is one of its
@@ -300,6 +314,25 @@ static int run_option(bench_opts *o, int c, char *arg, char **end, char *msg, si
         return 0;
     case 1020:
         o->early = 1;
+        return 0;
+    case 1021:
+        o->bucket_order = strcmp(arg, "backward") == 0  ? 0
+                          : strcmp(arg, "reverse") == 0 ? 1
+                          : strcmp(arg, "rotate") == 0  ? 2
+                                                        : -1;
+        if (o->bucket_order < 0) {
+            snprintf(msg, cap, "--bucket-order '%s': expected backward, reverse or rotate", arg);
+            return 2;
+        }
+        return 0;
+    case 1022:
+        o->order_rank = (int)strtol(arg, end, 10);
+        return 0;
+    case 1023:
+        o->declare_nothing = (int)strtol(arg, end, 10);
+        return 0;
+    case 1024:
+        o->end_after_stall = 1;
         return 0;
     default:
         return -1;
@@ -441,6 +474,11 @@ static int check_options(const bench_opts *o, int argc, char *msg, size_t cap)
                  "--comm mpi");
         return 2;
     }
+    if ((o->bucket_order || o->declare_nothing) && !o->overlap) {
+        snprintf(msg, cap,
+                 "--bucket-order and --declare-nothing drive the bucket-wise step: add --overlap");
+        return 2;
+    }
     if (o->early && !o->overlap) {
         snprintf(msg, cap, "--early-updates runs inside the bucket-wise step: add --overlap");
         return 2;
@@ -539,12 +577,13 @@ static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
         return;
     snprintf(buf + n, cap - (size_t)n,
              " shampoo=%.9g,%.9g,%.9g,%.9g,%d,%d,%d,%d,%.9g,%.9g soap=%.9g,%.9g,%.9g,%.9g "
-             "overlap=%d,%d,%d,%d,%.17g,%d",
+             "overlap=%d,%d,%d,%d,%.17g,%d,%d,%d,%d,%d",
              h->shampoo.beta1, h->shampoo.beta2, h->shampoo.eps, h->shampoo.momentum,
              h->shampoo.nesterov, h->shampoo.start_step, h->shampoo.max_dim,
              (int)h->shampoo.grafting, h->shampoo.graft_beta2, h->shampoo.graft_eps, h->soap.beta1,
              h->soap.beta2, h->soap.shampoo_beta, h->soap.eps, o->overlap, o->delay_bucket,
-             o->skip_bucket, o->repeat_bucket, o->compute_ms, o->early);
+             o->skip_bucket, o->repeat_bucket, o->compute_ms, o->early, o->bucket_order,
+             o->order_rank, o->declare_nothing, o->end_after_stall);
 }
 
 /* The fingerprint of options_text, its largest and smallest value over the ranks in one

@@ -31,6 +31,12 @@ typedef struct bench_opts {
     /* --overlap: the bucket-wise step; --delay-bucket, --skip-bucket, --repeat-bucket: one
      * bucket declared last, never (on the last rank), or twice (-1: none) */
     int overlap, delay_bucket, skip_bucket, repeat_bucket;
+    /* --bucket-order: the order this rank declares its buckets in (0 backward, bucket 0 first;
+     * 1 reverse; 2 rotated: from the middle one), on --order-rank only (-1: every rank);
+     * --declare-nothing: the step (1-based, warm-up counted) in which rank 0 declares no bucket
+     * (0: none); --end-after-stall: after a reported stall free the executor and finalize
+     * MPI, as a job that ends itself would, instead of MPI_Abort */
+    int bucket_order, order_rank, declare_nothing, end_after_stall;
     int early;         /* --early-updates: cz_executor_set_early_updates (with --overlap) */
     double compute_ms; /* --compute-ms: simulated backward compute per held bucket */
     cz_muon_scaling scaling;

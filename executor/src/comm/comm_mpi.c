@@ -67,6 +67,22 @@ static int count_fits(size_t n, const char *what, cz_error *err)
     return CZ_OK;
 }
 
+/* After a reported stall (mpi_watch) nothing more is posted on any plane: a collective or
+ * transfer posted then could be matched by the peers that posted theirs before the stall and
+ * complete later, inside MPI_Finalize's progress, into memory freed since (issue 39: a step
+ * cancelled after a stall posted its missing reduce-scatters, which completed into the freed
+ * reduce-scatter ranges). */
+static int usable(const char *what, cz_error *err)
+{
+    if (!cz__mpi_watch_broken())
+        return CZ_OK;
+    return cz__error_set(err, CZ_ETIMEOUT,
+                         "MPI %s not posted: an earlier MPI wait of this process stopped for a "
+                         "stalled rank (see its message); the communicators cannot be used any "
+                         "more",
+                         what);
+}
+
 /* Waits for one collective posted on the plane, within the limit. */
 static int bounded(mpi_plane *h, MPI_Request *r, const char *op, cz_error *err)
 {
@@ -92,7 +108,10 @@ static int mpi_ctrl_allreduce_min_i64(cz_ctrl *c, int64_t *v, int n, cz_error *e
 {
     mpi_plane *h = c->impl;
     MPI_Request r;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MIN, h->comm, &r);
+    int rc = usable("control-plane all-reduce", err);
+    if (rc)
+        return rc;
+    rc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MIN, h->comm, &r);
     return posted(h, rc, &r, "control-plane all-reduce", err);
 }
 
@@ -100,7 +119,10 @@ static int mpi_ctrl_allreduce_sum_f64(cz_ctrl *c, double *v, int n, cz_error *er
 {
     mpi_plane *h = c->impl;
     MPI_Request r;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, h->comm, &r);
+    int rc = usable("control-plane all-reduce", err);
+    if (rc)
+        return rc;
+    rc = MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, h->comm, &r);
     return posted(h, rc, &r, "control-plane all-reduce", err);
 }
 
@@ -147,6 +169,8 @@ static int post_uneven(cz_plane *p, int gather, const void *send, void *recv, co
     if (!gather && t != CZ_DTYPE_FP32)
         return cz__error_set(err, CZ_EUNSUPPORTED, "MPI reduce-scatter: only fp32 sums");
     const char *what = gather ? "all-gather" : "reduce-scatter";
+    if ((rc = usable(what, err)) != CZ_OK)
+        return rc;
     int ic[p->size], id[p->size];
     size_t off = 0;
     for (int r = 0; r < p->size; r++) {
@@ -205,6 +229,7 @@ static int mpi_iall_gather(cz_plane *p, const void *send, size_t count, void *re
 {
     int rc;
     if ((rc = cz_plane_wait_after(p, after, err)) != CZ_OK ||
+        (rc = usable("all-gather", err)) != CZ_OK ||
         (rc = count_fits(count, "all-gather", err)) != CZ_OK)
         return rc;
     req->n = 1;
@@ -223,6 +248,7 @@ static int mpi_allreduce_sum(cz_plane *p, void *buf, size_t count, int f64, cz_e
 {
     int rc;
     if ((rc = cz_plane_wait_after(p, after, err)) != CZ_OK ||
+        (rc = usable("all-reduce", err)) != CZ_OK ||
         (rc = count_fits(count, "all-reduce", err)) != CZ_OK)
         return rc;
     MPI_Request q;
@@ -237,6 +263,7 @@ static int mpi_iallreduce_sum(cz_plane *p, float *buf, size_t count, cz_event *a
 {
     int rc;
     if ((rc = cz_plane_wait_after(p, after, err)) != CZ_OK ||
+        (rc = usable("all-reduce", err)) != CZ_OK ||
         (rc = count_fits(count, "all-reduce", err)) != CZ_OK)
         return rc;
     req->n = 1;
@@ -254,7 +281,11 @@ static int mpi_group_start(cz_plane *p, cz_comm_req *req, cz_event *after, cz_er
 {
     req->n = 0;
     req->fail = MPI_SUCCESS;
-    return cz_plane_wait_after(p, after, err);
+    int rc = usable("send/receive group", err);
+    /* The group's sends and receives are then not posted either (post skips a failed group). */
+    if (rc)
+        req->fail = MPI_ERR_OTHER;
+    return rc ? rc : cz_plane_wait_after(p, after, err);
 }
 
 /* Posts one transfer of a group; the first failure is reported by group_end. */
@@ -308,6 +339,8 @@ static int mpi_group_end(cz_plane *p, cz_comm_req *req, cz_error *err)
     int fail = req->fail;
     cz_error tmp;
     mpi_wait(p, req, &tmp); /* leave nothing half-posted behind */
+    if (cz__mpi_watch_broken())
+        return usable("send/receive group", err);
     if (fail == MPI_ERR_COUNT)
         return cz__error_set(err, CZ_EUNSUPPORTED,
                              "MPI send/receive group: a count above %d or more than %d transfers",
@@ -376,8 +409,11 @@ static int mpi_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *e
     mpi_plane *h = p->impl;
     MPI_Request r;
     char name[64];
-    int rc = posted(h, MPI_Ibarrier(h->comm, &r), &r,
-                    op_name(p, "barrier before a split", name, sizeof name), err);
+    int rc = usable("barrier before a split", err);
+    if (rc)
+        return rc;
+    rc = posted(h, MPI_Ibarrier(h->comm, &r), &r,
+                op_name(p, "barrier before a split", name, sizeof name), err);
     if (rc)
         return rc;
     MPI_Comm dup;

@@ -236,10 +236,17 @@ static int ovl_settle(cz_executor *ex, const char *what, cz_error *err)
     return rc;
 }
 
+static int ovl_early_due(cz_executor *ex, bool update, cz_error *err);
+
 /* Posts, in bucket order, every declared bucket whose predecessors are all posted (every one
  * with `all`, the missing ones too): the order is the plan's on every rank, whatever order the
- * job declares them in, as MPI and NCCL match collectives by their order on a communicator. */
-static int ovl_post(cz_executor *ex, bool all, cz_error *err)
+ * job declares them in, as MPI and NCCL match collectives by their order on a communicator.
+ * With early updates, what falls due after each post runs before the next post
+ * (ovl_early_due), so that each plane's collectives (its reduce-scatters and the all-gathers
+ * early updates post among them) are posted in one sequence fixed by the plan on every rank:
+ * a rank that posts several buckets at once (it declared a higher one first) posts the
+ * all-gathers due between them where every other rank does, not after them all. */
+static int ovl_post(cz_executor *ex, bool all, bool update, cz_error *err)
 {
     cz_bucket_step *bs = ex->bws;
     const cz_plan *plan = ex->plan;
@@ -247,25 +254,30 @@ static int ovl_post(cz_executor *ex, bool all, cz_error *err)
     int most = ex->grid.dp > ex->grid.edp ? ex->grid.dp : ex->grid.edp;
     size_t counts[most];
     bool recorded = false;
-    for (; bs->next < plan->nbuckets; bs->next++) {
+    int rc;
+    for (;;) {
+        if (bs->early && (rc = ovl_early_due(ex, update, err)) != CZ_OK)
+            return rc;
+        while (bs->next < plan->nbuckets && !cz__exec_holds_bucket(ex, &plan->buckets[bs->next]))
+            bs->next++;
         size_t b = bs->next;
-        const cz_plan_bucket *bk = &plan->buckets[b];
-        if (!cz__exec_holds_bucket(ex, bk))
-            continue;
-        if (bs->state[b] != CZ_OVL_DECLARED && !all)
+        if (b >= plan->nbuckets || (bs->state[b] != CZ_OVL_DECLARED && !all))
             break;
+        const cz_plan_bucket *bk = &plan->buckets[b];
         /* The reduce-scatter reads the gradients once their staging is done. */
         if (!recorded)
             ex->compute.ops->event_record(&ex->compute, ex->ev_grads);
         recorded = true;
+        ex->phase = (cz_phase){"bucket-wise step: gradient reduce-scatters posted", ex->steps + 1};
         cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
         cz__step_bucket_counts(bk, &bp, counts);
-        int rc = bp.plane->ops->ireduce_scatter(bp.plane, G + bp.base + bk->ranges[0],
-                                                bs->recv + bs->recv_off[b], counts, CZ_DTYPE_FP32,
-                                                ex->ev_grads, bs->rs[b], err);
+        rc = bp.plane->ops->ireduce_scatter(bp.plane, G + bp.base + bk->ranges[0],
+                                            bs->recv + bs->recv_off[b], counts, CZ_DTYPE_FP32,
+                                            ex->ev_grads, bs->rs[b], err);
         if (rc)
             return rc;
         bs->state[b] = CZ_OVL_REDUCING;
+        bs->next++;
     }
     /* MPI progresses a collective only inside MPI calls: the ones in flight get a turn. */
     for (size_t b = 0; b < bs->next; b++)
@@ -424,22 +436,15 @@ static int ovl_post_gather(cz_executor *ex, size_t b, float *P, cz_error *err)
     return CZ_OK;
 }
 
-/* With early updates, the all-gathers not posted yet, in ovl_ag_list's order (the one order of
- * every rank); none without them. */
-static int ovl_post_rest(cz_executor *ex, float *P, cz_error *err)
-{
-    cz_bucket_step *bs = ex->bws;
-    int rc = CZ_OK;
-    for (; bs->early && rc == CZ_OK && bs->ag_next < bs->nag; bs->ag_next++)
-        rc = ovl_post_gather(ex, (size_t)bs->ag_list[bs->ag_next], P, err);
-    return rc;
-}
-
-/* Early updates: every micro-group not yet run whose buckets are all posted, in readiness
- * order, each once the reduce-scatters of its buckets are waited for. Which groups run in a
- * call depends only on the buckets declared so far, so ranks that declare them in the same
- * order run them at the same point, in the same order (their TP exchanges match). */
-static int ovl_run_early(cz_executor *ex, cz_error *err)
+/* Early updates at the current point of the step (bs->next buckets posted): every micro-group
+ * not yet run whose buckets are all posted, in readiness order, each once the reduce-scatters
+ * of its buckets are waited for; then the all-gathers of the buckets every rank has updated by
+ * now (the rule of ag_key), each after its elementwise updates. Which groups and all-gathers
+ * fall due depends only on how many buckets are posted, the same sequence on every rank, so
+ * their exchanges and collectives match whatever order the ranks declare their buckets in.
+ * Without `update` (a step ended with nothing more updated: ovl_drain), the all-gathers only,
+ * each rank sending its own ranges as they are: what the early updates changed, or nothing. */
+static int ovl_early_due(cz_executor *ex, bool update, cz_error *err)
 {
     cz_bucket_step *bs = ex->bws;
     float *P = cz__binding_params(&ex->bind);
@@ -447,17 +452,18 @@ static int ovl_run_early(cz_executor *ex, cz_error *err)
     double t0 = cz__exec_now();
     int rc = CZ_OK;
     ex->phase = (cz_phase){"bucket-wise step: early micro-group updates", ex->steps + 1};
-    for (int64_t k; rc == CZ_OK && (k = cz__exec_early_next(ex)) < (int64_t)bs->next;)
+    for (int64_t k; update && rc == CZ_OK && (k = cz__exec_early_next(ex)) < (int64_t)bs->next;)
         if ((rc = ovl_wait_reduced(ex, true, (size_t)k, err)) == CZ_OK)
             rc = cz__exec_early_run(ex, P, G, k, &bs->nearly, err);
-    /* Then the all-gathers of the buckets every rank has updated by now (the rule of
-     * ovl_ag_key), each after its elementwise updates. */
     while (rc == CZ_OK && bs->ag_next < bs->nag) {
         size_t b = (size_t)bs->ag_list[bs->ag_next];
         if (bs->ag_key[b] >= (int64_t)bs->next)
             break;
-        if ((rc = ovl_wait_reduced(ex, true, b, err)) != CZ_OK ||
-            (rc = cz__step_elementwise_bucket(ex, P, G, b, bs->elem_done, err)) != CZ_OK)
+        /* Its reduce-scatter is waited for first either way: the all-gather takes the
+         * bucket's state over. */
+        if ((rc = ovl_wait_reduced(ex, update, b, err)) != CZ_OK ||
+            (update &&
+             (rc = cz__step_elementwise_bucket(ex, P, G, b, bs->elem_done, err)) != CZ_OK))
             break;
         ex->compute.ops->event_record(&ex->compute, ex->ev_params);
         rc = ovl_post_gather(ex, b, P, err);
@@ -490,35 +496,29 @@ int cz_executor_bucket_ready(cz_executor *ex, size_t bucket, cz_error *err)
     }
     bs->state[bucket] = CZ_OVL_DECLARED;
     ex->phase = (cz_phase){"bucket-wise step: gradient reduce-scatters posted", ex->steps + 1};
-    rc = ovl_post(ex, false, err);
-    /* The job's later work waits for the staging and the posts only: early updates run beside
-     * its backward pass (on a GPU stream of the executor's, ordered after the job's work so
-     * far by step_begin). */
+    /* With early updates, the micro-groups and all-gathers that fall due run inside (on a GPU
+     * stream of the executor's, ordered after the job's work so far by step_begin): the job's
+     * later work waits for the staging and the posts only, as step_end orders it. */
+    rc = ovl_post(ex, false, true, err);
     ex->compute.ops->step_end(&ex->compute);
-    if (rc != CZ_OK || !bs->early)
-        return rc;
     /* A failure among early updates may leave a micro-group half applied. */
-    if ((rc = ovl_run_early(ex, err)) != CZ_OK)
+    if (rc != CZ_OK && bs->early && ovl_moved(ex))
         cz__exec_poison(ex, "step %lld failed during its early updates",
                         (long long)(ex->steps + 1));
     return rc;
 }
 
-/* Ends a bucket-wise step with nothing updated: every rank posts the reduce-scatters it has not
- * (in the same order, their data unused) and waits for all of them, so that no collective is
- * left half-matched. */
+/* Ends a bucket-wise step with nothing more updated: every rank posts the reduce-scatters it has
+ * not (in the same order, their data unused) and waits for all of them, so that no collective
+ * is left half-matched. Early updates may have posted some all-gathers, not as many on every
+ * rank: every rank posts the rest where the one sequence has them (ovl_post), the next call
+ * completing them. */
 static int ovl_drain(cz_executor *ex, cz_error *err)
 {
-    int rc = ovl_post(ex, true, err);
+    int rc = ovl_post(ex, true, false, err);
     cz_error tmp;
     int wrc = ovl_wait_reduced(ex, false, SIZE_MAX, rc != CZ_OK ? &tmp : err);
-    if (rc != CZ_OK || wrc != CZ_OK)
-        return rc != CZ_OK ? rc : wrc;
-    /* Early updates may have posted some all-gathers, not as many on every rank: every rank
-     * posts the rest in the one order (the next call completes them), so that none is left
-     * half-matched. Each sends its own ranges: what the early updates changed, or nothing. */
-    ex->compute.ops->event_record(&ex->compute, ex->ev_params);
-    return ovl_post_rest(ex, cz__binding_params(&ex->bind), err);
+    return rc != CZ_OK ? rc : wrc;
 }
 
 /* step_finish's all-gathers: with early updates those they did not post, in their order; else
@@ -526,9 +526,13 @@ static int ovl_drain(cz_executor *ex, cz_error *err)
 static int ovl_post_gathers(cz_executor *ex, float *P, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
-    if (ex->bws->early)
-        return ovl_post_rest(ex, P, err);
+    cz_bucket_step *bs = ex->bws;
     int rc = CZ_OK;
+    for (; bs->early && bs->ag_next < bs->nag; bs->ag_next++)
+        if ((rc = ovl_post_gather(ex, (size_t)bs->ag_list[bs->ag_next], P, err)) != CZ_OK)
+            return rc;
+    if (bs->early)
+        return CZ_OK;
     for (size_t b = plan->nbuckets; rc == CZ_OK && b-- > 0;)
         if (cz__exec_holds_bucket(ex, &plan->buckets[b]))
             rc = ovl_post_gather(ex, b, P, err);
