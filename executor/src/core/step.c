@@ -54,6 +54,7 @@ static int rates_agree(cz_executor *ex, double changed, const char *unchanged, c
     uint64_t h = 14695981039346656037ULL;
     h = fnv(h, ex->rates.param, ex->plan->nparams * sizeof *ex->rates.param);
     h = fnv(h, &ex->cfg.max_grad_norm, sizeof ex->cfg.max_grad_norm);
+    h = fnv(h, ex->rates.momentum, sizeof ex->rates.momentum);
     for (int k = 0; k < 2; k++) {
         cz_optim *o = k ? &ex->elem_opt : &ex->matrix_opt;
         cz_opt_rates r = o->ops->rates(o);
@@ -66,9 +67,9 @@ static int rates_agree(cz_executor *ex, double changed, const char *unchanged, c
     ex->rates.changed = false;
     if (v[0] != -v[1])
         return cz__error_set(err, CZ_EMISMATCH,
-                             "step %lld: the ranks set different learning rates, weight decays or "
-                             "clipping thresholds (every rank must set the same before the same "
-                             "step); %s",
+                             "step %lld: the ranks set different learning rates, weight decays, "
+                             "momentum coefficients or clipping thresholds (every rank must set "
+                             "the same before the same step); %s",
                              (long long)(ex->steps + 1), unchanged);
     return CZ_OK;
 }
