@@ -6,8 +6,8 @@ waits, at most timeout seconds, until every rank has announced the same phase. A
 comes, or comes to another phase, is then named on every rank that came, with canzona's phase,
 instead of a collective that waits for gloo's timeout (30 minutes by default) and names neither.
 
-Per round and rank: one set, one add and one wait on the store (a few round trips, well under a
-millisecond on one host), and the keys of two rounds before are deleted.
+Per round and rank: one set, one add and one wait on the store (a few round trips to its
+server), and the keys of two rounds before are deleted.
 """
 import datetime
 
@@ -85,8 +85,8 @@ class Rendezvous:
         if not what:  # every rank came, but later than the timeout allowed for
             what.append("not every rank came in time")
         code = _lib.CZ_EMISMATCH if elsewhere else _lib.CZ_ETIMEOUT
-        return code, (f"canzona.torch.Optimizer {phase}: {'; '.join(what)} within timeout = "
-                f"{self.timeout:g} s (this is rank {self._rank}). It is collective: every rank makes the same calls of the "
+        return code, (f"canzona.torch.Optimizer {phase}: {'; '.join(what)} (rank {self._rank} "
+                f"waited timeout = {self.timeout:g} s). It is collective: every rank makes the same calls of the "
                 "optimizer (the constructor, step(), state_dict(), load_state_dict()) in the same "
                 "order, e.g. state_dict() on every rank and the saving on rank 0 only; a rank that "
                 "is only slower (evaluation, saving) needs a larger timeout=. Nothing was changed "

@@ -950,12 +950,16 @@ class Optimizer(torch.optim.Optimizer):
                         "backward since the last step (or zero_grad() after it), so "
                         f"{'their' if len(none) > 1 else 'its'} gradients would count as zeros "
                         "in the average")
-        part = [(r, names, n, total) for r, (names, n, total) in enumerate(everyone)
-                if 0 < n < total]
-        for r, names, n, total in part:
+        part = {}  # the ranks that lack the same, together
+        for r, (names, n, total) in enumerate(everyone):
+            if 0 < n < total:
+                part.setdefault((tuple(names), n, total), []).append(r)
+        for (names, n, total), ranks in part.items():
             more = f" and {n - len(names)} more" if n > len(names) else ""
-            what.append(f"rank {r} has no gradient for {', '.join(map(repr, names))}{more} ({n} "
-                        f"of its {total} trainable parameters)")
+            what.append(f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
+                        f"{'have' if len(ranks) > 1 else 'has'} no gradient for "
+                        f"{', '.join(map(repr, names))}{more} ({n} of {total} trainable "
+                        "parameters)")
         hint = ("run backward() on every rank before step(); after a backward that failed "
                 "part-way, zero_grad() and run it again")
         if part:

@@ -247,14 +247,14 @@ def main():
             assert rank == 2 and "failed part-way" in str(e), e
         before = snapshot(m)
         refused("a backward that failed part-way", opt.step,
-                "rank 2 has no gradient for 'fc1.weight', 'fc1.bias' (2 of its 5 trainable",
+                "rank 2 has no gradient for 'fc1.weight', 'fc1.bias' (2 of 5 trainable",
                 "zero_grad() and run it again")
         unchanged(m, before, "a backward that failed part-way")
         # A parameter the loss does not reach: refused, or a zero gradient when asked.
         opt.zero_grad()
         (m.fc1(torch.randn(6, 8)) ** 2).mean().backward()
-        refused("a parameter without a gradient", opt.step, "has no gradient for 'fc2.weight'",
-                "unused_parameters=True")
+        refused("a parameter without a gradient", opt.step,
+                "ranks 0, 1, 2, 3 have no gradient for 'fc2.weight'", "unused_parameters=True")
         opt.close()
         m = Net(1)
         opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, lr=0.02, adamw_lr=0.01,
@@ -590,13 +590,13 @@ def main():
         loss_of(m, 1).backward()
         if rank != 3:
             refused("a rank that never steps", opt.step,
-                    "step(): rank 3 did not call it within timeout")
+                    "step(): rank 3 did not call it (rank", "waited timeout = ")
         opt.close()
         dist.barrier()
         opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, timeout=t)
         if rank == 0:
             refused("state_dict() on one rank", opt.state_dict,
-                    "state_dict(): ranks 1, 2, 3 did not call it within timeout",
+                    "state_dict(): ranks 1, 2, 3 did not call it (rank 0 waited",
                     "state_dict() on every rank")
         opt.close()
         dist.barrier()
