@@ -85,13 +85,13 @@ class Rendezvous:
         if not what:  # every rank came, but later than the timeout allowed for
             what.append("not every rank came in time")
         code = _lib.CZ_EMISMATCH if elsewhere else _lib.CZ_ETIMEOUT
-        return code, (f"canzona.torch.Optimizer {phase}: {'; '.join(what)} (rank {self._rank} "
-                f"waited timeout = {self.timeout:g} s). It is collective: every rank makes the same calls of the "
-                "optimizer (the constructor, step(), state_dict(), load_state_dict()) in the same "
-                "order, e.g. state_dict() on every rank and the saving on rank 0 only; a rank that "
-                "is only slower (evaluation, saving) needs a larger timeout=. Nothing was changed "
-                "by this call; the optimizer's calls are out of step across the ranks now, end "
-                "the job")
+        return code, (
+            f"canzona.torch.Optimizer {phase}: {'; '.join(what)} (rank {self._rank} waited "
+            f"timeout = {self.timeout:g} s). It is collective: every rank makes the same calls of "
+            "the optimizer (the constructor, step(), state_dict(), load_state_dict()) in the same "
+            "order, e.g. state_dict() on every rank and the saving on rank 0 only; a rank that is "
+            "only slower (evaluation, saving) needs a larger timeout=. Nothing was changed by this "
+            "call; the optimizer's calls are out of step across the ranks now, end the job")
 
 
 _GAVE_UP = 1 << 40  # added to a round's count by a rank that stopped waiting

@@ -12,7 +12,6 @@ parameter all-gather) for a job started by torchrun, over the job's own process 
 
 See docs/PYTHON.md. Needs torch 2.5 or newer (CPU with gloo, or CUDA with NCCL); tested on 2.13.
 """
-import collections.abc
 import contextlib
 import ctypes
 import datetime
@@ -32,11 +31,14 @@ if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < _MIN_
                       f"(post-accumulate-grad hooks, torch.distributed.tensor); this is "
                       f"{torch.__version__}")
 
-from . import _dtensor, _lib, safetensors
+from . import _dtensor, _lib, _replicas, safetensors
 from ._dtensor import local as _local
 from ._lib import Error, check
+from ._fresh import FreshGrads
+from ._fresh import refusal as no_grad_refusal
 from ._overlap import BucketOverlap
 from ._rendezvous import Rendezvous, default_store
+from ._state_view import StateView
 from ._torch_comm import TorchComm, global_ranks
 from .planning import model_description, plan_text
 
@@ -162,46 +164,6 @@ def _state_checksum(state, step):
             h.update(f"\0{name}.{field}{list(t.shape)}".encode())
             h.update(t.numpy().tobytes())
     return "sha256:" + h.hexdigest()
-
-
-# canzona's state field names -> torch.optim.Muon's and AdamW's (opt.state)
-_TORCH_FIELDS = {"momentum": "momentum_buffer", "exp_avg": "exp_avg",
-                 "exp_avg_sq": "exp_avg_sq"}
-
-
-class _StateView(collections.abc.Mapping):
-    """Optimizer.state: parameter -> {torch's field name: tensor}, gathered at the first read
-    after each step (collective) and kept until the next."""
-
-    def __init__(self, opt):
-        self._opt = weakref.ref(opt)
-        self._cache, self._at = None, None
-
-    def _params(self):
-        opt = self._opt()
-        return {} if opt is None or not hasattr(opt, "_params") else opt._params
-
-    def __len__(self):
-        return len(self._params())
-
-    def __iter__(self):
-        return iter(list(self._params().values()))
-
-    def __contains__(self, p):
-        return any(q is p for q in self._params().values())
-
-    def __getitem__(self, p):
-        opt = self._opt()
-        name = next((n for n, q in self._params().items() if q is p), None)
-        if name is None:
-            raise KeyError("not a parameter of this optimizer (frozen ones have no state)")
-        if self._at != opt._steps_done:
-            state, step = opt._gather_state("opt.state[p] (the first read after a step)")
-            t = torch.tensor(float(step))
-            self._cache = {n: dict({_TORCH_FIELDS.get(f, f): v for f, v in fields.items()},
-                                   step=t) for n, fields in state.items()}
-            self._at = opt._steps_done
-        return self._cache[name]
 
 
 class Optimizer(torch.optim.Optimizer):
@@ -436,7 +398,8 @@ class Optimizer(torch.optim.Optimizer):
             msg = self._check_shapes(named_groups)
         try:
             self._agree(msg)
-            differ = self._check_replicas(named_groups, dp, tp, check_replicas)
+            differ = _replicas.check(self._names, {n: p for g, _ in named_groups for n, p in g},
+                                     self._tp_dim, dp, tp, check_replicas)
         except Error:
             self.close()
             raise
@@ -491,10 +454,7 @@ class Optimizer(torch.optim.Optimizer):
                 dist.broadcast(self._pviews[name], src=dp_ranks[0], group=dp_group)
         # Which parameters received a gradient since the last step (item 9 of issue 39): a
         # post-accumulate-grad hook per parameter; step() refuses a parameter without one.
-        self._fresh = set()
-        fresh = self._fresh  # the hooks hold the set, not the optimizer
-        self._grad_hooks = [p.register_post_accumulate_grad_hook(
-            lambda _p, n=name: fresh.add(n)) for name, p in self._params.items()]
+        self._fresh = FreshGrads(self._params, self._gviews)
         self._rates = None
         self._max_grad_norm = self._set_norm = float(max_grad_norm)
         self.grad_norm = None
@@ -547,9 +507,9 @@ class Optimizer(torch.optim.Optimizer):
         buckets, self._buckets = getattr(self, "_buckets", None), None
         if buckets is not None:
             buckets.close()
-        for h in getattr(self, "_grad_hooks", ()):
-            h.remove()
-        self._grad_hooks = []
+        fresh = getattr(self, "_fresh", None)
+        if fresh is not None:
+            fresh.close()
         ex, self._ex = getattr(self, "_ex", None), None
         if ex is not None:
             _lib.lib().cz_executor_free(ex)
@@ -683,60 +643,6 @@ class Optimizer(torch.optim.Optimizer):
                             f"plan's local shape is {shape} (a plan for another shape or TP "
                             "size?)")
         return None
-
-    def _check_replicas(self, named_groups, dp, tp, mode):
-        """What must be equal across ranks, by a fingerprint per parameter (the float64 sum and
-        sum of squares of its local tensor, compared bit for bit after one all-gather over the
-        world): a replicated parameter across the TP ranks, every parameter across the DP
-        ranks. Raises the same message on every rank (they all see every fingerprint); with
-        mode "broadcast" returns the names that differ across DP only (to copy from DP rank 0),
-        with mode False checks nothing."""
-        if not mode or dp * tp == 1:
-            return []
-        params = {n: p for g, _ in named_groups for n, p in g}
-        dev = (next(iter(params.values())).device if dist.get_backend() == "nccl"
-               else torch.device("cpu"))
-        fp = torch.zeros(len(self._names), 2, dtype=torch.float64, device=dev)
-        with torch.no_grad():
-            for i, name in enumerate(self._names):
-                t = _local(params[name]).detach().to(torch.float64)
-                fp[i, 0], fp[i, 1] = t.sum(), (t * t).sum()
-        everyone = [torch.empty_like(fp) for _ in range(dp * tp)]
-        dist.all_gather(everyone, fp)
-        bits = torch.stack(everyone).view(torch.int64).cpu().view(dp, tp, -1, 2)
-        for i, name in enumerate(self._names):
-            if self._tp_dim[name] is not None:
-                continue
-            for d in range(dp):
-                for t in range(1, tp):
-                    if not torch.equal(bits[d, t, i], bits[d, 0, i]):
-                        raise Error(_lib.CZ_EMISMATCH, (
-                            f"parameter {name!r} is replicated over TP (no tp_dims entry, "
-                            "Megatron attribute or Shard placement says otherwise) but differs "
-                            f"across the TP ranks of DP rank {d}: world ranks {d * tp} and "
-                            f"{d * tp + t} hold different values. A TP-sharded parameter needs "
-                            f"its tp_dims entry (e.g. tp_dims={{{name!r}: 0}}); a replicated one "
-                            "must start equal on every TP rank (seed every rank alike); "
-                            "check_replicas=False skips this check"))
-        differ = []
-        for i, name in enumerate(self._names):
-            for t in range(tp):
-                d = next((d for d in range(1, dp) if not torch.equal(bits[d, t, i],
-                                                                     bits[0, t, i])), None)
-                if d is None:
-                    continue
-                if mode == "broadcast":
-                    differ.append(name)
-                    break
-                raise Error(_lib.CZ_EMISMATCH, (
-                    f"parameter {name!r} differs across the DP ranks at construction: world "
-                    f"ranks {t} and {d * tp + t} (DP ranks 0 and {d}, TP rank {t}) hold "
-                    "different values, and DP replicas must start equal. Seed every rank "
-                    "alike, or pass check_replicas='broadcast' to copy DP rank 0's values to "
-                    "the others (as DDP does), or check_replicas=False to skip the check; if "
-                    "the model is TP-sharded, give its TP group (tp_group= or mesh=): without "
-                    "one its shards look like DP replicas that differ"))
-        return differ
 
     def _bind(self, named_groups, device):
         """Flat parameter and gradient buffers in the plan's layout on the parameters' device;
@@ -919,55 +825,6 @@ class Optimizer(torch.optim.Optimizer):
                                                          ctypes.byref(err)), err)
             self._set_norm = self._max_grad_norm
 
-    def _missing_grads(self):
-        """(this rank's trainable parameters without a gradient since the last step, its
-        trainable parameters): a gradient came when the parameter's post-accumulate-grad hook
-        ran (backward), or when its .grad is a tensor made anew since the step re-attached it
-        to the flat buffer (a .grad assigned by hand)."""
-        live = [n for n, p in self._params.items() if p.requires_grad]
-        missing = []
-        for name in live:
-            g = self._params[name].grad
-            if name in self._fresh or (g is not None and
-                                       _local(g).data_ptr() != self._gviews[name].data_ptr()):
-                continue
-            missing.append(name)
-        return missing, live
-
-    def _no_grad_message(self, lacking, live, moved):
-        """The refusal of a step where some rank lacks gradients (collective: every rank's
-        lacking parameters, the first three by name)."""
-        everyone = [None] * dist.get_world_size()
-        dist.all_gather_object(everyone, (lacking[:3], len(lacking), len(live)))
-        done = moved or "nothing was changed"
-        none = [r for r, (_, n, total) in enumerate(everyone) if n and n == total]
-        if len(none) == len(everyone):
-            return ("step() with no gradients on any rank since the last step (or the "
-                    f"zero_grad() after it): call backward() first ({done})")
-        what = []
-        if none:
-            what.append(f"rank{'s' if len(none) > 1 else ''} {', '.join(map(str, none))} ran no "
-                        "backward since the last step (or zero_grad() after it), so "
-                        f"{'their' if len(none) > 1 else 'its'} gradients would count as zeros "
-                        "in the average")
-        part = {}  # the ranks that lack the same, together
-        for r, (names, n, total) in enumerate(everyone):
-            if 0 < n < total:
-                part.setdefault((tuple(names), n, total), []).append(r)
-        for (names, n, total), ranks in part.items():
-            more = f" and {n - len(names)} more" if n > len(names) else ""
-            what.append(f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
-                        f"{'have' if len(ranks) > 1 else 'has'} no gradient for "
-                        f"{', '.join(map(repr, names))}{more} ({n} of {total} trainable "
-                        "parameters)")
-        hint = ("run backward() on every rank before step(); after a backward that failed "
-                "part-way, zero_grad() and run it again")
-        if part:
-            hint += ("; a parameter the loss does not reach: freeze it (requires_grad_(False)) "
-                     "or build the optimizer with unused_parameters=True, which takes it as a "
-                     "zero gradient (DDP's find_unused_parameters)")
-        return f"step() without a fresh gradient: {'; '.join(what)}. {hint} ({done})"
-
     def _flags(self, failed, lacking, rates):
         """Whether any rank failed its checks, whether any rank lacks gradients, and whether
         the ranks' rates and clipping agree (the maximum of a hash and of its negation): one
@@ -1001,7 +858,7 @@ class Optimizer(torch.optim.Optimizer):
             # The round of the step's first bucket, when no hook came to it on this rank.
             self._buckets.announce()
         self._rdv.arrive("step()")
-        missing, live = self._missing_grads()
+        missing, live = self._fresh.missing()
         lacking = missing if not self._unused_ok or len(missing) == len(live) else []
         msg, rates = self._local_checks()
         if self._buckets is not None and msg is None:
@@ -1015,7 +872,7 @@ class Optimizer(torch.optim.Optimizer):
         if failed:
             self._agree(msg, f" ({moved})" if moved else "")
         if short:
-            raise Error(_lib.CZ_EINVALID, self._no_grad_message(lacking, live, moved))
+            raise Error(_lib.CZ_EINVALID, no_grad_refusal(lacking, live, moved))
         if not same:
             raise Error(_lib.CZ_EMISMATCH, "the ranks' param groups hold different learning "
                                            "rates, weight decays, momentum coefficients or "
@@ -1036,7 +893,7 @@ class Optimizer(torch.optim.Optimizer):
         if rc != _lib.CZ_OK and self._comm.error is not None:
             raise Error(rc, err.message.decode(errors="replace")) from self._comm.error
         check(rc, err)
-        self._fresh.clear()
+        self._fresh.forget()
         self._steps_done += 1
         self.grad_norm = torch.tensor(self._L.cz_executor_grad_norm(self._ex),
                                       dtype=torch.float64)
@@ -1050,7 +907,7 @@ class Optimizer(torch.optim.Optimizer):
         next backward makes new ones, which step() copies into the flat buffer); otherwise the
         flat gradient buffer is zeroed and every .grad is its view again. Either way no
         parameter has a gradient for the next step() until a backward gives it one."""
-        self._fresh.clear()
+        self._fresh.forget()
         if set_to_none:
             for p in self._params.values():
                 p.grad = None
@@ -1149,7 +1006,7 @@ class Optimizer(torch.optim.Optimizer):
         if len(value):  # torch.optim.Optimizer.__init__ sets an empty one
             raise TypeError("opt.state is read-only: canzona's executor holds the state; "
                             "load_state_dict() loads one")
-        self._state_view = _StateView(self)
+        self._state_view = StateView(self)
 
     def _collective_call(self, what, fn, path, path_is):
         """fn() on every rank (a collective C call): a failure on any rank is raised on every
