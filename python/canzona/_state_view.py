@@ -1,6 +1,6 @@
-"""Optimizer.state of canzona.torch.Optimizer (docs/PYTHON.md, "opt.state"): torch's shape, a
-mapping from each parameter to a dict of tensors under torch's names, full CPU copies gathered
-(collectively) at the first read after each step or load.
+"""Optimizer.state of canzona.torch.Optimizer (docs/PYTHON.md, beside state_dict()): torch's
+shape, a mapping from each parameter to a dict of tensors under torch's names, full CPU copies
+gathered (collectively) at the first read after each step or load.
 """
 import collections.abc
 import weakref
