@@ -541,6 +541,14 @@ int cz_executor_set_param_rates(cz_executor *ex, const float *lr, const float *w
  * owned by the executor). */
 size_t cz_executor_param_count(const cz_executor *ex);
 const char *cz_executor_param_name(const cz_executor *ex, size_t i);
+/* Momentum coefficients for the following steps (torch's OneCycleLR and CyclicLR cycle them):
+ * muon_momentum is Muon's mu (cz_exec_config.muon.momentum), adamw_beta1 and adamw_beta2
+ * AdamW's betas (AdamW's bias correction takes the current beta to the power of the step's
+ * number, as torch's). CZ_EINVALID for a value outside [0, 1); CZ_EUNSUPPORTED when the plan's
+ * matrix optimizer is SOAP or Shampoo (theirs are fixed at create). Not collective; every rank
+ * the same (compared as the rates are). */
+int cz_executor_set_momentum(cz_executor *ex, float muon_momentum, float adamw_beta1,
+                             float adamw_beta2, cz_error *err);
 /* Gradient clipping for the following steps: max_grad_norm as cz_exec_config's (0 = none).
  * CZ_EINVALID for a negative or non-finite value. Every rank the same (compared as the rates
  * are). */

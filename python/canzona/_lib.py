@@ -197,6 +197,8 @@ def lib():
         "cz_executor_param_count": (ctypes.c_size_t, [vp]),
         "cz_executor_param_name": (ctypes.c_char_p, [vp, ctypes.c_size_t]),
         "cz_executor_set_max_grad_norm": (i, [vp, ctypes.c_float, e]),
+        "cz_executor_set_momentum": (i, [vp, ctypes.c_float, ctypes.c_float, ctypes.c_float,
+                                         e]),
         "cz_executor_bucket_count": (ctypes.c_size_t, [vp]),
         "cz_executor_bucket_held": (i, [vp, ctypes.c_size_t]),
         "cz_executor_param_bucket": (ctypes.c_int64, [vp, ctypes.c_size_t]),

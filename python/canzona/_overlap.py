@@ -16,7 +16,8 @@ from ._lib import check
 class BucketOverlap:
     """The hooks and the per-step state of the bucket-wise step over one executor.
 
-    BucketOverlap(L, ex, index, params, gviews, module, adopt_grad, first_ready=None)
+    BucketOverlap(L, ex, index, params, gviews, module, adopt_grad, first_ready=None,
+                  announce=None)
 
     L, ex: the loaded library and the executor; index: parameter name -> the executor's index;
     params, gviews: name -> parameter, and name -> its view of the flat gradient buffer;
@@ -24,14 +25,19 @@ class BucketOverlap:
     forward pre-hooks then: step_finish waits for every bucket itself); adopt_grad(name, p,
     view): puts a gradient torch made anew into the flat buffer (None or a message);
     first_ready(): with early updates, called when the step's first bucket is declared, before
-    any micro-group can run, to push the param groups' rates (None or a message).
+    any micro-group can run, to push the param groups' rates (None or a message); announce():
+    called once per step before its first bucket is declared (the first collective of the
+    step): waits for every rank to come to it, or raises (the optimizer's Rendezvous).
 
     After a hook's failure, error holds its message (the first one) until end_step: step()
     agrees it with the other ranks before anything is consumed.
     """
 
-    def __init__(self, L, ex, index, params, gviews, module, adopt_grad, first_ready=None):
+    def __init__(self, L, ex, index, params, gviews, module, adopt_grad, first_ready=None,
+                 announce=None):
         self._L, self._ex = L, ex
+        self._announce = announce
+        self._announced = False
         self._first_ready = first_ready
         self._adopt_grad = adopt_grad
         self._has_module = module is not None
@@ -98,7 +104,15 @@ class BucketOverlap:
 
         return hook
 
+    def announce(self):
+        """Every rank at the step's first bucket (once per step), or an exception naming the
+        ranks that did not come."""
+        if self._announce is not None and not self._announced:
+            self._announced = True
+            self._announce()
+
     def _bucket_ready(self, b):
+        self.announce()
         err = _lib.CzError()
         if self._first_ready is not None and not self.declared and self.error is None:
             # Early updates apply the rates during backward: the param groups' as they are
@@ -171,6 +185,7 @@ class BucketOverlap:
     def end_step(self):
         """Forgets the step's declarations and error: the next backward starts afresh."""
         self._counts, self.declared, self.error = {}, set(), None
+        self._announced = False
 
     def cancel(self):
         """Every rank ends an open overlapped step with nothing more updated (collective).

@@ -14,6 +14,7 @@ See docs/PYTHON.md. Needs torch 2.5 or newer (CPU with gloo, or CUDA with NCCL);
 """
 import contextlib
 import ctypes
+import datetime
 import hashlib
 import json
 import math
@@ -30,14 +31,20 @@ if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < _MIN_
                       f"(post-accumulate-grad hooks, torch.distributed.tensor); this is "
                       f"{torch.__version__}")
 
-from . import _dtensor, _lib, safetensors
+from . import _dtensor, _lib, _replicas, safetensors
 from ._dtensor import local as _local
 from ._lib import Error, check
+from ._fresh import FreshGrads
+from ._fresh import refusal as no_grad_refusal
 from ._overlap import BucketOverlap
+from ._rendezvous import Rendezvous, default_store
+from ._state_view import StateView
 from ._torch_comm import TorchComm, global_ranks
 from .planning import model_description, plan_text
 
 _DEFAULT = object()  # "argument left out": the optimizer's default, never a value
+_CONSTRUCTED = [0]  # constructor calls in this process: every rank makes the same ones
+_BACKWARD = "backward (overlap=True: the first bucket's reduce-scatter)"
 
 # The hyper-parameters the executor's configuration takes from the constructor, with their
 # range checks (the executor checks again; these messages name the Python argument).
@@ -111,10 +118,11 @@ def _default_elementwise(named, module):
     return out
 
 
-def _world_groups(dp_group, tp_group, mesh, backend):
+def _world_groups(dp_group, tp_group, mesh, backend, timeout):
     """(dp_group, tp_group, dp ranks, tp ranks) of this rank: the mesh's "dp"/"tp" dimensions,
     the groups given, or groups made from the world as torchrun started it (TP innermost,
-    the tp group's size from tp_group or 1), of backend (None: the default group's)."""
+    the tp group's size from tp_group or 1), of backend (None: the default group's), whose
+    collectives time out after timeout (a timedelta; None: torch's default)."""
     if mesh is not None:
         names = tuple(getattr(mesh, "mesh_dim_names", None) or ())
         if dp_group is None and "dp" in names:
@@ -134,13 +142,13 @@ def _world_groups(dp_group, tp_group, mesh, backend):
     if tp_group is None:
         for d in range(dp):
             ranks = [d * tp + t for t in range(tp)]
-            g = dist.new_group(ranks, backend=backend)
+            g = dist.new_group(ranks, backend=backend, timeout=timeout)
             if me in ranks:
                 tp_group, tp_ranks = g, ranks
     if dp_group is None:
         for t in range(tp):
             ranks = [d * tp + t for d in range(dp)]
-            g = dist.new_group(ranks, backend=backend)
+            g = dist.new_group(ranks, backend=backend, timeout=timeout)
             if me in ranks:
                 dp_group, dp_ranks = g, ranks
     return dp_group, tp_group, dp_ranks, tp_ranks
@@ -166,7 +174,8 @@ class Optimizer(torch.optim.Optimizer):
               weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=5,
               muon_scaling="rms", adamw_lr=<default>, adamw_betas=(0.9, 0.95),
               adamw_eps=1e-8, adamw_weight_decay=<weight_decay>, max_grad_norm=0.0,
-              overlap=False, early_updates=False, bucket_size=None, **executor_options)
+              overlap=False, early_updates=False, bucket_size=None, timeout=600.0,
+              unused_parameters=False, check_replicas=True, **executor_options)
 
     params: the module, its named_parameters(), or parameter groups (dicts) whose "params"
       are (name, parameter) pairs; each group may set "lr" and "weight_decay". Every
@@ -213,6 +222,22 @@ class Optimizer(torch.optim.Optimizer):
     bucket_size: gradient bucket size in elements of the plan made here (None: the planner's
       default, Megatron's max(4e7, 1e6 * DP); cluster's "buckets" otherwise). With overlap,
       smaller buckets start their reduce-scatter earlier in the backward pass.
+    timeout: seconds every rank waits for the others at each collective call of the optimizer
+      (the constructor, step(), state_dict(), load_state_dict(), an overlapped backward) and in
+      the collectives of the groups it makes; past it every rank that came raises, naming the
+      call and the ranks that did not come (docs/PYTHON.md, "Collective calls and timeout=").
+      None: no bound but the process groups' own.
+    unused_parameters: False (default): step() refuses, on every rank, a trainable parameter
+      without a gradient since the last step on some rank (a backward that failed part-way, a
+      parameter the loss does not reach), as DDP does; True: such a parameter counts as a zero
+      gradient there (DDP's find_unused_parameters=True). A rank without any gradient (no
+      backward) is refused either way.
+    check_replicas: True (default): the constructor refuses parameters that differ where they
+      must be equal, compared by a fingerprint per parameter (sum and sum of squares, in
+      float64): a replicated (not TP-sharded) parameter across the TP ranks, every parameter
+      across the DP ranks; "broadcast": DP rank 0's values are copied to the other DP ranks
+      instead (as DDP does), TP replicas are still checked; False: no check (one all-gather of
+      16 bytes per parameter and rank saved).
     executor_options: further cz_exec_config fields (canzona.Executor's, e.g. ns_coeffs).
     """
 
@@ -222,12 +247,32 @@ class Optimizer(torch.optim.Optimizer):
                  muon_scaling="rms", adamw_lr=_DEFAULT, adamw_betas=(0.9, 0.95),
                  adamw_eps=1e-8, adamw_weight_decay=_DEFAULT, max_grad_norm=0.0,
                  nccl_comms=None, overlap=False, early_updates=False, bucket_size=None,
+                 timeout=600.0, unused_parameters=False, check_replicas=True,
                  **executor_options):
         if not dist.is_available() or not dist.is_initialized():
             raise Error(_lib.CZ_EINVALID,
                         "canzona.torch.Optimizer needs torch.distributed initialized "
                         "(dist.init_process_group; torchrun sets its env:// rendezvous up), also "
                         "for one process")
+        if timeout is not None and not (isinstance(timeout, (int, float)) and
+                                        math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"timeout = {timeout!r}; expected seconds > 0, or None (no bound)")
+        if check_replicas not in (True, False, "broadcast"):
+            raise ValueError(f"check_replicas = {check_replicas!r}; expected True, False or "
+                             "'broadcast'")
+        if unused_parameters not in (True, False):
+            raise ValueError(f"unused_parameters = {unused_parameters!r}; expected True or False")
+        # Construction is collective: every rank announces it (the constructor calls' count in
+        # this process, the same on every rank), so that a rank that never builds the optimizer
+        # is named within timeout instead of leaving the others in a collective.
+        world, me = dist.get_world_size(), dist.get_rank()
+        k, _CONSTRUCTED[0] = _CONSTRUCTED[0], _CONSTRUCTED[0] + 1
+        store = default_store()
+        Rendezvous(store, "canzona.torch/construct", world, me, timeout, first=k).arrive(
+            "construction (canzona.torch.Optimizer(...))")
+        self._rdv = Rendezvous(store, f"canzona.torch/{k}", world, me, timeout)
+        self._unused_ok = bool(unused_parameters)
+        group_timeout = None if timeout is None else datetime.timedelta(seconds=timeout)
         if early_updates and not overlap:
             raise ValueError("early_updates=True runs inside the bucket-wise step: pass "
                              "overlap=True too")
@@ -292,10 +337,9 @@ class Optimizer(torch.optim.Optimizer):
             # DTensor parameters carry their TP mesh: its group is the job's TP group.
             tp_group = _dtensor.tp_mesh_group(all_named)
         dp_group, tp_group, dp_ranks, tp_ranks = _world_groups(
-            dp_group, tp_group, mesh, host if device.type == "cpu" else None)
-        ctrl_group = dist.new_group(backend="gloo") if host else None
+            dp_group, tp_group, mesh, host if device.type == "cpu" else None, group_timeout)
+        ctrl_group = dist.new_group(backend="gloo", timeout=group_timeout) if host else None
         dp, tp = len(dp_ranks), len(tp_ranks)
-        me = dist.get_rank()
         self.dp_rank, self.tp_rank = dp_ranks.index(me), tp_ranks.index(me)
         self.dp_group, self.tp_group = dp_group, tp_group
 
@@ -354,6 +398,8 @@ class Optimizer(torch.optim.Optimizer):
             msg = self._check_shapes(named_groups)
         try:
             self._agree(msg)
+            differ = _replicas.check(self._names, {n: p for g, _ in named_groups for n, p in g},
+                                     self._tp_dim, dp, tp, check_replicas)
         except Error:
             self.close()
             raise
@@ -390,12 +436,25 @@ class Optimizer(torch.optim.Optimizer):
             else:
                 g["weight_decay"] = weight_decay if kinds <= {"matrix"} else elem_wd
             g.update({k2: v for k2, v in opts.items() if k2 not in ("lr", "weight_decay")})
+            # One momentum for all groups, but changeable between steps (OneCycleLR and
+            # CyclicLR cycle "momentum", the key "momentum" in defaults makes them find).
+            g["momentum"] = float(momentum)
+            g["betas"] = (float(adamw_betas[0]), float(adamw_betas[1]))
             torch_groups.append(g)
         self._built = False
-        super().__init__(torch_groups, dict(lr=muon_lr, weight_decay=weight_decay))
+        super().__init__(torch_groups, dict(lr=muon_lr, weight_decay=weight_decay,
+                                            momentum=float(momentum)))
         self._built = True
+        self._momentum = (float(momentum), float(adamw_betas[0]), float(adamw_betas[1]))
+        self._steps_done = 0  # successful steps and loads: opt.state's cache key
 
         self._bind(named_groups, device)
+        with torch.no_grad():
+            for name in differ:  # check_replicas="broadcast": DP rank 0's values, as DDP
+                dist.broadcast(self._pviews[name], src=dp_ranks[0], group=dp_group)
+        # Which parameters received a gradient since the last step (item 9 of issue 39): a
+        # post-accumulate-grad hook per parameter; step() refuses a parameter without one.
+        self._fresh = FreshGrads(self._params, self._gviews)
         self._rates = None
         self._max_grad_norm = self._set_norm = float(max_grad_norm)
         self.grad_norm = None
@@ -406,7 +465,8 @@ class Optimizer(torch.optim.Optimizer):
             module = self._module() if self._module is not None else None
             self._buckets = BucketOverlap(
                 self._L, self._ex, self._index, self._params, self._gviews, module,
-                self._adopt_grad, self._push_group_rates if self._early else None)
+                self._adopt_grad, self._push_group_rates if self._early else None,
+                lambda: self._rdv.arrive(_BACKWARD))
         if self._early:
             err = _lib.CzError()
             check(self._L.cz_executor_set_early_updates(self._ex, 1, ctypes.byref(err)), err)
@@ -447,6 +507,9 @@ class Optimizer(torch.optim.Optimizer):
         buckets, self._buckets = getattr(self, "_buckets", None), None
         if buckets is not None:
             buckets.close()
+        fresh = getattr(self, "_fresh", None)
+        if fresh is not None:
+            fresh.close()
         ex, self._ex = getattr(self, "_ex", None), None
         if ex is not None:
             _lib.lib().cz_executor_free(ex)
@@ -551,6 +614,8 @@ class Optimizer(torch.optim.Optimizer):
             doc = json.load(f)
         buckets = {b["id"]: b["offset"] for b in doc["buckets"]}
         self._kind = {p["name"]: p["optimizer"] for p in doc["params"]}
+        self._tp_dim = {p["name"]: p.get("tp_dim") for p in doc["params"]}
+        self._shape = {p["name"]: list(p["shape"]) for p in doc["params"]}
         self._where = {p["name"]: (buckets[p["bucket"]] + p["offset"], list(p["local_shape"]))
                        for p in doc["params"]}
 
@@ -586,7 +651,7 @@ class Optimizer(torch.optim.Optimizer):
         dtype = next(p for g, _ in named_groups for _, p in g).dtype
         self._flat_p = torch.zeros(n, dtype=dtype, device=device)
         self._flat_g = torch.zeros(n, dtype=dtype, device=device)
-        self._params, self._gviews, self._pview_ptr = {}, {}, {}
+        self._params, self._gviews, self._pview_ptr, self._pviews = {}, {}, {}, {}
         with torch.no_grad():
             for named, _ in named_groups:
                 for name, p in named:
@@ -600,6 +665,7 @@ class Optimizer(torch.optim.Optimizer):
                     p.grad = _dtensor.wrap_grad(p, gv)
                     self._params[name] = p
                     self._pview_ptr[name] = pv.data_ptr()
+                    self._pviews[name] = pv
                     self._gviews[name] = gv
         dt = _lib.DTYPE_FP32 if dtype == torch.float32 else _lib.DTYPE_BF16
         err = _lib.CzError()
@@ -646,8 +712,7 @@ class Optimizer(torch.optim.Optimizer):
         """Before a step, on this rank: a parameter the module re-assigned or whose storage
         was replaced (a message), gradients re-attached to the flat buffer (a gradient torch
         made anew, after zero_grad(set_to_none=True) or a re-assigned .grad, copied in; none at
-        all: zero), the rates of the parameter groups. Returns (message or None, whether any
-        parameter had a gradient, the rates)."""
+        all: zero), the rates of the parameter groups. Returns (message or None, the rates)."""
         module = self._module() if self._module is not None else None
         if module is not None:
             now = dict(module.named_parameters())
@@ -655,16 +720,15 @@ class Optimizer(torch.optim.Optimizer):
                 if now.get(name) is not p:
                     return (f"parameter {name!r} was re-assigned after the optimizer was built "
                             "(the module holds another tensor now): build the optimizer after "
-                            "the model is final", False, None)
+                            "the model is final", None)
         for name, p in self._params.items():
             if (_local(p).data_ptr() != self._pview_ptr[name] or
                     _local(p).shape != self._gviews[name].shape):
                 return (f"parameter {name!r}'s storage was replaced after the optimizer was "
-                        "built (p.data = ...): canzona's step would not reach it", False, None)
+                        "built (p.data = ...): canzona's step would not reach it", None)
         msg, rates = self._group_rates()
         if msg is not None:
-            return msg, False, None
-        any_grad = False
+            return msg, None
         with torch.no_grad():
             for name, p in self._params.items():
                 view = self._gviews[name]
@@ -672,11 +736,10 @@ class Optimizer(torch.optim.Optimizer):
                     view.zero_()
                     p.grad = _dtensor.wrap_grad(p, view)
                     continue
-                any_grad = True
                 msg = self._adopt_grad(name, p, view)
                 if msg is not None:
-                    return msg, False, None
-        return None, any_grad, rates
+                    return msg, None
+        return None, rates
 
     @staticmethod
     def _adopt_grad(name, p, view):
@@ -700,10 +763,32 @@ class Optimizer(torch.optim.Optimizer):
         p.grad = _dtensor.wrap_grad(p, view)
         return None
 
+    def _group_momentum(self):
+        """The groups' momentum coefficients (message or None, (Muon's momentum, AdamW's beta1,
+        beta2)): the same in every group, each in [0, 1)."""
+        first = None
+        for k, g in enumerate(self.param_groups):
+            b = g["betas"]
+            if not (isinstance(b, (tuple, list)) and len(b) == 2):
+                return f"param group {k}: betas = {b!r}; expected a pair (beta1, beta2)", None
+            m = (g["momentum"], b[0], b[1])
+            for key, v in zip(("momentum", "betas[0]", "betas[1]"), m):
+                if not (isinstance(v, (int, float)) and 0.0 <= v < 1.0):
+                    return f"param group {k}: {key} = {v!r}; expected 0 <= {key} < 1", None
+            if first is None:
+                first = (k, m)
+            elif m != first[1]:
+                return (f"param groups {first[0]} and {k} hold momentum {first[1][0]!r} and "
+                        f"{m[0]!r}, betas {first[1][1:]!r} and {m[1:]!r}: canzona takes one "
+                        "Muon momentum and one pair of AdamW betas for all groups (a "
+                        "scheduler's max_momentum and base_momentum must be one number)", None)
+        return None, tuple(float(v) for v in first[1]) if first else self._momentum
+
     def _group_rates(self):
-        """The param groups' rates, per parameter: (message or None, (lr, wd)). A parameter
-        frozen after construction (requires_grad=False now) gets rate and decay 0, so that the
-        step leaves its values bit for bit (its optimizer state still decays)."""
+        """The param groups' rates, per parameter, and their momentum coefficients: (message
+        or None, (lr, wd, momentum)). A parameter frozen after construction (requires_grad=False
+        now) gets rate and decay 0, so that the step leaves its values bit for bit (its
+        optimizer state still decays)."""
         lr = (ctypes.c_float * len(self._names))()
         wd = (ctypes.c_float * len(self._names))()
         for k, g in enumerate(self.param_groups):
@@ -717,12 +802,19 @@ class Optimizer(torch.optim.Optimizer):
                 wd[self._index[name]] = g["weight_decay"] if live else 0.0
         if not (math.isfinite(self._max_grad_norm) and self._max_grad_norm >= 0):
             return f"max_grad_norm = {self._max_grad_norm!r}; expected >= 0", None
-        return None, (lr, wd)
+        msg, mom = self._group_momentum()
+        if msg is not None:
+            return msg, None
+        return None, (lr, wd, mom)
 
     def _push_rates(self, rates):
-        """The rates and clipping threshold into the executor, when they changed."""
+        """The rates, momentum coefficients and clipping threshold into the executor, when
+        they changed."""
         err = _lib.CzError()
-        lr, wd = rates
+        lr, wd, mom = rates
+        if mom != self._momentum:
+            check(self._L.cz_executor_set_momentum(self._ex, *mom, ctypes.byref(err)), err)
+            self._momentum = mom
         key = (bytes(lr), bytes(wd))
         if key != self._rates:
             check(self._L.cz_executor_set_param_rates(self._ex, lr, wd, len(self._names),
@@ -733,18 +825,18 @@ class Optimizer(torch.optim.Optimizer):
                                                          ctypes.byref(err)), err)
             self._set_norm = self._max_grad_norm
 
-    def _flags(self, failed, any_grad, rates):
-        """Whether any rank failed its checks, whether any rank has gradients, and whether the
-        ranks' rates and clipping agree (the maximum of a hash and of its negation): one small
-        all-reduce over the world per step, before anything is consumed. (The executor
+    def _flags(self, failed, lacking, rates):
+        """Whether any rank failed its checks, whether any rank lacks gradients, and whether
+        the ranks' rates and clipping agree (the maximum of a hash and of its negation): one
+        small all-reduce over the world per step, before anything is consumed. (The executor
         compares them again, for C callers.)"""
         h = 0
         if rates is not None:
-            d = hashlib.blake2b(bytes(rates[0]) + bytes(rates[1]) +
+            d = hashlib.blake2b(bytes(rates[0]) + bytes(rates[1]) + repr(rates[2]).encode() +
                                 repr(self._max_grad_norm).encode(), digest_size=7)
             h = int.from_bytes(d.digest(), "little")
         dev = self._flat_g.device if dist.get_backend() == "nccl" else torch.device("cpu")
-        t = torch.tensor([int(failed), int(any_grad), h, -h], dtype=torch.int64, device=dev)
+        t = torch.tensor([int(failed), int(lacking), h, -h], dtype=torch.int64, device=dev)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         v = t.tolist()
         return bool(v[0]), bool(v[1]), failed or v[2] == -v[3] or bool(v[0])
@@ -752,34 +844,41 @@ class Optimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         """One optimizer step on every rank (collective): the gradients' reduce-scatter over
         DP, the updates, the parameters' all-gather. Refuses, on every rank and before any
-        change, a step without gradients, a parameter re-assigned or re-stored after
+        change, a step where some rank has no gradient since the last step for a trainable
+        parameter (unused_parameters=True: for any), a parameter re-assigned or re-stored after
         construction, and rates out of range; the executor refuses rates that differ across
-        ranks and NaN/Inf gradients. Returns the closure's loss."""
+        ranks and NaN/Inf gradients. Returns the closure's loss (None without a closure)."""
         if self._ex is None:
             raise Error(_lib.CZ_EINVALID, "the optimizer was closed")
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        msg, any_grad, rates = self._local_checks()
+        if self._buckets is not None:
+            # The round of the step's first bucket, when no hook came to it on this rank.
+            self._buckets.announce()
+        self._rdv.arrive("step()")
+        missing, live = self._fresh.missing()
+        lacking = missing if not self._unused_ok or len(missing) == len(live) else []
+        msg, rates = self._local_checks()
         if self._buckets is not None and msg is None:
             # With early updates the buckets no hook declared wait for the agreement below:
             # declaring them would update their micro-groups before it.
             if not self._early:
                 self._buckets.declare_rest()
             msg = self._buckets.error
-        failed, anyone, same = self._flags(msg is not None, any_grad, rates)
-        moved = self._cancel() if failed or not same or not anyone else None
+        failed, short, same = self._flags(msg is not None, bool(lacking), rates)
+        moved = self._cancel() if failed or not same or short else None
         if failed:
             self._agree(msg, f" ({moved})" if moved else "")
+        if short:
+            raise Error(_lib.CZ_EINVALID, no_grad_refusal(lacking, live, moved))
         if not same:
             raise Error(_lib.CZ_EMISMATCH, "the ranks' param groups hold different learning "
-                                           "rates, weight decays or clipping thresholds (every "
+                                           "rates, weight decays, momentum coefficients or "
+                                           "clipping thresholds (every "
                                            "rank must set the same before the same step); "
                                            + (moved or "nothing was changed"))
-        if not anyone:
-            raise Error(_lib.CZ_EINVALID, "step() with no gradients on any rank: call "
-                                          f"backward() first ({moved or 'nothing was changed'})")
         if self._early:
             self._buckets.declare_rest()
         err = _lib.CzError()
@@ -794,6 +893,8 @@ class Optimizer(torch.optim.Optimizer):
         if rc != _lib.CZ_OK and self._comm.error is not None:
             raise Error(rc, err.message.decode(errors="replace")) from self._comm.error
         check(rc, err)
+        self._fresh.forget()
+        self._steps_done += 1
         self.grad_norm = torch.tensor(self._L.cz_executor_grad_norm(self._ex),
                                       dtype=torch.float64)
         pending, self._pending_norms = self._pending_norms, []
@@ -801,13 +902,12 @@ class Optimizer(torch.optim.Optimizer):
             t.fill_(self.grad_norm)
         return loss
 
-    def zero_grad(self, set_to_none=None):
-        """Both of torch's forms (the default is the installed torch's): set_to_none drops
-        every .grad (the next backward makes new ones, which step() copies into the flat
-        buffer); otherwise the flat gradient buffer is zeroed and every .grad is its view
-        again."""
-        if set_to_none is None:
-            set_to_none = True  # torch.optim.Optimizer.zero_grad's default since 2.0
+    def zero_grad(self, set_to_none=True):
+        """Both of torch's forms, with torch 2.x's default: set_to_none drops every .grad (the
+        next backward makes new ones, which step() copies into the flat buffer); otherwise the
+        flat gradient buffer is zeroed and every .grad is its view again. Either way no
+        parameter has a gradient for the next step() until a backward gives it one."""
+        self._fresh.forget()
         if set_to_none:
             for p in self._params.values():
                 p.grad = None
@@ -854,24 +954,7 @@ class Optimizer(torch.optim.Optimizer):
         name: {"momentum" | "exp_avg" | "exp_avg_sq" ...: full, unsharded CPU tensor}},
         "param_groups": [{..., "params": [param names]}], "step": steps taken}. Keyed by name,
         not by position, so that it loads under any DP/TP shape of the same model."""
-        rank = dist.get_rank()
-        box = [None]
-        self.wait_params()
-        with tempfile.TemporaryDirectory(prefix="canzona-state-") as tmp:
-            path = os.path.join(tmp, "state.safetensors") if rank == 0 else None
-            err = _lib.CzError()
-            check(self._L.cz_executor_save_state(self._ex, None if path is None else
-                                                 os.fsencode(path), ctypes.byref(err)), err)
-            if rank == 0:
-                tensors, meta = safetensors.load(path)
-                box = [(tensors, int(meta["step"]))]
-        dist.broadcast_object_list(box, src=0)
-        tensors, step = box[0]
-        state = {}
-        by_length = sorted(self._names, key=len, reverse=True)
-        for key, arr in tensors.items():
-            name = next(n for n in by_length if key.startswith(n + "."))
-            state.setdefault(name, {})[key[len(name) + 1:]] = torch.from_numpy(arr.copy())
+        state, step = self._gather_state("state_dict()")
         groups = []
         for g in self.param_groups:
             groups.append({k: (list(g["names"]) if k == "params" else v)
@@ -879,15 +962,100 @@ class Optimizer(torch.optim.Optimizer):
         return {"state": state, "param_groups": groups, "step": step,
                 "checksum": _state_checksum(state, step)}
 
+    def _gather_state(self, phase):
+        """(every parameter's state as full CPU tensors by name and field, the steps taken), on
+        every rank (collective: the executor's checkpoint gathered on rank 0, broadcast)."""
+        if self._ex is None:
+            raise Error(_lib.CZ_EINVALID, "the optimizer was closed")
+        self._rdv.arrive(phase)
+        rank = dist.get_rank()
+        box = [None]
+        self.wait_params()
+        with tempfile.TemporaryDirectory(prefix="canzona-state-") as tmp:
+            path = os.path.join(tmp, "state.safetensors") if rank == 0 else None
+
+            def save():
+                err = _lib.CzError()
+                check(self._L.cz_executor_save_state(self._ex, None if path is None else
+                                                     os.fsencode(path), ctypes.byref(err)), err)
+                if rank == 0:
+                    tensors, meta = safetensors.load(path)
+                    box[0] = (tensors, int(meta["step"]))
+
+            self._collective_call(phase, save, path, "the state gathered on rank 0")
+        dist.broadcast_object_list(box, src=0)
+        tensors, step = box[0]
+        state = {}
+        by_length = sorted(self._names, key=len, reverse=True)
+        for key, arr in tensors.items():
+            name = next(n for n in by_length if key.startswith(n + "."))
+            state.setdefault(name, {})[key[len(name) + 1:]] = torch.from_numpy(arr.copy())
+        return state, step
+
+    @property
+    def state(self):
+        """The optimizer state in torch's shape: a read-only mapping from each parameter to a
+        dict of tensors, torch's names ("momentum_buffer" for Muon, "exp_avg" and "exp_avg_sq"
+        for AdamW, "step"), full and unsharded CPU copies. Reading a parameter's entry is
+        collective the first time after each step (every rank reads; the state is gathered as
+        state_dict() gathers it); len, iteration and `p in opt.state` are local."""
+        return self._state_view
+
+    @state.setter
+    def state(self, value):
+        if len(value):  # torch.optim.Optimizer.__init__ sets an empty one
+            raise TypeError("opt.state is read-only: canzona's executor holds the state; "
+                            "load_state_dict() loads one")
+        self._state_view = StateView(self)
+
+    def _collective_call(self, what, fn, path, path_is):
+        """fn() on every rank (a collective C call): a failure on any rank is raised on every
+        rank with the failing rank's own message (the others' only say that it failed), the
+        temporary file path replaced by what it holds (path_is)."""
+        try:
+            fn()
+            mine = None
+        except Error as e:
+            mine = (e.code, str(e) if path is None else str(e).replace(path, path_is))
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+        failed = [(r, m) for r, m in enumerate(everyone) if m is not None]
+        if not failed:
+            return
+        own = [(r, m) for r, m in failed if "(see its message)" not in m[1]] or failed
+        r, (code, msg) = own[0]
+        raise Error(code, f"{what} failed on rank {r}: {msg}")
+
+    def _state_shapes(self, state):
+        """A message naming the first state tensor whose shape is not its parameter's (the
+        momentum and the Adam moments have the parameter's full shape), or None."""
+        for name in sorted(state):
+            if name not in self._shape:
+                return (f"the state holds parameter {name!r}, which this model does not have "
+                        "(another model's checkpoint); nothing was loaded")
+            for field, t in sorted(state[name].items()):
+                if field in ("momentum", "exp_avg", "exp_avg_sq") and \
+                        list(t.shape) != self._shape[name]:
+                    return (f"the state's {field} of parameter {name!r} has shape "
+                            f"{list(t.shape)}, this model's {name!r} has shape "
+                            f"{self._shape[name]} (a checkpoint of another model or size); "
+                            "nothing was loaded")
+        return None
+
     def load_state_dict(self, state_dict):
         """Loads what state_dict() returned, saved under any DP/TP shape of this model
         (collective; every rank passes it, rank 0's is read): the optimizer state through the
         executor's checkpoint, and the groups' hyper-parameters."""
+        if self._ex is None:
+            raise Error(_lib.CZ_EINVALID, "the optimizer was closed")
+        self._rdv.arrive("load_state_dict()")
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups) or any(
                 list(a["params"]) != list(b["names"]) for a, b in zip(groups, self.param_groups)):
             msg = ("the state's parameter groups hold other parameters than this optimizer's "
                    "(another model, or groups made differently)")
+        elif dist.get_rank() == 0 and self._state_shapes(state_dict["state"]) is not None:
+            msg = self._state_shapes(state_dict["state"])
         elif "checksum" in state_dict and dist.get_rank() == 0 and (
                 _state_checksum(state_dict["state"], state_dict["step"]) !=
                 state_dict["checksum"]):
@@ -909,8 +1077,14 @@ class Optimizer(torch.optim.Optimizer):
                         for field, t in fields.items()}
                 safetensors.save(path, flat, {"format": "canzona.optim/1",
                                               "step": str(int(state_dict["step"]))})
-            err = _lib.CzError()
-            check(self._L.cz_executor_load_state(self._ex, None if path is None else
-                                                 os.fsencode(path), ctypes.byref(err)), err)
+
+            def load():
+                err = _lib.CzError()
+                check(self._L.cz_executor_load_state(self._ex, None if path is None else
+                                                     os.fsencode(path), ctypes.byref(err)), err)
+
+            self._collective_call("load_state_dict()", load, path,
+                                  "the state given to load_state_dict()")
         for g, saved in zip(self.param_groups, groups):
             g.update({k: v for k, v in saved.items() if k != "params"})
+        self._steps_done += 1  # opt.state reads the loaded state

@@ -559,8 +559,8 @@ START_TEST(rates_that_differ_are_refused_everywhere)
     run_ranks(&o, got, per_rank, res);
     for (int r = 0; r < 4; r++) {
         ck_assert_int_eq(res->rc[r], CZ_EMISMATCH);
-        ck_assert_msg(strstr(res->msg[r], "different learning rates, weight decays or clipping "
-                                          "thresholds"),
+        ck_assert_msg(strstr(res->msg[r], "different learning rates, weight decays, momentum "
+                                          "coefficients or clipping thresholds"),
                       "%s", res->msg[r]);
         /* Nothing changed: every shard still holds its initial values. */
         size_t at = 0;

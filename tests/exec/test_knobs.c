@@ -262,6 +262,51 @@ START_TEST(rates_set_between_steps)
 }
 END_TEST
 
+START_TEST(momentum_set_between_steps)
+{
+    /* b starts with other momentum coefficients, is set to a's before its first step and must
+     * then follow it bit for bit; a change applies from the next step on (and moves a). */
+    cz_exec_config ca = self_cfg(), cb = self_cfg();
+    ca.muon.momentum = 0.9f;
+    ca.adamw.beta1 = 0.8f;
+    ca.adamw.beta2 = 0.99f;
+    cb.muon.momentum = 0.5f;
+    cb.adamw.beta1 = 0.3f;
+    cb.adamw.beta2 = 0.6f;
+    rig a, b, c;
+    rig_open(&a, &ca);
+    rig_open(&b, &cb);
+    rig_open(&c, &ca);
+    cz_error err;
+    ck_assert_int_eq(cz_executor_set_momentum(b.ex, 0.9f, 0.8f, 0.99f, &err), 0);
+    for (int s = 0; s < 3; s++) {
+        if (s == 2) {
+            ck_assert_int_eq(cz_executor_set_momentum(a.ex, 0.6f, 0.7f, 0.9f, &err), 0);
+            ck_assert_int_eq(cz_executor_set_momentum(b.ex, 0.6f, 0.7f, 0.9f, &err), 0);
+        }
+        rig_grads(&a, (uint64_t)s + 1, 1.0f);
+        rig_grads(&b, (uint64_t)s + 1, 1.0f);
+        rig_grads(&c, (uint64_t)s + 1, 1.0f);
+        ck_assert_int_eq(cz_executor_step(a.ex, &err), 0);
+        ck_assert_int_eq(cz_executor_step(b.ex, &err), 0);
+        ck_assert_int_eq(cz_executor_step(c.ex, &err), 0);
+        bool differ = false;
+        for (size_t k = 0; k < a.n; k++) {
+            ck_assert_float_eq(a.P[k], b.P[k]);
+            differ = differ || a.P[k] != c.P[k];
+        }
+        ck_assert(differ == (s == 2)); /* c kept the first coefficients */
+    }
+    ck_assert_int_eq(cz_executor_set_momentum(a.ex, 1.0f, 0.5f, 0.5f, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "muon_momentum = 1"));
+    ck_assert_int_eq(cz_executor_set_momentum(a.ex, 0.5f, 0.5f, NAN, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "adamw_beta2 = nan"));
+    rig_close(&a);
+    rig_close(&b);
+    rig_close(&c);
+}
+END_TEST
+
 START_TEST(grad_norm_and_clip)
 {
     cz_exec_config cfg = self_cfg();
@@ -361,6 +406,7 @@ int main(void)
     tcase_add_test(tc, defaults_fit_the_scaling);
     tcase_add_test(tc, muon_steps_by_hand);
     tcase_add_test(tc, rates_set_between_steps);
+    tcase_add_test(tc, momentum_set_between_steps);
     tcase_add_test(tc, grad_norm_and_clip);
     tcase_add_test(tc, mpi_timeout_resolution);
     tcase_add_test(tc, config_init_macro);

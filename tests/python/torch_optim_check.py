@@ -217,6 +217,56 @@ def main():
         refused("re-stored parameter", opt.step, "'fc2.weight'", "storage was replaced")
         opt.close()
 
+        # step() without a fresh gradient on some rank (issue 39, item 9): right after
+        # construction, after an in-place zero_grad, on a rank that ran no backward, after a
+        # backward that failed part-way; refused on every rank with nothing changed.
+        m = Net(1)
+        opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, lr=0.02, adamw_lr=0.01)
+        before = snapshot(m)
+        refused("step right after construction", opt.step, "no gradients on any rank")
+        unchanged(m, before, "step right after construction")
+        loss_of(m, 1).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        before = snapshot(m)
+        refused("step after an in-place zero_grad", opt.step, "no gradients on any rank")
+        unchanged(m, before, "step after an in-place zero_grad")
+        if rank != 1:
+            loss_of(m, 2).backward()
+        before = snapshot(m)
+        refused("a rank without backward", opt.step, "rank 1 ran no backward",
+                "count as zeros")
+        unchanged(m, before, "a rank without backward")
+        opt.zero_grad()
+        h = m.fc1(torch.randn(6, 8))
+        if rank == 2:
+            h.register_hook(lambda g: (_ for _ in ()).throw(RuntimeError("failed part-way")))
+        try:
+            (m.fc2(torch.relu(m.norm(h))) ** 2).mean().backward()
+        except RuntimeError as e:
+            assert rank == 2 and "failed part-way" in str(e), e
+        before = snapshot(m)
+        refused("a backward that failed part-way", opt.step,
+                "rank 2 has no gradient for 'fc1.weight', 'fc1.bias' (2 of 5 trainable",
+                "zero_grad() and run it again")
+        unchanged(m, before, "a backward that failed part-way")
+        # A parameter the loss does not reach: refused, or a zero gradient when asked.
+        opt.zero_grad()
+        (m.fc1(torch.randn(6, 8)) ** 2).mean().backward()
+        refused("a parameter without a gradient", opt.step,
+                "ranks 0, 1, 2, 3 have no gradient for 'fc2.weight'", "unused_parameters=True")
+        opt.close()
+        m = Net(1)
+        opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, lr=0.02, adamw_lr=0.01,
+                           unused_parameters=True)
+        before = snapshot(m)
+        (m.fc1(torch.randn(6, 8)) ** 2).mean().backward()
+        opt.step()
+        assert not torch.equal(m.fc1.weight.detach(), before["fc1.weight"][0])
+        opt.zero_grad()
+        refused("unused_parameters=True, no backward", opt.step, "no gradients on any rank")
+        opt.close()
+
         # Rates that differ across ranks: refused on every rank by the executor, nothing changed.
         m = Net(1)
         opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, lr=0.02, adamw_lr=0.01)
@@ -424,6 +474,148 @@ def main():
                 dims = {p["name"]: p["tp_dim"] for p in json.load(f)["params"]}
             assert dims == {"fc1.weight": 0, "fc1.bias": 0, "norm.weight": None,
                             "norm.bias": None, "fc2.weight": 1}, dims
+        dist.barrier()
+
+        # torch's schedulers and conventions (issue 39, item 14). OneCycleLR with its defaults
+        # cycles the groups' "momentum" (Muon's); the groups' momentum and betas drive the
+        # step: set in the groups, the same bits as given to the constructor.
+        def train(steps, sched=None, groups=None, **kw):
+            m = Net(1)
+            opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, lr=0.02, adamw_lr=0.01, **kw)
+            s = sched(opt) if sched else None
+            for g in opt.param_groups:
+                g.update(groups or {})
+            seen = []
+            for step in range(steps):
+                opt.zero_grad()
+                loss = opt.step(lambda: loss_of(m, step).backward() or 1.5)
+                assert loss == 1.5, loss  # step(closure) returns the closure's value
+                seen.append([(g["lr"], g["momentum"]) for g in opt.param_groups])
+                if s is not None:
+                    s.step()
+            return m, opt, seen
+
+        cyc, opt, seen = train(3, lambda o: torch.optim.lr_scheduler.OneCycleLR(
+            o, max_lr=[0.02, 0.01], total_steps=4))
+        opt.close()
+        assert len({x[0][1] for x in seen}) == 3 and all(0.85 <= x[0][1] <= 0.95 for x in seen), \
+            seen
+        flat, opt, _ = train(3, lambda o: torch.optim.lr_scheduler.OneCycleLR(
+            o, max_lr=[0.02, 0.01], total_steps=4, cycle_momentum=False))
+        opt.close()
+        assert not torch.equal(cyc.fc1.weight, flat.fc1.weight), "cycled momentum changed nothing"
+        by_group, opt, _ = train(2, groups={"momentum": 0.5, "betas": (0.8, 0.9)})
+        opt.close()
+        by_ctor, opt, _ = train(2, momentum=0.5, adamw_betas=(0.8, 0.9))
+        for n, p in by_ctor.named_parameters():
+            assert torch.equal(p, dict(by_group.named_parameters())[n]), \
+                f"{n}: the groups' momentum and betas are not the constructor's"
+        opt.param_groups[1]["momentum"] = 0.9
+        loss_of(by_ctor, 1).backward()
+        refused("momentum that differs across groups", opt.step,
+                "param groups 0 and 1 hold momentum 0.5 and 0.9")
+        opt.close()
+        # Other schedulers change the groups as on torch's own optimizers.
+        for make in (lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=4),
+                     lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5)):
+            _, opt, seen = train(3, make)
+            opt.close()
+            sgd = torch.optim.SGD([{"params": [torch.zeros(1)], "lr": 0.02},
+                                   {"params": [torch.zeros(1)], "lr": 0.01}], lr=0.02)
+            ref, want = make(sgd), []
+            for _ in range(3):
+                want.append([g["lr"] for g in sgd.param_groups])
+                sgd.step()
+                ref.step()
+            assert [[lr for lr, _ in x] for x in seen] == want, (seen, want)
+        # opt.state: torch's shape, full tensors (copies), the same as state_dict()'s.
+        m, opt, _ = train(2)
+        assert len(opt.state) == 5 and m.fc1.weight in opt.state
+        st = opt.state[m.fc1.weight]
+        assert set(st) == {"momentum_buffer", "step"} and list(st["momentum_buffer"].shape) == \
+            [H, 8] and float(st["step"]) == 2, st
+        assert set(opt.state[m.norm.weight]) == {"exp_avg", "exp_avg_sq", "step"}
+        sd = opt.state_dict()["state"]
+        assert torch.equal(st["momentum_buffer"], sd["fc1.weight"]["momentum"])
+        assert torch.equal(opt.state[m.norm.bias]["exp_avg_sq"], sd["norm.bias"]["exp_avg_sq"])
+        loss_of(m, 5).backward()
+        assert opt.step() is None  # no closure, no loss (torch's convention)
+        opt.zero_grad()
+        assert all(p.grad is None for p in m.parameters()), "zero_grad()'s default is set_to_none"
+        opt.close()
+
+        # What must be equal across ranks at construction (issue 39, item 11): DP replicas
+        # that start apart (no seed), a TP-sharded model given without tp_dims; refused naming
+        # the parameter and the ranks, or DP rank 0's values broadcast, as DDP does.
+        m = Net(1 + rank // TP)  # each DP rank its own values
+        before = snapshot(m)
+        refused("DP replicas that differ", lambda: ct.Optimizer(m, tp_group=tpg,
+                                                                tp_dims=TP_DIMS),
+                "differs across the DP ranks", "world ranks 0 and 2", "check_replicas='broadcast'")
+        unchanged(m, before, "DP replicas that differ")
+        opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, check_replicas="broadcast")
+        ref = Net(1)
+        for n, p in m.named_parameters():
+            assert torch.equal(p.detach(), dict(ref.named_parameters())[n].detach()), \
+                f"check_replicas='broadcast': {n} is not DP rank 0's"
+        opt.close()
+        m = Net(1 + rank % TP)  # TP shards that differ, declared as replicated (no tp_dims)
+        before = snapshot(m)
+        refused("a TP model without tp_dims", lambda: ct.Optimizer(m, tp_group=tpg),
+                "is replicated over TP", "differs across the TP ranks", "tp_dims")
+        unchanged(m, before, "a TP model without tp_dims")
+        ct.Optimizer(m, tp_group=tpg, check_replicas=False).close()
+
+        # A shape mismatch at load_state_dict names the parameter and both shapes, not the
+        # temporary file it went through (issue 39, item 12).
+        m = Net(1)
+        opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS)
+        loss_of(m, 1).backward()
+        opt.step()
+        state = opt.state_dict()
+        del state["checksum"]
+        state["state"]["fc1.weight"]["momentum"] = torch.zeros(3, 8)
+        e = refused("a state of another shape", lambda: opt.load_state_dict(state),
+                    "momentum of parameter 'fc1.weight' has shape [3, 8]",
+                    "'fc1.weight' has shape [16, 8]")
+        assert "canzona-state" not in str(e) and "safetensors" not in str(e), e
+        opt.close()
+
+        # Collective calls out of step (issue 39, items 12 and 13): every rank that came raises
+        # within timeout=, naming the call and the ranks that did not come (or came to another
+        # call); gloo's own timeout would be 30 minutes.
+        t = 2.0 * float(os.environ.get("CZ_TIME_SCALE", "1"))
+        m = Net(1)
+        opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, timeout=t)
+        loss_of(m, 1).backward()
+        if rank != 3:
+            refused("a rank that never steps", opt.step,
+                    "step(): rank 3 did not call it (rank", "waited timeout = ")
+        opt.close()
+        dist.barrier()
+        opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, timeout=t)
+        if rank == 0:
+            refused("state_dict() on one rank", opt.state_dict,
+                    "state_dict(): ranks 1, 2, 3 did not call it (rank 0 waited",
+                    "state_dict() on every rank")
+        opt.close()
+        dist.barrier()
+        opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, timeout=t)
+        loss_of(m, 1).backward()
+        if rank == 0:
+            refused("state_dict() beside step()", opt.state_dict,
+                    "state_dict(): ranks 1, 2, 3 called step() instead")
+        else:
+            refused("step() beside state_dict()", opt.step,
+                    "step(): rank 0 called state_dict() instead")
+        opt.close()
+        dist.barrier()
+        # The overlapped backward's first bucket is a collective too.
+        opt = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, timeout=t, overlap=True)
+        if rank != 1:
+            refused("a rank without the overlapped backward", lambda: loss_of(m, 1).backward(),
+                    "backward (overlap=True", "rank 1 did not call it")
+        opt.close()
         dist.barrier()
     if rank == 0:
         print("ok: refusals on every rank with nothing changed; groups, lr = 0, set_to_none, "

@@ -76,10 +76,12 @@ typedef struct cz_exec_binding {
 
 /* Each parameter's rate and decoupled weight decay (indexed by param id; rates.c), which
  * optimizers with per-parameter rates read (cz_optim.param_rates); matrix_uniform: every matrix
- * parameter's are the matrix optimizer's own; changed: since the ranks last compared them
- * (create, the setters). */
+ * parameter's are the matrix optimizer's own; momentum: the last cz_executor_set_momentum's
+ * (matrix momentum, AdamW's beta1 and beta2; zeros before any), compared with the rates;
+ * changed: since the ranks last compared them (create, the setters). */
 typedef struct cz_exec_rates {
     cz_opt_rates *param;
+    float momentum[3];
     bool matrix_uniform, changed;
 } cz_exec_rates;
 

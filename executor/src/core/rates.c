@@ -184,6 +184,29 @@ const char *cz_executor_param_name(const cz_executor *ex, size_t i)
     return ex && i < ex->plan->nparams ? ex->plan->params[i].def.name : NULL;
 }
 
+int cz_executor_set_momentum(cz_executor *ex, float muon_momentum, float adamw_beta1,
+                             float adamw_beta2, cz_error *err)
+{
+    if (!ex)
+        return cz__error_set(err, CZ_EINVALID, "set_momentum: executor is NULL");
+    const float v[3] = {muon_momentum, adamw_beta1, adamw_beta2};
+    static const char *const names[3] = {"muon_momentum", "adamw_beta1", "adamw_beta2"};
+    for (int k = 0; k < 3; k++)
+        if (!(v[k] >= 0.0f && v[k] < 1.0f))
+            return cz__error_set(err, CZ_EINVALID, "set_momentum: %s = %g; expected 0 <= %s < 1",
+                                 names[k], (double)v[k], names[k]);
+    cz_optim *m = &ex->matrix_opt, *e = &ex->elem_opt;
+    if (!m->ops->set_momentum || !e->ops->set_momentum)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "set_momentum: %s takes its momentum coefficients only at create",
+                             m->ops->set_momentum ? e->ops->name : m->ops->name);
+    m->ops->set_momentum(m, muon_momentum, 0.0f);
+    e->ops->set_momentum(e, adamw_beta1, adamw_beta2);
+    memcpy(ex->rates.momentum, v, sizeof v);
+    ex->rates.changed = true;
+    return CZ_OK;
+}
+
 int cz_executor_set_max_grad_norm(cz_executor *ex, float max_grad_norm, cz_error *err)
 {
     int rc;

@@ -104,6 +104,7 @@ static int rates_agree(cz_executor *ex, double changed, const cz_step_early *ear
     uint64_t h = 14695981039346656037ULL;
     h = fnv(h, ex->rates.param, ex->plan->nparams * sizeof *ex->rates.param);
     h = fnv(h, &ex->cfg.max_grad_norm, sizeof ex->cfg.max_grad_norm);
+    h = fnv(h, ex->rates.momentum, sizeof ex->rates.momentum);
     for (int k = 0; k < 2; k++) {
         cz_optim *o = k ? &ex->elem_opt : &ex->matrix_opt;
         cz_opt_rates r = o->ops->rates(o);
@@ -124,9 +125,9 @@ static int rates_agree(cz_executor *ex, double changed, const cz_step_early *ear
                         "parameters and optimizer state",
                         step, (long long)v[2]);
     return cz__error_set(err, CZ_EMISMATCH,
-                         "step %lld: the ranks set different learning rates, weight decays or "
-                         "clipping thresholds (every rank must set the same before the same "
-                         "step); %s%s",
+                         "step %lld: the ranks set different learning rates, weight decays, "
+                         "momentum coefficients or clipping thresholds (every rank must set "
+                         "the same before the same step); %s%s",
                          step, unchanged,
                          v[2] != INT64_MAX && !(early && early->moved)
                              ? " here, but early updates had changed another rank's: restore a "

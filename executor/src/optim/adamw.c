@@ -98,6 +98,12 @@ static void adamw_set_weight_decay(cz_optim *o, float wd)
     impl_of(o)->h.weight_decay = wd;
 }
 
+static void adamw_set_momentum(cz_optim *o, float beta1, float beta2)
+{
+    impl_of(o)->h.beta1 = beta1;
+    impl_of(o)->h.beta2 = beta2;
+}
+
 static cz_opt_rates adamw_rates(const cz_optim *o)
 {
     return (cz_opt_rates){impl_of(o)->h.lr, impl_of(o)->h.weight_decay};
@@ -180,6 +186,7 @@ const cz_optimizer_ops cz__adamw_ops = {
     .destroy = adamw_destroy,
     .set_lr = adamw_set_lr,
     .set_weight_decay = adamw_set_weight_decay,
+    .set_momentum = adamw_set_momentum,
     .shard_add = adamw_shard_add,
     .work_create = adamw_work_create,
     .step_shards = adamw_step_shards,

@@ -405,6 +405,12 @@ static void muon_set_weight_decay(cz_optim *o, float wd)
     impl_of(o)->h.weight_decay = wd;
 }
 
+static void muon_set_momentum(cz_optim *o, float mu, float unused)
+{
+    (void)unused;
+    impl_of(o)->h.momentum = mu;
+}
+
 /* The sub-plane of the members of a cooperative task of width k; -1 when there is none. */
 static int width_index(const cz_coop_planes *cp, int k)
 {
@@ -623,6 +629,7 @@ const cz_optimizer_ops cz__muon_ops = {
     .destroy = muon_destroy,
     .set_lr = muon_set_lr,
     .set_weight_decay = muon_set_weight_decay,
+    .set_momentum = muon_set_momentum,
     .group_add = muon_group_add,
     .work_create = muon_work_create,
     .step_group = muon_step_group,

@@ -25,7 +25,7 @@
 /* Versioned like the compute ops: an implementation fills a cz_optimizer_ops of this version
  * and the registry refuses another (the tables are built with the library; the check catches
  * a table left behind when the layout changes). */
-#define CZ_OPTIMIZER_OPS_VERSION 2
+#define CZ_OPTIMIZER_OPS_VERSION 3
 
 /* An optimizer of an executor (an instance of a table; canzona.h's cz_optimizer is the plan's
  * name for one). */
@@ -176,6 +176,11 @@ typedef struct cz_optimizer_ops {
      * false: one of each for all its parameters (its update depends on them beyond the final
      * p (1 - lr wd) - lr u: SOAP's and Shampoo's). */
     bool per_param_rates;
+
+    /* ---- version 3: momentum coefficients changed between steps (torch's schedulers) ---- */
+    /* Its momentum coefficients for the following steps, checked by the caller to lie in
+     * [0, 1): Muon's mu (m2 unused), AdamW's beta1 and beta2. NULL: fixed at create. */
+    void (*set_momentum)(cz_optim *o, float m1, float m2);
 } cz_optimizer_ops;
 
 /* Its table, its own state, and what it works with. */
