@@ -8,7 +8,7 @@
 
 #include "cz_algorithms.h"
 
-/* ---- simulate.c, render.c ---- */
+/* ---- the simulator (simulate.c, sim_comm.c, ...: cz_sim.h), render.c ---- */
 /* Kinds of collective for the alpha-beta formulas of the simulator (see docs/SIMULATOR.md). */
 typedef enum cz_coll_kind {
     CZ_COLL_REDUCE_SCATTER = 0, /* ring: n-1 steps, each moves the largest slice */
