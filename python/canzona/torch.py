@@ -31,7 +31,7 @@ if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < _MIN_
                       f"(post-accumulate-grad hooks, torch.distributed.tensor); this is "
                       f"{torch.__version__}")
 
-from . import _dtensor, _lib, _replicas, safetensors
+from . import _clip_guard, _dtensor, _lib, _replicas, safetensors
 from ._dtensor import local as _local
 from ._lib import Error, check
 from ._fresh import FreshGrads
@@ -455,6 +455,9 @@ class Optimizer(torch.optim.Optimizer):
         # Which parameters received a gradient since the last step (item 9 of issue 39): a
         # post-accumulate-grad hook per parameter; step() refuses a parameter without one.
         self._fresh = FreshGrads(self._params, self._gviews)
+        # torch.nn.utils.clip_grad_norm_ would clip these .grad by this rank's unreduced norm:
+        # refused on them, pointing to clip_grad_norm_ here (_clip_guard.py).
+        _clip_guard.guard(self._params.items())
         self._rates = None
         self._max_grad_norm = self._set_norm = float(max_grad_norm)
         self.grad_norm = None
@@ -510,6 +513,7 @@ class Optimizer(torch.optim.Optimizer):
         fresh = getattr(self, "_fresh", None)
         if fresh is not None:
             fresh.close()
+        _clip_guard.release(getattr(self, "_params", {}).values())
         ex, self._ex = getattr(self, "_ex", None), None
         if ex is not None:
             _lib.lib().cz_executor_free(ex)

@@ -375,7 +375,24 @@ def main():
         everyone = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, norm.item())
         assert all(e == everyone[0] for e in everyone), f"the norm differs across ranks: {everyone}"
+        # torch's own clip_grad_norm_ on these parameters would use this rank's unreduced norm:
+        # refused however it is reached and given, nothing clipped; other tensors unaffected.
+        before = {n: p.grad.clone() for n, p in m.named_parameters()}
+        for how, clip in (("torch.nn.utils", lambda ps: torch.nn.utils.clip_grad_norm_(ps, 1.0)),
+                          ("clip_grad module", lambda ps: torch.nn.utils.clip_grad.clip_grad_norm_(
+                              ps, max_norm=1.0))):
+            for given in (m.parameters(), list(m.parameters()), m.fc1.weight):
+                refused(f"torch clipping via {how}", lambda: clip(given),
+                        "torch.nn.utils.clip_grad_norm_ on", "opt.clip_grad_norm_(max_norm)")
+        for n, p in m.named_parameters():
+            assert torch.equal(p.grad, before[n]), f"{n}: refused torch clipping changed .grad"
+        free = torch.ones(4, requires_grad=True)
+        free.grad = torch.full((4,), 3.0)
+        torch.nn.utils.clip_grad_norm_([free], 1.0)
+        assert abs(float(free.grad.norm()) - 1.0) < 1e-6, "torch clipping of other tensors broke"
         opt.close()
+        # Closed, the optimizer's parameters are the job's again: torch may clip them.
+        torch.nn.utils.clip_grad_norm_(m.parameters(), 1e9)
         # early_updates with clipping: refused at the clip_grad_norm_ call and at construction,
         # before any parameter changes (no backward with early updates has run yet).
         m = Net(1)
