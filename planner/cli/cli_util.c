@@ -612,6 +612,10 @@ int cz_cli_sim_apply(const char *cmd, int opt, const char *value, cz_sim_options
         o->iteration = 1;
         o->deferred_updates = 1;
         return 0;
+    case CZ_OPT_EARLY_UPDATES:
+        o->iteration = 1;
+        o->deferred_updates = 0;
+        return 0;
     }
     return 1;
 }
@@ -662,9 +666,11 @@ void cz_cli_device_help(FILE *f, int sim)
                "                        with overlap, every update waits for every bucket's\n"
                "                        reduce-scatter and every all-gather for every update:\n"
                "                        the executor's bucket-wise step without early updates\n"
-               "                        (clipping or the NaN/Inf check on); default: early\n"
-               "                        updates, each micro-group as soon as its buckets are\n"
-               "                        reduced\n");
+               "                        (the default, as the executor's: its NaN/Inf check on)\n"
+               "      --early-updates   with overlap, each micro-group as soon as its buckets\n"
+               "                        are reduced, each bucket's all-gather once it is\n"
+               "                        updated: the executor's early updates (NaN/Inf check\n"
+               "                        and clipping off)\n");
 }
 
 int cz_cli_calibrate(const char *cmd, cz_cluster *cluster, const char *path)

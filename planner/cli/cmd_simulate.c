@@ -168,8 +168,10 @@ static void print_iteration(const sim_row *rows, int n)
            "backward to the next forward's first chunk (the first layers' bucket: reduced last, "
            "needed first); all-gathers in %s order; %s\n",
            s0->gather_forward_order ? "forward" : "ready",
-           s0->deferred_updates ? "updates deferred to the end of backward (--deferred-updates)"
-                                : "early updates (each micro-group once its buckets are reduced)");
+           s0->deferred_updates ? "updates deferred to the end of backward (the executor's "
+                                  "default; --early-updates for early ones)"
+                                : "early updates (--early-updates: each micro-group once its "
+                                  "buckets are reduced)");
     for (int i = 0; i < n; i++)
         if (!rows[i].sim->iter_overlap)
             printf("%s: overlap not modelled: %s\n", rows[i].label, rows[i].sim->iter_note);

@@ -163,16 +163,17 @@ typedef struct cz_sim_options {
                                  reduce-scatters first, then ready all-gathers in the order the
                                  next forward needs them; 0: all in the order they become ready */
     /* Version 4. */
-    int deferred_updates; /* with overlap, 1: the updates wait for every reduce-scatter and the
-                             all-gathers for every update (the executor's bucket-wise step
-                             without early updates: clipping or the NaN/Inf check on); 0
-                             (default): each micro-group starts once its buckets are reduced,
-                             each bucket's all-gather once it is updated (early updates) */
+    int deferred_updates; /* with overlap, 1 (default, as the executor's default: its NaN/Inf
+                             check on): the updates wait for every reduce-scatter and the
+                             all-gathers for every update (the bucket-wise step without early
+                             updates); 0: each micro-group starts once its buckets are reduced,
+                             each bucket's all-gather once it is updated (early updates, which
+                             need the check and clipping off) */
 } cz_sim_options;
 #define CZ_SIM_OPTIONS_VERSION 4
 /* clang-format off */
 #define CZ_SIM_OPTIONS_INIT {CZ_SIM_OPTIONS_VERSION, CZ_SIM_UNEVEN_ROOTED, CZ_MUON_TP_DUPLICATED, \
-                             0, 0, 1, 1, 0, 4096, 1, 8, 0.6, 1, 0}
+                             0, 0, 1, 1, 0, 4096, 1, 8, 0.6, 1, 1}
 /* clang-format on */
 void cz_sim_options_init(cz_sim_options *o);
 

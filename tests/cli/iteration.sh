@@ -68,20 +68,27 @@ assert r["gather_order"] == "ready", r
 assert r["overlap_iteration_s"] >= f["overlap_iteration_s"] - 1e-12, (r, f)
 PY
 
-# Deferred updates (the executor without early updates): never better than early ones, and
-# said so in the table and the JSON; --deferred-updates alone turns the iteration on.
+# Deferred updates (the executor's default: its NaN/Inf check on) are the default here too;
+# early updates (--early-updates) are never worse, and each is said so in the table and the
+# JSON; --deferred-updates or --early-updates alone turns the iteration on.
+"$CZ" simulate "${one[@]}" --early-updates --json >"$work/early.json" ||
+    fail "simulate --early-updates exited non-zero"
 "$CZ" simulate "${one[@]}" --deferred-updates --json >"$work/deferred.json" ||
     fail "simulate --deferred-updates exited non-zero"
-python3 - "$work/it8.json" "$work/deferred.json" <<'PY' || fail "simulate --deferred-updates"
+python3 - "$work/early.json" "$work/deferred.json" "$work/it8.json" <<'PY' || fail "simulate --deferred-updates"
 import json, sys
-e = json.load(open(sys.argv[1]))["rows"][0]["iteration"]
-d = json.load(open(sys.argv[2]))["rows"][0]["iteration"]
+e, d, default = (json.load(open(f))["rows"][0]["iteration"] for f in sys.argv[1:4])
 assert e["updates"] == "early" and d["updates"] == "deferred", (e, d)
+assert default == d, ("the default is not the deferred schedule", default, d)
 assert d["overlap_iteration_s"] >= e["overlap_iteration_s"] - 1e-12, (d, e)
 assert d["overlap_dp_bound_s"] <= d["overlap_exposed_step_s"] + 1e-12, d
 PY
 "$CZ" simulate "${one[@]}" --deferred-updates | grep -q "updates deferred to the end of backward" ||
     fail "simulate --deferred-updates: the table does not say so"
+"$CZ" simulate "${one[@]}" --iteration | grep -q "updates deferred to the end of backward (the executor's default" ||
+    fail "simulate --iteration: the table does not say the updates are deferred by default"
+"$CZ" simulate "${one[@]}" --early-updates | grep -q "early updates (--early-updates" ||
+    fail "simulate --early-updates: the table does not say so"
 
 # ---- compare: the two iteration columns --------------------------------------------------------
 "$CZ" compare --model "$CZ_SOURCE_DIR/plans/models/test-small.json" \
