@@ -81,16 +81,21 @@ typedef struct domains {
     size_t n;       /* pp, or pp * (1 + ep) */
     double *load;   /* per domain: summed cost */
     double *dense;  /* per stage: its largest dense task */
+    double largest; /* the largest task of any parameter */
     size_t *first;  /* n + 1 offsets into task */
     weighted *task; /* the domains' tasks, domain by domain */
 } domains;
 
+/* The domain of the expert group (stage, EP rank e). */
+static size_t group_index(const cz_plan *plan, int stage, int e)
+{
+    return (size_t)plan->pp + (size_t)stage * (size_t)plan->ep + (size_t)e;
+}
+
 /* The domain of p's expert group, or SIZE_MAX; p's stage is in range. */
 static size_t group_domain(const cz_plan *plan, const cz_plan_param *p)
 {
-    if (!in_expert_group(plan, p))
-        return SIZE_MAX;
-    return (size_t)plan->pp + (size_t)p->stage * (size_t)plan->ep + (size_t)p->ep_rank;
+    return in_expert_group(plan, p) ? group_index(plan, p->stage, p->ep_rank) : SIZE_MAX;
 }
 
 /* Whether the metrics count p in its stage (a valid stage; an expert parameter of a plan with
@@ -131,10 +136,12 @@ static int domains_fill(domains *d, const cz_plan *plan, cz_error *err)
         d->first[k + 1] += d->first[k];
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
+        weighted t = task_of(plan, p);
+        if (t.count > 0 && t.cost > d->largest)
+            d->largest = t.cost;
         if (!counted(plan, p))
             continue;
         size_t g = group_domain(plan, p);
-        weighted t = task_of(plan, p);
         if (g == SIZE_MAX && t.count > 0 && t.cost > d->dense[p->stage])
             d->dense[p->stage] = t.cost;
         d->task[d->first[p->stage] + fill[p->stage]++] = t;
@@ -167,11 +174,7 @@ int cz__plan_lower_bound(const cz_plan *plan, cz_lower_bound *out, cz_error *err
     int rc = domains_fill(&d, plan, err);
     if (rc != CZ_OK)
         goto done;
-    for (size_t i = 0; i < plan->nparams; i++) {
-        weighted t = task_of(plan, &plan->params[i]);
-        if (t.count > 0)
-            raise_to(&out->largest_task, t.cost);
-    }
+    out->largest_task = d.largest;
     int64_t stage_gpus = (int64_t)plan->dp * plan->tp, group_gpus = 0;
     /* The group terms hold where the EP groups partition the stage's GPUs, as plans do. */
     if (cz_plan_has_experts(plan) && (int64_t)plan->ep * plan->edp * plan->etp == stage_gpus)
@@ -185,7 +188,7 @@ int cz__plan_lower_bound(const cz_plan *plan, cz_lower_bound *out, cz_error *err
             continue;
         double fewest = INFINITY;
         for (int e = 0; e < plan->ep; e++) {
-            size_t k = (size_t)plan->pp + (size_t)s * (size_t)plan->ep + (size_t)e;
+            size_t k = group_index(plan, s, e);
             double with_dense = (d.load[k] + d.dense[s]) / (double)group_gpus;
             if (with_dense < fewest)
                 fewest = with_dense;
