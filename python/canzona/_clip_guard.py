@@ -9,6 +9,7 @@ optimizer clips by the global norm of the averaged gradient inside step() instea
 that a call naming any such parameter raises; every other call goes through unchanged.
 """
 import functools
+import weakref
 
 from . import _lib
 from ._lib import Error
@@ -60,8 +61,6 @@ def install():
 
 def guard(named_params):
     """Refuses torch's clipping on these (name, parameter) pairs from now on."""
-    import weakref
-
     install()
     for name, p in named_params:
         _GUARDED[id(p)] = (weakref.ref(p), name)
