@@ -14,13 +14,7 @@
 # |   DP4*TP1 and DP2*TP2; a stalled step's clean end)
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-# Under the sanitizer build Open MPI, hwloc and OpenBLAS leak at exit (none of it ours; the
-# executor's own frees are leak-checked by the single-process unit tests): keep ASan and UBSan
-# on, leak detection off.
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-command -v mpirun >/dev/null || { echo "mpirun not found"; exit 77; }
+. "$(dirname "$0")/mpi_env.sh"
 src=${CZ_SOURCE_DIR:?}
 model=$src/plans/models/test-small.json
 tmp=$(mktemp -d)

@@ -15,10 +15,7 @@
 # (pp) averages what the DP4 ones do.
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-command -v mpirun >/dev/null || { echo "mpirun not found"; exit 77; }
+. "$(dirname "$0")/mpi_env.sh"
 command -v python3 >/dev/null || { echo "python3 not found"; exit 77; }
 src=${CZ_SOURCE_DIR:?}
 model=$src/plans/models/test-moe.json
