@@ -55,7 +55,7 @@ extern "C" {
 #endif
 
 /* The libraries are compiled with hidden visibility; the functions declared here are the ones
- * libcanzona-exec export. */
+ * libcanzona-exec exports. */
 #if defined(__GNUC__)
 #pragma GCC visibility push(default)
 #endif
