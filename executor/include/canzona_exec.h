@@ -554,6 +554,57 @@ int cz_executor_set_momentum(cz_executor *ex, float muon_momentum, float adamw_b
  * are). */
 int cz_executor_set_max_grad_norm(cz_executor *ex, float max_grad_norm, cz_error *err);
 
+/* QK-clip (MuonClip, Kimi K2; docs/EXECUTOR.md, "QK-clip"): after a step's updates, the query
+ * and key rows of every attention head whose largest pre-softmax logit in the step's forward
+ * exceeded tau are scaled so that the logit would have been tau. The job describes once which
+ * rows of which parameters belong to which heads (cz_qk_clip_rows), then hands every step the
+ * per-head maxima of its forward (cz_executor_qk_logits); the step MAX-reduces them over every
+ * rank, scales the master copy of the rows this rank owns, and the parameter all-gather takes
+ * the result to every replica.
+ *
+ * One run of rows: rows [row0, row0 + rows) of the whole (unsharded) parameter `param` are
+ * scaled by eta^power, where eta = tau / S when S > tau and 1 otherwise, and S is the largest
+ * of the layer's query-head maxima head0 .. head0 + heads - 1. Standard attention: each head's
+ * query rows and key rows with its own head and power 1/2 each; grouped-query attention
+ * (Megatron-LM's rule): a group's query rows and its key rows with the group's heads, 1/2
+ * each; multi-head latent attention: a head's non-rotary query rows and its key rows of
+ * linear_kv_up_proj 1/2 each, its rotary query rows power 1, the shared rotary key untouched. */
+typedef struct cz_qk_clip_rows {
+    const char *param;    /* a matrix parameter of the plan, by name */
+    int64_t row0, rows;   /* of the whole parameter, dim 0 */
+    int32_t layer;        /* 0 .. nlayers - 1 */
+    int32_t head0, heads; /* query heads of the layer, within 0 .. heads_per_layer - 1 */
+    float power;          /* finite, > 0 */
+} cz_qk_clip_rows;
+
+typedef struct cz_qk_clip_spec {
+    float tau;               /* the logit bound, finite and > 0 (Kimi K2: 100) */
+    int32_t nlayers;         /* attention layers of the whole model (every stage's) */
+    int32_t heads_per_layer; /* query heads of each layer (all TP ranks' together) */
+    const cz_qk_clip_rows *rows;
+    size_t nrows;
+} cz_qk_clip_spec;
+
+/* Sets (spec) or clears (NULL) the QK-clip description for the following steps. Checks every
+ * run against the plan and the spec (CZ_EINVALID naming the run: an unknown or non-matrix
+ * parameter, an expert's, rows outside the parameter, a head range outside the layer, runs of
+ * one parameter that overlap, a power or tau that is not finite and positive); nothing is
+ * changed then. Refused with early updates on (CZ_EUNSUPPORTED): their all-gathers may leave
+ * before the step has the maxima. Not collective; every rank must set the same description
+ * (the step compares a fingerprint of it). The arrays and names are copied. */
+int cz_executor_set_qk_clip(cz_executor *ex, const cz_qk_clip_spec *spec, cz_error *err);
+/* The next step's per-head maxima: n = nlayers * heads_per_layer floats, layer-major, this
+ * rank's largest pre-softmax logit of each head in the step's forward, -INFINITY for a head
+ * it did not compute (another TP rank's, another stage's). Copied; the next step reduces them
+ * (MAX over every rank) and clips. CZ_EINVALID, nothing kept, without a description, for
+ * another n, or for a NaN or +Inf value. A step where some ranks handed maxima and others did
+ * not (or were refused) is refused on every rank, no parameter changed, naming the lowest such
+ * rank; a step where none did clips nothing. */
+int cz_executor_qk_logits(cz_executor *ex, const float *max_logits, size_t n, cz_error *err);
+/* The number of (layer, head) pairs whose reduced maximum exceeded tau in the last step: the
+ * same on every rank; 0 when that step clipped nothing, -1 for NULL. */
+int64_t cz_executor_qk_clipped(const cz_executor *ex);
+
 /* Optimizer-state checkpoints: every parameter's optimizer state as full, unsharded fp32
  * tensors in one safetensors file, with the step count (the bias corrections') in the
  * metadata: "<name>.momentum" (Muon), "<name>.exp_avg" and "<name>.exp_avg_sq" (AdamW),

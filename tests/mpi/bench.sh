@@ -5,6 +5,7 @@
 # soap CLUSTER TP [SHAMPOO_BETA] |
 # soap-sides CLUSTER TP | nolapacke
 # | average (exec_average.c, $CZ_AVERAGE, on 2 and 4 ranks)
+# | qk-clip (exec_qk_clip.c, $CZ_QK_CLIP: DP2*TP2 fp32 and bf16, DP4*TP1, DP1*TP2)
 # | tasks CLUSTER DP TP BLOCKS WIDTH [PLAN OPTION...] (block and cooperative tasks)
 # | pp PP DP TP [fp32|bf16] (pipeline-parallel plans on PP*DP*TP = 4 ranks)
 # | experts (the small MoE at EP 1 against the reference; expert groups: experts.sh)
@@ -40,6 +41,12 @@ case "$1" in
 average)
   mpi -np 2 "${CZ_AVERAGE:?}"
   mpi -np 4 "$CZ_AVERAGE"
+  ;;
+qk-clip)
+  mpi -np 4 "${CZ_QK_CLIP:?}" 2 fp32
+  mpi -np 4 "$CZ_QK_CLIP" 2 bf16
+  mpi -np 4 "$CZ_QK_CLIP" 1 fp32
+  mpi -np 2 "$CZ_QK_CLIP" 2 fp32
   ;;
 verify)
   plan "$2" "$3" "$4" "$tmp/plan.json" "${6:-unified}"

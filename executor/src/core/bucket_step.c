@@ -718,6 +718,11 @@ static int early_refusal(const cz_executor *ex, cz_error *err)
                              "every gradient by the global norm, known only once every bucket "
                              "is reduced; set max_grad_norm to 0 for early updates",
                              (double)ex->cfg.max_grad_norm);
+    if (ex->clip.qk)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "set_early_updates: QK-clip is set (cz_executor_set_qk_clip): it "
+                             "scales rows after the step agreed on the maxima, which early "
+                             "updates' all-gathers would leave before; clear it for them");
     if (ex->matrix_opt.ops->step_shards)
         return cz__error_set(err, CZ_EUNSUPPORTED,
                              "set_early_updates: the %s optimizer updates every owned shard "

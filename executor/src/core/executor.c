@@ -11,6 +11,7 @@
 #include "cz_format.h"
 #include "executor_impl.h"
 #include "optimizer.h"
+#include "qk_clip.h"
 #include "shard.h"
 
 #include <math.h>
@@ -39,7 +40,21 @@ int cz_executor_pp_rank(const cz_executor *ex)
 
 double cz_executor_grad_norm(const cz_executor *ex)
 {
-    return ex ? ex->grad_norm : NAN;
+    return ex ? ex->clip.grad_norm : NAN;
+}
+
+/* Here rather than in qk_clip.c: the step calls QK-clip, and the bucket-wise step calls the
+ * step, so QK-clip asks the bucket-wise step nothing itself. */
+int cz_executor_set_qk_clip(cz_executor *ex, const cz_qk_clip_spec *spec, cz_error *err)
+{
+    if (!ex)
+        return cz__error_set(err, CZ_EINVALID, "set_qk_clip: executor is NULL");
+    if (spec && cz__bucket_step_early(ex))
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "set_qk_clip: early updates are on: their parameter all-gathers "
+                             "leave before the step has agreed on the maxima; turn them off "
+                             "(cz_executor_set_early_updates) to clip");
+    return cz__qk_clip_set(ex, spec, err);
 }
 
 void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out)
@@ -400,7 +415,7 @@ int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *ow
     pre_rc = pre_rc ? pre_rc : vrc;
     cfg = &ex->cfg;
     ex->grid.dp_rank = ex->grid.tp_rank = -1;
-    ex->grad_norm = NAN;
+    ex->clip.grad_norm = NAN;
     /* Every wait of the planes names what this executor is doing in its report of a stall. */
     ex->phase = (cz_phase){"creating the executor", -1};
     ex->ctrl.phase = &ex->phase;
@@ -452,6 +467,7 @@ void cz_executor_free(cz_executor *ex)
         if (ex->ev_params)
             ex->compute.ops->event_free(&ex->compute, ex->ev_params);
     }
+    cz__qk_clip_free(ex);
     cz__exec_free(ex->own.ids);
     cz__exec_free(ex->own.piece_lo);
     cz__exec_free(ex->own.piece_len);

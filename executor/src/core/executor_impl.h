@@ -101,6 +101,13 @@ typedef struct cz_exec_poison {
     char why[256];
 } cz_exec_poison;
 
+/* The step's two clippings: the gradient norm of the last step, before max_grad_norm clipped
+ * it, and QK-clip's description and maxima (qk_clip.c; NULL: none set). */
+typedef struct cz_exec_clip {
+    double grad_norm;
+    struct cz_qk_clip *qk;
+} cz_exec_clip;
+
 /* The executor: what it was made of (plan, config), its backends, where this rank stands, the
  * parts it holds and updates, the job's buffers, its optimizers and pipelines, the bucket-wise
  * step (its own object), and the last step's figures. Each sub-object is created at create
@@ -142,7 +149,7 @@ struct cz_executor {
     int64_t steps;
     cz_exec_poison poison;
     cz_exec_timings last;
-    double grad_norm; /* of the last step, before clipping */
+    cz_exec_clip clip;
 };
 
 /* Whether this rank holds parameter p: of its stage, and for a routed expert of a plan with

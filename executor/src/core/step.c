@@ -15,6 +15,7 @@
 #include "compute.h"
 #include "cz_format.h"
 #include "executor_impl.h"
+#include "qk_clip.h"
 #include "step_phases.h"
 
 #include <math.h>
@@ -156,12 +157,15 @@ static int grad_stats(cz_executor *ex, float *G, const cz_step_early *early, cz_
         return rc;
     /* One control-plane reduction per step in the normal case: the norm's sum of squares, the
      * number of non-finite owned shards (every TP rank's, replicated ones included), the
-     * number of ranks that changed their rates since the last comparison and the number whose
+     * number of ranks that changed their rates since the last comparison, the number whose
      * state matches no step (cz_exec_poison: refused here, before any update, so that a rank
-     * poisoned alone does not leave the others in a collective). Only when the second is not
-     * zero does a second reduction find the lowest such parameter, and only when the third is
-     * not zero does one compare the rates (rates.c), before any update. */
-    double v[4] = {0.0, 0.0, ex->rates.changed ? 1.0 : 0.0, ex->poison.on ? 1.0 : 0.0};
+     * poisoned alone does not leave the others in a collective) and the number that handed
+     * QK-clip maxima (qk_clip.c). Only when the second is not zero does a second reduction
+     * find the lowest such parameter, only when the third is not zero does one compare the
+     * rates (rates.c), and only when the fifth is not zero are the maxima reduced: each before
+     * any update. */
+    double v[5] = {0.0, 0.0, ex->rates.changed ? 1.0 : 0.0, ex->poison.on ? 1.0 : 0.0,
+                   cz__qk_clip_armed(ex) ? 1.0 : 0.0};
     for (int k = 0; k < ex->own.n; k++) {
         const cz_plan_param *p = &plan->params[ex->own.ids[k]];
         /* A tensor replicated over its TP (ETP for an expert) group counts once. */
@@ -170,12 +174,13 @@ static int grad_stats(cz_executor *ex, float *G, const cz_step_early *early, cz_
             v[0] += ex->own.stats_host[k];
         v[1] += !isfinite(ex->own.stats_host[k]);
     }
-    rc = ex->ctrl.ops->allreduce_sum_f64(&ex->ctrl, v, 4, err);
+    rc = ex->ctrl.ops->allreduce_sum_f64(&ex->ctrl, v, 5, err);
     if (rc)
         return rc;
     if (v[3] > 0.0)
         return poison_error(ex, "step", -1, err);
-    if ((rc = rates_agree(ex, v[2], early, err)) != CZ_OK)
+    if ((rc = rates_agree(ex, v[2], early, err)) != CZ_OK ||
+        (rc = cz__qk_clip_agree(ex, v[4], err)) != CZ_OK)
         return rc;
     if (ex->cfg.check_finite && v[1] > 0.0) {
         int64_t bad = INT64_MAX;
@@ -199,10 +204,10 @@ static int grad_stats(cz_executor *ex, float *G, const cz_step_early *early, cz_
                                  plan->params[bad].dp_owner);
     }
     double sq = v[0];
-    ex->grad_norm = sqrt(sq);
+    ex->clip.grad_norm = sqrt(sq);
     float max = ex->cfg.max_grad_norm;
-    if (max > 0.0f && ex->grad_norm > (double)max) {
-        float f = (float)((double)max / (ex->grad_norm + 1e-6));
+    if (max > 0.0f && ex->clip.grad_norm > (double)max) {
+        float f = (float)((double)max / (ex->clip.grad_norm + 1e-6));
         for (int k = 0; k < ex->own.n; k++) {
             int i = ex->own.ids[k];
             float *g = G + ex->held.param_off[i] + ex->own.piece_lo[i];
@@ -278,9 +283,13 @@ int cz__step_update_all(cz_executor *ex, float *P, float *G, const cz_step_early
     double t1 = cz__exec_now();
     t->reduce_scatter = t1 - t0;
     /* From here on a failure leaves some parameters and state moved, others not. */
-    if ((rc = updates(ex, P, G, early, t1, t, err)) != CZ_OK)
+    if ((rc = updates(ex, P, G, early, t1, t, err)) != CZ_OK) {
         cz__exec_poison(ex, "step %lld failed after its first update", (long long)step);
-    return rc;
+        return rc;
+    }
+    /* QK-clip scales the updated rows, before any all-gather reads them. */
+    cz__qk_clip_apply(ex, P);
+    return CZ_OK;
 }
 
 static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
