@@ -133,6 +133,23 @@ class ExecConfig(ctypes.Structure):
     ]
 
 
+
+
+class QkClipRows(ctypes.Structure):
+    """cz_qk_clip_rows."""
+
+    _fields_ = [("param", ctypes.c_char_p), ("row0", ctypes.c_int64), ("rows", ctypes.c_int64),
+                ("layer", ctypes.c_int32), ("head0", ctypes.c_int32), ("heads", ctypes.c_int32),
+                ("power", f)]
+
+
+class QkClipSpec(ctypes.Structure):
+    """cz_qk_clip_spec."""
+
+    _fields_ = [("tau", f), ("nlayers", ctypes.c_int32), ("heads_per_layer", ctypes.c_int32),
+                ("rows", ctypes.POINTER(QkClipRows)), ("nrows", ctypes.c_size_t)]
+
+
 del f, i
 
 
@@ -208,6 +225,9 @@ def lib():
         "cz_executor_step_cancel": (i, [vp, e]),
         "cz_executor_set_early_updates": (i, [vp, i, e]),
         "cz_executor_early_groups": (i, [vp]),
+        "cz_executor_set_qk_clip": (i, [vp, ctypes.POINTER(QkClipSpec), e]),
+        "cz_executor_qk_logits": (i, [vp, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t, e]),
+        "cz_executor_qk_clipped": (ctypes.c_int64, [vp]),
     }
     for name, (res, args) in sig.items():
         f = getattr(L, name)

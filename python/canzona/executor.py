@@ -5,7 +5,7 @@ import tempfile
 
 from . import _lib
 from ._lib import Error, check
-from . import safetensors
+from . import qk_clip, safetensors
 
 _SCALINGS = {"rms": 0, "shape": 1}
 _DTYPES = {"fp32": _lib.DTYPE_FP32, "bf16": _lib.DTYPE_BF16}
@@ -218,6 +218,27 @@ class Executor:
     def set_weight_decay(self, muon_wd, adamw_wd):
         self._call("cz_executor_set_weight_decay", ctypes.c_float(muon_wd),
                    ctypes.c_float(adamw_wd))
+
+    # ---- QK-clip ----
+    def set_qk_clip(self, tau, layers, heads_per_layer, runs):
+        """Sets QK-clip for the following steps (runs: canzona.qk_clip's helpers' tuples; every
+        rank the same), or clears it (runs None). docs/EXECUTOR.md, "QK-clip"."""
+        if runs is None:
+            self._call("cz_executor_set_qk_clip", None)
+            return
+        spec = qk_clip._Spec(tau, layers, heads_per_layer, runs)
+        self._call("cz_executor_set_qk_clip", ctypes.byref(spec.spec))
+
+    def qk_logits(self, max_logits):
+        """This rank's per-head maxima of the coming step's forward, layers x heads (a nested
+        sequence, NumPy array or tensor), -inf for the heads it did not compute."""
+        arr, n = qk_clip.maxima(max_logits)
+        self._call("cz_executor_qk_logits", arr, ctypes.c_size_t(n))
+
+    @property
+    def qk_clipped(self):
+        """(layer, head) pairs the last step found above tau (the same on every rank)."""
+        return self._L.cz_executor_qk_clipped(self._handle())
 
     def timings(self):
         """Seconds of each phase of the last step, and the steps run so far."""

@@ -31,7 +31,7 @@ if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < _MIN_
                       f"(post-accumulate-grad hooks, torch.distributed.tensor); this is "
                       f"{torch.__version__}")
 
-from . import _clip_guard, _dtensor, _lib, _replicas, safetensors
+from . import _clip_guard, _dtensor, _lib, _replicas, qk_clip, safetensors
 from ._dtensor import local as _local
 from ._lib import Error, check
 from ._fresh import FreshGrads
@@ -462,6 +462,8 @@ class Optimizer(torch.optim.Optimizer):
         self._max_grad_norm = self._set_norm = float(max_grad_norm)
         self.grad_norm = None
         self._pending_norms = []  # what clip_grad_norm_ returned, filled by the next step
+        self._qk_count = None  # QK-clip: layers x heads of its description (None: off)
+        self._qk_pending = None  # the maxima qk_logits handed for the next step
         self._early = bool(early_updates)
         self._buckets = None
         if overlap:
@@ -479,6 +481,64 @@ class Optimizer(torch.optim.Optimizer):
         """The micro-groups this rank updated in the backward pass of its last step (early
         updates; 0 without them)."""
         return int(self._L.cz_executor_early_groups(self._ex)) if self._ex is not None else 0
+
+    # ---- QK-clip ----
+    def set_qk_clip(self, tau, layers, heads_per_layer, runs):
+        """QK-clip (MuonClip) for the following steps: after each step whose maxima were handed
+        (qk_logits), every head whose largest logit exceeded tau has its query and key rows
+        scaled, on the fp32 master copy and so on every replica. runs: canzona.qk_clip's
+        helpers' tuples over the model's parameter names (whole, unsharded rows); None clears
+        it. Every rank the same; refused with early_updates. docs/PYTHON.md, "QK-clip"."""
+        if self._ex is None:
+            raise Error(_lib.CZ_EINVALID, "the optimizer was closed")
+        err = _lib.CzError()
+        if runs is None:
+            check(self._L.cz_executor_set_qk_clip(self._ex, None, ctypes.byref(err)), err)
+            self._qk_count = self._qk_pending = None
+            return
+        spec = qk_clip._Spec(tau, layers, heads_per_layer, runs)
+        check(self._L.cz_executor_set_qk_clip(self._ex, ctypes.byref(spec.spec),
+                                              ctypes.byref(err)), err)
+        self._qk_count, self._qk_pending = spec.count, None
+
+    def qk_logits(self, max_logits):
+        """This rank's largest pre-softmax logit of every attention head in the coming step's
+        forward, layers x heads (a tensor, array or nested list, layer-major), -inf for the
+        heads this rank did not compute (another TP rank's). The next step() MAX-reduces them
+        over every rank and clips; a step without them clips nothing. Checked there, before
+        anything changes: a wrong count, a NaN or +Inf on any rank refuses the step on every
+        rank."""
+        self._qk_pending = qk_clip.maxima(max_logits)
+
+    @property
+    def qk_clipped(self):
+        """The (layer, head) pairs the last step found above tau: the same on every rank."""
+        return int(self._L.cz_executor_qk_clipped(self._ex)) if self._ex is not None else 0
+
+    def _qk_check(self):
+        """The handed maxima's refusal on this rank (a message), before the step's agreement."""
+        if self._qk_pending is None:
+            return None
+        arr, n = self._qk_pending
+        if self._qk_count is None:
+            return "qk_logits() was called, but no QK-clip is set (set_qk_clip first)"
+        if n != self._qk_count:
+            return (f"qk_logits(): {n} maxima; the QK-clip description has {self._qk_count} "
+                    "(layers x heads, -inf for the heads this rank did not compute)")
+        bad = [k for k in range(n) if math.isnan(arr[k]) or arr[k] == math.inf]
+        if bad:
+            return (f"qk_logits(): the maximum of entry {bad[0]} (layer-major) is "
+                    f"{arr[bad[0]]}; nothing is clipped from a NaN or +Inf (the forward "
+                    "overflowed?)")
+        return None
+
+    def _qk_hand(self):
+        """Hands the checked maxima to the executor for this step (none: it clips nothing)."""
+        pending, self._qk_pending = self._qk_pending, None
+        if pending is not None:
+            err = _lib.CzError()
+            check(self._L.cz_executor_qk_logits(self._ex, pending[0], pending[1],
+                                                ctypes.byref(err)), err)
 
     # ---- construction ----
     @staticmethod
@@ -865,6 +925,8 @@ class Optimizer(torch.optim.Optimizer):
         missing, live = self._fresh.missing()
         lacking = missing if not self._unused_ok or len(missing) == len(live) else []
         msg, rates = self._local_checks()
+        if msg is None:
+            msg = self._qk_check()
         if self._buckets is not None and msg is None:
             # With early updates the buckets no hook declared wait for the agreement below:
             # declaring them would update their micro-groups before it.
@@ -873,6 +935,8 @@ class Optimizer(torch.optim.Optimizer):
             msg = self._buckets.error
         failed, short, same = self._flags(msg is not None, bool(lacking), rates)
         moved = self._cancel() if failed or not same or short else None
+        if failed or not same or short:
+            self._qk_pending = None  # a refused step's maxima are not the next one's
         if failed:
             self._agree(msg, f" ({moved})" if moved else "")
         if short:
@@ -887,6 +951,7 @@ class Optimizer(torch.optim.Optimizer):
             self._buckets.declare_rest()
         err = _lib.CzError()
         self._push_rates(rates)
+        self._qk_hand()
         if self._buckets is not None:
             try:
                 rc = self._buckets.step_finish(err)

@@ -1,15 +1,38 @@
 /* Prints the size of cz_exec_config and the offset of every field, one "name offset" per line
  * (an optimizer's struct's fields as "muon.momentum", their offsets in cz_exec_config), for the
- * Python package's test to compare with its ctypes mirror of the struct. */
+ * Python package's test to compare with its ctypes mirror of the struct; with the argument
+ * "qk", the same of cz_qk_clip_rows and cz_qk_clip_spec ("rows.param", "spec.sizeof", ...). */
 #include <canzona_exec.h>
 
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 #define FIELD(f) printf(#f " %zu\n", offsetof(cz_exec_config, f))
+#define QK(s, name, f) printf(name "." #f " %zu\n", offsetof(s, f))
 
-int main(void)
+static int qk_layout(void)
 {
+    printf("rows.sizeof %zu\nspec.sizeof %zu\n", sizeof(cz_qk_clip_rows), sizeof(cz_qk_clip_spec));
+    QK(cz_qk_clip_rows, "rows", param);
+    QK(cz_qk_clip_rows, "rows", row0);
+    QK(cz_qk_clip_rows, "rows", rows);
+    QK(cz_qk_clip_rows, "rows", layer);
+    QK(cz_qk_clip_rows, "rows", head0);
+    QK(cz_qk_clip_rows, "rows", heads);
+    QK(cz_qk_clip_rows, "rows", power);
+    QK(cz_qk_clip_spec, "spec", tau);
+    QK(cz_qk_clip_spec, "spec", nlayers);
+    QK(cz_qk_clip_spec, "spec", heads_per_layer);
+    QK(cz_qk_clip_spec, "spec", rows);
+    QK(cz_qk_clip_spec, "spec", nrows);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "qk"))
+        return qk_layout();
     printf("sizeof %zu\n", sizeof(cz_exec_config));
     FIELD(version);
     FIELD(backend);

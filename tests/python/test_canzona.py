@@ -276,6 +276,34 @@ class Layout(unittest.TestCase):
                 mirror[name] = offset
         self.assertEqual({k: int(v) for k, v in c.items()}, mirror)
 
+    def test_qk_clip_mirror_matches_c(self):
+        out = subprocess.run([os.environ["CZ_CONFIG_LAYOUT"], "qk"], capture_output=True,
+                             text=True, check=True).stdout.split("\n")
+        c = {k: int(v) for k, v in (line.split() for line in out if line)}
+        mirror = {"rows.sizeof": ctypes.sizeof(_lib.QkClipRows),
+                  "spec.sizeof": ctypes.sizeof(_lib.QkClipSpec)}
+        for prefix, struct in (("rows", _lib.QkClipRows), ("spec", _lib.QkClipSpec)):
+            for name, _ in struct._fields_:
+                mirror[f"{prefix}.{name}"] = getattr(struct, name).offset
+        self.assertEqual(c, mirror)
+
+    def test_qk_clip_runs(self):
+        """The helpers' rows, by hand: grouped attention (2 groups of 2 heads of 4), Megatron's
+        interleaved fused QKV, and latent attention."""
+        from canzona import qk_clip
+        self.assertEqual(qk_clip.attention("q", "k", 0, 4, 4, kv_heads=2),
+                         [("q", 0, 8, 0, 0, 2, 0.5), ("k", 0, 4, 0, 0, 2, 0.5),
+                          ("q", 8, 8, 0, 2, 2, 0.5), ("k", 4, 4, 0, 2, 2, 0.5)])
+        self.assertEqual(qk_clip.megatron_qkv("qkv", 1, 4, 2, 4),
+                         [("qkv", 0, 8, 1, 0, 2, 0.5), ("qkv", 8, 4, 1, 0, 2, 0.5),
+                          ("qkv", 16, 8, 1, 2, 2, 0.5), ("qkv", 24, 4, 1, 2, 2, 0.5)])
+        self.assertEqual(qk_clip.mla("q", "kv", 0, 2, 3, 1, 2),
+                         [("q", 0, 3, 0, 0, 1, 0.5), ("q", 3, 1, 0, 0, 1, 1.0),
+                          ("kv", 0, 3, 0, 0, 1, 0.5), ("q", 4, 3, 0, 1, 1, 0.5),
+                          ("q", 7, 1, 0, 1, 1, 1.0), ("kv", 5, 3, 0, 1, 1, 0.5)])
+        with self.assertRaisesRegex(ValueError, "must divide"):
+            qk_clip.attention("q", "k", 0, 4, 4, kv_heads=3)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -94,6 +94,101 @@ def unchanged(model, before, what):
             assert torch.equal(p.grad, g), f"{what}: {n}'s gradient changed"
 
 
+class Attn(torch.nn.Module):
+    """One attention layer of 4 heads of 4 on a hidden size of 8, this TP rank's 2 heads: its
+    query and key projections (rows split over TP) and the output projection (columns split),
+    with weights large enough that some heads' logits pass the QK-clip bound of the test."""
+
+    HEADS, D, HID = 4, 4, 8
+
+    def __init__(self, seed):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed + dist.get_rank() % TP)
+        local = self.HEADS // TP * self.D
+        self.q = torch.nn.Linear(self.HID, local, bias=False)
+        self.k = torch.nn.Linear(self.HID, local, bias=False)
+        self.o = torch.nn.Linear(local, self.HID, bias=False)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=g))
+            self.q.weight[: self.D] *= 3.0  # the first local head's logits run high
+
+    def forward(self, x):
+        """(output, the largest pre-softmax logit of each local head)."""
+        b, t, _ = x.shape
+        n = self.HEADS // TP
+        q = self.q(x).view(b, t, n, self.D).transpose(1, 2)
+        k = self.k(x).view(b, t, n, self.D).transpose(1, 2)
+        logits = q @ k.transpose(-1, -2) / self.D ** 0.5
+        att = torch.softmax(logits, dim=-1) @ k
+        return self.o(att.transpose(1, 2).reshape(b, t, n * self.D)), logits.amax(dim=(0, 2, 3))
+
+
+def qk_clip_checks(tpg, rank):
+    """QK-clip through canzona.torch: the maxima of a real forward, -inf for the other TP rank's
+    heads, handed to one of two optimizers of the same model; after one step its query and key
+    rows must be the other's times (tau / S) ** 0.5 per head, S the MAX of every rank's maxima
+    (reduced here with torch.distributed: a reference that shares nothing with the executor),
+    everything else equal; then a NaN on one rank and a short vector on another, refused on
+    every rank with nothing changed."""
+    from canzona import qk_clip
+
+    dims = {"q.weight": 0, "k.weight": 0, "o.weight": 1}
+    runs = qk_clip.attention("q.weight", "k.weight", 0, Attn.HEADS, Attn.D)
+    a, b = Attn(5), Attn(5)
+    opt_a = ct.Optimizer(a, tp_group=tpg, tp_dims=dims, lr=0.02)
+    opt_b = ct.Optimizer(b, tp_group=tpg, tp_dims=dims, lr=0.02)
+    x = torch.randn(2, 6, Attn.HID, generator=torch.Generator().manual_seed(11 + rank // TP))
+    full = torch.full((Attn.HEADS,), -torch.inf)
+    t, n = rank % TP, Attn.HEADS // TP
+    for model in (a, b):
+        y, mx = model(x)
+        y.square().mean().backward()
+    full[t * n:(t + 1) * n] = mx.detach()
+    s = full.clone()
+    dist.all_reduce(s, op=dist.ReduceOp.MAX)
+    tau = float(s.median())  # some heads above, some not
+    opt_a.set_qk_clip(tau, 1, Attn.HEADS, runs)
+    opt_a.qk_logits(full.view(1, -1))
+    opt_a.step()
+    opt_b.step()
+    above = int((s > tau).sum())
+    assert above > 0 and opt_a.qk_clipped == above, (opt_a.qk_clipped, above)
+    factor = torch.where(s > tau, (tau / s).sqrt(), torch.ones_like(s))
+    for name in ("q", "k"):
+        wa, wb = getattr(a, name).weight.detach(), getattr(b, name).weight.detach()
+        for h in range(n):
+            f = float(factor[t * n + h])
+            rows = slice(h * Attn.D, (h + 1) * Attn.D)
+            want = wb[rows] * f
+            err = float((wa[rows] - want).abs().max() / want.abs().max())
+            assert err <= 1e-6, f"{name} head {t * n + h}: {err:.3g} from {f:.6g} x"
+            if f == 1.0:
+                assert torch.equal(wa[rows], wb[rows]), f"{name} head {t * n + h} moved"
+    assert torch.equal(a.o.weight, b.o.weight), "the output projection was scaled"
+    # A NaN maximum on one rank, a short vector on another: refused on every rank, unchanged.
+    before = {name: p.detach().clone() for name, p in a.named_parameters()}
+    for bad_rank, vec, needle in ((3, torch.full((1, Attn.HEADS), torch.nan), "NaN"),
+                                  (1, torch.zeros(3), "3 maxima")):
+        a(x)[0].square().mean().backward()
+        opt_a.qk_logits(vec if rank == bad_rank else full.view(1, -1))
+        # The failing rank's own message, the others' naming it.
+        needles = (needle,) if rank == bad_rank else (f"rank {bad_rank}: ", needle)
+        refused(f"qk_logits {needle} on rank {bad_rank}", opt_a.step, *needles)
+        opt_a.zero_grad()
+        for name, p in a.named_parameters():
+            assert torch.equal(p.detach(), before[name]), f"qk_logits {needle}: {name} changed"
+    early = ct.Optimizer(Attn(5), tp_group=tpg, tp_dims=dims, overlap=True, early_updates=True)
+    refused("qk-clip with early updates", lambda: early.set_qk_clip(tau, 1, Attn.HEADS, runs),
+            "early updates are on")
+    early.close()
+    opt_a.close()
+    opt_b.close()
+    if rank == 0:
+        print(f"ok: qk-clip, {above} of {Attn.HEADS} heads above tau = {tau:.3g}, clipped as "
+              "the formula says on every rank; NaN and a short vector refused everywhere")
+
+
 def refused(what, fn, *needles):
     """fn raises on this rank, with every needle in its message."""
     try:
@@ -634,6 +729,7 @@ def main():
                     "backward (overlap=True", "rank 1 did not call it")
         opt.close()
         dist.barrier()
+        qk_clip_checks(tpg, rank)
     if rank == 0:
         print("ok: refusals on every rank with nothing changed; groups, lr = 0, set_to_none, "
               "assigned .grad, state_dict, Megatron attributes")
