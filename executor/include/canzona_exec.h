@@ -562,8 +562,9 @@ int cz_executor_set_max_grad_norm(cz_executor *ex, float max_grad_norm, cz_error
  * rank, scales the master copy of the rows this rank owns, and the parameter all-gather takes
  * the result to every replica.
  *
- * One run of rows: rows [row0, row0 + rows) of the whole (unsharded) parameter `param` are
- * scaled by eta^power, where eta = tau / S when S > tau and 1 otherwise, and S is the largest
+ * One run of rows: rows [row0, row0 + rows) of the whole (unsharded) parameter `param`, as
+ * the plan lays it out (declared blocks that split the TP dimension stacked, each TP rank
+ * holding its share of every block), are scaled by eta^power, where eta = tau / S when S > tau and 1 otherwise, and S is the largest
  * of the layer's query-head maxima head0 .. head0 + heads - 1. Standard attention: each head's
  * query rows and key rows with its own head and power 1/2 each; grouped-query attention
  * (Megatron-LM's rule): a group's query rows and its key rows with the group's heads, 1/2

@@ -30,9 +30,12 @@ def attention(q, k, layer, heads, head_dim, kv_heads=None, q_row0=0, k_row0=0, a
 
 
 def megatron_qkv(qkv, layer, heads, groups, head_dim, alpha=0.5):
-    """Megatron-Core's fused linear_qkv ([(heads + 2 * groups) * head_dim, hidden]), whose rows
-    are interleaved per query group: [the group's heads/groups query heads, its key, its
-    value], head_dim rows each. The group's largest maximum decides both sides."""
+    """Megatron-Core's fused linear_qkv ([(heads + 2 * groups) * head_dim, hidden]) as it is
+    stored, rows interleaved per query group: [the group's heads/groups query heads, its key,
+    its value], head_dim rows each; the group's largest maximum decides both sides. That is the
+    plan's layout when the model declares no blocks for it. With the [Q, K, V] blocks that
+    import-hf declares (--split-qkv yes) the plan's whole matrix is [all Q; all K; all V]: use
+    attention(qkv, qkv, layer, heads, head_dim, groups, k_row0=heads * head_dim) then."""
     if groups < 1 or heads % groups:
         raise ValueError(f"qk_clip.megatron_qkv: {heads} heads in {groups} query groups; the "
                          "groups must divide the heads")

@@ -47,6 +47,29 @@ qk-clip)
   mpi -np 4 "$CZ_QK_CLIP" 2 bf16
   mpi -np 4 "$CZ_QK_CLIP" 1 fp32
   mpi -np 2 "$CZ_QK_CLIP" 2 fp32
+  # canzona-bench --qk-clip against its reference, which clips the whole tensors with the MAX
+  # of every DP rank's generated maxima: DP2*TP2 (the declared [Q, K, V] blocks split by TP),
+  # also overlapped and in bf16 (the tolerances of `verify bf16`), and DP4*TP1.
+  for cluster in cpu-4-dp2-tp2 cpu-4-dp4-tp1; do
+    plan "$cluster" alpha rollback "$tmp/plan.json"
+    for extra in "" "--overlap" "--dtype bf16 --tolerance 3e-2 --update-tolerance 0.25"; do
+      [ "$cluster" = cpu-4-dp4-tp1 ] && [ -n "$extra" ] && continue
+      # shellcheck disable=SC2086
+      mpi -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --steps 3 --verify \
+        --qk-clip 100 --qk-heads 4:2 $extra | tee "$tmp/out"
+      grep -q "verify: OK" "$tmp/out"
+      grep -Eq "qk-clip: [1-9][0-9]* \(layer, head\) pairs above tau = 100 in the 4 steps" "$tmp/out"
+    done
+  done
+  # The options' refusals, on every rank.
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --qk-clip 100
+  grep -q -- "--qk-clip TAU (> 0) and --qk-heads H:G go together" "$tmp/out"
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --qk-clip 100 \
+    --qk-heads 3:2
+  grep -q -- "--qk-heads '3:2': expected H:G" "$tmp/out"
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --qk-clip 100 \
+    --qk-heads 5:1
+  grep -q "not a multiple of heads + 2 x groups = 7" "$tmp/out"
   ;;
 verify)
   plan "$2" "$3" "$4" "$tmp/plan.json" "${6:-unified}"

@@ -156,7 +156,8 @@ typedef struct bench_run {
     double *norms; /* every step's gradient norm, as the executor computed it */
     double *per[NPHASES];
     uint64_t max_allocs, max_dev, all_early;
-    bool stalled; /* a step stopped for a stall and the run ends itself (--end-after-stall) */
+    int64_t qk_clipped; /* --qk-clip: (layer, head) pairs clipped over every step */
+    bool stalled;       /* a step stopped for a stall and the run ends itself (--end-after-stall) */
     /* cfg.dp_comm and cfg.tp_comm point here: they live as long as the executor */
     MPI_Comm row, erow, own_dp, own_tp, world_comm;
 } bench_run;
@@ -215,7 +216,8 @@ static int run_create(bench_run *r)
         return 1;
     r->place = cz_bench_place_make(r->plan, cz_executor_pp_rank(r->ex), cz_executor_dp_rank(r->ex),
                                    cz_executor_tp_rank(r->ex));
-    return 0;
+    return cz_bench_any_failed(cz_bench_qk_setup(&r->o, r->plan, r->ex, &r->err), &r->err,
+                               "setting QK-clip up");
 }
 
 /* This rank's buffers: allocated, filled with the initial parameters, copied to bf16 and to
@@ -300,7 +302,9 @@ static int run_step(bench_run *r, int s)
     cz_bench_set_step(s + 1);
     cz_bench_set_phase("canzona-bench, reading the step's gradients", s + 1);
     int rc = cz_bench_fill_grads(o, r->plan, &r->place, s, r->G, &r->err);
-    if (cz_bench_any_failed(rc, &r->err, "reading the gradients"))
+    if (rc == CZ_OK)
+        rc = cz_bench_qk_hand(o, r->plan, &r->place, r->ex, s, &r->err);
+    if (cz_bench_any_failed(rc, &r->err, "reading the gradients and QK-clip maxima"))
         return 1;
     if (o->inject_nan && s == 0 && cz_bench_rank == 0)
         inject_nan(r);
@@ -345,6 +349,7 @@ static int run_step(bench_run *r, int s)
         return 1;
     }
     r->norms[s] = cz_executor_grad_norm(r->ex);
+    r->qk_clipped += cz_executor_qk_clipped(r->ex);
     if (s < o->warmup)
         return 0;
     cz_exec_timings t;
@@ -424,6 +429,9 @@ static void report(const bench_run *r, const double med[NPHASES])
         printf("micro-groups updated early in the last step (before step_finish; every "
                "rank's, summed): %llu\n",
                (unsigned long long)r->all_early);
+    if (o->qk_tau > 0.0)
+        printf("qk-clip: %lld (layer, head) pairs above tau = %g in the %d steps\n",
+               (long long)r->qk_clipped, o->qk_tau, r->total);
     printf("executor allocations in steps 2..%d (most on one rank): %llu\n", r->total,
            (unsigned long long)r->max_allocs);
     if (r->cuda)

@@ -59,6 +59,13 @@ void cz_bench_usage(FILE *f)
            "  --adamw-eps X      (default 1e-8)\n"
            "  --adamw-weight-decay X  AdamW's own decoupled weight decay\n"
            "  --max-grad-norm X  clip the global gradient norm to X (default 0: no clipping)\n"
+           "  --qk-clip TAU      QK-clip (MuonClip) on every fused QKV parameter (a name ending\n"
+           "                     in linear_qkv.weight: one attention layer each; its rows the\n"
+           "                     declared [Q, K, V] blocks, or without blocks Megatron's rows\n"
+           "                     interleaved per query group), with per-head maxima generated\n"
+           "                     for every step and DP rank (about two heads in seven above TAU\n"
+           "                     on each); needs --qk-heads; checked by --verify\n"
+           "  --qk-heads H:G     query heads and query groups of each layer (with --qk-clip)\n"
            "  --backend B        compute backend: cpu (default) or cuda (device buffers; one GPU\n"
            "                     per node-local rank, modulo the GPUs present)\n"
            "  --comm C           data plane: mpi (default; with cuda, host-staged) or nccl\n"
@@ -180,6 +187,8 @@ static const struct option longs[] = {{"plan", required_argument, 0, 'p'},
                                       {"order-rank", required_argument, 0, 1022},
                                       {"declare-nothing", required_argument, 0, 1023},
                                       {"end-after-stall", no_argument, 0, 1024},
+                                      {"qk-clip", required_argument, 0, 1025},
+                                      {"qk-heads", required_argument, 0, 1026},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
 
@@ -314,6 +323,17 @@ static int run_option(bench_opts *o, int c, char *arg, char **end, char *msg, si
         return 0;
     case 1020:
         o->early = 1;
+        return 0;
+    case 1025:
+        o->qk_tau = strtod(arg, end);
+        return 0;
+    case 1026:
+        if (sscanf(arg, "%d:%d", &o->qk_heads, &o->qk_groups) != 2 || o->qk_heads < 1 ||
+            o->qk_groups < 1 || o->qk_heads % o->qk_groups) {
+            snprintf(msg, cap, "--qk-heads '%s': expected H:G, G query groups dividing H heads",
+                     arg);
+            return 2;
+        }
         return 0;
     case 1021:
         o->bucket_order = strcmp(arg, "backward") == 0  ? 0
@@ -479,6 +499,13 @@ static int check_options(const bench_opts *o, int argc, char *msg, size_t cap)
                  "--bucket-order and --declare-nothing drive the bucket-wise step: add --overlap");
         return 2;
     }
+    if (o->qk_tau < 0.0 || (o->qk_tau > 0.0) != (o->qk_heads > 0) ||
+        (o->qk_tau > 0.0 && o->early)) {
+        snprintf(msg, cap,
+                 "--qk-clip TAU (> 0) and --qk-heads H:G go together, and not with "
+                 "--early-updates");
+        return 2;
+    }
     if (o->early && !o->overlap) {
         snprintf(msg, cap, "--early-updates runs inside the bucket-wise step: add --overlap");
         return 2;
@@ -577,13 +604,14 @@ static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
         return;
     snprintf(buf + n, cap - (size_t)n,
              " shampoo=%.9g,%.9g,%.9g,%.9g,%d,%d,%d,%d,%.9g,%.9g soap=%.9g,%.9g,%.9g,%.9g "
-             "overlap=%d,%d,%d,%d,%.17g,%d,%d,%d,%d,%d",
+             "overlap=%d,%d,%d,%d,%.17g,%d,%d,%d,%d,%d qk=%.17g,%d,%d",
              h->shampoo.beta1, h->shampoo.beta2, h->shampoo.eps, h->shampoo.momentum,
              h->shampoo.nesterov, h->shampoo.start_step, h->shampoo.max_dim,
              (int)h->shampoo.grafting, h->shampoo.graft_beta2, h->shampoo.graft_eps, h->soap.beta1,
              h->soap.beta2, h->soap.shampoo_beta, h->soap.eps, o->overlap, o->delay_bucket,
              o->skip_bucket, o->repeat_bucket, o->compute_ms, o->early, o->bucket_order,
-             o->order_rank, o->declare_nothing, o->end_after_stall);
+             o->order_rank, o->declare_nothing, o->end_after_stall, o->qk_tau, o->qk_heads,
+             o->qk_groups);
 }
 
 /* The fingerprint of options_text, its largest and smallest value over the ranks in one

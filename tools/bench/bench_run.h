@@ -44,6 +44,9 @@ typedef struct bench_opts {
     cz_exec_config shampoo; /* only its shampoo_* and soap_* fields: --shampoo-*, --soap-* */
     double tolerance, lr, adamw_lr, wd, adamw_wd, momentum, scale_coeff, beta1, beta2, adamw_eps,
         max_grad_norm, update_tolerance, ns_eps;
+    /* --qk-clip TAU (0: off) and --qk-heads H:G: QK-clip on the fused QKV parameters */
+    double qk_tau;
+    int qk_heads, qk_groups;
 } bench_opts;
 
 /* The usage text (--help). */
@@ -159,5 +162,19 @@ int cz_bench_gather_full(const cz_plan *plan, const bench_place *w, MPI_Comm row
 int cz_bench_reference_compare(const bench_opts *o, const cz_plan *plan, const cz_exec_config *cfg,
                                int total_steps, float *const *dist, const double *ex_norms,
                                double *worst_update, cz_error *err);
+
+/* ---- --qk-clip (bench_qk.c) ---- */
+/* The QK-clip description of the plan's fused QKV parameters (...linear_qkv.weight, one
+ * attention layer each, Megatron-Core's rows interleaved per query group) set on ex; nothing
+ * without --qk-clip. */
+int cz_bench_qk_setup(const bench_opts *o, const cz_plan *plan, cz_executor *ex, cz_error *err);
+/* This rank's generated maxima of step (0-based) handed to ex: its DP rank's values for its TP
+ * rank's heads of its stage's layers, -inf for the rest. */
+int cz_bench_qk_hand(const bench_opts *o, const cz_plan *plan, const bench_place *w,
+                     cz_executor *ex, int64_t step, cz_error *err);
+/* The reference: p's whole tensor w after step, clipped with the MAX over every DP rank's
+ * maxima, as the executor must. */
+void cz_bench_qk_reference(const bench_opts *o, const cz_plan *plan, const cz_plan_param *p,
+                           int64_t step, float *w);
 
 #endif

@@ -173,6 +173,7 @@ static int reference_steps(reference *r, const cz_plan_param *p, float *w, float
             rc = cz__muon_orthogonalize(&r->cpu, &r->mh, ps, in, outp, 1, err);
             cz__cpu_apply_update(w, tmp, n, r->mh.lr, r->mh.weight_decay);
         }
+        cz_bench_qk_reference(r->o, r->plan, p, s, w);
     }
     return rc;
 }

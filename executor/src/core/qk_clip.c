@@ -12,6 +12,7 @@
 #include "compute.h"
 #include "cz_format.h"
 #include "executor_impl.h"
+#include "shard.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -383,21 +384,21 @@ int cz__qk_clip_agree(cz_executor *ex, double armed, cz_error *err)
     return CZ_OK;
 }
 
-/* Run r's rows within this rank's local shard of its parameter, as a range of the shard's
- * elements (row-major); false when the shard holds none of them. */
-static bool local_rows(const cz_executor *ex, const qk_run *r, int64_t *lo, int64_t *hi)
+/* Scales the rows [a, b) of p's whole matrix that lie in local rows [la, la + (hi - lo)) of
+ * this rank's shard, where the shard holds whole rows [lo, hi), and in [own_lo, own_hi) of the
+ * shard's elements (what this rank owns of its bucket). */
+static void scale_rows(cz_executor *ex, float *shard, int64_t cols, int64_t a, int64_t b,
+                       int64_t lo, int64_t hi, int64_t la, int64_t own_lo, int64_t own_hi, float f)
 {
-    const cz_plan_param *p = &ex->plan->params[r->param];
-    int64_t lrows = p->local_shape[0], lcols = p->local_shape[1];
-    int64_t first = p->def.tp_dim == 0 ? (int64_t)ex->grid.tp_rank * lrows : 0;
-    int64_t a = r->row0 - first, b = r->row0 + r->rows - first;
-    a = a < 0 ? 0 : a;
-    b = b > lrows ? lrows : b;
+    a = a > lo ? a : lo;
+    b = b < hi ? b : hi;
     if (a >= b)
-        return false;
-    *lo = a * lcols;
-    *hi = b * lcols;
-    return true;
+        return;
+    int64_t e0 = (la + a - lo) * cols, e1 = (la + b - lo) * cols;
+    e0 = e0 > own_lo ? e0 : own_lo;
+    e1 = e1 < own_hi ? e1 : own_hi;
+    if (e0 < e1)
+        ex->compute.ops->scale(&ex->compute, shard + e0, shard + e0, e1 - e0, f);
 }
 
 void cz__qk_clip_apply(cz_executor *ex, float *P)
@@ -406,26 +407,32 @@ void cz__qk_clip_apply(cz_executor *ex, float *P)
     if (!q)
         return;
     q->clipped = q->pending;
-    for (size_t k = 0; k < q->nruns; k++) {
+    for (size_t k = 0; q->clips && k < q->nruns; k++) {
         const qk_run *r = &q->runs[k];
         const cz_plan_param *p = &ex->plan->params[r->param];
-        int64_t lo, hi;
-        if (!q->clips || r->factor == 1.0f || !cz__exec_holds(ex, p) ||
-            !local_rows(ex, r, &lo, &hi))
+        if (r->factor == 1.0f || !cz__exec_holds(ex, p))
             continue;
         /* What this rank owns of its bucket is what its all-gather sends: scaled here, it
-         * reaches every replica, and the master copy is what is scaled. */
+         * reaches every replica, and the master copy is what is scaled. A dense bucket (runs
+         * are never an expert's): over DP, from its own offset. */
         const cz_plan_bucket *bk = &ex->plan->buckets[p->bucket];
-        /* A dense bucket (runs are never an expert's): over DP, from its own offset. */
         int me = ex->grid.dp_rank;
         int64_t start = ex->held.param_off[r->param];
         int64_t own_lo = bk->offset + bk->ranges[2 * me] - start;
         int64_t own_hi = bk->offset + bk->ranges[2 * me + 1] - start;
-        lo = lo > own_lo ? lo : own_lo;
-        hi = hi < own_hi ? hi : own_hi;
-        if (lo < hi) {
-            float *x = P + start + lo;
-            ex->compute.ops->scale(&ex->compute, x, x, hi - lo, r->factor);
+        int64_t cols = p->local_shape[1];
+        float *shard = P + start;
+        if (p->def.tp_dim != 0) { /* every row of the whole matrix is local */
+            scale_rows(ex, shard, cols, r->row0, r->row0 + r->rows, 0, p->def.shape[0], 0, own_lo,
+                       own_hi, r->factor);
+            continue;
         }
+        /* Split by rows: this TP rank's ranges of whole rows (one per declared block when
+         * the blocks split dim 0), stacked in its shard in that order. */
+        int64_t lo[CZ_MAX_BLOCKS], hi[CZ_MAX_BLOCKS], la = 0;
+        int n = cz__shard_ranges(p, ex->grid.tp, ex->grid.tp_rank, lo, hi, CZ_MAX_BLOCKS);
+        for (int j = 0; j < n; la += hi[j] - lo[j], j++)
+            scale_rows(ex, shard, cols, r->row0, r->row0 + r->rows, lo[j], hi[j], la, own_lo,
+                       own_hi, r->factor);
     }
 }
