@@ -33,6 +33,25 @@ static const ref_param REF_PARAMS[] = {
 };
 #define REF_NPARAMS ((int)(sizeof REF_PARAMS / sizeof REF_PARAMS[0]))
 
+/* Writes dir/cluster.json: dp x tp CPU "GPUs" on one node, with modest rates (they only
+ * steer the planner's balance). */
+static inline int ref_write_cluster(const char *dir, int dp, int tp)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/cluster.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fprintf(f,
+            "{\"schema\": \"canzona.cluster/1\", \"name\": \"ref-dp%d-tp%d\", \"gpus\": %d, "
+            "\"dp\": %d, \"tp\": %d, \"pp\": 1, \"gpus_per_node\": %d, \"device\": {\"name\": "
+            "\"cpu\", \"matmul_tflops\": 0.5, \"mem_gbps\": 40.0, \"memory_gib\": 16.0}, "
+            "\"links\": {\"intra_node_gbps\": 10.0, \"inter_node_gbps\": 10.0, \"latency_us\": "
+            "2.0}}\n",
+            dp, tp, dp * tp, dp, tp, dp * tp);
+    return fclose(f) ? -1 : 0;
+}
+
 /* Writes the model and a cluster of dp x 1 GPUs into dir (model.json, cluster.json). */
 static inline int ref_write_inputs(const char *dir, int dp)
 {
@@ -59,17 +78,7 @@ static inline int ref_write_inputs(const char *dir, int dp)
     fprintf(f, "]}\n");
     if (fclose(f))
         return -1;
-    snprintf(path, sizeof path, "%s/cluster.json", dir);
-    f = fopen(path, "w");
-    if (!f)
-        return -1;
-    fprintf(f,
-            "{\"schema\": \"canzona.cluster/1\", \"name\": \"ref-dp%d\", \"gpus\": %d, \"dp\": %d, "
-            "\"tp\": 1, \"pp\": 1, \"gpus_per_node\": %d, \"device\": {\"name\": \"cpu\", "
-            "\"matmul_tflops\": 0.5, \"mem_gbps\": 40.0, \"memory_gib\": 16.0}, \"links\": "
-            "{\"intra_node_gbps\": 10.0, \"inter_node_gbps\": 10.0, \"latency_us\": 2.0}}\n",
-            dp, dp, dp, dp);
-    return fclose(f) ? -1 : 0;
+    return ref_write_cluster(dir, dp, 1);
 }
 
 /* Plans the test model on dp x 1 GPUs (default settings: Muon, alpha, rollback). */

@@ -9,8 +9,7 @@
  * rank, different descriptions, a bad description, and early updates, each refused on every
  * rank with nothing changed. Usage: exec_qk_clip TP fp32|bf16 (world = DP x TP). Exit 0 =
  * pass. */
-#include "canzona.h"
-#include "canzona_exec.h"
+#include "ref_optim.h" /* ref_write_cluster, ref_val */
 
 #include <math.h>
 #include <mpi.h>
@@ -49,15 +48,6 @@ static int fails;
             fails = 1;                                                                             \
         }                                                                                          \
     } while (0)
-
-static double val(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return (double)(x >> 11) / (double)(1ULL << 52) - 1.0;
-}
 
 /* The maximum logit DP rank d hands for (layer, head): a per-head base, raised on some DP ranks
  * only, so that the clip must take the MAX across ranks; non-positive ones never clip. */
@@ -145,16 +135,7 @@ static int write_inputs(const char *dir)
     fprintf(f, "]}\n");
     if (fclose(f))
         return -1;
-    snprintf(path, sizeof path, "%s/cluster.json", dir);
-    if (!(f = fopen(path, "w")))
-        return -1;
-    fprintf(f,
-            "{\"schema\": \"canzona.cluster/1\", \"name\": \"qk\", \"gpus\": %d, \"dp\": %d, "
-            "\"tp\": %d, \"pp\": 1, \"gpus_per_node\": %d, \"device\": {\"name\": \"cpu\", "
-            "\"matmul_tflops\": 0.5, \"mem_gbps\": 40.0, \"memory_gib\": 16.0}, \"links\": "
-            "{\"intra_node_gbps\": 10.0, \"inter_node_gbps\": 10.0, \"latency_us\": 2.0}}\n",
-            size, dp, tp, size);
-    return fclose(f) ? -1 : 0;
+    return ref_write_cluster(dir, dp, tp);
 }
 
 static int make_plan(const char *dir, cz_plan **out, cz_error *err)
@@ -223,7 +204,7 @@ static int job_open(job *j, const cz_plan *plan, cz_error *err)
             return CZ_ENOMEM;
         for (size_t k = 0; k < n; k++) {
             size_t row = (size_t)first_row(i) + k / (size_t)local_cols(i);
-            put(j->P[i], k, 0.5 * val(7919u * (uint64_t)i + 131u * row + k % local_cols(i)));
+            put(j->P[i], k, 0.5 * ref_val(7919u * (uint64_t)i + 131u * row + k % local_cols(i)));
         }
         rc = cz_executor_bind_param_typed(j->ex, PARAMS[i].name, j->P[i], j->G[i], local_rows(i),
                                           local_cols(i), bf16 ? CZ_DTYPE_BF16 : CZ_DTYPE_FP32, err);
@@ -235,7 +216,7 @@ static void job_grads(job *j, int step)
 {
     for (int i = 0; i < NP; i++)
         for (size_t k = 0; k < (size_t)local_rows(i) * (size_t)local_cols(i); k++)
-            put(j->G[i], k, 0.1 * val(104729u * (uint64_t)(step * 64 + rank) + 977u * i + k));
+            put(j->G[i], k, 0.1 * ref_val(104729u * (uint64_t)(step * 64 + rank) + 977u * i + k));
 }
 
 static void job_close(job *j)
