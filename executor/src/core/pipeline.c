@@ -639,13 +639,8 @@ static void pipeline_close(struct cz_pipeline *pp)
     }
     cz__exec_free(pp->groups);
     cz__exec_free(pp->order);
-    float *bufs[] = {pp->gather_send[0],  pp->gather_send[1],  pp->gather_recv[0],
-                     pp->gather_recv[1],  pp->scatter_send[0], pp->scatter_send[1],
-                     pp->scatter_recv[0], pp->scatter_recv[1], pp->full_g,
-                     pp->full_u};
-    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
-        if (bufs[k])
-            c->ops->release(c, bufs[k]);
+    /* Requests first: one still in flight (a step that failed between a post and its wait)
+     * completes in req_free, writing into the buffers released after it. */
     for (int k = 0; k < 2; k++) {
         if (pp->gather_req[k])
             pp->plane->ops->req_free(pp->plane, pp->gather_req[k]);
@@ -664,6 +659,13 @@ static void pipeline_close(struct cz_pipeline *pp)
                 pp->wplanes[i].ops->req_free(&pp->wplanes[i], pp->wreqs[i][q]);
         cz__plane_close(&pp->wplanes[i]);
     }
+    float *bufs[] = {pp->gather_send[0],  pp->gather_send[1],  pp->gather_recv[0],
+                     pp->gather_recv[1],  pp->scatter_send[0], pp->scatter_send[1],
+                     pp->scatter_recv[0], pp->scatter_recv[1], pp->full_g,
+                     pp->full_u};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        if (bufs[k])
+            c->ops->release(c, bufs[k]);
     cz__exec_free(pp);
 }
 
