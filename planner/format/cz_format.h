@@ -169,6 +169,11 @@ int cz__ns_coeffs_parse(const char *text, cz_ns_coeffs *out, cz_error *err);
  * exactly its row count for a table; else CZ_EINVALID saying which count to set (text: the
  * set as the user wrote it, for the message). */
 int cz__ns_coeffs_check_steps(const cz_ns_coeffs *k, int ns_steps, const char *text, cz_error *err);
+/* Room for any set's canonical text. */
+#define CZ_NS_TEXT_MAX (CZ_NS_MAX_ROWS * 3 * 26)
+/* The canonical text of k into buf (CZ_NS_TEXT_MAX bytes): a built-in set's name, else its rows
+ * "a,b,c" (%.17g, exact) separated by ';', which cz__ns_coeffs_parse reads back to k. */
+void cz__ns_coeffs_format(const cz_ns_coeffs *k, char *buf);
 
 /* ---- calibration files (calibration_io.c; docs/FORMATS.md section 8) ---- */
 #define CZ_CALIBRATION_SCHEMA "canzona.calibration/1"
@@ -378,6 +383,9 @@ struct cz_plan {
      * one was given, so that other plans stay byte for byte what they were): its device name,
      * when it was measured and its content hash; all NULL without one. */
     char *calibration_device, *calibration_measured_at, *calibration_sha256;
+    /* The plan's own copy of settings.ns_coeffs (which points to it), canonical
+     * (cz__ns_coeffs_format); NULL for jordan, the default, which files do not record. */
+    char *ns_coeffs;
     /* $.content_sha256 as read from a file ("" when the file had none, or the plan was built
      * in memory), and whether the file's content matched it: 1 yes, -1 no, 0 not checked. */
     char content_sha256[65];

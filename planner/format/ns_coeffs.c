@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,4 +138,17 @@ int cz__ns_coeffs_check_steps(const cz_ns_coeffs *k, int ns_steps, const char *t
                              "where the interface allows) or give a single triple",
                              ns_steps, text ? text : "", k->rows, k->rows);
     return CZ_OK;
+}
+
+void cz__ns_coeffs_format(const cz_ns_coeffs *k, char *buf)
+{
+    size_t at = 0;
+    if (k->name) {
+        snprintf(buf, CZ_NS_TEXT_MAX, "%s", k->name);
+        return;
+    }
+    buf[0] = '\0';
+    for (int i = 0; i < k->rows; i++)
+        at += (size_t)snprintf(buf + at, CZ_NS_TEXT_MAX - at, "%s%.17g,%.17g,%.17g", i ? ";" : "",
+                               k->row[i].a, k->row[i].b, k->row[i].c);
 }

@@ -376,7 +376,8 @@ class Optimizer(torch.optim.Optimizer):
                 cl = dict(cluster or _cluster(dp, tp))
                 if bucket_size is not None:
                     cl["buckets"] = {"size": int(bucket_size)}
-                text = plan_text(desc, cl) if me == 0 else None
+                text = plan_text(desc, cl, ns_coeffs=executor_options.get("ns_coeffs"),
+                                 ns_steps=ns_steps) if me == 0 else None
             except Exception as e:  # noqa: BLE001 - every rank must learn it, not only this one
                 msg = str(e) if isinstance(e, Error) else f"{type(e).__name__}: {e}"
         self._agree(msg)

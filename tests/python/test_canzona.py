@@ -300,6 +300,23 @@ class Planning(unittest.TestCase):
                 canzona.planning.plan_text(m, dict(cluster, gpus=3))
             with self.assertRaisesRegex(canzona.Error, "unknown dp strategy"):
                 canzona.planning.plan_text(m, cluster, dp="nope")
+            # Newton-Schulz coefficients: recorded, and a table prices its rows (as the CLI's
+            # --ns-coeffs does, byte for byte).
+            pe = json.loads(canzona.planning.plan_text(m, cluster, ns_coeffs="polar_express"))
+            self.assertEqual((pe["settings"]["ns_coeffs"], pe["settings"]["ns_steps"]),
+                             ("polar_express", 5))
+            two = canzona.planning.plan_text(m, cluster, ns_coeffs=[(3, -3.2, 1.2), (2, -1.5, 0.5)])
+            out2 = canzona.plan(m, cluster, os.path.join(tmp, "two.plan.json"),
+                                extra_args=["--ns-coeffs", "3,-3.2,1.2;2,-1.5,0.5"])
+            with open(out2) as f:
+                self.assertEqual(two, f.read())
+            two, five = json.loads(two), plan  # the default: jordan, 5 iterations
+            self.assertEqual(two["settings"]["ns_steps"], 2)
+            for a, b in zip(two["params"], five["params"]):
+                if a["optimizer"] == "matrix":
+                    self.assertLess(a["cost"], b["cost"])
+            with self.assertRaisesRegex(canzona.Error, "set ns_steps to 5"):
+                canzona.planning.plan_text(m, cluster, ns_coeffs="polar_express", ns_steps=3)
 
 
 class Layout(unittest.TestCase):
