@@ -46,19 +46,6 @@ static cz_plan *build(const char *coeffs, int steps, int want_rc, cz_error *err)
     return p;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *t = calloc((size_t)n + 1, 1);
-    ck_assert_uint_eq(fread(t, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    return t;
-}
-
 START_TEST(cost_follows_the_rows)
 {
     cz_error err;
@@ -111,7 +98,8 @@ START_TEST(files_record_and_read_back)
     cz_plan *j = build(NULL, 5, CZ_OK, &err), *t = build("1.5,-0.5,0;2,-1.5,0.5", 2, CZ_OK, &err);
     ck_assert_msg(cz_plan_write(j, a, &err) == CZ_OK, "%s", err.message);
     ck_assert_msg(cz_plan_write(t, b, &err) == CZ_OK, "%s", err.message);
-    char *ta = slurp(a), *tb = slurp(b);
+    char *ta = czt_slurp(a, NULL), *tb = czt_slurp(b, NULL);
+    ck_assert(ta && tb);
     ck_assert_ptr_null(strstr(ta, "ns_coeffs"));
     ck_assert_ptr_nonnull(strstr(tb, "\"ns_coeffs\": \"1.5,-0.5,0;2,-1.5,0.5\""));
     cz_plan *q = NULL;
