@@ -173,7 +173,10 @@ typedef struct cz_muon_config {
     float momentum;          /* mu, default 0.95 */
     int nesterov;            /* 1 (default, as every public Muon) = input g + mu*buf; 0 = buf */
     int ns_steps;            /* Newton-Schulz iterations, default 5 */
-    const char *ns_coeffs;   /* "jordan" (default: 3.4445, -4.7750, 2.0315) or "cubic" */
+    const char *ns_coeffs;   /* Newton-Schulz coefficients: "jordan" (default: 3.4445,
+                              * -4.7750, 2.0315), "cubic", "polar_express" (a table of 5), or
+                              * rows "a,b,c" separated by ';', one per iteration; a table of
+                              * n > 1 rows needs ns_steps = n (cz_exec_ns_coeffs_steps) */
     float ns_eps;            /* added to the Frobenius norm, default 1e-7 */
     float scale_coeff;       /* rms scaling: scale_coeff*sqrt(max(m, n)), default 0.2 */
     cz_muon_scaling scaling; /* default CZ_MUON_SCALE_RMS */
@@ -340,6 +343,12 @@ typedef struct cz_exec_config {
 
 /* Fills *cfg with the defaults above (CZ_EXEC_CONFIG_INIT's values). */
 void cz_exec_config_init(cz_exec_config *cfg);
+
+/* The iteration count a Newton-Schulz coefficient set (cz_muon_config.ns_coeffs: a name or a
+ * table as text; NULL is "jordan") implies: its row count for a table of several rows, 0 for a
+ * single triple (which repeats for any ns_steps). CZ_EINVALID, with a message naming the row
+ * and entry at fault, when coeffs is neither. */
+int cz_exec_ns_coeffs_steps(const char *coeffs, int *steps, cz_error *err);
 
 /* Seconds spent in each phase of one step (wall clock on this process). */
 typedef struct cz_exec_timings {

@@ -30,7 +30,7 @@
 #include "muon.h"
 #include "soap.h"
 #include "shampoo.h"
-#include "ns_coeffs.h"
+#include "cz_format.h"
 #include "ns_coop.h"
 #include "ns_workload.h"
 #include "executor_impl.h"

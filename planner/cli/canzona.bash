@@ -6,7 +6,7 @@
 
 _canzona_options() { # <command>: the options 'canzona <command> --help' lists
     local settings="--optimizer --unit --dp --alpha --alpha-loads --layerwise-order --tp
-        --capacity --solver --time-limit --tpaware-time-limit --seed --ns-steps
+        --capacity --solver --time-limit --tpaware-time-limit --seed --ns-steps --ns-coeffs
         --max-precond-dim --precondition-frequency --layout --split-blocks --coop"
     local sizes="--tp-size --pp-size --dp-size --nodes --gpus-per-node --bucket-size --ep-size
         --etp-size"
@@ -73,6 +73,7 @@ _canzona() {
     --bucket-size) words="paper megatron" ;;
     --layout) words="unified split" ;;
     --coop) words="off auto 2 4 8" ;;
+    --ns-coeffs) words="jordan cubic polar_express" ;;
     --gather-order) words="forward ready" ;;
     --alpha | --capacity | --time-limit | --tpaware-time-limit | --seed | --ns-steps | \
         --max-precond-dim | --precondition-frequency | --tp-size | --pp-size | --dp-size | \

@@ -22,6 +22,7 @@ const struct option cz_cli_settings_options[] = {
     {"time-limit", required_argument, NULL, CZ_OPT_TIME_LIMIT},
     {"seed", required_argument, NULL, CZ_OPT_SEED},
     {"ns-steps", required_argument, NULL, CZ_OPT_NS_STEPS},
+    {"ns-coeffs", required_argument, NULL, CZ_OPT_NS_COEFFS},
     {"max-precond-dim", required_argument, NULL, CZ_OPT_MAX_PRECOND_DIM},
     {"precondition-frequency", required_argument, NULL, CZ_OPT_PRECOND_FREQ},
     {"tpaware-time-limit", required_argument, NULL, CZ_OPT_TPAWARE_TIME_LIMIT},
@@ -98,11 +99,27 @@ static void options_table(struct option *out, size_t n, const cz_cli_spec *spec)
     out[k] = (struct option){NULL, 0, NULL, 0};
 }
 
+/* A --ns-coeffs table sets the iteration count: --ns-steps, when given in any order, must
+ * agree (the message is the planner's, which refuses the same for library callers). */
+static int ns_steps_follow(const char *cmd, cz_settings *s, int steps_given)
+{
+    cz_ns_coeffs k;
+    cz_error e;
+    if (!s->ns_coeffs || cz__ns_coeffs_parse(s->ns_coeffs, &k, &e) != CZ_OK || k.rows < 2)
+        return 0;
+    if (!steps_given)
+        s->ns_steps = k.rows;
+    if (cz__ns_coeffs_check_steps(&k, s->ns_steps, s->ns_coeffs, &e) == CZ_OK)
+        return 0;
+    fprintf(stderr, "canzona %s: --ns-steps: %s\n", cmd, e.message);
+    return 2;
+}
+
 int cz_cli_parse(const cz_cli_spec *spec, int argc, char **argv)
 {
     struct option opts[64];
     options_table(opts, sizeof opts / sizeof *opts, spec);
-    int opt;
+    int opt, steps_given = 0;
     optind = 1;
     while ((opt = cz_cli_getopt(spec->name, argc, argv, spec->shortopts, opts)) != -1) {
         if (opt == 'h') {
@@ -114,11 +131,15 @@ int cz_cli_parse(const cz_cli_spec *spec, int argc, char **argv)
         int r = spec->apply(spec->state, opt, optarg);
         if (r == 1 && spec->sizes)
             r = cz_cli_sizes_apply(spec->name, opt, optarg, spec->sizes);
-        if (r == 1 && spec->settings)
+        if (r == 1 && spec->settings) {
             r = cz_cli_settings_apply(spec->name, opt, optarg, spec->settings);
+            steps_given |= opt == CZ_OPT_NS_STEPS;
+        }
         if (r)
             return 2;
     }
+    if (spec->settings && ns_steps_follow(spec->name, spec->settings, steps_given))
+        return 2;
     if (spec->operands >= 0 && argc - optind != spec->operands) {
         fprintf(stderr, "canzona %s: expected %s, got %d (see 'canzona %s --help')\n", spec->name,
                 spec->operands_what, argc - optind, spec->name);
@@ -221,6 +242,16 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
             return bad_value(cmd, "ns-steps", value, "an integer in [1, 100]");
         s->ns_steps = (int)l;
         return 0;
+    case CZ_OPT_NS_COEFFS: {
+        cz_ns_coeffs k;
+        cz_error e;
+        if (cz__ns_coeffs_parse(value, &k, &e) != CZ_OK) {
+            fprintf(stderr, "canzona %s: --ns-coeffs: %s\n", cmd, e.message);
+            return 2;
+        }
+        s->ns_coeffs = value; /* argv's: alive until the command ends */
+        return 0;
+    }
     case CZ_OPT_MAX_PRECOND_DIM:
         if (parse_long(value, 1, 1L << 30, &l))
             return bad_value(cmd, "max-precond-dim", value, "a positive integer");
@@ -334,7 +365,11 @@ void cz_cli_settings_help(FILE *f, double time_limit_default)
         "  --tpaware-time-limit S  limit of the --dp tpaware search in CPU seconds\n"
         "                        (default %g); the best cuts found by then are kept\n"
         "  --seed N              recorded in the plan (ties are broken by parameter id)\n"
-        "  --ns-steps N          Newton-Schulz iterations for Muon's cost (default 5)\n"
+        "  --ns-steps N          Newton-Schulz iterations for Muon's cost (default 5, or the\n"
+        "                        row count of a --ns-coeffs table, which it must then equal)\n"
+        "  --ns-coeffs SET       Muon's Newton-Schulz coefficients: jordan (default), cubic,\n"
+        "                        polar_express (5 rows) or rows 'a,b,c;a,b,c;...', one per\n"
+        "                        iteration; recorded in the plan unless jordan\n"
         "  --max-precond-dim N   SOAP/Shampoo: largest side with a preconditioner (default 10000)\n"
         "  --precondition-frequency N  SOAP/Shampoo eigenbasis refresh period (default 10)\n",
         time_limit_default, d.tpaware_time_limit_s);

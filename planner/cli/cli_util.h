@@ -25,6 +25,7 @@ enum {
     CZ_OPT_TIME_LIMIT,
     CZ_OPT_SEED,
     CZ_OPT_NS_STEPS,
+    CZ_OPT_NS_COEFFS,
     CZ_OPT_MAX_PRECOND_DIM,
     CZ_OPT_PRECOND_FREQ,
     CZ_OPT_TPAWARE_TIME_LIMIT,
@@ -101,7 +102,7 @@ int cz_cli_calibrate(const char *cmd, cz_cluster *cluster, const char *path);
 /* getopt_long entries for the options above, terminated by a zero entry; cz_cli_parse appends
  * them to a command's own table when its spec has settings. */
 extern const struct option cz_cli_settings_options[];
-#define CZ_CLI_SETTINGS_OPTION_COUNT 26
+#define CZ_CLI_SETTINGS_OPTION_COUNT 27
 
 /* One subcommand's command line, for cz_cli_parse. */
 typedef struct cz_cli_spec {

@@ -130,6 +130,9 @@ static void print_text(const cz_plan *p, json_t *r, int all)
         printf("layout    split: matrix parameters in a buffer of their own; elementwise "
                "parameters in an evenly sliced buffer, cut between DP ranks (not counted "
                "below)\n");
+    if (p->settings.ns_coeffs) /* only plans made with another set than jordan's */
+        printf("muon      Newton-Schulz coefficients %s: %d iterations priced\n",
+               p->settings.ns_coeffs, p->settings.ns_steps);
     printf("params    %d (%d matrix), %d buckets; costs in %s\n", cz_cli_jint(sum, "params"),
            cz_cli_jint(sum, "matrices"), cz_cli_jint(sum, "buckets"), cz_cli_jstr(r, "unit"));
     if (p->dp_fell_back)

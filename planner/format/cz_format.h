@@ -137,6 +137,44 @@ void cz__device_kind_costs(cz_device_kind k, double matmul_tflops, cz_device_cos
 void cz__device_costs_from_ns(double launch_s, double ns_bf16_s, double ns_fp32_s,
                               cz_device_costs *out);
 
+/* ---- Newton-Schulz coefficient sets (ns_coeffs.c) ----
+ * Muon's iteration X = a X + (b A + c A A) X, A = X X^T, with one (a, b, c) per iteration: a
+ * set is one triple repeated every iteration ("jordan", "cubic") or a table of rows, row t for
+ * iteration t, which then fixes the iteration count ("polar_express": 5 rows). */
+#define CZ_NS_MAX_ROWS 16   /* rows of a table */
+#define CZ_NS_MAX_STEPS 100 /* iterations the executor accepts */
+typedef struct cz_ns_triple {
+    double a, b, c;
+} cz_ns_triple;
+typedef struct cz_ns_coeffs {
+    const char *name; /* the built-in set's name; NULL for a table read from text */
+    int rows;         /* 1: row[0] for every iteration; more: row[t] for iteration t */
+    cz_ns_triple row[CZ_NS_MAX_ROWS];
+} cz_ns_coeffs;
+/* The triple of iteration t (0-based): a table's row t (its last row past its end, which the
+ * step-count check rules out), a single triple's for every t. */
+static inline cz_ns_triple cz__ns_coeffs_at(const cz_ns_coeffs *k, int t)
+{
+    return k->row[t < k->rows ? t : k->rows - 1];
+}
+/* A built-in set by name (NULL: "jordan", the default); NULL when unknown. */
+const cz_ns_coeffs *cz__ns_coeffs_find(const char *name);
+/* Comma-separated list of the built-in names, for messages. */
+const char *cz__ns_coeffs_names(void);
+/* A built-in name (NULL: "jordan"), or a table as text: rows "a,b,c" separated by ';' (spaces
+ * allowed, a trailing ';' too), one row per iteration; a single row is one triple repeated.
+ * CZ_EINVALID with a message naming the row and entry at fault. */
+int cz__ns_coeffs_parse(const char *text, cz_ns_coeffs *out, cz_error *err);
+/* CZ_OK when ns_steps (0 .. CZ_NS_MAX_STEPS) agrees with k: any count for a single triple,
+ * exactly its row count for a table; else CZ_EINVALID saying which count to set (text: the
+ * set as the user wrote it, for the message). */
+int cz__ns_coeffs_check_steps(const cz_ns_coeffs *k, int ns_steps, const char *text, cz_error *err);
+/* Room for any set's canonical text. */
+#define CZ_NS_TEXT_MAX (CZ_NS_MAX_ROWS * 3 * 26)
+/* The canonical text of k into buf (CZ_NS_TEXT_MAX bytes): a built-in set's name, else its rows
+ * "a,b,c" (%.17g, exact) separated by ';', which cz__ns_coeffs_parse reads back to k. */
+void cz__ns_coeffs_format(const cz_ns_coeffs *k, char *buf);
+
 /* ---- calibration files (calibration_io.c; docs/FORMATS.md section 8) ---- */
 #define CZ_CALIBRATION_SCHEMA "canzona.calibration/1"
 #define CZ_CALIBRATION_SCHEMA_2 "canzona.calibration/2"
@@ -345,6 +383,9 @@ struct cz_plan {
      * one was given, so that other plans stay byte for byte what they were): its device name,
      * when it was measured and its content hash; all NULL without one. */
     char *calibration_device, *calibration_measured_at, *calibration_sha256;
+    /* The plan's own copy of settings.ns_coeffs (which points to it), canonical
+     * (cz__ns_coeffs_format); NULL for jordan, the default, which files do not record. */
+    char *ns_coeffs;
     /* $.content_sha256 as read from a file ("" when the file had none, or the plan was built
      * in memory), and whether the file's content matched it: 1 yes, -1 no, 0 not checked. */
     char content_sha256[65];

@@ -233,6 +233,27 @@ static int read_solver_result(const cz_json_ctx *c, const json_t *root, cz_plan 
     return rc;
 }
 
+/* $.settings.ns_coeffs (absent: jordan): a set the executor knows, whose iteration count is
+ * the plan's ns_steps when it is a table, kept canonical in the plan's own copy. */
+static int read_ns_coeffs(const cz_json_ctx *c, const json_t *o, const char *P, cz_plan *p)
+{
+    const char *text = NULL;
+    char sub[CZ_JSON_PATH_MAX], canon[CZ_NS_TEXT_MAX];
+    cz_ns_coeffs k;
+    cz_error why;
+    int rc = cz__json_get_string(c, o, P, "ns_coeffs", false, &text);
+    if (rc != CZ_OK || !text)
+        return rc;
+    if (cz__ns_coeffs_parse(text, &k, &why) != CZ_OK ||
+        cz__ns_coeffs_check_steps(&k, p->settings.ns_steps, text, &why) != CZ_OK)
+        return cz__json_fail(c, cz__json_path_key(sub, P, "ns_coeffs"), "%s", why.message);
+    cz__ns_coeffs_format(&k, canon);
+    if (!(p->ns_coeffs = cz__strdup(canon)))
+        return cz__error_set(c->err, CZ_ENOMEM, "out of memory reading the plan's settings");
+    p->settings.ns_coeffs = p->ns_coeffs;
+    return CZ_OK;
+}
+
 static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 {
     static const char *const keys[] = {"optimizer",
@@ -255,6 +276,7 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
                                        "layout",
                                        "split_blocks",
                                        "coop",
+                                       "ns_coeffs",
                                        NULL};
     const char *P = "$.settings";
     const json_t *o;
@@ -340,7 +362,7 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
                            CZ_COOP_MAX, coop);
         return rc;
     }
-    return rc;
+    return read_ns_coeffs(c, o, P, p);
 }
 
 static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,

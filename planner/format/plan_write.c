@@ -143,6 +143,9 @@ static void write_settings(writer *w, const cz_plan *p)
         char buf[16];
         cz__jw_string(&w->js, "coop", cz_coop_name(s->coop, buf));
     }
+    /* Likewise: a plan made with jordan's coefficients stays what earlier versions wrote. */
+    if (s->ns_coeffs)
+        cz__jw_string(&w->js, "ns_coeffs", s->ns_coeffs);
     cz__jw_end(&w->js);
 }
 

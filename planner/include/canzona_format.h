@@ -180,6 +180,12 @@ typedef struct cz_settings {
     int coop;                    /* cooperative Newton-Schulz (Muon, rollback): 0 (default) off,
                                   * CZ_COOP_AUTO the cost model chooses per task, k > 1 every
                                   * task that can be is cooperative over k slots (k divides tp) */
+    const char *ns_coeffs;       /* Muon's Newton-Schulz coefficients, as cz_muon_config's: a
+                                  * name ("jordan", "cubic", "polar_express") or rows "a,b,c"
+                                  * separated by ';'; NULL (default) = "jordan". A table of n > 1
+                                  * rows needs ns_steps = n (the cost is per iteration). Borrowed
+                                  * during cz_plan_build; a plan keeps its own copy, recorded in
+                                  * the file only when not jordan */
 } cz_settings;
 
 #define CZ_COOP_AUTO (-1)
@@ -191,7 +197,7 @@ typedef struct cz_settings {
 #define CZ_SETTINGS_INIT                                                     \
     {CZ_SETTINGS_VERSION, CZ_OPTIM_MUON, CZ_UNIT_TIME, CZ_DP_ALPHA, 1.0, 0,   \
      CZ_LAYERWISE_MEGATRON, CZ_TP_ROLLBACK, 0.0, CZ_SOLVER_GREEDY, 60.0, 0, 5, \
-     10000, 10, 2.0, NULL, NULL, CZ_LAYOUT_UNIFIED, 0, 0}
+     10000, 10, 2.0, NULL, NULL, CZ_LAYOUT_UNIFIED, 0, 0, NULL}
 /* clang-format on */
 
 /* Fills *s with the defaults. */

@@ -58,7 +58,9 @@ static json_t *settings_flat(const cz_plan *p)
         p->dp_fell_back != 0, "bucket_size", (json_int_t)p->bucket_size, "bucket_align",
         (json_int_t)p->bucket_align, "layout", cz__str_or_unknown(cz_layout_name(s->layout)));
     if (o && (json_object_set_new(o, "split_blocks", json_boolean(s->split_blocks)) ||
-              json_object_set_new(o, "coop", json_string(cz_coop_name(s->coop, coop))))) {
+              json_object_set_new(o, "coop", json_string(cz_coop_name(s->coop, coop))) ||
+              json_object_set_new(o, "ns_coeffs",
+                                  json_string(s->ns_coeffs ? s->ns_coeffs : "jordan")))) {
         json_decref(o);
         return NULL;
     }

@@ -105,6 +105,12 @@ static int settings_check(const cz_settings *s, cz_error *err)
     if (s->ns_steps < 1)
         return cz__error_set(err, CZ_EINVALID, "Newton-Schulz steps must be >= 1, got %d",
                              s->ns_steps);
+    /* A table prices exactly its rows: a different ns_steps would cost iterations that the
+     * executor refuses to run. */
+    cz_ns_coeffs k;
+    if ((rc = cz__ns_coeffs_parse(s->ns_coeffs, &k, err)) != CZ_OK ||
+        (rc = cz__ns_coeffs_check_steps(&k, s->ns_steps, s->ns_coeffs, err)) != CZ_OK)
+        return rc;
     if (s->max_precond_dim < 1)
         return cz__error_set(err, CZ_EINVALID, "max_precond_dim must be >= 1, got %d",
                              s->max_precond_dim);
@@ -459,6 +465,23 @@ static bool plan_better(const cz_plan *b, const cz_plan *a)
     return bi < ai * (1 - eps) || b->metrics.tp_makespan < a->metrics.tp_makespan * (1 - eps);
 }
 
+/* The plan's own canonical copy of its Newton-Schulz coefficients (the caller's string is only
+ * borrowed); none for jordan, the default, so that such plans are what earlier versions wrote. */
+static int keep_ns_coeffs(cz_plan *plan, cz_error *err)
+{
+    cz_ns_coeffs k;
+    char text[CZ_NS_TEXT_MAX];
+    int rc = cz__ns_coeffs_parse(plan->settings.ns_coeffs, &k, err);
+    plan->settings.ns_coeffs = NULL;
+    if (rc != CZ_OK || (k.name && strcmp(k.name, "jordan") == 0))
+        return rc;
+    cz__ns_coeffs_format(&k, text);
+    if (!(plan->ns_coeffs = cz__strdup(text)))
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the plan's settings");
+    plan->settings.ns_coeffs = plan->ns_coeffs;
+    return CZ_OK;
+}
+
 int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
                   const cz_settings *settings, cz_error *err)
 {
@@ -553,6 +576,8 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     /* The callback belongs to this call, not to the plan: a plan outlives its caller's payload. */
     plan->settings.progress = NULL;
     plan->settings.progress_payload = NULL;
+    if ((rc = keep_ns_coeffs(plan, err)) != CZ_OK)
+        goto done;
 done:
     cz_plan_free(numel);
     if (rc != CZ_OK)

@@ -190,6 +190,7 @@ def lib():
     vp, i, e = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(CzError)
     sig = {
         "cz_exec_config_init": (None, [ctypes.POINTER(ExecConfig)]),
+        "cz_exec_ns_coeffs_steps": (i, [ctypes.c_char_p, ctypes.POINTER(i), e]),
         "cz_error_code_name": (ctypes.c_char_p, [i]),
         "cz_executor_create": (i, [ctypes.POINTER(vp), ctypes.c_char_p,
                                    ctypes.POINTER(ExecConfig), e]),

@@ -5,7 +5,7 @@ import tempfile
 
 from . import _lib
 from ._lib import Error, check
-from . import qk_clip, safetensors
+from . import _ns_coeffs, qk_clip, safetensors
 
 _SCALINGS = {"rms": 0, "shape": 1}
 _DTYPES = {"fp32": _lib.DTYPE_FP32, "bf16": _lib.DTYPE_BF16}
@@ -83,8 +83,9 @@ class Executor:
     import). world_comm: an mpi4py communicator to run over (default MPI_COMM_WORLD).
     dtype: "fp32" or "bf16" (default: the plan's). options: the fields of cz_exec_config by
     their flat names (cfg.muon.momentum is momentum, cfg.adamw.lr adamw_lr, cfg.soap.beta1
-    soap_beta1; lr, momentum, nesterov, weight_decay, ns_steps, ns_coeffs, ns_eps, scale_coeff,
-    muon_scaling ("rms" or "shape"), adamw_lr, adamw_beta1, adamw_beta2, adamw_eps,
+    soap_beta1; lr, momentum, nesterov, weight_decay, ns_steps, ns_coeffs (a name, one triple
+    (a, b, c), or a sequence of triples, one per iteration: ns_steps then defaults to the
+    table's length), ns_eps, scale_coeff, muon_scaling ("rms" or "shape"), adamw_lr, adamw_beta1, adamw_beta2, adamw_eps,
     adamw_weight_decay, max_grad_norm, check_finite; for Shampoo and SOAP plans the
     shampoo_* and soap_* fields, shampoo_grafting by name: "none", "adagrad", "rmsprop" or
     "adam"). Collective under MPI.
@@ -110,6 +111,8 @@ class Executor:
             if dtype not in _DTYPES:
                 raise ValueError(f"dtype {dtype!r}: expected one of {sorted(_DTYPES)}")
             cfg.dtype = _DTYPES[dtype]
+        if "ns_coeffs" in options and "ns_steps" not in options:
+            options["ns_steps"] = _ns_coeffs.steps(options["ns_coeffs"], None)
         for key, value in options.items():
             part, name = _field(cfg, key)
             if key in _FLOAT_OPTIONS:
@@ -117,7 +120,7 @@ class Executor:
             elif key in _INT_OPTIONS:
                 setattr(part, name, int(value))
             elif key == "ns_coeffs":
-                part.ns_coeffs = value.encode()
+                part.ns_coeffs = _ns_coeffs.text(value).encode()
             elif key == "muon_scaling":
                 if value not in _SCALINGS:
                     raise ValueError(f"muon_scaling {value!r}: expected 'rms' or 'shape'")

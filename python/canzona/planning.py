@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import tempfile
 
+from . import _ns_coeffs
 from ._lib import Error, CZ_EINVALID, CZ_EIO
 
 
@@ -104,7 +105,7 @@ class _Settings(ctypes.Structure):
         ("max_precond_dim", ctypes.c_int), ("precondition_frequency", ctypes.c_int),
         ("tpaware_time_limit_s", ctypes.c_double), ("progress", ctypes.c_void_p),
         ("progress_payload", ctypes.c_void_p), ("layout", ctypes.c_int),
-        ("split_blocks", ctypes.c_int), ("coop", ctypes.c_int),
+        ("split_blocks", ctypes.c_int), ("coop", ctypes.c_int), ("ns_coeffs", ctypes.c_char_p),
     ]
 
 
@@ -155,10 +156,12 @@ def _planner_lib():
     return L
 
 
-def plan_text(model, cluster, *, dp=None, tp=None):
+def plan_text(model, cluster, *, dp=None, tp=None, ns_coeffs=None, ns_steps=None):
     """The plan (its JSON text) of model on cluster (dicts, as model_description and the
     cluster format give them), built in this process by libcanzona with the planner's default
-    settings; dp and tp name the strategies (default alpha and rollback). Raises Error with
+    settings; dp and tp name the strategies (default alpha and rollback); ns_coeffs and ns_steps
+    are Muon's Newton-Schulz coefficients and iterations, as canzona.Executor takes them (a
+    table's row count when ns_steps is None), which the cost model prices. Raises Error with
     the planner's message."""
     from ._lib import CzError, check
 
@@ -167,6 +170,11 @@ def plan_text(model, cluster, *, dp=None, tp=None):
     m, c, p = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
     s = _Settings()
     L.cz_settings_init(ctypes.byref(s))
+    # Muon's cost is per Newton-Schulz iteration: a coefficient table prices its rows.
+    coeffs = None if ns_coeffs is None else _ns_coeffs.text(ns_coeffs).encode()
+    s.ns_coeffs = coeffs
+    if ns_coeffs is not None or ns_steps is not None:
+        s.ns_steps = _ns_coeffs.steps(ns_coeffs or "jordan", ns_steps)
     for what, name, parse in (("dp", dp, L.cz_dp_strategy_parse),
                               ("tp", tp, L.cz_tp_strategy_parse)):
         if name is not None:

@@ -31,7 +31,7 @@ if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < _MIN_
                       f"(post-accumulate-grad hooks, torch.distributed.tensor); this is "
                       f"{torch.__version__}")
 
-from . import _clip_guard, _dtensor, _lib, _replicas, qk_clip, safetensors
+from . import _clip_guard, _dtensor, _lib, _ns_coeffs, _replicas, qk_clip, safetensors
 from ._dtensor import local as _local
 from ._lib import Error, check
 from ._fresh import FreshGrads
@@ -171,8 +171,8 @@ class Optimizer(torch.optim.Optimizer):
 
     Optimizer(params, *, dp_group=None, tp_group=None, mesh=None, plan=None, save_plan=None,
               tp_dims=None, blocks=None, optimizers=None, cluster=None, lr=<default>,
-              weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=5,
-              muon_scaling="rms", adamw_lr=<default>, adamw_betas=(0.9, 0.95),
+              weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=None,
+              ns_coefficients=None, muon_scaling="rms", adamw_lr=<default>, adamw_betas=(0.9, 0.95),
               adamw_eps=1e-8, adamw_weight_decay=<weight_decay>, max_grad_norm=0.0,
               overlap=False, early_updates=False, bucket_size=None, timeout=600.0,
               unused_parameters=False, check_replicas=True, **executor_options)
@@ -238,13 +238,17 @@ class Optimizer(torch.optim.Optimizer):
       across the DP ranks; "broadcast": DP rank 0's values are copied to the other DP ranks
       instead (as DDP does), TP replicas are still checked; False: no check (one all-gather of
       16 bytes per parameter and rank saved).
-    executor_options: further cz_exec_config fields (canzona.Executor's, e.g. ns_coeffs).
+    ns_coefficients: Muon's Newton-Schulz coefficients: a name ("jordan", the default;
+      "cubic"; "polar_express", a table of 5 rows), one triple (a, b, c) for every iteration,
+      or a sequence of triples, one per iteration. ns_steps: the iteration count; None
+      (default): a table's row count, else 5. A table with a different ns_steps is refused.
+    executor_options: further cz_exec_config fields (canzona.Executor's, e.g. ns_eps).
     """
 
     def __init__(self, params, *, dp_group=None, tp_group=None, mesh=None, plan=None,
                  save_plan=None, tp_dims=None, blocks=None, optimizers=None, cluster=None,
-                 lr=_DEFAULT, weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=5,
-                 muon_scaling="rms", adamw_lr=_DEFAULT, adamw_betas=(0.9, 0.95),
+                 lr=_DEFAULT, weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=None,
+                 ns_coefficients=None, muon_scaling="rms", adamw_lr=_DEFAULT, adamw_betas=(0.9, 0.95),
                  adamw_eps=1e-8, adamw_weight_decay=_DEFAULT, max_grad_norm=0.0,
                  nccl_comms=None, overlap=False, early_updates=False, bucket_size=None,
                  timeout=600.0, unused_parameters=False, check_replicas=True,
@@ -262,6 +266,12 @@ class Optimizer(torch.optim.Optimizer):
                              "'broadcast'")
         if unused_parameters not in (True, False):
             raise ValueError(f"unused_parameters = {unused_parameters!r}; expected True or False")
+        if ns_coefficients is not None:
+            if "ns_coeffs" in executor_options:
+                raise TypeError("ns_coefficients and ns_coeffs name the same setting; give one")
+            executor_options["ns_coeffs"] = ns_coefficients
+        # Checked here, before any collective: the same on every rank, and a table's length.
+        ns_steps = _ns_coeffs.steps(executor_options.get("ns_coeffs", "jordan"), ns_steps)
         # Construction is collective: every rank announces it (the constructor calls' count in
         # this process, the same on every rank), so that a rank that never builds the optimizer
         # is named within timeout instead of leaving the others in a collective.
@@ -366,7 +376,8 @@ class Optimizer(torch.optim.Optimizer):
                 cl = dict(cluster or _cluster(dp, tp))
                 if bucket_size is not None:
                     cl["buckets"] = {"size": int(bucket_size)}
-                text = plan_text(desc, cl) if me == 0 else None
+                text = plan_text(desc, cl, ns_coeffs=executor_options.get("ns_coeffs"),
+                                 ns_steps=ns_steps) if me == 0 else None
             except Exception as e:  # noqa: BLE001 - every rank must learn it, not only this one
                 msg = str(e) if isinstance(e, Error) else f"{type(e).__name__}: {e}"
         self._agree(msg)
@@ -384,7 +395,7 @@ class Optimizer(torch.optim.Optimizer):
             self._comm = TorchComm(dp_group, tp_group, dp_ranks, tp_ranks, ctrl_group)
             self._ex = self._create(plan, device, dict(
                 lr=muon_lr, weight_decay=float(weight_decay), momentum=float(momentum),
-                nesterov=int(bool(nesterov)), ns_steps=int(ns_steps), adamw_lr=elem_lr,
+                nesterov=int(bool(nesterov)), ns_steps=ns_steps, adamw_lr=elem_lr,
                 adamw_beta1=float(adamw_betas[0]), adamw_beta2=float(adamw_betas[1]),
                 adamw_eps=float(adamw_eps), adamw_weight_decay=float(elem_wd),
                 max_grad_norm=float(max_grad_norm)), muon_scaling, executor_options)
@@ -645,7 +656,7 @@ class Optimizer(torch.optim.Optimizer):
             elif key in _INT_OPTIONS:
                 setattr(*_field(cfg, key), int(v))
             elif key == "ns_coeffs":
-                cfg.muon.ns_coeffs = v.encode()
+                cfg.muon.ns_coeffs = _ns_coeffs.text(v).encode()
             else:
                 raise TypeError(f"unknown option {key!r}")
         err = _lib.CzError()

@@ -113,7 +113,9 @@ static inline double ref_val(uint64_t x)
 
 /* Hyperparameters, read from the executor's configuration so both sides use the same. */
 typedef struct ref_hp {
-    double lr, mu, wd, ns_eps, scale, a, b, c;
+    double lr, mu, wd, ns_eps, scale;
+    double abc[5][3]; /* (a, b, c) of iteration s: abc[s < rows ? s : rows - 1] */
+    int rows;
     int nesterov, ns_steps, shape_scaling;
     double alr, b1, b2, aeps, awd;
 } ref_hp;
@@ -144,11 +146,12 @@ static inline void ref_orthogonalize(const ref_hp *h, const double *in, int r, i
         for (int j = 0; j < c; j++)
             X[tr ? j * C + i : i * C + j] = in[i * ld + j] / nrm;
     for (int s = 0; s < h->ns_steps; s++) {
+        const double *k = h->abc[s < h->rows ? s : h->rows - 1];
         for (int i = 0; i < R; i++)
             for (int j = 0; j < R; j++) {
                 double acc = 0;
-                for (int k = 0; k < C; k++)
-                    acc += X[i * C + k] * X[j * C + k];
+                for (int q = 0; q < C; q++)
+                    acc += X[i * C + q] * X[j * C + q];
                 A[i * R + j] = acc;
             }
         for (int i = 0; i < R; i++)
@@ -156,14 +159,14 @@ static inline void ref_orthogonalize(const ref_hp *h, const double *in, int r, i
                 double acc = 0;
                 for (int k = 0; k < R; k++)
                     acc += A[i * R + k] * A[k * R + j];
-                B[i * R + j] = h->b * A[i * R + j] + h->c * acc;
+                B[i * R + j] = k[1] * A[i * R + j] + k[2] * acc;
             }
         for (int i = 0; i < R; i++)
             for (int j = 0; j < C; j++) {
                 double acc = 0;
                 for (int k = 0; k < R; k++)
                     acc += B[i * R + k] * X[k * C + j];
-                Y[i * C + j] = h->a * X[i * C + j] + acc;
+                Y[i * C + j] = k[0] * X[i * C + j] + acc;
             }
         memcpy(X, Y, (size_t)R * C * sizeof *X);
     }
@@ -213,7 +216,7 @@ static inline void ref_step(const ref_hp *h, const ref_param *p, ref_state *st, 
 }
 
 /* Reference hyperparameters from the executor's configuration; the Newton-Schulz coefficient
- * sets are the two docs/EXECUTOR.md lists. */
+ * sets are the three docs/EXECUTOR.md names (Polar Express written out from its paper). */
 static inline void ref_hp_from(const cz_exec_config *cfg, ref_hp *h)
 {
     memset(h, 0, sizeof *h);
@@ -226,14 +229,29 @@ static inline void ref_hp_from(const cz_exec_config *cfg, ref_hp *h)
     h->scale = cfg->muon.scale_coeff;
     h->nesterov = cfg->muon.nesterov;
     h->ns_steps = cfg->muon.ns_steps;
-    if (cfg->muon.ns_coeffs && !strcmp(cfg->muon.ns_coeffs, "cubic")) {
-        h->a = 1.5;
-        h->b = -0.5;
-        h->c = 0;
-    } else {
-        h->a = 3.4445;
-        h->b = -4.7750;
-        h->c = 2.0315;
+    /* Polar Express as arXiv 2505.16932's Algorithm 1 prints its first 5 rows, each divided by
+     * the safety factor (x / 1.01 in the polynomial), the first once more for Algorithm 1's
+     * normalization by 1.01 ||X||_F, which the reference (like the executor) does not do. */
+    static const double pe[5][3] = {{8.28721201814563, -23.595886519098837, 17.300387312530933},
+                                    {4.107059111542203, -2.9478499167379106, 0.5448431082926601},
+                                    {3.9486908534822946, -2.908902115962949, 0.5518191394370137},
+                                    {3.3184196573706015, -2.488488024314874, 0.51004894012372},
+                                    {2.300652019954817, -1.6689039845747493, 0.4188073119525673}};
+    const char *name = cfg->muon.ns_coeffs ? cfg->muon.ns_coeffs : "jordan";
+    if (!strcmp(name, "polar_express")) {
+        h->rows = 5;
+        for (int s = 0; s < 5; s++)
+            for (int p = 0; p < 3; p++) {
+                double f = pow(1.01, 2 * p + 1) * (s == 0 ? pow(1.01, 2 * p + 1) : 1.0);
+                h->abc[s][p] = pe[s][p] / f;
+            }
+    } else if (!strcmp(name, "cubic") || !strcmp(name, "jordan")) {
+        static const double cubic[3] = {1.5, -0.5, 0.0}, jordan[3] = {3.4445, -4.7750, 2.0315};
+        h->rows = 1;
+        memcpy(h->abc[0], !strcmp(name, "cubic") ? cubic : jordan, sizeof cubic);
+    } else { /* a set the reference does not know must not pass as jordan's */
+        fprintf(stderr, "ref_optim.h: no reference for the coefficients '%s'\n", name);
+        abort();
     }
     h->alr = cfg->adamw.lr;
     h->b1 = cfg->adamw.beta1;

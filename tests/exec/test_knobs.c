@@ -25,7 +25,7 @@ static cz_muon_hparams cubic(cz_muon_scaling scaling)
     h.eps = 1e-7f;
     h.scale_coeff = 0.2f;
     h.ns_steps = 60;
-    h.coeffs = cz__ns_coeffs_find("cubic");
+    h.coeffs = *cz__ns_coeffs_find("cubic");
     h.scaling = scaling;
     return h;
 }

@@ -194,7 +194,7 @@ static void compare(int64_t r, int64_t c, int batch, const char *coeffs, cz_ns_p
     /* The reference is the CPU backend's general (GEMM) form, whatever the plan's. */
     ck_assert_int_eq(cz__cpu_ns(x1, batch, r, c, k, 5, w, 0, NULL), 0);
     cz_ns_op ops[CZ_NS_MAX_OPS];
-    int n = cz__ns_plan(ops, r, c, batch, k->a, k->b, k->c, prec, sym);
+    int n = cz__ns_plan(ops, r, c, batch, k->row[0].a, k->row[0].b, k->row[0].c, prec, sym);
     ck_assert_int_gt(n, 0);
     memset(w, 0, (size_t)nw * sizeof(float));
     for (int s = 0; s < 5; s++)

@@ -23,7 +23,7 @@ static cz_muon_hparams hp(const char *coeffs, int steps)
     h.eps = 1e-7f;
     h.scale_coeff = 0.2f;
     h.ns_steps = steps;
-    h.coeffs = cz__ns_coeffs_find(coeffs);
+    h.coeffs = *cz__ns_coeffs_find(coeffs);
     return h;
 }
 
@@ -152,10 +152,10 @@ END_TEST
  * and per iteration of their packed Gram rows panel by panel, each member unpacking a panel
  * and, in the A(AX) form, computing those rows of A X before the next panel is summed. k uneven
  * slices along the long side of a wide and of a tall matrix give the single-process update up
- * to rounding, for `panels` row panels of the Gram. Returns how many members' slices took the
- * A(AX) form (narrower than the short side, ns_coop.h), so that each case can check which form
- * it exercised. */
-static int coop_case_panels(int64_t rows, int64_t cols, int k, int panels)
+ * to rounding, for `panels` row panels of the Gram and the coefficient set coeffs. Returns how many
+ * members' slices took the A(AX) form (narrower than the short side, ns_coop.h), so that each case
+ * can check which form it exercised. */
+static int coop_case_coeffs(int64_t rows, int64_t cols, int k, int panels, const char *coeffs)
 {
     enum { MAXN = 48 * 24, MAXA = 24 };
     float g[MAXN], want[MAXN], got[MAXN];
@@ -169,7 +169,7 @@ static int coop_case_panels(int64_t rows, int64_t cols, int k, int panels)
                        .def.shape = {rows, cols},
                        .def.tp_dim = -1,
                        .def.block_dim = -1};
-    cz_muon_hparams h = hp("jordan", 5);
+    cz_muon_hparams h = hp(coeffs, 5);
     const cz_plan_param *ps[1] = {&p};
     const float *in[1] = {g};
     float *o[1] = {want};
@@ -224,9 +224,9 @@ static int coop_case_panels(int64_t rows, int64_t cols, int k, int panels)
             }
             off += cz_ns_panel_len(a, r0, r1);
         }
+        cz_ns_triple t = cz__ns_coeffs_at(&h.coeffs, s);
         for (int j = 0; j < k; j++)
-            cpu.ops->ns_poly_end(&cpu, x[j], full[j], y[j], bm[j], 1, a, tall ? pr[j] : pc[j],
-                                 h.coeffs);
+            cpu.ops->ns_poly_end(&cpu, x[j], full[j], y[j], bm[j], 1, a, tall ? pr[j] : pc[j], &t);
     }
     float scale = cz__muon_scale(&h, rows, cols);
     for (int j = 0; j < k; j++) {
@@ -241,6 +241,11 @@ static int coop_case_panels(int64_t rows, int64_t cols, int k, int panels)
     ck_assert_msg(diff <= 1e-5f * big, "%lld x %lld, k %d, %d panels: max diff %g of %g",
                   (long long)rows, (long long)cols, k, panels, (double)diff, (double)big);
     return aax;
+}
+
+static int coop_case_panels(int64_t rows, int64_t cols, int k, int panels)
+{
+    return coop_case_coeffs(rows, cols, k, panels, "jordan");
 }
 
 /* coop_case_panels with one panel (how plans without a panel count run), two, and the most the
@@ -273,6 +278,9 @@ START_TEST(coop_ops_equal_single)
      * 11 against a = 11, one member in each form, whose updates must still agree. */
     ck_assert_int_eq(coop_case(24, 48, 4), 4);
     ck_assert_int_eq(coop_case(11, 21, 2), 1);
+    /* A table (one triple per iteration) in both forms: each iteration ends with its row. */
+    ck_assert_int_eq(coop_case_coeffs(10, 47, 3, 2, "polar_express"), 0);
+    ck_assert_int_eq(coop_case_coeffs(12, 40, 4, 2, "polar_express"), 4);
 }
 END_TEST
 
@@ -400,7 +408,7 @@ END_TEST
 START_TEST(coeff_names)
 {
     ck_assert_ptr_nonnull(cz__ns_coeffs_find("jordan"));
-    ck_assert_double_eq(cz__ns_coeffs_find("cubic")->a, 1.5);
+    ck_assert_double_eq(cz__ns_coeffs_find("cubic")->row[0].a, 1.5);
     ck_assert_ptr_null(cz__ns_coeffs_find("nope"));
     cz_exec_config cfg;
     cz_exec_config_init(&cfg);

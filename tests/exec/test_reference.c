@@ -110,15 +110,18 @@ static double rel_error(const fixture *f, int i)
 }
 
 /* Three steps with default hyperparameters (Nesterov, rms scaling, Jordan's coefficients), then
- * with plain momentum, the shape scaling and the cubic coefficients:
+ * with plain momentum, the shape scaling and the cubic coefficients, then with Polar Express's
+ * table (one triple per iteration):
  * every parameter within 1e-3 of the reference's change (fp32 against double; a wrong scale,
  * bias correction, momentum, transpose or block split is off by far more). */
 START_TEST(matches_reference)
 {
-    for (int variant = 0; variant < 2; variant++) {
+    for (int variant = 0; variant < 3; variant++) {
         cz_exec_config cfg;
         cz_exec_config_init(&cfg);
-        if (variant) {
+        if (variant == 2)
+            cfg.muon.ns_coeffs = "polar_express"; /* a table: 5 rows, 5 iterations */
+        if (variant == 1) {
             cfg.muon.nesterov = 0;
             cfg.muon.scaling = CZ_MUON_SCALE_SHAPE;
             cfg.muon.ns_coeffs = "cubic";

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-rank executor tests: plans test-small with `canzona plan` and runs canzona-bench on 4
 # MPI ranks. Usage: bench.sh verify CLUSTER DP TP [fp32|bf16] [unified|split] | mismatch | options | nan | dump |
-# owncomms | replicas | grads | knobs | stall | shampoo CLUSTER TP MAX_DIM [START MOMENTUM NESTEROV] |
+# owncomms | replicas | grads | knobs | coeffs (Newton-Schulz coefficient tables) | stall | shampoo CLUSTER TP MAX_DIM [START MOMENTUM NESTEROV] |
 # soap CLUSTER TP [SHAMPOO_BETA] |
 # soap-sides CLUSTER TP | nolapacke
 # | average (exec_average.c, $CZ_AVERAGE, on 2 and 4 ranks)
@@ -710,6 +710,37 @@ knobs)
   ! cmp -s "$tmp/d0/extra.weight.npy" "$tmp/d1/extra.weight.npy"
   ! cmp -s "$tmp/d0/embedding.word_embeddings.weight.npy" \
     "$tmp/d1/embedding.word_embeddings.weight.npy"
+  ;;
+coeffs)
+  # Newton-Schulz coefficient tables on 4 ranks against the single-process run: Polar
+  # Express's 5 rows over hosted, block and cooperative tasks (width 2, so each iteration's row
+  # also ends the members' Gram all-reduces), and a table of 3 rows of our own whose
+  # iteration count the CLI and canzona-bench both take from it; a different --ns-steps is
+  # refused on every rank with the executor's message.
+  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/cpu-4-dp2-tp2.json" \
+    --split-blocks --coop 2 --ns-coeffs polar_express -o "$tmp/pe.json"
+  "$CZ" validate "$tmp/pe.json" --model "$model" \
+    --cluster "$src/plans/clusters/cpu-4-dp2-tp2.json" >/dev/null
+  grep -q '"ns_coeffs": "polar_express"' "$tmp/pe.json"
+  grep -q '"width": 2' "$tmp/pe.json"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/pe.json" --model "$model" --steps 3 --verify \
+    --ns-coeffs polar_express --dump-dir "$tmp/pe" | tee "$tmp/out"
+  grep -q "verify: OK" "$tmp/out"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/pe.json" --model "$model" --steps 3 --dump-dir "$tmp/j" \
+    >/dev/null
+  [ -s "$tmp/pe/extra.weight.npy" ] && [ -s "$tmp/j/extra.weight.npy" ]
+  ! cmp -s "$tmp/pe/extra.weight.npy" "$tmp/j/extra.weight.npy"
+  three="3,-3.2,1.2; 2,-1.5,0.5; 1.875,-1.25,0.375"
+  "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/cpu-4-dp4-tp1.json" \
+    --ns-coeffs "$three" -o "$tmp/t3.json"
+  grep -q '"ns_steps": 3' "$tmp/t3.json"
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/t3.json" --model "$model" --steps 2 --verify \
+    --ns-coeffs "$three" | tee "$tmp/out"
+  grep -q "verify: OK" "$tmp/out"
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/t3.json" --model "$model" --steps 1 \
+    --ns-coeffs "$three" --ns-steps 5
+  [ "$(grep -c "has 3 rows, one per iteration; set ns_steps to 3" "$tmp/out")" -eq 4 ] ||
+    { echo "expected the refusal on all 4 ranks"; exit 1; }
   ;;
 *)
   echo "usage: bench.sh verify CLUSTER DP TP [fp32|bf16] | mismatch | options | nan | dump |" \

@@ -14,7 +14,7 @@ import unittest
 import numpy as np
 
 import canzona
-from canzona import _lib
+from canzona import _lib, _ns_coeffs
 
 ONE_GPU = {"schema": "canzona.cluster/1", "name": "one", "gpus": 1, "dp": 1, "tp": 1, "pp": 1,
            "gpus_per_node": 1,
@@ -130,6 +130,49 @@ class Options(Base):
         self.grads(G, 0)
         ex.step()
         self.assertGreater(ex.grad_norm(), 1e-3)  # reported before clipping
+
+
+# Polar Express (arXiv 2505.16932, Algorithm 1), its first 5 rows, written out here: each row
+# as Algorithm 1 scales it (a/1.01, b/1.01^3, c/1.01^5), the first once more for its 1.01 in
+# the normalization, which the executor's bundled "polar_express" folds into that row.
+_PE = [(8.28721201814563, -23.595886519098837, 17.300387312530933),
+       (4.107059111542203, -2.9478499167379106, 0.5448431082926601),
+       (3.9486908534822946, -2.908902115962949, 0.5518191394370137),
+       (3.3184196573706015, -2.488488024314874, 0.51004894012372),
+       (2.300652019954817, -1.6689039845747493, 0.4188073119525673)]
+_PE = [(a / 1.01, b / 1.01**3, c / 1.01**5) for a, b, c in _PE]
+_PE[0] = (_PE[0][0] / 1.01, _PE[0][1] / 1.01**3, _PE[0][2] / 1.01**5)
+
+
+class Coefficients(Base):
+    def two_steps(self, **kw):
+        ex, P, G = self.executor(**kw)
+        for step in range(2):
+            self.grads(G, step)
+            ex.step()
+        ex.close()
+        return P
+
+    def test_named_table_equals_its_rows(self):
+        named = self.two_steps(ns_coeffs="polar_express")  # ns_steps follows: 5
+        rows = self.two_steps(ns_coeffs=_PE)
+        np.testing.assert_array_equal(named, rows)
+        self.assertFalse(np.array_equal(named, self.two_steps()))  # jordan
+        # one triple is repeated: the same as jordan's name
+        np.testing.assert_array_equal(self.two_steps(ns_coeffs=(3.4445, -4.775, 2.0315)), self.two_steps())
+
+    def test_steps_follow_the_table(self):
+        self.assertEqual(_ns_coeffs.steps("polar_express", None), 5)
+        self.assertEqual(_ns_coeffs.steps(_PE[:3], None), 3)
+        self.assertEqual(_ns_coeffs.steps("cubic", None), 5)
+        self.assertEqual(_ns_coeffs.steps("cubic", 8), 8)
+        self.assertEqual(_ns_coeffs.text([(1, 2, 3), (4, 5, 6)]), "1.0,2.0,3.0;4.0,5.0,6.0")
+        with self.assertRaisesRegex(canzona.Error, "has 5 rows, one per iteration; set ns_steps to 5"):
+            canzona.Executor(self.plan, comm="self", ns_coeffs="polar_express", ns_steps=8)
+        with self.assertRaisesRegex(canzona.Error, "unknown Newton-Schulz coefficient set 'quartic'"):
+            canzona.Executor(self.plan, comm="self", ns_coeffs="quartic")
+        with self.assertRaisesRegex(ValueError, r"ns_coefficients\[1\]: \(1, 2\)"):
+            _ns_coeffs.text([(1, 2, 3), (1, 2)])
 
 
 class State(Base):
@@ -257,6 +300,23 @@ class Planning(unittest.TestCase):
                 canzona.planning.plan_text(m, dict(cluster, gpus=3))
             with self.assertRaisesRegex(canzona.Error, "unknown dp strategy"):
                 canzona.planning.plan_text(m, cluster, dp="nope")
+            # Newton-Schulz coefficients: recorded, and a table prices its rows (as the CLI's
+            # --ns-coeffs does, byte for byte).
+            pe = json.loads(canzona.planning.plan_text(m, cluster, ns_coeffs="polar_express"))
+            self.assertEqual((pe["settings"]["ns_coeffs"], pe["settings"]["ns_steps"]),
+                             ("polar_express", 5))
+            two = canzona.planning.plan_text(m, cluster, ns_coeffs=[(3, -3.2, 1.2), (2, -1.5, 0.5)])
+            out2 = canzona.plan(m, cluster, os.path.join(tmp, "two.plan.json"),
+                                extra_args=["--ns-coeffs", "3,-3.2,1.2;2,-1.5,0.5"])
+            with open(out2) as f:
+                self.assertEqual(two, f.read())
+            two, five = json.loads(two), plan  # the default: jordan, 5 iterations
+            self.assertEqual(two["settings"]["ns_steps"], 2)
+            for a, b in zip(two["params"], five["params"]):
+                if a["optimizer"] == "matrix":
+                    self.assertLess(a["cost"], b["cost"])
+            with self.assertRaisesRegex(canzona.Error, "set ns_steps to 5"):
+                canzona.planning.plan_text(m, cluster, ns_coeffs="polar_express", ns_steps=3)
 
 
 class Layout(unittest.TestCase):

@@ -239,7 +239,18 @@ def main():
         refused("three betas", lambda: ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS,
                                                   adamw_betas=(0.9, 0.95, 0.99)),
                 "adamw_betas = (0.9, 0.95, 0.99); expected a pair")
+        # Newton-Schulz coefficients: a table fixes the iteration count; rows are triples.
+        refused("a table with another ns_steps", lambda: ct.Optimizer(
+            m, tp_group=tpg, tp_dims=TP_DIMS, ns_coefficients="polar_express", ns_steps=8),
+            "has 5 rows, one per iteration; set ns_steps to 5")
+        refused("a row of two", lambda: ct.Optimizer(
+            m, tp_group=tpg, tp_dims=TP_DIMS, ns_coefficients=[(3.0, -3.2, 1.2), (1.0, 2.0)]),
+            "ns_coefficients[1]: (1.0, 2.0)")
         unchanged(m, before, "out-of-range hyper-parameters")
+        table = ct.Optimizer(m, tp_group=tpg, tp_dims=TP_DIMS, ns_coefficients="polar_express")
+        loss_of(m, 1).backward()
+        table.step()  # 5 iterations, ns_steps from the table
+        table.close()
 
         # A plan saved for inspection, then a model with a parameter the plan does not know.
         good = ct.Optimizer(Net(1), tp_group=tpg, tp_dims=TP_DIMS, save_plan=plan)

@@ -142,6 +142,29 @@ static inline cz_model *czt_model_random(uint64_t *rng)
     return m;
 }
 
+/* The whole file at path, '\0'-terminated (its length in *len when len is not NULL); NULL
+ * when it cannot be read. The caller frees it. */
+static inline char *czt_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0)
+        n = ftell(f);
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) &&
+        fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = '\0';
+        if (len)
+            *len = (size_t)n;
+    } else {
+        free(buf);
+        buf = NULL;
+    }
+    if (f)
+        fclose(f);
+    return buf;
+}
+
 /* A fresh folder $TMPDIR/<prefix>_XXXXXX (/tmp without TMPDIR) written into dir; NULL when it
  * cannot be made. Tests write only inside it. */
 static inline char *czt_tmpdir_make(char *dir, size_t size, const char *prefix)

@@ -42,24 +42,6 @@ static const char *write_tmp(char *buf, size_t n, const char *name, const char *
     return buf;
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(buf);
-    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    if (len)
-        *len = (size_t)n;
-    return buf;
-}
-
 static void assert_contains(const char *msg, const char *needle)
 {
     ck_assert_msg(strstr(msg, needle) != NULL, "message \"%s\" lacks \"%s\"", msg, needle);
@@ -628,7 +610,7 @@ START_TEST(test_plan_round_trip)
     ck_assert_double_eq(q->plan_seconds, 0.0);
     ck_assert_msg(cz_plan_write(q, b, &err) == CZ_OK, "%s", err.message);
     size_t la = 0, lb = 0;
-    char *ta = slurp(a, &la), *tb = slurp(b, &lb);
+    char *ta = czt_slurp(a, &la), *tb = czt_slurp(b, &lb);
     ck_assert_uint_eq(la, lb);
     ck_assert_int_eq(memcmp(ta, tb, la), 0);
     /* fixed key order: the file starts with the schema, then the generator */
@@ -661,7 +643,7 @@ START_TEST(test_plan_layout_round_trip)
     snprintf(b, sizeof b, "%s/plan_split.json", tmpdir);
     ck_assert_msg(cz_plan_write(p, a, &err) == CZ_OK, "%s", err.message);
     size_t la = 0;
-    char *ta = slurp(a, &la);
+    char *ta = czt_slurp(a, &la);
     ck_assert_ptr_null(strstr(ta, "\"layout\""));
     ck_assert_ptr_null(strstr(ta, "\"buffer\""));
     free(ta);
@@ -673,7 +655,7 @@ START_TEST(test_plan_layout_round_trip)
     p->settings.layout = CZ_LAYOUT_SPLIT;
     p->buckets[0].elementwise = 1;
     ck_assert_msg(cz_plan_write(p, b, &err) == CZ_OK, "%s", err.message);
-    ta = slurp(b, &la);
+    ta = czt_slurp(b, &la);
     ck_assert_ptr_nonnull(strstr(ta, "\"layout\": \"split\""));
     ck_assert_ptr_nonnull(strstr(ta, "\"buffer\": \"elementwise\""));
     ck_assert_ptr_nonnull(strstr(ta, "\"buffer\": \"matrix\""));
@@ -929,7 +911,7 @@ START_TEST(test_plan_write_failure_keeps_old_file)
     snprintf(a, sizeof a, "%s/plan_keep.json", tmpdir);
     ck_assert_int_eq(cz_plan_write(p, a, &err), CZ_OK);
     size_t l0 = 0, l1 = 0;
-    char *before = slurp(a, &l0);
+    char *before = czt_slurp(a, &l0);
 
     /* a folder that does not exist */
     snprintf(bad, sizeof bad, "%s/no/such/dir/plan.json", tmpdir);
@@ -955,7 +937,7 @@ START_TEST(test_plan_write_failure_keeps_old_file)
     p->metrics.tp_imbalance = 0.0 / 0.0;
     ck_assert_int_eq(cz_plan_write(p, a, &err), CZ_EINTERNAL);
     assert_contains(err.message, "metrics.tp.imbalance");
-    char *after = slurp(a, &l1);
+    char *after = czt_slurp(a, &l1);
     ck_assert_uint_eq(l0, l1);
     ck_assert_int_eq(memcmp(before, after, l0), 0);
     ck_assert_int_eq(count_tmp_leftovers(), 0);

@@ -48,8 +48,9 @@ void cz_bench_usage(FILE *f)
            "  --momentum X       Muon momentum (default 0.95)\n"
            "  --nesterov         Nesterov momentum for Muon (the default)\n"
            "  --no-nesterov      plain momentum for Muon\n"
-           "  --ns-steps N       Newton-Schulz iterations (default 5)\n"
-           "  --ns-coeffs NAME   Newton-Schulz coefficients: jordan (default) or cubic\n"
+           "  --ns-steps N       Newton-Schulz iterations (default 5, or a table's rows)\n"
+           "  --ns-coeffs SET    Newton-Schulz coefficients: jordan (default), cubic,\n"
+           "                     polar_express, or rows 'a,b,c;...' (one per iteration)\n"
            "  --ns-eps X         added to the Frobenius norm before Newton-Schulz (default 1e-7)\n"
            "  --weight-decay X   decoupled weight decay of Muon, and of AdamW unless\n"
            "                     --adamw-weight-decay is given (default 0.01)\n"
@@ -540,7 +541,7 @@ static int check_options(const bench_opts *o, int argc, char *msg, size_t cap)
 int cz_bench_parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
 {
     opts_defaults(o);
-    int c;
+    int c, steps_given = 0;
     char *end;
     opterr = 0;
     int li = 0;
@@ -565,7 +566,14 @@ int cz_bench_parse(int argc, char **argv, bench_opts *o, char *msg, size_t cap)
             snprintf(msg, cap, "bad number '%s' for --%s", optarg, longs[li].name);
             return 2;
         }
+        steps_given |= c == 'k';
     }
+    /* A table's row count is its iteration count (an unknown set is the executor's to refuse,
+     * with its message, at create). */
+    int rows = 0;
+    cz_error nerr;
+    if (!steps_given && cz_exec_ns_coeffs_steps(o->ns_coeffs, &rows, &nerr) == CZ_OK && rows > 0)
+        o->ns_steps = rows;
     return check_options(o, argc, msg, cap);
 }
 

@@ -30,7 +30,7 @@ static void ns_usage(FILE *f)
 {
     fprintf(f,
             "usage: canzona-bench ns --plan PLAN [--gpu busiest|DP,TP] [--ns-steps N] [--reps N]\n"
-            "                        [--dtype fp32|bf16] [--ns-coeffs jordan|cubic] [--dry-run]\n"
+            "                        [--dtype fp32|bf16] [--ns-coeffs NAME|TABLE] [--dry-run]\n"
             "                        [--backend cuda|cpu] [--sym auto|on|off]\n"
             "                        [--per-shape [--max-gflop G]] [--json FILE]\n"
             "Times the Newton-Schulz work of one GPU of the plan on this machine's CUDA device:\n"
@@ -69,7 +69,7 @@ static int ns_parse(int argc, char **argv, ns_opts *o)
                                           {0, 0, 0, 0}};
     *o = (ns_opts){.coeffs = "jordan",
                    .gpu = "busiest",
-                   .steps = 5,
+                   .steps = -1, /* unset: the table's row count, else 5 */
                    .reps = 10,
                    .dtype = CZ_DTYPE_FP32,
                    .sym = CZ_NS_SYM_AUTO,
@@ -86,6 +86,8 @@ static int ns_parse(int argc, char **argv, ns_opts *o)
             break;
         case 'k':
             o->steps = atoi(optarg);
+            if (o->steps < 1)
+                return 2;
             break;
         case 'r':
             o->reps = atoi(optarg);
@@ -131,7 +133,10 @@ static int ns_parse(int argc, char **argv, ns_opts *o)
             return 2;
         }
     }
-    return o->plan && o->steps > 0 && o->reps > 0 && o->max_gflop > 0 && optind == argc ? 0 : 2;
+    return o->plan && (o->steps > 0 || o->steps == -1) && o->reps > 0 && o->max_gflop > 0 &&
+                   optind == argc
+               ? 0
+               : 2;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -391,11 +396,20 @@ static int distinct_shapes(const cz_ns_workload *w, cz_ns_batch *out)
     return n;
 }
 
+/* The c the FLOP count needs (whether A A is computed): nonzero when any iteration's is. */
+static double any_c(const cz_ns_coeffs *k)
+{
+    for (int i = 0; i < k->rows; i++)
+        if (k->row[i].c != 0.0)
+            return k->row[i].c;
+    return 0.0;
+}
+
 /* One shape: its batch cut to --max-gflop per call, timed batched and one at a time. */
 static int time_one_shape(gpu_ctx *g, const cz_ns_batch *s, const cz_ns_coeffs *k, const ns_opts *o,
                           double peak, json_t *arr, cz_error *err)
 {
-    double per = o->steps * cz__ns_iter_flops(s->rows, s->cols, k->c);
+    double per = o->steps * cz__ns_iter_flops(s->rows, s->cols, any_c(k));
     int b = (int)(o->max_gflop * 1e9 / per);
     b = b < 1 ? 1 : b > s->count ? s->count : b;
     cz_ns_batch one = *s;
@@ -492,19 +506,22 @@ int cz_bench_ns_main(int argc, char **argv)
     cz_error err;
     cz_plan *plan = NULL;
     cz_ns_workload w = {0};
-    const cz_ns_coeffs *k = cz__ns_coeffs_find(o.coeffs);
-    int rc = k ? CZ_OK
-               : cz__error_set(&err, CZ_EINVALID, "--ns-coeffs '%s': expected %s", o.coeffs,
-                               cz__ns_coeffs_names());
+    cz_ns_coeffs set;
+    const cz_ns_coeffs *k = &set;
+    int rc = cz__ns_coeffs_parse(o.coeffs, &set, &err);
+    if (!rc && o.steps < 0)
+        o.steps = set.rows > 1 ? set.rows : 5;
+    if (!rc)
+        rc = cz__ns_coeffs_check_steps(k, o.steps, o.coeffs, &err);
     if (!rc)
         rc = cz_plan_read(&plan, o.plan, &err);
     int dp = 0, tp = 0;
     if (!rc && strcmp(o.gpu, "busiest") == 0)
-        rc = cz__ns_workload_busiest(plan, o.steps, k->c, &dp, &tp, &err);
+        rc = cz__ns_workload_busiest(plan, o.steps, any_c(k), &dp, &tp, &err);
     else if (!rc && sscanf(o.gpu, "%d,%d", &dp, &tp) != 2)
         rc = cz__error_set(&err, CZ_EINVALID, "--gpu '%s': expected busiest or DP,TP", o.gpu);
     if (!rc)
-        rc = cz__ns_workload_make(&w, plan, dp, tp, o.steps, k->c, &err);
+        rc = cz__ns_workload_make(&w, plan, dp, tp, o.steps, any_c(k), &err);
     if (!rc) {
         int groups = w.nbatches ? w.batches[w.nbatches - 1].group + 1 : 0;
         printf("canzona-bench ns: %s, GPU (dp %d, tp %d) of dp=%d tp=%d: %d blocks in %d "

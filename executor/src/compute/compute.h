@@ -11,7 +11,6 @@
 
 #include "canzona_exec.h"
 #include "cz_format.h"
-#include "ns_coeffs.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -23,7 +22,10 @@
  * gradient or optimizer-state data goes through it: step.c, pipeline.c, muon.c and adamw.c never
  * touch data themselves. All pointers below are backend memory (from alloc, or bound buffers the
  * backend accepts), except where a parameter says host. */
-#define CZ_COMPUTE_OPS_VERSION 6
+#define CZ_COMPUTE_OPS_VERSION 7
+/* Version 7 changed two signatures, not the layout: ns_batched's coefficients are a set with
+ * one triple per iteration (cz_ns_coeffs, a table or one triple repeated), and ns_poly_end takes
+ * the one triple of the iteration it ends. */
 /* Version 2 appended the linear-algebra operations of Shampoo (and later SOAP): gemm,
  * tile_copy, syevd, eig_root_scale, axpby, sq_accum, graft_div, scale_ratio, and SOAP's
  * qr and basis_sort. They are optional: a backend that leaves any of them NULL (the cpu
@@ -117,7 +119,8 @@ typedef struct cz_compute_ops {
     void (*block_load)(cz_compute *c, float *dst, const float *src, int64_t ld, int64_t rows,
                        int64_t cols, int transpose, float eps);
     /* Orthogonalizes `batch` matrices stored back to back, each rows x cols row-major with
-     * rows <= cols, in place: `steps` iterations of A = X X^T, B = b A + c A A, X = a X + B X.
+     * rows <= cols, in place: `steps` iterations of A = X X^T, B = b A + c A A, X = a X + B X,
+     * iteration t with the triple cz__ns_coeffs_at(k, t).
      * work holds batch*(2*rows*rows + rows*cols) floats. */
     int (*ns_batched)(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols,
                       const cz_ns_coeffs *k, int steps, float *work, cz_error *err);
@@ -213,7 +216,7 @@ typedef struct cz_compute_ops {
     /* Ends the iteration with A complete in full: A(AX) form (y holds A X) X = a X + b Y + c A Y;
      * standard form X = a X + (b A + c A A) X, with bm as B and y as scratch. */
     void (*ns_poly_end)(cz_compute *c, float *x, const float *full, float *y, float *bm, int batch,
-                        int64_t rows, int64_t cols, const cz_ns_coeffs *k);
+                        int64_t rows, int64_t cols, const cz_ns_triple *k);
     /* p[dst ..] = p*(1 - lr*wd) - lr*u[src ..] over every run (apply_update over an index
      * map: the elements of a shard that a region's update covers). */
     void (*apply_runs)(cz_compute *c, float *p, const float *u, const cz_runs *r, float lr,

@@ -7,7 +7,6 @@
 #include "compute.h"
 #include "compute_cpu.h"
 #include "cz_format.h"
-#include "ns_coeffs.h"
 #include "ns_coop.h"
 #include "ns_plan.h"
 
@@ -231,13 +230,14 @@ int cz__cpu_ns(float *x, int batch, int64_t rows, int64_t cols, const cz_ns_coef
                              "Newton-Schulz called on a %lld x %lld matrix (needs rows <= cols)",
                              (long long)rows, (long long)cols);
     int r = (int)rows, n = (int)cols;
-    float a = (float)k->a, b = (float)k->b, cc = (float)k->c;
     for (int i = 0; i < batch; i++) {
         float *X = x + (size_t)i * (size_t)(r * (int64_t)n);
         float *A = work + (size_t)i * (size_t)(2 * (int64_t)r * r + (int64_t)r * n);
         float *B = A + (size_t)r * r;
         float *Y = B + (size_t)r * r;
         for (int s = 0; s < steps; s++) {
+            cz_ns_triple t = cz__ns_coeffs_at(k, s);
+            float a = (float)t.a, b = (float)t.b, cc = (float)t.c;
             if (sym) {
                 /* ns_plan.h's symmetric form: A = X X^T and A A = A A^T as SYRKs on the upper
                  * triangle, each mirrored before the next product reads the whole matrix. */
@@ -332,7 +332,7 @@ static void cpu_ns_poly_rows(cz_compute *c, const float *x, const float *full, f
 /* The rest of the iteration, with A complete: A(AX) X = a X + b Y, then X += c A Y (no Z
  * buffer); standard B = b A + c A A, Y = a X + B X, X = Y. */
 static void cpu_ns_poly_end(cz_compute *c, float *x, const float *full, float *y, float *bm,
-                            int batch, int64_t rows, int64_t cols, const cz_ns_coeffs *k)
+                            int batch, int64_t rows, int64_t cols, const cz_ns_triple *k)
 {
     (void)c;
     int r = (int)rows, n = (int)cols;

@@ -19,7 +19,6 @@
 #include "comm.h"
 #include "compute.h"
 #include "cz_format.h"
-#include "ns_coeffs.h"
 #include "ns_plan.h"
 
 #include <stddef.h>
@@ -68,7 +67,8 @@ typedef struct cz_gpu_host {
     const char *search_dirs;
 } cz_gpu_host;
 
-#define CZ_GPU_API_VERSION 1
+/* 2: cz_ns_coeffs (ns_gemms) became a set of one triple per iteration. */
+#define CZ_GPU_API_VERSION 2
 typedef struct cz_gpu_api {
     int version; /* CZ_GPU_API_VERSION */
 

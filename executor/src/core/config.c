@@ -17,6 +17,16 @@ void cz_exec_config_init(cz_exec_config *cfg)
     memcpy(cfg, &defaults, sizeof *cfg);
 }
 
+int cz_exec_ns_coeffs_steps(const char *coeffs, int *steps, cz_error *err)
+{
+    cz_ns_coeffs k;
+    int rc = cz__ns_coeffs_parse(coeffs, &k, err);
+    if (rc != CZ_OK)
+        return rc;
+    *steps = k.rows > 1 ? k.rows : 0;
+    return CZ_OK;
+}
+
 /* cz_exec_config as versions 1 to 6 laid it out (canzona_exec.h's history): one flat struct,
  * each version appending fields to the one before (version 1 ends at check_finite, 2 at
  * stream, 3 at soap_bias_correction, 4 at nccl_timeout_s, 5 at mpi_timeout_s). Version 2's

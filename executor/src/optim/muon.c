@@ -7,7 +7,6 @@
 #include "compute.h"
 #include "cz_format.h"
 #include "muon.h"
-#include "ns_coeffs.h"
 #include "shard.h"
 #include "ns_coop.h"
 
@@ -38,14 +37,13 @@ int cz__muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, 
                              "lr = %g; expected a finite value >= 0 (0 is a rate of 0; leave "
                              "lr at CZ_EXEC_LR_DEFAULT for the optimizer's default)",
                              (double)cfg->lr);
-    h->coeffs = cz__ns_coeffs_find(cfg->muon.ns_coeffs);
-    if (!h->coeffs)
-        return cz__error_set(err, CZ_EINVALID,
-                             "unknown Newton-Schulz coefficient set '%s' (known: %s)",
-                             cfg->muon.ns_coeffs, cz__ns_coeffs_names());
-    if (cfg->muon.ns_steps < 0 || cfg->muon.ns_steps > 100)
-        return cz__error_set(err, CZ_EINVALID, "ns_steps = %d; expected 0..100",
-                             cfg->muon.ns_steps);
+    int rc = cz__ns_coeffs_parse(cfg->muon.ns_coeffs, &h->coeffs, err);
+    if (rc != CZ_OK)
+        return rc;
+    /* A table implies its iteration count: a different ns_steps is a mistake, not a choice. */
+    if ((rc = cz__ns_coeffs_check_steps(&h->coeffs, cfg->muon.ns_steps, cfg->muon.ns_coeffs,
+                                        err)) != CZ_OK)
+        return rc;
     /* A zero eps divides a zero gradient block by zero: the update would be NaN. */
     if (!(cfg->muon.ns_eps > 0.0f) || !isfinite(cfg->muon.ns_eps))
         return cz__error_set(err, CZ_EINVALID, "ns_eps = %g; expected a finite value > 0",
@@ -152,7 +150,7 @@ int cz__muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp
             ops->block_load(c, batch + k * sz, in[br->mat] + br->b.r0 * br->ld + br->b.c0, br->ld,
                             br->b.rows, br->b.cols, br->transposed, h->eps);
         }
-        int rc = ops->ns_batched(c, batch, cnt, mp->blks[s].r, mp->blks[s].c, h->coeffs,
+        int rc = ops->ns_batched(c, batch, cnt, mp->blks[s].r, mp->blks[s].c, &h->coeffs,
                                  h->ns_steps, work, err);
         if (rc)
             return rc;
@@ -251,7 +249,8 @@ int cz__muon_coop_run(cz_compute *c, cz_plane *pl, const cz_muon_hparams *h, con
                 pl->ops->progress(pl, reqs[p + 1]);
             pan += b->count * cz_ns_panel_len(a, r0, r1);
         }
-        ops->ns_poly_end(c, x, full, y, bm, b->count, a, n, h->coeffs);
+        cz_ns_triple t = cz__ns_coeffs_at(&h->coeffs, s);
+        ops->ns_poly_end(c, x, full, y, bm, b->count, a, n, &t);
         if (progress)
             progress(ctx);
     }

@@ -8,7 +8,7 @@
 #include "canzona_exec.h"
 #include "comm.h"
 #include "compute.h"
-#include "ns_coeffs.h"
+#include "cz_format.h"
 #include "optimizer.h"
 #include "shard.h"
 
@@ -18,7 +18,7 @@ typedef struct cz_muon_hparams {
     float lr, momentum, weight_decay, eps, scale_coeff;
     int nesterov, ns_steps;
     cz_muon_scaling scaling;
-    const cz_ns_coeffs *coeffs;
+    cz_ns_coeffs coeffs; /* one triple per iteration (a table), or one for all */
 } cz_muon_hparams;
 
 /* Default Muon learning rates of the two scalings (see cz_exec_config.lr). */

@@ -376,7 +376,7 @@ static void cuda_ns_poly_rows(cz_compute *c, const float *x, const float *full, 
 /* The elementwise steps run over the whole batch as one vector: x, y, full and bm are each
  * contiguous, so no per-matrix stride (nor grid.y limit) is involved. */
 static void cuda_ns_poly_end(cz_compute *c, float *x, const float *full, float *y, float *bm,
-                             int batch, int64_t rows, int64_t cols, const cz_ns_coeffs *k)
+                             int batch, int64_t rows, int64_t cols, const cz_ns_triple *k)
 {
     cuda_impl *h = impl_of(c);
     cz_error e;
@@ -516,19 +516,25 @@ static int ns_run(cz_compute *c, float *x, int batch, int64_t rows, int64_t cols
     for (int b0 = 0; b0 < batch; b0 += CZ_NS_MAX_BATCH) {
         int nb = batch - b0 < CZ_NS_MAX_BATCH ? batch - b0 : CZ_NS_MAX_BATCH;
         int sym = cz__ns_sym_resolve(h->sym, CZ_NS_TARGET_CUDA, rows, cols, nb, h->prec);
-        int n = cz__ns_plan(ops, rows, cols, nb, k->a, k->b, k->c, h->prec, sym);
-        if (n < 0)
-            return cz__error_set(err, CZ_EINTERNAL,
-                                 "Newton-Schulz called on %d matrices of %lld x %lld (needs 0 < "
-                                 "rows <= cols <= %d)",
-                                 nb, (long long)rows, (long long)cols, INT32_MAX);
         float *xb = x + (size_t)b0 * (size_t)(rows * cols);
         float *wb = work + (size_t)cz__ns_work_floats(rows, cols, b0);
-        for (int s = 0; s < steps; s++)
+        int n = 0;
+        for (int s = 0; s < steps; s++) {
+            /* The plan carries the iteration's triple: made again for each row of a table. */
+            if (s == 0 || k->rows > 1) {
+                cz_ns_triple t = cz__ns_coeffs_at(k, s);
+                n = cz__ns_plan(ops, rows, cols, nb, t.a, t.b, t.c, h->prec, sym);
+            }
+            if (n < 0)
+                return cz__error_set(err, CZ_EINTERNAL,
+                                     "Newton-Schulz called on %d matrices of %lld x %lld (needs "
+                                     "0 < rows <= cols <= %d)",
+                                     nb, (long long)rows, (long long)cols, INT32_MAX);
             for (int q = 0; q < n; q++)
                 if ((!gemms_only || ops[q].kind == CZ_NS_GEMM || ops[q].kind == CZ_NS_SYRK) &&
                     (rc = run_op(c, &ops[q], xb, wb, err)) != CZ_OK)
                     return rc;
+        }
     }
     return cz__cuda_take_error(c, err);
 }
