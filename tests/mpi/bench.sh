@@ -41,6 +41,12 @@ average)
   mpi -np 2 "${CZ_AVERAGE:?}"
   mpi -np 4 "$CZ_AVERAGE"
   ;;
+wire-planes)
+  # The MPI plane's bf16 reduce-scatter and all-gather against fp32 within the bound their
+  # rounding implies (wire_mpi.c derives it).
+  mpi -np 2 "${CZ_WIRE:?}"
+  mpi -np 4 "$CZ_WIRE"
+  ;;
 verify)
   plan "$2" "$3" "$4" "$tmp/plan.json" "${6:-unified}"
   if [ "${6:-unified}" = split ]; then
@@ -71,7 +77,17 @@ PY
   grep -q "verify: OK" "$tmp/out"
   grep -q '"median_s"' "$tmp/t.json"
   grep -q "executor allocations in steps 2..4 (most on one rank): 0$" "$tmp/out"
+  # What went on the wire: the job's dtype both ways (bf16 gradients by default).
+  wire=fp32
+  [ "${5:-fp32}" = bf16 ] && wire=bf16
+  grep -q "gradients $wire [0-9]* bytes, parameters $wire [0-9]* bytes$" "$tmp/out"
   if [ "${5:-fp32}" = bf16 ]; then
+    # And with the fp32 reduction (Megatron's --grad-reduce-in-fp32), within the same bounds.
+    mpi -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --steps 3 --verify \
+      "${extra[@]}" --grad-reduce-in-fp32 | tee "$tmp/out"
+    grep -q "verify: OK" "$tmp/out"
+    grep -q "gradients fp32 [0-9]* bytes, parameters bf16 [0-9]* bytes$" "$tmp/out"
+
     mpi -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --steps 3 --verify \
       --dtype bf16 --lr 0.01 --adamw-lr 3e-3 --tolerance 0.3 --update-tolerance 0.1 |
       tee "$tmp/out"

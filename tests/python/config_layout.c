@@ -61,5 +61,6 @@ int main(void)
     FIELD(shampoo.grafting);
     FIELD(shampoo.graft_beta2);
     FIELD(shampoo.graft_eps);
+    FIELD(grad_reduce_in_fp32);
     return 0;
 }

@@ -111,6 +111,12 @@ def run(tp, dtype, plan_dir, early=False):
             fail(f"{dtype} step {s}: gradient norms differ: {na!r} vs {nb_!r}")
         if not early and not na > CLIP:
             fail(f"{dtype} step {s}: gradient norm {na} not above {CLIP}: clipping inactive")
+    # Both posted the same DP exchanges, in the job's dtype (bf16 gradients by default).
+    want = "bf16" if dtype == torch.bfloat16 else "fp32"
+    for o in opts:
+        w = o.wire
+        if (w["grad_dtype"], w["param_dtype"]) != (want, want) or w != opts[0].wire:
+            fail(f"{dtype}: on the wire {w}, expected {want} both ways, as {opts[0].wire}")
     opts[1].wait_params()
     before = {n: p.detach().clone() for n, p in models[1].named_parameters()}
     for (n, a), (_, b) in zip(models[0].named_parameters(), models[1].named_parameters()):
