@@ -114,7 +114,7 @@ static int cb_all_reduce(void *user, cz_comm_group g, void *buf, size_t count, c
     int n = group_size(c, g), me = group_rank(c, g);
     size_t bytes = count * esize(t);
     char *all = malloc(bytes * (size_t)n);
-    cz_comm_transfer x[2 * MAXR];
+    cz_comm_transfer x[2 * MAXR] = {{0}}; /* zeroed: -O3 cannot see that k counts the set ones */
     int k = 0;
     memcpy(all + bytes * (size_t)me, buf, bytes);
     for (int r = 0; r < n; r++)
