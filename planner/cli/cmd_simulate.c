@@ -113,11 +113,7 @@ static json_t *row_json_coop(const sim_row *r, const sim_row *base)
         json_decref(o);
         return NULL;
     }
-    json_t *w = o ? json_pack("{s:s, s:I, s:s, s:I}", "grad_dtype", cz_dtype_name(s->grad_wire),
-                              "grad_sync_bytes", (json_int_t)s->grad_sync_bytes, "param_dtype",
-                              cz_dtype_name(s->param_wire), "param_sync_bytes",
-                              (json_int_t)s->param_sync_bytes)
-                  : NULL;
+    json_t *w = o ? cz__sim_wire_json(s) : NULL;
     if (o && (!w || json_object_set_new(o, "wire", w))) {
         json_decref(o);
         return NULL;

@@ -181,6 +181,9 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
  * object "iteration" of the report and of `simulate --json` (docs/SIMULATOR.md, "The
  * iteration"); a new reference, NULL when out of memory. */
 struct json_t *cz__sim_iteration_json(const cz_sim_result *r);
+/* What the executor's DP exchanges post (grad_wire ... param_sync_bytes) as the JSON object
+ * "wire" of the report and of canzona simulate's rows; NULL when out of memory. */
+struct json_t *cz__sim_wire_json(const cz_sim_result *r);
 
 /* cz_plan_simulate and cz_sim_result_free are declared in canzona.h. */
 

@@ -39,12 +39,25 @@ static void bucket_counts(const cz_plan_bucket *bk, const cz_bucket_plane *bp, s
         counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
 }
 
-static size_t counts_total(const size_t *counts, int n)
+/* Bucket b as an exchange posts it: its plane, where it starts in the flat buffers, its
+ * elements (every rank's range), and each rank's count into counts (room for the larger of the
+ * DP and expert-DP planes: WIRE_MOST). */
+typedef struct wire_bucket {
+    const cz_plan_bucket *bk;
+    cz_bucket_plane bp;
+    int64_t start;
+    size_t n;
+} wire_bucket;
+#define WIRE_MOST(ex) ((ex)->grid.dp > (ex)->grid.edp ? (ex)->grid.dp : (ex)->grid.edp)
+
+static wire_bucket bucket_of(cz_executor *ex, size_t b, size_t *counts)
 {
-    size_t s = 0;
-    for (int r = 0; r < n; r++)
-        s += counts[r];
-    return s;
+    wire_bucket x = {&ex->plan->buckets[b], cz__wire_bucket_plane(ex, &ex->plan->buckets[b]), 0, 0};
+    bucket_counts(x.bk, &x.bp, counts);
+    x.start = x.bp.base + x.bk->ranges[0];
+    for (int r = 0; r < x.bp.n; r++)
+        x.n += counts[r];
+    return x;
 }
 
 int cz__wire_init(cz_executor *ex, cz_error *err)
@@ -103,12 +116,11 @@ int cz__wire_reduce_scatter(cz_executor *ex, size_t b, const float *G, float *re
                             cz_comm_req *req, cz_error *err)
 {
     cz_wire *w = ex->wire;
-    const cz_plan_bucket *bk = &ex->plan->buckets[b];
-    cz_bucket_plane bp = cz__wire_bucket_plane(ex, bk);
-    size_t counts[bp.n];
-    bucket_counts(bk, &bp, counts);
-    int64_t start = bp.base + bk->ranges[0];
-    size_t n = counts_total(counts, bp.n);
+    size_t counts[WIRE_MOST(ex)];
+    wire_bucket x = bucket_of(ex, b, counts);
+    cz_bucket_plane bp = x.bp;
+    int64_t start = x.start;
+    size_t n = x.n;
     const void *send = G + start;
     void *into = recv;
     if (w->grad == CZ_DTYPE_BF16) {
@@ -150,14 +162,13 @@ void cz__wire_reduced(cz_executor *ex, size_t b, float *G, const float *recv)
 int cz__wire_all_gather(cz_executor *ex, size_t b, float *P, cz_comm_req *req, cz_error *err)
 {
     cz_wire *w = ex->wire;
-    const cz_plan_bucket *bk = &ex->plan->buckets[b];
-    cz_bucket_plane bp = cz__wire_bucket_plane(ex, bk);
-    size_t counts[bp.n];
-    bucket_counts(bk, &bp, counts);
-    int64_t start = bp.base + bk->ranges[0];
+    size_t counts[WIRE_MOST(ex)];
+    wire_bucket x = bucket_of(ex, b, counts);
+    cz_bucket_plane bp = x.bp;
+    int64_t start = x.start;
     void *buf = P + start;
     if (w->param == CZ_DTYPE_BF16) {
-        int64_t lo = bp.base + bk->ranges[2 * bp.me];
+        int64_t lo = bp.base + x.bk->ranges[2 * bp.me];
         ex->compute.ops->convert(&ex->compute, w->buf + lo, CZ_DTYPE_BF16, P + lo, CZ_DTYPE_FP32,
                                  (int64_t)counts[bp.me]);
         ex->compute.ops->event_record(&ex->compute, ex->ev_params);
@@ -167,7 +178,7 @@ int cz__wire_all_gather(cz_executor *ex, size_t b, float *P, cz_comm_req *req, c
     int rc = req ? o->iall_gatherv(bp.plane, buf, counts, w->param, ex->ev_params, req, err)
                  : o->all_gather(bp.plane, buf, counts, w->param, ex->ev_params, err);
     if (rc == CZ_OK)
-        w->param_bytes += (int64_t)(counts_total(counts, bp.n) * cz__dtype_bytes(w->param));
+        w->param_bytes += (int64_t)(x.n * cz__dtype_bytes(w->param));
     return rc;
 }
 
