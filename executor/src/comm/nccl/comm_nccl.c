@@ -770,15 +770,8 @@ int cz__plane_nccl_wrap(cz_plane *p, const void *handle, double timeout_s, cz_er
 int cz__plane_nccl_reserve(cz_plane *p, const cz_plan *plan, cz_error *err)
 {
     nccl_plane *h = impl_of(p);
-    /* The step's DP collectives are fp32 or bf16 (wire.c: a bf16 job's all-gathers, and its
-     * reduce-scatters unless grad_reduce_in_fp32), and the form a collective takes depends on
-     * its bytes: room for the larger of the two. */
-    size_t bytes = 0;
-    for (int k = 0; k < 2; k++) {
-        size_t es = (size_t)cz__dtype_bytes(k ? CZ_DTYPE_BF16 : CZ_DTYPE_FP32);
-        size_t b = cz__nccl_plan_scratch(plan, es, h->alpha_s, h->bytes_per_s) * es;
-        bytes = b > bytes ? b : bytes;
-    }
+    /* Room for the step's DP collectives in fp32 and in bf16 (wire.c). */
+    size_t bytes = cz__nccl_plan_scratch_bytes(plan, h->alpha_s, h->bytes_per_s);
     if (bytes <= h->scratch_bytes)
         return CZ_OK;
     int rc = CZ_OK;
