@@ -60,13 +60,14 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-/* Version 7: each optimizer's settings in a struct of its own (muon, adamw, soap, shampoo, each
+/* Version 8: grad_reduce_in_fp32 (bf16 jobs reduce-scatter bf16 gradients by default). Version
+ * 7: each optimizer's settings in a struct of its own (muon, adamw, soap, shampoo, each
  * with its version); version 6: lr = 0 means a rate of 0 (CZ_EXEC_LR_DEFAULT is the default),
  * and the caller's communication (callbacks). Every version from 1 up is accepted: versions 1 to
  * 6 (one flat struct, whose fields each version appended, docs/EXECUTOR.md lists them) are read
  * in their own layout and converted, the fields a version lacks taking their defaults, and a
  * version 1 to 5 config's lr = 0 meaning the default as it did then. */
-#define CZ_EXEC_CONFIG_VERSION 7
+#define CZ_EXEC_CONFIG_VERSION 8
 
 /* cz_exec_config.lr's default: the matrix optimizer's own default rate (a negative value no
  * rate can take). */
@@ -82,8 +83,10 @@ extern "C" {
  *   - the uneven reduce-scatter of a bucket's gradients: one all_reduce (sum) of the bucket
  *     on the DP group, of which each rank keeps its range (twice the traffic of a true
  *     reduce-scatter; the host libraries this backend is for, gloo among them, have no uneven
- *     reduce-scatter);
- *   - the uneven all-gather of the updated parameters: one broadcast per DP rank of its range;
+ *     reduce-scatter), in CZ_COMM_BF16 for a bf16 job (each pairwise sum rounded to bf16, as
+ *     torch's gloo and NCCL add bf16) unless grad_reduce_in_fp32, else CZ_COMM_FP32;
+ *   - the uneven all-gather of the updated parameters: one broadcast per DP rank of its range,
+ *     CZ_COMM_BF16 for a bf16 job;
  *   - the micro-group gathers and scatters: one exchange (a batch of sends and receives, each
  *     rank's matching its peers') per micro-group and direction on the TP group;
  *   - the cooperative Newton-Schulz sums: all_reduce on sub-groups of the TP group that the
@@ -330,6 +333,15 @@ typedef struct cz_exec_config {
     cz_adamw_config adamw;
     cz_soap_config soap;
     cz_shampoo_config shampoo;
+
+    /* ---- version 8 ---- */
+    /* The dtype of the DP gradient reduce-scatter of a bf16 job (docs/EXECUTOR.md, "On the
+     * wire"): 0 (default) = bf16, the job's gradients as they are, each pairwise sum rounded
+     * to bf16 (Megatron-LM's default); 1 = fp32, the gradients widened first and summed in
+     * fp32 (Megatron-LM's --grad-reduce-in-fp32: twice the bytes, no rounding of the sum). The
+     * parameters are all-gathered in bf16 either way (each rank's range rounded from the fp32
+     * master copy, what the job receives anyway). An fp32 job's exchanges are fp32. */
+    int grad_reduce_in_fp32;
 } cz_exec_config;
 
 /* The defaults above as an initializer: cz_exec_config c = CZ_EXEC_CONFIG_INIT; (the values
@@ -338,7 +350,7 @@ typedef struct cz_exec_config {
 #define CZ_EXEC_CONFIG_INIT                                                                     \
     {CZ_EXEC_CONFIG_VERSION, "cpu", NULL, -1, -1, NULL, NULL, NULL,                             \
      CZ_EXEC_LR_DEFAULT, 0.01f, 1, 0.0f, CZ_EXEC_MEMORY_HOST, -1, NULL, 0.0, 0.0, NULL,         \
-     CZ_MUON_CONFIG_INIT, CZ_ADAMW_CONFIG_INIT, CZ_SOAP_CONFIG_INIT, CZ_SHAMPOO_CONFIG_INIT}
+     CZ_MUON_CONFIG_INIT, CZ_ADAMW_CONFIG_INIT, CZ_SOAP_CONFIG_INIT, CZ_SHAMPOO_CONFIG_INIT, 0}
 /* clang-format on */
 
 /* Fills *cfg with the defaults above (CZ_EXEC_CONFIG_INIT's values). */
@@ -642,6 +654,17 @@ int cz_executor_load_state(cz_executor *ex, const char *path, cz_error *err);
  * with work still queued on the device; a job that wants the device's time synchronizes
  * (cudaStreamSynchronize on its stream) and times that itself. */
 void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out);
+
+/* What this rank's DP exchanges put on the wire (docs/EXECUTOR.md, "On the wire"): their
+ * dtypes, and the bytes of the buffers it posted since create, counted as it posts each
+ * collective: a reduce-scatter's input (the bucket, every rank's range) and an all-gather's
+ * buffer (the bucket), in the exchange's dtype, over the DP and expert-DP planes. What
+ * `canzona simulate` reports as grad_sync_bytes and param_sync_bytes for one step. */
+typedef struct cz_exec_wire {
+    cz_dtype grad_dtype, param_dtype; /* of the reduce-scatters and the all-gathers */
+    int64_t grad_bytes, param_bytes;  /* posted since create */
+} cz_exec_wire;
+void cz_executor_wire(const cz_executor *ex, cz_exec_wire *out);
 
 /* This process's DP and TP rank within its stage, and its pipeline stage (after create; -1 for
  * NULL). */

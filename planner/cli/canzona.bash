@@ -12,7 +12,7 @@ _canzona_options() { # <command>: the options 'canzona <command> --help' lists
         --etp-size"
     local sim="--overlap-param-gather --overlap-grad-reduce --muon-ns-batch-size --iteration
         --seq-len --micro-batch-size --micro-batches --pass-efficiency --gather-order
-        --deferred-updates --early-updates"
+        --deferred-updates --early-updates --grad-reduce-in-fp32"
     case $1 in
     plan)
         echo "-m --model -c --cluster -o --output --allow-oversubscribed-memory --json -q

@@ -651,6 +651,9 @@ int cz_cli_sim_apply(const char *cmd, int opt, const char *value, cz_sim_options
         o->iteration = 1;
         o->deferred_updates = 0;
         return 0;
+    case CZ_OPT_GRAD_REDUCE_IN_FP32:
+        o->grad_reduce_in_fp32 = 1;
+        return 0;
     }
     return 1;
 }
@@ -674,6 +677,11 @@ void cz_cli_device_help(FILE *f, int sim)
                "      --muon-ns-batch-size N\n"
                "                        layer-sharded Muon: same-shape matrices per batched\n"
                "                        Newton-Schulz on a home (Megatron's option; default 1)\n"
+               "      --grad-reduce-in-fp32\n"
+               "                        a bf16 model's gradients reduce-scattered in fp32 (the\n"
+               "                        executor's option, Megatron's): twice the bytes; default\n"
+               "                        in bf16, as the executor's default (docs/SIMULATOR.md,\n"
+               "                        \"What goes on the wire\")\n"
                "the iteration (docs/SIMULATOR.md, \"The iteration\"; any of these turns it on):\n"
                "      --iteration       also estimate the training iteration: forward and\n"
                "                        backward from each matrix's FLOPs (2 x elements x tokens\n"

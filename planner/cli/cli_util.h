@@ -58,7 +58,8 @@ enum {
     CZ_OPT_PASS_EFFICIENCY,
     CZ_OPT_GATHER_ORDER,
     CZ_OPT_DEFERRED_UPDATES,
-    CZ_OPT_EARLY_UPDATES
+    CZ_OPT_EARLY_UPDATES,
+    CZ_OPT_GRAD_REDUCE_IN_FP32
 };
 /* clang-format off */
 #define CZ_CLI_CALIBRATION_OPTION {"calibration", required_argument, NULL, CZ_OPT_CALIBRATION}
@@ -74,7 +75,8 @@ enum {
     {"pass-efficiency", required_argument, NULL, CZ_OPT_PASS_EFFICIENCY},          \
     {"gather-order", required_argument, NULL, CZ_OPT_GATHER_ORDER},                \
     {"deferred-updates", no_argument, NULL, CZ_OPT_DEFERRED_UPDATES},              \
-    {"early-updates", no_argument, NULL, CZ_OPT_EARLY_UPDATES}
+    {"early-updates", no_argument, NULL, CZ_OPT_EARLY_UPDATES},                    \
+    {"grad-reduce-in-fp32", no_argument, NULL, CZ_OPT_GRAD_REDUCE_IN_FP32}
 /* clang-format on */
 /* Applies one of CZ_CLI_SIM_OPTIONS to *o: 0, 2 after a usage error, 1 when opt is not one.
  * --iteration and each of the iteration's workload options turn the iteration on. */

@@ -113,6 +113,11 @@ static json_t *row_json_coop(const sim_row *r, const sim_row *base)
         json_decref(o);
         return NULL;
     }
+    json_t *w = o ? cz__sim_wire_json(s) : NULL;
+    if (o && (!w || json_object_set_new(o, "wire", w))) {
+        json_decref(o);
+        return NULL;
+    }
     /* Expert groups: the critical GPU's expert part of local_s. */
     if (o && s->experts && json_object_set_new(o, "expert_s", json_real(s->expert_s))) {
         json_decref(o);
@@ -218,6 +223,12 @@ static int print_rows(const sim_row *rows, int n, const char *model, const char 
                ratio(base->sim->frag_gather_s + base->sim->local_s, s->frag_gather_s + s->local_s),
                ratio(base->sim->optimizer_s, s->optimizer_s), ratio(base->sim->step_s, s->step_s));
     }
+    /* The last row's (canzona's, or the one plan's) DP exchanges as the executor posts them. */
+    const cz_sim_result *last = rows[n - 1].sim;
+    printf("\nDP exchanges on the wire (%s, as the executor posts them; the most one GPU posts "
+           "per step): gradients %s %lld bytes, parameters %s %lld bytes\n",
+           rows[n - 1].label, cz_dtype_name(last->grad_wire), (long long)last->grad_sync_bytes,
+           cz_dtype_name(last->param_wire), (long long)last->param_sync_bytes);
     for (int i = 0; i < n; i++) {
         const cz_sim_result *s = rows[i].sim;
         if (s->coop_tasks == 0)

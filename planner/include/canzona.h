@@ -169,11 +169,17 @@ typedef struct cz_sim_options {
                              updates); 0: each micro-group starts once its buckets are reduced,
                              each bucket's all-gather once it is updated (early updates, which
                              need the check and clipping off) */
+    /* Version 5. */
+    int grad_reduce_in_fp32; /* a plan of a 16-bit dtype: 1 = its gradients reduce-scattered in
+                                fp32 (the executor's cz_exec_config.grad_reduce_in_fp32,
+                                Megatron's --grad-reduce-in-fp32); default 0: in the plan's
+                                dtype, as the executor's default (docs/SIMULATOR.md, "What goes
+                                on the wire") */
 } cz_sim_options;
-#define CZ_SIM_OPTIONS_VERSION 4
+#define CZ_SIM_OPTIONS_VERSION 5
 /* clang-format off */
 #define CZ_SIM_OPTIONS_INIT {CZ_SIM_OPTIONS_VERSION, CZ_SIM_UNEVEN_ROOTED, CZ_MUON_TP_DUPLICATED, \
-                             0, 0, 1, 1, 0, 4096, 1, 8, 0.6, 1, 1}
+                             0, 0, 1, 1, 0, 4096, 1, 8, 0.6, 1, 1, 0}
 /* clang-format on */
 void cz_sim_options_init(cz_sim_options *o);
 
@@ -188,7 +194,9 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
 /* The step's phases as a report: "step_s", "grad_sync_s", "frag_gather_s", "local_s",
  * "param_sync_s", "optimizer_s", "compute_s", "tp_comm_s", "comm_s", "exposed_comm_s",
  * "critical" {"stage", "dp_rank", "tp_rank"}, "in_seconds" (false: in the plan's cost unit)
- * and "gpu_busy" (per GPU, [(stage * dp + dp_rank) * tp + tp_rank]); simulated with
+ * "gpu_busy" (per GPU, [(stage * dp + dp_rank) * tp + tp_rank]), "wire" {"grad_dtype",
+ * "grad_sync_bytes", "param_dtype", "param_sync_bytes"} (the executor's DP exchanges: the most
+ * bytes one GPU posts per step, docs/SIMULATOR.md, "What goes on the wire"); simulated with
  * cz_sim_options.iteration, "iteration" with the keys of docs/SIMULATOR.md, "The iteration". */
 int cz_sim_result_report(cz_report **out, const cz_sim_result *result, cz_error *err);
 void cz_sim_result_free(cz_sim_result *result);

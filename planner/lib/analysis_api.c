@@ -230,6 +230,14 @@ void cz_sim_options_init(cz_sim_options *o)
     memcpy(o, &defaults, sizeof *o);
 }
 
+json_t *cz__sim_wire_json(const cz_sim_result *r)
+{
+    return json_pack("{s:s, s:I, s:s, s:I}", "grad_dtype", cz_dtype_name(r->grad_wire),
+                     "grad_sync_bytes", (json_int_t)r->grad_sync_bytes, "param_dtype",
+                     cz_dtype_name(r->param_wire), "param_sync_bytes",
+                     (json_int_t)r->param_sync_bytes);
+}
+
 int cz_sim_result_report(cz_report **out, const cz_sim_result *r, cz_error *err)
 {
     if (!out || !r)
@@ -252,6 +260,11 @@ int cz_sim_result_report(cz_report **out, const cz_sim_result *r, cz_error *err)
                         "exposed_comm_s", r->exposed_comm_s, "critical", "stage", r->critical_stage,
                         "dp_rank", r->critical_dp, "tp_rank", r->critical_tp, "gpu_busy", busy)
             : NULL;
+    json_t *wire = root ? cz__sim_wire_json(r) : NULL;
+    if (root && (!wire || json_object_set_new(root, "wire", wire))) {
+        json_decref(root);
+        root = NULL;
+    }
     /* Only for a plan with expert groups, so that other reports keep their keys. */
     if (root && r->experts && json_object_set_new(root, "expert_s", json_real(r->expert_s))) {
         json_decref(root);

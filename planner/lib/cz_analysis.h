@@ -53,6 +53,12 @@ struct cz_sim_result {
     int device_model; /* 1: the cluster's device model (fixed costs, batching) was on */
     int overlap_param_gather, overlap_grad_reduce; /* cz_sim_options' overlaps */
     double grad_sync_total_s, param_sync_total_s;  /* every bucket's, hidden or not */
+    /* What the executor's DP exchanges put on the wire for the plan's buckets: their dtypes
+     * (cz_sim_options.grad_reduce_in_fp32) and the most bytes one GPU posts per step, its
+     * stage's dense buckets and its EP rank's expert ones, as cz_executor_wire counts them
+     * (docs/SIMULATOR.md, "What goes on the wire"). */
+    cz_dtype grad_wire, param_wire;
+    int64_t grad_sync_bytes, param_sync_bytes;
     double host_s;         /* the step's host work (cz__dm_step_host_seconds); 0 without the
                               device model */
     double grad_sync_s;    /* gradient reduce-scatter (all-reduce under layerwise), all buckets
@@ -175,6 +181,9 @@ int cz__iter_overlap(const cz_iter_model *m, cz_iter_timeline *out, cz_error *er
  * object "iteration" of the report and of `simulate --json` (docs/SIMULATOR.md, "The
  * iteration"); a new reference, NULL when out of memory. */
 struct json_t *cz__sim_iteration_json(const cz_sim_result *r);
+/* What the executor's DP exchanges post (grad_wire ... param_sync_bytes) as the JSON object
+ * "wire" of the report and of canzona simulate's rows; NULL when out of memory. */
+struct json_t *cz__sim_wire_json(const cz_sim_result *r);
 
 /* cz_plan_simulate and cz_sim_result_free are declared in canzona.h. */
 

@@ -44,8 +44,10 @@ typedef struct sim_ctx {
     const cz_cluster *cluster; /* NULL: cost-proportional, free communication */
     int R, D, P;
     int pipelined;
-    double *sec;       /* per param: seconds (or cost) of its whole update across TP */
-    double elem_bytes; /* gradient and parameter bytes per element */
+    double *sec;        /* per param: seconds (or cost) of its whole update across TP */
+    double elem_bytes;  /* bytes per element of the TP exchanges (the plan's dtype) */
+    double grad_bytes;  /* of the DP gradient reduce-scatter (grad_reduce_in_fp32: 4) */
+    double param_bytes; /* of the DP parameter all-gather */
     double lat_us;
     int *bucket_index; /* per param: index into plan->buckets, -1 when none */
     cz_sim_uneven uneven;

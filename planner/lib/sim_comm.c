@@ -120,19 +120,20 @@ double cz__sim_coll_seconds(const sim_ctx *cx, cz_coll_kind kind, int n, double 
     return cz__dm_collective_seconds(cx->cluster, ops[kind], n, inter, bytes, ab_seconds, &x);
 }
 
-/* An uneven DP collective (cz__sim_uneven_seconds) with the device model's call. */
-static double uneven_seconds(const sim_ctx *cx, const int64_t *len, double gbps, int inter)
+/* An uneven DP collective (cz__sim_uneven_seconds) of eb bytes per element with the device
+ * model's call. */
+static double uneven_seconds(const sim_ctx *cx, const int64_t *len, double eb, double gbps,
+                             int inter)
 {
     if (!cx->dm)
-        return cz__sim_uneven_seconds(len, cx->D, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
+        return cz__sim_uneven_seconds(len, cx->D, eb, gbps, cx->lat_us, cx->uneven);
     if (cx->uneven == CZ_SIM_UNEVEN_PADDED) {
         double most = 0;
         for (int d = 0; d < cx->D; d++)
             most = (double)len[d] > most ? (double)len[d] : most;
-        return cz__sim_coll_seconds(cx, CZ_COLL_REDUCE_SCATTER, cx->D, most * cx->elem_bytes, gbps,
-                                    inter);
+        return cz__sim_coll_seconds(cx, CZ_COLL_REDUCE_SCATTER, cx->D, most * eb, gbps, inter);
     }
-    double t = cz__sim_uneven_seconds(len, cx->D, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
+    double t = cz__sim_uneven_seconds(len, cx->D, eb, gbps, cx->lat_us, cx->uneven);
     return t > 0 ? t + cz__dm_call_seconds(cx->cluster) : t;
 }
 
@@ -162,9 +163,12 @@ int cz__sim_dp_sync_seconds(const sim_ctx *cx, int stage, dp_sync *y, int64_t *o
         if (rc != CZ_OK)
             return rc;
         for (size_t b = 0; b < nb; b++) {
-            double slice = (double)(cx->lw_buckets[b] / cx->D) * cx->elem_bytes;
-            sync_add(y, cz__sim_coll_seconds(cx, CZ_COLL_REDUCE_SCATTER, cx->D, slice, gbps, inter),
-                     cz__sim_coll_seconds(cx, CZ_COLL_ALL_GATHER, cx->D, slice, gbps, inter));
+            double slice = (double)(cx->lw_buckets[b] / cx->D);
+            sync_add(y,
+                     cz__sim_coll_seconds(cx, CZ_COLL_REDUCE_SCATTER, cx->D, slice * cx->grad_bytes,
+                                          gbps, inter),
+                     cz__sim_coll_seconds(cx, CZ_COLL_ALL_GATHER, cx->D, slice * cx->param_bytes,
+                                          gbps, inter));
         }
         return CZ_OK;
     }
@@ -186,8 +190,8 @@ int cz__sim_dp_sync_seconds(const sim_ctx *cx, int stage, dp_sync *y, int64_t *o
                         owned[p->dp_owner] = INT64_MAX;
             }
             double ar = cz__sim_coll_seconds(cx, CZ_COLL_ALL_REDUCE, cx->D,
-                                             (double)bk->size * cx->elem_bytes, gbps, inter),
-                   ag = uneven_seconds(cx, owned, gbps, inter);
+                                             (double)bk->size * cx->grad_bytes, gbps, inter),
+                   ag = uneven_seconds(cx, owned, cx->param_bytes, gbps, inter);
             sync_add(y, ar, ag);
             if (grad_b)
                 grad_b[k] = ar, param_b[k] = ag;
@@ -195,10 +199,13 @@ int cz__sim_dp_sync_seconds(const sim_ctx *cx, int stage, dp_sync *y, int64_t *o
         }
         for (int d = 0; d < cx->D; d++)
             owned[d] = bk->ranges ? bk->ranges[2 * d + 1] - bk->ranges[2 * d] : 0;
-        double t = uneven_seconds(cx, owned, gbps, inter);
-        sync_add(y, t, t);
+        double g = uneven_seconds(cx, owned, cx->grad_bytes, gbps, inter);
+        double t = cx->param_bytes == cx->grad_bytes
+                       ? g
+                       : uneven_seconds(cx, owned, cx->param_bytes, gbps, inter);
+        sync_add(y, g, t);
         if (grad_b)
-            grad_b[k] = t, param_b[k] = t;
+            grad_b[k] = g, param_b[k] = t;
     }
     return CZ_OK;
 }

@@ -41,11 +41,11 @@ static int expert_sync(const sim_ctx *cx, int stage, int e, double *grad_s, doub
         size_t nb = 0;
         int rc = cz__megatron_lw_domain(plan, stage, e, NULL, cx->lw_buckets, &nb, err);
         for (size_t b = 0; rc == CZ_OK && b < nb; b++) {
-            double t = cz__sim_collective_seconds(CZ_COLL_REDUCE_SCATTER, G,
-                                                  (double)(cx->lw_buckets[b] / G) * cx->elem_bytes,
+            double slice = (double)(cx->lw_buckets[b] / G);
+            *grad_s += cz__sim_collective_seconds(CZ_COLL_REDUCE_SCATTER, G, slice * cx->grad_bytes,
                                                   gbps, cx->lat_us);
-            *grad_s += t;
-            *param_s += t;
+            *param_s += cz__sim_collective_seconds(CZ_COLL_REDUCE_SCATTER, G,
+                                                   slice * cx->param_bytes, gbps, cx->lat_us);
         }
         return rc;
     }
@@ -62,16 +62,15 @@ static int expert_sync(const sim_ctx *cx, int stage, int e, double *grad_s, doub
                     owned[p->dp_owner] = INT64_MAX;
             }
             *grad_s += cz__sim_collective_seconds(
-                CZ_COLL_ALL_REDUCE, G, (double)bk->size * cx->elem_bytes, gbps, cx->lat_us);
+                CZ_COLL_ALL_REDUCE, G, (double)bk->size * cx->grad_bytes, gbps, cx->lat_us);
             *param_s +=
-                cz__sim_uneven_seconds(owned, G, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
+                cz__sim_uneven_seconds(owned, G, cx->param_bytes, gbps, cx->lat_us, cx->uneven);
             continue;
         }
         for (int d = 0; d < G; d++)
             owned[d] = bk->ranges[2 * d + 1] - bk->ranges[2 * d];
-        double t = cz__sim_uneven_seconds(owned, G, cx->elem_bytes, gbps, cx->lat_us, cx->uneven);
-        *grad_s += t;
-        *param_s += t;
+        *grad_s += cz__sim_uneven_seconds(owned, G, cx->grad_bytes, gbps, cx->lat_us, cx->uneven);
+        *param_s += cz__sim_uneven_seconds(owned, G, cx->param_bytes, gbps, cx->lat_us, cx->uneven);
     }
     return CZ_OK;
 }

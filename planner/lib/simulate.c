@@ -112,6 +112,10 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
                                  "gpus_per_node must be positive to simulate",
                                  c->name ? c->name : "?");
         cx->elem_bytes = cz__dtype_bytes(plan->dtype);
+        /* The DP exchanges as the executor runs them (wire.c): the plan's dtype, the
+         * gradients in fp32 with grad_reduce_in_fp32. */
+        cx->param_bytes = cx->elem_bytes;
+        cx->grad_bytes = opt && opt->grad_reduce_in_fp32 ? 4.0 : cx->elem_bytes;
         cx->lat_us = c->links.latency_us;
     }
     if (plan->settings.dp == CZ_DP_EVEN && cx->pipelined)
@@ -202,10 +206,11 @@ static int owned_shards(const sim_ctx *cx, int stage, int64_t *count)
  * first); CZ_EINVALID for a value out of its range. Here, not in analysis_api.c, so that the
  * simulator calls nothing of the file that calls it. */
 /* Where each version of cz_sim_options ends (cz__options_read): version 2 added the overlap
- * and Megatron fields, 3 the iteration, 4 deferred_updates. */
+ * and Megatron fields, 3 the iteration, 4 deferred_updates, 5 grad_reduce_in_fp32. */
 static const size_t sim_ends[] = {
     CZ__OPTIONS_END(cz_sim_options, muon_tp), CZ__OPTIONS_END(cz_sim_options, gtp),
-    CZ__OPTIONS_END(cz_sim_options, gather_forward_order), sizeof(cz_sim_options)};
+    CZ__OPTIONS_END(cz_sim_options, gather_forward_order),
+    CZ__OPTIONS_END(cz_sim_options, deferred_updates), sizeof(cz_sim_options)};
 _Static_assert(sizeof sim_ends / sizeof *sim_ends == CZ_SIM_OPTIONS_VERSION,
                "a new cz_sim_options version needs its end here");
 
@@ -231,6 +236,9 @@ static int sim_options_check(const cz_sim_options *o, cz_error *err)
                              "cz_sim_options: iteration %d, gather_forward_order %d and "
                              "deferred_updates %d; each is 0 or 1",
                              o->iteration, o->gather_forward_order, o->deferred_updates);
+    if (o->grad_reduce_in_fp32 != 0 && o->grad_reduce_in_fp32 != 1)
+        return cz__error_set(err, CZ_EINVALID, "cz_sim_options: grad_reduce_in_fp32 %d; 0 or 1",
+                             o->grad_reduce_in_fp32);
     /* Bounded so that tokens x tokens x width stays far inside a double's exact range. */
     if (o->seq_len < 1 || o->seq_len > 10485760 || o->micro_batch_size < 1 ||
         o->micro_batch_size > 65536 || o->micro_batches < 1 || o->micro_batches > 65536)
@@ -317,6 +325,31 @@ static int sim_stage(const sim_ctx *cx, sim_prog *pg, const cz_cluster *cluster,
         r->expert_s = expert_part;
     }
     return CZ_OK;
+}
+
+/* What the executor's DP exchanges post per step (wire.c, cz_executor_wire): each GPU
+ * reduce-scatters and all-gathers every bucket it holds, whole (every rank's range), its stage's
+ * dense buckets and its EP rank's expert ones; the most over the GPUs, in the exchanges'
+ * dtypes. Independent of the cluster: bytes, not time. */
+static void wire_bytes(const cz_plan *plan, const cz_sim_options *o, cz_sim_result *r)
+{
+    int bf16 = cz__dtype_bytes(plan->dtype) == 2;
+    r->param_wire = plan->dtype;
+    r->grad_wire = bf16 && o && o->grad_reduce_in_fp32 ? CZ_DTYPE_FP32 : plan->dtype;
+    int ep = cz_plan_has_experts(plan) ? plan->ep : 1;
+    int64_t most = 0;
+    for (int s = 0; s < plan->pp; s++)
+        for (int e = 0; e < ep; e++) {
+            int64_t n = 0;
+            for (size_t b = 0; b < plan->nbuckets; b++) {
+                const cz_plan_bucket *bk = &plan->buckets[b];
+                if (bk->stage == s && (!bk->expert || bk->ep_rank == e))
+                    n += bk->size;
+            }
+            most = n > most ? n : most;
+        }
+    r->grad_sync_bytes = most * cz__dtype_bytes(r->grad_wire);
+    r->param_sync_bytes = most * cz__dtype_bytes(r->param_wire);
 }
 
 /* The timeline of the critical DP rank, rebuilt (cheap) rather than kept for every rank, and
@@ -409,6 +442,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
         goto done;
     }
     r->step_s = -1.0;
+    wire_bytes(plan, opt, r);
     for (int s = 0; s < P; s++)
         if ((rc = sim_stage(&cx, &pg, cluster, s, r, finish, busy, gpu_finish, owned, err)))
             goto done;

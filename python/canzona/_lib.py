@@ -7,7 +7,7 @@ import os
 CZ_OK, CZ_EIO, CZ_EPARSE, CZ_EINVALID, CZ_ENOMEM = 0, -1, -2, -3, -4
 CZ_EMISMATCH, CZ_EUNSUPPORTED, CZ_EINTERNAL, CZ_ETIMEOUT = -5, -6, -7, -8
 DTYPE_BF16, DTYPE_FP16, DTYPE_FP32 = 0, 1, 2
-CZ_EXEC_CONFIG_VERSION = 7
+CZ_EXEC_CONFIG_VERSION = 8
 CZ_EXEC_LR_DEFAULT = -1.0  # cz_exec_config.lr's default: the optimizer's own
 CZ_COMM_CALLBACKS_VERSION = 1
 # cz_comm_dtype, cz_comm_op, cz_comm_group
@@ -105,7 +105,7 @@ class ShampooConfig(ctypes.Structure):
 
 
 class ExecConfig(ctypes.Structure):
-    """cz_exec_config of version 7, field for field (checked against the C layout by the tests)."""
+    """cz_exec_config of version 8, field for field (checked against the C layout by the tests)."""
 
     _fields_ = [
         ("version", i),
@@ -130,6 +130,7 @@ class ExecConfig(ctypes.Structure):
         ("adamw", AdamWConfig),
         ("soap", SoapConfig),
         ("shampoo", ShampooConfig),
+        ("grad_reduce_in_fp32", i),
     ]
 
 
@@ -151,6 +152,13 @@ class QkClipSpec(ctypes.Structure):
 
 
 del f, i
+
+
+class Wire(ctypes.Structure):
+    """cz_exec_wire: the DP exchanges' dtypes and the bytes posted since create."""
+
+    _fields_ = [("grad_dtype", ctypes.c_int), ("param_dtype", ctypes.c_int),
+                ("grad_bytes", ctypes.c_int64), ("param_bytes", ctypes.c_int64)]
 
 
 class Timings(ctypes.Structure):
@@ -205,6 +213,7 @@ def lib():
         "cz_executor_set_lr": (i, [vp, ctypes.c_float, ctypes.c_float, e]),
         "cz_executor_set_weight_decay": (i, [vp, ctypes.c_float, ctypes.c_float, e]),
         "cz_executor_timings": (None, [vp, ctypes.POINTER(Timings)]),
+        "cz_executor_wire": (None, [vp, ctypes.POINTER(Wire)]),
         "cz_executor_dp_rank": (i, [vp]),
         "cz_executor_tp_rank": (i, [vp]),
         "cz_executor_pp_rank": (i, [vp]),

@@ -15,7 +15,8 @@ _FLOAT_OPTIONS = ("lr", "momentum", "weight_decay", "ns_eps", "scale_coeff", "ad
                   "shampoo_momentum", "shampoo_graft_beta2", "shampoo_graft_eps", "soap_beta1",
                   "soap_beta2", "soap_shampoo_beta", "soap_eps")
 _INT_OPTIONS = ("ns_steps", "nesterov", "check_finite", "shampoo_nesterov", "shampoo_start_step",
-                "shampoo_max_dim", "shampoo_bias_correction", "soap_bias_correction")
+                "shampoo_max_dim", "shampoo_bias_correction", "soap_bias_correction",
+                "grad_reduce_in_fp32")
 _GRAFTINGS = {"none": 0, "adagrad": 1, "rmsprop": 2, "adam": 3}  # cz_shampoo_grafting
 # The options keep their flat names (as version 6's fields and torch's keywords); since config
 # version 7 Muon's, AdamW's, SOAP's and Shampoo's live in the config's struct of each.
@@ -86,7 +87,9 @@ class Executor:
     soap_beta1; lr, momentum, nesterov, weight_decay, ns_steps, ns_coeffs (a name, one triple
     (a, b, c), or a sequence of triples, one per iteration: ns_steps then defaults to the
     table's length), ns_eps, scale_coeff, muon_scaling ("rms" or "shape"), adamw_lr, adamw_beta1, adamw_beta2, adamw_eps,
-    adamw_weight_decay, max_grad_norm, check_finite; for Shampoo and SOAP plans the
+    adamw_weight_decay, max_grad_norm, check_finite, grad_reduce_in_fp32 (1: a bf16 job's
+    gradients reduce-scattered in fp32, Megatron's --grad-reduce-in-fp32; default 0, in bf16:
+    docs/EXECUTOR.md, "On the wire"); for Shampoo and SOAP plans the
     shampoo_* and soap_* fields, shampoo_grafting by name: "none", "adagrad", "rmsprop" or
     "adam"). Collective under MPI.
     """
@@ -248,6 +251,15 @@ class Executor:
         t = _lib.Timings()
         self._L.cz_executor_timings(self._handle(), ctypes.byref(t))
         return {name: getattr(t, name) for name, _ in t._fields_}
+
+    def wire(self):
+        """The DP exchanges on the wire: their dtypes ("fp32" or "bf16") and the bytes this
+        rank posted since create (cz_executor_wire)."""
+        w = _lib.Wire()
+        self._L.cz_executor_wire(self._handle(), ctypes.byref(w))
+        names = {v: k for k, v in _DTYPES.items()}
+        return {"grad_dtype": names[w.grad_dtype], "param_dtype": names[w.param_dtype],
+                "grad_bytes": w.grad_bytes, "param_bytes": w.param_bytes}
 
     @property
     def dp_rank(self):

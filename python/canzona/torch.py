@@ -174,7 +174,7 @@ class Optimizer(torch.optim.Optimizer):
               weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=None,
               ns_coefficients=None, muon_scaling="rms", adamw_lr=<default>, adamw_betas=(0.9, 0.95),
               adamw_eps=1e-8, adamw_weight_decay=<weight_decay>, max_grad_norm=0.0,
-              overlap=False, early_updates=False, bucket_size=None, timeout=600.0,
+              grad_reduce_in_fp32=False, overlap=False, early_updates=False, bucket_size=None, timeout=600.0,
               unused_parameters=False, check_replicas=True, **executor_options)
 
     params: the module, its named_parameters(), or parameter groups (dicts) whose "params"
@@ -204,6 +204,10 @@ class Optimizer(torch.optim.Optimizer):
       parameters are matrices, adamw_lr when none is; a group that mixes them needs its own.
     max_grad_norm: clip the global norm of the averaged gradient (0: off; clip_grad_norm_,
       whose returned 0-d tensor the next step() fills with the norm).
+    grad_reduce_in_fp32: bf16 parameters only: reduce the gradients over DP in fp32 (Megatron's
+      --grad-reduce-in-fp32: twice the bytes, no rounding of the sum); False (default): in
+      bf16, as they are, each pairwise sum rounded to bf16 (docs/EXECUTOR.md, "On the wire").
+      The parameters are all-gathered in bf16 either way.
     nccl_comms: CUDA only, the job's own (dp, tp) ncclComm_t handles (integers) for the data
       plane, borrowed (in the grid's rank order); None: the executor makes its own from a
       unique id sent over the control plane.
@@ -250,9 +254,9 @@ class Optimizer(torch.optim.Optimizer):
                  lr=_DEFAULT, weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=None,
                  ns_coefficients=None, muon_scaling="rms", adamw_lr=_DEFAULT, adamw_betas=(0.9, 0.95),
                  adamw_eps=1e-8, adamw_weight_decay=_DEFAULT, max_grad_norm=0.0,
-                 nccl_comms=None, overlap=False, early_updates=False, bucket_size=None,
-                 timeout=600.0, unused_parameters=False, check_replicas=True,
-                 **executor_options):
+                 grad_reduce_in_fp32=False, nccl_comms=None, overlap=False,
+                 early_updates=False, bucket_size=None, timeout=600.0, unused_parameters=False,
+                 check_replicas=True, **executor_options):
         if not dist.is_available() or not dist.is_initialized():
             raise Error(_lib.CZ_EINVALID,
                         "canzona.torch.Optimizer needs torch.distributed initialized "
@@ -295,6 +299,10 @@ class Optimizer(torch.optim.Optimizer):
         if early_updates:
             # A step whose micro-groups start in backward cannot be refused afterwards.
             executor_options.setdefault("check_finite", 0)
+        if grad_reduce_in_fp32 not in (True, False, 0, 1):
+            raise ValueError(f"grad_reduce_in_fp32 = {grad_reduce_in_fp32!r}; expected True or "
+                             "False")
+        executor_options["grad_reduce_in_fp32"] = int(grad_reduce_in_fp32)
         named_groups, module = _named_groups(params)
         self._module = weakref.ref(module) if module is not None else None
         # Frozen parameters (requires_grad=False) are left out: not planned, not bound, never
@@ -550,6 +558,16 @@ class Optimizer(torch.optim.Optimizer):
             err = _lib.CzError()
             check(self._L.cz_executor_qk_logits(self._ex, pending[0], pending[1],
                                                 ctypes.byref(err)), err)
+
+    @property
+    def wire(self):
+        """The DP exchanges on the wire: their dtypes ("fp32" or "bf16") and the bytes this
+        rank posted since the optimizer was made (cz_executor_wire; canzona.Executor.wire)."""
+        w = _lib.Wire()
+        self._L.cz_executor_wire(self._ex, ctypes.byref(w))
+        names = {_lib.DTYPE_FP32: "fp32", _lib.DTYPE_BF16: "bf16"}
+        return {"grad_dtype": names[w.grad_dtype], "param_dtype": names[w.param_dtype],
+                "grad_bytes": w.grad_bytes, "param_bytes": w.param_bytes}
 
     # ---- construction ----
     @staticmethod

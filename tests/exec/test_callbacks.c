@@ -106,7 +106,7 @@ static int cb_exchange(void *user, cz_comm_group g, const cz_comm_transfer *t, i
 }
 
 /* Everyone sends everyone its values; each rank reduces them in rank order (the same result
- * on every rank). */
+ * on every rank); bf16 as torch's gloo adds it, each pairwise sum rounded to bf16. */
 static int cb_all_reduce(void *user, cz_comm_group g, void *buf, size_t count, cz_comm_dtype t,
                          cz_comm_op op)
 {
@@ -114,7 +114,7 @@ static int cb_all_reduce(void *user, cz_comm_group g, void *buf, size_t count, c
     int n = group_size(c, g), me = group_rank(c, g);
     size_t bytes = count * esize(t);
     char *all = malloc(bytes * (size_t)n);
-    cz_comm_transfer x[2 * MAXR];
+    cz_comm_transfer x[2 * MAXR] = {{0}}; /* zeroed: -O3 cannot see that k counts the set ones */
     int k = 0;
     memcpy(all + bytes * (size_t)me, buf, bytes);
     for (int r = 0; r < n; r++)
@@ -128,6 +128,11 @@ static int cb_all_reduce(void *user, cz_comm_group g, void *buf, size_t count, c
             if (t == CZ_COMM_FP32) {
                 float v = ((float *)all)[r * count + i], *o = (float *)buf + i;
                 *o = r == 0 ? v : op == CZ_COMM_MIN ? (v < *o ? v : *o) : *o + v;
+            } else if (t == CZ_COMM_BF16) {
+                uint16_t *o = (uint16_t *)buf + i;
+                float v = cz_ew_f32_from_bf16(((uint16_t *)all)[r * count + i]);
+                float w = cz_ew_f32_from_bf16(*o);
+                *o = cz_ew_bf16_from_f32(r == 0 ? v : op == CZ_COMM_MIN ? (v < w ? v : w) : w + v);
             } else if (t == CZ_COMM_FP64) {
                 double v = ((double *)all)[r * count + i], *o = (double *)buf + i;
                 *o = r == 0 ? v : op == CZ_COMM_MIN ? (v < *o ? v : *o) : *o + v;
@@ -272,6 +277,7 @@ typedef struct run_opts {
     int bad_clip; /* bad_rank sets a clipping threshold instead, the others none */
     float lr, wd, adamw_lr, adamw_wd; /* lr > 0: set_lr and set_weight_decay with these */
     int bad_groups;                   /* the callbacks claim DP groups of every rank and no TP */
+    int bf16, fp32_reduce;            /* bf16 buffers (the values rounded), grad_reduce_in_fp32 */
 } run_opts;
 
 /* Runs the model on one rank; writes its parameter shards (plan order, concatenated) to out. */
@@ -301,18 +307,30 @@ static int run_rank(const run_opts *o, int rank, const cz_plan *plan, float *out
     else
         cfg.callbacks = &cb;
     cfg.lr = 0.01f;
+    cfg.dtype = o->bf16 ? CZ_DTYPE_BF16 : CZ_DTYPE_FP32;
+    cfg.grad_reduce_in_fp32 = o->fp32_reduce;
     cz_error err = {0};
     cz_executor *ex = NULL;
     int rc = cz_executor_create_from_plan(&ex, plan, &cfg, &err);
     size_t np = plan->nparams, tot = 0;
     float **p = calloc(np, sizeof *p), **g = calloc(np, sizeof *g);
+    /* With bf16 the bound buffers are bf16 copies (pb, gb) of p and g. */
+    uint16_t **pb = calloc(np, sizeof *pb), **gb = calloc(np, sizeof *gb);
     for (size_t i = 0; !rc && i < np; i++) {
         const cz_plan_param *q = &plan->params[i];
         p[i] = malloc((size_t)q->numel * sizeof(float));
         g[i] = malloc((size_t)q->numel * sizeof(float));
+        pb[i] = malloc((size_t)q->numel * sizeof(uint16_t));
+        gb[i] = malloc((size_t)q->numel * sizeof(uint16_t));
         fill_shard(q, o->tp, rank % o->tp, 0, p[i]);
-        rc = cz_executor_bind_param(ex, q->def.name, p[i], g[i], q->local_shape[0],
-                                    q->def.ndim == 1 ? 1 : q->local_shape[1], &err);
+        for (int64_t k = 0; k < q->numel; k++)
+            pb[i][k] = cz_ew_bf16_from_f32(p[i][k]);
+        rc = o->bf16
+                 ? cz_executor_bind_param_typed(ex, q->def.name, pb[i], gb[i], q->local_shape[0],
+                                                q->def.ndim == 1 ? 1 : q->local_shape[1],
+                                                CZ_DTYPE_BF16, &err)
+                 : cz_executor_bind_param(ex, q->def.name, p[i], g[i], q->local_shape[0],
+                                          q->def.ndim == 1 ? 1 : q->local_shape[1], &err);
     }
     if (!rc && o->per_param) {
         float *lr = malloc(np * sizeof *lr), *wd = malloc(np * sizeof *wd);
@@ -329,21 +347,37 @@ static int run_rank(const run_opts *o, int rank, const cz_plan *plan, float *out
     if (!rc && o->lr > 0.0f && (rc = cz_executor_set_lr(ex, o->lr, o->adamw_lr, &err)) == 0)
         rc = cz_executor_set_weight_decay(ex, o->wd, o->adamw_wd, &err);
     for (int s = 1; !rc && s <= o->steps; s++) {
-        for (size_t i = 0; i < np; i++)
+        for (size_t i = 0; i < np; i++) {
             fill_shard(&plan->params[i], o->tp, rank % o->tp, s, g[i]);
+            for (int64_t k = 0; k < plan->params[i].numel; k++)
+                gb[i][k] = cz_ew_bf16_from_f32(g[i][k]);
+        }
         rc = cz_executor_step(ex, &err);
     }
+    cz_exec_wire w;
+    cz_executor_wire(ex, &w);
+    cz_dtype want = o->bf16 && !o->fp32_reduce ? CZ_DTYPE_BF16 : CZ_DTYPE_FP32;
+    if (!rc && (w.grad_dtype != want || w.param_dtype != (cz_dtype)cfg.dtype))
+        rc = cz__error_set(&err, CZ_EINTERNAL, "wire dtypes %s, %s; expected %s, %s",
+                           cz_dtype_name(w.grad_dtype), cz_dtype_name(w.param_dtype),
+                           cz_dtype_name(want), cz_dtype_name((cz_dtype)cfg.dtype));
     if (rc)
         snprintf(msg, 1024, "%s", err.message);
     for (size_t i = 0; i < np; i++) {
+        for (int64_t k = 0; o->bf16 && p[i] && pb[i] && k < plan->params[i].numel; k++)
+            p[i][k] = cz_ew_f32_from_bf16(pb[i][k]);
         if (out && p[i])
             memcpy(out + tot, p[i], (size_t)plan->params[i].numel * sizeof(float));
         tot += (size_t)plan->params[i].numel;
         free(p[i]);
         free(g[i]);
+        free(pb[i]);
+        free(gb[i]);
     }
     free(p);
     free(g);
+    free(pb);
+    free(gb);
     cz_executor_free(ex);
     return rc;
 }
@@ -464,6 +498,35 @@ START_TEST(dp4_tp1_equals_one_process)
 {
     run_opts o = {.dp = 4, .tp = 1, .has_groups = _i, .steps = 3, .bad_rank = -1};
     compare(&o);
+}
+END_TEST
+
+/* bf16 on the wire through the callbacks, on the job's groups (the all_reduce callback in
+ * CZ_COMM_BF16) and on groups the executor forms (its own bf16 sums): the DP replicas'
+ * gradients are equal here, and a sum of two equal bf16 values is exact, so at DP 2 the bf16
+ * reduction gives the fp32 one's parameters bit for bit. */
+START_TEST(dp2_bf16_wire_equals_fp32_reduction)
+{
+    run_opts o = {.dp = 2, .tp = 2, .has_groups = _i, .steps = 3, .bad_rank = -1, .bf16 = 1};
+    cz_plan *plan = make_plan(o.dp, o.tp);
+    size_t per_rank = 0;
+    for (size_t i = 0; i < plan->nparams; i++)
+        per_rank += (size_t)plan->params[i].numel;
+    cz_plan_free(plan);
+    float *wire = shared(per_rank * MAXR * sizeof(float));
+    float *fp32 = shared(per_rank * MAXR * sizeof(float));
+    result *res = shared(sizeof *res);
+    for (int k = 0; k < 2; k++) {
+        o.fp32_reduce = k;
+        run_ranks(&o, k ? fp32 : wire, per_rank, res);
+        for (int r = 0; r < o.dp * o.tp; r++)
+            ck_assert_msg(res->rc[r] == 0, "rank %d (grad_reduce_in_fp32 %d): %s", r, k,
+                          res->msg[r]);
+    }
+    ck_assert_int_eq(memcmp(wire, fp32, per_rank * (size_t)(o.dp * o.tp) * sizeof(float)), 0);
+    munmap(wire, per_rank * MAXR * sizeof(float));
+    munmap(fp32, per_rank * MAXR * sizeof(float));
+    munmap(res, sizeof *res);
 }
 END_TEST
 
@@ -792,6 +855,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, dp2_tp2_equals_one_process, 0, 2);
     tcase_add_loop_test(tc, dp4_tp1_equals_one_process, 0, 2);
+    tcase_add_loop_test(tc, dp2_bf16_wire_equals_fp32_reduction, 0, 2);
     tcase_add_test(tc, rates_per_parameter);
     tcase_add_loop_test(tc, rates_are_each_parameters_own, 0, 2);
     tcase_add_loop_test(tc, rates_that_differ_are_refused_everywhere, 0, 2);

@@ -351,6 +351,23 @@ START_TEST(current_version_read)
 }
 END_TEST
 
+/* Version 7: this layout up to the optimizers' structs, nothing after them read (the 0xff
+ * bytes beyond would make grad_reduce_in_fp32 -1); grad_reduce_in_fp32 keeps its default. */
+START_TEST(version_7_read)
+{
+    cz_exec_config in = CZ_EXEC_CONFIG_INIT, c;
+    in.version = 7;
+    in.soap.beta1 = 0.5f;
+    in.muon.ns_steps = 3;
+    in.comm = "self";
+    read_ok(&c, &in, CZ__OPTIONS_END(cz_exec_config, shampoo), 7);
+    ck_assert_float_eq(c.soap.beta1, 0.5f);
+    ck_assert_int_eq(c.muon.ns_steps, 3);
+    ck_assert_str_eq(c.comm, "self");
+    ck_assert_int_eq(c.grad_reduce_in_fp32, 0);
+}
+END_TEST
+
 /* A refusal names the struct, the version given and the library's. */
 static void expect_refused(const cz_error *err, const char *type, int have, int current)
 {
@@ -393,7 +410,7 @@ static const fx_param PARAMS[] = {
 
 START_TEST(create_takes_every_version)
 {
-    /* Through the public API: a version-3 config runs a step; versions 0 and 8 are refused. */
+    /* Through the public API: a version-3 config runs a step; versions 0 and 9 are refused. */
     cz_plan *plan = fx_plan(PARAMS, 2, 1);
     ck_assert_ptr_nonnull(plan);
     struct cfg_v3 v3;
@@ -461,6 +478,7 @@ int main(void)
     tcase_add_test(tc, old_versions_read);
     tcase_add_test(tc, lr_zero_by_version);
     tcase_add_test(tc, current_version_read);
+    tcase_add_test(tc, version_7_read);
     tcase_add_test(tc, versions_refused);
     tcase_add_test(tc, create_takes_every_version);
     tcase_add_test(tc, nested_init_macros);

@@ -321,6 +321,13 @@ START_TEST(scratch_bundled_plans)
             size_t got = cz__nccl_plan_scratch(pl, 4, alphas[a], CZ_NCCL_DEFAULT_BYTES_PER_S);
             ck_assert_msg(got == want, "%s on %s, alpha %g: reserved %zu, lists need %zu",
                           cases[i][0], cases[i][1], alphas[a], got, want);
+            /* The plane's reservation in bytes covers the lists in fp32 and in bf16 (the
+             * wire's dtypes), and is the larger of the two. */
+            size_t b4 = 4 * want,
+                   b2 = 2 * scratch_of_lists(pl, 2, alphas[a], CZ_NCCL_DEFAULT_BYTES_PER_S);
+            ck_assert_uint_eq(
+                cz__nccl_plan_scratch_bytes(pl, alphas[a], CZ_NCCL_DEFAULT_BYTES_PER_S),
+                b4 > b2 ? b4 : b2);
             /* All padded: a real reservation (the largest bucket's P m + m). */
             if (a == 1)
                 ck_assert_uint_gt(got, 0);

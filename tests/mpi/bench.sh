@@ -71,6 +71,46 @@ qk-clip)
     --qk-heads 5:1
   grep -q "not a multiple of heads + 2 x groups = 7" "$tmp/out"
   ;;
+wire-planes)
+  # The MPI plane's bf16 reduce-scatter and all-gather against fp32 within the bound their
+  # rounding implies (wire_mpi.c derives it).
+  mpi -np 2 "${CZ_WIRE:?}"
+  mpi -np 4 "$CZ_WIRE"
+  ;;
+wire)
+  # The simulator's DP bytes are the executor's counted bytes, for an fp32 model, a bf16 one and
+  # a bf16 one with the fp32 reduction, on MODEL ($2) at DP2*TP2: canzona simulate --json's
+  # "wire" against canzona-bench's "DP wire per step" (the most one rank posted, one step).
+  command -v python3 >/dev/null || { echo "python3 not found"; exit 77; }
+  m=$src/plans/models/$2.json cl=$src/plans/clusters/cpu-4-dp2-tp2.json
+  for c in "fp32" "bf16" "bf16 --grad-reduce-in-fp32"; do
+    read -r -a w <<<"$c"
+    dt=${w[0]} opt=("${w[@]:1}")
+    python3 - "$m" "$dt" "$tmp/m.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["dtype"] = sys.argv[2]
+json.dump(d, open(sys.argv[3], "w"))
+PY
+    "$CZ" plan -q --model "$tmp/m.json" --cluster "$cl" -o "$tmp/p.json"
+    "$CZ" simulate --plan "$tmp/p.json" -c "$cl" --json ${opt[@]+"${opt[@]}"} >"$tmp/s.json"
+    mpi -np 4 "$CZ_BENCH" --plan "$tmp/p.json" --model "$tmp/m.json" --steps 1 --warmup 0 \
+      ${opt[@]+"${opt[@]}"} | tee "$tmp/out"
+    python3 - "$tmp/s.json" "$tmp/out" "$c" <<'PY'
+import json, re, sys
+w = json.load(open(sys.argv[1]))["rows"][0]["wire"]
+m = re.search(r"DP wire per step \(most on one rank\): gradients (\S+) (\d+) bytes, "
+              r"parameters (\S+) (\d+) bytes", open(sys.argv[2]).read())
+assert m, "canzona-bench printed no wire line"
+got = (m[1], int(m[2]), m[3], int(m[4]))
+want = (w["grad_dtype"], w["grad_sync_bytes"], w["param_dtype"], w["param_sync_bytes"])
+assert got == want, f"{sys.argv[3]}: executor {got}, simulator {want}"
+assert want[1] > 0
+print(f"{sys.argv[3]}: executor = simulator: gradients {got[0]} {got[1]} bytes, "
+      f"parameters {got[2]} {got[3]} bytes")
+PY
+  done
+  ;;
 verify)
   plan "$2" "$3" "$4" "$tmp/plan.json" "${6:-unified}"
   if [ "${6:-unified}" = split ]; then
@@ -101,7 +141,17 @@ PY
   grep -q "verify: OK" "$tmp/out"
   grep -q '"median_s"' "$tmp/t.json"
   grep -q "executor allocations in steps 2..4 (most on one rank): 0$" "$tmp/out"
+  # What went on the wire: the job's dtype both ways (bf16 gradients by default).
+  wire=fp32
+  [ "${5:-fp32}" = bf16 ] && wire=bf16
+  grep -q "gradients $wire [0-9]* bytes, parameters $wire [0-9]* bytes$" "$tmp/out"
   if [ "${5:-fp32}" = bf16 ]; then
+    # And with the fp32 reduction (Megatron's --grad-reduce-in-fp32), within the same bounds.
+    mpi -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --steps 3 --verify \
+      "${extra[@]}" --grad-reduce-in-fp32 | tee "$tmp/out"
+    grep -q "verify: OK" "$tmp/out"
+    grep -q "gradients fp32 [0-9]* bytes, parameters bf16 [0-9]* bytes$" "$tmp/out"
+
     mpi -np 4 "$CZ_BENCH" --plan "$tmp/plan.json" --model "$model" --steps 3 --verify \
       --dtype bf16 --lr 0.01 --adamw-lr 3e-3 --tolerance 0.3 --update-tolerance 0.1 |
       tee "$tmp/out"

@@ -84,5 +84,6 @@ int main(int argc, char **argv)
     FIELD(shampoo.grafting);
     FIELD(shampoo.graft_beta2);
     FIELD(shampoo.graft_eps);
+    FIELD(grad_reduce_in_fp32);
     return 0;
 }

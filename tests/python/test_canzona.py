@@ -125,6 +125,23 @@ class Options(Base):
         with self.assertRaisesRegex(canzona.Error, "muon_lr"):
             a.set_lr(-1.0, 1e-3)
 
+    def test_wire_dtypes_and_bytes(self):
+        # fp32 both ways, every byte of the buffer posted once per step each way; a bf16 job
+        # reduces in bf16 unless grad_reduce_in_fp32, and all-gathers in bf16 either way.
+        ex, P, G = self.executor()
+        for s in range(3):
+            self.grads(G, s)
+            ex.step()
+        self.assertEqual(ex.wire(), {"grad_dtype": "fp32", "param_dtype": "fp32",
+                                     "grad_bytes": 3 * 4 * ex.numel,
+                                     "param_bytes": 3 * 4 * ex.numel})
+        for fp32, grads in ((0, "bf16"), (1, "fp32")):
+            b = canzona.Executor(self.plan, comm="self", dtype="bf16", grad_reduce_in_fp32=fp32)
+            self.assertEqual(b.wire(), {"grad_dtype": grads, "param_dtype": "bf16",
+                                        "grad_bytes": 0, "param_bytes": 0})
+            b.close()
+        ex.close()
+
     def test_max_grad_norm_clips(self):
         ex, P, G = self.executor(max_grad_norm=1e-3)
         self.grads(G, 0)

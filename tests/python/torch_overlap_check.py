@@ -111,6 +111,12 @@ def run(tp, dtype, plan_dir, early=False):
             fail(f"{dtype} step {s}: gradient norms differ: {na!r} vs {nb_!r}")
         if not early and not na > CLIP:
             fail(f"{dtype} step {s}: gradient norm {na} not above {CLIP}: clipping inactive")
+    # Both posted the same DP exchanges, in the job's dtype (bf16 gradients by default).
+    want = "bf16" if dtype == torch.bfloat16 else "fp32"
+    for o in opts:
+        w = o.wire
+        if (w["grad_dtype"], w["param_dtype"]) != (want, want) or w != opts[0].wire:
+            fail(f"{dtype}: on the wire {w}, expected {want} both ways, as {opts[0].wire}")
     opts[1].wait_params()
     before = {n: p.detach().clone() for n, p in models[1].named_parameters()}
     for (n, a), (_, b) in zip(models[0].named_parameters(), models[1].named_parameters()):
@@ -161,6 +167,22 @@ def run(tp, dtype, plan_dir, early=False):
     for (n, a), (_, b) in zip(models[0].named_parameters(), models[1].named_parameters()):
         if not torch.equal(a, b):
             fail(f"{dtype}: parameter {n} differs after the refusal")
+    if dtype == torch.bfloat16:
+        # grad_reduce_in_fp32=True: the gradients go in fp32 (4 bytes an element), the
+        # parameters still in bf16 (2), over the same buckets.
+        m = tt.build_model(cfg, tp, tp_rank, group)
+        tt.load_shards(m, cfg, full, tp, tp_rank)
+        m.to(dtype)
+        opts.append(canzona.torch.Optimizer(
+            m, tp_group=group, tp_dims=tt.TP_DIMS, blocks=tt.blocks_decl(cfg),
+            optimizers=tt.OPTIMIZERS, lr=0.02, adamw_lr=2e-3, max_grad_norm=clip, plan=plan,
+            grad_reduce_in_fp32=True))
+        models.append(m)
+        step(2, 0)
+        w = opts[2].wire
+        if ((w["grad_dtype"], w["param_dtype"]) != ("fp32", "bf16") or
+                w["grad_bytes"] != 2 * w["param_bytes"] or w["param_bytes"] <= 0):
+            fail(f"grad_reduce_in_fp32=True: on the wire {w}")
     for o in opts:
         o.close()
     if rank == 0:

@@ -7,6 +7,7 @@
 #include "cz_types.h"
 
 #include <check.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,7 +115,7 @@ START_TEST(test_versions_refused)
 }
 END_TEST
 
-/* cz_sim_options as versions 1, 2 and 3 had it (canzona.h's history): each appended fields. */
+/* cz_sim_options as versions 1 to 4 had it (canzona.h's history): each appended fields. */
 struct sim_options_v1 {
     int version;
     cz_sim_uneven uneven;
@@ -126,7 +127,8 @@ struct sim_options_v2 {
     cz_muon_tp_mode muon_tp;
     int overlap_param_gather, overlap_grad_reduce, muon_ns_batch_size, gtp;
 };
-struct sim_options_v3 {
+/* Version 3 is version 4 without deferred_updates, read up to gather_forward_order. */
+struct sim_options_v4 {
     int version;
     cz_sim_uneven uneven;
     cz_muon_tp_mode muon_tp;
@@ -134,6 +136,7 @@ struct sim_options_v3 {
     int iteration, seq_len, micro_batch_size, micro_batches;
     double pass_efficiency;
     int gather_forward_order;
+    int deferred_updates;
 };
 /* cz_import_hf_options's version 1 (version 2 appended ep_size). */
 struct import_hf_options_v1 {
@@ -169,11 +172,15 @@ START_TEST(test_old_versions_accepted)
 
     struct sim_options_v1 v1 = {1, CZ_SIM_UNEVEN_PADDED, CZ_MUON_TP_DUPLICATED};
     struct sim_options_v2 v2 = {2, CZ_SIM_UNEVEN_PADDED, CZ_MUON_TP_DUPLICATED, 0, 0, 1, 1};
-    struct sim_options_v3 v3 = {
-        3, CZ_SIM_UNEVEN_PADDED, CZ_MUON_TP_DUPLICATED, 0, 0, 1, 1, 0, 4096, 1, 8, 0.6, 1};
-    const void *olds[] = {&v1, &v2, &v3};
-    const size_t sizes[] = {sizeof v1, sizeof v2, sizeof v3};
-    for (int v = 0; v < 3; v++) {
+    struct sim_options_v4 v3 = {
+        3, CZ_SIM_UNEVEN_PADDED, CZ_MUON_TP_DUPLICATED, 0, 0, 1, 1, 0, 4096, 1, 8, 0.6, 1, 0};
+    struct sim_options_v4 v4 = v3;
+    v4.version = 4;
+    v4.deferred_updates = 1;
+    const void *olds[] = {&v1, &v2, &v3, &v4};
+    const size_t sizes[] = {sizeof v1, sizeof v2, offsetof(struct sim_options_v4, deferred_updates),
+                            sizeof v4};
+    for (int v = 0; v < 4; v++) {
         void *b = in_garbage(olds[v], sizes[v], sizeof(cz_sim_options));
         int rc = cz_plan_simulate(&sim, p, NULL, b, &err);
         ck_assert_msg(rc == CZ_OK, "cz_sim_options version %d: %s", v + 1, err.message);

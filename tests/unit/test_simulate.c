@@ -426,9 +426,8 @@ END_TEST
  * options both buckets are charged; --overlap-grad-reduce leaves exposed only the bucket the
  * backward pass fills last (the stage's last, bucket 1), --overlap-param-gather only the one the
  * forward pass needs first (the same), and the totals still count both. */
-START_TEST(test_dp_overlaps)
+static cz_plan *two_bucket_plan(void)
 {
-    cz_cluster *c = make_cluster(2, 1, 1, 100.0, 25.0, 10.0);
     cz_plan *p = make_plan(2, 1, 2, 1024, 1024, CZ_TP_ROLLBACK);
     p->buckets = realloc(p->buckets, 2 * sizeof *p->buckets);
     ck_assert_ptr_nonnull(p->buckets);
@@ -447,6 +446,13 @@ START_TEST(test_dp_overlaps)
     p->params[1].dp_owner = 1;
     add_group(p, 0, 1, 1, (int[]){0}, (int[]){0});
     add_group(p, 1, 1, 1, (int[]){1}, (int[]){0});
+    return p;
+}
+
+START_TEST(test_dp_overlaps)
+{
+    cz_cluster *c = make_cluster(2, 1, 1, 100.0, 25.0, 10.0);
+    cz_plan *p = two_bucket_plan();
     double b0 = 10e-6 + 1048576.0 * 2.0 / 25e9, b1 = 10e-6 + 786432.0 * 2.0 / 25e9;
     for (int ov = 0; ov < 2; ov++) {
         cz_sim_options o = CZ_SIM_OPTIONS_INIT;
@@ -462,6 +468,42 @@ START_TEST(test_dp_overlaps)
         ck_assert_double_eq_tol(r->step_s, r->grad_sync_s + r->local_s + r->param_sync_s, 1e-12);
         cz_sim_result_free(r);
     }
+    cz_plan_free(p);
+    cz_cluster_free(c);
+}
+END_TEST
+
+/* What goes on the wire, on test_dp_overlaps' plan (bf16, two buckets of 1 M elements): by
+ * default both exchanges in bf16, each GPU posting both buckets whole (2 M elements x 2 bytes
+ * each way); with grad_reduce_in_fp32 the reduce-scatters move 4 bytes an element (twice the
+ * time's bandwidth term), the all-gathers stay bf16. Other values are refused. */
+START_TEST(test_wire)
+{
+    cz_cluster *c = make_cluster(2, 1, 1, 100.0, 25.0, 10.0);
+    cz_plan *p = two_bucket_plan();
+    for (int fp32 = 0; fp32 < 2; fp32++) {
+        cz_sim_options o = CZ_SIM_OPTIONS_INIT;
+        o.grad_reduce_in_fp32 = fp32;
+        cz_sim_result *r = NULL;
+        cz_error err;
+        int rc = cz_plan_simulate(&r, p, c, &o, &err);
+        ck_assert_msg(rc == 0, "%s", err.message);
+        double eb = fp32 ? 4.0 : 2.0;
+        ck_assert_double_eq_tol(r->grad_sync_s, 20e-6 + (1048576.0 + 786432.0) * eb / 25e9, 1e-12);
+        ck_assert_double_eq_tol(r->param_sync_s, 20e-6 + (1048576.0 + 786432.0) * 2.0 / 25e9,
+                                1e-12);
+        ck_assert_int_eq(r->grad_wire, fp32 ? CZ_DTYPE_FP32 : CZ_DTYPE_BF16);
+        ck_assert_int_eq(r->param_wire, CZ_DTYPE_BF16);
+        ck_assert_int_eq(r->grad_sync_bytes, 2 * 1048576 * (int64_t)eb);
+        ck_assert_int_eq(r->param_sync_bytes, 2 * 1048576 * 2);
+        cz_sim_result_free(r);
+    }
+    cz_sim_options o = CZ_SIM_OPTIONS_INIT;
+    o.grad_reduce_in_fp32 = 2;
+    cz_sim_result *r = NULL;
+    cz_error err;
+    ck_assert_int_eq(cz_plan_simulate(&r, p, c, &o, &err), CZ_EINVALID);
+    ck_assert_ptr_nonnull(strstr(err.message, "grad_reduce_in_fp32"));
     cz_plan_free(p);
     cz_cluster_free(c);
 }
@@ -627,6 +669,7 @@ int main(void)
     tcase_add_test(tc, test_coop_allreduce_and_wait);
     tcase_add_test(tc, test_block_gather_volume);
     tcase_add_test(tc, test_iteration);
+    tcase_add_test(tc, test_wire);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

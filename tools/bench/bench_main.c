@@ -157,7 +157,11 @@ typedef struct bench_run {
     double *per[NPHASES];
     uint64_t max_allocs, max_dev, all_early;
     int64_t qk_clipped; /* --qk-clip: (layer, head) pairs clipped over every step */
-    bool stalled;       /* a step stopped for a stall and the run ends itself (--end-after-stall) */
+    /* The DP exchanges' dtypes and the most bytes one rank posted per step (gradients,
+     * parameters; cz_executor_wire). */
+    cz_exec_wire wire;
+    uint64_t wire_max[2];
+    bool stalled; /* a step stopped for a stall and the run ends itself (--end-after-stall) */
     /* cfg.dp_comm and cfg.tp_comm point here: they live as long as the executor */
     MPI_Comm row, erow, own_dp, own_tp, world_comm;
 } bench_run;
@@ -397,6 +401,14 @@ static int run_steps(bench_run *r)
     uint64_t early = (uint64_t)cz_executor_early_groups(r->ex);
     cz_bench_allreduce(&early, &r->all_early, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD,
                        "canzona-bench's early micro-group count");
+    cz_executor_wire(r->ex, &r->wire);
+    uint64_t per_step[2] = {0, 0};
+    if (r->total > 0) {
+        per_step[0] = (uint64_t)r->wire.grad_bytes / (uint64_t)r->total;
+        per_step[1] = (uint64_t)r->wire.param_bytes / (uint64_t)r->total;
+    }
+    cz_bench_allreduce(per_step, r->wire_max, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD,
+                       "canzona-bench's wire byte count");
     /* After the count: a checkpoint allocates, a step must not. */
     rc = r->o.save_state ? cz_executor_save_state(r->ex, r->o.save_state, &r->err) : CZ_OK;
     return cz_bench_any_failed(rc, &r->err, "saving the optimizer state");
@@ -432,6 +444,10 @@ static void report(const bench_run *r, const double med[NPHASES])
     if (o->qk_tau > 0.0)
         printf("qk-clip: %lld (layer, head) pairs above tau = %g in the %d steps\n",
                (long long)r->qk_clipped, o->qk_tau, r->total);
+    printf("DP wire per step (most on one rank): gradients %s %llu bytes, parameters %s %llu "
+           "bytes\n",
+           cz_dtype_name(r->wire.grad_dtype), (unsigned long long)r->wire_max[0],
+           cz_dtype_name(r->wire.param_dtype), (unsigned long long)r->wire_max[1]);
     printf("executor allocations in steps 2..%d (most on one rank): %llu\n", r->total,
            (unsigned long long)r->max_allocs);
     if (r->cuda)

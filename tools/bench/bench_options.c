@@ -40,6 +40,9 @@ void cz_bench_usage(FILE *f)
            "                     fp32 values; default: not checked, only printed)\n"
            "  --dtype D          dtype of the bound parameters and gradients: fp32 or bf16\n"
            "                     (default: the plan's)\n"
+           "  --grad-reduce-in-fp32  with bf16, reduce-scatter the gradients in fp32 (Megatron's\n"
+           "                     --grad-reduce-in-fp32); default: in bf16 (docs/EXECUTOR.md,\n"
+           "                     \"On the wire\")\n"
            "  --lr X             Muon learning rate (default: 1e-3 with --scaling rms, 0.02 with\n"
            "                     shape)\n"
            "  --scaling S        Muon update scale: rms (0.2*sqrt(max(m,n)), default) or shape\n"
@@ -190,6 +193,7 @@ static const struct option longs[] = {{"plan", required_argument, 0, 'p'},
                                       {"end-after-stall", no_argument, 0, 1024},
                                       {"qk-clip", required_argument, 0, 1025},
                                       {"qk-heads", required_argument, 0, 1026},
+                                      {"grad-reduce-in-fp32", no_argument, 0, 1027},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
 
@@ -223,6 +227,7 @@ static void opts_defaults(bench_opts *o)
     o->adamw_eps = d.adamw.eps;
     o->max_grad_norm = d.max_grad_norm;
     o->dtype = d.dtype;
+    o->grad_reduce_in_fp32 = d.grad_reduce_in_fp32;
     o->ns_eps = d.muon.ns_eps;
     o->delay_bucket = o->skip_bucket = o->repeat_bucket = -1;
     o->order_rank = -1;
@@ -354,6 +359,9 @@ static int run_option(bench_opts *o, int c, char *arg, char **end, char *msg, si
         return 0;
     case 1024:
         o->end_after_stall = 1;
+        return 0;
+    case 1027:
+        o->grad_reduce_in_fp32 = 1;
         return 0;
     default:
         return -1;
@@ -601,13 +609,13 @@ static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
         "nesterov=%d ns-steps=%d ns-coeffs=%s ns-eps=%.17g weight-decay=%.17g adamw-lr=%.17g "
         "adamw-beta1=%.17g adamw-beta2=%.17g adamw-eps=%.17g adamw-weight-decay=%.17g "
         "max-grad-norm=%.17g own-comms=%d bad-dp-comm=%d corrupt-replica=%d inject-nan=%s "
-        "backend=%s comm=%s",
+        "backend=%s comm=%s grad-reduce-in-fp32=%d",
         prc == 1, o->steps, o->warmup, (unsigned long long)o->seed, o->verify, o->dump_dir != NULL,
         o->init_dir != NULL, o->grad_dir != NULL, o->dtype, o->lr, (int)o->scaling, o->scale_coeff,
         o->momentum, o->nesterov, o->ns_steps, o->ns_coeffs ? o->ns_coeffs : "", o->ns_eps, o->wd,
         o->adamw_lr, o->beta1, o->beta2, o->adamw_eps, o->adamw_wd, o->max_grad_norm, o->own_comms,
-        o->bad_dp_comm, o->corrupt_replica, o->inject_nan ? o->inject_nan : "", o->backend,
-        o->comm);
+        o->bad_dp_comm, o->corrupt_replica, o->inject_nan ? o->inject_nan : "", o->backend, o->comm,
+        o->grad_reduce_in_fp32);
     if (n < 0 || (size_t)n >= cap)
         return;
     snprintf(buf + n, cap - (size_t)n,
@@ -682,6 +690,7 @@ void cz_bench_config(const bench_opts *o, cz_exec_config *cfg)
     cfg->max_grad_norm = (float)o->max_grad_norm;
     cfg->check_finite = !o->early; /* early updates cannot refuse a step after its first update */
     cfg->dtype = o->dtype;
+    cfg->grad_reduce_in_fp32 = o->grad_reduce_in_fp32;
     cfg->muon.ns_eps = (float)o->ns_eps;
     cfg->shampoo.beta1 = o->shampoo.shampoo.beta1;
     cfg->shampoo.beta2 = o->shampoo.shampoo.beta2;

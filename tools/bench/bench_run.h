@@ -27,7 +27,8 @@ typedef struct bench_opts {
     const char *grad_dir, *dump_grads, *load_state, *save_state;
     const char *backend, *comm; /* --backend cpu|cuda, --comm mpi|nccl */
     int steps, warmup, verify, nesterov, ns_steps, own_comms, bad_dp_comm, corrupt_replica;
-    int dtype; /* -1 = the executor's (the plan's) */
+    int dtype;               /* -1 = the executor's (the plan's) */
+    int grad_reduce_in_fp32; /* --grad-reduce-in-fp32 */
     /* --overlap: the bucket-wise step; --delay-bucket, --skip-bucket, --repeat-bucket: one
      * bucket declared last, never (on the last rank), or twice (-1: none) */
     int overlap, delay_bucket, skip_bucket, repeat_bucket;

@@ -3,9 +3,13 @@
 # canzona-bench on 4 MPI ranks (4 steps after a warm-up), every updated parameter (--dump-dir)
 # and the checkpoint (--save-state) compared byte for byte, on the configurations the suite
 # runs: fp32, bf16, the split layout, PP 2, experts (EP 2), clipping, the bucket-wise step and
-# early updates. The plans are written once, by NEW's canzona.
+# early updates, and bf16 with each of those that runs in bf16. The plans are written once, by
+# NEW's canzona.
 # Usage: tools/bench/same_bits.sh OLD_BUILD NEW_BUILD   (build folders: BUILD/canzona,
 #        BUILD/executor/canzona-bench); exit 0 when every file is identical.
+# Env: CZ_NEW_ARGS: options given to NEW's canzona-bench only (an option OLD lacks that asks
+#        for OLD's behaviour, e.g. --grad-reduce-in-fp32 against a build from before bf16
+#        went on the wire).
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 OLD_BUILD NEW_BUILD" >&2; exit 2; }
 old=$1 new=$2
@@ -37,18 +41,26 @@ cases=(
   "clip dp2tp2.json $small --max-grad-norm 0.05"
   "overlap buckets.json $small --overlap --max-grad-norm 0.05"
   "early buckets.json $small --overlap --early-updates"
+  "bf16-split split.json $small --dtype bf16"
+  "bf16-pp2 pp2.json $small --dtype bf16"
+  "bf16-experts ep2.json $moe --dtype bf16"
+  "bf16-clip dp2tp2.json $small --dtype bf16 --max-grad-norm 0.05"
+  "bf16-overlap buckets.json $small --dtype bf16 --overlap --max-grad-norm 0.05"
+  "bf16-early buckets.json $small --dtype bf16 --overlap --early-updates"
 )
+read -r -a new_args <<<"${CZ_NEW_ARGS:-}"
 fail=0
 for c in "${cases[@]}"; do
   read -r -a w <<<"$c"
   name=${w[0]} plan=${w[1]} model=${w[2]}
   for side in old new; do
-    b=$old
-    [ "$side" = new ] && b=$new
+    b=$old extra=()
+    [ "$side" = new ] && b=$new extra=("${new_args[@]}")
     mkdir -p "$t/$name.$side"
     timeout 600 mpirun --oversubscribe -np 4 "$b/executor/canzona-bench" --plan "$t/$plan" \
       --model "$model" --steps 4 --warmup 1 --dump-dir "$t/$name.$side" \
-      --save-state "$t/$name.$side/state.safetensors" "${w[@]:3}" >"$t/$name.$side.log" 2>&1 ||
+      --save-state "$t/$name.$side/state.safetensors" "${w[@]:3}" ${extra[@]+"${extra[@]}"} \
+      >"$t/$name.$side.log" 2>&1 ||
       { echo "$name: the $side build failed:"; tail -5 "$t/$name.$side.log"; fail=1; continue 2; }
   done
   n=0 bad=0

@@ -20,6 +20,7 @@
 #include "comm.h"
 #include "compute.h"
 #include "cz_format.h"
+#include "elementwise.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,11 @@ static void reduce_into(void *a, const void *b, size_t n, cz_comm_dtype t, cz_co
             float *x = a;
             float y = ((const float *)b)[i];
             x[i] = op == CZ_COMM_MIN ? (y < x[i] ? y : x[i]) : x[i] + y;
+        } else if (t == CZ_COMM_BF16) {
+            /* Each pairwise sum rounded to bf16, as the MPI plane's bf16 sum (comm_mpi.c). */
+            uint16_t *x = a;
+            float y = cz_ew_f32_from_bf16(((const uint16_t *)b)[i]), z = cz_ew_f32_from_bf16(x[i]);
+            x[i] = cz_ew_bf16_from_f32(op == CZ_COMM_MIN ? (y < z ? y : z) : z + y);
         } else if (t == CZ_COMM_FP64) {
             double *x = a;
             double y = ((const double *)b)[i];
@@ -259,8 +265,6 @@ static int cb_reduce_scatter(cz_plane *p, const void *send, void *recv, const si
     if ((rc = cz_plane_wait_after(p, after, err)) != CZ_OK ||
         (rc = comm_dtype(t, &ct, err)) != CZ_OK)
         return rc;
-    if (ct != CZ_COMM_FP32)
-        return cz__error_set(err, CZ_EUNSUPPORTED, "comm callbacks: reduce-scatter sums fp32 only");
     for (int r = 0; r < p->size; r++) {
         if (r < p->rank)
             off += counts[r];

@@ -14,6 +14,7 @@
 #include "comm_mpi.h"
 #include "compute.h"
 #include "cz_format.h"
+#include "elementwise.h"
 
 #ifdef CZ_HAVE_MPI
 #include "mpi_watch.h"
@@ -29,6 +30,7 @@ typedef struct mpi_plane {
     bool owns_chan;
     double timeout_s;
     const cz_phase *phase; /* the executor's, for the report of a stalled wait */
+    MPI_Op bf16_sum;       /* the bf16 reduce-scatter's sum (bf16_sum), MPI_OP_NULL: none */
 } mpi_plane;
 
 /* Up to one send and one receive per peer, plus room for a collective. peer[k] is the plane
@@ -55,6 +57,19 @@ static int mpi_fail(cz_error *err, int rc, const char *what)
 static MPI_Datatype mpi_type(cz_dtype t)
 {
     return t == CZ_DTYPE_FP32 ? MPI_FLOAT : MPI_UINT16_T;
+}
+
+/* MPI has no bf16 type: a bf16 reduce-scatter sums 16-bit words with this user operation.
+ * Each pairwise sum is widened to fp32 and rounded back to bf16 (nearest even), as NCCL's
+ * ncclBfloat16 sum adds two values per step of its ring: a sum over n ranks is rounded n - 1
+ * times, in an order MPI chooses (docs/EXECUTOR.md, "On the wire", derives the bound). */
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = cz_ew_bf16_from_f32(cz_ew_f32_from_bf16(a[i]) + cz_ew_f32_from_bf16(b[i]));
 }
 
 static int count_fits(size_t n, const char *what, cz_error *err)
@@ -137,6 +152,8 @@ static void free_impl(void **impl)
      * rather than risk freeing it under MPI (the job ends anyway). */
     if (!fin && !cz__mpi_watch_broken())
         MPI_Comm_free(&h->comm);
+    if (!fin && h->bf16_sum != MPI_OP_NULL)
+        MPI_Op_free(&h->bf16_sum);
     if (h->owns_chan)
         cz__mpi_chan_close(h->chan);
     cz__exec_free(h);
@@ -166,8 +183,10 @@ static int post_uneven(cz_plane *p, int gather, const void *send, void *recv, co
     int rc = cz_plane_wait_after(p, after, err);
     if (rc)
         return rc;
-    if (!gather && t != CZ_DTYPE_FP32)
-        return cz__error_set(err, CZ_EUNSUPPORTED, "MPI reduce-scatter: only fp32 sums");
+    mpi_plane *h = p->impl;
+    if (!gather && t != CZ_DTYPE_FP32 && (t != CZ_DTYPE_BF16 || h->bf16_sum == MPI_OP_NULL))
+        return cz__error_set(err, CZ_EUNSUPPORTED, "MPI reduce-scatter: no %s sum",
+                             cz_dtype_name(t));
     const char *what = gather ? "all-gather" : "reduce-scatter";
     if ((rc = usable(what, err)) != CZ_OK)
         return rc;
@@ -183,7 +202,8 @@ static int post_uneven(cz_plane *p, int gather, const void *send, void *recv, co
     }
     rc = gather ? MPI_Iallgatherv(MPI_IN_PLACE, 0, mpi_type(t), recv, ic, id, mpi_type(t),
                                   comm_of(p->impl), q)
-                : MPI_Ireduce_scatter(send, recv, ic, MPI_FLOAT, MPI_SUM, comm_of(p->impl), q);
+                : MPI_Ireduce_scatter(send, recv, ic, mpi_type(t),
+                                      t == CZ_DTYPE_FP32 ? MPI_SUM : h->bf16_sum, h->comm, q);
     return rc == MPI_SUCCESS ? CZ_OK : mpi_fail(err, rc, what);
 }
 
@@ -391,6 +411,10 @@ static int wrap(void **impl, int *size, int *rank, MPI_Comm dup, const mpi_plane
     }
     MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
     h->comm = dup;
+    /* A local call (not collective): a plane whose operation could not be made refuses bf16
+     * reduce-scatters with a message instead. */
+    if (MPI_Op_create(bf16_sum, 1, &h->bf16_sum) != MPI_SUCCESS)
+        h->bf16_sum = MPI_OP_NULL;
     h->chan = like ? like->chan : chan;
     h->timeout_s = like ? like->timeout_s : timeout_s;
     h->phase = like ? like->phase : phase;

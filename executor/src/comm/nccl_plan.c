@@ -176,6 +176,16 @@ size_t cz__nccl_plan_scratch(const struct cz_plan *plan, size_t elem_bytes, doub
     return need;
 }
 
+size_t cz__nccl_plan_scratch_bytes(const struct cz_plan *plan, double alpha_s, double bytes_per_s)
+{
+    size_t most = 0;
+    for (size_t es = 2; es <= 4; es += 2) {
+        size_t b = cz__nccl_plan_scratch(plan, es, alpha_s, bytes_per_s) * es;
+        most = b > most ? b : most;
+    }
+    return most;
+}
+
 cz_nccl_wait cz__nccl_poll_until(const cz_nccl_poller *p, double timeout_s, int *npolls)
 {
     double start = p->now(p->ctx);

@@ -100,6 +100,10 @@ double cz__nccl_step_time(const struct cz_plan *plan, cz_nccl_policy policy, siz
  * is created, so a step never allocates. */
 size_t cz__nccl_plan_scratch(const struct cz_plan *plan, size_t elem_bytes, double alpha_s,
                              double bytes_per_s);
+/* The bytes of scratch the nccl plane reserves: the step's DP collectives go in fp32 or bf16
+ * (wire.c), and the form a collective takes depends on its bytes, so the larger of
+ * cz__nccl_plan_scratch's need in either dtype times its element size. */
+size_t cz__nccl_plan_scratch_bytes(const struct cz_plan *plan, double alpha_s, double bytes_per_s);
 
 /* ---- communicator creation: non-blocking NCCL, polled with a time limit ----
  * Communicators are created non-blocking (ncclConfig_t.blocking = 0): ncclCommInitRankConfig

@@ -15,6 +15,7 @@
 #include "cz_format.h"
 #include "executor_impl.h"
 #include "step_phases.h"
+#include "wire.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -152,7 +153,7 @@ static int ovl_setup(cz_executor *ex, cz_error *err)
         const cz_plan_bucket *bk = &plan->buckets[b];
         if (!cz__exec_holds_bucket(ex, bk))
             continue;
-        cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
+        cz_bucket_plane bp = cz__wire_bucket_plane(ex, bk);
         bs->recv_off[b] = total;
         total += bk->ranges[2 * bp.me + 1] - bk->ranges[2 * bp.me];
         bs->rs[b] = bp.plane->ops->req_create(bp.plane);
@@ -194,9 +195,11 @@ done:
 static int ovl_gather_done(cz_executor *ex, size_t b, cz_error *err)
 {
     cz_bucket_step *bs = ex->bws;
-    cz_bucket_plane bp = cz__step_bucket_plane(ex, &ex->plan->buckets[b]);
+    cz_bucket_plane bp = cz__wire_bucket_plane(ex, &ex->plan->buckets[b]);
     int rc = bp.plane->ops->wait(bp.plane, bs->ag[b], err);
     bs->state[b] = CZ_OVL_IDLE;
+    if (rc == CZ_OK)
+        cz__wire_gathered(ex, b, cz__binding_params(&ex->bind));
     if (rc == CZ_OK && ex->bind.staged)
         for (int k = bs->pstart[b]; k < bs->pstart[b + 1]; k++)
             cz__binding_stage_out_param(ex, (size_t)bs->pidx[k]);
@@ -251,8 +254,6 @@ static int ovl_post(cz_executor *ex, bool all, bool update, cz_error *err)
     cz_bucket_step *bs = ex->bws;
     const cz_plan *plan = ex->plan;
     float *G = cz__binding_grads(&ex->bind);
-    int most = ex->grid.dp > ex->grid.edp ? ex->grid.dp : ex->grid.edp;
-    size_t counts[most];
     bool recorded = false;
     int rc;
     for (;;) {
@@ -263,17 +264,12 @@ static int ovl_post(cz_executor *ex, bool all, bool update, cz_error *err)
         size_t b = bs->next;
         if (b >= plan->nbuckets || (bs->state[b] != CZ_OVL_DECLARED && !all))
             break;
-        const cz_plan_bucket *bk = &plan->buckets[b];
         /* The reduce-scatter reads the gradients once their staging is done. */
         if (!recorded)
             ex->compute.ops->event_record(&ex->compute, ex->ev_grads);
         recorded = true;
         ex->phase = (cz_phase){"bucket-wise step: gradient reduce-scatters posted", ex->steps + 1};
-        cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
-        cz__step_bucket_counts(bk, &bp, counts);
-        rc = bp.plane->ops->ireduce_scatter(bp.plane, G + bp.base + bk->ranges[0],
-                                            bs->recv + bs->recv_off[b], counts, CZ_DTYPE_FP32,
-                                            ex->ev_grads, bs->rs[b], err);
+        rc = cz__wire_reduce_scatter(ex, b, G, bs->recv + bs->recv_off[b], bs->rs[b], err);
         if (rc)
             return rc;
         bs->state[b] = CZ_OVL_REDUCING;
@@ -282,7 +278,7 @@ static int ovl_post(cz_executor *ex, bool all, bool update, cz_error *err)
     /* MPI progresses a collective only inside MPI calls: the ones in flight get a turn. */
     for (size_t b = 0; b < bs->next; b++)
         if (bs->state[b] == CZ_OVL_REDUCING) {
-            cz_bucket_plane bp = cz__step_bucket_plane(ex, &plan->buckets[b]);
+            cz_bucket_plane bp = cz__wire_bucket_plane(ex, &plan->buckets[b]);
             bp.plane->ops->progress(bp.plane, bs->rs[b]);
         }
     return CZ_OK;
@@ -296,21 +292,19 @@ static int ovl_wait_reduced(cz_executor *ex, bool scale, size_t upto, cz_error *
     cz_bucket_step *bs = ex->bws;
     const cz_plan *plan = ex->plan;
     float *G = cz__binding_grads(&ex->bind);
-    float inv = 1.0f / (float)ex->grid.dp; /* reduce_scatter's factor, for the same bits */
     int rc = CZ_OK;
     for (size_t b = 0; b < plan->nbuckets && b <= upto; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
         cz_error tmp;
         if (bs->state[b] != CZ_OVL_REDUCING)
             continue;
-        cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
+        cz_bucket_plane bp = cz__wire_bucket_plane(ex, bk);
         int brc = bp.plane->ops->wait(bp.plane, bs->rs[b], rc != CZ_OK ? &tmp : err);
         bs->state[b] = CZ_OVL_REDUCED;
         rc = rc != CZ_OK ? rc : brc;
         if (rc != CZ_OK || !scale)
             continue;
-        int64_t lo = bk->ranges[2 * bp.me], n = bk->ranges[2 * bp.me + 1] - lo;
-        ex->compute.ops->scale(&ex->compute, G + bp.base + lo, bs->recv + bs->recv_off[b], n, inv);
+        cz__wire_reduced(ex, b, G, bs->recv + bs->recv_off[b]);
     }
     return rc;
 }
@@ -422,13 +416,7 @@ int64_t cz_executor_param_bucket(const cz_executor *ex, size_t i)
 static int ovl_post_gather(cz_executor *ex, size_t b, float *P, cz_error *err)
 {
     cz_bucket_step *bs = ex->bws;
-    const cz_plan_bucket *bk = &ex->plan->buckets[b];
-    int most = ex->grid.dp > ex->grid.edp ? ex->grid.dp : ex->grid.edp;
-    size_t counts[most];
-    cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
-    cz__step_bucket_counts(bk, &bp, counts);
-    int rc = bp.plane->ops->iall_gatherv(bp.plane, P + bp.base + bk->ranges[0], counts,
-                                         CZ_DTYPE_FP32, ex->ev_params, bs->ag[b], err);
+    int rc = cz__wire_all_gather(ex, b, P, bs->ag[b], err);
     if (rc != CZ_OK)
         return rc;
     bs->state[b] = CZ_OVL_GATHERING;
@@ -778,7 +766,7 @@ void cz__bucket_step_free(cz_executor *ex)
      * req_free (MPI waits for it, bounded; the other planes have nothing pending) before the
      * buffers it reads and writes are released. */
     for (size_t b = 0; bs->rs && bs->ag && b < ex->plan->nbuckets; b++) {
-        cz_plane *pl = cz__step_bucket_plane(ex, &ex->plan->buckets[b]).plane;
+        cz_plane *pl = cz__wire_bucket_plane(ex, &ex->plan->buckets[b]).plane;
         if (pl->ops && bs->rs[b])
             pl->ops->req_free(pl, bs->rs[b]);
         if (pl->ops && bs->ag[b])

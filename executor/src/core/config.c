@@ -191,6 +191,13 @@ int cz__exec_config_read(cz_exec_config *out, const cz_exec_config *in, cz_error
         *out = *in;
         return check_nested(out, err);
     }
+    /* Version 7 is this layout up to the optimizers' structs; what version 8 appended keeps
+     * its default. */
+    if (version == 7) {
+        memcpy(out, in, CZ__OPTIONS_END(cz_exec_config, shampoo));
+        out->version = CZ_EXEC_CONFIG_VERSION;
+        return check_nested(out, err);
+    }
     struct cz__exec_config_v6 flat;
     flat_defaults(&flat, out);
     memcpy(&flat, in, flat_ends[version - 1]);

@@ -13,6 +13,7 @@
 #include "optimizer.h"
 #include "qk_clip.h"
 #include "shard.h"
+#include "wire.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -159,7 +160,7 @@ static int alloc_state(cz_executor *ex, cz_error *err)
     int rc;
     if ((rc = alloc_tables(ex, err)) != CZ_OK || (rc = cz__binding_init(ex, err)) != CZ_OK ||
         (rc = cz__exec_rates_init(ex, err)) != CZ_OK || (rc = own_params(ex, err)) != CZ_OK ||
-        (rc = cz__exec_pipeline_init(ex, err)) != CZ_OK)
+        (rc = cz__exec_pipeline_init(ex, err)) != CZ_OK || (rc = cz__wire_init(ex, err)) != CZ_OK)
         return rc;
     if ((rc = ex->matrix_opt.ops->work_create(&ex->matrix_opt, err)) != CZ_OK)
         return rc;
@@ -474,6 +475,7 @@ void cz_executor_free(cz_executor *ex)
     cz__exec_free(ex->held.param_off);
     cz__exec_free(ex->rates.param);
     cz__exec_free(ex->own.stats_host);
+    cz__wire_free(ex);
     cz__binding_free(ex);
     cz__exec_free(ex->held.params);
     cz__exec_free(ex->held.buckets);

@@ -130,6 +130,8 @@ struct cz_executor {
     cz_exec_owned own;
     cz_exec_binding bind;
     float *scratch; /* backend: max bucket range, for the reduce-scatter */
+    /* The DP exchanges' dtypes, bf16 buffers and posted bytes (wire.c). */
+    struct cz_wire *wire;
     /* Compute events the DP collectives wait for: gradients staged, parameters updated. */
     cz_event *ev_grads, *ev_params;
     /* The optimizers (optimizer.h): the plan's matrix optimizer, and the elementwise one.

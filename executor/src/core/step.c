@@ -17,6 +17,7 @@
 #include "executor_impl.h"
 #include "qk_clip.h"
 #include "step_phases.h"
+#include "wire.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -65,21 +66,6 @@ int cz__exec_poison_agree(cz_executor *ex, const char *what, cz_error *err)
     if (rc)
         return rc;
     return v == INT64_MAX ? CZ_OK : poison_error(ex, what, v, err);
-}
-
-cz_bucket_plane cz__step_bucket_plane(cz_executor *ex, const cz_plan_bucket *bk)
-{
-    if (ex->grid.experts && bk->expert)
-        return (cz_bucket_plane){&ex->planes.edp, ex->grid.edp, ex->grid.edp_rank,
-                                 ex->grid.expert_base + bk->offset};
-    return (cz_bucket_plane){&ex->planes.dp, ex->grid.dp, ex->grid.dp_rank, bk->offset};
-}
-
-/* A bucket's per-rank counts on its plane (its ranges: contiguous and rank-ordered, plan check). */
-void cz__step_bucket_counts(const cz_plan_bucket *bk, const cz_bucket_plane *bp, size_t *counts)
-{
-    for (int r = 0; r < bp->n; r++)
-        counts[r] = (size_t)(bk->ranges[2 * r + 1] - bk->ranges[2 * r]);
 }
 
 static uint64_t fnv(uint64_t h, const void *data, size_t n)
@@ -233,7 +219,7 @@ int cz__step_elementwise_bucket(cz_executor *ex, float *P, const float *G, size_
     if (done[b])
         return CZ_OK;
     done[b] = true;
-    cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
+    cz_bucket_plane bp = cz__wire_bucket_plane(ex, bk);
     int64_t lo = bp.base + bk->ranges[2 * bp.me], hi = bp.base + bk->ranges[2 * bp.me + 1];
     return ex->elem_opt.ops->step_shards(&ex->elem_opt, P, G, ex->steps + 1, lo, hi, err);
 }
@@ -292,44 +278,28 @@ int cz__step_update_all(cz_executor *ex, float *P, float *G, const cz_step_early
     return CZ_OK;
 }
 
+/* Each held bucket's gradients reduce-scattered (in the wire's dtype, wire.c) through the
+ * shared scratch and averaged into this rank's range. */
 static int reduce_scatter(cz_executor *ex, float *G, cz_error *err)
 {
-    const cz_plan *plan = ex->plan;
-    int most = ex->grid.dp > ex->grid.edp ? ex->grid.dp : ex->grid.edp;
-    size_t counts[most];
-    /* Averaged over DP. An expert buffer is summed over its expert-DP group and scaled by 1/DP
-     * too, as Megatron-Core's DDP does (expert_gradient_scaling_factor = 1 / DP size without
-     * average_in_collective): each EP rank's expert gradient already gathers the tokens of the
-     * DP replicas of its EP group. */
-    float inv = 1.0f / (float)ex->grid.dp;
     for (int k = 0; k < ex->held.nbuckets; k++) {
-        const cz_plan_bucket *bk = &plan->buckets[ex->held.buckets[k]];
-        cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
-        cz__step_bucket_counts(bk, &bp, counts);
-        float *base = G + bp.base + bk->ranges[0];
-        int rc = bp.plane->ops->reduce_scatter(bp.plane, base, ex->scratch, counts, CZ_DTYPE_FP32,
-                                               ex->ev_grads, err);
+        size_t b = (size_t)ex->held.buckets[k];
+        int rc = cz__wire_reduce_scatter(ex, b, G, ex->scratch, NULL, err);
         if (rc)
             return rc;
-        float *mine = G + bp.base + bk->ranges[2 * bp.me];
-        ex->compute.ops->scale(&ex->compute, mine, ex->scratch, (int64_t)counts[bp.me], inv);
+        cz__wire_reduced(ex, b, G, ex->scratch);
     }
     return CZ_OK;
 }
 
 static int all_gather(cz_executor *ex, float *P, cz_error *err)
 {
-    const cz_plan *plan = ex->plan;
-    int most = ex->grid.dp > ex->grid.edp ? ex->grid.dp : ex->grid.edp;
-    size_t counts[most];
     for (int k = 0; k < ex->held.nbuckets; k++) {
-        const cz_plan_bucket *bk = &plan->buckets[ex->held.buckets[k]];
-        cz_bucket_plane bp = cz__step_bucket_plane(ex, bk);
-        cz__step_bucket_counts(bk, &bp, counts);
-        int rc = bp.plane->ops->all_gather(bp.plane, P + bp.base + bk->ranges[0], counts,
-                                           CZ_DTYPE_FP32, ex->ev_params, err);
+        size_t b = (size_t)ex->held.buckets[k];
+        int rc = cz__wire_all_gather(ex, b, P, NULL, err);
         if (rc)
             return rc;
+        cz__wire_gathered(ex, b, P);
     }
     return CZ_OK;
 }

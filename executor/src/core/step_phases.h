@@ -1,6 +1,6 @@
 /*
  * step_phases.h — the phases of a step (step.c) that the bucket-wise step (bucket_step.c)
- * builds on: a bucket's plane and counts, the count of a step done, and the sequence from the
+ * builds on: the count of a step done, and the sequence from the
  * gradient statistics to every parameter updated (staging and the binding check: binding.h).
  * step.c depends on nothing of the bucket-wise step; what early updates already did reaches
  * the sequence as a cz_step_early.
@@ -13,19 +13,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* The plane a bucket is reduced and gathered over, its size and this rank's place in it, and
- * where the bucket starts in the flat buffers: the DP plane for the dense buffer; for an
- * expert bucket, the expert-DP plane and the expert buffer. */
-typedef struct cz_bucket_plane {
-    cz_plane *plane;
-    int n, me;
-    int64_t base;
-} cz_bucket_plane;
-
-cz_bucket_plane cz__step_bucket_plane(cz_executor *ex, const cz_plan_bucket *bk);
-/* A bucket's per-rank counts on its plane (counts: bp->n entries). */
-void cz__step_bucket_counts(const cz_plan_bucket *bk, const cz_bucket_plane *bp, size_t *counts);
 
 /* A step done: counted, its timings (phases in *t, the total added) the last step's. */
 void cz__step_count(cz_executor *ex, cz_exec_timings *t);

@@ -770,9 +770,8 @@ int cz__plane_nccl_wrap(cz_plane *p, const void *handle, double timeout_s, cz_er
 int cz__plane_nccl_reserve(cz_plane *p, const cz_plan *plan, cz_error *err)
 {
     nccl_plane *h = impl_of(p);
-    /* The step's DP collectives are fp32 (step.c), whatever the parameters' dtype. */
-    size_t es = (size_t)cz__dtype_bytes(CZ_DTYPE_FP32);
-    size_t bytes = cz__nccl_plan_scratch(plan, es, h->alpha_s, h->bytes_per_s) * es;
+    /* Room for the step's DP collectives in fp32 and in bf16 (wire.c). */
+    size_t bytes = cz__nccl_plan_scratch_bytes(plan, h->alpha_s, h->bytes_per_s);
     if (bytes <= h->scratch_bytes)
         return CZ_OK;
     int rc = CZ_OK;
