@@ -315,9 +315,10 @@ void cz_cli_settings_help(FILE *f, double time_limit_default)
         "  --layout NAME         gradient buffer layout: unified (default; every parameter in\n"
         "                        one buffer, partitioned by --dp) or split (the paper's\n"
         "                        reference code: matrix parameters in a buffer of their own,\n"
-        "                        partitioned by --dp alpha or anchored; elementwise parameters\n"
-        "                        in an evenly sliced ZeRO-1 buffer); in simulate's and\n"
-        "                        compare's tables it applies to the alpha and anchored rows\n"
+        "                        partitioned by --dp joint, alpha or anchored; elementwise\n"
+        "                        parameters in an evenly sliced ZeRO-1 buffer); in simulate's\n"
+        "                        and compare's tables it applies to the joint, alpha and\n"
+        "                        anchored rows\n"
         "  --tp NAME             TP micro-group strategy: rollback (default; greedy rollback),\n"
         "                        slot, single, none, or sc (synchronous compute baseline)\n"
         "  --split-blocks        schedule every block of a blocked matrix (fused Q/K/V, gate/up)\n"
@@ -567,7 +568,8 @@ done:
 
 void cz_cli_row_layout(cz_settings *s)
 {
-    if ((s->dp != CZ_DP_ALPHA && s->dp != CZ_DP_ANCHORED) || s->solver != CZ_SOLVER_GREEDY)
+    if ((s->dp != CZ_DP_ALPHA && s->dp != CZ_DP_ANCHORED && s->dp != CZ_DP_JOINT) ||
+        s->solver != CZ_SOLVER_GREEDY)
         s->layout = CZ_LAYOUT_UNIFIED;
 }
 

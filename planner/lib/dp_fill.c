@@ -1,5 +1,7 @@
 /*
- * The slot-fill DP partition (a variant of alpha under block and cooperative tasks).
+ * The slot-fill DP partition: the joint strategy's cut of every domain (the default; a domain is
+ * a stage's dense buffer over its DP ranks or an EP rank's experts over its expert-DP ranks,
+ * dealt over their TP or ETP slots), and a variant of alpha under block and cooperative tasks.
  *
  * Summed loads miss what sets a DP rank's makespan once its matrices become block and
  * cooperative tasks: the tasks are quantized. On eight slots four 8 ms blocks split over two
@@ -15,7 +17,10 @@
  *  - buckets are dealt in the caller's order (dp_partition.c tries two); in each, ranks 0, 1,
  *    ... take the next parameters while they fit, so every rank keeps one contiguous range per
  *    bucket;
- *  - the least T at which every parameter fits is found by bisection from the split lower bound.
+ *  - the least T at which every parameter fits is found by bisection from the split lower bound
+ *    (alpha's variant, the joint strategy's first pass) or from the domain's own bound
+ *    (domain_bound: the joint strategy's later passes, where every rank starts from a base,
+ *    the time its GPUs spend on the other buffer's work).
  *
  * The slot model is not the TP scheduler (rollback, micro-groups, its own width search), which
  * then schedules each rank's set for real; the planner keeps this variant only where the real

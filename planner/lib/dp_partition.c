@@ -22,6 +22,10 @@
  *            (plan->tasks.dp_weight: minmax_cuts) and as the slot-fill partition
  *            (plan->tasks.dp_fill: dp_fill.c), which are judged by their makespans, not here.
  *
+ *  joint     (the default) every domain dealt by the slot fill (dp_fill.c): each rank takes
+ *            the next parameters of each bucket while its matrices still pack onto its TP (or
+ *            ETP) slots within the least target T; the planner's later passes deal one side
+ *            again over the other's makespans (plan->tasks.dp_base, dp_side; planner.c).
  *  layerwise whole parameters dealt to ranks: Megatron-LM's first released layer-wise rule
  *            (see megatron_stage), its current rule for the matrices with the rest under
  *            ZeRO-1 (megatron_layerwise.c), ping-pong in forward order, or longest processing

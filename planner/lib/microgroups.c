@@ -39,7 +39,9 @@
  * take it width K; --coop auto chooses per rank by the rollback makespan itself (widths_auto:
  * per-slot targets, then descents), so a split is kept only where it shortens the makespan, and
  * then tries the packed schedule (schedule_packed: widths and slots chosen together, one group),
- * kept where it is shorter still.
+ * kept where it is shorter still. Under the joint DP strategy (automatic capacity, no forced
+ * width) every rank's rollback schedule is compared with the packed one, the model the joint
+ * cut was made with, which is kept wherever it is shorter.
  */
 #include "cz_algorithms.h"
 

@@ -1,7 +1,9 @@
 /*
  * Plan construction: settings validation, the plan's parameter table (local shapes, TP
  * divisibility, pipeline stages, costs) and the pipeline buckets -> DP partition -> TP
- * micro-groups -> metrics.
+ * micro-groups -> metrics; the choice among the variants a strategy tries (alpha's loads and
+ * effective-load variants, the joint strategy's passes over the dense and expert buffers and
+ * its comparison with alpha's plan).
  */
 #include "cz_types.h"
 
@@ -600,6 +602,20 @@ static bool plan_better(const cz_plan *b, const cz_plan *a)
     return bi < ai * (1 - eps) || b->metrics.tp_makespan < a->metrics.tp_makespan * (1 - eps);
 }
 
+/* Keeps *cand in place of *plan when its busiest GPU is shorter (with the settings asked for),
+ * frees the other and clears *cand. */
+static void keep_shorter(cz_plan **plan, cz_plan **cand, const cz_settings *settings)
+{
+    if ((*cand)->metrics.tp_makespan < (*plan)->metrics.tp_makespan * (1 - 1e-12)) {
+        cz_plan_free(*plan);
+        *plan = *cand;
+        (*plan)->settings = *settings;
+    } else {
+        cz_plan_free(*cand);
+    }
+    *cand = NULL;
+}
+
 int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
                   const cz_settings *settings, cz_error *err)
 {
@@ -642,14 +658,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
         alt.progress = NULL;
         if ((rc = cz_plan_build(&numel, model, cluster, &alt, err)) != CZ_OK)
             goto done;
-        if (numel->metrics.tp_makespan < plan->metrics.tp_makespan * (1 - 1e-12)) {
-            cz_plan_free(plan);
-            plan = numel;
-            plan->settings = *settings;
-        } else {
-            cz_plan_free(numel);
-        }
-        numel = NULL;
+        keep_shorter(&plan, &numel, settings);
     }
     /* Alpha's cut placement is a greedy heuristic: with a few very large matrices, the cuts it
      * derives from element counts can happen to balance the cost better than the cuts derived
@@ -685,14 +694,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
         for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
             if ((rc = plan_solve(&numel, model, cluster, settings, variants[v], err)) != CZ_OK)
                 goto done;
-            if (numel->metrics.tp_makespan < plan->metrics.tp_makespan * (1 - 1e-12)) {
-                cz_plan_free(plan);
-                plan = numel;
-                plan->settings = *settings;
-            } else {
-                cz_plan_free(numel);
-            }
-            numel = NULL;
+            keep_shorter(&plan, &numel, settings);
         }
     }
     settings = user;

@@ -24,6 +24,18 @@ static cz_plan *plan_with(const cz_model *m, const cz_cluster *c, cz_dp_strategy
     return p;
 }
 
+/* The bundled model and cluster of these names (plans/models, plans/clusters). */
+static void load_bundled(const char *model, const char *cluster, cz_model **m, cz_cluster **c)
+{
+    const char *src = getenv("CZ_SOURCE_DIR");
+    ck_assert_msg(src != NULL, "CZ_SOURCE_DIR is not set");
+    char mp[1024], cp[1024];
+    snprintf(mp, sizeof mp, "%s/plans/models/%s.json", src, model);
+    snprintf(cp, sizeof cp, "%s/plans/clusters/%s.json", src, cluster);
+    ck_assert_msg(cz_model_load(m, mp, &err) == CZ_OK, "%s", err.message);
+    ck_assert_msg(cz_cluster_load(c, cp, &err) == CZ_OK, "%s", err.message);
+}
+
 static double over_bound(const cz_plan *p)
 {
     return p->metrics.tp_makespan / p->metrics.lower_bound;
@@ -43,15 +55,9 @@ static void check_valid(const cz_plan *p, const cz_model *m, const cz_cluster *c
 
 START_TEST(dense_qwen3_8b_dp8_tp8)
 {
-    const char *src = getenv("CZ_SOURCE_DIR");
-    ck_assert_msg(src != NULL, "CZ_SOURCE_DIR is not set");
-    char mp[1024], cp[1024];
-    snprintf(mp, sizeof mp, "%s/plans/models/qwen3-8b.json", src);
-    snprintf(cp, sizeof cp, "%s/plans/clusters/h100-64-dp8-tp8.json", src);
     cz_model *m = NULL;
     cz_cluster *c = NULL;
-    ck_assert_msg(cz_model_load(&m, mp, &err) == CZ_OK, "%s", err.message);
-    ck_assert_msg(cz_cluster_load(&c, cp, &err) == CZ_OK, "%s", err.message);
+    load_bundled("qwen3-8b", "h100-64-dp8-tp8", &m, &c);
     cz_settings s;
     cz_settings_init(&s);
     ck_assert_int_eq(s.dp, CZ_DP_JOINT); /* the default */
@@ -116,17 +122,11 @@ END_TEST
  * DP8 x TP8, where the two differ. */
 START_TEST(never_worse_than_alpha)
 {
-    const char *src = getenv("CZ_SOURCE_DIR");
-    ck_assert_msg(src != NULL, "CZ_SOURCE_DIR is not set");
     const char *models[] = {"qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-14b", "qwen3-32b"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
-        char mp[1024], cp[1024];
-        snprintf(mp, sizeof mp, "%s/plans/models/%s.json", src, models[i]);
-        snprintf(cp, sizeof cp, "%s/plans/clusters/h100-64-dp8-tp8.json", src);
         cz_model *m = NULL;
         cz_cluster *c = NULL;
-        ck_assert_msg(cz_model_load(&m, mp, &err) == CZ_OK, "%s", err.message);
-        ck_assert_msg(cz_cluster_load(&c, cp, &err) == CZ_OK, "%s", err.message);
+        load_bundled(models[i], "h100-64-dp8-tp8", &m, &c);
         cz_plan *joint = plan_with(m, c, CZ_DP_JOINT), *alpha = plan_with(m, c, CZ_DP_ALPHA);
         ck_assert_msg(joint->metrics.tp_makespan <= alpha->metrics.tp_makespan * (1 + 1e-12),
                       "%s: joint %.6g > alpha %.6g", models[i], joint->metrics.tp_makespan,
