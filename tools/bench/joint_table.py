@@ -26,7 +26,12 @@ at which Martello and Toth's L2 bound lets the tasks fit on the GPUs as bins (fl
 
 The cluster files are written into a temporary folder; models are the bundled ones plus the
 imports of the Hugging Face configs named below (imported into the same folder).
+With --steps it prints instead the simulated optimizer step (canzona simulate's model,
+docs/SIMULATOR.md) of the default plan against --dp alpha's on every bundled Qwen3 model and
+the four bundled H100 clusters of docs/PERF.md section 1: the optimizer's part (update and its TP traffic), the gradient
+reduce-scatter and the step, and their ratio.
 usage: nice -n 10 python3 tools/bench/joint_table.py [--canzona build/canzona] [--only SUBSTRING]
+       [--steps]
 """
 import argparse
 import json
@@ -122,11 +127,47 @@ def is_moe(path):
         return "local_experts" in f.read()
 
 
+STEP_MODELS = ["qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b"]
+STEP_CLUSTERS = ["h100-8-dp8-tp1", "h100-64-dp8-tp8", "h100-256-dp32-tp8", "h100-256-dp64-tp4"]
+
+
+def simulated(canzona, model, clus, dp):
+    p = subprocess.run([canzona, "simulate", "-m", model, "-c", clus, "--dp", dp, "--tp",
+                        "rollback", "--json"], capture_output=True, text=True, check=True)
+    return json.loads(p.stdout)["rows"][0]
+
+
+def steps(canzona):
+    print("| model | cluster | optimizer ms joint / alpha | grad ms joint / alpha | "
+          "step ms joint / alpha | step joint / alpha |")
+    print("|---|---|---|---|---|---|")
+    ratios = []
+    for m in STEP_MODELS:
+        for c in STEP_CLUSTERS:
+            mp = os.path.join(ROOT, "plans", "models", m + ".json")
+            cp = os.path.join(ROOT, "plans", "clusters", c + ".json")
+            j, al = simulated(canzona, mp, cp, "joint"), simulated(canzona, mp, cp, "alpha")
+            r = j["step_s"] / al["step_s"]
+            ratios.append(r)
+            print("| %s | %s | %.3f / %.3f | %.3f / %.3f | %.3f / %.3f | %.3f |" %
+                  (m, c, 1e3 * j["optimizer_s"], 1e3 * al["optimizer_s"], 1e3 * j["grad_sync_s"],
+                   1e3 * al["grad_sync_s"], 1e3 * j["step_s"], 1e3 * al["step_s"], r))
+    g = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    print()
+    print("%d pairs; step shorter with joint in %d, longer in %d, geometric mean %.4f" %
+          (len(ratios), sum(1 for r in ratios if r < 1 - 1e-6),
+           sum(1 for r in ratios if r > 1 + 1e-6), g))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--canzona", default=os.path.join(ROOT, "build", "canzona"))
     ap.add_argument("--only", default="")
+    ap.add_argument("--steps", action="store_true")
     a = ap.parse_args()
+    if a.steps:
+        steps(a.canzona)
+        return
     tmp = tempfile.mkdtemp(prefix="cz-joint-")
     models = [(m, os.path.join(ROOT, "plans", "models", m + ".json")) for m in BUNDLED]
     for m in IMPORTED:
