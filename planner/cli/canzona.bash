@@ -61,7 +61,7 @@ _canzona() {
         return 0 ;;
     --optimizer) words="muon soap shampoo adamw" ;;
     --unit) words="time flops numel" ;;
-    --dp) words="alpha anchored even layerwise tpaware" ;;
+    --dp) words="alpha anchored even joint layerwise tpaware" ;;
     --alpha-loads) words="cost numel" ;;
     --layerwise-order) words="megatron megatron-aug26 pingpong lpt" ;;
     --tp) words="rollback slot single none sc" ;;

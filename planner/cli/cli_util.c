@@ -176,7 +176,8 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
                    : 0;
     case CZ_OPT_DP:
         return cz_dp_strategy_parse(value, &s->dp)
-                   ? bad_value(cmd, "dp", value, "even, anchored, layerwise, alpha or tpaware")
+                   ? bad_value(cmd, "dp", value,
+                               "joint, alpha, tpaware, anchored, even or layerwise")
                    : 0;
     case CZ_OPT_ALPHA:
         if (parse_double(value, 0.0, 1.0, &d))
@@ -323,10 +324,13 @@ void cz_cli_settings_help(FILE *f, double time_limit_default)
         "  --optimizer NAME      muon (default), soap, shampoo or adamw\n"
         "  --unit NAME           cost unit for loads: time (default; seconds on the cluster's\n"
         "                        device), flops, or numel (elements)\n"
-        "  --dp NAME             DP strategy: alpha (default; alpha-balanced, atomic), anchored,\n"
-        "                        even (ZeRO-1 slices, fragments parameters), layerwise\n"
-        "                        (whole parameters dealt to ranks, all-reduce), tpaware (alpha\n"
-        "                        refined for the per-GPU makespan)\n"
+        "  --dp NAME             DP strategy: joint (default; each rank's cuts chosen so that\n"
+        "                        its matrices pack onto its TP (or ETP) slots within the\n"
+        "                        least target, dense and expert buffers for each other; never\n"
+        "                        worse than alpha), alpha (the paper's alpha-balanced cut),\n"
+        "                        tpaware (alpha refined for the per-GPU makespan), anchored,\n"
+        "                        even (ZeRO-1 slices, fragments parameters), layerwise (whole\n"
+        "                        parameters dealt to ranks, all-reduce)\n"
         "  --alpha A             alpha in [0, 1] (default 1): 0 = even communication slices,\n"
         "                        1 = global compute balance\n"
         "  --alpha-loads KIND    count alpha's running loads in the cost unit (cost, default)\n"
@@ -342,9 +346,10 @@ void cz_cli_settings_help(FILE *f, double time_limit_default)
         "  --layout NAME         gradient buffer layout: unified (default; every parameter in\n"
         "                        one buffer, partitioned by --dp) or split (the paper's\n"
         "                        reference code: matrix parameters in a buffer of their own,\n"
-        "                        partitioned by --dp alpha or anchored; elementwise parameters\n"
-        "                        in an evenly sliced ZeRO-1 buffer); in simulate's and\n"
-        "                        compare's tables it applies to the alpha and anchored rows\n"
+        "                        partitioned by --dp joint, alpha or anchored; elementwise\n"
+        "                        parameters in an evenly sliced ZeRO-1 buffer); in simulate's\n"
+        "                        and compare's tables it applies to the joint, alpha and\n"
+        "                        anchored rows\n"
         "  --tp NAME             TP micro-group strategy: rollback (default; greedy rollback),\n"
         "                        slot, single, none, or sc (synchronous compute baseline)\n"
         "  --split-blocks        schedule every block of a blocked matrix (fused Q/K/V, gate/up)\n"
@@ -598,7 +603,8 @@ done:
 
 void cz_cli_row_layout(cz_settings *s)
 {
-    if ((s->dp != CZ_DP_ALPHA && s->dp != CZ_DP_ANCHORED) || s->solver != CZ_SOLVER_GREEDY)
+    if ((s->dp != CZ_DP_ALPHA && s->dp != CZ_DP_ANCHORED && s->dp != CZ_DP_JOINT) ||
+        s->solver != CZ_SOLVER_GREEDY)
         s->layout = CZ_LAYOUT_UNIFIED;
 }
 

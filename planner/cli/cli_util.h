@@ -194,7 +194,8 @@ int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *clus
                        cz_model **model, cz_cluster **cluster);
 
 /* The table commands (simulate, compare) build one plan per row: --layout split applies to
- * the rows it can take (greedy alpha and anchored); the other rows keep the unified buffer. */
+ * the rows it can take (greedy joint, alpha and anchored); the other rows keep the unified buffer.
+ */
 void cz_cli_row_layout(cz_settings *s);
 
 #endif

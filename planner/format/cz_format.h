@@ -369,6 +369,11 @@ typedef struct cz_task_table {
     int dp_water;      /* with dp_weight: 1 places each bucket's cuts by water-filling where that
                           reaches the least largest load, 0 by the greedy fill (dp_partition.c) */
     int dp_fill;       /* 1: alpha deals each stage by the slot-fill partition (dp_fill.c) */
+    double *dp_base;   /* pp * dp * tp or NULL: under the joint strategy, each GPU's makespan
+                          on the side not dealt again, which the other side's fill starts
+                          from (dp_partition.c) */
+    int dp_side;       /* with dp_base: 1 cz__dp_partition deals the dense buffers only, 2 the
+                          expert buffers only */
 } cz_task_table;
 
 /* Frees the table's arrays and zeroes it (objects_free.c, as the other release functions). */

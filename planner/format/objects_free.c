@@ -50,6 +50,7 @@ void cz__task_table_free(cz_task_table *tt)
     free(tt->cost);
     free(tt->panels);
     free(tt->dp_weight);
+    free(tt->dp_base);
     memset(tt, 0, sizeof *tt);
 }
 

@@ -24,8 +24,8 @@ int cz__dtype_bytes(cz_dtype d)
 const char *const cz__dtype_names[] = {"bf16", "fp16", "fp32", NULL};
 const char *const cz__optimizer_names[] = {"muon", "soap", "shampoo", "adamw", NULL};
 const char *const cz__unit_names[] = {"numel", "flops", "time", NULL};
-const char *const cz__dp_strategy_names[] = {"even",  "anchored", "layerwise",
-                                             "alpha", "tpaware",  NULL};
+const char *const cz__dp_strategy_names[] = {"even",    "anchored", "layerwise", "alpha",
+                                             "tpaware", "joint",    NULL};
 const char *const cz__tp_strategy_names[] = {"sc", "none", "single", "slot", "rollback", NULL};
 const char *const cz__layerwise_order_names[] = {"pingpong", "lpt", "megatron", "megatron-aug26",
                                                  NULL};

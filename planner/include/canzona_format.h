@@ -101,7 +101,8 @@ typedef enum cz_dp_strategy {
     CZ_DP_ANCHORED = 1,  /* owner = rank whose even slice holds the parameter's start */
     CZ_DP_LAYERWISE = 2, /* whole parameters dealt to ranks by size; all-reduce instead */
     CZ_DP_ALPHA = 3,     /* alpha-balanced static partitioning (Canzona) */
-    CZ_DP_TPAWARE = 4    /* alpha start, cut points refined to minimize the per-GPU makespan */
+    CZ_DP_TPAWARE = 4,   /* alpha start, cut points refined to minimize the per-GPU makespan */
+    CZ_DP_JOINT = 5      /* cuts chosen with each rank's TP packing (dp_fill.c); the default */
 } cz_dp_strategy;
 
 typedef enum cz_tp_strategy {
@@ -195,7 +196,7 @@ typedef struct cz_settings {
  * cz_settings_init). */
 /* clang-format off */
 #define CZ_SETTINGS_INIT                                                     \
-    {CZ_SETTINGS_VERSION, CZ_OPTIM_MUON, CZ_UNIT_TIME, CZ_DP_ALPHA, 1.0, 0,   \
+    {CZ_SETTINGS_VERSION, CZ_OPTIM_MUON, CZ_UNIT_TIME, CZ_DP_JOINT, 1.0, 0,   \
      CZ_LAYERWISE_MEGATRON, CZ_TP_ROLLBACK, 0.0, CZ_SOLVER_GREEDY, 60.0, 0, 5, \
      10000, 10, 2.0, NULL, NULL, CZ_LAYOUT_UNIFIED, 0, 0, NULL}
 /* clang-format on */

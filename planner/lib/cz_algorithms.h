@@ -237,16 +237,26 @@ int cz__task_weigh(cz_plan *plan, double factor, cz_error *err);
  * the run's loads raised; false, loads untouched, when nothing fits. */
 bool cz__slot_place(const cz_task_table *tt, int nslots, double *load, const double *cw, double T,
                     int *width, int *slot);
-/* One stage's buckets as a DP partition deals them: nb buckets in processing order, bucket o's
- * parameter ids (ascending offset) at ids[first[o] .. first[o + 1]). */
+/* One domain's buckets as a DP partition deals them (a stage's dense buffer over its DP ranks,
+ * or an EP rank's experts over its expert-DP ranks): nb buckets in processing order, bucket o's
+ * parameter ids (ascending offset) at ids[first[o] .. first[o + 1]), dealt over nranks ranks of
+ * slots TP (or ETP) slots each; base NULL, or per rank the time its GPUs are already busy
+ * (under the joint strategy, the other buffer's makespan on the rank's busiest GPU); lo the
+ * bisection's start, cz__task_lower_bound of the plan (computed once per partition, not once
+ * per domain). */
 typedef struct cz_dp_buckets {
     int nb;
     const int *first;
     const int *ids;
+    int nranks;
+    int slots;
+    const double *base;
+    double lo;
 } cz_dp_buckets;
-/* The slot-fill partition (dp_fill.c): cuts of every bucket, cutj[o (dp + 1) + r] = index of
- * rank r's first parameter in bucket o (cutj[.. + dp] = the bucket's parameter count), at the
- * least target every rank's slots hold, returned in *target. Needs plan->tasks. */
+/* The slot-fill partition (dp_fill.c): cuts of every bucket, cutj[o (nranks + 1) + r] = index
+ * of rank r's first parameter in bucket o (cutj[.. + nranks] = the bucket's parameter count), at
+ * the least target every rank's slots hold (base included), returned in *target. Needs
+ * plan->tasks. */
 int cz__dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, double *target,
                      cz_error *err);
 /* Lays out the gradient buckets (Megatron order, alignment, size, DP padding). */

@@ -1,5 +1,7 @@
 /*
- * The slot-fill DP partition (a variant of alpha under block and cooperative tasks).
+ * The slot-fill DP partition: the joint strategy's cut of every domain (the default; a domain is
+ * a stage's dense buffer over its DP ranks or an EP rank's experts over its expert-DP ranks,
+ * dealt over their TP or ETP slots), and a variant of alpha under block and cooperative tasks.
  *
  * Summed loads miss what sets a DP rank's makespan once its matrices become block and
  * cooperative tasks: the tasks are quantized. On eight slots four 8 ms blocks split over two
@@ -15,7 +17,10 @@
  *  - buckets are dealt in the caller's order (dp_partition.c tries two); in each, ranks 0, 1,
  *    ... take the next parameters while they fit, so every rank keeps one contiguous range per
  *    bucket;
- *  - the least T at which every parameter fits is found by bisection from the split lower bound.
+ *  - the least T at which every parameter fits is found by bisection from the split lower bound
+ *    (alpha's variant, the joint strategy's first pass) or from the domain's own bound
+ *    (domain_bound: the joint strategy's later passes, where every rank starts from a base,
+ *    the time its GPUs spend on the other buffer's work).
  *
  * The slot model is not the TP scheduler (rollback, micro-groups, its own width search), which
  * then schedules each rank's set for real; the planner keeps this variant only where the real
@@ -41,7 +46,8 @@ typedef struct {
     const cz_plan *plan;
     const cz_task_table *tt;
     int tp, dp;
-    size_t cap;    /* every task of the plan (+1) */
+    const double *base; /* dp or NULL: the time each rank's GPUs are busy before its buckets */
+    size_t cap;         /* every task of the plan (+1) */
     int *head;     /* dp: each rank's last task taken (-1: none), its list linked through next */
     int *next;     /* cap: the task a rank took before this one (-1: none) */
     int *count;    /* dp */
@@ -102,6 +108,7 @@ static bool param_place(fill_ctx *f, int r, const cz_plan_param *p, double T)
     int t0 = tt->first[p->id], nt = tt->first[p->id + 1] - t0;
     if (p->def.kind != CZ_KIND_MATRIX || nt == 0) {
         double ew = f->ew[r] + p->cost / f->tp;
+        T -= f->base ? f->base[r] : 0.0;
         if (busiest(rl, f->tp) + ew > T) {
             if (f->count[r] == 0 || f->count[r] > FILL_REPACK_TASKS ||
                 f->need[r] > (T - ew) * f->tp || !repack(f, r, 0, 0, T - ew))
@@ -111,7 +118,7 @@ static bool param_place(fill_ctx *f, int r, const cz_plan_param *p, double T)
         f->ew[r] = ew;
         return true;
     }
-    double room = T - f->ew[r], need = f->need[r];
+    double room = T - f->ew[r] - (f->base ? f->base[r] : 0.0), need = f->need[r];
     for (int x = t0; x < t0 + nt; x++)
         need += cz__task_least_slot_time(tt, &tt->cost[(size_t)x * tt->nwidths], INFINITY);
     /* The parameter's own tasks, largest hosted cost first (a few blocks: insertion sort). */
@@ -161,6 +168,42 @@ static bool fill_probe(fill_ctx *f, const cz_dp_buckets *b, double T, int *cutj)
     return true;
 }
 
+/* A lower bound on the domain's least target: its largest task at its cheapest per-slot cost,
+ * its busiest rank's base, and its slot time (each task at its least, elementwise work, the
+ * bases) over all of its slots. Bisecting from it rather than from the plan's bound finds the
+ * domain's own target, so a domain lighter than the plan's busiest (a later pipeline stage, one
+ * EP rank's experts) is spread over all of its ranks instead of filling the first ones. */
+static double domain_bound(const fill_ctx *f, const cz_dp_buckets *b)
+{
+    const cz_task_table *tt = f->tt;
+    double largest = 0.0, area = 0.0;
+    for (int k = 0; k < b->first[b->nb]; k++) {
+        const cz_plan_param *p = &f->plan->params[b->ids[k]];
+        int t0 = tt->first[p->id], nt = tt->first[p->id + 1] - t0;
+        if (p->def.kind != CZ_KIND_MATRIX || nt == 0) {
+            area += p->cost;
+            largest = p->cost / f->tp > largest ? p->cost / f->tp : largest;
+            continue;
+        }
+        for (int x = t0; x < t0 + nt; x++) {
+            const double *cw = &tt->cost[(size_t)x * tt->nwidths];
+            double cheapest = INFINITY;
+            for (int w = 0; w < tt->nwidths; w++)
+                if (tt->widths[w] <= f->tp && cw[w] < cheapest)
+                    cheapest = cw[w];
+            if (isfinite(cheapest) && cheapest > largest)
+                largest = cheapest;
+            area += cz__task_least_slot_time(tt, cw, INFINITY);
+        }
+    }
+    for (int r = 0; f->base && r < f->dp; r++) {
+        area += f->base[r] * f->tp;
+        largest = f->base[r] > largest ? f->base[r] : largest;
+    }
+    double mean = area / ((double)f->dp * f->tp);
+    return mean > largest ? mean : largest;
+}
+
 int cz__dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, double *target,
                      cz_error *err)
 {
@@ -168,8 +211,9 @@ int cz__dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, dou
     const cz_task_table *tt = &plan->tasks;
     fill_ctx f = {.plan = plan,
                   .tt = tt,
-                  .tp = plan->tp > 0 ? plan->tp : 1,
-                  .dp = plan->dp,
+                  .tp = b->slots > 0 ? b->slots : 1,
+                  .dp = b->nranks,
+                  .base = b->base,
                   .cap = tt->ntasks + 1};
     if (!tt->first)
         return cz__error_set(err, CZ_EINTERNAL, "the slot-fill partition needs the task table");
@@ -188,8 +232,10 @@ int cz__dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, dou
         goto done;
     }
     /* An upper end that fits: doubled from the split lower bound (every parameter fits on an
-     * empty rank once T exceeds its hosted cost, so this ends). */
-    double lo = cz__task_lower_bound(plan, tt), hi = lo > 0.0 ? lo : 1e-9;
+     * empty rank once T exceeds its hosted cost and the rank's base, so this ends). */
+    double lo = b->lo > 0.0 ? b->lo : domain_bound(&f, b), hi = lo > 0.0 ? lo : 1e-9;
+    for (int r = 0; f.base && r < f.dp; r++)
+        hi = f.base[r] > hi ? f.base[r] : hi;
     int tries = 0;
     while (!fill_probe(&f, b, hi, cutj)) {
         lo = hi;

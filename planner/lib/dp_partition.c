@@ -22,6 +22,10 @@
  *            (plan->tasks.dp_weight: minmax_cuts) and as the slot-fill partition
  *            (plan->tasks.dp_fill: dp_fill.c), which are judged by their makespans, not here.
  *
+ *  joint     (the default) every domain dealt by the slot fill (dp_fill.c): each rank takes
+ *            the next parameters of each bucket while its matrices still pack onto its TP (or
+ *            ETP) slots within the least target T; the planner's later passes deal one side
+ *            again over the other's makespans (plan->tasks.dp_base, dp_side; planner.c).
  *  layerwise whole parameters dealt to ranks: Megatron-LM's first released layer-wise rule
  *            (see megatron_stage), its current rule for the matrices with the rest under
  *            ZeRO-1 (megatron_layerwise.c), ping-pong in forward order, or longest processing
@@ -104,6 +108,7 @@ typedef struct dp_domain {
     int n;                     /* ranks: dp or edp */
     const cz_domain_index *ix; /* the plan's buffers */
     int d;                     /* this domain in ix */
+    double fill_lo;            /* the slot fill's start (cz_dp_buckets.lo) */
 } dp_domain;
 
 /* The domain's parameter (or bucket) ids, ascending: ix->params (ix->buckets) from first to
@@ -334,24 +339,44 @@ static int bucket_id_cmp(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
-/* The slot-fill variant of one stage (dp_fill.c). The fill is greedy in the order it deals the
- * buckets, so it deals them twice, largest first (alpha's order) and in layout order, and keeps
- * the order with the lower target (ties: alpha's). Qwen3-14B on 256 GPUs: 15.06 ms largest
- * first, 14.81 ms in layout order. order is sorted in place to the order kept. */
-static int fill_stage(cz_plan *plan, const bucket_index *bi, bucket_order *order, size_t nb,
-                      int64_t *cuts, cz_error *err)
+/* Under the joint strategy, the time each rank of the domain is busy with the other buffer's
+ * work: the largest of plan->tasks.dp_base (per GPU) over its GPUs. DP rank r holds the stage's
+ * GPUs r tp .. r tp + tp - 1; expert rank (d, e) the GPUs (d ep + e) etp .. + etp - 1
+ * (cz_plan_expert_rank). */
+static void domain_base(const cz_plan *plan, const dp_domain *dm, double *base)
 {
-    int rc = CZ_OK, dp = plan->dp;
+    size_t stage_gpus = (size_t)plan->dp * (size_t)plan->tp;
+    const double *other = plan->tasks.dp_base + (size_t)dm->stage * stage_gpus;
+    size_t width = dm->expert ? (size_t)plan->etp : (size_t)plan->tp;
+    for (int d = 0; d < dm->n; d++) {
+        size_t x = dm->expert ? (size_t)d * (size_t)plan->ep + (size_t)dm->ep_rank : (size_t)d;
+        base[d] = 0.0;
+        for (size_t t = 0; t < width; t++)
+            base[d] = other[x * width + t] > base[d] ? other[x * width + t] : base[d];
+    }
+}
+
+/* The slot-fill partition of one domain (dp_fill.c). The fill is greedy in the order it deals
+ * the buckets, so it deals them twice, largest first (alpha's order) and in layout order, and
+ * keeps the order with the lower target (ties: alpha's). Qwen3-14B on 256 GPUs: 15.06 ms
+ * largest first, 14.81 ms in layout order. order is sorted in place to the order kept. */
+static int fill_stage(cz_plan *plan, const bucket_index *bi, const dp_domain *dm,
+                      bucket_order *order, size_t nb, int64_t *cuts, cz_error *err)
+{
+    int rc = CZ_OK, dp = dm->n;
     size_t nc = (nb + 1) * ((size_t)dp + 1);
     int *first = malloc((nb + 1) * sizeof *first);
     int *ids = malloc((plan->nparams + 1) * sizeof *ids);
     int *cutj = malloc(2 * nc * sizeof *cutj);
     bucket_order *layout = malloc((nb + 1) * sizeof *layout);
+    double *base = plan->tasks.dp_base ? malloc((size_t)dp * sizeof *base) : NULL;
     double target[2];
-    if (!first || !ids || !cutj || !layout) {
+    if (!first || !ids || !cutj || !layout || (plan->tasks.dp_base && !base)) {
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory in the slot-fill partition");
         goto done;
     }
+    if (base)
+        domain_base(plan, dm, base);
     memcpy(layout, order, nb * sizeof *layout);
     qsort(layout, nb, sizeof *layout, bucket_id_cmp);
     for (int v = 0; v < 2; v++) {
@@ -362,7 +387,8 @@ static int fill_stage(cz_plan *plan, const bucket_index *bi, bucket_order *order
             memcpy(&ids[first[o]], &bi->ids[bi->first[b]], (size_t)n * sizeof *ids);
             first[o + 1] = first[o] + n;
         }
-        cz_dp_buckets db = {(int)nb, first, ids};
+        cz_dp_buckets db = {(int)nb, first,      ids, dp, dm->expert ? plan->etp : plan->tp,
+                            base,    dm->fill_lo};
         if ((rc = cz__dp_fill_cuts(plan, &db, &cutj[v * nc], &target[v], err)) != CZ_OK)
             goto done;
     }
@@ -378,6 +404,7 @@ done:
     free(ids);
     free(cutj);
     free(layout);
+    free(base);
     return rc;
 }
 
@@ -419,6 +446,13 @@ static void alpha_cuts(const double *load, int dp, double T, double alpha, const
     }
 }
 
+/* Whether the domain is dealt by the slot-fill partition: every domain under the joint
+ * strategy, the dense ones under alpha's slot-fill variant. */
+static bool domain_fills(const cz_plan *plan, const dp_domain *dm)
+{
+    return plan->settings.dp == CZ_DP_JOINT || (plan->tasks.dp_fill && !dm->expert);
+}
+
 /* Alpha-balanced partitioning of one domain's buckets. Scratch: load (n), target (n),
  * prefix (nparams + 1), cutj (n + 1), cuts (n + 1). */
 static int alpha_domain(cz_plan *plan, const bucket_index *bi, const dp_domain *dm, cz_error *err)
@@ -453,10 +487,11 @@ static int alpha_domain(cz_plan *plan, const bucket_index *bi, const dp_domain *
             total += weight_of(plan, &plan->params[bi->ids[k]]);
     }
     qsort(order, nb, sizeof *order, bucket_order_cmp);
-    /* The slot-fill variant packs the TP slots of DP ranks: the expert buffers keep alpha's
-     * cuts (it is judged by the makespan it gives, planner.c). */
-    if (plan->tasks.dp_fill && !dm->expert) {
-        rc = fill_stage(plan, bi, order, nb, cuts, err);
+    /* The slot-fill variant of alpha packs the TP slots of DP ranks, and the expert buffers keep
+     * alpha's cuts (it is judged by the makespan it gives, planner.c); the joint strategy fills
+     * the expert ranks' ETP slots too. */
+    if (domain_fills(plan, dm)) {
+        rc = fill_stage(plan, bi, dm, order, nb, cuts, err);
         goto done;
     }
     double T = total / dp;
@@ -650,8 +685,10 @@ static int partition_domain(cz_plan *plan, const bucket_index *bi, const dp_doma
     cz_dp_strategy strategy = plan->settings.dp;
     if (strategy == CZ_DP_LAYERWISE)
         return layerwise_domain(plan, dm, err);
-    if (strategy != CZ_DP_ALPHA && strategy != CZ_DP_TPAWARE)
+    if (strategy != CZ_DP_ALPHA && strategy != CZ_DP_TPAWARE && strategy != CZ_DP_JOINT)
         return CZ_OK;
+    if (strategy == CZ_DP_JOINT)
+        return alpha_domain(plan, bi, dm, err);
     /* tpaware's starting point is alpha's partition; cz_plan_build runs its search. */
     double anchored = domain_imbalance(plan, dm, load);
     domain_snapshot(plan, dm, saved_ranges, saved_owners, 0);
@@ -661,7 +698,7 @@ static int partition_domain(cz_plan *plan, const bucket_index *bi, const dp_doma
     /* A relative slack so that rounding noise on equal results keeps alpha's. The slot-fill
      * variant balances makespans, not summed loads: the planner judges it by the makespan it
      * gives (planner.c). */
-    if (!(plan->tasks.dp_fill && !dm->expert) && alpha > anchored * (1.0 + 1e-12)) {
+    if (!domain_fills(plan, dm) && alpha > anchored * (1.0 + 1e-12)) {
         domain_snapshot(plan, dm, saved_ranges, saved_owners, 1);
         plan->dp_fell_back = 1;
     }
@@ -692,7 +729,13 @@ int cz__dp_partition(cz_plan *plan, cz_error *err)
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory in DP partitioning");
         goto done;
     }
+    /* The joint strategy's later passes (plan->tasks.dp_base set) deal one side again, the
+     * dense or the expert buffers, over the makespans the other side's schedules gave; the
+     * other side keeps its cuts. */
+    int side = strategy == CZ_DP_JOINT && plan->tasks.dp_base ? plan->tasks.dp_side : 0;
     for (size_t b = 0; b < plan->nbuckets; b++) {
+        if ((side == 2 && !plan->buckets[b].expert) || (side == 1 && plan->buckets[b].expert))
+            continue;
         if (strategy == CZ_DP_EVEN || strategy == CZ_DP_LAYERWISE || plan->buckets[b].elementwise) {
             even_cuts(plan->buckets[b].size, cz_plan_bucket_nranks(plan, &plan->buckets[b]), cuts);
             rc = cuts_apply(plan, &bi, (int)b, cuts, err);
@@ -708,13 +751,18 @@ int cz__dp_partition(cz_plan *plan, cz_error *err)
             plan->params[i].dp_owner = -1;
     if (strategy == CZ_DP_EVEN)
         goto done;
+    /* The slot fill's start: under alpha's slot-fill variant the plan's split lower bound, the
+     * same for every domain; under the joint strategy 0, each domain's own bound (dp_fill.c). */
+    double lo = (strategy != CZ_DP_JOINT && plan->tasks.dp_fill) || side == 0
+                    ? cz__task_lower_bound(plan, &plan->tasks)
+                    : 0.0;
     for (int stage = 0; stage < plan->pp; stage++) {
-        dp_domain dense = {stage, 0, 0, dp, &ix, cz__domain_index_of(&ix, stage, 0, 0)};
-        if ((rc = partition_domain(plan, &bi, &dense, load, saved_ranges, saved_owners, err)) !=
-            CZ_OK)
+        dp_domain dense = {stage, 0, 0, dp, &ix, cz__domain_index_of(&ix, stage, 0, 0), lo};
+        if (side != 2 && (rc = partition_domain(plan, &bi, &dense, load, saved_ranges, saved_owners,
+                                                err)) != CZ_OK)
             goto done;
-        for (int e = 0; cz_plan_has_experts(plan) && e < plan->ep; e++) {
-            dp_domain ex = {stage, 1, e, plan->edp, &ix, cz__domain_index_of(&ix, stage, 1, e)};
+        for (int e = 0; side != 1 && cz_plan_has_experts(plan) && e < plan->ep; e++) {
+            dp_domain ex = {stage, 1, e, plan->edp, &ix, cz__domain_index_of(&ix, stage, 1, e), lo};
             if ((rc = partition_domain(plan, &bi, &ex, load, saved_ranges, saved_owners, err)) !=
                 CZ_OK)
                 goto done;

@@ -138,7 +138,7 @@ static void write_partition(cz_plan *plan, const stage_view *v, const int *owner
     }
 }
 
-#define YCOL(k, r) (2 + (k) * (R - 1) + ((r)-1))
+#define YCOL(k, r) (2 + (k) * (R - 1) + ((r) - 1))
 
 /* The stage's rows, built as triplets: rows 1 .. nmono are the monotonicity rows, then R load
  * rows, then nlen range-length rows with upper bounds len_ub. */
@@ -375,6 +375,14 @@ int cz__dp_partition_ilp(cz_plan *plan, cz_error *err)
         /* The ILP minimizes the summed load; run on tpaware's result it would undo the TP
          * makespan tpaware optimized, so tpaware keeps its own cuts. */
         cz__plan_solver_note(plan, "the DP ILP does not apply to tpaware; kept tpaware's cuts.");
+        return CZ_OK;
+    }
+    if (s == CZ_DP_JOINT) {
+        /* The ILP minimizes the largest summed DP load; the joint cut is chosen for the
+         * makespans of the ranks' TP packings, which the summed load does not see. */
+        cz__plan_solver_note(plan, "the DP ILP minimizes the summed DP load, which the joint cut "
+                                   "does not follow; kept the joint cuts (--dp alpha --solver "
+                                   "ilp solves the DP partition exactly).");
         return CZ_OK;
     }
     if (s != CZ_DP_ALPHA && s != CZ_DP_ANCHORED) {

@@ -39,7 +39,9 @@
  * take it width K; --coop auto chooses per rank by the rollback makespan itself (widths_auto:
  * per-slot targets, then descents), so a split is kept only where it shortens the makespan, and
  * then tries the packed schedule (schedule_packed: widths and slots chosen together, one group),
- * kept where it is shorter still.
+ * kept where it is shorter still. Under the joint DP strategy (automatic capacity, no forced
+ * width) every rank's rollback schedule is compared with the packed one, the model the joint
+ * cut was made with, which is kept wherever it is shorter.
  */
 #include "cz_algorithms.h"
 
@@ -625,10 +627,12 @@ static double schedule_packed(tp_task *t, int n, const cz_task_table *tt, int ns
  * rollback's at capacity C when it is shorter: *taken then true and *capacity its makespan
  * (tasks then carry rollback's trial groups; rollback reassigns them when not taken). The
  * packed schedule is one group: where rollback's has several (so that gathers hide behind
- * compute), it must win by more than the 5% rollback's capacity choice pays for them. */
+ * compute), it must win by more than the 5% rollback's capacity choice pays for them, except
+ * under the joint strategy (strict), whose DP cut gave the rank what the packing holds within
+ * its target: there rollback's groups are kept only where they are no longer. */
 static int packed_if_shorter(group_sink *gs, tp_task *tasks, int nt, const cz_task_table *tt,
-                             int nslots, double C, double *load, double *capacity, bool *taken,
-                             cz_error *err)
+                             int nslots, double C, double *load, double *capacity, bool strict,
+                             bool *taken, cz_error *err)
 {
     double span;
     *taken = false;
@@ -640,7 +644,7 @@ static int packed_if_shorter(group_sink *gs, tp_task *tasks, int nt, const cz_ta
         return cz__error_set(err, CZ_ENOMEM, "out of memory packing a rank's TP tasks");
     memcpy(packed, tasks, (size_t)nt * sizeof *packed);
     double lo = rank_bound(packed, nt, tt, nslots);
-    double need = tasks[nt - 1].group > 0 ? span / CZ_GROUPS_SLACK : span * (1.0 - 1e-9);
+    double need = tasks[nt - 1].group > 0 && !strict ? span / CZ_GROUPS_SLACK : span * (1.0 - 1e-9);
     double ps = schedule_packed(packed, nt, tt, nslots, lo, need, load);
     if (ps < need) {
         *capacity = ps;
@@ -734,8 +738,14 @@ int cz__tp_schedule_tasks(cz_rank_schedule *rs, const cz_task_table *tt, cz_cost
     case CZ_TP_ROLLBACK:
         tasks_sort(tasks, nt);
         bool packed = false;
-        if (tt && nslots > 1 && s->coop == CZ_COOP_AUTO && tt->nwidths > 1)
-            rc = packed_if_shorter(&gs, tasks, nt, tt, nslots, C, load, capacity, &packed, err);
+        /* Not under a forced width (--coop K), where the packed schedule would choose widths
+         * itself, nor under a capacity the user gave (it bounds the gather buffers, which one
+         * packed group would not). */
+        bool joint = s->dp == CZ_DP_JOINT && (s->coop == 0 || s->coop == CZ_COOP_AUTO) &&
+                     !(s->capacity > 0.0);
+        if (tt && nslots > 1 && ((s->coop == CZ_COOP_AUTO && tt->nwidths > 1) || joint))
+            rc = packed_if_shorter(&gs, tasks, nt, tt, nslots, C, load, capacity, joint, &packed,
+                                   err);
         if (rc != CZ_OK)
             break;
         if (!packed)

@@ -1,7 +1,9 @@
 /*
  * Plan construction: settings validation, the plan's parameter table (local shapes, TP
  * divisibility, pipeline stages, costs) and the pipeline buckets -> DP partition -> TP
- * micro-groups -> metrics.
+ * micro-groups -> metrics; the choice among the variants a strategy tries (alpha's loads and
+ * effective-load variants, the joint strategy's passes over the dense and expert buffers and
+ * its comparison with alpha's plan).
  */
 #include "cz_types.h"
 
@@ -32,8 +34,8 @@ static int settings_check(const cz_settings *s, cz_error *err)
                              (int)s->unit);
     if (!cz_dp_strategy_name(s->dp))
         return cz__error_set(err, CZ_EINVALID,
-                             "DP strategy %d is unknown; use even, anchored, layerwise, alpha or "
-                             "tpaware",
+                             "DP strategy %d is unknown; use joint, alpha, tpaware, anchored, "
+                             "even or layerwise",
                              (int)s->dp);
     if (!cz_tp_strategy_name(s->tp))
         return cz__error_set(err, CZ_EINVALID,
@@ -53,11 +55,12 @@ static int settings_check(const cz_settings *s, cz_error *err)
     /* tpaware and the exact DP solver move cut points in every bucket and need whole
      * parameters; even and layerwise are baselines of the unified buffer. */
     if (s->layout == CZ_LAYOUT_SPLIT &&
-        ((s->dp != CZ_DP_ALPHA && s->dp != CZ_DP_ANCHORED) || s->solver != CZ_SOLVER_GREEDY))
+        ((s->dp != CZ_DP_ALPHA && s->dp != CZ_DP_ANCHORED && s->dp != CZ_DP_JOINT) ||
+         s->solver != CZ_SOLVER_GREEDY))
         return cz__error_set(err, CZ_EUNSUPPORTED,
                              "the split buffer layout partitions its matrix buffer with the "
-                             "greedy alpha or anchored DP strategy; got dp %s with the %s solver "
-                             "(use --layout unified for it)",
+                             "greedy joint, alpha or anchored DP strategy; got dp %s with the %s "
+                             "solver (use --layout unified for it)",
                              cz_dp_strategy_name(s->dp), cz_solver_name(s->solver));
     if (s->split_blocks != 0 && s->split_blocks != 1)
         return cz__error_set(err, CZ_EINVALID, "split_blocks must be 0 or 1, got %d",
@@ -425,6 +428,143 @@ typedef enum {
     ALPHA_SLOT_FILL  /* the slot-fill partition (dp_fill.c) */
 } alpha_variant;
 
+/* Every parameter's owner and every bucket's ranges, to undo a pass that did not pay. */
+typedef struct cuts_saved {
+    int *owner;
+    int64_t *ranges;
+} cuts_saved;
+
+static size_t ranges_count(const cz_plan *plan)
+{
+    size_t n = 0;
+    for (size_t b = 0; b < plan->nbuckets; b++)
+        n += 2 * (size_t)cz_plan_bucket_nranks(plan, &plan->buckets[b]);
+    return n;
+}
+
+static void cuts_copy(cz_plan *plan, cuts_saved *s, bool restore)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < plan->nparams; i++) {
+        if (restore)
+            plan->params[i].dp_owner = s->owner[i];
+        else
+            s->owner[i] = plan->params[i].dp_owner;
+    }
+    for (size_t b = 0; b < plan->nbuckets; b++) {
+        cz_plan_bucket *bk = &plan->buckets[b];
+        for (int r = 0; r < 2 * cz_plan_bucket_nranks(plan, bk); r++, k++) {
+            if (restore)
+                bk->ranges[r] = s->ranges[k];
+            else
+                s->ranges[k] = bk->ranges[r];
+        }
+    }
+}
+
+/* One later pass of the joint strategy: deals one side again (side 1: the dense buffers, 2: the
+ * expert buffers) with every rank's fill starting from the other side's makespan on its
+ * busiest GPU, then schedules; kept when the busiest GPU gets shorter, else undone. */
+static int joint_pass(cz_plan *plan, const cz_cluster *cluster, int side, cuts_saved *saved,
+                      cz_error *err)
+{
+    int rc;
+    size_t ngpus = (size_t)plan->pp * (size_t)plan->dp * (size_t)plan->tp;
+    double before = plan->metrics.tp_makespan;
+    for (size_t g = 0; g < ngpus; g++)
+        plan->tasks.dp_base[g] =
+            side == 2 ? plan->metrics.rank_makespan[g / (size_t)plan->tp]
+                      : plan->metrics.expert_rank_makespan[cz_plan_gpu_expert_rank(plan, g, NULL)];
+    plan->tasks.dp_side = side;
+    cuts_copy(plan, saved, false);
+    if ((rc = cz__dp_partition(plan, err)) != CZ_OK ||
+        (rc = cz__tp_schedule_build(plan, err)) != CZ_OK ||
+        (rc = cz__plan_metrics_compute(plan, cluster, err)) != CZ_OK)
+        return rc;
+    if (plan->metrics.tp_makespan < before * (1 - 1e-12))
+        return CZ_OK;
+    cuts_copy(plan, saved, true);
+    if ((rc = cz__tp_schedule_build(plan, err)) != CZ_OK)
+        return rc;
+    return cz__plan_metrics_compute(plan, cluster, err);
+}
+
+/* Runs the passes of the given sides one after another. */
+static int joint_sequence(cz_plan *plan, const cz_cluster *cluster, const int *sides, size_t n,
+                          cuts_saved *saved, cz_error *err)
+{
+    for (size_t k = 0; k < n; k++) {
+        int rc = joint_pass(plan, cluster, sides[k], saved, err);
+        if (rc != CZ_OK)
+            return rc;
+    }
+    return CZ_OK;
+}
+
+/* Puts back the cuts in saved and schedules them again. */
+static int cuts_restore(cz_plan *plan, const cz_cluster *cluster, cuts_saved *saved, cz_error *err)
+{
+    int rc;
+    cuts_copy(plan, saved, true);
+    if ((rc = cz__tp_schedule_build(plan, err)) != CZ_OK)
+        return rc;
+    return cz__plan_metrics_compute(plan, cluster, err);
+}
+
+/* The joint strategy with expert groups. A GPU runs its DP rank's dense micro-groups and its
+ * expert rank's (metrics.c), so the two sides' cuts must be chosen for each other: an expert
+ * rank whose GPUs carry a long dense makespan should take fewer experts (DeepSeek-V3 on 512
+ * GPUs), and where every expert rank is full (Mixtral-8x7B on 256 GPUs: one fc1 and one fc2
+ * for each) the dense matrices must be spread over the GPUs rather than packed onto the first
+ * ranks. The first pass dealt both sides alone. From there two sequences of passes run, each
+ * pass kept only where it shortens the busiest GPU: the experts over the dense makespans, then
+ * the dense buffers over the expert makespans, then the experts again; and the dense buffers
+ * first, then the experts, the dense buffers and the experts. Which order wins depends on the
+ * side that binds (a pass that empties the expert ranks under the densest GPUs can leave the
+ * dense side no room to spread), so the shorter result is kept (ties: the first sequence). */
+static int joint_passes(cz_plan *plan, const cz_cluster *cluster, cz_error *err)
+{
+    static const int first[] = {2, 1, 2}, second[] = {1, 2, 1, 2};
+    int rc = CZ_OK;
+    size_t ngpus = (size_t)plan->pp * (size_t)plan->dp * (size_t)plan->tp;
+    size_t nranges = ranges_count(plan) + 1;
+    cuts_saved saved = {malloc((plan->nparams + 1) * sizeof *saved.owner),
+                        malloc(nranges * sizeof *saved.ranges)};
+    cuts_saved start = {malloc((plan->nparams + 1) * sizeof *start.owner),
+                        malloc(nranges * sizeof *start.ranges)};
+    cuts_saved best = {malloc((plan->nparams + 1) * sizeof *best.owner),
+                       malloc(nranges * sizeof *best.ranges)};
+    plan->tasks.dp_base = malloc((ngpus + 1) * sizeof *plan->tasks.dp_base);
+    if (!saved.owner || !saved.ranges || !start.owner || !start.ranges || !best.owner ||
+        !best.ranges || !plan->tasks.dp_base) {
+        rc = cz__error_set(err, CZ_ENOMEM, "out of memory in the joint DP partition");
+        goto done;
+    }
+    cuts_copy(plan, &start, false);
+    if ((rc = joint_sequence(plan, cluster, first, sizeof first / sizeof *first, &saved, err)) !=
+        CZ_OK)
+        goto done;
+    double shortest = plan->metrics.tp_makespan;
+    cuts_copy(plan, &best, false);
+    if ((rc = cuts_restore(plan, cluster, &start, err)) != CZ_OK ||
+        (rc = joint_sequence(plan, cluster, second, sizeof second / sizeof *second, &saved, err)) !=
+            CZ_OK)
+        goto done;
+    if (!(plan->metrics.tp_makespan < shortest * (1 - 1e-12)))
+        rc = cuts_restore(plan, cluster, &best, err);
+done:
+    free(plan->tasks.dp_base);
+    plan->tasks.dp_base = NULL;
+    plan->tasks.dp_side = 0;
+    free(saved.owner);
+    free(saved.ranges);
+    free(start.owner);
+    free(start.ranges);
+    free(best.owner);
+    free(best.ranges);
+    return rc;
+}
+
 /* One greedy plan: buckets, DP partition (alpha as the variant says), TP schedule, metrics. */
 static int plan_solve(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
                       const cz_settings *settings, alpha_variant variant, cz_error *err)
@@ -445,7 +585,10 @@ static int plan_solve(cz_plan **out, const cz_model *model, const cz_cluster *cl
         goto done;
     if ((rc = cz__tp_schedule_build(plan, err)) != CZ_OK)
         goto done;
-    rc = cz__plan_metrics_compute(plan, cluster, err);
+    if ((rc = cz__plan_metrics_compute(plan, cluster, err)) != CZ_OK)
+        goto done;
+    if (settings->dp == CZ_DP_JOINT && cz_plan_has_experts(plan))
+        rc = joint_passes(plan, cluster, err);
 done:
     if (rc != CZ_OK)
         cz_plan_free(plan);
@@ -482,6 +625,20 @@ static int keep_ns_coeffs(cz_plan *plan, cz_error *err)
     return CZ_OK;
 }
 
+/* Keeps *cand in place of *plan when its busiest GPU is shorter (with the settings asked for),
+ * frees the other and clears *cand. */
+static void keep_shorter(cz_plan **plan, cz_plan **cand, const cz_settings *settings)
+{
+    if ((*cand)->metrics.tp_makespan < (*plan)->metrics.tp_makespan * (1 - 1e-12)) {
+        cz_plan_free(*plan);
+        *plan = *cand;
+        (*plan)->settings = *settings;
+    } else {
+        cz_plan_free(*cand);
+    }
+    *cand = NULL;
+}
+
 int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
                   const cz_settings *settings, cz_error *err)
 {
@@ -513,6 +670,19 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
     settings = &eff;
     if ((rc = plan_solve(&plan, model, cluster, settings, ALPHA_PLAIN, err)) != CZ_OK)
         goto done;
+    /* The joint cut is a greedy fill at the least target it reaches; where alpha's plan (as
+     * --dp alpha builds it: cost loads, element-load cuts where better) happens to give a
+     * shorter busiest GPU, the plan keeps alpha's cuts and schedule, so the default is never
+     * worse than the paper's partition. */
+    if (settings->dp == CZ_DP_JOINT) {
+        cz_settings alt = *settings;
+        alt.dp = CZ_DP_ALPHA;
+        alt.solver = CZ_SOLVER_GREEDY; /* the exact solvers run once, below */
+        alt.progress = NULL;
+        if ((rc = cz_plan_build(&numel, model, cluster, &alt, err)) != CZ_OK)
+            goto done;
+        keep_shorter(&plan, &numel, settings);
+    }
     /* Alpha's cut placement is a greedy heuristic: with a few very large matrices, the cuts it
      * derives from element counts can happen to balance the cost better than the cuts derived
      * from the cost itself. Counting in the cost unit keeps whichever is better, the same way
@@ -547,14 +717,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
         for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
             if ((rc = plan_solve(&numel, model, cluster, settings, variants[v], err)) != CZ_OK)
                 goto done;
-            if (numel->metrics.tp_makespan < plan->metrics.tp_makespan * (1 - 1e-12)) {
-                cz_plan_free(plan);
-                plan = numel;
-                plan->settings = *settings;
-            } else {
-                cz_plan_free(numel);
-            }
-            numel = NULL;
+            keep_shorter(&plan, &numel, settings);
         }
     }
     settings = user;

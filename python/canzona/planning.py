@@ -68,7 +68,7 @@ def _cli(cli):
 def plan(model, cluster, output, *, dp=None, tp=None, cli=None, extra_args=()):
     """Runs `canzona plan` and writes the plan to output. model and cluster are paths or dicts
     (written to a temporary folder first); dp and tp name the strategies (default: the CLI's,
-    alpha and rollback). Returns output; raises Error with the CLI's message on failure."""
+    joint and rollback). Returns output; raises Error with the CLI's message on failure."""
     with tempfile.TemporaryDirectory(prefix="canzona-plan-") as tmp:
         paths = []
         for what, obj in (("model", model), ("cluster", cluster)):
@@ -159,7 +159,7 @@ def _planner_lib():
 def plan_text(model, cluster, *, dp=None, tp=None, ns_coeffs=None, ns_steps=None):
     """The plan (its JSON text) of model on cluster (dicts, as model_description and the
     cluster format give them), built in this process by libcanzona with the planner's default
-    settings; dp and tp name the strategies (default alpha and rollback); ns_coeffs and ns_steps
+    settings; dp and tp name the strategies (default joint and rollback); ns_coeffs and ns_steps
     are Muon's Newton-Schulz coefficients and iterations, as canzona.Executor takes them (a
     table's row count when ns_steps is None), which the cost model prices. Raises Error with
     the planner's message."""

@@ -65,7 +65,7 @@ value() { # NAME EXPECTED WORD...
   got=$(complete_line "$@" | tr '\n' ' ')
   [ "$got" = "$want" ] && pass "$name" || fail "$name: got '$got', expected '$want'"
 }
-value "--dp names" "alpha anchored even layerwise tpaware " plan --dp ""
+value "--dp names" "alpha anchored even joint layerwise tpaware " plan --dp ""
 value "--tp names starting with s" "sc single slot " simulate --tp s
 value "--layerwise-order names" "lpt megatron megatron-aug26 pingpong " compare --layerwise-order ""
 value "--dtype names" "bf16 fp16 fp32 " import-hf cfg.json --dtype ""

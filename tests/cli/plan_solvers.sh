@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # canzona plan with the exact solver (GLPK) and the TP-aware DP strategy on bundled inputs: the
-# plans validate, record the solver's outcome, and are never worse than the greedy alpha plan.
+# plans validate, record the solver's outcome, and are never worse than the greedy alpha plan
+# (--dp alpha, which both start from; the default joint strategy is another partition).
 set -u
 : "${CZ:?CZ must point to the canzona binary}"
 src=${CZ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -19,8 +20,8 @@ field() { # file python-expression-on-d
 M=plans/models/qwen3-0.6b.json
 C=plans/clusters/h100-8-dp8-tp1.json
 
-"$CZ" plan -m $M -c $C --json >"$work/greedy.json" || fails=$((fails + 1))
-"$CZ" plan -m $M -c $C --solver ilp --time-limit 5 -o "$work/ilp.plan.json" --json \
+"$CZ" plan -m $M -c $C --dp alpha --json >"$work/greedy.json" || fails=$((fails + 1))
+"$CZ" plan -m $M -c $C --dp alpha --solver ilp --time-limit 5 -o "$work/ilp.plan.json" --json \
   >"$work/ilp.json" 2>"$work/ilp.err"
 check "ilp plan written" test -s "$work/ilp.plan.json"
 check "ilp plan validates" "$CZ" validate "$work/ilp.plan.json" -m $M -c $C
@@ -46,7 +47,7 @@ check "greedy plans carry no solver_result" \
 tpaware_case() { # name model cluster [size options]
   local name=$1 m=$2 c=$3
   shift 3
-  "$CZ" plan -m "$m" -c "$c" "$@" --json >"$work/$name-alpha.json" &&
+  "$CZ" plan -m "$m" -c "$c" "$@" --dp alpha --json >"$work/$name-alpha.json" &&
     "$CZ" plan -m "$m" -c "$c" "$@" --dp tpaware --json >"$work/$name-tpa.json" &&
     python3 - "$work/$name-alpha.json" "$work/$name-tpa.json" <<'PY'
 import json, sys
@@ -83,7 +84,7 @@ def run(args, out):
                        capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-ra, cpu_a = run([], work + "/moe-alpha.plan.json")
+ra, cpu_a = run(["--dp", "alpha"], work + "/moe-alpha.plan.json")
 rt, cpu_t = run(["--dp", "tpaware", "--tpaware-time-limit", "0.2"], work + "/moe.plan.json")
 a, t = json.loads(ra.stdout), json.loads(rt.stdout)
 print(f"cpu alpha {cpu_a:.2f} s, tpaware {cpu_t:.2f} s; mk {t['tp_makespan']:.9g} vs alpha "

@@ -163,9 +163,9 @@ if ! "$CZ" compare --model "$model" --cluster "$cluster" --repeats 3 --time-limi
     fail "compare exited non-zero: $(cat "$work/err")"
 fi
 cat "$work/cmp.txt"
-nrows=$(grep -c '^canzona compare: \[[0-9]*/26\] ' "$work/err")
-[ "$nrows" = 26 ] || fail "compare --progress: $nrows of 26 progress lines: $(head -3 "$work/err")"
-grep -q '^canzona compare: \[26/26\] alpha+rollback(ilp) (ILP' "$work/err" ||
+nrows=$(grep -c '^canzona compare: \[[0-9]*/27\] ' "$work/err")
+[ "$nrows" = 27 ] || fail "compare --progress: $nrows of 27 progress lines: $(head -3 "$work/err")"
+grep -q '^canzona compare: \[27/27\] alpha+rollback(ilp) (ILP' "$work/err" ||
     fail "compare --progress: the ILP row is not announced as a solve"
 # Columns: strategy DP-imb mk/LB step opt plan builds.
 awk '$1 == "alpha+rollback(ilp)" && $7 != 1 { bad = 1 }

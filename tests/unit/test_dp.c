@@ -367,6 +367,7 @@ static cz_plan *numel_plan(const int64_t *sizes, const int *layer, int n, int nl
     cz_settings s;
     cz_settings_init(&s);
     s.unit = CZ_UNIT_NUMEL;
+    s.dp = CZ_DP_ALPHA; /* the worked examples below are alpha's */
     cz_plan *plan = NULL;
     cz_error err;
     int rc = cz_plan_build(&plan, m, c, &s, &err);

@@ -23,6 +23,7 @@ static cz_plan *plan_make(int n, int dp, int tp, const double *cost, const int64
 {
     cz_plan *p = calloc(1, sizeof *p);
     cz_settings_init(&p->settings);
+    p->settings.dp = CZ_DP_ALPHA; /* the DP ILP refines alpha's cuts */
     p->settings.alpha = alpha;
     p->dp = dp;
     p->tp = tp;

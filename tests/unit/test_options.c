@@ -34,7 +34,7 @@ START_TEST(test_init_macros)
     EXPECT_INIT_MATCHES(cz_import_hf_options, CZ_IMPORT_HF_OPTIONS_INIT, cz_import_hf_options_init);
     cz_settings s = CZ_SETTINGS_INIT;
     ck_assert_int_eq(s.version, CZ_SETTINGS_VERSION);
-    ck_assert_int_eq(s.dp, CZ_DP_ALPHA);
+    ck_assert_int_eq(s.dp, CZ_DP_JOINT);
     ck_assert_int_eq(s.tp, CZ_TP_ROLLBACK);
     ck_assert_int_eq(s.ns_steps, 5);
 }

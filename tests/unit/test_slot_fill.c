@@ -193,8 +193,11 @@ START_TEST(packed_widths_and_slots_together)
 END_TEST
 
 /* cz__dp_fill_cuts on one bucket of tt's n single-task matrix parameters, in id order, at DP dp x
- * TP tp: the cuts (dp + 1) and the target. */
-static void fill_one_bucket(const cz_task_table *tt, int n, int dp, int tp, int *cutj, double *T)
+ * TP tp, each rank busy for base[r] first (NULL: idle), the bisection started from the plan's
+ * split lower bound (own_bound false, alpha's slot-fill variant) or from the domain's own bound
+ * (true, the joint strategy): the cuts (dp + 1) and the target. */
+static void fill_bucket(const cz_task_table *tt, int n, int dp, int tp, const double *base,
+                        bool own_bound, int *cutj, double *T)
 {
     cz_plan plan;
     cz_plan_param params[16];
@@ -214,9 +217,15 @@ static void fill_one_bucket(const cz_task_table *tt, int n, int dp, int tp, int 
         params[i].def.kind = CZ_KIND_MATRIX;
         params[i].cost = tt->cost[(size_t)i * tt->nwidths];
     }
-    cz_dp_buckets b = {1, first, ids};
+    cz_dp_buckets b = {
+        1, first, ids, dp, tp, base, own_bound ? 0.0 : cz__task_lower_bound(&plan, tt)};
     cz_error err;
     ck_assert_msg(cz__dp_fill_cuts(&plan, &b, cutj, T, &err) == CZ_OK, "%s", err.message);
+}
+
+static void fill_one_bucket(const cz_task_table *tt, int n, int dp, int tp, int *cutj, double *T)
+{
+    fill_bucket(tt, n, dp, tp, NULL, false, cutj, T);
 }
 
 START_TEST(fill_cuts_at_least_target)
@@ -237,6 +246,32 @@ START_TEST(fill_cuts_at_least_target)
     ck_assert_int_eq(cutj[0], 0);
     ck_assert_int_eq(cutj[1], 5);
     ck_assert_int_eq(cutj[2], 10);
+    cz__task_table_free(&tt);
+}
+END_TEST
+
+START_TEST(fill_cuts_over_base)
+{
+    /* Six hosted tasks of 1 on DP 3 x TP 1. Idle, the domain's own bound is 6 / 3 = 2 and the
+     * fill reaches it, two tasks a rank. With rank 0 busy for 2 first (the joint strategy's
+     * other buffer), the bound is (6 + 2) / 3 = 2.67, but below 3 rank 0 takes nothing and
+     * ranks 1 and 2 two each: 3 is the least target, rank 0 one task, rank 1 three, rank 2
+     * two. */
+    static const int W1[1] = {1};
+    const double c[6] = {1, 1, 1, 1, 1, 1}, base[3] = {2, 0, 0};
+    cz_task_table tt = table_of(6, 1, W1, c);
+    int cutj[4];
+    double T = 0.0;
+    fill_bucket(&tt, 6, 3, 1, NULL, true, cutj, &T);
+    ck_assert(T >= 2.0 && T <= 2.0 * (1 + 2e-4));
+    ck_assert_int_eq(cutj[1], 2);
+    ck_assert_int_eq(cutj[2], 4);
+    fill_bucket(&tt, 6, 3, 1, base, true, cutj, &T);
+    ck_assert(T >= 3.0 && T <= 3.0 * (1 + 2e-4));
+    ck_assert_int_eq(cutj[0], 0);
+    ck_assert_int_eq(cutj[1], 1);
+    ck_assert_int_eq(cutj[2], 4);
+    ck_assert_int_eq(cutj[3], 6);
     cz__task_table_free(&tt);
 }
 END_TEST
@@ -269,6 +304,7 @@ static Suite *suite(void)
     tcase_add_test(tc, packed_widths_and_slots_together);
     tcase_add_test(tc, fill_cuts_at_least_target);
     tcase_add_test(tc, fill_blocks_then_matrices);
+    tcase_add_test(tc, fill_cuts_over_base);
     suite_add_tcase(s, tc);
     return s;
 }
