@@ -1,0 +1,184 @@
+/* canzona-startup: one rank's cz_executor_create in a fake world, timed (docs/PERF.md section
+ * 15). The process plays world rank R of a job of N ranks over the callbacks comm plane (the
+ * one canzona.torch uses); its callbacks answer every collective of create as the other N - 1
+ * ranks would: the agreement's minimum is this rank's own values (every rank passed and has the
+ * same plan), and each plane split's sum of (color, key) pairs is filled in for every rank from
+ * the grid, so the executor builds exactly the planes rank R gets in a real job. Nothing after
+ * create is run. Prints one JSON line: CPU seconds (user + system) and wall seconds of create,
+ * and the process's peak resident set before and after it.
+ *
+ *   canzona-startup PLAN --world N --tp T --pp P [--ep E --etp X] --rank R [--max-rss-mb M]
+ *
+ * PLAN is a plan file or a split plan folder (canzona plan --split). --max-rss-mb makes a peak
+ * above M MiB an error (exit 1), for the bounded-memory test. */
+#include "canzona_exec.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+typedef struct world {
+    int n, rank, tp, dp, pp, ep, etp, edp;
+    int splits; /* plane splits answered so far: DP, TP, then expert-DP and ETP */
+} world;
+
+/* The (color, key) that world rank g passes to split number k, as executor.c computes them:
+ * DP (stage * tp + tp_rank, dp_rank), TP (stage * dp + dp_rank, tp_rank), expert-DP and ETP
+ * over Megatron-Core's expert grid (ETP fastest, then EP, then expert-DP). */
+static void color_key(const world *w, int k, int g, int64_t *color, int64_t *key)
+{
+    int per_stage = w->dp * w->tp, stage = g / per_stage, local = g % per_stage;
+    int dp_rank = local / w->tp, tp_rank = local % w->tp;
+    int etp_rank = local % w->etp, ep_rank = local / w->etp % w->ep;
+    int edp_rank = local / (w->etp * w->ep);
+    switch (k) {
+    case 0:
+        *color = stage * w->tp + tp_rank, *key = dp_rank;
+        break;
+    case 1:
+        *color = stage * w->dp + dp_rank, *key = tp_rank;
+        break;
+    case 2:
+        *color = ((int64_t)stage * w->ep + ep_rank) * w->etp + etp_rank, *key = edp_rank;
+        break;
+    default:
+        *color = ((int64_t)stage * w->edp + edp_rank) * w->ep + ep_rank, *key = etp_rank;
+        break;
+    }
+}
+
+static int fake_all_reduce(void *user, cz_comm_group g, void *buf, size_t count, cz_comm_dtype t,
+                           cz_comm_op op)
+{
+    world *w = user;
+    (void)g;
+    /* A split: every rank's (color, key) by one sum, this rank's pair filled in, the rest 0. */
+    if (t == CZ_COMM_INT64 && op == CZ_COMM_SUM && count == 2 * (size_t)w->n) {
+        int64_t *ck = buf, color, key;
+        color_key(w, w->splits, w->rank, &color, &key);
+        if (ck[2 * w->rank] != color || ck[2 * w->rank + 1] != key) {
+            fprintf(stderr,
+                    "canzona-startup: split %d of rank %d passed (%lld, %lld), expected (%lld, "
+                    "%lld): the executor's planes changed; update color_key\n",
+                    w->splits, w->rank, (long long)ck[2 * w->rank], (long long)ck[2 * w->rank + 1],
+                    (long long)color, (long long)key);
+            return 1;
+        }
+        for (int r = 0; r < w->n; r++)
+            color_key(w, w->splits, r, &ck[2 * r], &ck[2 * r + 1]);
+        w->splits++;
+        return 0;
+    }
+    /* The agreement's minimum over ranks that all passed with the same plan: this rank's. */
+    if (t == CZ_COMM_INT64 && op == CZ_COMM_MIN)
+        return 0;
+    fprintf(stderr, "canzona-startup: unexpected all_reduce of %zu elements at create\n", count);
+    return 1;
+}
+
+static int fake_broadcast(void *user, cz_comm_group g, void *buf, size_t count, cz_comm_dtype t,
+                          int root)
+{
+    (void)user, (void)g, (void)buf, (void)count, (void)t, (void)root;
+    return 0;
+}
+
+static int fake_exchange(void *user, cz_comm_group g, const cz_comm_transfer *t, int n)
+{
+    (void)user, (void)g, (void)t, (void)n;
+    return 0;
+}
+
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+           (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double maxrss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0; /* kilobytes on Linux */
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: canzona-startup PLAN|DIR --world N --tp T --pp P [--ep E --etp X] "
+                    "--rank R [--max-rss-mb M]\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    world w = {.ep = 1, .etp = -1, .rank = -1};
+    const char *plan = NULL;
+    double max_rss = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int *dst = !strcmp(a, "--world") ? &w.n
+                   : !strcmp(a, "--tp")  ? &w.tp
+                   : !strcmp(a, "--pp")  ? &w.pp
+                   : !strcmp(a, "--ep")  ? &w.ep
+                   : !strcmp(a, "--etp") ? &w.etp
+                   : !strcmp(a, "--rank") ? &w.rank
+                                          : NULL;
+        if (dst && i + 1 < argc)
+            *dst = atoi(argv[++i]);
+        else if (!strcmp(a, "--max-rss-mb") && i + 1 < argc)
+            max_rss = atof(argv[++i]);
+        else if (a[0] != '-' && !plan)
+            plan = a;
+        else
+            return usage();
+    }
+    if (w.etp < 0)
+        w.etp = w.tp;
+    if (!plan || w.n < 1 || w.tp < 1 || w.pp < 1 || w.ep < 1 || w.etp < 1 || w.rank < 0 ||
+        w.rank >= w.n || w.n % (w.tp * w.pp) != 0)
+        return usage();
+    w.dp = w.n / (w.tp * w.pp);
+    w.edp = w.tp * w.dp / (w.etp * w.ep);
+    cz_comm_callbacks cb = {.version = CZ_COMM_CALLBACKS_VERSION,
+                            .user = &w,
+                            .world_size = w.n,
+                            .world_rank = w.rank,
+                            .all_reduce = fake_all_reduce,
+                            .broadcast = fake_broadcast,
+                            .exchange = fake_exchange};
+    cz_exec_config cfg;
+    cz_exec_config_init(&cfg);
+    cfg.comm = "callbacks";
+    cfg.callbacks = &cb;
+    cz_executor *ex = NULL;
+    cz_error err = {0};
+    double rss0 = maxrss_mb(), c0 = cpu_s(), t0 = wall_s();
+    int rc = cz_executor_create(&ex, plan, &cfg, &err);
+    double c1 = cpu_s(), t1 = wall_s(), rss1 = maxrss_mb();
+    cz_executor_free(ex);
+    printf("{\"rank\": %d, \"rc\": %d, \"create_cpu_s\": %.3f, \"create_wall_s\": %.3f, "
+           "\"rss_before_mb\": %.1f, \"peak_rss_mb\": %.1f}\n",
+           w.rank, rc, c1 - c0, t1 - t0, rss0, rss1);
+    if (rc) {
+        fprintf(stderr, "canzona-startup: rank %d: %s\n", w.rank, err.message);
+        return 1;
+    }
+    if (max_rss > 0 && rss1 > max_rss) {
+        fprintf(stderr, "canzona-startup: rank %d: peak RSS %.1f MiB is above the bound %.1f MiB\n",
+                w.rank, rss1, max_rss);
+        return 1;
+    }
+    return 0;
+}
