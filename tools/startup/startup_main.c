@@ -128,11 +128,11 @@ int main(int argc, char **argv)
     double max_rss = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int *dst = !strcmp(a, "--world") ? &w.n
-                   : !strcmp(a, "--tp")  ? &w.tp
-                   : !strcmp(a, "--pp")  ? &w.pp
-                   : !strcmp(a, "--ep")  ? &w.ep
-                   : !strcmp(a, "--etp") ? &w.etp
+        int *dst = !strcmp(a, "--world")  ? &w.n
+                   : !strcmp(a, "--tp")   ? &w.tp
+                   : !strcmp(a, "--pp")   ? &w.pp
+                   : !strcmp(a, "--ep")   ? &w.ep
+                   : !strcmp(a, "--etp")  ? &w.etp
                    : !strcmp(a, "--rank") ? &w.rank
                                           : NULL;
         if (dst && i + 1 < argc)
@@ -167,10 +167,14 @@ int main(int argc, char **argv)
     double rss0 = maxrss_mb(), c0 = cpu_s(), t0 = wall_s();
     int rc = cz_executor_create(&ex, plan, &cfg, &err);
     double c1 = cpu_s(), t1 = wall_s(), rss1 = maxrss_mb();
+    /* What create made of the plan, so that two forms of one plan can be compared. */
+    size_t numel = cz_executor_buffer_numel(ex), nparams = cz_executor_param_count(ex);
+    int dp_rank = cz_executor_dp_rank(ex), stage = cz_executor_pp_rank(ex);
     cz_executor_free(ex);
     printf("{\"rank\": %d, \"rc\": %d, \"create_cpu_s\": %.3f, \"create_wall_s\": %.3f, "
-           "\"rss_before_mb\": %.1f, \"peak_rss_mb\": %.1f}\n",
-           w.rank, rc, c1 - c0, t1 - t0, rss0, rss1);
+           "\"rss_before_mb\": %.1f, \"peak_rss_mb\": %.1f, \"stage\": %d, \"dp_rank\": %d, "
+           "\"buffer_numel\": %zu, \"params\": %zu}\n",
+           w.rank, rc, c1 - c0, t1 - t0, rss0, rss1, stage, dp_rank, numel, nparams);
     if (rc) {
         fprintf(stderr, "canzona-startup: rank %d: %s\n", w.rank, err.message);
         return 1;
