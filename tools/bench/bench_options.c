@@ -17,6 +17,9 @@ void cz_bench_usage(FILE *f)
            "Runs the plan's optimizer step with libcanzona-exec and times it.\n"
            "  --plan FILE        plan written by `canzona plan` (required)\n"
            "  --model FILE       the model the plan was made for (required; checked by hash)\n"
+           "  --create-from DIR  create the executor from DIR, the plan's split folder (canzona\n"
+           "                     plan --split): each rank reads its own part; --plan still\n"
+           "                     gives the data and the reference\n"
            "  --steps N          timed optimizer steps (default 5)\n"
            "  --warmup N         untimed steps before them (default 1)\n"
            "  --seed S           seed of the generated parameters and gradients (default 1)\n"
@@ -180,6 +183,7 @@ static const struct option longs[] = {{"plan", required_argument, 0, 'p'},
                                       {"order-rank", required_argument, 0, 1022},
                                       {"declare-nothing", required_argument, 0, 1023},
                                       {"end-after-stall", no_argument, 0, 1024},
+                                      {"create-from", required_argument, 0, 1025},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
 
@@ -333,6 +337,9 @@ static int run_option(bench_opts *o, int c, char *arg, char **end, char *msg, si
         return 0;
     case 1024:
         o->end_after_stall = 1;
+        return 0;
+    case 1025:
+        o->create_from = arg;
         return 0;
     default:
         return -1;
