@@ -3,7 +3,8 @@
 # and 131,072 GPUs, from the whole plan file and from its split folder (canzona plan --split):
 # the last rank and the first rank of an expert-DP plane (world rank 0), CPU seconds and peak
 # RSS of the process, as canzona-startup measures them over the callbacks plane in a fake
-# world (docs/PERF.md section 15). Prints a Markdown table.
+# world (docs/PERF.md section 15): CPU the median of 15 creates (3 for the whole plan), less
+# the fake world's own answers; RSS the first create's peak. Prints a Markdown table.
 #   tools/bench/startup_table.sh [BUILD_DIR] [WORK_DIR]   (defaults: build, a temporary folder)
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,7 +30,10 @@ for gpus in 8192 32768 131072; do
     for form in whole split; do
       plan=$dir/plan.json
       [ "$form" = split ] && plan=$dir
-      out=$("$startup" "$plan" --world $gpus --tp 8 --pp 16 --ep 64 --etp 1 --rank $rank)
+      reps=15
+      [ "$form" = whole ] && reps=3
+      out=$("$startup" "$plan" --world $gpus --tp 8 --pp 16 --ep 64 --etp 1 --rank $rank \
+        --repeat $reps)
       printf "| %d | %.1f MB | %.1f MB | %s | %s | %s | %s |\n" $gpus \
         "$(echo "$size / 1000000" | bc -l)" "$(echo "$psize / 1000000" | bc -l)" $form "$who" \
         "$(field "$out" create_cpu_s)" "$(field "$out" peak_rss_mb)"
