@@ -429,8 +429,9 @@ int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, const char 
      * whose plan does not load goes on to the agreement with its code: a rank that returned
      * here would leave the others waiting in it. */
     if (!plan && !pre_rc) {
-        pre_rc = path ? load(&ex->owned_plan, path, ex->ctrl.rank, err)
-                      : cz__error_set(err, CZ_EINVALID, "no plan path given");
+        pre_rc = path   ? load(&ex->owned_plan, path, ex->planes.world.rank, err)
+                 : load ? cz__error_set(err, CZ_EINVALID, "no plan path given")
+                        : cz__error_set(err, CZ_EINVALID, "no plan given");
         ex->plan = ex->owned_plan;
     }
     /* Every check's failure is shared with every rank, and so is the plan's fingerprint. */
