@@ -12,8 +12,8 @@
  *                   [--max-rss-mb M]
  *
  * PLAN is a plan file or a split plan folder (canzona plan --split). --repeat creates K times
- * (at most 64) and reports the median CPU and wall seconds (and the first create's peak); --max-rss-mb makes a peak above
- * M MiB an error (exit 1), for the bounded-memory test. */
+ * (at most 64) and reports the median CPU and wall seconds, and the first create's peak;
+ * --max-rss-mb makes a peak above M MiB an error (exit 1). */
 #include "canzona_exec.h"
 
 #include <stdint.h>
