@@ -11,14 +11,7 @@ set -euo pipefail
 src=${CZ_SOURCE_DIR:?}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-scale=${CZ_TIME_SCALE:-1}
-mpi() { timeout $((60 * scale)) mpirun --oversubscribe "$@"; }
-mpi_fails() { # every rank must fail cleanly (non-zero, not the timeout's 124)
-  local rc=0
-  mpi "$@" >"$tmp/out" 2>&1 || rc=$?
-  cat "$tmp/out"
-  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
-}
+# mpi and mpi_fails: mpi_env.sh.
 count() { grep -c -- "$1" "$tmp/out" || true; }
 
 case "$1" in
