@@ -10,7 +10,10 @@
  *  - a plan compared with itself is "identical";
  *  - a plan the reader accepts, written back with cz_plan_write, is read again, and the copy
  *    is identical to the original (diff), so that nothing a reader accepts is lost or altered
- *    by the writer.
+ *    by the writer;
+ *  - that copy is cut into a split plan folder (cz__plan_split_write) and parts of it are read
+ *    back (cz__plan_read_slice, the executor's reader of a folder): refusals carry a message,
+ *    and the parts of a plan without structural violations read and check clean.
  * Consumers may refuse a plan they cannot handle (e.g. simulate refuses the even strategy
  * with a TP schedule), with a message, but never with CZ_EINTERNAL.
  */
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static cz_plan *reference;
 
@@ -94,6 +98,67 @@ static void expect_identical(const cz_plan *a, const cz_plan *b, const char *wha
     json_decref(rep);
 }
 
+/* Whether the structural check finds nothing wrong with plan (a whole plan or a slice). */
+static int structure_clean(const cz_plan *plan)
+{
+    cz_plan_checks c = {0};
+    c.expert_groups = 1;
+    c.out = json_array();
+    if (!c.out)
+        fz_fail("out of memory");
+    cz__plan_check_structure(&c, plan);
+    int clean = !c.oom && json_array_size(c.out) == 0;
+    if (!clean && plan->slice.on)
+        fz_print_violations(c.out, 3);
+    json_decref(c.out);
+    return clean;
+}
+
+/* The split plan folder of a plan as written (path): cut, then read back for a few world
+ * ranks (the first and last of the world and of each stage). Refusals must come with a
+ * message; and the parts of a plan without structural violations must read, and check,
+ * clean. The folder is emptied afterwards. */
+static void check_split(const cz_plan *plan, const char *path)
+{
+    const char *dir = fz_scratch_path("split");
+    cz_error err;
+    cz_error_clear(&err);
+    int rc = cz__plan_split_write(path, dir, &err);
+    int clean = structure_clean(plan);
+    if (rc != CZ_OK)
+        expect_handled(rc, "cz__plan_split_write", &err);
+    long per_stage = (long)plan->dp * plan->tp, gpus = per_stage * plan->pp;
+    for (int s = 0; rc == CZ_OK && s < plan->pp && s < 4; s++) {
+        long ranks[2] = {s * per_stage, s * per_stage + per_stage - 1};
+        for (int k = 0; k < 2 && ranks[k] < gpus; k++) {
+            cz_plan *part = NULL;
+            cz_error_clear(&err);
+            int prc = cz__plan_read_slice(&part, dir, (int)ranks[k], &err);
+            if (prc != CZ_OK)
+                expect_handled(prc, "cz__plan_read_slice", &err);
+            if (clean && prc != CZ_OK)
+                fz_fail("world rank %ld's part of a plan without structural violations is "
+                        "refused: %s",
+                        ranks[k], err.message);
+            if (clean && prc == CZ_OK && !structure_clean(part))
+                fz_fail("world rank %ld's part of a plan without structural violations breaks a "
+                        "structural rule",
+                        ranks[k]);
+            cz_plan_free(part);
+        }
+    }
+    char f[4300];
+    snprintf(f, sizeof f, "%s/header.json", dir);
+    unlink(f);
+    for (int s = 0; s < plan->pp; s++) {
+        snprintf(f, sizeof f, "%s/stage-%d.parts", dir, s);
+        unlink(f);
+        snprintf(f, sizeof f, "%s/stage-%d.index", dir, s);
+        unlink(f);
+    }
+    rmdir(dir);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     cz_plan *plan = NULL, *copy = NULL;
@@ -160,6 +225,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fz_fail("a plan the reader accepted, written back, is refused: %s", err.message);
     expect_identical(plan, copy, "a plan written back and read again");
 
+    check_split(copy, out);
     cz_plan_free(copy);
     cz_plan_free(plan);
     return 0;

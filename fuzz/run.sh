@@ -116,6 +116,9 @@ plan_seed plan "$m" plans/clusters/cpu-4-dp4-ep2.json
 plan_seed plan "$m" plans/clusters/cpu-4-dp4-ep2.json --dp layerwise --layerwise-order megatron-aug26
 plan_seed plan "$m" plans/clusters/cpu-4-dp4-ep2.json --dp even --tp sc
 plan_seed plan "$m" plans/clusters/cpu-4-dp4-ep2.json --layout split --dp anchored
+# Two stages with expert groups: the split plan folder of each (fuzz_plan.c) has parts per
+# stage and EP rank.
+plan_seed plan "$m" plans/clusters/cpu-4-dp4-ep2.json --pp-size 2
 plan_seed plan "$m" plans/clusters/cpu-4-dp2-tp2.json --etp-size 1 --ep-size 2
 plan_seed plan "$m" plans/clusters/cpu-4-dp2-tp2.json --ep-size 2 --coop auto
 plan_seed plan_exec "$m" plans/clusters/cpu-4-dp4-ep2.json

@@ -15,9 +15,10 @@ _canzona_options() { # <command>: the options 'canzona <command> --help' lists
         --deferred-updates --early-updates --grad-reduce-in-fp32"
     case $1 in
     plan)
-        echo "-m --model -c --cluster -o --output --allow-oversubscribed-memory --json -q
+        echo "-m --model -c --cluster -o --output --split --allow-oversubscribed-memory --json -q
             --quiet -h --help --calibration $settings $sizes" ;;
-    inspect) echo "-c --cluster --json -n --top -a --all -h --help" ;;
+    inspect)
+        echo "-c --cluster --json -n --top -a --all --startup --read-gbps --fs-gbps -h --help" ;;
     diff) echo "--json -f --force -l --limit -h --help" ;;
     validate) echo "-m --model -c --cluster --calibration --json -l --limit -h --help $sizes" ;;
     import-hf)
@@ -59,6 +60,10 @@ _canzona() {
         compopt -o filenames 2>/dev/null
         COMPREPLY=($(compgen -f -- "$cur"))
         return 0 ;;
+    --split) # a folder
+        compopt -o filenames 2>/dev/null
+        COMPREPLY=($(compgen -d -- "$cur"))
+        return 0 ;;
     --optimizer) words="muon soap shampoo adamw" ;;
     --unit) words="time flops numel" ;;
     --dp) words="alpha anchored even joint layerwise tpaware" ;;
@@ -80,7 +85,8 @@ _canzona() {
         --ep-size | --etp-size | \
         --nodes | --gpus-per-node | --repeats | -w | --width | -n | --top | -l | --limit | \
         --name | --make-vocab-size-divisible-by | --gtp-size | --muon-ns-batch-size | \
-        --seq-len | --micro-batch-size | --micro-batches | --pass-efficiency)
+        --seq-len | --micro-batch-size | --micro-batches | --pass-efficiency | --read-gbps | \
+        --fs-gbps)
         return 0 ;; # a number or a name: nothing to offer
     esac
     if [[ -n $words ]]; then

@@ -47,6 +47,7 @@ enum {
  * long options: values from 3000 on, clear of the settings' and the commands' own). */
 enum {
     CZ_OPT_CALIBRATION = 3000,
+    CZ_OPT_SPLIT_DIR,
     CZ_OPT_OVERLAP_PARAM_GATHER,
     CZ_OPT_OVERLAP_GRAD_REDUCE,
     CZ_OPT_MUON_NS_BATCH_SIZE,

@@ -12,34 +12,42 @@
 
 static void inspect_help(FILE *f)
 {
-    fprintf(f,
-            "usage: canzona inspect PLAN.json [--cluster CLUSTER.json] [--json] [--top N] [--all]\n"
-            "\n"
-            "Prints the plan's topology and settings; a table per DP rank (load, share of the\n"
-            "mean, owned parameters and matrices, TP makespan, micro-groups, min..max load and\n"
-            "optimizer-state memory over its TP ranks); imbalance figures (DP and GPU max/mean,\n"
-            "makespan, average load, lower bound, atomic lower bound max(total/GPUs, largest\n"
-            "task, and the stage, EP-group and shared-GPU terms where one is larger), the\n"
-            "makespan over each); the N\n"
-            "busiest ranks with their largest parameters and each one's share of the rank's\n"
-            "load; micro-group statistics per DP rank; and the matrices heavier than an\n"
-            "average GPU's load, which no partition can split. Costs are in the plan's unit.\n"
-            "It also shows the busiest GPU's model states (parameter and gradient buffers, fp32\n"
-            "master copy, optimizer state) and, with --cluster, the headroom left on the device.\n"
-            "A plan with block or cooperative tasks (canzona.plan/2) also gets their counts and\n"
-            "list: name[block], width, a cooperative task's Gram panels, the TP slots each\n"
-            "spans and its cost per slot. A plan with expert groups (canzona.plan/3) also gets\n"
-            "a table per expert rank (EP rank and expert-DP rank: owned expert cost, share of\n"
-            "the mean, owned experts, ETP makespan, micro-groups) and the GPU whose DP and\n"
-            "expert ranks together set the makespan.\n"
-            "\n"
-            "options:\n"
-            "  -c, --cluster FILE  the cluster (same DP, TP and PP as the plan) whose\n"
-            "                 device.memory_gib the model states are compared with\n"
-            "      --json     print the same content as JSON (always includes every GPU)\n"
-            "  -n, --top N    busiest ranks and parameters per rank to list (default 3)\n"
-            "  -a, --all      also print the full per-GPU table and every dominating matrix\n"
-            "  -h, --help     this help\n");
+    fprintf(
+        f,
+        "usage: canzona inspect PLAN.json|DIR [--cluster CLUSTER.json] [--json] [--top N] [--all]\n"
+        "                       [--startup [--read-gbps X] [--fs-gbps Y]]\n"
+        "\n"
+        "Prints the plan's topology and settings; a table per DP rank (load, share of the\n"
+        "mean, owned parameters and matrices, TP makespan, micro-groups, min..max load and\n"
+        "optimizer-state memory over its TP ranks); imbalance figures (DP and GPU max/mean,\n"
+        "makespan, average load, lower bound, atomic lower bound max(total/GPUs, largest\n"
+        "task, and the stage, EP-group and shared-GPU terms where one is larger), the\n"
+        "makespan over each); the N\n"
+        "busiest ranks with their largest parameters and each one's share of the rank's\n"
+        "load; micro-group statistics per DP rank; and the matrices heavier than an\n"
+        "average GPU's load, which no partition can split. Costs are in the plan's unit.\n"
+        "It also shows the busiest GPU's model states (parameter and gradient buffers, fp32\n"
+        "master copy, optimizer state) and, with --cluster, the headroom left on the device.\n"
+        "A plan with block or cooperative tasks (canzona.plan/2) also gets their counts and\n"
+        "list: name[block], width, a cooperative task's Gram panels, the TP slots each\n"
+        "spans and its cost per slot. A plan with expert groups (canzona.plan/3) also gets\n"
+        "a table per expert rank (EP rank and expert-DP rank: owned expert cost, share of\n"
+        "the mean, owned experts, ETP makespan, micro-groups) and the GPU whose DP and\n"
+        "expert ranks together set the makespan.\n"
+        "\n"
+        "options:\n"
+        "  -c, --cluster FILE  the cluster (same DP, TP and PP as the plan) whose\n"
+        "                 device.memory_gib the model states are compared with\n"
+        "      --json     print the same content as JSON (always includes every GPU)\n"
+        "  -n, --top N    busiest ranks and parameters per rank to list (default 3)\n"
+        "  -a, --all      also print the full per-GPU table and every dominating matrix\n"
+        "      --startup  print instead the start-up model: the bytes each rank's\n"
+        "                 cz_executor_create reads and its estimated time, for the plan\n"
+        "                 file and, when PLAN is the folder of canzona plan --split, for\n"
+        "                 its parts (docs/PERF.md section 16)\n"
+        "      --read-gbps X  a rank's read bandwidth in the model, GB/s (default 2)\n"
+        "      --fs-gbps Y    the file system's aggregate bandwidth, GB/s (default 100)\n"
+        "  -h, --help     this help\n");
 }
 
 static const char *rank_label(char *buf, size_t n, json_t *o, int pp)
@@ -312,9 +320,73 @@ static void print_text(const cz_plan *p, json_t *r, int all)
 }
 
 typedef struct inspect_args {
-    int as_json, all, top;
+    int as_json, all, top, startup;
     const char *cluster_path;
+    cz_startup_model model;
 } inspect_args;
+
+/* A bandwidth in GB/s: a positive finite number. */
+static int parse_gbps(const char *opt, const char *value, double *out)
+{
+    char *end = NULL;
+    double v = strtod(value, &end);
+    if (!end || end == value || *end || !(v > 0) || v > 1e9) {
+        fprintf(stderr,
+                "canzona inspect: --%s: expected a bandwidth in GB/s above 0, found "
+                "\"%s\"\n",
+                opt, value);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+/* The start-up model's report (--startup): each form's bytes per rank and estimated time. */
+static void print_form(const char *name, const cz_startup_form *f, long gpus)
+{
+    printf("%-7s a rank reads %.3f MB (rank %ld) to %.3f MB (rank %ld): %.3f s to %.3f s; all %ld "
+           "ranks %.1f GB: start-up %.3f s\n",
+           name, f->min_bytes / 1e6, f->min_rank, f->max_bytes / 1e6, f->max_rank, f->min_rank_s,
+           f->max_rank_s, gpus, f->total_bytes / 1e9, f->cluster_s);
+}
+
+static void form_json(json_t *o, const char *key, const cz_startup_form *f)
+{
+    json_object_set_new(o, key,
+                        json_pack("{s:f, s:I, s:f, s:I, s:f, s:f, s:f, s:f}", "min_bytes",
+                                  f->min_bytes, "min_rank", (json_int_t)f->min_rank, "max_bytes",
+                                  f->max_bytes, "max_rank", (json_int_t)f->max_rank, "total_bytes",
+                                  f->total_bytes, "min_rank_s", f->min_rank_s, "max_rank_s",
+                                  f->max_rank_s, "cluster_s", f->cluster_s));
+}
+
+static void print_startup(const cz_startup_report *r, int as_json)
+{
+    const cz_startup_model *m = &r->model;
+    if (as_json) {
+        json_t *o = json_pack("{s:I, s:{s:f, s:f, s:f, s:f}}", "gpus", (json_int_t)r->gpus, "model",
+                              "parse_mb_s", m->parse_mb_s, "fixed_s", m->fixed_s, "read_gbps",
+                              m->read_gbps, "fs_gbps", m->fs_gbps);
+        if (o) {
+            form_json(o, "whole", &r->whole);
+            if (r->has_split)
+                form_json(o, "split", &r->split);
+            json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+            printf("\n");
+        }
+        json_decref(o);
+        return;
+    }
+    printf("start-up of cz_executor_create on %ld ranks (docs/PERF.md section 16): a rank takes "
+           "%.3f s + bytes / %.1f MB/s (parse and check) + bytes / %.2f GB/s (its read); the "
+           "cluster at least all bytes / %.1f GB/s (the file system)\n",
+           r->gpus, m->fixed_s, m->parse_mb_s, m->read_gbps, m->fs_gbps);
+    print_form("whole", &r->whole, r->gpus);
+    if (r->has_split)
+        print_form("split", &r->split, r->gpus);
+    else
+        printf("split   (give the folder of canzona plan --split to see its parts)\n");
+}
 
 static int inspect_option(void *state, int opt, const char *value)
 {
@@ -331,6 +403,13 @@ static int inspect_option(void *state, int opt, const char *value)
     case 'a':
         a->all = 1;
         return 0;
+    case 'S':
+        a->startup = 1;
+        return 0;
+    case 'R':
+        return parse_gbps("read-gbps", value, &a->model.read_gbps);
+    case 'F':
+        return parse_gbps("fs-gbps", value, &a->model.fs_gbps);
     }
     return 1;
 }
@@ -338,11 +417,18 @@ static int inspect_option(void *state, int opt, const char *value)
 int cz_cmd_inspect(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"json", no_argument, NULL, 'j'}, {"top", required_argument, NULL, 'n'},
-        {"all", no_argument, NULL, 'a'},  {"cluster", required_argument, NULL, 'c'},
-        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+        {"json", no_argument, NULL, 'j'},
+        {"top", required_argument, NULL, 'n'},
+        {"all", no_argument, NULL, 'a'},
+        {"cluster", required_argument, NULL, 'c'},
+        {"help", no_argument, NULL, 'h'},
+        {"startup", no_argument, NULL, 'S'},
+        {"read-gbps", required_argument, NULL, 'R'},
+        {"fs-gbps", required_argument, NULL, 'F'},
+        {NULL, 0, NULL, 0},
     };
     inspect_args a = {.top = 3};
+    cz__startup_model_init(&a.model);
     const cz_cli_spec spec = {.name = "inspect",
                               .shortopts = "n:ac:h",
                               .own = opts,
@@ -364,9 +450,24 @@ int cz_cmd_inspect(int argc, char **argv)
     cz_error_clear(&err);
     cz_inspect_options_init(&io);
     io.top_n = a.top;
-    if (cz_plan_read(&plan, argv[optind], &err) != CZ_OK ||
+    /* A split plan folder (canzona plan --split) is inspected through its whole plan. */
+    const char *dir = cz__plan_path_is_folder(argv[optind]) ? argv[optind] : NULL;
+    char whole[4200];
+    snprintf(whole, sizeof whole, "%s/plan.json", dir ? dir : ".");
+    const char *path = dir ? whole : argv[optind];
+    if (cz_plan_read(&plan, path, &err) != CZ_OK ||
         (cluster_path && cz_cluster_load(&cluster, cluster_path, &err) != CZ_OK)) {
         fprintf(stderr, "canzona inspect: %s\n", err.message);
+        goto done;
+    }
+    if (a.startup) {
+        cz_startup_report sr;
+        if (cz__startup_report(plan, path, dir, &a.model, &sr, &err) != CZ_OK) {
+            fprintf(stderr, "canzona inspect: %s\n", err.message);
+            goto done;
+        }
+        print_startup(&sr, a.as_json);
+        rc = 0;
         goto done;
     }
     io.cluster = cluster;

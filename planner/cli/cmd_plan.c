@@ -4,11 +4,13 @@
 #include "commands.h"
 #include "cz_types.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void plan_help(FILE *f)
 {
@@ -33,6 +35,12 @@ static void plan_help(FILE *f)
         "  -o, --output FILE     write the plan here; '-' writes it to standard output and the\n"
         "                        summary to standard error (without -o only the summary is\n"
         "                        printed)\n"
+        "      --split DIR       also write the plan cut into the parts one rank reads\n"
+        "                        (docs/FORMATS.md section 9): DIR/header.json, per stage and EP\n"
+        "                        rank a slice, per stage its schedules and their index; the\n"
+        "                        whole plan goes to DIR/plan.json unless -o names a file. Give\n"
+        "                        the executor DIR instead of the plan file: each rank then reads\n"
+        "                        its own part only\n"
         "      --allow-oversubscribed-memory\n"
         "                        write the plan even when a GPU's parameters, gradients and\n"
         "                        optimizer state exceed the cluster's device.memory_gib (the\n"
@@ -358,7 +366,7 @@ static int has_coop(const cz_plan *plan)
 }
 
 typedef struct plan_args {
-    const char *model_path, *cluster_path, *output, *calibration;
+    const char *model_path, *cluster_path, *output, *calibration, *split;
     int json, quiet, allow_memory;
 } plan_args;
 
@@ -387,6 +395,9 @@ static int plan_option(void *state, int opt, const char *value)
     case CZ_OPT_CALIBRATION:
         a->calibration = value;
         return 0;
+    case CZ_OPT_SPLIT_DIR:
+        a->split = value;
+        return 0;
     }
     return 1;
 }
@@ -401,6 +412,7 @@ int cz_cmd_plan(int argc, char **argv)
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"allow-oversubscribed-memory", no_argument, NULL, 'M'},
+        {"split", required_argument, NULL, CZ_OPT_SPLIT_DIR},
         CZ_CLI_CALIBRATION_OPTION,
         {NULL, 0, NULL, 0},
     };
@@ -431,6 +443,21 @@ int cz_cmd_plan(int argc, char **argv)
     cz_error_clear(&err);
     if (cz_cli_require_inputs("plan", argc, argv, optind, model_path, cluster_path))
         return 2;
+    /* --split cuts the plan as written: it needs it in a file. */
+    char split_plan[4096];
+    if (a.split && output && !strcmp(output, "-")) {
+        fprintf(stderr, "canzona plan: --split needs the plan in a file: give -o FILE, or leave -o "
+                        "out to write DIR/plan.json\n");
+        return 2;
+    }
+    if (a.split && !output) {
+        if ((size_t)snprintf(split_plan, sizeof split_plan, "%s/plan.json", a.split) >=
+            sizeof split_plan) {
+            fprintf(stderr, "canzona plan: --split %s: path too long\n", a.split);
+            return 2;
+        }
+        output = split_plan;
+    }
     const char *inputs[] = {model_path, cluster_path, a.calibration},
                *what[] = {"the model", "the cluster", "the calibration"};
     if (cz__file_check_output(output, inputs, what, a.calibration ? 3 : 2, &err) != CZ_OK) {
@@ -469,8 +496,17 @@ int cz_cmd_plan(int argc, char **argv)
     }
     if (memory_note[0] && !quiet)
         fprintf(stderr, "canzona plan: warning: %s\n", memory_note);
+    if (a.split && mkdir(a.split, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "canzona plan: --split %s: cannot create the folder: %s\n", a.split,
+                strerror(errno));
+        goto done;
+    }
     if (output && cz_plan_write(plan, output, &err) != CZ_OK) {
         fprintf(stderr, "canzona plan: %s\n", err.message);
+        goto done;
+    }
+    if (a.split && cz__plan_split_write(output, a.split, &err) != CZ_OK) {
+        fprintf(stderr, "canzona plan: --split %s: %s\n", a.split, err.message);
         goto done;
     }
     rc = 0;

@@ -379,6 +379,13 @@ typedef struct cz_task_table {
 /* Frees the table's arrays and zeroes it (objects_free.c, as the other release functions). */
 void cz__task_table_free(cz_task_table *tt);
 
+/* Which rank's part of a plan a slice holds (cz_plan.slice); all 0 in a whole plan. */
+typedef struct cz_plan_slice {
+    int on;
+    int world_rank, stage, dp_rank, ep_rank, edp_rank;
+    int *global_ids; /* per parameter of the slice, its id in the whole plan (ascending) */
+} cz_plan_slice;
+
 struct cz_plan {
     char *generator;         /* "canzona" */
     char *generator_version; /* CZ_VERSION */
@@ -428,6 +435,12 @@ struct cz_plan {
     int ep, etp, edp;
     size_t nexpert_schedules;
     cz_rank_schedule *expert_schedules;
+    /* A plan read from a split plan folder for one rank (cz__plan_read_slice): on = 1, and the
+     * plan holds only that rank's part: the parameters of its stage's dense buffer and of its EP
+     * rank's expert buffer (ids renumbered 0 .. nparams - 1 in forward order), those buffers'
+     * buckets (renumbered likewise), its DP rank's schedule (schedules[0]) and its expert rank's
+     * (expert_schedules[0]); no metrics. content_sha256 is the whole plan's. */
+    cz_plan_slice slice;
 };
 
 /* Whether the plan has expert groups (buffers of their own for the routed experts). */
@@ -507,6 +520,37 @@ static inline int cz_group_task_width(const cz_plan_group *g, int t)
 static inline int cz_group_task_panels(const cz_plan_group *g, int t)
 {
     return g->task_panels && g->task_panels[t] > 0 ? g->task_panels[t] : 1;
+}
+
+/* The schedule of DP rank dp_rank of stage `stage`, or of expert rank (stage, EP rank e,
+ * expert-DP rank d); NULL when the plan has none (outside the grid, or a slice of another
+ * rank). The executor reads its rank's schedules through these, so that a slice and a whole
+ * plan read alike. */
+static inline const cz_rank_schedule *cz_plan_rank_schedule(const cz_plan *plan, int stage,
+                                                            int dp_rank)
+{
+    if (plan->slice.on)
+        return plan->nschedules == 1 && plan->slice.stage == stage && plan->slice.dp_rank == dp_rank
+                   ? &plan->schedules[0]
+                   : NULL;
+    size_t k = (size_t)stage * (size_t)plan->dp + (size_t)dp_rank;
+    return stage >= 0 && dp_rank >= 0 && dp_rank < plan->dp && k < plan->nschedules
+               ? &plan->schedules[k]
+               : NULL;
+}
+static inline const cz_rank_schedule *cz_plan_expert_schedule(const cz_plan *plan, int stage, int e,
+                                                              int d)
+{
+    if (plan->slice.on)
+        return plan->nexpert_schedules == 1 && plan->slice.stage == stage &&
+                       plan->slice.ep_rank == e && plan->slice.edp_rank == d
+                   ? &plan->expert_schedules[0]
+                   : NULL;
+    if (!cz_plan_has_experts(plan) || stage < 0 || e < 0 || e >= plan->ep || d < 0 ||
+        d >= plan->edp)
+        return NULL;
+    size_t x = cz_plan_expert_rank(plan, stage, e, d);
+    return x < plan->nexpert_schedules ? &plan->expert_schedules[x] : NULL;
 }
 
 /* Whether the plan has any block or cooperative task (schema canzona.plan/2; plan_io.c). */
@@ -731,6 +775,22 @@ int cz__plan_json_content_hash(const struct json_t *plan, char out[65], cz_error
  * otherwise an error telling the user to re-run `canzona plan`. For consumers that have no
  * model to check the plan against (the executor). */
 int cz__plan_check_content_hash(const cz_plan *plan, const char *path, cz_error *err);
+
+/* ---- split plan folders (plan_slice_write.c, plan_slice_read.c; docs/FORMATS.md section 9) ----
+ * `canzona plan --split DIR` writes the plan cut into the pieces one rank reads; the executor
+ * given DIR reads only its rank's. */
+#define CZ_PLAN_HEADER_SCHEMA "canzona.plan-header/1"
+/* One record of a stage's schedule index: "%019zu %019zu\n", the line's offset and length. */
+#define CZ_SLICE_INDEX_RECORD 40
+/* Cuts the plan file plan_path (as canzona plan wrote it: its content must match its hash) into
+ * the folder dir (created when missing; each file written atomically). */
+int cz__plan_split_write(const char *plan_path, const char *dir, cz_error *err);
+/* Reads world rank world_rank's part of the split plan folder dir: one parse of the header, of
+ * the rank's slice file and of its two schedule lines, each checked against its own content
+ * hash and the header's plan hash; errors name the file, the JSON path and the rank. */
+int cz__plan_read_slice(cz_plan **out, const char *dir, int world_rank, cz_error *err);
+/* Whether path names a folder (a split plan) rather than a plan file. */
+bool cz__plan_path_is_folder(const char *path);
 
 /* ---- the structural check (plan_structure.c) ---- */
 /* Where violations go: validate lists all of them; the executor refuses on the first. */

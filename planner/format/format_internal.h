@@ -58,4 +58,20 @@ void cz__sha256_init(cz_sha256 *s);
 void cz__sha256_update(cz_sha256 *s, const void *data, size_t len);
 void cz__sha256_final(cz_sha256 *s, char out[65]);
 
+/* The parts of the plan reader (plan_io.c) that the split plan's reader (plan_slice_read.c)
+ * runs on the pieces of a split plan folder, so that a piece means exactly what the same
+ * member of a whole plan file means. Each reads its member(s) of root (or the entry e at path)
+ * into p, with messages naming c->file and the JSON path. */
+int cz__plan_read_schema(const cz_json_ctx *c, const json_t *root, int *version);
+int cz__plan_read_origin(const cz_json_ctx *c, const json_t *root, cz_plan *p);
+int cz__plan_read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p);
+int cz__plan_read_solver_result(const cz_json_ctx *c, const json_t *root, cz_plan *p);
+int cz__plan_read_shape(const cz_json_ctx *c, const json_t *root, cz_plan *p);
+int cz__plan_read_param(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
+                        const cz_plan *p, cz_plan_param *q);
+int cz__plan_read_bucket(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
+                         const cz_plan *p, cz_plan_bucket *b);
+int cz__plan_read_group(const cz_json_ctx *c, const json_t *e, const char *path, const cz_plan *p,
+                        int nslots, bool split, cz_plan_group *g);
+
 #endif /* CZ_FORMAT_INTERNAL_H */

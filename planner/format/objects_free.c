@@ -111,5 +111,6 @@ void cz_plan_free(cz_plan *plan)
     free(plan->calibration_measured_at);
     free(plan->calibration_sha256);
     free(plan->ns_coeffs);
+    free(plan->slice.global_ids);
     free(plan);
 }

@@ -62,6 +62,9 @@ int cz__plan_check_schema(const cz_plan *plan, const char *path, cz_error *err)
     const char *need = cz__plan_schema_needed(plan);
     if (strcmp(said, need) == 0)
         return CZ_OK;
+    /* A slice sees one rank's tasks: a version 2 plan may give this rank no split task. */
+    if (plan->slice.on && plan->schema_version == 2 && !cz_plan_has_experts(plan))
+        return CZ_OK;
     return cz__error_set(err, CZ_EINVALID,
                          "%s: $.schema: the plan says \"%s\" but its content is a \"%s\" plan "
                          "(%s); expected \"%s\": the file was relabelled or edited, re-run canzona "
@@ -200,7 +203,7 @@ static int r_dims(const cz_json_ctx *c, const json_t *obj, const char *path, con
     return CZ_OK;
 }
 
-static int read_solver_result(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+int cz__plan_read_solver_result(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 {
     static const char *const keys[] = {"status",    "gap",    "status_dp", "gap_dp",
                                        "status_tp", "gap_tp", "note",      NULL};
@@ -254,7 +257,7 @@ static int read_ns_coeffs(const cz_json_ctx *c, const json_t *o, const char *P, 
     return CZ_OK;
 }
 
-static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+int cz__plan_read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 {
     static const char *const keys[] = {"optimizer",
                                        "unit",
@@ -365,8 +368,8 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     return read_ns_coeffs(c, o, P, p);
 }
 
-static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
-                      const cz_plan *p, cz_plan_param *q)
+int cz__plan_read_param(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
+                        const cz_plan *p, cz_plan_param *q)
 {
     static const char *const keys[] = {
         "id",    "name",   "shape",  "local_shape", "tp_dim", "optimizer", "blocks",  "layer",
@@ -489,8 +492,8 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
     return rc;
 }
 
-static int read_bucket(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
-                       const cz_plan *p, cz_plan_bucket *b)
+int cz__plan_read_bucket(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
+                         const cz_plan *p, cz_plan_bucket *b)
 {
     static const char *const keys[] = {"id",     "stage",  "offset",  "size",
                                        "ranges", "buffer", "ep_rank", NULL};
@@ -650,8 +653,8 @@ static bool same_task(const slot_item *a, const slot_item *b)
            a->panels == b->panels;
 }
 
-static int read_group(const cz_json_ctx *c, const json_t *e, const char *path, const cz_plan *p,
-                      int nslots, bool split, cz_plan_group *g)
+int cz__plan_read_group(const cz_json_ctx *c, const json_t *e, const char *path, const cz_plan *p,
+                        int nslots, bool split, cz_plan_group *g)
 {
     static const char *const keys[] = {"id", "slots", "load", NULL};
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX], ix[CZ_JSON_PATH_MAX];
@@ -854,8 +857,9 @@ static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p, 
         }
         for (size_t g = 0; g < ng; g++) {
             rs->ngroups++;
-            if ((rc = read_group(c, json_array_get(groups, g), cz__json_path_index(gp, sub, g), p,
-                                 nslots, split, &rs->groups[g])) != CZ_OK)
+            if ((rc = cz__plan_read_group(c, json_array_get(groups, g),
+                                          cz__json_path_index(gp, sub, g), p, nslots, split,
+                                          &rs->groups[g])) != CZ_OK)
                 return rc;
         }
     }
@@ -979,7 +983,7 @@ static int read_content_hash(const cz_json_ctx *c, const json_t *root, cz_plan *
 
 /* Version 1 (whole hosted tasks only), 2 (block and cooperative tasks too) or 3 (expert groups,
  * and block and cooperative tasks): *version set. */
-static int read_schema(const cz_json_ctx *c, const json_t *root, int *version)
+int cz__plan_read_schema(const cz_json_ctx *c, const json_t *root, int *version)
 {
     const char *s = NULL;
     int rc;
@@ -1002,7 +1006,7 @@ static int read_schema(const cz_json_ctx *c, const json_t *root, int *version)
 }
 
 /* $.generator and $.inputs: who wrote the plan, and for which model and cluster. */
-static int read_origin(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+int cz__plan_read_origin(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 {
     static const char *const gen_keys[] = {"name", "version", NULL};
     static const char *const in_keys[] = {"model", "cluster", "calibration", NULL};
@@ -1074,7 +1078,7 @@ static int read_expert_grid(const cz_json_ctx *c, const json_t *topo, cz_plan *p
 }
 
 /* $.topology, $.dtype and $.buckets_config: the sizes everything after is checked against. */
-static int read_shape(const cz_json_ctx *c, const json_t *root, cz_plan *p)
+int cz__plan_read_shape(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 {
     static const char *const topo_keys[] = {"dp", "tp",  "pp",  "gpus_per_node",
                                             "ep", "etp", "edp", NULL};
@@ -1123,9 +1127,9 @@ static int read_layout(const cz_json_ctx *c, const json_t *root, cz_plan *p)
         return oom(c);
     for (size_t i = 0; i < json_array_size(buckets); i++) {
         p->nbuckets++;
-        if ((rc = read_bucket(c, json_array_get(buckets, i),
-                              cz__json_path_index(el, "$.buckets", i), i, p, &p->buckets[i])) !=
-            CZ_OK)
+        if ((rc = cz__plan_read_bucket(c, json_array_get(buckets, i),
+                                       cz__json_path_index(el, "$.buckets", i), i, p,
+                                       &p->buckets[i])) != CZ_OK)
             return rc;
     }
     p->params = calloc(json_array_size(params), sizeof *p->params);
@@ -1134,8 +1138,9 @@ static int read_layout(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     double total = 0.0;
     for (size_t i = 0; i < json_array_size(params); i++) {
         p->nparams++;
-        if ((rc = read_param(c, json_array_get(params, i), cz__json_path_index(el, "$.params", i),
-                             i, p, &p->params[i])) != CZ_OK)
+        if ((rc = cz__plan_read_param(c, json_array_get(params, i),
+                                      cz__json_path_index(el, "$.params", i), i, p,
+                                      &p->params[i])) != CZ_OK)
             return rc;
         total += p->params[i].cost;
     }
@@ -1164,16 +1169,18 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
     if (!p)
         return cz__error_set(err, CZ_ENOMEM, "%s: out of memory", path);
     if ((rc = cz__json_load_file(&root, NULL, path, err)) != CZ_OK ||
-        (rc = read_schema(c, root, &version)) != CZ_OK)
+        (rc = cz__plan_read_schema(c, root, &version)) != CZ_OK)
         goto done;
     p->schema_version = version;
     split = version >= 2; /* task objects: versions 2 and 3 */
     /* In the order later parts depend on: the sizes before the buckets, the buckets before the
      * parameters, all of them before the schedules and metrics. */
     if ((rc = cz__json_check_object(c, root, "$", top_keys)) != CZ_OK ||
-        (rc = read_content_hash(c, root, p)) != CZ_OK || (rc = read_origin(c, root, p)) != CZ_OK ||
-        (rc = read_settings(c, root, p)) != CZ_OK ||
-        (rc = read_solver_result(c, root, p)) != CZ_OK || (rc = read_shape(c, root, p)) != CZ_OK ||
+        (rc = read_content_hash(c, root, p)) != CZ_OK ||
+        (rc = cz__plan_read_origin(c, root, p)) != CZ_OK ||
+        (rc = cz__plan_read_settings(c, root, p)) != CZ_OK ||
+        (rc = cz__plan_read_solver_result(c, root, p)) != CZ_OK ||
+        (rc = cz__plan_read_shape(c, root, p)) != CZ_OK ||
         (rc = read_layout(c, root, p)) != CZ_OK ||
         (rc = read_schedules(c, root, p, split, false)) != CZ_OK ||
         (rc = read_schedules(c, root, p, split, true)) != CZ_OK ||

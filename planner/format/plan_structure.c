@@ -81,6 +81,30 @@ static const char *param_name_at(const void *ctx, size_t i)
     return ((const cz_plan *)ctx)->params[i].def.name;
 }
 
+/* A slice (cz_plan.slice) holds one EP rank's experts of one stage: which EP rank Megatron-Core
+ * gives each expert needs all of a layer's experts, so that rule is the whole plan's (validate,
+ * and canzona plan before it split the plan); here every expert is a routed expert's parameter
+ * and of the slice's own EP rank. */
+static int check_slice_experts(vctx *c, const cz_plan *p)
+{
+    for (size_t i = 0; i < p->nparams; i++) {
+        const cz_plan_param *q = &p->params[i];
+        size_t len;
+        long index;
+        at(c, "$.params[%zu].ep_rank", i);
+        c->checks++;
+        if (q->expert &&
+            (q->ep_rank != p->slice.ep_rank || !cz__expert_of_name(q->def.name, &len, &index))) {
+            viol(c, "param.ep_rank",
+                 "'%s' (an expert of EP rank %d) is in the slice of EP rank %d, or is not a "
+                 "routed expert",
+                 q->def.name, q->ep_rank, p->slice.ep_rank);
+            c->unsafe = 1;
+        }
+    }
+    return 0;
+}
+
 /* A plan with expert groups: the consumer must know them (c->expert_groups), the expert grid must
  * cover the stage's ranks as Megatron-Core's does, and every routed expert must sit in the
  * expert buffer of the EP rank Megatron-Core gives it (expert e of a layer's E on EP rank
@@ -123,6 +147,8 @@ static int check_expert_groups(vctx *c, const cz_plan *p)
         c->unsafe = 1;
         return -1;
     }
+    if (p->slice.on)
+        return check_slice_experts(c, p);
     size_t n = p->nparams ? p->nparams : 1;
     int *experts = malloc(n * sizeof *experts), *index = malloc(n * sizeof *index);
     cz_error e;
@@ -642,6 +668,8 @@ typedef struct sched_seen {
     uint64_t *b;
     double *load;
     int *pos;
+    int *touched; /* the parameters whose g was set in this rank, to reset after it */
+    size_t ntouched;
 } sched_seen;
 
 /* A cooperative task's shape: a 2-D matrix whose long side gives every member a slice, and a
@@ -772,8 +800,10 @@ static void check_task(vctx *c, const cz_plan *p, const cz_plan_group *gr, const
              seen->s[pid], seen->t[pid]);
         return;
     }
-    if (seen->g[pid] < 0)
+    if (seen->g[pid] < 0) {
         seen->g[pid] = w->g, seen->s[pid] = slot, seen->t[pid] = seen->pos[slot] - 1;
+        seen->touched[seen->ntouched++] = pid;
+    }
     seen->b[pid] |= bit;
     if (!expected_on(p, q, w)) {
         char who[96];
@@ -815,13 +845,17 @@ static void check_group(vctx *c, const cz_plan *p, const cz_plan_group *gr, task
     }
 }
 
-/* Every matrix the rank owns is in its schedule, whole or every block of it. */
-static void check_rank_coverage(vctx *c, const cz_plan *p, const task_at *w, const sched_seen *seen)
+/* Every matrix the rank owns is in its schedule, whole or every block of it: the n parameters
+ * of ids (the rank's own, from the owner index), or with ids NULL every parameter it must
+ * schedule. */
+static void check_rank_coverage(vctx *c, const cz_plan *p, const task_at *w, const sched_seen *seen,
+                                const int *ids, size_t n)
 {
     char who[96];
     at(c, "$.%s[%zu]", w->root, w->k);
     rank_text(who, sizeof who, w);
-    for (size_t i = 0; i < p->nparams; i++) {
+    for (size_t j = 0; j < (ids ? n : p->nparams); j++) {
+        size_t i = ids ? (size_t)ids[j] : j;
         const cz_plan_param *q = &p->params[i];
         if (!expected_on(p, q, w))
             continue;
@@ -841,31 +875,115 @@ static void check_rank_coverage(vctx *c, const cz_plan *p, const task_at *w, con
     }
 }
 
+/* Which rank schedule parameter q must be in under an atomic strategy: its (stage, DP rank)'s,
+ * or for an expert its (stage, EP rank, expert-DP rank)'s index; -1 for none (elementwise, or
+ * an owner outside the grid, which check_ownership reports). */
+static long owner_key(const cz_plan *p, const cz_plan_param *q, int expert)
+{
+    if (q->def.kind != CZ_KIND_MATRIX || q->expert != expert || q->stage < 0 || q->stage >= p->pp ||
+        q->dp_owner < 0)
+        return -1;
+    if (!expert)
+        return q->dp_owner < p->dp ? (long)q->stage * p->dp + q->dp_owner : -1;
+    if (q->ep_rank < 0 || q->ep_rank >= p->ep || q->dp_owner >= p->edp)
+        return -1;
+    return (long)cz_plan_expert_rank(p, q->stage, q->ep_rank, q->dp_owner);
+}
+
+/* The parameters each rank schedule must hold, indexed once (first[k] .. first[k + 1] - 1 of
+ * ids), so that checking every rank's coverage costs the parameters once rather than once per
+ * rank (147,456 schedules x 30,428 parameters at 131,072 GPUs). */
+typedef struct owner_index {
+    size_t *first;
+    int *ids;
+} owner_index;
+
+static int owner_index_build(owner_index *x, const cz_plan *p, int expert, size_t n)
+{
+    x->first = calloc(n + 2, sizeof *x->first);
+    x->ids = malloc((p->nparams ? p->nparams : 1) * sizeof *x->ids);
+    if (!x->first || !x->ids)
+        return -1;
+    for (size_t i = 0; i < p->nparams; i++) {
+        long k = owner_key(p, &p->params[i], expert);
+        if (k >= 0 && (size_t)k < n)
+            x->first[k + 2]++;
+    }
+    for (size_t k = 2; k < n + 2; k++)
+        x->first[k] += x->first[k - 1];
+    for (size_t i = 0; i < p->nparams; i++) {
+        long k = owner_key(p, &p->params[i], expert);
+        if (k >= 0 && (size_t)k < n)
+            x->ids[x->first[k + 1]++] = (int)i;
+    }
+    return 0;
+}
+
+/* One rank schedule (whole-plan index k, at w): its rank, its groups, its coverage. ids/nids:
+ * the parameters it must hold, or NULL to look through them all. */
+static void check_rank_schedule(vctx *c, const cz_plan *p, const cz_rank_schedule *rs, task_at w,
+                                sched_seen *seen, const int *ids, size_t nids)
+{
+    int expert = w.expert;
+    at(c, "$.%s[%zu].%s", w.root, w.k, expert ? "edp_rank" : "dp_rank");
+    c->checks++;
+    if (rs->stage != w.s || rs->dp_rank != w.r || (expert && rs->ep_rank != w.e)) {
+        if (expert)
+            viol(c, "schedule.rank",
+                 "schedule is for stage %d EP rank %d expert-DP rank %d, expected stage %d "
+                 "EP rank %d expert-DP rank %d (stage-major, EP rank fastest)",
+                 rs->stage, rs->ep_rank, rs->dp_rank, w.s, w.e, w.r);
+        else
+            viol(c, "schedule.rank",
+                 "schedule is for stage %d DP rank %d, expected stage %d DP rank %d "
+                 "(stage-major order)",
+                 rs->stage, rs->dp_rank, w.s, w.r);
+        c->unsafe = 1;
+    }
+    for (w.g = 0; w.g < rs->ngroups; w.g++)
+        check_group(c, p, &rs->groups[w.g], w, seen);
+    check_rank_coverage(c, p, &w, seen, ids, nids);
+    for (size_t j = 0; j < seen->ntouched; j++)
+        seen->g[seen->touched[j]] = -1, seen->b[seen->touched[j]] = 0;
+    seen->ntouched = 0;
+}
+
 /* The schedules: one per (stage, DP rank) in stage-major order over the TP slots, or (expert 1)
  * one per expert rank in the order of cz_plan_expert_rank over the ETP slots; then each rank's
- * groups and its coverage. */
+ * groups and its coverage. A slice has its rank's one. */
 static void check_schedules(vctx *c, const cz_plan *p, int expert)
 {
     int pp = p->pp > 0 ? p->pp : 1;
     size_t per_stage = expert ? (size_t)cz_plan_expert_ranks(p) : (size_t)(p->dp > 0 ? p->dp : 0);
-    size_t want_n = (size_t)pp * per_stage;
+    size_t want_n = p->slice.on ? 1 : (size_t)pp * per_stage;
     int group = expert ? p->etp : p->tp;
     int nslots = (group == 1 || p->settings.tp == CZ_TP_SC) ? 1 : group;
     size_t np = p->nparams ? p->nparams : 1, ns = (size_t)(nslots > 0 ? nslots : 1);
     size_t n = expert ? p->nexpert_schedules : p->nschedules;
     const cz_rank_schedule *all = expert ? p->expert_schedules : p->schedules;
     const char *root = expert ? "expert_schedule" : "tp_schedule";
-    sched_seen seen = {malloc(np * sizeof *seen.g),    malloc(np * sizeof *seen.t),
-                       malloc(np * sizeof *seen.s),    malloc(np * sizeof *seen.b),
-                       malloc(ns * sizeof *seen.load), malloc(ns * sizeof *seen.pos)};
-    if (!seen.g || !seen.t || !seen.s || !seen.b || !seen.load || !seen.pos) {
+    /* The owner index serves atomic plans; under even a parameter may belong to several ranks,
+     * and a slice has a rank or two: both look through the parameters. */
+    bool indexed = !p->slice.on && p->settings.dp != CZ_DP_EVEN;
+    owner_index ox = {0};
+    sched_seen seen = {malloc(np * sizeof *seen.g),       malloc(np * sizeof *seen.t),
+                       malloc(np * sizeof *seen.s),       malloc(np * sizeof *seen.b),
+                       malloc(ns * sizeof *seen.load),    malloc(ns * sizeof *seen.pos),
+                       malloc(np * sizeof *seen.touched), 0};
+    if (!seen.g || !seen.t || !seen.s || !seen.b || !seen.load || !seen.pos || !seen.touched ||
+        (indexed && owner_index_build(&ox, p, expert, want_n) != 0)) {
         c->oom = 1;
         goto done;
     }
+    for (size_t i = 0; i < p->nparams; i++)
+        seen.g[i] = -1, seen.b[i] = 0;
     at(c, "$.%s", root);
     c->checks++;
     if (n != want_n) {
-        if (expert)
+        if (p->slice.on)
+            viol(c, "schedule.count", "slice has %zu %s schedules, expected its rank's one", n,
+                 expert ? "expert rank" : "rank");
+        else if (expert)
             viol(c, "schedule.count",
                  "plan has %zu expert rank schedules, expected one per (stage, EP rank, "
                  "expert-DP rank): %zu",
@@ -876,43 +994,32 @@ static void check_schedules(vctx *c, const cz_plan *p, int expert)
         c->unsafe = 1;
     }
     for (size_t k = 0; k < n && k < want_n; k++) {
-        const cz_rank_schedule *rs = &all[k];
-        size_t x = k % per_stage;
-        task_at w = {.k = k,
-                     .s = (int)(k / per_stage),
+        const cz_plan_slice *sl = &p->slice;
+        /* A slice's schedule is named by its index in the whole plan, as validate names it. */
+        size_t kk = !sl->on  ? k
+                    : expert ? cz_plan_expert_rank(p, sl->stage, sl->ep_rank, sl->edp_rank)
+                             : (size_t)sl->stage * per_stage + (size_t)sl->dp_rank;
+        size_t x = kk % (per_stage ? per_stage : 1);
+        task_at w = {.k = kk,
+                     .s = (int)(kk / (per_stage ? per_stage : 1)),
                      .r = expert ? (int)(x / (size_t)p->ep) : (int)x,
                      .nslots = nslots,
                      .expert = expert,
                      .e = expert ? (int)(x % (size_t)p->ep) : 0,
                      .root = root};
-        at(c, "$.%s[%zu].%s", root, k, expert ? "edp_rank" : "dp_rank");
-        c->checks++;
-        if (rs->stage != w.s || rs->dp_rank != w.r || (expert && rs->ep_rank != w.e)) {
-            if (expert)
-                viol(c, "schedule.rank",
-                     "schedule is for stage %d EP rank %d expert-DP rank %d, expected stage %d "
-                     "EP rank %d expert-DP rank %d (stage-major, EP rank fastest)",
-                     rs->stage, rs->ep_rank, rs->dp_rank, w.s, w.e, w.r);
-            else
-                viol(c, "schedule.rank",
-                     "schedule is for stage %d DP rank %d, expected stage %d DP rank %d "
-                     "(stage-major order)",
-                     rs->stage, rs->dp_rank, w.s, w.r);
-            c->unsafe = 1;
-        }
-        for (size_t i = 0; i < p->nparams; i++)
-            seen.g[i] = -1, seen.b[i] = 0;
-        for (w.g = 0; w.g < rs->ngroups; w.g++)
-            check_group(c, p, &rs->groups[w.g], w, &seen);
-        check_rank_coverage(c, p, &w, &seen);
+        check_rank_schedule(c, p, &all[k], w, &seen, indexed ? ox.ids + ox.first[k] : NULL,
+                            indexed ? ox.first[k + 1] - ox.first[k] : 0);
     }
 done:
+    free(ox.first);
+    free(ox.ids);
     free(seen.g);
     free(seen.t);
     free(seen.s);
     free(seen.b);
     free(seen.load);
     free(seen.pos);
+    free(seen.touched);
 }
 
 void cz__plan_check_structure(cz_plan_checks *c, const cz_plan *plan)

@@ -264,4 +264,38 @@ struct cz_report {
  * CZ_ENOMEM returned. */
 int cz__report_wrap(cz_report **out, struct json_t *root, int real_precision, cz_error *err);
 
+/* ---- the start-up model (startup.c; docs/PERF.md section 16) ---- */
+/* What cz_executor_create costs a rank per byte of plan it reads (jansson's parse, the reader,
+ * the structural check on what was read): the whole DeepSeek-V3 plans of docs/PERF.md section
+ * 15 took 1.08 s for 21.9 MB, 1.35 s for 27.0 MB and 2.19 s for 41.6 MB of CPU, 19 to 20 MB/s;
+ * and what it costs whatever the plan (the smallest parts took 0.003 s). */
+#define CZ_STARTUP_PARSE_MB_S 19.0
+#define CZ_STARTUP_FIXED_S 0.003
+typedef struct cz_startup_model {
+    double parse_mb_s; /* bytes a rank reads, parses and checks per second, in MB */
+    double fixed_s;    /* a rank's cost whatever it reads */
+    double read_gbps;  /* one rank's read bandwidth from the file system, GB/s */
+    double fs_gbps;    /* the file system's aggregate bandwidth, all ranks together, GB/s */
+} cz_startup_model;
+void cz__startup_model_init(cz_startup_model *m);
+/* One form of the plan: the bytes a rank reads (least, most and the ranks that do), all ranks'
+ * together, the estimated seconds of the least and most loaded ranks, and of the cluster's
+ * start-up (the slowest rank, or all bytes over the file system's bandwidth). */
+typedef struct cz_startup_form {
+    double min_bytes, max_bytes, total_bytes;
+    long min_rank, max_rank;
+    double min_rank_s, max_rank_s, cluster_s;
+} cz_startup_form;
+typedef struct cz_startup_report {
+    long gpus;
+    cz_startup_model model;
+    cz_startup_form whole; /* every rank reads the plan file */
+    int has_split;
+    cz_startup_form split; /* each rank reads its part of the split folder */
+} cz_startup_report;
+/* The report for the plan p read from plan_path, and with dir (NULL: none) its split folder's
+ * (the bytes from the folder's index files). */
+int cz__startup_report(const struct cz_plan *p, const char *plan_path, const char *dir,
+                       const cz_startup_model *m, cz_startup_report *out, cz_error *err);
+
 #endif /* CZ_ANALYSIS_H */

@@ -78,7 +78,9 @@ class Executor:
     Executor(plan, params=None, grads=None, *, comm=None, world_comm=None, dtype=None,
              backend="cpu", **options)
 
-    plan: path of a plan file (`canzona plan`). params, grads: the flat local buffers
+    plan: path of a plan file (`canzona plan`), or of a split plan folder (`canzona plan
+    --split DIR`), of which each rank reads only its own part (docs/EXECUTOR.md, "A split plan
+    folder": no checkpoints or bucket-wise step from a folder). params, grads: the flat local buffers
     (cz_executor_buffer_numel elements each, see numel), bound now when given, else with
     bind(). comm: "mpi", "self" or None (MPI when MPI is initialized, as mpi4py does on
     import). world_comm: an mpi4py communicator to run over (default MPI_COMM_WORLD).

@@ -22,15 +22,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Time limits scale with CZ_TIME_SCALE (CMake sets it to 4 for the sanitizer build).
 scale=${CZ_TIME_SCALE:-1}
-mpi() { timeout $((60 * scale)) mpirun --oversubscribe "$@"; }
-# Runs mpirun expecting every rank to fail cleanly: a non-zero exit that is not the timeout's.
-# The output is kept in $tmp/out for the caller's checks.
-mpi_fails() {
-  local rc=0
-  mpi "$@" >"$tmp/out" 2>&1 || rc=$?
-  cat "$tmp/out"
-  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
-}
+# mpi and mpi_fails: mpi_env.sh.
 plan() { # cluster dp tp out [layout]: write a plan and check every invariant of it
   "$CZ" plan -q --model "$model" --cluster "$src/plans/clusters/$1.json" --dp "$2" --tp "$3" \
     --layout "${5:-unified}" -o "$4" &&

@@ -15,14 +15,7 @@ model=$src/plans/models/test-moe.json
 cluster=$src/plans/clusters/cpu-4-dp4-ep2.json
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-scale=${CZ_TIME_SCALE:-1}
-mpi() { timeout $((60 * scale)) mpirun --oversubscribe "$@"; }
-mpi_fails() { # every rank must fail cleanly (non-zero, not the timeout's 124)
-  local rc=0
-  mpi "$@" >"$tmp/out" 2>&1 || rc=$?
-  cat "$tmp/out"
-  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected failure without timeout, rc=$rc"; exit 1; }
-}
+# mpi and mpi_fails: mpi_env.sh.
 
 case "$1" in
 verify)

@@ -382,5 +382,16 @@ class Layout(unittest.TestCase):
             qk_clip.attention("q", "k", 0, 4, 4, kv_heads=3)
 
 
+class SplitFolder(Base):
+    def test_torch_optimizer_names_the_plan_file(self):
+        # canzona.torch reads the whole plan and runs the bucket-wise step: a split plan folder
+        # is refused before the executor is asked, naming the folder's plan.json.
+        import canzona.torch
+        msg = canzona.torch.Optimizer._check_topology(self.dir, 1, 1)
+        self.assertIn("is a folder", msg)
+        self.assertIn(os.path.join(self.dir, "plan.json"), msg)
+        self.assertIsNone(canzona.torch.Optimizer._check_topology(self.plan, 1, 1))
+
+
 if __name__ == "__main__":
     unittest.main()

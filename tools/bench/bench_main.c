@@ -208,7 +208,8 @@ static int run_create(bench_run *r)
         cz_bench_barrier(MPI_COMM_WORLD, "canzona-bench's barrier before selecting the GPU");
     if (r->cuda && cz_bench_any_failed(bench_gpu_select(&r->err), &r->err, "selecting the GPU"))
         return 1;
-    int rc = cz_executor_create(&r->ex, r->o.plan, &r->cfg, &r->err);
+    int rc = cz_executor_create(&r->ex, r->o.create_from ? r->o.create_from : r->o.plan, &r->cfg,
+                                &r->err);
     cz_bench_stop_if_stalled(rc, &r->err);
     if (rc == CZ_OK && r->o.early)
         rc = cz_executor_set_early_updates(r->ex, 1, &r->err);

@@ -17,6 +17,9 @@ void cz_bench_usage(FILE *f)
            "Runs the plan's optimizer step with libcanzona-exec and times it.\n"
            "  --plan FILE        plan written by `canzona plan` (required)\n"
            "  --model FILE       the model the plan was made for (required; checked by hash)\n"
+           "  --create-from DIR  create the executor from DIR, the plan's split folder (canzona\n"
+           "                     plan --split): each rank reads its own part; --plan still\n"
+           "                     gives the data and the reference\n"
            "  --steps N          timed optimizer steps (default 5)\n"
            "  --warmup N         untimed steps before them (default 1)\n"
            "  --seed S           seed of the generated parameters and gradients (default 1)\n"
@@ -194,6 +197,7 @@ static const struct option longs[] = {{"plan", required_argument, 0, 'p'},
                                       {"qk-clip", required_argument, 0, 1025},
                                       {"qk-heads", required_argument, 0, 1026},
                                       {"grad-reduce-in-fp32", no_argument, 0, 1027},
+                                      {"create-from", required_argument, 0, 1028},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
 
@@ -362,6 +366,9 @@ static int run_option(bench_opts *o, int c, char *arg, char **end, char *msg, si
         return 0;
     case 1027:
         o->grad_reduce_in_fp32 = 1;
+        return 0;
+    case 1028:
+        o->create_from = arg;
         return 0;
     default:
         return -1;

@@ -24,6 +24,7 @@
 /* ---- options (bench_options.c) ---- */
 typedef struct bench_opts {
     const char *plan, *model, *init_dir, *dump_dir, *json, *ns_coeffs, *inject_nan;
+    const char *create_from; /* --create-from: the executor's plan path (a split plan folder) */
     const char *grad_dir, *dump_grads, *load_state, *save_state;
     const char *backend, *comm; /* --backend cpu|cuda, --comm mpi|nccl */
     int steps, warmup, verify, nesterov, ns_steps, own_comms, bad_dp_comm, corrupt_replica;

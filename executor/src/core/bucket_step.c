@@ -314,6 +314,14 @@ static int ovl_wait_reduced(cz_executor *ex, bool scale, size_t upto, cz_error *
 static int ovl_begin(cz_executor *ex, const char *what, cz_error *err)
 {
     int rc;
+    /* The all-gathers' order comes from every rank's schedule (gather_keys), which a rank of a
+     * split plan does not hold: refused before anything is posted, alike on every such rank. */
+    if (ex->plan->slice.on)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "%s: the bucket-wise step needs the whole plan, and this executor "
+                             "was created from a split plan folder; create it from the plan "
+                             "file (DIR/plan.json) or use cz_executor_step",
+                             what);
     if (!bws_of(ex, err))
         return CZ_ENOMEM;
     /* A poisoned state is refused before anything is posted: every rank refuses alike when

@@ -267,6 +267,14 @@ static int check_usable(cz_executor *ex, const char *what, cz_error *err)
         return cz__error_set(err, CZ_EINVALID,
                              "%s: a step started with cz_executor_step_async was not waited for",
                              what);
+    /* A checkpoint lists every parameter of the plan with its owner's schedule; a rank of a
+     * split plan holds its part only (refused here, before the ranks agree). */
+    if (ex->plan->slice.on)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "%s: checkpoints need the whole plan, and this executor was created "
+                             "from a split plan folder; create it from the plan file (canzona "
+                             "plan --split keeps it as DIR/plan.json)",
+                             what);
     if (!ex->compute.ops->upload)
         return cz__error_set(err, CZ_EUNSUPPORTED,
                              "%s: the %s backend has no upload operation; checkpoints stage the "

@@ -327,6 +327,21 @@ static int open_expert_planes(cz_executor *ex, const cz_exec_config *cfg, cz_err
                              ex->grid.etp_rank, &ex->planes.etp, err);
 }
 
+/* A slice holds one rank's schedules: a job that places this process elsewhere in the grid
+ * (dp_rank, tp_rank given) than the world rank the slice was read for needs its own part. */
+static int slice_mismatch(const cz_executor *ex, cz_error *err)
+{
+    const cz_plan_slice *sl = &ex->plan->slice;
+    CZ_ASSERT(sl->on, err);
+    return cz__error_set(err, CZ_EMISMATCH,
+                         "the split plan's part read for world rank %d is of stage %d, DP rank %d "
+                         "(EP rank %d, expert-DP rank %d); this process is stage %d, DP rank %d "
+                         "(EP rank %d, expert-DP rank %d): leave dp_rank and tp_rank at -1 with a "
+                         "split plan folder, or give a plan file",
+                         sl->world_rank, sl->stage, sl->dp_rank, sl->ep_rank, sl->edp_rank,
+                         ex->grid.stage, ex->grid.dp_rank, ex->grid.ep_rank, ex->grid.edp_rank);
+}
+
 /* The expert planes and this rank's expert schedule. */
 static int setup_experts(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
 {
@@ -339,9 +354,10 @@ static int setup_experts(cz_executor *ex, const cz_exec_config *cfg, cz_error *e
     CZ_ASSERT(ex->planes.edp.size == ex->grid.edp && ex->planes.edp.rank == ex->grid.edp_rank &&
                   ex->planes.etp.size == ex->grid.etp && ex->planes.etp.rank == ex->grid.etp_rank,
               err);
-    size_t x = cz_plan_expert_rank(plan, ex->grid.stage, ex->grid.ep_rank, ex->grid.edp_rank);
-    CZ_ASSERT(x < plan->nexpert_schedules, err);
-    ex->expert_schedule = &plan->expert_schedules[x];
+    ex->expert_schedule =
+        cz_plan_expert_schedule(plan, ex->grid.stage, ex->grid.ep_rank, ex->grid.edp_rank);
+    if (!ex->expert_schedule)
+        return slice_mismatch(ex, err);
     CZ_ASSERT(ex->expert_schedule->stage == ex->grid.stage &&
                   ex->expert_schedule->ep_rank == ex->grid.ep_rank &&
                   ex->expert_schedule->dp_rank == ex->grid.edp_rank,
@@ -380,10 +396,10 @@ static int setup(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
         return rc;
     if ((rc = cz__comm_reserve(ex->comm, &ex->planes.dp, ex->plan, err)) != CZ_OK)
         return rc;
-    /* Schedules are stage-major, one per (stage, DP rank) (the plan check counted them). */
-    ex->schedule =
-        &ex->plan
-             ->schedules[(size_t)ex->grid.stage * (size_t)ex->grid.dp + (size_t)ex->grid.dp_rank];
+    /* One per (stage, DP rank) (the plan check counted them; a slice has its rank's). */
+    ex->schedule = cz_plan_rank_schedule(ex->plan, ex->grid.stage, ex->grid.dp_rank);
+    if (!ex->schedule)
+        return slice_mismatch(ex, err);
     CZ_ASSERT(ex->schedule->stage == ex->grid.stage && ex->schedule->dp_rank == ex->grid.dp_rank,
               err);
     return alloc_state(ex, err);
@@ -392,22 +408,19 @@ static int setup(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
 int cz_executor_create_from_plan(cz_executor **out, const cz_plan *plan, const cz_exec_config *cfg,
                                  cz_error *err)
 {
-    return cz__executor_create_impl(out, plan, NULL, cfg, CZ_OK, err);
+    return cz__executor_create_impl(out, plan, NULL, NULL, cfg, err);
 }
 
-int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *owned,
-                             const cz_exec_config *cfg, int pre_rc, cz_error *err)
+int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, const char *path,
+                             cz__plan_load_fn load, const cz_exec_config *cfg, cz_error *err)
 {
     cz_error ignored;
     cz_executor *ex = NULL;
-    int rc;
+    int rc, pre_rc = CZ_OK;
     *out = NULL;
-    if (!(ex = cz__exec_calloc(1, sizeof *ex))) {
-        cz_plan_free(owned);
+    if (!(ex = cz__exec_calloc(1, sizeof *ex)))
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor");
-    }
     ex->plan = plan;
-    ex->owned_plan = owned;
     /* The caller's config of any version, read once into this version's layout: everything
      * after this reads ex->cfg, never the caller's struct. A version refused is reported as a
      * failed check, after the communicator opens (with the fields every version has), so that
@@ -422,16 +435,25 @@ int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *ow
     ex->ctrl.phase = &ex->phase;
 
     /* The communicator comes first: without it the ranks cannot agree on failure. A failure
-     * before it (pre_rc: the plan did not load) is the one to report, code and message. */
+     * before it (pre_rc: the configuration's version) is the one to report, code and message. */
     if ((rc = cz__comm_open(cfg, &ex->ctrl, &ex->planes.world, &ex->comm,
                             pre_rc ? &ignored : err)) != CZ_OK) {
         rc = pre_rc ? pre_rc : rc;
         goto done;
     }
+    /* Then the plan, for this world rank (a split plan folder holds one part per rank). A rank
+     * whose plan does not load goes on to the agreement with its code: a rank that returned
+     * here would leave the others waiting in it. */
+    if (!plan && !pre_rc) {
+        pre_rc = path   ? load(&ex->owned_plan, path, ex->planes.world.rank, err)
+                 : load ? cz__error_set(err, CZ_EINVALID, "no plan path given")
+                        : cz__error_set(err, CZ_EINVALID, "no plan given");
+        ex->plan = ex->owned_plan;
+    }
     /* Every check's failure is shared with every rank, and so is the plan's fingerprint. */
     rc = pre_rc ? pre_rc : check_local(ex, cfg, err);
-    if ((rc = agree(ex, rc, rc ? 0 : cz__exec_plan_fingerprint(plan), "the plan checks", err)) !=
-        CZ_OK)
+    if ((rc = agree(ex, rc, rc ? 0 : cz__exec_plan_fingerprint(ex->plan), "the plan checks",
+                    err)) != CZ_OK)
         goto done;
     rc = setup(ex, cfg, err);
     if ((rc = agree(ex, rc, 0, "to set up its communicators or state", err)) != CZ_OK)

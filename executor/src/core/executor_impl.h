@@ -169,11 +169,14 @@ static inline bool cz__exec_holds_bucket(const struct cz_executor *ex, const cz_
     return b->stage == ex->grid.stage && (!b->expert || b->ep_rank == ex->grid.ep_rank);
 }
 
-/* Creates an executor over plan; takes ownership of `owned` (may be NULL, else == plan),
- * which is freed on failure too. A non-zero pre_rc is a failure that happened before (err
- * already describes it, e.g. the plan file did not load): the ranks still meet to agree. */
-int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, cz_plan *owned,
-                             const cz_exec_config *cfg, int pre_rc, cz_error *err);
+/* Reads the plan at path for world rank world_rank into *out (executor_open.c: a plan file,
+ * or the rank's part of a split plan folder). */
+typedef int (*cz__plan_load_fn)(cz_plan **out, const char *path, int world_rank, cz_error *err);
+/* Creates an executor over plan (borrowed), or with plan NULL over the plan load reads from
+ * path (owned) once the communicator has opened: a split plan folder's part depends on the
+ * world rank. A plan that does not load is a failed check: the ranks still meet to agree. */
+int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, const char *path,
+                             cz__plan_load_fn load, const cz_exec_config *cfg, cz_error *err);
 /* Plan checks the executor needs (pp, strategies, ranges bounding ownership, schedules). */
 int cz__exec_plan_check(const cz_plan *plan, cz_error *err);
 /* Fingerprint of the parts of a plan the ranks must agree on. */

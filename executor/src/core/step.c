@@ -89,7 +89,10 @@ static int rates_agree(cz_executor *ex, double changed, const cz_step_early *ear
     /* The same hash on every rank exactly when every rank holds the same values (up to a
      * collision): its minimum and its negated minimum (the maximum) then agree. */
     uint64_t h = 14695981039346656037ULL;
-    h = fnv(h, ex->rates.param, ex->plan->nparams * sizeof *ex->rates.param);
+    /* A rank of a split plan holds its part's parameters only, which differ between stages
+     * and EP ranks: there the optimizers' own rates below are compared, not the table. */
+    if (!ex->plan->slice.on)
+        h = fnv(h, ex->rates.param, ex->plan->nparams * sizeof *ex->rates.param);
     h = fnv(h, &ex->cfg.max_grad_norm, sizeof ex->cfg.max_grad_norm);
     h = fnv(h, ex->rates.momentum, sizeof ex->rates.momentum);
     for (int k = 0; k < 2; k++) {
