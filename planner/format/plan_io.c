@@ -346,12 +346,14 @@ static int read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
                       const cz_plan *p, cz_plan_param *q)
 {
-    static const char *const keys[] = {
-        "id",    "name",   "shape",  "local_shape", "tp_dim", "optimizer", "blocks",  "layer",
-        "stage", "bucket", "offset", "numel",       "cost",   "dp_owner",  "ep_rank", NULL};
+    static const char *const keys[] = {"id",        "name",   "shape", "local_shape", "tp_dim",
+                                       "optimizer", "blocks", "heads", "layer",       "stage",
+                                       "bucket",    "offset", "numel", "cost",        "dp_owner",
+                                       "ep_rank",   NULL};
     static const char *const bkeys[] = {"dim", "sizes", NULL};
+    static const char *const hkeys[] = {"dim", "size", NULL};
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
-    const json_t *blocks = NULL, *sizes, *tp;
+    const json_t *blocks = NULL, *heads = NULL, *sizes, *tp;
     int kind = 0, local_ndim = 0, rc;
 
     q->def.block_dim = -1;
@@ -426,6 +428,18 @@ static int read_param(const cz_json_ctx *c, const json_t *e, const char *path, s
                      cz__json_as_int64(c, json_array_get(sizes, i), cz__json_path_index(el, sub, i),
                                        1, INT64_MAX, &q->def.block_sizes[i])) != CZ_OK)
                 return rc;
+    }
+    /* Per-head Muon: read as written; the structural check holds the heads to the shape, the
+     * blocks and the TP split (cz__heads_problem). */
+    if ((rc = cz__json_get_object(c, e, path, "heads", false, hkeys, &heads)) != CZ_OK)
+        return rc;
+    if (heads) {
+        cz__json_path_key(el, path, "heads");
+        if ((rc = cz__json_get_int(c, heads, el, "dim", true, 0, q->def.ndim - 1,
+                                   &q->def.head_dim)) != CZ_OK ||
+            (rc = cz__json_get_int64(c, heads, el, "size", true, 1, INT64_MAX,
+                                     &q->def.head_size)) != CZ_OK)
+            return rc;
     }
     if ((rc = cz__json_get_int(c, e, path, "layer", true, -1, INT_MAX, &q->def.layer)) != CZ_OK)
         return rc;

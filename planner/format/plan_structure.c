@@ -240,6 +240,24 @@ static void check_param_blocks(vctx *c, const cz_plan *p)
     }
 }
 
+/* Heads divide the shape and the blocks, and every TP rank of the parameter's group holds whole
+ * heads (cz__heads_problem): the executor's per-head Muon relies on it. */
+static void check_param_heads(vctx *c, const cz_plan *p)
+{
+    char why[512];
+    for (size_t i = 0; i < p->nparams; i++) {
+        const cz_plan_param *q = &p->params[i];
+        if (q->def.head_size <= 0)
+            continue;
+        at(c, "$.params[%zu].heads", i);
+        c->checks++;
+        if (cz__heads_problem(&q->def, cz_plan_param_tp(p, q), why, sizeof why)) {
+            viol(c, "param.heads", "%s", why);
+            c->unsafe = 1;
+        }
+    }
+}
+
 /* local_shape = shape split tp ways along tp_dim; numel = local element count. */
 static void check_param_local(vctx *c, const cz_plan *p)
 {
@@ -923,6 +941,7 @@ void cz__plan_check_structure(cz_plan_checks *c, const cz_plan *plan)
     check_param_ids(c, plan);
     check_param_local(c, plan);
     check_param_blocks(c, plan);
+    check_param_heads(c, plan);
     check_layout_rules(c, plan);
     check_ranges(c, plan);
     check_ownership(c, plan);

@@ -164,6 +164,12 @@ static void write_param(writer *w, const cz_plan_param *q)
         w_ints(w, "sizes", q->def.block_sizes, q->def.nblocks);
         cz__jw_end(&w->js);
     }
+    if (q->def.head_size > 0) {
+        cz__jw_begin_object(&w->js, "heads");
+        cz__jw_int(&w->js, "dim", q->def.head_dim);
+        cz__jw_int(&w->js, "size", q->def.head_size);
+        cz__jw_end(&w->js);
+    }
     cz__jw_int(&w->js, "layer", q->def.layer);
     cz__jw_int(&w->js, "stage", q->stage);
     cz__jw_int(&w->js, "bucket", q->bucket);

@@ -184,6 +184,13 @@ static void check_param_identity(vctx *c, const cz_plan *p, const cz_model *m)
                                  q->def.block_sizes),
                  cz__blocks_text(db, sizeof db, d->nblocks, d->block_dim, d->block_sizes));
         }
+        at(c, "$.params[%zu].heads", i);
+        c->checks++;
+        if (diff & CZ_PARAM_DIFF_HEADS) {
+            char qh[64], dh[64];
+            viol(c, "param.heads", "'%s' has heads %s but the model has %s", d->name,
+                 cz__heads_text(qh, sizeof qh, &q->def), cz__heads_text(dh, sizeof dh, d));
+        }
         if (diff)
             c->foreign = 1;
     }

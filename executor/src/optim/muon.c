@@ -11,6 +11,7 @@
 #include "shard.h"
 #include "ns_coop.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,34 +80,42 @@ static int blk_cmp(const void *x, const void *y)
 int cz__muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, const int *blocks,
                            int n, cz_error *err)
 {
-    int cap = 0;
+    int64_t cap = 0;
     *mp = (cz_muon_prep){0};
+    /* The units (a per-head matrix's heads, else the blocks, else the whole) are counted and
+     * placed without a per-parameter array, so no number of heads is too many. */
     for (int i = 0; i < n; i++)
-        cap += blocks && blocks[i] >= 0     ? 1
-               : params[i]->def.nblocks > 0 ? params[i]->def.nblocks
-                                            : 1;
+        cap += cz_task_units(&params[i]->def, blocks ? blocks[i] : -1,
+                             cz_param_per_head(&params[i]->def, true));
+    if (cap > INT_MAX)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "%lld Muon matrices in one task list; at most %d are supported",
+                             (long long)cap, INT_MAX);
     mp->blks = cz__exec_calloc(cap > 0 ? (size_t)cap : 1, sizeof *mp->blks);
     if (!mp->blks)
-        return cz__error_set(err, CZ_ENOMEM, "out of memory for %d Muon blocks", cap);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for %lld Muon blocks", (long long)cap);
     for (int i = 0; i < n; i++) {
-        cz_block tmp[CZ_MAX_BLOCKS];
-        int k = cz__param_blocks(params[i], tmp, CZ_MAX_BLOCKS);
-        int64_t ld = params[i]->def.ndim == 1 ? 1 : params[i]->def.shape[1];
-        if (blocks && blocks[i] >= 0) {
-            /* One block, stored on its own: its rows x cols at the origin. */
-            cz_block one = tmp[blocks[i] < k ? blocks[i] : 0];
-            tmp[0] = (cz_block){0, 0, one.rows, one.cols};
-            ld = one.cols;
-            k = 1;
-        }
-        for (int j = 0; j < k; j++) {
+        const cz_param_def *d = &params[i]->def;
+        int block = blocks ? blocks[i] : -1;
+        bool ph = cz_param_per_head(d, true);
+        int64_t k = cz_task_units(d, block, ph), br0, bc0, brows, bcols;
+        /* A block task's data is the block stored on its own, at the origin: units are placed
+         * relative to the block's corner, with the block's row length. */
+        cz_task_region(d, block, &br0, &bc0, &brows, &bcols);
+        int64_t ld = block >= 0 ? bcols : d->ndim == 1 ? 1 : d->shape[1];
+        if (block < 0)
+            br0 = bc0 = 0;
+        for (int64_t j = 0; j < k; j++) {
             cz_muon_blk *r = &mp->blks[mp->nblk++];
+            cz_block u;
+            cz_task_unit(d, block, ph, j, &u.r0, &u.c0, &u.rows, &u.cols);
+            u.r0 -= br0, u.c0 -= bc0;
             r->mat = i;
-            r->b = tmp[j];
+            r->b = u;
             r->ld = ld;
-            r->transposed = tmp[j].rows > tmp[j].cols;
-            r->r = r->transposed ? tmp[j].cols : tmp[j].rows;
-            r->c = r->transposed ? tmp[j].rows : tmp[j].cols;
+            r->transposed = u.rows > u.cols;
+            r->r = r->transposed ? u.cols : u.rows;
+            r->c = r->transposed ? u.rows : u.cols;
         }
     }
     /* Stable grouping by shape so the batch order (and thus the result) is deterministic. */
