@@ -567,6 +567,24 @@ static inline bool cz_task_coop_fits(const cz_param_def *d, int block, int k)
            (rows > cols ? rows : cols) >= k;
 }
 
+/* Whether a task of block `block` of d over k slots of a TP group of `tp` ranks is TP-local:
+ * d is per-head with its heads along the TP dimension (so every TP rank holds whole heads of
+ * each block: cz__heads_problem), the task is one region whose TP shares are rectangles (a
+ * block, or a matrix without blocks), and it spans the whole group, member j being TP rank j,
+ * which computes the heads of its own share with no exchange. A per-head matrix never has a
+ * cooperative task (cz_task_coop_fits), so on it a width above 1 means exactly this. */
+static inline bool cz_task_local_fits(const cz_param_def *d, int block, int k, int tp)
+{
+    return k > 1 && k == tp && d->head_size > 0 && d->ndim == 2 && d->tp_dim >= 0 &&
+           d->tp_dim == d->head_dim && (block >= 0 || d->nblocks <= 0);
+}
+
+/* Whether a task of width k on d is a TP-local one (else hosted or cooperative). */
+static inline bool cz_task_is_local(const cz_param_def *d, int k)
+{
+    return k > 1 && d->head_size > 0;
+}
+
 /* Member j's part [*start, *start + *n) of a cooperative task's long side of length len, split
  * k ways. The long side is the rows when rows > cols, else the columns: Muon works on the
  * short x long orientation. */

@@ -608,10 +608,13 @@ static int read_slot_item(const cz_json_ctx *c, const json_t *v, const char *pat
         return rc;
     if ((rc = cz__json_get_int(c, v, path, "width", false, 1, nslots, &it->width)) != CZ_OK)
         return rc;
-    if (it->width == 1 && json_object_get(v, "panels")) {
+    if ((it->width == 1 || cz_task_is_local(d, it->width)) && json_object_get(v, "panels")) {
         rc = cz__json_fail(c, cz__json_path_key(sub, path, "panels"),
                            "Gram panels are given only for a cooperative task (width > 1); this "
-                           "task is hosted by one slot");
+                           "task is %s",
+                           it->width == 1 ? "hosted by one slot"
+                                          : "TP-local (a per-head matrix: each member computes "
+                                            "its own heads)");
         return rc;
     }
     if ((rc = cz__json_get_int(c, v, path, "panels", false, 1, CZ_COOP_MAX_PANELS, &it->panels)) !=

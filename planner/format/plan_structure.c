@@ -725,6 +725,23 @@ static int check_task_kind(vctx *c, const cz_plan *p, const cz_plan_group *gr,
         c->unsafe = 1;
         return -1;
     }
+    if (cz_task_is_local(&q->def, width)) {
+        /* A per-head matrix's task over several slots is TP-local: it must be one whose every
+         * member holds the whole heads it computes (the whole group, heads along tp_dim). */
+        c->checks++;
+        int tp = cz_plan_param_tp(p, q);
+        if (!cz_task_local_fits(&q->def, block, width, tp) || gr->task_slot[w->t] != 0) {
+            viol(c, "schedule.local",
+                 "'%s' (id %d)%s: a per-head matrix's task of width %d is TP-local, which needs "
+                 "all %d TP slots from slot 0, the heads along the TP dimension (heads dim %d, "
+                 "tp_dim %d) and one block or a matrix without blocks",
+                 q->def.name, pid, block >= 0 ? " (a block of it)" : "", width, tp, q->def.head_dim,
+                 q->def.tp_dim);
+            c->unsafe = 1;
+            return -1;
+        }
+        return 0;
+    }
     if (width > 1 && (block < 0 && q->def.nblocks > 0)) {
         viol(c, "schedule.coop",
              "'%s' (id %d): a cooperative task is one matrix (a block, or a matrix "

@@ -30,7 +30,8 @@ typedef struct writer {
     cz_jstream js;
     cz_error *err;
     const char *path;
-    int rc; /* the writer's own first failure (the stream keeps its own) */
+    const cz_plan *plan; /* what the tasks' parameters are (a TP-local task has no panels) */
+    int rc;              /* the writer's own first failure (the stream keeps its own) */
 } writer;
 
 static void w_fail(writer *w, int code, const char *fmt, const char *what)
@@ -222,10 +223,10 @@ static void write_slot(writer *w, const cz_plan_group *g, int k)
         cz__jw_int(&w->js, "param", g->task_param[t]);
         if (block >= 0)
             cz__jw_int(&w->js, "block", block);
-        if (width > 1) {
+        if (width > 1)
             cz__jw_int(&w->js, "width", width);
+        if (width > 1 && !cz_task_is_local(&w->plan->params[g->task_param[t]].def, width))
             cz__jw_int(&w->js, "panels", cz_group_task_panels(g, t));
-        }
         w_real(w, "cost", g->task_cost ? g->task_cost[t] : NAN, "a task's cost");
         cz__jw_end(&w->js);
     }
@@ -392,7 +393,7 @@ static void write_plan(writer *w, const cz_plan *p, char hash[65])
 
 int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
 {
-    writer w = {.err = err, .path = path, .rc = CZ_OK};
+    writer w = {.err = err, .path = path, .plan = plan, .rc = CZ_OK};
     char hash[65];
     size_t n = 0;
     cz__jw_init(&w.js);
