@@ -24,6 +24,7 @@
  * pass if the run orthogonalized whole blocks. */
 #include "bench.h"
 #include "npy.h"
+#include "ref_optim.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -35,51 +36,15 @@ static const double NS_A = 3.4445, NS_B = -4.7750, NS_C = 2.0315;
 static const int NS_STEPS = 5;
 static double LR, MU, WD, EPS, SCALE;
 
-/* out (r x c, row length ldo) = orthogonalized in (r x c, row length ld), scaled. */
+/* out (r x c, row length ldo) = orthogonalized in (r x c, row length ld), scaled: the
+ * independent reference's Newton-Schulz (tests/exec/ref_optim.h, written from the same
+ * definitions) with the coefficients, steps, eps and scale above. */
 static void orthogonalize(const double *in, int64_t r, int64_t c, int64_t ld, double *out,
                           int64_t ldo)
 {
-    int tr = r > c;
-    int64_t R = tr ? c : r, C = tr ? r : c;
-    double *X = calloc((size_t)(R * C), sizeof *X), *A = calloc((size_t)(R * R), sizeof *A);
-    double *B = calloc((size_t)(R * R), sizeof *B), *Y = calloc((size_t)(R * C), sizeof *Y);
-    double nrm = 0;
-    for (int64_t i = 0; i < r; i++)
-        for (int64_t j = 0; j < c; j++)
-            nrm += in[i * ld + j] * in[i * ld + j];
-    nrm = sqrt(nrm) + EPS;
-    for (int64_t i = 0; i < r; i++)
-        for (int64_t j = 0; j < c; j++)
-            X[tr ? j * C + i : i * C + j] = in[i * ld + j] / nrm;
-    for (int s = 0; s < NS_STEPS; s++) {
-        for (int64_t i = 0; i < R; i++)
-            for (int64_t j = 0; j < R; j++) {
-                double acc = 0;
-                for (int64_t k = 0; k < C; k++)
-                    acc += X[i * C + k] * X[j * C + k];
-                A[i * R + j] = acc;
-            }
-        for (int64_t i = 0; i < R; i++)
-            for (int64_t j = 0; j < R; j++) {
-                double acc = 0;
-                for (int64_t k = 0; k < R; k++)
-                    acc += A[i * R + k] * A[k * R + j];
-                B[i * R + j] = NS_B * A[i * R + j] + NS_C * acc;
-            }
-        for (int64_t i = 0; i < R; i++)
-            for (int64_t j = 0; j < C; j++) {
-                double acc = 0;
-                for (int64_t k = 0; k < R; k++)
-                    acc += B[i * R + k] * X[k * C + j];
-                Y[i * C + j] = NS_A * X[i * C + j] + acc;
-            }
-        memcpy(X, Y, (size_t)(R * C) * sizeof *X);
-    }
-    double sc = SCALE * sqrt((double)(r > c ? r : c));
-    for (int64_t i = 0; i < r; i++)
-        for (int64_t j = 0; j < c; j++)
-            out[i * ldo + j] = sc * X[tr ? j * C + i : i * C + j];
-    free(X), free(A), free(B), free(Y);
+    ref_hp h = {
+        .a = NS_A, .b = NS_B, .c = NS_C, .ns_steps = NS_STEPS, .ns_eps = EPS, .scale = SCALE};
+    ref_orthogonalize(&h, in, (int)r, (int)c, (int)ld, out, (int)ldo);
 }
 
 /* The slices a step orthogonalizes: heads when per_head and the matrix has them, else the
