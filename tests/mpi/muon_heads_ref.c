@@ -78,12 +78,7 @@ static void run_muon(const cz_plan *plan, const cz_plan_param *p, int steps, uin
     double *u = calloc((size_t)mn, sizeof *u), *o = calloc((size_t)mn, sizeof *o);
     memcpy(w, w0, (size_t)mn * sizeof *w);
     for (int s = 0; s < steps; s++) {
-        memset(g, 0, (size_t)mn * sizeof *g);
-        for (int d = 0; d < dp; d++) {
-            cz_bench_fill_shard(p, 1, 0, seed, 1, s, d, 1.0f, buf);
-            for (int64_t k = 0; k < mn; k++)
-                g[k] += buf[k] / dp;
-        }
+        cz_bench_mean_grad(p, seed, s, dp, buf, g);
         for (int64_t k = 0; k < mn; k++) {
             mom[k] = MU * mom[k] + g[k];
             u[k] = g[k] + MU * mom[k];
