@@ -23,7 +23,7 @@ _canzona_options() { # <command>: the options 'canzona <command> --help' lists
     validate) echo "-m --model -c --cluster --calibration --json -l --limit -h --help $sizes" ;;
     import-hf)
         echo "-o --output --name --dtype --tp-size --ep-size --make-vocab-size-divisible-by
-            --split-qkv --split-gate-up -h --help" ;;
+            --split-qkv --split-gate-up --per-head -h --help" ;;
     simulate)
         echo "-m --model -c --cluster -p --plan --uneven --muon-tp --gtp-size --calibration
             $sim --json -h --help $settings $sizes" ;;
@@ -73,6 +73,7 @@ _canzona() {
     --solver) words="greedy ilp" ;;
     --dtype) words="bf16 fp16 fp32" ;;
     --split-qkv | --split-gate-up) words="yes no" ;;
+    --per-head) words="none qkv qkvo" ;;
     --uneven) words="rooted padded" ;;
     --muon-tp) words="duplicated blockwise distributed layer_sharded" ;;
     --bucket-size) words="paper megatron" ;;

@@ -13,7 +13,8 @@ static void import_hf_usage(FILE *f)
             "usage: canzona import-hf CONFIG.json [-o MODEL.json] [--name NAME]\n"
             "                         [--dtype bf16|fp16|fp32] [--tp-size N] [--ep-size N]\n"
             "                         [--make-vocab-size-divisible-by N]\n"
-            "                         [--split-qkv yes|no] [--split-gate-up yes|no]\n\n"
+            "                         [--split-qkv yes|no] [--split-gate-up yes|no]\n"
+            "                         [--per-head none|qkv|qkvo]\n\n"
             "Reads a Hugging Face config.json and writes the canzona.model/1 description of the\n"
             "same model with Megatron-Core parameter names: fused Q/K/V and gate/up matrices\n"
             "(declared as blocks), TE-fused layer norms, experts as whole matrices of\n"
@@ -46,6 +47,10 @@ static void import_hf_usage(FILE *f)
             "  --split-gate-up yes|no\n"
             "                     whether gate and up of the fused linear_fc1 are separate\n"
             "                     matrices (default yes; Megatron's Muon keeps them fused: no)\n"
+            "  --per-head none|qkv|qkvo\n"
+            "                     per-head Muon: each attention head of the Q, K and V\n"
+            "                     projections (qkv), and of the output projection too (qkvo),\n"
+            "                     is orthogonalized on its own (\"heads\"); default none\n"
             "  -h, --help         show this help\n\n"
             "See docs/FORMATS.md for the model format and the naming conventions.\n");
 }
@@ -65,7 +70,7 @@ int cz_cmd_import_hf(int argc, char **argv)
         if (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--name") ||
             !strcmp(a, "--dtype") || !strcmp(a, "--tp-size") || !strcmp(a, "--ep-size") ||
             !strcmp(a, "--make-vocab-size-divisible-by") || !strcmp(a, "--split-qkv") ||
-            !strcmp(a, "--split-gate-up")) {
+            !strcmp(a, "--split-gate-up") || !strcmp(a, "--per-head")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "canzona import-hf: option %s needs a value\n", a);
                 return 2;
@@ -73,6 +78,16 @@ int cz_cmd_import_hf(int argc, char **argv)
             const char *v = argv[++i];
             if (!strcmp(a, "--name")) {
                 opts.name = v;
+            } else if (!strcmp(a, "--per-head")) {
+                if (!strcmp(v, "none") || !strcmp(v, "qkv") || !strcmp(v, "qkvo")) {
+                    opts.per_head = !strcmp(v, "qkv")    ? CZ_PER_HEAD_QKV
+                                    : !strcmp(v, "qkvo") ? CZ_PER_HEAD_QKVO
+                                                         : CZ_PER_HEAD_NONE;
+                } else {
+                    fprintf(stderr,
+                            "canzona import-hf: --per-head '%s': expected none, qkv or qkvo\n", v);
+                    return 2;
+                }
             } else if (!strcmp(a, "--split-qkv") || !strcmp(a, "--split-gate-up")) {
                 if (strcmp(v, "yes") && strcmp(v, "no")) {
                     fprintf(stderr, "canzona import-hf: %s '%s': expected yes or no\n", a, v);

@@ -359,7 +359,9 @@ static int has_coop(const cz_plan *plan)
         for (int g = 0; g < plan->schedules[r].ngroups; g++) {
             const cz_plan_group *grp = &plan->schedules[r].groups[g];
             for (int k = 0; k < grp->ntasks; k++)
-                if (cz_group_task_width(grp, k) > 1)
+                if (cz_group_task_width(grp, k) > 1 &&
+                    !cz_task_is_local(&plan->params[grp->task_param[k]].def,
+                                      cz_group_task_width(grp, k))) /* TP-local: no Gram */
                     return 1;
         }
     return 0;

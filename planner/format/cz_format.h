@@ -59,6 +59,12 @@ typedef struct cz_param_def {
     int block_dim; /* dimension the blocks split, -1 when the matrix is one block */
     int nblocks;   /* 0 when not blocked */
     int64_t *block_sizes;
+    /* Per-head Muon ("heads": {"dim", "size"}): the matrix is head_size-wide heads along
+     * head_dim (the blocks' dimension when it has blocks), each orthogonalized on its own.
+     * head_size 0: no heads. Stored as a size, not a list, so any number of heads costs
+     * nothing (heads.c). */
+    int head_dim;
+    int64_t head_size;
     int layer; /* index of the repeat block iteration it came from; -1 outside any */
 } cz_param_def;
 
@@ -594,14 +600,79 @@ static inline void cz_task_region(const cz_param_def *d, int block, int64_t *r0,
         *c0 = off, *cols = d->block_sizes[block];
 }
 
+/* ---- per-head matrices (heads.c) ---- */
+/* Whether d's heads are what Muon orthogonalizes: d declares heads and the optimizer is Muon
+ * (SOAP and Shampoo precondition the declared blocks; docs/FORMATS.md, "heads"). */
+static inline bool cz_param_per_head(const cz_param_def *d, bool muon)
+{
+    return muon && d->head_size > 0 && d->ndim == 2;
+}
+
+/* The independent matrices ("units") that Muon orthogonalizes inside the task of block `block`
+ * of d (-1: the whole matrix): its heads when per_head, else the declared blocks of a whole
+ * matrix, else the task's region alone. Counted without a list, so a matrix of any number of
+ * heads needs no per-head memory. */
+static inline int64_t cz_task_units(const cz_param_def *d, int block, bool per_head)
+{
+    int64_t r0, c0, rows, cols;
+    cz_task_region(d, block, &r0, &c0, &rows, &cols);
+    if (per_head && d->head_size > 0)
+        return (d->head_dim == 0 ? rows : cols) / d->head_size;
+    return block < 0 && d->nblocks > 0 && d->block_sizes ? d->nblocks : 1;
+}
+
+/* Unit j (below cz_task_units) of that task, as a region of the full matrix. */
+static inline void cz_task_unit(const cz_param_def *d, int block, bool per_head, int64_t j,
+                                int64_t *r0, int64_t *c0, int64_t *rows, int64_t *cols)
+{
+    cz_task_region(d, block, r0, c0, rows, cols);
+    if (per_head && d->head_size > 0) {
+        if (d->head_dim == 0)
+            *r0 += j * d->head_size, *rows = d->head_size;
+        else
+            *c0 += j * d->head_size, *cols = d->head_size;
+    } else if (block < 0 && d->nblocks > 0 && d->block_sizes) {
+        cz_task_region(d, (int)j, r0, c0, rows, cols);
+    }
+}
+
+/* Why d's heads are malformed, or cut by a TP split `tp` ways (1: only the shape), in buf
+ * ("'NAME': ...", a sentence a user can act on), or NULL when they are fine or d has none:
+ * the size must divide shape[dim], every declared block (heads lie inside blocks, along the
+ * blocks' dimension), and, split along the TP dimension, every TP rank's share of each block,
+ * so that a TP rank holds whole heads. The model loader, the planner, the structural check
+ * and the executor share it. */
+const char *cz__heads_problem(const cz_param_def *d, int tp, char *buf, size_t cap);
+
 /* Whether a task of block `block` of d may be cooperative over k slots: it is one matrix (a
- * block, or a matrix without blocks), 2-D, and its long side gives every member a row or column.
+ * block, or a matrix without blocks, and no heads), 2-D, and its long side gives every member a
+ * row or column.
  * The planner's task table and validate's check of a forced width share this rule. */
 static inline bool cz_task_coop_fits(const cz_param_def *d, int block, int k)
 {
     int64_t r0, c0, rows, cols;
     cz_task_region(d, block, &r0, &c0, &rows, &cols);
-    return (block >= 0 || d->nblocks <= 0) && d->ndim == 2 && (rows > cols ? rows : cols) >= k;
+    /* A per-head matrix's task is many matrices, which one cooperative Newton-Schulz is not. */
+    return (block >= 0 || d->nblocks <= 0) && d->ndim == 2 && d->head_size <= 0 &&
+           (rows > cols ? rows : cols) >= k;
+}
+
+/* Whether a task of block `block` of d over k slots of a TP group of `tp` ranks is TP-local:
+ * d is per-head with its heads along the TP dimension (so every TP rank holds whole heads of
+ * each block: cz__heads_problem), the task is one region whose TP shares are rectangles (a
+ * block, or a matrix without blocks), and it spans the whole group, member j being TP rank j,
+ * which computes the heads of its own share with no exchange. A per-head matrix never has a
+ * cooperative task (cz_task_coop_fits), so on it a width above 1 means exactly this. */
+static inline bool cz_task_local_fits(const cz_param_def *d, int block, int k, int tp)
+{
+    return k > 1 && k == tp && d->head_size > 0 && d->ndim == 2 && d->tp_dim >= 0 &&
+           d->tp_dim == d->head_dim && (block >= 0 || d->nblocks <= 0);
+}
+
+/* Whether a task of width k on d is a TP-local one (else hosted or cooperative). */
+static inline bool cz_task_is_local(const cz_param_def *d, int k)
+{
+    return k > 1 && d->head_size > 0;
 }
 
 /* Member j's part [*start, *start + *n) of a cooperative task's long side of length len, split
@@ -830,10 +901,13 @@ enum {
     CZ_PARAM_DIFF_TP_DIM = 1u << 2,
     CZ_PARAM_DIFF_KIND = 1u << 3,   /* the optimizer: matrix or elementwise */
     CZ_PARAM_DIFF_BLOCKS = 1u << 4, /* their number, dimension or sizes */
+    CZ_PARAM_DIFF_HEADS = 1u << 5,  /* per-head or not, the heads' dimension or size */
 };
 /* The CZ_PARAM_DIFF_* bits in which plan parameter q differs from model parameter d; 0 when it
  * is d (a missing name differs from every name). */
 unsigned cz__plan_param_diff(const cz_plan_param *q, const cz_param_def *d);
+/* A parameter's heads for a message, in buf: "none" or "dim D size S". Returns buf. */
+const char *cz__heads_text(char *buf, size_t cap, const cz_param_def *d);
 /* A parameter's blocks for a message, in buf (cap bytes, truncated to fit): "none", or
  * "dim D [s0, s1, ...]". Returns buf. */
 const char *cz__blocks_text(char *buf, size_t cap, int nblocks, int dim, const int64_t *sizes);

@@ -41,7 +41,8 @@ const char *cz__param_name_problem(const char *name)
     return NULL;
 }
 
-static const char *const param_keys[] = {"name", "shape", "tp_dim", "optimizer", "blocks", NULL};
+static const char *const param_keys[] = {"name",   "shape", "tp_dim", "optimizer",
+                                         "blocks", "heads", NULL};
 static const char *const repeat_keys[] = {"repeat", "prefix", "params", NULL};
 
 /* Expanded size of a params array, saturating above the limit; malformed entries count as one
@@ -141,6 +142,28 @@ static int parse_blocks(expander *x, const json_t *blocks, const char *path, cz_
                              "block sizes sum to %" PRId64 "; expected shape[%d] = %" PRId64, sum,
                              p->block_dim, p->shape[p->block_dim]);
     return CZ_OK;
+}
+
+/* "heads": {"dim", "size"}, after the blocks, which the heads must lie inside. */
+static int parse_heads(expander *x, const json_t *heads, const char *path, cz_param_def *p)
+{
+    static const char *const keys[] = {"dim", "size", NULL};
+    const cz_json_ctx *c = &x->ctx;
+    char msg[512];
+    int rc = cz__json_check_object(c, heads, path, keys);
+    if (rc != CZ_OK)
+        return rc;
+    if (p->ndim != 2 || p->kind != CZ_KIND_MATRIX)
+        return cz__json_fail(c, path,
+                             "heads are allowed only on 2-D matrix parameters; found a %d-D %s "
+                             "parameter",
+                             p->ndim, cz__kind_name(p->kind));
+    if ((rc = cz__json_get_int(c, heads, path, "dim", true, 0, 1, &p->head_dim)) != CZ_OK ||
+        (rc = cz__json_get_int64(c, heads, path, "size", true, 1, INT64_MAX, &p->head_size)) !=
+            CZ_OK)
+        return rc;
+    const char *problem = cz__heads_problem(p, 1, msg, sizeof msg);
+    return problem ? cz__json_fail(c, path, "%s", problem) : CZ_OK;
 }
 
 static int parse_param(expander *x, const json_t *e, const char *path, const char *prefix,
@@ -247,8 +270,12 @@ static int parse_param(expander *x, const json_t *e, const char *path, const cha
     p->kind = (cz_param_kind)kind;
 
     blocks = json_object_get(e, "blocks");
-    if (blocks)
-        return parse_blocks(x, blocks, cz__json_path_key(sub, path, "blocks"), p);
+    if (blocks &&
+        (rc = parse_blocks(x, blocks, cz__json_path_key(sub, path, "blocks"), p)) != CZ_OK)
+        return rc;
+    const json_t *heads = json_object_get(e, "heads");
+    if (heads)
+        return parse_heads(x, heads, cz__json_path_key(sub, path, "heads"), p);
     return CZ_OK;
 }
 

@@ -371,12 +371,14 @@ int cz__plan_read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 int cz__plan_read_param(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
                         const cz_plan *p, cz_plan_param *q)
 {
-    static const char *const keys[] = {
-        "id",    "name",   "shape",  "local_shape", "tp_dim", "optimizer", "blocks",  "layer",
-        "stage", "bucket", "offset", "numel",       "cost",   "dp_owner",  "ep_rank", NULL};
+    static const char *const keys[] = {"id",        "name",   "shape", "local_shape", "tp_dim",
+                                       "optimizer", "blocks", "heads", "layer",       "stage",
+                                       "bucket",    "offset", "numel", "cost",        "dp_owner",
+                                       "ep_rank",   NULL};
     static const char *const bkeys[] = {"dim", "sizes", NULL};
+    static const char *const hkeys[] = {"dim", "size", NULL};
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
-    const json_t *blocks = NULL, *sizes, *tp;
+    const json_t *blocks = NULL, *heads = NULL, *sizes, *tp;
     int kind = 0, local_ndim = 0, rc;
 
     q->def.block_dim = -1;
@@ -451,6 +453,18 @@ int cz__plan_read_param(const cz_json_ctx *c, const json_t *e, const char *path,
                      cz__json_as_int64(c, json_array_get(sizes, i), cz__json_path_index(el, sub, i),
                                        1, INT64_MAX, &q->def.block_sizes[i])) != CZ_OK)
                 return rc;
+    }
+    /* Per-head Muon: read as written; the structural check holds the heads to the shape, the
+     * blocks and the TP split (cz__heads_problem). */
+    if ((rc = cz__json_get_object(c, e, path, "heads", false, hkeys, &heads)) != CZ_OK)
+        return rc;
+    if (heads) {
+        cz__json_path_key(el, path, "heads");
+        if ((rc = cz__json_get_int(c, heads, el, "dim", true, 0, q->def.ndim - 1,
+                                   &q->def.head_dim)) != CZ_OK ||
+            (rc = cz__json_get_int64(c, heads, el, "size", true, 1, INT64_MAX,
+                                     &q->def.head_size)) != CZ_OK)
+            return rc;
     }
     if ((rc = cz__json_get_int(c, e, path, "layer", true, -1, INT_MAX, &q->def.layer)) != CZ_OK)
         return rc;
@@ -619,10 +633,13 @@ static int read_slot_item(const cz_json_ctx *c, const json_t *v, const char *pat
         return rc;
     if ((rc = cz__json_get_int(c, v, path, "width", false, 1, nslots, &it->width)) != CZ_OK)
         return rc;
-    if (it->width == 1 && json_object_get(v, "panels")) {
+    if ((it->width == 1 || cz_task_is_local(d, it->width)) && json_object_get(v, "panels")) {
         rc = cz__json_fail(c, cz__json_path_key(sub, path, "panels"),
                            "Gram panels are given only for a cooperative task (width > 1); this "
-                           "task is hosted by one slot");
+                           "task is %s",
+                           it->width == 1 ? "hosted by one slot"
+                                          : "TP-local (a per-head matrix: each member computes "
+                                            "its own heads)");
         return rc;
     }
     if ((rc = cz__json_get_int(c, v, path, "panels", false, 1, CZ_COOP_MAX_PANELS, &it->panels)) !=

@@ -1,6 +1,6 @@
 /*
  * A plan against the model it claims to be made for, parameter by parameter (name, shape, TP
- * dimension, optimizer, blocks). Written once for the two consumers that hold both files:
+ * dimension, optimizer, blocks, heads). Written once for the two consumers that hold both files:
  * `canzona validate` (planner/lib/validate.c) lists every difference under its own violation
  * codes and goes on checking, and canzona-bench refuses the plan on the first difference
  * (cz__plan_check_model), because the executor it drives sees only the plan.
@@ -33,6 +33,8 @@ unsigned cz__plan_param_diff(const cz_plan_param *q, const cz_param_def *d)
         diff |= CZ_PARAM_DIFF_KIND;
     if (!same_blocks(q, d))
         diff |= CZ_PARAM_DIFF_BLOCKS;
+    if (q->def.head_size != d->head_size || (d->head_size > 0 && q->def.head_dim != d->head_dim))
+        diff |= CZ_PARAM_DIFF_HEADS;
     return diff;
 }
 
@@ -47,6 +49,15 @@ const char *cz__blocks_text(char *buf, size_t cap, int nblocks, int dim, const i
         len += (size_t)snprintf(buf + len, cap - len, "%s%lld", b ? ", " : "", (long long)sizes[b]);
     if (len < cap)
         snprintf(buf + len, cap - len, "]");
+    return buf;
+}
+
+const char *cz__heads_text(char *buf, size_t cap, const cz_param_def *d)
+{
+    if (d->head_size <= 0)
+        snprintf(buf, cap, "none");
+    else
+        snprintf(buf, cap, "dim %d size %lld", d->head_dim, (long long)d->head_size);
     return buf;
 }
 
@@ -76,6 +87,14 @@ static int check_param(const cz_plan_param *p, const cz_param_def *d, size_t i, 
             "$.params[%zu].blocks: '%s' has blocks %s in the plan but %s in the model", i, d->name,
             cz__blocks_text(pb, sizeof pb, p->def.nblocks, p->def.block_dim, p->def.block_sizes),
             cz__blocks_text(mb, sizeof mb, d->nblocks, d->block_dim, d->block_sizes));
+    }
+    if (diff & CZ_PARAM_DIFF_HEADS) {
+        char ph[64], mh[64];
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "$.params[%zu].heads: '%s' has heads %s in the plan but %s in the "
+                             "model",
+                             i, d->name, cz__heads_text(ph, sizeof ph, &p->def),
+                             cz__heads_text(mh, sizeof mh, d));
     }
     return CZ_OK;
 }

@@ -266,6 +266,24 @@ static void check_param_blocks(vctx *c, const cz_plan *p)
     }
 }
 
+/* Heads divide the shape and the blocks, and every TP rank of the parameter's group holds whole
+ * heads (cz__heads_problem): the executor's per-head Muon relies on it. */
+static void check_param_heads(vctx *c, const cz_plan *p)
+{
+    char why[512];
+    for (size_t i = 0; i < p->nparams; i++) {
+        const cz_plan_param *q = &p->params[i];
+        if (q->def.head_size <= 0)
+            continue;
+        at(c, "$.params[%zu].heads", i);
+        c->checks++;
+        if (cz__heads_problem(&q->def, cz_plan_param_tp(p, q), why, sizeof why)) {
+            viol(c, "param.heads", "%s", why);
+            c->unsafe = 1;
+        }
+    }
+}
+
 /* local_shape = shape split tp ways along tp_dim; numel = local element count. */
 static void check_param_local(vctx *c, const cz_plan *p)
 {
@@ -735,6 +753,23 @@ static int check_task_kind(vctx *c, const cz_plan *p, const cz_plan_group *gr,
         c->unsafe = 1;
         return -1;
     }
+    if (cz_task_is_local(&q->def, width)) {
+        /* A per-head matrix's task over several slots is TP-local: it must be one whose every
+         * member holds the whole heads it computes (the whole group, heads along tp_dim). */
+        c->checks++;
+        int tp = cz_plan_param_tp(p, q);
+        if (!cz_task_local_fits(&q->def, block, width, tp) || gr->task_slot[w->t] != 0) {
+            viol(c, "schedule.local",
+                 "'%s' (id %d)%s: a per-head matrix's task of width %d is TP-local, which needs "
+                 "all %d TP slots from slot 0, the heads along the TP dimension (heads dim %d, "
+                 "tp_dim %d) and one block or a matrix without blocks",
+                 q->def.name, pid, block >= 0 ? " (a block of it)" : "", width, tp, q->def.head_dim,
+                 q->def.tp_dim);
+            c->unsafe = 1;
+            return -1;
+        }
+        return 0;
+    }
     if (width > 1 && (block < 0 && q->def.nblocks > 0)) {
         viol(c, "schedule.coop",
              "'%s' (id %d): a cooperative task is one matrix (a block, or a matrix "
@@ -1030,6 +1065,7 @@ void cz__plan_check_structure(cz_plan_checks *c, const cz_plan *plan)
     check_param_ids(c, plan);
     check_param_local(c, plan);
     check_param_blocks(c, plan);
+    check_param_heads(c, plan);
     check_layout_rules(c, plan);
     check_ranges(c, plan);
     check_ownership(c, plan);

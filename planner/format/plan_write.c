@@ -30,7 +30,8 @@ typedef struct writer {
     cz_jstream js;
     cz_error *err;
     const char *path;
-    int rc; /* the writer's own first failure (the stream keeps its own) */
+    const cz_plan *plan; /* what the tasks' parameters are (a TP-local task has no panels) */
+    int rc;              /* the writer's own first failure (the stream keeps its own) */
 } writer;
 
 static void w_fail(writer *w, int code, const char *fmt, const char *what)
@@ -167,6 +168,12 @@ static void write_param(writer *w, const cz_plan_param *q)
         w_ints(w, "sizes", q->def.block_sizes, q->def.nblocks);
         cz__jw_end(&w->js);
     }
+    if (q->def.head_size > 0) {
+        cz__jw_begin_object(&w->js, "heads");
+        cz__jw_int(&w->js, "dim", q->def.head_dim);
+        cz__jw_int(&w->js, "size", q->def.head_size);
+        cz__jw_end(&w->js);
+    }
     cz__jw_int(&w->js, "layer", q->def.layer);
     cz__jw_int(&w->js, "stage", q->stage);
     cz__jw_int(&w->js, "bucket", q->bucket);
@@ -219,10 +226,10 @@ static void write_slot(writer *w, const cz_plan_group *g, int k)
         cz__jw_int(&w->js, "param", g->task_param[t]);
         if (block >= 0)
             cz__jw_int(&w->js, "block", block);
-        if (width > 1) {
+        if (width > 1)
             cz__jw_int(&w->js, "width", width);
+        if (width > 1 && !cz_task_is_local(&w->plan->params[g->task_param[t]].def, width))
             cz__jw_int(&w->js, "panels", cz_group_task_panels(g, t));
-        }
         w_real(w, "cost", g->task_cost ? g->task_cost[t] : NAN, "a task's cost");
         cz__jw_end(&w->js);
     }
@@ -389,7 +396,7 @@ static void write_plan(writer *w, const cz_plan *p, char hash[65])
 
 int cz_plan_write(const cz_plan *plan, const char *path, cz_error *err)
 {
-    writer w = {.err = err, .path = path, .rc = CZ_OK};
+    writer w = {.err = err, .path = path, .plan = plan, .rc = CZ_OK};
     char hash[65];
     size_t n = 0;
     cz__jw_init(&w.js);

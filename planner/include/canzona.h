@@ -235,10 +235,19 @@ typedef struct cz_import_hf_options {
                                orthogonalizes the fused matrix whole (0) */
     int ep_size;            /* the job's expert model-parallel size; default 1: a config whose
                                routed experts it does not divide is refused (version 2) */
+    int per_head;           /* CZ_PER_HEAD_*: which attention projections get "heads" (per-head
+                               Muon; version 3); default none */
 } cz_import_hf_options;
-#define CZ_IMPORT_HF_OPTIONS_VERSION 2
+/* Per-head Muon in imported models (docs/FORMATS.md, "Per-head matrices"). */
+enum {
+    CZ_PER_HEAD_NONE = 0, /* no heads */
+    CZ_PER_HEAD_QKV = 1,  /* the Q, K and V projections: linear_qkv (in each of its blocks);
+                             MLA's linear_q(_up)_proj and linear_kv_up_proj */
+    CZ_PER_HEAD_QKVO = 2, /* those and the output projection linear_proj (its columns) */
+};
+#define CZ_IMPORT_HF_OPTIONS_VERSION 3
 /* clang-format off */
-#define CZ_IMPORT_HF_OPTIONS_INIT {CZ_IMPORT_HF_OPTIONS_VERSION, NULL, CZ_DTYPE_BF16, 1, 128, 1, 1, 1}
+#define CZ_IMPORT_HF_OPTIONS_INIT {CZ_IMPORT_HF_OPTIONS_VERSION, NULL, CZ_DTYPE_BF16, 1, 128, 1, 1, 1, CZ_PER_HEAD_NONE}
 /* clang-format on */
 void cz_import_hf_options_init(cz_import_hf_options *o);
 /* Writes the canzona.model/1 description of a Hugging Face config.json (Megatron-Core

@@ -133,6 +133,7 @@ static const size_t inspect_ends[] = {sizeof(cz_inspect_options)};
 static const size_t diff_ends[] = {sizeof(cz_diff_options)};
 static const size_t render_ends[] = {sizeof(cz_render_options)};
 static const size_t import_hf_ends[] = {CZ__OPTIONS_END(cz_import_hf_options, split_gate_up),
+                                        CZ__OPTIONS_END(cz_import_hf_options, ep_size),
                                         sizeof(cz_import_hf_options)};
 _Static_assert(sizeof inspect_ends / sizeof *inspect_ends == CZ_INSPECT_OPTIONS_VERSION &&
                    sizeof diff_ends / sizeof *diff_ends == CZ_DIFF_OPTIONS_VERSION &&

@@ -127,12 +127,27 @@ static bool is_matrix_work(const cz_param_def *p, const cz_settings *s)
     return p->kind == CZ_KIND_MATRIX && s->optimizer != CZ_OPTIM_ADAMW;
 }
 
+/* Per-head Muon on the task of block `block` (-1: the whole matrix): its heads, all of one
+ * shape, orthogonalized one by one (the executor batches them, so the launches are shared).
+ * Multiplied rather than summed, so that a matrix of many heads costs O(1) to price. */
+static double heads_cost(const cz_param_def *p, int block, cz_cost_unit unit, const cz_settings *s,
+                         const cz_cluster *c, cz_dtype dtype)
+{
+    int64_t n = cz_task_units(p, block, true), r0, c0, rows, cols;
+    cz_task_unit(p, block, true, 0, &r0, &c0, &rows, &cols);
+    return n < 1 ? 0.0
+                 : (double)n * matrix_cost(rows, cols, unit, s, c, cz__dtype_bytes(dtype), dtype,
+                                           1.0 / (double)n);
+}
+
 static double cost_in(const cz_param_def *p, const cz_settings *s, const cz_cluster *c,
                       cz_dtype dtype, cz_cost_unit unit)
 {
     int dbytes = cz__dtype_bytes(dtype);
     int64_t m = p->shape[0], n = p->ndim == 1 ? 1 : p->shape[1];
     if (is_matrix_work(p, s)) {
+        if (cz_param_per_head(p, s->optimizer == CZ_OPTIM_MUON))
+            return heads_cost(p, -1, unit, s, c, dtype);
         if (p->nblocks <= 0 || !p->block_sizes || (p->block_dim != 0 && p->block_dim != 1))
             return matrix_cost(m, n, unit, s, c, dbytes, dtype, 1.0);
         double total = 0.0;
@@ -530,6 +545,8 @@ double cz__cost_block(const cz_param_def *d, int block, const cz_settings *s, co
 {
     if (block < 0)
         return cz__cost_param(d, s, c, dtype);
+    if (cz_param_per_head(d, s->optimizer == CZ_OPTIM_MUON) && d->kind == CZ_KIND_MATRIX)
+        return heads_cost(d, block, s->unit, s, c, dtype);
     int64_t r0, c0, rows, cols;
     cz_task_region(d, block, &r0, &c0, &rows, &cols);
     return matrix_cost(rows, cols, s->unit, s, c, cz__dtype_bytes(dtype), dtype,

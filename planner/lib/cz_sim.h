@@ -21,6 +21,7 @@
 typedef struct sim_task {
     int slot, width, index; /* index: the task's position in its micro-group */
     double compute, allreduce, comm;
+    int local; /* a TP-local per-head task: multi-slot, but not cooperative */
 } sim_task;
 
 /* What one DP rank's TP group runs after the gradients are synchronized. */

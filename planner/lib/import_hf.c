@@ -82,6 +82,7 @@ typedef struct hf_config {
     int64_t hidden, ffn, layers, heads, kv_heads, head_dim, vocab;
     int64_t padded_vocab;          /* Megatron's padding for the job's TP size */
     bool split_qkv, split_gate_up; /* declare the fusions as blocks (see the options) */
+    int per_head;                  /* CZ_PER_HEAD_*: which projections get "heads" */
     bool tie, qkv_bias, proj_bias, mlp_bias, qk_norm;
     int64_t experts, moe_ffn, shared_ffn, sparse_step;
     bool shared_gate; /* Qwen2-MoE's sigmoid gate on the shared expert */
@@ -549,6 +550,17 @@ static void hf_blocks(json_t *p, int64_t a, int64_t b, int64_t c, bool *ok)
     hf_set(p, "blocks", blocks, ok);
 }
 
+/* Per-head Muon on p: heads of `size` rows (dim 0) or columns (dim 1); nothing unless asked. */
+static void hf_heads(json_t *p, const hf_config *c, int from, int dim, int64_t size, bool *ok)
+{
+    if (c->per_head < from)
+        return;
+    json_t *heads = json_object();
+    hf_set(heads, "dim", json_integer(dim), ok);
+    hf_set(heads, "size", json_integer(size), ok);
+    hf_set(p, "heads", heads, ok);
+}
+
 static json_t *hf_repeat(int64_t n, const char *prefix, json_t *params, bool *ok)
 {
     json_t *r = json_object();
@@ -586,11 +598,13 @@ static void hf_mla(json_t *a, const hf_config *c, bool *ok)
                hf_param("self_attention.linear_q_up_proj.layer_norm_weight", c->q_lora, -1, -1,
                         false, ok),
                ok);
-        hf_add(a, hf_param("self_attention.linear_q_up_proj.weight", qh, c->q_lora, 0, true, ok),
-               ok);
-    } else {
-        hf_add(a, hf_param("self_attention.linear_q_proj.weight", qh, h, 0, true, ok), ok);
     }
+    /* Each head's Q rows are its no-position and rotary parts together. */
+    json_t *q = c->q_lora > 0
+                    ? hf_param("self_attention.linear_q_up_proj.weight", qh, c->q_lora, 0, true, ok)
+                    : hf_param("self_attention.linear_q_proj.weight", qh, h, 0, true, ok);
+    hf_heads(q, c, CZ_PER_HEAD_QKV, 0, c->qk_nope + c->qk_rope, ok);
+    hf_add(a, q, ok);
     hf_add(a,
            hf_param("self_attention.linear_kv_down_proj.weight", c->kv_lora + c->qk_rope, h, -1,
                     true, ok),
@@ -599,12 +613,14 @@ static void hf_mla(json_t *a, const hf_config *c, bool *ok)
            hf_param("self_attention.linear_kv_up_proj.layer_norm_weight", c->kv_lora, -1, -1, false,
                     ok),
            ok);
-    hf_add(a,
-           hf_param("self_attention.linear_kv_up_proj.weight", c->heads * (c->qk_nope + c->v_head),
-                    c->kv_lora, 0, true, ok),
-           ok);
-    hf_add(a, hf_param("self_attention.linear_proj.weight", h, c->heads * c->v_head, 1, true, ok),
-           ok);
+    /* Hugging Face's kv_b_proj rows are per head [K no-position part; V]: a head is both. */
+    json_t *kv = hf_param("self_attention.linear_kv_up_proj.weight",
+                          c->heads * (c->qk_nope + c->v_head), c->kv_lora, 0, true, ok);
+    hf_heads(kv, c, CZ_PER_HEAD_QKV, 0, c->qk_nope + c->v_head, ok);
+    hf_add(a, kv, ok);
+    json_t *o = hf_param("self_attention.linear_proj.weight", h, c->heads * c->v_head, 1, true, ok);
+    hf_heads(o, c, CZ_PER_HEAD_QKVO, 1, c->v_head, ok);
+    hf_add(a, o, ok);
 }
 
 /* A layer's attention of grouped-query heads (linear_qkv, its norms and biases, linear_proj). */
@@ -616,6 +632,7 @@ static void hf_attention(json_t *a, const hf_config *c, bool *ok)
     json_t *qkv = hf_param("self_attention.linear_qkv.weight", q + 2 * kv, h, 0, true, ok);
     if (c->split_qkv)
         hf_blocks(qkv, q, kv, kv, ok);
+    hf_heads(qkv, c, CZ_PER_HEAD_QKV, 0, d, ok);
     hf_add(a, qkv, ok);
     if (c->qkv_bias)
         hf_add(a, hf_param("self_attention.linear_qkv.bias", q + 2 * kv, -1, 0, false, ok), ok);
@@ -623,7 +640,9 @@ static void hf_attention(json_t *a, const hf_config *c, bool *ok)
         hf_add(a, hf_param("self_attention.q_layernorm.weight", d, -1, -1, false, ok), ok);
         hf_add(a, hf_param("self_attention.k_layernorm.weight", d, -1, -1, false, ok), ok);
     }
-    hf_add(a, hf_param("self_attention.linear_proj.weight", h, q, 1, true, ok), ok);
+    json_t *o = hf_param("self_attention.linear_proj.weight", h, q, 1, true, ok);
+    hf_heads(o, c, CZ_PER_HEAD_QKVO, 1, d, ok);
+    hf_add(a, o, ok);
     if (c->proj_bias)
         hf_add(a, hf_param("self_attention.linear_proj.bias", h, -1, -1, false, ok), ok);
 }
@@ -871,6 +890,11 @@ static int hf_options_check(const cz_import_hf_options *o, cz_error *err)
                              o->vocab_divisible_by);
     if (!cz_dtype_name(o->dtype))
         return cz__error_set(err, CZ_EINVALID, "cz__import_hf: unknown dtype %d", (int)o->dtype);
+    if (o->per_head < CZ_PER_HEAD_NONE || o->per_head > CZ_PER_HEAD_QKVO)
+        return cz__error_set(err, CZ_EINVALID,
+                             "per_head = %d; expected CZ_PER_HEAD_NONE (0), CZ_PER_HEAD_QKV (1) "
+                             "or CZ_PER_HEAD_QKVO (2)",
+                             o->per_head);
     if (o->name && !*o->name)
         return cz__error_set(err, CZ_EINVALID, "the model name must not be empty");
     return CZ_OK;
@@ -970,7 +994,8 @@ int cz__import_hf_opts(json_t **out_model, const char *config_path, const cz_imp
     char *derived = NULL, *description = NULL;
     hf_config c = {.path = config_path,
                    .split_qkv = o && o->split_qkv,
-                   .split_gate_up = o && o->split_gate_up};
+                   .split_gate_up = o && o->split_gate_up,
+                   .per_head = o ? o->per_head : CZ_PER_HEAD_NONE};
 
     if (!out_model || !config_path || !o)
         return cz__error_set(err, CZ_EINVALID,

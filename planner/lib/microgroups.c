@@ -682,8 +682,14 @@ static tp_task *tasks_expand(const cz_task_table *tt, const cz_costed *params, i
             t[m++] = (tp_task){id, -1, 1, 0, params[k].cost, -1, 0};
             continue;
         }
-        for (int x = tt->first[id]; x < tt->first[id + 1]; x++)
-            t[m++] = (tp_task){id, tt->block[x], 1, 0, tt->cost[(size_t)x * tt->nwidths], x, 0};
+        for (int x = tt->first[id]; x < tt->first[id + 1]; x++) {
+            /* A TP-local per-head task has no hosted cost, only its one width (tp_tasks.c). */
+            const double *cw = &tt->cost[(size_t)x * tt->nwidths];
+            int w = 0;
+            while (!isfinite(cw[w]) && w + 1 < tt->nwidths)
+                w++;
+            t[m++] = (tp_task){id, tt->block[x], tt->widths[w], 0, cw[w], x, 0};
+        }
     }
     *count = m;
     return t;

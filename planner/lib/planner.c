@@ -237,6 +237,10 @@ static int param_copy(cz_plan_param *q, const cz_param_def *d, int id, const cz_
     } else {
         q->def.block_dim = -1;
     }
+    char why[512];
+    if (cz__heads_problem(&q->def, tp, why, sizeof why))
+        return cz__error_set(err, CZ_EINVALID, "%s: parameter %s (%s = %d of %s)", mfile, why,
+                             group, tp, cfile);
     q->numel = q->local_shape[0] * q->local_shape[1];
     q->cost = cz__cost_param(d, s, c, m->dtype);
     return CZ_OK;

@@ -232,8 +232,9 @@ static task_work task_work_of(const sim_ctx *cx, const cz_plan_group *grp, int k
     }
     cz_settings st = plan->settings;
     st.unit = CZ_UNIT_TIME;
-    if (w == 1) {
-        tw.compute = cz__cost_block(&p->def, block, &st, cx->cluster, plan->dtype);
+    if (w == 1 || cz_task_is_local(&p->def, w)) {
+        /* A TP-local task: each member its 1/w of the heads, nothing all-reduced. */
+        tw.compute = cz__cost_block(&p->def, block, &st, cx->cluster, plan->dtype) / w;
         return tw;
     }
     /* The cost model's pipeline (cz__coop_time_of) with the simulator's all-reduce on the links
@@ -382,9 +383,12 @@ int cz__sim_prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_err
                 }
                 continue;
             }
-            pg->tasks[pg->ntasks++] = (sim_task){slot, w, k, tw.compute, tw.allreduce, tw.comm};
-            pg->coop_tasks += w > 1;
-            for (int j = slot; j < slot + w; j++)
+            bool local = cz_task_is_local(&p->def, w);
+            pg->tasks[pg->ntasks++] =
+                (sim_task){slot, w, k, tw.compute, tw.allreduce, tw.comm, local};
+            pg->coop_tasks += w > 1 && !local;
+            /* A TP-local task's members hold what they compute: no exchange. */
+            for (int j = slot; j < slot + w && !local; j++)
                 for (int t = 0; t < R; t++) {
                     if (t == j || p->def.tp_dim < 0)
                         continue;
@@ -418,7 +422,7 @@ int cz__sim_prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_err
             int slot = grp->task_slot ? grp->task_slot[k] : 0;
             int w = cz_group_task_width(grp, k);
             double b = shard_bytes(cx, p) * task_share(&p->def, cz_group_task_block(grp, k)) / w;
-            for (int j = slot; j < slot + w; j++)
+            for (int j = slot; j < slot + w && !cz_task_is_local(&p->def, w); j++)
                 for (int t = 0; t < R; t++) {
                     if (t == j)
                         continue;
@@ -513,7 +517,7 @@ void cz__sim_prog_run(const sim_prog *pg, int R, int pipelined, double *finish, 
                 double begin = finish[k->slot];
                 for (int x = k->slot + 1; x < k->slot + k->width; x++)
                     begin = fmax(begin, finish[x]);
-                if (tl_coop && k->width > 1)
+                if (tl_coop && k->width > 1 && !k->local)
                     tl_coop[ncoop++] =
                         (cz_sim_coop){g,           k->index, k->slot,
                                       k->width,    begin,    begin + k->compute + k->allreduce,

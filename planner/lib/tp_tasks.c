@@ -5,10 +5,12 @@
  *
  * A task is a whole matrix (block -1) or, under settings.split_blocks, one block of a blocked
  * matrix: the blocks (fused Q/K/V, gate/up) are orthogonalized separately anyway, so nothing
- * ties them to one TP rank. Width 1 is Canzona's hosted task; a width k > 1 is cooperative
- * Newton-Schulz over k aligned slots (Muon only, --tp rollback only, k divides tp, the task's
- * long side has at least k rows or columns, and the task is one matrix: a block, or a matrix
- * without blocks, since the blocks of a whole multi-block matrix are separate Newton-Schulz runs).
+ * ties them to one TP rank. A per-head matrix whose heads each TP rank holds whole has TP-local
+ * tasks (local_tasks below), one per block, each over all TP slots. Width 1 is Canzona's hosted
+ * task; a width k > 1 is cooperative Newton-Schulz over k aligned slots (Muon only, --tp rollback
+ * only, k divides tp, the task's long side has at least k rows or columns, and the task is one
+ * matrix: a block, or a matrix without blocks, since the blocks of a whole multi-block matrix are
+ * separate Newton-Schulz runs).
  */
 #include "cz_algorithms.h"
 
@@ -20,10 +22,12 @@
  * up, or only the forced one. With expert groups the divisors of etp too: an expert's task may
  * take a width that divides its ETP group (the others cost INFINITY for it, and a dense task's
  * widths must divide TP). */
-static int widths_of(const cz_settings *s, int tp, int etp, int *w)
+static int widths_of(const cz_settings *s, int tp, int etp, bool local, int *w)
 {
     int n = 0, most = etp > tp ? etp : tp;
     w[n++] = 1;
+    if (local && s->coop == 0)
+        w[n++] = tp; /* the TP-local per-head tasks' one width */
     if (s->coop == 0 || most <= 1 || s->tp != CZ_TP_ROLLBACK || s->optimizer != CZ_OPTIM_MUON)
         return n;
     for (int k = 2; k <= most && n < CZ_MAX_WIDTHS; k++)
@@ -37,10 +41,26 @@ int cz__task_table_build(cz_plan *plan, const cz_cluster *c, cz_error *err)
     return cz__task_table_fill(&plan->tasks, plan, c, err);
 }
 
+/* Whether parameter p's tasks are TP-local (cz_task_local_fits): a per-head Muon matrix with
+ * its heads along the TP dimension, under --tp rollback (which places tasks over several slots)
+ * without --coop (whose width choices do not know them), and not an expert. Each of its blocks
+ * (or the matrix without blocks) is then one task over all TP slots, member j computing TP
+ * rank j's whole heads: no gather, no scatter, and an even load by construction. */
+static bool local_tasks(const cz_plan *plan, const cz_plan_param *p)
+{
+    const cz_settings *s = &plan->settings;
+    return p->def.kind == CZ_KIND_MATRIX && !p->expert && plan->tp > 1 &&
+           s->optimizer == CZ_OPTIM_MUON && s->tp == CZ_TP_ROLLBACK && s->coop == 0 &&
+           cz_param_per_head(&p->def, true) && cz_task_local_fits(&p->def, 0, plan->tp, plan->tp);
+}
+
 int cz__task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster *c, cz_error *err)
 {
     const cz_settings *s = &plan->settings;
-    tt->nwidths = widths_of(s, plan->tp, plan->etp, tt->widths);
+    bool any_local = false;
+    for (size_t i = 0; i < plan->nparams && !any_local; i++)
+        any_local = local_tasks(plan, &plan->params[i]);
+    tt->nwidths = widths_of(s, plan->tp, plan->etp, any_local, tt->widths);
     /* An expert's cooperative members are ETP ranks: their all-reduces run on ETP's links. */
     cz_cluster ec = *c;
     ec.tp = plan->etp > 0 ? plan->etp : c->tp;
@@ -51,7 +71,9 @@ int cz__task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_param_def *d = &plan->params[i].def;
         if (d->kind == CZ_KIND_MATRIX)
-            n += split && d->nblocks > 0 ? (size_t)d->nblocks : 1;
+            n += (split || local_tasks(plan, &plan->params[i])) && d->nblocks > 0
+                     ? (size_t)d->nblocks
+                     : 1;
     }
     tt->first = malloc((plan->nparams + 1) * sizeof *tt->first);
     tt->block = malloc((n + 1) * sizeof *tt->block);
@@ -75,13 +97,21 @@ int cz__task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster
         tt->first[i] = (int)t;
         if (d->kind != CZ_KIND_MATRIX)
             continue;
-        int nb = split && d->nblocks > 0 ? d->nblocks : 1;
+        bool local = local_tasks(plan, p), bsplit = (split || local) && d->nblocks > 0;
+        int nb = bsplit ? d->nblocks : 1;
         for (int b = 0; b < nb; b++, t++) {
-            int block = nb > 1 || (split && d->nblocks > 0) ? b : -1;
+            int block = bsplit ? b : -1;
             double *cw = &tt->cost[t * (size_t)tt->nwidths];
             int *pw = &tt->panels[t * (size_t)tt->nwidths];
             tt->block[t] = block;
             pw[0] = 1;
+            if (local) {
+                /* Only the local width: each slot computes its 1/tp of the heads. */
+                for (int w = 0; w < tt->nwidths; w++)
+                    pw[w] = 1, cw[w] = INFINITY;
+                cw[1] = cz__cost_block(d, block, s, c, plan->dtype) / plan->tp;
+                continue;
+            }
             /* Hosted whole: exactly the parameter's cost, so that whole-task plans are what
              * they always were. */
             cw[0] = block < 0 ? p->cost : cz__cost_block(d, block, s, c, plan->dtype);

@@ -184,6 +184,13 @@ static void check_param_identity(vctx *c, const cz_plan *p, const cz_model *m)
                                  q->def.block_sizes),
                  cz__blocks_text(db, sizeof db, d->nblocks, d->block_dim, d->block_sizes));
         }
+        at(c, "$.params[%zu].heads", i);
+        c->checks++;
+        if (diff & CZ_PARAM_DIFF_HEADS) {
+            char qh[64], dh[64];
+            viol(c, "param.heads", "'%s' has heads %s but the model has %s", d->name,
+                 cz__heads_text(qh, sizeof qh, &q->def), cz__heads_text(dh, sizeof dh, d));
+        }
         if (diff)
             c->foreign = 1;
     }
@@ -380,13 +387,17 @@ static void check_tasks(vctx *c, const cz_plan *p, const cz_model *m, const cz_c
                     if (d->kind != CZ_KIND_MATRIX)
                         continue;
                     c->checks += 3;
-                    if (block >= 0 && !split)
+                    /* A TP-local per-head task is made without --split-blocks and --coop
+                     * (tp_tasks.c); its cost is its share of the heads. */
+                    bool local = cz_task_is_local(d, width);
+                    if (block >= 0 && !split && !local)
                         tally(&no_split, c);
                     if (block < 0 && d->nblocks > 0 && split)
                         tally(&whole_split, c);
-                    if (width > 1 && s->coop == 0)
+                    if (width > 1 && s->coop == 0 && !local)
                         tally(&no_coop, c);
-                    if (width > 1 && (s->tp != CZ_TP_ROLLBACK || s->unit == CZ_UNIT_NUMEL))
+                    if (width > 1 && !local &&
+                        (s->tp != CZ_TP_ROLLBACK || s->unit == CZ_UNIT_NUMEL))
                         tally(&coop_policy, c);
                     if (s->coop > 1) {
                         double ck = table_cost(ref, pid, block, s->coop);
@@ -402,7 +413,10 @@ static void check_tasks(vctx *c, const cz_plan *p, const cz_model *m, const cz_c
                     double tc = width > 1 ? NAN : table_cost(ref, pid, block, width);
                     int panels = cz_group_task_panels(gr, t);
                     char coop_model[96];
-                    if (block >= 0 && isfinite(tc)) {
+                    if (local) {
+                        want = cz__cost_block(d, block, s, cl, m->dtype) / width;
+                        model = "the cost model of its heads (cz__cost_block / width)";
+                    } else if (block >= 0 && isfinite(tc)) {
                         want = tc;
                         model = "the cost model (cz__cost_block)";
                     } else if (width > 1) {

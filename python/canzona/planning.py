@@ -22,7 +22,7 @@ def _match(table, name):
 
 
 def model_description(named_parameters, *, name="model", dtype="fp32", tp_dims=None,
-                      blocks=None, optimizers=None, tp_size=1):
+                      blocks=None, optimizers=None, tp_size=1, heads=None):
     """A canzona.model/1 description (a dict) from (name, parameter) pairs in registration
     order, as torch.nn.Module.named_parameters() yields them (anything with .shape works).
 
@@ -34,6 +34,9 @@ def model_description(named_parameters, *, name="model", dtype="fp32", tp_dims=N
     optimizers: {pattern: "matrix" or "elementwise"}; default: 2-D matrix, 1-D elementwise.
     tp_size: when the parameters are the TP-local shards of a tensor-parallel model, the TP size,
       so the full shapes are their shapes times tp_size along tp_dim.
+    heads: {pattern: (dim, size)} for per-head Muon: the matrix is heads of `size` rows (dim 0)
+      or columns (dim 1), each orthogonalized on its own (with blocks, inside each block); the
+      planner checks that the size divides the blocks and that TP keeps heads whole.
     """
     params = []
     for pname, p in named_parameters:
@@ -54,6 +57,10 @@ def model_description(named_parameters, *, name="model", dtype="fp32", tp_dims=N
         if found:
             dim, sizes = blk
             entry["blocks"] = {"dim": int(dim), "sizes": [int(s) for s in sizes]}
+        found, hd = _match(heads, pname)
+        if found:
+            dim, size = hd
+            entry["heads"] = {"dim": int(dim), "size": int(size)}
         params.append(entry)
     return {"schema": "canzona.model/1", "name": name, "dtype": dtype, "params": params}
 

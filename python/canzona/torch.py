@@ -170,8 +170,8 @@ class Optimizer(torch.optim.Optimizer):
     """canzona's optimizer step as a torch.optim.Optimizer.
 
     Optimizer(params, *, dp_group=None, tp_group=None, mesh=None, plan=None, save_plan=None,
-              tp_dims=None, blocks=None, optimizers=None, cluster=None, lr=<default>,
-              weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=None,
+              tp_dims=None, blocks=None, heads=None, optimizers=None, cluster=None,
+              lr=<default>, weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=None,
               ns_coefficients=None, muon_scaling="rms", adamw_lr=<default>, adamw_betas=(0.9, 0.95),
               adamw_eps=1e-8, adamw_weight_decay=<weight_decay>, max_grad_norm=0.0,
               grad_reduce_in_fp32=False, overlap=False, early_updates=False, bucket_size=None, timeout=600.0,
@@ -193,7 +193,8 @@ class Optimizer(torch.optim.Optimizer):
       tp_group's size (1 without one).
     plan: a plan file (canzona plan) to run; None: planned here, through libcanzona, from the
       parameters (save_plan: a path to write that plan to, for canzona inspect).
-    tp_dims, blocks, optimizers: declarations as canzona.model_description takes them; a
+    tp_dims, blocks, heads, optimizers: declarations as canzona.model_description takes them
+      (heads: per-head Muon, {pattern: (dim, size)}, docs/PYTHON.md); a
       parameter with Megatron's attributes (tensor_model_parallel, partition_dim) or a DTensor
       parameter needs none. With the same rates, Muon equals torch.optim.Muon with
       adjust_lr_fn="match_rms_adamw" (muon_scaling="rms") or "original" ("shape"), and AdamW
@@ -250,9 +251,10 @@ class Optimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, params, *, dp_group=None, tp_group=None, mesh=None, plan=None,
-                 save_plan=None, tp_dims=None, blocks=None, optimizers=None, cluster=None,
-                 lr=_DEFAULT, weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=None,
-                 ns_coefficients=None, muon_scaling="rms", adamw_lr=_DEFAULT, adamw_betas=(0.9, 0.95),
+                 save_plan=None, tp_dims=None, blocks=None, heads=None, optimizers=None,
+                 cluster=None, lr=_DEFAULT, weight_decay=0.01, momentum=0.95, nesterov=True,
+                 ns_steps=None, ns_coefficients=None, muon_scaling="rms", adamw_lr=_DEFAULT,
+                 adamw_betas=(0.9, 0.95),
                  adamw_eps=1e-8, adamw_weight_decay=_DEFAULT, max_grad_norm=0.0,
                  grad_reduce_in_fp32=False, nccl_comms=None, overlap=False,
                  early_updates=False, bucket_size=None, timeout=600.0, unused_parameters=False,
@@ -380,7 +382,7 @@ class Optimizer(torch.optim.Optimizer):
         if msg is None and plan is None:
             try:
                 desc = self._describe(named_groups, tp_dims, blocks, optimizers, tp,
-                                      self._dt_dims, module)
+                                      self._dt_dims, module, heads)
                 cl = dict(cluster or _cluster(dp, tp))
                 if bucket_size is not None:
                     cl["buckets"] = {"size": int(bucket_size)}
@@ -623,7 +625,7 @@ class Optimizer(torch.optim.Optimizer):
                 raise Error(_lib.CZ_EINVALID, (m if m == msg else f"rank {r}: {m}") + note)
 
     @staticmethod
-    def _describe(named_groups, tp_dims, blocks, optimizers, tp, dt_dims, module):
+    def _describe(named_groups, tp_dims, blocks, optimizers, tp, dt_dims, module, heads=None):
         """The model description: the DTensor parameters' placements (dt_dims, by exact name,
         ahead of any pattern), the declarations, or Megatron's attributes on the parameters
         (tensor_model_parallel, partition_dim). Shapes are the local tensors'. The optimizer of
@@ -642,7 +644,7 @@ class Optimizer(torch.optim.Optimizer):
         for name in _default_elementwise([x for g, _ in named_groups for x in g], module):
             opts.setdefault(name, "elementwise")
         return model_description(named, name="torch-model", dtype=dtype, tp_dims=dims,
-                                 blocks=blocks, optimizers=opts, tp_size=tp)
+                                 blocks=blocks, optimizers=opts, tp_size=tp, heads=heads)
 
     def _create(self, plan, device, floats, muon_scaling, options):
         L = _lib.lib()

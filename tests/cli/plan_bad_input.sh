@@ -84,6 +84,11 @@ expect "TP split that does not divide" 1 'odd.json.*w.*(divis|divide)' \
 expect "block that does not divide" 1 'oddblock.json.*qkv.*(divis|divide)' \
   "$(bad oddblock "$model_head"'{"name": "qkv", "shape": [12, 4], "tp_dim": 0,
      "blocks": {"dim": 0, "sizes": [6, 3, 3]}}]}')" "$C"
+# Per-head Muon: a TP rank must hold whole heads of every block (24 rows of K = 3 heads of 8 do
+# not split 2 ways into whole heads).
+expect "TP split that cuts a head" 1 'cuthead.json.*qkv.*block 1.*whole heads over tp = 2' \
+  "$(bad cuthead "$model_head"'{"name": "qkv", "shape": [80, 4], "tp_dim": 0,
+     "blocks": {"dim": 0, "sizes": [32, 24, 24]}, "heads": {"dim": 0, "size": 8}}]}')" "$C"
 # Megatron-Core's rules from the model's "megatron" record: whole heads and query groups per TP
 # rank, and a vocabulary padded for the cluster's TP.
 mg_model() { # record embedding-rows

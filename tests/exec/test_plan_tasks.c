@@ -217,6 +217,52 @@ START_TEST(ns_workload_of_block_tasks)
 }
 END_TEST
 
+/* Per-head Muon (plans/models/test-heads.json: 4 Q and 2 KV heads of 32, the projection's 128
+ * columns in heads of 32) at DP2 x TP2: every per-head matrix's tasks are TP-local, they pass
+ * the executor's check, and each GPU's Newton-Schulz work has its own heads only, all of one
+ * oriented shape (32 x 128) in one ns_batched call per micro-group: per layer 2 Q + 1 K + 1 V
+ * heads of the QKV and 2 of the projection. A local task of the whole blocked QKV is refused. */
+START_TEST(per_head_local_tasks_batched)
+{
+    const char *src = getenv("CZ_SOURCE_DIR");
+    ck_assert_ptr_nonnull(src);
+    char mp[512], cp[512];
+    snprintf(mp, sizeof mp, "%s/plans/models/test-heads.json", src);
+    snprintf(cp, sizeof cp, "%s/plans/clusters/cpu-4-dp2-tp2.json", src);
+    cz_error err;
+    cz_settings s;
+    cz_settings_init(&s);
+    ck_assert_msg(cz_model_load(&model, mp, &err) == 0, "%s", err.message);
+    ck_assert_msg(cz_cluster_load(&cluster, cp, &err) == 0, "%s", err.message);
+    ck_assert_msg(cz_plan_build(&plan, model, cluster, &s, &err) == 0, "%s", err.message);
+    ck_assert_msg(cz__exec_plan_check(plan, &err) == 0, "%s", err.message);
+    int heads_layers = 0;
+    for (int d = 0; d < plan->dp; d++)
+        for (int t = 0; t < plan->tp; t++) {
+            cz_ns_workload w;
+            ck_assert_msg(cz__ns_workload_make(&w, plan, d, t, 5, 2.0315, &err) == 0, "%s",
+                          err.message);
+            int per_head = 0;
+            for (int b = 0; b < w.nbatches; b++)
+                if (w.batches[b].rows == 32 && w.batches[b].cols == 128) {
+                    ck_assert_int_eq(w.batches[b].count, 6); /* one layer's heads per group */
+                    per_head++;
+                }
+            heads_layers += per_head;
+            cz__ns_workload_free(&w);
+        }
+    /* 2 layers, each owned by one DP rank, computed by both of its TP ranks. */
+    ck_assert_int_eq(heads_layers, 4);
+    cz_plan_group *g = NULL;
+    int t = -1;
+    find_task(2, 0, &g, &t); /* a block of the per-head QKV, TP-local */
+    ck_assert(cz_task_is_local(&plan->params[g->task_param[t]].def, 2));
+    g->task_block[t] = -1; /* the whole blocked matrix: its TP shares are not one rectangle */
+    refused(CZ_EINVALID, "is TP-local, which needs");
+    teardown();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("exec_plan_tasks");
@@ -229,6 +275,7 @@ int main(void)
     tcase_add_test(tc, block_twice);
     tcase_add_test(tc, block_task_under_soap);
     tcase_add_test(tc, ns_workload_of_block_tasks);
+    tcase_add_test(tc, per_head_local_tasks_batched);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Optimizer-state checkpoints on 4 MPI ranks, resharded. Usage:
-# checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|pp|pp-back]
+# checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|heads|pp|pp-back]
 #  muon (default): 20 steps of test-small at DP2·TP2, save the state, load it at DP4·TP1 and
 #    run 20 more steps; the final parameters must equal an uninterrupted 40-step run.
 #  shampoo: 7 steps at DP2·TP2 (refresh every 5 steps, sides above 128 tiled, momentum and
@@ -15,6 +15,8 @@
 #    its blocks' slices), 10 more steps.
 #  tasks-back: 10 steps under --split-blocks --coop 2 at DP2·TP2 (the momentum saved part by
 #    part), load under whole matrices at DP4·TP1, 10 more steps.
+#  heads: 10 steps of the per-head test-heads at DP2·TP2 (TP-local tasks: each rank keeps the
+#    momentum of its own heads), load at DP4·TP1 (whole matrices), 10 more steps.
 #  pp: 10 steps at PP2·DP2·TP1 (each stage's ranks keep their stage's state only; the save
 #    gathers both stages'), load at PP1·DP4·TP1, 10 more steps.
 #  pp-back: 10 steps at PP1·DP2·TP2, load at PP2·DP1·TP2 (each stage takes its own
@@ -56,6 +58,8 @@ popt2=()
 case "$mode" in
 muon) popt=(); second=cpu-4-dp4-tp1; n1=20; n2=20; bopt=() ;;
 tasks) popt=(); popt2=(--split-blocks --coop 4); second=cpu-4-dp1-tp4; n1=10; n2=10; bopt=() ;;
+heads) model=$src/plans/models/test-heads.json; popt=(); second=cpu-4-dp4-tp1; n1=10; n2=10
+  bopt=() ;;
 tasks-back) popt=(--split-blocks --coop 2); popt2=(--coop off); second=cpu-4-dp4-tp1; n1=10; n2=10
   bopt=() ;;
 shampoo)
@@ -69,7 +73,7 @@ pp) popt=(--pp-size 2 --dp-size 2 --tp-size 1); popt2=(--dp-size 4); second=cpu-
   n1=10; n2=10; bopt=() ;;
 pp-back) popt=(); popt2=(--pp-size 2 --dp-size 1 --tp-size 2); second=cpu-4-dp2-tp2; n1=10
   n2=10; bopt=() ;;
-*) echo "usage: checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|pp|pp-back]"; exit 2 ;;
+*) echo "usage: checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|heads|pp|pp-back]"; exit 2 ;;
 esac
 [ ${#popt2[@]} -gt 0 ] || popt2=("${popt[@]}")
 n=$((n1 + n2))
@@ -172,6 +176,7 @@ want = {
     "split": ["exp_avg", "exp_avg_sq", "momentum"],
     "tasks": ["exp_avg", "exp_avg_sq", "momentum"],
     "tasks-back": ["exp_avg", "exp_avg_sq", "momentum"],
+    "heads": ["exp_avg", "exp_avg_sq", "momentum"],
     "pp": ["exp_avg", "exp_avg_sq", "momentum"],
     "pp-back": ["exp_avg", "exp_avg_sq", "momentum"],
     "shampoo": ["exp_avg", "exp_avg_sq", "factor_left", "factor_right", "filtered_grad",
@@ -193,7 +198,7 @@ PY
 
 # The refusals below do not depend on the layout or the tasks: checked with plain plans only.
 if [ "$mode" = split ] || [ "$mode" = tasks ] || [ "$mode" = tasks-back ] || [ "$mode" = pp ] ||
-  [ "$mode" = pp-back ]; then
+  [ "$mode" = pp-back ] || [ "$mode" = heads ]; then
   echo "ok"
   exit 0
 fi

@@ -91,12 +91,7 @@ static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *di
         w[k] = buf[k];
     for (int s = 0; s < steps; s++) {
         int64_t t = s + 1;
-        memset(g, 0, (size_t)mn * sizeof *g);
-        for (int d = 0; d < dp; d++) {
-            cz_bench_fill_shard(p, 1, 0, seed, 1, s, d, 1.0f, buf);
-            for (int64_t k = 0; k < mn; k++)
-                g[k] += buf[k] / dp;
-        }
+        cz_bench_mean_grad(p, seed, s, dp, buf, g);
         for (int k = 0; k < nt; k++) {
             tile *tl = &tiles[k];
             int64_t r = tl->rows, c = tl->cols;

@@ -132,12 +132,7 @@ static int run_param(const cz_plan *plan, const cz_plan_param *p, const char *di
         w[e] = buf[e];
     int64_t t = 0; /* the update counter: calls after the first */
     for (int s = 0; s < calls; s++) {
-        memset(g, 0, (size_t)mn * sizeof *g);
-        for (int d = 0; d < dp; d++) {
-            cz_bench_fill_shard(p, 1, 0, seed, 1, s, d, 1.0f, buf);
-            for (int64_t e = 0; e < mn; e++)
-                g[e] += buf[e] / dp;
-        }
+        cz_bench_mean_grad(p, seed, s, dp, buf, g);
         if (s > 0)
             t++;
         for (int b = 0; b < nb; b++) {

@@ -297,12 +297,33 @@ class Planning(unittest.TestCase):
         self.assertEqual(p["layers.0.proj.weight"]["shape"], [16, 16])
         with self.assertRaisesRegex(canzona.Error, "1-D and 2-D"):
             canzona.model_description([("conv", self.P(4, 4, 3))])
+        # Per-head Muon: heads of 8 rows inside the Q, K, V blocks (2 per block per TP rank).
+        mh = canzona.model_description(
+            named, name="toy", tp_size=2,
+            tp_dims={"emb.weight": 0, "*.qkv.weight": 0, "*.proj.weight": 1},
+            blocks={"*.qkv.weight": (0, [16, 16, 16])}, heads={"*.qkv.weight": (0, 8)},
+            optimizers={"emb.weight": "elementwise"})
+        ph = {x["name"]: x for x in mh["params"]}
+        self.assertEqual(ph["layers.0.qkv.weight"]["heads"], {"dim": 0, "size": 8})
+        self.assertNotIn("heads", ph["layers.0.proj.weight"])
         with tempfile.TemporaryDirectory(prefix="canzona-py-") as tmp:
             cluster = dict(ONE_GPU, gpus=2, tp=2, gpus_per_node=2)
             out = canzona.plan(m, cluster, os.path.join(tmp, "toy.plan.json"))
             with open(out) as f:
                 plan = json.load(f)
             self.assertEqual(plan["schema"], "canzona.plan/1")
+            # The per-head QKV at TP 2: its three blocks are TP-local tasks over both slots.
+            with open(canzona.plan(mh, cluster, os.path.join(tmp, "heads.plan.json"))) as f:
+                hplan = json.load(f)
+            qkv = next(q["id"] for q in hplan["params"] if q["name"] == "layers.0.qkv.weight")
+            local = [t for s in hplan["tp_schedule"] for g in s["groups"] for sl in g["slots"]
+                     for t in sl if isinstance(t, dict) and t["param"] == qkv]
+            self.assertEqual(sorted((t["block"], t["width"]) for t in local),
+                             [(0, 2), (0, 2), (1, 2), (1, 2), (2, 2), (2, 2)])
+            cut = dict(mh, params=[dict(x, heads={"dim": 0, "size": 16}) if "heads" in x else x
+                                   for x in mh["params"]])
+            with self.assertRaisesRegex(canzona.Error, "whole heads over tp = 2"):
+                canzona.plan(cut, cluster, os.path.join(tmp, "cut.json"))
             bad = dict(m, params=[dict(m["params"][0], shape=[99, 16])])
             with self.assertRaisesRegex(canzona.Error, "tp"):
                 canzona.plan(bad, cluster, os.path.join(tmp, "bad.json"))

@@ -185,6 +185,23 @@ static const bad_case bad_models[] = {
     {P1("{'name':'v','shape':[6,3],'tp_dim':0,'optimizer':'elementwise','blocks':{'dim':0,"
         "'sizes':[6]}}"),
      CZ_EINVALID, "$.params[0].blocks: blocks are allowed only on 2-D matrix parameters", NULL},
+    /* Per-head Muon: heads inside blocks, along their dimension, of a size that divides. */
+    {P1("{'name':'v','shape':[6,3],'tp_dim':0,'heads':{'dim':0,'size':4}}"), CZ_EINVALID,
+     "$.params[0].heads: 'v': shape[0] = 6 is not a multiple of the head size 4", NULL},
+    {P1("{'name':'v','shape':[8,3],'tp_dim':0,'blocks':{'dim':0,'sizes':[4,2,2]},"
+        "'heads':{'dim':0,'size':4}}"),
+     CZ_EINVALID, "$.params[0].heads: 'v': block 1 has 2 rows or columns along dim 0",
+     "not a multiple of the head size 4"},
+    {P1("{'name':'v','shape':[8,3],'tp_dim':0,'blocks':{'dim':0,'sizes':[4,4]},"
+        "'heads':{'dim':1,'size':1}}"),
+     CZ_EINVALID, "$.params[0].heads: 'v': heads along dim 1 but blocks along dim 0", NULL},
+    {P1("{'name':'v','shape':[8,3],'tp_dim':0,'heads':{'dim':0,'size':0}}"), CZ_EINVALID,
+     "$.params[0].heads.size: expected a positive integer, found 0", NULL},
+    {P1("{'name':'v','shape':[8,3],'tp_dim':0,'heads':{'dim':0,'size':2,'count':4}}"), CZ_EINVALID,
+     "$.params[0].heads: unknown key \"count\"", NULL},
+    {P1("{'name':'v','shape':[8,3],'tp_dim':0,'optimizer':'elementwise','heads':{'dim':0,"
+        "'size':2}}"),
+     CZ_EINVALID, "$.params[0].heads: heads are allowed only on 2-D matrix parameters", NULL},
     {P1("{'name':'v','shape':[6,3],'tp_dim':0,'size':3}"), CZ_EINVALID,
      "$.params[0]: unknown key \"size\"", NULL},
     {P1("{'name':'','shape':[6,3],'tp_dim':0}"), CZ_EINVALID,
@@ -463,6 +480,8 @@ static cz_plan *make_plan(void)
     p->params[1].def.block_dim = 0;
     p->params[1].def.nblocks = 3;
     p->params[1].def.block_sizes = i64s(3, (int64_t[]){2, 2, 2});
+    p->params[1].def.head_dim = 0; /* per-head: the round trip keeps the heads */
+    p->params[1].def.head_size = 2;
 
     p->nbuckets = 2;
     p->buckets = calloc(2, sizeof *p->buckets);
@@ -542,6 +561,9 @@ static void assert_plans_equal(const cz_plan *a, const cz_plan *b)
         ck_assert_int_eq(x->def.nblocks, y->def.nblocks);
         for (int k = 0; k < x->def.nblocks; k++)
             ck_assert_int_eq(x->def.block_sizes[k], y->def.block_sizes[k]);
+        ck_assert_int_eq(x->def.head_size, y->def.head_size);
+        if (x->def.head_size > 0)
+            ck_assert_int_eq(x->def.head_dim, y->def.head_dim);
         ck_assert_int_eq(x->def.layer, y->def.layer);
         ck_assert_int_eq(x->stage, y->stage);
         ck_assert_int_eq(x->bucket, y->bucket);

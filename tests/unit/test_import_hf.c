@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static char *src_path(const char *rel)
 {
@@ -719,6 +720,67 @@ START_TEST(test_split_options)
 }
 END_TEST
 
+START_TEST(test_per_head)
+{
+    /* --per-head: heads of head_dim on the fused QKV (inside its blocks) with qkv and qkvo,
+     * on linear_proj's columns with qkvo only; MLA's Q and KV up-projections by their per-head
+     * row counts; the model loads (heads whole in every block), and shapes do not change. */
+    static const struct {
+        const char *config, *param;
+        int from, dim;
+    } want[] = {
+        {"tests/data/hf/qwen2-moe-mixed.config.json",
+         "decoder.layers.1.self_attention.linear_qkv.weight", CZ_PER_HEAD_QKV, 0},
+        {"tests/data/hf/qwen2-moe-mixed.config.json",
+         "decoder.layers.1.self_attention.linear_proj.weight", CZ_PER_HEAD_QKVO, 1},
+        {"tests/data/hf/kimi-tiny.config.json",
+         "decoder.layers.0.self_attention.linear_kv_up_proj.weight", CZ_PER_HEAD_QKV, 0},
+        {"tests/data/hf/kimi-tiny.config.json",
+         "decoder.layers.0.self_attention.linear_proj.weight", CZ_PER_HEAD_QKVO, 1},
+    };
+    char dir[512];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/cz_per_head_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    for (int mode = CZ_PER_HEAD_NONE; mode <= CZ_PER_HEAD_QKVO; mode++)
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            char *path = src_path(want[i].config);
+            cz_import_hf_options o;
+            cz_error err;
+            cz_import_hf_options_init(&o);
+            o.per_head = mode;
+            json_t *m = NULL;
+            ck_assert_msg(cz__import_hf_opts(&m, path, &o, &err) == 0, "%s", err.message);
+            const json_t *p = find(m, want[i].param), *h = json_object_get(p, "heads");
+            ck_assert_msg((h != NULL) == (mode >= want[i].from), "%s mode %d", want[i].param, mode);
+            if (h) {
+                ck_assert_int_eq(json_integer_value(json_object_get(h, "dim")), want[i].dim);
+                int64_t rows = json_integer_value(json_array_get(json_object_get(p, "shape"), 0));
+                int64_t cols = json_integer_value(json_array_get(json_object_get(p, "shape"), 1));
+                int64_t size = json_integer_value(json_object_get(h, "size"));
+                ck_assert_int_eq((want[i].dim == 0 ? rows : cols) % size, 0);
+                ck_assert_int_gt(size, 1);
+            }
+            /* What the loader says about the heads: written as the model file would be. */
+            char *text = NULL, file[4096];
+            ck_assert_int_eq(cz__model_json_format(&text, m, &err), 0);
+            snprintf(file, sizeof file, "%s/per_head_%d_%zu.json", dir, mode, i);
+            FILE *f = fopen(file, "w");
+            ck_assert_ptr_nonnull(f);
+            fputs(text, f);
+            fclose(f);
+            cz_model *model = NULL;
+            ck_assert_msg(cz_model_load(&model, file, &err) == 0, "%s", err.message);
+            cz_model_free(model);
+            remove(file);
+            cz_free(text);
+            json_decref(m);
+            free(path);
+        }
+    rmdir(dir);
+}
+END_TEST
+
 /* ---- errors ---- */
 
 START_TEST(test_unknown_model_type)
@@ -829,6 +891,7 @@ static Suite *import_hf_suite(void)
     tcase_add_test(t, test_heads_not_divisible_by_tp);
     tcase_add_test(t, test_ffn_not_divisible_by_tp);
     tcase_add_test(t, test_split_options);
+    tcase_add_test(t, test_per_head);
     suite_add_tcase(s, t);
     t = tcase_create("errors");
     tcase_add_test(t, test_unknown_model_type);

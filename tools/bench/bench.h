@@ -21,6 +21,12 @@ void cz_bench_fill_shard(const cz_plan_param *p, int tp, int r, uint64_t seed, i
 
 #define CZ_BENCH_PARAM_SCALE 0.05f
 
+/* The whole gradient of param p at step `step` averaged over dp DP replicas, as the DP
+ * reduce-scatter of canzona-bench's generated gradients gives it, into g (double, the full
+ * row-major matrix); buf is room for one replica's floats. For the single-process references. */
+void cz_bench_mean_grad(const cz_plan_param *p, uint64_t seed, int64_t step, int dp, float *buf,
+                        double *g);
+
 /* Writes root to path (indented, keys sorted, a final newline) through a temporary file
  * renamed into place (bench_json.c). */
 int cz_bench_write_json(const char *path, const json_t *root, cz_error *err);

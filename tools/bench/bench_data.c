@@ -48,3 +48,16 @@ void cz_bench_fill_shard(const cz_plan_param *p, int tp, int r, uint64_t seed, i
         }
     free(map);
 }
+
+void cz_bench_mean_grad(const cz_plan_param *p, uint64_t seed, int64_t step, int dp, float *buf,
+                        double *g)
+{
+    int64_t mn = p->def.shape[0] * (p->def.ndim == 1 ? 1 : p->def.shape[1]);
+    for (int64_t k = 0; k < mn; k++)
+        g[k] = 0.0;
+    for (int d = 0; d < dp; d++) {
+        cz_bench_fill_shard(p, 1, 0, seed, 1, step, d, 1.0f, buf);
+        for (int64_t k = 0; k < mn; k++)
+            g[k] += buf[k] / dp;
+    }
+}

@@ -467,7 +467,8 @@ static int open_width_planes(struct cz_pipeline *pp, cz_error *err)
     for (int g = 0; g < rs->ngroups; g++)
         for (int t = 0; t < rs->groups[g].ntasks; t++) {
             int k = cz_group_task_width(&rs->groups[g], t), i = 0;
-            if (k < 2)
+            /* A TP-local task's members never talk to each other: no sub-plane. */
+            if (k < 2 || cz_task_is_local(&cx->plan->params[rs->groups[g].task_param[t]].def, k))
                 continue;
             while (i < pp->nwidths && pp->widths[i] != k)
                 i++;

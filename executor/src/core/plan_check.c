@@ -141,6 +141,10 @@ uint64_t cz__exec_plan_fingerprint(const cz_plan *plan)
         FNV_VAL(h, p->def.nblocks);
         for (int k = 0; k < p->def.nblocks; k++)
             FNV_VAL(h, p->def.block_sizes[k]);
+        if (p->def.head_size > 0) { /* only then: a plan without heads keeps its hash */
+            FNV_VAL(h, p->def.head_dim);
+            FNV_VAL(h, p->def.head_size);
+        }
         FNV_VAL(h, p->def.tp_dim);
         FNV_VAL(h, p->def.kind);
         FNV_VAL(h, p->bucket);

@@ -10,6 +10,7 @@
 #include "shard.h"
 #include "ns_coop.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,37 +75,56 @@ static int blk_cmp(const void *x, const void *y)
     return a->b.c0 < b->b.c0 ? -1 : (a->b.c0 > b->b.c0);
 }
 
-int cz__muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, const int *blocks,
-                           int n, cz_error *err)
+int cz__muon_prepare_parts(cz_muon_prep *mp, const cz_plan_param *const *params, const int *blocks,
+                           const cz_block *regions, int n, cz_error *err)
 {
-    int cap = 0;
+    int64_t cap = 0;
     *mp = (cz_muon_prep){0};
-    for (int i = 0; i < n; i++)
-        cap += blocks && blocks[i] >= 0     ? 1
-               : params[i]->def.nblocks > 0 ? params[i]->def.nblocks
-                                            : 1;
+    /* The units (a per-head matrix's heads, else the blocks, else the whole) are counted and
+     * placed without a per-parameter array, so no number of heads is too many. */
+    for (int i = 0; i < n; i++) {
+        const cz_param_def *d = &params[i]->def;
+        const cz_block *rg = regions && regions[i].rows >= 0 ? &regions[i] : NULL;
+        cap += rg ? (d->head_dim == 0 ? rg->rows : rg->cols) / d->head_size
+                  : cz_task_units(d, blocks ? blocks[i] : -1, cz_param_per_head(d, true));
+    }
+    if (cap > INT_MAX)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "%lld Muon matrices in one task list; at most %d are supported",
+                             (long long)cap, INT_MAX);
     mp->blks = cz__exec_calloc(cap > 0 ? (size_t)cap : 1, sizeof *mp->blks);
     if (!mp->blks)
-        return cz__error_set(err, CZ_ENOMEM, "out of memory for %d Muon blocks", cap);
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for %lld Muon blocks", (long long)cap);
     for (int i = 0; i < n; i++) {
-        cz_block tmp[CZ_MAX_BLOCKS];
-        int k = cz__param_blocks(params[i], tmp, CZ_MAX_BLOCKS);
-        int64_t ld = params[i]->def.ndim == 1 ? 1 : params[i]->def.shape[1];
-        if (blocks && blocks[i] >= 0) {
-            /* One block, stored on its own: its rows x cols at the origin. */
-            cz_block one = tmp[blocks[i] < k ? blocks[i] : 0];
-            tmp[0] = (cz_block){0, 0, one.rows, one.cols};
-            ld = one.cols;
-            k = 1;
-        }
-        for (int j = 0; j < k; j++) {
+        const cz_param_def *d = &params[i]->def;
+        int block = blocks ? blocks[i] : -1;
+        bool ph = cz_param_per_head(d, true);
+        const cz_block *rg = regions && regions[i].rows >= 0 ? &regions[i] : NULL;
+        int64_t k = cz_task_units(d, block, ph), br0, bc0, brows, bcols;
+        /* A block task's data is the block stored on its own, at the origin, and a TP-local
+         * part's its region: units are placed relative to that corner, with its row length. */
+        cz_task_region(d, block, &br0, &bc0, &brows, &bcols);
+        if (rg)
+            br0 = rg->r0, bc0 = rg->c0, bcols = rg->cols,
+            k = (d->head_dim == 0 ? rg->rows : rg->cols) / d->head_size;
+        int64_t ld = block >= 0 || rg ? bcols : d->ndim == 1 ? 1 : d->shape[1];
+        if (block < 0 && !rg)
+            br0 = bc0 = 0;
+        for (int64_t j = 0; j < k; j++) {
             cz_muon_blk *r = &mp->blks[mp->nblk++];
+            cz_block u;
+            if (rg) /* whole heads of the region, from its corner */
+                u = d->head_dim == 0 ? (cz_block){j * d->head_size, 0, d->head_size, rg->cols}
+                                     : (cz_block){0, j * d->head_size, rg->rows, d->head_size};
+            else
+                cz_task_unit(d, block, ph, j, &u.r0, &u.c0, &u.rows, &u.cols), u.r0 -= br0,
+                    u.c0 -= bc0;
             r->mat = i;
-            r->b = tmp[j];
+            r->b = u;
             r->ld = ld;
-            r->transposed = tmp[j].rows > tmp[j].cols;
-            r->r = r->transposed ? tmp[j].cols : tmp[j].rows;
-            r->c = r->transposed ? tmp[j].rows : tmp[j].cols;
+            r->transposed = u.rows > u.cols;
+            r->r = r->transposed ? u.cols : u.rows;
+            r->c = r->transposed ? u.rows : u.cols;
         }
     }
     /* Stable grouping by shape so the batch order (and thus the result) is deterministic. */
@@ -121,6 +141,12 @@ int cz__muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params,
         s = e;
     }
     return CZ_OK;
+}
+
+int cz__muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, const int *blocks,
+                           int n, cz_error *err)
+{
+    return cz__muon_prepare_parts(mp, params, blocks, NULL, n, err);
 }
 
 int cz__muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n, cz_error *err)
@@ -315,6 +341,7 @@ struct muon_group {
     int nparts;
     const cz_plan_param **hp;
     int *hb;
+    cz_block *hr; /* a TP-local part's region; rows -1: the task's block (or whole) */
     const float **hin;
     float **hout;
     int nh1;
@@ -372,7 +399,7 @@ static void group_free(cz_compute *c, muon_group *g)
         cz__exec_free(g->coop[b].outs);
     }
     cz__exec_free(g->coop);
-    cz__exec_free(g->parts), cz__exec_free(g->hp), cz__exec_free(g->hb);
+    cz__exec_free(g->parts), cz__exec_free(g->hp), cz__exec_free(g->hb), cz__exec_free(g->hr);
     cz__exec_free(g->hin), cz__exec_free(g->hout);
     cz__muon_prep_free(&g->prep);
     cz__exec_free(g);
@@ -478,7 +505,8 @@ static int layout_coop(muon_impl *m, muon_group *g, const cz_coop_planes *cp, cz
         return cz__error_set(err, CZ_ENOMEM, "out of memory for cooperative batches");
     for (int i = 0; i < g->nparts; i++) {
         coop_batch *cb;
-        if (g->parts[i].x.x.width < 2)
+        if (g->parts[i].x.x.width < 2 ||
+            cz_task_is_local(&g->parts[i].x.p->def, g->parts[i].x.x.width))
             continue;
         if ((rc = coop_join(&g->parts[i].x, cp, g, cap, &cb, err)) != CZ_OK)
             return rc;
@@ -512,9 +540,10 @@ static int muon_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz
     g->parts = cz__exec_calloc(cap, sizeof *g->parts);
     g->hp = cz__exec_calloc(cap, sizeof *g->hp);
     g->hb = cz__exec_calloc(cap, sizeof *g->hb);
+    g->hr = cz__exec_calloc(cap, sizeof *g->hr);
     g->hin = cz__exec_calloc(cap, sizeof *g->hin);
     g->hout = cz__exec_calloc(cap, sizeof *g->hout);
-    if (!g->parts || !g->hp || !g->hb || !g->hin || !g->hout)
+    if (!g->parts || !g->hp || !g->hb || !g->hr || !g->hin || !g->hout)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
     for (int i = 0; i < n; i++) {
         muon_part *k = &g->parts[g->nparts++];
@@ -522,15 +551,19 @@ static int muon_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz
         if (!(k->mom = falloc(o->compute, k->x.x.part.rows * k->x.x.part.cols)))
             return cz__error_set(err, CZ_ENOMEM, "out of memory for the momentum of '%s'",
                                  k->x.p->def.name);
-        if (k->x.x.width > 1)
+        /* A TP-local part is this rank's whole heads: Newton-Schulz of its own, with the
+         * hosted ones (the part as its region). */
+        bool local = cz_task_is_local(&k->x.p->def, k->x.x.width);
+        if (k->x.x.width > 1 && !local)
             continue;
         g->hp[g->nh1] = k->x.p;
         g->hb[g->nh1] = k->x.x.block;
+        g->hr[g->nh1] = local ? k->x.x.part : (cz_block){0, 0, -1, -1};
         g->hin[g->nh1] = k->x.in;
         g->hout[g->nh1] = k->x.out;
         g->nh1++;
     }
-    if ((rc = cz__muon_prepare_tasks(&g->prep, g->hp, g->hb, g->nh1, err)) != CZ_OK)
+    if ((rc = cz__muon_prepare_parts(&g->prep, g->hp, g->hb, g->hr, g->nh1, err)) != CZ_OK)
         return rc;
     m->batch_n = g->prep.batch_n > m->batch_n ? g->prep.batch_n : m->batch_n;
     m->work_n = g->prep.work_n > m->work_n ? g->prep.work_n : m->work_n;

@@ -57,6 +57,11 @@ int cz__muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n
  * (the block's rows x cols). */
 int cz__muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, const int *blocks,
                            int n, cz_error *err);
+/* The same with parts: where regions[i].rows >= 0 (regions may be NULL), matrix i is that
+ * region of params[i]'s per-head matrix (a TP-local part: whole heads), stored contiguously,
+ * each of its heads orthogonalised separately. */
+int cz__muon_prepare_parts(cz_muon_prep *mp, const cz_plan_param *const *params, const int *blocks,
+                           const cz_block *regions, int n, cz_error *err);
 void cz__muon_prep_free(cz_muon_prep *mp);
 /* Writes the scaled Muon update of every prepared matrix in[i] to out[i] (backend memory),
  * using batch (batch_n floats) and work (work_n floats); calls progress(ctx) (when not NULL)

@@ -5,6 +5,7 @@
 #include "cz_format.h"
 #include "muon.h"
 #include "ns_plan.h"
+#include "shard.h"
 
 #include <stdlib.h>
 
@@ -14,24 +15,32 @@ static int add_group(cz_ns_workload *w, const cz_plan *plan, const cz_plan_group
     size_t cap = (size_t)(g->ntasks > 0 ? g->ntasks : 1);
     const cz_plan_param **ps = cz__exec_calloc(cap, sizeof *ps);
     int *blocks = cz__exec_calloc(cap, sizeof *blocks);
-    if (!ps || !blocks) {
-        cz__exec_free(ps);
-        cz__exec_free(blocks);
+    cz_block *regions = cz__exec_calloc(cap, sizeof *regions);
+    cz_exec_part *parts = cz__exec_calloc((size_t)(plan->tp > 0 ? plan->tp : 1), sizeof *parts);
+    if (!ps || !blocks || !regions || !parts) {
+        cz__exec_free(ps), cz__exec_free(blocks), cz__exec_free(regions), cz__exec_free(parts);
         return cz__error_set(err, CZ_ENOMEM, "out of memory for a micro-group");
     }
     bool sc = plan->settings.tp == CZ_TP_SC;
     int n = 0;
-    /* Hosted tasks (a whole matrix or one block); a cooperative task's slices are not
-     * ns_batched work (cz__muon_coop_run) and are left out. */
-    for (int t = 0; t < g->ntasks; t++)
-        if ((sc || g->task_slot[t] == w->tp_rank) && cz_group_task_width(g, t) == 1) {
-            blocks[n] = cz_group_task_block(g, t);
-            ps[n++] = &plan->params[g->task_param[t]];
-        }
+    /* Hosted tasks (a whole matrix or one block) and this rank's part of a TP-local one (its
+     * own heads, batched with the hosted ones as muon.c does); a cooperative task's slices are
+     * not ns_batched work (cz__muon_coop_run) and are left out. */
+    for (int t = 0; t < g->ntasks; t++) {
+        const cz_plan_param *p = &plan->params[g->task_param[t]];
+        int k = cz_group_task_width(g, t);
+        bool local = cz_task_is_local(&p->def, k);
+        if (!(local || ((sc || g->task_slot[t] == w->tp_rank) && k == 1)))
+            continue;
+        regions[n] = (cz_block){0, 0, -1, -1};
+        if (local && cz__task_parts(plan, g, t, parts, plan->tp) > w->tp_rank)
+            regions[n] = parts[w->tp_rank].part;
+        blocks[n] = cz_group_task_block(g, t);
+        ps[n++] = p;
+    }
     cz_muon_prep mp;
-    int rc = cz__muon_prepare_tasks(&mp, ps, blocks, n, err);
-    cz__exec_free(ps);
-    cz__exec_free(blocks);
+    int rc = cz__muon_prepare_parts(&mp, ps, blocks, regions, n, err);
+    cz__exec_free(ps), cz__exec_free(blocks), cz__exec_free(regions), cz__exec_free(parts);
     if (rc)
         return rc;
     for (int s = 0; s < mp.nblk && !rc;) {

@@ -27,7 +27,8 @@ typedef struct cz_ns_workload {
 } cz_ns_workload;
 
 /* The work of GPU (dp_rank, tp_rank): the matrix tasks it hosts (every task under sc; a block
- * task's one block; cooperative tasks, which do not run through ns_batched, left out), per
+ * task's one block; its own heads of a TP-local per-head task; cooperative tasks, which do not
+ * run through ns_batched, left out), per
  * micro-group of its DP rank's schedule, for `steps` iterations of coefficient c (0 = no A A
  * product). */
 int cz__ns_workload_make(cz_ns_workload *w, const cz_plan *plan, int dp_rank, int tp_rank,

@@ -369,8 +369,11 @@ int cz__task_parts(const cz_plan *plan, const cz_plan_group *g, int t, cz_exec_p
     int b = cz_group_task_block(g, t), k = cz_group_task_width(g, t);
     cz_block reg;
     cz_task_region(&p->def, b, &reg.r0, &reg.c0, &reg.rows, &reg.cols);
-    /* Sliced along the long side: rows of a tall region, columns otherwise (Muon's a x b). */
-    bool tall = reg.rows > reg.cols;
+    /* Sliced along the long side: rows of a tall region, columns otherwise (Muon's a x b); a
+     * TP-local task along the TP dimension, member j's slice being TP rank j's share of the
+     * region (whole heads: cz_task_local_fits), so that it gathers from no other rank. */
+    bool local = cz_task_is_local(&p->def, k);
+    bool tall = local ? p->def.tp_dim == 0 : reg.rows > reg.cols;
     for (int j = 0; j < k && j < max; j++) {
         cz_exec_part *o = &out[j];
         *o = (cz_exec_part){.param = g->task_param[t],
