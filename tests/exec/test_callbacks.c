@@ -278,7 +278,14 @@ typedef struct run_opts {
     float lr, wd, adamw_lr, adamw_wd; /* lr > 0: set_lr and set_weight_decay with these */
     int bad_groups;                   /* the callbacks claim DP groups of every rank and no TP */
     int bf16, fp32_reduce;            /* bf16 buffers (the values rounded), grad_reduce_in_fp32 */
+    int tp_outer; /* world rank r is DP rank r % dp, TP rank r / dp, handed in (cz_exec_config) */
 } run_opts;
+
+/* World rank r's TP rank: TP fastest (the executor's own order) unless tp_outer. */
+static int tp_of(const run_opts *o, int r)
+{
+    return o->tp_outer ? r / o->dp : r % o->tp;
+}
 
 /* Runs the model on one rank; writes its parameter shards (plan order, concatenated) to out. */
 static int run_rank(const run_opts *o, int rank, const cz_plan *plan, float *out, char *msg)
@@ -307,6 +314,8 @@ static int run_rank(const run_opts *o, int rank, const cz_plan *plan, float *out
     else
         cfg.callbacks = &cb;
     cfg.lr = 0.01f;
+    if (o->tp_outer)
+        cfg.dp_rank = rank % o->dp, cfg.tp_rank = rank / o->dp;
     cfg.dtype = o->bf16 ? CZ_DTYPE_BF16 : CZ_DTYPE_FP32;
     cfg.grad_reduce_in_fp32 = o->fp32_reduce;
     cz_error err = {0};
@@ -322,7 +331,7 @@ static int run_rank(const run_opts *o, int rank, const cz_plan *plan, float *out
         g[i] = malloc((size_t)q->numel * sizeof(float));
         pb[i] = malloc((size_t)q->numel * sizeof(uint16_t));
         gb[i] = malloc((size_t)q->numel * sizeof(uint16_t));
-        fill_shard(q, o->tp, rank % o->tp, 0, p[i]);
+        fill_shard(q, o->tp, tp_of(o, rank), 0, p[i]);
         for (int64_t k = 0; k < q->numel; k++)
             pb[i][k] = cz_ew_bf16_from_f32(p[i][k]);
         rc = o->bf16
@@ -348,7 +357,7 @@ static int run_rank(const run_opts *o, int rank, const cz_plan *plan, float *out
         rc = cz_executor_set_weight_decay(ex, o->wd, o->adamw_wd, &err);
     for (int s = 1; !rc && s <= o->steps; s++) {
         for (size_t i = 0; i < np; i++) {
-            fill_shard(&plan->params[i], o->tp, rank % o->tp, s, g[i]);
+            fill_shard(&plan->params[i], o->tp, tp_of(o, rank), s, g[i]);
             for (int64_t k = 0; k < plan->params[i].numel; k++)
                 gb[i][k] = cz_ew_bf16_from_f32(g[i][k]);
         }
@@ -468,7 +477,7 @@ static void compare(const run_opts *o)
             int64_t row, col;
             for (int64_t a = 0; a < lr; a++)
                 for (int64_t b = 0; b < lc; b++) {
-                    full_at(q, o->tp, r % o->tp, a, b, &row, &col);
+                    full_at(q, o->tp, tp_of(o, r), a, b, &row, &col);
                     double d = fabs((double)got[per_rank * (size_t)r + at + (size_t)(a * lc + b)] -
                                     (double)ref[fat + (size_t)(row * fc + col)]);
                     worst = d > worst ? d : worst;
@@ -490,6 +499,16 @@ static void compare(const run_opts *o)
 START_TEST(dp2_tp2_equals_one_process)
 {
     run_opts o = {.dp = 2, .tp = 2, .has_groups = _i, .steps = 3, .bad_rank = -1};
+    compare(&o);
+}
+END_TEST
+
+/* Ranks placed TP outermost by the job (cz_exec_config's dp_rank and tp_rank): the layout then
+ * names no plane's members, the ranks agree on that at create, and the executor splits its DP
+ * and TP planes by color and key instead, with the same result. */
+START_TEST(tp_outermost_ranks_split_by_color)
+{
+    run_opts o = {.dp = 2, .tp = 2, .steps = 3, .bad_rank = -1, .tp_outer = 1};
     compare(&o);
 }
 END_TEST
@@ -855,6 +874,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, dp2_tp2_equals_one_process, 0, 2);
     tcase_add_loop_test(tc, dp4_tp1_equals_one_process, 0, 2);
+    tcase_add_test(tc, tp_outermost_ranks_split_by_color);
     tcase_add_loop_test(tc, dp2_bf16_wire_equals_fp32_reduction, 0, 2);
     tcase_add_test(tc, rates_per_parameter);
     tcase_add_loop_test(tc, rates_are_each_parameters_own, 0, 2);

@@ -1,10 +1,12 @@
 /* canzona-startup: one rank's cz_executor_create in a fake world, timed (docs/PERF.md section
- * 15). The process plays world rank R of a job of N ranks over the callbacks comm plane (the
+ * 16). The process plays world rank R of a job of N ranks over the callbacks comm plane (the
  * one canzona.torch uses); its callbacks answer every collective of create as the other N - 1
  * ranks would: the agreement's minimum is this rank's own values (every rank passed and has the
- * same plan), and each plane split's sum of (color, key) pairs is filled in for every rank from
- * the grid, so the executor builds exactly the planes rank R gets in a real job. Nothing after
- * create is run. Prints one JSON line: CPU seconds (user + system) of create less those spent
+ * same plan). The executor opens its planes from the members the plan's layout names, with no
+ * collective (executor.c, plane_members), which is the planes rank R gets in a real job; any
+ * other collective at create, a world-sized split among them, is refused, so that a create
+ * whose cost grows with the world again fails here (exec.startup_bounded). Nothing after create
+ * is run. Prints one JSON line: CPU seconds (user + system) of create less those spent
  * answering for the fake world (reported apart: in a job they are the other ranks' and the
  * network's), wall seconds of create, and the process's peak resident set before and after.
  *
@@ -25,37 +27,11 @@
 
 typedef struct world {
     int n, rank, tp, dp, pp, ep, etp, edp;
-    int splits;    /* plane splits answered so far: DP, TP, then expert-DP and ETP */
-    double fake_s; /* CPU seconds spent in these callbacks: the other ranks' and the network's
-                      part of a collective, not this rank's (filling a split's 2 N values) */
+    double fake_s; /* CPU seconds spent in these callbacks: the other ranks' part of a
+                      collective, not this rank's */
 } world;
 
 static double cpu_s(void);
-
-/* The (color, key) that world rank g passes to split number k, as executor.c computes them:
- * DP (stage * tp + tp_rank, dp_rank), TP (stage * dp + dp_rank, tp_rank), expert-DP and ETP
- * over Megatron-Core's expert grid (ETP fastest, then EP, then expert-DP). */
-static void color_key(const world *w, int k, int g, int64_t *color, int64_t *key)
-{
-    int per_stage = w->dp * w->tp, stage = g / per_stage, local = g % per_stage;
-    int dp_rank = local / w->tp, tp_rank = local % w->tp;
-    int etp_rank = local % w->etp, ep_rank = local / w->etp % w->ep;
-    int edp_rank = local / (w->etp * w->ep);
-    switch (k) {
-    case 0:
-        *color = stage * w->tp + tp_rank, *key = dp_rank;
-        break;
-    case 1:
-        *color = stage * w->dp + dp_rank, *key = tp_rank;
-        break;
-    case 2:
-        *color = ((int64_t)stage * w->ep + ep_rank) * w->etp + etp_rank, *key = edp_rank;
-        break;
-    default:
-        *color = ((int64_t)stage * w->edp + edp_rank) * w->ep + ep_rank, *key = etp_rank;
-        break;
-    }
-}
 
 static int answer(world *w, void *buf, size_t count, cz_comm_dtype t, cz_comm_op op);
 
@@ -72,27 +48,14 @@ static int fake_all_reduce(void *user, cz_comm_group g, void *buf, size_t count,
 
 static int answer(world *w, void *buf, size_t count, cz_comm_dtype t, cz_comm_op op)
 {
-    /* A split: every rank's (color, key) by one sum, this rank's pair filled in, the rest 0. */
-    if (t == CZ_COMM_INT64 && op == CZ_COMM_SUM && count == 2 * (size_t)w->n) {
-        int64_t *ck = buf, color, key;
-        color_key(w, w->splits, w->rank, &color, &key);
-        if (ck[2 * w->rank] != color || ck[2 * w->rank + 1] != key) {
-            fprintf(stderr,
-                    "canzona-startup: split %d of rank %d passed (%lld, %lld), expected (%lld, "
-                    "%lld): the executor's planes changed; update color_key\n",
-                    w->splits, w->rank, (long long)ck[2 * w->rank], (long long)ck[2 * w->rank + 1],
-                    (long long)color, (long long)key);
-            return 1;
-        }
-        for (int r = 0; r < w->n; r++)
-            color_key(w, w->splits, r, &ck[2 * r], &ck[2 * r + 1]);
-        w->splits++;
-        return 0;
-    }
+    (void)buf;
     /* The agreement's minimum over ranks that all passed with the same plan: this rank's. */
     if (t == CZ_COMM_INT64 && op == CZ_COMM_MIN)
         return 0;
-    fprintf(stderr, "canzona-startup: unexpected all_reduce of %zu elements at create\n", count);
+    fprintf(stderr,
+            "canzona-startup: rank %d: unexpected all_reduce of %zu elements at create (a plane "
+            "split over the world of %d ranks?): create must open its planes from the layout\n",
+            w->rank, count, w->n);
     return 1;
 }
 
@@ -196,7 +159,6 @@ int main(int argc, char **argv)
     size_t numel = 0, nparams = 0;
     int rc = CZ_OK, dp_rank = -1, stage = -1;
     for (int k = 0; k < repeat && rc == CZ_OK; k++) {
-        w.splits = 0;
         w.fake_s = 0;
         double c0 = cpu_s(), t0 = wall_s();
         rc = cz_executor_create(&ex, plan, &cfg, &err);

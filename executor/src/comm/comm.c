@@ -207,6 +207,13 @@ int cz__comm_subplane(const cz_comm_backend *b, const cz_exec_config *cfg, const
                       cz_plane *world, cz_comm_group which, int color, int key, cz_plane *out,
                       cz_error *err)
 {
+    return cz__comm_subplane_known(b, cfg, ctrl, world, which, color, key, NULL, 0, out, err);
+}
+
+int cz__comm_subplane_known(const cz_comm_backend *b, const cz_exec_config *cfg,
+                            const cz_ctrl *ctrl, cz_plane *world, cz_comm_group which, int color,
+                            int key, const int *members, int n, cz_plane *out, cz_error *err)
+{
     /* CZ_COMM_WORLD: a plane no job hands in (the expert planes), always split. */
     const void *handle = which == CZ_COMM_DP   ? cfg->dp_comm
                          : which == CZ_COMM_TP ? cfg->tp_comm
@@ -215,6 +222,12 @@ int cz__comm_subplane(const cz_comm_backend *b, const cz_exec_config *cfg, const
     *out = (cz_plane){0};
     if (which != CZ_COMM_WORLD && b->wrap &&
         ((rc = b->wrap(cfg, ctrl, which, handle, out, err)) != CZ_OK || out->ops)) {
+        out->compute = world->compute;
+        return rc;
+    }
+    /* The wrap's choice is the configuration's, the same on every rank, and so is this one. */
+    if (members && world->ops->split_members) {
+        rc = world->ops->split_members(world, members, n, out, err);
         out->compute = world->compute;
         return rc;
     }

@@ -65,7 +65,7 @@ struct cz_ctrl {
  * the compute ops. Version 2 appended allreduce_sum (the cooperative Newton-Schulz sums),
  * version 3 iallreduce_sum (its Gram panels), version 4 ireduce_scatter and iall_gatherv (the
  * bucket-wise step, step.c). */
-#define CZ_DATA_PLANE_VERSION 4
+#define CZ_DATA_PLANE_VERSION 5
 typedef struct cz_plane cz_plane;
 /* A non-blocking operation's completion, created once (req_create) and reused every step. */
 typedef struct cz_comm_req cz_comm_req;
@@ -133,6 +133,12 @@ typedef struct cz_plane_ops {
                            cz_dtype t, cz_event *after, cz_comm_req *req, cz_error *err);
     int (*iall_gatherv)(cz_plane *p, void *buf, const size_t *counts, cz_dtype t, cz_event *after,
                         cz_comm_req *req, cz_error *err);
+    /* ---- version 5 ---- */
+    /* A new plane of p's ranks members[0 .. n), in that order, this rank among them, which
+     * every member computes alike from the plan's layout (the ranks agreed on it): no
+     * collective, so a rank's create costs its planes' sizes, not the world's. NULL: the
+     * backend has none, and split (collective) does it. */
+    int (*split_members)(cz_plane *p, const int *members, int n, cz_plane *out, cz_error *err);
 } cz_plane_ops;
 
 struct cz_plane {
@@ -173,6 +179,13 @@ bool cz__comm_host_driven(const cz_comm_backend *b);
 int cz__comm_subplane(const cz_comm_backend *b, const cz_exec_config *cfg, const cz_ctrl *ctrl,
                       cz_plane *world, cz_comm_group which, int color, int key, cz_plane *out,
                       cz_error *err);
+/* The same plane when every rank knows its members from the plan's layout (world ranks, in key
+ * order): the backend's split_members where it has one, which needs no collective, else split
+ * by color and key as cz__comm_subplane. Every rank of the world must make the same choice:
+ * the callers pass members only after the ranks agreed on the layout. */
+int cz__comm_subplane_known(const cz_comm_backend *b, const cz_exec_config *cfg,
+                            const cz_ctrl *ctrl, cz_plane *world, cz_comm_group which, int color,
+                            int key, const int *members, int n, cz_plane *out, cz_error *err);
 /* Allocates what the DP plane needs for the plan's steps, at create (the nccl plane's
  * padded-collective scratch), so that a step allocates nothing. */
 int cz__comm_reserve(const cz_comm_backend *b, cz_plane *dp, const cz_plan *plan, cz_error *err);

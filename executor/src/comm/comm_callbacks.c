@@ -445,13 +445,54 @@ static int cb_iallreduce_sum(cz_plane *p, float *buf, size_t count, cz_event *af
 
 static int open_plane(cz_plane *p, const cz_comm_callbacks *cb, cz_comm_group group, int *members,
                       int size, int rank, cz_error *err);
+static int open_subset(cz_plane *p, int *members, int size, cz_plane *out, cz_error *err);
+
+/* The plane of p's ranks members[0 .. size) (p's ranks, in the new plane's order; taken over,
+ * freed on failure too), which holds this rank. */
+static int open_subset(cz_plane *p, int *members, int size, cz_plane *out, cz_error *err)
+{
+    cb_plane *h = p->impl;
+    int rank = -1;
+    for (int i = 0; i < size; i++) {
+        if (members[i] == p->rank)
+            rank = i;
+        members[i] = group_rank(h, members[i]);
+    }
+    if (rank < 0) {
+        cz__exec_free(members);
+        return cz__error_set(err, CZ_EINVALID,
+                             "internal error: a plane of %d ranks opened without this rank (%d)",
+                             size, p->rank);
+    }
+    int rc = open_plane(out, h->cb, h->group, members, size, rank, err);
+    out->compute = p->compute;
+    return rc;
+}
+
+/* A plane of ranks every member names alike from the plan's layout: no exchange at all, so
+ * that a rank's create does not grow with the world (docs/PERF.md section 16). */
+static int cb_split_members(cz_plane *p, const int *members, int n, cz_plane *out, cz_error *err)
+{
+    int *m = n > 0 ? cz__exec_calloc((size_t)n, sizeof *m) : NULL;
+    if (!m)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for a plane of %d ranks", n);
+    for (int i = 0; i < n; i++) {
+        if (members[i] < 0 || members[i] >= p->size) {
+            cz__exec_free(m);
+            return cz__error_set(err, CZ_EINVALID,
+                                 "internal error: plane member %d is rank %d of a plane of %d", i,
+                                 members[i], p->size);
+        }
+        m[i] = members[i];
+    }
+    return open_subset(p, m, n, out, err);
+}
 
 /* Every rank's (color, key) by one sum over the plane, then the ranks of my color ordered by
  * key (ties by rank, as MPI_Comm_split). */
 static int cb_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *err)
 {
-    cb_plane *h = p->impl;
-    int n = p->size, rc, size = 0, rank = -1;
+    int n = p->size, rc, size = 0;
     int64_t *ck = cz__exec_calloc(2 * (size_t)n, sizeof *ck);
     int *members = cz__exec_calloc((size_t)n, sizeof *members);
     if (!ck || !members) {
@@ -473,15 +514,8 @@ static int cb_split(cz_plane *p, int color, int key, cz_plane *out, cz_error *er
         }
         members[at] = r;
     }
-    for (int i = 0; i < size; i++) {
-        if (members[i] == p->rank)
-            rank = i;
-        members[i] = group_rank(h, members[i]);
-    }
-    CZ_ASSERT(rank >= 0, err);
-    rc = open_plane(out, h->cb, h->group, members, size, rank, err);
-    members = NULL; /* the plane's now, freed by close on failure too */
-    out->compute = p->compute;
+    rc = open_subset(p, members, size, out, err);
+    members = NULL; /* open_subset's now */
 done:
     cz__exec_free(ck);
     cz__exec_free(members);
@@ -521,6 +555,7 @@ static const cz_plane_ops cz_plane_callbacks_ops = {
     .iallreduce_sum = cb_iallreduce_sum,
     .ireduce_scatter = cb_ireduce_scatter,
     .iall_gatherv = cb_iall_gatherv,
+    .split_members = cb_split_members,
 };
 
 /* Takes members (NULL: the group itself) whatever happens. */

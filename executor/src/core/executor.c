@@ -196,12 +196,17 @@ static int check_space(cz_executor *ex, const cz_exec_config *cfg, const cz_plan
 }
 
 /* Every rank learns whether any rank failed. Returns the agreed code: my own when I failed,
- * CZ_EMISMATCH naming the lowest failing rank otherwise. */
-static int agree(cz_executor *ex, int rc, uint64_t fp, const char *stage, cz_error *err)
+ * CZ_EMISMATCH naming the lowest failing rank otherwise. order (NULL: none): whether this
+ * rank's place is its world rank's, set to whether every rank's is. */
+static int agree(cz_executor *ex, int rc, uint64_t fp, bool *order, const char *stage,
+                 cz_error *err)
 {
-    int64_t v[3] = {rc ? ex->ctrl.rank : INT64_MAX, (int64_t)(fp >> 1), -(int64_t)(fp >> 1)};
+    int64_t v[4] = {rc ? ex->ctrl.rank : INT64_MAX, (int64_t)(fp >> 1), -(int64_t)(fp >> 1),
+                    order ? *order : 1};
     cz_error tmp;
-    int crc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, v, 3, &tmp);
+    int crc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, v, 4, &tmp);
+    if (order)
+        *order = !crc && v[3] == 1;
     if (crc) {
         if (!rc && err)
             *err = tmp;
@@ -260,6 +265,8 @@ static int check_grid(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
         return cz__error_set(err, CZ_EMISMATCH,
                              "rank (dp %d, tp %d) is out of range for the plan's dp = %d, tp = %d",
                              ex->grid.dp_rank, ex->grid.tp_rank, ex->grid.dp, ex->grid.tp);
+    ex->grid.world_order = ex->grid.dp_rank == ex->planes.world.rank % per_stage / ex->grid.tp &&
+                           ex->grid.tp_rank == ex->planes.world.rank % ex->grid.tp;
     if (cz_plan_has_experts(plan)) {
         /* Megatron-Core's expert grid over the same ranks of the stage (order tp-cp-ep-dp-pp:
          * ETP fastest, then EP, then expert-DP; the structural check found ETP x EP x eDP =
@@ -295,18 +302,66 @@ static int check_local(cz_executor *ex, const cz_exec_config *cfg, cz_error *err
     return check_grid(ex, cfg, err);
 }
 
+/* The planes this rank belongs to, by their members' places in the stage (check_grid's order:
+ * local = dp_rank * tp + tp_rank = (edp_rank * ep + ep_rank) * etp + etp_rank). */
+typedef enum grid_plane { PLANE_DP, PLANE_TP, PLANE_EDP, PLANE_ETP } grid_plane;
+
+/* Plane `which`'s members as world ranks, in the plane's order (its split key), when every rank
+ * is at its world rank's place (grid.world_order, agreed), so that every member computes the
+ * same list alone; NULL otherwise (the backend splits by color and key instead), and *fail
+ * set when out of memory. */
+static int *plane_members(const cz_executor *ex, grid_plane which, int *n, int *fail)
+{
+    const cz_exec_grid *g = &ex->grid;
+    *n = 0;
+    if (!g->world_order)
+        return NULL;
+    int count = which == PLANE_DP    ? g->dp
+                : which == PLANE_TP  ? g->tp
+                : which == PLANE_EDP ? g->edp
+                                     : g->etp;
+    int *m = cz__exec_calloc((size_t)count, sizeof *m);
+    if (!m) {
+        *fail = 1;
+        return NULL;
+    }
+    int base = g->stage * g->dp * g->tp;
+    for (int i = 0; i < count; i++)
+        m[i] = base + (which == PLANE_DP    ? i * g->tp + g->tp_rank
+                       : which == PLANE_TP  ? g->dp_rank * g->tp + i
+                       : which == PLANE_EDP ? (i * g->ep + g->ep_rank) * g->etp + g->etp_rank
+                                            : (g->edp_rank * g->ep + g->ep_rank) * g->etp + i);
+    *n = count;
+    return m;
+}
+
+/* Plane `which` of this rank: the job's group where it handed one in, else the members the
+ * layout names (no collective where the backend can open a plane from them), else a split of
+ * the world by color and key. */
+static int open_plane_of(cz_executor *ex, const cz_exec_config *cfg, grid_plane which,
+                         cz_comm_group group, int color, int key, cz_plane *out, cz_error *err)
+{
+    int n = 0, fail = 0;
+    int *m = plane_members(ex, which, &n, &fail);
+    int rc = fail ? cz__error_set(err, CZ_ENOMEM, "out of memory for a plane's members")
+                  : cz__comm_subplane_known(ex->comm, cfg, &ex->ctrl, &ex->planes.world, group,
+                                            color, key, m, n, out, err);
+    cz__exec_free(m);
+    return rc;
+}
+
 /* The DP plane, then the TP plane, of this rank's stage (the stages never share one: the colors
  * differ per stage). */
 static int open_subplanes(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
 {
     int rc;
-    if ((rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->planes.world, CZ_COMM_DP,
-                                ex->grid.stage * ex->grid.tp + ex->grid.tp_rank, ex->grid.dp_rank,
-                                &ex->planes.dp, err)) != CZ_OK)
+    if ((rc = open_plane_of(ex, cfg, PLANE_DP, CZ_COMM_DP,
+                            ex->grid.stage * ex->grid.tp + ex->grid.tp_rank, ex->grid.dp_rank,
+                            &ex->planes.dp, err)) != CZ_OK)
         return rc;
-    return cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->planes.world, CZ_COMM_TP,
-                             ex->grid.stage * ex->grid.dp + ex->grid.dp_rank, ex->grid.tp_rank,
-                             &ex->planes.tp, err);
+    return open_plane_of(ex, cfg, PLANE_TP, CZ_COMM_TP,
+                         ex->grid.stage * ex->grid.dp + ex->grid.dp_rank, ex->grid.tp_rank,
+                         &ex->planes.tp, err);
 }
 
 /* The expert-DP plane (the ranks of one stage with equal EP and ETP rank, ordered by expert-DP
@@ -316,15 +371,15 @@ static int open_subplanes(cz_executor *ex, const cz_exec_config *cfg, cz_error *
 static int open_expert_planes(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
 {
     int rc;
-    if ((rc = cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->planes.world, CZ_COMM_WORLD,
-                                (ex->grid.stage * ex->grid.ep + ex->grid.ep_rank) * ex->grid.etp +
-                                    ex->grid.etp_rank,
-                                ex->grid.edp_rank, &ex->planes.edp, err)) != CZ_OK)
+    if ((rc = open_plane_of(ex, cfg, PLANE_EDP, CZ_COMM_WORLD,
+                            (ex->grid.stage * ex->grid.ep + ex->grid.ep_rank) * ex->grid.etp +
+                                ex->grid.etp_rank,
+                            ex->grid.edp_rank, &ex->planes.edp, err)) != CZ_OK)
         return rc;
-    return cz__comm_subplane(ex->comm, cfg, &ex->ctrl, &ex->planes.world, CZ_COMM_WORLD,
-                             (ex->grid.stage * ex->grid.edp + ex->grid.edp_rank) * ex->grid.ep +
-                                 ex->grid.ep_rank,
-                             ex->grid.etp_rank, &ex->planes.etp, err);
+    return open_plane_of(ex, cfg, PLANE_ETP, CZ_COMM_WORLD,
+                         (ex->grid.stage * ex->grid.edp + ex->grid.edp_rank) * ex->grid.ep +
+                             ex->grid.ep_rank,
+                         ex->grid.etp_rank, &ex->planes.etp, err);
 }
 
 /* A slice holds one rank's schedules: a job that places this process elsewhere in the grid
@@ -452,11 +507,11 @@ int cz__executor_create_impl(cz_executor **out, const cz_plan *plan, const char 
     }
     /* Every check's failure is shared with every rank, and so is the plan's fingerprint. */
     rc = pre_rc ? pre_rc : check_local(ex, cfg, err);
-    if ((rc = agree(ex, rc, rc ? 0 : cz__exec_plan_fingerprint(ex->plan), "the plan checks",
-                    err)) != CZ_OK)
+    if ((rc = agree(ex, rc, rc ? 0 : cz__exec_plan_fingerprint(ex->plan), &ex->grid.world_order,
+                    "the plan checks", err)) != CZ_OK)
         goto done;
     rc = setup(ex, cfg, err);
-    if ((rc = agree(ex, rc, 0, "to set up its communicators or state", err)) != CZ_OK)
+    if ((rc = agree(ex, rc, 0, NULL, "to set up its communicators or state", err)) != CZ_OK)
         goto done;
     *out = ex;
     ex = NULL;

@@ -30,6 +30,9 @@ typedef struct cz_exec_grid {
     int ep, etp, edp, ep_rank, etp_rank, edp_rank;
     int64_t expert_base;
     bool sc; /* synchronous compute: every TP rank updates every matrix */
+    /* Every rank's place is its world rank's in check_grid's order (no job gave another), as
+     * the ranks agreed: each rank then knows its planes' members without asking the others. */
+    bool world_order;
 } cz_exec_grid;
 
 /* The data planes, split from world at create: DP and TP, and with expert groups the
