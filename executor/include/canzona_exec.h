@@ -585,12 +585,13 @@ int cz_executor_set_max_grad_norm(cz_executor *ex, float max_grad_norm, cz_error
  *
  * One run of rows: rows [row0, row0 + rows) of the whole (unsharded) parameter `param`, as
  * the plan lays it out (declared blocks that split the TP dimension stacked, each TP rank
- * holding its share of every block), are scaled by eta^power, where eta = tau / S when S > tau and 1 otherwise, and S is the largest
- * of the layer's query-head maxima head0 .. head0 + heads - 1. Standard attention: each head's
- * query rows and key rows with its own head and power 1/2 each; grouped-query attention
- * (Megatron-LM's rule): a group's query rows and its key rows with the group's heads, 1/2
- * each; multi-head latent attention: a head's non-rotary query rows and its key rows of
- * linear_kv_up_proj 1/2 each, its rotary query rows power 1, the shared rotary key untouched. */
+ * holding its share of every block), are scaled by eta^power, where eta = tau / S when S > tau and
+ * 1 otherwise, and S is the largest of the layer's query-head maxima head0 .. head0 + heads - 1.
+ * Standard attention: each head's query rows and key rows with its own head and power 1/2 each;
+ * grouped-query attention (Megatron-LM's rule): a group's query rows and its key rows with the
+ * group's heads, 1/2 each; multi-head latent attention: a head's non-rotary query rows and its key
+ * rows of linear_kv_up_proj 1/2 each, its rotary query rows power 1, the shared rotary key
+ * untouched. */
 typedef struct cz_qk_clip_rows {
     const char *param;    /* a matrix parameter of the plan, by name */
     int64_t row0, rows;   /* of the whole parameter, dim 0 */
@@ -663,6 +664,12 @@ void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out);
 typedef struct cz_exec_wire {
     cz_dtype grad_dtype, param_dtype; /* of the reduce-scatters and the all-gathers */
     int64_t grad_bytes, param_bytes;  /* posted since create */
+    /* The micro-group exchanges (always fp32): the bytes this rank sent since create to the
+     * other ranks of its TP plane (tp_bytes: its DP rank's schedule) and of its expert-TP plane
+     * (etp_bytes: its expert rank's), in gathers and scatters (under sc, its shards' all-gather
+     * counted once per receiving rank); a cooperative task's Gram all-reduces are not counted.
+     * What `canzona simulate` reports as tp_sync_bytes and etp_sync_bytes for one step. */
+    int64_t tp_bytes, etp_bytes;
 } cz_exec_wire;
 void cz_executor_wire(const cz_executor *ex, cz_exec_wire *out);
 

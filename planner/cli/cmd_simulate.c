@@ -229,6 +229,14 @@ static int print_rows(const sim_row *rows, int n, const char *model, const char 
            "per step): gradients %s %lld bytes, parameters %s %lld bytes\n",
            rows[n - 1].label, cz_dtype_name(last->grad_wire), (long long)last->grad_sync_bytes,
            cz_dtype_name(last->param_wire), (long long)last->param_sync_bytes);
+    if (last->tp_sync_bytes >= 0) {
+        printf("Micro-group exchanges (fp32, as the executor sends them; the most one GPU sends "
+               "per step): TP %lld bytes",
+               (long long)last->tp_sync_bytes);
+        if (last->etp_sync_bytes >= 0)
+            printf(", expert TP %lld bytes", (long long)last->etp_sync_bytes);
+        printf("\n");
+    }
     for (int i = 0; i < n; i++) {
         const cz_sim_result *s = rows[i].sim;
         if (s->coop_tasks == 0)

@@ -600,6 +600,12 @@ static inline void cz_task_region(const cz_param_def *d, int block, int64_t *r0,
         *c0 = off, *cols = d->block_sizes[block];
 }
 
+/* Index ranges (along the TP dimension) that TP rank r of tp holds of a parameter, in storage
+ * order: one range for a plain split, one per block when the blocks split the TP dimension
+ * (Megatron cuts each block). Returns the number of ranges written to lo/hi (at most max).
+ * Replicated, or tp 1: the whole of dimension 0 (shard_ranges.c). */
+int cz__shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max);
+
 /* ---- per-head matrices (heads.c) ---- */
 /* Whether d's heads are what Muon orthogonalizes: d declares heads and the optimizer is Muon
  * (SOAP and Shampoo precondition the declared blocks; docs/FORMATS.md, "heads"). */

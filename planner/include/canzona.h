@@ -195,8 +195,10 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
  * "param_sync_s", "optimizer_s", "compute_s", "tp_comm_s", "comm_s", "exposed_comm_s",
  * "critical" {"stage", "dp_rank", "tp_rank"}, "in_seconds" (false: in the plan's cost unit)
  * "gpu_busy" (per GPU, [(stage * dp + dp_rank) * tp + tp_rank]), "wire" {"grad_dtype",
- * "grad_sync_bytes", "param_dtype", "param_sync_bytes"} (the executor's DP exchanges: the most
- * bytes one GPU posts per step, docs/SIMULATOR.md, "What goes on the wire"); simulated with
+ * "grad_sync_bytes", "param_dtype", "param_sync_bytes", "tp_sync_bytes", "etp_sync_bytes"}
+ * (the executor's DP exchanges: the most bytes one GPU posts per step; its micro-group
+ * exchanges: the most one GPU sends, null where the executor runs no such program;
+ * docs/SIMULATOR.md, "What goes on the wire"); simulated with
  * cz_sim_options.iteration, "iteration" with the keys of docs/SIMULATOR.md, "The iteration". */
 int cz_sim_result_report(cz_report **out, const cz_sim_result *result, cz_error *err);
 void cz_sim_result_free(cz_sim_result *result);

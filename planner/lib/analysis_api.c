@@ -233,10 +233,13 @@ void cz_sim_options_init(cz_sim_options *o)
 
 json_t *cz__sim_wire_json(const cz_sim_result *r)
 {
-    return json_pack("{s:s, s:I, s:s, s:I}", "grad_dtype", cz_dtype_name(r->grad_wire),
+    /* -1 (not a program the executor runs) is null. */
+    json_t *tp = r->tp_sync_bytes >= 0 ? json_integer(r->tp_sync_bytes) : json_null();
+    json_t *etp = r->etp_sync_bytes >= 0 ? json_integer(r->etp_sync_bytes) : json_null();
+    return json_pack("{s:s, s:I, s:s, s:I, s:o, s:o}", "grad_dtype", cz_dtype_name(r->grad_wire),
                      "grad_sync_bytes", (json_int_t)r->grad_sync_bytes, "param_dtype",
                      cz_dtype_name(r->param_wire), "param_sync_bytes",
-                     (json_int_t)r->param_sync_bytes);
+                     (json_int_t)r->param_sync_bytes, "tp_sync_bytes", tp, "etp_sync_bytes", etp);
 }
 
 int cz_sim_result_report(cz_report **out, const cz_sim_result *r, cz_error *err)

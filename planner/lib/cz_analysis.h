@@ -59,6 +59,11 @@ struct cz_sim_result {
      * (docs/SIMULATOR.md, "What goes on the wire"). */
     cz_dtype grad_wire, param_wire;
     int64_t grad_sync_bytes, param_sync_bytes;
+    /* The micro-group exchanges (fp32): the most bytes one GPU sends per step to the others of
+     * its TP group (its DP rank's schedule) and of its expert-TP group (its expert rank's), as
+     * cz_exec_wire.tp_bytes and .etp_bytes count them; -1 where the executor runs no such
+     * program (the even baseline, Megatron's modes; etp: a plan without experts). */
+    int64_t tp_sync_bytes, etp_sync_bytes;
     double host_s;         /* the step's host work (cz__dm_step_host_seconds); 0 without the
                               device model */
     double grad_sync_s;    /* gradient reduce-scatter (all-reduce under layerwise), all buckets

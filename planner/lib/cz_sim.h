@@ -38,6 +38,10 @@ typedef struct sim_prog {
     double *scratch; /* R */
     int ntasks, coop_tasks;
     double comm_s; /* sum of the TP collective durations (gathers and scatters) */
+    /* R: the bytes each TP slot sends to the others in the gathers and scatters, as the
+     * executor counts them (cz_exec_wire.tp_bytes); NULL for a program the executor does not
+     * run (the even baseline, Megatron's modes). */
+    double *sent;
 } sim_prog;
 
 typedef struct sim_ctx {
@@ -46,7 +50,7 @@ typedef struct sim_ctx {
     int R, D, P;
     int pipelined;
     double *sec;        /* per param: seconds (or cost) of its whole update across TP */
-    double elem_bytes;  /* bytes per element of the TP exchanges (the plan's dtype) */
+    double elem_bytes;  /* bytes per element of the matrix exchanges: 4, the executor's fp32 */
     double grad_bytes;  /* of the DP gradient reduce-scatter (grad_reduce_in_fp32: 4) */
     double param_bytes; /* of the DP parameter all-gather */
     double lat_us;
@@ -116,6 +120,9 @@ void cz__sim_prog_elementwise(const sim_ctx *cx, sim_prog *pg, int stage, int d)
  * DP) and canzona's, from the rank's schedule. */
 int cz__sim_prog_build_even(const sim_ctx *cx, sim_prog *pg, int stage, int d, double *frag_s);
 int cz__sim_prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_error *err);
+/* Raises *most to the most bytes one of pg's R slots sends in its exchanges (pg->sent); -1
+ * (kept once set) when pg is a program the executor does not run. */
+void cz__sim_prog_sent_most(const sim_prog *pg, int R, int64_t *most);
 
 /* Runs one TP group's program (finish and busy: R entries; the timeline arrays and the
  * cooperative tasks' figures may be NULL). */

@@ -27,7 +27,7 @@
  * makespan is shorter (planner.c). Cost per probe: every task placed once (at most the sum over
  * widths of tp / width runs each), plus a repack per rejected parameter, only for ranks of at
  * most FILL_REPACK_TASKS tasks and only where the rank's least slot time could fit; about 15
- * probes (planning times: docs/PERF.md, section 11).
+ * probes (planning times: docs/PERF.md, section 15).
  */
 #include "cz_algorithms.h"
 

@@ -103,6 +103,7 @@ int cz__sim_expert_stage(const sim_ctx *dense, cz_sim_result *r, int s, const do
             return rc;
         cz__sim_prog_run(&pg, cx.R, cx.pipelined, finish, busy, NULL, NULL, NULL, NULL, NULL, NULL,
                          NULL);
+        cz__sim_prog_sent_most(&pg, cx.R, &r->etp_sync_bytes);
         cz__sim_prog_free(&pg);
         *frag_max = fmax(*frag_max, frag);
         for (int t = 0; t < cx.R; t++)

@@ -19,6 +19,7 @@ void cz__sim_prog_free(sim_prog *pg)
     free(pg->first);
     free(pg->tasks);
     free(pg->scratch);
+    free(pg->sent);
     memset(pg, 0, sizeof *pg);
 }
 
@@ -316,6 +317,80 @@ static void batch_group(const sim_ctx *cx, const cz_plan_group *grp, sim_task *t
     }
 }
 
+void cz__sim_prog_sent_most(const sim_prog *pg, int R, int64_t *most)
+{
+    if (*most < 0)
+        return;
+    if (!pg->sent) {
+        *most = -1;
+        return;
+    }
+    for (int t = 0; t < R; t++) {
+        int64_t b = llround(pg->sent[t]);
+        *most = b > *most ? b : *most;
+    }
+}
+
+/* Member m's part of a task of width w on block `block` of d, as the executor cuts it
+ * (cz__task_parts): the task's region, sliced along its long side when w > 1. */
+static void member_part(const cz_param_def *d, int block, int w, int m, int64_t *r0, int64_t *c0,
+                        int64_t *rows, int64_t *cols)
+{
+    cz_task_region(d, block, r0, c0, rows, cols);
+    if (w <= 1)
+        return;
+    bool tall = *rows > *cols;
+    int64_t s, n;
+    cz_coop_slice(tall ? *rows : *cols, w, m, &s, &n);
+    if (tall)
+        *r0 += s, *rows = n;
+    else
+        *c0 += s, *cols = n;
+}
+
+/* Elements of TP rank t's shard of p inside the rectangle at (r0, c0) of the full matrix: its
+ * ranges along the TP dimension cut the rectangle's extent there, and it holds the other
+ * dimension whole. A replicated matrix is whole on every rank. */
+static double shard_in_rect(const cz_plan_param *p, int R, int t, int64_t r0, int64_t c0,
+                            int64_t rows, int64_t cols)
+{
+    if (p->def.tp_dim < 0 || R == 1)
+        return (double)rows * (double)cols;
+    int64_t lo[CZ_MAX_BLOCKS], hi[CZ_MAX_BLOCKS], in = 0;
+    int n = cz__shard_ranges(p, R, t, lo, hi, CZ_MAX_BLOCKS);
+    bool along_rows = p->def.tp_dim == 0;
+    int64_t a0 = along_rows ? r0 : c0, a1 = a0 + (along_rows ? rows : cols);
+    for (int k = 0; k < n; k++) {
+        int64_t s = lo[k] > a0 ? lo[k] : a0, e = hi[k] < a1 ? hi[k] : a1;
+        in += e > s ? e - s : 0;
+    }
+    return (double)in * (double)(along_rows ? cols : rows);
+}
+
+/* What a task's exchanges move (the executor's gathers and scatters, pipeline.c): each member
+ * j = slot + m receives from every other rank t that rank's shard of its part, and sends the
+ * update of that piece back; a replicated matrix is whole on its host, so it gathers nothing
+ * and scatters the whole part; a TP-local task moves nothing. Into the R-long send/recv
+ * arrays of the gather (scatter 0) or of the scatter. */
+static void task_exchange(const sim_ctx *cx, const cz_plan_param *p, int block, int slot, int w,
+                          int scatter, double *send, double *recv)
+{
+    if (cz_task_is_local(&p->def, w) || (!scatter && p->def.tp_dim < 0))
+        return;
+    for (int m = 0; m < w; m++) {
+        int64_t r0, c0, rows, cols;
+        int j = slot + m;
+        member_part(&p->def, block, w, m, &r0, &c0, &rows, &cols);
+        for (int t = 0; t < cx->R; t++) {
+            if (t == j)
+                continue;
+            double b = shard_in_rect(p, cx->R, t, r0, c0, rows, cols) * cx->elem_bytes;
+            send[scatter ? j : t] += b;
+            recv[scatter ? t : j] += b;
+        }
+    }
+}
+
 int cz__sim_prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_error *err)
 {
     const cz_plan *plan = cx->plan;
@@ -329,8 +404,9 @@ int cz__sim_prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_err
     cz__sim_prog_elementwise(cx, pg, stage, d);
     send = calloc((size_t)R, sizeof *send);
     recv = calloc((size_t)R, sizeof *recv);
+    pg->sent = calloc((size_t)R, sizeof *pg->sent);
     grams_done = calloc(plan->nparams ? plan->nparams : 1, 1);
-    if (!send || !recv || !grams_done) {
+    if (!send || !recv || !pg->sent || !grams_done) {
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating DP rank %d", d);
         goto done;
     }
@@ -362,10 +438,6 @@ int cz__sim_prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_err
             }
             const cz_plan_param *p = &plan->params[id];
             task_work tw = task_work_of(cx, grp, k, stage, d);
-            /* The task's elements in every TP rank's shard; a cooperative member j computes
-             * the j-th of w slices of the task's long side, so each member gathers from (and
-             * scatters to) every other rank 1/w of what that rank holds of the task. */
-            double b = shard_bytes(cx, p) * tw.share / w;
             if (!cx->pipelined) {
                 work += tw.compute;
                 if (cx->muon_tp == CZ_MUON_TP_DUPLICATED && p->def.tp_dim >= 0)
@@ -387,14 +459,7 @@ int cz__sim_prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_err
             pg->tasks[pg->ntasks++] =
                 (sim_task){slot, w, k, tw.compute, tw.allreduce, tw.comm, local};
             pg->coop_tasks += w > 1 && !local;
-            /* A TP-local task's members hold what they compute: no exchange. */
-            for (int j = slot; j < slot + w && !local; j++)
-                for (int t = 0; t < R; t++) {
-                    if (t == j || p->def.tp_dim < 0)
-                        continue;
-                    send[t] += b;
-                    recv[j] += b;
-                }
+            task_exchange(cx, p, cz_group_task_block(grp, k), slot, w, 0, send, recv);
         }
         pg->first[g + 1] = pg->ntasks;
         if (cx->pipelined && cx->dm && plan->settings.optimizer == CZ_OPTIM_MUON)
@@ -405,12 +470,16 @@ int cz__sim_prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_err
             /* distributed mode's Gram all-reduces interleave with the iterations; in this
              * serial model they add to the group's collective time like the gather. */
             pg->gather[g] = sc_gather_seconds(cx, stage, d, shard_sum) + gram_s;
+            /* The executor's sc all-gather: each rank's shards reach the R - 1 others. */
+            for (int t = 0; t < R; t++)
+                pg->sent[t] += shard_sum * (R - 1);
             pg->comm_s += pg->gather[g];
             continue;
         }
         double worst = 0.0;
         for (int t = 0; t < R; t++) {
             worst = fmax(worst, fmax(send[t], recv[t]));
+            pg->sent[t] += send[t];
             send[t] = recv[t] = 0.0;
         }
         pg->gather[g] =
@@ -420,19 +489,13 @@ int cz__sim_prog_build(const sim_ctx *cx, sim_prog *pg, int stage, int d, cz_err
         for (int k = 0; k < grp->ntasks; k++) {
             const cz_plan_param *p = &plan->params[grp->task_param[k]];
             int slot = grp->task_slot ? grp->task_slot[k] : 0;
-            int w = cz_group_task_width(grp, k);
-            double b = shard_bytes(cx, p) * task_share(&p->def, cz_group_task_block(grp, k)) / w;
-            for (int j = slot; j < slot + w && !cz_task_is_local(&p->def, w); j++)
-                for (int t = 0; t < R; t++) {
-                    if (t == j)
-                        continue;
-                    send[j] += b;
-                    recv[t] += b;
-                }
+            task_exchange(cx, p, cz_group_task_block(grp, k), slot, cz_group_task_width(grp, k), 1,
+                          send, recv);
         }
         worst = 0.0;
         for (int t = 0; t < R; t++) {
             worst = fmax(worst, fmax(send[t], recv[t]));
+            pg->sent[t] += send[t];
             send[t] = recv[t] = 0.0;
         }
         pg->scatter[g] =

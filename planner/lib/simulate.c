@@ -111,11 +111,13 @@ static int ctx_init(sim_ctx *cx, const cz_plan *plan, const cz_cluster *c,
                                  "cluster '%s': links.intra_node_gbps, links.inter_node_gbps and "
                                  "gpus_per_node must be positive to simulate",
                                  c->name ? c->name : "?");
-        cx->elem_bytes = cz__dtype_bytes(plan->dtype);
         /* The DP exchanges as the executor runs them (wire.c): the plan's dtype, the
-         * gradients in fp32 with grad_reduce_in_fp32. */
-        cx->param_bytes = cx->elem_bytes;
-        cx->grad_bytes = opt && opt->grad_reduce_in_fp32 ? 4.0 : cx->elem_bytes;
+         * gradients in fp32 with grad_reduce_in_fp32. Its micro-group exchanges are fp32 in
+         * every job (pipeline.c; docs/EXECUTOR.md, "Micro-group exchanges stay fp32"), and so
+         * are Megatron's TP gathers, of its fp32 main gradients. */
+        cx->elem_bytes = 4.0;
+        cx->param_bytes = cz__dtype_bytes(plan->dtype);
+        cx->grad_bytes = opt && opt->grad_reduce_in_fp32 ? 4.0 : cx->param_bytes;
         cx->lat_us = c->links.latency_us;
     }
     if (plan->settings.dp == CZ_DP_EVEN && cx->pipelined)
@@ -282,6 +284,7 @@ static int sim_stage(const sim_ctx *cx, sim_prog *pg, const cz_cluster *cluster,
             return rc;
         cz__sim_prog_run(pg, R, cx->pipelined, finish, busy, NULL, NULL, NULL, NULL, NULL, NULL,
                          NULL);
+        cz__sim_prog_sent_most(pg, R, &r->tp_sync_bytes);
         cz__sim_prog_free(pg);
         frag_max = fmax(frag_max, frag);
         for (int t = 0; t < R; t++) {
@@ -442,6 +445,7 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
         goto done;
     }
     r->step_s = -1.0;
+    r->etp_sync_bytes = experts ? 0 : -1;
     wire_bytes(plan, opt, r);
     for (int s = 0; s < P; s++)
         if ((rc = sim_stage(&cx, &pg, cluster, s, r, finish, busy, gpu_finish, owned, err)))

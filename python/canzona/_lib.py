@@ -155,10 +155,12 @@ del f, i
 
 
 class Wire(ctypes.Structure):
-    """cz_exec_wire: the DP exchanges' dtypes and the bytes posted since create."""
+    """cz_exec_wire: the DP exchanges' dtypes and the bytes posted since create, and the
+    bytes sent in micro-group exchanges over the TP and expert-TP planes."""
 
     _fields_ = [("grad_dtype", ctypes.c_int), ("param_dtype", ctypes.c_int),
-                ("grad_bytes", ctypes.c_int64), ("param_bytes", ctypes.c_int64)]
+                ("grad_bytes", ctypes.c_int64), ("param_bytes", ctypes.c_int64),
+                ("tp_bytes", ctypes.c_int64), ("etp_bytes", ctypes.c_int64)]
 
 
 class Timings(ctypes.Structure):

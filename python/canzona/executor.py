@@ -256,12 +256,14 @@ class Executor:
 
     def wire(self):
         """The DP exchanges on the wire: their dtypes ("fp32" or "bf16") and the bytes this
-        rank posted since create (cz_executor_wire)."""
+        rank posted since create; and the bytes it sent in the fp32 micro-group exchanges
+        over its TP and expert-TP planes, tp_bytes and etp_bytes (cz_executor_wire)."""
         w = _lib.Wire()
         self._L.cz_executor_wire(self._handle(), ctypes.byref(w))
         names = {v: k for k, v in _DTYPES.items()}
         return {"grad_dtype": names[w.grad_dtype], "param_dtype": names[w.param_dtype],
-                "grad_bytes": w.grad_bytes, "param_bytes": w.param_bytes}
+                "grad_bytes": w.grad_bytes, "param_bytes": w.param_bytes,
+                "tp_bytes": w.tp_bytes, "etp_bytes": w.etp_bytes}
 
     @property
     def dp_rank(self):

@@ -564,12 +564,14 @@ class Optimizer(torch.optim.Optimizer):
     @property
     def wire(self):
         """The DP exchanges on the wire: their dtypes ("fp32" or "bf16") and the bytes this
-        rank posted since the optimizer was made (cz_executor_wire; canzona.Executor.wire)."""
+        rank posted since the optimizer was made; and the bytes it sent in the fp32
+        micro-group exchanges, tp_bytes and etp_bytes (cz_executor_wire; canzona.Executor.wire)."""
         w = _lib.Wire()
         self._L.cz_executor_wire(self._ex, ctypes.byref(w))
         names = {_lib.DTYPE_FP32: "fp32", _lib.DTYPE_BF16: "bf16"}
         return {"grad_dtype": names[w.grad_dtype], "param_dtype": names[w.param_dtype],
-                "grad_bytes": w.grad_bytes, "param_bytes": w.param_bytes}
+                "grad_bytes": w.grad_bytes, "param_bytes": w.param_bytes,
+                "tp_bytes": w.tp_bytes, "etp_bytes": w.etp_bytes}
 
     # ---- construction ----
     @staticmethod

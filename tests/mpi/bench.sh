@@ -70,12 +70,16 @@ wire-planes)
   mpi -np 4 "$CZ_WIRE"
   ;;
 wire)
-  # The simulator's DP bytes are the executor's counted bytes, for an fp32 model, a bf16 one and
-  # a bf16 one with the fp32 reduction, on MODEL ($2) at DP2*TP2: canzona simulate --json's
-  # "wire" against canzona-bench's "DP wire per step" (the most one rank posted, one step).
+  # The simulator's DP and micro-group bytes are the executor's counted bytes, for an fp32 model,
+  # a bf16 one and a bf16 one with the fp32 reduction, on MODEL ($2) over CLUSTER ($3, default
+  # cpu-4-dp2-tp2): canzona simulate --json's "wire" against canzona-bench's "DP wire per step"
+  # and "TP wire per step" (the most one rank posted or sent, one step). $4: the choices, comma
+  # separated (default all three); the rest: plan options (cooperative tasks, expert-TP, sc).
   command -v python3 >/dev/null || { echo "python3 not found"; exit 77; }
-  m=$src/plans/models/$2.json cl=$src/plans/clusters/cpu-4-dp2-tp2.json
-  for c in "fp32" "bf16" "bf16 --grad-reduce-in-fp32"; do
+  m=$src/plans/models/$2.json cl=$src/plans/clusters/${3:-cpu-4-dp2-tp2}.json
+  IFS=, read -r -a choices <<<"${4:-fp32,bf16,bf16 --grad-reduce-in-fp32}"
+  popt=("${@:5}")
+  for c in "${choices[@]}"; do
     read -r -a w <<<"$c"
     dt=${w[0]} opt=("${w[@]:1}")
     python3 - "$m" "$dt" "$tmp/m.json" <<'PY'
@@ -84,8 +88,9 @@ d = json.load(open(sys.argv[1]))
 d["dtype"] = sys.argv[2]
 json.dump(d, open(sys.argv[3], "w"))
 PY
-    "$CZ" plan -q --model "$tmp/m.json" --cluster "$cl" -o "$tmp/p.json"
-    "$CZ" simulate --plan "$tmp/p.json" -c "$cl" --json ${opt[@]+"${opt[@]}"} >"$tmp/s.json"
+    "$CZ" plan -q --model "$tmp/m.json" --cluster "$cl" ${popt[@]+"${popt[@]}"} -o "$tmp/p.json"
+    "$CZ" simulate --plan "$tmp/p.json" -c "$cl" --json ${popt[@]+"${popt[@]}"} \
+      ${opt[@]+"${opt[@]}"} >"$tmp/s.json"
     mpi -np 4 "$CZ_BENCH" --plan "$tmp/p.json" --model "$tmp/m.json" --steps 1 --warmup 0 \
       ${opt[@]+"${opt[@]}"} | tee "$tmp/out"
     python3 - "$tmp/s.json" "$tmp/out" "$c" <<'PY'
@@ -94,12 +99,19 @@ w = json.load(open(sys.argv[1]))["rows"][0]["wire"]
 m = re.search(r"DP wire per step \(most on one rank\): gradients (\S+) (\d+) bytes, "
               r"parameters (\S+) (\d+) bytes", open(sys.argv[2]).read())
 assert m, "canzona-bench printed no wire line"
-got = (m[1], int(m[2]), m[3], int(m[4]))
-want = (w["grad_dtype"], w["grad_sync_bytes"], w["param_dtype"], w["param_sync_bytes"])
+t = re.search(r"TP wire per step \(most on one rank\): micro-groups fp32 (\d+) bytes, expert "
+              r"micro-groups fp32 (\d+) bytes", open(sys.argv[2]).read())
+assert t, "canzona-bench printed no TP wire line"
+# A plan without experts has no expert-TP program: the simulator says null, the executor 0.
+got = (m[1], int(m[2]), m[3], int(m[4]), int(t[1]), int(t[2]))
+want = (w["grad_dtype"], w["grad_sync_bytes"], w["param_dtype"], w["param_sync_bytes"],
+        w["tp_sync_bytes"], w["etp_sync_bytes"] or 0)
 assert got == want, f"{sys.argv[3]}: executor {got}, simulator {want}"
-assert want[1] > 0
+# Both exchanges moved something, so equality is not two zeros.
+assert want[1] > 0 and want[4] > 0, want
 print(f"{sys.argv[3]}: executor = simulator: gradients {got[0]} {got[1]} bytes, "
-      f"parameters {got[2]} {got[3]} bytes")
+      f"parameters {got[2]} {got[3]} bytes, micro-groups fp32 {got[4]} bytes, expert "
+      f"micro-groups fp32 {got[5]} bytes")
 PY
   done
   ;;

@@ -132,13 +132,16 @@ class Options(Base):
         for s in range(3):
             self.grads(G, s)
             ex.step()
+        # One process: no TP plane, so no micro-group exchange.
         self.assertEqual(ex.wire(), {"grad_dtype": "fp32", "param_dtype": "fp32",
                                      "grad_bytes": 3 * 4 * ex.numel,
-                                     "param_bytes": 3 * 4 * ex.numel})
+                                     "param_bytes": 3 * 4 * ex.numel,
+                                     "tp_bytes": 0, "etp_bytes": 0})
         for fp32, grads in ((0, "bf16"), (1, "fp32")):
             b = canzona.Executor(self.plan, comm="self", dtype="bf16", grad_reduce_in_fp32=fp32)
             self.assertEqual(b.wire(), {"grad_dtype": grads, "param_dtype": "bf16",
-                                        "grad_bytes": 0, "param_bytes": 0})
+                                        "grad_bytes": 0, "param_bytes": 0,
+                                        "tp_bytes": 0, "etp_bytes": 0})
             b.close()
         ex.close()
 

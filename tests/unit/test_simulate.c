@@ -145,10 +145,12 @@ static void set_tasks(cz_plan *p, cz_plan_group *g, const int *blocks, const int
 }
 
 /* A cooperative task (width 2) after two hosted tasks on slot 1, on a DP1 x TP2 group of three
- * 256 x 64 bf16 matrices split along rows (shards of 128 x 64, 16 KiB), at 100 GB/s and 10 us:
- *  gather  slot 1 receives the two hosted shards (2 x 16384 B) and half of the cooperative
- *          task's shard on slot 0 (8192 B): 40960 B from the busiest rank, 10 us + 40960 B /
- *          100 GB/s; the scatter mirrors it;
+ * 256 x 64 bf16 matrices split along rows (shards of 128 x 64, 32 KiB on the wire: the
+ * exchanges are fp32), at 100 GB/s and 10 us:
+ *  gather  slot 1 receives the two hosted shards (2 x 32768 B); the cooperative task's slices
+ *          (rows 0-127 on member 0, 128-255 on member 1) are the TP shards themselves, so
+ *          nothing of it moves: 65536 B from the busiest rank, 10 us + 65536 B / 100 GB/s; the
+ *          scatter mirrors it;
  *  coop    slot 0 waits for slot 1's two hosted tasks, then both run the cooperative part:
  *          a = 64, slices of s = 256 / 2 = 128 >= a (the standard form). The Gram's upper
  *          triangle (64 * 65 / 2 = 2080 floats, 8320 B) goes in the 8 panels the plan records,
@@ -173,7 +175,7 @@ START_TEST(test_coop_allreduce_and_wait)
     cz_error err;
     int rc = cz_plan_simulate(&r, p, c, NULL, &err);
     ck_assert_msg(rc == 0, "%s", err.message);
-    double gather = 10e-6 + 40960.0 / 100e9;
+    double gather = 10e-6 + 65536.0 / 100e9;
     double ar = 5 * (160e-6 + 8320.0 / 100e9 - 539136.0 / 100e12) + (20e-6 + 8.0 / 100e9);
     double ar_all = 5 * (160e-6 + 8320.0 / 100e9) + (20e-6 + 8.0 / 100e9);
     double hosted = task_seconds(p, 0, c);
@@ -230,9 +232,11 @@ START_TEST(test_coop_allreduce_and_wait)
 END_TEST
 
 /* Block tasks gather and scatter their block's rows only: a 256 x 64 matrix with blocks of 192
- * and 64 rows, block 0 on slot 0 and block 1 on slot 1. Slot 0 receives 3/4 of slot 1's 16 KiB
- * shard (12288 B), slot 1 1/4 of slot 0's (4096 B); hosted whole on slot 0 it would be 16384 B.
- * Each slot computes its block alone. */
+ * and 64 rows, block 0 on slot 0 and block 1 on slot 1. The blocks lie along the TP dimension,
+ * so each TP rank holds half of each (Megatron's per-block split: rank 1 has rows 96-191 and
+ * 224-255). Slot 0 receives 3/4 of slot 1's 32 KiB shard (24576 B; fp32 on the wire), slot 1
+ * 1/4 of slot 0's (8192 B); hosted whole on slot 0 it would be 32768 B. Each slot computes its
+ * block alone. */
 START_TEST(test_block_gather_volume)
 {
     cz_cluster *c = make_cluster(1, 2, 8, 100.0, 25.0, 10.0);
@@ -250,7 +254,7 @@ START_TEST(test_block_gather_volume)
     cz_error err;
     int rc = cz_plan_simulate(&r, p, c, NULL, &err);
     ck_assert_msg(rc == 0, "%s", err.message);
-    double gather = 10e-6 + 12288.0 / 100e9;
+    double gather = 10e-6 + 24576.0 / 100e9;
     ck_assert_double_eq_tol(r->tl_gather[0].end - r->tl_gather[0].start, gather, 1e-15);
     ck_assert_double_eq_tol(r->tl_scatter[0].end - r->tl_scatter[0].start, gather, 1e-15);
     cz_settings st = p->settings;
@@ -318,8 +322,9 @@ START_TEST(test_node_spans)
 END_TEST
 
 /* One DP rank, TP 2, two groups: {p0 on 0, p1 on 1} and {p2 on 0}. Each gather/scatter moves
- * one 1 MiB bf16 shard per rank: 10 us + 1 MiB / 100 GB/s. Compute (a 1024^2 Muon update at
- * 100 TFLOP/s, ~0.3 ms) dominates, so the step is gather0 + compute0 + compute1 + scatter1. */
+ * one 512 x 1024 shard per rank, fp32 on the wire (2 MiB): 10 us + 2 MiB / 100 GB/s. Compute (a
+ * 1024^2 Muon update at 100 TFLOP/s, ~0.3 ms) dominates, so the step is gather0 + compute0 +
+ * compute1 + scatter1. */
 START_TEST(test_pipeline_overlap)
 {
     cz_cluster *c = make_cluster(1, 2, 8, 100.0, 25.0, 10.0);
@@ -330,7 +335,7 @@ START_TEST(test_pipeline_overlap)
     cz_error err;
     int rc = cz_plan_simulate(&r, p, c, NULL, &err);
     ck_assert_msg(rc == 0, "%s", err.message);
-    double comm = 10e-6 + MIB / 100e9;
+    double comm = 10e-6 + 2 * MIB / 100e9;
     double comp = task_seconds(p, 0, c);
     ck_assert(comp > 5 * comm); /* the case this test is about */
     ck_assert_double_eq_tol(r->tl_gather[0].end, comm, 1e-12);
@@ -352,7 +357,7 @@ START_TEST(test_pipeline_overlap)
 END_TEST
 
 /* The same three matrices under synchronous compute: one all-gather of all three shards over TP
- * (ring: 1 step of 3 MiB at 100 GB/s + 10 us), then every TP rank updates all three. */
+ * (ring: 1 step of 6 MiB, fp32, at 100 GB/s + 10 us), then every TP rank updates all three. */
 START_TEST(test_sc_vs_pipelined)
 {
     cz_cluster *c = make_cluster(1, 2, 8, 100.0, 25.0, 10.0);
@@ -366,7 +371,7 @@ START_TEST(test_sc_vs_pipelined)
     ck_assert_int_eq(cz_plan_simulate(&rs, sc, c, NULL, &err), 0);
     ck_assert_int_eq(cz_plan_simulate(&rp, pl, c, NULL, &err), 0);
     double comp = task_seconds(sc, 0, c);
-    double gather = 10e-6 + 3 * MIB / 100e9;
+    double gather = 10e-6 + 6 * MIB / 100e9;
     ck_assert_int_eq(rs->pipelined, 0);
     ck_assert_double_eq_tol(rs->step_s, gather + 3 * comp, 1e-12);
     ck_assert_double_eq_tol(rs->compute_s, 3 * comp, 1e-12);
@@ -408,8 +413,8 @@ START_TEST(test_dp_sync_bandwidth)
         double slice = (524288.0 + 64.0) * 2.0;
         ck_assert_double_eq_tol(r->grad_sync_s, 10e-6 + slice / bw, 1e-12);
         ck_assert_double_eq_tol(r->param_sync_s, 10e-6 + slice / bw, 1e-12);
-        /* TP groups {0,1} and {2,3} are inside a node either way. */
-        double comm = 10e-6 + MIB / 100e9;
+        /* TP groups {0,1} and {2,3} are inside a node either way; their exchanges are fp32. */
+        double comm = 10e-6 + 2 * MIB / 100e9;
         double comp = task_seconds(p, 0, c);
         ck_assert_double_eq_tol(r->local_s, comm + comp + comm, 1e-12);
         ck_assert_double_eq_tol(r->step_s, r->grad_sync_s + r->local_s + r->param_sync_s, 1e-12);

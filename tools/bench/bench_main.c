@@ -160,7 +160,7 @@ typedef struct bench_run {
     /* The DP exchanges' dtypes and the most bytes one rank posted per step (gradients,
      * parameters; cz_executor_wire). */
     cz_exec_wire wire;
-    uint64_t wire_max[2];
+    uint64_t wire_max[4];
     bool stalled; /* a step stopped for a stall and the run ends itself (--end-after-stall) */
     /* cfg.dp_comm and cfg.tp_comm point here: they live as long as the executor */
     MPI_Comm row, erow, own_dp, own_tp, world_comm;
@@ -403,12 +403,14 @@ static int run_steps(bench_run *r)
     cz_bench_allreduce(&early, &r->all_early, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD,
                        "canzona-bench's early micro-group count");
     cz_executor_wire(r->ex, &r->wire);
-    uint64_t per_step[2] = {0, 0};
+    uint64_t per_step[4] = {0, 0, 0, 0};
     if (r->total > 0) {
         per_step[0] = (uint64_t)r->wire.grad_bytes / (uint64_t)r->total;
         per_step[1] = (uint64_t)r->wire.param_bytes / (uint64_t)r->total;
+        per_step[2] = (uint64_t)r->wire.tp_bytes / (uint64_t)r->total;
+        per_step[3] = (uint64_t)r->wire.etp_bytes / (uint64_t)r->total;
     }
-    cz_bench_allreduce(per_step, r->wire_max, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD,
+    cz_bench_allreduce(per_step, r->wire_max, 4, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD,
                        "canzona-bench's wire byte count");
     /* After the count: a checkpoint allocates, a step must not. */
     rc = r->o.save_state ? cz_executor_save_state(r->ex, r->o.save_state, &r->err) : CZ_OK;
@@ -449,6 +451,9 @@ static void report(const bench_run *r, const double med[NPHASES])
            "bytes\n",
            cz_dtype_name(r->wire.grad_dtype), (unsigned long long)r->wire_max[0],
            cz_dtype_name(r->wire.param_dtype), (unsigned long long)r->wire_max[1]);
+    printf("TP wire per step (most on one rank): micro-groups fp32 %llu bytes, expert "
+           "micro-groups fp32 %llu bytes\n",
+           (unsigned long long)r->wire_max[2], (unsigned long long)r->wire_max[3]);
     printf("executor allocations in steps 2..%d (most on one rank): %llu\n", r->total,
            (unsigned long long)r->max_allocs);
     if (r->cuda)

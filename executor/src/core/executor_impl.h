@@ -189,6 +189,9 @@ uint64_t cz__exec_plan_fingerprint(const cz_plan *plan);
  * (group_add) (pipeline.c). */
 int cz__exec_pipeline_init(cz_executor *ex, cz_error *err);
 void cz__exec_pipeline_free(cz_executor *ex);
+/* Bytes pp (NULL: none) has sent to its plane's other ranks in micro-group gathers and scatters
+ * since create (cz_exec_wire.tp_bytes, .etp_bytes). */
+int64_t cz__exec_pipeline_sent(const struct cz_pipeline *pp);
 /* The per-parameter rates from the optimizers' own, at create, after the optimizers (rates.c). */
 int cz__exec_rates_init(cz_executor *ex, cz_error *err);
 /* Runs the micro-group pipeline of the owned matrix parameters on flat buffers P, G: in the

@@ -133,6 +133,9 @@ struct cz_pipeline {
     cz_plane wplanes[CZ_MAX_COOP_WIDTHS];
     /* Per sub-plane, one request per Gram panel. */
     cz_comm_req *wreqs[CZ_MAX_COOP_WIDTHS][CZ_COOP_MAX_PANELS];
+    /* Bytes this rank has sent to the plane's other ranks in gathers and scatters since
+     * create (cz_exec_wire.tp_bytes): what the simulator charges the micro-group exchanges. */
+    int64_t sent_bytes;
 };
 
 static bool replicated(const cz_plan_param *p)
@@ -670,6 +673,11 @@ static void pipeline_close(struct cz_pipeline *pp)
     cz__exec_free(pp);
 }
 
+int64_t cz__exec_pipeline_sent(const struct cz_pipeline *pp)
+{
+    return pp ? pp->sent_bytes : 0;
+}
+
 void cz__exec_pipeline_free(cz_executor *ex)
 {
     pipeline_close(ex->pipe);
@@ -677,17 +685,22 @@ void cz__exec_pipeline_free(cz_executor *ex)
     ex->pipe = ex->epipe = NULL;
 }
 
-/* Posts one all-to-all as a group of sends and receives, completed through req. */
-static int post_exchange(cz_plane *pl, cz_comm_req *req, cz_event *after, const float *send,
-                         const int64_t *sc, const int64_t *sd, float *recv, const int64_t *rc,
-                         const int64_t *rd, cz_error *err)
+/* Posts one all-to-all as a group of sends and receives, completed through req, adding what
+ * goes to the other ranks to the pipeline's count. The exchanges are fp32 whatever the job's
+ * dtype (docs/EXECUTOR.md, "Micro-group exchanges stay fp32"). */
+static int post_exchange(struct cz_pipeline *pp, cz_comm_req *req, cz_event *after,
+                         const float *send, const int64_t *sc, const int64_t *sd, float *recv,
+                         const int64_t *rc, const int64_t *rd, cz_error *err)
 {
+    cz_plane *pl = pp->plane;
     int st = pl->ops->group_start(pl, req, after, err);
     if (st)
         return st;
     for (int r = 0; r < pl->size; r++) {
         pl->ops->send(pl, req, send + sd[r], (size_t)sc[r], CZ_DTYPE_FP32, r);
         pl->ops->recv(pl, req, recv + rd[r], (size_t)rc[r], CZ_DTYPE_FP32, r);
+        if (r != pl->rank)
+            pp->sent_bytes += sc[r] * (int64_t)sizeof(float);
     }
     return pl->ops->group_end(pl, req, err);
 }
@@ -701,11 +714,15 @@ static int post_gather(struct cz_pipeline *pp, int gi, int k, const float *G, cz
     cz_event *packed = pp->gather_packed[k];
     cx->compute->ops->copy_runs(cx->compute, send, G, pg->gather_pack);
     cx->compute->ops->event_record(cx->compute, packed);
-    if (pp->sc)
+    if (pp->sc) {
+        /* Every other rank receives my shards: (tp - 1) copies of them leave this rank, in a
+         * ring or not. */
+        pp->sent_bytes += pg->gather_n * (int64_t)sizeof(float) * (pp->tp - 1);
         return pp->plane->ops->iall_gather(pp->plane, send, (size_t)pg->gather_n,
                                            pp->gather_recv[k], CZ_DTYPE_FP32, packed,
                                            pp->gather_req[k], err);
-    return post_exchange(pp->plane, pp->gather_req[k], packed, send, pg->gather_send_counts,
+    }
+    return post_exchange(pp, pp->gather_req[k], packed, send, pg->gather_send_counts,
                          pg->gather_send_displs, pp->gather_recv[k], pg->gather_recv_counts,
                          pg->gather_recv_displs, err);
 }
@@ -768,7 +785,7 @@ static int compute_group(struct cz_pipeline *pp, int gi, int k, float *P, const 
         return CZ_OK;
     }
     c->ops->event_record(c, pp->scatter_packed[k]);
-    return post_exchange(pp->plane, pp->scatter_req[k], pp->scatter_packed[k], send,
+    return post_exchange(pp, pp->scatter_req[k], pp->scatter_packed[k], send,
                          pg->scatter_send_counts, pg->scatter_send_displs, pp->scatter_recv[k],
                          pg->scatter_recv_counts, pg->scatter_recv_displs, err);
 }

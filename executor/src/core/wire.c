@@ -201,9 +201,13 @@ void cz_executor_wire(const cz_executor *ex, cz_exec_wire *out)
 {
     if (!out)
         return;
-    cz_exec_wire z = {CZ_DTYPE_FP32, CZ_DTYPE_FP32, 0, 0};
+    cz_exec_wire z = {CZ_DTYPE_FP32, CZ_DTYPE_FP32, 0, 0, 0, 0};
     const cz_wire *w = ex ? ex->wire : NULL;
     if (w)
-        z = (cz_exec_wire){w->grad, w->param, w->grad_bytes, w->param_bytes};
+        z.grad_dtype = w->grad, z.param_dtype = w->param, z.grad_bytes = w->grad_bytes,
+        z.param_bytes = w->param_bytes;
+    if (ex)
+        z.tp_bytes = cz__exec_pipeline_sent(ex->pipe),
+        z.etp_bytes = cz__exec_pipeline_sent(ex->epipe);
     *out = z;
 }

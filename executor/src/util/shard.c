@@ -1,8 +1,6 @@
-/* Where a TP rank's local shard sits inside a full matrix, and copies between the two.
- *
- * A TP split cuts the tp_dim into tp equal slices. When the parameter's blocks split the same
- * dimension (fused QKV, gate/up), Megatron cuts every block separately: the local shard is the
- * concatenation, in block order, of each block's r-th slice. */
+/* Where a TP rank's local shard sits inside a full matrix (its ranges along the TP dimension:
+ * cz__shard_ranges, planner/format/shard_ranges.c, shared with the simulator), and copies
+ * between the two. */
 #include "alloc.h"
 #include "compute.h"
 #include "cz_format.h"
@@ -10,34 +8,6 @@
 
 #include <stdint.h>
 #include <string.h>
-
-int cz__shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max)
-{
-    if (max < 1)
-        return 0;
-    if (p->def.tp_dim < 0 || tp == 1) {
-        lo[0] = 0;
-        hi[0] = p->def.shape[p->def.tp_dim < 0 ? 0 : p->def.tp_dim];
-        return 1;
-    }
-    int d = p->def.tp_dim;
-    if (p->def.nblocks > 0 && p->def.block_dim == d) {
-        int n = 0;
-        int64_t off = 0;
-        for (int b = 0; b < p->def.nblocks && n < max; b++) {
-            int64_t s = p->def.block_sizes[b] / tp;
-            lo[n] = off + (int64_t)r * s;
-            hi[n] = lo[n] + s;
-            n++;
-            off += p->def.block_sizes[b];
-        }
-        return n;
-    }
-    int64_t s = p->def.shape[d] / tp;
-    lo[0] = (int64_t)r * s;
-    hi[0] = lo[0] + s;
-    return 1;
-}
 
 /* Copies between shard and full: dir 0 packs (full -> shard), 1 unpacks. */
 static void shard_copy(const cz_plan_param *p, int tp, int r, float *full, float *shard, int dir)

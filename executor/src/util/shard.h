@@ -13,10 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Index ranges (along the TP dimension) that TP rank r holds of a parameter, in storage order:
- * one range for a plain split, one per block when the blocks split the TP dimension.
- * Returns the number of ranges written to lo/hi (at most max). Replicated: the whole dim. */
-int cz__shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max);
+/* TP rank r's index ranges along the TP dimension: cz__shard_ranges (cz_format.h). */
 /* Copies TP rank r's local shard of a full row-major matrix into shard (local_shape). */
 void cz__shard_pack(const cz_plan_param *p, int tp, int r, const float *full, float *shard);
 /* Writes TP rank r's local shard back into its place in the full matrix. */
