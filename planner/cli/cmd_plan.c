@@ -141,15 +141,29 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
         fprintf(out, " (%s order)", cz_layerwise_order_name(s->layerwise_order));
     fprintf(out, ", tp %s (capacity %s), solver %s\n", cz_tp_strategy_name(s->tp),
             cz_cli_format_cost(a, sizeof a, p->capacity_used, u), cz_solver_name(s->solver));
-    fprintf(out, "buckets  %zu (size %lld elements, align %lld)", p->nbuckets,
-            (long long)p->bucket_size, (long long)p->bucket_align);
+    if (cz_plan_is_fsdp(p)) {
+        int most = 0;
+        for (size_t k = 0; k < p->nschedules; k++)
+            most = p->schedules[k].ngroups > most ? p->schedules[k].ngroups : most;
+        fprintf(out,
+                "layout   fsdp: every parameter Shard(0) over DP %d (torch.chunk rows), no "
+                "buckets;\n"
+                "         each matrix owned by one of the %d GPUs of its stage's shard group "
+                "(DP x TP),\n"
+                "         %d micro-group%s per stage at most, each one all-to-all(v) to the "
+                "owners and one back\n",
+                p->dp, p->dp * p->tp, most, most == 1 ? "" : "s");
+    } else {
+        fprintf(out, "buckets  %zu (size %lld elements, align %lld)", p->nbuckets,
+                (long long)p->bucket_size, (long long)p->bucket_align);
+    }
     if (cz_plan_has_experts(p)) {
         size_t ex = 0;
         for (size_t b = 0; b < p->nbuckets; b++)
             ex += p->buckets[b].expert != 0;
         fprintf(out, "; %zu in the expert buffers", ex);
     }
-    if (s->layout == CZ_LAYOUT_SPLIT) {
+    if (!cz_plan_is_fsdp(p) && s->layout == CZ_LAYOUT_SPLIT) {
         size_t ew = 0;
         for (size_t b = 0; b < p->nbuckets; b++)
             ew += p->buckets[b].elementwise != 0;
@@ -158,7 +172,8 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
                 "matrix buffer",
                 ew, p->nbuckets - ew);
     }
-    fprintf(out, "\n");
+    if (!cz_plan_is_fsdp(p))
+        fprintf(out, "\n");
     if (p->dp_fell_back)
         fprintf(
             out,
@@ -182,7 +197,9 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
             out, "%-8s %14s %7.3f %14s %7d %18s\n", rank,
             cz_cli_format_cost(a, sizeof a, mt->dp_load[r], u),
             mean > 0 ? mt->dp_load[r] / mean : 1.0,
-            cz_cli_format_cost(b, sizeof b, mt->rank_makespan[r], u), p->schedules[r].ngroups,
+            cz_cli_format_cost(b, sizeof b, mt->rank_makespan[r], u),
+            /* A fully sharded plan's groups are its stage's, over the whole shard group. */
+            cz_plan_is_fsdp(p) ? p->schedules[r / (size_t)p->dp].ngroups : p->schedules[r].ngroups,
             cz_cli_format_bytes(d, sizeof d, vmax(mt->memory + r * (size_t)p->tp, (size_t)p->tp)));
     }
 
@@ -196,7 +213,9 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
         fprintf(out, "makespan (busiest GPU: DP + expert rank) %s\n",
                 cz_cli_format_cost(a, sizeof a, mt->tp_makespan, u));
     } else {
-        fprintf(out, "TP makespan (busiest DP rank)  %s\n",
+        fprintf(out, "%s  %s\n",
+                cz_plan_is_fsdp(p) ? "makespan (shard group)       "
+                                   : "TP makespan (busiest DP rank)",
                 cz_cli_format_cost(a, sizeof a, mt->tp_makespan, u));
     }
     fprintf(out, "average load (total/GPUs)      %s\n",

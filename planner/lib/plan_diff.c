@@ -797,6 +797,13 @@ int cz__plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit,
     *report_out = NULL;
     if (!a || !b)
         return cz__error_set(err, CZ_EINVALID, "diff: two plans are required");
+    /* Not yet: diff walks buckets, ranges and per-DP-rank schedules, which such a plan has not. */
+    if (cz_plan_is_fsdp(a) || cz_plan_is_fsdp(b))
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "diff: plan %s has layout fsdp, which diff does not compare yet; "
+                             "compare the two jobs with canzona compare --layout fsdp, or inspect "
+                             "each plan",
+                             cz_plan_is_fsdp(a) ? "A" : "B");
     int same_model =
         !strcmp(cz__str_or_unknown(a->model_sha256), cz__str_or_unknown(b->model_sha256));
     int same_topo = a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && same_experts(a, b);
