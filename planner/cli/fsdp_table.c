@@ -69,13 +69,13 @@ int cz_cli_fsdp_table(const char *cmd, const cz_model *model, const cz_cluster *
     cz_sim_result *sim = NULL;
     cz_fsdp_sim fs;
     fsdp_row rows[3];
-    int n = 0, rc = 1;
+    int n = 0, rc = 1, failed = 1;
     const cz_plan *fsdp = given;
     if (!fsdp) {
         cz_settings s = *settings;
         s.layout = CZ_LAYOUT_FSDP;
         if (cz_plan_build(&built, model, cluster, &s, &err) != CZ_OK)
-            goto fail;
+            goto done;
         fsdp = built;
     }
     /* The ZeRO-1 row needs the model: simulate --plan without --model shows the FSDP rows. */
@@ -84,7 +84,7 @@ int cz_cli_fsdp_table(const char *cmd, const cz_model *model, const cz_cluster *
         z.layout = CZ_LAYOUT_UNIFIED;
         if (cz_plan_build(&zero1, model, cluster, &z, &err) != CZ_OK ||
             cz_plan_simulate(&sim, zero1, cluster, NULL, &err) != CZ_OK)
-            goto fail;
+            goto done;
         rows[n++] = (fsdp_row){"zero1",
                                zero1->metrics.tp_makespan,
                                zero1->metrics.lower_bound,
@@ -96,7 +96,7 @@ int cz_cli_fsdp_table(const char *cmd, const cz_model *model, const cz_cluster *
                                1};
     }
     if (cz__fsdp_simulate(fsdp, cluster, &fs, &err) != CZ_OK)
-        goto fail;
+        goto done;
     rows[n++] = (fsdp_row){"fsdp",
                            fsdp->metrics.tp_makespan,
                            fsdp->metrics.lower_bound,
@@ -110,11 +110,10 @@ int cz_cli_fsdp_table(const char *cmd, const cz_model *model, const cz_cluster *
         "fsdp2+muon",   0.0, 0.0, fs.grad_s, fs.base_opt_s - fs.param_s, fs.param_s, fs.base_opt_s,
         fs.base_step_s, 0};
     print_table(rows, n, fsdp, json);
-    rc = 0;
-    goto done;
-fail:
-    fprintf(stderr, "canzona %s: %s\n", cmd, err.message);
+    failed = rc = 0;
 done:
+    if (failed)
+        fprintf(stderr, "canzona %s: %s\n", cmd, err.message);
     cz_sim_result_free(sim);
     cz_plan_free(zero1);
     cz_plan_free(built);

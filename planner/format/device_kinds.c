@@ -35,9 +35,9 @@ const char *cz__device_kind_name(cz_device_kind k)
 void cz__device_costs_from_ns(double launch_s, double ns_bf16_s, double ns_fp32_s,
                               cz_device_costs *out)
 {
-    /* One iteration of the executor's Newton-Schulz (executor/src/compute/ns_plan.c, cz__ns_plan):
-     * bf16 three GEMMs and four elementwise kernels (three conversions to bf16 and B = A), fp32
-     * three GEMMs and two (B = A and X = a X + Y). What is left of the measured iteration after its
+    /* One iteration of the executor's Newton-Schulz (executor/src/compute/ns_plan.c, cz__ns_plan): bf16
+     * three GEMMs and four elementwise kernels (three conversions to bf16 and B = A), fp32 three
+     * GEMMs and two (B = A and X = a X + Y). What is left of the measured iteration after its
      * elementwise launches is its GEMMs' calls. */
     out->launch_s = launch_s;
     out->gemm_call_s[CZ_GEMM_BF16] =

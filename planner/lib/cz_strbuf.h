@@ -19,7 +19,10 @@ typedef struct cz_strbuf {
     int failed; /* 1 once an allocation failed: the text is incomplete */
 } cz_strbuf;
 
-#define CZ_STRBUF_INIT {NULL, 0, 0, 0}
+#define CZ_STRBUF_INIT                                                                             \
+    {                                                                                              \
+        NULL, 0, 0, 0                                                                              \
+    }
 
 /* Appends n bytes of s. */
 void cz__strbuf_put(cz_strbuf *b, const char *s, size_t n);

@@ -88,8 +88,8 @@ cz_gemm_prec cz__dm_ns_prec(cz_dtype dtype)
     return dtype == CZ_DTYPE_FP32 ? CZ_GEMM_FP32 : CZ_GEMM_BF16;
 }
 
-/* The executor's threshold (CZ_NS_SYRK_MIN_ROWS_CUDA in executor/src/compute/ns_plan.h), measured
- * on the H200: SYRK pays from 4096 rows, where one matrix's SYRK fills the device by itself. */
+/* The executor's threshold (CZ_NS_SYRK_MIN_ROWS_CUDA in executor/src/compute/ns_plan.h), measured on the
+ * H200: SYRK pays from 4096 rows, where one matrix's SYRK fills the device by itself. */
 #define SYRK_MIN_ROWS 4096
 
 int cz__dm_use_syrk(int64_t rows, cz_gemm_prec prec)

@@ -130,7 +130,7 @@ done:
     return rc;
 }
 
-#define ACOL(t, g, k) (1 + G + ((t) * G + (g)) * K + (k))
+#define ACOL(t, g, k) (1 + G + ((t)*G + (g)) * K + (k))
 
 /* The rank's tasks by decreasing cost (T of them), each with its greedy group and slot,
  * greedy_gk[t] = g * K + k. */
