@@ -60,7 +60,8 @@ enum {
     CZ_OPT_GATHER_ORDER,
     CZ_OPT_DEFERRED_UPDATES,
     CZ_OPT_EARLY_UPDATES,
-    CZ_OPT_GRAD_REDUCE_IN_FP32
+    CZ_OPT_GRAD_REDUCE_IN_FP32,
+    CZ_OPT_REPLICATE_SIZE
 };
 /* clang-format off */
 #define CZ_CLI_CALIBRATION_OPTION {"calibration", required_argument, NULL, CZ_OPT_CALIBRATION}
