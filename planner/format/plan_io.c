@@ -727,7 +727,9 @@ int cz__plan_read_group(const cz_json_ctx *c, const json_t *e, const char *path,
     cz__json_path_key(sub, path, "slots");
     if (json_array_size(slots) != (size_t)nslots) {
         rc = cz__json_fail(c, sub, "expected %d slots (%s), found %zu", nslots,
-                           nslots == 1 ? "one: tp is 1 or the strategy is sc" : "one per TP rank",
+                           cz_plan_is_fsdp(p) ? "one per GPU of the shard group, dp*tp"
+                           : nslots == 1      ? "one: tp is 1 or the strategy is sc"
+                                              : "one per TP rank",
                            json_array_size(slots));
         goto done;
     }

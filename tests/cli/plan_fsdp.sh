@@ -95,8 +95,23 @@ PY
 expect "compare layout" 0 "$CZ" compare -m "$model" -c "$cluster" --layout fsdp
 has "compare rows" "zero1"
 
-expect "diff refused" 1 "$CZ" diff "$work/f.json" "$work/g.json"
-has "diff message" "has layout fsdp, which diff does not compare yet"
+expect "diff identical" 0 "$CZ" diff "$work/f.json" "$work/g.json"
+expect "plan one group" 0 "$CZ" plan -m "$model" -c "$cluster" --layout fsdp --capacity 1e9 -o "$work/one.json"
+"$CZ" diff "$work/f.json" "$work/one.json" --json >"$work/d.json" 2>&1
+python3 - "$work/d.json" "$work/f.json" "$work/one.json" <<'PY' && pass "diff of two fsdp plans" || { fail "diff of two fsdp plans"; head -c 2000 "$work/d.json"; }
+import json, sys
+d = json.load(open(sys.argv[1]))
+a, b = (json.load(open(f)) for f in sys.argv[2:4])
+moved = sum(1 for x, y in zip(a["params"], b["params"]) if x["owner"] != y["owner"] or x["dp_owner"] != y["dp_owner"])
+assert d["moved"]["matched"] == len(a["params"]), d["moved"]
+assert d["moved"]["any"] >= (1 if moved else 0), d["moved"]
+assert d["buckets"]["a"] == 0 and d["buckets"]["b"] == 0
+PY
+expect "plan unified" 0 "$CZ" plan -m "$model" -c "$cluster" -o "$work/u.json"
+expect "diff fsdp against unified refused" 1 "$CZ" diff "$work/f.json" "$work/u.json"
+has "diff message" "has layout fsdp and the other not"
+expect "inspect startup refused" 1 "$CZ" inspect "$work/f.json" --startup
+has "startup message" "the executor does not run fully sharded plans"
 expect "render refused" 1 "$CZ" render "$work/f.json" -o "$work/f.svg"
 has "render message" "plan layout fsdp is not drawn yet"
 mkdir -p "$work/split"
