@@ -15,7 +15,8 @@ _canzona_options() { # <command>: the options 'canzona <command> --help' lists
         --deferred-updates --early-updates --grad-reduce-in-fp32"
     case $1 in
     plan)
-        echo "-m --model -c --cluster -o --output --split --allow-oversubscribed-memory --json -q
+        echo "-m --model -c --cluster -o --output --split --replicate-size
+            --allow-oversubscribed-memory --json -q
             --quiet -h --help --calibration $settings $sizes" ;;
     inspect)
         echo "-c --cluster --json -n --top -a --all --startup --read-gbps --fs-gbps -h --help" ;;
@@ -77,7 +78,7 @@ _canzona() {
     --uneven) words="rooted padded" ;;
     --muon-tp) words="duplicated blockwise distributed layer_sharded" ;;
     --bucket-size) words="paper megatron" ;;
-    --layout) words="unified split" ;;
+    --layout) words="unified split fsdp" ;;
     --coop) words="off auto 2 4 8" ;;
     --ns-coeffs) words="jordan cubic polar_express" ;;
     --gather-order) words="forward ready" ;;

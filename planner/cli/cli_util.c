@@ -217,8 +217,9 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
     case CZ_OPT_LAYOUT:
         return cz_layout_parse(value, &s->layout)
                    ? bad_value(cmd, "layout", value,
-                               "unified (one gradient buffer) or split (matrix parameters in a "
-                               "buffer of their own, as the paper's reference code)")
+                               "unified (one gradient buffer), split (matrix parameters in a "
+                               "buffer of their own, as the paper's reference code) or fsdp "
+                               "(fully sharded, PyTorch FSDP2)")
                    : 0;
     case CZ_OPT_SPLIT_BLOCKS:
         s->split_blocks = 1;
@@ -349,7 +350,10 @@ void cz_cli_settings_help(FILE *f, double time_limit_default)
         "                        partitioned by --dp joint, alpha or anchored; elementwise\n"
         "                        parameters in an evenly sliced ZeRO-1 buffer); in simulate's\n"
         "                        and compare's tables it applies to the joint, alpha and\n"
-        "                        anchored rows\n"
+        "                        anchored rows; or fsdp (fully sharded as PyTorch FSDP2's\n"
+        "                        fully_shard: every parameter Shard(0) over DP, no buckets;\n"
+        "                        each matrix owned by one GPU of its stage's DP x TP shard\n"
+        "                        group, chosen by cost; plan file canzona.plan/4)\n"
         "  --tp NAME             TP micro-group strategy: rollback (default; greedy rollback),\n"
         "                        slot, single, none, or sc (synchronous compute baseline)\n"
         "  --split-blocks        schedule every block of a blocked matrix (fused Q/K/V, gate/up)\n"

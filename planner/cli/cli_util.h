@@ -60,7 +60,8 @@ enum {
     CZ_OPT_GATHER_ORDER,
     CZ_OPT_DEFERRED_UPDATES,
     CZ_OPT_EARLY_UPDATES,
-    CZ_OPT_GRAD_REDUCE_IN_FP32
+    CZ_OPT_GRAD_REDUCE_IN_FP32,
+    CZ_OPT_REPLICATE_SIZE
 };
 /* clang-format off */
 #define CZ_CLI_CALIBRATION_OPTION {"calibration", required_argument, NULL, CZ_OPT_CALIBRATION}
@@ -198,5 +199,11 @@ int cz_cli_load_inputs(const char *cmd, const char *model_path, const char *clus
  * the rows it can take (greedy joint, alpha and anchored); the other rows keep the unified buffer.
  */
 void cz_cli_row_layout(cz_settings *s);
+/* simulate's and compare's table under --layout fsdp (fsdp_table.c): the job's ZeRO-1 plan
+ * (when model is given), its fully sharded plan (given, or built from settings) and the FSDP2 +
+ * torch.optim.Muon baseline, each with makespan over the lower bound and the simulated step.
+ * Prints the table (JSON with json); 0, or 1 after printing the error prefixed by cmd. */
+int cz_cli_fsdp_table(const char *cmd, const cz_model *model, const cz_cluster *cluster,
+                      const cz_settings *settings, const cz_plan *given, int json);
 
 #endif

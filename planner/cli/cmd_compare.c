@@ -52,6 +52,9 @@ static void compare_help(FILE *f)
             "bucket by bucket (docs/SIMULATOR.md, \"The iteration\"; '-' where not modelled).\n"
             "--dp, --tp, --alpha-loads and --solver are set per row; the other planning settings\n"
             "apply to every row.\n"
+            "With --layout fsdp the table is instead the job as canzona's ZeRO-1 plan, as a fully\n"
+            "sharded plan and as FSDP2 with torch.optim.Muon by hand, side by side (canzona\n"
+            "simulate --layout fsdp's table).\n"
             "\n"
             "options:\n"
             "  -m, --model FILE      model description (canzona.model/1)\n"
@@ -457,6 +460,12 @@ int cz_cmd_compare(int argc, char **argv)
     if (cz_cli_load_inputs("compare", model_path, cluster_path, &sizes, a.calibration, &model,
                            &cluster))
         goto done;
+    /* The fully sharded layout is compared with the job's ZeRO-1 plan, not the strategy grid
+     * (its owners are chosen over the whole shard group, under no DP strategy). */
+    if (settings.layout == CZ_LAYOUT_FSDP) {
+        rc = cz_cli_fsdp_table("compare", model, cluster, &settings, NULL, json);
+        goto done;
+    }
     int n = rows_init(rows);
     for (int i = 0; i < n; i++) {
         /* On a terminal one self-overwriting line; forced, one line per row. */

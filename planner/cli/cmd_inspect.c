@@ -110,6 +110,36 @@ static void print_experts(json_t *r, int pp, cz_cost_unit u)
                cz_cli_format_cost(lab, sizeof lab, cz_cli_jnum(g, "expert_makespan"), u));
 }
 
+/* A fully sharded plan's micro-groups: each spans the stage's whole shard group. */
+static void print_fsdp(json_t *f, cz_cost_unit u)
+{
+    size_t i, j;
+    json_t *st, *o;
+    char a[64], b[64], c[64];
+    if (!json_is_object(f))
+        return;
+    printf("\nfully sharded: %d GPUs per shard group; %d parameters sharded unevenly by "
+           "torch.chunk, %d with fewer rows than DP ranks (the last ranks hold none)\n",
+           cz_cli_jint(f, "shard_group_gpus"), cz_cli_jint(f, "uneven_params"),
+           cz_cli_jint(f, "short_params"));
+    json_array_foreach(json_object_get(f, "stages"), i, st)
+    {
+        printf("  stage %d: at most %d tasks on one GPU\n  %6s %6s %6s %6s %13s %13s  %s\n",
+               cz_cli_jint(st, "stage"), cz_cli_jint(st, "tasks_per_gpu_max"), "group", "tasks",
+               "shapes", "owners", "slot min", "slot max", "largest task");
+        json_array_foreach(json_object_get(st, "groups"), j, o)
+        {
+            json_t *big = json_object_get(o, "largest_task");
+            printf("  %6d %6d %6d %6d %13s %13s  %s (%s)\n", cz_cli_jint(o, "id"),
+                   cz_cli_jint(o, "tasks"), cz_cli_jint(o, "shapes"), cz_cli_jint(o, "owners"),
+                   cz_cli_format_cost(a, sizeof a, cz_cli_jnum(o, "slot_load_min"), u),
+                   cz_cli_format_cost(b, sizeof b, cz_cli_jnum(o, "slot_load_max"), u),
+                   cz_cli_jstr(big, "name"),
+                   cz_cli_format_cost(c, sizeof c, cz_cli_jnum(big, "cost"), u));
+        }
+    }
+}
+
 static void print_text(const cz_plan *p, json_t *r, int all)
 {
     cz_cost_unit u = p->settings.unit;
@@ -134,6 +164,11 @@ static void print_text(const cz_plan *p, json_t *r, int all)
     printf(", tp %s (capacity %s), solver %s, seed %llu\n", cz_cli_jstr(s, "tp"),
            cz_cli_format_cost(a, sizeof a, p->capacity_used, u), cz_cli_jstr(s, "solver"),
            (unsigned long long)p->settings.seed);
+    if (cz_plan_is_fsdp(p))
+        printf("layout    fsdp: every parameter Shard(0) over DP %d as FSDP2's fully_shard "
+               "(torch.chunk rows), no buckets; each matrix owned by one GPU of its stage's "
+               "%d-GPU shard group\n",
+               p->dp, p->dp * p->tp);
     if (p->settings.layout == CZ_LAYOUT_SPLIT)
         printf("layout    split: matrix parameters in a buffer of their own; elementwise "
                "parameters in an evenly sliced buffer, cut between DP ranks (not counted "
@@ -242,8 +277,10 @@ static void print_text(const cz_plan *p, json_t *r, int all)
         }
     }
 
-    printf("\nmicro-groups\n  %-8s %6s %6s %13s %13s  %s\n", pp > 1 ? "stage/dp" : "DP rank",
-           "groups", "tasks", "slot min", "slot max", "largest task");
+    print_fsdp(json_object_get(r, "fsdp"), u);
+    if (json_array_size(json_object_get(r, "microgroups")))
+        printf("\nmicro-groups\n  %-8s %6s %6s %13s %13s  %s\n", pp > 1 ? "stage/dp" : "DP rank",
+               "groups", "tasks", "slot min", "slot max", "largest task");
     json_array_foreach(json_object_get(r, "microgroups"), i, o)
     {
         json_t *big = json_object_get(o, "largest_task");
@@ -458,6 +495,12 @@ int cz_cmd_inspect(int argc, char **argv)
     if (cz_plan_read(&plan, path, &err) != CZ_OK ||
         (cluster_path && cz_cluster_load(&cluster, cluster_path, &err) != CZ_OK)) {
         fprintf(stderr, "canzona inspect: %s\n", err.message);
+        goto done;
+    }
+    if (a.startup && cz_plan_is_fsdp(plan)) {
+        /* The model is of cz_executor_create's start-up, which refuses such a plan. */
+        fprintf(stderr, "canzona inspect: --startup models the executor's start-up, and the "
+                        "executor does not run fully sharded plans (layout fsdp) yet\n");
         goto done;
     }
     if (a.startup) {

@@ -41,6 +41,10 @@ static void plan_help(FILE *f)
         "                        whole plan goes to DIR/plan.json unless -o names a file. Give\n"
         "                        the executor DIR instead of the plan file: each rank then reads\n"
         "                        its own part only\n"
+        "      --replicate-size N\n"
+        "                        HSDP's outer replicate dimension under --layout fsdp: only 1\n"
+        "                        (plain FSDP, the default) is planned by this build; N > 1 is\n"
+        "                        refused\n"
         "      --allow-oversubscribed-memory\n"
         "                        write the plan even when a GPU's parameters, gradients and\n"
         "                        optimizer state exceed the cluster's device.memory_gib (the\n"
@@ -141,15 +145,29 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
         fprintf(out, " (%s order)", cz_layerwise_order_name(s->layerwise_order));
     fprintf(out, ", tp %s (capacity %s), solver %s\n", cz_tp_strategy_name(s->tp),
             cz_cli_format_cost(a, sizeof a, p->capacity_used, u), cz_solver_name(s->solver));
-    fprintf(out, "buckets  %zu (size %lld elements, align %lld)", p->nbuckets,
-            (long long)p->bucket_size, (long long)p->bucket_align);
+    if (cz_plan_is_fsdp(p)) {
+        int most = 0;
+        for (size_t k = 0; k < p->nschedules; k++)
+            most = p->schedules[k].ngroups > most ? p->schedules[k].ngroups : most;
+        fprintf(out,
+                "layout   fsdp: every parameter Shard(0) over DP %d (torch.chunk rows), no "
+                "buckets;\n"
+                "         each matrix owned by one of the %d GPUs of its stage's shard group "
+                "(DP x TP),\n"
+                "         %d micro-group%s per stage at most, each one all-to-all(v) to the "
+                "owners and one back\n",
+                p->dp, p->dp * p->tp, most, most == 1 ? "" : "s");
+    } else {
+        fprintf(out, "buckets  %zu (size %lld elements, align %lld)", p->nbuckets,
+                (long long)p->bucket_size, (long long)p->bucket_align);
+    }
     if (cz_plan_has_experts(p)) {
         size_t ex = 0;
         for (size_t b = 0; b < p->nbuckets; b++)
             ex += p->buckets[b].expert != 0;
         fprintf(out, "; %zu in the expert buffers", ex);
     }
-    if (s->layout == CZ_LAYOUT_SPLIT) {
+    if (!cz_plan_is_fsdp(p) && s->layout == CZ_LAYOUT_SPLIT) {
         size_t ew = 0;
         for (size_t b = 0; b < p->nbuckets; b++)
             ew += p->buckets[b].elementwise != 0;
@@ -158,7 +176,8 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
                 "matrix buffer",
                 ew, p->nbuckets - ew);
     }
-    fprintf(out, "\n");
+    if (!cz_plan_is_fsdp(p))
+        fprintf(out, "\n");
     if (p->dp_fell_back)
         fprintf(
             out,
@@ -182,7 +201,9 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
             out, "%-8s %14s %7.3f %14s %7d %18s\n", rank,
             cz_cli_format_cost(a, sizeof a, mt->dp_load[r], u),
             mean > 0 ? mt->dp_load[r] / mean : 1.0,
-            cz_cli_format_cost(b, sizeof b, mt->rank_makespan[r], u), p->schedules[r].ngroups,
+            cz_cli_format_cost(b, sizeof b, mt->rank_makespan[r], u),
+            /* A fully sharded plan's groups are its stage's, over the whole shard group. */
+            cz_plan_is_fsdp(p) ? p->schedules[r / (size_t)p->dp].ngroups : p->schedules[r].ngroups,
             cz_cli_format_bytes(d, sizeof d, vmax(mt->memory + r * (size_t)p->tp, (size_t)p->tp)));
     }
 
@@ -196,7 +217,9 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
         fprintf(out, "makespan (busiest GPU: DP + expert rank) %s\n",
                 cz_cli_format_cost(a, sizeof a, mt->tp_makespan, u));
     } else {
-        fprintf(out, "TP makespan (busiest DP rank)  %s\n",
+        fprintf(out, "%s  %s\n",
+                cz_plan_is_fsdp(p) ? "makespan (shard group)       "
+                                   : "TP makespan (busiest DP rank)",
                 cz_cli_format_cost(a, sizeof a, mt->tp_makespan, u));
     }
     fprintf(out, "average load (total/GPUs)      %s\n",
@@ -370,6 +393,7 @@ static int has_coop(const cz_plan *plan)
 typedef struct plan_args {
     const char *model_path, *cluster_path, *output, *calibration, *split;
     int json, quiet, allow_memory;
+    long replicate; /* --replicate-size; 0 when not given */
 } plan_args;
 
 static int plan_option(void *state, int opt, const char *value)
@@ -400,6 +424,16 @@ static int plan_option(void *state, int opt, const char *value)
     case CZ_OPT_SPLIT_DIR:
         a->split = value;
         return 0;
+    case CZ_OPT_REPLICATE_SIZE: {
+        char *end = NULL;
+        a->replicate = strtol(value, &end, 10);
+        if (!*value || *end || a->replicate < 1 || a->replicate > 1 << 20) {
+            fprintf(stderr, "canzona plan: --replicate-size '%s': expected a whole number >= 1\n",
+                    value);
+            return 2;
+        }
+        return 0;
+    }
     }
     return 1;
 }
@@ -415,6 +449,7 @@ int cz_cmd_plan(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {"allow-oversubscribed-memory", no_argument, NULL, 'M'},
         {"split", required_argument, NULL, CZ_OPT_SPLIT_DIR},
+        {"replicate-size", required_argument, NULL, CZ_OPT_REPLICATE_SIZE},
         CZ_CLI_CALIBRATION_OPTION,
         {NULL, 0, NULL, 0},
     };
@@ -445,6 +480,21 @@ int cz_cmd_plan(int argc, char **argv)
     cz_error_clear(&err);
     if (cz_cli_require_inputs("plan", argc, argv, optind, model_path, cluster_path))
         return 2;
+    /* HSDP's replicate dimension: planned in a later version (docs/PLANNER.md, "Fully
+     * sharded"); refused rather than planned as if the job were plain FSDP. */
+    if (a.replicate > 1) {
+        fprintf(stderr,
+                "canzona plan: --replicate-size %ld: hybrid sharding (HSDP, an outer replicate "
+                "dimension over which the job averages gradients) is not planned by this build; "
+                "plan the shard group alone (--layout fsdp with --dp-size = the shard size) or "
+                "leave --replicate-size at 1\n",
+                a.replicate);
+        return 2;
+    }
+    if (a.replicate == 1 && settings.layout != CZ_LAYOUT_FSDP) {
+        fprintf(stderr, "canzona plan: --replicate-size applies to --layout fsdp only\n");
+        return 2;
+    }
     /* --split cuts the plan as written: it needs it in a file. */
     char split_plan[4096];
     if (a.split && output && !strcmp(output, "-")) {

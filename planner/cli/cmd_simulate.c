@@ -58,7 +58,12 @@ static void simulate_help(FILE *f)
         "                        TP size is then TP x G); default 1\n"
         "      --json            print JSON instead of a table\n"
         "  -h, --help            this help\n"
-        "Giving --dp or --tp simulates that single configuration instead of the table.\n");
+        "Giving --dp or --tp simulates that single configuration instead of the table.\n"
+        "With --layout fsdp (or --plan of a fully sharded plan) the table is instead the job\n"
+        "as canzona's ZeRO-1 plan (zero1), as a fully sharded plan (fsdp: FSDP2's own\n"
+        "reduce-scatter and all-gather, one all-to-all(v) per micro-group to the owners and\n"
+        "one back) and as FSDP2 with torch.optim.Muon by hand (fsdp2+muon: every matrix\n"
+        "all-gathered whole and stepped on every GPU); docs/SIMULATOR.md, \"Fully sharded\".\n");
     cz_cli_device_help(f, 1);
     cz_cli_settings_help(f, 0);
 }
@@ -467,6 +472,10 @@ int cz_cmd_simulate(int argc, char **argv)
                     model->name, model->sha256);
             goto done;
         }
+        if (cz_plan_is_fsdp(plan)) {
+            rc = cz_cli_fsdp_table("simulate", model, cluster, &plan->settings, plan, json);
+            goto done;
+        }
         cz_sim_result *sim = NULL;
         if (cz_plan_simulate(&sim, plan, cluster, &simopt, &err) != CZ_OK) {
             fprintf(stderr, "canzona simulate: %s: %s\n", plan_path, err.message);
@@ -475,6 +484,9 @@ int cz_cmd_simulate(int argc, char **argv)
         rows[0].label = "plan";
         row_fill(&rows[0], plan, sim, simopt.muon_tp);
         nrows = 1;
+    } else if (settings.layout == CZ_LAYOUT_FSDP) {
+        rc = cz_cli_fsdp_table("simulate", model, cluster, &settings, NULL, json);
+        goto done;
     } else {
         if (muon_tp_given && !single) {
             fprintf(stderr, "canzona simulate: --muon-tp applies to one configuration (--dp and "

@@ -275,6 +275,13 @@ typedef struct cz_plan_param {
      * other parameter, and for all of them in a plan without expert groups. */
     int expert;
     int ep_rank;
+    /* A fully sharded plan (cz_plan_is_fsdp): the GPU of the stage's shard group that owns and
+     * updates the whole matrix, dp_rank * tp + tp_rank (dp_owner is then its DP rank), -1 for an
+     * elementwise parameter (every GPU updates its own shard); and the rows of the TP-local
+     * shard each DP rank holds, torch.chunk's ceil(local rows / dp) (cz__fsdp_rows: the last
+     * ranks hold fewer or none). 0 and 0 in every other plan. */
+    int owner;
+    int64_t shard_rows;
 } cz_plan_param;
 
 typedef struct cz_plan_bucket {
@@ -492,9 +499,27 @@ static inline int cz_plan_param_tp(const cz_plan *plan, const cz_plan_param *p)
  * parameters of a split-layout plan (they live in the evenly sliced buffer). */
 static inline int cz_plan_param_fragmented(const cz_plan *plan, const cz_plan_param *p)
 {
-    return plan->settings.dp == CZ_DP_EVEN || (plan->settings.layout == CZ_LAYOUT_SPLIT &&
+    return plan->settings.dp == CZ_DP_EVEN || (plan->settings.layout != CZ_LAYOUT_UNIFIED &&
                                                p->def.kind == CZ_KIND_ELEMENTWISE && !p->expert);
 }
+
+/* Whether the plan is fully sharded (settings.layout fsdp, docs/PLANNER.md "Fully sharded"):
+ * no buckets, one schedule per stage over all dp * tp GPUs of the stage's shard group. */
+static inline int cz_plan_is_fsdp(const cz_plan *plan)
+{
+    return plan->settings.layout == CZ_LAYOUT_FSDP;
+}
+
+/* ---- FSDP2's dim-0 sharding (fsdp_shards.c) ----
+ * fully_shard splits each (TP-local) parameter along dim 0 with torch.chunk: every DP rank gets
+ * ceil(rows / dp) rows, the last ranks fewer, and ranks past the rows none (7 rows over 4 ranks:
+ * 2, 2, 2, 1; 5 rows: 2, 2, 1, 0; 2 rows over 4: 1, 1, 0, 0). */
+/* The chunk size, ceil(rows / dp); 0 for rows or dp below 1. */
+int64_t cz__fsdp_chunk_rows(int64_t rows, int dp);
+/* The rows DP rank r holds: min(chunk, rows - r * chunk), never below 0. */
+int64_t cz__fsdp_rows(int64_t rows, int dp, int r);
+/* Whether every DP rank holds the same rows (rows a multiple of dp): FSDP2 then pads nothing. */
+int cz__fsdp_even(int64_t rows, int dp);
 
 /* Where parameter p's elements end in its bucket, offset + numel saturated at INT64_MAX: the
  * reader takes each up to INT64_MAX (validate reports a numel that disagrees with the local
@@ -895,6 +920,12 @@ void cz__plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, 
  * validate` and the executor's plan check, so that the executor refuses every plan validate
  * refuses for a structural reason. Safe on any plan the reader accepts. */
 void cz__plan_check_structure(cz_plan_checks *c, const cz_plan *plan);
+/* The structural rules of a fully sharded plan (fsdp_structure.c), which
+ * cz__plan_check_structure runs in place of the bucket rules: parameter ids, local shapes,
+ * blocks and heads as in every plan; no buckets; each parameter's shard rows by torch.chunk's
+ * rule; each matrix owned by one GPU of its stage's shard group and hosted there in exactly one
+ * group of the stage's one schedule; elementwise parameters unowned; slot loads. */
+void cz__fsdp_check_structure(cz_plan_checks *c, const cz_plan *plan);
 /* Whether two stored costs agree to validate's relative tolerance (1e-9); NaN never does. */
 int cz__close_rel(double a, double b);
 

@@ -1,4 +1,4 @@
-/* Reading plan files (canzona.plan/1 and /2), and the content hash of a parsed plan; the
+/* Reading plan files (canzona.plan/1 to /4), and the content hash of a parsed plan; the
  * writer is plan_write.c.
  *
  * Micro-group tasks are listed per slot in the file (plan_write.c). Reading rebuilds the flat
@@ -47,7 +47,8 @@ bool cz__plan_has_split_tasks(const cz_plan *plan)
  * block or cooperative task, "canzona.plan/1" otherwise (what plan_write.c writes). */
 const char *cz__plan_schema_needed(const cz_plan *plan)
 {
-    return cz_plan_has_experts(plan)        ? CZ_PLAN_SCHEMA_EXPERT
+    return cz_plan_is_fsdp(plan)            ? CZ_PLAN_SCHEMA_FSDP
+           : cz_plan_has_experts(plan)      ? CZ_PLAN_SCHEMA_EXPERT
            : cz__plan_has_split_tasks(plan) ? CZ_PLAN_SCHEMA_SPLIT
                                             : CZ_PLAN_SCHEMA;
 }
@@ -56,7 +57,8 @@ int cz__plan_check_schema(const cz_plan *plan, const char *path, cz_error *err)
 {
     if (plan->schema_version == 0)
         return CZ_OK; /* built in memory */
-    const char *said = plan->schema_version == 3   ? CZ_PLAN_SCHEMA_EXPERT
+    const char *said = plan->schema_version == 4   ? CZ_PLAN_SCHEMA_FSDP
+                       : plan->schema_version == 3 ? CZ_PLAN_SCHEMA_EXPERT
                        : plan->schema_version == 2 ? CZ_PLAN_SCHEMA_SPLIT
                                                    : CZ_PLAN_SCHEMA;
     const char *need = cz__plan_schema_needed(plan);
@@ -70,7 +72,8 @@ int cz__plan_check_schema(const cz_plan *plan, const char *path, cz_error *err)
                          "(%s); expected \"%s\": the file was relabelled or edited, re-run canzona "
                          "plan",
                          path, said, need,
-                         cz_plan_has_experts(plan)        ? "it has expert groups"
+                         cz_plan_is_fsdp(plan)            ? "its layout is fsdp"
+                         : cz_plan_has_experts(plan)      ? "it has expert groups"
                          : cz__plan_has_split_tasks(plan) ? "it has block or cooperative tasks"
                                                           : "no expert groups, no block or "
                                                             "cooperative task",
@@ -350,6 +353,15 @@ int cz__plan_read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     if ((rc = cz__json_get_enum(c, o, P, "layout", false, cz__layout_names, &v)) != CZ_OK)
         return rc;
     s->layout = (cz_layout)v;
+    /* The fully sharded layout and version 4 go together: an earlier reader refuses such a plan
+     * by its schema, and a version 4 file is read by its own rules below. */
+    if ((s->layout == CZ_LAYOUT_FSDP) != (p->schema_version == 4)) {
+        char sub[CZ_JSON_PATH_MAX];
+        return cz__json_fail(c, cz__json_path_key(sub, P, "layout"),
+                             "layout \"%s\" with schema version %d: the fsdp layout is written "
+                             "as \"%s\" and that schema holds only fsdp plans",
+                             cz_layout_name(s->layout), p->schema_version, CZ_PLAN_SCHEMA_FSDP);
+    }
     /* Absent unless set (version 2 plans). */
     fell = false;
     if ((rc = cz__json_get_bool(c, o, P, "split_blocks", false, &fell)) != CZ_OK)
@@ -368,6 +380,27 @@ int cz__plan_read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     return read_ns_coeffs(c, o, P, p);
 }
 
+/* The members a fully sharded plan's parameter has after its stage: no bucket (FSDP2's flat
+ * buffers are its own), its shard rows and its owner, a GPU of the stage's shard group; the
+ * structural check holds shard_rows to torch.chunk's rule. */
+static int read_param_fsdp(const cz_json_ctx *c, const json_t *e, const char *path,
+                           const cz_plan *p, cz_plan_param *q)
+{
+    int rc;
+    int64_t gpus = (int64_t)p->dp * p->tp;
+    q->bucket = -1;
+    q->offset = 0;
+    if ((rc = cz__json_get_int64(c, e, path, "numel", true, 1, INT64_MAX, &q->numel)) != CZ_OK ||
+        (rc = cz__json_get_double(c, e, path, "cost", true, 0, false, &q->cost)) != CZ_OK ||
+        (rc = cz__json_get_int64(c, e, path, "shard_rows", true, 0, INT64_MAX, &q->shard_rows)) !=
+            CZ_OK ||
+        (rc = cz__json_get_int(c, e, path, "owner", true, -1, (int)(gpus - 1), &q->owner)) !=
+            CZ_OK ||
+        (rc = cz__json_get_int(c, e, path, "dp_owner", true, -1, p->dp - 1, &q->dp_owner)) != CZ_OK)
+        return rc;
+    return CZ_OK;
+}
+
 int cz__plan_read_param(const cz_json_ctx *c, const json_t *e, const char *path, size_t index,
                         const cz_plan *p, cz_plan_param *q)
 {
@@ -375,14 +408,18 @@ int cz__plan_read_param(const cz_json_ctx *c, const json_t *e, const char *path,
                                        "optimizer", "blocks", "heads", "layer",       "stage",
                                        "bucket",    "offset", "numel", "cost",        "dp_owner",
                                        "ep_rank",   NULL};
+    static const char *const fkeys[] = {
+        "id",    "name",  "shape", "local_shape", "tp_dim",     "optimizer", "blocks",   "heads",
+        "layer", "stage", "numel", "cost",        "shard_rows", "owner",     "dp_owner", NULL};
     static const char *const bkeys[] = {"dim", "sizes", NULL};
     static const char *const hkeys[] = {"dim", "size", NULL};
     char sub[CZ_JSON_PATH_MAX], el[CZ_JSON_PATH_MAX];
     const json_t *blocks = NULL, *heads = NULL, *sizes, *tp;
     int kind = 0, local_ndim = 0, rc;
 
+    bool fsdp = cz_plan_is_fsdp(p);
     q->def.block_dim = -1;
-    if ((rc = cz__json_check_object(c, e, path, keys)) != CZ_OK)
+    if ((rc = cz__json_check_object(c, e, path, fsdp ? fkeys : keys)) != CZ_OK)
         return rc;
     if ((rc = cz__json_get_int(c, e, path, "id", true, 0, INT_MAX, &q->id)) != CZ_OK)
         return rc;
@@ -470,6 +507,8 @@ int cz__plan_read_param(const cz_json_ctx *c, const json_t *e, const char *path,
         return rc;
     if ((rc = cz__json_get_int(c, e, path, "stage", true, 0, p->pp - 1, &q->stage)) != CZ_OK)
         return rc;
+    if (fsdp)
+        return read_param_fsdp(c, e, path, p, q);
     if (p->nbuckets == 0) {
         rc = cz__json_fail(c, cz__json_path_key(sub, path, "bucket"),
                            "refers to a bucket, but $.buckets is empty");
@@ -688,7 +727,9 @@ int cz__plan_read_group(const cz_json_ctx *c, const json_t *e, const char *path,
     cz__json_path_key(sub, path, "slots");
     if (json_array_size(slots) != (size_t)nslots) {
         rc = cz__json_fail(c, sub, "expected %d slots (%s), found %zu", nslots,
-                           nslots == 1 ? "one: tp is 1 or the strategy is sc" : "one per TP rank",
+                           cz_plan_is_fsdp(p) ? "one per GPU of the shard group, dp*tp"
+                           : nslots == 1      ? "one: tp is 1 or the strategy is sc"
+                                              : "one per TP rank",
                            json_array_size(slots));
         goto done;
     }
@@ -796,15 +837,22 @@ static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p, 
 {
     static const char *const keys[] = {"stage", "dp_rank", "groups", NULL};
     static const char *const ekeys[] = {"stage", "ep_rank", "edp_rank", "groups", NULL};
+    static const char *const fkeys[] = {"stage", "groups", NULL};
     char el[CZ_JSON_PATH_MAX], sub[CZ_JSON_PATH_MAX], gp[CZ_JSON_PATH_MAX];
-    const char *key = expert ? "expert_schedule" : "tp_schedule";
-    const char *P = expert ? "$.expert_schedule" : "$.tp_schedule";
+    /* A fully sharded plan: one schedule per stage over the dp*tp GPUs of its shard group. */
+    bool fsdp = cz_plan_is_fsdp(p);
+    const char *key = expert ? "expert_schedule" : fsdp ? "fsdp_schedule" : "tp_schedule";
+    const char *P = expert ? "$.expert_schedule" : fsdp ? "$.fsdp_schedule" : "$.tp_schedule";
     const json_t *arr;
-    size_t per_stage = expert ? (size_t)cz_plan_expert_ranks(p) : (size_t)p->dp;
+    size_t per_stage = expert ? (size_t)cz_plan_expert_ranks(p) : fsdp ? 1 : (size_t)p->dp;
     size_t want = (size_t)p->pp * per_stage;
     int group = expert ? p->etp : p->tp;
-    int nslots = (p->settings.tp == CZ_TP_SC || group == 1) ? 1 : group;
+    int nslots = fsdp ? p->dp * p->tp : (p->settings.tp == CZ_TP_SC || group == 1) ? 1 : group;
     int rc;
+    if (!expert && json_object_get(root, fsdp ? "tp_schedule" : "fsdp_schedule"))
+        return cz__json_fail(c, fsdp ? "$.tp_schedule" : "$.fsdp_schedule",
+                             "a plan whose layout is %s has \"%s\" instead",
+                             fsdp ? "fsdp" : "not fsdp", fsdp ? "fsdp_schedule" : "tp_schedule");
     if (!expert || cz_plan_has_experts(p)) {
         if ((rc = cz__json_get_array(c, root, "$", key, true, 0, &arr)) != CZ_OK)
             return rc;
@@ -820,6 +868,9 @@ static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p, 
         if (expert)
             rc = cz__json_fail(c, P, "expected %zu entries (pp*ep*edp = %d*%d*%d), found %zu", want,
                                p->pp, p->ep, p->edp, json_array_size(arr));
+        else if (fsdp)
+            rc = cz__json_fail(c, P, "expected %zu entries (one per stage), found %zu", want,
+                               json_array_size(arr));
         else
             rc = cz__json_fail(c, P, "expected %zu entries (pp*dp = %d*%d), found %zu", want, p->pp,
                                p->dp, json_array_size(arr));
@@ -841,7 +892,7 @@ static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p, 
         const json_t *e = json_array_get(arr, i), *groups;
         cz_rank_schedule *rs = &all[i];
         cz__json_path_index(el, P, i);
-        if ((rc = cz__json_check_object(c, e, el, expert ? ekeys : keys)) != CZ_OK)
+        if ((rc = cz__json_check_object(c, e, el, expert ? ekeys : fsdp ? fkeys : keys)) != CZ_OK)
             return rc;
         int want_stage = (int)(i / per_stage), want_rank = (int)(i % per_stage);
         if ((rc = cz__json_get_int(c, e, el, "stage", true, want_stage, want_stage, &rs->stage)) !=
@@ -854,6 +905,8 @@ static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p, 
                 (rc = cz__json_get_int(c, e, el, "edp_rank", true, want_d, want_d, &rs->dp_rank)) !=
                     CZ_OK)
                 return rc;
+        } else if (fsdp) {
+            rs->dp_rank = -1; /* the whole shard group: no one DP rank's */
         } else if ((rc = cz__json_get_int(c, e, el, "dp_rank", true, want_rank, want_rank,
                                           &rs->dp_rank)) != CZ_OK) {
             return rc;
@@ -1009,16 +1062,18 @@ int cz__plan_read_schema(const cz_json_ctx *c, const json_t *root, int *version)
     *version = !strcmp(s, CZ_PLAN_SCHEMA)          ? 1
                : !strcmp(s, CZ_PLAN_SCHEMA_SPLIT)  ? 2
                : !strcmp(s, CZ_PLAN_SCHEMA_EXPERT) ? 3
+               : !strcmp(s, CZ_PLAN_SCHEMA_FSDP)   ? 4
                                                    : 0;
     if (*version == 0 && strncmp(s, "canzona.plan/", strlen("canzona.plan/")) == 0)
         return cz__error_set(c->err, CZ_EUNSUPPORTED,
                              "%s: $.schema: unsupported schema version \"%s\"; this build reads "
-                             "\"%s\", \"%s\" and \"%s\" (a newer canzona wrote it?)",
+                             "\"%s\", \"%s\", \"%s\" and \"%s\" (a newer canzona wrote it?)",
                              c->file, s, CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT,
-                             CZ_PLAN_SCHEMA_EXPERT);
+                             CZ_PLAN_SCHEMA_EXPERT, CZ_PLAN_SCHEMA_FSDP);
     if (*version == 0)
-        return cz__json_fail(c, "$.schema", "expected \"%s\", \"%s\" or \"%s\", found \"%s\"",
-                             CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT, CZ_PLAN_SCHEMA_EXPERT, s);
+        return cz__json_fail(
+            c, "$.schema", "expected \"%s\", \"%s\", \"%s\" or \"%s\", found \"%s\"",
+            CZ_PLAN_SCHEMA, CZ_PLAN_SCHEMA_SPLIT, CZ_PLAN_SCHEMA_EXPERT, CZ_PLAN_SCHEMA_FSDP, s);
     return CZ_OK;
 }
 
@@ -1119,6 +1174,14 @@ int cz__plan_read_shape(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     if ((rc = cz__json_get_enum(c, root, "$", "dtype", true, dtypes, &dtype)) != CZ_OK)
         return rc;
     p->dtype = (cz_dtype)dtype;
+    /* A fully sharded plan has no buckets, and so no bucket configuration. */
+    if (p->schema_version == 4) {
+        if (json_object_get(root, "buckets_config"))
+            return cz__json_fail(c, "$.buckets_config",
+                                 "a fully sharded plan (\"%s\") has no gradient buckets",
+                                 CZ_PLAN_SCHEMA_FSDP);
+        return CZ_OK;
+    }
     if ((rc = cz__json_get_object(c, root, "$", "buckets_config", true, bc_keys, &bc)) != CZ_OK ||
         (rc = cz__json_get_int64(c, bc, "$.buckets_config", "size", true, 0, INT64_MAX,
                                  &p->bucket_size)) != CZ_OK ||
@@ -1134,8 +1197,15 @@ static int read_layout(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     const json_t *params, *buckets;
     char el[CZ_JSON_PATH_MAX];
     int rc;
-    if ((rc = cz__json_get_array(c, root, "$", "params", true, 1, &params)) != CZ_OK ||
-        (rc = cz__json_get_array(c, root, "$", "buckets", true, 0, &buckets)) != CZ_OK)
+    bool fsdp = p->schema_version == 4;
+    if ((rc = cz__json_get_array(c, root, "$", "params", true, 1, &params)) != CZ_OK)
+        return rc;
+    /* A fully sharded plan has none (FSDP2's flat buffers are its own), every other one some. */
+    if (fsdp && json_object_get(root, "buckets"))
+        return cz__json_fail(c, "$.buckets", "a fully sharded plan (\"%s\") has no buckets",
+                             CZ_PLAN_SCHEMA_FSDP);
+    buckets = fsdp ? NULL : json_object_get(root, "buckets");
+    if (!fsdp && (rc = cz__json_get_array(c, root, "$", "buckets", true, 0, &buckets)) != CZ_OK)
         return rc;
     if (json_array_size(params) > (size_t)INT_MAX || json_array_size(buckets) > (size_t)INT_MAX)
         return cz__json_fail(c, "$", "too many parameters or buckets");
@@ -1171,9 +1241,9 @@ static int read_layout(const cz_json_ctx *c, const json_t *root, cz_plan *p)
 int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
 {
     static const char *const top_keys[] = {
-        "schema",          "generator",      "inputs",        "settings",  "topology",
-        "dtype",           "buckets_config", "params",        "buckets",   "tp_schedule",
-        "expert_schedule", "metrics",        "solver_result", CONTENT_KEY, NULL};
+        "schema",         "generator", "inputs",        "settings",    "topology",        "dtype",
+        "buckets_config", "params",    "buckets",       "tp_schedule", "expert_schedule", "metrics",
+        "solver_result",  CONTENT_KEY, "fsdp_schedule", NULL};
     cz_json_ctx cc = {path, err}, *c = &cc;
     json_t *root = NULL;
     cz_plan *p = NULL;
@@ -1189,7 +1259,7 @@ int cz_plan_read(cz_plan **out, const char *path, cz_error *err)
         (rc = cz__plan_read_schema(c, root, &version)) != CZ_OK)
         goto done;
     p->schema_version = version;
-    split = version >= 2; /* task objects: versions 2 and 3 */
+    split = version == 2 || version == 3; /* task objects: versions 2 and 3 */
     /* In the order later parts depend on: the sizes before the buckets, the buckets before the
      * parameters, all of them before the schedules and metrics. */
     if ((rc = cz__json_check_object(c, root, "$", top_keys)) != CZ_OK ||

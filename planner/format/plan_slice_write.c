@@ -291,6 +291,17 @@ int cz__plan_split_write(const char *plan_path, const char *dir, cz_error *err)
                            plan_path);
         goto done;
     }
+    /* A rank's part is its DP rank's buckets and schedule; a fully sharded plan has neither,
+     * and the executor that would read the parts does not run it. */
+    const char *schema = json_string_value(json_object_get(root, "schema"));
+    if (schema && strcmp(schema, CZ_PLAN_SCHEMA_FSDP) == 0) {
+        rc = cz__error_set(err, CZ_EUNSUPPORTED,
+                           "%s: a fully sharded plan (\"%s\") cannot be split into per-rank "
+                           "parts: it has no buckets or per-DP-rank schedules, and the executor "
+                           "does not run it yet; leave out --split",
+                           plan_path, CZ_PLAN_SCHEMA_FSDP);
+        goto done;
+    }
     const json_t *topo = json_object_get(root, "topology");
     int64_t dp = geti(topo, "dp", 0), pp = geti(topo, "pp", 0), ep = geti(topo, "ep", 0),
             edp = geti(topo, "edp", 0);

@@ -19,38 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CZ_VALIDATE_RTOL 1e-9
-
 typedef cz_plan_checks vctx;
 #define at cz__plan_checks_at
 #define viol cz__plan_checks_fail
 
-void cz__plan_checks_at(cz_plan_checks *c, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->path, sizeof c->path, fmt, ap);
-    va_end(ap);
-}
-
-void cz__plan_checks_fail(cz_plan_checks *c, const char *code, const char *fmt, ...)
-{
-    char msg[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    json_t *v = json_pack("{s:s, s:s, s:s}", "code", code, "path", c->path, "message", msg);
-    if (!v || json_array_append_new(c->out, v) != 0)
-        c->oom = 1;
-}
-
-int cz__close_rel(double a, double b)
-{
-    if (isnan(a) || isnan(b))
-        return 0;
-    return fabs(a - b) <= CZ_VALIDATE_RTOL * fmax(fabs(a), fabs(b));
-}
 #define close_rel cz__close_rel
 
 static const char *strategy_name(const cz_plan *p)
@@ -1059,6 +1031,15 @@ done:
 
 void cz__plan_check_structure(cz_plan_checks *c, const cz_plan *plan)
 {
+    /* A fully sharded plan has no buckets or ranges: its own rules after the parameters'. */
+    if (cz_plan_is_fsdp(plan)) {
+        check_param_ids(c, plan);
+        check_param_local(c, plan);
+        check_param_blocks(c, plan);
+        check_param_heads(c, plan);
+        cz__fsdp_check_structure(c, plan);
+        return;
+    }
     /* First, so that a consumer that does not know expert groups reports that and stops. */
     if (check_expert_groups(c, plan) != 0)
         return;

@@ -1,4 +1,4 @@
-/* Writing plan files (canzona.plan/1 and /2).
+/* Writing plan files (canzona.plan/1 to /4).
  *
  * The writer emits every object in a fixed key order through the streaming writer of
  * json_stream.h, which produces the file exactly as jansson's dump with JSON_PRESERVE_ORDER |
@@ -18,7 +18,10 @@
  * version 3 (CZ_PLAN_SCHEMA_EXPERT) only for plans with expert groups, each of whose additions
  * is written only there (topology ep/etp/edp, a parameter's and a bucket's ep_rank, the expert
  * buffer's buckets, "expert_schedule", metrics.expert): every other plan stays byte for byte
- * what earlier versions wrote. */
+ * what earlier versions wrote. Version 4 (CZ_PLAN_SCHEMA_FSDP) is the fully sharded layout's:
+ * no buckets_config and no buckets, each parameter's "shard_rows" and "owner" in place of its
+ * bucket and offset, and one "fsdp_schedule" entry per stage over the shard group's dp*tp slots
+ * in place of "tp_schedule". */
 #include "json_stream.h"
 
 #include <math.h>
@@ -150,7 +153,7 @@ static void write_settings(writer *w, const cz_plan *p)
     cz__jw_end(&w->js);
 }
 
-static void write_param(writer *w, const cz_plan_param *q)
+static void write_param(writer *w, const cz_plan_param *q, bool fsdp)
 {
     cz__jw_begin_object(&w->js, NULL);
     cz__jw_int(&w->js, "id", q->id);
@@ -176,10 +179,16 @@ static void write_param(writer *w, const cz_plan_param *q)
     }
     cz__jw_int(&w->js, "layer", q->def.layer);
     cz__jw_int(&w->js, "stage", q->stage);
-    cz__jw_int(&w->js, "bucket", q->bucket);
-    cz__jw_int(&w->js, "offset", q->offset);
+    if (!fsdp) {
+        cz__jw_int(&w->js, "bucket", q->bucket);
+        cz__jw_int(&w->js, "offset", q->offset);
+    }
     cz__jw_int(&w->js, "numel", q->numel);
     w_real(w, "cost", q->cost, "a parameter cost");
+    if (fsdp) {
+        cz__jw_int(&w->js, "shard_rows", q->shard_rows);
+        cz__jw_int(&w->js, "owner", q->owner);
+    }
     cz__jw_int(&w->js, "dp_owner", q->dp_owner);
     if (q->expert)
         cz__jw_int(&w->js, "ep_rank", q->ep_rank);
@@ -267,7 +276,8 @@ static void write_schedules(writer *w, const cz_plan *p, int expert)
 {
     size_t n = expert ? p->nexpert_schedules : p->nschedules;
     const cz_rank_schedule *all = expert ? p->expert_schedules : p->schedules;
-    cz__jw_begin_array(&w->js, expert ? "expert_schedule" : "tp_schedule");
+    bool fsdp = cz_plan_is_fsdp(p);
+    cz__jw_begin_array(&w->js, expert ? "expert_schedule" : fsdp ? "fsdp_schedule" : "tp_schedule");
     for (size_t i = 0; i < n && w->js.rc == CZ_OK; i++) {
         const cz_rank_schedule *rs = &all[i];
         cz__jw_begin_object(&w->js, NULL);
@@ -275,7 +285,7 @@ static void write_schedules(writer *w, const cz_plan *p, int expert)
         if (expert) {
             cz__jw_int(&w->js, "ep_rank", rs->ep_rank);
             cz__jw_int(&w->js, "edp_rank", rs->dp_rank);
-        } else {
+        } else if (!fsdp) {
             cz__jw_int(&w->js, "dp_rank", rs->dp_rank);
         }
         cz__jw_begin_array(&w->js, "groups");
@@ -327,7 +337,14 @@ static void write_metrics(writer *w, const cz_plan *p, bool split)
 static void write_plan(writer *w, const cz_plan *p, char hash[65])
 {
     bool split = cz__plan_has_split_tasks(p), experts = cz_plan_has_experts(p);
-    if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->nschedules != (size_t)p->pp * (size_t)p->dp ||
+    bool fsdp = cz_plan_is_fsdp(p);
+    size_t per_stage = fsdp ? 1 : (size_t)p->dp;
+    if (fsdp && (experts || split || p->nbuckets)) {
+        w_fail(w, CZ_EINTERNAL, "%s has expert groups, split tasks or buckets (a planner bug)",
+               "a fully sharded plan");
+        return;
+    }
+    if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->nschedules != (size_t)p->pp * per_stage ||
         p->nexpert_schedules != (size_t)p->pp * (size_t)cz_plan_expert_ranks(p)) {
         w_fail(w, CZ_EINTERNAL, "%s does not match its topology (a planner bug)",
                "the plan's schedule count");
@@ -372,19 +389,23 @@ static void write_plan(writer *w, const cz_plan *p, char hash[65])
     }
     cz__jw_end(&w->js);
     w_str(w, "dtype", cz_dtype_name(p->dtype), "the dtype");
-    cz__jw_begin_object(&w->js, "buckets_config");
-    cz__jw_int(&w->js, "size", p->bucket_size);
-    cz__jw_int(&w->js, "align", p->bucket_align);
-    cz__jw_end(&w->js);
+    if (!fsdp) {
+        cz__jw_begin_object(&w->js, "buckets_config");
+        cz__jw_int(&w->js, "size", p->bucket_size);
+        cz__jw_int(&w->js, "align", p->bucket_align);
+        cz__jw_end(&w->js);
+    }
     cz__jw_begin_array(&w->js, "params");
     for (size_t i = 0; i < p->nparams && w->js.rc == CZ_OK; i++)
-        write_param(w, &p->params[i]);
+        write_param(w, &p->params[i], fsdp);
     cz__jw_end(&w->js);
-    cz__jw_begin_array(&w->js, "buckets");
-    for (size_t i = 0; i < p->nbuckets && w->js.rc == CZ_OK; i++)
-        write_bucket(w, &p->buckets[i], cz_plan_bucket_nranks(p, &p->buckets[i]),
-                     p->settings.layout);
-    cz__jw_end(&w->js);
+    if (!fsdp) {
+        cz__jw_begin_array(&w->js, "buckets");
+        for (size_t i = 0; i < p->nbuckets && w->js.rc == CZ_OK; i++)
+            write_bucket(w, &p->buckets[i], cz_plan_bucket_nranks(p, &p->buckets[i]),
+                         p->settings.layout);
+        cz__jw_end(&w->js);
+    }
     write_schedules(w, p, 0);
     if (experts)
         write_schedules(w, p, 1);

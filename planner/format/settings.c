@@ -30,7 +30,7 @@ const char *const cz__tp_strategy_names[] = {"sc", "none", "single", "slot", "ro
 const char *const cz__layerwise_order_names[] = {"pingpong", "lpt", "megatron", "megatron-aug26",
                                                  NULL};
 const char *const cz__solver_names[] = {"greedy", "ilp", NULL};
-const char *const cz__layout_names[] = {"unified", "split", NULL};
+const char *const cz__layout_names[] = {"unified", "split", "fsdp", NULL};
 const char *const cz__muon_tp_mode_names[] = {"duplicated", "blockwise", "distributed",
                                               "layer_sharded", NULL};
 const char *const cz__kind_names[] = {"matrix", "elementwise", NULL};

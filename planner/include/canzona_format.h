@@ -43,6 +43,10 @@ extern "C" {
  * tensor-parallel ranks) is written as version 3, which may also hold block and cooperative
  * tasks; builds that read only versions 1 and 2 refuse it by its schema. */
 #define CZ_PLAN_SCHEMA_EXPERT "canzona.plan/3"
+/* A fully sharded plan (settings.layout "fsdp": FSDP2's Shard(0) over DP, owners chosen over
+ * the whole shard group, no gradient buckets) is written as version 4, which earlier builds
+ * refuse by its schema; it holds no expert groups, block or cooperative tasks. */
+#define CZ_PLAN_SCHEMA_FSDP "canzona.plan/4"
 /* Most blocks (fused parts) one parameter may declare: the model loader, the planner, validate
  * and the executor all hold parameters to it. */
 #define CZ_MAX_BLOCKS 64
@@ -132,9 +136,13 @@ typedef enum cz_solver { CZ_SOLVER_GREEDY = 0, CZ_SOLVER_ILP = 1 } cz_solver;
 /* How a stage's gradient buffer is laid out. */
 typedef enum cz_layout {
     CZ_LAYOUT_UNIFIED = 0, /* every parameter in one buffer, every bucket partitioned by --dp */
-    CZ_LAYOUT_SPLIT = 1    /* the paper's reference code: matrix parameters in a buffer of their
+    CZ_LAYOUT_SPLIT = 1,   /* the paper's reference code: matrix parameters in a buffer of their
                               own, partitioned by --dp; elementwise parameters in an evenly
                               sliced ZeRO-1 buffer, a parameter possibly cut between DP ranks */
+    CZ_LAYOUT_FSDP = 2     /* fully sharded (PyTorch FSDP2, fully_shard): every parameter split
+                              along dim 0 over the DP ranks as torch.chunk splits it, no
+                              gradient buckets; each matrix owned by one GPU of its stage's
+                              shard group (DP x TP), chosen by cost (fsdp_plan.c) */
 } cz_layout;
 
 /* Progress of a long-running solve (the ILP solvers), reported at most once per second once

@@ -298,6 +298,12 @@ int cz_plan_render(char **out, const cz_plan *plan, const cz_cluster *cluster,
     if (!out || !plan)
         return cz__error_set(err, CZ_EINVALID, "cz_plan_render: out and plan are required");
     *out = NULL;
+    /* Not yet: the drawing is of DP ranks' TP pipelines and bucketed phases. */
+    if (cz_plan_is_fsdp(plan))
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "render: plan layout fsdp is not drawn yet; canzona inspect and "
+                             "canzona simulate --plan report such a plan's loads, micro-groups "
+                             "and step");
     cz_render_options_init(&o);
     int rc;
     if (opt && (rc = cz__options_read(&o, opt, render_ends, CZ_RENDER_OPTIONS_VERSION,

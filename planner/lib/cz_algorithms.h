@@ -301,6 +301,12 @@ int cz__domain_index_build(cz_domain_index *ix, const cz_plan *plan, cz_error *e
 void cz__domain_index_free(cz_domain_index *ix);
 /* Domain of (stage, dense or expert EP rank), -1 when there is none. */
 int cz__domain_index_of(const cz_domain_index *ix, int stage, int expert, int ep_rank);
+/* ---- the fully sharded layout (fsdp_plan.c, fsdp_metrics.c) ---- */
+/* Every parameter's shard rows (torch.chunk over DP) and, per stage, the matrices' owners and
+ * micro-groups over the dp * tp GPUs of the shard group (one schedule per stage). */
+int cz__fsdp_schedule_build(cz_plan *plan, cz_error *err);
+/* plan->metrics of a fully sharded plan (cz__plan_metrics_compute calls it for one). */
+int cz__fsdp_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err);
 /* ---- lower_bound.c ---- */
 /* The atomic lower bound and its terms (each proved in docs/PLANNER.md, "The lower bound"). */
 typedef struct cz_lower_bound {

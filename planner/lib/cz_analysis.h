@@ -249,6 +249,30 @@ int cz__plan_validate_json(const cz_plan *plan, const cz_model *model, const cz_
  * dominate the lower bound. Uses the plan's stored metrics. */
 int cz__plan_inspect_json(const cz_plan *plan, int top_n, struct json_t **report_out,
                           cz_error *err);
+/* The simulated step of a fully sharded plan and of the FSDP2 + torch.optim.Muon baseline
+ * (sim_fsdp.c; docs/SIMULATOR.md, "Fully sharded"), in seconds (the plan's cost units and free
+ * communication without a cluster), of the stage that finishes last. */
+typedef struct cz_fsdp_sim {
+    double grad_s;    /* FSDP2's gradient reduce-scatter over DP (the job's) */
+    double elem_s;    /* the busiest GPU's elementwise updates */
+    double gather_s;  /* the micro-groups' all-to-alls of gradient shards to owners, summed */
+    double compute_s; /* the micro-groups' busiest owners, summed */
+    double scatter_s; /* the all-to-alls of update shards back, summed */
+    double update_s;  /* the pipeline's end: elementwise, exchanges and owners' steps */
+    double param_s;   /* FSDP2's parameter all-gather over DP */
+    double opt_s;     /* update + param, as the ZeRO-1 rows of canzona simulate */
+    double step_s;    /* grad + opt */
+    double a2a_bytes; /* the most bytes one GPU sends or receives in one group's all-to-all */
+    int groups, critical_stage;
+    /* The baseline: every matrix all-gathered whole on every GPU and stepped there. */
+    double base_gather_s, base_compute_s, base_opt_s, base_step_s;
+} cz_fsdp_sim;
+int cz__fsdp_simulate(const cz_plan *plan, const cz_cluster *c, cz_fsdp_sim *out, cz_error *err);
+/* Adds "fsdp" to an inspect report of a fully sharded plan (inspect_fsdp.c): the shard group's
+ * size, how many parameters FSDP2 shards unevenly or leaves some DP ranks empty of, and per
+ * stage each micro-group's tasks, distinct shapes, owner GPUs, slot loads and largest task, and
+ * the most tasks one GPU owns. 0, or -1 out of memory. */
+int cz__fsdp_inspect_json(struct json_t *rep, const cz_plan *plan);
 /* Compares plan b against plan a. Plans of different models (inputs.model.sha256) or topologies
  * are refused with CZ_EMISMATCH unless force is set, in which case parameters are matched by
  * name. *report_out (caller owns) holds settings, metric and per-rank deltas, the moved

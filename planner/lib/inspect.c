@@ -110,7 +110,9 @@ static int add_ranks(json_t *rep, const cz_plan *p)
                     owned++;
                     matrices += p->params[i].def.kind == CZ_KIND_MATRIX;
                 }
-            const cz_rank_schedule *rs = k < p->nschedules ? &p->schedules[k] : NULL;
+            /* A fully sharded plan's groups are its stages' (its "fsdp" report, inspect_fsdp.c). */
+            const cz_rank_schedule *rs =
+                !cz_plan_is_fsdp(p) && k < p->nschedules ? &p->schedules[k] : NULL;
             double lmin = INFINITY, lmax = -INFINITY, mmin = INFINITY, mmax = -INFINITY;
             for (int t = 0; t < p->tp; t++) {
                 size_t gi = k * (size_t)p->tp + (size_t)t;
@@ -129,9 +131,13 @@ static int add_ranks(json_t *rep, const cz_plan *p)
                                         "stage", s, "dp_rank", r, "load", load, "share_of_mean",
                                         mean > 0 ? load / mean : 0.0, "params", owned, "matrices",
                                         matrices, "makespan", at_or_zero(m->rank_makespan, k),
-                                        "groups", rs ? rs->ngroups : 0, "gpu_load_min", lmin,
-                                        "gpu_load_max", lmax, "memory_gib_min", mmin,
-                                        "memory_gib_max", mmax)))
+                                        "groups",
+                                        rs ? rs->ngroups
+                                        : cz_plan_is_fsdp(p) && (size_t)s < p->nschedules
+                                            ? p->schedules[s].ngroups
+                                            : 0,
+                                        "gpu_load_min", lmin, "gpu_load_max", lmax,
+                                        "memory_gib_min", mmin, "memory_gib_max", mmax)))
                 return -1;
 
             /* Micro-group statistics of this rank; a block or cooperative task counts at its
@@ -153,6 +159,8 @@ static int add_ranks(json_t *rep, const cz_plan *p)
                         bigw = cz_group_task_width(gr, t);
                 }
             }
+            if (cz_plan_is_fsdp(p))
+                continue;
             json_t *o =
                 json_pack("{s:i, s:i, s:i, s:i, s:f, s:f}", "stage", s, "dp_rank", r, "groups",
                           rs ? rs->ngroups : 0, "tasks", tasks, "slot_load_min",
@@ -500,8 +508,9 @@ int cz__plan_inspect_json(const cz_plan *plan, int top_n, json_t **report_out, c
         add_busiest(rep, plan, top_n > 0 ? top_n : 0) || add_dominating(rep, plan) ||
         add_experts(rep, plan, top_n > 0 ? top_n : 0))
         goto done;
-    /* Block and cooperative tasks, after everything else, only for a plan that has them. */
-    if (add_tasks(rep, plan))
+    /* Block and cooperative tasks, after everything else, only for a plan that has them; the
+     * shard group's micro-groups and shards only for a fully sharded plan. */
+    if (add_tasks(rep, plan) || (cz_plan_is_fsdp(plan) && cz__fsdp_inspect_json(rep, plan)))
         goto done;
     *report_out = rep;
     rep = NULL;

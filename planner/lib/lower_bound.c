@@ -13,8 +13,9 @@
  *                  it and that group's experts: min over groups of (largest + experts) / GPUs.
  *
  * Without expert groups the last two reduce to the stage's terms. Elementwise parameters that
- * a plan cuts between DP ranks (the split layout's dense ones, the even baseline's) count in
- * the loads but are no tasks.
+ * a plan cuts between DP ranks (the split layout's dense ones, the even baseline's, every one of
+ * a fully sharded plan) count in the loads but are no tasks. A fully sharded plan's stage GPUs
+ * are its shard group, so the same terms bound it.
  */
 #include "cz_algorithms.h"
 
@@ -69,7 +70,7 @@ static weighted task_of(const cz_plan *plan, const cz_plan_param *p)
     if (p->def.kind == CZ_KIND_MATRIX)
         return (weighted){p->cost, 1};
     bool cut =
-        !expert && (plan->settings.layout == CZ_LAYOUT_SPLIT || plan->settings.dp == CZ_DP_EVEN);
+        !expert && (plan->settings.layout != CZ_LAYOUT_UNIFIED || plan->settings.dp == CZ_DP_EVEN);
     if (cut || width <= 0)
         return (weighted){0.0, 0};
     return (weighted){p->cost / width, width};

@@ -31,6 +31,36 @@ static double share_owned(const cz_plan *plan, const cz_plan_param *p, int r)
     return hi > lo ? (double)(hi - lo) / (double)p->numel : 0.0;
 }
 
+/* A fully sharded plan (FSDP2): a GPU holds its DP rank's dim-0 shard of every TP-local
+ * parameter of its stage (torch.chunk rows, cz__fsdp_rows) as parameters, gradients (fp32 for
+ * bf16, as above: FSDP2's reduce_dtype fp32) and fp32 master copy alike, and the optimizer
+ * state metrics.memory counts (each owned matrix's whole, its share of the elementwise ones).
+ * The owner's gathered matrices are transient buffers of the optimizer step, not counted. */
+static void fsdp_memory(const cz_plan *plan, cz_memory_gpu *g, double pbytes, double gbytes,
+                        double mbytes)
+{
+    size_t per_stage = (size_t)plan->dp * (size_t)plan->tp;
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        if (p->stage < 0 || p->stage >= plan->pp || p->local_shape[0] <= 0)
+            continue;
+        double row = (double)p->numel / (double)p->local_shape[0];
+        for (int r = 0; r < plan->dp; r++) {
+            double elems = (double)cz__fsdp_rows(p->local_shape[0], plan->dp, r) * row;
+            for (int t = 0; t < plan->tp; t++) {
+                cz_memory_gpu *x = &g[(size_t)p->stage * per_stage + (size_t)r * plan->tp + t];
+                x->params += elems * pbytes;
+                x->grads += elems * gbytes;
+                x->master += elems * mbytes;
+            }
+        }
+    }
+    for (size_t k = 0; k < per_stage * (size_t)plan->pp; k++) {
+        g[k].state = plan->metrics.memory ? plan->metrics.memory[k] : 0.0;
+        g[k].total = g[k].params + g[k].grads + g[k].master + g[k].state;
+    }
+}
+
 int cz__plan_memory(const cz_plan *plan, cz_memory_gpu **out, cz_error *err)
 {
     if (!plan || !out)
@@ -58,6 +88,12 @@ int cz__plan_memory(const cz_plan *plan, cz_memory_gpu **out, cz_error *err)
     double pbytes = cz__dtype_bytes(plan->dtype);
     double gbytes = plan->dtype == CZ_DTYPE_FP16 ? 2.0 : 4.0;
     double mbytes = plan->dtype == CZ_DTYPE_FP32 ? 0.0 : 4.0;
+    if (cz_plan_is_fsdp(plan)) {
+        fsdp_memory(plan, g, pbytes, gbytes, mbytes);
+        *out = g;
+        g = NULL;
+        goto done;
+    }
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
         if (bk->stage < 0 || bk->stage >= pp)

@@ -9,14 +9,15 @@
  * owns. Elementwise work and state are spread evenly over the TP ranks.
  *
  * lower_bound, the atomic lower bound (lower_bound.c), bounds every plan that keeps parameters
- * whole and hosted; the split layout's fragmented elementwise parameters are not tasks. average_load = total / GPUs. split_lower_bound bounds every plan with the tasks and
- * widths the settings allow (cz__task_lower_bound, tp_tasks.c): from the plan's task table, or
- * one rebuilt from the cluster for a plan read from a file; without a cluster, the atomic bound
- * when the settings allow no split and a weaker bound when they do: the average load, with
- * each matrix at 3/4 of its cost under cooperative widths. average_load itself is no bound once
- * tasks may be cooperative: a cooperative task's Gram panels skip work its hosted cost counts.
- * The even baseline splits elementwise parameters across DP ranks, so its makespan can fall
- * below the largest elementwise task: they are no tasks of the bound there either.
+ * whole and hosted; the split layout's fragmented elementwise parameters are not tasks.
+ * average_load = total / GPUs. split_lower_bound bounds every plan with the tasks and widths the
+ * settings allow (cz__task_lower_bound, tp_tasks.c): from the plan's task table, or one rebuilt
+ * from the cluster for a plan read from a file; without a cluster, the atomic bound when the
+ * settings allow no split and a weaker bound when they do: the average load, with each matrix at
+ * 3/4 of its cost under cooperative widths. average_load itself is no bound once tasks may be
+ * cooperative: a cooperative task's Gram panels skip work its hosted cost counts. The even baseline
+ * splits elementwise parameters across DP ranks, so its makespan can fall below the largest
+ * elementwise task: they are no tasks of the bound there either.
  *
  * A plan with expert groups accumulates the experts over the expert ranks (expert_load,
  * expert_rank_makespan) and their ETP slots, on the same per-GPU arrays: a GPU runs its DP
@@ -243,6 +244,8 @@ int cz__plan_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
     cz_plan_metrics *m = &plan->metrics;
     double *seconds = NULL, *state = NULL, *dense_s = NULL, *expert_s = NULL;
     cz_rank_window win = {0};
+    if (cz_plan_is_fsdp(plan))
+        return cz__fsdp_metrics_compute(plan, c, err);
     cz__plan_metrics_free(m);
     if ((rc = cz__rank_window_init(&win, plan, err)) != CZ_OK)
         return rc;

@@ -609,7 +609,8 @@ static void rank_parts(const cz_plan *p, size_t k, double *c, rank_why *w)
     }
     for (size_t r = 0; r < p->nschedules; r++) {
         const cz_rank_schedule *rs = &p->schedules[r];
-        if (rs->stage != stage || rs->dp_rank != d)
+        /* A fully sharded plan's stage schedule spans every DP rank of the stage. */
+        if (rs->stage != stage || (rs->dp_rank != d && !cz_plan_is_fsdp(p)))
             continue;
         for (int g = 0; g < rs->ngroups; g++) {
             const cz_plan_group *gr = &rs->groups[g];
@@ -797,6 +798,15 @@ int cz__plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit,
     *report_out = NULL;
     if (!a || !b)
         return cz__error_set(err, CZ_EINVALID, "diff: two plans are required");
+    /* Two fully sharded plans compare as any two plans (their owners' DP ranks, groups and
+     * slots: GPUs of the shard group); a fully sharded plan and a bucketed one have no ranks,
+     * buckets or slots in common. */
+    if (cz_plan_is_fsdp(a) != cz_plan_is_fsdp(b))
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "diff: plan %s has layout fsdp and the other not: their owners, "
+                             "groups and slots do not correspond; put the two layouts of one job "
+                             "side by side with canzona compare --layout fsdp",
+                             cz_plan_is_fsdp(a) ? "A" : "B");
     int same_model =
         !strcmp(cz__str_or_unknown(a->model_sha256), cz__str_or_unknown(b->model_sha256));
     int same_topo = a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && same_experts(a, b);

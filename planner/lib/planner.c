@@ -50,8 +50,20 @@ static int settings_check(const cz_settings *s, cz_error *err)
         return cz__error_set(err, CZ_EINVALID, "solver %d is unknown; use greedy or ilp",
                              (int)s->solver);
     if (!cz_layout_name(s->layout))
-        return cz__error_set(err, CZ_EINVALID, "buffer layout %d is unknown; use unified or split",
+        return cz__error_set(err, CZ_EINVALID,
+                             "buffer layout %d is unknown; use unified, split or fsdp",
                              (int)s->layout);
+    /* The fully sharded layout has no buckets for a DP strategy to cut: owners are chosen over
+     * the whole shard group by the rollback scheduler (fsdp_plan.c), whole matrices only. */
+    if (s->layout == CZ_LAYOUT_FSDP && (s->dp != CZ_DP_JOINT || s->solver != CZ_SOLVER_GREEDY ||
+                                        s->tp != CZ_TP_ROLLBACK || s->split_blocks || s->coop))
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "--layout fsdp chooses every matrix's owner over the whole shard "
+                             "group with greedy rollback and whole matrices; got --dp %s, --tp %s, "
+                             "--solver %s%s%s (leave them at their defaults)",
+                             cz_dp_strategy_name(s->dp), cz_tp_strategy_name(s->tp),
+                             cz_solver_name(s->solver), s->split_blocks ? ", --split-blocks" : "",
+                             s->coop ? ", --coop" : "");
     /* tpaware and the exact DP solver move cut points in every bucket and need whole
      * parameters; even and layerwise are baselines of the unified buffer. */
     if (s->layout == CZ_LAYOUT_SPLIT &&
@@ -601,6 +613,34 @@ done:
     return rc;
 }
 
+/* The fully sharded plan: the parameter table, then owners and micro-groups over each stage's
+ * shard group (fsdp_plan.c), then its metrics. */
+static int fsdp_solve(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
+                      const cz_settings *settings, cz_error *err)
+{
+    int rc;
+    cz_plan *plan = NULL;
+    *out = NULL;
+    if ((rc = cz__plan_init(&plan, model, cluster, settings, err)) != CZ_OK)
+        goto done;
+    if (cz_plan_has_experts(plan)) {
+        rc = cz__error_set(err, CZ_EUNSUPPORTED,
+                           "--layout fsdp with expert groups (EP %d, ETP %d) is not supported; "
+                           "plan the model with EP 1 and ETP = TP, or use --layout unified",
+                           plan->ep, plan->etp);
+        goto done;
+    }
+    if ((rc = cz__fsdp_schedule_build(plan, err)) != CZ_OK ||
+        (rc = cz__plan_metrics_compute(plan, cluster, err)) != CZ_OK)
+        goto done;
+done:
+    if (rc != CZ_OK)
+        cz_plan_free(plan);
+    else
+        *out = plan;
+    return rc;
+}
+
 /* True when plan b is strictly better than a: no worse DP balance, and better balance or a
  * shorter makespan. The relative slack keeps rounding noise from deciding. */
 static bool plan_better(const cz_plan *b, const cz_plan *a)
@@ -643,6 +683,16 @@ static void keep_shorter(cz_plan **plan, cz_plan **cand, const cz_settings *sett
     *cand = NULL;
 }
 
+/* What every plan gets last: its planning time (since t0), no callback, its own coefficients. */
+static int plan_finish(cz_plan *plan, double t0, cz_error *err)
+{
+    plan->plan_seconds = cz__clock_seconds() - t0;
+    /* The callback belongs to this call, not to the plan: a plan outlives its caller's payload. */
+    plan->settings.progress = NULL;
+    plan->settings.progress_payload = NULL;
+    return keep_ns_coeffs(plan, err);
+}
+
 int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
                   const cz_settings *settings, cz_error *err)
 {
@@ -659,6 +709,11 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
         ((rc = cz__model_check_megatron(model, cluster->tp, cluster->source, err)) != CZ_OK ||
          (rc = cz__model_check_experts(model, cluster, err)) != CZ_OK))
         return rc;
+    if (settings->layout == CZ_LAYOUT_FSDP) {
+        if ((rc = fsdp_solve(&plan, model, cluster, settings, err)) == CZ_OK)
+            rc = plan_finish(plan, t0, err);
+        goto done;
+    }
     /* The search runs on the plan alpha made (its settings say alpha): refused up front. */
     if (settings->dp == CZ_DP_TPAWARE && model && cluster) {
         cz_plan *probe = NULL;
@@ -739,12 +794,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
             (rc = cz__plan_metrics_compute(plan, cluster, err)) != CZ_OK)
             goto done;
     }
-    plan->plan_seconds = cz__clock_seconds() - t0;
-    /* The callback belongs to this call, not to the plan: a plan outlives its caller's payload. */
-    plan->settings.progress = NULL;
-    plan->settings.progress_payload = NULL;
-    if ((rc = keep_ns_coeffs(plan, err)) != CZ_OK)
-        goto done;
+    rc = plan_finish(plan, t0, err);
 done:
     cz_plan_free(numel);
     if (rc != CZ_OK)

@@ -412,6 +412,13 @@ int cz_plan_simulate(cz_sim_result **out, const cz_plan *plan, const cz_cluster 
     int64_t *owned = NULL;
     int rc;
     *out = NULL;
+    /* A fully sharded plan's step has another shape (no buckets, exchanges over the shard
+     * group): sim_fsdp.c simulates it, and canzona simulate calls that. */
+    if (plan && cz_plan_is_fsdp(plan))
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "plan layout fsdp: this simulation is of bucketed (ZeRO-1) plans; a "
+                             "fully sharded plan's step is canzona simulate --plan's fsdp table "
+                             "(docs/SIMULATOR.md, \"Fully sharded\")");
     /* The caller's options of any version, read once: nothing below reads the caller's struct. */
     cz_sim_options o = CZ_SIM_OPTIONS_INIT; /* the macro: analysis_api.c calls this file */
     if (opt && (rc = cz__options_read(&o, opt, sim_ends, CZ_SIM_OPTIONS_VERSION, "cz_sim_options",

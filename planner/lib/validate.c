@@ -496,6 +496,52 @@ static void check_schema(vctx *c, const cz_plan *p)
              CZ_PLAN_SCHEMA, need);
 }
 
+/* ---- the fully sharded layout against the job ------------------------------------------- */
+
+/* What FSDP2 will do with the model on the cluster, against what the plan says: the DP size its
+ * shards are cut for, and each parameter's dim-0 shard by torch.chunk (fsdp_shards.c) from the
+ * model's shape, the cluster's TP and DP sizes. A plan that contradicts the job would have the
+ * executor gather shards that are not where it thinks, so each finding names the parameter and
+ * the rule. */
+static void check_fsdp_job(vctx *c, const cz_plan *p, const cz_model *m, const cz_cluster *cl)
+{
+    at(c, "$.topology.dp");
+    c->checks++;
+    if (p->dp != cl->dp)
+        viol(c, "fsdp.dp",
+             "the plan's shards are cut for DP %d but the cluster's DP mesh dimension is %d: "
+             "FSDP2 splits every parameter along dim 0 over all %d DP ranks; re-run canzona plan "
+             "--layout fsdp for this cluster",
+             p->dp, cl->dp, cl->dp);
+    size_t n = p->nparams < m->nparams ? p->nparams : m->nparams;
+    for (size_t i = 0; i < n; i++) {
+        const cz_plan_param *q = &p->params[i];
+        const cz_param_def *d = &m->params[i];
+        int64_t rows = d->shape[0];
+        if (d->tp_dim == 0 && cl->tp > 0)
+            rows /= cl->tp;
+        int64_t want = cz__fsdp_chunk_rows(rows, cl->dp);
+        at(c, "$.params[%zu].shard_rows", i);
+        c->checks++;
+        if (q->shard_rows == want)
+            continue;
+        bool planned_even = p->dp > 0 && q->shard_rows * (int64_t)p->dp == q->local_shape[0];
+        if (planned_even && !cz__fsdp_even(rows, cl->dp))
+            viol(c, "fsdp.even",
+                 "'%s': planned as even shards of %lld rows on each of %d DP ranks, but FSDP2 "
+                 "cuts its %lld TP-local rows over %d DP ranks unevenly (torch.chunk: ceil = %lld "
+                 "rows per rank, the last ranks %lld)",
+                 d->name, (long long)q->shard_rows, p->dp, (long long)rows, cl->dp, (long long)want,
+                 (long long)cz__fsdp_rows(rows, cl->dp, cl->dp - 1));
+        else
+            viol(c, "fsdp.shard_rows",
+                 "'%s': the plan gives each DP rank %lld rows but FSDP2 (torch.chunk along dim 0 "
+                 "of the %lld TP-local rows over %d DP ranks) gives ceil(%lld / %d) = %lld",
+                 d->name, (long long)q->shard_rows, (long long)rows, cl->dp, (long long)rows,
+                 cl->dp, (long long)want);
+    }
+}
+
 /* ---- metrics ---------------------------------------------------------------------------- */
 
 static void cmp_scalar(vctx *c, const char *path, double found, double want)
@@ -590,7 +636,10 @@ int cz__plan_validate_json(const cz_plan *plan, const cz_model *model, const cz_
     check_param_costs(&c, plan, model, cluster);
     cz__plan_check_structure(&c, plan);
     check_schema(&c, plan);
-    if (!c.unsafe && !c.foreign) {
+    if (cz_plan_is_fsdp(plan)) {
+        /* No buckets to lay out and no block or cooperative tasks (the structural check). */
+        check_fsdp_job(&c, plan, model, cluster);
+    } else if (!c.unsafe && !c.foreign) {
         check_tasks(&c, plan, model, cluster);
         check_layout_reference(&c, plan, model, cluster);
     }

@@ -700,9 +700,14 @@ class Optimizer(torch.optim.Optimizer):
                     f"plan folder's whole plan is {os.path.join(plan, 'plan.json')})")
         try:
             with open(plan) as f:
-                topo = json.load(f)["topology"]
+                doc = json.load(f)
+            topo = doc["topology"]
         except (OSError, ValueError, KeyError) as e:
             return f"cannot read the plan {plan}: {e}"
+        if doc.get("settings", {}).get("layout") == "fsdp":
+            # Refused here as the C executor refuses it: this class binds ZeRO-1 buckets.
+            return ("plan layout fsdp: this executor runs ZeRO-1 plans only (layouts unified "
+                    "and split); plan the job with --layout unified (or split) to run it here")
         if (topo.get("dp"), topo.get("tp")) != (dp, tp):
             return (f"the plan is for DP{topo.get('dp')}·TP{topo.get('tp')}, but this job's "
                     f"groups are DP{dp}·TP{tp} (the world's {dp * tp} ranks, TP groups of {tp}): "

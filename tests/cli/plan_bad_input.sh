@@ -125,7 +125,7 @@ expect "alpha out of range" 2 "--alpha '1.5'" "$G" "$C" --alpha 1.5
 expect "tpaware time limit of 0" 2 "--tpaware-time-limit '0': expected CPU seconds" "$G" "$C" --dp tpaware \
   --tpaware-time-limit 0
 expect "unknown option" 2 "see 'canzona plan --help'" "$G" "$C" --frobnicate
-expect "unknown buffer layout" 2 "--layout 'zero1': expected unified .* or split" "$G" "$C" \
+expect "unknown buffer layout" 2 "--layout 'zero1': expected unified .*, split .* or fsdp" "$G" "$C" \
   --layout zero1
 expect "split layout with tpaware" 1 "split buffer layout .* got dp tpaware .* --layout unified" \
   "$G" "$C" --layout split --dp tpaware

@@ -34,13 +34,13 @@ static int create(cz_error *err)
 START_TEST(schema_version)
 {
     cz_error err;
-    write_file("{\"schema\": \"canzona.plan/4\", \"params\": []}");
+    write_file("{\"schema\": \"canzona.plan/5\", \"params\": []}");
     ck_assert_int_eq(create(&err), CZ_EUNSUPPORTED);
     /* One parse: the reader checks $.schema before anything else and names the versions. */
     ck_assert_ptr_nonnull(
-        strstr(err.message, "$.schema: unsupported schema version \"canzona.plan/4\""));
-    ck_assert_ptr_nonnull(
-        strstr(err.message, "reads \"canzona.plan/1\", \"canzona.plan/2\" and \"canzona.plan/3\""));
+        strstr(err.message, "$.schema: unsupported schema version \"canzona.plan/5\""));
+    ck_assert_ptr_nonnull(strstr(err.message, "reads \"canzona.plan/1\", \"canzona.plan/2\", "
+                                              "\"canzona.plan/3\" and \"canzona.plan/4\""));
     /* Version 3 (expert groups) gets past the schema check to the reader. */
     write_file("{\"schema\": \"canzona.plan/3\", \"params\": []}");
     ck_assert_int_ne(create(&err), CZ_OK);

@@ -417,5 +417,19 @@ class SplitFolder(Base):
         self.assertIsNone(canzona.torch.Optimizer._check_topology(self.plan, 1, 1))
 
 
+class FullySharded(unittest.TestCase):
+    def test_torch_optimizer_refuses_fsdp_plans(self):
+        # canzona.torch binds ZeRO-1 buckets; a fully sharded plan (canzona.plan/4) is refused
+        # before the executor is asked, as the executor refuses it.
+        import canzona.torch
+        with tempfile.TemporaryDirectory(prefix="canzona-py-") as d:
+            plan = os.path.join(d, "plan.json")
+            with open(plan, "w") as f:
+                json.dump({"schema": "canzona.plan/4", "settings": {"layout": "fsdp"},
+                           "topology": {"dp": 1, "tp": 1, "pp": 1}}, f)
+            msg = canzona.torch.Optimizer._check_topology(plan, 1, 1)
+        self.assertIn("plan layout fsdp: this executor runs ZeRO-1 plans only", msg)
+
+
 if __name__ == "__main__":
     unittest.main()

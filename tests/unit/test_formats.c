@@ -977,7 +977,7 @@ typedef struct plan_case {
 } plan_case;
 
 static const plan_case plan_cases[] = {
-    {"schema", CZ_EUNSUPPORTED, "$.schema: unsupported schema version \"canzona.plan/4\""},
+    {"schema", CZ_EUNSUPPORTED, "$.schema: unsupported schema version \"canzona.plan/5\""},
     {"unknown_top", CZ_EINVALID, "$: unknown key \"extra\""},
     {"unknown_param_key", CZ_EINVALID, "$.params[2]: unknown key \"color\""},
     {"slot_id", CZ_EINVALID,
@@ -1018,7 +1018,7 @@ static void mutate(json_t *root, const char *what)
     json_t *metrics = json_object_get(root, "metrics");
     json_t *g01 = json_array_get(json_object_get(json_array_get(sched, 0), "groups"), 1);
     if (!strcmp(what, "schema"))
-        json_object_set_new(root, "schema", json_string("canzona.plan/4"));
+        json_object_set_new(root, "schema", json_string("canzona.plan/5"));
     else if (!strcmp(what, "unknown_top"))
         json_object_set_new(root, "extra", json_integer(1));
     else if (!strcmp(what, "unknown_param_key"))

@@ -291,6 +291,15 @@ static int check_local(cz_executor *ex, const cz_exec_config *cfg, cz_error *err
     int rc;
     if (!plan)
         return cz__error_set(err, CZ_EINVALID, "no plan given");
+    /* First, before anything reads buckets or per-DP-rank schedules that such a plan has not:
+     * the fully sharded layout is planned, validated and simulated, not run yet. */
+    if (cz_plan_is_fsdp(plan))
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "plan layout fsdp: this executor runs ZeRO-1 plans only (layouts "
+                             "unified and split, whose DP ranges it reduce-scatters itself); a "
+                             "fully sharded plan's gradients and parameters are FSDP2's, and its "
+                             "owners' exchanges are not implemented here yet. Plan the job with "
+                             "--layout unified (or split) to run it with this executor");
     if ((rc = open_compute(ex, cfg, err)) != CZ_OK ||
         (rc = check_space(ex, cfg, plan, err)) != CZ_OK ||
         (rc = cz__optimizer_open(&ex->elem_opt, CZ_KIND_ELEMENTWISE, plan, &ex->compute, cfg,
