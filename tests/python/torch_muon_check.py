@@ -33,6 +33,12 @@ Bounds, per step's loss (relative) and per final parameter (||a - b||_F / ||b||_
   * a negative control: the same run against torch.optim.Muon with nesterov=False must differ
     by more than the fp32 bound, so the comparison can fail.
 
+Per-head Muon (issue 42): canzona with heads= on the query, key and value projections (heads of
+H / HEADS rows, the TP shards holding whole heads, so each is a TP-local task) against
+torch.optim.Muon run on every head as a parameter of its own (the reference model keeps each
+head's rows as a separate leaf and concatenates them in forward), fp32 Newton-Schulz, "rms"
+scaling: the same 1e-4 bound, and whole-matrix Muon as its negative control.
+
 Env: CANZONA_EXEC_LIB, CANZONA_LIB, PYTHONPATH with python/ and CZ_SOURCE_DIR. Writes nothing.
 """
 import math
@@ -149,6 +155,51 @@ def reference(init, scaling, fp32=False, nesterov=True):
                        fp32=fp32)
 
 
+HEAD_ROWS = H // HEADS
+HEADS_OF = {"*.wq.weight": (0, HEAD_ROWS), "*.wk.weight": (0, HEAD_ROWS),
+            "*.wv.weight": (0, HEAD_ROWS)}
+
+
+class HeadLinear(nn.Module):
+    """A bias-free linear layer whose weight's rows are held head by head, each head a
+    parameter of its own: what torch.optim.Muon then orthogonalizes one head at a time."""
+
+    def __init__(self, weight):
+        super().__init__()
+        self.heads = nn.ParameterList(nn.Parameter(w.clone())
+                                      for w in torch.split(weight, HEAD_ROWS, dim=0))
+
+    def forward(self, x):
+        return F.linear(x, torch.cat(list(self.heads), dim=0))
+
+
+def reference_per_head(init):
+    """torch.optim.Muon per head of wq, wk and wv (fp32 Newton-Schulz, "rms"), whole matrices
+    elsewhere, AdamW on the rest; the final parameters under Net's names."""
+    model = Net()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(init[n])
+    for blk in model.layers:
+        for name in ("wq", "wk", "wv"):
+            setattr(blk, name, HeadLinear(getattr(blk, name).weight.detach()))
+    mats = [p for n, p in model.named_parameters() if p.ndim == 2 and
+            n not in ("embed.weight", "head.weight")]
+    rest = [p for p in model.parameters() if all(p is not q for q in mats)]
+    losses, params = train_torch(
+        model, mats, rest, (batch(step) for step in range(STEPS)),
+        muon=dict(lr=LR, weight_decay=WD, momentum=0.95, nesterov=True, ns_steps=5, eps=1e-7,
+                  adjust_lr_fn=TORCH_FN["rms"]),
+        adamw=dict(lr=ADAMW_LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=WD), fp32=True)
+    out = {n: p for n, p in params.items() if ".heads." not in n}
+    for i in range(LAYERS):
+        for name in ("wq", "wk", "wv"):
+            pre = f"layers.{i}.{name}.heads."
+            out[f"layers.{i}.{name}.weight"] = torch.cat(
+                [params[pre + str(h)] for h in range(HEADS)], dim=0)
+    return losses, out
+
+
 def shard(full, name, tp, r):
     d = tp_dim_of(name)
     return full.clone() if d is None or tp == 1 else torch.chunk(full, tp, dim=d)[r].clone()
@@ -197,10 +248,12 @@ def full_params(model, kind, tp, mesh):
     return out
 
 
-def optimizer(model, kind, mesh, scaling="rms"):
+def optimizer(model, kind, mesh, scaling="rms", heads=None):
     """canzona with the arguments that equal torch.optim.Muon(adjust_lr_fn=TORCH_FN[scaling])
-    + AdamW as reference() builds them."""
+    + AdamW as reference() builds them (heads: per-head Muon's declarations)."""
     kw = {} if kind == "dtensor" else {"tp_dims": TP_DIMS}
+    if heads:
+        kw["heads"] = heads
     return ct.Optimizer(model, mesh=mesh, lr=LR, weight_decay=WD, momentum=0.95, nesterov=True,
                         ns_steps=5, muon_scaling=scaling, adamw_lr=ADAMW_LR,
                         adamw_betas=(0.9, 0.95), adamw_eps=1e-8, adamw_weight_decay=WD,
@@ -227,12 +280,12 @@ def run_steps(model, opt, dp_group, steps, batch_of=None):
     return losses
 
 
-def train(kind, init, dp, tp, scaling):
+def train(kind, init, dp, tp, scaling, heads=None):
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
     model = build(kind, init, dp, tp, mesh)
-    opt = optimizer(model, kind, mesh, scaling)
+    opt = optimizer(model, kind, mesh, scaling, heads)
     losses = run_steps(model, opt, mesh.get_group("dp"), range(STEPS))
     params = full_params(model, kind, tp, mesh)
     opt.close()
@@ -342,6 +395,23 @@ def main():
                                   f"{BF16_RATIO:g} x its own bf16 effect {own_param:.2e}")
                 if not pc > FP32_TOL:
                     failed.append(f"{tag}: nesterov=False is indistinguishable ({pc:.2e})")
+    # Per-head Muon against torch.optim.Muon on each head; whole-matrix Muon (exact, "rms",
+    # from the loop above) must be distinguishable from it, or the comparison could not fail.
+    per_head = reference_per_head(init)
+    exact = reference(init, "rms", fp32=True)
+    _, whole_vs_heads, _ = compare(exact[0], exact[1], per_head)
+    for dp, tp in grids:
+        for kind in ("plain", "dtensor"):
+            losses, params = train(kind, init, dp, tp, "rms", HEADS_OF)
+            tag = f"DP{dp}·TP{tp} {kind:7s} per-head"
+            lh, ph, nh = compare(losses, params, per_head)
+            say(f"{tag}: vs torch.optim.Muon per head (fp32 NS) loss {lh:.2e} params {ph:.2e} "
+                f"({nh}); whole-matrix Muon vs per head {whole_vs_heads:.2e}")
+            if not (lh <= FP32_TOL and ph <= FP32_TOL):
+                failed.append(f"{tag}: against torch.optim.Muon per head {lh:.2e} / {ph:.2e} "
+                              f"> {FP32_TOL:g}")
+    if not whole_vs_heads > FP32_TOL:
+        failed.append(f"per-head and whole-matrix Muon are indistinguishable ({whole_vs_heads:.2e})")
     if world == 4:
         failed += refusals()
     for f in failed:
