@@ -741,6 +741,21 @@ normuon)
   mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/n.json" --model "$hm" --steps 1 --normuon "$3" \
     --verify
   grep -q -- "--normuon and --verify do not go together" "$tmp/out"
+  # A cooperative task (a matrix's Newton-Schulz split over TP ranks) would need its lines'
+  # sums across the members: refused, naming the matrix and the plan option. (DP4*TP1 has no
+  # TP ranks to split over.)
+  if [ "$2" = cpu-4-dp2-tp2 ]; then
+    "$CZ" plan -q --model "$hm" --cluster "$src/plans/clusters/$2.json" --split-blocks \
+      --coop 2 -o "$tmp/coop.json"
+    mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/coop.json" --model "$hm" --steps 1 --normuon "$3"
+    grep -q "NorMuon (normuon.mode = $3): '.*' has a cooperative task over 2 TP ranks" "$tmp/out"
+    grep -q -- "plan with --coop off" "$tmp/out"
+  fi
+  # NorMuon is a Muon variant: with a SOAP plan it is refused, not ignored.
+  "$CZ" plan -q --model "$hm" --cluster "$src/plans/clusters/$2.json" --optimizer soap \
+    -o "$tmp/soap.json"
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/soap.json" --model "$hm" --steps 1 --normuon "$3"
+  grep -q "NorMuon is a Muon variant, and this plan's matrix optimizer is soap" "$tmp/out"
   ;;
 soap)
   # SOAP (plan --optimizer soap, refresh every 5 updates: 12 calls = initialisation + 11
