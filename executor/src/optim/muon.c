@@ -380,6 +380,7 @@ struct muon_group {
     const cz_plan_param **hp;
     int *hb;
     cz_block *hr; /* a TP-local part's region; rows -1: the task's block (or whole) */
+    int *hk;      /* the index in parts of each hosted one */
     const float **hin;
     float **hout;
     int nh1;
@@ -478,11 +479,11 @@ static cz_block nm_rect(const cz_param_def *d, cz_normuon_mode mode, const cz_bl
  * A unit's position in its part's data (b.r0, b.c0) plus the part's corner is its place in the
  * matrix; under row normalization its EMA is a column of the part's rectangle (stride: the
  * rectangle's width), under column normalization a row. */
-static void nm_attach(const muon_impl *m, muon_group *g, const int *hk)
+static void nm_attach(const muon_impl *m, muon_group *g)
 {
     for (int i = 0; i < g->prep.nblk; i++) {
         cz_muon_blk *br = &g->prep.blks[i];
-        const muon_part *k = &g->parts[hk[br->mat]];
+        const muon_part *k = &g->parts[g->hk[br->mat]];
         const cz_param_def *d = &k->x.p->def;
         cz_block rect = nm_rect(d, m->h.normuon, &k->x.x.part);
         int64_t r0 = k->x.x.part.r0 + br->b.r0, c0 = k->x.x.part.c0 + br->b.c0;
@@ -506,7 +507,7 @@ static void group_free(cz_compute *c, muon_group *g)
     }
     cz__exec_free(g->coop);
     cz__exec_free(g->parts), cz__exec_free(g->hp), cz__exec_free(g->hb), cz__exec_free(g->hr);
-    cz__exec_free(g->hin), cz__exec_free(g->hout);
+    cz__exec_free(g->hin), cz__exec_free(g->hout), cz__exec_free(g->hk);
     cz__muon_prep_free(&g->prep);
     cz__exec_free(g);
 }
@@ -631,6 +632,27 @@ static int layout_coop(muon_impl *m, muon_group *g, const cz_coop_planes *cp, cz
     return CZ_OK;
 }
 
+/* NorMuon's part of adding part k (local: a TP-local part): its rectangle of the second
+ * moment, refused for a cooperative member. */
+static int nm_part_add(cz_optim *o, muon_part *k, bool local, cz_error *err)
+{
+    const muon_impl *m = impl_of(o);
+    /* A cooperative member holds a slice of the long side: a line's mean square would need a
+     * sum across the members, which this version does not do. */
+    if (k->x.x.width > 1 && !local)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "NorMuon (normuon.mode = %s): '%s' has a cooperative task over %d "
+                             "TP ranks, whose lines' second moments would cross ranks; plan "
+                             "with --coop off (the default) for NorMuon",
+                             m->h.normuon == CZ_NORMUON_ROW ? "row" : "col", k->x.p->def.name,
+                             k->x.x.width);
+    cz_block r = nm_rect(&k->x.p->def, m->h.normuon, &k->x.x.part);
+    if (!(k->v = falloc(o->compute, r.rows * r.cols)))
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the NorMuon second moment of '%s'",
+                             k->x.p->def.name);
+    return CZ_OK;
+}
+
 static int muon_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz_coop_planes *cp,
                           cz_opt_group **out, cz_error *err)
 {
@@ -650,45 +672,23 @@ static int muon_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz
     g->hr = cz__exec_calloc(cap, sizeof *g->hr);
     g->hin = cz__exec_calloc(cap, sizeof *g->hin);
     g->hout = cz__exec_calloc(cap, sizeof *g->hout);
-    int *hk = cz__exec_calloc(cap, sizeof *hk); /* hosted i's part */
-    if (!g->parts || !g->hp || !g->hb || !g->hr || !g->hin || !g->hout || !hk) {
-        cz__exec_free(hk);
+    g->hk = cz__exec_calloc(cap, sizeof *g->hk);
+    if (!g->parts || !g->hp || !g->hb || !g->hr || !g->hin || !g->hout || !g->hk)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
-    }
     for (int i = 0; i < n; i++) {
         muon_part *k = &g->parts[g->nparts++];
         k->x = parts[i];
-        if (!(k->mom = falloc(o->compute, k->x.x.part.rows * k->x.x.part.cols))) {
-            cz__exec_free(hk);
+        if (!(k->mom = falloc(o->compute, k->x.x.part.rows * k->x.x.part.cols)))
             return cz__error_set(err, CZ_ENOMEM, "out of memory for the momentum of '%s'",
                                  k->x.p->def.name);
-        }
         /* A TP-local part is this rank's whole heads: Newton-Schulz of its own, with the
          * hosted ones (the part as its region). */
         bool local = cz_task_is_local(&k->x.p->def, k->x.x.width);
-        if (m->h.normuon != CZ_NORMUON_NONE) {
-            /* A cooperative member holds a slice of the long side: a line's mean square would
-             * need a sum across the members, which this version does not do. */
-            if (k->x.x.width > 1 && !local) {
-                cz__exec_free(hk);
-                return cz__error_set(err, CZ_EUNSUPPORTED,
-                                     "NorMuon (normuon.mode = %s): '%s' has a cooperative task "
-                                     "over %d TP ranks, whose lines' second moments would cross "
-                                     "ranks; plan with --coop off (the default) for NorMuon",
-                                     m->h.normuon == CZ_NORMUON_ROW ? "row" : "col",
-                                     k->x.p->def.name, k->x.x.width);
-            }
-            cz_block r = nm_rect(&k->x.p->def, m->h.normuon, &k->x.x.part);
-            if (!(k->v = falloc(o->compute, r.rows * r.cols))) {
-                cz__exec_free(hk);
-                return cz__error_set(err, CZ_ENOMEM,
-                                     "out of memory for the NorMuon second moment of '%s'",
-                                     k->x.p->def.name);
-            }
-        }
+        if (m->h.normuon != CZ_NORMUON_NONE && (rc = nm_part_add(o, k, local, err)) != CZ_OK)
+            return rc;
         if (k->x.x.width > 1 && !local)
             continue;
-        hk[g->nh1] = g->nparts - 1;
+        g->hk[g->nh1] = g->nparts - 1;
         g->hp[g->nh1] = k->x.p;
         g->hb[g->nh1] = k->x.x.block;
         g->hr[g->nh1] = local ? k->x.x.part : (cz_block){0, 0, -1, -1};
@@ -696,15 +696,13 @@ static int muon_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz
         g->hout[g->nh1] = k->x.out;
         g->nh1++;
     }
-    rc = cz__muon_prepare_parts(&g->prep, g->hp, g->hb, g->hr, g->nh1, err);
-    if (rc == CZ_OK && m->h.normuon != CZ_NORMUON_NONE) {
-        nm_attach(m, g, hk);
+    if ((rc = cz__muon_prepare_parts(&g->prep, g->hp, g->hb, g->hr, g->nh1, err)) != CZ_OK)
+        return rc;
+    if (m->h.normuon != CZ_NORMUON_NONE) {
+        nm_attach(m, g);
         int64_t nw = cz__muon_normuon_work(&g->prep);
         m->nwork_n = nw > m->nwork_n ? nw : m->nwork_n;
     }
-    cz__exec_free(hk);
-    if (rc != CZ_OK)
-        return rc;
     m->batch_n = g->prep.batch_n > m->batch_n ? g->prep.batch_n : m->batch_n;
     m->work_n = g->prep.work_n > m->work_n ? g->prep.work_n : m->work_n;
     return layout_coop(m, g, cp, err);
