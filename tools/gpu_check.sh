@@ -7,7 +7,7 @@
 # Parts (each with its own time limit; a failing part does not stop the others):
 #   info        the device, driver, CUDA runtime, cuBLAS, cuSOLVER and NCCL found
 #   correctness every GPU correctness test: CUDA vs CPU (fp32, bf16), the job's stream order,
-#               SOAP and Shampoo (cuSOLVER), the symmetric Newton-Schulz, each over the
+#               SOAP and Shampoo (cuSOLVER), the symmetric Newton-Schulz, NorMuon, each over the
 #               host-staged self plane and NCCL on one rank; block and cooperative tasks and
 #               host-staged MPI at 4 ranks on one GPU (canzona-bench --verify)
 #   sanitizer   compute-sanitizer memcheck on the smallest case, racecheck and synccheck
@@ -131,6 +131,7 @@ else
       run "soap_shampoo$sfx" 180 '(soap|shampoo)|= [0-9.e+-]+ \(' "${launch[@]}" "$CZ_GPU_LINALG" compare $comm
     done
     run ns_symmetric 180 '= [0-9.e+-]+' "$CZ_GPU_EXEC" ns-sym
+    run normuon 180 '(row|col)[^=]*= [0-9.e+-]+' "$CZ_GPU_EXEC" normuon self
     # canzona.torch at one GPU against the CPU (examples/torch_train.py --device cuda), where
     # the source tree's Python check and a python3 with CUDA torch are at hand (CZ_TORCH_CHECK
     # names the check, CANZONA_EXEC_LIB the library; no torch with CUDA shows as skipped).

@@ -60,14 +60,15 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-/* Version 8: grad_reduce_in_fp32 (bf16 jobs reduce-scatter bf16 gradients by default). Version
- * 7: each optimizer's settings in a struct of its own (muon, adamw, soap, shampoo, each
- * with its version); version 6: lr = 0 means a rate of 0 (CZ_EXEC_LR_DEFAULT is the default),
- * and the caller's communication (callbacks). Every version from 1 up is accepted: versions 1 to
- * 6 (one flat struct, whose fields each version appended, docs/EXECUTOR.md lists them) are read
- * in their own layout and converted, the fields a version lacks taking their defaults, and a
- * version 1 to 5 config's lr = 0 meaning the default as it did then. */
-#define CZ_EXEC_CONFIG_VERSION 8
+/* Version 9: normuon (NorMuon's settings, cz_normuon_config). Version 8: grad_reduce_in_fp32 (bf16
+ * jobs reduce-scatter bf16 gradients by default). Version 7: each optimizer's settings in a struct
+ * of its own (muon, adamw, soap, shampoo, each with its version); version 6: lr = 0 means a rate of
+ * 0 (CZ_EXEC_LR_DEFAULT is the default), and the caller's communication (callbacks). Every version
+ * from 1 up is accepted: versions 1 to 6 (one flat struct, whose fields each version appended,
+ * docs/EXECUTOR.md lists them) are read in their own layout and converted, the fields a version
+ * lacks taking their defaults, and a version 1 to 5 config's lr = 0 meaning the default as it did
+ * then. */
+#define CZ_EXEC_CONFIG_VERSION 9
 
 /* cz_exec_config.lr's default: the matrix optimizer's own default rate (a negative value no
  * rate can take). */
@@ -240,6 +241,28 @@ typedef struct cz_shampoo_config {
     {CZ_SHAMPOO_CONFIG_VERSION, 0.9f,  1.0f,  1e-12f, 0.0f, 0, -1, 0, 1,                           \
      CZ_GRAFT_ADAGRAD,          -1.0f, 1e-10f}
 
+/* NorMuon (Dion's NorMuon, microsoft/dion dion/normuon.py; docs/EXECUTOR.md, "NorMuon"): after
+ * Newton-Schulz, every unit Muon orthogonalizes (a matrix, a declared block, a head) keeps a
+ * second-moment EMA v per line, v = beta2 v + (1 - beta2) mean(U^2) over the line, each line of
+ * U is divided by sqrt(v) + eps, and U is rescaled to its Frobenius norm before; Muon's scale
+ * and update follow. A line is a row of the unit as stored (Dion's, mean over dim -1) or a
+ * column (mean over dim -2). */
+typedef enum cz_normuon_mode {
+    CZ_NORMUON_NONE = 0, /* plain Muon (default) */
+    CZ_NORMUON_ROW = 1,  /* one v per row: Dion's definition */
+    CZ_NORMUON_COL = 2,  /* one v per column: the same along the other dimension */
+} cz_normuon_mode;
+
+/* NorMuon's settings (cz_exec_config.normuon), read with a Muon plan only. */
+typedef struct cz_normuon_config {
+    int version;          /* CZ_NORMUON_CONFIG_VERSION */
+    cz_normuon_mode mode; /* default CZ_NORMUON_NONE */
+    float beta2;          /* the EMA's coefficient, in [0, 1); default 0.95 (Dion's) */
+    float eps;            /* added to sqrt(v), > 0; default 1e-8 (Dion's) */
+} cz_normuon_config;
+#define CZ_NORMUON_CONFIG_VERSION 1
+#define CZ_NORMUON_CONFIG_INIT {CZ_NORMUON_CONFIG_VERSION, CZ_NORMUON_NONE, 0.95f, 1e-8f}
+
 /* Executor configuration. Initialize with cz_exec_config_init() (or CZ_EXEC_CONFIG_INIT) and
  * then change fields, so that fields added in later versions keep their defaults. Each
  * optimizer's struct inside carries its own version, which the executor checks as it checks
@@ -342,6 +365,10 @@ typedef struct cz_exec_config {
      * parameters are all-gathered in bf16 either way (each rank's range rounded from the fp32
      * master copy, what the job receives anyway). An fp32 job's exchanges are fp32. */
     int grad_reduce_in_fp32;
+
+    /* ---- version 9 ---- */
+    /* NorMuon on a Muon plan's matrices (above); default off. */
+    cz_normuon_config normuon;
 } cz_exec_config;
 
 /* The defaults above as an initializer: cz_exec_config c = CZ_EXEC_CONFIG_INIT; (the values
@@ -350,7 +377,8 @@ typedef struct cz_exec_config {
 #define CZ_EXEC_CONFIG_INIT                                                                     \
     {CZ_EXEC_CONFIG_VERSION, "cpu", NULL, -1, -1, NULL, NULL, NULL,                             \
      CZ_EXEC_LR_DEFAULT, 0.01f, 1, 0.0f, CZ_EXEC_MEMORY_HOST, -1, NULL, 0.0, 0.0, NULL,         \
-     CZ_MUON_CONFIG_INIT, CZ_ADAMW_CONFIG_INIT, CZ_SOAP_CONFIG_INIT, CZ_SHAMPOO_CONFIG_INIT, 0}
+     CZ_MUON_CONFIG_INIT, CZ_ADAMW_CONFIG_INIT, CZ_SOAP_CONFIG_INIT, CZ_SHAMPOO_CONFIG_INIT, 0,   \
+     CZ_NORMUON_CONFIG_INIT}
 /* clang-format on */
 
 /* Fills *cfg with the defaults above (CZ_EXEC_CONFIG_INIT's values). */

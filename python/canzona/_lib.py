@@ -7,7 +7,7 @@ import os
 CZ_OK, CZ_EIO, CZ_EPARSE, CZ_EINVALID, CZ_ENOMEM = 0, -1, -2, -3, -4
 CZ_EMISMATCH, CZ_EUNSUPPORTED, CZ_EINTERNAL, CZ_ETIMEOUT = -5, -6, -7, -8
 DTYPE_BF16, DTYPE_FP16, DTYPE_FP32 = 0, 1, 2
-CZ_EXEC_CONFIG_VERSION = 8
+CZ_EXEC_CONFIG_VERSION = 9
 CZ_EXEC_LR_DEFAULT = -1.0  # cz_exec_config.lr's default: the optimizer's own
 CZ_COMM_CALLBACKS_VERSION = 1
 # cz_comm_dtype, cz_comm_op, cz_comm_group
@@ -104,8 +104,14 @@ class ShampooConfig(ctypes.Structure):
                 ("grafting", i), ("graft_beta2", f), ("graft_eps", f)]
 
 
+class NorMuonConfig(ctypes.Structure):
+    """cz_normuon_config (cz_exec_config.normuon)."""
+
+    _fields_ = [("version", i), ("mode", i), ("beta2", f), ("eps", f)]
+
+
 class ExecConfig(ctypes.Structure):
-    """cz_exec_config of version 8, field for field (checked against the C layout by the tests)."""
+    """cz_exec_config of version 9, field for field (checked against the C layout by the tests)."""
 
     _fields_ = [
         ("version", i),
@@ -131,6 +137,7 @@ class ExecConfig(ctypes.Structure):
         ("soap", SoapConfig),
         ("shampoo", ShampooConfig),
         ("grad_reduce_in_fp32", i),
+        ("normuon", NorMuonConfig),
     ]
 
 

@@ -8,12 +8,13 @@ from ._lib import Error, check
 from . import _ns_coeffs, qk_clip, safetensors
 
 _SCALINGS = {"rms": 0, "shape": 1}
+_NORMUON = {None: 0, "none": 0, "row": 1, "col": 2}  # cz_normuon_mode
 _DTYPES = {"fp32": _lib.DTYPE_FP32, "bf16": _lib.DTYPE_BF16}
 _FLOAT_OPTIONS = ("lr", "momentum", "weight_decay", "ns_eps", "scale_coeff", "adamw_lr",
                   "adamw_beta1", "adamw_beta2", "adamw_eps", "adamw_weight_decay",
                   "max_grad_norm", "shampoo_beta1", "shampoo_beta2", "shampoo_eps",
                   "shampoo_momentum", "shampoo_graft_beta2", "shampoo_graft_eps", "soap_beta1",
-                  "soap_beta2", "soap_shampoo_beta", "soap_eps")
+                  "soap_beta2", "soap_shampoo_beta", "soap_eps", "normuon_beta2", "normuon_eps")
 _INT_OPTIONS = ("ns_steps", "nesterov", "check_finite", "shampoo_nesterov", "shampoo_start_step",
                 "shampoo_max_dim", "shampoo_bias_correction", "soap_bias_correction",
                 "grad_reduce_in_fp32")
@@ -31,8 +32,10 @@ def _field(cfg, key):
         part = cfg.muon
     elif key == "muon_scaling":
         part, name = cfg.muon, "scaling"
+    elif key == "normuon":
+        part, name = cfg.normuon, "mode"
     else:
-        for sub in ("adamw", "soap", "shampoo"):
+        for sub in ("adamw", "soap", "shampoo", "normuon"):
             if key.startswith(sub + "_"):
                 part, name = getattr(cfg, sub), key[len(sub) + 1:]
     # ctypes takes an attribute that is no field without a word: refuse it here.
@@ -93,7 +96,10 @@ class Executor:
     gradients reduce-scattered in fp32, Megatron's --grad-reduce-in-fp32; default 0, in bf16:
     docs/EXECUTOR.md, "On the wire"); for Shampoo and SOAP plans the
     shampoo_* and soap_* fields, shampoo_grafting by name: "none", "adagrad", "rmsprop" or
-    "adam"). Collective under MPI.
+    "adam"; for Muon plans normuon: "row" (Dion's NorMuon, one second moment per row of each
+    unit Muon orthogonalizes), "col" (per column) or None (default, plain Muon), with
+    normuon_beta2 (default 0.95, in [0, 1)) and normuon_eps (default 1e-8); docs/PYTHON.md,
+    "NorMuon"). Collective under MPI.
     """
 
     def __init__(self, plan, params=None, grads=None, *, comm=None, world_comm=None, dtype=None,
@@ -130,6 +136,10 @@ class Executor:
                 if value not in _SCALINGS:
                     raise ValueError(f"muon_scaling {value!r}: expected 'rms' or 'shape'")
                 part.scaling = _SCALINGS[value]
+            elif key == "normuon":
+                if value not in _NORMUON:
+                    raise ValueError(f"normuon {value!r}: expected 'row', 'col' or None")
+                part.mode = _NORMUON[value]
             elif key == "shampoo_grafting":
                 if value not in _GRAFTINGS:
                     raise ValueError(f"shampoo_grafting {value!r}: expected one of "

@@ -172,7 +172,8 @@ class Optimizer(torch.optim.Optimizer):
     Optimizer(params, *, dp_group=None, tp_group=None, mesh=None, plan=None, save_plan=None,
               tp_dims=None, blocks=None, heads=None, optimizers=None, cluster=None,
               lr=<default>, weight_decay=0.01, momentum=0.95, nesterov=True, ns_steps=None,
-              ns_coefficients=None, muon_scaling="rms", adamw_lr=<default>, adamw_betas=(0.9, 0.95),
+              ns_coefficients=None, muon_scaling="rms", normuon=None, normuon_beta2=0.95,
+              normuon_eps=1e-8, adamw_lr=<default>, adamw_betas=(0.9, 0.95),
               adamw_eps=1e-8, adamw_weight_decay=<weight_decay>, max_grad_norm=0.0,
               grad_reduce_in_fp32=False, overlap=False, early_updates=False, bucket_size=None, timeout=600.0,
               unused_parameters=False, check_replicas=True, **executor_options)
@@ -247,13 +248,20 @@ class Optimizer(torch.optim.Optimizer):
       "cubic"; "polar_express", a table of 5 rows), one triple (a, b, c) for every iteration,
       or a sequence of triples, one per iteration. ns_steps: the iteration count; None
       (default): a table's row count, else 5. A table with a different ns_steps is refused.
+    normuon: NorMuon on the Muon matrices (docs/PYTHON.md, "NorMuon"): "row" (Dion's NorMuon:
+      after Newton-Schulz, each row of every unit Muon orthogonalizes, whole matrix, block or
+      head, is divided by the square root of an EMA of its mean square, normuon_beta2 in
+      [0, 1), plus normuon_eps, and the unit rescaled to its norm before), "col" (the same per
+      column), or None (default: plain Muon). One second-moment value per row (column) of each
+      unit, in state_dict() as "normuon_v".
     executor_options: further cz_exec_config fields (canzona.Executor's, e.g. ns_eps).
     """
 
     def __init__(self, params, *, dp_group=None, tp_group=None, mesh=None, plan=None,
                  save_plan=None, tp_dims=None, blocks=None, heads=None, optimizers=None,
                  cluster=None, lr=_DEFAULT, weight_decay=0.01, momentum=0.95, nesterov=True,
-                 ns_steps=None, ns_coefficients=None, muon_scaling="rms", adamw_lr=_DEFAULT,
+                 ns_steps=None, ns_coefficients=None, muon_scaling="rms", normuon=None,
+                 normuon_beta2=0.95, normuon_eps=1e-8, adamw_lr=_DEFAULT,
                  adamw_betas=(0.9, 0.95),
                  adamw_eps=1e-8, adamw_weight_decay=_DEFAULT, max_grad_norm=0.0,
                  grad_reduce_in_fp32=False, nccl_comms=None, overlap=False,
@@ -344,6 +352,17 @@ class Optimizer(torch.optim.Optimizer):
             raise ValueError(f"adamw_eps = {adamw_eps!r}; expected > 0")
         if muon_scaling not in ("rms", "shape"):
             raise ValueError(f"muon_scaling {muon_scaling!r}: expected 'rms' or 'shape'")
+        # Checked here too (the executor checks again), before any collective, naming the
+        # Python arguments.
+        if normuon not in (None, "none", "row", "col"):
+            raise ValueError(f"normuon = {normuon!r}; expected 'row', 'col' or None")
+        if not (isinstance(normuon_beta2, (int, float)) and 0 <= normuon_beta2 < 1):
+            raise ValueError(f"normuon_beta2 = {normuon_beta2!r}; expected 0 <= normuon_beta2 < 1")
+        if not (isinstance(normuon_eps, (int, float)) and math.isfinite(normuon_eps) and
+                normuon_eps > 0):
+            raise ValueError(f"normuon_eps = {normuon_eps!r}; expected a finite value > 0")
+        executor_options.update(normuon=normuon, normuon_beta2=normuon_beta2,
+                                normuon_eps=normuon_eps)
         muon_lr = (1e-3 if muon_scaling == "rms" else 0.02) if lr is _DEFAULT else float(lr)
         elem_lr = 3e-4 if adamw_lr is _DEFAULT else float(adamw_lr)
         elem_wd = weight_decay if adamw_weight_decay is _DEFAULT else adamw_weight_decay
@@ -666,7 +685,7 @@ class Optimizer(torch.optim.Optimizer):
             cfg.dp_comm = ctypes.addressof(self._nccl[0])
             cfg.tp_comm = ctypes.addressof(self._nccl[1])
         cfg.muon.scaling = 0 if muon_scaling == "rms" else 1
-        from .executor import _FLOAT_OPTIONS, _INT_OPTIONS, _field
+        from .executor import _FLOAT_OPTIONS, _INT_OPTIONS, _NORMUON, _field
 
         # Flat option names (adamw_lr) to the config's fields (cfg.adamw.lr): ctypes would take
         # an unknown attribute silently, so every name goes through _field.
@@ -679,6 +698,8 @@ class Optimizer(torch.optim.Optimizer):
                 setattr(*_field(cfg, key), int(v))
             elif key == "ns_coeffs":
                 cfg.muon.ns_coeffs = _ns_coeffs.text(v).encode()
+            elif key == "normuon":
+                cfg.normuon.mode = _NORMUON[v]
             else:
                 raise TypeError(f"unknown option {key!r}")
         err = _lib.CzError()

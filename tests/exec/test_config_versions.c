@@ -167,6 +167,15 @@ static void read_ok(cz_exec_config *out, const void *old, size_t n, int version)
     ck_assert_int_eq(out->adamw.version, CZ_ADAMW_CONFIG_VERSION);
     ck_assert_int_eq(out->soap.version, CZ_SOAP_CONFIG_VERSION);
     ck_assert_int_eq(out->shampoo.version, CZ_SHAMPOO_CONFIG_VERSION);
+    ck_assert_int_eq(out->normuon.version, CZ_NORMUON_CONFIG_VERSION);
+}
+
+/* NorMuon's defaults (what every version before 9 runs: plain Muon). */
+static void expect_normuon_defaults(const cz_exec_config *c)
+{
+    ck_assert_int_eq(c->normuon.mode, CZ_NORMUON_NONE);
+    ck_assert_float_eq(c->normuon.beta2, 0.95f);
+    ck_assert_float_eq(c->normuon.eps, 1e-8f);
 }
 
 /* Version 1's fields, wherever version 7 keeps them. */
@@ -365,6 +374,22 @@ START_TEST(version_7_read)
     ck_assert_int_eq(c.muon.ns_steps, 3);
     ck_assert_str_eq(c.comm, "self");
     ck_assert_int_eq(c.grad_reduce_in_fp32, 0);
+    expect_normuon_defaults(&c);
+}
+END_TEST
+
+/* Version 8: this layout up to grad_reduce_in_fp32, NorMuon (version 9) at its defaults
+ * however the bytes beyond are set. */
+START_TEST(version_8_read)
+{
+    cz_exec_config in = CZ_EXEC_CONFIG_INIT, c;
+    in.version = 8;
+    in.grad_reduce_in_fp32 = 1;
+    in.comm = "self";
+    read_ok(&c, &in, CZ__OPTIONS_END(cz_exec_config, grad_reduce_in_fp32), 8);
+    ck_assert_int_eq(c.grad_reduce_in_fp32, 1);
+    ck_assert_str_eq(c.comm, "self");
+    expect_normuon_defaults(&c);
 }
 END_TEST
 
@@ -400,6 +425,10 @@ START_TEST(versions_refused)
     in.muon.version = CZ_MUON_CONFIG_VERSION + 1;
     ck_assert_int_eq(cz__exec_config_read(&c, &in, &err), CZ_EUNSUPPORTED);
     expect_refused(&err, "cz_muon_config", CZ_MUON_CONFIG_VERSION + 1, CZ_MUON_CONFIG_VERSION);
+    in.muon.version = CZ_MUON_CONFIG_VERSION;
+    in.normuon.version = 0;
+    ck_assert_int_eq(cz__exec_config_read(&c, &in, &err), CZ_EUNSUPPORTED);
+    expect_refused(&err, "cz_normuon_config", 0, CZ_NORMUON_CONFIG_VERSION);
 }
 END_TEST
 
@@ -410,7 +439,8 @@ static const fx_param PARAMS[] = {
 
 START_TEST(create_takes_every_version)
 {
-    /* Through the public API: a version-3 config runs a step; versions 0 and 9 are refused. */
+    /* Through the public API: a version-3 config runs a step; version 0 and the one above the
+     * library's are refused. */
     cz_plan *plan = fx_plan(PARAMS, 2, 1);
     ck_assert_ptr_nonnull(plan);
     struct cfg_v3 v3;
@@ -466,6 +496,8 @@ START_TEST(nested_init_macros)
     ck_assert_int_eq(memcmp(&d.adamw, &adamw, sizeof adamw), 0);
     ck_assert_int_eq(memcmp(&d.soap, &soap, sizeof soap), 0);
     ck_assert_int_eq(memcmp(&d.shampoo, &shampoo, sizeof shampoo), 0);
+    static const cz_normuon_config normuon = CZ_NORMUON_CONFIG_INIT;
+    ck_assert_int_eq(memcmp(&d.normuon, &normuon, sizeof normuon), 0);
     ck_assert_float_eq(d.lr, CZ_EXEC_LR_DEFAULT);
     ck_assert_float_eq(d.weight_decay, 0.01f);
 }
@@ -479,6 +511,7 @@ int main(void)
     tcase_add_test(tc, lr_zero_by_version);
     tcase_add_test(tc, current_version_read);
     tcase_add_test(tc, version_7_read);
+    tcase_add_test(tc, version_8_read);
     tcase_add_test(tc, versions_refused);
     tcase_add_test(tc, create_takes_every_version);
     tcase_add_test(tc, nested_init_macros);

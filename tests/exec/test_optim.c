@@ -420,6 +420,53 @@ START_TEST(coeff_names)
 }
 END_TEST
 
+/* NorMuon's op against hand arithmetic in double: a 3 x 4 matrix by rows and by columns, v at
+ * a stride (a column of the tensor of one column per unit), two steps from v = 0. */
+START_TEST(normuon_op_hand)
+{
+    const float beta2 = 0.8f, eps = 1e-3f;
+    for (int per_col = 0; per_col < 2; per_col++) {
+        float x[12], v[8] = {0};
+        double ref[12], rv[4] = {0}, *work = cpu.ops->alloc(&cpu, 9 * sizeof(double));
+        int n = per_col ? 4 : 3, len = per_col ? 3 : 4;
+        for (int step = 0; step < 2; step++) {
+            for (int k = 0; k < 12; k++)
+                x[k] = (float)(0.1 * (k % 5) - 0.17 * step + 0.05 * k), ref[k] = x[k];
+            cpu.ops->normuon(&cpu, x, 3, 4, per_col, v, 2, beta2, eps, work);
+            double before = 0, after = 0, d[4];
+            for (int i = 0; i < n; i++) {
+                double s = 0;
+                for (int j = 0; j < len; j++) {
+                    double e = ref[per_col ? j * 4 + i : i * 4 + j];
+                    s += e * e;
+                }
+                before += s;
+                rv[i] = beta2 * rv[i] + (1 - beta2) * s / len;
+                d[i] = 1 / (sqrt(rv[i]) + eps);
+                after += s * d[i] * d[i];
+                ck_assert_double_eq_tol(v[2 * i], rv[i], 1e-6 * rv[i]);
+            }
+            double f = sqrt(before) / sqrt(after);
+            for (int r = 0; r < 3; r++)
+                for (int c = 0; c < 4; c++) {
+                    double want = ref[r * 4 + c] * d[per_col ? c : r] * f;
+                    ck_assert_double_eq_tol(x[r * 4 + c], want, 1e-5 * fabs(want) + 1e-7);
+                }
+            for (int i = 0; i < 4; i++) /* between the strided entries: untouched */
+                ck_assert_float_eq(v[2 * i + 1], 0.0f);
+        }
+        cpu.ops->release(&cpu, work);
+    }
+    /* A zero update stays zero (the norm after is clamped, not divided by). */
+    float z[6] = {0}, zv[3] = {0};
+    double *work = cpu.ops->alloc(&cpu, 7 * sizeof(double));
+    cpu.ops->normuon(&cpu, z, 3, 2, 0, zv, 1, 0.95f, 1e-8f, work);
+    for (int k = 0; k < 6; k++)
+        ck_assert_float_eq(z[k], 0.0f);
+    cpu.ops->release(&cpu, work);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("exec_optim");
@@ -435,6 +482,7 @@ int main(void)
     tcase_add_test(tc, coop_panel_rule);
     tcase_add_test(tc, adamw_hand);
     tcase_add_test(tc, momentum_and_update);
+    tcase_add_test(tc, normuon_op_hand);
     tcase_add_test(tc, coeff_names);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -12,6 +12,9 @@
  *   gpu_exec order COMM       the job writes each step's gradients on its default stream and
  *                             steps at once, without a synchronize: the result must be the
  *                             synchronized run's (the step is ordered after the job's stream)
+ *   gpu_exec normuon COMM     NorMuon by rows and by columns (cz_exec_config.normuon): the cuda
+ *                             backend against the cpu backend on the compare plan, fp32, 3
+ *                             steps, max|cuda - cpu| / max|update| <= 1e-4
  *   gpu_exec ns-sym           the cuda backend's Newton-Schulz with the symmetric form forced
  *                             on (cublasSsyrk + the mirror kernel, fp32) against the cpu
  *                             backend's general form: relative error <= 1e-4.
@@ -53,6 +56,7 @@ typedef struct run_opts {
     /* The job writes each step's gradients on its default stream, held this long, and steps
      * without waiting (0: written and synchronized before the step). */
     double job_hold_s;
+    cz_normuon_mode normuon; /* CZ_NORMUON_NONE: plain Muon */
 } run_opts;
 
 static void grads_of_step(int s, float *G, void *hg, size_t n, cz_dtype dt)
@@ -89,6 +93,7 @@ static int run(const cz_plan *pl, const run_opts *o, float *P, size_t n)
         cfg.lr = o->lr;
     if (o->adamw_lr > 0)
         cfg.adamw.lr = o->adamw_lr;
+    cfg.normuon.mode = o->normuon;
     bool cuda = strcmp(o->backend, "cuda") == 0;
     cfg.memory = cuda ? CZ_EXEC_MEMORY_DEVICE : CZ_EXEC_MEMORY_HOST;
     cz_executor *ex = NULL;
@@ -183,7 +188,7 @@ static int compare(const char *comm)
         P0[i] = 0.1f * fx_val(i);
     for (int d = 0; !rc && d < 2; d++) {
         cz_dtype dt = d ? CZ_DTYPE_BF16 : CZ_DTYPE_FP32;
-        run_opts oc = {"cpu", "self", dt, d ? 0.01f : 0.0f, d ? 3e-3f : 0.0f, 0};
+        run_opts oc = {"cpu", "self", dt, d ? 0.01f : 0.0f, d ? 3e-3f : 0.0f, 0, CZ_NORMUON_NONE};
         run_opts og = oc;
         og.backend = "cuda";
         og.comm = comm;
@@ -213,6 +218,43 @@ static int compare(const char *comm)
     return rc;
 }
 
+/* NorMuon on the cuda backend (its three kernels per unit: the lines' sums and EMA, the norm
+ * factor, the scale) against the cpu backend's loops, fp32, by rows and by columns: the plan's
+ * units include a tall one (stored transposed for Newton-Schulz, so its rows are the batch's
+ * columns) and row blocks. The same bound as the fp32 compare. */
+static int normuon(const char *comm)
+{
+    cz_plan *pl = fx_plan(PARAMS, NP, 1);
+    if (!pl)
+        return fail("out of memory", NULL);
+    size_t n = (size_t)pl->buckets[0].size;
+    float *P0 = malloc(n * sizeof(float)), *Pc = malloc(n * sizeof(float));
+    float *Pg = malloc(n * sizeof(float));
+    int rc = (P0 && Pc && Pg) ? 0 : fail("out of memory", NULL);
+    for (size_t i = 0; !rc && i < n; i++)
+        P0[i] = 0.1f * fx_val(i);
+    for (int m = CZ_NORMUON_ROW; !rc && m <= CZ_NORMUON_COL; m++) {
+        run_opts oc = {"cpu", "self", CZ_DTYPE_FP32, 0.0f, 0.0f, 0, (cz_normuon_mode)m};
+        run_opts og = oc;
+        og.backend = "cuda";
+        og.comm = comm;
+        memcpy(Pc, P0, n * sizeof(float));
+        memcpy(Pg, P0, n * sizeof(float));
+        rc = run(pl, &oc, Pc, n);
+        if (!rc)
+            rc = run(pl, &og, Pg, n);
+        if (rc)
+            break;
+        gap g = gap_of(Pg, Pc, P0, n);
+        printf("gpu_exec normuon %s %s: max|cuda - cpu| / max|update| = %.3g (limit 0.0001)\n",
+               comm, m == CZ_NORMUON_ROW ? "row" : "col", g.max_rel);
+        rc = g.max_rel <= 1e-4 ? 0 : 1;
+    }
+    free(P0), free(Pc), free(Pg);
+    cz_plan_free(pl);
+    return rc;
+}
+
 /* The job's default-stream writes are seen by the step that follows them at once: the same
  * result as when the job synchronizes first, up to the order of the atomic sums in the norms
  * (max|held - synchronized| / max|update| <= 1e-5). The hold (0.2 s) makes a step that does not
@@ -229,7 +271,7 @@ static int order(const char *comm)
     int rc = (A && B && S) ? 0 : fail("out of memory", NULL);
     for (size_t i = 0; !rc && i < n; i++)
         S[i] = A[i] = B[i] = 0.1f * fx_val(i);
-    run_opts sync = {"cuda", comm, CZ_DTYPE_FP32, 0, 0, 0}, held = sync;
+    run_opts sync = {"cuda", comm, CZ_DTYPE_FP32, 0, 0, 0, CZ_NORMUON_NONE}, held = sync;
     held.job_hold_s = 0.2;
     if (!rc)
         rc = run(pl, &sync, A, n);
@@ -337,8 +379,8 @@ static int info(void)
 
 static int usage(void)
 {
-    fprintf(stderr,
-            "usage: gpu_exec probe | info | ns-sym | compare self|nccl | order self|nccl\n");
+    fprintf(stderr, "usage: gpu_exec probe | info | ns-sym | compare self|nccl | order self|nccl | "
+                    "normuon self|nccl\n");
     return 2;
 }
 
@@ -365,5 +407,7 @@ int main(int argc, char **argv)
         return gpu_with_comm(argc, argv, gpu, compare);
     if (strcmp(mode, "order") == 0)
         return gpu_with_comm(argc, argv, gpu, order);
+    if (strcmp(mode, "normuon") == 0)
+        return gpu_with_comm(argc, argv, gpu, normuon);
     return usage();
 }

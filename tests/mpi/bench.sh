@@ -3,6 +3,7 @@
 # MPI ranks. Usage: bench.sh verify CLUSTER DP TP [fp32|bf16] [unified|split] | mismatch | options | nan | dump |
 # owncomms | replicas | grads | knobs | coeffs (Newton-Schulz coefficient tables) | stall | shampoo CLUSTER TP MAX_DIM [START MOMENTUM NESTEROV] |
 # soap CLUSTER TP [SHAMPOO_BETA] | heads CLUSTER [TP_STRATEGY] (per-head Muon, muon_heads_ref) |
+# normuon CLUSTER row|col [TP_STRATEGY] (NorMuon, normuon_ref) |
 # soap-sides CLUSTER TP | nolapacke
 # | average (exec_average.c, $CZ_AVERAGE, on 2 and 4 ranks)
 # | qk-clip (exec_qk_clip.c, $CZ_QK_CLIP: DP2*TP2 fp32 and bf16, DP4*TP1, DP1*TP2)
@@ -721,6 +722,52 @@ PY
     --ns-coeffs jordan --scaling rms --scale-coeff 0.2 --dump-dir "$tmp/d" | tee "$tmp/out"
   grep -q "executor allocations in steps 2..4 (most on one rank): 0$" "$tmp/out"
   "$CZ_MUON_HEADS_REF" "$tmp/h.json" "$tmp/d" 4 5 1e-5 0.02 0.9 0.01 1e-7 0.2
+  ;;
+normuon)
+  # NorMuon (issue 42, item 3): 10 steps of canzona-bench --normuon MODE on test-heads (per-head
+  # units along rows and along columns, row blocks, tall and wide units, so both a unit stored
+  # transposed for Newton-Schulz and the second moment as a matrix of one column per unit)
+  # against normuon_ref, a double-precision single-process NorMuon written from Dion's
+  # definition: every matrix's update within 1e-5 (fp32), and plain Muon far from it. Under
+  # --tp rollback the per-head tasks are TP-local; under sc every TP rank computes every unit.
+  : "${CZ_NORMUON_REF:?}"
+  hm=$src/plans/models/test-heads.json
+  "$CZ" plan -q --model "$hm" --cluster "$src/plans/clusters/$2.json" --tp "${4:-rollback}" \
+    -o "$tmp/n.json"
+  "$CZ" validate "$tmp/n.json" --model "$hm" --cluster "$src/plans/clusters/$2.json" >/dev/null
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/n.json" --model "$hm" --steps 10 --warmup 0 --seed 7 \
+    --lr 0.02 --momentum 0.9 --nesterov --weight-decay 0.01 --ns-eps 1e-7 --ns-steps 5 \
+    --ns-coeffs jordan --scaling rms --scale-coeff 0.2 --normuon "$3" --normuon-beta2 0.9 \
+    --normuon-eps 1e-8 --dump-dir "$tmp/d" | tee "$tmp/out"
+  grep -q "executor allocations in steps 2..10 (most on one rank): 0$" "$tmp/out"
+  "$CZ_NORMUON_REF" "$tmp/n.json" "$tmp/d" 10 7 1e-5 0.02 0.9 0.01 1e-7 0.2 "$3" 0.9 1e-8
+  # Refused before any step, with the setting and what it expects: beta2 outside [0, 1), an
+  # unknown mode, NorMuon with --verify (whose reference is plain Muon).
+  for b in 1 -0.5; do
+    mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/n.json" --model "$hm" --steps 1 --normuon "$3" \
+      --normuon-beta2 "$b"
+    grep -q "normuon.beta2 = $b; expected a value in \[0, 1)" "$tmp/out"
+  done
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/n.json" --model "$hm" --steps 1 --normuon rows
+  grep -q -- "--normuon 'rows': expected none, row or col" "$tmp/out"
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/n.json" --model "$hm" --steps 1 --normuon "$3" \
+    --verify
+  grep -q -- "--normuon and --verify do not go together" "$tmp/out"
+  # A cooperative task (a matrix's Newton-Schulz split over TP ranks) would need its lines'
+  # sums across the members: refused, naming the matrix and the plan option. (DP4*TP1 has no
+  # TP ranks to split over.)
+  if [ "$2" = cpu-4-dp2-tp2 ]; then
+    "$CZ" plan -q --model "$hm" --cluster "$src/plans/clusters/$2.json" --split-blocks \
+      --coop 2 -o "$tmp/coop.json"
+    mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/coop.json" --model "$hm" --steps 1 --normuon "$3"
+    grep -q "NorMuon (normuon.mode = $3): '.*' has a cooperative task over 2 TP ranks" "$tmp/out"
+    grep -q -- "plan with --coop off" "$tmp/out"
+  fi
+  # NorMuon is a Muon variant: with a SOAP plan it is refused, not ignored.
+  "$CZ" plan -q --model "$hm" --cluster "$src/plans/clusters/$2.json" --optimizer soap \
+    -o "$tmp/soap.json"
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/soap.json" --model "$hm" --steps 1 --normuon "$3"
+  grep -q "NorMuon is a Muon variant, and this plan's matrix optimizer is soap" "$tmp/out"
   ;;
 soap)
   # SOAP (plan --optimizer soap, refresh every 5 updates: 12 calls = initialisation + 11

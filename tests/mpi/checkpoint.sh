@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Optimizer-state checkpoints on 4 MPI ranks, resharded. Usage:
-# checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|heads|pp|pp-back]
+# checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|heads|pp|pp-back|normuon-row|normuon-col]
 #  muon (default): 20 steps of test-small at DP2·TP2, save the state, load it at DP4·TP1 and
 #    run 20 more steps; the final parameters must equal an uninterrupted 40-step run.
 #  shampoo: 7 steps at DP2·TP2 (refresh every 5 steps, sides above 128 tiled, momentum and
@@ -21,6 +21,13 @@
 #    gathers both stages'), load at PP1·DP4·TP1, 10 more steps.
 #  pp-back: 10 steps at PP1·DP2·TP2, load at PP2·DP1·TP2 (each stage takes its own
 #    parameters' tensors from the file), 10 more steps.
+#  normuon-row: NorMuon by rows on test-heads, 10 steps at DP2·TP2 (TP-local per-head tasks:
+#    each rank keeps its own heads' second moments, and the output projection's is a matrix of
+#    one column per head), load at DP4·TP1 (whole matrices), 10 more steps.
+#  normuon-col: NorMuon by columns, 10 steps at DP2·TP2, load at DP4·TP1 under --split-blocks
+#    (block tasks, the heads inside them), 10 more steps.
+#  Both: a Muon checkpoint is refused under NorMuon (no second moment), and a negative second
+#    moment is refused as damage.
 #  (Across expert grids: checkpoint_ep.sh.)
 # Equal means max|a-b|/max|b| <= 1e-5 per parameter. The gradients are the same on every DP
 # replica (so their average does not depend on the DP size) and come from files, so both runs
@@ -73,7 +80,11 @@ pp) popt=(--pp-size 2 --dp-size 2 --tp-size 1); popt2=(--dp-size 4); second=cpu-
   n1=10; n2=10; bopt=() ;;
 pp-back) popt=(); popt2=(--pp-size 2 --dp-size 1 --tp-size 2); second=cpu-4-dp2-tp2; n1=10
   n2=10; bopt=() ;;
-*) echo "usage: checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|heads|pp|pp-back]"; exit 2 ;;
+normuon-row) model=$src/plans/models/test-heads.json; popt=(); second=cpu-4-dp4-tp1; n1=10
+  n2=10; bopt=(--normuon row --normuon-beta2 0.9) ;;
+normuon-col) model=$src/plans/models/test-heads.json; popt=(); popt2=(--split-blocks)
+  second=cpu-4-dp4-tp1; n1=10; n2=10; bopt=(--normuon col --normuon-beta2 0.9) ;;
+*) echo "usage: checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|heads|pp|pp-back|normuon-row|normuon-col]"; exit 2 ;;
 esac
 [ ${#popt2[@]} -gt 0 ] || popt2=("${popt[@]}")
 n=$((n1 + n2))
@@ -179,6 +190,8 @@ want = {
     "heads": ["exp_avg", "exp_avg_sq", "momentum"],
     "pp": ["exp_avg", "exp_avg_sq", "momentum"],
     "pp-back": ["exp_avg", "exp_avg_sq", "momentum"],
+    "normuon-row": ["exp_avg", "exp_avg_sq", "momentum", "normuon_v"],
+    "normuon-col": ["exp_avg", "exp_avg_sq", "momentum", "normuon_v"],
     "shampoo": ["exp_avg", "exp_avg_sq", "factor_left", "factor_right", "filtered_grad",
                 "grafting", "inv_root_left", "inv_root_right", "momentum"],
     "soap": ["GG_left", "Q_left", "exp_avg", "exp_avg_sq"],
@@ -193,12 +206,50 @@ if mode == "soap":
     # Only extra.weight's 64-row side is at most 100: its factor and basis, 64 x 64.
     t = h["extra.weight.soap.0_0.Q_left"]
     assert t["shape"] == [64, 64], t
+if mode.startswith("normuon"):
+    # One second moment per line of each unit: the QKV's 8 heads of 32 rows, the output
+    # projection's 4 heads of 32 columns, fc1's 2 row blocks, fc2 whole.
+    want = {"row": {"self_attention.linear_qkv": [256, 1], "self_attention.linear_proj": [128, 4],
+                    "mlp.linear_fc1": [512, 1], "mlp.linear_fc2": [128, 1]},
+            "col": {"self_attention.linear_qkv": [8, 128], "self_attention.linear_proj": [1, 128],
+                    "mlp.linear_fc1": [2, 128], "mlp.linear_fc2": [1, 256]}}[mode[8:]]
+    for k, shape in want.items():
+        t = h["decoder.layers.1.%s.weight.normuon_v" % k]
+        assert t["shape"] == shape, (k, t)
+        # Saved, not left at its start: every line of every unit has had 10 updates of its EMA.
+        o0, o1 = t["data_offsets"]
+        v = struct.unpack("<%df" % ((o1 - o0) // 4), data[8 + n + o0:8 + n + o1])
+        assert min(v) > 0, (k, min(v))
 print("checkpoint: %d tensors, step %s" % (len(h), steps))
 PY
 
 # The refusals below do not depend on the layout or the tasks: checked with plain plans only.
 if [ "$mode" = split ] || [ "$mode" = tasks ] || [ "$mode" = tasks-back ] || [ "$mode" = pp ] ||
   [ "$mode" = pp-back ] || [ "$mode" = heads ]; then
+  echo "ok"
+  exit 0
+fi
+if [ "$mode" = normuon-row ] || [ "$mode" = normuon-col ]; then
+  # A plain Muon checkpoint has no second moment: refused on every rank, naming it.
+  bench --plan "$tmp/a.json" --steps 1 --save-state "$tmp/muon.safetensors" > "$tmp/muon.log"
+  mpi_fails "$CZ_BENCH" --model "$model" --plan "$tmp/b.json" --steps 1 "${bopt[@]}" \
+    --load-state "$tmp/muon.safetensors"
+  [ "$(grep -c 'loading the optimizer state' "$tmp/out")" -eq 4 ]
+  grep -q "muon.safetensors: no tensor '.*\.normuon_v'" "$tmp/out"
+  # A negative second moment cannot come from the EMA of squares: refused as damage.
+  python3 - "$tmp/state.safetensors" "$tmp/neg.safetensors" <<'PY'
+import json, struct, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+h = json.loads(data[8:8 + n])
+t = h["decoder.layers.0.mlp.linear_fc2.weight.normuon_v"]
+at = 8 + n + t["data_offsets"][0]
+data[at:at + 4] = struct.pack("<f", -1.0)
+open(sys.argv[2], "wb").write(bytes(data))
+PY
+  mpi_fails "$CZ_BENCH" --model "$model" --plan "$tmp/b.json" --steps 1 "${bopt[@]}" \
+    --load-state "$tmp/neg.safetensors"
+  grep -q "neg.safetensors: 'decoder.layers.0.mlp.linear_fc2.weight.normuon_v' holds a negative value" "$tmp/out"
   echo "ok"
   exit 0
 fi

@@ -85,5 +85,9 @@ int main(int argc, char **argv)
     FIELD(shampoo.graft_beta2);
     FIELD(shampoo.graft_eps);
     FIELD(grad_reduce_in_fp32);
+    FIELD(normuon.version);
+    FIELD(normuon.mode);
+    FIELD(normuon.beta2);
+    FIELD(normuon.eps);
     return 0;
 }

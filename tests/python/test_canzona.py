@@ -275,6 +275,50 @@ class MatrixOptimizerState(Base):
         self.assertIn("layers.0.experts.0.w.soap.0_0.Q_right", state)
 
 
+class NorMuonOptions(Base):
+    """normuon, normuon_beta2 and normuon_eps reach cz_exec_config.normuon: the update
+    changes with them, the state carries the second moment (one value per row of each block
+    for "row", per column for "col"), and bad values are refused by the library, named."""
+
+    def run3(self, **kw):
+        ex, P, G = self.executor(**kw)
+        for s in range(3):
+            self.grads(G, s)
+            ex.step()
+        return ex, P.copy()
+
+    def test_modes_change_the_update_and_the_state(self):
+        plain = self.run3()[1]
+        row_ex, row = self.run3(normuon="row")
+        col_ex, col = self.run3(normuon="col", normuon_beta2=0.5)
+        slow = self.run3(normuon="col", normuon_beta2=0.9)[1]
+        self.assertFalse(np.array_equal(plain, row))
+        self.assertFalse(np.array_equal(row, col))
+        self.assertFalse(np.array_equal(col, slow))
+        self.assertTrue(np.array_equal(plain, self.run3(normuon=None)[1]))
+        # qkv (48 x 16) has 3 row blocks: by rows one value per row, by columns one row per
+        # block; the experts' w (32 x 16) is one unit.
+        rs, cs = row_ex.state_dict()["state"], col_ex.state_dict()["state"]
+        self.assertEqual(rs["layers.0.qkv.normuon_v"].shape, (48, 1))
+        self.assertEqual(cs["layers.0.qkv.normuon_v"].shape, (3, 16))
+        self.assertEqual(cs["layers.1.experts.0.w.normuon_v"].shape, (1, 16))
+        self.assertGreater(float(np.min(rs["layers.0.qkv.normuon_v"])), 0.0)
+        # A plain Muon state lacks the second moment: refused by name.
+        sd = self.run3()[0].state_dict()
+        with self.assertRaisesRegex(canzona.Error, "no tensor 'layers.0.qkv.normuon_v'"):
+            row_ex.load_state_dict(sd)
+
+    def test_bad_values_refused(self):
+        with self.assertRaisesRegex(ValueError, "normuon 'rows': expected 'row', 'col' or None"):
+            canzona.Executor(self.plan, comm="self", normuon="rows")
+        for b in (1.0, -0.1):
+            with self.assertRaisesRegex(canzona.Error, r"normuon.beta2 = %g; expected a value "
+                                        r"in \[0, 1\)" % b):
+                canzona.Executor(self.plan, comm="self", normuon="row", normuon_beta2=b)
+        with self.assertRaisesRegex(canzona.Error, "normuon.eps = 0; expected a finite value > 0"):
+            canzona.Executor(self.plan, comm="self", normuon="col", normuon_eps=0.0)
+
+
 class Planning(unittest.TestCase):
     class P:
         def __init__(self, *shape):

@@ -95,6 +95,12 @@ void cz_bench_usage(FILE *f)
            "  --soap-beta2 X           Adam's second moment (default 0.95)\n"
            "  --soap-shampoo-beta X    factor EMA (default: --soap-beta2)\n"
            "  --soap-eps X             (default 1e-8)\n"
+           "NorMuon (Muon plans; docs/EXECUTOR.md, \"NorMuon\"):\n"
+           "  --normuon MODE           none (default), row (Dion's: one second moment per row of\n"
+           "                           each unit) or col (one per column); not with --verify\n"
+           "  --normuon-beta2 X        the second moment's EMA coefficient, in [0, 1) (default\n"
+           "                           0.95)\n"
+           "  --normuon-eps X          added to its square root (default 1e-8)\n"
            "  --own-comms        split the DP and TP communicators here and hand them in, as a\n"
            "                     job with its own communicators would\n"
            "  --inject-nan NAME  (testing) put a NaN into NAME's gradient on rank 0\n"
@@ -198,6 +204,9 @@ static const struct option longs[] = {{"plan", required_argument, 0, 'p'},
                                       {"qk-heads", required_argument, 0, 1026},
                                       {"grad-reduce-in-fp32", no_argument, 0, 1027},
                                       {"create-from", required_argument, 0, 1028},
+                                      {"normuon", required_argument, 0, 1029},
+                                      {"normuon-beta2", required_argument, 0, 1030},
+                                      {"normuon-eps", required_argument, 0, 1031},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
 
@@ -495,6 +504,24 @@ static int precond_option(bench_opts *o, int c, char *arg, char **end, char *msg
     case 1014:
         o->shampoo.soap.eps = strtof(arg, end);
         return 0;
+    case 1029:
+        if (strcmp(arg, "none") == 0)
+            o->shampoo.normuon.mode = CZ_NORMUON_NONE;
+        else if (strcmp(arg, "row") == 0)
+            o->shampoo.normuon.mode = CZ_NORMUON_ROW;
+        else if (strcmp(arg, "col") == 0)
+            o->shampoo.normuon.mode = CZ_NORMUON_COL;
+        else {
+            snprintf(msg, cap, "--normuon '%s': expected none, row or col", arg);
+            return 2;
+        }
+        return 0;
+    case 1030:
+        o->shampoo.normuon.beta2 = strtof(arg, end);
+        return 0;
+    case 1031:
+        o->shampoo.normuon.eps = strtof(arg, end);
+        return 0;
     default:
         return -1;
     }
@@ -541,6 +568,13 @@ static int check_options(const bench_opts *o, int argc, char *msg, size_t cap)
     if (cz__file_check_output(o->save_state, ins, what, 2, &ferr) ||
         cz__file_check_output(o->json, ins, what, 4, &ferr)) {
         snprintf(msg, cap, "%s", ferr.message);
+        return 2;
+    }
+    if (o->shampoo.normuon.mode != CZ_NORMUON_NONE && o->verify) {
+        /* --verify's reference is plain Muon (bench_verify.c); NorMuon's is normuon_ref. */
+        snprintf(msg, cap,
+                 "--normuon and --verify do not go together: --verify's reference is plain "
+                 "Muon; check NorMuon with --dump-dir and tests/mpi/normuon_ref.c");
         return 2;
     }
     if (o->load_state && o->verify) {
@@ -627,14 +661,14 @@ static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
         return;
     snprintf(buf + n, cap - (size_t)n,
              " shampoo=%.9g,%.9g,%.9g,%.9g,%d,%d,%d,%d,%.9g,%.9g soap=%.9g,%.9g,%.9g,%.9g "
-             "overlap=%d,%d,%d,%d,%.17g,%d,%d,%d,%d,%d qk=%.17g,%d,%d",
+             "overlap=%d,%d,%d,%d,%.17g,%d,%d,%d,%d,%d qk=%.17g,%d,%d normuon=%d,%.9g,%.9g",
              h->shampoo.beta1, h->shampoo.beta2, h->shampoo.eps, h->shampoo.momentum,
              h->shampoo.nesterov, h->shampoo.start_step, h->shampoo.max_dim,
              (int)h->shampoo.grafting, h->shampoo.graft_beta2, h->shampoo.graft_eps, h->soap.beta1,
              h->soap.beta2, h->soap.shampoo_beta, h->soap.eps, o->overlap, o->delay_bucket,
              o->skip_bucket, o->repeat_bucket, o->compute_ms, o->early, o->bucket_order,
              o->order_rank, o->declare_nothing, o->end_after_stall, o->qk_tau, o->qk_heads,
-             o->qk_groups);
+             o->qk_groups, (int)h->normuon.mode, h->normuon.beta2, h->normuon.eps);
 }
 
 /* The fingerprint of options_text, its largest and smallest value over the ranks in one
@@ -713,4 +747,5 @@ void cz_bench_config(const bench_opts *o, cz_exec_config *cfg)
     cfg->soap.beta2 = o->shampoo.soap.beta2;
     cfg->soap.shampoo_beta = o->shampoo.soap.shampoo_beta;
     cfg->soap.eps = o->shampoo.soap.eps;
+    cfg->normuon = o->shampoo.normuon;
 }

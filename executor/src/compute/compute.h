@@ -22,7 +22,9 @@
  * gradient or optimizer-state data goes through it: step.c, pipeline.c, muon.c and adamw.c never
  * touch data themselves. All pointers below are backend memory (from alloc, or bound buffers the
  * backend accepts), except where a parameter says host. */
-#define CZ_COMPUTE_OPS_VERSION 7
+#define CZ_COMPUTE_OPS_VERSION 8
+/* Version 8 appended normuon (NorMuon's normalization, optional: a table without it still runs
+ * every optimizer, and NorMuon is refused at create naming the backend). */
 /* Version 7 changed two signatures, not the layout: ns_batched's coefficients are a set with
  * one triple per iteration (cz_ns_coeffs, a table or one triple repeated), and ns_poly_end takes
  * the one triple of the iteration it ends. */
@@ -231,6 +233,16 @@ typedef struct cz_compute_ops {
      * the step (the default streams wait for the step's last op). Neither blocks the host. */
     void (*step_begin)(cz_compute *c);
     void (*step_end)(cz_compute *c);
+
+    /* ---- version 8: NorMuon (optional, see above) ---- */
+    /* NorMuon's normalization of the rows x cols matrix x (contiguous, row-major) in place.
+     * Its lines are its rows (per_col 0) or its columns (per_col 1), n of them, and v holds
+     * their second-moment EMA (n floats at v, v + vs, ..., backend memory). For each line i:
+     * s = mean of x^2 over it (double), v_i = v_i + (1 - beta2) (s - v_i), d_i = 1 / (sqrt(v_i)
+     * + eps); then x_line *= d_i * ||x||_F / max(||x d||_F, 1e-8), both norms from the lines'
+     * sums of squares. work holds 2 n + 1 backend doubles. */
+    void (*normuon)(cz_compute *c, float *x, int64_t rows, int64_t cols, int per_col, float *v,
+                    int64_t vs, float beta2, float eps, double *work);
 } cz_compute_ops;
 
 /* linalg_work of the backend (the caller has checked cz__compute_has_linalg). */

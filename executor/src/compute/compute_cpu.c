@@ -214,6 +214,33 @@ static void cpu_block_store(cz_compute *c, float *dst, int64_t ld, const float *
         }
 }
 
+/* NorMuon's normalization (compute.h): work[i] the line's sum of squares, work[n + i] its
+ * divisor's inverse; the two norms from the lines' sums. */
+static void cpu_normuon(cz_compute *c, float *x, int64_t rows, int64_t cols, int per_col, float *v,
+                        int64_t vs, float beta2, float eps, double *work)
+{
+    (void)c;
+    int64_t n = per_col ? cols : rows, len = per_col ? rows : cols;
+    int64_t step = per_col ? cols : 1, line = per_col ? 1 : cols;
+    double before = 0.0, after = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double ss = 0.0;
+        for (int64_t j = 0; j < len; j++)
+            ss += cz_ew_sq(x[i * line + j * step]);
+        v[i * vs] = cz_ew_normuon_v(v[i * vs], len > 0 ? ss / (double)len : 0.0, beta2);
+        work[i] = ss;
+        work[n + i] = cz_ew_normuon_d(v[i * vs], eps);
+        before += ss;
+        after += ss * work[n + i] * work[n + i];
+    }
+    double f = cz_ew_normuon_rescale(before, after);
+    for (int64_t i = 0; i < n; i++) {
+        float k = (float)(work[n + i] * f);
+        for (int64_t j = 0; j < len; j++)
+            x[i * line + j * step] = cz_ew_scale(x[i * line + j * step], k);
+    }
+}
+
 /* The lower triangle of the row-major r x r m from its upper one. */
 static void mirror_upper(float *m, int r)
 {
@@ -454,4 +481,5 @@ const cz_compute_ops cz__compute_cpu_ops = {
     .close = cpu_order_nothing,
     .step_begin = cpu_order_nothing,
     .step_end = cpu_order_nothing,
+    .normuon = cpu_normuon,
 };

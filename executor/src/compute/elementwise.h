@@ -170,4 +170,27 @@ CZ_HD int cz_ew_sorts_before(double est_k, int64_t k, double est_j, int64_t j)
     return est_k > est_j || (est_k == est_j && k < j);
 }
 
+/* NorMuon, per line of the orthogonalized update (a row or a column): the EMA of the line's
+ * mean square s, v + (1 - beta2) (s - v) (torch.lerp(v, s, 1 - beta2), as Dion computes it),
+ * kept in fp32 as Dion keeps it in the parameter's dtype. */
+CZ_HD float cz_ew_normuon_v(float v, double s, float beta2)
+{
+    return (float)((double)v + (1.0 - (double)beta2) * (s - (double)v));
+}
+
+/* The line's divisor's inverse, 1 / (sqrt(v) + eps). */
+CZ_HD double cz_ew_normuon_d(float v, float eps)
+{
+    return 1.0 / (sqrt((double)v) + (double)eps);
+}
+
+/* The factor that gives the normalized update its Frobenius norm before: sqrt(before) /
+ * max(sqrt(after), 1e-8), from the sums of squares before and after the division (Dion's
+ * clamp of the norm after at 1e-8; a zero update stays zero). */
+CZ_HD double cz_ew_normuon_rescale(double before, double after)
+{
+    double na = sqrt(after);
+    return sqrt(before) / (na > 1e-8 ? na : 1e-8);
+}
+
 #endif /* CZ_ELEMENTWISE_H */

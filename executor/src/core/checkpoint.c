@@ -105,6 +105,16 @@ static float *part_buffer(const ck_entry *e, const cz_block *part)
     return e->opt->ops->state_buffer(e->opt, e->param, e->k, part);
 }
 
+/* The rectangle of PARTS tensor e that the part at `part` keeps (state_rect; the part itself
+ * for a tensor laid out as the parameter). */
+static cz_block part_rect(const ck_entry *e, const cz_block *part)
+{
+    cz_block r = *part;
+    if (e->opt->ops->state_rect)
+        e->opt->ops->state_rect(e->opt, e->param, e->k, part, &r);
+    return r;
+}
+
 /* This rank's addend of parameter `param` (plus_addend tensors); NULL where it keeps none. */
 static float *addend_of(cz_optim *o, int param)
 {
@@ -380,10 +390,11 @@ static int save_parts(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int6
     for (int k = 0; k < n; k++) {
         int src = (int)grid[place(ex, p, p->dp_owner, ex->grid.sc ? 0 : v[k].slot)];
         const float *buf = ex->planes.world.rank == src ? part_buffer(e, &v[k].part) : NULL;
-        if ((rc = fetch(ex, b, buf, v[k].part.rows * v[k].part.cols, src, b->part, err)) != CZ_OK)
+        cz_block r = part_rect(e, &v[k].part);
+        if ((rc = fetch(ex, b, buf, r.rows * r.cols, src, b->part, err)) != CZ_OK)
             goto done;
         if (ex->planes.world.rank == 0)
-            rect_copy(dst, b->part, e->shape[1], &v[k].part, 1);
+            rect_copy(dst, b->part, e->shape[1], &r, 1);
     }
 done:
     free(v);
@@ -651,9 +662,9 @@ static int store_parts(cz_executor *ex, ck_bufs *b, const ck_entry *e, const flo
         float *buf = holds_part(ex, p, &v[k]) ? part_buffer(e, &v[k].part) : NULL;
         if (!buf)
             continue;
-        rect_copy(b->part, full, e->shape[1], &v[k].part, 0);
-        if ((rc = c->ops->upload(c, buf, b->part,
-                                 (size_t)(v[k].part.rows * v[k].part.cols) * sizeof *full, err)) !=
+        cz_block r = part_rect(e, &v[k].part);
+        rect_copy(b->part, full, e->shape[1], &r, 0);
+        if ((rc = c->ops->upload(c, buf, b->part, (size_t)(r.rows * r.cols) * sizeof *full, err)) !=
             CZ_OK)
             goto done;
     }

@@ -161,7 +161,9 @@ static int check_nested(const cz_exec_config *c, cz_error *err)
         {c->adamw.version, CZ_ADAMW_CONFIG_VERSION, "cz_adamw_config", "CZ_ADAMW_CONFIG_INIT"},
         {c->soap.version, CZ_SOAP_CONFIG_VERSION, "cz_soap_config", "CZ_SOAP_CONFIG_INIT"},
         {c->shampoo.version, CZ_SHAMPOO_CONFIG_VERSION, "cz_shampoo_config",
-         "CZ_SHAMPOO_CONFIG_INIT"}};
+         "CZ_SHAMPOO_CONFIG_INIT"},
+        {c->normuon.version, CZ_NORMUON_CONFIG_VERSION, "cz_normuon_config",
+         "CZ_NORMUON_CONFIG_INIT"}};
     for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
         int rc = cz__options_version_check(parts[i].version, parts[i].current, parts[i].type,
                                            parts[i].how, err);
@@ -191,10 +193,12 @@ int cz__exec_config_read(cz_exec_config *out, const cz_exec_config *in, cz_error
         *out = *in;
         return check_nested(out, err);
     }
-    /* Version 7 is this layout up to the optimizers' structs; what version 8 appended keeps
-     * its default. */
-    if (version == 7) {
-        memcpy(out, in, CZ__OPTIONS_END(cz_exec_config, shampoo));
+    /* Versions 7 and 8 are this layout up to the optimizers' structs and grad_reduce_in_fp32;
+     * what later versions appended keeps its default. */
+    if (version == 7 || version == 8) {
+        memcpy(out, in,
+               version == 7 ? CZ__OPTIONS_END(cz_exec_config, shampoo)
+                            : CZ__OPTIONS_END(cz_exec_config, grad_reduce_in_fp32));
         out->version = CZ_EXEC_CONFIG_VERSION;
         return check_nested(out, err);
     }

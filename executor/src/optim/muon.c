@@ -25,6 +25,22 @@ int cz__muon_hparams_from_config(cz_muon_hparams *h, const cz_exec_config *cfg, 
     h->nesterov = cfg->muon.nesterov;
     h->ns_steps = cfg->muon.ns_steps;
     h->scaling = cfg->muon.scaling;
+    h->normuon = cfg->normuon.mode;
+    h->nm_beta2 = cfg->normuon.beta2;
+    h->nm_eps = cfg->normuon.eps;
+    if (cfg->normuon.mode != CZ_NORMUON_NONE && cfg->normuon.mode != CZ_NORMUON_ROW &&
+        cfg->normuon.mode != CZ_NORMUON_COL)
+        return cz__error_set(err, CZ_EINVALID,
+                             "normuon.mode = %d; expected CZ_NORMUON_NONE (0), CZ_NORMUON_ROW (1) "
+                             "or CZ_NORMUON_COL (2)",
+                             (int)cfg->normuon.mode);
+    /* beta2 = 1 would never move v from its start at 0: every line divided by eps. */
+    if (!(cfg->normuon.beta2 >= 0.0f && cfg->normuon.beta2 < 1.0f))
+        return cz__error_set(err, CZ_EINVALID, "normuon.beta2 = %g; expected a value in [0, 1)",
+                             (double)cfg->normuon.beta2);
+    if (!(cfg->normuon.eps > 0.0f) || !isfinite(cfg->normuon.eps))
+        return cz__error_set(err, CZ_EINVALID, "normuon.eps = %g; expected a finite value > 0",
+                             (double)cfg->normuon.eps);
     if (cfg->muon.scaling != CZ_MUON_SCALE_RMS && cfg->muon.scaling != CZ_MUON_SCALE_SHAPE)
         return cz__error_set(err, CZ_EINVALID,
                              "muon_scaling = %d; expected CZ_MUON_SCALE_RMS (0) or "
@@ -160,9 +176,19 @@ void cz__muon_prep_free(cz_muon_prep *mp)
     *mp = (cz_muon_prep){0};
 }
 
+int64_t cz__muon_normuon_work(const cz_muon_prep *mp)
+{
+    int64_t most = 0;
+    for (int i = 0; i < mp->nblk; i++) {
+        int64_t n = 2 * (mp->blks[i].r > mp->blks[i].c ? mp->blks[i].r : mp->blks[i].c) + 1;
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
 int cz__muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
                  const float *const *in, float *const *out, float *batch, float *work,
-                 void (*progress)(void *), void *ctx, cz_error *err)
+                 double *nwork, void (*progress)(void *), void *ctx, cz_error *err)
 {
     const cz_compute_ops *ops = c->ops;
     for (int s = 0; s < mp->nblk;) {
@@ -180,6 +206,16 @@ int cz__muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp
                                  h->ns_steps, work, err);
         if (rc)
             return rc;
+        /* NorMuon between the orthogonalization and the scale, as Dion applies it (the scale
+         * is its adjusted learning rate, applied to the normalized update). A line of the unit
+         * as stored is a column of the batch's matrix when the unit is stored transposed. */
+        for (int k = 0; k < cnt && h->normuon != CZ_NORMUON_NONE; k++) {
+            const cz_muon_blk *br = &mp->blks[s + k];
+            if (br->v)
+                ops->normuon(c, batch + k * sz, br->r, br->c,
+                             (h->normuon == CZ_NORMUON_COL) != (br->transposed != 0), br->v, br->vs,
+                             h->nm_beta2, h->nm_eps, nwork);
+        }
         for (int k = 0; k < cnt; k++) {
             const cz_muon_blk *br = &mp->blks[s + k];
             float scale = cz__muon_scale(h, br->b.rows, br->b.cols);
@@ -303,7 +339,7 @@ int cz__muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
                            (long long)(mp.batch_n + mp.work_n));
         goto done;
     }
-    rc = cz__muon_run(c, h, &mp, in, out, batch, work, NULL, NULL, err);
+    rc = cz__muon_run(c, h, &mp, in, out, batch, work, NULL, NULL, NULL, err);
 done:
     if (batch)
         c->ops->release(c, batch);
@@ -314,10 +350,12 @@ done:
 }
 
 /* ---- the optimizer table ---- */
-/* A part this rank computes, with its momentum (part-sized, backend memory). */
+/* A part this rank computes, with its momentum (part-sized, backend memory) and, under
+ * NorMuon, its rectangle of the parameter's second-moment tensor (nm_rect) at v. */
 typedef struct muon_part {
     cz_opt_part x;
     float *mom;
+    float *v;
 } muon_part;
 
 /* A batch of cooperative tasks of one shape and slot set, in the order of their first task. */
@@ -342,6 +380,7 @@ struct muon_group {
     const cz_plan_param **hp;
     int *hb;
     cz_block *hr; /* a TP-local part's region; rows -1: the task's block (or whole) */
+    int *hk;      /* the index in parts of each hosted one */
     const float **hin;
     float **hout;
     int nh1;
@@ -354,9 +393,9 @@ typedef struct muon_impl {
     cz_muon_hparams h;
     muon_group *groups, *last;
     /* The largest batch, work, packed Grams (floats) and sums (doubles) any group needs. */
-    int64_t batch_n, work_n, gram_n, sq_n;
+    int64_t batch_n, work_n, gram_n, sq_n, nwork_n;
     float *batch, *work, *gram;
-    double *sq;
+    double *sq, *nwork;
 } muon_impl;
 
 static muon_impl *impl_of(const cz_optim *o)
@@ -387,20 +426,88 @@ static int muon_create(cz_optim *o, const cz_exec_config *cfg, cz_error *err)
     if (!m)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     o->impl = m;
-    return cz__muon_hparams_from_config(&m->h, cfg, err);
+    int rc = cz__muon_hparams_from_config(&m->h, cfg, err);
+    if (rc == CZ_OK && m->h.normuon != CZ_NORMUON_NONE && !o->compute->ops->normuon)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "NorMuon (normuon.mode = %s): the '%s' compute backend has no "
+                             "normuon operation; use the cpu or cuda backend of this build",
+                             m->h.normuon == CZ_NORMUON_ROW ? "row" : "col", o->compute->ops->name);
+    return rc;
+}
+
+/* ---- NorMuon's second moment ----
+ * One EMA per line of every unit Muon orthogonalizes (cz_task_units: the heads, else the
+ * declared blocks, else the whole matrix), as Dion keeps it per head and per split block. The
+ * units of a matrix cut it along one dimension only (heads lie inside blocks, along the
+ * blocks' dimension), so the parameter's EMA is one matrix: under row normalization one
+ * column per unit along the columns (rows x 1 unless the units cut the columns), under column
+ * normalization one row per unit along the rows (1 x cols unless they cut the rows). A task's
+ * part is whole units, so its share is a rectangle of that matrix (nm_rect). */
+
+/* How many units of d start before pos along dimension dim (pos a unit boundary): the index
+ * of the unit that starts at pos, or the count of units for pos = the dimension's length. */
+static int64_t unit_index(const cz_param_def *d, int dim, int64_t pos)
+{
+    if (cz_param_per_head(d, true))
+        return d->head_dim == dim ? pos / d->head_size : pos > 0;
+    if (d->nblocks > 0 && d->block_sizes && d->block_dim == dim) {
+        int64_t k = 0, at = 0;
+        while (k < d->nblocks && at < pos)
+            at += d->block_sizes[k++];
+        return k;
+    }
+    return pos > 0;
+}
+
+static int64_t param_cols(const cz_param_def *d)
+{
+    return d->ndim == 1 ? 1 : d->shape[1];
+}
+
+/* The rectangle of d's second-moment tensor that the region r of d (whole units) owns. */
+static cz_block nm_rect(const cz_param_def *d, cz_normuon_mode mode, const cz_block *r)
+{
+    if (mode == CZ_NORMUON_ROW) {
+        int64_t c0 = unit_index(d, 1, r->c0);
+        return (cz_block){r->r0, c0, r->rows, unit_index(d, 1, r->c0 + r->cols) - c0};
+    }
+    int64_t r0 = unit_index(d, 0, r->r0);
+    return (cz_block){r0, r->c0, unit_index(d, 0, r->r0 + r->rows) - r0, r->cols};
+}
+
+/* Points every NorMuon unit of the group's hosted preparation at its lines of its part's v.
+ * A unit's position in its part's data (b.r0, b.c0) plus the part's corner is its place in the
+ * matrix; under row normalization its EMA is a column of the part's rectangle (stride: the
+ * rectangle's width), under column normalization a row. */
+static void nm_attach(const muon_impl *m, muon_group *g)
+{
+    for (int i = 0; i < g->prep.nblk; i++) {
+        cz_muon_blk *br = &g->prep.blks[i];
+        const muon_part *k = &g->parts[g->hk[br->mat]];
+        const cz_param_def *d = &k->x.p->def;
+        cz_block rect = nm_rect(d, m->h.normuon, &k->x.x.part);
+        int64_t r0 = k->x.x.part.r0 + br->b.r0, c0 = k->x.x.part.c0 + br->b.c0;
+        if (m->h.normuon == CZ_NORMUON_ROW) {
+            br->v = k->v + br->b.r0 * rect.cols + (unit_index(d, 1, c0) - rect.c0);
+            br->vs = rect.cols;
+        } else {
+            br->v = k->v + (unit_index(d, 0, r0) - rect.r0) * rect.cols + br->b.c0;
+            br->vs = 1;
+        }
+    }
 }
 
 static void group_free(cz_compute *c, muon_group *g)
 {
     for (int i = 0; g->parts && i < g->nparts; i++)
-        brelease(c, g->parts[i].mom);
+        brelease(c, g->parts[i].mom), brelease(c, g->parts[i].v);
     for (int b = 0; g->coop && b < g->ncoop; b++) {
         cz__exec_free(g->coop[b].ins);
         cz__exec_free(g->coop[b].outs);
     }
     cz__exec_free(g->coop);
     cz__exec_free(g->parts), cz__exec_free(g->hp), cz__exec_free(g->hb), cz__exec_free(g->hr);
-    cz__exec_free(g->hin), cz__exec_free(g->hout);
+    cz__exec_free(g->hin), cz__exec_free(g->hout), cz__exec_free(g->hk);
     cz__muon_prep_free(&g->prep);
     cz__exec_free(g);
 }
@@ -418,6 +525,7 @@ static void muon_destroy(cz_optim *o)
     brelease(o->compute, m->work);
     brelease(o->compute, m->gram);
     brelease(o->compute, m->sq);
+    brelease(o->compute, m->nwork);
     cz__exec_free(m);
 }
 
@@ -524,6 +632,27 @@ static int layout_coop(muon_impl *m, muon_group *g, const cz_coop_planes *cp, cz
     return CZ_OK;
 }
 
+/* NorMuon's part of adding part k (local: a TP-local part): its rectangle of the second
+ * moment, refused for a cooperative member. */
+static int nm_part_add(cz_optim *o, muon_part *k, bool local, cz_error *err)
+{
+    const muon_impl *m = impl_of(o);
+    /* A cooperative member holds a slice of the long side: a line's mean square would need a
+     * sum across the members, which this version does not do. */
+    if (k->x.x.width > 1 && !local)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "NorMuon (normuon.mode = %s): '%s' has a cooperative task over %d "
+                             "TP ranks, whose lines' second moments would cross ranks; plan "
+                             "with --coop off (the default) for NorMuon",
+                             m->h.normuon == CZ_NORMUON_ROW ? "row" : "col", k->x.p->def.name,
+                             k->x.x.width);
+    cz_block r = nm_rect(&k->x.p->def, m->h.normuon, &k->x.x.part);
+    if (!(k->v = falloc(o->compute, r.rows * r.cols)))
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the NorMuon second moment of '%s'",
+                             k->x.p->def.name);
+    return CZ_OK;
+}
+
 static int muon_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz_coop_planes *cp,
                           cz_opt_group **out, cz_error *err)
 {
@@ -543,7 +672,8 @@ static int muon_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz
     g->hr = cz__exec_calloc(cap, sizeof *g->hr);
     g->hin = cz__exec_calloc(cap, sizeof *g->hin);
     g->hout = cz__exec_calloc(cap, sizeof *g->hout);
-    if (!g->parts || !g->hp || !g->hb || !g->hr || !g->hin || !g->hout)
+    g->hk = cz__exec_calloc(cap, sizeof *g->hk);
+    if (!g->parts || !g->hp || !g->hb || !g->hr || !g->hin || !g->hout || !g->hk)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for micro-group layouts");
     for (int i = 0; i < n; i++) {
         muon_part *k = &g->parts[g->nparts++];
@@ -554,8 +684,11 @@ static int muon_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz
         /* A TP-local part is this rank's whole heads: Newton-Schulz of its own, with the
          * hosted ones (the part as its region). */
         bool local = cz_task_is_local(&k->x.p->def, k->x.x.width);
+        if (m->h.normuon != CZ_NORMUON_NONE && (rc = nm_part_add(o, k, local, err)) != CZ_OK)
+            return rc;
         if (k->x.x.width > 1 && !local)
             continue;
+        g->hk[g->nh1] = g->nparts - 1;
         g->hp[g->nh1] = k->x.p;
         g->hb[g->nh1] = k->x.x.block;
         g->hr[g->nh1] = local ? k->x.x.part : (cz_block){0, 0, -1, -1};
@@ -565,6 +698,11 @@ static int muon_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz
     }
     if ((rc = cz__muon_prepare_parts(&g->prep, g->hp, g->hb, g->hr, g->nh1, err)) != CZ_OK)
         return rc;
+    if (m->h.normuon != CZ_NORMUON_NONE) {
+        nm_attach(m, g);
+        int64_t nw = cz__muon_normuon_work(&g->prep);
+        m->nwork_n = nw > m->nwork_n ? nw : m->nwork_n;
+    }
     m->batch_n = g->prep.batch_n > m->batch_n ? g->prep.batch_n : m->batch_n;
     m->work_n = g->prep.work_n > m->work_n ? g->prep.work_n : m->work_n;
     return layout_coop(m, g, cp, err);
@@ -578,7 +716,8 @@ static int muon_work_create(cz_optim *o, cz_error *err)
     m->work = falloc(c, m->work_n);
     m->gram = falloc(c, m->gram_n);
     m->sq = c->ops->alloc(c, (size_t)(m->sq_n + 1) * sizeof(double));
-    if (!m->batch || !m->work || !m->gram || !m->sq)
+    m->nwork = c->ops->alloc(c, (size_t)(m->nwork_n + 1) * sizeof(double));
+    if (!m->batch || !m->work || !m->gram || !m->sq || !m->nwork)
         return cz__error_set(err, CZ_ENOMEM,
                              "out of memory for the Newton-Schulz buffers (%lld elements)",
                              (long long)(m->batch_n + m->work_n + m->gram_n));
@@ -609,8 +748,8 @@ static int muon_step_group(cz_optim *o, cz_opt_group *og, int64_t t, const cz_op
                                     err)) != CZ_OK)
             return rc;
     }
-    return cz__muon_run(c, &m->h, &g->prep, g->hin, g->hout, m->batch, m->work, pr->fn, pr->ctx,
-                        err);
+    return cz__muon_run(c, &m->h, &g->prep, g->hin, g->hout, m->batch, m->work, m->nwork, pr->fn,
+                        pr->ctx, err);
 }
 
 static cz_opt_rates muon_rates(const cz_optim *o)
@@ -627,7 +766,17 @@ static cz_opt_rates muon_apply_rates(const cz_optim *o, int64_t t)
 static int64_t muon_state_tensors(const cz_optim *o, const cz_plan_param *p, cz_state_tensor *out,
                                   int64_t max)
 {
-    (void)o;
+    const cz_param_def *d = &p->def;
+    cz_normuon_mode mode = impl_of(o)->h.normuon;
+    if (mode != CZ_NORMUON_NONE && max >= 2) {
+        cz_block all = nm_rect(d, mode, &(cz_block){0, 0, d->shape[0], param_cols(d)});
+        out[1] = (cz_state_tensor){.suffix = "normuon_v",
+                                   .place = CZ_STATE_PARTS,
+                                   .ndim = 2,
+                                   .rows = all.rows,
+                                   .cols = all.cols,
+                                   .values = CZ_STATE_NONNEG};
+    }
     if (max >= 1)
         out[0] = (cz_state_tensor){.suffix = "momentum",
                                    .place = CZ_STATE_PARTS,
@@ -635,21 +784,29 @@ static int64_t muon_state_tensors(const cz_optim *o, const cz_plan_param *p, cz_
                                    .rows = p->def.shape[0],
                                    .cols = p->def.ndim == 1 ? 1 : p->def.shape[1],
                                    .values = CZ_STATE_FINITE};
-    return 1;
+    return mode != CZ_NORMUON_NONE ? 2 : 1;
 }
 
 static float *muon_state_buffer(cz_optim *o, int param, int64_t k, const cz_block *part)
 {
-    if (k != 0 || !part)
+    if (k < 0 || k > 1 || !part)
         return NULL;
     for (const muon_group *g = impl_of(o)->groups; g; g = g->next)
         for (int i = 0; i < g->nparts; i++) {
             const cz_exec_part *x = &g->parts[i].x.x;
             if (x->param == param && x->part.r0 == part->r0 && x->part.c0 == part->c0 &&
                 x->part.rows == part->rows && x->part.cols == part->cols)
-                return g->parts[i].mom;
+                return k == 0 ? g->parts[i].mom : g->parts[i].v;
         }
     return NULL;
+}
+
+static void muon_state_rect(const cz_optim *o, int param, int64_t k, const cz_block *part,
+                            cz_block *out)
+{
+    *out = *part;
+    if (k == 1 && impl_of(o)->h.normuon != CZ_NORMUON_NONE)
+        *out = nm_rect(&o->plan->params[param].def, impl_of(o)->h.normuon, part);
 }
 
 const cz_optimizer_ops cz__muon_ops = {
@@ -668,6 +825,7 @@ const cz_optimizer_ops cz__muon_ops = {
     .apply_rates = muon_apply_rates,
     .state_tensors = muon_state_tensors,
     .state_buffer = muon_state_buffer,
+    .state_rect = muon_state_rect,
     .rates = muon_rates,
     .per_param_rates = true,
 };

@@ -19,6 +19,9 @@ typedef struct cz_muon_hparams {
     int nesterov, ns_steps;
     cz_muon_scaling scaling;
     cz_ns_coeffs coeffs; /* one triple per iteration (a table), or one for all */
+    /* NorMuon (cz_normuon_config): CZ_NORMUON_NONE for plain Muon. */
+    cz_normuon_mode normuon;
+    float nm_beta2, nm_eps;
 } cz_muon_hparams;
 
 /* Default Muon learning rates of the two scalings (see cz_exec_config.lr). */
@@ -42,6 +45,10 @@ typedef struct cz_muon_blk {
     int64_t ld;     /* row stride of the full matrix */
     int64_t r, c;   /* oriented shape: r <= c */
     int transposed; /* the block is stored transposed in the NS batch */
+    /* NorMuon: the unit's second-moment EMA, one float per line (a row of the block, or a
+     * column: cz_muon_hparams.normuon) at v, v + vs, ...; NULL under plain Muon. */
+    float *v;
+    int64_t vs;
 } cz_muon_blk;
 
 /* The blocks of a fixed list of matrices, sorted so that same-shape blocks are adjacent (one
@@ -65,10 +72,14 @@ int cz__muon_prepare_parts(cz_muon_prep *mp, const cz_plan_param *const *params,
 void cz__muon_prep_free(cz_muon_prep *mp);
 /* Writes the scaled Muon update of every prepared matrix in[i] to out[i] (backend memory),
  * using batch (batch_n floats) and work (work_n floats); calls progress(ctx) (when not NULL)
- * between batches so that communication in flight keeps moving. */
+ * between batches so that communication in flight keeps moving. Under NorMuon every block
+ * with a v is normalized between Newton-Schulz and the scale, with nwork (2 max(r, c) + 1
+ * backend doubles over the blocks: cz__muon_normuon_work). */
 int cz__muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp,
                  const float *const *in, float *const *out, float *batch, float *work,
-                 void (*progress)(void *), void *ctx, cz_error *err);
+                 double *nwork, void (*progress)(void *), void *ctx, cz_error *err);
+/* The doubles of nwork NorMuon needs for mp's blocks. */
+int64_t cz__muon_normuon_work(const cz_muon_prep *mp);
 /* One batch of cooperative Newton-Schulz tasks of the same shape and slot set, as one member
  * computes it: each of `count` tasks has a rows x cols region (oriented a x b, a = the short
  * side; transposed when the region is tall) of which this member holds the prows x pcols

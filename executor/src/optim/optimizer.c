@@ -46,6 +46,13 @@ int cz__optimizer_open(cz_optim *o, cz_param_kind kind, const cz_plan *plan, cz_
     /* The plan check refused a plan without a matrix optimizer before this. */
     CZ_ASSERT(ops != NULL, err);
     CZ_ASSERT(ops->version == CZ_OPTIMIZER_OPS_VERSION, err);
+    /* NorMuon is a Muon variant: set for a SOAP or Shampoo plan it would be ignored. */
+    if (kind == CZ_KIND_MATRIX && ops->id != CZ_OPTIM_MUON && cfg->normuon.mode != CZ_NORMUON_NONE)
+        return cz__error_set(err, CZ_EINVALID,
+                             "normuon.mode = %d: NorMuon is a Muon variant, and this plan's "
+                             "matrix optimizer is %s; plan with --optimizer muon or leave "
+                             "normuon.mode at CZ_NORMUON_NONE",
+                             (int)cfg->normuon.mode, ops->name);
     o->ops = ops;
     return ops->create(o, cfg, err);
 }

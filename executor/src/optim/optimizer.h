@@ -25,7 +25,7 @@
 /* Versioned like the compute ops: an implementation fills a cz_optimizer_ops of this version
  * and the registry refuses another (the tables are built with the library; the check catches
  * a table left behind when the layout changes). */
-#define CZ_OPTIMIZER_OPS_VERSION 3
+#define CZ_OPTIMIZER_OPS_VERSION 4
 
 /* An optimizer of an executor (an instance of a table; canzona.h's cz_optimizer is the plan's
  * name for one). */
@@ -90,7 +90,8 @@ typedef enum cz_state_place {
      * that piece of its TP shard (AdamW's moments). */
     CZ_STATE_SHARDED = 0,
     /* The full matrix, cut into the parts of its tasks: each rank that holds a part keeps
-     * that rectangle (Muon's momentum). */
+     * that rectangle (Muon's momentum), or the rectangle of the tensor that state_rect maps
+     * the part to (NorMuon's second moment: one value per line of each unit). */
     CZ_STATE_PARTS = 1,
     /* Whole, on each rank that holds the matrix's (whole-matrix) task (SOAP's and Shampoo's
      * state). */
@@ -181,6 +182,13 @@ typedef struct cz_optimizer_ops {
     /* Its momentum coefficients for the following steps, checked by the caller to lie in
      * [0, 1): Muon's mu (m2 unused), AdamW's beta1 and beta2. NULL: fixed at create. */
     void (*set_momentum)(cz_optim *o, float m1, float m2);
+
+    /* ---- version 4: PARTS tensors not laid out as the parameter (NorMuon's) ---- */
+    /* The rectangle of tensor k of `param` that the part at `part` (a rectangle of the
+     * parameter) keeps, which is what its state_buffer holds. NULL, or *out = *part: the
+     * tensor is laid out as the parameter (Muon's momentum). */
+    void (*state_rect)(const cz_optim *o, int param, int64_t k, const cz_block *part,
+                       cz_block *out);
 } cz_optimizer_ops;
 
 /* Its table, its own state, and what it works with. */

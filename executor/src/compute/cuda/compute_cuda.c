@@ -276,6 +276,14 @@ static void cuda_block_store(cz_compute *c, float *dst, int64_t ld, const float 
         "block_store");
 }
 
+static void cuda_normuon(cz_compute *c, float *x, int64_t rows, int64_t cols, int per_col, float *v,
+                         int64_t vs, float beta2, float eps, double *work)
+{
+    cz__cuda_note_launch(
+        c, cz__k_normuon(impl_of(c)->stream, x, rows, cols, per_col, v, vs, beta2, eps, work),
+        "normuon");
+}
+
 static void cuda_apply_update(cz_compute *c, float *p, const float *u, int64_t n, float lr,
                               float wd)
 {
@@ -631,6 +639,7 @@ static const cz_compute_ops cz_compute_cuda_ops = {
     .close = cz__compute_cuda_close,
     .step_begin = cuda_step_begin,
     .step_end = cuda_step_end,
+    .normuon = cuda_normuon,
 };
 
 /* Teardown: the statuses are checked, but there is no caller left to report them to. */

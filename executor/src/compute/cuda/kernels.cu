@@ -241,6 +241,71 @@ dim3 panel_grid(int64_t len, int batch)
     return dim3((unsigned)blocks(len), (unsigned)(batch < max_grid_y ? batch : max_grid_y), 1);
 }
 
+// NorMuon (compute.h's normuon), three kernels on one stream. First, one block per line (a
+// row, or a column when per_col): the line's sum of squares (a block tree in double), then
+// its EMA and its divisor's inverse, ss in work[i] and d in work[n + i].
+__global__ void normuon_lines_kernel(const float *x, int64_t n, int64_t len, int64_t line,
+                                     int64_t step, float *v, int64_t vs, float beta2, float eps,
+                                     double *work)
+{
+    __shared__ double part[CZ_CUDA_THREADS];
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        double s = 0.0;
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+            s += cz_ew_sq(x[i * line + j * step]);
+        part[threadIdx.x] = s;
+        __syncthreads();
+        for (unsigned w = blockDim.x / 2; w > 0; w /= 2) {
+            if (threadIdx.x < w)
+                part[threadIdx.x] += part[threadIdx.x + w];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) {
+            double ss = part[0];
+            v[i * vs] = cz_ew_normuon_v(v[i * vs], len > 0 ? ss / (double)len : 0.0, beta2);
+            work[i] = ss;
+            work[n + i] = cz_ew_normuon_d(v[i * vs], eps);
+        }
+        __syncthreads();
+    }
+}
+
+// Second, one block: the norms before and after the division from the lines' sums, and the
+// rescale factor into work[2 n].
+__global__ void normuon_factor_kernel(int64_t n, double *work)
+{
+    __shared__ double before[CZ_CUDA_THREADS], after[CZ_CUDA_THREADS];
+    double b = 0.0, a = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        b += work[i];
+        a += work[i] * work[n + i] * work[n + i];
+    }
+    before[threadIdx.x] = b;
+    after[threadIdx.x] = a;
+    __syncthreads();
+    for (unsigned w = blockDim.x / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) {
+            before[threadIdx.x] += before[threadIdx.x + w];
+            after[threadIdx.x] += after[threadIdx.x + w];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        work[2 * n] = cz_ew_normuon_rescale(before[0], after[0]);
+}
+
+// Third, every element: x *= d(line) * factor.
+__global__ void normuon_apply_kernel(float *x, int64_t rows, int64_t cols, int per_col,
+                                     const double *work)
+{
+    int64_t n = per_col ? cols : rows, total = rows * cols;
+    double f = work[2 * n];
+    for (int64_t e = first_index(); e < total; e += grid_stride()) {
+        int64_t i = per_col ? e % cols : e / cols;
+        x[e] = cz_ew_scale(x[e], (float)(work[n + i] * f));
+    }
+}
+
 } // namespace
 
 extern "C" {
@@ -422,6 +487,27 @@ int cz__k_to_bf16_batched(void *stream, uint16_t *c, int64_t c_stride, const flo
         return (int)cudaErrorInvalidConfiguration;
     to_bf16_batched_kernel<<<batched_grid(len, batch), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
         c, c_stride, a, a_stride, len);
+    return launched();
+}
+
+int cz__k_normuon(void *stream, float *x, int64_t rows, int64_t cols, int per_col, float *v,
+                  int64_t vs, float beta2, float eps, double *work)
+{
+    int64_t n = per_col ? cols : rows, len = per_col ? rows : cols;
+    if (n <= 0)
+        return 0;
+    int64_t line = per_col ? 1 : cols, step = per_col ? cols : 1;
+    int grid = (int)(n < CZ_CUDA_MAX_BLOCKS ? n : CZ_CUDA_MAX_BLOCKS);
+    normuon_lines_kernel<<<grid, CZ_CUDA_THREADS, 0, as_stream(stream)>>>(x, n, len, line, step, v,
+                                                                          vs, beta2, eps, work);
+    int rc = launched();
+    if (rc)
+        return rc;
+    normuon_factor_kernel<<<1, CZ_CUDA_THREADS, 0, as_stream(stream)>>>(n, work);
+    if ((rc = launched()) != 0 || rows * cols <= 0)
+        return rc;
+    normuon_apply_kernel<<<blocks(rows * cols), CZ_CUDA_THREADS, 0, as_stream(stream)>>>(
+        x, rows, cols, per_col, work);
     return launched();
 }
 

@@ -58,6 +58,10 @@ int cz__k_ns_unpack_rows(void *stream, float *full, const float *in, int64_t a, 
 /* For each of batch matrices i: c_i (bf16) = a_i (fp32). */
 int cz__k_to_bf16_batched(void *stream, uint16_t *c, int64_t c_stride, const float *a,
                           int64_t a_stride, int64_t len, int batch);
+/* NorMuon's normalization of the contiguous rows x cols matrix x in place (compute.h's
+ * normuon): v (n floats, stride vs) the lines' EMA, work 2 n + 1 doubles of device memory. */
+int cz__k_normuon(void *stream, float *x, int64_t rows, int64_t cols, int per_col, float *v,
+                  int64_t vs, float beta2, float eps, double *work);
 /* The CUDA error string of a launcher's return value. */
 const char *cz__k_error_string(int rc);
 
