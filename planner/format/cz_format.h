@@ -297,6 +297,11 @@ typedef struct cz_plan_bucket {
                         expert-DP rank; offset within that buffer); 0 (and ep_rank 0): the
                         stage's dense buffer */
     int ep_rank;
+    /* Read from a split folder's slice only (cz_plan.slice.on; unused otherwise, -1 where a
+     * folder written before it lacks it): the bucket's place in the bucket-wise step's
+     * all-gather order (cz_gather_key_raise over every rank's schedules, which a slice does not
+     * hold), as an index of the slice's buckets. */
+    int64_t gather_key;
 } cz_plan_bucket;
 
 /* One micro-group: tasks, each a matrix parameter or one block of it, hosted by one slot (TP
@@ -630,6 +635,21 @@ static inline void cz_task_region(const cz_param_def *d, int block, int64_t *r0,
  * (Megatron cuts each block). Returns the number of ranges written to lo/hi (at most max).
  * Replicated, or tp 1: the whole of dimension 0 (shard_ranges.c). */
 int cz__shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max);
+
+/* The bucket-wise step's all-gather order (executor/src/core/bucket_step.c) rests on one key
+ * per bucket: its own index, raised to the readiness of every micro-group, of any rank, that
+ * has a task of one of its parameters (a group's readiness: the highest bucket index among
+ * its tasks). key[] starts at each bucket's index; this raises it for one group whose tasks'
+ * buckets are bucket[0 .. n). The executor applies it to a whole plan's schedules and
+ * `canzona plan --split` to the plan it cuts, so that a slice's keys are the whole plan's. */
+static inline void cz_gather_key_raise(int64_t *key, const int64_t *bucket, int n)
+{
+    int64_t ready = -1;
+    for (int t = 0; t < n; t++)
+        ready = bucket[t] > ready ? bucket[t] : ready;
+    for (int t = 0; t < n; t++)
+        key[bucket[t]] = ready > key[bucket[t]] ? ready : key[bucket[t]];
+}
 
 /* ---- per-head matrices (heads.c) ---- */
 /* Whether d's heads are what Muon orthogonalizes: d declares heads and the optimizer is Muon

@@ -149,6 +149,27 @@ static int read_global_ids(const cz_json_ctx *c, const json_t *root, cz_plan *p)
  * it for messages ("DIR/stage-S.parts (part k)"). */
 static int read_part(const part *w, size_t k, json_t **out, char *where, size_t wn, cz_error *err);
 
+/* A slice's bucket: a plan's bucket plus its all-gather key ("gather_key", written by canzona
+ * plan --split from the whole plan's schedules; a folder written before it has none: -1, and
+ * the bucket-wise step refuses it). The key is read apart so that a whole plan's bucket keeps
+ * refusing the member. */
+static int read_slice_bucket(const cz_json_ctx *c, const json_t *e, const char *path, size_t i,
+                             size_t n, const cz_plan *p, cz_plan_bucket *b)
+{
+    json_t *copy = json_copy((json_t *)e);
+    if (!copy)
+        return cz__error_set(c->err, CZ_ENOMEM, "%s: out of memory", c->file);
+    json_object_del(copy, "gather_key");
+    int rc = cz__plan_read_bucket(c, copy, path, i, p, b);
+    json_decref(copy);
+    b->gather_key = -1;
+    if (rc == CZ_OK && json_object_get(e, "gather_key"))
+        /* At least its own index (a key only rises), within the slice's buckets. */
+        rc = cz__json_get_int64(c, e, path, "gather_key", true, (int64_t)i, (int64_t)n - 1,
+                                &b->gather_key);
+    return rc;
+}
+
 /* The slice line: the slice's buckets, then its parameters (which refer to them). */
 static int read_slice_line(part *w, cz_plan *p, cz_error *err)
 {
@@ -181,9 +202,9 @@ static int read_slice_line(part *w, cz_plan *p, cz_error *err)
     }
     for (size_t i = 0; i < json_array_size(buckets); i++) {
         p->nbuckets++;
-        if ((rc = cz__plan_read_bucket(c, json_array_get(buckets, i),
-                                       cz__json_path_index(el, "$.buckets", i), i, p,
-                                       &p->buckets[i])) != CZ_OK)
+        if ((rc = read_slice_bucket(c, json_array_get(buckets, i),
+                                    cz__json_path_index(el, "$.buckets", i), i,
+                                    json_array_size(buckets), p, &p->buckets[i])) != CZ_OK)
             goto done;
     }
     for (size_t i = 0; i < json_array_size(params); i++) {

@@ -125,9 +125,11 @@ done:
     return rc;
 }
 
-/* The stage and EP rank (-1: dense) of each parameter and bucket, read once. */
+/* The stage and EP rank (-1: dense) of each parameter and bucket, read once; for the buckets
+ * also their all-gather keys (gather_keys_read). */
 typedef struct owners {
     int *stage, *ep;
+    int64_t *key;
 } owners;
 
 static int owners_read(owners *o, const json_t *arr, cz_error *err)
@@ -149,6 +151,70 @@ static void owners_free(owners *o)
 {
     free(o->stage);
     free(o->ep);
+    free(o->key);
+}
+
+/* The whole plan's all-gather key of every bucket (cz_gather_key_raise over every group of
+ * every DP and expert rank's schedule), which no slice could compute: a group's tasks are its
+ * slots' entries, a parameter id or {"param": id, ...}, a cooperative task once per member. */
+static int gather_keys_read(owners *bo, const json_t *root, cz_error *err)
+{
+    const json_t *params = json_object_get(root, "params");
+    size_t nb = json_array_size(json_object_get(root, "buckets")), cap = 0;
+    int64_t *tb = NULL;
+    int rc = CZ_OK;
+    if (!(bo->key = malloc((nb + 1) * sizeof *bo->key)))
+        return cz__error_set(err, CZ_ENOMEM, "out of memory writing a split plan");
+    for (size_t b = 0; b < nb; b++)
+        bo->key[b] = (int64_t)b;
+    static const char *const lists[] = {"tp_schedule", "expert_schedule"};
+    for (int l = 0; l < 2 && rc == CZ_OK; l++) {
+        const json_t *scheds = json_object_get(root, lists[l]);
+        for (size_t r = 0; r < json_array_size(scheds) && rc == CZ_OK; r++) {
+            const json_t *groups = json_object_get(json_array_get(scheds, r), "groups");
+            for (size_t g = 0; g < json_array_size(groups) && rc == CZ_OK; g++) {
+                const json_t *slots = json_object_get(json_array_get(groups, g), "slots");
+                size_t n = 0;
+                for (size_t k = 0; k < json_array_size(slots); k++)
+                    n += json_array_size(json_array_get(slots, k));
+                if (n > cap) {
+                    int64_t *m = realloc(tb, n * sizeof *tb);
+                    if (!m) {
+                        rc = cz__error_set(err, CZ_ENOMEM, "out of memory writing a split plan");
+                        break;
+                    }
+                    tb = m, cap = n;
+                }
+                n = 0;
+                for (size_t k = 0; k < json_array_size(slots); k++) {
+                    const json_t *slot = json_array_get(slots, k);
+                    for (size_t t = 0; t < json_array_size(slot); t++) {
+                        const json_t *x = json_array_get(slot, t);
+                        int64_t id =
+                            json_is_integer(x) ? json_integer_value(x) : geti(x, "param", -1);
+                        int64_t b = id >= 0 && (size_t)id < json_array_size(params)
+                                        ? geti(json_array_get(params, (size_t)id), "bucket", -1)
+                                        : -1;
+                        if (b < 0 || (size_t)b >= nb) {
+                            rc = cz__error_set(err, CZ_EINVALID,
+                                               "$.%s[%zu].groups[%zu]: a task of parameter %" PRId64
+                                               " has no bucket of the plan; the plan cannot be "
+                                               "split",
+                                               lists[l], r, g, id);
+                            break;
+                        }
+                        tb[n++] = b;
+                    }
+                    if (rc != CZ_OK)
+                        break;
+                }
+                if (rc == CZ_OK && n > 0)
+                    cz_gather_key_raise(bo->key, tb, (int)n);
+            }
+        }
+    }
+    free(tb);
+    return rc;
 }
 
 /* The parts file and its index, as they grow. */
@@ -186,14 +252,26 @@ static int add_slice(parts *t, const json_t *root, const owners *bo, const owner
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory writing a split plan");
         goto done;
     }
+    for (size_t b = 0; b < json_array_size(buckets); b++)
+        bucket_local[b] = bo->stage[b] != s || (bo->ep[b] >= 0 && bo->ep[b] != e) ? -1 : nb++;
     for (size_t b = 0; b < json_array_size(buckets); b++) {
-        bucket_local[b] = -1;
-        if (bo->stage[b] != s || (bo->ep[b] >= 0 && bo->ep[b] != e))
+        if (bucket_local[b] < 0)
             continue;
+        /* A key is a bucket of the same stage and buffer (a group's tasks are), so it is in
+         * the slice; renumbering keeps the order, and so the keys' comparisons. */
+        int64_t key = bucket_local[bo->key[b]];
+        if (key < bucket_local[b]) {
+            rc = cz__error_set(err, CZ_EINVALID,
+                               "$.buckets[%zu]: its all-gather key, bucket %" PRId64
+                               ", is not of its stage and buffer; the plan cannot be split",
+                               b, bo->key[b]);
+            goto done;
+        }
         json_t *c = json_copy(json_array_get(buckets, b));
-        bucket_local[b] = nb;
-        if (!c || json_object_set_new(c, "id", json_integer(nb++)) != 0 ||
+        if (!c || json_object_set_new(c, "id", json_integer(bucket_local[b])) != 0 ||
+            json_object_set_new(c, "gather_key", json_integer(key)) != 0 ||
             json_array_append_new(bs, c) != 0) {
+            json_decref(c);
             rc = cz__error_set(err, CZ_ENOMEM, "out of memory writing a split plan");
             goto done;
         }
@@ -315,6 +393,7 @@ int cz__plan_split_write(const char *plan_path, const char *dir, cz_error *err)
     owners bo = {0}, po = {0};
     if ((rc = owners_read(&bo, json_object_get(root, "buckets"), err)) == CZ_OK &&
         (rc = owners_read(&po, json_object_get(root, "params"), err)) == CZ_OK &&
+        (rc = gather_keys_read(&bo, root, err)) == CZ_OK &&
         (rc = write_header(dir, root, sha, err)) == CZ_OK)
         for (int s = 0; s < pp && rc == CZ_OK; s++)
             rc = write_stage(dir, root, &bo, &po, s, ep > 0 ? (int)ep : 1, (size_t)dp, xr, sha,

@@ -715,8 +715,8 @@ class Optimizer(torch.optim.Optimizer):
     def _check_topology(plan, dp, tp):
         """A plan made for another job shape, named before the executor is asked."""
         if os.path.isdir(plan):
-            # This class reads the whole plan for its layout and runs the bucket-wise step,
-            # which a split folder's parts do not serve (docs/EXECUTOR.md).
+            # This class reads the whole plan for its layout (every parameter's shard and
+            # owner), which a split folder's parts do not hold (docs/EXECUTOR.md).
             return (f"{plan} is a folder; canzona.torch.Optimizer takes a plan file (a split "
                     f"plan folder's whole plan is {os.path.join(plan, 'plan.json')})")
         try:

@@ -25,6 +25,29 @@ verify)
   mpi -np 4 "$CZ_BENCH" --plan "$tmp/dir/plan.json" --create-from "$tmp/dir" --model "$model" \
     --steps 3 --verify | tee "$tmp/out"
   grep -q "verify: OK" "$tmp/out"
+  # The bucket-wise step from the folder, whose buckets carry the whole plan's all-gather order
+  # ("gather_key"): the plain step of the plan file bit for bit, with and without early
+  # updates (no clipping, which early updates refuse).
+  run() { # out-dir options...
+    local d=$1
+    shift
+    mpi -np 4 "$CZ_BENCH" --plan "$tmp/dir/plan.json" --model "$model" --steps 3 --warmup 1 \
+      --max-grad-norm 0 --dump-dir "$tmp/$d" "$@" >"$tmp/$d.out"
+  }
+  run plain
+  run ovl --create-from "$tmp/dir" --overlap
+  run early --create-from "$tmp/dir" --overlap --early-updates
+  n=$(sed -n 's/^micro-groups updated early in the last step .*summed): //p' "$tmp/early.out")
+  [ "${n:-0}" -gt 0 ] || { cat "$tmp/early.out"; echo "expected micro-groups updated early, got '${n:-}'"; exit 1; }
+  for d in ovl early; do
+    k=0
+    for f in "$tmp/plain"/*.npy; do
+      cmp "$f" "$tmp/$d/$(basename "$f")" || { echo "differs: plain $d $(basename "$f")"; exit 1; }
+      k=$((k + 1))
+    done
+    [ "$k" -gt 0 ] || { echo "no parameters dumped"; exit 1; }
+    echo "bucket-wise step from the folder ($d): $k parameters equal to the plan file's plain step"
+  done
   ;;
 refuse)
   # PP 2 x DP 2 with expert groups (EP 2): ranks 0-1 are stage 0, ranks 2-3 stage 1.

@@ -485,9 +485,10 @@ static cz_plan *make_plan(void)
 
     p->nbuckets = 2;
     p->buckets = calloc(2, sizeof *p->buckets);
-    p->buckets[0] = (cz_plan_bucket){0, 0, 0, 192, i64s(4, (int64_t[]){0, 64, 64, 192}), 0, 0, 0};
+    p->buckets[0] =
+        (cz_plan_bucket){0, 0, 0, 192, i64s(4, (int64_t[]){0, 64, 64, 192}), 0, 0, 0, -1};
     p->buckets[1] =
-        (cz_plan_bucket){1, 0, 192, 144, i64s(4, (int64_t[]){0, 128, 128, 144}), 0, 0, 0};
+        (cz_plan_bucket){1, 0, 192, 144, i64s(4, (int64_t[]){0, 128, 128, 144}), 0, 0, 0, -1};
 
     p->nschedules = 2;
     p->schedules = calloc(2, sizeof *p->schedules);

@@ -82,31 +82,50 @@ static int ovl_nomem(cz_error *err)
     return cz__error_set(err, CZ_ENOMEM, "bucket-wise step: out of memory for its tables");
 }
 
-static void gather_keys_of(cz_executor *ex, const cz_rank_schedule *rs, size_t n)
+/* Raises the keys for every group of n schedules (cz_gather_key_raise); tb: room for the
+ * largest group's tasks. */
+static void gather_keys_of(cz_executor *ex, const cz_rank_schedule *rs, size_t n, int64_t *tb)
 {
     const cz_plan *plan = ex->plan;
     for (size_t s = 0; s < n; s++)
         for (int g = 0; g < rs[s].ngroups; g++) {
             const cz_plan_group *gr = &rs[s].groups[g];
-            int64_t ready = cz__exec_group_ready(plan, gr);
-            for (int t = 0; t < gr->ntasks; t++) {
-                int64_t *key = &ex->bws->ag_key[plan->params[gr->task_param[t]].bucket];
-                *key = ready > *key ? ready : *key;
-            }
+            for (int t = 0; t < gr->ntasks; t++)
+                tb[t] = plan->params[gr->task_param[t]].bucket;
+            cz_gather_key_raise(ex->bws->ag_key, tb, gr->ntasks);
         }
 }
 
+static int most_tasks(const cz_rank_schedule *rs, size_t n)
+{
+    int m = 0;
+    for (size_t s = 0; s < n; s++)
+        for (int g = 0; g < rs[s].ngroups; g++)
+            m = rs[s].groups[g].ntasks > m ? rs[s].groups[g].ntasks : m;
+    return m;
+}
+
 /* Early updates' all-gather keys and order (executor_impl.h), from the plan alone, so that every
- * rank finds the same: every schedule's groups count, a superset of the bucket's plane's. */
-static void gather_keys(cz_executor *ex)
+ * rank finds the same: every schedule's groups count, a superset of the bucket's plane's. A
+ * slice of a split folder holds only its rank's schedules: its buckets carry the keys the whole
+ * plan gives (canzona plan --split), in its own numbering, which keeps their order. */
+static int gather_keys(cz_executor *ex, cz_error *err)
 {
     cz_bucket_step *bs = ex->bws;
     const cz_plan *plan = ex->plan;
     size_t nb = plan->nbuckets;
     for (size_t b = 0; b < nb; b++)
-        bs->ag_key[b] = (int64_t)b;
-    gather_keys_of(ex, plan->schedules, plan->nschedules);
-    gather_keys_of(ex, plan->expert_schedules, plan->nexpert_schedules);
+        bs->ag_key[b] = plan->slice.on ? plan->buckets[b].gather_key : (int64_t)b;
+    if (!plan->slice.on) {
+        int m = most_tasks(plan->schedules, plan->nschedules),
+            me = most_tasks(plan->expert_schedules, plan->nexpert_schedules);
+        int64_t *tb = cz__exec_calloc((size_t)(m > me ? m : me) + 1, sizeof *tb);
+        if (!tb)
+            return ovl_nomem(err);
+        gather_keys_of(ex, plan->schedules, plan->nschedules, tb);
+        gather_keys_of(ex, plan->expert_schedules, plan->nexpert_schedules, tb);
+        cz__exec_free(tb);
+    }
     /* The held buckets by key, ties in forward order (the highest index first): an insertion
      * sort, run once. */
     bs->nag = 0;
@@ -118,6 +137,7 @@ static void gather_keys(cz_executor *ex)
             bs->ag_list[at] = bs->ag_list[at - 1];
         bs->ag_list[at] = (int)b;
     }
+    return CZ_OK;
 }
 
 /* The tables, requests and reduce-scatter ranges of the bucket-wise step, at its first use only
@@ -183,7 +203,8 @@ static int ovl_setup(cz_executor *ex, cz_error *err)
     for (size_t i = 0; i < np; i++)
         if (cz__exec_holds(ex, &plan->params[i]))
             bs->pidx[cur[plan->params[i].bucket]++] = (int)i;
-    gather_keys(ex);
+    if ((rc = gather_keys(ex, err)) != CZ_OK)
+        goto done;
     bs->tables = true;
 done:
     /* A failed setup is retried by the next call: cz_executor_free releases what it left. */
@@ -315,13 +336,16 @@ static int ovl_begin(cz_executor *ex, const char *what, cz_error *err)
 {
     int rc;
     /* The all-gathers' order comes from every rank's schedule (gather_keys), which a rank of a
-     * split plan does not hold: refused before anything is posted, alike on every such rank. */
-    if (ex->plan->slice.on)
-        return cz__error_set(err, CZ_EUNSUPPORTED,
-                             "%s: the bucket-wise step needs the whole plan, and this executor "
-                             "was created from a split plan folder; create it from the plan "
-                             "file (DIR/plan.json) or use cz_executor_step",
-                             what);
+     * split plan does not hold: its folder records it, or (written by an earlier canzona) the
+     * step is refused before anything is posted, alike on every rank of that folder. */
+    for (size_t b = 0; ex->plan->slice.on && b < ex->plan->nbuckets; b++)
+        if (ex->plan->buckets[b].gather_key < 0)
+            return cz__error_set(err, CZ_EUNSUPPORTED,
+                                 "%s: the split plan folder records no all-gather order for "
+                                 "its buckets (\"gather_key\"; written by an earlier canzona "
+                                 "plan --split); write it again, create the executor from the "
+                                 "plan file (DIR/plan.json), or use cz_executor_step",
+                                 what);
     if (!bws_of(ex, err))
         return CZ_ENOMEM;
     /* A poisoned state is refused before anything is posted: every rank refuses alike when
