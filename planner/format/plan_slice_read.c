@@ -163,11 +163,11 @@ static int read_slice_bucket(const cz_json_ctx *c, const json_t *e, const char *
     int rc = cz__plan_read_bucket(c, copy, path, i, p, b);
     json_decref(copy);
     b->gather_key = -1;
-    if (rc == CZ_OK && json_object_get(e, "gather_key"))
-        /* At least its own index (a key only rises), within the slice's buckets. */
-        rc = cz__json_get_int64(c, e, path, "gather_key", true, (int64_t)i, (int64_t)n - 1,
-                                &b->gather_key);
-    return rc;
+    if (rc != CZ_OK || !json_object_get(e, "gather_key"))
+        return rc;
+    /* At least its own index (a key only rises), within the slice's buckets. */
+    return cz__json_get_int64(c, e, path, "gather_key", true, (int64_t)i, (int64_t)n - 1,
+                              &b->gather_key);
 }
 
 /* The slice line: the slice's buckets, then its parameters (which refer to them). */
