@@ -10,6 +10,13 @@
 
 #include <stdint.h>
 
+/* Saturating: the simulator reads plans before the structural check has bounded their sizes
+ * (as cz_task_region does), so a plan file's sums must not overflow here. */
+static int64_t sat_add(int64_t a, int64_t b)
+{
+    return b > 0 && a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
 int cz__shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max)
 {
     if (max < 1)
@@ -25,10 +32,10 @@ int cz__shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t
         int64_t off = 0;
         for (int b = 0; b < p->def.nblocks && n < max; b++) {
             int64_t s = p->def.block_sizes[b] / tp;
-            lo[n] = off + (int64_t)r * s;
-            hi[n] = lo[n] + s;
+            lo[n] = sat_add(off, (int64_t)r * s);
+            hi[n] = sat_add(lo[n], s);
             n++;
-            off += p->def.block_sizes[b];
+            off = sat_add(off, p->def.block_sizes[b]);
         }
         return n;
     }
