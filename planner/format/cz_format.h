@@ -526,13 +526,32 @@ int64_t cz__fsdp_rows(int64_t rows, int dp, int r);
 /* Whether every DP rank holds the same rows (rows a multiple of dp): FSDP2 then pads nothing. */
 int cz__fsdp_even(int64_t rows, int dp);
 
+/* a + b and a * b clamped to the int64 range. The reader takes a plan's counts, offsets and
+ * sizes each up to INT64_MAX and the simulator and the structural check run on a plan as read,
+ * so their sums and byte counts saturate instead of overflowing: a position past every bucket
+ * still compares as such, and an absurd size is reported, not wrapped. */
+static inline int64_t cz__i64_sat_add(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r))
+        return b > 0 ? INT64_MAX : INT64_MIN;
+    return r;
+}
+
+static inline int64_t cz__i64_sat_mul(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r))
+        return (a > 0) == (b > 0) ? INT64_MAX : INT64_MIN;
+    return r;
+}
+
 /* Where parameter p's elements end in its bucket, offset + numel saturated at INT64_MAX: the
  * reader takes each up to INT64_MAX (validate reports a numel that disagrees with the local
  * shape), so the consumers of a plan as read compare ends without overflowing. */
 static inline int64_t cz_plan_param_end(const cz_plan_param *p)
 {
-    int64_t end;
-    return __builtin_add_overflow(p->offset, p->numel, &end) ? INT64_MAX : end;
+    return cz__i64_sat_add(p->offset, p->numel);
 }
 
 /* How many DP ranks partition bucket k (the length of its ranges, in [start, end) pairs): the

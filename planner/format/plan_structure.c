@@ -31,14 +31,7 @@ static const char *strategy_name(const cz_plan *p)
     return n ? n : "?";
 }
 
-/* a + b, clamped to the int64 range: a position past every bucket compares as such. */
-static int64_t sat_add(int64_t a, int64_t b)
-{
-    int64_t r;
-    if (__builtin_add_overflow(a, b, &r))
-        return b > 0 ? INT64_MAX : INT64_MIN;
-    return r;
-}
+#define sat_add cz__i64_sat_add
 
 /* End of a parameter's elements in its bucket (saturated). */
 static int64_t param_end(const cz_plan_param *q)

@@ -10,12 +10,9 @@
 
 #include <stdint.h>
 
-/* Saturating: the simulator reads plans before the structural check has bounded their sizes
- * (as cz_task_region does), so a plan file's sums must not overflow here. */
-static int64_t sat_add(int64_t a, int64_t b)
-{
-    return b > 0 && a > INT64_MAX - b ? INT64_MAX : a + b;
-}
+/* Saturating (cz__i64_sat_add): the simulator reads plans before the structural check has
+ * bounded their sizes, as cz_task_region does. */
+#define sat_add cz__i64_sat_add
 
 int cz__shard_ranges(const cz_plan_param *p, int tp, int r, int64_t *lo, int64_t *hi, int max)
 {

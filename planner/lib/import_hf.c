@@ -278,17 +278,9 @@ done:
     return rc;
 }
 
-static int64_t hf_sat_add(int64_t a, int64_t b)
-{
-    int64_t r;
-    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
-}
-
-static int64_t hf_sat_mul(int64_t a, int64_t b)
-{
-    int64_t r;
-    return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
-}
+/* The counts below are of non-negative config values: they saturate at INT64_MAX. */
+#define hf_sat_add cz__i64_sat_add
+#define hf_sat_mul cz__i64_sat_mul
 
 /* Parameters and elements of the model hf_layer and cz__import_hf would write, counted before
  * anything is built: a config with millions of layers or experts is refused here instead of

@@ -347,12 +347,12 @@ static void wire_bytes(const cz_plan *plan, const cz_sim_options *o, cz_sim_resu
             for (size_t b = 0; b < plan->nbuckets; b++) {
                 const cz_plan_bucket *bk = &plan->buckets[b];
                 if (bk->stage == s && (!bk->expert || bk->ep_rank == e))
-                    n += bk->size;
+                    n = cz__i64_sat_add(n, bk->size); /* sizes as read, unchecked */
             }
             most = n > most ? n : most;
         }
-    r->grad_sync_bytes = most * cz__dtype_bytes(r->grad_wire);
-    r->param_sync_bytes = most * cz__dtype_bytes(r->param_wire);
+    r->grad_sync_bytes = cz__i64_sat_mul(most, cz__dtype_bytes(r->grad_wire));
+    r->param_sync_bytes = cz__i64_sat_mul(most, cz__dtype_bytes(r->param_wire));
 }
 
 /* The timeline of the critical DP rank, rebuilt (cheap) rather than kept for every rank, and

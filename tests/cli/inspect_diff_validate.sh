@@ -89,6 +89,16 @@ json.dump(p, open(sys.argv[2], "w"))' "$work/even.json" "$work/bignumel.json"
   expect "render a numel of INT64_MAX" 0 "$CZ" render "$work/bignumel.json" -o "$work/bignumel.svg"
   expect "validate a numel of INT64_MAX" 1 "$CZ" validate "$work/bignumel.json" -m "$model" -c "$cluster"
   has "numel of INT64_MAX: the field" "\$.params[1].numel"
+  # A bucket size of INT64_MAX, which the reader takes: simulate summed the sizes into its wire
+  # bytes and multiplied by the element size (a fuzzer's find: UBSan in simulate.c); now the
+  # figure saturates, and validate names the bucket.
+  python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); del p["content_sha256"]
+p["buckets"][0]["size"] = 2**63 - 1
+json.dump(p, open(sys.argv[2], "w"))' "$work/a.json" "$work/bigsize.json"
+  expect "simulate a bucket size of INT64_MAX" 0 "$CZ" simulate -m "$model" -c "$cluster" --plan "$work/bigsize.json"
+  has "bucket size of INT64_MAX: saturated wire bytes" "gradients bf16 9223372036854775807 bytes"
+  expect "validate a bucket size of INT64_MAX" 1 "$CZ" validate "$work/bigsize.json" -m "$model" -c "$cluster"
+  has "bucket size of INT64_MAX: the bucket" "\$.buckets[0]: bucket is stage 0 offset 0 size 9223372036854775807"
   expect "validate corrupted --json" 1 "$CZ" validate "$work/bad.json" -m "$model" -c "$cluster" --json
   has "corrupted --json: path" "\"\$.params[$idx].dp_owner\""
 fi
