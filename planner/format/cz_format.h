@@ -813,6 +813,13 @@ size_t cz__model_count_params_json(const struct json_t *params);
  * low enough that every offset, padded bucket and sum of them stays far below 2^63 (at most
  * 2^18 parameters, each padded by less than 2^31 elements). */
 #define CZ_MODEL_MAX_ELEMENTS ((int64_t)1 << 50)
+/* The largest element count, offset, size or dimension a plan file may hold, each and (for a
+ * whole plan) summed over its parameters and over its buckets: 2^52, four times a model's limit,
+ * so that a plan of any model the loader accepts fits with its bucket padding. The reader
+ * refuses more, naming the field: the consumers of a plan as read (inspect, simulate and its
+ * Megatron baselines, render) sum and multiply these values, and values near INT64_MAX
+ * overflowed there one site after another (the plan fuzzer's finds). */
+#define CZ_PLAN_MAX_ELEMENTS ((int64_t)1 << 52)
 /* Longest parameter name in bytes: names become file names (NAME.npy) in the executor's
  * --dump-dir and --init-dir, and file names stop at 255 bytes. */
 #define CZ_PARAM_NAME_MAX 200

@@ -199,8 +199,12 @@ static int r_dims(const cz_json_ctx *c, const json_t *obj, const char *path, con
     out[1] = 1;
     for (size_t i = 0; i < n; i++)
         if ((rc = cz__json_as_int64(c, json_array_get(arr, i), cz__json_path_index(el, sub, i), min,
-                                    INT64_MAX, &out[i])) != CZ_OK)
+                                    CZ_PLAN_MAX_ELEMENTS, &out[i])) != CZ_OK)
             return rc;
+    if (out[0] * out[1] > CZ_PLAN_MAX_ELEMENTS) /* each at most 2^52: the product fits */
+        return cz__json_fail(
+            c, sub, "%" PRId64 " x %" PRId64 " elements, more than the %" PRId64 " a plan may hold",
+            out[0], out[1], CZ_PLAN_MAX_ELEMENTS);
     if (ndim)
         *ndim = (int)n;
     return CZ_OK;
@@ -390,10 +394,11 @@ static int read_param_fsdp(const cz_json_ctx *c, const json_t *e, const char *pa
     int64_t gpus = (int64_t)p->dp * p->tp;
     q->bucket = -1;
     q->offset = 0;
-    if ((rc = cz__json_get_int64(c, e, path, "numel", true, 1, INT64_MAX, &q->numel)) != CZ_OK ||
-        (rc = cz__json_get_double(c, e, path, "cost", true, 0, false, &q->cost)) != CZ_OK ||
-        (rc = cz__json_get_int64(c, e, path, "shard_rows", true, 0, INT64_MAX, &q->shard_rows)) !=
+    if ((rc = cz__json_get_int64(c, e, path, "numel", true, 1, CZ_PLAN_MAX_ELEMENTS, &q->numel)) !=
             CZ_OK ||
+        (rc = cz__json_get_double(c, e, path, "cost", true, 0, false, &q->cost)) != CZ_OK ||
+        (rc = cz__json_get_int64(c, e, path, "shard_rows", true, 0, CZ_PLAN_MAX_ELEMENTS,
+                                 &q->shard_rows)) != CZ_OK ||
         (rc = cz__json_get_int(c, e, path, "owner", true, -1, (int)(gpus - 1), &q->owner)) !=
             CZ_OK ||
         (rc = cz__json_get_int(c, e, path, "dp_owner", true, -1, p->dp - 1, &q->dp_owner)) != CZ_OK)
@@ -488,7 +493,7 @@ int cz__plan_read_param(const cz_json_ctx *c, const json_t *e, const char *path,
         for (size_t i = 0; i < n; i++)
             if ((rc =
                      cz__json_as_int64(c, json_array_get(sizes, i), cz__json_path_index(el, sub, i),
-                                       1, INT64_MAX, &q->def.block_sizes[i])) != CZ_OK)
+                                       1, CZ_PLAN_MAX_ELEMENTS, &q->def.block_sizes[i])) != CZ_OK)
                 return rc;
     }
     /* Per-head Muon: read as written; the structural check holds the heads to the shape, the
@@ -499,7 +504,7 @@ int cz__plan_read_param(const cz_json_ctx *c, const json_t *e, const char *path,
         cz__json_path_key(el, path, "heads");
         if ((rc = cz__json_get_int(c, heads, el, "dim", true, 0, q->def.ndim - 1,
                                    &q->def.head_dim)) != CZ_OK ||
-            (rc = cz__json_get_int64(c, heads, el, "size", true, 1, INT64_MAX,
+            (rc = cz__json_get_int64(c, heads, el, "size", true, 1, CZ_PLAN_MAX_ELEMENTS,
                                      &q->def.head_size)) != CZ_OK)
             return rc;
     }
@@ -517,9 +522,11 @@ int cz__plan_read_param(const cz_json_ctx *c, const json_t *e, const char *path,
     if ((rc = cz__json_get_int(c, e, path, "bucket", true, 0, (int)p->nbuckets - 1, &q->bucket)) !=
         CZ_OK)
         return rc;
-    if ((rc = cz__json_get_int64(c, e, path, "offset", true, 0, INT64_MAX, &q->offset)) != CZ_OK)
+    if ((rc = cz__json_get_int64(c, e, path, "offset", true, 0, CZ_PLAN_MAX_ELEMENTS,
+                                 &q->offset)) != CZ_OK)
         return rc;
-    if ((rc = cz__json_get_int64(c, e, path, "numel", true, 1, INT64_MAX, &q->numel)) != CZ_OK)
+    if ((rc = cz__json_get_int64(c, e, path, "numel", true, 1, CZ_PLAN_MAX_ELEMENTS, &q->numel)) !=
+        CZ_OK)
         return rc;
     if ((rc = cz__json_get_double(c, e, path, "cost", true, 0, false, &q->cost)) != CZ_OK)
         return rc;
@@ -564,9 +571,11 @@ int cz__plan_read_bucket(const cz_json_ctx *c, const json_t *e, const char *path
     }
     if ((rc = cz__json_get_int(c, e, path, "stage", true, 0, p->pp - 1, &b->stage)) != CZ_OK)
         return rc;
-    if ((rc = cz__json_get_int64(c, e, path, "offset", true, 0, INT64_MAX, &b->offset)) != CZ_OK)
+    if ((rc = cz__json_get_int64(c, e, path, "offset", true, 0, CZ_PLAN_MAX_ELEMENTS,
+                                 &b->offset)) != CZ_OK)
         return rc;
-    if ((rc = cz__json_get_int64(c, e, path, "size", true, 0, INT64_MAX, &b->size)) != CZ_OK)
+    if ((rc = cz__json_get_int64(c, e, path, "size", true, 0, CZ_PLAN_MAX_ELEMENTS, &b->size)) !=
+        CZ_OK)
         return rc;
     /* The split layout names every bucket's buffer; a unified plan names only its expert
      * buffers' ("expert", with the bucket's EP rank: a plan with expert groups). */
@@ -1183,9 +1192,9 @@ int cz__plan_read_shape(const cz_json_ctx *c, const json_t *root, cz_plan *p)
         return CZ_OK;
     }
     if ((rc = cz__json_get_object(c, root, "$", "buckets_config", true, bc_keys, &bc)) != CZ_OK ||
-        (rc = cz__json_get_int64(c, bc, "$.buckets_config", "size", true, 0, INT64_MAX,
+        (rc = cz__json_get_int64(c, bc, "$.buckets_config", "size", true, 0, CZ_PLAN_MAX_ELEMENTS,
                                  &p->bucket_size)) != CZ_OK ||
-        (rc = cz__json_get_int64(c, bc, "$.buckets_config", "align", true, 1, INT64_MAX,
+        (rc = cz__json_get_int64(c, bc, "$.buckets_config", "align", true, 1, CZ_PLAN_MAX_ELEMENTS,
                                  &p->bucket_align)) != CZ_OK)
         return rc;
     return CZ_OK;
@@ -1235,6 +1244,20 @@ static int read_layout(const cz_json_ctx *c, const json_t *root, cz_plan *p)
      * (the fuzzer's find: inspect then failed as if out of memory). */
     if (!isfinite(total))
         return cz__json_fail(c, "$.params", "the parameter costs sum to more than a double holds");
+    /* The element counts likewise, each bounded above: their sums are what the consumers add. */
+    int64_t elems = 0, sizes = 0;
+    for (size_t i = 0; i < p->nparams; i++)
+        elems = cz__i64_sat_add(elems, p->params[i].numel);
+    for (size_t i = 0; i < p->nbuckets; i++)
+        sizes = cz__i64_sat_add(sizes, p->buckets[i].size);
+    bool over = elems > CZ_PLAN_MAX_ELEMENTS;
+    if (over || sizes > CZ_PLAN_MAX_ELEMENTS)
+        return cz__json_fail(c, over ? "$.params" : "$.buckets",
+                             "the %s sum to %s%" PRId64 " elements, more than the %" PRId64
+                             " a plan may hold",
+                             over ? "parameters' numel" : "buckets' sizes",
+                             (over ? elems : sizes) == INT64_MAX ? "at least " : "",
+                             over ? elems : sizes, CZ_PLAN_MAX_ELEMENTS);
     return CZ_OK;
 }
 

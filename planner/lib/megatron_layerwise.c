@@ -96,7 +96,7 @@ static int64_t lw_emit(const int64_t *numel, const double *cost, size_t lo, size
     int64_t most = cursor[0];
     for (int s = 1; s < dp; s++)
         most = cursor[s] > most ? cursor[s] : most;
-    return (int64_t)dp * round_up(most, cz__megatron_lw_shard_divisor(dp));
+    return cz__i64_sat_mul(dp, round_up(most, cz__megatron_lw_shard_divisor(dp)));
 }
 
 int cz__megatron_lw_layout(const int64_t *numel, const double *cost, size_t n, int dp,
@@ -119,7 +119,11 @@ int cz__megatron_lw_layout(const int64_t *numel, const double *cost, size_t n, i
     size_t start = 0;
     for (size_t i = 0; i < n; i++) {
         if (bucket_size > 0 && i > start) {
-            int64_t floor = (int64_t)((double)dp * (double)largest * LW_PADDING_FLOOR);
+            /* Element counts come from a plan as read (each at most CZ_PLAN_MAX_ELEMENTS):
+             * dp times the largest can pass INT64_MAX, and the cast of a larger double is
+             * undefined. */
+            double fl = (double)dp * (double)largest * LW_PADDING_FLOOR;
+            int64_t floor = fl < 0x1p62 ? (int64_t)fl : INT64_MAX;
             int64_t threshold = bucket_size > floor ? bucket_size : floor;
             int64_t most = est[0];
             for (int s = 1; s < dp; s++)

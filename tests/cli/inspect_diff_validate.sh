@@ -77,28 +77,36 @@ for q in p["params"][:2]: q["cost"] = 1.7e308
 json.dump(p, open(sys.argv[2], "w"))' "$work/a.json" "$work/huge.json"
   expect "inspect costs that overflow" 1 "$CZ" inspect "$work/huge.json"
   has "overflowing costs: message" "\$.params: the parameter costs sum to more than a double holds"
-  # A numel the reader takes (up to INT64_MAX) but that disagrees with the local shape, on a
-  # plan whose parameters are updated in pieces (even): inspect and simulate compared offset +
-  # numel with the DP ranges and overflowed (a fuzzer's find: UBSan in memory.c, metrics.c);
-  # now they run, and validate names the field.
+  # A numel the reader takes (up to 2^52, CZ_PLAN_MAX_ELEMENTS) but that disagrees with the
+  # local shape, on a plan whose parameters are updated in pieces (even): inspect and simulate
+  # compared offset + numel with the DP ranges and overflowed (a fuzzer's find: UBSan in
+  # memory.c, metrics.c); now they run, and validate names the field.
   expect "plan even/sc" 0 "$CZ" plan -m "$model" -c "$cluster" -o "$work/even.json" -q --dp even --tp sc
-  python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); del p["content_sha256"]
-p["params"][1]["numel"] = 2**63 - 1
-json.dump(p, open(sys.argv[2], "w"))' "$work/even.json" "$work/bignumel.json"
-  expect "inspect a numel of INT64_MAX" 0 "$CZ" inspect "$work/bignumel.json"
-  expect "render a numel of INT64_MAX" 0 "$CZ" render "$work/bignumel.json" -o "$work/bignumel.svg"
-  expect "validate a numel of INT64_MAX" 1 "$CZ" validate "$work/bignumel.json" -m "$model" -c "$cluster"
-  has "numel of INT64_MAX: the field" "\$.params[1].numel"
-  # A bucket size of INT64_MAX, which the reader takes: simulate summed the sizes into its wire
-  # bytes and multiplied by the element size (a fuzzer's find: UBSan in simulate.c); now the
-  # figure saturates, and validate names the bucket.
-  python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); del p["content_sha256"]
-p["buckets"][0]["size"] = 2**63 - 1
-json.dump(p, open(sys.argv[2], "w"))' "$work/a.json" "$work/bigsize.json"
-  expect "simulate a bucket size of INT64_MAX" 0 "$CZ" simulate -m "$model" -c "$cluster" --plan "$work/bigsize.json"
-  has "bucket size of INT64_MAX: saturated wire bytes" "gradients bf16 9223372036854775807 bytes"
-  expect "validate a bucket size of INT64_MAX" 1 "$CZ" validate "$work/bigsize.json" -m "$model" -c "$cluster"
-  has "bucket size of INT64_MAX: the bucket" "\$.buckets[0]: bucket is stage 0 offset 0 size 9223372036854775807"
+  edit() { # edit IN OUT PYTHON: OUT is IN without its content hash, after PYTHON ran on p
+    python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); del p["content_sha256"]
+exec(sys.argv[3]); json.dump(p, open(sys.argv[2], "w"))' "$1" "$2" "$3"
+  }
+  edit "$work/even.json" "$work/bignumel.json" 'p["params"][1]["numel"] = 2**51'
+  expect "inspect a numel of 2^51" 0 "$CZ" inspect "$work/bignumel.json"
+  expect "render a numel of 2^51" 0 "$CZ" render "$work/bignumel.json" -o "$work/bignumel.svg"
+  expect "simulate a numel of 2^51" 0 "$CZ" simulate -m "$model" -c "$cluster" --plan "$work/bignumel.json"
+  expect "validate a numel of 2^51" 1 "$CZ" validate "$work/bignumel.json" -m "$model" -c "$cluster"
+  has "numel of 2^51: the field" "\$.params[1].numel"
+  # Values near INT64_MAX overflowed in one consumer after another (the fuzzer's finds: the
+  # simulator's wire bytes, Megatron's layer-wise layout); the reader now refuses any count,
+  # offset or size above 2^52, and sums of them above it, naming the field.
+  edit "$work/even.json" "$work/hugenumel.json" 'p["params"][1]["numel"] = 2**63 - 1'
+  expect "inspect a numel of INT64_MAX" 1 "$CZ" inspect "$work/hugenumel.json"
+  has "inspect a numel of INT64_MAX: the field and the limit" \
+    "\$.params[1].numel: expected an integer in [1, 4503599627370496], found 9223372036854775807"
+  expect "render a numel of INT64_MAX" 1 "$CZ" render "$work/hugenumel.json" -o "$work/huge.svg"
+  has "render a numel of INT64_MAX: the field" "\$.params[1].numel: expected an integer in [1, 4503599627370496]"
+  edit "$work/a.json" "$work/bigsize.json" 'p["buckets"][0]["size"] = 2**63 - 1'
+  expect "simulate a bucket size of INT64_MAX" 1 "$CZ" simulate -m "$model" -c "$cluster" --plan "$work/bigsize.json"
+  has "bucket size of INT64_MAX: the field" "\$.buckets[0].size: expected an integer in [0, 4503599627370496]"
+  edit "$work/a.json" "$work/sumsize.json" 'p["buckets"][0]["size"] = 2**52; p["buckets"][-1]["size"] = 2**52'
+  expect "validate bucket sizes summing past 2^52" 1 "$CZ" validate "$work/sumsize.json" -m "$model" -c "$cluster"
+  has "bucket sizes summing past 2^52: message" "\$.buckets: the buckets' sizes sum to"
   expect "validate corrupted --json" 1 "$CZ" validate "$work/bad.json" -m "$model" -c "$cluster" --json
   has "corrupted --json: path" "\"\$.params[$idx].dp_owner\""
 fi

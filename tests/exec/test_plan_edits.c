@@ -306,13 +306,16 @@ START_TEST(too_many_blocks)
 }
 END_TEST
 
-/* int64 values the reader accepts whose sum (offset + numel) or product (local shape) does
- * not fit: refused with a message, never overflowed (UBSan aborts on signed overflow). */
+/* Values the reader accepts (each at most CZ_PLAN_MAX_ELEMENTS, 2^52) whose sum (offset +
+ * numel) does not fit the bucket: refused with a message, never overflowed (UBSan aborts on
+ * signed overflow); and values above the limit, or a shape whose product is, refused by the
+ * reader with the field named. */
 START_TEST(overflowing_values)
 {
     json_t *root = load_base();
     json_t *p = param_named(root, "extra.weight", NULL);
-    json_object_set_new(p, "offset", json_integer(INT64_MAX - 1));
+    const int64_t most = INT64_C(1) << 52;
+    json_object_set_new(p, "offset", json_integer(most - 1));
     save(root, 1);
     expect_exec("is not inside bucket");
     expect_validate("param.offset", "is not inside bucket");
@@ -320,12 +323,24 @@ START_TEST(overflowing_values)
 
     root = load_base();
     p = param_named(root, "extra.weight", NULL);
-    int64_t big = INT64_C(1) << 62;
-    json_object_set_new(p, "shape", json_pack("[I, i]", (json_int_t)big, 4));
-    json_object_set_new(p, "local_shape", json_pack("[I, i]", (json_int_t)big, 4));
+    json_object_set_new(p, "offset", json_integer(INT64_MAX - 1));
     save(root, 1);
-    expect_exec("holds more than 9223372036854775807 elements");
-    expect_validate("param.numel", "holds more than 9223372036854775807 elements");
+    expect_exec("offset: expected an integer in [0, 4503599627370496], found 9223372036854775806");
+    json_decref(root);
+
+    root = load_base();
+    int id = 0;
+    p = param_named(root, "extra.weight", &id);
+    int64_t big = INT64_C(1) << 30;
+    json_object_set_new(p, "shape", json_pack("[I, I]", (json_int_t)big, (json_int_t)big));
+    json_object_set_new(p, "local_shape", json_pack("[I, I]", (json_int_t)big, (json_int_t)big));
+    save(root, 1);
+    char want[160];
+    snprintf(want, sizeof want,
+             "$.params[%d].shape: 1073741824 x 1073741824 elements, more than the "
+             "4503599627370496 a plan may hold",
+             id);
+    expect_exec(want);
     json_decref(root);
 }
 END_TEST
