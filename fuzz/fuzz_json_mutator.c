@@ -6,8 +6,8 @@
  *
  * Byte-level mutations mostly break a JSON file's syntax and so mostly test the parser. This
  * mutator parses the input with jansson, edits one to three values of the tree (integers
- * nudged, doubled, negated, set to 0, INT_MAX, INT64_MAX/MIN or to another integer of the
- * document; reals scaled; array elements dropped, duplicated, swapped, moved or the array
+ * nudged, doubled, negated, set to 0, INT_MAX, INT64_MAX/MIN, 2^52 ± 1 or to another integer
+ * of the document; reals scaled; array elements dropped, duplicated, swapped, moved or the array
  * reversed; strings replaced by another string of the document or by one of the formats' names;
  * object members dropped, or objects replaced by another object of the document) and writes
  * the document back, so that edited inputs reach the readers' semantic checks and what runs
@@ -107,8 +107,16 @@ static json_int_t edit_integer(const tree *t, json_int_t v, uint64_t *s)
         return v / 2;
     case 6:
         return (json_int_t)INT_MAX + (json_int_t)rng_below(s, 3) - 1;
-    case 7:
-        return rng_below(s, 2) ? INT64_MAX : INT64_MIN;
+    case 7: /* the int64 range's ends, or the plan reader's limit on element counts (2^52,
+             * CZ_PLAN_MAX_ELEMENTS) and its neighbours, where sums just fit or just do not */
+        switch (rng_below(s, 3)) {
+        case 0:
+            return INT64_MAX;
+        case 1:
+            return INT64_MIN;
+        default:
+            return ((json_int_t)1 << 52) + (json_int_t)rng_below(s, 3) - 1;
+        }
     case 8:
         return (json_int_t)rng_below(s, 8) - 1;
     case 9:
