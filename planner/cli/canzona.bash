@@ -7,7 +7,8 @@
 _canzona_options() { # <command>: the options 'canzona <command> --help' lists
     local settings="--optimizer --unit --dp --alpha --alpha-loads --layerwise-order --tp
         --capacity --solver --time-limit --tpaware-time-limit --seed --ns-steps --ns-coeffs
-        --max-precond-dim --precondition-frequency --layout --split-blocks --coop"
+        --max-precond-dim --precondition-frequency --layout --split-blocks --coop
+        --replicate-size --hsdp-compute"
     local sizes="--tp-size --pp-size --dp-size --nodes --gpus-per-node --bucket-size --ep-size
         --etp-size"
     local sim="--overlap-param-gather --overlap-grad-reduce --muon-ns-batch-size --iteration
@@ -15,7 +16,7 @@ _canzona_options() { # <command>: the options 'canzona <command> --help' lists
         --deferred-updates --early-updates --grad-reduce-in-fp32"
     case $1 in
     plan)
-        echo "-m --model -c --cluster -o --output --split --replicate-size
+        echo "-m --model -c --cluster -o --output --split
             --allow-oversubscribed-memory --json -q
             --quiet -h --help --calibration $settings $sizes" ;;
     inspect)
@@ -79,12 +80,13 @@ _canzona() {
     --muon-tp) words="duplicated blockwise distributed layer_sharded" ;;
     --bucket-size) words="paper megatron" ;;
     --layout) words="unified split fsdp" ;;
+    --hsdp-compute) words="redundant partitioned" ;;
     --coop) words="off auto 2 4 8" ;;
     --ns-coeffs) words="jordan cubic polar_express" ;;
     --gather-order) words="forward ready" ;;
     --alpha | --capacity | --time-limit | --tpaware-time-limit | --seed | --ns-steps | \
         --max-precond-dim | --precondition-frequency | --tp-size | --pp-size | --dp-size | \
-        --ep-size | --etp-size | \
+        --ep-size | --etp-size | --replicate-size | \
         --nodes | --gpus-per-node | --repeats | -w | --width | -n | --top | -l | --limit | \
         --name | --make-vocab-size-divisible-by | --gtp-size | --muon-ns-batch-size | \
         --seq-len | --micro-batch-size | --micro-batches | --pass-efficiency | --read-gbps | \

@@ -29,6 +29,8 @@ const struct option cz_cli_settings_options[] = {
     {"layout", required_argument, NULL, CZ_OPT_LAYOUT},
     {"split-blocks", no_argument, NULL, CZ_OPT_SPLIT_BLOCKS},
     {"coop", required_argument, NULL, CZ_OPT_COOP},
+    {"replicate-size", required_argument, NULL, CZ_OPT_REPLICATE_SIZE},
+    {"hsdp-compute", required_argument, NULL, CZ_OPT_HSDP_COMPUTE},
     CZ_CLI_CLUSTER_SIZE_OPTIONS,
     {NULL, 0, NULL, 0},
 };
@@ -224,6 +226,15 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
     case CZ_OPT_SPLIT_BLOCKS:
         s->split_blocks = 1;
         return 0;
+    case CZ_OPT_REPLICATE_SIZE: {
+        return cz_cli_parse_int(cmd, "replicate-size", value, 1, 1 << 20, &s->replicate);
+    }
+    case CZ_OPT_HSDP_COMPUTE:
+        return cz_hsdp_compute_parse(value, &s->hsdp)
+                   ? bad_value(cmd, "hsdp-compute", value,
+                               "redundant (every replica updates every matrix) or partitioned "
+                               "(each matrix on one replica, its update sent to the others)")
+                   : 0;
     case CZ_OPT_COOP:
         return cz_coop_parse(value, &s->coop)
                    ? bad_value(cmd, "coop", value,
@@ -354,6 +365,14 @@ void cz_cli_settings_help(FILE *f, double time_limit_default)
         "                        fully_shard: every parameter Shard(0) over DP, no buckets;\n"
         "                        each matrix owned by one GPU of its stage's DP x TP shard\n"
         "                        group, chosen by cost; plan file canzona.plan/4)\n"
+        "  --replicate-size R    HSDP under --layout fsdp: the DP ranks are R replicas of DP/R\n"
+        "                        shard ranks (torch's mesh (R, DP/R), replicas outermost);\n"
+        "                        FSDP2 shards over the shard ranks and the job averages the\n"
+        "                        gradients over the replicas. Default 1 (plain FSDP)\n"
+        "  --hsdp-compute MODE   with --replicate-size > 1: redundant (default; every replica\n"
+        "                        updates every matrix over its own GPUs, no exchange between\n"
+        "                        replicas) or partitioned (each matrix owned by one GPU of the\n"
+        "                        whole stage, its update's shards sent to every replica)\n"
         "  --tp NAME             TP micro-group strategy: rollback (default; greedy rollback),\n"
         "                        slot, single, none, or sc (synchronous compute baseline)\n"
         "  --split-blocks        schedule every block of a blocked matrix (fused Q/K/V, gate/up)\n"

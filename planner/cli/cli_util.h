@@ -61,7 +61,8 @@ enum {
     CZ_OPT_DEFERRED_UPDATES,
     CZ_OPT_EARLY_UPDATES,
     CZ_OPT_GRAD_REDUCE_IN_FP32,
-    CZ_OPT_REPLICATE_SIZE
+    CZ_OPT_REPLICATE_SIZE,
+    CZ_OPT_HSDP_COMPUTE
 };
 /* clang-format off */
 #define CZ_CLI_CALIBRATION_OPTION {"calibration", required_argument, NULL, CZ_OPT_CALIBRATION}
@@ -106,7 +107,7 @@ int cz_cli_calibrate(const char *cmd, cz_cluster *cluster, const char *path);
 /* getopt_long entries for the options above, terminated by a zero entry; cz_cli_parse appends
  * them to a command's own table when its spec has settings. */
 extern const struct option cz_cli_settings_options[];
-#define CZ_CLI_SETTINGS_OPTION_COUNT 27
+#define CZ_CLI_SETTINGS_OPTION_COUNT 29
 
 /* One subcommand's command line, for cz_cli_parse. */
 typedef struct cz_cli_spec {

@@ -118,10 +118,10 @@ static void print_fsdp(json_t *f, cz_cost_unit u)
     char a[64], b[64], c[64];
     if (!json_is_object(f))
         return;
-    printf("\nfully sharded: %d GPUs per shard group; %d parameters sharded unevenly by "
-           "torch.chunk, %d with fewer rows than DP ranks (the last ranks hold none)\n",
+    printf("\nfully sharded: %d GPUs per schedule; %d parameters sharded unevenly by "
+           "torch.chunk, %d with fewer rows than %s ranks (the last ranks hold none)\n",
            cz_cli_jint(f, "shard_group_gpus"), cz_cli_jint(f, "uneven_params"),
-           cz_cli_jint(f, "short_params"));
+           cz_cli_jint(f, "short_params"), cz_cli_jint(f, "replicas") > 1 ? "shard" : "DP");
     json_array_foreach(json_object_get(f, "stages"), i, st)
     {
         printf("  stage %d: at most %d tasks on one GPU\n  %6s %6s %6s %6s %13s %13s  %s\n",
@@ -164,7 +164,17 @@ static void print_text(const cz_plan *p, json_t *r, int all)
     printf(", tp %s (capacity %s), solver %s, seed %llu\n", cz_cli_jstr(s, "tp"),
            cz_cli_format_cost(a, sizeof a, p->capacity_used, u), cz_cli_jstr(s, "solver"),
            (unsigned long long)p->settings.seed);
-    if (cz_plan_is_fsdp(p))
+    if (cz_plan_is_fsdp(p) && cz_plan_fsdp_replicas(p) > 1)
+        printf("layout    fsdp, HSDP: %d replicas of %d shard ranks, every parameter Shard(0) "
+               "over the shard ranks (torch.chunk rows), no buckets; %s: each matrix owned by "
+               "one GPU of %s (%d GPUs)\n",
+               cz_plan_fsdp_replicas(p), cz_plan_fsdp_shard(p),
+               cz_hsdp_compute_name(p->settings.hsdp),
+               p->settings.hsdp == CZ_HSDP_PARTITIONED
+                   ? "the whole stage, its update sent to every replica"
+                   : "each replica, every replica updating every matrix",
+               cz_plan_fsdp_slots(p));
+    else if (cz_plan_is_fsdp(p))
         printf("layout    fsdp: every parameter Shard(0) over DP %d as FSDP2's fully_shard "
                "(torch.chunk rows), no buckets; each matrix owned by one GPU of its stage's "
                "%d-GPU shard group\n",

@@ -41,10 +41,6 @@ static void plan_help(FILE *f)
         "                        whole plan goes to DIR/plan.json unless -o names a file. Give\n"
         "                        the executor DIR instead of the plan file: each rank then reads\n"
         "                        its own part only\n"
-        "      --replicate-size N\n"
-        "                        HSDP's outer replicate dimension under --layout fsdp: only 1\n"
-        "                        (plain FSDP, the default) is planned by this build; N > 1 is\n"
-        "                        refused\n"
         "      --allow-oversubscribed-memory\n"
         "                        write the plan even when a GPU's parameters, gradients and\n"
         "                        optimizer state exceed the cluster's device.memory_gib (the\n"
@@ -149,14 +145,31 @@ static void print_summary(const cz_plan *p, const cz_model *m, const cz_cluster 
         int most = 0;
         for (size_t k = 0; k < p->nschedules; k++)
             most = p->schedules[k].ngroups > most ? p->schedules[k].ngroups : most;
+        int R = cz_plan_fsdp_replicas(p);
+        if (R > 1)
+            fprintf(out,
+                    "layout   fsdp, HSDP: %d replicas of %d shard ranks; every parameter "
+                    "Shard(0) over the %d shard\n"
+                    "         ranks (torch.chunk rows), gradients averaged over the replicas by "
+                    "the job; %s:\n"
+                    "         %s\n",
+                    R, cz_plan_fsdp_shard(p), cz_plan_fsdp_shard(p), cz_hsdp_compute_name(s->hsdp),
+                    s->hsdp == CZ_HSDP_PARTITIONED
+                        ? "each matrix owned by one GPU of the whole stage, its update sent "
+                          "to every replica"
+                        : "every replica updates every matrix over its own GPUs (the same "
+                          "result on each)");
         fprintf(out,
-                "layout   fsdp: every parameter Shard(0) over DP %d (torch.chunk rows), no "
-                "buckets;\n"
-                "         each matrix owned by one of the %d GPUs of its stage's shard group "
-                "(DP x TP),\n"
+                "layout   fsdp: every parameter Shard(0) over %d %s ranks (torch.chunk rows), "
+                "no buckets;\n"
+                "         each matrix owned by one of the %d GPUs of %s,\n"
                 "         %d micro-group%s per stage at most, each one all-to-all(v) to the "
                 "owners and one back\n",
-                p->dp, p->dp * p->tp, most, most == 1 ? "" : "s");
+                cz_plan_fsdp_shard(p), R > 1 ? "shard" : "DP", cz_plan_fsdp_slots(p),
+                R > 1 && s->hsdp == CZ_HSDP_PARTITIONED ? "its stage (every replica)"
+                : R > 1                                 ? "a replica of its stage"
+                                                        : "its stage's shard group (DP x TP)",
+                most, most == 1 ? "" : "s");
     } else {
         fprintf(out, "buckets  %zu (size %lld elements, align %lld)", p->nbuckets,
                 (long long)p->bucket_size, (long long)p->bucket_align);
@@ -393,7 +406,6 @@ static int has_coop(const cz_plan *plan)
 typedef struct plan_args {
     const char *model_path, *cluster_path, *output, *calibration, *split;
     int json, quiet, allow_memory;
-    long replicate; /* --replicate-size; 0 when not given */
 } plan_args;
 
 static int plan_option(void *state, int opt, const char *value)
@@ -424,16 +436,6 @@ static int plan_option(void *state, int opt, const char *value)
     case CZ_OPT_SPLIT_DIR:
         a->split = value;
         return 0;
-    case CZ_OPT_REPLICATE_SIZE: {
-        char *end = NULL;
-        a->replicate = strtol(value, &end, 10);
-        if (!*value || *end || a->replicate < 1 || a->replicate > 1 << 20) {
-            fprintf(stderr, "canzona plan: --replicate-size '%s': expected a whole number >= 1\n",
-                    value);
-            return 2;
-        }
-        return 0;
-    }
     }
     return 1;
 }
@@ -449,7 +451,6 @@ int cz_cmd_plan(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {"allow-oversubscribed-memory", no_argument, NULL, 'M'},
         {"split", required_argument, NULL, CZ_OPT_SPLIT_DIR},
-        {"replicate-size", required_argument, NULL, CZ_OPT_REPLICATE_SIZE},
         CZ_CLI_CALIBRATION_OPTION,
         {NULL, 0, NULL, 0},
     };
@@ -480,21 +481,6 @@ int cz_cmd_plan(int argc, char **argv)
     cz_error_clear(&err);
     if (cz_cli_require_inputs("plan", argc, argv, optind, model_path, cluster_path))
         return 2;
-    /* HSDP's replicate dimension: planned in a later version (docs/PLANNER.md, "Fully
-     * sharded"); refused rather than planned as if the job were plain FSDP. */
-    if (a.replicate > 1) {
-        fprintf(stderr,
-                "canzona plan: --replicate-size %ld: hybrid sharding (HSDP, an outer replicate "
-                "dimension over which the job averages gradients) is not planned by this build; "
-                "plan the shard group alone (--layout fsdp with --dp-size = the shard size) or "
-                "leave --replicate-size at 1\n",
-                a.replicate);
-        return 2;
-    }
-    if (a.replicate == 1 && settings.layout != CZ_LAYOUT_FSDP) {
-        fprintf(stderr, "canzona plan: --replicate-size applies to --layout fsdp only\n");
-        return 2;
-    }
     /* --split cuts the plan as written: it needs it in a file. */
     char split_plan[4096];
     if (a.split && output && !strcmp(output, "-")) {

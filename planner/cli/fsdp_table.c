@@ -41,13 +41,13 @@ static void print_table(const fsdp_row *r, int n, const cz_plan *fsdp, int json)
         json_decref(rows);
         return;
     }
-    printf("%-12s %9s %10s %10s %10s %10s %10s %7s\n", "layout", "mk/LB", "grad ms", "update ms",
+    printf("%-16s %9s %10s %10s %10s %10s %10s %7s\n", "layout", "mk/LB", "grad ms", "update ms",
            "param ms", "opt ms", "step ms", "opt x");
     for (int i = 0; i < n; i++) {
         char q[16] = "-";
         if (r[i].has_plan)
             snprintf(q, sizeof q, "%.4f", over(r[i].mk, r[i].lb));
-        printf("%-12s %9s %10.3f %10.3f %10.3f %10.3f %10.3f %7.2f\n", r[i].label, q,
+        printf("%-16s %9s %10.3f %10.3f %10.3f %10.3f %10.3f %7.2f\n", r[i].label, q,
                1e3 * r[i].grad, 1e3 * r[i].update, 1e3 * r[i].param, 1e3 * r[i].opt,
                1e3 * r[i].step, over(base->opt, r[i].opt));
     }
@@ -57,7 +57,32 @@ static void print_table(const fsdp_row *r, int n, const cz_plan *fsdp, int json)
            "grad and param are the job's reduce-scatter and all-gather (FSDP2's own under fsdp); "
            "opt = update + param;\nopt x = the baseline's opt over the row's.\n",
            fsdp ? fsdp->schedules[0].ngroups : 0,
-           fsdp && fsdp->schedules[0].ngroups == 1 ? "" : "s", fsdp ? fsdp->dp * fsdp->tp : 0);
+           fsdp && fsdp->schedules[0].ngroups == 1 ? "" : "s", fsdp ? cz_plan_fsdp_slots(fsdp) : 0);
+    if (fsdp && cz_plan_fsdp_replicas(fsdp) > 1)
+        printf("HSDP, %d replicas of %d shard ranks: grad adds the job's all-reduce over the "
+               "replicas; hsdp redundant: every\nreplica updates every matrix over its own %d "
+               "GPUs; hsdp partitioned: each matrix on one GPU of the stage, its update's\n"
+               "shards sent to every replica (the first hsdp row is the plan's own mode).\n",
+               cz_plan_fsdp_replicas(fsdp), cz_plan_fsdp_shard(fsdp),
+               cz_plan_fsdp_shard(fsdp) * fsdp->tp);
+}
+
+/* The fully sharded row of plan p; label names it. */
+static int fsdp_row_of(const cz_plan *p, const cz_cluster *cluster, const char *label,
+                       fsdp_row *row, cz_fsdp_sim *fs, cz_error *err)
+{
+    int rc = cz__fsdp_simulate(p, cluster, fs, err);
+    if (rc == CZ_OK)
+        *row = (fsdp_row){label,
+                          p->metrics.tp_makespan,
+                          p->metrics.lower_bound,
+                          fs->grad_s,
+                          fs->update_s,
+                          fs->param_s,
+                          fs->opt_s,
+                          fs->step_s,
+                          1};
+    return rc;
 }
 
 int cz_cli_fsdp_table(const char *cmd, const cz_model *model, const cz_cluster *cluster,
@@ -65,10 +90,10 @@ int cz_cli_fsdp_table(const char *cmd, const cz_model *model, const cz_cluster *
 {
     cz_error err;
     cz_error_clear(&err);
-    cz_plan *zero1 = NULL, *built = NULL;
+    cz_plan *zero1 = NULL, *built = NULL, *other = NULL;
     cz_sim_result *sim = NULL;
-    cz_fsdp_sim fs;
-    fsdp_row rows[3];
+    cz_fsdp_sim fs, fs_other;
+    fsdp_row rows[4];
     int n = 0, rc = 1, failed = 1;
     const cz_plan *fsdp = given;
     if (!fsdp) {
@@ -82,6 +107,7 @@ int cz_cli_fsdp_table(const char *cmd, const cz_model *model, const cz_cluster *
     if (model) {
         cz_settings z = *settings;
         z.layout = CZ_LAYOUT_UNIFIED;
+        z.replicate = 1; /* ZeRO-1 over all the DP ranks */
         if (cz_plan_build(&zero1, model, cluster, &z, &err) != CZ_OK ||
             cz_plan_simulate(&sim, zero1, cluster, NULL, &err) != CZ_OK)
             goto done;
@@ -95,20 +121,33 @@ int cz_cli_fsdp_table(const char *cmd, const cz_model *model, const cz_cluster *
                                sim->step_s,
                                1};
     }
-    if (cz__fsdp_simulate(fsdp, cluster, &fs, &err) != CZ_OK)
+    int hsdp = cz_plan_fsdp_replicas(fsdp) > 1;
+    bool partitioned = hsdp && fsdp->settings.hsdp == CZ_HSDP_PARTITIONED;
+    if (fsdp_row_of(fsdp, cluster,
+                    !hsdp         ? "fsdp"
+                    : partitioned ? "hsdp partitioned"
+                                  : "hsdp redundant",
+                    &rows[n++], &fs, &err) != CZ_OK)
         goto done;
-    rows[n++] = (fsdp_row){"fsdp",
-                           fsdp->metrics.tp_makespan,
-                           fsdp->metrics.lower_bound,
+    /* HSDP: the other mode beside it, planned from the model (simulate both, then choose). */
+    if (hsdp && model) {
+        cz_settings o = fsdp->settings;
+        o.ns_coeffs = settings->ns_coeffs;
+        o.hsdp = partitioned ? CZ_HSDP_REDUNDANT : CZ_HSDP_PARTITIONED;
+        if (cz_plan_build(&other, model, cluster, &o, &err) != CZ_OK ||
+            fsdp_row_of(other, cluster, partitioned ? "hsdp redundant" : "hsdp partitioned",
+                        &rows[n++], &fs_other, &err) != CZ_OK)
+            goto done;
+    }
+    rows[n++] = (fsdp_row){hsdp ? "hsdp2+muon" : "fsdp2+muon",
+                           0.0,
+                           0.0,
                            fs.grad_s,
-                           fs.update_s,
+                           fs.base_opt_s - fs.param_s,
                            fs.param_s,
-                           fs.opt_s,
-                           fs.step_s,
-                           1};
-    rows[n++] = (fsdp_row){
-        "fsdp2+muon",   0.0, 0.0, fs.grad_s, fs.base_opt_s - fs.param_s, fs.param_s, fs.base_opt_s,
-        fs.base_step_s, 0};
+                           fs.base_opt_s,
+                           fs.base_step_s,
+                           0};
     print_table(rows, n, fsdp, json);
     failed = rc = 0;
 done:
@@ -117,5 +156,6 @@ done:
     cz_sim_result_free(sim);
     cz_plan_free(zero1);
     cz_plan_free(built);
+    cz_plan_free(other);
     return rc;
 }

@@ -509,10 +509,34 @@ static inline int cz_plan_param_fragmented(const cz_plan *plan, const cz_plan_pa
 }
 
 /* Whether the plan is fully sharded (settings.layout fsdp, docs/PLANNER.md "Fully sharded"):
- * no buckets, one schedule per stage over all dp * tp GPUs of the stage's shard group. */
+ * no buckets, one schedule per stage over the GPUs of cz_plan_fsdp_slots. */
 static inline int cz_plan_is_fsdp(const cz_plan *plan)
 {
     return plan->settings.layout == CZ_LAYOUT_FSDP;
+}
+
+/* HSDP (settings.replicate R > 1): the DP ranks are R replicas of S = dp / R shard ranks, DP
+ * rank d = replica * S + shard rank (the replicate mesh dimension outermost, as torch's
+ * init_device_mesh((R, S)) lays it out); FSDP2 shards every parameter over S. R = 1: plain
+ * FSDP, S = dp. The reader and the planner keep dp a multiple of R. */
+static inline int cz_plan_fsdp_replicas(const cz_plan *plan)
+{
+    return plan->settings.replicate > 1 ? plan->settings.replicate : 1;
+}
+
+static inline int cz_plan_fsdp_shard(const cz_plan *plan)
+{
+    return plan->dp / cz_plan_fsdp_replicas(plan);
+}
+
+/* The slots a fully sharded stage's matrices are scheduled over, each a GPU: one replica's
+ * shard group (S * tp GPUs, every replica running the same schedule) when the replicas compute
+ * redundantly, all dp * tp GPUs of the stage when each matrix is updated once. */
+static inline int cz_plan_fsdp_slots(const cz_plan *plan)
+{
+    int partitioned =
+        cz_plan_fsdp_replicas(plan) > 1 && plan->settings.hsdp == CZ_HSDP_PARTITIONED;
+    return (partitioned ? plan->dp : cz_plan_fsdp_shard(plan)) * plan->tp;
 }
 
 /* ---- FSDP2's dim-0 sharding (fsdp_shards.c) ----
@@ -526,10 +550,10 @@ int64_t cz__fsdp_rows(int64_t rows, int dp, int r);
 /* Whether every DP rank holds the same rows (rows a multiple of dp): FSDP2 then pads nothing. */
 int cz__fsdp_even(int64_t rows, int dp);
 
-/* a + b and a * b clamped to the int64 range. The reader takes a plan's counts, offsets and
- * sizes each up to INT64_MAX and the simulator and the structural check run on a plan as read,
- * so their sums and byte counts saturate instead of overflowing: a position past every bucket
- * still compares as such, and an absurd size is reported, not wrapped. */
+/* a + b and a * b clamped to the int64 range. The simulator and the structural check run on a
+ * plan as read, before anything has checked that its offsets fit its buckets, so their sums
+ * and byte counts saturate instead of overflowing (the reader's CZ_PLAN_MAX_ELEMENTS makes
+ * that rare; these make it safe): a position past every bucket still compares as such. */
 static inline int64_t cz__i64_sat_add(int64_t a, int64_t b)
 {
     int64_t r;

@@ -23,6 +23,7 @@ extern const char *const cz__tp_strategy_names[];
 extern const char *const cz__layerwise_order_names[];
 extern const char *const cz__solver_names[];
 extern const char *const cz__layout_names[];
+extern const char *const cz__hsdp_compute_names[];
 extern const char *const cz__muon_tp_mode_names[];
 extern const char *const cz__kind_names[];         /* cz_param_kind: "matrix", "elementwise" */
 extern const char *const cz__solve_status_names[]; /* CZ_SOLVE_* */

@@ -5,10 +5,13 @@
  * no buckets; what it says is who updates each matrix and in which micro-group:
  *
  *   fsdp.buckets      no buckets (FSDP2 lays out its own flat buffers);
- *   fsdp.shard_rows   shard_rows is torch.chunk's ceil(local rows / dp) (fsdp_shards.c);
- *   fsdp.owner        a matrix's owner is a GPU of its stage's shard group (0 .. dp*tp - 1) and
- *                     dp_owner its DP rank; an elementwise parameter has none (-1, -1);
- *   fsdp.schedule     one schedule per stage, over dp*tp slots; every matrix of the stage sits
+ *   fsdp.replicate    HSDP: dp is a multiple of settings.replicate;
+ *   fsdp.shard_rows   shard_rows is torch.chunk's ceil(local rows / shard ranks) (fsdp_shards.c;
+ *                     the shard ranks are dp / replicate);
+ *   fsdp.owner        a matrix's owner is a slot of its stage's schedule (0 .. slots - 1,
+ *                     cz_plan_fsdp_slots) and dp_owner its DP rank (owner / tp); an elementwise
+ *                     parameter has none (-1, -1);
+ *   fsdp.schedule     one schedule per stage, over that many slots; every matrix of the stage sits
  *                     in exactly one slot of one group, the slot of its owner; nothing else
  *                     does; each slot's load is the sum of its tasks' costs.
  *
@@ -26,15 +29,16 @@ static void check_params(vctx *c, const cz_plan *p, int64_t gpus)
 {
     for (size_t i = 0; i < p->nparams; i++) {
         const cz_plan_param *q = &p->params[i];
-        int64_t want = cz__fsdp_chunk_rows(q->local_shape[0], p->dp);
+        int shard = cz_plan_fsdp_shard(p);
+        int64_t want = cz__fsdp_chunk_rows(q->local_shape[0], shard);
         at(c, "$.params[%zu].shard_rows", i);
         c->checks++;
         if (q->shard_rows != want)
             viol(c, "fsdp.shard_rows",
                  "'%s': shard_rows is %lld but FSDP2 (torch.chunk along dim 0) gives each of "
-                 "the %d DP ranks ceil(%lld / %d) = %lld rows of the TP-local shard",
-                 q->def.name, (long long)q->shard_rows, p->dp, (long long)q->local_shape[0], p->dp,
-                 (long long)want);
+                 "the %d %s ranks ceil(%lld / %d) = %lld rows of the TP-local shard",
+                 q->def.name, (long long)q->shard_rows, shard, shard == p->dp ? "DP" : "shard",
+                 (long long)q->local_shape[0], shard, (long long)want);
         at(c, "$.params[%zu].owner", i);
         c->checks++;
         if (q->def.kind != CZ_KIND_MATRIX) {
@@ -46,9 +50,8 @@ static void check_params(vctx *c, const cz_plan *p, int64_t gpus)
             continue;
         }
         if (q->owner < 0 || q->owner >= gpus) {
-            viol(c, "fsdp.owner",
-                 "'%s': owner %d is outside the shard group's GPUs [0, %lld) (dp*tp = %d*%d)",
-                 q->def.name, q->owner, (long long)gpus, p->dp, p->tp);
+            viol(c, "fsdp.owner", "'%s': owner %d is outside the schedule's GPUs [0, %lld) (%d*%d)",
+                 q->def.name, q->owner, (long long)gpus, (int)(gpus / p->tp), p->tp);
             c->unsafe = 1;
         } else if (q->dp_owner != q->owner / p->tp) {
             viol(c, "fsdp.owner",
@@ -71,8 +74,9 @@ static void check_group(vctx *c, const cz_plan *p, const cz_rank_schedule *rs, s
     c->checks++;
     if (gr->nslots != gpus) {
         viol(c, "fsdp.schedule",
-             "group has %d slots, expected one per GPU of the shard group: %lld", gr->nslots,
-             (long long)gpus);
+             "group has %d slots, expected one per GPU the stage's matrices are scheduled over: "
+             "%lld",
+             gr->nslots, (long long)gpus);
         c->unsafe = 1;
         return;
     }
@@ -125,7 +129,15 @@ static void check_group(vctx *c, const cz_plan *p, const cz_rank_schedule *rs, s
 
 void cz__fsdp_check_structure(cz_plan_checks *c, const cz_plan *p)
 {
-    int64_t gpus = (int64_t)p->dp * p->tp;
+    if (p->dp % cz_plan_fsdp_replicas(p) != 0) {
+        at(c, "$.settings.replicate");
+        c->checks++;
+        viol(c, "fsdp.replicate", "DP %d is not a multiple of the HSDP replicate size %d", p->dp,
+             cz_plan_fsdp_replicas(p));
+        c->unsafe = 1;
+        return;
+    }
+    int64_t gpus = cz_plan_fsdp_slots(p);
     at(c, "$.buckets");
     c->checks++;
     if (p->nbuckets != 0) {

@@ -287,6 +287,8 @@ int cz__plan_read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
                                        "split_blocks",
                                        "coop",
                                        "ns_coeffs",
+                                       "replicate",
+                                       "hsdp_compute",
                                        NULL};
     const char *P = "$.settings";
     const json_t *o;
@@ -365,6 +367,21 @@ int cz__plan_read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
                              "layout \"%s\" with schema version %d: the fsdp layout is written "
                              "as \"%s\" and that schema holds only fsdp plans",
                              cz_layout_name(s->layout), p->schema_version, CZ_PLAN_SCHEMA_FSDP);
+    }
+    /* HSDP: both present in a fully sharded plan with replicate > 1, both absent otherwise. */
+    const json_t *rep = json_object_get(o, "replicate"), *hc = json_object_get(o, "hsdp_compute");
+    if (rep || hc) {
+        char sub[CZ_JSON_PATH_MAX];
+        if (s->layout != CZ_LAYOUT_FSDP || !rep || !hc)
+            return cz__json_fail(c, cz__json_path_key(sub, P, rep ? "replicate" : "hsdp_compute"),
+                                 "HSDP's replicate and hsdp_compute go together, in fully "
+                                 "sharded plans only");
+        if ((rc = cz__json_get_int(c, o, P, "replicate", true, 2, CZ_PLAN_MAX_GPUS,
+                                   &s->replicate)) != CZ_OK ||
+            (rc = cz__json_get_enum(c, o, P, "hsdp_compute", true, cz__hsdp_compute_names, &v)) !=
+                CZ_OK)
+            return rc;
+        s->hsdp = (cz_hsdp_compute)v;
     }
     /* Absent unless set (version 2 plans). */
     fell = false;
@@ -735,11 +752,12 @@ int cz__plan_read_group(const cz_json_ctx *c, const json_t *e, const char *path,
         goto done;
     cz__json_path_key(sub, path, "slots");
     if (json_array_size(slots) != (size_t)nslots) {
-        rc = cz__json_fail(c, sub, "expected %d slots (%s), found %zu", nslots,
-                           cz_plan_is_fsdp(p) ? "one per GPU of the shard group, dp*tp"
-                           : nslots == 1      ? "one: tp is 1 or the strategy is sc"
-                                              : "one per TP rank",
-                           json_array_size(slots));
+        rc =
+            cz__json_fail(c, sub, "expected %d slots (%s), found %zu", nslots,
+                          cz_plan_is_fsdp(p) ? "one per GPU the stage's matrices are scheduled over"
+                          : nslots == 1      ? "one: tp is 1 or the strategy is sc"
+                                             : "one per TP rank",
+                          json_array_size(slots));
         goto done;
     }
     size_t total = 0, most = p->nparams * (split ? (size_t)CZ_MAX_BLOCKS * nslots : 1);
@@ -856,7 +874,9 @@ static int read_schedules(const cz_json_ctx *c, const json_t *root, cz_plan *p, 
     size_t per_stage = expert ? (size_t)cz_plan_expert_ranks(p) : fsdp ? 1 : (size_t)p->dp;
     size_t want = (size_t)p->pp * per_stage;
     int group = expert ? p->etp : p->tp;
-    int nslots = fsdp ? p->dp * p->tp : (p->settings.tp == CZ_TP_SC || group == 1) ? 1 : group;
+    int nslots = fsdp                                         ? cz_plan_fsdp_slots(p)
+                 : (p->settings.tp == CZ_TP_SC || group == 1) ? 1
+                                                              : group;
     int rc;
     if (!expert && json_object_get(root, fsdp ? "tp_schedule" : "fsdp_schedule"))
         return cz__json_fail(c, fsdp ? "$.tp_schedule" : "$.fsdp_schedule",
@@ -1178,6 +1198,11 @@ int cz__plan_read_shape(const cz_json_ctx *c, const json_t *root, cz_plan *p)
     if ((int64_t)p->dp * p->tp * p->pp > CZ_PLAN_MAX_GPUS)
         return cz__json_fail(c, T, "dp*tp*pp = %d*%d*%d exceeds %d GPUs", p->dp, p->tp, p->pp,
                              CZ_PLAN_MAX_GPUS);
+    if (p->dp % cz_plan_fsdp_replicas(p) != 0)
+        return cz__json_fail(c, "$.topology.dp",
+                             "%d is not a multiple of HSDP's replicate size %d "
+                             "($.settings.replicate)",
+                             p->dp, cz_plan_fsdp_replicas(p));
     if ((rc = read_expert_grid(c, topo, p)) != CZ_OK)
         return rc;
     if ((rc = cz__json_get_enum(c, root, "$", "dtype", true, dtypes, &dtype)) != CZ_OK)

@@ -147,6 +147,11 @@ static void write_settings(writer *w, const cz_plan *p)
         char buf[16];
         cz__jw_string(&w->js, "coop", cz_coop_name(s->coop, buf));
     }
+    /* HSDP, in fully sharded plans only (plain FSDP plans stay what earlier versions wrote). */
+    if (s->layout == CZ_LAYOUT_FSDP && s->replicate > 1) {
+        cz__jw_int(&w->js, "replicate", s->replicate);
+        w_str(w, "hsdp_compute", cz_hsdp_compute_name(s->hsdp), "settings.hsdp");
+    }
     /* Likewise: a plan made with jordan's coefficients stays what earlier versions wrote. */
     if (s->ns_coeffs)
         cz__jw_string(&w->js, "ns_coeffs", s->ns_coeffs);

@@ -31,6 +31,7 @@ const char *const cz__layerwise_order_names[] = {"pingpong", "lpt", "megatron", 
                                                  NULL};
 const char *const cz__solver_names[] = {"greedy", "ilp", NULL};
 const char *const cz__layout_names[] = {"unified", "split", "fsdp", NULL};
+const char *const cz__hsdp_compute_names[] = {"redundant", "partitioned", NULL};
 const char *const cz__muon_tp_mode_names[] = {"duplicated", "blockwise", "distributed",
                                               "layer_sharded", NULL};
 const char *const cz__kind_names[] = {"matrix", "elementwise", NULL};
@@ -80,6 +81,7 @@ NAME_FUNCS(cz_tp_strategy, tp_strategy, cz__tp_strategy_names)
 NAME_FUNCS(cz_layerwise_order, layerwise_order, cz__layerwise_order_names)
 NAME_FUNCS(cz_solver, solver, cz__solver_names)
 NAME_FUNCS(cz_layout, layout, cz__layout_names)
+NAME_FUNCS(cz_hsdp_compute, hsdp_compute, cz__hsdp_compute_names)
 NAME_FUNCS(cz_muon_tp_mode, muon_tp_mode, cz__muon_tp_mode_names)
 
 const char *cz__kind_name(cz_param_kind v)

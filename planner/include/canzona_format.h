@@ -145,6 +145,16 @@ typedef enum cz_layout {
                               shard group (DP x TP), chosen by cost (fsdp_plan.c) */
 } cz_layout;
 
+/* HSDP (a fully sharded plan with an outer replicate dimension, cz_settings.replicate > 1): which
+ * replica orthogonalizes each matrix. The job has already averaged the gradients over the
+ * replicas, so every replica holds the same gradient shards. */
+typedef enum cz_hsdp_compute {
+    CZ_HSDP_REDUNDANT = 0,  /* every replica updates every matrix over its own shard group (the
+                               same result on each, no exchange between replicas) */
+    CZ_HSDP_PARTITIONED = 1 /* each matrix updated on one GPU of the whole DP x TP stage, its
+                               update's shards sent to every replica's ranks */
+} cz_hsdp_compute;
+
 /* Progress of a long-running solve (the ILP solvers), reported at most once per second once
  * the solve has run for a second. Values are in the plan's cost unit; NAN when not known yet. */
 typedef struct cz_progress {
@@ -195,6 +205,12 @@ typedef struct cz_settings {
                                   * rows needs ns_steps = n (the cost is per iteration). Borrowed
                                   * during cz_plan_build; a plan keeps its own copy, recorded in
                                   * the file only when not jordan */
+    int replicate;               /* HSDP's outer replicate dimension (layout fsdp only): the
+                                  * cluster's DP size is replicate x shard, FSDP2 shards every
+                                  * parameter over the shard ranks and the job averages the
+                                  * gradients over the replicas; 1 (default): plain FSDP */
+    cz_hsdp_compute hsdp;        /* with replicate > 1: which replica updates each matrix;
+                                  * default CZ_HSDP_REDUNDANT */
 } cz_settings;
 
 #define CZ_COOP_AUTO (-1)
@@ -206,7 +222,8 @@ typedef struct cz_settings {
 #define CZ_SETTINGS_INIT                                                     \
     {CZ_SETTINGS_VERSION, CZ_OPTIM_MUON, CZ_UNIT_TIME, CZ_DP_JOINT, 1.0, 0,   \
      CZ_LAYERWISE_MEGATRON, CZ_TP_ROLLBACK, 0.0, CZ_SOLVER_GREEDY, 60.0, 0, 5, \
-     10000, 10, 2.0, NULL, NULL, CZ_LAYOUT_UNIFIED, 0, 0, NULL}
+     10000, 10, 2.0, NULL, NULL, CZ_LAYOUT_UNIFIED, 0, 0, NULL, 1,            \
+     CZ_HSDP_REDUNDANT}
 /* clang-format on */
 
 /* Fills *s with the defaults. */
@@ -221,6 +238,7 @@ const char *cz_tp_strategy_name(cz_tp_strategy v);
 const char *cz_layerwise_order_name(cz_layerwise_order v);
 const char *cz_solver_name(cz_solver v);
 const char *cz_layout_name(cz_layout v);
+const char *cz_hsdp_compute_name(cz_hsdp_compute v); /* "redundant", "partitioned" */
 /* Parse a name; return 0 and set *out, or CZ_EINVALID when the name is unknown. */
 int cz_dtype_parse(const char *name, cz_dtype *out);
 int cz_optimizer_parse(const char *name, cz_optimizer *out);
@@ -230,6 +248,7 @@ int cz_tp_strategy_parse(const char *name, cz_tp_strategy *out);
 int cz_layerwise_order_parse(const char *name, cz_layerwise_order *out);
 int cz_solver_parse(const char *name, cz_solver *out);
 int cz_layout_parse(const char *name, cz_layout *out);
+int cz_hsdp_compute_parse(const char *name, cz_hsdp_compute *out);
 /* The --coop setting: "off" (0), "auto" (CZ_COOP_AUTO) or a width k from 2 to CZ_COOP_MAX.
  * cz_coop_name writes the name into buf (at least 16 bytes) and returns buf. */
 #define CZ_COOP_MAX 1024

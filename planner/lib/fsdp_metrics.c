@@ -2,6 +2,9 @@
  * The metrics of a fully sharded plan (cz__plan_metrics_compute calls this for settings.layout
  * fsdp; the fields keep the meanings of cz_format.h, counted over the shard group):
  *
+ * Under HSDP (settings.replicate > 1) a GPU's shard rank is its DP rank modulo the shard size;
+ * with the replicas computing redundantly every replica's GPU o carries slot o's matrices.
+ *
  *   gpu_load     the matrices a GPU owns, plus its share of every elementwise parameter of its
  *                stage: the rows of the TP-local shard its DP rank holds under torch.chunk
  *                (cz__fsdp_rows) over the local rows, of the parameter's per-TP-rank cost;
@@ -30,17 +33,22 @@ static double ratio_max_mean(const double *v, size_t n)
     return n > 0 && sum > 0.0 ? max / (sum / (double)n) : 1.0;
 }
 
-/* DP rank r's share of parameter p's TP-local rows. */
+/* DP rank r's share of parameter p's TP-local rows: its shard rank's (r modulo the shard
+ * size; every replica holds the same shards under HSDP). */
 static double row_share(const cz_plan *plan, const cz_plan_param *p, int r)
 {
     int64_t rows = p->local_shape[0];
-    return rows > 0 ? (double)cz__fsdp_rows(rows, plan->dp, r) / (double)rows : 0.0;
+    int shard = cz_plan_fsdp_shard(plan);
+    return rows > 0 ? (double)cz__fsdp_rows(rows, shard, r % shard) / (double)rows : 0.0;
 }
 
 int cz__fsdp_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
 {
     int rc = CZ_OK, dp = plan->dp, tp = plan->tp, pp = plan->pp;
     size_t per_stage = (size_t)dp * (size_t)tp, ngpus = per_stage * (size_t)pp;
+    /* The schedule's slots: the whole stage, or (HSDP, redundant) one replica's GPUs, whose
+     * loads every replica repeats. */
+    size_t slots = (size_t)cz_plan_fsdp_slots(plan);
     size_t nranks = (size_t)dp * (size_t)pp;
     cz_plan_metrics *m = &plan->metrics;
     cz__plan_metrics_free(m);
@@ -50,7 +58,7 @@ int cz__fsdp_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
     m->memory = calloc(ngpus, sizeof *m->memory);
     double *ew = calloc(ngpus, sizeof *ew), *ew_s = calloc(ngpus, sizeof *ew_s);
     double *sec = calloc(plan->nparams + 1, sizeof *sec);
-    double *slot_s = calloc(per_stage + 1, sizeof *slot_s);
+    double *slot_s = calloc(slots + 1, sizeof *slot_s);
     if (!m->dp_load || !m->rank_makespan || !m->gpu_load || !m->memory || !ew || !ew_s || !sec ||
         !slot_s) {
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory computing plan metrics");
@@ -67,9 +75,9 @@ int cz__fsdp_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
         size_t base = (size_t)p->stage * per_stage;
         if (p->def.kind == CZ_KIND_MATRIX) {
             m->max_task_cost = p->cost > m->max_task_cost ? p->cost : m->max_task_cost;
-            if (p->owner >= 0 && (size_t)p->owner < per_stage) {
-                m->gpu_load[base + (size_t)p->owner] += p->cost;
-                m->memory[base + (size_t)p->owner] += state;
+            for (size_t g = (size_t)p->owner; p->owner >= 0 && g < per_stage; g += slots) {
+                m->gpu_load[base + g] += p->cost;
+                m->memory[base + g] += state;
             }
             continue;
         }
@@ -90,15 +98,15 @@ int cz__fsdp_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
         for (int g = 0; rs && g < rs->ngroups; g++) {
             const cz_plan_group *gr = &rs->groups[g];
             double max = 0.0, max_s = 0.0;
-            for (size_t k = 0; k < per_stage; k++)
+            for (size_t k = 0; k < slots; k++)
                 slot_s[k] = 0.0;
             for (int k = 0; k < gr->nslots; k++)
                 max = gr->load[k] > max ? gr->load[k] : max;
             for (int t = 0; t < gr->ntasks; t++)
-                if (gr->task_slot[t] >= 0 && (size_t)gr->task_slot[t] < per_stage &&
+                if (gr->task_slot[t] >= 0 && (size_t)gr->task_slot[t] < slots &&
                     gr->task_param[t] >= 0 && (size_t)gr->task_param[t] < plan->nparams)
                     slot_s[gr->task_slot[t]] += sec[gr->task_param[t]];
-            for (size_t k = 0; k < per_stage; k++)
+            for (size_t k = 0; k < slots; k++)
                 max_s = slot_s[k] > max_s ? slot_s[k] : max_s;
             span += max;
             span_s += max_s;
@@ -128,7 +136,8 @@ int cz__fsdp_metrics_compute(cz_plan *plan, const cz_cluster *c, cz_error *err)
     if ((rc = cz__plan_lower_bound(plan, &lb, err)) != CZ_OK)
         goto done;
     m->lower_bound = m->split_lower_bound = lb.value;
-    m->average_load = m->total_cost / (double)(ngpus > 0 ? ngpus : 1);
+    /* Over the GPUs the work is spread on: redundant HSDP replicas each carry all of it. */
+    m->average_load = m->total_cost / (double)(slots * (size_t)pp > 0 ? slots * (size_t)pp : 1);
 done:
     free(ew);
     free(ew_s);

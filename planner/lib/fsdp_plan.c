@@ -17,6 +17,11 @@
  * share a node, while every extra FSDP group adds a largest slot over hundreds of GPUs, and the
  * plan must stay at the atomic lower bound. The owner of a matrix is its slot: GPU dp_rank *
  * tp + tp_rank of the stage.
+ *
+ * HSDP (settings.replicate R > 1, DP = R replicas x S shard ranks; FSDP2 shards over S):
+ * redundant, the slots are one replica's S * tp GPUs and every replica runs the same schedule
+ * on its own (owner o stands for GPU o of each replica); partitioned, the slots are all dp * tp
+ * GPUs of the stage, so each matrix is updated once, on one replica. cz_plan_fsdp_slots.
  */
 #include "cz_algorithms.h"
 
@@ -56,7 +61,7 @@ static int stage_schedule(cz_plan *plan, int stage, cz_costed *tasks, int n, dou
                           double *capacity, cz_error *err)
 {
     cz_rank_schedule *rs = &plan->schedules[stage];
-    int gpus = plan->dp * plan->tp, rc = CZ_OK;
+    int gpus = cz_plan_fsdp_slots(plan), rc = CZ_OK;
     double total = 0.0, largest = 0.0;
     for (int k = 0; k < n; k++) {
         total += tasks[k].cost;
@@ -88,7 +93,7 @@ static int stage_schedule(cz_plan *plan, int stage, cz_costed *tasks, int n, dou
 
 int cz__fsdp_schedule_build(cz_plan *plan, cz_error *err)
 {
-    int rc = CZ_OK, gpus = plan->dp * plan->tp;
+    int rc = CZ_OK, gpus = cz_plan_fsdp_slots(plan), shard = cz_plan_fsdp_shard(plan);
     cz_costed *tasks = malloc((plan->nparams + 1) * sizeof *tasks);
     double *load = malloc(((size_t)gpus + 1) * sizeof *load);
     cz__plan_schedules_free(plan);
@@ -104,7 +109,7 @@ int cz__fsdp_schedule_build(cz_plan *plan, cz_error *err)
         q->bucket = -1;
         q->offset = 0;
         q->owner = q->dp_owner = -1;
-        q->shard_rows = cz__fsdp_chunk_rows(q->local_shape[0], plan->dp);
+        q->shard_rows = cz__fsdp_chunk_rows(q->local_shape[0], shard);
     }
     for (int s = 0; s < plan->pp; s++) {
         cz_rank_schedule *rs = &plan->schedules[s];

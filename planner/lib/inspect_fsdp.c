@@ -56,15 +56,20 @@ static json_t *group_json(const cz_plan *p, const cz_plan_group *gr, int *per_gp
 
 int cz__fsdp_inspect_json(json_t *rep, const cz_plan *p)
 {
-    int uneven = 0, short_rows = 0, gpus = p->dp * p->tp, rc = -1;
+    int uneven = 0, short_rows = 0, gpus = cz_plan_fsdp_slots(p), rc = -1;
+    int shard = cz_plan_fsdp_shard(p), R = cz_plan_fsdp_replicas(p);
     for (size_t i = 0; i < p->nparams; i++) {
         int64_t rows = p->params[i].local_shape[0];
-        uneven += !cz__fsdp_even(rows, p->dp);
-        short_rows += rows < p->dp;
+        uneven += !cz__fsdp_even(rows, shard);
+        short_rows += rows < shard;
     }
     int *per_gpu = calloc((size_t)gpus + 1, sizeof *per_gpu);
-    json_t *o = json_pack("{s:i, s:i, s:i}", "shard_group_gpus", gpus, "uneven_params", uneven,
-                          "short_params", short_rows);
+    /* shard_group_gpus: the GPUs a stage's schedule spans (one replica's, or every replica's
+     * when HSDP partitions the matrices over them). */
+    json_t *o =
+        json_pack("{s:i, s:i, s:i, s:i, s:i, s:s}", "shard_group_gpus", gpus, "uneven_params",
+                  uneven, "short_params", short_rows, "replicas", R, "shard_ranks", shard,
+                  "hsdp_compute", R > 1 ? cz_hsdp_compute_name(p->settings.hsdp) : "none");
     json_t *stages = json_array();
     if (!per_gpu || cz__json_put(rep, "fsdp", o) || cz__json_put(o, "stages", stages)) {
         free(per_gpu);
@@ -78,7 +83,7 @@ int cz__fsdp_inspect_json(json_t *rep, const cz_plan *p)
         for (int k = 0; k < gpus; k++)
             per_gpu[k] = 0;
         for (int g = 0; g < rs->ngroups; g++)
-            if (rs->groups[g].nslots != gpus ||
+            if (rs->groups[g].nslots == gpus && /* else a structural violation validate names */
                 cz__json_push(groups, group_json(p, &rs->groups[g], per_gpu)))
                 goto done;
         int most = 0;

@@ -176,7 +176,11 @@ int cz__plan_lower_bound(const cz_plan *plan, cz_lower_bound *out, cz_error *err
     if (rc != CZ_OK)
         goto done;
     out->largest_task = d.largest;
-    int64_t stage_gpus = (int64_t)plan->dp * plan->tp, group_gpus = 0;
+    /* A fully sharded plan's tasks go to its schedule's slots: under HSDP with redundant
+     * replicas one replica's GPUs carry all of them. */
+    int64_t stage_gpus =
+                cz_plan_is_fsdp(plan) ? cz_plan_fsdp_slots(plan) : (int64_t)plan->dp * plan->tp,
+            group_gpus = 0;
     /* The group terms hold where the EP groups partition the stage's GPUs, as plans do. */
     if (cz_plan_has_experts(plan) && (int64_t)plan->ep * plan->edp * plan->etp == stage_gpus)
         group_gpus = (int64_t)plan->edp * plan->etp;

@@ -45,8 +45,9 @@ static void fsdp_memory(const cz_plan *plan, cz_memory_gpu *g, double pbytes, do
         if (p->stage < 0 || p->stage >= plan->pp || p->local_shape[0] <= 0)
             continue;
         double row = (double)p->numel / (double)p->local_shape[0];
+        int shard = cz_plan_fsdp_shard(plan); /* HSDP: each replica holds the same shards */
         for (int r = 0; r < plan->dp; r++) {
-            double elems = (double)cz__fsdp_rows(p->local_shape[0], plan->dp, r) * row;
+            double elems = (double)cz__fsdp_rows(p->local_shape[0], shard, r % shard) * row;
             for (int t = 0; t < plan->tp; t++) {
                 cz_memory_gpu *x = &g[(size_t)p->stage * per_stage + (size_t)r * plan->tp + t];
                 x->params += elems * pbytes;

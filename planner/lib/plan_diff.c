@@ -57,10 +57,13 @@ static json_t *settings_flat(const cz_plan *p)
         s->max_precond_dim, "precondition_frequency", s->precondition_frequency, "dp_fell_back",
         p->dp_fell_back != 0, "bucket_size", (json_int_t)p->bucket_size, "bucket_align",
         (json_int_t)p->bucket_align, "layout", cz__str_or_unknown(cz_layout_name(s->layout)));
-    if (o && (json_object_set_new(o, "split_blocks", json_boolean(s->split_blocks)) ||
-              json_object_set_new(o, "coop", json_string(cz_coop_name(s->coop, coop))) ||
-              json_object_set_new(o, "ns_coeffs",
-                                  json_string(s->ns_coeffs ? s->ns_coeffs : "jordan")))) {
+    if (o &&
+        (json_object_set_new(o, "split_blocks", json_boolean(s->split_blocks)) ||
+         json_object_set_new(o, "coop", json_string(cz_coop_name(s->coop, coop))) ||
+         json_object_set_new(o, "ns_coeffs", json_string(s->ns_coeffs ? s->ns_coeffs : "jordan")) ||
+         json_object_set_new(o, "replicate", json_integer(cz_plan_fsdp_replicas(p))) ||
+         json_object_set_new(o, "hsdp_compute",
+                             json_string(cz__str_or_unknown(cz_hsdp_compute_name(s->hsdp)))))) {
         json_decref(o);
         return NULL;
     }

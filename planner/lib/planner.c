@@ -74,6 +74,18 @@ static int settings_check(const cz_settings *s, cz_error *err)
                              "greedy joint, alpha or anchored DP strategy; got dp %s with the %s "
                              "solver (use --layout unified for it)",
                              cz_dp_strategy_name(s->dp), cz_solver_name(s->solver));
+    if (s->replicate < 1)
+        return cz__error_set(err, CZ_EINVALID, "replicate must be >= 1 (1: no HSDP), got %d",
+                             s->replicate);
+    if (s->replicate > 1 && s->layout != CZ_LAYOUT_FSDP)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "an HSDP replicate size (%d) applies to --layout fsdp only; got "
+                             "--layout %s",
+                             s->replicate, cz_layout_name(s->layout));
+    if (!cz_hsdp_compute_name(s->hsdp))
+        return cz__error_set(err, CZ_EINVALID,
+                             "HSDP compute mode %d is unknown; use redundant or partitioned",
+                             (int)s->hsdp);
     if (s->split_blocks != 0 && s->split_blocks != 1)
         return cz__error_set(err, CZ_EINVALID, "split_blocks must be 0 or 1, got %d",
                              s->split_blocks);
@@ -621,6 +633,13 @@ static int fsdp_solve(cz_plan **out, const cz_model *model, const cz_cluster *cl
     int rc;
     cz_plan *plan = NULL;
     *out = NULL;
+    if (cluster->dp % settings->replicate != 0) {
+        rc = cz__error_set(err, CZ_EINVALID,
+                           "HSDP: the cluster's DP size %d is not a multiple of the replicate "
+                           "size %d (DP = replicas x shard ranks)",
+                           cluster->dp, settings->replicate);
+        goto done;
+    }
     if ((rc = cz__plan_init(&plan, model, cluster, settings, err)) != CZ_OK)
         goto done;
     if (cz_plan_has_experts(plan)) {

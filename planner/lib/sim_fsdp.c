@@ -4,7 +4,7 @@
  * gradient all-gathered whole on every GPU and orthogonalized there.
  *
  * Per stage (the stages run side by side; the step is the slowest), with G = dp * tp GPUs in the
- * shard group and the alpha-beta collectives of sim_comm.c on the cluster's links (a group that
+ * stage and the alpha-beta collectives of sim_comm.c on the cluster's links (a group that
  * spans nodes at the inter-node rate; the device model's fixed costs are not charged here):
  *
  *   grad     FSDP2's reduce-scatter of the gradients over the DP ranks (the job's, not the
@@ -20,6 +20,13 @@
  *   opt      update + param (from synchronized gradients to gathered parameters, as canzona
  *            simulate's ZeRO-1 rows count it); step = grad + opt.
  *
+ * HSDP (settings.replicate R > 1, the DP ranks R replicas of S shard ranks): grad adds the job's
+ * all-reduce of the shards over the replicas; the owners gather from their own replica (the
+ * gradients are the same on every replica). Redundant, every replica runs the schedule over its
+ * own S * tp GPUs; partitioned, the schedule spans all dp * tp GPUs, so the owners compute R times
+ * less each, and each update's shards go to every replica (R times the scatter's bytes, over an
+ * all-to-all of the whole stage).
+ *
  * The baseline's update: the elementwise updates, one all-gather of every matrix over the shard
  * group (each GPU receives every matrix but its own piece), then every matrix's step on every
  * GPU, without overlap (full_tensor() blocks); the rest as above. Shard bytes are the job's dtype
@@ -29,13 +36,15 @@
 
 #include <stdlib.h>
 
-/* A GPU's piece of parameter q: DP rank r's rows of its TP-local shard. */
+/* A GPU's piece of parameter q: DP rank r's rows of its TP-local shard (its shard rank's,
+ * r modulo the shard size: every HSDP replica holds the same pieces). */
 static double piece(const cz_plan *p, const cz_plan_param *q, int r)
 {
     int64_t rows = q->local_shape[0];
+    int shard = cz_plan_fsdp_shard(p);
     if (rows <= 0)
         return 0.0;
-    return (double)cz__fsdp_rows(rows, p->dp, r) * ((double)q->numel / (double)rows);
+    return (double)cz__fsdp_rows(rows, shard, r % shard) * ((double)q->numel / (double)rows);
 }
 
 typedef struct stage_sim {
@@ -43,51 +52,83 @@ typedef struct stage_sim {
     double base_update, most_recv;
 } stage_sim;
 
+/* The exchanges' span: slots is the schedule's (cz_plan_fsdp_slots), rep the GPUs of one
+ * replica (S * tp). An owner gathers its matrix from its own replica's GPUs (the gradients are
+ * the same on every replica); its update goes back to the GPUs of its replica or, partitioned,
+ * of every replica. */
+typedef struct fsdp_span {
+    int gpus, slots, rep, partitioned;
+} fsdp_span;
+
 static double larger(double a, double b)
 {
     return a > b ? a : b;
 }
 
-/* One micro-group's all-to-all: the largest amount one GPU sends or receives, in elements. */
-static double group_exchange(const cz_plan *p, const cz_plan_group *gr, double *send, double *recv)
+/* One micro-group's two all-to-alls, in elements: the largest amount one GPU sends or
+ * receives in the gather (*gather) and in the scatter (*scatter). send and recv hold one value
+ * per GPU of the stage. Redundant HSDP replicas run the same exchange side by side, so one
+ * replica is counted. */
+static void group_exchange(const cz_plan *p, const fsdp_span *sp, const cz_plan_group *gr,
+                           double *send, double *recv, double *gather, double *scatter)
 {
-    int G = p->dp * p->tp;
-    for (int k = 0; k < G; k++)
-        send[k] = recv[k] = 0.0;
-    for (int t = 0; t < gr->ntasks; t++) {
-        const cz_plan_param *q = &p->params[gr->task_param[t]];
-        int o = gr->task_slot[t];
-        for (int k = 0; k < G; k++) {
-            double e = piece(p, q, k / p->tp);
-            if (k == o)
-                continue;
-            send[k] += e;
-            recv[o] += e;
+    int n = sp->partitioned ? sp->gpus : sp->rep;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < n; k++)
+            send[k] = recv[k] = 0.0;
+        for (int t = 0; t < gr->ntasks; t++) {
+            const cz_plan_param *q = &p->params[gr->task_param[t]];
+            int o = gr->task_slot[t], first = o - o % sp->rep;
+            /* pass 0, the gather: the owner's replica sends; pass 1, the scatter: the owner
+             * sends to its replica, or to every replica when partitioned. */
+            int lo = pass == 0 || !sp->partitioned ? first : 0;
+            int hi = pass == 0 || !sp->partitioned ? first + sp->rep : sp->gpus;
+            for (int k = lo; k < hi && k < n; k++) {
+                if (k == o)
+                    continue;
+                double e = piece(p, q, k / p->tp);
+                send[pass == 0 ? k : o] += e;
+                recv[pass == 0 ? o : k] += e;
+            }
         }
+        double most = 0.0;
+        for (int k = 0; k < n; k++)
+            most = larger(most, larger(send[k], recv[k]));
+        *(pass == 0 ? gather : scatter) = most;
     }
-    double most = 0.0;
-    for (int k = 0; k < G; k++)
-        most = larger(most, larger(send[k], recv[k]));
-    return most;
+}
+
+static double link_gbps(const cz_cluster *c, int inter)
+{
+    return !c ? 0.0 : inter ? c->links.inter_node_gbps : c->links.intra_node_gbps;
 }
 
 static int stage_run(const cz_plan *p, const cz_cluster *c, int s, const double *sec, stage_sim *o,
                      cz_error *err)
 {
     int G = p->dp * p->tp, rc = CZ_OK, gpn = p->gpus_per_node > 0 ? p->gpus_per_node : G;
+    int R = cz_plan_fsdp_replicas(p), S = cz_plan_fsdp_shard(p);
+    fsdp_span sp = {G, cz_plan_fsdp_slots(p), S * p->tp, 0};
+    sp.partitioned = sp.slots > sp.rep;
     double lat = c ? c->links.latency_us : 0.0, eb = cz__dtype_bytes(p->dtype);
     /* The gradients on the wire in the job's dtype, as the ZeRO-1 rows' (the executor's bf16 wire;
      * FSDP2's reduce_dtype fp32, torchtitan's default, would double grad_s). */
     double gb = eb;
-    /* The shard group is the stage's G consecutive ranks (TP fastest); a DP group strides TP. */
-    int a2a_inter = cz__sim_group_spans_nodes(s * G, 1, G, gpn);
-    int dp_inter = cz__sim_group_spans_nodes(s * G, p->tp, p->dp, gpn);
-    double a2a_gbps = !c ? 0.0 : a2a_inter ? c->links.inter_node_gbps : c->links.intra_node_gbps;
-    double dp_gbps = !c ? 0.0 : dp_inter ? c->links.inter_node_gbps : c->links.intra_node_gbps;
+    /* The stage's G consecutive ranks, TP fastest: a replica is S * tp consecutive ones, its
+     * shard ranks stride TP, and a shard rank's replicas stride S * tp. The exchanges span one
+     * replica (redundant) or the stage (partitioned). */
+    int first = s * G;
+    double a2a_gbps =
+        link_gbps(c, cz__sim_group_spans_nodes(first, 1, sp.partitioned ? G : sp.rep, gpn));
+    double dp_gbps = link_gbps(c, cz__sim_group_spans_nodes(first, p->tp, S, gpn));
+    double rep_gbps = link_gbps(c, cz__sim_group_spans_nodes(first, sp.rep, R, gpn));
     const cz_rank_schedule *rs = &p->schedules[s];
     double *send = calloc((size_t)G + 1, sizeof *send), *recv = calloc((size_t)G + 1, sizeof *recv);
     double *ew = calloc((size_t)G + 1, sizeof *ew), *busy = calloc((size_t)G + 1, sizeof *busy);
-    if (!send || !recv || !ew || !busy) {
+    double *gather = calloc((size_t)rs->ngroups + 1, sizeof *gather);
+    double *scatter = calloc((size_t)rs->ngroups + 1, sizeof *scatter);
+    double *work = calloc((size_t)rs->ngroups + 1, sizeof *work);
+    if (!send || !recv || !ew || !busy || !gather || !scatter || !work) {
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the fully sharded step");
         goto done;
     }
@@ -96,7 +137,7 @@ static int stage_run(const cz_plan *p, const cz_cluster *c, int s, const double 
         const cz_plan_param *q = &p->params[i];
         if (q->stage != s)
             continue;
-        /* FSDP2 pads each rank's shard to ceil(rows / dp) rows for its collectives. */
+        /* FSDP2 pads each rank's shard to ceil(rows / S) rows for its collectives. */
         slice += (double)q->shard_rows * ((double)q->numel / (double)q->local_shape[0]);
         if (q->def.kind == CZ_KIND_MATRIX) {
             whole_piece += piece(p, q, 0);
@@ -106,37 +147,35 @@ static int stage_run(const cz_plan *p, const cz_cluster *c, int s, const double 
         for (int k = 0; k < G; k++)
             ew[k] += piece(p, q, k / p->tp) / (double)q->numel * sec[i] / p->tp;
     }
-    o->grad =
-        c ? cz__sim_collective_seconds(CZ_COLL_REDUCE_SCATTER, p->dp, slice * gb, dp_gbps, lat)
-          : 0.0;
-    o->param =
-        c ? cz__sim_collective_seconds(CZ_COLL_ALL_GATHER, p->dp, slice * eb, dp_gbps, lat) : 0.0;
+    /* The job's: FSDP2's reduce-scatter over the shard ranks, then (HSDP) the all-reduce of the
+     * shards over the replicas; the parameter all-gather over the shard ranks. */
+    if (c) {
+        o->grad = cz__sim_collective_seconds(CZ_COLL_REDUCE_SCATTER, S, slice * gb, dp_gbps, lat) +
+                  cz__sim_collective_seconds(CZ_COLL_ALL_REDUCE, R, slice * gb, rep_gbps, lat);
+        o->param = cz__sim_collective_seconds(CZ_COLL_ALL_GATHER, S, slice * eb, dp_gbps, lat);
+    }
     for (int k = 0; k < G; k++)
         o->elem = larger(o->elem, ew[k]);
     /* The pipeline: compute stream from the elementwise work, one communication stream. */
     double comm = 0.0, compute_end = o->elem, prev_gather_end = 0.0;
-    double *gather = calloc((size_t)rs->ngroups + 1, sizeof *gather);
-    double *work = calloc((size_t)rs->ngroups + 1, sizeof *work);
-    if (!gather || !work) {
-        free(gather);
-        free(work);
-        rc = cz__error_set(err, CZ_ENOMEM, "out of memory simulating the fully sharded step");
-        goto done;
-    }
+    int n = sp.partitioned ? G : sp.rep;
     for (int g = 0; g < rs->ngroups; g++) {
         const cz_plan_group *gr = &rs->groups[g];
-        double most = group_exchange(p, gr, send, recv);
-        o->most_recv = larger(o->most_recv, most);
-        gather[g] =
-            c ? cz__sim_collective_seconds(CZ_COLL_ALL_TO_ALL, G, most * eb, a2a_gbps, lat) : 0.0;
-        for (int k = 0; k < G; k++)
+        double in = 0.0, out = 0.0;
+        group_exchange(p, &sp, gr, send, recv, &in, &out);
+        o->most_recv = larger(o->most_recv, larger(in, out));
+        if (c) {
+            gather[g] = cz__sim_collective_seconds(CZ_COLL_ALL_TO_ALL, n, in * eb, a2a_gbps, lat);
+            scatter[g] = cz__sim_collective_seconds(CZ_COLL_ALL_TO_ALL, n, out * eb, a2a_gbps, lat);
+        }
+        for (int k = 0; k < sp.slots; k++)
             busy[k] = 0.0;
         for (int t = 0; t < gr->ntasks; t++)
             busy[gr->task_slot[t]] += sec[gr->task_param[t]];
-        for (int k = 0; k < G; k++)
+        for (int k = 0; k < sp.slots; k++)
             work[g] = larger(work[g], busy[k]);
         o->gather += gather[g];
-        o->scatter += gather[g]; /* the update shards go back the way the gradients came */
+        o->scatter += scatter[g];
         o->compute += work[g];
     }
     if (rs->ngroups > 0)
@@ -146,15 +185,15 @@ static int stage_run(const cz_plan *p, const cz_cluster *c, int s, const double 
         compute_end = start + work[g];
         if (g + 1 < rs->ngroups) /* prefetched once group g may start */
             prev_gather_end = comm = larger(comm, start) + gather[g + 1];
-        comm = larger(comm, compute_end) + gather[g];
+        comm = larger(comm, compute_end) + scatter[g];
     }
     o->update = larger(comm, compute_end);
-    free(gather);
-    free(work);
-    /* The baseline: every matrix whole on every GPU (a ring all-gather of the largest pieces). */
-    o->base_gather =
-        c ? cz__sim_collective_seconds(CZ_COLL_ALL_GATHER, G, whole_piece * eb, a2a_gbps, lat)
-          : 0.0;
+    /* The baseline: every matrix whole on every GPU (a ring all-gather of the largest pieces
+     * over each replica's shard group). */
+    o->base_gather = c ? cz__sim_collective_seconds(
+                             CZ_COLL_ALL_GATHER, sp.rep, whole_piece * eb,
+                             link_gbps(c, cz__sim_group_spans_nodes(first, 1, sp.rep, gpn)), lat)
+                       : 0.0;
     o->base_compute = all_sec;
     o->base_update = o->elem + o->base_gather + o->base_compute;
 done:
@@ -162,6 +201,9 @@ done:
     free(recv);
     free(ew);
     free(busy);
+    free(gather);
+    free(scatter);
+    free(work);
     return rc;
 }
 

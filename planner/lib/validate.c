@@ -505,40 +505,48 @@ static void check_schema(vctx *c, const cz_plan *p)
  * the rule. */
 static void check_fsdp_job(vctx *c, const cz_plan *p, const cz_model *m, const cz_cluster *cl)
 {
+    /* HSDP: FSDP2 shards over the cluster's DP ranks of one replica. */
+    int R = cz_plan_fsdp_replicas(p), shard = cl->dp % R == 0 ? cl->dp / R : cl->dp;
+    const char *ranks = R > 1 ? "shard" : "DP";
     at(c, "$.topology.dp");
     c->checks++;
     if (p->dp != cl->dp)
         viol(c, "fsdp.dp",
              "the plan's shards are cut for DP %d but the cluster's DP mesh dimension is %d: "
-             "FSDP2 splits every parameter along dim 0 over all %d DP ranks; re-run canzona plan "
+             "FSDP2 splits every parameter along dim 0 over all %d %s ranks; re-run canzona plan "
              "--layout fsdp for this cluster",
-             p->dp, cl->dp, cl->dp);
+             p->dp, cl->dp, shard, ranks);
+    else if (cl->dp % R != 0)
+        viol(c, "fsdp.dp",
+             "the cluster's DP size %d is not a multiple of the plan's HSDP replicate size %d",
+             cl->dp, R);
     size_t n = p->nparams < m->nparams ? p->nparams : m->nparams;
+    int pshard = cz_plan_fsdp_shard(p);
     for (size_t i = 0; i < n; i++) {
         const cz_plan_param *q = &p->params[i];
         const cz_param_def *d = &m->params[i];
         int64_t rows = d->shape[0];
         if (d->tp_dim == 0 && cl->tp > 0)
             rows /= cl->tp;
-        int64_t want = cz__fsdp_chunk_rows(rows, cl->dp);
+        int64_t want = cz__fsdp_chunk_rows(rows, shard);
         at(c, "$.params[%zu].shard_rows", i);
         c->checks++;
         if (q->shard_rows == want)
             continue;
-        bool planned_even = p->dp > 0 && q->shard_rows * (int64_t)p->dp == q->local_shape[0];
-        if (planned_even && !cz__fsdp_even(rows, cl->dp))
+        bool planned_even = pshard > 0 && q->shard_rows * (int64_t)pshard == q->local_shape[0];
+        if (planned_even && !cz__fsdp_even(rows, shard))
             viol(c, "fsdp.even",
-                 "'%s': planned as even shards of %lld rows on each of %d DP ranks, but FSDP2 "
-                 "cuts its %lld TP-local rows over %d DP ranks unevenly (torch.chunk: ceil = %lld "
+                 "'%s': planned as even shards of %lld rows on each of %d %s ranks, but FSDP2 "
+                 "cuts its %lld TP-local rows over %d %s ranks unevenly (torch.chunk: ceil = %lld "
                  "rows per rank, the last ranks %lld)",
-                 d->name, (long long)q->shard_rows, p->dp, (long long)rows, cl->dp, (long long)want,
-                 (long long)cz__fsdp_rows(rows, cl->dp, cl->dp - 1));
+                 d->name, (long long)q->shard_rows, pshard, ranks, (long long)rows, shard, ranks,
+                 (long long)want, (long long)cz__fsdp_rows(rows, shard, shard - 1));
         else
             viol(c, "fsdp.shard_rows",
-                 "'%s': the plan gives each DP rank %lld rows but FSDP2 (torch.chunk along dim 0 "
-                 "of the %lld TP-local rows over %d DP ranks) gives ceil(%lld / %d) = %lld",
-                 d->name, (long long)q->shard_rows, (long long)rows, cl->dp, (long long)rows,
-                 cl->dp, (long long)want);
+                 "'%s': the plan gives each %s rank %lld rows but FSDP2 (torch.chunk along dim 0 "
+                 "of the %lld TP-local rows over %d %s ranks) gives ceil(%lld / %d) = %lld",
+                 d->name, ranks, (long long)q->shard_rows, (long long)rows, shard, ranks,
+                 (long long)rows, shard, (long long)want);
     }
 }
 

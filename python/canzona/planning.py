@@ -113,6 +113,7 @@ class _Settings(ctypes.Structure):
         ("tpaware_time_limit_s", ctypes.c_double), ("progress", ctypes.c_void_p),
         ("progress_payload", ctypes.c_void_p), ("layout", ctypes.c_int),
         ("split_blocks", ctypes.c_int), ("coop", ctypes.c_int), ("ns_coeffs", ctypes.c_char_p),
+        ("replicate", ctypes.c_int), ("hsdp", ctypes.c_int),
     ]
 
 

@@ -4,7 +4,9 @@
 # it and refuses it against a job that contradicts it (another DP size, a parameter's shards
 # edited), naming the parameter and the rule; inspect reports the shard group's micro-groups;
 # simulate and compare put it beside the ZeRO-1 plan and the FSDP2 + torch.optim.Muon baseline;
-# diff, render, --split, HSDP and DP strategies refuse it with a message.
+# diff compares two of them; HSDP (--replicate-size, both --hsdp-compute modes) plans,
+# validates, inspects and simulates; render, --split and DP strategies refuse it with a
+# message.
 set -u
 : "${CZ:?CZ must point to the canzona binary}"
 src=${CZ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -33,7 +35,7 @@ has() {
 }
 
 expect "plan fsdp" 0 "$CZ" plan -m "$model" -c "$cluster" --layout fsdp -o "$work/f.json"
-has "summary names the layout" "layout   fsdp: every parameter Shard(0) over DP 2"
+has "summary names the layout" "layout   fsdp: every parameter Shard(0) over 2 DP ranks"
 python3 - "$work/f.json" <<'PY' && pass "version 4: shard rows, owners, no buckets" || fail "plan file content"
 import json, math, sys
 p = json.load(open(sys.argv[1]))
@@ -73,7 +75,7 @@ has "job rule" "[fsdp.shard_rows]"
 
 expect "inspect fsdp" 0 "$CZ" inspect "$work/f.json"
 has "inspect layout" "layout    fsdp:"
-has "inspect groups" "fully sharded: 4 GPUs per shard group"
+has "inspect groups" "fully sharded: 4 GPUs per schedule"
 expect "inspect json" 0 "$CZ" inspect "$work/f.json" --json
 has "inspect json fsdp" '"shard_group_gpus": 4'
 
@@ -118,8 +120,59 @@ mkdir -p "$work/split"
 expect "split refused" 1 "$CZ" plan -m "$model" -c "$cluster" --layout fsdp -o "$work/s.json" \
   --split "$work/split"
 has "split message" "cannot be split into per-rank parts"
-expect "hsdp refused" 2 "$CZ" plan -m "$model" -c "$cluster" --layout fsdp --replicate-size 2
-has "hsdp message" "hybrid sharding (HSDP"
+# HSDP: DP 4 as 2 replicas of 2 shard ranks. Redundant: each replica schedules every matrix
+# over its own 2 GPUs; partitioned: over all 4, each matrix once.
+dp4="$src/plans/clusters/cpu-4-dp4-tp1.json"
+for mode in redundant partitioned; do
+  expect "plan hsdp $mode" 0 "$CZ" plan -m "$model" -c "$dp4" --layout fsdp --replicate-size 2 \
+    --hsdp-compute "$mode" -o "$work/h-$mode.json"
+  has "hsdp $mode: summary" "HSDP: 2 replicas of 2 shard ranks"
+  python3 - "$work/h-$mode.json" "$mode" <<'PY' && pass "hsdp $mode: file" || fail "hsdp $mode: file"
+import json, math, sys
+p = json.load(open(sys.argv[1])); mode = sys.argv[2]
+assert p["settings"]["replicate"] == 2 and p["settings"]["hsdp_compute"] == mode, p["settings"]
+slots = 2 if mode == "redundant" else 4
+for q in p["params"]:
+    assert q["shard_rows"] == math.ceil(q["local_shape"][0] / 2), q  # over the 2 shard ranks
+    if q["optimizer"] == "matrix":
+        assert 0 <= q["owner"] < slots, q
+for g in p["fsdp_schedule"][0]["groups"]:
+    assert len(g["slots"]) == slots and len(g["load"]) == slots, g
+PY
+  expect "validate hsdp $mode" 0 "$CZ" validate "$work/h-$mode.json" -m "$model" -c "$dp4"
+  expect "inspect hsdp $mode" 0 "$CZ" inspect "$work/h-$mode.json"
+  has "inspect hsdp $mode: layout" "fsdp, HSDP: 2 replicas of 2 shard ranks"
+  has "inspect hsdp $mode: mode" "$mode: each matrix owned by one GPU"
+done
+# Both modes are simulated side by side, whichever the plan is.
+expect "simulate hsdp" 0 "$CZ" simulate -m "$model" -c "$dp4" --plan "$work/h-redundant.json"
+has "simulate hsdp: redundant row" "hsdp redundant"
+has "simulate hsdp: partitioned row" "hsdp partitioned"
+has "simulate hsdp: baseline row" "hsdp2+muon"
+expect "compare hsdp" 0 "$CZ" compare -m "$model" -c "$dp4" --layout fsdp --replicate-size 2
+has "compare hsdp: rows" "hsdp partitioned"
+expect "diff hsdp modes" 0 "$CZ" diff "$work/h-redundant.json" "$work/h-partitioned.json"
+has "diff hsdp modes: the setting" "hsdp_compute"
+# A plain FSDP plan relabelled HSDP (partitioned: its 4-slot schedule still reads): its shards
+# are cut over 4 ranks, the job's over 2.
+expect "plan fsdp dp4" 0 "$CZ" plan -m "$model" -c "$dp4" --layout fsdp -o "$work/f4.json"
+python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); del p["content_sha256"]
+p["settings"]["replicate"] = 2; p["settings"]["hsdp_compute"] = "partitioned"
+json.dump(p, open(sys.argv[2], "w"))' "$work/f4.json" "$work/h-edited.json"
+expect "validate fsdp plan as hsdp" 1 "$CZ" validate "$work/h-edited.json" -m "$model" -c "$dp4" --limit 0
+has "fsdp plan as hsdp: rule" "[fsdp.shard_rows]"
+has "fsdp plan as hsdp: the shard ranks" "each of the 2 shard ranks"
+python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); del p["settings"]["hsdp_compute"]
+json.dump(p, open(sys.argv[2], "w"))' "$work/h-redundant.json" "$work/h-half.json"
+expect "replicate without hsdp_compute refused" 1 "$CZ" inspect "$work/h-half.json"
+has "replicate without hsdp_compute: message" "replicate and hsdp_compute go together"
+expect "hsdp: DP not a multiple" 1 "$CZ" plan -m "$model" -c "$dp4" --layout fsdp --replicate-size 3
+has "hsdp: DP not a multiple: message" "DP size 4 is not a multiple of the replicate size 3"
+expect "hsdp without fsdp" 1 "$CZ" plan -m "$model" -c "$dp4" --replicate-size 2
+has "hsdp without fsdp: message" "applies to --layout fsdp only"
+expect "hsdp-compute unknown" 2 "$CZ" plan -m "$model" -c "$dp4" --layout fsdp --replicate-size 2 \
+  --hsdp-compute both
+has "hsdp-compute unknown: message" "expected redundant"
 expect "dp strategy refused" 1 "$CZ" plan -m "$model" -c "$cluster" --layout fsdp --dp alpha
 has "dp strategy message" "--layout fsdp chooses every matrix's owner over the whole shard group"
 
