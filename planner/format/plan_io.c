@@ -201,7 +201,7 @@ static int r_dims(const cz_json_ctx *c, const json_t *obj, const char *path, con
         if ((rc = cz__json_as_int64(c, json_array_get(arr, i), cz__json_path_index(el, sub, i), min,
                                     CZ_PLAN_MAX_ELEMENTS, &out[i])) != CZ_OK)
             return rc;
-    if (out[0] * out[1] > CZ_PLAN_MAX_ELEMENTS) /* each at most 2^52: the product fits */
+    if (out[1] > 0 && out[0] > CZ_PLAN_MAX_ELEMENTS / out[1])
         return cz__json_fail(
             c, sub, "%" PRId64 " x %" PRId64 " elements, more than the %" PRId64 " a plan may hold",
             out[0], out[1], CZ_PLAN_MAX_ELEMENTS);

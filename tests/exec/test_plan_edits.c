@@ -342,6 +342,16 @@ START_TEST(overflowing_values)
              id);
     expect_exec(want);
     json_decref(root);
+
+    /* Both dimensions at the limit: their product is far past int64 (the fuzzer's find in the
+     * reader's own check). */
+    root = load_base();
+    p = param_named(root, "extra.weight", &id);
+    json_object_set_new(p, "shape", json_pack("[I, I]", (json_int_t)most, (json_int_t)most));
+    json_object_set_new(p, "local_shape", json_pack("[I, I]", (json_int_t)most, (json_int_t)most));
+    save(root, 1);
+    expect_exec("4503599627370496 x 4503599627370496 elements, more than the 4503599627370496");
+    json_decref(root);
 }
 END_TEST
 
