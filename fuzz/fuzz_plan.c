@@ -78,6 +78,8 @@ static void simulate_and_render(const cz_plan *plan, const cz_cluster *cluster,
     expect_handled(rc, "simulate", &err);
     if (rc == CZ_OK)
         render_both(plan, sim, cluster != NULL);
+    else if (cz_plan_is_fsdp(plan)) /* drawn without the bucketed simulation */
+        render_both(plan, NULL, 0);
     cz_sim_result_free(sim);
 }
 

@@ -298,12 +298,6 @@ int cz_plan_render(char **out, const cz_plan *plan, const cz_cluster *cluster,
     if (!out || !plan)
         return cz__error_set(err, CZ_EINVALID, "cz_plan_render: out and plan are required");
     *out = NULL;
-    /* Not yet: the drawing is of DP ranks' TP pipelines and bucketed phases. */
-    if (cz_plan_is_fsdp(plan))
-        return cz__error_set(err, CZ_EUNSUPPORTED,
-                             "render: plan layout fsdp is not drawn yet; canzona inspect and "
-                             "canzona simulate --plan report such a plan's loads, micro-groups "
-                             "and step");
     cz_render_options_init(&o);
     int rc;
     if (opt && (rc = cz__options_read(&o, opt, render_ends, CZ_RENDER_OPTIONS_VERSION,
@@ -312,11 +306,20 @@ int cz_plan_render(char **out, const cz_plan *plan, const cz_cluster *cluster,
     if (o.format != CZ_RENDER_SVG && o.format != CZ_RENDER_HTML)
         return cz__error_set(err, CZ_EINVALID, "cz_plan_render: format %d; expected SVG or HTML",
                              (int)o.format);
-    if ((rc = cz_plan_simulate(&sim, plan, cluster, o.sim, err)) != CZ_OK)
-        return rc;
-    cz_svg_options so = {.width = o.width,
-                         .cluster_name = cluster ? cluster->name : NULL,
-                         .sim_in_seconds = sim->in_seconds};
+    /* A fully sharded plan has no bucketed step to simulate: its own simulation (sim_fsdp.c)
+     * gives the step's figures, and the drawing its micro-groups. */
+    cz_fsdp_sim fs;
+    cz_svg_options so = {.width = o.width, .cluster_name = cluster ? cluster->name : NULL};
+    if (cz_plan_is_fsdp(plan)) {
+        if (cluster && (rc = cz__fsdp_simulate(plan, cluster, &fs, err)) != CZ_OK)
+            return rc;
+        so.fsdp = cluster ? &fs : NULL;
+        so.sim_in_seconds = cluster != NULL;
+    } else {
+        if ((rc = cz_plan_simulate(&sim, plan, cluster, o.sim, err)) != CZ_OK)
+            return rc;
+        so.sim_in_seconds = sim->in_seconds;
+    }
     rc = o.format == CZ_RENDER_HTML ? cz__plan_render_html(out, plan, sim, &so, err)
                                     : cz__plan_render_svg(out, plan, sim, &so, err);
     cz_sim_result_free(sim);

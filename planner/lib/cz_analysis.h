@@ -197,12 +197,15 @@ typedef struct cz_svg_options {
     int width;                /* pixels; default 1200 when 0 */
     const char *cluster_name; /* shown in the title; NULL = the plan's cluster name */
     int sim_in_seconds;       /* 1: sim was run on a cluster (seconds); 0: cost-proportional */
+    const struct cz_fsdp_sim *fsdp; /* a fully sharded plan's simulated step on the cluster
+                                     * (sim is NULL for such a plan); NULL without a cluster */
 } cz_svg_options;
 
 /* Renders the plan as a self-contained SVG document: a verdict on what bounds the step, the
  * per-GPU load bars (aggregated where they would be under 3 px), with sim from a cluster the
  * step's phases, and the pipeline timeline of sim's critical DP rank. sim may be NULL (no
- * timeline). *out is a NUL-terminated string owned by the caller (free()). */
+ * timeline). A fully sharded plan draws its busiest stage's micro-groups instead of the
+ * timeline. *out is a NUL-terminated string owned by the caller (free()). */
 int cz__plan_render_svg(char **out, const cz_plan *plan, const cz_sim_result *sim,
                         const cz_svg_options *opt, cz_error *err);
 /* The same SVG inside one HTML page with tables of the settings, per-rank loads and the

@@ -139,6 +139,8 @@ static const char *const compute_fill[2] = {"#59a14f", "#a6d99a"};
 /* What the picture states about the plan, computed once. */
 typedef struct render_facts {
     int ngpus;
+    int spread;          /* the GPUs the work is spread over: ngpus, or a fully sharded plan's
+                            schedule slots per stage times the stages */
     double mean;         /* mean GPU load, cost unit */
     int busiest;         /* GPU index with the largest load (first on ties) */
     int largest_task;    /* param id of the largest task (-1 when none) */
@@ -178,7 +180,10 @@ static void facts_compute(render_facts *f, const cz_plan *plan, const cz_sim_res
             f->largest_task = (int)i;
         }
     }
-    f->lb_by_task = bound_of(m) == m->lower_bound && m->max_task_cost >= m->total_cost / f->ngpus;
+    /* A fully sharded plan's work is spread over its schedule's GPUs (one HSDP replica's when
+     * the replicas compute redundantly). */
+    f->spread = cz_plan_is_fsdp(plan) ? cz_plan_fsdp_slots(plan) * plan->pp : f->ngpus;
+    f->lb_by_task = bound_of(m) == m->lower_bound && m->max_task_cost >= m->total_cost / f->spread;
     if (!sim)
         return;
     /* Ties: how many DP ranks of the critical stage have a GPU as busy as the busiest. */
@@ -320,6 +325,12 @@ static int svg_title(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim
         cat(text, sizeof text, " (alpha %g)", plan->settings.alpha);
     if (plan->settings.layout == CZ_LAYOUT_SPLIT)
         cat(text, sizeof text, ", split layout");
+    if (cz_plan_is_fsdp(plan) && cz_plan_fsdp_replicas(plan) > 1)
+        cat(text, sizeof text, ", fully sharded, HSDP %d replicas x %d shard ranks (%s)",
+            cz_plan_fsdp_replicas(plan), cz_plan_fsdp_shard(plan),
+            cz_hsdp_compute_name(plan->settings.hsdp));
+    else if (cz_plan_is_fsdp(plan))
+        cat(text, sizeof text, ", fully sharded (FSDP2)");
     cat(text, sizeof text,
         ", tp %s; DP imbalance %.3f, TP imbalance %.3f, makespan / lower bound %.3f",
         cz_tp_strategy_name(plan->settings.tp), m->dp_imbalance, m->tp_imbalance, ratio);
@@ -327,6 +338,12 @@ static int svg_title(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim
         cat(text, sizeof text, ", expert imbalance %.3f", m->expert_imbalance);
     if (sim && o->sim_in_seconds)
         cat(text, sizeof text, "; simulated step %.3f ms", sim->step_s * 1e3);
+    if (o->fsdp)
+        cat(text, sizeof text,
+            "; simulated step %.3f ms (gradients %.3f, update %.3f of which all-to-alls %.3f, "
+            "parameters %.3f)",
+            o->fsdp->step_s * 1e3, o->fsdp->grad_s * 1e3, o->fsdp->update_s * 1e3,
+            (o->fsdp->gather_s + o->fsdp->scatter_s) * 1e3, o->fsdp->param_s * 1e3);
     y = text_wrapped(b, y, 12, 0, NULL, text, width);
     text[0] = '\0';
     if (sim && o->sim_in_seconds && sim->step_s > 0) {
@@ -360,7 +377,7 @@ static int svg_title(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim
                 "the bound under block and cooperative tasks (atomic lower bound %s).",
                 fmt_value(b2, sizeof b2, m->lower_bound, u));
         else
-            cat(text, sizeof text, "set by the total work over %d GPUs.", f->ngpus);
+            cat(text, sizeof text, "set by the total work over %d GPUs.", f->spread);
     }
     return text_wrapped(b, y, 12, 1, " class=\"verdict\" fill=\"#222222\"", text, width);
 }
@@ -1126,6 +1143,75 @@ static int svg_timeline(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *
     return y + 6;
 }
 
+/* Panel (b) of a fully sharded plan: its busiest stage's micro-groups one after another, as
+ * its makespan counts them. Every group's all-to-alls span the stage's schedule, so a group
+ * lasts as long as its busiest slot; each bar is that, with the group's tasks and owners, and
+ * the elementwise share of the busiest GPU follows. Returns the bottom y. */
+static int svg_fsdp_groups(cz_strbuf *b, const cz_plan *plan, int width, int top)
+{
+    const int left = 150, right = 20, lane = 16;
+    const cz_plan_metrics *m = &plan->metrics;
+    int stage = 0;
+    for (int s = 1; m->rank_makespan && s < plan->pp; s++)
+        if (m->rank_makespan[(size_t)s * (size_t)plan->dp] >
+            m->rank_makespan[(size_t)stage * (size_t)plan->dp])
+            stage = s;
+    if ((size_t)stage >= plan->nschedules)
+        return top;
+    const cz_rank_schedule *rs = &plan->schedules[stage];
+    double span = m->rank_makespan ? m->rank_makespan[(size_t)stage * (size_t)plan->dp] : 0.0;
+    double groups = 0.0; /* the groups' busiest slots, summed */
+    double *max = calloc((size_t)rs->ngroups + 1, sizeof *max);
+    if (!max)
+        return top;
+    for (int g = 0; g < rs->ngroups; g++) {
+        for (int k = 0; rs->groups[g].load && k < rs->groups[g].nslots; k++)
+            max[g] = fmax(max[g], rs->groups[g].load[k]);
+        groups += max[g];
+    }
+    double top_val = nice_ceiling(fmax(span, groups) * 1.02), plot_w = width - left - right;
+    cz_cost_unit u = plan->settings.unit;
+    char text[512] = "", buf[64], label[160];
+    cat(text, sizeof text,
+        "(b) the micro-groups of stage %d over its %d GPUs: each waits for its busiest GPU (the "
+        "all-to-alls span them all), so the makespan %s is their sum plus the busiest "
+        "elementwise share",
+        stage, cz_plan_fsdp_slots(plan), fmt_value(buf, sizeof buf, span, u));
+    int y = text_wrapped(b, top + 18, 13, 1, NULL, text, width) + 4;
+    double x = left;
+    for (int g = 0; g < rs->ngroups; g++) {
+        const cz_plan_group *gr = &rs->groups[g];
+        int owners = 0;
+        for (int k = 0; gr->load && k < gr->nslots; k++)
+            owners += gr->load[k] > 0.0;
+        double w = top_val > 0 ? plot_w * max[g] / top_val : 0.0;
+        snprintf(label, sizeof label, "group %d: %d tasks on %d GPUs", gr->id, gr->ntasks, owners);
+        cz__strbuf_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"end\">",
+                          left - 6, y + lane - 4);
+        put_escaped(b, label);
+        cz__strbuf_printf(b,
+                          "</text>\n<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
+                          "fill=\"%s\"><title>group %d: busiest GPU %s</title></rect>\n",
+                          x, y, w, lane - 3, compute_fill[g % 2], gr->id,
+                          fmt_value(buf, sizeof buf, max[g], u));
+        x += w;
+        y += lane;
+    }
+    double rest = span - groups;
+    if (rest > 0 && top_val > 0) {
+        cz__strbuf_printf(b,
+                          "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"end\">"
+                          "elementwise</text>\n<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
+                          "height=\"%d\" fill=\"%s\"><title>elementwise share %s</title></rect>\n",
+                          left - 6, y + lane - 4, x, y, plot_w * rest / top_val, lane - 3,
+                          rank_fill[1], fmt_value(buf, sizeof buf, rest, u));
+        y += lane;
+    }
+    axis_ticks(b, left, plot_w, y + 4, top_val, u);
+    free(max);
+    return y + 36;
+}
+
 static int svg_body(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim,
                     const cz_svg_options *opt, cz_error *err)
 {
@@ -1155,6 +1241,8 @@ static int svg_body(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *sim,
     int height = svg_title(&body, plan, sim, &o, &f, width);
     if ((rc = svg_loads(&body, plan, &f, width, height - 4, &height, err)))
         goto done;
+    if (cz_plan_is_fsdp(plan))
+        height = svg_fsdp_groups(&body, plan, width, height + 6);
     if (sim && sim->tl_tp > 0) {
         const char *panel = "(b)";
         if (o.sim_in_seconds) {
@@ -1230,6 +1318,18 @@ static void html_tables(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *
         cz__strbuf_printf(b,
                           "<tr><th>buffer layout</th><td>split: matrix parameters in a buffer of "
                           "their own, elementwise parameters evenly sliced over DP</td></tr>\n");
+    if (cz_plan_is_fsdp(plan))
+        cz__strbuf_printf(
+            b,
+            "<tr><th>buffer layout</th><td>fsdp: every parameter Shard(0) over %d "
+            "%s ranks, each matrix owned by one of %d GPUs%s%s</td></tr>\n",
+            cz_plan_fsdp_shard(plan), cz_plan_fsdp_replicas(plan) > 1 ? "shard" : "DP",
+            cz_plan_fsdp_slots(plan), cz_plan_fsdp_replicas(plan) > 1 ? "; HSDP, " : "",
+            cz_plan_fsdp_replicas(plan) > 1 ? cz_hsdp_compute_name(plan->settings.hsdp) : "");
+    if (o->fsdp)
+        cz__strbuf_printf(b,
+                          "<tr><th>simulated step</th><td>%.4f ms (optimizer %.4f ms)</td></tr>\n",
+                          o->fsdp->step_s * 1e3, o->fsdp->opt_s * 1e3);
     cz__strbuf_printf(b,
                       "<tr><th>DP imbalance (max/mean)</th><td>%.4f</td></tr>\n"
                       "<tr><th>TP imbalance (max/mean)</th><td>%.4f</td></tr>\n",
@@ -1249,7 +1349,9 @@ static void html_tables(cz_strbuf *b, const cz_plan *plan, const cz_sim_result *
            "<th>DP load</th><th>TP makespan</th><th>groups</th><th>busiest GPU</th>"
            "<th>state memory (max GPU)</th></tr>\n");
     for (int r = 0; r < plan->pp * plan->dp; r++) {
-        int groups = (size_t)r < plan->nschedules ? plan->schedules[r].ngroups : 0;
+        /* A fully sharded plan's groups are its stage's. */
+        size_t k = cz_plan_is_fsdp(plan) ? (size_t)(r / plan->dp) : (size_t)r;
+        int groups = k < plan->nschedules ? plan->schedules[k].ngroups : 0;
         double busiest = 0.0, mem = 0.0;
         for (int t = 0; t < plan->tp; t++) {
             if (m->gpu_load)

@@ -4,8 +4,8 @@
 # it and refuses it against a job that contradicts it (another DP size, a parameter's shards
 # edited), naming the parameter and the rule; inspect reports the shard group's micro-groups;
 # simulate and compare put it beside the ZeRO-1 plan and the FSDP2 + torch.optim.Muon baseline;
-# diff compares two of them; HSDP (--replicate-size, both --hsdp-compute modes) plans,
-# validates, inspects and simulates; render, --split and DP strategies refuse it with a
+# diff compares two of them and render draws one; HSDP (--replicate-size, both --hsdp-compute
+# modes) plans, validates, inspects and simulates; --split and DP strategies refuse it with a
 # message.
 set -u
 : "${CZ:?CZ must point to the canzona binary}"
@@ -114,8 +114,15 @@ expect "diff fsdp against unified refused" 1 "$CZ" diff "$work/f.json" "$work/u.
 has "diff message" "has layout fsdp and the other not"
 expect "inspect startup refused" 1 "$CZ" inspect "$work/f.json" --startup
 has "startup message" "the executor does not run fully sharded plans"
-expect "render refused" 1 "$CZ" render "$work/f.json" -o "$work/f.svg"
-has "render message" "plan layout fsdp is not drawn yet"
+# render draws the per-GPU loads and the busiest stage's micro-groups; with a cluster, the
+# simulated fully sharded step in the title.
+expect "render fsdp" 0 "$CZ" render "$work/f.json" -o "$work/f.svg"
+grep -qF "(b) the micro-groups of stage 0 over its 4 GPUs" "$work/f.svg" && pass "render: groups panel" ||
+  fail "render: no groups panel"
+grep -qF "fully sharded (FSDP2)" "$work/f.svg" && pass "render: layout in the title" || fail "render: title"
+expect "render fsdp html with cluster" 0 "$CZ" render "$work/f.json" --cluster "$cluster" --html -o "$work/f.html"
+grep -qF "simulated step" "$work/f.html" && pass "render: simulated step" || fail "render: no simulated step"
+grep -qF "<th>buffer layout</th><td>fsdp:" "$work/f.html" && pass "render: html layout row" || fail "render: html layout row"
 mkdir -p "$work/split"
 expect "split refused" 1 "$CZ" plan -m "$model" -c "$cluster" --layout fsdp -o "$work/s.json" \
   --split "$work/split"
