@@ -122,6 +122,20 @@ plan_seed plan "$m" plans/clusters/cpu-4-dp4-ep2.json --pp-size 2
 plan_seed plan "$m" plans/clusters/cpu-4-dp2-tp2.json --etp-size 1 --ep-size 2
 plan_seed plan "$m" plans/clusters/cpu-4-dp2-tp2.json --ep-size 2 --coop auto
 plan_seed plan_exec "$m" plans/clusters/cpu-4-dp4-ep2.json
+# canzona.plan/4: fully sharded, plain and HSDP in both modes, over two stages; for the
+# analysis commands and the executor's plan check.
+m=plans/models/test-small.json
+for h in plan plan_exec; do
+  plan_seed "$h" "$m" plans/clusters/cpu-4-dp2-tp2.json --layout fsdp
+  plan_seed "$h" "$m" plans/clusters/cpu-4-dp4-tp1.json --layout fsdp --replicate-size 2
+  plan_seed "$h" "$m" plans/clusters/cpu-4-dp4-tp1.json --layout fsdp --replicate-size 2 \
+    --hsdp-compute partitioned
+done
+plan_seed plan "$m" plans/clusters/cpu-4-dp2-tp2.json --layout fsdp --pp-size 2
+if ! grep -lq '"schema": "canzona.plan/4"' "$work/corpus/plan"/*.json; then
+  echo "fuzz/run.sh: no plan seed is fully sharded" >&2
+  exit 1
+fi
 if ! grep -lq '"schema": "canzona.plan/3"' "$work/corpus/plan"/*.json; then
   echo "fuzz/run.sh: no plan seed has expert groups" >&2
   exit 1
