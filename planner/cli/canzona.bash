@@ -80,7 +80,7 @@ _canzona() {
     --muon-tp) words="duplicated blockwise distributed layer_sharded" ;;
     --bucket-size) words="paper megatron" ;;
     --layout) words="unified split fsdp" ;;
-    --hsdp-compute) words="redundant partitioned" ;;
+    --hsdp-compute) words="redundant partitioned auto" ;;
     --coop) words="off auto 2 4 8" ;;
     --ns-coeffs) words="jordan cubic polar_express" ;;
     --gather-order) words="forward ready" ;;

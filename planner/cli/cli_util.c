@@ -231,9 +231,11 @@ int cz_cli_settings_apply(const char *cmd, int opt, const char *value, cz_settin
     }
     case CZ_OPT_HSDP_COMPUTE:
         return cz_hsdp_compute_parse(value, &s->hsdp)
-                   ? bad_value(cmd, "hsdp-compute", value,
-                               "redundant (every replica updates every matrix) or partitioned "
-                               "(each matrix on one replica, its update sent to the others)")
+                   ? bad_value(
+                         cmd, "hsdp-compute", value,
+                         "redundant (every replica updates every matrix) or partitioned "
+                         "(each matrix on one replica, its update sent to the others) or auto (the "
+                         "shorter simulated step)")
                    : 0;
     case CZ_OPT_COOP:
         return cz_coop_parse(value, &s->coop)
@@ -372,7 +374,9 @@ void cz_cli_settings_help(FILE *f, double time_limit_default)
         "  --hsdp-compute MODE   with --replicate-size > 1: redundant (default; every replica\n"
         "                        updates every matrix over its own GPUs, no exchange between\n"
         "                        replicas) or partitioned (each matrix owned by one GPU of the\n"
-        "                        whole stage, its update's shards sent to every replica)\n"
+        "                        whole stage, its update's shards sent to every replica) or\n"
+        "                        auto (both planned and simulated on the cluster, the one with\n"
+        "                        the shorter optimizer step kept; the plan records which)\n"
         "  --tp NAME             TP micro-group strategy: rollback (default; greedy rollback),\n"
         "                        slot, single, none, or sc (synchronous compute baseline)\n"
         "  --split-blocks        schedule every block of a blocked matrix (fused Q/K/V, gate/up)\n"

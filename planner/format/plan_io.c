@@ -381,6 +381,10 @@ int cz__plan_read_settings(const cz_json_ctx *c, const json_t *root, cz_plan *p)
             (rc = cz__json_get_enum(c, o, P, "hsdp_compute", true, cz__hsdp_compute_names, &v)) !=
                 CZ_OK)
             return rc;
+        if (v == CZ_HSDP_AUTO)
+            return cz__json_fail(c, cz__json_path_key(sub, P, "hsdp_compute"),
+                                 "\"auto\" is a planning setting; a plan records the mode it "
+                                 "chose (\"redundant\" or \"partitioned\")");
         s->hsdp = (cz_hsdp_compute)v;
     }
     /* Absent unless set (version 2 plans). */

@@ -31,7 +31,7 @@ const char *const cz__layerwise_order_names[] = {"pingpong", "lpt", "megatron", 
                                                  NULL};
 const char *const cz__solver_names[] = {"greedy", "ilp", NULL};
 const char *const cz__layout_names[] = {"unified", "split", "fsdp", NULL};
-const char *const cz__hsdp_compute_names[] = {"redundant", "partitioned", NULL};
+const char *const cz__hsdp_compute_names[] = {"redundant", "partitioned", "auto", NULL};
 const char *const cz__muon_tp_mode_names[] = {"duplicated", "blockwise", "distributed",
                                               "layer_sharded", NULL};
 const char *const cz__kind_names[] = {"matrix", "elementwise", NULL};

@@ -149,10 +149,12 @@ typedef enum cz_layout {
  * replica orthogonalizes each matrix. The job has already averaged the gradients over the
  * replicas, so every replica holds the same gradient shards. */
 typedef enum cz_hsdp_compute {
-    CZ_HSDP_REDUNDANT = 0,  /* every replica updates every matrix over its own shard group (the
-                               same result on each, no exchange between replicas) */
-    CZ_HSDP_PARTITIONED = 1 /* each matrix updated on one GPU of the whole DP x TP stage, its
-                               update's shards sent to every replica's ranks */
+    CZ_HSDP_REDUNDANT = 0,   /* every replica updates every matrix over its own shard group (the
+                                same result on each, no exchange between replicas) */
+    CZ_HSDP_PARTITIONED = 1, /* each matrix updated on one GPU of the whole DP x TP stage, its
+                                update's shards sent to every replica's ranks */
+    CZ_HSDP_AUTO = 2         /* planning only: both, and the one whose simulated optimizer step
+                                on the cluster is shorter is kept (the plan records which) */
 } cz_hsdp_compute;
 
 /* Progress of a long-running solve (the ILP solvers), reported at most once per second once
@@ -238,7 +240,7 @@ const char *cz_tp_strategy_name(cz_tp_strategy v);
 const char *cz_layerwise_order_name(cz_layerwise_order v);
 const char *cz_solver_name(cz_solver v);
 const char *cz_layout_name(cz_layout v);
-const char *cz_hsdp_compute_name(cz_hsdp_compute v); /* "redundant", "partitioned" */
+const char *cz_hsdp_compute_name(cz_hsdp_compute v); /* "redundant", "partitioned", "auto" */
 /* Parse a name; return 0 and set *out, or CZ_EINVALID when the name is unknown. */
 int cz_dtype_parse(const char *name, cz_dtype *out);
 int cz_optimizer_parse(const char *name, cz_optimizer *out);

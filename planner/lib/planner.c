@@ -660,6 +660,39 @@ done:
     return rc;
 }
 
+/* The fully sharded plan, with HSDP's --hsdp-compute auto resolved: both modes planned and
+ * simulated on the cluster (sim_fsdp.c), the one with the shorter optimizer step (update +
+ * parameter all-gather; the job's gradient traffic is the same in both) kept, redundant on a
+ * tie; the plan records the mode kept. */
+static int fsdp_solve_hsdp(cz_plan **out, const cz_model *model, const cz_cluster *cluster,
+                           const cz_settings *settings, cz_error *err)
+{
+    if (settings->replicate <= 1 || settings->hsdp != CZ_HSDP_AUTO) {
+        cz_settings s = *settings;
+        if (s.replicate <= 1)
+            s.hsdp = CZ_HSDP_REDUNDANT; /* no replicas: nothing to choose */
+        return fsdp_solve(out, model, cluster, &s, err);
+    }
+    cz_plan *mode[2] = {NULL, NULL};
+    cz_fsdp_sim sim[2];
+    int rc = CZ_OK;
+    *out = NULL;
+    for (int k = 0; k < 2 && rc == CZ_OK; k++) {
+        cz_settings s = *settings;
+        s.hsdp = k == 0 ? CZ_HSDP_REDUNDANT : CZ_HSDP_PARTITIONED;
+        if ((rc = fsdp_solve(&mode[k], model, cluster, &s, err)) == CZ_OK)
+            rc = cz__fsdp_simulate(mode[k], cluster, &sim[k], err);
+    }
+    if (rc == CZ_OK) {
+        int keep = sim[1].opt_s < sim[0].opt_s;
+        *out = mode[keep];
+        mode[keep] = NULL;
+    }
+    cz_plan_free(mode[0]);
+    cz_plan_free(mode[1]);
+    return rc;
+}
+
 /* True when plan b is strictly better than a: no worse DP balance, and better balance or a
  * shorter makespan. The relative slack keeps rounding noise from deciding. */
 static bool plan_better(const cz_plan *b, const cz_plan *a)
@@ -729,7 +762,7 @@ int cz_plan_build(cz_plan **out, const cz_model *model, const cz_cluster *cluste
          (rc = cz__model_check_experts(model, cluster, err)) != CZ_OK))
         return rc;
     if (settings->layout == CZ_LAYOUT_FSDP) {
-        if ((rc = fsdp_solve(&plan, model, cluster, settings, err)) == CZ_OK)
+        if ((rc = fsdp_solve_hsdp(&plan, model, cluster, settings, err)) == CZ_OK)
             rc = plan_finish(plan, t0, err);
         goto done;
     }

@@ -151,6 +151,21 @@ PY
   has "inspect hsdp $mode: layout" "fsdp, HSDP: 2 replicas of 2 shard ranks"
   has "inspect hsdp $mode: mode" "$mode: each matrix owned by one GPU"
 done
+# auto: both planned and simulated, the shorter kept and recorded (never "auto" in the file).
+expect "plan hsdp auto" 0 "$CZ" plan -m "$model" -c "$dp4" --layout fsdp --replicate-size 2 \
+  --hsdp-compute auto -o "$work/h-auto.json"
+python3 - "$work/h-auto.json" "$work/h-redundant.json" "$work/h-partitioned.json" <<'PY' && pass "hsdp auto: one of the two modes" || fail "hsdp auto: file"
+import json, sys
+a, r, p = (json.load(open(f)) for f in sys.argv[1:4])
+mode = a["settings"]["hsdp_compute"]
+assert mode in ("redundant", "partitioned"), mode
+same = r if mode == "redundant" else p
+assert a["fsdp_schedule"] == same["fsdp_schedule"], "auto's plan is not that mode's plan"
+PY
+python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); del p["content_sha256"]
+p["settings"]["hsdp_compute"] = "auto"; json.dump(p, open(sys.argv[2], "w"))' "$work/h-auto.json" "$work/h-auto-edited.json"
+expect "auto in a plan file refused" 1 "$CZ" inspect "$work/h-auto-edited.json"
+has "auto in a plan file: message" "a plan records the mode it chose"
 # Both modes are simulated side by side, whichever the plan is.
 expect "simulate hsdp" 0 "$CZ" simulate -m "$model" -c "$dp4" --plan "$work/h-redundant.json"
 has "simulate hsdp: redundant row" "hsdp redundant"
