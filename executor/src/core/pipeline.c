@@ -587,7 +587,10 @@ static int pipeline_open(cz_executor *ex, const cz_rank_schedule *rs, cz_plane *
     /* The splits are collective: first, before anything a rank could fail alone. */
     if ((rc = open_width_planes(pp, err)) != CZ_OK || (rc = layout_groups(pp, err)) != CZ_OK)
         return rc;
-    /* full_g/full_u and the event before the maps: the optimizer's parts point into them. */
+    for (int g = 0; g < pp->ngroups; g++)
+        if ((rc = layout_maps(pp, &pp->groups[g], err)) != CZ_OK)
+            return rc;
+    /* full_g/full_u and the event before the optimizer: its parts point into them. */
     pp->full_g = falloc(&pp->cx, pp->full_n);
     pp->full_u = falloc(&pp->cx, pp->full_n);
     if (!pp->full_g || !pp->full_u)
@@ -597,10 +600,39 @@ static int pipeline_open(cz_executor *ex, const cz_rank_schedule *rs, cz_plane *
     if (!pp->coop_ready)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for requests and events");
     for (int g = 0; g < pp->ngroups; g++)
-        if ((rc = layout_maps(pp, &pp->groups[g], err)) != CZ_OK ||
-            (rc = add_to_optimizer(pp, &pp->groups[g], err)) != CZ_OK)
+        if ((rc = add_to_optimizer(pp, &pp->groups[g], err)) != CZ_OK)
             return rc;
     return alloc_exchanges(pp, err);
+}
+
+static void pipeline_close(struct cz_pipeline *pp);
+
+int cz__exec_pipeline_probe(const cz_plan *plan, const cz_rank_schedule *rs, int tp, int tp_rank,
+                            bool sc, const int64_t *param_off, cz_compute *c,
+                            cz_exec_pipeline_sizes *out, cz_error *err)
+{
+    struct cz_pipeline *pp = cz__exec_calloc(1, sizeof *pp);
+    int rc = CZ_OK;
+    if (!pp)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
+    *pp = (struct cz_pipeline){.cx = {plan, c, NULL, param_off, NULL, NULL},
+                               .rs = rs,
+                               .tp = tp,
+                               .tp_rank = tp_rank,
+                               .sc = sc};
+    /* The same layouts and index maps as pipeline_open, through c's runs_create; no plane, no
+     * buffers, no optimizer. */
+    if ((rc = layout_groups(pp, err)) != CZ_OK)
+        goto done;
+    for (int g = 0; g < pp->ngroups; g++)
+        if ((rc = layout_maps(pp, &pp->groups[g], err)) != CZ_OK)
+            goto done;
+    if (out)
+        *out = (cz_exec_pipeline_sizes){pp->gather_send_len, pp->gather_recv_len,
+                                        pp->scatter_send_len, pp->scatter_recv_len, pp->full_n};
+done:
+    pipeline_close(pp);
+    return rc;
 }
 
 int cz__exec_pipeline_init(cz_executor *ex, cz_error *err)
