@@ -191,9 +191,13 @@ int cz__exec_pipeline_init(cz_executor *ex, cz_error *err);
 void cz__exec_pipeline_free(cz_executor *ex);
 /* The floats of a pipeline's buffers: each of the two sets of exchange buffers (gather send and
  * receive, scatter send and receive) and full_g and full_u (each allocated with one float
- * more). */
+ * more); and the elements one step moves through them, summed over the groups: packed into
+ * the gathers (gather_pack), unpacked into full_g (from the gathers and, for replicated parts,
+ * from the rank's own gradients), packed into the scatters, applied to the shards, and the
+ * parts this rank computes (hosted). */
 typedef struct cz_exec_pipeline_sizes {
     int64_t gather_send, gather_recv, scatter_send, scatter_recv, full;
+    int64_t gather_pack, unpack, scatter_pack, apply, hosted;
 } cz_exec_pipeline_sizes;
 /* The layouts and index maps that cz__exec_pipeline_init makes for schedule rs at TP rank
  * tp_rank of tp (sc: synchronous compute), param_off as the executor's held.param_off, made

@@ -624,12 +624,29 @@ int cz__exec_pipeline_probe(const cz_plan *plan, const cz_rank_schedule *rs, int
      * buffers, no optimizer. */
     if ((rc = layout_groups(pp, err)) != CZ_OK)
         goto done;
-    for (int g = 0; g < pp->ngroups; g++)
-        if ((rc = layout_maps(pp, &pp->groups[g], err)) != CZ_OK)
+    cz_exec_pipeline_sizes z = {.gather_send = pp->gather_send_len,
+                                .gather_recv = pp->gather_recv_len,
+                                .scatter_send = pp->scatter_send_len,
+                                .scatter_recv = pp->scatter_recv_len,
+                                .full = pp->full_n};
+    for (int g = 0; g < pp->ngroups; g++) {
+        pgroup *pg = &pp->groups[g];
+        if ((rc = layout_maps(pp, pg, err)) != CZ_OK)
             goto done;
+        z.gather_pack += pg->gather_n;
+        z.scatter_pack += pg->scatter_n;
+        for (int r = 0; r < tp; r++) {
+            z.unpack += pg->gather_recv_counts[r];
+            z.apply += sc ? 0 : pg->scatter_recv_counts[r];
+        }
+        z.apply += sc ? pg->scatter_n : 0;
+        for (int k = 0; k < pg->nhosted; k++) {
+            z.hosted += pg->hosted[k].numel;
+            z.unpack += replicated(pg->hosted[k].p) ? pg->hosted[k].numel : 0;
+        }
+    }
     if (out)
-        *out = (cz_exec_pipeline_sizes){pp->gather_send_len, pp->gather_recv_len,
-                                        pp->scatter_send_len, pp->scatter_recv_len, pp->full_n};
+        *out = z;
 done:
     pipeline_close(pp);
     return rc;
