@@ -36,5 +36,6 @@
 #include "executor_impl.h"
 #include "bucket_step.h"
 #include "config.h"
+#include "step_bytes.h"
 
 #endif /* CZ_EXEC_TESTING_H */

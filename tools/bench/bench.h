@@ -31,4 +31,7 @@ void cz_bench_mean_grad(const cz_plan_param *p, uint64_t seed, int64_t step, int
  * renamed into place (bench_json.c). */
 int cz_bench_write_json(const char *path, const json_t *root, cz_error *err);
 
+/* canzona-bench --dry-run (step_model.c): the step's device bytes per pass, no device, no MPI. */
+int cz_bench_dry_run_main(int argc, char **argv);
+
 #endif

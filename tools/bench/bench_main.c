@@ -552,6 +552,9 @@ int main(int argc, char **argv)
         return cz_bench_coll_main(argc - 1, argv + 1); /* a model, no MPI */
     if (argc > 1 && strcmp(argv[1], "calibrate") == 0)
         return cz_bench_calibrate_main(argc - 1, argv + 1); /* one GPU, no MPI */
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--dry-run") == 0)
+            return cz_bench_dry_run_main(argc, argv); /* a model of the step, no MPI */
     cz_bench_ranks_open(&argc, &argv);
     bench_run run = {0};
     bench_run *r = &run;

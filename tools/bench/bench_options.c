@@ -15,6 +15,10 @@ void cz_bench_usage(FILE *f)
     fprintf(
         f, "usage: mpirun -np DP*TP canzona-bench --plan PLAN --model MODEL [options]\n"
            "Runs the plan's optimizer step with libcanzona-exec and times it.\n"
+           "       canzona-bench --dry-run --plan PLAN [--gpu DP,TP] [--dtype fp32|bf16]\n"
+           "                     [--ns-steps N] [--mem-gbps G] [--json FILE]\n"
+           "Prints one GPU's device bytes per pass of the step and the time they need at G GB/s\n"
+           "(default 4800, an H200's): a lower bound, no device or MPI (--dry-run --help).\n"
            "  --plan FILE        plan written by `canzona plan` (required)\n"
            "  --model FILE       the model the plan was made for (required; checked by hash)\n"
            "  --create-from DIR  create the executor from DIR, the plan's split folder (canzona\n"

@@ -45,4 +45,45 @@ static inline void cz_launch_runs_grid(int64_t nruns, int64_t max_len, int threa
     *gy = (int)y;
 }
 
+/* Blocks that keep a 132-SM card (H100, H200) full: 2048 resident threads per SM, 8 blocks of
+ * CZ_CUDA_THREADS each. */
+#define CZ_LAUNCH_FILL_BLOCKS (132 * 2048 / CZ_CUDA_THREADS)
+/* Runs are not split below this many elements: a piece's (dst, src, len) triple is 24 bytes of
+ * device memory and its copy at least 16 KiB. */
+#define CZ_LAUNCH_MIN_PIECE 4096
+
+/* The longest piece a run list of `total` elements is cut into before its launch (the GPU
+ * backend's runs_create). cz_launch_runs_grid gives every run the same number of x blocks, so a
+ * list of many short runs (the rows of a column shard) and one long one (a row shard, a whole
+ * matrix) left the long one to a few blocks that looped over it long after the others were done
+ * (Qwen3-0.6B at TP 8: 220 iterations where the card needs 32; tests/exec/test_launch_shapes.c).
+ * Pieces of total / CZ_LAUNCH_FILL_BLOCKS elements, a multiple of the block, let the card's
+ * blocks share a long run whatever else the list holds. */
+static inline int64_t cz_launch_run_piece(int64_t total)
+{
+    int64_t p = (total + CZ_LAUNCH_FILL_BLOCKS - 1) / CZ_LAUNCH_FILL_BLOCKS;
+    p = (p + CZ_CUDA_THREADS - 1) / CZ_CUDA_THREADS * CZ_CUDA_THREADS;
+    return p < CZ_LAUNCH_MIN_PIECE ? CZ_LAUNCH_MIN_PIECE : p;
+}
+
+/* The pieces of n runs, (dst, src, len) triples, cut at `piece` elements (each run's last piece
+ * holds its remainder): their number, and with out non-NULL the pieces written to out (room for
+ * that many triples), in order. Copies and updates are element by element, so a run's pieces do
+ * what the run did. */
+static inline int64_t cz_launch_split_runs(const int64_t *runs, int64_t n, int64_t piece,
+                                           int64_t *out)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t d = runs[3 * i], s = runs[3 * i + 1], len = runs[3 * i + 2];
+        for (int64_t at = 0; at < len; at += piece, k++)
+            if (out) {
+                out[3 * k] = d + at;
+                out[3 * k + 1] = s + at;
+                out[3 * k + 2] = len - at < piece ? len - at : piece;
+            }
+    }
+    return k;
+}
+
 #endif /* CZ_LAUNCH_H */

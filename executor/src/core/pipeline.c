@@ -587,7 +587,10 @@ static int pipeline_open(cz_executor *ex, const cz_rank_schedule *rs, cz_plane *
     /* The splits are collective: first, before anything a rank could fail alone. */
     if ((rc = open_width_planes(pp, err)) != CZ_OK || (rc = layout_groups(pp, err)) != CZ_OK)
         return rc;
-    /* full_g/full_u and the event before the maps: the optimizer's parts point into them. */
+    for (int g = 0; g < pp->ngroups; g++)
+        if ((rc = layout_maps(pp, &pp->groups[g], err)) != CZ_OK)
+            return rc;
+    /* full_g/full_u and the event before the optimizer: its parts point into them. */
     pp->full_g = falloc(&pp->cx, pp->full_n);
     pp->full_u = falloc(&pp->cx, pp->full_n);
     if (!pp->full_g || !pp->full_u)
@@ -597,10 +600,56 @@ static int pipeline_open(cz_executor *ex, const cz_rank_schedule *rs, cz_plane *
     if (!pp->coop_ready)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for requests and events");
     for (int g = 0; g < pp->ngroups; g++)
-        if ((rc = layout_maps(pp, &pp->groups[g], err)) != CZ_OK ||
-            (rc = add_to_optimizer(pp, &pp->groups[g], err)) != CZ_OK)
+        if ((rc = add_to_optimizer(pp, &pp->groups[g], err)) != CZ_OK)
             return rc;
     return alloc_exchanges(pp, err);
+}
+
+static void pipeline_close(struct cz_pipeline *pp);
+
+int cz__exec_pipeline_probe(const cz_plan *plan, const cz_rank_schedule *rs, int tp, int tp_rank,
+                            bool sc, const int64_t *param_off, cz_compute *c,
+                            cz_exec_pipeline_sizes *out, cz_error *err)
+{
+    struct cz_pipeline *pp = cz__exec_calloc(1, sizeof *pp);
+    int rc = CZ_OK;
+    if (!pp)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline");
+    *pp = (struct cz_pipeline){.cx = {plan, c, NULL, param_off, NULL, NULL},
+                               .rs = rs,
+                               .tp = tp,
+                               .tp_rank = tp_rank,
+                               .sc = sc};
+    /* The same layouts and index maps as pipeline_open, through c's runs_create; no plane, no
+     * buffers, no optimizer. */
+    if ((rc = layout_groups(pp, err)) != CZ_OK)
+        goto done;
+    cz_exec_pipeline_sizes z = {.gather_send = pp->gather_send_len,
+                                .gather_recv = pp->gather_recv_len,
+                                .scatter_send = pp->scatter_send_len,
+                                .scatter_recv = pp->scatter_recv_len,
+                                .full = pp->full_n};
+    for (int g = 0; g < pp->ngroups; g++) {
+        pgroup *pg = &pp->groups[g];
+        if ((rc = layout_maps(pp, pg, err)) != CZ_OK)
+            goto done;
+        z.gather_pack += pg->gather_n;
+        z.scatter_pack += pg->scatter_n;
+        for (int r = 0; r < tp; r++) {
+            z.unpack += pg->gather_recv_counts[r];
+            z.apply += sc ? 0 : pg->scatter_recv_counts[r];
+        }
+        z.apply += sc ? pg->scatter_n : 0;
+        for (int k = 0; k < pg->nhosted; k++) {
+            z.hosted += pg->hosted[k].numel;
+            z.unpack += replicated(pg->hosted[k].p) ? pg->hosted[k].numel : 0;
+        }
+    }
+    if (out)
+        *out = z;
+done:
+    pipeline_close(pp);
+    return rc;
 }
 
 int cz__exec_pipeline_init(cz_executor *ex, cz_error *err)

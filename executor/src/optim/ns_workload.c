@@ -111,3 +111,26 @@ int cz__ns_workload_busiest(const cz_plan *plan, int steps, double c, int *dp_ra
         }
     return CZ_OK;
 }
+
+int cz__ns_workload_bytes(const cz_plan *plan, const cz_ns_workload *w, int steps, int64_t hosted,
+                          int64_t gemm_bytes, int64_t read[4], int64_t write[4], cz_error *err)
+{
+    if (plan->settings.optimizer != CZ_OPTIM_MUON)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "the byte model covers Muon plans (this one is %s)",
+                             cz_optimizer_name(plan->settings.optimizer));
+    for (int k = 0; k < 4; k++)
+        read[k] = write[k] = 0;
+    read[0] = write[0] = 8 * hosted;
+    for (int k = 0; k < w->nbatches; k++) {
+        const cz_ns_batch *nb = &w->batches[k];
+        int64_t r = nb->rows, n = r * nb->cols * nb->count, sq = r * r * nb->count;
+        read[1] += 8 * n;
+        write[1] += 4 * n;
+        read[2] += steps * gemm_bytes * (3 * n + 4 * sq);
+        write[2] += steps * gemm_bytes * (2 * sq + n);
+        read[3] += 4 * n;
+        write[3] += 4 * n;
+    }
+    return CZ_OK;
+}

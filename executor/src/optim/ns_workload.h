@@ -38,4 +38,14 @@ void cz__ns_workload_free(cz_ns_workload *w);
 int cz__ns_workload_busiest(const cz_plan *plan, int steps, double c, int *dp_rank, int *tp_rank,
                             cz_error *err);
 
+/* The device bytes of Muon's share of a step on that GPU (the step's byte model, step_bytes.h):
+ * momentum over the `hosted` elements of the parts it computes (g and buf read, buf and the
+ * input written: [0]), the load of every block of w (read twice, for its norm and its copy,
+ * written once: [1]), w's `steps` iterations' GEMM operands in elements of gemm_bytes (A = X X^T
+ * reads X and writes A; B = b A + c A A reads A three times and writes B; X = a X + B X reads B
+ * and X twice and writes X: [2]) and the store ([3]), each operand read once. CZ_EUNSUPPORTED
+ * when the plan's matrix optimizer is not Muon. */
+int cz__ns_workload_bytes(const cz_plan *plan, const cz_ns_workload *w, int steps, int64_t hosted,
+                          int64_t gemm_bytes, int64_t read[4], int64_t write[4], cz_error *err);
+
 #endif /* CZ_NS_WORKLOAD_H */

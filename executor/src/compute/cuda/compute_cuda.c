@@ -19,6 +19,7 @@
 
 #include "check.h"
 #include "kernels.h"
+#include "launch.h"
 #include "ns_coop.h"
 
 #include <cublas_v2.h>
@@ -182,32 +183,44 @@ static int cuda_upload(cz_compute *c, void *dst, const void *host, size_t bytes,
     return wait_issued(c, err);
 }
 
+/* The runs cut into pieces first (cz_launch_split_runs): the kernels' grid gives every run
+ * as many blocks, so a long run among short ones needs cutting to spread over the card. */
 static cz_runs *cuda_runs_create(cz_compute *c, const cz_copy_run *runs, size_t n)
 {
     cz_runs *r = cz__exec_calloc(1, sizeof *r);
+    int64_t total = 0, *pieces = NULL;
     cz_error e;
+    int rc = CZ_OK;
     if (!r)
         return NULL;
-    r->n = (int64_t)n;
     for (size_t i = 0; i < n; i++)
-        if (runs[i].len > r->max_len)
-            r->max_len = runs[i].len;
-    size_t bytes = (n ? n : 1) * sizeof *runs;
-    int rc;
+        total += runs[i].len;
+    int64_t piece = cz_launch_run_piece(total);
+    r->n = cz_launch_split_runs((const int64_t *)(const void *)runs, (int64_t)n, piece, NULL);
+    if (!(pieces = cz__exec_malloc((size_t)(r->n ? r->n : 1) * sizeof *runs))) {
+        rc = CZ_ENOMEM;
+        goto done;
+    }
+    cz_launch_split_runs((const int64_t *)(const void *)runs, (int64_t)n, piece, pieces);
+    for (int64_t i = 0; i < r->n; i++)
+        if (pieces[3 * i + 2] > r->max_len)
+            r->max_len = pieces[3 * i + 2];
+    size_t bytes = (size_t)(r->n ? r->n : 1) * sizeof *runs;
     /* On the backend's stream: a non-blocking stream does not wait for cudaMemcpy's (legacy)
      * one, and the step's kernels read the map there. From pageable memory the copy has
-     * taken the host buffer when the call returns, so the caller may free it. */
+     * taken the host buffer when the call returns, so the pieces may be freed. */
     if ((rc = CZ_CU(&e, cz__cuda_malloc((void **)&r->dev, bytes, CZ_CUDA_MEM_DEVICE))) != CZ_OK ||
-        (n &&
-         (rc = CZ_CU(&e, cudaMemcpyAsync(r->dev, runs, n * sizeof *runs, cudaMemcpyHostToDevice,
-                                         impl_of(c)->stream))) != CZ_OK)) {
+        (r->n && (rc = CZ_CU(&e, cudaMemcpyAsync(r->dev, pieces, bytes, cudaMemcpyHostToDevice,
+                                                 impl_of(c)->stream))) != CZ_OK))
         cz__cuda_note(c, rc, &e);
-        if (r->dev)
-            cz__cuda_note(c, CZ_CU(&e, cudaFree(r->dev)), &e);
-        cz__exec_free(r);
-        return NULL;
-    }
-    return r;
+done:
+    cz__exec_free(pieces);
+    if (rc == CZ_OK)
+        return r;
+    if (r->dev)
+        cz__cuda_note(c, CZ_CU(&e, cudaFree(r->dev)), &e);
+    cz__exec_free(r);
+    return NULL;
 }
 
 static void cuda_runs_free(cz_compute *c, cz_runs *r)
