@@ -38,6 +38,26 @@ int cz__optimizer_plan_check(const cz_plan *plan, cz_error *err)
     return CZ_OK;
 }
 
+int cz__optimizer_fsdp_check(const cz_plan *plan, const cz_exec_config *cfg, cz_error *err)
+{
+    /* Muon's update of a whole matrix is all the owner computes; SOAP's and Shampoo's are
+     * whole-matrix too, but their state checkpoints and Shampoo's per-shard momentum of the
+     * weight decay are not checked against FSDP2's rows yet. NorMuon: the same. */
+    if (plan->settings.optimizer != CZ_OPTIM_MUON)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "plan layout fsdp with optimizer '%s': the fully sharded step runs "
+                             "Muon (+ AdamW) only; plan with --optimizer muon, or with --layout "
+                             "unified",
+                             cz_optimizer_name(plan->settings.optimizer));
+    if (cfg->normuon.mode != CZ_NORMUON_NONE)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "plan layout fsdp with normuon.mode = %d: the fully sharded step "
+                             "runs plain Muon; leave normuon.mode at CZ_NORMUON_NONE, or plan "
+                             "with --layout unified",
+                             (int)cfg->normuon.mode);
+    return CZ_OK;
+}
+
 int cz__optimizer_open(cz_optim *o, cz_param_kind kind, const cz_plan *plan, cz_compute *c,
                        const cz_exec_config *cfg, cz_error *err)
 {
