@@ -151,7 +151,11 @@ static int own_shards(cz_executor *ex, cz_error *err)
         ex->own.piece_len[i] = ex->held.param_numel[i];
         ex->own.ids[ex->own.n++] = i;
         cz_optim *o = p->def.kind == CZ_KIND_MATRIX ? &ex->matrix_opt : &ex->elem_opt;
-        cz_opt_shard s = {p, ex->held.param_off[i], 0, ex->held.param_numel[i]};
+        /* The piece's place in the parameter: its FSDP2 rows' first element (cz__param_piece,
+         * which the checkpoints place it by). */
+        int64_t lo;
+        cz__param_piece(plan, p, ex->grid.dp_rank, &lo);
+        cz_opt_shard s = {p, ex->held.param_off[i], lo, ex->held.param_numel[i]};
         if (o->ops->shard_add && (rc = o->ops->shard_add(o, &s, err)) != CZ_OK)
             return rc;
     }
