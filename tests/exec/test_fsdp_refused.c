@@ -1,6 +1,6 @@
 /* What the executor still refuses of a fully sharded plan (settings.layout fsdp,
  * canzona.plan/4), each with a message that says what to change (docs/EXECUTOR.md, "The fully
- * sharded step"): TP > 1, an optimizer other than Muon, NorMuon, the callbacks plane (its
+ * sharded step"): TP > 1, an optimizer other than Muon or SOAP, NorMuon, the callbacks plane (its
  * all-to-alls are not tested there), and on an executor that runs such a plan the bucket-wise
  * step, early updates and QK-clip. (Its checkpoints: tests/mpi/checkpoint.sh fsdp.) The step
  * itself: test_fsdp_step.c and tests/mpi/bench.sh fsdp. */
@@ -79,10 +79,10 @@ START_TEST(tp_optimizer_and_normuon_refused)
             "plan layout fsdp at tp = 2: the fully sharded step runs at TP 1 only");
     cz_plan_free(plan);
     unlink(path);
-    plan = fsdp_plan(1, 1, CZ_OPTIM_SOAP, path, sizeof path);
+    plan = fsdp_plan(1, 1, CZ_OPTIM_SHAMPOO, path, sizeof path);
     refused(plan, path, &cfg, CZ_EUNSUPPORTED,
-            "plan layout fsdp with optimizer 'soap': the fully sharded step runs Muon (+ AdamW) "
-            "only");
+            "plan layout fsdp with optimizer 'shampoo': the fully sharded step runs Muon or SOAP "
+            "(+ AdamW) only");
     cz_plan_free(plan);
     unlink(path);
     plan = fsdp_plan(1, 1, CZ_OPTIM_MUON, path, sizeof path);

@@ -15,6 +15,7 @@
 # | early-orders (early updates with ranks declaring their buckets in different orders, at
 # |   DP4*TP1 and DP2*TP2; a stalled step's clean end)
 # | fsdp [fp32|bf16] (the fully sharded step at DP4*TP1 against the reference; its refusals)
+# | fsdp-soap (SOAP under the fully sharded step, soap_ref)
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 . "$(dirname "$0")/mpi_env.sh"
@@ -935,6 +936,21 @@ PY
   mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/f2.json" --model "$model" --steps 1
   [ "$(grep -c "plan layout fsdp at tp = 2: the fully sharded step runs at TP 1" "$tmp/out")" \
     -ge 4 ] || { echo "expected the refusal on all 4 ranks"; exit 1; }
+  ;;
+fsdp-soap)
+  # SOAP under the fully sharded step at DP4*TP1 against soap_ref (as `soap`: 12 calls,
+  # refresh every 5 updates, extra.weight's 64-row side rotated): each block's state lives on
+  # its matrix's owner.
+  : "${CZ_SOAP_REF:?}"
+  cl=$src/plans/clusters/cpu-4-dp4-tp1.json
+  "$CZ" plan -q --model "$model" --cluster "$cl" --layout fsdp --optimizer soap \
+    --precondition-frequency 5 --max-precond-dim 100 -o "$tmp/s.json"
+  "$CZ" validate "$tmp/s.json" --model "$model" --cluster "$cl" >/dev/null
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/s.json" --model "$model" --steps 12 --warmup 0 --seed 3 \
+    --dump-dir "$tmp/d" | tee "$tmp/out"
+  grep -q "executor allocations in steps 2..12 (most on one rank): 0$" "$tmp/out"
+  grep -q "gradients fp32 0 bytes, parameters fp32 0 bytes$" "$tmp/out"
+  "$CZ_SOAP_REF" "$tmp/s.json" "$tmp/d" 12 3 1e-4 1e-8
   ;;
 *)
   echo "usage: bench.sh verify CLUSTER DP TP [fp32|bf16] | mismatch | options | nan | dump |" \

@@ -32,6 +32,8 @@
 #    FSDP2 rows, each momentum from its owner), load under a fully sharded plan at DP2·TP1 (on
 #    2 ranks: other rows, other owners), 10 more steps; and the same file loaded under the
 #    ZeRO-1 plan at DP2·TP2 (one format for every layout), 10 more steps.
+#  fsdp-soap: the same with SOAP as soap's (8 calls, refresh every 5 updates): each block's
+#    state saved from and loaded into its owner.
 #  (Across expert grids: checkpoint_ep.sh.)
 # Equal means max|a-b|/max|b| <= 1e-5 per parameter. The gradients are the same on every DP
 # replica (so their average does not depend on the DP size) and come from files, so both runs
@@ -91,7 +93,11 @@ normuon-col) model=$src/plans/models/test-heads.json; popt=(); popt2=(--split-bl
   second=cpu-4-dp4-tp1; n1=10; n2=10; bopt=(--normuon col --normuon-beta2 0.9) ;;
 fsdp) first=cpu-4-dp4-tp1; popt=(--layout fsdp); popt2=(--layout fsdp --dp-size 2); np2=2
   second=cpu-4-dp4-tp1; n1=10; n2=10; bopt=() ;;
-*) echo "usage: checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|heads|pp|pp-back|normuon-row|normuon-col|fsdp]"; exit 2 ;;
+fsdp-soap)
+  first=cpu-4-dp4-tp1; popt=(--layout fsdp --optimizer soap --precondition-frequency 5
+    --max-precond-dim 100); popt2=("${popt[@]}" --dp-size 2); np2=2
+  second=cpu-4-dp4-tp1; n1=8; n2=8; bopt=() ;;
+*) echo "usage: checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|heads|pp|pp-back|normuon-row|normuon-col|fsdp|fsdp-soap]"; exit 2 ;;
 esac
 [ ${#popt2[@]} -gt 0 ] || popt2=("${popt[@]}")
 n=$((n1 + n2))
@@ -172,9 +178,11 @@ sys.exit(0 if worst <= tol else 1)
 PY
 echo "$mode: resumed at $second ${popt2[*]} after $n1 steps at $first ${popt[*]} vs $n uninterrupted steps:"
 python3 "$tmp/compare.py" "$tmp/resumed" "$tmp/ref" 1e-5
-if [ "$mode" = fsdp ]; then
-  echo "fsdp: the same checkpoint resumed under the ZeRO-1 plan at DP2·TP2:"
-  "$CZ" plan -q -m "$model" -c "$src/plans/clusters/cpu-4-dp2-tp2.json" -o "$tmp/z.json"
+if [ "$mode" = fsdp ] || [ "$mode" = fsdp-soap ]; then
+  echo "$mode: the same checkpoint resumed under the ZeRO-1 plan at DP2·TP2:"
+  zopt=()
+  [ "$mode" = fsdp-soap ] && zopt=(--optimizer soap --precondition-frequency 5 --max-precond-dim 100)
+  "$CZ" plan -q -m "$model" -c "$src/plans/clusters/cpu-4-dp2-tp2.json" "${zopt[@]}" -o "$tmp/z.json"
   bench --plan "$tmp/z.json" --steps "$n2" --grad-dir "$tmp/grest" --init-dir "$tmp/mid" \
     --load-state "$tmp/state.safetensors" --dump-dir "$tmp/zero1" > "$tmp/zero1.log"
   python3 "$tmp/compare.py" "$tmp/zero1" "$tmp/ref" 1e-5
@@ -205,6 +213,7 @@ want = {
     "pp": ["exp_avg", "exp_avg_sq", "momentum"],
     "pp-back": ["exp_avg", "exp_avg_sq", "momentum"],
     "fsdp": ["exp_avg", "exp_avg_sq", "momentum"],
+    "fsdp-soap": ["GG_left", "Q_left", "exp_avg", "exp_avg_sq"],
     "normuon-row": ["exp_avg", "exp_avg_sq", "momentum", "normuon_v"],
     "normuon-col": ["exp_avg", "exp_avg_sq", "momentum", "normuon_v"],
     "shampoo": ["exp_avg", "exp_avg_sq", "factor_left", "factor_right", "filtered_grad",
@@ -240,7 +249,7 @@ PY
 
 # The refusals below do not depend on the layout or the tasks: checked with plain plans only.
 if [ "$mode" = split ] || [ "$mode" = tasks ] || [ "$mode" = tasks-back ] || [ "$mode" = pp ] ||
-  [ "$mode" = pp-back ] || [ "$mode" = heads ] || [ "$mode" = fsdp ]; then
+  [ "$mode" = pp-back ] || [ "$mode" = heads ] || [ "$mode" = fsdp ] || [ "$mode" = fsdp-soap ]; then
   echo "ok"
   exit 0
 fi

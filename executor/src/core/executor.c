@@ -328,8 +328,8 @@ static int check_grid(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
 }
 
 /* What the fully sharded step (docs/EXECUTOR.md, "The fully sharded step") runs today: TP 1,
- * one stage, the planes whose exchanges are tested for it (comm.h), Muon without NorMuon
- * (optimizer.h). Each refusal says what to change. */
+ * one stage, the planes whose exchanges are tested for it (comm.h), Muon without NorMuon or
+ * SOAP (optimizer.h). Each refusal says what to change. */
 static int check_fsdp(const cz_executor *ex, const cz_exec_config *cfg, const cz_plan *plan,
                       cz_error *err)
 {
