@@ -13,6 +13,7 @@
 #include "alloc.h"
 #include "clock.h"
 #include "shard.h"
+#include "fsdp_shard.h"
 #include "compute.h"
 #include "compute_cpu.h"
 #include "elementwise.h"

@@ -508,9 +508,11 @@ int cz_cmd_inspect(int argc, char **argv)
         goto done;
     }
     if (a.startup && cz_plan_is_fsdp(plan)) {
-        /* The model is of cz_executor_create's start-up, which refuses such a plan. */
-        fprintf(stderr, "canzona inspect: --startup models the executor's start-up, and the "
-                        "executor does not run fully sharded plans (layout fsdp) yet\n");
+        /* The model is of cz_executor_create's start-up from bucketed plans; a fully sharded
+         * plan's (no buckets, one schedule per stage) is not modelled. */
+        fprintf(stderr, "canzona inspect: --startup models the executor's start-up from bucketed "
+                        "plans; the start-up of a fully sharded plan (layout fsdp) is not "
+                        "modelled yet\n");
         goto done;
     }
     if (a.startup) {

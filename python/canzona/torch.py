@@ -726,7 +726,9 @@ class Optimizer(torch.optim.Optimizer):
         except (OSError, ValueError, KeyError) as e:
             return f"cannot read the plan {plan}: {e}"
         if doc.get("settings", {}).get("layout") == "fsdp":
-            # Refused here as the C executor refuses it: this class binds ZeRO-1 buckets.
+            # This class binds ZeRO-1 buckets; the C executor runs a fully sharded plan from
+            # each rank's FSDP2 shards (docs/EXECUTOR.md, "The fully sharded step"), which this
+            # class does not hand it yet.
             return ("plan layout fsdp: this executor runs ZeRO-1 plans only (layouts unified "
                     "and split); plan the job with --layout unified (or split) to run it here")
         if (topo.get("dp"), topo.get("tp")) != (dp, tp):

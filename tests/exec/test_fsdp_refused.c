@@ -1,6 +1,9 @@
-/* cz_executor_create refuses a fully sharded plan (settings.layout fsdp, canzona.plan/4): the
- * planner makes, validates and simulates such plans, but this executor runs ZeRO-1 plans only,
- * and says so before it touches buckets such a plan has not. */
+/* What the executor still refuses of a fully sharded plan (settings.layout fsdp,
+ * canzona.plan/4), each with a message that says what to change (docs/EXECUTOR.md, "The fully
+ * sharded step"): TP > 1, an optimizer other than Muon or SOAP, NorMuon, the callbacks plane (its
+ * all-to-alls are not tested there), and on an executor that runs such a plan the bucket-wise
+ * step, early updates and QK-clip. (Its checkpoints: tests/mpi/checkpoint.sh fsdp.) The step
+ * itself: test_fsdp_step.c and tests/mpi/bench.sh fsdp. */
 #include "canzona.h" /* cz_plan_build: the test plans in-process */
 #include "canzona_exec.h"
 #include "cz_format.h"
@@ -11,22 +14,25 @@
 #include <string.h>
 #include <unistd.h>
 
-START_TEST(fsdp_plan_refused)
+/* A fully sharded plan of test-small for a one-stage cluster of dp x tp GPUs (optimizer opt),
+ * written to a file (*path, for cz_executor_create) and kept in memory (returned). */
+static cz_plan *fsdp_plan(int dp, int tp, cz_optimizer opt, char *path, size_t cap)
 {
     const char *src = getenv("CZ_SOURCE_DIR");
     ck_assert_ptr_nonnull(src);
-    char model_path[512], cluster_path[256], plan_path[256];
+    char model_path[512], cluster_path[256];
     const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(model_path, sizeof model_path, "%s/plans/models/test-small.json", src);
     snprintf(cluster_path, sizeof cluster_path, "%s/cz_exec_fsdp_c_%d.json", dir, (int)getpid());
-    snprintf(plan_path, sizeof plan_path, "%s/cz_exec_fsdp_p_%d.json", dir, (int)getpid());
+    snprintf(path, cap, "%s/cz_exec_fsdp_p_%d_%d_%d_%d.json", dir, (int)getpid(), dp, tp, (int)opt);
     FILE *f = fopen(cluster_path, "w");
     ck_assert_ptr_nonnull(f);
-    fputs("{\"schema\": \"canzona.cluster/1\", \"name\": \"one\", \"gpus\": 1, \"dp\": 1, "
-          "\"tp\": 1, \"pp\": 1, \"gpus_per_node\": 1, \"device\": {\"name\": \"cpu\", "
-          "\"matmul_tflops\": 0.5, \"mem_gbps\": 40, \"memory_gib\": 16}, \"links\": "
-          "{\"intra_node_gbps\": 10, \"inter_node_gbps\": 10, \"latency_us\": 2}}",
-          f);
+    fprintf(f,
+            "{\"schema\": \"canzona.cluster/1\", \"name\": \"c\", \"gpus\": %d, \"dp\": %d, "
+            "\"tp\": %d, \"pp\": 1, \"gpus_per_node\": %d, \"device\": {\"name\": \"cpu\", "
+            "\"matmul_tflops\": 0.5, \"mem_gbps\": 40, \"memory_gib\": 16}, \"links\": "
+            "{\"intra_node_gbps\": 10, \"inter_node_gbps\": 10, \"latency_us\": 2}}",
+            dp * tp, dp, tp, dp * tp);
     fclose(f);
     cz_error err;
     cz_model *model = NULL;
@@ -35,29 +41,124 @@ START_TEST(fsdp_plan_refused)
     cz_settings s;
     cz_settings_init(&s);
     s.layout = CZ_LAYOUT_FSDP;
+    s.optimizer = opt;
     ck_assert_msg(cz_model_load(&model, model_path, &err) == 0, "%s", err.message);
     ck_assert_msg(cz_cluster_load(&cluster, cluster_path, &err) == 0, "%s", err.message);
     ck_assert_msg(cz_plan_build(&plan, model, cluster, &s, &err) == 0, "%s", err.message);
-    ck_assert_msg(cz_plan_write(plan, plan_path, &err) == 0, "%s", err.message);
+    ck_assert_msg(cz_plan_write(plan, path, &err) == 0, "%s", err.message);
+    unlink(cluster_path);
+    cz_model_free(model);
+    cz_cluster_free(cluster);
+    return plan;
+}
 
+/* create (from the file and from the plan in memory) fails with code and message. */
+static void refused(const cz_plan *plan, const char *path, const cz_exec_config *cfg, int code,
+                    const char *message)
+{
+    cz_error err;
+    cz_executor *ex = (cz_executor *)cfg; /* must be reset to NULL on failure */
+    ck_assert_int_eq(cz_executor_create(&ex, path, cfg, &err), code);
+    ck_assert_ptr_null(ex);
+    ck_assert_msg(strstr(err.message, message), "%s", err.message);
+    ex = (cz_executor *)cfg;
+    ck_assert_int_eq(cz_executor_create_from_plan(&ex, plan, cfg, &err), code);
+    ck_assert_ptr_null(ex);
+    ck_assert_msg(strstr(err.message, message), "%s", err.message);
+}
+
+START_TEST(tp_optimizer_and_normuon_refused)
+{
+    char path[512];
     cz_exec_config cfg;
     cz_exec_config_init(&cfg);
     cfg.comm = "self";
-    cz_executor *ex = (cz_executor *)&cfg; /* must be reset to NULL on failure */
-    ck_assert_int_eq(cz_executor_create(&ex, plan_path, &cfg, &err), CZ_EUNSUPPORTED);
-    ck_assert_ptr_null(ex);
-    ck_assert_msg(strstr(err.message, "plan layout fsdp: this executor runs ZeRO-1 plans only"),
-                  "%s", err.message);
-    /* The plan in memory is refused the same way. */
-    ex = (cz_executor *)&cfg;
-    ck_assert_int_eq(cz_executor_create_from_plan(&ex, plan, &cfg, &err), CZ_EUNSUPPORTED);
-    ck_assert_ptr_null(ex);
-    ck_assert_ptr_nonnull(strstr(err.message, "plan layout fsdp"));
-    unlink(plan_path);
-    unlink(cluster_path);
+    /* Checked before the grid: one process sees the refusal of a TP 2 plan. */
+    cz_plan *plan = fsdp_plan(1, 2, CZ_OPTIM_MUON, path, sizeof path);
+    refused(plan, path, &cfg, CZ_EUNSUPPORTED,
+            "plan layout fsdp at tp = 2: the fully sharded step runs at TP 1 only");
     cz_plan_free(plan);
-    cz_model_free(model);
-    cz_cluster_free(cluster);
+    unlink(path);
+    plan = fsdp_plan(1, 1, CZ_OPTIM_SHAMPOO, path, sizeof path);
+    refused(plan, path, &cfg, CZ_EUNSUPPORTED,
+            "plan layout fsdp with optimizer 'shampoo': the fully sharded step runs Muon or SOAP "
+            "(+ AdamW) only");
+    cz_plan_free(plan);
+    unlink(path);
+    plan = fsdp_plan(1, 1, CZ_OPTIM_MUON, path, sizeof path);
+    cfg.normuon.mode = CZ_NORMUON_ROW;
+    refused(plan, path, &cfg, CZ_EUNSUPPORTED, "plan layout fsdp with normuon.mode = ");
+    cz_plan_free(plan);
+    unlink(path);
+}
+END_TEST
+
+/* One rank's callbacks: nothing to reduce, broadcast or exchange with anyone. */
+static int cb_all_reduce(void *user, cz_comm_group g, void *buf, size_t count, cz_comm_dtype t,
+                         cz_comm_op op)
+{
+    (void)user, (void)g, (void)buf, (void)count, (void)t, (void)op;
+    return 0;
+}
+
+static int cb_broadcast(void *user, cz_comm_group g, void *buf, size_t count, cz_comm_dtype t,
+                        int root)
+{
+    (void)user, (void)g, (void)buf, (void)count, (void)t, (void)root;
+    return 0;
+}
+
+static int cb_exchange(void *user, cz_comm_group g, const cz_comm_transfer *t, int n)
+{
+    (void)user, (void)g, (void)t;
+    return n == 0 ? 0 : 1; /* a lone rank has no peer */
+}
+
+START_TEST(callbacks_plane_refused)
+{
+    char path[512];
+    cz_plan *plan = fsdp_plan(1, 1, CZ_OPTIM_MUON, path, sizeof path);
+    cz_comm_callbacks cb = {.version = CZ_COMM_CALLBACKS_VERSION,
+                            .world_size = 1,
+                            .world_rank = 0,
+                            .all_reduce = cb_all_reduce,
+                            .broadcast = cb_broadcast,
+                            .exchange = cb_exchange};
+    cz_exec_config cfg;
+    cz_exec_config_init(&cfg);
+    cfg.callbacks = &cb;
+    refused(plan, path, &cfg, CZ_EUNSUPPORTED,
+            "plan layout fsdp on the 'callbacks' comm plane: the fully sharded step runs on the "
+            "mpi and self planes only");
+    cz_plan_free(plan);
+    unlink(path);
+}
+END_TEST
+
+START_TEST(bucket_step_and_qk_clip_refused)
+{
+    char path[512];
+    cz_plan *plan = fsdp_plan(1, 1, CZ_OPTIM_MUON, path, sizeof path);
+    cz_exec_config cfg;
+    cz_exec_config_init(&cfg);
+    cfg.comm = "self";
+    cz_error err;
+    cz_executor *ex = NULL;
+    ck_assert_msg(cz_executor_create(&ex, path, &cfg, &err) == CZ_OK, "%s", err.message);
+    ck_assert_int_eq(cz_executor_step_finish(ex, &err), CZ_EUNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "step_finish: the plan's layout is fsdp, which has no "
+                                      "buckets"),
+                  "%s", err.message);
+    ck_assert_int_eq(cz_executor_set_early_updates(ex, 1, &err), CZ_EUNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "set_early_updates: the plan's layout is fsdp"), "%s",
+                  err.message);
+    cz_qk_clip_spec spec = {0};
+    ck_assert_int_eq(cz_executor_set_qk_clip(ex, &spec, &err), CZ_EUNSUPPORTED);
+    ck_assert_msg(strstr(err.message, "QK-clip is not implemented for a fully sharded (fsdp)"),
+                  "%s", err.message);
+    cz_executor_free(ex);
+    cz_plan_free(plan);
+    unlink(path);
 }
 END_TEST
 
@@ -65,7 +166,9 @@ int main(void)
 {
     Suite *s = suite_create("exec_fsdp_refused");
     TCase *tc = tcase_create("core");
-    tcase_add_test(tc, fsdp_plan_refused);
+    tcase_add_test(tc, tp_optimizer_and_normuon_refused);
+    tcase_add_test(tc, callbacks_plane_refused);
+    tcase_add_test(tc, bucket_step_and_qk_clip_refused);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

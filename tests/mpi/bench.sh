@@ -14,6 +14,8 @@
 # |   early updates; its errors)
 # | early-orders (early updates with ranks declaring their buckets in different orders, at
 # |   DP4*TP1 and DP2*TP2; a stalled step's clean end)
+# | fsdp [fp32|bf16] (the fully sharded step at DP4*TP1 against the reference; its refusals)
+# | fsdp-soap (SOAP under the fully sharded step, soap_ref)
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
 . "$(dirname "$0")/mpi_env.sh"
@@ -873,6 +875,82 @@ coeffs)
     --ns-coeffs "$three" --ns-steps 5
   [ "$(grep -c "has 3 rows, one per iteration; set ns_steps to 3" "$tmp/out")" -eq 4 ] ||
     { echo "expected the refusal on all 4 ranks"; exit 1; }
+  ;;
+fsdp)
+  # The fully sharded step (--layout fsdp, DP4*TP1) against the one-process reference: each
+  # rank hands in its FSDP2 rows of the averaged gradients and parameters (canzona-bench cuts
+  # them as torch.chunk does), the owners' all-to-alls bring every matrix whole to its owner and
+  # its update's rows back. On test-small plus three parameters FSDP2 cuts unevenly: odd.weight
+  # 7 rows (2, 2, 2, 1), tiny.weight 2 (1, 1, 0, 0: two ranks hold none) and odd.bias 5
+  # (2, 2, 1, 0). $2: fp32 or bf16 (with verify bf16's tolerances).
+  command -v python3 >/dev/null || { echo "python3 not found"; exit 77; }
+  python3 - "$model" "$tmp/odd.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["name"] = "test-small-odd"
+m["params"] += [
+    {"name": "odd.weight", "shape": [7, 24], "tp_dim": None, "optimizer": "matrix"},
+    {"name": "tiny.weight", "shape": [2, 16], "tp_dim": None, "optimizer": "matrix"},
+    {"name": "odd.bias", "shape": [5], "tp_dim": None, "optimizer": "elementwise"},
+]
+json.dump(m, open(sys.argv[2], "w"))
+PY
+  odd=$tmp/odd.json cl=$src/plans/clusters/cpu-4-dp4-tp1.json
+  "$CZ" plan -q --model "$odd" --cluster "$cl" --layout fsdp -o "$tmp/f.json"
+  "$CZ" validate "$tmp/f.json" --model "$odd" --cluster "$cl" >/dev/null
+  extra=() wire=fp32
+  [ "${2:-fp32}" = bf16 ] && extra=(--dtype bf16 --tolerance 3e-2 --update-tolerance 0.25) wire=bf16
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/f.json" --model "$odd" --steps 3 --verify "${extra[@]}" |
+    tee "$tmp/out"
+  grep -q "verify: OK" "$tmp/out"
+  grep -q "executor allocations in steps 2..4 (most on one rank): 0$" "$tmp/out"
+  # No reduce-scatter and no all-gather (the job's FSDP2 does both): what moved is the
+  # owners' all-to-alls.
+  grep -q "gradients $wire 0 bytes, parameters $wire 0 bytes$" "$tmp/out"
+  grep -Eq "micro-groups fp32 [1-9][0-9]* bytes" "$tmp/out"
+  [ "${2:-fp32}" = bf16 ] && exit 0
+  # Clipped by the global norm (about 378 here, summed over the shards, each row once).
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/f.json" --model "$odd" --steps 2 --verify \
+    --max-grad-norm 100 | tee "$tmp/out"
+  grep -q "verify: OK" "$tmp/out"
+  # The NaN/Inf check over the shards (rank 0's rows of odd.weight, owned elsewhere): every
+  # rank refuses the step before any update.
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/f.json" --model "$odd" --steps 1 \
+    --inject-nan odd.weight
+  [ "$(grep -c "the gradient of 'odd.weight' holds NaN or Inf (in some DP rank's FSDP2 shard" \
+    "$tmp/out")" -eq 4 ] || { echo "expected the refusal on all 4 ranks"; exit 1; }
+  # A gradient shard whose size contradicts the plan (one row too many for rank 2's share of
+  # odd.weight, bound through the C API): refused there naming the parameter, and the first
+  # step refused on every rank, none left in an exchange.
+  mpi -np 4 "${CZ_FSDP_BIND:?}" "$tmp/f.json" 2 odd.weight | tee "$tmp/out"
+  grep -q "rank 2: refused: bind_param('odd.weight'): shard shape \[3, 24\]" "$tmp/out"
+  [ "$(grep -c "step refused" "$tmp/out")" -eq 4 ] ||
+    { echo "expected the step refused on all 4 ranks"; exit 1; }
+  # What the fully sharded step does not run, refused on every rank: the bucket-wise step (no
+  # buckets) and TP > 1.
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/f.json" --model "$odd" --steps 1 --overlap
+  [ "$(grep -c "the plan's layout is fsdp, which has no buckets" "$tmp/out")" -eq 4 ] ||
+    { echo "expected the refusal on all 4 ranks"; exit 1; }
+  cl2=$src/plans/clusters/cpu-4-dp2-tp2.json
+  "$CZ" plan -q --model "$model" --cluster "$cl2" --layout fsdp -o "$tmp/f2.json"
+  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/f2.json" --model "$model" --steps 1
+  [ "$(grep -c "plan layout fsdp at tp = 2: the fully sharded step runs at TP 1" "$tmp/out")" \
+    -ge 4 ] || { echo "expected the refusal on all 4 ranks"; exit 1; }
+  ;;
+fsdp-soap)
+  # SOAP under the fully sharded step at DP4*TP1 against soap_ref (as `soap`: 12 calls,
+  # refresh every 5 updates, extra.weight's 64-row side rotated): each block's state lives on
+  # its matrix's owner.
+  : "${CZ_SOAP_REF:?}"
+  cl=$src/plans/clusters/cpu-4-dp4-tp1.json
+  "$CZ" plan -q --model "$model" --cluster "$cl" --layout fsdp --optimizer soap \
+    --precondition-frequency 5 --max-precond-dim 100 -o "$tmp/s.json"
+  "$CZ" validate "$tmp/s.json" --model "$model" --cluster "$cl" >/dev/null
+  mpi -np 4 "$CZ_BENCH" --plan "$tmp/s.json" --model "$model" --steps 12 --warmup 0 --seed 3 \
+    --dump-dir "$tmp/d" | tee "$tmp/out"
+  grep -q "executor allocations in steps 2..12 (most on one rank): 0$" "$tmp/out"
+  grep -q "gradients fp32 0 bytes, parameters fp32 0 bytes$" "$tmp/out"
+  "$CZ_SOAP_REF" "$tmp/s.json" "$tmp/d" 12 3 1e-4 1e-8
   ;;
 *)
   echo "usage: bench.sh verify CLUSTER DP TP [fp32|bf16] | mismatch | options | nan | dump |" \

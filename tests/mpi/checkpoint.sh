@@ -28,6 +28,12 @@
 #    (block tasks, the heads inside them), 10 more steps.
 #  Both: a Muon checkpoint is refused under NorMuon (no second moment), and a negative second
 #    moment is refused as damage.
+#  fsdp: 10 steps of a fully sharded plan at DP4·TP1 (AdamW moments saved from every rank's
+#    FSDP2 rows, each momentum from its owner), load under a fully sharded plan at DP2·TP1 (on
+#    2 ranks: other rows, other owners), 10 more steps; and the same file loaded under the
+#    ZeRO-1 plan at DP2·TP2 (one format for every layout), 10 more steps.
+#  fsdp-soap: the same with SOAP as soap's (8 calls, refresh every 5 updates): each block's
+#    state saved from and loaded into its owner.
 #  (Across expert grids: checkpoint_ep.sh.)
 # Equal means max|a-b|/max|b| <= 1e-5 per parameter. The gradients are the same on every DP
 # replica (so their average does not depend on the DP size) and come from files, so both runs
@@ -45,7 +51,8 @@ first=cpu-4-dp2-tp2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 layout=${1:-unified}
-mpi() { timeout $((120 * ${CZ_TIME_SCALE:-1})) mpirun --oversubscribe -np 4 "$@"; }
+# np: the ranks of a run (4; the second plan's np2 for its runs).
+mpi() { timeout $((120 * ${CZ_TIME_SCALE:-1})) mpirun --oversubscribe -np "${np:-4}" "$@"; }
 mpi_fails() { # every rank must fail cleanly (non-zero, not the timeout's 124)
   local rc=0
   mpi "$@" >"$tmp/out" 2>&1 || rc=$?
@@ -61,7 +68,7 @@ bench() { # prints how long each run took, to keep the test's time in view
 mode=${1:-muon}
 # Plan options (popt2: of the resumed plan, when they differ), resumed cluster, steps before
 # and after the save, bench options.
-popt2=()
+popt2=() np2=4
 case "$mode" in
 muon) popt=(); second=cpu-4-dp4-tp1; n1=20; n2=20; bopt=() ;;
 tasks) popt=(); popt2=(--split-blocks --coop 4); second=cpu-4-dp1-tp4; n1=10; n2=10; bopt=() ;;
@@ -84,7 +91,13 @@ normuon-row) model=$src/plans/models/test-heads.json; popt=(); second=cpu-4-dp4-
   n2=10; bopt=(--normuon row --normuon-beta2 0.9) ;;
 normuon-col) model=$src/plans/models/test-heads.json; popt=(); popt2=(--split-blocks)
   second=cpu-4-dp4-tp1; n1=10; n2=10; bopt=(--normuon col --normuon-beta2 0.9) ;;
-*) echo "usage: checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|heads|pp|pp-back|normuon-row|normuon-col]"; exit 2 ;;
+fsdp) first=cpu-4-dp4-tp1; popt=(--layout fsdp); popt2=(--layout fsdp --dp-size 2); np2=2
+  second=cpu-4-dp4-tp1; n1=10; n2=10; bopt=() ;;
+fsdp-soap)
+  first=cpu-4-dp4-tp1; popt=(--layout fsdp --optimizer soap --precondition-frequency 5
+    --max-precond-dim 100); popt2=("${popt[@]}" --dp-size 2); np2=2
+  second=cpu-4-dp4-tp1; n1=8; n2=8; bopt=() ;;
+*) echo "usage: checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|heads|pp|pp-back|normuon-row|normuon-col|fsdp|fsdp-soap]"; exit 2 ;;
 esac
 [ ${#popt2[@]} -gt 0 ] || popt2=("${popt[@]}")
 n=$((n1 + n2))
@@ -132,9 +145,9 @@ bench --plan "$tmp/a.json" --steps "$n" --grad-dir "$tmp/gall" --dump-dir "$tmp/
   > "$tmp/ref.log"
 bench --plan "$tmp/a.json" --steps "$n1" --grad-dir "$tmp/gall" --dump-dir "$tmp/mid" \
   --save-state "$tmp/state.safetensors" "${bopt[@]}" > "$tmp/first.log"
-bench --plan "$tmp/b.json" --steps "$n2" --grad-dir "$tmp/grest" --init-dir "$tmp/mid" \
+np=$np2 bench --plan "$tmp/b.json" --steps "$n2" --grad-dir "$tmp/grest" --init-dir "$tmp/mid" \
   --load-state "$tmp/state.safetensors" --dump-dir "$tmp/resumed" "${bopt[@]}" > "$tmp/second.log"
-bench --plan "$tmp/b.json" --steps "$n2" --grad-dir "$tmp/grest" --init-dir "$tmp/mid" \
+np=$np2 bench --plan "$tmp/b.json" --steps "$n2" --grad-dir "$tmp/grest" --init-dir "$tmp/mid" \
   --dump-dir "$tmp/fresh" "${bopt[@]}" > "$tmp/fresh.log"
 
 # compare.py A B TOL: max over parameters of max|a-b|/max|b|, and whether it is within TOL.
@@ -165,6 +178,15 @@ sys.exit(0 if worst <= tol else 1)
 PY
 echo "$mode: resumed at $second ${popt2[*]} after $n1 steps at $first ${popt[*]} vs $n uninterrupted steps:"
 python3 "$tmp/compare.py" "$tmp/resumed" "$tmp/ref" 1e-5
+if [ "$mode" = fsdp ] || [ "$mode" = fsdp-soap ]; then
+  echo "$mode: the same checkpoint resumed under the ZeRO-1 plan at DP2·TP2:"
+  zopt=()
+  [ "$mode" = fsdp-soap ] && zopt=(--optimizer soap --precondition-frequency 5 --max-precond-dim 100)
+  "$CZ" plan -q -m "$model" -c "$src/plans/clusters/cpu-4-dp2-tp2.json" "${zopt[@]}" -o "$tmp/z.json"
+  bench --plan "$tmp/z.json" --steps "$n2" --grad-dir "$tmp/grest" --init-dir "$tmp/mid" \
+    --load-state "$tmp/state.safetensors" --dump-dir "$tmp/zero1" > "$tmp/zero1.log"
+  python3 "$tmp/compare.py" "$tmp/zero1" "$tmp/ref" 1e-5
+fi
 echo "the same continuation without the saved state (must differ):"
 if python3 "$tmp/compare.py" "$tmp/fresh" "$tmp/ref" 1e-5; then
   echo "FAIL: resuming without the optimizer state matched: the comparison cannot tell"; exit 1
@@ -190,6 +212,8 @@ want = {
     "heads": ["exp_avg", "exp_avg_sq", "momentum"],
     "pp": ["exp_avg", "exp_avg_sq", "momentum"],
     "pp-back": ["exp_avg", "exp_avg_sq", "momentum"],
+    "fsdp": ["exp_avg", "exp_avg_sq", "momentum"],
+    "fsdp-soap": ["GG_left", "Q_left", "exp_avg", "exp_avg_sq"],
     "normuon-row": ["exp_avg", "exp_avg_sq", "momentum", "normuon_v"],
     "normuon-col": ["exp_avg", "exp_avg_sq", "momentum", "normuon_v"],
     "shampoo": ["exp_avg", "exp_avg_sq", "factor_left", "factor_right", "filtered_grad",
@@ -225,7 +249,7 @@ PY
 
 # The refusals below do not depend on the layout or the tasks: checked with plain plans only.
 if [ "$mode" = split ] || [ "$mode" = tasks ] || [ "$mode" = tasks-back ] || [ "$mode" = pp ] ||
-  [ "$mode" = pp-back ] || [ "$mode" = heads ]; then
+  [ "$mode" = pp-back ] || [ "$mode" = heads ] || [ "$mode" = fsdp ] || [ "$mode" = fsdp-soap ]; then
   echo "ok"
   exit 0
 fi

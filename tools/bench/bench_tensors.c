@@ -52,8 +52,21 @@ static int split_rank(const bench_place *w, const cz_plan *plan, const cz_plan_p
     return cz_bench_is_expert(plan, p) ? w->etp_rank : w->tp_rank;
 }
 
+/* A fully sharded plan's buffer is the rank's FSDP2 shards of its stage's parameters in plan
+ * order, unpadded (the executor's layout, docs/EXECUTOR.md "The fully sharded step"). */
+static int64_t fsdp_offset(const cz_plan *plan, const bench_place *w, const cz_plan_param *p)
+{
+    int64_t off = 0;
+    for (int i = 0; i < p->id; i++)
+        if (plan->params[i].stage == w->stage)
+            off += cz__fsdp_shard_numel(plan, &plan->params[i], w->dp_rank);
+    return off;
+}
+
 int64_t cz_bench_param_offset_at(const cz_plan *plan, const bench_place *w, const cz_plan_param *p)
 {
+    if (cz_plan_is_fsdp(plan))
+        return fsdp_offset(plan, w, p);
     return (cz_bench_is_expert(plan, p) ? w->expert_base : 0) + param_offset(plan, p);
 }
 
@@ -87,6 +100,17 @@ int cz_bench_fill_params(const bench_opts *o, const cz_plan *plan, const bench_p
             continue;
         float *dst = P + cz_bench_param_offset_at(plan, w, p);
         int n = cz_plan_param_tp(plan, p), r = split_rank(w, plan, p);
+        if (cz_plan_is_fsdp(plan)) {
+            /* This DP rank's rows of the whole tensor, as fully_shard leaves them. */
+            float *full = NULL;
+            int rc = cz_bench_initial_full(o, p, &full, err);
+            if (rc)
+                return rc;
+            cz_block sh = cz__fsdp_shard_block(plan, p, w->dp_rank);
+            memcpy(dst, full + sh.r0 * sh.cols, (size_t)(sh.rows * sh.cols) * sizeof(float));
+            free(full);
+            continue;
+        }
         if (!o->init_dir) {
             cz_bench_fill_shard(p, n, r, o->seed, 0, 0, 0, CZ_BENCH_PARAM_SCALE, dst);
             continue;
@@ -228,6 +252,32 @@ int cz_bench_dump_grads(const bench_opts *o, const cz_plan *plan, int total, cz_
     return rc;
 }
 
+/* A fully sharded plan's gradient shard of p: what FSDP2's reduce-scatter gives DP rank d,
+ * this rank's rows of the DP replicas' average (summed in replica order, then scaled by 1/DP,
+ * as the reference averages). */
+static int fsdp_grad(const bench_opts *o, const cz_plan *plan, const bench_place *w,
+                     const cz_plan_param *p, int64_t step, float *dst, cz_error *err)
+{
+    int64_t n = cz_bench_full_numel(p);
+    float *sum = malloc((size_t)n * sizeof(float)), *tmp = malloc((size_t)n * sizeof(float));
+    int rc =
+        sum && tmp ? CZ_OK : cz__error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->def.name);
+    for (int d = 0; d < plan->dp && !rc; d++) {
+        rc = cz_bench_full_grad(o, p, step, d, d ? tmp : sum, err);
+        for (int64_t k = 0; !rc && d && k < n; k++)
+            sum[k] += tmp[k];
+    }
+    if (!rc) {
+        float inv = 1.0f / (float)plan->dp;
+        cz_block sh = cz__fsdp_shard_block(plan, p, w->dp_rank);
+        for (int64_t k = 0; k < sh.rows * sh.cols; k++)
+            dst[k] = sum[sh.r0 * sh.cols + k] * inv;
+    }
+    free(sum);
+    free(tmp);
+    return rc;
+}
+
 /* This rank's gradient shards of one step: generated shard by shard, or cut from the full
  * tensors of --grad-dir (the same values when the files hold the generated ones). */
 int cz_bench_fill_grads(const bench_opts *o, const cz_plan *plan, const bench_place *w,
@@ -240,6 +290,10 @@ int cz_bench_fill_grads(const bench_opts *o, const cz_plan *plan, const bench_pl
             continue;
         float *dst = G + cz_bench_param_offset_at(plan, w, p);
         int n = cz_plan_param_tp(plan, p), r = split_rank(w, plan, p);
+        if (cz_plan_is_fsdp(plan)) {
+            rc = fsdp_grad(o, plan, w, p, step, dst, err);
+            continue;
+        }
         /* A routed expert's replicas are its expert-DP group's ranks, each holding what its
          * EP group's replicas route to it (cz_bench_rank_grad). */
         int replica = cz_bench_is_expert(plan, p) ? w->edp_rank : w->dp_rank, first;

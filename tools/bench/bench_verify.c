@@ -48,6 +48,42 @@ static void stage_to_root(int src, float *buf, int64_t n)
     cz_bench_wait(&r, MPI_COMM_WORLD, "canzona-bench's transfer of a later stage's parameters");
 }
 
+/* A fully sharded plan's (one stage, TP 1: the executor runs no other): every parameter's
+ * rows from every DP rank to world rank 0, in rank order, which is the full row-major tensor
+ * (FSDP2's shards are consecutive bands of rows). */
+static int gather_fsdp(const cz_plan *plan, const float *P, float **full, cz_error *err)
+{
+    bench_place w = cz_bench_place_make(plan, 0, cz_bench_rank, 0);
+    int *counts = malloc((size_t)plan->dp * sizeof *counts),
+        *displs = malloc((size_t)plan->dp * sizeof *displs);
+    if (!counts || !displs) {
+        fprintf(stderr, "canzona-bench: rank %d: out of memory gathering the shards\n",
+                cz_bench_rank);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    for (size_t i = 0; i < plan->nparams; i++) {
+        const cz_plan_param *p = &plan->params[i];
+        for (int d = 0, at = 0; d < plan->dp; d++) {
+            counts[d] = (int)cz__fsdp_shard_numel(plan, p, d);
+            displs[d] = at;
+            at += counts[d];
+        }
+        if (cz_bench_rank == 0 &&
+            !(full[i] = malloc((size_t)cz_bench_full_numel(p) * sizeof(float)))) {
+            fprintf(stderr, "canzona-bench: rank 0: out of memory gathering '%s'\n", p->def.name);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        MPI_Request r;
+        MPI_Igatherv(P + cz_bench_param_offset_at(plan, &w, p), counts[cz_bench_rank], MPI_FLOAT,
+                     full[i], counts, displs, MPI_FLOAT, 0, MPI_COMM_WORLD, &r);
+        cz_bench_wait(&r, MPI_COMM_WORLD, "canzona-bench's gather of the FSDP2 shards");
+    }
+    free(counts);
+    free(displs);
+    (void)err;
+    return CZ_OK;
+}
+
 /* Gathers every parameter's full tensor to world rank 0: each stage's from the TP ranks of its
  * DP rank 0 (after the all-gather every DP replica holds all of its stage's parameters), then
  * a later stage's from that stage's first rank. full[i] is set on rank 0. An allocation failure
@@ -55,6 +91,8 @@ static void stage_to_root(int src, float *buf, int64_t n)
 int cz_bench_gather_full(const cz_plan *plan, const bench_place *w, MPI_Comm row, MPI_Comm erow,
                          const float *P, float **full, cz_error *err)
 {
+    if (cz_plan_is_fsdp(plan))
+        return gather_fsdp(plan, P, full, err);
     int rank, erank, rc = CZ_OK, per_stage = plan->dp * plan->tp;
     MPI_Comm_rank(row, &rank);
     MPI_Comm_rank(erow, &erank);

@@ -22,6 +22,9 @@ struct cz_comm_backend {
     const char *name;
     /* The planes read and write backend memory from the host. */
     bool host_driven;
+    /* The fully sharded step's owner exchanges (the pipeline's grouped sends and receives over
+     * the shard group) are tested on this backend's planes (cz__comm_runs_fsdp). */
+    bool fsdp;
     /* Opens the control plane and the world data plane. */
     int (*open)(const cz_exec_config *cfg, cz_ctrl *ctrl, cz_plane *world, cz_error *err);
     /* The DP or TP plane over the job's own group (which: CZ_COMM_DP/TP; handle the
@@ -165,10 +168,10 @@ static int self_open(const cz_exec_config *cfg, cz_ctrl *ctrl, cz_plane *world, 
 
 /* In the order the message lists them. */
 static const cz_comm_backend backends[] = {
-    {"mpi", true, mpi_open, mpi_wrap, NULL},
-    {"nccl", false, nccl_open, nccl_wrap, nccl_reserve},
-    {"callbacks", true, callbacks_open, callbacks_wrap, callbacks_reserve},
-    {"self", true, self_open, NULL, NULL},
+    {"mpi", true, true, mpi_open, mpi_wrap, NULL},
+    {"nccl", false, false, nccl_open, nccl_wrap, nccl_reserve},
+    {"callbacks", true, false, callbacks_open, callbacks_wrap, callbacks_reserve},
+    {"self", true, true, self_open, NULL, NULL},
 };
 enum { NBACKENDS = sizeof backends / sizeof backends[0] };
 
@@ -201,6 +204,11 @@ const char *cz__comm_name(const cz_comm_backend *b)
 bool cz__comm_host_driven(const cz_comm_backend *b)
 {
     return b->host_driven;
+}
+
+bool cz__comm_runs_fsdp(const cz_comm_backend *b)
+{
+    return b->fsdp;
 }
 
 int cz__comm_subplane(const cz_comm_backend *b, const cz_exec_config *cfg, const cz_ctrl *ctrl,

@@ -11,6 +11,7 @@
 #include "compute.h"
 #include "cz_format.h"
 #include "executor_impl.h"
+#include "fsdp_shard.h"
 
 #include <string.h>
 
@@ -78,6 +79,12 @@ int cz_executor_bind_typed(cz_executor *ex, void *params, void *grads, size_t nu
     if (ex->bind.per_param)
         return cz__error_set(err, CZ_EINVALID,
                              "bind_buffers: parameters were already bound one by one");
+    if (numel != ex->buffer_numel && cz_plan_is_fsdp(ex->plan))
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "bind_buffers: buffers hold %zu elements but DP rank %d's FSDP2 "
+                             "shards of its stage's parameters hold %zu (each parameter's rows "
+                             "as torch.chunk cuts them along dim 0, in plan order)",
+                             numel, ex->grid.dp_rank, ex->buffer_numel);
     if (numel != ex->buffer_numel)
         return cz__error_set(err, CZ_EMISMATCH,
                              "bind_buffers: buffers hold %zu elements but the plan's buckets need "
@@ -131,7 +138,20 @@ int cz_executor_bind_param_typed(cz_executor *ex, const char *name, void *param,
                              "parameters",
                              name, p->stage, ex->grid.stage);
     int64_t lr = p->local_shape[0], lc = p->def.ndim == 1 ? 1 : p->local_shape[1];
-    if (rows != lr || cols != lc)
+    /* A fully sharded plan's gradient shard is FSDP2's: the rows torch.chunk gives this DP rank
+     * (the step's first agreement then refuses it on every rank: this one has not bound it). */
+    cz_block sh = cz__fsdp_shard_block(plan, p, ex->grid.dp_rank);
+    if (cz_plan_is_fsdp(plan) && (rows != sh.rows || cols != sh.cols))
+        return cz__error_set(
+            err, CZ_EMISMATCH,
+            "bind_param('%s'): shard shape [%lld, %lld] but DP rank %d of %d holds rows "
+            "[%lld, %lld) of the [%lld, %lld] parameter (FSDP2's torch.chunk "
+            "along dim 0: ceil(%lld / %d) = %lld rows per rank, the last ranks "
+            "fewer): expected [%lld, %lld]",
+            name, (long long)rows, (long long)cols, ex->grid.dp_rank, ex->grid.dp, (long long)sh.r0,
+            (long long)(sh.r0 + sh.rows), (long long)lr, (long long)lc, (long long)lr, ex->grid.dp,
+            (long long)p->shard_rows, (long long)sh.rows, (long long)sh.cols);
+    if (!cz_plan_is_fsdp(plan) && (rows != lr || cols != lc))
         return cz__error_set(err, CZ_EMISMATCH,
                              "bind_param('%s'): buffer shape [%lld, %lld] but the plan's local "
                              "shape (full [%lld, %lld], tp_dim %d, tp %d) is [%lld, %lld]",
@@ -179,7 +199,7 @@ void cz__binding_stage_in_param(cz_executor *ex, size_t i, bool params)
 {
     cz_compute *c = &ex->compute;
     cz_exec_binding *b = &ex->bind;
-    int64_t off = ex->held.param_off[i], n = ex->plan->params[i].numel;
+    int64_t off = ex->held.param_off[i], n = ex->held.param_numel[i];
     if (params)
         c->ops->convert(c, b->stage_params + off, CZ_DTYPE_FP32, job_param(b, i, off), b->dtype, n);
     c->ops->convert(c, b->stage_grads + off, CZ_DTYPE_FP32, job_grad(b, i, off), b->dtype, n);
@@ -189,7 +209,7 @@ void cz__binding_stage_out_param(cz_executor *ex, size_t i)
 {
     cz_compute *c = &ex->compute;
     cz_exec_binding *b = &ex->bind;
-    int64_t off = ex->held.param_off[i], n = ex->plan->params[i].numel;
+    int64_t off = ex->held.param_off[i], n = ex->held.param_numel[i];
     c->ops->convert(c, job_param(b, i, off), b->dtype, b->stage_params + off, CZ_DTYPE_FP32, n);
 }
 

@@ -335,6 +335,12 @@ static int ovl_wait_reduced(cz_executor *ex, bool scale, size_t upto, cz_error *
 static int ovl_begin(cz_executor *ex, const char *what, cz_error *err)
 {
     int rc;
+    /* Alike on every rank (the plan's layout): nothing is posted. */
+    if (cz_plan_is_fsdp(ex->plan))
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "%s: the plan's layout is fsdp, which has no buckets (FSDP2 "
+                             "reduce-scatters and all-gathers its own): use cz_executor_step",
+                             what);
     /* The all-gathers' order comes from every rank's schedule (gather_keys), which a rank of a
      * split plan does not hold: its folder records it, or (written by an earlier canzona) the
      * step is refused before anything is posted, alike on every rank of that folder. */
@@ -724,6 +730,10 @@ size_t cz__bucket_step_gathers_posted(const cz_executor *ex)
 /* Why early updates cannot be on for this executor now (CZ_OK: they can). */
 static int early_refusal(const cz_executor *ex, cz_error *err)
 {
+    if (cz_plan_is_fsdp(ex->plan))
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "set_early_updates: the plan's layout is fsdp, which has no "
+                             "buckets to update early from (the bucket-wise step does not apply)");
     if ((ex->bws && ex->bws->active) || ex->async.active)
         return cz__error_set(err, CZ_EINVALID,
                              "set_early_updates: a step is in progress (finish it first)");

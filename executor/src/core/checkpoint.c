@@ -127,6 +127,9 @@ static const cz_rank_schedule *owner_schedule(const cz_plan *plan, const cz_plan
     if (cz_plan_has_experts(plan) && p->expert)
         return &plan->expert_schedules[cz_plan_expert_rank(plan, p->stage, p->ep_rank,
                                                            p->dp_owner)];
+    /* A fully sharded plan has one per stage, over its shard group. */
+    if (cz_plan_is_fsdp(plan))
+        return &plan->schedules[p->stage];
     /* Schedules are stage-major: one per (stage, DP rank). */
     return &plan->schedules[(size_t)p->stage * (size_t)plan->dp + (size_t)p->dp_owner];
 }
@@ -201,6 +204,9 @@ static int my_split(const cz_executor *ex, const cz_plan_param *p)
  * 0 names them). */
 static bool holds_part(const cz_executor *ex, const cz_plan_param *p, const cz_exec_part *x)
 {
+    /* A fully sharded plan's part is the whole matrix, on its owner (TP 1: its DP rank). */
+    if (cz_plan_is_fsdp(ex->plan))
+        return my_owner(ex, p) == p->dp_owner;
     return my_owner(ex, p) == p->dp_owner && (ex->grid.sc || my_split(ex, p) == x->slot);
 }
 
@@ -388,7 +394,9 @@ static int save_parts(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int6
     if ((rc = task_parts(ex, e->param, &v, &n, err)) != CZ_OK)
         goto done;
     for (int k = 0; k < n; k++) {
-        int src = (int)grid[place(ex, p, p->dp_owner, ex->grid.sc ? 0 : v[k].slot)];
+        /* A part's slot is its TP rank; a fully sharded plan's, the owner GPU (TP 1). */
+        int t = ex->grid.sc || cz_plan_is_fsdp(ex->plan) ? 0 : v[k].slot;
+        int src = (int)grid[place(ex, p, p->dp_owner, t)];
         const float *buf = ex->planes.world.rank == src ? part_buffer(e, &v[k].part) : NULL;
         cz_block r = part_rect(e, &v[k].part);
         if ((rc = fetch(ex, b, buf, r.rows * r.cols, src, b->part, err)) != CZ_OK)

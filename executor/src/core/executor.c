@@ -10,6 +10,7 @@
 #include "compute.h"
 #include "cz_format.h"
 #include "executor_impl.h"
+#include "fsdp_shard.h"
 #include "optimizer.h"
 #include "qk_clip.h"
 #include "shard.h"
@@ -50,6 +51,10 @@ int cz_executor_set_qk_clip(cz_executor *ex, const cz_qk_clip_spec *spec, cz_err
 {
     if (!ex)
         return cz__error_set(err, CZ_EINVALID, "set_qk_clip: executor is NULL");
+    if (spec && cz_plan_is_fsdp(ex->plan))
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "set_qk_clip: QK-clip is not implemented for a fully sharded (fsdp) "
+                             "plan (its heads' rows are cut by FSDP2's shards)");
     if (spec && cz__bucket_step_early(ex))
         return cz__error_set(err, CZ_EUNSUPPORTED,
                              "set_qk_clip: early updates are on: their parameter all-gathers "
@@ -81,6 +86,7 @@ static int alloc_tables(cz_executor *ex, cz_error *err)
     ex->own.piece_lo = cz__exec_calloc(n, sizeof *ex->own.piece_lo);
     ex->own.piece_len = cz__exec_calloc(n, sizeof *ex->own.piece_len);
     ex->held.param_off = cz__exec_calloc(n, sizeof *ex->held.param_off);
+    ex->held.param_numel = cz__exec_calloc(n, sizeof *ex->held.param_numel);
     ex->own.stats = c->ops->alloc(c, n * sizeof *ex->own.stats);
     ex->own.stats_host = cz__exec_calloc(n, sizeof *ex->own.stats_host);
     ex->held.params = cz__exec_calloc(n, sizeof *ex->held.params);
@@ -90,7 +96,8 @@ static int alloc_tables(cz_executor *ex, cz_error *err)
     if (!ex->ev_grads || !ex->ev_params)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for compute events");
     if (!ex->own.ids || !ex->own.piece_lo || !ex->own.piece_len || !ex->held.param_off ||
-        !ex->own.stats || !ex->own.stats_host || !ex->held.params || !ex->held.buckets)
+        !ex->held.param_numel || !ex->own.stats || !ex->own.stats_host || !ex->held.params ||
+        !ex->held.buckets)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's tables");
     /* The stage's dense buckets first; the expert buckets of this rank's EP rank after them
      * (their offsets are within the expert buffer, which starts at expert_base). Another stage's
@@ -114,10 +121,44 @@ static int alloc_tables(cz_executor *ex, cz_error *err)
     for (size_t i = 0; i < plan->nparams; i++)
         if (cz__exec_holds(ex, &plan->params[i]))
             ex->held.params[ex->held.nparams++] = (int)i;
+    /* A fully sharded plan has no buckets: this rank's buffer is its FSDP2 shards of its
+     * stage's parameters, in plan order, unpadded (docs/EXECUTOR.md, "The fully sharded step"). */
+    for (int k = 0; cz_plan_is_fsdp(plan) && k < ex->held.nparams; k++) {
+        int i = ex->held.params[k];
+        ex->held.param_off[i] = (int64_t)ex->buffer_numel;
+        ex->held.param_numel[i] = cz__fsdp_shard_numel(plan, &plan->params[i], ex->grid.dp_rank);
+        ex->buffer_numel += (size_t)ex->held.param_numel[i];
+    }
     ex->scratch = falloc(ex, maxrange);
     if (!ex->scratch)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for a %lld-element scratch buffer",
                              (long long)maxrange);
+    return CZ_OK;
+}
+
+/* A fully sharded plan's: this rank's shard of every parameter of its stage (alloc_tables laid
+ * them out) is its own to update with the elementwise optimizer, or to apply its matrix's update
+ * to, and its gradient's statistics are this rank's share of the norm (the shards are
+ * disjoint: each element counted once). */
+static int own_shards(cz_executor *ex, cz_error *err)
+{
+    const cz_plan *plan = ex->plan;
+    int rc;
+    for (int k = 0; k < ex->held.nparams; k++) {
+        int i = ex->held.params[k];
+        const cz_plan_param *p = &plan->params[i];
+        ex->own.piece_lo[i] = 0;
+        ex->own.piece_len[i] = ex->held.param_numel[i];
+        ex->own.ids[ex->own.n++] = i;
+        cz_optim *o = p->def.kind == CZ_KIND_MATRIX ? &ex->matrix_opt : &ex->elem_opt;
+        /* The piece's place in the parameter: its FSDP2 rows' first element (cz__param_piece,
+         * which the checkpoints place it by). */
+        int64_t lo;
+        cz__param_piece(plan, p, ex->grid.dp_rank, &lo);
+        cz_opt_shard s = {p, ex->held.param_off[i], lo, ex->held.param_numel[i]};
+        if (o->ops->shard_add && (rc = o->ops->shard_add(o, &s, err)) != CZ_OK)
+            return rc;
+    }
     return CZ_OK;
 }
 
@@ -127,6 +168,8 @@ static int own_params(cz_executor *ex, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
     int rc;
+    if (cz_plan_is_fsdp(plan))
+        return own_shards(ex, err);
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
         /* The plan check found every parameter's bucket. */
@@ -139,6 +182,7 @@ static int own_params(cz_executor *ex, cz_error *err)
         int d = expert ? ex->grid.edp_rank : ex->grid.dp_rank;
         ex->held.param_off[i] =
             (expert ? ex->grid.expert_base : 0) + plan->buckets[b].offset + p->offset;
+        ex->held.param_numel[i] = p->numel;
         ex->own.piece_len[i] = cz__param_piece(plan, p, d, &ex->own.piece_lo[i]);
         if (ex->own.piece_len[i] == 0 && p->dp_owner != d)
             continue;
@@ -283,6 +327,43 @@ static int check_grid(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
     return CZ_OK;
 }
 
+/* What the fully sharded step (docs/EXECUTOR.md, "The fully sharded step") runs today: TP 1,
+ * one stage, the planes whose exchanges are tested for it (comm.h), Muon without NorMuon or
+ * SOAP (optimizer.h). Each refusal says what to change. */
+static int check_fsdp(const cz_executor *ex, const cz_exec_config *cfg, const cz_plan *plan,
+                      cz_error *err)
+{
+    const char *plane = cz__comm_name(ex->comm);
+    /* HSDP: the shards are over one replica's ranks and the owners per replica (or over all
+     * of them); the step's row geometry is plain FSDP's. */
+    if (cz_plan_fsdp_replicas(plan) > 1)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "plan layout fsdp with HSDP (settings.replicate = %d): the fully "
+                             "sharded step runs plain FSDP only; plan the job without "
+                             "--replicate-size, or with --layout unified",
+                             cz_plan_fsdp_replicas(plan));
+    if (plan->tp != 1)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "plan layout fsdp at tp = %d: the fully sharded step runs at TP 1 "
+                             "only (its shards are FSDP2's dim-0 rows of whole matrices; the 2-D "
+                             "TP x FSDP shards are not implemented); plan the job at tp 1, or "
+                             "with --layout unified",
+                             plan->tp);
+    if (plan->pp != 1)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "plan layout fsdp at pp = %d: the fully sharded step runs one "
+                             "pipeline stage only; plan the job at pp 1, or with --layout "
+                             "unified",
+                             plan->pp);
+    if (!cz__comm_runs_fsdp(ex->comm))
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "plan layout fsdp on the '%s' comm plane: the fully sharded step "
+                             "runs on the mpi and self planes only (its owners' exchanges are "
+                             "not tested on '%s' yet); use comm = \"mpi\"",
+                             plane, plane);
+    return cz__optimizer_fsdp_check(plan, cfg, err);
+}
+
 /* The checks each rank makes alone, before the ranks agree: the plan and the configuration,
  * the compute backend, the optimizers' settings, the grid. */
 static int check_local(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
@@ -291,15 +372,9 @@ static int check_local(cz_executor *ex, const cz_exec_config *cfg, cz_error *err
     int rc;
     if (!plan)
         return cz__error_set(err, CZ_EINVALID, "no plan given");
-    /* First, before anything reads buckets or per-DP-rank schedules that such a plan has not:
-     * the fully sharded layout is planned, validated and simulated, not run yet. */
-    if (cz_plan_is_fsdp(plan))
-        return cz__error_set(err, CZ_EUNSUPPORTED,
-                             "plan layout fsdp: this executor runs ZeRO-1 plans only (layouts "
-                             "unified and split, whose DP ranges it reduce-scatters itself); a "
-                             "fully sharded plan's gradients and parameters are FSDP2's, and its "
-                             "owners' exchanges are not implemented here yet. Plan the job with "
-                             "--layout unified (or split) to run it with this executor");
+    /* First, before anything reads what such a plan has not (buckets, per-DP-rank schedules). */
+    if (cz_plan_is_fsdp(plan) && (rc = check_fsdp(ex, cfg, plan, err)) != CZ_OK)
+        return rc;
     if ((rc = open_compute(ex, cfg, err)) != CZ_OK ||
         (rc = check_space(ex, cfg, plan, err)) != CZ_OK ||
         (rc = cz__optimizer_open(&ex->elem_opt, CZ_KIND_ELEMENTWISE, plan, &ex->compute, cfg,
@@ -460,7 +535,13 @@ static int setup(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
         return rc;
     if ((rc = cz__comm_reserve(ex->comm, &ex->planes.dp, ex->plan, err)) != CZ_OK)
         return rc;
-    /* One per (stage, DP rank) (the plan check counted them; a slice has its rank's). */
+    /* A fully sharded plan has one per stage, over the shard group (the plan check counted
+     * them); the other layouts one per (stage, DP rank) (a slice has its rank's). */
+    if (cz_plan_is_fsdp(ex->plan)) {
+        CZ_ASSERT((size_t)ex->grid.stage < ex->plan->nschedules, err);
+        ex->schedule = &ex->plan->schedules[ex->grid.stage];
+        return alloc_state(ex, err);
+    }
     ex->schedule = cz_plan_rank_schedule(ex->plan, ex->grid.stage, ex->grid.dp_rank);
     if (!ex->schedule)
         return slice_mismatch(ex, err);
@@ -559,6 +640,7 @@ void cz_executor_free(cz_executor *ex)
     cz__exec_free(ex->own.piece_lo);
     cz__exec_free(ex->own.piece_len);
     cz__exec_free(ex->held.param_off);
+    cz__exec_free(ex->held.param_numel);
     cz__exec_free(ex->rates.param);
     cz__exec_free(ex->own.stats_host);
     cz__wire_free(ex);

@@ -43,11 +43,13 @@ typedef struct cz_exec_planes {
 
 /* This rank's share of the plan's buckets and parameters (cz__exec_holds_bucket, cz__exec_holds),
  * listed once at create, indices ascending, and where each parameter's local shard starts in
- * the flat buffers (its bucket's offset plus its own; indexed by param id). */
+ * the flat buffers (its bucket's offset plus its own; a fully sharded plan's: its FSDP2 shards
+ * in plan order) and how many elements of it this rank holds there (numel; a fully sharded
+ * plan's: its shard's), indexed by param id. */
 typedef struct cz_exec_held {
     int *buckets, *params;
     int nbuckets, nparams;
-    int64_t *param_off;
+    int64_t *param_off, *param_numel;
 } cz_exec_held;
 
 /* The parameters this rank updates, every kind (ids ascending). A split-layout plan's

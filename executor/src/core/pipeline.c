@@ -13,6 +13,12 @@
  * Replicated matrices (tp_dim null) are whole on every TP rank: the host uses its own copy of
  * the gradient (nothing gathered) and sends the whole update to every TP rank.
  *
+ * A fully sharded plan (FSDP2, TP 1) runs the same pipeline over the stage's shard group (the
+ * DP plane): a slot is a GPU of it, a rank's shard of a matrix is the rows FSDP2 gives it
+ * (fsdp_shard.h; nothing is replicated), and the two all-to-alls of a group bring each whole
+ * gradient to its owner and return the update's rows to every rank (docs/EXECUTOR.md, "The
+ * fully sharded step").
+ *
  * Everything moves by parts: a part is the region of the full matrix one slot computes: a
  * whole matrix (today's task), one block of it (a block task), or one member's slice of a
  * cooperative task's region (cz__task_parts). The holder of a part receives from every TP
@@ -49,6 +55,7 @@
 #include "compute.h"
 #include "cz_format.h"
 #include "executor_impl.h"
+#include "fsdp_shard.h"
 #include "ns_coop.h"
 #include "optimizer.h"
 #include "shard.h"
@@ -114,6 +121,9 @@ struct cz_pipeline {
     cz_plane *plane; /* the TP plane */
     int tp, tp_rank; /* its size and this rank's place */
     bool sc;         /* every rank computes every task (synchronous compute) */
+    /* A fully sharded plan's: the plane is the stage's shard group (the DP plane at TP 1), a
+     * slot is a GPU of it, and a rank's shard of a matrix is its FSDP2 rows (fsdp_shard.h). */
+    bool fsdp;
     int ngroups;
     pgroup *groups;
     /* The groups by readiness (ready ascending, then id): the order of early updates, the same
@@ -138,9 +148,30 @@ struct cz_pipeline {
     int64_t sent_bytes;
 };
 
-static bool replicated(const cz_plan_param *p)
+/* Whole on every rank of the plane: a TP-replicated matrix (never under FSDP, which shards
+ * every parameter over the shard group). */
+static bool replicated(const struct cz_pipeline *pp, const cz_plan_param *p)
 {
-    return p->def.tp_dim < 0;
+    return !pp->fsdp && p->def.tp_dim < 0;
+}
+
+/* Elements of rank r's shard of p inside b, and the runs between it and a message: the plan's
+ * TP shard, or under FSDP the rank's FSDP2 rows (the same contract, fsdp_shard.h). */
+static int64_t shard_in(const struct cz_pipeline *pp, const cz_plan_param *p, int r,
+                        const cz_block *b)
+{
+    return pp->fsdp ? cz__fsdp_region_numel(pp->cx.plan, p, r, b)
+                    : cz__shard_region_numel(p, pp->tp, r, b);
+}
+
+static int region_runs(const struct cz_pipeline *pp, const cz_plan_param *p, int r,
+                       const cz_block *b, int64_t msg_off, int64_t other_off, int other_is_shard,
+                       int to_msg, cz_run_list *l, cz_error *err)
+{
+    if (pp->fsdp)
+        return cz__fsdp_region_runs(pp->cx.plan, p, r, b, msg_off, other_off, other_is_shard,
+                                    to_msg, l, err);
+    return cz__region_runs(p, pp->tp, r, b, msg_off, other_off, other_is_shard, to_msg, l, err);
 }
 
 static bool holds(struct cz_pipeline *pp, const cz_exec_part *x)
@@ -159,13 +190,13 @@ static int64_t gcount(struct cz_pipeline *pp, const cz_exec_part *x, int r)
 {
     const cz_pipeline_ctx *cx = &pp->cx;
     const cz_plan_param *p = &cx->plan->params[x->param];
-    return replicated(p) ? 0 : cz__shard_region_numel(p, pp->tp, r, &x->part);
+    return replicated(pp, p) ? 0 : shard_in(pp, p, r, &x->part);
 }
 
 static int64_t scount(struct cz_pipeline *pp, const cz_exec_part *x, int r)
 {
     const cz_pipeline_ctx *cx = &pp->cx;
-    return cz__shard_region_numel(&cx->plan->params[x->param], pp->tp, r, &x->part);
+    return shard_in(pp, &cx->plan->params[x->param], r, &x->part);
 }
 
 static int list_parts(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
@@ -280,10 +311,10 @@ static int map_gather_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, c
         for (int i = 0; i < pg->nparts; i++) {
             const cz_exec_part *x = &pg->parts[i];
             const cz_plan_param *p = &cx->plan->params[x->param];
-            if (replicated(p) || (!pp->sc && x->slot != s))
+            if (replicated(pp, p) || (!pp->sc && x->slot != s))
                 continue;
-            if ((rc = cz__region_runs(p, tp, me, &x->part, pos, cx->param_off[p->id], 1, 1, l,
-                                      err)) != CZ_OK)
+            if ((rc = region_runs(pp, p, me, &x->part, pos, cx->param_off[p->id], 1, 1, l, err)) !=
+                CZ_OK)
                 return rc;
             pos += gcount(pp, x, me);
         }
@@ -326,10 +357,9 @@ static int map_unpack(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_err
         int64_t rpos = pg->gather_recv_displs[r];
         for (int k = 0; k < pg->nhosted; k++) {
             const hpart *h = &pg->hosted[k];
-            if (replicated(h->p))
+            if (replicated(pp, h->p))
                 continue;
-            if ((rc = cz__region_runs(h->p, tp, r, &h->x.part, rpos, h->off, 0, 0, l, err)) !=
-                CZ_OK)
+            if ((rc = region_runs(pp, h->p, r, &h->x.part, rpos, h->off, 0, 0, l, err)) != CZ_OK)
                 return rc;
             rpos += gcount(pp, &h->x, r);
         }
@@ -340,9 +370,9 @@ static int map_unpack(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_err
     for (int k = 0; k < pg->nhosted; k++) {
         const hpart *h = &pg->hosted[k];
         /* The message of a replicated part is the part itself. */
-        if (replicated(h->p) &&
-            (rc = cz__region_runs(h->p, tp, me, &h->x.part, h->off, cx->param_off[h->p->id], 1, 1,
-                                  l, err)) != CZ_OK)
+        if (replicated(pp, h->p) &&
+            (rc = region_runs(pp, h->p, me, &h->x.part, h->off, cx->param_off[h->p->id], 1, 1, l,
+                              err)) != CZ_OK)
             return rc;
     }
     return make_runs(cx, l, &pg->unpack_local, err);
@@ -360,8 +390,7 @@ static int map_scatter_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, 
         int64_t spos = pp->sc ? 0 : pg->scatter_send_displs[r];
         for (int k = 0; k < pg->nhosted; k++) {
             const hpart *h = &pg->hosted[k];
-            if ((rc = cz__region_runs(h->p, tp, r, &h->x.part, spos, h->off, 0, 1, l, err)) !=
-                CZ_OK)
+            if ((rc = region_runs(pp, h->p, r, &h->x.part, spos, h->off, 0, 1, l, err)) != CZ_OK)
                 return rc;
             spos += scount(pp, &h->x, r);
         }
@@ -384,8 +413,8 @@ static int map_apply_part(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, in
     const cz_plan_param *p = &cx->plan->params[x->param];
     cz_run_list lp = {0};
     int rc;
-    if ((rc = cz__region_runs(p, pp->tp, pp->tp_rank, &x->part, upos, cx->param_off[p->id], 1, 0,
-                              &lp, err)) != CZ_OK)
+    if ((rc = region_runs(pp, p, pp->tp_rank, &x->part, upos, cx->param_off[p->id], 1, 0, &lp,
+                          err)) != CZ_OK)
         goto done;
     for (size_t k = 0; k < lp.n; k++)
         if ((rc = cz__run_list_add(l, lp.v[k].dst, lp.v[k].src, lp.v[k].len, err)) != CZ_OK)
@@ -583,7 +612,8 @@ static int pipeline_open(cz_executor *ex, const cz_rank_schedule *rs, cz_plane *
         .plane = plane,
         .tp = tp,
         .tp_rank = tp_rank,
-        .sc = sc};
+        .sc = sc,
+        .fsdp = cz_plan_is_fsdp(ex->plan)};
     /* The splits are collective: first, before anything a rank could fail alone. */
     if ((rc = open_width_planes(pp, err)) != CZ_OK || (rc = layout_groups(pp, err)) != CZ_OK)
         return rc;
@@ -642,7 +672,7 @@ int cz__exec_pipeline_probe(const cz_plan *plan, const cz_rank_schedule *rs, int
         z.apply += sc ? pg->scatter_n : 0;
         for (int k = 0; k < pg->nhosted; k++) {
             z.hosted += pg->hosted[k].numel;
-            z.unpack += replicated(pg->hosted[k].p) ? pg->hosted[k].numel : 0;
+            z.unpack += replicated(pp, pg->hosted[k].p) ? pg->hosted[k].numel : 0;
         }
     }
     if (out)
@@ -655,6 +685,11 @@ done:
 int cz__exec_pipeline_init(cz_executor *ex, cz_error *err)
 {
     int rc;
+    /* A fully sharded plan's micro-groups span the stage's shard group, whose GPU k is slot k:
+     * at TP 1 (the only TP the executor runs such plans at) that is the DP plane, DP rank k. */
+    if (cz_plan_is_fsdp(ex->plan))
+        return pipeline_open(ex, ex->schedule, &ex->planes.dp, ex->grid.dp, ex->grid.dp_rank, false,
+                             &ex->pipe, err);
     if ((rc = pipeline_open(ex, ex->schedule, &ex->planes.tp, ex->grid.tp, ex->grid.tp_rank,
                             ex->grid.sc, &ex->pipe, err)) != CZ_OK)
         return rc;

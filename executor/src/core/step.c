@@ -179,6 +179,11 @@ static int grad_stats(cz_executor *ex, float *G, const cz_step_early *early, cz_
         rc = ex->ctrl.ops->allreduce_min_i64(&ex->ctrl, &bad, 1, err);
         if (rc)
             return rc;
+        if (bad != INT64_MAX && cz_plan_is_fsdp(plan))
+            return cz__error_set(err, CZ_EINVALID,
+                                 "step %lld: the gradient of '%s' holds NaN or Inf (in some DP "
+                                 "rank's FSDP2 shard of it); no parameter was changed",
+                                 (long long)(ex->steps + 1), plan->params[bad].def.name);
         if (bad != INT64_MAX && plan->params[bad].dp_owner < 0)
             return cz__error_set(err, CZ_EINVALID,
                                  "step %lld: the averaged gradient of '%s' holds NaN or Inf (found "
@@ -320,10 +325,14 @@ static int run_step(cz_executor *ex, cz_error *err)
         P = ex->bind.stage_params;
         G = ex->bind.stage_grads;
     }
+    /* A fully sharded plan's gradients come reduce-scattered and its parameters are
+     * all-gathered by the job's FSDP2: the step is the updates alone (their exchanges are the
+     * micro-groups' all-to-alls), and its reduce-scatter and all-gather phases take no time. */
+    bool fsdp = cz_plan_is_fsdp(ex->plan);
     /* The reduce-scatter reads the gradients once every op before (staging) is done. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_grads);
     ex->phase = (cz_phase){"gradient reduce-scatter", step};
-    rc = reduce_scatter(ex, G, err);
+    rc = fsdp ? CZ_OK : reduce_scatter(ex, G, err);
     if (rc != CZ_OK || (rc = cz__step_update_all(ex, P, G, NULL, t0, &t, err)) != CZ_OK)
         return rc;
     t1 = cz__exec_now();
@@ -331,7 +340,7 @@ static int run_step(cz_executor *ex, cz_error *err)
     /* The all-gather reads the parameters once every update (both optimizers') is applied. */
     ex->compute.ops->event_record(&ex->compute, ex->ev_params);
     ex->phase = (cz_phase){"parameter all-gather", step};
-    if ((rc = all_gather(ex, P, err)) != CZ_OK) {
+    if (!fsdp && (rc = all_gather(ex, P, err)) != CZ_OK) {
         cz__exec_poison(ex, "step %lld failed in its parameter all-gather, after its updates",
                         (long long)step);
         return rc;

@@ -38,6 +38,26 @@ int cz__optimizer_plan_check(const cz_plan *plan, cz_error *err)
     return CZ_OK;
 }
 
+int cz__optimizer_fsdp_check(const cz_plan *plan, const cz_exec_config *cfg, cz_error *err)
+{
+    /* Muon's and SOAP's updates are of whole matrices (or blocks) on the owner, their state
+     * the owner's only. Shampoo also keeps the weight decay's part of its momentum per shard
+     * (shard_add), which is not checked against FSDP2's rows yet; NorMuon is not tested. */
+    if (plan->settings.optimizer != CZ_OPTIM_MUON && plan->settings.optimizer != CZ_OPTIM_SOAP)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "plan layout fsdp with optimizer '%s': the fully sharded step runs "
+                             "Muon or SOAP (+ AdamW) only; plan with --optimizer muon or soap, or "
+                             "with --layout unified",
+                             cz_optimizer_name(plan->settings.optimizer));
+    if (cfg->normuon.mode != CZ_NORMUON_NONE)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "plan layout fsdp with normuon.mode = %d: the fully sharded step "
+                             "runs plain Muon; leave normuon.mode at CZ_NORMUON_NONE, or plan "
+                             "with --layout unified",
+                             (int)cfg->normuon.mode);
+    return CZ_OK;
+}
+
 int cz__optimizer_open(cz_optim *o, cz_param_kind kind, const cz_plan *plan, cz_compute *c,
                        const cz_exec_config *cfg, cz_error *err)
 {

@@ -206,6 +206,9 @@ struct cz_optim {
 /* ---- the dispatch (optimizer.c) ---- */
 /* Refuses a plan whose matrix optimizer has no implementation here (AdamW-only plans). */
 int cz__optimizer_plan_check(const cz_plan *plan, cz_error *err);
+/* Refuses a fully sharded plan (or configuration) whose optimizers the fully sharded step does
+ * not run yet: other than Muon or SOAP (+ AdamW), or NorMuon. */
+int cz__optimizer_fsdp_check(const cz_plan *plan, const cz_exec_config *cfg, cz_error *err);
 /* Opens the implementation that updates the plan's parameters of `kind` (the matrix optimizer
  * the plan names; AdamW for the elementwise parameters) and creates it from cfg. */
 int cz__optimizer_open(cz_optim *o, cz_param_kind kind, const cz_plan *plan, cz_compute *c,

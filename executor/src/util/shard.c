@@ -300,6 +300,17 @@ int cz__bucket_index(const cz_plan *plan, int id)
 int64_t cz__param_piece(const cz_plan *plan, const cz_plan_param *p, int d, int64_t *lo)
 {
     *lo = 0;
+    /* A fully sharded plan (TP 1): an elementwise parameter is updated by every DP rank on its
+     * FSDP2 rows, a matrix whole by its owner. */
+    if (cz_plan_is_fsdp(plan) && p->def.kind != CZ_KIND_MATRIX) {
+        /* fsdp_shard.h's rows, from the torch.chunk sizes (fsdp_shard.c calls this file). */
+        int64_t rows = cz__fsdp_rows(p->local_shape[0], plan->dp, d);
+        int64_t cols = p->def.ndim == 1 ? 1 : p->local_shape[1];
+        *lo = rows > 0 ? (int64_t)d * cz__fsdp_chunk_rows(p->local_shape[0], plan->dp) * cols : 0;
+        return rows * cols;
+    }
+    if (cz_plan_is_fsdp(plan))
+        return p->dp_owner == d ? p->numel : 0;
     if (!cz_plan_param_fragmented(plan, p))
         return p->dp_owner == d ? p->numel : 0;
     const int64_t *rg = plan->buckets[cz__bucket_index(plan, p->bucket)].ranges;

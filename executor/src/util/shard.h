@@ -38,7 +38,8 @@ int cz__shard_check(const cz_plan_param *p, int tp, cz_error *err);
 /* Index of the bucket with the given id; -1 when absent. */
 int cz__bucket_index(const cz_plan *plan, int id);
 /* The piece of parameter p that DP rank d updates, relative to p's start: the whole shard of
- * an owned parameter, the part in d's range for a fragmented one (split layout), else none.
+ * an owned parameter, the part in d's range for a fragmented one (split layout), d's FSDP2
+ * rows of an elementwise parameter of a fully sharded plan (fsdp_shard.h), else none.
  * Returns its length (0: none) and sets *lo. */
 int64_t cz__param_piece(const cz_plan *plan, const cz_plan_param *p, int d, int64_t *lo);
 
