@@ -31,6 +31,9 @@ double cz__sim_collective_seconds(cz_coll_kind kind, int n, double bytes, double
 /* 1 when the world ranks first, first+stride, ..., first+(n-1)*stride sit on more than one
  * node of gpus_per_node consecutive ranks (so the group runs at the inter-node rate). */
 int cz__sim_group_spans_nodes(int first, int stride, int n, int gpus_per_node);
+/* The link rate of a group on cluster c: inter-node when it spans nodes, else intra-node; 0
+ * without a cluster. */
+double cz__sim_link_gbps(const cz_cluster *c, int spans_nodes);
 
 typedef struct cz_sim_span {
     double start, end; /* seconds after the gradients are synchronized (or cost units) */

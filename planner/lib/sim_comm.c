@@ -61,12 +61,16 @@ int cz__sim_group_spans_nodes(int first, int stride, int n, int gpus_per_node)
     return 0;
 }
 
+double cz__sim_link_gbps(const cz_cluster *c, int spans_nodes)
+{
+    return !c ? 0.0 : spans_nodes ? c->links.inter_node_gbps : c->links.intra_node_gbps;
+}
+
 double cz__sim_tp_gbps(const sim_ctx *cx, int stage, int d)
 {
     const cz_cluster *c = cx->cluster;
     int first = (stage * cx->D + d) * cx->R;
-    return cz__sim_group_spans_nodes(first, 1, cx->R, c->gpus_per_node) ? c->links.inter_node_gbps
-                                                                        : c->links.intra_node_gbps;
+    return cz__sim_link_gbps(c, cz__sim_group_spans_nodes(first, 1, cx->R, c->gpus_per_node));
 }
 
 double cz__sim_dp_gbps(const sim_ctx *cx, int stage)

@@ -98,11 +98,6 @@ static void group_exchange(const cz_plan *p, const fsdp_span *sp, const cz_plan_
     }
 }
 
-static double link_gbps(const cz_cluster *c, int inter)
-{
-    return !c ? 0.0 : inter ? c->links.inter_node_gbps : c->links.intra_node_gbps;
-}
-
 static int stage_run(const cz_plan *p, const cz_cluster *c, int s, const double *sec, stage_sim *o,
                      cz_error *err)
 {
@@ -119,9 +114,9 @@ static int stage_run(const cz_plan *p, const cz_cluster *c, int s, const double 
      * replica (redundant) or the stage (partitioned). */
     int first = s * G;
     double a2a_gbps =
-        link_gbps(c, cz__sim_group_spans_nodes(first, 1, sp.partitioned ? G : sp.rep, gpn));
-    double dp_gbps = link_gbps(c, cz__sim_group_spans_nodes(first, p->tp, S, gpn));
-    double rep_gbps = link_gbps(c, cz__sim_group_spans_nodes(first, sp.rep, R, gpn));
+        cz__sim_link_gbps(c, cz__sim_group_spans_nodes(first, 1, sp.partitioned ? G : sp.rep, gpn));
+    double dp_gbps = cz__sim_link_gbps(c, cz__sim_group_spans_nodes(first, p->tp, S, gpn));
+    double rep_gbps = cz__sim_link_gbps(c, cz__sim_group_spans_nodes(first, sp.rep, R, gpn));
     const cz_rank_schedule *rs = &p->schedules[s];
     double *send = calloc((size_t)G + 1, sizeof *send), *recv = calloc((size_t)G + 1, sizeof *recv);
     double *ew = calloc((size_t)G + 1, sizeof *ew), *busy = calloc((size_t)G + 1, sizeof *busy);
@@ -190,10 +185,11 @@ static int stage_run(const cz_plan *p, const cz_cluster *c, int s, const double 
     o->update = larger(comm, compute_end);
     /* The baseline: every matrix whole on every GPU (a ring all-gather of the largest pieces
      * over each replica's shard group). */
-    o->base_gather = c ? cz__sim_collective_seconds(
-                             CZ_COLL_ALL_GATHER, sp.rep, whole_piece * eb,
-                             link_gbps(c, cz__sim_group_spans_nodes(first, 1, sp.rep, gpn)), lat)
-                       : 0.0;
+    o->base_gather =
+        c ? cz__sim_collective_seconds(
+                CZ_COLL_ALL_GATHER, sp.rep, whole_piece * eb,
+                cz__sim_link_gbps(c, cz__sim_group_spans_nodes(first, 1, sp.rep, gpn)), lat)
+          : 0.0;
     o->base_compute = all_sec;
     o->base_update = o->elem + o->base_gather + o->base_compute;
 done:

@@ -21,7 +21,7 @@ static double mg_coll_seconds(const sim_ctx *cx, int stage, int d, const cz_mg_c
                 : k->group == CZ_MG_GTP
                     ? cz__sim_group_spans_nodes(first, tf, cx->gtp, c->gpus_per_node)
                     : cz__sim_tp_inter(cx, stage, d);
-    double gbps = spans ? c->links.inter_node_gbps : c->links.intra_node_gbps;
+    double gbps = cz__sim_link_gbps(c, spans);
     return k->count * cz__sim_coll_seconds(cx, kinds[k->op], k->n, k->bytes, gbps, spans);
 }
 

@@ -245,7 +245,7 @@ static task_work task_work_of(const sim_ctx *cx, const cz_plan_group *grp, int k
     const cz_cluster *c = cx->cluster;
     int first = (stage * cx->D + d) * cx->R + slot;
     int spans = cz__sim_group_spans_nodes(first, 1, w, c->gpus_per_node);
-    sim_ar ar = {cx, w, spans, spans ? c->links.inter_node_gbps : c->links.intra_node_gbps};
+    sim_ar ar = {cx, w, spans, cz__sim_link_gbps(c, spans)};
     cz_coop_time ct = cz__coop_time_of(rows, cols, w, cz_group_task_panels(grp, k), &st, c,
                                        plan->dtype, sim_allreduce, &ar);
     tw.compute = ct.compute;
