@@ -164,13 +164,17 @@ def _planner_lib():
     return L
 
 
-def plan_text(model, cluster, *, dp=None, tp=None, ns_coeffs=None, ns_steps=None):
+_LAYOUTS = {"unified": 0, "split": 1, "fsdp": 2}  # cz_layout (canzona.h)
+
+
+def plan_text(model, cluster, *, dp=None, tp=None, ns_coeffs=None, ns_steps=None, layout=None):
     """The plan (its JSON text) of model on cluster (dicts, as model_description and the
     cluster format give them), built in this process by libcanzona with the planner's default
     settings; dp and tp name the strategies (default joint and rollback); ns_coeffs and ns_steps
     are Muon's Newton-Schulz coefficients and iterations, as canzona.Executor takes them (a
-    table's row count when ns_steps is None), which the cost model prices. Raises Error with
-    the planner's message."""
+    table's row count when ns_steps is None), which the cost model prices; layout is the
+    CLI's --layout ("unified", the default, "split" or "fsdp": fully sharded, FSDP2's rows).
+    Raises Error with the planner's message."""
     from ._lib import CzError, check
 
     L = _planner_lib()
@@ -183,6 +187,11 @@ def plan_text(model, cluster, *, dp=None, tp=None, ns_coeffs=None, ns_steps=None
     s.ns_coeffs = coeffs
     if ns_coeffs is not None or ns_steps is not None:
         s.ns_steps = _ns_coeffs.steps(ns_coeffs or "jordan", ns_steps)
+    if layout is not None:
+        if layout not in _LAYOUTS:
+            raise Error(CZ_EINVALID, f"unknown layout {layout!r} (known: "
+                                     f"{', '.join(_LAYOUTS)})")
+        s.layout = _LAYOUTS[layout]
     for what, name, parse in (("dp", dp, L.cz_dp_strategy_parse),
                               ("tp", tp, L.cz_tp_strategy_parse)):
         if name is not None:

@@ -866,6 +866,190 @@ START_TEST(lr_zero_is_zero)
 }
 END_TEST
 
+/* ---- the fully sharded step (docs/EXECUTOR.md, "The fully sharded step") ---- */
+
+/* A model whose row counts FSDP2 cuts unevenly over 4 ranks (torch.chunk: 7 rows 2,2,2,1; 10
+ * rows 3,3,3,1; 5 rows 2,2,1,0; 3 rows 1,1,1,0), so that the exchanges carry short and empty
+ * shards. */
+static cz_plan *make_fsdp_plan(int dp)
+{
+    char model_path[512], cluster[512];
+    snprintf(model_path, sizeof model_path, "%s/fsdp_model.json", dir);
+    snprintf(cluster, sizeof cluster, "%s/fsdp_cluster_%d.json", dir, dp);
+    FILE *f = fopen(model_path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(
+        "{\"schema\": \"canzona.model/1\", \"name\": \"uneven\", \"dtype\": \"fp32\", "
+        "\"params\": ["
+        "{\"name\": \"a.weight\", \"shape\": [7, 12], \"tp_dim\": null, \"optimizer\": \"matrix\"},"
+        "{\"name\": \"a.bias\", \"shape\": [7], \"tp_dim\": null, \"optimizer\": \"elementwise\"},"
+        "{\"name\": \"b.weight\", \"shape\": [10, 7], \"tp_dim\": null, \"optimizer\": \"matrix\"},"
+        "{\"name\": \"c.weight\", \"shape\": [5, 10], \"tp_dim\": null, \"optimizer\": \"matrix\"},"
+        "{\"name\": \"d.weight\", \"shape\": [3, 5], \"tp_dim\": null, \"optimizer\": \"matrix\"},"
+        "{\"name\": \"d.bias\", \"shape\": [3], \"tp_dim\": null, \"optimizer\": \"elementwise\"}"
+        "]}",
+        f);
+    fclose(f);
+    f = fopen(cluster, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f,
+            "{\"schema\": \"canzona.cluster/1\", \"name\": \"t\", \"gpus\": %d, \"dp\": %d, "
+            "\"tp\": 1, \"pp\": 1, \"gpus_per_node\": %d, \"device\": {\"name\": \"cpu\", "
+            "\"matmul_tflops\": 0.5, \"mem_gbps\": 40, \"memory_gib\": 16}, \"links\": "
+            "{\"intra_node_gbps\": 10, \"inter_node_gbps\": 10, \"latency_us\": 2}}",
+            dp, dp, dp);
+    fclose(f);
+    cz_error err;
+    cz_model *model = NULL;
+    cz_cluster *cl = NULL;
+    cz_plan *plan = NULL;
+    cz_settings s;
+    cz_settings_init(&s);
+    s.layout = CZ_LAYOUT_FSDP;
+    ck_assert_msg(cz_model_load(&model, model_path, &err) == 0, "%s", err.message);
+    ck_assert_msg(cz_cluster_load(&cl, cluster, &err) == 0, "%s", err.message);
+    ck_assert_msg(cz_plan_build(&plan, model, cl, &s, &err) == 0, "%s", err.message);
+    ck_assert(cz_plan_is_fsdp(plan));
+    cz_model_free(model);
+    cz_cluster_free(cl);
+    unlink(cluster);
+    unlink(model_path);
+    return plan;
+}
+
+/* Rank `rank` of dp binds its FSDP2 rows of every parameter (torch.chunk along dim 0), runs
+ * steps, and writes its rows back at their place in out (the whole tensors, plan order): the
+ * ranks' rows are disjoint, so together they fill it. norm: the last step's gradient norm. */
+static int run_fsdp_rank(int dp, int rank, const cz_plan *plan, int steps, float *out, double *norm,
+                         char *msg)
+{
+    rank_ctx ctx = {.world = dp, .rank = rank, .dp = dp, .tp = 1};
+    cz_comm_callbacks cb = {.version = CZ_COMM_CALLBACKS_VERSION,
+                            .user = &ctx,
+                            .world_size = dp,
+                            .world_rank = rank,
+                            .all_reduce = cb_all_reduce,
+                            .broadcast = cb_broadcast,
+                            .exchange = cb_exchange,
+                            .last_error = cb_last_error};
+    cz_exec_config cfg = CZ_EXEC_CONFIG_INIT;
+    if (dp == 1)
+        cfg.comm = "self";
+    else
+        cfg.callbacks = &cb;
+    cfg.lr = 0.01f;
+    cz_error err = {0};
+    cz_executor *ex = NULL;
+    int rc = cz_executor_create_from_plan(&ex, plan, &cfg, &err);
+    size_t np = plan->nparams;
+    float **p = calloc(np, sizeof *p), **g = calloc(np, sizeof *g);
+    int64_t *lo = calloc(np, sizeof *lo), *rows = calloc(np, sizeof *rows);
+    for (size_t i = 0; !rc && i < np; i++) {
+        const cz_plan_param *q = &plan->params[i];
+        int64_t full = q->def.shape[0], cols = q->def.ndim == 1 ? 1 : q->def.shape[1];
+        int64_t chunk = (full + dp - 1) / dp;
+        lo[i] = chunk * rank < full ? chunk * rank : full;
+        rows[i] = full - lo[i] < chunk ? full - lo[i] : chunk;
+        /* One element more than the shard, so that an empty shard still has a pointer. */
+        p[i] = malloc((size_t)(rows[i] * cols + 1) * sizeof(float));
+        g[i] = malloc((size_t)(rows[i] * cols + 1) * sizeof(float));
+        for (int64_t a = 0; a < rows[i]; a++)
+            for (int64_t b = 0; b < cols; b++)
+                p[i][a * cols + b] = full_val((int)i, 0, lo[i] + a, b);
+        rc = cz_executor_bind_param(ex, q->def.name, p[i], g[i], rows[i], cols, &err);
+    }
+    for (int s = 1; !rc && s <= steps; s++) {
+        for (size_t i = 0; i < np; i++) {
+            const cz_plan_param *q = &plan->params[i];
+            int64_t cols = q->def.ndim == 1 ? 1 : q->def.shape[1];
+            for (int64_t a = 0; a < rows[i]; a++)
+                for (int64_t b = 0; b < cols; b++)
+                    g[i][a * cols + b] = full_val((int)i, s, lo[i] + a, b);
+        }
+        rc = cz_executor_step(ex, &err);
+    }
+    if (rc)
+        snprintf(msg, 1024, "%s", err.message);
+    *norm = cz_executor_grad_norm(ex);
+    size_t at = 0;
+    for (size_t i = 0; i < np; i++) {
+        const cz_plan_param *q = &plan->params[i];
+        int64_t cols = q->def.ndim == 1 ? 1 : q->def.shape[1];
+        if (!rc)
+            memcpy(out + at + (size_t)(lo[i] * cols), p[i],
+                   (size_t)(rows[i] * cols) * sizeof(float));
+        at += (size_t)(q->def.shape[0] * cols);
+        free(p[i]);
+        free(g[i]);
+    }
+    free(p), free(g), free(lo), free(rows);
+    cz_executor_free(ex);
+    return rc;
+}
+
+/* The fully sharded plan at DP4 over the callbacks (each rank its FSDP2 rows, the owners'
+ * exchanges through the callbacks' exchange) must give the one-process run's parameters on
+ * the self plane, bit for bit: the exchanges only move rows, the owners run Muon on the same
+ * whole gradients and every rank applies the same update rows. */
+START_TEST(fsdp_dp4_equals_one_process)
+{
+    enum { DP = 4, STEPS = 3 };
+    cz_plan *one = make_fsdp_plan(1), *dist = make_fsdp_plan(DP);
+    size_t total = 0;
+    for (size_t i = 0; i < one->nparams; i++)
+        total += (size_t)one->params[i].numel;
+    float *ref = shared(total * sizeof(float)), *got = shared(total * sizeof(float));
+    double *norms = shared((DP + 1) * sizeof(double));
+    result *res = shared(sizeof *res);
+    /* The owners are spread: more than one rank runs Muon, so the exchanges go both ways. */
+    int owners = 0;
+    for (size_t i = 0; i < dist->nparams; i++)
+        owners |= dist->params[i].def.kind == CZ_KIND_MATRIX ? 1 << dist->params[i].owner : 0;
+    ck_assert_msg(owners != 0 && (owners & (owners - 1)) != 0, "owners 0x%x", owners);
+    memset(boxes, 0, sizeof(mailbox) * MAXR * MAXR);
+    res->rc[0] = run_fsdp_rank(1, 0, one, STEPS, ref, &norms[DP], res->msg[0]);
+    ck_assert_msg(res->rc[0] == 0, "one process: %s", res->msg[0]);
+    pid_t pid[DP];
+    for (int r = 0; r < DP; r++) {
+        pid[r] = fork();
+        ck_assert_int_ge(pid[r], 0);
+        if (pid[r] == 0) {
+            const char *scale = getenv("CZ_TIME_SCALE");
+            alarm((unsigned)(120 * (scale ? atoi(scale) : 1)));
+            res->rc[r] = run_fsdp_rank(DP, r, dist, STEPS, got, &norms[r], res->msg[r]);
+            _exit(0);
+        }
+    }
+    for (int r = 0; r < DP; r++) {
+        int st = 0;
+        ck_assert_int_eq(waitpid(pid[r], &st, 0), pid[r]);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d ended abnormally (%d)", r,
+                      st);
+    }
+    for (int r = 0; r < DP; r++) {
+        ck_assert_msg(res->rc[r] == 0, "rank %d: %s", r, res->msg[r]);
+        /* The ranks' sums of squares are added in another order than one process's. */
+        ck_assert_msg(fabs(norms[r] - norms[DP]) <= 1e-12 * norms[DP],
+                      "rank %d: norm %.17g vs %.17g", r, norms[r], norms[DP]);
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < one->nparams; i++) {
+        size_t n = (size_t)one->params[i].numel;
+        ck_assert_msg(memcmp(got + at, ref + at, n * sizeof(float)) == 0,
+                      "'%s' differs from the one-process run", one->params[i].def.name);
+        ck_assert_msg(ref[at] != full_val((int)i, 0, 0, 0), "'%s' was not updated",
+                      one->params[i].def.name);
+        at += n;
+    }
+    munmap(ref, total * sizeof(float));
+    munmap(got, total * sizeof(float));
+    munmap(norms, (DP + 1) * sizeof(double));
+    munmap(res, sizeof *res);
+    cz_plan_free(one);
+    cz_plan_free(dist);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("callbacks");
@@ -884,6 +1068,12 @@ int main(void)
     tcase_add_test(tc, a_failed_callback_is_reported);
     tcase_add_test(tc, lr_zero_is_zero);
     suite_add_tcase(s, tc);
+    /* A case of its own: CK_RUN_CASE=fsdp runs it alone. */
+    TCase *fs = tcase_create("fsdp");
+    tcase_add_checked_fixture(fs, setup, teardown);
+    tcase_set_timeout(fs, 300);
+    tcase_add_test(fs, fsdp_dp4_equals_one_process);
+    suite_add_tcase(s, fs);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

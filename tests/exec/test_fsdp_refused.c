@@ -1,8 +1,8 @@
 /* What the executor still refuses of a fully sharded plan (settings.layout fsdp,
  * canzona.plan/4), each with a message that says what to change (docs/EXECUTOR.md, "The fully
- * sharded step"): TP > 1, an optimizer other than Muon or SOAP, NorMuon, the callbacks plane (its
- * all-to-alls are not tested there), and on an executor that runs such a plan the bucket-wise
- * step, early updates and QK-clip. (Its checkpoints: tests/mpi/checkpoint.sh fsdp.) The step
+ * sharded step"): TP > 1, an optimizer other than Muon or SOAP, NorMuon, and on an executor that
+ * runs such a plan the bucket-wise step, early updates and QK-clip. (The callbacks plane runs
+ * it: test_callbacks.c, case fsdp.) (Its checkpoints: tests/mpi/checkpoint.sh fsdp.) The step
  * itself: test_fsdp_step.c and tests/mpi/bench.sh fsdp. */
 #include "canzona.h" /* cz_plan_build: the test plans in-process */
 #include "canzona_exec.h"
@@ -93,48 +93,6 @@ START_TEST(tp_optimizer_and_normuon_refused)
 }
 END_TEST
 
-/* One rank's callbacks: nothing to reduce, broadcast or exchange with anyone. */
-static int cb_all_reduce(void *user, cz_comm_group g, void *buf, size_t count, cz_comm_dtype t,
-                         cz_comm_op op)
-{
-    (void)user, (void)g, (void)buf, (void)count, (void)t, (void)op;
-    return 0;
-}
-
-static int cb_broadcast(void *user, cz_comm_group g, void *buf, size_t count, cz_comm_dtype t,
-                        int root)
-{
-    (void)user, (void)g, (void)buf, (void)count, (void)t, (void)root;
-    return 0;
-}
-
-static int cb_exchange(void *user, cz_comm_group g, const cz_comm_transfer *t, int n)
-{
-    (void)user, (void)g, (void)t;
-    return n == 0 ? 0 : 1; /* a lone rank has no peer */
-}
-
-START_TEST(callbacks_plane_refused)
-{
-    char path[512];
-    cz_plan *plan = fsdp_plan(1, 1, CZ_OPTIM_MUON, path, sizeof path);
-    cz_comm_callbacks cb = {.version = CZ_COMM_CALLBACKS_VERSION,
-                            .world_size = 1,
-                            .world_rank = 0,
-                            .all_reduce = cb_all_reduce,
-                            .broadcast = cb_broadcast,
-                            .exchange = cb_exchange};
-    cz_exec_config cfg;
-    cz_exec_config_init(&cfg);
-    cfg.callbacks = &cb;
-    refused(plan, path, &cfg, CZ_EUNSUPPORTED,
-            "plan layout fsdp on the 'callbacks' comm plane: the fully sharded step runs on the "
-            "mpi and self planes only");
-    cz_plan_free(plan);
-    unlink(path);
-}
-END_TEST
-
 START_TEST(bucket_step_and_qk_clip_refused)
 {
     char path[512];
@@ -167,7 +125,6 @@ int main(void)
     Suite *s = suite_create("exec_fsdp_refused");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, tp_optimizer_and_normuon_refused);
-    tcase_add_test(tc, callbacks_plane_refused);
     tcase_add_test(tc, bucket_step_and_qk_clip_refused);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -462,6 +462,33 @@ class SplitFolder(Base):
 
 
 class FullySharded(unittest.TestCase):
+    def test_plan_text_layout_fsdp(self):
+        # Planned in this process with layout "fsdp": the CLI's --layout fsdp plan, byte for
+        # byte, with torch.chunk's rows (7 rows over 4 ranks: 2 per rank, the last 1).
+        import canzona.planning
+        m = {"schema": "canzona.model/1", "name": "uneven", "dtype": "fp32", "params": [
+            {"name": "a.weight", "shape": [7, 12], "tp_dim": None, "optimizer": "matrix"},
+            {"name": "a.bias", "shape": [7], "tp_dim": None, "optimizer": "elementwise"},
+            {"name": "b.weight", "shape": [3, 7], "tp_dim": None, "optimizer": "matrix"}]}
+        cluster = {"schema": "canzona.cluster/1", "name": "c", "gpus": 4, "dp": 4, "tp": 1,
+                   "pp": 1, "gpus_per_node": 4,
+                   "device": {"name": "cpu", "matmul_tflops": 0.5, "mem_gbps": 40,
+                              "memory_gib": 16},
+                   "links": {"intra_node_gbps": 10, "inter_node_gbps": 10, "latency_us": 2}}
+        text = canzona.planning.plan_text(m, cluster, layout="fsdp")
+        doc = json.loads(text)
+        self.assertEqual((doc["schema"], doc["settings"]["layout"]), ("canzona.plan/4", "fsdp"))
+        self.assertEqual({q["name"]: q["shard_rows"] for q in doc["params"]},
+                         {"a.weight": 2, "a.bias": 2, "b.weight": 1})
+        with tempfile.TemporaryDirectory(prefix="canzona-py-") as d:
+            out = canzona.plan(m, cluster, os.path.join(d, "fsdp.plan.json"),
+                               extra_args=["--layout", "fsdp"])
+            with open(out) as f:
+                self.assertEqual(text, f.read())
+        self.assertNotIn('"fsdp"', canzona.planning.plan_text(m, cluster))
+        with self.assertRaisesRegex(canzona.Error, "unknown layout 'zero3'"):
+            canzona.planning.plan_text(m, cluster, layout="zero3")
+
     def test_torch_optimizer_refuses_fsdp_plans(self):
         # canzona.torch binds ZeRO-1 buckets; a fully sharded plan (canzona.plan/4) is refused
         # before the executor is asked, as the executor refuses it.

@@ -170,7 +170,7 @@ static int self_open(const cz_exec_config *cfg, cz_ctrl *ctrl, cz_plane *world, 
 static const cz_comm_backend backends[] = {
     {"mpi", true, true, mpi_open, mpi_wrap, NULL},
     {"nccl", false, false, nccl_open, nccl_wrap, nccl_reserve},
-    {"callbacks", true, false, callbacks_open, callbacks_wrap, callbacks_reserve},
+    {"callbacks", true, true, callbacks_open, callbacks_wrap, callbacks_reserve},
     {"self", true, true, self_open, NULL, NULL},
 };
 enum { NBACKENDS = sizeof backends / sizeof backends[0] };

@@ -171,7 +171,7 @@ const char *cz__comm_name(const cz_comm_backend *b);
  * a compute backend on device memory then stages the job's buffers (compute.h). */
 bool cz__comm_host_driven(const cz_comm_backend *b);
 /* True when the fully sharded step (docs/EXECUTOR.md, "The fully sharded step") runs on the
- * backend's planes: its owner exchanges are tested there (mpi, self; not yet callbacks, nccl). */
+ * backend's planes: its owner exchanges are tested there (mpi, self, callbacks; not yet nccl). */
 bool cz__comm_runs_fsdp(const cz_comm_backend *b);
 /* The DP or TP plane (which: CZ_COMM_DP or CZ_COMM_TP), the world's ranks with equal color
  * ordered by key: over the job's own group when it handed one in (cfg->dp_comm/tp_comm, a

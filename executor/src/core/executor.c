@@ -358,8 +358,9 @@ static int check_fsdp(const cz_executor *ex, const cz_exec_config *cfg, const cz
     if (!cz__comm_runs_fsdp(ex->comm))
         return cz__error_set(err, CZ_EUNSUPPORTED,
                              "plan layout fsdp on the '%s' comm plane: the fully sharded step "
-                             "runs on the mpi and self planes only (its owners' exchanges are "
-                             "not tested on '%s' yet); use comm = \"mpi\"",
+                             "runs on the mpi, self and callbacks planes only (its owners' "
+                             "exchanges are not tested on '%s' yet); use comm = \"mpi\" or "
+                             "the callbacks",
                              plane, plane);
     return cz__optimizer_fsdp_check(plan, cfg, err);
 }
