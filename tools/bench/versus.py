@@ -40,8 +40,11 @@ and torch.optim.Muon"), the same on both sides:
   adamw_lr 3e-4, betas (0.9, 0.95),  AdamW(lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
     eps 1e-8, weight decay 0.01        weight_decay=0.01, fused=True)
 
-Where they cannot be matched exactly: torch's Newton–Schulz runs in bf16, canzona's in fp32 (the
-point of the check); torch's momentum buffer is the average lerp(g, 1 − μ), canzona's μ·buf + g,
+Where they cannot be matched exactly: torch's Newton–Schulz runs in bf16 (every product rounded
+to bf16), canzona's in fp32 (the point of the check; with bf16 parameters canzona's cuda backend
+rounds the GEMMs' inputs X, A and B to bf16 and keeps fp32 sums, the iterate and the polynomial in
+fp32, docs/EXECUTOR.md "Compute backend": the timed bf16 step has that precision, the check, in
+fp32 parameters, canzona's fp32 one); torch's momentum buffer is the average lerp(g, 1 − μ), canzona's μ·buf + g,
 the same buffer times 1 − μ, which the Newton–Schulz normalization removes, and torch normalizes
 by max(‖G‖, ε) where canzona divides by ‖G‖ + ε (both negligible at ε = 1e-7); with bf16
 parameters torch keeps Muon's momentum and AdamW's moments in bf16 and updates the bf16
