@@ -262,7 +262,8 @@ else
   fi
 
   # ---- versus: the step against torch.optim.Muon + torch.optim.AdamW(fused) (issue 40) ----
-  # Per model: canzona-bench on the plan (c), then tools/bench/versus.py on the same plan, which
+  # Per model: canzona-bench on the plan (c; --same-grads: its gradients generated once, not
+  # each step, which for 1.7B elements would take seconds of host time per step), then tools/bench/versus.py on the same plan, which
   # times torch's step (a) and canzona.torch.Optimizer's (b), reads (c)'s JSON and checks the
   # update difference after 3 steps; its "row: " lines become the table's rows (step: b and c
   # faster than a; update: within the bounds of versus.py's comment).
@@ -282,7 +283,7 @@ else
       [ "$m" = qwen3-1.7b ] && blimit=90 limit=150
       t0=$(date +%s%N)
       timeout --kill-after=10 "$blimit" "$CZ_MPIRUN" -np 1 "$CZ_BENCH" --plan "$plan" --model "$mj" \
-        --backend cuda --comm nccl --dtype bf16 --steps 10 --warmup 1 --json "$bj" \
+        --backend cuda --comm nccl --dtype bf16 --steps 10 --warmup 1 --same-grads --json "$bj" \
         >"$out/versus_bench_$m.log" 2>&1
       rc=$?
       bargs=()

@@ -43,7 +43,15 @@ def main():
              os.path.join(SRC, "plans", "clusters", "cpu-1.json"), "--dp-size", "1",
              "--tp-size", "1", "-o", plan], "canzona plan", 0)
         run([os.environ["CZ_BENCH"], "--plan", plan, "--model", model, "--dtype", "bf16",
-             "--steps", "3", "--warmup", "1", "--json", bench], "canzona-bench", 0)
+             "--steps", "3", "--warmup", "1", "--same-grads", "--json", bench],
+            "canzona-bench --same-grads (as canzona-gpu-check runs it)", 0)
+        refused = subprocess.run([os.environ["CZ_BENCH"], "--plan", plan, "--model", model,
+                                  "--same-grads", "--verify"], env=ENV, capture_output=True,
+                                 text=True, timeout=60)
+        if refused.returncode != 2 or "--same-grads does not go with --verify" not in (
+                refused.stdout + refused.stderr):
+            failed.append(f"canzona-bench --same-grads --verify: exit {refused.returncode}, "
+                          f"{(refused.stdout + refused.stderr)[-300:]}")
         text = run([sys.executable, VERSUS, "--device", "cpu", "--model", model, "--plan", plan,
                     "--steps", "3", "--warmup", "1", "--bench-json", bench, "--json", out],
                    "versus.py (bf16, the CLI's plan)", 0)
