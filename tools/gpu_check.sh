@@ -18,13 +18,18 @@
 #   overlap     the step's exposed time on one GPU (Qwen3-0.6B, DP1 TP1, 20M-element buckets,
 #               a 10 ms host sleep per bucket standing in for backward): the plain step, the
 #               bucket-wise step (--overlap) and early updates (--overlap --early-updates)
+#   versus      the optimizer step side by side with torch.optim.Muon + AdamW(fused) (Qwen3-0.6B
+#               and Qwen3-1.7B shapes, bf16, one GPU): torch's, canzona.torch.Optimizer's and
+#               canzona-bench's on the same plan, and the update difference after 3 steps
+#               (tools/bench/versus.py; needs a python3 whose torch has CUDA, else skipped)
 #   calibrate   the GPU's rates for the cost model (canzona.calibration/1)
 # Every log, the JSON results (results.json) and the calibration file go to DIR (default: a new
 # canzona-gpu-check.XXXXXX folder here). Without a usable GPU every GPU part is reported
 # skipped, with the reason, and the check exits 0; it exits 1 when a part failed.
 #
 # In the package it finds its programs beside itself (bin/, libexec/canzona/, share/canzona/);
-# from a build tree, set CZ, CZ_BENCH, CZ_GPU_EXEC, CZ_GPU_LINALG, CZ_PLANS and CZ_MPIRUN.
+# from a build tree, set CZ, CZ_BENCH, CZ_GPU_EXEC, CZ_GPU_LINALG, CZ_PLANS and CZ_MPIRUN (and for
+# versus CANZONA_EXEC_LIB; CZ_PYTHON names the Python, default python3).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -34,6 +39,18 @@ CZ_BENCH=${CZ_BENCH:-$here/canzona-bench}
 CZ_GPU_EXEC=${CZ_GPU_EXEC:-$root/libexec/canzona/gpu_exec}
 CZ_GPU_LINALG=${CZ_GPU_LINALG:-$root/libexec/canzona/gpu_linalg}
 CZ_PLANS=${CZ_PLANS:-$root/share/canzona/plans}
+# versus: the script and the Python package, in the package (libexec/canzona/versus.py,
+# share/canzona/python, lib/) or in the source tree (tools/bench/versus.py, python/).
+if [ -z "${CZ_VERSUS:-}" ]; then
+  CZ_VERSUS=$root/libexec/canzona/versus.py
+  [ -f "$CZ_VERSUS" ] || CZ_VERSUS=$here/bench/versus.py
+fi
+CZ_PYDIR=$root/share/canzona/python
+[ -d "$CZ_PYDIR" ] || CZ_PYDIR=$root/python
+if [ -z "${CANZONA_EXEC_LIB:-}" ] && [ -f "$root/lib/libcanzona-exec.so" ]; then
+  export CANZONA_EXEC_LIB=$root/lib/libcanzona-exec.so
+fi
+CZ_PYTHON=${CZ_PYTHON:-python3}
 if [ -z "${CZ_MPIRUN:-}" ]; then
   CZ_MPIRUN=$here/mpirun
   [ -x "$CZ_MPIRUN" ] || CZ_MPIRUN=$(command -v mpirun || echo mpirun)
@@ -48,7 +65,7 @@ if [ -f "$root/libexec/canzona/mpi-env.sh" ]; then
 fi
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-4}
 
-out="" quick=0 only="" all_parts="info correctness sanitizer p4 p5 overlap calibrate"
+out="" quick=0 only="" all_parts="info correctness sanitizer p4 p5 overlap versus calibrate"
 while [ $# -gt 0 ]; do
   case "$1" in
   --out) out=${2:?--out needs a folder}; shift 2 ;;
@@ -242,6 +259,63 @@ else
     else
       row overlap FAIL "canzona plan of qwen3-0.6b failed" 0
     fi
+  fi
+
+  # ---- versus: the step against torch.optim.Muon + torch.optim.AdamW(fused) (issue 40) ----
+  # Per model: canzona-bench on the plan (c; --same-grads: its gradients generated once, not
+  # each step, which for 1.7B elements would take seconds of host time per step), then tools/bench/versus.py on the same plan, which
+  # times torch's step (a) and canzona.torch.Optimizer's (b), reads (c)'s JSON and checks the
+  # update difference after 3 steps; its "row: " lines become the table's rows (step: b and c
+  # faster than a; update: within the bounds of versus.py's comment).
+  if wanted versus; then
+    models="qwen3-0.6b qwen3-1.7b"; [ $quick = 1 ] && models=qwen3-0.6b
+    for m in $models; do
+      mj=$CZ_PLANS/models/$m.json plan=$work/vs-$m.json bj=$out/versus-bench-$m.json
+      if ! "$CZ" plan -q --model "$mj" --cluster "$CZ_PLANS/clusters/h100-8-dp8-tp1.json" \
+        --dp-size 1 --tp-size 1 --allow-oversubscribed-memory -o "$plan"; then
+        row "versus_${m#qwen3-}" FAIL "canzona plan of $m failed" 0
+        continue
+      fi
+      # Time limits: canzona-bench 60 s / 90 s, versus.py 90 s / 150 s (0.6B / 1.7B): 6.5 min
+      # at most, about 2.5 min expected (docs/PERF.md §7.3), so that the whole check stays
+      # within 8 minutes.
+      blimit=60 limit=90
+      [ "$m" = qwen3-1.7b ] && blimit=90 limit=150
+      t0=$(date +%s%N)
+      timeout --kill-after=10 "$blimit" "$CZ_MPIRUN" -np 1 "$CZ_BENCH" --plan "$plan" --model "$mj" \
+        --backend cuda --comm nccl --dtype bf16 --steps 10 --warmup 1 --same-grads --json "$bj" \
+        >"$out/versus_bench_$m.log" 2>&1
+      rc=$?
+      bargs=()
+      if [ $rc -eq 0 ] && [ -f "$bj" ]; then
+        bargs=(--bench-json "$bj")
+      else
+        tenths=$((($(date +%s%N) - t0) / 100000000))
+        why="exit $rc"; [ $rc -eq 124 ] || [ $rc -eq 137 ] && why="time limit of ${blimit} s"
+        row "versus_bench_${m#qwen3-}" FAIL "canzona-bench: $why (versus_bench_$m.log)" "$((tenths / 10)).$((tenths % 10))"
+      fi
+      log=$out/versus_$m.log
+      t0=$(date +%s%N)
+      timeout --kill-after=10 "$limit" env PYTHONPATH="$CZ_PYDIR${PYTHONPATH:+:$PYTHONPATH}" \
+        "$CZ_PYTHON" "$CZ_VERSUS" --device cuda --model "$mj" --plan "$plan" --steps 10 \
+        --warmup 2 "${bargs[@]}" --json "$out/versus-$m.json" >"$log" 2>&1
+      rc=$?
+      tenths=$((($(date +%s%N) - t0) / 100000000))
+      secs="$((tenths / 10)).$((tenths % 10))"
+      n=0 nfail=0
+      while read -r _ what result fig; do
+        row "versus_${m#qwen3-}_$what" "$result" "$fig" "$secs"
+        n=$((n + 1)) secs=0
+        [ "$result" = FAIL ] && nfail=$((nfail + 1))
+      done < <(grep '^row: ' "$log" 2>/dev/null)
+      case $rc in
+      0) [ $n -gt 0 ] || row "versus_${m#qwen3-}" FAIL "no result rows in versus_$m.log" "$secs" ;;
+      77) row "versus_${m#qwen3-}" skipped "$(grep -m1 -o 'SKIPPED: .*' "$log" | cut -c10-)" "$secs" ;;
+      124 | 137) row "versus_${m#qwen3-}" FAIL "time limit of ${limit} s" "$secs" ;;
+      1) [ $nfail -gt 0 ] || row "versus_${m#qwen3-}" FAIL "exit 1: $(grep -v '^\s*$' "$log" | tail -1)" "$secs" ;;
+      *) row "versus_${m#qwen3-}" FAIL "exit $rc: $(grep -v '^\s*$' "$log" | tail -1)" "$secs" ;;
+      esac
+    done
   fi
 
   # ---- calibration ----

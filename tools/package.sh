@@ -12,7 +12,8 @@
 #   lib/openmpi/   Open MPI's plugins (those a single-node shared-memory run can use: no UCX,
 #                  libfabric, verbs or PSM ones); lib/pmix/: PMIx's
 #   libexec/openmpi/  Open MPI's real launcher (orterun), orted and ompi_info
-#   libexec/canzona/  the GPU test programs (gpu_exec, gpu_linalg), mpi-env.sh
+#   libexec/canzona/  the GPU test programs (gpu_exec, gpu_linalg), versus.py (the check's versus
+#                  part), mpi-env.sh
 #   etc/, share/openmpi, share/pmix   Open MPI's and PMIx's configuration and help texts
 #   share/canzona/ plans/ (models, clusters), python/ (the Python package), tests/data/
 #                  (test inputs); share/canzona works as CZ_SOURCE_DIR for scripts that read

@@ -20,7 +20,8 @@ def torch_muon_fp32():
 
     shipped = m._zeropower_via_newtonschulz
 
-    def fp32(grad, ns_coefficients, ns_steps, eps):
+    def fp32(grad, ns_coefficients, ns_steps, eps, *_, **__):
+        # (*_, **__: the use_addmm flag some torch versions pass; the products are the same)
         a, b, c = ns_coefficients
         x = grad.float()
         tall = x.size(-2) > x.size(-1)

@@ -76,6 +76,11 @@ if [ -e "$pkg/lib/libcanzona-cuda.so" ] && grep -q "libcanzona-cuda.so was not f
   echo "FAIL: gpu_exec did not find the package's GPU plugin"
   exit 1
 fi
+# The check's versus part runs libexec/canzona/versus.py with the package's Python package.
+for f in libexec/canzona/versus.py share/canzona/python/canzona/torch.py \
+  share/canzona/python/canzona/testing.py; do
+  [ -f "$pkg/$f" ] || { echo "FAIL: the package has no $f (canzona-gpu-check's versus part)"; exit 1; }
+done
 rc=0
 timeout 600 "$pkg/bin/canzona-gpu-check" --out /tmp/gpu-check > /tmp/check.txt 2>&1 || rc=$?
 cat /tmp/check.txt

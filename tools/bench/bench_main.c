@@ -306,14 +306,17 @@ static int run_step(bench_run *r, int s)
     const bench_opts *o = &r->o;
     cz_bench_set_step(s + 1);
     cz_bench_set_phase("canzona-bench, reading the step's gradients", s + 1);
-    int rc = cz_bench_fill_grads(o, r->plan, &r->place, s, r->G, &r->err);
+    /* --same-grads: step 0's gradients, generated and converted once, in every step (on the
+     * cpu backend the bound buffer as the step before left it). */
+    bool fresh = !o->same_grads || s == 0;
+    int rc = fresh ? cz_bench_fill_grads(o, r->plan, &r->place, s, r->G, &r->err) : CZ_OK;
     if (rc == CZ_OK)
         rc = cz_bench_qk_hand(o, r->plan, &r->place, r->ex, s, &r->err);
     if (cz_bench_any_failed(rc, &r->err, "reading the gradients and QK-clip maxima"))
         return 1;
     if (o->inject_nan && s == 0 && cz_bench_rank == 0)
         inject_nan(r);
-    if (r->bf16)
+    if (r->bf16 && fresh)
         to_bf16(r->Gb, r->G, r->n);
     if (r->cuda && cz_bench_any_failed(bench_gpu_copy(r->gpu.grads, r->hostG, r->bytes, 1, &r->err),
                                        &r->err, "uploading the gradients"))

@@ -34,6 +34,10 @@ void cz_bench_usage(FILE *f)
            "                     tensors; S counts every step from 0, warm-up included; D is\n"
            "                     the DP replica) instead of generated ones\n"
            "  --dump-grads DIR   write the generated gradients in --grad-dir's layout first\n"
+          "  --same-grads       every step takes step 0's generated gradients (generated and\n"
+          "                     converted once, uploaded to a GPU every step): a timing run of a\n"
+          "                     large model that does not spend its time making data; not with\n"
+          "                     --verify, --grad-dir or --dump-grads\n"
            "  --load-state FILE  load the optimizer state (safetensors, saved under any plan of\n"
            "                     the model) before the first step; not with --verify\n"
            "  --save-state FILE  save the optimizer state after the last step\n"
@@ -211,6 +215,7 @@ static const struct option longs[] = {{"plan", required_argument, 0, 'p'},
                                       {"normuon", required_argument, 0, 1029},
                                       {"normuon-beta2", required_argument, 0, 1030},
                                       {"normuon-eps", required_argument, 0, 1031},
+                                      {"same-grads", no_argument, 0, 1032},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
 
@@ -523,6 +528,9 @@ static int precond_option(bench_opts *o, int c, char *arg, char **end, char *msg
     case 1030:
         o->shampoo.normuon.beta2 = strtof(arg, end);
         return 0;
+    case 1032:
+        o->same_grads = 1;
+        return 0;
     case 1031:
         o->shampoo.normuon.eps = strtof(arg, end);
         return 0;
@@ -579,6 +587,13 @@ static int check_options(const bench_opts *o, int argc, char *msg, size_t cap)
         snprintf(msg, cap,
                  "--normuon and --verify do not go together: --verify's reference is plain "
                  "Muon; check NorMuon with --dump-dir and tests/mpi/normuon_ref.c");
+        return 2;
+    }
+    if (o->same_grads && (o->verify || o->grad_dir || o->dump_grads)) {
+        /* The reference and the gradient files hold every step's own gradients. */
+        snprintf(msg, cap, "--same-grads does not go with %s: it reuses step 0's generated "
+                 "gradients in every step",
+                 o->verify ? "--verify" : o->grad_dir ? "--grad-dir" : "--dump-grads");
         return 2;
     }
     if (o->load_state && o->verify) {
@@ -654,13 +669,13 @@ static void options_text(const bench_opts *o, int prc, char *buf, size_t cap)
         "nesterov=%d ns-steps=%d ns-coeffs=%s ns-eps=%.17g weight-decay=%.17g adamw-lr=%.17g "
         "adamw-beta1=%.17g adamw-beta2=%.17g adamw-eps=%.17g adamw-weight-decay=%.17g "
         "max-grad-norm=%.17g own-comms=%d bad-dp-comm=%d corrupt-replica=%d inject-nan=%s "
-        "backend=%s comm=%s grad-reduce-in-fp32=%d",
+        "backend=%s comm=%s grad-reduce-in-fp32=%d same-grads=%d",
         prc == 1, o->steps, o->warmup, (unsigned long long)o->seed, o->verify, o->dump_dir != NULL,
         o->init_dir != NULL, o->grad_dir != NULL, o->dtype, o->lr, (int)o->scaling, o->scale_coeff,
         o->momentum, o->nesterov, o->ns_steps, o->ns_coeffs ? o->ns_coeffs : "", o->ns_eps, o->wd,
         o->adamw_lr, o->beta1, o->beta2, o->adamw_eps, o->adamw_wd, o->max_grad_norm, o->own_comms,
         o->bad_dp_comm, o->corrupt_replica, o->inject_nan ? o->inject_nan : "", o->backend, o->comm,
-        o->grad_reduce_in_fp32);
+        o->grad_reduce_in_fp32, o->same_grads);
     if (n < 0 || (size_t)n >= cap)
         return;
     snprintf(buf + n, cap - (size_t)n,

@@ -41,6 +41,7 @@ typedef struct bench_opts {
     int bucket_order, order_rank, declare_nothing, end_after_stall;
     int early;         /* --early-updates: cz_executor_set_early_updates (with --overlap) */
     double compute_ms; /* --compute-ms: simulated backward compute per held bucket */
+    int same_grads;    /* --same-grads: step 0's gradients in every step (generated once) */
     cz_muon_scaling scaling;
     uint64_t seed;
     cz_exec_config shampoo; /* only its shampoo_* and soap_* fields: --shampoo-*, --soap-* */
