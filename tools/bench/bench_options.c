@@ -34,10 +34,10 @@ void cz_bench_usage(FILE *f)
            "                     tensors; S counts every step from 0, warm-up included; D is\n"
            "                     the DP replica) instead of generated ones\n"
            "  --dump-grads DIR   write the generated gradients in --grad-dir's layout first\n"
-          "  --same-grads       every step takes step 0's generated gradients (generated and\n"
-          "                     converted once, uploaded to a GPU every step): a timing run of a\n"
-          "                     large model that does not spend its time making data; not with\n"
-          "                     --verify, --grad-dir or --dump-grads\n"
+           "  --same-grads       every step takes step 0's generated gradients (generated and\n"
+           "                     converted once, uploaded to a GPU every step): a timing run of a\n"
+           "                     large model that does not spend its time making data; not with\n"
+           "                     --verify, --grad-dir or --dump-grads\n"
            "  --load-state FILE  load the optimizer state (safetensors, saved under any plan of\n"
            "                     the model) before the first step; not with --verify\n"
            "  --save-state FILE  save the optimizer state after the last step\n"
@@ -591,9 +591,12 @@ static int check_options(const bench_opts *o, int argc, char *msg, size_t cap)
     }
     if (o->same_grads && (o->verify || o->grad_dir || o->dump_grads)) {
         /* The reference and the gradient files hold every step's own gradients. */
-        snprintf(msg, cap, "--same-grads does not go with %s: it reuses step 0's generated "
+        snprintf(msg, cap,
+                 "--same-grads does not go with %s: it reuses step 0's generated "
                  "gradients in every step",
-                 o->verify ? "--verify" : o->grad_dir ? "--grad-dir" : "--dump-grads");
+                 o->verify     ? "--verify"
+                 : o->grad_dir ? "--grad-dir"
+                               : "--dump-grads");
         return 2;
     }
     if (o->load_state && o->verify) {
