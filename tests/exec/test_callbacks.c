@@ -397,20 +397,20 @@ typedef struct result {
     char msg[MAXR][1024];
 } result;
 
-/* Forks the ranks; each writes its shards at its slot of shards (per rank, plan order). */
-static void run_ranks(const run_opts *o, float *shards, size_t per_rank, result *res)
+/* Forks n ranks, each running body(rank, ctx) under an alarm of limit_s seconds (times
+ * CZ_TIME_SCALE), and waits for them all: a rank that crashes, hangs past its alarm or exits
+ * otherwise than through body fails the test. What a rank reports goes through shared memory
+ * (ctx). */
+static void fork_ranks(int n, unsigned limit_s, void (*body)(int rank, void *ctx), void *ctx)
 {
-    cz_plan *plan = make_plan(o->dp, o->tp);
-    int n = o->dp * o->tp;
-    memset(boxes, 0, sizeof(mailbox) * MAXR * MAXR);
     pid_t pid[MAXR];
     for (int r = 0; r < n; r++) {
         pid[r] = fork();
         ck_assert_int_ge(pid[r], 0);
         if (pid[r] == 0) {
             const char *scale = getenv("CZ_TIME_SCALE");
-            alarm((unsigned)(120 * (scale ? atoi(scale) : 1)));
-            res->rc[r] = run_rank(o, r, plan, shards + per_rank * (size_t)r, res->msg[r]);
+            alarm(limit_s * (unsigned)(scale ? atoi(scale) : 1));
+            body(r, ctx);
             _exit(0);
         }
     }
@@ -420,6 +420,30 @@ static void run_ranks(const run_opts *o, float *shards, size_t per_rank, result 
         ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d ended abnormally (%d)", r,
                       st);
     }
+}
+
+typedef struct run_ctx {
+    const run_opts *o;
+    const cz_plan *plan;
+    float *shards;
+    size_t per_rank;
+    result *res;
+} run_ctx;
+
+static void run_body(int r, void *p)
+{
+    run_ctx *c = p;
+    c->res->rc[r] = run_rank(c->o, r, c->plan, c->shards + c->per_rank * (size_t)r, c->res->msg[r]);
+}
+
+/* Forks the ranks; each writes its shards at its slot of shards (per rank, plan order). */
+static void run_ranks(const run_opts *o, float *shards, size_t per_rank, result *res)
+{
+    cz_plan *plan = make_plan(o->dp, o->tp);
+    int n = o->dp * o->tp;
+    memset(boxes, 0, sizeof(mailbox) * MAXR * MAXR);
+    run_ctx ctx = {o, plan, shards, per_rank, res};
+    fork_ranks(n, 120, run_body, &ctx);
     cz_plan_free(plan);
 }
 
@@ -776,29 +800,26 @@ static int subset_rank(int rank, double *out, char *msg)
     return rc;
 }
 
+typedef struct subset_ctx {
+    double *out;
+    result *res;
+} subset_ctx;
+
+static void subset_body(int r, void *p)
+{
+    subset_ctx *c = p;
+    c->res->rc[r] = subset_rank(r, c->out + 8 * r, c->res->msg[r]);
+}
+
 START_TEST(subset_planes_sum_every_member)
 {
     double *out = shared(4 * 8 * sizeof(double));
     result *res = shared(sizeof *res);
     memset(boxes, 0, sizeof(mailbox) * MAXR * MAXR);
-    pid_t pid[4];
-    for (int r = 0; r < 4; r++) {
-        pid[r] = fork();
-        ck_assert_int_ge(pid[r], 0);
-        if (pid[r] == 0) {
-            const char *scale = getenv("CZ_TIME_SCALE");
-            alarm((unsigned)(60 * (scale ? atoi(scale) : 1)));
-            res->rc[r] = subset_rank(r, out + 8 * r, res->msg[r]);
-            _exit(0);
-        }
-    }
-    for (int r = 0; r < 4; r++) {
-        int st = 0;
-        ck_assert_int_eq(waitpid(pid[r], &st, 0), pid[r]);
-        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d ended abnormally (%d)", r,
-                      st);
+    subset_ctx ctx = {out, res};
+    fork_ranks(4, 60, subset_body, &ctx);
+    for (int r = 0; r < 4; r++)
         ck_assert_msg(res->rc[r] == 0, "rank %d: %s", r, res->msg[r]);
-    }
     /* The members' sums of 2^(rank + 4j): {0, 1, 2} and {3} alone; {0, 2} and {1, 3}; inside
      * {2, 1, 0} (plane ranks 0, 1, 2), plane ranks 0 and 2 (world 2 and 0), and world 1. */
     static const int three[4] = {7, 7, 7, 8}, pairs[4] = {5, 10, 5, 10}, inner[4] = {5, 2, 5, 8};
@@ -991,6 +1012,21 @@ static int run_fsdp_rank(int dp, int rank, const cz_plan *plan, int steps, float
  * exchanges through the callbacks' exchange) must give the one-process run's parameters on
  * the self plane, bit for bit: the exchanges only move rows, the owners run Muon on the same
  * whole gradients and every rank applies the same update rows. */
+typedef struct fsdp_ctx {
+    int dp, steps;
+    const cz_plan *plan;
+    float *out;
+    double *norms;
+    result *res;
+} fsdp_ctx;
+
+static void fsdp_body(int r, void *p)
+{
+    fsdp_ctx *c = p;
+    c->res->rc[r] =
+        run_fsdp_rank(c->dp, r, c->plan, c->steps, c->out, &c->norms[r], c->res->msg[r]);
+}
+
 START_TEST(fsdp_dp4_equals_one_process)
 {
     enum { DP = 4, STEPS = 3 };
@@ -1009,23 +1045,8 @@ START_TEST(fsdp_dp4_equals_one_process)
     memset(boxes, 0, sizeof(mailbox) * MAXR * MAXR);
     res->rc[0] = run_fsdp_rank(1, 0, one, STEPS, ref, &norms[DP], res->msg[0]);
     ck_assert_msg(res->rc[0] == 0, "one process: %s", res->msg[0]);
-    pid_t pid[DP];
-    for (int r = 0; r < DP; r++) {
-        pid[r] = fork();
-        ck_assert_int_ge(pid[r], 0);
-        if (pid[r] == 0) {
-            const char *scale = getenv("CZ_TIME_SCALE");
-            alarm((unsigned)(120 * (scale ? atoi(scale) : 1)));
-            res->rc[r] = run_fsdp_rank(DP, r, dist, STEPS, got, &norms[r], res->msg[r]);
-            _exit(0);
-        }
-    }
-    for (int r = 0; r < DP; r++) {
-        int st = 0;
-        ck_assert_int_eq(waitpid(pid[r], &st, 0), pid[r]);
-        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d ended abnormally (%d)", r,
-                      st);
-    }
+    fsdp_ctx ctx = {DP, STEPS, dist, got, norms, res};
+    fork_ranks(DP, 120, fsdp_body, &ctx);
     for (int r = 0; r < DP; r++) {
         ck_assert_msg(res->rc[r] == 0, "rank %d: %s", r, res->msg[r]);
         /* The ranks' sums of squares are added in another order than one process's. */
