@@ -184,12 +184,11 @@ static float val(uint64_t k)
     return (float)((double)(mix(k) >> 11) / 9007199254740992.0 - 0.5);
 }
 
-static cz_plan *make_plan(int dp, int tp)
+/* The plan of the model at model_path on a CPU cluster of dp x tp ranks (written and removed
+ * here), with the given buffer layout. */
+static cz_plan *plan_of(const char *model_path, int dp, int tp, cz_layout layout)
 {
-    char model_path[512], cluster[1024];
-    const char *src = getenv("CZ_SOURCE_DIR");
-    ck_assert_ptr_nonnull(src);
-    snprintf(model_path, sizeof model_path, "%s/plans/models/test-small.json", src);
+    char cluster[1024];
     snprintf(cluster, sizeof cluster, "%s/cluster_%dx%d.json", dir, dp, tp);
     FILE *f = fopen(cluster, "w");
     ck_assert_ptr_nonnull(f);
@@ -206,6 +205,7 @@ static cz_plan *make_plan(int dp, int tp)
     cz_plan *plan = NULL;
     cz_settings s;
     cz_settings_init(&s);
+    s.layout = layout;
     ck_assert_msg(cz_model_load(&model, model_path, &err) == 0, "%s", err.message);
     ck_assert_msg(cz_cluster_load(&cl, cluster, &err) == 0, "%s", err.message);
     ck_assert_msg(cz_plan_build(&plan, model, cl, &s, &err) == 0, "%s", err.message);
@@ -213,6 +213,29 @@ static cz_plan *make_plan(int dp, int tp)
     cz_cluster_free(cl);
     unlink(cluster);
     return plan;
+}
+
+/* The callbacks table of the rank that ctx describes (world size and rank from it), over the
+ * fake transport above. */
+static cz_comm_callbacks callbacks_of(rank_ctx *ctx)
+{
+    return (cz_comm_callbacks){.version = CZ_COMM_CALLBACKS_VERSION,
+                               .user = ctx,
+                               .world_size = ctx->world,
+                               .world_rank = ctx->rank,
+                               .all_reduce = cb_all_reduce,
+                               .broadcast = cb_broadcast,
+                               .exchange = cb_exchange,
+                               .last_error = cb_last_error};
+}
+
+static cz_plan *make_plan(int dp, int tp)
+{
+    char model_path[512];
+    const char *src = getenv("CZ_SOURCE_DIR");
+    ck_assert_ptr_nonnull(src);
+    snprintf(model_path, sizeof model_path, "%s/plans/models/test-small.json", src);
+    return plan_of(model_path, dp, tp, CZ_LAYOUT_UNIFIED);
 }
 
 /* Element (row, col) of the full tensor of parameter i: its initial value or step's gradient. */
@@ -749,14 +772,7 @@ END_TEST
 static int subset_rank(int rank, double *out, char *msg)
 {
     rank_ctx ctx = {.world = 4, .rank = rank, .dp = 4, .tp = 1};
-    cz_comm_callbacks cb = {.version = CZ_COMM_CALLBACKS_VERSION,
-                            .user = &ctx,
-                            .world_size = 4,
-                            .world_rank = rank,
-                            .all_reduce = cb_all_reduce,
-                            .broadcast = cb_broadcast,
-                            .exchange = cb_exchange,
-                            .last_error = cb_last_error};
+    cz_comm_callbacks cb = callbacks_of(&ctx);
     cz_exec_config cfg = CZ_EXEC_CONFIG_INIT;
     cfg.callbacks = &cb;
     cz_ctrl ctrl = {0};
@@ -894,9 +910,8 @@ END_TEST
  * shards. */
 static cz_plan *make_fsdp_plan(int dp)
 {
-    char model_path[512], cluster[512];
+    char model_path[512];
     snprintf(model_path, sizeof model_path, "%s/fsdp_model.json", dir);
-    snprintf(cluster, sizeof cluster, "%s/fsdp_cluster_%d.json", dir, dp);
     FILE *f = fopen(model_path, "w");
     ck_assert_ptr_nonnull(f);
     fputs(
@@ -911,29 +926,8 @@ static cz_plan *make_fsdp_plan(int dp)
         "]}",
         f);
     fclose(f);
-    f = fopen(cluster, "w");
-    ck_assert_ptr_nonnull(f);
-    fprintf(f,
-            "{\"schema\": \"canzona.cluster/1\", \"name\": \"t\", \"gpus\": %d, \"dp\": %d, "
-            "\"tp\": 1, \"pp\": 1, \"gpus_per_node\": %d, \"device\": {\"name\": \"cpu\", "
-            "\"matmul_tflops\": 0.5, \"mem_gbps\": 40, \"memory_gib\": 16}, \"links\": "
-            "{\"intra_node_gbps\": 10, \"inter_node_gbps\": 10, \"latency_us\": 2}}",
-            dp, dp, dp);
-    fclose(f);
-    cz_error err;
-    cz_model *model = NULL;
-    cz_cluster *cl = NULL;
-    cz_plan *plan = NULL;
-    cz_settings s;
-    cz_settings_init(&s);
-    s.layout = CZ_LAYOUT_FSDP;
-    ck_assert_msg(cz_model_load(&model, model_path, &err) == 0, "%s", err.message);
-    ck_assert_msg(cz_cluster_load(&cl, cluster, &err) == 0, "%s", err.message);
-    ck_assert_msg(cz_plan_build(&plan, model, cl, &s, &err) == 0, "%s", err.message);
+    cz_plan *plan = plan_of(model_path, dp, 1, CZ_LAYOUT_FSDP);
     ck_assert(cz_plan_is_fsdp(plan));
-    cz_model_free(model);
-    cz_cluster_free(cl);
-    unlink(cluster);
     unlink(model_path);
     return plan;
 }
@@ -945,14 +939,7 @@ static int run_fsdp_rank(int dp, int rank, const cz_plan *plan, int steps, float
                          char *msg)
 {
     rank_ctx ctx = {.world = dp, .rank = rank, .dp = dp, .tp = 1};
-    cz_comm_callbacks cb = {.version = CZ_COMM_CALLBACKS_VERSION,
-                            .user = &ctx,
-                            .world_size = dp,
-                            .world_rank = rank,
-                            .all_reduce = cb_all_reduce,
-                            .broadcast = cb_broadcast,
-                            .exchange = cb_exchange,
-                            .last_error = cb_last_error};
+    cz_comm_callbacks cb = callbacks_of(&ctx);
     cz_exec_config cfg = CZ_EXEC_CONFIG_INIT;
     if (dp == 1)
         cfg.comm = "self";
