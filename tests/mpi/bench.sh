@@ -135,7 +135,7 @@ print("split layout: cut between DP ranks:", ", ".join(cut))
 PY
   fi
   # bf16 parameters and gradients against the fp32 reference: the parameters are bf16 (an
-  # element's rounding is up to 2^-9 of it; an AdamW element whose tiny averaged gradient
+  # element's rounding is up to 2^-8 of it; an AdamW element whose tiny averaged gradient
   # changes sign under rounding moves a whole step the other way), and the update, measured
   # on them, carries the rounding of the initial and the final values. Measured at the default
   # rates: parameters <= 1.8e-2, updates <= 0.136 (docs/EXECUTOR.md); bounded at 3e-2 and
