@@ -157,14 +157,12 @@ def _planner_lib():
             ("cz_model_free", None, [vp]), ("cz_cluster_free", None, [vp]),
             ("cz_plan_free", None, [vp]),
             ("cz_dp_strategy_parse", i, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
-            ("cz_tp_strategy_parse", i, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)])):
+            ("cz_tp_strategy_parse", i, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
+            ("cz_layout_parse", i, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)])):
         f = getattr(L, name)
         f.restype, f.argtypes = res, args
     _planner = L
     return L
-
-
-_LAYOUTS = {"unified": 0, "split": 1, "fsdp": 2}  # cz_layout (canzona.h)
 
 
 def plan_text(model, cluster, *, dp=None, tp=None, ns_coeffs=None, ns_steps=None, layout=None):
@@ -187,18 +185,17 @@ def plan_text(model, cluster, *, dp=None, tp=None, ns_coeffs=None, ns_steps=None
     s.ns_coeffs = coeffs
     if ns_coeffs is not None or ns_steps is not None:
         s.ns_steps = _ns_coeffs.steps(ns_coeffs or "jordan", ns_steps)
-    if layout is not None:
-        if layout not in _LAYOUTS:
-            raise Error(CZ_EINVALID, f"unknown layout {layout!r} (known: "
-                                     f"{', '.join(_LAYOUTS)})")
-        s.layout = _LAYOUTS[layout]
-    for what, name, parse in (("dp", dp, L.cz_dp_strategy_parse),
-                              ("tp", tp, L.cz_tp_strategy_parse)):
+    # Each name through the planner's own parser (the CLI's), so the enums' values stay the C
+    # library's.
+    for field, what, name, parse, known in (
+            ("dp", "dp strategy", dp, L.cz_dp_strategy_parse, ""),
+            ("tp", "tp strategy", tp, L.cz_tp_strategy_parse, ""),
+            ("layout", "layout", layout, L.cz_layout_parse, " (known: unified, split, fsdp)")):
         if name is not None:
             v = ctypes.c_int()
             if parse(name.encode(), ctypes.byref(v)) != 0:
-                raise Error(CZ_EINVALID, f"unknown {what} strategy {name!r}")
-            setattr(s, what, v.value)
+                raise Error(CZ_EINVALID, f"unknown {what} {name!r}{known}")
+            setattr(s, field, v.value)
     try:
         check(L.cz_model_parse(ctypes.byref(m), json.dumps(model).encode(), b"<model>",
                                ctypes.byref(err)), err)
