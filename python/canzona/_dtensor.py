@@ -107,10 +107,11 @@ def check(named, tp, tp_ranks, tp_dims):
             if i != ti:
                 if isinstance(pl, Shard):
                     return (f"{where} is sharded over mesh dimension "
-                            f"{(mesh.mesh_dim_names or ('?',) * mesh.ndim)[i]!r}: fully sharded "
-                            "(FSDP2) parameters are not supported yet; canzona shards over DP "
-                            "itself (ZeRO-1), so give it the TP-parallel model without "
-                            "fully_shard"), dims
+                            f"{(mesh.mesh_dim_names or ('?',) * mesh.ndim)[i]!r} outside "
+                            "FSDP2: canzona runs fully sharded parameters of a model wrapped "
+                            "with fully_shard (docs/PYTHON.md, \"FSDP2\"), and otherwise "
+                            "shards over DP itself (ZeRO-1): give it the TP-parallel model "
+                            "without a DP shard"), dims
                 if not isinstance(pl, Replicate):
                     return (f"{where}: placement {pl} over mesh dimension {i}; canzona takes "
                             "Replicate() there"), dims

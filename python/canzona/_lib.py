@@ -215,6 +215,8 @@ def lib():
         "cz_executor_buffer_numel": (ctypes.c_size_t, [vp]),
         "cz_executor_dtype": (i, [vp]),
         "cz_executor_bind_typed": (i, [vp, vp, vp, ctypes.c_size_t, i, e]),
+        "cz_executor_bind_param_typed": (i, [vp, ctypes.c_char_p, vp, vp, ctypes.c_int64,
+                                             ctypes.c_int64, i, e]),
         "cz_executor_step": (i, [vp, e]),
         "cz_executor_step_async": (i, [vp, e]),
         "cz_executor_wait": (i, [vp, e]),

@@ -53,18 +53,23 @@ def _host_tensor(ptr, count, dtype):
 
 
 class TorchComm:
-    """The callbacks over the world (world_group: a group of every rank in world order, None:
-    the default one), and the job's DP and TP groups with their world ranks (dp_ranks,
-    tp_ranks: this rank's DP and TP groups, in group-rank order). The buffers are host memory,
-    so the groups must take CPU tensors (gloo)."""
+    """The callbacks over the executor's world (world_group: a group of every rank in world
+    order, None: the default one; world_ranks: its world ranks, None: every rank of the job),
+    and the job's DP and TP groups with their world ranks (dp_ranks, tp_ranks: this rank's DP
+    and TP groups, in group-rank order). The buffers are host memory, so the groups must take
+    CPU tensors (gloo). A group of this rank alone needs no process group (None): its
+    collectives are this rank's own values, its exchanges copies (an FSDP2 job's TP 1)."""
 
-    def __init__(self, dp_group, tp_group, dp_ranks, tp_ranks, world_group=None):
+    def __init__(self, dp_group, tp_group, dp_ranks, tp_ranks, world_group=None,
+                 world_ranks=None):
         import torch.distributed as dist
 
         self.dist = dist
+        if world_ranks is None:
+            world_ranks = range(dist.get_world_size())
         self.groups = {_lib.COMM_WORLD: world_group, _lib.COMM_DP: dp_group,
                        _lib.COMM_TP: tp_group}
-        self.ranks = {_lib.COMM_WORLD: list(range(dist.get_world_size())),
+        self.ranks = {_lib.COMM_WORLD: list(world_ranks),
                       _lib.COMM_DP: list(dp_ranks), _lib.COMM_TP: list(tp_ranks)}
         self.error = None
         self._error_bytes = b""
@@ -74,7 +79,8 @@ class TorchComm:
         me = dist.get_rank()
         self.cb = _lib.CommCallbacks(
             version=_lib.CZ_COMM_CALLBACKS_VERSION, user=None,
-            world_size=dist.get_world_size(), world_rank=me, has_groups=1,
+            world_size=len(self.ranks[_lib.COMM_WORLD]),
+            world_rank=self.ranks[_lib.COMM_WORLD].index(me), has_groups=1,
             dp_size=len(dp_ranks), dp_rank=list(dp_ranks).index(me),
             tp_size=len(tp_ranks), tp_rank=list(tp_ranks).index(me),
             all_reduce=_lib.ALL_REDUCE_FN(self._guard(self._all_reduce)),
@@ -115,17 +121,28 @@ class TorchComm:
             time.sleep(0.001)
 
     def _all_reduce(self, user, group, ptr, count, dtype, op):
+        if len(self.ranks[group]) == 1:
+            return  # the reduction of one rank's values is those values
         t = _host_tensor(ptr, count, dtype)
         red = self.dist.ReduceOp.MIN if op == _lib.COMM_MIN else self.dist.ReduceOp.SUM
         self.dist.all_reduce(t, op=red, group=self.groups[group])
         self._hold((t,))
 
     def _broadcast(self, user, group, ptr, count, dtype, root):
+        if len(self.ranks[group]) == 1:
+            return
         t = _host_tensor(ptr, count, dtype)
         self.dist.broadcast(t, src=self.ranks[group][root], group=self.groups[group])
         self._hold((t,))
 
     def _exchange(self, user, group, transfers, n):
+        if len(self.ranks[group]) == 1:
+            # This rank with itself: each receive takes the send of the same count.
+            sends = [transfers[k] for k in range(n) if transfers[k].send]
+            recvs = [transfers[k] for k in range(n) if not transfers[k].send]
+            for s, r in zip(sends, recvs):
+                _host_tensor(r.buf, r.count, r.dtype).copy_(_host_tensor(s.buf, s.count, s.dtype))
+            return
         # Receives posted before sends: at most one of each per peer, completed together.
         works, tensors = [], []
         order = sorted(range(n), key=lambda k: transfers[k].send)

@@ -31,7 +31,7 @@ if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < _MIN_
                       f"(post-accumulate-grad hooks, torch.distributed.tensor); this is "
                       f"{torch.__version__}")
 
-from . import _clip_guard, _dtensor, _lib, _ns_coeffs, _replicas, qk_clip, safetensors
+from . import _clip_guard, _dtensor, _fsdp, _lib, _ns_coeffs, _replicas, qk_clip, safetensors
 from ._dtensor import local as _local
 from ._lib import Error, check
 from ._fresh import FreshGrads
@@ -187,7 +187,11 @@ class Optimizer(torch.optim.Optimizer):
       (the embeddings and the output head), Muon the other matrices; optimizers= overrides. Parameters hold this rank's TP shard:
       plain tensors (Megatron-style shards), or DTensors that torch's parallelize_module made
       over the mesh's "tp" dimension, whose placements give the TP dimension (Shard(0),
-      Shard(1), Replicate(); anything else is refused by name, docs/PYTHON.md).
+      Shard(1), Replicate(); anything else is refused by name, docs/PYTHON.md). A model wrapped
+      with FSDP2's fully_shard (every parameter Shard(0) over a 1-D mesh, or HSDP's
+      (Replicate(), Shard(0))) runs the fully sharded plan over the mesh's shard group instead:
+      FSDP2 reduces the gradients and gathers the parameters, each matrix's owner gathers its
+      rows, and each rank updates its own rows in place (CPU and TP 1; docs/PYTHON.md, "FSDP2").
     dp_group, tp_group, mesh: the job's DP and TP process groups, or a DeviceMesh with "dp" and
       "tp" dimensions; by default the TP group of the DTensor parameters' mesh, else the world
       as torchrun started it, TP innermost (world rank = dp_rank * tp + tp_rank), with tp = the
@@ -372,12 +376,23 @@ class Optimizer(torch.optim.Optimizer):
         # control plane's world, must be gloo's (a CUDA job's default group is NCCL's).
         host = None if dist.get_backend() == "gloo" else "gloo"
         all_named = [x for g, _ in named_groups for x in g]
-        if tp_group is None and mesh is None:
-            # DTensor parameters carry their TP mesh: its group is the job's TP group.
-            tp_group = _dtensor.tp_mesh_group(all_named)
-        dp_group, tp_group, dp_ranks, tp_ranks = _world_groups(
-            dp_group, tp_group, mesh, host if device.type == "cpu" else None, group_timeout)
-        ctrl_group = dist.new_group(backend="gloo", timeout=group_timeout) if host else None
+        # FSDP2 (fully_shard): the fully sharded plan over the mesh's shard group (_fsdp.py).
+        self._fsdp = None
+        if _fsdp.detected(all_named, module):
+            self._fsdp = self._fsdp_mesh(all_named, device, dict(
+                dp_group=dp_group, tp_group=tp_group, mesh=mesh, nccl_comms=nccl_comms,
+                overlap=overlap, bucket_size=bucket_size))
+            fm = self._fsdp
+            dp_group, tp_group, dp_ranks, tp_ranks = fm.group, None, fm.ranks, [me]
+            ctrl_group, world_ranks, self._xrank = fm.group, fm.ranks, fm.rank
+        else:
+            if tp_group is None and mesh is None:
+                # DTensor parameters carry their TP mesh: its group is the job's TP group.
+                tp_group = _dtensor.tp_mesh_group(all_named)
+            dp_group, tp_group, dp_ranks, tp_ranks = _world_groups(
+                dp_group, tp_group, mesh, host if device.type == "cpu" else None, group_timeout)
+            ctrl_group = dist.new_group(backend="gloo", timeout=group_timeout) if host else None
+            world_ranks, self._xrank = None, me
         dp, tp = len(dp_ranks), len(tp_ranks)
         self.dp_rank, self.tp_rank = dp_ranks.index(me), tp_ranks.index(me)
         self.dp_group, self.tp_group = dp_group, tp_group
@@ -385,11 +400,12 @@ class Optimizer(torch.optim.Optimizer):
         names = [n for g, _ in named_groups for n, _ in g]
         # Every check that can fail comes before anything is changed, and the ranks agree on
         # the outcome, so that every rank raises (none is left waiting in a collective).
-        msg = self._check_local(named_groups, device, tp, dp, me, dp_ranks, tp_ranks)
+        msg = self._check_local(named_groups, device, tp, dp, me, dp_ranks, tp_ranks,
+                                self._fsdp is None)
         self._dt_dims = {}
-        if msg is None:
+        if msg is None and self._fsdp is None:
             msg, self._dt_dims = _dtensor.check(all_named, tp, tp_ranks, tp_dims)
-        if msg is None:
+        if msg is None and self._fsdp is None:
             msg = _dtensor.blocks_along_shard(all_named, blocks, self._dt_dims)
         if msg is None and nccl_comms is not None and (device.type != "cuda" or
                                                        len(nccl_comms) != 2):
@@ -401,12 +417,14 @@ class Optimizer(torch.optim.Optimizer):
         if msg is None and plan is None:
             try:
                 desc = self._describe(named_groups, tp_dims, blocks, optimizers, tp,
-                                      self._dt_dims, module, heads)
+                                      self._dt_dims, module, heads, full=self._fsdp is not None)
                 cl = dict(cluster or _cluster(dp, tp))
                 if bucket_size is not None:
                     cl["buckets"] = {"size": int(bucket_size)}
                 text = plan_text(desc, cl, ns_coeffs=executor_options.get("ns_coeffs"),
-                                 ns_steps=ns_steps) if me == 0 else None
+                                 ns_steps=ns_steps,
+                                 layout="fsdp" if self._fsdp is not None else None
+                                 ) if me == 0 else None
             except Exception as e:  # noqa: BLE001 - every rank must learn it, not only this one
                 msg = str(e) if isinstance(e, Error) else f"{type(e).__name__}: {e}"
         self._agree(msg)
@@ -420,8 +438,9 @@ class Optimizer(torch.optim.Optimizer):
                 if save_plan is not None and me == 0:
                     with open(save_plan, "w") as f:
                         f.write(box[0])
-            self._agree(self._check_topology(plan, dp, tp))
-            self._comm = TorchComm(dp_group, tp_group, dp_ranks, tp_ranks, ctrl_group)
+            self._agree(self._check_topology(plan, dp, tp, self._fsdp))
+            self._comm = TorchComm(dp_group, tp_group, dp_ranks, tp_ranks, ctrl_group,
+                                   world_ranks)
             self._ex = self._create(plan, device, dict(
                 lr=muon_lr, weight_decay=float(weight_decay), momentum=float(momentum),
                 nesterov=int(bool(nesterov)), ns_steps=ns_steps, adamw_lr=elem_lr,
@@ -434,12 +453,21 @@ class Optimizer(torch.optim.Optimizer):
         self._names = [L.cz_executor_param_name(self._ex, i).decode() for i in range(n)]
         self._index = {name: i for i, name in enumerate(self._names)}
         msg = self._check_names(names)
-        if msg is None:
+        if msg is None and self._fsdp is not None:
+            msg = _fsdp.check_rows(all_named, self._fsdp, self._shape)
+        elif msg is None:
             msg = self._check_shapes(named_groups)
         try:
             self._agree(msg)
-            differ = _replicas.check(self._names, {n: p for g, _ in named_groups for n, p in g},
-                                     self._tp_dim, dp, tp, check_replicas)
+            by_name = {n: p for g, _ in named_groups for n, p in g}
+            if self._fsdp is not None:
+                # FSDP2's shards are disjoint across the shard group; HSDP's replicas of each
+                # shard must be equal.
+                _fsdp.check_replicas(self._names, by_name, self._fsdp, check_replicas)
+                differ = []
+            else:
+                differ = _replicas.check(self._names, by_name, self._tp_dim, dp, tp,
+                                         check_replicas)
         except Error:
             self.close()
             raise
@@ -488,16 +516,23 @@ class Optimizer(torch.optim.Optimizer):
         self._momentum = (float(momentum), float(adamw_betas[0]), float(adamw_betas[1]))
         self._steps_done = 0  # successful steps and loads: opt.state's cache key
 
-        self._bind(named_groups, device)
+        if self._fsdp is not None:
+            self._bind_fsdp(named_groups)
+        else:
+            self._bind(named_groups, device)
         with torch.no_grad():
             for name in differ:  # check_replicas="broadcast": DP rank 0's values, as DDP
                 dist.broadcast(self._pviews[name], src=dp_ranks[0], group=dp_group)
         # Which parameters received a gradient since the last step (item 9 of issue 39): a
         # post-accumulate-grad hook per parameter; step() refuses a parameter without one.
-        self._fresh = FreshGrads(self._params, self._gviews)
-        # torch.nn.utils.clip_grad_norm_ would clip these .grad by this rank's unreduced norm:
-        # refused on them, pointing to clip_grad_norm_ here (_clip_guard.py).
-        _clip_guard.guard(self._params.items())
+        if self._fsdp is not None:
+            self._fresh = _fsdp.FreshGrads(self._params)
+        else:
+            self._fresh = FreshGrads(self._params, self._gviews)
+            # torch.nn.utils.clip_grad_norm_ would clip these .grad by this rank's unreduced
+            # norm: refused on them, pointing to clip_grad_norm_ here (_clip_guard.py). FSDP2's
+            # gradients are DTensors, whose norm torch computes over every shard: allowed.
+            _clip_guard.guard(self._params.items())
         self._rates = None
         self._max_grad_norm = self._set_norm = float(max_grad_norm)
         self.grad_norm = None
@@ -593,9 +628,33 @@ class Optimizer(torch.optim.Optimizer):
                 "tp_bytes": w.tp_bytes, "etp_bytes": w.etp_bytes}
 
     # ---- construction ----
+    def _fsdp_mesh(self, named, device, given):
+        """The FSDP2 job's shard mesh (_fsdp.Mesh), after refusing, alike on every rank, what a
+        fully sharded step cannot take (arguments, then the parameters' placements)."""
+        if given["overlap"]:
+            raise ValueError("overlap=True with FSDP2 (fully_shard): FSDP2 reduce-scatters the "
+                             "gradients and all-gathers the parameters itself, so there are no "
+                             "buckets for canzona to overlap; pass overlap=False")
+        for key in ("dp_group", "tp_group", "mesh", "nccl_comms", "bucket_size"):
+            if given[key] is not None:
+                raise ValueError(f"{key}= with FSDP2 (fully_shard): the fully sharded step runs "
+                                 "over the parameters' own mesh (its shard dimension), with no "
+                                 "TP and no buckets; leave it out")
+        if device.type != "cpu":
+            raise Error(_lib.CZ_EUNSUPPORTED, (
+                f"FSDP2 parameters on {device}: canzona's fully sharded step runs on CPU "
+                "tensors over gloo in this release (its exchanges over NCCL are not yet run on "
+                "a GPU, so the executor refuses them); docs/PYTHON.md, \"FSDP2\""))
+        msg, fm = _fsdp.mesh_of(named)
+        if msg is None and dist.get_backend(fm.group) != "gloo":
+            msg = (f"the FSDP2 mesh's shard group is {dist.get_backend(fm.group)}'s; canzona's "
+                   "fully sharded step moves CPU tensors and needs gloo's")
+        self._agree(msg)
+        return fm
+
     @staticmethod
-    def _check_local(named_groups, device, tp, dp, me, dp_ranks, tp_ranks):
-        if me != dp_ranks.index(me) * tp + tp_ranks.index(me):
+    def _check_local(named_groups, device, tp, dp, me, dp_ranks, tp_ranks, grid=True):
+        if grid and me != dp_ranks.index(me) * tp + tp_ranks.index(me):
             return ("the DP and TP groups must lay ranks out TP innermost (world rank = dp_rank "
                     f"* tp + tp_rank, as Megatron and torchrun's mesh do); rank {me} is DP rank "
                     f"{dp_ranks.index(me)}, TP rank {tp_ranks.index(me)} of tp = {tp}")
@@ -646,13 +705,15 @@ class Optimizer(torch.optim.Optimizer):
                 raise Error(_lib.CZ_EINVALID, (m if m == msg else f"rank {r}: {m}") + note)
 
     @staticmethod
-    def _describe(named_groups, tp_dims, blocks, optimizers, tp, dt_dims, module, heads=None):
+    def _describe(named_groups, tp_dims, blocks, optimizers, tp, dt_dims, module, heads=None,
+                  full=False):
         """The model description: the DTensor parameters' placements (dt_dims, by exact name,
         ahead of any pattern), the declarations, or Megatron's attributes on the parameters
-        (tensor_model_parallel, partition_dim). Shapes are the local tensors'. The optimizer of
-        each parameter: the declarations (optimizers), else AdamW for the embeddings and the
-        output head (_default_elementwise) and the 1-D parameters, Muon for other matrices."""
-        named = [(n, _local(p)) for g, _ in named_groups for n, p in g]
+        (tensor_model_parallel, partition_dim). Shapes are the local tensors' (full: the
+        DTensors' global shapes, for FSDP2). The optimizer of each parameter: the declarations
+        (optimizers), else AdamW for the embeddings and the output head (_default_elementwise)
+        and the 1-D parameters, Muon for other matrices."""
+        named = [(n, p if full else _local(p)) for g, _ in named_groups for n, p in g]
         dims = dict(dt_dims)
         dims.update({k: v for k, v in (tp_dims or {}).items() if k not in dims})
         for name, p in named:
@@ -712,7 +773,7 @@ class Optimizer(torch.optim.Optimizer):
         return ex
 
     @staticmethod
-    def _check_topology(plan, dp, tp):
+    def _check_topology(plan, dp, tp, fsdp=None):
         """A plan made for another job shape, named before the executor is asked."""
         if os.path.isdir(plan):
             # This class reads the whole plan for its layout (every parameter's shard and
@@ -725,12 +786,21 @@ class Optimizer(torch.optim.Optimizer):
             topo = doc["topology"]
         except (OSError, ValueError, KeyError) as e:
             return f"cannot read the plan {plan}: {e}"
-        if doc.get("settings", {}).get("layout") == "fsdp":
-            # This class binds ZeRO-1 buckets; the C executor runs a fully sharded plan from
-            # each rank's FSDP2 shards (docs/EXECUTOR.md, "The fully sharded step"), which this
-            # class does not hand it yet.
-            return ("plan layout fsdp: this executor runs ZeRO-1 plans only (layouts unified "
-                    "and split); plan the job with --layout unified (or split) to run it here")
+        layout = doc.get("settings", {}).get("layout")
+        if layout == "fsdp" and fsdp is None:
+            return ("plan layout fsdp is for a model FSDP2 shards (fully_shard), and this job's "
+                    "parameters are not sharded so: plan it with --layout unified (or split), "
+                    "or wrap the model with fully_shard")
+        if fsdp is not None and layout != "fsdp":
+            return (f"the job's parameters are FSDP2 shards (fully_shard), the plan's layout is "
+                    f"{layout or 'unified'}: plan it with --layout fsdp for DP{dp} (plan=None "
+                    "plans it here)")
+        if fsdp is not None and (topo.get("dp"), topo.get("tp")) != (dp, tp):
+            hsdp = (f"; under HSDP each of the {fsdp.replicas} replicas runs the plan of its "
+                    "shard group, so plan for the shard size without --replicate-size"
+                    if fsdp.replicas > 1 else "")
+            return (f"the plan is for DP{topo.get('dp')}·TP{topo.get('tp')}, but this job's "
+                    f"FSDP2 shard group has {dp} ranks{hsdp}")
         if (topo.get("dp"), topo.get("tp")) != (dp, tp):
             return (f"the plan is for DP{topo.get('dp')}·TP{topo.get('tp')}, but this job's "
                     f"groups are DP{dp}·TP{tp} (the world's {dp * tp} ranks, TP groups of {tp}): "
@@ -742,10 +812,13 @@ class Optimizer(torch.optim.Optimizer):
         bucket's offset plus its own) with its local shape, from the plan the executor runs."""
         with open(plan) as f:
             doc = json.load(f)
-        buckets = {b["id"]: b["offset"] for b in doc["buckets"]}
         self._kind = {p["name"]: p["optimizer"] for p in doc["params"]}
         self._tp_dim = {p["name"]: p.get("tp_dim") for p in doc["params"]}
         self._shape = {p["name"]: list(p["shape"]) for p in doc["params"]}
+        if self._fsdp is not None:
+            self._where = None  # no buckets: each rank's rows (_fsdp.check_rows)
+            return
+        buckets = {b["id"]: b["offset"] for b in doc["buckets"]}
         self._where = {p["name"]: (buckets[p["bucket"]] + p["offset"], list(p["local_shape"]))
                        for p in doc["params"]}
 
@@ -803,6 +876,15 @@ class Optimizer(torch.optim.Optimizer):
                                              ctypes.c_void_p(self._flat_g.data_ptr()),
                                              ctypes.c_size_t(n), dt, ctypes.byref(err)), err)
 
+    def _bind_fsdp(self, named_groups):
+        """FSDP2: each parameter's local rows bound in place, a gradient buffer per parameter
+        (_fsdp.Binding)."""
+        params = {n: p for named, _ in named_groups for n, p in named}
+        self._binding = _fsdp.Binding(self._L, self._ex, params)
+        self._params, self._gviews = params, self._binding.grads
+        self._pview_ptr, self._pviews = self._binding.ptr, {}
+        self._flat_p = self._flat_g = None
+
     # ---- the bucket-wise step (overlap=True): its hooks and state are _overlap.py's ----
     def _push_group_rates(self):
         """With early updates, at the step's first bucket: the param groups' rates into the
@@ -859,6 +941,12 @@ class Optimizer(torch.optim.Optimizer):
         msg, rates = self._group_rates()
         if msg is not None:
             return msg, None
+        if self._fsdp is not None:
+            for name, p in self._params.items():
+                msg = self._binding.adopt(name, p)
+                if msg is not None:
+                    return msg, None
+            return None, rates
         with torch.no_grad():
             for name, p in self._params.items():
                 view = self._gviews[name]
@@ -965,7 +1053,8 @@ class Optimizer(torch.optim.Optimizer):
             d = hashlib.blake2b(bytes(rates[0]) + bytes(rates[1]) + repr(rates[2]).encode() +
                                 repr(self._max_grad_norm).encode(), digest_size=7)
             h = int.from_bytes(d.digest(), "little")
-        dev = self._flat_g.device if dist.get_backend() == "nccl" else torch.device("cpu")
+        dev = (self._flat_g.device if self._flat_g is not None and dist.get_backend() == "nccl"
+               else torch.device("cpu"))
         t = torch.tensor([int(failed), int(lacking), h, -h], dtype=torch.int64, device=dev)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         v = t.tolist()
@@ -1042,11 +1131,19 @@ class Optimizer(torch.optim.Optimizer):
         next backward makes new ones, which step() copies into the flat buffer); otherwise the
         flat gradient buffer is zeroed and every .grad is its view again. Either way no
         parameter has a gradient for the next step() until a backward gives it one."""
-        self._fresh.forget()
         if set_to_none:
             for p in self._params.values():
                 p.grad = None
+            self._fresh.forget()
             return
+        if self._fsdp is not None:
+            with torch.no_grad():
+                for p in self._params.values():
+                    if p.grad is not None:
+                        p.grad.zero_()
+            self._fresh.forget()  # after the zeroing, which FSDP's freshness must not count
+            return
+        self._fresh.forget()
         self._flat_g.zero_()
         for name, p in self._params.items():
             p.grad = _dtensor.wrap_grad(p, self._gviews[name])
@@ -1107,7 +1204,8 @@ class Optimizer(torch.optim.Optimizer):
         box = [None]
         self.wait_params()
         with tempfile.TemporaryDirectory(prefix="canzona-state-") as tmp:
-            path = os.path.join(tmp, "state.safetensors") if rank == 0 else None
+            # The executor gathers on its own rank 0: under HSDP each replica's first rank.
+            path = os.path.join(tmp, "state.safetensors") if self._xrank == 0 else None
 
             def save():
                 err = _lib.CzError()
@@ -1189,9 +1287,9 @@ class Optimizer(torch.optim.Optimizer):
                 list(a["params"]) != list(b["names"]) for a, b in zip(groups, self.param_groups)):
             msg = ("the state's parameter groups hold other parameters than this optimizer's "
                    "(another model, or groups made differently)")
-        elif dist.get_rank() == 0 and self._state_shapes(state_dict["state"]) is not None:
+        elif self._xrank == 0 and self._state_shapes(state_dict["state"]) is not None:
             msg = self._state_shapes(state_dict["state"])
-        elif "checksum" in state_dict and dist.get_rank() == 0 and (
+        elif "checksum" in state_dict and self._xrank == 0 and (
                 _state_checksum(state_dict["state"], state_dict["step"]) !=
                 state_dict["checksum"]):
             # What state_dict() wrote no longer hashes to its checksum: a corrupted or edited
@@ -1201,11 +1299,10 @@ class Optimizer(torch.optim.Optimizer):
         else:
             msg = None
         self._agree(msg)
-        rank = dist.get_rank()
         self.wait_params()
         with tempfile.TemporaryDirectory(prefix="canzona-state-") as tmp:
             path = None
-            if rank == 0:
+            if self._xrank == 0:  # the executor reads on its rank 0 (HSDP: every replica's)
                 path = os.path.join(tmp, "state.safetensors")
                 flat = {f"{name}.{field}": t.detach().cpu().float().numpy()
                         for name, fields in state_dict["state"].items()

@@ -490,8 +490,9 @@ class FullySharded(unittest.TestCase):
             canzona.planning.plan_text(m, cluster, layout="zero3")
 
     def test_torch_optimizer_refuses_fsdp_plans(self):
-        # canzona.torch binds ZeRO-1 buckets; a fully sharded plan (canzona.plan/4) is refused
-        # before the executor is asked, as the executor refuses it.
+        # A fully sharded plan (canzona.plan/4) for a job whose parameters are not FSDP2
+        # shards is refused before the executor is asked (tests/python/torch_fsdp_check.py
+        # runs FSDP2 jobs and the refusals the other way round).
         import canzona.torch
         with tempfile.TemporaryDirectory(prefix="canzona-py-") as d:
             plan = os.path.join(d, "plan.json")
@@ -499,7 +500,7 @@ class FullySharded(unittest.TestCase):
                 json.dump({"schema": "canzona.plan/4", "settings": {"layout": "fsdp"},
                            "topology": {"dp": 1, "tp": 1, "pp": 1}}, f)
             msg = canzona.torch.Optimizer._check_topology(plan, 1, 1)
-        self.assertIn("plan layout fsdp: this executor runs ZeRO-1 plans only", msg)
+        self.assertIn("plan layout fsdp is for a model FSDP2 shards (fully_shard)", msg)
 
 
 if __name__ == "__main__":
