@@ -1,7 +1,8 @@
 /* The executor's memory model (memory_model.c) against what the executor records
  * (cz_executor_memory_usage), kind by kind and to the byte, on the cpu backend (the same sizes,
- * in host memory): test-small on cpu-1, cpu-4-dp2-tp2 and cpu-4-dp4-tp1, every rank, fp32 and
- * bf16, flat and per-parameter binding.
+ * in host memory): test-small on cpu-1, cpu-4-dp2-tp2, cpu-4-dp4-tp1 and cpu-4-dp1-tp4, every
+ * rank, fp32 and bf16, flat and per-parameter binding, bf16 with fp32 reduce-scatters; and on
+ * cpu-1 that a step leaves the record as it was.
  *
  * A rank of a multi-rank plan is created in this one process over "callbacks" that do nothing:
  * creating and binding move no data between ranks (only the agreements, whose sums over one
@@ -99,7 +100,7 @@ static void check_rank(const cz_plan *plan, int rank, cz_dtype dtype, bool per_p
     }
     cz_exec_mem_usage got, want;
     cz_executor_memory_usage(ex, &got);
-    cz_exec_mem_job job = {dtype, per_param || dtype != CZ_DTYPE_FP32, fp32rs};
+    cz_exec_mem_job job = {dtype, per_param || dtype != CZ_DTYPE_FP32, fp32rs, false};
     ck_assert_msg(cz__exec_memory_predict(plan, d, t, &job, &want, &err) == CZ_OK, "%s",
                   err.message);
     for (int k = 0; k < CZ_EXEC_MEM_NKINDS; k++)
@@ -116,6 +117,14 @@ static void check_rank(const cz_plan *plan, int rank, cz_dtype dtype, bool per_p
     ck_assert_int_gt(got.bytes[CZ_EXEC_MEM_FULL], 0);
     ck_assert_int_gt(got.bytes[CZ_EXEC_MEM_INDEX], 0);
     ck_assert_int_eq(got.bytes[CZ_EXEC_MEM_PARAMS] > 0, job.staged);
+    /* A step allocates nothing: the record stays as create and bind left it (one process, where
+     * the step's exchanges are real). */
+    if (world == 1) {
+        ck_assert_msg(cz_executor_step(ex, &err) == CZ_OK, "%s", err.message);
+        cz_exec_mem_usage after;
+        cz_executor_memory_usage(ex, &after);
+        ck_assert_int_eq(memcmp(&after, &got, sizeof got), 0);
+    }
     cz_executor_free(ex);
     free(P);
     free(G);
@@ -163,8 +172,12 @@ START_TEST(refusals)
     cz_plan *plan = plan_of("cpu-4-dp2-tp2");
     cz_exec_mem_usage u;
     cz_error err = {0};
-    cz_exec_mem_job job = {CZ_DTYPE_FP32, false, false};
+    cz_exec_mem_job job = {CZ_DTYPE_FP32, false, false, false};
     ck_assert_int_eq(cz__exec_memory_predict(plan, 2, 0, &job, &u, &err), CZ_EINVALID);
+    job.normuon = true;
+    ck_assert_int_eq(cz__exec_memory_predict(plan, 0, 0, &job, &u, &err), CZ_EUNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.message, "NorMuon"));
+    job.normuon = false;
     plan->settings.optimizer = CZ_OPTIM_SOAP;
     ck_assert_int_eq(cz__exec_memory_predict(plan, 0, 0, &job, &u, &err), CZ_EUNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err.message, "SOAP"));

@@ -450,7 +450,7 @@ static void report_memory(const bench_run *r)
     /* The bench binds flat buffers: staged when bf16, or on a device under a host plane. */
     cz_exec_mem_job job = {r->bf16 ? CZ_DTYPE_BF16 : CZ_DTYPE_FP32,
                            r->bf16 || r->mem.bytes[CZ_EXEC_MEM_GRADS] > 0,
-                           r->cfg.grad_reduce_in_fp32 != 0};
+                           r->cfg.grad_reduce_in_fp32 != 0, r->cfg.normuon.mode != CZ_NORMUON_NONE};
     cz_exec_mem_usage want;
     cz_error e;
     cz_error_clear(&e);

@@ -172,7 +172,7 @@ int cz_bench_dry_run_main(int argc, char **argv)
     if (rc == CZ_OK) {
         print_table(&o, plan, dt, &b);
         /* A plan the memory model does not cover still gets its step bytes: said, not failed. */
-        cz_exec_mem_job job = {dt, o.per_param || dt != CZ_DTYPE_FP32, o.grad_fp32 != 0};
+        cz_exec_mem_job job = {dt, o.per_param || dt != CZ_DTYPE_FP32, o.grad_fp32 != 0, false};
         cz_error merr;
         cz_error_clear(&merr);
         have_mem = cz__exec_memory_predict(plan, o.dp, o.tp, &job, &mem, &merr) == CZ_OK;

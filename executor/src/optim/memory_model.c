@@ -33,6 +33,9 @@ static int check_plan(const cz_plan *plan, int dp_rank, int tp_rank, const cz_ex
                              plan->pp != 1               ? "pipeline stages"
                              : cz_plan_has_experts(plan) ? "expert groups"
                                                          : "fully sharded parameters");
+    if (job->normuon)
+        return cz__error_set(err, CZ_EUNSUPPORTED,
+                             "the memory model does not count NorMuon's second moments and work");
     if (plan->settings.optimizer != CZ_OPTIM_MUON)
         return cz__error_set(err, CZ_EUNSUPPORTED,
                              "the memory model covers Muon plans (this one's matrix optimizer is "

@@ -19,6 +19,7 @@ typedef struct cz_exec_mem_job {
     bool staged;              /* the step runs on the executor's fp32 copies (a bf16 job, buffers
                                  bound per parameter, or a host-staged device backend) */
     bool grad_reduce_in_fp32; /* cz_exec_config.grad_reduce_in_fp32 (bf16 jobs) */
+    bool normuon;             /* NorMuon is on (refused: its second moments are not counted) */
 } cz_exec_mem_job;
 
 /* The bytes of GPU (dp_rank, tp_rank) after create and the first bind. Dense one-stage plans
