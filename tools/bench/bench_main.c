@@ -447,9 +447,10 @@ static void report_memory(const bench_run *r)
 {
     cz_bench_memory_print("executor memory (recorded, rank 0, after create and the first bind):",
                           &r->mem);
-    /* The bench binds flat buffers: staged when bf16, or on a device under a host plane. */
+    /* The bench binds flat buffers: the executor stages them through its fp32 copies for a bf16
+     * job, and on a device under a host-driven plane (mpi, self: managed memory). */
     cz_exec_mem_job job = {r->bf16 ? CZ_DTYPE_BF16 : CZ_DTYPE_FP32,
-                           r->bf16 || r->mem.bytes[CZ_EXEC_MEM_GRADS] > 0,
+                           r->bf16 || (r->cuda && strcmp(r->o.comm, "nccl") != 0),
                            r->cfg.grad_reduce_in_fp32 != 0, r->cfg.normuon.mode != CZ_NORMUON_NONE};
     cz_exec_mem_usage want;
     cz_error e;
