@@ -1,8 +1,8 @@
 /* The executor's memory model (memory_model.c) against what the executor records
  * (cz_executor_memory_usage), kind by kind and to the byte, on the cpu backend (the same sizes,
- * in host memory): test-small on cpu-1, cpu-4-dp2-tp2, cpu-4-dp4-tp1 and cpu-4-dp1-tp4, every
- * rank, fp32 and bf16, flat and per-parameter binding, bf16 with fp32 reduce-scatters; and on
- * cpu-1 that a step leaves the record as it was.
+ * in host memory): test-small on cpu-1, cpu-4-dp2-tp2 (also under synchronous compute),
+ * cpu-4-dp4-tp1 and cpu-4-dp1-tp4, every rank, fp32 and bf16, flat and per-parameter binding,
+ * bf16 with fp32 reduce-scatters; and on cpu-1 that a step leaves the record as it was.
  *
  * A rank of a multi-rank plan is created in this one process over "callbacks" that do nothing:
  * creating and binding move no data between ranks (only the agreements, whose sums over one
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static cz_plan *plan_of(const char *cluster)
+static cz_plan *plan_of(const char *cluster, cz_tp_strategy tp)
 {
     char a[1024], b[1024];
     const char *src = getenv("CZ_SOURCE_DIR");
@@ -27,6 +27,7 @@ static cz_plan *plan_of(const char *cluster)
     cz_plan *plan = NULL;
     cz_settings st;
     cz_settings_init(&st);
+    st.tp = tp;
     snprintf(a, sizeof a, "%s/plans/models/test-small.json", src ? src : ".");
     snprintf(b, sizeof b, "%s/plans/clusters/%s.json", src ? src : ".", cluster);
     ck_assert_msg(cz_model_load(&m, a, &err) == CZ_OK, "%s", err.message);
@@ -130,9 +131,9 @@ static void check_rank(const cz_plan *plan, int rank, cz_dtype dtype, bool per_p
     free(G);
 }
 
-static void check_cluster(const char *cluster)
+static void check_cluster(const char *cluster, cz_tp_strategy tp)
 {
-    cz_plan *plan = plan_of(cluster);
+    cz_plan *plan = plan_of(cluster, tp);
     for (int r = 0; r < plan->dp * plan->tp; r++) {
         check_rank(plan, r, CZ_DTYPE_FP32, false, false);
         check_rank(plan, r, CZ_DTYPE_FP32, true, false);
@@ -144,32 +145,34 @@ static void check_cluster(const char *cluster)
 
 START_TEST(cpu_1)
 {
-    check_cluster("cpu-1");
+    check_cluster("cpu-1", CZ_TP_ROLLBACK);
 }
 END_TEST
 
 START_TEST(dp2_tp2)
 {
-    check_cluster("cpu-4-dp2-tp2");
+    check_cluster("cpu-4-dp2-tp2", CZ_TP_ROLLBACK);
+    /* synchronous compute: every TP rank computes every task */
+    check_cluster("cpu-4-dp2-tp2", CZ_TP_SC);
 }
 END_TEST
 
 START_TEST(dp4_tp1)
 {
-    check_cluster("cpu-4-dp4-tp1");
+    check_cluster("cpu-4-dp4-tp1", CZ_TP_ROLLBACK);
 }
 END_TEST
 
 START_TEST(dp1_tp4)
 {
-    check_cluster("cpu-4-dp1-tp4");
+    check_cluster("cpu-4-dp1-tp4", CZ_TP_ROLLBACK);
 }
 END_TEST
 
 /* What the model does not cover is refused by name, not guessed. */
 START_TEST(refusals)
 {
-    cz_plan *plan = plan_of("cpu-4-dp2-tp2");
+    cz_plan *plan = plan_of("cpu-4-dp2-tp2", CZ_TP_ROLLBACK);
     cz_exec_mem_usage u;
     cz_error err = {0};
     cz_exec_mem_job job = {CZ_DTYPE_FP32, false, false, false};

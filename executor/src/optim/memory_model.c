@@ -2,10 +2,11 @@
  * the allocation the executor makes, with the same rounding: the executor's own buffers take
  * max(n, 1) elements (executor.c, binding.c, wire.c, adamw.c), the pipeline's and Muon's n + 1
  * (pipeline.c, muon.c), so that a zero-sized buffer is still a pointer. The sizes come from the
- * executor's own layouts, not from copies of them: the buckets' DP ranges and pieces (shard.h),
- * the pipeline's buffers and run maps (cz__exec_pipeline_probe, through a backend that only
- * counts) and the Newton-Schulz batches (ns_workload.h, which sizes them with Muon's own
- * cz__muon_prepare_parts). */
+ * executor's own layouts: the buckets' DP ranges and pieces (shard.h), the pipeline's buffers and
+ * run maps (cz__exec_pipeline_probe: pipeline_open's layout code, through a backend that only
+ * counts) and the Newton-Schulz batches (ns_workload.h, which lists the parts a rank computes
+ * as the pipeline does and sizes their batches with Muon's own cz__muon_prepare_parts, as
+ * muon_group_add does; exec.test_memory holds the whole to the executor's record). */
 #include "memory_model.h"
 
 #include "alloc.h"
@@ -135,6 +136,7 @@ static int matrix(const cz_plan *plan, int d, int tp_rank, int64_t *m, cz_error 
     }
     if ((rc = cz__exec_pipeline_probe(plan, cz_plan_rank_schedule(plan, 0, d), plan->tp, tp_rank,
                                       plan->settings.tp == CZ_TP_SC, off, &c, &z, err)) != CZ_OK ||
+        /* the iteration count and the GEMM constant weigh the flops only, not the batches */
         (rc = cz__ns_workload_make(&w, plan, d, tp_rank, 5, 1.0, err)) != CZ_OK)
         goto done;
     /* two sets of the four exchange buffers, and full_g and full_u, each n + 1 floats */
