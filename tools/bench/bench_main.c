@@ -41,7 +41,7 @@ static double median(double *v, int n)
 enum { NPHASES = 6 };
 
 static int write_json(const bench_opts *o, const cz_plan *plan, const double med[NPHASES],
-                      double *const per[NPHASES], int n, cz_error *err)
+                      double *const per[NPHASES], int n, json_t *memory, cz_error *err)
 {
     static const char *names[NPHASES] = {"reduce_scatter", "elementwise", "matrix",
                                          "all_gather",     "total",       "wall"};
@@ -66,6 +66,7 @@ static int write_json(const bench_opts *o, const cz_plan *plan, const double med
     }
     json_object_set_new(root, "median_s", m);
     json_object_set_new(root, "per_step_s", steps);
+    json_object_set_new(root, "memory", memory);
     /* Through the planner's writer: replaced atomically, errors named with their reason. */
     int rc = cz_bench_write_json(o->json, root, err);
     json_decref(root);
@@ -487,6 +488,20 @@ static void report_memory(const bench_run *r)
     }
 }
 
+/* Rank 0's executor memory for --json: the record by kind and, with --backend cuda, the device
+ * memory taken around create, the first bind and the first step (as report_memory prints). */
+static json_t *memory_json(const bench_run *r)
+{
+    json_t *m = cz_bench_memory_json(&r->mem);
+    if (r->dev_mem)
+        json_object_set_new(
+            m, "device_taken",
+            json_pack("{sIsIsI}", "create", (json_int_t)r->free0 - (json_int_t)r->free_created,
+                      "bind", (json_int_t)r->free_buffers - (json_int_t)r->free_bound, "first_step",
+                      (json_int_t)r->free_step0 - (json_int_t)r->free_step1));
+    return m;
+}
+
 /* The medians of the timed steps, printed on rank 0. */
 static void report(const bench_run *r, const double med[NPHASES])
 {
@@ -574,7 +589,7 @@ static int run_outputs(bench_run *r)
     if (cz_bench_rank == 0)
         report(r, med);
     int rc = (cz_bench_rank == 0 && o->json)
-                 ? write_json(o, r->plan, med, r->per, o->steps, &r->err)
+                 ? write_json(o, r->plan, med, r->per, o->steps, memory_json(r), &r->err)
                  : CZ_OK;
     if (cz_bench_any_failed(rc, &r->err, "writing the timings"))
         return 1;
