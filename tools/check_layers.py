@@ -423,6 +423,8 @@ IMPLEMENTED_BY = {  # the other files of an implementation (a folder covers what
     "optim/muon.c": {"muon"}, "optim/ns_workload.c": {"muon"}, "optim/adamw.c": {"adamw"},
     # the step's device-byte model: Muon's passes come from its Newton-Schulz workload
     "optim/step_bytes.c": {"muon"},
+    # the executor's memory model: Muon's batches come from the same workload
+    "optim/memory_model.c": {"muon"},
     "optim/soap.c": {"soap"}, "optim/shampoo.c": {"shampoo"}, "compute/compute_cpu.c": {"cpu"},
     "compute/compute_cpu_linalg.c": {"cpu"}, "compute/cuda/": {"cuda"},
     "comm/comm_self.c": {"self"}, "comm/comm_mpi.c": {"mpi"}, "comm/mpi_watch.c": {"mpi"},

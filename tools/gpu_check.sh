@@ -226,6 +226,25 @@ else
         if grep -q "device allocations in steps [^:]*: [1-9]" "$out/p5_step_$dt.log" 2>/dev/null; then
           row "p5_noalloc_$dt" FAIL "a step after the first allocated device memory" 0
         fi
+        # The executor's memory (docs/PERF.md 7.4): the prediction against the record, what is
+        # beyond the model states against the optimizer state (target: at most 10%), and
+        # cudaMemGetInfo's delta around create and the first bind against the record (within 5%).
+        log="$out/p5_step_$dt.log"
+        if grep -q "^executor memory predicted" "$log" 2>/dev/null; then
+          if grep -q "equal to the recorded bytes, kind by kind" "$log"; then
+            row "p5_mem_model_$dt" ok "the memory model equals the record, kind by kind" 0
+          else
+            row "p5_mem_model_$dt" FAIL "the memory model is not the executor's record" 0
+          fi
+        fi
+        share=$(sed -n 's/.*beyond them [0-9]* bytes ([0-9.]* MiB), \([0-9.]*\)% of the optimizer state.*/\1/p' "$log" 2>/dev/null | head -n 1)
+        if [ -n "$share" ]; then
+          row "p5_mem_beyond_$dt" "$(awk -v s="$share" 'BEGIN { print (s <= 10) ? "ok" : "FAIL" }')" "beyond model states: $share% of optimizer state (<= 10%)" 0
+        fi
+        over=$(sed -n 's/^device memory taken.*together [-0-9]* (\([-0-9.]*\)% over the recorded.*/\1/p' "$log" 2>/dev/null)
+        if [ -n "$over" ]; then
+          row "p5_mem_delta_$dt" "$(awk -v s="$over" 'BEGIN { print (s <= 5 && s >= -5) ? "ok" : "FAIL" }')" "cudaMemGetInfo: $over% over the record (within 5%)" 0
+        fi
         ns=$(sed -n 's/^batched (as the executor) *\([0-9.]*\) ms.*/\1/p' "$out/p5_ns_$dt.log" 2>/dev/null)
         step=$(sed -n 's/^median step wall time[^:]*: \([0-9.]*\).*/\1/p' "$out/p5_step_$dt.log" 2>/dev/null)
         if [ -n "$ns" ] && [ -n "$step" ]; then

@@ -701,6 +701,42 @@ typedef struct cz_exec_wire {
 } cz_exec_wire;
 void cz_executor_wire(const cz_executor *ex, cz_exec_wire *out);
 
+/* What the executor allocates in backend memory (device memory on a GPU backend, host memory on
+ * the cpu backend), by what it is for (docs/EXECUTOR.md, "Memory"). The first three are model
+ * states, what a job's optimizer holds anyway: the executor's fp32 copies of the parameters (the
+ * master copy of a bf16 job, or the flat copy of buffers bound per parameter or staged through
+ * the host) and of the gradients, and the optimizers' state. The rest is what the executor
+ * needs beyond them. */
+typedef enum cz_exec_mem_kind {
+    CZ_EXEC_MEM_PARAMS,   /* fp32 parameter copy: the master copy, or the staging copy */
+    CZ_EXEC_MEM_GRADS,    /* fp32 gradient copy (bf16 jobs, per-parameter or staged binding) */
+    CZ_EXEC_MEM_STATE,    /* optimizer state: momentum, Adam moments, SOAP/Shampoo factors */
+    CZ_EXEC_MEM_DP,       /* the reduce-scatter's scratch and the bf16 wire buffers */
+    CZ_EXEC_MEM_EXCHANGE, /* micro-group gather and scatter send/receive buffers (two sets) */
+    CZ_EXEC_MEM_FULL,     /* the pipeline's full-gradient and full-update buffers */
+    CZ_EXEC_MEM_NS,       /* Newton-Schulz batch, work, Gram panels and sums */
+    CZ_EXEC_MEM_SOLVER,   /* SOAP's and Shampoo's linear-algebra work */
+    CZ_EXEC_MEM_INDEX,    /* index maps: the pipeline's run lists, 24 bytes a run */
+    CZ_EXEC_MEM_OTHER,    /* per-parameter statistics, the bucket-wise step's ranges, and
+                             checkpoints' bounce buffers */
+    CZ_EXEC_MEM_NKINDS
+} cz_exec_mem_kind;
+/* Bytes by kind; model_states = params + grads + state, beyond = the rest. */
+typedef struct cz_exec_mem_usage {
+    int64_t bytes[CZ_EXEC_MEM_NKINDS];
+    int64_t model_states, beyond;
+} cz_exec_mem_usage;
+/* A kind's name ("params", "grads", "state", "dp", "exchange", "full", "ns", "solver",
+ * "index", "other"; "?" out of range). */
+const char *cz_exec_mem_kind_name(int kind);
+/* The bytes this rank's executor allocated in backend memory since create, by kind: at create,
+ * at the first bind (the fp32 copies), at the first bucket-wise step (its ranges) and at each
+ * checkpoint (a bounce buffer, released after it; allocations are summed, releases not
+ * subtracted). A step allocates nothing. Run lists count their entries (the cpu backend keeps
+ * them as they are, in host memory; the cuda backend cuts long runs into pieces, so its maps can
+ * be larger). Zeros for NULL. */
+void cz_executor_memory_usage(const cz_executor *ex, cz_exec_mem_usage *out);
+
 /* This process's DP and TP rank within its stage, and its pipeline stage (after create; -1 for
  * NULL). */
 int cz_executor_dp_rank(const cz_executor *ex);

@@ -38,5 +38,6 @@
 #include "bucket_step.h"
 #include "config.h"
 #include "step_bytes.h"
+#include "memory_model.h"
 
 #endif /* CZ_EXEC_TESTING_H */

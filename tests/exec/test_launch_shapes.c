@@ -314,7 +314,7 @@ static void probe_pair(const char *model, const char *cluster)
     for (size_t b = 0; b < plan->nbuckets; b++)
         for (int d = 0; d < plan->dp; d++)
             check_blocks(plan->buckets[b].ranges[2 * d + 1] - plan->buckets[b].ranges[2 * d]);
-    cz_compute c = {&REC, NULL};
+    cz_compute c = {.ops = &REC};
     bool sc = plan->settings.tp == CZ_TP_SC;
     for (size_t s = 0; s < plan->nschedules; s++)
         for (int r = 0; r < plan->tp; r++) {

@@ -19,14 +19,14 @@ START_TEST(optional_ops)
     /* A backend without one of them is told apart, naming it. */
     cz_compute_ops ops = *c.ops;
     ops.gemm = NULL;
-    cz_compute d = {&ops, NULL};
+    cz_compute d = {.ops = &ops};
     ck_assert(!cz__compute_has_linalg(&d, &missing));
     ck_assert_str_eq(missing, "gemm");
     /* A version-2 table has no linalg_work (the solver's workspace would be unknown). */
     if (has) {
         cz_compute_ops v2 = *c.ops;
         v2.version = 2;
-        cz_compute e = {&v2, NULL};
+        cz_compute e = {.ops = &v2};
         ck_assert(!cz__compute_has_linalg(&e, &missing));
         ck_assert_str_eq(missing, "linalg_work");
     }

@@ -33,5 +33,11 @@ int cz_bench_write_json(const char *path, const json_t *root, cz_error *err);
 
 /* canzona-bench --dry-run (step_model.c): the step's device bytes per pass, no device, no MPI. */
 int cz_bench_dry_run_main(int argc, char **argv);
+/* The executor's backend memory by kind (cz_exec_mem_usage) as a table on stdout, under
+ * `title`, with the model states, what is beyond them and its share of the optimizer state
+ * (bench_memory.c). */
+void cz_bench_memory_print(const char *title, const cz_exec_mem_usage *u);
+/* The same as a JSON object: bytes by kind, model_states, beyond. */
+json_t *cz_bench_memory_json(const cz_exec_mem_usage *u);
 
 #endif

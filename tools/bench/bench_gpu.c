@@ -52,6 +52,12 @@ void bench_gpu_free(bench_gpu *g)
     g->params = g->grads = NULL;
 }
 
+int bench_gpu_free_bytes(size_t *out, cz_error *err)
+{
+    return gpu ? gpu->mem_free_bytes(out, err)
+               : cz__error_set(err, CZ_EINVALID, "the GPU plugin is not loaded");
+}
+
 uint64_t bench_gpu_alloc_count(void)
 {
     return gpu ? gpu->alloc_count() : 0;

@@ -25,5 +25,8 @@ int bench_gpu_sync(cz_error *err);
 void bench_gpu_free(bench_gpu *g);
 /* Device allocations the GPU backends have made so far (0 before bench_gpu_select). */
 uint64_t bench_gpu_alloc_count(void);
+/* The device's free memory in bytes (cudaMemGetInfo, through the plugin), for the deltas
+ * around create, the first bind and the first step. */
+int bench_gpu_free_bytes(size_t *out, cz_error *err);
 
 #endif

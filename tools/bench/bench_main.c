@@ -41,7 +41,7 @@ static double median(double *v, int n)
 enum { NPHASES = 6 };
 
 static int write_json(const bench_opts *o, const cz_plan *plan, const double med[NPHASES],
-                      double *const per[NPHASES], int n, cz_error *err)
+                      double *const per[NPHASES], int n, json_t *memory, cz_error *err)
 {
     static const char *names[NPHASES] = {"reduce_scatter", "elementwise", "matrix",
                                          "all_gather",     "total",       "wall"};
@@ -66,6 +66,7 @@ static int write_json(const bench_opts *o, const cz_plan *plan, const double med
     }
     json_object_set_new(root, "median_s", m);
     json_object_set_new(root, "per_step_s", steps);
+    json_object_set_new(root, "memory", memory);
     /* Through the planner's writer: replaced atomically, errors named with their reason. */
     int rc = cz_bench_write_json(o->json, root, err);
     json_decref(root);
@@ -156,6 +157,12 @@ typedef struct bench_run {
     double *norms; /* every step's gradient norm, as the executor computed it */
     double *per[NPHASES];
     uint64_t max_allocs, max_dev, all_early;
+    /* This rank's executor memory after create and the first bind (cz_executor_memory_usage),
+     * and with --backend cuda the device's free memory before create (free0), after it, after
+     * the job's buffers, after the bind, and around the first step (cudaMemGetInfo). */
+    cz_exec_mem_usage mem;
+    size_t free0, free_created, free_buffers, free_bound, free_step0, free_step1;
+    bool dev_mem;       /* every free_* above was read */
     int64_t qk_clipped; /* --qk-clip: (layer, head) pairs clipped over every step */
     /* The DP exchanges' dtypes and the most bytes one rank posted per step (gradients,
      * parameters; cz_executor_wire). */
@@ -208,9 +215,12 @@ static int run_create(bench_run *r)
         cz_bench_barrier(MPI_COMM_WORLD, "canzona-bench's barrier before selecting the GPU");
     if (r->cuda && cz_bench_any_failed(bench_gpu_select(&r->err), &r->err, "selecting the GPU"))
         return 1;
+    r->dev_mem = r->cuda && bench_gpu_free_bytes(&r->free0, &r->err) == CZ_OK;
     int rc = cz_executor_create(&r->ex, r->o.create_from ? r->o.create_from : r->o.plan, &r->cfg,
                                 &r->err);
     cz_bench_stop_if_stalled(rc, &r->err);
+    if (rc == CZ_OK && r->dev_mem)
+        r->dev_mem = bench_gpu_free_bytes(&r->free_created, &r->err) == CZ_OK;
     if (rc == CZ_OK && r->o.early)
         rc = cz_executor_set_early_updates(r->ex, 1, &r->err);
     if (rc) {
@@ -252,9 +262,16 @@ static int prepare_buffers(bench_run *r)
     if (r->cuda && ((rc = bench_gpu_alloc(&r->gpu, r->bytes, &r->err)) != CZ_OK ||
                     (rc = bench_gpu_copy(r->gpu.params, r->hostP, r->bytes, 1, &r->err)) != CZ_OK))
         return rc;
-    return cz_executor_bind_typed(r->ex, r->cuda ? r->gpu.params : r->hostP,
-                                  r->cuda ? r->gpu.grads : r->hostG, n,
-                                  r->bf16 ? CZ_DTYPE_BF16 : CZ_DTYPE_FP32, &r->err);
+    if (r->dev_mem)
+        r->dev_mem = bench_gpu_free_bytes(&r->free_buffers, &r->err) == CZ_OK;
+    rc = cz_executor_bind_typed(r->ex, r->cuda ? r->gpu.params : r->hostP,
+                                r->cuda ? r->gpu.grads : r->hostG, n,
+                                r->bf16 ? CZ_DTYPE_BF16 : CZ_DTYPE_FP32, &r->err);
+    if (rc == CZ_OK && r->dev_mem)
+        r->dev_mem = bench_gpu_free_bytes(&r->free_bound, &r->err) == CZ_OK;
+    /* The bind's copies are the last allocations before the steps (a step makes none). */
+    cz_executor_memory_usage(r->ex, &r->mem);
+    return rc;
 }
 
 /* The buffers, the optimizer state to resume from, the gradient files to write, and the
@@ -384,8 +401,12 @@ static int run_steps(bench_run *r)
             allocs_after_first = cz__exec_alloc_count();
             dev_after_first = bench_gpu_alloc_count();
         }
+        if (s == 0 && r->dev_mem)
+            r->dev_mem = bench_gpu_free_bytes(&r->free_step0, &r->err) == CZ_OK;
         if (run_step(r, s))
             return 1;
+        if (s == 0 && r->dev_mem) /* run_step waited for the device */
+            r->dev_mem = bench_gpu_free_bytes(&r->free_step1, &r->err) == CZ_OK;
     }
     int rc = r->cuda ? bench_gpu_copy(r->hostP, r->gpu.params, r->bytes, 0, &r->err) : CZ_OK;
     if (cz_bench_any_failed(rc, &r->err, "downloading the parameters"))
@@ -418,6 +439,67 @@ static int run_steps(bench_run *r)
     /* After the count: a checkpoint allocates, a step must not. */
     rc = r->o.save_state ? cz_executor_save_state(r->ex, r->o.save_state, &r->err) : CZ_OK;
     return cz_bench_any_failed(rc, &r->err, "saving the optimizer state");
+}
+
+/* Rank 0's executor memory: what it recorded, the model's prediction for its GPU (when the
+ * model covers the plan), and on a GPU what cudaMemGetInfo saw go (the executor's allocations
+ * plus what the backend keeps for itself, in the allocator's granularity). */
+static void report_memory(const bench_run *r)
+{
+    cz_bench_memory_print("executor memory (recorded, rank 0, after create and the first bind):",
+                          &r->mem);
+    /* The bench binds flat buffers: the executor stages them through its fp32 copies for a bf16
+     * job, and on a device under a host-driven plane (mpi, self: managed memory). */
+    cz_exec_mem_job job = {r->bf16 ? CZ_DTYPE_BF16 : CZ_DTYPE_FP32,
+                           r->bf16 || (r->cuda && strcmp(r->o.comm, "nccl") != 0),
+                           r->cfg.grad_reduce_in_fp32 != 0, r->cfg.normuon.mode != CZ_NORMUON_NONE};
+    cz_exec_mem_usage want;
+    cz_error e;
+    cz_error_clear(&e);
+    if (cz__exec_memory_predict(r->plan, cz_executor_dp_rank(r->ex), cz_executor_tp_rank(r->ex),
+                                &job, &want, &e) == CZ_OK) {
+        int64_t got = r->mem.model_states + r->mem.beyond, pred = want.model_states + want.beyond;
+        int same = 1;
+        for (int k = 0; k < CZ_EXEC_MEM_NKINDS; k++)
+            same &= r->mem.bytes[k] == want.bytes[k];
+        printf("executor memory predicted for this GPU: %lld bytes (beyond the model states "
+               "%lld), %s\n",
+               (long long)pred, (long long)want.beyond,
+               same          ? "equal to the recorded bytes, kind by kind"
+               : got == pred ? "the same total, not kind by kind"
+                             : "NOT the recorded bytes");
+    } else {
+        printf("executor memory: not predicted: %s\n", e.message);
+    }
+    if (r->dev_mem) {
+        /* Signed: the device's other users can free memory meanwhile. */
+        long long create = (long long)r->free0 - (long long)r->free_created;
+        long long bind = (long long)r->free_buffers - (long long)r->free_bound;
+        long long step = (long long)r->free_step0 - (long long)r->free_step1;
+        printf("device memory taken (cudaMemGetInfo, rank 0): create %lld bytes, first bind %lld, "
+               "together %lld (%.2f%% over the recorded %lld); first step %lld\n",
+               create, bind, create + bind,
+               r->mem.model_states + r->mem.beyond > 0
+                   ? 100.0 *
+                         ((double)(create + bind) / (double)(r->mem.model_states + r->mem.beyond) -
+                          1.0)
+                   : 0.0,
+               (long long)(r->mem.model_states + r->mem.beyond), step);
+    }
+}
+
+/* Rank 0's executor memory for --json: the record by kind and, with --backend cuda, the device
+ * memory taken around create, the first bind and the first step (as report_memory prints). */
+static json_t *memory_json(const bench_run *r)
+{
+    json_t *m = cz_bench_memory_json(&r->mem);
+    if (r->dev_mem)
+        json_object_set_new(
+            m, "device_taken",
+            json_pack("{sIsIsI}", "create", (json_int_t)r->free0 - (json_int_t)r->free_created,
+                      "bind", (json_int_t)r->free_buffers - (json_int_t)r->free_bound, "first_step",
+                      (json_int_t)r->free_step0 - (json_int_t)r->free_step1));
+    return m;
 }
 
 /* The medians of the timed steps, printed on rank 0. */
@@ -462,6 +544,7 @@ static void report(const bench_run *r, const double med[NPHASES])
     if (r->cuda)
         printf("device allocations in steps 2..%d (most on one rank): %llu\n", r->total,
                (unsigned long long)r->max_dev);
+    report_memory(r);
 }
 
 /* The full parameters gathered to rank 0, then written (--dump-dir) and checked against the
@@ -506,7 +589,7 @@ static int run_outputs(bench_run *r)
     if (cz_bench_rank == 0)
         report(r, med);
     int rc = (cz_bench_rank == 0 && o->json)
-                 ? write_json(o, r->plan, med, r->per, o->steps, &r->err)
+                 ? write_json(o, r->plan, med, r->per, o->steps, memory_json(r), &r->err)
                  : CZ_OK;
     if (cz_bench_any_failed(rc, &r->err, "writing the timings"))
         return 1;

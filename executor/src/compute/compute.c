@@ -156,3 +156,16 @@ int cz__compute_require_linalg(const cz_compute *c, const char *what, cz_error *
                              ? " (this build has no LAPACKE: install liblapacke-dev and rebuild)"
                              : "");
 }
+
+void *cz__compute_alloc(cz_compute *c, cz_exec_mem_kind kind, size_t bytes)
+{
+    void *p = c->ops->alloc(c, bytes);
+    if (p && kind >= 0 && kind < CZ_EXEC_MEM_NKINDS)
+        c->mem[kind] += (int64_t)bytes;
+    return p;
+}
+
+void cz__compute_note_runs(cz_compute *c, size_t n)
+{
+    c->mem[CZ_EXEC_MEM_INDEX] += (int64_t)(n * sizeof(cz_copy_run));
+}

@@ -264,7 +264,15 @@ int cz__compute_require_linalg(const cz_compute *c, const char *what, cz_error *
 struct cz_compute {
     const cz_compute_ops *ops;
     void *impl;
+    /* Bytes allocated through cz__compute_alloc, by kind (cz_executor_memory_usage). */
+    int64_t mem[CZ_EXEC_MEM_NKINDS];
 };
+/* c->ops->alloc, recording the bytes under kind: every allocation of backend memory the
+ * executor makes goes through it, so that cz_executor_memory_usage can be set against the
+ * prediction (memory_model.h). */
+void *cz__compute_alloc(cz_compute *c, cz_exec_mem_kind kind, size_t bytes);
+/* Records n run-list entries under CZ_EXEC_MEM_INDEX (the pipeline's runs_create calls). */
+void cz__compute_note_runs(cz_compute *c, size_t n);
 
 /* The compute seam's dispatch (compute.c): opens the backend named `name` ("cpu", or
  * "cuda" through the GPU plugin with its default options), or one a test registered. */

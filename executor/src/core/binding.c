@@ -43,17 +43,17 @@ void cz__binding_free(cz_executor *ex)
     memset(b, 0, sizeof *b);
 }
 
-static float *falloc(cz_executor *ex, size_t n)
+static float *falloc(cz_executor *ex, cz_exec_mem_kind kind, size_t n)
 {
-    return ex->compute.ops->alloc(&ex->compute, (n > 0 ? n : 1) * sizeof(float));
+    return cz__compute_alloc(&ex->compute, kind, (n > 0 ? n : 1) * sizeof(float));
 }
 
 static int alloc_staging(cz_executor *ex, cz_error *err)
 {
     if (!ex->bind.stage_params)
-        ex->bind.stage_params = falloc(ex, ex->buffer_numel);
+        ex->bind.stage_params = falloc(ex, CZ_EXEC_MEM_PARAMS, ex->buffer_numel);
     if (!ex->bind.stage_grads)
-        ex->bind.stage_grads = falloc(ex, ex->buffer_numel);
+        ex->bind.stage_grads = falloc(ex, CZ_EXEC_MEM_GRADS, ex->buffer_numel);
     if (!ex->bind.stage_params || !ex->bind.stage_grads)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for %zu-element staging buffers",
                              ex->buffer_numel);

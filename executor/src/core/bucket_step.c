@@ -183,8 +183,8 @@ static int ovl_setup(cz_executor *ex, cz_error *err)
             goto done;
         }
     }
-    bs->recv =
-        ex->compute.ops->alloc(&ex->compute, (size_t)(total > 0 ? total : 1) * sizeof(float));
+    bs->recv = cz__compute_alloc(&ex->compute, CZ_EXEC_MEM_OTHER,
+                                 (size_t)(total > 0 ? total : 1) * sizeof(float));
     if (!bs->recv) {
         rc = cz__error_set(err, CZ_ENOMEM,
                            "bucket-wise step: out of memory for its %lld-element reduce-scatter "

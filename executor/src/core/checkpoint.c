@@ -338,7 +338,7 @@ static int bufs_open(cz_executor *ex, ck_bufs *b, int64_t full, int64_t local, i
                      cz_error *err)
 {
     *b = (ck_bufs){.addend_of = -1};
-    b->dev = ex->compute.ops->alloc(&ex->compute, (size_t)full * sizeof(float));
+    b->dev = cz__compute_alloc(&ex->compute, CZ_EXEC_MEM_OTHER, (size_t)full * sizeof(float));
     b->host = malloc((size_t)full * sizeof(float));
     b->shard = malloc((size_t)local * sizeof(float));
     b->part = malloc((size_t)full * sizeof(float));

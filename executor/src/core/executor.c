@@ -11,6 +11,7 @@
 #include "cz_format.h"
 #include "executor_impl.h"
 #include "fsdp_shard.h"
+#include "memory_model.h"
 #include "optimizer.h"
 #include "qk_clip.h"
 #include "shard.h"
@@ -45,6 +46,40 @@ double cz_executor_grad_norm(const cz_executor *ex)
     return ex ? ex->clip.grad_norm : NAN;
 }
 
+const char *cz_exec_mem_kind_name(int kind)
+{
+    static const char *const NAMES[CZ_EXEC_MEM_NKINDS] = {
+        [CZ_EXEC_MEM_PARAMS] = "params",
+        [CZ_EXEC_MEM_GRADS] = "grads",
+        [CZ_EXEC_MEM_STATE] = "state",
+        [CZ_EXEC_MEM_DP] = "dp",
+        [CZ_EXEC_MEM_EXCHANGE] = "exchange",
+        [CZ_EXEC_MEM_FULL] = "full",
+        [CZ_EXEC_MEM_NS] = "ns",
+        [CZ_EXEC_MEM_SOLVER] = "solver",
+        [CZ_EXEC_MEM_INDEX] = "index",
+        [CZ_EXEC_MEM_OTHER] = "other",
+    };
+    return kind >= 0 && kind < CZ_EXEC_MEM_NKINDS ? NAMES[kind] : "?";
+}
+
+void cz__exec_mem_usage_of(const int64_t *bytes, cz_exec_mem_usage *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int k = 0; k < CZ_EXEC_MEM_NKINDS; k++) {
+        out->bytes[k] = bytes[k];
+        bool model = k == CZ_EXEC_MEM_PARAMS || k == CZ_EXEC_MEM_GRADS || k == CZ_EXEC_MEM_STATE;
+        *(model ? &out->model_states : &out->beyond) += bytes[k];
+    }
+}
+
+void cz_executor_memory_usage(const cz_executor *ex, cz_exec_mem_usage *out)
+{
+    static const int64_t NONE[CZ_EXEC_MEM_NKINDS];
+    if (out)
+        cz__exec_mem_usage_of(ex ? ex->compute.mem : NONE, out);
+}
+
 /* Here rather than in qk_clip.c: the step calls QK-clip, and the bucket-wise step calls the
  * step, so QK-clip asks the bucket-wise step nothing itself. */
 int cz_executor_set_qk_clip(cz_executor *ex, const cz_qk_clip_spec *spec, cz_error *err)
@@ -70,9 +105,9 @@ void cz_executor_timings(const cz_executor *ex, cz_exec_timings *out)
     *out = ex->last;
 }
 
-static float *falloc(cz_executor *ex, int64_t n)
+static float *falloc(cz_executor *ex, cz_exec_mem_kind kind, int64_t n)
 {
-    return ex->compute.ops->alloc(&ex->compute, (size_t)(n > 0 ? n : 1) * sizeof(float));
+    return cz__compute_alloc(&ex->compute, kind, (size_t)(n > 0 ? n : 1) * sizeof(float));
 }
 
 /* The executor's own tables (per parameter) and events, and the reduce-scatter's scratch. */
@@ -87,7 +122,7 @@ static int alloc_tables(cz_executor *ex, cz_error *err)
     ex->own.piece_len = cz__exec_calloc(n, sizeof *ex->own.piece_len);
     ex->held.param_off = cz__exec_calloc(n, sizeof *ex->held.param_off);
     ex->held.param_numel = cz__exec_calloc(n, sizeof *ex->held.param_numel);
-    ex->own.stats = c->ops->alloc(c, n * sizeof *ex->own.stats);
+    ex->own.stats = cz__compute_alloc(c, CZ_EXEC_MEM_OTHER, n * sizeof *ex->own.stats);
     ex->own.stats_host = cz__exec_calloc(n, sizeof *ex->own.stats_host);
     ex->held.params = cz__exec_calloc(n, sizeof *ex->held.params);
     ex->held.buckets = cz__exec_calloc(plan->nbuckets + 1, sizeof *ex->held.buckets);
@@ -129,7 +164,7 @@ static int alloc_tables(cz_executor *ex, cz_error *err)
         ex->held.param_numel[i] = cz__fsdp_shard_numel(plan, &plan->params[i], ex->grid.dp_rank);
         ex->buffer_numel += (size_t)ex->held.param_numel[i];
     }
-    ex->scratch = falloc(ex, maxrange);
+    ex->scratch = falloc(ex, CZ_EXEC_MEM_DP, maxrange);
     if (!ex->scratch)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for a %lld-element scratch buffer",
                              (long long)maxrange);

@@ -200,6 +200,7 @@ void cz__exec_pipeline_free(cz_executor *ex);
 typedef struct cz_exec_pipeline_sizes {
     int64_t gather_send, gather_recv, scatter_send, scatter_recv, full;
     int64_t gather_pack, unpack, scatter_pack, apply, hosted;
+    int64_t nhosted; /* the parts this rank computes (each with its own optimizer state) */
 } cz_exec_pipeline_sizes;
 /* The layouts and index maps that cz__exec_pipeline_init makes for schedule rs at TP rank
  * tp_rank of tp (sc: synchronous compute), param_off as the executor's held.param_off, made

@@ -296,6 +296,8 @@ static int make_runs(const cz_pipeline_ctx *cx, cz_run_list *l, cz_runs **out, c
 {
     *out = cx->compute->ops->runs_create(cx->compute, l->v, l->n);
     size_t n = l->n;
+    if (*out)
+        cz__compute_note_runs(cx->compute, n);
     cz__run_list_free(l);
     return *out ? CZ_OK : cz__error_set(err, CZ_ENOMEM, "out of memory for %zu copy runs", n);
 }
@@ -484,9 +486,9 @@ static int add_to_optimizer(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
     return rc;
 }
 
-static float *falloc(const cz_pipeline_ctx *cx, int64_t n)
+static float *falloc(const cz_pipeline_ctx *cx, cz_exec_mem_kind kind, int64_t n)
 {
-    return cx->compute->ops->alloc(cx->compute, (size_t)(n + 1) * sizeof(float));
+    return cz__compute_alloc(cx->compute, kind, (size_t)(n + 1) * sizeof(float));
 }
 
 /* One sub-plane per cooperative width of my DP rank's schedule: the TP plane split into the
@@ -578,10 +580,10 @@ static int alloc_exchanges(struct cz_pipeline *pp, cz_error *err)
     const cz_pipeline_ctx *cx = &pp->cx;
     cz_compute *c = cx->compute;
     for (int k = 0; k < 2; k++) {
-        pp->gather_send[k] = falloc(cx, pp->gather_send_len);
-        pp->gather_recv[k] = falloc(cx, pp->gather_recv_len);
-        pp->scatter_send[k] = falloc(cx, pp->scatter_send_len);
-        pp->scatter_recv[k] = falloc(cx, pp->scatter_recv_len);
+        pp->gather_send[k] = falloc(cx, CZ_EXEC_MEM_EXCHANGE, pp->gather_send_len);
+        pp->gather_recv[k] = falloc(cx, CZ_EXEC_MEM_EXCHANGE, pp->gather_recv_len);
+        pp->scatter_send[k] = falloc(cx, CZ_EXEC_MEM_EXCHANGE, pp->scatter_send_len);
+        pp->scatter_recv[k] = falloc(cx, CZ_EXEC_MEM_EXCHANGE, pp->scatter_recv_len);
         if (!pp->gather_send[k] || !pp->gather_recv[k] || !pp->scatter_send[k] ||
             !pp->scatter_recv[k])
             return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline buffers");
@@ -621,8 +623,8 @@ static int pipeline_open(cz_executor *ex, const cz_rank_schedule *rs, cz_plane *
         if ((rc = layout_maps(pp, &pp->groups[g], err)) != CZ_OK)
             return rc;
     /* full_g/full_u and the event before the optimizer: its parts point into them. */
-    pp->full_g = falloc(&pp->cx, pp->full_n);
-    pp->full_u = falloc(&pp->cx, pp->full_n);
+    pp->full_g = falloc(&pp->cx, CZ_EXEC_MEM_FULL, pp->full_n);
+    pp->full_u = falloc(&pp->cx, CZ_EXEC_MEM_FULL, pp->full_n);
     if (!pp->full_g || !pp->full_u)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the host buffers (%lld elements)",
                              (long long)pp->full_n);
@@ -670,6 +672,7 @@ int cz__exec_pipeline_probe(const cz_plan *plan, const cz_rank_schedule *rs, int
             z.apply += sc ? 0 : pg->scatter_recv_counts[r];
         }
         z.apply += sc ? pg->scatter_n : 0;
+        z.nhosted += pg->nhosted;
         for (int k = 0; k < pg->nhosted; k++) {
             z.hosted += pg->hosted[k].numel;
             z.unpack += replicated(pp, pg->hosted[k].p) ? pg->hosted[k].numel : 0;

@@ -85,10 +85,10 @@ int cz__wire_init(cz_executor *ex, cz_error *err)
         total += bk->ranges[2 * bp.me + 1] - bk->ranges[2 * bp.me];
     }
     size_t nbuf = ex->buffer_numel > 0 ? ex->buffer_numel : 1;
-    w->buf = ex->compute.ops->alloc(&ex->compute, nbuf * sizeof(uint16_t));
+    w->buf = cz__compute_alloc(&ex->compute, CZ_EXEC_MEM_DP, nbuf * sizeof(uint16_t));
     if (w->grad == CZ_DTYPE_BF16)
-        w->recv = ex->compute.ops->alloc(&ex->compute,
-                                         (size_t)(total > 0 ? total : 1) * sizeof(uint16_t));
+        w->recv = cz__compute_alloc(&ex->compute, CZ_EXEC_MEM_DP,
+                                    (size_t)(total > 0 ? total : 1) * sizeof(uint16_t));
     if (!w->buf || (w->grad == CZ_DTYPE_BF16 && !w->recv))
         return cz__error_set(err, CZ_ENOMEM,
                              "out of memory for the bf16 wire buffers (%zu + %lld elements)", nbuf,

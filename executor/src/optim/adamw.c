@@ -118,8 +118,8 @@ static int adamw_shard_add(cz_optim *o, const cz_opt_shard *s, cz_error *err)
     adamw_piece *k = &a->pieces[a->npieces++];
     k->s = *s;
     a->of[s->p->id] = k;
-    k->m = c->ops->alloc(c, bytes);
-    k->v = c->ops->alloc(c, bytes);
+    k->m = cz__compute_alloc(c, CZ_EXEC_MEM_STATE, bytes);
+    k->v = cz__compute_alloc(c, CZ_EXEC_MEM_STATE, bytes);
     if (!k->m || !k->v)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for AdamW state of '%s'",
                              s->p->def.name);

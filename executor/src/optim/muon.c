@@ -332,8 +332,8 @@ int cz__muon_orthogonalize(cz_compute *c, const cz_muon_hparams *h,
     int rc = cz__muon_prepare(&mp, params, n, err);
     if (rc)
         return rc;
-    batch = c->ops->alloc(c, (size_t)(mp.batch_n + 1) * sizeof(float));
-    work = c->ops->alloc(c, (size_t)(mp.work_n + 1) * sizeof(float));
+    batch = cz__compute_alloc(c, CZ_EXEC_MEM_NS, (size_t)(mp.batch_n + 1) * sizeof(float));
+    work = cz__compute_alloc(c, CZ_EXEC_MEM_NS, (size_t)(mp.work_n + 1) * sizeof(float));
     if (!batch || !work) {
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory for a Newton-Schulz batch of %lld floats",
                            (long long)(mp.batch_n + mp.work_n));
@@ -409,9 +409,9 @@ const cz_muon_hparams *cz__muon_hparams_of(const cz_optim *o)
 }
 
 /* n floats of backend memory, one more so that n may be 0. */
-static float *falloc(cz_compute *c, int64_t n)
+static float *falloc(cz_compute *c, cz_exec_mem_kind kind, int64_t n)
 {
-    return c->ops->alloc(c, (size_t)(n + 1) * sizeof(float));
+    return cz__compute_alloc(c, kind, (size_t)(n + 1) * sizeof(float));
 }
 
 static void brelease(cz_compute *c, void *p)
@@ -647,7 +647,7 @@ static int nm_part_add(cz_optim *o, muon_part *k, bool local, cz_error *err)
                              m->h.normuon == CZ_NORMUON_ROW ? "row" : "col", k->x.p->def.name,
                              k->x.x.width);
     cz_block r = nm_rect(&k->x.p->def, m->h.normuon, &k->x.x.part);
-    if (!(k->v = falloc(o->compute, r.rows * r.cols)))
+    if (!(k->v = falloc(o->compute, CZ_EXEC_MEM_STATE, r.rows * r.cols)))
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the NorMuon second moment of '%s'",
                              k->x.p->def.name);
     return CZ_OK;
@@ -678,7 +678,7 @@ static int muon_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz
     for (int i = 0; i < n; i++) {
         muon_part *k = &g->parts[g->nparts++];
         k->x = parts[i];
-        if (!(k->mom = falloc(o->compute, k->x.x.part.rows * k->x.x.part.cols)))
+        if (!(k->mom = falloc(o->compute, CZ_EXEC_MEM_STATE, k->x.x.part.rows * k->x.x.part.cols)))
             return cz__error_set(err, CZ_ENOMEM, "out of memory for the momentum of '%s'",
                                  k->x.p->def.name);
         /* A TP-local part is this rank's whole heads: Newton-Schulz of its own, with the
@@ -712,11 +712,11 @@ static int muon_work_create(cz_optim *o, cz_error *err)
 {
     muon_impl *m = impl_of(o);
     cz_compute *c = o->compute;
-    m->batch = falloc(c, m->batch_n);
-    m->work = falloc(c, m->work_n);
-    m->gram = falloc(c, m->gram_n);
-    m->sq = c->ops->alloc(c, (size_t)(m->sq_n + 1) * sizeof(double));
-    m->nwork = c->ops->alloc(c, (size_t)(m->nwork_n + 1) * sizeof(double));
+    m->batch = falloc(c, CZ_EXEC_MEM_NS, m->batch_n);
+    m->work = falloc(c, CZ_EXEC_MEM_NS, m->work_n);
+    m->gram = falloc(c, CZ_EXEC_MEM_NS, m->gram_n);
+    m->sq = cz__compute_alloc(c, CZ_EXEC_MEM_NS, (size_t)(m->sq_n + 1) * sizeof(double));
+    m->nwork = cz__compute_alloc(c, CZ_EXEC_MEM_NS, (size_t)(m->nwork_n + 1) * sizeof(double));
     if (!m->batch || !m->work || !m->gram || !m->sq || !m->nwork)
         return cz__error_set(err, CZ_ENOMEM,
                              "out of memory for the Newton-Schulz buffers (%lld elements)",

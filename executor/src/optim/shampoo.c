@@ -95,7 +95,7 @@ int cz__shampoo_hparams_from_config(cz_shampoo_hparams *h, const cz_exec_config 
 static float *tile_alloc(cz_compute *c, cz_shampoo_state *s, int64_t n)
 {
     s->bytes += n * (int64_t)sizeof(float);
-    return c->ops->alloc(c, (size_t)n * sizeof(float));
+    return cz__compute_alloc(c, CZ_EXEC_MEM_STATE, (size_t)n * sizeof(float));
 }
 
 int cz__shampoo_state_create(cz_compute *c, const cz_shampoo_hparams *h, const cz_plan_param *p,
@@ -437,7 +437,8 @@ static int sh_shard_add(cz_optim *o, const cz_opt_shard *sh, cz_error *err)
     CZ_ASSERT(sh->lo == 0 && sh->len == sh->p->numel && s->ndecay < (int)o->plan->nparams, err);
     sh_decay *d = &s->decay[s->ndecay++];
     *d = (sh_decay){.off = sh->off, .numel = sh->len};
-    d->buf = c->ops->alloc(c, (size_t)(d->numel > 0 ? d->numel : 1) * sizeof(float));
+    d->buf = cz__compute_alloc(c, CZ_EXEC_MEM_STATE,
+                               (size_t)(d->numel > 0 ? d->numel : 1) * sizeof(float));
     if (!d->buf)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the Shampoo momentum of '%s'",
                              sh->p->def.name);
@@ -465,8 +466,8 @@ static int sh_work_create(cz_optim *o, cz_error *err)
 {
     sh_impl *s = impl_of(o);
     cz_compute *c = o->compute;
-    s->work = c->ops->alloc(c, (size_t)(s->work_n + 1) * sizeof(float));
-    s->stats = c->ops->alloc(c, 2 * sizeof(double));
+    s->work = cz__compute_alloc(c, CZ_EXEC_MEM_SOLVER, (size_t)(s->work_n + 1) * sizeof(float));
+    s->stats = cz__compute_alloc(c, CZ_EXEC_MEM_SOLVER, 2 * sizeof(double));
     if (!s->work || !s->stats)
         return cz__error_set(err, CZ_ENOMEM,
                              "out of memory for Shampoo's work buffer (%lld elements)",

@@ -83,15 +83,22 @@ int cz__soap_state_create(cz_compute *c, const cz_soap_hparams *h, const cz_plan
         soap_blk *k = &s->blk[b];
         int64_t r = blocks[b].rows, cl = blocks[b].cols, side = r > cl ? r : cl;
         *k = (soap_blk){.r0 = blocks[b].r0, .c0 = blocks[b].c0, .rows = r, .cols = cl};
-        bool ok = (k->m = c->ops->alloc(c, (size_t)(r * cl) * sizeof(float))) != NULL &&
-                  (k->v = c->ops->alloc(c, (size_t)(r * cl) * sizeof(float))) != NULL;
+        bool ok =
+            (k->m = cz__compute_alloc(c, CZ_EXEC_MEM_STATE, (size_t)(r * cl) * sizeof(float))) !=
+                NULL &&
+            (k->v = cz__compute_alloc(c, CZ_EXEC_MEM_STATE, (size_t)(r * cl) * sizeof(float))) !=
+                NULL;
         if (ok && r <= h->max_dim) {
-            ok = (k->gl = c->ops->alloc(c, (size_t)(r * r) * sizeof(float))) != NULL &&
-                 (k->ql = c->ops->alloc(c, (size_t)(r * r) * sizeof(float))) != NULL;
+            ok = (k->gl = cz__compute_alloc(c, CZ_EXEC_MEM_STATE,
+                                            (size_t)(r * r) * sizeof(float))) != NULL &&
+                 (k->ql = cz__compute_alloc(c, CZ_EXEC_MEM_STATE,
+                                            (size_t)(r * r) * sizeof(float))) != NULL;
         }
         if (ok && cl <= h->max_dim) {
-            ok = (k->gr = c->ops->alloc(c, (size_t)(cl * cl) * sizeof(float))) != NULL &&
-                 (k->qr = c->ops->alloc(c, (size_t)(cl * cl) * sizeof(float))) != NULL;
+            ok = (k->gr = cz__compute_alloc(c, CZ_EXEC_MEM_STATE,
+                                            (size_t)(cl * cl) * sizeof(float))) != NULL &&
+                 (k->qr = cz__compute_alloc(c, CZ_EXEC_MEM_STATE,
+                                            (size_t)(cl * cl) * sizeof(float))) != NULL;
         }
         if (!ok)
             return cz__error_set(err, CZ_ENOMEM, "out of memory for the SOAP state of '%s'",
@@ -382,7 +389,8 @@ static int soap_group_add(cz_optim *o, const cz_opt_part *parts, int n, const cz
 static int soap_work_create(cz_optim *o, cz_error *err)
 {
     soap_impl *s = impl_of(o);
-    s->work = o->compute->ops->alloc(o->compute, (size_t)(s->work_n + 1) * sizeof(float));
+    s->work =
+        cz__compute_alloc(o->compute, CZ_EXEC_MEM_SOLVER, (size_t)(s->work_n + 1) * sizeof(float));
     if (!s->work)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for SOAP's work buffer (%lld elements)",
                              (long long)s->work_n);

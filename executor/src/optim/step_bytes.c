@@ -150,7 +150,7 @@ static int matrix(const cz_plan *plan, int d, int tp_rank, int ns_steps, cz_dtyp
     int64_t *off = cz__exec_calloc(plan->nparams + 1, sizeof *off);
     cz_ns_workload w = {0}; /* the matrix optimizer's blocks */
     cz_exec_pipeline_sizes z = {0};
-    cz_compute c = {&COUNT_OPS, NULL};
+    cz_compute c = {.ops = &COUNT_OPS};
     int rc = CZ_OK;
     if (!off)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the byte model");
