@@ -122,7 +122,11 @@ int cz__task_table_fill(cz_task_table *tt, const cz_plan *plan, const cz_cluster
             for (int w = 1; w < tt->nwidths; w++) {
                 int k = tt->widths[w];
                 pw[w] = 1, cw[w] = INFINITY;
-                if (group % k != 0 || !cz_task_coop_fits(d, block, k))
+                /* Without --coop the widths past 1 are the TP-local per-head tasks' only
+                 * (widths_of): every other task is hosted whole. (A wide matrix beside a
+                 * TP-local one was given a cooperative width the plan's settings then denied:
+                 * found by fuzz_model.) */
+                if (s->coop == 0 || group % k != 0 || !cz_task_coop_fits(d, block, k))
                     continue;
                 int x = 0;
                 while (x < nseen && !(seen[x].rows == rows && seen[x].cols == cols &&
