@@ -7,8 +7,8 @@
 # SECONDS_PER_HARNESS defaults to 25 (what tools/test.sh runs); a longer campaign is e.g.
 # `fuzz/run.sh 600`. HARNESS names (model cluster plan plan_exec import_hf npy safetensors
 # calibration) pick a subset.
-# Everything is written to a mktemp -d folder, never into the tree. Prints the executions per
-# harness; exits non-zero when any harness finds a crash, a leak, undefined behaviour, a
+# Everything is written to a mktemp -d folder, never into the tree. The harnesses run side by
+# side, one per core (nproc). Prints the executions per harness; exits non-zero when any harness finds a crash, a leak, undefined behaviour, a
 # time-out or a broken property. The folder is then kept and the reproducer's path printed
 # (docs/ROBUSTNESS.md, "Fuzzing", says how to replay it).
 set -euo pipefail
@@ -190,20 +190,36 @@ for name, data in seeds.items():
 EOF
 
 # ---- runs -------------------------------------------------------------------------------------
-echo "fuzzing ${#harnesses[@]} harness(es) for $secs s each (work folder: $work)"
+# Each harness is one single-threaded libFuzzer process: they run side by side, one per core
+# (nproc at a time), so that each still gets a core for its whole time and the campaign's wall
+# time is divided by the cores. Results are reported in the harnesses' order.
+echo "fuzzing ${#harnesses[@]} harness(es) for $secs s each, $jobs at a time (work folder: $work)"
+fuzz_one() { # fuzz_one HARNESS: runs it, leaves its exit code in logs/HARNESS.rc
+  local h=$1 rc=0
+  "$bdir/fuzz/fuzz_$h" -max_total_time="$secs" -print_final_stats=1 -timeout=10 \
+    -rss_limit_mb=2048 -max_len=65536 -artifact_prefix="$work/artifacts/$h-" \
+    "$work/corpus/$h" >"$work/logs/$h.log" 2>&1 || rc=$?
+  echo "$rc" >"$work/logs/$h.rc"
+}
+declare -A before
+for h in "${harnesses[@]}"; do
+  mkdir -p "$work/corpus/$h"
+  before[$h]=$(find "$work/corpus/$h" -type f | wc -l)
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
+    wait -n || true
+  done
+  fuzz_one "$h" &
+done
+wait
 failed=()
 for h in "${harnesses[@]}"; do
   bin="$bdir/fuzz/fuzz_$h"
-  mkdir -p "$work/corpus/$h"
-  before=$(find "$work/corpus/$h" -type f | wc -l)
   log="$work/logs/$h.log"
-  rc=0
-  "$bin" -max_total_time="$secs" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
-    -max_len=65536 -artifact_prefix="$work/artifacts/$h-" "$work/corpus/$h" >"$log" 2>&1 || rc=$?
+  rc=$(cat "$work/logs/$h.rc" 2>/dev/null || echo 1)
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
   after=$(find "$work/corpus/$h" -type f | wc -l)
   printf '%-12s %10s executions in %s s, corpus %d -> %d inputs' "$h" "${execs:-?}" "$secs" \
-    "$before" "$after"
+    "${before[$h]}" "$after"
   if [ "$rc" -ne 0 ]; then
     printf ' FAILED (exit %d)\n' "$rc"
     failed+=("$h")

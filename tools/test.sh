@@ -2,9 +2,9 @@
 # Builds everything twice (warnings as errors; then AddressSanitizer + UBSan) and runs every
 # test with ctest, then builds the libFuzzer harnesses (clang) and runs each one for a short,
 # fixed time (fuzz/run.sh). This is the README's test command and what CI runs. Among the tests
-# of the first build, build.release_werror and package.relocatable compile at Release (-O3, what
-# users build) with warnings as errors: the planner library, then the whole tree as the
-# relocatable package (tools/package.sh), which runs in a chroot without its dependencies.
+# of the first build, package.relocatable compiles the whole tree at Release (-O3, what users
+# build) with warnings as errors, as the relocatable package (tools/package.sh), which then runs
+# in a chroot without its dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Optimizer-state checkpoints on 4 MPI ranks, resharded. Usage:
 # checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|heads|pp|pp-back|normuon-row|normuon-col]
-#  muon (default): 20 steps of test-small at DP2·TP2, save the state, load it at DP4·TP1 and
-#    run 20 more steps; the final parameters must equal an uninterrupted 40-step run.
+#  muon (default): 10 steps of test-small at DP2·TP2, save the state, load it at DP4·TP1 and
+#    run 10 more steps; the final parameters must equal an uninterrupted 20-step run.
 #  shampoo: 7 steps at DP2·TP2 (refresh every 5 steps, sides above 128 tiled, momentum and
 #    Adam grafting: every kind of Shampoo buffer), load at DP1·TP4, 9 more steps across the
 #    refreshes at steps 10 and 15.
@@ -70,7 +70,7 @@ mode=${1:-muon}
 # and after the save, bench options.
 popt2=() np2=4
 case "$mode" in
-muon) popt=(); second=cpu-4-dp4-tp1; n1=20; n2=20; bopt=() ;;
+muon) popt=(); second=cpu-4-dp4-tp1; n1=10; n2=10; bopt=() ;;
 tasks) popt=(); popt2=(--split-blocks --coop 4); second=cpu-4-dp1-tp4; n1=10; n2=10; bopt=() ;;
 heads) model=$src/plans/models/test-heads.json; popt=(); second=cpu-4-dp4-tp1; n1=10; n2=10
   bopt=() ;;
@@ -82,7 +82,7 @@ shampoo)
 soap)
   popt=(--optimizer soap --precondition-frequency 5 --max-precond-dim 100)
   second=cpu-4-dp4-tp1; n1=8; n2=8; bopt=() ;;
-split) popt=(--layout split); second=cpu-4-dp4-tp1; n1=20; n2=20; bopt=() ;;
+split) popt=(--layout split); second=cpu-4-dp4-tp1; n1=10; n2=10; bopt=() ;;
 pp) popt=(--pp-size 2 --dp-size 2 --tp-size 1); popt2=(--dp-size 4); second=cpu-4-dp4-tp1
   n1=10; n2=10; bopt=() ;;
 pp-back) popt=(); popt2=(--pp-size 2 --dp-size 1 --tp-size 2); second=cpu-4-dp2-tp2; n1=10

@@ -68,6 +68,20 @@ else
   echo "== tools/package.sh (CZ_WERROR=ON) =="
   CZ_WERROR=ON CZ_PACKAGE_BUILD=$tmp/build bash "$src/tools/package.sh" "$tmp"
   tarball=$(find "$tmp" -maxdepth 1 -name 'canzona-*-linux-*.tar.gz')
+  # The flags this build means to use (a change of CMake's defaults would make it test
+  # nothing): -O3 (what users build, where GCC 12 once found a maybe-uninitialized the -O2 build
+  # never saw; issue 24, defect 7) and -Werror, checked on the planner library and the executor.
+  for lib in planner/lib/CMakeFiles/canzona.dir executor/CMakeFiles/canzona_exec.dir; do
+    [ -f "$tmp/build/$lib/flags.make" ] ||
+      { echo "FAIL: no $lib/flags.make in the package's build (the targets were renamed?)"; exit 1; }
+    flags=$(grep -h '^C_FLAGS' "$tmp/build/$lib/flags.make")
+    for f in -O3 -Werror; do
+      case " $flags " in
+      *" $f "*) ;;
+      *) echo "FAIL: the package's Release build of $lib is not compiled with $f: $flags"; exit 1 ;;
+      esac
+    done
+  done
 fi
 name=$(basename "$tarball" .tar.gz)
 echo "package size: $(stat -c %s "$tarball") bytes ($(numfmt --to=iec-i --suffix=B "$(stat -c %s "$tarball")"))"

@@ -4,7 +4,8 @@ tensor parallelism), loaded at DP4·TP1 (Megatron-style plain shards) and at DP1
 training continues equal to the uninterrupted run; a checkpoint of another model and a
 corrupted one are refused on every rank with the optimizer and the parameters unchanged.
 
-    torch_dcp_check.py                   the driver: runs the phases below under torchrun
+    torch_dcp_check.py                   the driver: runs the phases below under torchrun, those
+                                         of one world size in one launch (PHASE + PHASE ...)
     torch_dcp_check.py save DIR          (4 ranks) DP2·TP2: 5 steps, DCP checkpoint DIR/ckpt,
                                          5 more steps; DIR/whole.pt: the final full parameters;
                                          DIR/other: a checkpoint of a 3-layer model
@@ -159,15 +160,24 @@ def phase_refuse(d):
 
 
 def worker(argv):
+    """Runs the phases argv names, separated by "+", one after the other in one process group
+    (each phase makes its own mesh and optimizer): one torchrun for the phases of a world size."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     failed = []
-    if argv[0] == "save":
-        phase_save(argv[1])
-    elif argv[0] == "load":
-        phase_load(argv[1], int(argv[2]), int(argv[3]), "--params-only" in argv)
-    elif argv[0] == "refuse":
-        failed = phase_refuse(argv[1])
+    phases = [[]]
+    for a in argv:
+        if a == "+":
+            phases.append([])
+        else:
+            phases[-1].append(a)
+    for ph in phases:
+        if ph[0] == "save":
+            phase_save(ph[1])
+        elif ph[0] == "load":
+            phase_load(ph[1], int(ph[2]), int(ph[3]), "--params-only" in ph)
+        elif ph[0] == "refuse":
+            failed += phase_refuse(ph[1])
     dist.destroy_process_group()
     return 1 if failed else 0
 
@@ -190,10 +200,10 @@ def torchrun(n, *args):
 def driver():
     failed = False
     with tempfile.TemporaryDirectory(prefix="cz-dcp-check-") as d:
-        torchrun(4, "save", d)
-        torchrun(4, "load", d, "4", "1")
+        # One torchrun per world size (a launch of four ranks is most of a phase's time).
+        torchrun(4, "save", d, "+", "load", d, "4", "1", "+", "load", d, "4", "1",
+                 "--params-only", "+", "refuse", d)
         torchrun(1, "load", d, "1", "1")
-        torchrun(4, "load", d, "4", "1", "--params-only")
         whole = torch.load(os.path.join(d, "whole.pt"))
         for tag in ("4x1", "1x1", "4x1-params-only"):
             got = torch.load(os.path.join(d, f"resumed-{tag}.pt"))
@@ -209,7 +219,6 @@ def driver():
             elif not rel[worst] <= TOL:
                 print(f"FAIL: {tag} resumed differs by more than {TOL:g}")
                 failed = True
-        torchrun(4, "refuse", d)
     print("FAIL" if failed else "ok")
     return 1 if failed else 0
 

@@ -8,9 +8,9 @@
       step's loss within a relative 1e-4 of the reference's, and the loss falls (the mean of the
       last five steps below 60 % of the first step's).
   torch_train_check.py reshard
-      40 steps at DP2·TP2 saving a checkpoint after step 20; from it 20 steps at DP4·TP1: the
+      20 steps at DP2·TP2 saving a checkpoint after step 10; from it 10 steps at DP4·TP1: the
       final parameters equal the uninterrupted run's (||a - b||_F / ||a||_F <= 1e-5 for every
-      tensor), and so do the losses of steps 20..39 (relative 1e-4),
+      tensor), and so do the losses of steps 10..19 (relative 1e-4),
       while the same continuation without the optimizer state differs by more than 1e-3.
 
   torch_train_check.py cuda
@@ -33,6 +33,7 @@ import tempfile
 import time
 
 STEPS = 50
+RESHARD_STEPS = 20  # saved after half of them, resumed for the other half
 LOSS_RTOL = 1e-4
 PARAM_RTOL = 1e-5
 
@@ -117,31 +118,34 @@ def param_difference(a_dir, b_dir):
 
 def check_reshard(tmp):
     ck = os.path.join(tmp, "ckpt")
-    whole = train(tmp, 2, 2, "whole", "--steps", "40", "--save", ck, "--save-every", "20")
-    resumed = train(tmp, 4, 1, "resumed", "--steps", "20", "--load", os.path.join(ck, "step-20"),
-                    "--save", os.path.join(tmp, "resumed"))
-    train(tmp, 4, 1, "stateless", "--steps", "20", "--load", os.path.join(ck, "step-20"),
+    h = RESHARD_STEPS // 2
+    whole = train(tmp, 2, 2, "whole", "--steps", str(2 * h), "--save", ck, "--save-every",
+                  str(h))
+    resumed = train(tmp, 4, 1, "resumed", "--steps", str(h), "--load",
+                    os.path.join(ck, f"step-{h}"), "--save", os.path.join(tmp, "resumed"))
+    train(tmp, 4, 1, "stateless", "--steps", str(h), "--load", os.path.join(ck, f"step-{h}"),
           "--params-only", "--save", os.path.join(tmp, "stateless"))
     failed = False
-    if resumed["first_step"] != 20:
-        print(f"FAIL: the resumed run started at step {resumed['first_step']}, expected 20")
+    if resumed["first_step"] != h:
+        print(f"FAIL: the resumed run started at step {resumed['first_step']}, expected {h}")
         failed = True
-    rel, name, elem = param_difference(os.path.join(ck, "step-40"),
-                                       os.path.join(tmp, "resumed", "step-40"))
-    print(f"resharded DP2·TP2 -> DP4·TP1 after 20 steps, 40 in all: max relative parameter "
+    rel, name, elem = param_difference(os.path.join(ck, f"step-{2 * h}"),
+                                       os.path.join(tmp, "resumed", f"step-{2 * h}"))
+    print(f"resharded DP2·TP2 -> DP4·TP1 after {h} steps, {2 * h} in all: max relative parameter "
           f"difference {rel:.2e} ({name}; bound {PARAM_RTOL:g}); elementwise "
           f"max |a - b| / max |a|: {elem:.2e}")
     if not rel <= PARAM_RTOL:
         print("FAIL: the resumed run's parameters differ from the uninterrupted run's")
         failed = True
-    lrel = max(abs(a - b) / abs(b) for a, b in zip(resumed["loss"], whole["loss"][20:]))
-    print(f"resumed losses (steps 20..39) vs the uninterrupted run: max relative difference "
+    lrel = max(abs(a - b) / abs(b) for a, b in zip(resumed["loss"], whole["loss"][h:]))
+    print(f"resumed losses (steps {h}..{2 * h - 1}) vs the uninterrupted run: max relative "
+          "difference "
           f"{lrel:.2e}")
     if not lrel <= 1e-4:
         print("FAIL: the resumed run's losses differ")
         failed = True
-    srel, sname, _ = param_difference(os.path.join(ck, "step-40"),
-                                   os.path.join(tmp, "stateless", "step-40"))
+    srel, sname, _ = param_difference(os.path.join(ck, f"step-{2 * h}"),
+                                   os.path.join(tmp, "stateless", f"step-{2 * h}"))
     print(f"the same continuation without the optimizer state: {srel:.2e} ({sname})")
     if not srel > 1e-3:
         print("FAIL: dropping the optimizer state changed nothing; the check cannot tell")
