@@ -11,6 +11,7 @@
 
 #include "alloc.h"
 #include "compute.h"
+#include "compute_probe.h"
 #include "executor_impl.h"
 #include "ns_workload.h"
 #include "shard.h"
@@ -93,40 +94,13 @@ static void pieces(const cz_plan *plan, int d, int64_t *m)
     }
 }
 
-/* A backend that only counts: the probe makes and frees run maps, nothing else. */
-struct cz_runs {
-    size_t n;
-};
-
-static cz_runs *count_runs_create(cz_compute *c, const cz_copy_run *runs, size_t n)
-{
-    (void)c;
-    (void)runs;
-    cz_runs *r = cz__exec_malloc(sizeof *r);
-    if (r)
-        r->n = n;
-    return r;
-}
-
-static void count_runs_free(cz_compute *c, cz_runs *r)
-{
-    (void)c;
-    cz__exec_free(r);
-}
-
-static const cz_compute_ops COUNT_OPS = {.version = CZ_COMPUTE_OPS_VERSION,
-                                         .kind = CZ_BACKEND_CPU,
-                                         .name = "memory model",
-                                         .runs_create = count_runs_create,
-                                         .runs_free = count_runs_free};
-
 /* The pipeline (pipeline_open) and Muon (muon_group_add, muon_work_create). */
 static int matrix(const cz_plan *plan, int d, int tp_rank, int64_t *m, cz_error *err)
 {
     int64_t *off = cz__exec_calloc(plan->nparams + 1, sizeof *off);
     cz_ns_workload w = {0};
     cz_exec_pipeline_sizes z = {0};
-    cz_compute c = {.ops = &COUNT_OPS};
+    cz_compute c = {.ops = cz__compute_probe_ops()};
     int rc = CZ_OK;
     if (!off)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the memory model");

@@ -9,6 +9,7 @@
 
 #include "alloc.h"
 #include "compute.h"
+#include "compute_probe.h"
 #include "executor_impl.h"
 #include "ns_workload.h"
 #include "shard.h"
@@ -116,33 +117,6 @@ static void pieces(const cz_plan *plan, int d, cz_step_bytes *b)
     }
 }
 
-/* A recording backend: the probe only makes and frees run maps. */
-struct cz_runs {
-    size_t n;
-};
-
-static cz_runs *count_runs_create(cz_compute *c, const cz_copy_run *runs, size_t n)
-{
-    (void)c;
-    (void)runs;
-    cz_runs *r = cz__exec_malloc(sizeof *r);
-    if (r)
-        r->n = n;
-    return r;
-}
-
-static void count_runs_free(cz_compute *c, cz_runs *r)
-{
-    (void)c;
-    cz__exec_free(r);
-}
-
-static const cz_compute_ops COUNT_OPS = {.version = CZ_COMPUTE_OPS_VERSION,
-                                         .kind = CZ_BACKEND_CPU,
-                                         .name = "byte model",
-                                         .runs_create = count_runs_create,
-                                         .runs_free = count_runs_free};
-
 /* The matrix pipeline: its copies from the run maps, Muon on the parts it computes. */
 static int matrix(const cz_plan *plan, int d, int tp_rank, int ns_steps, cz_dtype dtype,
                   cz_step_bytes *b, cz_error *err)
@@ -150,7 +124,7 @@ static int matrix(const cz_plan *plan, int d, int tp_rank, int ns_steps, cz_dtyp
     int64_t *off = cz__exec_calloc(plan->nparams + 1, sizeof *off);
     cz_ns_workload w = {0}; /* the matrix optimizer's blocks */
     cz_exec_pipeline_sizes z = {0};
-    cz_compute c = {.ops = &COUNT_OPS};
+    cz_compute c = {.ops = cz__compute_probe_ops()};
     int rc = CZ_OK;
     if (!off)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the byte model");
