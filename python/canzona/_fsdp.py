@@ -209,12 +209,6 @@ class Binding:
                                                  ctypes.c_void_p(gp), r, cols, dt,
                                                  ctypes.byref(err)), err)
 
-    def replaced(self, name, p):
-        """Whether p's local rows are no longer the storage bound (p.data = ..., a module that
-        was re-sharded after the optimizer was built)."""
-        lt = p._local_tensor if is_dtensor(p) else p
-        return lt.data_ptr() != self.ptr[name] or lt.shape != self.grads[name].shape
-
     def adopt(self, name, p):
         """Copies p's gradient rows into the bound buffer (none: zeros). Returns a message
         instead, nothing copied, when the gradient is not laid out as the parameter."""
