@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from . import _lib
 from ._dtensor import is_dtensor
-from ._lib import Error, check
+from ._lib import check
 
 try:  # torch >= 2.6 exports it here; fully_shard's module class tells a job FSDP2 wrapped
     from torch.distributed.fsdp import FSDPModule
@@ -152,10 +152,12 @@ def check_rows(named, mesh, shapes):
 def check_replicas(names, params, mesh, mode):
     """HSDP: each rank's rows of every parameter must equal those of the same shard rank in the
     other replicas (fingerprints: float64 sum and sum of squares, bit for bit, all-gathered over
-    the replicate group); "broadcast": copied from replica 0 instead. Raises the same message on
-    the ranks of the replicate group. FSDP2's shards are disjoint: nothing to compare at 1-D."""
+    the replicate group); "broadcast": copied from replica 0 instead. Returns the first
+    difference's message, or None: the caller agrees it over the world, since a difference in one
+    shard group's rows is seen by that group only. FSDP2's shards are disjoint: nothing to
+    compare at 1-D."""
     if not mode or mesh.replicas == 1:
-        return
+        return None
     fp = torch.zeros(len(names), 2, dtype=torch.float64)
     with torch.no_grad():
         for i, name in enumerate(names):
@@ -174,11 +176,11 @@ def check_replicas(names, params, mesh, mode):
                 src = dist.get_global_rank(mesh.replicate_group, 0)
                 dist.broadcast(params[name]._local_tensor, src=src, group=mesh.replicate_group)
             continue
-        raise Error(_lib.CZ_EMISMATCH, (
-            f"parameter {name!r} differs across the HSDP replicas at construction: replicas 0 "
-            f"and {d} of shard rank {mesh.rank} hold different rows, and replicas must start "
-            "equal. Seed every rank alike, or pass check_replicas='broadcast' to copy replica "
-            "0's values, or check_replicas=False to skip the check"))
+        return (f"parameter {name!r} differs across the HSDP replicas at construction: "
+                f"replicas 0 and {d} of shard rank {mesh.rank} hold different rows, and replicas "
+                "must start equal. Seed every rank alike, or pass check_replicas='broadcast' to "
+                "copy replica 0's values, or check_replicas=False to skip the check")
+    return None
 
 
 class Binding:

@@ -463,7 +463,8 @@ class Optimizer(torch.optim.Optimizer):
             if self._fsdp is not None:
                 # FSDP2's shards are disjoint across the shard group; HSDP's replicas of each
                 # shard must be equal.
-                _fsdp.check_replicas(self._names, by_name, self._fsdp, check_replicas)
+                self._agree(_fsdp.check_replicas(self._names, by_name, self._fsdp,
+                                                 check_replicas))
                 differ = []
             else:
                 differ = _replicas.check(self._names, by_name, self._tp_dim, dp, tp,

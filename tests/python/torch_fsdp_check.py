@@ -237,6 +237,26 @@ def refusals(out):
     for b in part.blocks:  # the root left out: embed, router and head stay plain tensors
         fully_shard(b, mesh=mesh)
     bad += expect_refusal("root not wrapped", lambda: optimizer(part), "is a plain tensor")
+    # HSDP replicas that start different: refused on every rank (check_replicas), although only
+    # one shard group's rows differ (rank 2: replica 1, shard rank 0); "broadcast" copies
+    # replica 0's rows instead.
+    hm = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
+    for mode in (True, "broadcast"):
+        rep = shard(build_model(), hm)
+        if dist.get_rank() == 2:
+            with torch.no_grad():
+                rep.head.weight._local_tensor.add_(1.0)
+        if mode is True:
+            bad += expect_refusal("HSDP replicas differ", lambda: optimizer(rep),
+                                  "differs across the HSDP replicas")
+            continue
+        optimizer(rep, check_replicas=mode).close()
+        w = rep.head.weight._local_tensor.detach().clone()
+        every = [torch.empty_like(w) for _ in range(4)]
+        dist.all_gather(every, w)
+        r = dist.get_rank()
+        if not torch.equal(every[r % 2], every[r % 2 + 2]):
+            bad.append("check_replicas='broadcast' left the HSDP replicas different")
     m2 = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
     tp = build_model()
     for b in tp.blocks:
