@@ -13,6 +13,7 @@
 #include "compute.h"
 #include "compute_probe.h"
 #include "executor_impl.h"
+#include "model_rank.h"
 #include "ns_workload.h"
 #include "shard.h"
 
@@ -42,19 +43,7 @@ static int check_plan(const cz_plan *plan, int dp_rank, int tp_rank, const cz_ex
         return cz__error_set(err, CZ_EUNSUPPORTED,
                              "the memory model covers Muon plans (this one's matrix optimizer is "
                              "SOAP or Shampoo, whose state the model does not count yet)");
-    if (dp_rank < 0 || dp_rank >= plan->dp || tp_rank < 0 || tp_rank >= plan->tp)
-        return cz__error_set(err, CZ_EINVALID, "GPU (%d, %d) is not in the plan's DP%d x TP%d",
-                             dp_rank, tp_rank, plan->dp, plan->tp);
-    const cz_rank_schedule *rs = cz_plan_rank_schedule(plan, 0, dp_rank);
-    for (int g = 0; rs && g < rs->ngroups; g++)
-        for (int t = 0; t < rs->groups[g].ntasks; t++)
-            if (cz_group_task_width(&rs->groups[g], t) > 1)
-                return cz__error_set(err, CZ_EUNSUPPORTED,
-                                     "the memory model does not cover cooperative tasks "
-                                     "(micro-group %d has one)",
-                                     rs->groups[g].id);
-    return rs ? CZ_OK
-              : cz__error_set(err, CZ_EINVALID, "the plan has no schedule for DP rank %d", dp_rank);
+    return cz__model_rank_check(plan, dp_rank, tp_rank, "the memory model", err);
 }
 
 /* alloc_tables (executor.c), the binding's copies (binding.c) and the bf16 wire (wire.c). */

@@ -11,6 +11,7 @@
 #include "compute.h"
 #include "compute_probe.h"
 #include "executor_impl.h"
+#include "model_rank.h"
 #include "ns_workload.h"
 #include "shard.h"
 
@@ -59,19 +60,7 @@ static int check_plan(const cz_plan *plan, int dp_rank, int tp_rank, cz_dtype dt
         return cz__error_set(err, CZ_EUNSUPPORTED,
                              "the byte model covers dense one-stage plans (this one has %s)",
                              plan->pp != 1 ? "pipeline stages" : "expert groups");
-    if (dp_rank < 0 || dp_rank >= plan->dp || tp_rank < 0 || tp_rank >= plan->tp)
-        return cz__error_set(err, CZ_EINVALID, "GPU (%d, %d) is not in the plan's DP%d x TP%d",
-                             dp_rank, tp_rank, plan->dp, plan->tp);
-    const cz_rank_schedule *rs = cz_plan_rank_schedule(plan, 0, dp_rank);
-    for (int g = 0; rs && g < rs->ngroups; g++)
-        for (int t = 0; t < rs->groups[g].ntasks; t++)
-            if (cz_group_task_width(&rs->groups[g], t) > 1)
-                return cz__error_set(err, CZ_EUNSUPPORTED,
-                                     "the byte model does not cover cooperative tasks (micro-group "
-                                     "%d has one)",
-                                     rs->groups[g].id);
-    return rs ? CZ_OK
-              : cz__error_set(err, CZ_EINVALID, "the plan has no schedule for DP rank %d", dp_rank);
+    return cz__model_rank_check(plan, dp_rank, tp_rank, "the byte model", err);
 }
 
 /* The DP passes over the buckets: staging, reduce-scatter, all-gather, master copy. */
