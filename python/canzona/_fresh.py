@@ -30,11 +30,15 @@ class FreshGrads:
         out = []
         for name in live:
             g = self._params[name].grad
-            if name in self._got or (g is not None and
-                                     _local(g).data_ptr() != self._gviews[name].data_ptr()):
+            if name in self._got or (g is not None and self._renewed(name, g)):
                 continue
             out.append(name)
         return out, live
+
+    def _renewed(self, name, g):
+        """Whether gradient g of parameter name is not the one the last step read: here, a
+        tensor other than the view of the flat buffer the step re-attached."""
+        return _local(g).data_ptr() != self._gviews[name].data_ptr()
 
     def close(self):
         for h in self._hooks:

@@ -16,7 +16,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from . import _lib
+from . import _fresh, _lib
 from ._dtensor import is_dtensor
 from ._lib import check
 
@@ -230,39 +230,25 @@ class Binding:
         return None
 
 
-class FreshGrads:
-    """Which parameters received a gradient since the last step (as _fresh.FreshGrads): a
-    post-accumulate-grad hook per parameter (FSDP2 runs them after its reduce-scatter), or a
-    gradient tensor other than, or changed since, the one the last step read (a .grad assigned
-    by hand)."""
+class FreshGrads(_fresh.FreshGrads):
+    """Which parameters received a gradient since the last step (_fresh.FreshGrads, whose hooks
+    FSDP2 runs after its reduce-scatter): a gradient is also fresh when it is another tensor
+    than, or was changed since, the one the last step (or zero_grad) left (a .grad assigned by
+    hand). FSDP2's gradients are its own tensors, never views of a buffer of canzona's."""
 
     def __init__(self, params):
-        self._params = params
-        self._got, self._seen = set(), {}
-        got = self._got
-        self._hooks = [p.register_post_accumulate_grad_hook(lambda _p, n=name: got.add(n))
-                       for name, p in params.items()]
+        super().__init__(params, None)
+        self._seen = {}
 
-    def _key(self, g):
+    @staticmethod
+    def _key(g):
         t = g._local_tensor if is_dtensor(g) else g
         return (id(t), t._version)
 
     def forget(self):
-        self._got.clear()
+        super().forget()
         self._seen = {n: self._key(p.grad) for n, p in self._params.items()
                       if p.grad is not None}
 
-    def missing(self):
-        live = [n for n, p in self._params.items() if p.requires_grad]
-        out = []
-        for name in live:
-            g = self._params[name].grad
-            if name in self._got or (g is not None and self._seen.get(name) != self._key(g)):
-                continue
-            out.append(name)
-        return out, live
-
-    def close(self):
-        for h in self._hooks:
-            h.remove()
-        self._hooks = []
+    def _renewed(self, name, g):
+        return self._seen.get(name) != self._key(g)
