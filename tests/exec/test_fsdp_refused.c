@@ -1,6 +1,6 @@
 /* What the executor still refuses of a fully sharded plan (settings.layout fsdp,
  * canzona.plan/4), each with a message that says what to change (docs/EXECUTOR.md, "The fully
- * sharded step"): TP > 1, an optimizer other than Muon or SOAP, NorMuon, and on an executor that
+ * sharded step"): an optimizer other than Muon or SOAP, NorMuon, and on an executor that
  * runs such a plan the bucket-wise step, early updates and QK-clip. (The callbacks plane runs
  * it: test_callbacks.c, case fsdp.) (Its checkpoints: tests/mpi/checkpoint.sh fsdp.) The step
  * itself: test_fsdp_step.c and tests/mpi/bench.sh fsdp. */
@@ -73,10 +73,11 @@ START_TEST(tp_optimizer_and_normuon_refused)
     cz_exec_config cfg;
     cz_exec_config_init(&cfg);
     cfg.comm = "self";
-    /* Checked before the grid: one process sees the refusal of a TP 2 plan. */
+    /* A TP 2 plan (2-D shards) is no longer refused for its TP: one process gets as far as
+     * the grid, which needs two. */
     cz_plan *plan = fsdp_plan(1, 2, CZ_OPTIM_MUON, path, sizeof path);
-    refused(plan, path, &cfg, CZ_EUNSUPPORTED,
-            "plan layout fsdp at tp = 2: the fully sharded step runs at TP 1 only");
+    refused(plan, path, &cfg, CZ_EMISMATCH,
+            "the world communicator has 1 ranks but the plan needs dp*tp*pp = 1*2*1 = 2");
     cz_plan_free(plan);
     unlink(path);
     plan = fsdp_plan(1, 1, CZ_OPTIM_SHAMPOO, path, sizeof path);

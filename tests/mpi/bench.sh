@@ -14,7 +14,8 @@
 # |   early updates; its errors)
 # | early-orders (early updates with ranks declaring their buckets in different orders, at
 # |   DP4*TP1 and DP2*TP2; a stalled step's clean end)
-# | fsdp [fp32|bf16] (the fully sharded step at DP4*TP1 against the reference; its refusals)
+# | fsdp [fp32|bf16] (the fully sharded step at DP4*TP1 and DP2*TP2 against the reference;
+#   its refusals)
 # | fsdp-soap (SOAP under the fully sharded step, soap_ref)
 # Env: CZ (canzona), CZ_BENCH (canzona-bench), CZ_SOURCE_DIR. Exit 77 = skipped.
 set -euo pipefail
@@ -905,20 +906,27 @@ m["params"] += [
 ]
 json.dump(m, open(sys.argv[2], "w"))
 PY
-  odd=$tmp/odd.json cl=$src/plans/clusters/cpu-4-dp4-tp1.json
-  "$CZ" plan -q --model "$odd" --cluster "$cl" --layout fsdp -o "$tmp/f.json"
-  "$CZ" validate "$tmp/f.json" --model "$odd" --cluster "$cl" >/dev/null
+  # The same at DP2*TP2 (2-D shards: each GPU holds FSDP2's rows of its TP shard, the owners
+  # are the 4 GPUs of the shard group; odd.weight and tiny.weight are TP-replicated, so only
+  # TP rank 0 of each DP rank sends their rows and every GPU gets its update back).
+  odd=$tmp/odd.json
   extra=() wire=fp32
   [ "${2:-fp32}" = bf16 ] && extra=(--dtype bf16 --tolerance 3e-2 --update-tolerance 0.25) wire=bf16
-  mpi -np 4 "$CZ_BENCH" --plan "$tmp/f.json" --model "$odd" --steps 3 --verify "${extra[@]}" |
-    tee "$tmp/out"
-  grep -q "verify: OK" "$tmp/out"
-  grep -q "executor allocations in steps 2..4 (most on one rank): 0$" "$tmp/out"
-  # No reduce-scatter and no all-gather (the job's FSDP2 does both): what moved is the
-  # owners' all-to-alls.
-  grep -q "gradients $wire 0 bytes, parameters $wire 0 bytes$" "$tmp/out"
-  grep -Eq "micro-groups fp32 [1-9][0-9]* bytes" "$tmp/out"
+  for grid in dp4-tp1 dp2-tp2; do
+    cl=$src/plans/clusters/cpu-4-$grid.json
+    "$CZ" plan -q --model "$odd" --cluster "$cl" --layout fsdp -o "$tmp/f-$grid.json"
+    "$CZ" validate "$tmp/f-$grid.json" --model "$odd" --cluster "$cl" >/dev/null
+    mpi -np 4 "$CZ_BENCH" --plan "$tmp/f-$grid.json" --model "$odd" --steps 3 --verify \
+      "${extra[@]}" | tee "$tmp/out"
+    grep -q "verify: OK" "$tmp/out"
+    grep -q "executor allocations in steps 2..4 (most on one rank): 0$" "$tmp/out"
+    # No reduce-scatter and no all-gather (the job's FSDP2 does both): what moved is the
+    # owners' all-to-alls.
+    grep -q "gradients $wire 0 bytes, parameters $wire 0 bytes$" "$tmp/out"
+    grep -Eq "micro-groups fp32 [1-9][0-9]* bytes" "$tmp/out"
+  done
   [ "${2:-fp32}" = bf16 ] && exit 0
+  cp "$tmp/f-dp4-tp1.json" "$tmp/f.json"
   # Clipped by the global norm (about 378 here, summed over the shards, each row once).
   mpi -np 4 "$CZ_BENCH" --plan "$tmp/f.json" --model "$odd" --steps 2 --verify \
     --max-grad-norm 100 | tee "$tmp/out"
@@ -936,16 +944,17 @@ PY
   grep -q "rank 2: refused: bind_param('odd.weight'): shard shape \[3, 24\]" "$tmp/out"
   [ "$(grep -c "step refused" "$tmp/out")" -eq 4 ] ||
     { echo "expected the step refused on all 4 ranks"; exit 1; }
+  # At DP2*TP2 the shard FSDP2 leaves rank 3 (DP rank 1, TP rank 1) of the TP-replicated
+  # odd.weight is rows [4, 7); one row more is refused the same way.
+  mpi -np 4 "$CZ_FSDP_BIND" "$tmp/f-dp2-tp2.json" 3 odd.weight | tee "$tmp/out"
+  grep -q "rank 3: refused: bind_param('odd.weight'): shard shape \[4, 24\]" "$tmp/out"
+  [ "$(grep -c "step refused" "$tmp/out")" -eq 4 ] ||
+    { echo "expected the step refused on all 4 ranks"; exit 1; }
   # What the fully sharded step does not run, refused on every rank: the bucket-wise step (no
-  # buckets) and TP > 1.
+  # buckets).
   mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/f.json" --model "$odd" --steps 1 --overlap
   [ "$(grep -c "the plan's layout is fsdp, which has no buckets" "$tmp/out")" -eq 4 ] ||
     { echo "expected the refusal on all 4 ranks"; exit 1; }
-  cl2=$src/plans/clusters/cpu-4-dp2-tp2.json
-  "$CZ" plan -q --model "$model" --cluster "$cl2" --layout fsdp -o "$tmp/f2.json"
-  mpi_fails -np 4 "$CZ_BENCH" --plan "$tmp/f2.json" --model "$model" --steps 1
-  [ "$(grep -c "plan layout fsdp at tp = 2: the fully sharded step runs at TP 1" "$tmp/out")" \
-    -ge 4 ] || { echo "expected the refusal on all 4 ranks"; exit 1; }
   ;;
 fsdp-soap)
   # SOAP under the fully sharded step at DP4*TP1 against soap_ref (as `soap`: 12 calls,

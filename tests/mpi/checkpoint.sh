@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Optimizer-state checkpoints on 4 MPI ranks, resharded. Usage:
-# checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|heads|pp|pp-back|normuon-row|normuon-col]
+# checkpoint.sh [muon|shampoo|soap|split|tasks|tasks-back|heads|pp|pp-back|normuon-row|normuon-col|
+#                fsdp|fsdp-soap]
 #  muon (default): 10 steps of test-small at DP2·TP2, save the state, load it at DP4·TP1 and
 #    run 10 more steps; the final parameters must equal an uninterrupted 20-step run.
 #  shampoo: 7 steps at DP2·TP2 (refresh every 5 steps, sides above 128 tiled, momentum and
@@ -26,7 +27,11 @@
 #    one column per head), load at DP4·TP1 (whole matrices), 10 more steps.
 #  normuon-col: NorMuon by columns, 10 steps at DP2·TP2, load at DP4·TP1 under --split-blocks
 #    (block tasks, the heads inside them), 10 more steps.
-#  Both: a Muon checkpoint is refused under NorMuon (no second moment), and a negative second
+#  fsdp: 10 steps of the fully sharded step at DP2·TP2 (2-D shards: each GPU its FSDP2 rows of
+#    its TP shard, each matrix's momentum on its owner GPU), load at DP2·TP1 (2 ranks), 10 more
+#    steps; the same file also under a ZeRO-1 plan at DP2·TP2.
+#  fsdp-soap: SOAP under the fully sharded step, DP4·TP1 -> DP2·TP1, and ZeRO-1.
+#  Both normuon modes: a Muon checkpoint is refused under NorMuon (no second moment), and a negative second
 #    moment is refused as damage.
 #  fsdp: 10 steps of a fully sharded plan at DP4·TP1 (AdamW moments saved from every rank's
 #    FSDP2 rows, each momentum from its owner), load under a fully sharded plan at DP2·TP1 (on
@@ -91,7 +96,7 @@ normuon-row) model=$src/plans/models/test-heads.json; popt=(); second=cpu-4-dp4-
   n2=10; bopt=(--normuon row --normuon-beta2 0.9) ;;
 normuon-col) model=$src/plans/models/test-heads.json; popt=(); popt2=(--split-blocks)
   second=cpu-4-dp4-tp1; n1=10; n2=10; bopt=(--normuon col --normuon-beta2 0.9) ;;
-fsdp) first=cpu-4-dp4-tp1; popt=(--layout fsdp); popt2=(--layout fsdp --dp-size 2); np2=2
+fsdp) first=cpu-4-dp2-tp2; popt=(--layout fsdp); popt2=(--layout fsdp --dp-size 2); np2=2
   second=cpu-4-dp4-tp1; n1=10; n2=10; bopt=() ;;
 fsdp-soap)
   first=cpu-4-dp4-tp1; popt=(--layout fsdp --optimizer soap --precondition-frequency 5

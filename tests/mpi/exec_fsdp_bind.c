@@ -2,8 +2,9 @@
  * rank's bind_param refuses it naming the parameter and the rows FSDP2 gives it, and the first
  * step is refused on every rank (the bound rank names the parameter, the others the rank), none
  * left waiting in an exchange. The shard rows are torch.chunk's, computed here on their own
- * (ceil(rows / dp) per rank, the last ranks fewer). Usage: mpirun -np 4 exec_fsdp_bind PLAN
- * BAD_RANK PARAM (PLAN: an fsdp plan at DP 4, TP 1). Public API only. Exit 0 = pass. */
+ * (ceil(rows / dp) per rank, the last ranks fewer) over the rows of the rank's TP shard.
+ * Usage: mpirun -np 4 exec_fsdp_bind PLAN BAD_RANK PARAM (PLAN: an fsdp plan of 4 GPUs at
+ * PP 1; world rank = dp_rank * tp + tp_rank). Public API only. Exit 0 = pass. */
 #include "canzona.h"
 #include "canzona_exec.h"
 #include "cz_format.h" /* the plan's parameters, to bind them */
@@ -24,9 +25,8 @@ static int64_t chunk_rows(int64_t rows, int dp, int r)
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
-    int rank = 0, size = 1, fails = 0;
+    int rank = 0, fails = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (argc != 4) {
         fprintf(stderr, "usage: exec_fsdp_bind PLAN BAD_RANK PARAM\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
@@ -56,8 +56,9 @@ int main(int argc, char **argv)
     int seen = 0;
     for (size_t i = 0; buf && i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        int64_t rows = chunk_rows(p->def.shape[0], size, rank),
-                cols = p->def.ndim == 1 ? 1 : p->def.shape[1];
+        /* The rows of this rank's TP shard (local_shape) that its DP rank holds. */
+        int64_t rows = chunk_rows(p->local_shape[0], plan->dp, rank / plan->tp),
+                cols = p->def.ndim == 1 ? 1 : p->local_shape[1];
         bool wrong = rank == bad && strcmp(p->def.name, name) == 0;
         seen += strcmp(p->def.name, name) == 0;
         int rc = cz_executor_bind_param(ex, p->def.name, buf, buf + most, rows + (wrong ? 1 : 0),

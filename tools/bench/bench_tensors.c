@@ -52,6 +52,21 @@ static int split_rank(const bench_place *w, const cz_plan *plan, const cz_plan_p
     return cz_bench_is_expert(plan, p) ? w->etp_rank : w->tp_rank;
 }
 
+/* dst = scale times DP rank d's FSDP2 rows of TP rank r's shard (of n) of the full tensor. */
+static int fsdp_band(const cz_plan *plan, const cz_plan_param *p, int n, int r, int d,
+                     const float *full, float scale, float *dst, cz_error *err)
+{
+    float *local = malloc((size_t)p->numel * sizeof(float));
+    if (!local)
+        return cz__error_set(err, CZ_ENOMEM, "out of memory for '%s'", p->def.name);
+    cz__shard_pack(p, n, r, full, local);
+    cz_block sh = cz__fsdp_shard_block(plan, p, d);
+    for (int64_t k = 0; k < sh.rows * sh.cols; k++)
+        dst[k] = local[sh.r0 * sh.cols + k] * scale;
+    free(local);
+    return CZ_OK;
+}
+
 /* A fully sharded plan's buffer is the rank's FSDP2 shards of its stage's parameters in plan
  * order, unpadded (the executor's layout, docs/EXECUTOR.md "The fully sharded step"). */
 static int64_t fsdp_offset(const cz_plan *plan, const bench_place *w, const cz_plan_param *p)
@@ -101,14 +116,14 @@ int cz_bench_fill_params(const bench_opts *o, const cz_plan *plan, const bench_p
         float *dst = P + cz_bench_param_offset_at(plan, w, p);
         int n = cz_plan_param_tp(plan, p), r = split_rank(w, plan, p);
         if (cz_plan_is_fsdp(plan)) {
-            /* This DP rank's rows of the whole tensor, as fully_shard leaves them. */
+            /* This DP rank's rows of its TP shard, as fully_shard leaves them. */
             float *full = NULL;
             int rc = cz_bench_initial_full(o, p, &full, err);
+            if (!rc)
+                rc = fsdp_band(plan, p, n, r, w->dp_rank, full, 1.0f, dst, err);
+            free(full);
             if (rc)
                 return rc;
-            cz_block sh = cz__fsdp_shard_block(plan, p, w->dp_rank);
-            memcpy(dst, full + sh.r0 * sh.cols, (size_t)(sh.rows * sh.cols) * sizeof(float));
-            free(full);
             continue;
         }
         if (!o->init_dir) {
@@ -253,8 +268,8 @@ int cz_bench_dump_grads(const bench_opts *o, const cz_plan *plan, int total, cz_
 }
 
 /* A fully sharded plan's gradient shard of p: what FSDP2's reduce-scatter gives DP rank d,
- * this rank's rows of the DP replicas' average (summed in replica order, then scaled by 1/DP,
- * as the reference averages). */
+ * this rank's rows of its TP shard of the DP replicas' average (summed in replica order, then
+ * scaled by 1/DP, as the reference averages). */
 static int fsdp_grad(const bench_opts *o, const cz_plan *plan, const bench_place *w,
                      const cz_plan_param *p, int64_t step, float *dst, cz_error *err)
 {
@@ -267,12 +282,9 @@ static int fsdp_grad(const bench_opts *o, const cz_plan *plan, const bench_place
         for (int64_t k = 0; !rc && d && k < n; k++)
             sum[k] += tmp[k];
     }
-    if (!rc) {
-        float inv = 1.0f / (float)plan->dp;
-        cz_block sh = cz__fsdp_shard_block(plan, p, w->dp_rank);
-        for (int64_t k = 0; k < sh.rows * sh.cols; k++)
-            dst[k] = sum[sh.r0 * sh.cols + k] * inv;
-    }
+    if (!rc)
+        rc = fsdp_band(plan, p, cz_plan_param_tp(plan, p), split_rank(w, plan, p), w->dp_rank, sum,
+                       1.0f / (float)plan->dp, dst, err);
     free(sum);
     free(tmp);
     return rc;

@@ -48,14 +48,19 @@ static void stage_to_root(int src, float *buf, int64_t n)
     cz_bench_wait(&r, MPI_COMM_WORLD, "canzona-bench's transfer of a later stage's parameters");
 }
 
-/* A fully sharded plan's (one stage, TP 1: the executor runs no other): every parameter's
- * rows from every DP rank to world rank 0, in rank order, which is the full row-major tensor
- * (FSDP2's shards are consecutive bands of rows). */
+/* A fully sharded plan's (one stage: the executor runs no other): every parameter's shards
+ * from every GPU of the shard group to world rank 0, in world-rank order (GPU k = d * tp + t),
+ * then each TP rank's shard put back together from its DP ranks' bands of rows (FSDP2's
+ * shards of a TP shard are consecutive bands) and into the full tensor. */
 static int gather_fsdp(const cz_plan *plan, const float *P, float **full, cz_error *err)
 {
-    bench_place w = cz_bench_place_make(plan, 0, cz_bench_rank, 0);
-    int *counts = malloc((size_t)plan->dp * sizeof *counts),
-        *displs = malloc((size_t)plan->dp * sizeof *displs);
+    int world = plan->dp * plan->tp;
+    bench_place w =
+        cz_bench_place_make(plan, 0, cz_bench_rank / plan->tp, cz_bench_rank % plan->tp);
+    int *counts = malloc((size_t)world * sizeof *counts),
+        *displs = malloc((size_t)world * sizeof *displs);
+    float *all = NULL, *local = NULL;
+    int rc = CZ_OK;
     if (!counts || !displs) {
         fprintf(stderr, "canzona-bench: rank %d: out of memory gathering the shards\n",
                 cz_bench_rank);
@@ -63,25 +68,45 @@ static int gather_fsdp(const cz_plan *plan, const float *P, float **full, cz_err
     }
     for (size_t i = 0; i < plan->nparams; i++) {
         const cz_plan_param *p = &plan->params[i];
-        for (int d = 0, at = 0; d < plan->dp; d++) {
-            counts[d] = (int)cz__fsdp_shard_numel(plan, p, d);
-            displs[d] = at;
-            at += counts[d];
+        int at = 0;
+        for (int k = 0; k < world; k++) {
+            counts[k] = (int)cz__fsdp_shard_numel(plan, p, k / plan->tp);
+            displs[k] = at;
+            at += counts[k];
         }
         if (cz_bench_rank == 0 &&
-            !(full[i] = malloc((size_t)cz_bench_full_numel(p) * sizeof(float)))) {
+            (!(full[i] = malloc((size_t)cz_bench_full_numel(p) * sizeof(float))) ||
+             !(all = malloc((size_t)(at > 0 ? at : 1) * sizeof(float))) ||
+             !(local = malloc((size_t)p->numel * sizeof(float))))) {
             fprintf(stderr, "canzona-bench: rank 0: out of memory gathering '%s'\n", p->def.name);
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
         MPI_Request r;
         MPI_Igatherv(P + cz_bench_param_offset_at(plan, &w, p), counts[cz_bench_rank], MPI_FLOAT,
-                     full[i], counts, displs, MPI_FLOAT, 0, MPI_COMM_WORLD, &r);
+                     all, counts, displs, MPI_FLOAT, 0, MPI_COMM_WORLD, &r);
         cz_bench_wait(&r, MPI_COMM_WORLD, "canzona-bench's gather of the FSDP2 shards");
+        for (int t = 0; cz_bench_rank == 0 && t < plan->tp; t++) {
+            for (int d = 0; d < plan->dp; d++) {
+                cz_block sh = cz__fsdp_shard_block(plan, p, d);
+                memcpy(local + sh.r0 * sh.cols, all + displs[d * plan->tp + t],
+                       (size_t)counts[d * plan->tp + t] * sizeof(float));
+            }
+            /* A TP-replicated parameter: every TP rank's shards must be TP rank 0's. */
+            if (t > 0 && p->def.tp_dim < 0 && !rc &&
+                memcmp(local, full[i], (size_t)p->numel * sizeof(float)) != 0)
+                rc = cz__error_set(err, CZ_EMISMATCH,
+                                   "verify: TP rank %d's FSDP2 shards of the TP-replicated '%s' "
+                                   "differ from TP rank 0's",
+                                   t, p->def.name);
+            cz__shard_unpack(p, plan->tp, t, local, full[i]);
+        }
+        free(all);
+        free(local);
+        all = local = NULL;
     }
     free(counts);
     free(displs);
-    (void)err;
-    return CZ_OK;
+    return rc;
 }
 
 /* Gathers every parameter's full tensor to world rank 0: each stage's from the TP ranks of its

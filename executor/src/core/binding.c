@@ -145,11 +145,12 @@ int cz_executor_bind_param_typed(cz_executor *ex, const char *name, void *param,
         return cz__error_set(
             err, CZ_EMISMATCH,
             "bind_param('%s'): shard shape [%lld, %lld] but DP rank %d of %d holds rows "
-            "[%lld, %lld) of the [%lld, %lld] parameter (FSDP2's torch.chunk "
+            "[%lld, %lld) of the [%lld, %lld] %s (FSDP2's torch.chunk "
             "along dim 0: ceil(%lld / %d) = %lld rows per rank, the last ranks "
             "fewer): expected [%lld, %lld]",
             name, (long long)rows, (long long)cols, ex->grid.dp_rank, ex->grid.dp, (long long)sh.r0,
-            (long long)(sh.r0 + sh.rows), (long long)lr, (long long)lc, (long long)lr, ex->grid.dp,
+            (long long)(sh.r0 + sh.rows), (long long)lr, (long long)lc,
+            ex->grid.tp > 1 ? "TP shard of the parameter" : "parameter", (long long)lr, ex->grid.dp,
             (long long)p->shard_rows, (long long)sh.rows, (long long)sh.cols);
     if (!cz_plan_is_fsdp(plan) && (rows != lr || cols != lc))
         return cz__error_set(err, CZ_EMISMATCH,

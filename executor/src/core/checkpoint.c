@@ -204,9 +204,10 @@ static int my_split(const cz_executor *ex, const cz_plan_param *p)
  * 0 names them). */
 static bool holds_part(const cz_executor *ex, const cz_plan_param *p, const cz_exec_part *x)
 {
-    /* A fully sharded plan's part is the whole matrix, on its owner (TP 1: its DP rank). */
+    /* A fully sharded plan's part is the whole matrix, on its owner: slot dp_owner * tp + t is
+     * GPU t of the owner's DP rank. */
     if (cz_plan_is_fsdp(ex->plan))
-        return my_owner(ex, p) == p->dp_owner;
+        return my_owner(ex, p) == p->dp_owner && my_split(ex, p) == x->slot % ex->grid.tp;
     return my_owner(ex, p) == p->dp_owner && (ex->grid.sc || my_split(ex, p) == x->slot);
 }
 
@@ -394,8 +395,9 @@ static int save_parts(cz_executor *ex, ck_bufs *b, const ck_entry *e, const int6
     if ((rc = task_parts(ex, e->param, &v, &n, err)) != CZ_OK)
         goto done;
     for (int k = 0; k < n; k++) {
-        /* A part's slot is its TP rank; a fully sharded plan's, the owner GPU (TP 1). */
-        int t = ex->grid.sc || cz_plan_is_fsdp(ex->plan) ? 0 : v[k].slot;
+        /* A part's slot is its TP rank; a fully sharded plan's, the owner GPU of the shard
+         * group (dp_owner * tp + its TP rank). */
+        int t = ex->grid.sc ? 0 : v[k].slot % ex->grid.tp;
         int src = (int)grid[place(ex, p, p->dp_owner, t)];
         const float *buf = ex->planes.world.rank == src ? part_buffer(e, &v[k].part) : NULL;
         cz_block r = part_rect(e, &v[k].part);

@@ -362,9 +362,9 @@ static int check_grid(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
     return CZ_OK;
 }
 
-/* What the fully sharded step (docs/EXECUTOR.md, "The fully sharded step") runs today: TP 1,
- * one stage, the planes whose exchanges are tested for it (comm.h), Muon without NorMuon or
- * SOAP (optimizer.h). Each refusal says what to change. */
+/* What the fully sharded step (docs/EXECUTOR.md, "The fully sharded step") runs today: one
+ * stage (at any TP: 2-D TP x FSDP shards), the planes whose exchanges are tested for it (comm.h),
+ * Muon without NorMuon or SOAP (optimizer.h). Each refusal says what to change. */
 static int check_fsdp(const cz_executor *ex, const cz_exec_config *cfg, const cz_plan *plan,
                       cz_error *err)
 {
@@ -377,13 +377,6 @@ static int check_fsdp(const cz_executor *ex, const cz_exec_config *cfg, const cz
                              "sharded step runs plain FSDP only; plan the job without "
                              "--replicate-size, or with --layout unified",
                              cz_plan_fsdp_replicas(plan));
-    if (plan->tp != 1)
-        return cz__error_set(err, CZ_EUNSUPPORTED,
-                             "plan layout fsdp at tp = %d: the fully sharded step runs at TP 1 "
-                             "only (its shards are FSDP2's dim-0 rows of whole matrices; the 2-D "
-                             "TP x FSDP shards are not implemented); plan the job at tp 1, or "
-                             "with --layout unified",
-                             plan->tp);
     if (plan->pp != 1)
         return cz__error_set(err, CZ_EUNSUPPORTED,
                              "plan layout fsdp at pp = %d: the fully sharded step runs one "
@@ -424,7 +417,7 @@ static int check_local(cz_executor *ex, const cz_exec_config *cfg, cz_error *err
 
 /* The planes this rank belongs to, by their members' places in the stage (check_grid's order:
  * local = dp_rank * tp + tp_rank = (edp_rank * ep + ep_rank) * etp + etp_rank). */
-typedef enum grid_plane { PLANE_DP, PLANE_TP, PLANE_EDP, PLANE_ETP } grid_plane;
+typedef enum grid_plane { PLANE_DP, PLANE_TP, PLANE_EDP, PLANE_ETP, PLANE_SHARD } grid_plane;
 
 /* Plane `which`'s members as world ranks, in the plane's order (its split key), when every rank
  * is at its world rank's place (grid.world_order, agreed), so that every member computes the
@@ -436,10 +429,11 @@ static int *plane_members(const cz_executor *ex, grid_plane which, int *n, int *
     *n = 0;
     if (!g->world_order)
         return NULL;
-    int count = which == PLANE_DP    ? g->dp
-                : which == PLANE_TP  ? g->tp
-                : which == PLANE_EDP ? g->edp
-                                     : g->etp;
+    int count = which == PLANE_DP      ? g->dp
+                : which == PLANE_TP    ? g->tp
+                : which == PLANE_EDP   ? g->edp
+                : which == PLANE_SHARD ? g->dp * g->tp
+                                       : g->etp;
     int *m = cz__exec_calloc((size_t)count, sizeof *m);
     if (!m) {
         *fail = 1;
@@ -447,10 +441,11 @@ static int *plane_members(const cz_executor *ex, grid_plane which, int *n, int *
     }
     int base = g->stage * g->dp * g->tp;
     for (int i = 0; i < count; i++)
-        m[i] = base + (which == PLANE_DP    ? i * g->tp + g->tp_rank
-                       : which == PLANE_TP  ? g->dp_rank * g->tp + i
-                       : which == PLANE_EDP ? (i * g->ep + g->ep_rank) * g->etp + g->etp_rank
-                                            : (g->edp_rank * g->ep + g->ep_rank) * g->etp + i);
+        m[i] = base + (which == PLANE_DP      ? i * g->tp + g->tp_rank
+                       : which == PLANE_TP    ? g->dp_rank * g->tp + i
+                       : which == PLANE_SHARD ? i
+                       : which == PLANE_EDP   ? (i * g->ep + g->ep_rank) * g->etp + g->etp_rank
+                                              : (g->edp_rank * g->ep + g->ep_rank) * g->etp + i);
     *n = count;
     return m;
 }
@@ -479,9 +474,16 @@ static int open_subplanes(cz_executor *ex, const cz_exec_config *cfg, cz_error *
                             ex->grid.stage * ex->grid.tp + ex->grid.tp_rank, ex->grid.dp_rank,
                             &ex->planes.dp, err)) != CZ_OK)
         return rc;
-    return open_plane_of(ex, cfg, PLANE_TP, CZ_COMM_TP,
-                         ex->grid.stage * ex->grid.dp + ex->grid.dp_rank, ex->grid.tp_rank,
-                         &ex->planes.tp, err);
+    if ((rc = open_plane_of(ex, cfg, PLANE_TP, CZ_COMM_TP,
+                            ex->grid.stage * ex->grid.dp + ex->grid.dp_rank, ex->grid.tp_rank,
+                            &ex->planes.tp, err)) != CZ_OK)
+        return rc;
+    /* A fully sharded plan's owners span the stage's shard group: at TP above 1 a plane of
+     * its own, every GPU of the stage ordered dp_rank * tp + tp_rank (at TP 1 the DP plane). */
+    if (!cz_plan_is_fsdp(ex->plan) || ex->grid.tp == 1)
+        return CZ_OK;
+    return open_plane_of(ex, cfg, PLANE_SHARD, CZ_COMM_WORLD, ex->grid.stage,
+                         ex->grid.dp_rank * ex->grid.tp + ex->grid.tp_rank, &ex->planes.shard, err);
 }
 
 /* The expert-DP plane (the ranks of one stage with equal EP and ETP rank, ordered by expert-DP
@@ -555,6 +557,7 @@ static int setup(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
     rc = open_subplanes(ex, cfg, err);
     ex->planes.dp.label = "DP";
     ex->planes.tp.label = "TP";
+    ex->planes.shard.label = "shard group";
     if (rc != CZ_OK)
         return rc;
     if (ex->planes.dp.size != ex->grid.dp || ex->planes.dp.rank != ex->grid.dp_rank)
@@ -567,6 +570,15 @@ static int setup(cz_executor *ex, const cz_exec_config *cfg, cz_error *err)
                              "the TP communicator has %d ranks and this process is its rank %d; "
                              "the plan needs tp = %d and this process is tp rank %d",
                              ex->planes.tp.size, ex->planes.tp.rank, ex->grid.tp, ex->grid.tp_rank);
+    if (ex->planes.shard.ops &&
+        (ex->planes.shard.size != ex->grid.dp * ex->grid.tp ||
+         ex->planes.shard.rank != ex->grid.dp_rank * ex->grid.tp + ex->grid.tp_rank))
+        return cz__error_set(err, CZ_EMISMATCH,
+                             "the shard group's plane has %d ranks and this process is its rank "
+                             "%d; the plan needs dp * tp = %d and this process is dp rank %d, tp "
+                             "rank %d (dp_rank * tp + tp_rank)",
+                             ex->planes.shard.size, ex->planes.shard.rank,
+                             ex->grid.dp * ex->grid.tp, ex->grid.dp_rank, ex->grid.tp_rank);
     if (ex->grid.experts && (rc = setup_experts(ex, cfg, err)) != CZ_OK)
         return rc;
     if ((rc = cz__comm_reserve(ex->comm, &ex->planes.dp, ex->plan, err)) != CZ_OK)
@@ -683,6 +695,7 @@ void cz_executor_free(cz_executor *ex)
     cz__binding_free(ex);
     cz__exec_free(ex->held.params);
     cz__exec_free(ex->held.buckets);
+    cz__plane_close(&ex->planes.shard);
     cz__plane_close(&ex->planes.etp);
     cz__plane_close(&ex->planes.edp);
     cz__plane_close(&ex->planes.tp);

@@ -35,10 +35,11 @@ typedef struct cz_exec_grid {
     bool world_order;
 } cz_exec_grid;
 
-/* The data planes, split from world at create: DP and TP, and with expert groups the
- * expert-DP and ETP planes (closed: ops NULL). */
+/* The data planes, split from world at create: DP and TP, with expert groups the expert-DP
+ * and ETP planes, and for a fully sharded plan at TP above 1 its stage's shard group (closed:
+ * ops NULL). */
 typedef struct cz_exec_planes {
-    cz_plane world, dp, tp, edp, etp;
+    cz_plane world, dp, tp, edp, etp, shard;
 } cz_exec_planes;
 
 /* This rank's share of the plan's buckets and parameters (cz__exec_holds_bucket, cz__exec_holds),

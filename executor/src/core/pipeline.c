@@ -186,11 +186,19 @@ static int64_t part_numel(const cz_exec_part *x)
 
 /* Elements of TP rank r's shard in part x: gathered (replicated parts gather nothing) and
  * scattered. */
+/* Whether rank r of the plane sends its shard of p to p's holders: every rank's shard of a
+ * TP-sharded matrix; none of a replicated one, which its holders have; under FSDP, of a
+ * TP-replicated matrix only the TP rank 0 of each DP rank (cz__fsdp_gathers_from). */
+static bool gathers_from(const struct cz_pipeline *pp, const cz_plan_param *p, int r)
+{
+    return pp->fsdp ? cz__fsdp_gathers_from(pp->cx.plan, p, r) : !replicated(pp, p);
+}
+
 static int64_t gcount(struct cz_pipeline *pp, const cz_exec_part *x, int r)
 {
     const cz_pipeline_ctx *cx = &pp->cx;
     const cz_plan_param *p = &cx->plan->params[x->param];
-    return replicated(pp, p) ? 0 : shard_in(pp, p, r, &x->part);
+    return gathers_from(pp, p, r) ? shard_in(pp, p, r, &x->part) : 0;
 }
 
 static int64_t scount(struct cz_pipeline *pp, const cz_exec_part *x, int r)
@@ -313,7 +321,7 @@ static int map_gather_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, c
         for (int i = 0; i < pg->nparts; i++) {
             const cz_exec_part *x = &pg->parts[i];
             const cz_plan_param *p = &cx->plan->params[x->param];
-            if (replicated(pp, p) || (!pp->sc && x->slot != s))
+            if (!gathers_from(pp, p, me) || (!pp->sc && x->slot != s))
                 continue;
             if ((rc = region_runs(pp, p, me, &x->part, pos, cx->param_off[p->id], 1, 1, l, err)) !=
                 CZ_OK)
@@ -359,7 +367,7 @@ static int map_unpack(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_err
         int64_t rpos = pg->gather_recv_displs[r];
         for (int k = 0; k < pg->nhosted; k++) {
             const hpart *h = &pg->hosted[k];
-            if (replicated(pp, h->p))
+            if (!gathers_from(pp, h->p, r))
                 continue;
             if ((rc = region_runs(pp, h->p, r, &h->x.part, rpos, h->off, 0, 0, l, err)) != CZ_OK)
                 return rc;
@@ -688,11 +696,12 @@ done:
 int cz__exec_pipeline_init(cz_executor *ex, cz_error *err)
 {
     int rc;
-    /* A fully sharded plan's micro-groups span the stage's shard group, whose GPU k is slot k:
-     * at TP 1 (the only TP the executor runs such plans at) that is the DP plane, DP rank k. */
-    if (cz_plan_is_fsdp(ex->plan))
-        return pipeline_open(ex, ex->schedule, &ex->planes.dp, ex->grid.dp, ex->grid.dp_rank, false,
-                             &ex->pipe, err);
+    /* A fully sharded plan's micro-groups span the stage's shard group, whose GPU k is slot k
+     * (the shard plane: the DP plane at TP 1). */
+    if (cz_plan_is_fsdp(ex->plan)) {
+        cz_plane *sg = ex->grid.tp == 1 ? &ex->planes.dp : &ex->planes.shard;
+        return pipeline_open(ex, ex->schedule, sg, sg->size, sg->rank, false, &ex->pipe, err);
+    }
     if ((rc = pipeline_open(ex, ex->schedule, &ex->planes.tp, ex->grid.tp, ex->grid.tp_rank,
                             ex->grid.sc, &ex->pipe, err)) != CZ_OK)
         return rc;

@@ -1,10 +1,13 @@
 /*
- * fsdp_shard.h — where a GPU's FSDP2 shard of a parameter lies in the full matrix, for a fully
- * sharded plan (cz_plan_is_fsdp) at TP 1 (fsdp_shard.c): GPU k of the stage's shard group holds
- * rows [k * chunk, k * chunk + n) of every parameter, all columns, row-major, where chunk is
- * torch.chunk's ceil(rows / dp) and n = cz__fsdp_rows(rows, dp, k) (0 past the rows). The same
- * contract as shard.h's region functions, which the micro-group pipeline calls for the other
- * layouts, so that the pipeline packs and unpacks FSDP shards with the same index maps.
+ * fsdp_shard.h — where a GPU's FSDP2 shard of a parameter lies, for a fully sharded plan
+ * (cz_plan_is_fsdp; fsdp_shard.c). GPU k = d * tp + t of the stage's shard group (DP rank d,
+ * TP rank t) holds rows [d * chunk, d * chunk + n) of its TP shard of every parameter (the
+ * plan's local_shape; the whole matrix at TP 1 or for a TP-replicated one), all of its
+ * columns, row-major, where chunk is torch.chunk's ceil(local rows / dp) and
+ * n = cz__fsdp_rows(local rows, dp, d) (0 past the rows): what fully_shard over a 2-D mesh
+ * leaves a rank of a DTensor TP parameter. The same contract as shard.h's region functions,
+ * which the micro-group pipeline calls for the other layouts, so that the pipeline packs and
+ * unpacks FSDP shards with the same index maps.
  */
 #ifndef CZ_FSDP_SHARD_H
 #define CZ_FSDP_SHARD_H
@@ -12,12 +15,17 @@
 #include "cz_format.h"
 #include "shard.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
-/* GPU k's shard of p as a rectangle of the full matrix (rows 0 when it holds none). */
-cz_block cz__fsdp_shard_block(const cz_plan *plan, const cz_plan_param *p, int k);
-/* Elements of GPU k's shard of p. */
-int64_t cz__fsdp_shard_numel(const cz_plan *plan, const cz_plan_param *p, int k);
+/* DP rank d's shard of p as a rectangle of its TP shard (rows 0 when it holds none); the same
+ * for every TP rank of d. */
+cz_block cz__fsdp_shard_block(const cz_plan *plan, const cz_plan_param *p, int d);
+/* Elements of DP rank d's shard of p. */
+int64_t cz__fsdp_shard_numel(const cz_plan *plan, const cz_plan_param *p, int d);
+/* Whether GPU k sends its shard of matrix p to p's owner: all do, but of a TP-replicated
+ * matrix, which the TP ranks of a DP rank hold alike, only TP rank 0. */
+bool cz__fsdp_gathers_from(const cz_plan *plan, const cz_plan_param *p, int k);
 /* Elements of GPU k's shard of p inside the rectangle b of the full matrix. */
 int64_t cz__fsdp_region_numel(const cz_plan *plan, const cz_plan_param *p, int k,
                               const cz_block *b);

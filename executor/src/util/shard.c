@@ -245,6 +245,32 @@ static int region_walk(const cz_plan_param *p, int tp, int r, const cz_block *b,
     return rc;
 }
 
+/* region_walk over the elements [lo, hi) of the shard's storage only (a band of its rows:
+ * a fully sharded plan's FSDP2 rows of a TP shard), each run's shard index counted from lo:
+ * the band is then the shard the callback sees. */
+typedef struct clip_ctx {
+    int64_t lo, hi;
+    region_fn fn;
+    void *ctx;
+} clip_ctx;
+
+static int clip_run(void *arg, int64_t fr, int64_t fc, int64_t shard_idx, int64_t len,
+                    cz_error *err)
+{
+    clip_ctx *c = arg;
+    int64_t s = shard_idx > c->lo ? shard_idx : c->lo;
+    int64_t e = shard_idx + len < c->hi ? shard_idx + len : c->hi;
+    /* A run lies in one row of the full matrix: a shift in the shard is one in its columns. */
+    return e > s ? c->fn(c->ctx, fr, fc + (s - shard_idx), s - c->lo, e - s, err) : CZ_OK;
+}
+
+static int band_walk(const cz_plan_param *p, int tp, int r, const cz_block *b, int64_t lo,
+                     int64_t hi, region_fn fn, void *ctx, cz_error *err)
+{
+    clip_ctx c = {lo, hi, fn, ctx};
+    return region_walk(p, tp, r, b, clip_run, &c, err);
+}
+
 static int count_run(void *ctx, int64_t fr, int64_t fc, int64_t shard_idx, int64_t len,
                      cz_error *err)
 {
@@ -257,6 +283,14 @@ int64_t cz__shard_region_numel(const cz_plan_param *p, int tp, int r, const cz_b
 {
     int64_t n = 0;
     region_walk(p, tp, r, b, count_run, &n, NULL);
+    return n;
+}
+
+int64_t cz__band_region_numel(const cz_plan_param *p, int tp, int r, int64_t lo, int64_t hi,
+                              const cz_block *b)
+{
+    int64_t n = 0;
+    band_walk(p, tp, r, b, lo, hi, count_run, &n, NULL);
     return n;
 }
 
@@ -285,6 +319,14 @@ int cz__region_runs(const cz_plan_param *p, int tp, int r, const cz_block *b, in
 {
     region_ctx c = {b, l, msg_off, other_off, other_is_shard, to_msg};
     return region_walk(p, tp, r, b, add_region_run, &c, err);
+}
+
+int cz__band_region_runs(const cz_plan_param *p, int tp, int r, int64_t lo, int64_t hi,
+                         const cz_block *b, int64_t msg_off, int64_t other_off, int other_is_shard,
+                         int to_msg, cz_run_list *l, cz_error *err)
+{
+    region_ctx c = {b, l, msg_off, other_off, other_is_shard, to_msg};
+    return band_walk(p, tp, r, b, lo, hi, add_region_run, &c, err);
 }
 
 int cz__bucket_index(const cz_plan *plan, int id)

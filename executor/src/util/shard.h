@@ -61,6 +61,15 @@ int cz__region_runs(const cz_plan_param *p, int tp, int r, const cz_block *b, in
                     int64_t other_off, int other_is_shard, int to_msg, cz_run_list *l,
                     cz_error *err);
 
+/* The same for the band [lo, hi) of TP rank r's shard storage (whole rows of the local
+ * shard: a fully sharded plan's FSDP2 rows of it, fsdp_shard.h), the band standing for the
+ * shard: its elements inside b, and with other_is_shard the band itself at other_off. */
+int64_t cz__band_region_numel(const cz_plan_param *p, int tp, int r, int64_t lo, int64_t hi,
+                              const cz_block *b);
+int cz__band_region_runs(const cz_plan_param *p, int tp, int r, int64_t lo, int64_t hi,
+                         const cz_block *b, int64_t msg_off, int64_t other_off, int other_is_shard,
+                         int to_msg, cz_run_list *l, cz_error *err);
+
 /* The part of a task one slot computes: the task's region of the full matrix, or
  * a cooperative member's slice of it, and the TP slot holding it (under sc: every TP rank;
  * slot 0 names it). */
