@@ -383,7 +383,8 @@ class Optimizer(torch.optim.Optimizer):
                 dp_group=dp_group, tp_group=tp_group, mesh=mesh, nccl_comms=nccl_comms,
                 overlap=overlap, bucket_size=bucket_size))
             fm = self._fsdp
-            dp_group, tp_group, dp_ranks, tp_ranks = fm.group, None, fm.ranks, [me]
+            dp_group, tp_group, dp_ranks, tp_ranks = fm.dp_group, fm.tp_group, fm.dp_ranks, \
+                fm.tp_ranks
             ctrl_group, world_ranks, self._xrank = fm.group, fm.ranks, fm.rank
         else:
             if tp_group is None and mesh is None:
@@ -402,7 +403,8 @@ class Optimizer(torch.optim.Optimizer):
         # the outcome, so that every rank raises (none is left waiting in a collective).
         msg = self._check_local(named_groups, device, tp, dp, me, dp_ranks, tp_ranks,
                                 self._fsdp is None)
-        self._dt_dims = {}
+        # FSDP2 with TP: each parameter's TP dimension from its placement over "tp".
+        self._dt_dims = {} if self._fsdp is None else dict(self._fsdp.tp_dims)
         if msg is None and self._fsdp is None:
             msg, self._dt_dims = _dtensor.check(all_named, tp, tp_ranks, tp_dims)
         if msg is None and self._fsdp is None:
@@ -454,7 +456,7 @@ class Optimizer(torch.optim.Optimizer):
         self._index = {name: i for i, name in enumerate(self._names)}
         msg = self._check_names(names)
         if msg is None and self._fsdp is not None:
-            msg = _fsdp.check_rows(all_named, self._fsdp, self._shape)
+            msg = _fsdp.check_rows(all_named, self._fsdp, self._shape, self._local_shape)
         elif msg is None:
             msg = self._check_shapes(named_groups)
         try:
@@ -647,10 +649,12 @@ class Optimizer(torch.optim.Optimizer):
                 "tensors over gloo in this release (its exchanges over NCCL are not yet run on "
                 "a GPU, so the executor refuses them); docs/PYTHON.md, \"FSDP2\""))
         msg, fm = _fsdp.mesh_of(named)
-        if msg is None and dist.get_backend(fm.group) != "gloo":
-            msg = (f"the FSDP2 mesh's shard group is {dist.get_backend(fm.group)}'s; canzona's "
-                   "fully sharded step moves CPU tensors and needs gloo's")
+        for g in (() if msg else (fm.dp_group, fm.tp_group)):
+            if g is not None and dist.get_backend(g) != "gloo":
+                msg = (f"the FSDP2 mesh's groups are {dist.get_backend(g)}'s; canzona's "
+                       "fully sharded step moves CPU tensors and needs gloo's")
         self._agree(msg)
+        fm.open_world()
         return fm
 
     @staticmethod
@@ -726,8 +730,10 @@ class Optimizer(torch.optim.Optimizer):
         opts = dict(optimizers or {})
         for name in _default_elementwise([x for g, _ in named_groups for x in g], module):
             opts.setdefault(name, "elementwise")
+        # FSDP2's DTensors carry their global shapes already (TP's included).
         return model_description(named, name="torch-model", dtype=dtype, tp_dims=dims,
-                                 blocks=blocks, optimizers=opts, tp_size=tp, heads=heads)
+                                 blocks=blocks, optimizers=opts, tp_size=1 if full else tp,
+                                 heads=heads)
 
     def _create(self, plan, device, floats, muon_scaling, options):
         L = _lib.lib()
@@ -794,14 +800,15 @@ class Optimizer(torch.optim.Optimizer):
                     "or wrap the model with fully_shard")
         if fsdp is not None and layout != "fsdp":
             return (f"the job's parameters are FSDP2 shards (fully_shard), the plan's layout is "
-                    f"{layout or 'unified'}: plan it with --layout fsdp for DP{dp} (plan=None "
-                    "plans it here)")
+                    f"{layout or 'unified'}: plan it with --layout fsdp for DP{dp}·TP{tp} "
+                    "(plan=None plans it here)")
         if fsdp is not None and (topo.get("dp"), topo.get("tp")) != (dp, tp):
             hsdp = (f"; under HSDP each of the {fsdp.replicas} replicas runs the plan of its "
                     "shard group, so plan for the shard size without --replicate-size"
                     if fsdp.replicas > 1 else "")
+            tps = f" and its TP groups {tp}" if tp > 1 else ""
             return (f"the plan is for DP{topo.get('dp')}·TP{topo.get('tp')}, but this job's "
-                    f"FSDP2 shard group has {dp} ranks{hsdp}")
+                    f"FSDP2 shard group has {dp} ranks{tps}{hsdp}")
         if (topo.get("dp"), topo.get("tp")) != (dp, tp):
             return (f"the plan is for DP{topo.get('dp')}·TP{topo.get('tp')}, but this job's "
                     f"groups are DP{dp}·TP{tp} (the world's {dp * tp} ranks, TP groups of {tp}): "
@@ -816,6 +823,7 @@ class Optimizer(torch.optim.Optimizer):
         self._kind = {p["name"]: p["optimizer"] for p in doc["params"]}
         self._tp_dim = {p["name"]: p.get("tp_dim") for p in doc["params"]}
         self._shape = {p["name"]: list(p["shape"]) for p in doc["params"]}
+        self._local_shape = {p["name"]: list(p["local_shape"]) for p in doc["params"]}
         if self._fsdp is not None:
             self._where = None  # no buckets: each rank's rows (_fsdp.check_rows)
             return

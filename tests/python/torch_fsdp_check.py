@@ -5,7 +5,8 @@ torchrun (gloo, CPU), against one process running the same optimizer (issue 41, 
   torch_fsdp_check.py ref DIR         (torchrun 1) the model unsharded, canzona.torch.Optimizer
                                       at DP1 (ZeRO-1), 20 steps: losses and final parameters
   torch_fsdp_check.py fsdp DIR        (torchrun 4) FSDP2 at DP4, then HSDP 2x2 (replicate 2,
-                                      shard 2), 20 steps each against ref: every step's loss
+                                      shard 2), then FSDP2 + TP at DP2xTP2 (a 2-D (dp, tp)
+                                      mesh), 20 steps each against ref: every step's loss
                                       within a relative 1e-5 (LOSS_RTOL), every parameter
                                       within PARAM_RTOL; the DP4 run saves its optimizer state
                                       and parameters after step 10; then the refusals
@@ -89,6 +90,19 @@ def shard(model, mesh):
         fully_shard(b, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model
+
+
+def shard_tp(model, mesh):
+    """FSDP2 + TP on a 2-D ("dp", "tp") mesh, as torchtitan builds it: each block's fc1
+    ColwiseParallel (its rows over TP: FSDP2 then cuts a TP shard's rows, _StridedShard) and fc2
+    RowwiseParallel (its columns over TP), then fully_shard over "dp"; the embedding, norms,
+    router and head stay TP-replicated (DTensors of the "dp" sub-mesh)."""
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+
+    for b in model.blocks:
+        parallelize_module(b, mesh["tp"], {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    return shard(model, mesh["dp"])
 
 
 def optimizer(model, **kw):
@@ -257,13 +271,19 @@ def refusals(out):
         r = dist.get_rank()
         if not torch.equal(every[r % 2], every[r % 2 + 2]):
             bad.append("check_replicas='broadcast' left the HSDP replicas different")
+    # FSDP2 + TP: uneven TP shards (the router's 3 rows over 2 TP ranks), and TP-replicated
+    # rows that differ between the TP ranks of a DP rank (rank 1: DP rank 0, TP rank 1).
     m2 = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
-    tp = build_model()
-    for b in tp.blocks:
-        parallelize_module(b.fc1, m2["tp"], ColwiseParallel())
-    fully_shard(tp, mesh=m2["dp"])
-    bad += expect_refusal("FSDP2 with TP", lambda: optimizer(tp),
-                          "FSDP2 with tensor parallelism")
+    uneven = build_model()
+    parallelize_module(uneven.router, m2["tp"], ColwiseParallel())
+    bad += expect_refusal("uneven TP shards", lambda: optimizer(shard_tp(uneven, m2)),
+                          "uneven TP shards (3 along dimension 0 over 2 TP ranks)")
+    rep = shard_tp(build_model(), m2)
+    if dist.get_rank() == 1:
+        with torch.no_grad():
+            rep.head.weight._local_tensor.add_(1.0)
+    bad += expect_refusal("TP replicas differ", lambda: optimizer(rep),
+                          "which TP replicates, differs across the TP ranks")
     return bad
 
 
@@ -296,6 +316,24 @@ def run_fsdp(out):
     opt = optimizer(model)
     losses = train(model, opt, STEPS, 4, me, micro=2)
     bad += compare("HSDP 2x2", losses, ref["loss"], full_params(model), ref["params"])
+    opt.close()
+    # FSDP2 + TP at DP2·TP2: each DP rank's slice of the batch, the same on its TP ranks.
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    model = shard_tp(build_model(), mesh)
+    opt = optimizer(model)
+    losses = train(model, opt, STEPS, 2, me // 2, group=mesh["dp"].get_group())
+    bad += compare("FSDP2+TP DP2xTP2", losses, ref["loss"], full_params(model), ref["params"])
+    opt.close()
+    # The TP dimension outermost ("tp", "dp": TP groups {0, 2}, {1, 3}); FSDP2 puts the
+    # parameters on a (dp, tp) view of it, and canzona's shard group follows that order. Three
+    # steps against the reference's first three.
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("tp", "dp"))
+    model = shard_tp(build_model(), mesh)
+    opt = optimizer(model)
+    dp_group = mesh["dp"].get_group()
+    losses = train(model, opt, 3, 2, dist.get_rank(dp_group), group=dp_group)
+    bad += compare("FSDP2+TP, TP outermost, 3 steps", losses, ref["loss"][:3], {}, {})
+    full_params(model)  # every rank, as compare's callers
     opt.close()
     bad += refusals(out)
     return bad
@@ -376,7 +414,8 @@ def driver():
                 print(f"FAIL: {mode} ({n} ranks) exited with {r.returncode}")
                 return 1
             print(f"{mode} ({n} ranks): {time.time() - t0:.1f} s", flush=True)
-    print("OK: FSDP2 DP4 and HSDP 2x2 equal one process; DP4 -> DP2 resumes; refusals named")
+    print("OK: FSDP2 DP4, HSDP 2x2 and FSDP2+TP DP2xTP2 equal one process; DP4 -> DP2 resumes; "
+          "refusals named")
     return 0
 
 
