@@ -252,13 +252,14 @@ typedef struct cz_dp_buckets {
     int slots;
     const double *base;
     double lo;
+    bool by_rank; /* deal rank by rank from every bucket's next parameter (dp_fill.c) */
 } cz_dp_buckets;
 /* The slot-fill partition (dp_fill.c): cuts of every bucket, cutj[o (nranks + 1) + r] = index
  * of rank r's first parameter in bucket o (cutj[.. + nranks] = the bucket's parameter count), at
  * the least target every rank's slots hold (base included), returned in *target. Needs
  * plan->tasks. */
 int cz__dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, double *target,
-                     cz_error *err);
+                     double *bound, cz_error *err);
 /* Lays out the gradient buckets (Megatron order, alignment, size, DP padding). */
 int cz__buckets_layout(cz_plan *plan, cz_error *err);
 /* Fills every bucket's ranges and every param's dp_owner following settings.dp; for tpaware,

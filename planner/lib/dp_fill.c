@@ -16,7 +16,13 @@
  *    packs it (microgroups.c). An elementwise parameter adds cost / tp to every slot;
  *  - buckets are dealt in the caller's order (dp_partition.c tries two); in each, ranks 0, 1,
  *    ... take the next parameters while they fit, so every rank keeps one contiguous range per
- *    bucket;
+ *    bucket. Or (by_rank) rank by rank: rank 0, then 1, ..., each taking, from the next
+ *    parameter of every bucket, the costliest that fits, until none does: still one range per
+ *    bucket, but a rank can hold a small matrix of several buckets while the large ones of
+ *    each go to ranks of their own. Bucket by bucket, a bucket of alternating fc2, fc1, fc2,
+ *    ... deals one matrix per rank and leaves no rank for the next bucket's fc1 that does not
+ *    already hold one: the Kimi-K2-like experts on 1,024 GPUs end at fc1 + fc2 there, at fc1
+ *    rank by rank (docs/PERF.md, section 15);
  *  - the least T at which every parameter fits is found by bisection from the split lower bound
  *    (alpha's variant, the joint strategy's first pass) or from the domain's own bound
  *    (domain_bound: the joint strategy's later passes, where every rank starts from a base,
@@ -57,6 +63,8 @@ typedef struct {
     cz_costed *trial; /* cap: a rank's tasks and a parameter's, for a repack */
     int *mine;        /* cap: a parameter's tasks, largest hosted cost first */
     double *load;     /* tp: slot loads of one packing */
+    int *pos;         /* nb: by_rank, each bucket's next parameter */
+    int *heap;        /* nb: by_rank, the buckets a rank may still take from (heap_down) */
 } fill_ctx;
 
 static double hosted(const cz_task_table *tt, int x)
@@ -168,6 +176,80 @@ static bool fill_probe(fill_ctx *f, const cz_dp_buckets *b, double T, int *cutj)
     return true;
 }
 
+/* The next parameter of bucket o (by_rank). */
+static const cz_plan_param *next_of(const fill_ctx *f, const cz_dp_buckets *b, int o)
+{
+    return &f->plan->params[b->ids[b->first[o] + f->pos[o]]];
+}
+
+/* Whether bucket x's next parameter comes before y's: costlier, ties by bucket. */
+static bool head_before(const fill_ctx *f, const cz_dp_buckets *b, int x, int y)
+{
+    double cx = next_of(f, b, x)->cost, cy = next_of(f, b, y)->cost;
+    return cx > cy || (cx == cy && x < y);
+}
+
+/* f->heap[0 .. n) as a binary heap of buckets by head_before: restores it downward from k. */
+static void heap_down(fill_ctx *f, const cz_dp_buckets *b, int n, int k)
+{
+    for (;;) {
+        int c = 2 * k + 1;
+        if (c >= n)
+            return;
+        if (c + 1 < n && head_before(f, b, f->heap[c + 1], f->heap[c]))
+            c++;
+        if (!head_before(f, b, f->heap[c], f->heap[k]))
+            return;
+        int t = f->heap[c];
+        f->heap[c] = f->heap[k], f->heap[k] = t, k = c;
+    }
+}
+
+/* fill_probe's by_rank form: rank r starts a range in every bucket where the last rank's
+ * ended, and takes the costliest next parameter of any bucket that fits, until none does. A
+ * next parameter that does not fit is not tried again on the rank (its load only grows), so a
+ * rank costs its takes plus one refusal per bucket, each a heap operation over the buckets
+ * (the caller keeps their number bounded, dp_partition.c). */
+static bool fill_probe_by_rank(fill_ctx *f, const cz_dp_buckets *b, double T, int *cutj)
+{
+    for (int r = 0; r < f->dp; r++)
+        f->head[r] = -1, f->count[r] = 0, f->ew[r] = f->need[r] = 0.0;
+    memset(f->rload, 0, (size_t)f->dp * (size_t)f->tp * sizeof *f->rload);
+    for (int o = 0; o < b->nb; o++)
+        f->pos[o] = 0;
+    for (int r = 0; r < f->dp; r++) {
+        int n = 0;
+        for (int o = 0; o < b->nb; o++) {
+            cutj[(size_t)o * (f->dp + 1) + r] = f->pos[o];
+            if (f->pos[o] < b->first[o + 1] - b->first[o])
+                f->heap[n++] = o;
+        }
+        for (int k = n / 2 - 1; k >= 0; k--)
+            heap_down(f, b, n, k);
+        while (n > 0) {
+            int o = f->heap[0];
+            bool took = param_place(f, r, next_of(f, b, o), T);
+            /* Taken and more left: the bucket's new next parameter takes its place; refused
+             * here, or the bucket dealt: it leaves the heap. */
+            if (!took || ++f->pos[o] >= b->first[o + 1] - b->first[o])
+                f->heap[0] = f->heap[--n];
+            heap_down(f, b, n, 0);
+        }
+    }
+    bool all = true;
+    for (int o = 0; o < b->nb; o++) {
+        int np = b->first[o + 1] - b->first[o];
+        cutj[(size_t)o * (f->dp + 1) + f->dp] = np;
+        all = all && f->pos[o] == np;
+    }
+    return all;
+}
+
+static bool probe(fill_ctx *f, const cz_dp_buckets *b, double T, int *cutj)
+{
+    return b->by_rank ? fill_probe_by_rank(f, b, T, cutj) : fill_probe(f, b, T, cutj);
+}
+
 /* A lower bound on the domain's least target: its largest task at its cheapest per-slot cost,
  * its busiest rank's base, and its slot time (each task at its least, elementwise work, the
  * bases) over all of its slots. Bisecting from it rather than from the plan's bound finds the
@@ -205,7 +287,7 @@ static double domain_bound(const fill_ctx *f, const cz_dp_buckets *b)
 }
 
 int cz__dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, double *target,
-                     cz_error *err)
+                     double *bound, cz_error *err)
 {
     int rc = CZ_OK;
     const cz_task_table *tt = &plan->tasks;
@@ -226,18 +308,22 @@ int cz__dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, dou
     f.trial = malloc(f.cap * sizeof *f.trial);
     f.mine = malloc(f.cap * sizeof *f.mine);
     f.load = malloc((size_t)f.tp * sizeof *f.load);
+    f.pos = malloc(((size_t)b->nb + 1) * sizeof *f.pos);
+    f.heap = malloc(((size_t)b->nb + 1) * sizeof *f.heap);
     if (!f.head || !f.next || !f.count || !f.ew || !f.rload || !f.need || !f.trial || !f.mine ||
-        !f.load) {
+        !f.load || !f.pos || !f.heap) {
         rc = cz__error_set(err, CZ_ENOMEM, "out of memory in the slot-fill partition");
         goto done;
     }
     /* An upper end that fits: doubled from the split lower bound (every parameter fits on an
      * empty rank once T exceeds its hosted cost and the rank's base, so this ends). */
     double lo = b->lo > 0.0 ? b->lo : domain_bound(&f, b), hi = lo > 0.0 ? lo : 1e-9;
+    if (bound)
+        *bound = lo;
     for (int r = 0; f.base && r < f.dp; r++)
         hi = f.base[r] > hi ? f.base[r] : hi;
     int tries = 0;
-    while (!fill_probe(&f, b, hi, cutj)) {
+    while (!probe(&f, b, hi, cutj)) {
         lo = hi;
         hi *= 2.0;
         if (++tries > 200) {
@@ -249,13 +335,13 @@ int cz__dp_fill_cuts(const cz_plan *plan, const cz_dp_buckets *b, int *cutj, dou
     }
     for (int it = 0; it < FILL_PROBES && hi - lo > FILL_TOLERANCE * hi; it++) {
         double mid = 0.5 * (lo + hi);
-        if (fill_probe(&f, b, mid, cutj))
+        if (probe(&f, b, mid, cutj))
             hi = mid;
         else
             lo = mid;
     }
     /* The cuts of the least feasible target found. */
-    if (!fill_probe(&f, b, hi, cutj))
+    if (!probe(&f, b, hi, cutj))
         rc = cz__error_set(err, CZ_EINTERNAL, "the slot-fill partition lost a feasible target");
     *target = hi;
 done:
@@ -268,5 +354,7 @@ done:
     free(f.trial);
     free(f.mine);
     free(f.load);
+    free(f.pos);
+    free(f.heap);
     return rc;
 }

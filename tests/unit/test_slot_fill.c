@@ -192,16 +192,17 @@ START_TEST(packed_widths_and_slots_together)
 }
 END_TEST
 
-/* cz__dp_fill_cuts on one bucket of tt's n single-task matrix parameters, in id order, at DP dp x
- * TP tp, each rank busy for base[r] first (NULL: idle), the bisection started from the plan's
- * split lower bound (own_bound false, alpha's slot-fill variant) or from the domain's own bound
- * (true, the joint strategy): the cuts (dp + 1) and the target. */
-static void fill_bucket(const cz_task_table *tt, int n, int dp, int tp, const double *base,
-                        bool own_bound, int *cutj, double *T)
+/* cz__dp_fill_cuts on nb buckets (first: nb + 1 starts) of tt's n single-task matrix
+ * parameters, in id order, at DP dp x TP tp, each rank busy for base[r] first (NULL: idle), the
+ * bisection started from the plan's split lower bound (own_bound false, alpha's slot-fill
+ * variant) or from the domain's own bound (true, the joint strategy), bucket by bucket or
+ * (by_rank) rank by rank: the cuts (nb x (dp + 1)) and the target. */
+static void fill_buckets(const cz_task_table *tt, int n, int nb, const int *first, int dp, int tp,
+                         const double *base, bool own_bound, bool by_rank, int *cutj, double *T)
 {
     cz_plan plan;
     cz_plan_param params[16];
-    int ids[16], first[2] = {0, n};
+    int ids[16];
     ck_assert(n <= 16);
     memset(&plan, 0, sizeof plan);
     memset(params, 0, sizeof params);
@@ -218,9 +219,16 @@ static void fill_bucket(const cz_task_table *tt, int n, int dp, int tp, const do
         params[i].cost = tt->cost[(size_t)i * tt->nwidths];
     }
     cz_dp_buckets b = {
-        1, first, ids, dp, tp, base, own_bound ? 0.0 : cz__task_lower_bound(&plan, tt)};
+        nb, first, ids, dp, tp, base, own_bound ? 0.0 : cz__task_lower_bound(&plan, tt), by_rank};
     cz_error err;
-    ck_assert_msg(cz__dp_fill_cuts(&plan, &b, cutj, T, &err) == CZ_OK, "%s", err.message);
+    ck_assert_msg(cz__dp_fill_cuts(&plan, &b, cutj, T, NULL, &err) == CZ_OK, "%s", err.message);
+}
+
+static void fill_bucket(const cz_task_table *tt, int n, int dp, int tp, const double *base,
+                        bool own_bound, int *cutj, double *T)
+{
+    int first[2] = {0, n};
+    fill_buckets(tt, n, 1, first, dp, tp, base, own_bound, false, cutj, T);
 }
 
 static void fill_one_bucket(const cz_task_table *tt, int n, int dp, int tp, int *cutj, double *T)
@@ -293,6 +301,38 @@ START_TEST(fill_blocks_then_matrices)
 }
 END_TEST
 
+START_TEST(fill_by_rank_interleaves_buckets)
+{
+    /* Three buckets of 1, 4, 1, 4 (an expert's fc2 and fc1, as the Kimi-K2-like experts) on
+     * DP 8 x TP 1: 30 over 8 ranks, largest 4, so no target below 4. Bucket by bucket at 4 the
+     * first bucket takes one matrix per rank (ranks 0-3), and each later fc1 needs a rank
+     * without one that no earlier cut has passed: the third bucket's last fc2 finds none, and
+     * the least target is 5 (an fc1 and an fc2). Rank by rank, rank 0 takes the three buckets'
+     * first fc2s, ranks 1, 2 and 3 one fc1 each, rank 4 the second fc2s, ranks 5-7 the last
+     * fc1s: the target is 4. */
+    static const int W1[1] = {1};
+    double c[12];
+    for (int i = 0; i < 12; i++)
+        c[i] = i % 2 == 0 ? 1.0 : 4.0;
+    cz_task_table tt = table_of(12, 1, W1, c);
+    const int first[4] = {0, 4, 8, 12};
+    int cutj[3 * 9];
+    double T = 0.0;
+    fill_buckets(&tt, 12, 3, first, 8, 1, NULL, true, false, cutj, &T);
+    ck_assert_msg(T >= 5.0 && T <= 5.0 * (1 + 2e-4), "bucket by bucket: %g", T);
+    fill_buckets(&tt, 12, 3, first, 8, 1, NULL, true, true, cutj, &T);
+    ck_assert_msg(T >= 4.0 && T <= 4.0 * (1 + 2e-4), "rank by rank: %g", T);
+    /* Rank r's first parameter in each bucket (its range ends at rank r + 1's). */
+    static const int want[3][9] = {
+        {0, 1, 2, 2, 2, 3, 4, 4, 4}, {0, 1, 1, 2, 2, 3, 3, 4, 4}, {0, 1, 1, 1, 2, 3, 3, 3, 4}};
+    for (int o = 0; o < 3; o++)
+        for (int r = 0; r <= 8; r++)
+            ck_assert_msg(cutj[o * 9 + r] == want[o][r], "bucket %d rank %d: %d, expected %d", o, r,
+                          cutj[o * 9 + r], want[o][r]);
+    cz__task_table_free(&tt);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("slot_fill");
@@ -305,6 +345,7 @@ static Suite *suite(void)
     tcase_add_test(tc, fill_cuts_at_least_target);
     tcase_add_test(tc, fill_blocks_then_matrices);
     tcase_add_test(tc, fill_cuts_over_base);
+    tcase_add_test(tc, fill_by_rank_interleaves_buckets);
     suite_add_tcase(s, tc);
     return s;
 }

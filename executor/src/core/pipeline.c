@@ -184,8 +184,6 @@ static int64_t part_numel(const cz_exec_part *x)
     return x->part.rows * x->part.cols;
 }
 
-/* Elements of TP rank r's shard in part x: gathered (replicated parts gather nothing) and
- * scattered. */
 /* Whether rank r of the plane sends its shard of p to p's holders: every rank's shard of a
  * TP-sharded matrix; none of a replicated one, which its holders have; under FSDP, of a
  * TP-replicated matrix only the TP rank 0 of each DP rank (cz__fsdp_gathers_from). */
@@ -194,6 +192,7 @@ static bool gathers_from(const struct cz_pipeline *pp, const cz_plan_param *p, i
     return pp->fsdp ? cz__fsdp_gathers_from(pp->cx.plan, p, r) : !replicated(pp, p);
 }
 
+/* Elements of rank r's shard in part x: gathered (where gathers_from) and scattered. */
 static int64_t gcount(struct cz_pipeline *pp, const cz_exec_part *x, int r)
 {
     const cz_pipeline_ctx *cx = &pp->cx;
