@@ -3,10 +3,11 @@
  * max(n, 1) elements (executor.c, binding.c, wire.c, adamw.c), the pipeline's and Muon's n + 1
  * (pipeline.c, muon.c), so that a zero-sized buffer is still a pointer. The sizes come from the
  * executor's own layouts: the buckets' DP ranges and pieces (shard.h), the pipeline's buffers and
- * run maps (cz__exec_pipeline_probe: pipeline_open's layout code, through a backend that only
- * counts) and the Newton-Schulz batches (ns_workload.h, which lists the parts a rank computes
- * as the pipeline does and sizes their batches with Muon's own cz__muon_prepare_parts, as
- * muon_group_add does; exec.test_memory holds the whole to the executor's record). */
+ * run maps and buffers (cz__exec_pipeline_probe: pipeline_open's layout code and list of
+ * buffers, through a backend that only counts) and the Newton-Schulz batches (ns_workload.h, which
+ * lists the parts a rank computes as the pipeline does and sizes their batches with Muon's own
+ * cz__muon_prepare_parts, as muon_group_add does; exec.test_memory holds the whole to the
+ * executor's record). */
 #include "memory_model.h"
 
 #include "alloc.h"
@@ -102,10 +103,10 @@ static int matrix(const cz_plan *plan, int d, int tp_rank, int64_t *m, cz_error 
         /* the iteration count and the GEMM constant weigh the flops only, not the batches */
         (rc = cz__ns_workload_make(&w, plan, d, tp_rank, 5, 1.0, err)) != CZ_OK)
         goto done;
-    /* two sets of the four exchange buffers, and full_g and full_u, each n + 1 floats */
-    m[CZ_EXEC_MEM_EXCHANGE] +=
-        2 * 4 * (z.gather_send + z.gather_recv + z.scatter_send + z.scatter_recv + 4);
-    m[CZ_EXEC_MEM_FULL] += 2 * 4 * (z.full + 1);
+    /* the exchange buffers (none on a plane of one rank, one set for a single group) and
+     * full_g and full_u, as the probe counted pipeline_open's list of them */
+    m[CZ_EXEC_MEM_EXCHANGE] += c.mem[CZ_EXEC_MEM_EXCHANGE];
+    m[CZ_EXEC_MEM_FULL] += c.mem[CZ_EXEC_MEM_FULL];
     m[CZ_EXEC_MEM_INDEX] += c.mem[CZ_EXEC_MEM_INDEX];
     /* a momentum of rows x cols + 1 floats per part computed here */
     m[CZ_EXEC_MEM_STATE] += 4 * (z.hosted + z.nhosted);
