@@ -3,8 +3,9 @@
  * in host memory): test-small on cpu-1, cpu-4-dp2-tp2 (also under synchronous compute),
  * cpu-4-dp4-tp1 and cpu-4-dp1-tp4 (also with one micro-group, whose pipeline has one set of
  * exchange buffers), every rank, fp32 and bf16, flat and per-parameter binding, bf16 with fp32
- * reduce-scatters; that a TP plane of one rank has no exchange buffers; and on cpu-1 that a
- * step leaves the record as it was.
+ * reduce-scatters; that a TP plane of one rank has no exchange buffers and a DP plane of one
+ * rank no reduce-scatter scratch or bf16 wire; and on cpu-1 that a step leaves the record as it
+ * was.
  *
  * A rank of a multi-rank plan is created in this one process over "callbacks" that do nothing:
  * creating and binding move no data between ranks (only the agreements, whose sums over one
@@ -124,6 +125,8 @@ static void check_rank(const cz_plan *plan, int rank, cz_dtype dtype, bool per_p
     ck_assert_int_eq(got.bytes[CZ_EXEC_MEM_PARAMS] > 0, job.staged);
     /* The micro-group exchanges of a TP plane of one rank stay on the rank: no buffers. */
     ck_assert_int_eq(got.bytes[CZ_EXEC_MEM_EXCHANGE] == 0, plan->tp == 1);
+    /* Nor do the DP exchanges of a DP plane of one rank: no scratch, no bf16 copies. */
+    ck_assert_int_eq(got.bytes[CZ_EXEC_MEM_DP] == 0, plan->dp == 1);
     /* A step allocates nothing: the record stays as create and bind left it (one process, where
      * the step's exchanges are real). */
     if (world == 1) {

@@ -171,7 +171,8 @@ START_TEST(hand_count_bf16)
 END_TEST
 
 /* On cpu-1 (DP1 x TP1) nothing leaves the GPU: no micro-group packs (the unpack reads every
- * matrix element from the gradients, the apply every update from full_u: SPLIT + REPL each). */
+ * matrix element from the gradients, the apply every update from full_u: SPLIT + REPL each) and
+ * no DP exchange. */
 START_TEST(one_rank_planes)
 {
     cz_plan *plan = plan_on("cpu-1");
@@ -186,6 +187,14 @@ START_TEST(one_rank_planes)
         ck_assert_int_eq(b.write[CZ_PASS_UNPACK], 4 * (SPLIT + REPL));
         ck_assert_int_eq(b.read[CZ_PASS_APPLY], 8 * (SPLIT + REPL));
         ck_assert_int_eq(b.write[CZ_PASS_APPLY], 4 * (SPLIT + REPL));
+        /* Nor the DP exchanges: a bf16 job stages in and writes the master copy out, nothing
+         * more over the buckets. */
+        for (int p = CZ_PASS_RS_NARROW; p <= CZ_PASS_RS_AVERAGE; p++)
+            ck_assert_int_eq(b.read[p] + b.write[p], 0);
+        for (int p = CZ_PASS_AG_NARROW; p <= CZ_PASS_AG_WIDEN; p++)
+            ck_assert_int_eq(b.read[p] + b.write[p], 0);
+        ck_assert_int_eq(b.read[CZ_PASS_STAGE_IN], k ? 2 * b.buffer : 0);
+        ck_assert_int_eq(b.write[CZ_PASS_MASTER_OUT], k ? 2 * b.buffer : 0);
     }
     cz_plan_free(plan);
 }

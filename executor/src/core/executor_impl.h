@@ -190,6 +190,12 @@ uint64_t cz__exec_plan_fingerprint(const cz_plan *plan);
  * buffers, and hands the matrix optimizer the parts this rank holds, group by group
  * (group_add) (pipeline.c). */
 int cz__exec_pipeline_init(cz_executor *ex, cz_error *err);
+/* Testing only (pipeline.c): when true from before create to after free, a plane of one rank is
+ * laid out and exchanged as a larger one is (the micro-group buffers and exchanges; the DP
+ * scratch, bf16 copies and collectives, cz__wire_exchanged), so that a one-process test over
+ * the self plane (exec.test_stream_order) still sees every exchange a multi-rank step makes.
+ * False in every job. */
+extern bool cz__exec_exchange_one_rank;
 void cz__exec_pipeline_free(cz_executor *ex);
 /* The elements one step of a pipeline moves, summed over the groups: packed into the gathers
  * (gather_pack), unpacked into full_g (from the gathers and, for replicated parts, from the

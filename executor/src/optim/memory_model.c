@@ -47,9 +47,12 @@ static int check_plan(const cz_plan *plan, int dp_rank, int tp_rank, const cz_ex
     return cz__model_rank_check(plan, dp_rank, tp_rank, "the memory model", err);
 }
 
-/* alloc_tables (executor.c), the binding's copies (binding.c) and the bf16 wire (wire.c). */
+/* alloc_tables (executor.c), the binding's copies (binding.c) and the bf16 wire (wire.c): the
+ * scratch and the bf16 copies only where the buckets go on the wire, DP above 1 (every bucket of
+ * a dense plan is on the DP plane; cz__wire_exchanged). */
 static void buckets(const cz_plan *plan, int d, const cz_exec_mem_job *job, int64_t *m)
 {
+    bool wire = plan->dp > 1;
     int64_t numel = 0, maxrange = 1, ranges = 0;
     for (size_t k = 0; k < plan->nbuckets; k++) {
         const cz_plan_bucket *bk = &plan->buckets[k];
@@ -60,12 +63,12 @@ static void buckets(const cz_plan *plan, int d, const cz_exec_mem_job *job, int6
     }
     /* the per-parameter sums of squares (double) and the reduce-scatter's scratch */
     m[CZ_EXEC_MEM_OTHER] += at_least_1((int64_t)plan->nparams) * (int64_t)sizeof(double);
-    m[CZ_EXEC_MEM_DP] += maxrange * 4;
+    m[CZ_EXEC_MEM_DP] += wire ? maxrange * 4 : 0;
     if (job->staged) {
         m[CZ_EXEC_MEM_PARAMS] += at_least_1(numel) * 4;
         m[CZ_EXEC_MEM_GRADS] += at_least_1(numel) * 4;
     }
-    if (job->dtype == CZ_DTYPE_BF16) {
+    if (wire && job->dtype == CZ_DTYPE_BF16) {
         m[CZ_EXEC_MEM_DP] += at_least_1(numel) * 2; /* the narrowed bucket */
         if (!job->grad_reduce_in_fp32)
             m[CZ_EXEC_MEM_DP] += at_least_1(ranges) * 2; /* my ranges received in bf16 */
