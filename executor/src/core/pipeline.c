@@ -11,7 +11,7 @@
  * On a plane of one rank (TP 1, or a fully sharded plan at DP 1) nothing leaves the rank: the
  * exchanges would copy each message to the same place of a buffer of the same layout. There the
  * pipeline has no exchange buffers at all: each pack map is composed with the map that reads
- * its message (compose_runs), so the gradients are copied from the local shards straight into
+ * its message (compose_into), so the gradients are copied from the local shards straight into
  * full_g and the updates applied straight from full_u, element for element what the exchanges
  * would have delivered (the same bits).
  *
