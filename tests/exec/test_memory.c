@@ -1,8 +1,11 @@
 /* The executor's memory model (memory_model.c) against what the executor records
  * (cz_executor_memory_usage), kind by kind and to the byte, on the cpu backend (the same sizes,
  * in host memory): test-small on cpu-1, cpu-4-dp2-tp2 (also under synchronous compute),
- * cpu-4-dp4-tp1 and cpu-4-dp1-tp4, every rank, fp32 and bf16, flat and per-parameter binding,
- * bf16 with fp32 reduce-scatters; and on cpu-1 that a step leaves the record as it was.
+ * cpu-4-dp4-tp1 and cpu-4-dp1-tp4 (also with one micro-group, whose pipeline has one set of
+ * exchange buffers), every rank, fp32 and bf16, flat and per-parameter binding, bf16 with fp32
+ * reduce-scatters; that a TP plane of one rank has no exchange buffers and a DP plane of one
+ * rank no reduce-scatter scratch or bf16 wire; and on cpu-1 that a step leaves the record as it
+ * was.
  *
  * A rank of a multi-rank plan is created in this one process over "callbacks" that do nothing:
  * creating and binding move no data between ranks (only the agreements, whose sums over one
@@ -17,7 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static cz_plan *plan_of(const char *cluster, cz_tp_strategy tp)
+/* capacity: the micro-group capacity (0: the planner's). */
+static cz_plan *plan_of(const char *cluster, cz_tp_strategy tp, double capacity)
 {
     char a[1024], b[1024];
     const char *src = getenv("CZ_SOURCE_DIR");
@@ -28,6 +32,7 @@ static cz_plan *plan_of(const char *cluster, cz_tp_strategy tp)
     cz_settings st;
     cz_settings_init(&st);
     st.tp = tp;
+    st.capacity = capacity;
     snprintf(a, sizeof a, "%s/plans/models/test-small.json", src ? src : ".");
     snprintf(b, sizeof b, "%s/plans/clusters/%s.json", src ? src : ".", cluster);
     ck_assert_msg(cz_model_load(&m, a, &err) == CZ_OK, "%s", err.message);
@@ -118,6 +123,10 @@ static void check_rank(const cz_plan *plan, int rank, cz_dtype dtype, bool per_p
     ck_assert_int_gt(got.bytes[CZ_EXEC_MEM_FULL], 0);
     ck_assert_int_gt(got.bytes[CZ_EXEC_MEM_INDEX], 0);
     ck_assert_int_eq(got.bytes[CZ_EXEC_MEM_PARAMS] > 0, job.staged);
+    /* The micro-group exchanges of a TP plane of one rank stay on the rank: no buffers. */
+    ck_assert_int_eq(got.bytes[CZ_EXEC_MEM_EXCHANGE] == 0, plan->tp == 1);
+    /* Nor do the DP exchanges of a DP plane of one rank: no scratch, no bf16 copies. */
+    ck_assert_int_eq(got.bytes[CZ_EXEC_MEM_DP] == 0, plan->dp == 1);
     /* A step allocates nothing: the record stays as create and bind left it (one process, where
      * the step's exchanges are real). */
     if (world == 1) {
@@ -131,9 +140,8 @@ static void check_rank(const cz_plan *plan, int rank, cz_dtype dtype, bool per_p
     free(G);
 }
 
-static void check_cluster(const char *cluster, cz_tp_strategy tp)
+static void check_plan(cz_plan *plan)
 {
-    cz_plan *plan = plan_of(cluster, tp);
     for (int r = 0; r < plan->dp * plan->tp; r++) {
         check_rank(plan, r, CZ_DTYPE_FP32, false, false);
         check_rank(plan, r, CZ_DTYPE_FP32, true, false);
@@ -141,6 +149,11 @@ static void check_cluster(const char *cluster, cz_tp_strategy tp)
         check_rank(plan, r, CZ_DTYPE_BF16, false, true);
     }
     cz_plan_free(plan);
+}
+
+static void check_cluster(const char *cluster, cz_tp_strategy tp)
+{
+    check_plan(plan_of(cluster, tp, 0));
 }
 
 START_TEST(cpu_1)
@@ -166,13 +179,19 @@ END_TEST
 START_TEST(dp1_tp4)
 {
     check_cluster("cpu-4-dp1-tp4", CZ_TP_ROLLBACK);
+    /* A capacity above the whole model's cost: one micro-group, so one set of exchange
+     * buffers (the plan must have one, or this case tests nothing new). */
+    cz_plan *plan = plan_of("cpu-4-dp1-tp4", CZ_TP_ROLLBACK, 1e30);
+    for (size_t s = 0; s < plan->nschedules; s++)
+        ck_assert_int_eq(plan->schedules[s].ngroups, 1);
+    check_plan(plan);
 }
 END_TEST
 
 /* What the model does not cover is refused by name, not guessed. */
 START_TEST(refusals)
 {
-    cz_plan *plan = plan_of("cpu-4-dp2-tp2", CZ_TP_ROLLBACK);
+    cz_plan *plan = plan_of("cpu-4-dp2-tp2", CZ_TP_ROLLBACK, 0);
     cz_exec_mem_usage u;
     cz_error err = {0};
     cz_exec_mem_job job = {CZ_DTYPE_FP32, false, false, false};

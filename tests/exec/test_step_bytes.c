@@ -55,7 +55,7 @@ static char *path_of(const char *dir, const char *name, char *buf, size_t cap)
     return buf;
 }
 
-static cz_plan *small_plan(void)
+static cz_plan *plan_on(const char *cluster)
 {
     char a[1024], b[1024];
     cz_error err = {0};
@@ -66,13 +66,17 @@ static cz_plan *small_plan(void)
     cz_settings_init(&st);
     ck_assert_msg(cz_model_load(&m, path_of("models", "test-small", a, sizeof a), &err) == CZ_OK,
                   "%s", err.message);
-    ck_assert_msg(cz_cluster_load(&cl, path_of("clusters", "cpu-4-dp2-tp2", b, sizeof b), &err) ==
-                      CZ_OK,
+    ck_assert_msg(cz_cluster_load(&cl, path_of("clusters", cluster, b, sizeof b), &err) == CZ_OK,
                   "%s", err.message);
     ck_assert_msg(cz_plan_build(&plan, m, cl, &st, &err) == CZ_OK, "%s", err.message);
     cz_cluster_free(cl);
     cz_model_free(m);
     return plan;
+}
+
+static cz_plan *small_plan(void)
+{
+    return plan_on("cpu-4-dp2-tp2");
 }
 
 #define BUF 869888LL
@@ -166,6 +170,36 @@ START_TEST(hand_count_bf16)
 }
 END_TEST
 
+/* On cpu-1 (DP1 x TP1) nothing leaves the GPU: no micro-group packs (the unpack reads every
+ * matrix element from the gradients, the apply every update from full_u: SPLIT + REPL each) and
+ * no DP exchange. */
+START_TEST(one_rank_planes)
+{
+    cz_plan *plan = plan_on("cpu-1");
+    cz_error err = {0};
+    for (int k = 0; k < 2; k++) {
+        cz_step_bytes b;
+        cz_dtype dt = k ? CZ_DTYPE_BF16 : CZ_DTYPE_FP32;
+        ck_assert_msg(cz__step_bytes(plan, 0, 0, dt, 5, &b, &err) == CZ_OK, "%s", err.message);
+        ck_assert_int_eq(b.read[CZ_PASS_GATHER_PACK] + b.write[CZ_PASS_GATHER_PACK], 0);
+        ck_assert_int_eq(b.read[CZ_PASS_SCATTER_PACK] + b.write[CZ_PASS_SCATTER_PACK], 0);
+        ck_assert_int_eq(b.read[CZ_PASS_UNPACK], 4 * (SPLIT + REPL));
+        ck_assert_int_eq(b.write[CZ_PASS_UNPACK], 4 * (SPLIT + REPL));
+        ck_assert_int_eq(b.read[CZ_PASS_APPLY], 8 * (SPLIT + REPL));
+        ck_assert_int_eq(b.write[CZ_PASS_APPLY], 4 * (SPLIT + REPL));
+        /* Nor the DP exchanges: a bf16 job stages in and writes the master copy out, nothing
+         * more over the buckets. */
+        for (int p = CZ_PASS_RS_NARROW; p <= CZ_PASS_RS_AVERAGE; p++)
+            ck_assert_int_eq(b.read[p] + b.write[p], 0);
+        for (int p = CZ_PASS_AG_NARROW; p <= CZ_PASS_AG_WIDEN; p++)
+            ck_assert_int_eq(b.read[p] + b.write[p], 0);
+        ck_assert_int_eq(b.read[CZ_PASS_STAGE_IN], k ? 2 * b.buffer : 0);
+        ck_assert_int_eq(b.write[CZ_PASS_MASTER_OUT], k ? 2 * b.buffer : 0);
+    }
+    cz_plan_free(plan);
+}
+END_TEST
+
 /* What the model does not cover is refused by name. */
 START_TEST(refusals)
 {
@@ -187,6 +221,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, hand_count_fp32);
     tcase_add_test(tc, hand_count_bf16);
+    tcase_add_test(tc, one_rank_planes);
     tcase_add_test(tc, refusals);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

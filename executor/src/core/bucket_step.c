@@ -174,8 +174,10 @@ static int ovl_setup(cz_executor *ex, cz_error *err)
         if (!cz__exec_holds_bucket(ex, bk))
             continue;
         cz_bucket_plane bp = cz__wire_bucket_plane(ex, bk);
+        /* A bucket not on the wire (a plane of one rank) is reduced in place: no range. */
         bs->recv_off[b] = total;
-        total += bk->ranges[2 * bp.me + 1] - bk->ranges[2 * bp.me];
+        if (cz__wire_exchanged(&bp))
+            total += bk->ranges[2 * bp.me + 1] - bk->ranges[2 * bp.me];
         bs->rs[b] = bp.plane->ops->req_create(bp.plane);
         bs->ag[b] = bp.plane->ops->req_create(bp.plane);
         if (!bs->rs[b] || !bs->ag[b]) {

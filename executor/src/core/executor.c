@@ -110,13 +110,15 @@ static float *falloc(cz_executor *ex, cz_exec_mem_kind kind, int64_t n)
     return cz__compute_alloc(&ex->compute, kind, (size_t)(n > 0 ? n : 1) * sizeof(float));
 }
 
-/* The executor's own tables (per parameter) and events, and the reduce-scatter's scratch. */
+/* The executor's own tables (per parameter) and events, and the reduce-scatter's scratch (the
+ * largest range of a bucket that goes on the wire; none when none does, at DP 1). */
 static int alloc_tables(cz_executor *ex, cz_error *err)
 {
     const cz_plan *plan = ex->plan;
     cz_compute *c = &ex->compute;
     size_t n = plan->nparams ? plan->nparams : 1;
     int64_t maxrange = 1;
+    bool wire = false;
     ex->own.ids = cz__exec_calloc(n, sizeof *ex->own.ids);
     ex->own.piece_lo = cz__exec_calloc(n, sizeof *ex->own.piece_lo);
     ex->own.piece_len = cz__exec_calloc(n, sizeof *ex->own.piece_len);
@@ -144,8 +146,12 @@ static int alloc_tables(cz_executor *ex, cz_error *err)
             const cz_plan_bucket *bk = &plan->buckets[b];
             if (!cz__exec_holds_bucket(ex, bk) || bk->expert != pass)
                 continue;
+            cz_bucket_plane bp = cz__wire_bucket_plane(ex, bk);
             int d = bk->expert ? ex->grid.edp_rank : ex->grid.dp_rank;
             ex->buffer_numel += (size_t)bk->size;
+            if (!cz__wire_exchanged(&bp))
+                continue;
+            wire = true;
             if (bk->ranges[2 * d + 1] - bk->ranges[2 * d] > maxrange)
                 maxrange = bk->ranges[2 * d + 1] - bk->ranges[2 * d];
         }
@@ -164,6 +170,8 @@ static int alloc_tables(cz_executor *ex, cz_error *err)
         ex->held.param_numel[i] = cz__fsdp_shard_numel(plan, &plan->params[i], ex->grid.dp_rank);
         ex->buffer_numel += (size_t)ex->held.param_numel[i];
     }
+    if (!wire)
+        return CZ_OK;
     ex->scratch = falloc(ex, CZ_EXEC_MEM_DP, maxrange);
     if (!ex->scratch)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for a %lld-element scratch buffer",

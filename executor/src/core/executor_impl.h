@@ -191,23 +191,28 @@ uint64_t cz__exec_plan_fingerprint(const cz_plan *plan);
  * buffers, and hands the matrix optimizer the parts this rank holds, group by group
  * (group_add) (pipeline.c). */
 int cz__exec_pipeline_init(cz_executor *ex, cz_error *err);
+/* Testing only (pipeline.c): when true from before create to after free, a plane of one rank is
+ * laid out and exchanged as a larger one is (the micro-group buffers and exchanges; the DP
+ * scratch, bf16 copies and collectives, cz__wire_exchanged), so that a one-process test over
+ * the self plane (exec.test_stream_order) still sees every exchange a multi-rank step makes.
+ * False in every job. */
+extern bool cz__exec_exchange_one_rank;
 void cz__exec_pipeline_free(cz_executor *ex);
-/* The floats of a pipeline's buffers: each of the two sets of exchange buffers (gather send and
- * receive, scatter send and receive) and full_g and full_u (each allocated with one float
- * more); and the elements one step moves through them, summed over the groups: packed into
- * the gathers (gather_pack), unpacked into full_g (from the gathers and, for replicated parts,
- * from the rank's own gradients), packed into the scatters, applied to the shards, and the
- * parts this rank computes (hosted). */
+/* The elements one step of a pipeline moves, summed over the groups: packed into the gathers
+ * (gather_pack), unpacked into full_g (from the gathers and, for replicated parts, from the
+ * rank's own gradients; on a plane of one rank all from its own, nothing packed), packed into
+ * the scatters (none on a plane of one rank), applied to the shards, and the parts this rank
+ * computes (hosted). */
 typedef struct cz_exec_pipeline_sizes {
-    int64_t gather_send, gather_recv, scatter_send, scatter_recv, full;
     int64_t gather_pack, unpack, scatter_pack, apply, hosted;
     int64_t nhosted; /* the parts this rank computes (each with its own optimizer state) */
 } cz_exec_pipeline_sizes;
 /* The layouts and index maps that cz__exec_pipeline_init makes for schedule rs at TP rank
  * tp_rank of tp (sc: synchronous compute), param_off as the executor's held.param_off, made
- * through c's runs_create (and released through its runs_free) without a plane, buffers or an
- * optimizer: what the kernels over run lists get, for tests and models of a plan. *out (NULL:
- * not wanted) gets the buffers' sizes. */
+ * through c's runs_create (and released through its runs_free) without a plane or an
+ * optimizer, and the bytes of the buffers it would allocate added to c->mem by kind (none
+ * allocated): what the kernels over run lists get, for tests and models of a plan. *out (NULL:
+ * not wanted) gets what a step moves. */
 int cz__exec_pipeline_probe(const cz_plan *plan, const cz_rank_schedule *rs, int tp, int tp_rank,
                             bool sc, const int64_t *param_off, cz_compute *c,
                             cz_exec_pipeline_sizes *out, cz_error *err);

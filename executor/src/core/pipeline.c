@@ -5,7 +5,15 @@
  * turns the group's gradients into updates (its state, e.g. Muon's momentum, is full size and
  * lives only there); ONE fused all-to-all sends every TP rank its shard of each update; every
  * TP rank applies weight decay and the update to its shard. The gather of g+1 is posted before the
- * compute of g and the scatter of g stays in flight during the compute of g+1 (two buffer sets).
+ * compute of g and the scatter of g stays in flight during the compute of g+1 (two buffer sets;
+ * one when the schedule has one group, since a run uses set j % 2 for its j-th group).
+ *
+ * On a plane of one rank (TP 1, or a fully sharded plan at DP 1) nothing leaves the rank: the
+ * exchanges would copy each message to the same place of a buffer of the same layout. There the
+ * pipeline has no exchange buffers at all: each pack map is composed with the map that reads
+ * its message (compose_into), so the gradients are copied from the local shards straight into
+ * full_g and the updates applied straight from full_u, element for element what the exchanges
+ * would have delivered (the same bits).
  *
  * Under `sc` every TP rank all-gathers the shards of every task of the group and computes every
  * update itself; nothing is scattered.
@@ -60,7 +68,10 @@
 #include "optimizer.h"
 #include "shard.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+bool cz__exec_exchange_one_rank = false;
 
 /* Distinct cooperative widths of one schedule (widths divide TP: 32 is far more than any). */
 #define CZ_MAX_COOP_WIDTHS 32
@@ -124,6 +135,8 @@ struct cz_pipeline {
     /* A fully sharded plan's: the plane is the stage's shard group (the DP plane at TP 1), a
      * slot is a GPU of it, and a rank's shard of a matrix is its FSDP2 rows (fsdp_shard.h). */
     bool fsdp;
+    /* The plane has one rank: no exchanges and no exchange buffers (the header). */
+    bool local;
     int ngroups;
     pgroup *groups;
     /* The groups by readiness (ready ascending, then id): the order of early updates, the same
@@ -309,9 +322,71 @@ static int make_runs(const cz_pipeline_ctx *cx, cz_run_list *l, cz_runs **out, c
     return *out ? CZ_OK : cz__error_set(err, CZ_ENOMEM, "out of memory for %zu copy runs", n);
 }
 
+static int by_dst(const void *a, const void *b)
+{
+    const cz_copy_run *x = a, *y = b;
+    return (x->dst > y->dst) - (x->dst < y->dst);
+}
+
+/* A pack map's list l (message <- source): the backend's runs *out, or on a plane of one rank
+ * kept in *via, sorted by message position, for compose_into (no exchange buffer to pack). */
+static int pack_runs(struct cz_pipeline *pp, cz_run_list *l, cz_run_list *via, cz_runs **out,
+                     cz_error *err)
+{
+    if (!pp->local)
+        return make_runs(&pp->cx, l, out, err);
+    cz__run_list_free(via);
+    *via = *l;
+    *l = (cz_run_list){0};
+    if (via->n > 1)
+        qsort(via->v, via->n, sizeof *via->v, by_dst);
+    return CZ_OK;
+}
+
+/* On a plane of one rank: replaces l (destination <- message) with the runs destination <-
+ * source through via (message <- source, sorted by message position), what the pack, the
+ * exchange with itself (the same layout on both sides: layout_maps checks the counts) and l
+ * would copy, in one map. Every message element l reads is one that via writes. */
+static int compose_into(const cz_run_list *via, cz_run_list *l, cz_error *err)
+{
+    cz_run_list out = {0};
+    int rc = CZ_OK;
+    for (size_t i = 0; i < l->n && rc == CZ_OK; i++) {
+        int64_t d = l->v[i].dst, m = l->v[i].src, len = l->v[i].len;
+        size_t lo = 0, hi = via->n;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (via->v[mid].dst <= m)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        /* via->v[lo - 1] is the last run starting at or before m; the next ones follow on. */
+        for (size_t k = lo; len > 0 && rc == CZ_OK; k++) {
+            const cz_copy_run *v = k > 0 && k - 1 < via->n ? &via->v[k - 1] : NULL;
+            if (!v || m < v->dst || m >= v->dst + v->len) {
+                rc = cz__error_set(err, CZ_EINTERNAL,
+                                   "a one-rank micro-group exchange reads message element %lld, "
+                                   "which its pack does not write",
+                                   (long long)m);
+                break;
+            }
+            int64_t take = v->dst + v->len - m < len ? v->dst + v->len - m : len;
+            rc = cz__run_list_add(&out, d, v->src + (m - v->dst), take, err);
+            d += take, m += take, len -= take;
+        }
+    }
+    cz__run_list_free(l);
+    if (rc != CZ_OK)
+        cz__run_list_free(&out);
+    *l = out;
+    return rc;
+}
+
 /* Gather send: per destination slot, my shard inside each non-replicated part it holds (under
  * sc: inside every part, to everyone). */
-static int map_gather_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_error *err)
+static int map_gather_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_run_list *via,
+                           cz_error *err)
 {
     const cz_pipeline_ctx *cx = &pp->cx;
     int tp = pp->tp, me = pp->tp_rank, rc;
@@ -329,7 +404,7 @@ static int map_gather_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, c
         }
     /* The runs fill exactly the send buffer the counts laid out. */
     CZ_ASSERT(pos == pg->gather_n, err);
-    return make_runs(cx, l, &pg->gather_pack, err);
+    return pack_runs(pp, l, via, &pg->gather_pack, err);
 }
 
 /* The parts I hold and their place in full_g/full_u. */
@@ -357,8 +432,9 @@ static int list_hosted(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
 }
 
 /* The gradients: per source rank its shard inside each part I hold, then the replicated parts
- * from my own copy. */
-static int map_unpack(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_error *err)
+ * from my own copy (on a plane of one rank all from my own copy, through via). */
+static int map_unpack(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_run_list *via,
+                      cz_error *err)
 {
     const cz_pipeline_ctx *cx = &pp->cx;
     int tp = pp->tp, me = pp->tp_rank, rc;
@@ -374,7 +450,8 @@ static int map_unpack(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_err
         }
         CZ_ASSERT(rpos == pg->gather_recv_displs[r] + pg->gather_recv_counts[r], err);
     }
-    if ((rc = make_runs(cx, l, &pg->unpack_recv, err)) != CZ_OK)
+    if ((rc = pp->local ? compose_into(via, l, err) : make_runs(cx, l, &pg->unpack_recv, err)) !=
+        CZ_OK)
         return rc;
     for (int k = 0; k < pg->nhosted; k++) {
         const hpart *h = &pg->hosted[k];
@@ -389,9 +466,9 @@ static int map_unpack(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_err
 
 /* Scatter send: per destination TP rank, its shard inside the update of every part I hold
  * (under sc only my own shard, applied from there). */
-static int map_scatter_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_error *err)
+static int map_scatter_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_run_list *via,
+                            cz_error *err)
 {
-    const cz_pipeline_ctx *cx = &pp->cx;
     int tp = pp->tp, me = pp->tp_rank, rc;
     for (int r = 0; r < tp; r++) {
         if (pp->sc && r != me)
@@ -407,15 +484,16 @@ static int map_scatter_send(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, 
                          : spos == pg->scatter_send_displs[r] + pg->scatter_send_counts[r],
                   err);
     }
-    return make_runs(cx, l, &pg->scatter_pack, err);
+    return pack_runs(pp, l, via, &pg->scatter_pack, err);
 }
 
 /* Shard updates: from the scatter's receive buffer, per source slot its parts in order (under
- * sc from the scatter-send buffer, every part in order). */
+ * sc from the scatter-send buffer, every part in order; on a plane of one rank from full_u,
+ * through via). */
 /* map_apply's part i (x) of the group: its runs of (my shard, update) pairs from upos on, added
  * to the group's list l and kept alone in apply_part[i]. */
-static int map_apply_part(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, int i, int64_t upos,
-                          cz_error *err)
+static int map_apply_part(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l,
+                          const cz_run_list *via, int i, int64_t upos, cz_error *err)
 {
     const cz_pipeline_ctx *cx = &pp->cx;
     const cz_exec_part *x = &pg->parts[i];
@@ -423,7 +501,8 @@ static int map_apply_part(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, in
     cz_run_list lp = {0};
     int rc;
     if ((rc = region_runs(pp, p, pp->tp_rank, &x->part, upos, cx->param_off[p->id], 1, 0, &lp,
-                          err)) != CZ_OK)
+                          err)) != CZ_OK ||
+        (pp->local && (rc = compose_into(via, &lp, err)) != CZ_OK))
         goto done;
     for (size_t k = 0; k < lp.n; k++)
         if ((rc = cz__run_list_add(l, lp.v[k].dst, lp.v[k].src, lp.v[k].len, err)) != CZ_OK)
@@ -435,7 +514,8 @@ done:
     return rc;
 }
 
-static int map_apply(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_error *err)
+static int map_apply(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, const cz_run_list *via,
+                     cz_error *err)
 {
     int tp = pp->tp, me = pp->tp_rank, rc;
     pg->apply_part = cz__exec_calloc((size_t)(pg->nparts > 0 ? pg->nparts : 1), sizeof(cz_runs *));
@@ -447,7 +527,7 @@ static int map_apply(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_erro
             const cz_exec_part *x = &pg->parts[i];
             if (!pp->sc && x->slot != s)
                 continue;
-            if ((rc = map_apply_part(pp, pg, l, i, upos, err)) != CZ_OK)
+            if ((rc = map_apply_part(pp, pg, l, via, i, upos, err)) != CZ_OK)
                 return rc;
             upos += scount(pp, x, me);
         }
@@ -458,18 +538,26 @@ static int map_apply(struct cz_pipeline *pp, pgroup *pg, cz_run_list *l, cz_erro
     return make_runs(&pp->cx, l, &pg->apply, err);
 }
 
-/* The index maps and held parts of one group. */
+/* The index maps and held parts of one group. On a plane of one rank each exchange is with
+ * this rank itself, from displacement 0 to displacement 0: the composed maps are what it would
+ * deliver when its send and receive counts agree. */
 static int layout_maps(struct cz_pipeline *pp, pgroup *pg, cz_error *err)
 {
-    cz_run_list l = {0};
+    cz_run_list l = {0}, via = {0};
     int rc;
-    if ((rc = map_gather_send(pp, pg, &l, err)) != CZ_OK ||
-        (rc = list_hosted(pp, pg, err)) != CZ_OK || (rc = map_unpack(pp, pg, &l, err)) != CZ_OK ||
-        (rc = map_scatter_send(pp, pg, &l, err)) != CZ_OK ||
-        (rc = map_apply(pp, pg, &l, err)) != CZ_OK)
+    if (pp->local)
+        CZ_ASSERT(pg->gather_recv_counts[0] == pg->gather_n &&
+                      (pp->sc || pg->scatter_send_counts[0] == pg->scatter_recv_counts[0]),
+                  err);
+    if ((rc = map_gather_send(pp, pg, &l, &via, err)) != CZ_OK ||
+        (rc = list_hosted(pp, pg, err)) != CZ_OK ||
+        (rc = map_unpack(pp, pg, &l, &via, err)) != CZ_OK ||
+        (rc = map_scatter_send(pp, pg, &l, &via, err)) != CZ_OK ||
+        (rc = map_apply(pp, pg, &l, &via, err)) != CZ_OK)
         goto done;
 done:
     cz__run_list_free(&l);
+    cz__run_list_free(&via);
     return rc;
 }
 
@@ -581,19 +669,53 @@ static int layout_groups(struct cz_pipeline *pp, cz_error *err)
     return order_by_readiness(pp, err);
 }
 
-/* The two sets of exchange buffers, their requests and the events their sends wait for. */
+/* The pipeline's backend buffers: full_g and full_u, and the sets of exchange buffers it uses:
+ * none on a plane of one rank, one when the schedule has a single group (a run's j-th group
+ * uses set j % 2, and a run has at most ngroups groups), else two. pipeline_buffers lists them
+ * (where each pointer goes, its kind and floats), so that pipeline_open allocates and
+ * cz__exec_pipeline_probe counts the same list. */
+#define PIPE_MAX_BUFS 10
+typedef struct pipe_buf {
+    float **at;
+    cz_exec_mem_kind kind;
+    int64_t n;
+} pipe_buf;
+
+static int pipeline_buffers(struct cz_pipeline *pp, pipe_buf *out)
+{
+    int n = 0, sets = pp->local ? 0 : pp->ngroups > 1 ? 2 : 1;
+    out[n++] = (pipe_buf){&pp->full_g, CZ_EXEC_MEM_FULL, pp->full_n};
+    out[n++] = (pipe_buf){&pp->full_u, CZ_EXEC_MEM_FULL, pp->full_n};
+    for (int k = 0; k < sets; k++) {
+        out[n++] = (pipe_buf){&pp->gather_send[k], CZ_EXEC_MEM_EXCHANGE, pp->gather_send_len};
+        out[n++] = (pipe_buf){&pp->gather_recv[k], CZ_EXEC_MEM_EXCHANGE, pp->gather_recv_len};
+        out[n++] = (pipe_buf){&pp->scatter_send[k], CZ_EXEC_MEM_EXCHANGE, pp->scatter_send_len};
+        out[n++] = (pipe_buf){&pp->scatter_recv[k], CZ_EXEC_MEM_EXCHANGE, pp->scatter_recv_len};
+    }
+    return n;
+}
+
+/* The buffers of pipeline_buffers, each n + 1 floats (falloc). */
+static int alloc_buffers(struct cz_pipeline *pp, cz_error *err)
+{
+    pipe_buf b[PIPE_MAX_BUFS];
+    int n = pipeline_buffers(pp, b);
+    for (int i = 0; i < n; i++)
+        if (!(*b[i].at = falloc(&pp->cx, b[i].kind, b[i].n)))
+            return cz__error_set(
+                err, CZ_ENOMEM, "out of memory for the pipeline's %s buffers (%lld elements)",
+                b[i].kind == CZ_EXEC_MEM_FULL ? "full-gradient and update" : "exchange",
+                (long long)b[i].n);
+    return CZ_OK;
+}
+
+/* The requests of both buffer sets and the events their sends wait for (made whether or not a
+ * set has buffers: the runs wait on and progress both sets' requests, idle ones included). */
 static int alloc_exchanges(struct cz_pipeline *pp, cz_error *err)
 {
     const cz_pipeline_ctx *cx = &pp->cx;
     cz_compute *c = cx->compute;
     for (int k = 0; k < 2; k++) {
-        pp->gather_send[k] = falloc(cx, CZ_EXEC_MEM_EXCHANGE, pp->gather_send_len);
-        pp->gather_recv[k] = falloc(cx, CZ_EXEC_MEM_EXCHANGE, pp->gather_recv_len);
-        pp->scatter_send[k] = falloc(cx, CZ_EXEC_MEM_EXCHANGE, pp->scatter_send_len);
-        pp->scatter_recv[k] = falloc(cx, CZ_EXEC_MEM_EXCHANGE, pp->scatter_recv_len);
-        if (!pp->gather_send[k] || !pp->gather_recv[k] || !pp->scatter_send[k] ||
-            !pp->scatter_recv[k])
-            return cz__error_set(err, CZ_ENOMEM, "out of memory for the pipeline buffers");
         pp->gather_req[k] = pp->plane->ops->req_create(pp->plane);
         pp->scatter_req[k] = pp->plane->ops->req_create(pp->plane);
         pp->gather_packed[k] = c->ops->event_create(c);
@@ -622,19 +744,18 @@ static int pipeline_open(cz_executor *ex, const cz_rank_schedule *rs, cz_plane *
         .tp = tp,
         .tp_rank = tp_rank,
         .sc = sc,
-        .fsdp = cz_plan_is_fsdp(ex->plan)};
+        .fsdp = cz_plan_is_fsdp(ex->plan),
+        .local = tp == 1 && !cz__exec_exchange_one_rank};
     /* The splits are collective: first, before anything a rank could fail alone. */
     if ((rc = open_width_planes(pp, err)) != CZ_OK || (rc = layout_groups(pp, err)) != CZ_OK)
         return rc;
     for (int g = 0; g < pp->ngroups; g++)
         if ((rc = layout_maps(pp, &pp->groups[g], err)) != CZ_OK)
             return rc;
-    /* full_g/full_u and the event before the optimizer: its parts point into them. */
-    pp->full_g = falloc(&pp->cx, CZ_EXEC_MEM_FULL, pp->full_n);
-    pp->full_u = falloc(&pp->cx, CZ_EXEC_MEM_FULL, pp->full_n);
-    if (!pp->full_g || !pp->full_u)
-        return cz__error_set(err, CZ_ENOMEM, "out of memory for the host buffers (%lld elements)",
-                             (long long)pp->full_n);
+    /* The buffers (full_g/full_u among them) and the event before the optimizer: its parts
+     * point into them. */
+    if ((rc = alloc_buffers(pp, err)) != CZ_OK)
+        return rc;
     pp->coop_ready = pp->cx.compute->ops->event_create(pp->cx.compute);
     if (!pp->coop_ready)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for requests and events");
@@ -658,22 +779,24 @@ int cz__exec_pipeline_probe(const cz_plan *plan, const cz_rank_schedule *rs, int
                                .rs = rs,
                                .tp = tp,
                                .tp_rank = tp_rank,
-                               .sc = sc};
-    /* The same layouts and index maps as pipeline_open, through c's runs_create; no plane, no
-     * buffers, no optimizer. */
+                               .sc = sc,
+                               .local = tp == 1 && !cz__exec_exchange_one_rank};
+    /* The same layouts and index maps as pipeline_open, through c's runs_create, and its
+     * buffers counted into c's record (not allocated); no plane, no optimizer. */
     if ((rc = layout_groups(pp, err)) != CZ_OK)
         goto done;
-    cz_exec_pipeline_sizes z = {.gather_send = pp->gather_send_len,
-                                .gather_recv = pp->gather_recv_len,
-                                .scatter_send = pp->scatter_send_len,
-                                .scatter_recv = pp->scatter_recv_len,
-                                .full = pp->full_n};
+    pipe_buf b[PIPE_MAX_BUFS];
+    for (int i = 0, n = pipeline_buffers(pp, b); i < n; i++)
+        c->mem[b[i].kind] += (b[i].n + 1) * (int64_t)sizeof(float);
+    cz_exec_pipeline_sizes z = {0};
     for (int g = 0; g < pp->ngroups; g++) {
         pgroup *pg = &pp->groups[g];
         if ((rc = layout_maps(pp, pg, err)) != CZ_OK)
             goto done;
-        z.gather_pack += pg->gather_n;
-        z.scatter_pack += pg->scatter_n;
+        /* On a plane of one rank nothing is packed: the unpack and apply maps read the
+         * sources themselves. */
+        z.gather_pack += pp->local ? 0 : pg->gather_n;
+        z.scatter_pack += pp->local ? 0 : pg->scatter_n;
         for (int r = 0; r < tp; r++) {
             z.unpack += pg->gather_recv_counts[r];
             z.apply += sc ? 0 : pg->scatter_recv_counts[r];
@@ -869,10 +992,17 @@ static int compute_group(struct cz_pipeline *pp, int gi, int k, float *P, const 
     progress_ctx pc = {pp, k};
     cz_opt_progress pr = {progress_inflight, &pc};
     int rc;
-    c->ops->copy_runs(c, pp->full_g, pp->gather_recv[k], pg->unpack_recv);
+    if (!pp->local)
+        c->ops->copy_runs(c, pp->full_g, pp->gather_recv[k], pg->unpack_recv);
     c->ops->copy_runs(c, pp->full_g, G, pg->unpack_local);
     if ((rc = o->ops->step_group(o, pg->og, *cx->steps + 1, &pr, err)) != CZ_OK)
         return rc;
+    /* On a plane of one rank the update is applied from full_u before the next group writes
+     * it (the apply maps read it in place of the scatter's message). */
+    if (pp->local) {
+        apply_group(pp, pg, P, pp->full_u);
+        return CZ_OK;
+    }
     float *send = pp->scatter_send[k];
     c->ops->copy_runs(c, send, pp->full_u, pg->scatter_pack);
     if (pp->sc) {
@@ -908,6 +1038,13 @@ static int pipeline_run(struct cz_pipeline *pp, float *P, const float *G, const 
 {
     int rc = CZ_OK;
     if (n == 0)
+        return CZ_OK;
+    /* On a plane of one rank there is nothing to post: each group reads its gradients, is
+     * computed and applied in turn. */
+    for (int j = 0; pp->local && j < n; j++)
+        if ((rc = compute_group(pp, group_at(ids, j), 0, P, G, err)) != CZ_OK)
+            return rc;
+    if (pp->local)
         return CZ_OK;
     if ((rc = post_gather(pp, group_at(ids, 0), 0, G, err)) != CZ_OK)
         goto done;

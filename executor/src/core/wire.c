@@ -32,6 +32,11 @@ cz_bucket_plane cz__wire_bucket_plane(cz_executor *ex, const cz_plan_bucket *bk)
     return (cz_bucket_plane){&ex->planes.dp, ex->grid.dp, ex->grid.dp_rank, bk->offset};
 }
 
+bool cz__wire_exchanged(const cz_bucket_plane *bp)
+{
+    return bp->n > 1 || cz__exec_exchange_one_rank;
+}
+
 /* A bucket's per-rank counts on its plane (its ranges: contiguous and rank-ordered, plan check). */
 static void bucket_counts(const cz_plan_bucket *bk, const cz_bucket_plane *bp, size_t *counts)
 {
@@ -76,14 +81,19 @@ int cz__wire_init(cz_executor *ex, cz_error *err)
     if (!w->off)
         return cz__error_set(err, CZ_ENOMEM, "out of memory for the executor's wire state");
     int64_t total = 0;
+    bool any = false;
     for (size_t b = 0; b < plan->nbuckets; b++) {
         const cz_plan_bucket *bk = &plan->buckets[b];
-        if (!cz__exec_holds_bucket(ex, bk))
-            continue;
         cz_bucket_plane bp = cz__wire_bucket_plane(ex, bk);
+        if (!cz__exec_holds_bucket(ex, bk) || !cz__wire_exchanged(&bp))
+            continue;
+        any = true;
         w->off[b] = total;
         total += bk->ranges[2 * bp.me + 1] - bk->ranges[2 * bp.me];
     }
+    /* No held bucket goes on the wire (DP 1): no bf16 copies to travel in. */
+    if (!any)
+        return CZ_OK;
     size_t nbuf = ex->buffer_numel > 0 ? ex->buffer_numel : 1;
     w->buf = cz__compute_alloc(&ex->compute, CZ_EXEC_MEM_DP, nbuf * sizeof(uint16_t));
     if (w->grad == CZ_DTYPE_BF16)
@@ -123,6 +133,10 @@ int cz__wire_reduce_scatter(cz_executor *ex, size_t b, const float *G, float *re
     size_t n = x.n;
     const void *send = G + start;
     void *into = recv;
+    if (!cz__wire_exchanged(&bp)) {
+        w->grad_bytes += (int64_t)(n * cz__dtype_bytes(w->grad));
+        return CZ_OK;
+    }
     if (w->grad == CZ_DTYPE_BF16) {
         ex->compute.ops->convert(&ex->compute, w->buf + start, CZ_DTYPE_BF16, send, CZ_DTYPE_FP32,
                                  (int64_t)n);
@@ -151,6 +165,14 @@ void cz__wire_reduced(cz_executor *ex, size_t b, float *G, const float *recv)
      * average_in_collective): each EP rank's expert gradient already gathers the tokens of the
      * DP replicas of its EP group. */
     float inv = 1.0f / (float)ex->grid.dp;
+    /* Not exchanged: the sum of one rank is its own range, in place (a bf16 job's gradients
+     * are bf16 values, so the narrowing and widening it skips are exact), still averaged
+     * unless that is x 1 (x * 1.0f is x, bit for bit). */
+    if (!cz__wire_exchanged(&bp)) {
+        if (ex->grid.dp > 1)
+            ex->compute.ops->scale(&ex->compute, mine, mine, n, inv);
+        return;
+    }
     if (w->grad == CZ_DTYPE_BF16) {
         ex->compute.ops->convert(&ex->compute, mine, CZ_DTYPE_FP32, w->recv + w->off[b],
                                  CZ_DTYPE_BF16, n);
@@ -167,6 +189,10 @@ int cz__wire_all_gather(cz_executor *ex, size_t b, float *P, cz_comm_req *req, c
     cz_bucket_plane bp = x.bp;
     int64_t start = x.start;
     void *buf = P + start;
+    if (!cz__wire_exchanged(&bp)) {
+        w->param_bytes += (int64_t)(x.n * cz__dtype_bytes(w->param));
+        return CZ_OK;
+    }
     if (w->param == CZ_DTYPE_BF16) {
         int64_t lo = bp.base + x.bk->ranges[2 * bp.me];
         ex->compute.ops->convert(&ex->compute, w->buf + lo, CZ_DTYPE_BF16, P + lo, CZ_DTYPE_FP32,
@@ -189,6 +215,7 @@ void cz__wire_gathered(cz_executor *ex, size_t b, float *P)
         return;
     const cz_plan_bucket *bk = &ex->plan->buckets[b];
     cz_bucket_plane bp = cz__wire_bucket_plane(ex, bk);
+    /* bp.n == 1 (not exchanged): the loop below has no other rank's range. */
     for (int r = 0; r < bp.n; r++) {
         int64_t lo = bp.base + bk->ranges[2 * r], n = bk->ranges[2 * r + 1] - bk->ranges[2 * r];
         if (r != bp.me && n > 0)

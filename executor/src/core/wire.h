@@ -11,6 +11,7 @@
 #include "comm.h"
 #include "executor_impl.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +26,13 @@ typedef struct cz_bucket_plane {
     int64_t base;
 } cz_bucket_plane;
 cz_bucket_plane cz__wire_bucket_plane(cz_executor *ex, const cz_plan_bucket *bk);
+/* Whether a bucket on plane bp goes on the wire: not on a plane of one rank (unless
+ * cz__exec_exchange_one_rank, for a test), where its
+ * reduce-scatter is the identity on this rank's gradients (a sum of one; the average's 1/DP is
+ * still applied, wire.c) and its all-gather brings no other range. Such a bucket posts nothing
+ * and needs no scratch, receive range or bf16 copy; its bytes count as posted all the same
+ * (cz_executor_wire). */
+bool cz__wire_exchanged(const cz_bucket_plane *bp);
 
 /* Decides the dtypes from the bound dtype and the config and, for a bf16 exchange, allocates
  * its backend buffers (a bf16 copy of the held buckets, and of this rank's range of each),

@@ -3,10 +3,11 @@
  * max(n, 1) elements (executor.c, binding.c, wire.c, adamw.c), the pipeline's and Muon's n + 1
  * (pipeline.c, muon.c), so that a zero-sized buffer is still a pointer. The sizes come from the
  * executor's own layouts: the buckets' DP ranges and pieces (shard.h), the pipeline's buffers and
- * run maps (cz__exec_pipeline_probe: pipeline_open's layout code, through a backend that only
- * counts) and the Newton-Schulz batches (ns_workload.h, which lists the parts a rank computes
- * as the pipeline does and sizes their batches with Muon's own cz__muon_prepare_parts, as
- * muon_group_add does; exec.test_memory holds the whole to the executor's record). */
+ * run maps and buffers (cz__exec_pipeline_probe: pipeline_open's layout code and list of
+ * buffers, through a backend that only counts) and the Newton-Schulz batches (ns_workload.h, which
+ * lists the parts a rank computes as the pipeline does and sizes their batches with Muon's own
+ * cz__muon_prepare_parts, as muon_group_add does; exec.test_memory holds the whole to the
+ * executor's record). */
 #include "memory_model.h"
 
 #include "alloc.h"
@@ -46,9 +47,12 @@ static int check_plan(const cz_plan *plan, int dp_rank, int tp_rank, const cz_ex
     return cz__model_rank_check(plan, dp_rank, tp_rank, "the memory model", err);
 }
 
-/* alloc_tables (executor.c), the binding's copies (binding.c) and the bf16 wire (wire.c). */
+/* alloc_tables (executor.c), the binding's copies (binding.c) and the bf16 wire (wire.c): the
+ * scratch and the bf16 copies only where the buckets go on the wire, DP above 1 (every bucket of
+ * a dense plan is on the DP plane; cz__wire_exchanged). */
 static void buckets(const cz_plan *plan, int d, const cz_exec_mem_job *job, int64_t *m)
 {
+    bool wire = plan->dp > 1;
     int64_t numel = 0, maxrange = 1, ranges = 0;
     for (size_t k = 0; k < plan->nbuckets; k++) {
         const cz_plan_bucket *bk = &plan->buckets[k];
@@ -59,12 +63,12 @@ static void buckets(const cz_plan *plan, int d, const cz_exec_mem_job *job, int6
     }
     /* the per-parameter sums of squares (double) and the reduce-scatter's scratch */
     m[CZ_EXEC_MEM_OTHER] += at_least_1((int64_t)plan->nparams) * (int64_t)sizeof(double);
-    m[CZ_EXEC_MEM_DP] += maxrange * 4;
+    m[CZ_EXEC_MEM_DP] += wire ? maxrange * 4 : 0;
     if (job->staged) {
         m[CZ_EXEC_MEM_PARAMS] += at_least_1(numel) * 4;
         m[CZ_EXEC_MEM_GRADS] += at_least_1(numel) * 4;
     }
-    if (job->dtype == CZ_DTYPE_BF16) {
+    if (wire && job->dtype == CZ_DTYPE_BF16) {
         m[CZ_EXEC_MEM_DP] += at_least_1(numel) * 2; /* the narrowed bucket */
         if (!job->grad_reduce_in_fp32)
             m[CZ_EXEC_MEM_DP] += at_least_1(ranges) * 2; /* my ranges received in bf16 */
@@ -102,10 +106,10 @@ static int matrix(const cz_plan *plan, int d, int tp_rank, int64_t *m, cz_error 
         /* the iteration count and the GEMM constant weigh the flops only, not the batches */
         (rc = cz__ns_workload_make(&w, plan, d, tp_rank, 5, 1.0, err)) != CZ_OK)
         goto done;
-    /* two sets of the four exchange buffers, and full_g and full_u, each n + 1 floats */
-    m[CZ_EXEC_MEM_EXCHANGE] +=
-        2 * 4 * (z.gather_send + z.gather_recv + z.scatter_send + z.scatter_recv + 4);
-    m[CZ_EXEC_MEM_FULL] += 2 * 4 * (z.full + 1);
+    /* the exchange buffers (none on a plane of one rank, one set for a single group) and
+     * full_g and full_u, as the probe counted pipeline_open's list of them */
+    m[CZ_EXEC_MEM_EXCHANGE] += c.mem[CZ_EXEC_MEM_EXCHANGE];
+    m[CZ_EXEC_MEM_FULL] += c.mem[CZ_EXEC_MEM_FULL];
     m[CZ_EXEC_MEM_INDEX] += c.mem[CZ_EXEC_MEM_INDEX];
     /* a momentum of rows x cols + 1 floats per part computed here */
     m[CZ_EXEC_MEM_STATE] += 4 * (z.hosted + z.nhosted);

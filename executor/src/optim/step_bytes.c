@@ -63,7 +63,8 @@ static int check_plan(const cz_plan *plan, int dp_rank, int tp_rank, cz_dtype dt
     return cz__model_rank_check(plan, dp_rank, tp_rank, "the byte model", err);
 }
 
-/* The DP passes over the buckets: staging, reduce-scatter, all-gather, master copy. */
+/* The DP passes over the buckets: staging, reduce-scatter, all-gather, master copy. At DP 1 no
+ * bucket goes on the wire (cz__wire_exchanged): staging and the master copy only. */
 static void buckets(const cz_plan *plan, int d, cz_dtype dtype, cz_step_bytes *b)
 {
     int64_t jd = cz__dtype_bytes(dtype), w = jd; /* the wire carries the job's dtype */
@@ -75,12 +76,16 @@ static void buckets(const cz_plan *plan, int d, cz_dtype dtype, cz_step_bytes *b
         b->ranges += r;
         if (bf16) {
             add(b, CZ_PASS_STAGE_IN, jd * n, 4 * n);
+            add(b, CZ_PASS_MASTER_OUT, 4 * n, jd * n);
+        }
+        if (plan->dp == 1)
+            continue;
+        if (bf16) {
             add(b, CZ_PASS_RS_NARROW, 4 * n, 2 * n);
             /* widen into my range, then scale it in place */
             add(b, CZ_PASS_RS_AVERAGE, 2 * r + 4 * r, 4 * r + 4 * r);
             add(b, CZ_PASS_AG_NARROW, 4 * r, 2 * r);
             add(b, CZ_PASS_AG_WIDEN, 2 * (n - r), 4 * (n - r));
-            add(b, CZ_PASS_MASTER_OUT, 4 * n, jd * n);
         } else {
             add(b, CZ_PASS_RS_AVERAGE, 4 * r, 4 * r); /* scale from the scratch */
         }
