@@ -712,7 +712,8 @@ typedef enum cz_exec_mem_kind {
     CZ_EXEC_MEM_GRADS,    /* fp32 gradient copy (bf16 jobs, per-parameter or staged binding) */
     CZ_EXEC_MEM_STATE,    /* optimizer state: momentum, Adam moments, SOAP/Shampoo factors */
     CZ_EXEC_MEM_DP,       /* the reduce-scatter's scratch and the bf16 wire buffers */
-    CZ_EXEC_MEM_EXCHANGE, /* micro-group gather and scatter send/receive buffers (two sets) */
+    CZ_EXEC_MEM_EXCHANGE, /* micro-group gather and scatter send/receive buffers (two sets,
+                             one for a single micro-group, none on a plane of one rank) */
     CZ_EXEC_MEM_FULL,     /* the pipeline's full-gradient and full-update buffers */
     CZ_EXEC_MEM_NS,       /* Newton-Schulz batch, work, Gram panels and sums */
     CZ_EXEC_MEM_SOLVER,   /* SOAP's and Shampoo's linear-algebra work */
@@ -721,9 +722,14 @@ typedef enum cz_exec_mem_kind {
                              checkpoints' bounce buffers */
     CZ_EXEC_MEM_NKINDS
 } cz_exec_mem_kind;
-/* Bytes by kind; model_states = params + grads + state, beyond = the rest. */
+/* Room for kinds later versions may add: the struct's size stays the same, so a program built
+ * against this header calls a newer library safely and reads the first nkinds entries. */
+#define CZ_EXEC_MEM_MAX_KINDS 16
+/* Bytes by kind (bytes[k] for k < nkinds, the kinds this library records; zeros after);
+ * model_states = params + grads + state, beyond = the rest. */
 typedef struct cz_exec_mem_usage {
-    int64_t bytes[CZ_EXEC_MEM_NKINDS];
+    int64_t bytes[CZ_EXEC_MEM_MAX_KINDS];
+    int nkinds; /* CZ_EXEC_MEM_NKINDS of the library that filled it */
     int64_t model_states, beyond;
 } cz_exec_mem_usage;
 /* A kind's name ("params", "grads", "state", "dp", "exchange", "full", "ns", "solver",

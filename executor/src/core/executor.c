@@ -63,9 +63,13 @@ const char *cz_exec_mem_kind_name(int kind)
     return kind >= 0 && kind < CZ_EXEC_MEM_NKINDS ? NAMES[kind] : "?";
 }
 
+_Static_assert(CZ_EXEC_MEM_NKINDS <= CZ_EXEC_MEM_MAX_KINDS,
+               "cz_exec_mem_usage has room for CZ_EXEC_MEM_MAX_KINDS kinds");
+
 void cz__exec_mem_usage_of(const int64_t *bytes, cz_exec_mem_usage *out)
 {
     memset(out, 0, sizeof *out);
+    out->nkinds = CZ_EXEC_MEM_NKINDS;
     for (int k = 0; k < CZ_EXEC_MEM_NKINDS; k++) {
         out->bytes[k] = bytes[k];
         bool model = k == CZ_EXEC_MEM_PARAMS || k == CZ_EXEC_MEM_GRADS || k == CZ_EXEC_MEM_STATE;
