@@ -153,13 +153,19 @@ static bool param_place(fill_ctx *f, int r, const cz_plan_param *p, double T)
     return true;
 }
 
-/* One probe: deals every bucket at target T; true when all parameters fit. cutj: per bucket in
- * processing order, dp + 1 cut indices into the bucket's parameters. */
-static bool fill_probe(fill_ctx *f, const cz_dp_buckets *b, double T, int *cutj)
+/* Every rank empty, before a probe. */
+static void probe_reset(fill_ctx *f)
 {
     for (int r = 0; r < f->dp; r++)
         f->head[r] = -1, f->count[r] = 0, f->ew[r] = f->need[r] = 0.0;
     memset(f->rload, 0, (size_t)f->dp * (size_t)f->tp * sizeof *f->rload);
+}
+
+/* One probe: deals every bucket at target T; true when all parameters fit. cutj: per bucket in
+ * processing order, dp + 1 cut indices into the bucket's parameters. */
+static bool fill_probe(fill_ctx *f, const cz_dp_buckets *b, double T, int *cutj)
+{
+    probe_reset(f);
     for (int o = 0; o < b->nb; o++) {
         const int *ids = &b->ids[b->first[o]];
         int np = b->first[o + 1] - b->first[o], j = 0;
@@ -212,9 +218,7 @@ static void heap_down(fill_ctx *f, const cz_dp_buckets *b, int n, int k)
  * (the caller keeps their number bounded, dp_partition.c). */
 static bool fill_probe_by_rank(fill_ctx *f, const cz_dp_buckets *b, double T, int *cutj)
 {
-    for (int r = 0; r < f->dp; r++)
-        f->head[r] = -1, f->count[r] = 0, f->ew[r] = f->need[r] = 0.0;
-    memset(f->rload, 0, (size_t)f->dp * (size_t)f->tp * sizeof *f->rload);
+    probe_reset(f);
     for (int o = 0; o < b->nb; o++)
         f->pos[o] = 0;
     for (int r = 0; r < f->dp; r++) {
