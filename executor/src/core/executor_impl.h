@@ -197,6 +197,9 @@ int cz__exec_pipeline_init(cz_executor *ex, cz_error *err);
  * the self plane (exec.test_stream_order) still sees every exchange a multi-rank step makes.
  * False in every job. */
 extern bool cz__exec_exchange_one_rank;
+/* Whether a plane of n ranks exchanges nothing (n == 1, unless cz__exec_exchange_one_rank): the
+ * one rule the pipeline, the DP wire and the models share (pipeline.c). */
+bool cz__exec_plane_local(int n);
 void cz__exec_pipeline_free(cz_executor *ex);
 /* The elements one step of a pipeline moves, summed over the groups: packed into the gathers
  * (gather_pack), unpacked into full_g (from the gathers and, for replicated parts, from the

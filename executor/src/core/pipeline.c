@@ -73,6 +73,11 @@
 
 bool cz__exec_exchange_one_rank = false;
 
+bool cz__exec_plane_local(int n)
+{
+    return n == 1 && !cz__exec_exchange_one_rank;
+}
+
 /* Distinct cooperative widths of one schedule (widths divide TP: 32 is far more than any). */
 #define CZ_MAX_COOP_WIDTHS 32
 
@@ -745,7 +750,7 @@ static int pipeline_open(cz_executor *ex, const cz_rank_schedule *rs, cz_plane *
         .tp_rank = tp_rank,
         .sc = sc,
         .fsdp = cz_plan_is_fsdp(ex->plan),
-        .local = tp == 1 && !cz__exec_exchange_one_rank};
+        .local = cz__exec_plane_local(tp)};
     /* The splits are collective: first, before anything a rank could fail alone. */
     if ((rc = open_width_planes(pp, err)) != CZ_OK || (rc = layout_groups(pp, err)) != CZ_OK)
         return rc;
@@ -780,7 +785,7 @@ int cz__exec_pipeline_probe(const cz_plan *plan, const cz_rank_schedule *rs, int
                                .tp = tp,
                                .tp_rank = tp_rank,
                                .sc = sc,
-                               .local = tp == 1 && !cz__exec_exchange_one_rank};
+                               .local = cz__exec_plane_local(tp)};
     /* The same layouts and index maps as pipeline_open, through c's runs_create, and its
      * buffers counted into c's record (not allocated); no plane, no optimizer. */
     if ((rc = layout_groups(pp, err)) != CZ_OK)

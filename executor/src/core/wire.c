@@ -34,7 +34,7 @@ cz_bucket_plane cz__wire_bucket_plane(cz_executor *ex, const cz_plan_bucket *bk)
 
 bool cz__wire_exchanged(const cz_bucket_plane *bp)
 {
-    return bp->n > 1 || cz__exec_exchange_one_rank;
+    return !cz__exec_plane_local(bp->n);
 }
 
 /* A bucket's per-rank counts on its plane (its ranges: contiguous and rank-ordered, plan check). */

@@ -52,7 +52,7 @@ static int check_plan(const cz_plan *plan, int dp_rank, int tp_rank, const cz_ex
  * a dense plan is on the DP plane; cz__wire_exchanged). */
 static void buckets(const cz_plan *plan, int d, const cz_exec_mem_job *job, int64_t *m)
 {
-    bool wire = plan->dp > 1;
+    bool wire = !cz__exec_plane_local(plan->dp);
     int64_t numel = 0, maxrange = 1, ranges = 0;
     for (size_t k = 0; k < plan->nbuckets; k++) {
         const cz_plan_bucket *bk = &plan->buckets[k];

@@ -78,7 +78,7 @@ static void buckets(const cz_plan *plan, int d, cz_dtype dtype, cz_step_bytes *b
             add(b, CZ_PASS_STAGE_IN, jd * n, 4 * n);
             add(b, CZ_PASS_MASTER_OUT, 4 * n, jd * n);
         }
-        if (plan->dp == 1)
+        if (cz__exec_plane_local(plan->dp))
             continue;
         if (bf16) {
             add(b, CZ_PASS_RS_NARROW, 4 * n, 2 * n);
