@@ -43,20 +43,22 @@ static json_t *settings_flat(const cz_plan *p)
 {
     const cz_settings *s = &p->settings;
     char coop[16];
-    json_t *o = json_pack(
-        "{s:s, s:s, s:s, s:f, s:b, s:s, s:s, s:f, s:f, s:s, s:f, s:I, s:i, s:i, "
-        "s:i, s:b, s:I, s:I, s:s}",
-        "optimizer", cz__str_or_unknown(cz_optimizer_name(s->optimizer)), "unit",
-        cz__str_or_unknown(cz_unit_name(s->unit)), "dp",
-        cz__str_or_unknown(cz_dp_strategy_name(s->dp)), "alpha", s->alpha, "alpha_numel_loads",
-        s->alpha_numel_loads != 0, "layerwise_order",
-        cz__str_or_unknown(cz_layerwise_order_name(s->layerwise_order)), "tp",
-        cz__str_or_unknown(cz_tp_strategy_name(s->tp)), "capacity", s->capacity, "capacity_used",
-        p->capacity_used, "solver", cz__str_or_unknown(cz_solver_name(s->solver)), "time_limit_s",
-        s->time_limit_s, "seed", (json_int_t)s->seed, "ns_steps", s->ns_steps, "max_precond_dim",
-        s->max_precond_dim, "precondition_frequency", s->precondition_frequency, "dp_fell_back",
-        p->dp_fell_back != 0, "bucket_size", (json_int_t)p->bucket_size, "bucket_align",
-        (json_int_t)p->bucket_align, "layout", cz__str_or_unknown(cz_layout_name(s->layout)));
+    json_t *o =
+        json_pack("{s:s, s:s, s:s, s:o, s:b, s:s, s:s, s:o, s:o, s:s, s:o, s:I, s:i, s:i, "
+                  "s:i, s:b, s:I, s:I, s:s}",
+                  "optimizer", cz__str_or_unknown(cz_optimizer_name(s->optimizer)), "unit",
+                  cz__str_or_unknown(cz_unit_name(s->unit)), "dp",
+                  cz__str_or_unknown(cz_dp_strategy_name(s->dp)), "alpha", cz__json_num(s->alpha),
+                  "alpha_numel_loads", s->alpha_numel_loads != 0, "layerwise_order",
+                  cz__str_or_unknown(cz_layerwise_order_name(s->layerwise_order)), "tp",
+                  cz__str_or_unknown(cz_tp_strategy_name(s->tp)), "capacity",
+                  cz__json_num(s->capacity), "capacity_used", cz__json_num(p->capacity_used),
+                  "solver", cz__str_or_unknown(cz_solver_name(s->solver)), "time_limit_s",
+                  cz__json_num(s->time_limit_s), "seed", (json_int_t)s->seed, "ns_steps",
+                  s->ns_steps, "max_precond_dim", s->max_precond_dim, "precondition_frequency",
+                  s->precondition_frequency, "dp_fell_back", p->dp_fell_back != 0, "bucket_size",
+                  (json_int_t)p->bucket_size, "bucket_align", (json_int_t)p->bucket_align, "layout",
+                  cz__str_or_unknown(cz_layout_name(s->layout)));
     if (o &&
         (json_object_set_new(o, "split_blocks", json_boolean(s->split_blocks)) ||
          json_object_set_new(o, "coop", json_string(cz_coop_name(s->coop, coop))) ||
@@ -384,10 +386,11 @@ static int add_params(json_t *rep, const cz_plan *a, const cz_plan *b, const nam
         int i = mv[k].id, j = jof[i];
         const cz_plan_param *x = &a->params[i], *y = &b->params[j];
         if (cz__json_push(list,
-                          json_pack("{s:i, s:i, s:s, s:[i,i], s:[i,i], s:[i,i], s:f, s:f}", "id_a",
+                          json_pack("{s:i, s:i, s:s, s:[i,i], s:[i,i], s:[i,i], s:o, s:o}", "id_a",
                                     i, "id_b", j, "name", cz__str_or_unknown(x->def.name),
                                     "dp_owner", x->dp_owner, y->dp_owner, "group", ga[i], gb[j],
-                                    "tp_host", sa[i], sb[j], "cost_a", x->cost, "cost_b", y->cost)))
+                                    "tp_host", sa[i], sb[j], "cost_a", cz__json_num(x->cost),
+                                    "cost_b", cz__json_num(y->cost))))
             goto done;
     }
     int listed_b = 0, n_only_b = 0;
@@ -473,13 +476,14 @@ static task_key *tasks_keyed(const cz_plan *p, const int *amap, size_t *n_out)
 static json_t *task_change(const cz_plan *a, const char *change, const task_key *x,
                            const task_key *y, int na, int nb, double work_a, double work_b)
 {
-    return json_pack("{s:i, s:i, s:i, s:s, s:i, s:s, s:[i,i], s:[i,i], s:[i,i], s:[i,i], s:[f,f], "
-                     "s:[f,f]}",
+    return json_pack("{s:i, s:i, s:i, s:s, s:i, s:s, s:[i,i], s:[i,i], s:[i,i], s:[i,i], s:[o,o], "
+                     "s:[o,o]}",
                      "stage", a->dp > 0 ? x->k / a->dp : 0, "dp_rank", a->dp > 0 ? x->k % a->dp : 0,
                      "id_a", x->i, "name", cz__str_or_unknown(a->params[x->i].def.name), "block",
                      x->block == y->block ? x->block : -1, "change", change, "tasks", na, nb,
                      "width", x->width, y->width, "group", x->group, y->group, "slot", x->slot,
-                     y->slot, "cost", x->cost, y->cost, "work", work_a, work_b);
+                     y->slot, "cost", cz__json_num(x->cost), cz__json_num(y->cost), "work",
+                     cz__json_num(work_a), cz__json_num(work_b));
 }
 
 static double slot_time(const task_key *t, size_t n)
@@ -653,14 +657,15 @@ static json_t *why_json(const cz_plan *p, const rank_why *w, double makespan)
                         : w->groups > 1      ? "micro-groups in sequence"
                         : w->crit_tasks == 1 ? "its largest task"
                                              : "tasks stacked on a slot";
-    json_t *o = json_pack("{s:f, s:i, s:i, s:i, s:i, s:f, s:s}", "makespan", makespan, "matrices",
-                          w->matrices, "groups", w->groups, "slots", w->slots, "busiest_slot_tasks",
-                          w->crit_tasks, "elementwise", w->elementwise, "bound", bound);
+    json_t *o = json_pack("{s:o, s:i, s:i, s:i, s:i, s:o, s:s}", "makespan", cz__json_num(makespan),
+                          "matrices", w->matrices, "groups", w->groups, "slots", w->slots,
+                          "busiest_slot_tasks", w->crit_tasks, "elementwise",
+                          cz__json_num(w->elementwise), "bound", bound);
     if (o &&
         cz__json_put(o, "largest_task",
-                     w->largest >= 0 ? json_pack("{s:s, s:f}", "name",
+                     w->largest >= 0 ? json_pack("{s:s, s:o}", "name",
                                                  cz__str_or_unknown(p->params[w->largest].def.name),
-                                                 "cost", w->largest_cost)
+                                                 "cost", cz__json_num(w->largest_cost))
                                      : json_null()))
         return json_decref(o), NULL;
     return o;
@@ -746,13 +751,13 @@ static json_t *busiest_json(const cz_plan *a, const cz_plan *b, const named *b_s
         int i = ch[q].i, j = ch[q].j;
         const char *name =
             cz__str_or_unknown(i >= 0 ? a->params[i].def.name : b->params[j].def.name);
-        json_t *e = json_pack("{s:s, s:f, s:[i,i], s:[i,i], s:[i,i], s:b}", "name", name, "effect",
-                              ch[q].effect, "dp_owner", i >= 0 ? a->params[i].dp_owner : -1,
-                              j >= 0 ? b->params[j].dp_owner : -1, "group", i >= 0 ? ga[i] : -1,
-                              j >= 0 ? gb[j] : -1, "tp_host", i >= 0 ? sa[i] : -1,
-                              j >= 0 ? sb[j] : -1, "moved",
-                              i < 0 || j < 0 || a->params[i].dp_owner != b->params[j].dp_owner ||
-                                  ga[i] != gb[j] || sa[i] != sb[j]);
+        json_t *e = json_pack(
+            "{s:s, s:o, s:[i,i], s:[i,i], s:[i,i], s:b}", "name", name, "effect",
+            cz__json_num(ch[q].effect), "dp_owner", i >= 0 ? a->params[i].dp_owner : -1,
+            j >= 0 ? b->params[j].dp_owner : -1, "group", i >= 0 ? ga[i] : -1, j >= 0 ? gb[j] : -1,
+            "tp_host", i >= 0 ? sa[i] : -1, j >= 0 ? sb[j] : -1, "moved",
+            i < 0 || j < 0 || a->params[i].dp_owner != b->params[j].dp_owner || ga[i] != gb[j] ||
+                sa[i] != sb[j]);
         if (cz__json_push(l, e))
             goto done;
     }
@@ -783,11 +788,13 @@ static int add_makespan(json_t *rep, const cz_plan *a, const cz_plan *b, const n
         return -1;
     size_t ka = busiest_rank(a), kb = busiest_rank(b);
     if (cz__json_put(o, "a",
-                     json_pack("{s:i, s:i, s:f}", "stage", (int)(ka / (size_t)a->dp), "dp_rank",
-                               (int)(ka % (size_t)a->dp), "makespan", a->metrics.tp_makespan)) ||
+                     json_pack("{s:i, s:i, s:o}", "stage", (int)(ka / (size_t)a->dp), "dp_rank",
+                               (int)(ka % (size_t)a->dp), "makespan",
+                               cz__json_num(a->metrics.tp_makespan))) ||
         cz__json_put(o, "b",
-                     json_pack("{s:i, s:i, s:f}", "stage", (int)(kb / (size_t)b->dp), "dp_rank",
-                               (int)(kb % (size_t)b->dp), "makespan", b->metrics.tp_makespan)) ||
+                     json_pack("{s:i, s:i, s:o}", "stage", (int)(kb / (size_t)b->dp), "dp_rank",
+                               (int)(kb % (size_t)b->dp), "makespan",
+                               cz__json_num(b->metrics.tp_makespan))) ||
         cz__json_push(
             ranks, busiest_json(a, b, b_sorted, by_id, limit, kb, ka == kb ? "both" : "b", pl)) ||
         (ka != kb && cz__json_push(ranks, busiest_json(a, b, b_sorted, by_id, limit, ka, "a", pl))))
@@ -832,20 +839,33 @@ int cz__plan_diff_json(const cz_plan *a, const cz_plan *b, int force, int limit,
     named *b_sorted = names_sorted(b);
     places pl = {0};
     json_t *rep = json_object();
+    /* Every value of the report is finite or null (cz__json_num) and every string is the
+     * plans' own, so the one way a part fails is an allocation: the message names the part. */
+    const char *part = "index";
+#define CZ_DIFF_PART(name, call) (part = (name), (call))
     if (!b_sorted || !rep || locate(a, &pl.ga, &pl.sa) || locate(b, &pl.gb, &pl.sb) ||
-        cz__json_put(rep, "a", side_json(a)) || cz__json_put(rep, "b", side_json(b)) ||
-        cz__json_put(rep, "matched_by", json_string(by_id ? "id" : "name")) ||
-        add_inputs(rep, a, b, &ndiff) || add_settings(rep, a, b, &ndiff) ||
-        add_metrics(rep, a, b, &ndiff) || add_ranks(rep, a, b, &ndiff) ||
-        add_expert_ranks(rep, a, b, &ndiff) || add_buckets(rep, a, b, &ndiff) ||
-        add_params(rep, a, b, b_sorted, &pl, by_id, limit, &ndiff) ||
-        add_makespan(rep, a, b, b_sorted, &pl, by_id, limit) ||
-        add_tasks(rep, a, b, b_sorted, by_id, limit, &ndiff) ||
-        cz__json_put(rep, "identical", json_boolean(ndiff == 0))) {
+        CZ_DIFF_PART("a", cz__json_put(rep, "a", side_json(a))) ||
+        CZ_DIFF_PART("b", cz__json_put(rep, "b", side_json(b))) ||
+        CZ_DIFF_PART("matched_by",
+                     cz__json_put(rep, "matched_by", json_string(by_id ? "id" : "name"))) ||
+        CZ_DIFF_PART("inputs", add_inputs(rep, a, b, &ndiff)) ||
+        CZ_DIFF_PART("settings", add_settings(rep, a, b, &ndiff)) ||
+        CZ_DIFF_PART("metrics", add_metrics(rep, a, b, &ndiff)) ||
+        CZ_DIFF_PART("ranks", add_ranks(rep, a, b, &ndiff)) ||
+        CZ_DIFF_PART("expert_ranks", add_expert_ranks(rep, a, b, &ndiff)) ||
+        CZ_DIFF_PART("buckets", add_buckets(rep, a, b, &ndiff)) ||
+        CZ_DIFF_PART("params", add_params(rep, a, b, b_sorted, &pl, by_id, limit, &ndiff)) ||
+        CZ_DIFF_PART("makespan", add_makespan(rep, a, b, b_sorted, &pl, by_id, limit)) ||
+        CZ_DIFF_PART("tasks", add_tasks(rep, a, b, b_sorted, by_id, limit, &ndiff)) ||
+        CZ_DIFF_PART("identical", cz__json_put(rep, "identical", json_boolean(ndiff == 0)))) {
+#undef CZ_DIFF_PART
         free(b_sorted);
         places_free(&pl);
         json_decref(rep);
-        return cz__error_set(err, CZ_ENOMEM, "diff: out of memory");
+        return cz__error_set(err, CZ_ENOMEM,
+                             "diff: out of memory while building the report's \"%s\" part "
+                             "(plans of %zu and %zu parameters)",
+                             part, a->nparams, b->nparams);
     }
     free(b_sorted);
     places_free(&pl);
