@@ -125,6 +125,19 @@ static void check_rank(const cz_plan *plan, int rank, cz_dtype dtype, bool per_p
     ck_assert_int_eq(got.bytes[CZ_EXEC_MEM_PARAMS] > 0, job.staged);
     /* The micro-group exchanges of a TP plane of one rank stay on the rank: no buffers. */
     ck_assert_int_eq(got.bytes[CZ_EXEC_MEM_EXCHANGE] == 0, plan->tp == 1);
+    /* At TP 1 Muon updates in place: one full buffer, the largest group's matrices (counted
+     * here by hand from the schedule: whole matrices, TP-local = whole at TP 1), not two. */
+    if (plan->tp == 1) {
+        const cz_rank_schedule *rs = cz_plan_rank_schedule(plan, 0, d);
+        int64_t most = 0;
+        for (int g = 0; rs && g < rs->ngroups; g++) {
+            int64_t sum = 0;
+            for (int k = 0; k < rs->groups[g].ntasks; k++)
+                sum += plan->params[rs->groups[g].task_param[k]].numel;
+            most = sum > most ? sum : most;
+        }
+        ck_assert_int_eq(got.bytes[CZ_EXEC_MEM_FULL], 4 * (most + 1));
+    }
     /* Nor do the DP exchanges of a DP plane of one rank: no scratch, no bf16 copies. */
     ck_assert_int_eq(got.bytes[CZ_EXEC_MEM_DP] == 0, plan->dp == 1);
     /* A step allocates nothing: the record stays as create and bind left it (one process, where

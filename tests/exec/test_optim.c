@@ -147,6 +147,47 @@ START_TEST(ns_batched_equals_single)
 }
 END_TEST
 
+START_TEST(ns_batch_cap)
+{
+    /* The cut of a same-shape run: 8 blocks of 1024 x 1024 a call (batch 1 Mi + work 3 Mi
+     * floats each, 32 Mi floats in all), 4 of 1024 x 3072, one of a block whose own need
+     * exceeds the cap, and the whole run of small ones. */
+    ck_assert_int_eq(cz__muon_batch_cap(1024, 1024), 8);
+    ck_assert_int_eq(cz__muon_batch_cap(1024, 3072), 4);
+    ck_assert_int_eq(cz__muon_batch_cap(4096, 12288), 1);
+    ck_assert_int_eq(cz__muon_batch_cap(8, 16), CZ_MUON_BATCH_FLOATS / (8 * 16 * 2 + 2 * 8 * 8));
+    /* 20 matrices of 1024 x 1024 and 3 of 16 x 8: calls of 8, 8, 4 and one of 3 (transposed
+     * to 8 x 16); the buffers are those of the largest call, not of the 20. */
+    enum { N = 23 };
+    cz_plan_param big = {.def.name = "w",
+                         .def.ndim = 2,
+                         .def.shape = {1024, 1024},
+                         .def.tp_dim = -1,
+                         .def.block_dim = -1};
+    cz_plan_param small = big;
+    small.def.shape[0] = 16, small.def.shape[1] = 8;
+    const cz_plan_param *ps[N];
+    for (int i = 0; i < N; i++)
+        ps[i] = i < 20 ? &big : &small;
+    cz_muon_prep mp;
+    ck_assert_int_eq(cz__muon_prepare(&mp, ps, N, NULL), 0);
+    ck_assert_int_eq(mp.nblk, N);
+    int ends[8], ncalls = 0;
+    for (int s = 0; s < mp.nblk && ncalls < 8; s = ends[ncalls++])
+        ends[ncalls] = cz__muon_batch_end(&mp, s);
+    ck_assert_int_eq(ncalls, 4);
+    int sizes[4] = {ends[0], ends[1] - ends[0], ends[2] - ends[1], ends[3] - ends[2]};
+    int want_big[3] = {8, 8, 4}, k = 0;
+    for (int c = 0; c < 4; c++) /* the small run sorts first or last: its call is the 3 */
+        if (sizes[c] != 3)
+            ck_assert_int_eq(sizes[c], want_big[k++]);
+    ck_assert_int_eq(k, 3);
+    ck_assert_int_eq(mp.batch_n, 8 * 1024 * 1024);
+    ck_assert_int_eq(mp.work_n, 8 * 3 * 1024 * 1024);
+    cz__muon_prep_free(&mp);
+}
+END_TEST
+
 /* Cooperative Newton-Schulz as the k members compute it (cz__muon_coop_run's order of
  * operations), the all-reduces done here by hand: the sums of the members' sums of squares,
  * and per iteration of their packed Gram rows panel by panel, each member unpacking a panel
@@ -476,6 +517,7 @@ int main(void)
     tcase_add_test(tc, ns_orthogonalizes);
     tcase_add_test(tc, ns_tall_and_blocks);
     tcase_add_test(tc, ns_batched_equals_single);
+    tcase_add_test(tc, ns_batch_cap);
     tcase_add_test(tc, coop_ops_equal_single);
     tcase_add_test(tc, coop_pack_round_trip);
     tcase_add_test(tc, coop_form_rule);

@@ -13,7 +13,8 @@
  * pipeline has no exchange buffers at all: each pack map is composed with the map that reads
  * its message (compose_into), so the gradients are copied from the local shards straight into
  * full_g and the updates applied straight from full_u, element for element what the exchanges
- * would have delivered (the same bits).
+ * would have delivered (the same bits). There, with an optimizer that updates in place
+ * (update_in_place: Muon), full_u is full_g: one buffer instead of two.
  *
  * Under `sc` every TP rank all-gathers the shards of every task of the group and computes every
  * update itself; nothing is scattered.
@@ -142,6 +143,9 @@ struct cz_pipeline {
     bool fsdp;
     /* The plane has one rank: no exchanges and no exchange buffers (the header). */
     bool local;
+    /* local, and the optimizer updates in place (update_in_place): full_u is full_g, one
+     * buffer for the gradients and the updates (the apply maps read the updates from it). */
+    bool one_full;
     int ngroups;
     pgroup *groups;
     /* The groups by readiness (ready ascending, then id): the order of early updates, the same
@@ -690,7 +694,8 @@ static int pipeline_buffers(struct cz_pipeline *pp, pipe_buf *out)
 {
     int n = 0, sets = pp->local ? 0 : pp->ngroups > 1 ? 2 : 1;
     out[n++] = (pipe_buf){&pp->full_g, CZ_EXEC_MEM_FULL, pp->full_n};
-    out[n++] = (pipe_buf){&pp->full_u, CZ_EXEC_MEM_FULL, pp->full_n};
+    if (!pp->one_full) /* else full_u is set to full_g once it is allocated */
+        out[n++] = (pipe_buf){&pp->full_u, CZ_EXEC_MEM_FULL, pp->full_n};
     for (int k = 0; k < sets; k++) {
         out[n++] = (pipe_buf){&pp->gather_send[k], CZ_EXEC_MEM_EXCHANGE, pp->gather_send_len};
         out[n++] = (pipe_buf){&pp->gather_recv[k], CZ_EXEC_MEM_EXCHANGE, pp->gather_recv_len};
@@ -711,6 +716,8 @@ static int alloc_buffers(struct cz_pipeline *pp, cz_error *err)
                 err, CZ_ENOMEM, "out of memory for the pipeline's %s buffers (%lld elements)",
                 b[i].kind == CZ_EXEC_MEM_FULL ? "full-gradient and update" : "exchange",
                 (long long)b[i].n);
+    if (pp->one_full)
+        pp->full_u = pp->full_g;
     return CZ_OK;
 }
 
@@ -750,7 +757,8 @@ static int pipeline_open(cz_executor *ex, const cz_rank_schedule *rs, cz_plane *
         .tp_rank = tp_rank,
         .sc = sc,
         .fsdp = cz_plan_is_fsdp(ex->plan),
-        .local = cz__exec_plane_local(tp)};
+        .local = cz__exec_plane_local(tp),
+        .one_full = cz__exec_plane_local(tp) && cz__optimizer_updates_in_place(ex->plan)};
     /* The splits are collective: first, before anything a rank could fail alone. */
     if ((rc = open_width_planes(pp, err)) != CZ_OK || (rc = layout_groups(pp, err)) != CZ_OK)
         return rc;
@@ -785,7 +793,9 @@ int cz__exec_pipeline_probe(const cz_plan *plan, const cz_rank_schedule *rs, int
                                .tp = tp,
                                .tp_rank = tp_rank,
                                .sc = sc,
-                               .local = cz__exec_plane_local(tp)};
+                               .local = cz__exec_plane_local(tp),
+                               .one_full = cz__exec_plane_local(tp) &&
+                                           cz__optimizer_updates_in_place(plan)};
     /* The same layouts and index maps as pipeline_open, through c's runs_create, and its
      * buffers counted into c's record (not allocated); no plane, no optimizer. */
     if ((rc = layout_groups(pp, err)) != CZ_OK)
@@ -886,10 +896,11 @@ static void pipeline_close(struct cz_pipeline *pp)
                 pp->wplanes[i].ops->req_free(&pp->wplanes[i], pp->wreqs[i][q]);
         cz__plane_close(&pp->wplanes[i]);
     }
-    float *bufs[] = {pp->gather_send[0],  pp->gather_send[1],  pp->gather_recv[0],
-                     pp->gather_recv[1],  pp->scatter_send[0], pp->scatter_send[1],
-                     pp->scatter_recv[0], pp->scatter_recv[1], pp->full_g,
-                     pp->full_u};
+    float *bufs[] = {pp->gather_send[0],  pp->gather_send[1],
+                     pp->gather_recv[0],  pp->gather_recv[1],
+                     pp->scatter_send[0], pp->scatter_send[1],
+                     pp->scatter_recv[0], pp->scatter_recv[1],
+                     pp->full_g,          pp->full_u != pp->full_g ? pp->full_u : NULL};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         if (bufs[k])
             c->ops->release(c, bufs[k]);

@@ -146,9 +146,7 @@ int cz__muon_prepare_parts(cz_muon_prep *mp, const cz_plan_param *const *params,
     /* Stable grouping by shape so the batch order (and thus the result) is deterministic. */
     qsort(mp->blks, (size_t)mp->nblk, sizeof *mp->blks, blk_cmp);
     for (int s = 0; s < mp->nblk;) {
-        int e = s;
-        while (e < mp->nblk && mp->blks[e].r == mp->blks[s].r && mp->blks[e].c == mp->blks[s].c)
-            e++;
+        int e = cz__muon_batch_end(mp, s);
         int64_t r = mp->blks[s].r, c = mp->blks[s].c, cnt = e - s;
         if (cnt * r * c > mp->batch_n)
             mp->batch_n = cnt * r * c;
@@ -157,6 +155,22 @@ int cz__muon_prepare_parts(cz_muon_prep *mp, const cz_plan_param *const *params,
         s = e;
     }
     return CZ_OK;
+}
+
+int64_t cz__muon_batch_cap(int64_t r, int64_t c)
+{
+    int64_t per = r * c + 2 * r * r + r * c; /* the block in the batch, its work (X X^T, B, Y) */
+    return per > 0 && CZ_MUON_BATCH_FLOATS / per > 1 ? CZ_MUON_BATCH_FLOATS / per : 1;
+}
+
+int cz__muon_batch_end(const cz_muon_prep *mp, int s)
+{
+    int64_t cap = cz__muon_batch_cap(mp->blks[s].r, mp->blks[s].c);
+    int e = s;
+    while (e < mp->nblk && e - s < cap && mp->blks[e].r == mp->blks[s].r &&
+           mp->blks[e].c == mp->blks[s].c)
+        e++;
+    return e;
 }
 
 int cz__muon_prepare_tasks(cz_muon_prep *mp, const cz_plan_param *const *params, const int *blocks,
@@ -192,9 +206,7 @@ int cz__muon_run(cz_compute *c, const cz_muon_hparams *h, const cz_muon_prep *mp
 {
     const cz_compute_ops *ops = c->ops;
     for (int s = 0; s < mp->nblk;) {
-        int e = s;
-        while (e < mp->nblk && mp->blks[e].r == mp->blks[s].r && mp->blks[e].c == mp->blks[s].c)
-            e++;
+        int e = cz__muon_batch_end(mp, s);
         int cnt = e - s;
         int64_t sz = mp->blks[s].r * mp->blks[s].c;
         for (int k = 0; k < cnt; k++) {
@@ -828,4 +840,5 @@ const cz_optimizer_ops cz__muon_ops = {
     .state_rect = muon_state_rect,
     .rates = muon_rates,
     .per_param_rates = true,
+    .update_in_place = true,
 };

@@ -59,6 +59,17 @@ typedef struct cz_muon_prep {
     int64_t batch_n, work_n; /* floats */
 } cz_muon_prep;
 int cz__muon_prepare(cz_muon_prep *mp, const cz_plan_param *const *params, int n, cz_error *err);
+/* The most floats one batched Newton-Schulz call takes in batch and work together (32 Mi
+ * floats, 128 MiB): a run of same-shape blocks larger than that is cut into calls of
+ * cz__muon_batch_cap blocks each, so that the workspace is bounded by the larger of this and
+ * one block's need, not by how many same-shape blocks a micro-group holds (docs/EXECUTOR.md,
+ * "Memory"). A block of 1024 x 1024 still goes 8 to a call, enough to fill a GPU. */
+#define CZ_MUON_BATCH_FLOATS ((int64_t)32 << 20)
+/* How many r x c blocks (r <= c) one batched call takes: at least 1. */
+int64_t cz__muon_batch_cap(int64_t r, int64_t c);
+/* The end (exclusive) of the batched call that starts at block s of mp: the run of blocks of
+ * s's shape, cut at cz__muon_batch_cap blocks. */
+int cz__muon_batch_end(const cz_muon_prep *mp, int s);
 /* The same for tasks: matrix i is params[i]'s whole matrix (blocks[i] == -1, or blocks NULL),
  * with its blocks orthogonalised separately, or its block blocks[i] alone, stored contiguously
  * (the block's rows x cols). */

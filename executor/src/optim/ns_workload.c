@@ -44,9 +44,7 @@ static int add_group(cz_ns_workload *w, const cz_plan *plan, const cz_plan_group
     if (rc)
         return rc;
     for (int s = 0; s < mp.nblk && !rc;) {
-        int e = s;
-        while (e < mp.nblk && mp.blks[e].r == mp.blks[s].r && mp.blks[e].c == mp.blks[s].c)
-            e++;
+        int e = cz__muon_batch_end(&mp, s);
         cz_ns_batch *nb = realloc(w->batches, (size_t)(w->nbatches + 1) * sizeof *nb);
         if (!nb) {
             rc = cz__error_set(err, CZ_ENOMEM, "out of memory for the Newton-Schulz batches");

@@ -38,6 +38,12 @@ int cz__optimizer_plan_check(const cz_plan *plan, cz_error *err)
     return CZ_OK;
 }
 
+bool cz__optimizer_updates_in_place(const cz_plan *plan)
+{
+    const cz_optimizer_ops *ops = find(plan->settings.optimizer, CZ_KIND_MATRIX);
+    return ops && ops->update_in_place;
+}
+
 int cz__optimizer_fsdp_check(const cz_plan *plan, const cz_exec_config *cfg, cz_error *err)
 {
     /* Muon's and SOAP's updates are of whole matrices (or blocks) on the owner, their state

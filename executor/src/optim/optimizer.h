@@ -25,7 +25,7 @@
 /* Versioned like the compute ops: an implementation fills a cz_optimizer_ops of this version
  * and the registry refuses another (the tables are built with the library; the check catches
  * a table left behind when the layout changes). */
-#define CZ_OPTIMIZER_OPS_VERSION 4
+#define CZ_OPTIMIZER_OPS_VERSION 5
 
 /* An optimizer of an executor (an instance of a table; canzona.h's cz_optimizer is the plan's
  * name for one). */
@@ -189,6 +189,14 @@ typedef struct cz_optimizer_ops {
      * tensor is laid out as the parameter (Muon's momentum). */
     void (*state_rect)(const cz_optim *o, int param, int64_t k, const cz_block *part,
                        cz_block *out);
+
+    /* ---- version 5: in-place updates ---- */
+    /* True: step_group is correct when a part's out is its in (one buffer for the gradients
+     * and the updates): it reads every element of a part's input before it writes that
+     * element's update, and no element after (Muon: the momentum overwrites the gradient in
+     * place, and each batched Newton-Schulz call loads its blocks, which are disjoint, before
+     * it stores them). The pipeline then keeps one buffer for both on a plane of one rank. */
+    bool update_in_place;
 } cz_optimizer_ops;
 
 /* Its table, its own state, and what it works with. */
@@ -206,6 +214,9 @@ struct cz_optim {
 /* ---- the dispatch (optimizer.c) ---- */
 /* Refuses a plan whose matrix optimizer has no implementation here (AdamW-only plans). */
 int cz__optimizer_plan_check(const cz_plan *plan, cz_error *err);
+/* Whether the matrix optimizer the plan names updates in place (update_in_place); false when
+ * this version has none of that name. */
+bool cz__optimizer_updates_in_place(const cz_plan *plan);
 /* Refuses a fully sharded plan (or configuration) whose optimizers the fully sharded step does
  * not run yet: other than Muon or SOAP (+ AdamW), or NorMuon. */
 int cz__optimizer_fsdp_check(const cz_plan *plan, const cz_exec_config *cfg, cz_error *err);
