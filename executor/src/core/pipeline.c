@@ -143,9 +143,6 @@ struct cz_pipeline {
     bool fsdp;
     /* The plane has one rank: no exchanges and no exchange buffers (the header). */
     bool local;
-    /* local, and the optimizer updates in place (update_in_place): full_u is full_g, one
-     * buffer for the gradients and the updates (the apply maps read the updates from it). */
-    bool one_full;
     int ngroups;
     pgroup *groups;
     /* The groups by readiness (ready ascending, then id): the order of early updates, the same
@@ -690,11 +687,19 @@ typedef struct pipe_buf {
     int64_t n;
 } pipe_buf;
 
+/* On a plane of one rank with an optimizer that updates in place (update_in_place), full_u is
+ * full_g: one buffer for the gradients and the updates (the apply maps read the updates from
+ * it). */
+static bool one_full(const struct cz_pipeline *pp)
+{
+    return pp->local && cz__optimizer_updates_in_place(pp->cx.plan);
+}
+
 static int pipeline_buffers(struct cz_pipeline *pp, pipe_buf *out)
 {
     int n = 0, sets = pp->local ? 0 : pp->ngroups > 1 ? 2 : 1;
     out[n++] = (pipe_buf){&pp->full_g, CZ_EXEC_MEM_FULL, pp->full_n};
-    if (!pp->one_full) /* else full_u is set to full_g once it is allocated */
+    if (!one_full(pp)) /* else full_u is set to full_g once it is allocated */
         out[n++] = (pipe_buf){&pp->full_u, CZ_EXEC_MEM_FULL, pp->full_n};
     for (int k = 0; k < sets; k++) {
         out[n++] = (pipe_buf){&pp->gather_send[k], CZ_EXEC_MEM_EXCHANGE, pp->gather_send_len};
@@ -716,7 +721,7 @@ static int alloc_buffers(struct cz_pipeline *pp, cz_error *err)
                 err, CZ_ENOMEM, "out of memory for the pipeline's %s buffers (%lld elements)",
                 b[i].kind == CZ_EXEC_MEM_FULL ? "full-gradient and update" : "exchange",
                 (long long)b[i].n);
-    if (pp->one_full)
+    if (one_full(pp))
         pp->full_u = pp->full_g;
     return CZ_OK;
 }
@@ -757,8 +762,7 @@ static int pipeline_open(cz_executor *ex, const cz_rank_schedule *rs, cz_plane *
         .tp_rank = tp_rank,
         .sc = sc,
         .fsdp = cz_plan_is_fsdp(ex->plan),
-        .local = cz__exec_plane_local(tp),
-        .one_full = cz__exec_plane_local(tp) && cz__optimizer_updates_in_place(ex->plan)};
+        .local = cz__exec_plane_local(tp)};
     /* The splits are collective: first, before anything a rank could fail alone. */
     if ((rc = open_width_planes(pp, err)) != CZ_OK || (rc = layout_groups(pp, err)) != CZ_OK)
         return rc;
@@ -793,9 +797,7 @@ int cz__exec_pipeline_probe(const cz_plan *plan, const cz_rank_schedule *rs, int
                                .tp = tp,
                                .tp_rank = tp_rank,
                                .sc = sc,
-                               .local = cz__exec_plane_local(tp),
-                               .one_full = cz__exec_plane_local(tp) &&
-                                           cz__optimizer_updates_in_place(plan)};
+                               .local = cz__exec_plane_local(tp)};
     /* The same layouts and index maps as pipeline_open, through c's runs_create, and its
      * buffers counted into c's record (not allocated); no plane, no optimizer. */
     if ((rc = layout_groups(pp, err)) != CZ_OK)

@@ -91,6 +91,13 @@ static int blk_cmp(const void *x, const void *y)
     return a->b.c0 < b->b.c0 ? -1 : (a->b.c0 > b->b.c0);
 }
 
+/* The work floats Newton-Schulz needs for one r x c block (r <= c) of a batch: X X^T and B
+ * (r x r each) and Y (r x c). */
+static int64_t ns_work_floats(int64_t r, int64_t c)
+{
+    return 2 * r * r + r * c;
+}
+
 int cz__muon_prepare_parts(cz_muon_prep *mp, const cz_plan_param *const *params, const int *blocks,
                            const cz_block *regions, int n, cz_error *err)
 {
@@ -150,8 +157,8 @@ int cz__muon_prepare_parts(cz_muon_prep *mp, const cz_plan_param *const *params,
         int64_t r = mp->blks[s].r, c = mp->blks[s].c, cnt = e - s;
         if (cnt * r * c > mp->batch_n)
             mp->batch_n = cnt * r * c;
-        if (cnt * (2 * r * r + r * c) > mp->work_n)
-            mp->work_n = cnt * (2 * r * r + r * c);
+        if (cnt * ns_work_floats(r, c) > mp->work_n)
+            mp->work_n = cnt * ns_work_floats(r, c);
         s = e;
     }
     return CZ_OK;
@@ -159,7 +166,7 @@ int cz__muon_prepare_parts(cz_muon_prep *mp, const cz_plan_param *const *params,
 
 int64_t cz__muon_batch_cap(int64_t r, int64_t c)
 {
-    int64_t per = r * c + 2 * r * r + r * c; /* the block in the batch, its work (X X^T, B, Y) */
+    int64_t per = r * c + ns_work_floats(r, c); /* the block in the batch, and its work */
     return per > 0 && CZ_MUON_BATCH_FLOATS / per > 1 ? CZ_MUON_BATCH_FLOATS / per : 1;
 }
 
@@ -247,7 +254,7 @@ void cz__muon_coop_sizes(const cz_muon_coop *b, int64_t *x_n, int64_t *gram_n, i
     *gram_n = b->count * cz_ns_packed_len(b->a);
     /* [the full Grams: a^2][Y: a n][B: a^2] per matrix, each region the batch's matrices back
      * to back (ns_poly_end's B only in the standard form, but the size is the same). */
-    *work_n = b->count * (2 * b->a * b->a + b->a * b->n);
+    *work_n = b->count * ns_work_floats(b->a, b->n);
 }
 
 /* Waits for the all-reduces of panels from .. posted - 1 after a failure, so that nothing is
